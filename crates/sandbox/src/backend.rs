@@ -1,0 +1,283 @@
+//! The engine interface the API layer talks to, and the values that cross it.
+//!
+//! Every backend (the local namespace backend today; a microVM or Kubernetes
+//! backend later) implements [`SandboxBackend`]. Nothing above this trait knows
+//! how a container is made.
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::error::SandboxError;
+
+/// Default and maximum per-call limits (see `shared/reference/limits.md`).
+pub mod limits {
+    /// Default command timeout.
+    pub const DEFAULT_TIMEOUT_MS: u64 = 120_000;
+    /// Largest timeout a caller may ask for.
+    pub const MAX_TIMEOUT_MS: u64 = 300_000;
+    /// Default cap on characters kept per stream.
+    pub const DEFAULT_MAX_OUTPUT_LENGTH: usize = 16_384;
+    /// Largest cap a caller may ask for.
+    pub const MAX_OUTPUT_LENGTH: usize = 65_536;
+    /// Most commands one call may carry.
+    pub const MAX_COMMANDS: usize = 100;
+    /// Longest single command, in bytes. The kernel refuses a single
+    /// `execve` argument longer than 128 KiB (`MAX_ARG_STRLEN`) anyway.
+    pub const MAX_COMMAND_BYTES: usize = 128 * 1024 - 1;
+}
+
+/// Memory limits OpenAI's containers offer; any byte count works in the engine.
+pub const MEMORY_LIMITS: [(&str, u64); 4] = [
+    ("1g", 1 << 30),
+    ("4g", 4 << 30),
+    ("16g", 16 << 30),
+    ("64g", 64 << 30),
+];
+
+/// Parses `512m`, `1g`, `4G`, `1048576` into bytes.
+pub fn parse_size(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let (digits, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(split) => text.split_at(split),
+        None => (text, ""),
+    };
+    let number: u64 = digits.parse().ok()?;
+    let shift = match unit.to_ascii_lowercase().trim_end_matches(['b', 'i']) {
+        "" => 0,
+        "k" => 10,
+        "m" => 20,
+        "g" => 30,
+        "t" => 40,
+        _ => return None,
+    };
+    number.checked_mul(1u64 << shift)
+}
+
+/// What a container is made of and how much it may use.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ContainerSpec {
+    /// Image name: `host` or a directory under the engine's image store.
+    pub image: String,
+    /// Memory limit in bytes (cgroup `memory.max`).
+    pub memory_bytes: u64,
+    /// Most processes and threads alive at once.
+    pub pids_max: u64,
+    /// CPU weight relative to other containers (cgroup v2 scale, 1..=10000, 100 is fair).
+    pub cpu_weight: u64,
+    /// Hard CPU ceiling in cores (`None`: no ceiling beyond the host).
+    pub cpu_cores: Option<f64>,
+    /// Size cap of the container's `/tmp` (and `/dev/shm`) tmpfs, in bytes.
+    pub tmp_bytes: u64,
+    /// Disk quota of the container's persistent files (`/mnt/data`, home, writable layer).
+    pub disk_bytes: u64,
+}
+
+impl Default for ContainerSpec {
+    fn default() -> Self {
+        Self {
+            image: "host".to_owned(),
+            memory_bytes: 1 << 30,
+            pids_max: 512,
+            cpu_weight: 100,
+            cpu_cores: None,
+            tmp_bytes: 256 << 20,
+            disk_bytes: 4 << 30,
+        }
+    }
+}
+
+/// One `run` call: commands executed one after another in the container.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RunRequest {
+    pub commands: Vec<String>,
+    /// Per-command timeout.
+    pub timeout_ms: u64,
+    /// Characters kept per stream (stdout, stderr) of each command.
+    pub max_output_length: usize,
+}
+
+impl RunRequest {
+    /// A request with the default limits.
+    pub fn new(commands: Vec<String>) -> Self {
+        Self {
+            commands,
+            timeout_ms: limits::DEFAULT_TIMEOUT_MS,
+            max_output_length: limits::DEFAULT_MAX_OUTPUT_LENGTH,
+        }
+    }
+
+    /// Checks every limit, naming the offending parameter.
+    pub fn validate(&self) -> Result<(), SandboxError> {
+        let invalid = |param: &'static str, message: String| SandboxError::InvalidRequest { param, message };
+        if self.commands.is_empty() {
+            return Err(invalid("commands", "at least one command is required".into()));
+        }
+        if self.commands.len() > limits::MAX_COMMANDS {
+            return Err(invalid(
+                "commands",
+                format!("{} commands given; at most {} are allowed", self.commands.len(), limits::MAX_COMMANDS),
+            ));
+        }
+        if let Some(long) = self.commands.iter().find(|c| c.len() > limits::MAX_COMMAND_BYTES) {
+            return Err(invalid(
+                "commands",
+                format!("a command of {} bytes is longer than the {} allowed", long.len(), limits::MAX_COMMAND_BYTES),
+            ));
+        }
+        if self.commands.iter().any(|c| c.contains('\0')) {
+            return Err(invalid("commands", "commands may not contain NUL bytes".into()));
+        }
+        if self.timeout_ms == 0 || self.timeout_ms > limits::MAX_TIMEOUT_MS {
+            return Err(invalid(
+                "timeout_ms",
+                format!("timeout_ms must be between 1 and {}", limits::MAX_TIMEOUT_MS),
+            ));
+        }
+        if self.max_output_length == 0 || self.max_output_length > limits::MAX_OUTPUT_LENGTH {
+            return Err(invalid(
+                "max_output_length",
+                format!("max_output_length must be between 1 and {}", limits::MAX_OUTPUT_LENGTH),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// How a command ended, shaped like OpenAI's `outcome`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Outcome {
+    /// The command ended; a signal death reports `128 + signal`.
+    Exit { exit_code: i32 },
+    /// The command ran past its timeout and was killed.
+    Timeout,
+}
+
+/// One command's result, shaped like an entry of `shell_call_output.output`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CommandResult {
+    pub stdout: String,
+    pub stderr: String,
+    pub outcome: Outcome,
+}
+
+/// Whether a container's processes are alive.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ContainerState {
+    Running,
+    Stopped,
+}
+
+/// What a backend knows about one container.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ContainerInfo {
+    pub id: String,
+    pub state: ContainerState,
+    pub spec: ContainerSpec,
+}
+
+/// A file under the container's `/mnt/data`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct FileEntry {
+    /// Path inside the container, e.g. `/mnt/data/report.csv`.
+    pub path: String,
+    pub bytes: u64,
+    /// Modification time, seconds since the Unix epoch.
+    pub modified_unix: i64,
+}
+
+/// The engine interface. Container ids are chosen by the caller (1 to 64
+/// characters of letters, digits, `_` and `-`), so the API layer owns naming.
+#[async_trait]
+pub trait SandboxBackend: Send + Sync {
+    /// Creates a container and starts its processes.
+    async fn create(&self, id: &str, spec: ContainerSpec) -> Result<ContainerInfo, SandboxError>;
+    /// Runs commands one after another; one result per command, in order.
+    async fn run(&self, id: &str, request: RunRequest) -> Result<Vec<CommandResult>, SandboxError>;
+    /// Ends every process of the container; its files stay.
+    async fn stop(&self, id: &str) -> Result<(), SandboxError>;
+    /// Starts a stopped container again: new processes, the same files.
+    async fn start(&self, id: &str) -> Result<(), SandboxError>;
+    /// Ends the container's processes and removes everything it had.
+    async fn destroy(&self, id: &str) -> Result<(), SandboxError>;
+    /// What the backend knows about a container.
+    async fn inspect(&self, id: &str) -> Result<ContainerInfo, SandboxError>;
+    /// Every container the backend holds, running or stopped.
+    async fn list(&self) -> Result<Vec<ContainerInfo>, SandboxError>;
+    /// Reads a file under `/mnt/data`; never follows a link out of it.
+    async fn read_file(&self, id: &str, path: &str) -> Result<Vec<u8>, SandboxError>;
+    /// Writes (creates or replaces) a file under `/mnt/data`, owned by the sandbox user.
+    async fn write_file(&self, id: &str, path: &str, contents: &[u8]) -> Result<(), SandboxError>;
+    /// Removes a file under `/mnt/data`.
+    async fn delete_file(&self, id: &str, path: &str) -> Result<(), SandboxError>;
+    /// Every regular file under `/mnt/data`.
+    async fn list_files(&self, id: &str) -> Result<Vec<FileEntry>, SandboxError>;
+}
+
+/// Where the sandbox's own working directory lives inside a container.
+pub const WORKDIR: &str = "/mnt/data";
+
+/// Checks a caller-chosen container id.
+pub fn validate_container_id(id: &str) -> Result<(), SandboxError> {
+    let ok = !id.is_empty()
+        && id.len() <= 64
+        && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(SandboxError::InvalidRequest {
+            param: "id",
+            message: format!("invalid container id {id:?}: use 1 to 64 letters, digits, '_' or '-'"),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_units() {
+        assert_eq!(parse_size("1g"), Some(1 << 30));
+        assert_eq!(parse_size("512M"), Some(512 << 20));
+        assert_eq!(parse_size("64GiB"), Some(64 << 30));
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("12x"), None);
+        assert_eq!(parse_size(""), None);
+        assert_eq!(parse_size("99999999999999t"), None);
+    }
+
+    #[test]
+    fn requests_are_validated_with_the_offending_param() {
+        let mut request = RunRequest::new(vec!["true".into()]);
+        assert!(request.validate().is_ok());
+        request.timeout_ms = limits::MAX_TIMEOUT_MS + 1;
+        assert!(matches!(request.validate(), Err(SandboxError::InvalidRequest { param: "timeout_ms", .. })));
+        let mut request = RunRequest::new(vec!["x".into(); limits::MAX_COMMANDS + 1]);
+        assert!(matches!(request.validate(), Err(SandboxError::InvalidRequest { param: "commands", .. })));
+        request.commands = vec![];
+        assert!(request.validate().is_err());
+        let mut request = RunRequest::new(vec!["true".into()]);
+        request.max_output_length = 0;
+        assert!(matches!(
+            request.validate(),
+            Err(SandboxError::InvalidRequest { param: "max_output_length", .. })
+        ));
+    }
+
+    #[test]
+    fn outcome_serializes_like_openai() {
+        let exit = serde_json::to_string(&Outcome::Exit { exit_code: 3 }).unwrap();
+        assert_eq!(exit, r#"{"type":"exit","exit_code":3}"#);
+        assert_eq!(serde_json::to_string(&Outcome::Timeout).unwrap(), r#"{"type":"timeout"}"#);
+    }
+
+    #[test]
+    fn container_ids_are_checked() {
+        assert!(validate_container_id("cntr_abc-1").is_ok());
+        assert!(validate_container_id("").is_err());
+        assert!(validate_container_id("../etc").is_err());
+        assert!(validate_container_id(&"a".repeat(65)).is_err());
+    }
+}

@@ -1,0 +1,255 @@
+//! Per-container cgroups: memory, pids and CPU limits.
+//!
+//! Works on a pure cgroup v2 host (the common production case) and on a
+//! hybrid or v1 host, where each controller has its own hierarchy under
+//! `/sys/fs/cgroup/<controller>`. The engine's cgroups nest under the
+//! server's own cgroup (so a supervisor's limits still bound the sandboxes)
+//! in a folder named after the data directory, so that two engines never
+//! touch each other's containers. Where a controller cannot be used (rootless,
+//! no delegation), the engine runs without that limit and says so.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::backend::ContainerSpec;
+use crate::sys;
+
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+const V1_CONTROLLERS: [&str; 3] = ["memory", "pids", "cpu"];
+
+/// Which cgroup layout the host has, and where this engine's cgroups live.
+#[derive(Debug, Clone)]
+pub enum Cgroups {
+    /// Unified hierarchy: one folder per container holds every controller.
+    V2 { base: PathBuf },
+    /// One base folder per controller that could be used.
+    V1 { bases: Vec<(&'static str, PathBuf)> },
+    /// No usable controller: limits are not enforced.
+    Disabled,
+}
+
+/// The server's own cgroup path for `controller` ("" for the v2 hierarchy).
+fn own_cgroup(controller: &str) -> Option<String> {
+    let text = fs::read_to_string("/proc/self/cgroup").ok()?;
+    text.lines().find_map(|line| {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        let matches = if controller.is_empty() {
+            controllers.is_empty()
+        } else {
+            controllers.split(',').any(|c| c == controller)
+        };
+        matches.then(|| path.to_owned())
+    })
+}
+
+impl Cgroups {
+    /// Finds the host's layout and creates this engine's base folders.
+    /// `group` names the engine (derived from its data directory).
+    /// Returns warnings for limits that cannot be enforced.
+    pub fn setup(group: &str) -> (Self, Vec<String>) {
+        let mut warnings = Vec::new();
+        if Path::new(CGROUP_ROOT).join("cgroup.controllers").exists() {
+            match setup_v2(group) {
+                Ok(base) => return (Cgroups::V2 { base }, warnings),
+                Err(e) => {
+                    warnings.push(format!("cgroup v2 unusable ({e}): memory, pids and CPU limits are off"));
+                    return (Cgroups::Disabled, warnings);
+                }
+            }
+        }
+        let mut bases = Vec::new();
+        for controller in V1_CONTROLLERS {
+            let mount = Path::new(CGROUP_ROOT).join(controller);
+            let Some(own) = own_cgroup(controller) else {
+                warnings.push(format!("cgroup v1 controller {controller} not mounted: its limit is off"));
+                continue;
+            };
+            let base = mount.join(own.trim_start_matches('/')).join(group);
+            match fs::create_dir_all(&base) {
+                Ok(()) => bases.push((controller, base)),
+                Err(e) => warnings.push(format!("cannot create {} ({e}): the {controller} limit is off", base.display())),
+            }
+        }
+        if bases.is_empty() {
+            (Cgroups::Disabled, warnings)
+        } else {
+            (Cgroups::V1 { bases }, warnings)
+        }
+    }
+
+    /// Folders of one container (one per hierarchy).
+    fn dirs(&self, id: &str) -> Vec<(&'static str, PathBuf)> {
+        match self {
+            Cgroups::V2 { base } => vec![("", base.join(id))],
+            Cgroups::V1 { bases } => bases.iter().map(|(c, base)| (*c, base.join(id))).collect(),
+            Cgroups::Disabled => Vec::new(),
+        }
+    }
+
+    /// Creates a container's cgroups with its limits; returns the
+    /// `cgroup.procs` files the helper must join.
+    pub fn create(&self, id: &str, spec: &ContainerSpec) -> io::Result<Vec<PathBuf>> {
+        let mut procs = Vec::new();
+        for (controller, dir) in self.dirs(id) {
+            if let Err(e) = fs::create_dir(&dir) {
+                if e.kind() != io::ErrorKind::AlreadyExists {
+                    return Err(e);
+                }
+            }
+            write_limits(controller, &dir, spec)?;
+            procs.push(dir.join("cgroup.procs"));
+        }
+        Ok(procs)
+    }
+
+    /// Kills whatever is left in a container's cgroups and removes them.
+    /// Waits up to `patience` for dying processes to leave.
+    pub async fn remove(&self, id: &str, patience: Duration) -> io::Result<()> {
+        let deadline = tokio::time::Instant::now() + patience;
+        for (_, dir) in self.dirs(id) {
+            loop {
+                if !dir.exists() {
+                    break;
+                }
+                kill_members(&dir);
+                match fs::remove_dir(&dir) {
+                    Ok(()) => break,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => break,
+                    Err(e) if tokio::time::Instant::now() >= deadline => return Err(e),
+                    Err(_) => tokio::time::sleep(Duration::from_millis(2)).await,
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Ids of containers that have cgroups (used to clean up after a crash).
+    pub fn existing(&self) -> Vec<String> {
+        let mut ids: Vec<String> = Vec::new();
+        let bases: Vec<&PathBuf> = match self {
+            Cgroups::V2 { base } => vec![base],
+            Cgroups::V1 { bases } => bases.iter().map(|(_, b)| b).collect(),
+            Cgroups::Disabled => Vec::new(),
+        };
+        for base in bases {
+            let Ok(entries) = fs::read_dir(base) else { continue };
+            for entry in entries.flatten() {
+                if entry.path().is_dir() {
+                    if let Some(name) = entry.file_name().to_str() {
+                        if !ids.iter().any(|i| i == name) && name != "server" {
+                            ids.push(name.to_owned());
+                        }
+                    }
+                }
+            }
+        }
+        ids
+    }
+
+    /// Reads a container's peak or current memory use, for reports.
+    pub fn memory_current(&self, id: &str) -> Option<u64> {
+        self.dirs(id).into_iter().find_map(|(controller, dir)| {
+            let file = match controller {
+                "" => "memory.current",
+                "memory" => "memory.usage_in_bytes",
+                _ => return None,
+            };
+            fs::read_to_string(dir.join(file)).ok()?.trim().parse().ok()
+        })
+    }
+
+    /// Whether limits are enforced at all.
+    pub fn enabled(&self) -> bool {
+        !matches!(self, Cgroups::Disabled)
+    }
+}
+
+fn setup_v2(group: &str) -> io::Result<PathBuf> {
+    let own = own_cgroup("").unwrap_or_default();
+    let own_dir = Path::new(CGROUP_ROOT).join(own.trim_start_matches('/'));
+    let wanted = ["memory", "pids", "cpu"];
+    let available = fs::read_to_string(own_dir.join("cgroup.controllers"))?;
+    let enable: String = wanted
+        .iter()
+        .filter(|c| available.split_whitespace().any(|a| a == **c))
+        .map(|c| format!("+{c} "))
+        .collect();
+    if enable.is_empty() {
+        return Err(io::Error::other("no memory, pids or cpu controller delegated"));
+    }
+    let base = own_dir.join(group);
+    let enable_in = |dir: &Path| sys::write_file(&dir.join("cgroup.subtree_control"), enable.trim());
+    if let Err(e) = enable_in(&own_dir) {
+        // "No internal processes": a non-root cgroup that holds processes
+        // cannot hand controllers down. Move the server into a leaf beside
+        // the containers, then try again.
+        if e.raw_os_error() != Some(libc::EBUSY) || own_dir == Path::new(CGROUP_ROOT) {
+            return Err(e);
+        }
+        let leaf = own_dir.join("server");
+        fs::create_dir_all(&leaf)?;
+        sys::write_file(&leaf.join("cgroup.procs"), &std::process::id().to_string())?;
+        enable_in(&own_dir)?;
+    }
+    fs::create_dir_all(&base)?;
+    enable_in(&base)?;
+    Ok(base)
+}
+
+fn write_limits(controller: &str, dir: &Path, spec: &ContainerSpec) -> io::Result<()> {
+    let knob = |name: &str, value: &str| sys::write_file(&dir.join(name), value);
+    let optional = |name: &str, value: &str| {
+        let path = dir.join(name);
+        if path.exists() {
+            let _ = sys::write_file(&path, value);
+        }
+    };
+    let memory = spec.memory_bytes.to_string();
+    match controller {
+        "" => {
+            knob("memory.max", &memory)?;
+            optional("memory.swap.max", "0");
+            knob("pids.max", &spec.pids_max.to_string())?;
+            optional("cpu.weight", &spec.cpu_weight.clamp(1, 10_000).to_string());
+            if let Some(cores) = spec.cpu_cores {
+                let period = 100_000u64;
+                optional("cpu.max", &format!("{} {period}", (cores * period as f64) as u64));
+            }
+        }
+        "memory" => {
+            knob("memory.limit_in_bytes", &memory)?;
+            // Equal memory+swap and memory limits: no swapping past the limit.
+            optional("memory.memsw.limit_in_bytes", &memory);
+        }
+        "pids" => knob("pids.max", &spec.pids_max.to_string())?,
+        "cpu" => {
+            optional("cpu.shares", &(spec.cpu_weight.clamp(1, 10_000) * 1024 / 100).max(2).to_string());
+            if let Some(cores) = spec.cpu_cores {
+                let period = 100_000u64;
+                optional("cpu.cfs_period_us", &period.to_string());
+                optional("cpu.cfs_quota_us", &((cores * period as f64) as u64).to_string());
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// SIGKILLs every process in a cgroup (v2 `cgroup.kill` where available).
+fn kill_members(dir: &Path) {
+    let kill_file = dir.join("cgroup.kill");
+    if kill_file.exists() && sys::write_file(&kill_file, "1").is_ok() {
+        return;
+    }
+    if let Ok(procs) = fs::read_to_string(dir.join("cgroup.procs")) {
+        for pid in procs.lines().filter_map(|l| l.trim().parse::<libc::pid_t>().ok()) {
+            // SAFETY: kill(2) with a pid read from the cgroup; a stale pid can
+            // only name a process of this cgroup or nothing (pids are not
+            // reused while they are listed).
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}

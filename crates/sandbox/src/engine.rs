@@ -1,0 +1,848 @@
+//! The local namespace backend: containers as namespaced process trees on
+//! this host.
+//!
+//! The engine owns a data directory:
+//!
+//! ```text
+//! <data>/engine.lock            one engine per data directory (flock)
+//! <data>/containers/<id>/       spec.json and the disk (disk.img or disk/)
+//! <data>/images/                image store (see `image`)
+//! <data>/pool/                  formatted disk images ready to hand out
+//! <data>/run/root, run/disk     empty mount points, used only inside each
+//!                               container's private mount namespace
+//! ```
+//!
+//! A running container is one process on the host, its init, a child of the
+//! server (see `helper`). The engine talks to it over a `SOCK_SEQPACKET`
+//! socket and reaps it through a pidfd; a watcher task notices when it dies.
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::fs;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::io::unix::AsyncFd;
+use tokio::io::AsyncReadExt;
+use tokio::net::unix::pipe;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::backend::{
+    validate_container_id, CommandResult, ContainerInfo, ContainerSpec, ContainerState, FileEntry, Outcome,
+    RunRequest, SandboxBackend,
+};
+use crate::cgroup::Cgroups;
+use crate::disk::{self, DiskKind};
+use crate::error::{IoContext, SandboxError};
+use crate::files::DataDir;
+use crate::helper::HELPER_ARG;
+use crate::image::ImageStore;
+use crate::output::CappedOutput;
+use crate::protocol::{HelperSpec, IdRange, Report, Request, RootSpec, Status, MAX_MESSAGE};
+use crate::sys;
+
+/// The sandbox user inside every container.
+pub const SANDBOX_UID: u32 = 1000;
+/// Its home directory inside every container.
+pub const SANDBOX_HOME: &str = "/home/sandbox";
+/// Ids mapped into a container in root mode.
+const ID_RANGE: u32 = 65_536;
+
+/// How the local engine is set up.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Where containers, images and disks live.
+    pub data_dir: PathBuf,
+    /// The `shellgate` binary, re-executed as the sandbox helper.
+    pub helper_binary: PathBuf,
+    /// Host uid (and gid) that container root maps to; the container's ids
+    /// `0..65536` map to `uid_base..uid_base+65536`. Chosen high so it meets
+    /// no real user nor another tool's subordinate ids.
+    pub uid_base: u32,
+    /// Formatted disks of the default size kept ready.
+    pub pool_size: usize,
+    /// Disk size the pool prepares (the default `disk_bytes`).
+    pub pool_disk_bytes: u64,
+    /// How long to keep reading output after a command ends while a
+    /// background process still holds its pipes.
+    pub drain_grace: Duration,
+    /// Host name inside containers.
+    pub hostname: String,
+}
+
+impl EngineConfig {
+    /// Defaults for a data directory, with this executable as the helper.
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            data_dir: data_dir.into(),
+            helper_binary: PathBuf::from("/proc/self/exe"),
+            uid_base: 3_000_000_000,
+            pool_size: 2,
+            pool_disk_bytes: ContainerSpec::default().disk_bytes,
+            drain_grace: Duration::from_millis(100),
+            hostname: "sandbox".to_owned(),
+        }
+    }
+}
+
+/// A started container: its init and the channel to it.
+struct Running {
+    control: AsyncFd<OwnedFd>,
+    init_pid: i32,
+    pidfd: Arc<AsyncFd<OwnedFd>>,
+    exited: watch::Receiver<bool>,
+}
+
+impl Running {
+    fn alive(&self) -> bool {
+        !*self.exited.borrow()
+    }
+
+    /// Sends one request, with descriptors attached.
+    async fn send(&self, request: &Request, fds: &[&OwnedFd]) -> Result<(), SandboxError> {
+        let bytes = request.encode();
+        let raw: Vec<i32> = fds.iter().map(|f| f.as_raw_fd()).collect();
+        loop {
+            let mut guard = self.control.writable().await.context(|| "wait on control socket".into())?;
+            match guard.try_io(|fd| sys::send_with_fds(fd.as_raw_fd(), &bytes, &raw)) {
+                Ok(Ok(())) => return Ok(()),
+                Ok(Err(e)) if matches!(e.raw_os_error(), Some(libc::EPIPE) | Some(libc::ECONNRESET)) => {
+                    return Err(SandboxError::ContainerGone)
+                }
+                Ok(Err(e)) => return Err(SandboxError::io("send to init", e)),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+
+    /// Asks init to exit (its pid namespace dies with it) and waits; kills
+    /// it outright if it does not go within `patience`.
+    async fn shut_down(&self, patience: Duration) {
+        // shutdown() rather than close: in-flight commands still hold the fd.
+        // SAFETY: shutdown on a socket we own.
+        unsafe { libc::shutdown(self.control.as_raw_fd(), libc::SHUT_RDWR) };
+        let mut exited = self.exited.clone();
+        if tokio::time::timeout(patience, exited.wait_for(|e| *e)).await.is_err() {
+            let _ = sys::pidfd_kill(self.pidfd.get_ref(), libc::SIGKILL);
+            let _ = exited.wait_for(|e| *e).await;
+        }
+    }
+}
+
+struct Container {
+    id: String,
+    spec: ContainerSpec,
+    dir: PathBuf,
+    /// `None` while stopped. The lock serialises start, stop and destroy.
+    state: tokio::sync::Mutex<Option<Arc<Running>>>,
+}
+
+struct Inner {
+    config: EngineConfig,
+    cgroups: Cgroups,
+    disk_kind: DiskKind,
+    rootless: bool,
+    images: ImageStore,
+    containers: Mutex<HashMap<String, Arc<Container>>>,
+    pool: Mutex<Vec<PathBuf>>,
+    pool_filling: tokio::sync::Mutex<()>,
+    pool_counter: AtomicU64,
+    /// Held for the engine's lifetime: one engine per data directory.
+    _lock: fs::File,
+}
+
+/// The local namespace backend.
+#[derive(Clone)]
+pub struct LocalEngine {
+    inner: Arc<Inner>,
+}
+
+fn lock_data_dir(data_dir: &Path) -> Result<fs::File, SandboxError> {
+    let path = data_dir.join("engine.lock");
+    let file = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .context(|| format!("open {}", path.display()))?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(SandboxError::Setup(format!(
+            "another shellgate engine is using {} (lock {} is held)",
+            data_dir.display(),
+            path.display()
+        )));
+    }
+    Ok(file)
+}
+
+/// A short stable name for the engine's cgroup folder, from its data dir.
+fn group_name(data_dir: &Path) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in data_dir.as_os_str().as_encoded_bytes() {
+        hash = (hash ^ *byte as u64).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("shellgate-{:012x}", hash & 0xffff_ffff_ffff)
+}
+
+impl LocalEngine {
+    /// Opens (or creates) an engine on `config.data_dir`, cleaning up whatever
+    /// a crashed predecessor left. Returns warnings about limits this host
+    /// cannot enforce.
+    pub async fn open(config: EngineConfig) -> Result<(Self, Vec<String>), SandboxError> {
+        let data_dir = &config.data_dir;
+        fs::create_dir_all(data_dir).context(|| format!("create {}", data_dir.display()))?;
+        let data_dir = fs::canonicalize(data_dir).context(|| format!("resolve {}", data_dir.display()))?;
+        let lock = lock_data_dir(&data_dir)?;
+        for sub in ["containers", "pool", "run/root", "run/disk"] {
+            fs::create_dir_all(data_dir.join(sub)).context(|| format!("create {sub}"))?;
+        }
+        let rootless = sys::geteuid() != 0;
+        let mut warnings = Vec::new();
+        let (cgroups, cgroup_warnings) = Cgroups::setup(&group_name(&data_dir));
+        warnings.extend(cgroup_warnings);
+        let (disk_kind, disk_warning) = disk::detect(rootless);
+        warnings.extend(disk_warning);
+        let images = ImageStore::open(&data_dir.join("images"), &config.hostname)?;
+        let config = EngineConfig { data_dir, ..config };
+        let engine = LocalEngine {
+            inner: Arc::new(Inner {
+                config,
+                cgroups,
+                disk_kind,
+                rootless,
+                images,
+                containers: Mutex::new(HashMap::new()),
+                pool: Mutex::new(Vec::new()),
+                pool_filling: tokio::sync::Mutex::new(()),
+                pool_counter: AtomicU64::new(0),
+                _lock: lock,
+            }),
+        };
+        engine.recover().await?;
+        engine.refill_pool_in_background();
+        Ok((engine, warnings))
+    }
+
+    /// The image store of this engine.
+    pub fn images(&self) -> &ImageStore {
+        &self.inner.images
+    }
+
+    /// Cleans up after a crash: kills and removes leftover cgroups, drops
+    /// half-made containers and pool images, and loads every container as
+    /// stopped.
+    async fn recover(&self) -> Result<(), SandboxError> {
+        let inner = &self.inner;
+        for id in inner.cgroups.existing() {
+            tracing::info!(container = %id, "removing cgroup left by a previous run");
+            if let Err(e) = inner.cgroups.remove(&id, Duration::from_secs(5)).await {
+                tracing::warn!(container = %id, "could not remove leftover cgroup: {e}");
+            }
+        }
+        let pool_dir = inner.config.data_dir.join("pool");
+        let mut pool = Vec::new();
+        for entry in fs::read_dir(&pool_dir).context(|| "read pool".into())?.flatten() {
+            let path = entry.path();
+            if path.extension().is_some_and(|e| e == "img") {
+                pool.push(path);
+            } else {
+                let _ = fs::remove_file(&path);
+            }
+        }
+        *lock(&inner.pool) = pool;
+        let containers_dir = inner.config.data_dir.join("containers");
+        let mut loaded = HashMap::new();
+        for entry in fs::read_dir(&containers_dir).context(|| "read containers".into())?.flatten() {
+            let dir = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let spec = fs::read(dir.join("spec.json")).ok().and_then(|b| serde_json::from_slice(&b).ok());
+            match (validate_container_id(&name), spec) {
+                (Ok(()), Some(spec)) => {
+                    loaded.insert(name.clone(), Arc::new(Container::new(name, spec, dir)));
+                }
+                _ => {
+                    tracing::info!(dir = %dir.display(), "removing a half-created container");
+                    let _ = fs::remove_dir_all(&dir);
+                }
+            }
+        }
+        *lock(&inner.containers) = loaded;
+        Ok(())
+    }
+
+    fn container(&self, id: &str) -> Result<Arc<Container>, SandboxError> {
+        lock(&self.inner.containers).get(id).cloned().ok_or_else(|| SandboxError::NotFound(id.to_owned()))
+    }
+
+    /// Host (uid, gid) of the sandbox user and of container root.
+    fn host_ids(&self) -> ((u32, u32), (u32, u32)) {
+        if self.inner.rootless {
+            // SAFETY: getuid/getgid cannot fail.
+            let me = unsafe { (libc::getuid(), libc::getgid()) };
+            (me, me)
+        } else {
+            let base = self.inner.config.uid_base;
+            ((base + SANDBOX_UID, base + SANDBOX_UID), (base, base))
+        }
+    }
+
+    fn refill_pool_in_background(&self) {
+        if self.inner.disk_kind != DiskKind::Image || self.inner.config.pool_size == 0 {
+            return;
+        }
+        let engine = self.clone();
+        tokio::spawn(async move {
+            let Ok(_filling) = engine.inner.pool_filling.try_lock() else { return };
+            while lock(&engine.inner.pool).len() < engine.inner.config.pool_size {
+                let n = engine.inner.pool_counter.fetch_add(1, Ordering::Relaxed);
+                let pool_dir = engine.inner.config.data_dir.join("pool");
+                let staging = pool_dir.join(format!("{}-{n}.tmp", std::process::id()));
+                let ready = staging.with_extension("img");
+                let (_, root_ids) = engine.host_ids();
+                if let Err(e) = disk::format_image(&staging, engine.inner.config.pool_disk_bytes, root_ids).await {
+                    tracing::warn!("could not prepare a disk for the pool: {e}");
+                    let _ = fs::remove_file(&staging);
+                    return;
+                }
+                if fs::rename(&staging, &ready).is_ok() {
+                    lock(&engine.inner.pool).push(ready);
+                }
+            }
+        });
+    }
+
+    /// Gives `dir` a disk of `bytes`: a pooled image when one fits.
+    async fn provision_disk(&self, dir: &Path, bytes: u64) -> Result<(), SandboxError> {
+        match self.inner.disk_kind {
+            DiskKind::Directory => fs::create_dir(dir.join("disk")).context(|| "create disk directory".into()),
+            DiskKind::Image => {
+                let target = dir.join("disk.img");
+                if bytes == self.inner.config.pool_disk_bytes {
+                    let pooled = lock(&self.inner.pool).pop();
+                    self.refill_pool_in_background();
+                    if let Some(image) = pooled {
+                        if fs::rename(&image, &target).is_ok() {
+                            return Ok(());
+                        }
+                    }
+                }
+                let (_, root_ids) = self.host_ids();
+                disk::format_image(&target, bytes, root_ids).await.context(|| "format the container's disk".into())
+            }
+        }
+    }
+
+    /// Starts a container's processes; the caller holds its state lock.
+    async fn launch(&self, container: &Container) -> Result<Arc<Running>, SandboxError> {
+        let inner = &self.inner;
+        let procs = inner
+            .cgroups
+            .create(&container.id, &container.spec)
+            .context(|| format!("create cgroups for {}", container.id))?;
+        match self.spawn_init(container, procs).await {
+            Ok(running) => Ok(running),
+            Err(e) => {
+                let _ = inner.cgroups.remove(&container.id, Duration::from_secs(2)).await;
+                Err(e)
+            }
+        }
+    }
+
+    fn helper_spec(&self, container: &Container, cgroup_procs: Vec<PathBuf>) -> Result<HelperSpec, SandboxError> {
+        let inner = &self.inner;
+        let image = inner.images.resolve(&container.spec.image)?;
+        let (disk_image, disk_root) = match inner.disk_kind {
+            DiskKind::Image => (Some(container.dir.join("disk.img")), inner.config.data_dir.join("run/disk")),
+            DiskKind::Directory => (None, container.dir.join("disk")),
+        };
+        let root = match image.root {
+            RootSpec::Overlay { lower, .. } => RootSpec::Overlay {
+                lower,
+                upper: disk_root.join(disk::UPPER_DIR),
+                work: disk_root.join(disk::WORK_DIR),
+            },
+            other => other,
+        };
+        let (sandbox_ids, root_ids) = self.host_ids();
+        let (uid_map, gid_map) = if inner.rootless {
+            (
+                vec![IdRange { inside: SANDBOX_UID, outside: sandbox_ids.0, count: 1 }],
+                vec![IdRange { inside: SANDBOX_UID, outside: sandbox_ids.1, count: 1 }],
+            )
+        } else {
+            let range = IdRange { inside: 0, outside: inner.config.uid_base, count: ID_RANGE };
+            (vec![range], vec![range])
+        };
+        Ok(HelperSpec {
+            hostname: inner.config.hostname.clone(),
+            cgroup_procs,
+            uid_map,
+            gid_map,
+            rootless: inner.rootless,
+            sandbox_uid: SANDBOX_UID,
+            sandbox_gid: SANDBOX_UID,
+            root_mount: inner.config.data_dir.join("run/root"),
+            root,
+            file_binds: image.file_binds,
+            data_binds: vec![
+                (disk_root.join(disk::DATA_DIR), crate::backend::WORKDIR.to_owned()),
+                (disk_root.join(disk::HOME_DIR), SANDBOX_HOME.to_owned()),
+            ],
+            tmp_bytes: container.spec.tmp_bytes,
+            home: SANDBOX_HOME.to_owned(),
+            disk_image,
+            disk_root,
+            host_sandbox_ids: sandbox_ids,
+            host_root_ids: root_ids,
+        })
+    }
+
+    async fn spawn_init(&self, container: &Container, cgroup_procs: Vec<PathBuf>) -> Result<Arc<Running>, SandboxError> {
+        let spec = self.helper_spec(container, cgroup_procs)?;
+        let spec = serde_json::to_vec(&spec).map_err(|e| SandboxError::Setup(format!("encode spec: {e}")))?;
+        let (ours, theirs) = sys::seqpacket_pair().context(|| "socketpair".into())?;
+        let helper_pid = spawn_helper(&self.inner.config.helper_binary, &theirs)
+            .context(|| format!("start helper {}", self.inner.config.helper_binary.display()))?;
+        drop(theirs);
+        let helper = sys::pidfd_open(helper_pid).context(|| "pidfd of helper".into())?;
+        set_nonblocking(&ours)?;
+        let control = register(ours).context(|| "register control socket".into())?;
+
+        let outcome = async {
+            send_raw(&control, &spec).await?;
+            let mut init_pid = None;
+            loop {
+                match recv_report(&control).await? {
+                    Some(Report::InitPid { pid }) => init_pid = Some(pid),
+                    Some(Report::Ready) => break,
+                    Some(Report::Error { message }) => return Err(SandboxError::Setup(message)),
+                    None => return Err(SandboxError::Setup("the sandbox helper exited without a report".into())),
+                }
+            }
+            init_pid.ok_or_else(|| SandboxError::Setup("init reported ready before its pid".into()))
+        };
+        let result = tokio::time::timeout(Duration::from_secs(30), outcome).await;
+        // The helper has exited (or is about to): reap it.
+        reap(helper).await;
+        let init_pid = match result {
+            Ok(Ok(pid)) => pid,
+            Ok(Err(e)) => {
+                // Init (if it exists) sees the socket close and exits; it is our
+                // child, so reap it through a pidfd opened from its pid if known.
+                drop(control);
+                return Err(e);
+            }
+            Err(_) => return Err(SandboxError::Setup("the sandbox took more than 30 s to start".into())),
+        };
+        let pidfd = sys::pidfd_open(init_pid).context(|| "pidfd of init".into())?;
+        let pidfd = Arc::new(register(pidfd).context(|| "register pidfd".into())?);
+        let (exited_tx, exited) = watch::channel(false);
+        let watched = Arc::clone(&pidfd);
+        let id = container.id.clone();
+        tokio::spawn(async move {
+            wait_exit(&watched).await;
+            tracing::debug!(container = %id, "init exited");
+            let _ = exited_tx.send(true);
+        });
+        Ok(Arc::new(Running { control, init_pid, pidfd, exited }))
+    }
+
+    /// The running handle of a container, starting it if it is stopped or
+    /// its processes died.
+    async fn ensure_running(&self, container: &Container) -> Result<Arc<Running>, SandboxError> {
+        let mut state = container.state.lock().await;
+        if let Some(running) = state.as_ref() {
+            if running.alive() {
+                return Ok(Arc::clone(running));
+            }
+            tracing::warn!(container = %container.id, "init died; starting the container again");
+            self.stop_locked(container, &mut state).await;
+        }
+        let running = self.launch(container).await?;
+        *state = Some(Arc::clone(&running));
+        Ok(running)
+    }
+
+    async fn stop_locked(&self, container: &Container, state: &mut Option<Arc<Running>>) {
+        if let Some(running) = state.take() {
+            running.shut_down(Duration::from_secs(2)).await;
+        }
+        if let Err(e) = self.inner.cgroups.remove(&container.id, Duration::from_secs(5)).await {
+            tracing::warn!(container = %container.id, "could not remove cgroup: {e}");
+        }
+    }
+
+    async fn run_command(
+        &self,
+        running: &Running,
+        command: &str,
+        timeout: Duration,
+        max_output_length: usize,
+    ) -> Result<CommandResult, SandboxError> {
+        let (stdout_read, stdout_write) = sys::pipe().context(|| "pipe".into())?;
+        let (stderr_read, stderr_write) = sys::pipe().context(|| "pipe".into())?;
+        let (status_read, status_write) = sys::pipe().context(|| "pipe".into())?;
+        running
+            .send(&Request::Run { command: command.as_bytes().to_vec() }, &[&stdout_write, &stderr_write, &status_write])
+            .await?;
+        drop((stdout_write, stderr_write, status_write));
+
+        let mut stdout = pipe::Receiver::from_owned_fd(stdout_read).context(|| "stdout pipe".into())?;
+        let mut stderr = pipe::Receiver::from_owned_fd(stderr_read).context(|| "stderr pipe".into())?;
+        let mut status = pipe::Receiver::from_owned_fd(status_read).context(|| "status pipe".into())?;
+        let mut out = CappedOutput::new(max_output_length);
+        let mut err = CappedOutput::new(max_output_length);
+        let (mut out_buf, mut err_buf) = (vec![0u8; 64 * 1024], vec![0u8; 64 * 1024]);
+        let mut status_bytes = Vec::with_capacity(Status::SIZE * 4);
+        let mut status_buf = [0u8; Status::SIZE * 4];
+        let (mut out_open, mut err_open, mut status_open) = (true, true, true);
+        let mut pid = None;
+        let mut exit_status = None;
+        let mut spawn_error = None;
+        let mut timed_out = false;
+        let far = Instant::now() + Duration::from_secs(86_400 * 365);
+        let deadline = Instant::now() + timeout;
+        // Set once the command ended (or was killed): how long pipes held
+        // by leftover background processes may keep us.
+        let mut stop_reading_at = far;
+
+        while out_open || err_open || status_open {
+            tokio::select! {
+                read = stdout.read(&mut out_buf), if out_open => match read {
+                    Ok(n) if n > 0 => out.push(&out_buf[..n]),
+                    _ => out_open = false,
+                },
+                read = stderr.read(&mut err_buf), if err_open => match read {
+                    Ok(n) if n > 0 => err.push(&err_buf[..n]),
+                    _ => err_open = false,
+                },
+                read = status.read(&mut status_buf), if status_open => match read {
+                    Ok(n) if n > 0 => {
+                        status_bytes.extend_from_slice(&status_buf[..n]);
+                        while status_bytes.len() >= Status::SIZE {
+                            let record: [u8; Status::SIZE] = status_bytes[..Status::SIZE].try_into().unwrap_or_default();
+                            status_bytes.drain(..Status::SIZE);
+                            match Status::decode(record) {
+                                Some(Status::Started(p)) => {
+                                    pid = Some(p);
+                                    if timed_out {
+                                        let _ = running.send(&Request::KillGroup { pid: p }, &[]).await;
+                                    }
+                                }
+                                Some(Status::Exited(s)) => exit_status = Some(s),
+                                Some(Status::SpawnFailed(e)) => spawn_error = Some(e),
+                                None => {}
+                            }
+                        }
+                    }
+                    _ => {
+                        status_open = false;
+                        stop_reading_at = Instant::now() + self.inner.config.drain_grace;
+                    }
+                },
+                _ = tokio::time::sleep_until(deadline), if !timed_out && status_open => {
+                    timed_out = true;
+                    if let Some(p) = pid {
+                        let _ = running.send(&Request::KillGroup { pid: p }, &[]).await;
+                    }
+                    // If init never reports the exit (it died), give up after a while.
+                    stop_reading_at = Instant::now() + Duration::from_secs(5);
+                },
+                _ = tokio::time::sleep_until(stop_reading_at) => break,
+            }
+        }
+        let mut stderr_text = err.finish();
+        let outcome = match (exit_status, spawn_error) {
+            _ if timed_out => Outcome::Timeout,
+            (Some(status), None) => Outcome::Exit { exit_code: sys::exit_code_of(status) },
+            (status, Some(errno)) => {
+                let reason = std::io::Error::from_raw_os_error(errno);
+                stderr_text.push_str(&format!("shellgate: could not start the command: {reason}\n"));
+                Outcome::Exit { exit_code: status.map(sys::exit_code_of).unwrap_or(126) }
+            }
+            (None, None) => return Err(SandboxError::ContainerGone),
+        };
+        Ok(CommandResult { stdout: out.finish(), stderr: stderr_text, outcome })
+    }
+
+    /// Stops every running container (their files stay).
+    pub async fn shutdown(&self) {
+        let containers: Vec<Arc<Container>> = lock(&self.inner.containers).values().cloned().collect();
+        for container in containers {
+            let mut state = container.state.lock().await;
+            if state.is_some() {
+                self.stop_locked(&container, &mut state).await;
+            }
+        }
+    }
+
+    /// Host pid of a running container's init (for tests and reports).
+    pub async fn init_pid(&self, id: &str) -> Result<Option<i32>, SandboxError> {
+        let container = self.container(id)?;
+        let state = container.state.lock().await;
+        Ok(state.as_ref().filter(|r| r.alive()).map(|r| r.init_pid))
+    }
+
+    /// Current memory use of a container's cgroup, where measurable.
+    pub fn memory_current(&self, id: &str) -> Option<u64> {
+        self.inner.cgroups.memory_current(id)
+    }
+
+    async fn data_dir(&self, id: &str) -> Result<DataDir, SandboxError> {
+        let container = self.container(id)?;
+        let running = self.ensure_running(&container).await?;
+        DataDir::open(running.init_pid, self.host_ids().0)
+    }
+}
+
+impl Container {
+    fn new(id: String, spec: ContainerSpec, dir: PathBuf) -> Self {
+        Self { id, spec, dir, state: tokio::sync::Mutex::new(None) }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic elsewhere cannot leave these maps inconsistent (each update is
+    // a single insert or remove), so a poisoned lock is still usable.
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Registers a descriptor with the tokio reactor.
+fn register(fd: OwnedFd) -> std::io::Result<AsyncFd<OwnedFd>> {
+    // SAFETY: an OwnedFd stays open, and names the same file, until the
+    // AsyncFd that owns it is dropped.
+    unsafe { AsyncFd::register(fd) }.map_err(|e| e.into_parts().1)
+}
+
+fn set_nonblocking(fd: &OwnedFd) -> Result<(), SandboxError> {
+    // SAFETY: fcntl on a descriptor we own.
+    let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+    // SAFETY: as above.
+    sys::cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) })
+        .context(|| "set O_NONBLOCK".into())?;
+    Ok(())
+}
+
+async fn send_raw(control: &AsyncFd<OwnedFd>, bytes: &[u8]) -> Result<(), SandboxError> {
+    loop {
+        let mut guard = control.writable().await.context(|| "wait on control socket".into())?;
+        match guard.try_io(|fd| sys::send_with_fds(fd.as_raw_fd(), bytes, &[])) {
+            Ok(result) => return result.context(|| "send spec to helper".into()),
+            Err(_would_block) => continue,
+        }
+    }
+}
+
+/// Receives one report; `None` once the other side closed.
+async fn recv_report(control: &AsyncFd<OwnedFd>) -> Result<Option<Report>, SandboxError> {
+    let mut buf = vec![0u8; MAX_MESSAGE];
+    loop {
+        let mut guard = control.readable().await.context(|| "wait on control socket".into())?;
+        match guard.try_io(|fd| sys::recv_with_fds(fd.as_raw_fd(), &mut buf, libc::MSG_DONTWAIT)) {
+            Ok(Ok((0, _))) => return Ok(None),
+            Ok(Ok((len, _))) => {
+                return serde_json::from_slice(&buf[..len])
+                    .map(Some)
+                    .map_err(|e| SandboxError::Setup(format!("bad report from helper: {e}")))
+            }
+            Ok(Err(e)) if e.raw_os_error() == Some(libc::ECONNRESET) => return Ok(None),
+            Ok(Err(e)) => return Err(SandboxError::io("read from helper", e)),
+            Err(_would_block) => continue,
+        }
+    }
+}
+
+/// Waits until the process behind a pidfd (our child) exits, and reaps it.
+async fn wait_exit(pidfd: &AsyncFd<OwnedFd>) {
+    loop {
+        match sys::reap_pidfd(pidfd.get_ref()) {
+            Ok(Some(_)) => return,
+            Ok(None) => {}
+            // ECHILD: already reaped; anything else: nothing more to wait for.
+            Err(_) => return,
+        }
+        match pidfd.readable().await {
+            Ok(mut guard) => guard.clear_ready(),
+            Err(_) => return,
+        }
+    }
+}
+
+async fn reap(pidfd: OwnedFd) {
+    match register(pidfd) {
+        Ok(fd) => wait_exit(&fd).await,
+        Err(e) => tracing::warn!("cannot watch helper: {e}"),
+    }
+}
+
+/// Starts the helper with `posix_spawn` (a vfork-style clone: safe and cheap
+/// from a multithreaded server, unlike fork), the control socket on fd 3.
+fn spawn_helper(binary: &Path, control: &OwnedFd) -> std::io::Result<libc::pid_t> {
+    let path = sys::cstr(binary)?;
+    let arg = CString::new(HELPER_ARG).map_err(std::io::Error::other)?;
+    let argv = [path.as_ptr(), arg.as_ptr(), std::ptr::null()];
+    let envp: [*const libc::c_char; 1] = [std::ptr::null()];
+    let dev_null = c"/dev/null";
+    let mut pid: libc::pid_t = 0;
+    // SAFETY: the file-actions and attribute objects are initialised before
+    // use and destroyed after; every pointer passed is valid for the call.
+    unsafe {
+        let mut actions: libc::posix_spawn_file_actions_t = std::mem::zeroed();
+        let mut attr: libc::posix_spawnattr_t = std::mem::zeroed();
+        libc::posix_spawn_file_actions_init(&mut actions);
+        libc::posix_spawnattr_init(&mut attr);
+        // dup2 onto fd 3 clears close-on-exec (glibc also when it already is fd 3).
+        libc::posix_spawn_file_actions_adddup2(&mut actions, control.as_raw_fd(), crate::protocol::CONTROL_FD);
+        libc::posix_spawn_file_actions_addopen(&mut actions, 0, dev_null.as_ptr(), libc::O_RDONLY, 0);
+        libc::posix_spawn_file_actions_addopen(&mut actions, 1, dev_null.as_ptr(), libc::O_WRONLY, 0);
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::posix_spawnattr_setsigmask(&mut attr, &empty);
+        libc::posix_spawnattr_setflags(&mut attr, libc::POSIX_SPAWN_SETSIGMASK as libc::c_short);
+        let ret = libc::posix_spawn(&mut pid, path.as_ptr(), &actions, &attr, argv.as_ptr().cast(), envp.as_ptr().cast());
+        libc::posix_spawn_file_actions_destroy(&mut actions);
+        libc::posix_spawnattr_destroy(&mut attr);
+        if ret != 0 {
+            return Err(std::io::Error::from_raw_os_error(ret));
+        }
+    }
+    Ok(pid)
+}
+
+#[async_trait]
+impl SandboxBackend for LocalEngine {
+    async fn create(&self, id: &str, spec: ContainerSpec) -> Result<ContainerInfo, SandboxError> {
+        validate_container_id(id)?;
+        self.inner.images.resolve(&spec.image)?;
+        let containers_dir = self.inner.config.data_dir.join("containers");
+        let dir = containers_dir.join(id);
+        let staging = containers_dir.join(format!(".creating-{id}"));
+        let container = {
+            let mut containers = lock(&self.inner.containers);
+            if containers.contains_key(id) {
+                return Err(SandboxError::AlreadyExists(id.to_owned()));
+            }
+            let container = Arc::new(Container::new(id.to_owned(), spec.clone(), dir.clone()));
+            containers.insert(id.to_owned(), Arc::clone(&container));
+            container
+        };
+        let made = async {
+            fs::create_dir(&staging).context(|| format!("create {}", staging.display()))?;
+            self.provision_disk(&staging, spec.disk_bytes).await?;
+            let spec_json = serde_json::to_vec_pretty(&spec).map_err(|e| SandboxError::Setup(e.to_string()))?;
+            fs::write(staging.join("spec.json"), spec_json).context(|| "write spec.json".into())?;
+            // The rename is the commit point: a crash before it leaves only a
+            // staging directory, which the next start removes.
+            fs::rename(&staging, &dir).context(|| "commit container directory".into())?;
+            let mut state = container.state.lock().await;
+            let running = self.launch(&container).await?;
+            *state = Some(running);
+            Ok::<_, SandboxError>(())
+        }
+        .await;
+        if let Err(e) = made {
+            lock(&self.inner.containers).remove(id);
+            let _ = fs::remove_dir_all(&staging);
+            let _ = fs::remove_dir_all(&dir);
+            return Err(e);
+        }
+        Ok(ContainerInfo { id: id.to_owned(), state: ContainerState::Running, spec })
+    }
+
+    async fn run(&self, id: &str, request: RunRequest) -> Result<Vec<CommandResult>, SandboxError> {
+        request.validate()?;
+        let container = self.container(id)?;
+        let timeout = Duration::from_millis(request.timeout_ms);
+        let mut results = Vec::with_capacity(request.commands.len());
+        for command in &request.commands {
+            let running = self.ensure_running(&container).await?;
+            results.push(self.run_command(&running, command, timeout, request.max_output_length).await?);
+        }
+        Ok(results)
+    }
+
+    async fn stop(&self, id: &str) -> Result<(), SandboxError> {
+        let container = self.container(id)?;
+        let mut state = container.state.lock().await;
+        self.stop_locked(&container, &mut state).await;
+        Ok(())
+    }
+
+    async fn start(&self, id: &str) -> Result<(), SandboxError> {
+        let container = self.container(id)?;
+        self.ensure_running(&container).await.map(drop)
+    }
+
+    async fn destroy(&self, id: &str) -> Result<(), SandboxError> {
+        let container = self.container(id)?;
+        let mut state = container.state.lock().await;
+        self.stop_locked(&container, &mut state).await;
+        fs::remove_dir_all(&container.dir).or_else(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => Ok(()),
+            _ => Err(e),
+        })
+        .context(|| format!("remove {}", container.dir.display()))?;
+        lock(&self.inner.containers).remove(id);
+        Ok(())
+    }
+
+    async fn inspect(&self, id: &str) -> Result<ContainerInfo, SandboxError> {
+        let container = self.container(id)?;
+        let state = container.state.lock().await;
+        let running = state.as_ref().is_some_and(|r| r.alive());
+        Ok(ContainerInfo {
+            id: container.id.clone(),
+            state: if running { ContainerState::Running } else { ContainerState::Stopped },
+            spec: container.spec.clone(),
+        })
+    }
+
+    async fn list(&self) -> Result<Vec<ContainerInfo>, SandboxError> {
+        let ids: Vec<String> = lock(&self.inner.containers).keys().cloned().collect();
+        let mut infos = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Ok(info) = self.inspect(&id).await {
+                infos.push(info);
+            }
+        }
+        infos.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(infos)
+    }
+
+    async fn read_file(&self, id: &str, path: &str) -> Result<Vec<u8>, SandboxError> {
+        let data = self.data_dir(id).await?;
+        let path = path.to_owned();
+        blocking(move || data.read(&path)).await
+    }
+
+    async fn write_file(&self, id: &str, path: &str, contents: &[u8]) -> Result<(), SandboxError> {
+        let data = self.data_dir(id).await?;
+        let (path, contents) = (path.to_owned(), contents.to_vec());
+        blocking(move || data.write(&path, &contents)).await
+    }
+
+    async fn delete_file(&self, id: &str, path: &str) -> Result<(), SandboxError> {
+        let data = self.data_dir(id).await?;
+        let path = path.to_owned();
+        blocking(move || data.delete(&path)).await
+    }
+
+    async fn list_files(&self, id: &str) -> Result<Vec<FileEntry>, SandboxError> {
+        let data = self.data_dir(id).await?;
+        blocking(move || data.list()).await
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, SandboxError> + Send + 'static,
+) -> Result<T, SandboxError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| SandboxError::Setup(format!("file worker failed: {e}")))?
+}

@@ -1,0 +1,57 @@
+//! The engine's typed errors.
+
+use std::io;
+
+/// Everything the engine can fail with. The API layer maps these to HTTP statuses.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// The caller asked for something the engine refuses; `param` names what.
+    #[error("{message}")]
+    InvalidRequest { param: &'static str, message: String },
+    /// No container with that id.
+    #[error("no container with id {0:?}")]
+    NotFound(String),
+    /// A container with that id exists already.
+    #[error("a container with id {0:?} already exists")]
+    AlreadyExists(String),
+    /// No file at that path in the container.
+    #[error("no file at {0:?}")]
+    FileNotFound(String),
+    /// The image named does not exist in the image store.
+    #[error("no image named {0:?}; see `shellgate image list`")]
+    ImageNotFound(String),
+    /// The container's disk quota is used up.
+    #[error("the container's disk quota is full")]
+    QuotaExceeded,
+    /// Setting a container up failed; the message says which step.
+    #[error("sandbox setup failed: {0}")]
+    Setup(String),
+    /// The container's init process is gone (it was stopped or crashed).
+    #[error("the container's processes ended while the command ran")]
+    ContainerGone,
+    /// An operating-system call failed; `context` says which.
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl SandboxError {
+    /// Wraps an I/O error with what the engine was doing.
+    pub fn io(context: impl Into<String>, source: io::Error) -> Self {
+        Self::Io { context: context.into(), source }
+    }
+}
+
+/// Adds context to `io::Result`s.
+pub(crate) trait IoContext<T> {
+    fn context(self, context: impl FnOnce() -> String) -> Result<T, SandboxError>;
+}
+
+impl<T> IoContext<T> for io::Result<T> {
+    fn context(self, context: impl FnOnce() -> String) -> Result<T, SandboxError> {
+        self.map_err(|source| SandboxError::io(context(), source))
+    }
+}

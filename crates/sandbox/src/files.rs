@@ -1,0 +1,268 @@
+//! Host-side access to a running container's `/mnt/data`.
+//!
+//! The engine reaches the files through the container's own mount namespace
+//! (`/proc/<init>/root/mnt/data`) and resolves every path with `openat2`:
+//! reads with `RESOLVE_IN_ROOT` (a symlink, absolute or `..`, can never climb
+//! out of `/mnt/data`), writes and walks with `RESOLVE_NO_SYMLINKS` (nothing is
+//! followed at all). These are the classic escapes of `docker cp` and runc
+//! (CVE-2018-15664, CVE-2019-5736); a path string is never trusted.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use crate::backend::{FileEntry, WORKDIR};
+use crate::error::SandboxError;
+use crate::sys;
+
+const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+const RESOLVE_BENEATH: u64 = 0x08;
+const RESOLVE_IN_ROOT: u64 = 0x10;
+
+/// Largest file the engine reads into memory at once.
+pub const MAX_READ_BYTES: u64 = 1 << 30;
+
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+
+fn openat2(dir: RawFd, path: &str, flags: i32, mode: u32, resolve: u64) -> io::Result<OwnedFd> {
+    let path = CString::new(path).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let how = OpenHow { flags: (flags | libc::O_CLOEXEC) as u64, mode: mode as u64, resolve };
+    // SAFETY: `path` and `how` are valid for the call; openat2 returns a new fd.
+    let fd = sys::cvt(unsafe {
+        libc::syscall(libc::SYS_openat2, dir, path.as_ptr(), &how as *const OpenHow, std::mem::size_of::<OpenHow>())
+    })?;
+    // SAFETY: the descriptor is new and ours alone.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Turns a caller's path (`/mnt/data/a/b`, `a/b`) into components relative
+/// to `/mnt/data`, refusing `..`, empty paths and NUL bytes.
+pub fn relative_path(path: &str) -> Result<Vec<String>, SandboxError> {
+    let invalid = |why: &str| SandboxError::InvalidRequest { param: "path", message: format!("invalid path {path:?}: {why}") };
+    let rest = match path.strip_prefix(WORKDIR) {
+        Some("") => "",
+        Some(rest) if rest.starts_with('/') => rest.trim_start_matches('/'),
+        _ => path,
+    };
+    if rest.starts_with('/') {
+        return Err(invalid("absolute paths must be under /mnt/data"));
+    }
+    let parts: Vec<String> = rest.split('/').filter(|p| !p.is_empty() && *p != ".").map(str::to_owned).collect();
+    if parts.is_empty() {
+        return Err(invalid("no file name"));
+    }
+    if parts.iter().any(|p| p == "..") {
+        return Err(invalid("'..' is not allowed"));
+    }
+    if path.contains('\0') {
+        return Err(invalid("NUL byte"));
+    }
+    Ok(parts)
+}
+
+/// A container's `/mnt/data`, opened through its mount namespace.
+pub struct DataDir {
+    dir: OwnedFd,
+    owner: (u32, u32),
+}
+
+fn not_found_or(path: &str, e: io::Error) -> SandboxError {
+    match e.raw_os_error() {
+        Some(libc::ENOENT) | Some(libc::ENOTDIR) | Some(libc::ELOOP) | Some(libc::EXDEV) => {
+            SandboxError::FileNotFound(path.to_owned())
+        }
+        Some(libc::EDQUOT) | Some(libc::ENOSPC) => SandboxError::QuotaExceeded,
+        _ => SandboxError::io(format!("access {path}"), e),
+    }
+}
+
+impl DataDir {
+    /// Opens `/mnt/data` of the container whose init has host pid `init_pid`.
+    /// Files written are owned by `owner` (host uid and gid of the sandbox user).
+    pub fn open(init_pid: i32, owner: (u32, u32)) -> Result<Self, SandboxError> {
+        let root = format!("/proc/{init_pid}/root");
+        let root = openat2(libc::AT_FDCWD, &root, libc::O_PATH | libc::O_DIRECTORY, 0, 0)
+            .map_err(|e| SandboxError::io("open the container's root", e))?;
+        let dir = openat2(
+            root.as_raw_fd(),
+            WORKDIR.trim_start_matches('/'),
+            libc::O_PATH | libc::O_DIRECTORY,
+            0,
+            RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
+        )
+        .map_err(|e| SandboxError::io("open /mnt/data", e))?;
+        Ok(Self { dir, owner })
+    }
+
+    /// Reads a regular file; symlinks resolve inside `/mnt/data` only.
+    pub fn read(&self, path: &str) -> Result<Vec<u8>, SandboxError> {
+        let relative = relative_path(path)?.join("/");
+        let fd = openat2(
+            self.dir.as_raw_fd(),
+            &relative,
+            libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY,
+            0,
+            RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
+        )
+        .map_err(|e| not_found_or(path, e))?;
+        let file = File::from(fd);
+        let meta = file.metadata().map_err(|e| SandboxError::io("stat", e))?;
+        if !meta.is_file() {
+            return Err(SandboxError::FileNotFound(path.to_owned()));
+        }
+        if meta.len() > MAX_READ_BYTES {
+            return Err(SandboxError::InvalidRequest {
+                param: "path",
+                message: format!("{path} is larger than {MAX_READ_BYTES} bytes"),
+            });
+        }
+        let mut contents = Vec::with_capacity(meta.len() as usize);
+        file.take(MAX_READ_BYTES).read_to_end(&mut contents).map_err(|e| SandboxError::io("read", e))?;
+        Ok(contents)
+    }
+
+    /// Opens (creating as needed) the directory holding the last component.
+    fn parent_of(&self, parts: &[String], path: &str) -> Result<OwnedFd, SandboxError> {
+        let mut dir = openat2(self.dir.as_raw_fd(), ".", libc::O_PATH | libc::O_DIRECTORY, 0, RESOLVE_BENEATH)
+            .map_err(|e| SandboxError::io("open /mnt/data", e))?;
+        for part in &parts[..parts.len() - 1] {
+            let name = CString::new(part.as_str()).map_err(|_| SandboxError::FileNotFound(path.to_owned()))?;
+            // SAFETY: `dir` is a valid directory descriptor, `name` a C string.
+            let made = unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), 0o755) };
+            if made == 0 {
+                // SAFETY: as above; fchownat with AT_SYMLINK_NOFOLLOW on what we just made.
+                unsafe {
+                    libc::fchownat(dir.as_raw_fd(), name.as_ptr(), self.owner.0, self.owner.1, libc::AT_SYMLINK_NOFOLLOW)
+                };
+            }
+            dir = openat2(
+                dir.as_raw_fd(),
+                part,
+                libc::O_PATH | libc::O_DIRECTORY,
+                0,
+                RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS,
+            )
+            .map_err(|e| not_found_or(path, e))?;
+        }
+        Ok(dir)
+    }
+
+    /// Writes a file, creating parent directories; never follows a symlink.
+    pub fn write(&self, path: &str, contents: &[u8]) -> Result<(), SandboxError> {
+        let parts = relative_path(path)?;
+        let parent = self.parent_of(&parts, path)?;
+        let name = &parts[parts.len() - 1];
+        let fd = openat2(
+            parent.as_raw_fd(),
+            name,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+            0o644,
+            RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS,
+        )
+        .map_err(|e| not_found_or(path, e))?;
+        let file = File::from(fd);
+        let meta = file.metadata().map_err(|e| SandboxError::io("stat", e))?;
+        if !meta.is_file() {
+            return Err(SandboxError::InvalidRequest { param: "path", message: format!("{path} is not a regular file") });
+        }
+        // SAFETY: fchown on a descriptor we own.
+        sys::cvt(unsafe { libc::fchown(file.as_raw_fd(), self.owner.0, self.owner.1) })
+            .map_err(|e| SandboxError::io("chown", e))?;
+        (&file).write_all(contents).map_err(|e| not_found_or(path, e))?;
+        file.sync_data().map_err(|e| not_found_or(path, e))
+    }
+
+    /// Removes a file (not a directory); never follows a symlink.
+    pub fn delete(&self, path: &str) -> Result<(), SandboxError> {
+        let parts = relative_path(path)?;
+        let parent = self.parent_of_existing(&parts, path)?;
+        let name = CString::new(parts[parts.len() - 1].as_str()).map_err(|_| SandboxError::FileNotFound(path.to_owned()))?;
+        // SAFETY: `parent` is a valid directory descriptor and `name` a C string.
+        sys::cvt(unsafe { libc::unlinkat(parent.as_raw_fd(), name.as_ptr(), 0) }).map_err(|e| not_found_or(path, e))?;
+        Ok(())
+    }
+
+    fn parent_of_existing(&self, parts: &[String], path: &str) -> Result<OwnedFd, SandboxError> {
+        let parent = parts[..parts.len() - 1].join("/");
+        openat2(
+            self.dir.as_raw_fd(),
+            if parent.is_empty() { "." } else { &parent },
+            libc::O_PATH | libc::O_DIRECTORY,
+            0,
+            RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS,
+        )
+        .map_err(|e| not_found_or(path, e))
+    }
+
+    /// Every regular file below `/mnt/data`, without following links.
+    pub fn list(&self) -> Result<Vec<FileEntry>, SandboxError> {
+        let mut entries = Vec::new();
+        let top = openat2(self.dir.as_raw_fd(), ".", libc::O_RDONLY | libc::O_DIRECTORY, 0, RESOLVE_BENEATH)
+            .map_err(|e| SandboxError::io("open /mnt/data", e))?;
+        walk(&top, WORKDIR, &mut entries, 0)?;
+        entries.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(entries)
+    }
+}
+
+/// Deepest directory nesting listed.
+const MAX_DEPTH: usize = 32;
+/// Most files listed.
+const MAX_ENTRIES: usize = 100_000;
+
+fn walk(dir: &OwnedFd, prefix: &str, out: &mut Vec<FileEntry>, depth: usize) -> Result<(), SandboxError> {
+    if depth > MAX_DEPTH {
+        return Ok(());
+    }
+    // The magic link names exactly the directory we opened, whatever happens
+    // to the path meanwhile; entries are then opened relative to `dir`.
+    let listing = Path::new("/proc/self/fd").join(dir.as_raw_fd().to_string());
+    let reader = std::fs::read_dir(&listing).map_err(|e| SandboxError::io("list /mnt/data", e))?;
+    for entry in reader.flatten() {
+        if out.len() >= MAX_ENTRIES {
+            return Ok(());
+        }
+        let Some(name) = entry.file_name().to_str().map(str::to_owned) else { continue };
+        let Ok(file_type) = entry.file_type() else { continue };
+        let path = format!("{prefix}/{name}");
+        if file_type.is_dir() {
+            if let Ok(child) =
+                openat2(dir.as_raw_fd(), &name, libc::O_RDONLY | libc::O_DIRECTORY, 0, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)
+            {
+                walk(&child, &path, out, depth + 1)?;
+            }
+        } else if file_type.is_file() {
+            let Ok(fd) = openat2(dir.as_raw_fd(), &name, libc::O_PATH, 0, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS) else {
+                continue;
+            };
+            let Ok(meta) = File::from(fd).metadata() else { continue };
+            out.push(FileEntry { path, bytes: meta.len(), modified_unix: meta.mtime() });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_made_relative_and_checked() {
+        assert_eq!(relative_path("/mnt/data/a/b.txt").unwrap(), vec!["a", "b.txt"]);
+        assert_eq!(relative_path("a/./b").unwrap(), vec!["a", "b"]);
+        assert!(relative_path("/etc/passwd").is_err());
+        assert!(relative_path("/mnt/data/../etc").is_err());
+        assert!(relative_path("/mnt/data/").is_err());
+        assert!(relative_path("a/../../x").is_err());
+        assert!(relative_path("/mnt/dataX/y").is_err());
+    }
+}

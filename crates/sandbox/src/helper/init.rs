@@ -1,0 +1,345 @@
+//! Init: pid 1 of a container. It builds the container's world once, locks
+//! itself down, then starts commands on request and reaps every process.
+//!
+//! Hardening, in the order applied (each step narrows what follows):
+//! 1. become root of the new user namespace (root mode) — a root that maps to
+//!    an unprivileged host uid and owns nothing outside its namespaces;
+//! 2. build and pivot into the container root ([`super::mounts`]);
+//! 3. hostname, loopback up (the network namespace has nothing else);
+//! 4. `RLIMIT_CORE` 0 hard (a core pattern piping to a host helper must never
+//!    run on a sandbox's behalf);
+//! 5. drop the whole capability bounding set and the ambient set, so no
+//!    `execve` can ever return a capability;
+//! 6. not dumpable (sandboxed code cannot ptrace or read init's memory);
+//! 7. `no_new_privs` and the seccomp filter, inherited by every command.
+//!
+//! Each command is then forked: its own session and process group, stdin
+//! `/dev/null`, the unprivileged sandbox user with no capabilities, a clean
+//! environment, `/mnt/data` as working directory, `bash -c` (or `sh -c`).
+//! When the control socket closes (the server stopped the container, or
+//! died), init exits and the kernel kills everything in its pid namespace.
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::Path;
+
+use super::{mounts, report, seccomp};
+use crate::backend::WORKDIR;
+use crate::protocol::{HelperSpec, Report, Request, Status, MAX_MESSAGE};
+use crate::sys;
+
+const SHELLS: [(&str, &str); 2] = [("/bin/bash", "bash"), ("/bin/sh", "sh")];
+
+/// Everything a command start needs, prepared once so that the forked child
+/// only makes system calls.
+struct Launcher {
+    dev_null: OwnedFd,
+    env: Vec<CString>,
+    shells: Vec<(CString, CString)>,
+    dash_c: CString,
+    workdir: CString,
+    sandbox_uid: u32,
+    sandbox_gid: u32,
+    change_ids: bool,
+}
+
+pub fn run(spec: &HelperSpec, control: RawFd) -> ! {
+    match setup(spec) {
+        Ok((launcher, signals)) => {
+            report(control, &Report::Ready);
+            serve(&launcher, &signals, control)
+        }
+        Err(message) => {
+            report(control, &Report::Error { message });
+            std::process::exit(1)
+        }
+    }
+}
+
+fn check(what: &str, ret: libc::c_long) -> Result<(), String> {
+    if ret < 0 {
+        Err(sys::last_error(what))
+    } else {
+        Ok(())
+    }
+}
+
+fn setup(spec: &HelperSpec) -> Result<(Launcher, OwnedFd), String> {
+    if !spec.rootless {
+        // Our host uid (0) has no mapping here; become the namespace's root.
+        // SAFETY: plain id-changing syscalls with integer arguments.
+        unsafe {
+            check("setresgid 0", libc::setresgid(0, 0, 0) as libc::c_long)?;
+            check("setgroups", libc::setgroups(0, std::ptr::null()) as libc::c_long)?;
+            check("setresuid 0", libc::setresuid(0, 0, 0) as libc::c_long)?;
+        }
+    }
+    mounts::build_root(spec)?;
+    sys::sethostname(&spec.hostname).map_err(|e| format!("sethostname: {e}"))?;
+    loopback_up()?;
+    let no_core = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `no_core` is a valid rlimit.
+    check("setrlimit core", unsafe { libc::setrlimit(libc::RLIMIT_CORE, &no_core) } as libc::c_long)?;
+    // System V shared memory lives outside /tmp's cap; bound it the same way.
+    // Best effort: a kernel without these knobs still has the memory cgroup.
+    let shm_pages = (spec.tmp_bytes / 4096).max(1);
+    let _ = sys::write_file(Path::new("/proc/sys/kernel/shmmax"), &spec.tmp_bytes.to_string());
+    let _ = sys::write_file(Path::new("/proc/sys/kernel/shmall"), &shm_pages.to_string());
+
+    let dev_null = std::fs::File::open("/dev/null").map_err(|e| format!("open /dev/null: {e}"))?;
+    let launcher = Launcher {
+        dev_null: dev_null.into(),
+        env: command_env(&spec.home),
+        shells: SHELLS
+            .iter()
+            .filter_map(|(path, name)| Some((CString::new(*path).ok()?, CString::new(*name).ok()?)))
+            .collect(),
+        dash_c: c"-c".to_owned(),
+        workdir: CString::new(WORKDIR).map_err(|e| e.to_string())?,
+        sandbox_uid: spec.sandbox_uid,
+        sandbox_gid: spec.sandbox_gid,
+        change_ids: !spec.rootless,
+    };
+
+    drop_capability_bounding_set()?;
+    sys::prctl(libc::PR_SET_DUMPABLE, 0).map_err(|e| format!("PR_SET_DUMPABLE: {e}"))?;
+    sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1).map_err(|e| format!("PR_SET_NO_NEW_PRIVS: {e}"))?;
+    seccomp::install().map_err(|e| format!("seccomp: {e}"))?;
+    let signals = child_signal_fd()?;
+    Ok((launcher, signals))
+}
+
+fn command_env(home: &str) -> Vec<CString> {
+    [
+        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned(),
+        format!("HOME={home}"),
+        "USER=sandbox".to_owned(),
+        "LOGNAME=sandbox".to_owned(),
+        "SHELL=/bin/bash".to_owned(),
+        "LANG=C.UTF-8".to_owned(),
+        "LC_ALL=C.UTF-8".to_owned(),
+        "TERM=dumb".to_owned(),
+        "TMPDIR=/tmp".to_owned(),
+        format!("PWD={WORKDIR}"),
+    ]
+    .into_iter()
+    .filter_map(|v| CString::new(v).ok())
+    .collect()
+}
+
+/// Brings `lo` up: the network namespace starts with it down and nothing else.
+fn loopback_up() -> Result<(), String> {
+    // SAFETY: socket() with constant arguments.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    check("socket", fd as libc::c_long)?;
+    // SAFETY: `fd` is a new descriptor owned here.
+    let socket = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: ifreq is plain data; zero is valid.
+    let mut request: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in request.ifr_name.iter_mut().zip(b"lo\0") {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: `request` is a valid ifreq naming "lo"; the ioctls read and
+    // write only its flags field.
+    unsafe {
+        check("SIOCGIFFLAGS lo", libc::ioctl(socket.as_raw_fd(), libc::SIOCGIFFLAGS, &mut request) as libc::c_long)?;
+        request.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+        check("SIOCSIFFLAGS lo", libc::ioctl(socket.as_raw_fd(), libc::SIOCSIFFLAGS, &request) as libc::c_long)?;
+    }
+    Ok(())
+}
+
+fn drop_capability_bounding_set() -> Result<(), String> {
+    let last_cap: u64 = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(63);
+    for cap in 0..=last_cap {
+        match sys::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong) {
+            Ok(_) => {}
+            // Capabilities this kernel does not know.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => break,
+            Err(e) => return Err(format!("drop capability {cap} from the bounding set: {e}")),
+        }
+    }
+    // SAFETY: PR_CAP_AMBIENT_CLEAR_ALL takes no pointers.
+    let ret = unsafe { libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) };
+    check("clear ambient capabilities", ret as libc::c_long)
+}
+
+/// Blocks SIGCHLD and returns a signalfd that reads it.
+fn child_signal_fd() -> Result<OwnedFd, String> {
+    // SAFETY: sigset manipulation on a local, then sigprocmask/signalfd with
+    // valid pointers to it.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        check("sigprocmask", libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) as libc::c_long)?;
+        let fd = libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
+        check("signalfd", fd as libc::c_long)?;
+        Ok(OwnedFd::from_raw_fd(fd))
+    }
+}
+
+fn send_status(fd: &OwnedFd, status: Status) {
+    // The engine may have given up on the command; a broken pipe is fine.
+    let _ = sys::write_all(fd.as_raw_fd(), &status.encode());
+}
+
+fn serve(launcher: &Launcher, signals: &OwnedFd, control: RawFd) -> ! {
+    let mut running: HashMap<libc::pid_t, OwnedFd> = HashMap::new();
+    let mut buf = vec![0u8; MAX_MESSAGE];
+    loop {
+        let mut fds = [
+            libc::pollfd { fd: control, events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: signals.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+        ];
+        // SAFETY: `fds` is a valid array of two pollfds.
+        if unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) } < 0 {
+            continue; // EINTR
+        }
+        if fds[1].revents != 0 {
+            drain_signals(signals);
+            reap(&mut running);
+        }
+        if fds[0].revents != 0 {
+            match sys::recv_with_fds(control, &mut buf, libc::MSG_DONTWAIT) {
+                // The server closed the channel: end the container. Our exit
+                // makes the kernel kill every process in the pid namespace.
+                Ok((0, _)) => std::process::exit(0),
+                Ok((len, passed)) => handle(launcher, &buf[..len], passed, &mut running),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(_) => std::process::exit(1),
+            }
+        }
+    }
+}
+
+fn drain_signals(signals: &OwnedFd) {
+    let mut info = [0u8; 128 * 4];
+    while matches!(sys::read(signals.as_raw_fd(), &mut info), Ok(n) if n > 0) {}
+}
+
+fn reap(running: &mut HashMap<libc::pid_t, OwnedFd>) {
+    loop {
+        let mut status = 0;
+        // SAFETY: `status` is a valid out-pointer.
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        if pid <= 0 {
+            return;
+        }
+        // Orphans (a command's background children) are reaped silently.
+        if let Some(status_fd) = running.remove(&pid) {
+            send_status(&status_fd, Status::Exited(status));
+        }
+    }
+}
+
+fn handle(launcher: &Launcher, message: &[u8], passed: Vec<OwnedFd>, running: &mut HashMap<libc::pid_t, OwnedFd>) {
+    match Request::decode(message) {
+        Some(Request::Run { command }) => {
+            let Ok([stdout, stderr, status]) = <[OwnedFd; 3]>::try_from(passed) else {
+                return;
+            };
+            let Ok(command) = CString::new(command) else {
+                send_status(&status, Status::SpawnFailed(libc::EINVAL));
+                return;
+            };
+            // SAFETY: init is single-threaded, so the child of fork has a
+            // consistent copy of memory; it only runs `exec_command`.
+            match unsafe { libc::fork() } {
+                -1 => send_status(&status, Status::SpawnFailed(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))),
+                0 => exec_command(launcher, &command, &stdout, &stderr, &status),
+                pid => {
+                    // Our copies of the output pipes must close, or the engine
+                    // would never see end-of-file.
+                    drop((stdout, stderr));
+                    send_status(&status, Status::Started(pid));
+                    running.insert(pid, status);
+                }
+            }
+        }
+        Some(Request::KillGroup { pid }) => {
+            if running.contains_key(&pid) {
+                // SAFETY: kill with a negative pid signals that process group.
+                unsafe { libc::kill(-pid, libc::SIGKILL) };
+            }
+        }
+        None => {}
+    }
+}
+
+/// In the forked child: become the sandboxed command. Never returns.
+fn exec_command(launcher: &Launcher, command: &CString, stdout: &OwnedFd, stderr: &OwnedFd, status: &OwnedFd) -> ! {
+    let fail = |errno: i32| -> ! {
+        send_status(status, Status::SpawnFailed(errno));
+        // SAFETY: _exit ends the child without running init's destructors.
+        unsafe { libc::_exit(127) }
+    };
+    let errno = || std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
+    // SAFETY: each call below is a plain syscall with valid arguments, made in
+    // a single-threaded child that is about to exec.
+    unsafe {
+        // Undo what init set up for itself: blocked SIGCHLD and Rust's ignored
+        // SIGPIPE would both be inherited across exec.
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+
+        if libc::setsid() < 0 {
+            fail(errno());
+        }
+        if libc::dup2(launcher.dev_null.as_raw_fd(), 0) < 0
+            || libc::dup2(stdout.as_raw_fd(), 1) < 0
+            || libc::dup2(stderr.as_raw_fd(), 2) < 0
+        {
+            fail(errno());
+        }
+        if launcher.change_ids
+            && (libc::setgroups(0, std::ptr::null()) < 0
+                || libc::setresgid(launcher.sandbox_gid, launcher.sandbox_gid, launcher.sandbox_gid) < 0
+                || libc::setresuid(launcher.sandbox_uid, launcher.sandbox_uid, launcher.sandbox_uid) < 0)
+        {
+            fail(errno());
+        }
+        if drop_all_capabilities() < 0 {
+            fail(errno());
+        }
+        if libc::chdir(launcher.workdir.as_ptr()) < 0 {
+            fail(errno());
+        }
+        let mut env: Vec<*const libc::c_char> = launcher.env.iter().map(|v| v.as_ptr()).collect();
+        env.push(std::ptr::null());
+        let mut last = libc::ENOENT;
+        for (path, name) in &launcher.shells {
+            let argv = [name.as_ptr(), launcher.dash_c.as_ptr(), command.as_ptr(), std::ptr::null()];
+            libc::execve(path.as_ptr(), argv.as_ptr(), env.as_ptr());
+            last = errno();
+        }
+        fail(last)
+    }
+}
+
+/// Clears the effective, permitted and inheritable capability sets.
+///
+/// # Safety
+/// Only calls capset with valid pointers.
+unsafe fn drop_all_capabilities() -> libc::c_int {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: libc::c_int,
+    }
+    #[repr(C)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let header = Header { version: 0x2008_0522, pid: 0 }; // _LINUX_CAPABILITY_VERSION_3
+    let data = [Data { effective: 0, permitted: 0, inheritable: 0 }, Data { effective: 0, permitted: 0, inheritable: 0 }];
+    libc::syscall(libc::SYS_capset, &header, data.as_ptr()) as libc::c_int
+}

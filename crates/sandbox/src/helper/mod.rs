@@ -1,0 +1,138 @@
+//! The helper: the `shellgate` binary re-executed to build one container.
+//!
+//! The server never forks from its tokio threads. It spawns
+//! `shellgate __sandbox-helper` with the control socket on fd 3 and sends it a
+//! [`HelperSpec`]. The helper, a fresh single-threaded process:
+//!
+//! 1. joins the container's cgroups, so everything it creates is counted;
+//! 2. `clone`s init into new user, mount, pid, network, UTS, IPC and cgroup
+//!    namespaces, with `CLONE_PARENT` so init is the *server's* child (one
+//!    process per idle container; the server reaps it through a pidfd);
+//! 3. writes init's uid/gid maps from outside (only a process in the parent
+//!    user namespace may map more than its own id), then lets init go;
+//! 4. reports init's pid and exits.
+//!
+//! Init then builds the container (see [`init`]) and serves commands.
+
+mod init;
+mod mounts;
+mod seccomp;
+
+use std::fs;
+use std::os::fd::{AsRawFd, RawFd};
+use std::path::Path;
+
+use crate::protocol::{HelperSpec, IdRange, Report, CONTROL_FD, MAX_MESSAGE};
+use crate::sys;
+
+/// The argument that makes the `shellgate` binary act as the helper.
+pub const HELPER_ARG: &str = "__sandbox-helper";
+
+/// Entry point of the helper process. Never returns.
+pub fn helper_main() -> ! {
+    let code = match run_helper(CONTROL_FD) {
+        Ok(()) => 0,
+        Err(message) => {
+            report(CONTROL_FD, &Report::Error { message });
+            1
+        }
+    };
+    std::process::exit(code)
+}
+
+/// Sends a report to the engine; a failure to do so cannot be reported anywhere.
+fn report(control: RawFd, report: &Report) {
+    if let Ok(bytes) = serde_json::to_vec(report) {
+        let _ = sys::send_with_fds(control, &bytes, &[]);
+    }
+}
+
+fn format_map(ranges: &[IdRange]) -> String {
+    ranges.iter().map(|r| format!("{} {} {}\n", r.inside, r.outside, r.count)).collect()
+}
+
+fn run_helper(control: RawFd) -> Result<(), String> {
+    // Nothing this process inherited (beyond stdio) may reach a sandboxed
+    // command: mark every other descriptor close-on-exec, the control socket
+    // included.
+    // SAFETY: close_range only changes descriptor flags.
+    sys::cvt(unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 4u32 /* CLOSE_RANGE_CLOEXEC */) })
+        .map_err(|e| format!("close_range: {e}"))?;
+
+    let mut buf = vec![0u8; MAX_MESSAGE];
+    let (len, _) = sys::recv_with_fds(control, &mut buf, 0).map_err(|e| format!("read spec: {e}"))?;
+    let spec: HelperSpec = serde_json::from_slice(&buf[..len]).map_err(|e| format!("parse spec: {e}"))?;
+    drop(buf);
+
+    prepare_disk(&spec)?;
+
+    let pid = std::process::id().to_string();
+    for procs in &spec.cgroup_procs {
+        sys::write_file(procs, &pid).map_err(|e| format!("join cgroup {}: {e}", procs.display()))?;
+    }
+
+    let (sync_read, sync_write) = sys::pipe().map_err(|e| format!("pipe: {e}"))?;
+    let flags = libc::CLONE_NEWUSER
+        | libc::CLONE_NEWNS
+        | libc::CLONE_NEWPID
+        | libc::CLONE_NEWNET
+        | libc::CLONE_NEWUTS
+        | libc::CLONE_NEWIPC
+        | libc::CLONE_NEWCGROUP
+        | libc::CLONE_PARENT;
+    // SAFETY: this process is single-threaded (a freshly exec'd helper that
+    // started no threads), so a fork-like clone (no CLONE_VM, null stack: the
+    // child runs on a copy-on-write copy of this stack) leaves the child with
+    // consistent memory, as fork would.
+    let child = unsafe { libc::syscall(libc::SYS_clone, flags as libc::c_ulong, 0usize, 0usize, 0usize, 0usize) };
+    match child {
+        -1 => Err(sys::last_error("clone into new namespaces")),
+        0 => {
+            drop(sync_write);
+            let mut byte = [0u8; 1];
+            // Wait until the helper has written our id maps; EOF means it failed.
+            match sys::read(sync_read.as_raw_fd(), &mut byte) {
+                Ok(1) => init::run(&spec, control),
+                _ => std::process::exit(1),
+            }
+        }
+        pid => {
+            let pid = pid as libc::pid_t;
+            drop(sync_read);
+            if let Err(message) = write_id_maps(pid, &spec) {
+                // SAFETY: `pid` is our just-created child; killing it is harmless.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                return Err(message);
+            }
+            sys::write_all(sync_write.as_raw_fd(), b"1").map_err(|e| format!("release init: {e}"))?;
+            report(control, &Report::InitPid { pid });
+            Ok(())
+        }
+    }
+}
+
+/// Mounts the container's disk image (in a mount namespace of the helper's
+/// own, which init's namespace then copies: the host never sees the mount)
+/// and makes its standard directories.
+fn prepare_disk(spec: &HelperSpec) -> Result<(), String> {
+    if let Some(image) = &spec.disk_image {
+        // SAFETY: unshare with a constant flag, in a single-threaded process.
+        sys::cvt(unsafe { libc::unshare(libc::CLONE_NEWNS) }).map_err(|e| format!("unshare mount namespace: {e}"))?;
+        sys::mount(None, Path::new("/"), None, libc::MS_REC | libc::MS_PRIVATE, None)
+            .map_err(|e| format!("make / private: {e}"))?;
+        crate::disk::mount_image(image, &spec.disk_root)?;
+    }
+    crate::disk::prepare_layout(&spec.disk_root, spec.host_sandbox_ids, spec.host_root_ids)
+}
+
+fn write_id_maps(pid: libc::pid_t, spec: &HelperSpec) -> Result<(), String> {
+    let proc_dir = Path::new("/proc").join(pid.to_string());
+    if spec.rootless {
+        // Without CAP_SETGID on the host, gid_map may only be written once
+        // setgroups(2) is disabled for the namespace.
+        fs::write(proc_dir.join("setgroups"), "deny").map_err(|e| format!("setgroups deny: {e}"))?;
+    }
+    fs::write(proc_dir.join("uid_map"), format_map(&spec.uid_map)).map_err(|e| format!("write uid_map: {e}"))?;
+    fs::write(proc_dir.join("gid_map"), format_map(&spec.gid_map)).map_err(|e| format!("write gid_map: {e}"))?;
+    Ok(())
+}

@@ -1,0 +1,214 @@
+//! Builds a container's root file system inside its fresh mount namespace and
+//! pivots into it.
+//!
+//! Layers, outermost first:
+//! - the root: a small tmpfs of read-only host binds (image `host`) or an
+//!   overlay of a read-only image and the container's persistent upper layer;
+//! - a fresh `/proc` of the container's pid namespace;
+//! - a minimal `/dev` (null, zero, full, random, urandom; no pts) and a
+//!   size-capped `/dev/shm`;
+//! - a size-capped private `/tmp`;
+//! - read-write binds of the container's persistent directories
+//!   (`/mnt/data`, the home directory).
+//!
+//! Every bind is `nosuid` and `nodev`, so a setuid binary grants nothing.
+//! No `/sys`: nothing in a shell session needs the host's device tree.
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::{symlink, DirBuilderExt};
+use std::path::{Path, PathBuf};
+
+use crate::protocol::{HelperSpec, RootSpec};
+use crate::sys;
+
+/// Device nodes bound from the host into the container's `/dev`.
+const DEVICES: [&str; 5] = ["null", "zero", "full", "random", "urandom"];
+
+/// A setup step that failed, with what it was doing.
+pub type StepResult<T> = Result<T, String>;
+
+fn step<T>(what: impl FnOnce() -> String, result: io::Result<T>) -> StepResult<T> {
+    result.map_err(|e| format!("{}: {e}", what()))
+}
+
+/// `root` joined with an absolute path inside the container.
+fn inside(root: &Path, path: &str) -> PathBuf {
+    root.join(path.trim_start_matches('/'))
+}
+
+fn mkdir_all(path: &Path) -> StepResult<()> {
+    step(|| format!("mkdir {}", path.display()), fs::DirBuilder::new().recursive(true).mode(0o755).create(path))
+}
+
+/// Mount flags of `path`'s file system that a bind remount must keep (in a
+/// user namespace the kernel refuses to clear flags it locked).
+fn locked_flags(path: &Path) -> io::Result<libc::c_ulong> {
+    let st = sys::mount_flags(path)?;
+    let pairs = [
+        (libc::ST_NOSUID, libc::MS_NOSUID),
+        (libc::ST_NODEV, libc::MS_NODEV),
+        (libc::ST_NOEXEC, libc::MS_NOEXEC),
+        (libc::ST_NOATIME, libc::MS_NOATIME),
+        (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
+        (libc::ST_RELATIME, libc::MS_RELATIME),
+    ];
+    Ok(pairs.iter().filter(|(st_flag, _)| st & st_flag != 0).fold(0, |acc, (_, ms)| acc | ms))
+}
+
+/// Binds `source` at `target` and makes it `nosuid,nodev` (and read-only if asked).
+fn bind(source: &Path, target: &Path, read_only: bool) -> StepResult<()> {
+    let what = || format!("bind {} at {}", source.display(), target.display());
+    step(what, sys::mount(Some(source), target, None, libc::MS_BIND | libc::MS_REC, None))?;
+    let mut flags = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_NOSUID | libc::MS_NODEV;
+    if read_only {
+        flags |= libc::MS_RDONLY;
+    }
+    flags |= step(what, locked_flags(target))?;
+    step(|| format!("remount {}", target.display()), sys::mount(None, target, None, flags, None))
+}
+
+fn tmpfs(target: &Path, options: &str, extra_flags: libc::c_ulong) -> StepResult<()> {
+    mkdir_all(target)?;
+    step(
+        || format!("mount tmpfs at {}", target.display()),
+        sys::mount(
+            Some(Path::new("tmpfs")),
+            target,
+            Some("tmpfs"),
+            libc::MS_NOSUID | libc::MS_NODEV | extra_flags,
+            Some(options),
+        ),
+    )
+}
+
+/// Creates an empty file to bind another file over, unless one exists.
+fn touch(path: &Path) -> StepResult<()> {
+    if let Some(parent) = path.parent() {
+        mkdir_all(parent)?;
+    }
+    if path.symlink_metadata().is_ok() {
+        return Ok(());
+    }
+    step(|| format!("create {}", path.display()), fs::File::create(path).map(drop))
+}
+
+fn build_dev(root: &Path, shm_bytes: u64) -> StepResult<()> {
+    let dev = inside(root, "/dev");
+    tmpfs(&dev, "size=64k,mode=755", libc::MS_NOEXEC)?;
+    for name in DEVICES {
+        let target = dev.join(name);
+        touch(&target)?;
+        let source = Path::new("/dev").join(name);
+        step(
+            || format!("bind {}", source.display()),
+            sys::mount(Some(&source), &target, None, libc::MS_BIND, None),
+        )?;
+    }
+    for (link, target) in
+        [("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")]
+    {
+        step(|| format!("link /dev/{link}"), symlink(target, dev.join(link)))?;
+    }
+    tmpfs(&dev.join("shm"), &format!("size={shm_bytes},mode=1777"), 0)?;
+    step(
+        || "remount /dev read-only".into(),
+        sys::mount(None, &dev, None, libc::MS_REMOUNT | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NOEXEC, None),
+    )
+}
+
+/// Builds the whole tree under `spec.root_mount` and pivots into it.
+pub fn build_root(spec: &HelperSpec) -> StepResult<()> {
+    let root = spec.root_mount.as_path();
+    // Nothing we mount may propagate back to the host.
+    step(
+        || "make / private".into(),
+        sys::mount(None, Path::new("/"), None, libc::MS_REC | libc::MS_PRIVATE, None),
+    )?;
+    match &spec.root {
+        RootSpec::HostBinds { binds, symlinks } => {
+            tmpfs(root, "size=1m,mode=755", 0)?;
+            for (source, target) in binds {
+                let target = inside(root, target);
+                mkdir_all(&target)?;
+                bind(source, &target, true)?;
+            }
+            for (link, target) in symlinks {
+                let link = inside(root, link);
+                if let Some(parent) = link.parent() {
+                    mkdir_all(parent)?;
+                }
+                step(|| format!("link {}", link.display()), symlink(target, &link))?;
+            }
+        }
+        RootSpec::Overlay { lower, upper, work } => {
+            for dir in [lower, upper, work] {
+                let text = dir.to_string_lossy();
+                if text.contains([',', ':', '\\']) {
+                    return Err(format!("overlay path {text:?} may not contain ',', ':' or '\\'"));
+                }
+            }
+            let options = format!(
+                "lowerdir={},upperdir={},workdir={},userxattr",
+                lower.display(),
+                upper.display(),
+                work.display()
+            );
+            step(
+                || "mount overlay root".into(),
+                sys::mount(
+                    Some(Path::new("overlay")),
+                    root,
+                    Some("overlay"),
+                    libc::MS_NOSUID | libc::MS_NODEV,
+                    Some(&options),
+                ),
+            )?;
+        }
+    }
+    for (source, target) in &spec.file_binds {
+        let target = inside(root, target);
+        touch(&target)?;
+        bind(source, &target, true)?;
+    }
+    // /proc must be mounted while the host's /proc is still visible: the
+    // kernel only lets a user namespace mount proc next to a fully visible one.
+    let proc_dir = inside(root, "/proc");
+    mkdir_all(&proc_dir)?;
+    step(
+        || "mount /proc".into(),
+        sys::mount(
+            Some(Path::new("proc")),
+            &proc_dir,
+            Some("proc"),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            None,
+        ),
+    )?;
+    build_dev(root, spec.tmp_bytes)?;
+    tmpfs(&inside(root, "/tmp"), &format!("size={},mode=1777", spec.tmp_bytes), 0)?;
+    for (source, target) in &spec.data_binds {
+        let target = inside(root, target);
+        mkdir_all(&target)?;
+        bind(source, &target, false)?;
+    }
+    if matches!(spec.root, RootSpec::HostBinds { .. }) {
+        // The tmpfs root holds only mount points and links: freeze it.
+        step(
+            || "remount / read-only".into(),
+            sys::mount(None, root, None, libc::MS_REMOUNT | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV, None),
+        )?;
+    }
+    pivot(root)
+}
+
+/// Makes `root` the root and detaches the host's tree entirely.
+fn pivot(root: &Path) -> StepResult<()> {
+    step(|| format!("chdir {}", root.display()), std::env::set_current_dir(root))?;
+    // pivot_root(".", ".") stacks the old root on top of the new one; the
+    // detach below then removes exactly the old root, with no directory to
+    // create for it.
+    step(|| "pivot_root".into(), sys::pivot_root(Path::new("."), Path::new(".")))?;
+    step(|| "detach the host root".into(), sys::umount2(Path::new("."), libc::MNT_DETACH))?;
+    step(|| "chdir /".into(), std::env::set_current_dir("/"))
+}

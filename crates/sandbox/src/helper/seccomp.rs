@@ -1,0 +1,233 @@
+//! The seccomp filter every sandboxed process runs under.
+//!
+//! A deny-list in classic BPF, written out by hand so each rule is visible.
+//! What it denies is what a sandboxed shell never needs and what container
+//! escapes have used: new namespaces, mounts, kernel keyrings, BPF,
+//! userfaultfd, perf, kexec, module loading, `io_uring` (whose operations
+//! seccomp cannot see), file handles (`open_by_handle_at`, the "shocker"
+//! escape), `AF_VSOCK` sockets (vsock is not network-namespaced), and
+//! terminal injection (`TIOCSTI`). Syscalls of another ABI (x32, i386) are
+//! refused outright so the numbers below cannot be sidestepped.
+//!
+//! `clone3` gets `ENOSYS` rather than `EPERM`: its flags live in memory the
+//! filter cannot read, and `ENOSYS` makes libc fall back to `clone`, whose
+//! flags the filter checks.
+
+use std::io;
+
+// Classic BPF opcodes (linux/filter.h).
+const BPF_LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+const BPF_JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+const BPF_JGE_K: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
+const BPF_JSET_K: u16 = 0x45; // BPF_JMP | BPF_JSET | BPF_K
+const BPF_RET_K: u16 = 0x06; // BPF_RET | BPF_K
+
+const SECCOMP_RET_KILL_PROCESS: u32 = 0x8000_0000;
+const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
+const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
+
+// Offsets into `struct seccomp_data`.
+const OFFSET_NR: u32 = 0;
+const OFFSET_ARCH: u32 = 4;
+const fn offset_arg_low(index: u32) -> u32 {
+    16 + 8 * index // little-endian: the low 32 bits come first
+}
+
+#[cfg(target_arch = "x86_64")]
+const AUDIT_ARCH: u32 = 0xC000_003E; // AUDIT_ARCH_X86_64
+#[cfg(target_arch = "aarch64")]
+const AUDIT_ARCH: u32 = 0xC000_00B7; // AUDIT_ARCH_AARCH64
+
+/// x32 syscalls on x86_64 carry this bit; we refuse them all.
+#[cfg(target_arch = "x86_64")]
+const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+
+/// Syscalls refused with `EPERM`.
+const DENIED: &[libc::c_long] = &[
+    // New namespaces and joining others.
+    libc::SYS_unshare,
+    libc::SYS_setns,
+    // Mount table changes.
+    libc::SYS_mount,
+    libc::SYS_umount2,
+    libc::SYS_pivot_root,
+    libc::SYS_chroot,
+    libc::SYS_open_tree,
+    libc::SYS_move_mount,
+    libc::SYS_fsopen,
+    libc::SYS_fsconfig,
+    libc::SYS_fsmount,
+    libc::SYS_fspick,
+    libc::SYS_mount_setattr,
+    // Kernel attack surface a shell never needs.
+    libc::SYS_bpf,
+    libc::SYS_keyctl,
+    libc::SYS_add_key,
+    libc::SYS_request_key,
+    libc::SYS_userfaultfd,
+    libc::SYS_perf_event_open,
+    libc::SYS_kexec_load,
+    libc::SYS_kexec_file_load,
+    libc::SYS_init_module,
+    libc::SYS_finit_module,
+    libc::SYS_delete_module,
+    libc::SYS_io_uring_setup,
+    libc::SYS_io_uring_enter,
+    libc::SYS_io_uring_register,
+    libc::SYS_open_by_handle_at,
+    libc::SYS_name_to_handle_at,
+    libc::SYS_fanotify_init,
+    libc::SYS_quotactl,
+    libc::SYS_quotactl_fd,
+    libc::SYS_acct,
+    libc::SYS_swapon,
+    libc::SYS_swapoff,
+    libc::SYS_reboot,
+    libc::SYS_settimeofday,
+    libc::SYS_clock_settime,
+    libc::SYS_clock_adjtime,
+    libc::SYS_adjtimex,
+    libc::SYS_syslog,
+    libc::SYS_vhangup,
+    libc::SYS_lookup_dcookie,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_iopl,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_ioperm,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_uselib,
+];
+
+/// Namespace flags `clone` may not carry.
+const CLONE_NAMESPACE_FLAGS: u32 = (libc::CLONE_NEWUSER
+    | libc::CLONE_NEWNS
+    | libc::CLONE_NEWPID
+    | libc::CLONE_NEWNET
+    | libc::CLONE_NEWUTS
+    | libc::CLONE_NEWIPC
+    | libc::CLONE_NEWCGROUP
+    | 0x80) as u32; // CLONE_NEWTIME
+
+/// Socket families a sandboxed program may open; others get `EAFNOSUPPORT`.
+const ALLOWED_SOCKET_FAMILIES: &[libc::c_int] = &[libc::AF_UNIX, libc::AF_INET, libc::AF_INET6, libc::AF_NETLINK];
+
+/// `ioctl` requests refused: terminal input injection.
+const DENIED_IOCTLS: &[libc::c_ulong] = &[libc::TIOCSTI, libc::TIOCLINUX as libc::c_ulong];
+
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct SockFilter {
+    code: u16,
+    jt: u8,
+    jf: u8,
+    k: u32,
+}
+
+#[repr(C)]
+struct SockFprog {
+    len: u16,
+    filter: *const SockFilter,
+}
+
+const fn stmt(code: u16, k: u32) -> SockFilter {
+    SockFilter { code, jt: 0, jf: 0, k }
+}
+
+const fn jump(code: u16, k: u32, jt: u8, jf: u8) -> SockFilter {
+    SockFilter { code, jt, jf, k }
+}
+
+const fn errno(code: libc::c_int) -> u32 {
+    SECCOMP_RET_ERRNO | (code as u32 & 0xffff)
+}
+
+/// Appends "if the syscall is `nr`, run `body` (which must end in a return)".
+fn on_syscall(program: &mut Vec<SockFilter>, nr: libc::c_long, body: &[SockFilter]) {
+    program.push(stmt(BPF_LD_W_ABS, OFFSET_NR));
+    program.push(jump(BPF_JEQ_K, nr as u32, 0, body.len() as u8));
+    program.extend_from_slice(body);
+}
+
+/// Builds the filter program.
+fn build() -> Vec<SockFilter> {
+    let mut program = vec![
+        stmt(BPF_LD_W_ABS, OFFSET_ARCH),
+        jump(BPF_JEQ_K, AUDIT_ARCH, 1, 0),
+        stmt(BPF_RET_K, SECCOMP_RET_KILL_PROCESS),
+    ];
+    #[cfg(target_arch = "x86_64")]
+    {
+        program.push(stmt(BPF_LD_W_ABS, OFFSET_NR));
+        program.push(jump(BPF_JGE_K, X32_SYSCALL_BIT, 0, 1));
+        program.push(stmt(BPF_RET_K, errno(libc::ENOSYS)));
+    }
+    on_syscall(&mut program, libc::SYS_clone3, &[stmt(BPF_RET_K, errno(libc::ENOSYS))]);
+    on_syscall(
+        &mut program,
+        libc::SYS_clone,
+        &[
+            stmt(BPF_LD_W_ABS, offset_arg_low(0)),
+            jump(BPF_JSET_K, CLONE_NAMESPACE_FLAGS, 0, 1),
+            stmt(BPF_RET_K, errno(libc::EPERM)),
+            stmt(BPF_RET_K, SECCOMP_RET_ALLOW),
+        ],
+    );
+    let mut socket_rule = vec![stmt(BPF_LD_W_ABS, offset_arg_low(0))];
+    let families = ALLOWED_SOCKET_FAMILIES.len();
+    for (i, family) in ALLOWED_SOCKET_FAMILIES.iter().enumerate() {
+        // On a match jump past the remaining checks and the refusal to ALLOW.
+        socket_rule.push(jump(BPF_JEQ_K, *family as u32, (families - i) as u8, 0));
+    }
+    socket_rule.push(stmt(BPF_RET_K, errno(libc::EAFNOSUPPORT)));
+    socket_rule.push(stmt(BPF_RET_K, SECCOMP_RET_ALLOW));
+    on_syscall(&mut program, libc::SYS_socket, &socket_rule);
+    on_syscall(&mut program, libc::SYS_socketpair, &socket_rule);
+
+    let mut ioctl_rule = vec![stmt(BPF_LD_W_ABS, offset_arg_low(1))];
+    for request in DENIED_IOCTLS {
+        ioctl_rule.push(jump(BPF_JEQ_K, *request as u32, 0, 1));
+        ioctl_rule.push(stmt(BPF_RET_K, errno(libc::EPERM)));
+    }
+    ioctl_rule.push(stmt(BPF_RET_K, SECCOMP_RET_ALLOW));
+    on_syscall(&mut program, libc::SYS_ioctl, &ioctl_rule);
+
+    program.push(stmt(BPF_LD_W_ABS, OFFSET_NR));
+    for nr in DENIED {
+        program.push(jump(BPF_JEQ_K, *nr as u32, 0, 1));
+        program.push(stmt(BPF_RET_K, errno(libc::EPERM)));
+    }
+    program.push(stmt(BPF_RET_K, SECCOMP_RET_ALLOW));
+    program
+}
+
+/// Installs the filter on the calling thread (and everything it later
+/// starts). `no_new_privs` must already be set.
+pub fn install() -> io::Result<()> {
+    let program = build();
+    let fprog = SockFprog { len: program.len() as u16, filter: program.as_ptr() };
+    // SAFETY: `fprog` points at `program`, which lives across the call; the
+    // kernel copies the filter.
+    let ret = unsafe {
+        libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &fprog as *const SockFprog, 0, 0)
+    };
+    crate::sys::cvt(ret)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn program_fits_and_every_jump_lands_inside() {
+        let program = build();
+        assert!(program.len() < 4096, "BPF programs are limited to 4096 instructions");
+        for (pc, insn) in program.iter().enumerate() {
+            if insn.code & 0x07 == 0x05 {
+                let far = pc + 1 + insn.jt.max(insn.jf) as usize;
+                assert!(far < program.len(), "jump at {pc} leaves the program");
+            }
+        }
+        assert_eq!(program.last().map(|i| i.k), Some(SECCOMP_RET_ALLOW));
+    }
+}

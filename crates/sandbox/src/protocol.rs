@@ -1,0 +1,185 @@
+//! The messages between the engine (in the server) and a container's helper
+//! and init process.
+//!
+//! The control channel is a `SOCK_SEQPACKET` socket pair: one JSON message per
+//! packet, with file descriptors attached where a command needs them. Each
+//! command also gets a *status pipe* on which init writes fixed-size records
+//! (started, exited, spawn failed), so the engine never has to route replies:
+//! whoever waits on a command owns that command's pipe.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// File descriptor number of the control socket in the helper.
+pub const CONTROL_FD: i32 = 3;
+
+/// Largest control message (a command is at most 128 KiB of JSON-escaped text).
+pub const MAX_MESSAGE: usize = 1 << 20;
+
+/// A `(inside, outside, count)` line of a uid or gid map.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub struct IdRange {
+    pub inside: u32,
+    pub outside: u32,
+    pub count: u32,
+}
+
+/// How the container's root file system is assembled.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum RootSpec {
+    /// A small tmpfs holding read-only binds of host directories and links.
+    HostBinds {
+        /// (host directory, path inside the container)
+        binds: Vec<(PathBuf, String)>,
+        /// (link path inside, link target)
+        symlinks: Vec<(String, String)>,
+    },
+    /// An overlay of a read-only image root and a persistent writable layer.
+    Overlay { lower: PathBuf, upper: PathBuf, work: PathBuf },
+}
+
+/// Everything the helper needs to build a container; sent as the first message.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HelperSpec {
+    pub hostname: String,
+    /// `cgroup.procs` files the helper joins before creating init.
+    pub cgroup_procs: Vec<PathBuf>,
+    pub uid_map: Vec<IdRange>,
+    pub gid_map: Vec<IdRange>,
+    /// Whether the helper runs without root on the host (single-id maps,
+    /// `setgroups` denied).
+    pub rootless: bool,
+    /// The unprivileged user (inside ids) commands run as.
+    pub sandbox_uid: u32,
+    pub sandbox_gid: u32,
+    /// An empty host directory used as the mount point of the new root
+    /// (only inside the container's own mount namespace).
+    pub root_mount: PathBuf,
+    pub root: RootSpec,
+    /// Read-only files bound over the image: (host file, path inside).
+    pub file_binds: Vec<(PathBuf, String)>,
+    /// Persistent writable directories: (host directory, path inside).
+    pub data_binds: Vec<(PathBuf, String)>,
+    pub tmp_bytes: u64,
+    pub home: String,
+    /// The container's disk image, loop-mounted at `disk_root` by the helper
+    /// in a private mount namespace; `None` when `disk_root` is a plain
+    /// host directory.
+    pub disk_image: Option<PathBuf>,
+    pub disk_root: PathBuf,
+    /// Host (uid, gid) of the sandbox user and of the container's root, for
+    /// the disk's directories.
+    pub host_sandbox_ids: (u32, u32),
+    pub host_root_ids: (u32, u32),
+}
+
+/// What the helper and init report to the engine.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Report {
+    /// The helper created init; this is init's pid on the host.
+    InitPid { pid: i32 },
+    /// Init finished setting up and waits for commands.
+    Ready,
+    /// A setup step failed.
+    Error { message: String },
+}
+
+/// What the engine asks of init. Encoded as one tag byte and raw bytes, so a
+/// command of any content costs exactly its length on the wire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// Start `command`; the message carries stdout, stderr and status pipes.
+    Run { command: Vec<u8> },
+    /// Kill the process group of a command started earlier (pid inside).
+    KillGroup { pid: i32 },
+}
+
+impl Request {
+    pub fn encode(&self) -> Vec<u8> {
+        match self {
+            Request::Run { command } => {
+                let mut out = Vec::with_capacity(command.len() + 1);
+                out.push(b'R');
+                out.extend_from_slice(command);
+                out
+            }
+            Request::KillGroup { pid } => {
+                let mut out = vec![b'K'];
+                out.extend_from_slice(&pid.to_le_bytes());
+                out
+            }
+        }
+    }
+
+    pub fn decode(bytes: &[u8]) -> Option<Self> {
+        match bytes.split_first()? {
+            (b'R', command) => Some(Request::Run { command: command.to_vec() }),
+            (b'K', pid) => Some(Request::KillGroup { pid: i32::from_le_bytes(pid.try_into().ok()?) }),
+            _ => None,
+        }
+    }
+}
+
+/// A record on a command's status pipe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// The command started with this pid (inside the container).
+    Started(i32),
+    /// The command ended with this raw wait status.
+    Exited(i32),
+    /// The command could not be started: this errno.
+    SpawnFailed(i32),
+}
+
+impl Status {
+    /// Size of one record on the wire.
+    pub const SIZE: usize = 8;
+
+    pub fn encode(self) -> [u8; Self::SIZE] {
+        let (tag, value) = match self {
+            Status::Started(v) => (1u32, v),
+            Status::Exited(v) => (2, v),
+            Status::SpawnFailed(v) => (3, v),
+        };
+        let mut out = [0u8; Self::SIZE];
+        out[..4].copy_from_slice(&tag.to_le_bytes());
+        out[4..].copy_from_slice(&value.to_le_bytes());
+        out
+    }
+
+    pub fn decode(bytes: [u8; Self::SIZE]) -> Option<Self> {
+        let tag = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+        let value = i32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
+        match tag {
+            1 => Some(Status::Started(value)),
+            2 => Some(Status::Exited(value)),
+            3 => Some(Status::SpawnFailed(value)),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_round_trip() {
+        for request in [Request::Run { command: b"echo \"hi\"\n\x01".to_vec() }, Request::KillGroup { pid: 42 }] {
+            assert_eq!(Request::decode(&request.encode()), Some(request));
+        }
+        assert_eq!(Request::decode(b""), None);
+        assert_eq!(Request::decode(b"K12"), None);
+    }
+
+    #[test]
+    fn status_records_round_trip() {
+        for status in [Status::Started(7), Status::Exited(137 << 8), Status::SpawnFailed(libc::ENOENT)] {
+            assert_eq!(Status::decode(status.encode()), Some(status));
+        }
+        assert_eq!(Status::decode([9, 0, 0, 0, 0, 0, 0, 0]), None);
+    }
+}

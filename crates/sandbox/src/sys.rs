@@ -1,0 +1,324 @@
+//! Thin, checked wrappers over the Linux system calls the engine uses.
+//!
+//! Each wrapper turns the C convention (-1 and `errno`) into `io::Result`, and
+//! keeps the `unsafe` in one place with the reason it is sound.
+
+use std::ffi::{CStr, CString, OsStr};
+use std::io;
+use std::mem::{size_of, MaybeUninit};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+/// Converts a C return value into `io::Result`.
+pub fn cvt<T: Default + PartialOrd>(ret: T) -> io::Result<T> {
+    if ret < T::default() {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// Converts a path into a C string; paths with NUL bytes are refused.
+pub fn cstr(path: impl AsRef<OsStr>) -> io::Result<CString> {
+    CString::new(path.as_ref().as_bytes()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))
+}
+
+/// `mount(2)`.
+pub fn mount(
+    source: Option<&Path>,
+    target: &Path,
+    fstype: Option<&str>,
+    flags: libc::c_ulong,
+    data: Option<&str>,
+) -> io::Result<()> {
+    let source = source.map(cstr).transpose()?;
+    let target = cstr(target)?;
+    let fstype = fstype.map(cstr).transpose()?;
+    let data = data.map(cstr).transpose()?;
+    let ptr = |c: &Option<CString>| c.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
+    // SAFETY: every pointer is either null or a NUL-terminated string that
+    // outlives the call.
+    cvt(unsafe {
+        libc::mount(ptr(&source), target.as_ptr(), ptr(&fstype), flags, ptr(&data).cast())
+    })?;
+    Ok(())
+}
+
+/// `umount2(2)`.
+pub fn umount2(target: &Path, flags: libc::c_int) -> io::Result<()> {
+    let target = cstr(target)?;
+    // SAFETY: `target` is a valid C string for the duration of the call.
+    cvt(unsafe { libc::umount2(target.as_ptr(), flags) })?;
+    Ok(())
+}
+
+/// `pivot_root(2)` (no libc wrapper exists).
+pub fn pivot_root(new_root: &Path, put_old: &Path) -> io::Result<()> {
+    let new_root = cstr(new_root)?;
+    let put_old = cstr(put_old)?;
+    // SAFETY: both arguments are valid C strings for the duration of the call.
+    cvt(unsafe { libc::syscall(libc::SYS_pivot_root, new_root.as_ptr(), put_old.as_ptr()) })?;
+    Ok(())
+}
+
+/// `sethostname(2)`.
+pub fn sethostname(name: &str) -> io::Result<()> {
+    // SAFETY: the pointer and length describe `name`'s bytes.
+    cvt(unsafe { libc::sethostname(name.as_ptr().cast(), name.len()) })?;
+    Ok(())
+}
+
+/// `statvfs(2)` mount flags (`ST_*`) of the file system holding `path`.
+pub fn mount_flags(path: &Path) -> io::Result<libc::c_ulong> {
+    let path = cstr(path)?;
+    let mut buf = MaybeUninit::<libc::statvfs>::zeroed();
+    // SAFETY: `buf` is large enough for a `statvfs` and `path` is a C string.
+    cvt(unsafe { libc::statvfs(path.as_ptr(), buf.as_mut_ptr()) })?;
+    // SAFETY: statvfs succeeded, so it filled `buf`.
+    Ok(unsafe { buf.assume_init() }.f_flag)
+}
+
+/// Bytes free and total of the file system holding `path`.
+pub fn fs_space(path: &Path) -> io::Result<(u64, u64)> {
+    let path = cstr(path)?;
+    let mut buf = MaybeUninit::<libc::statvfs>::zeroed();
+    // SAFETY: as in `mount_flags`.
+    cvt(unsafe { libc::statvfs(path.as_ptr(), buf.as_mut_ptr()) })?;
+    // SAFETY: statvfs succeeded, so it filled `buf`.
+    let st = unsafe { buf.assume_init() };
+    Ok((st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize))
+}
+
+/// A connected pair of `SOCK_SEQPACKET` Unix sockets (message boundaries kept,
+/// file descriptors can travel), close-on-exec.
+pub fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors socketpair writes.
+    cvt(unsafe {
+        libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr())
+    })?;
+    // SAFETY: socketpair succeeded; both descriptors are new and ours alone.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// A close-on-exec pipe: (read end, write end).
+pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+    cvt(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+    // SAFETY: pipe2 succeeded; both descriptors are new and ours alone.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Most descriptors one message may carry.
+pub const MAX_FDS_PER_MESSAGE: usize = 4;
+
+/// Sends one message with up to [`MAX_FDS_PER_MESSAGE`] descriptors attached.
+pub fn send_with_fds(socket: RawFd, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
+    assert!(fds.len() <= MAX_FDS_PER_MESSAGE);
+    let mut iov = libc::iovec { iov_base: data.as_ptr() as *mut libc::c_void, iov_len: data.len() };
+    let mut control = [0u64; 8]; // 64 bytes, 8-aligned: enough for 4 fds.
+    // SAFETY: msghdr is plain data; zero is a valid starting value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    if !fds.is_empty() {
+        let payload = (fds.len() * size_of::<RawFd>()) as u32;
+        // SAFETY: CMSG_SPACE only computes a size.
+        let space = unsafe { libc::CMSG_SPACE(payload) } as usize;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = space as _;
+        // SAFETY: msg_control points to `control`, which is at least `space`
+        // bytes, so CMSG_FIRSTHDR returns a valid header inside it and
+        // CMSG_DATA leaves room for `payload` bytes.
+        unsafe {
+            let header = libc::CMSG_FIRSTHDR(&msg);
+            (*header).cmsg_level = libc::SOL_SOCKET;
+            (*header).cmsg_type = libc::SCM_RIGHTS;
+            (*header).cmsg_len = libc::CMSG_LEN(payload) as _;
+            std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(header).cast::<RawFd>(), fds.len());
+        }
+    }
+    loop {
+        // SAFETY: `msg` describes live buffers for the duration of the call.
+        let sent = unsafe { libc::sendmsg(socket, &msg, libc::MSG_NOSIGNAL) };
+        match cvt(sent) {
+            Ok(_) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Receives one message into `buf`; returns its length (0 at end of stream)
+/// and the descriptors that came with it, owned and close-on-exec.
+pub fn recv_with_fds(socket: RawFd, buf: &mut [u8], flags: libc::c_int) -> io::Result<(usize, Vec<OwnedFd>)> {
+    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    let mut control = [0u64; 8];
+    // SAFETY: msghdr is plain data; zero is a valid starting value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = size_of::<[u64; 8]>() as _;
+    let len = loop {
+        // SAFETY: `msg` describes live buffers for the duration of the call.
+        let got = unsafe { libc::recvmsg(socket, &mut msg, flags | libc::MSG_CMSG_CLOEXEC) };
+        match cvt(got) {
+            Ok(n) => break n as usize,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    };
+    let mut fds = Vec::new();
+    // SAFETY: recvmsg filled `msg`'s control area; the CMSG macros walk it
+    // within `msg_controllen`, and each SCM_RIGHTS payload holds whole fds
+    // that the kernel just installed in this process.
+    unsafe {
+        let mut header = libc::CMSG_FIRSTHDR(&msg);
+        while !header.is_null() {
+            if (*header).cmsg_level == libc::SOL_SOCKET && (*header).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(header).cast::<RawFd>();
+                let bytes = (*header).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+                for i in 0..bytes / size_of::<RawFd>() {
+                    fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i))));
+                }
+            }
+            header = libc::CMSG_NXTHDR(&msg, header);
+        }
+    }
+    if msg.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0 {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "message truncated"));
+    }
+    Ok((len, fds))
+}
+
+/// Writes all of `data` to a raw descriptor, retrying on EINTR.
+pub fn write_all(fd: RawFd, mut data: &[u8]) -> io::Result<()> {
+    while !data.is_empty() {
+        // SAFETY: the pointer and length describe `data`.
+        match cvt(unsafe { libc::write(fd, data.as_ptr().cast(), data.len()) }) {
+            Ok(n) => data = &data[n as usize..],
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Reads into `buf` from a raw descriptor, retrying on EINTR.
+pub fn read(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: the pointer and length describe `buf`.
+        match cvt(unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) }) {
+            Ok(n) => return Ok(n as usize),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Writes a small text file (for `/proc` and cgroup knobs) in one `write`.
+pub fn write_file(path: &Path, contents: &str) -> io::Result<()> {
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new().write(true).open(path)?;
+    file.write_all(contents.as_bytes())
+}
+
+/// `prctl(2)` with integer arguments.
+pub fn prctl(option: libc::c_int, arg2: libc::c_ulong) -> io::Result<libc::c_int> {
+    // SAFETY: the options used here take integer arguments only.
+    cvt(unsafe { libc::prctl(option, arg2, 0 as libc::c_ulong, 0 as libc::c_ulong, 0 as libc::c_ulong) })
+}
+
+/// `pidfd_open(2)`: a descriptor that becomes readable when `pid` exits.
+pub fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor.
+    let fd = cvt(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) })?;
+    // SAFETY: the descriptor is new and ours alone.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// `pidfd_send_signal(2)`.
+pub fn pidfd_kill(pidfd: &OwnedFd, signal: libc::c_int) -> io::Result<()> {
+    // SAFETY: the pidfd is valid; a null siginfo means "as kill(2) would".
+    cvt(unsafe {
+        libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), signal, std::ptr::null::<u8>(), 0)
+    })?;
+    Ok(())
+}
+
+/// Reaps the exited process behind `pidfd` (it must be our child) without
+/// blocking; `Ok(None)` while it still runs.
+pub fn reap_pidfd(pidfd: &OwnedFd) -> io::Result<Option<libc::c_int>> {
+    // SAFETY: siginfo_t is plain data; zero is valid.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    const P_PIDFD: libc::idtype_t = 3;
+    // SAFETY: `info` is a valid siginfo_t for waitid to fill.
+    cvt(unsafe {
+        libc::waitid(P_PIDFD, pidfd.as_raw_fd() as libc::id_t, &mut info, libc::WEXITED | libc::WNOHANG)
+    })?;
+    // SAFETY: waitid filled `info`; si_pid is 0 when nothing has exited yet.
+    let pid = unsafe { info.si_pid() };
+    if pid == 0 {
+        return Ok(None);
+    }
+    // SAFETY: as above; si_status is valid when si_pid is set.
+    Ok(Some(unsafe { info.si_status() }))
+}
+
+/// Encodes a wait status as a shell would: the exit code, or 128 + signal.
+pub fn exit_code_of(status: libc::c_int) -> i32 {
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else if libc::WIFSIGNALED(status) {
+        128 + libc::WTERMSIG(status)
+    } else {
+        128
+    }
+}
+
+/// The current effective uid.
+pub fn geteuid() -> u32 {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Describes the last OS error for messages written where allocation is fine.
+pub fn last_error(what: &str) -> String {
+    format!("{what}: {}", io::Error::last_os_error())
+}
+
+/// A `CStr` from a static byte string with a trailing NUL.
+pub fn static_cstr(bytes: &'static [u8]) -> &'static CStr {
+    CStr::from_bytes_with_nul(bytes).unwrap_or(c"")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn descriptors_travel_over_seqpacket() {
+        let (a, b) = seqpacket_pair().unwrap();
+        let (read_end, write_end) = pipe().unwrap();
+        send_with_fds(a.as_raw_fd(), b"hello", &[write_end.as_raw_fd()]).unwrap();
+        drop(write_end);
+        let mut buf = [0u8; 16];
+        let (len, fds) = recv_with_fds(b.as_raw_fd(), &mut buf, 0).unwrap();
+        assert_eq!(&buf[..len], b"hello");
+        assert_eq!(fds.len(), 1);
+        write_all(fds[0].as_raw_fd(), b"via passed fd").unwrap();
+        drop(fds);
+        let mut out = [0u8; 32];
+        let n = read(read_end.as_raw_fd(), &mut out).unwrap();
+        assert_eq!(&out[..n], b"via passed fd");
+    }
+
+    #[test]
+    fn exit_codes_follow_the_shell_convention() {
+        assert_eq!(exit_code_of(3 << 8), 3);
+        assert_eq!(exit_code_of(libc::SIGKILL), 137);
+    }
+}
