@@ -113,7 +113,12 @@ pub fn main() -> i32 {
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("SHELLGATE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    use std::io::IsTerminal;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr)
+        .init();
 }
 
 async fn open_engine(data_dir: PathBuf) -> Result<LocalEngine> {
