@@ -105,6 +105,14 @@ impl Cgroups {
         Ok(procs)
     }
 
+    /// Sets (or changes) the limits of an existing cgroup.
+    pub fn apply(&self, slot: &str, spec: &ContainerSpec) -> io::Result<()> {
+        for (controller, dir) in self.dirs(slot) {
+            write_limits(controller, &dir, spec)?;
+        }
+        Ok(())
+    }
+
     /// Kills whatever is left in a container's cgroups and removes them.
     /// Waits up to `patience` for dying processes to leave.
     pub async fn remove(&self, id: &str, patience: Duration) -> io::Result<()> {
@@ -126,7 +134,7 @@ impl Cgroups {
         Ok(())
     }
 
-    /// Ids of containers that have cgroups (used to clean up after a crash).
+    /// Names of every cgroup this engine has (used to clean up after a crash).
     pub fn existing(&self) -> Vec<String> {
         let mut ids: Vec<String> = Vec::new();
         let bases: Vec<&PathBuf> = match self {
@@ -147,18 +155,6 @@ impl Cgroups {
             }
         }
         ids
-    }
-
-    /// Reads a container's peak or current memory use, for reports.
-    pub fn memory_current(&self, id: &str) -> Option<u64> {
-        self.dirs(id).into_iter().find_map(|(controller, dir)| {
-            let file = match controller {
-                "" => "memory.current",
-                "memory" => "memory.usage_in_bytes",
-                _ => return None,
-            };
-            fs::read_to_string(dir.join(file)).ok()?.trim().parse().ok()
-        })
     }
 
     /// Whether limits are enforced at all.

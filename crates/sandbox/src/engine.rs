@@ -17,7 +17,6 @@
 //! socket and reaps it through a pidfd; a watcher task notices when it dies.
 
 use std::collections::HashMap;
-use std::ffi::CString;
 use std::fs;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -40,10 +39,10 @@ use crate::cgroup::Cgroups;
 use crate::disk::{self, DiskKind};
 use crate::error::{IoContext, SandboxError};
 use crate::files::DataDir;
-use crate::helper::HELPER_ARG;
 use crate::image::ImageStore;
 use crate::output::CappedOutput;
-use crate::protocol::{HelperSpec, IdRange, Report, Request, RootSpec, Status, MAX_MESSAGE};
+use crate::launcher::{register, wait_exit, Helper};
+use crate::protocol::{HelperSpec, IdRange, Request, RootSpec, Status};
 use crate::sys;
 
 /// The sandbox user inside every container.
@@ -66,6 +65,8 @@ pub struct EngineConfig {
     pub uid_base: u32,
     /// Formatted disks of the default size kept ready.
     pub pool_size: usize,
+    /// Helpers kept spawned and enrolled in a cgroup, ready for a container.
+    pub spare_helpers: usize,
     /// Disk size the pool prepares (the default `disk_bytes`).
     pub pool_disk_bytes: u64,
     /// How long to keep reading output after a command ends while a
@@ -83,6 +84,7 @@ impl EngineConfig {
             helper_binary: PathBuf::from("/proc/self/exe"),
             uid_base: 3_000_000_000,
             pool_size: 2,
+            spare_helpers: 2,
             pool_disk_bytes: ContainerSpec::default().disk_bytes,
             drain_grace: Duration::from_millis(100),
             hostname: "sandbox".to_owned(),
@@ -94,6 +96,8 @@ impl EngineConfig {
 struct Running {
     control: AsyncFd<OwnedFd>,
     init_pid: i32,
+    /// The container's cgroup (see `launcher`).
+    slot: String,
     pidfd: Arc<AsyncFd<OwnedFd>>,
     exited: watch::Receiver<bool>,
 }
@@ -152,6 +156,11 @@ struct Inner {
     pool: Mutex<Vec<PathBuf>>,
     pool_filling: tokio::sync::Mutex<()>,
     pool_counter: AtomicU64,
+    spares: Mutex<Vec<Helper>>,
+    spares_filling: tokio::sync::Mutex<()>,
+    slot_counter: AtomicU64,
+    /// Teardowns of destroyed containers still finishing in the background.
+    teardowns: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// Held for the engine's lifetime: one engine per data directory.
     _lock: fs::File,
 }
@@ -221,11 +230,16 @@ impl LocalEngine {
                 pool: Mutex::new(Vec::new()),
                 pool_filling: tokio::sync::Mutex::new(()),
                 pool_counter: AtomicU64::new(0),
+                spares: Mutex::new(Vec::new()),
+                spares_filling: tokio::sync::Mutex::new(()),
+                slot_counter: AtomicU64::new(0),
+                teardowns: Mutex::new(Vec::new()),
                 _lock: lock,
             }),
         };
         engine.recover().await?;
         engine.refill_pool_in_background();
+        engine.refill_spares_in_background();
         Ok((engine, warnings))
     }
 
@@ -338,23 +352,78 @@ impl LocalEngine {
         }
     }
 
-    /// Starts a container's processes; the caller holds its state lock.
-    async fn launch(&self, container: &Container) -> Result<Arc<Running>, SandboxError> {
-        let inner = &self.inner;
-        let procs = inner
-            .cgroups
-            .create(&container.id, &container.spec)
-            .context(|| format!("create cgroups for {}", container.id))?;
-        match self.spawn_init(container, procs).await {
-            Ok(running) => Ok(running),
-            Err(e) => {
-                let _ = inner.cgroups.remove(&container.id, Duration::from_secs(2)).await;
-                Err(e)
-            }
-        }
+    fn next_slot(&self) -> String {
+        format!("s{}-{}", std::process::id(), self.inner.slot_counter.fetch_add(1, Ordering::Relaxed))
     }
 
-    fn helper_spec(&self, container: &Container, cgroup_procs: Vec<PathBuf>) -> Result<HelperSpec, SandboxError> {
+    fn refill_spares_in_background(&self) {
+        if self.inner.config.spare_helpers == 0 {
+            return;
+        }
+        let engine = self.clone();
+        tokio::spawn(async move {
+            let Ok(_filling) = engine.inner.spares_filling.try_lock() else { return };
+            while lock(&engine.inner.spares).len() < engine.inner.config.spare_helpers {
+                let inner = &engine.inner;
+                let spawned =
+                    Helper::spawn(&inner.config.helper_binary, &inner.cgroups, engine.next_slot(), &ContainerSpec::default())
+                        .await;
+                match spawned {
+                    Ok(helper) => lock(&inner.spares).push(helper),
+                    Err(e) => {
+                        tracing::warn!("could not prepare a spare sandbox helper: {e}");
+                        return;
+                    }
+                }
+            }
+        });
+    }
+
+    /// A helper enrolled in a cgroup with `spec`'s limits: a spare if one is
+    /// ready, else a new one.
+    async fn helper_for(&self, spec: &ContainerSpec) -> Result<Helper, SandboxError> {
+        let inner = &self.inner;
+        let spare = lock(&inner.spares).pop();
+        if let Some(helper) = spare {
+            self.refill_spares_in_background();
+            match inner.cgroups.apply(&helper.slot, spec) {
+                Ok(()) => return Ok(helper),
+                Err(e) => {
+                    tracing::warn!("spare helper unusable ({e}); starting a new one");
+                    helper.discard(&inner.cgroups).await;
+                }
+            }
+        }
+        Helper::spawn(&inner.config.helper_binary, &inner.cgroups, self.next_slot(), spec).await
+    }
+
+    /// Starts a container's processes; the caller holds its state lock.
+    async fn launch(&self, container: &Container) -> Result<Arc<Running>, SandboxError> {
+        let spec = self.helper_spec(container)?;
+        let spec = serde_json::to_vec(&spec).map_err(|e| SandboxError::Setup(format!("encode spec: {e}")))?;
+        let helper = self.helper_for(&container.spec).await?;
+        let slot = helper.slot.clone();
+        let started = match helper.start(&spec).await {
+            Ok(started) => started,
+            Err(e) => {
+                let _ = self.inner.cgroups.remove(&slot, Duration::from_secs(2)).await;
+                return Err(e);
+            }
+        };
+        let pidfd = sys::pidfd_open(started.init_pid).context(|| "pidfd of init".into())?;
+        let pidfd = Arc::new(register(pidfd).context(|| "register pidfd".into())?);
+        let (exited_tx, exited) = watch::channel(false);
+        let watched = Arc::clone(&pidfd);
+        let id = container.id.clone();
+        tokio::spawn(async move {
+            wait_exit(&watched).await;
+            tracing::debug!(container = %id, "init exited");
+            let _ = exited_tx.send(true);
+        });
+        Ok(Arc::new(Running { control: started.control, init_pid: started.init_pid, slot: started.slot, pidfd, exited }))
+    }
+
+    fn helper_spec(&self, container: &Container) -> Result<HelperSpec, SandboxError> {
         let inner = &self.inner;
         let image = inner.images.resolve(&container.spec.image)?;
         let (disk_image, disk_root) = match inner.disk_kind {
@@ -381,7 +450,6 @@ impl LocalEngine {
         };
         Ok(HelperSpec {
             hostname: inner.config.hostname.clone(),
-            cgroup_procs,
             uid_map,
             gid_map,
             rootless: inner.rootless,
@@ -403,56 +471,6 @@ impl LocalEngine {
         })
     }
 
-    async fn spawn_init(&self, container: &Container, cgroup_procs: Vec<PathBuf>) -> Result<Arc<Running>, SandboxError> {
-        let spec = self.helper_spec(container, cgroup_procs)?;
-        let spec = serde_json::to_vec(&spec).map_err(|e| SandboxError::Setup(format!("encode spec: {e}")))?;
-        let (ours, theirs) = sys::seqpacket_pair().context(|| "socketpair".into())?;
-        let helper_pid = spawn_helper(&self.inner.config.helper_binary, &theirs)
-            .context(|| format!("start helper {}", self.inner.config.helper_binary.display()))?;
-        drop(theirs);
-        let helper = sys::pidfd_open(helper_pid).context(|| "pidfd of helper".into())?;
-        set_nonblocking(&ours)?;
-        let control = register(ours).context(|| "register control socket".into())?;
-
-        let outcome = async {
-            send_raw(&control, &spec).await?;
-            let mut init_pid = None;
-            loop {
-                match recv_report(&control).await? {
-                    Some(Report::InitPid { pid }) => init_pid = Some(pid),
-                    Some(Report::Ready) => break,
-                    Some(Report::Error { message }) => return Err(SandboxError::Setup(message)),
-                    None => return Err(SandboxError::Setup("the sandbox helper exited without a report".into())),
-                }
-            }
-            init_pid.ok_or_else(|| SandboxError::Setup("init reported ready before its pid".into()))
-        };
-        let result = tokio::time::timeout(Duration::from_secs(30), outcome).await;
-        // The helper has exited (or is about to): reap it.
-        reap(helper).await;
-        let init_pid = match result {
-            Ok(Ok(pid)) => pid,
-            Ok(Err(e)) => {
-                // Init (if it exists) sees the socket close and exits; it is our
-                // child, so reap it through a pidfd opened from its pid if known.
-                drop(control);
-                return Err(e);
-            }
-            Err(_) => return Err(SandboxError::Setup("the sandbox took more than 30 s to start".into())),
-        };
-        let pidfd = sys::pidfd_open(init_pid).context(|| "pidfd of init".into())?;
-        let pidfd = Arc::new(register(pidfd).context(|| "register pidfd".into())?);
-        let (exited_tx, exited) = watch::channel(false);
-        let watched = Arc::clone(&pidfd);
-        let id = container.id.clone();
-        tokio::spawn(async move {
-            wait_exit(&watched).await;
-            tracing::debug!(container = %id, "init exited");
-            let _ = exited_tx.send(true);
-        });
-        Ok(Arc::new(Running { control, init_pid, pidfd, exited }))
-    }
-
     /// The running handle of a container, starting it if it is stopped or
     /// its processes died.
     async fn ensure_running(&self, container: &Container) -> Result<Arc<Running>, SandboxError> {
@@ -471,10 +489,15 @@ impl LocalEngine {
 
     async fn stop_locked(&self, container: &Container, state: &mut Option<Arc<Running>>) {
         if let Some(running) = state.take() {
-            running.shut_down(Duration::from_secs(2)).await;
+            self.tear_down(&container.id, &running).await;
         }
-        if let Err(e) = self.inner.cgroups.remove(&container.id, Duration::from_secs(5)).await {
-            tracing::warn!(container = %container.id, "could not remove cgroup: {e}");
+    }
+
+    /// Ends a container's processes and removes its cgroup.
+    async fn tear_down(&self, id: &str, running: &Running) {
+        running.shut_down(Duration::from_secs(2)).await;
+        if let Err(e) = self.inner.cgroups.remove(&running.slot, Duration::from_secs(5)).await {
+            tracing::warn!(container = %id, "could not remove cgroup {}: {e}", running.slot);
         }
     }
 
@@ -571,8 +594,14 @@ impl LocalEngine {
         Ok(CommandResult { stdout: out.finish(), stderr: stderr_text, outcome })
     }
 
-    /// Stops every running container (their files stay).
+    /// Stops every running container (their files stay), waits for pending
+    /// teardowns and ends the spare helpers.
     pub async fn shutdown(&self) {
+        self.settle().await;
+        let spares: Vec<Helper> = lock(&self.inner.spares).drain(..).collect();
+        for helper in spares {
+            helper.discard(&self.inner.cgroups).await;
+        }
         let containers: Vec<Arc<Container>> = lock(&self.inner.containers).values().cloned().collect();
         for container in containers {
             let mut state = container.state.lock().await;
@@ -589,9 +618,17 @@ impl LocalEngine {
         Ok(state.as_ref().filter(|r| r.alive()).map(|r| r.init_pid))
     }
 
-    /// Current memory use of a container's cgroup, where measurable.
-    pub fn memory_current(&self, id: &str) -> Option<u64> {
-        self.inner.cgroups.memory_current(id)
+    /// Waits for background teardowns of destroyed containers to finish.
+    pub async fn settle(&self) {
+        loop {
+            let pending: Vec<_> = lock(&self.inner.teardowns).drain(..).collect();
+            if pending.is_empty() {
+                return;
+            }
+            for task in pending {
+                let _ = task.await;
+            }
+        }
     }
 
     async fn data_dir(&self, id: &str) -> Result<DataDir, SandboxError> {
@@ -611,108 +648,6 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // A panic elsewhere cannot leave these maps inconsistent (each update is
     // a single insert or remove), so a poisoned lock is still usable.
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// Registers a descriptor with the tokio reactor.
-fn register(fd: OwnedFd) -> std::io::Result<AsyncFd<OwnedFd>> {
-    // SAFETY: an OwnedFd stays open, and names the same file, until the
-    // AsyncFd that owns it is dropped.
-    unsafe { AsyncFd::register(fd) }.map_err(|e| e.into_parts().1)
-}
-
-fn set_nonblocking(fd: &OwnedFd) -> Result<(), SandboxError> {
-    // SAFETY: fcntl on a descriptor we own.
-    let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
-    // SAFETY: as above.
-    sys::cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) })
-        .context(|| "set O_NONBLOCK".into())?;
-    Ok(())
-}
-
-async fn send_raw(control: &AsyncFd<OwnedFd>, bytes: &[u8]) -> Result<(), SandboxError> {
-    loop {
-        let mut guard = control.writable().await.context(|| "wait on control socket".into())?;
-        match guard.try_io(|fd| sys::send_with_fds(fd.as_raw_fd(), bytes, &[])) {
-            Ok(result) => return result.context(|| "send spec to helper".into()),
-            Err(_would_block) => continue,
-        }
-    }
-}
-
-/// Receives one report; `None` once the other side closed.
-async fn recv_report(control: &AsyncFd<OwnedFd>) -> Result<Option<Report>, SandboxError> {
-    let mut buf = vec![0u8; MAX_MESSAGE];
-    loop {
-        let mut guard = control.readable().await.context(|| "wait on control socket".into())?;
-        match guard.try_io(|fd| sys::recv_with_fds(fd.as_raw_fd(), &mut buf, libc::MSG_DONTWAIT)) {
-            Ok(Ok((0, _))) => return Ok(None),
-            Ok(Ok((len, _))) => {
-                return serde_json::from_slice(&buf[..len])
-                    .map(Some)
-                    .map_err(|e| SandboxError::Setup(format!("bad report from helper: {e}")))
-            }
-            Ok(Err(e)) if e.raw_os_error() == Some(libc::ECONNRESET) => return Ok(None),
-            Ok(Err(e)) => return Err(SandboxError::io("read from helper", e)),
-            Err(_would_block) => continue,
-        }
-    }
-}
-
-/// Waits until the process behind a pidfd (our child) exits, and reaps it.
-async fn wait_exit(pidfd: &AsyncFd<OwnedFd>) {
-    loop {
-        match sys::reap_pidfd(pidfd.get_ref()) {
-            Ok(Some(_)) => return,
-            Ok(None) => {}
-            // ECHILD: already reaped; anything else: nothing more to wait for.
-            Err(_) => return,
-        }
-        match pidfd.readable().await {
-            Ok(mut guard) => guard.clear_ready(),
-            Err(_) => return,
-        }
-    }
-}
-
-async fn reap(pidfd: OwnedFd) {
-    match register(pidfd) {
-        Ok(fd) => wait_exit(&fd).await,
-        Err(e) => tracing::warn!("cannot watch helper: {e}"),
-    }
-}
-
-/// Starts the helper with `posix_spawn` (a vfork-style clone: safe and cheap
-/// from a multithreaded server, unlike fork), the control socket on fd 3.
-fn spawn_helper(binary: &Path, control: &OwnedFd) -> std::io::Result<libc::pid_t> {
-    let path = sys::cstr(binary)?;
-    let arg = CString::new(HELPER_ARG).map_err(std::io::Error::other)?;
-    let argv = [path.as_ptr(), arg.as_ptr(), std::ptr::null()];
-    let envp: [*const libc::c_char; 1] = [std::ptr::null()];
-    let dev_null = c"/dev/null";
-    let mut pid: libc::pid_t = 0;
-    // SAFETY: the file-actions and attribute objects are initialised before
-    // use and destroyed after; every pointer passed is valid for the call.
-    unsafe {
-        let mut actions: libc::posix_spawn_file_actions_t = std::mem::zeroed();
-        let mut attr: libc::posix_spawnattr_t = std::mem::zeroed();
-        libc::posix_spawn_file_actions_init(&mut actions);
-        libc::posix_spawnattr_init(&mut attr);
-        // dup2 onto fd 3 clears close-on-exec (glibc also when it already is fd 3).
-        libc::posix_spawn_file_actions_adddup2(&mut actions, control.as_raw_fd(), crate::protocol::CONTROL_FD);
-        libc::posix_spawn_file_actions_addopen(&mut actions, 0, dev_null.as_ptr(), libc::O_RDONLY, 0);
-        libc::posix_spawn_file_actions_addopen(&mut actions, 1, dev_null.as_ptr(), libc::O_WRONLY, 0);
-        let mut empty: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut empty);
-        libc::posix_spawnattr_setsigmask(&mut attr, &empty);
-        libc::posix_spawnattr_setflags(&mut attr, libc::POSIX_SPAWN_SETSIGMASK as libc::c_short);
-        let ret = libc::posix_spawn(&mut pid, path.as_ptr(), &actions, &attr, argv.as_ptr().cast(), envp.as_ptr().cast());
-        libc::posix_spawn_file_actions_destroy(&mut actions);
-        libc::posix_spawnattr_destroy(&mut attr);
-        if ret != 0 {
-            return Err(std::io::Error::from_raw_os_error(ret));
-        }
-    }
-    Ok(pid)
 }
 
 #[async_trait]
@@ -782,13 +717,35 @@ impl SandboxBackend for LocalEngine {
     async fn destroy(&self, id: &str) -> Result<(), SandboxError> {
         let container = self.container(id)?;
         let mut state = container.state.lock().await;
-        self.stop_locked(&container, &mut state).await;
-        fs::remove_dir_all(&container.dir).or_else(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => Ok(()),
-            _ => Err(e),
-        })
-        .context(|| format!("remove {}", container.dir.display()))?;
+        // Move the directory out of the way first: from here on the id is
+        // free, and a crash mid-teardown leaves only a `.trash-` directory,
+        // which the next start removes.
+        let n = self.inner.slot_counter.fetch_add(1, Ordering::Relaxed);
+        let trash = self.inner.config.data_dir.join("containers").join(format!(".trash-{id}-{n}"));
+        match fs::rename(&container.dir, &trash) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(SandboxError::io(format!("remove {}", container.dir.display()), e)),
+        }
         lock(&self.inner.containers).remove(id);
+        let running = state.take();
+        drop(state);
+        // Processes, cgroup and disk go in the background; `settle` waits.
+        let engine = self.clone();
+        let id = id.to_owned();
+        let task = tokio::spawn(async move {
+            if let Some(running) = running {
+                engine.tear_down(&id, &running).await;
+            }
+            if let Err(e) = fs::remove_dir_all(&trash) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!(container = %id, "could not remove {}: {e}", trash.display());
+                }
+            }
+        });
+        let mut teardowns = lock(&self.inner.teardowns);
+        teardowns.retain(|t| !t.is_finished());
+        teardowns.push(task);
         Ok(())
     }
 

@@ -17,6 +17,7 @@ pub mod error;
 pub mod files;
 pub mod helper;
 pub mod image;
+mod launcher;
 pub mod output;
 pub mod protocol;
 pub mod sys;

@@ -40,12 +40,20 @@ pub enum RootSpec {
     Overlay { lower: PathBuf, upper: PathBuf, work: PathBuf },
 }
 
-/// Everything the helper needs to build a container; sent as the first message.
+/// The first message to a helper: the cgroups to join. Joining (a cgroup
+/// migration) is the slowest step of a start, so the engine keeps helpers
+/// enrolled ahead of time and sends the [`HelperSpec`] only when a container
+/// starts.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Enrollment {
+    /// `cgroup.procs` files the helper joins before creating init.
+    pub cgroup_procs: Vec<PathBuf>,
+}
+
+/// Everything the helper needs to build a container; the second message.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct HelperSpec {
     pub hostname: String,
-    /// `cgroup.procs` files the helper joins before creating init.
-    pub cgroup_procs: Vec<PathBuf>,
     pub uid_map: Vec<IdRange>,
     pub gid_map: Vec<IdRange>,
     /// Whether the helper runs without root on the host (single-id maps,
@@ -79,6 +87,8 @@ pub struct HelperSpec {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Report {
+    /// The helper joined its cgroups and waits for a spec.
+    Enrolled,
     /// The helper created init; this is init's pid on the host.
     InitPid { pid: i32 },
     /// Init finished setting up and waits for commands.

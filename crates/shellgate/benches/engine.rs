@@ -143,15 +143,27 @@ fn main() {
         println!("Cold path...");
         let cold_runs = if quick { 30 } else { 50 };
         let mut samples = Vec::with_capacity(cold_runs);
+        let (mut creates, mut firsts, mut destroys) = (Vec::new(), Vec::new(), Vec::new());
         for i in 0..cold_runs {
             let id = format!("cold-{i}");
             let start = Instant::now();
             engine.create(&id, ContainerSpec::default()).await.expect("create cold");
+            let created = start.elapsed();
             engine.run(&id, request.clone()).await.expect("cold run");
+            let ran = start.elapsed();
             engine.destroy(&id).await.expect("destroy cold");
             samples.push(start.elapsed());
+            creates.push(created);
+            firsts.push(ran - created);
+            destroys.push(start.elapsed() - ran);
         }
         let cold = stats(samples);
+        println!(
+            "cold breakdown (median ms): create {} first command {} destroy {}",
+            ms(stats(creates).median),
+            ms(stats(firsts).median),
+            ms(stats(destroys).median)
+        );
 
         println!("{idle_containers} idle containers...");
         let mut pids = Vec::new();

@@ -125,6 +125,7 @@ async fn open_engine(data_dir: PathBuf) -> Result<LocalEngine> {
     let mut config = EngineConfig::new(data_dir);
     // A one-shot command has no use for pre-formatted disks.
     config.pool_size = 0;
+    config.spare_helpers = 0;
     let (engine, warnings) = LocalEngine::open(config).await.context("cannot open the sandbox engine")?;
     for warning in warnings {
         tracing::warn!("{warning}");

@@ -1,16 +1,19 @@
 //! The helper: the `shellgate` binary re-executed to build one container.
 //!
 //! The server never forks from its tokio threads. It spawns
-//! `shellgate __sandbox-helper` with the control socket on fd 3 and sends it a
-//! [`HelperSpec`]. The helper, a fresh single-threaded process:
+//! `shellgate __sandbox-helper` with the control socket on fd 3. The helper,
+//! a fresh single-threaded process:
 //!
-//! 1. joins the container's cgroups, so everything it creates is counted;
-//! 2. `clone`s init into new user, mount, pid, network, UTS, IPC and cgroup
+//! 1. joins the cgroups named by an [`Enrollment`], so everything it creates
+//!    is counted (the engine does this ahead of time for a few spare helpers);
+//! 2. waits for a [`HelperSpec`], then mounts the container's disk in a
+//!    private mount namespace of its own;
+//! 3. `clone`s init into new user, mount, pid, network, UTS, IPC and cgroup
 //!    namespaces, with `CLONE_PARENT` so init is the *server's* child (one
 //!    process per idle container; the server reaps it through a pidfd);
-//! 3. writes init's uid/gid maps from outside (only a process in the parent
+//! 4. writes init's uid/gid maps from outside (only a process in the parent
 //!    user namespace may map more than its own id), then lets init go;
-//! 4. reports init's pid and exits.
+//! 5. reports init's pid and exits.
 //!
 //! Init then builds the container (see [`init`]) and serves commands.
 
@@ -22,7 +25,7 @@ use std::fs;
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
 
-use crate::protocol::{HelperSpec, IdRange, Report, CONTROL_FD, MAX_MESSAGE};
+use crate::protocol::{Enrollment, HelperSpec, IdRange, Report, CONTROL_FD, MAX_MESSAGE};
 use crate::sys;
 
 /// The argument that makes the `shellgate` binary act as the helper.
@@ -60,16 +63,28 @@ fn run_helper(control: RawFd) -> Result<(), String> {
         .map_err(|e| format!("close_range: {e}"))?;
 
     let mut buf = vec![0u8; MAX_MESSAGE];
-    let (len, _) = sys::recv_with_fds(control, &mut buf, 0).map_err(|e| format!("read spec: {e}"))?;
-    let spec: HelperSpec = serde_json::from_slice(&buf[..len]).map_err(|e| format!("parse spec: {e}"))?;
-    drop(buf);
-
-    prepare_disk(&spec)?;
-
+    let mut receive = |what: &str| -> Result<Option<Vec<u8>>, String> {
+        match sys::recv_with_fds(control, &mut buf, 0) {
+            Ok((0, _)) => Ok(None),
+            Ok((len, _)) => Ok(Some(buf[..len].to_vec())),
+            Err(e) => Err(format!("read {what}: {e}")),
+        }
+    };
+    // The engine closing the socket before a message is a normal end for a
+    // spare helper that was never used.
+    let Some(enrollment) = receive("enrollment")? else { std::process::exit(0) };
+    let enrollment: Enrollment =
+        serde_json::from_slice(&enrollment).map_err(|e| format!("parse enrollment: {e}"))?;
     let pid = std::process::id().to_string();
-    for procs in &spec.cgroup_procs {
+    for procs in &enrollment.cgroup_procs {
         sys::write_file(procs, &pid).map_err(|e| format!("join cgroup {}: {e}", procs.display()))?;
     }
+    report(control, &Report::Enrolled);
+    let Some(spec) = receive("spec")? else { std::process::exit(0) };
+    let spec: HelperSpec = serde_json::from_slice(&spec).map_err(|e| format!("parse spec: {e}"))?;
+    drop(receive);
+
+    prepare_disk(&spec)?;
 
     let (sync_read, sync_write) = sys::pipe().map_err(|e| format!("pipe: {e}"))?;
     let flags = libc::CLONE_NEWUSER

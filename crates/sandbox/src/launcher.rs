@@ -1,0 +1,240 @@
+//! Spawning, enrolling and reaping sandbox helpers.
+//!
+//! A helper is the `shellgate` binary re-executed with `__sandbox-helper`
+//! (see [`crate::helper`]). Starting one costs an exec and a cgroup
+//! migration (several milliseconds on cgroup v1, which waits for RCU grace
+//! periods), so the engine keeps a few *spare* helpers already enrolled in
+//! fresh cgroups; a container start then only sends the spec.
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::Path;
+use std::time::Duration;
+
+use tokio::io::unix::AsyncFd;
+
+use crate::backend::ContainerSpec;
+use crate::cgroup::Cgroups;
+use crate::error::{IoContext, SandboxError};
+use crate::helper::HELPER_ARG;
+use crate::protocol::{Enrollment, Report, MAX_MESSAGE};
+use crate::sys;
+
+/// How long a helper may take to enrol or to build its container.
+const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A helper that joined its cgroups and waits for a container spec.
+pub(crate) struct Helper {
+    control: AsyncFd<OwnedFd>,
+    pidfd: OwnedFd,
+    /// Name of the helper's cgroup (one folder per hierarchy).
+    pub slot: String,
+}
+
+/// A container whose init is up and waiting for commands.
+pub(crate) struct Started {
+    pub control: AsyncFd<OwnedFd>,
+    pub init_pid: i32,
+    pub slot: String,
+}
+
+impl Helper {
+    /// Spawns a helper and enrols it in a new cgroup `slot` with `limits`.
+    pub async fn spawn(
+        binary: &Path,
+        cgroups: &Cgroups,
+        slot: String,
+        limits: &ContainerSpec,
+    ) -> Result<Helper, SandboxError> {
+        let cgroup_procs = cgroups.create(&slot, limits).context(|| format!("create cgroup {slot}"))?;
+        let enrollment = serde_json::to_vec(&Enrollment { cgroup_procs })
+            .map_err(|e| SandboxError::Setup(format!("encode enrollment: {e}")))?;
+        let spawned = async {
+            let (ours, theirs) = sys::seqpacket_pair().context(|| "socketpair".into())?;
+            let pid = spawn_helper(binary, &theirs).context(|| format!("start helper {}", binary.display()))?;
+            drop(theirs);
+            let pidfd = sys::pidfd_open(pid).context(|| "pidfd of helper".into())?;
+            set_nonblocking(&ours)?;
+            let control = register(ours).context(|| "register control socket".into())?;
+            Ok::<_, SandboxError>(Helper { control, pidfd, slot: slot.clone() })
+        }
+        .await;
+        let helper = match spawned {
+            Ok(helper) => helper,
+            Err(e) => {
+                let _ = cgroups.remove(&slot, Duration::from_secs(2)).await;
+                return Err(e);
+            }
+        };
+        let enrolled = async {
+            send_raw(&helper.control, &enrollment).await?;
+            match recv_report(&helper.control).await? {
+                Some(Report::Enrolled) => Ok(()),
+                Some(Report::Error { message }) => Err(SandboxError::Setup(message)),
+                other => Err(SandboxError::Setup(format!("unexpected helper report {other:?}"))),
+            }
+        };
+        match tokio::time::timeout(SETUP_TIMEOUT, enrolled).await {
+            Ok(Ok(())) => Ok(helper),
+            Ok(Err(e)) => {
+                helper.discard(cgroups).await;
+                Err(e)
+            }
+            Err(_) => {
+                helper.discard(cgroups).await;
+                Err(SandboxError::Setup("the sandbox helper did not enrol in time".into()))
+            }
+        }
+    }
+
+    /// Sends the container spec and waits until init is ready.
+    pub async fn start(self, spec: &[u8]) -> Result<Started, SandboxError> {
+        let Helper { control, pidfd, slot } = self;
+        let mut init_pid = None;
+        let handshake = async {
+            send_raw(&control, spec).await?;
+            loop {
+                match recv_report(&control).await? {
+                    Some(Report::InitPid { pid }) => init_pid = Some(pid),
+                    Some(Report::Ready) => return Ok(()),
+                    Some(Report::Error { message }) => return Err(SandboxError::Setup(message)),
+                    Some(Report::Enrolled) => {}
+                    None => return Err(SandboxError::Setup("the sandbox helper exited without a report".into())),
+                }
+            }
+        };
+        let result = match tokio::time::timeout(SETUP_TIMEOUT, handshake).await {
+            Ok(result) => result,
+            Err(_) => Err(SandboxError::Setup("the sandbox took more than 30 s to start".into())),
+        };
+        if result.is_err() {
+            let _ = sys::pidfd_kill(&pidfd, libc::SIGKILL);
+        }
+        reap(pidfd).await;
+        match (result, init_pid) {
+            (Ok(()), Some(init_pid)) => Ok(Started { control, init_pid, slot }),
+            (Ok(()), None) => Err(SandboxError::Setup("init reported ready before its pid".into())),
+            (Err(e), pid) => {
+                // Init, our child through CLONE_PARENT, may exist: end and reap it.
+                drop(control);
+                if let Some(pidfd) = pid.and_then(|p| sys::pidfd_open(p).ok()) {
+                    let _ = sys::pidfd_kill(&pidfd, libc::SIGKILL);
+                    reap(pidfd).await;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Ends an unused helper and removes its cgroup.
+    pub async fn discard(self, cgroups: &Cgroups) {
+        let Helper { control, pidfd, slot } = self;
+        drop(control);
+        let _ = sys::pidfd_kill(&pidfd, libc::SIGKILL);
+        reap(pidfd).await;
+        let _ = cgroups.remove(&slot, Duration::from_secs(2)).await;
+    }
+}
+
+/// Registers a descriptor with the tokio reactor.
+pub(crate) fn register(fd: OwnedFd) -> std::io::Result<AsyncFd<OwnedFd>> {
+    // SAFETY: an OwnedFd stays open, and names the same file, until the
+    // AsyncFd that owns it is dropped.
+    unsafe { AsyncFd::register(fd) }.map_err(|e| e.into_parts().1)
+}
+
+fn set_nonblocking(fd: &OwnedFd) -> Result<(), SandboxError> {
+    // SAFETY: fcntl on a descriptor we own.
+    let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+    // SAFETY: as above.
+    sys::cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) })
+        .context(|| "set O_NONBLOCK".into())?;
+    Ok(())
+}
+
+async fn send_raw(control: &AsyncFd<OwnedFd>, bytes: &[u8]) -> Result<(), SandboxError> {
+    loop {
+        let mut guard = control.writable().await.context(|| "wait on control socket".into())?;
+        match guard.try_io(|fd| sys::send_with_fds(fd.as_raw_fd(), bytes, &[])) {
+            Ok(result) => return result.context(|| "send spec to helper".into()),
+            Err(_would_block) => continue,
+        }
+    }
+}
+
+/// Receives one report; `None` once the other side closed.
+async fn recv_report(control: &AsyncFd<OwnedFd>) -> Result<Option<Report>, SandboxError> {
+    let mut buf = vec![0u8; MAX_MESSAGE];
+    loop {
+        let mut guard = control.readable().await.context(|| "wait on control socket".into())?;
+        match guard.try_io(|fd| sys::recv_with_fds(fd.as_raw_fd(), &mut buf, libc::MSG_DONTWAIT)) {
+            Ok(Ok((0, _))) => return Ok(None),
+            Ok(Ok((len, _))) => {
+                return serde_json::from_slice(&buf[..len])
+                    .map(Some)
+                    .map_err(|e| SandboxError::Setup(format!("bad report from helper: {e}")))
+            }
+            Ok(Err(e)) if e.raw_os_error() == Some(libc::ECONNRESET) => return Ok(None),
+            Ok(Err(e)) => return Err(SandboxError::io("read from helper", e)),
+            Err(_would_block) => continue,
+        }
+    }
+}
+
+/// Waits until the process behind a pidfd (our child) exits, and reaps it.
+pub(crate) async fn wait_exit(pidfd: &AsyncFd<OwnedFd>) {
+    loop {
+        match sys::reap_pidfd(pidfd.get_ref()) {
+            Ok(Some(_)) => return,
+            Ok(None) => {}
+            // ECHILD: already reaped; anything else: nothing more to wait for.
+            Err(_) => return,
+        }
+        match pidfd.readable().await {
+            Ok(mut guard) => guard.clear_ready(),
+            Err(_) => return,
+        }
+    }
+}
+
+async fn reap(pidfd: OwnedFd) {
+    match register(pidfd) {
+        Ok(fd) => wait_exit(&fd).await,
+        Err(e) => tracing::warn!("cannot watch helper: {e}"),
+    }
+}
+
+/// Starts the helper with `posix_spawn` (a vfork-style clone: safe and cheap
+/// from a multithreaded server, unlike fork), the control socket on fd 3.
+fn spawn_helper(binary: &Path, control: &OwnedFd) -> std::io::Result<libc::pid_t> {
+    let path = sys::cstr(binary)?;
+    let arg = CString::new(HELPER_ARG).map_err(std::io::Error::other)?;
+    let argv = [path.as_ptr(), arg.as_ptr(), std::ptr::null()];
+    let envp: [*const libc::c_char; 1] = [std::ptr::null()];
+    let dev_null = c"/dev/null";
+    let mut pid: libc::pid_t = 0;
+    // SAFETY: the file-actions and attribute objects are initialised before
+    // use and destroyed after; every pointer passed is valid for the call.
+    unsafe {
+        let mut actions: libc::posix_spawn_file_actions_t = std::mem::zeroed();
+        let mut attr: libc::posix_spawnattr_t = std::mem::zeroed();
+        libc::posix_spawn_file_actions_init(&mut actions);
+        libc::posix_spawnattr_init(&mut attr);
+        // dup2 onto fd 3 clears close-on-exec (glibc also when it already is fd 3).
+        libc::posix_spawn_file_actions_adddup2(&mut actions, control.as_raw_fd(), crate::protocol::CONTROL_FD);
+        libc::posix_spawn_file_actions_addopen(&mut actions, 0, dev_null.as_ptr(), libc::O_RDONLY, 0);
+        libc::posix_spawn_file_actions_addopen(&mut actions, 1, dev_null.as_ptr(), libc::O_WRONLY, 0);
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::posix_spawnattr_setsigmask(&mut attr, &empty);
+        libc::posix_spawnattr_setflags(&mut attr, libc::POSIX_SPAWN_SETSIGMASK as libc::c_short);
+        let ret = libc::posix_spawn(&mut pid, path.as_ptr(), &actions, &attr, argv.as_ptr().cast(), envp.as_ptr().cast());
+        libc::posix_spawn_file_actions_destroy(&mut actions);
+        libc::posix_spawnattr_destroy(&mut attr);
+        if ret != 0 {
+            return Err(std::io::Error::from_raw_os_error(ret));
+        }
+    }
+    Ok(pid)
+}
+
