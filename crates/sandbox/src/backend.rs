@@ -70,6 +70,10 @@ pub struct ContainerSpec {
     pub tmp_bytes: u64,
     /// Disk quota of the container's persistent files (`/mnt/data`, home, writable layer).
     pub disk_bytes: u64,
+    /// A throwaway container (`shellgate exec`): if a crash leaves it
+    /// behind, the next engine start removes it instead of keeping it.
+    #[serde(default)]
+    pub ephemeral: bool,
 }
 
 impl Default for ContainerSpec {
@@ -82,6 +86,7 @@ impl Default for ContainerSpec {
             cpu_cores: None,
             tmp_bytes: 256 << 20,
             disk_bytes: 4 << 30,
+            ephemeral: false,
         }
     }
 }

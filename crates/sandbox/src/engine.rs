@@ -275,13 +275,14 @@ impl LocalEngine {
         for entry in fs::read_dir(&containers_dir).context(|| "read containers".into())?.flatten() {
             let dir = entry.path();
             let name = entry.file_name().to_string_lossy().into_owned();
-            let spec = fs::read(dir.join("spec.json")).ok().and_then(|b| serde_json::from_slice(&b).ok());
+            let spec: Option<ContainerSpec> =
+                fs::read(dir.join("spec.json")).ok().and_then(|b| serde_json::from_slice(&b).ok());
             match (validate_container_id(&name), spec) {
-                (Ok(()), Some(spec)) => {
+                (Ok(()), Some(spec)) if !spec.ephemeral => {
                     loaded.insert(name.clone(), Arc::new(Container::new(name, spec, dir)));
                 }
                 _ => {
-                    tracing::info!(dir = %dir.display(), "removing a half-created container");
+                    tracing::info!(dir = %dir.display(), "removing a half-created, destroyed or throwaway container");
                     let _ = fs::remove_dir_all(&dir);
                 }
             }
@@ -462,7 +463,9 @@ impl LocalEngine {
                 (disk_root.join(disk::DATA_DIR), crate::backend::WORKDIR.to_owned()),
                 (disk_root.join(disk::HOME_DIR), SANDBOX_HOME.to_owned()),
             ],
-            tmp_bytes: container.spec.tmp_bytes,
+            // tmpfs pages are charged to the memory limit but to no process:
+            // keep /tmp (and /dev/shm) well below the limit.
+            tmp_bytes: container.spec.tmp_bytes.min(container.spec.memory_bytes / 2),
             home: SANDBOX_HOME.to_owned(),
             disk_image,
             disk_root,

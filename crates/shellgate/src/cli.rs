@@ -145,7 +145,7 @@ async fn exec(data_dir: PathBuf, args: ExecArgs) -> Result<()> {
     let engine = open_engine(data_dir).await?;
     let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or_default();
     let id = format!("exec-{}-{nanos}", std::process::id());
-    let spec = ContainerSpec { image: args.image, memory_bytes, ..ContainerSpec::default() };
+    let spec = ContainerSpec { image: args.image, memory_bytes, ephemeral: true, ..ContainerSpec::default() };
     engine.create(&id, spec).await.context("cannot create the sandbox")?;
     let result = engine.run(&id, request.clone()).await;
     let destroyed = engine.destroy(&id).await;

@@ -39,6 +39,7 @@ struct Launcher {
     shells: Vec<(CString, CString)>,
     dash_c: CString,
     workdir: CString,
+    oom_score_adj: CString,
     sandbox_uid: u32,
     sandbox_gid: u32,
     change_ids: bool,
@@ -97,11 +98,15 @@ fn setup(spec: &HelperSpec) -> Result<(Launcher, OwnedFd), String> {
             .collect(),
         dash_c: c"-c".to_owned(),
         workdir: CString::new(WORKDIR).map_err(|e| e.to_string())?,
+        oom_score_adj: c"/proc/self/oom_score_adj".to_owned(),
         sandbox_uid: spec.sandbox_uid,
         sandbox_gid: spec.sandbox_gid,
         change_ids: !spec.rootless,
     };
 
+    // A recognisable name in `ps` inside the container.
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
+    unsafe { libc::prctl(libc::PR_SET_NAME, c"sandbox-init".as_ptr(), 0, 0, 0) };
     drop_capability_bounding_set()?;
     sys::prctl(libc::PR_SET_DUMPABLE, 0).map_err(|e| format!("PR_SET_DUMPABLE: {e}"))?;
     sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1).map_err(|e| format!("PR_SET_NO_NEW_PRIVS: {e}"))?;
@@ -291,6 +296,13 @@ fn exec_command(launcher: &Launcher, command: &CString, stdout: &OwnedFd, stderr
 
         if libc::setsid() < 0 {
             fail(errno());
+        }
+        // Undo init's OOM immunity (see the helper): raising is always allowed.
+        let oom = launcher.oom_score_adj.as_ptr();
+        let fd = libc::open(oom, libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd >= 0 {
+            libc::write(fd, b"0".as_ptr().cast(), 1);
+            libc::close(fd);
         }
         if libc::dup2(launcher.dev_null.as_raw_fd(), 0) < 0
             || libc::dup2(stdout.as_raw_fd(), 1) < 0

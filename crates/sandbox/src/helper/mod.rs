@@ -114,6 +114,14 @@ fn run_helper(control: RawFd) -> Result<(), String> {
         pid => {
             let pid = pid as libc::pid_t;
             drop(sync_read);
+            // Init must outlive any memory pressure: a tmpfs or shared memory
+            // filled to the cgroup limit is charged to no process, so the OOM
+            // killer could otherwise pick init and end the container. Each
+            // command sets its own score back to 0. (Lowering needs
+            // CAP_SYS_RESOURCE on the host: rootless helpers skip this.)
+            if !spec.rootless {
+                let _ = fs::write(format!("/proc/{pid}/oom_score_adj"), "-1000");
+            }
             if let Err(message) = write_id_maps(pid, &spec) {
                 // SAFETY: `pid` is our just-created child; killing it is harmless.
                 unsafe { libc::kill(pid, libc::SIGKILL) };
