@@ -158,6 +158,8 @@ struct Inner {
     pool_counter: AtomicU64,
     spares: Mutex<Vec<Helper>>,
     spares_filling: tokio::sync::Mutex<()>,
+    /// Set by `shutdown`: background refills stop and spares are not kept.
+    closing: std::sync::atomic::AtomicBool,
     slot_counter: AtomicU64,
     /// Teardowns of destroyed containers still finishing in the background.
     teardowns: Mutex<Vec<tokio::task::JoinHandle<()>>>,
@@ -232,6 +234,7 @@ impl LocalEngine {
                 pool_counter: AtomicU64::new(0),
                 spares: Mutex::new(Vec::new()),
                 spares_filling: tokio::sync::Mutex::new(()),
+                closing: std::sync::atomic::AtomicBool::new(false),
                 slot_counter: AtomicU64::new(0),
                 teardowns: Mutex::new(Vec::new()),
                 _lock: lock,
@@ -314,7 +317,7 @@ impl LocalEngine {
         let engine = self.clone();
         tokio::spawn(async move {
             let Ok(_filling) = engine.inner.pool_filling.try_lock() else { return };
-            while lock(&engine.inner.pool).len() < engine.inner.config.pool_size {
+            while lock(&engine.inner.pool).len() < engine.inner.config.pool_size && !engine.closing() {
                 let n = engine.inner.pool_counter.fetch_add(1, Ordering::Relaxed);
                 let pool_dir = engine.inner.config.data_dir.join("pool");
                 let staging = pool_dir.join(format!("{}-{n}.tmp", std::process::id()));
@@ -353,6 +356,10 @@ impl LocalEngine {
         }
     }
 
+    fn closing(&self) -> bool {
+        self.inner.closing.load(Ordering::SeqCst)
+    }
+
     fn next_slot(&self) -> String {
         format!("s{}-{}", std::process::id(), self.inner.slot_counter.fetch_add(1, Ordering::Relaxed))
     }
@@ -364,12 +371,13 @@ impl LocalEngine {
         let engine = self.clone();
         tokio::spawn(async move {
             let Ok(_filling) = engine.inner.spares_filling.try_lock() else { return };
-            while lock(&engine.inner.spares).len() < engine.inner.config.spare_helpers {
+            while lock(&engine.inner.spares).len() < engine.inner.config.spare_helpers && !engine.closing() {
                 let inner = &engine.inner;
                 let spawned =
                     Helper::spawn(&inner.config.helper_binary, &inner.cgroups, engine.next_slot(), &ContainerSpec::default())
                         .await;
                 match spawned {
+                    Ok(helper) if engine.closing() => helper.discard(&inner.cgroups).await,
                     Ok(helper) => lock(&inner.spares).push(helper),
                     Err(e) => {
                         tracing::warn!("could not prepare a spare sandbox helper: {e}");
@@ -600,6 +608,10 @@ impl LocalEngine {
     /// Stops every running container (their files stay), waits for pending
     /// teardowns and ends the spare helpers.
     pub async fn shutdown(&self) {
+        self.inner.closing.store(true, Ordering::SeqCst);
+        // Wait for refills in progress: they see `closing` and stop.
+        drop(self.inner.spares_filling.lock().await);
+        drop(self.inner.pool_filling.lock().await);
         self.settle().await;
         let spares: Vec<Helper> = lock(&self.inner.spares).drain(..).collect();
         for helper in spares {

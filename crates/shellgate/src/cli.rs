@@ -149,6 +149,7 @@ async fn exec(data_dir: PathBuf, args: ExecArgs) -> Result<()> {
     engine.create(&id, spec).await.context("cannot create the sandbox")?;
     let result = engine.run(&id, request.clone()).await;
     let destroyed = engine.destroy(&id).await;
+    engine.shutdown().await;
     let output = result.context("the sandbox failed while running the commands")?;
     destroyed.context("cannot remove the sandbox")?;
     let json = serde_json::to_string(&ShellCallOutput { output, max_output_length: request.max_output_length })?;

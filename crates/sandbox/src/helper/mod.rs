@@ -127,8 +127,10 @@ fn run_helper(control: RawFd) -> Result<(), String> {
                 unsafe { libc::kill(pid, libc::SIGKILL) };
                 return Err(message);
             }
-            sys::write_all(sync_write.as_raw_fd(), b"1").map_err(|e| format!("release init: {e}"))?;
+            // Report the pid before releasing init: both write to the same
+            // socket, and the engine must learn the pid before init's Ready.
             report(control, &Report::InitPid { pid });
+            sys::write_all(sync_write.as_raw_fd(), b"1").map_err(|e| format!("release init: {e}"))?;
             Ok(())
         }
     }
