@@ -166,9 +166,51 @@ async fn image(data_dir: PathBuf, command: ImageCommand) -> Result<()> {
             }
             Ok(())
         }
-        ImageCommand::Build { name } => anyhow::bail!("image build {name}: not yet implemented"),
+        ImageCommand::Build { name } => {
+            let mut bar = ProgressBar::new(format!("building {name}"));
+            let image = engine.images().build(&name, &mut |fraction, line| bar.update(fraction, line)).await;
+            bar.finish();
+            let image = image?;
+            println!("{}\t{}", image.name, image.path.display());
+            Ok(())
+        }
         ImageCommand::Import { name, tarball } => {
-            anyhow::bail!("image import {name} {}: not yet implemented", tarball.display())
+            let image = engine.images().import(&name, &tarball).await?;
+            println!("{}\t{}", image.name, image.path.display());
+            Ok(())
+        }
+    }
+}
+
+/// A one-line progress bar on stderr (plain lines when stderr is no terminal).
+struct ProgressBar {
+    label: String,
+    terminal: bool,
+    last_fraction: f64,
+}
+
+impl ProgressBar {
+    fn new(label: String) -> Self {
+        use std::io::IsTerminal;
+        Self { label, terminal: std::io::stderr().is_terminal(), last_fraction: -1.0 }
+    }
+
+    fn update(&mut self, fraction: f64, line: &str) {
+        const WIDTH: usize = 30;
+        let filled = ((fraction.clamp(0.0, 1.0)) * WIDTH as f64) as usize;
+        let bar = format!("[{}{}] {:3.0}%", "#".repeat(filled), " ".repeat(WIDTH - filled), fraction * 100.0);
+        if self.terminal {
+            let detail: String = line.chars().take(60).collect();
+            eprint!("\r\x1b[2K{} {bar} {detail}", self.label);
+        } else if fraction != self.last_fraction {
+            eprintln!("{} {bar} {line}", self.label);
+        }
+        self.last_fraction = fraction;
+    }
+
+    fn finish(&self) {
+        if self.terminal {
+            eprintln!();
         }
     }
 }
