@@ -113,35 +113,60 @@ impl RunRequest {
 
     /// Checks every limit, naming the offending parameter.
     pub fn validate(&self) -> Result<(), SandboxError> {
-        let invalid = |param: &'static str, message: String| SandboxError::InvalidRequest { param, message };
+        let invalid =
+            |param: &'static str, message: String| SandboxError::InvalidRequest { param, message };
         if self.commands.is_empty() {
-            return Err(invalid("commands", "at least one command is required".into()));
+            return Err(invalid(
+                "commands",
+                "at least one command is required".into(),
+            ));
         }
         if self.commands.len() > limits::MAX_COMMANDS {
             return Err(invalid(
                 "commands",
-                format!("{} commands given; at most {} are allowed", self.commands.len(), limits::MAX_COMMANDS),
+                format!(
+                    "{} commands given; at most {} are allowed",
+                    self.commands.len(),
+                    limits::MAX_COMMANDS
+                ),
             ));
         }
-        if let Some(long) = self.commands.iter().find(|c| c.len() > limits::MAX_COMMAND_BYTES) {
+        if let Some(long) = self
+            .commands
+            .iter()
+            .find(|c| c.len() > limits::MAX_COMMAND_BYTES)
+        {
             return Err(invalid(
                 "commands",
-                format!("a command of {} bytes is longer than the {} allowed", long.len(), limits::MAX_COMMAND_BYTES),
+                format!(
+                    "a command of {} bytes is longer than the {} allowed",
+                    long.len(),
+                    limits::MAX_COMMAND_BYTES
+                ),
             ));
         }
         if self.commands.iter().any(|c| c.contains('\0')) {
-            return Err(invalid("commands", "commands may not contain NUL bytes".into()));
+            return Err(invalid(
+                "commands",
+                "commands may not contain NUL bytes".into(),
+            ));
         }
         if self.timeout_ms == 0 || self.timeout_ms > limits::MAX_TIMEOUT_MS {
             return Err(invalid(
                 "timeout_ms",
-                format!("timeout_ms must be between 1 and {}", limits::MAX_TIMEOUT_MS),
+                format!(
+                    "timeout_ms must be between 1 and {}",
+                    limits::MAX_TIMEOUT_MS
+                ),
             ));
         }
         if self.max_output_length == 0 || self.max_output_length > limits::MAX_OUTPUT_LENGTH {
             return Err(invalid(
                 "max_output_length",
-                format!("max_output_length must be between 1 and {}", limits::MAX_OUTPUT_LENGTH),
+                format!(
+                    "max_output_length must be between 1 and {}",
+                    limits::MAX_OUTPUT_LENGTH
+                ),
             ));
         }
         Ok(())
@@ -227,13 +252,17 @@ pub const WORKDIR: &str = "/mnt/data";
 pub fn validate_container_id(id: &str) -> Result<(), SandboxError> {
     let ok = !id.is_empty()
         && id.len() <= 64
-        && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
     if ok {
         Ok(())
     } else {
         Err(SandboxError::InvalidRequest {
             param: "id",
-            message: format!("invalid container id {id:?}: use 1 to 64 letters, digits, '_' or '-'"),
+            message: format!(
+                "invalid container id {id:?}: use 1 to 64 letters, digits, '_' or '-'"
+            ),
         })
     }
 }
@@ -258,16 +287,31 @@ mod tests {
         let mut request = RunRequest::new(vec!["true".into()]);
         assert!(request.validate().is_ok());
         request.timeout_ms = limits::MAX_TIMEOUT_MS + 1;
-        assert!(matches!(request.validate(), Err(SandboxError::InvalidRequest { param: "timeout_ms", .. })));
+        assert!(matches!(
+            request.validate(),
+            Err(SandboxError::InvalidRequest {
+                param: "timeout_ms",
+                ..
+            })
+        ));
         let mut request = RunRequest::new(vec!["x".into(); limits::MAX_COMMANDS + 1]);
-        assert!(matches!(request.validate(), Err(SandboxError::InvalidRequest { param: "commands", .. })));
+        assert!(matches!(
+            request.validate(),
+            Err(SandboxError::InvalidRequest {
+                param: "commands",
+                ..
+            })
+        ));
         request.commands = vec![];
         assert!(request.validate().is_err());
         let mut request = RunRequest::new(vec!["true".into()]);
         request.max_output_length = 0;
         assert!(matches!(
             request.validate(),
-            Err(SandboxError::InvalidRequest { param: "max_output_length", .. })
+            Err(SandboxError::InvalidRequest {
+                param: "max_output_length",
+                ..
+            })
         ));
     }
 
@@ -275,7 +319,10 @@ mod tests {
     fn outcome_serializes_like_openai() {
         let exit = serde_json::to_string(&Outcome::Exit { exit_code: 3 }).unwrap();
         assert_eq!(exit, r#"{"type":"exit","exit_code":3}"#);
-        assert_eq!(serde_json::to_string(&Outcome::Timeout).unwrap(), r#"{"type":"timeout"}"#);
+        assert_eq!(
+            serde_json::to_string(&Outcome::Timeout).unwrap(),
+            r#"{"type":"timeout"}"#
+        );
     }
 
     #[test]

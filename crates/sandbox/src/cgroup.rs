@@ -55,7 +55,9 @@ impl Cgroups {
             match setup_v2(group) {
                 Ok(base) => return (Cgroups::V2 { base }, warnings),
                 Err(e) => {
-                    warnings.push(format!("cgroup v2 unusable ({e}): memory, pids and CPU limits are off"));
+                    warnings.push(format!(
+                        "cgroup v2 unusable ({e}): memory, pids and CPU limits are off"
+                    ));
                     return (Cgroups::Disabled, warnings);
                 }
             }
@@ -64,13 +66,18 @@ impl Cgroups {
         for controller in V1_CONTROLLERS {
             let mount = Path::new(CGROUP_ROOT).join(controller);
             let Some(own) = own_cgroup(controller) else {
-                warnings.push(format!("cgroup v1 controller {controller} not mounted: its limit is off"));
+                warnings.push(format!(
+                    "cgroup v1 controller {controller} not mounted: its limit is off"
+                ));
                 continue;
             };
             let base = mount.join(own.trim_start_matches('/')).join(group);
             match fs::create_dir_all(&base) {
                 Ok(()) => bases.push((controller, base)),
-                Err(e) => warnings.push(format!("cannot create {} ({e}): the {controller} limit is off", base.display())),
+                Err(e) => warnings.push(format!(
+                    "cannot create {} ({e}): the {controller} limit is off",
+                    base.display()
+                )),
             }
         }
         if bases.is_empty() {
@@ -143,7 +150,9 @@ impl Cgroups {
             Cgroups::Disabled => Vec::new(),
         };
         for base in bases {
-            let Ok(entries) = fs::read_dir(base) else { continue };
+            let Ok(entries) = fs::read_dir(base) else {
+                continue;
+            };
             for entry in entries.flatten() {
                 if entry.path().is_dir() {
                     if let Some(name) = entry.file_name().to_str() {
@@ -174,10 +183,13 @@ fn setup_v2(group: &str) -> io::Result<PathBuf> {
         .map(|c| format!("+{c} "))
         .collect();
     if enable.is_empty() {
-        return Err(io::Error::other("no memory, pids or cpu controller delegated"));
+        return Err(io::Error::other(
+            "no memory, pids or cpu controller delegated",
+        ));
     }
     let base = own_dir.join(group);
-    let enable_in = |dir: &Path| sys::write_file(&dir.join("cgroup.subtree_control"), enable.trim());
+    let enable_in =
+        |dir: &Path| sys::write_file(&dir.join("cgroup.subtree_control"), enable.trim());
     if let Err(e) = enable_in(&own_dir) {
         // "No internal processes": a non-root cgroup that holds processes
         // cannot hand controllers down. Move the server into a leaf beside
@@ -212,7 +224,10 @@ fn write_limits(controller: &str, dir: &Path, spec: &ContainerSpec) -> io::Resul
             optional("cpu.weight", &spec.cpu_weight.clamp(1, 10_000).to_string());
             if let Some(cores) = spec.cpu_cores {
                 let period = 100_000u64;
-                optional("cpu.max", &format!("{} {period}", (cores * period as f64) as u64));
+                optional(
+                    "cpu.max",
+                    &format!("{} {period}", (cores * period as f64) as u64),
+                );
             }
         }
         "memory" => {
@@ -222,11 +237,19 @@ fn write_limits(controller: &str, dir: &Path, spec: &ContainerSpec) -> io::Resul
         }
         "pids" => knob("pids.max", &spec.pids_max.to_string())?,
         "cpu" => {
-            optional("cpu.shares", &(spec.cpu_weight.clamp(1, 10_000) * 1024 / 100).max(2).to_string());
+            optional(
+                "cpu.shares",
+                &(spec.cpu_weight.clamp(1, 10_000) * 1024 / 100)
+                    .max(2)
+                    .to_string(),
+            );
             if let Some(cores) = spec.cpu_cores {
                 let period = 100_000u64;
                 optional("cpu.cfs_period_us", &period.to_string());
-                optional("cpu.cfs_quota_us", &((cores * period as f64) as u64).to_string());
+                optional(
+                    "cpu.cfs_quota_us",
+                    &((cores * period as f64) as u64).to_string(),
+                );
             }
         }
         _ => {}
@@ -241,7 +264,10 @@ fn kill_members(dir: &Path) {
         return;
     }
     if let Ok(procs) = fs::read_to_string(dir.join("cgroup.procs")) {
-        for pid in procs.lines().filter_map(|l| l.trim().parse::<libc::pid_t>().ok()) {
+        for pid in procs
+            .lines()
+            .filter_map(|l| l.trim().parse::<libc::pid_t>().ok())
+        {
             // SAFETY: kill(2) with a pid read from the cgroup; a stale pid can
             // only name a process of this cgroup or nothing (pids are not
             // reused while they are listed).

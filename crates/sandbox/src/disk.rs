@@ -44,7 +44,10 @@ pub enum DiskKind {
 /// Chooses the disk kind for this host.
 pub fn detect(rootless: bool) -> (DiskKind, Option<String>) {
     if rootless {
-        return (DiskKind::Directory, Some("running without root: disk quotas are off".into()));
+        return (
+            DiskKind::Directory,
+            Some("running without root: disk quotas are off".into()),
+        );
     }
     let has_mkfs = std::process::Command::new("mkfs.ext4")
         .arg("-V")
@@ -53,7 +56,10 @@ pub fn detect(rootless: bool) -> (DiskKind, Option<String>) {
         .status()
         .is_ok();
     if !has_mkfs {
-        return (DiskKind::Directory, Some("mkfs.ext4 not found (install e2fsprogs): disk quotas are off".into()));
+        return (
+            DiskKind::Directory,
+            Some("mkfs.ext4 not found (install e2fsprogs): disk quotas are off".into()),
+        );
     }
     (DiskKind::Image, None)
 }
@@ -67,7 +73,10 @@ pub async fn format_image(path: &Path, bytes: u64, owner: (u32, u32)) -> io::Res
     let output = tokio::process::Command::new("mkfs.ext4")
         .args(["-q", "-F", "-m", "0", "-b", "4096"])
         .arg("-E")
-        .arg(format!("nodiscard,lazy_itable_init=1,lazy_journal_init=1,root_owner={}:{}", owner.0, owner.1))
+        .arg(format!(
+            "nodiscard,lazy_itable_init=1,lazy_journal_init=1,root_owner={}:{}",
+            owner.0, owner.1
+        ))
         .arg(path)
         .env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
@@ -144,7 +153,13 @@ pub fn mount_image(image: &Path, target: &Path) -> Result<(), String> {
         config.fd = backing.as_raw_fd() as u32;
         config.info.flags = LO_FLAGS_AUTOCLEAR;
         // SAFETY: `config` is a valid loop_config that outlives the call.
-        let ret = unsafe { libc::ioctl(device.as_raw_fd(), LOOP_CONFIGURE, &config as *const LoopConfig) };
+        let ret = unsafe {
+            libc::ioctl(
+                device.as_raw_fd(),
+                LOOP_CONFIGURE,
+                &config as *const LoopConfig,
+            )
+        };
         if ret < 0 {
             let error = io::Error::last_os_error();
             if error.raw_os_error() == Some(libc::EBUSY) {
@@ -168,7 +183,11 @@ pub fn mount_image(image: &Path, target: &Path) -> Result<(), String> {
 }
 
 /// Makes the standard directories in a mounted (or plain) disk root.
-pub fn prepare_layout(root: &Path, sandbox: (u32, u32), container_root: (u32, u32)) -> Result<(), String> {
+pub fn prepare_layout(
+    root: &Path,
+    sandbox: (u32, u32),
+    container_root: (u32, u32),
+) -> Result<(), String> {
     use std::os::unix::fs::{chown, DirBuilderExt};
     for (name, owner, mode) in [
         (DATA_DIR, sandbox, 0o755),
@@ -178,7 +197,8 @@ pub fn prepare_layout(root: &Path, sandbox: (u32, u32), container_root: (u32, u3
     ] {
         let dir = root.join(name);
         match fs::DirBuilder::new().mode(mode).create(&dir) {
-            Ok(()) => chown(&dir, Some(owner.0), Some(owner.1)).map_err(|e| format!("chown {}: {e}", dir.display()))?,
+            Ok(()) => chown(&dir, Some(owner.0), Some(owner.1))
+                .map_err(|e| format!("chown {}: {e}", dir.display()))?,
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(format!("mkdir {}: {e}", dir.display())),
         }

@@ -32,16 +32,16 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::backend::{
-    validate_container_id, CommandResult, ContainerInfo, ContainerSpec, ContainerState, FileEntry, Outcome,
-    RunRequest, SandboxBackend,
+    validate_container_id, CommandResult, ContainerInfo, ContainerSpec, ContainerState, FileEntry,
+    Outcome, RunRequest, SandboxBackend,
 };
 use crate::cgroup::Cgroups;
 use crate::disk::{self, DiskKind};
 use crate::error::{IoContext, SandboxError};
 use crate::files::DataDir;
 use crate::image::ImageStore;
-use crate::output::CappedOutput;
 use crate::launcher::{register, wait_exit, Helper};
+use crate::output::CappedOutput;
 use crate::protocol::{HelperSpec, IdRange, Request, RootSpec, Status};
 use crate::sys;
 
@@ -112,10 +112,16 @@ impl Running {
         let bytes = request.encode();
         let raw: Vec<i32> = fds.iter().map(|f| f.as_raw_fd()).collect();
         loop {
-            let mut guard = self.control.writable().await.context(|| "wait on control socket".into())?;
+            let mut guard = self
+                .control
+                .writable()
+                .await
+                .context(|| "wait on control socket".into())?;
             match guard.try_io(|fd| sys::send_with_fds(fd.as_raw_fd(), &bytes, &raw)) {
                 Ok(Ok(())) => return Ok(()),
-                Ok(Err(e)) if matches!(e.raw_os_error(), Some(libc::EPIPE) | Some(libc::ECONNRESET)) => {
+                Ok(Err(e))
+                    if matches!(e.raw_os_error(), Some(libc::EPIPE) | Some(libc::ECONNRESET)) =>
+                {
                     return Err(SandboxError::ContainerGone)
                 }
                 Ok(Err(e)) => return Err(SandboxError::io("send to init", e)),
@@ -131,7 +137,10 @@ impl Running {
         // SAFETY: shutdown on a socket we own.
         unsafe { libc::shutdown(self.control.as_raw_fd(), libc::SHUT_RDWR) };
         let mut exited = self.exited.clone();
-        if tokio::time::timeout(patience, exited.wait_for(|e| *e)).await.is_err() {
+        if tokio::time::timeout(patience, exited.wait_for(|e| *e))
+            .await
+            .is_err()
+        {
             let _ = sys::pidfd_kill(self.pidfd.get_ref(), libc::SIGKILL);
             let _ = exited.wait_for(|e| *e).await;
         }
@@ -208,7 +217,8 @@ impl LocalEngine {
     pub async fn open(config: EngineConfig) -> Result<(Self, Vec<String>), SandboxError> {
         let data_dir = &config.data_dir;
         fs::create_dir_all(data_dir).context(|| format!("create {}", data_dir.display()))?;
-        let data_dir = fs::canonicalize(data_dir).context(|| format!("resolve {}", data_dir.display()))?;
+        let data_dir =
+            fs::canonicalize(data_dir).context(|| format!("resolve {}", data_dir.display()))?;
         let lock = lock_data_dir(&data_dir)?;
         for sub in ["containers", "pool", "run/root", "run/disk"] {
             fs::create_dir_all(data_dir.join(sub)).context(|| format!("create {sub}"))?;
@@ -264,7 +274,10 @@ impl LocalEngine {
         }
         let pool_dir = inner.config.data_dir.join("pool");
         let mut pool = Vec::new();
-        for entry in fs::read_dir(&pool_dir).context(|| "read pool".into())?.flatten() {
+        for entry in fs::read_dir(&pool_dir)
+            .context(|| "read pool".into())?
+            .flatten()
+        {
             let path = entry.path();
             if path.extension().is_some_and(|e| e == "img") {
                 pool.push(path);
@@ -275,11 +288,15 @@ impl LocalEngine {
         *lock(&inner.pool) = pool;
         let containers_dir = inner.config.data_dir.join("containers");
         let mut loaded = HashMap::new();
-        for entry in fs::read_dir(&containers_dir).context(|| "read containers".into())?.flatten() {
+        for entry in fs::read_dir(&containers_dir)
+            .context(|| "read containers".into())?
+            .flatten()
+        {
             let dir = entry.path();
             let name = entry.file_name().to_string_lossy().into_owned();
-            let spec: Option<ContainerSpec> =
-                fs::read(dir.join("spec.json")).ok().and_then(|b| serde_json::from_slice(&b).ok());
+            let spec: Option<ContainerSpec> = fs::read(dir.join("spec.json"))
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok());
             match (validate_container_id(&name), spec) {
                 (Ok(()), Some(spec)) if !spec.ephemeral => {
                     loaded.insert(name.clone(), Arc::new(Container::new(name, spec, dir)));
@@ -295,7 +312,10 @@ impl LocalEngine {
     }
 
     fn container(&self, id: &str) -> Result<Arc<Container>, SandboxError> {
-        lock(&self.inner.containers).get(id).cloned().ok_or_else(|| SandboxError::NotFound(id.to_owned()))
+        lock(&self.inner.containers)
+            .get(id)
+            .cloned()
+            .ok_or_else(|| SandboxError::NotFound(id.to_owned()))
     }
 
     /// Host (uid, gid) of the sandbox user and of container root.
@@ -316,14 +336,21 @@ impl LocalEngine {
         }
         let engine = self.clone();
         tokio::spawn(async move {
-            let Ok(_filling) = engine.inner.pool_filling.try_lock() else { return };
-            while lock(&engine.inner.pool).len() < engine.inner.config.pool_size && !engine.closing() {
+            let Ok(_filling) = engine.inner.pool_filling.try_lock() else {
+                return;
+            };
+            while lock(&engine.inner.pool).len() < engine.inner.config.pool_size
+                && !engine.closing()
+            {
                 let n = engine.inner.pool_counter.fetch_add(1, Ordering::Relaxed);
                 let pool_dir = engine.inner.config.data_dir.join("pool");
                 let staging = pool_dir.join(format!("{}-{n}.tmp", std::process::id()));
                 let ready = staging.with_extension("img");
                 let (_, root_ids) = engine.host_ids();
-                if let Err(e) = disk::format_image(&staging, engine.inner.config.pool_disk_bytes, root_ids).await {
+                if let Err(e) =
+                    disk::format_image(&staging, engine.inner.config.pool_disk_bytes, root_ids)
+                        .await
+                {
                     tracing::warn!("could not prepare a disk for the pool: {e}");
                     let _ = fs::remove_file(&staging);
                     return;
@@ -338,7 +365,9 @@ impl LocalEngine {
     /// Gives `dir` a disk of `bytes`: a pooled image when one fits.
     async fn provision_disk(&self, dir: &Path, bytes: u64) -> Result<(), SandboxError> {
         match self.inner.disk_kind {
-            DiskKind::Directory => fs::create_dir(dir.join("disk")).context(|| "create disk directory".into()),
+            DiskKind::Directory => {
+                fs::create_dir(dir.join("disk")).context(|| "create disk directory".into())
+            }
             DiskKind::Image => {
                 let target = dir.join("disk.img");
                 if bytes == self.inner.config.pool_disk_bytes {
@@ -351,7 +380,9 @@ impl LocalEngine {
                     }
                 }
                 let (_, root_ids) = self.host_ids();
-                disk::format_image(&target, bytes, root_ids).await.context(|| "format the container's disk".into())
+                disk::format_image(&target, bytes, root_ids)
+                    .await
+                    .context(|| "format the container's disk".into())
             }
         }
     }
@@ -361,7 +392,11 @@ impl LocalEngine {
     }
 
     fn next_slot(&self) -> String {
-        format!("s{}-{}", std::process::id(), self.inner.slot_counter.fetch_add(1, Ordering::Relaxed))
+        format!(
+            "s{}-{}",
+            std::process::id(),
+            self.inner.slot_counter.fetch_add(1, Ordering::Relaxed)
+        )
     }
 
     fn refill_spares_in_background(&self) {
@@ -370,12 +405,20 @@ impl LocalEngine {
         }
         let engine = self.clone();
         tokio::spawn(async move {
-            let Ok(_filling) = engine.inner.spares_filling.try_lock() else { return };
-            while lock(&engine.inner.spares).len() < engine.inner.config.spare_helpers && !engine.closing() {
+            let Ok(_filling) = engine.inner.spares_filling.try_lock() else {
+                return;
+            };
+            while lock(&engine.inner.spares).len() < engine.inner.config.spare_helpers
+                && !engine.closing()
+            {
                 let inner = &engine.inner;
-                let spawned =
-                    Helper::spawn(&inner.config.helper_binary, &inner.cgroups, engine.next_slot(), &ContainerSpec::default())
-                        .await;
+                let spawned = Helper::spawn(
+                    &inner.config.helper_binary,
+                    &inner.cgroups,
+                    engine.next_slot(),
+                    &ContainerSpec::default(),
+                )
+                .await;
                 match spawned {
                     Ok(helper) if engine.closing() => helper.discard(&inner.cgroups).await,
                     Ok(helper) => lock(&inner.spares).push(helper),
@@ -403,19 +446,30 @@ impl LocalEngine {
                 }
             }
         }
-        Helper::spawn(&inner.config.helper_binary, &inner.cgroups, self.next_slot(), spec).await
+        Helper::spawn(
+            &inner.config.helper_binary,
+            &inner.cgroups,
+            self.next_slot(),
+            spec,
+        )
+        .await
     }
 
     /// Starts a container's processes; the caller holds its state lock.
     async fn launch(&self, container: &Container) -> Result<Arc<Running>, SandboxError> {
         let spec = self.helper_spec(container)?;
-        let spec = serde_json::to_vec(&spec).map_err(|e| SandboxError::Setup(format!("encode spec: {e}")))?;
+        let spec = serde_json::to_vec(&spec)
+            .map_err(|e| SandboxError::Setup(format!("encode spec: {e}")))?;
         let helper = self.helper_for(&container.spec).await?;
         let slot = helper.slot.clone();
         let started = match helper.start(&spec).await {
             Ok(started) => started,
             Err(e) => {
-                let _ = self.inner.cgroups.remove(&slot, Duration::from_secs(2)).await;
+                let _ = self
+                    .inner
+                    .cgroups
+                    .remove(&slot, Duration::from_secs(2))
+                    .await;
                 return Err(e);
             }
         };
@@ -429,14 +483,23 @@ impl LocalEngine {
             tracing::debug!(container = %id, "init exited");
             let _ = exited_tx.send(true);
         });
-        Ok(Arc::new(Running { control: started.control, init_pid: started.init_pid, slot: started.slot, pidfd, exited }))
+        Ok(Arc::new(Running {
+            control: started.control,
+            init_pid: started.init_pid,
+            slot: started.slot,
+            pidfd,
+            exited,
+        }))
     }
 
     fn helper_spec(&self, container: &Container) -> Result<HelperSpec, SandboxError> {
         let inner = &self.inner;
         let image = inner.images.resolve(&container.spec.image)?;
         let (disk_image, disk_root) = match inner.disk_kind {
-            DiskKind::Image => (Some(container.dir.join("disk.img")), inner.config.data_dir.join("run/disk")),
+            DiskKind::Image => (
+                Some(container.dir.join("disk.img")),
+                inner.config.data_dir.join("run/disk"),
+            ),
             DiskKind::Directory => (None, container.dir.join("disk")),
         };
         let root = match image.root {
@@ -450,11 +513,23 @@ impl LocalEngine {
         let (sandbox_ids, root_ids) = self.host_ids();
         let (uid_map, gid_map) = if inner.rootless {
             (
-                vec![IdRange { inside: SANDBOX_UID, outside: sandbox_ids.0, count: 1 }],
-                vec![IdRange { inside: SANDBOX_UID, outside: sandbox_ids.1, count: 1 }],
+                vec![IdRange {
+                    inside: SANDBOX_UID,
+                    outside: sandbox_ids.0,
+                    count: 1,
+                }],
+                vec![IdRange {
+                    inside: SANDBOX_UID,
+                    outside: sandbox_ids.1,
+                    count: 1,
+                }],
             )
         } else {
-            let range = IdRange { inside: 0, outside: inner.config.uid_base, count: ID_RANGE };
+            let range = IdRange {
+                inside: 0,
+                outside: inner.config.uid_base,
+                count: ID_RANGE,
+            };
             (vec![range], vec![range])
         };
         Ok(HelperSpec {
@@ -468,12 +543,18 @@ impl LocalEngine {
             root,
             file_binds: image.file_binds,
             data_binds: vec![
-                (disk_root.join(disk::DATA_DIR), crate::backend::WORKDIR.to_owned()),
+                (
+                    disk_root.join(disk::DATA_DIR),
+                    crate::backend::WORKDIR.to_owned(),
+                ),
                 (disk_root.join(disk::HOME_DIR), SANDBOX_HOME.to_owned()),
             ],
             // tmpfs pages are charged to the memory limit but to no process:
             // keep /tmp (and /dev/shm) well below the limit.
-            tmp_bytes: container.spec.tmp_bytes.min(container.spec.memory_bytes / 2),
+            tmp_bytes: container
+                .spec
+                .tmp_bytes
+                .min(container.spec.memory_bytes / 2),
             home: SANDBOX_HOME.to_owned(),
             disk_image,
             disk_root,
@@ -507,7 +588,12 @@ impl LocalEngine {
     /// Ends a container's processes and removes its cgroup.
     async fn tear_down(&self, id: &str, running: &Running) {
         running.shut_down(Duration::from_secs(2)).await;
-        if let Err(e) = self.inner.cgroups.remove(&running.slot, Duration::from_secs(5)).await {
+        if let Err(e) = self
+            .inner
+            .cgroups
+            .remove(&running.slot, Duration::from_secs(5))
+            .await
+        {
             tracing::warn!(container = %id, "could not remove cgroup {}: {e}", running.slot);
         }
     }
@@ -523,13 +609,21 @@ impl LocalEngine {
         let (stderr_read, stderr_write) = sys::pipe().context(|| "pipe".into())?;
         let (status_read, status_write) = sys::pipe().context(|| "pipe".into())?;
         running
-            .send(&Request::Run { command: command.as_bytes().to_vec() }, &[&stdout_write, &stderr_write, &status_write])
+            .send(
+                &Request::Run {
+                    command: command.as_bytes().to_vec(),
+                },
+                &[&stdout_write, &stderr_write, &status_write],
+            )
             .await?;
         drop((stdout_write, stderr_write, status_write));
 
-        let mut stdout = pipe::Receiver::from_owned_fd(stdout_read).context(|| "stdout pipe".into())?;
-        let mut stderr = pipe::Receiver::from_owned_fd(stderr_read).context(|| "stderr pipe".into())?;
-        let mut status = pipe::Receiver::from_owned_fd(status_read).context(|| "status pipe".into())?;
+        let mut stdout =
+            pipe::Receiver::from_owned_fd(stdout_read).context(|| "stdout pipe".into())?;
+        let mut stderr =
+            pipe::Receiver::from_owned_fd(stderr_read).context(|| "stderr pipe".into())?;
+        let mut status =
+            pipe::Receiver::from_owned_fd(status_read).context(|| "status pipe".into())?;
         let mut out = CappedOutput::new(max_output_length);
         let mut err = CappedOutput::new(max_output_length);
         let (mut out_buf, mut err_buf) = (vec![0u8; 64 * 1024], vec![0u8; 64 * 1024]);
@@ -594,15 +688,25 @@ impl LocalEngine {
         let mut stderr_text = err.finish();
         let outcome = match (exit_status, spawn_error) {
             _ if timed_out => Outcome::Timeout,
-            (Some(status), None) => Outcome::Exit { exit_code: sys::exit_code_of(status) },
+            (Some(status), None) => Outcome::Exit {
+                exit_code: sys::exit_code_of(status),
+            },
             (status, Some(errno)) => {
                 let reason = std::io::Error::from_raw_os_error(errno);
-                stderr_text.push_str(&format!("shellgate: could not start the command: {reason}\n"));
-                Outcome::Exit { exit_code: status.map(sys::exit_code_of).unwrap_or(126) }
+                stderr_text.push_str(&format!(
+                    "shellgate: could not start the command: {reason}\n"
+                ));
+                Outcome::Exit {
+                    exit_code: status.map(sys::exit_code_of).unwrap_or(126),
+                }
             }
             (None, None) => return Err(SandboxError::ContainerGone),
         };
-        Ok(CommandResult { stdout: out.finish(), stderr: stderr_text, outcome })
+        Ok(CommandResult {
+            stdout: out.finish(),
+            stderr: stderr_text,
+            outcome,
+        })
     }
 
     /// Stops every running container (their files stay), waits for pending
@@ -617,7 +721,8 @@ impl LocalEngine {
         for helper in spares {
             helper.discard(&self.inner.cgroups).await;
         }
-        let containers: Vec<Arc<Container>> = lock(&self.inner.containers).values().cloned().collect();
+        let containers: Vec<Arc<Container>> =
+            lock(&self.inner.containers).values().cloned().collect();
         for container in containers {
             let mut state = container.state.lock().await;
             if state.is_some() {
@@ -655,14 +760,21 @@ impl LocalEngine {
 
 impl Container {
     fn new(id: String, spec: ContainerSpec, dir: PathBuf) -> Self {
-        Self { id, spec, dir, state: tokio::sync::Mutex::new(None) }
+        Self {
+            id,
+            spec,
+            dir,
+            state: tokio::sync::Mutex::new(None),
+        }
     }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // A panic elsewhere cannot leave these maps inconsistent (each update is
     // a single insert or remove), so a poisoned lock is still usable.
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[async_trait]
@@ -685,7 +797,8 @@ impl SandboxBackend for LocalEngine {
         let made = async {
             fs::create_dir(&staging).context(|| format!("create {}", staging.display()))?;
             self.provision_disk(&staging, spec.disk_bytes).await?;
-            let spec_json = serde_json::to_vec_pretty(&spec).map_err(|e| SandboxError::Setup(e.to_string()))?;
+            let spec_json =
+                serde_json::to_vec_pretty(&spec).map_err(|e| SandboxError::Setup(e.to_string()))?;
             fs::write(staging.join("spec.json"), spec_json).context(|| "write spec.json".into())?;
             // The rename is the commit point: a crash before it leaves only a
             // staging directory, which the next start removes.
@@ -702,7 +815,11 @@ impl SandboxBackend for LocalEngine {
             let _ = fs::remove_dir_all(&dir);
             return Err(e);
         }
-        Ok(ContainerInfo { id: id.to_owned(), state: ContainerState::Running, spec })
+        Ok(ContainerInfo {
+            id: id.to_owned(),
+            state: ContainerState::Running,
+            spec,
+        })
     }
 
     async fn run(&self, id: &str, request: RunRequest) -> Result<Vec<CommandResult>, SandboxError> {
@@ -712,7 +829,10 @@ impl SandboxBackend for LocalEngine {
         let mut results = Vec::with_capacity(request.commands.len());
         for command in &request.commands {
             let running = self.ensure_running(&container).await?;
-            results.push(self.run_command(&running, command, timeout, request.max_output_length).await?);
+            results.push(
+                self.run_command(&running, command, timeout, request.max_output_length)
+                    .await?,
+            );
         }
         Ok(results)
     }
@@ -736,11 +856,21 @@ impl SandboxBackend for LocalEngine {
         // free, and a crash mid-teardown leaves only a `.trash-` directory,
         // which the next start removes.
         let n = self.inner.slot_counter.fetch_add(1, Ordering::Relaxed);
-        let trash = self.inner.config.data_dir.join("containers").join(format!(".trash-{id}-{n}"));
+        let trash = self
+            .inner
+            .config
+            .data_dir
+            .join("containers")
+            .join(format!(".trash-{id}-{n}"));
         match fs::rename(&container.dir, &trash) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(SandboxError::io(format!("remove {}", container.dir.display()), e)),
+            Err(e) => {
+                return Err(SandboxError::io(
+                    format!("remove {}", container.dir.display()),
+                    e,
+                ))
+            }
         }
         lock(&self.inner.containers).remove(id);
         let running = state.take();
@@ -770,7 +900,11 @@ impl SandboxBackend for LocalEngine {
         let running = state.as_ref().is_some_and(|r| r.alive());
         Ok(ContainerInfo {
             id: container.id.clone(),
-            state: if running { ContainerState::Running } else { ContainerState::Stopped },
+            state: if running {
+                ContainerState::Running
+            } else {
+                ContainerState::Stopped
+            },
             spec: container.spec.clone(),
         })
     }

@@ -7,7 +7,10 @@ use std::io;
 pub enum SandboxError {
     /// The caller asked for something the engine refuses; `param` names what.
     #[error("{message}")]
-    InvalidRequest { param: &'static str, message: String },
+    InvalidRequest {
+        param: &'static str,
+        message: String,
+    },
     /// No container with that id.
     #[error("no container with id {0:?}")]
     NotFound(String),
@@ -41,7 +44,10 @@ pub enum SandboxError {
 impl SandboxError {
     /// Wraps an I/O error with what the engine was doing.
     pub fn io(context: impl Into<String>, source: io::Error) -> Self {
-        Self::Io { context: context.into(), source }
+        Self::Io {
+            context: context.into(),
+            source,
+        }
     }
 }
 

@@ -35,10 +35,20 @@ struct OpenHow {
 
 fn openat2(dir: RawFd, path: &str, flags: i32, mode: u32, resolve: u64) -> io::Result<OwnedFd> {
     let path = CString::new(path).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    let how = OpenHow { flags: (flags | libc::O_CLOEXEC) as u64, mode: mode as u64, resolve };
+    let how = OpenHow {
+        flags: (flags | libc::O_CLOEXEC) as u64,
+        mode: mode as u64,
+        resolve,
+    };
     // SAFETY: `path` and `how` are valid for the call; openat2 returns a new fd.
     let fd = sys::cvt(unsafe {
-        libc::syscall(libc::SYS_openat2, dir, path.as_ptr(), &how as *const OpenHow, std::mem::size_of::<OpenHow>())
+        libc::syscall(
+            libc::SYS_openat2,
+            dir,
+            path.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
     })?;
     // SAFETY: the descriptor is new and ours alone.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
@@ -47,7 +57,10 @@ fn openat2(dir: RawFd, path: &str, flags: i32, mode: u32, resolve: u64) -> io::R
 /// Turns a caller's path (`/mnt/data/a/b`, `a/b`) into components relative
 /// to `/mnt/data`, refusing `..`, empty paths and NUL bytes.
 pub fn relative_path(path: &str) -> Result<Vec<String>, SandboxError> {
-    let invalid = |why: &str| SandboxError::InvalidRequest { param: "path", message: format!("invalid path {path:?}: {why}") };
+    let invalid = |why: &str| SandboxError::InvalidRequest {
+        param: "path",
+        message: format!("invalid path {path:?}: {why}"),
+    };
     let rest = match path.strip_prefix(WORKDIR) {
         Some("") => "",
         Some(rest) if rest.starts_with('/') => rest.trim_start_matches('/'),
@@ -56,7 +69,11 @@ pub fn relative_path(path: &str) -> Result<Vec<String>, SandboxError> {
     if rest.starts_with('/') {
         return Err(invalid("absolute paths must be under /mnt/data"));
     }
-    let parts: Vec<String> = rest.split('/').filter(|p| !p.is_empty() && *p != ".").map(str::to_owned).collect();
+    let parts: Vec<String> = rest
+        .split('/')
+        .filter(|p| !p.is_empty() && *p != ".")
+        .map(str::to_owned)
+        .collect();
     if parts.is_empty() {
         return Err(invalid("no file name"));
     }
@@ -90,8 +107,14 @@ impl DataDir {
     /// Files written are owned by `owner` (host uid and gid of the sandbox user).
     pub fn open(init_pid: i32, owner: (u32, u32)) -> Result<Self, SandboxError> {
         let root = format!("/proc/{init_pid}/root");
-        let root = openat2(libc::AT_FDCWD, &root, libc::O_PATH | libc::O_DIRECTORY, 0, 0)
-            .map_err(|e| SandboxError::io("open the container's root", e))?;
+        let root = openat2(
+            libc::AT_FDCWD,
+            &root,
+            libc::O_PATH | libc::O_DIRECTORY,
+            0,
+            0,
+        )
+        .map_err(|e| SandboxError::io("open the container's root", e))?;
         let dir = openat2(
             root.as_raw_fd(),
             WORKDIR.trim_start_matches('/'),
@@ -126,22 +149,37 @@ impl DataDir {
             });
         }
         let mut contents = Vec::with_capacity(meta.len() as usize);
-        file.take(MAX_READ_BYTES).read_to_end(&mut contents).map_err(|e| SandboxError::io("read", e))?;
+        file.take(MAX_READ_BYTES)
+            .read_to_end(&mut contents)
+            .map_err(|e| SandboxError::io("read", e))?;
         Ok(contents)
     }
 
     /// Opens (creating as needed) the directory holding the last component.
     fn parent_of(&self, parts: &[String], path: &str) -> Result<OwnedFd, SandboxError> {
-        let mut dir = openat2(self.dir.as_raw_fd(), ".", libc::O_PATH | libc::O_DIRECTORY, 0, RESOLVE_BENEATH)
-            .map_err(|e| SandboxError::io("open /mnt/data", e))?;
+        let mut dir = openat2(
+            self.dir.as_raw_fd(),
+            ".",
+            libc::O_PATH | libc::O_DIRECTORY,
+            0,
+            RESOLVE_BENEATH,
+        )
+        .map_err(|e| SandboxError::io("open /mnt/data", e))?;
         for part in &parts[..parts.len() - 1] {
-            let name = CString::new(part.as_str()).map_err(|_| SandboxError::FileNotFound(path.to_owned()))?;
+            let name = CString::new(part.as_str())
+                .map_err(|_| SandboxError::FileNotFound(path.to_owned()))?;
             // SAFETY: `dir` is a valid directory descriptor, `name` a C string.
             let made = unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), 0o755) };
             if made == 0 {
                 // SAFETY: as above; fchownat with AT_SYMLINK_NOFOLLOW on what we just made.
                 unsafe {
-                    libc::fchownat(dir.as_raw_fd(), name.as_ptr(), self.owner.0, self.owner.1, libc::AT_SYMLINK_NOFOLLOW)
+                    libc::fchownat(
+                        dir.as_raw_fd(),
+                        name.as_ptr(),
+                        self.owner.0,
+                        self.owner.1,
+                        libc::AT_SYMLINK_NOFOLLOW,
+                    )
                 };
             }
             dir = openat2(
@@ -172,12 +210,17 @@ impl DataDir {
         let file = File::from(fd);
         let meta = file.metadata().map_err(|e| SandboxError::io("stat", e))?;
         if !meta.is_file() {
-            return Err(SandboxError::InvalidRequest { param: "path", message: format!("{path} is not a regular file") });
+            return Err(SandboxError::InvalidRequest {
+                param: "path",
+                message: format!("{path} is not a regular file"),
+            });
         }
         // SAFETY: fchown on a descriptor we own.
         sys::cvt(unsafe { libc::fchown(file.as_raw_fd(), self.owner.0, self.owner.1) })
             .map_err(|e| SandboxError::io("chown", e))?;
-        (&file).write_all(contents).map_err(|e| not_found_or(path, e))?;
+        (&file)
+            .write_all(contents)
+            .map_err(|e| not_found_or(path, e))?;
         file.sync_data().map_err(|e| not_found_or(path, e))
     }
 
@@ -185,9 +228,11 @@ impl DataDir {
     pub fn delete(&self, path: &str) -> Result<(), SandboxError> {
         let parts = relative_path(path)?;
         let parent = self.parent_of_existing(&parts, path)?;
-        let name = CString::new(parts[parts.len() - 1].as_str()).map_err(|_| SandboxError::FileNotFound(path.to_owned()))?;
+        let name = CString::new(parts[parts.len() - 1].as_str())
+            .map_err(|_| SandboxError::FileNotFound(path.to_owned()))?;
         // SAFETY: `parent` is a valid directory descriptor and `name` a C string.
-        sys::cvt(unsafe { libc::unlinkat(parent.as_raw_fd(), name.as_ptr(), 0) }).map_err(|e| not_found_or(path, e))?;
+        sys::cvt(unsafe { libc::unlinkat(parent.as_raw_fd(), name.as_ptr(), 0) })
+            .map_err(|e| not_found_or(path, e))?;
         Ok(())
     }
 
@@ -206,8 +251,14 @@ impl DataDir {
     /// Every regular file below `/mnt/data`, without following links.
     pub fn list(&self) -> Result<Vec<FileEntry>, SandboxError> {
         let mut entries = Vec::new();
-        let top = openat2(self.dir.as_raw_fd(), ".", libc::O_RDONLY | libc::O_DIRECTORY, 0, RESOLVE_BENEATH)
-            .map_err(|e| SandboxError::io("open /mnt/data", e))?;
+        let top = openat2(
+            self.dir.as_raw_fd(),
+            ".",
+            libc::O_RDONLY | libc::O_DIRECTORY,
+            0,
+            RESOLVE_BENEATH,
+        )
+        .map_err(|e| SandboxError::io("open /mnt/data", e))?;
         walk(&top, WORKDIR, &mut entries, 0)?;
         entries.sort_by(|a, b| a.path.cmp(&b.path));
         Ok(entries)
@@ -219,7 +270,12 @@ const MAX_DEPTH: usize = 32;
 /// Most files listed.
 const MAX_ENTRIES: usize = 100_000;
 
-fn walk(dir: &OwnedFd, prefix: &str, out: &mut Vec<FileEntry>, depth: usize) -> Result<(), SandboxError> {
+fn walk(
+    dir: &OwnedFd,
+    prefix: &str,
+    out: &mut Vec<FileEntry>,
+    depth: usize,
+) -> Result<(), SandboxError> {
     if depth > MAX_DEPTH {
         return Ok(());
     }
@@ -231,21 +287,41 @@ fn walk(dir: &OwnedFd, prefix: &str, out: &mut Vec<FileEntry>, depth: usize) -> 
         if out.len() >= MAX_ENTRIES {
             return Ok(());
         }
-        let Some(name) = entry.file_name().to_str().map(str::to_owned) else { continue };
-        let Ok(file_type) = entry.file_type() else { continue };
+        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        let Ok(file_type) = entry.file_type() else {
+            continue;
+        };
         let path = format!("{prefix}/{name}");
         if file_type.is_dir() {
-            if let Ok(child) =
-                openat2(dir.as_raw_fd(), &name, libc::O_RDONLY | libc::O_DIRECTORY, 0, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)
-            {
+            if let Ok(child) = openat2(
+                dir.as_raw_fd(),
+                &name,
+                libc::O_RDONLY | libc::O_DIRECTORY,
+                0,
+                RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS,
+            ) {
                 walk(&child, &path, out, depth + 1)?;
             }
         } else if file_type.is_file() {
-            let Ok(fd) = openat2(dir.as_raw_fd(), &name, libc::O_PATH, 0, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS) else {
+            let Ok(fd) = openat2(
+                dir.as_raw_fd(),
+                &name,
+                libc::O_PATH,
+                0,
+                RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS,
+            ) else {
                 continue;
             };
-            let Ok(meta) = File::from(fd).metadata() else { continue };
-            out.push(FileEntry { path, bytes: meta.len(), modified_unix: meta.mtime() });
+            let Ok(meta) = File::from(fd).metadata() else {
+                continue;
+            };
+            out.push(FileEntry {
+                path,
+                bytes: meta.len(),
+                modified_unix: meta.mtime(),
+            });
         }
     }
     Ok(())
@@ -257,7 +333,10 @@ mod tests {
 
     #[test]
     fn paths_are_made_relative_and_checked() {
-        assert_eq!(relative_path("/mnt/data/a/b.txt").unwrap(), vec!["a", "b.txt"]);
+        assert_eq!(
+            relative_path("/mnt/data/a/b.txt").unwrap(),
+            vec!["a", "b.txt"]
+        );
         assert_eq!(relative_path("a/./b").unwrap(), vec!["a", "b"]);
         assert!(relative_path("/etc/passwd").is_err());
         assert!(relative_path("/mnt/data/../etc").is_err());

@@ -74,7 +74,9 @@ const HOST_ETC_ALLOWLIST: &[&str] = &[
 ];
 
 /// Host top-level system entries the `host` image exposes.
-const HOST_SYSTEM_DIRS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"];
+const HOST_SYSTEM_DIRS: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+];
 
 /// Identity files every image gets.
 fn identity_files(hostname: &str) -> [(&'static str, String); 4] {
@@ -117,7 +119,9 @@ impl ImageStore {
     /// Opens the store under `images_dir` and (re)generates the host image's
     /// `/etc` and the shared identity files.
     pub fn open(images_dir: &Path, hostname: &str) -> Result<Self, SandboxError> {
-        let store = Self { root: images_dir.to_owned() };
+        let store = Self {
+            root: images_dir.to_owned(),
+        };
         fs::create_dir_all(&store.root).context(|| format!("create {}", store.root.display()))?;
         store.generate(hostname)?;
         Ok(store)
@@ -154,7 +158,8 @@ impl ImageStore {
         for (name, contents) in identity_files(hostname) {
             fs::write(staging.join(name), contents).context(|| format!("write {name}"))?;
         }
-        fs::write(staging.join("hostname"), format!("{hostname}\n")).context(|| "write hostname".into())?;
+        fs::write(staging.join("hostname"), format!("{hostname}\n"))
+            .context(|| "write hostname".into())?;
         replace_dir(&staging, &etc)
     }
 
@@ -176,7 +181,10 @@ impl ImageStore {
             }
             binds.push((self.host_etc(), "/etc".to_owned()));
             symlinks.push(("/var/tmp".to_owned(), "/tmp".to_owned()));
-            return Ok(ResolvedImage { root: RootSpec::HostBinds { binds, symlinks }, file_binds: Vec::new() });
+            return Ok(ResolvedImage {
+                root: RootSpec::HostBinds { binds, symlinks },
+                file_binds: Vec::new(),
+            });
         }
         let rootfs = self.rootfs(name)?;
         if !rootfs.join("bin").exists() && !rootfs.join("usr/bin").exists() {
@@ -188,7 +196,11 @@ impl ImageStore {
             .map(|(file, _)| (identity.join(file), format!("/etc/{file}")))
             .collect();
         Ok(ResolvedImage {
-            root: RootSpec::Overlay { lower: rootfs, upper: PathBuf::new(), work: PathBuf::new() },
+            root: RootSpec::Overlay {
+                lower: rootfs,
+                upper: PathBuf::new(),
+                work: PathBuf::new(),
+            },
             file_binds,
         })
     }
@@ -201,7 +213,10 @@ impl ImageStore {
 
     /// Every image: `host` and each directory with a rootfs.
     pub fn list(&self) -> Vec<ImageInfo> {
-        let mut images = vec![ImageInfo { name: HOST_IMAGE.to_owned(), path: PathBuf::from("/") }];
+        let mut images = vec![ImageInfo {
+            name: HOST_IMAGE.to_owned(),
+            path: PathBuf::from("/"),
+        }];
         if let Ok(entries) = fs::read_dir(&self.root) {
             let mut named: Vec<ImageInfo> = entries
                 .flatten()
@@ -232,9 +247,32 @@ pub const RECIPES: &[Recipe] = &[Recipe {
     name: "debian-12",
     suite: "bookworm",
     packages: &[
-        "bash", "ca-certificates", "coreutils", "curl", "file", "findutils", "git", "gcc", "g++", "make",
-        "golang-go", "jq", "less", "nodejs", "npm", "openjdk-17-jdk-headless", "php-cli", "procps",
-        "python3", "python3-pip", "python3-venv", "ruby", "sqlite3", "unzip", "xz-utils", "zip",
+        "bash",
+        "ca-certificates",
+        "coreutils",
+        "curl",
+        "file",
+        "findutils",
+        "git",
+        "gcc",
+        "g++",
+        "make",
+        "golang-go",
+        "jq",
+        "less",
+        "nodejs",
+        "npm",
+        "openjdk-17-jdk-headless",
+        "php-cli",
+        "procps",
+        "python3",
+        "python3-pip",
+        "python3-venv",
+        "ruby",
+        "sqlite3",
+        "unzip",
+        "xz-utils",
+        "zip",
     ],
 }];
 
@@ -255,14 +293,24 @@ pub type Progress<'a> = &'a mut (dyn FnMut(f64, &str) + Send);
 
 impl ImageStore {
     /// Builds an image from a recipe with `mmdebstrap`, reporting progress.
-    pub async fn build(&self, name: &str, progress: Progress<'_>) -> Result<ImageInfo, SandboxError> {
+    pub async fn build(
+        &self,
+        name: &str,
+        progress: Progress<'_>,
+    ) -> Result<ImageInfo, SandboxError> {
         use tokio::io::AsyncBufReadExt;
-        let recipe = RECIPES.iter().find(|r| r.name == name).ok_or_else(|| SandboxError::InvalidRequest {
-            param: "name",
-            message: format!(
-                "no recipe for {name:?}; known: {}",
-                RECIPES.iter().map(|r| r.name).collect::<Vec<_>>().join(", ")
-            ),
+        let recipe = RECIPES.iter().find(|r| r.name == name).ok_or_else(|| {
+            SandboxError::InvalidRequest {
+                param: "name",
+                message: format!(
+                    "no recipe for {name:?}; known: {}",
+                    RECIPES
+                        .iter()
+                        .map(|r| r.name)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            }
         })?;
         let (staging, target) = self.staging(name)?;
         let mut child = tokio::process::Command::new("mmdebstrap")
@@ -276,13 +324,20 @@ impl ImageStore {
             .stderr(std::process::Stdio::piped())
             .kill_on_drop(true)
             .spawn()
-            .map_err(|e| SandboxError::Setup(format!("cannot run mmdebstrap (apt-get install mmdebstrap): {e}")))?;
+            .map_err(|e| {
+                SandboxError::Setup(format!(
+                    "cannot run mmdebstrap (apt-get install mmdebstrap): {e}"
+                ))
+            })?;
         let mut tail: Vec<String> = Vec::new();
         if let Some(stderr) = child.stderr.take() {
             let mut lines = tokio::io::BufReader::new(stderr).lines();
             let mut fraction = 0.0;
             while let Ok(Some(line)) = lines.next_line().await {
-                if let Some((_, at)) = BUILD_STAGES.iter().find(|(prefix, _)| line.starts_with(prefix)) {
+                if let Some((_, at)) = BUILD_STAGES
+                    .iter()
+                    .find(|(prefix, _)| line.starts_with(prefix))
+                {
                     fraction = *at;
                 }
                 progress(fraction, &line);
@@ -292,10 +347,16 @@ impl ImageStore {
                 }
             }
         }
-        let status = child.wait().await.context(|| "wait for mmdebstrap".into())?;
+        let status = child
+            .wait()
+            .await
+            .context(|| "wait for mmdebstrap".into())?;
         if !status.success() {
             let _ = fs::remove_dir_all(&staging);
-            return Err(SandboxError::Setup(format!("mmdebstrap failed:\n{}", tail.join("\n"))));
+            return Err(SandboxError::Setup(format!(
+                "mmdebstrap failed:\n{}",
+                tail.join("\n")
+            )));
         }
         self.install(name, &staging, &target)
     }
@@ -322,15 +383,24 @@ impl ImageStore {
             let _ = fs::remove_dir_all(&staging);
             return Err(SandboxError::InvalidRequest {
                 param: "tarball",
-                message: format!("cannot extract {}: {}", tarball.display(), String::from_utf8_lossy(&output.stderr).trim()),
+                message: format!(
+                    "cannot extract {}: {}",
+                    tarball.display(),
+                    String::from_utf8_lossy(&output.stderr).trim()
+                ),
             });
         }
-        let has_shell = ["bin/sh", "usr/bin/sh", "bin/bash"].iter().any(|p| staging.join(p).symlink_metadata().is_ok());
+        let has_shell = ["bin/sh", "usr/bin/sh", "bin/bash"]
+            .iter()
+            .any(|p| staging.join(p).symlink_metadata().is_ok());
         if !has_shell {
             let _ = fs::remove_dir_all(&staging);
             return Err(SandboxError::InvalidRequest {
                 param: "tarball",
-                message: format!("{} holds no /bin/sh: not a root file system", tarball.display()),
+                message: format!(
+                    "{} holds no /bin/sh: not a root file system",
+                    tarball.display()
+                ),
             });
         }
         self.install(name, &staging, &target)
@@ -339,10 +409,16 @@ impl ImageStore {
     /// A fresh staging directory next to where image `name` will live.
     fn staging(&self, name: &str) -> Result<(PathBuf, PathBuf), SandboxError> {
         if name == HOST_IMAGE {
-            return Err(SandboxError::InvalidRequest { param: "name", message: "`host` is built in".into() });
+            return Err(SandboxError::InvalidRequest {
+                param: "name",
+                message: "`host` is built in".into(),
+            });
         }
         let target = self.rootfs(name)?;
-        let parent = target.parent().map(Path::to_owned).unwrap_or_else(|| self.root.clone());
+        let parent = target
+            .parent()
+            .map(Path::to_owned)
+            .unwrap_or_else(|| self.root.clone());
         fs::create_dir_all(&parent).context(|| format!("create {}", parent.display()))?;
         let staging = parent.join("rootfs.new");
         let _ = fs::remove_dir_all(&staging);
@@ -351,7 +427,12 @@ impl ImageStore {
     }
 
     /// Swaps a finished staging directory in as the image's root.
-    fn install(&self, name: &str, staging: &Path, target: &Path) -> Result<ImageInfo, SandboxError> {
+    fn install(
+        &self,
+        name: &str,
+        staging: &Path,
+        target: &Path,
+    ) -> Result<ImageInfo, SandboxError> {
         prepare_mount_points(staging).context(|| format!("prepare {}", staging.display()))?;
         let old = target.with_extension("old");
         let _ = fs::remove_dir_all(&old);
@@ -360,7 +441,10 @@ impl ImageStore {
         }
         fs::rename(staging, target).context(|| format!("install {}", target.display()))?;
         let _ = fs::remove_dir_all(&old);
-        Ok(ImageInfo { name: name.to_owned(), path: target.to_owned() })
+        Ok(ImageInfo {
+            name: name.to_owned(),
+            path: target.to_owned(),
+        })
     }
 }
 
@@ -390,7 +474,9 @@ pub fn validate_image_name(name: &str) -> Result<(), SandboxError> {
     let ok = !name.is_empty()
         && name.len() <= 64
         && !name.starts_with('.')
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
     if ok {
         Ok(())
     } else {
@@ -457,7 +543,10 @@ mod tests {
         assert!(!etc.join("ssh").exists());
         let passwd = fs::read_to_string(etc.join("passwd")).unwrap();
         assert!(passwd.contains("sandbox:x:1000"));
-        assert!(!passwd.contains("/root:/bin/bash\nuser"), "host users must not leak");
+        assert!(
+            !passwd.contains("/root:/bin/bash\nuser"),
+            "host users must not leak"
+        );
         fs::remove_dir_all(&dir).unwrap();
     }
 

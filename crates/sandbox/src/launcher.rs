@@ -46,17 +46,24 @@ impl Helper {
         slot: String,
         limits: &ContainerSpec,
     ) -> Result<Helper, SandboxError> {
-        let cgroup_procs = cgroups.create(&slot, limits).context(|| format!("create cgroup {slot}"))?;
+        let cgroup_procs = cgroups
+            .create(&slot, limits)
+            .context(|| format!("create cgroup {slot}"))?;
         let enrollment = serde_json::to_vec(&Enrollment { cgroup_procs })
             .map_err(|e| SandboxError::Setup(format!("encode enrollment: {e}")))?;
         let spawned = async {
             let (ours, theirs) = sys::seqpacket_pair().context(|| "socketpair".into())?;
-            let pid = spawn_helper(binary, &theirs).context(|| format!("start helper {}", binary.display()))?;
+            let pid = spawn_helper(binary, &theirs)
+                .context(|| format!("start helper {}", binary.display()))?;
             drop(theirs);
             let pidfd = sys::pidfd_open(pid).context(|| "pidfd of helper".into())?;
             set_nonblocking(&ours)?;
             let control = register(ours).context(|| "register control socket".into())?;
-            Ok::<_, SandboxError>(Helper { control, pidfd, slot: slot.clone() })
+            Ok::<_, SandboxError>(Helper {
+                control,
+                pidfd,
+                slot: slot.clone(),
+            })
         }
         .await;
         let helper = match spawned {
@@ -71,7 +78,9 @@ impl Helper {
             match recv_report(&helper.control).await? {
                 Some(Report::Enrolled) => Ok(()),
                 Some(Report::Error { message }) => Err(SandboxError::Setup(message)),
-                other => Err(SandboxError::Setup(format!("unexpected helper report {other:?}"))),
+                other => Err(SandboxError::Setup(format!(
+                    "unexpected helper report {other:?}"
+                ))),
             }
         };
         match tokio::time::timeout(SETUP_TIMEOUT, enrolled).await {
@@ -82,14 +91,20 @@ impl Helper {
             }
             Err(_) => {
                 helper.discard(cgroups).await;
-                Err(SandboxError::Setup("the sandbox helper did not enrol in time".into()))
+                Err(SandboxError::Setup(
+                    "the sandbox helper did not enrol in time".into(),
+                ))
             }
         }
     }
 
     /// Sends the container spec and waits until init is ready.
     pub async fn start(self, spec: &[u8]) -> Result<Started, SandboxError> {
-        let Helper { control, pidfd, slot } = self;
+        let Helper {
+            control,
+            pidfd,
+            slot,
+        } = self;
         let mut init_pid = None;
         let handshake = async {
             send_raw(&control, spec).await?;
@@ -99,21 +114,33 @@ impl Helper {
                     Some(Report::Ready) => return Ok(()),
                     Some(Report::Error { message }) => return Err(SandboxError::Setup(message)),
                     Some(Report::Enrolled) => {}
-                    None => return Err(SandboxError::Setup("the sandbox helper exited without a report".into())),
+                    None => {
+                        return Err(SandboxError::Setup(
+                            "the sandbox helper exited without a report".into(),
+                        ))
+                    }
                 }
             }
         };
         let result = match tokio::time::timeout(SETUP_TIMEOUT, handshake).await {
             Ok(result) => result,
-            Err(_) => Err(SandboxError::Setup("the sandbox took more than 30 s to start".into())),
+            Err(_) => Err(SandboxError::Setup(
+                "the sandbox took more than 30 s to start".into(),
+            )),
         };
         if result.is_err() {
             let _ = sys::pidfd_kill(&pidfd, libc::SIGKILL);
         }
         reap(pidfd).await;
         match (result, init_pid) {
-            (Ok(()), Some(init_pid)) => Ok(Started { control, init_pid, slot }),
-            (Ok(()), None) => Err(SandboxError::Setup("init reported ready before its pid".into())),
+            (Ok(()), Some(init_pid)) => Ok(Started {
+                control,
+                init_pid,
+                slot,
+            }),
+            (Ok(()), None) => Err(SandboxError::Setup(
+                "init reported ready before its pid".into(),
+            )),
             (Err(e), pid) => {
                 // Init, our child through CLONE_PARENT, may exist: end and reap it.
                 drop(control);
@@ -128,7 +155,11 @@ impl Helper {
 
     /// Ends an unused helper and removes its cgroup.
     pub async fn discard(self, cgroups: &Cgroups) {
-        let Helper { control, pidfd, slot } = self;
+        let Helper {
+            control,
+            pidfd,
+            slot,
+        } = self;
         drop(control);
         let _ = sys::pidfd_kill(&pidfd, libc::SIGKILL);
         reap(pidfd).await;
@@ -154,7 +185,10 @@ fn set_nonblocking(fd: &OwnedFd) -> Result<(), SandboxError> {
 
 async fn send_raw(control: &AsyncFd<OwnedFd>, bytes: &[u8]) -> Result<(), SandboxError> {
     loop {
-        let mut guard = control.writable().await.context(|| "wait on control socket".into())?;
+        let mut guard = control
+            .writable()
+            .await
+            .context(|| "wait on control socket".into())?;
         match guard.try_io(|fd| sys::send_with_fds(fd.as_raw_fd(), bytes, &[])) {
             Ok(result) => return result.context(|| "send spec to helper".into()),
             Err(_would_block) => continue,
@@ -166,7 +200,10 @@ async fn send_raw(control: &AsyncFd<OwnedFd>, bytes: &[u8]) -> Result<(), Sandbo
 async fn recv_report(control: &AsyncFd<OwnedFd>) -> Result<Option<Report>, SandboxError> {
     let mut buf = vec![0u8; MAX_MESSAGE];
     loop {
-        let mut guard = control.readable().await.context(|| "wait on control socket".into())?;
+        let mut guard = control
+            .readable()
+            .await
+            .context(|| "wait on control socket".into())?;
         match guard.try_io(|fd| sys::recv_with_fds(fd.as_raw_fd(), &mut buf, libc::MSG_DONTWAIT)) {
             Ok(Ok((0, _))) => return Ok(None),
             Ok(Ok((len, _))) => {
@@ -221,14 +258,37 @@ fn spawn_helper(binary: &Path, control: &OwnedFd) -> std::io::Result<libc::pid_t
         libc::posix_spawn_file_actions_init(&mut actions);
         libc::posix_spawnattr_init(&mut attr);
         // dup2 onto fd 3 clears close-on-exec (glibc also when it already is fd 3).
-        libc::posix_spawn_file_actions_adddup2(&mut actions, control.as_raw_fd(), crate::protocol::CONTROL_FD);
-        libc::posix_spawn_file_actions_addopen(&mut actions, 0, dev_null.as_ptr(), libc::O_RDONLY, 0);
-        libc::posix_spawn_file_actions_addopen(&mut actions, 1, dev_null.as_ptr(), libc::O_WRONLY, 0);
+        libc::posix_spawn_file_actions_adddup2(
+            &mut actions,
+            control.as_raw_fd(),
+            crate::protocol::CONTROL_FD,
+        );
+        libc::posix_spawn_file_actions_addopen(
+            &mut actions,
+            0,
+            dev_null.as_ptr(),
+            libc::O_RDONLY,
+            0,
+        );
+        libc::posix_spawn_file_actions_addopen(
+            &mut actions,
+            1,
+            dev_null.as_ptr(),
+            libc::O_WRONLY,
+            0,
+        );
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
         libc::posix_spawnattr_setsigmask(&mut attr, &empty);
         libc::posix_spawnattr_setflags(&mut attr, libc::POSIX_SPAWN_SETSIGMASK as libc::c_short);
-        let ret = libc::posix_spawn(&mut pid, path.as_ptr(), &actions, &attr, argv.as_ptr().cast(), envp.as_ptr().cast());
+        let ret = libc::posix_spawn(
+            &mut pid,
+            path.as_ptr(),
+            &actions,
+            &attr,
+            argv.as_ptr().cast(),
+            envp.as_ptr().cast(),
+        );
         libc::posix_spawn_file_actions_destroy(&mut actions);
         libc::posix_spawnattr_destroy(&mut attr);
         if ret != 0 {
@@ -237,4 +297,3 @@ fn spawn_helper(binary: &Path, control: &OwnedFd) -> std::io::Result<libc::pid_t
     }
     Ok(pid)
 }
-

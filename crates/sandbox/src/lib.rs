@@ -22,6 +22,9 @@ pub mod output;
 pub mod protocol;
 pub mod sys;
 
-pub use backend::{CommandResult, ContainerInfo, ContainerSpec, ContainerState, Outcome, RunRequest, SandboxBackend};
+pub use backend::{
+    CommandResult, ContainerInfo, ContainerSpec, ContainerState, Outcome, RunRequest,
+    SandboxBackend,
+};
 pub use engine::{EngineConfig, LocalEngine};
 pub use error::SandboxError;

@@ -26,7 +26,15 @@ pub struct CappedOutput {
 impl CappedOutput {
     pub fn new(max_chars: usize) -> Self {
         let limit = max_chars.saturating_mul(MAX_UTF8_BYTES).max(MAX_UTF8_BYTES);
-        Self { max_chars, head: Vec::new(), tail: Vec::new(), tail_start: 0, limit, total_bytes: 0, total_chars: 0 }
+        Self {
+            max_chars,
+            head: Vec::new(),
+            tail: Vec::new(),
+            tail_start: 0,
+            limit,
+            total_bytes: 0,
+            total_chars: 0,
+        }
     }
 
     /// Every byte seen so far.
@@ -45,7 +53,8 @@ impl CappedOutput {
         }
         if chunk.len() >= self.limit {
             self.tail.clear();
-            self.tail.extend_from_slice(&chunk[chunk.len() - self.limit..]);
+            self.tail
+                .extend_from_slice(&chunk[chunk.len() - self.limit..]);
             self.tail_start = 0;
             return;
         }
@@ -81,7 +90,10 @@ impl CappedOutput {
         let head = String::from_utf8_lossy(&self.head).into_owned();
         let tail_bytes = self.tail_bytes();
         // Skip continuation bytes at the cut so the tail starts on a character.
-        let start = tail_bytes.iter().position(|&b| (b as i8) >= -0x40).unwrap_or(tail_bytes.len());
+        let start = tail_bytes
+            .iter()
+            .position(|&b| (b as i8) >= -0x40)
+            .unwrap_or(tail_bytes.len());
         let tail = String::from_utf8_lossy(&tail_bytes[start..]).into_owned();
         truncate_middle(&head, &tail, self.total_chars, self.max_chars)
     }
@@ -137,7 +149,11 @@ mod tests {
                 out.push(chunk);
             }
             let text = out.finish();
-            assert!(text.chars().count() <= 1000, "{} chars", text.chars().count());
+            assert!(
+                text.chars().count() <= 1000,
+                "{} chars",
+                text.chars().count()
+            );
             assert!(text.starts_with("abcdefghij"));
             let tail: String = String::from_utf8(data[data.len() - 20..].to_vec()).unwrap();
             assert!(text.ends_with(&tail));
@@ -149,7 +165,15 @@ mod tests {
     fn the_marker_counts_the_cut_characters() {
         let text = capture(100, &["x".repeat(1000).as_bytes()]);
         let kept = text.chars().filter(|&c| c == 'x').count() as u64;
-        let cut: u64 = text.split('[').nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+        let cut: u64 = text
+            .split('[')
+            .nth(1)
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
         assert_eq!(kept + cut, 1000);
     }
 
@@ -164,7 +188,10 @@ mod tests {
 
     #[test]
     fn invalid_utf8_is_replaced() {
-        assert_eq!(capture(100, &[b"ok \xff\xfe done"]), "ok \u{FFFD}\u{FFFD} done");
+        assert_eq!(
+            capture(100, &[b"ok \xff\xfe done"]),
+            "ok \u{FFFD}\u{FFFD} done"
+        );
     }
 
     #[test]

@@ -37,7 +37,11 @@ pub enum RootSpec {
         symlinks: Vec<(String, String)>,
     },
     /// An overlay of a read-only image root and a persistent writable layer.
-    Overlay { lower: PathBuf, upper: PathBuf, work: PathBuf },
+    Overlay {
+        lower: PathBuf,
+        upper: PathBuf,
+        work: PathBuf,
+    },
 }
 
 /// The first message to a helper: the cgroups to join. Joining (a cgroup
@@ -126,8 +130,12 @@ impl Request {
 
     pub fn decode(bytes: &[u8]) -> Option<Self> {
         match bytes.split_first()? {
-            (b'R', command) => Some(Request::Run { command: command.to_vec() }),
-            (b'K', pid) => Some(Request::KillGroup { pid: i32::from_le_bytes(pid.try_into().ok()?) }),
+            (b'R', command) => Some(Request::Run {
+                command: command.to_vec(),
+            }),
+            (b'K', pid) => Some(Request::KillGroup {
+                pid: i32::from_le_bytes(pid.try_into().ok()?),
+            }),
             _ => None,
         }
     }
@@ -178,7 +186,12 @@ mod tests {
 
     #[test]
     fn requests_round_trip() {
-        for request in [Request::Run { command: b"echo \"hi\"\n\x01".to_vec() }, Request::KillGroup { pid: 42 }] {
+        for request in [
+            Request::Run {
+                command: b"echo \"hi\"\n\x01".to_vec(),
+            },
+            Request::KillGroup { pid: 42 },
+        ] {
             assert_eq!(Request::decode(&request.encode()), Some(request));
         }
         assert_eq!(Request::decode(b""), None);
@@ -187,7 +200,11 @@ mod tests {
 
     #[test]
     fn status_records_round_trip() {
-        for status in [Status::Started(7), Status::Exited(137 << 8), Status::SpawnFailed(libc::ENOENT)] {
+        for status in [
+            Status::Started(7),
+            Status::Exited(137 << 8),
+            Status::SpawnFailed(libc::ENOENT),
+        ] {
             assert_eq!(Status::decode(status.encode()), Some(status));
         }
         assert_eq!(Status::decode([9, 0, 0, 0, 0, 0, 0, 0]), None);

@@ -3,7 +3,7 @@
 //! Each wrapper turns the C convention (-1 and `errno`) into `io::Result`, and
 //! keeps the `unsafe` in one place with the reason it is sound.
 
-use std::ffi::{CStr, CString, OsStr};
+use std::ffi::{CString, OsStr};
 use std::io;
 use std::mem::{size_of, MaybeUninit};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -21,7 +21,8 @@ pub fn cvt<T: Default + PartialOrd>(ret: T) -> io::Result<T> {
 
 /// Converts a path into a C string; paths with NUL bytes are refused.
 pub fn cstr(path: impl AsRef<OsStr>) -> io::Result<CString> {
-    CString::new(path.as_ref().as_bytes()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))
+    CString::new(path.as_ref().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))
 }
 
 /// `mount(2)`.
@@ -40,7 +41,13 @@ pub fn mount(
     // SAFETY: every pointer is either null or a NUL-terminated string that
     // outlives the call.
     cvt(unsafe {
-        libc::mount(ptr(&source), target.as_ptr(), ptr(&fstype), flags, ptr(&data).cast())
+        libc::mount(
+            ptr(&source),
+            target.as_ptr(),
+            ptr(&fstype),
+            flags,
+            ptr(&data).cast(),
+        )
     })?;
     Ok(())
 }
@@ -79,24 +86,18 @@ pub fn mount_flags(path: &Path) -> io::Result<libc::c_ulong> {
     Ok(unsafe { buf.assume_init() }.f_flag)
 }
 
-/// Bytes free and total of the file system holding `path`.
-pub fn fs_space(path: &Path) -> io::Result<(u64, u64)> {
-    let path = cstr(path)?;
-    let mut buf = MaybeUninit::<libc::statvfs>::zeroed();
-    // SAFETY: as in `mount_flags`.
-    cvt(unsafe { libc::statvfs(path.as_ptr(), buf.as_mut_ptr()) })?;
-    // SAFETY: statvfs succeeded, so it filled `buf`.
-    let st = unsafe { buf.assume_init() };
-    Ok((st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize))
-}
-
 /// A connected pair of `SOCK_SEQPACKET` Unix sockets (message boundaries kept,
 /// file descriptors can travel), close-on-exec.
 pub fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
     // SAFETY: `fds` has room for the two descriptors socketpair writes.
     cvt(unsafe {
-        libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr())
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
     })?;
     // SAFETY: socketpair succeeded; both descriptors are new and ours alone.
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
@@ -117,14 +118,17 @@ pub const MAX_FDS_PER_MESSAGE: usize = 4;
 /// Sends one message with up to [`MAX_FDS_PER_MESSAGE`] descriptors attached.
 pub fn send_with_fds(socket: RawFd, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
     assert!(fds.len() <= MAX_FDS_PER_MESSAGE);
-    let mut iov = libc::iovec { iov_base: data.as_ptr() as *mut libc::c_void, iov_len: data.len() };
+    let mut iov = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
     let mut control = [0u64; 8]; // 64 bytes, 8-aligned: enough for 4 fds.
-    // SAFETY: msghdr is plain data; zero is a valid starting value.
+                                 // SAFETY: msghdr is plain data; zero is a valid starting value.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
     if !fds.is_empty() {
-        let payload = (fds.len() * size_of::<RawFd>()) as u32;
+        let payload = std::mem::size_of_val(fds) as u32;
         // SAFETY: CMSG_SPACE only computes a size.
         let space = unsafe { libc::CMSG_SPACE(payload) } as usize;
         msg.msg_control = control.as_mut_ptr().cast();
@@ -137,7 +141,11 @@ pub fn send_with_fds(socket: RawFd, data: &[u8], fds: &[RawFd]) -> io::Result<()
             (*header).cmsg_level = libc::SOL_SOCKET;
             (*header).cmsg_type = libc::SCM_RIGHTS;
             (*header).cmsg_len = libc::CMSG_LEN(payload) as _;
-            std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(header).cast::<RawFd>(), fds.len());
+            std::ptr::copy_nonoverlapping(
+                fds.as_ptr(),
+                libc::CMSG_DATA(header).cast::<RawFd>(),
+                fds.len(),
+            );
         }
     }
     loop {
@@ -153,8 +161,15 @@ pub fn send_with_fds(socket: RawFd, data: &[u8], fds: &[RawFd]) -> io::Result<()
 
 /// Receives one message into `buf`; returns its length (0 at end of stream)
 /// and the descriptors that came with it, owned and close-on-exec.
-pub fn recv_with_fds(socket: RawFd, buf: &mut [u8], flags: libc::c_int) -> io::Result<(usize, Vec<OwnedFd>)> {
-    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+pub fn recv_with_fds(
+    socket: RawFd,
+    buf: &mut [u8],
+    flags: libc::c_int,
+) -> io::Result<(usize, Vec<OwnedFd>)> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
     let mut control = [0u64; 8];
     // SAFETY: msghdr is plain data; zero is a valid starting value.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
@@ -189,7 +204,10 @@ pub fn recv_with_fds(socket: RawFd, buf: &mut [u8], flags: libc::c_int) -> io::R
         }
     }
     if msg.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0 {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "message truncated"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "message truncated",
+        ));
     }
     Ok((len, fds))
 }
@@ -229,7 +247,15 @@ pub fn write_file(path: &Path, contents: &str) -> io::Result<()> {
 /// `prctl(2)` with integer arguments.
 pub fn prctl(option: libc::c_int, arg2: libc::c_ulong) -> io::Result<libc::c_int> {
     // SAFETY: the options used here take integer arguments only.
-    cvt(unsafe { libc::prctl(option, arg2, 0 as libc::c_ulong, 0 as libc::c_ulong, 0 as libc::c_ulong) })
+    cvt(unsafe {
+        libc::prctl(
+            option,
+            arg2,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    })
 }
 
 /// `pidfd_open(2)`: a descriptor that becomes readable when `pid` exits.
@@ -244,7 +270,13 @@ pub fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
 pub fn pidfd_kill(pidfd: &OwnedFd, signal: libc::c_int) -> io::Result<()> {
     // SAFETY: the pidfd is valid; a null siginfo means "as kill(2) would".
     cvt(unsafe {
-        libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), signal, std::ptr::null::<u8>(), 0)
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            signal,
+            std::ptr::null::<u8>(),
+            0,
+        )
     })?;
     Ok(())
 }
@@ -257,7 +289,12 @@ pub fn reap_pidfd(pidfd: &OwnedFd) -> io::Result<Option<libc::c_int>> {
     const P_PIDFD: libc::idtype_t = 3;
     // SAFETY: `info` is a valid siginfo_t for waitid to fill.
     cvt(unsafe {
-        libc::waitid(P_PIDFD, pidfd.as_raw_fd() as libc::id_t, &mut info, libc::WEXITED | libc::WNOHANG)
+        libc::waitid(
+            P_PIDFD,
+            pidfd.as_raw_fd() as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG,
+        )
     })?;
     // SAFETY: waitid filled `info`; si_pid is 0 when nothing has exited yet.
     let pid = unsafe { info.si_pid() };
@@ -288,11 +325,6 @@ pub fn geteuid() -> u32 {
 /// Describes the last OS error for messages written where allocation is fine.
 pub fn last_error(what: &str) -> String {
     format!("{what}: {}", io::Error::last_os_error())
-}
-
-/// A `CStr` from a static byte string with a trailing NUL.
-pub fn static_cstr(bytes: &'static [u8]) -> &'static CStr {
-    CStr::from_bytes_with_nul(bytes).unwrap_or(c"")
 }
 
 #[cfg(test)]

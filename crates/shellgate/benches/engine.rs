@@ -21,7 +21,10 @@ struct Stats {
 fn stats(mut samples: Vec<Duration>) -> Stats {
     samples.sort();
     let at = |q: f64| samples[((samples.len() as f64 - 1.0) * q).round() as usize];
-    Stats { median: at(0.5), p99: at(0.99) }
+    Stats {
+        median: at(0.5),
+        p99: at(0.99),
+    }
 }
 
 fn ms(d: Duration) -> String {
@@ -48,7 +51,12 @@ fn time_spawn(program: &str, args: &[&str], runs: usize) -> Option<Stats> {
 }
 
 fn which(program: &str) -> bool {
-    Command::new("sh").arg("-c").arg(format!("command -v {program}")).stdout(Stdio::null()).status().is_ok_and(|s| s.success())
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {program}"))
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// Resident and proportional memory of a process, in KiB.
@@ -70,7 +78,11 @@ fn memory_of(pid: i32) -> (u64, u64) {
 fn own_peak_rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|t| t.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
         .unwrap_or(0)
 }
 
@@ -80,7 +92,10 @@ fn main() {
     let idle_containers = if quick { 100 } else { 500 };
     let flood_bytes: u64 = if quick { 1 << 30 } else { 10_000_000_000 };
 
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
     let data_dir = std::env::temp_dir().join(format!("shellgate-bench-{}", std::process::id()));
     let mut config = EngineConfig::new(&data_dir);
     config.helper_binary = PathBuf::from(env!("CARGO_BIN_EXE_shellgate"));
@@ -111,9 +126,17 @@ fn main() {
         "/tmp",
         "true",
     ];
-    let bwrap = which("bwrap").then(|| time_spawn("bwrap", &bwrap_args, runs)).flatten();
+    let bwrap = which("bwrap")
+        .then(|| time_spawn("bwrap", &bwrap_args, runs))
+        .flatten();
     let podman = which("podman")
-        .then(|| time_spawn("podman", &["run", "--rm", "--network=none", "debian:12", "true"], 20))
+        .then(|| {
+            time_spawn(
+                "podman",
+                &["run", "--rm", "--network=none", "debian:12", "true"],
+                20,
+            )
+        })
         .flatten();
 
     let report = runtime.block_on(async {
@@ -125,7 +148,10 @@ fn main() {
         tokio::time::sleep(Duration::from_secs(if quick { 2 } else { 4 })).await;
 
         println!("Warm command...");
-        engine.create("warm", ContainerSpec::default()).await.expect("create warm");
+        engine
+            .create("warm", ContainerSpec::default())
+            .await
+            .expect("create warm");
         let request = RunRequest::new(vec!["true".into()]);
         for _ in 0..20 {
             engine.run("warm", request.clone()).await.expect("warm-up");
@@ -147,7 +173,10 @@ fn main() {
         for i in 0..cold_runs {
             let id = format!("cold-{i}");
             let start = Instant::now();
-            engine.create(&id, ContainerSpec::default()).await.expect("create cold");
+            engine
+                .create(&id, ContainerSpec::default())
+                .await
+                .expect("create cold");
             let created = start.elapsed();
             engine.run(&id, request.clone()).await.expect("cold run");
             let ran = start.elapsed();
@@ -169,21 +198,38 @@ fn main() {
         let mut pids = Vec::new();
         for i in 0..idle_containers {
             let id = format!("idle-{i}");
-            engine.create(&id, ContainerSpec::default()).await.expect("create idle");
+            engine
+                .create(&id, ContainerSpec::default())
+                .await
+                .expect("create idle");
             pids.push(engine.init_pid(&id).await.expect("pid").expect("running"));
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let (rss, pss) = pids.iter().map(|p| memory_of(*p)).fold((0, 0), |(r, p), (r2, p2)| (r + r2, p + p2));
+        let (rss, pss) = pids
+            .iter()
+            .map(|p| memory_of(*p))
+            .fold((0, 0), |(r, p), (r2, p2)| (r + r2, p + p2));
         for i in 0..idle_containers {
-            engine.destroy(&format!("idle-{i}")).await.expect("destroy idle");
+            engine
+                .destroy(&format!("idle-{i}"))
+                .await
+                .expect("destroy idle");
         }
 
         println!("Output flood of {flood_bytes} bytes...");
-        engine.create("flood", ContainerSpec::default()).await.expect("create flood");
+        engine
+            .create("flood", ContainerSpec::default())
+            .await
+            .expect("create flood");
         let before = own_peak_rss_kib();
         let start = Instant::now();
         let flood = engine
-            .run("flood", RunRequest::new(vec![format!("head -c {flood_bytes} /dev/zero | tr '\\0' x")]))
+            .run(
+                "flood",
+                RunRequest::new(vec![format!(
+                    "head -c {flood_bytes} /dev/zero | tr '\\0' x"
+                )]),
+            )
             .await
             .expect("flood");
         let flood_time = start.elapsed();
@@ -200,13 +246,29 @@ fn main() {
     println!();
     println!("| measurement | median ms | p99 ms | ratio | target |");
     println!("|---|---|---|---|---|");
-    println!("| `/bin/true` spawned directly | {} | {} | | baseline |", ms(true_direct.median), ms(true_direct.p99));
-    println!("| `bash -c true` spawned directly | {} | {} | 1.00 | baseline |", ms(bash_direct.median), ms(bash_direct.p99));
+    println!(
+        "| `/bin/true` spawned directly | {} | {} | | baseline |",
+        ms(true_direct.median),
+        ms(true_direct.p99)
+    );
+    println!(
+        "| `bash -c true` spawned directly | {} | {} | 1.00 | baseline |",
+        ms(bash_direct.median),
+        ms(bash_direct.p99)
+    );
     if let Some(bwrap) = &bwrap {
-        println!("| `bwrap --unshare-all ... true` | {} | {} | | baseline |", ms(bwrap.median), ms(bwrap.p99));
+        println!(
+            "| `bwrap --unshare-all ... true` | {} | {} | | baseline |",
+            ms(bwrap.median),
+            ms(bwrap.p99)
+        );
     }
     if let Some(podman) = &podman {
-        println!("| `podman run --rm --network=none debian:12 true` | {} | {} | | baseline |", ms(podman.median), ms(podman.p99));
+        println!(
+            "| `podman run --rm --network=none debian:12 true` | {} | {} | | baseline |",
+            ms(podman.median),
+            ms(podman.p99)
+        );
     }
     println!(
         "| warm command (`true`, engine API) | {} | {} | {} × `bash -c true` | ≤ 1.3 |",
@@ -214,14 +276,20 @@ fn main() {
         ms(warm.p99),
         ratio(warm.median, bash_direct.median)
     );
-    let cold_vs_bwrap = bwrap.as_ref().map(|b| format!("{} × bwrap", ratio(cold.median, b.median))).unwrap_or_default();
+    let cold_vs_bwrap = bwrap
+        .as_ref()
+        .map(|b| format!("{} × bwrap", ratio(cold.median, b.median)))
+        .unwrap_or_default();
     println!(
         "| cold path (create + `true` + destroy) | {} | {} | {cold_vs_bwrap} | ≤ 10 ms, < bwrap |",
         ms(cold.median),
         ms(cold.p99)
     );
     if let Some(podman) = &podman {
-        println!("| cold path vs podman run | | | {} × podman | |", ratio(cold.median, podman.median));
+        println!(
+            "| cold path vs podman run | | | {} × podman | |",
+            ratio(cold.median, podman.median)
+        );
     }
     println!(
         "| {idle_containers} idle containers: RSS per container | {:.2} MiB (PSS {:.2} MiB) | | | ≤ 2 MiB |",

@@ -6,11 +6,17 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use serde::Serialize;
-use shellgate_sandbox::backend::{limits, parse_size, CommandResult, ContainerSpec, RunRequest, SandboxBackend};
+use shellgate_sandbox::backend::{
+    limits, parse_size, CommandResult, ContainerSpec, RunRequest, SandboxBackend,
+};
 use shellgate_sandbox::{EngineConfig, LocalEngine};
 
 #[derive(Parser)]
-#[command(name = "shellgate", version, about = "A hosted, isolated Linux shell for any AI model")]
+#[command(
+    name = "shellgate",
+    version,
+    about = "A hosted, isolated Linux shell for any AI model"
+)]
 struct Cli {
     /// Where containers, images and disks live.
     #[arg(long, global = true, env = "SHELLGATE_DATA_DIR")]
@@ -80,14 +86,19 @@ pub fn default_data_dir() -> PathBuf {
     if let Some(xdg) = std::env::var_os("XDG_DATA_HOME") {
         return PathBuf::from(xdg).join("shellgate");
     }
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/tmp"));
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/tmp"));
     home.join(".local/share/shellgate")
 }
 
 pub fn main() -> i32 {
     let cli = Cli::parse();
     init_logging();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("shellgate: cannot start the runtime: {e}");
@@ -126,7 +137,9 @@ async fn open_engine(data_dir: PathBuf) -> Result<LocalEngine> {
     // A one-shot command has no use for pre-formatted disks.
     config.pool_size = 0;
     config.spare_helpers = 0;
-    let (engine, warnings) = LocalEngine::open(config).await.context("cannot open the sandbox engine")?;
+    let (engine, warnings) = LocalEngine::open(config)
+        .await
+        .context("cannot open the sandbox engine")?;
     for warning in warnings {
         tracing::warn!("{warning}");
     }
@@ -134,8 +147,8 @@ async fn open_engine(data_dir: PathBuf) -> Result<LocalEngine> {
 }
 
 async fn exec(data_dir: PathBuf, args: ExecArgs) -> Result<()> {
-    let memory_bytes =
-        parse_size(&args.memory).with_context(|| format!("--memory {:?} is not a size such as 1g", args.memory))?;
+    let memory_bytes = parse_size(&args.memory)
+        .with_context(|| format!("--memory {:?} is not a size such as 1g", args.memory))?;
     let request = RunRequest {
         commands: args.commands,
         timeout_ms: args.timeout_ms,
@@ -143,16 +156,30 @@ async fn exec(data_dir: PathBuf, args: ExecArgs) -> Result<()> {
     };
     request.validate()?;
     let engine = open_engine(data_dir).await?;
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or_default();
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
     let id = format!("exec-{}-{nanos}", std::process::id());
-    let spec = ContainerSpec { image: args.image, memory_bytes, ephemeral: true, ..ContainerSpec::default() };
-    engine.create(&id, spec).await.context("cannot create the sandbox")?;
+    let spec = ContainerSpec {
+        image: args.image,
+        memory_bytes,
+        ephemeral: true,
+        ..ContainerSpec::default()
+    };
+    engine
+        .create(&id, spec)
+        .await
+        .context("cannot create the sandbox")?;
     let result = engine.run(&id, request.clone()).await;
     let destroyed = engine.destroy(&id).await;
     engine.shutdown().await;
     let output = result.context("the sandbox failed while running the commands")?;
     destroyed.context("cannot remove the sandbox")?;
-    let json = serde_json::to_string(&ShellCallOutput { output, max_output_length: request.max_output_length })?;
+    let json = serde_json::to_string(&ShellCallOutput {
+        output,
+        max_output_length: request.max_output_length,
+    })?;
     println!("{json}");
     Ok(())
 }
@@ -168,7 +195,10 @@ async fn image(data_dir: PathBuf, command: ImageCommand) -> Result<()> {
         }
         ImageCommand::Build { name } => {
             let mut bar = ProgressBar::new(format!("building {name}"));
-            let image = engine.images().build(&name, &mut |fraction, line| bar.update(fraction, line)).await;
+            let image = engine
+                .images()
+                .build(&name, &mut |fraction, line| bar.update(fraction, line))
+                .await;
             bar.finish();
             let image = image?;
             println!("{}\t{}", image.name, image.path.display());
@@ -192,13 +222,22 @@ struct ProgressBar {
 impl ProgressBar {
     fn new(label: String) -> Self {
         use std::io::IsTerminal;
-        Self { label, terminal: std::io::stderr().is_terminal(), last_fraction: -1.0 }
+        Self {
+            label,
+            terminal: std::io::stderr().is_terminal(),
+            last_fraction: -1.0,
+        }
     }
 
     fn update(&mut self, fraction: f64, line: &str) {
         const WIDTH: usize = 30;
         let filled = ((fraction.clamp(0.0, 1.0)) * WIDTH as f64) as usize;
-        let bar = format!("[{}{}] {:3.0}%", "#".repeat(filled), " ".repeat(WIDTH - filled), fraction * 100.0);
+        let bar = format!(
+            "[{}{}] {:3.0}%",
+            "#".repeat(filled),
+            " ".repeat(WIDTH - filled),
+            fraction * 100.0
+        );
         if self.terminal {
             let detail: String = line.chars().take(60).collect();
             eprint!("\r\x1b[2K{} {bar} {detail}", self.label);

@@ -7,7 +7,10 @@ mod cli;
 fn main() {
     // The helper must run before anything else starts: no threads, no
     // runtime, nothing but the spec it is sent.
-    if std::env::args_os().nth(1).is_some_and(|arg| arg == shellgate_sandbox::helper::HELPER_ARG) {
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|arg| arg == shellgate_sandbox::helper::HELPER_ARG)
+    {
         shellgate_sandbox::helper::helper_main();
     }
     std::process::exit(cli::main());

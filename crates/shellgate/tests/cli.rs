@@ -9,7 +9,10 @@ use common::{eventually, process_alive, TempDir, BINARY};
 
 fn shellgate(data_dir: &std::path::Path) -> Command {
     let mut command = Command::new(BINARY);
-    command.arg("--data-dir").arg(data_dir).env("SHELLGATE_LOG", "error");
+    command
+        .arg("--data-dir")
+        .arg(data_dir)
+        .env("SHELLGATE_LOG", "error");
     command
 }
 
@@ -17,10 +20,20 @@ fn shellgate(data_dir: &std::path::Path) -> Command {
 fn exec_prints_a_shell_call_output_object() {
     let dir = TempDir::new("cli-exec");
     let output = shellgate(dir.path())
-        .args(["exec", "--", "echo hi", "python3 -c \"print(sum(range(1,101)))\"", "exit 3"])
+        .args([
+            "exec",
+            "--",
+            "echo hi",
+            "python3 -c \"print(sum(range(1,101)))\"",
+            "exit 3",
+        ])
         .output()
         .unwrap();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(
         json,
@@ -34,31 +47,63 @@ fn exec_prints_a_shell_call_output_object() {
         })
     );
     // The throwaway container is gone.
-    assert_eq!(std::fs::read_dir(dir.path().join("containers")).unwrap().count(), 0);
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("containers"))
+            .unwrap()
+            .count(),
+        0
+    );
 }
 
 #[test]
 fn exec_reports_timeouts_and_caps_in_the_json() {
     let dir = TempDir::new("cli-timeout");
     let output = shellgate(dir.path())
-        .args(["exec", "--timeout-ms", "300", "--max-output-length", "64", "--", "seq 1 100000; sleep 5"])
+        .args([
+            "exec",
+            "--timeout-ms",
+            "300",
+            "--max-output-length",
+            "64",
+            "--",
+            "seq 1 100000; sleep 5",
+        ])
         .output()
         .unwrap();
     assert!(output.status.success());
     let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(json["output"][0]["outcome"], serde_json::json!({"type": "timeout"}));
+    assert_eq!(
+        json["output"][0]["outcome"],
+        serde_json::json!({"type": "timeout"})
+    );
     assert_eq!(json["max_output_length"], 64);
-    assert!(json["output"][0]["stdout"].as_str().unwrap().chars().count() <= 64);
+    assert!(
+        json["output"][0]["stdout"]
+            .as_str()
+            .unwrap()
+            .chars()
+            .count()
+            <= 64
+    );
 }
 
 #[test]
 fn exec_refuses_bad_arguments_with_a_clear_message() {
     let dir = TempDir::new("cli-bad");
     for (args, expected) in [
-        (vec!["exec", "--timeout-ms", "999999999", "--", "true"], "timeout_ms"),
-        (vec!["exec", "--max-output-length", "0", "--", "true"], "max_output_length"),
+        (
+            vec!["exec", "--timeout-ms", "999999999", "--", "true"],
+            "timeout_ms",
+        ),
+        (
+            vec!["exec", "--max-output-length", "0", "--", "true"],
+            "max_output_length",
+        ),
         (vec!["exec", "--memory", "lots", "--", "true"], "--memory"),
-        (vec!["exec", "--image", "nope", "--", "true"], "no image named"),
+        (
+            vec!["exec", "--image", "nope", "--", "true"],
+            "no image named",
+        ),
     ] {
         let output = shellgate(dir.path()).args(&args).output().unwrap();
         assert!(!output.status.success(), "{args:?} succeeded");
@@ -77,7 +122,12 @@ fn children_of(parent: u32) -> Vec<i32> {
         .filter_map(|entry| {
             let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
             let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
-            let ppid = stat.rsplit(')').next()?.split_whitespace().nth(1)?.to_owned();
+            let ppid = stat
+                .rsplit(')')
+                .next()?
+                .split_whitespace()
+                .nth(1)?
+                .to_owned();
             (ppid == parent).then_some(pid)
         })
         .collect()
@@ -98,7 +148,8 @@ async fn a_killed_server_takes_its_containers_along_and_a_restart_cleans_up() {
     assert!(
         eventually(Duration::from_secs(20), || {
             init = children_of(server_pid).into_iter().find(|pid| {
-                std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sandbox-init")
+                std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|c| c.trim() == "sandbox-init")
             });
             init.is_some_and(|init| !children_of(init as u32).is_empty())
         })
@@ -110,22 +161,43 @@ async fn a_killed_server_takes_its_containers_along_and_a_restart_cleans_up() {
     server.kill().unwrap();
     server.wait().unwrap();
     assert!(
-        eventually(Duration::from_secs(10), || !process_alive(init) && command_pids.iter().all(|p| !process_alive(*p)))
-            .await,
+        eventually(Duration::from_secs(10), || !process_alive(init)
+            && command_pids.iter().all(|p| !process_alive(*p)))
+        .await,
         "sandbox processes outlived the server"
     );
     // A new run on the same data directory removes what the crash left.
-    let output = shellgate(dir.path()).args(["exec", "--", "echo again"]).output().unwrap();
+    let output = shellgate(dir.path())
+        .args(["exec", "--", "echo again"])
+        .output()
+        .unwrap();
     assert!(output.status.success());
     assert!(String::from_utf8_lossy(&output.stdout).contains("again"));
-    assert_eq!(std::fs::read_dir(dir.path().join("containers")).unwrap().count(), 0);
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("containers"))
+            .unwrap()
+            .count(),
+        0
+    );
     let slot_prefix = format!("s{server_pid}-");
     let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
-    let pids_path = own.lines().find_map(|l| l.split(":pids:").nth(1)).unwrap_or("/").trim_start_matches('/');
+    let pids_path = own
+        .lines()
+        .find_map(|l| l.split(":pids:").nth(1))
+        .unwrap_or("/")
+        .trim_start_matches('/');
     let base = std::path::Path::new("/sys/fs/cgroup/pids").join(pids_path);
     for group in std::fs::read_dir(&base).into_iter().flatten().flatten() {
-        for slot in std::fs::read_dir(group.path()).into_iter().flatten().flatten() {
-            assert!(!slot.file_name().to_string_lossy().starts_with(&slot_prefix), "cgroup left: {:?}", slot.path());
+        for slot in std::fs::read_dir(group.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            assert!(
+                !slot.file_name().to_string_lossy().starts_with(&slot_prefix),
+                "cgroup left: {:?}",
+                slot.path()
+            );
         }
     }
 }

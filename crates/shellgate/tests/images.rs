@@ -13,14 +13,23 @@ fn busybox_rootfs(dir: &std::path::Path) {
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).unwrap();
     std::fs::create_dir_all(dir.join("etc")).unwrap();
-    std::fs::copy("/bin/busybox", bin.join("busybox")).expect("busybox-static is installed (apt-get install busybox-static)");
-    for applet in ["sh", "ls", "cat", "echo", "id", "touch", "mkdir", "rm", "sleep", "ps"] {
+    std::fs::copy("/bin/busybox", bin.join("busybox"))
+        .expect("busybox-static is installed (apt-get install busybox-static)");
+    for applet in [
+        "sh", "ls", "cat", "echo", "id", "touch", "mkdir", "rm", "sleep", "ps",
+    ] {
         symlink("busybox", bin.join(applet)).unwrap();
     }
 }
 
 fn shellgate(data_dir: &std::path::Path, args: &[&str]) -> std::process::Output {
-    Command::new(BINARY).arg("--data-dir").arg(data_dir).args(args).env("SHELLGATE_LOG", "error").output().unwrap()
+    Command::new(BINARY)
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(args)
+        .env("SHELLGATE_LOG", "error")
+        .output()
+        .unwrap()
 }
 
 #[test]
@@ -29,12 +38,26 @@ fn an_imported_rootfs_runs_with_its_own_userland_and_persistent_layer() {
     let rootfs = dir.path().join("rootfs");
     busybox_rootfs(&rootfs);
     let tarball = dir.path().join("rootfs.tar.gz");
-    let tar = Command::new("tar").arg("-czf").arg(&tarball).arg("-C").arg(&rootfs).arg(".").status().unwrap();
+    let tar = Command::new("tar")
+        .arg("-czf")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(&rootfs)
+        .arg(".")
+        .status()
+        .unwrap();
     assert!(tar.success());
     let data = dir.path().join("data");
 
-    let imported = shellgate(&data, &["image", "import", "tiny", tarball.to_str().unwrap()]);
-    assert!(imported.status.success(), "{}", String::from_utf8_lossy(&imported.stderr));
+    let imported = shellgate(
+        &data,
+        &["image", "import", "tiny", tarball.to_str().unwrap()],
+    );
+    assert!(
+        imported.status.success(),
+        "{}",
+        String::from_utf8_lossy(&imported.stderr)
+    );
     let list = shellgate(&data, &["image", "list"]);
     let list = String::from_utf8_lossy(&list.stdout);
     assert!(list.lines().any(|l| l.starts_with("host\t")), "{list}");
@@ -44,11 +67,18 @@ fn an_imported_rootfs_runs_with_its_own_userland_and_persistent_layer() {
         &data,
         &["exec", "--image", "tiny", "--", "ls /bin | head -3; id -u; cat /etc/passwd | cut -d: -f1; echo made > /mnt/data/f; cat /mnt/data/f; ls /usr 2>&1; true"],
     );
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     let stdout = json["output"][0]["stdout"].as_str().unwrap();
     assert_eq!(json["output"][0]["outcome"]["exit_code"], 0, "{json}");
-    assert!(stdout.starts_with("busybox\ncat\necho\n1000\nroot\nsandbox\nnobody\nmade\n"), "{stdout}");
+    assert!(
+        stdout.starts_with("busybox\ncat\necho\n1000\nroot\nsandbox\nnobody\nmade\n"),
+        "{stdout}"
+    );
     // No host directory leaks into an image root.
     assert!(stdout.contains("No such file or directory"), "{stdout}");
 }
@@ -65,12 +95,26 @@ fn importing_garbage_is_refused_and_leaves_no_image() {
     let empty = dir.path().join("empty");
     std::fs::create_dir_all(&empty).unwrap();
     let tarball = dir.path().join("empty.tar");
-    assert!(Command::new("tar").arg("-cf").arg(&tarball).arg("-C").arg(&empty).arg(".").status().unwrap().success());
-    let output = shellgate(&data, &["image", "import", "empty", tarball.to_str().unwrap()]);
+    assert!(Command::new("tar")
+        .arg("-cf")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(&empty)
+        .arg(".")
+        .status()
+        .unwrap()
+        .success());
+    let output = shellgate(
+        &data,
+        &["image", "import", "empty", tarball.to_str().unwrap()],
+    );
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("no /bin/sh"));
     for bad_name in ["../x", "host", ".hidden"] {
-        let output = shellgate(&data, &["image", "import", bad_name, tarball.to_str().unwrap()]);
+        let output = shellgate(
+            &data,
+            &["image", "import", bad_name, tarball.to_str().unwrap()],
+        );
         assert!(!output.status.success(), "{bad_name} accepted");
     }
     let list = shellgate(&data, &["image", "list"]);

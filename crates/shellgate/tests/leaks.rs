@@ -15,8 +15,12 @@ fn children() -> Vec<String> {
     let me = std::process::id().to_string();
     let mut found = Vec::new();
     for entry in fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(stat) = fs::read_to_string(entry.path().join("stat")) else { continue };
-        let Some(after_comm) = stat.rsplit(')').next() else { continue };
+        let Ok(stat) = fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let Some(after_comm) = stat.rsplit(')').next() else {
+            continue;
+        };
         let fields: Vec<&str> = after_comm.split_whitespace().collect();
         if fields.get(1) == Some(&me.as_str()) {
             found.push(stat);
@@ -48,16 +52,26 @@ fn engine_cgroups() -> Vec<PathBuf> {
     let own = fs::read_to_string("/proc/self/cgroup").unwrap();
     for line in own.lines() {
         let mut parts = line.splitn(3, ':');
-        let (_, controllers, path) = (parts.next(), parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        let (_, controllers, path) = (
+            parts.next(),
+            parts.next().unwrap_or(""),
+            parts.next().unwrap_or(""),
+        );
         let root = if controllers.is_empty() {
             PathBuf::from("/sys/fs/cgroup")
         } else {
             PathBuf::from("/sys/fs/cgroup").join(controllers.split(',').next().unwrap_or(""))
         };
         let base = root.join(path.trim_start_matches('/'));
-        let Ok(entries) = fs::read_dir(&base) else { continue };
+        let Ok(entries) = fs::read_dir(&base) else {
+            continue;
+        };
         for entry in entries.flatten() {
-            if entry.file_name().to_string_lossy().starts_with("shellgate-") {
+            if entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with("shellgate-")
+            {
                 for slot in fs::read_dir(entry.path()).into_iter().flatten().flatten() {
                     if slot.path().is_dir() {
                         found.push(slot.path());
@@ -71,7 +85,12 @@ fn engine_cgroups() -> Vec<PathBuf> {
 
 fn host_mounts_mentioning(dir: &Path) -> Vec<String> {
     let dir = dir.display().to_string();
-    fs::read_to_string("/proc/self/mountinfo").unwrap().lines().filter(|l| l.contains(&dir)).map(str::to_owned).collect()
+    fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains(&dir))
+        .map(str::to_owned)
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -88,7 +107,10 @@ async fn two_hundred_create_destroy_cycles_leak_nothing() {
     for i in 0..200 {
         let id = format!("cycle-{i}");
         t.create(&id).await;
-        assert_eq!(t.ok(&id, "echo $((6*7)) > answer; cat answer").await, "42\n");
+        assert_eq!(
+            t.ok(&id, "echo $((6*7)) > answer; cat answer").await,
+            "42\n"
+        );
         t.engine.destroy(&id).await.unwrap();
     }
     t.engine.settle().await;
@@ -96,21 +118,39 @@ async fn two_hundred_create_destroy_cycles_leak_nothing() {
     let data_dir = t.data_dir();
     t.engine.shutdown().await;
 
-    let left: Vec<_> = fs::read_dir(data_dir.join("containers")).unwrap().flatten().map(|e| e.path()).collect();
+    let left: Vec<_> = fs::read_dir(data_dir.join("containers"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
     assert!(left.is_empty(), "container directories left: {left:?}");
     assert_eq!(host_mounts_mentioning(&data_dir), Vec::<String>::new());
     assert!(
-        common::eventually(std::time::Duration::from_secs(10), || loop_devices_under(&data_dir).is_empty()).await,
+        common::eventually(std::time::Duration::from_secs(10), || loop_devices_under(
+            &data_dir
+        )
+        .is_empty())
+        .await,
         "loop devices left: {:?}",
         loop_devices_under(&data_dir)
     );
-    let cgroups_left: Vec<PathBuf> = engine_cgroups().into_iter().filter(|c| !cgroups_before.contains(c)).collect();
+    let cgroups_left: Vec<PathBuf> = engine_cgroups()
+        .into_iter()
+        .filter(|c| !cgroups_before.contains(c))
+        .collect();
     assert_eq!(cgroups_left, Vec::<PathBuf>::new(), "cgroups left");
     assert_eq!(children(), Vec::<String>::new(), "processes left");
     // Pooled disks may remain (they are the pool); nothing else under run/.
     for dir in ["run/root", "run/disk"] {
-        assert_eq!(fs::read_dir(data_dir.join(dir)).unwrap().count(), 0, "{dir} not empty");
+        assert_eq!(
+            fs::read_dir(data_dir.join(dir)).unwrap().count(),
+            0,
+            "{dir} not empty"
+        );
     }
     let fds_after = open_fds();
-    assert!(fds_after <= fds_before + 2, "descriptors: {fds_before} before, {fds_after} after");
+    assert!(
+        fds_after <= fds_before + 2,
+        "descriptors: {fds_before} before, {fds_after} after"
+    );
 }

@@ -30,7 +30,10 @@ async fn commands_run_in_order_as_an_unprivileged_user_in_mnt_data() {
     assert_eq!(results[2].outcome, Outcome::Exit { exit_code: 3 });
     assert_eq!(results[2].stderr, "to-stderr\n");
     let who = &results[3].stdout;
-    assert!(who.starts_with("1000\nsandbox\n/mnt/data\n/home/sandbox\n"), "{who}");
+    assert!(
+        who.starts_with("1000\nsandbox\n/mnt/data\n/home/sandbox\n"),
+        "{who}"
+    );
     assert!(who.contains("CapEff:\t0000000000000000"), "{who}");
     assert!(who.contains("CapBnd:\t0000000000000000"), "{who}");
     assert!(who.contains("NoNewPrivs:\t1"), "{who}");
@@ -52,7 +55,9 @@ async fn the_servers_environment_does_not_leak_in() {
     assert!(env.contains("PATH=/usr/local/sbin"), "{env}");
     assert!(env.contains("LANG=C.UTF-8"), "{env}");
     assert!(env.contains("HOME=/home/sandbox"), "{env}");
-    let processes = t.ok("c1", "cat /proc/1/environ 2>&1 | tr '\\0' '\\n'; true").await;
+    let processes = t
+        .ok("c1", "cat /proc/1/environ 2>&1 | tr '\\0' '\\n'; true")
+        .await;
     assert!(!processes.contains("hunter2"), "{processes}");
     t.finish().await;
 }
@@ -72,7 +77,13 @@ async fn a_timeout_returns_the_partial_output_and_kills_the_command() {
     let t = TestEngine::new("timeout").await;
     t.create("c1").await;
     let started = Instant::now();
-    let result = t.run_with("c1", "echo started; echo err-part >&2; sleep 30; echo never", 700).await;
+    let result = t
+        .run_with(
+            "c1",
+            "echo started; echo err-part >&2; sleep 30; echo never",
+            700,
+        )
+        .await;
     assert_eq!(result.outcome, Outcome::Timeout);
     assert_eq!(result.stdout, "started\n");
     assert_eq!(result.stderr, "err-part\n");
@@ -87,7 +98,9 @@ async fn a_timeout_returns_the_partial_output_and_kills_the_command() {
 async fn pipes_held_by_setsid_grandchildren_do_not_hold_the_result() {
     let t = TestEngine::new("grandchild").await;
     t.create("c1").await;
-    let result = t.run_with("c1", "setsid sleep 60 & echo parent-done", 60_000).await;
+    let result = t
+        .run_with("c1", "setsid sleep 60 & echo parent-done", 60_000)
+        .await;
     assert_eq!(result.outcome, Outcome::Exit { exit_code: 0 });
     assert_eq!(result.stdout, "parent-done\n");
     // A timed-out command whose setsid child keeps the pipe open still returns.
@@ -111,10 +124,16 @@ async fn background_services_keep_running_between_commands() {
 async fn output_is_capped_keeping_head_and_tail() {
     let t = TestEngine::new("cap").await;
     t.create("c1").await;
-    let mut request = RunRequest::new(vec!["echo BEGIN; seq 1 200000; echo END; printf 'bad \\xff\\xfe bytes\\n' >&2".into()]);
+    let mut request = RunRequest::new(vec![
+        "echo BEGIN; seq 1 200000; echo END; printf 'bad \\xff\\xfe bytes\\n' >&2".into(),
+    ]);
     request.max_output_length = 1000;
     let result = t.engine.run("c1", request).await.unwrap().remove(0);
-    assert!(result.stdout.chars().count() <= 1000, "{}", result.stdout.len());
+    assert!(
+        result.stdout.chars().count() <= 1000,
+        "{}",
+        result.stdout.len()
+    );
     assert!(result.stdout.starts_with("BEGIN\n1\n2\n"));
     assert!(result.stdout.ends_with("199999\n200000\nEND\n"));
     assert!(result.stdout.contains("characters truncated"));
@@ -127,7 +146,13 @@ async fn a_10_gb_flood_returns_capped_in_bounded_time_and_memory() {
     let t = TestEngine::new("flood").await;
     t.create("c1").await;
     let peak_before = peak_rss_kib();
-    let result = t.run_with("c1", "head -c 10000000000 /dev/zero; echo done >&2", 300_000).await;
+    let result = t
+        .run_with(
+            "c1",
+            "head -c 10000000000 /dev/zero; echo done >&2",
+            300_000,
+        )
+        .await;
     assert_eq!(result.outcome, Outcome::Exit { exit_code: 0 });
     assert!(result.stdout.chars().count() <= 16_384);
     assert!(result.stdout.contains("characters truncated"));
@@ -141,20 +166,37 @@ async fn a_10_gb_flood_returns_capped_in_bounded_time_and_memory() {
 fn peak_rss_kib() -> i64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse().ok())
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))?
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()
+        })
         .unwrap_or(0)
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_memory_balloon_is_oom_killed_and_the_container_stays_usable() {
     let t = TestEngine::new("oom").await;
-    let spec = ContainerSpec { memory_bytes: 128 << 20, ..ContainerSpec::default() };
+    let spec = ContainerSpec {
+        memory_bytes: 128 << 20,
+        ..ContainerSpec::default()
+    };
     t.create_with("c1", spec).await;
-    let result = t.run("c1", "python3 -c 'b = bytearray(600 * 1024 * 1024); print(len(b))'").await;
+    let result = t
+        .run(
+            "c1",
+            "python3 -c 'b = bytearray(600 * 1024 * 1024); print(len(b))'",
+        )
+        .await;
     assert_eq!(exit_code(&result), 137, "{result:?}");
     assert_eq!(t.ok("c1", "echo alive").await, "alive\n");
     // /tmp and /dev/shm are tmpfs charged to the same limit.
-    let result = t.run("c1", "head -c 300M /dev/zero > /tmp/big; echo $?").await;
+    let result = t
+        .run("c1", "head -c 300M /dev/zero > /tmp/big; echo $?")
+        .await;
     assert_ne!(result.stdout, "0\n", "{result:?}");
     assert_eq!(t.ok("c1", "rm -f /tmp/big; echo alive").await, "alive\n");
     t.finish().await;
@@ -163,10 +205,15 @@ async fn a_memory_balloon_is_oom_killed_and_the_container_stays_usable() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_fork_bomb_is_contained_by_the_pids_limit() {
     let t = TestEngine::new("forkbomb").await;
-    let spec = ContainerSpec { pids_max: 64, ..ContainerSpec::default() };
+    let spec = ContainerSpec {
+        pids_max: 64,
+        ..ContainerSpec::default()
+    };
     t.create_with("c1", spec).await;
     // In the foreground: the timeout kills the whole process group.
-    let result = t.run_with("c1", "bomb() { bomb | bomb & }; bomb; sleep 30", 3_000).await;
+    let result = t
+        .run_with("c1", "bomb() { bomb | bomb & }; bomb; sleep 30", 3_000)
+        .await;
     assert_eq!(result.outcome, Outcome::Timeout);
     let mut usable = false;
     for _ in 0..50 {
@@ -179,8 +226,16 @@ async fn a_fork_bomb_is_contained_by_the_pids_limit() {
     }
     assert!(usable, "the container did not recover from the fork bomb");
     // Detached: it saturates the container, never the host; a restart clears it.
-    let _ = t.run_with("c1", "bomb() { bomb | bomb & }; setsid bash -c 'bomb() { bomb | bomb & }; bomb' &", 3_000).await;
-    let host = std::process::Command::new("true").status().expect("the host can still fork");
+    let _ = t
+        .run_with(
+            "c1",
+            "bomb() { bomb | bomb & }; setsid bash -c 'bomb() { bomb | bomb & }; bomb' &",
+            3_000,
+        )
+        .await;
+    let host = std::process::Command::new("true")
+        .status()
+        .expect("the host can still fork");
     assert!(host.success());
     t.engine.stop("c1").await.unwrap();
     t.engine.start("c1").await.unwrap();
@@ -192,13 +247,23 @@ async fn a_fork_bomb_is_contained_by_the_pids_limit() {
 async fn files_survive_stop_and_start_but_processes_do_not() {
     let t = TestEngine::new("lifecycle").await;
     t.create("c1").await;
-    t.ok("c1", "echo kept > /mnt/data/note.txt; echo home > ~/h.txt; setsid sleep 1000 >/dev/null 2>&1 &").await;
+    t.ok(
+        "c1",
+        "echo kept > /mnt/data/note.txt; echo home > ~/h.txt; setsid sleep 1000 >/dev/null 2>&1 &",
+    )
+    .await;
     let init = t.engine.init_pid("c1").await.unwrap().expect("running");
     t.engine.stop("c1").await.unwrap();
-    assert_eq!(t.engine.inspect("c1").await.unwrap().state, shellgate_sandbox::ContainerState::Stopped);
+    assert_eq!(
+        t.engine.inspect("c1").await.unwrap().state,
+        shellgate_sandbox::ContainerState::Stopped
+    );
     assert!(!process_alive(init), "init survived stop");
     t.engine.start("c1").await.unwrap();
-    assert_eq!(t.ok("c1", "cat /mnt/data/note.txt ~/h.txt").await, "kept\nhome\n");
+    assert_eq!(
+        t.ok("c1", "cat /mnt/data/note.txt ~/h.txt").await,
+        "kept\nhome\n"
+    );
     assert_eq!(t.ok("c1", "pgrep -c sleep || true").await.trim(), "0");
     // A run on a stopped container starts it transparently.
     t.engine.stop("c1").await.unwrap();
@@ -213,11 +278,21 @@ async fn destroy_leaves_nothing_and_frees_the_id() {
     t.ok("c1", "echo x > f").await;
     let init = t.engine.init_pid("c1").await.unwrap().expect("running");
     t.engine.destroy("c1").await.unwrap();
-    assert!(matches!(t.engine.inspect("c1").await, Err(SandboxError::NotFound(_))));
-    assert!(matches!(t.engine.run("c1", RunRequest::new(vec!["true".into()])).await, Err(SandboxError::NotFound(_))));
+    assert!(matches!(
+        t.engine.inspect("c1").await,
+        Err(SandboxError::NotFound(_))
+    ));
+    assert!(matches!(
+        t.engine
+            .run("c1", RunRequest::new(vec!["true".into()]))
+            .await,
+        Err(SandboxError::NotFound(_))
+    ));
     t.engine.settle().await;
     assert!(!process_alive(init));
-    let leftovers: Vec<_> = std::fs::read_dir(t.data_dir().join("containers")).unwrap().collect();
+    let leftovers: Vec<_> = std::fs::read_dir(t.data_dir().join("containers"))
+        .unwrap()
+        .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
     // The id can be used again, and the new container starts empty.
     t.create("c1").await;
@@ -243,12 +318,20 @@ async fn host_files_and_other_containers_are_out_of_reach() {
     let containers = t.data_dir().join("containers").display().to_string();
     let mounts = t.ok("b", "cat /proc/self/mountinfo").await;
     assert!(!mounts.contains(&containers), "{mounts}");
-    let listing = t.run("b", &format!("ls {} 2>&1", t.data_dir().display())).await;
-    assert!(listing.stdout.contains("No such file or directory"), "{listing:?}");
+    let listing = t
+        .run("b", &format!("ls {} 2>&1", t.data_dir().display()))
+        .await;
+    assert!(
+        listing.stdout.contains("No such file or directory"),
+        "{listing:?}"
+    );
     // /etc holds only what the allow-list copied.
     let etc = t.ok("b", "ls /etc").await;
     for private in ["shadow", "gshadow", "sudoers", "ssh", "subuid"] {
-        assert!(!etc.lines().any(|l| l == private), "/etc/{private} leaked: {etc}");
+        assert!(
+            !etc.lines().any(|l| l == private),
+            "/etc/{private} leaked: {etc}"
+        );
     }
     t.finish().await;
 }
@@ -258,12 +341,22 @@ async fn host_processes_are_invisible() {
     let t = TestEngine::new("pidns").await;
     t.create("c1").await;
     // Only init and the processes of this very command exist.
-    let comms = t.ok("c1", "cat /proc/[0-9]*/comm | sort -u | tr '\\n' ' '").await;
+    let comms = t
+        .ok("c1", "cat /proc/[0-9]*/comm | sort -u | tr '\\n' ' '")
+        .await;
     for comm in comms.split_whitespace() {
-        assert!(["sandbox-init", "bash", "cat", "sort", "tr"].contains(&comm), "host process visible: {comm} in {comms}");
+        assert!(
+            ["sandbox-init", "bash", "cat", "sort", "tr"].contains(&comm),
+            "host process visible: {comm} in {comms}"
+        );
     }
     let me = std::process::id().to_string();
-    let result = t.run("c1", &format!("kill -0 {me} 2>&1; ls /proc/{me} 2>&1 | head -1")).await;
+    let result = t
+        .run(
+            "c1",
+            &format!("kill -0 {me} 2>&1; ls /proc/{me} 2>&1 | head -1"),
+        )
+        .await;
     assert!(!result.stdout.contains("cmdline"), "{result:?}");
     t.finish().await;
 }
@@ -275,7 +368,12 @@ async fn the_network_is_empty_and_host_loopback_is_unreachable() {
     listener.set_nonblocking(true).unwrap();
     let t = TestEngine::new("net").await;
     t.create("c1").await;
-    let links = t.ok("c1", "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '").await;
+    let links = t
+        .ok(
+            "c1",
+            "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '",
+        )
+        .await;
     assert_eq!(links.trim(), "lo");
     let connect = format!(
         "python3 - <<'EOF'\nimport socket\nfor host in ['127.0.0.1', '10.0.2.2', '1.1.1.1']:\n    s = socket.socket()\n    s.settimeout(2)\n    try:\n        s.connect((host, {port} if host == '127.0.0.1' else 80))\n        print(host, 'connected')\n    except OSError as e:\n        print(host, 'refused', e.errno)\nEOF"
@@ -285,7 +383,10 @@ async fn the_network_is_empty_and_host_loopback_is_unreachable() {
     assert!(listener.accept().is_err(), "a connection reached the host");
     // vsock is not namespaced: its sockets are refused outright.
     let vsock = t.ok("c1", "python3 -c 'import socket; socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM)' 2>&1; true").await;
-    assert!(vsock.contains("Errno 97") || vsock.contains("not supported"), "{vsock}");
+    assert!(
+        vsock.contains("Errno 97") || vsock.contains("not supported"),
+        "{vsock}"
+    );
     t.finish().await;
 }
 
@@ -320,8 +421,16 @@ async fn mount_unshare_and_kernel_interfaces_are_denied() {
 async fn setuid_binaries_grant_nothing() {
     let t = TestEngine::new("setuid").await;
     t.create("c1").await;
-    let setuid = t.ok("c1", "find /usr/bin -perm -4000 -type f 2>/dev/null | head -5").await;
-    assert!(!setuid.trim().is_empty(), "the host has no setuid binary to try");
+    let setuid = t
+        .ok(
+            "c1",
+            "find /usr/bin -perm -4000 -type f 2>/dev/null | head -5",
+        )
+        .await;
+    assert!(
+        !setuid.trim().is_empty(),
+        "the host has no setuid binary to try"
+    );
     let mounts = t.ok("c1", "grep ' /usr ' /proc/self/mountinfo").await;
     assert!(mounts.contains("nosuid"), "{mounts}");
     // Each setuid-root binary runs with our own ids.
@@ -329,7 +438,9 @@ async fn setuid_binaries_grant_nothing() {
         let result = t.run("c1", &format!("{binary} --help >/dev/null 2>&1; grep -E '^(Uid|Gid):' /proc/self/status; ls -ln {binary}")).await;
         assert!(!result.stdout.contains("\t0\t"), "{binary}: {result:?}");
     }
-    let su = t.run("c1", "su -c 'id -u' root </dev/null 2>&1; echo rc=$?").await;
+    let su = t
+        .run("c1", "su -c 'id -u' root </dev/null 2>&1; echo rc=$?")
+        .await;
     assert!(!su.stdout.lines().any(|l| l == "0"), "{su:?}");
     t.finish().await;
 }
@@ -337,15 +448,34 @@ async fn setuid_binaries_grant_nothing() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_disk_fill_stops_at_the_quota_and_tmp_at_its_cap() {
     let t = TestEngine::new("quota").await;
-    let spec = ContainerSpec { disk_bytes: 64 << 20, tmp_bytes: 32 << 20, ..ContainerSpec::default() };
+    let spec = ContainerSpec {
+        disk_bytes: 64 << 20,
+        tmp_bytes: 32 << 20,
+        ..ContainerSpec::default()
+    };
     t.create_with("c1", spec).await;
-    let result = t.run("c1", "dd if=/dev/zero of=/mnt/data/fill bs=1M count=200 2>&1; echo rc=$?").await;
-    assert!(result.stdout.contains("No space left on device"), "{result:?}");
+    let result = t
+        .run(
+            "c1",
+            "dd if=/dev/zero of=/mnt/data/fill bs=1M count=200 2>&1; echo rc=$?",
+        )
+        .await;
+    assert!(
+        result.stdout.contains("No space left on device"),
+        "{result:?}"
+    );
     assert!(!result.stdout.contains("rc=0"), "{result:?}");
     t.ok("c1", "rm /mnt/data/fill").await;
-    let home = t.run("c1", "dd if=/dev/zero of=$HOME/fill bs=1M count=200 2>&1; echo rc=$?").await;
+    let home = t
+        .run(
+            "c1",
+            "dd if=/dev/zero of=$HOME/fill bs=1M count=200 2>&1; echo rc=$?",
+        )
+        .await;
     assert!(home.stdout.contains("No space left on device"), "{home:?}");
-    let tmp = t.run("c1", "dd if=/dev/zero of=/tmp/fill bs=1M count=100 2>&1").await;
+    let tmp = t
+        .run("c1", "dd if=/dev/zero of=/tmp/fill bs=1M count=100 2>&1")
+        .await;
     assert!(tmp.stdout.contains("No space left on device"), "{tmp:?}");
     assert_eq!(t.ok("c1", "rm -f /mnt/data/fill $HOME/fill /tmp/fill; echo ok > /mnt/data/after; cat /mnt/data/after").await, "ok\n");
     t.finish().await;
@@ -355,14 +485,30 @@ async fn a_disk_fill_stops_at_the_quota_and_tmp_at_its_cap() {
 async fn the_files_interface_stays_inside_mnt_data() {
     let t = TestEngine::new("files").await;
     t.create("c1").await;
-    t.engine.write_file("c1", "/mnt/data/in/put.txt", b"uploaded").await.unwrap();
-    assert_eq!(t.ok("c1", "cat in/put.txt; stat -c %U in/put.txt").await, "uploadedsandbox\n");
+    t.engine
+        .write_file("c1", "/mnt/data/in/put.txt", b"uploaded")
+        .await
+        .unwrap();
+    assert_eq!(
+        t.ok("c1", "cat in/put.txt; stat -c %U in/put.txt").await,
+        "uploadedsandbox\n"
+    );
     t.ok("c1", "echo made > out.txt; ln -s /etc/hostname escape; ln -s ../../../../etc/passwd rel; ln -s out.txt alias").await;
-    assert_eq!(t.engine.read_file("c1", "out.txt").await.unwrap(), b"made\n");
-    assert_eq!(t.engine.read_file("c1", "/mnt/data/alias").await.unwrap(), b"made\n");
+    assert_eq!(
+        t.engine.read_file("c1", "out.txt").await.unwrap(),
+        b"made\n"
+    );
+    assert_eq!(
+        t.engine.read_file("c1", "/mnt/data/alias").await.unwrap(),
+        b"made\n"
+    );
     for escape in ["escape", "rel", "../etc/passwd", "/etc/passwd"] {
         let result = t.engine.read_file("c1", escape).await;
-        assert!(result.is_err(), "{escape} was readable: {:?}", result.map(|b| String::from_utf8_lossy(&b).into_owned()));
+        assert!(
+            result.is_err(),
+            "{escape} was readable: {:?}",
+            result.map(|b| String::from_utf8_lossy(&b).into_owned())
+        );
     }
     // Writing through a symlink never reaches its target.
     assert!(t.engine.write_file("c1", "escape", b"x").await.is_err());
@@ -372,7 +518,10 @@ async fn the_files_interface_stays_inside_mnt_data() {
     let paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
     assert_eq!(paths, ["/mnt/data/in/put.txt", "/mnt/data/out.txt"]);
     t.engine.delete_file("c1", "out.txt").await.unwrap();
-    assert!(matches!(t.engine.read_file("c1", "out.txt").await, Err(SandboxError::FileNotFound(_))));
+    assert!(matches!(
+        t.engine.read_file("c1", "out.txt").await,
+        Err(SandboxError::FileNotFound(_))
+    ));
     t.finish().await;
 }
 
@@ -385,14 +534,35 @@ async fn bad_requests_are_refused_and_change_nothing() {
             Err(SandboxError::InvalidRequest { param: "id", .. })
         ));
     }
-    let missing = ContainerSpec { image: "no-such-image".into(), ..ContainerSpec::default() };
-    assert!(matches!(t.engine.create("c1", missing).await, Err(SandboxError::ImageNotFound(_))));
+    let missing = ContainerSpec {
+        image: "no-such-image".into(),
+        ..ContainerSpec::default()
+    };
+    assert!(matches!(
+        t.engine.create("c1", missing).await,
+        Err(SandboxError::ImageNotFound(_))
+    ));
     t.create("c1").await;
-    assert!(matches!(t.engine.create("c1", ContainerSpec::default()).await, Err(SandboxError::AlreadyExists(_))));
+    assert!(matches!(
+        t.engine.create("c1", ContainerSpec::default()).await,
+        Err(SandboxError::AlreadyExists(_))
+    ));
     let mut request = RunRequest::new(vec!["true".into(); 101]);
-    assert!(matches!(t.engine.run("c1", request.clone()).await, Err(SandboxError::InvalidRequest { param: "commands", .. })));
+    assert!(matches!(
+        t.engine.run("c1", request.clone()).await,
+        Err(SandboxError::InvalidRequest {
+            param: "commands",
+            ..
+        })
+    ));
     request.commands = vec!["x".repeat(200_000)];
-    assert!(matches!(t.engine.run("c1", request).await, Err(SandboxError::InvalidRequest { param: "commands", .. })));
+    assert!(matches!(
+        t.engine.run("c1", request).await,
+        Err(SandboxError::InvalidRequest {
+            param: "commands",
+            ..
+        })
+    ));
     assert_eq!(t.ok("c1", "echo fine").await, "fine\n");
     assert_eq!(t.engine.list().await.unwrap().len(), 1);
     t.finish().await;
@@ -406,7 +576,13 @@ async fn a_large_command_is_passed_intact() {
     let out = t.ok("c1", &format!("x='{payload}'; echo ${{#x}}")).await;
     assert_eq!(out, "100000\n");
     let mut buf = String::new();
-    "unicode ☃ \u{1F600}".as_bytes().read_to_string(&mut buf).unwrap();
-    assert_eq!(t.ok("c1", &format!("echo '{buf}'")).await, format!("{buf}\n"));
+    "unicode ☃ \u{1F600}"
+        .as_bytes()
+        .read_to_string(&mut buf)
+        .unwrap();
+    assert_eq!(
+        t.ok("c1", &format!("echo '{buf}'")).await,
+        format!("{buf}\n")
+    );
     t.finish().await;
 }

@@ -72,20 +72,32 @@ fn setup(spec: &HelperSpec) -> Result<(Launcher, OwnedFd), String> {
         // SAFETY: plain id-changing syscalls with integer arguments.
         unsafe {
             check("setresgid 0", libc::setresgid(0, 0, 0) as libc::c_long)?;
-            check("setgroups", libc::setgroups(0, std::ptr::null()) as libc::c_long)?;
+            check(
+                "setgroups",
+                libc::setgroups(0, std::ptr::null()) as libc::c_long,
+            )?;
             check("setresuid 0", libc::setresuid(0, 0, 0) as libc::c_long)?;
         }
     }
     mounts::build_root(spec)?;
     sys::sethostname(&spec.hostname).map_err(|e| format!("sethostname: {e}"))?;
     loopback_up()?;
-    let no_core = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let no_core = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: `no_core` is a valid rlimit.
-    check("setrlimit core", unsafe { libc::setrlimit(libc::RLIMIT_CORE, &no_core) } as libc::c_long)?;
+    check(
+        "setrlimit core",
+        unsafe { libc::setrlimit(libc::RLIMIT_CORE, &no_core) } as libc::c_long,
+    )?;
     // System V shared memory lives outside /tmp's cap; bound it the same way.
     // Best effort: a kernel without these knobs still has the memory cgroup.
     let shm_pages = (spec.tmp_bytes / 4096).max(1);
-    let _ = sys::write_file(Path::new("/proc/sys/kernel/shmmax"), &spec.tmp_bytes.to_string());
+    let _ = sys::write_file(
+        Path::new("/proc/sys/kernel/shmmax"),
+        &spec.tmp_bytes.to_string(),
+    );
     let _ = sys::write_file(Path::new("/proc/sys/kernel/shmall"), &shm_pages.to_string());
 
     let dev_null = std::fs::File::open("/dev/null").map_err(|e| format!("open /dev/null: {e}"))?;
@@ -148,9 +160,15 @@ fn loopback_up() -> Result<(), String> {
     // SAFETY: `request` is a valid ifreq naming "lo"; the ioctls read and
     // write only its flags field.
     unsafe {
-        check("SIOCGIFFLAGS lo", libc::ioctl(socket.as_raw_fd(), libc::SIOCGIFFLAGS, &mut request) as libc::c_long)?;
+        check(
+            "SIOCGIFFLAGS lo",
+            libc::ioctl(socket.as_raw_fd(), libc::SIOCGIFFLAGS, &mut request) as libc::c_long,
+        )?;
         request.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
-        check("SIOCSIFFLAGS lo", libc::ioctl(socket.as_raw_fd(), libc::SIOCSIFFLAGS, &request) as libc::c_long)?;
+        check(
+            "SIOCSIFFLAGS lo",
+            libc::ioctl(socket.as_raw_fd(), libc::SIOCSIFFLAGS, &request) as libc::c_long,
+        )?;
     }
     Ok(())
 }
@@ -169,7 +187,15 @@ fn drop_capability_bounding_set() -> Result<(), String> {
         }
     }
     // SAFETY: PR_CAP_AMBIENT_CLEAR_ALL takes no pointers.
-    let ret = unsafe { libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) };
+    let ret = unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        )
+    };
     check("clear ambient capabilities", ret as libc::c_long)
 }
 
@@ -181,7 +207,10 @@ fn child_signal_fd() -> Result<OwnedFd, String> {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, libc::SIGCHLD);
-        check("sigprocmask", libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) as libc::c_long)?;
+        check(
+            "sigprocmask",
+            libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) as libc::c_long,
+        )?;
         let fd = libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
         check("signalfd", fd as libc::c_long)?;
         Ok(OwnedFd::from_raw_fd(fd))
@@ -198,8 +227,16 @@ fn serve(launcher: &Launcher, signals: &OwnedFd, control: RawFd) -> ! {
     let mut buf = vec![0u8; MAX_MESSAGE];
     loop {
         let mut fds = [
-            libc::pollfd { fd: control, events: libc::POLLIN, revents: 0 },
-            libc::pollfd { fd: signals.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd {
+                fd: control,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: signals.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
         ];
         // SAFETY: `fds` is a valid array of two pollfds.
         if unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) } < 0 {
@@ -242,7 +279,12 @@ fn reap(running: &mut HashMap<libc::pid_t, OwnedFd>) {
     }
 }
 
-fn handle(launcher: &Launcher, message: &[u8], passed: Vec<OwnedFd>, running: &mut HashMap<libc::pid_t, OwnedFd>) {
+fn handle(
+    launcher: &Launcher,
+    message: &[u8],
+    passed: Vec<OwnedFd>,
+    running: &mut HashMap<libc::pid_t, OwnedFd>,
+) {
     match Request::decode(message) {
         Some(Request::Run { command }) => {
             let Ok([stdout, stderr, status]) = <[OwnedFd; 3]>::try_from(passed) else {
@@ -255,7 +297,12 @@ fn handle(launcher: &Launcher, message: &[u8], passed: Vec<OwnedFd>, running: &m
             // SAFETY: init is single-threaded, so the child of fork has a
             // consistent copy of memory; it only runs `exec_command`.
             match unsafe { libc::fork() } {
-                -1 => send_status(&status, Status::SpawnFailed(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))),
+                -1 => send_status(
+                    &status,
+                    Status::SpawnFailed(
+                        std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
+                    ),
+                ),
                 0 => exec_command(launcher, &command, &stdout, &stderr, &status),
                 pid => {
                     // Our copies of the output pipes must close, or the engine
@@ -266,24 +313,32 @@ fn handle(launcher: &Launcher, message: &[u8], passed: Vec<OwnedFd>, running: &m
                 }
             }
         }
-        Some(Request::KillGroup { pid }) => {
-            if running.contains_key(&pid) {
-                // SAFETY: kill with a negative pid signals that process group.
-                unsafe { libc::kill(-pid, libc::SIGKILL) };
-            }
+        Some(Request::KillGroup { pid }) if running.contains_key(&pid) => {
+            // SAFETY: kill with a negative pid signals that process group.
+            unsafe { libc::kill(-pid, libc::SIGKILL) };
         }
-        None => {}
+        Some(Request::KillGroup { .. }) | None => {}
     }
 }
 
 /// In the forked child: become the sandboxed command. Never returns.
-fn exec_command(launcher: &Launcher, command: &CString, stdout: &OwnedFd, stderr: &OwnedFd, status: &OwnedFd) -> ! {
+fn exec_command(
+    launcher: &Launcher,
+    command: &CString,
+    stdout: &OwnedFd,
+    stderr: &OwnedFd,
+    status: &OwnedFd,
+) -> ! {
     let fail = |errno: i32| -> ! {
         send_status(status, Status::SpawnFailed(errno));
         // SAFETY: _exit ends the child without running init's destructors.
         unsafe { libc::_exit(127) }
     };
-    let errno = || std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
+    let errno = || {
+        std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO)
+    };
     // SAFETY: each call below is a plain syscall with valid arguments, made in
     // a single-threaded child that is about to exec.
     unsafe {
@@ -312,8 +367,16 @@ fn exec_command(launcher: &Launcher, command: &CString, stdout: &OwnedFd, stderr
         }
         if launcher.change_ids
             && (libc::setgroups(0, std::ptr::null()) < 0
-                || libc::setresgid(launcher.sandbox_gid, launcher.sandbox_gid, launcher.sandbox_gid) < 0
-                || libc::setresuid(launcher.sandbox_uid, launcher.sandbox_uid, launcher.sandbox_uid) < 0)
+                || libc::setresgid(
+                    launcher.sandbox_gid,
+                    launcher.sandbox_gid,
+                    launcher.sandbox_gid,
+                ) < 0
+                || libc::setresuid(
+                    launcher.sandbox_uid,
+                    launcher.sandbox_uid,
+                    launcher.sandbox_uid,
+                ) < 0)
         {
             fail(errno());
         }
@@ -327,7 +390,12 @@ fn exec_command(launcher: &Launcher, command: &CString, stdout: &OwnedFd, stderr
         env.push(std::ptr::null());
         let mut last = libc::ENOENT;
         for (path, name) in &launcher.shells {
-            let argv = [name.as_ptr(), launcher.dash_c.as_ptr(), command.as_ptr(), std::ptr::null()];
+            let argv = [
+                name.as_ptr(),
+                launcher.dash_c.as_ptr(),
+                command.as_ptr(),
+                std::ptr::null(),
+            ];
             libc::execve(path.as_ptr(), argv.as_ptr(), env.as_ptr());
             last = errno();
         }
@@ -351,7 +419,21 @@ unsafe fn drop_all_capabilities() -> libc::c_int {
         permitted: u32,
         inheritable: u32,
     }
-    let header = Header { version: 0x2008_0522, pid: 0 }; // _LINUX_CAPABILITY_VERSION_3
-    let data = [Data { effective: 0, permitted: 0, inheritable: 0 }, Data { effective: 0, permitted: 0, inheritable: 0 }];
+    let header = Header {
+        version: 0x2008_0522,
+        pid: 0,
+    }; // _LINUX_CAPABILITY_VERSION_3
+    let data = [
+        Data {
+            effective: 0,
+            permitted: 0,
+            inheritable: 0,
+        },
+        Data {
+            effective: 0,
+            permitted: 0,
+            inheritable: 0,
+        },
+    ];
     libc::syscall(libc::SYS_capset, &header, data.as_ptr()) as libc::c_int
 }

@@ -51,7 +51,10 @@ fn report(control: RawFd, report: &Report) {
 }
 
 fn format_map(ranges: &[IdRange]) -> String {
-    ranges.iter().map(|r| format!("{} {} {}\n", r.inside, r.outside, r.count)).collect()
+    ranges
+        .iter()
+        .map(|r| format!("{} {} {}\n", r.inside, r.outside, r.count))
+        .collect()
 }
 
 fn run_helper(control: RawFd) -> Result<(), String> {
@@ -59,8 +62,15 @@ fn run_helper(control: RawFd) -> Result<(), String> {
     // command: mark every other descriptor close-on-exec, the control socket
     // included.
     // SAFETY: close_range only changes descriptor flags.
-    sys::cvt(unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 4u32 /* CLOSE_RANGE_CLOEXEC */) })
-        .map_err(|e| format!("close_range: {e}"))?;
+    sys::cvt(unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            4u32, /* CLOSE_RANGE_CLOEXEC */
+        )
+    })
+    .map_err(|e| format!("close_range: {e}"))?;
 
     let mut buf = vec![0u8; MAX_MESSAGE];
     let mut receive = |what: &str| -> Result<Option<Vec<u8>>, String> {
@@ -72,17 +82,21 @@ fn run_helper(control: RawFd) -> Result<(), String> {
     };
     // The engine closing the socket before a message is a normal end for a
     // spare helper that was never used.
-    let Some(enrollment) = receive("enrollment")? else { std::process::exit(0) };
+    let Some(enrollment) = receive("enrollment")? else {
+        std::process::exit(0)
+    };
     let enrollment: Enrollment =
         serde_json::from_slice(&enrollment).map_err(|e| format!("parse enrollment: {e}"))?;
     let pid = std::process::id().to_string();
     for procs in &enrollment.cgroup_procs {
-        sys::write_file(procs, &pid).map_err(|e| format!("join cgroup {}: {e}", procs.display()))?;
+        sys::write_file(procs, &pid)
+            .map_err(|e| format!("join cgroup {}: {e}", procs.display()))?;
     }
     report(control, &Report::Enrolled);
-    let Some(spec) = receive("spec")? else { std::process::exit(0) };
+    let Some(spec) = receive("spec")? else {
+        std::process::exit(0)
+    };
     let spec: HelperSpec = serde_json::from_slice(&spec).map_err(|e| format!("parse spec: {e}"))?;
-    drop(receive);
 
     prepare_disk(&spec)?;
 
@@ -99,7 +113,16 @@ fn run_helper(control: RawFd) -> Result<(), String> {
     // started no threads), so a fork-like clone (no CLONE_VM, null stack: the
     // child runs on a copy-on-write copy of this stack) leaves the child with
     // consistent memory, as fork would.
-    let child = unsafe { libc::syscall(libc::SYS_clone, flags as libc::c_ulong, 0usize, 0usize, 0usize, 0usize) };
+    let child = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            flags as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    };
     match child {
         -1 => Err(sys::last_error("clone into new namespaces")),
         0 => {
@@ -130,7 +153,8 @@ fn run_helper(control: RawFd) -> Result<(), String> {
             // Report the pid before releasing init: both write to the same
             // socket, and the engine must learn the pid before init's Ready.
             report(control, &Report::InitPid { pid });
-            sys::write_all(sync_write.as_raw_fd(), b"1").map_err(|e| format!("release init: {e}"))?;
+            sys::write_all(sync_write.as_raw_fd(), b"1")
+                .map_err(|e| format!("release init: {e}"))?;
             Ok(())
         }
     }
@@ -142,9 +166,16 @@ fn run_helper(control: RawFd) -> Result<(), String> {
 fn prepare_disk(spec: &HelperSpec) -> Result<(), String> {
     if let Some(image) = &spec.disk_image {
         // SAFETY: unshare with a constant flag, in a single-threaded process.
-        sys::cvt(unsafe { libc::unshare(libc::CLONE_NEWNS) }).map_err(|e| format!("unshare mount namespace: {e}"))?;
-        sys::mount(None, Path::new("/"), None, libc::MS_REC | libc::MS_PRIVATE, None)
-            .map_err(|e| format!("make / private: {e}"))?;
+        sys::cvt(unsafe { libc::unshare(libc::CLONE_NEWNS) })
+            .map_err(|e| format!("unshare mount namespace: {e}"))?;
+        sys::mount(
+            None,
+            Path::new("/"),
+            None,
+            libc::MS_REC | libc::MS_PRIVATE,
+            None,
+        )
+        .map_err(|e| format!("make / private: {e}"))?;
         crate::disk::mount_image(image, &spec.disk_root)?;
     }
     crate::disk::prepare_layout(&spec.disk_root, spec.host_sandbox_ids, spec.host_root_ids)
@@ -155,9 +186,12 @@ fn write_id_maps(pid: libc::pid_t, spec: &HelperSpec) -> Result<(), String> {
     if spec.rootless {
         // Without CAP_SETGID on the host, gid_map may only be written once
         // setgroups(2) is disabled for the namespace.
-        fs::write(proc_dir.join("setgroups"), "deny").map_err(|e| format!("setgroups deny: {e}"))?;
+        fs::write(proc_dir.join("setgroups"), "deny")
+            .map_err(|e| format!("setgroups deny: {e}"))?;
     }
-    fs::write(proc_dir.join("uid_map"), format_map(&spec.uid_map)).map_err(|e| format!("write uid_map: {e}"))?;
-    fs::write(proc_dir.join("gid_map"), format_map(&spec.gid_map)).map_err(|e| format!("write gid_map: {e}"))?;
+    fs::write(proc_dir.join("uid_map"), format_map(&spec.uid_map))
+        .map_err(|e| format!("write uid_map: {e}"))?;
+    fs::write(proc_dir.join("gid_map"), format_map(&spec.gid_map))
+        .map_err(|e| format!("write gid_map: {e}"))?;
     Ok(())
 }

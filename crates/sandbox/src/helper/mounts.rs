@@ -38,7 +38,13 @@ fn inside(root: &Path, path: &str) -> PathBuf {
 }
 
 fn mkdir_all(path: &Path) -> StepResult<()> {
-    step(|| format!("mkdir {}", path.display()), fs::DirBuilder::new().recursive(true).mode(0o755).create(path))
+    step(
+        || format!("mkdir {}", path.display()),
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(path),
+    )
 }
 
 /// Mount flags of `path`'s file system that a bind remount must keep (in a
@@ -53,19 +59,34 @@ fn locked_flags(path: &Path) -> io::Result<libc::c_ulong> {
         (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
         (libc::ST_RELATIME, libc::MS_RELATIME),
     ];
-    Ok(pairs.iter().filter(|(st_flag, _)| st & st_flag != 0).fold(0, |acc, (_, ms)| acc | ms))
+    Ok(pairs
+        .iter()
+        .filter(|(st_flag, _)| st & st_flag != 0)
+        .fold(0, |acc, (_, ms)| acc | ms))
 }
 
 /// Binds `source` at `target` and makes it `nosuid,nodev` (and read-only if asked).
 fn bind(source: &Path, target: &Path, read_only: bool) -> StepResult<()> {
     let what = || format!("bind {} at {}", source.display(), target.display());
-    step(what, sys::mount(Some(source), target, None, libc::MS_BIND | libc::MS_REC, None))?;
+    step(
+        what,
+        sys::mount(
+            Some(source),
+            target,
+            None,
+            libc::MS_BIND | libc::MS_REC,
+            None,
+        ),
+    )?;
     let mut flags = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_NOSUID | libc::MS_NODEV;
     if read_only {
         flags |= libc::MS_RDONLY;
     }
     flags |= step(what, locked_flags(target))?;
-    step(|| format!("remount {}", target.display()), sys::mount(None, target, None, flags, None))
+    step(
+        || format!("remount {}", target.display()),
+        sys::mount(None, target, None, flags, None),
+    )
 }
 
 fn tmpfs(target: &Path, options: &str, extra_flags: libc::c_ulong) -> StepResult<()> {
@@ -90,7 +111,10 @@ fn touch(path: &Path) -> StepResult<()> {
     if path.symlink_metadata().is_ok() {
         return Ok(());
     }
-    step(|| format!("create {}", path.display()), fs::File::create(path).map(drop))
+    step(
+        || format!("create {}", path.display()),
+        fs::File::create(path).map(drop),
+    )
 }
 
 fn build_dev(root: &Path, shm_bytes: u64) -> StepResult<()> {
@@ -105,15 +129,27 @@ fn build_dev(root: &Path, shm_bytes: u64) -> StepResult<()> {
             sys::mount(Some(&source), &target, None, libc::MS_BIND, None),
         )?;
     }
-    for (link, target) in
-        [("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")]
-    {
-        step(|| format!("link /dev/{link}"), symlink(target, dev.join(link)))?;
+    for (link, target) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        step(
+            || format!("link /dev/{link}"),
+            symlink(target, dev.join(link)),
+        )?;
     }
     tmpfs(&dev.join("shm"), &format!("size={shm_bytes},mode=1777"), 0)?;
     step(
         || "remount /dev read-only".into(),
-        sys::mount(None, &dev, None, libc::MS_REMOUNT | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NOEXEC, None),
+        sys::mount(
+            None,
+            &dev,
+            None,
+            libc::MS_REMOUNT | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NOEXEC,
+            None,
+        ),
     )
 }
 
@@ -123,7 +159,13 @@ pub fn build_root(spec: &HelperSpec) -> StepResult<()> {
     // Nothing we mount may propagate back to the host.
     step(
         || "make / private".into(),
-        sys::mount(None, Path::new("/"), None, libc::MS_REC | libc::MS_PRIVATE, None),
+        sys::mount(
+            None,
+            Path::new("/"),
+            None,
+            libc::MS_REC | libc::MS_PRIVATE,
+            None,
+        ),
     )?;
     match &spec.root {
         RootSpec::HostBinds { binds, symlinks } => {
@@ -138,14 +180,19 @@ pub fn build_root(spec: &HelperSpec) -> StepResult<()> {
                 if let Some(parent) = link.parent() {
                     mkdir_all(parent)?;
                 }
-                step(|| format!("link {}", link.display()), symlink(target, &link))?;
+                step(
+                    || format!("link {}", link.display()),
+                    symlink(target, &link),
+                )?;
             }
         }
         RootSpec::Overlay { lower, upper, work } => {
             for dir in [lower, upper, work] {
                 let text = dir.to_string_lossy();
                 if text.contains([',', ':', '\\']) {
-                    return Err(format!("overlay path {text:?} may not contain ',', ':' or '\\'"));
+                    return Err(format!(
+                        "overlay path {text:?} may not contain ',', ':' or '\\'"
+                    ));
                 }
             }
             let options = format!(
@@ -186,7 +233,11 @@ pub fn build_root(spec: &HelperSpec) -> StepResult<()> {
         ),
     )?;
     build_dev(root, spec.tmp_bytes)?;
-    tmpfs(&inside(root, "/tmp"), &format!("size={},mode=1777", spec.tmp_bytes), 0)?;
+    tmpfs(
+        &inside(root, "/tmp"),
+        &format!("size={},mode=1777", spec.tmp_bytes),
+        0,
+    )?;
     for (source, target) in &spec.data_binds {
         let target = inside(root, target);
         mkdir_all(&target)?;
@@ -196,7 +247,13 @@ pub fn build_root(spec: &HelperSpec) -> StepResult<()> {
         // The tmpfs root holds only mount points and links: freeze it.
         step(
             || "remount / read-only".into(),
-            sys::mount(None, root, None, libc::MS_REMOUNT | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV, None),
+            sys::mount(
+                None,
+                root,
+                None,
+                libc::MS_REMOUNT | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV,
+                None,
+            ),
         )?;
     }
     pivot(root)
@@ -204,11 +261,20 @@ pub fn build_root(spec: &HelperSpec) -> StepResult<()> {
 
 /// Makes `root` the root and detaches the host's tree entirely.
 fn pivot(root: &Path) -> StepResult<()> {
-    step(|| format!("chdir {}", root.display()), std::env::set_current_dir(root))?;
+    step(
+        || format!("chdir {}", root.display()),
+        std::env::set_current_dir(root),
+    )?;
     // pivot_root(".", ".") stacks the old root on top of the new one; the
     // detach below then removes exactly the old root, with no directory to
     // create for it.
-    step(|| "pivot_root".into(), sys::pivot_root(Path::new("."), Path::new(".")))?;
-    step(|| "detach the host root".into(), sys::umount2(Path::new("."), libc::MNT_DETACH))?;
+    step(
+        || "pivot_root".into(),
+        sys::pivot_root(Path::new("."), Path::new(".")),
+    )?;
+    step(
+        || "detach the host root".into(),
+        sys::umount2(Path::new("."), libc::MNT_DETACH),
+    )?;
     step(|| "chdir /".into(), std::env::set_current_dir("/"))
 }

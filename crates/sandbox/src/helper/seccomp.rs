@@ -109,7 +109,12 @@ const CLONE_NAMESPACE_FLAGS: u32 = (libc::CLONE_NEWUSER
     | 0x80) as u32; // CLONE_NEWTIME
 
 /// Socket families a sandboxed program may open; others get `EAFNOSUPPORT`.
-const ALLOWED_SOCKET_FAMILIES: &[libc::c_int] = &[libc::AF_UNIX, libc::AF_INET, libc::AF_INET6, libc::AF_NETLINK];
+const ALLOWED_SOCKET_FAMILIES: &[libc::c_int] = &[
+    libc::AF_UNIX,
+    libc::AF_INET,
+    libc::AF_INET6,
+    libc::AF_NETLINK,
+];
 
 /// `ioctl` requests refused: terminal input injection.
 const DENIED_IOCTLS: &[libc::c_ulong] = &[libc::TIOCSTI, libc::TIOCLINUX as libc::c_ulong];
@@ -130,7 +135,12 @@ struct SockFprog {
 }
 
 const fn stmt(code: u16, k: u32) -> SockFilter {
-    SockFilter { code, jt: 0, jf: 0, k }
+    SockFilter {
+        code,
+        jt: 0,
+        jf: 0,
+        k,
+    }
 }
 
 const fn jump(code: u16, k: u32, jt: u8, jf: u8) -> SockFilter {
@@ -161,7 +171,11 @@ fn build() -> Vec<SockFilter> {
         program.push(jump(BPF_JGE_K, X32_SYSCALL_BIT, 0, 1));
         program.push(stmt(BPF_RET_K, errno(libc::ENOSYS)));
     }
-    on_syscall(&mut program, libc::SYS_clone3, &[stmt(BPF_RET_K, errno(libc::ENOSYS))]);
+    on_syscall(
+        &mut program,
+        libc::SYS_clone3,
+        &[stmt(BPF_RET_K, errno(libc::ENOSYS))],
+    );
     on_syscall(
         &mut program,
         libc::SYS_clone,
@@ -204,11 +218,20 @@ fn build() -> Vec<SockFilter> {
 /// starts). `no_new_privs` must already be set.
 pub fn install() -> io::Result<()> {
     let program = build();
-    let fprog = SockFprog { len: program.len() as u16, filter: program.as_ptr() };
+    let fprog = SockFprog {
+        len: program.len() as u16,
+        filter: program.as_ptr(),
+    };
     // SAFETY: `fprog` points at `program`, which lives across the call; the
     // kernel copies the filter.
     let ret = unsafe {
-        libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &fprog as *const SockFprog, 0, 0)
+        libc::prctl(
+            libc::PR_SET_SECCOMP,
+            libc::SECCOMP_MODE_FILTER,
+            &fprog as *const SockFprog,
+            0,
+            0,
+        )
     };
     crate::sys::cvt(ret)?;
     Ok(())
@@ -221,7 +244,10 @@ mod tests {
     #[test]
     fn program_fits_and_every_jump_lands_inside() {
         let program = build();
-        assert!(program.len() < 4096, "BPF programs are limited to 4096 instructions");
+        assert!(
+            program.len() < 4096,
+            "BPF programs are limited to 4096 instructions"
+        );
         for (pc, insn) in program.iter().enumerate() {
             if insn.code & 0x07 == 0x05 {
                 let far = pc + 1 + insn.jt.max(insn.jf) as usize;

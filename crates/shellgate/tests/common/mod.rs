@@ -6,7 +6,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use shellgate_sandbox::backend::{CommandResult, ContainerSpec, Outcome, RunRequest, SandboxBackend};
+use shellgate_sandbox::backend::{
+    CommandResult, ContainerSpec, Outcome, RunRequest, SandboxBackend,
+};
 use shellgate_sandbox::{EngineConfig, LocalEngine};
 
 pub const BINARY: &str = env!("CARGO_BIN_EXE_shellgate");
@@ -19,7 +21,10 @@ impl TempDir {
         let dir = std::env::temp_dir().join(format!(
             "shellgate-test-{name}-{}-{}",
             std::process::id(),
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0)
         ));
         std::fs::create_dir_all(&dir).expect("create temp dir");
         TempDir(dir)
@@ -71,17 +76,21 @@ impl TestEngine {
     }
 
     pub async fn create_with(&self, id: &str, spec: ContainerSpec) {
-        self.engine.create(id, spec).await.expect("create container");
+        self.engine
+            .create(id, spec)
+            .await
+            .expect("create container");
     }
 
     /// Runs one command with a timeout and the default output cap.
     pub async fn run_with(&self, id: &str, command: &str, timeout_ms: u64) -> CommandResult {
         let mut request = RunRequest::new(vec![command.to_owned()]);
         request.timeout_ms = timeout_ms;
-        let mut results = tokio::time::timeout(Duration::from_secs(120), self.engine.run(id, request))
-            .await
-            .expect("run finished in time")
-            .expect("run");
+        let mut results =
+            tokio::time::timeout(Duration::from_secs(120), self.engine.run(id, request))
+                .await
+                .expect("run finished in time")
+                .expect("run");
         results.remove(0)
     }
 
@@ -92,7 +101,11 @@ impl TestEngine {
     /// Runs a command that must exit 0 and returns its stdout.
     pub async fn ok(&self, id: &str, command: &str) -> String {
         let result = self.run(id, command).await;
-        assert_eq!(result.outcome, Outcome::Exit { exit_code: 0 }, "{command}: {result:?}");
+        assert_eq!(
+            result.outcome,
+            Outcome::Exit { exit_code: 0 },
+            "{command}: {result:?}"
+        );
         result.stdout
     }
 
@@ -111,7 +124,11 @@ pub fn exit_code(result: &CommandResult) -> i32 {
 /// Whether a host process exists and is not a zombie.
 pub fn process_alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat.rsplit(')').next().map(|rest| !rest.trim_start().starts_with('Z')).unwrap_or(false),
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .map(|rest| !rest.trim_start().starts_with('Z'))
+            .unwrap_or(false),
         Err(_) => false,
     }
 }
