@@ -190,6 +190,9 @@ impl ImageStore {
         if !rootfs.join("bin").exists() && !rootfs.join("usr/bin").exists() {
             return Err(SandboxError::ImageNotFound(name.to_owned()));
         }
+        // Images placed in the store by hand (or by an older version) get
+        // their mount points here; it is a few stat calls when present.
+        prepare_mount_points(&rootfs).context(|| format!("prepare image {name}"))?;
         let identity = self.identity_dir();
         let file_binds = identity_files("")
             .iter()
