@@ -70,8 +70,10 @@ pub async fn format_image(path: &Path, bytes: u64, owner: (u32, u32)) -> io::Res
     let file = OpenOptions::new().write(true).create_new(true).open(path)?;
     file.set_len(bytes)?;
     drop(file);
-    let output = tokio::process::Command::new("mkfs.ext4")
-        .args(["-q", "-F", "-m", "0", "-b", "4096"])
+    // Formatting is background work (the pool): lowest CPU priority, so it
+    // never slows a command that is running meanwhile.
+    let output = tokio::process::Command::new("nice")
+        .args(["-n", "19", "mkfs.ext4", "-q", "-F", "-m", "0", "-b", "4096"])
         .arg("-E")
         .arg(format!(
             "nodiscard,lazy_itable_init=1,lazy_journal_init=1,root_owner={}:{}",

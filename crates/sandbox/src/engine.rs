@@ -49,6 +49,8 @@ use crate::sys;
 pub const SANDBOX_UID: u32 = 1000;
 /// Its home directory inside every container.
 pub const SANDBOX_HOME: &str = "/home/sandbox";
+/// How long background refills wait after something was taken from a pool.
+const REFILL_DELAY: Duration = Duration::from_millis(20);
 /// Ids mapped into a container in root mode.
 const ID_RANGE: u32 = 65_536;
 
@@ -67,6 +69,9 @@ pub struct EngineConfig {
     pub pool_size: usize,
     /// Helpers kept spawned and enrolled in a cgroup, ready for a container.
     pub spare_helpers: usize,
+    /// Containers of the default spec kept started and unassigned, so that
+    /// creating one is a rename (see `LocalEngine::create`).
+    pub warm_containers: usize,
     /// Disk size the pool prepares (the default `disk_bytes`).
     pub pool_disk_bytes: u64,
     /// How long to keep reading output after a command ends while a
@@ -85,6 +90,7 @@ impl EngineConfig {
             uid_base: 3_000_000_000,
             pool_size: 2,
             spare_helpers: 2,
+            warm_containers: 2,
             pool_disk_bytes: ContainerSpec::default().disk_bytes,
             drain_grace: Duration::from_millis(100),
             hostname: "sandbox".to_owned(),
@@ -167,6 +173,8 @@ struct Inner {
     pool_counter: AtomicU64,
     spares: Mutex<Vec<Helper>>,
     spares_filling: tokio::sync::Mutex<()>,
+    warm: Mutex<Vec<Container>>,
+    warm_filling: tokio::sync::Mutex<()>,
     /// Set by `shutdown`: background refills stop and spares are not kept.
     closing: std::sync::atomic::AtomicBool,
     slot_counter: AtomicU64,
@@ -220,7 +228,9 @@ impl LocalEngine {
         let data_dir =
             fs::canonicalize(data_dir).context(|| format!("resolve {}", data_dir.display()))?;
         let lock = lock_data_dir(&data_dir)?;
-        for sub in ["containers", "pool", "run/root", "run/disk"] {
+        // Warm containers die with the engine that made them.
+        let _ = fs::remove_dir_all(data_dir.join("warm"));
+        for sub in ["containers", "pool", "warm", "run/root", "run/disk"] {
             fs::create_dir_all(data_dir.join(sub)).context(|| format!("create {sub}"))?;
         }
         let rootless = sys::geteuid() != 0;
@@ -245,6 +255,8 @@ impl LocalEngine {
                 spares: Mutex::new(Vec::new()),
                 spares_filling: tokio::sync::Mutex::new(()),
                 closing: std::sync::atomic::AtomicBool::new(false),
+                warm: Mutex::new(Vec::new()),
+                warm_filling: tokio::sync::Mutex::new(()),
                 slot_counter: AtomicU64::new(0),
                 teardowns: Mutex::new(Vec::new()),
                 _lock: lock,
@@ -253,6 +265,7 @@ impl LocalEngine {
         engine.recover().await?;
         engine.refill_pool_in_background();
         engine.refill_spares_in_background();
+        engine.refill_warm_in_background();
         Ok((engine, warnings))
     }
 
@@ -429,6 +442,78 @@ impl LocalEngine {
                 }
             }
         });
+    }
+
+    fn refill_warm_in_background(&self) {
+        if self.inner.config.warm_containers == 0 {
+            return;
+        }
+        let engine = self.clone();
+        tokio::spawn(async move {
+            // Refilling right away would compete with the first command of
+            // the container just handed out; let that go first.
+            tokio::time::sleep(REFILL_DELAY).await;
+            let Ok(_filling) = engine.inner.warm_filling.try_lock() else {
+                return;
+            };
+            while lock(&engine.inner.warm).len() < engine.inner.config.warm_containers
+                && !engine.closing()
+            {
+                let n = engine.inner.slot_counter.fetch_add(1, Ordering::Relaxed);
+                let dir = engine
+                    .inner
+                    .config
+                    .data_dir
+                    .join("warm")
+                    .join(n.to_string());
+                let warm =
+                    Container::new(format!("warm-{n}"), ContainerSpec::default(), dir.clone());
+                let made = async {
+                    fs::create_dir(&dir).context(|| format!("create {}", dir.display()))?;
+                    engine.provision_disk(&dir, warm.spec.disk_bytes).await?;
+                    engine.launch(&warm).await
+                }
+                .await;
+                match made {
+                    Ok(running) if !engine.closing() => {
+                        *warm.state.lock().await = Some(running);
+                        lock(&engine.inner.warm).push(warm);
+                    }
+                    Ok(running) => {
+                        engine.tear_down(&warm.id, &running).await;
+                        let _ = fs::remove_dir_all(&dir);
+                    }
+                    Err(e) => {
+                        tracing::warn!("could not prepare a warm container: {e}");
+                        let _ = fs::remove_dir_all(&dir);
+                        return;
+                    }
+                }
+            }
+        });
+    }
+
+    /// A warm container whose fixed properties (image, `/tmp` size, disk)
+    /// match `spec`, with `spec`'s limits applied.
+    async fn take_warm(&self, spec: &ContainerSpec) -> Option<(PathBuf, Arc<Running>)> {
+        let effective_tmp = |s: &ContainerSpec| s.tmp_bytes.min(s.memory_bytes / 2);
+        let warm = {
+            let mut warm = lock(&self.inner.warm);
+            let index = warm.iter().position(|w| {
+                w.spec.image == spec.image
+                    && w.spec.disk_bytes == spec.disk_bytes
+                    && effective_tmp(&w.spec) == effective_tmp(spec)
+            })?;
+            warm.swap_remove(index)
+        };
+        self.refill_warm_in_background();
+        let running = warm.state.lock().await.take()?;
+        if running.alive() && self.inner.cgroups.apply(&running.slot, spec).is_ok() {
+            return Some((warm.dir, running));
+        }
+        self.tear_down(&warm.id, &running).await;
+        let _ = fs::remove_dir_all(&warm.dir);
+        None
     }
 
     /// A helper enrolled in a cgroup with `spec`'s limits: a spare if one is
@@ -717,6 +802,14 @@ impl LocalEngine {
         drop(self.inner.spares_filling.lock().await);
         drop(self.inner.pool_filling.lock().await);
         self.settle().await;
+        drop(self.inner.warm_filling.lock().await);
+        let warm: Vec<Container> = lock(&self.inner.warm).drain(..).collect();
+        for container in warm {
+            if let Some(running) = container.state.lock().await.take() {
+                self.tear_down(&container.id, &running).await;
+            }
+            let _ = fs::remove_dir_all(&container.dir);
+        }
         let spares: Vec<Helper> = lock(&self.inner.spares).drain(..).collect();
         for helper in spares {
             helper.discard(&self.inner.cgroups).await;
@@ -794,21 +887,38 @@ impl SandboxBackend for LocalEngine {
             containers.insert(id.to_owned(), Arc::clone(&container));
             container
         };
+        let spec_json =
+            serde_json::to_vec_pretty(&spec).map_err(|e| SandboxError::Setup(e.to_string()))?;
+        let mut state = container.state.lock().await;
         let made = async {
+            if let Some((warm_dir, running)) = self.take_warm(&spec).await {
+                // A started container of the same shape: give it this id.
+                let committed = fs::write(warm_dir.join("spec.json"), &spec_json)
+                    .and_then(|()| fs::rename(&warm_dir, &dir));
+                match committed {
+                    Ok(()) => {
+                        *state = Some(running);
+                        return Ok(());
+                    }
+                    Err(e) => {
+                        self.tear_down(id, &running).await;
+                        let _ = fs::remove_dir_all(&warm_dir);
+                        tracing::warn!("could not use a warm container ({e}); starting one");
+                    }
+                }
+            }
             fs::create_dir(&staging).context(|| format!("create {}", staging.display()))?;
             self.provision_disk(&staging, spec.disk_bytes).await?;
-            let spec_json =
-                serde_json::to_vec_pretty(&spec).map_err(|e| SandboxError::Setup(e.to_string()))?;
-            fs::write(staging.join("spec.json"), spec_json).context(|| "write spec.json".into())?;
+            fs::write(staging.join("spec.json"), &spec_json)
+                .context(|| "write spec.json".into())?;
             // The rename is the commit point: a crash before it leaves only a
             // staging directory, which the next start removes.
             fs::rename(&staging, &dir).context(|| "commit container directory".into())?;
-            let mut state = container.state.lock().await;
-            let running = self.launch(&container).await?;
-            *state = Some(running);
+            *state = Some(self.launch(&container).await?);
             Ok::<_, SandboxError>(())
         }
         .await;
+        drop(state);
         if let Err(e) = made {
             lock(&self.inner.containers).remove(id);
             let _ = fs::remove_dir_all(&staging);

@@ -137,6 +137,7 @@ async fn open_engine(data_dir: PathBuf) -> Result<LocalEngine> {
     // A one-shot command has no use for pre-formatted disks.
     config.pool_size = 0;
     config.spare_helpers = 0;
+    config.warm_containers = 0;
     let (engine, warnings) = LocalEngine::open(config)
         .await
         .context("cannot open the sandbox engine")?;

@@ -95,10 +95,12 @@ fn host_mounts_mentioning(dir: &Path) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn two_hundred_create_destroy_cycles_leak_nothing() {
-    // With the disk pool and spare helpers on, so their paths are covered too.
+    // With the disk pool, spare helpers and warm containers on, so their
+    // paths are covered too.
     let t = TestEngine::with("leaks", |config| {
         config.pool_size = 2;
         config.spare_helpers = 2;
+        config.warm_containers = 2;
     })
     .await;
     let fds_before = open_fds();
@@ -141,7 +143,7 @@ async fn two_hundred_create_destroy_cycles_leak_nothing() {
     assert_eq!(cgroups_left, Vec::<PathBuf>::new(), "cgroups left");
     assert_eq!(children(), Vec::<String>::new(), "processes left");
     // Pooled disks may remain (they are the pool); nothing else under run/.
-    for dir in ["run/root", "run/disk"] {
+    for dir in ["run/root", "run/disk", "warm"] {
         assert_eq!(
             fs::read_dir(data_dir.join(dir)).unwrap().count(),
             0,

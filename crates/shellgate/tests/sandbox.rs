@@ -586,3 +586,40 @@ async fn a_large_command_is_passed_intact() {
     );
     t.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_warm_container_takes_the_requested_limits() {
+    let t = TestEngine::with("warm", |config| {
+        config.pool_size = 1;
+        config.spare_helpers = 1;
+        config.warm_containers = 1;
+    })
+    .await;
+    // Give the background refill time to start a warm container.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let spec = ContainerSpec {
+        memory_bytes: 256 << 20,
+        pids_max: 32,
+        ..ContainerSpec::default()
+    };
+    t.create_with("w1", spec).await;
+    let result = t
+        .run(
+            "w1",
+            "python3 -c 'b = bytearray(600 * 1024 * 1024); print(len(b))'",
+        )
+        .await;
+    assert_eq!(exit_code(&result), 137, "{result:?}");
+    let result = t
+        .run_with("w1", "for i in $(seq 64); do sleep 5 & done; wait", 2_000)
+        .await;
+    assert!(
+        result.stderr.contains("Resource temporarily unavailable"),
+        "{result:?}"
+    );
+    assert_eq!(
+        t.ok("w1", "echo fine; ls /mnt/data | wc -l").await,
+        "fine\n0\n"
+    );
+    t.finish().await;
+}

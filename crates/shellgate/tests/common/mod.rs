@@ -48,12 +48,13 @@ pub struct TestEngine {
 }
 
 impl TestEngine {
-    /// An engine without spare helpers or disk pool (so parallel tests do
-    /// not compete with background formatting).
+    /// An engine without warm containers, spare helpers or disk pool (so
+    /// parallel tests do not compete with background work).
     pub async fn new(name: &str) -> Self {
         Self::with(name, |config| {
             config.pool_size = 0;
             config.spare_helpers = 0;
+            config.warm_containers = 0;
         })
         .await
     }
