@@ -35,7 +35,10 @@ const SHELLS: [(&str, &str); 2] = [("/bin/bash", "bash"), ("/bin/sh", "sh")];
 /// only makes system calls.
 struct Launcher {
     dev_null: OwnedFd,
-    env: Vec<CString>,
+    /// Owns the strings `env_pointers` points into.
+    _env: Vec<CString>,
+    /// NUL-terminated `envp`, built once: the child may not allocate.
+    env_pointers: Vec<*const libc::c_char>,
     shells: Vec<(CString, CString)>,
     dash_c: CString,
     workdir: CString,
@@ -101,9 +104,16 @@ fn setup(spec: &HelperSpec) -> Result<(Launcher, OwnedFd), String> {
     let _ = sys::write_file(Path::new("/proc/sys/kernel/shmall"), &shm_pages.to_string());
 
     let dev_null = std::fs::File::open("/dev/null").map_err(|e| format!("open /dev/null: {e}"))?;
+    let env = command_env(&spec.home);
+    let env_pointers = env
+        .iter()
+        .map(|v| v.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
     let launcher = Launcher {
         dev_null: dev_null.into(),
-        env: command_env(&spec.home),
+        _env: env,
+        env_pointers,
         shells: SHELLS
             .iter()
             .filter_map(|(path, name)| Some((CString::new(*path).ok()?, CString::new(*name).ok()?)))
@@ -294,17 +304,9 @@ fn handle(
                 send_status(&status, Status::SpawnFailed(libc::EINVAL));
                 return;
             };
-            // SAFETY: init is single-threaded, so the child of fork has a
-            // consistent copy of memory; it only runs `exec_command`.
-            match unsafe { libc::fork() } {
-                -1 => send_status(
-                    &status,
-                    Status::SpawnFailed(
-                        std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
-                    ),
-                ),
-                0 => exec_command(launcher, &command, &stdout, &stderr, &status),
-                pid => {
+            match spawn(launcher, &command, &stdout, &stderr, &status) {
+                Err(errno) => send_status(&status, Status::SpawnFailed(errno)),
+                Ok(pid) => {
                     // Our copies of the output pipes must close, or the engine
                     // would never see end-of-file.
                     drop((stdout, stderr));
@@ -321,7 +323,72 @@ fn handle(
     }
 }
 
-/// In the forked child: become the sandboxed command. Never returns.
+/// Arguments of the spawned child, passed through `clone`'s pointer.
+struct ChildArgs<'a> {
+    launcher: &'a Launcher,
+    command: &'a CString,
+    stdout: &'a OwnedFd,
+    stderr: &'a OwnedFd,
+    status: &'a OwnedFd,
+}
+
+/// Size of the stack the child runs on until `execve`.
+const CHILD_STACK: usize = 64 * 1024;
+
+/// Starts a command the way `posix_spawn` does: `clone(CLONE_VM |
+/// CLONE_VFORK)` onto a stack of its own, so nothing of init is copied and
+/// init waits (microseconds) until the child has exec'd or failed.
+fn spawn(
+    launcher: &Launcher,
+    command: &CString,
+    stdout: &OwnedFd,
+    stderr: &OwnedFd,
+    status: &OwnedFd,
+) -> Result<libc::pid_t, i32> {
+    extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
+        // SAFETY: `arg` points to the ChildArgs below, alive while init is
+        // suspended by CLONE_VFORK.
+        let args = unsafe { &*(arg as *const ChildArgs) };
+        exec_command(
+            args.launcher,
+            args.command,
+            args.stdout,
+            args.stderr,
+            args.status,
+        )
+    }
+    let args = ChildArgs {
+        launcher,
+        command,
+        stdout,
+        stderr,
+        status,
+    };
+    let mut stack = vec![0u8; CHILD_STACK];
+    // SAFETY: the stack grows down from its (16-byte aligned) top; with
+    // CLONE_VFORK this thread is suspended until the child execs or exits,
+    // so `stack` and `args` outlive every use. The child only makes system
+    // calls and never allocates (see `exec_command`).
+    let pid = unsafe {
+        let top = stack.as_mut_ptr().add(CHILD_STACK) as usize & !15;
+        libc::clone(
+            child_main,
+            top as *mut libc::c_void,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            &args as *const ChildArgs as *mut libc::c_void,
+        )
+    };
+    if pid < 0 {
+        Err(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO))
+    } else {
+        Ok(pid)
+    }
+}
+
+/// In the spawned child: become the sandboxed command. Never returns, and
+/// never allocates: it shares init's memory until `execve`.
 fn exec_command(
     launcher: &Launcher,
     command: &CString,
@@ -365,18 +432,13 @@ fn exec_command(
         {
             fail(errno());
         }
+        // Raw syscalls: glibc's wrappers would try to change the ids of
+        // every thread sharing our memory, and the child shares init's.
+        let (uid, gid) = (launcher.sandbox_uid, launcher.sandbox_gid);
         if launcher.change_ids
-            && (libc::setgroups(0, std::ptr::null()) < 0
-                || libc::setresgid(
-                    launcher.sandbox_gid,
-                    launcher.sandbox_gid,
-                    launcher.sandbox_gid,
-                ) < 0
-                || libc::setresuid(
-                    launcher.sandbox_uid,
-                    launcher.sandbox_uid,
-                    launcher.sandbox_uid,
-                ) < 0)
+            && (libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) < 0
+                || libc::syscall(libc::SYS_setresgid, gid, gid, gid) < 0
+                || libc::syscall(libc::SYS_setresuid, uid, uid, uid) < 0)
         {
             fail(errno());
         }
@@ -386,8 +448,6 @@ fn exec_command(
         if libc::chdir(launcher.workdir.as_ptr()) < 0 {
             fail(errno());
         }
-        let mut env: Vec<*const libc::c_char> = launcher.env.iter().map(|v| v.as_ptr()).collect();
-        env.push(std::ptr::null());
         let mut last = libc::ENOENT;
         for (path, name) in &launcher.shells {
             let argv = [
@@ -396,7 +456,7 @@ fn exec_command(
                 command.as_ptr(),
                 std::ptr::null(),
             ];
-            libc::execve(path.as_ptr(), argv.as_ptr(), env.as_ptr());
+            libc::execve(path.as_ptr(), argv.as_ptr(), launcher.env_pointers.as_ptr());
             last = errno();
         }
         fail(last)
