@@ -201,3 +201,43 @@ async fn a_killed_server_takes_its_containers_along_and_a_restart_cleans_up() {
         }
     }
 }
+
+#[test]
+fn an_ordinary_user_runs_sandboxes_rootless_with_clear_warnings() {
+    let dir = TempDir::new("cli-rootless");
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    // SAFETY: chown on a path we just created.
+    let path = std::ffi::CString::new(data.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::chown(path.as_ptr(), 65534, 65534) }, 0);
+    let output = Command::new("setpriv")
+        .args([
+            "--reuid",
+            "65534",
+            "--regid",
+            "65534",
+            "--clear-groups",
+            "--",
+        ])
+        .arg(BINARY)
+        .arg("--data-dir")
+        .arg(&data)
+        .args([
+            "exec",
+            "--",
+            "id -u; echo data > /mnt/data/f; cat /mnt/data/f; grep CapEff /proc/self/status",
+        ])
+        .env("SHELLGATE_LOG", "warn")
+        .env("HOME", dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(
+        json["output"][0]["stdout"], "1000\ndata\nCapEff:\t0000000000000000\n",
+        "{json}"
+    );
+    // What cannot be enforced without root is said, not silently dropped.
+    assert!(stderr.contains("disk quotas are off"), "{stderr}");
+}
