@@ -1,0 +1,620 @@
+//! shellgate's metadata store: projects and their API keys, containers,
+//! uploaded files, container files and sandbox-time usage, in SQLite (WAL).
+//!
+//! Every query that reads or changes tenant data takes the project, so one
+//! project can never see another's rows. API keys are stored as SHA-256
+//! hashes only. Migrations are numbered and applied in one transaction each.
+
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+
+use rusqlite::{params, Connection, OptionalExtension, Row};
+use sha2::{Digest, Sha256};
+
+/// Store errors.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+}
+
+pub type Result<T> = std::result::Result<T, StoreError>;
+
+/// Schema migrations, applied in order; the index + 1 is the schema version.
+const MIGRATIONS: &[&str] = &[r#"
+    CREATE TABLE api_keys (
+        hash TEXT PRIMARY KEY,
+        project TEXT NOT NULL,
+        created_at INTEGER NOT NULL
+    );
+    CREATE TABLE containers (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        project TEXT NOT NULL,
+        name TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        last_active_at INTEGER NOT NULL,
+        status TEXT NOT NULL,
+        memory_limit TEXT NOT NULL,
+        expires_minutes INTEGER NOT NULL,
+        network_policy TEXT NOT NULL,
+        skills TEXT NOT NULL,
+        file_ids TEXT NOT NULL,
+        billed_seconds REAL NOT NULL DEFAULT 0,
+        session_seconds REAL NOT NULL DEFAULT 0,
+        session_open INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX containers_by_project ON containers (project, seq);
+    CREATE TABLE files (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        project TEXT NOT NULL,
+        filename TEXT NOT NULL,
+        purpose TEXT NOT NULL,
+        bytes INTEGER NOT NULL,
+        created_at INTEGER NOT NULL
+    );
+    CREATE INDEX files_by_project ON files (project, seq);
+    CREATE TABLE container_files (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        container_id TEXT NOT NULL,
+        path TEXT NOT NULL,
+        bytes INTEGER NOT NULL,
+        source TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        UNIQUE (container_id, path)
+    );
+    CREATE TABLE usage (
+        project TEXT PRIMARY KEY,
+        billed_seconds REAL NOT NULL
+    );
+"#];
+
+/// A container's row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContainerRow {
+    pub id: String,
+    pub project: String,
+    pub name: String,
+    pub created_at: i64,
+    pub last_active_at: i64,
+    /// `creating`, `running`, `suspended`.
+    pub status: String,
+    pub memory_limit: String,
+    pub expires_minutes: u32,
+    /// JSON, without secrets.
+    pub network_policy: String,
+    /// JSON array, as given.
+    pub skills: String,
+    /// JSON array of file ids.
+    pub file_ids: String,
+    /// Sandbox seconds billed for finished sessions.
+    pub billed_seconds: f64,
+    /// Seconds of commands in the current session.
+    pub session_seconds: f64,
+    /// Whether a session (the container's processes) is running.
+    pub session_open: bool,
+}
+
+/// A Files API file's row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FileRow {
+    pub id: String,
+    pub project: String,
+    pub filename: String,
+    pub purpose: String,
+    pub bytes: u64,
+    pub created_at: i64,
+}
+
+/// A container file's row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContainerFileRow {
+    pub id: String,
+    pub container_id: String,
+    pub path: String,
+    pub bytes: u64,
+    pub source: String,
+    pub created_at: i64,
+}
+
+/// Cursor pagination: `limit` rows after the row with id `after`.
+#[derive(Debug, Clone, Default)]
+pub struct Page {
+    pub limit: u32,
+    pub ascending: bool,
+    pub after: Option<String>,
+}
+
+/// The minimum a session is billed (seeds: 30 seconds each time a new or
+/// suspended container starts).
+pub const SESSION_MINIMUM_SECONDS: f64 = 30.0;
+
+/// SHA-256 of an API key, hex encoded.
+pub fn hash_key(key: &str) -> String {
+    Sha256::digest(key.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// What a session costs: its command time, at least the minimum.
+pub fn session_cost(session_seconds: f64) -> f64 {
+    session_seconds.max(SESSION_MINIMUM_SECONDS)
+}
+
+/// The SQLite store.
+pub struct Store {
+    conn: Mutex<Connection>,
+}
+
+const CONTAINER_COLUMNS: &str = "id, project, name, created_at, last_active_at, status, memory_limit, \
+     expires_minutes, network_policy, skills, file_ids, billed_seconds, session_seconds, session_open";
+
+fn container_row(row: &Row) -> rusqlite::Result<ContainerRow> {
+    Ok(ContainerRow {
+        id: row.get(0)?,
+        project: row.get(1)?,
+        name: row.get(2)?,
+        created_at: row.get(3)?,
+        last_active_at: row.get(4)?,
+        status: row.get(5)?,
+        memory_limit: row.get(6)?,
+        expires_minutes: row.get(7)?,
+        network_policy: row.get(8)?,
+        skills: row.get(9)?,
+        file_ids: row.get(10)?,
+        billed_seconds: row.get(11)?,
+        session_seconds: row.get(12)?,
+        session_open: row.get(13)?,
+    })
+}
+
+const FILE_COLUMNS: &str = "id, project, filename, purpose, bytes, created_at";
+
+fn file_row(row: &Row) -> rusqlite::Result<FileRow> {
+    Ok(FileRow {
+        id: row.get(0)?,
+        project: row.get(1)?,
+        filename: row.get(2)?,
+        purpose: row.get(3)?,
+        bytes: row.get(4)?,
+        created_at: row.get(5)?,
+    })
+}
+
+const CONTAINER_FILE_COLUMNS: &str = "id, container_id, path, bytes, source, created_at";
+
+fn container_file_row(row: &Row) -> rusqlite::Result<ContainerFileRow> {
+    Ok(ContainerFileRow {
+        id: row.get(0)?,
+        container_id: row.get(1)?,
+        path: row.get(2)?,
+        bytes: row.get(3)?,
+        source: row.get(4)?,
+        created_at: row.get(5)?,
+    })
+}
+
+impl Store {
+    /// Opens (creating and migrating) the database at `path`.
+    pub fn open(path: &Path) -> Result<Self> {
+        let conn = Connection::open(path)?;
+        Self::setup(conn)
+    }
+
+    /// An in-memory store, for tests.
+    pub fn in_memory() -> Result<Self> {
+        Self::setup(Connection::open_in_memory()?)
+    }
+
+    fn setup(mut conn: Connection) -> Result<Self> {
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        let version: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
+        for (index, migration) in MIGRATIONS.iter().enumerate().skip(version.max(0) as usize) {
+            let tx = conn.transaction()?;
+            tx.execute_batch(migration)?;
+            tx.pragma_update(None, "user_version", (index + 1) as i64)?;
+            tx.commit()?;
+        }
+        Ok(Self { conn: Mutex::new(conn) })
+    }
+
+    fn conn(&self) -> MutexGuard<'_, Connection> {
+        // Each operation is one statement or transaction: a panic in another
+        // holder cannot leave the connection half-way through one.
+        self.conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    // --- API keys ---------------------------------------------------------
+
+    /// Adds a key for `project` (idempotent).
+    pub fn add_key(&self, key: &str, project: &str, now: i64) -> Result<()> {
+        self.conn().execute(
+            "INSERT INTO api_keys (hash, project, created_at) VALUES (?1, ?2, ?3)
+             ON CONFLICT (hash) DO UPDATE SET project = excluded.project",
+            params![hash_key(key), project, now],
+        )?;
+        Ok(())
+    }
+
+    /// The project a key belongs to.
+    pub fn project_for_key(&self, key: &str) -> Result<Option<String>> {
+        Ok(self
+            .conn()
+            .query_row("SELECT project FROM api_keys WHERE hash = ?1", params![hash_key(key)], |row| row.get(0))
+            .optional()?)
+    }
+
+    // --- containers -------------------------------------------------------
+
+    pub fn insert_container(&self, row: &ContainerRow) -> Result<()> {
+        self.conn().execute(
+            &format!(
+                "INSERT INTO containers ({CONTAINER_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
+            ),
+            params![
+                row.id,
+                row.project,
+                row.name,
+                row.created_at,
+                row.last_active_at,
+                row.status,
+                row.memory_limit,
+                row.expires_minutes,
+                row.network_policy,
+                row.skills,
+                row.file_ids,
+                row.billed_seconds,
+                row.session_seconds,
+                row.session_open
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// A container of `project`.
+    pub fn container(&self, project: &str, id: &str) -> Result<Option<ContainerRow>> {
+        Ok(self
+            .conn()
+            .query_row(
+                &format!("SELECT {CONTAINER_COLUMNS} FROM containers WHERE id = ?1 AND project = ?2"),
+                params![id, project],
+                container_row,
+            )
+            .optional()?)
+    }
+
+    /// Every container (for the lifecycle sweeper and recovery).
+    pub fn all_containers(&self) -> Result<Vec<ContainerRow>> {
+        let conn = self.conn();
+        let mut statement = conn.prepare(&format!("SELECT {CONTAINER_COLUMNS} FROM containers ORDER BY seq"))?;
+        let rows = statement.query_map([], container_row)?.collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
+    /// A page of a project's containers, optionally only those named `name`.
+    pub fn list_containers(&self, project: &str, name: Option<&str>, page: &Page) -> Result<(Vec<ContainerRow>, bool)> {
+        let conn = self.conn();
+        let cursor = match &page.after {
+            Some(after) => Some(
+                conn.query_row(
+                    "SELECT seq FROM containers WHERE id = ?1 AND project = ?2",
+                    params![after, project],
+                    |row| row.get::<_, i64>(0),
+                )
+                .optional()?
+                .unwrap_or(if page.ascending { i64::MAX } else { 0 }),
+            ),
+            None => None,
+        };
+        let (comparison, order) = if page.ascending { (">", "ASC") } else { ("<", "DESC") };
+        let sql = format!(
+            "SELECT {CONTAINER_COLUMNS} FROM containers WHERE project = ?1 AND (?2 IS NULL OR name = ?2)
+             AND (?3 IS NULL OR seq {comparison} ?3) ORDER BY seq {order} LIMIT ?4"
+        );
+        let mut statement = conn.prepare(&sql)?;
+        let mut rows = statement
+            .query_map(params![project, name, cursor, page.limit as i64 + 1], container_row)?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        let has_more = rows.len() > page.limit as usize;
+        rows.truncate(page.limit as usize);
+        Ok((rows, has_more))
+    }
+
+    pub fn set_container_status(&self, id: &str, status: &str) -> Result<()> {
+        self.conn().execute("UPDATE containers SET status = ?2 WHERE id = ?1", params![id, status])?;
+        Ok(())
+    }
+
+    /// Records activity: `last_active_at` and command time in the session.
+    pub fn record_activity(&self, id: &str, now: i64, command_seconds: f64) -> Result<()> {
+        self.conn().execute(
+            "UPDATE containers SET last_active_at = MAX(last_active_at, ?2), session_seconds = session_seconds + ?3
+             WHERE id = ?1",
+            params![id, now, command_seconds],
+        )?;
+        Ok(())
+    }
+
+    /// Marks the start of a session (a new or woken container).
+    pub fn open_session(&self, id: &str) -> Result<()> {
+        self.conn().execute(
+            "UPDATE containers SET session_open = 1, session_seconds = 0, status = 'running' WHERE id = ?1 AND session_open = 0",
+            params![id],
+        )?;
+        Ok(())
+    }
+
+    /// Ends the current session: its cost moves to `billed_seconds` (and to
+    /// the project's total), and the container takes `status`.
+    pub fn close_session(&self, id: &str, status: &str) -> Result<()> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let session: Option<(String, f64, bool)> = tx
+            .query_row(
+                "SELECT project, session_seconds, session_open FROM containers WHERE id = ?1",
+                params![id],
+                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+            )
+            .optional()?;
+        if let Some((project, seconds, true)) = session {
+            let cost = session_cost(seconds);
+            tx.execute(
+                "UPDATE containers SET billed_seconds = billed_seconds + ?2, session_seconds = 0, session_open = 0 WHERE id = ?1",
+                params![id, cost],
+            )?;
+            tx.execute(
+                "INSERT INTO usage (project, billed_seconds) VALUES (?1, ?2)
+                 ON CONFLICT (project) DO UPDATE SET billed_seconds = billed_seconds + excluded.billed_seconds",
+                params![project, cost],
+            )?;
+        }
+        tx.execute("UPDATE containers SET status = ?2 WHERE id = ?1", params![id, status])?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Deletes a container's row and its files' rows (closing its session
+    /// into the project's usage first).
+    pub fn delete_container(&self, id: &str) -> Result<()> {
+        self.close_session(id, "deleted")?;
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        tx.execute("DELETE FROM container_files WHERE container_id = ?1", params![id])?;
+        tx.execute("DELETE FROM containers WHERE id = ?1", params![id])?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Billed seconds of a project: closed sessions plus open ones so far.
+    pub fn project_usage(&self, project: &str) -> Result<(f64, Vec<(String, f64)>)> {
+        let conn = self.conn();
+        let closed: f64 = conn
+            .query_row("SELECT billed_seconds FROM usage WHERE project = ?1", params![project], |row| row.get(0))
+            .optional()?
+            .unwrap_or(0.0);
+        let mut statement = conn.prepare(
+            "SELECT id, billed_seconds, session_seconds, session_open FROM containers WHERE project = ?1 ORDER BY seq",
+        )?;
+        let mut open_total = 0.0;
+        let per_container = statement
+            .query_map(params![project], |row| {
+                let (id, billed, session, open): (String, f64, f64, bool) =
+                    (row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?);
+                Ok((id, billed, if open { session_cost(session) } else { 0.0 }))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?
+            .into_iter()
+            .map(|(id, billed, open)| {
+                open_total += open;
+                (id, billed + open)
+            })
+            .collect();
+        Ok((closed + open_total, per_container))
+    }
+
+    /// Total billed seconds over every project (for metrics).
+    pub fn total_usage(&self) -> Result<f64> {
+        let conn = self.conn();
+        let closed: f64 = conn.query_row("SELECT COALESCE(SUM(billed_seconds), 0) FROM usage", [], |row| row.get(0))?;
+        let open: f64 = conn.query_row(
+            "SELECT COALESCE(SUM(MAX(session_seconds, ?1)), 0) FROM containers WHERE session_open = 1",
+            params![SESSION_MINIMUM_SECONDS],
+            |row| row.get(0),
+        )?;
+        Ok(closed + open)
+    }
+
+    /// Containers counted by status (for metrics).
+    pub fn containers_by_status(&self) -> Result<Vec<(String, u64)>> {
+        let conn = self.conn();
+        let mut statement = conn.prepare("SELECT status, COUNT(*) FROM containers GROUP BY status ORDER BY status")?;
+        let rows = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?.collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
+    }
+
+    // --- files ------------------------------------------------------------
+
+    pub fn insert_file(&self, row: &FileRow) -> Result<()> {
+        self.conn().execute(
+            &format!("INSERT INTO files ({FILE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"),
+            params![row.id, row.project, row.filename, row.purpose, row.bytes, row.created_at],
+        )?;
+        Ok(())
+    }
+
+    pub fn file(&self, project: &str, id: &str) -> Result<Option<FileRow>> {
+        Ok(self
+            .conn()
+            .query_row(
+                &format!("SELECT {FILE_COLUMNS} FROM files WHERE id = ?1 AND project = ?2"),
+                params![id, project],
+                file_row,
+            )
+            .optional()?)
+    }
+
+    pub fn list_files(&self, project: &str, purpose: Option<&str>, page: &Page) -> Result<(Vec<FileRow>, bool)> {
+        let conn = self.conn();
+        let cursor = match &page.after {
+            Some(after) => Some(
+                conn.query_row(
+                    "SELECT seq FROM files WHERE id = ?1 AND project = ?2",
+                    params![after, project],
+                    |row| row.get::<_, i64>(0),
+                )
+                .optional()?
+                .unwrap_or(if page.ascending { i64::MAX } else { 0 }),
+            ),
+            None => None,
+        };
+        let (comparison, order) = if page.ascending { (">", "ASC") } else { ("<", "DESC") };
+        let sql = format!(
+            "SELECT {FILE_COLUMNS} FROM files WHERE project = ?1 AND (?2 IS NULL OR purpose = ?2)
+             AND (?3 IS NULL OR seq {comparison} ?3) ORDER BY seq {order} LIMIT ?4"
+        );
+        let mut statement = conn.prepare(&sql)?;
+        let mut rows = statement
+            .query_map(params![project, purpose, cursor, page.limit as i64 + 1], file_row)?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        let has_more = rows.len() > page.limit as usize;
+        rows.truncate(page.limit as usize);
+        Ok((rows, has_more))
+    }
+
+    pub fn delete_file(&self, project: &str, id: &str) -> Result<bool> {
+        let deleted = self.conn().execute("DELETE FROM files WHERE id = ?1 AND project = ?2", params![id, project])?;
+        Ok(deleted > 0)
+    }
+
+    // --- container files -------------------------------------------------
+
+    /// Inserts or updates the file at (`container_id`, `path`); returns its row.
+    pub fn upsert_container_file(&self, row: &ContainerFileRow) -> Result<ContainerFileRow> {
+        let conn = self.conn();
+        conn.execute(
+            &format!(
+                "INSERT INTO container_files ({CONTAINER_FILE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT (container_id, path) DO UPDATE SET bytes = excluded.bytes"
+            ),
+            params![row.id, row.container_id, row.path, row.bytes, row.source, row.created_at],
+        )?;
+        Ok(conn.query_row(
+            &format!("SELECT {CONTAINER_FILE_COLUMNS} FROM container_files WHERE container_id = ?1 AND path = ?2"),
+            params![row.container_id, row.path],
+            container_file_row,
+        )?)
+    }
+
+    pub fn container_file(&self, container_id: &str, id: &str) -> Result<Option<ContainerFileRow>> {
+        Ok(self
+            .conn()
+            .query_row(
+                &format!("SELECT {CONTAINER_FILE_COLUMNS} FROM container_files WHERE id = ?1 AND container_id = ?2"),
+                params![id, container_id],
+                container_file_row,
+            )
+            .optional()?)
+    }
+
+    /// Every file row of a container, oldest first.
+    pub fn container_files(&self, container_id: &str) -> Result<Vec<ContainerFileRow>> {
+        let conn = self.conn();
+        let mut statement = conn.prepare(&format!(
+            "SELECT {CONTAINER_FILE_COLUMNS} FROM container_files WHERE container_id = ?1 ORDER BY seq"
+        ))?;
+        let rows = statement.query_map(params![container_id], container_file_row)?.collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
+    }
+
+    pub fn delete_container_file(&self, container_id: &str, id: &str) -> Result<bool> {
+        let deleted = self
+            .conn()
+            .execute("DELETE FROM container_files WHERE id = ?1 AND container_id = ?2", params![id, container_id])?;
+        Ok(deleted > 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn container(id: &str, project: &str, name: &str) -> ContainerRow {
+        ContainerRow {
+            id: id.into(),
+            project: project.into(),
+            name: name.into(),
+            created_at: 1,
+            last_active_at: 1,
+            status: "running".into(),
+            memory_limit: "1g".into(),
+            expires_minutes: 20,
+            network_policy: r#"{"type":"disabled"}"#.into(),
+            skills: "[]".into(),
+            file_ids: "[]".into(),
+            billed_seconds: 0.0,
+            session_seconds: 0.0,
+            session_open: false,
+        }
+    }
+
+    #[test]
+    fn keys_are_hashed_and_map_to_projects() {
+        let store = Store::in_memory().unwrap();
+        store.add_key("sk-one", "alpha", 0).unwrap();
+        assert_eq!(store.project_for_key("sk-one").unwrap().as_deref(), Some("alpha"));
+        assert_eq!(store.project_for_key("sk-two").unwrap(), None);
+        let stored: String =
+            store.conn().query_row("SELECT hash FROM api_keys", [], |row| row.get(0)).unwrap();
+        assert!(!stored.contains("sk-one"));
+    }
+
+    #[test]
+    fn pagination_walks_every_row_once_in_both_orders() {
+        let store = Store::in_memory().unwrap();
+        for i in 0..25 {
+            store.insert_container(&container(&format!("c{i}"), "p", if i % 2 == 0 { "even" } else { "odd" })).unwrap();
+        }
+        store.insert_container(&container("other", "q", "even")).unwrap();
+        for ascending in [true, false] {
+            let mut seen = Vec::new();
+            let mut after = None;
+            loop {
+                let (rows, more) = store.list_containers("p", None, &Page { limit: 7, ascending, after }).unwrap();
+                seen.extend(rows.iter().map(|r| r.id.clone()));
+                if !more {
+                    break;
+                }
+                after = rows.last().map(|r| r.id.clone());
+            }
+            assert_eq!(seen.len(), 25);
+            assert!(!seen.contains(&"other".to_string()));
+            if !ascending {
+                assert_eq!(seen[0], "c24");
+            }
+        }
+        let (named, _) = store.list_containers("p", Some("even"), &Page { limit: 100, ..Page::default() }).unwrap();
+        assert_eq!(named.len(), 13);
+        assert!(store.container("q", "c1").unwrap().is_none(), "another project's container is invisible");
+    }
+
+    #[test]
+    fn sessions_bill_at_least_the_minimum() {
+        let store = Store::in_memory().unwrap();
+        store.insert_container(&container("c1", "p", "n")).unwrap();
+        store.open_session("c1").unwrap();
+        store.record_activity("c1", 5, 2.5).unwrap();
+        assert_eq!(store.project_usage("p").unwrap().0, 30.0);
+        store.close_session("c1", "suspended").unwrap();
+        store.open_session("c1").unwrap();
+        store.record_activity("c1", 6, 45.0).unwrap();
+        store.close_session("c1", "suspended").unwrap();
+        assert_eq!(store.project_usage("p").unwrap().0, 75.0);
+        store.delete_container("c1").unwrap();
+        assert_eq!(store.project_usage("p").unwrap().0, 75.0, "usage outlives the container");
+    }
+}

@@ -1,0 +1,305 @@
+//! OpenAI-compatible JSON shapes shellgate speaks on the wire: containers,
+//! container files, files, lists, deletions, errors and `shell_call_output`.
+//!
+//! Field names and optionality follow the official `openai` SDK's typed
+//! models (`openai/types/container_*`, `types/containers/`, `types/file_*`)
+//! and `shared/reference/openai-wire.md`. Request types reject unknown enum
+//! values; response types always carry every required key.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// `{"error": {"message", "type", "param", "code"}}`, all four keys present.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ErrorEnvelope {
+    pub error: ErrorBody,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ErrorBody {
+    pub message: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub param: Option<String>,
+    pub code: Option<String>,
+}
+
+/// Container memory limits OpenAI offers.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+pub enum MemoryLimit {
+    #[default]
+    #[serde(rename = "1g")]
+    OneGb,
+    #[serde(rename = "4g")]
+    FourGb,
+    #[serde(rename = "16g")]
+    SixteenGb,
+    #[serde(rename = "64g")]
+    SixtyFourGb,
+}
+
+impl MemoryLimit {
+    pub fn bytes(self) -> u64 {
+        match self {
+            MemoryLimit::OneGb => 1 << 30,
+            MemoryLimit::FourGb => 4 << 30,
+            MemoryLimit::SixteenGb => 16 << 30,
+            MemoryLimit::SixtyFourGb => 64 << 30,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemoryLimit::OneGb => "1g",
+            MemoryLimit::FourGb => "4g",
+            MemoryLimit::SixteenGb => "16g",
+            MemoryLimit::SixtyFourGb => "64g",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        serde_json::from_value(Value::String(text.to_owned())).ok()
+    }
+}
+
+/// `expires_after`: only the `last_active_at` anchor exists.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ExpiresAfter {
+    pub anchor: ExpiresAnchor,
+    pub minutes: u32,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ExpiresAnchor {
+    LastActiveAt,
+}
+
+/// A secret for a domain: the model sees only `$NAME`; the value is never
+/// stored or echoed.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct DomainSecret {
+    pub domain: String,
+    pub name: String,
+    pub value: String,
+}
+
+/// `network_policy` of a container.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum NetworkPolicy {
+    Disabled,
+    Allowlist {
+        allowed_domains: Vec<String>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        domain_secrets: Vec<DomainSecret>,
+    },
+}
+
+impl NetworkPolicy {
+    /// The policy as it may be echoed: secrets removed.
+    pub fn without_secrets(&self) -> Self {
+        match self {
+            NetworkPolicy::Disabled => NetworkPolicy::Disabled,
+            NetworkPolicy::Allowlist { allowed_domains, .. } => {
+                NetworkPolicy::Allowlist { allowed_domains: allowed_domains.clone(), domain_secrets: Vec::new() }
+            }
+        }
+    }
+}
+
+/// `POST /v1/containers`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateContainer {
+    pub name: String,
+    #[serde(default)]
+    pub file_ids: Vec<String>,
+    pub expires_after: Option<ExpiresAfter>,
+    /// Kept as given for the skills feature.
+    #[serde(default)]
+    pub skills: Vec<Value>,
+    pub memory_limit: Option<MemoryLimit>,
+    pub network_policy: Option<NetworkPolicy>,
+}
+
+/// The container object.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Container {
+    pub id: String,
+    pub object: String,
+    pub name: String,
+    pub created_at: i64,
+    pub status: String,
+    pub last_active_at: i64,
+    pub expires_after: ExpiresAfter,
+    pub memory_limit: MemoryLimit,
+    pub network_policy: NetworkPolicy,
+}
+
+/// A cursor page: `{"object":"list","data":[...],"first_id","last_id","has_more"}`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct List<T> {
+    pub object: String,
+    pub data: Vec<T>,
+    pub first_id: Option<String>,
+    pub last_id: Option<String>,
+    pub has_more: bool,
+}
+
+impl<T> List<T> {
+    /// A page of `data`, with ids taken by `id_of`.
+    pub fn page(data: Vec<T>, has_more: bool, id_of: impl Fn(&T) -> String) -> Self {
+        let first_id = data.first().map(&id_of);
+        let last_id = data.last().map(&id_of);
+        Self { object: "list".to_owned(), data, first_id, last_id, has_more }
+    }
+}
+
+/// `{"id", "object": "<kind>.deleted", "deleted": true}`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Deleted {
+    pub id: String,
+    pub object: String,
+    pub deleted: bool,
+}
+
+impl Deleted {
+    pub fn new(id: impl Into<String>, object: &str) -> Self {
+        Self { id: id.into(), object: object.to_owned(), deleted: true }
+    }
+}
+
+/// The container.file object.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ContainerFile {
+    pub id: String,
+    pub object: String,
+    pub created_at: i64,
+    pub bytes: u64,
+    pub container_id: String,
+    pub path: String,
+    /// `user` (uploaded) or `assistant` (made by a command).
+    pub source: String,
+}
+
+/// `POST /v1/containers/{id}/files` as JSON.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateContainerFileFromId {
+    pub file_id: String,
+}
+
+/// The Files API's file object.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct FileObject {
+    pub id: String,
+    pub object: String,
+    pub bytes: u64,
+    pub created_at: i64,
+    pub filename: String,
+    pub purpose: String,
+    pub status: String,
+    pub expires_at: Option<i64>,
+    pub status_details: Option<String>,
+}
+
+/// File purposes the Files API accepts.
+pub const FILE_PURPOSES: &[&str] = &["assistants", "batch", "fine-tune", "vision", "user_data", "evals"];
+
+/// `POST /v1/containers/{id}/exec` (shellgate's extension, like E2B's).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecRequest {
+    pub commands: Vec<String>,
+    pub timeout_ms: Option<u64>,
+    pub max_output_length: Option<usize>,
+    #[serde(default)]
+    pub stream: bool,
+}
+
+/// How a command ended.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Outcome {
+    Exit { exit_code: i32 },
+    Timeout,
+}
+
+/// One entry of `shell_call_output.output`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ShellOutputEntry {
+    pub stdout: String,
+    pub stderr: String,
+    pub outcome: Outcome,
+}
+
+/// A `shell_call_output`-shaped result.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ShellCallOutput {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub id: String,
+    pub status: String,
+    pub output: Vec<ShellOutputEntry>,
+    pub max_output_length: usize,
+}
+
+/// `GET /v1/usage` (shellgate's extension).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Usage {
+    pub object: String,
+    pub project: String,
+    pub sandbox_seconds: f64,
+    pub containers: Vec<ContainerUsage>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ContainerUsage {
+    pub container_id: String,
+    pub sandbox_seconds: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_enum_values_and_fields_are_refused() {
+        assert!(serde_json::from_str::<CreateContainer>(r#"{"name":"a","memory_limit":"2g"}"#).is_err());
+        assert!(serde_json::from_str::<CreateContainer>(r#"{"name":"a","bogus":1}"#).is_err());
+        assert!(serde_json::from_str::<CreateContainer>(
+            r#"{"name":"a","expires_after":{"anchor":"created_at","minutes":5}}"#
+        )
+        .is_err());
+        let ok: CreateContainer = serde_json::from_str(
+            r#"{"name":"a","memory_limit":"4g","network_policy":{"type":"allowlist","allowed_domains":["x.org"]}}"#,
+        )
+        .unwrap();
+        assert_eq!(ok.memory_limit, Some(MemoryLimit::FourGb));
+    }
+
+    #[test]
+    fn secrets_are_never_echoed() {
+        let policy = NetworkPolicy::Allowlist {
+            allowed_domains: vec!["api.example.com".into()],
+            domain_secrets: vec![DomainSecret { domain: "api.example.com".into(), name: "TOKEN".into(), value: "s3cret".into() }],
+        };
+        let echoed = serde_json::to_string(&policy.without_secrets()).unwrap();
+        assert!(!echoed.contains("s3cret"));
+        assert_eq!(echoed, r#"{"type":"allowlist","allowed_domains":["api.example.com"]}"#);
+    }
+
+    #[test]
+    fn errors_carry_all_four_keys() {
+        let envelope = ErrorEnvelope {
+            error: ErrorBody { message: "m".into(), kind: "invalid_request_error".into(), param: None, code: None },
+        };
+        assert_eq!(
+            serde_json::to_string(&envelope).unwrap(),
+            r#"{"error":{"message":"m","type":"invalid_request_error","param":null,"code":null}}"#
+        );
+    }
+}
