@@ -191,6 +191,27 @@ pub struct CommandResult {
     pub outcome: Outcome,
 }
 
+/// Which stream a piece of output came from.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamKind {
+    Stdout,
+    Stderr,
+}
+
+/// Output of a running command as it arrives (for streaming). At most
+/// `max_output_length` characters per stream and command are streamed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputDelta {
+    /// Index of the command in the request.
+    pub command: usize,
+    pub stream: StreamKind,
+    pub text: String,
+}
+
+/// Where streamed output goes.
+pub type DeltaSink = tokio::sync::mpsc::UnboundedSender<OutputDelta>;
+
 /// Whether a container's processes are alive.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -225,6 +246,13 @@ pub trait SandboxBackend: Send + Sync {
     async fn create(&self, id: &str, spec: ContainerSpec) -> Result<ContainerInfo, SandboxError>;
     /// Runs commands one after another; one result per command, in order.
     async fn run(&self, id: &str, request: RunRequest) -> Result<Vec<CommandResult>, SandboxError>;
+    /// As `run`, also sending output to `deltas` as it arrives.
+    async fn run_streaming(
+        &self,
+        id: &str,
+        request: RunRequest,
+        deltas: DeltaSink,
+    ) -> Result<Vec<CommandResult>, SandboxError>;
     /// Ends every process of the container; its files stay.
     async fn stop(&self, id: &str) -> Result<(), SandboxError>;
     /// Starts a stopped container again: new processes, the same files.

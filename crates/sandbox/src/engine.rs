@@ -32,8 +32,8 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::backend::{
-    validate_container_id, CommandResult, ContainerInfo, ContainerSpec, ContainerState, FileEntry,
-    Outcome, RunRequest, SandboxBackend,
+    validate_container_id, CommandResult, ContainerInfo, ContainerSpec, ContainerState, DeltaSink,
+    FileEntry, Outcome, OutputDelta, RunRequest, SandboxBackend, StreamKind,
 };
 use crate::cgroup::Cgroups;
 use crate::disk::{self, DiskKind};
@@ -41,7 +41,7 @@ use crate::error::{IoContext, SandboxError};
 use crate::files::DataDir;
 use crate::image::ImageStore;
 use crate::launcher::{register, wait_exit, Helper};
-use crate::output::CappedOutput;
+use crate::output::{CappedOutput, DeltaEncoder};
 use crate::protocol::{HelperSpec, IdRange, Request, RootSpec, Status};
 use crate::sys;
 
@@ -689,7 +689,22 @@ impl LocalEngine {
         command: &str,
         timeout: Duration,
         max_output_length: usize,
+        deltas: Option<(usize, &DeltaSink)>,
     ) -> Result<CommandResult, SandboxError> {
+        let mut out_deltas = DeltaEncoder::new(max_output_length);
+        let mut err_deltas = DeltaEncoder::new(max_output_length);
+        let emit = |encoder: &mut DeltaEncoder, stream: StreamKind, bytes: &[u8]| {
+            if let Some((command, sink)) = deltas {
+                let text = encoder.push(bytes);
+                if !text.is_empty() {
+                    let _ = sink.send(OutputDelta {
+                        command,
+                        stream,
+                        text,
+                    });
+                }
+            }
+        };
         let (stdout_read, stdout_write) = sys::pipe().context(|| "pipe".into())?;
         let (stderr_read, stderr_write) = sys::pipe().context(|| "pipe".into())?;
         let (status_read, status_write) = sys::pipe().context(|| "pipe".into())?;
@@ -728,11 +743,17 @@ impl LocalEngine {
         while out_open || err_open || status_open {
             tokio::select! {
                 read = stdout.read(&mut out_buf), if out_open => match read {
-                    Ok(n) if n > 0 => out.push(&out_buf[..n]),
+                    Ok(n) if n > 0 => {
+                        out.push(&out_buf[..n]);
+                        emit(&mut out_deltas, StreamKind::Stdout, &out_buf[..n]);
+                    }
                     _ => out_open = false,
                 },
                 read = stderr.read(&mut err_buf), if err_open => match read {
-                    Ok(n) if n > 0 => err.push(&err_buf[..n]),
+                    Ok(n) if n > 0 => {
+                        err.push(&err_buf[..n]);
+                        emit(&mut err_deltas, StreamKind::Stderr, &err_buf[..n]);
+                    }
                     _ => err_open = false,
                 },
                 read = status.read(&mut status_buf), if status_open => match read {
@@ -792,6 +813,33 @@ impl LocalEngine {
             stderr: stderr_text,
             outcome,
         })
+    }
+
+    async fn run_all(
+        &self,
+        id: &str,
+        request: RunRequest,
+        deltas: Option<DeltaSink>,
+    ) -> Result<Vec<CommandResult>, SandboxError> {
+        request.validate()?;
+        let container = self.container(id)?;
+        let timeout = Duration::from_millis(request.timeout_ms);
+        let mut results = Vec::with_capacity(request.commands.len());
+        for (index, command) in request.commands.iter().enumerate() {
+            let running = self.ensure_running(&container).await?;
+            let stream = deltas.as_ref().map(|sink| (index, sink));
+            results.push(
+                self.run_command(
+                    &running,
+                    command,
+                    timeout,
+                    request.max_output_length,
+                    stream,
+                )
+                .await?,
+            );
+        }
+        Ok(results)
     }
 
     /// Stops every running container (their files stay), waits for pending
@@ -933,18 +981,16 @@ impl SandboxBackend for LocalEngine {
     }
 
     async fn run(&self, id: &str, request: RunRequest) -> Result<Vec<CommandResult>, SandboxError> {
-        request.validate()?;
-        let container = self.container(id)?;
-        let timeout = Duration::from_millis(request.timeout_ms);
-        let mut results = Vec::with_capacity(request.commands.len());
-        for command in &request.commands {
-            let running = self.ensure_running(&container).await?;
-            results.push(
-                self.run_command(&running, command, timeout, request.max_output_length)
-                    .await?,
-            );
-        }
-        Ok(results)
+        self.run_all(id, request, None).await
+    }
+
+    async fn run_streaming(
+        &self,
+        id: &str,
+        request: RunRequest,
+        deltas: DeltaSink,
+    ) -> Result<Vec<CommandResult>, SandboxError> {
+        self.run_all(id, request, Some(deltas)).await
     }
 
     async fn stop(&self, id: &str) -> Result<(), SandboxError> {

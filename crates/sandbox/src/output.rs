@@ -123,6 +123,68 @@ fn marker(cut_chars: u64) -> String {
     format!("\n…[{cut_chars} characters truncated]…\n")
 }
 
+/// Turns a byte stream into text deltas for streaming: never splits a
+/// character across deltas, and stops after `budget` characters (the final
+/// result still carries the head and tail).
+#[derive(Debug)]
+pub struct DeltaEncoder {
+    carry: Vec<u8>,
+    budget: usize,
+}
+
+impl DeltaEncoder {
+    pub fn new(budget: usize) -> Self {
+        Self {
+            carry: Vec::new(),
+            budget,
+        }
+    }
+
+    /// The text of `chunk` to stream now (possibly empty).
+    pub fn push(&mut self, chunk: &[u8]) -> String {
+        if self.budget == 0 {
+            return String::new();
+        }
+        self.carry.extend_from_slice(chunk);
+        // Keep an incomplete trailing character for the next chunk.
+        let mut end = self.carry.len();
+        let start_of_last = self
+            .carry
+            .iter()
+            .rposition(|&b| (b as i8) >= -0x40)
+            .unwrap_or(0);
+        let needed = match self.carry.get(start_of_last) {
+            Some(b) if *b >= 0xF0 => 4,
+            Some(b) if *b >= 0xE0 => 3,
+            Some(b) if *b >= 0xC0 => 2,
+            _ => 1,
+        };
+        if self.carry.len() - start_of_last < needed {
+            end = start_of_last;
+        }
+        let text = String::from_utf8_lossy(&self.carry[..end]).into_owned();
+        self.carry.drain(..end);
+        let text: String = text.chars().take(self.budget).collect();
+        self.budget -= text.chars().count();
+        text
+    }
+}
+
+#[cfg(test)]
+mod delta_tests {
+    use super::*;
+
+    #[test]
+    fn deltas_never_split_characters_and_respect_the_budget() {
+        let mut encoder = DeltaEncoder::new(5);
+        let snow = "☃".as_bytes();
+        assert_eq!(encoder.push(&snow[..1]), "");
+        assert_eq!(encoder.push(&snow[1..]), "☃");
+        assert_eq!(encoder.push(b"abcdefgh"), "abcd");
+        assert_eq!(encoder.push(b"more"), "");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

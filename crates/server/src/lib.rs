@@ -1,1 +1,257 @@
-//! x
+//! shellgate's HTTP server: OpenAI-compatible Containers, Container Files
+//! and Files APIs, a direct exec endpoint, usage, health, metrics and an
+//! OpenAPI document, on the sandbox engine and the SQLite store.
+//!
+//! Every request is authenticated by a Bearer key that belongs to a project;
+//! every row and container belongs to one project, and a foreign id is a 404.
+
+pub mod config;
+mod containers;
+pub mod error;
+mod files;
+mod http;
+mod lifecycle;
+mod metrics;
+mod ops;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use axum::Router;
+use shellgate_sandbox::{EngineConfig, LocalEngine, SandboxBackend};
+use shellgate_store::Store;
+
+pub use config::Config;
+use error::ApiError;
+use http::RateLimiter;
+use metrics::Metrics;
+
+/// Everything a handler needs.
+pub struct AppState {
+    pub config: Config,
+    pub engine: LocalEngine,
+    pub store: Store,
+    /// Where Files API blobs live.
+    pub files_dir: PathBuf,
+    metrics: Metrics,
+    limiter: RateLimiter,
+    /// Exec requests in flight per container: the sweeper never suspends
+    /// a container while one runs.
+    busy: Mutex<HashMap<String, usize>>,
+}
+
+/// Seconds since the Unix epoch.
+pub fn now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// A random id: `prefix` and 32 hex digits from the kernel's CSPRNG.
+pub fn new_id(prefix: &str) -> String {
+    let mut bytes = [0u8; 16];
+    let mut filled = 0;
+    while filled < bytes.len() {
+        // SAFETY: getrandom writes at most the given length into the buffer.
+        let n = unsafe {
+            libc::getrandom(bytes[filled..].as_mut_ptr().cast(), bytes.len() - filled, 0)
+        };
+        if n > 0 {
+            filled += n as usize;
+        }
+    }
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{prefix}{hex}")
+}
+
+/// A new API key (printed once by `shellgate keys create`; stored hashed).
+pub fn new_api_key() -> String {
+    new_id("sg-")
+}
+
+impl AppState {
+    /// Marks an exec as running in `container` until the guard drops.
+    fn busy(self: &Arc<Self>, container: &str) -> BusyGuard {
+        *self
+            .busy
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(container.to_owned())
+            .or_insert(0) += 1;
+        BusyGuard {
+            state: Arc::clone(self),
+            container: container.to_owned(),
+        }
+    }
+
+    fn is_busy(&self, container: &str) -> bool {
+        self.busy
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(container)
+            .is_some_and(|n| *n > 0)
+    }
+}
+
+struct BusyGuard {
+    state: Arc<AppState>,
+    container: String,
+}
+
+impl Drop for BusyGuard {
+    fn drop(&mut self) {
+        let mut busy = self.state.busy.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(count) = busy.get_mut(&self.container) {
+            *count -= 1;
+            if *count == 0 {
+                busy.remove(&self.container);
+            }
+        }
+    }
+}
+
+/// Errors starting the server.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("{0}")]
+    Setup(String),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+/// Opens the store and the engine, reconciles them after a crash and seeds
+/// the configured keys.
+pub async fn open(config: Config, helper_binary: PathBuf) -> Result<Arc<AppState>, ServeError> {
+    std::fs::create_dir_all(&config.data_dir)?;
+    let files_dir = config.data_dir.join("files");
+    std::fs::create_dir_all(&files_dir)?;
+    let store = Store::open(&config.data_dir.join("shellgate.db"))
+        .map_err(|e| ServeError::Setup(e.to_string()))?;
+    let mut engine_config = EngineConfig::new(config.data_dir.join("sandbox"));
+    engine_config.helper_binary = helper_binary;
+    engine_config.warm_containers = config.warm_containers;
+    let (engine, warnings) = LocalEngine::open(engine_config)
+        .await
+        .map_err(|e| ServeError::Setup(format!("sandbox engine: {e}")))?;
+    for warning in warnings {
+        tracing::warn!("{warning}");
+    }
+    for (key, project) in config.seeded_keys() {
+        store
+            .add_key(&key, &project, now())
+            .map_err(|e| ServeError::Setup(e.to_string()))?;
+    }
+    let state = Arc::new(AppState {
+        limiter: RateLimiter::new(config.rate_limit_per_minute),
+        config,
+        engine,
+        store,
+        files_dir,
+        metrics: Metrics::default(),
+        busy: Mutex::new(HashMap::new()),
+    });
+    lifecycle::recover(&state)
+        .await
+        .map_err(|e| ServeError::Setup(format!("recovery: {}", e.message)))?;
+    Ok(state)
+}
+
+/// The HTTP routes.
+pub fn router(state: Arc<AppState>) -> Router {
+    let uploads = DefaultBodyLimit::max(state.config.max_upload_bytes.saturating_add(64 * 1024));
+    let api = Router::new()
+        .route(
+            "/containers",
+            post(containers::create).get(containers::list),
+        )
+        .route(
+            "/containers/{container_id}",
+            get(containers::retrieve).delete(containers::delete),
+        )
+        .route("/containers/{container_id}/exec", post(containers::exec))
+        .route(
+            "/containers/{container_id}/files",
+            post(containers::upload_file)
+                .get(containers::list_files)
+                .layer(uploads),
+        )
+        .route(
+            "/containers/{container_id}/files/{file_id}",
+            get(containers::retrieve_file).delete(containers::delete_file),
+        )
+        .route(
+            "/containers/{container_id}/files/{file_id}/content",
+            get(containers::file_content),
+        )
+        .route(
+            "/files",
+            post(files::upload).get(files::list).layer(uploads),
+        )
+        .route(
+            "/files/{file_id}",
+            get(files::retrieve).delete(files::delete),
+        )
+        .route("/files/{file_id}/content", get(files::content))
+        .route("/usage", get(ops::usage));
+    Router::new()
+        .nest("/v1", api)
+        .route("/healthz", get(ops::healthz))
+        .route("/metrics", get(ops::metrics))
+        .route("/openapi.json", get(ops::openapi))
+        .fallback(ops::not_found)
+        .method_not_allowed_fallback(ops::method_not_allowed)
+        .layer(DefaultBodyLimit::max(state.config.max_request_bytes))
+        .with_state(state)
+}
+
+/// Serves until SIGINT or SIGTERM, then stops every container (their files
+/// stay) and returns.
+pub async fn serve(state: Arc<AppState>) -> Result<(), ServeError> {
+    let listener = tokio::net::TcpListener::bind(state.config.listen).await?;
+    tracing::info!(listen = %listener.local_addr()?, "shellgate is serving");
+    let sweeper = tokio::spawn(lifecycle::sweep_forever(Arc::clone(&state)));
+    axum::serve(listener, router(Arc::clone(&state)))
+        .with_graceful_shutdown(shutdown_signal())
+        .await?;
+    sweeper.abort();
+    tracing::info!("shutting down: stopping containers");
+    lifecycle::suspend_all(&state).await;
+    state.engine.shutdown().await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut terminate) = signal(SignalKind::terminate()) else {
+        let _ = tokio::signal::ctrl_c().await;
+        return;
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = terminate.recv() => {},
+    }
+}
+
+/// How long a handler waits for the engine before giving up with a 500.
+pub const ENGINE_PATIENCE: Duration = Duration::from_secs(600);
+
+/// Maps a missing container in the engine to a 404 for the API's id.
+fn engine_error(id: &str, error: shellgate_sandbox::SandboxError) -> ApiError {
+    match error {
+        shellgate_sandbox::SandboxError::NotFound(_) => ApiError::not_found("container", id),
+        other => other.into(),
+    }
+}
+
+/// Ensures the engine has no container the store does not know.
+async fn destroy_quietly(engine: &LocalEngine, id: &str) {
+    match engine.destroy(id).await {
+        Ok(()) | Err(shellgate_sandbox::SandboxError::NotFound(_)) => {}
+        Err(e) => tracing::warn!(container = %id, "could not destroy: {e}"),
+    }
+}

@@ -27,11 +27,36 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Serve the OpenAI-compatible HTTP API.
+    Serve(ServeArgs),
+    /// Manage API keys.
+    #[command(subcommand)]
+    Keys(KeysCommand),
     /// Run commands in a throwaway container and print a shell_call_output-shaped JSON object.
     Exec(ExecArgs),
     /// Build, import and list images.
     #[command(subcommand)]
     Image(ImageCommand),
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Address to listen on (default 127.0.0.1:8080).
+    #[arg(long)]
+    listen: Option<std::net::SocketAddr>,
+    /// A TOML config file; `SHELLGATE_*` variables override it, flags override both.
+    #[arg(long, env = "SHELLGATE_CONFIG")]
+    config: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum KeysCommand {
+    /// Create an API key for a project and print it (it is stored hashed).
+    Create {
+        /// The project the key belongs to.
+        #[arg(long, default_value = "default")]
+        project: String,
+    },
 }
 
 #[derive(clap::Args)]
@@ -77,24 +102,13 @@ struct ShellCallOutput {
     max_output_length: usize,
 }
 
-/// The default data directory: system-wide for root, per user otherwise.
-pub fn default_data_dir() -> PathBuf {
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } == 0 {
-        return PathBuf::from("/var/lib/shellgate");
-    }
-    if let Some(xdg) = std::env::var_os("XDG_DATA_HOME") {
-        return PathBuf::from(xdg).join("shellgate");
-    }
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/tmp"));
-    home.join(".local/share/shellgate")
-}
-
 pub fn main() -> i32 {
     let cli = Cli::parse();
-    init_logging();
+    let json_logs = matches!(cli.command, Command::Serve(_))
+        && std::env::var("SHELLGATE_LOG_FORMAT")
+            .map(|f| f != "text")
+            .unwrap_or(true);
+    init_logging(json_logs);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -105,11 +119,13 @@ pub fn main() -> i32 {
             return 1;
         }
     };
-    let data_dir = cli.data_dir.clone().unwrap_or_else(default_data_dir);
+    let data_dir = cli.data_dir.clone();
     let result = runtime.block_on(async move {
         match cli.command {
-            Command::Exec(args) => exec(data_dir, args).await,
-            Command::Image(command) => image(data_dir, command).await,
+            Command::Serve(args) => serve(data_dir, args).await,
+            Command::Keys(KeysCommand::Create { project }) => create_key(data_dir, &project),
+            Command::Exec(args) => exec(sandbox_dir(data_dir), args).await,
+            Command::Image(command) => image(sandbox_dir(data_dir), command).await,
         }
     });
     match result {
@@ -121,15 +137,59 @@ pub fn main() -> i32 {
     }
 }
 
-fn init_logging() {
+fn init_logging(json: bool) {
+    let default = if json { "info" } else { "warn" };
     let filter = tracing_subscriber::EnvFilter::try_from_env("SHELLGATE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     use std::io::IsTerminal;
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.with_ansi(std::io::stderr().is_terminal()).init();
+    }
+}
+
+/// The engine's directory inside a data directory (shared by `serve`,
+/// `exec` and `image`, so images built once serve all three).
+fn sandbox_dir(data_dir: Option<PathBuf>) -> PathBuf {
+    data_dir
+        .unwrap_or_else(shellgate_server::config::default_data_dir)
+        .join("sandbox")
+}
+
+fn server_config(
+    data_dir: Option<PathBuf>,
+    config_file: Option<&std::path::Path>,
+) -> Result<shellgate_server::Config> {
+    let mut config = shellgate_server::Config::load(config_file, std::env::vars())?;
+    if let Some(data_dir) = data_dir {
+        config.data_dir = data_dir;
+    }
+    Ok(config)
+}
+
+async fn serve(data_dir: Option<PathBuf>, args: ServeArgs) -> Result<()> {
+    let mut config = server_config(data_dir, args.config.as_deref())?;
+    if let Some(listen) = args.listen {
+        config.listen = listen;
+    }
+    let helper = std::env::current_exe().context("cannot find the shellgate binary")?;
+    let state = shellgate_server::open(config, helper).await?;
+    shellgate_server::serve(state).await?;
+    Ok(())
+}
+
+fn create_key(data_dir: Option<PathBuf>, project: &str) -> Result<()> {
+    let config = server_config(data_dir, None)?;
+    std::fs::create_dir_all(&config.data_dir)?;
+    let store = shellgate_store::Store::open(&config.data_dir.join("shellgate.db"))?;
+    let key = shellgate_server::new_api_key();
+    store.add_key(&key, project, shellgate_server::now())?;
+    println!("{key}");
+    Ok(())
 }
 
 async fn open_engine(data_dir: PathBuf) -> Result<LocalEngine> {

@@ -48,7 +48,7 @@ fn exec_prints_a_shell_call_output_object() {
     );
     // The throwaway container is gone.
     assert_eq!(
-        std::fs::read_dir(dir.path().join("containers"))
+        std::fs::read_dir(dir.path().join("sandbox/containers"))
             .unwrap()
             .count(),
         0
@@ -174,7 +174,7 @@ async fn a_killed_server_takes_its_containers_along_and_a_restart_cleans_up() {
     assert!(output.status.success());
     assert!(String::from_utf8_lossy(&output.stdout).contains("again"));
     assert_eq!(
-        std::fs::read_dir(dir.path().join("containers"))
+        std::fs::read_dir(dir.path().join("sandbox/containers"))
             .unwrap()
             .count(),
         0

@@ -135,7 +135,10 @@ pub const SESSION_MINIMUM_SECONDS: f64 = 30.0;
 
 /// SHA-256 of an API key, hex encoded.
 pub fn hash_key(key: &str) -> String {
-    Sha256::digest(key.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+    Sha256::digest(key.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// What a session costs: its command time, at least the minimum.
@@ -220,13 +223,17 @@ impl Store {
             tx.pragma_update(None, "user_version", (index + 1) as i64)?;
             tx.commit()?;
         }
-        Ok(Self { conn: Mutex::new(conn) })
+        Ok(Self {
+            conn: Mutex::new(conn),
+        })
     }
 
     fn conn(&self) -> MutexGuard<'_, Connection> {
         // Each operation is one statement or transaction: a panic in another
         // holder cannot leave the connection half-way through one.
-        self.conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.conn
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     // --- API keys ---------------------------------------------------------
@@ -245,7 +252,11 @@ impl Store {
     pub fn project_for_key(&self, key: &str) -> Result<Option<String>> {
         Ok(self
             .conn()
-            .query_row("SELECT project FROM api_keys WHERE hash = ?1", params![hash_key(key)], |row| row.get(0))
+            .query_row(
+                "SELECT project FROM api_keys WHERE hash = ?1",
+                params![hash_key(key)],
+                |row| row.get(0),
+            )
             .optional()?)
     }
 
@@ -281,7 +292,9 @@ impl Store {
         Ok(self
             .conn()
             .query_row(
-                &format!("SELECT {CONTAINER_COLUMNS} FROM containers WHERE id = ?1 AND project = ?2"),
+                &format!(
+                    "SELECT {CONTAINER_COLUMNS} FROM containers WHERE id = ?1 AND project = ?2"
+                ),
                 params![id, project],
                 container_row,
             )
@@ -291,13 +304,22 @@ impl Store {
     /// Every container (for the lifecycle sweeper and recovery).
     pub fn all_containers(&self) -> Result<Vec<ContainerRow>> {
         let conn = self.conn();
-        let mut statement = conn.prepare(&format!("SELECT {CONTAINER_COLUMNS} FROM containers ORDER BY seq"))?;
-        let rows = statement.query_map([], container_row)?.collect::<rusqlite::Result<Vec<_>>>()?;
+        let mut statement = conn.prepare(&format!(
+            "SELECT {CONTAINER_COLUMNS} FROM containers ORDER BY seq"
+        ))?;
+        let rows = statement
+            .query_map([], container_row)?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
         Ok(rows)
     }
 
     /// A page of a project's containers, optionally only those named `name`.
-    pub fn list_containers(&self, project: &str, name: Option<&str>, page: &Page) -> Result<(Vec<ContainerRow>, bool)> {
+    pub fn list_containers(
+        &self,
+        project: &str,
+        name: Option<&str>,
+        page: &Page,
+    ) -> Result<(Vec<ContainerRow>, bool)> {
         let conn = self.conn();
         let cursor = match &page.after {
             Some(after) => Some(
@@ -311,14 +333,21 @@ impl Store {
             ),
             None => None,
         };
-        let (comparison, order) = if page.ascending { (">", "ASC") } else { ("<", "DESC") };
+        let (comparison, order) = if page.ascending {
+            (">", "ASC")
+        } else {
+            ("<", "DESC")
+        };
         let sql = format!(
             "SELECT {CONTAINER_COLUMNS} FROM containers WHERE project = ?1 AND (?2 IS NULL OR name = ?2)
              AND (?3 IS NULL OR seq {comparison} ?3) ORDER BY seq {order} LIMIT ?4"
         );
         let mut statement = conn.prepare(&sql)?;
         let mut rows = statement
-            .query_map(params![project, name, cursor, page.limit as i64 + 1], container_row)?
+            .query_map(
+                params![project, name, cursor, page.limit as i64 + 1],
+                container_row,
+            )?
             .collect::<rusqlite::Result<Vec<_>>>()?;
         let has_more = rows.len() > page.limit as usize;
         rows.truncate(page.limit as usize);
@@ -326,7 +355,10 @@ impl Store {
     }
 
     pub fn set_container_status(&self, id: &str, status: &str) -> Result<()> {
-        self.conn().execute("UPDATE containers SET status = ?2 WHERE id = ?1", params![id, status])?;
+        self.conn().execute(
+            "UPDATE containers SET status = ?2 WHERE id = ?1",
+            params![id, status],
+        )?;
         Ok(())
     }
 
@@ -373,7 +405,10 @@ impl Store {
                 params![project, cost],
             )?;
         }
-        tx.execute("UPDATE containers SET status = ?2 WHERE id = ?1", params![id, status])?;
+        tx.execute(
+            "UPDATE containers SET status = ?2 WHERE id = ?1",
+            params![id, status],
+        )?;
         tx.commit()?;
         Ok(())
     }
@@ -384,7 +419,10 @@ impl Store {
         self.close_session(id, "deleted")?;
         let mut conn = self.conn();
         let tx = conn.transaction()?;
-        tx.execute("DELETE FROM container_files WHERE container_id = ?1", params![id])?;
+        tx.execute(
+            "DELETE FROM container_files WHERE container_id = ?1",
+            params![id],
+        )?;
         tx.execute("DELETE FROM containers WHERE id = ?1", params![id])?;
         tx.commit()?;
         Ok(())
@@ -394,7 +432,11 @@ impl Store {
     pub fn project_usage(&self, project: &str) -> Result<(f64, Vec<(String, f64)>)> {
         let conn = self.conn();
         let closed: f64 = conn
-            .query_row("SELECT billed_seconds FROM usage WHERE project = ?1", params![project], |row| row.get(0))
+            .query_row(
+                "SELECT billed_seconds FROM usage WHERE project = ?1",
+                params![project],
+                |row| row.get(0),
+            )
             .optional()?
             .unwrap_or(0.0);
         let mut statement = conn.prepare(
@@ -420,7 +462,11 @@ impl Store {
     /// Total billed seconds over every project (for metrics).
     pub fn total_usage(&self) -> Result<f64> {
         let conn = self.conn();
-        let closed: f64 = conn.query_row("SELECT COALESCE(SUM(billed_seconds), 0) FROM usage", [], |row| row.get(0))?;
+        let closed: f64 = conn.query_row(
+            "SELECT COALESCE(SUM(billed_seconds), 0) FROM usage",
+            [],
+            |row| row.get(0),
+        )?;
         let open: f64 = conn.query_row(
             "SELECT COALESCE(SUM(MAX(session_seconds, ?1)), 0) FROM containers WHERE session_open = 1",
             params![SESSION_MINIMUM_SECONDS],
@@ -432,8 +478,11 @@ impl Store {
     /// Containers counted by status (for metrics).
     pub fn containers_by_status(&self) -> Result<Vec<(String, u64)>> {
         let conn = self.conn();
-        let mut statement = conn.prepare("SELECT status, COUNT(*) FROM containers GROUP BY status ORDER BY status")?;
-        let rows = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?.collect::<rusqlite::Result<_>>()?;
+        let mut statement = conn
+            .prepare("SELECT status, COUNT(*) FROM containers GROUP BY status ORDER BY status")?;
+        let rows = statement
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
+            .collect::<rusqlite::Result<_>>()?;
         Ok(rows)
     }
 
@@ -442,7 +491,14 @@ impl Store {
     pub fn insert_file(&self, row: &FileRow) -> Result<()> {
         self.conn().execute(
             &format!("INSERT INTO files ({FILE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"),
-            params![row.id, row.project, row.filename, row.purpose, row.bytes, row.created_at],
+            params![
+                row.id,
+                row.project,
+                row.filename,
+                row.purpose,
+                row.bytes,
+                row.created_at
+            ],
         )?;
         Ok(())
     }
@@ -458,7 +514,12 @@ impl Store {
             .optional()?)
     }
 
-    pub fn list_files(&self, project: &str, purpose: Option<&str>, page: &Page) -> Result<(Vec<FileRow>, bool)> {
+    pub fn list_files(
+        &self,
+        project: &str,
+        purpose: Option<&str>,
+        page: &Page,
+    ) -> Result<(Vec<FileRow>, bool)> {
         let conn = self.conn();
         let cursor = match &page.after {
             Some(after) => Some(
@@ -472,14 +533,21 @@ impl Store {
             ),
             None => None,
         };
-        let (comparison, order) = if page.ascending { (">", "ASC") } else { ("<", "DESC") };
+        let (comparison, order) = if page.ascending {
+            (">", "ASC")
+        } else {
+            ("<", "DESC")
+        };
         let sql = format!(
             "SELECT {FILE_COLUMNS} FROM files WHERE project = ?1 AND (?2 IS NULL OR purpose = ?2)
              AND (?3 IS NULL OR seq {comparison} ?3) ORDER BY seq {order} LIMIT ?4"
         );
         let mut statement = conn.prepare(&sql)?;
         let mut rows = statement
-            .query_map(params![project, purpose, cursor, page.limit as i64 + 1], file_row)?
+            .query_map(
+                params![project, purpose, cursor, page.limit as i64 + 1],
+                file_row,
+            )?
             .collect::<rusqlite::Result<Vec<_>>>()?;
         let has_more = rows.len() > page.limit as usize;
         rows.truncate(page.limit as usize);
@@ -487,7 +555,10 @@ impl Store {
     }
 
     pub fn delete_file(&self, project: &str, id: &str) -> Result<bool> {
-        let deleted = self.conn().execute("DELETE FROM files WHERE id = ?1 AND project = ?2", params![id, project])?;
+        let deleted = self.conn().execute(
+            "DELETE FROM files WHERE id = ?1 AND project = ?2",
+            params![id, project],
+        )?;
         Ok(deleted > 0)
     }
 
@@ -527,14 +598,17 @@ impl Store {
         let mut statement = conn.prepare(&format!(
             "SELECT {CONTAINER_FILE_COLUMNS} FROM container_files WHERE container_id = ?1 ORDER BY seq"
         ))?;
-        let rows = statement.query_map(params![container_id], container_file_row)?.collect::<rusqlite::Result<_>>()?;
+        let rows = statement
+            .query_map(params![container_id], container_file_row)?
+            .collect::<rusqlite::Result<_>>()?;
         Ok(rows)
     }
 
     pub fn delete_container_file(&self, container_id: &str, id: &str) -> Result<bool> {
-        let deleted = self
-            .conn()
-            .execute("DELETE FROM container_files WHERE id = ?1 AND container_id = ?2", params![id, container_id])?;
+        let deleted = self.conn().execute(
+            "DELETE FROM container_files WHERE id = ?1 AND container_id = ?2",
+            params![id, container_id],
+        )?;
         Ok(deleted > 0)
     }
 }
@@ -566,10 +640,15 @@ mod tests {
     fn keys_are_hashed_and_map_to_projects() {
         let store = Store::in_memory().unwrap();
         store.add_key("sk-one", "alpha", 0).unwrap();
-        assert_eq!(store.project_for_key("sk-one").unwrap().as_deref(), Some("alpha"));
+        assert_eq!(
+            store.project_for_key("sk-one").unwrap().as_deref(),
+            Some("alpha")
+        );
         assert_eq!(store.project_for_key("sk-two").unwrap(), None);
-        let stored: String =
-            store.conn().query_row("SELECT hash FROM api_keys", [], |row| row.get(0)).unwrap();
+        let stored: String = store
+            .conn()
+            .query_row("SELECT hash FROM api_keys", [], |row| row.get(0))
+            .unwrap();
         assert!(!stored.contains("sk-one"));
     }
 
@@ -577,14 +656,32 @@ mod tests {
     fn pagination_walks_every_row_once_in_both_orders() {
         let store = Store::in_memory().unwrap();
         for i in 0..25 {
-            store.insert_container(&container(&format!("c{i}"), "p", if i % 2 == 0 { "even" } else { "odd" })).unwrap();
+            store
+                .insert_container(&container(
+                    &format!("c{i}"),
+                    "p",
+                    if i % 2 == 0 { "even" } else { "odd" },
+                ))
+                .unwrap();
         }
-        store.insert_container(&container("other", "q", "even")).unwrap();
+        store
+            .insert_container(&container("other", "q", "even"))
+            .unwrap();
         for ascending in [true, false] {
             let mut seen = Vec::new();
             let mut after = None;
             loop {
-                let (rows, more) = store.list_containers("p", None, &Page { limit: 7, ascending, after }).unwrap();
+                let (rows, more) = store
+                    .list_containers(
+                        "p",
+                        None,
+                        &Page {
+                            limit: 7,
+                            ascending,
+                            after,
+                        },
+                    )
+                    .unwrap();
                 seen.extend(rows.iter().map(|r| r.id.clone()));
                 if !more {
                     break;
@@ -597,9 +694,21 @@ mod tests {
                 assert_eq!(seen[0], "c24");
             }
         }
-        let (named, _) = store.list_containers("p", Some("even"), &Page { limit: 100, ..Page::default() }).unwrap();
+        let (named, _) = store
+            .list_containers(
+                "p",
+                Some("even"),
+                &Page {
+                    limit: 100,
+                    ..Page::default()
+                },
+            )
+            .unwrap();
         assert_eq!(named.len(), 13);
-        assert!(store.container("q", "c1").unwrap().is_none(), "another project's container is invisible");
+        assert!(
+            store.container("q", "c1").unwrap().is_none(),
+            "another project's container is invisible"
+        );
     }
 
     #[test]
@@ -615,6 +724,10 @@ mod tests {
         store.close_session("c1", "suspended").unwrap();
         assert_eq!(store.project_usage("p").unwrap().0, 75.0);
         store.delete_container("c1").unwrap();
-        assert_eq!(store.project_usage("p").unwrap().0, 75.0, "usage outlives the container");
+        assert_eq!(
+            store.project_usage("p").unwrap().0,
+            75.0,
+            "usage outlives the container"
+        );
     }
 }

@@ -103,9 +103,12 @@ impl NetworkPolicy {
     pub fn without_secrets(&self) -> Self {
         match self {
             NetworkPolicy::Disabled => NetworkPolicy::Disabled,
-            NetworkPolicy::Allowlist { allowed_domains, .. } => {
-                NetworkPolicy::Allowlist { allowed_domains: allowed_domains.clone(), domain_secrets: Vec::new() }
-            }
+            NetworkPolicy::Allowlist {
+                allowed_domains, ..
+            } => NetworkPolicy::Allowlist {
+                allowed_domains: allowed_domains.clone(),
+                domain_secrets: Vec::new(),
+            },
         }
     }
 }
@@ -154,7 +157,13 @@ impl<T> List<T> {
     pub fn page(data: Vec<T>, has_more: bool, id_of: impl Fn(&T) -> String) -> Self {
         let first_id = data.first().map(&id_of);
         let last_id = data.last().map(&id_of);
-        Self { object: "list".to_owned(), data, first_id, last_id, has_more }
+        Self {
+            object: "list".to_owned(),
+            data,
+            first_id,
+            last_id,
+            has_more,
+        }
     }
 }
 
@@ -168,7 +177,11 @@ pub struct Deleted {
 
 impl Deleted {
     pub fn new(id: impl Into<String>, object: &str) -> Self {
-        Self { id: id.into(), object: object.to_owned(), deleted: true }
+        Self {
+            id: id.into(),
+            object: object.to_owned(),
+            deleted: true,
+        }
     }
 }
 
@@ -207,7 +220,14 @@ pub struct FileObject {
 }
 
 /// File purposes the Files API accepts.
-pub const FILE_PURPOSES: &[&str] = &["assistants", "batch", "fine-tune", "vision", "user_data", "evals"];
+pub const FILE_PURPOSES: &[&str] = &[
+    "assistants",
+    "batch",
+    "fine-tune",
+    "vision",
+    "user_data",
+    "evals",
+];
 
 /// `POST /v1/containers/{id}/exec` (shellgate's extension, like E2B's).
 #[derive(Debug, Clone, Deserialize)]
@@ -268,7 +288,9 @@ mod tests {
 
     #[test]
     fn unknown_enum_values_and_fields_are_refused() {
-        assert!(serde_json::from_str::<CreateContainer>(r#"{"name":"a","memory_limit":"2g"}"#).is_err());
+        assert!(
+            serde_json::from_str::<CreateContainer>(r#"{"name":"a","memory_limit":"2g"}"#).is_err()
+        );
         assert!(serde_json::from_str::<CreateContainer>(r#"{"name":"a","bogus":1}"#).is_err());
         assert!(serde_json::from_str::<CreateContainer>(
             r#"{"name":"a","expires_after":{"anchor":"created_at","minutes":5}}"#
@@ -285,17 +307,29 @@ mod tests {
     fn secrets_are_never_echoed() {
         let policy = NetworkPolicy::Allowlist {
             allowed_domains: vec!["api.example.com".into()],
-            domain_secrets: vec![DomainSecret { domain: "api.example.com".into(), name: "TOKEN".into(), value: "s3cret".into() }],
+            domain_secrets: vec![DomainSecret {
+                domain: "api.example.com".into(),
+                name: "TOKEN".into(),
+                value: "s3cret".into(),
+            }],
         };
         let echoed = serde_json::to_string(&policy.without_secrets()).unwrap();
         assert!(!echoed.contains("s3cret"));
-        assert_eq!(echoed, r#"{"type":"allowlist","allowed_domains":["api.example.com"]}"#);
+        assert_eq!(
+            echoed,
+            r#"{"type":"allowlist","allowed_domains":["api.example.com"]}"#
+        );
     }
 
     #[test]
     fn errors_carry_all_four_keys() {
         let envelope = ErrorEnvelope {
-            error: ErrorBody { message: "m".into(), kind: "invalid_request_error".into(), param: None, code: None },
+            error: ErrorBody {
+                message: "m".into(),
+                kind: "invalid_request_error".into(),
+                param: None,
+                code: None,
+            },
         };
         assert_eq!(
             serde_json::to_string(&envelope).unwrap(),

@@ -1,0 +1,170 @@
+//! Server settings: embedded defaults, then a TOML file, then `SHELLGATE_*`
+//! environment variables (each setting's upper-case name), then flags.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Every setting of `shellgate serve`.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// Where the database, files and sandboxes live.
+    pub data_dir: PathBuf,
+    /// Keys to seed, comma separated: `KEY` or `KEY:PROJECT` (project `default`).
+    pub api_keys: String,
+    /// Default `expires_after.minutes` of a container.
+    pub default_expires_minutes: u32,
+    /// Largest `expires_after.minutes` accepted (default 30 days).
+    pub max_expires_minutes: u32,
+    /// Idle time after which a container's processes end (its files stay).
+    pub idle_suspend_after_secs: u64,
+    /// How long a suspended container's files are kept.
+    pub retention_days: u64,
+    /// How often expiry, suspension and retention are checked.
+    pub sweep_interval_secs: u64,
+    /// Largest JSON request body.
+    pub max_request_bytes: usize,
+    /// Largest uploaded file.
+    pub max_upload_bytes: usize,
+    /// Requests per minute per project (0: unlimited).
+    pub rate_limit_per_minute: u32,
+    /// Containers started ahead of demand (see the sandbox engine).
+    pub warm_containers: usize,
+    /// Log format: `json` or `text`.
+    pub log_format: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            data_dir: default_data_dir(),
+            api_keys: String::new(),
+            default_expires_minutes: 20,
+            max_expires_minutes: 30 * 24 * 60,
+            idle_suspend_after_secs: 5 * 60,
+            retention_days: 30,
+            sweep_interval_secs: 10,
+            max_request_bytes: 16 << 20,
+            max_upload_bytes: 512 << 20,
+            rate_limit_per_minute: 0,
+            warm_containers: 2,
+            log_format: "json".to_owned(),
+        }
+    }
+}
+
+/// The default data directory: system-wide for root, per user otherwise.
+pub fn default_data_dir() -> PathBuf {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        return PathBuf::from("/var/lib/shellgate");
+    }
+    if let Some(xdg) = std::env::var_os("XDG_DATA_HOME") {
+        return PathBuf::from(xdg).join("shellgate");
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/tmp"));
+    home.join(".local/share/shellgate")
+}
+
+/// A setting that could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+impl Config {
+    /// Defaults, overlaid with `file` (if any) and the environment.
+    pub fn load(
+        file: Option<&Path>,
+        env: impl Iterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        let mut table = toml::Table::new();
+        if let Some(file) = file {
+            let text = std::fs::read_to_string(file)
+                .map_err(|e| ConfigError(format!("cannot read config {}: {e}", file.display())))?;
+            table = text
+                .parse::<toml::Table>()
+                .map_err(|e| ConfigError(format!("{}: {e}", file.display())))?;
+        }
+        let defaults =
+            toml::Table::try_from(Config::default()).map_err(|e| ConfigError(e.to_string()))?;
+        for (key, value) in env {
+            let Some(name) = key.strip_prefix("SHELLGATE_") else {
+                continue;
+            };
+            let name = name.to_ascii_lowercase();
+            // Only settings: other SHELLGATE_* variables (LOG, DATA_DIR of the
+            // CLI) are not config keys.
+            let Some(default) = defaults.get(&name) else {
+                continue;
+            };
+            let parsed = match default {
+                toml::Value::Integer(_) => value
+                    .parse::<i64>()
+                    .map(toml::Value::Integer)
+                    .map_err(|_| ConfigError(format!("{key}={value:?} is not a whole number")))?,
+                _ => toml::Value::String(value),
+            };
+            table.insert(name, parsed);
+        }
+        toml::Value::Table(table)
+            .try_into()
+            .map_err(|e: toml::de::Error| ConfigError(format!("invalid setting: {e}")))
+    }
+
+    /// The seeded keys as (key, project) pairs.
+    pub fn seeded_keys(&self) -> Vec<(String, String)> {
+        self.api_keys
+            .split(',')
+            .map(str::trim)
+            .filter(|k| !k.is_empty())
+            .map(|entry| match entry.split_once(':') {
+                Some((key, project)) => (key.to_owned(), project.to_owned()),
+                None => (entry.to_owned(), "default".to_owned()),
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_overrides_file_overrides_defaults() {
+        let dir = std::env::temp_dir().join(format!("shellgate-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("shellgate.toml");
+        std::fs::write(&file, "listen = \"127.0.0.1:9999\"\nretention_days = 7\n").unwrap();
+        let env = vec![
+            ("SHELLGATE_RETENTION_DAYS".to_owned(), "3".to_owned()),
+            ("SHELLGATE_API_KEYS".to_owned(), "k1,k2:team".to_owned()),
+            ("SHELLGATE_LOG".to_owned(), "debug".to_owned()),
+            ("HOME".to_owned(), "/x".to_owned()),
+        ];
+        let config = Config::load(Some(&file), env.into_iter()).unwrap();
+        assert_eq!(config.listen.port(), 9999);
+        assert_eq!(config.retention_days, 3);
+        assert_eq!(config.idle_suspend_after_secs, 300);
+        assert_eq!(
+            config.seeded_keys(),
+            vec![
+                ("k1".into(), "default".into()),
+                ("k2".into(), "team".into())
+            ]
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn bad_settings_are_reported() {
+        let env = vec![("SHELLGATE_RETENTION_DAYS".to_owned(), "soon".to_owned())];
+        assert!(Config::load(None, env.into_iter()).is_err());
+    }
+}

@@ -1,0 +1,162 @@
+//! API errors: OpenAI's envelope with all four keys and the right status.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use shellgate_sandbox::SandboxError;
+use shellgate_store::StoreError;
+use shellgate_wire::{ErrorBody, ErrorEnvelope};
+
+/// An error a handler returns.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub kind: &'static str,
+    pub message: String,
+    pub param: Option<String>,
+    pub code: Option<&'static str>,
+    pub retry_after: Option<u64>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            kind,
+            message: message.into(),
+            param: None,
+            code: None,
+            retry_after: None,
+        }
+    }
+
+    /// 400 naming the offending parameter.
+    pub fn invalid(param: impl Into<String>, message: impl Into<String>) -> Self {
+        let mut error = Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", message);
+        error.param = Some(param.into());
+        error
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
+    }
+
+    /// 404: also what a foreign project's id gets, so ids leak nothing.
+    pub fn not_found(what: &str, id: &str) -> Self {
+        let mut error = Self::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            format!("No {what} found with id '{id}'."),
+        );
+        error.code = Some("not_found");
+        error
+    }
+
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        let mut error = Self::new(StatusCode::UNAUTHORIZED, "invalid_request_error", message);
+        error.code = Some("invalid_api_key");
+        error
+    }
+
+    pub fn too_large(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request_error",
+            message,
+        )
+    }
+
+    pub fn unsupported_media_type(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "invalid_request_error",
+            message,
+        )
+    }
+
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, "invalid_request_error", message)
+    }
+
+    pub fn rate_limited(retry_after: u64) -> Self {
+        let mut error = Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limit_error",
+            "Rate limit reached; retry later.",
+        );
+        error.code = Some("rate_limit_exceeded");
+        error.retry_after = Some(retry_after);
+        error
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
+    }
+
+    pub fn with_code(mut self, code: &'static str) -> Self {
+        self.code = Some(code);
+        self
+    }
+
+    pub fn envelope(&self) -> ErrorEnvelope {
+        ErrorEnvelope {
+            error: ErrorBody {
+                message: self.message.clone(),
+                kind: self.kind.to_owned(),
+                param: self.param.clone(),
+                code: self.code.map(str::to_owned),
+            },
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if self.status.is_server_error() {
+            tracing::error!(status = self.status.as_u16(), "{}", self.message);
+        }
+        let mut response = (self.status, axum::Json(self.envelope())).into_response();
+        if let Some(seconds) = self.retry_after {
+            if let Ok(value) = HeaderValue::from_str(&seconds.to_string()) {
+                response.headers_mut().insert(header::RETRY_AFTER, value);
+            }
+        }
+        response
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        ApiError::internal(format!("metadata store: {error}"))
+    }
+}
+
+impl From<SandboxError> for ApiError {
+    fn from(error: SandboxError) -> Self {
+        match error {
+            SandboxError::InvalidRequest { param, message } => ApiError::invalid(param, message),
+            SandboxError::NotFound(id) => ApiError::not_found("container", &id),
+            SandboxError::AlreadyExists(id) => {
+                ApiError::conflict(format!("container {id} already exists"))
+            }
+            SandboxError::FileNotFound(path) => {
+                let mut error = ApiError::new(
+                    StatusCode::NOT_FOUND,
+                    "invalid_request_error",
+                    format!("No file at {path}."),
+                );
+                error.code = Some("not_found");
+                error
+            }
+            SandboxError::ImageNotFound(name) => {
+                ApiError::invalid("image", format!("no image named {name}"))
+            }
+            SandboxError::QuotaExceeded => {
+                ApiError::too_large("The container's disk quota is full.")
+                    .with_code("quota_exceeded")
+            }
+            other => ApiError::internal(format!("sandbox: {other}")),
+        }
+    }
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;

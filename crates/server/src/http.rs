@@ -1,0 +1,188 @@
+//! Request extractors that turn every rejection into OpenAI's error
+//! envelope: the caller's project (Bearer key), JSON bodies and queries.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{FromRequest, FromRequestParts, Query, Request};
+use axum::http::request::Parts;
+use axum::http::{header, StatusCode};
+use serde::de::DeserializeOwned;
+
+use crate::error::ApiError;
+use crate::AppState;
+
+/// The project of the API key that signed the request.
+#[derive(Debug, Clone)]
+pub struct Project(pub String);
+
+impl FromRequestParts<Arc<AppState>> for Project {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Self, ApiError> {
+        let header = parts.headers.get(header::AUTHORIZATION).ok_or_else(|| {
+            ApiError::unauthorized(
+                "You didn't provide an API key. Provide it in an Authorization header: 'Authorization: Bearer YOUR_KEY'.",
+            )
+        })?;
+        let key = header
+            .to_str()
+            .ok()
+            .and_then(|h| h.strip_prefix("Bearer "))
+            .map(str::trim)
+            .filter(|k| !k.is_empty())
+            .ok_or_else(|| {
+                ApiError::unauthorized("The Authorization header must be 'Bearer YOUR_KEY'.")
+            })?;
+        let project = state
+            .store
+            .project_for_key(key)?
+            .ok_or_else(|| ApiError::unauthorized("Incorrect API key provided."))?;
+        state.limiter.check(&project)?;
+        Ok(Project(project))
+    }
+}
+
+/// A JSON body; malformed JSON, wrong types and unknown fields or enum
+/// values are 400s naming what is wrong, a missing content type is a 415
+/// and an oversized body a 413.
+pub struct ApiJson<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        match axum::Json::<T>::from_request(request, state).await {
+            Ok(axum::Json(value)) => Ok(ApiJson(value)),
+            Err(rejection) => Err(json_rejection(rejection)),
+        }
+    }
+}
+
+fn json_rejection(rejection: JsonRejection) -> ApiError {
+    match rejection {
+        JsonRejection::MissingJsonContentType(_) => ApiError::unsupported_media_type(
+            "Expected a request body with 'Content-Type: application/json'.",
+        ),
+        JsonRejection::JsonDataError(error) => {
+            // "Failed to deserialize ...: memory_limit: unknown variant ..."
+            let detail = error.body_text();
+            let detail = detail
+                .split_once("target type: ")
+                .map(|(_, d)| d.to_owned())
+                .unwrap_or(detail);
+            match detail.split_once(": ") {
+                Some((param, message)) if !param.contains(' ') => {
+                    ApiError::invalid(param, format!("Invalid value for '{param}': {message}"))
+                }
+                _ => ApiError::bad_request(format!("Invalid request body: {detail}")),
+            }
+        }
+        JsonRejection::JsonSyntaxError(error) => ApiError::bad_request(format!(
+            "We could not parse the JSON body of your request: {}",
+            error.body_text()
+        )),
+        other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            ApiError::too_large("The request body is too large.")
+        }
+        other => ApiError::bad_request(other.body_text()),
+    }
+}
+
+/// Query parameters, with rejections as 400s.
+pub struct ApiQuery<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match Query::<T>::from_request_parts(parts, state).await {
+            Ok(Query(value)) => Ok(ApiQuery(value)),
+            Err(QueryRejection::FailedToDeserializeQueryString(error)) => Err(
+                ApiError::bad_request(format!("Invalid query: {}", error.body_text())),
+            ),
+            Err(other) => Err(ApiError::bad_request(other.body_text())),
+        }
+    }
+}
+
+/// List parameters shared by every list endpoint.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListParams {
+    pub limit: Option<u32>,
+    pub order: Option<String>,
+    pub after: Option<String>,
+    /// Containers only: filter by name.
+    pub name: Option<String>,
+    /// Files only: filter by purpose.
+    pub purpose: Option<String>,
+}
+
+impl ListParams {
+    /// The page these parameters ask for (limit 1..=100, default 20; order
+    /// `asc` or `desc`, default `desc`).
+    pub fn page(&self) -> Result<shellgate_store::Page, ApiError> {
+        let limit = self.limit.unwrap_or(20);
+        if !(1..=100).contains(&limit) {
+            return Err(ApiError::invalid(
+                "limit",
+                "limit must be between 1 and 100",
+            ));
+        }
+        let ascending = match self.order.as_deref() {
+            None | Some("desc") => false,
+            Some("asc") => true,
+            Some(other) => {
+                return Err(ApiError::invalid(
+                    "order",
+                    format!("order must be 'asc' or 'desc', not '{other}'"),
+                ))
+            }
+        };
+        Ok(shellgate_store::Page {
+            limit,
+            ascending,
+            after: self.after.clone(),
+        })
+    }
+}
+
+/// A fixed-window limit of requests per project and minute.
+#[derive(Debug)]
+pub struct RateLimiter {
+    per_minute: u32,
+    windows: Mutex<HashMap<String, (Instant, u32)>>,
+}
+
+impl RateLimiter {
+    pub fn new(per_minute: u32) -> Self {
+        Self {
+            per_minute,
+            windows: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn check(&self, project: &str) -> Result<(), ApiError> {
+        if self.per_minute == 0 {
+            return Ok(());
+        }
+        let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        let entry = windows.entry(project.to_owned()).or_insert((now, 0));
+        let elapsed = now.duration_since(entry.0).as_secs();
+        if elapsed >= 60 {
+            *entry = (now, 0);
+        }
+        if entry.1 >= self.per_minute {
+            return Err(ApiError::rate_limited(60u64.saturating_sub(elapsed).max(1)));
+        }
+        entry.1 += 1;
+        Ok(())
+    }
+}
