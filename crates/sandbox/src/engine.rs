@@ -209,6 +209,34 @@ fn lock_data_dir(data_dir: &Path) -> Result<fs::File, SandboxError> {
     Ok(file)
 }
 
+/// Container root is an unprivileged host uid that builds the container's
+/// mounts from paths under the data directory: it must be able to traverse
+/// (not list) every directory down to it. The data directory itself is made
+/// `o+x`; an ancestor that forbids it is reported, not changed.
+fn make_traversable(data_dir: &Path) -> Result<(), SandboxError> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = fs::metadata(data_dir).context(|| format!("stat {}", data_dir.display()))?;
+    let mode = meta.permissions().mode();
+    if mode & 0o001 == 0 {
+        fs::set_permissions(data_dir, fs::Permissions::from_mode((mode & 0o7777) | 0o001))
+            .context(|| format!("chmod o+x {}", data_dir.display()))?;
+    }
+    for ancestor in data_dir.ancestors().skip(1) {
+        let mode = fs::metadata(ancestor).map(|m| m.permissions().mode()).unwrap_or(0o755);
+        if mode & 0o001 == 0 {
+            return Err(SandboxError::Setup(format!(
+                "{} is not traversable by other users (mode {:o}); sandboxes run as unprivileged \
+                 host users and must reach {}: run `chmod o+x {}` or choose another --data-dir",
+                ancestor.display(),
+                mode & 0o777,
+                data_dir.display(),
+                ancestor.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// A short stable name for the engine's cgroup folder, from its data dir.
 fn group_name(data_dir: &Path) -> String {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
@@ -228,12 +256,15 @@ impl LocalEngine {
         let data_dir =
             fs::canonicalize(data_dir).context(|| format!("resolve {}", data_dir.display()))?;
         let lock = lock_data_dir(&data_dir)?;
+        let rootless = sys::geteuid() != 0;
+        if !rootless {
+            make_traversable(&data_dir)?;
+        }
         // Warm containers die with the engine that made them.
         let _ = fs::remove_dir_all(data_dir.join("warm"));
         for sub in ["containers", "pool", "warm", "run/root", "run/disk"] {
             fs::create_dir_all(data_dir.join(sub)).context(|| format!("create {sub}"))?;
         }
-        let rootless = sys::geteuid() != 0;
         let mut warnings = Vec::new();
         let (cgroups, cgroup_warnings) = Cgroups::setup(&group_name(&data_dir));
         warnings.extend(cgroup_warnings);

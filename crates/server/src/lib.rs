@@ -127,11 +127,19 @@ pub enum ServeError {
 /// Opens the store and the engine, reconciles them after a crash and seeds
 /// the configured keys.
 pub async fn open(config: Config, helper_binary: PathBuf) -> Result<Arc<AppState>, ServeError> {
+    use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir_all(&config.data_dir)?;
+    // Sandboxes (unprivileged host uids) must traverse the data directory to
+    // reach their engine's mounts; nothing else in it is theirs: the
+    // database and uploaded files are private to the server.
+    let mode = std::fs::metadata(&config.data_dir)?.permissions().mode() & 0o7777;
+    std::fs::set_permissions(&config.data_dir, std::fs::Permissions::from_mode(mode | 0o001))?;
     let files_dir = config.data_dir.join("files");
     std::fs::create_dir_all(&files_dir)?;
-    let store = Store::open(&config.data_dir.join("shellgate.db"))
-        .map_err(|e| ServeError::Setup(e.to_string()))?;
+    std::fs::set_permissions(&files_dir, std::fs::Permissions::from_mode(0o700))?;
+    let database = config.data_dir.join("shellgate.db");
+    let store = Store::open(&database).map_err(|e| ServeError::Setup(e.to_string()))?;
+    std::fs::set_permissions(&database, std::fs::Permissions::from_mode(0o600))?;
     let mut engine_config = EngineConfig::new(config.data_dir.join("sandbox"));
     engine_config.helper_binary = helper_binary;
     engine_config.warm_containers = config.warm_containers;

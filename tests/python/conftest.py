@@ -1,0 +1,123 @@
+"""Runs a real `shellgate serve` for the official `openai` SDK to talk to."""
+
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import urllib.error
+import urllib.request
+import openai
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BINARY = Path(os.environ.get("SHELLGATE_BIN", ROOT / "target" / "debug" / "shellgate"))
+KEY_A = "sk-test-project-a"
+KEY_B = "sk-test-project-b"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """A shellgate server process on its own data directory and port."""
+
+    def __init__(self, data_dir: Path, **settings: str):
+        self.data_dir = data_dir
+        self.port = free_port()
+        self.settings = settings
+        self.process = None
+        self.log = data_dir / "server.log"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> "Server":
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "SHELLGATE_API_KEYS": f"{KEY_A}:alpha,{KEY_B}:beta",
+            "SHELLGATE_LOG": "info",
+            "SHELLGATE_WARM_CONTAINERS": "1",
+        }
+        env.update({f"SHELLGATE_{k.upper()}": str(v) for k, v in self.settings.items()})
+        log = open(self.log, "ab")
+        self.process = subprocess.Popen(
+            [str(BINARY), "--data-dir", str(self.data_dir), "serve", "--listen", f"127.0.0.1:{self.port}"],
+            env=env,
+            stdout=log,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+        )
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited: {self.log.read_text()[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=1) as response:
+                    if response.status == 200:
+                        return self
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.05)
+        raise RuntimeError("server did not become healthy")
+
+    def client(self, key: str = KEY_A) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.base_url, api_key=key, max_retries=0, timeout=120)
+
+    def kill9(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill9()
+
+
+@pytest.fixture(scope="session")
+def server():
+    with tempfile.TemporaryDirectory(prefix="shellgate-py-") as tmp:
+        server = Server(Path(tmp)).start()
+        yield server
+        server.stop()
+
+
+@pytest.fixture
+def fresh_server():
+    """A server of its own with short lifecycle settings, for lifecycle tests."""
+    servers = []
+
+    def make(**settings):
+        tmp = tempfile.mkdtemp(prefix="shellgate-py-life-")
+        server = Server(Path(tmp), **settings).start()
+        servers.append(server)
+        return server
+
+    yield make
+    for server in servers:
+        server.stop()
+        subprocess.run(["rm", "-rf", str(server.data_dir)], check=False)
+
+
+@pytest.fixture
+def client(server):
+    return server.client(KEY_A)
+
+
+def exec_commands(client: openai.OpenAI, container_id: str, commands, **options):
+    """shellgate's direct exec endpoint, through the SDK's raw POST."""
+    return client.post(
+        f"/containers/{container_id}/exec",
+        body={"commands": commands, **options},
+        cast_to=object,
+    )

@@ -1,0 +1,102 @@
+"""Idle suspension, expiry and crash recovery of a real server."""
+
+import os
+import subprocess
+import threading
+import time
+
+import openai
+import pytest
+
+from conftest import exec_commands
+
+
+def wait_for(check, seconds):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if check():
+            return True
+        time.sleep(0.25)
+    return check()
+
+
+def test_idle_containers_suspend_and_wake_with_their_files(fresh_server):
+    server = fresh_server(idle_suspend_after_secs=2, sweep_interval_secs=1)
+    client = server.client()
+    container = client.containers.create(name="sleepy")
+    exec_commands(client, container.id, ["echo kept > kept.txt", "nohup sleep 1000 >/dev/null 2>&1 &"])
+    assert wait_for(lambda: client.containers.retrieve(container.id).status == "suspended", 15)
+    woken = exec_commands(client, container.id, ["cat kept.txt", "pgrep -c sleep || true"])
+    assert woken["output"][0]["stdout"] == "kept\n"
+    assert woken["output"][1]["stdout"].strip() == "0", "processes are not restored on wake"
+    assert client.containers.retrieve(container.id).status == "running"
+    usage = client.get("/usage", cast_to=object)
+    # Two sessions (create, wake), each billed at least 30 seconds.
+    assert usage["sandbox_seconds"] >= 60
+
+
+def test_expired_containers_and_their_files_are_deleted(fresh_server):
+    server = fresh_server(sweep_interval_secs=1)
+    client = server.client()
+    container = client.containers.create(name="brief", expires_after={"anchor": "last_active_at", "minutes": 1})
+    exec_commands(client, container.id, ["echo x > f"])
+    time.sleep(55)
+    assert client.containers.retrieve(container.id).id == container.id
+
+    def gone():
+        try:
+            client.containers.retrieve(container.id)
+            return False
+        except openai.NotFoundError:
+            return True
+
+    assert wait_for(gone, 20)
+    disk = server.data_dir / "sandbox" / "containers" / container.id
+    assert not disk.exists()
+
+
+def sandbox_inits():
+    """Host pids of every sandbox init process."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/comm") as f:
+                    if f.read().strip() == "sandbox-init":
+                        pids.append(int(entry))
+            except OSError:
+                pass
+    return pids
+
+
+def test_kill_9_mid_command_loses_nothing(fresh_server):
+    server = fresh_server()
+    client = server.client()
+    containers = [client.containers.create(name=f"durable-{i}") for i in range(3)]
+    for i, container in enumerate(containers):
+        exec_commands(client, container.id, [f"echo data-{i} > /mnt/data/d.txt"])
+    inits_before = set(sandbox_inits())
+    running = threading.Thread(
+        target=lambda: pytest.raises(Exception, exec_commands, client, containers[0].id, ["sleep 60"]),
+        daemon=True,
+    )
+    running.start()
+    time.sleep(1.0)
+    server.kill9()
+    running.join(timeout=10)
+    # The sandboxes died with the server.
+    assert wait_for(lambda: not (set(sandbox_inits()) & inits_before), 10), "sandbox processes outlived the server"
+    server.start()
+    listed = {c.id for c in client.containers.list(name=None)}
+    for i, container in enumerate(containers):
+        assert container.id in listed
+        assert client.containers.retrieve(container.id).status == "suspended"
+        out = exec_commands(client, container.id, ["cat /mnt/data/d.txt"])
+        assert out["output"][0]["stdout"] == f"data-{i}\n"
+    # Exactly one init per woken container (plus warm ones), none orphaned.
+    for pid in sandbox_inits():
+        with open(f"/proc/{pid}/stat") as f:
+            ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        assert ppid == server.process.pid, f"init {pid} has parent {ppid}, not the server"
+    leftovers = subprocess.run(["findmnt", "-rn", "-o", "TARGET"], capture_output=True, text=True).stdout
+    assert str(server.data_dir) not in leftovers
