@@ -218,11 +218,16 @@ fn make_traversable(data_dir: &Path) -> Result<(), SandboxError> {
     let meta = fs::metadata(data_dir).context(|| format!("stat {}", data_dir.display()))?;
     let mode = meta.permissions().mode();
     if mode & 0o001 == 0 {
-        fs::set_permissions(data_dir, fs::Permissions::from_mode((mode & 0o7777) | 0o001))
-            .context(|| format!("chmod o+x {}", data_dir.display()))?;
+        fs::set_permissions(
+            data_dir,
+            fs::Permissions::from_mode((mode & 0o7777) | 0o001),
+        )
+        .context(|| format!("chmod o+x {}", data_dir.display()))?;
     }
     for ancestor in data_dir.ancestors().skip(1) {
-        let mode = fs::metadata(ancestor).map(|m| m.permissions().mode()).unwrap_or(0o755);
+        let mode = fs::metadata(ancestor)
+            .map(|m| m.permissions().mode())
+            .unwrap_or(0o755);
         if mode & 0o001 == 0 {
             return Err(SandboxError::Setup(format!(
                 "{} is not traversable by other users (mode {:o}); sandboxes run as unprivileged \

@@ -133,7 +133,10 @@ pub async fn open(config: Config, helper_binary: PathBuf) -> Result<Arc<AppState
     // reach their engine's mounts; nothing else in it is theirs: the
     // database and uploaded files are private to the server.
     let mode = std::fs::metadata(&config.data_dir)?.permissions().mode() & 0o7777;
-    std::fs::set_permissions(&config.data_dir, std::fs::Permissions::from_mode(mode | 0o001))?;
+    std::fs::set_permissions(
+        &config.data_dir,
+        std::fs::Permissions::from_mode(mode | 0o001),
+    )?;
     let files_dir = config.data_dir.join("files");
     std::fs::create_dir_all(&files_dir)?;
     std::fs::set_permissions(&files_dir, std::fs::Permissions::from_mode(0o700))?;

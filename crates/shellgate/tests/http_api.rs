@@ -1,0 +1,744 @@
+//! The HTTP API of a real `shellgate serve`, over real TCP: every error case
+//! and status, escapes through the files API, and 32 concurrent clients.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{TempDir, BINARY};
+use serde_json::{json, Value};
+
+const KEY: &str = "sk-http-a";
+const OTHER_KEY: &str = "sk-http-b";
+
+struct Server {
+    child: Child,
+    port: u16,
+    _dir: TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(name: &str, settings: &[(&str, &str)]) -> Server {
+    let dir = TempDir::new(name);
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let mut command = Command::new(BINARY);
+    command
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .env(
+            "SHELLGATE_API_KEYS",
+            format!("{KEY}:alpha,{OTHER_KEY}:beta"),
+        )
+        .env("SHELLGATE_LOG", "warn")
+        .env("SHELLGATE_WARM_CONTAINERS", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
+    for (key, value) in settings {
+        command.env(key, value);
+    }
+    let child = command.spawn().unwrap();
+    let server = Server {
+        child,
+        port,
+        _dir: dir,
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok()
+            && request(port, "GET", "/healthz", None, &[], b"").status == 200
+        {
+            return server;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("server did not start");
+}
+
+struct Response {
+    status: u16,
+    headers: String,
+    body: Vec<u8>,
+}
+
+impl Response {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    /// Asserts an OpenAI error envelope with all four keys and `status`.
+    fn error(&self, status: u16) -> Value {
+        assert_eq!(
+            self.status,
+            status,
+            "{}",
+            String::from_utf8_lossy(&self.body)
+        );
+        let body = self.json();
+        let error = &body["error"];
+        for key in ["message", "type", "param", "code"] {
+            assert!(error.get(key).is_some(), "missing {key} in {body}");
+        }
+        assert!(error["message"].as_str().is_some_and(|m| !m.is_empty()));
+        error.clone()
+    }
+}
+
+/// One HTTP/1.1 request on a fresh connection.
+fn request(
+    port: u16,
+    method: &str,
+    path: &str,
+    key: Option<&str>,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Response {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(120)))
+        .unwrap();
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+    if let Some(key) = key {
+        head.push_str(&format!("Authorization: Bearer {key}\r\n"));
+    }
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).unwrap();
+    // The server may answer (413) before reading a huge body.
+    let _ = stream.write_all(body);
+    let mut raw = Vec::new();
+    let _ = stream.read_to_end(&mut raw);
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a response head");
+    let headers = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let status = headers
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("status");
+    let mut body = raw[split + 4..].to_vec();
+    if headers
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        body = dechunk(&body);
+    }
+    Response {
+        status,
+        headers,
+        body,
+    }
+}
+
+fn dechunk(mut data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(line_end) = data.windows(2).position(|w| w == b"\r\n") {
+        let size = usize::from_str_radix(String::from_utf8_lossy(&data[..line_end]).trim(), 16)
+            .unwrap_or(0);
+        if size == 0 {
+            break;
+        }
+        out.extend_from_slice(&data[line_end + 2..line_end + 2 + size]);
+        data = &data[line_end + 2 + size + 2..];
+    }
+    out
+}
+
+fn post_json(port: u16, path: &str, key: &str, body: &Value) -> Response {
+    request(
+        port,
+        "POST",
+        path,
+        Some(key),
+        &[("Content-Type", "application/json")],
+        body.to_string().as_bytes(),
+    )
+}
+
+fn create_container(port: u16, key: &str) -> String {
+    let response = post_json(port, "/v1/containers", key, &json!({"name": "http"}));
+    assert_eq!(
+        response.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&response.body)
+    );
+    response.json()["id"].as_str().unwrap().to_owned()
+}
+
+fn exec(port: u16, id: &str, commands: &[&str]) -> Response {
+    post_json(
+        port,
+        &format!("/v1/containers/{id}/exec"),
+        KEY,
+        &json!({"commands": commands}),
+    )
+}
+
+fn container_count(port: u16) -> usize {
+    let response = request(port, "GET", "/v1/containers?limit=100", Some(KEY), &[], b"");
+    response.json()["data"]
+        .as_array()
+        .map(Vec::len)
+        .unwrap_or(0)
+}
+
+#[test]
+fn every_error_is_an_envelope_with_the_right_status_and_changes_nothing() {
+    let server = start(
+        "http-errors",
+        &[
+            ("SHELLGATE_MAX_UPLOAD_BYTES", "1024"),
+            ("SHELLGATE_MAX_REQUEST_BYTES", "65536"),
+        ],
+    );
+    let port = server.port;
+    let id = create_container(port, KEY);
+    let before = container_count(port);
+
+    // 401: no key, a wrong key, a malformed header.
+    request(port, "GET", "/v1/containers", None, &[], b"").error(401);
+    request(port, "GET", "/v1/containers", Some("nope"), &[], b"").error(401);
+    let malformed = request(
+        port,
+        "GET",
+        "/v1/containers",
+        None,
+        &[("Authorization", "Basic abc")],
+        b"",
+    );
+    assert_eq!(malformed.error(401)["code"], "invalid_api_key");
+
+    // 404: unknown ids, another project's ids, unknown URLs.
+    request(port, "GET", "/v1/containers/cntr_nope", Some(KEY), &[], b"").error(404);
+    request(
+        port,
+        "GET",
+        &format!("/v1/containers/{id}"),
+        Some(OTHER_KEY),
+        &[],
+        b"",
+    )
+    .error(404);
+    request(
+        port,
+        "DELETE",
+        &format!("/v1/containers/{id}"),
+        Some(OTHER_KEY),
+        &[],
+        b"",
+    )
+    .error(404);
+    post_json(
+        port,
+        &format!("/v1/containers/{id}/exec"),
+        OTHER_KEY,
+        &json!({"commands": ["true"]}),
+    )
+    .error(404);
+    request(
+        port,
+        "GET",
+        &format!("/v1/containers/{id}/files/cfile_nope"),
+        Some(KEY),
+        &[],
+        b"",
+    )
+    .error(404);
+    request(
+        port,
+        "GET",
+        "/v1/files/file-nope/content",
+        Some(KEY),
+        &[],
+        b"",
+    )
+    .error(404);
+    request(port, "GET", "/v1/nothing-here", Some(KEY), &[], b"").error(404);
+    post_json(
+        port,
+        "/v1/containers",
+        KEY,
+        &json!({"name": "x", "file_ids": ["file-nope"]}),
+    )
+    .error(404);
+
+    // 405: a wrong method.
+    request(port, "PUT", "/v1/containers", Some(KEY), &[], b"").error(405);
+
+    // 400: malformed JSON, wrong types, unknown fields and enum values.
+    let post_raw = |path: &str, body: &str| {
+        request(
+            port,
+            "POST",
+            path,
+            Some(KEY),
+            &[("Content-Type", "application/json")],
+            body.as_bytes(),
+        )
+    };
+    post_raw("/v1/containers", "{\"name\": ").error(400);
+    post_raw("/v1/containers", "[1,2,3]").error(400);
+    assert_eq!(
+        post_raw("/v1/containers", r#"{"name": 5}"#).error(400)["param"],
+        "name"
+    );
+    assert_eq!(
+        post_raw("/v1/containers", r#"{"name": "x", "memory_limit": "3g"}"#).error(400)["param"],
+        "memory_limit"
+    );
+    post_raw("/v1/containers", r#"{"name": "x", "colour": "blue"}"#).error(400);
+    post_raw("/v1/containers", r#"{"name": ""}"#).error(400);
+    assert_eq!(
+        post_raw(
+            "/v1/containers",
+            r#"{"name": "x", "expires_after": {"anchor": "created_at", "minutes": 5}}"#
+        )
+        .error(400)["param"],
+        "expires_after.anchor"
+    );
+    post_raw(
+        "/v1/containers",
+        r#"{"name": "x", "expires_after": {"anchor": "last_active_at", "minutes": 0}}"#,
+    )
+    .error(400);
+    let domains: Vec<String> = (0..51).map(|i| format!("d{i}.example.com")).collect();
+    post_json(
+        port,
+        "/v1/containers",
+        KEY,
+        &json!({"name": "x", "network_policy": {"type": "allowlist", "allowed_domains": domains}}),
+    )
+    .error(400);
+    // Deeply nested: refused, not a stack overflow.
+    let deep = format!(
+        "{{\"name\": \"x\", \"skills\": [{}1{}]}}",
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    let deep_response = post_raw("/v1/containers", &deep);
+    assert!(
+        deep_response.status == 400 || deep_response.status == 413,
+        "{}",
+        deep_response.status
+    );
+    deep_response.error(deep_response.status);
+    // Exec limits name their param.
+    let exec_error = |body: Value| {
+        post_json(port, &format!("/v1/containers/{id}/exec"), KEY, &body).error(400)["param"]
+            .clone()
+    };
+    assert_eq!(
+        exec_error(json!({"commands": ["true"], "timeout_ms": 300_001})),
+        "timeout_ms"
+    );
+    assert_eq!(
+        exec_error(json!({"commands": ["true"], "timeout_ms": 0})),
+        "timeout_ms"
+    );
+    assert_eq!(
+        exec_error(json!({"commands": ["true"], "max_output_length": 65_537})),
+        "max_output_length"
+    );
+    assert_eq!(
+        exec_error(json!({"commands": vec!["true"; 101]})),
+        "commands"
+    );
+    assert_eq!(exec_error(json!({"commands": []})), "commands");
+    post_json(
+        port,
+        &format!("/v1/containers/{id}/exec"),
+        KEY,
+        &json!({"commands": "true"}),
+    )
+    .error(400);
+    // List parameters.
+    request(port, "GET", "/v1/containers?limit=0", Some(KEY), &[], b"").error(400);
+    request(port, "GET", "/v1/containers?limit=101", Some(KEY), &[], b"").error(400);
+    request(
+        port,
+        "GET",
+        "/v1/containers?order=sideways",
+        Some(KEY),
+        &[],
+        b"",
+    )
+    .error(400);
+    request(port, "GET", "/v1/containers?limit=ten", Some(KEY), &[], b"").error(400);
+
+    // 413: bodies and uploads over their caps.
+    let huge = format!("{{\"name\": \"{}\"}}", "x".repeat(100_000));
+    post_raw("/v1/containers", &huge).error(413);
+    let boundary = "XBOUNDARYX";
+    let multipart = |name: &str, size: usize| {
+        let mut body = format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\nContent-Type: application/octet-stream\r\n\r\n"
+        )
+        .into_bytes();
+        body.extend(std::iter::repeat_n(b'a', size));
+        body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+        body
+    };
+    let content_type = format!("multipart/form-data; boundary={boundary}");
+    let upload = |size| {
+        request(
+            port,
+            "POST",
+            &format!("/v1/containers/{id}/files"),
+            Some(KEY),
+            &[("Content-Type", &content_type)],
+            &multipart("big.bin", size),
+        )
+    };
+    upload(4096).error(413);
+    assert_eq!(upload(100).status, 200);
+
+    // 415: wrong content types.
+    request(
+        port,
+        "POST",
+        "/v1/containers",
+        Some(KEY),
+        &[("Content-Type", "text/plain")],
+        b"{\"name\":\"x\"}",
+    )
+    .error(415);
+    request(
+        port,
+        "POST",
+        &format!("/v1/containers/{id}/files"),
+        Some(KEY),
+        &[("Content-Type", "text/plain")],
+        b"x",
+    )
+    .error(415);
+    request(
+        port,
+        "POST",
+        "/v1/files",
+        Some(KEY),
+        &[("Content-Type", "application/json")],
+        b"{}",
+    )
+    .error(415);
+
+    // Nothing changed.
+    assert_eq!(container_count(port), before);
+    let files = request(
+        port,
+        "GET",
+        &format!("/v1/containers/{id}/files"),
+        Some(KEY),
+        &[],
+        b"",
+    )
+    .json();
+    assert_eq!(files["data"].as_array().unwrap().len(), 1, "{files}");
+    assert_eq!(
+        exec(port, &id, &["echo fine"]).json()["output"][0]["stdout"],
+        "fine\n"
+    );
+}
+
+#[test]
+fn rate_limits_answer_429_with_retry_after() {
+    let server = start(
+        "http-ratelimit",
+        &[("SHELLGATE_RATE_LIMIT_PER_MINUTE", "5")],
+    );
+    for _ in 0..5 {
+        assert_eq!(
+            request(server.port, "GET", "/v1/containers", Some(KEY), &[], b"").status,
+            200
+        );
+    }
+    let limited = request(server.port, "GET", "/v1/containers", Some(KEY), &[], b"");
+    assert_eq!(limited.error(429)["code"], "rate_limit_exceeded");
+    assert!(
+        limited
+            .headers
+            .to_ascii_lowercase()
+            .contains("retry-after:"),
+        "{}",
+        limited.headers
+    );
+    // Another project has its own budget.
+    assert_eq!(
+        request(
+            server.port,
+            "GET",
+            "/v1/containers",
+            Some(OTHER_KEY),
+            &[],
+            b""
+        )
+        .status,
+        200
+    );
+}
+
+#[test]
+fn the_files_api_never_follows_links_or_dot_dots_out_of_mnt_data() {
+    let server = start("http-escapes", &[]);
+    let port = server.port;
+    let id = create_container(port, KEY);
+    // Uploaded names cannot climb.
+    let boundary = "B0UNDARY";
+    let body = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"../../../etc/evil\"\r\n\r\nx\r\n--{boundary}--\r\n"
+    );
+    let uploaded = request(
+        port,
+        "POST",
+        &format!("/v1/containers/{id}/files"),
+        Some(KEY),
+        &[(
+            "Content-Type",
+            &format!("multipart/form-data; boundary={boundary}"),
+        )],
+        body.as_bytes(),
+    );
+    assert_eq!(uploaded.json()["path"], "/mnt/data/evil");
+    assert_eq!(
+        exec(
+            port,
+            &id,
+            &["cat /mnt/data/evil; ls /etc/evil 2>&1 | head -1"]
+        )
+        .json()["output"][0]["stdout"],
+        "xls: cannot access '/etc/evil': No such file or directory\n"
+    );
+
+    // A listed file swapped for links to the host's and the container's files.
+    exec(
+        port,
+        &id,
+        &["echo harmless > a.txt; echo harmless > b.txt; echo harmless > c.txt"],
+    );
+    let listed = request(
+        port,
+        "GET",
+        &format!("/v1/containers/{id}/files"),
+        Some(KEY),
+        &[],
+        b"",
+    )
+    .json();
+    let file_id = |name: &str| {
+        listed["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["path"] == format!("/mnt/data/{name}"))
+            .unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let (a, b, c) = (file_id("a.txt"), file_id("b.txt"), file_id("c.txt"));
+    exec(port, &id, &["ln -sf /etc/passwd a.txt; ln -sf ../../../../../etc/shadow b.txt; mkdir -p d; ln -sfn /etc d; mv c.txt c2.txt; ln -s /proc/1/root/etc/passwd c.txt"]);
+    for file in [a, b, c] {
+        let response = request(
+            port,
+            "GET",
+            &format!("/v1/containers/{id}/files/{file}/content"),
+            Some(KEY),
+            &[],
+            b"",
+        );
+        let body = String::from_utf8_lossy(&response.body);
+        assert!(!body.contains("root:"), "a link escaped: {body}");
+        assert_ne!(response.status, 200, "{body}");
+    }
+    // Links are never listed as files.
+    let listed = request(
+        port,
+        "GET",
+        &format!("/v1/containers/{id}/files"),
+        Some(KEY),
+        &[],
+        b"",
+    )
+    .json();
+    let paths: Vec<&str> = listed["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert!(
+        !paths.contains(&"/mnt/data/a.txt") && !paths.iter().any(|p| p.starts_with("/mnt/data/d/")),
+        "{paths:?}"
+    );
+}
+
+fn server_fds(server: &Server) -> usize {
+    std::fs::read_dir(format!("/proc/{}/fd", server.child.id()))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+#[test]
+fn thirty_two_concurrent_clients_run_two_hundred_execs_each() {
+    let server = start("http-load", &[]);
+    let port = server.port;
+    let containers: Vec<String> = (0..4).map(|_| create_container(port, KEY)).collect();
+    // Warm up, then count descriptors.
+    for id in &containers {
+        exec(port, id, &["true"]);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let fds_before = server_fds(&server);
+    let threads: Vec<_> = (0..32)
+        .map(|client| {
+            let id = containers[client % containers.len()].clone();
+            std::thread::spawn(move || {
+                for i in 0..200 {
+                    let response = exec(port, &id, &[&format!("echo {client}-{i}")]);
+                    assert_eq!(
+                        response.status,
+                        200,
+                        "{}",
+                        String::from_utf8_lossy(&response.body)
+                    );
+                    assert_eq!(
+                        response.json()["output"][0]["stdout"],
+                        format!("{client}-{i}\n")
+                    );
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().expect("a client failed");
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let fds_after = server_fds(&server);
+    assert!(
+        fds_after <= fds_before + 8,
+        "server descriptors grew from {fds_before} to {fds_after}"
+    );
+    let metrics = String::from_utf8_lossy(&request(port, "GET", "/metrics", None, &[], b"").body)
+        .into_owned();
+    let commands: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("shellgate_commands_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    assert!(commands >= 6400, "{metrics}");
+    assert!(
+        metrics.contains("shellgate_exec_errors_total 0"),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn streaming_exec_sends_deltas_then_the_result() {
+    let server = start("http-sse", &[]);
+    let id = create_container(server.port, KEY);
+    let response = post_json(
+        server.port,
+        &format!("/v1/containers/{id}/exec"),
+        KEY,
+        &json!({"commands": ["echo one; sleep 0.2; echo two >&2"], "stream": true}),
+    );
+    assert_eq!(response.status, 200);
+    assert!(response
+        .headers
+        .to_ascii_lowercase()
+        .contains("text/event-stream"));
+    let text = String::from_utf8_lossy(&response.body);
+    let events: Vec<Value> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    assert!(
+        events.iter().any(|e| e["type"] == "exec.output.delta"
+            && e["stream"] == "stdout"
+            && e["delta"] == "one\n"),
+        "{text}"
+    );
+    assert!(
+        events.iter().any(|e| e["type"] == "exec.output.delta"
+            && e["stream"] == "stderr"
+            && e["delta"] == "two\n"),
+        "{text}"
+    );
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "exec.completed");
+    assert_eq!(last["shell_call_output"]["output"][0]["stdout"], "one\n");
+    assert_eq!(last["shell_call_output"]["output"][0]["stderr"], "two\n");
+}
+
+#[test]
+fn health_metrics_openapi_and_keys() {
+    let server = start("http-ops", &[]);
+    let port = server.port;
+    assert_eq!(
+        request(port, "GET", "/healthz", None, &[], b"").json()["status"],
+        "ok"
+    );
+    let openapi = request(port, "GET", "/openapi.json", None, &[], b"").json();
+    assert_eq!(openapi["openapi"], "3.1.0");
+    for path in [
+        "/v1/containers",
+        "/v1/containers/{container_id}/exec",
+        "/v1/files",
+        "/v1/usage",
+    ] {
+        assert!(openapi["paths"].get(path).is_some(), "{path} undocumented");
+    }
+    let metrics = String::from_utf8_lossy(&request(port, "GET", "/metrics", None, &[], b"").body)
+        .into_owned();
+    for name in [
+        "shellgate_containers{status=\"running\"}",
+        "shellgate_exec_duration_seconds_bucket",
+        "shellgate_sandbox_seconds_total",
+    ] {
+        assert!(metrics.contains(name), "{name} missing from {metrics}");
+    }
+    // A key made by `shellgate keys create` works at once, for its project.
+    let output = Command::new(BINARY)
+        .arg("--data-dir")
+        .arg(server._dir.path())
+        .args(["keys", "create", "--project", "gamma"])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let key = String::from_utf8(output.stdout).unwrap().trim().to_owned();
+    assert!(key.starts_with("sg-"));
+    let usage = request(port, "GET", "/v1/usage", Some(&key), &[], b"").json();
+    assert_eq!(usage["project"], "gamma");
+    assert_eq!(usage["sandbox_seconds"], 0.0);
+}
