@@ -23,6 +23,10 @@ pub enum SandboxError {
     /// The image named does not exist in the image store.
     #[error("no image named {0:?}; see `shellgate image list`")]
     ImageNotFound(String),
+    /// Something else already occupies that path (a directory where a file
+    /// should go, say).
+    #[error("{0}")]
+    Conflict(String),
     /// The container's disk quota is used up.
     #[error("the container's disk quota is full")]
     QuotaExceeded,

@@ -98,6 +98,7 @@ fn not_found_or(path: &str, e: io::Error) -> SandboxError {
             SandboxError::FileNotFound(path.to_owned())
         }
         Some(libc::EDQUOT) | Some(libc::ENOSPC) => SandboxError::QuotaExceeded,
+        Some(libc::EISDIR) => SandboxError::Conflict(format!("{path} is a directory")),
         _ => SandboxError::io(format!("access {path}"), e),
     }
 }

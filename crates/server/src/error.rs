@@ -147,6 +147,7 @@ impl From<SandboxError> for ApiError {
                 error.code = Some("not_found");
                 error
             }
+            SandboxError::Conflict(message) => ApiError::conflict(message),
             SandboxError::ImageNotFound(name) => {
                 ApiError::invalid("image", format!("no image named {name}"))
             }

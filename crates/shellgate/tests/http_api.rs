@@ -419,6 +419,18 @@ fn every_error_is_an_envelope_with_the_right_status_and_changes_nothing() {
     upload(4096).error(413);
     assert_eq!(upload(100).status, 200);
 
+    // 409: a directory already sits where the file would go.
+    exec(port, &id, &["mkdir -p /mnt/data/taken"]);
+    let conflict = request(
+        port,
+        "POST",
+        &format!("/v1/containers/{id}/files"),
+        Some(KEY),
+        &[("Content-Type", &content_type)],
+        &multipart("taken", 10),
+    );
+    conflict.error(409);
+
     // 415: wrong content types.
     request(
         port,
