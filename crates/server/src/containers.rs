@@ -58,7 +58,7 @@ fn owned(state: &AppState, project: &Project, id: &str) -> ApiResult<ContainerRo
         .ok_or_else(|| ApiError::not_found("container", id))
 }
 
-fn validate_create(state: &AppState, body: &CreateContainer) -> ApiResult<()> {
+pub(crate) fn validate_create(config: &crate::Config, body: &CreateContainer) -> ApiResult<()> {
     if body.name.trim().is_empty() || body.name.chars().count() > MAX_NAME {
         return Err(ApiError::invalid(
             "name",
@@ -66,12 +66,12 @@ fn validate_create(state: &AppState, body: &CreateContainer) -> ApiResult<()> {
         ));
     }
     if let Some(expires) = body.expires_after {
-        if expires.minutes == 0 || expires.minutes > state.config.max_expires_minutes {
+        if expires.minutes == 0 || expires.minutes > config.max_expires_minutes {
             return Err(ApiError::invalid(
                 "expires_after.minutes",
                 format!(
                     "expires_after.minutes must be between 1 and {}",
-                    state.config.max_expires_minutes
+                    config.max_expires_minutes
                 ),
             ));
         }
@@ -132,7 +132,7 @@ pub async fn create(
     project: Project,
     ApiJson(body): ApiJson<CreateContainer>,
 ) -> ApiResult<Json<Container>> {
-    validate_create(&state, &body)?;
+    validate_create(&state.config, &body)?;
     // Every file must exist (in this project) before anything is made.
     let mut files = Vec::with_capacity(body.file_ids.len());
     for file_id in &body.file_ids {
@@ -255,7 +255,7 @@ pub async fn delete(
 }
 
 /// Checks an exec body against the limits, naming the offending `param`.
-fn run_request(body: &ExecRequest) -> ApiResult<RunRequest> {
+pub(crate) fn run_request(body: &ExecRequest) -> ApiResult<RunRequest> {
     let request = RunRequest {
         commands: body.commands.clone(),
         timeout_ms: body.timeout_ms.unwrap_or(limits::DEFAULT_TIMEOUT_MS),

@@ -9,10 +9,11 @@ pub mod config;
 mod containers;
 pub mod error;
 mod files;
+pub mod fuzzing;
 mod http;
 mod lifecycle;
 mod metrics;
-mod ops;
+pub(crate) mod ops;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -1,0 +1,50 @@
+//! Request parsing never panics, and every refusal is an OpenAI envelope.
+//!
+//! `RUSTC_BOOTSTRAP=1 cargo fuzz run request_parsing` (from the repository
+//! root). The first byte picks a route; the rest is the body or query.
+#![no_main]
+
+use std::sync::OnceLock;
+
+use axum::body::Body;
+use axum::http::Request;
+use libfuzzer_sys::fuzz_target;
+use tower::ServiceExt;
+
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| tokio::runtime::Builder::new_current_thread().build().expect("runtime"))
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&selector, rest)) = data.split_first() else { return };
+    let text = String::from_utf8_lossy(rest);
+    let request = match selector % 5 {
+        0 => json_post("/v1/containers", rest),
+        1 => json_post("/v1/containers/cntr_x/exec", rest),
+        2 => json_post("/v1/containers/cntr_x/files", rest),
+        3 => {
+            let query: String = text.chars().filter(|c| !c.is_whitespace() && *c != '#').collect();
+            Request::get(format!("/v1/containers?{query}")).body(Body::empty())
+        }
+        _ => Request::post("/v1/containers").header("content-type", "text/plain").body(Body::from(rest.to_vec())),
+    };
+    let Ok(request) = request else { return };
+    let response = runtime().block_on(shellgate_server::fuzzing::router().oneshot(request)).expect("infallible");
+    let status = response.status().as_u16();
+    assert!([200, 400, 404, 405, 413, 415].contains(&status), "unexpected status {status}");
+    let body = runtime().block_on(axum::body::to_bytes(response.into_body(), usize::MAX)).expect("body");
+    if status != 200 {
+        let value: serde_json::Value = serde_json::from_slice(&body).expect("an error envelope is JSON");
+        for key in ["message", "type", "param", "code"] {
+            assert!(value["error"].get(key).is_some(), "envelope without {key}: {value}");
+        }
+    }
+    // The engine's own parsers of untrusted bytes.
+    let _ = shellgate_sandbox::protocol::Request::decode(rest);
+    let _ = shellgate_sandbox::files::relative_path(&text);
+});
+
+fn json_post(path: &str, body: &[u8]) -> Result<Request<Body>, axum::http::Error> {
+    Request::post(path).header("content-type", "application/json").body(Body::from(body.to_vec()))
+}
