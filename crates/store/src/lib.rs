@@ -248,6 +248,11 @@ impl Store {
         Ok(())
     }
 
+    /// How many keys exist.
+    pub fn key_count(&self) -> Result<u64> {
+        Ok(self.conn().query_row("SELECT COUNT(*) FROM api_keys", [], |row| row.get(0))?)
+    }
+
     /// The project a key belongs to.
     pub fn project_for_key(&self, key: &str) -> Result<Option<String>> {
         Ok(self
