@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Reproduces BENCHMARKS.md: installs the baselines (bubblewrap, hyperfine),
-# then runs the engine benchmark, which measures every baseline in the same
-# run as shellgate. Pass --quick for a shorter run. Needs root.
+# then runs the engine and HTTP benchmarks, each measuring its baselines in
+# the same run as shellgate. Pass --quick for shorter runs. Needs root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 missing=()
@@ -14,8 +14,13 @@ if ((${#missing[@]})); then
   apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 cargo bench -p shellgate --bench engine -- "$@"
-# The same baselines as whole commands, for a second opinion from hyperfine.
-hyperfine -N --warmup 20 --runs 300 --export-markdown /dev/stdout \
+cargo bench -p shellgate --bench http -- "$@"
+# The baselines as whole commands, for a second opinion from hyperfine.
+table=$(mktemp)
+hyperfine -N --warmup 20 --runs 300 --style none --export-markdown "$table" \
   '/bin/true' 'bash -c true' \
   'bwrap --unshare-all --ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/lib /lib --symlink usr/lib64 /lib64 --proc /proc --dev /dev --tmpfs /tmp true' \
-  2>/dev/null | tail -n +1
+  >/dev/null
+echo
+cat "$table"
+rm -f "$table"

@@ -159,6 +159,18 @@ struct Container {
     dir: PathBuf,
     /// `None` while stopped. The lock serialises start, stop and destroy.
     state: tokio::sync::Mutex<Option<Arc<Running>>>,
+    /// Commands running now; counted under the state lock, so that
+    /// `suspend_if_idle` can never cut one short.
+    in_flight: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// Marks a command as running in its container until dropped.
+struct InFlight(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 struct Inner {
@@ -687,7 +699,23 @@ impl LocalEngine {
     /// The running handle of a container, starting it if it is stopped or
     /// its processes died.
     async fn ensure_running(&self, container: &Container) -> Result<Arc<Running>, SandboxError> {
-        let mut state = container.state.lock().await;
+        let state = container.state.lock().await;
+        self.ensure_running_locked(container, state).await
+    }
+
+    /// As `ensure_running`, and counts a command in flight until the guard drops.
+    async fn enter(&self, container: &Container) -> Result<(Arc<Running>, InFlight), SandboxError> {
+        let state = container.state.lock().await;
+        container.in_flight.fetch_add(1, Ordering::SeqCst);
+        let guard = InFlight(Arc::clone(&container.in_flight));
+        Ok((self.ensure_running_locked(container, state).await?, guard))
+    }
+
+    async fn ensure_running_locked(
+        &self,
+        container: &Container,
+        mut state: tokio::sync::MutexGuard<'_, Option<Arc<Running>>>,
+    ) -> Result<Arc<Running>, SandboxError> {
         if let Some(running) = state.as_ref() {
             if running.alive() {
                 return Ok(Arc::clone(running));
@@ -862,7 +890,7 @@ impl LocalEngine {
         let timeout = Duration::from_millis(request.timeout_ms);
         let mut results = Vec::with_capacity(request.commands.len());
         for (index, command) in request.commands.iter().enumerate() {
-            let running = self.ensure_running(&container).await?;
+            let (running, _in_flight) = self.enter(&container).await?;
             let stream = deltas.as_ref().map(|sink| (index, sink));
             results.push(
                 self.run_command(
@@ -915,6 +943,19 @@ impl LocalEngine {
         Ok(state.as_ref().filter(|r| r.alive()).map(|r| r.init_pid))
     }
 
+    /// Stops a container unless a command is running in it; returns whether
+    /// it stopped (or already was). Races with `run` are impossible: both
+    /// decide under the container's state lock.
+    pub async fn suspend_if_idle(&self, id: &str) -> Result<bool, SandboxError> {
+        let container = self.container(id)?;
+        let mut state = container.state.lock().await;
+        if container.in_flight.load(Ordering::SeqCst) > 0 {
+            return Ok(false);
+        }
+        self.stop_locked(&container, &mut state).await;
+        Ok(true)
+    }
+
     /// Waits for background teardowns of destroyed containers to finish.
     pub async fn settle(&self) {
         loop {
@@ -942,6 +983,7 @@ impl Container {
             spec,
             dir,
             state: tokio::sync::Mutex::new(None),
+            in_flight: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
         }
     }
 }

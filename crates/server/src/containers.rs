@@ -401,6 +401,8 @@ pub fn safe_file_name(name: &str) -> String {
 /// Brings the store's view of `/mnt/data` up to date: files commands made
 /// appear (source `assistant`), files that are gone disappear.
 async fn sync_files(state: &AppState, id: &str) -> ApiResult<Vec<ContainerFileRow>> {
+    // Reading /mnt/data starts a suspended container: that is a session.
+    begin_activity(state, id)?;
     let present = state
         .engine
         .list_files(id)
@@ -477,7 +479,7 @@ pub async fn upload_file(
     }
     let path = format!("/mnt/data/{name}");
     let _busy = state.busy(&id);
-    state.store.record_activity(&id, now(), 0.0)?;
+    begin_activity(&state, &id)?;
     state
         .engine
         .write_file(&id, &path, &bytes)
@@ -560,7 +562,7 @@ pub async fn file_content(
 ) -> ApiResult<Response> {
     let _busy = state.busy(&id);
     let row = owned_file(&state, &project, &id, &file_id).await?;
-    state.store.record_activity(&id, now(), 0.0)?;
+    begin_activity(&state, &id)?;
     let bytes = state
         .engine
         .read_file(&id, &row.path)

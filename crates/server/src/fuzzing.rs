@@ -17,12 +17,18 @@ async fn create(ApiJson(body): ApiJson<CreateContainer>) -> ApiResult<Json<&'sta
     Ok(Json("ok"))
 }
 
-async fn exec(Path(_id): Path<String>, ApiJson(body): ApiJson<ExecRequest>) -> ApiResult<Json<&'static str>> {
+async fn exec(
+    Path(_id): Path<String>,
+    ApiJson(body): ApiJson<ExecRequest>,
+) -> ApiResult<Json<&'static str>> {
     run_request(&body)?;
     Ok(Json("ok"))
 }
 
-async fn file_from_id(Path(_id): Path<String>, ApiJson(body): ApiJson<CreateContainerFileFromId>) -> Json<String> {
+async fn file_from_id(
+    Path(_id): Path<String>,
+    ApiJson(body): ApiJson<CreateContainerFileFromId>,
+) -> Json<String> {
     Json(safe_file_name(&body.file_id))
 }
 
@@ -39,7 +45,9 @@ pub fn router() -> Router {
         .route("/v1/containers/{container_id}/files", post(file_from_id))
         .fallback(crate::ops::not_found)
         .method_not_allowed_fallback(crate::ops::method_not_allowed)
-        .layer(axum::extract::DefaultBodyLimit::max(Config::default().max_request_bytes))
+        .layer(axum::extract::DefaultBodyLimit::max(
+            Config::default().max_request_bytes,
+        ))
 }
 
 #[cfg(test)]
@@ -51,12 +59,17 @@ mod tests {
     async fn status_and_body(request: Request<Body>) -> (u16, serde_json::Value) {
         let response = super::router().oneshot(request).await.unwrap();
         let status = response.status().as_u16();
-        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
         (status, serde_json::from_slice(&bytes).unwrap_or_default())
     }
 
     fn post(path: &str, body: &str) -> Request<Body> {
-        Request::post(path).header("content-type", "application/json").body(Body::from(body.to_owned())).unwrap()
+        Request::post(path)
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_owned()))
+            .unwrap()
     }
 
     #[tokio::test]
@@ -66,12 +79,25 @@ mod tests {
             post("/v1/containers", ""),
             post("/v1/containers", "\u{0}\u{ff}"),
             post("/v1/containers", &deep),
-            post("/v1/containers", r#"{"name":"x","expires_after":{"anchor":"last_active_at","minutes":-1}}"#),
-            post("/v1/containers", r#"{"name":"x","network_policy":{"type":"allowlist"}}"#),
+            post(
+                "/v1/containers",
+                r#"{"name":"x","expires_after":{"anchor":"last_active_at","minutes":-1}}"#,
+            ),
+            post(
+                "/v1/containers",
+                r#"{"name":"x","network_policy":{"type":"allowlist"}}"#,
+            ),
             post("/v1/containers/c/exec", r#"{"commands":["\u0000"]}"#),
-            post("/v1/containers/c/exec", r#"{"commands":["true"],"max_output_length":18446744073709551616}"#),
-            Request::get("/v1/containers?limit=-5&order=%ff").body(Body::empty()).unwrap(),
-            Request::delete("/v1/containers").body(Body::empty()).unwrap(),
+            post(
+                "/v1/containers/c/exec",
+                r#"{"commands":["true"],"max_output_length":18446744073709551616}"#,
+            ),
+            Request::get("/v1/containers?limit=-5&order=%ff")
+                .body(Body::empty())
+                .unwrap(),
+            Request::delete("/v1/containers")
+                .body(Body::empty())
+                .unwrap(),
         ];
         for request in cases {
             let (status, body) = status_and_body(request).await;

@@ -154,17 +154,28 @@ pub async fn open(config: Config, helper_binary: PathBuf) -> Result<Arc<AppState
         tracing::warn!("{warning}");
     }
     for (key, project) in config.seeded_keys() {
-        store.add_key(&key, &project, now()).map_err(|e| ServeError::Setup(e.to_string()))?;
+        store
+            .add_key(&key, &project, now())
+            .map_err(|e| ServeError::Setup(e.to_string()))?;
     }
-    if store.key_count().map_err(|e| ServeError::Setup(e.to_string()))? == 0 {
+    if store
+        .key_count()
+        .map_err(|e| ServeError::Setup(e.to_string()))?
+        == 0
+    {
         // A first start on the embedded defaults: make one key so the API is
         // usable at once, and say where it is (shown once, stored hashed).
         let key = new_api_key();
-        store.add_key(&key, "default", now()).map_err(|e| ServeError::Setup(e.to_string()))?;
+        store
+            .add_key(&key, "default", now())
+            .map_err(|e| ServeError::Setup(e.to_string()))?;
         let file = config.data_dir.join("initial-api-key");
         std::fs::write(&file, format!("{key}\n"))?;
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))?;
-        eprintln!("shellgate: created API key {key} for project \"default\" (also in {})", file.display());
+        eprintln!(
+            "shellgate: created API key {key} for project \"default\" (also in {})",
+            file.display()
+        );
     }
     let state = Arc::new(AppState {
         limiter: RateLimiter::new(config.rate_limit_per_minute),

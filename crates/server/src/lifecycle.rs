@@ -66,9 +66,13 @@ pub async fn sweep(state: &Arc<AppState>) -> Result<(), ApiError> {
             state.store.delete_container(&row.id)?;
         } else if row.session_open && idle >= idle_limit {
             tracing::info!(container = %row.id, idle, "suspending idle container");
-            if let Err(e) = state.engine.stop(&row.id).await {
-                tracing::warn!(container = %row.id, "could not suspend: {e}");
-                continue;
+            match state.engine.suspend_if_idle(&row.id).await {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(e) => {
+                    tracing::warn!(container = %row.id, "could not suspend: {e}");
+                    continue;
+                }
             }
             state.store.close_session(&row.id, "suspended")?;
         }

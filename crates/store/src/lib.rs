@@ -250,7 +250,9 @@ impl Store {
 
     /// How many keys exist.
     pub fn key_count(&self) -> Result<u64> {
-        Ok(self.conn().query_row("SELECT COUNT(*) FROM api_keys", [], |row| row.get(0))?)
+        Ok(self
+            .conn()
+            .query_row("SELECT COUNT(*) FROM api_keys", [], |row| row.get(0))?)
     }
 
     /// The project a key belongs to.
