@@ -623,3 +623,28 @@ async fn a_warm_container_takes_the_requested_limits() {
     );
     t.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn suspension_never_cuts_a_running_command_short() {
+    let t = TestEngine::new("suspend").await;
+    t.create("c1").await;
+    let engine = t.engine.clone();
+    let running = tokio::spawn(async move {
+        let mut request = RunRequest::new(vec!["sleep 1; echo finished".into()]);
+        request.timeout_ms = 10_000;
+        engine.run("c1", request).await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !t.engine.suspend_if_idle("c1").await.unwrap(),
+        "suspended while a command ran"
+    );
+    let result = running.await.unwrap().unwrap().remove(0);
+    assert_eq!(result.stdout, "finished\n");
+    assert!(t.engine.suspend_if_idle("c1").await.unwrap());
+    assert_eq!(
+        t.engine.inspect("c1").await.unwrap().state,
+        shellgate_sandbox::ContainerState::Stopped
+    );
+    t.finish().await;
+}
