@@ -173,23 +173,11 @@ impl RunRequest {
     }
 }
 
-/// How a command ended, shaped like OpenAI's `outcome`.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum Outcome {
-    /// The command ended; a signal death reports `128 + signal`.
-    Exit { exit_code: i32 },
-    /// The command ran past its timeout and was killed.
-    Timeout,
-}
-
-/// One command's result, shaped like an entry of `shell_call_output.output`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct CommandResult {
-    pub stdout: String,
-    pub stderr: String,
-    pub outcome: Outcome,
-}
+/// How a command ended (`{"type":"exit","exit_code":N}` or
+/// `{"type":"timeout"}`; a signal death reports `128 + signal`), and one
+/// command's result: the engine speaks OpenAI's `shell_call_output` shapes
+/// directly, so no layer above converts them.
+pub use shellgate_wire::{Outcome, ShellOutputEntry as CommandResult};
 
 /// Which stream a piece of output came from.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]

@@ -437,13 +437,7 @@ impl ImageStore {
         target: &Path,
     ) -> Result<ImageInfo, SandboxError> {
         prepare_mount_points(staging).context(|| format!("prepare {}", staging.display()))?;
-        let old = target.with_extension("old");
-        let _ = fs::remove_dir_all(&old);
-        if target.exists() {
-            fs::rename(target, &old).context(|| format!("move {} aside", target.display()))?;
-        }
-        fs::rename(staging, target).context(|| format!("install {}", target.display()))?;
-        let _ = fs::remove_dir_all(&old);
+        replace_dir(staging, target)?;
         Ok(ImageInfo {
             name: name.to_owned(),
             path: target.to_owned(),

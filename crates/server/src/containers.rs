@@ -16,8 +16,7 @@ use shellgate_sandbox::{CommandResult, SandboxBackend};
 use shellgate_store::{ContainerFileRow, ContainerRow};
 use shellgate_wire::{
     Container, ContainerFile, CreateContainer, CreateContainerFileFromId, Deleted, ExecRequest,
-    ExpiresAfter, ExpiresAnchor, List, MemoryLimit, NetworkPolicy, Outcome, ShellCallOutput,
-    ShellOutputEntry,
+    ExpiresAfter, ExpiresAnchor, List, MemoryLimit, NetworkPolicy, ShellCallOutput,
 };
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::StreamExt;
@@ -267,23 +266,12 @@ pub(crate) fn run_request(body: &ExecRequest) -> ApiResult<RunRequest> {
     Ok(request)
 }
 
-fn wire_entry(result: CommandResult) -> ShellOutputEntry {
-    ShellOutputEntry {
-        stdout: result.stdout,
-        stderr: result.stderr,
-        outcome: match result.outcome {
-            shellgate_sandbox::Outcome::Exit { exit_code } => Outcome::Exit { exit_code },
-            shellgate_sandbox::Outcome::Timeout => Outcome::Timeout,
-        },
-    }
-}
-
 fn shell_call_output(results: Vec<CommandResult>, max_output_length: usize) -> ShellCallOutput {
     ShellCallOutput {
         kind: "shell_call_output".to_owned(),
         id: new_id("sho_"),
         status: "completed".to_owned(),
-        output: results.into_iter().map(wire_entry).collect(),
+        output: results,
         max_output_length,
     }
 }

@@ -199,6 +199,52 @@ fn container_file_row(row: &Row) -> rusqlite::Result<ContainerFileRow> {
     })
 }
 
+/// One page of a project's rows of `table` (only those whose
+/// `filter_column` equals `filter`, if given), in `seq` order, after the row
+/// whose id is `page.after`. Table and column names are this file's
+/// constants, never input.
+#[allow(clippy::too_many_arguments)]
+fn page_of<T>(
+    conn: &Connection,
+    table: &str,
+    columns: &str,
+    filter_column: &str,
+    project: &str,
+    filter: Option<&str>,
+    page: &Page,
+    map: fn(&Row) -> rusqlite::Result<T>,
+) -> Result<(Vec<T>, bool)> {
+    let cursor = match &page.after {
+        Some(after) => Some(
+            conn.query_row(
+                &format!("SELECT seq FROM {table} WHERE id = ?1 AND project = ?2"),
+                params![after, project],
+                |row| row.get::<_, i64>(0),
+            )
+            .optional()?
+            // An unknown cursor yields an empty page, not the first one.
+            .unwrap_or(if page.ascending { i64::MAX } else { 0 }),
+        ),
+        None => None,
+    };
+    let (comparison, order) = if page.ascending {
+        (">", "ASC")
+    } else {
+        ("<", "DESC")
+    };
+    let sql = format!(
+        "SELECT {columns} FROM {table} WHERE project = ?1 AND (?2 IS NULL OR {filter_column} = ?2)
+         AND (?3 IS NULL OR seq {comparison} ?3) ORDER BY seq {order} LIMIT ?4"
+    );
+    let mut statement = conn.prepare(&sql)?;
+    let mut rows = statement
+        .query_map(params![project, filter, cursor, page.limit as i64 + 1], map)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let has_more = rows.len() > page.limit as usize;
+    rows.truncate(page.limit as usize);
+    Ok((rows, has_more))
+}
+
 impl Store {
     /// Opens (creating and migrating) the database at `path`.
     pub fn open(path: &Path) -> Result<Self> {
@@ -327,38 +373,16 @@ impl Store {
         name: Option<&str>,
         page: &Page,
     ) -> Result<(Vec<ContainerRow>, bool)> {
-        let conn = self.conn();
-        let cursor = match &page.after {
-            Some(after) => Some(
-                conn.query_row(
-                    "SELECT seq FROM containers WHERE id = ?1 AND project = ?2",
-                    params![after, project],
-                    |row| row.get::<_, i64>(0),
-                )
-                .optional()?
-                .unwrap_or(if page.ascending { i64::MAX } else { 0 }),
-            ),
-            None => None,
-        };
-        let (comparison, order) = if page.ascending {
-            (">", "ASC")
-        } else {
-            ("<", "DESC")
-        };
-        let sql = format!(
-            "SELECT {CONTAINER_COLUMNS} FROM containers WHERE project = ?1 AND (?2 IS NULL OR name = ?2)
-             AND (?3 IS NULL OR seq {comparison} ?3) ORDER BY seq {order} LIMIT ?4"
-        );
-        let mut statement = conn.prepare(&sql)?;
-        let mut rows = statement
-            .query_map(
-                params![project, name, cursor, page.limit as i64 + 1],
-                container_row,
-            )?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        let has_more = rows.len() > page.limit as usize;
-        rows.truncate(page.limit as usize);
-        Ok((rows, has_more))
+        page_of(
+            &self.conn(),
+            "containers",
+            CONTAINER_COLUMNS,
+            "name",
+            project,
+            name,
+            page,
+            container_row,
+        )
     }
 
     pub fn set_container_status(&self, id: &str, status: &str) -> Result<()> {
@@ -527,38 +551,16 @@ impl Store {
         purpose: Option<&str>,
         page: &Page,
     ) -> Result<(Vec<FileRow>, bool)> {
-        let conn = self.conn();
-        let cursor = match &page.after {
-            Some(after) => Some(
-                conn.query_row(
-                    "SELECT seq FROM files WHERE id = ?1 AND project = ?2",
-                    params![after, project],
-                    |row| row.get::<_, i64>(0),
-                )
-                .optional()?
-                .unwrap_or(if page.ascending { i64::MAX } else { 0 }),
-            ),
-            None => None,
-        };
-        let (comparison, order) = if page.ascending {
-            (">", "ASC")
-        } else {
-            ("<", "DESC")
-        };
-        let sql = format!(
-            "SELECT {FILE_COLUMNS} FROM files WHERE project = ?1 AND (?2 IS NULL OR purpose = ?2)
-             AND (?3 IS NULL OR seq {comparison} ?3) ORDER BY seq {order} LIMIT ?4"
-        );
-        let mut statement = conn.prepare(&sql)?;
-        let mut rows = statement
-            .query_map(
-                params![project, purpose, cursor, page.limit as i64 + 1],
-                file_row,
-            )?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        let has_more = rows.len() > page.limit as usize;
-        rows.truncate(page.limit as usize);
-        Ok((rows, has_more))
+        page_of(
+            &self.conn(),
+            "files",
+            FILE_COLUMNS,
+            "purpose",
+            project,
+            purpose,
+            page,
+            file_row,
+        )
     }
 
     pub fn delete_file(&self, project: &str, id: &str) -> Result<bool> {

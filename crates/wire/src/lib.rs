@@ -240,7 +240,7 @@ pub struct ExecRequest {
     pub stream: bool,
 }
 
-/// How a command ended.
+/// How a command ended: a signal death reports `128 + signal`.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Outcome {

@@ -28,6 +28,16 @@ use std::path::Path;
 use crate::protocol::{Enrollment, HelperSpec, IdRange, Report, CONTROL_FD, MAX_MESSAGE};
 use crate::sys;
 
+/// The namespaces every container gets (and that seccomp then forbids
+/// sandboxed code to create).
+pub(crate) const CONTAINER_NAMESPACES: libc::c_int = libc::CLONE_NEWUSER
+    | libc::CLONE_NEWNS
+    | libc::CLONE_NEWPID
+    | libc::CLONE_NEWNET
+    | libc::CLONE_NEWUTS
+    | libc::CLONE_NEWIPC
+    | libc::CLONE_NEWCGROUP;
+
 /// The argument that makes the `shellgate` binary act as the helper.
 pub const HELPER_ARG: &str = "__sandbox-helper";
 
@@ -101,14 +111,7 @@ fn run_helper(control: RawFd) -> Result<(), String> {
     prepare_disk(&spec)?;
 
     let (sync_read, sync_write) = sys::pipe().map_err(|e| format!("pipe: {e}"))?;
-    let flags = libc::CLONE_NEWUSER
-        | libc::CLONE_NEWNS
-        | libc::CLONE_NEWPID
-        | libc::CLONE_NEWNET
-        | libc::CLONE_NEWUTS
-        | libc::CLONE_NEWIPC
-        | libc::CLONE_NEWCGROUP
-        | libc::CLONE_PARENT;
+    let flags = CONTAINER_NAMESPACES | libc::CLONE_PARENT;
     // SAFETY: this process is single-threaded (a freshly exec'd helper that
     // started no threads), so a fork-like clone (no CLONE_VM, null stack: the
     // child runs on a copy-on-write copy of this stack) leaves the child with

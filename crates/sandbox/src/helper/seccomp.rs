@@ -99,14 +99,7 @@ const DENIED: &[libc::c_long] = &[
 ];
 
 /// Namespace flags `clone` may not carry.
-const CLONE_NAMESPACE_FLAGS: u32 = (libc::CLONE_NEWUSER
-    | libc::CLONE_NEWNS
-    | libc::CLONE_NEWPID
-    | libc::CLONE_NEWNET
-    | libc::CLONE_NEWUTS
-    | libc::CLONE_NEWIPC
-    | libc::CLONE_NEWCGROUP
-    | 0x80) as u32; // CLONE_NEWTIME
+const CLONE_NAMESPACE_FLAGS: u32 = (super::CONTAINER_NAMESPACES | 0x80) as u32; // and CLONE_NEWTIME
 
 /// Socket families a sandboxed program may open; others get `EAFNOSUPPORT`.
 const ALLOWED_SOCKET_FAMILIES: &[libc::c_int] = &[
