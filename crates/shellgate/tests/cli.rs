@@ -210,6 +210,12 @@ fn an_ordinary_user_runs_sandboxes_rootless_with_clear_warnings() {
     // SAFETY: chown on a path we just created.
     let path = std::ffi::CString::new(data.to_str().unwrap()).unwrap();
     assert_eq!(unsafe { libc::chown(path.as_ptr(), 65534, 65534) }, 0);
+    // A copy the other user can surely reach, wherever the checkout lives.
+    let binary = dir.path().join("shellgate");
+    std::fs::copy(BINARY, &binary).unwrap();
+    let top = std::ffi::CString::new(dir.path().to_str().unwrap()).unwrap();
+    // SAFETY: chmod on a directory we just created.
+    assert_eq!(unsafe { libc::chmod(top.as_ptr(), 0o755) }, 0);
     let output = Command::new("setpriv")
         .args([
             "--reuid",
@@ -219,7 +225,7 @@ fn an_ordinary_user_runs_sandboxes_rootless_with_clear_warnings() {
             "--clear-groups",
             "--",
         ])
-        .arg(BINARY)
+        .arg(&binary)
         .arg("--data-dir")
         .arg(&data)
         .args([
