@@ -276,10 +276,16 @@ fn shell_call_output(results: Vec<CommandResult>, max_output_length: usize) -> S
     }
 }
 
-/// Wakes the container's session if needed and records the activity.
-fn begin_activity(state: &AppState, id: &str) -> ApiResult<()> {
-    state.store.open_session(id)?;
-    state.store.record_activity(id, now(), 0.0)?;
+/// Opens a session if the container was suspended, and records activity
+/// (at most once a second: `last_active_at` has second resolution).
+fn begin_activity(state: &AppState, row: &ContainerRow) -> ApiResult<()> {
+    if !row.session_open {
+        state.store.open_session(&row.id)?;
+    }
+    let now = now();
+    if now > row.last_active_at {
+        state.store.record_activity(&row.id, now, 0.0)?;
+    }
     Ok(())
 }
 
@@ -289,10 +295,10 @@ pub async fn exec(
     Path(id): Path<String>,
     ApiJson(body): ApiJson<ExecRequest>,
 ) -> ApiResult<Response> {
-    owned(&state, &project, &id)?;
+    let row = owned(&state, &project, &id)?;
     let request = run_request(&body)?;
     let busy = state.busy(&id);
-    begin_activity(&state, &id)?;
+    begin_activity(&state, &row)?;
     let commands = request.commands.len();
     let max_output_length = request.max_output_length;
     if !body.stream {
@@ -388,9 +394,10 @@ pub fn safe_file_name(name: &str) -> String {
 
 /// Brings the store's view of `/mnt/data` up to date: files commands made
 /// appear (source `assistant`), files that are gone disappear.
-async fn sync_files(state: &AppState, id: &str) -> ApiResult<Vec<ContainerFileRow>> {
+async fn sync_files(state: &AppState, row: &ContainerRow) -> ApiResult<Vec<ContainerFileRow>> {
     // Reading /mnt/data starts a suspended container: that is a session.
-    begin_activity(state, id)?;
+    begin_activity(state, row)?;
+    let id = row.id.as_str();
     let present = state
         .engine
         .list_files(id)
@@ -425,7 +432,7 @@ pub async fn upload_file(
     headers: HeaderMap,
     request: Request,
 ) -> ApiResult<Json<ContainerFile>> {
-    owned(&state, &project, &id)?;
+    let container = owned(&state, &project, &id)?;
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -467,7 +474,7 @@ pub async fn upload_file(
     }
     let path = format!("/mnt/data/{name}");
     let _busy = state.busy(&id);
-    begin_activity(&state, &id)?;
+    begin_activity(&state, &container)?;
     state
         .engine
         .write_file(&id, &path, &bytes)
@@ -498,10 +505,10 @@ pub async fn list_files(
     Path(id): Path<String>,
     ApiQuery(params): ApiQuery<ListParams>,
 ) -> ApiResult<Json<List<ContainerFile>>> {
-    owned(&state, &project, &id)?;
+    let container = owned(&state, &project, &id)?;
     let page = params.page()?;
     let _busy = state.busy(&id);
-    let mut rows = sync_files(&state, &id).await?;
+    let mut rows = sync_files(&state, &container).await?;
     if !page.ascending {
         rows.reverse();
     }
@@ -525,8 +532,8 @@ async fn owned_file(
     id: &str,
     file_id: &str,
 ) -> ApiResult<ContainerFileRow> {
-    owned(state, project, id)?;
-    let rows = sync_files(state, id).await?;
+    let container = owned(state, project, id)?;
+    let rows = sync_files(state, &container).await?;
     rows.into_iter()
         .find(|r| r.id == file_id)
         .ok_or_else(|| ApiError::not_found("container file", file_id))
@@ -549,8 +556,8 @@ pub async fn file_content(
     Path((id, file_id)): Path<(String, String)>,
 ) -> ApiResult<Response> {
     let _busy = state.busy(&id);
+    // (owned_file has recorded the activity.)
     let row = owned_file(&state, &project, &id, &file_id).await?;
-    begin_activity(&state, &id)?;
     let bytes = state
         .engine
         .read_file(&id, &row.path)
