@@ -104,10 +104,14 @@ struct ShellCallOutput {
 
 pub fn main() -> i32 {
     let cli = Cli::parse();
-    let json_logs = matches!(cli.command, Command::Serve(_))
-        && std::env::var("SHELLGATE_LOG_FORMAT")
-            .map(|f| f != "text")
-            .unwrap_or(true);
+    // `serve` logs JSON unless its config says `log_format = "text"`; a
+    // config that cannot be read is reported by `serve` itself.
+    let json_logs = match &cli.command {
+        Command::Serve(args) => server_config(cli.data_dir.clone(), args.config.as_deref())
+            .map(|config| config.log_format != "text")
+            .unwrap_or(true),
+        _ => false,
+    };
     init_logging(json_logs);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
