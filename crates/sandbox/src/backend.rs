@@ -253,6 +253,9 @@ pub trait SandboxBackend: Send + Sync {
     async fn list(&self) -> Result<Vec<ContainerInfo>, SandboxError>;
     /// Reads a file under `/mnt/data`; never follows a link out of it.
     async fn read_file(&self, id: &str, path: &str) -> Result<Vec<u8>, SandboxError>;
+    /// Opens a file under `/mnt/data` for streaming; never follows a link
+    /// out of it.
+    async fn open_file(&self, id: &str, path: &str) -> Result<std::fs::File, SandboxError>;
     /// Writes (creates or replaces) a file under `/mnt/data`, owned by the sandbox user.
     async fn write_file(&self, id: &str, path: &str, contents: &[u8]) -> Result<(), SandboxError>;
     /// Removes a file under `/mnt/data`.

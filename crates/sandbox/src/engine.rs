@@ -1161,6 +1161,12 @@ impl SandboxBackend for LocalEngine {
         blocking(move || data.read(&path)).await
     }
 
+    async fn open_file(&self, id: &str, path: &str) -> Result<std::fs::File, SandboxError> {
+        let data = self.data_dir(id).await?;
+        let path = path.to_owned();
+        blocking(move || data.open_file(&path)).await
+    }
+
     async fn write_file(&self, id: &str, path: &str, contents: &[u8]) -> Result<(), SandboxError> {
         let data = self.data_dir(id).await?;
         let (path, contents) = (path.to_owned(), contents.to_vec());

@@ -129,6 +129,30 @@ impl DataDir {
 
     /// Reads a regular file; symlinks resolve inside `/mnt/data` only.
     pub fn read(&self, path: &str) -> Result<Vec<u8>, SandboxError> {
+        let file = self.open_file(path)?;
+        let size = file
+            .metadata()
+            .map_err(|e| SandboxError::io("stat", e))?
+            .len();
+        if size > MAX_READ_BYTES {
+            return Err(SandboxError::InvalidRequest {
+                param: "path",
+                message: format!(
+                    "{path} is larger than {MAX_READ_BYTES} bytes; stream it with open_file"
+                ),
+            });
+        }
+        let mut contents = Vec::with_capacity(size as usize);
+        file.take(MAX_READ_BYTES)
+            .read_to_end(&mut contents)
+            .map_err(|e| SandboxError::io("read", e))?;
+        Ok(contents)
+    }
+
+    /// Opens a regular file for reading; symlinks resolve inside
+    /// `/mnt/data` only. The descriptor stays valid whatever happens to the
+    /// path afterwards.
+    pub fn open_file(&self, path: &str) -> Result<File, SandboxError> {
         let relative = relative_path(path)?.join("/");
         let fd = openat2(
             self.dir.as_raw_fd(),
@@ -143,17 +167,7 @@ impl DataDir {
         if !meta.is_file() {
             return Err(SandboxError::FileNotFound(path.to_owned()));
         }
-        if meta.len() > MAX_READ_BYTES {
-            return Err(SandboxError::InvalidRequest {
-                param: "path",
-                message: format!("{path} is larger than {MAX_READ_BYTES} bytes"),
-            });
-        }
-        let mut contents = Vec::with_capacity(meta.len() as usize);
-        file.take(MAX_READ_BYTES)
-            .read_to_end(&mut contents)
-            .map_err(|e| SandboxError::io("read", e))?;
-        Ok(contents)
+        Ok(file)
     }
 
     /// Opens (creating as needed) the directory holding the last component.

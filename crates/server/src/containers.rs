@@ -558,16 +558,15 @@ pub async fn file_content(
     let _busy = state.busy(&id);
     // (owned_file has recorded the activity.)
     let row = owned_file(&state, &project, &id, &file_id).await?;
-    let bytes = state
+    // Streamed from a descriptor the engine resolved inside /mnt/data: a
+    // large file never sits in memory, and the path cannot be swapped.
+    let file = state
         .engine
-        .read_file(&id, &row.path)
+        .open_file(&id, &row.path)
         .await
         .map_err(|e| engine_error(&id, e))?;
-    Ok((
-        [(header::CONTENT_TYPE, "application/octet-stream")],
-        Body::from(bytes),
-    )
-        .into_response())
+    let body = Body::from_stream(crate::files::file_stream(tokio::fs::File::from_std(file)));
+    Ok(([(header::CONTENT_TYPE, "application/octet-stream")], body).into_response())
 }
 
 pub async fn delete_file(

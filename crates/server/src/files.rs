@@ -147,12 +147,12 @@ pub async fn content(
     let file = tokio::fs::File::open(state.files_dir.join(&row.id))
         .await
         .map_err(|e| ApiError::internal(format!("open file {}: {e}", row.id)))?;
-    let body = Body::from_stream(tokio_util_stream(file));
+    let body = Body::from_stream(file_stream(file));
     Ok(([(header::CONTENT_TYPE, "application/octet-stream")], body).into_response())
 }
 
 /// Streams a file in chunks, without loading it whole.
-fn tokio_util_stream(
+pub(crate) fn file_stream(
     mut file: tokio::fs::File,
 ) -> impl tokio_stream::Stream<Item = std::io::Result<Vec<u8>>> {
     use tokio::io::AsyncReadExt;

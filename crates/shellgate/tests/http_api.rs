@@ -754,3 +754,79 @@ fn health_metrics_openapi_and_keys() {
     assert_eq!(usage["project"], "gamma");
     assert_eq!(usage["sandbox_seconds"], 0.0);
 }
+
+fn peak_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))?
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn large_container_files_stream_without_filling_server_memory() {
+    let server = start("http-large", &[]);
+    let port = server.port;
+    let id = create_container(port, KEY);
+    let made = exec(
+        port,
+        &id,
+        &["head -c 200000000 /dev/urandom > big.bin; sha256sum big.bin | cut -c1-64"],
+    );
+    let digest = made.json()["output"][0]["stdout"]
+        .as_str()
+        .unwrap()
+        .trim()
+        .to_owned();
+    let listed = request(
+        port,
+        "GET",
+        &format!("/v1/containers/{id}/files"),
+        Some(KEY),
+        &[],
+        b"",
+    )
+    .json();
+    let file = listed["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == "/mnt/data/big.bin")
+        .unwrap()
+        .clone();
+    assert_eq!(file["bytes"], 200_000_000);
+    let before = peak_rss_kib(server.child.id());
+    let download = request(
+        port,
+        "GET",
+        &format!(
+            "/v1/containers/{id}/files/{}/content",
+            file["id"].as_str().unwrap()
+        ),
+        Some(KEY),
+        &[],
+        b"",
+    );
+    assert_eq!(download.status, 200);
+    assert_eq!(download.body.len(), 200_000_000);
+    let got = Command::new("sha256sum")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            child.stdin.take().unwrap().write_all(&download.body)?;
+            child.wait_with_output()
+        });
+    assert_eq!(String::from_utf8_lossy(&got.unwrap().stdout)[..64], digest);
+    let growth_mib = (peak_rss_kib(server.child.id()).saturating_sub(before)) / 1024;
+    assert!(
+        growth_mib < 64,
+        "the server's peak memory grew by {growth_mib} MiB for a 200 MB download"
+    );
+}

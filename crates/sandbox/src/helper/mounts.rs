@@ -25,6 +25,15 @@ use crate::sys;
 /// Device nodes bound from the host into the container's `/dev`.
 const DEVICES: [&str; 5] = ["null", "zero", "full", "random", "urandom"];
 
+/// The cap of `/dev/shm` (and of System V shared memory): a quarter of
+/// `/tmp`'s. tmpfs pages count against the memory limit but belong to no
+/// process the OOM killer could end, so all of them together must stay well
+/// below the limit (the engine caps `/tmp` at half of it), or a full `/tmp`
+/// and `/dev/shm` would leave no memory to run the `rm` that frees them.
+pub fn shm_bytes(tmp_bytes: u64) -> u64 {
+    (tmp_bytes / 4).max(1 << 20)
+}
+
 /// A setup step that failed, with what it was doing.
 pub type StepResult<T> = Result<T, String>;
 
@@ -232,7 +241,7 @@ pub fn build_root(spec: &HelperSpec) -> StepResult<()> {
             None,
         ),
     )?;
-    build_dev(root, spec.tmp_bytes)?;
+    build_dev(root, shm_bytes(spec.tmp_bytes))?;
     tmpfs(
         &inside(root, "/tmp"),
         &format!("size={},mode=1777", spec.tmp_bytes),
