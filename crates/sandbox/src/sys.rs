@@ -52,6 +52,18 @@ pub fn mount(
     Ok(())
 }
 
+/// Makes every mount of this mount namespace private, so that nothing
+/// mounted from here on propagates back to the namespace it was copied from.
+pub fn make_mounts_private() -> io::Result<()> {
+    mount(
+        None,
+        Path::new("/"),
+        None,
+        libc::MS_REC | libc::MS_PRIVATE,
+        None,
+    )
+}
+
 /// `umount2(2)`.
 pub fn umount2(target: &Path, flags: libc::c_int) -> io::Result<()> {
     let target = cstr(target)?;

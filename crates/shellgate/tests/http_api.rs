@@ -201,6 +201,18 @@ fn exec(port: u16, id: &str, commands: &[&str]) -> Response {
     )
 }
 
+fn list_files(port: u16, id: &str) -> Value {
+    request(
+        port,
+        "GET",
+        &format!("/v1/containers/{id}/files"),
+        Some(KEY),
+        &[],
+        b"",
+    )
+    .json()
+}
+
 fn container_count(port: u16) -> usize {
     let response = request(port, "GET", "/v1/containers?limit=100", Some(KEY), &[], b"");
     response.json()["data"]
@@ -553,15 +565,7 @@ fn the_files_api_never_follows_links_or_dot_dots_out_of_mnt_data() {
         &id,
         &["echo harmless > a.txt; echo harmless > b.txt; echo harmless > c.txt"],
     );
-    let listed = request(
-        port,
-        "GET",
-        &format!("/v1/containers/{id}/files"),
-        Some(KEY),
-        &[],
-        b"",
-    )
-    .json();
+    let listed = list_files(port, &id);
     let file_id = |name: &str| {
         listed["data"]
             .as_array()
@@ -589,15 +593,7 @@ fn the_files_api_never_follows_links_or_dot_dots_out_of_mnt_data() {
         assert_ne!(response.status, 200, "{body}");
     }
     // Links are never listed as files.
-    let listed = request(
-        port,
-        "GET",
-        &format!("/v1/containers/{id}/files"),
-        Some(KEY),
-        &[],
-        b"",
-    )
-    .json();
+    let listed = list_files(port, &id);
     let paths: Vec<&str> = listed["data"]
         .as_array()
         .unwrap()
@@ -755,20 +751,6 @@ fn health_metrics_openapi_and_keys() {
     assert_eq!(usage["sandbox_seconds"], 0.0);
 }
 
-fn peak_rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))?
-                .split_whitespace()
-                .nth(1)?
-                .parse()
-                .ok()
-        })
-        .unwrap_or(0)
-}
-
 #[test]
 fn large_container_files_stream_without_filling_server_memory() {
     let server = start("http-large", &[]);
@@ -784,15 +766,7 @@ fn large_container_files_stream_without_filling_server_memory() {
         .unwrap()
         .trim()
         .to_owned();
-    let listed = request(
-        port,
-        "GET",
-        &format!("/v1/containers/{id}/files"),
-        Some(KEY),
-        &[],
-        b"",
-    )
-    .json();
+    let listed = list_files(port, &id);
     let file = listed["data"]
         .as_array()
         .unwrap()
@@ -801,7 +775,7 @@ fn large_container_files_stream_without_filling_server_memory() {
         .unwrap()
         .clone();
     assert_eq!(file["bytes"], 200_000_000);
-    let before = peak_rss_kib(server.child.id());
+    let before = common::peak_rss_kib(&server.child.id().to_string());
     let download = request(
         port,
         "GET",
@@ -824,7 +798,8 @@ fn large_container_files_stream_without_filling_server_memory() {
             child.wait_with_output()
         });
     assert_eq!(String::from_utf8_lossy(&got.unwrap().stdout)[..64], digest);
-    let growth_mib = (peak_rss_kib(server.child.id()).saturating_sub(before)) / 1024;
+    let growth_mib =
+        (common::peak_rss_kib(&server.child.id().to_string()).saturating_sub(before)) / 1024;
     assert!(
         growth_mib < 64,
         "the server's peak memory grew by {growth_mib} MiB for a 200 MB download"

@@ -145,7 +145,7 @@ async fn output_is_capped_keeping_head_and_tail() {
 async fn a_10_gb_flood_returns_capped_in_bounded_time_and_memory() {
     let t = TestEngine::new("flood").await;
     t.create("c1").await;
-    let peak_before = peak_rss_kib();
+    let peak_before = common::peak_rss_kib("self");
     let result = t
         .run_with(
             "c1",
@@ -158,23 +158,9 @@ async fn a_10_gb_flood_returns_capped_in_bounded_time_and_memory() {
     assert!(result.stdout.contains("characters truncated"));
     assert_eq!(result.stderr, "done\n");
     // Memory: capture is O(cap), so the peak may only grow by buffers.
-    let growth_mib = (peak_rss_kib() - peak_before) / 1024;
+    let growth_mib = (common::peak_rss_kib("self") - peak_before) / 1024;
     assert!(growth_mib < 64, "peak RSS grew by {growth_mib} MiB");
     t.finish().await;
-}
-
-fn peak_rss_kib() -> i64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))?
-                .split_whitespace()
-                .nth(1)?
-                .parse()
-                .ok()
-        })
-        .unwrap_or(0)
 }
 
 #[tokio::test(flavor = "multi_thread")]

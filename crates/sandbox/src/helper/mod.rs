@@ -171,14 +171,7 @@ fn prepare_disk(spec: &HelperSpec) -> Result<(), String> {
         // SAFETY: unshare with a constant flag, in a single-threaded process.
         sys::cvt(unsafe { libc::unshare(libc::CLONE_NEWNS) })
             .map_err(|e| format!("unshare mount namespace: {e}"))?;
-        sys::mount(
-            None,
-            Path::new("/"),
-            None,
-            libc::MS_REC | libc::MS_PRIVATE,
-            None,
-        )
-        .map_err(|e| format!("make / private: {e}"))?;
+        sys::make_mounts_private().map_err(|e| format!("make / private: {e}"))?;
         crate::disk::mount_image(image, &spec.disk_root)?;
     }
     crate::disk::prepare_layout(&spec.disk_root, spec.host_sandbox_ids, spec.host_root_ids)

@@ -166,16 +166,7 @@ fn build_dev(root: &Path, shm_bytes: u64) -> StepResult<()> {
 pub fn build_root(spec: &HelperSpec) -> StepResult<()> {
     let root = spec.root_mount.as_path();
     // Nothing we mount may propagate back to the host.
-    step(
-        || "make / private".into(),
-        sys::mount(
-            None,
-            Path::new("/"),
-            None,
-            libc::MS_REC | libc::MS_PRIVATE,
-            None,
-        ),
-    )?;
+    step(|| "make / private".into(), sys::make_mounts_private())?;
     match &spec.root {
         RootSpec::HostBinds { binds, symlinks } => {
             tmpfs(root, "size=1m,mode=755", 0)?;
