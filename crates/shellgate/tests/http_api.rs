@@ -474,15 +474,7 @@ fn every_error_is_an_envelope_with_the_right_status_and_changes_nothing() {
 
     // Nothing changed.
     assert_eq!(container_count(port), before);
-    let files = request(
-        port,
-        "GET",
-        &format!("/v1/containers/{id}/files"),
-        Some(KEY),
-        &[],
-        b"",
-    )
-    .json();
+    let files = list_files(port, &id);
     assert_eq!(files["data"].as_array().unwrap().len(), 1, "{files}");
     assert_eq!(
         exec(port, &id, &["echo fine"]).json()["output"][0]["stdout"],
