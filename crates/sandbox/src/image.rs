@@ -244,40 +244,48 @@ pub struct Recipe {
     pub packages: &'static [&'static str],
 }
 
-/// Debian 12 with the languages OpenAI's hosted containers list, as close as
-/// Debian 12 has them (Node.js 18 and Go 1.19 rather than 22 and 1.23).
-pub const RECIPES: &[Recipe] = &[Recipe {
-    name: "debian-12",
-    suite: "bookworm",
-    packages: &[
-        "bash",
-        "ca-certificates",
-        "coreutils",
-        "curl",
-        "file",
-        "findutils",
-        "git",
-        "gcc",
-        "g++",
-        "make",
-        "golang-go",
-        "jq",
-        "less",
-        "nodejs",
-        "npm",
-        "openjdk-17-jdk-headless",
-        "php-cli",
-        "procps",
-        "python3",
-        "python3-pip",
-        "python3-venv",
-        "ruby",
-        "sqlite3",
-        "unzip",
-        "xz-utils",
-        "zip",
-    ],
-}];
+/// `debian-12`: Debian 12 with the languages OpenAI's hosted containers
+/// list, as close as Debian 12 has them (Node.js 18 and Go 1.19 rather than
+/// 22 and 1.23). `debian-12-slim`: a minimal Debian 12 with Python.
+pub const RECIPES: &[Recipe] = &[
+    Recipe {
+        name: "debian-12-slim",
+        suite: "bookworm",
+        packages: &["bash", "ca-certificates", "coreutils", "python3-minimal"],
+    },
+    Recipe {
+        name: "debian-12",
+        suite: "bookworm",
+        packages: &[
+            "bash",
+            "ca-certificates",
+            "coreutils",
+            "curl",
+            "file",
+            "findutils",
+            "git",
+            "gcc",
+            "g++",
+            "make",
+            "golang-go",
+            "jq",
+            "less",
+            "nodejs",
+            "npm",
+            "openjdk-17-jdk-headless",
+            "php-cli",
+            "procps",
+            "python3",
+            "python3-pip",
+            "python3-venv",
+            "ruby",
+            "sqlite3",
+            "unzip",
+            "xz-utils",
+            "zip",
+        ],
+    },
+];
 
 /// mmdebstrap's stage messages and how far along the build each one is.
 const BUILD_STAGES: &[(&str, f64)] = &[

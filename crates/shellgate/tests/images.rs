@@ -120,3 +120,41 @@ fn importing_garbage_is_refused_and_leaves_no_image() {
     let list = shellgate(&data, &["image", "list"]);
     assert_eq!(String::from_utf8_lossy(&list.stdout).lines().count(), 1);
 }
+
+#[test]
+fn image_build_makes_a_debian_image_from_debian_packages() {
+    // Needs mmdebstrap (scripts/test installs it) and Debian's package
+    // mirrors, which this project's machines reach.
+    let dir = TempDir::new("images-build");
+    let data = dir.path().join("data");
+    let built = shellgate(&data, &["image", "build", "debian-12-slim"]);
+    let progress = String::from_utf8_lossy(&built.stderr);
+    assert!(built.status.success(), "{progress}");
+    // The progress bar reached 100% through mmdebstrap's stages.
+    assert!(
+        progress.contains("100%") && progress.contains("extracting"),
+        "{progress}"
+    );
+    let output = shellgate(
+        &data,
+        &[
+            "exec",
+            "--image",
+            "debian-12-slim",
+            "--",
+            "cat /etc/debian_version; python3 -c 'print(6*7)'; id -un; pwd",
+        ],
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let stdout = json["output"][0]["stdout"].as_str().unwrap();
+    assert!(stdout.starts_with("12."), "{stdout}");
+    assert!(stdout.ends_with("42\nsandbox\n/mnt/data\n"), "{stdout}");
+    let unknown = shellgate(&data, &["image", "build", "windows-95"]);
+    assert!(!unknown.status.success());
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no recipe"));
+}
