@@ -67,7 +67,13 @@ pub fn detect(rootless: bool) -> (DiskKind, Option<String>) {
 /// Formats a sparse ext4 image of `bytes` at `path` whose root is owned by
 /// the container's root (`owner`).
 pub async fn format_image(path: &Path, bytes: u64, owner: (u32, u32)) -> io::Result<()> {
-    let file = OpenOptions::new().write(true).create_new(true).open(path)?;
+    use std::os::unix::fs::OpenOptionsExt;
+    // Only the server (and the helper, as root) ever opens a disk image.
+    let file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
     file.set_len(bytes)?;
     drop(file);
     // Formatting is background work (the pool): lowest CPU priority, so it

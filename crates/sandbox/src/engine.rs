@@ -279,8 +279,22 @@ impl LocalEngine {
         }
         // Warm containers die with the engine that made them.
         let _ = fs::remove_dir_all(data_dir.join("warm"));
-        for sub in ["containers", "pool", "warm", "run/root", "run/disk"] {
-            fs::create_dir_all(data_dir.join(sub)).context(|| format!("create {sub}"))?;
+        // Containers' disks are private to the server: other host users may
+        // traverse (sandboxes must, to reach their mounts) but never list.
+        for (sub, mode) in [
+            ("containers", 0o711),
+            ("pool", 0o700),
+            ("warm", 0o711),
+            ("run/root", 0o755),
+            ("run/disk", 0o755),
+        ] {
+            let dir = data_dir.join(sub);
+            fs::create_dir_all(&dir).context(|| format!("create {sub}"))?;
+            if !rootless {
+                use std::os::unix::fs::PermissionsExt;
+                fs::set_permissions(&dir, fs::Permissions::from_mode(mode))
+                    .context(|| format!("chmod {sub}"))?;
+            }
         }
         let mut warnings = Vec::new();
         let (cgroups, cgroup_warnings) = Cgroups::setup(&group_name(&data_dir));

@@ -311,6 +311,11 @@ async fn host_files_and_other_containers_are_out_of_reach() {
         listing.stdout.contains("No such file or directory"),
         "{listing:?}"
     );
+    // On the host, other users can neither list containers nor read disks.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: std::path::PathBuf| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(t.data_dir().join("containers")), 0o711);
+    assert_eq!(mode(t.data_dir().join("containers/a/disk.img")), 0o600);
     // /etc holds only what the allow-list copied.
     let etc = t.ok("b", "ls /etc").await;
     for private in ["shadow", "gshadow", "sudoers", "ssh", "subuid"] {
