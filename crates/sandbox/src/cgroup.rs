@@ -30,10 +30,10 @@ pub enum Cgroups {
     Disabled,
 }
 
-/// The server's own cgroup path for `controller` ("" for the v2 hierarchy).
-fn own_cgroup(controller: &str) -> Option<String> {
-    let text = fs::read_to_string("/proc/self/cgroup").ok()?;
-    text.lines().find_map(|line| {
+/// This process's cgroup path for `controller` ("" for the v2 hierarchy),
+/// read from the text of `/proc/self/cgroup`.
+fn own_cgroup(self_cgroup: &str, controller: &str) -> Option<String> {
+    self_cgroup.lines().find_map(|line| {
         let mut parts = line.splitn(3, ':');
         let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
         let matches = if controller.is_empty() {
@@ -50,9 +50,22 @@ impl Cgroups {
     /// `group` names the engine (derived from its data directory).
     /// Returns warnings for limits that cannot be enforced.
     pub fn setup(group: &str) -> (Self, Vec<String>) {
+        let self_cgroup = fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        Self::setup_in(
+            Path::new(CGROUP_ROOT),
+            &self_cgroup,
+            std::process::id(),
+            group,
+        )
+    }
+
+    /// `setup` against a cgroup file system mounted at `root`, for a process
+    /// `pid` whose `/proc/self/cgroup` reads `self_cgroup` (tests use a fake
+    /// tree; the kernel's is at `/sys/fs/cgroup`).
+    pub fn setup_in(root: &Path, self_cgroup: &str, pid: u32, group: &str) -> (Self, Vec<String>) {
         let mut warnings = Vec::new();
-        if Path::new(CGROUP_ROOT).join("cgroup.controllers").exists() {
-            match setup_v2(group) {
+        if root.join("cgroup.controllers").exists() {
+            match setup_v2(root, self_cgroup, pid, group) {
                 Ok(base) => return (Cgroups::V2 { base }, warnings),
                 Err(e) => {
                     warnings.push(format!(
@@ -64,8 +77,16 @@ impl Cgroups {
         }
         let mut bases = Vec::new();
         for controller in V1_CONTROLLERS {
-            let mount = Path::new(CGROUP_ROOT).join(controller);
-            let Some(own) = own_cgroup(controller) else {
+            let mount = root.join(controller);
+            // A folder that is not a mounted hierarchy would take our
+            // folders without enforcing anything.
+            if !mount.join("cgroup.procs").exists() {
+                warnings.push(format!(
+                    "cgroup v1 controller {controller} not mounted: its limit is off"
+                ));
+                continue;
+            }
+            let Some(own) = own_cgroup(self_cgroup, controller) else {
                 warnings.push(format!(
                     "cgroup v1 controller {controller} not mounted: its limit is off"
                 ));
@@ -172,9 +193,9 @@ impl Cgroups {
     }
 }
 
-fn setup_v2(group: &str) -> io::Result<PathBuf> {
-    let own = own_cgroup("").unwrap_or_default();
-    let own_dir = Path::new(CGROUP_ROOT).join(own.trim_start_matches('/'));
+fn setup_v2(root: &Path, self_cgroup: &str, pid: u32, group: &str) -> io::Result<PathBuf> {
+    let own = own_cgroup(self_cgroup, "").unwrap_or_default();
+    let own_dir = root.join(own.trim_start_matches('/'));
     let wanted = ["memory", "pids", "cpu"];
     let available = fs::read_to_string(own_dir.join("cgroup.controllers"))?;
     let enable: String = wanted
@@ -194,12 +215,12 @@ fn setup_v2(group: &str) -> io::Result<PathBuf> {
         // "No internal processes": a non-root cgroup that holds processes
         // cannot hand controllers down. Move the server into a leaf beside
         // the containers, then try again.
-        if e.raw_os_error() != Some(libc::EBUSY) || own_dir == Path::new(CGROUP_ROOT) {
+        if e.raw_os_error() != Some(libc::EBUSY) || own_dir == root {
             return Err(e);
         }
         let leaf = own_dir.join("server");
         fs::create_dir_all(&leaf)?;
-        sys::write_file(&leaf.join("cgroup.procs"), &std::process::id().to_string())?;
+        sys::write_file(&leaf.join("cgroup.procs"), &pid.to_string())?;
         enable_in(&own_dir)?;
     }
     fs::create_dir_all(&base)?;
@@ -273,5 +294,139 @@ fn kill_members(dir: &Path) {
             // reused while they are listed).
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fake cgroup tree: directories and the knob files the kernel would
+    /// have made.
+    fn fake(files: &[&str]) -> PathBuf {
+        let root = std::env::temp_dir().join(format!(
+            "shellgate-cgroup-test-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0)
+        ));
+        for file in files {
+            let path = root.join(file);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(path, "").unwrap();
+        }
+        root
+    }
+
+    fn read(root: &Path, file: &str) -> String {
+        fs::read_to_string(root.join(file)).unwrap()
+    }
+
+    fn spec() -> ContainerSpec {
+        ContainerSpec {
+            memory_bytes: 128 << 20,
+            pids_max: 64,
+            cpu_weight: 50,
+            cpu_cores: Some(1.5),
+            ..ContainerSpec::default()
+        }
+    }
+
+    #[test]
+    fn pure_v2_enables_controllers_and_writes_limits() {
+        let slot = "g/s1";
+        let root = fake(&[
+            "cgroup.subtree_control",
+            "g/cgroup.subtree_control",
+            "g/s1/memory.max",
+            "g/s1/memory.swap.max",
+            "g/s1/pids.max",
+            "g/s1/cpu.weight",
+            "g/s1/cpu.max",
+            "g/s1/cgroup.procs",
+        ]);
+        fs::write(
+            root.join("cgroup.controllers"),
+            "cpuset cpu io memory hugetlb pids rdma misc\n",
+        )
+        .unwrap();
+        let (cgroups, warnings) = Cgroups::setup_in(&root, "0::/\n", 42, "g");
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert!(matches!(&cgroups, Cgroups::V2 { base } if base == &root.join("g")));
+        assert_eq!(read(&root, "cgroup.subtree_control"), "+memory +pids +cpu");
+        assert_eq!(
+            read(&root, "g/cgroup.subtree_control"),
+            "+memory +pids +cpu"
+        );
+        let procs = cgroups.create("s1", &spec()).unwrap();
+        assert_eq!(procs, vec![root.join(slot).join("cgroup.procs")]);
+        assert_eq!(read(&root, "g/s1/memory.max"), "134217728");
+        assert_eq!(read(&root, "g/s1/memory.swap.max"), "0");
+        assert_eq!(read(&root, "g/s1/pids.max"), "64");
+        assert_eq!(read(&root, "g/s1/cpu.weight"), "50");
+        assert_eq!(read(&root, "g/s1/cpu.max"), "150000 100000");
+        assert_eq!(cgroups.existing(), vec!["s1".to_owned()]);
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn v2_without_the_controllers_is_disabled_with_a_warning() {
+        let root = fake(&["cgroup.subtree_control"]);
+        fs::write(root.join("cgroup.controllers"), "hugetlb\n").unwrap();
+        let (cgroups, warnings) = Cgroups::setup_in(&root, "0::/\n", 42, "g");
+        assert!(!cgroups.enabled());
+        assert!(warnings[0].contains("limits are off"), "{warnings:?}");
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn v1_nests_under_each_controllers_own_cgroup() {
+        let root = fake(&[
+            "memory/cgroup.procs",
+            "pids/cgroup.procs",
+            "cpu/cgroup.procs",
+            "memory/user.slice/g/s1/memory.limit_in_bytes",
+            "memory/user.slice/g/s1/memory.memsw.limit_in_bytes",
+            "memory/user.slice/g/s1/cgroup.procs",
+            "pids/g/s1/pids.max",
+            "pids/g/s1/cgroup.procs",
+            "cpu/g/s1/cpu.shares",
+            "cpu/g/s1/cpu.cfs_period_us",
+            "cpu/g/s1/cpu.cfs_quota_us",
+            "cpu/g/s1/cgroup.procs",
+        ]);
+        let self_cgroup = "4:memory:/user.slice\n8:pids:/\n1:cpu,cpuacct:/\n0::/\n";
+        let (cgroups, warnings) = Cgroups::setup_in(&root, self_cgroup, 42, "g");
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let procs = cgroups.create("s1", &spec()).unwrap();
+        assert_eq!(procs.len(), 3);
+        assert_eq!(
+            read(&root, "memory/user.slice/g/s1/memory.limit_in_bytes"),
+            "134217728"
+        );
+        assert_eq!(
+            read(&root, "memory/user.slice/g/s1/memory.memsw.limit_in_bytes"),
+            "134217728"
+        );
+        assert_eq!(read(&root, "pids/g/s1/pids.max"), "64");
+        assert_eq!(read(&root, "cpu/g/s1/cpu.shares"), "512");
+        assert_eq!(read(&root, "cpu/g/s1/cpu.cfs_quota_us"), "150000");
+        assert_eq!(read(&root, "cpu/g/s1/cpu.cfs_period_us"), "100000");
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_missing_v1_controller_is_reported() {
+        let root = fake(&["pids/cgroup.procs", "memory/not-a-hierarchy"]);
+        let (cgroups, warnings) = Cgroups::setup_in(&root, "8:pids:/\n0::/\n", 42, "g");
+        assert!(cgroups.enabled());
+        assert_eq!(
+            warnings.len(),
+            2,
+            "memory and cpu are missing: {warnings:?}"
+        );
+        fs::remove_dir_all(&root).unwrap();
     }
 }
