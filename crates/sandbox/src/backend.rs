@@ -258,6 +258,14 @@ pub trait SandboxBackend: Send + Sync {
     async fn open_file(&self, id: &str, path: &str) -> Result<std::fs::File, SandboxError>;
     /// Writes (creates or replaces) a file under `/mnt/data`, owned by the sandbox user.
     async fn write_file(&self, id: &str, path: &str, contents: &[u8]) -> Result<(), SandboxError>;
+    /// As `write_file`, copying from an open file (large uploads are
+    /// spooled to disk first, never held in memory); returns the bytes written.
+    async fn write_file_from(
+        &self,
+        id: &str,
+        path: &str,
+        source: std::fs::File,
+    ) -> Result<u64, SandboxError>;
     /// Removes a file under `/mnt/data`.
     async fn delete_file(&self, id: &str, path: &str) -> Result<(), SandboxError>;
     /// Every regular file under `/mnt/data`.

@@ -1187,6 +1187,17 @@ impl SandboxBackend for LocalEngine {
         blocking(move || data.write(&path, &contents)).await
     }
 
+    async fn write_file_from(
+        &self,
+        id: &str,
+        path: &str,
+        mut source: std::fs::File,
+    ) -> Result<u64, SandboxError> {
+        let data = self.data_dir(id).await?;
+        let path = path.to_owned();
+        blocking(move || data.write_from(&path, &mut source)).await
+    }
+
     async fn delete_file(&self, id: &str, path: &str) -> Result<(), SandboxError> {
         let data = self.data_dir(id).await?;
         let path = path.to_owned();

@@ -9,7 +9,7 @@
 
 use std::ffi::CString;
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -211,6 +211,13 @@ impl DataDir {
 
     /// Writes a file, creating parent directories; never follows a symlink.
     pub fn write(&self, path: &str, contents: &[u8]) -> Result<(), SandboxError> {
+        self.write_from(path, &mut &contents[..]).map(drop)
+    }
+
+    /// Writes a file from a reader (so large uploads never sit in memory),
+    /// creating parent directories; never follows a symlink. Returns the
+    /// bytes written.
+    pub fn write_from(&self, path: &str, source: &mut dyn Read) -> Result<u64, SandboxError> {
         let parts = relative_path(path)?;
         let parent = self.parent_of(&parts, path)?;
         let name = &parts[parts.len() - 1];
@@ -233,10 +240,9 @@ impl DataDir {
         // SAFETY: fchown on a descriptor we own.
         sys::cvt(unsafe { libc::fchown(file.as_raw_fd(), self.owner.0, self.owner.1) })
             .map_err(|e| SandboxError::io("chown", e))?;
-        (&file)
-            .write_all(contents)
-            .map_err(|e| not_found_or(path, e))?;
-        file.sync_data().map_err(|e| not_found_or(path, e))
+        let written = std::io::copy(source, &mut &file).map_err(|e| not_found_or(path, e))?;
+        file.sync_data().map_err(|e| not_found_or(path, e))?;
+        Ok(written)
     }
 
     /// Removes a file (not a directory); never follows a symlink.

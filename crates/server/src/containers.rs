@@ -23,6 +23,7 @@ use tokio_stream::StreamExt;
 
 use crate::error::{ApiError, ApiResult};
 use crate::http::{ApiJson, ApiQuery, ListParams, Project};
+use crate::spool::spool;
 use crate::{destroy_quietly, engine_error, new_id, now, AppState};
 
 /// Most allowed domains in a network policy.
@@ -181,16 +182,16 @@ pub async fn create(
         };
         state.engine.create(&row.id, spec).await?;
         for file in &files {
-            let blob = tokio::fs::read(state.files_dir.join(&file.id))
-                .await
-                .map_err(|e| ApiError::internal(format!("read file {}: {e}", file.id)))?;
             let path = format!("/mnt/data/{}", safe_file_name(&file.filename));
-            state.engine.write_file(&row.id, &path, &blob).await?;
+            let bytes = state
+                .engine
+                .write_file_from(&row.id, &path, open_blob(&state, &file.id)?)
+                .await?;
             state.store.upsert_container_file(&ContainerFileRow {
                 id: new_id("cfile_"),
                 container_id: row.id.clone(),
                 path,
-                bytes: blob.len() as u64,
+                bytes,
                 source: "user".to_owned(),
                 created_at: now,
             })?;
@@ -383,6 +384,12 @@ fn container_file_object(row: &ContainerFileRow) -> ContainerFile {
     }
 }
 
+/// The stored blob of a Files API file, opened.
+fn open_blob(state: &AppState, file_id: &str) -> ApiResult<std::fs::File> {
+    std::fs::File::open(state.files_dir.join(file_id))
+        .map_err(|e| ApiError::internal(format!("read file {file_id}: {e}")))
+}
+
 /// A file name safe to place in `/mnt/data`: its last path component.
 pub fn safe_file_name(name: &str) -> String {
     let base = name.rsplit(['/', '\\']).next().unwrap_or("").trim();
@@ -437,16 +444,19 @@ pub async fn upload_file(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let (name, bytes) = if content_type.starts_with("multipart/form-data") {
+    // Either way the content ends up in an open file: spooled from the
+    // upload, or the stored blob of a Files API file.
+    let (name, source) = if content_type.starts_with("multipart/form-data") {
         let mut multipart = Multipart::from_request(request, &())
             .await
             .map_err(|e| ApiError::bad_request(format!("Invalid multipart body: {e}")))?;
         let mut upload = None;
-        while let Some(field) = multipart.next_field().await.map_err(multipart_error)? {
+        while let Some(mut field) = multipart.next_field().await.map_err(multipart_error)? {
             if field.name() == Some("file") {
                 let name = safe_file_name(field.file_name().unwrap_or("upload"));
-                let data = field.bytes().await.map_err(multipart_error)?;
-                upload = Some((name, data.to_vec()));
+                let spooled =
+                    spool(&mut field, &state.files_dir, state.config.max_upload_bytes).await?;
+                upload = Some((name, spooled.file));
             }
         }
         upload.ok_or_else(|| ApiError::invalid("file", "a multipart field 'file' is required"))?
@@ -457,34 +467,25 @@ pub async fn upload_file(
             .store
             .file(&project.0, &body.file_id)?
             .ok_or_else(|| ApiError::not_found("file", &body.file_id))?;
-        let blob = tokio::fs::read(state.files_dir.join(&file.id))
-            .await
-            .map_err(|e| ApiError::internal(format!("read file {}: {e}", file.id)))?;
-        (safe_file_name(&file.filename), blob)
+        (safe_file_name(&file.filename), open_blob(&state, &file.id)?)
     } else {
         return Err(ApiError::unsupported_media_type(
             "Send the file as multipart/form-data (field 'file') or JSON {\"file_id\": ...}.",
         ));
     };
-    if bytes.len() > state.config.max_upload_bytes {
-        return Err(ApiError::too_large(format!(
-            "Files are limited to {} bytes.",
-            state.config.max_upload_bytes
-        )));
-    }
     let path = format!("/mnt/data/{name}");
     let _busy = state.busy(&id);
     begin_activity(&state, &container)?;
-    state
+    let bytes = state
         .engine
-        .write_file(&id, &path, &bytes)
+        .write_file_from(&id, &path, source)
         .await
         .map_err(|e| engine_error(&id, e))?;
     let row = state.store.upsert_container_file(&ContainerFileRow {
         id: new_id("cfile_"),
         container_id: id.clone(),
         path,
-        bytes: bytes.len() as u64,
+        bytes,
         source: "user".to_owned(),
         created_at: now(),
     })?;

@@ -14,6 +14,7 @@ use shellgate_wire::{Deleted, FileObject, List, FILE_PURPOSES};
 use crate::containers::{multipart_error, safe_file_name};
 use crate::error::{ApiError, ApiResult};
 use crate::http::{ApiQuery, ListParams, Project};
+use crate::spool::{spool, Spooled};
 use crate::{new_id, now, AppState};
 
 fn file_object(row: &FileRow) -> FileObject {
@@ -49,62 +50,46 @@ pub async fn upload(
         ))
     })?;
     let id = new_id("file-");
-    let staging = state.files_dir.join(format!(".{id}.part"));
     let mut purpose = None;
-    let mut stored: Option<(String, u64)> = None;
-    let result = async {
-        while let Some(field) = multipart.next_field().await.map_err(multipart_error)? {
-            match field.name() {
-                Some("purpose") => purpose = Some(field.text().await.map_err(multipart_error)?),
-                Some("file") => {
-                    let name = safe_file_name(field.file_name().unwrap_or("upload"));
-                    let data = field.bytes().await.map_err(multipart_error)?;
-                    if data.len() > state.config.max_upload_bytes {
-                        return Err(ApiError::too_large(format!(
-                            "Files are limited to {} bytes.",
-                            state.config.max_upload_bytes
-                        )));
-                    }
-                    tokio::fs::write(&staging, &data)
-                        .await
-                        .map_err(|e| ApiError::internal(format!("store file: {e}")))?;
-                    stored = Some((name, data.len() as u64));
-                }
-                _ => {}
+    let mut stored: Option<(String, Spooled)> = None;
+    while let Some(mut field) = multipart.next_field().await.map_err(multipart_error)? {
+        match field.name() {
+            Some("purpose") => purpose = Some(field.text().await.map_err(multipart_error)?),
+            Some("file") => {
+                let name = safe_file_name(field.file_name().unwrap_or("upload"));
+                let spooled =
+                    spool(&mut field, &state.files_dir, state.config.max_upload_bytes).await?;
+                stored = Some((name, spooled));
             }
+            _ => {}
         }
-        let purpose = purpose
-            .clone()
-            .ok_or_else(|| ApiError::invalid("purpose", "a 'purpose' field is required"))?;
-        if !FILE_PURPOSES.contains(&purpose.as_str()) {
-            return Err(ApiError::invalid(
-                "purpose",
-                format!("purpose must be one of {}", FILE_PURPOSES.join(", ")),
-            ));
-        }
-        let (filename, bytes) = stored
-            .clone()
-            .ok_or_else(|| ApiError::invalid("file", "a 'file' field is required"))?;
-        tokio::fs::rename(&staging, state.files_dir.join(&id))
-            .await
-            .map_err(|e| ApiError::internal(format!("store file: {e}")))?;
-        let row = FileRow {
-            id: id.clone(),
-            project: project.0.clone(),
-            filename,
-            purpose,
-            bytes,
-            created_at: now(),
-        };
-        if let Err(e) = state.store.insert_file(&row) {
-            let _ = tokio::fs::remove_file(state.files_dir.join(&id)).await;
-            return Err(e.into());
-        }
-        Ok(row)
     }
-    .await;
-    let _ = tokio::fs::remove_file(&staging).await;
-    Ok(Json(file_object(&result?)))
+    let purpose =
+        purpose.ok_or_else(|| ApiError::invalid("purpose", "a 'purpose' field is required"))?;
+    if !FILE_PURPOSES.contains(&purpose.as_str()) {
+        return Err(ApiError::invalid(
+            "purpose",
+            format!("purpose must be one of {}", FILE_PURPOSES.join(", ")),
+        ));
+    }
+    let (filename, spooled) =
+        stored.ok_or_else(|| ApiError::invalid("file", "a 'file' field is required"))?;
+    // Named only once complete and valid; the row only once it is named.
+    let blob = state.files_dir.join(&id);
+    spooled.persist(&blob)?;
+    let row = FileRow {
+        id,
+        project: project.0.clone(),
+        filename,
+        purpose,
+        bytes: spooled.bytes,
+        created_at: now(),
+    };
+    if let Err(e) = state.store.insert_file(&row) {
+        let _ = tokio::fs::remove_file(&blob).await;
+        return Err(e.into());
+    }
+    Ok(Json(file_object(&row)))
 }
 
 pub async fn list(

@@ -14,6 +14,7 @@ mod http;
 mod lifecycle;
 mod metrics;
 pub(crate) mod ops;
+mod spool;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

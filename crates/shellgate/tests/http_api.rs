@@ -797,3 +797,73 @@ fn large_container_files_stream_without_filling_server_memory() {
         "the server's peak memory grew by {growth_mib} MiB for a 200 MB download"
     );
 }
+
+#[test]
+fn large_uploads_are_spooled_not_held_in_memory() {
+    let server = start("http-upload", &[]);
+    let port = server.port;
+    let id = create_container(port, KEY);
+    let boundary = "UPLOADBOUNDARY";
+    let payload: Vec<u8> = (0..150_000_000u32).map(|i| (i % 251) as u8).collect();
+    let multipart = |extra: &str| {
+        let mut body = format!(
+            "--{boundary}\r\n{extra}Content-Disposition: form-data; name=\"file\"; filename=\"blob.bin\"\r\n\r\n"
+        )
+        .into_bytes();
+        body.extend_from_slice(&payload);
+        body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+        body
+    };
+    let content_type = format!("multipart/form-data; boundary={boundary}");
+    let before = common::peak_rss_kib(&server.child.id().to_string());
+    let uploaded = request(
+        port,
+        "POST",
+        &format!("/v1/containers/{id}/files"),
+        Some(KEY),
+        &[("Content-Type", &content_type)],
+        &multipart(""),
+    );
+    assert_eq!(
+        uploaded.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&uploaded.body)
+    );
+    assert_eq!(uploaded.json()["bytes"], 150_000_000);
+    let purpose = format!(
+        "Content-Disposition: form-data; name=\"purpose\"\r\n\r\nuser_data\r\n--{boundary}\r\n"
+    );
+    let file = request(
+        port,
+        "POST",
+        "/v1/files",
+        Some(KEY),
+        &[("Content-Type", &content_type)],
+        &multipart(&purpose),
+    );
+    assert_eq!(file.status, 200, "{}", String::from_utf8_lossy(&file.body));
+    assert_eq!(file.json()["bytes"], 150_000_000);
+    let growth_mib =
+        common::peak_rss_kib(&server.child.id().to_string()).saturating_sub(before) / 1024;
+    assert!(
+        growth_mib < 64,
+        "the server's peak memory grew by {growth_mib} MiB for two 150 MB uploads"
+    );
+    // What arrived is what was sent, in the container and in the Files API.
+    let check = exec(port, &id, &["cmp <(python3 -c 'import sys; sys.stdout.buffer.write(bytes(i % 251 for i in range(150_000_000)))') blob.bin && echo same"]);
+    assert_eq!(check.json()["output"][0]["stdout"], "same\n");
+    let file_id = file.json()["id"].as_str().unwrap().to_owned();
+    let content = request(
+        port,
+        "GET",
+        &format!("/v1/files/{file_id}/content"),
+        Some(KEY),
+        &[],
+        b"",
+    );
+    assert!(
+        content.body == payload,
+        "the Files API returned other bytes"
+    );
+}
