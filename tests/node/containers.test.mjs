@@ -1,0 +1,98 @@
+// The official `openai` Node SDK against a real `shellgate serve`.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join, resolve, dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import OpenAI, { toFile } from 'openai';
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
+const binary = process.env.SHELLGATE_BIN ?? join(root, 'target', 'debug', 'shellgate');
+const KEY = 'sk-node-test';
+
+let server;
+let dataDir;
+let client;
+
+function freePort() {
+  return new Promise((done) => {
+    const probe = createServer();
+    probe.listen(0, '127.0.0.1', () => {
+      const { port } = probe.address();
+      probe.close(() => done(port));
+    });
+  });
+}
+
+before(async () => {
+  const port = await freePort();
+  dataDir = mkdtempSync(join(tmpdir(), 'shellgate-node-'));
+  server = spawn(binary, ['--data-dir', dataDir, 'serve', '--listen', `127.0.0.1:${port}`], {
+    env: { PATH: process.env.PATH, SHELLGATE_API_KEYS: KEY, SHELLGATE_LOG: 'warn', SHELLGATE_WARM_CONTAINERS: '1' },
+    stdio: 'ignore',
+  });
+  const deadline = Date.now() + 30_000;
+  while (Date.now() < deadline) {
+    try {
+      if ((await fetch(`http://127.0.0.1:${port}/healthz`)).ok) break;
+    } catch {}
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  client = new OpenAI({ apiKey: KEY, baseURL: `http://127.0.0.1:${port}/v1`, maxRetries: 0 });
+});
+
+after(async () => {
+  server.kill('SIGTERM');
+  await new Promise((r) => server.once('exit', r));
+  rmSync(dataDir, { recursive: true, force: true });
+});
+
+test('containers: create, retrieve, list with pagination, delete', async () => {
+  const created = await client.containers.create({ name: 'node-sdk', memory_limit: '4g' });
+  assert.match(created.id, /^cntr_/);
+  assert.equal(created.status, 'running');
+  assert.equal(created.memory_limit, '4g');
+  assert.equal((await client.containers.retrieve(created.id)).name, 'node-sdk');
+  const extra = [];
+  for (let i = 0; i < 25; i++) extra.push((await client.containers.create({ name: 'node-page' })).id);
+  const seen = [];
+  for await (const c of client.containers.list({ name: 'node-page', limit: 7 })) seen.push(c.id);
+  assert.deepEqual(new Set(seen), new Set(extra));
+  assert.equal(seen.length, 25);
+  await client.containers.delete(created.id);
+  await assert.rejects(client.containers.retrieve(created.id), OpenAI.NotFoundError);
+});
+
+test('files in and out of a container, and direct exec', async () => {
+  const container = await client.containers.create({ name: 'node-files' });
+  const uploaded = await client.containers.files.create(container.id, {
+    file: await toFile(Buffer.from('from node'), 'hello.txt'),
+  });
+  assert.equal(uploaded.path, '/mnt/data/hello.txt');
+  assert.equal(uploaded.source, 'user');
+  const result = await client.post(`/containers/${container.id}/exec`, {
+    body: { commands: ['cat hello.txt', 'echo made > made.txt'] },
+  });
+  assert.equal(result.type, 'shell_call_output');
+  assert.equal(result.output[0].stdout, 'from node');
+  const files = [];
+  for await (const f of client.containers.files.list(container.id)) files.push(f);
+  const made = files.find((f) => f.path === '/mnt/data/made.txt');
+  assert.equal(made.source, 'assistant');
+  const content = await client.containers.files.content.retrieve(made.id, { container_id: container.id });
+  assert.equal(await content.text(), 'made\n');
+  await client.containers.files.delete(uploaded.id, { container_id: container.id });
+  await client.containers.delete(container.id);
+});
+
+test('errors arrive as the SDK error classes with OpenAI fields', async () => {
+  const error = await client.containers.create({ name: 'x', memory_limit: '3g' }).catch((e) => e);
+  assert.ok(error instanceof OpenAI.BadRequestError);
+  assert.equal(error.param, 'memory_limit');
+  assert.equal(error.type, 'invalid_request_error');
+  const wrong = new OpenAI({ apiKey: 'wrong', baseURL: client.baseURL, maxRetries: 0 });
+  await assert.rejects(wrong.containers.list(), OpenAI.AuthenticationError);
+});
