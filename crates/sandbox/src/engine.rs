@@ -162,6 +162,9 @@ struct Container {
     /// Commands running now; counted under the state lock, so that
     /// `suspend_if_idle` can never cut one short.
     in_flight: Arc<std::sync::atomic::AtomicUsize>,
+    /// Which host id range the container maps to (see `LocalEngine::id_base`);
+    /// persisted in its `uid-slot` file.
+    id_slot: std::sync::atomic::AtomicU32,
 }
 
 /// Marks a command as running in its container until dropped.
@@ -186,6 +189,9 @@ struct Inner {
     spares: Mutex<Vec<Helper>>,
     spares_filling: tokio::sync::Mutex<()>,
     warm: Mutex<Vec<Container>>,
+    /// Host id ranges in use (slot 0 is never handed out: it owns the
+    /// formatted disks' root directories).
+    id_slots: Mutex<std::collections::BTreeSet<u32>>,
     warm_filling: tokio::sync::Mutex<()>,
     /// Set by `shutdown`: background refills stop and spares are not kept.
     closing: std::sync::atomic::AtomicBool,
@@ -318,6 +324,7 @@ impl LocalEngine {
                 spares_filling: tokio::sync::Mutex::new(()),
                 closing: std::sync::atomic::AtomicBool::new(false),
                 warm: Mutex::new(Vec::new()),
+                id_slots: Mutex::new(std::collections::BTreeSet::new()),
                 warm_filling: tokio::sync::Mutex::new(()),
                 slot_counter: AtomicU64::new(0),
                 teardowns: Mutex::new(Vec::new()),
@@ -374,7 +381,16 @@ impl LocalEngine {
                 .and_then(|b| serde_json::from_slice(&b).ok());
             match (validate_container_id(&name), spec) {
                 (Ok(()), Some(spec)) if !spec.ephemeral => {
-                    loaded.insert(name.clone(), Arc::new(Container::new(name, spec, dir)));
+                    // Containers made before id slots existed use slot 0.
+                    let slot = fs::read_to_string(dir.join("uid-slot"))
+                        .ok()
+                        .and_then(|s| s.trim().parse().ok())
+                        .unwrap_or(0);
+                    lock(&inner.id_slots).insert(slot);
+                    loaded.insert(
+                        name.clone(),
+                        Arc::new(Container::new(name, spec, dir, slot)),
+                    );
                 }
                 _ => {
                     tracing::info!(dir = %dir.display(), "removing a half-created, destroyed or throwaway container");
@@ -393,16 +409,43 @@ impl LocalEngine {
             .ok_or_else(|| SandboxError::NotFound(id.to_owned()))
     }
 
-    /// Host (uid, gid) of the sandbox user and of container root.
-    fn host_ids(&self) -> ((u32, u32), (u32, u32)) {
+    /// First host id of the range of id slot `slot`: every container maps
+    /// its ids 0..65536 to a range of its own, so no two containers share a
+    /// host uid.
+    fn id_base(&self, slot: u32) -> u32 {
+        self.inner.config.uid_base + slot * ID_RANGE
+    }
+
+    /// Host (uid, gid) of the sandbox user and of container root in `slot`.
+    fn host_ids(&self, slot: u32) -> ((u32, u32), (u32, u32)) {
         if self.inner.rootless {
             // SAFETY: getuid/getgid cannot fail.
             let me = unsafe { (libc::getuid(), libc::getgid()) };
             (me, me)
         } else {
-            let base = self.inner.config.uid_base;
+            let base = self.id_base(slot);
             ((base + SANDBOX_UID, base + SANDBOX_UID), (base, base))
         }
+    }
+
+    /// A free id slot (the lowest), reserved until `release_slot`.
+    fn allocate_slot(&self) -> Result<u32, SandboxError> {
+        let capacity = (u32::MAX - self.inner.config.uid_base) / ID_RANGE;
+        let mut slots = lock(&self.inner.id_slots);
+        let slot = (1..capacity)
+            .find(|s| !slots.contains(s))
+            .ok_or_else(|| SandboxError::Setup("every host id range is in use".into()))?;
+        slots.insert(slot);
+        Ok(slot)
+    }
+
+    fn release_slot(&self, slot: u32) {
+        lock(&self.inner.id_slots).remove(&slot);
+    }
+
+    /// Records a container's id slot in its directory.
+    fn write_slot(dir: &Path, slot: u32) -> Result<(), SandboxError> {
+        fs::write(dir.join("uid-slot"), slot.to_string()).context(|| "write uid-slot".into())
     }
 
     fn refill_pool_in_background(&self) {
@@ -421,7 +464,7 @@ impl LocalEngine {
                 let pool_dir = engine.inner.config.data_dir.join("pool");
                 let staging = pool_dir.join(format!("{}-{n}.tmp", std::process::id()));
                 let ready = staging.with_extension("img");
-                let (_, root_ids) = engine.host_ids();
+                let (_, root_ids) = engine.host_ids(0);
                 if let Err(e) =
                     disk::format_image(&staging, engine.inner.config.pool_disk_bytes, root_ids)
                         .await
@@ -454,7 +497,7 @@ impl LocalEngine {
                         }
                     }
                 }
-                let (_, root_ids) = self.host_ids();
+                let (_, root_ids) = self.host_ids(0);
                 disk::format_image(&target, bytes, root_ids)
                     .await
                     .context(|| "format the container's disk".into())
@@ -528,10 +571,22 @@ impl LocalEngine {
                     .data_dir
                     .join("warm")
                     .join(n.to_string());
-                let warm =
-                    Container::new(format!("warm-{n}"), ContainerSpec::default(), dir.clone());
+                let slot = match engine.allocate_slot() {
+                    Ok(slot) => slot,
+                    Err(e) => {
+                        tracing::warn!("could not prepare a warm container: {e}");
+                        return;
+                    }
+                };
+                let warm = Container::new(
+                    format!("warm-{n}"),
+                    ContainerSpec::default(),
+                    dir.clone(),
+                    slot,
+                );
                 let made = async {
                     fs::create_dir(&dir).context(|| format!("create {}", dir.display()))?;
+                    Self::write_slot(&dir, slot)?;
                     engine.provision_disk(&dir, warm.spec.disk_bytes).await?;
                     engine.launch(&warm).await
                 }
@@ -544,10 +599,12 @@ impl LocalEngine {
                     Ok(running) => {
                         engine.tear_down(&warm.id, &running).await;
                         let _ = fs::remove_dir_all(&dir);
+                        engine.release_slot(slot);
                     }
                     Err(e) => {
                         tracing::warn!("could not prepare a warm container: {e}");
                         let _ = fs::remove_dir_all(&dir);
+                        engine.release_slot(slot);
                         return;
                     }
                 }
@@ -557,7 +614,7 @@ impl LocalEngine {
 
     /// A warm container whose fixed properties (image, `/tmp` size, disk)
     /// match `spec`, with `spec`'s limits applied.
-    async fn take_warm(&self, spec: &ContainerSpec) -> Option<(PathBuf, Arc<Running>)> {
+    async fn take_warm(&self, spec: &ContainerSpec) -> Option<(PathBuf, Arc<Running>, u32)> {
         let effective_tmp = |s: &ContainerSpec| s.tmp_bytes.min(s.memory_bytes / 2);
         let warm = {
             let mut warm = lock(&self.inner.warm);
@@ -571,10 +628,12 @@ impl LocalEngine {
         self.refill_warm_in_background();
         let running = warm.state.lock().await.take()?;
         if running.alive() && self.inner.cgroups.apply(&running.slot, spec).is_ok() {
-            return Some((warm.dir, running));
+            let slot = warm.id_slot();
+            return Some((warm.dir, running, slot));
         }
         self.tear_down(&warm.id, &running).await;
         let _ = fs::remove_dir_all(&warm.dir);
+        self.release_slot(warm.id_slot());
         None
     }
 
@@ -657,7 +716,8 @@ impl LocalEngine {
             },
             other => other,
         };
-        let (sandbox_ids, root_ids) = self.host_ids();
+        let slot = container.id_slot();
+        let (sandbox_ids, root_ids) = self.host_ids(slot);
         let (uid_map, gid_map) = if inner.rootless {
             (
                 vec![IdRange {
@@ -674,7 +734,7 @@ impl LocalEngine {
         } else {
             let range = IdRange {
                 inside: 0,
-                outside: inner.config.uid_base,
+                outside: self.id_base(slot),
                 count: ID_RANGE,
             };
             (vec![range], vec![range])
@@ -935,6 +995,7 @@ impl LocalEngine {
                 self.tear_down(&container.id, &running).await;
             }
             let _ = fs::remove_dir_all(&container.dir);
+            self.release_slot(container.id_slot());
         }
         let spares: Vec<Helper> = lock(&self.inner.spares).drain(..).collect();
         for helper in spares {
@@ -986,18 +1047,23 @@ impl LocalEngine {
     async fn data_dir(&self, id: &str) -> Result<DataDir, SandboxError> {
         let container = self.container(id)?;
         let running = self.ensure_running(&container).await?;
-        DataDir::open(running.init_pid, self.host_ids().0)
+        DataDir::open(running.init_pid, self.host_ids(container.id_slot()).0)
     }
 }
 
 impl Container {
-    fn new(id: String, spec: ContainerSpec, dir: PathBuf) -> Self {
+    fn id_slot(&self) -> u32 {
+        self.id_slot.load(Ordering::SeqCst)
+    }
+
+    fn new(id: String, spec: ContainerSpec, dir: PathBuf, id_slot: u32) -> Self {
         Self {
             id,
             spec,
             dir,
             state: tokio::sync::Mutex::new(None),
             in_flight: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+            id_slot: std::sync::atomic::AtomicU32::new(id_slot),
         }
     }
 }
@@ -1023,7 +1089,7 @@ impl SandboxBackend for LocalEngine {
             if containers.contains_key(id) {
                 return Err(SandboxError::AlreadyExists(id.to_owned()));
             }
-            let container = Arc::new(Container::new(id.to_owned(), spec.clone(), dir.clone()));
+            let container = Arc::new(Container::new(id.to_owned(), spec.clone(), dir.clone(), 0));
             containers.insert(id.to_owned(), Arc::clone(&container));
             container
         };
@@ -1031,8 +1097,10 @@ impl SandboxBackend for LocalEngine {
             serde_json::to_vec_pretty(&spec).map_err(|e| SandboxError::Setup(e.to_string()))?;
         let mut state = container.state.lock().await;
         let made = async {
-            if let Some((warm_dir, running)) = self.take_warm(&spec).await {
-                // A started container of the same shape: give it this id.
+            if let Some((warm_dir, running, slot)) = self.take_warm(&spec).await {
+                // A started container of the same shape: give it this id
+                // (it keeps its id slot, already written in its directory).
+                container.id_slot.store(slot, Ordering::SeqCst);
                 let committed = fs::write(warm_dir.join("spec.json"), &spec_json)
                     .and_then(|()| fs::rename(&warm_dir, &dir));
                 match committed {
@@ -1043,11 +1111,15 @@ impl SandboxBackend for LocalEngine {
                     Err(e) => {
                         self.tear_down(id, &running).await;
                         let _ = fs::remove_dir_all(&warm_dir);
+                        self.release_slot(slot);
                         tracing::warn!("could not use a warm container ({e}); starting one");
                     }
                 }
             }
+            let slot = self.allocate_slot()?;
+            container.id_slot.store(slot, Ordering::SeqCst);
             fs::create_dir(&staging).context(|| format!("create {}", staging.display()))?;
+            Self::write_slot(&staging, slot)?;
             self.provision_disk(&staging, spec.disk_bytes).await?;
             fs::write(staging.join("spec.json"), &spec_json)
                 .context(|| "write spec.json".into())?;
@@ -1063,6 +1135,10 @@ impl SandboxBackend for LocalEngine {
             lock(&self.inner.containers).remove(id);
             let _ = fs::remove_dir_all(&staging);
             let _ = fs::remove_dir_all(&dir);
+            let slot = container.id_slot();
+            if slot != 0 {
+                self.release_slot(slot);
+            }
             return Err(e);
         }
         Ok(ContainerInfo {
@@ -1123,6 +1199,7 @@ impl SandboxBackend for LocalEngine {
         lock(&self.inner.containers).remove(id);
         let running = state.take();
         drop(state);
+        let slot = container.id_slot();
         // Processes, cgroup and disk go in the background; `settle` waits.
         let engine = self.clone();
         let id = id.to_owned();
@@ -1135,6 +1212,8 @@ impl SandboxBackend for LocalEngine {
                     tracing::warn!(container = %id, "could not remove {}: {e}", trash.display());
                 }
             }
+            // Only now may another container map to these host ids.
+            engine.release_slot(slot);
         });
         let mut teardowns = lock(&self.inner.teardowns);
         teardowns.retain(|t| !t.is_finished());

@@ -639,3 +639,61 @@ async fn suspension_never_cuts_a_running_command_short() {
     );
     t.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_container_maps_to_host_ids_of_its_own() {
+    use std::os::unix::fs::MetadataExt;
+    let t = TestEngine::new("idranges").await;
+    t.create("a").await;
+    t.create("b").await;
+    let outside = |pid: i32| -> u32 {
+        let map = std::fs::read_to_string(format!("/proc/{pid}/uid_map")).unwrap();
+        map.split_whitespace().nth(1).unwrap().parse().unwrap()
+    };
+    let init_a = t.engine.init_pid("a").await.unwrap().unwrap();
+    let init_b = t.engine.init_pid("b").await.unwrap().unwrap();
+    let (base_a, base_b) = (outside(init_a), outside(init_b));
+    assert_ne!(base_a, base_b, "two containers share host ids");
+    assert!(
+        base_a.abs_diff(base_b) >= 65_536,
+        "ranges overlap: {base_a} {base_b}"
+    );
+    // What the sandbox user makes belongs to its container's range on the host.
+    for (id, init, base) in [("a", init_a, base_a), ("b", init_b, base_b)] {
+        t.ok(id, "touch /mnt/data/mine").await;
+        let owner = std::fs::metadata(format!("/proc/{init}/root/mnt/data/mine"))
+            .unwrap()
+            .uid();
+        assert_eq!(owner, base + 1000);
+    }
+    // A restarted container keeps its range, so its files stay its own.
+    t.engine.stop("a").await.unwrap();
+    t.engine.start("a").await.unwrap();
+    let init_a = t.engine.init_pid("a").await.unwrap().unwrap();
+    assert_eq!(outside(init_a), base_a);
+    assert_eq!(
+        t.ok("a", "echo more >> /mnt/data/mine && cat /mnt/data/mine")
+            .await,
+        "more\n"
+    );
+    // So does a container of a restarted engine.
+    let TestEngine { engine, dir } = t;
+    engine.shutdown().await;
+    drop(engine);
+    let mut config = shellgate_sandbox::EngineConfig::new(dir.path().join("data"));
+    config.helper_binary = common::BINARY.into();
+    config.pool_size = 0;
+    config.spare_helpers = 0;
+    config.warm_containers = 0;
+    let (engine, _) = shellgate_sandbox::LocalEngine::open(config).await.unwrap();
+    let again = TestEngine { engine, dir };
+    assert_eq!(
+        again
+            .ok("b", "echo again >> /mnt/data/mine && cat /mnt/data/mine")
+            .await,
+        "again\n"
+    );
+    let init_b = again.engine.init_pid("b").await.unwrap().unwrap();
+    assert_eq!(outside(init_b), base_b);
+    again.finish().await;
+}
