@@ -49,6 +49,13 @@ use crate::sys;
 pub const SANDBOX_UID: u32 = 1000;
 /// Its home directory inside every container.
 pub const SANDBOX_HOME: &str = "/home/sandbox";
+/// How many id slots fit above `uid_base`: every range must end below
+/// `u32::MAX`, which is `(uid_t)-1`, never a real id.
+fn id_slot_capacity(uid_base: u32) -> u32 {
+    let room = u64::from(u32::MAX).saturating_sub(u64::from(uid_base));
+    (room / u64::from(ID_RANGE)).min(u64::from(u32::MAX)) as u32
+}
+
 /// How long background refills wait after something was taken from a pool.
 const REFILL_DELAY: Duration = Duration::from_millis(20);
 /// Ids mapped into a container in root mode.
@@ -430,7 +437,7 @@ impl LocalEngine {
 
     /// A free id slot (the lowest), reserved until `release_slot`.
     fn allocate_slot(&self) -> Result<u32, SandboxError> {
-        let capacity = (u32::MAX - self.inner.config.uid_base) / ID_RANGE;
+        let capacity = id_slot_capacity(self.inner.config.uid_base);
         let mut slots = lock(&self.inner.id_slots);
         let slot = (1..capacity)
             .find(|s| !slots.contains(s))
@@ -1295,4 +1302,28 @@ async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(work)
         .await
         .map_err(|e| SandboxError::Setup(format!("file worker failed: {e}")))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_id_range_ends_below_the_invalid_id() {
+        for base in [0u32, 100_000, 3_000_000_000, u32::MAX - ID_RANGE, u32::MAX] {
+            let capacity = id_slot_capacity(base);
+            if capacity == 0 {
+                continue;
+            }
+            // Slots run 1..capacity; the last range must fit entirely.
+            let last = u64::from(capacity - 1);
+            let end = u64::from(base) + last * u64::from(ID_RANGE) + u64::from(ID_RANGE);
+            assert!(
+                end <= u64::from(u32::MAX),
+                "base {base}: range ends at {end}"
+            );
+        }
+        assert_eq!(id_slot_capacity(3_000_000_000), 19_759);
+        assert_eq!(id_slot_capacity(u32::MAX), 0);
+    }
 }
