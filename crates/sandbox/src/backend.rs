@@ -26,14 +26,6 @@ pub mod limits {
     pub const MAX_COMMAND_BYTES: usize = 128 * 1024 - 1;
 }
 
-/// Memory limits OpenAI's containers offer; any byte count works in the engine.
-pub const MEMORY_LIMITS: [(&str, u64); 4] = [
-    ("1g", 1 << 30),
-    ("4g", 4 << 30),
-    ("16g", 16 << 30),
-    ("64g", 64 << 30),
-];
-
 /// Parses `512m`, `1g`, `4G`, `1048576` into bytes.
 pub fn parse_size(text: &str) -> Option<u64> {
     let text = text.trim();

@@ -19,7 +19,7 @@ mod spool;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
@@ -268,9 +268,6 @@ async fn shutdown_signal() {
         _ = terminate.recv() => {},
     }
 }
-
-/// How long a handler waits for the engine before giving up with a 500.
-pub const ENGINE_PATIENCE: Duration = Duration::from_secs(600);
 
 /// Maps a missing container in the engine to a 404 for the API's id.
 fn engine_error(id: &str, error: shellgate_sandbox::SandboxError) -> ApiError {

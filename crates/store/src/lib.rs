@@ -385,14 +385,6 @@ impl Store {
         )
     }
 
-    pub fn set_container_status(&self, id: &str, status: &str) -> Result<()> {
-        self.conn().execute(
-            "UPDATE containers SET status = ?2 WHERE id = ?1",
-            params![id, status],
-        )?;
-        Ok(())
-    }
-
     /// Records activity: `last_active_at` and command time in the session.
     pub fn record_activity(&self, id: &str, now: i64, command_seconds: f64) -> Result<()> {
         self.conn().execute(
