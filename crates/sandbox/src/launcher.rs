@@ -17,7 +17,7 @@ use crate::backend::ContainerSpec;
 use crate::cgroup::Cgroups;
 use crate::error::{IoContext, SandboxError};
 use crate::helper::HELPER_ARG;
-use crate::protocol::{Enrollment, Report, MAX_MESSAGE};
+use crate::protocol::{Enrollment, Report, MAX_REPORT};
 use crate::sys;
 
 /// How long a helper may take to enrol or to build its container.
@@ -198,7 +198,9 @@ async fn send_raw(control: &AsyncFd<OwnedFd>, bytes: &[u8]) -> Result<(), Sandbo
 
 /// Receives one report; `None` once the other side closed.
 async fn recv_report(control: &AsyncFd<OwnedFd>) -> Result<Option<Report>, SandboxError> {
-    let mut buf = vec![0u8; MAX_MESSAGE];
+    // Reports are small: a stack buffer, not a megabyte per report on the
+    // container-start path.
+    let mut buf = [0u8; MAX_REPORT];
     loop {
         let mut guard = control
             .readable()

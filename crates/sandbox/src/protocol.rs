@@ -17,6 +17,10 @@ pub const CONTROL_FD: i32 = 3;
 /// Largest control message (a command is at most 128 KiB of JSON-escaped text).
 pub const MAX_MESSAGE: usize = 1 << 20;
 
+/// Largest report from the helper or init (reports are a pid or a short
+/// error message; the sender trims longer messages to fit).
+pub const MAX_REPORT: usize = 16 * 1024;
+
 /// A `(inside, outside, count)` line of a uid or gid map.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 pub struct IdRange {

@@ -25,7 +25,9 @@ use std::fs;
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
 
-use crate::protocol::{Enrollment, HelperSpec, IdRange, Report, CONTROL_FD, MAX_MESSAGE};
+use crate::protocol::{
+    Enrollment, HelperSpec, IdRange, Report, CONTROL_FD, MAX_MESSAGE, MAX_REPORT,
+};
 use crate::sys;
 
 /// The namespaces every container gets (and that seccomp then forbids
@@ -55,6 +57,22 @@ pub fn helper_main() -> ! {
 
 /// Sends a report to the engine; a failure to do so cannot be reported anywhere.
 fn report(control: RawFd, report: &Report) {
+    // Keep every report within what the engine reads (MAX_REPORT): JSON
+    // escaping can at most sextuple a byte, so an eighth of it is safe.
+    let trimmed;
+    let report = match report {
+        Report::Error { message } if message.len() > MAX_REPORT / 8 => {
+            let mut end = MAX_REPORT / 8;
+            while !message.is_char_boundary(end) {
+                end -= 1;
+            }
+            trimmed = Report::Error {
+                message: format!("{}…", &message[..end]),
+            };
+            &trimmed
+        }
+        other => other,
+    };
     if let Ok(bytes) = serde_json::to_vec(report) {
         let _ = sys::send_with_fds(control, &bytes, &[]);
     }
