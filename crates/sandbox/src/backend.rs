@@ -56,7 +56,9 @@ pub struct ContainerSpec {
     pub pids_max: u64,
     /// CPU weight relative to other containers (cgroup v2 scale, 1..=10000, 100 is fair).
     pub cpu_weight: u64,
-    /// Hard CPU ceiling in cores (`None`: no ceiling beyond the host).
+    /// Hard CPU ceiling in cores (`None`: no ceiling beyond the host). One
+    /// core by default, so a spinning background process can never take
+    /// every core of the host.
     pub cpu_cores: Option<f64>,
     /// Size cap of the container's `/tmp` (and `/dev/shm`) tmpfs, in bytes.
     pub tmp_bytes: u64,
@@ -75,7 +77,7 @@ impl Default for ContainerSpec {
             memory_bytes: 1 << 30,
             pids_max: 512,
             cpu_weight: 100,
-            cpu_cores: None,
+            cpu_cores: Some(1.0),
             tmp_bytes: 256 << 20,
             disk_bytes: 4 << 30,
             ephemeral: false,
@@ -91,6 +93,11 @@ pub struct RunRequest {
     pub timeout_ms: u64,
     /// Characters kept per stream (stdout, stderr) of each command.
     pub max_output_length: usize,
+    /// Time the whole call may take, on top of each command's timeout:
+    /// once it passes, the running command is killed and the commands not
+    /// yet started get a `timeout` outcome without running.
+    #[serde(default)]
+    pub deadline_ms: Option<u64>,
 }
 
 impl RunRequest {
@@ -100,6 +107,7 @@ impl RunRequest {
             commands,
             timeout_ms: limits::DEFAULT_TIMEOUT_MS,
             max_output_length: limits::DEFAULT_MAX_OUTPUT_LENGTH,
+            deadline_ms: None,
         }
     }
 
@@ -151,6 +159,9 @@ impl RunRequest {
                     limits::MAX_TIMEOUT_MS
                 ),
             ));
+        }
+        if self.deadline_ms == Some(0) {
+            return Err(invalid("deadline_ms", "a deadline must be positive".into()));
         }
         if self.max_output_length == 0 || self.max_output_length > limits::MAX_OUTPUT_LENGTH {
             return Err(invalid(
@@ -218,13 +229,46 @@ pub struct FileEntry {
     pub modified_unix: i64,
 }
 
+/// Every regular file under `/mnt/data` that a listing could name, and
+/// what it had to leave out, so nothing goes missing silently.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct FileListing {
+    /// Sorted by path.
+    pub files: Vec<FileEntry>,
+    pub skipped: SkippedFiles,
+}
+
+/// What a listing left out, by reason.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SkippedFiles {
+    /// Files and directories whose names are not UTF-8 (the API speaks JSON).
+    pub non_utf8_names: u64,
+    /// Directories nested deeper than the listing goes (their files unseen).
+    pub too_deep_directories: u64,
+    /// Whether the listing stopped at its most entries.
+    pub entry_limit_reached: bool,
+}
+
+impl SkippedFiles {
+    /// Whether anything was left out.
+    pub fn any(&self) -> bool {
+        self.non_utf8_names > 0 || self.too_deep_directories > 0 || self.entry_limit_reached
+    }
+}
+
 /// The engine interface. Container ids are chosen by the caller (1 to 64
 /// characters of letters, digits, `_` and `-`), so the API layer owns naming.
+///
+/// "Busy" has one meaning: a command or file operation the backend counts as
+/// in flight. `suspend_if_idle` and `destroy_if_idle` decide atomically with
+/// that count, so the API layer keeps no count of its own.
 #[async_trait]
 pub trait SandboxBackend: Send + Sync {
     /// Creates a container and starts its processes.
     async fn create(&self, id: &str, spec: ContainerSpec) -> Result<ContainerInfo, SandboxError>;
     /// Runs commands one after another; one result per command, in order.
+    /// A container destroyed meanwhile ends the call with
+    /// [`SandboxError::Deleted`].
     async fn run(&self, id: &str, request: RunRequest) -> Result<Vec<CommandResult>, SandboxError>;
     /// As `run`, also sending output to `deltas` as it arrives.
     async fn run_streaming(
@@ -235,18 +279,27 @@ pub trait SandboxBackend: Send + Sync {
     ) -> Result<Vec<CommandResult>, SandboxError>;
     /// Ends every process of the container; its files stay.
     async fn stop(&self, id: &str) -> Result<(), SandboxError>;
+    /// Stops the container unless a command or file operation is in flight;
+    /// returns whether it is stopped.
+    async fn suspend_if_idle(&self, id: &str) -> Result<bool, SandboxError>;
     /// Starts a stopped container again: new processes, the same files.
     async fn start(&self, id: &str) -> Result<(), SandboxError>;
     /// Ends the container's processes and removes everything it had.
+    /// Commands running in it end with [`SandboxError::Deleted`].
     async fn destroy(&self, id: &str) -> Result<(), SandboxError>;
+    /// Destroys the container unless a command or file operation is in
+    /// flight; returns whether it was destroyed.
+    async fn destroy_if_idle(&self, id: &str) -> Result<bool, SandboxError>;
     /// What the backend knows about a container.
     async fn inspect(&self, id: &str) -> Result<ContainerInfo, SandboxError>;
     /// Every container the backend holds, running or stopped.
     async fn list(&self) -> Result<Vec<ContainerInfo>, SandboxError>;
-    /// Reads a file under `/mnt/data`; never follows a link out of it.
+    /// Reads a file under `/mnt/data`; never follows a link out of it. A
+    /// stopped container is not started.
     async fn read_file(&self, id: &str, path: &str) -> Result<Vec<u8>, SandboxError>;
     /// Opens a file under `/mnt/data` for streaming; never follows a link
-    /// out of it.
+    /// out of it. A stopped container is not started. A file larger than the
+    /// container's disk quota (a sparse file) is refused.
     async fn open_file(&self, id: &str, path: &str) -> Result<std::fs::File, SandboxError>;
     /// Writes (creates or replaces) a file under `/mnt/data`, owned by the sandbox user.
     async fn write_file(&self, id: &str, path: &str, contents: &[u8]) -> Result<(), SandboxError>;
@@ -260,8 +313,14 @@ pub trait SandboxBackend: Send + Sync {
     ) -> Result<u64, SandboxError>;
     /// Removes a file under `/mnt/data`.
     async fn delete_file(&self, id: &str, path: &str) -> Result<(), SandboxError>;
-    /// Every regular file under `/mnt/data`.
-    async fn list_files(&self, id: &str) -> Result<Vec<FileEntry>, SandboxError>;
+    /// Every regular file under `/mnt/data` (bounded; see [`FileListing`]).
+    /// A stopped container is not started.
+    async fn list_files(&self, id: &str) -> Result<FileListing, SandboxError>;
+    /// Waits for background teardowns of destroyed containers to finish.
+    async fn settle(&self);
+    /// Stops every running container (their files stay) and ends the
+    /// backend's background work.
+    async fn shutdown(&self);
 }
 
 /// Where the sandbox's own working directory lives inside a container.

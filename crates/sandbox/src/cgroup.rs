@@ -191,6 +191,107 @@ impl Cgroups {
     pub fn enabled(&self) -> bool {
         !matches!(self, Cgroups::Disabled)
     }
+
+    /// Caps the memory of every sandbox together: the engine's base folder
+    /// gets `bytes` as its limit, so however many containers are
+    /// overcommitted, their sum can never starve the server or the host.
+    pub fn set_ceiling(&self, bytes: u64) -> io::Result<()> {
+        let value = bytes.to_string();
+        match self {
+            Cgroups::V2 { base } => sys::write_file(&base.join("memory.max"), &value),
+            Cgroups::V1 { bases } => {
+                for (controller, base) in bases {
+                    if *controller == "memory" {
+                        write_v1_memory(base, &value)?;
+                    }
+                }
+                Ok(())
+            }
+            Cgroups::Disabled => Ok(()),
+        }
+    }
+
+    /// Tasks (processes and threads) in a container's cgroup now, if known.
+    pub fn pids_current(&self, slot: &str) -> Option<u64> {
+        let dir = self.controller_dir(slot, "pids")?;
+        fs::read_to_string(dir.join("pids.current"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    /// How often the container has hit its process limit and how many
+    /// processes the OOM killer ended in it, since its cgroup was made.
+    pub fn limit_events(&self, slot: &str) -> LimitEvents {
+        let counter = |file: PathBuf, key: &str| -> u64 {
+            fs::read_to_string(file)
+                .ok()
+                .and_then(|text| {
+                    text.lines().find_map(|line| {
+                        let (name, value) = line.split_once(' ')?;
+                        (name == key).then(|| value.trim().parse().ok())?
+                    })
+                })
+                .unwrap_or(0)
+        };
+        let pids_max = self
+            .controller_dir(slot, "pids")
+            .map(|dir| counter(dir.join("pids.events"), "max"))
+            .unwrap_or(0);
+        let oom_kills = match self {
+            Cgroups::V2 { base } => counter(base.join(slot).join("memory.events"), "oom_kill"),
+            _ => self
+                .controller_dir(slot, "memory")
+                .map(|dir| counter(dir.join("memory.oom_control"), "oom_kill"))
+                .unwrap_or(0),
+        };
+        LimitEvents {
+            pids_max,
+            oom_kills,
+        }
+    }
+
+    /// The folder of `slot` holding `controller`'s files.
+    fn controller_dir(&self, slot: &str, controller: &str) -> Option<PathBuf> {
+        match self {
+            Cgroups::V2 { base } => Some(base.join(slot)),
+            Cgroups::V1 { bases } => bases
+                .iter()
+                .find(|(c, _)| *c == controller)
+                .map(|(_, base)| base.join(slot)),
+            Cgroups::Disabled => None,
+        }
+    }
+}
+
+/// Counters of limits a container ran into (see [`Cgroups::limit_events`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LimitEvents {
+    /// Times a fork or clone failed at `pids.max`.
+    pub pids_max: u64,
+    /// Processes the OOM killer ended.
+    pub oom_kills: u64,
+}
+
+/// Sets a v1 memory limit and its memory+swap twin. The kernel keeps
+/// `limit_in_bytes <= memsw.limit_in_bytes` at every step, so raising a
+/// limit must raise memsw first and lowering must lower memsw last.
+fn write_v1_memory(dir: &Path, value: &str) -> io::Result<()> {
+    let limit = dir.join("memory.limit_in_bytes");
+    let memsw = dir.join("memory.memsw.limit_in_bytes");
+    if !memsw.exists() {
+        return sys::write_file(&limit, value);
+    }
+    match sys::write_file(&limit, value) {
+        Ok(()) => sys::write_file(&memsw, value),
+        // Raising above the current memsw: memsw first.
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            sys::write_file(&memsw, value)?;
+            sys::write_file(&limit, value)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 fn setup_v2(root: &Path, self_cgroup: &str, pid: u32, group: &str) -> io::Result<PathBuf> {
@@ -251,11 +352,8 @@ fn write_limits(controller: &str, dir: &Path, spec: &ContainerSpec) -> io::Resul
                 );
             }
         }
-        "memory" => {
-            knob("memory.limit_in_bytes", &memory)?;
-            // Equal memory+swap and memory limits: no swapping past the limit.
-            optional("memory.memsw.limit_in_bytes", &memory);
-        }
+        // Equal memory+swap and memory limits: no swapping past the limit.
+        "memory" => write_v1_memory(dir, &memory)?,
         "pids" => knob("pids.max", &spec.pids_max.to_string())?,
         "cpu" => {
             optional(

@@ -103,6 +103,7 @@ pub async fn format_image(path: &Path, bytes: u64, owner: (u32, u32)) -> io::Res
 
 const LOOP_CTL_GET_FREE: libc::c_ulong = 0x4C82;
 const LOOP_CONFIGURE: libc::c_ulong = 0x4C0A;
+const LOOP_GET_STATUS64: libc::c_ulong = 0x4C05;
 const LO_FLAGS_AUTOCLEAR: u32 = 4;
 
 #[repr(C)]
@@ -130,14 +131,64 @@ struct LoopConfig {
     reserved: [u64; 8],
 }
 
-/// Attaches `image` to a free loop device and mounts it at `target`.
-/// Runs in the helper, inside a private mount namespace.
-pub fn mount_image(image: &Path, target: &Path) -> Result<(), String> {
+/// Whether the loop device open as `device` is attached to `backing`.
+fn attached_to(device: &fs::File, backing: &fs::File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = backing.metadata() else {
+        return false;
+    };
+    // SAFETY: LoopInfo64 is plain data; zero is a valid value.
+    let mut info: LoopInfo64 = unsafe { std::mem::zeroed() };
+    // SAFETY: LOOP_GET_STATUS64 fills the loop_info64 we pass, which
+    // outlives the call.
+    let ret = unsafe {
+        libc::ioctl(
+            device.as_raw_fd(),
+            LOOP_GET_STATUS64,
+            &mut info as *mut LoopInfo64,
+        )
+    };
+    ret == 0 && info.device == meta.dev() && info.inode == meta.ino()
+}
+
+fn mount_device(device_path: &Path, image: &Path, target: &Path) -> Result<(), String> {
+    sys::mount(
+        Some(device_path),
+        target,
+        Some("ext4"),
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOATIME,
+        Some("errors=remount-ro"),
+    )
+    .map_err(|e| format!("mount disk image {}: {e}", image.display()))
+}
+
+/// Mounts `image` at `target` and returns the loop device number it is on.
+/// Runs in a helper, inside a private mount namespace.
+///
+/// One disk must never have two live ext4 instances (two loop devices on one
+/// image would each cache and write its metadata: corruption). A stopped
+/// container's files may still be open through the device it was last on
+/// (a download, a file view), keeping that file system alive; so when
+/// `reuse` names a device that is still attached to this very image, it is
+/// mounted again and the kernel hands back the same superblock, exactly as
+/// a bind mount would. The device is verified while held open, so it can
+/// neither detach nor be given to another image in between.
+pub fn mount_image(image: &Path, target: &Path, reuse: Option<u32>) -> Result<u32, String> {
     let backing = OpenOptions::new()
         .read(true)
         .write(true)
         .open(image)
         .map_err(|e| format!("open disk image {}: {e}", image.display()))?;
+    if let Some(number) = reuse {
+        let device_path = PathBuf::from(format!("/dev/loop{number}"));
+        if let Ok(device) = OpenOptions::new().read(true).write(true).open(&device_path) {
+            if attached_to(&device, &backing) {
+                mount_device(&device_path, image, target)?;
+                drop(device);
+                return Ok(number);
+            }
+        }
+    }
     let control = OpenOptions::new()
         .read(true)
         .write(true)
@@ -175,17 +226,11 @@ pub fn mount_image(image: &Path, target: &Path) -> Result<(), String> {
             }
             return Err(format!("LOOP_CONFIGURE {}: {error}", device_path.display()));
         }
-        let mounted = sys::mount(
-            Some(&device_path),
-            target,
-            Some("ext4"),
-            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOATIME,
-            Some("errors=remount-ro"),
-        );
+        let mounted = mount_device(&device_path, image, target);
         // With AUTOCLEAR the device detaches once both this descriptor and
         // the mount are gone.
         drop(device);
-        return mounted.map_err(|e| format!("mount disk image {}: {e}", image.display()));
+        return mounted.map(|()| number as u32);
     }
     Err("no free loop device".into())
 }

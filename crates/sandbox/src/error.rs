@@ -36,6 +36,17 @@ pub enum SandboxError {
     /// The container's init process is gone (it was stopped or crashed).
     #[error("the container's processes ended while the command ran")]
     ContainerGone,
+    /// The container was destroyed while a command or file operation ran.
+    #[error("container {0:?} was deleted while the command ran")]
+    Deleted(String),
+    /// A file is larger than the container's disk could ever hold (a sparse
+    /// file): it is refused rather than streamed for ever.
+    #[error("{path} claims {bytes} bytes, more than the container's {limit}-byte disk can hold (a sparse file); it cannot be downloaded")]
+    FileTooLarge {
+        path: String,
+        bytes: u64,
+        limit: u64,
+    },
     /// An operating-system call failed; `context` says which.
     #[error("{context}: {source}")]
     Io {

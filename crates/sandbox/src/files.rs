@@ -1,7 +1,10 @@
-//! Host-side access to a running container's `/mnt/data`.
+//! Host-side access to a container's `/mnt/data`.
 //!
-//! The engine reaches the files through the container's own mount namespace
-//! (`/proc/<init>/root/mnt/data`) and resolves every path with `openat2`:
+//! The engine reaches the files through a descriptor of the directory itself:
+//! for a running container, the one its init opened and sent before any
+//! command ran; for a stopped one, the one a file-view helper sent (see
+//! `helper`). No `/proc/<pid>` path is ever used, so a recycled pid can never
+//! redirect an access into another container. Every path is resolved with `openat2`:
 //! reads with `RESOLVE_IN_ROOT` (a symlink, absolute or `..`, can never climb
 //! out of `/mnt/data`), writes and walks with `RESOLVE_NO_SYMLINKS` (nothing is
 //! followed at all). These are the classic escapes of `docker cp` and runc
@@ -14,7 +17,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use crate::backend::{FileEntry, WORKDIR};
+use crate::backend::{FileEntry, FileListing, WORKDIR};
 use crate::error::SandboxError;
 use crate::sys;
 
@@ -104,36 +107,29 @@ fn not_found_or(path: &str, e: io::Error) -> SandboxError {
 }
 
 impl DataDir {
-    /// Opens `/mnt/data` of the container whose init has host pid `init_pid`.
-    /// Files written are owned by `owner` (host uid and gid of the sandbox user).
-    pub fn open(init_pid: i32, owner: (u32, u32)) -> Result<Self, SandboxError> {
-        let root = format!("/proc/{init_pid}/root");
-        let root = openat2(
-            libc::AT_FDCWD,
-            &root,
-            libc::O_PATH | libc::O_DIRECTORY,
-            0,
-            0,
-        )
-        .map_err(|e| SandboxError::io("open the container's root", e))?;
-        let dir = openat2(
-            root.as_raw_fd(),
-            WORKDIR.trim_start_matches('/'),
-            libc::O_PATH | libc::O_DIRECTORY,
-            0,
-            RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
-        )
-        .map_err(|e| SandboxError::io("open /mnt/data", e))?;
-        Ok(Self { dir, owner })
+    /// Wraps a descriptor of a container's `/mnt/data` (any open mode;
+    /// `O_PATH` is enough). Files written are owned by `owner` (host uid and
+    /// gid of the sandbox user).
+    pub fn from_dir(dir: OwnedFd, owner: (u32, u32)) -> Self {
+        Self { dir, owner }
     }
 
     /// Reads a regular file; symlinks resolve inside `/mnt/data` only.
-    pub fn read(&self, path: &str) -> Result<Vec<u8>, SandboxError> {
+    /// A file larger than `disk_limit` (the container's disk quota: only a
+    /// sparse file can claim more) is refused.
+    pub fn read(&self, path: &str, disk_limit: u64) -> Result<Vec<u8>, SandboxError> {
         let file = self.open_file(path)?;
         let size = file
             .metadata()
             .map_err(|e| SandboxError::io("stat", e))?
             .len();
+        if size > disk_limit {
+            return Err(SandboxError::FileTooLarge {
+                path: path.to_owned(),
+                bytes: size,
+                limit: disk_limit,
+            });
+        }
         if size > MAX_READ_BYTES {
             return Err(SandboxError::InvalidRequest {
                 param: "path",
@@ -221,6 +217,7 @@ impl DataDir {
         let parts = relative_path(path)?;
         let parent = self.parent_of(&parts, path)?;
         let name = &parts[parts.len() - 1];
+        refuse_special_file(&parent, name, path)?;
         let fd = openat2(
             parent.as_raw_fd(),
             name,
@@ -269,9 +266,11 @@ impl DataDir {
         .map_err(|e| not_found_or(path, e))
     }
 
-    /// Every regular file below `/mnt/data`, without following links.
-    pub fn list(&self) -> Result<Vec<FileEntry>, SandboxError> {
-        let mut entries = Vec::new();
+    /// Every regular file below `/mnt/data`, without following links, up to
+    /// the listing's bounds; what they left out is counted, not dropped
+    /// silently.
+    pub fn list(&self) -> Result<FileListing, SandboxError> {
+        let mut listing = FileListing::default();
         let top = openat2(
             self.dir.as_raw_fd(),
             ".",
@@ -280,35 +279,68 @@ impl DataDir {
             RESOLVE_BENEATH,
         )
         .map_err(|e| SandboxError::io("open /mnt/data", e))?;
-        walk(&top, WORKDIR, &mut entries, 0)?;
-        entries.sort_by(|a, b| a.path.cmp(&b.path));
-        Ok(entries)
+        walk(&top, WORKDIR, &mut listing, 0)?;
+        listing.files.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(listing)
     }
 }
 
+/// Refuses to write over anything but a regular file: opening a FIFO would
+/// block or fail (`ENXIO`), a socket or device is not a file to replace, and
+/// a symbolic link is never followed.
+fn refuse_special_file(parent: &OwnedFd, name: &str, path: &str) -> Result<(), SandboxError> {
+    let c_name = CString::new(name).map_err(|_| SandboxError::FileNotFound(path.to_owned()))?;
+    // SAFETY: stat is plain data (zero is valid); fstatat fills it from a
+    // valid directory descriptor and C string, without following a final
+    // symlink.
+    let (found, stat) = unsafe {
+        let mut stat: libc::stat = std::mem::zeroed();
+        let ret = libc::fstatat(
+            parent.as_raw_fd(),
+            c_name.as_ptr(),
+            &mut stat,
+            libc::AT_SYMLINK_NOFOLLOW,
+        );
+        (ret == 0, stat)
+    };
+    if !found {
+        return Ok(());
+    }
+    let kind = match stat.st_mode & libc::S_IFMT {
+        libc::S_IFREG => return Ok(()),
+        libc::S_IFDIR => "a directory",
+        libc::S_IFIFO => "a named pipe (FIFO)",
+        libc::S_IFSOCK => "a socket",
+        libc::S_IFLNK => "a symbolic link",
+        _ => "a device or other special file",
+    };
+    Err(SandboxError::Conflict(format!(
+        "{path} is {kind}; only a regular file can be replaced by an upload"
+    )))
+}
+
 /// Deepest directory nesting listed.
-const MAX_DEPTH: usize = 32;
+pub const MAX_DEPTH: usize = 32;
 /// Most files listed.
-const MAX_ENTRIES: usize = 100_000;
+pub const MAX_ENTRIES: usize = 100_000;
 
 fn walk(
     dir: &OwnedFd,
     prefix: &str,
-    out: &mut Vec<FileEntry>,
+    out: &mut FileListing,
     depth: usize,
 ) -> Result<(), SandboxError> {
-    if depth > MAX_DEPTH {
-        return Ok(());
-    }
     // The magic link names exactly the directory we opened, whatever happens
     // to the path meanwhile; entries are then opened relative to `dir`.
     let listing = Path::new("/proc/self/fd").join(dir.as_raw_fd().to_string());
     let reader = std::fs::read_dir(&listing).map_err(|e| SandboxError::io("list /mnt/data", e))?;
     for entry in reader.flatten() {
-        if out.len() >= MAX_ENTRIES {
+        if out.files.len() >= MAX_ENTRIES {
+            out.skipped.entry_limit_reached = true;
             return Ok(());
         }
         let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+            out.skipped.non_utf8_names += 1;
             continue;
         };
         let Ok(file_type) = entry.file_type() else {
@@ -316,6 +348,10 @@ fn walk(
         };
         let path = format!("{prefix}/{name}");
         if file_type.is_dir() {
+            if depth >= MAX_DEPTH {
+                out.skipped.too_deep_directories += 1;
+                continue;
+            }
             if let Ok(child) = openat2(
                 dir.as_raw_fd(),
                 &name,
@@ -338,7 +374,7 @@ fn walk(
             let Ok(meta) = File::from(fd).metadata() else {
                 continue;
             };
-            out.push(FileEntry {
+            out.files.push(FileEntry {
                 path,
                 bytes: meta.len(),
                 modified_unix: meta.mtime(),

@@ -17,7 +17,7 @@ use crate::backend::ContainerSpec;
 use crate::cgroup::Cgroups;
 use crate::error::{IoContext, SandboxError};
 use crate::helper::HELPER_ARG;
-use crate::protocol::{Enrollment, Report, MAX_REPORT};
+use crate::protocol::{Enrollment, FileViewSpec, HelperTask, Report, MAX_REPORT};
 use crate::sys;
 
 /// How long a helper may take to enrol or to build its container.
@@ -36,6 +36,10 @@ pub(crate) struct Started {
     pub control: AsyncFd<OwnedFd>,
     pub init_pid: i32,
     pub slot: String,
+    /// The container's `/mnt/data`, opened by init.
+    pub data: OwnedFd,
+    /// The loop device its disk is on.
+    pub loop_device: Option<u32>,
 }
 
 impl Helper {
@@ -76,10 +80,11 @@ impl Helper {
         let enrolled = async {
             send_raw(&helper.control, &enrollment).await?;
             match recv_report(&helper.control).await? {
-                Some(Report::Enrolled) => Ok(()),
-                Some(Report::Error { message }) => Err(SandboxError::Setup(message)),
+                Some((Report::Enrolled, _)) => Ok(()),
+                Some((Report::Error { message }, _)) => Err(SandboxError::Setup(message)),
                 other => Err(SandboxError::Setup(format!(
-                    "unexpected helper report {other:?}"
+                    "unexpected helper report {:?}",
+                    other.map(|(report, _)| report)
                 ))),
             }
         };
@@ -98,22 +103,109 @@ impl Helper {
         }
     }
 
-    /// Sends the container spec and waits until init is ready.
-    pub async fn start(self, spec: &[u8]) -> Result<Started, SandboxError> {
+    /// A helper enrolled in no cgroup, for work that starts no container.
+    async fn spawn_unenrolled(binary: &Path) -> Result<Helper, SandboxError> {
+        let (ours, theirs) = sys::seqpacket_pair().context(|| "socketpair".into())?;
+        let pid = spawn_helper(binary, &theirs)
+            .context(|| format!("start helper {}", binary.display()))?;
+        drop(theirs);
+        let pidfd = sys::pidfd_open(pid).context(|| "pidfd of helper".into())?;
+        set_nonblocking(&ours)?;
+        let control = register(ours).context(|| "register control socket".into())?;
+        let helper = Helper {
+            control,
+            pidfd,
+            slot: String::new(),
+        };
+        let enrollment = serde_json::to_vec(&Enrollment {
+            cgroup_procs: Vec::new(),
+        })
+        .map_err(|e| SandboxError::Setup(format!("encode enrollment: {e}")))?;
+        send_raw(&helper.control, &enrollment).await?;
+        match recv_report(&helper.control).await? {
+            Some((Report::Enrolled, _)) => Ok(helper),
+            other => {
+                let _ = sys::pidfd_kill(&helper.pidfd, libc::SIGKILL);
+                reap(helper.pidfd).await;
+                Err(SandboxError::Setup(format!(
+                    "unexpected helper report {:?}",
+                    other.map(|(report, _)| report)
+                )))
+            }
+        }
+    }
+
+    /// Mounts a stopped container's disk in a short-lived helper and returns
+    /// a descriptor of its `data` directory (and the loop device used).
+    pub async fn open_view(
+        binary: &Path,
+        spec: &FileViewSpec,
+    ) -> Result<(OwnedFd, Option<u32>), SandboxError> {
+        let task = serde_json::to_vec(&HelperTask::FileView(spec.clone()))
+            .map_err(|e| SandboxError::Setup(format!("encode file view: {e}")))?;
+        let Helper { control, pidfd, .. } = Self::spawn_unenrolled(binary).await?;
+        let answer = tokio::time::timeout(SETUP_TIMEOUT, async {
+            send_raw(&control, &task).await?;
+            recv_report(&control).await
+        })
+        .await;
+        let result = match answer {
+            Ok(Ok(Some((Report::FileView { loop_device }, fds)))) => fds
+                .into_iter()
+                .next()
+                .map(|fd| (fd, loop_device))
+                .ok_or_else(|| {
+                    SandboxError::Setup("the file view came without a descriptor".into())
+                }),
+            Ok(Ok(Some((Report::Error { message }, _)))) => Err(SandboxError::Setup(message)),
+            Ok(Ok(other)) => Err(SandboxError::Setup(format!(
+                "unexpected helper report {:?}",
+                other.map(|(report, _)| report)
+            ))),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(SandboxError::Setup(
+                "the file view took more than 30 s to open".into(),
+            )),
+        };
+        if result.is_err() {
+            let _ = sys::pidfd_kill(&pidfd, libc::SIGKILL);
+        }
+        reap(pidfd).await;
+        result
+    }
+
+    /// Sends the container task and waits until init is ready.
+    pub async fn start(self, task: &[u8]) -> Result<Started, SandboxError> {
         let Helper {
             control,
             pidfd,
             slot,
         } = self;
         let mut init_pid = None;
+        let mut loop_device = None;
+        let mut data = None;
         let handshake = async {
-            send_raw(&control, spec).await?;
+            send_raw(&control, task).await?;
             loop {
                 match recv_report(&control).await? {
-                    Some(Report::InitPid { pid }) => init_pid = Some(pid),
-                    Some(Report::Ready) => return Ok(()),
-                    Some(Report::Error { message }) => return Err(SandboxError::Setup(message)),
-                    Some(Report::Enrolled) => {}
+                    Some((
+                        Report::InitPid {
+                            pid,
+                            loop_device: device,
+                        },
+                        _,
+                    )) => {
+                        init_pid = Some(pid);
+                        loop_device = device;
+                    }
+                    Some((Report::Ready, fds)) => {
+                        data = fds.into_iter().next();
+                        return Ok(());
+                    }
+                    Some((Report::Error { message }, _)) => {
+                        return Err(SandboxError::Setup(message))
+                    }
+                    Some((Report::Enrolled | Report::FileView { .. }, _)) => {}
                     None => {
                         return Err(SandboxError::Setup(
                             "the sandbox helper exited without a report".into(),
@@ -132,13 +224,21 @@ impl Helper {
             let _ = sys::pidfd_kill(&pidfd, libc::SIGKILL);
         }
         reap(pidfd).await;
+        let result = match (result, data) {
+            (Ok(()), None) => Err(SandboxError::Setup(
+                "init reported ready without its /mnt/data descriptor".into(),
+            )),
+            (result, data) => result.map(|()| data),
+        };
         match (result, init_pid) {
-            (Ok(()), Some(init_pid)) => Ok(Started {
+            (Ok(Some(data)), Some(init_pid)) => Ok(Started {
                 control,
                 init_pid,
                 slot,
+                data,
+                loop_device,
             }),
-            (Ok(()), None) => Err(SandboxError::Setup(
+            (Ok(_), _) => Err(SandboxError::Setup(
                 "init reported ready before its pid".into(),
             )),
             (Err(e), pid) => {
@@ -196,8 +296,11 @@ async fn send_raw(control: &AsyncFd<OwnedFd>, bytes: &[u8]) -> Result<(), Sandbo
     }
 }
 
-/// Receives one report; `None` once the other side closed.
-async fn recv_report(control: &AsyncFd<OwnedFd>) -> Result<Option<Report>, SandboxError> {
+/// Receives one report and the descriptors that came with it; `None` once
+/// the other side closed.
+async fn recv_report(
+    control: &AsyncFd<OwnedFd>,
+) -> Result<Option<(Report, Vec<OwnedFd>)>, SandboxError> {
     // Reports are small: a stack buffer, not a megabyte per report on the
     // container-start path.
     let mut buf = [0u8; MAX_REPORT];
@@ -208,9 +311,9 @@ async fn recv_report(control: &AsyncFd<OwnedFd>) -> Result<Option<Report>, Sandb
             .context(|| "wait on control socket".into())?;
         match guard.try_io(|fd| sys::recv_with_fds(fd.as_raw_fd(), &mut buf, libc::MSG_DONTWAIT)) {
             Ok(Ok((0, _))) => return Ok(None),
-            Ok(Ok((len, _))) => {
+            Ok(Ok((len, fds))) => {
                 return serde_json::from_slice(&buf[..len])
-                    .map(Some)
+                    .map(|report| Some((report, fds)))
                     .map_err(|e| SandboxError::Setup(format!("bad report from helper: {e}")))
             }
             Ok(Err(e)) if e.raw_os_error() == Some(libc::ECONNRESET) => return Ok(None),

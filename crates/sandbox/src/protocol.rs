@@ -89,6 +89,33 @@ pub struct HelperSpec {
     /// the disk's directories.
     pub host_sandbox_ids: (u32, u32),
     pub host_root_ids: (u32, u32),
+    /// The loop device this container's disk was last attached to, if it
+    /// may still be: the helper mounts that device again when it still
+    /// holds this image, so one disk never has two live file systems.
+    #[serde(default)]
+    pub reuse_loop: Option<u32>,
+}
+
+/// A read-only-in-spirit look at a stopped container's files: the helper
+/// mounts the disk in a private mount namespace, sends a descriptor of its
+/// `data` directory and exits; the descriptor keeps the mount alive.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FileViewSpec {
+    pub disk_image: PathBuf,
+    /// Empty directory the disk is mounted on (inside the helper's own
+    /// mount namespace only).
+    pub mount_point: PathBuf,
+    pub reuse_loop: Option<u32>,
+}
+
+/// The helper's second message: what to build.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "task", rename_all = "snake_case")]
+pub enum HelperTask {
+    /// Start a container (its init).
+    Container(Box<HelperSpec>),
+    /// Open a stopped container's files without starting it.
+    FileView(FileViewSpec),
 }
 
 /// What the helper and init report to the engine.
@@ -97,10 +124,21 @@ pub struct HelperSpec {
 pub enum Report {
     /// The helper joined its cgroups and waits for a spec.
     Enrolled,
-    /// The helper created init; this is init's pid on the host.
-    InitPid { pid: i32 },
-    /// Init finished setting up and waits for commands.
+    /// The helper created init; this is init's pid on the host, and the
+    /// loop device the container's disk is on (if it has one).
+    InitPid {
+        pid: i32,
+        #[serde(default)]
+        loop_device: Option<u32>,
+    },
+    /// Init finished setting up and waits for commands. The message carries
+    /// a descriptor of the container's `/mnt/data` (`O_PATH`), through which
+    /// the engine reaches its files: no `/proc/<pid>` path that a recycled
+    /// pid could redirect.
     Ready,
+    /// A file view is mounted; the message carries a descriptor of its
+    /// `data` directory.
+    FileView { loop_device: Option<u32> },
     /// A setup step failed.
     Error { message: String },
 }
@@ -110,21 +148,24 @@ pub enum Report {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
     /// Start `command`; the message carries stdout, stderr and status pipes.
-    Run { command: Vec<u8> },
-    /// Kill the process group of a command started earlier (pid inside).
-    KillGroup { pid: i32 },
+    /// With `reclaim`, the container is at its process limit: first end the
+    /// processes of the earlier command that holds the most of them.
+    Run { command: Vec<u8>, reclaim: bool },
+    /// Kill a running command and every process it started, wherever they
+    /// went (`setsid`, double forks): they all carry the command's marker.
+    KillCommand { pid: i32 },
 }
 
 impl Request {
     pub fn encode(&self) -> Vec<u8> {
         match self {
-            Request::Run { command } => {
+            Request::Run { command, reclaim } => {
                 let mut out = Vec::with_capacity(command.len() + 1);
-                out.push(b'R');
+                out.push(if *reclaim { b'r' } else { b'R' });
                 out.extend_from_slice(command);
                 out
             }
-            Request::KillGroup { pid } => {
+            Request::KillCommand { pid } => {
                 let mut out = vec![b'K'];
                 out.extend_from_slice(&pid.to_le_bytes());
                 out
@@ -136,8 +177,13 @@ impl Request {
         match bytes.split_first()? {
             (b'R', command) => Some(Request::Run {
                 command: command.to_vec(),
+                reclaim: false,
             }),
-            (b'K', pid) => Some(Request::KillGroup {
+            (b'r', command) => Some(Request::Run {
+                command: command.to_vec(),
+                reclaim: true,
+            }),
+            (b'K', pid) => Some(Request::KillCommand {
                 pid: i32::from_le_bytes(pid.try_into().ok()?),
             }),
             _ => None,
@@ -154,6 +200,9 @@ pub enum Status {
     Exited(i32),
     /// The command could not be started: this errno.
     SpawnFailed(i32),
+    /// Before starting the command, init ended this many processes that an
+    /// earlier command left running (the container was at its process limit).
+    Reclaimed(i32),
 }
 
 impl Status {
@@ -165,6 +214,7 @@ impl Status {
             Status::Started(v) => (1u32, v),
             Status::Exited(v) => (2, v),
             Status::SpawnFailed(v) => (3, v),
+            Status::Reclaimed(v) => (4, v),
         };
         let mut out = [0u8; Self::SIZE];
         out[..4].copy_from_slice(&tag.to_le_bytes());
@@ -179,6 +229,7 @@ impl Status {
             1 => Some(Status::Started(value)),
             2 => Some(Status::Exited(value)),
             3 => Some(Status::SpawnFailed(value)),
+            4 => Some(Status::Reclaimed(value)),
             _ => None,
         }
     }
@@ -193,8 +244,13 @@ mod tests {
         for request in [
             Request::Run {
                 command: b"echo \"hi\"\n\x01".to_vec(),
+                reclaim: false,
             },
-            Request::KillGroup { pid: 42 },
+            Request::Run {
+                command: b"true".to_vec(),
+                reclaim: true,
+            },
+            Request::KillCommand { pid: 42 },
         ] {
             assert_eq!(Request::decode(&request.encode()), Some(request));
         }
@@ -208,6 +264,7 @@ mod tests {
             Status::Started(7),
             Status::Exited(137 << 8),
             Status::SpawnFailed(libc::ENOENT),
+            Status::Reclaimed(509),
         ] {
             assert_eq!(Status::decode(status.encode()), Some(status));
         }

@@ -36,6 +36,37 @@ pub struct Config {
     pub warm_containers: usize,
     /// Log format: `json` or `text`.
     pub log_format: String,
+    /// Containers holding processes (running or being created) a project
+    /// may have at once; suspended ones do not count (429 beyond).
+    pub max_running_containers_per_project: u32,
+    /// Sum of the `memory_limit`s of a project's running containers (429
+    /// beyond). Limits are ceilings, not reservations: the host is protected
+    /// by `sandbox_memory_ceiling`, this bounds one tenant's claim.
+    pub max_memory_per_project: String,
+    /// Exec requests a project may have running at once (429 beyond).
+    pub max_execs_per_project: u32,
+    /// CPU ceiling of each container, in cores (0: none).
+    pub container_cpus: f64,
+    /// Most time one exec request may take, whatever its commands'
+    /// timeouts; commands still pending then get a `timeout` outcome.
+    pub request_deadline_secs: u64,
+    /// Memory all sandboxes together may use (their parent cgroup's limit):
+    /// `auto` (the host's memory less a tenth, at least 1 GiB and at most
+    /// 8 GiB kept for the server and the host) or a size such as `16g`. A
+    /// container whose `memory_limit` is larger is refused (400).
+    pub sandbox_memory_ceiling: String,
+    /// Open connections at most; past it, the oldest connection that has
+    /// not yet sent a request is closed to make room.
+    pub max_connections: usize,
+    /// A connection must send a complete request header within this many
+    /// seconds of opening or of its previous response: this bounds both
+    /// slow (slow-loris) headers and idle keep-alive connections.
+    pub header_read_timeout_secs: u64,
+    /// A request body that sends nothing for this long, or less than
+    /// 1 KiB/s on average after it, is cut off (408).
+    pub body_read_timeout_secs: u64,
+    /// If set, `GET /metrics` needs `Authorization: Bearer <token>`.
+    pub metrics_token: String,
 }
 
 impl Default for Config {
@@ -54,6 +85,16 @@ impl Default for Config {
             rate_limit_per_minute: 0,
             warm_containers: 2,
             log_format: "json".to_owned(),
+            max_running_containers_per_project: 100,
+            max_memory_per_project: "256g".to_owned(),
+            max_execs_per_project: 32,
+            container_cpus: 1.0,
+            request_deadline_secs: 600,
+            sandbox_memory_ceiling: "auto".to_owned(),
+            max_connections: 10_000,
+            header_read_timeout_secs: 10,
+            body_read_timeout_secs: 30,
+            metrics_token: String::new(),
         }
     }
 }
@@ -109,6 +150,14 @@ impl Config {
                     .parse::<i64>()
                     .map(toml::Value::Integer)
                     .map_err(|_| ConfigError(format!("{key}={value:?} is not a whole number")))?,
+                toml::Value::Float(_) => value
+                    .parse::<f64>()
+                    .map(toml::Value::Float)
+                    .map_err(|_| ConfigError(format!("{key}={value:?} is not a number")))?,
+                toml::Value::Boolean(_) => value
+                    .parse::<bool>()
+                    .map(toml::Value::Boolean)
+                    .map_err(|_| ConfigError(format!("{key}={value:?} is not true or false")))?,
                 _ => toml::Value::String(value),
             };
             table.insert(name, parsed);
@@ -116,6 +165,59 @@ impl Config {
         toml::Value::Table(table)
             .try_into()
             .map_err(|e: toml::de::Error| ConfigError(format!("invalid setting: {e}")))
+    }
+
+    /// Checks the settings that are not checked by their types.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.max_memory_per_project_bytes()?;
+        self.sandbox_memory_ceiling()?;
+        if !(self.container_cpus >= 0.0 && self.container_cpus <= 1024.0) {
+            return Err(ConfigError(format!(
+                "container_cpus = {} must be between 0 (no ceiling) and 1024",
+                self.container_cpus
+            )));
+        }
+        for (name, value) in [
+            ("request_deadline_secs", self.request_deadline_secs),
+            ("header_read_timeout_secs", self.header_read_timeout_secs),
+            ("body_read_timeout_secs", self.body_read_timeout_secs),
+            ("max_connections", self.max_connections as u64),
+        ] {
+            if value == 0 {
+                return Err(ConfigError(format!("{name} must be positive")));
+            }
+        }
+        Ok(())
+    }
+
+    /// `max_memory_per_project` in bytes.
+    pub fn max_memory_per_project_bytes(&self) -> Result<u64, ConfigError> {
+        shellgate_sandbox::backend::parse_size(&self.max_memory_per_project).ok_or_else(|| {
+            ConfigError(format!(
+                "max_memory_per_project = {:?} is not a size such as 64g",
+                self.max_memory_per_project
+            ))
+        })
+    }
+
+    /// `sandbox_memory_ceiling` in bytes (`None`: automatic).
+    pub fn sandbox_memory_ceiling(&self) -> Result<Option<u64>, ConfigError> {
+        if self.sandbox_memory_ceiling == "auto" {
+            return Ok(None);
+        }
+        shellgate_sandbox::backend::parse_size(&self.sandbox_memory_ceiling)
+            .map(Some)
+            .ok_or_else(|| {
+                ConfigError(format!(
+                    "sandbox_memory_ceiling = {:?} is not `auto` or a size such as 16g",
+                    self.sandbox_memory_ceiling
+                ))
+            })
+    }
+
+    /// The CPU ceiling of a container (`None`: none).
+    pub fn container_cpu_ceiling(&self) -> Option<f64> {
+        (self.container_cpus > 0.0).then_some(self.container_cpus)
     }
 
     /// The seeded keys as (key, project) pairs.
@@ -166,5 +268,14 @@ mod tests {
     fn bad_settings_are_reported() {
         let env = vec![("SHELLGATE_RETENTION_DAYS".to_owned(), "soon".to_owned())];
         assert!(Config::load(None, env.into_iter()).is_err());
+        let env = vec![("SHELLGATE_CONTAINER_CPUS".to_owned(), "2.5".to_owned())];
+        let config = Config::load(None, env.into_iter()).unwrap();
+        assert_eq!(config.container_cpu_ceiling(), Some(2.5));
+        let config = Config {
+            max_memory_per_project: "lots".into(),
+            ..Config::default()
+        };
+        assert!(config.validate().is_err());
+        assert!(Config::default().validate().is_ok());
     }
 }

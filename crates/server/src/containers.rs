@@ -11,20 +11,20 @@ use axum::http::{header, HeaderMap};
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use shellgate_sandbox::backend::{limits, ContainerSpec, RunRequest, StreamKind};
-use shellgate_sandbox::{CommandResult, SandboxBackend};
-use shellgate_store::{ContainerFileRow, ContainerRow};
+use shellgate_sandbox::backend::{limits, ContainerSpec, RunRequest, SkippedFiles, StreamKind};
+use shellgate_sandbox::{CommandResult, SandboxError};
+use shellgate_store::{ContainerFileRow, ContainerRow, PresentFile};
 use shellgate_wire::{
     Container, ContainerFile, CreateContainer, CreateContainerFileFromId, Deleted, ExecRequest,
-    ExpiresAfter, ExpiresAnchor, List, MemoryLimit, NetworkPolicy, ShellCallOutput,
+    ExpiresAfter, ExpiresAnchor, List, ListIncomplete, MemoryLimit, NetworkPolicy, ShellCallOutput,
 };
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::StreamExt;
 
 use crate::error::{ApiError, ApiResult};
-use crate::http::{ApiJson, ApiQuery, ListParams, Project};
+use crate::http::{body_error, ApiJson, ApiQuery, ListParams, Project};
 use crate::spool::spool;
-use crate::{destroy_quietly, engine_error, new_id, now, AppState};
+use crate::{destroy_quietly, engine_error, new_id, now, to_completion, AppState};
 
 /// Most allowed domains in a network policy.
 const MAX_ALLOWED_DOMAINS: usize = 50;
@@ -51,10 +51,11 @@ pub fn container_object(row: &ContainerRow) -> Container {
 }
 
 /// The project's container `id`, or 404.
-fn owned(state: &AppState, project: &Project, id: &str) -> ApiResult<ContainerRow> {
+async fn owned(state: &AppState, project: &Project, id: &str) -> ApiResult<ContainerRow> {
+    let (project, key) = (project.0.clone(), id.to_owned());
     state
-        .store
-        .container(&project.0, id)?
+        .db(move |s| s.container(&project, &key))
+        .await?
         .ok_or_else(|| ApiError::not_found("container", id))
 }
 
@@ -136,9 +137,10 @@ pub async fn create(
     // Every file must exist (in this project) before anything is made.
     let mut files = Vec::with_capacity(body.file_ids.len());
     for file_id in &body.file_ids {
+        let (owner, key) = (project.0.clone(), file_id.clone());
         let file = state
-            .store
-            .file(&project.0, file_id)?
+            .db(move |s| s.file(&owner, &key))
+            .await?
             .ok_or_else(|| ApiError::not_found("file", file_id))?;
         files.push(file);
     }
@@ -172,40 +174,59 @@ pub async fn create(
         session_seconds: 0.0,
         session_open: false,
     };
-    // The row first (status `creating`): a crash from here on is cleaned up
-    // at the next start, never leaving a container the store does not know.
-    state.store.insert_container(&row)?;
-    let made = async {
-        let spec = ContainerSpec {
-            memory_bytes: memory.bytes(),
-            ..ContainerSpec::default()
-        };
-        state.engine.create(&row.id, spec).await?;
-        for file in &files {
-            let path = format!("/mnt/data/{}", safe_file_name(&file.filename));
-            let bytes = state
-                .engine
-                .write_file_from(&row.id, &path, open_blob(&state, &file.id)?)
-                .await?;
-            state.store.upsert_container_file(&ContainerFileRow {
-                id: new_id("cfile_"),
-                container_id: row.id.clone(),
-                path,
-                bytes,
-                source: "user".to_owned(),
-                created_at: now,
-            })?;
+    let permit = state.admit_start(&project.0, memory).await?;
+    // Run to completion whether or not the client stays: a create either
+    // finishes (the container is listed) or cleans up after itself.
+    let worker = Arc::clone(&state);
+    let id = row.id.clone();
+    to_completion(async move {
+        let state = worker;
+        let _permit = permit;
+        // The row first (status `creating`): a crash from here on is cleaned
+        // up at the next start, never leaving a container the store does
+        // not know.
+        let inserted = row.clone();
+        state.db(move |s| s.insert_container(&inserted)).await?;
+        let made = async {
+            let spec = ContainerSpec {
+                memory_bytes: memory.bytes(),
+                cpu_cores: state.config.container_cpu_ceiling(),
+                ..ContainerSpec::default()
+            };
+            state.engine.create(&row.id, spec).await?;
+            for file in &files {
+                let path = format!("/mnt/data/{}", safe_file_name(&file.filename));
+                let bytes = state
+                    .engine
+                    .write_file_from(&row.id, &path, open_blob(&state, &file.id)?)
+                    .await?;
+                let file_row = ContainerFileRow {
+                    id: new_id("cfile_"),
+                    container_id: row.id.clone(),
+                    path,
+                    bytes,
+                    source: "user".to_owned(),
+                    created_at: now,
+                };
+                state
+                    .db(move |s| s.upsert_container_file(&file_row))
+                    .await?;
+            }
+            let id = row.id.clone();
+            state.db(move |s| s.open_session(&id)).await?;
+            Ok::<_, ApiError>(())
         }
-        state.store.open_session(&row.id)?;
-        Ok::<_, ApiError>(())
-    }
-    .await;
-    if let Err(error) = made {
-        destroy_quietly(&state.engine, &row.id).await;
-        let _ = state.store.delete_container(&row.id);
-        return Err(error);
-    }
-    let row = owned(&state, &project, &row.id)?;
+        .await;
+        if let Err(error) = made {
+            destroy_quietly(state.engine.as_ref(), &row.id).await;
+            let id = row.id.clone();
+            let _ = state.db(move |s| s.delete_container(&id)).await;
+            return Err(error);
+        }
+        Ok(())
+    })
+    .await?;
+    let row = owned(&state, &project, &id).await?;
     Ok(Json(container_object(&row)))
 }
 
@@ -221,10 +242,10 @@ pub async fn list(
         ));
     }
     let page = params.page()?;
-    let (rows, has_more) =
-        state
-            .store
-            .list_containers(&project.0, params.name.as_deref(), &page)?;
+    let owner = project.0.clone();
+    let (rows, has_more) = state
+        .db(move |s| s.list_containers(&owner, params.name.as_deref(), &page))
+        .await?;
     let data = rows
         .iter()
         .filter(|r| r.status != "creating")
@@ -240,7 +261,7 @@ pub async fn retrieve(
     project: Project,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Container>> {
-    Ok(Json(container_object(&owned(&state, &project, &id)?)))
+    Ok(Json(container_object(&owned(&state, &project, &id).await?)))
 }
 
 pub async fn delete(
@@ -248,20 +269,26 @@ pub async fn delete(
     project: Project,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Deleted>> {
-    owned(&state, &project, &id)?;
-    destroy_quietly(&state.engine, &id).await;
-    state.store.delete_container(&id)?;
-    Ok(Json(Deleted::new(id, "container.deleted")))
+    owned(&state, &project, &id).await?;
+    // Commands running in it end with a 409 `container_deleted`.
+    to_completion(async move {
+        destroy_quietly(state.engine.as_ref(), &id).await;
+        let key = id.clone();
+        state.db(move |s| s.delete_container(&key)).await?;
+        Ok(Json(Deleted::new(id, "container.deleted")))
+    })
+    .await
 }
 
 /// Checks an exec body against the limits, naming the offending `param`.
-pub(crate) fn run_request(body: &ExecRequest) -> ApiResult<RunRequest> {
+pub(crate) fn run_request(body: &ExecRequest, deadline_secs: u64) -> ApiResult<RunRequest> {
     let request = RunRequest {
         commands: body.commands.clone(),
         timeout_ms: body.timeout_ms.unwrap_or(limits::DEFAULT_TIMEOUT_MS),
         max_output_length: body
             .max_output_length
             .unwrap_or(limits::DEFAULT_MAX_OUTPUT_LENGTH),
+        deadline_ms: Some(deadline_secs.saturating_mul(1000)),
     };
     request.validate()?;
     Ok(request)
@@ -277,15 +304,21 @@ fn shell_call_output(results: Vec<CommandResult>, max_output_length: usize) -> S
     }
 }
 
-/// Opens a session if the container was suspended, and records activity
-/// (at most once a second: `last_active_at` has second resolution).
-fn begin_activity(state: &AppState, row: &ContainerRow) -> ApiResult<()> {
+/// Before a command: a suspended container is woken, which opens a billed
+/// session and is admitted against the project's quotas; activity renews
+/// the expiry (at most once a second: `last_active_at` has second
+/// resolution).
+async fn begin_activity(state: &AppState, row: &ContainerRow) -> ApiResult<()> {
+    let id = row.id.clone();
     if !row.session_open {
-        state.store.open_session(&row.id)?;
+        let memory = MemoryLimit::parse(&row.memory_limit).unwrap_or_default();
+        let _permit = state.admit_start(&row.project, memory).await?;
+        state.db(move |s| s.open_session(&id)).await?;
+        return Ok(());
     }
     let now = now();
     if now > row.last_active_at {
-        state.store.record_activity(&row.id, now, 0.0)?;
+        state.db(move |s| s.record_activity(&id, now, 0.0)).await?;
     }
     Ok(())
 }
@@ -296,20 +329,28 @@ pub async fn exec(
     Path(id): Path<String>,
     ApiJson(body): ApiJson<ExecRequest>,
 ) -> ApiResult<Response> {
-    let row = owned(&state, &project, &id)?;
-    let request = run_request(&body)?;
-    let busy = state.busy(&id);
-    begin_activity(&state, &row)?;
+    let row = owned(&state, &project, &id).await?;
+    let request = run_request(&body, state.config.request_deadline_secs)?;
+    let permit = state.admission.exec(&project.0)?;
+    begin_activity(&state, &row).await?;
     let commands = request.commands.len();
     let max_output_length = request.max_output_length;
     if !body.stream {
-        let started = Instant::now();
-        let result = state.engine.run(&id, request).await;
-        let seconds = started.elapsed().as_secs_f64();
-        state.metrics.exec(commands, seconds, result.is_ok());
-        state.store.record_activity(&id, now(), seconds)?;
-        drop(busy);
-        let results = result.map_err(|e| engine_error(&id, e))?;
+        // Run to completion: if the client hangs up, the commands are still
+        // killed at their timeout and their time is billed.
+        let results = to_completion(async move {
+            let _permit = permit;
+            let started = Instant::now();
+            let result = state.engine.run(&id, request).await;
+            let seconds = started.elapsed().as_secs_f64();
+            state.metrics.exec(commands, seconds, result.is_ok());
+            let key = id.clone();
+            state
+                .db(move |s| s.record_activity(&key, now(), seconds))
+                .await?;
+            result.map_err(|e| engine_error(&id, e))
+        })
+        .await?;
         return Ok(Json(shell_call_output(results, max_output_length)).into_response());
     }
     // Streaming: deltas as they come, then the whole result.
@@ -338,13 +379,17 @@ pub async fn exec(
             }
         }
     });
+    // Also run to completion: a stream whose client left only stops sending.
     tokio::spawn(async move {
+        let _permit = permit;
         let started = Instant::now();
         let result = state.engine.run_streaming(&id, request, delta_tx).await;
         let seconds = started.elapsed().as_secs_f64();
         state.metrics.exec(commands, seconds, result.is_ok());
-        let _ = state.store.record_activity(&id, now(), seconds);
-        drop(busy);
+        let key = id.clone();
+        let _ = state
+            .db(move |s| s.record_activity(&key, now(), seconds))
+            .await;
         let event = match result {
             Ok(results) => {
                 let output = shell_call_output(results, max_output_length);
@@ -371,6 +416,12 @@ pub async fn exec(
 }
 
 // --- container files ------------------------------------------------------
+//
+// The store keeps one row per file (its id, path, size, source). A listing
+// walks /mnt/data once (off the async workers, bounded) and syncs the rows in
+// one linear pass; retrieving, downloading or deleting one file only reads
+// its row. None of these wakes a suspended container, bills it or renews its
+// expiry: the engine reads a stopped container's disk without starting it.
 
 fn container_file_object(row: &ContainerFileRow) -> ContainerFile {
     ContainerFile {
@@ -399,37 +450,68 @@ pub fn safe_file_name(name: &str) -> String {
     }
 }
 
-/// Brings the store's view of `/mnt/data` up to date: files commands made
-/// appear (source `assistant`), files that are gone disappear.
-async fn sync_files(state: &AppState, row: &ContainerRow) -> ApiResult<Vec<ContainerFileRow>> {
-    // Reading /mnt/data starts a suspended container: that is a session.
-    begin_activity(state, row)?;
-    let id = row.id.as_str();
-    let present = state
+/// What a listing had to leave out, said in the list (never silently).
+fn incomplete(skipped: SkippedFiles) -> Option<ListIncomplete> {
+    if !skipped.any() {
+        return None;
+    }
+    let mut reasons = Vec::new();
+    if skipped.entry_limit_reached {
+        reasons.push(format!(
+            "it holds more than the {} files a listing walks",
+            shellgate_sandbox::files::MAX_ENTRIES
+        ));
+    }
+    if skipped.too_deep_directories > 0 {
+        reasons.push(format!(
+            "{} directories are nested deeper than {} levels",
+            skipped.too_deep_directories,
+            shellgate_sandbox::files::MAX_DEPTH
+        ));
+    }
+    if skipped.non_utf8_names > 0 {
+        reasons.push(format!(
+            "{} names are not valid UTF-8",
+            skipped.non_utf8_names
+        ));
+    }
+    Some(ListIncomplete {
+        message: format!(
+            "This listing is incomplete: {}. Reach the rest with commands.",
+            reasons.join("; ")
+        ),
+        non_utf8_names: skipped.non_utf8_names,
+        too_deep_directories: skipped.too_deep_directories,
+        entry_limit_reached: skipped.entry_limit_reached,
+    })
+}
+
+/// Brings the store's rows of a container's files up to date: files commands
+/// made appear (source `assistant`), files that are gone disappear. One sync
+/// per container at a time (a second waits, then finds nothing to change).
+async fn sync_files(state: &AppState, id: &str) -> ApiResult<Option<ListIncomplete>> {
+    let lock = state.sync_lock(id);
+    let _one_at_a_time = lock.lock().await;
+    let listing = state
         .engine
         .list_files(id)
         .await
         .map_err(|e| engine_error(id, e))?;
-    let known = state.store.container_files(id)?;
-    for row in &known {
-        if !present.iter().any(|f| f.path == row.path) {
-            state.store.delete_container_file(id, &row.id)?;
-        }
-    }
-    for file in &present {
-        let existing = known.iter().find(|r| r.path == file.path);
-        if existing.is_none_or(|r| r.bytes != file.bytes) {
-            state.store.upsert_container_file(&ContainerFileRow {
-                id: new_id("cfile_"),
-                container_id: id.to_owned(),
-                path: file.path.clone(),
-                bytes: file.bytes,
-                source: "assistant".to_owned(),
-                created_at: file.modified_unix,
-            })?;
-        }
-    }
-    Ok(state.store.container_files(id)?)
+    let skipped = listing.skipped;
+    let present: Vec<PresentFile> = listing
+        .files
+        .into_iter()
+        .map(|f| PresentFile {
+            path: f.path,
+            bytes: f.bytes,
+            modified_unix: f.modified_unix,
+        })
+        .collect();
+    let key = id.to_owned();
+    state
+        .db(move |s| s.sync_container_files(&key, &present, || new_id("cfile_")))
+        .await?;
+    Ok(incomplete(skipped))
 }
 
 pub async fn upload_file(
@@ -439,7 +521,7 @@ pub async fn upload_file(
     headers: HeaderMap,
     request: Request,
 ) -> ApiResult<Json<ContainerFile>> {
-    let container = owned(&state, &project, &id)?;
+    owned(&state, &project, &id).await?;
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -463,9 +545,10 @@ pub async fn upload_file(
     } else if content_type.starts_with("application/json") {
         let ApiJson(body) =
             ApiJson::<CreateContainerFileFromId>::from_request(request, &()).await?;
+        let (owner, key) = (project.0.clone(), body.file_id.clone());
         let file = state
-            .store
-            .file(&project.0, &body.file_id)?
+            .db(move |s| s.file(&owner, &key))
+            .await?
             .ok_or_else(|| ApiError::not_found("file", &body.file_id))?;
         (safe_file_name(&file.filename), open_blob(&state, &file.id)?)
     } else {
@@ -474,29 +557,44 @@ pub async fn upload_file(
         ));
     };
     let path = format!("/mnt/data/{name}");
-    let _busy = state.busy(&id);
-    begin_activity(&state, &container)?;
-    let bytes = state
-        .engine
-        .write_file_from(&id, &path, source)
-        .await
-        .map_err(|e| engine_error(&id, e))?;
-    let row = state.store.upsert_container_file(&ContainerFileRow {
-        id: new_id("cfile_"),
-        container_id: id.clone(),
-        path,
-        bytes,
-        source: "user".to_owned(),
-        created_at: now(),
-    })?;
-    Ok(Json(container_file_object(&row)))
+    // The upload is received; copying it in and recording it finish even if
+    // the client leaves now. It renews the expiry but opens no billed
+    // session (no command runs).
+    to_completion(async move {
+        let bytes = state
+            .engine
+            .write_file_from(&id, &path, source)
+            .await
+            .map_err(|e| engine_error(&id, e))?;
+        let file_row = ContainerFileRow {
+            id: new_id("cfile_"),
+            container_id: id.clone(),
+            path,
+            bytes,
+            source: "user".to_owned(),
+            created_at: now(),
+        };
+        let key = id.clone();
+        let row = state
+            .db(move |s| {
+                s.record_activity(&key, now(), 0.0)?;
+                s.upsert_container_file(&file_row)
+            })
+            .await?;
+        Ok(Json(container_file_object(&row)))
+    })
+    .await
 }
 
 pub fn multipart_error(error: axum::extract::multipart::MultipartError) -> ApiError {
     if error.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
         ApiError::too_large("The upload is larger than allowed.")
     } else {
-        ApiError::bad_request(format!("Invalid multipart body: {}", error.body_text()))
+        let text = error.body_text();
+        match body_error(text.clone()) {
+            timeout if timeout.status == axum::http::StatusCode::REQUEST_TIMEOUT => timeout,
+            _ => ApiError::bad_request(format!("Invalid multipart body: {text}")),
+        }
     }
 }
 
@@ -506,38 +604,48 @@ pub async fn list_files(
     Path(id): Path<String>,
     ApiQuery(params): ApiQuery<ListParams>,
 ) -> ApiResult<Json<List<ContainerFile>>> {
-    let container = owned(&state, &project, &id)?;
+    owned(&state, &project, &id).await?;
     let page = params.page()?;
-    let _busy = state.busy(&id);
-    let mut rows = sync_files(&state, &container).await?;
-    if !page.ascending {
-        rows.reverse();
-    }
-    if let Some(after) = &page.after {
-        if let Some(position) = rows.iter().position(|r| &r.id == after) {
-            rows.drain(..=position);
-        }
-    }
-    let has_more = rows.len() > page.limit as usize;
-    rows.truncate(page.limit as usize);
+    // The first page looks at the container; later pages (`after`) continue
+    // the listing the first page synced, so paging through many files walks
+    // them once.
+    let incomplete = match page.after {
+        None => sync_files(&state, &id).await?,
+        Some(_) => None,
+    };
+    let key = id.clone();
+    let (rows, has_more) = state
+        .db(move |s| s.list_container_files(&key, &page))
+        .await?;
     let data = rows.iter().map(container_file_object).collect();
-    Ok(Json(List::page(data, has_more, |f: &ContainerFile| {
-        f.id.clone()
-    })))
+    let mut list = List::page(data, has_more, |f: &ContainerFile| f.id.clone());
+    list.incomplete = incomplete;
+    Ok(Json(list))
 }
 
-/// The project's container file, refreshed from the container.
+/// The project's container file, from its row (no walk of /mnt/data).
 async fn owned_file(
     state: &AppState,
     project: &Project,
     id: &str,
     file_id: &str,
 ) -> ApiResult<ContainerFileRow> {
-    let container = owned(state, project, id)?;
-    let rows = sync_files(state, &container).await?;
-    rows.into_iter()
-        .find(|r| r.id == file_id)
+    owned(state, project, id).await?;
+    let (key, file_key) = (id.to_owned(), file_id.to_owned());
+    state
+        .db(move |s| s.container_file(&key, &file_key))
+        .await?
         .ok_or_else(|| ApiError::not_found("container file", file_id))
+}
+
+/// Forgets a row whose file is gone from the container (a command removed
+/// it since the last listing), and answers 404.
+async fn forget_missing(state: &AppState, id: &str, row: &ContainerFileRow) -> ApiError {
+    let (key, file_key) = (id.to_owned(), row.id.clone());
+    let _ = state
+        .db(move |s| s.delete_container_file(&key, &file_key))
+        .await;
+    ApiError::not_found("container file", &row.id)
 }
 
 pub async fn retrieve_file(
@@ -545,7 +653,6 @@ pub async fn retrieve_file(
     project: Project,
     Path((id, file_id)): Path<(String, String)>,
 ) -> ApiResult<Json<ContainerFile>> {
-    let _busy = state.busy(&id);
     Ok(Json(container_file_object(
         &owned_file(&state, &project, &id, &file_id).await?,
     )))
@@ -556,16 +663,14 @@ pub async fn file_content(
     project: Project,
     Path((id, file_id)): Path<(String, String)>,
 ) -> ApiResult<Response> {
-    let _busy = state.busy(&id);
-    // (owned_file has recorded the activity.)
     let row = owned_file(&state, &project, &id, &file_id).await?;
     // Streamed from a descriptor the engine resolved inside /mnt/data: a
     // large file never sits in memory, and the path cannot be swapped.
-    let file = state
-        .engine
-        .open_file(&id, &row.path)
-        .await
-        .map_err(|e| engine_error(&id, e))?;
+    let file = match state.engine.open_file(&id, &row.path).await {
+        Ok(file) => file,
+        Err(SandboxError::FileNotFound(_)) => return Err(forget_missing(&state, &id, &row).await),
+        Err(e) => return Err(engine_error(&id, e)),
+    };
     let body = Body::from_stream(crate::files::file_stream(tokio::fs::File::from_std(file)));
     Ok(([(header::CONTENT_TYPE, "application/octet-stream")], body).into_response())
 }
@@ -575,15 +680,19 @@ pub async fn delete_file(
     project: Project,
     Path((id, file_id)): Path<(String, String)>,
 ) -> ApiResult<Json<Deleted>> {
-    let _busy = state.busy(&id);
     let row = owned_file(&state, &project, &id, &file_id).await?;
-    state
-        .engine
-        .delete_file(&id, &row.path)
-        .await
-        .map_err(|e| engine_error(&id, e))?;
-    state.store.delete_container_file(&id, &row.id)?;
-    Ok(Json(Deleted::new(row.id, "container.file.deleted")))
+    to_completion(async move {
+        match state.engine.delete_file(&id, &row.path).await {
+            Ok(()) | Err(SandboxError::FileNotFound(_)) => {}
+            Err(e) => return Err(engine_error(&id, e)),
+        }
+        let (key, file_key) = (id.clone(), row.id.clone());
+        state
+            .db(move |s| s.delete_container_file(&key, &file_key))
+            .await?;
+        Ok(Json(Deleted::new(row.id, "container.file.deleted")))
+    })
+    .await
 }
 
 #[cfg(test)]
@@ -603,6 +712,7 @@ mod tests {
     fn exec_limits_name_their_param() {
         let body = |json: &str| serde_json::from_str::<ExecRequest>(json).unwrap();
         let param = |r: ApiResult<RunRequest>| r.err().and_then(|e| e.param);
+        let run_request = |body: &ExecRequest| run_request(body, 600);
         assert_eq!(
             param(run_request(&body(
                 r#"{"commands":["true"],"timeout_ms":300001}"#

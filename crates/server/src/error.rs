@@ -77,6 +77,13 @@ impl ApiError {
         Self::new(StatusCode::CONFLICT, "invalid_request_error", message)
     }
 
+    /// 429 for a quota: which limit, and its value, are in the message.
+    pub fn quota(code: &'static str, message: impl Into<String>) -> Self {
+        let mut error = Self::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", message);
+        error.code = Some(code);
+        error
+    }
+
     pub fn rate_limited(retry_after: u64) -> Self {
         let mut error = Self::new(
             StatusCode::TOO_MANY_REQUESTS,
@@ -126,7 +133,17 @@ impl IntoResponse for ApiError {
 
 impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
-        ApiError::internal(format!("metadata store: {error}"))
+        match error {
+            StoreError::UnknownCursor(after) => ApiError::invalid(
+                "after",
+                format!(
+                    "No object with id '{after}' in this listing: 'after' must be an id from \
+                     an earlier page of the same listing."
+                ),
+            )
+            .with_code("invalid_cursor"),
+            other => ApiError::internal(format!("metadata store: {other}")),
+        }
     }
 }
 
@@ -150,6 +167,13 @@ impl From<SandboxError> for ApiError {
             SandboxError::Conflict(message) => ApiError::conflict(message),
             SandboxError::ImageNotFound(name) => {
                 ApiError::invalid("image", format!("no image named {name}"))
+            }
+            SandboxError::Deleted(id) => ApiError::conflict(format!(
+                "Container '{id}' was deleted while the request ran; its commands were stopped."
+            ))
+            .with_code("container_deleted"),
+            error @ SandboxError::FileTooLarge { .. } => {
+                ApiError::invalid("file_id", error.to_string()).with_code("file_too_large")
             }
             SandboxError::QuotaExceeded => {
                 ApiError::too_large("The container's disk quota is full.")

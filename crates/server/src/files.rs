@@ -26,16 +26,60 @@ fn file_object(row: &FileRow) -> FileObject {
         filename: row.filename.clone(),
         purpose: row.purpose.clone(),
         status: "processed".to_owned(),
-        expires_at: None,
+        expires_at: row.expires_at,
         status_details: None,
     }
 }
 
-fn owned(state: &AppState, project: &Project, id: &str) -> ApiResult<FileRow> {
+async fn owned(state: &AppState, project: &Project, id: &str) -> ApiResult<FileRow> {
+    let (owner, key) = (project.0.clone(), id.to_owned());
     state
-        .store
-        .file(&project.0, id)?
+        .db(move |s| s.file(&owner, &key))
+        .await?
         .ok_or_else(|| ApiError::not_found("file", id))
+}
+
+/// Shortest and longest `expires_after.seconds` (OpenAI's bounds: an hour
+/// to 30 days).
+const EXPIRY_SECONDS: std::ops::RangeInclusive<i64> = 3_600..=2_592_000;
+
+/// `expires_after[anchor]` and `expires_after[seconds]` as multipart fields.
+fn expiry(anchor: Option<String>, seconds: Option<String>) -> ApiResult<Option<i64>> {
+    let (anchor, seconds) = match (anchor, seconds) {
+        (None, None) => return Ok(None),
+        (anchor, Some(seconds)) => (anchor.unwrap_or_else(|| "created_at".into()), seconds),
+        (Some(_), None) => {
+            return Err(ApiError::invalid(
+                "expires_after.seconds",
+                "expires_after needs 'seconds'",
+            ))
+        }
+    };
+    if anchor != "created_at" {
+        return Err(ApiError::invalid(
+            "expires_after.anchor",
+            format!("expires_after.anchor must be 'created_at', not '{anchor}'"),
+        ));
+    }
+    match seconds.trim().parse::<i64>() {
+        Ok(seconds) if EXPIRY_SECONDS.contains(&seconds) => Ok(Some(seconds)),
+        _ => Err(ApiError::invalid(
+            "expires_after.seconds",
+            format!(
+                "expires_after.seconds must be a whole number from {} to {}",
+                EXPIRY_SECONDS.start(),
+                EXPIRY_SECONDS.end()
+            ),
+        )),
+    }
+}
+
+/// Deletes a file's row, then its blob (an expired file, or a delete).
+pub(crate) async fn remove(state: &AppState, project: &str, id: &str) -> ApiResult<bool> {
+    let (owner, key) = (project.to_owned(), id.to_owned());
+    let deleted = state.db(move |s| s.delete_file(&owner, &key)).await?;
+    let _ = tokio::fs::remove_file(state.files_dir.join(id)).await;
+    Ok(deleted)
 }
 
 pub async fn upload(
@@ -51,10 +95,17 @@ pub async fn upload(
     })?;
     let id = new_id("file-");
     let mut purpose = None;
+    let (mut anchor, mut seconds) = (None, None);
     let mut stored: Option<(String, Spooled)> = None;
     while let Some(mut field) = multipart.next_field().await.map_err(multipart_error)? {
         match field.name() {
             Some("purpose") => purpose = Some(field.text().await.map_err(multipart_error)?),
+            Some("expires_after[anchor]") => {
+                anchor = Some(field.text().await.map_err(multipart_error)?)
+            }
+            Some("expires_after[seconds]") => {
+                seconds = Some(field.text().await.map_err(multipart_error)?)
+            }
             Some("file") => {
                 let name = safe_file_name(field.file_name().unwrap_or("upload"));
                 let spooled =
@@ -72,6 +123,7 @@ pub async fn upload(
             format!("purpose must be one of {}", FILE_PURPOSES.join(", ")),
         ));
     }
+    let expires_in = expiry(anchor, seconds)?;
     let (filename, spooled) =
         stored.ok_or_else(|| ApiError::invalid("file", "a 'file' field is required"))?;
     // Named only once complete and valid; the row only once it is named.
@@ -84,10 +136,16 @@ pub async fn upload(
         purpose,
         bytes: spooled.bytes,
         created_at: now(),
+        expires_at: None,
     };
-    if let Err(e) = state.store.insert_file(&row) {
+    let row = FileRow {
+        expires_at: expires_in.map(|seconds| row.created_at + seconds),
+        ..row
+    };
+    let inserted = row.clone();
+    if let Err(e) = state.db(move |s| s.insert_file(&inserted)).await {
         let _ = tokio::fs::remove_file(&blob).await;
-        return Err(e.into());
+        return Err(e);
     }
     Ok(Json(file_object(&row)))
 }
@@ -106,8 +164,8 @@ pub async fn list(
     }
     let page = params.page()?;
     let (rows, has_more) = state
-        .store
-        .list_files(&project.0, params.purpose.as_deref(), &page)?;
+        .db(move |s| s.list_files(&project.0, params.purpose.as_deref(), &page))
+        .await?;
     Ok(Json(List::page(
         rows.iter().map(file_object).collect(),
         has_more,
@@ -120,7 +178,7 @@ pub async fn retrieve(
     project: Project,
     Path(id): Path<String>,
 ) -> ApiResult<Json<FileObject>> {
-    Ok(Json(file_object(&owned(&state, &project, &id)?)))
+    Ok(Json(file_object(&owned(&state, &project, &id).await?)))
 }
 
 pub async fn content(
@@ -128,7 +186,7 @@ pub async fn content(
     project: Project,
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
-    let row = owned(&state, &project, &id)?;
+    let row = owned(&state, &project, &id).await?;
     let file = tokio::fs::File::open(state.files_dir.join(&row.id))
         .await
         .map_err(|e| ApiError::internal(format!("open file {}: {e}", row.id)))?;
@@ -167,8 +225,7 @@ pub async fn delete(
     project: Project,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Deleted>> {
-    owned(&state, &project, &id)?;
-    state.store.delete_file(&project.0, &id)?;
-    let _ = tokio::fs::remove_file(state.files_dir.join(&id)).await;
+    owned(&state, &project, &id).await?;
+    remove(&state, &project.0, &id).await?;
     Ok(Json(Deleted::new(id, "file")))
 }

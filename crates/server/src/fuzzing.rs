@@ -1,53 +1,123 @@
-//! The request-parsing surface of the API, without the engine or the store:
-//! the same extractors and validation as the real routes, for the fuzzer
-//! (`fuzz/`) and tests. Every answer is 200 or an OpenAI error envelope.
+//! The real router for the fuzzer (`fuzz/`) and the parsing tests: the same
+//! routes, extractors, authentication, validation and store as `serve`, over
+//! an in-memory store with one project, behind a backend that holds no
+//! containers and makes none. Every answer is a success or an OpenAI error
+//! envelope; nothing panics.
 
-use axum::extract::Path;
-use axum::routing::post;
-use axum::{Json, Router};
-use shellgate_wire::{CreateContainer, CreateContainerFileFromId, ExecRequest};
+use std::sync::Arc;
 
-use crate::containers::{run_request, safe_file_name, validate_create};
-use crate::error::ApiResult;
-use crate::http::{ApiJson, ApiQuery, ListParams};
-use crate::Config;
+use async_trait::async_trait;
+use axum::Router;
+use shellgate_sandbox::backend::{
+    CommandResult, ContainerInfo, ContainerSpec, DeltaSink, FileListing, RunRequest, SandboxBackend,
+};
+use shellgate_sandbox::SandboxError;
+use shellgate_store::Store;
 
-async fn create(ApiJson(body): ApiJson<CreateContainer>) -> ApiResult<Json<&'static str>> {
-    validate_create(&Config::default(), &body)?;
-    Ok(Json("ok"))
+use crate::{AppState, Config};
+
+/// The API key the fuzzing state accepts (project `fuzz`).
+pub const KEY: &str = "sg-fuzz";
+
+/// A backend with no containers that refuses to make any: fuzzing exercises
+/// request handling, not the sandbox (which has its own tests).
+struct NoContainers;
+
+fn missing(id: &str) -> SandboxError {
+    SandboxError::NotFound(id.to_owned())
 }
 
-async fn exec(
-    Path(_id): Path<String>,
-    ApiJson(body): ApiJson<ExecRequest>,
-) -> ApiResult<Json<&'static str>> {
-    run_request(&body)?;
-    Ok(Json("ok"))
-}
-
-async fn file_from_id(
-    Path(_id): Path<String>,
-    ApiJson(body): ApiJson<CreateContainerFileFromId>,
-) -> Json<String> {
-    Json(safe_file_name(&body.file_id))
-}
-
-async fn list(ApiQuery(params): ApiQuery<ListParams>) -> ApiResult<Json<&'static str>> {
-    params.page()?;
-    Ok(Json("ok"))
-}
-
-/// Routes that parse and validate requests exactly as the API does.
-pub fn router() -> Router {
-    Router::new()
-        .route("/v1/containers", post(create).get(list))
-        .route("/v1/containers/{container_id}/exec", post(exec))
-        .route("/v1/containers/{container_id}/files", post(file_from_id))
-        .fallback(crate::ops::not_found)
-        .method_not_allowed_fallback(crate::ops::method_not_allowed)
-        .layer(axum::extract::DefaultBodyLimit::max(
-            Config::default().max_request_bytes,
+#[async_trait]
+impl SandboxBackend for NoContainers {
+    async fn create(&self, _: &str, _: ContainerSpec) -> Result<ContainerInfo, SandboxError> {
+        Err(SandboxError::Setup(
+            "the fuzzing harness makes no containers".into(),
         ))
+    }
+    async fn run(&self, id: &str, _: RunRequest) -> Result<Vec<CommandResult>, SandboxError> {
+        Err(missing(id))
+    }
+    async fn run_streaming(
+        &self,
+        id: &str,
+        _: RunRequest,
+        _: DeltaSink,
+    ) -> Result<Vec<CommandResult>, SandboxError> {
+        Err(missing(id))
+    }
+    async fn stop(&self, id: &str) -> Result<(), SandboxError> {
+        Err(missing(id))
+    }
+    async fn suspend_if_idle(&self, id: &str) -> Result<bool, SandboxError> {
+        Err(missing(id))
+    }
+    async fn start(&self, id: &str) -> Result<(), SandboxError> {
+        Err(missing(id))
+    }
+    async fn destroy(&self, id: &str) -> Result<(), SandboxError> {
+        Err(missing(id))
+    }
+    async fn destroy_if_idle(&self, id: &str) -> Result<bool, SandboxError> {
+        Err(missing(id))
+    }
+    async fn inspect(&self, id: &str) -> Result<ContainerInfo, SandboxError> {
+        Err(missing(id))
+    }
+    async fn list(&self) -> Result<Vec<ContainerInfo>, SandboxError> {
+        Ok(Vec::new())
+    }
+    async fn read_file(&self, id: &str, _: &str) -> Result<Vec<u8>, SandboxError> {
+        Err(missing(id))
+    }
+    async fn open_file(&self, id: &str, _: &str) -> Result<std::fs::File, SandboxError> {
+        Err(missing(id))
+    }
+    async fn write_file(&self, id: &str, _: &str, _: &[u8]) -> Result<(), SandboxError> {
+        Err(missing(id))
+    }
+    async fn write_file_from(
+        &self,
+        id: &str,
+        _: &str,
+        _: std::fs::File,
+    ) -> Result<u64, SandboxError> {
+        Err(missing(id))
+    }
+    async fn delete_file(&self, id: &str, _: &str) -> Result<(), SandboxError> {
+        Err(missing(id))
+    }
+    async fn list_files(&self, id: &str) -> Result<FileListing, SandboxError> {
+        Err(missing(id))
+    }
+    async fn settle(&self) {}
+    async fn shutdown(&self) {}
+}
+
+/// A server state on an in-memory store, with [`KEY`] for project `fuzz`.
+pub fn state() -> Result<Arc<AppState>, crate::ServeError> {
+    let config = Config {
+        data_dir: std::env::temp_dir().join("shellgate-fuzzing"),
+        ..Config::default()
+    };
+    let store = Store::in_memory().map_err(|e| crate::ServeError::Setup(e.to_string()))?;
+    store
+        .add_key(KEY, "fuzz", 0)
+        .map_err(|e| crate::ServeError::Setup(e.to_string()))?;
+    Ok(Arc::new(AppState {
+        limiter: crate::http::RateLimiter::new(0),
+        admission: crate::admission::Admission::new(&config),
+        files_dir: config.data_dir.join("files"),
+        config,
+        engine: Arc::new(NoContainers),
+        store: Arc::new(store),
+        metrics: Default::default(),
+        sync_locks: Default::default(),
+    }))
+}
+
+/// The real router over [`state`].
+pub fn router() -> Result<Router, crate::ServeError> {
+    Ok(crate::router(state()?))
 }
 
 #[cfg(test)]
@@ -57,7 +127,8 @@ mod tests {
     use tower::ServiceExt;
 
     async fn status_and_body(request: Request<Body>) -> (u16, serde_json::Value) {
-        let response = super::router().oneshot(request).await.unwrap();
+        let router = super::router().unwrap();
+        let response = router.oneshot(request).await.unwrap();
         let status = response.status().as_u16();
         let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
             .await
@@ -68,6 +139,7 @@ mod tests {
     fn post(path: &str, body: &str) -> Request<Body> {
         Request::post(path)
             .header("content-type", "application/json")
+            .header("authorization", format!("Bearer {}", super::KEY))
             .body(Body::from(body.to_owned()))
             .unwrap()
     }
@@ -75,6 +147,9 @@ mod tests {
     #[tokio::test]
     async fn hostile_bodies_get_envelopes_not_panics() {
         let deep = format!("{{\"name\":\"x\",\"skills\":[{}]}}", "[".repeat(50_000));
+        let authorized = |builder: axum::http::request::Builder| {
+            builder.header("authorization", format!("Bearer {}", super::KEY))
+        };
         let cases = [
             post("/v1/containers", ""),
             post("/v1/containers", "\u{0}\u{ff}"),
@@ -92,12 +167,16 @@ mod tests {
                 "/v1/containers/c/exec",
                 r#"{"commands":["true"],"max_output_length":18446744073709551616}"#,
             ),
-            Request::get("/v1/containers?limit=-5&order=%ff")
+            authorized(Request::get("/v1/containers?limit=-5&order=%ff"))
                 .body(Body::empty())
                 .unwrap(),
-            Request::delete("/v1/containers")
+            authorized(Request::get("/v1/containers?after=cntr_nobody"))
                 .body(Body::empty())
                 .unwrap(),
+            authorized(Request::delete("/v1/containers"))
+                .body(Body::empty())
+                .unwrap(),
+            Request::get("/v1/containers").body(Body::empty()).unwrap(),
         ];
         for request in cases {
             let (status, body) = status_and_body(request).await;
@@ -106,5 +185,20 @@ mod tests {
                 assert!(body["error"].get(key).is_some(), "{body}");
             }
         }
+    }
+
+    #[tokio::test]
+    async fn a_stale_cursor_is_a_400_naming_it() {
+        let request = Request::get("/v1/containers?after=cntr_gone")
+            .header("authorization", format!("Bearer {}", super::KEY))
+            .body(Body::empty())
+            .unwrap();
+        let (status, body) = status_and_body(request).await;
+        assert_eq!(status, 400, "{body}");
+        assert_eq!(body["error"]["param"], "after");
+        assert!(body["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("cntr_gone"));
     }
 }

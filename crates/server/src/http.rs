@@ -39,9 +39,10 @@ impl FromRequestParts<Arc<AppState>> for Project {
             .ok_or_else(|| {
                 ApiError::unauthorized("The Authorization header must be 'Bearer YOUR_KEY'.")
             })?;
+        let key = key.to_owned();
         let project = state
-            .store
-            .project_for_key(key)?
+            .db(move |s| s.project_for_key(&key))
+            .await?
             .ok_or_else(|| ApiError::unauthorized("Incorrect API key provided."))?;
         state.limiter.check(&project)?;
         Ok(Project(project))
@@ -90,7 +91,17 @@ fn json_rejection(rejection: JsonRejection) -> ApiError {
         other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => {
             ApiError::too_large("The request body is too large.")
         }
-        other => ApiError::bad_request(other.body_text()),
+        other => body_error(other.body_text()),
+    }
+}
+
+/// A body that could not be read: too slow (408, see `listener`) or broken.
+pub fn body_error(text: String) -> ApiError {
+    if text.contains(crate::listener::BODY_TIMEOUT) {
+        ApiError::new(StatusCode::REQUEST_TIMEOUT, "invalid_request_error", text)
+            .with_code("request_timeout")
+    } else {
+        ApiError::bad_request(text)
     }
 }
 

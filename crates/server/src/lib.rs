@@ -5,6 +5,7 @@
 //! Every request is authenticated by a Bearer key that belongs to a project;
 //! every row and container belongs to one project, and a foreign id is a 404.
 
+mod admission;
 pub mod config;
 mod containers;
 pub mod error;
@@ -12,6 +13,7 @@ mod files;
 pub mod fuzzing;
 mod http;
 mod lifecycle;
+mod listener;
 mod metrics;
 pub(crate) mod ops;
 mod spool;
@@ -25,25 +27,28 @@ use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::Router;
 use shellgate_sandbox::{EngineConfig, LocalEngine, SandboxBackend};
-use shellgate_store::Store;
+use shellgate_store::{Store, StoreError};
 
+use admission::Admission;
 pub use config::Config;
-use error::ApiError;
+use error::{ApiError, ApiResult};
 use http::RateLimiter;
 use metrics::Metrics;
 
 /// Everything a handler needs.
 pub struct AppState {
     pub config: Config,
-    pub engine: LocalEngine,
-    pub store: Store,
+    /// The sandbox backend, only through its trait: another backend
+    /// (microVMs, Kubernetes) plugs in here without touching the API layer.
+    pub engine: Arc<dyn SandboxBackend>,
+    store: Arc<Store>,
     /// Where Files API blobs live.
     pub files_dir: PathBuf,
     metrics: Metrics,
     limiter: RateLimiter,
-    /// Exec requests in flight per container: the sweeper never suspends
-    /// a container while one runs.
-    busy: Mutex<HashMap<String, usize>>,
+    admission: Admission,
+    /// One file sync at a time per container (see `containers::sync_files`).
+    sync_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// Seconds since the Unix epoch.
@@ -77,43 +82,27 @@ pub fn new_api_key() -> String {
 }
 
 impl AppState {
-    /// Marks an exec as running in `container` until the guard drops.
-    fn busy(self: &Arc<Self>, container: &str) -> BusyGuard {
-        *self
-            .busy
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(container.to_owned())
-            .or_insert(0) += 1;
-        BusyGuard {
-            state: Arc::clone(self),
-            container: container.to_owned(),
-        }
+    /// Runs store work on a blocking thread: SQLite never runs on (and so
+    /// never stalls) the async workers that serve every other request.
+    pub(crate) async fn db<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
+    ) -> ApiResult<T> {
+        let store = Arc::clone(&self.store);
+        tokio::task::spawn_blocking(move || work(&store))
+            .await
+            .map_err(|e| ApiError::internal(format!("store worker failed: {e}")))?
+            .map_err(ApiError::from)
     }
 
-    fn is_busy(&self, container: &str) -> bool {
-        self.busy
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(container)
-            .is_some_and(|n| *n > 0)
-    }
-}
-
-struct BusyGuard {
-    state: Arc<AppState>,
-    container: String,
-}
-
-impl Drop for BusyGuard {
-    fn drop(&mut self) {
-        let mut busy = self.state.busy.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(count) = busy.get_mut(&self.container) {
-            *count -= 1;
-            if *count == 0 {
-                busy.remove(&self.container);
-            }
+    /// The lock that serialises file syncs of one container.
+    fn sync_lock(&self, container: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.sync_locks.lock().unwrap_or_else(|p| p.into_inner());
+        // Locks of containers nobody syncs are dropped as the map grows.
+        if locks.len() > 1024 {
+            locks.retain(|_, lock| Arc::strong_count(lock) > 1);
         }
+        Arc::clone(locks.entry(container.to_owned()).or_default())
     }
 }
 
@@ -129,7 +118,10 @@ pub enum ServeError {
 /// Opens the store and the engine, reconciles them after a crash and seeds
 /// the configured keys.
 pub async fn open(config: Config, helper_binary: PathBuf) -> Result<Arc<AppState>, ServeError> {
-    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    config
+        .validate()
+        .map_err(|e| ServeError::Setup(e.to_string()))?;
     std::fs::create_dir_all(&config.data_dir)?;
     // Sandboxes (unprivileged host uids) must traverse the data directory to
     // reach their engine's mounts; nothing else in it is theirs: the
@@ -144,10 +136,12 @@ pub async fn open(config: Config, helper_binary: PathBuf) -> Result<Arc<AppState
     std::fs::set_permissions(&files_dir, std::fs::Permissions::from_mode(0o700))?;
     let database = config.data_dir.join("shellgate.db");
     let store = Store::open(&database).map_err(|e| ServeError::Setup(e.to_string()))?;
-    std::fs::set_permissions(&database, std::fs::Permissions::from_mode(0o600))?;
     let mut engine_config = EngineConfig::new(config.data_dir.join("sandbox"));
     engine_config.helper_binary = helper_binary;
     engine_config.warm_containers = config.warm_containers;
+    engine_config.memory_ceiling = config
+        .sandbox_memory_ceiling()
+        .map_err(|e| ServeError::Setup(e.to_string()))?;
     let (engine, warnings) = LocalEngine::open(engine_config)
         .await
         .map_err(|e| ServeError::Setup(format!("sandbox engine: {e}")))?;
@@ -171,8 +165,14 @@ pub async fn open(config: Config, helper_binary: PathBuf) -> Result<Arc<AppState
             .add_key(&key, "default", now())
             .map_err(|e| ServeError::Setup(e.to_string()))?;
         let file = config.data_dir.join("initial-api-key");
-        std::fs::write(&file, format!("{key}\n"))?;
-        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))?;
+        // Private from its first byte: created 0600, never chmod-ed after.
+        let _ = std::fs::remove_file(&file);
+        let mut handle = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&file)?;
+        std::io::Write::write_all(&mut handle, format!("{key}\n").as_bytes())?;
         eprintln!(
             "shellgate: created API key {key} for project \"default\" (also in {})",
             file.display()
@@ -180,12 +180,13 @@ pub async fn open(config: Config, helper_binary: PathBuf) -> Result<Arc<AppState
     }
     let state = Arc::new(AppState {
         limiter: RateLimiter::new(config.rate_limit_per_minute),
+        admission: Admission::new(&config),
         config,
-        engine,
-        store,
+        engine: Arc::new(engine),
+        store: Arc::new(store),
         files_dir,
         metrics: Metrics::default(),
-        busy: Mutex::new(HashMap::new()),
+        sync_locks: Mutex::new(HashMap::new()),
     });
     lifecycle::recover(&state)
         .await
@@ -247,9 +248,13 @@ pub async fn serve(state: Arc<AppState>) -> Result<(), ServeError> {
     let listener = tokio::net::TcpListener::bind(state.config.listen).await?;
     tracing::info!(listen = %listener.local_addr()?, "shellgate is serving");
     let sweeper = tokio::spawn(lifecycle::sweep_forever(Arc::clone(&state)));
-    axum::serve(listener, router(Arc::clone(&state)))
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
+    listener::serve(
+        listener,
+        router(Arc::clone(&state)),
+        listener::Limits::from_config(&state.config),
+        shutdown_signal(),
+    )
+    .await?;
     sweeper.abort();
     tracing::info!("shutting down: stopping containers");
     lifecycle::suspend_all(&state).await;
@@ -277,8 +282,20 @@ fn engine_error(id: &str, error: shellgate_sandbox::SandboxError) -> ApiError {
     }
 }
 
+/// Runs a request's work to completion even if its client hangs up: the
+/// handler's future is dropped on a disconnect, a spawned task is not. So a
+/// command is still killed at its timeout and billed, and a create either
+/// finishes or cleans up after itself; nothing is left half-made.
+pub(crate) async fn to_completion<T: Send + 'static>(
+    work: impl std::future::Future<Output = ApiResult<T>> + Send + 'static,
+) -> ApiResult<T> {
+    tokio::spawn(work)
+        .await
+        .map_err(|e| ApiError::internal(format!("request worker failed: {e}")))?
+}
+
 /// Ensures the engine has no container the store does not know.
-async fn destroy_quietly(engine: &LocalEngine, id: &str) {
+async fn destroy_quietly(engine: &dyn SandboxBackend, id: &str) {
     match engine.destroy(id).await {
         Ok(()) | Err(shellgate_sandbox::SandboxError::NotFound(_)) => {}
         Err(e) => tracing::warn!(container = %id, "could not destroy: {e}"),

@@ -1,26 +1,30 @@
 //! Container lifecycle beyond single requests: expiry, idle suspension,
-//! retention, crash recovery and shutdown.
+//! retention, file expiry, crash recovery and shutdown.
 //!
 //! - **Expiry**: `expires_after` (anchor `last_active_at`) deletes the
 //!   container and its files.
 //! - **Suspension**: idle for `idle_suspend_after_secs`, a container's
 //!   processes end and its files stay; the next command wakes it (new
-//!   processes, same files). Never while an exec runs.
+//!   processes, same files).
 //! - **Retention**: a suspended container's files are kept `retention_days`.
+//! - **Files API expiry**: a file uploaded with `expires_after` is deleted
+//!   when its `expires_at` passes.
 //! - **Recovery**: after a crash (even `kill -9` mid-command) the store and
 //!   the engine are reconciled before serving.
+//!
+//! Whether a container is busy is the engine's to say: suspension and
+//! expiry use `suspend_if_idle` / `destroy_if_idle`, which decide atomically
+//! with the engine's count of commands and file operations in flight.
 
 use std::sync::Arc;
 use std::time::Duration;
-
-use shellgate_sandbox::SandboxBackend;
 
 use crate::error::ApiError;
 use crate::{destroy_quietly, now, AppState};
 
 /// Reconciles the store with the engine after a (possibly unclean) stop.
 pub async fn recover(state: &Arc<AppState>) -> Result<(), ApiError> {
-    let rows = state.store.all_containers()?;
+    let rows = state.db(|s| s.all_containers()).await?;
     let engine_ids: Vec<String> = state
         .engine
         .list()
@@ -29,43 +33,52 @@ pub async fn recover(state: &Arc<AppState>) -> Result<(), ApiError> {
         .map(|c| c.id)
         .collect();
     for row in &rows {
+        let id = row.id.clone();
         if row.status == "creating" || !engine_ids.contains(&row.id) {
             // Half-made, or its directory is gone: nothing to keep.
             tracing::info!(container = %row.id, "removing a container a crash left unfinished");
-            destroy_quietly(&state.engine, &row.id).await;
-            state.store.delete_container(&row.id)?;
+            destroy_quietly(state.engine.as_ref(), &row.id).await;
+            state.db(move |s| s.delete_container(&id)).await?;
         } else if row.session_open {
             // Its processes died with the previous server.
-            state.store.close_session(&row.id, "suspended")?;
+            state.db(move |s| s.close_session(&id, "suspended")).await?;
         }
     }
     for id in engine_ids {
         if !rows.iter().any(|r| r.id == id) {
             tracing::info!(container = %id, "removing a container the store does not know");
-            destroy_quietly(&state.engine, &id).await;
+            destroy_quietly(state.engine.as_ref(), &id).await;
         }
     }
     Ok(())
 }
 
-/// One pass of expiry, suspension and retention.
+/// One pass of expiry, suspension, retention and file expiry.
 pub async fn sweep(state: &Arc<AppState>) -> Result<(), ApiError> {
     let now = now();
     let idle_limit = state.config.idle_suspend_after_secs as i64;
     let retention = state.config.retention_days as i64 * 86_400;
-    for row in state.store.all_containers()? {
-        if row.status == "creating" || state.is_busy(&row.id) {
+    for row in state.db(|s| s.all_containers()).await? {
+        if row.status == "creating" {
             continue;
         }
         let idle = now - row.last_active_at;
         let expired = idle >= row.expires_minutes as i64 * 60;
         let retained_too_long = row.status == "suspended" && idle >= retention;
+        let id = row.id.clone();
         if expired || retained_too_long {
+            match state.engine.destroy_if_idle(&row.id).await {
+                Ok(true) | Err(shellgate_sandbox::SandboxError::NotFound(_)) => {}
+                // A command or file operation started meanwhile: not idle.
+                Ok(false) => continue,
+                Err(e) => {
+                    tracing::warn!(container = %row.id, "could not remove an expired container: {e}");
+                    continue;
+                }
+            }
             tracing::info!(container = %row.id, idle, "container expired");
-            destroy_quietly(&state.engine, &row.id).await;
-            state.store.delete_container(&row.id)?;
+            state.db(move |s| s.delete_container(&id)).await?;
         } else if row.session_open && idle >= idle_limit {
-            tracing::info!(container = %row.id, idle, "suspending idle container");
             match state.engine.suspend_if_idle(&row.id).await {
                 Ok(true) => {}
                 Ok(false) => continue,
@@ -74,8 +87,13 @@ pub async fn sweep(state: &Arc<AppState>) -> Result<(), ApiError> {
                     continue;
                 }
             }
-            state.store.close_session(&row.id, "suspended")?;
+            tracing::info!(container = %row.id, idle, "suspended an idle container");
+            state.db(move |s| s.close_session(&id, "suspended")).await?;
         }
+    }
+    for file in state.db(move |s| s.expired_files(now)).await? {
+        tracing::info!(file = %file.id, "file expired");
+        crate::files::remove(state, &file.project, &file.id).await?;
     }
     Ok(())
 }
@@ -93,10 +111,12 @@ pub async fn sweep_forever(state: Arc<AppState>) {
 
 /// Closes every open session (the processes are about to end).
 pub async fn suspend_all(state: &Arc<AppState>) {
-    let Ok(rows) = state.store.all_containers() else {
+    let Ok(rows) = state.db(|s| s.all_containers()).await else {
         return;
     };
-    for row in rows.iter().filter(|r| r.session_open) {
-        let _ = state.store.close_session(&row.id, "suspended");
+    for row in rows.into_iter().filter(|r| r.session_open) {
+        let _ = state
+            .db(move |s| s.close_session(&row.id, "suspended"))
+            .await;
     }
 }

@@ -17,13 +17,31 @@ const OPENAPI: &str = include_str!("openapi.json");
 
 pub async fn healthz(State(state): State<Arc<AppState>>) -> ApiResult<impl IntoResponse> {
     // Healthy means the store answers.
-    state.store.containers_by_status()?;
+    state.db(|s| s.key_count()).await?;
     Ok(Json(serde_json::json!({"status": "ok"})))
 }
 
-pub async fn metrics(State(state): State<Arc<AppState>>) -> ApiResult<impl IntoResponse> {
-    let containers = state.store.containers_by_status()?;
-    let seconds = state.store.total_usage()?;
+/// Server-wide counters only (nothing per project). With `metrics_token`
+/// set, only a scraper that presents it may read them.
+pub async fn metrics(
+    State(state): State<Arc<AppState>>,
+    headers: axum::http::HeaderMap,
+) -> ApiResult<impl IntoResponse> {
+    let token = &state.config.metrics_token;
+    if !token.is_empty() {
+        let presented = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if !presented.is_some_and(|p| constant_time_eq(p.as_bytes(), token.as_bytes())) {
+            return Err(ApiError::unauthorized(
+                "/metrics needs 'Authorization: Bearer <metrics_token>'.",
+            ));
+        }
+    }
+    let (containers, seconds) = state
+        .db(|s| Ok((s.containers_by_status()?, s.total_usage()?)))
+        .await?;
     Ok((
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         state.metrics.render(&containers, seconds),
@@ -34,8 +52,14 @@ pub async fn openapi() -> impl IntoResponse {
     ([(header::CONTENT_TYPE, "application/json")], OPENAPI)
 }
 
+/// Compares secrets without an early exit that would time their prefix.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
 pub async fn usage(State(state): State<Arc<AppState>>, project: Project) -> ApiResult<Json<Usage>> {
-    let (total, per_container) = state.store.project_usage(&project.0)?;
+    let owner = project.0.clone();
+    let (total, per_container) = state.db(move |s| s.project_usage(&owner)).await?;
     Ok(Json(Usage {
         object: "usage".to_owned(),
         project: project.0,

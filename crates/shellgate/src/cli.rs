@@ -218,6 +218,7 @@ async fn exec(data_dir: PathBuf, args: ExecArgs) -> Result<()> {
         commands: args.commands,
         timeout_ms: args.timeout_ms,
         max_output_length: args.max_output_length,
+        deadline_ms: None,
     };
     request.validate()?;
     let engine = open_engine(data_dir).await?;

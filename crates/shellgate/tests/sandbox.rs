@@ -506,7 +506,7 @@ async fn the_files_interface_stays_inside_mnt_data() {
     t.ok("c1", "mkdir -p d; ln -s /etc dlink").await;
     assert!(t.engine.write_file("c1", "dlink/evil", b"x").await.is_err());
     let files = t.engine.list_files("c1").await.unwrap();
-    let paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
+    let paths: Vec<&str> = files.files.iter().map(|f| f.path.as_str()).collect();
     assert_eq!(paths, ["/mnt/data/in/put.txt", "/mnt/data/out.txt"]);
     t.engine.delete_file("c1", "out.txt").await.unwrap();
     assert!(matches!(

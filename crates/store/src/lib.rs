@@ -4,7 +4,15 @@
 //! Every query that reads or changes tenant data takes the project, so one
 //! project can never see another's rows. API keys are stored as SHA-256
 //! hashes only. Migrations are numbered and applied in one transaction each.
+//!
+//! The store is synchronous: callers on an async runtime run it on blocking
+//! threads. Writes go through one connection; reads use a small pool of
+//! their own (WAL lets them proceed while a write transaction is open), so a
+//! long write never makes another tenant's key lookup wait. The database and
+//! its `-wal` and `-shm` files are created private (0600) from their first
+//! byte: they hold key hashes and every tenant's ids.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
@@ -18,12 +26,18 @@ pub enum StoreError {
     Sqlite(#[from] rusqlite::Error),
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
+    /// A pagination cursor names no row of this listing.
+    #[error("no object with id {0:?} in this listing to continue after")]
+    UnknownCursor(String),
+    #[error("cannot prepare the database file: {0}")]
+    Io(#[from] std::io::Error),
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;
 
 /// Schema migrations, applied in order; the index + 1 is the schema version.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
     CREATE TABLE api_keys (
         hash TEXT PRIMARY KEY,
         project TEXT NOT NULL,
@@ -71,7 +85,13 @@ const MIGRATIONS: &[&str] = &[r#"
         project TEXT PRIMARY KEY,
         billed_seconds REAL NOT NULL
     );
-"#];
+"#,
+    r#"
+    ALTER TABLE files ADD COLUMN expires_at INTEGER;
+    CREATE INDEX files_by_expiry ON files (expires_at) WHERE expires_at IS NOT NULL;
+    CREATE INDEX container_files_by_container ON container_files (container_id, seq);
+"#,
+];
 
 /// A container's row.
 #[derive(Debug, Clone, PartialEq)]
@@ -108,6 +128,8 @@ pub struct FileRow {
     pub purpose: String,
     pub bytes: u64,
     pub created_at: i64,
+    /// When the file is deleted (`expires_after`), if ever.
+    pub expires_at: Option<i64>,
 }
 
 /// A container file's row.
@@ -146,9 +168,28 @@ pub fn session_cost(session_seconds: f64) -> f64 {
     session_seconds.max(SESSION_MINIMUM_SECONDS)
 }
 
+/// A file found in a container, as the sync takes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PresentFile {
+    pub path: String,
+    pub bytes: u64,
+    pub modified_unix: i64,
+}
+
+/// Rows one write transaction of a sync changes at most: a sync of a huge
+/// container is split so other tenants' writes wait milliseconds, not the
+/// whole sync.
+const SYNC_BATCH: usize = 2_000;
+
+/// Read connections kept open beside the writer.
+const READERS: usize = 4;
+
 /// The SQLite store.
 pub struct Store {
     conn: Mutex<Connection>,
+    /// Read-only connections (empty for an in-memory store, which has one
+    /// connection for everything).
+    readers: Vec<Mutex<Connection>>,
 }
 
 const CONTAINER_COLUMNS: &str = "id, project, name, created_at, last_active_at, status, memory_limit, \
@@ -173,7 +214,7 @@ fn container_row(row: &Row) -> rusqlite::Result<ContainerRow> {
     })
 }
 
-const FILE_COLUMNS: &str = "id, project, filename, purpose, bytes, created_at";
+const FILE_COLUMNS: &str = "id, project, filename, purpose, bytes, created_at, expires_at";
 
 fn file_row(row: &Row) -> rusqlite::Result<FileRow> {
     Ok(FileRow {
@@ -183,6 +224,7 @@ fn file_row(row: &Row) -> rusqlite::Result<FileRow> {
         purpose: row.get(3)?,
         bytes: row.get(4)?,
         created_at: row.get(5)?,
+        expires_at: row.get(6)?,
     })
 }
 
@@ -222,8 +264,10 @@ fn page_of<T>(
                 |row| row.get::<_, i64>(0),
             )
             .optional()?
-            // An unknown cursor yields an empty page, not the first one.
-            .unwrap_or(if page.ascending { i64::MAX } else { 0 }),
+            // A cursor from another listing, or of a deleted row, cannot
+            // say where to go on: silently ending the listing would look
+            // like the end of the data.
+            .ok_or_else(|| StoreError::UnknownCursor(after.clone()))?,
         ),
         None => None,
     };
@@ -245,11 +289,51 @@ fn page_of<T>(
     Ok((rows, has_more))
 }
 
+/// Creates the database and its WAL companions private, or makes existing
+/// ones private: SQLite gives `-wal` and `-shm` the database file's mode, so
+/// a database made 0600 before SQLite first opens it keeps all three private
+/// from their first byte.
+fn make_private(path: &Path) -> Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)?;
+    for suffix in ["", "-wal", "-shm", "-journal"] {
+        let mut name = path.as_os_str().to_owned();
+        name.push(suffix);
+        let file = Path::new(&name);
+        if file.exists() {
+            std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o600))?;
+        }
+    }
+    Ok(())
+}
+
+fn lock(mutex: &Mutex<Connection>) -> MutexGuard<'_, Connection> {
+    // Each operation is one statement or transaction: a panic in another
+    // holder cannot leave the connection half-way through one.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 impl Store {
     /// Opens (creating and migrating) the database at `path`.
     pub fn open(path: &Path) -> Result<Self> {
-        let conn = Connection::open(path)?;
-        Self::setup(conn)
+        make_private(path)?;
+        let mut store = Self::setup(Connection::open(path)?)?;
+        for _ in 0..READERS {
+            let reader = Connection::open_with_flags(
+                path,
+                rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
+                    | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )?;
+            reader.busy_timeout(std::time::Duration::from_secs(5))?;
+            store.readers.push(Mutex::new(reader));
+        }
+        Ok(store)
     }
 
     /// An in-memory store, for tests.
@@ -271,15 +355,27 @@ impl Store {
         }
         Ok(Self {
             conn: Mutex::new(conn),
+            readers: Vec::new(),
         })
     }
 
+    /// The write connection.
     fn conn(&self) -> MutexGuard<'_, Connection> {
-        // Each operation is one statement or transaction: a panic in another
-        // holder cannot leave the connection half-way through one.
-        self.conn
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock(&self.conn)
+    }
+
+    /// A connection for reading: a free reader, or (all busy, or none) the
+    /// first reader or the writer.
+    fn reader(&self) -> MutexGuard<'_, Connection> {
+        for reader in &self.readers {
+            if let Ok(guard) = reader.try_lock() {
+                return guard;
+            }
+        }
+        match self.readers.first() {
+            Some(reader) => lock(reader),
+            None => self.conn(),
+        }
     }
 
     // --- API keys ---------------------------------------------------------
@@ -297,14 +393,14 @@ impl Store {
     /// How many keys exist.
     pub fn key_count(&self) -> Result<u64> {
         Ok(self
-            .conn()
+            .reader()
             .query_row("SELECT COUNT(*) FROM api_keys", [], |row| row.get(0))?)
     }
 
     /// The project a key belongs to.
     pub fn project_for_key(&self, key: &str) -> Result<Option<String>> {
         Ok(self
-            .conn()
+            .reader()
             .query_row(
                 "SELECT project FROM api_keys WHERE hash = ?1",
                 params![hash_key(key)],
@@ -343,7 +439,7 @@ impl Store {
     /// A container of `project`.
     pub fn container(&self, project: &str, id: &str) -> Result<Option<ContainerRow>> {
         Ok(self
-            .conn()
+            .reader()
             .query_row(
                 &format!(
                     "SELECT {CONTAINER_COLUMNS} FROM containers WHERE id = ?1 AND project = ?2"
@@ -356,7 +452,7 @@ impl Store {
 
     /// Every container (for the lifecycle sweeper and recovery).
     pub fn all_containers(&self) -> Result<Vec<ContainerRow>> {
-        let conn = self.conn();
+        let conn = self.reader();
         let mut statement = conn.prepare(&format!(
             "SELECT {CONTAINER_COLUMNS} FROM containers ORDER BY seq"
         ))?;
@@ -374,7 +470,7 @@ impl Store {
         page: &Page,
     ) -> Result<(Vec<ContainerRow>, bool)> {
         page_of(
-            &self.conn(),
+            &self.reader(),
             "containers",
             CONTAINER_COLUMNS,
             "name",
@@ -453,7 +549,7 @@ impl Store {
 
     /// Billed seconds of a project: closed sessions plus open ones so far.
     pub fn project_usage(&self, project: &str) -> Result<(f64, Vec<(String, f64)>)> {
-        let conn = self.conn();
+        let conn = self.reader();
         let closed: f64 = conn
             .query_row(
                 "SELECT billed_seconds FROM usage WHERE project = ?1",
@@ -484,7 +580,7 @@ impl Store {
 
     /// Total billed seconds over every project (for metrics).
     pub fn total_usage(&self) -> Result<f64> {
-        let conn = self.conn();
+        let conn = self.reader();
         let closed: f64 = conn.query_row(
             "SELECT COALESCE(SUM(billed_seconds), 0) FROM usage",
             [],
@@ -500,7 +596,7 @@ impl Store {
 
     /// Containers counted by status (for metrics).
     pub fn containers_by_status(&self) -> Result<Vec<(String, u64)>> {
-        let conn = self.conn();
+        let conn = self.reader();
         let mut statement = conn
             .prepare("SELECT status, COUNT(*) FROM containers GROUP BY status ORDER BY status")?;
         let rows = statement
@@ -513,22 +609,35 @@ impl Store {
 
     pub fn insert_file(&self, row: &FileRow) -> Result<()> {
         self.conn().execute(
-            &format!("INSERT INTO files ({FILE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"),
+            &format!("INSERT INTO files ({FILE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"),
             params![
                 row.id,
                 row.project,
                 row.filename,
                 row.purpose,
                 row.bytes,
-                row.created_at
+                row.created_at,
+                row.expires_at
             ],
         )?;
         Ok(())
     }
 
+    /// Files whose `expires_at` has passed.
+    pub fn expired_files(&self, now: i64) -> Result<Vec<FileRow>> {
+        let conn = self.reader();
+        let mut statement = conn.prepare(&format!(
+            "SELECT {FILE_COLUMNS} FROM files WHERE expires_at IS NOT NULL AND expires_at <= ?1"
+        ))?;
+        let rows = statement
+            .query_map(params![now], file_row)?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
+    }
+
     pub fn file(&self, project: &str, id: &str) -> Result<Option<FileRow>> {
         Ok(self
-            .conn()
+            .reader()
             .query_row(
                 &format!("SELECT {FILE_COLUMNS} FROM files WHERE id = ?1 AND project = ?2"),
                 params![id, project],
@@ -544,7 +653,7 @@ impl Store {
         page: &Page,
     ) -> Result<(Vec<FileRow>, bool)> {
         page_of(
-            &self.conn(),
+            &self.reader(),
             "files",
             FILE_COLUMNS,
             "purpose",
@@ -584,7 +693,7 @@ impl Store {
 
     pub fn container_file(&self, container_id: &str, id: &str) -> Result<Option<ContainerFileRow>> {
         Ok(self
-            .conn()
+            .reader()
             .query_row(
                 &format!("SELECT {CONTAINER_FILE_COLUMNS} FROM container_files WHERE id = ?1 AND container_id = ?2"),
                 params![id, container_id],
@@ -595,12 +704,153 @@ impl Store {
 
     /// Every file row of a container, oldest first.
     pub fn container_files(&self, container_id: &str) -> Result<Vec<ContainerFileRow>> {
-        let conn = self.conn();
+        let conn = self.reader();
         let mut statement = conn.prepare(&format!(
             "SELECT {CONTAINER_FILE_COLUMNS} FROM container_files WHERE container_id = ?1 ORDER BY seq"
         ))?;
         let rows = statement
             .query_map(params![container_id], container_file_row)?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
+    }
+
+    /// A page of a container's files in creation order (`seq`).
+    pub fn list_container_files(
+        &self,
+        container_id: &str,
+        page: &Page,
+    ) -> Result<(Vec<ContainerFileRow>, bool)> {
+        let conn = self.reader();
+        let cursor = match &page.after {
+            Some(after) => Some(
+                conn.query_row(
+                    "SELECT seq FROM container_files WHERE id = ?1 AND container_id = ?2",
+                    params![after, container_id],
+                    |row| row.get::<_, i64>(0),
+                )
+                .optional()?
+                .ok_or_else(|| StoreError::UnknownCursor(after.clone()))?,
+            ),
+            None => None,
+        };
+        let (comparison, order) = if page.ascending {
+            (">", "ASC")
+        } else {
+            ("<", "DESC")
+        };
+        let mut statement = conn.prepare(&format!(
+            "SELECT {CONTAINER_FILE_COLUMNS} FROM container_files WHERE container_id = ?1
+             AND (?2 IS NULL OR seq {comparison} ?2) ORDER BY seq {order} LIMIT ?3"
+        ))?;
+        let mut rows = statement
+            .query_map(
+                params![container_id, cursor, page.limit as i64 + 1],
+                container_file_row,
+            )?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        let has_more = rows.len() > page.limit as usize;
+        rows.truncate(page.limit as usize);
+        Ok((rows, has_more))
+    }
+
+    /// Brings a container's file rows in line with what is in it: one pass
+    /// over a map of the rows (linear, not one lookup per pair), then the
+    /// changes written in a few transactions of [`SYNC_BATCH`] rows: files
+    /// gone are removed, new ones added (source `assistant`), changed sizes
+    /// updated. Returns how many rows changed.
+    pub fn sync_container_files(
+        &self,
+        container_id: &str,
+        present: &[PresentFile],
+        mut new_id: impl FnMut() -> String,
+    ) -> Result<usize> {
+        let known: HashMap<String, (String, u64)> = {
+            let conn = self.reader();
+            let mut statement = conn
+                .prepare("SELECT path, id, bytes FROM container_files WHERE container_id = ?1")?;
+            let rows = statement
+                .query_map(params![container_id], |row| {
+                    Ok((row.get::<_, String>(0)?, (row.get(1)?, row.get(2)?)))
+                })?
+                .collect::<rusqlite::Result<_>>()?;
+            rows
+        };
+        enum Change<'a> {
+            Upsert(&'a PresentFile),
+            Delete(&'a str),
+        }
+        let mut seen = std::collections::HashSet::with_capacity(present.len());
+        let mut changes = Vec::new();
+        for file in present {
+            seen.insert(file.path.as_str());
+            match known.get(&file.path) {
+                Some((_, bytes)) if *bytes == file.bytes => {}
+                _ => changes.push(Change::Upsert(file)),
+            }
+        }
+        for (path, (id, _)) in &known {
+            if !seen.contains(path.as_str()) {
+                changes.push(Change::Delete(id));
+            }
+        }
+        for batch in changes.chunks(SYNC_BATCH) {
+            let mut conn = self.conn();
+            let tx = conn.transaction()?;
+            {
+                let mut upsert = tx.prepare_cached(&format!(
+                    "INSERT INTO container_files ({CONTAINER_FILE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, 'assistant', ?5)
+                     ON CONFLICT (container_id, path) DO UPDATE SET bytes = excluded.bytes"
+                ))?;
+                let mut delete = tx.prepare_cached(
+                    "DELETE FROM container_files WHERE id = ?1 AND container_id = ?2",
+                )?;
+                for change in batch {
+                    match change {
+                        Change::Upsert(file) => {
+                            upsert.execute(params![
+                                new_id(),
+                                container_id,
+                                file.path,
+                                file.bytes,
+                                file.modified_unix
+                            ])?;
+                        }
+                        Change::Delete(id) => {
+                            delete.execute(params![id, container_id])?;
+                        }
+                    }
+                }
+            }
+            tx.commit()?;
+        }
+        Ok(changes.len())
+    }
+
+    /// The file row at `path` of a container, if any.
+    pub fn container_file_at(
+        &self,
+        container_id: &str,
+        path: &str,
+    ) -> Result<Option<ContainerFileRow>> {
+        Ok(self
+            .reader()
+            .query_row(
+                &format!("SELECT {CONTAINER_FILE_COLUMNS} FROM container_files WHERE container_id = ?1 AND path = ?2"),
+                params![container_id, path],
+                container_file_row,
+            )
+            .optional()?)
+    }
+
+    /// Memory limits of a project's containers that hold processes (running
+    /// or being created), for admission control.
+    pub fn active_memory_limits(&self, project: &str) -> Result<Vec<String>> {
+        let conn = self.reader();
+        let mut statement = conn.prepare(
+            "SELECT memory_limit FROM containers WHERE project = ?1 AND (session_open = 1 OR status = 'creating')",
+        )?;
+        let rows = statement
+            .query_map(params![project], |row| row.get(0))?
             .collect::<rusqlite::Result<_>>()?;
         Ok(rows)
     }
@@ -730,5 +980,112 @@ mod tests {
             75.0,
             "usage outlives the container"
         );
+    }
+}
+
+#[cfg(test)]
+mod file_tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn temp_dir(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("store-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn the_database_and_its_wal_files_are_private_from_the_first_byte() {
+        let dir = temp_dir("modes");
+        let path = dir.join("shellgate.db");
+        // A permissive umask must not matter.
+        // SAFETY: umask only changes this process's file-creation mask.
+        let old = unsafe { libc_umask(0) };
+        let store = Store::open(&path).unwrap();
+        // SAFETY: as above, restoring it.
+        unsafe { libc_umask(old) };
+        store.add_key("k", "p", 0).unwrap();
+        for suffix in ["", "-wal", "-shm"] {
+            let file = dir.join(format!("shellgate.db{suffix}"));
+            let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{} is {mode:o}", file.display());
+        }
+        // Reads through the reader connections see the writer's commits.
+        assert_eq!(store.project_for_key("k").unwrap().as_deref(), Some("p"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    extern "C" {
+        #[link_name = "umask"]
+        fn libc_umask(mask: u32) -> u32;
+    }
+
+    #[test]
+    fn a_sync_is_linear_and_keeps_ids_of_unchanged_files() {
+        let dir = temp_dir("sync");
+        let store = Store::open(&dir.join("db")).unwrap();
+        let files: Vec<PresentFile> = (0..10_000)
+            .map(|i| PresentFile {
+                path: format!("/mnt/data/f{i}"),
+                bytes: i,
+                modified_unix: 1,
+            })
+            .collect();
+        let mut n = 0;
+        let mut next = || {
+            n += 1;
+            format!("cfile_{n}")
+        };
+        assert_eq!(
+            store.sync_container_files("c", &files, &mut next).unwrap(),
+            10_000
+        );
+        let before = store
+            .container_file_at("c", "/mnt/data/f7")
+            .unwrap()
+            .unwrap();
+        // Unchanged: nothing written. One gone, one resized, one new.
+        assert_eq!(
+            store.sync_container_files("c", &files, &mut next).unwrap(),
+            0
+        );
+        let mut changed = files.clone();
+        changed.remove(0);
+        changed[0].bytes = 999;
+        changed.push(PresentFile {
+            path: "/mnt/data/new".into(),
+            bytes: 1,
+            modified_unix: 2,
+        });
+        assert_eq!(
+            store
+                .sync_container_files("c", &changed, &mut next)
+                .unwrap(),
+            3
+        );
+        assert!(store
+            .container_file_at("c", "/mnt/data/f0")
+            .unwrap()
+            .is_none());
+        assert_eq!(
+            store
+                .container_file_at("c", "/mnt/data/f7")
+                .unwrap()
+                .unwrap()
+                .id,
+            before.id,
+            "an unchanged file keeps its id"
+        );
+        let page = Page {
+            limit: 100,
+            ascending: true,
+            after: Some("cfile_nope".into()),
+        };
+        assert!(matches!(
+            store.list_container_files("c", &page),
+            Err(StoreError::UnknownCursor(_))
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -150,6 +150,24 @@ pub struct List<T> {
     pub first_id: Option<String>,
     pub last_id: Option<String>,
     pub has_more: bool,
+    /// shellgate's extension: set when a listing could not include
+    /// everything (a container with more files than a listing walks), so
+    /// that nothing goes missing silently.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incomplete: Option<ListIncomplete>,
+}
+
+/// What a listing left out, and why (see [`List::incomplete`]).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ListIncomplete {
+    /// A sentence for humans.
+    pub message: String,
+    /// Files and directories whose names are not UTF-8 (not listable in JSON).
+    pub non_utf8_names: u64,
+    /// Directories nested deeper than the listing walks.
+    pub too_deep_directories: u64,
+    /// Whether the walk stopped at its most entries.
+    pub entry_limit_reached: bool,
 }
 
 impl<T> List<T> {
@@ -163,6 +181,7 @@ impl<T> List<T> {
             first_id,
             last_id,
             has_more,
+            incomplete: None,
         }
     }
 }

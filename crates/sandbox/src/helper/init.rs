@@ -24,7 +24,7 @@ use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
-use super::{mounts, report, seccomp};
+use super::{mounts, report, report_with_fds, seccomp};
 use crate::backend::WORKDIR;
 use crate::protocol::{HelperSpec, Report, Request, Status, MAX_MESSAGE};
 use crate::sys;
@@ -48,10 +48,152 @@ struct Launcher {
     change_ids: bool,
 }
 
+/// Supplementary group ids that mark a command's processes.
+///
+/// Every command gets one as its only supplementary group. Without
+/// `CAP_SETGID` (which no sandboxed process has) a process can never drop
+/// it, and everything it starts inherits it, whether it calls `setsid`,
+/// double-forks or is `nohup`ed: so "every process of command N" is exactly
+/// "every process whose groups include N's marker", and killing a command
+/// kills all of its descendants. A command that ends normally leaves its
+/// background processes alone. Markers are ids inside the container's
+/// mapped range, owned by nothing on disk. (Rootless containers map one id
+/// and cannot use `setgroups`: there only the process group is killed.)
+struct Markers {
+    next: u32,
+    /// Markers still carried by live processes when the range wrapped.
+    in_use: std::collections::HashSet<u32>,
+}
+
+const MARKER_FIRST: u32 = 40_000;
+const MARKER_END: u32 = 60_000;
+
+impl Markers {
+    fn new() -> Self {
+        Self {
+            next: MARKER_FIRST,
+            in_use: Default::default(),
+        }
+    }
+
+    fn allocate(&mut self) -> u32 {
+        for _ in MARKER_FIRST..MARKER_END {
+            if self.next >= MARKER_END {
+                // Wrapped: skip markers whose processes still run.
+                self.next = MARKER_FIRST;
+                self.in_use = processes().filter_map(|p| p.marker).collect();
+            }
+            let marker = self.next;
+            self.next += 1;
+            if !self.in_use.contains(&marker) {
+                return marker;
+            }
+        }
+        // Every marker is held by a live process (20,000 of them, far past
+        // any process limit): share one rather than fail.
+        MARKER_FIRST
+    }
+}
+
+/// A process of this container, as /proc shows it.
+struct ProcessInfo {
+    pid: libc::pid_t,
+    /// Its marker, if it carries one.
+    marker: Option<u32>,
+    /// Tasks (threads) it counts against the process limit.
+    threads: u64,
+    zombie: bool,
+}
+
+/// Every process in the container's pid namespace but init.
+fn processes() -> impl Iterator<Item = ProcessInfo> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let pid: libc::pid_t = entry.file_name().to_str()?.parse().ok()?;
+            if pid == 1 {
+                return None;
+            }
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+            let field = |name: &str| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix(name).map(str::trim))
+            };
+            Some(ProcessInfo {
+                pid,
+                marker: field("Groups:")?
+                    .split_whitespace()
+                    .filter_map(|g| g.parse::<u32>().ok())
+                    .find(|g| (MARKER_FIRST..MARKER_END).contains(g)),
+                threads: field("Threads:").and_then(|t| t.parse().ok()).unwrap_or(1),
+                zombie: field("State:").is_some_and(|s| s.starts_with('Z')),
+            })
+        })
+}
+
+/// SIGKILLs every live process carrying `marker`, again until none is
+/// left (processes may fork while we scan); returns how many were killed.
+fn kill_marked(marker: u32, running: &mut HashMap<libc::pid_t, RunningCommand>) -> i32 {
+    let mut killed = std::collections::HashSet::new();
+    for round in 0..200 {
+        let targets: Vec<libc::pid_t> = processes()
+            .filter(|p| p.marker == Some(marker) && !p.zombie)
+            .map(|p| p.pid)
+            .collect();
+        if targets.is_empty() {
+            break;
+        }
+        for pid in targets {
+            // SAFETY: kill(2) with a pid of this namespace that carries the
+            // marker; at worst the process is already gone.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            killed.insert(pid);
+        }
+        // Orphans re-parented to us must be reaped to free their slots.
+        reap(running);
+        if round > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+    reap(running);
+    killed.len() as i32
+}
+
+/// Frees process slots when the container is at its process limit: ends
+/// every process of the marker that holds the most tasks (the runaway).
+fn reclaim(running: &mut HashMap<libc::pid_t, RunningCommand>) -> i32 {
+    let mut tasks: HashMap<u32, u64> = HashMap::new();
+    for process in processes().filter(|p| !p.zombie) {
+        if let Some(marker) = process.marker {
+            *tasks.entry(marker).or_default() += process.threads;
+        }
+    }
+    match tasks.into_iter().max_by_key(|(_, n)| *n) {
+        Some((marker, _)) => kill_marked(marker, running),
+        None => 0,
+    }
+}
+
+/// A command init started and still waits for.
+struct RunningCommand {
+    status: OwnedFd,
+    marker: Option<u32>,
+}
+
 pub fn run(spec: &HelperSpec, control: RawFd) -> ! {
-    match setup(spec) {
-        Ok((launcher, signals)) => {
-            report(control, &Report::Ready);
+    let ready = setup(spec).and_then(|(launcher, signals)| {
+        // The engine reaches /mnt/data through this descriptor, opened
+        // before any command ran, never through a /proc/<pid> path.
+        let data = std::fs::File::open(WORKDIR).map_err(|e| format!("open {WORKDIR}: {e}"))?;
+        Ok((launcher, signals, data))
+    });
+    match ready {
+        Ok((launcher, signals, data)) => {
+            report_with_fds(control, &Report::Ready, &[data.as_raw_fd()]);
+            drop(data);
             serve(&launcher, &signals, control)
         }
         Err(message) => {
@@ -232,7 +374,8 @@ fn send_status(fd: &OwnedFd, status: Status) {
 }
 
 fn serve(launcher: &Launcher, signals: &OwnedFd, control: RawFd) -> ! {
-    let mut running: HashMap<libc::pid_t, OwnedFd> = HashMap::new();
+    let mut running: HashMap<libc::pid_t, RunningCommand> = HashMap::new();
+    let mut markers = Markers::new();
     let mut buf = vec![0u8; MAX_MESSAGE];
     loop {
         let mut fds = [
@@ -260,7 +403,9 @@ fn serve(launcher: &Launcher, signals: &OwnedFd, control: RawFd) -> ! {
                 // The server closed the channel: end the container. Our exit
                 // makes the kernel kill every process in the pid namespace.
                 Ok((0, _)) => std::process::exit(0),
-                Ok((len, passed)) => handle(launcher, &buf[..len], passed, &mut running),
+                Ok((len, passed)) => {
+                    handle(launcher, &buf[..len], passed, &mut running, &mut markers)
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(_) => std::process::exit(1),
             }
@@ -273,7 +418,7 @@ fn drain_signals(signals: &OwnedFd) {
     while matches!(sys::read(signals.as_raw_fd(), &mut info), Ok(n) if n > 0) {}
 }
 
-fn reap(running: &mut HashMap<libc::pid_t, OwnedFd>) {
+fn reap(running: &mut HashMap<libc::pid_t, RunningCommand>) {
     loop {
         let mut status = 0;
         // SAFETY: `status` is a valid out-pointer.
@@ -282,8 +427,8 @@ fn reap(running: &mut HashMap<libc::pid_t, OwnedFd>) {
             return;
         }
         // Orphans (a command's background children) are reaped silently.
-        if let Some(status_fd) = running.remove(&pid) {
-            send_status(&status_fd, Status::Exited(status));
+        if let Some(command) = running.remove(&pid) {
+            send_status(&command.status, Status::Exited(status));
         }
     }
 }
@@ -292,10 +437,14 @@ fn handle(
     launcher: &Launcher,
     message: &[u8],
     passed: Vec<OwnedFd>,
-    running: &mut HashMap<libc::pid_t, OwnedFd>,
+    running: &mut HashMap<libc::pid_t, RunningCommand>,
+    markers: &mut Markers,
 ) {
     match Request::decode(message) {
-        Some(Request::Run { command }) => {
+        Some(Request::Run {
+            command,
+            reclaim: reclaim_first,
+        }) => {
             let Ok([stdout, stderr, status]) = <[OwnedFd; 3]>::try_from(passed) else {
                 return;
             };
@@ -303,22 +452,44 @@ fn handle(
                 send_status(&status, Status::SpawnFailed(libc::EINVAL));
                 return;
             };
-            match spawn(launcher, &command, &stdout, &stderr, &status) {
+            let marker = launcher.change_ids.then(|| markers.allocate());
+            let mut reclaimed = 0;
+            if reclaim_first && launcher.change_ids {
+                reclaimed = reclaim(running);
+            }
+            let mut spawned = spawn(launcher, &command, marker, &stdout, &stderr, &status);
+            if spawned == Err(libc::EAGAIN) && reclaimed == 0 && launcher.change_ids {
+                // At the process limit: free the runaway's slots, try once more.
+                reclaimed = reclaim(running);
+                if reclaimed > 0 {
+                    spawned = spawn(launcher, &command, marker, &stdout, &stderr, &status);
+                }
+            }
+            if reclaimed > 0 {
+                send_status(&status, Status::Reclaimed(reclaimed));
+            }
+            match spawned {
                 Err(errno) => send_status(&status, Status::SpawnFailed(errno)),
                 Ok(pid) => {
                     // Our copies of the output pipes must close, or the engine
                     // would never see end-of-file.
                     drop((stdout, stderr));
                     send_status(&status, Status::Started(pid));
-                    running.insert(pid, status);
+                    running.insert(pid, RunningCommand { status, marker });
                 }
             }
         }
-        Some(Request::KillGroup { pid }) if running.contains_key(&pid) => {
+        Some(Request::KillCommand { pid }) => {
+            let Some(marker) = running.get(&pid).map(|c| c.marker) else {
+                return;
+            };
             // SAFETY: kill with a negative pid signals that process group.
             unsafe { libc::kill(-pid, libc::SIGKILL) };
+            if let Some(marker) = marker {
+                kill_marked(marker, running);
+            }
         }
-        Some(Request::KillGroup { .. }) | None => {}
+        None => {}
     }
 }
 
@@ -326,6 +497,7 @@ fn handle(
 struct ChildArgs<'a> {
     launcher: &'a Launcher,
     command: &'a CString,
+    marker: Option<u32>,
     stdout: &'a OwnedFd,
     stderr: &'a OwnedFd,
     status: &'a OwnedFd,
@@ -340,6 +512,7 @@ const CHILD_STACK: usize = 64 * 1024;
 fn spawn(
     launcher: &Launcher,
     command: &CString,
+    marker: Option<u32>,
     stdout: &OwnedFd,
     stderr: &OwnedFd,
     status: &OwnedFd,
@@ -351,6 +524,7 @@ fn spawn(
         exec_command(
             args.launcher,
             args.command,
+            args.marker,
             args.stdout,
             args.stderr,
             args.status,
@@ -359,6 +533,7 @@ fn spawn(
     let args = ChildArgs {
         launcher,
         command,
+        marker,
         stdout,
         stderr,
         status,
@@ -391,6 +566,7 @@ fn spawn(
 fn exec_command(
     launcher: &Launcher,
     command: &CString,
+    marker: Option<u32>,
     stdout: &OwnedFd,
     stderr: &OwnedFd,
     status: &OwnedFd,
@@ -434,8 +610,11 @@ fn exec_command(
         // Raw syscalls: glibc's wrappers would try to change the ids of
         // every thread sharing our memory, and the child shares init's.
         let (uid, gid) = (launcher.sandbox_uid, launcher.sandbox_gid);
+        // The marker is the only supplementary group (see `Markers`).
+        let groups: [libc::gid_t; 1] = [marker.unwrap_or(0)];
+        let group_count = usize::from(marker.is_some());
         if launcher.change_ids
-            && (libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) < 0
+            && (libc::syscall(libc::SYS_setgroups, group_count, groups.as_ptr()) < 0
                 || libc::syscall(libc::SYS_setresgid, gid, gid, gid) < 0
                 || libc::syscall(libc::SYS_setresuid, uid, uid, uid) < 0)
         {

@@ -26,7 +26,8 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
 
 use crate::protocol::{
-    Enrollment, HelperSpec, IdRange, Report, CONTROL_FD, MAX_MESSAGE, MAX_REPORT,
+    Enrollment, FileViewSpec, HelperSpec, HelperTask, IdRange, Report, CONTROL_FD, MAX_MESSAGE,
+    MAX_REPORT,
 };
 use crate::sys;
 
@@ -57,6 +58,11 @@ pub fn helper_main() -> ! {
 
 /// Sends a report to the engine; a failure to do so cannot be reported anywhere.
 fn report(control: RawFd, report: &Report) {
+    report_with_fds(control, report, &[]);
+}
+
+/// Sends a report with descriptors attached.
+fn report_with_fds(control: RawFd, report: &Report, fds: &[RawFd]) {
     // Keep every report within what the engine reads (MAX_REPORT): JSON
     // escaping can at most sextuple a byte, so an eighth of it is safe.
     let trimmed;
@@ -74,7 +80,7 @@ fn report(control: RawFd, report: &Report) {
         other => other,
     };
     if let Ok(bytes) = serde_json::to_vec(report) {
-        let _ = sys::send_with_fds(control, &bytes, &[]);
+        let _ = sys::send_with_fds(control, &bytes, fds);
     }
 }
 
@@ -121,12 +127,44 @@ fn run_helper(control: RawFd) -> Result<(), String> {
             .map_err(|e| format!("join cgroup {}: {e}", procs.display()))?;
     }
     report(control, &Report::Enrolled);
-    let Some(spec) = receive("spec")? else {
+    let Some(task) = receive("task")? else {
         std::process::exit(0)
     };
-    let spec: HelperSpec = serde_json::from_slice(&spec).map_err(|e| format!("parse spec: {e}"))?;
+    let task: HelperTask = serde_json::from_slice(&task).map_err(|e| format!("parse task: {e}"))?;
+    match task {
+        HelperTask::Container(spec) => start_container(&spec, control),
+        HelperTask::FileView(spec) => open_file_view(&spec, control),
+    }
+}
 
-    prepare_disk(&spec)?;
+/// Mounts a stopped container's disk and hands the engine a descriptor of
+/// its `data` directory. The mount namespace dies with this process; the
+/// descriptor alone keeps the (now detached) mount alive, visible nowhere.
+fn open_file_view(spec: &FileViewSpec, control: RawFd) -> Result<(), String> {
+    private_mount_namespace()?;
+    let loop_device =
+        crate::disk::mount_image(&spec.disk_image, &spec.mount_point, spec.reuse_loop)?;
+    let data = spec.mount_point.join(crate::disk::DATA_DIR);
+    let dir = fs::File::open(&data).map_err(|e| format!("open {}: {e}", data.display()))?;
+    report_with_fds(
+        control,
+        &Report::FileView {
+            loop_device: Some(loop_device),
+        },
+        &[dir.as_raw_fd()],
+    );
+    Ok(())
+}
+
+fn private_mount_namespace() -> Result<(), String> {
+    // SAFETY: unshare with a constant flag, in a single-threaded process.
+    sys::cvt(unsafe { libc::unshare(libc::CLONE_NEWNS) })
+        .map_err(|e| format!("unshare mount namespace: {e}"))?;
+    sys::make_mounts_private().map_err(|e| format!("make / private: {e}"))
+}
+
+fn start_container(spec: &HelperSpec, control: RawFd) -> Result<(), String> {
+    let loop_device = prepare_disk(spec)?;
 
     let (sync_read, sync_write) = sys::pipe().map_err(|e| format!("pipe: {e}"))?;
     let flags = CONTAINER_NAMESPACES | libc::CLONE_PARENT;
@@ -173,7 +211,7 @@ fn run_helper(control: RawFd) -> Result<(), String> {
             }
             // Report the pid before releasing init: both write to the same
             // socket, and the engine must learn the pid before init's Ready.
-            report(control, &Report::InitPid { pid });
+            report(control, &Report::InitPid { pid, loop_device });
             sys::write_all(sync_write.as_raw_fd(), b"1")
                 .map_err(|e| format!("release init: {e}"))?;
             Ok(())
@@ -183,16 +221,19 @@ fn run_helper(control: RawFd) -> Result<(), String> {
 
 /// Mounts the container's disk image (in a mount namespace of the helper's
 /// own, which init's namespace then copies: the host never sees the mount)
-/// and makes its standard directories.
-fn prepare_disk(spec: &HelperSpec) -> Result<(), String> {
+/// and makes its standard directories. Returns the loop device used.
+fn prepare_disk(spec: &HelperSpec) -> Result<Option<u32>, String> {
+    let mut loop_device = None;
     if let Some(image) = &spec.disk_image {
-        // SAFETY: unshare with a constant flag, in a single-threaded process.
-        sys::cvt(unsafe { libc::unshare(libc::CLONE_NEWNS) })
-            .map_err(|e| format!("unshare mount namespace: {e}"))?;
-        sys::make_mounts_private().map_err(|e| format!("make / private: {e}"))?;
-        crate::disk::mount_image(image, &spec.disk_root)?;
+        private_mount_namespace()?;
+        loop_device = Some(crate::disk::mount_image(
+            image,
+            &spec.disk_root,
+            spec.reuse_loop,
+        )?);
     }
-    crate::disk::prepare_layout(&spec.disk_root, spec.host_sandbox_ids, spec.host_root_ids)
+    crate::disk::prepare_layout(&spec.disk_root, spec.host_sandbox_ids, spec.host_root_ids)?;
+    Ok(loop_device)
 }
 
 fn write_id_maps(pid: libc::pid_t, spec: &HelperSpec) -> Result<(), String> {

@@ -1,0 +1,293 @@
+//! The command path: one command sent to init, its output read as it comes,
+//! its end (exit, timeout, deadline) and the limits it ran into reported.
+//!
+//! Whatever happens to the caller, a started command never outlives its
+//! timeout: if the future running it is dropped (a caller gave up), a guard
+//! asks init to kill the command and every process it started.
+
+use std::time::Duration;
+
+use tokio::io::AsyncReadExt;
+use tokio::net::unix::pipe;
+use tokio::time::Instant;
+
+use super::container::{Container, Running};
+use super::{lock, LocalEngine};
+use crate::backend::{CommandResult, DeltaSink, Outcome, OutputDelta, RunRequest, StreamKind};
+use crate::error::{IoContext, SandboxError};
+use crate::output::{CappedOutput, DeltaEncoder};
+use crate::protocol::{Request, Status};
+use crate::sys;
+
+/// How close to its process limit a container may be before a command
+/// first frees the slots of a runaway (bash needs a few to run anything).
+const PROCESS_HEADROOM: u64 = 4;
+
+/// Kills a started command if its future is dropped before it ends.
+struct KillOnDrop<'a> {
+    running: &'a Running,
+    pid: Option<i32>,
+    ended: bool,
+}
+
+impl Drop for KillOnDrop<'_> {
+    fn drop(&mut self) {
+        if let (false, Some(pid)) = (self.ended, self.pid) {
+            self.running.send_now(&Request::KillCommand { pid });
+        }
+    }
+}
+
+/// Why shellgate adds a line to a command's stderr.
+fn note(text: &str) -> String {
+    format!("shellgate: {text}\n")
+}
+
+impl LocalEngine {
+    pub(super) async fn run_all(
+        &self,
+        id: &str,
+        request: RunRequest,
+        deltas: Option<DeltaSink>,
+    ) -> Result<Vec<CommandResult>, SandboxError> {
+        request.validate()?;
+        let container = self.container(id)?;
+        let timeout = Duration::from_millis(request.timeout_ms);
+        let deadline = request
+            .deadline_ms
+            .map(|ms| (Instant::now() + Duration::from_millis(ms), ms));
+        let mut results = Vec::with_capacity(request.commands.len());
+        for (index, command) in request.commands.iter().enumerate() {
+            let remaining = deadline.map(|(at, _)| at.saturating_duration_since(Instant::now()));
+            if remaining.is_some_and(|r| r.is_zero()) {
+                let seconds = deadline.map(|(_, ms)| ms / 1000).unwrap_or(0);
+                results.push(CommandResult {
+                    stdout: String::new(),
+                    stderr: note(&format!(
+                        "not run: the request's deadline ({seconds} s) passed before this command's turn"
+                    )),
+                    outcome: Outcome::Timeout,
+                });
+                continue;
+            }
+            let (running, _in_flight) = self.enter(&container).await?;
+            let cut_by_deadline = remaining.is_some_and(|r| r < timeout);
+            let limit = remaining.map_or(timeout, |r| r.min(timeout));
+            let stream = deltas.as_ref().map(|sink| (index, sink));
+            let result = self
+                .run_command(
+                    &container,
+                    &running,
+                    command,
+                    limit,
+                    request.max_output_length,
+                    stream,
+                )
+                .await;
+            let mut result = match result {
+                Err(_) if container.destroyed() => {
+                    return Err(SandboxError::Deleted(id.to_owned()))
+                }
+                other => other?,
+            };
+            if cut_by_deadline && result.outcome == Outcome::Timeout {
+                let seconds = deadline.map(|(_, ms)| ms / 1000).unwrap_or(0);
+                result.stderr.push_str(&note(&format!(
+                    "killed at the request's deadline ({seconds} s), before its own timeout"
+                )));
+            }
+            results.push(result);
+        }
+        Ok(results)
+    }
+
+    async fn run_command(
+        &self,
+        container: &Container,
+        running: &Running,
+        command: &str,
+        timeout: Duration,
+        max_output_length: usize,
+        deltas: Option<(usize, &DeltaSink)>,
+    ) -> Result<CommandResult, SandboxError> {
+        let mut out_deltas = DeltaEncoder::new(max_output_length);
+        let mut err_deltas = DeltaEncoder::new(max_output_length);
+        let emit = |encoder: &mut DeltaEncoder, stream: StreamKind, bytes: &[u8]| {
+            if let Some((command, sink)) = deltas {
+                let text = encoder.push(bytes);
+                if !text.is_empty() {
+                    let _ = sink.send(OutputDelta {
+                        command,
+                        stream,
+                        text,
+                    });
+                }
+            }
+        };
+        let pids_max = container.spec.pids_max;
+        // A container at its process limit (a fork bomb left running) could
+        // not even start bash's pipelines: init first ends the runaway.
+        let reclaim = self
+            .inner
+            .cgroups
+            .pids_current(&running.slot)
+            .is_some_and(|n| n + PROCESS_HEADROOM >= pids_max);
+        let (stdout_read, stdout_write) = sys::pipe().context(|| "pipe".into())?;
+        let (stderr_read, stderr_write) = sys::pipe().context(|| "pipe".into())?;
+        let (status_read, status_write) = sys::pipe().context(|| "pipe".into())?;
+        running
+            .send(
+                &Request::Run {
+                    command: command.as_bytes().to_vec(),
+                    reclaim,
+                },
+                &[&stdout_write, &stderr_write, &status_write],
+            )
+            .await?;
+        drop((stdout_write, stderr_write, status_write));
+
+        let mut guard = KillOnDrop {
+            running,
+            pid: None,
+            ended: false,
+        };
+        let mut stdout =
+            pipe::Receiver::from_owned_fd(stdout_read).context(|| "stdout pipe".into())?;
+        let mut stderr =
+            pipe::Receiver::from_owned_fd(stderr_read).context(|| "stderr pipe".into())?;
+        let mut status =
+            pipe::Receiver::from_owned_fd(status_read).context(|| "status pipe".into())?;
+        let mut out = CappedOutput::new(max_output_length);
+        let mut err = CappedOutput::new(max_output_length);
+        let (mut out_buf, mut err_buf) = (vec![0u8; 64 * 1024], vec![0u8; 64 * 1024]);
+        let mut status_bytes = Vec::with_capacity(Status::SIZE * 4);
+        let mut status_buf = [0u8; Status::SIZE * 4];
+        let (mut out_open, mut err_open, mut status_open) = (true, true, true);
+        let mut exit_status = None;
+        let mut spawn_error = None;
+        let mut reclaimed = 0;
+        let mut timed_out = false;
+        let far = Instant::now() + Duration::from_secs(86_400 * 365);
+        let deadline = Instant::now() + timeout;
+        // Set once the command ended (or was killed): how long pipes held
+        // by leftover background processes may keep us.
+        let mut stop_reading_at = far;
+
+        while out_open || err_open || status_open {
+            tokio::select! {
+                read = stdout.read(&mut out_buf), if out_open => match read {
+                    Ok(n) if n > 0 => {
+                        out.push(&out_buf[..n]);
+                        emit(&mut out_deltas, StreamKind::Stdout, &out_buf[..n]);
+                    }
+                    _ => out_open = false,
+                },
+                read = stderr.read(&mut err_buf), if err_open => match read {
+                    Ok(n) if n > 0 => {
+                        err.push(&err_buf[..n]);
+                        emit(&mut err_deltas, StreamKind::Stderr, &err_buf[..n]);
+                    }
+                    _ => err_open = false,
+                },
+                read = status.read(&mut status_buf), if status_open => match read {
+                    Ok(n) if n > 0 => {
+                        status_bytes.extend_from_slice(&status_buf[..n]);
+                        while status_bytes.len() >= Status::SIZE {
+                            let record: [u8; Status::SIZE] = status_bytes[..Status::SIZE].try_into().unwrap_or_default();
+                            status_bytes.drain(..Status::SIZE);
+                            match Status::decode(record) {
+                                Some(Status::Started(p)) => {
+                                    guard.pid = Some(p);
+                                    if timed_out {
+                                        let _ = running.send(&Request::KillCommand { pid: p }, &[]).await;
+                                    }
+                                }
+                                Some(Status::Exited(s)) => {
+                                    exit_status = Some(s);
+                                    guard.ended = true;
+                                }
+                                Some(Status::SpawnFailed(e)) => spawn_error = Some(e),
+                                Some(Status::Reclaimed(n)) => reclaimed = n,
+                                None => {}
+                            }
+                        }
+                    }
+                    _ => {
+                        status_open = false;
+                        stop_reading_at = Instant::now() + self.inner.config.drain_grace;
+                    }
+                },
+                _ = tokio::time::sleep_until(deadline), if !timed_out && status_open => {
+                    timed_out = true;
+                    if let Some(p) = guard.pid {
+                        let _ = running.send(&Request::KillCommand { pid: p }, &[]).await;
+                    }
+                    // If init never reports the exit (it died), give up after a while.
+                    stop_reading_at = Instant::now() + Duration::from_secs(5);
+                },
+                _ = tokio::time::sleep_until(stop_reading_at) => break,
+            }
+        }
+        guard.ended = true;
+        let mut stderr_text = String::new();
+        if reclaimed > 0 {
+            stderr_text.push_str(&note(&format!(
+                "the container was at its process limit ({pids_max} processes and threads): \
+                 the {reclaimed} processes an earlier command left running were ended to run this one"
+            )));
+        }
+        stderr_text.push_str(&err.finish());
+        let outcome = match (exit_status, spawn_error) {
+            _ if timed_out => Outcome::Timeout,
+            (Some(status), None) => Outcome::Exit {
+                exit_code: sys::exit_code_of(status),
+            },
+            (status, Some(errno)) => {
+                if errno == libc::EAGAIN {
+                    stderr_text.push_str(&note(&format!(
+                        "cannot start the command: the container is at its process limit \
+                         ({pids_max} processes and threads) and no earlier command's processes \
+                         could be ended to make room. Delete the container and create another, \
+                         or let it be suspended when idle (its files stay, its processes end)"
+                    )));
+                } else {
+                    let reason = std::io::Error::from_raw_os_error(errno);
+                    stderr_text.push_str(&note(&format!("could not start the command: {reason}")));
+                }
+                Outcome::Exit {
+                    exit_code: status.map(sys::exit_code_of).unwrap_or(126),
+                }
+            }
+            (None, None) => return Err(SandboxError::ContainerGone),
+        };
+        self.report_limits(container, running, &mut stderr_text);
+        Ok(CommandResult {
+            stdout: out.finish(),
+            stderr: stderr_text,
+            outcome,
+        })
+    }
+
+    /// Adds to a command's stderr the limits the container ran into while it
+    /// ran (counted by the kernel in the container's cgroup).
+    fn report_limits(&self, container: &Container, running: &Running, stderr: &mut String) {
+        let now = self.inner.cgroups.limit_events(&running.slot);
+        let before = std::mem::replace(&mut *lock(&running.limits_seen), now);
+        if now.pids_max > before.pids_max {
+            stderr.push_str(&note(&format!(
+                "the container hit its process limit ({} processes and threads) while this \
+                 command ran: {} process or thread starts failed",
+                container.spec.pids_max,
+                now.pids_max - before.pids_max
+            )));
+        }
+        if now.oom_kills > before.oom_kills {
+            stderr.push_str(&note(&format!(
+                "the container ran out of memory (limit {} MiB) while this command ran: the \
+                 kernel ended {} process(es)",
+                container.spec.memory_bytes >> 20,
+                now.oom_kills - before.oom_kills
+            )));
+        }
+    }
+}

@@ -1,0 +1,680 @@
+//! The local namespace backend: containers as namespaced process trees on
+//! this host.
+//!
+//! The engine owns a data directory:
+//!
+//! ```text
+//! <data>/engine.lock            one engine per data directory (flock)
+//! <data>/containers/<id>/       spec.json, uid-slot and the disk (disk.img or disk/)
+//! <data>/images/                image store (see `image`)
+//! <data>/pool/                  formatted disk images ready to hand out
+//! <data>/warm/<name>/           started, unassigned containers
+//! <data>/run/root, run/disk     empty mount points, used only inside
+//!                               private mount namespaces
+//! ```
+//!
+//! A running container is one process on the host, its init, a child of the
+//! server (see `helper`). The engine talks to it over a `SOCK_SEQPACKET`
+//! socket and reaps it through a pidfd; a watcher task notices when it dies.
+//!
+//! Modules: [`container`] (state, in-flight accounting, start and stop, file
+//! access), [`command`] (the command path), [`pools`] (disks, spare helpers
+//! and warm containers made ahead of demand), [`slots`] (host id ranges),
+//! [`spec`] (what the helper is told), [`recovery`] (start-up after a crash).
+
+mod command;
+mod container;
+mod pools;
+mod recovery;
+mod slots;
+mod spec;
+
+use std::collections::HashMap;
+use std::fs;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::backend::{
+    validate_container_id, CommandResult, ContainerInfo, ContainerSpec, ContainerState, DeltaSink,
+    FileListing, RunRequest, SandboxBackend,
+};
+use crate::cgroup::Cgroups;
+use crate::disk::{self, DiskKind};
+use crate::error::{IoContext, SandboxError};
+use crate::image::ImageStore;
+use container::{Container, Wake};
+use pools::{FormattedDisk, Pool, SpareHelper, WarmContainer};
+use slots::IdSlots;
+
+/// The sandbox user inside every container.
+pub const SANDBOX_UID: u32 = 1000;
+/// Its home directory inside every container.
+pub const SANDBOX_HOME: &str = "/home/sandbox";
+
+/// How the local engine is set up.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Where containers, images and disks live.
+    pub data_dir: PathBuf,
+    /// The `shellgate` binary, re-executed as the sandbox helper.
+    pub helper_binary: PathBuf,
+    /// Host uid (and gid) that container root maps to; the container's ids
+    /// `0..65536` map to `uid_base..uid_base+65536`. Chosen high so it meets
+    /// no real user nor another tool's subordinate ids.
+    pub uid_base: u32,
+    /// Formatted disks of the default size kept ready.
+    pub pool_size: usize,
+    /// Helpers kept spawned and enrolled in a cgroup, ready for a container.
+    pub spare_helpers: usize,
+    /// Containers of the default spec kept started and unassigned, so that
+    /// creating one is a rename (see `LocalEngine::create`).
+    pub warm_containers: usize,
+    /// Disk size the pool prepares (the default `disk_bytes`).
+    pub pool_disk_bytes: u64,
+    /// How long to keep reading output after a command ends while a
+    /// background process still holds its pipes.
+    pub drain_grace: Duration,
+    /// Host name inside containers.
+    pub hostname: String,
+    /// Memory every sandbox together may use (the limit of the engine's
+    /// parent cgroup); `None`: the host's memory less a reserve for the
+    /// server and the host (see [`default_memory_ceiling`]). A container
+    /// whose own limit is larger is refused.
+    pub memory_ceiling: Option<u64>,
+}
+
+impl EngineConfig {
+    /// Defaults for a data directory, with this executable as the helper.
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            data_dir: data_dir.into(),
+            helper_binary: PathBuf::from("/proc/self/exe"),
+            uid_base: 3_000_000_000,
+            pool_size: 2,
+            spare_helpers: 2,
+            warm_containers: 2,
+            pool_disk_bytes: ContainerSpec::default().disk_bytes,
+            drain_grace: Duration::from_millis(100),
+            hostname: "sandbox".to_owned(),
+            memory_ceiling: None,
+        }
+    }
+}
+
+/// The host's memory less what the server and the host keep: a tenth of
+/// it, at least 1 GiB and at most 8 GiB.
+pub fn default_memory_ceiling() -> u64 {
+    let total = fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map(|kib| kib * 1024)
+        .unwrap_or(4 << 30);
+    let reserve = (total / 10).clamp(1 << 30, 8 << 30);
+    total.saturating_sub(reserve).max(256 << 20)
+}
+
+pub(crate) struct Inner {
+    config: EngineConfig,
+    cgroups: Cgroups,
+    disk_kind: DiskKind,
+    rootless: bool,
+    images: ImageStore,
+    memory_ceiling: u64,
+    containers: Mutex<HashMap<String, Arc<Container>>>,
+    slots: IdSlots,
+    disks: Pool<FormattedDisk>,
+    spares: Pool<SpareHelper>,
+    warm: Pool<WarmContainer>,
+    /// Set by `shutdown`: background refills stop and nothing is kept.
+    closing: AtomicBool,
+    /// Makes names unique (cgroup slots, warm and trash directories).
+    counter: AtomicU64,
+    /// Teardowns of destroyed containers still finishing in the background.
+    teardowns: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Held for the engine's lifetime: one engine per data directory.
+    _lock: fs::File,
+}
+
+/// The local namespace backend.
+#[derive(Clone)]
+pub struct LocalEngine {
+    inner: Arc<Inner>,
+}
+
+fn lock_data_dir(data_dir: &Path) -> Result<fs::File, SandboxError> {
+    let path = data_dir.join("engine.lock");
+    let file = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .context(|| format!("open {}", path.display()))?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(SandboxError::Setup(format!(
+            "another shellgate engine is using {} (lock {} is held)",
+            data_dir.display(),
+            path.display()
+        )));
+    }
+    Ok(file)
+}
+
+/// Container root is an unprivileged host uid that builds the container's
+/// mounts from paths under the data directory: it must be able to traverse
+/// (not list) every directory down to it. The data directory itself is made
+/// `o+x`; an ancestor that forbids it is reported, not changed.
+fn make_traversable(data_dir: &Path) -> Result<(), SandboxError> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = fs::metadata(data_dir).context(|| format!("stat {}", data_dir.display()))?;
+    let mode = meta.permissions().mode();
+    if mode & 0o001 == 0 {
+        fs::set_permissions(
+            data_dir,
+            fs::Permissions::from_mode((mode & 0o7777) | 0o001),
+        )
+        .context(|| format!("chmod o+x {}", data_dir.display()))?;
+    }
+    for ancestor in data_dir.ancestors().skip(1) {
+        let mode = fs::metadata(ancestor)
+            .map(|m| m.permissions().mode())
+            .unwrap_or(0o755);
+        if mode & 0o001 == 0 {
+            return Err(SandboxError::Setup(format!(
+                "{} is not traversable by other users (mode {:o}); sandboxes run as unprivileged \
+                 host users and must reach {}: run `chmod o+x {}` or choose another --data-dir",
+                ancestor.display(),
+                mode & 0o777,
+                data_dir.display(),
+                ancestor.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A short stable name for the engine's cgroup folder, from its data dir.
+fn group_name(data_dir: &Path) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in data_dir.as_os_str().as_encoded_bytes() {
+        hash = (hash ^ *byte as u64).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("shellgate-{:012x}", hash & 0xffff_ffff_ffff)
+}
+
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic elsewhere cannot leave these maps inconsistent (each update is
+    // a single insert or remove), so a poisoned lock is still usable.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl LocalEngine {
+    /// Opens (or creates) an engine on `config.data_dir`, cleaning up whatever
+    /// a crashed predecessor left. Returns warnings about limits this host
+    /// cannot enforce.
+    pub async fn open(config: EngineConfig) -> Result<(Self, Vec<String>), SandboxError> {
+        let data_dir = &config.data_dir;
+        fs::create_dir_all(data_dir).context(|| format!("create {}", data_dir.display()))?;
+        let data_dir =
+            fs::canonicalize(data_dir).context(|| format!("resolve {}", data_dir.display()))?;
+        let lock = lock_data_dir(&data_dir)?;
+        let rootless = crate::sys::geteuid() != 0;
+        if !rootless {
+            make_traversable(&data_dir)?;
+        }
+        // Warm containers die with the engine that made them.
+        let _ = fs::remove_dir_all(data_dir.join("warm"));
+        // Containers' disks are private to the server: other host users may
+        // traverse (sandboxes must, to reach their mounts) but never list.
+        for (sub, mode) in [
+            ("containers", 0o711),
+            ("pool", 0o700),
+            ("warm", 0o711),
+            ("run/root", 0o755),
+            ("run/disk", 0o755),
+        ] {
+            let dir = data_dir.join(sub);
+            fs::create_dir_all(&dir).context(|| format!("create {sub}"))?;
+            if !rootless {
+                use std::os::unix::fs::PermissionsExt;
+                fs::set_permissions(&dir, fs::Permissions::from_mode(mode))
+                    .context(|| format!("chmod {sub}"))?;
+            }
+        }
+        let mut warnings = Vec::new();
+        let (cgroups, cgroup_warnings) = Cgroups::setup(&group_name(&data_dir));
+        warnings.extend(cgroup_warnings);
+        let memory_ceiling = config.memory_ceiling.unwrap_or_else(default_memory_ceiling);
+        if let Err(e) = cgroups.set_ceiling(memory_ceiling) {
+            warnings.push(format!(
+                "cannot cap all sandboxes' memory at {} MiB ({e}): only per-container limits hold",
+                memory_ceiling >> 20
+            ));
+        }
+        let (disk_kind, disk_warning) = disk::detect(rootless);
+        warnings.extend(disk_warning);
+        let images = ImageStore::open(&data_dir.join("images"), &config.hostname)?;
+        let config = EngineConfig { data_dir, ..config };
+        let engine = LocalEngine {
+            inner: Arc::new(Inner {
+                slots: IdSlots::new(config.uid_base, rootless),
+                disks: Pool::new(config.pool_size),
+                spares: Pool::new(config.spare_helpers),
+                warm: Pool::new(config.warm_containers),
+                config,
+                cgroups,
+                disk_kind,
+                rootless,
+                images,
+                memory_ceiling,
+                containers: Mutex::new(HashMap::new()),
+                closing: AtomicBool::new(false),
+                counter: AtomicU64::new(0),
+                teardowns: Mutex::new(Vec::new()),
+                _lock: lock,
+            }),
+        };
+        engine.recover().await?;
+        engine.refill::<FormattedDisk>();
+        engine.refill::<SpareHelper>();
+        engine.refill::<WarmContainer>();
+        Ok((engine, warnings))
+    }
+
+    /// The image store of this engine.
+    pub fn images(&self) -> &ImageStore {
+        &self.inner.images
+    }
+
+    /// Memory all sandboxes together may use; no container may ask for more.
+    pub fn memory_ceiling(&self) -> u64 {
+        self.inner.memory_ceiling
+    }
+
+    /// Host pid of a running container's init (for tests and reports).
+    pub async fn init_pid(&self, id: &str) -> Result<Option<i32>, SandboxError> {
+        let container = self.container(id)?;
+        let state = container.state.lock().await;
+        Ok(state.as_ref().filter(|r| r.alive()).map(|r| r.init_pid))
+    }
+
+    fn container(&self, id: &str) -> Result<Arc<Container>, SandboxError> {
+        lock(&self.inner.containers)
+            .get(id)
+            .cloned()
+            .ok_or_else(|| SandboxError::NotFound(id.to_owned()))
+    }
+
+    fn closing(&self) -> bool {
+        self.inner.closing.load(Ordering::SeqCst)
+    }
+
+    /// A name unique to this engine's run: `prefix`, the pid, a counter.
+    fn next_name(&self, prefix: &str) -> String {
+        format!(
+            "{prefix}{}-{}",
+            std::process::id(),
+            self.inner.counter.fetch_add(1, Ordering::Relaxed)
+        )
+    }
+
+    /// Refuses a spec no container may have on this host.
+    fn admit(&self, spec: &ContainerSpec) -> Result<(), SandboxError> {
+        if spec.memory_bytes > self.inner.memory_ceiling {
+            return Err(SandboxError::InvalidRequest {
+                param: "memory_limit",
+                message: format!(
+                    "a memory limit of {} MiB is more than this host gives all sandboxes \
+                     together ({} MiB); choose a smaller memory_limit",
+                    spec.memory_bytes >> 20,
+                    self.inner.memory_ceiling >> 20
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Removes a container's processes, cgroup and directory; the caller
+    /// holds its state lock, which this releases. Commands running in it
+    /// end with `Deleted`.
+    async fn destroy_locked(
+        &self,
+        container: Arc<Container>,
+        mut state: tokio::sync::MutexGuard<'_, Option<Arc<container::Running>>>,
+    ) -> Result<(), SandboxError> {
+        // Move the directory out of the way first: from here on the id is
+        // free, and a crash mid-teardown leaves only a `.trash-` directory,
+        // which the next start removes.
+        let trash = self.inner.config.data_dir.join("containers").join(format!(
+            ".trash-{}",
+            self.next_name(&format!("{}-", container.id))
+        ));
+        match fs::rename(&container.dir, &trash) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(SandboxError::io(
+                    format!("remove {}", container.dir.display()),
+                    e,
+                ))
+            }
+        }
+        container.mark_destroyed();
+        lock(&self.inner.containers).remove(&container.id);
+        let running = state.take();
+        drop(state);
+        let slot = container.id_slot();
+        // Processes, cgroup and disk go in the background; `settle` waits.
+        let engine = self.clone();
+        let id = container.id.clone();
+        let task = tokio::spawn(async move {
+            if let Some(running) = running {
+                engine.tear_down(&id, &running).await;
+            }
+            let removed = tokio::task::spawn_blocking(move || fs::remove_dir_all(&trash)).await;
+            if let Ok(Err(e)) = removed {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!(container = %id, "could not remove its directory: {e}");
+                }
+            }
+            // Only now may another container map to these host ids.
+            engine.inner.slots.release(slot);
+        });
+        let mut teardowns = lock(&self.inner.teardowns);
+        teardowns.retain(|t| !t.is_finished());
+        teardowns.push(task);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl SandboxBackend for LocalEngine {
+    async fn create(&self, id: &str, spec: ContainerSpec) -> Result<ContainerInfo, SandboxError> {
+        validate_container_id(id)?;
+        self.admit(&spec)?;
+        self.inner.images.resolve(&spec.image)?;
+        let containers_dir = self.inner.config.data_dir.join("containers");
+        let dir = containers_dir.join(id);
+        let staging = containers_dir.join(format!(".creating-{id}"));
+        let container = {
+            let mut containers = lock(&self.inner.containers);
+            if containers.contains_key(id) {
+                return Err(SandboxError::AlreadyExists(id.to_owned()));
+            }
+            let container = Arc::new(Container::new(id.to_owned(), spec.clone(), dir.clone(), 0));
+            containers.insert(id.to_owned(), Arc::clone(&container));
+            container
+        };
+        let spec_json =
+            serde_json::to_vec_pretty(&spec).map_err(|e| SandboxError::Setup(e.to_string()))?;
+        let mut state = container.state.lock().await;
+        let made = async {
+            if let Some((warm_dir, running, slot)) = self.take_warm(&spec).await {
+                // A started container of the same shape: give it this id
+                // (it keeps its id slot, already written in its directory).
+                container.set_id_slot(slot);
+                let committed = fs::write(warm_dir.join("spec.json"), &spec_json)
+                    .and_then(|()| fs::rename(&warm_dir, &dir));
+                match committed {
+                    Ok(()) => {
+                        *state = Some(running);
+                        return Ok(());
+                    }
+                    Err(e) => {
+                        self.tear_down(id, &running).await;
+                        let _ = fs::remove_dir_all(&warm_dir);
+                        self.inner.slots.release(slot);
+                        container.set_id_slot(0);
+                        tracing::warn!("could not use a warm container ({e}); starting one");
+                    }
+                }
+            }
+            let slot = self.inner.slots.allocate()?;
+            container.set_id_slot(slot);
+            fs::create_dir(&staging).context(|| format!("create {}", staging.display()))?;
+            IdSlots::write(&staging, slot)?;
+            self.provision_disk(&staging, spec.disk_bytes).await?;
+            fs::write(staging.join("spec.json"), &spec_json)
+                .context(|| "write spec.json".into())?;
+            // The rename is the commit point: a crash before it leaves only a
+            // staging directory, which the next start removes.
+            fs::rename(&staging, &dir).context(|| "commit container directory".into())?;
+            *state = Some(self.launch(&container).await?);
+            Ok::<_, SandboxError>(())
+        }
+        .await;
+        drop(state);
+        if let Err(e) = made {
+            lock(&self.inner.containers).remove(id);
+            let _ = fs::remove_dir_all(&staging);
+            let _ = fs::remove_dir_all(&dir);
+            let slot = container.id_slot();
+            if slot != 0 {
+                self.inner.slots.release(slot);
+            }
+            return Err(e);
+        }
+        Ok(ContainerInfo {
+            id: id.to_owned(),
+            state: ContainerState::Running,
+            spec,
+        })
+    }
+
+    async fn run(&self, id: &str, request: RunRequest) -> Result<Vec<CommandResult>, SandboxError> {
+        self.run_all(id, request, None).await
+    }
+
+    async fn run_streaming(
+        &self,
+        id: &str,
+        request: RunRequest,
+        deltas: DeltaSink,
+    ) -> Result<Vec<CommandResult>, SandboxError> {
+        self.run_all(id, request, Some(deltas)).await
+    }
+
+    async fn stop(&self, id: &str) -> Result<(), SandboxError> {
+        let container = self.container(id)?;
+        let mut state = container.state.lock().await;
+        self.stop_locked(&container, &mut state).await;
+        Ok(())
+    }
+
+    async fn suspend_if_idle(&self, id: &str) -> Result<bool, SandboxError> {
+        let container = self.container(id)?;
+        let mut state = container.state.lock().await;
+        if container.busy() {
+            return Ok(false);
+        }
+        self.stop_locked(&container, &mut state).await;
+        Ok(true)
+    }
+
+    async fn start(&self, id: &str) -> Result<(), SandboxError> {
+        let container = self.container(id)?;
+        self.ensure_running(&container).await.map(drop)
+    }
+
+    async fn destroy(&self, id: &str) -> Result<(), SandboxError> {
+        let container = self.container(id)?;
+        let state = container.state.lock().await;
+        if container.destroyed() {
+            return Err(SandboxError::NotFound(id.to_owned()));
+        }
+        self.destroy_locked(Arc::clone(&container), state).await
+    }
+
+    async fn destroy_if_idle(&self, id: &str) -> Result<bool, SandboxError> {
+        let container = self.container(id)?;
+        let state = container.state.lock().await;
+        if container.destroyed() {
+            return Err(SandboxError::NotFound(id.to_owned()));
+        }
+        if container.busy() {
+            return Ok(false);
+        }
+        self.destroy_locked(Arc::clone(&container), state)
+            .await
+            .map(|()| true)
+    }
+
+    async fn inspect(&self, id: &str) -> Result<ContainerInfo, SandboxError> {
+        let container = self.container(id)?;
+        let state = container.state.lock().await;
+        let running = state.as_ref().is_some_and(|r| r.alive());
+        Ok(ContainerInfo {
+            id: container.id.clone(),
+            state: if running {
+                ContainerState::Running
+            } else {
+                ContainerState::Stopped
+            },
+            spec: container.spec.clone(),
+        })
+    }
+
+    async fn list(&self) -> Result<Vec<ContainerInfo>, SandboxError> {
+        let ids: Vec<String> = lock(&self.inner.containers).keys().cloned().collect();
+        let mut infos = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Ok(info) = self.inspect(&id).await {
+                infos.push(info);
+            }
+        }
+        infos.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(infos)
+    }
+
+    async fn read_file(&self, id: &str, path: &str) -> Result<Vec<u8>, SandboxError> {
+        let limit = self.container(id)?.spec.disk_bytes;
+        let (data, in_flight) = self.files(id, Wake::No).await?;
+        let path = path.to_owned();
+        blocking(move || {
+            let _in_flight = in_flight;
+            data.read(&path, limit)
+        })
+        .await
+    }
+
+    async fn open_file(&self, id: &str, path: &str) -> Result<std::fs::File, SandboxError> {
+        let limit = self.container(id)?.spec.disk_bytes;
+        let (data, in_flight) = self.files(id, Wake::No).await?;
+        let path = path.to_owned();
+        blocking(move || {
+            let _in_flight = in_flight;
+            let file = data.open_file(&path)?;
+            check_size(&file, &path, limit)?;
+            Ok(file)
+        })
+        .await
+    }
+
+    async fn write_file(&self, id: &str, path: &str, contents: &[u8]) -> Result<(), SandboxError> {
+        let (data, in_flight) = self.files(id, Wake::Yes).await?;
+        let (path, contents) = (path.to_owned(), contents.to_vec());
+        blocking(move || {
+            let _in_flight = in_flight;
+            data.write(&path, &contents)
+        })
+        .await
+    }
+
+    async fn write_file_from(
+        &self,
+        id: &str,
+        path: &str,
+        mut source: std::fs::File,
+    ) -> Result<u64, SandboxError> {
+        let (data, in_flight) = self.files(id, Wake::Yes).await?;
+        let path = path.to_owned();
+        blocking(move || {
+            let _in_flight = in_flight;
+            data.write_from(&path, &mut source)
+        })
+        .await
+    }
+
+    async fn delete_file(&self, id: &str, path: &str) -> Result<(), SandboxError> {
+        let (data, in_flight) = self.files(id, Wake::Yes).await?;
+        let path = path.to_owned();
+        blocking(move || {
+            let _in_flight = in_flight;
+            data.delete(&path)
+        })
+        .await
+    }
+
+    async fn list_files(&self, id: &str) -> Result<FileListing, SandboxError> {
+        let (data, in_flight) = self.files(id, Wake::No).await?;
+        blocking(move || {
+            let _in_flight = in_flight;
+            data.list()
+        })
+        .await
+    }
+
+    async fn settle(&self) {
+        loop {
+            let pending: Vec<_> = lock(&self.inner.teardowns).drain(..).collect();
+            if pending.is_empty() {
+                return;
+            }
+            for task in pending {
+                let _ = task.await;
+            }
+        }
+    }
+
+    async fn shutdown(&self) {
+        self.inner.closing.store(true, Ordering::SeqCst);
+        self.drain::<SpareHelper>().await;
+        self.drain::<FormattedDisk>().await;
+        self.settle().await;
+        self.drain::<WarmContainer>().await;
+        let containers: Vec<Arc<Container>> =
+            lock(&self.inner.containers).values().cloned().collect();
+        for container in containers {
+            let mut state = container.state.lock().await;
+            if state.is_some() {
+                self.stop_locked(&container, &mut state).await;
+            }
+        }
+    }
+}
+
+/// Refuses a file whose size the container's disk could never hold: only a
+/// sparse file claims more, and streaming its holes would never end.
+fn check_size(file: &std::fs::File, path: &str, limit: u64) -> Result<(), SandboxError> {
+    let bytes = file
+        .metadata()
+        .map_err(|e| SandboxError::io("stat", e))?
+        .len();
+    if bytes > limit {
+        return Err(SandboxError::FileTooLarge {
+            path: path.to_owned(),
+            bytes,
+            limit,
+        });
+    }
+    Ok(())
+}
+
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, SandboxError> + Send + 'static,
+) -> Result<T, SandboxError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| SandboxError::Setup(format!("file worker failed: {e}")))?
+}

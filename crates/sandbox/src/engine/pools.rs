@@ -1,0 +1,304 @@
+//! Things made ahead of demand, so that creating a container is cheap:
+//! formatted disks, spare helpers (spawned and enrolled in a cgroup) and
+//! warm containers (started, unassigned).
+//!
+//! The three pools share one shape ([`Pooled`]): a target size, a background
+//! refill that runs at most once at a time and stops when the engine closes,
+//! and a way to discard what is no longer wanted.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::container::{Container, Running};
+use super::slots::IdSlots;
+use super::{lock, Inner, LocalEngine};
+use crate::backend::ContainerSpec;
+use crate::disk::{self, DiskKind};
+use crate::error::{IoContext, SandboxError};
+use crate::launcher::Helper;
+
+/// Items of one kind, ready to hand out.
+pub(super) struct Pool<T> {
+    items: Mutex<Vec<T>>,
+    /// Held by the refill in progress.
+    filling: tokio::sync::Mutex<()>,
+    target: usize,
+}
+
+impl<T> Pool<T> {
+    pub fn new(target: usize) -> Self {
+        Self {
+            items: Mutex::new(Vec::new()),
+            filling: tokio::sync::Mutex::new(()),
+            target,
+        }
+    }
+
+    fn len(&self) -> usize {
+        lock(&self.items).len()
+    }
+
+    pub fn push(&self, item: T) {
+        lock(&self.items).push(item);
+    }
+
+    pub fn pop(&self) -> Option<T> {
+        lock(&self.items).pop()
+    }
+
+    /// Takes the first item that fits.
+    fn take(&self, fits: impl FnMut(&T) -> bool) -> Option<T> {
+        let mut items = lock(&self.items);
+        let index = items.iter().position(fits)?;
+        Some(items.swap_remove(index))
+    }
+
+    pub fn replace_all(&self, items: Vec<T>) {
+        *lock(&self.items) = items;
+    }
+}
+
+/// Something a pool holds.
+#[async_trait]
+pub(super) trait Pooled: Sized + Send + 'static {
+    /// What log messages call one.
+    const KIND: &'static str;
+    /// How long a refill waits after a take: a warm container's refill
+    /// would compete with the first command of the one just handed out.
+    const DELAY: Duration = Duration::ZERO;
+    fn pool(inner: &Inner) -> &Pool<Self>;
+    /// Whether this host can make them at all.
+    fn possible(_engine: &LocalEngine) -> bool {
+        true
+    }
+    async fn make(engine: &LocalEngine) -> Result<Self, SandboxError>;
+    async fn discard(self, engine: &LocalEngine);
+}
+
+impl LocalEngine {
+    /// Tops a pool up in the background (one refill at a time).
+    pub(super) fn refill<T: Pooled>(&self) {
+        if T::pool(&self.inner).target == 0 || !T::possible(self) {
+            return;
+        }
+        let engine = self.clone();
+        tokio::spawn(async move {
+            if !T::DELAY.is_zero() {
+                tokio::time::sleep(T::DELAY).await;
+            }
+            let pool = T::pool(&engine.inner);
+            let Ok(_filling) = pool.filling.try_lock() else {
+                return;
+            };
+            while pool.len() < pool.target && !engine.closing() {
+                match T::make(&engine).await {
+                    Ok(item) if engine.closing() => item.discard(&engine).await,
+                    Ok(item) => pool.push(item),
+                    Err(e) => {
+                        tracing::warn!("could not prepare {}: {e}", T::KIND);
+                        return;
+                    }
+                }
+            }
+        });
+    }
+
+    /// Waits for a refill in progress, then discards everything pooled.
+    pub(super) async fn drain<T: Pooled>(&self) {
+        let pool = T::pool(&self.inner);
+        let _filling = pool.filling.lock().await;
+        let items: Vec<T> = lock(&pool.items).drain(..).collect();
+        for item in items {
+            item.discard(self).await;
+        }
+    }
+
+    /// Gives `dir` a disk of `bytes`: a pooled image when one fits.
+    pub(super) async fn provision_disk(&self, dir: &Path, bytes: u64) -> Result<(), SandboxError> {
+        match self.inner.disk_kind {
+            DiskKind::Directory => {
+                fs::create_dir(dir.join("disk")).context(|| "create disk directory".into())
+            }
+            DiskKind::Image => {
+                let target = dir.join("disk.img");
+                if bytes == self.inner.config.pool_disk_bytes {
+                    let pooled = self.inner.disks.pop();
+                    self.refill::<FormattedDisk>();
+                    if let Some(FormattedDisk(image)) = pooled {
+                        if fs::rename(&image, &target).is_ok() {
+                            return Ok(());
+                        }
+                    }
+                }
+                let (_, root_ids) = self.inner.slots.host_ids(0, super::SANDBOX_UID);
+                disk::format_image(&target, bytes, root_ids)
+                    .await
+                    .context(|| "format the container's disk".into())
+            }
+        }
+    }
+
+    /// A helper enrolled in a cgroup with `spec`'s limits: a spare if one is
+    /// ready, else a new one.
+    pub(super) async fn helper_for(&self, spec: &ContainerSpec) -> Result<Helper, SandboxError> {
+        let inner = &self.inner;
+        if let Some(SpareHelper(helper)) = inner.spares.pop() {
+            self.refill::<SpareHelper>();
+            match inner.cgroups.apply(&helper.slot, spec) {
+                Ok(()) => return Ok(helper),
+                Err(e) => {
+                    tracing::warn!("spare helper unusable ({e}); starting a new one");
+                    helper.discard(&inner.cgroups).await;
+                }
+            }
+        }
+        Helper::spawn(
+            &inner.config.helper_binary,
+            &inner.cgroups,
+            self.next_name("s"),
+            spec,
+        )
+        .await
+    }
+
+    /// A warm container whose fixed properties (image, `/tmp` size, disk)
+    /// match `spec`, with `spec`'s limits applied: its directory, its
+    /// processes and its id slot.
+    pub(super) async fn take_warm(
+        &self,
+        spec: &ContainerSpec,
+    ) -> Option<(PathBuf, Arc<Running>, u32)> {
+        let effective_tmp = |s: &ContainerSpec| s.tmp_bytes.min(s.memory_bytes / 2);
+        let WarmContainer(warm) = self.inner.warm.take(|WarmContainer(w)| {
+            w.spec.image == spec.image
+                && w.spec.disk_bytes == spec.disk_bytes
+                && effective_tmp(&w.spec) == effective_tmp(spec)
+        })?;
+        self.refill::<WarmContainer>();
+        let running = warm.state.lock().await.take()?;
+        if running.alive() && self.inner.cgroups.apply(&running.slot, spec).is_ok() {
+            let slot = warm.id_slot();
+            return Some((warm.dir.clone(), running, slot));
+        }
+        self.tear_down(&warm.id, &running).await;
+        let _ = fs::remove_dir_all(&warm.dir);
+        self.inner.slots.release(warm.id_slot());
+        None
+    }
+}
+
+/// A formatted disk image of the default size.
+pub(super) struct FormattedDisk(pub PathBuf);
+
+#[async_trait]
+impl Pooled for FormattedDisk {
+    const KIND: &'static str = "a disk for the pool";
+
+    fn pool(inner: &Inner) -> &Pool<Self> {
+        &inner.disks
+    }
+
+    fn possible(engine: &LocalEngine) -> bool {
+        engine.inner.disk_kind == DiskKind::Image
+    }
+
+    async fn make(engine: &LocalEngine) -> Result<Self, SandboxError> {
+        let inner = &engine.inner;
+        let n = inner.counter.fetch_add(1, Ordering::Relaxed);
+        let pool_dir = inner.config.data_dir.join("pool");
+        let staging = pool_dir.join(format!("{}-{n}.tmp", std::process::id()));
+        let ready = staging.with_extension("img");
+        let (_, root_ids) = inner.slots.host_ids(0, super::SANDBOX_UID);
+        if let Err(e) = disk::format_image(&staging, inner.config.pool_disk_bytes, root_ids).await {
+            let _ = fs::remove_file(&staging);
+            return Err(SandboxError::io("format a disk", e));
+        }
+        fs::rename(&staging, &ready).context(|| "name a formatted disk".into())?;
+        Ok(FormattedDisk(ready))
+    }
+
+    async fn discard(self, _engine: &LocalEngine) {
+        let _ = fs::remove_file(&self.0);
+    }
+}
+
+/// A helper enrolled in a cgroup with the default limits.
+pub(super) struct SpareHelper(pub Helper);
+
+#[async_trait]
+impl Pooled for SpareHelper {
+    const KIND: &'static str = "a spare sandbox helper";
+
+    fn pool(inner: &Inner) -> &Pool<Self> {
+        &inner.spares
+    }
+
+    async fn make(engine: &LocalEngine) -> Result<Self, SandboxError> {
+        let inner = &engine.inner;
+        Helper::spawn(
+            &inner.config.helper_binary,
+            &inner.cgroups,
+            engine.next_name("s"),
+            &ContainerSpec::default(),
+        )
+        .await
+        .map(SpareHelper)
+    }
+
+    async fn discard(self, engine: &LocalEngine) {
+        self.0.discard(&engine.inner.cgroups).await;
+    }
+}
+
+/// A started container of the default spec, not yet anyone's.
+pub(super) struct WarmContainer(pub Container);
+
+#[async_trait]
+impl Pooled for WarmContainer {
+    const KIND: &'static str = "a warm container";
+    const DELAY: Duration = Duration::from_millis(20);
+
+    fn pool(inner: &Inner) -> &Pool<Self> {
+        &inner.warm
+    }
+
+    async fn make(engine: &LocalEngine) -> Result<Self, SandboxError> {
+        let inner = &engine.inner;
+        let name = engine.next_name("warm-");
+        let dir = inner.config.data_dir.join("warm").join(&name);
+        let slot = inner.slots.allocate()?;
+        let warm = Container::new(name, ContainerSpec::default(), dir.clone(), slot);
+        let made = async {
+            fs::create_dir(&dir).context(|| format!("create {}", dir.display()))?;
+            IdSlots::write(&dir, slot)?;
+            engine.provision_disk(&dir, warm.spec.disk_bytes).await?;
+            engine.launch(&warm).await
+        }
+        .await;
+        match made {
+            Ok(running) => {
+                *warm.state.lock().await = Some(running);
+                Ok(WarmContainer(warm))
+            }
+            Err(e) => {
+                let _ = fs::remove_dir_all(&dir);
+                inner.slots.release(slot);
+                Err(e)
+            }
+        }
+    }
+
+    async fn discard(self, engine: &LocalEngine) {
+        let WarmContainer(warm) = self;
+        if let Some(running) = warm.state.lock().await.take() {
+            engine.tear_down(&warm.id, &running).await;
+        }
+        let _ = fs::remove_dir_all(&warm.dir);
+        engine.inner.slots.release(warm.id_slot());
+    }
+}

@@ -1,0 +1,94 @@
+//! Start-up after a crash: whatever a previous engine left behind is either
+//! taken over (containers, pooled disks) or removed (cgroups, half-made and
+//! throwaway containers). A container whose id slot cannot be trusted is
+//! quarantined, never mapped to a range another container may use.
+
+use std::collections::HashMap;
+use std::fs;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::container::Container;
+use super::pools::FormattedDisk;
+use super::{lock, LocalEngine};
+use crate::backend::{validate_container_id, ContainerSpec};
+use crate::error::{IoContext, SandboxError};
+
+impl LocalEngine {
+    /// Kills and removes leftover cgroups, drops half-made containers and
+    /// pool images, and loads every container as stopped.
+    pub(super) async fn recover(&self) -> Result<(), SandboxError> {
+        let inner = &self.inner;
+        for id in inner.cgroups.existing() {
+            tracing::info!(container = %id, "removing cgroup left by a previous run");
+            if let Err(e) = inner.cgroups.remove(&id, Duration::from_secs(5)).await {
+                tracing::warn!(container = %id, "could not remove leftover cgroup: {e}");
+            }
+        }
+        let pool_dir = inner.config.data_dir.join("pool");
+        let mut pool = Vec::new();
+        for entry in fs::read_dir(&pool_dir)
+            .context(|| "read pool".into())?
+            .flatten()
+        {
+            let path = entry.path();
+            if path.extension().is_some_and(|e| e == "img") {
+                pool.push(FormattedDisk(path));
+            } else {
+                let _ = fs::remove_file(&path);
+            }
+        }
+        inner.disks.replace_all(pool);
+        let containers_dir = inner.config.data_dir.join("containers");
+        let mut loaded = HashMap::new();
+        for entry in fs::read_dir(&containers_dir)
+            .context(|| "read containers".into())?
+            .flatten()
+        {
+            let dir = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with(".quarantine-") {
+                continue;
+            }
+            let spec: Option<ContainerSpec> = fs::read(dir.join("spec.json"))
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok());
+            let spec = match (validate_container_id(&name), spec) {
+                (Ok(()), Some(spec)) if !spec.ephemeral => spec,
+                _ => {
+                    tracing::info!(dir = %dir.display(), "removing a half-created, destroyed or throwaway container");
+                    let _ = fs::remove_dir_all(&dir);
+                    continue;
+                }
+            };
+            let slot = inner
+                .slots
+                .read(&dir)
+                .and_then(|slot| match inner.slots.claim(slot) {
+                    true => Ok(slot),
+                    false => Err(format!("its id slot {slot} belongs to another container")),
+                });
+            match slot {
+                Ok(slot) => {
+                    loaded.insert(
+                        name.clone(),
+                        Arc::new(Container::new(name, spec, dir, slot)),
+                    );
+                }
+                Err(why) => {
+                    // Its files are owned by an id range we cannot name:
+                    // keep them for the operator, out of the engine's way.
+                    let quarantine = containers_dir.join(format!(".quarantine-{name}"));
+                    tracing::error!(
+                        container = %name,
+                        "refusing container: {why}; moved to {}",
+                        quarantine.display()
+                    );
+                    let _ = fs::rename(&dir, &quarantine);
+                }
+            }
+        }
+        *lock(&inner.containers) = loaded;
+        Ok(())
+    }
+}

@@ -1,0 +1,84 @@
+//! The helper spec: everything the helper needs to build one container,
+//! derived from the container's spec, its image, disk and id slot.
+
+use super::container::Container;
+use super::slots::ID_RANGE;
+use super::{LocalEngine, SANDBOX_HOME, SANDBOX_UID};
+use crate::disk::{self, DiskKind};
+use crate::error::SandboxError;
+use crate::protocol::{HelperSpec, IdRange, RootSpec};
+
+impl LocalEngine {
+    pub(super) fn helper_spec(&self, container: &Container) -> Result<HelperSpec, SandboxError> {
+        let inner = &self.inner;
+        let image = inner.images.resolve(&container.spec.image)?;
+        let (disk_image, disk_root) = match inner.disk_kind {
+            DiskKind::Image => (
+                Some(container.dir.join("disk.img")),
+                inner.config.data_dir.join("run/disk"),
+            ),
+            DiskKind::Directory => (None, container.dir.join("disk")),
+        };
+        let root = match image.root {
+            RootSpec::Overlay { lower, .. } => RootSpec::Overlay {
+                lower,
+                upper: disk_root.join(disk::UPPER_DIR),
+                work: disk_root.join(disk::WORK_DIR),
+            },
+            other => other,
+        };
+        let slot = container.id_slot();
+        let (sandbox_ids, root_ids) = inner.slots.host_ids(slot, SANDBOX_UID);
+        let (uid_map, gid_map) = if inner.rootless {
+            (
+                vec![IdRange {
+                    inside: SANDBOX_UID,
+                    outside: sandbox_ids.0,
+                    count: 1,
+                }],
+                vec![IdRange {
+                    inside: SANDBOX_UID,
+                    outside: sandbox_ids.1,
+                    count: 1,
+                }],
+            )
+        } else {
+            let range = IdRange {
+                inside: 0,
+                outside: inner.slots.id_base(slot),
+                count: ID_RANGE,
+            };
+            (vec![range], vec![range])
+        };
+        Ok(HelperSpec {
+            hostname: inner.config.hostname.clone(),
+            uid_map,
+            gid_map,
+            rootless: inner.rootless,
+            sandbox_uid: SANDBOX_UID,
+            sandbox_gid: SANDBOX_UID,
+            root_mount: inner.config.data_dir.join("run/root"),
+            root,
+            file_binds: image.file_binds,
+            data_binds: vec![
+                (
+                    disk_root.join(disk::DATA_DIR),
+                    crate::backend::WORKDIR.to_owned(),
+                ),
+                (disk_root.join(disk::HOME_DIR), SANDBOX_HOME.to_owned()),
+            ],
+            // tmpfs pages are charged to the memory limit but to no process:
+            // keep /tmp (and /dev/shm) well below the limit.
+            tmp_bytes: container
+                .spec
+                .tmp_bytes
+                .min(container.spec.memory_bytes / 2),
+            home: SANDBOX_HOME.to_owned(),
+            disk_image,
+            disk_root,
+            host_sandbox_ids: sandbox_ids,
+            host_root_ids: root_ids,
+            reuse_loop: container.last_loop(),
+        })
+    }
+}

@@ -1,0 +1,137 @@
+//! Per-project quotas: how many containers hold processes, the sum of their
+//! memory limits, and how many exec requests run at once.
+//!
+//! A `memory_limit` is a ceiling, not a reservation: thousands of idle `1g`
+//! containers fit on a host (an idle one costs about 1.5 MiB), and the host
+//! itself is protected by the kernel (every sandbox sits under one parent
+//! cgroup whose memory limit keeps the server and the host alive; see the
+//! engine). These quotas bound what one tenant may claim, so one tenant can
+//! never take every container slot or exec worker from the others.
+//!
+//! Starting a container (create, or waking a suspended one) is decided
+//! under a per-project lock held until its row says it holds processes, so
+//! two concurrent starts cannot both take the last slot.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use shellgate_wire::MemoryLimit;
+
+use crate::error::{ApiError, ApiResult};
+use crate::{AppState, Config};
+
+/// One project's admission state.
+#[derive(Default)]
+struct Gate {
+    starting: Arc<tokio::sync::Mutex<()>>,
+    execs: Arc<AtomicU32>,
+}
+
+pub struct Admission {
+    max_running: u32,
+    max_memory: u64,
+    max_execs: u32,
+    projects: Mutex<HashMap<String, Gate>>,
+}
+
+/// Held while a container of the project is being started.
+pub type StartPermit = tokio::sync::OwnedMutexGuard<()>;
+
+/// Counts one exec request of a project until dropped.
+pub struct ExecPermit(Arc<AtomicU32>);
+
+impl Drop for ExecPermit {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn gib(bytes: u64) -> String {
+    let gib = bytes as f64 / (1u64 << 30) as f64;
+    format!("{gib:.0} GiB")
+}
+
+impl Admission {
+    pub fn new(config: &Config) -> Self {
+        Self {
+            max_running: config.max_running_containers_per_project,
+            // Validated at start-up; an unparsable value cannot reach here.
+            max_memory: config.max_memory_per_project_bytes().unwrap_or(u64::MAX),
+            max_execs: config.max_execs_per_project,
+            projects: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn with_gate<T>(&self, project: &str, f: impl FnOnce(&Gate) -> T) -> T {
+        let mut projects = self.projects.lock().unwrap_or_else(|p| p.into_inner());
+        f(projects.entry(project.to_owned()).or_default())
+    }
+
+    /// Admits one more exec request of `project`, or refuses with a 429
+    /// naming the limit.
+    pub fn exec(&self, project: &str) -> ApiResult<ExecPermit> {
+        let counter = self.with_gate(project, |gate| Arc::clone(&gate.execs));
+        let before = counter.fetch_add(1, Ordering::SeqCst);
+        let permit = ExecPermit(counter);
+        if before >= self.max_execs {
+            return Err(ApiError::quota(
+                "too_many_concurrent_execs",
+                format!(
+                    "Project '{project}' already has {before} exec requests running; the limit \
+                     (max_execs_per_project) is {}. Wait for one to finish.",
+                    self.max_execs
+                ),
+            ));
+        }
+        Ok(permit)
+    }
+}
+
+impl AppState {
+    /// Admits starting a container of `memory` for `project` (a create, or
+    /// waking a suspended one), or refuses with a 429 naming the limit. The
+    /// permit must be held until the container's row shows it running.
+    pub(crate) async fn admit_start(
+        &self,
+        project: &str,
+        memory: MemoryLimit,
+    ) -> ApiResult<StartPermit> {
+        let lock = self
+            .admission
+            .with_gate(project, |gate| Arc::clone(&gate.starting));
+        let permit = lock.lock_owned().await;
+        let owner = project.to_owned();
+        let limits = self.db(move |s| s.active_memory_limits(&owner)).await?;
+        let running = limits.len() as u32;
+        let admission = &self.admission;
+        if running >= admission.max_running {
+            return Err(ApiError::quota(
+                "too_many_running_containers",
+                format!(
+                    "Project '{project}' has {running} running containers; the limit \
+                     (max_running_containers_per_project) is {}. Delete one, or let idle ones be \
+                     suspended.",
+                    admission.max_running
+                ),
+            ));
+        }
+        let claimed: u64 = limits
+            .iter()
+            .map(|l| MemoryLimit::parse(l).unwrap_or_default().bytes())
+            .sum();
+        if claimed.saturating_add(memory.bytes()) > admission.max_memory {
+            return Err(ApiError::quota(
+                "project_memory_exceeded",
+                format!(
+                    "Project '{project}' has running containers with memory limits of {} in \
+                     all; another of {} would pass the limit (max_memory_per_project) of {}.",
+                    gib(claimed),
+                    memory.as_str(),
+                    gib(admission.max_memory)
+                ),
+            ));
+        }
+        Ok(permit)
+    }
+}
