@@ -1,0 +1,400 @@
+//! Regression tests of the engine's robustness: timeouts that hold whatever
+//! the caller does, descendants that cannot escape a kill, limits that say
+//! so, one notion of busy, and files reached without waking a container.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{exit_code, TestEngine};
+use shellgate_sandbox::backend::{ContainerSpec, Outcome, RunRequest, SandboxBackend};
+use shellgate_sandbox::{ContainerState, SandboxError};
+
+fn request(commands: &[&str], timeout_ms: u64) -> RunRequest {
+    let mut request = RunRequest::new(commands.iter().map(|c| c.to_string()).collect());
+    request.timeout_ms = timeout_ms;
+    request
+}
+
+/// Processes whose command line contains `pattern` (written `[s]leep ...`
+/// so the shell running pgrep does not match itself).
+async fn count(t: &TestEngine, id: &str, pattern: &str) -> u32 {
+    let (first, rest) = pattern.split_at(1);
+    t.ok(id, &format!("pgrep -c -f '[{first}]{rest}' || true"))
+        .await
+        .trim()
+        .parse()
+        .unwrap_or(u32::MAX)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_timed_out_command_dies_with_every_descendant_wherever_it_went() {
+    let t = TestEngine::new("descendants").await;
+    t.create("c1").await;
+    // setsid, a double fork and nohup all leave the process group.
+    let result = t
+        .run_with(
+            "c1",
+            "setsid sleep 1001 >/dev/null 2>&1 & (sleep 1002 >/dev/null 2>&1 &) ; \
+             nohup sleep 1003 >/dev/null 2>&1 & setsid bash -c '(sleep 1004 &) ; sleep 1005' \
+             >/dev/null 2>&1 & sleep 60",
+            1_000,
+        )
+        .await;
+    assert_eq!(result.outcome, Outcome::Timeout, "{result:?}");
+    let mut left = u32::MAX;
+    for _ in 0..50 {
+        left = count(&t, "c1", "sleep 100").await;
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(left, 0, "descendants of a timed-out command survived");
+    // A command that ends normally keeps its background services.
+    t.ok("c1", "setsid sleep 2001 >/dev/null 2>&1 & true").await;
+    t.ok("c1", "true").await;
+    assert_eq!(count(&t, "c1", "sleep 2001").await, 1);
+    t.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_whose_caller_gives_up_still_kills_its_command() {
+    let t = TestEngine::new("dropped").await;
+    t.create("c1").await;
+    let run = t
+        .engine
+        .run("c1", request(&["setsid sleep 3001 & sleep 3002"], 300_000));
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), run)
+            .await
+            .is_err(),
+        "the command should still be running"
+    );
+    let mut left = u32::MAX;
+    for _ in 0..50 {
+        left = count(&t, "c1", "sleep 300").await;
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(left, 0, "a dropped run left its command running");
+    t.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_command_after_a_fork_bomb_is_answered_at_once() {
+    let t = TestEngine::new("bomb-next").await;
+    let spec = ContainerSpec {
+        pids_max: 64,
+        ..ContainerSpec::default()
+    };
+    t.create_with("c1", spec).await;
+    // Detached: the command returns at once, the bomb fills the container.
+    t.run_with(
+        "c1",
+        "setsid bash -c 'bomb() { bomb | bomb & }; bomb' >/dev/null 2>&1 & true",
+        5_000,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let started = Instant::now();
+    let result = t.run_with("c1", "echo answered | cat", 30_000).await;
+    let took = started.elapsed();
+    assert_eq!(result.stdout, "answered\n", "{result:?}");
+    assert!(
+        result.stderr.contains("process limit (64"),
+        "the result names the limit: {result:?}"
+    );
+    assert!(
+        took < Duration::from_secs(1),
+        "answered after {took:?}: {result:?}"
+    );
+    t.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hitting_the_process_or_memory_limit_is_reported_in_the_result() {
+    let t = TestEngine::new("limits").await;
+    let spec = ContainerSpec {
+        pids_max: 32,
+        memory_bytes: 128 << 20,
+        ..ContainerSpec::default()
+    };
+    t.create_with("c1", spec).await;
+    let result = t
+        .run(
+            "c1",
+            "for i in $(seq 60); do sleep 3 & done 2>/dev/null; wait",
+        )
+        .await;
+    assert!(
+        result.stderr.contains("hit its process limit (32"),
+        "{result:?}"
+    );
+    let result = t
+        .run("c1", "python3 -c 'b = bytearray(600 * 1024 * 1024)'")
+        .await;
+    assert_eq!(exit_code(&result), 137, "{result:?}");
+    assert!(result.stderr.contains("ran out of memory"), "{result:?}");
+    // A clean command after them reports nothing.
+    assert_eq!(t.run("c1", "true").await.stderr, "");
+    t.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_request_deadline_ends_the_running_command_and_skips_the_rest() {
+    let t = TestEngine::new("deadline").await;
+    t.create("c1").await;
+    let mut run = request(&["echo first", "sleep 30", "echo never"], 60_000);
+    run.deadline_ms = Some(1_500);
+    let started = Instant::now();
+    let results = t.engine.run("c1", run).await.expect("run");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(results.len(), 3);
+    assert_eq!(results[0].stdout, "first\n");
+    assert_eq!(results[1].outcome, Outcome::Timeout);
+    assert!(results[1].stderr.contains("deadline"), "{:?}", results[1]);
+    assert_eq!(results[2].outcome, Outcome::Timeout);
+    assert!(results[2].stderr.contains("not run"), "{:?}", results[2]);
+    assert_eq!(results[2].stdout, "");
+    t.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_container_gets_one_cpu_by_default() {
+    let t = TestEngine::new("cpu").await;
+    t.create("c1").await;
+    // Two spinning processes for 2 s: without a ceiling they would use
+    // about 4 s of CPU on two cores; with one core, at most about 2 s.
+    let out = t
+        .ok(
+            "c1",
+            "for i in 1 2; do timeout 2 sh -c 'while :; do :; done' & done; wait; \
+             python3 -c 'import os; t = os.times(); print(t.children_user + t.children_system)'",
+        )
+        .await;
+    let cpu: f64 = out.trim().parse().expect("seconds");
+    assert!(cpu < 3.0, "two spinners used {cpu} s of CPU in 2 s");
+    t.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_destroy_interrupts_a_command_with_a_clear_error() {
+    let t = TestEngine::new("delete-during").await;
+    t.create("c1").await;
+    let engine = t.engine.clone();
+    let running =
+        tokio::spawn(async move { engine.run("c1", request(&["sleep 30"], 60_000)).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Busy: the sweeper's destroy refuses; a user's destroy goes ahead.
+    assert!(!t.engine.destroy_if_idle("c1").await.unwrap());
+    assert!(!t.engine.suspend_if_idle("c1").await.unwrap());
+    t.engine.destroy("c1").await.unwrap();
+    let result = tokio::time::timeout(Duration::from_secs(10), running)
+        .await
+        .expect("the run ended")
+        .expect("task");
+    assert!(
+        matches!(result, Err(SandboxError::Deleted(ref id)) if id == "c1"),
+        "{result:?}"
+    );
+    assert!(matches!(
+        t.engine.run("c1", request(&["true"], 1_000)).await,
+        Err(SandboxError::NotFound(_))
+    ));
+    t.create("c2").await;
+    assert!(t.engine.destroy_if_idle("c2").await.unwrap());
+    t.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stopped_containers_files_are_read_without_starting_it() {
+    let t = TestEngine::new("views").await;
+    t.create("c1").await;
+    t.ok("c1", "echo kept > /mnt/data/note.txt").await;
+    t.engine.stop("c1").await.unwrap();
+    let listing = t.engine.list_files("c1").await.unwrap();
+    assert_eq!(listing.files.len(), 1, "{listing:?}");
+    assert_eq!(
+        t.engine.read_file("c1", "note.txt").await.unwrap(),
+        b"kept\n"
+    );
+    assert_eq!(
+        t.engine.inspect("c1").await.unwrap().state,
+        ContainerState::Stopped,
+        "reading files must not start the container"
+    );
+    assert_eq!(t.engine.init_pid("c1").await.unwrap(), None);
+    // A download still open when the container starts again shares its
+    // file system: one disk never has two.
+    let open = t.engine.open_file("c1", "note.txt").await.unwrap();
+    t.ok("c1", "echo more >> /mnt/data/note.txt").await;
+    let image = std::fs::canonicalize(t.data_dir().join("containers/c1/disk.img")).unwrap();
+    let attached = std::fs::read_dir("/sys/block")
+        .unwrap()
+        .flatten()
+        .filter(|d| {
+            std::fs::read_to_string(d.path().join("loop/backing_file"))
+                .is_ok_and(|f| f.trim() == image.to_string_lossy())
+        })
+        .count();
+    assert_eq!(
+        attached, 1,
+        "the disk is attached to {attached} loop devices"
+    );
+    drop(open);
+    assert_eq!(
+        t.engine.read_file("c1", "note.txt").await.unwrap(),
+        b"kept\nmore\n"
+    );
+    t.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn files_that_cannot_be_served_or_replaced_are_refused_clearly() {
+    let t = TestEngine::new("odd-files").await;
+    t.create("c1").await;
+    t.ok(
+        "c1",
+        "truncate -s 1T /mnt/data/sparse && mkfifo /mnt/data/pipe && \
+         python3 -c 'import socket; s = socket.socket(socket.AF_UNIX); s.bind(\"/mnt/data/sock\")'",
+    )
+    .await;
+    assert!(matches!(
+        t.engine.open_file("c1", "sparse").await,
+        Err(SandboxError::FileTooLarge { bytes, .. }) if bytes == 1 << 40
+    ));
+    for name in ["pipe", "sock"] {
+        let refused = t.engine.write_file("c1", name, b"x").await;
+        assert!(
+            matches!(refused, Err(SandboxError::Conflict(ref m)) if m.contains(name)),
+            "{name}: {refused:?}"
+        );
+    }
+    t.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_listing_says_what_it_left_out() {
+    let t = TestEngine::new("listing").await;
+    t.create("c1").await;
+    t.ok(
+        "c1",
+        "mkdir -p $(printf 'd/%.0s' $(seq 40)) && touch $(printf 'd/%.0s' $(seq 40))deep \
+         && touch \"$(printf 'bad\\377name')\" plain",
+    )
+    .await;
+    let listing = t.engine.list_files("c1").await.unwrap();
+    assert_eq!(listing.skipped.non_utf8_names, 1, "{:?}", listing.skipped);
+    assert_eq!(
+        listing.skipped.too_deep_directories, 1,
+        "{:?}",
+        listing.skipped
+    );
+    assert!(!listing.skipped.entry_limit_reached);
+    assert!(listing.files.iter().any(|f| f.path == "/mnt/data/plain"));
+    t.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_corrupt_id_slot_is_quarantined_never_shared() {
+    let t = TestEngine::new("slots").await;
+    t.create("good").await;
+    t.create("bad").await;
+    t.create("twin").await;
+    t.engine.shutdown().await;
+    let data = t.data_dir();
+    let good_slot = std::fs::read_to_string(data.join("containers/good/uid-slot")).unwrap();
+    std::fs::write(data.join("containers/bad/uid-slot"), "0").unwrap();
+    std::fs::write(data.join("containers/twin/uid-slot"), &good_slot).unwrap();
+    drop(t.engine);
+    let mut config = shellgate_sandbox::EngineConfig::new(&data);
+    config.helper_binary = common::BINARY.into();
+    config.pool_size = 0;
+    config.spare_helpers = 0;
+    config.warm_containers = 0;
+    let (engine, _) = shellgate_sandbox::LocalEngine::open(config).await.unwrap();
+    let ids: Vec<String> = engine
+        .list()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    assert!(ids.contains(&"good".to_owned()) || ids.contains(&"twin".to_owned()));
+    assert_eq!(ids.len(), 1, "only one container may own a slot: {ids:?}");
+    assert!(!ids.contains(&"bad".to_owned()));
+    assert!(data.join("containers/.quarantine-bad").is_dir());
+    engine.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_container_may_ask_for_more_memory_than_all_sandboxes_get() {
+    let t = TestEngine::with("ceiling", |config| {
+        config.pool_size = 0;
+        config.spare_helpers = 1;
+        config.warm_containers = 0;
+        config.memory_ceiling = Some(3 << 30);
+    })
+    .await;
+    let refused = t
+        .engine
+        .create(
+            "big",
+            ContainerSpec {
+                memory_bytes: 4 << 30,
+                ..ContainerSpec::default()
+            },
+        )
+        .await;
+    assert!(
+        matches!(
+            refused,
+            Err(SandboxError::InvalidRequest {
+                param: "memory_limit",
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    // A spare helper (enrolled with the default 1 GiB) takes another limit:
+    // on cgroup v1 the memory+swap limit must move first. Give the spare
+    // time to enrol.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    t.create_with(
+        "c1",
+        ContainerSpec {
+            memory_bytes: 2 << 30,
+            ..ContainerSpec::default()
+        },
+    )
+    .await;
+    let init = t.engine.init_pid("c1").await.unwrap().expect("running");
+    let cgroups = std::fs::read_to_string(format!("/proc/{init}/cgroup")).unwrap();
+    let limit = cgroups.lines().find_map(|line| {
+        let path = line
+            .strip_prefix("4:memory:")
+            .or_else(|| line.split_once(":memory:").map(|(_, p)| p))?;
+        std::fs::read_to_string(format!("/sys/fs/cgroup/memory{path}/memory.limit_in_bytes")).ok()
+    });
+    if let Some(limit) = limit {
+        assert_eq!(limit.trim(), (2u64 << 30).to_string());
+        let parent_limit = cgroups.lines().find_map(|line| {
+            let (_, path) = line.split_once(":memory:")?;
+            let parent = std::path::Path::new(path).parent()?;
+            std::fs::read_to_string(format!(
+                "/sys/fs/cgroup/memory{}/memory.limit_in_bytes",
+                parent.display()
+            ))
+            .ok()
+        });
+        assert_eq!(
+            parent_limit.map(|l| l.trim().to_owned()),
+            Some((3u64 << 30).to_string()),
+            "every sandbox sits under one capped parent"
+        );
+    }
+    t.finish().await;
+}
