@@ -294,6 +294,9 @@ pub trait SandboxBackend: Send + Sync {
     async fn inspect(&self, id: &str) -> Result<ContainerInfo, SandboxError>;
     /// Every container the backend holds, running or stopped.
     async fn list(&self) -> Result<Vec<ContainerInfo>, SandboxError>;
+    /// Memory all containers together may use: no container may have a
+    /// larger limit (`create` refuses it).
+    fn memory_ceiling(&self) -> u64;
     /// Reads a file under `/mnt/data`; never follows a link out of it. A
     /// stopped container is not started.
     async fn read_file(&self, id: &str, path: &str) -> Result<Vec<u8>, SandboxError>;
@@ -321,6 +324,23 @@ pub trait SandboxBackend: Send + Sync {
     /// Stops every running container (their files stay) and ends the
     /// backend's background work.
     async fn shutdown(&self);
+}
+
+/// Refuses a container memory limit above what all containers together may
+/// use (a backend's [`SandboxBackend::memory_ceiling`]).
+pub fn check_memory(memory_bytes: u64, ceiling: u64) -> Result<(), SandboxError> {
+    if memory_bytes > ceiling {
+        return Err(SandboxError::InvalidRequest {
+            param: "memory_limit",
+            message: format!(
+                "a memory limit of {} MiB is more than this host gives all sandboxes together \
+                 ({} MiB); choose a smaller memory_limit",
+                memory_bytes >> 20,
+                ceiling >> 20
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Where the sandbox's own working directory lives inside a container.

@@ -174,6 +174,8 @@ pub async fn create(
         session_seconds: 0.0,
         session_open: false,
     };
+    // Impossible on this host (400) before over this project's quota (429).
+    shellgate_sandbox::backend::check_memory(memory.bytes(), state.engine.memory_ceiling())?;
     let permit = state.admit_start(&project.0, memory).await?;
     // Run to completion whether or not the client stays: a create either
     // finishes (the container is listed) or cleans up after itself.

@@ -66,6 +66,9 @@ impl SandboxBackend for NoContainers {
     async fn list(&self) -> Result<Vec<ContainerInfo>, SandboxError> {
         Ok(Vec::new())
     }
+    fn memory_ceiling(&self) -> u64 {
+        u64::MAX
+    }
     async fn read_file(&self, id: &str, _: &str) -> Result<Vec<u8>, SandboxError> {
         Err(missing(id))
     }

@@ -297,11 +297,6 @@ impl LocalEngine {
         &self.inner.images
     }
 
-    /// Memory all sandboxes together may use; no container may ask for more.
-    pub fn memory_ceiling(&self) -> u64 {
-        self.inner.memory_ceiling
-    }
-
     /// Host pid of a running container's init (for tests and reports).
     pub async fn init_pid(&self, id: &str) -> Result<Option<i32>, SandboxError> {
         let container = self.container(id)?;
@@ -331,18 +326,7 @@ impl LocalEngine {
 
     /// Refuses a spec no container may have on this host.
     fn admit(&self, spec: &ContainerSpec) -> Result<(), SandboxError> {
-        if spec.memory_bytes > self.inner.memory_ceiling {
-            return Err(SandboxError::InvalidRequest {
-                param: "memory_limit",
-                message: format!(
-                    "a memory limit of {} MiB is more than this host gives all sandboxes \
-                     together ({} MiB); choose a smaller memory_limit",
-                    spec.memory_bytes >> 20,
-                    self.inner.memory_ceiling >> 20
-                ),
-            });
-        }
-        Ok(())
+        crate::backend::check_memory(spec.memory_bytes, self.inner.memory_ceiling)
     }
 
     /// Removes a container's processes, cgroup and directory; the caller
@@ -555,6 +539,10 @@ impl SandboxBackend for LocalEngine {
         }
         infos.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(infos)
+    }
+
+    fn memory_ceiling(&self) -> u64 {
+        self.inner.memory_ceiling
     }
 
     async fn read_file(&self, id: &str, path: &str) -> Result<Vec<u8>, SandboxError> {
