@@ -192,6 +192,21 @@ impl Cgroups {
         !matches!(self, Cgroups::Disabled)
     }
 
+    /// Removes this engine's (empty) base folders, at shutdown: a stopped
+    /// engine leaves no cgroup behind. A folder still holding something
+    /// (another engine on the same data directory cannot exist; the v2
+    /// `server` leaf may) is left alone.
+    pub fn remove_base(&self) {
+        let bases: Vec<&PathBuf> = match self {
+            Cgroups::V2 { base } => vec![base],
+            Cgroups::V1 { bases } => bases.iter().map(|(_, b)| b).collect(),
+            Cgroups::Disabled => Vec::new(),
+        };
+        for base in bases {
+            let _ = fs::remove_dir(base);
+        }
+    }
+
     /// Caps the memory of every sandbox together: the engine's base folder
     /// gets `bytes` as its limit, so however many containers are
     /// overcommitted, their sum can never starve the server or the host.

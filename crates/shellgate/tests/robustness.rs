@@ -398,3 +398,31 @@ async fn no_container_may_ask_for_more_memory_than_all_sandboxes_get() {
     }
     t.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cgroup_takes_a_larger_then_a_smaller_memory_limit() {
+    // A spare helper is enrolled with the default 1 GiB; a container of
+    // another size changes it. On cgroup v1 the memory+swap limit must never
+    // be below the memory limit at any step (EINVAL otherwise), so raising
+    // moves memsw first and lowering moves it last.
+    let group = format!("shellgate-test-{}", std::process::id());
+    let (cgroups, _) = shellgate_sandbox::cgroup::Cgroups::setup(&group);
+    if !cgroups.enabled() {
+        return;
+    }
+    let spec = |memory_bytes| ContainerSpec {
+        memory_bytes,
+        ..ContainerSpec::default()
+    };
+    cgroups.create("slot", &spec(1 << 30)).unwrap();
+    for size in [4u64 << 30, 512 << 20, 64 << 30, 1 << 30] {
+        cgroups
+            .apply("slot", &spec(size))
+            .unwrap_or_else(|e| panic!("{size}: {e}"));
+    }
+    cgroups
+        .remove("slot", Duration::from_secs(5))
+        .await
+        .unwrap();
+    cgroups.remove_base();
+}

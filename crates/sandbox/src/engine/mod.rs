@@ -639,6 +639,7 @@ impl SandboxBackend for LocalEngine {
                 self.stop_locked(&container, &mut state).await;
             }
         }
+        self.inner.cgroups.remove_base();
     }
 }
 

@@ -189,7 +189,7 @@ fn start_container(spec: &HelperSpec, control: RawFd) -> Result<(), String> {
             let mut byte = [0u8; 1];
             // Wait until the helper has written our id maps; EOF means it failed.
             match sys::read(sync_read.as_raw_fd(), &mut byte) {
-                Ok(1) => init::run(&spec, control),
+                Ok(1) => init::run(spec, control),
                 _ => std::process::exit(1),
             }
         }
@@ -204,7 +204,7 @@ fn start_container(spec: &HelperSpec, control: RawFd) -> Result<(), String> {
             if !spec.rootless {
                 let _ = fs::write(format!("/proc/{pid}/oom_score_adj"), "-1000");
             }
-            if let Err(message) = write_id_maps(pid, &spec) {
+            if let Err(message) = write_id_maps(pid, spec) {
                 // SAFETY: `pid` is our just-created child; killing it is harmless.
                 unsafe { libc::kill(pid, libc::SIGKILL) };
                 return Err(message);
