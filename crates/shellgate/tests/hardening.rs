@@ -1,0 +1,186 @@
+//! Defence in depth, checked by behaviour inside real containers: what a
+//! sandbox can learn about the host (paths, kernel command line, host
+//! tools), what `/proc` lets it touch, limits every command starts with,
+//! and the seccomp filter, syscall by syscall.
+
+mod common;
+
+use common::TestEngine;
+
+/// One syscall made for real inside a container, and the errno the
+/// filter must answer with.
+struct Probe {
+    name: &'static str,
+    nr: libc::c_long,
+    args: Vec<i64>,
+    errno: i32,
+}
+
+fn probe(name: &'static str, nr: libc::c_long, args: &[i64], errno: i32) -> Probe {
+    Probe {
+        name,
+        nr,
+        args: args.to_vec(),
+        errno,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_seccomp_filter_refuses_each_denied_syscall_for_real() {
+    let t = TestEngine::new("seccomp-real").await;
+    t.create("c1").await;
+    // Arguments are chosen, where possible, so that the kernel itself would
+    // answer with another errno (or succeed): the errno seen is the filter's.
+    let newuser = libc::CLONE_NEWUSER as i64;
+    let mut probes = vec![
+        probe("unshare", libc::SYS_unshare, &[newuser], libc::EPERM),
+        probe("setns", libc::SYS_setns, &[-1, 0], libc::EPERM),
+        probe("mount", libc::SYS_mount, &[0, 0, 0, 0, 0], libc::EPERM),
+        probe("umount2", libc::SYS_umount2, &[0, 0], libc::EPERM),
+        probe("pivot_root", libc::SYS_pivot_root, &[0, 0], libc::EPERM),
+        probe("chroot", libc::SYS_chroot, &[0], libc::EPERM),
+        probe("open_tree", libc::SYS_open_tree, &[-1, 0, 0], libc::EPERM),
+        probe(
+            "move_mount",
+            libc::SYS_move_mount,
+            &[-1, 0, -1, 0, 0],
+            libc::EPERM,
+        ),
+        probe("fsopen", libc::SYS_fsopen, &[0, 0], libc::EPERM),
+        probe("bpf", libc::SYS_bpf, &[0, 0, 0], libc::EPERM),
+        probe("keyctl", libc::SYS_keyctl, &[0, 0, 0, 0, 0], libc::EPERM),
+        probe("add_key", libc::SYS_add_key, &[0, 0, 0, 0, 0], libc::EPERM),
+        probe("userfaultfd", libc::SYS_userfaultfd, &[0], libc::EPERM),
+        probe(
+            "perf_event_open",
+            libc::SYS_perf_event_open,
+            &[0, 0, -1, -1, 0],
+            libc::EPERM,
+        ),
+        probe(
+            "io_uring_setup",
+            libc::SYS_io_uring_setup,
+            &[1, 0],
+            libc::EPERM,
+        ),
+        probe(
+            "open_by_handle_at",
+            libc::SYS_open_by_handle_at,
+            &[-1, 0, 0],
+            libc::EPERM,
+        ),
+        // The kernel would return the old persona (0).
+        probe(
+            "personality_32",
+            libc::SYS_personality,
+            &[0x0008],
+            libc::EPERM,
+        ),
+        probe(
+            "personality_norandom",
+            libc::SYS_personality,
+            &[0x0040000],
+            libc::EPERM,
+        ),
+        // CLONE_NEWUSER with CLONE_FS: the kernel would say EINVAL.
+        probe(
+            "clone_newuser",
+            libc::SYS_clone,
+            &[newuser | libc::CLONE_FS as i64, 0, 0, 0, 0],
+            libc::EPERM,
+        ),
+        probe("clone3", libc::SYS_clone3, &[0, 0], libc::ENOSYS),
+        probe(
+            "socket_vsock",
+            libc::SYS_socket,
+            &[libc::AF_VSOCK as i64, libc::SOCK_STREAM as i64, 0],
+            libc::EAFNOSUPPORT,
+        ),
+        // Without the filter: EPERM (no CAP_NET_RAW).
+        probe(
+            "socket_packet",
+            libc::SYS_socket,
+            &[libc::AF_PACKET as i64, libc::SOCK_RAW as i64, 0],
+            libc::EAFNOSUPPORT,
+        ),
+        // stdin is /dev/null: without the filter, ENOTTY.
+        probe(
+            "ioctl_tiocsti",
+            libc::SYS_ioctl,
+            &[0, libc::TIOCSTI as i64, 0],
+            libc::EPERM,
+        ),
+    ];
+    // x86's segment descriptors: reading none would return 0.
+    #[cfg(target_arch = "x86_64")]
+    probes.push(probe(
+        "modify_ldt",
+        libc::SYS_modify_ldt,
+        &[0, 0, 0],
+        libc::EPERM,
+    ));
+
+    let mut script = String::from(
+        "import ctypes\n\
+         libc = ctypes.CDLL(None, use_errno=True)\n\
+         libc.syscall.restype = ctypes.c_long\n\
+         def call(name, nr, *args):\n\
+         \x20   ctypes.set_errno(0)\n\
+         \x20   r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in args])\n\
+         \x20   print(name, r, ctypes.get_errno())\n",
+    );
+    for p in &probes {
+        let args: Vec<String> = p.args.iter().map(i64::to_string).collect();
+        script.push_str(&format!(
+            "call({:?}, {}, {})\n",
+            p.name,
+            p.nr,
+            args.join(", ")
+        ));
+    }
+    // Allowed: querying the persona, keeping the default one, IPv4 sockets.
+    script.push_str(&format!(
+        "call('personality_query', {nr}, 0xffffffff)\n\
+         call('personality_default', {nr}, 0)\n\
+         call('socket_inet', {socket}, {inet}, {stream}, 0)\n",
+        nr = libc::SYS_personality,
+        socket = libc::SYS_socket,
+        inet = libc::AF_INET,
+        stream = libc::SOCK_STREAM,
+    ));
+    let out = t.ok("c1", &format!("python3 - <<'EOF'\n{script}EOF")).await;
+    let results: std::collections::HashMap<&str, (i64, i32)> = out
+        .lines()
+        .filter_map(|line| {
+            let mut parts = line.split_whitespace();
+            Some((
+                parts.next()?,
+                (parts.next()?.parse().ok()?, parts.next()?.parse().ok()?),
+            ))
+        })
+        .collect();
+    for p in &probes {
+        assert_eq!(
+            results.get(p.name),
+            Some(&(-1, p.errno)),
+            "{}: {out}",
+            p.name
+        );
+    }
+    assert_eq!(results.get("personality_query"), Some(&(0, 0)), "{out}");
+    assert_eq!(results.get("personality_default"), Some(&(0, 0)), "{out}");
+    assert!(
+        results.get("socket_inet").is_some_and(|(fd, _)| *fd >= 0),
+        "{out}"
+    );
+    // Threads (clone without namespace flags) still start.
+    assert_eq!(
+        t.ok(
+            "c1",
+            "python3 -c 'import threading; t=threading.Thread(target=print,args=(\"thread\",)); t.start(); t.join()'"
+        )
+        .await,
+        "thread\n"
+    );
+    t.finish().await;
+}
