@@ -5,6 +5,9 @@
 
 mod common;
 
+use std::path::PathBuf;
+use std::process::Command;
+
 use common::TestEngine;
 
 /// One syscall made for real inside a container, and the errno the
@@ -183,4 +186,59 @@ async fn the_seccomp_filter_refuses_each_denied_syscall_for_real() {
         "thread\n"
     );
     t.finish().await;
+}
+
+/// A tmpfs mounted on the host under `/usr` for one test, removed on drop.
+struct HostSubmount(PathBuf);
+
+impl HostSubmount {
+    fn new() -> Self {
+        let dir = PathBuf::from(format!("/usr/share/shellgate-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "mode=1777,size=1m", "shellgate-test"])
+            .arg(&dir)
+            .status()
+            .unwrap();
+        assert!(mounted.success(), "mount a tmpfs at {}", dir.display());
+        HostSubmount(dir)
+    }
+}
+
+impl Drop for HostSubmount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn read_only_binds_are_read_only_all_the_way_down() {
+    // A world-writable file system mounted on the host below /usr: the
+    // container's /usr bind carries it along, and must freeze it too.
+    let submount = HostSubmount::new();
+    let t = TestEngine::new("recursive-ro").await;
+    t.create("c1").await;
+    let inside = submount.0.display().to_string();
+    let result = t
+        .run(
+            "c1",
+            &format!("touch {inside}/x 2>&1; grep ' {inside} ' /proc/self/mountinfo"),
+        )
+        .await;
+    assert!(
+        result.stdout.contains("Read-only file system"),
+        "{result:?}"
+    );
+    let line = result
+        .stdout
+        .lines()
+        .find(|l| l.contains(&format!(" {inside} ")))
+        .unwrap_or_else(|| panic!("the submount is not inside: {result:?}"));
+    for flag in ["ro,", "nosuid", "nodev"] {
+        assert!(line.contains(flag), "{flag} missing: {line}");
+    }
+    assert!(!submount.0.join("x").exists());
+    t.finish().await;
+    drop(submount);
 }

@@ -11,8 +11,10 @@
 //! - read-write binds of the container's persistent directories
 //!   (`/mnt/data`, the home directory).
 //!
-//! Every bind is `nosuid` and `nodev`, so a setuid binary grants nothing.
-//! No `/sys`: nothing in a shell session needs the host's device tree.
+//! Every bind is `nosuid` and `nodev`, so a setuid binary grants nothing,
+//! and read-only binds are read-only with everything mounted below them
+//! (`mount_setattr(2)` with `AT_RECURSIVE`). No `/sys`: nothing in a shell
+//! session needs the host's device tree.
 
 use std::fs;
 use std::io;
@@ -24,6 +26,20 @@ use crate::sys;
 
 /// Device nodes bound from the host into the container's `/dev`.
 const DEVICES: [&str; 5] = ["null", "zero", "full", "random", "urandom"];
+
+// mount_setattr(2) (linux/mount.h, linux/fcntl.h).
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+const MOUNT_ATTR_NOSUID: u64 = 0x2;
+const MOUNT_ATTR_NODEV: u64 = 0x4;
+const AT_RECURSIVE: libc::c_uint = 0x8000;
+
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
 
 /// The cap of `/dev/shm` (and of System V shared memory): a quarter of
 /// `/tmp`'s. tmpfs pages count against the memory limit but belong to no
@@ -74,7 +90,37 @@ fn locked_flags(path: &Path) -> io::Result<libc::c_ulong> {
         .fold(0, |acc, (_, ms)| acc | ms))
 }
 
-/// Binds `source` at `target` and makes it `nosuid,nodev` (and read-only if asked).
+/// Sets `attributes` on the mount at `target` and on every mount below it.
+fn set_attributes_recursively(target: &Path, attributes: u64) -> io::Result<()> {
+    let path = sys::cstr(target)?;
+    let attr = MountAttr {
+        attr_set: attributes,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: `path` is a C string and `attr` a mount_attr of the size
+    // passed, both alive across the call; the kernel only reads them.
+    sys::cvt(unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            AT_RECURSIVE,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    })?;
+    Ok(())
+}
+
+/// Binds `source` (with everything mounted below it) at `target` and makes
+/// the whole subtree `nosuid,nodev`, and read-only if asked.
+///
+/// A bind remount changes only the top mount: a host submount under, say,
+/// `/usr` would stay writable (and setuid-capable) inside. `mount_setattr`
+/// with `AT_RECURSIVE` changes the whole subtree at once; kernels before 5.12
+/// lack it, and get the old per-mount remount.
 fn bind(source: &Path, target: &Path, read_only: bool) -> StepResult<()> {
     let what = || format!("bind {} at {}", source.display(), target.display());
     step(
@@ -87,6 +133,15 @@ fn bind(source: &Path, target: &Path, read_only: bool) -> StepResult<()> {
             None,
         ),
     )?;
+    let mut attributes = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+    if read_only {
+        attributes |= MOUNT_ATTR_RDONLY;
+    }
+    match set_attributes_recursively(target, attributes) {
+        Ok(()) => return Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {}
+        Err(e) => return Err(format!("lock down {}: {e}", target.display())),
+    }
     let mut flags = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_NOSUID | libc::MS_NODEV;
     if read_only {
         flags |= libc::MS_RDONLY;
