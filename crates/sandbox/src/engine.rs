@@ -774,6 +774,7 @@ impl LocalEngine {
             disk_root,
             host_sandbox_ids: sandbox_ids,
             host_root_ids: root_ids,
+            nofile: crate::protocol::DEFAULT_NOFILE,
         })
     }
 

@@ -21,6 +21,15 @@ pub const MAX_MESSAGE: usize = 1 << 20;
 /// error message; the sender trims longer messages to fit).
 pub const MAX_REPORT: usize = 16 * 1024;
 
+/// Default `RLIMIT_NOFILE` (soft and hard) of a container's processes:
+/// commands never inherit the server's limit, which is raised to serve many
+/// connections.
+pub const DEFAULT_NOFILE: u64 = 4096;
+
+fn default_nofile() -> u64 {
+    DEFAULT_NOFILE
+}
+
 /// A `(inside, outside, count)` line of a uid or gid map.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 pub struct IdRange {
@@ -89,6 +98,9 @@ pub struct HelperSpec {
     /// the disk's directories.
     pub host_sandbox_ids: (u32, u32),
     pub host_root_ids: (u32, u32),
+    /// `RLIMIT_NOFILE` (soft and hard) init sets for itself and its commands.
+    #[serde(default = "default_nofile")]
+    pub nofile: u64,
 }
 
 /// What the helper and init report to the engine.

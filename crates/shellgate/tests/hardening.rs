@@ -242,3 +242,21 @@ async fn read_only_binds_are_read_only_all_the_way_down() {
     t.finish().await;
     drop(submount);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn commands_start_with_their_own_oom_score_and_descriptor_limit() {
+    let t = TestEngine::new("limits").await;
+    t.create("c1").await;
+    // Init may be exempt from the OOM killer; commands never are.
+    assert_eq!(t.ok("c1", "cat /proc/self/oom_score_adj").await, "0\n");
+    // The server's descriptor limit (this test process's) does not leak in.
+    assert_eq!(t.ok("c1", "ulimit -n; ulimit -Hn").await, "4096\n4096\n");
+    let opened = t
+        .run(
+            "c1",
+            "python3 -c 'import os\nfds=[]\ntry:\n    while True: fds.append(os.open(\"/dev/null\", os.O_RDONLY))\nexcept OSError as e: print(len(fds) < 4096, e.errno)'",
+        )
+        .await;
+    assert_eq!(opened.stdout, "True 24\n", "{opened:?}");
+    t.finish().await;
+}
