@@ -179,10 +179,16 @@ impl ImageStore {
                     _ => {}
                 }
             }
-            binds.push((self.host_etc(), "/etc".to_owned()));
             symlinks.push(("/var/tmp".to_owned(), "/tmp".to_owned()));
+            // /etc is a directory of the data directory: an overlay of it
+            // (unlike a bind) does not print that path in the mount table.
+            let layers = vec![(self.host_etc(), "/etc".to_owned())];
             return Ok(ResolvedImage {
-                root: RootSpec::HostBinds { binds, symlinks },
+                root: RootSpec::HostBinds {
+                    binds,
+                    symlinks,
+                    layers,
+                },
                 file_binds: Vec::new(),
             });
         }

@@ -48,6 +48,11 @@ pub enum RootSpec {
         binds: Vec<(PathBuf, String)>,
         /// (link path inside, link target)
         symlinks: Vec<(String, String)>,
+        /// Read-only host directories shown through an overlay of their own
+        /// rather than a bind, so the container's mount table never names
+        /// where they live on the host: (host directory, path inside).
+        #[serde(default)]
+        layers: Vec<(PathBuf, String)>,
     },
     /// An overlay of a read-only image root and a persistent writable layer.
     Overlay {

@@ -5,10 +5,12 @@
 
 mod common;
 
-use std::path::PathBuf;
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::TestEngine;
+use common::{TestEngine, BINARY};
+use shellgate_sandbox::backend::ContainerSpec;
 
 /// One syscall made for real inside a container, and the errno the
 /// filter must answer with.
@@ -258,5 +260,119 @@ async fn commands_start_with_their_own_oom_score_and_descriptor_limit() {
         )
         .await;
     assert_eq!(opened.stdout, "True 24\n", "{opened:?}");
+    t.finish().await;
+}
+
+/// A tiny root file system: static busybox and its applet links.
+fn busybox_rootfs(dir: &Path) {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::create_dir_all(dir.join("etc")).unwrap();
+    std::fs::copy("/bin/busybox", bin.join("busybox"))
+        .expect("busybox-static is installed (apt-get install busybox-static)");
+    for applet in ["sh", "cat", "ls", "echo", "grep", "readlink", "tr"] {
+        symlink("busybox", bin.join(applet)).unwrap();
+    }
+}
+
+fn tarball_of(dir: &Path, tarball: &Path) {
+    let status = Command::new("tar")
+        .arg("-czf")
+        .arg(tarball)
+        .arg("-C")
+        .arg(dir)
+        .arg(".")
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// Checks a container's mount table and pid 1 for anything naming the
+/// host's layout.
+async fn assert_no_host_paths(t: &TestEngine, id: &str) -> String {
+    let data_dir = t.data_dir().display().to_string();
+    let test_dir = t.dir.path().display().to_string();
+    let mountinfo = t.ok(id, "cat /proc/self/mountinfo").await;
+    for leak in [&data_dir, &test_dir, "/sandbox/images", "/containers/"] {
+        assert!(!mountinfo.contains(leak), "{leak} in {mountinfo}");
+    }
+    // Init is the re-executed helper: its argument vector names no path.
+    let cmdline = t.ok(id, "cat /proc/1/cmdline | tr '\\0' ' '").await;
+    assert_eq!(cmdline, "shellgate __sandbox-helper ", "{cmdline}");
+    assert!(!cmdline.contains(BINARY));
+    // The executable link and the memory map would name the binary's path,
+    // but init is not dumpable: nobody inside may read them.
+    let probe = t
+        .run(
+            id,
+            "readlink /proc/1/exe; echo exe=$?; cat /proc/1/maps; echo maps=$?; \
+             ls -l /proc/1/cwd /proc/1/root 2>&1; true",
+        )
+        .await;
+    assert!(probe.stdout.contains("exe=1"), "{probe:?}");
+    assert!(probe.stdout.contains("maps=1"), "{probe:?}");
+    let everything = format!("{}{}", probe.stdout, probe.stderr);
+    for leak in [BINARY, &data_dir] {
+        assert!(!everything.contains(leak), "{leak} in {probe:?}");
+    }
+    mountinfo
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn nothing_inside_a_host_image_container_names_a_host_path() {
+    let t = TestEngine::new("hostpaths").await;
+    t.create("c1").await;
+    let mountinfo = assert_no_host_paths(&t, "c1").await;
+    // /etc is an overlay of the host image's copy, under a short name.
+    let etc = mountinfo
+        .lines()
+        .find(|l| l.split_whitespace().nth(4) == Some("/etc"))
+        .unwrap_or_else(|| panic!("no /etc mount: {mountinfo}"));
+    assert!(
+        etc.contains(" - overlay overlay ro,lowerdir=etc:empty"),
+        "{etc}"
+    );
+    assert_eq!(etc.split_whitespace().nth(3), Some("/"), "{etc}");
+    // The sandbox user still exists there.
+    assert!(t.ok("c1", "id -un").await.starts_with("sandbox"));
+    t.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn nothing_inside_an_image_container_names_a_host_path() {
+    let t = TestEngine::new("imagepaths").await;
+    let rootfs = t.dir.path().join("rootfs");
+    busybox_rootfs(&rootfs);
+    let tarball = t.dir.path().join("rootfs.tar.gz");
+    tarball_of(&rootfs, &tarball);
+    t.engine
+        .images()
+        .import("tiny", &tarball)
+        .await
+        .expect("import");
+    let spec = ContainerSpec {
+        image: "tiny".into(),
+        ..ContainerSpec::default()
+    };
+    t.create_with("c1", spec).await;
+    let mountinfo = assert_no_host_paths(&t, "c1").await;
+    let root = mountinfo
+        .lines()
+        .find(|l| l.split_whitespace().nth(4) == Some("/"))
+        .unwrap_or_else(|| panic!("no root mount: {mountinfo}"));
+    assert!(
+        root.contains("lowerdir=lower,upperdir=upper,workdir=work"),
+        "{root}"
+    );
+    // The generated identity files are bound from copies, not host files.
+    let passwd = mountinfo
+        .lines()
+        .find(|l| l.split_whitespace().nth(4) == Some("/etc/passwd"))
+        .unwrap_or_else(|| panic!("no /etc/passwd mount: {mountinfo}"));
+    assert!(passwd.contains(" ro,"), "{passwd}");
+    assert!(t
+        .ok("c1", "cat /etc/passwd")
+        .await
+        .contains("sandbox:x:1000"));
     t.finish().await;
 }

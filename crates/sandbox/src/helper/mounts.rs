@@ -15,10 +15,32 @@
 //! and read-only binds are read-only with everything mounted below them
 //! (`mount_setattr(2)` with `AT_RECURSIVE`). No `/sys`: nothing in a shell
 //! session needs the host's device tree.
+//!
+//! Nothing in the container's mount table names a host path under the data
+//! directory. `/proc/self/mountinfo` prints, for every mount, the path of
+//! its root inside its file system and the overlay options: a bind of
+//! `<data>/sandbox/images/host/etc` would print that path, an overlay of an
+//! image its `lowerdir=`, `upperdir=` and `workdir=`. So the root is built
+//! inside a *scratch* tmpfs mounted over `root_mount` (only in this mount
+//! namespace, and detached with the host's tree at the pivot):
+//!
+//! ```text
+//! <root_mount>  scratch tmpfs, read-only once filled
+//!   root/       the container's root (tmpfs or overlay), pivoted into
+//!   lower upper work etc ...   symbolic links to the host directories of
+//!               the layers: overlays are mounted with these short names,
+//!               relative to the scratch directory, and print only them
+//!   empty       an empty directory: the second lower layer of read-only
+//!               overlays
+//!   file0 ...   copies of the (tiny) identity files bound over an image's
+//! ```
+//!
+//! Binds of scratch entries inherit its read-only, `nosuid`, `nodev` and
+//! `noexec` flags, so each is a single `mount` call.
 
 use std::fs;
 use std::io;
-use std::os::unix::fs::{symlink, DirBuilderExt};
+use std::os::unix::fs::{symlink, DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::protocol::{HelperSpec, RootSpec};
@@ -26,6 +48,11 @@ use crate::sys;
 
 /// Device nodes bound from the host into the container's `/dev`.
 const DEVICES: [&str; 5] = ["null", "zero", "full", "random", "urandom"];
+
+/// Name of the container's root inside the scratch tmpfs.
+const SCRATCH_ROOT: &str = "root";
+/// An empty directory in the scratch tmpfs.
+const SCRATCH_EMPTY_DIR: &str = "empty";
 
 // mount_setattr(2) (linux/mount.h, linux/fcntl.h).
 const MOUNT_ATTR_RDONLY: u64 = 0x1;
@@ -153,6 +180,16 @@ fn bind(source: &Path, target: &Path, read_only: bool) -> StepResult<()> {
     )
 }
 
+/// Binds a scratch entry (`source`) over `target`: one `mount` call, as the
+/// bind inherits the scratch tmpfs's read-only, `nosuid`, `nodev` and
+/// `noexec` flags.
+fn cover(source: &Path, target: &Path) -> StepResult<()> {
+    step(
+        || format!("cover {}", target.display()),
+        sys::mount(Some(source), target, None, libc::MS_BIND, None),
+    )
+}
+
 fn tmpfs(target: &Path, options: &str, extra_flags: libc::c_ulong) -> StepResult<()> {
     mkdir_all(target)?;
     step(
@@ -217,18 +254,125 @@ fn build_dev(root: &Path, shm_bytes: u64) -> StepResult<()> {
     )
 }
 
-/// Builds the whole tree under `spec.root_mount` and pivots into it.
+/// The name of the scratch link to a layer's host directory, checked to be
+/// usable in overlay options (which `,`, `:` and `\` would split or escape).
+fn layer_name(target: &str) -> StepResult<String> {
+    let name = target.trim_matches('/').replace('/', "-");
+    let reserved = [SCRATCH_ROOT, SCRATCH_EMPTY_DIR];
+    if name.is_empty()
+        || name.contains([',', ':', '\\'])
+        || reserved.contains(&name.as_str())
+        || name.starts_with("file")
+    {
+        return Err(format!("cannot show {target:?} as a layer"));
+    }
+    Ok(name)
+}
+
+/// Fills the scratch tmpfs (see the module documentation) and freezes it.
+/// Returns the copies of `spec.file_binds`' files, in order.
+fn fill_scratch(scratch: &Path, spec: &HelperSpec) -> StepResult<Vec<PathBuf>> {
+    tmpfs(scratch, "size=64k,nr_inodes=256,mode=700", libc::MS_NOEXEC)?;
+    mkdir_all(&scratch.join(SCRATCH_ROOT))?;
+    mkdir_all(&scratch.join(SCRATCH_EMPTY_DIR))?;
+    let link = |name: &str, target: &Path| {
+        step(
+            || format!("link {name} to a layer"),
+            symlink(target, scratch.join(name)),
+        )
+    };
+    match &spec.root {
+        RootSpec::HostBinds { layers, .. } => {
+            for (source, target) in layers {
+                link(&layer_name(target)?, source)?;
+            }
+        }
+        RootSpec::Overlay { lower, upper, work } => {
+            link("lower", lower)?;
+            link("upper", upper)?;
+            link("work", work)?;
+        }
+    }
+    // The identity files bound over an image are a few hundred bytes: a
+    // copy here shows in the mount table as `/file0`, the original would
+    // show its host path.
+    let mut copies = Vec::with_capacity(spec.file_binds.len());
+    for (i, (source, _)) in spec.file_binds.iter().enumerate() {
+        let copy = scratch.join(format!("file{i}"));
+        step(
+            || format!("copy {}", source.display()),
+            fs::copy(source, &copy).map(drop),
+        )?;
+        step(
+            || format!("chmod {}", copy.display()),
+            fs::set_permissions(&copy, fs::Permissions::from_mode(0o644)),
+        )?;
+        copies.push(copy);
+    }
+    step(
+        || "remount the scratch tmpfs read-only".into(),
+        sys::mount(
+            None,
+            scratch,
+            None,
+            libc::MS_REMOUNT | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            None,
+        ),
+    )?;
+    Ok(copies)
+}
+
+/// Mounts an overlay at `target` whose layers are the scratch links named
+/// in `options` (the current directory is the scratch tmpfs).
+fn overlay(target: &Path, options: &str, flags: libc::c_ulong) -> StepResult<()> {
+    step(
+        || format!("mount overlay at {}", target.display()),
+        sys::mount(
+            Some(Path::new("overlay")),
+            target,
+            Some("overlay"),
+            libc::MS_NOSUID | libc::MS_NODEV | flags,
+            Some(options),
+        ),
+    )
+}
+
+/// Builds the whole tree inside a scratch tmpfs at `spec.root_mount` and
+/// pivots into it.
 pub fn build_root(spec: &HelperSpec) -> StepResult<()> {
-    let root = spec.root_mount.as_path();
+    let scratch = spec.root_mount.as_path();
     // Nothing we mount may propagate back to the host.
     step(|| "make / private".into(), sys::make_mounts_private())?;
+    let file_copies = fill_scratch(scratch, spec)?;
+    // Overlay layers are named relative to the scratch directory.
+    step(
+        || "chdir to the scratch tmpfs".into(),
+        std::env::set_current_dir(scratch),
+    )?;
+    let root = scratch.join(SCRATCH_ROOT);
+    let root = root.as_path();
     match &spec.root {
-        RootSpec::HostBinds { binds, symlinks } => {
+        RootSpec::HostBinds {
+            binds,
+            symlinks,
+            layers,
+        } => {
             tmpfs(root, "size=1m,mode=755", 0)?;
             for (source, target) in binds {
                 let target = inside(root, target);
                 mkdir_all(&target)?;
                 bind(source, &target, true)?;
+            }
+            for (_, target) in layers {
+                // A read-only overlay needs two lower layers; the second
+                // is empty.
+                let options = format!(
+                    "lowerdir={}:{SCRATCH_EMPTY_DIR},userxattr",
+                    layer_name(target)?
+                );
+                let target = inside(root, target);
+                mkdir_all(&target)?;
+                overlay(&target, &options, libc::MS_RDONLY)?;
             }
             for (link, target) in symlinks {
                 let link = inside(root, link);
@@ -241,37 +385,18 @@ pub fn build_root(spec: &HelperSpec) -> StepResult<()> {
                 )?;
             }
         }
-        RootSpec::Overlay { lower, upper, work } => {
-            for dir in [lower, upper, work] {
-                let text = dir.to_string_lossy();
-                if text.contains([',', ':', '\\']) {
-                    return Err(format!(
-                        "overlay path {text:?} may not contain ',', ':' or '\\'"
-                    ));
-                }
-            }
-            let options = format!(
-                "lowerdir={},upperdir={},workdir={},userxattr",
-                lower.display(),
-                upper.display(),
-                work.display()
-            );
-            step(
-                || "mount overlay root".into(),
-                sys::mount(
-                    Some(Path::new("overlay")),
-                    root,
-                    Some("overlay"),
-                    libc::MS_NOSUID | libc::MS_NODEV,
-                    Some(&options),
-                ),
+        RootSpec::Overlay { .. } => {
+            overlay(
+                root,
+                "lowerdir=lower,upperdir=upper,workdir=work,userxattr",
+                0,
             )?;
         }
     }
-    for (source, target) in &spec.file_binds {
+    for ((_, target), copy) in spec.file_binds.iter().zip(&file_copies) {
         let target = inside(root, target);
         touch(&target)?;
-        bind(source, &target, true)?;
+        cover(copy, &target)?;
     }
     // /proc must be mounted while the host's /proc is still visible: the
     // kernel only lets a user namespace mount proc next to a fully visible one.
@@ -332,4 +457,24 @@ fn pivot(root: &Path) -> StepResult<()> {
         sys::umount2(Path::new("."), libc::MNT_DETACH),
     )?;
     step(|| "chdir /".into(), std::env::set_current_dir("/"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layer_names_are_short_and_safe_in_overlay_options() {
+        assert_eq!(layer_name("/etc").as_deref(), Ok("etc"));
+        assert_eq!(layer_name("/usr/share/x").as_deref(), Ok("usr-share-x"));
+        for bad in ["/", "/a,b", "/a:b", "/a\\b", "/root", "/empty", "/file0"] {
+            assert!(layer_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn shared_memory_is_a_quarter_of_tmp_and_at_least_a_mebibyte() {
+        assert_eq!(shm_bytes(64 << 20), 16 << 20);
+        assert_eq!(shm_bytes(0), 1 << 20);
+    }
 }
