@@ -335,6 +335,8 @@ async fn nothing_inside_a_host_image_container_names_a_host_path() {
     assert_eq!(etc.split_whitespace().nth(3), Some("/"), "{etc}");
     // The sandbox user still exists there.
     assert!(t.ok("c1", "id -un").await.starts_with("sandbox"));
+    // The kernel command line (the host's boot image and parameters) reads empty.
+    assert_eq!(t.ok("c1", "wc -c < /proc/cmdline").await.trim(), "0");
     t.finish().await;
 }
 
@@ -374,5 +376,85 @@ async fn nothing_inside_an_image_container_names_a_host_path() {
         .ok("c1", "cat /etc/passwd")
         .await
         .contains("sandbox:x:1000"));
+    t.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn proc_is_masked_and_its_tunables_are_read_only() {
+    let t = TestEngine::new("procmask").await;
+    let spec = ContainerSpec {
+        tmp_bytes: 64 << 20,
+        ..ContainerSpec::default()
+    };
+    t.create_with("c1", spec).await;
+    for file in [
+        "kcore",
+        "keys",
+        "latency_stats",
+        "sched_debug",
+        "timer_list",
+        "timer_stats",
+        "sysrq-trigger",
+        "cmdline",
+    ] {
+        // Either the kernel has no such file or it reads empty.
+        let out = t
+            .ok(
+                "c1",
+                &format!("test -e /proc/{file} && wc -c < /proc/{file} || echo absent"),
+            )
+            .await;
+        assert!(
+            out.trim() == "0" || out.trim() == "absent",
+            "/proc/{file}: {out}"
+        );
+    }
+    for dir in ["acpi", "asound", "scsi"] {
+        let out = t
+            .ok(
+                "c1",
+                &format!("test -e /proc/{dir} && ls -A /proc/{dir} | wc -l || echo absent"),
+            )
+            .await;
+        assert!(
+            out.trim() == "0" || out.trim() == "absent",
+            "/proc/{dir}: {out}"
+        );
+    }
+    // The host has timers and an ACPI tree: masked, not merely absent.
+    if Path::new("/proc/timer_list").exists() {
+        let mounts = t.ok("c1", "cat /proc/self/mountinfo").await;
+        assert!(mounts.contains(" /proc/timer_list ro,"), "{mounts}");
+    }
+    let writes = t
+        .run(
+            "c1",
+            "echo b > /proc/sysrq-trigger; echo 1 > /proc/sys/kernel/shmmax; \
+             grep -E ' /proc/(sys|bus|fs|irq) ' /proc/self/mountinfo",
+        )
+        .await;
+    // (Kernels without magic SysRq have no trigger to mask.)
+    let sysrq = Path::new("/proc/sysrq-trigger").exists();
+    assert_eq!(
+        writes.stderr.matches("Read-only file system").count(),
+        if sysrq { 2 } else { 1 },
+        "{writes:?}"
+    );
+    for tree in ["sys", "bus", "fs", "irq"] {
+        if Path::new("/proc").join(tree).exists() {
+            let line = writes
+                .stdout
+                .lines()
+                .find(|l| l.contains(&format!(" /proc/{tree} ")))
+                .unwrap_or_else(|| panic!("/proc/{tree} not remounted: {writes:?}"));
+            assert!(line.contains(" ro,"), "{line}");
+        }
+    }
+    // Init sized System V shared memory before /proc/sys turned read-only:
+    // a quarter of /tmp.
+    assert_eq!(
+        t.ok("c1", "cat /proc/sys/kernel/shmmax").await.trim(),
+        (16u64 << 20).to_string()
+    );
     t.finish().await;
 }

@@ -24,7 +24,6 @@
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::path::Path;
 
 use super::{mounts, report, seccomp};
 use crate::backend::WORKDIR;
@@ -99,15 +98,9 @@ fn setup(spec: &HelperSpec) -> Result<(Launcher, OwnedFd), String> {
         "setrlimit core",
         unsafe { libc::setrlimit(libc::RLIMIT_CORE, &no_core) } as libc::c_long,
     )?;
-    // System V shared memory lives outside /tmp's cap; bound it like
-    // /dev/shm (see `mounts::shm_bytes`). Best effort: a kernel without these
-    // knobs still has the memory cgroup.
-    let shm_bytes = mounts::shm_bytes(spec.tmp_bytes);
-    let shm_pages = (shm_bytes / 4096).max(1);
-    let _ = sys::write_file(Path::new("/proc/sys/kernel/shmmax"), &shm_bytes.to_string());
-    let _ = sys::write_file(Path::new("/proc/sys/kernel/shmall"), &shm_pages.to_string());
-
     set_nofile(spec.nofile)?;
+    // (System V shared memory is sized by `mounts::build_root`, before
+    // /proc/sys turns read-only.)
 
     let dev_null = std::fs::File::open("/dev/null").map_err(|e| format!("open /dev/null: {e}"))?;
     let env = command_env(&spec.home);

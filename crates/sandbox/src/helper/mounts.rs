@@ -4,7 +4,9 @@
 //! Layers, outermost first:
 //! - the root: a small tmpfs of read-only host binds (image `host`) or an
 //!   overlay of a read-only image and the container's persistent upper layer;
-//! - a fresh `/proc` of the container's pid namespace;
+//! - a fresh `/proc` of the container's pid namespace, with the files that
+//!   describe the host (or let a process poke at it) masked and the kernel
+//!   tunables read-only;
 //! - a minimal `/dev` (null, zero, full, random, urandom; no pts) and a
 //!   size-capped `/dev/shm`;
 //! - a size-capped private `/tmp`;
@@ -30,13 +32,14 @@
 //!   lower upper work etc ...   symbolic links to the host directories of
 //!               the layers: overlays are mounted with these short names,
 //!               relative to the scratch directory, and print only them
-//!   empty       an empty directory: the second lower layer of read-only
-//!               overlays
+//!   empty       an empty directory: masks, the second lower layer of
+//!               read-only overlays
+//!   null        an empty file: masks for /proc files
 //!   file0 ...   copies of the (tiny) identity files bound over an image's
 //! ```
 //!
 //! Binds of scratch entries inherit its read-only, `nosuid`, `nodev` and
-//! `noexec` flags, so each is a single `mount` call.
+//! `noexec` flags, so each mask is a single `mount` call.
 
 use std::fs;
 use std::io;
@@ -49,10 +52,36 @@ use crate::sys;
 /// Device nodes bound from the host into the container's `/dev`.
 const DEVICES: [&str; 5] = ["null", "zero", "full", "random", "urandom"];
 
+/// `/proc` files that describe the host or act on it, covered with an empty
+/// read-only file (the OCI runtimes' default masked paths, plus the kernel
+/// command line, which names the host's boot image and parameters, and
+/// `sysrq-trigger`, which is only made read-only there: masked, even a
+/// process that gained write access could not reach the kernel through it).
+const MASKED_PROC_FILES: &[&str] = &[
+    "kcore",
+    "keys",
+    "latency_stats",
+    "sched_debug",
+    "timer_list",
+    "timer_stats",
+    "sysrq-trigger",
+    "cmdline",
+];
+
+/// `/proc` directories describing host hardware, covered with an empty
+/// read-only directory.
+const MASKED_PROC_DIRS: &[&str] = &["acpi", "asound", "scsi"];
+
+/// `/proc` trees of kernel tunables and hardware, made read-only (with
+/// everything mounted below them).
+const READ_ONLY_PROC: &[&str] = &["bus", "fs", "irq", "sys"];
+
 /// Name of the container's root inside the scratch tmpfs.
 const SCRATCH_ROOT: &str = "root";
 /// An empty directory in the scratch tmpfs.
 const SCRATCH_EMPTY_DIR: &str = "empty";
+/// An empty file in the scratch tmpfs.
+const SCRATCH_EMPTY_FILE: &str = "null";
 
 // mount_setattr(2) (linux/mount.h, linux/fcntl.h).
 const MOUNT_ATTR_RDONLY: u64 = 0x1;
@@ -258,7 +287,7 @@ fn build_dev(root: &Path, shm_bytes: u64) -> StepResult<()> {
 /// usable in overlay options (which `,`, `:` and `\` would split or escape).
 fn layer_name(target: &str) -> StepResult<String> {
     let name = target.trim_matches('/').replace('/', "-");
-    let reserved = [SCRATCH_ROOT, SCRATCH_EMPTY_DIR];
+    let reserved = [SCRATCH_ROOT, SCRATCH_EMPTY_DIR, SCRATCH_EMPTY_FILE];
     if name.is_empty()
         || name.contains([',', ':', '\\'])
         || reserved.contains(&name.as_str())
@@ -275,6 +304,15 @@ fn fill_scratch(scratch: &Path, spec: &HelperSpec) -> StepResult<Vec<PathBuf>> {
     tmpfs(scratch, "size=64k,nr_inodes=256,mode=700", libc::MS_NOEXEC)?;
     mkdir_all(&scratch.join(SCRATCH_ROOT))?;
     mkdir_all(&scratch.join(SCRATCH_EMPTY_DIR))?;
+    let empty_file = scratch.join(SCRATCH_EMPTY_FILE);
+    step(
+        || "create the empty file".into(),
+        fs::File::create(&empty_file).map(drop),
+    )?;
+    step(
+        || "chmod the empty file".into(),
+        fs::set_permissions(&empty_file, fs::Permissions::from_mode(0o444)),
+    )?;
     let link = |name: &str, target: &Path| {
         step(
             || format!("link {name} to a layer"),
@@ -335,6 +373,48 @@ fn overlay(target: &Path, options: &str, flags: libc::c_ulong) -> StepResult<()>
             Some(options),
         ),
     )
+}
+
+/// Writes the System V shared memory caps of the container's IPC namespace
+/// (see `shm_bytes`). Done here, before `/proc/sys` turns read-only. Best
+/// effort: a kernel without these knobs still has the memory cgroup.
+fn size_shared_memory(proc_dir: &Path, tmp_bytes: u64) {
+    let shm_bytes = shm_bytes(tmp_bytes);
+    let shm_pages = (shm_bytes / 4096).max(1);
+    let kernel = proc_dir.join("sys/kernel");
+    let _ = sys::write_file(&kernel.join("shmmax"), &shm_bytes.to_string());
+    let _ = sys::write_file(&kernel.join("shmall"), &shm_pages.to_string());
+}
+
+/// Masks what `/proc` tells about the host and freezes its tunables.
+///
+/// The pid namespace hides host processes, but `/proc` also holds
+/// system-wide files: the kernel's memory image (`kcore`), timers and
+/// scheduler internals of every host process (`timer_list`, `sched_debug`),
+/// keyrings, the host's boot command line, `sysrq-trigger`, and the sysctl
+/// tree. Sandboxed code has no capability to use most of them, but each is
+/// one kernel bug from mattering: masked, they are plain empty files.
+fn lock_down_proc(proc_dir: &Path, scratch: &Path) -> StepResult<()> {
+    let present = |name: &str| {
+        let path = proc_dir.join(name);
+        path.symlink_metadata().is_ok().then_some(path)
+    };
+    for name in MASKED_PROC_FILES {
+        if let Some(path) = present(name) {
+            cover(&scratch.join(SCRATCH_EMPTY_FILE), &path)?;
+        }
+    }
+    for name in MASKED_PROC_DIRS {
+        if let Some(path) = present(name) {
+            cover(&scratch.join(SCRATCH_EMPTY_DIR), &path)?;
+        }
+    }
+    for name in READ_ONLY_PROC {
+        if let Some(path) = present(name) {
+            bind(&path, &path, true)?;
+        }
+    }
+    Ok(())
 }
 
 /// Builds the whole tree inside a scratch tmpfs at `spec.root_mount` and
@@ -412,6 +492,8 @@ pub fn build_root(spec: &HelperSpec) -> StepResult<()> {
             None,
         ),
     )?;
+    size_shared_memory(&proc_dir, spec.tmp_bytes);
+    lock_down_proc(&proc_dir, scratch)?;
     build_dev(root, shm_bytes(spec.tmp_bytes))?;
     tmpfs(
         &inside(root, "/tmp"),
@@ -467,7 +549,9 @@ mod tests {
     fn layer_names_are_short_and_safe_in_overlay_options() {
         assert_eq!(layer_name("/etc").as_deref(), Ok("etc"));
         assert_eq!(layer_name("/usr/share/x").as_deref(), Ok("usr-share-x"));
-        for bad in ["/", "/a,b", "/a:b", "/a\\b", "/root", "/empty", "/file0"] {
+        for bad in [
+            "/", "/a,b", "/a:b", "/a\\b", "/root", "/empty", "/null", "/file0",
+        ] {
             assert!(layer_name(bad).is_err(), "{bad}");
         }
     }
