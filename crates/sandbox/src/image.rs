@@ -12,6 +12,10 @@
 //!
 //! Both get generated `passwd`, `group`, `hosts` and `resolv.conf` files, so
 //! the sandbox user exists and no host name or resolver leaks in.
+//!
+//! The host's `/usr/local` (tools installed by hand on the host, outside the
+//! package manager) is hidden behind an empty directory unless
+//! [`HostImageOptions::expose_usr_local`] asks for it.
 
 use std::fs;
 use std::io;
@@ -78,6 +82,9 @@ const HOST_SYSTEM_DIRS: &[&str] = &[
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
 ];
 
+/// Host directory whose contents the `host` image hides by default.
+const USR_LOCAL: &str = "/usr/local";
+
 /// Identity files every image gets.
 fn identity_files(hostname: &str) -> [(&'static str, String); 4] {
     [
@@ -94,10 +101,21 @@ fn identity_files(hostname: &str) -> [(&'static str, String); 4] {
     ]
 }
 
+/// How the `host` image is put together.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HostImageOptions {
+    /// Show the host's `/usr/local` inside `host` containers. Off by
+    /// default: it holds whatever was installed on the host by hand (and
+    /// with it, what the host runs and where), none of it vetted for
+    /// sandboxes; on, it is bound read-only like the rest of `/usr`.
+    pub expose_usr_local: bool,
+}
+
 /// Where images live, and the generated files they share.
 #[derive(Debug, Clone)]
 pub struct ImageStore {
     root: PathBuf,
+    host: HostImageOptions,
 }
 
 /// What a container needs to know about its image.
@@ -116,11 +134,22 @@ pub struct ImageInfo {
 }
 
 impl ImageStore {
-    /// Opens the store under `images_dir` and (re)generates the host image's
-    /// `/etc` and the shared identity files.
+    /// Opens the store under `images_dir` with the safe defaults for the
+    /// `host` image, and (re)generates the host image's `/etc` and the
+    /// shared identity files.
     pub fn open(images_dir: &Path, hostname: &str) -> Result<Self, SandboxError> {
+        Self::open_with(images_dir, hostname, HostImageOptions::default())
+    }
+
+    /// As [`ImageStore::open`], with options for the `host` image.
+    pub fn open_with(
+        images_dir: &Path,
+        hostname: &str,
+        host: HostImageOptions,
+    ) -> Result<Self, SandboxError> {
         let store = Self {
             root: images_dir.to_owned(),
+            host,
         };
         fs::create_dir_all(&store.root).context(|| format!("create {}", store.root.display()))?;
         store.generate(hostname)?;
@@ -183,11 +212,17 @@ impl ImageStore {
             // /etc is a directory of the data directory: an overlay of it
             // (unlike a bind) does not print that path in the mount table.
             let layers = vec![(self.host_etc(), "/etc".to_owned())];
+            let hidden = if self.host.expose_usr_local {
+                Vec::new()
+            } else {
+                vec![USR_LOCAL.to_owned()]
+            };
             return Ok(ResolvedImage {
                 root: RootSpec::HostBinds {
                     binds,
                     symlinks,
                     layers,
+                    hidden,
                 },
                 file_binds: Vec::new(),
             });

@@ -53,6 +53,10 @@ pub enum RootSpec {
         /// where they live on the host: (host directory, path inside).
         #[serde(default)]
         layers: Vec<(PathBuf, String)>,
+        /// Paths inside covered by an empty read-only directory (what a bind
+        /// of a host directory would otherwise expose, e.g. `/usr/local`).
+        #[serde(default)]
+        hidden: Vec<String>,
     },
     /// An overlay of a read-only image root and a persistent writable layer.
     Overlay {

@@ -9,7 +9,7 @@ use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{TestEngine, BINARY};
+use common::{TempDir, TestEngine, BINARY};
 use shellgate_sandbox::backend::ContainerSpec;
 
 /// One syscall made for real inside a container, and the errno the
@@ -457,4 +457,57 @@ async fn proc_is_masked_and_its_tunables_are_read_only() {
         (16u64 << 20).to_string()
     );
     t.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_hosts_usr_local_is_hidden() {
+    let t = TestEngine::new("usrlocal").await;
+    t.create("c1").await;
+    assert_eq!(t.ok("c1", "ls -A /usr/local | wc -l").await.trim(), "0");
+    let host_entries = std::fs::read_dir("/usr/local").map_or(0, |d| d.count());
+    assert!(
+        host_entries > 0,
+        "the host's /usr/local is empty: nothing to hide"
+    );
+    // Covered, not removed: the rest of /usr is there, and nothing can be
+    // written under the cover.
+    let result = t
+        .run("c1", "ls /usr/bin | wc -l; touch /usr/local/x 2>&1")
+        .await;
+    assert!(
+        result.stdout.contains("Read-only file system"),
+        "{result:?}"
+    );
+    assert!(
+        result
+            .stdout
+            .lines()
+            .next()
+            .and_then(|n| n.trim().parse::<u32>().ok())
+            .is_some_and(|n| n > 10),
+        "{result:?}"
+    );
+    t.finish().await;
+}
+
+#[test]
+fn the_host_image_can_expose_usr_local_on_request() {
+    use shellgate_sandbox::image::{HostImageOptions, ImageStore};
+    use shellgate_sandbox::protocol::RootSpec;
+    let dir = TempDir::new("usrlocal-option");
+    let hidden = |store: &ImageStore| match store.resolve("host").unwrap().root {
+        RootSpec::HostBinds { hidden, .. } => hidden,
+        other => panic!("host image resolved to {other:?}"),
+    };
+    let default = ImageStore::open(dir.path(), "sandbox").unwrap();
+    assert_eq!(hidden(&default), ["/usr/local"]);
+    let exposed = ImageStore::open_with(
+        dir.path(),
+        "sandbox",
+        HostImageOptions {
+            expose_usr_local: true,
+        },
+    )
+    .unwrap();
+    assert!(hidden(&exposed).is_empty());
 }

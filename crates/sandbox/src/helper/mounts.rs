@@ -32,8 +32,8 @@
 //!   lower upper work etc ...   symbolic links to the host directories of
 //!               the layers: overlays are mounted with these short names,
 //!               relative to the scratch directory, and print only them
-//!   empty       an empty directory: masks, the second lower layer of
-//!               read-only overlays
+//!   empty       an empty directory: masks, hidden paths, the second lower
+//!               layer of read-only overlays
 //!   null        an empty file: masks for /proc files
 //!   file0 ...   copies of the (tiny) identity files bound over an image's
 //! ```
@@ -436,6 +436,7 @@ pub fn build_root(spec: &HelperSpec) -> StepResult<()> {
             binds,
             symlinks,
             layers,
+            hidden,
         } => {
             tmpfs(root, "size=1m,mode=755", 0)?;
             for (source, target) in binds {
@@ -453,6 +454,14 @@ pub fn build_root(spec: &HelperSpec) -> StepResult<()> {
                 let target = inside(root, target);
                 mkdir_all(&target)?;
                 overlay(&target, &options, libc::MS_RDONLY)?;
+            }
+            for path in hidden {
+                let target = inside(root, path);
+                // Only a real directory can hide anything (and a link
+                // must not lead the mount elsewhere).
+                if target.symlink_metadata().is_ok_and(|m| m.is_dir()) {
+                    cover(&scratch.join(SCRATCH_EMPTY_DIR), &target)?;
+                }
             }
             for (link, target) in symlinks {
                 let link = inside(root, link);
