@@ -120,3 +120,50 @@ def test_kill_9_mid_command_loses_nothing(fresh_server):
         assert parent == "shellgate", f"init {pid} is orphaned (parent {ppid}: {parent})"
     leftovers = subprocess.run(["findmnt", "-rn", "-o", "TARGET"], capture_output=True, text=True).stdout
     assert str(server.data_dir) not in leftovers
+
+
+def test_suspended_containers_files_are_listed_and_downloaded_without_waking(fresh_server):
+    server = fresh_server(idle_suspend_after_secs=1, sweep_interval_secs=1)
+    client = server.client()
+    container = client.containers.create(name="asleep")
+    exec_commands(client, container.id, ["echo report > report.txt"])
+    assert wait_for(lambda: client.containers.retrieve(container.id).status == "suspended", 15)
+    before = client.containers.retrieve(container.id)
+    billed = client.get("/usage", cast_to=object)["sandbox_seconds"]
+    time.sleep(1.1)
+    files = list(client.containers.files.list(container.id))
+    report = next(f for f in files if f.path == "/mnt/data/report.txt")
+    data = client.containers.files.content.retrieve(report.id, container_id=container.id).read()
+    assert data == b"report\n"
+    after = client.containers.retrieve(container.id)
+    assert after.status == "suspended"
+    assert after.last_active_at == before.last_active_at
+    assert client.get("/usage", cast_to=object)["sandbox_seconds"] == billed
+
+
+def test_quotas_answer_rate_limit_errors_naming_the_limit(fresh_server):
+    server = fresh_server(max_running_containers_per_project=1)
+    client = server.client()
+    client.containers.create(name="only")
+    with pytest.raises(openai.RateLimitError) as refused:
+        client.containers.create(name="one too many")
+    assert refused.value.code == "too_many_running_containers"
+    assert "max_running_containers_per_project" in refused.value.message
+
+
+def test_files_expire_after_what_the_upload_asked(server, client):
+    file = client.files.create(
+        file=("short.txt", b"brief"),
+        purpose="user_data",
+        expires_after={"anchor": "created_at", "seconds": 3600},
+    )
+    assert file.expires_at == file.created_at + 3600
+    assert client.files.retrieve(file.id).expires_at == file.expires_at
+    with pytest.raises(openai.BadRequestError) as bad:
+        client.files.create(
+            file=("x.txt", b"x"),
+            purpose="user_data",
+            expires_after={"anchor": "created_at", "seconds": 5},
+        )
+    assert bad.value.param == "expires_after.seconds"
+    client.files.delete(file.id)

@@ -12,9 +12,24 @@
 //!
 //! Both get generated `passwd`, `group`, `hosts` and `resolv.conf` files, so
 //! the sandbox user exists and no host name or resolver leaks in.
+//!
+//! The host's `/usr/local` (tools installed by hand on the host, outside the
+//! package manager) is hidden behind an empty directory unless
+//! [`HostImageOptions::expose_usr_local`] asks for it.
+//!
+//! An imported image is hostile data written by root: a tarball may hold
+//! `etc -> /etc` or `etc/resolv.conf -> /etc/shadow`. Everything the store
+//! does inside an image root therefore resolves *inside* it (`openat2` with
+//! `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`, `mkdirat`/`unlinkat` relative to
+//! directory descriptors), once, when the image is imported or built: a
+//! mount point reached through a symbolic link is refused, a symbolic link
+//! where an identity file goes is replaced by a plain file. Starting a
+//! container only verifies (the same way) and never writes into an image.
 
+use std::ffi::CString;
 use std::fs;
 use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -78,6 +93,12 @@ const HOST_SYSTEM_DIRS: &[&str] = &[
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
 ];
 
+/// Directories a container mounts over, relative to an image's root.
+const MOUNT_POINT_DIRS: &[&str] = &["proc", "dev", "tmp", "mnt/data", "home/sandbox", "etc"];
+
+/// Host directory whose contents the `host` image hides by default.
+const USR_LOCAL: &str = "/usr/local";
+
 /// Identity files every image gets.
 fn identity_files(hostname: &str) -> [(&'static str, String); 4] {
     [
@@ -94,10 +115,21 @@ fn identity_files(hostname: &str) -> [(&'static str, String); 4] {
     ]
 }
 
+/// How the `host` image is put together.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HostImageOptions {
+    /// Show the host's `/usr/local` inside `host` containers. Off by
+    /// default: it holds whatever was installed on the host by hand (and
+    /// with it, what the host runs and where), none of it vetted for
+    /// sandboxes; on, it is bound read-only like the rest of `/usr`.
+    pub expose_usr_local: bool,
+}
+
 /// Where images live, and the generated files they share.
 #[derive(Debug, Clone)]
 pub struct ImageStore {
     root: PathBuf,
+    host: HostImageOptions,
 }
 
 /// What a container needs to know about its image.
@@ -116,11 +148,22 @@ pub struct ImageInfo {
 }
 
 impl ImageStore {
-    /// Opens the store under `images_dir` and (re)generates the host image's
-    /// `/etc` and the shared identity files.
+    /// Opens the store under `images_dir` with the safe defaults for the
+    /// `host` image, and (re)generates the host image's `/etc` and the
+    /// shared identity files.
     pub fn open(images_dir: &Path, hostname: &str) -> Result<Self, SandboxError> {
+        Self::open_with(images_dir, hostname, HostImageOptions::default())
+    }
+
+    /// As [`ImageStore::open`], with options for the `host` image.
+    pub fn open_with(
+        images_dir: &Path,
+        hostname: &str,
+        host: HostImageOptions,
+    ) -> Result<Self, SandboxError> {
         let store = Self {
             root: images_dir.to_owned(),
+            host,
         };
         fs::create_dir_all(&store.root).context(|| format!("create {}", store.root.display()))?;
         store.generate(hostname)?;
@@ -179,20 +222,44 @@ impl ImageStore {
                     _ => {}
                 }
             }
-            binds.push((self.host_etc(), "/etc".to_owned()));
             symlinks.push(("/var/tmp".to_owned(), "/tmp".to_owned()));
+            // /etc is a directory of the data directory: an overlay of it
+            // (unlike a bind) does not print that path in the mount table.
+            let layers = vec![(self.host_etc(), "/etc".to_owned())];
+            let hidden = if self.host.expose_usr_local {
+                Vec::new()
+            } else {
+                vec![USR_LOCAL.to_owned()]
+            };
             return Ok(ResolvedImage {
-                root: RootSpec::HostBinds { binds, symlinks },
+                root: RootSpec::HostBinds {
+                    binds,
+                    symlinks,
+                    layers,
+                    hidden,
+                },
                 file_binds: Vec::new(),
             });
         }
         let rootfs = self.rootfs(name)?;
-        if !rootfs.join("bin").exists() && !rootfs.join("usr/bin").exists() {
+        let image = match open_image_root(&rootfs) {
+            Ok(image) => image,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(SandboxError::ImageNotFound(name.to_owned()))
+            }
+            Err(e) => return Err(SandboxError::io(format!("open image {name}"), e)),
+        };
+        if !exists_in_root(&image, "bin", true) && !exists_in_root(&image, "usr/bin", true) {
             return Err(SandboxError::ImageNotFound(name.to_owned()));
         }
-        // Images placed in the store by hand (or by an older version) get
-        // their mount points here; it is a few stat calls when present.
-        prepare_mount_points(&rootfs).context(|| format!("prepare image {name}"))?;
+        // Mount points were made when the image was imported or built;
+        // here they are only checked, never made: a container start writes
+        // nothing into an image.
+        verify_mount_points(&image).map_err(|problem| {
+            SandboxError::Setup(format!(
+                "image {name} cannot be used: {problem}; import or build it again"
+            ))
+        })?;
         let identity = self.identity_dir();
         let file_binds = identity_files("")
             .iter()
@@ -401,9 +468,12 @@ impl ImageStore {
                 ),
             });
         }
-        let has_shell = ["bin/sh", "usr/bin/sh", "bin/bash"]
-            .iter()
-            .any(|p| staging.join(p).symlink_metadata().is_ok());
+        // Looked up inside the image: its links lead nowhere on the host.
+        let has_shell = open_image_root(&staging).is_ok_and(|image| {
+            ["bin/sh", "usr/bin/sh", "bin/bash"]
+                .iter()
+                .any(|p| exists_in_root(&image, p, false))
+        });
         if !has_shell {
             let _ = fs::remove_dir_all(&staging);
             return Err(SandboxError::InvalidRequest {
@@ -444,7 +514,10 @@ impl ImageStore {
         staging: &Path,
         target: &Path,
     ) -> Result<ImageInfo, SandboxError> {
-        prepare_mount_points(staging).context(|| format!("prepare {}", staging.display()))?;
+        if let Err(e) = prepare_mount_points(staging) {
+            let _ = fs::remove_dir_all(staging);
+            return Err(e);
+        }
         replace_dir(staging, target)?;
         Ok(ImageInfo {
             name: name.to_owned(),
@@ -453,22 +526,243 @@ impl ImageStore {
     }
 }
 
-/// Creates what a container mounts over in an image root. The image is owned
-/// by host root, which has no id inside a container, so even the container's
-/// root cannot create these later.
-fn prepare_mount_points(root: &Path) -> io::Result<()> {
-    for dir in ["proc", "dev", "tmp", "mnt/data", "home/sandbox", "etc"] {
-        fs::create_dir_all(root.join(dir))?;
+// openat2(2) resolution flags (linux/openat2.h).
+const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+const RESOLVE_BENEATH: u64 = 0x08;
+const RESOLVE_IN_ROOT: u64 = 0x10;
+
+/// Walks below a directory descriptor, following nothing: no symbolic link,
+/// no `..` above it, no `/proc` magic link.
+const STRICTLY_BENEATH: u64 = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+
+fn openat2(dir: RawFd, path: &str, flags: i32, mode: u32, resolve: u64) -> io::Result<OwnedFd> {
+    let path = CString::new(path).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let how = OpenHow {
+        flags: (flags | libc::O_CLOEXEC) as u64,
+        mode: mode as u64,
+        resolve,
+    };
+    // SAFETY: `path` and `how` are valid for the call; openat2 returns a new fd.
+    let fd = crate::sys::cvt(unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir,
+            path.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    })?;
+    // SAFETY: the descriptor is new and ours alone.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Opens an image's root directory (a path of the store, itself trusted).
+fn open_image_root(root: &Path) -> io::Result<OwnedFd> {
+    let path = root
+        .to_str()
+        .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+    openat2(
+        libc::AT_FDCWD,
+        path,
+        libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+        0,
+        0,
+    )
+}
+
+/// Whether `path` exists in the image, symbolic links resolved as the
+/// container would see them (inside the image, never on the host); with
+/// `follow_last` false, a link as the last component counts as present.
+fn exists_in_root(image: &OwnedFd, path: &str, follow_last: bool) -> bool {
+    let flags = libc::O_PATH | if follow_last { 0 } else { libc::O_NOFOLLOW };
+    openat2(
+        image.as_raw_fd(),
+        path,
+        flags,
+        0,
+        RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
+    )
+    .is_ok()
+}
+
+/// Opens the directory `name` (one component) right below `dir`.
+fn open_dir_beneath(dir: &OwnedFd, name: &str) -> io::Result<OwnedFd> {
+    openat2(
+        dir.as_raw_fd(),
+        name,
+        libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+        0,
+        STRICTLY_BENEATH,
+    )
+}
+
+/// `fstatat(2)` of `name` in `dir`, not following a link.
+fn stat_beneath(dir: &OwnedFd, name: &str) -> io::Result<libc::stat> {
+    let name = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
+    // SAFETY: `name` is a C string and `st` has room for a stat.
+    crate::sys::cvt(unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            st.as_mut_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })?;
+    // SAFETY: fstatat succeeded, so it filled `st`.
+    Ok(unsafe { st.assume_init() })
+}
+
+/// The refusal of an image whose `shown` path cannot serve as a mount
+/// point: it `problem`, and must be a real `kind` inside the image.
+fn unsafe_image(shown: &str, problem: &str, kind: &str) -> SandboxError {
+    SandboxError::InvalidRequest {
+        param: "tarball",
+        message: format!(
+            "the image's {shown} {problem}: containers mount over it, so it must be a real \
+             {kind} inside the image (a symbolic link there could lead outside it)"
+        ),
     }
-    for file in ["etc/passwd", "etc/group", "etc/hosts", "etc/resolv.conf"] {
-        let path = root.join(file);
-        // A symlink here (resolv.conf often is one) would be followed by the
-        // bind mount: replace it with a plain file.
-        if path.symlink_metadata().is_ok_and(|m| !m.is_file()) {
-            fs::remove_file(&path)?;
+}
+
+/// Opens (making what is missing) the directory `path` of the image,
+/// refusing any component that is a symbolic link or not a directory.
+fn make_dir_in(image: &OwnedFd, path: &str) -> Result<OwnedFd, SandboxError> {
+    let mut current = image
+        .try_clone()
+        .context(|| "duplicate the image descriptor".into())?;
+    let mut shown = String::new();
+    for part in path.split('/') {
+        shown.push('/');
+        shown.push_str(part);
+        let refuse = |e: io::Error| match e.raw_os_error() {
+            Some(libc::ELOOP) | Some(libc::ENOTDIR) | Some(libc::EXDEV) => {
+                unsafe_image(&shown, "is a symbolic link or not a directory", "directory")
+            }
+            _ => SandboxError::io(format!("open the image's {shown}"), e),
+        };
+        let next = match open_dir_beneath(&current, part) {
+            Ok(next) => next,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let name = CString::new(part)
+                    .map_err(|_| unsafe_image(&shown, "has a NUL byte in its name", "directory"))?;
+                // SAFETY: `name` is a C string; mkdirat creates one entry
+                // right inside `current`, whatever the name holds.
+                let made = unsafe { libc::mkdirat(current.as_raw_fd(), name.as_ptr(), 0o755) };
+                if made < 0 {
+                    let e = io::Error::last_os_error();
+                    if e.kind() != io::ErrorKind::AlreadyExists {
+                        return Err(SandboxError::io(format!("create the image's {shown}"), e));
+                    }
+                }
+                open_dir_beneath(&current, part).map_err(refuse)?
+            }
+            Err(e) => return Err(refuse(e)),
+        };
+        current = next;
+    }
+    Ok(current)
+}
+
+/// Makes `etc/<name>` a plain file (what a container binds its generated
+/// file over): a link, device, pipe or socket there is replaced by an empty
+/// file; a directory is refused.
+fn make_plain_file_in(etc: &OwnedFd, name: &str) -> Result<(), SandboxError> {
+    let shown = format!("/etc/{name}");
+    let c_name = CString::new(name)
+        .map_err(|_| unsafe_image(&shown, "has a NUL byte in its name", "file"))?;
+    match stat_beneath(etc, name) {
+        Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFREG => return Ok(()),
+        Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {
+            return Err(unsafe_image(&shown, "is a directory", "file"))
         }
-        if !path.exists() {
-            fs::write(&path, "")?;
+        Ok(_) => {
+            // SAFETY: `c_name` is a C string; unlinkat removes the entry
+            // itself (never what a link points to) right inside `etc`.
+            let removed = unsafe { libc::unlinkat(etc.as_raw_fd(), c_name.as_ptr(), 0) };
+            if removed < 0 {
+                return Err(SandboxError::io(
+                    format!("remove the image's {shown}"),
+                    io::Error::last_os_error(),
+                ));
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(SandboxError::io(format!("inspect the image's {shown}"), e)),
+    }
+    openat2(
+        etc.as_raw_fd(),
+        name,
+        libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
+        0o644,
+        STRICTLY_BENEATH,
+    )
+    .map(drop)
+    .context(|| format!("create the image's {shown}"))
+}
+
+/// Creates what a container mounts over in an image root, at import or
+/// build. The image is owned by host root, which has no id inside a
+/// container, so even the container's root cannot create these later.
+///
+/// Everything resolves inside the image: a mount point whose path has a
+/// symbolic link in it is refused (the container's mount would follow it,
+/// and so would this function if it used paths), an identity file that is
+/// a link is replaced by a plain file.
+fn prepare_mount_points(root: &Path) -> Result<(), SandboxError> {
+    let image = open_image_root(root).context(|| format!("open {}", root.display()))?;
+    for dir in MOUNT_POINT_DIRS {
+        make_dir_in(&image, dir)?;
+    }
+    let etc = make_dir_in(&image, "etc")?;
+    for (file, _) in identity_files("") {
+        make_plain_file_in(&etc, file)?;
+    }
+    Ok(())
+}
+
+/// Checks, without changing anything, that an image's mount points are
+/// real directories and its identity files plain files, reached without a
+/// symbolic link. Says what is wrong otherwise.
+fn verify_mount_points(image: &OwnedFd) -> Result<(), String> {
+    for dir in MOUNT_POINT_DIRS {
+        openat2(
+            image.as_raw_fd(),
+            dir,
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+            0,
+            STRICTLY_BENEATH,
+        )
+        .map_err(|e| format!("/{dir} is missing, a symbolic link or not a directory ({e})"))?;
+    }
+    for (file, _) in identity_files("") {
+        let path = format!("etc/{file}");
+        let fd = openat2(
+            image.as_raw_fd(),
+            &path,
+            libc::O_PATH | libc::O_NOFOLLOW,
+            0,
+            STRICTLY_BENEATH,
+        )
+        .map_err(|e| format!("/{path} is missing or reached through a link ({e})"))?;
+        let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
+        // SAFETY: `fd` is open and `st` has room for a stat.
+        let ret = unsafe { libc::fstat(fd.as_raw_fd(), st.as_mut_ptr()) };
+        if ret < 0 {
+            return Err(format!("stat /{path}: {}", io::Error::last_os_error()));
+        }
+        // SAFETY: fstat succeeded, so it filled `st`.
+        let st = unsafe { st.assume_init() };
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return Err(format!("/{path} is not a plain file"));
         }
     }
     Ok(())
@@ -553,6 +847,124 @@ mod tests {
             "host users must not leak"
         );
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A scratch image root with a shell, removed on drop.
+    struct Scratch(PathBuf);
+
+    impl Scratch {
+        fn new(name: &str) -> Self {
+            let dir = std::env::temp_dir().join(format!(
+                "shellgate-image-{name}-{}-{:?}",
+                std::process::id(),
+                std::thread::current().id()
+            ));
+            let _ = fs::remove_dir_all(&dir);
+            fs::create_dir_all(dir.join("bin")).unwrap();
+            fs::write(dir.join("bin/sh"), "").unwrap();
+            Scratch(dir)
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn verify(root: &Path) -> Result<(), String> {
+        verify_mount_points(&open_image_root(root).unwrap())
+    }
+
+    #[test]
+    fn mount_points_are_made_inside_the_image_and_then_only_verified() {
+        let image = Scratch::new("plain");
+        assert!(verify(&image.0).is_err(), "an unprepared image passed");
+        prepare_mount_points(&image.0).unwrap();
+        assert_eq!(verify(&image.0), Ok(()));
+        for dir in MOUNT_POINT_DIRS {
+            assert!(image.0.join(dir).is_dir(), "{dir}");
+        }
+        // Preparing twice changes nothing and keeps existing files.
+        fs::write(image.0.join("etc/hosts"), "kept").unwrap();
+        prepare_mount_points(&image.0).unwrap();
+        assert_eq!(
+            fs::read_to_string(image.0.join("etc/hosts")).unwrap(),
+            "kept"
+        );
+    }
+
+    #[test]
+    fn a_mount_point_reached_through_a_link_is_refused() {
+        let outside = Scratch::new("outside");
+        for (link, target) in [
+            ("etc", outside.0.clone()),
+            ("etc", PathBuf::from("/etc")),
+            ("mnt", outside.0.clone()),
+            ("home", PathBuf::from("../../../..")),
+        ] {
+            let image = Scratch::new("linked");
+            symlink(&target, image.0.join(link)).unwrap();
+            match prepare_mount_points(&image.0) {
+                Err(SandboxError::InvalidRequest { param, message }) => {
+                    assert_eq!(param, "tarball");
+                    assert!(
+                        message.contains(&format!("the image's /{link} is a symbolic link")),
+                        "{message}"
+                    );
+                }
+                other => panic!("{link} -> {}: {other:?}", target.display()),
+            }
+            assert!(verify(&image.0).is_err());
+        }
+        // Nothing was made where the links pointed.
+        let made: Vec<_> = fs::read_dir(&outside.0)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(made, ["bin"]);
+    }
+
+    #[test]
+    fn linked_identity_files_become_plain_files_and_directories_are_refused() {
+        let outside = Scratch::new("victim");
+        fs::write(outside.0.join("secret"), "host secret").unwrap();
+        let image = Scratch::new("identity");
+        fs::create_dir(image.0.join("etc")).unwrap();
+        symlink(outside.0.join("secret"), image.0.join("etc/resolv.conf")).unwrap();
+        symlink("../../../../../etc/passwd", image.0.join("etc/passwd")).unwrap();
+        symlink("hosts", image.0.join("etc/hosts")).unwrap(); // a loop
+        prepare_mount_points(&image.0).unwrap();
+        for file in ["passwd", "group", "hosts", "resolv.conf"] {
+            let meta = fs::symlink_metadata(image.0.join("etc").join(file)).unwrap();
+            assert!(meta.is_file(), "{file}");
+        }
+        assert_eq!(
+            fs::read_to_string(outside.0.join("secret")).unwrap(),
+            "host secret"
+        );
+        assert_eq!(verify(&image.0), Ok(()));
+
+        let image = Scratch::new("identity-dir");
+        fs::create_dir_all(image.0.join("etc/group")).unwrap();
+        assert!(matches!(
+            prepare_mount_points(&image.0),
+            Err(SandboxError::InvalidRequest { message, .. }) if message.contains("/etc/group is a directory")
+        ));
+    }
+
+    #[test]
+    fn lookups_of_an_image_stay_inside_it() {
+        let image = Scratch::new("inside");
+        // An absolute link resolves inside the image, as in a container.
+        symlink("/bin", image.0.join("usr")).unwrap();
+        let root = open_image_root(&image.0).unwrap();
+        assert!(exists_in_root(&root, "usr/sh", true));
+        assert!(!exists_in_root(&root, "usr/bash", true));
+        symlink("/etc/passwd", image.0.join("bin/passwd-link")).unwrap();
+        assert!(exists_in_root(&root, "bin/passwd-link", false));
+        assert!(!exists_in_root(&root, "bin/passwd-link", true));
     }
 
     #[test]

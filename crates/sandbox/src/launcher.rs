@@ -6,7 +6,7 @@
 //! periods), so the engine keeps a few *spare* helpers already enrolled in
 //! fresh cgroups; a container start then only sends the spec.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
 use std::time::Duration;
@@ -346,12 +346,23 @@ async fn reap(pidfd: OwnedFd) {
     }
 }
 
+/// What the helper (and so every container's init, a clone of it) is called
+/// in its argument vector.
+///
+/// `argv[0]` is whatever the spawner chooses, and `/proc/<pid>/cmdline` is
+/// readable by everyone in the pid namespace: with the binary's path there,
+/// every sandbox could read where the server is installed (the data
+/// directory often sits next to it). A plain name says nothing; the kernel
+/// still runs `binary`. (`/proc/1/exe` also names the path, but it needs
+/// ptrace access to init, which is not dumpable.)
+const HELPER_ARGV0: &CStr = c"shellgate";
+
 /// Starts the helper with `posix_spawn` (a vfork-style clone: safe and cheap
 /// from a multithreaded server, unlike fork), the control socket on fd 3.
 fn spawn_helper(binary: &Path, control: &OwnedFd) -> std::io::Result<libc::pid_t> {
     let path = sys::cstr(binary)?;
     let arg = CString::new(HELPER_ARG).map_err(std::io::Error::other)?;
-    let argv = [path.as_ptr(), arg.as_ptr(), std::ptr::null()];
+    let argv = [HELPER_ARGV0.as_ptr(), arg.as_ptr(), std::ptr::null()];
     let envp: [*const libc::c_char; 1] = [std::ptr::null()];
     let dev_null = c"/dev/null";
     let mut pid: libc::pid_t = 0;

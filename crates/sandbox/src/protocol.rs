@@ -21,6 +21,15 @@ pub const MAX_MESSAGE: usize = 1 << 20;
 /// error message; the sender trims longer messages to fit).
 pub const MAX_REPORT: usize = 16 * 1024;
 
+/// Default `RLIMIT_NOFILE` (soft and hard) of a container's processes:
+/// commands never inherit the server's limit, which is raised to serve many
+/// connections.
+pub const DEFAULT_NOFILE: u64 = 4096;
+
+fn default_nofile() -> u64 {
+    DEFAULT_NOFILE
+}
+
 /// A `(inside, outside, count)` line of a uid or gid map.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 pub struct IdRange {
@@ -39,6 +48,15 @@ pub enum RootSpec {
         binds: Vec<(PathBuf, String)>,
         /// (link path inside, link target)
         symlinks: Vec<(String, String)>,
+        /// Read-only host directories shown through an overlay of their own
+        /// rather than a bind, so the container's mount table never names
+        /// where they live on the host: (host directory, path inside).
+        #[serde(default)]
+        layers: Vec<(PathBuf, String)>,
+        /// Paths inside covered by an empty read-only directory (what a bind
+        /// of a host directory would otherwise expose, e.g. `/usr/local`).
+        #[serde(default)]
+        hidden: Vec<String>,
     },
     /// An overlay of a read-only image root and a persistent writable layer.
     Overlay {
@@ -94,9 +112,12 @@ pub struct HelperSpec {
     /// holds this image, so one disk never has two live file systems.
     #[serde(default)]
     pub reuse_loop: Option<u32>,
+    /// `RLIMIT_NOFILE` (soft and hard) init sets for itself and its commands.
+    #[serde(default = "default_nofile")]
+    pub nofile: u64,
 }
 
-/// A read-only-in-spirit look at a stopped container's files: the helper
+/// A look at a stopped container's files without starting it: the helper
 /// mounts the disk in a private mount namespace, sends a descriptor of its
 /// `data` directory and exits; the descriptor keeps the mount alive.
 #[derive(Debug, Clone, Serialize, Deserialize)]

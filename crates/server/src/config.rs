@@ -67,6 +67,9 @@ pub struct Config {
     pub body_read_timeout_secs: u64,
     /// If set, `GET /metrics` needs `Authorization: Bearer <token>`.
     pub metrics_token: String,
+    /// Show the host's `/usr/local` inside `host`-image containers (off by
+    /// default: host-installed tools are not vetted for sandboxes).
+    pub expose_host_usr_local: bool,
 }
 
 impl Default for Config {
@@ -95,6 +98,7 @@ impl Default for Config {
             header_read_timeout_secs: 10,
             body_read_timeout_secs: 30,
             metrics_token: String::new(),
+            expose_host_usr_local: false,
         }
     }
 }

@@ -139,6 +139,7 @@ pub async fn open(config: Config, helper_binary: PathBuf) -> Result<Arc<AppState
     let mut engine_config = EngineConfig::new(config.data_dir.join("sandbox"));
     engine_config.helper_binary = helper_binary;
     engine_config.warm_containers = config.warm_containers;
+    engine_config.expose_host_usr_local = config.expose_host_usr_local;
     engine_config.memory_ceiling = config
         .sandbox_memory_ceiling()
         .map_err(|e| ServeError::Setup(e.to_string()))?;

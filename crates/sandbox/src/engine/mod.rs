@@ -86,6 +86,9 @@ pub struct EngineConfig {
     /// server and the host (see [`default_memory_ceiling`]). A container
     /// whose own limit is larger is refused.
     pub memory_ceiling: Option<u64>,
+    /// Show the host's `/usr/local` inside `host`-image containers (off:
+    /// it holds whatever was installed on the host by hand).
+    pub expose_host_usr_local: bool,
 }
 
 impl EngineConfig {
@@ -102,6 +105,7 @@ impl EngineConfig {
             drain_grace: Duration::from_millis(100),
             hostname: "sandbox".to_owned(),
             memory_ceiling: None,
+            expose_host_usr_local: false,
         }
     }
 }
@@ -264,7 +268,13 @@ impl LocalEngine {
         }
         let (disk_kind, disk_warning) = disk::detect(rootless);
         warnings.extend(disk_warning);
-        let images = ImageStore::open(&data_dir.join("images"), &config.hostname)?;
+        let images = ImageStore::open_with(
+            &data_dir.join("images"),
+            &config.hostname,
+            crate::image::HostImageOptions {
+                expose_usr_local: config.expose_host_usr_local,
+            },
+        )?;
         let config = EngineConfig { data_dir, ..config };
         let engine = LocalEngine {
             inner: Arc::new(Inner {

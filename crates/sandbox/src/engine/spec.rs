@@ -79,6 +79,7 @@ impl LocalEngine {
             host_sandbox_ids: sandbox_ids,
             host_root_ids: root_ids,
             reuse_loop: container.last_loop(),
+            nofile: crate::protocol::DEFAULT_NOFILE,
         })
     }
 }

@@ -7,7 +7,9 @@
 //! 2. build and pivot into the container root ([`super::mounts`]);
 //! 3. hostname, loopback up (the network namespace has nothing else);
 //! 4. `RLIMIT_CORE` 0 hard (a core pattern piping to a host helper must never
-//!    run on a sandbox's behalf);
+//!    run on a sandbox's behalf), and `RLIMIT_NOFILE` at the spec's value
+//!    (4096 by default) rather than the server's, which is raised to serve
+//!    many connections;
 //! 5. drop the whole capability bounding set and the ambient set, so no
 //!    `execve` can ever return a capability;
 //! 6. not dumpable (sandboxed code cannot ptrace or read init's memory);
@@ -22,7 +24,6 @@
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::path::Path;
 
 use super::{mounts, report, report_with_fds, seccomp};
 use crate::backend::WORKDIR;
@@ -43,6 +44,9 @@ struct Launcher {
     dash_c: CString,
     workdir: CString,
     oom_score_adj: CString,
+    /// Whether init is exempt from the OOM killer (root mode) and each
+    /// command must take its score back to 0.
+    reset_oom_score: bool,
     sandbox_uid: u32,
     sandbox_gid: u32,
     change_ids: bool,
@@ -236,13 +240,9 @@ fn setup(spec: &HelperSpec) -> Result<(Launcher, OwnedFd), String> {
         "setrlimit core",
         unsafe { libc::setrlimit(libc::RLIMIT_CORE, &no_core) } as libc::c_long,
     )?;
-    // System V shared memory lives outside /tmp's cap; bound it like
-    // /dev/shm (see `mounts::shm_bytes`). Best effort: a kernel without these
-    // knobs still has the memory cgroup.
-    let shm_bytes = mounts::shm_bytes(spec.tmp_bytes);
-    let shm_pages = (shm_bytes / 4096).max(1);
-    let _ = sys::write_file(Path::new("/proc/sys/kernel/shmmax"), &shm_bytes.to_string());
-    let _ = sys::write_file(Path::new("/proc/sys/kernel/shmall"), &shm_pages.to_string());
+    set_nofile(spec.nofile)?;
+    // (System V shared memory is sized by `mounts::build_root`, before
+    // /proc/sys turns read-only.)
 
     let dev_null = std::fs::File::open("/dev/null").map_err(|e| format!("open /dev/null: {e}"))?;
     let env = command_env(&spec.home);
@@ -262,6 +262,7 @@ fn setup(spec: &HelperSpec) -> Result<(Launcher, OwnedFd), String> {
         dash_c: c"-c".to_owned(),
         workdir: CString::new(WORKDIR).map_err(|e| e.to_string())?,
         oom_score_adj: c"/proc/self/oom_score_adj".to_owned(),
+        reset_oom_score: !spec.rootless,
         sandbox_uid: spec.sandbox_uid,
         sandbox_gid: spec.sandbox_gid,
         change_ids: !spec.rootless,
@@ -276,6 +277,32 @@ fn setup(spec: &HelperSpec) -> Result<(Launcher, OwnedFd), String> {
     seccomp::install().map_err(|e| format!("seccomp: {e}"))?;
     let signals = child_signal_fd()?;
     Ok((launcher, signals))
+}
+
+/// Sets `RLIMIT_NOFILE`, soft and hard, for init and every command.
+///
+/// Raising the hard limit needs `CAP_SYS_RESOURCE` on the host, which init
+/// does not have: if the server's own hard limit is lower, that one stays.
+fn set_nofile(nofile: u64) -> Result<(), String> {
+    let mut current = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `current` is a valid out-pointer for getrlimit.
+    check(
+        "getrlimit nofile",
+        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut current) } as libc::c_long,
+    )?;
+    let limit: libc::rlim_t = nofile.min(current.rlim_max);
+    let wanted = libc::rlimit {
+        rlim_cur: limit,
+        rlim_max: limit,
+    };
+    // SAFETY: `wanted` is a valid rlimit.
+    check(
+        "setrlimit nofile",
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &wanted) } as libc::c_long,
+    )
 }
 
 fn command_env(home: &str) -> Vec<CString> {
@@ -594,12 +621,37 @@ fn exec_command(
         if libc::setsid() < 0 {
             fail(errno());
         }
-        // Undo init's OOM immunity (see the helper): raising is always allowed.
-        let oom = launcher.oom_score_adj.as_ptr();
-        let fd = libc::open(oom, libc::O_WRONLY | libc::O_CLOEXEC);
-        if fd >= 0 {
-            libc::write(fd, b"0".as_ptr().cast(), 1);
-            libc::close(fd);
+        // Undo init's OOM immunity (see the helper), or fail: a command left
+        // at -1000 could fill memory and never be the one the OOM killer
+        // picks. Raising the score is always allowed, but /proc/self of a
+        // non-dumpable process belongs to host root, whom nobody here may
+        // act as: until `execve` this child shares init's (non-dumpable)
+        // memory, so it marks that memory dumpable for the one write and
+        // back. Init is suspended (CLONE_VFORK) and no other process in the
+        // container runs as root, so nothing can use the window; nothing
+        // can cut it short either (this child is root and still at -1000).
+        if launcher.reset_oom_score {
+            libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
+            let oom = launcher.oom_score_adj.as_ptr();
+            let fd = libc::open(oom, libc::O_WRONLY | libc::O_CLOEXEC);
+            let reset = if fd < 0 {
+                Err(errno())
+            } else {
+                let written = libc::write(fd, b"0".as_ptr().cast(), 1);
+                let result = match written {
+                    1 => Ok(()),
+                    0 => Err(libc::EIO),
+                    _ => Err(errno()),
+                };
+                libc::close(fd);
+                result
+            };
+            if libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 {
+                fail(errno());
+            }
+            if let Err(code) = reset {
+                fail(code);
+            }
         }
         if libc::dup2(launcher.dev_null.as_raw_fd(), 0) < 0
             || libc::dup2(stdout.as_raw_fd(), 1) < 0

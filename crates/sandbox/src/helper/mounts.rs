@@ -4,19 +4,46 @@
 //! Layers, outermost first:
 //! - the root: a small tmpfs of read-only host binds (image `host`) or an
 //!   overlay of a read-only image and the container's persistent upper layer;
-//! - a fresh `/proc` of the container's pid namespace;
+//! - a fresh `/proc` of the container's pid namespace, with the files that
+//!   describe the host (or let a process poke at it) masked and the kernel
+//!   tunables read-only;
 //! - a minimal `/dev` (null, zero, full, random, urandom; no pts) and a
 //!   size-capped `/dev/shm`;
 //! - a size-capped private `/tmp`;
 //! - read-write binds of the container's persistent directories
 //!   (`/mnt/data`, the home directory).
 //!
-//! Every bind is `nosuid` and `nodev`, so a setuid binary grants nothing.
-//! No `/sys`: nothing in a shell session needs the host's device tree.
+//! Every bind is `nosuid` and `nodev`, so a setuid binary grants nothing,
+//! and read-only binds are read-only with everything mounted below them
+//! (`mount_setattr(2)` with `AT_RECURSIVE`). No `/sys`: nothing in a shell
+//! session needs the host's device tree.
+//!
+//! Nothing in the container's mount table names a host path under the data
+//! directory. `/proc/self/mountinfo` prints, for every mount, the path of
+//! its root inside its file system and the overlay options: a bind of
+//! `<data>/sandbox/images/host/etc` would print that path, an overlay of an
+//! image its `lowerdir=`, `upperdir=` and `workdir=`. So the root is built
+//! inside a *scratch* tmpfs mounted over `root_mount` (only in this mount
+//! namespace, and detached with the host's tree at the pivot):
+//!
+//! ```text
+//! <root_mount>  scratch tmpfs, read-only once filled
+//!   root/       the container's root (tmpfs or overlay), pivoted into
+//!   lower upper work etc ...   symbolic links to the host directories of
+//!               the layers: overlays are mounted with these short names,
+//!               relative to the scratch directory, and print only them
+//!   empty       an empty directory: masks, hidden paths, the second lower
+//!               layer of read-only overlays
+//!   null        an empty file: masks for /proc files
+//!   file0 ...   copies of the (tiny) identity files bound over an image's
+//! ```
+//!
+//! Binds of scratch entries inherit its read-only, `nosuid`, `nodev` and
+//! `noexec` flags, so each mask is a single `mount` call.
 
 use std::fs;
 use std::io;
-use std::os::unix::fs::{symlink, DirBuilderExt};
+use std::os::unix::fs::{symlink, DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::protocol::{HelperSpec, RootSpec};
@@ -24,6 +51,51 @@ use crate::sys;
 
 /// Device nodes bound from the host into the container's `/dev`.
 const DEVICES: [&str; 5] = ["null", "zero", "full", "random", "urandom"];
+
+/// `/proc` files that describe the host or act on it, covered with an empty
+/// read-only file (the OCI runtimes' default masked paths, plus the kernel
+/// command line, which names the host's boot image and parameters, and
+/// `sysrq-trigger`, which is only made read-only there: masked, even a
+/// process that gained write access could not reach the kernel through it).
+const MASKED_PROC_FILES: &[&str] = &[
+    "kcore",
+    "keys",
+    "latency_stats",
+    "sched_debug",
+    "timer_list",
+    "timer_stats",
+    "sysrq-trigger",
+    "cmdline",
+];
+
+/// `/proc` directories describing host hardware, covered with an empty
+/// read-only directory.
+const MASKED_PROC_DIRS: &[&str] = &["acpi", "asound", "scsi"];
+
+/// `/proc` trees of kernel tunables and hardware, made read-only (with
+/// everything mounted below them).
+const READ_ONLY_PROC: &[&str] = &["bus", "fs", "irq", "sys"];
+
+/// Name of the container's root inside the scratch tmpfs.
+const SCRATCH_ROOT: &str = "root";
+/// An empty directory in the scratch tmpfs.
+const SCRATCH_EMPTY_DIR: &str = "empty";
+/// An empty file in the scratch tmpfs.
+const SCRATCH_EMPTY_FILE: &str = "null";
+
+// mount_setattr(2) (linux/mount.h, linux/fcntl.h).
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+const MOUNT_ATTR_NOSUID: u64 = 0x2;
+const MOUNT_ATTR_NODEV: u64 = 0x4;
+const AT_RECURSIVE: libc::c_uint = 0x8000;
+
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
 
 /// The cap of `/dev/shm` (and of System V shared memory): a quarter of
 /// `/tmp`'s. tmpfs pages count against the memory limit but belong to no
@@ -74,7 +146,37 @@ fn locked_flags(path: &Path) -> io::Result<libc::c_ulong> {
         .fold(0, |acc, (_, ms)| acc | ms))
 }
 
-/// Binds `source` at `target` and makes it `nosuid,nodev` (and read-only if asked).
+/// Sets `attributes` on the mount at `target` and on every mount below it.
+fn set_attributes_recursively(target: &Path, attributes: u64) -> io::Result<()> {
+    let path = sys::cstr(target)?;
+    let attr = MountAttr {
+        attr_set: attributes,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: `path` is a C string and `attr` a mount_attr of the size
+    // passed, both alive across the call; the kernel only reads them.
+    sys::cvt(unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            AT_RECURSIVE,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    })?;
+    Ok(())
+}
+
+/// Binds `source` (with everything mounted below it) at `target` and makes
+/// the whole subtree `nosuid,nodev`, and read-only if asked.
+///
+/// A bind remount changes only the top mount: a host submount under, say,
+/// `/usr` would stay writable (and setuid-capable) inside. `mount_setattr`
+/// with `AT_RECURSIVE` changes the whole subtree at once; kernels before 5.12
+/// lack it, and get the old per-mount remount.
 fn bind(source: &Path, target: &Path, read_only: bool) -> StepResult<()> {
     let what = || format!("bind {} at {}", source.display(), target.display());
     step(
@@ -87,6 +189,15 @@ fn bind(source: &Path, target: &Path, read_only: bool) -> StepResult<()> {
             None,
         ),
     )?;
+    let mut attributes = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+    if read_only {
+        attributes |= MOUNT_ATTR_RDONLY;
+    }
+    match set_attributes_recursively(target, attributes) {
+        Ok(()) => return Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {}
+        Err(e) => return Err(format!("lock down {}: {e}", target.display())),
+    }
     let mut flags = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_NOSUID | libc::MS_NODEV;
     if read_only {
         flags |= libc::MS_RDONLY;
@@ -95,6 +206,16 @@ fn bind(source: &Path, target: &Path, read_only: bool) -> StepResult<()> {
     step(
         || format!("remount {}", target.display()),
         sys::mount(None, target, None, flags, None),
+    )
+}
+
+/// Binds a scratch entry (`source`) over `target`: one `mount` call, as the
+/// bind inherits the scratch tmpfs's read-only, `nosuid`, `nodev` and
+/// `noexec` flags.
+fn cover(source: &Path, target: &Path) -> StepResult<()> {
+    step(
+        || format!("cover {}", target.display()),
+        sys::mount(Some(source), target, None, libc::MS_BIND, None),
     )
 }
 
@@ -162,18 +283,185 @@ fn build_dev(root: &Path, shm_bytes: u64) -> StepResult<()> {
     )
 }
 
-/// Builds the whole tree under `spec.root_mount` and pivots into it.
+/// The name of the scratch link to a layer's host directory, checked to be
+/// usable in overlay options (which `,`, `:` and `\` would split or escape).
+fn layer_name(target: &str) -> StepResult<String> {
+    let name = target.trim_matches('/').replace('/', "-");
+    let reserved = [SCRATCH_ROOT, SCRATCH_EMPTY_DIR, SCRATCH_EMPTY_FILE];
+    if name.is_empty()
+        || name.contains([',', ':', '\\'])
+        || reserved.contains(&name.as_str())
+        || name.starts_with("file")
+    {
+        return Err(format!("cannot show {target:?} as a layer"));
+    }
+    Ok(name)
+}
+
+/// Fills the scratch tmpfs (see the module documentation) and freezes it.
+/// Returns the copies of `spec.file_binds`' files, in order.
+fn fill_scratch(scratch: &Path, spec: &HelperSpec) -> StepResult<Vec<PathBuf>> {
+    tmpfs(scratch, "size=64k,nr_inodes=256,mode=700", libc::MS_NOEXEC)?;
+    mkdir_all(&scratch.join(SCRATCH_ROOT))?;
+    mkdir_all(&scratch.join(SCRATCH_EMPTY_DIR))?;
+    let empty_file = scratch.join(SCRATCH_EMPTY_FILE);
+    step(
+        || "create the empty file".into(),
+        fs::File::create(&empty_file).map(drop),
+    )?;
+    step(
+        || "chmod the empty file".into(),
+        fs::set_permissions(&empty_file, fs::Permissions::from_mode(0o444)),
+    )?;
+    let link = |name: &str, target: &Path| {
+        step(
+            || format!("link {name} to a layer"),
+            symlink(target, scratch.join(name)),
+        )
+    };
+    match &spec.root {
+        RootSpec::HostBinds { layers, .. } => {
+            for (source, target) in layers {
+                link(&layer_name(target)?, source)?;
+            }
+        }
+        RootSpec::Overlay { lower, upper, work } => {
+            link("lower", lower)?;
+            link("upper", upper)?;
+            link("work", work)?;
+        }
+    }
+    // The identity files bound over an image are a few hundred bytes: a
+    // copy here shows in the mount table as `/file0`, the original would
+    // show its host path.
+    let mut copies = Vec::with_capacity(spec.file_binds.len());
+    for (i, (source, _)) in spec.file_binds.iter().enumerate() {
+        let copy = scratch.join(format!("file{i}"));
+        step(
+            || format!("copy {}", source.display()),
+            fs::copy(source, &copy).map(drop),
+        )?;
+        step(
+            || format!("chmod {}", copy.display()),
+            fs::set_permissions(&copy, fs::Permissions::from_mode(0o644)),
+        )?;
+        copies.push(copy);
+    }
+    step(
+        || "remount the scratch tmpfs read-only".into(),
+        sys::mount(
+            None,
+            scratch,
+            None,
+            libc::MS_REMOUNT | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            None,
+        ),
+    )?;
+    Ok(copies)
+}
+
+/// Mounts an overlay at `target` whose layers are the scratch links named
+/// in `options` (the current directory is the scratch tmpfs).
+fn overlay(target: &Path, options: &str, flags: libc::c_ulong) -> StepResult<()> {
+    step(
+        || format!("mount overlay at {}", target.display()),
+        sys::mount(
+            Some(Path::new("overlay")),
+            target,
+            Some("overlay"),
+            libc::MS_NOSUID | libc::MS_NODEV | flags,
+            Some(options),
+        ),
+    )
+}
+
+/// Writes the System V shared memory caps of the container's IPC namespace
+/// (see `shm_bytes`). Done here, before `/proc/sys` turns read-only. Best
+/// effort: a kernel without these knobs still has the memory cgroup.
+fn size_shared_memory(proc_dir: &Path, tmp_bytes: u64) {
+    let shm_bytes = shm_bytes(tmp_bytes);
+    let shm_pages = (shm_bytes / 4096).max(1);
+    let kernel = proc_dir.join("sys/kernel");
+    let _ = sys::write_file(&kernel.join("shmmax"), &shm_bytes.to_string());
+    let _ = sys::write_file(&kernel.join("shmall"), &shm_pages.to_string());
+}
+
+/// Masks what `/proc` tells about the host and freezes its tunables.
+///
+/// The pid namespace hides host processes, but `/proc` also holds
+/// system-wide files: the kernel's memory image (`kcore`), timers and
+/// scheduler internals of every host process (`timer_list`, `sched_debug`),
+/// keyrings, the host's boot command line, `sysrq-trigger`, and the sysctl
+/// tree. Sandboxed code has no capability to use most of them, but each is
+/// one kernel bug from mattering: masked, they are plain empty files.
+fn lock_down_proc(proc_dir: &Path, scratch: &Path) -> StepResult<()> {
+    let present = |name: &str| {
+        let path = proc_dir.join(name);
+        path.symlink_metadata().is_ok().then_some(path)
+    };
+    for name in MASKED_PROC_FILES {
+        if let Some(path) = present(name) {
+            cover(&scratch.join(SCRATCH_EMPTY_FILE), &path)?;
+        }
+    }
+    for name in MASKED_PROC_DIRS {
+        if let Some(path) = present(name) {
+            cover(&scratch.join(SCRATCH_EMPTY_DIR), &path)?;
+        }
+    }
+    for name in READ_ONLY_PROC {
+        if let Some(path) = present(name) {
+            bind(&path, &path, true)?;
+        }
+    }
+    Ok(())
+}
+
+/// Builds the whole tree inside a scratch tmpfs at `spec.root_mount` and
+/// pivots into it.
 pub fn build_root(spec: &HelperSpec) -> StepResult<()> {
-    let root = spec.root_mount.as_path();
+    let scratch = spec.root_mount.as_path();
     // Nothing we mount may propagate back to the host.
     step(|| "make / private".into(), sys::make_mounts_private())?;
+    let file_copies = fill_scratch(scratch, spec)?;
+    // Overlay layers are named relative to the scratch directory.
+    step(
+        || "chdir to the scratch tmpfs".into(),
+        std::env::set_current_dir(scratch),
+    )?;
+    let root = scratch.join(SCRATCH_ROOT);
+    let root = root.as_path();
     match &spec.root {
-        RootSpec::HostBinds { binds, symlinks } => {
+        RootSpec::HostBinds {
+            binds,
+            symlinks,
+            layers,
+            hidden,
+        } => {
             tmpfs(root, "size=1m,mode=755", 0)?;
             for (source, target) in binds {
                 let target = inside(root, target);
                 mkdir_all(&target)?;
                 bind(source, &target, true)?;
+            }
+            for (_, target) in layers {
+                // A read-only overlay needs two lower layers; the second
+                // is empty.
+                let options = format!(
+                    "lowerdir={}:{SCRATCH_EMPTY_DIR},userxattr",
+                    layer_name(target)?
+                );
+                let target = inside(root, target);
+                mkdir_all(&target)?;
+                overlay(&target, &options, libc::MS_RDONLY)?;
+            }
+            for path in hidden {
+                let target = inside(root, path);
+                // Only a real directory can hide anything (and a link
+                // must not lead the mount elsewhere).
+                if target.symlink_metadata().is_ok_and(|m| m.is_dir()) {
+                    cover(&scratch.join(SCRATCH_EMPTY_DIR), &target)?;
+                }
             }
             for (link, target) in symlinks {
                 let link = inside(root, link);
@@ -186,37 +474,18 @@ pub fn build_root(spec: &HelperSpec) -> StepResult<()> {
                 )?;
             }
         }
-        RootSpec::Overlay { lower, upper, work } => {
-            for dir in [lower, upper, work] {
-                let text = dir.to_string_lossy();
-                if text.contains([',', ':', '\\']) {
-                    return Err(format!(
-                        "overlay path {text:?} may not contain ',', ':' or '\\'"
-                    ));
-                }
-            }
-            let options = format!(
-                "lowerdir={},upperdir={},workdir={},userxattr",
-                lower.display(),
-                upper.display(),
-                work.display()
-            );
-            step(
-                || "mount overlay root".into(),
-                sys::mount(
-                    Some(Path::new("overlay")),
-                    root,
-                    Some("overlay"),
-                    libc::MS_NOSUID | libc::MS_NODEV,
-                    Some(&options),
-                ),
+        RootSpec::Overlay { .. } => {
+            overlay(
+                root,
+                "lowerdir=lower,upperdir=upper,workdir=work,userxattr",
+                0,
             )?;
         }
     }
-    for (source, target) in &spec.file_binds {
+    for ((_, target), copy) in spec.file_binds.iter().zip(&file_copies) {
         let target = inside(root, target);
         touch(&target)?;
-        bind(source, &target, true)?;
+        cover(copy, &target)?;
     }
     // /proc must be mounted while the host's /proc is still visible: the
     // kernel only lets a user namespace mount proc next to a fully visible one.
@@ -232,6 +501,8 @@ pub fn build_root(spec: &HelperSpec) -> StepResult<()> {
             None,
         ),
     )?;
+    size_shared_memory(&proc_dir, spec.tmp_bytes);
+    lock_down_proc(&proc_dir, scratch)?;
     build_dev(root, shm_bytes(spec.tmp_bytes))?;
     tmpfs(
         &inside(root, "/tmp"),
@@ -277,4 +548,26 @@ fn pivot(root: &Path) -> StepResult<()> {
         sys::umount2(Path::new("."), libc::MNT_DETACH),
     )?;
     step(|| "chdir /".into(), std::env::set_current_dir("/"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layer_names_are_short_and_safe_in_overlay_options() {
+        assert_eq!(layer_name("/etc").as_deref(), Ok("etc"));
+        assert_eq!(layer_name("/usr/share/x").as_deref(), Ok("usr-share-x"));
+        for bad in [
+            "/", "/a,b", "/a:b", "/a\\b", "/root", "/empty", "/null", "/file0",
+        ] {
+            assert!(layer_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn shared_memory_is_a_quarter_of_tmp_and_at_least_a_mebibyte() {
+        assert_eq!(shm_bytes(64 << 20), 16 << 20);
+        assert_eq!(shm_bytes(0), 1 << 20);
+    }
 }

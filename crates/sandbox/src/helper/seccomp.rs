@@ -12,6 +12,12 @@
 //! `clone3` gets `ENOSYS` rather than `EPERM`: its flags live in memory the
 //! filter cannot read, and `ENOSYS` makes libc fall back to `clone`, whose
 //! flags the filter checks.
+//!
+//! `modify_ldt` (x86 segment descriptors: old, rarely used, and the source of
+//! several kernel bugs) is refused, and `personality(2)` may only query or
+//! keep the default persona: other personas change how the kernel treats
+//! the process (`READ_IMPLIES_EXEC`, `ADDR_NO_RANDOMIZE` turning off ASLR,
+//! `MMAP_PAGE_ZERO`), which no shell command needs.
 
 use std::io;
 
@@ -96,6 +102,8 @@ const DENIED: &[libc::c_long] = &[
     libc::SYS_ioperm,
     #[cfg(target_arch = "x86_64")]
     libc::SYS_uselib,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_modify_ldt,
 ];
 
 /// Namespace flags `clone` may not carry.
@@ -111,6 +119,11 @@ const ALLOWED_SOCKET_FAMILIES: &[libc::c_int] = &[
 
 /// `ioctl` requests refused: terminal input injection.
 const DENIED_IOCTLS: &[libc::c_ulong] = &[libc::TIOCSTI, libc::TIOCLINUX as libc::c_ulong];
+
+/// `personality(2)` arguments allowed: the default persona (`PER_LINUX`) and
+/// the query that changes nothing. The kernel takes an `unsigned int`, so
+/// the low 32 bits are the whole argument.
+const ALLOWED_PERSONAS: &[u32] = &[0, 0xffff_ffff];
 
 #[derive(Clone, Copy)]
 #[repr(C)]
@@ -198,6 +211,15 @@ fn build() -> Vec<SockFilter> {
     ioctl_rule.push(stmt(BPF_RET_K, SECCOMP_RET_ALLOW));
     on_syscall(&mut program, libc::SYS_ioctl, &ioctl_rule);
 
+    let mut personality_rule = vec![stmt(BPF_LD_W_ABS, offset_arg_low(0))];
+    let personas = ALLOWED_PERSONAS.len();
+    for (i, persona) in ALLOWED_PERSONAS.iter().enumerate() {
+        personality_rule.push(jump(BPF_JEQ_K, *persona, (personas - i) as u8, 0));
+    }
+    personality_rule.push(stmt(BPF_RET_K, errno(libc::EPERM)));
+    personality_rule.push(stmt(BPF_RET_K, SECCOMP_RET_ALLOW));
+    on_syscall(&mut program, libc::SYS_personality, &personality_rule);
+
     program.push(stmt(BPF_LD_W_ABS, OFFSET_NR));
     for nr in DENIED {
         program.push(jump(BPF_JEQ_K, *nr as u32, 0, 1));
@@ -248,5 +270,218 @@ mod tests {
             }
         }
         assert_eq!(program.last().map(|i| i.k), Some(SECCOMP_RET_ALLOW));
+    }
+
+    /// `struct seccomp_data` as the kernel hands it to the filter.
+    struct SeccompData {
+        nr: i32,
+        arch: u32,
+        instruction_pointer: u64,
+        args: [u64; 6],
+    }
+
+    impl SeccompData {
+        fn new(nr: libc::c_long, args: &[u64]) -> Self {
+            let mut all = [0u64; 6];
+            all[..args.len()].copy_from_slice(args);
+            SeccompData {
+                nr: nr as i32,
+                arch: AUDIT_ARCH,
+                instruction_pointer: 0x7fff_0000_1000,
+                args: all,
+            }
+        }
+
+        /// The 64 bytes the filter's absolute loads read (native, that is
+        /// little-endian, byte order).
+        fn bytes(&self) -> [u8; 64] {
+            let mut out = [0u8; 64];
+            out[0..4].copy_from_slice(&self.nr.to_le_bytes());
+            out[4..8].copy_from_slice(&self.arch.to_le_bytes());
+            out[8..16].copy_from_slice(&self.instruction_pointer.to_le_bytes());
+            for (i, arg) in self.args.iter().enumerate() {
+                out[16 + 8 * i..24 + 8 * i].copy_from_slice(&arg.to_le_bytes());
+            }
+            out
+        }
+    }
+
+    /// A classic-BPF interpreter for the opcodes `build` emits, with the
+    /// kernel's rules: word loads only inside `seccomp_data` and aligned,
+    /// jumps forward only, and the program must end in a return.
+    fn run(program: &[SockFilter], data: &SeccompData) -> u32 {
+        let bytes = data.bytes();
+        let mut accumulator: u32 = 0;
+        let mut pc = 0usize;
+        loop {
+            let insn = program
+                .get(pc)
+                .unwrap_or_else(|| panic!("ran off the end of the program at {pc}"));
+            let taken = |condition: bool| usize::from(if condition { insn.jt } else { insn.jf });
+            pc += 1 + match insn.code {
+                BPF_LD_W_ABS => {
+                    let at = insn.k as usize;
+                    assert!(at & 3 == 0 && at + 4 <= bytes.len(), "bad load at {at}");
+                    accumulator = u32::from_le_bytes([
+                        bytes[at],
+                        bytes[at + 1],
+                        bytes[at + 2],
+                        bytes[at + 3],
+                    ]);
+                    0
+                }
+                BPF_JEQ_K => taken(accumulator == insn.k),
+                BPF_JGE_K => taken(accumulator >= insn.k),
+                BPF_JSET_K => taken(accumulator & insn.k != 0),
+                BPF_RET_K => return insn.k,
+                other => panic!("opcode {other:#x} at {pc} is not interpreted"),
+            };
+        }
+    }
+
+    fn verdict(nr: libc::c_long, args: &[u64]) -> u32 {
+        run(&build(), &SeccompData::new(nr, args))
+    }
+
+    const EPERM: u32 = SECCOMP_RET_ERRNO | libc::EPERM as u32;
+    const ENOSYS: u32 = SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
+    const EAFNOSUPPORT: u32 = SECCOMP_RET_ERRNO | libc::EAFNOSUPPORT as u32;
+
+    #[test]
+    fn every_denied_syscall_gets_eperm_whatever_its_arguments() {
+        for nr in DENIED {
+            assert_eq!(verdict(*nr, &[]), EPERM, "syscall {nr}");
+            assert_eq!(verdict(*nr, &[u64::MAX; 6]), EPERM, "syscall {nr}");
+        }
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(verdict(libc::SYS_modify_ldt, &[0, 0, 0]), EPERM);
+    }
+
+    #[test]
+    fn ordinary_syscalls_are_allowed() {
+        for nr in [
+            libc::SYS_read,
+            libc::SYS_write,
+            libc::SYS_openat,
+            libc::SYS_close,
+            libc::SYS_mmap,
+            libc::SYS_execve,
+            libc::SYS_wait4,
+            libc::SYS_exit_group,
+            libc::SYS_connect,
+            libc::SYS_prctl,
+            #[cfg(target_arch = "x86_64")]
+            libc::SYS_fork,
+        ] {
+            assert_eq!(verdict(nr, &[]), SECCOMP_RET_ALLOW, "syscall {nr}");
+        }
+    }
+
+    #[test]
+    fn a_foreign_architecture_kills_the_process() {
+        const AUDIT_ARCH_I386: u32 = 0x4000_0003;
+        for nr in [libc::SYS_read, libc::SYS_unshare, libc::SYS_clone] {
+            let mut data = SeccompData::new(nr, &[]);
+            data.arch = AUDIT_ARCH_I386;
+            assert_eq!(run(&build(), &data), SECCOMP_RET_KILL_PROCESS);
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn x32_syscalls_are_refused() {
+        for nr in [libc::SYS_read, libc::SYS_unshare, libc::SYS_mount, 512, 547] {
+            let x32 = (nr as u32 | X32_SYSCALL_BIT) as libc::c_long;
+            assert_eq!(verdict(x32, &[]), ENOSYS, "x32 syscall {nr}");
+        }
+    }
+
+    #[test]
+    fn clone_may_not_create_namespaces_and_clone3_falls_back() {
+        assert_eq!(verdict(libc::SYS_clone3, &[0, 88]), ENOSYS);
+        for flag in [
+            libc::CLONE_NEWUSER,
+            libc::CLONE_NEWNS,
+            libc::CLONE_NEWPID,
+            libc::CLONE_NEWNET,
+            libc::CLONE_NEWUTS,
+            libc::CLONE_NEWIPC,
+            libc::CLONE_NEWCGROUP,
+            0x80, // CLONE_NEWTIME
+        ] {
+            let flags = flag as u64 | libc::SIGCHLD as u64;
+            assert_eq!(verdict(libc::SYS_clone, &[flags]), EPERM, "{flag:#x}");
+        }
+        let thread = (libc::CLONE_VM
+            | libc::CLONE_FS
+            | libc::CLONE_FILES
+            | libc::CLONE_SIGHAND
+            | libc::CLONE_THREAD
+            | libc::CLONE_SYSVSEM
+            | libc::CLONE_SETTLS
+            | libc::CLONE_PARENT_SETTID
+            | libc::CLONE_CHILD_CLEARTID) as u64;
+        assert_eq!(verdict(libc::SYS_clone, &[thread]), SECCOMP_RET_ALLOW);
+        let fork = (libc::CLONE_CHILD_SETTID | libc::CLONE_CHILD_CLEARTID | libc::SIGCHLD) as u64;
+        assert_eq!(verdict(libc::SYS_clone, &[fork]), SECCOMP_RET_ALLOW);
+        let vfork = (libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD) as u64;
+        assert_eq!(verdict(libc::SYS_clone, &[vfork]), SECCOMP_RET_ALLOW);
+    }
+
+    #[test]
+    fn only_unix_inet_and_netlink_sockets_open() {
+        for nr in [libc::SYS_socket, libc::SYS_socketpair] {
+            for family in 0..64 {
+                let expected = if ALLOWED_SOCKET_FAMILIES.contains(&family) {
+                    SECCOMP_RET_ALLOW
+                } else {
+                    EAFNOSUPPORT
+                };
+                let args = [family as u64, libc::SOCK_STREAM as u64, 0];
+                assert_eq!(verdict(nr, &args), expected, "syscall {nr} family {family}");
+            }
+            for family in [
+                libc::AF_VSOCK,
+                libc::AF_PACKET,
+                libc::AF_ALG,
+                libc::AF_BLUETOOTH,
+            ] {
+                assert_eq!(verdict(nr, &[family as u64, 1, 0]), EAFNOSUPPORT);
+            }
+        }
+    }
+
+    #[test]
+    fn terminal_injection_ioctls_are_refused() {
+        for request in DENIED_IOCTLS {
+            assert_eq!(verdict(libc::SYS_ioctl, &[0, *request]), EPERM);
+            // The kernel reads the request as 32 bits: high bits change nothing.
+            let padded = *request | 0xffff_ffff_0000_0000;
+            assert_eq!(verdict(libc::SYS_ioctl, &[0, padded]), EPERM);
+        }
+        for request in [libc::TCGETS, libc::FIONREAD, libc::TIOCGWINSZ] {
+            let args = [1, request];
+            assert_eq!(verdict(libc::SYS_ioctl, &args), SECCOMP_RET_ALLOW);
+        }
+    }
+
+    #[test]
+    fn personality_may_only_query_or_keep_the_default() {
+        for persona in [0u64, 0xffff_ffff, 0xdead_0000_0000_0000] {
+            let allowed = verdict(libc::SYS_personality, &[persona]);
+            assert_eq!(allowed, SECCOMP_RET_ALLOW, "{persona:#x}");
+        }
+        for persona in [
+            0x0008,    // PER_LINUX32
+            0x0040000, // ADDR_NO_RANDOMIZE
+            0x0400000, // READ_IMPLIES_EXEC
+            0x0100000, // MMAP_PAGE_ZERO
+            0x0020000, // UNAME26
+            0xffff_fffe,
+            0x1_0000_0008,
+        ] {
+            let refused = verdict(libc::SYS_personality, &[persona]);
+            assert_eq!(refused, EPERM, "{persona:#x}");
+        }
     }
 }

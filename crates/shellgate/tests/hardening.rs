@@ -1,0 +1,513 @@
+//! Defence in depth, checked by behaviour inside real containers: what a
+//! sandbox can learn about the host (paths, kernel command line, host
+//! tools), what `/proc` lets it touch, limits every command starts with,
+//! and the seccomp filter, syscall by syscall.
+
+mod common;
+
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{TempDir, TestEngine, BINARY};
+use shellgate_sandbox::backend::ContainerSpec;
+
+/// One syscall made for real inside a container, and the errno the
+/// filter must answer with.
+struct Probe {
+    name: &'static str,
+    nr: libc::c_long,
+    args: Vec<i64>,
+    errno: i32,
+}
+
+fn probe(name: &'static str, nr: libc::c_long, args: &[i64], errno: i32) -> Probe {
+    Probe {
+        name,
+        nr,
+        args: args.to_vec(),
+        errno,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_seccomp_filter_refuses_each_denied_syscall_for_real() {
+    let t = TestEngine::new("seccomp-real").await;
+    t.create("c1").await;
+    // Arguments are chosen, where possible, so that the kernel itself would
+    // answer with another errno (or succeed): the errno seen is the filter's.
+    let newuser = libc::CLONE_NEWUSER as i64;
+    let mut probes = vec![
+        probe("unshare", libc::SYS_unshare, &[newuser], libc::EPERM),
+        probe("setns", libc::SYS_setns, &[-1, 0], libc::EPERM),
+        probe("mount", libc::SYS_mount, &[0, 0, 0, 0, 0], libc::EPERM),
+        probe("umount2", libc::SYS_umount2, &[0, 0], libc::EPERM),
+        probe("pivot_root", libc::SYS_pivot_root, &[0, 0], libc::EPERM),
+        probe("chroot", libc::SYS_chroot, &[0], libc::EPERM),
+        probe("open_tree", libc::SYS_open_tree, &[-1, 0, 0], libc::EPERM),
+        probe(
+            "move_mount",
+            libc::SYS_move_mount,
+            &[-1, 0, -1, 0, 0],
+            libc::EPERM,
+        ),
+        probe("fsopen", libc::SYS_fsopen, &[0, 0], libc::EPERM),
+        probe("bpf", libc::SYS_bpf, &[0, 0, 0], libc::EPERM),
+        probe("keyctl", libc::SYS_keyctl, &[0, 0, 0, 0, 0], libc::EPERM),
+        probe("add_key", libc::SYS_add_key, &[0, 0, 0, 0, 0], libc::EPERM),
+        probe("userfaultfd", libc::SYS_userfaultfd, &[0], libc::EPERM),
+        probe(
+            "perf_event_open",
+            libc::SYS_perf_event_open,
+            &[0, 0, -1, -1, 0],
+            libc::EPERM,
+        ),
+        probe(
+            "io_uring_setup",
+            libc::SYS_io_uring_setup,
+            &[1, 0],
+            libc::EPERM,
+        ),
+        probe(
+            "open_by_handle_at",
+            libc::SYS_open_by_handle_at,
+            &[-1, 0, 0],
+            libc::EPERM,
+        ),
+        // The kernel would return the old persona (0).
+        probe(
+            "personality_32",
+            libc::SYS_personality,
+            &[0x0008],
+            libc::EPERM,
+        ),
+        probe(
+            "personality_norandom",
+            libc::SYS_personality,
+            &[0x0040000],
+            libc::EPERM,
+        ),
+        // CLONE_NEWUSER with CLONE_FS: the kernel would say EINVAL.
+        probe(
+            "clone_newuser",
+            libc::SYS_clone,
+            &[newuser | libc::CLONE_FS as i64, 0, 0, 0, 0],
+            libc::EPERM,
+        ),
+        probe("clone3", libc::SYS_clone3, &[0, 0], libc::ENOSYS),
+        probe(
+            "socket_vsock",
+            libc::SYS_socket,
+            &[libc::AF_VSOCK as i64, libc::SOCK_STREAM as i64, 0],
+            libc::EAFNOSUPPORT,
+        ),
+        // Without the filter: EPERM (no CAP_NET_RAW).
+        probe(
+            "socket_packet",
+            libc::SYS_socket,
+            &[libc::AF_PACKET as i64, libc::SOCK_RAW as i64, 0],
+            libc::EAFNOSUPPORT,
+        ),
+        // stdin is /dev/null: without the filter, ENOTTY.
+        probe(
+            "ioctl_tiocsti",
+            libc::SYS_ioctl,
+            &[0, libc::TIOCSTI as i64, 0],
+            libc::EPERM,
+        ),
+    ];
+    // x86's segment descriptors: reading none would return 0.
+    #[cfg(target_arch = "x86_64")]
+    probes.push(probe(
+        "modify_ldt",
+        libc::SYS_modify_ldt,
+        &[0, 0, 0],
+        libc::EPERM,
+    ));
+
+    let mut script = String::from(
+        "import ctypes\n\
+         libc = ctypes.CDLL(None, use_errno=True)\n\
+         libc.syscall.restype = ctypes.c_long\n\
+         def call(name, nr, *args):\n\
+         \x20   ctypes.set_errno(0)\n\
+         \x20   r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in args])\n\
+         \x20   print(name, r, ctypes.get_errno())\n",
+    );
+    for p in &probes {
+        let args: Vec<String> = p.args.iter().map(i64::to_string).collect();
+        script.push_str(&format!(
+            "call({:?}, {}, {})\n",
+            p.name,
+            p.nr,
+            args.join(", ")
+        ));
+    }
+    // Allowed: querying the persona, keeping the default one, IPv4 sockets.
+    script.push_str(&format!(
+        "call('personality_query', {nr}, 0xffffffff)\n\
+         call('personality_default', {nr}, 0)\n\
+         call('socket_inet', {socket}, {inet}, {stream}, 0)\n",
+        nr = libc::SYS_personality,
+        socket = libc::SYS_socket,
+        inet = libc::AF_INET,
+        stream = libc::SOCK_STREAM,
+    ));
+    let out = t.ok("c1", &format!("python3 - <<'EOF'\n{script}EOF")).await;
+    let results: std::collections::HashMap<&str, (i64, i32)> = out
+        .lines()
+        .filter_map(|line| {
+            let mut parts = line.split_whitespace();
+            Some((
+                parts.next()?,
+                (parts.next()?.parse().ok()?, parts.next()?.parse().ok()?),
+            ))
+        })
+        .collect();
+    for p in &probes {
+        assert_eq!(
+            results.get(p.name),
+            Some(&(-1, p.errno)),
+            "{}: {out}",
+            p.name
+        );
+    }
+    assert_eq!(results.get("personality_query"), Some(&(0, 0)), "{out}");
+    assert_eq!(results.get("personality_default"), Some(&(0, 0)), "{out}");
+    assert!(
+        results.get("socket_inet").is_some_and(|(fd, _)| *fd >= 0),
+        "{out}"
+    );
+    // Threads (clone without namespace flags) still start.
+    assert_eq!(
+        t.ok(
+            "c1",
+            "python3 -c 'import threading; t=threading.Thread(target=print,args=(\"thread\",)); t.start(); t.join()'"
+        )
+        .await,
+        "thread\n"
+    );
+    t.finish().await;
+}
+
+/// A tmpfs mounted on the host under `/usr` for one test, removed on drop.
+struct HostSubmount(PathBuf);
+
+impl HostSubmount {
+    fn new() -> Self {
+        let dir = PathBuf::from(format!("/usr/share/shellgate-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "mode=1777,size=1m", "shellgate-test"])
+            .arg(&dir)
+            .status()
+            .unwrap();
+        assert!(mounted.success(), "mount a tmpfs at {}", dir.display());
+        HostSubmount(dir)
+    }
+}
+
+impl Drop for HostSubmount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn read_only_binds_are_read_only_all_the_way_down() {
+    // A world-writable file system mounted on the host below /usr: the
+    // container's /usr bind carries it along, and must freeze it too.
+    let submount = HostSubmount::new();
+    let t = TestEngine::new("recursive-ro").await;
+    t.create("c1").await;
+    let inside = submount.0.display().to_string();
+    let result = t
+        .run(
+            "c1",
+            &format!("touch {inside}/x 2>&1; grep ' {inside} ' /proc/self/mountinfo"),
+        )
+        .await;
+    assert!(
+        result.stdout.contains("Read-only file system"),
+        "{result:?}"
+    );
+    let line = result
+        .stdout
+        .lines()
+        .find(|l| l.contains(&format!(" {inside} ")))
+        .unwrap_or_else(|| panic!("the submount is not inside: {result:?}"));
+    for flag in ["ro,", "nosuid", "nodev"] {
+        assert!(line.contains(flag), "{flag} missing: {line}");
+    }
+    assert!(!submount.0.join("x").exists());
+    t.finish().await;
+    drop(submount);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn commands_start_with_their_own_oom_score_and_descriptor_limit() {
+    let t = TestEngine::new("limits").await;
+    t.create("c1").await;
+    // Init may be exempt from the OOM killer; commands never are.
+    assert_eq!(t.ok("c1", "cat /proc/self/oom_score_adj").await, "0\n");
+    // The server's descriptor limit (this test process's) does not leak in.
+    assert_eq!(t.ok("c1", "ulimit -n; ulimit -Hn").await, "4096\n4096\n");
+    let opened = t
+        .run(
+            "c1",
+            "python3 -c 'import os\nfds=[]\ntry:\n    while True: fds.append(os.open(\"/dev/null\", os.O_RDONLY))\nexcept OSError as e: print(len(fds) < 4096, e.errno)'",
+        )
+        .await;
+    assert_eq!(opened.stdout, "True 24\n", "{opened:?}");
+    t.finish().await;
+}
+
+/// A tiny root file system: static busybox and its applet links.
+fn busybox_rootfs(dir: &Path) {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::create_dir_all(dir.join("etc")).unwrap();
+    std::fs::copy("/bin/busybox", bin.join("busybox"))
+        .expect("busybox-static is installed (apt-get install busybox-static)");
+    for applet in ["sh", "cat", "ls", "echo", "grep", "readlink", "tr"] {
+        symlink("busybox", bin.join(applet)).unwrap();
+    }
+}
+
+fn tarball_of(dir: &Path, tarball: &Path) {
+    let status = Command::new("tar")
+        .arg("-czf")
+        .arg(tarball)
+        .arg("-C")
+        .arg(dir)
+        .arg(".")
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// Checks a container's mount table and pid 1 for anything naming the
+/// host's layout.
+async fn assert_no_host_paths(t: &TestEngine, id: &str) -> String {
+    let data_dir = t.data_dir().display().to_string();
+    let test_dir = t.dir.path().display().to_string();
+    let mountinfo = t.ok(id, "cat /proc/self/mountinfo").await;
+    for leak in [&data_dir, &test_dir, "/sandbox/images", "/containers/"] {
+        assert!(!mountinfo.contains(leak), "{leak} in {mountinfo}");
+    }
+    // Init is the re-executed helper: its argument vector names no path.
+    let cmdline = t.ok(id, "cat /proc/1/cmdline | tr '\\0' ' '").await;
+    assert_eq!(cmdline, "shellgate __sandbox-helper ", "{cmdline}");
+    assert!(!cmdline.contains(BINARY));
+    // The executable link and the memory map would name the binary's path,
+    // but init is not dumpable: nobody inside may read them.
+    let probe = t
+        .run(
+            id,
+            "readlink /proc/1/exe; echo exe=$?; cat /proc/1/maps; echo maps=$?; \
+             ls -l /proc/1/cwd /proc/1/root 2>&1; true",
+        )
+        .await;
+    assert!(probe.stdout.contains("exe=1"), "{probe:?}");
+    assert!(probe.stdout.contains("maps=1"), "{probe:?}");
+    let everything = format!("{}{}", probe.stdout, probe.stderr);
+    for leak in [BINARY, &data_dir] {
+        assert!(!everything.contains(leak), "{leak} in {probe:?}");
+    }
+    mountinfo
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn nothing_inside_a_host_image_container_names_a_host_path() {
+    let t = TestEngine::new("hostpaths").await;
+    t.create("c1").await;
+    let mountinfo = assert_no_host_paths(&t, "c1").await;
+    // /etc is an overlay of the host image's copy, under a short name.
+    let etc = mountinfo
+        .lines()
+        .find(|l| l.split_whitespace().nth(4) == Some("/etc"))
+        .unwrap_or_else(|| panic!("no /etc mount: {mountinfo}"));
+    assert!(
+        etc.contains(" - overlay overlay ro,lowerdir=etc:empty"),
+        "{etc}"
+    );
+    assert_eq!(etc.split_whitespace().nth(3), Some("/"), "{etc}");
+    // The sandbox user still exists there.
+    assert!(t.ok("c1", "id -un").await.starts_with("sandbox"));
+    // The kernel command line (the host's boot image and parameters) reads empty.
+    assert_eq!(t.ok("c1", "wc -c < /proc/cmdline").await.trim(), "0");
+    t.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn nothing_inside_an_image_container_names_a_host_path() {
+    let t = TestEngine::new("imagepaths").await;
+    let rootfs = t.dir.path().join("rootfs");
+    busybox_rootfs(&rootfs);
+    let tarball = t.dir.path().join("rootfs.tar.gz");
+    tarball_of(&rootfs, &tarball);
+    t.engine
+        .images()
+        .import("tiny", &tarball)
+        .await
+        .expect("import");
+    let spec = ContainerSpec {
+        image: "tiny".into(),
+        ..ContainerSpec::default()
+    };
+    t.create_with("c1", spec).await;
+    let mountinfo = assert_no_host_paths(&t, "c1").await;
+    let root = mountinfo
+        .lines()
+        .find(|l| l.split_whitespace().nth(4) == Some("/"))
+        .unwrap_or_else(|| panic!("no root mount: {mountinfo}"));
+    assert!(
+        root.contains("lowerdir=lower,upperdir=upper,workdir=work"),
+        "{root}"
+    );
+    // The generated identity files are bound from copies, not host files.
+    let passwd = mountinfo
+        .lines()
+        .find(|l| l.split_whitespace().nth(4) == Some("/etc/passwd"))
+        .unwrap_or_else(|| panic!("no /etc/passwd mount: {mountinfo}"));
+    assert!(passwd.contains(" ro,"), "{passwd}");
+    assert!(t
+        .ok("c1", "cat /etc/passwd")
+        .await
+        .contains("sandbox:x:1000"));
+    t.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn proc_is_masked_and_its_tunables_are_read_only() {
+    let t = TestEngine::new("procmask").await;
+    let spec = ContainerSpec {
+        tmp_bytes: 64 << 20,
+        ..ContainerSpec::default()
+    };
+    t.create_with("c1", spec).await;
+    for file in [
+        "kcore",
+        "keys",
+        "latency_stats",
+        "sched_debug",
+        "timer_list",
+        "timer_stats",
+        "sysrq-trigger",
+        "cmdline",
+    ] {
+        // Either the kernel has no such file or it reads empty.
+        let out = t
+            .ok(
+                "c1",
+                &format!("test -e /proc/{file} && wc -c < /proc/{file} || echo absent"),
+            )
+            .await;
+        assert!(
+            out.trim() == "0" || out.trim() == "absent",
+            "/proc/{file}: {out}"
+        );
+    }
+    for dir in ["acpi", "asound", "scsi"] {
+        let out = t
+            .ok(
+                "c1",
+                &format!("test -e /proc/{dir} && ls -A /proc/{dir} | wc -l || echo absent"),
+            )
+            .await;
+        assert!(
+            out.trim() == "0" || out.trim() == "absent",
+            "/proc/{dir}: {out}"
+        );
+    }
+    // The host has timers and an ACPI tree: masked, not merely absent.
+    if Path::new("/proc/timer_list").exists() {
+        let mounts = t.ok("c1", "cat /proc/self/mountinfo").await;
+        assert!(mounts.contains(" /proc/timer_list ro,"), "{mounts}");
+    }
+    let writes = t
+        .run(
+            "c1",
+            "echo b > /proc/sysrq-trigger; echo 1 > /proc/sys/kernel/shmmax; \
+             grep -E ' /proc/(sys|bus|fs|irq) ' /proc/self/mountinfo",
+        )
+        .await;
+    // (Kernels without magic SysRq have no trigger to mask.)
+    let sysrq = Path::new("/proc/sysrq-trigger").exists();
+    assert_eq!(
+        writes.stderr.matches("Read-only file system").count(),
+        if sysrq { 2 } else { 1 },
+        "{writes:?}"
+    );
+    for tree in ["sys", "bus", "fs", "irq"] {
+        if Path::new("/proc").join(tree).exists() {
+            let line = writes
+                .stdout
+                .lines()
+                .find(|l| l.contains(&format!(" /proc/{tree} ")))
+                .unwrap_or_else(|| panic!("/proc/{tree} not remounted: {writes:?}"));
+            assert!(line.contains(" ro,"), "{line}");
+        }
+    }
+    // Init sized System V shared memory before /proc/sys turned read-only:
+    // a quarter of /tmp.
+    assert_eq!(
+        t.ok("c1", "cat /proc/sys/kernel/shmmax").await.trim(),
+        (16u64 << 20).to_string()
+    );
+    t.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_hosts_usr_local_is_hidden() {
+    let t = TestEngine::new("usrlocal").await;
+    t.create("c1").await;
+    assert_eq!(t.ok("c1", "ls -A /usr/local | wc -l").await.trim(), "0");
+    let host_entries = std::fs::read_dir("/usr/local").map_or(0, |d| d.count());
+    assert!(
+        host_entries > 0,
+        "the host's /usr/local is empty: nothing to hide"
+    );
+    // Covered, not removed: the rest of /usr is there, and nothing can be
+    // written under the cover.
+    let result = t
+        .run("c1", "ls /usr/bin | wc -l; touch /usr/local/x 2>&1")
+        .await;
+    assert!(
+        result.stdout.contains("Read-only file system"),
+        "{result:?}"
+    );
+    assert!(
+        result
+            .stdout
+            .lines()
+            .next()
+            .and_then(|n| n.trim().parse::<u32>().ok())
+            .is_some_and(|n| n > 10),
+        "{result:?}"
+    );
+    t.finish().await;
+}
+
+#[test]
+fn the_host_image_can_expose_usr_local_on_request() {
+    use shellgate_sandbox::image::{HostImageOptions, ImageStore};
+    use shellgate_sandbox::protocol::RootSpec;
+    let dir = TempDir::new("usrlocal-option");
+    let hidden = |store: &ImageStore| match store.resolve("host").unwrap().root {
+        RootSpec::HostBinds { hidden, .. } => hidden,
+        other => panic!("host image resolved to {other:?}"),
+    };
+    let default = ImageStore::open(dir.path(), "sandbox").unwrap();
+    assert_eq!(hidden(&default), ["/usr/local"]);
+    let exposed = ImageStore::open_with(
+        dir.path(),
+        "sandbox",
+        HostImageOptions {
+            expose_usr_local: true,
+        },
+    )
+    .unwrap();
+    assert!(hidden(&exposed).is_empty());
+}
