@@ -13,49 +13,18 @@
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use crate::backend::{FileEntry, FileListing, WORKDIR};
 use crate::error::SandboxError;
-use crate::sys;
-
-const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
-const RESOLVE_NO_SYMLINKS: u64 = 0x04;
-const RESOLVE_BENEATH: u64 = 0x08;
-const RESOLVE_IN_ROOT: u64 = 0x10;
+use crate::sys::{
+    self, openat2, RESOLVE_BENEATH, RESOLVE_IN_ROOT, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS,
+};
 
 /// Largest file the engine reads into memory at once.
 pub const MAX_READ_BYTES: u64 = 1 << 30;
-
-#[repr(C)]
-struct OpenHow {
-    flags: u64,
-    mode: u64,
-    resolve: u64,
-}
-
-fn openat2(dir: RawFd, path: &str, flags: i32, mode: u32, resolve: u64) -> io::Result<OwnedFd> {
-    let path = CString::new(path).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    let how = OpenHow {
-        flags: (flags | libc::O_CLOEXEC) as u64,
-        mode: mode as u64,
-        resolve,
-    };
-    // SAFETY: `path` and `how` are valid for the call; openat2 returns a new fd.
-    let fd = sys::cvt(unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            dir,
-            path.as_ptr(),
-            &how as *const OpenHow,
-            std::mem::size_of::<OpenHow>(),
-        )
-    })?;
-    // SAFETY: the descriptor is new and ours alone.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
-}
 
 /// Turns a caller's path (`/mnt/data/a/b`, `a/b`) into components relative
 /// to `/mnt/data`, refusing `..`, empty paths and NUL bytes.

@@ -29,12 +29,15 @@
 use std::ffi::CString;
 use std::fs;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::error::{IoContext, SandboxError};
 use crate::protocol::RootSpec;
+use crate::sys::{
+    openat2, RESOLVE_BENEATH, RESOLVE_IN_ROOT, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS,
+};
 
 /// Name of the image made of the host's own system directories.
 pub const HOST_IMAGE: &str = "host";
@@ -526,43 +529,9 @@ impl ImageStore {
     }
 }
 
-// openat2(2) resolution flags (linux/openat2.h).
-const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
-const RESOLVE_NO_SYMLINKS: u64 = 0x04;
-const RESOLVE_BENEATH: u64 = 0x08;
-const RESOLVE_IN_ROOT: u64 = 0x10;
-
 /// Walks below a directory descriptor, following nothing: no symbolic link,
 /// no `..` above it, no `/proc` magic link.
 const STRICTLY_BENEATH: u64 = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-
-#[repr(C)]
-struct OpenHow {
-    flags: u64,
-    mode: u64,
-    resolve: u64,
-}
-
-fn openat2(dir: RawFd, path: &str, flags: i32, mode: u32, resolve: u64) -> io::Result<OwnedFd> {
-    let path = CString::new(path).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    let how = OpenHow {
-        flags: (flags | libc::O_CLOEXEC) as u64,
-        mode: mode as u64,
-        resolve,
-    };
-    // SAFETY: `path` and `how` are valid for the call; openat2 returns a new fd.
-    let fd = crate::sys::cvt(unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            dir,
-            path.as_ptr(),
-            &how as *const OpenHow,
-            std::mem::size_of::<OpenHow>(),
-        )
-    })?;
-    // SAFETY: the descriptor is new and ours alone.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
-}
 
 /// Opens an image's root directory (a path of the store, itself trusted).
 fn open_image_root(root: &Path) -> io::Result<OwnedFd> {

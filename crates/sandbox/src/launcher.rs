@@ -55,22 +55,7 @@ impl Helper {
             .context(|| format!("create cgroup {slot}"))?;
         let enrollment = serde_json::to_vec(&Enrollment { cgroup_procs })
             .map_err(|e| SandboxError::Setup(format!("encode enrollment: {e}")))?;
-        let spawned = async {
-            let (ours, theirs) = sys::seqpacket_pair().context(|| "socketpair".into())?;
-            let pid = spawn_helper(binary, &theirs)
-                .context(|| format!("start helper {}", binary.display()))?;
-            drop(theirs);
-            let pidfd = sys::pidfd_open(pid).context(|| "pidfd of helper".into())?;
-            set_nonblocking(&ours)?;
-            let control = register(ours).context(|| "register control socket".into())?;
-            Ok::<_, SandboxError>(Helper {
-                control,
-                pidfd,
-                slot: slot.clone(),
-            })
-        }
-        .await;
-        let helper = match spawned {
+        let helper = match Self::launch(binary, slot.clone()) {
             Ok(helper) => helper,
             Err(e) => {
                 let _ = cgroups.remove(&slot, Duration::from_secs(2)).await;
@@ -103,8 +88,8 @@ impl Helper {
         }
     }
 
-    /// A helper enrolled in no cgroup, for work that starts no container.
-    async fn spawn_unenrolled(binary: &Path) -> Result<Helper, SandboxError> {
+    /// Starts the helper process with its end of a new control socket.
+    fn launch(binary: &Path, slot: String) -> Result<Helper, SandboxError> {
         let (ours, theirs) = sys::seqpacket_pair().context(|| "socketpair".into())?;
         let pid = spawn_helper(binary, &theirs)
             .context(|| format!("start helper {}", binary.display()))?;
@@ -112,11 +97,16 @@ impl Helper {
         let pidfd = sys::pidfd_open(pid).context(|| "pidfd of helper".into())?;
         set_nonblocking(&ours)?;
         let control = register(ours).context(|| "register control socket".into())?;
-        let helper = Helper {
+        Ok(Helper {
             control,
             pidfd,
-            slot: String::new(),
-        };
+            slot,
+        })
+    }
+
+    /// A helper enrolled in no cgroup, for work that starts no container.
+    async fn spawn_unenrolled(binary: &Path) -> Result<Helper, SandboxError> {
+        let helper = Self::launch(binary, String::new())?;
         let enrollment = serde_json::to_vec(&Enrollment {
             cgroup_procs: Vec::new(),
         })

@@ -98,6 +98,42 @@ pub fn mount_flags(path: &Path) -> io::Result<libc::c_ulong> {
     Ok(unsafe { buf.assume_init() }.f_flag)
 }
 
+// openat2(2) resolution flags (linux/openat2.h).
+pub const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+pub const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+pub const RESOLVE_BENEATH: u64 = 0x08;
+pub const RESOLVE_IN_ROOT: u64 = 0x10;
+
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+
+/// `openat2(2)`: opens `path` relative to `dir` (close-on-exec), resolving
+/// it as `resolve` allows.
+pub fn openat2(dir: RawFd, path: &str, flags: i32, mode: u32, resolve: u64) -> io::Result<OwnedFd> {
+    let path = CString::new(path).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let how = OpenHow {
+        flags: (flags | libc::O_CLOEXEC) as u64,
+        mode: mode as u64,
+        resolve,
+    };
+    // SAFETY: `path` and `how` are valid for the call; openat2 returns a new fd.
+    let fd = cvt(unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir,
+            path.as_ptr(),
+            &how as *const OpenHow,
+            size_of::<OpenHow>(),
+        )
+    })?;
+    // SAFETY: the descriptor is new and ours alone.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
 /// A connected pair of `SOCK_SEQPACKET` Unix sockets (message boundaries kept,
 /// file descriptors can travel), close-on-exec.
 pub fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {

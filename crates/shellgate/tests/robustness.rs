@@ -27,6 +27,19 @@ async fn count(t: &TestEngine, id: &str, pattern: &str) -> u32 {
         .unwrap_or(u32::MAX)
 }
 
+/// Processes matching `pattern` once they had up to 2.5 s to go.
+async fn left_after_a_while(t: &TestEngine, id: &str, pattern: &str) -> u32 {
+    let mut left = u32::MAX;
+    for _ in 0..50 {
+        left = count(t, id, pattern).await;
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    left
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_timed_out_command_dies_with_every_descendant_wherever_it_went() {
     let t = TestEngine::new("descendants").await;
@@ -42,14 +55,7 @@ async fn a_timed_out_command_dies_with_every_descendant_wherever_it_went() {
         )
         .await;
     assert_eq!(result.outcome, Outcome::Timeout, "{result:?}");
-    let mut left = u32::MAX;
-    for _ in 0..50 {
-        left = count(&t, "c1", "sleep 100").await;
-        if left == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let left = left_after_a_while(&t, "c1", "sleep 100").await;
     assert_eq!(left, 0, "descendants of a timed-out command survived");
     // A command that ends normally keeps its background services.
     t.ok("c1", "setsid sleep 2001 >/dev/null 2>&1 & true").await;
@@ -71,14 +77,7 @@ async fn a_run_whose_caller_gives_up_still_kills_its_command() {
             .is_err(),
         "the command should still be running"
     );
-    let mut left = u32::MAX;
-    for _ in 0..50 {
-        left = count(&t, "c1", "sleep 300").await;
-        if left == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let left = left_after_a_while(&t, "c1", "sleep 300").await;
     assert_eq!(left, 0, "a dropped run left its command running");
     t.finish().await;
 }

@@ -241,8 +241,9 @@ fn container_file_row(row: &Row) -> rusqlite::Result<ContainerFileRow> {
     })
 }
 
-/// One page of a project's rows of `table` (only those whose
-/// `filter_column` equals `filter`, if given), in `seq` order, after the row
+/// One page of the rows of `table` whose `scope_column` is `scope` (a
+/// project, or a container for its files), only those whose
+/// `filter_column` equals `filter` if given, in `seq` order, after the row
 /// whose id is `page.after`. Table and column names are this file's
 /// constants, never input.
 #[allow(clippy::too_many_arguments)]
@@ -250,8 +251,9 @@ fn page_of<T>(
     conn: &Connection,
     table: &str,
     columns: &str,
+    scope_column: &str,
+    scope: &str,
     filter_column: &str,
-    project: &str,
     filter: Option<&str>,
     page: &Page,
     map: fn(&Row) -> rusqlite::Result<T>,
@@ -259,8 +261,8 @@ fn page_of<T>(
     let cursor = match &page.after {
         Some(after) => Some(
             conn.query_row(
-                &format!("SELECT seq FROM {table} WHERE id = ?1 AND project = ?2"),
-                params![after, project],
+                &format!("SELECT seq FROM {table} WHERE id = ?1 AND {scope_column} = ?2"),
+                params![after, scope],
                 |row| row.get::<_, i64>(0),
             )
             .optional()?
@@ -277,12 +279,12 @@ fn page_of<T>(
         ("<", "DESC")
     };
     let sql = format!(
-        "SELECT {columns} FROM {table} WHERE project = ?1 AND (?2 IS NULL OR {filter_column} = ?2)
+        "SELECT {columns} FROM {table} WHERE {scope_column} = ?1 AND (?2 IS NULL OR {filter_column} = ?2)
          AND (?3 IS NULL OR seq {comparison} ?3) ORDER BY seq {order} LIMIT ?4"
     );
     let mut statement = conn.prepare(&sql)?;
     let mut rows = statement
-        .query_map(params![project, filter, cursor, page.limit as i64 + 1], map)?
+        .query_map(params![scope, filter, cursor, page.limit as i64 + 1], map)?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     let has_more = rows.len() > page.limit as usize;
     rows.truncate(page.limit as usize);
@@ -473,8 +475,9 @@ impl Store {
             &self.reader(),
             "containers",
             CONTAINER_COLUMNS,
-            "name",
+            "project",
             project,
+            "name",
             name,
             page,
             container_row,
@@ -656,8 +659,9 @@ impl Store {
             &self.reader(),
             "files",
             FILE_COLUMNS,
-            "purpose",
+            "project",
             project,
+            "purpose",
             purpose,
             page,
             file_row,
@@ -720,37 +724,17 @@ impl Store {
         container_id: &str,
         page: &Page,
     ) -> Result<(Vec<ContainerFileRow>, bool)> {
-        let conn = self.reader();
-        let cursor = match &page.after {
-            Some(after) => Some(
-                conn.query_row(
-                    "SELECT seq FROM container_files WHERE id = ?1 AND container_id = ?2",
-                    params![after, container_id],
-                    |row| row.get::<_, i64>(0),
-                )
-                .optional()?
-                .ok_or_else(|| StoreError::UnknownCursor(after.clone()))?,
-            ),
-            None => None,
-        };
-        let (comparison, order) = if page.ascending {
-            (">", "ASC")
-        } else {
-            ("<", "DESC")
-        };
-        let mut statement = conn.prepare(&format!(
-            "SELECT {CONTAINER_FILE_COLUMNS} FROM container_files WHERE container_id = ?1
-             AND (?2 IS NULL OR seq {comparison} ?2) ORDER BY seq {order} LIMIT ?3"
-        ))?;
-        let mut rows = statement
-            .query_map(
-                params![container_id, cursor, page.limit as i64 + 1],
-                container_file_row,
-            )?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        let has_more = rows.len() > page.limit as usize;
-        rows.truncate(page.limit as usize);
-        Ok((rows, has_more))
+        page_of(
+            &self.reader(),
+            "container_files",
+            CONTAINER_FILE_COLUMNS,
+            "container_id",
+            container_id,
+            "path",
+            None,
+            page,
+            container_file_row,
+        )
     }
 
     /// Brings a container's file rows in line with what is in it: one pass
