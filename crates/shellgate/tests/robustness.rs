@@ -425,3 +425,52 @@ async fn a_cgroup_takes_a_larger_then_a_smaller_memory_limit() {
         .unwrap();
     cgroups.remove_base();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_busy_container_near_its_process_limit_keeps_its_processes() {
+    let t = TestEngine::new("near-limit").await;
+    let spec = ContainerSpec {
+        pids_max: 64,
+        ..ContainerSpec::default()
+    };
+    t.create_with("c1", spec).await;
+    // 59 tasks (a process and its threads), no fork ever refused.
+    t.ok(
+        "c1",
+        "setsid python3 -c 'import threading, time\n\
+         for _ in range(58): threading.Thread(target=time.sleep, args=(100,), daemon=True).start()\n\
+         time.sleep(100)' >/dev/null 2>&1 & sleep 1",
+    )
+    .await;
+    let result = t.run("c1", "echo next").await;
+    assert_eq!(result.stdout, "next\n");
+    assert!(!result.stderr.contains("were ended"), "{result:?}");
+    assert_eq!(count(&t, "c1", "python3 -c import threading").await, 1);
+    t.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn file_access_never_goes_through_the_pid_of_init() {
+    // The engine reaches a container's files through a descriptor, not
+    // /proc/<pid>/root: when init dies (and its pid may be reused by any
+    // process, in any container), the files reached are still this
+    // container's.
+    let t = TestEngine::new("dead-init").await;
+    t.create("c1").await;
+    t.create("c2").await;
+    t.ok("c1", "echo mine > /mnt/data/whose.txt").await;
+    t.ok("c2", "echo other > /mnt/data/whose.txt").await;
+    let init = t.engine.init_pid("c1").await.unwrap().expect("running");
+    // SAFETY: SIGKILL to the test's own container init.
+    unsafe { libc::kill(init, libc::SIGKILL) };
+    assert!(common::eventually(Duration::from_secs(5), || !common::process_alive(init)).await);
+    assert_eq!(
+        t.engine.read_file("c1", "whose.txt").await.unwrap(),
+        b"mine\n"
+    );
+    let listing = t.engine.list_files("c1").await.unwrap();
+    assert_eq!(listing.files.len(), 1);
+    // The next command starts it again, with the same files.
+    assert_eq!(t.ok("c1", "cat whose.txt").await, "mine\n");
+    t.finish().await;
+}

@@ -125,13 +125,17 @@ impl LocalEngine {
             }
         };
         let pids_max = container.spec.pids_max;
-        // A container at its process limit (a fork bomb left running) could
-        // not even start bash's pipelines: init first ends the runaway.
+        // A container at its process limit whose processes keep running
+        // into it (a fork bomb left running) could not even start bash's
+        // pipelines: init first ends the runaway. A container merely busy
+        // near its limit (many threads, no failed forks) is left alone.
         let reclaim = self
             .inner
             .cgroups
             .pids_current(&running.slot)
-            .is_some_and(|n| n + PROCESS_HEADROOM >= pids_max);
+            .is_some_and(|n| n + PROCESS_HEADROOM >= pids_max)
+            && self.inner.cgroups.limit_events(&running.slot).pids_max
+                > lock(&running.limits_seen).pids_max;
         let (stdout_read, stdout_write) = sys::pipe().context(|| "pipe".into())?;
         let (stderr_read, stderr_write) = sys::pipe().context(|| "pipe".into())?;
         let (status_read, status_write) = sys::pipe().context(|| "pipe".into())?;
