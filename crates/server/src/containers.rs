@@ -331,10 +331,25 @@ pub async fn exec(
     Path(id): Path<String>,
     ApiJson(body): ApiJson<ExecRequest>,
 ) -> ApiResult<Response> {
-    let row = owned(&state, &project, &id).await?;
     let request = run_request(&body, state.config.request_deadline_secs)?;
     let permit = state.admission.exec(&project.0)?;
-    begin_activity(&state, &row).await?;
+    // One trip to the store: the row, and the activity of a running one.
+    let (owner, key, started_at) = (project.0.clone(), id.clone(), now());
+    let row = state
+        .db(move |s| {
+            let row = s.container(&owner, &key)?;
+            if let Some(row) = row.as_ref().filter(|r| r.session_open) {
+                if started_at > row.last_active_at {
+                    s.record_activity(&row.id, started_at, 0.0)?;
+                }
+            }
+            Ok(row)
+        })
+        .await?
+        .ok_or_else(|| ApiError::not_found("container", &id))?;
+    if !row.session_open {
+        begin_activity(&state, &row).await?;
+    }
     let commands = request.commands.len();
     let max_output_length = request.max_output_length;
     if !body.stream {

@@ -111,6 +111,7 @@ pub fn state() -> Result<Arc<AppState>, crate::ServeError> {
         .map_err(|e| crate::ServeError::Setup(e.to_string()))?;
     Ok(Arc::new(AppState {
         limiter: crate::http::RateLimiter::new(0),
+        keys: Default::default(),
         admission: crate::admission::Admission::new(&config),
         files_dir: config.data_dir.join("files"),
         config,

@@ -39,11 +39,18 @@ impl FromRequestParts<Arc<AppState>> for Project {
             .ok_or_else(|| {
                 ApiError::unauthorized("The Authorization header must be 'Bearer YOUR_KEY'.")
             })?;
-        let key = key.to_owned();
-        let project = state
-            .db(move |s| s.project_for_key(&key))
-            .await?
-            .ok_or_else(|| ApiError::unauthorized("Incorrect API key provided."))?;
+        let project = match state.keys.get(key) {
+            Some(project) => project,
+            None => {
+                let owned = key.to_owned();
+                let project = state
+                    .db(move |s| s.project_for_key(&owned))
+                    .await?
+                    .ok_or_else(|| ApiError::unauthorized("Incorrect API key provided."))?;
+                state.keys.insert(key, &project);
+                project
+            }
+        };
         state.limiter.check(&project)?;
         Ok(Project(project))
     }
@@ -161,6 +168,32 @@ impl ListParams {
             ascending,
             after: self.after.clone(),
         })
+    }
+}
+
+/// Keys already seen, by hash, and their projects: a key is never changed or
+/// removed once made, so a hit needs no trip to the store. Only keys that
+/// exist are remembered (a wrong key always asks the store), and the cache
+/// is bounded.
+#[derive(Debug, Default)]
+pub struct KeyCache(Mutex<HashMap<String, String>>);
+
+/// Most keys remembered.
+const KEY_CACHE_ENTRIES: usize = 10_000;
+
+impl KeyCache {
+    pub fn get(&self, key: &str) -> Option<String> {
+        let hash = shellgate_store::hash_key(key);
+        let keys = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        keys.get(&hash).cloned()
+    }
+
+    pub fn insert(&self, key: &str, project: &str) {
+        let mut keys = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if keys.len() >= KEY_CACHE_ENTRIES {
+            keys.clear();
+        }
+        keys.insert(shellgate_store::hash_key(key), project.to_owned());
     }
 }
 

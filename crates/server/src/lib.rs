@@ -46,6 +46,7 @@ pub struct AppState {
     pub files_dir: PathBuf,
     metrics: Metrics,
     limiter: RateLimiter,
+    keys: http::KeyCache,
     admission: Admission,
     /// One file sync at a time per container (see `containers::sync_files`).
     sync_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
@@ -181,6 +182,7 @@ pub async fn open(config: Config, helper_binary: PathBuf) -> Result<Arc<AppState
     }
     let state = Arc::new(AppState {
         limiter: RateLimiter::new(config.rate_limit_per_minute),
+        keys: http::KeyCache::default(),
         admission: Admission::new(&config),
         config,
         engine: Arc::new(engine),
