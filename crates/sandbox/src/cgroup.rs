@@ -226,44 +226,21 @@ impl Cgroups {
         }
     }
 
-    /// Tasks (processes and threads) in a container's cgroup now, if known.
-    pub fn pids_current(&self, slot: &str) -> Option<u64> {
-        let dir = self.controller_dir(slot, "pids")?;
-        fs::read_to_string(dir.join("pids.current"))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
-    }
-
-    /// How often the container has hit its process limit and how many
-    /// processes the OOM killer ended in it, since its cgroup was made.
-    pub fn limit_events(&self, slot: &str) -> LimitEvents {
-        let counter = |file: PathBuf, key: &str| -> u64 {
-            fs::read_to_string(file)
-                .ok()
-                .and_then(|text| {
-                    text.lines().find_map(|line| {
-                        let (name, value) = line.split_once(' ')?;
-                        (name == key).then(|| value.trim().parse().ok())?
-                    })
-                })
-                .unwrap_or(0)
-        };
-        let pids_max = self
-            .controller_dir(slot, "pids")
-            .map(|dir| counter(dir.join("pids.events"), "max"))
-            .unwrap_or(0);
-        let oom_kills = match self {
-            Cgroups::V2 { base } => counter(base.join(slot).join("memory.events"), "oom_kill"),
+    /// The counters of a container's cgroup, opened once (see
+    /// [`LimitCounters`]).
+    pub fn counters(&self, slot: &str) -> LimitCounters {
+        let open = |path: Option<PathBuf>| path.and_then(|p| fs::File::open(p).ok());
+        let pids = self.controller_dir(slot, "pids");
+        let oom = match self {
+            Cgroups::V2 { base } => Some(base.join(slot).join("memory.events")),
             _ => self
                 .controller_dir(slot, "memory")
-                .map(|dir| counter(dir.join("memory.oom_control"), "oom_kill"))
-                .unwrap_or(0),
+                .map(|dir| dir.join("memory.oom_control")),
         };
-        LimitEvents {
-            pids_max,
-            oom_kills,
+        LimitCounters {
+            pids_current: open(pids.as_ref().map(|d| d.join("pids.current"))),
+            pids_events: open(pids.map(|d| d.join("pids.events"))),
+            oom: open(oom),
         }
     }
 
@@ -280,7 +257,59 @@ impl Cgroups {
     }
 }
 
-/// Counters of limits a container ran into (see [`Cgroups::limit_events`]).
+/// A container's cgroup counters, kept open: the command path reads them
+/// around every command, and a `pread` of an open cgroup file costs a
+/// fraction of a path lookup, open and close. A counter this host does not
+/// have reads as zero (or `None`).
+#[derive(Debug)]
+pub struct LimitCounters {
+    pids_current: Option<fs::File>,
+    pids_events: Option<fs::File>,
+    oom: Option<fs::File>,
+}
+
+/// Reads a whole (small) cgroup file from its start.
+fn read_counter_file(file: &fs::File) -> Option<String> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = [0u8; 512];
+    let n = file.read_at(&mut buf, 0).ok()?;
+    String::from_utf8(buf[..n].to_vec()).ok()
+}
+
+/// The value of `key` in a flat-keyed file (`key value` lines).
+fn keyed(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|line| {
+        let (name, value) = line.split_once(' ')?;
+        (name == key).then(|| value.trim().parse().ok())?
+    })
+}
+
+impl LimitCounters {
+    /// Tasks (processes and threads) in the cgroup now, if known.
+    pub fn pids_current(&self) -> Option<u64> {
+        read_counter_file(self.pids_current.as_ref()?)?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    /// How often the container has hit its process limit and how many
+    /// processes the OOM killer ended in it, since its cgroup was made.
+    pub fn events(&self) -> LimitEvents {
+        let count = |file: &Option<fs::File>, key: &str| {
+            file.as_ref()
+                .and_then(read_counter_file)
+                .and_then(|text| keyed(&text, key))
+                .unwrap_or(0)
+        };
+        LimitEvents {
+            pids_max: count(&self.pids_events, "max"),
+            oom_kills: count(&self.oom, "oom_kill"),
+        }
+    }
+}
+
+/// Counters of limits a container ran into (see [`LimitCounters::events`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LimitEvents {
     /// Times a fork or clone failed at `pids.max`.

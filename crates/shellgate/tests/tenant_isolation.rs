@@ -73,4 +73,3 @@ fn listing_a_hundred_thousand_files_stalls_no_other_tenant() {
     );
     assert!(p99 < Duration::from_millis(100), "p99 {p99:?}");
 }
-

@@ -129,13 +129,11 @@ impl LocalEngine {
         // into it (a fork bomb left running) could not even start bash's
         // pipelines: init first ends the runaway. A container merely busy
         // near its limit (many threads, no failed forks) is left alone.
-        let reclaim = self
-            .inner
-            .cgroups
-            .pids_current(&running.slot)
+        let reclaim = running
+            .counters
+            .pids_current()
             .is_some_and(|n| n + PROCESS_HEADROOM >= pids_max)
-            && self.inner.cgroups.limit_events(&running.slot).pids_max
-                > lock(&running.limits_seen).pids_max;
+            && running.counters.events().pids_max > lock(&running.limits_seen).pids_max;
         let (stdout_read, stdout_write) = sys::pipe().context(|| "pipe".into())?;
         let (stderr_read, stderr_write) = sys::pipe().context(|| "pipe".into())?;
         let (status_read, status_write) = sys::pipe().context(|| "pipe".into())?;
@@ -264,34 +262,34 @@ impl LocalEngine {
             }
             (None, None) => return Err(SandboxError::ContainerGone),
         };
-        self.report_limits(container, running, &mut stderr_text);
+        report_limits(container, running, &mut stderr_text);
         Ok(CommandResult {
             stdout: out.finish(),
             stderr: stderr_text,
             outcome,
         })
     }
+}
 
-    /// Adds to a command's stderr the limits the container ran into while it
-    /// ran (counted by the kernel in the container's cgroup).
-    fn report_limits(&self, container: &Container, running: &Running, stderr: &mut String) {
-        let now = self.inner.cgroups.limit_events(&running.slot);
-        let before = std::mem::replace(&mut *lock(&running.limits_seen), now);
-        if now.pids_max > before.pids_max {
-            stderr.push_str(&note(&format!(
-                "the container hit its process limit ({} processes and threads) while this \
-                 command ran: {} process or thread starts failed",
-                container.spec.pids_max,
-                now.pids_max - before.pids_max
-            )));
-        }
-        if now.oom_kills > before.oom_kills {
-            stderr.push_str(&note(&format!(
-                "the container ran out of memory (limit {} MiB) while this command ran: the \
-                 kernel ended {} process(es)",
-                container.spec.memory_bytes >> 20,
-                now.oom_kills - before.oom_kills
-            )));
-        }
+/// Adds to a command's stderr the limits the container ran into while it
+/// ran (counted by the kernel in the container's cgroup).
+fn report_limits(container: &Container, running: &Running, stderr: &mut String) {
+    let now = running.counters.events();
+    let before = std::mem::replace(&mut *lock(&running.limits_seen), now);
+    if now.pids_max > before.pids_max {
+        stderr.push_str(&note(&format!(
+            "the container hit its process limit ({} processes and threads) while this \
+             command ran: {} process or thread starts failed",
+            container.spec.pids_max,
+            now.pids_max - before.pids_max
+        )));
+    }
+    if now.oom_kills > before.oom_kills {
+        stderr.push_str(&note(&format!(
+            "the container ran out of memory (limit {} MiB) while this command ran: the \
+             kernel ended {} process(es)",
+            container.spec.memory_bytes >> 20,
+            now.oom_kills - before.oom_kills
+        )));
     }
 }

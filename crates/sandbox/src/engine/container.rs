@@ -16,7 +16,7 @@ use tokio::sync::watch;
 
 use super::{lock, LocalEngine, SANDBOX_UID};
 use crate::backend::ContainerSpec;
-use crate::cgroup::LimitEvents;
+use crate::cgroup::{LimitCounters, LimitEvents};
 use crate::disk::{self, DiskKind};
 use crate::error::{IoContext, SandboxError};
 use crate::files::DataDir;
@@ -37,7 +37,9 @@ pub(super) struct Running {
     exited: watch::Receiver<bool>,
     /// `/mnt/data` as init opened it (see `files`).
     data: OwnedFd,
-    /// Limit counters already reported (see `command`).
+    /// Its cgroup's counters, and the values already reported (see
+    /// `command`).
+    pub counters: LimitCounters,
     pub limits_seen: Mutex<LimitEvents>,
 }
 
@@ -265,7 +267,8 @@ impl LocalEngine {
             tracing::debug!(container = %id, "init exited");
             let _ = exited_tx.send(true);
         });
-        let limits_seen = Mutex::new(self.inner.cgroups.limit_events(&started.slot));
+        let counters = self.inner.cgroups.counters(&started.slot);
+        let limits_seen = Mutex::new(counters.events());
         Ok(Arc::new(Running {
             control: started.control,
             init_pid: started.init_pid,
@@ -273,6 +276,7 @@ impl LocalEngine {
             pidfd,
             exited,
             data: started.data,
+            counters,
             limits_seen,
         }))
     }
