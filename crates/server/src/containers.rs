@@ -12,7 +12,7 @@ use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use shellgate_sandbox::backend::{limits, ContainerSpec, RunRequest, SkippedFiles, StreamKind};
-use shellgate_sandbox::{CommandResult, SandboxError};
+use shellgate_sandbox::{CommandResult, ContainerState, SandboxError};
 use shellgate_store::{ContainerFileRow, ContainerRow, PresentFile};
 use shellgate_wire::{
     Container, ContainerFile, CreateContainer, CreateContainerFileFromId, Deleted, ExecRequest,
@@ -274,7 +274,9 @@ pub async fn delete(
     owned(&state, &project, &id).await?;
     // Commands running in it end with a 409 `container_deleted`.
     to_completion(async move {
+        state.forget_owner(&id);
         destroy_quietly(state.engine.as_ref(), &id).await;
+        state.flush_billing().await;
         let key = id.clone();
         state.db(move |s| s.delete_container(&key)).await?;
         Ok(Json(Deleted::new(id, "container.deleted")))
@@ -333,22 +335,34 @@ pub async fn exec(
 ) -> ApiResult<Response> {
     let request = run_request(&body, state.config.request_deadline_secs)?;
     let permit = state.admission.exec(&project.0)?;
-    // One trip to the store: the row, and the activity of a running one.
-    let (owner, key, started_at) = (project.0.clone(), id.clone(), now());
-    let row = state
-        .db(move |s| {
-            let row = s.container(&owner, &key)?;
-            if let Some(row) = row.as_ref().filter(|r| r.session_open) {
-                if started_at > row.last_active_at {
-                    s.record_activity(&row.id, started_at, 0.0)?;
+    // A container this project was already seen to own, whose processes
+    // run (so its session is open), needs no trip to the store before its
+    // commands: the time they take is billed, and the expiry renewed, after.
+    let known_running = state.owner_of(&id).is_some_and(|owner| owner == project.0)
+        && state
+            .engine
+            .inspect(&id)
+            .await
+            .is_ok_and(|info| info.state == ContainerState::Running);
+    if !known_running {
+        // One trip: the row, and the activity of a running one.
+        let (owner, key, started_at) = (project.0.clone(), id.clone(), now());
+        let row = state
+            .db(move |s| {
+                let row = s.container(&owner, &key)?;
+                if let Some(row) = row.as_ref().filter(|r| r.session_open) {
+                    if started_at > row.last_active_at {
+                        s.record_activity(&row.id, started_at, 0.0)?;
+                    }
                 }
-            }
-            Ok(row)
-        })
-        .await?
-        .ok_or_else(|| ApiError::not_found("container", &id))?;
-    if !row.session_open {
-        begin_activity(&state, &row).await?;
+                Ok(row)
+            })
+            .await?
+            .ok_or_else(|| ApiError::not_found("container", &id))?;
+        if !row.session_open {
+            begin_activity(&state, &row).await?;
+        }
+        state.remember_owner(&id, &project.0);
     }
     let commands = request.commands.len();
     let max_output_length = request.max_output_length;
@@ -361,10 +375,7 @@ pub async fn exec(
             let result = state.engine.run(&id, request).await;
             let seconds = started.elapsed().as_secs_f64();
             state.metrics.exec(commands, seconds, result.is_ok());
-            let key = id.clone();
-            state
-                .db(move |s| s.record_activity(&key, now(), seconds))
-                .await?;
+            state.bill(&id, seconds);
             result.map_err(|e| engine_error(&id, e))
         })
         .await?;
@@ -403,10 +414,7 @@ pub async fn exec(
         let result = state.engine.run_streaming(&id, request, delta_tx).await;
         let seconds = started.elapsed().as_secs_f64();
         state.metrics.exec(commands, seconds, result.is_ok());
-        let key = id.clone();
-        let _ = state
-            .db(move |s| s.record_activity(&key, now(), seconds))
-            .await;
+        state.bill(&id, seconds);
         let event = match result {
             Ok(results) => {
                 let output = shell_call_output(results, max_output_length);

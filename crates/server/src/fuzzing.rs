@@ -113,6 +113,8 @@ pub fn state() -> Result<Arc<AppState>, crate::ServeError> {
         limiter: crate::http::RateLimiter::new(0),
         keys: Default::default(),
         admission: crate::admission::Admission::new(&config),
+        billing: Default::default(),
+        owners: Default::default(),
         files_dir: config.data_dir.join("files"),
         config,
         engine: Arc::new(NoContainers),

@@ -6,6 +6,7 @@
 //! every row and container belongs to one project, and a foreign id is a 404.
 
 mod admission;
+mod billing;
 pub mod config;
 mod containers;
 pub mod error;
@@ -48,6 +49,10 @@ pub struct AppState {
     limiter: RateLimiter,
     keys: http::KeyCache,
     admission: Admission,
+    billing: billing::Billing,
+    /// Which project owns a container, for containers already looked up
+    /// (ownership never changes).
+    owners: Mutex<HashMap<String, String>>,
     /// One file sync at a time per container (see `containers::sync_files`).
     sync_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
@@ -94,6 +99,27 @@ impl AppState {
             .await
             .map_err(|e| ApiError::internal(format!("store worker failed: {e}")))?
             .map_err(ApiError::from)
+    }
+
+    fn owners(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        self.owners.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The project a container was seen to belong to, if it was.
+    pub(crate) fn owner_of(&self, container: &str) -> Option<String> {
+        self.owners().get(container).cloned()
+    }
+
+    pub(crate) fn remember_owner(&self, container: &str, project: &str) {
+        let mut owners = self.owners();
+        if owners.len() >= 100_000 {
+            owners.clear();
+        }
+        owners.insert(container.to_owned(), project.to_owned());
+    }
+
+    pub(crate) fn forget_owner(&self, container: &str) {
+        self.owners().remove(container);
     }
 
     /// The lock that serialises file syncs of one container.
@@ -184,6 +210,8 @@ pub async fn open(config: Config, helper_binary: PathBuf) -> Result<Arc<AppState
         limiter: RateLimiter::new(config.rate_limit_per_minute),
         keys: http::KeyCache::default(),
         admission: Admission::new(&config),
+        billing: Default::default(),
+        owners: Mutex::new(HashMap::new()),
         config,
         engine: Arc::new(engine),
         store: Arc::new(store),
@@ -259,6 +287,7 @@ pub async fn serve(state: Arc<AppState>) -> Result<(), ServeError> {
     )
     .await?;
     sweeper.abort();
+    state.flush_billing().await;
     tracing::info!("shutting down: stopping containers");
     lifecycle::suspend_all(&state).await;
     state.engine.shutdown().await;

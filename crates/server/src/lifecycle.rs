@@ -55,6 +55,8 @@ pub async fn recover(state: &Arc<AppState>) -> Result<(), ApiError> {
 
 /// One pass of expiry, suspension, retention and file expiry.
 pub async fn sweep(state: &Arc<AppState>) -> Result<(), ApiError> {
+    // Sessions may end below: their command time is written first.
+    state.flush_billing().await;
     let now = now();
     let idle_limit = state.config.idle_suspend_after_secs as i64;
     let retention = state.config.retention_days as i64 * 86_400;
@@ -77,6 +79,7 @@ pub async fn sweep(state: &Arc<AppState>) -> Result<(), ApiError> {
                 }
             }
             tracing::info!(container = %row.id, idle, "container expired");
+            state.forget_owner(&id);
             state.db(move |s| s.delete_container(&id)).await?;
         } else if row.session_open && idle >= idle_limit {
             match state.engine.suspend_if_idle(&row.id).await {
@@ -111,6 +114,7 @@ pub async fn sweep_forever(state: Arc<AppState>) {
 
 /// Closes every open session (the processes are about to end).
 pub async fn suspend_all(state: &Arc<AppState>) {
+    state.flush_billing().await;
     let Ok(rows) = state.db(|s| s.all_containers()).await else {
         return;
     };

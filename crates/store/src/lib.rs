@@ -494,6 +494,24 @@ impl Store {
         Ok(())
     }
 
+    /// Records the activity of many containers in one transaction:
+    /// `(id, now, command_seconds)` each.
+    pub fn record_activities(&self, activity: &[(String, i64, f64)]) -> Result<()> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        {
+            let mut update = tx.prepare_cached(
+                "UPDATE containers SET last_active_at = MAX(last_active_at, ?2), session_seconds = session_seconds + ?3
+                 WHERE id = ?1",
+            )?;
+            for (id, now, seconds) in activity {
+                update.execute(params![id, now, seconds])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
     /// Marks the start of a session (a new or woken container).
     pub fn open_session(&self, id: &str) -> Result<()> {
         self.conn().execute(
