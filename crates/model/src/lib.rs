@@ -1,0 +1,24 @@
+//! shellgate's model loop: the Responses API's agent loop over any upstream
+//! model.
+//!
+//! A response is a loop ([`run`]): the conversation goes to an upstream
+//! model ([`upstream`]: Chat Completions today) with every tool as a
+//! function tool ([`tools`]); what the model asks of the hosted `shell` runs
+//! in a sandbox the server provides ([`run::Sandbox`]) and goes back to the
+//! model, until it answers; calls the client must answer end the response.
+//! Items replayed by clients become the conversation ([`conversation`]).
+//! The HTTP layer (the server) owns storage, streaming and containers; this
+//! crate owns the loop and the upstream protocols.
+
+pub mod conversation;
+pub mod run;
+pub mod tools;
+pub mod upstream;
+
+/// A request the loop refuses before it starts: `param` names what.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct RequestError {
+    pub param: String,
+    pub message: String,
+}

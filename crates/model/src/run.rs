@@ -1,0 +1,589 @@
+//! The loop: ask the model, run what it asks of the hosted shell, feed the
+//! results back, until it answers.
+//!
+//! Each turn's reply becomes output items: its text a `message`, each call
+//! of the hosted shell a `shell_call` (its environment the container, by
+//! reference) followed by the `shell_call_output` of running it, each call
+//! the client must answer (a user function, a `local` shell, the legacy
+//! `local_shell`) a `function_call` / `shell_call` / `local_shell_call` that
+//! ends the response: the client runs it and continues with
+//! `previous_response_id`. Several calls in one turn run in order. The loop
+//! stops at `max_tool_calls` hosted calls (`incomplete`), at the model's
+//! output limit (`incomplete`), or at an upstream error (`failed`).
+//! Dropping the future cancels the run; commands it started are killed (the
+//! engine's command path guarantees it).
+
+use async_trait::async_trait;
+use serde_json::{json, Value};
+use shellgate_sandbox::backend::{limits, CommandResult, OutputDelta, RunRequest, StreamKind};
+
+use crate::conversation;
+use crate::tools::{Environment, Tools, LOCAL_SHELL, SHELL};
+use crate::upstream::{Delta, Finish, ToolCall, ToolChoice, Turn, Upstream, Usage};
+
+/// Most hosted tool calls in one response (also the default).
+pub const MAX_TOOL_CALLS: u32 = 30;
+
+/// Why the hosted shell could not serve a call; ends the response `failed`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostError {
+    /// An `error.code` of the Responses API.
+    pub code: &'static str,
+    pub message: String,
+}
+
+/// Where the hosted shell's commands run: the server's side of the loop.
+#[async_trait]
+pub trait Sandbox: Send + Sync {
+    /// The container of this response (made on first use for `container_auto`).
+    async fn container(&self) -> Result<String, HostError>;
+    /// Runs commands in it, sending output to `deltas` as it comes.
+    async fn run(
+        &self,
+        container: &str,
+        request: RunRequest,
+        deltas: Option<shellgate_sandbox::backend::DeltaSink>,
+    ) -> Result<Vec<CommandResult>, HostError>;
+}
+
+/// What happens in a response, for streaming.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// An output item began at `index` of `output`.
+    ItemAdded { index: usize, item: Value },
+    /// Text of the message at `index`.
+    TextDelta {
+        index: usize,
+        item_id: String,
+        delta: String,
+    },
+    /// The arguments of the function call at `index`, whole.
+    Arguments {
+        index: usize,
+        item_id: String,
+        arguments: String,
+    },
+    /// A command of the shell call at `index`.
+    ShellCommand {
+        index: usize,
+        command_index: usize,
+        command: String,
+    },
+    /// Output of a running command of the shell call output at `index`.
+    ShellOutput {
+        index: usize,
+        item_id: String,
+        command_index: usize,
+        stream: StreamKind,
+        text: String,
+    },
+    /// A command of the shell call output at `index` ended.
+    ShellCommandDone {
+        index: usize,
+        item_id: String,
+        command_index: usize,
+        result: Value,
+    },
+    /// The output item at `index` is complete.
+    ItemDone { index: usize, item: Value },
+}
+
+pub type EventSink = tokio::sync::mpsc::UnboundedSender<Event>;
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Status {
+    Completed,
+    /// `incomplete_details.reason`.
+    Incomplete(&'static str),
+    Failed {
+        code: &'static str,
+        message: String,
+    },
+}
+
+/// What a run made.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    pub output: Vec<Value>,
+    pub usage: Usage,
+    pub status: Status,
+    /// Hosted shell calls run.
+    pub tool_calls: u32,
+}
+
+/// One response's request, resolved.
+pub struct Request {
+    pub model: String,
+    pub instructions: Option<String>,
+    /// The conversation so far: earlier responses' items and this input.
+    pub items: Vec<Value>,
+    pub tools: Tools,
+    pub tool_choice: ToolChoice,
+    pub max_tool_calls: u32,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub max_output_tokens: Option<u32>,
+    pub parallel_tool_calls: Option<bool>,
+    /// What a hosted shell's environment is, for the tool's description.
+    pub environment_description: String,
+}
+
+/// A new item id: `prefix` and 32 hex digits.
+pub fn item_id(prefix: &str) -> String {
+    let mut bytes = [0u8; 16];
+    let mut filled = 0;
+    while filled < bytes.len() {
+        // SAFETY: getrandom writes at most the given length into the buffer.
+        let n =
+            unsafe { libc_getrandom(bytes[filled..].as_mut_ptr().cast(), bytes.len() - filled, 0) };
+        if n > 0 {
+            filled += n as usize;
+        }
+    }
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{prefix}{hex}")
+}
+
+extern "C" {
+    #[link_name = "getrandom"]
+    fn libc_getrandom(buf: *mut std::ffi::c_void, len: usize, flags: u32) -> isize;
+}
+
+fn message_item(id: &str, text: &str, status: &str) -> Value {
+    json!({
+        "type": "message",
+        "id": id,
+        "role": "assistant",
+        "status": status,
+        "content": if text.is_empty() && status == "in_progress" {
+            json!([])
+        } else {
+            json!([{"type": "output_text", "text": text, "annotations": []}])
+        },
+    })
+}
+
+/// Sends an event if anyone listens.
+fn emit(events: Option<&EventSink>, event: Event) {
+    if let Some(sink) = events {
+        let _ = sink.send(event);
+    }
+}
+
+/// The arguments of a shell call, checked; an explanation for the model if
+/// they are wrong.
+fn shell_request(arguments: &Value) -> Result<RunRequest, String> {
+    let commands: Vec<String> = arguments
+        .get("commands")
+        .and_then(Value::as_array)
+        .map(|c| {
+            c.iter()
+                .filter_map(|c| c.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    let request = RunRequest {
+        commands,
+        timeout_ms: arguments
+            .get("timeout_ms")
+            .and_then(Value::as_u64)
+            .unwrap_or(limits::DEFAULT_TIMEOUT_MS)
+            .clamp(1, limits::MAX_TIMEOUT_MS),
+        max_output_length: arguments
+            .get("max_output_length")
+            .and_then(Value::as_u64)
+            .map(|n| n as usize)
+            .unwrap_or(limits::DEFAULT_MAX_OUTPUT_LENGTH)
+            .clamp(1, limits::MAX_OUTPUT_LENGTH),
+        deadline_ms: None,
+    };
+    request.validate().map_err(|e| e.to_string())?;
+    Ok(request)
+}
+
+/// Runs the loop. `events` receives what happens as it happens.
+pub async fn run(
+    upstream: &dyn Upstream,
+    sandbox: Option<&dyn Sandbox>,
+    request: &Request,
+    events: Option<&EventSink>,
+) -> Outcome {
+    let mut output: Vec<Value> = Vec::new();
+    let mut usage = Usage::default();
+    let mut tool_calls = 0u32;
+    let specs = request
+        .tools
+        .specs(&|_: &Environment| request.environment_description.clone());
+    let end = |output: Vec<Value>, usage, tool_calls, status| Outcome {
+        output,
+        usage,
+        status,
+        tool_calls,
+    };
+    let mut tool_choice = request.tool_choice.clone();
+    loop {
+        let mut items = request.items.clone();
+        items.extend(output.iter().cloned());
+        let turn = Turn {
+            model: request.model.clone(),
+            messages: conversation::messages(request.instructions.as_deref(), &items),
+            tools: specs.clone(),
+            tool_choice: tool_choice.clone(),
+            temperature: request.temperature,
+            top_p: request.top_p,
+            max_output_tokens: request.max_output_tokens,
+            parallel_tool_calls: request.parallel_tool_calls,
+        };
+        // Text streams out as the upstream writes it.
+        let message_index = output.len();
+        let message_id = item_id("msg_");
+        let (delta_tx, mut delta_rx) = tokio::sync::mpsc::unbounded_channel::<Delta>();
+        let forward = async {
+            let mut started = false;
+            while let Some(delta) = delta_rx.recv().await {
+                if let Delta::Text(text) = delta {
+                    if !started {
+                        started = true;
+                        emit(
+                            events,
+                            Event::ItemAdded {
+                                index: message_index,
+                                item: message_item(&message_id, "", "in_progress"),
+                            },
+                        );
+                    }
+                    emit(
+                        events,
+                        Event::TextDelta {
+                            index: message_index,
+                            item_id: message_id.clone(),
+                            delta: text,
+                        },
+                    );
+                }
+            }
+            started
+        };
+        let ask = async {
+            let reply = upstream.complete(&turn, Some(&delta_tx)).await;
+            drop(delta_tx);
+            reply
+        };
+        let (reply, started) = tokio::join!(ask, forward);
+        let reply = match reply {
+            Ok(reply) => reply,
+            Err(e) => {
+                let status = Status::Failed {
+                    code: e.code(),
+                    message: e.to_string(),
+                };
+                return end(output, usage, tool_calls, status);
+            }
+        };
+        usage += reply.usage;
+        if !reply.text.is_empty() || started {
+            let item = message_item(&message_id, &reply.text, "completed");
+            if !started {
+                emit(
+                    events,
+                    Event::ItemAdded {
+                        index: message_index,
+                        item: message_item(&message_id, "", "in_progress"),
+                    },
+                );
+            }
+            emit(
+                events,
+                Event::ItemDone {
+                    index: message_index,
+                    item: item.clone(),
+                },
+            );
+            output.push(item);
+        }
+        if reply.tool_calls.is_empty() {
+            let status = match reply.finish {
+                Finish::Length => Status::Incomplete("max_output_tokens"),
+                Finish::ContentFilter => Status::Incomplete("content_filter"),
+                Finish::Stop => Status::Completed,
+            };
+            return end(output, usage, tool_calls, status);
+        }
+        let mut handed_back = false;
+        for call in &reply.tool_calls {
+            let hosted = call.name == SHELL
+                && request
+                    .tools
+                    .shell
+                    .as_ref()
+                    .is_some_and(Environment::hosted);
+            if hosted {
+                if tool_calls >= request.max_tool_calls {
+                    return end(
+                        output,
+                        usage,
+                        tool_calls,
+                        Status::Incomplete("max_messages"),
+                    );
+                }
+                let Some(sandbox) = sandbox else {
+                    let status = Status::Failed {
+                        code: "server_error",
+                        message: "the hosted shell has no sandbox".into(),
+                    };
+                    return end(output, usage, tool_calls, status);
+                };
+                tool_calls += 1;
+                if let Err(status) = run_hosted(sandbox, call, &mut output, events).await {
+                    return end(output, usage, tool_calls, status);
+                }
+            } else {
+                handed_back = true;
+                let index = output.len();
+                let item = client_call(call, &request.tools);
+                emit(
+                    events,
+                    Event::ItemAdded {
+                        index,
+                        item: in_progress(&item),
+                    },
+                );
+                if item["type"] == "function_call" {
+                    emit(
+                        events,
+                        Event::Arguments {
+                            index,
+                            item_id: item["id"].as_str().unwrap_or_default().to_owned(),
+                            arguments: call.arguments.clone(),
+                        },
+                    );
+                }
+                emit(
+                    events,
+                    Event::ItemDone {
+                        index,
+                        item: item.clone(),
+                    },
+                );
+                output.push(item);
+            }
+        }
+        if handed_back {
+            return end(output, usage, tool_calls, Status::Completed);
+        }
+        // After a forced first call, the model must be free to answer.
+        if matches!(tool_choice, ToolChoice::Required | ToolChoice::Named(_)) {
+            tool_choice = ToolChoice::Auto;
+        }
+    }
+}
+
+fn in_progress(item: &Value) -> Value {
+    let mut item = item.clone();
+    item["status"] = json!("in_progress");
+    item
+}
+
+/// The item for a call the client must answer.
+fn client_call(call: &ToolCall, tools: &Tools) -> Value {
+    let arguments: Value = serde_json::from_str(&call.arguments).unwrap_or(json!({}));
+    if call.name == SHELL && tools.shell.is_some() {
+        return json!({
+            "type": "shell_call",
+            "id": item_id("sh_"),
+            "call_id": call.id,
+            "action": {
+                "commands": arguments.get("commands").cloned().unwrap_or(json!([])),
+                "timeout_ms": arguments.get("timeout_ms").cloned().unwrap_or(Value::Null),
+                "max_output_length": arguments.get("max_output_length").cloned().unwrap_or(Value::Null),
+            },
+            "status": "completed",
+            "environment": {"type": "local"},
+        });
+    }
+    if call.name == LOCAL_SHELL && tools.local_shell {
+        return json!({
+            "type": "local_shell_call",
+            "id": item_id("lsh_"),
+            "call_id": call.id,
+            "action": {
+                "type": "exec",
+                "command": arguments.get("command").cloned().unwrap_or(json!([])),
+                "env": {},
+                "timeout_ms": arguments.get("timeout_ms").cloned().unwrap_or(Value::Null),
+                "working_directory": arguments.get("working_directory").cloned().unwrap_or(Value::Null),
+                "user": Value::Null,
+            },
+            "status": "completed",
+        });
+    }
+    json!({
+        "type": "function_call",
+        "id": item_id("fc_"),
+        "call_id": call.id,
+        "name": call.name,
+        "arguments": call.arguments,
+        "status": "completed",
+    })
+}
+
+/// Runs one hosted shell call: its `shell_call` and `shell_call_output`
+/// items are added to `output`. A call the model got wrong is answered with
+/// the error as the output (exit code 2), so the model can correct itself.
+async fn run_hosted(
+    sandbox: &dyn Sandbox,
+    call: &ToolCall,
+    output: &mut Vec<Value>,
+    events: Option<&EventSink>,
+) -> Result<(), Status> {
+    let failed = |e: HostError| Status::Failed {
+        code: e.code,
+        message: e.message,
+    };
+    let arguments: Value = serde_json::from_str(&call.arguments).unwrap_or(json!({}));
+    let container = sandbox.container().await.map_err(failed)?;
+    let checked = shell_request(&arguments);
+    let (commands, timeout_ms, max_output_length) = match &checked {
+        Ok(request) => (
+            request.commands.clone(),
+            json!(request.timeout_ms),
+            json!(request.max_output_length),
+        ),
+        Err(_) => (
+            arguments
+                .get("commands")
+                .and_then(Value::as_array)
+                .map(|c| {
+                    c.iter()
+                        .filter_map(|c| c.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            Value::Null,
+            Value::Null,
+        ),
+    };
+    let call_index = output.len();
+    let shell_call = json!({
+        "type": "shell_call",
+        "id": item_id("sh_"),
+        "call_id": call.id,
+        "action": {
+            "commands": commands,
+            "timeout_ms": timeout_ms,
+            "max_output_length": max_output_length,
+        },
+        "status": "completed",
+        "environment": {"type": "container_reference", "container_id": container},
+    });
+    let mut added = shell_call.clone();
+    added["status"] = json!("in_progress");
+    added["action"]["commands"] = json!([]);
+    emit(
+        events,
+        Event::ItemAdded {
+            index: call_index,
+            item: added,
+        },
+    );
+    for (command_index, command) in commands.iter().enumerate() {
+        emit(
+            events,
+            Event::ShellCommand {
+                index: call_index,
+                command_index,
+                command: command.clone(),
+            },
+        );
+    }
+    emit(
+        events,
+        Event::ItemDone {
+            index: call_index,
+            item: shell_call.clone(),
+        },
+    );
+    output.push(shell_call);
+
+    let output_index = output.len();
+    let output_id = item_id("sho_");
+    let max = checked
+        .as_ref()
+        .map(|r| r.max_output_length)
+        .unwrap_or(limits::DEFAULT_MAX_OUTPUT_LENGTH);
+    emit(
+        events,
+        Event::ItemAdded {
+            index: output_index,
+            item: json!({
+                "type": "shell_call_output",
+                "id": output_id,
+                "call_id": call.id,
+                "status": "in_progress",
+                "output": [],
+                "max_output_length": max,
+            }),
+        },
+    );
+    let results: Vec<Value> = match checked {
+        Err(problem) => vec![json!({
+            "stdout": "",
+            "stderr": format!("shellgate: the shell call was not run: {problem}\n"),
+            "outcome": {"type": "exit", "exit_code": 2},
+        })],
+        Ok(request) => {
+            let (sink, mut deltas) = tokio::sync::mpsc::unbounded_channel::<OutputDelta>();
+            let forward = async {
+                while let Some(delta) = deltas.recv().await {
+                    emit(
+                        events,
+                        Event::ShellOutput {
+                            index: output_index,
+                            item_id: output_id.clone(),
+                            command_index: delta.command,
+                            stream: delta.stream,
+                            text: delta.text,
+                        },
+                    );
+                }
+            };
+            let sink = events.map(|_| sink);
+            let ran = async { sandbox.run(&container, request, sink).await };
+            let (ran, ()) = tokio::join!(ran, forward);
+            let results = ran.map_err(failed)?;
+            results
+                .into_iter()
+                .map(|r| serde_json::to_value(r).unwrap_or(Value::Null))
+                .collect()
+        }
+    };
+    for (command_index, result) in results.iter().enumerate() {
+        emit(
+            events,
+            Event::ShellCommandDone {
+                index: output_index,
+                item_id: output_id.clone(),
+                command_index,
+                result: result.clone(),
+            },
+        );
+    }
+    let shell_output = json!({
+        "type": "shell_call_output",
+        "id": output_id,
+        "call_id": call.id,
+        "status": "completed",
+        "output": results,
+        "max_output_length": max,
+    });
+    emit(
+        events,
+        Event::ItemDone {
+            index: output_index,
+            item: shell_output.clone(),
+        },
+    );
+    output.push(shell_output);
+    Ok(())
+}

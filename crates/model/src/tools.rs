@@ -1,0 +1,310 @@
+//! The `tools` and `tool_choice` of a request, checked, and as the upstream
+//! model sees them: every tool becomes a function tool. The hosted `shell`
+//! is a function `shell` taking a `commands` array, whose description says
+//! what the environment is; the legacy `local_shell` is a function
+//! `local_shell` taking an argv `command`; user functions pass through.
+
+use serde_json::{json, Value};
+
+use crate::upstream::{ToolChoice, ToolSpec};
+use crate::RequestError;
+
+/// Name of the hosted (and `local`) shell as a function tool.
+pub const SHELL: &str = "shell";
+/// Name of the legacy `local_shell` tool as a function tool.
+pub const LOCAL_SHELL: &str = "local_shell";
+
+/// Where the `shell` tool's commands run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Environment {
+    /// A container made for the response (on its first command).
+    ContainerAuto(Value),
+    /// An existing container of the project.
+    ContainerReference(String),
+    /// On the client's machine: the response hands the call back.
+    Local { skills: Vec<Value> },
+}
+
+impl Environment {
+    pub fn hosted(&self) -> bool {
+        !matches!(self, Environment::Local { .. })
+    }
+}
+
+/// A user's function tool.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Function {
+    pub name: String,
+    pub description: String,
+    pub parameters: Value,
+}
+
+/// The tools of a request.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Tools {
+    pub shell: Option<Environment>,
+    pub local_shell: bool,
+    pub functions: Vec<Function>,
+}
+
+fn invalid(param: &str, message: impl Into<String>) -> RequestError {
+    RequestError {
+        param: param.to_owned(),
+        message: message.into(),
+    }
+}
+
+impl Tools {
+    /// Reads `tools`, refusing what this server cannot honour.
+    pub fn parse(tools: &[Value]) -> Result<Self, RequestError> {
+        let mut parsed = Tools::default();
+        for (index, tool) in tools.iter().enumerate() {
+            let param = format!("tools[{index}]");
+            let kind = tool
+                .get("type")
+                .and_then(Value::as_str)
+                .ok_or_else(|| invalid(&param, "every tool needs a 'type'"))?;
+            match kind {
+                "shell" => {
+                    if parsed.shell.is_some() {
+                        return Err(invalid(&param, "only one shell tool may be given"));
+                    }
+                    parsed.shell = Some(environment(tool.get("environment"), &param)?);
+                }
+                "local_shell" => parsed.local_shell = true,
+                "function" => {
+                    let name = tool
+                        .get("name")
+                        .and_then(Value::as_str)
+                        .filter(|n| valid_name(n))
+                        .ok_or_else(|| {
+                            invalid(
+                                &format!("{param}.name"),
+                                "a function needs a name of 1 to 64 letters, digits, '_' or '-'",
+                            )
+                        })?;
+                    parsed.functions.push(Function {
+                        name: name.to_owned(),
+                        description: tool
+                            .get("description")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_owned(),
+                        parameters: tool
+                            .get("parameters")
+                            .filter(|p| p.is_object())
+                            .cloned()
+                            .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
+                    });
+                }
+                other => {
+                    return Err(invalid(
+                        &format!("{param}.type"),
+                        format!(
+                            "tool type '{other}' is not supported here; use 'shell', \
+                             'local_shell' or 'function'"
+                        ),
+                    ))
+                }
+            }
+        }
+        let reserved = [
+            (parsed.shell.is_some(), SHELL),
+            (parsed.local_shell, LOCAL_SHELL),
+        ];
+        for (present, name) in reserved {
+            if present && parsed.functions.iter().any(|f| f.name == name) {
+                return Err(invalid(
+                    "tools",
+                    format!("a function may not be named '{name}' beside the {name} tool"),
+                ));
+            }
+        }
+        let mut names: Vec<&str> = parsed.functions.iter().map(|f| f.name.as_str()).collect();
+        names.sort_unstable();
+        if let Some(pair) = names.windows(2).find(|w| w[0] == w[1]) {
+            return Err(invalid(
+                "tools",
+                format!("two functions are named '{}'", pair[0]),
+            ));
+        }
+        Ok(parsed)
+    }
+
+    /// The tools as function tools for the upstream; `describe` says what
+    /// a hosted shell's environment is.
+    pub fn specs(&self, describe: &dyn Fn(&Environment) -> String) -> Vec<ToolSpec> {
+        let mut specs = Vec::new();
+        if let Some(environment) = &self.shell {
+            specs.push(ToolSpec {
+                name: SHELL.to_owned(),
+                description: describe(environment),
+                parameters: json!({
+                    "type": "object",
+                    "properties": {
+                        "commands": {
+                            "type": "array",
+                            "items": {"type": "string"},
+                            "description": "Shell commands, run one after another, each with bash -c.",
+                        },
+                        "timeout_ms": {
+                            "type": "integer",
+                            "description": "Most milliseconds each command may take (default 120000, at most 300000).",
+                        },
+                        "max_output_length": {
+                            "type": "integer",
+                            "description": "Most characters kept of each command's stdout and of its stderr.",
+                        },
+                    },
+                    "required": ["commands"],
+                }),
+            });
+        }
+        if self.local_shell {
+            specs.push(ToolSpec {
+                name: LOCAL_SHELL.to_owned(),
+                description: "Runs a command on the user's machine; the user's client executes it \
+                              and returns its output."
+                    .to_owned(),
+                parameters: json!({
+                    "type": "object",
+                    "properties": {
+                        "command": {
+                            "type": "array",
+                            "items": {"type": "string"},
+                            "description": "The program and its arguments, e.g. [\"bash\", \"-lc\", \"ls\"].",
+                        },
+                        "timeout_ms": {"type": "integer"},
+                        "working_directory": {"type": "string"},
+                    },
+                    "required": ["command"],
+                }),
+            });
+        }
+        for function in &self.functions {
+            specs.push(ToolSpec {
+                name: function.name.clone(),
+                description: function.description.clone(),
+                parameters: function.parameters.clone(),
+            });
+        }
+        specs
+    }
+
+    /// Reads `tool_choice` against these tools.
+    pub fn choice(&self, choice: Option<&Value>) -> Result<ToolChoice, RequestError> {
+        let param = "tool_choice";
+        let Some(choice) = choice.filter(|c| !c.is_null()) else {
+            return Ok(ToolChoice::Auto);
+        };
+        let named = |name: &str, present: bool| {
+            if present {
+                Ok(ToolChoice::Named(name.to_owned()))
+            } else {
+                Err(invalid(
+                    param,
+                    format!("tool_choice names '{name}', which is not among the tools"),
+                ))
+            }
+        };
+        match choice {
+            Value::String(s) => match s.as_str() {
+                "auto" => Ok(ToolChoice::Auto),
+                "required" => Ok(ToolChoice::Required),
+                "none" => Ok(ToolChoice::None),
+                other => Err(invalid(
+                    param,
+                    format!("tool_choice '{other}' is not 'auto', 'required' or 'none'"),
+                )),
+            },
+            Value::Object(object) => match object.get("type").and_then(Value::as_str) {
+                Some("shell") => named(SHELL, self.shell.is_some()),
+                Some("local_shell") => named(LOCAL_SHELL, self.local_shell),
+                Some("function") => {
+                    let name = object.get("name").and_then(Value::as_str).unwrap_or("");
+                    named(name, self.functions.iter().any(|f| f.name == name))
+                }
+                _ => Err(invalid(
+                    param,
+                    "tool_choice must be 'auto', 'required', 'none', {\"type\": \"shell\"} or a \
+                     named function",
+                )),
+            },
+            _ => Err(invalid(param, "tool_choice must be a string or an object")),
+        }
+    }
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+fn environment(value: Option<&Value>, param: &str) -> Result<Environment, RequestError> {
+    // Both Agents SDKs always send one; an omitted environment is local,
+    // as they default it.
+    let Some(value) = value.filter(|v| !v.is_null()) else {
+        return Ok(Environment::Local { skills: Vec::new() });
+    };
+    let param = format!("{param}.environment");
+    match value.get("type").and_then(Value::as_str) {
+        Some("container_auto") => Ok(Environment::ContainerAuto(value.clone())),
+        Some("container_reference") => value
+            .get("container_id")
+            .and_then(Value::as_str)
+            .filter(|id| !id.is_empty())
+            .map(|id| Environment::ContainerReference(id.to_owned()))
+            .ok_or_else(|| {
+                invalid(
+                    &format!("{param}.container_id"),
+                    "a container_id is required",
+                )
+            }),
+        Some("local") => Ok(Environment::Local {
+            skills: value
+                .get("skills")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default(),
+        }),
+        _ => Err(invalid(
+            &format!("{param}.type"),
+            "environment.type must be 'container_auto', 'container_reference' or 'local'",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tools_are_read_and_checked() {
+        let tools = Tools::parse(&[
+            json!({"type": "shell", "environment": {"type": "container_auto"}}),
+            json!({"type": "function", "name": "lookup", "parameters": {"type": "object"}}),
+        ])
+        .unwrap();
+        assert!(matches!(tools.shell, Some(Environment::ContainerAuto(_))));
+        assert_eq!(tools.functions[0].name, "lookup");
+        let specs = tools.specs(&|_| "a container".into());
+        assert_eq!(specs[0].name, "shell");
+        assert_eq!(specs[0].description, "a container");
+        assert_eq!(
+            tools.choice(Some(&json!({"type": "shell"}))).unwrap(),
+            ToolChoice::Named("shell".into())
+        );
+        assert!(tools.choice(Some(&json!({"type": "local_shell"}))).is_err());
+        assert!(Tools::parse(&[json!({"type": "web_search"})]).is_err());
+        assert!(Tools::parse(&[
+            json!({"type": "shell"}),
+            json!({"type": "function", "name": "shell"})
+        ])
+        .is_err());
+        let local = Tools::parse(&[json!({"type": "shell"})]).unwrap();
+        assert_eq!(local.shell, Some(Environment::Local { skills: vec![] }));
+    }
+}
