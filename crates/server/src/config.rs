@@ -70,6 +70,58 @@ pub struct Config {
     /// Show the host's `/usr/local` inside `host`-image containers (off by
     /// default: host-installed tools are not vetted for sandboxes).
     pub expose_host_usr_local: bool,
+    /// The default upstream model server's base URL (e.g.
+    /// `https://api.openai.com/v1`, `http://localhost:11434/v1`); empty: none.
+    pub upstream_url: String,
+    /// Its API key (sent as a Bearer token; never logged or echoed).
+    pub upstream_api_key: Secret,
+    /// Its protocol: `chat` (OpenAI Chat Completions).
+    pub upstream_protocol: String,
+    /// Longest wait for an upstream's answer to begin, and between its pieces.
+    pub upstream_timeout_secs: u64,
+    /// Attempts at a rate-limited (429) upstream request before it fails.
+    pub upstream_attempts: u32,
+    /// Upstreams for models by name prefix (config file only):
+    /// `[[upstreams]] prefix = "llama", url = "...", api_key = "...", protocol = "chat"`.
+    pub upstreams: Vec<UpstreamRoute>,
+}
+
+/// An upstream for the models whose names start with `prefix`.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamRoute {
+    pub prefix: String,
+    pub url: String,
+    #[serde(default)]
+    pub api_key: Secret,
+    #[serde(default = "default_protocol")]
+    pub protocol: String,
+}
+
+fn default_protocol() -> String {
+    "chat".to_owned()
+}
+
+/// A setting that must never be shown: `Debug` prints `<hidden>`.
+#[derive(Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_empty() {
+            "\"\""
+        } else {
+            "<hidden>"
+        })
+    }
+}
+
+impl Secret {
+    /// The value, if set.
+    pub fn get(&self) -> Option<&str> {
+        (!self.0.is_empty()).then_some(self.0.as_str())
+    }
 }
 
 impl Default for Config {
@@ -99,6 +151,12 @@ impl Default for Config {
             body_read_timeout_secs: 30,
             metrics_token: String::new(),
             expose_host_usr_local: false,
+            upstream_url: String::new(),
+            upstream_api_key: Secret::default(),
+            upstream_protocol: default_protocol(),
+            upstream_timeout_secs: 120,
+            upstream_attempts: 3,
+            upstreams: Vec::new(),
         }
     }
 }
@@ -182,6 +240,7 @@ impl Config {
             )));
         }
         for (name, value) in [
+            ("upstream_timeout_secs", self.upstream_timeout_secs),
             ("request_deadline_secs", self.request_deadline_secs),
             ("header_read_timeout_secs", self.header_read_timeout_secs),
             ("body_read_timeout_secs", self.body_read_timeout_secs),

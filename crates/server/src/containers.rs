@@ -133,6 +133,19 @@ pub async fn create(
     project: Project,
     ApiJson(body): ApiJson<CreateContainer>,
 ) -> ApiResult<Json<Container>> {
+    let row = create_container(&state, &project.0, body).await?;
+    Ok(Json(container_object(&row)))
+}
+
+/// Makes a container for `project`: the one path of `POST /v1/containers`
+/// and of the Responses API's `container_auto` (same validation, quotas,
+/// expiry and metering). Runs to completion once admitted.
+pub(crate) async fn create_container(
+    state: &Arc<AppState>,
+    project: &str,
+    body: CreateContainer,
+) -> ApiResult<ContainerRow> {
+    let project = Project(project.to_owned());
     validate_create(&state.config, &body)?;
     // Every file must exist (in this project) before anything is made.
     let mut files = Vec::with_capacity(body.file_ids.len());
@@ -179,7 +192,7 @@ pub async fn create(
     let permit = state.admit_start(&project.0, memory).await?;
     // Run to completion whether or not the client stays: a create either
     // finishes (the container is listed) or cleans up after itself.
-    let worker = Arc::clone(&state);
+    let worker = Arc::clone(state);
     let id = row.id.clone();
     to_completion(async move {
         let state = worker;
@@ -228,8 +241,7 @@ pub async fn create(
         Ok(())
     })
     .await?;
-    let row = owned(&state, &project, &id).await?;
-    Ok(Json(container_object(&row)))
+    owned(state, &project, &id).await
 }
 
 pub async fn list(
@@ -327,26 +339,28 @@ async fn begin_activity(state: &AppState, row: &ContainerRow) -> ApiResult<()> {
     Ok(())
 }
 
-pub async fn exec(
-    State(state): State<Arc<AppState>>,
-    project: Project,
-    Path(id): Path<String>,
-    ApiJson(body): ApiJson<ExecRequest>,
-) -> ApiResult<Response> {
-    let request = run_request(&body, state.config.request_deadline_secs)?;
-    let permit = state.admission.exec(&project.0)?;
+/// Admits an exec in a project's container: the project's concurrent-exec
+/// quota, ownership (404 otherwise), and a suspended container woken (a
+/// billed session opened, under the running-container quotas). The permit
+/// counts the exec until dropped.
+pub(crate) async fn prepare_exec(
+    state: &Arc<AppState>,
+    project: &str,
+    id: &str,
+) -> ApiResult<crate::admission::ExecPermit> {
+    let permit = state.admission.exec(project)?;
     // A container this project was already seen to own, whose processes
     // run (so its session is open), needs no trip to the store before its
     // commands: the time they take is billed, and the expiry renewed, after.
-    let known_running = state.owner_of(&id).is_some_and(|owner| owner == project.0)
+    let known_running = state.owner_of(id).is_some_and(|owner| owner == project)
         && state
             .engine
-            .inspect(&id)
+            .inspect(id)
             .await
             .is_ok_and(|info| info.state == ContainerState::Running);
     if !known_running {
         // One trip: the row, and the activity of a running one.
-        let (owner, key, started_at) = (project.0.clone(), id.clone(), now());
+        let (owner, key, started_at) = (project.to_owned(), id.to_owned(), now());
         let row = state
             .db(move |s| {
                 let row = s.container(&owner, &key)?;
@@ -358,12 +372,53 @@ pub async fn exec(
                 Ok(row)
             })
             .await?
-            .ok_or_else(|| ApiError::not_found("container", &id))?;
+            .ok_or_else(|| ApiError::not_found("container", id))?;
         if !row.session_open {
-            begin_activity(&state, &row).await?;
+            begin_activity(state, &row).await?;
         }
-        state.remember_owner(&id, &project.0);
+        state.remember_owner(id, project);
     }
+    Ok(permit)
+}
+
+/// Bills the time of a run of commands when dropped, whether it finished
+/// or was cut short (its commands are killed then, the time until is billed).
+pub(crate) struct BillOnDrop {
+    state: Arc<AppState>,
+    id: String,
+    commands: usize,
+    started: Instant,
+    pub ok: bool,
+}
+
+impl BillOnDrop {
+    pub(crate) fn start(state: &Arc<AppState>, id: &str, commands: usize) -> Self {
+        Self {
+            state: Arc::clone(state),
+            id: id.to_owned(),
+            commands,
+            started: Instant::now(),
+            ok: false,
+        }
+    }
+}
+
+impl Drop for BillOnDrop {
+    fn drop(&mut self) {
+        let seconds = self.started.elapsed().as_secs_f64();
+        self.state.metrics.exec(self.commands, seconds, self.ok);
+        self.state.bill(&self.id, seconds);
+    }
+}
+
+pub async fn exec(
+    State(state): State<Arc<AppState>>,
+    project: Project,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<ExecRequest>,
+) -> ApiResult<Response> {
+    let request = run_request(&body, state.config.request_deadline_secs)?;
+    let permit = prepare_exec(&state, &project.0, &id).await?;
     let commands = request.commands.len();
     let max_output_length = request.max_output_length;
     if !body.stream {
@@ -371,11 +426,9 @@ pub async fn exec(
         // killed at their timeout and their time is billed.
         let results = to_completion(async move {
             let _permit = permit;
-            let started = Instant::now();
+            let mut billing = BillOnDrop::start(&state, &id, commands);
             let result = state.engine.run(&id, request).await;
-            let seconds = started.elapsed().as_secs_f64();
-            state.metrics.exec(commands, seconds, result.is_ok());
-            state.bill(&id, seconds);
+            billing.ok = result.is_ok();
             result.map_err(|e| engine_error(&id, e))
         })
         .await?;
@@ -410,11 +463,10 @@ pub async fn exec(
     // Also run to completion: a stream whose client left only stops sending.
     tokio::spawn(async move {
         let _permit = permit;
-        let started = Instant::now();
+        let mut billing = BillOnDrop::start(&state, &id, commands);
         let result = state.engine.run_streaming(&id, request, delta_tx).await;
-        let seconds = started.elapsed().as_secs_f64();
-        state.metrics.exec(commands, seconds, result.is_ok());
-        state.bill(&id, seconds);
+        billing.ok = result.is_ok();
+        drop(billing);
         let event = match result {
             Ok(results) => {
                 let output = shell_call_output(results, max_output_length);

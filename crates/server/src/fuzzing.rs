@@ -115,6 +115,8 @@ pub fn state() -> Result<Arc<AppState>, crate::ServeError> {
         admission: crate::admission::Admission::new(&config),
         billing: Default::default(),
         owners: Default::default(),
+        upstreams: Default::default(),
+        running: Default::default(),
         files_dir: config.data_dir.join("files"),
         config,
         engine: Arc::new(NoContainers),

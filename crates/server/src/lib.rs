@@ -17,6 +17,7 @@ mod lifecycle;
 mod listener;
 mod metrics;
 pub(crate) mod ops;
+mod responses;
 mod spool;
 
 use std::collections::HashMap;
@@ -53,6 +54,10 @@ pub struct AppState {
     /// Which project owns a container, for containers already looked up
     /// (ownership never changes).
     owners: Mutex<HashMap<String, String>>,
+    /// Upstream models by name.
+    upstreams: shellgate_model::upstream::Router,
+    /// Background responses still running, to cancel them.
+    running: responses::Running,
     /// One file sync at a time per container (see `containers::sync_files`).
     sync_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
@@ -212,6 +217,8 @@ pub async fn open(config: Config, helper_binary: PathBuf) -> Result<Arc<AppState
         admission: Admission::new(&config),
         billing: Default::default(),
         owners: Mutex::new(HashMap::new()),
+        upstreams: upstream_router(&config)?,
+        running: Default::default(),
         config,
         engine: Arc::new(engine),
         store: Arc::new(store),
@@ -222,7 +229,43 @@ pub async fn open(config: Config, helper_binary: PathBuf) -> Result<Arc<AppState
     lifecycle::recover(&state)
         .await
         .map_err(|e| ServeError::Setup(format!("recovery: {}", e.message)))?;
+    responses::settle_interrupted(&state)
+        .await
+        .map_err(|e| ServeError::Setup(format!("recovery: {}", e.message)))?;
     Ok(state)
+}
+
+/// The upstream models of the configuration.
+fn upstream_router(config: &Config) -> Result<shellgate_model::upstream::Router, ServeError> {
+    use shellgate_model::upstream::{connect, Protocol, Router, UpstreamConfig};
+    let make = |url: &str, key: &config::Secret, protocol: &str| {
+        let protocol: Protocol = protocol.parse().map_err(ServeError::Setup)?;
+        connect(UpstreamConfig {
+            url: url.to_owned(),
+            api_key: key.get().map(str::to_owned),
+            protocol,
+            timeout: std::time::Duration::from_secs(config.upstream_timeout_secs),
+            attempts: config.upstream_attempts,
+        })
+        .map_err(|e| ServeError::Setup(e.to_string()))
+    };
+    let default = if config.upstream_url.is_empty() {
+        None
+    } else {
+        Some(make(
+            &config.upstream_url,
+            &config.upstream_api_key,
+            &config.upstream_protocol,
+        )?)
+    };
+    let mut router = Router::new(default);
+    for route in &config.upstreams {
+        router.route(
+            &route.prefix,
+            make(&route.url, &route.api_key, &route.protocol)?,
+        );
+    }
+    Ok(router)
 }
 
 /// The HTTP routes.
@@ -261,7 +304,17 @@ pub fn router(state: Arc<AppState>) -> Router {
             get(files::retrieve).delete(files::delete),
         )
         .route("/files/{file_id}/content", get(files::content))
-        .route("/usage", get(ops::usage));
+        .route("/usage", get(ops::usage))
+        .route("/responses", post(responses::create))
+        .route(
+            "/responses/{response_id}",
+            get(responses::retrieve).delete(responses::delete),
+        )
+        .route("/responses/{response_id}/cancel", post(responses::cancel))
+        .route(
+            "/responses/{response_id}/input_items",
+            get(responses::input_items),
+        );
     Router::new()
         .nest("/v1", api)
         .route("/healthz", get(ops::healthz))

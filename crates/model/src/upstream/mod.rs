@@ -240,7 +240,8 @@ impl Router {
     /// matching prefix wins).
     pub fn route(&mut self, prefix: &str, upstream: Arc<dyn Upstream>) {
         self.routes.push((prefix.to_owned(), upstream));
-        self.routes.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+        self.routes
+            .sort_by_key(|route| std::cmp::Reverse(route.0.len()));
     }
 
     /// The upstream for `model`.

@@ -1,0 +1,936 @@
+//! `/v1/responses`: the Responses API over the model loop
+//! (`shellgate_model`), with the hosted `shell` tool run in this server's
+//! sandboxes.
+//!
+//! A request is checked whole before anything runs (tools, `tool_choice`,
+//! `max_tool_calls`, the referenced container and previous response); then
+//! the loop runs:
+//! - in the foreground: the answer is the finished response (or its event
+//!   stream); a client that leaves cancels the run and its commands;
+//! - in the background (`background: true`): the answer is the response as
+//!   queued; the run goes on whatever the client does, can be cancelled, and
+//!   its result is read with `GET`.
+//!
+//! Stored responses (`store`, on by default) keep the whole conversation,
+//! so a later request continues it with `previous_response_id`. A response
+//! that was running when the server stopped (even `kill -9`) is marked
+//! `failed` at the next start, never left `in_progress`.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use axum::extract::{Path, State};
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+use shellgate_model::run::{self, EventSink, HostError, Outcome, Sandbox, Status};
+use shellgate_model::tools::{Environment, Tools};
+use shellgate_model::upstream::Usage;
+use shellgate_sandbox::backend::{CommandResult, RunRequest, StreamKind};
+use shellgate_store::ResponseRow;
+use shellgate_wire::CreateContainer;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_stream::StreamExt;
+
+use crate::containers::{create_container, prepare_exec, BillOnDrop};
+use crate::error::{ApiError, ApiResult};
+use crate::http::{ApiJson, ApiQuery, ListParams, Project};
+use crate::{new_id, now, AppState};
+
+/// Background responses still running: how to stop each.
+#[derive(Default)]
+pub struct Running(Mutex<HashMap<String, tokio::task::AbortHandle>>);
+
+impl Running {
+    fn insert(&self, id: &str, handle: tokio::task::AbortHandle) {
+        self.lock().insert(id.to_owned(), handle);
+    }
+
+    fn remove(&self, id: &str) -> Option<tokio::task::AbortHandle> {
+        self.lock().remove(id)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, tokio::task::AbortHandle>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn invalid(param: &str, message: impl Into<String>) -> ApiError {
+    ApiError::invalid(param, message)
+}
+
+/// The usage object of the Responses API.
+fn usage_object(usage: Usage) -> Value {
+    json!({
+        "input_tokens": usage.input_tokens,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": usage.output_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": usage.input_tokens + usage.output_tokens,
+    })
+}
+
+/// What a response object repeats of its request.
+#[derive(Clone)]
+struct Echo {
+    model: String,
+    body: Value,
+    background: bool,
+    max_tool_calls: u32,
+}
+
+/// Where a response is: its status and what it has made so far.
+struct Progress<'a> {
+    status: &'a str,
+    output: &'a [Value],
+    usage: Option<Usage>,
+    error: Option<Value>,
+    incomplete: Option<&'a str>,
+}
+
+/// The response object, in any state.
+fn response_object(id: &str, created_at: i64, echo: &Echo, progress: Progress<'_>) -> Value {
+    let Progress {
+        status,
+        output,
+        usage,
+        error,
+        incomplete,
+    } = progress;
+    let field = |key: &str, default: Value| {
+        echo.body
+            .get(key)
+            .filter(|v| !v.is_null())
+            .cloned()
+            .unwrap_or(default)
+    };
+    json!({
+        "id": id,
+        "object": "response",
+        "created_at": created_at,
+        "status": status,
+        "background": echo.background,
+        "model": echo.model,
+        "output": output,
+        "error": error,
+        "incomplete_details": incomplete.map(|reason| json!({"reason": reason})),
+        "instructions": field("instructions", Value::Null),
+        "metadata": field("metadata", json!({})),
+        "parallel_tool_calls": field("parallel_tool_calls", json!(true)),
+        "temperature": field("temperature", Value::Null),
+        "top_p": field("top_p", Value::Null),
+        "tool_choice": field("tool_choice", json!("auto")),
+        "tools": field("tools", json!([])),
+        "max_output_tokens": field("max_output_tokens", Value::Null),
+        "max_tool_calls": echo.max_tool_calls,
+        "previous_response_id": field("previous_response_id", Value::Null),
+        "store": field("store", json!(true)),
+        "user": field("user", Value::Null),
+        "text": {"format": {"type": "text"}},
+        "truncation": "disabled",
+        "usage": usage.map(usage_object),
+    })
+}
+
+/// The final response object of an outcome.
+fn finished_object(id: &str, created_at: i64, echo: &Echo, outcome: &Outcome) -> Value {
+    let (status, error, incomplete) = match &outcome.status {
+        Status::Completed => ("completed", None, None),
+        Status::Incomplete(reason) => ("incomplete", None, Some(*reason)),
+        Status::Failed { code, message } => (
+            "failed",
+            Some(json!({"code": code, "message": message})),
+            None,
+        ),
+    };
+    response_object(
+        id,
+        created_at,
+        echo,
+        Progress {
+            status,
+            output: &outcome.output,
+            usage: Some(outcome.usage),
+            error,
+            incomplete,
+        },
+    )
+}
+
+/// Input items of a request: a string is one user message; items get ids.
+fn normalize_input(input: Option<&Value>) -> ApiResult<Vec<Value>> {
+    let items = match input {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(text)) => vec![json!({
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": text}],
+        })],
+        Some(Value::Array(items)) => items.clone(),
+        Some(_) => {
+            return Err(invalid(
+                "input",
+                "input must be a string or an array of items",
+            ))
+        }
+    };
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(index, mut item)| {
+            let Some(object) = item.as_object_mut() else {
+                return Err(invalid(
+                    &format!("input[{index}]"),
+                    "each input item must be an object",
+                ));
+            };
+            if !object.contains_key("type") {
+                if !object.contains_key("role") {
+                    return Err(invalid(
+                        &format!("input[{index}].type"),
+                        "each input item needs a 'type' (or a 'role', for a message)",
+                    ));
+                }
+                object.insert("type".into(), json!("message"));
+            }
+            if object.get("type").and_then(Value::as_str) == Some("message") {
+                if let Some(Value::String(text)) = object.get("content").cloned() {
+                    let kind = if object.get("role").and_then(Value::as_str) == Some("assistant") {
+                        "output_text"
+                    } else {
+                        "input_text"
+                    };
+                    object.insert("content".into(), json!([{"type": kind, "text": text}]));
+                }
+            }
+            if !object.contains_key("id") {
+                object.insert("id".into(), json!(new_id("msg_")));
+            }
+            Ok(item)
+        })
+        .collect()
+}
+
+/// What the model is told about the hosted shell's environment.
+fn describe(state: &AppState, environment: &Environment) -> String {
+    match environment {
+        Environment::Local { skills } => {
+            let mut text = "Runs shell commands on the user's own machine: the user's client runs \
+                            them and sends back their output."
+                .to_owned();
+            for skill in skills {
+                if let (Some(name), Some(description), Some(path)) = (
+                    skill.get("name").and_then(Value::as_str),
+                    skill.get("description").and_then(Value::as_str),
+                    skill.get("path").and_then(Value::as_str),
+                ) {
+                    text.push_str(&format!("\nSkill {name} ({path}): {description}"));
+                }
+            }
+            text
+        }
+        _ => {
+            let mut text = String::from(
+                "Runs shell commands in a persistent, isolated Linux container (Debian-like) as \
+                 an unprivileged user without sudo. The working directory is /mnt/data: files the \
+                 user provides are there, and files to give back to the user go there. Each \
+                 command runs with bash -c; the commands of one call run in order, and the \
+                 container (its files and background processes) persists between calls. There \
+                 is no TTY: commands must not wait for input.",
+            );
+            let network = match environment {
+                Environment::ContainerAuto(params) => params.get("network_policy").cloned(),
+                _ => None,
+            };
+            match network
+                .as_ref()
+                .and_then(|n| n.get("allowed_domains"))
+                .and_then(Value::as_array)
+            {
+                Some(domains) if !domains.is_empty() => {
+                    let list: Vec<&str> = domains.iter().filter_map(Value::as_str).collect();
+                    text.push_str(&format!(
+                        " Network access is limited to: {}.",
+                        list.join(", ")
+                    ));
+                }
+                _ => text.push_str(" There is no network access."),
+            }
+            let _ = state;
+            text
+        }
+    }
+}
+
+/// The container of a `container_auto` environment, as `POST /v1/containers` takes it.
+fn auto_container(params: &Value, param: &str) -> ApiResult<CreateContainer> {
+    let mut body = json!({"name": "shell"});
+    for key in ["file_ids", "skills", "memory_limit", "network_policy"] {
+        if let Some(value) = params.get(key).filter(|v| !v.is_null()) {
+            body[key] = value.clone();
+        }
+    }
+    serde_json::from_value(body).map_err(|e| invalid(param, format!("Invalid container_auto: {e}")))
+}
+
+/// The hosted shell of one response: its container, made on first use.
+struct ResponseSandbox {
+    state: Arc<AppState>,
+    project: String,
+    environment: Environment,
+    auto: Option<CreateContainer>,
+    container: tokio::sync::Mutex<Option<String>>,
+}
+
+fn host_error(error: ApiError) -> HostError {
+    HostError {
+        code: if error.status == axum::http::StatusCode::TOO_MANY_REQUESTS {
+            "rate_limit_exceeded"
+        } else {
+            "server_error"
+        },
+        message: error.message,
+    }
+}
+
+#[async_trait]
+impl Sandbox for ResponseSandbox {
+    async fn container(&self) -> Result<String, HostError> {
+        let mut container = self.container.lock().await;
+        if let Some(id) = container.as_ref() {
+            return Ok(id.clone());
+        }
+        let id = match (&self.environment, &self.auto) {
+            (Environment::ContainerReference(id), _) => id.clone(),
+            (_, Some(body)) => {
+                create_container(&self.state, &self.project, body.clone())
+                    .await
+                    .map_err(host_error)?
+                    .id
+            }
+            _ => {
+                return Err(HostError {
+                    code: "server_error",
+                    message: "this response has no hosted shell".into(),
+                })
+            }
+        };
+        *container = Some(id.clone());
+        Ok(id)
+    }
+
+    async fn run(
+        &self,
+        container: &str,
+        mut request: RunRequest,
+        deltas: Option<shellgate_sandbox::backend::DeltaSink>,
+    ) -> Result<Vec<CommandResult>, HostError> {
+        let state = &self.state;
+        request.deadline_ms = Some(state.config.request_deadline_secs.saturating_mul(1000));
+        let _permit = prepare_exec(state, &self.project, container)
+            .await
+            .map_err(host_error)?;
+        // Dropped with the run (a cancelled response): the commands are
+        // killed and their time until then billed.
+        let mut billing = BillOnDrop::start(state, container, request.commands.len());
+        let result = match deltas {
+            Some(deltas) => state.engine.run_streaming(container, request, deltas).await,
+            None => state.engine.run(container, request).await,
+        };
+        billing.ok = result.is_ok();
+        result.map_err(|e| host_error(crate::engine_error(container, e)))
+    }
+}
+
+/// Everything checked before a run starts.
+struct Prepared {
+    id: String,
+    created_at: i64,
+    project: String,
+    echo: Echo,
+    request: run::Request,
+    input: Vec<Value>,
+    previous: Option<String>,
+    store: bool,
+    upstream: Arc<dyn shellgate_model::upstream::Upstream>,
+    sandbox: Option<Arc<ResponseSandbox>>,
+}
+
+async fn prepare(state: &Arc<AppState>, project: &Project, body: Value) -> ApiResult<Prepared> {
+    if !body.is_object() {
+        return Err(ApiError::bad_request(
+            "The request body must be a JSON object.",
+        ));
+    }
+    let model = body
+        .get("model")
+        .and_then(Value::as_str)
+        .filter(|m| !m.is_empty())
+        .ok_or_else(|| invalid("model", "a model is required"))?
+        .to_owned();
+    let upstream = state
+        .upstreams
+        .pick(&model)
+        .map_err(|e| invalid("model", e.to_string()))?;
+    let flag = |key: &str, default: bool| -> ApiResult<bool> {
+        match body.get(key) {
+            None | Some(Value::Null) => Ok(default),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(_) => Err(invalid(key, format!("{key} must be true or false"))),
+        }
+    };
+    let background = flag("background", false)?;
+    let store = flag("store", true)?;
+    if background && !store {
+        return Err(invalid(
+            "store",
+            "a background response must be stored (store: true)",
+        ));
+    }
+    let number = |key: &str| -> ApiResult<Option<f64>> {
+        match body.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(value) => value
+                .as_f64()
+                .map(Some)
+                .ok_or_else(|| invalid(key, format!("{key} must be a number"))),
+        }
+    };
+    let temperature = number("temperature")?;
+    let top_p = number("top_p")?;
+    let whole = |key: &str| -> ApiResult<Option<u32>> {
+        match body.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(value) => value
+                .as_u64()
+                .filter(|n| *n >= 1 && *n <= u64::from(u32::MAX))
+                .map(|n| Some(n as u32))
+                .ok_or_else(|| invalid(key, format!("{key} must be a positive whole number"))),
+        }
+    };
+    let max_output_tokens = whole("max_output_tokens")?;
+    let max_tool_calls = whole("max_tool_calls")?.unwrap_or(run::MAX_TOOL_CALLS);
+    if max_tool_calls > run::MAX_TOOL_CALLS {
+        return Err(invalid(
+            "max_tool_calls",
+            format!("max_tool_calls is at most {}", run::MAX_TOOL_CALLS),
+        ));
+    }
+    let tools = match body.get("tools") {
+        None | Some(Value::Null) => Tools::default(),
+        Some(Value::Array(tools)) => {
+            Tools::parse(tools).map_err(|e| invalid(&e.param, e.message))?
+        }
+        Some(_) => return Err(invalid("tools", "tools must be an array")),
+    };
+    let tool_choice = tools
+        .choice(body.get("tool_choice"))
+        .map_err(|e| invalid(&e.param, e.message))?;
+    let instructions = match body.get("instructions") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(text)) => Some(text.clone()),
+        Some(_) => return Err(invalid("instructions", "instructions must be a string")),
+    };
+    let input = normalize_input(body.get("input"))?;
+    let previous = match body.get("previous_response_id") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(id)) => Some(id.clone()),
+        Some(_) => return Err(invalid("previous_response_id", "must be a string")),
+    };
+    let mut items = Vec::new();
+    if let Some(previous) = &previous {
+        let (owner, key) = (project.0.clone(), previous.clone());
+        let row = state
+            .db(move |s| s.response(&owner, &key))
+            .await?
+            .ok_or_else(|| {
+                let mut error = ApiError::not_found("response", previous);
+                error.message = format!("Previous response with id '{previous}' not found.");
+                error.param = Some("previous_response_id".into());
+                error
+            })?;
+        if matches!(row.status.as_str(), "queued" | "in_progress") {
+            return Err(invalid(
+                "previous_response_id",
+                format!("Previous response '{previous}' is still running."),
+            ));
+        }
+        items = serde_json::from_str(&row.conversation)
+            .map_err(|e| ApiError::internal(format!("stored conversation: {e}")))?;
+    }
+    items.extend(input.iter().cloned());
+    let mut auto = None;
+    if let Some(environment) = &tools.shell {
+        match environment {
+            Environment::ContainerReference(id) => {
+                let (owner, key) = (project.0.clone(), id.clone());
+                state
+                    .db(move |s| s.container(&owner, &key))
+                    .await?
+                    .ok_or_else(|| ApiError::not_found("container", id))?;
+            }
+            Environment::ContainerAuto(params) => {
+                auto = Some(auto_container(params, "tools.environment")?);
+            }
+            Environment::Local { .. } => {}
+        }
+    }
+    let sandbox = tools
+        .shell
+        .as_ref()
+        .filter(|e| e.hosted())
+        .map(|environment| {
+            Arc::new(ResponseSandbox {
+                state: Arc::clone(state),
+                project: project.0.clone(),
+                environment: environment.clone(),
+                auto,
+                container: tokio::sync::Mutex::new(None),
+            })
+        });
+    let environment_description = tools
+        .shell
+        .as_ref()
+        .map(|e| describe(state, e))
+        .unwrap_or_default();
+    Ok(Prepared {
+        id: new_id("resp_"),
+        created_at: now(),
+        project: project.0.clone(),
+        echo: Echo {
+            model: model.clone(),
+            body: body.clone(),
+            background,
+            max_tool_calls,
+        },
+        request: run::Request {
+            model,
+            instructions,
+            items,
+            tools,
+            tool_choice,
+            max_tool_calls,
+            temperature,
+            top_p,
+            max_output_tokens,
+            parallel_tool_calls: body.get("parallel_tool_calls").and_then(Value::as_bool),
+            environment_description,
+        },
+        input,
+        previous,
+        store,
+        upstream,
+        sandbox,
+    })
+}
+
+impl Prepared {
+    /// The stored row for this response in `status`, its object `body`.
+    fn row(&self, status: &str, body: &Value, output: &[Value]) -> ResponseRow {
+        let mut conversation = self.request.items.clone();
+        conversation.extend(output.iter().cloned());
+        ResponseRow {
+            id: self.id.clone(),
+            project: self.project.clone(),
+            created_at: self.created_at,
+            status: status.to_owned(),
+            previous_response_id: self.previous.clone(),
+            body: body.to_string(),
+            input_items: Value::Array(self.input.clone()).to_string(),
+            conversation: Value::Array(conversation).to_string(),
+        }
+    }
+
+    async fn save(&self, state: &AppState, status: &str, body: &Value, output: &[Value]) {
+        if !self.store {
+            return;
+        }
+        let row = self.row(status, body, output);
+        if let Err(e) = state.db(move |s| s.save_response(&row)).await {
+            tracing::error!(response = %self.id, "could not store the response: {}", e.message);
+        }
+    }
+
+    /// Runs the loop, stores the result and returns the final object.
+    async fn run(&self, state: &AppState, events: Option<&EventSink>) -> Value {
+        let sandbox = self.sandbox.as_deref().map(|s| s as &dyn Sandbox);
+        let outcome = run::run(self.upstream.as_ref(), sandbox, &self.request, events).await;
+        let body = finished_object(&self.id, self.created_at, &self.echo, &outcome);
+        let status = body["status"].as_str().unwrap_or("failed").to_owned();
+        self.save(state, &status, &body, &outcome.output).await;
+        body
+    }
+
+    fn in_progress(&self, status: &str) -> Value {
+        response_object(
+            &self.id,
+            self.created_at,
+            &self.echo,
+            Progress {
+                status,
+                output: &[],
+                usage: None,
+                error: None,
+                incomplete: None,
+            },
+        )
+    }
+}
+
+pub async fn create(
+    State(state): State<Arc<AppState>>,
+    project: Project,
+    ApiJson(body): ApiJson<Value>,
+) -> ApiResult<Response> {
+    let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    let prepared = Arc::new(prepare(&state, &project, body).await?);
+    if prepared.echo.background {
+        let queued = prepared.in_progress("queued");
+        prepared.save(&state, "queued", &queued, &[]).await;
+        let (events, receiver) = tokio::sync::mpsc::unbounded_channel();
+        let (done_tx, done) = tokio::sync::oneshot::channel();
+        let events = stream.then_some(events);
+        let task = {
+            let (state, prepared) = (Arc::clone(&state), Arc::clone(&prepared));
+            tokio::spawn(async move {
+                let running = prepared.in_progress("in_progress");
+                prepared.save(&state, "in_progress", &running, &[]).await;
+                let body = prepared.run(&state, events.as_ref()).await;
+                drop(events);
+                state.running.remove(&prepared.id);
+                let _ = done_tx.send(body);
+            })
+        };
+        state.running.insert(&prepared.id, task.abort_handle());
+        return Ok(if stream {
+            // Streaming a background response: a client that leaves the
+            // stream does not stop it.
+            sse(prepared, receiver, done, None).into_response()
+        } else {
+            Json(queued).into_response()
+        });
+    }
+    if !stream {
+        // Foreground: if the client leaves, this future is dropped, and with
+        // it the run and its commands.
+        return Ok(Json(prepared.run(&state, None).await).into_response());
+    }
+    let (events, receiver) = tokio::sync::mpsc::unbounded_channel();
+    let (done_tx, done) = tokio::sync::oneshot::channel();
+    let task = {
+        let (state, prepared) = (Arc::clone(&state), Arc::clone(&prepared));
+        tokio::spawn(async move {
+            let body = prepared.run(&state, Some(&events)).await;
+            drop(events);
+            let _ = done_tx.send(body);
+        })
+    };
+    Ok(sse(prepared, receiver, done, Some(task)).into_response())
+}
+
+/// Aborts a foreground run when its event stream is dropped (the client left).
+struct AbortOnDrop(Option<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(task) = &self.0 {
+            task.abort();
+        }
+    }
+}
+
+/// The event stream of a run: `response.created`, `response.in_progress`,
+/// what the loop does, then `response.completed` / `.incomplete` / `.failed`.
+fn sse(
+    prepared: Arc<Prepared>,
+    receiver: tokio::sync::mpsc::UnboundedReceiver<run::Event>,
+    done: tokio::sync::oneshot::Receiver<Value>,
+    task: Option<tokio::task::JoinHandle<()>>,
+) -> Sse<impl tokio_stream::Stream<Item = Result<Event, Infallible>>> {
+    let guard = AbortOnDrop(task);
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    tokio::spawn(async move {
+        let mut stream = SseWriter { tx, sequence: 0 };
+        let start = prepared.in_progress("in_progress");
+        stream.send("response.created", json!({"response": start}));
+        stream.send(
+            "response.in_progress",
+            json!({"response": prepared.in_progress("in_progress")}),
+        );
+        let mut events = UnboundedReceiverStream::new(receiver);
+        let mut texts: HashMap<usize, String> = HashMap::new();
+        while let Some(event) = events.next().await {
+            stream.event(event, &mut texts);
+        }
+        // The loop is done (its event sender dropped): the final object.
+        if let Ok(body) = done.await {
+            let kind = match body["status"].as_str() {
+                Some("completed") => "response.completed",
+                Some("incomplete") => "response.incomplete",
+                _ => "response.failed",
+            };
+            stream.send(kind, json!({"response": body}));
+        }
+    });
+    let body = UnboundedReceiverStream::new(rx).map(move |data| {
+        let _keep = &guard;
+        let kind = data["type"].as_str().unwrap_or("message").to_owned();
+        Ok::<_, Infallible>(Event::default().event(kind).data(data.to_string()))
+    });
+    Sse::new(body)
+}
+
+/// Numbers and sends stream events.
+struct SseWriter {
+    tx: tokio::sync::mpsc::UnboundedSender<Value>,
+    sequence: u64,
+}
+
+impl SseWriter {
+    fn send(&mut self, kind: &str, mut data: Value) {
+        data["type"] = json!(kind);
+        data["sequence_number"] = json!(self.sequence);
+        self.sequence += 1;
+        let _ = self.tx.send(data);
+    }
+
+    fn event(&mut self, event: run::Event, texts: &mut HashMap<usize, String>) {
+        match event {
+            run::Event::ItemAdded { index, item } => {
+                let message = item["type"] == "message";
+                let item_id = item["id"].clone();
+                self.send(
+                    "response.output_item.added",
+                    json!({"output_index": index, "item": item}),
+                );
+                if message {
+                    self.send(
+                        "response.content_part.added",
+                        json!({"item_id": item_id, "output_index": index, "content_index": 0,
+                               "part": {"type": "output_text", "text": "", "annotations": []}}),
+                    );
+                }
+            }
+            run::Event::TextDelta {
+                index,
+                item_id,
+                delta,
+            } => {
+                texts.entry(index).or_default().push_str(&delta);
+                self.send(
+                    "response.output_text.delta",
+                    json!({"item_id": item_id, "output_index": index, "content_index": 0,
+                           "delta": delta, "logprobs": []}),
+                );
+            }
+            run::Event::Arguments {
+                index,
+                item_id,
+                arguments,
+            } => {
+                self.send(
+                    "response.function_call_arguments.delta",
+                    json!({"item_id": item_id, "output_index": index, "delta": arguments}),
+                );
+                self.send(
+                    "response.function_call_arguments.done",
+                    json!({"item_id": item_id, "output_index": index, "arguments": arguments}),
+                );
+            }
+            run::Event::ShellCommand {
+                index,
+                command_index,
+                command,
+            } => {
+                self.send(
+                    "response.shell_call_command.added",
+                    json!({"output_index": index, "command_index": command_index, "command": ""}),
+                );
+                self.send(
+                    "response.shell_call_command.delta",
+                    json!({"output_index": index, "command_index": command_index, "delta": command}),
+                );
+                self.send(
+                    "response.shell_call_command.done",
+                    json!({"output_index": index, "command_index": command_index, "command": command}),
+                );
+            }
+            run::Event::ShellOutput {
+                index,
+                item_id,
+                command_index,
+                stream,
+                text,
+            } => {
+                let key = match stream {
+                    StreamKind::Stdout => "stdout",
+                    StreamKind::Stderr => "stderr",
+                };
+                self.send(
+                    "response.shell_call_output_content.delta",
+                    json!({"item_id": item_id, "output_index": index,
+                           "command_index": command_index, "delta": {key: text}}),
+                );
+            }
+            run::Event::ShellCommandDone {
+                index,
+                item_id,
+                command_index,
+                result,
+            } => {
+                self.send(
+                    "response.shell_call_output_content.done",
+                    json!({"item_id": item_id, "output_index": index,
+                           "command_index": command_index, "output": [result]}),
+                );
+            }
+            run::Event::ItemDone { index, item } => {
+                if item["type"] == "message" {
+                    let text = item["content"][0]["text"].clone();
+                    let item_id = item["id"].clone();
+                    self.send(
+                        "response.output_text.done",
+                        json!({"item_id": item_id, "output_index": index, "content_index": 0,
+                               "text": text, "logprobs": []}),
+                    );
+                    self.send(
+                        "response.content_part.done",
+                        json!({"item_id": item_id, "output_index": index, "content_index": 0,
+                               "part": item["content"][0]}),
+                    );
+                }
+                self.send(
+                    "response.output_item.done",
+                    json!({"output_index": index, "item": item}),
+                );
+            }
+        }
+    }
+}
+
+async fn owned(state: &AppState, project: &Project, id: &str) -> ApiResult<ResponseRow> {
+    let (owner, key) = (project.0.clone(), id.to_owned());
+    state
+        .db(move |s| s.response(&owner, &key))
+        .await?
+        .ok_or_else(|| ApiError::not_found("response", id))
+}
+
+fn body_of(row: &ResponseRow) -> ApiResult<Value> {
+    serde_json::from_str(&row.body).map_err(|e| ApiError::internal(format!("stored response: {e}")))
+}
+
+pub async fn retrieve(
+    State(state): State<Arc<AppState>>,
+    project: Project,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    Ok(Json(body_of(&owned(&state, &project, &id).await?)?))
+}
+
+pub async fn delete(
+    State(state): State<Arc<AppState>>,
+    project: Project,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    owned(&state, &project, &id).await?;
+    if let Some(task) = state.running.remove(&id) {
+        task.abort();
+    }
+    let (owner, key) = (project.0.clone(), id.clone());
+    state.db(move |s| s.delete_response(&owner, &key)).await?;
+    Ok(Json(
+        json!({"id": id, "object": "response", "deleted": true}),
+    ))
+}
+
+pub async fn cancel(
+    State(state): State<Arc<AppState>>,
+    project: Project,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let row = owned(&state, &project, &id).await?;
+    let mut body = body_of(&row)?;
+    if !body["background"].as_bool().unwrap_or(false) {
+        return Err(invalid(
+            "response_id",
+            "Only background responses can be cancelled.",
+        ));
+    }
+    if let Some(task) = state.running.remove(&id) {
+        // Its commands are killed with the run.
+        task.abort();
+    }
+    if matches!(row.status.as_str(), "queued" | "in_progress") {
+        body["status"] = json!("cancelled");
+        let row = ResponseRow {
+            status: "cancelled".into(),
+            body: body.to_string(),
+            ..row
+        };
+        state.db(move |s| s.save_response(&row)).await?;
+    }
+    Ok(Json(body))
+}
+
+pub async fn input_items(
+    State(state): State<Arc<AppState>>,
+    project: Project,
+    Path(id): Path<String>,
+    ApiQuery(params): ApiQuery<ListParams>,
+) -> ApiResult<Json<Value>> {
+    let row = owned(&state, &project, &id).await?;
+    let page = params.page()?;
+    let mut items: Vec<Value> = serde_json::from_str(&row.input_items)
+        .map_err(|e| ApiError::internal(format!("stored input items: {e}")))?;
+    if !page.ascending {
+        items.reverse();
+    }
+    if let Some(after) = &page.after {
+        let position = items
+            .iter()
+            .position(|i| i["id"].as_str() == Some(after.as_str()))
+            .ok_or_else(|| {
+                invalid(
+                    "after",
+                    format!("No item with id '{after}' in this listing."),
+                )
+            })?;
+        items.drain(..=position);
+    }
+    let has_more = items.len() > page.limit as usize;
+    items.truncate(page.limit as usize);
+    Ok(Json(json!({
+        "object": "list",
+        "data": items,
+        "first_id": items.first().map(|i| i["id"].clone()),
+        "last_id": items.last().map(|i| i["id"].clone()),
+        "has_more": has_more,
+    })))
+}
+
+/// At start-up: responses a crash interrupted are failed, never left
+/// `in_progress`.
+pub async fn settle_interrupted(state: &AppState) -> ApiResult<()> {
+    let rows = state
+        .db(|s| s.responses_with_status(&["queued", "in_progress"]))
+        .await?;
+    for row in rows {
+        let mut body = body_of(&row).unwrap_or_else(|_| json!({}));
+        body["status"] = json!("failed");
+        body["error"] = json!({
+            "code": "server_error",
+            "message": "The server stopped while this response was running; it did not finish.",
+        });
+        let row = ResponseRow {
+            status: "failed".into(),
+            body: body.to_string(),
+            ..row
+        };
+        state.db(move |s| s.save_response(&row)).await?;
+    }
+    Ok(())
+}
