@@ -85,19 +85,30 @@ class Server:
 
 
 @pytest.fixture(scope="session")
-def server():
+def upstream():
+    """A scripted Chat Completions model server (a fixture, not a product part)."""
+    from scripted_upstream import ScriptedUpstream
+
+    scripted = ScriptedUpstream()
+    yield scripted
+    scripted.stop()
+
+
+@pytest.fixture(scope="session")
+def server(upstream):
     with tempfile.TemporaryDirectory(prefix="shellgate-py-") as tmp:
-        server = Server(Path(tmp)).start()
+        server = Server(Path(tmp), upstream_url=upstream.url, upstream_timeout_secs=3).start()
         yield server
         server.stop()
 
 
 @pytest.fixture
-def fresh_server():
+def fresh_server(upstream):
     """A server of its own with short lifecycle settings, for lifecycle tests."""
     servers = []
 
     def make(**settings):
+        settings.setdefault("upstream_url", upstream.url)
         tmp = tempfile.mkdtemp(prefix="shellgate-py-life-")
         server = Server(Path(tmp), **settings).start()
         servers.append(server)

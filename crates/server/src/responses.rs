@@ -66,7 +66,7 @@ fn invalid(param: &str, message: impl Into<String>) -> ApiError {
 fn usage_object(usage: Usage) -> Value {
     json!({
         "input_tokens": usage.input_tokens,
-        "input_tokens_details": {"cached_tokens": 0},
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
         "output_tokens": usage.output_tokens,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": usage.input_tokens + usage.output_tokens,

@@ -91,6 +91,21 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX files_by_expiry ON files (expires_at) WHERE expires_at IS NOT NULL;
     CREATE INDEX container_files_by_container ON container_files (container_id, seq);
 "#,
+    r#"
+    CREATE TABLE responses (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        project TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        status TEXT NOT NULL,
+        previous_response_id TEXT,
+        body TEXT NOT NULL,
+        input_items TEXT NOT NULL,
+        conversation TEXT NOT NULL
+    );
+    CREATE INDEX responses_by_project ON responses (project, seq);
+    CREATE INDEX responses_by_status ON responses (status);
+"#,
 ];
 
 /// A container's row.

@@ -1,0 +1,131 @@
+"""A scripted upstream model speaking OpenAI Chat Completions: a test
+fixture standing in for a model server, so the Responses API can be driven
+end to end without a real model.
+
+Its script, from the conversation it is sent:
+- the last message is the user's and says "Execute: CMD": it calls the
+  `shell` tool with CMD (or `local_shell` with ["bash", "-lc", CMD] when only
+  that tool is offered);
+- "Call NAME: JSON" calls the user function NAME with those arguments;
+- the last message is a tool result: it answers "Done: " and the result;
+- otherwise it answers "Hello from the scripted model."
+Models named for a failure behave so: `scripted-500` answers HTTP 500,
+`scripted-garbage` answers what is not JSON, `scripted-slow` never answers,
+`scripted-loop` calls the shell for ever.
+"""
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def decide(body):
+    model = body.get("model", "")
+    messages = body.get("messages", [])
+    tools = [t["function"]["name"] for t in body.get("tools", [])]
+    last = messages[-1] if messages else {}
+    if model == "scripted-loop" and "shell" in tools:
+        return {"tool": ("shell", {"commands": ["echo again"]})}
+    if last.get("role") == "tool":
+        return {"text": "Done: " + last.get("content", "")}
+    text = last.get("content") or ""
+    if isinstance(text, list):
+        text = " ".join(p.get("text", "") for p in text)
+    if "Execute: " in text:
+        command = text.split("Execute: ", 1)[1].strip()
+        if "shell" in tools:
+            return {"tool": ("shell", {"commands": [command]})}
+        if "local_shell" in tools:
+            return {"tool": ("local_shell", {"command": ["bash", "-lc", command]})}
+    if text.startswith("Call "):
+        name, arguments = text[len("Call "):].split(":", 1)
+        return {"tool": (name.strip(), json.loads(arguments))}
+    return {"text": "Hello from the scripted model."}
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        length = int(self.headers.get("Content-Length", "0"))
+        body = json.loads(self.rfile.read(length) or b"{}")
+        self.server.requests.append(body)
+        model = body.get("model", "")
+        if model == "scripted-500":
+            return self.reply(500, {"error": {"message": "the model crashed"}})
+        if model == "scripted-garbage":
+            return self.raw(200, "application/json", b"<html>not json</html>")
+        if model == "scripted-slow":
+            time.sleep(30)
+            return self.reply(200, {})
+        decision = decide(body)
+        if body.get("stream"):
+            return self.stream(decision)
+        message = {"role": "assistant", "content": decision.get("text")}
+        if "tool" in decision:
+            name, arguments = decision["tool"]
+            message["tool_calls"] = [{"id": f"call_{len(self.server.requests)}", "type": "function",
+                                      "function": {"name": name, "arguments": json.dumps(arguments)}}]
+        self.reply(200, {
+            "id": "chatcmpl-1", "object": "chat.completion", "model": model,
+            "choices": [{"index": 0, "message": message,
+                         "finish_reason": "tool_calls" if "tool" in decision else "stop"}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+        })
+
+    def stream(self, decision):
+        chunks = []
+        if "text" in decision:
+            words = decision["text"].split(" ")
+            for i, word in enumerate(words):
+                piece = word if i == 0 else " " + word
+                chunks.append({"choices": [{"index": 0, "delta": {"content": piece}}]})
+            finish = "stop"
+        else:
+            name, arguments = decision["tool"]
+            text = json.dumps(arguments)
+            half = len(text) // 2
+            chunks.append({"choices": [{"index": 0, "delta": {"tool_calls": [
+                {"index": 0, "id": f"call_{len(self.server.requests)}", "type": "function",
+                 "function": {"name": name, "arguments": text[:half]}}]}}]})
+            chunks.append({"choices": [{"index": 0, "delta": {"tool_calls": [
+                {"index": 0, "function": {"arguments": text[half:]}}]}}]})
+            finish = "tool_calls"
+        chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+        chunks.append({"choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 5}})
+        payload = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+        self.raw(200, "text/event-stream", payload)
+
+    def reply(self, status, value):
+        self.raw(status, "application/json", json.dumps(value).encode())
+
+    def raw(self, status, content_type, payload):
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+
+class ScriptedUpstream:
+    def __init__(self):
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.requests = []
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    @property
+    def requests(self):
+        return self.server.requests
+
+    def stop(self):
+        self.server.shutdown()

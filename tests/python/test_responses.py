@@ -1,0 +1,193 @@
+"""The Responses API with the hosted shell tool, through the official SDK,
+against a scripted upstream model (see scripted_upstream.py)."""
+
+import io
+
+import openai
+import pytest
+from openai.types.responses import Response
+
+from conftest import KEY_B
+
+
+def strict(response):
+    """Validates a response against the SDK's model (not just constructs it)."""
+    return Response.model_validate(response.model_dump())
+
+
+def test_container_auto_runs_the_seeds_example(client):
+    response = client.responses.create(
+        model="scripted",
+        tools=[{"type": "shell", "environment": {"type": "container_auto"}}],
+        input="Execute: ls -lah /mnt/data && python3 --version && node --version",
+    )
+    strict(response)
+    assert response.status == "completed"
+    kinds = [item.type for item in response.output]
+    assert kinds == ["shell_call", "shell_call_output", "message"], kinds
+    call, result, message = response.output
+    assert call.environment.type == "container_reference"
+    container_id = call.environment.container_id
+    assert container_id.startswith("cntr_")
+    assert result.call_id == call.call_id
+    entry = result.output[0]
+    assert entry.outcome.type == "exit" and entry.outcome.exit_code == 0, entry
+    assert "Python 3" in entry.stdout
+    assert response.output_text.startswith("Done: ")
+    assert response.usage.input_tokens > 0
+    # The container is a real one of this project.
+    assert client.containers.retrieve(container_id).status == "running"
+
+
+def test_container_reference_and_previous_response_id_continue_a_conversation(client):
+    container = client.containers.create(name="shared")
+    first = client.responses.create(
+        model="scripted",
+        tools=[{"type": "shell", "environment": {"type": "container_reference", "container_id": container.id}}],
+        input="Execute: echo 42 > /mnt/data/answer.txt",
+    )
+    assert first.status == "completed"
+    second = client.responses.create(
+        model="scripted",
+        previous_response_id=first.id,
+        tools=[{"type": "shell", "environment": {"type": "container_reference", "container_id": container.id}}],
+        input="Execute: cat /mnt/data/answer.txt",
+    )
+    strict(second)
+    outputs = [i for i in second.output if i.type == "shell_call_output"]
+    assert outputs[0].output[0].stdout == "42\n"
+    assert second.previous_response_id == first.id
+    assert client.responses.retrieve(second.id).id == second.id
+    items = client.responses.input_items.list(second.id)
+    assert [i.type for i in items.data] == ["message"]
+
+
+def test_another_projects_container_is_a_404(server, client):
+    container = client.containers.create(name="mine")
+    other = server.client(KEY_B)
+    with pytest.raises(openai.NotFoundError):
+        other.responses.create(
+            model="scripted",
+            tools=[{"type": "shell", "environment": {"type": "container_reference", "container_id": container.id}}],
+            input="Execute: true",
+        )
+
+
+def test_the_local_environment_hands_the_call_back(client):
+    tools = [{"type": "shell", "environment": {"type": "local"}}]
+    response = client.responses.create(model="scripted", tools=tools, input="Execute: uname -s")
+    strict(response)
+    call = response.output[-1]
+    assert call.type == "shell_call" and call.action.commands == ["uname -s"]
+    # The client runs it and sends the output back (as the Agents SDK does:
+    # no status, a null exit code).
+    follow = client.responses.create(
+        model="scripted",
+        previous_response_id=response.id,
+        tools=tools,
+        input=[{"type": "shell_call_output", "call_id": call.call_id,
+                "output": [{"stdout": "Linux\n", "stderr": "", "outcome": {"type": "exit", "exit_code": None}}]}],
+    )
+    strict(follow)
+    assert follow.output_text.startswith("Done: ") and "Linux" in follow.output_text
+
+
+def test_the_legacy_local_shell_loop(client):
+    response = client.responses.create(model="scripted", tools=[{"type": "local_shell"}], input="Execute: ls")
+    call = response.output[-1]
+    assert call.type == "local_shell_call"
+    assert call.action.command == ["bash", "-lc", "ls"]
+    follow = client.responses.create(
+        model="scripted",
+        previous_response_id=response.id,
+        tools=[{"type": "local_shell"}],
+        input=[{"type": "local_shell_call_output", "id": call.call_id, "output": "a.txt"}],
+    )
+    assert "a.txt" in follow.output_text
+
+
+def test_user_functions_come_back_to_the_client(client):
+    response = client.responses.create(
+        model="scripted",
+        tools=[
+            {"type": "shell", "environment": {"type": "container_auto"}},
+            {"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}},
+        ],
+        input='Call lookup: {"q": "x"}',
+    )
+    strict(response)
+    call = response.output[-1]
+    assert call.type == "function_call" and call.name == "lookup" and call.arguments == '{"q": "x"}'
+
+
+def test_streaming_sends_the_sdks_typed_events(client):
+    with client.responses.stream(
+        model="scripted",
+        tools=[{"type": "shell", "environment": {"type": "container_auto"}}],
+        input="Execute: echo streamed",
+    ) as stream:
+        kinds = [event.type for event in stream]
+        final = stream.get_final_response()
+    assert kinds[0] == "response.created" and kinds[1] == "response.in_progress"
+    assert kinds[-1] == "response.completed"
+    for needed in [
+        "response.output_item.added", "response.shell_call_command.added", "response.shell_call_command.done",
+        "response.shell_call_output_content.delta", "response.shell_call_output_content.done",
+        "response.output_text.delta", "response.output_text.done", "response.output_item.done",
+    ]:
+        assert needed in kinds, (needed, kinds)
+    strict(final)
+    assert final.output_text.startswith("Done: ")
+    # stream=True yields the same events.
+    events = list(client.responses.create(model="scripted", input="hi", stream=True))
+    assert events[-1].type == "response.completed"
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+
+
+def test_max_tool_calls_ends_the_response_incomplete(client):
+    response = client.responses.create(
+        model="scripted-loop",
+        tools=[{"type": "shell", "environment": {"type": "container_auto"}}],
+        input="loop",
+        max_tool_calls=3,
+    )
+    strict(response)
+    assert response.status == "incomplete"
+    assert response.incomplete_details.reason == "max_messages"
+    assert len([i for i in response.output if i.type == "shell_call_output"]) == 3
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model="scripted", input="x", max_tool_calls=31)
+    assert refused.value.param == "max_tool_calls"
+
+
+@pytest.mark.parametrize("model", ["scripted-500", "scripted-garbage", "scripted-slow"])
+def test_upstream_failures_become_failed_responses(client, model):
+    response = client.responses.create(model=model, input="hello")
+    strict(response)
+    assert response.status == "failed"
+    assert response.error.code == "server_error"
+    assert response.error.message
+
+
+def test_background_runs_and_cancel(client):
+    response = client.responses.create(
+        model="scripted",
+        tools=[{"type": "shell", "environment": {"type": "container_auto"}}],
+        input="Execute: sleep 60",
+        background=True,
+    )
+    assert response.status in ("queued", "in_progress")
+    cancelled = client.responses.cancel(response.id)
+    assert cancelled.status == "cancelled"
+    assert client.responses.retrieve(response.id).status == "cancelled"
+    quick = client.responses.create(model="scripted", input="hi", background=True)
+    import time
+    for _ in range(100):
+        done = client.responses.retrieve(quick.id)
+        if done.status == "completed":
+            break
+        time.sleep(0.1)
+    assert done.status == "completed" and done.output_text == "Hello from the scripted model."
+    assert client.responses.delete(quick.id) is None or True
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(quick.id)
