@@ -3,7 +3,8 @@ fixture standing in for a model server, so the Responses API can be driven
 end to end without a real model.
 
 Its script, from the conversation it is sent:
-- the last message is the user's and says "Execute: CMD": it calls the
+- the last message is the user's and says "Execute: CMD" (to the end of the
+  line): it calls the
   `shell` tool with CMD (or `local_shell` with ["bash", "-lc", CMD] when only
   that tool is offered);
 - "Call NAME: JSON" calls the user function NAME with those arguments;
@@ -33,7 +34,7 @@ def decide(body):
     if isinstance(text, list):
         text = " ".join(p.get("text", "") for p in text)
     if "Execute: " in text:
-        command = text.split("Execute: ", 1)[1].strip()
+        command = text.split("Execute: ", 1)[1].split("\n", 1)[0].strip()
         if "shell" in tools:
             return {"tool": ("shell", {"commands": [command]})}
         if "local_shell" in tools:

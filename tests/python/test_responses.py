@@ -191,3 +191,38 @@ def test_background_runs_and_cancel(client):
     assert client.responses.delete(quick.id) is None or True
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve(quick.id)
+
+
+def test_an_input_file_lands_in_mnt_data_and_a_later_turn_reads_what_the_first_wrote(client):
+    import base64
+
+    csv = b"name,score\nada,3\nbob,5\n"
+    tools = [{"type": "shell", "environment": {"type": "container_auto"}}]
+    first = client.responses.create(
+        model="scripted",
+        tools=tools,
+        input=[{"role": "user", "content": [
+            {"type": "input_text", "text": "Execute: tail -n +2 /mnt/data/scores.csv | wc -l > /mnt/data/rows.txt && cat /mnt/data/rows.txt"},
+            {"type": "input_file", "filename": "scores.csv",
+             "file_data": "data:text/csv;base64," + base64.b64encode(csv).decode()},
+        ]}],
+    )
+    strict(first)
+    result = next(i for i in first.output if i.type == "shell_call_output")
+    assert result.output[0].stdout.strip() == "2", result
+    container_id = next(i for i in first.output if i.type == "shell_call").environment.container_id
+    # A Files API file works the same way.
+    uploaded = client.files.create(file=("notes.txt", io.BytesIO(b"hello")), purpose="user_data")
+    second = client.responses.create(
+        model="scripted",
+        previous_response_id=first.id,
+        tools=[{"type": "shell", "environment": {"type": "container_reference", "container_id": container_id}}],
+        input=[{"role": "user", "content": [
+            {"type": "input_text", "text": "Execute: cat /mnt/data/rows.txt /mnt/data/notes.txt"},
+            {"type": "input_file", "file_id": uploaded.id},
+        ]}],
+    )
+    result = next(i for i in second.output if i.type == "shell_call_output")
+    assert result.output[0].stdout == "2\nhello", result
+    paths = [f.path for f in client.containers.files.list(container_id)]
+    assert "/mnt/data/scores.csv" in paths and "/mnt/data/notes.txt" in paths

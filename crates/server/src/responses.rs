@@ -214,6 +214,93 @@ fn normalize_input(input: Option<&Value>) -> ApiResult<Vec<Value>> {
         .collect()
 }
 
+/// A file attached to an input message (`input_file`).
+struct Attachment {
+    filename: String,
+    bytes: Vec<u8>,
+}
+
+/// Reads a `data:` URL (`data:<type>;base64,<data>`).
+fn data_url(text: &str) -> Option<Vec<u8>> {
+    use base64::Engine;
+    let (head, data) = text.strip_prefix("data:")?.split_once(',')?;
+    if head.ends_with(";base64") {
+        base64::engine::general_purpose::STANDARD
+            .decode(data.trim())
+            .ok()
+    } else {
+        Some(data.as_bytes().to_vec())
+    }
+}
+
+/// The attachments of the input, read (a `file_id` from this project's
+/// Files API, or inline `file_data`), each part replaced in `items` by a
+/// note of where the file is (`at`) or, without a container, its text.
+async fn attachments(
+    state: &AppState,
+    project: &str,
+    items: &mut [Value],
+    in_container: bool,
+) -> ApiResult<Vec<Attachment>> {
+    let mut found = Vec::new();
+    for (index, item) in items.iter_mut().enumerate() {
+        let Some(parts) = item.get_mut("content").and_then(Value::as_array_mut) else {
+            continue;
+        };
+        for (part_index, part) in parts.iter_mut().enumerate() {
+            if part.get("type").and_then(Value::as_str) != Some("input_file") {
+                continue;
+            }
+            let param = format!("input[{index}].content[{part_index}]");
+            let (filename, bytes) = if let Some(id) = part.get("file_id").and_then(Value::as_str) {
+                let (owner, key) = (project.to_owned(), id.to_owned());
+                let file = state
+                    .db(move |s| s.file(&owner, &key))
+                    .await?
+                    .ok_or_else(|| ApiError::not_found("file", id))?;
+                let bytes = tokio::fs::read(state.files_dir.join(&file.id))
+                    .await
+                    .map_err(|e| ApiError::internal(format!("read file {}: {e}", file.id)))?;
+                (file.filename, bytes)
+            } else if let Some(data) = part.get("file_data").and_then(Value::as_str) {
+                let bytes = data_url(data).ok_or_else(|| {
+                    invalid(
+                        &format!("{param}.file_data"),
+                        "file_data must be a data URL (data:<type>;base64,<data>)",
+                    )
+                })?;
+                let filename = part
+                    .get("filename")
+                    .and_then(Value::as_str)
+                    .unwrap_or("upload")
+                    .to_owned();
+                (filename, bytes)
+            } else {
+                return Err(invalid(
+                    &param,
+                    "an input_file needs a file_id or file_data",
+                ));
+            };
+            let filename = crate::containers::safe_file_name(&filename);
+            let note = if in_container {
+                format!("[The user attached the file {filename}; it is at /mnt/data/{filename}]")
+            } else {
+                match std::str::from_utf8(&bytes) {
+                    Ok(text) if text.len() <= 100_000 => {
+                        format!("[The user attached the file {filename}:]\n{text}")
+                    }
+                    _ => {
+                        format!("[The user attached the file {filename}; it cannot be shown here]")
+                    }
+                }
+            };
+            *part = json!({"type": "input_text", "text": note});
+            found.push(Attachment { filename, bytes });
+        }
+    }
+    Ok(found)
+}
+
 /// What the model is told about the hosted shell's environment.
 fn describe(state: &AppState, environment: &Environment) -> String {
     match environment {
@@ -496,6 +583,42 @@ async fn prepare(state: &Arc<AppState>, project: &Project, body: Value) -> ApiRe
         .as_ref()
         .map(|e| describe(state, e))
         .unwrap_or_default();
+    // Attached files go into the container's /mnt/data (which is then made
+    // now, not at the first command); the model reads where they are.
+    let first_new = items.len() - input.len();
+    let files = attachments(
+        state,
+        &project.0,
+        &mut items[first_new..],
+        sandbox.is_some(),
+    )
+    .await?;
+    if let (Some(sandbox), false) = (&sandbox, files.is_empty()) {
+        let container = sandbox.container().await.map_err(|e| {
+            let mut error = ApiError::internal(e.message);
+            if e.code == "rate_limit_exceeded" {
+                error = ApiError::quota("rate_limit_exceeded", error.message);
+            }
+            error
+        })?;
+        for file in files {
+            let path = format!("/mnt/data/{}", file.filename);
+            state
+                .engine
+                .write_file(&container, &path, &file.bytes)
+                .await
+                .map_err(|e| crate::engine_error(&container, e))?;
+            let row = shellgate_store::ContainerFileRow {
+                id: new_id("cfile_"),
+                container_id: container.clone(),
+                path,
+                bytes: file.bytes.len() as u64,
+                source: "user".to_owned(),
+                created_at: now(),
+            };
+            state.db(move |s| s.upsert_container_file(&row)).await?;
+        }
+    }
     Ok(Prepared {
         id: new_id("resp_"),
         created_at: now(),
