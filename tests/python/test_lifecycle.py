@@ -167,3 +167,21 @@ def test_files_expire_after_what_the_upload_asked(server, client):
         )
     assert bad.value.param == "expires_after.seconds"
     client.files.delete(file.id)
+
+
+def test_kill_9_mid_response_leaves_it_failed_never_in_progress(fresh_server):
+    server = fresh_server()
+    client = server.client()
+    response = client.responses.create(
+        model="scripted",
+        tools=[{"type": "shell", "environment": {"type": "container_auto"}}],
+        input="Execute: sleep 60",
+        background=True,
+    )
+    assert wait_for(lambda: client.responses.retrieve(response.id).status == "in_progress", 10)
+    time.sleep(1.0)
+    server.kill9()
+    server.start()
+    after = client.responses.retrieve(response.id)
+    assert after.status == "failed"
+    assert "stopped" in after.error.message
