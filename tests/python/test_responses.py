@@ -35,6 +35,13 @@ def test_container_auto_runs_the_seeds_example(client):
     assert "Python 3" in entry.stdout
     assert response.output_text.startswith("Done: ")
     assert response.usage.input_tokens > 0
+    # A new container costs at least 30 sandbox seconds, priced per second.
+    extra = response.usage.model_extra
+    assert extra["sandbox_seconds"] >= 30
+    assert abs(extra["server_tool_cost"] - extra["sandbox_seconds"] * 0.0001) < 1e-9
+    usage = client.get("/usage", cast_to=object)
+    assert usage["input_tokens"] >= response.usage.input_tokens and usage["responses"] >= 1
+    assert usage["server_tool_cost"] > 0
     # The container is a real one of this project.
     assert client.containers.retrieve(container_id).status == "running"
 

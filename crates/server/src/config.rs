@@ -81,6 +81,8 @@ pub struct Config {
     pub upstream_timeout_secs: u64,
     /// Attempts at a rate-limited (429) upstream request before it fails.
     pub upstream_attempts: u32,
+    /// Price of a second of sandbox time (`server_tool_cost`).
+    pub sandbox_price_per_second: f64,
     /// Upstreams for models by name prefix (config file only):
     /// `[[upstreams]] prefix = "llama", url = "...", api_key = "...", protocol = "chat"`.
     pub upstreams: Vec<UpstreamRoute>,
@@ -157,6 +159,7 @@ impl Default for Config {
             upstream_timeout_secs: 120,
             upstream_attempts: 3,
             upstreams: Vec::new(),
+            sandbox_price_per_second: 0.0001,
         }
     }
 }

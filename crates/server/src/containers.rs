@@ -342,12 +342,13 @@ async fn begin_activity(state: &AppState, row: &ContainerRow) -> ApiResult<()> {
 /// Admits an exec in a project's container: the project's concurrent-exec
 /// quota, ownership (404 otherwise), and a suspended container woken (a
 /// billed session opened, under the running-container quotas). The permit
-/// counts the exec until dropped.
+/// counts the exec until dropped; the flag says whether a session began.
 pub(crate) async fn prepare_exec(
     state: &Arc<AppState>,
     project: &str,
     id: &str,
-) -> ApiResult<crate::admission::ExecPermit> {
+) -> ApiResult<(crate::admission::ExecPermit, bool)> {
+    let mut woke = false;
     let permit = state.admission.exec(project)?;
     // A container this project was already seen to own, whose processes
     // run (so its session is open), needs no trip to the store before its
@@ -375,10 +376,11 @@ pub(crate) async fn prepare_exec(
             .ok_or_else(|| ApiError::not_found("container", id))?;
         if !row.session_open {
             begin_activity(state, &row).await?;
+            woke = true;
         }
         state.remember_owner(id, project);
     }
-    Ok(permit)
+    Ok((permit, woke))
 }
 
 /// Bills the time of a run of commands when dropped, whether it finished
@@ -418,7 +420,7 @@ pub async fn exec(
     ApiJson(body): ApiJson<ExecRequest>,
 ) -> ApiResult<Response> {
     let request = run_request(&body, state.config.request_deadline_secs)?;
-    let permit = prepare_exec(&state, &project.0, &id).await?;
+    let (permit, _) = prepare_exec(&state, &project.0, &id).await?;
     let commands = request.commands.len();
     let max_output_length = request.max_output_length;
     if !body.stream {

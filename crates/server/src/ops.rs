@@ -59,11 +59,17 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 pub async fn usage(State(state): State<Arc<AppState>>, project: Project) -> ApiResult<Json<Usage>> {
     let owner = project.0.clone();
-    let (total, per_container) = state.db(move |s| s.project_usage(&owner)).await?;
+    let ((total, per_container), (input_tokens, output_tokens, responses)) = state
+        .db(move |s| Ok((s.project_usage(&owner)?, s.project_tokens(&owner)?)))
+        .await?;
     Ok(Json(Usage {
         object: "usage".to_owned(),
         project: project.0,
         sandbox_seconds: total,
+        server_tool_cost: total * state.config.sandbox_price_per_second,
+        input_tokens,
+        output_tokens,
+        responses,
         containers: per_container
             .into_iter()
             .map(|(container_id, sandbox_seconds)| ContainerUsage {

@@ -363,13 +363,31 @@ fn auto_container(params: &Value, param: &str) -> ApiResult<CreateContainer> {
     serde_json::from_value(body).map_err(|e| invalid(param, format!("Invalid container_auto: {e}")))
 }
 
-/// The hosted shell of one response: its container, made on first use.
+/// The hosted shell of one response: its container, made on first use,
+/// and the sandbox time it used.
 struct ResponseSandbox {
     state: Arc<AppState>,
     project: String,
     environment: Environment,
     auto: Option<CreateContainer>,
     container: tokio::sync::Mutex<Option<String>>,
+    /// Seconds its commands took, and sessions it began (a new or woken
+    /// container costs at least 30 s).
+    time: Mutex<(f64, u32)>,
+}
+
+impl ResponseSandbox {
+    /// Sandbox seconds to bill for this response.
+    fn billed_seconds(&self) -> f64 {
+        let (seconds, sessions) = *self.time.lock().unwrap_or_else(|p| p.into_inner());
+        seconds.max(shellgate_store::SESSION_MINIMUM_SECONDS * f64::from(sessions))
+    }
+
+    fn add(&self, seconds: f64, session: bool) {
+        let mut time = self.time.lock().unwrap_or_else(|p| p.into_inner());
+        time.0 += seconds;
+        time.1 += u32::from(session);
+    }
 }
 
 fn host_error(error: ApiError) -> HostError {
@@ -393,10 +411,11 @@ impl Sandbox for ResponseSandbox {
         let id = match (&self.environment, &self.auto) {
             (Environment::ContainerReference(id), _) => id.clone(),
             (_, Some(body)) => {
-                create_container(&self.state, &self.project, body.clone())
+                let made = create_container(&self.state, &self.project, body.clone())
                     .await
-                    .map_err(host_error)?
-                    .id
+                    .map_err(host_error)?;
+                self.add(0.0, true);
+                made.id
             }
             _ => {
                 return Err(HostError {
@@ -417,9 +436,10 @@ impl Sandbox for ResponseSandbox {
     ) -> Result<Vec<CommandResult>, HostError> {
         let state = &self.state;
         request.deadline_ms = Some(state.config.request_deadline_secs.saturating_mul(1000));
-        let _permit = prepare_exec(state, &self.project, container)
+        let (_permit, woke) = prepare_exec(state, &self.project, container)
             .await
             .map_err(host_error)?;
+        let started = std::time::Instant::now();
         // Dropped with the run (a cancelled response): the commands are
         // killed and their time until then billed.
         let mut billing = BillOnDrop::start(state, container, request.commands.len());
@@ -428,6 +448,7 @@ impl Sandbox for ResponseSandbox {
             None => state.engine.run(container, request).await,
         };
         billing.ok = result.is_ok();
+        self.add(started.elapsed().as_secs_f64(), woke);
         result.map_err(|e| host_error(crate::engine_error(container, e)))
     }
 }
@@ -576,6 +597,7 @@ async fn prepare(state: &Arc<AppState>, project: &Project, body: Value) -> ApiRe
                 environment: environment.clone(),
                 auto,
                 container: tokio::sync::Mutex::new(None),
+                time: Mutex::new((0.0, 0)),
             })
         });
     let environment_description = tools
@@ -681,7 +703,23 @@ impl Prepared {
     async fn run(&self, state: &AppState, events: Option<&EventSink>) -> Value {
         let sandbox = self.sandbox.as_deref().map(|s| s as &dyn Sandbox);
         let outcome = run::run(self.upstream.as_ref(), sandbox, &self.request, events).await;
-        let body = finished_object(&self.id, self.created_at, &self.echo, &outcome);
+        let mut body = finished_object(&self.id, self.created_at, &self.echo, &outcome);
+        // Sandbox time and its cost, beside the tokens (shellgate's extension,
+        // as OpenRouter reports it).
+        let seconds = self
+            .sandbox
+            .as_ref()
+            .map(|s| s.billed_seconds())
+            .unwrap_or(0.0);
+        body["usage"]["sandbox_seconds"] = json!(seconds);
+        body["usage"]["server_tool_cost"] = json!(seconds * state.config.sandbox_price_per_second);
+        let (project, usage) = (self.project.clone(), outcome.usage);
+        if let Err(e) = state
+            .db(move |s| s.record_tokens(&project, usage.input_tokens, usage.output_tokens))
+            .await
+        {
+            tracing::error!("could not record token usage: {}", e.message);
+        }
         let status = body["status"].as_str().unwrap_or("failed").to_owned();
         self.save(state, &status, &body, &outcome.output).await;
         body

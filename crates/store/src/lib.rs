@@ -106,6 +106,11 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX responses_by_project ON responses (project, seq);
     CREATE INDEX responses_by_status ON responses (status);
 "#,
+    r#"
+    ALTER TABLE usage ADD COLUMN input_tokens INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE usage ADD COLUMN output_tokens INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE usage ADD COLUMN responses INTEGER NOT NULL DEFAULT 0;
+"#,
 ];
 
 /// A container's row.
@@ -646,6 +651,37 @@ impl Store {
             })
             .collect();
         Ok((closed + open_total, per_container))
+    }
+
+    /// Adds one response's upstream token counts to its project's usage.
+    pub fn record_tokens(&self, project: &str, input: u64, output: u64) -> Result<()> {
+        self.conn().execute(
+            "INSERT INTO usage (project, billed_seconds, input_tokens, output_tokens, responses)
+             VALUES (?1, 0, ?2, ?3, 1)
+             ON CONFLICT (project) DO UPDATE SET input_tokens = input_tokens + excluded.input_tokens,
+             output_tokens = output_tokens + excluded.output_tokens, responses = responses + 1",
+            params![project, input as i64, output as i64],
+        )?;
+        Ok(())
+    }
+
+    /// A project's upstream token counts and responses: (input, output, responses).
+    pub fn project_tokens(&self, project: &str) -> Result<(u64, u64, u64)> {
+        Ok(self
+            .reader()
+            .query_row(
+                "SELECT input_tokens, output_tokens, responses FROM usage WHERE project = ?1",
+                params![project],
+                |row| {
+                    Ok((
+                        row.get::<_, i64>(0)? as u64,
+                        row.get::<_, i64>(1)? as u64,
+                        row.get::<_, i64>(2)? as u64,
+                    ))
+                },
+            )
+            .optional()?
+            .unwrap_or((0, 0, 0)))
     }
 
     /// Total billed seconds over every project (for metrics).
