@@ -1,6 +1,7 @@
-"""A scripted upstream model speaking OpenAI Chat Completions: a test
-fixture standing in for a model server, so the Responses API can be driven
-end to end without a real model.
+"""A scripted upstream model speaking OpenAI Chat Completions
+(`/v1/chat/completions`), OpenAI Responses (`/v1/responses`) and Anthropic
+Messages (`/v1/messages`): a test fixture standing in for a model server, so
+the Responses API can be driven end to end without a real model.
 
 Its script, from the conversation it is sent:
 - the last message is the user's and says "Execute: CMD" (to the end of the
@@ -45,6 +46,30 @@ def decide(body):
     return {"text": "Hello from the scripted model."}
 
 
+def as_chat(path, body):
+    """The request of another protocol, as Chat Completions' messages and tools."""
+    if path.endswith("/responses"):
+        messages = []
+        for item in body.get("input", []):
+            if item.get("type") == "function_call_output":
+                messages.append({"role": "tool", "content": item.get("output", "")})
+            elif item.get("role"):
+                messages.append({"role": item["role"], "content": item.get("content", "")})
+        tools = [{"function": {"name": t["name"]}} for t in body.get("tools", [])]
+        return {"model": body.get("model"), "messages": messages, "tools": tools}
+    if path.endswith("/messages"):
+        messages = []
+        for message in body.get("messages", []):
+            for block in message.get("content", []):
+                if block.get("type") == "tool_result":
+                    messages.append({"role": "tool", "content": block.get("content", "")})
+                elif block.get("type") == "text":
+                    messages.append({"role": message["role"], "content": block["text"]})
+        tools = [{"function": {"name": t["name"]}} for t in body.get("tools", [])]
+        return {"model": body.get("model"), "messages": messages, "tools": tools}
+    return body
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
@@ -63,7 +88,11 @@ class Handler(BaseHTTPRequestHandler):
         if model == "scripted-slow":
             time.sleep(30)
             return self.reply(200, {})
-        decision = decide(body)
+        decision = decide(as_chat(self.path, body))
+        if self.path.endswith("/responses"):
+            return self.openai_responses(decision, body.get("stream"))
+        if self.path.endswith("/messages"):
+            return self.anthropic(decision, body.get("stream"))
         if body.get("stream"):
             return self.stream(decision)
         message = {"role": "assistant", "content": decision.get("text")}
@@ -99,6 +128,52 @@ class Handler(BaseHTTPRequestHandler):
         chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
         chunks.append({"choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 5}})
         payload = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
+        self.raw(200, "text/event-stream", payload)
+
+    def openai_responses(self, decision, stream):
+        if "tool" in decision:
+            name, arguments = decision["tool"]
+            output = [{"type": "function_call", "id": "fc_1", "call_id": f"call_{len(self.server.requests)}",
+                       "name": name, "arguments": json.dumps(arguments), "status": "completed"}]
+        else:
+            output = [{"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+                       "content": [{"type": "output_text", "text": decision["text"], "annotations": []}]}]
+        response = {"id": "resp_up", "object": "response", "status": "completed", "output": output,
+                    "usage": {"input_tokens": 11, "output_tokens": 4, "total_tokens": 15}}
+        if not stream:
+            return self.reply(200, response)
+        events = []
+        if "text" in decision:
+            events.append({"type": "response.output_text.delta", "delta": decision["text"]})
+        events.append({"type": "response.completed", "response": response})
+        payload = b"".join(b"event: " + e["type"].encode() + b"\ndata: " + json.dumps(e).encode() + b"\n\n" for e in events)
+        self.raw(200, "text/event-stream", payload)
+
+    def anthropic(self, decision, stream):
+        if "tool" in decision:
+            name, arguments = decision["tool"]
+            content = [{"type": "tool_use", "id": f"toolu_{len(self.server.requests)}", "name": name, "input": arguments}]
+            stop = "tool_use"
+        else:
+            content = [{"type": "text", "text": decision["text"]}]
+            stop = "end_turn"
+        message = {"id": "msg_up", "type": "message", "role": "assistant", "content": content,
+                   "stop_reason": stop, "usage": {"input_tokens": 12, "output_tokens": 6}}
+        if not stream:
+            return self.reply(200, message)
+        block = content[0]
+        start = dict(block, input={}) if block["type"] == "tool_use" else {"type": "text", "text": ""}
+        delta = ({"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+                 if block["type"] == "tool_use" else {"type": "text_delta", "text": block["text"]})
+        events = [
+            {"type": "message_start", "message": dict(message, content=[], usage={"input_tokens": 12, "output_tokens": 0})},
+            {"type": "content_block_start", "index": 0, "content_block": start},
+            {"type": "content_block_delta", "index": 0, "delta": delta},
+            {"type": "content_block_stop", "index": 0},
+            {"type": "message_delta", "delta": {"stop_reason": stop}, "usage": {"output_tokens": 6}},
+            {"type": "message_stop"},
+        ]
+        payload = b"".join(b"event: " + e["type"].encode() + b"\ndata: " + json.dumps(e).encode() + b"\n\n" for e in events)
         self.raw(200, "text/event-stream", payload)
 
     def reply(self, status, value):

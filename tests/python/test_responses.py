@@ -233,3 +233,20 @@ def test_an_input_file_lands_in_mnt_data_and_a_later_turn_reads_what_the_first_w
     assert result.output[0].stdout == "2\nhello", result
     paths = [f.path for f in client.containers.files.list(container_id)]
     assert "/mnt/data/scores.csv" in paths and "/mnt/data/notes.txt" in paths
+
+
+@pytest.mark.parametrize("protocol", ["responses", "anthropic"])
+def test_other_upstream_protocols_run_the_same_loop(fresh_server, protocol):
+    server = fresh_server(upstream_protocol=protocol)
+    client = server.client()
+    tools = [{"type": "shell", "environment": {"type": "container_auto"}}]
+    response = client.responses.create(model="scripted", tools=tools, input="Execute: echo via-" + protocol)
+    strict(response)
+    assert [i.type for i in response.output] == ["shell_call", "shell_call_output", "message"]
+    assert response.output[1].output[0].stdout == f"via-{protocol}\n"
+    assert response.output_text.startswith("Done: ")
+    assert response.usage.input_tokens > 0
+    with client.responses.stream(model="scripted", tools=tools, input="Execute: echo streamed") as stream:
+        kinds = [event.type for event in stream]
+    assert kinds[-1] == "response.completed"
+    assert "response.output_text.delta" in kinds

@@ -7,11 +7,9 @@
 //! instead of an event stream is understood too.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{json, Value};
-use tokio_stream::StreamExt;
 
 use super::{
     excerpt, Delta, DeltaSink, Finish, Message, Reply, ToolCall, ToolChoice, Turn, Upstream,
@@ -26,10 +24,7 @@ pub struct ChatCompletions {
 
 impl ChatCompletions {
     pub fn new(config: UpstreamConfig) -> Result<Self, UpstreamError> {
-        let client = reqwest::Client::builder()
-            .connect_timeout(config.timeout)
-            .build()
-            .map_err(|e| UpstreamError::Unreachable(e.to_string()))?;
+        let client = super::client(&config)?;
         Ok(Self { config, client })
     }
 
@@ -229,17 +224,7 @@ impl Assembly {
     }
 }
 
-/// An `{"error": ...}` an upstream may put in a body or a chunk.
-fn error_in(value: &Value) -> Option<String> {
-    let error = value.get("error")?;
-    Some(
-        error
-            .get("message")
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-            .unwrap_or_else(|| error.to_string()),
-    )
-}
+use super::error_message as error_in;
 
 /// Reads one whole completion (a server that does not stream).
 pub fn parse_completion(body: &Value) -> Result<Reply, UpstreamError> {
@@ -271,68 +256,17 @@ impl Upstream for ChatCompletions {
         deltas: Option<&DeltaSink>,
     ) -> Result<Reply, UpstreamError> {
         let body = request_body(turn, true);
+        let response = super::send(&self.config, || {
+            let request = self.client.post(self.endpoint()).json(&body);
+            match &self.config.api_key {
+                Some(key) => request.bearer_auth(key),
+                None => request,
+            }
+        })
+        .await?;
         let timeout = self.config.timeout;
-        let seconds = timeout.as_secs();
-        let mut attempt = 0;
-        let response = loop {
-            attempt += 1;
-            let mut request = self.client.post(self.endpoint()).json(&body);
-            if let Some(key) = &self.config.api_key {
-                request = request.bearer_auth(key);
-            }
-            let response = match tokio::time::timeout(timeout, request.send()).await {
-                Err(_) => return Err(UpstreamError::Timeout { seconds }),
-                Ok(Err(e)) if e.is_timeout() => return Err(UpstreamError::Timeout { seconds }),
-                // reqwest's errors name the URL, never the key.
-                Ok(Err(e)) => return Err(UpstreamError::Unreachable(e.to_string())),
-                Ok(Ok(response)) => response,
-            };
-            let status = response.status().as_u16();
-            if status == 429 {
-                if attempt >= self.config.attempts.max(1) {
-                    return Err(UpstreamError::RateLimited { attempts: attempt });
-                }
-                let wait = response
-                    .headers()
-                    .get("retry-after")
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.trim().parse::<f64>().ok())
-                    .map(Duration::from_secs_f64)
-                    .unwrap_or(Duration::from_millis(500 << attempt.min(6)))
-                    .min(Duration::from_secs(10));
-                tokio::time::sleep(wait).await;
-                continue;
-            }
-            if !(200..300).contains(&status) {
-                let text = tokio::time::timeout(timeout, response.text())
-                    .await
-                    .ok()
-                    .and_then(Result::ok)
-                    .unwrap_or_default();
-                let message = serde_json::from_str::<Value>(&text)
-                    .ok()
-                    .and_then(|v| error_in(&v))
-                    .unwrap_or(text);
-                return Err(UpstreamError::Status {
-                    status,
-                    message: excerpt(&message),
-                });
-            }
-            break response;
-        };
-        let streamed = response
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("text/event-stream"));
-        if !streamed {
-            let text = tokio::time::timeout(timeout, response.text())
-                .await
-                .map_err(|_| UpstreamError::Timeout { seconds })?
-                .map_err(|e| UpstreamError::Unreachable(e.to_string()))?;
-            let value: Value = serde_json::from_str(&text)
-                .map_err(|_| UpstreamError::Malformed(format!("not JSON: {}", excerpt(&text))))?;
-            let reply = parse_completion(&value)?;
+        if !super::is_event_stream(&response) {
+            let reply = parse_completion(&super::json_body(response, timeout).await?)?;
             if let Some(sink) = deltas {
                 if !reply.text.is_empty() {
                     let _ = sink.send(Delta::Text(reply.text.clone()));
@@ -341,45 +275,22 @@ impl Upstream for ChatCompletions {
             return Ok(reply);
         }
         let mut assembly = Assembly::default();
-        let mut stream = response.bytes_stream();
-        let mut pending: Vec<u8> = Vec::new();
-        let mut done = false;
-        while !done {
-            let chunk = match tokio::time::timeout(timeout, stream.next()).await {
-                Err(_) => return Err(UpstreamError::Timeout { seconds }),
-                Ok(None) => break,
-                Ok(Some(Err(e))) => return Err(UpstreamError::Unreachable(e.to_string())),
-                Ok(Some(Ok(chunk))) => chunk,
-            };
-            pending.extend_from_slice(&chunk);
-            while let Some(end) = pending.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = pending.drain(..=end).collect();
-                let line = String::from_utf8_lossy(&line);
-                let Some(data) = line.trim().strip_prefix("data:") else {
-                    continue;
-                };
-                let data = data.trim();
-                if data == "[DONE]" {
-                    done = true;
-                    break;
-                }
-                let event: Value = serde_json::from_str(data).map_err(|_| {
-                    UpstreamError::Malformed(format!("an unreadable event: {}", excerpt(data)))
-                })?;
-                if let Some(message) = error_in(&event) {
-                    return Err(UpstreamError::Malformed(excerpt(&message)));
-                }
-                if let Some(choice) = event.get("choices").and_then(|c| c.get(0)) {
-                    if let Some(delta) = choice.get("delta") {
-                        assembly.take(delta, deltas);
-                    }
-                    if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
-                        assembly.finish = Some(finish_of(reason));
-                    }
-                }
-                assembly.take_usage(event.get("usage"));
+        super::read_events(response, timeout, |event| {
+            if let Some(message) = error_in(&event) {
+                return Err(UpstreamError::Malformed(excerpt(&message)));
             }
-        }
+            if let Some(choice) = event.get("choices").and_then(|c| c.get(0)) {
+                if let Some(delta) = choice.get("delta") {
+                    assembly.take(delta, deltas);
+                }
+                if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+                    assembly.finish = Some(finish_of(reason));
+                }
+            }
+            assembly.take_usage(event.get("usage"));
+            Ok(true)
+        })
+        .await?;
         if assembly.finish.is_none() && assembly.text.is_empty() && assembly.calls.is_empty() {
             return Err(UpstreamError::Malformed(
                 "the event stream ended without an answer".into(),

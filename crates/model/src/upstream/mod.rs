@@ -3,14 +3,18 @@
 //! one wire protocol and streams the answer back as it comes.
 //!
 //! - [`chat`]: OpenAI Chat Completions, what vLLM, Ollama, llama.cpp's
-//!   server, LiteLLM and OpenRouter speak (the default).
+//!   server, LiteLLM and OpenRouter speak (the default);
+//! - [`responses`]: OpenAI's Responses API;
+//! - [`anthropic`]: Anthropic's Messages API.
 //!
 //! Every failure is an [`UpstreamError`]: HTTP errors, timeouts and
 //! malformed output end the response as `failed` with a clear message; a
 //! 429 is retried with backoff first. An upstream's key never leaves its
 //! adapter: not in errors, logs, responses or the store.
 
+pub mod anthropic;
 pub mod chat;
+pub mod responses;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -175,6 +179,10 @@ pub trait Upstream: Send + Sync {
 pub enum Protocol {
     /// OpenAI Chat Completions.
     Chat,
+    /// OpenAI Responses.
+    Responses,
+    /// Anthropic Messages.
+    Anthropic,
 }
 
 impl std::str::FromStr for Protocol {
@@ -182,8 +190,10 @@ impl std::str::FromStr for Protocol {
     fn from_str(text: &str) -> Result<Self, String> {
         match text {
             "chat" => Ok(Protocol::Chat),
+            "responses" => Ok(Protocol::Responses),
+            "anthropic" => Ok(Protocol::Anthropic),
             other => Err(format!(
-                "unknown upstream protocol {other:?}; this build speaks: chat"
+                "unknown upstream protocol {other:?}; use chat, responses or anthropic"
             )),
         }
     }
@@ -218,6 +228,8 @@ impl std::fmt::Debug for UpstreamConfig {
 pub fn connect(config: UpstreamConfig) -> Result<Arc<dyn Upstream>, UpstreamError> {
     match config.protocol {
         Protocol::Chat => Ok(Arc::new(chat::ChatCompletions::new(config)?)),
+        Protocol::Responses => Ok(Arc::new(responses::Responses::new(config)?)),
+        Protocol::Anthropic => Ok(Arc::new(anthropic::Anthropic::new(config)?)),
     }
 }
 
@@ -267,4 +279,145 @@ pub(crate) fn excerpt(text: &str) -> String {
         end -= 1;
     }
     format!("{}…", &text[..end])
+}
+
+/// An HTTP client for an upstream.
+pub(crate) fn client(config: &UpstreamConfig) -> Result<reqwest::Client, UpstreamError> {
+    reqwest::Client::builder()
+        .connect_timeout(config.timeout)
+        .build()
+        .map_err(|e| UpstreamError::Unreachable(e.to_string()))
+}
+
+/// Sends a request (made afresh for each attempt by `request`), retrying a
+/// 429 with backoff (its `Retry-After` when given, at most 10 s); any other
+/// status but 2xx is an error with the upstream's message.
+pub(crate) async fn send(
+    config: &UpstreamConfig,
+    request: impl Fn() -> reqwest::RequestBuilder,
+) -> Result<reqwest::Response, UpstreamError> {
+    let timeout = config.timeout;
+    let seconds = timeout.as_secs();
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let response = match tokio::time::timeout(timeout, request().send()).await {
+            Err(_) => return Err(UpstreamError::Timeout { seconds }),
+            Ok(Err(e)) if e.is_timeout() => return Err(UpstreamError::Timeout { seconds }),
+            // reqwest's errors name the URL, never the key.
+            Ok(Err(e)) => return Err(UpstreamError::Unreachable(e.to_string())),
+            Ok(Ok(response)) => response,
+        };
+        let status = response.status().as_u16();
+        if status == 429 {
+            if attempt >= config.attempts.max(1) {
+                return Err(UpstreamError::RateLimited { attempts: attempt });
+            }
+            let wait = response
+                .headers()
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .map(Duration::from_secs_f64)
+                .unwrap_or(Duration::from_millis(500 << attempt.min(6)))
+                .min(Duration::from_secs(10));
+            tokio::time::sleep(wait).await;
+            continue;
+        }
+        if !(200..300).contains(&status) {
+            let text = tokio::time::timeout(timeout, response.text())
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or_default();
+            let message = serde_json::from_str::<Value>(&text)
+                .ok()
+                .and_then(|v| error_message(&v))
+                .unwrap_or(text);
+            return Err(UpstreamError::Status {
+                status,
+                message: excerpt(&message),
+            });
+        }
+        return Ok(response);
+    }
+}
+
+/// The message of an `{"error": ...}` (OpenAI's and Anthropic's shape).
+pub(crate) fn error_message(value: &Value) -> Option<String> {
+    let error = value.get("error")?;
+    if error.is_null() {
+        return None;
+    }
+    Some(
+        error
+            .get("message")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .unwrap_or_else(|| error.to_string()),
+    )
+}
+
+/// Whether a response is an event stream.
+pub(crate) fn is_event_stream(response: &reqwest::Response) -> bool {
+    response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"))
+}
+
+/// Reads a whole JSON body.
+pub(crate) async fn json_body(
+    response: reqwest::Response,
+    timeout: Duration,
+) -> Result<Value, UpstreamError> {
+    let text = tokio::time::timeout(timeout, response.text())
+        .await
+        .map_err(|_| UpstreamError::Timeout {
+            seconds: timeout.as_secs(),
+        })?
+        .map_err(|e| UpstreamError::Unreachable(e.to_string()))?;
+    serde_json::from_str(&text)
+        .map_err(|_| UpstreamError::Malformed(format!("not JSON: {}", excerpt(&text))))
+}
+
+/// Reads a server-sent event stream, calling `on_data` with each event's
+/// `data` as JSON (`[DONE]` ends it); `on_data` returns `false` to stop.
+/// Every read waits at most `timeout`.
+pub(crate) async fn read_events(
+    response: reqwest::Response,
+    timeout: Duration,
+    mut on_data: impl FnMut(Value) -> Result<bool, UpstreamError>,
+) -> Result<(), UpstreamError> {
+    use tokio_stream::StreamExt;
+    let seconds = timeout.as_secs();
+    let mut stream = response.bytes_stream();
+    let mut pending: Vec<u8> = Vec::new();
+    loop {
+        let chunk = match tokio::time::timeout(timeout, stream.next()).await {
+            Err(_) => return Err(UpstreamError::Timeout { seconds }),
+            Ok(None) => return Ok(()),
+            Ok(Some(Err(e))) => return Err(UpstreamError::Unreachable(e.to_string())),
+            Ok(Some(Ok(chunk))) => chunk,
+        };
+        pending.extend_from_slice(&chunk);
+        while let Some(end) = pending.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = pending.drain(..=end).collect();
+            let line = String::from_utf8_lossy(&line);
+            let Some(data) = line.trim().strip_prefix("data:") else {
+                continue;
+            };
+            let data = data.trim();
+            if data == "[DONE]" {
+                return Ok(());
+            }
+            let event: Value = serde_json::from_str(data).map_err(|_| {
+                UpstreamError::Malformed(format!("an unreadable event: {}", excerpt(data)))
+            })?;
+            if !on_data(event)? {
+                return Ok(());
+            }
+        }
+    }
 }
