@@ -250,3 +250,36 @@ def test_other_upstream_protocols_run_the_same_loop(fresh_server, protocol):
         kinds = [event.type for event in stream]
     assert kinds[-1] == "response.completed"
     assert "response.output_text.delta" in kinds
+
+
+def test_every_command_is_audited_and_exported(server, client):
+    import json
+    import subprocess
+
+    from conftest import BINARY, exec_commands
+
+    response = client.responses.create(
+        model="scripted",
+        tools=[{"type": "shell", "environment": {"type": "container_auto"}}],
+        input="Execute: printf audited",
+    )
+    container_id = next(i for i in response.output if i.type == "shell_call").environment.container_id
+    exec_commands(client, container_id, ["exit 3"])
+    import time
+    for _ in range(50):
+        page = client.get(f"/containers/{container_id}/commands", cast_to=object, options={"params": {"order": "asc"}})
+        if len(page["data"]) == 2:
+            break
+        time.sleep(0.1)
+    first, second = page["data"]
+    assert first["command"] == "printf audited" and first["response_id"] == response.id
+    assert first["outcome"] == {"type": "exit", "exit_code": 0} and first["bytes_out"] == len("audited")
+    assert second["command"] == "exit 3" and second["response_id"] is None
+    assert second["outcome"]["exit_code"] == 3 and second["duration_ms"] >= 0
+    exported = subprocess.run(
+        [str(BINARY), "--data-dir", str(server.data_dir), "audit", "export", "--project", "alpha"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    lines = [json.loads(line) for line in exported.splitlines()]
+    assert {"printf audited", "exit 3"} <= {line["command"] for line in lines}
+    assert all(line["project"] == "alpha" for line in lines)

@@ -69,6 +69,50 @@ impl AppState {
         });
     }
 
+    /// Records the commands of a run in the command audit (in a task of its
+    /// own: the answer does not wait for it).
+    pub(crate) fn audit(
+        self: &Arc<Self>,
+        project: &str,
+        container: &str,
+        response: Option<&str>,
+        commands: &[String],
+        results: &[shellgate_sandbox::CommandResult],
+    ) {
+        let created_at = now();
+        let rows: Vec<shellgate_store::CommandRow> = commands
+            .iter()
+            .zip(results)
+            .map(|(command, result)| {
+                let (outcome, exit_code) = match result.outcome {
+                    shellgate_wire::Outcome::Exit { exit_code } => ("exit", Some(exit_code)),
+                    shellgate_wire::Outcome::Timeout => ("timeout", None),
+                };
+                shellgate_store::CommandRow {
+                    id: crate::new_id("cmd_"),
+                    project: project.to_owned(),
+                    container_id: container.to_owned(),
+                    response_id: response.map(str::to_owned),
+                    command: command.clone(),
+                    outcome: outcome.to_owned(),
+                    exit_code,
+                    duration_ms: result.duration_ms,
+                    bytes_out: result.bytes_out,
+                    created_at,
+                }
+            })
+            .collect();
+        if rows.is_empty() {
+            return;
+        }
+        let state = Arc::clone(self);
+        tokio::spawn(async move {
+            if let Err(e) = state.db(move |s| s.record_commands(&rows)).await {
+                tracing::error!("could not record commands in the audit: {}", e.message);
+            }
+        });
+    }
+
     /// Writes everything gathered so far.
     pub(crate) async fn flush_billing(&self) {
         let batch = self.billing.take();

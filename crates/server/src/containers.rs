@@ -426,11 +426,16 @@ pub async fn exec(
     if !body.stream {
         // Run to completion: if the client hangs up, the commands are still
         // killed at their timeout and their time is billed.
+        let project = project.0.clone();
         let results = to_completion(async move {
             let _permit = permit;
             let mut billing = BillOnDrop::start(&state, &id, commands);
+            let lines = request.commands.clone();
             let result = state.engine.run(&id, request).await;
             billing.ok = result.is_ok();
+            if let Ok(results) = &result {
+                state.audit(&project, &id, None, &lines, results);
+            }
             result.map_err(|e| engine_error(&id, e))
         })
         .await?;
@@ -466,9 +471,13 @@ pub async fn exec(
     tokio::spawn(async move {
         let _permit = permit;
         let mut billing = BillOnDrop::start(&state, &id, commands);
+        let lines = request.commands.clone();
         let result = state.engine.run_streaming(&id, request, delta_tx).await;
         billing.ok = result.is_ok();
         drop(billing);
+        if let Ok(results) = &result {
+            state.audit(&project.0, &id, None, &lines, results);
+        }
         let event = match result {
             Ok(results) => {
                 let output = shell_call_output(results, max_output_length);
@@ -492,6 +501,42 @@ pub async fn exec(
     });
     let stream = UnboundedReceiverStream::new(event_rx).map(Ok::<_, Infallible>);
     Ok(Sse::new(stream).into_response())
+}
+
+/// `GET /v1/containers/{id}/commands`: the container's command audit, paged
+/// like every list.
+pub async fn commands(
+    State(state): State<Arc<AppState>>,
+    project: Project,
+    Path(id): Path<String>,
+    ApiQuery(params): ApiQuery<ListParams>,
+) -> ApiResult<Json<List<serde_json::Value>>> {
+    owned(&state, &project, &id).await?;
+    let page = params.page()?;
+    let key = id.clone();
+    let (rows, has_more) = state.db(move |s| s.list_commands(&key, &page)).await?;
+    let data = rows
+        .iter()
+        .map(|row| {
+            serde_json::json!({
+                "id": row.id,
+                "object": "container.command",
+                "container_id": row.container_id,
+                "response_id": row.response_id,
+                "command": row.command,
+                "outcome": match row.exit_code {
+                    Some(code) => serde_json::json!({"type": "exit", "exit_code": code}),
+                    None => serde_json::json!({"type": row.outcome}),
+                },
+                "duration_ms": row.duration_ms,
+                "bytes_out": row.bytes_out,
+                "created_at": row.created_at,
+            })
+        })
+        .collect();
+    Ok(Json(List::page(data, has_more, |c: &serde_json::Value| {
+        c["id"].as_str().unwrap_or_default().to_owned()
+    })))
 }
 
 // --- container files ------------------------------------------------------

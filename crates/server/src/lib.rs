@@ -282,6 +282,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
         .route("/containers/{container_id}/exec", post(containers::exec))
         .route(
+            "/containers/{container_id}/commands",
+            get(containers::commands),
+        )
+        .route(
             "/containers/{container_id}/files",
             post(containers::upload_file)
                 .get(containers::list_files)

@@ -371,6 +371,8 @@ struct ResponseSandbox {
     environment: Environment,
     auto: Option<CreateContainer>,
     container: tokio::sync::Mutex<Option<String>>,
+    /// The response it serves (for the command audit).
+    response: String,
     /// Seconds its commands took, and sessions it began (a new or woken
     /// container costs at least 30 s).
     time: Mutex<(f64, u32)>,
@@ -443,12 +445,22 @@ impl Sandbox for ResponseSandbox {
         // Dropped with the run (a cancelled response): the commands are
         // killed and their time until then billed.
         let mut billing = BillOnDrop::start(state, container, request.commands.len());
+        let lines = request.commands.clone();
         let result = match deltas {
             Some(deltas) => state.engine.run_streaming(container, request, deltas).await,
             None => state.engine.run(container, request).await,
         };
         billing.ok = result.is_ok();
         self.add(started.elapsed().as_secs_f64(), woke);
+        if let Ok(results) = &result {
+            state.audit(
+                &self.project,
+                container,
+                Some(&self.response),
+                &lines,
+                results,
+            );
+        }
         result.map_err(|e| host_error(crate::engine_error(container, e)))
     }
 }
@@ -586,6 +598,7 @@ async fn prepare(state: &Arc<AppState>, project: &Project, body: Value) -> ApiRe
             Environment::Local { .. } => {}
         }
     }
+    let response_id = new_id("resp_");
     let sandbox = tools
         .shell
         .as_ref()
@@ -597,6 +610,7 @@ async fn prepare(state: &Arc<AppState>, project: &Project, body: Value) -> ApiRe
                 environment: environment.clone(),
                 auto,
                 container: tokio::sync::Mutex::new(None),
+                response: response_id.clone(),
                 time: Mutex::new((0.0, 0)),
             })
         });
@@ -642,7 +656,7 @@ async fn prepare(state: &Arc<AppState>, project: &Project, body: Value) -> ApiRe
         }
     }
     Ok(Prepared {
-        id: new_id("resp_"),
+        id: response_id,
         created_at: now(),
         project: project.0.clone(),
         echo: Echo {

@@ -37,6 +37,19 @@ enum Command {
     /// Build, import and list images.
     #[command(subcommand)]
     Image(ImageCommand),
+    /// Read the command audit.
+    #[command(subcommand)]
+    Audit(AuditCommand),
+}
+
+#[derive(Subcommand)]
+enum AuditCommand {
+    /// Write every command run (for exec and for responses) as JSON lines.
+    Export {
+        /// Only this project's commands.
+        #[arg(long)]
+        project: Option<String>,
+    },
 }
 
 #[derive(clap::Args)]
@@ -130,6 +143,9 @@ pub fn main() -> i32 {
             Command::Keys(KeysCommand::Create { project }) => create_key(data_dir, &project),
             Command::Exec(args) => exec(sandbox_dir(data_dir), args).await,
             Command::Image(command) => image(sandbox_dir(data_dir), command).await,
+            Command::Audit(AuditCommand::Export { project }) => {
+                export_audit(data_dir, project.as_deref())
+            }
         }
     });
     match result {
@@ -193,6 +209,38 @@ fn create_key(data_dir: Option<PathBuf>, project: &str) -> Result<()> {
     let key = shellgate_server::new_api_key();
     store.add_key(&key, project, shellgate_server::now())?;
     println!("{key}");
+    Ok(())
+}
+
+/// Writes the command audit to stdout, one JSON object a line.
+fn export_audit(data_dir: Option<PathBuf>, project: Option<&str>) -> Result<()> {
+    use std::io::Write;
+    let config = server_config(data_dir, None)?;
+    let database = config.data_dir.join("shellgate.db");
+    anyhow::ensure!(
+        database.exists(),
+        "no database at {} (is --data-dir right?)",
+        database.display()
+    );
+    let store = shellgate_store::Store::open(&database)?;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    store.each_command(project, |row| {
+        let line = serde_json::json!({
+            "id": row.id,
+            "project": row.project,
+            "container_id": row.container_id,
+            "response_id": row.response_id,
+            "command": row.command,
+            "outcome": row.outcome,
+            "exit_code": row.exit_code,
+            "duration_ms": row.duration_ms,
+            "bytes_out": row.bytes_out,
+            "created_at": row.created_at,
+        });
+        writeln!(out, "{line}").map_err(|e| e.to_string())
+    })?;
+    out.flush()?;
     Ok(())
 }
 

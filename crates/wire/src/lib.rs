@@ -273,6 +273,13 @@ pub struct ShellOutputEntry {
     pub stdout: String,
     pub stderr: String,
     pub outcome: Outcome,
+    /// How long the command took (for the command audit; not on the wire).
+    #[serde(skip)]
+    pub duration_ms: u64,
+    /// Bytes it wrote to stdout and stderr before any capping (for the
+    /// command audit; not on the wire).
+    #[serde(skip)]
+    pub bytes_out: u64,
 }
 
 /// A `shell_call_output`-shaped result.

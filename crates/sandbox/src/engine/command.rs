@@ -62,6 +62,8 @@ impl LocalEngine {
             if remaining.is_some_and(|r| r.is_zero()) {
                 let seconds = deadline.map(|(_, ms)| ms / 1000).unwrap_or(0);
                 results.push(CommandResult {
+                    duration_ms: 0,
+                    bytes_out: 0,
                     stdout: String::new(),
                     stderr: note(&format!(
                         "not run: the request's deadline ({seconds} s) passed before this command's turn"
@@ -169,6 +171,7 @@ impl LocalEngine {
         let mut spawn_error = None;
         let mut reclaimed = 0;
         let mut timed_out = false;
+        let started = Instant::now();
         let far = Instant::now() + Duration::from_secs(86_400 * 365);
         let deadline = Instant::now() + timeout;
         // Set once the command ended (or was killed): how long pipes held
@@ -238,6 +241,7 @@ impl LocalEngine {
                  the {reclaimed} processes an earlier command left running were ended to run this one"
             )));
         }
+        let bytes_out = out.total_bytes() + err.total_bytes();
         stderr_text.push_str(&err.finish());
         let outcome = match (exit_status, spawn_error) {
             _ if timed_out => Outcome::Timeout,
@@ -264,6 +268,8 @@ impl LocalEngine {
         };
         report_limits(container, running, &mut stderr_text);
         Ok(CommandResult {
+            duration_ms: started.elapsed().as_millis() as u64,
+            bytes_out,
             stdout: out.finish(),
             stderr: stderr_text,
             outcome,
