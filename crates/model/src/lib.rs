@@ -11,6 +11,7 @@
 //! crate owns the loop and the upstream protocols.
 
 pub mod conversation;
+pub mod guardrail;
 pub mod run;
 pub mod tools;
 pub mod upstream;

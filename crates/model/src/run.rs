@@ -127,6 +127,8 @@ pub struct Request {
     pub parallel_tool_calls: Option<bool>,
     /// What a hosted shell's environment is, for the tool's description.
     pub environment_description: String,
+    /// Checks commands' output before the model reads it.
+    pub output_guardrail: Option<std::sync::Arc<crate::guardrail::Guardrail>>,
 }
 
 /// A new item id: `prefix` and 32 hex digits.
@@ -335,7 +337,9 @@ pub async fn run(
                     return end(output, usage, tool_calls, status);
                 };
                 tool_calls += 1;
-                if let Err(status) = run_hosted(sandbox, call, &mut output, events).await {
+                let guardrail = request.output_guardrail.as_deref();
+                if let Err(status) = run_hosted(sandbox, call, &mut output, events, guardrail).await
+                {
                     return end(output, usage, tool_calls, status);
                 }
             } else {
@@ -377,6 +381,40 @@ pub async fn run(
             tool_choice = ToolChoice::Auto;
         }
     }
+}
+
+/// A command's result as the model may read it: checked by the guardrail,
+/// redacted or withheld as its rules say.
+fn guard_output(guardrail: &crate::guardrail::Guardrail, mut result: Value) -> Value {
+    use crate::guardrail::Action;
+    let text = |key: &str, result: &Value| result[key].as_str().unwrap_or_default().to_owned();
+    let verdict = guardrail.check(&format!(
+        "{}\n{}",
+        text("stdout", &result),
+        text("stderr", &result)
+    ));
+    match verdict.action {
+        None => {}
+        Some(Action::Flag) => {
+            tracing::warn!(rules = ?verdict.rules, "prompt-injection guardrail: command output flagged");
+        }
+        Some(Action::Redact) => {
+            tracing::warn!(rules = ?verdict.rules, "prompt-injection guardrail: command output redacted");
+            for key in ["stdout", "stderr"] {
+                result[key] = json!(guardrail.redact(&text(key, &result)));
+            }
+        }
+        Some(Action::Block) => {
+            tracing::warn!(rules = ?verdict.rules, "prompt-injection guardrail: command output withheld");
+            result["stdout"] = json!("");
+            result["stderr"] = json!(format!(
+                "shellgate: this command's output was withheld: it matched the prompt-injection \
+                 guardrail ({})\n",
+                verdict.rules.join(", ")
+            ));
+        }
+    }
+    result
 }
 
 fn in_progress(item: &Value) -> Value {
@@ -436,6 +474,7 @@ async fn run_hosted(
     call: &ToolCall,
     output: &mut Vec<Value>,
     events: Option<&EventSink>,
+    guardrail: Option<&crate::guardrail::Guardrail>,
 ) -> Result<(), Status> {
     let failed = |e: HostError| Status::Failed {
         code: e.code,
@@ -557,6 +596,13 @@ async fn run_hosted(
                 .map(|r| serde_json::to_value(r).unwrap_or(Value::Null))
                 .collect()
         }
+    };
+    let results: Vec<Value> = match guardrail {
+        Some(guardrail) => results
+            .into_iter()
+            .map(|r| guard_output(guardrail, r))
+            .collect(),
+        None => results,
     };
     for (command_index, result) in results.iter().enumerate() {
         emit(

@@ -81,11 +81,46 @@ pub struct Config {
     pub upstream_timeout_secs: u64,
     /// Attempts at a rate-limited (429) upstream request before it fails.
     pub upstream_attempts: u32,
+    /// The built-in prompt-injection rules over user input: `off`, `flag`
+    /// (logged), `redact` or `block` (403).
+    pub guardrail_input_default: String,
+    /// The same rules over shell output before the model reads it: `off`,
+    /// `flag`, `redact` or `block` (the output is withheld).
+    pub guardrail_tool_output_default: String,
+    /// More rules (config file only): `[[guardrails]] project = "*" or a
+    /// project, target = "input" or "tool_output", pattern = "regex",
+    /// action = "flag" | "redact" | "block"`.
+    pub guardrails: Vec<GuardrailRule>,
     /// Price of a second of sandbox time (`server_tool_cost`).
     pub sandbox_price_per_second: f64,
     /// Upstreams for models by name prefix (config file only):
     /// `[[upstreams]] prefix = "llama", url = "...", api_key = "...", protocol = "chat"`.
     pub upstreams: Vec<UpstreamRoute>,
+}
+
+/// A prompt-injection rule of the config file.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct GuardrailRule {
+    /// `*` for every project, or one project.
+    #[serde(default = "every_project")]
+    pub project: String,
+    /// `input` (user messages) or `tool_output` (shell output).
+    #[serde(default = "input_target")]
+    pub target: String,
+    pub pattern: String,
+    pub action: String,
+    /// For logs; the pattern if not given.
+    #[serde(default)]
+    pub name: String,
+}
+
+fn every_project() -> String {
+    "*".to_owned()
+}
+
+fn input_target() -> String {
+    "input".to_owned()
 }
 
 /// An upstream for the models whose names start with `prefix`.
@@ -160,6 +195,9 @@ impl Default for Config {
             upstream_attempts: 3,
             upstreams: Vec::new(),
             sandbox_price_per_second: 0.0001,
+            guardrail_input_default: "flag".to_owned(),
+            guardrail_tool_output_default: "off".to_owned(),
+            guardrails: Vec::new(),
         }
     }
 }

@@ -116,6 +116,7 @@ pub fn state() -> Result<Arc<AppState>, crate::ServeError> {
         billing: Default::default(),
         owners: Default::default(),
         upstreams: Default::default(),
+        guardrails: Default::default(),
         running: Default::default(),
         files_dir: config.data_dir.join("files"),
         config,

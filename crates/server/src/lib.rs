@@ -12,6 +12,7 @@ mod containers;
 pub mod error;
 mod files;
 pub mod fuzzing;
+mod guardrails;
 mod http;
 mod lifecycle;
 mod listener;
@@ -56,6 +57,8 @@ pub struct AppState {
     owners: Mutex<HashMap<String, String>>,
     /// Upstream models by name.
     upstreams: shellgate_model::upstream::Router,
+    /// Prompt-injection rules, per project.
+    guardrails: guardrails::Guardrails,
     /// Background responses still running, to cancel them.
     running: responses::Running,
     /// One file sync at a time per container (see `containers::sync_files`).
@@ -218,6 +221,8 @@ pub async fn open(config: Config, helper_binary: PathBuf) -> Result<Arc<AppState
         billing: Default::default(),
         owners: Mutex::new(HashMap::new()),
         upstreams: upstream_router(&config)?,
+        guardrails: guardrails::Guardrails::from_config(&config)
+            .map_err(|e| ServeError::Setup(e.to_string()))?,
         running: Default::default(),
         config,
         engine: Arc::new(engine),
