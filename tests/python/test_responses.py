@@ -325,3 +325,26 @@ def test_flagged_input_is_logged_and_passes(fresh_server):
     import time
     time.sleep(0.2)
     assert "input flagged" in server.log.read_text()
+
+
+def test_a_background_stream_can_be_resumed(client):
+    tools = [{"type": "shell", "environment": {"type": "container_auto"}}]
+    started = client.responses.create(
+        model="scripted", tools=tools, background=True, stream=True,
+        input="Execute: echo one && sleep 1 && echo two",
+    )
+    first = []
+    for event in started:
+        first.append(event)
+        if event.type == "response.shell_call_command.done":
+            break  # the client goes away mid-run
+    last_seen = first[-1].sequence_number
+    response_id = first[0].response.id
+    resumed = list(client.responses.retrieve(response_id, stream=True, starting_after=last_seen))
+    assert resumed[0].sequence_number == last_seen + 1
+    assert resumed[-1].type == "response.completed"
+    final = resumed[-1].response
+    assert "two" in next(i for i in final.output if i.type == "shell_call_output").output[0].stdout
+    # After the run, a stream is told again from the stored response.
+    replay = list(client.responses.retrieve(response_id, stream=True))
+    assert replay[0].type == "response.created" and replay[-1].type == "response.completed"

@@ -40,21 +40,71 @@ use crate::error::{ApiError, ApiResult};
 use crate::http::{ApiJson, ApiQuery, ListParams, Project};
 use crate::{new_id, now, AppState};
 
-/// Background responses still running: how to stop each.
+/// Background responses still running: how to stop each, and their events.
 #[derive(Default)]
-pub struct Running(Mutex<HashMap<String, tokio::task::AbortHandle>>);
+pub struct Running(Mutex<HashMap<String, (tokio::task::AbortHandle, Arc<EventLog>)>>);
 
 impl Running {
-    fn insert(&self, id: &str, handle: tokio::task::AbortHandle) {
-        self.lock().insert(id.to_owned(), handle);
+    fn insert(&self, id: &str, handle: tokio::task::AbortHandle, log: Arc<EventLog>) {
+        self.lock().insert(id.to_owned(), (handle, log));
     }
 
     fn remove(&self, id: &str) -> Option<tokio::task::AbortHandle> {
-        self.lock().remove(id)
+        self.lock().remove(id).map(|(handle, _)| handle)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, tokio::task::AbortHandle>> {
+    fn log(&self, id: &str) -> Option<Arc<EventLog>> {
+        self.lock().get(id).map(|(_, log)| Arc::clone(log))
+    }
+
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<String, (tokio::task::AbortHandle, Arc<EventLog>)>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The stream events of a run so far, for any number of readers: the
+/// client that started it, and any that resumes it with `GET ?stream=true`.
+#[derive(Default)]
+pub struct EventLog {
+    /// The events, and whether the run is over.
+    events: Mutex<(Vec<Value>, bool)>,
+    added: tokio::sync::Notify,
+}
+
+impl EventLog {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (Vec<Value>, bool)> {
+        self.events.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn push(&self, event: Value) {
+        self.lock().0.push(event);
+        self.added.notify_waiters();
+    }
+
+    fn close(&self) {
+        self.lock().1 = true;
+        self.added.notify_waiters();
+    }
+
+    /// The event at `cursor`, waiting for it; `None` once the run is over.
+    async fn next(&self, cursor: usize) -> Option<Value> {
+        loop {
+            let notified = self.added.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let events = self.lock();
+                if let Some(event) = events.0.get(cursor) {
+                    return Some(event.clone());
+                }
+                if events.1 {
+                    return None;
+                }
+            }
+            notified.await;
+        }
     }
 }
 
@@ -823,23 +873,25 @@ pub async fn create(
         prepared.save(&state, "queued", &queued, &[]).await;
         let (events, receiver) = tokio::sync::mpsc::unbounded_channel();
         let (done_tx, done) = tokio::sync::oneshot::channel();
-        let events = stream.then_some(events);
+        let log = record(Arc::clone(&prepared), receiver, done);
         let task = {
             let (state, prepared) = (Arc::clone(&state), Arc::clone(&prepared));
             tokio::spawn(async move {
                 let running = prepared.in_progress("in_progress");
                 prepared.save(&state, "in_progress", &running, &[]).await;
-                let body = prepared.run(&state, events.as_ref()).await;
+                let body = prepared.run(&state, Some(&events)).await;
                 drop(events);
                 state.running.remove(&prepared.id);
                 let _ = done_tx.send(body);
             })
         };
-        state.running.insert(&prepared.id, task.abort_handle());
+        state
+            .running
+            .insert(&prepared.id, task.abort_handle(), Arc::clone(&log));
         return Ok(if stream {
             // Streaming a background response: a client that leaves the
             // stream does not stop it.
-            sse(prepared, receiver, done, None).into_response()
+            read(log, 0, None).into_response()
         } else {
             Json(queued).into_response()
         });
@@ -851,6 +903,7 @@ pub async fn create(
     }
     let (events, receiver) = tokio::sync::mpsc::unbounded_channel();
     let (done_tx, done) = tokio::sync::oneshot::channel();
+    let log = record(Arc::clone(&prepared), receiver, done);
     let task = {
         let (state, prepared) = (Arc::clone(&state), Arc::clone(&prepared));
         tokio::spawn(async move {
@@ -859,7 +912,7 @@ pub async fn create(
             let _ = done_tx.send(body);
         })
     };
-    Ok(sse(prepared, receiver, done, Some(task)).into_response())
+    Ok(read(log, 0, Some(task)).into_response())
 }
 
 /// Aborts a foreground run when its event stream is dropped (the client left).
@@ -873,18 +926,21 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// The event stream of a run: `response.created`, `response.in_progress`,
-/// what the loop does, then `response.completed` / `.incomplete` / `.failed`.
-fn sse(
+/// Writes a run's stream events into a log: `response.created`,
+/// `response.in_progress`, what the loop does, then `response.completed` /
+/// `.incomplete` / `.failed` (nothing more if the run was cancelled).
+fn record(
     prepared: Arc<Prepared>,
     receiver: tokio::sync::mpsc::UnboundedReceiver<run::Event>,
     done: tokio::sync::oneshot::Receiver<Value>,
-    task: Option<tokio::task::JoinHandle<()>>,
-) -> Sse<impl tokio_stream::Stream<Item = Result<Event, Infallible>>> {
-    let guard = AbortOnDrop(task);
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
+) -> Arc<EventLog> {
+    let log = Arc::new(EventLog::default());
+    let writer_log = Arc::clone(&log);
     tokio::spawn(async move {
-        let mut stream = SseWriter { tx, sequence: 0 };
+        let mut stream = SseWriter {
+            log: writer_log,
+            sequence: 0,
+        };
         let start = prepared.in_progress("in_progress");
         stream.send("response.created", json!({"response": start}));
         stream.send(
@@ -892,18 +948,33 @@ fn sse(
             json!({"response": prepared.in_progress("in_progress")}),
         );
         let mut events = UnboundedReceiverStream::new(receiver);
-        let mut texts: HashMap<usize, String> = HashMap::new();
         while let Some(event) = events.next().await {
-            stream.event(event, &mut texts);
+            stream.event(event);
         }
         // The loop is done (its event sender dropped): the final object.
         if let Ok(body) = done.await {
-            let kind = match body["status"].as_str() {
-                Some("completed") => "response.completed",
-                Some("incomplete") => "response.incomplete",
-                _ => "response.failed",
-            };
-            stream.send(kind, json!({"response": body}));
+            stream.finish(body);
+        }
+        stream.log.close();
+    });
+    log
+}
+
+/// Streams a log's events from `cursor` as server-sent events.
+fn read(
+    log: Arc<EventLog>,
+    cursor: usize,
+    task: Option<tokio::task::JoinHandle<()>>,
+) -> Sse<impl tokio_stream::Stream<Item = Result<Event, Infallible>>> {
+    let guard = AbortOnDrop(task);
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    tokio::spawn(async move {
+        let mut cursor = cursor;
+        while let Some(event) = log.next(cursor).await {
+            cursor += 1;
+            if tx.send(event).is_err() {
+                return;
+            }
         }
     });
     let body = UnboundedReceiverStream::new(rx).map(move |data| {
@@ -914,9 +985,9 @@ fn sse(
     Sse::new(body)
 }
 
-/// Numbers and sends stream events.
+/// Numbers stream events and writes them to a log.
 struct SseWriter {
-    tx: tokio::sync::mpsc::UnboundedSender<Value>,
+    log: Arc<EventLog>,
     sequence: u64,
 }
 
@@ -925,10 +996,46 @@ impl SseWriter {
         data["type"] = json!(kind);
         data["sequence_number"] = json!(self.sequence);
         self.sequence += 1;
-        let _ = self.tx.send(data);
+        self.log.push(data);
     }
 
-    fn event(&mut self, event: run::Event, texts: &mut HashMap<usize, String>) {
+    /// The terminal event of a finished response object.
+    fn finish(&mut self, body: Value) {
+        let kind = match body["status"].as_str() {
+            Some("completed") => "response.completed",
+            Some("incomplete") => "response.incomplete",
+            _ => "response.failed",
+        };
+        self.send(kind, json!({"response": body}));
+    }
+
+    /// The events of a response that is over, told again from its object:
+    /// created, each output item added and done, the terminal event.
+    fn replay(&mut self, body: &Value) {
+        let mut start = body.clone();
+        start["status"] = json!("in_progress");
+        start["output"] = json!([]);
+        self.send("response.created", json!({"response": start}));
+        for (index, item) in body["output"].as_array().into_iter().flatten().enumerate() {
+            let mut added = item.clone();
+            if added["type"] == "message" {
+                added["content"] = json!([]);
+            }
+            added["status"] = json!("in_progress");
+            self.send(
+                "response.output_item.added",
+                json!({"output_index": index, "item": added}),
+            );
+            self.send(
+                "response.output_item.done",
+                json!({"output_index": index, "item": item}),
+            );
+        }
+        self.finish(body.clone());
+        self.log.close();
+    }
+
+    fn event(&mut self, event: run::Event) {
         match event {
             run::Event::ItemAdded { index, item } => {
                 let message = item["type"] == "message";
@@ -950,7 +1057,6 @@ impl SseWriter {
                 item_id,
                 delta,
             } => {
-                texts.entry(index).or_default().push_str(&delta);
                 self.send(
                     "response.output_text.delta",
                     json!({"item_id": item_id, "output_index": index, "content_index": 0,
@@ -1058,8 +1164,35 @@ pub async fn retrieve(
     State(state): State<Arc<AppState>>,
     project: Project,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
-    Ok(Json(body_of(&owned(&state, &project, &id).await?)?))
+    axum::extract::Query(query): axum::extract::Query<HashMap<String, String>>,
+) -> ApiResult<Response> {
+    let row = owned(&state, &project, &id).await?;
+    let body = body_of(&row)?;
+    if query.get("stream").map(String::as_str) != Some("true") {
+        return Ok(Json(body).into_response());
+    }
+    // Resuming a stream: the events after `starting_after` (a sequence
+    // number), live while the run goes on.
+    let cursor = match query.get("starting_after") {
+        None => 0,
+        Some(n) => n
+            .parse::<usize>()
+            .map(|n| n + 1)
+            .map_err(|_| invalid("starting_after", "starting_after must be a sequence number"))?,
+    };
+    let log = match state.running.log(&id) {
+        Some(log) => log,
+        None => {
+            let log = Arc::new(EventLog::default());
+            SseWriter {
+                log: Arc::clone(&log),
+                sequence: 0,
+            }
+            .replay(&body);
+            log
+        }
+    };
+    Ok(read(log, cursor, None).into_response())
 }
 
 pub async fn delete(
