@@ -15,6 +15,7 @@ if ((${#missing[@]})); then
 fi
 cargo bench -p shellgate --bench engine -- "$@"
 cargo bench -p shellgate --bench http -- "$@"
+cargo bench -p shellgate --bench responses -- "$@"
 # The baselines as whole commands, for a second opinion from hyperfine.
 table=$(mktemp)
 hyperfine -N --warmup 20 --runs 300 --style none --export-markdown "$table" \
