@@ -8,6 +8,7 @@ Its script, from the conversation it is sent:
   line): it calls the
   `shell` tool with CMD (or `local_shell` with ["bash", "-lc", CMD] when only
   that tool is offered);
+- `tool_choice: "required"` with a shell: it calls the shell (`echo required`);
 - "Call NAME: JSON" calls the user function NAME with those arguments;
 - the last message is a tool result: it answers "Done: " and the result;
 - otherwise it answers "Hello from the scripted model."
@@ -40,6 +41,8 @@ def decide(body):
             return {"tool": ("shell", {"commands": [command]})}
         if "local_shell" in tools:
             return {"tool": ("local_shell", {"command": ["bash", "-lc", command]})}
+    if body.get("tool_choice") == "required" and "shell" in tools:
+        return {"tool": ("shell", {"commands": ["echo required"]})}
     if text.startswith("Call "):
         name, arguments = text[len("Call "):].split(":", 1)
         return {"tool": (name.strip(), json.loads(arguments))}

@@ -348,3 +348,26 @@ def test_a_background_stream_can_be_resumed(client):
     # After the run, a stream is told again from the stored response.
     replay = list(client.responses.retrieve(response_id, stream=True))
     assert replay[0].type == "response.created" and replay[-1].type == "response.completed"
+
+
+def test_tool_choice_required_forces_the_first_call_then_frees_the_model(client, upstream):
+    response = client.responses.create(
+        model="scripted",
+        tools=[{"type": "shell", "environment": {"type": "container_auto"}}],
+        tool_choice="required",
+        input="say hi",
+    )
+    strict(response)
+    assert [i.type for i in response.output] == ["shell_call", "shell_call_output", "message"]
+    assert response.output[1].output[0].stdout == "required\n"
+    assert response.tool_choice == "required"
+
+
+def test_the_local_loop_streams_its_call(client):
+    tools = [{"type": "shell", "environment": {"type": "local"}}]
+    with client.responses.stream(model="scripted", tools=tools, input="Execute: whoami") as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+    done = [e for e in events if e.type == "response.output_item.done"]
+    assert done[-1].item.type == "shell_call" and done[-1].item.action.commands == ["whoami"]
+    assert final.output[-1].type == "shell_call"
