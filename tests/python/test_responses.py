@@ -371,3 +371,57 @@ def test_the_local_loop_streams_its_call(client):
     done = [e for e in events if e.type == "response.output_item.done"]
     assert done[-1].item.type == "shell_call" and done[-1].item.action.commands == ["whoami"]
     assert final.output[-1].type == "shell_call"
+
+
+def test_every_streamed_event_validates_against_the_sdk(client):
+    from pydantic import TypeAdapter
+    from openai.types.responses import ResponseStreamEvent
+
+    adapter = TypeAdapter(ResponseStreamEvent)
+    tools = [{"type": "shell", "environment": {"type": "container_auto"}},
+             {"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}]
+    for text in ["Execute: echo strict", 'Call lookup: {"q": 1}', "hello"]:
+        events = list(client.responses.create(model="scripted", tools=tools, input=text, stream=True))
+        for event in events:
+            adapter.validate_python(event.model_dump())
+        assert events[-1].type == "response.completed"
+
+
+def test_a_foreground_stream_whose_client_leaves_kills_its_commands(client):
+    from conftest import exec_commands
+
+    stream = client.responses.create(
+        model="scripted",
+        tools=[{"type": "shell", "environment": {"type": "container_auto"}}],
+        input="Execute: sleep 303",
+        stream=True,
+    )
+    container_id = None
+    for event in stream:
+        if event.type == "response.output_item.added" and event.item.type == "shell_call":
+            container_id = event.item.environment.container_id
+        if event.type == "response.shell_call_command.done":
+            break
+    stream.close()  # the client leaves
+    import time
+    left = None
+    for _ in range(50):
+        out = exec_commands(client, container_id, ["pgrep -c -f '[s]leep 303' || true"])
+        left = out["output"][0]["stdout"].strip()
+        if left == "0":
+            break
+        time.sleep(0.1)
+    assert left == "0", "the command of an abandoned foreground response kept running"
+
+
+def test_upstream_keys_appear_in_no_response_log_or_store(fresh_server):
+    secret = "sk-upstream-secret-7f3a9c"
+    server = fresh_server(upstream_api_key=secret)
+    client = server.client()
+    failed = client.responses.create(model="scripted-500", input="hi")
+    ok = client.responses.create(model="scripted", input="hi")
+    for response in (failed, ok):
+        assert secret not in response.model_dump_json()
+    assert secret not in server.log.read_text()
+    for file in server.data_dir.glob("shellgate.db*"):
+        assert secret.encode() not in file.read_bytes(), file

@@ -500,7 +500,9 @@ pub async fn exec(
         let _ = event_tx.send(event);
     });
     let stream = UnboundedReceiverStream::new(event_rx).map(Ok::<_, Infallible>);
-    Ok(Sse::new(stream).into_response())
+    Ok(Sse::new(stream)
+        .keep_alive(crate::sse_keep_alive())
+        .into_response())
 }
 
 /// `GET /v1/containers/{id}/commands`: the container's command audit, paged

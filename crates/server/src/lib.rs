@@ -376,6 +376,13 @@ fn engine_error(id: &str, error: shellgate_sandbox::SandboxError) -> ApiError {
     }
 }
 
+/// Comment lines sent on quiet event streams: they keep proxies from timing
+/// the stream out, and a write is how a client that left is noticed (a
+/// foreground response is then cancelled, its commands killed).
+pub(crate) fn sse_keep_alive() -> axum::response::sse::KeepAlive {
+    axum::response::sse::KeepAlive::new().interval(std::time::Duration::from_secs(1))
+}
+
 /// Runs a request's work to completion even if its client hangs up: the
 /// handler's future is dropped on a disconnect, a spawned task is not. So a
 /// command is still killed at its timeout and billed, and a create either

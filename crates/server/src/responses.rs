@@ -982,7 +982,7 @@ fn read(
         let kind = data["type"].as_str().unwrap_or("message").to_owned();
         Ok::<_, Infallible>(Event::default().event(kind).data(data.to_string()))
     });
-    Sse::new(body)
+    Sse::new(body).keep_alive(crate::sse_keep_alive())
 }
 
 /// Numbers stream events and writes them to a log.
