@@ -387,7 +387,7 @@ def test_every_streamed_event_validates_against_the_sdk(client):
         assert events[-1].type == "response.completed"
 
 
-def test_a_foreground_stream_whose_client_leaves_kills_its_commands(client):
+def test_a_foreground_stream_whose_client_leaves_kills_its_commands(server, client):
     from conftest import exec_commands
 
     stream = client.responses.create(
@@ -411,7 +411,7 @@ def test_a_foreground_stream_whose_client_leaves_kills_its_commands(client):
         if left == "0":
             break
         time.sleep(0.1)
-    assert left == "0", "the command of an abandoned foreground response kept running"
+    assert left == "0", "the command of an abandoned foreground response kept running: " + server.log.read_text()[-3000:]
 
 
 def test_upstream_keys_appear_in_no_response_log_or_store(fresh_server):

@@ -474,3 +474,21 @@ async fn file_access_never_goes_through_the_pid_of_init() {
     assert_eq!(t.ok("c1", "cat whose.txt").await, "mine\n");
     t.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_dropped_at_any_moment_leaves_no_command_running() {
+    // Whether the caller gives up before init started the command, while
+    // its start is on the way, or after: the command never outlives it.
+    let t = TestEngine::new("dropped-early").await;
+    t.create("c1").await;
+    for micros in [0u64, 50, 100, 200, 400, 800, 1_600, 3_200, 6_400, 12_800] {
+        let run = t.engine.run("c1", request(&["sleep 3007"], 300_000));
+        let _ = tokio::time::timeout(Duration::from_micros(micros), run).await;
+    }
+    assert_eq!(
+        left_after_a_while(&t, "c1", "sleep 3007").await,
+        0,
+        "a dropped run left its command running"
+    );
+    t.finish().await;
+}

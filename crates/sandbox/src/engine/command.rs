@@ -24,15 +24,33 @@ use crate::sys;
 const PROCESS_HEADROOM: u64 = 4;
 
 /// Kills a started command if its future is dropped before it ends.
+///
+/// If its pid is not known yet, the `Started` record may already sit in the
+/// status pipe: it is read here, without waiting. If init has not written
+/// it yet, it will find the pipe closed when it does, and kills the command
+/// itself (see `helper::init`).
 struct KillOnDrop<'a> {
     running: &'a Running,
     pid: Option<i32>,
     ended: bool,
+    /// The status pipe's read end (non-blocking), open while this lives.
+    status: std::os::fd::RawFd,
 }
 
 impl Drop for KillOnDrop<'_> {
     fn drop(&mut self) {
-        if let (false, Some(pid)) = (self.ended, self.pid) {
+        if self.ended {
+            return;
+        }
+        if self.pid.is_none() {
+            let mut record = [0u8; Status::SIZE];
+            if let Ok(Status::SIZE) = sys::read(self.status, &mut record) {
+                if let Some(Status::Started(pid)) = Status::decode(record) {
+                    self.pid = Some(pid);
+                }
+            }
+        }
+        if let Some(pid) = self.pid {
             self.running.send_now(&Request::KillCommand { pid });
         }
     }
@@ -150,17 +168,19 @@ impl LocalEngine {
             .await?;
         drop((stdout_write, stderr_write, status_write));
 
-        let mut guard = KillOnDrop {
-            running,
-            pid: None,
-            ended: false,
-        };
         let mut stdout =
             pipe::Receiver::from_owned_fd(stdout_read).context(|| "stdout pipe".into())?;
         let mut stderr =
             pipe::Receiver::from_owned_fd(stderr_read).context(|| "stderr pipe".into())?;
         let mut status =
             pipe::Receiver::from_owned_fd(status_read).context(|| "status pipe".into())?;
+        // Declared after the pipes, so dropped before them.
+        let mut guard = KillOnDrop {
+            running,
+            pid: None,
+            ended: false,
+            status: std::os::fd::AsRawFd::as_raw_fd(&status),
+        };
         let mut out = CappedOutput::new(max_output_length);
         let mut err = CappedOutput::new(max_output_length);
         let (mut out_buf, mut err_buf) = (vec![0u8; 64 * 1024], vec![0u8; 64 * 1024]);

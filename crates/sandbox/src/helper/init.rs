@@ -400,6 +400,12 @@ fn send_status(fd: &OwnedFd, status: Status) {
     let _ = sys::write_all(fd.as_raw_fd(), &status.encode());
 }
 
+/// Whether the engine still waits for this command (its end of the status
+/// pipe is open): a write of the record succeeds.
+fn announce(fd: &OwnedFd, status: Status) -> bool {
+    sys::write_all(fd.as_raw_fd(), &status.encode()).is_ok()
+}
+
 fn serve(launcher: &Launcher, signals: &OwnedFd, control: RawFd) -> ! {
     let mut running: HashMap<libc::pid_t, RunningCommand> = HashMap::new();
     let mut markers = Markers::new();
@@ -501,7 +507,15 @@ fn handle(
                     // Our copies of the output pipes must close, or the engine
                     // would never see end-of-file.
                     drop((stdout, stderr));
-                    send_status(&status, Status::Started(pid));
+                    if !announce(&status, Status::Started(pid)) {
+                        // Nobody waits for it (the engine gave up before it
+                        // started: a cancelled request): it must not run.
+                        // SAFETY: kill with a negative pid signals the group.
+                        unsafe { libc::kill(-pid, libc::SIGKILL) };
+                        if let Some(marker) = marker {
+                            kill_marked(marker, running);
+                        }
+                    }
                     running.insert(pid, RunningCommand { status, marker });
                 }
             }
