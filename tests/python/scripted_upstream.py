@@ -13,7 +13,7 @@ Its script, from the conversation it is sent:
 - the last message is a tool result: it answers "Done: " and the result;
 - otherwise it answers "Hello from the scripted model."
 Models named for a failure behave so: `scripted-500` answers HTTP 500,
-`scripted-garbage` answers what is not JSON, `scripted-slow` never answers,
+`scripted-429` is always rate limited, `scripted-garbage` answers what is not JSON, `scripted-slow` never answers,
 `scripted-loop` calls the shell for ever.
 """
 
@@ -86,6 +86,15 @@ class Handler(BaseHTTPRequestHandler):
         model = body.get("model", "")
         if model == "scripted-500":
             return self.reply(500, {"error": {"message": "the model crashed"}})
+        if model == "scripted-429":
+            self.send_response(429)
+            payload = b'{"error": {"message": "slow down"}}'
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Retry-After", "0")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+            return
         if model == "scripted-garbage":
             return self.raw(200, "application/json", b"<html>not json</html>")
         if model == "scripted-slow":

@@ -421,3 +421,59 @@ pub(crate) async fn read_events(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Named(&'static str);
+
+    #[async_trait]
+    impl Upstream for Named {
+        async fn complete(&self, _: &Turn, _: Option<&DeltaSink>) -> Result<Reply, UpstreamError> {
+            Ok(Reply {
+                text: self.0.to_owned(),
+                tool_calls: Vec::new(),
+                usage: Usage::default(),
+                finish: Finish::Stop,
+            })
+        }
+    }
+
+    fn turn() -> Turn {
+        Turn {
+            model: String::new(),
+            messages: Vec::new(),
+            tools: Vec::new(),
+            tool_choice: ToolChoice::Auto,
+            temperature: None,
+            top_p: None,
+            max_output_tokens: None,
+            parallel_tool_calls: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn models_go_to_the_longest_matching_prefix_then_the_default() {
+        let mut router = Router::new(Some(Arc::new(Named("default"))));
+        router.route("claude", Arc::new(Named("anthropic")));
+        router.route("claude-local", Arc::new(Named("local")));
+        for (model, expected) in [
+            ("claude-3", "anthropic"),
+            ("claude-local-7b", "local"),
+            ("gpt-4.1", "default"),
+        ] {
+            let reply = router
+                .pick(model)
+                .unwrap()
+                .complete(&turn(), None)
+                .await
+                .unwrap();
+            assert_eq!(reply.text, expected, "{model}");
+        }
+        assert!(matches!(
+            Router::new(None).pick("x"),
+            Err(UpstreamError::NotConfigured(_))
+        ));
+    }
+}
