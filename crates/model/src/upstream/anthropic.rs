@@ -22,14 +22,14 @@ const VERSION: &str = "2023-06-01";
 const DEFAULT_MAX_TOKENS: u32 = 4096;
 
 pub struct Anthropic {
-    config: UpstreamConfig,
-    client: reqwest::Client,
+    endpoint: super::Endpoint,
 }
 
 impl Anthropic {
     pub fn new(config: UpstreamConfig) -> Result<Self, UpstreamError> {
-        let client = super::client(&config)?;
-        Ok(Self { config, client })
+        Ok(Self {
+            endpoint: super::Endpoint::new(config)?,
+        })
     }
 }
 
@@ -114,12 +114,7 @@ pub fn request_body(turn: &Turn, stream: bool) -> Value {
         }
         body["tool_choice"] = choice;
     }
-    if let Some(t) = turn.temperature {
-        body["temperature"] = json!(t);
-    }
-    if let Some(p) = turn.top_p {
-        body["top_p"] = json!(p);
-    }
+    super::sampling(&mut body, turn);
     if stream {
         body["stream"] = json!(true);
     }
@@ -190,20 +185,21 @@ impl Upstream for Anthropic {
         deltas: Option<&DeltaSink>,
     ) -> Result<Reply, UpstreamError> {
         let body = request_body(turn, true);
-        let url = format!("{}/messages", self.config.url.trim_end_matches('/'));
-        let response = super::send(&self.config, || {
+        let url = self.endpoint.url("messages");
+        let response = super::send(&self.endpoint.config, || {
             let request = self
+                .endpoint
                 .client
                 .post(&url)
                 .header("anthropic-version", VERSION)
                 .json(&body);
-            match &self.config.api_key {
+            match &self.endpoint.config.api_key {
                 Some(key) => request.header("x-api-key", key),
                 None => request,
             }
         })
         .await?;
-        let timeout = self.config.timeout;
+        let timeout = self.endpoint.config.timeout;
         if !super::is_event_stream(&response) {
             let reply = parse_message(&super::json_body(response, timeout).await?)?;
             if let (Some(sink), false) = (deltas, reply.text.is_empty()) {

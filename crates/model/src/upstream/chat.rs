@@ -18,18 +18,14 @@ use super::{
 
 /// The Chat Completions adapter.
 pub struct ChatCompletions {
-    config: UpstreamConfig,
-    client: reqwest::Client,
+    endpoint: super::Endpoint,
 }
 
 impl ChatCompletions {
     pub fn new(config: UpstreamConfig) -> Result<Self, UpstreamError> {
-        let client = super::client(&config)?;
-        Ok(Self { config, client })
-    }
-
-    fn endpoint(&self) -> String {
-        format!("{}/chat/completions", self.config.url.trim_end_matches('/'))
+        Ok(Self {
+            endpoint: super::Endpoint::new(config)?,
+        })
     }
 }
 
@@ -91,12 +87,7 @@ pub fn request_body(turn: &Turn, stream: bool) -> Value {
             body["parallel_tool_calls"] = json!(parallel);
         }
     }
-    if let Some(t) = turn.temperature {
-        body["temperature"] = json!(t);
-    }
-    if let Some(p) = turn.top_p {
-        body["top_p"] = json!(p);
-    }
+    super::sampling(&mut body, turn);
     if let Some(n) = turn.max_output_tokens {
         body["max_tokens"] = json!(n);
     }
@@ -256,15 +247,19 @@ impl Upstream for ChatCompletions {
         deltas: Option<&DeltaSink>,
     ) -> Result<Reply, UpstreamError> {
         let body = request_body(turn, true);
-        let response = super::send(&self.config, || {
-            let request = self.client.post(self.endpoint()).json(&body);
-            match &self.config.api_key {
+        let response = super::send(&self.endpoint.config, || {
+            let request = self
+                .endpoint
+                .client
+                .post(self.endpoint.url("chat/completions"))
+                .json(&body);
+            match &self.endpoint.config.api_key {
                 Some(key) => request.bearer_auth(key),
                 None => request,
             }
         })
         .await?;
-        let timeout = self.config.timeout;
+        let timeout = self.endpoint.config.timeout;
         if !super::is_event_stream(&response) {
             let reply = parse_completion(&super::json_body(response, timeout).await?)?;
             if let Some(sink) = deltas {

@@ -281,6 +281,34 @@ pub(crate) fn excerpt(text: &str) -> String {
     format!("{}…", &text[..end])
 }
 
+/// What every adapter holds: where its upstream is, and an HTTP client.
+pub(crate) struct Endpoint {
+    pub config: UpstreamConfig,
+    pub client: reqwest::Client,
+}
+
+impl Endpoint {
+    pub fn new(config: UpstreamConfig) -> Result<Self, UpstreamError> {
+        let client = client(&config)?;
+        Ok(Self { config, client })
+    }
+
+    /// `{url}/{path}`.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}/{path}", self.config.url.trim_end_matches('/'))
+    }
+}
+
+/// Sets the sampling parameters every protocol names alike.
+pub(crate) fn sampling(body: &mut Value, turn: &Turn) {
+    if let Some(t) = turn.temperature {
+        body["temperature"] = serde_json::json!(t);
+    }
+    if let Some(p) = turn.top_p {
+        body["top_p"] = serde_json::json!(p);
+    }
+}
+
 /// An HTTP client for an upstream.
 pub(crate) fn client(config: &UpstreamConfig) -> Result<reqwest::Client, UpstreamError> {
     reqwest::Client::builder()

@@ -15,14 +15,14 @@ use super::{
 };
 
 pub struct Responses {
-    config: UpstreamConfig,
-    client: reqwest::Client,
+    endpoint: super::Endpoint,
 }
 
 impl Responses {
     pub fn new(config: UpstreamConfig) -> Result<Self, UpstreamError> {
-        let client = super::client(&config)?;
-        Ok(Self { config, client })
+        Ok(Self {
+            endpoint: super::Endpoint::new(config)?,
+        })
     }
 }
 
@@ -81,12 +81,7 @@ pub fn request_body(turn: &Turn, stream: bool) -> Value {
             body["parallel_tool_calls"] = json!(parallel);
         }
     }
-    if let Some(t) = turn.temperature {
-        body["temperature"] = json!(t);
-    }
-    if let Some(p) = turn.top_p {
-        body["top_p"] = json!(p);
-    }
+    super::sampling(&mut body, turn);
     if let Some(n) = turn.max_output_tokens {
         body["max_output_tokens"] = json!(n);
     }
@@ -176,16 +171,16 @@ impl Upstream for Responses {
         deltas: Option<&DeltaSink>,
     ) -> Result<Reply, UpstreamError> {
         let body = request_body(turn, true);
-        let url = format!("{}/responses", self.config.url.trim_end_matches('/'));
-        let response = super::send(&self.config, || {
-            let request = self.client.post(&url).json(&body);
-            match &self.config.api_key {
+        let url = self.endpoint.url("responses");
+        let response = super::send(&self.endpoint.config, || {
+            let request = self.endpoint.client.post(&url).json(&body);
+            match &self.endpoint.config.api_key {
                 Some(key) => request.bearer_auth(key),
                 None => request,
             }
         })
         .await?;
-        let timeout = self.config.timeout;
+        let timeout = self.endpoint.config.timeout;
         if !super::is_event_stream(&response) {
             let reply = parse_response(&super::json_body(response, timeout).await?)?;
             if let (Some(sink), false) = (deltas, reply.text.is_empty()) {
