@@ -132,25 +132,7 @@ pub struct Request {
 }
 
 /// A new item id: `prefix` and 32 hex digits.
-pub fn item_id(prefix: &str) -> String {
-    let mut bytes = [0u8; 16];
-    let mut filled = 0;
-    while filled < bytes.len() {
-        // SAFETY: getrandom writes at most the given length into the buffer.
-        let n =
-            unsafe { libc_getrandom(bytes[filled..].as_mut_ptr().cast(), bytes.len() - filled, 0) };
-        if n > 0 {
-            filled += n as usize;
-        }
-    }
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!("{prefix}{hex}")
-}
-
-extern "C" {
-    #[link_name = "getrandom"]
-    fn libc_getrandom(buf: *mut std::ffi::c_void, len: usize, flags: u32) -> isize;
-}
+pub use shellgate_wire::new_id as item_id;
 
 fn message_item(id: &str, text: &str, status: &str) -> Value {
     json!({

@@ -74,21 +74,7 @@ pub fn now() -> i64 {
 }
 
 /// A random id: `prefix` and 32 hex digits from the kernel's CSPRNG.
-pub fn new_id(prefix: &str) -> String {
-    let mut bytes = [0u8; 16];
-    let mut filled = 0;
-    while filled < bytes.len() {
-        // SAFETY: getrandom writes at most the given length into the buffer.
-        let n = unsafe {
-            libc::getrandom(bytes[filled..].as_mut_ptr().cast(), bytes.len() - filled, 0)
-        };
-        if n > 0 {
-            filled += n as usize;
-        }
-    }
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!("{prefix}{hex}")
-}
+pub use shellgate_wire::new_id;
 
 /// A new API key (printed once by `shellgate keys create`; stored hashed).
 pub fn new_api_key() -> String {
