@@ -1,0 +1,15 @@
+//! shellgate's egress proxy: a container's only way out.
+//!
+//! A container with an allowlist gets no route anywhere but to this proxy:
+//! inside its network namespace, TCP to ports 80 and 443 and DNS are
+//! redirected (nftables) to sockets the proxy serves, and everything else is
+//! refused at once. The proxy decides per connection from the HTTP `Host`
+//! or the TLS SNI, refuses names outside the list, IP literals, names that
+//! do not match the address the container connected to, and addresses no
+//! container may reach (loopback, private, link-local, CGNAT, multicast,
+//! metadata); it connects to the exact address it checked. Every attempt is
+//! recorded in the egress log.
+//!
+//! Modules: [`policy`] (patterns and forbidden addresses).
+
+pub mod policy;
