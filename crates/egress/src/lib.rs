@@ -10,6 +10,9 @@
 //! metadata); it connects to the exact address it checked. Every attempt is
 //! recorded in the egress log.
 //!
-//! Modules: [`policy`] (patterns and forbidden addresses).
+//! Modules: [`policy`] (patterns and forbidden addresses), [`wire`] (TLS
+//! server names and HTTP request heads), [`dns`] (the container's resolver).
 
+pub mod dns;
 pub mod policy;
+pub mod wire;

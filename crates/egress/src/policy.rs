@@ -42,7 +42,9 @@ pub fn valid_host_name(name: &str) -> bool {
                 && label.len() <= 63
                 && !label.starts_with('-')
                 && !label.ends_with('-')
-                && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
         })
 }
 
@@ -119,7 +121,9 @@ impl Allowlist {
     /// `org` list (a request can only narrow it, never widen it).
     pub fn parse(domains: &[String], org: &Allowlist) -> Result<Self, PatternError> {
         if domains.is_empty() {
-            return Err(PatternError("an allowlist needs at least one domain".into()));
+            return Err(PatternError(
+                "an allowlist needs at least one domain".into(),
+            ));
         }
         if domains.len() > MAX_PATTERNS {
             return Err(PatternError(format!(
@@ -235,7 +239,8 @@ mod tests {
 
     #[test]
     fn subdomain_patterns_match_subdomains_only() {
-        let list = Allowlist::parse(&["*.allowed.test".into(), "pypi.org".into()], &org_any()).unwrap();
+        let list =
+            Allowlist::parse(&["*.allowed.test".into(), "pypi.org".into()], &org_any()).unwrap();
         assert!(list.allows("a.allowed.test"));
         assert!(list.allows("A.B.Allowed.Test."));
         assert!(!list.allows("allowed.test"));
@@ -247,8 +252,18 @@ mod tests {
 
     #[test]
     fn bad_patterns_ip_literals_and_too_many_are_refused() {
-        for bad in ["1.2.3.4", "[::1]", "a..b", "exa mple.com", "-x.com", "*.1.2.3.4"] {
-            assert!(Allowlist::parse(&[bad.into()], &org_any()).is_err(), "{bad}");
+        for bad in [
+            "1.2.3.4",
+            "[::1]",
+            "a..b",
+            "exa mple.com",
+            "-x.com",
+            "*.1.2.3.4",
+        ] {
+            assert!(
+                Allowlist::parse(&[bad.into()], &org_any()).is_err(),
+                "{bad}"
+            );
         }
         let many: Vec<String> = (0..51).map(|i| format!("d{i}.test")).collect();
         assert!(Allowlist::parse(&many, &org_any()).is_err());
@@ -271,15 +286,36 @@ mod tests {
     #[test]
     fn private_loopback_metadata_and_mapped_addresses_are_forbidden() {
         for address in [
-            "127.0.0.1", "10.0.0.1", "172.16.5.4", "192.168.1.1", "169.254.169.254",
-            "169.254.1.1", "100.64.0.1", "224.0.0.1", "255.255.255.255", "0.0.0.0",
-            "::1", "::ffff:127.0.0.1", "::ffff:10.0.0.1", "fc00::1", "fd12::1", "fe80::1",
-            "ff02::1", "::", "fd00:ec2::254", "64:ff9b::a00:1",
+            "127.0.0.1",
+            "10.0.0.1",
+            "172.16.5.4",
+            "192.168.1.1",
+            "169.254.169.254",
+            "169.254.1.1",
+            "100.64.0.1",
+            "224.0.0.1",
+            "255.255.255.255",
+            "0.0.0.0",
+            "::1",
+            "::ffff:127.0.0.1",
+            "::ffff:10.0.0.1",
+            "fc00::1",
+            "fd12::1",
+            "fe80::1",
+            "ff02::1",
+            "::",
+            "fd00:ec2::254",
+            "64:ff9b::a00:1",
         ] {
             let ip: IpAddr = address.parse().unwrap();
             assert!(forbidden_address(ip).is_some(), "{address} allowed");
         }
-        for address in ["93.184.216.34", "203.0.113.10", "2606:4700::1111", "64:ff9b::5db8:d822"] {
+        for address in [
+            "93.184.216.34",
+            "203.0.113.10",
+            "2606:4700::1111",
+            "64:ff9b::5db8:d822",
+        ] {
             let ip: IpAddr = address.parse().unwrap();
             assert_eq!(forbidden_address(ip), None, "{address} refused");
         }

@@ -1,0 +1,145 @@
+//! Just enough DNS for a container's resolver: one question per query,
+//! answered with the addresses the proxy allows, or refused at once.
+
+use std::net::IpAddr;
+
+/// A query's question.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Question {
+    pub id: u16,
+    pub name: String,
+    /// 1 (A), 28 (AAAA), or another type.
+    pub qtype: u16,
+    /// The question section as received, echoed in the answer.
+    raw_question: Vec<u8>,
+    /// Whether recursion was desired (echoed).
+    recursion: bool,
+}
+
+pub const A: u16 = 1;
+pub const AAAA: u16 = 28;
+
+/// Reads a query (one question); `None` if it is not one.
+pub fn parse_query(packet: &[u8]) -> Option<Question> {
+    if packet.len() < 12 {
+        return None;
+    }
+    let id = u16::from_be_bytes([packet[0], packet[1]]);
+    let flags = u16::from_be_bytes([packet[2], packet[3]]);
+    let questions = u16::from_be_bytes([packet[4], packet[5]]);
+    if flags & 0x8000 != 0 || questions != 1 {
+        return None;
+    }
+    let mut at = 12;
+    let mut labels = Vec::new();
+    loop {
+        let length = *packet.get(at)? as usize;
+        at += 1;
+        if length == 0 {
+            break;
+        }
+        // No compression pointers in a question we accept.
+        if length > 63 {
+            return None;
+        }
+        let label = packet.get(at..at + length)?;
+        labels.push(String::from_utf8(label.to_vec()).ok()?);
+        at += length;
+        if at > 12 + 255 {
+            return None;
+        }
+    }
+    let qtype = u16::from_be_bytes([*packet.get(at)?, *packet.get(at + 1)?]);
+    packet.get(at + 2..at + 4)?;
+    Some(Question {
+        id,
+        name: labels.join("."),
+        qtype,
+        raw_question: packet[12..at + 4].to_vec(),
+        recursion: flags & 0x0100 != 0,
+    })
+}
+
+/// The answer to `question`: `addresses` (those of its type) with `ttl`,
+/// or, with `refused`, rcode REFUSED (a resolver gives up at once).
+pub fn answer(question: &Question, addresses: &[IpAddr], ttl: u32, refused: bool) -> Vec<u8> {
+    let records: Vec<&IpAddr> = addresses
+        .iter()
+        .filter(|a| match question.qtype {
+            A => a.is_ipv4(),
+            AAAA => a.is_ipv6(),
+            _ => false,
+        })
+        .collect();
+    let records = if refused { Vec::new() } else { records };
+    let mut flags: u16 = 0x8000 | 0x0080; // response, recursion available
+    if question.recursion {
+        flags |= 0x0100;
+    }
+    if refused {
+        flags |= 5;
+    }
+    let mut out = Vec::with_capacity(64);
+    out.extend_from_slice(&question.id.to_be_bytes());
+    out.extend_from_slice(&flags.to_be_bytes());
+    out.extend_from_slice(&1u16.to_be_bytes());
+    out.extend_from_slice(&(records.len() as u16).to_be_bytes());
+    out.extend_from_slice(&[0, 0, 0, 0]);
+    out.extend_from_slice(&question.raw_question);
+    for address in records {
+        out.extend_from_slice(&[0xc0, 12]); // the name, by pointer to the question
+        out.extend_from_slice(&question.qtype.to_be_bytes());
+        out.extend_from_slice(&1u16.to_be_bytes());
+        out.extend_from_slice(&ttl.to_be_bytes());
+        match address {
+            IpAddr::V4(v4) => {
+                out.extend_from_slice(&4u16.to_be_bytes());
+                out.extend_from_slice(&v4.octets());
+            }
+            IpAddr::V6(v6) => {
+                out.extend_from_slice(&16u16.to_be_bytes());
+                out.extend_from_slice(&v6.octets());
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn query(name: &str, qtype: u16) -> Vec<u8> {
+        let mut packet = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+        for label in name.split('.') {
+            packet.push(label.len() as u8);
+            packet.extend_from_slice(label.as_bytes());
+        }
+        packet.push(0);
+        packet.extend_from_slice(&qtype.to_be_bytes());
+        packet.extend_from_slice(&[0, 1]);
+        packet
+    }
+
+    #[test]
+    fn queries_are_read_and_answered() {
+        let question = parse_query(&query("a.allowed.test", A)).unwrap();
+        assert_eq!(question.name, "a.allowed.test");
+        assert_eq!(question.id, 0x1234);
+        let addresses: Vec<IpAddr> = vec![
+            "203.0.113.7".parse().unwrap(),
+            "2001:db8::1".parse().unwrap(),
+        ];
+        let reply = answer(&question, &addresses, 30, false);
+        assert_eq!(&reply[..2], &[0x12, 0x34]);
+        assert_eq!(u16::from_be_bytes([reply[6], reply[7]]), 1, "one A record");
+        assert_eq!(&reply[reply.len() - 4..], &[203, 0, 113, 7]);
+        let refused = answer(&question, &addresses, 30, true);
+        assert_eq!(refused[3] & 0x0f, 5);
+        assert_eq!(u16::from_be_bytes([refused[6], refused[7]]), 0);
+        assert!(parse_query(&[0; 5]).is_none());
+        let mut bad = query("x.test", A);
+        bad[12] = 200;
+        assert!(parse_query(&bad).is_none());
+    }
+}

@@ -1,0 +1,284 @@
+//! What the proxy reads of a connection before deciding: the server name of
+//! a TLS ClientHello, or the head of an HTTP request. Both parsers take the
+//! bytes read so far and say whether they need more; neither trusts a
+//! length it reads beyond the bytes it has.
+
+/// Most bytes read before a decision (a ClientHello or a request head).
+pub const MAX_HEAD: usize = 64 * 1024;
+
+/// What the first bytes of a TLS connection say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Hello {
+    /// More bytes are needed.
+    Incomplete,
+    /// Not a TLS ClientHello.
+    NotTls,
+    /// A ClientHello, with its server name if it has one.
+    ServerName(Option<String>),
+}
+
+/// A cursor over bytes that fails instead of reading past the end.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn new(bytes: &'a [u8]) -> Self {
+        Self { bytes, at: 0 }
+    }
+
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let end = self.at.checked_add(n)?;
+        let slice = self.bytes.get(self.at..end)?;
+        self.at = end;
+        Some(slice)
+    }
+
+    fn u8(&mut self) -> Option<usize> {
+        self.take(1).map(|b| b[0] as usize)
+    }
+
+    fn u16(&mut self) -> Option<usize> {
+        self.take(2)
+            .map(|b| u16::from_be_bytes([b[0], b[1]]) as usize)
+    }
+
+    fn u24(&mut self) -> Option<usize> {
+        self.take(3)
+            .map(|b| (b[0] as usize) << 16 | (b[1] as usize) << 8 | b[2] as usize)
+    }
+}
+
+/// Reads the server name (SNI) of a ClientHello from the first bytes of a
+/// TLS connection (the handshake may span several records).
+pub fn client_hello(bytes: &[u8]) -> Hello {
+    // Gather the handshake message from the records it spans.
+    let mut handshake = Vec::new();
+    let mut records = Reader::new(bytes);
+    loop {
+        let Some(header) = records.take(5) else {
+            return if bytes.len() >= MAX_HEAD {
+                Hello::NotTls
+            } else {
+                Hello::Incomplete
+            };
+        };
+        if header[0] != 22 || header[1] != 3 {
+            return Hello::NotTls;
+        }
+        let length = u16::from_be_bytes([header[3], header[4]]) as usize;
+        let Some(fragment) = records.take(length) else {
+            return Hello::Incomplete;
+        };
+        handshake.extend_from_slice(fragment);
+        if handshake.len() >= 4 {
+            let needed = 4
+                + ((handshake[1] as usize) << 16
+                    | (handshake[2] as usize) << 8
+                    | handshake[3] as usize);
+            if handshake[0] != 1 {
+                return Hello::NotTls;
+            }
+            if handshake.len() >= needed {
+                handshake.truncate(needed);
+                break;
+            }
+            if needed > MAX_HEAD {
+                return Hello::NotTls;
+            }
+        }
+    }
+    let name = (|| {
+        let mut hello = Reader::new(&handshake);
+        hello.take(4)?; // type and length
+        hello.take(2 + 32)?; // version, random
+        let session = hello.u8()?;
+        hello.take(session)?;
+        let suites = hello.u16()?;
+        hello.take(suites)?;
+        let compression = hello.u8()?;
+        hello.take(compression)?;
+        let extensions = hello.u16()?;
+        let mut extensions = Reader::new(hello.take(extensions)?);
+        while let Some(kind) = extensions.u16() {
+            let length = extensions.u16()?;
+            let body = extensions.take(length)?;
+            if kind != 0 {
+                continue;
+            }
+            let mut list = Reader::new(body);
+            let total = list.u16()?;
+            let mut names = Reader::new(list.take(total)?);
+            while let Some(name_type) = names.u8() {
+                let length = names.u16()?;
+                let name = names.take(length)?;
+                if name_type == 0 {
+                    return Some(String::from_utf8(name.to_vec()).ok());
+                }
+            }
+            return Some(None);
+        }
+        Some(None)
+    })();
+    match name {
+        Some(name) => Hello::ServerName(name),
+        None => Hello::NotTls,
+    }
+}
+
+/// The head of an HTTP/1 request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestHead {
+    pub method: String,
+    /// As written: origin form (`/path`), absolute form (`http://host/path`)
+    /// or authority form (`host:443`, for CONNECT).
+    pub target: String,
+    /// The `Host` header, if any.
+    pub host: Option<String>,
+    /// Bytes of the head, its final blank line included.
+    pub length: usize,
+}
+
+/// What the first bytes of a plain connection say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Head {
+    Incomplete,
+    NotHttp,
+    Request(RequestHead),
+}
+
+/// Reads an HTTP/1 request head.
+pub fn request_head(bytes: &[u8]) -> Head {
+    let Some(end) = bytes.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return if bytes.len() >= MAX_HEAD {
+            Head::NotHttp
+        } else {
+            Head::Incomplete
+        };
+    };
+    let Ok(text) = std::str::from_utf8(&bytes[..end]) else {
+        return Head::NotHttp;
+    };
+    let mut lines = text.split("\r\n");
+    let mut start = lines.next().unwrap_or_default().split(' ');
+    let (Some(method), Some(target), Some(version)) = (start.next(), start.next(), start.next())
+    else {
+        return Head::NotHttp;
+    };
+    if !version.starts_with("HTTP/1.") || method.is_empty() || target.is_empty() {
+        return Head::NotHttp;
+    }
+    let host = lines.find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        name.trim()
+            .eq_ignore_ascii_case("host")
+            .then(|| value.trim().to_owned())
+    });
+    Head::Request(RequestHead {
+        method: method.to_owned(),
+        target: target.to_owned(),
+        host,
+        length: end + 4,
+    })
+}
+
+/// Splits `host[:port]` (or `[v6]:port`) into the host and the port.
+pub fn split_authority(authority: &str) -> (String, Option<u16>) {
+    let authority = authority.trim();
+    if let Some(rest) = authority.strip_prefix('[') {
+        if let Some((host, tail)) = rest.split_once(']') {
+            let port = tail.strip_prefix(':').and_then(|p| p.parse().ok());
+            return (host.to_owned(), port);
+        }
+    }
+    match authority.rsplit_once(':') {
+        Some((host, port)) if !host.contains(':') => (host.to_owned(), port.parse().ok()),
+        _ => (authority.to_owned(), None),
+    }
+}
+
+/// The host of an absolute-form target (`http://host[:port]/path`).
+pub fn absolute_host(target: &str) -> Option<(String, Option<u16>)> {
+    let rest = target
+        .strip_prefix("http://")
+        .or_else(|| target.strip_prefix("https://"))?;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let authority = authority.rsplit('@').next()?;
+    Some(split_authority(authority))
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A minimal TLS 1.2/1.3 ClientHello with an SNI extension.
+    pub fn hello_for(name: &str) -> Vec<u8> {
+        let mut sni = Vec::new();
+        let name = name.as_bytes();
+        sni.extend_from_slice(&((name.len() + 3) as u16).to_be_bytes());
+        sni.push(0);
+        sni.extend_from_slice(&(name.len() as u16).to_be_bytes());
+        sni.extend_from_slice(name);
+        let mut extensions = Vec::new();
+        extensions.extend_from_slice(&[0x00, 0x0a, 0x00, 0x02, 0x00, 0x00]); // another extension
+        extensions.extend_from_slice(&[0, 0]);
+        extensions.extend_from_slice(&(sni.len() as u16).to_be_bytes());
+        extensions.extend_from_slice(&sni);
+        let mut body = vec![3, 3];
+        body.extend_from_slice(&[7; 32]);
+        body.push(0); // session id
+        body.extend_from_slice(&[0, 2, 0x13, 0x01]); // one cipher suite
+        body.extend_from_slice(&[1, 0]); // compression
+        body.extend_from_slice(&(extensions.len() as u16).to_be_bytes());
+        body.extend_from_slice(&extensions);
+        let mut handshake = vec![1];
+        handshake.extend_from_slice(&(body.len() as u32).to_be_bytes()[1..]);
+        handshake.extend_from_slice(&body);
+        let mut record = vec![22, 3, 1];
+        record.extend_from_slice(&(handshake.len() as u16).to_be_bytes());
+        record.extend_from_slice(&handshake);
+        record
+    }
+
+    #[test]
+    fn the_server_name_is_read_from_a_client_hello_even_in_pieces() {
+        let hello = hello_for("a.allowed.test");
+        assert_eq!(
+            client_hello(&hello),
+            Hello::ServerName(Some("a.allowed.test".into()))
+        );
+        for cut in [0, 3, 5, 20, hello.len() - 1] {
+            assert_eq!(
+                client_hello(&hello[..cut]),
+                Hello::Incomplete,
+                "cut at {cut}"
+            );
+        }
+        assert_eq!(client_hello(b"GET / HTTP/1.1\r\n"), Hello::NotTls);
+        // A lying length never reads past the bytes given.
+        let mut broken = hello.clone();
+        broken[45] = 0xff;
+        let _ = client_hello(&broken);
+    }
+
+    #[test]
+    fn request_heads_give_the_host_and_the_target() {
+        let head = b"GET /x HTTP/1.1\r\nUser-Agent: t\r\nhOsT: Api.Test:80\r\n\r\nbody";
+        match request_head(head) {
+            Head::Request(r) => {
+                assert_eq!(r.host.as_deref(), Some("Api.Test:80"));
+                assert_eq!(r.length, head.len() - 4);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(request_head(b"GET / HTTP/1.1\r\nHost: x"), Head::Incomplete);
+        assert_eq!(request_head(b"\x16\x03\x01junk\r\n\r\n"), Head::NotHttp);
+        assert_eq!(split_authority("a.test:443"), ("a.test".into(), Some(443)));
+        assert_eq!(split_authority("[::1]:80"), ("::1".into(), Some(80)));
+        assert_eq!(
+            absolute_host("http://user@a.test:8080/p?q"),
+            Some(("a.test".into(), Some(8080)))
+        );
+    }
+}
