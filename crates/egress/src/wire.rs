@@ -43,11 +43,6 @@ impl<'a> Reader<'a> {
         self.take(2)
             .map(|b| u16::from_be_bytes([b[0], b[1]]) as usize)
     }
-
-    fn u24(&mut self) -> Option<usize> {
-        self.take(3)
-            .map(|b| (b[0] as usize) << 16 | (b[1] as usize) << 8 | b[2] as usize)
-    }
 }
 
 /// Reads the server name (SNI) of a ClientHello from the first bytes of a
