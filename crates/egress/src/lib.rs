@@ -11,8 +11,10 @@
 //! recorded in the egress log.
 //!
 //! Modules: [`policy`] (patterns and forbidden addresses), [`wire`] (TLS
-//! server names and HTTP request heads), [`dns`] (the container's resolver).
+//! server names and HTTP request heads), [`dns`] (the container's resolver),
+//! [`proxy`] (serving one container's sockets).
 
 pub mod dns;
 pub mod policy;
+pub mod proxy;
 pub mod wire;
