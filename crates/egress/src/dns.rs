@@ -1,5 +1,8 @@
 //! Just enough DNS for a container's resolver: one question per query,
-//! answered with the addresses the proxy allows, or refused at once.
+//! answered with the addresses the proxy allows, or "no such name" at once
+//! (NXDOMAIN rather than REFUSED: resolvers give up on it at once instead
+//! of retrying, and programs report a missing host, not a flaky network).
+//! And the other side: asking an upstream server for a name's addresses.
 
 use std::net::IpAddr;
 
@@ -18,6 +21,72 @@ pub struct Question {
 
 pub const A: u16 = 1;
 pub const AAAA: u16 = 28;
+const NXDOMAIN: u16 = 3;
+
+/// A query for `name`'s records of type `qtype`, with recursion desired.
+pub fn query(id: u16, name: &str, qtype: u16) -> Option<Vec<u8>> {
+    let mut packet = Vec::with_capacity(32 + name.len());
+    packet.extend_from_slice(&id.to_be_bytes());
+    packet.extend_from_slice(&[0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0]);
+    for label in name.trim_end_matches('.').split('.') {
+        if label.is_empty() || label.len() > 63 {
+            return None;
+        }
+        packet.push(label.len() as u8);
+        packet.extend_from_slice(label.as_bytes());
+    }
+    packet.push(0);
+    packet.extend_from_slice(&qtype.to_be_bytes());
+    packet.extend_from_slice(&[0, 1]);
+    Some(packet)
+}
+
+/// The addresses in a response to query `id`: `None` if it is not one.
+pub fn parse_response(packet: &[u8], id: u16) -> Option<Vec<IpAddr>> {
+    if packet.len() < 12 || u16::from_be_bytes([packet[0], packet[1]]) != id {
+        return None;
+    }
+    let flags = u16::from_be_bytes([packet[2], packet[3]]);
+    if flags & 0x8000 == 0 {
+        return None;
+    }
+    if flags & 0x000f != 0 {
+        return Some(Vec::new());
+    }
+    let questions = u16::from_be_bytes([packet[4], packet[5]]);
+    let answers = u16::from_be_bytes([packet[6], packet[7]]);
+    let mut at = 12;
+    for _ in 0..questions {
+        at = skip_name(packet, at)? + 4;
+    }
+    let mut addresses = Vec::new();
+    for _ in 0..answers {
+        at = skip_name(packet, at)?;
+        let rtype = u16::from_be_bytes([*packet.get(at)?, *packet.get(at + 1)?]);
+        let length = u16::from_be_bytes([*packet.get(at + 8)?, *packet.get(at + 9)?]) as usize;
+        let data = packet.get(at + 10..at + 10 + length)?;
+        match (rtype, length) {
+            (A, 4) => addresses.push(IpAddr::from(<[u8; 4]>::try_from(data).ok()?)),
+            (AAAA, 16) => addresses.push(IpAddr::from(<[u8; 16]>::try_from(data).ok()?)),
+            _ => {}
+        }
+        at += 10 + length;
+    }
+    Some(addresses)
+}
+
+/// The offset just past the (possibly compressed) name at `at`.
+fn skip_name(packet: &[u8], mut at: usize) -> Option<usize> {
+    loop {
+        let length = *packet.get(at)?;
+        match length {
+            0 => return Some(at + 1),
+            l if l & 0xc0 == 0xc0 => return Some(at + 2),
+            l if l <= 63 => at += 1 + l as usize,
+            _ => return None,
+        }
+    }
+}
 
 /// Reads a query (one question); `None` if it is not one.
 pub fn parse_query(packet: &[u8]) -> Option<Question> {
@@ -61,7 +130,7 @@ pub fn parse_query(packet: &[u8]) -> Option<Question> {
 }
 
 /// The answer to `question`: `addresses` (those of its type) with `ttl`,
-/// or, with `refused`, rcode REFUSED (a resolver gives up at once).
+/// or, with `refused`, NXDOMAIN.
 pub fn answer(question: &Question, addresses: &[IpAddr], ttl: u32, refused: bool) -> Vec<u8> {
     let records: Vec<&IpAddr> = addresses
         .iter()
@@ -77,7 +146,7 @@ pub fn answer(question: &Question, addresses: &[IpAddr], ttl: u32, refused: bool
         flags |= 0x0100;
     }
     if refused {
-        flags |= 5;
+        flags |= NXDOMAIN;
     }
     let mut out = Vec::with_capacity(64);
     out.extend_from_slice(&question.id.to_be_bytes());
@@ -135,9 +204,22 @@ mod tests {
         assert_eq!(u16::from_be_bytes([reply[6], reply[7]]), 1, "one A record");
         assert_eq!(&reply[reply.len() - 4..], &[203, 0, 113, 7]);
         let refused = answer(&question, &addresses, 30, true);
-        assert_eq!(refused[3] & 0x0f, 5);
+        assert_eq!(refused[3] & 0x0f, 3, "NXDOMAIN");
         assert_eq!(u16::from_be_bytes([refused[6], refused[7]]), 0);
         assert!(parse_query(&[0; 5]).is_none());
+        // Our own answers read back with the client side.
+        assert_eq!(
+            parse_response(&reply, 0x1234),
+            Some(vec!["203.0.113.7".parse().unwrap()])
+        );
+        assert_eq!(parse_response(&refused, 0x1234), Some(vec![]));
+        assert_eq!(parse_response(&reply, 0x9999), None);
+        assert_eq!(super::query(7, "a.test", A).unwrap(), {
+            let mut q = query("a.test", A);
+            q[0] = 0;
+            q[1] = 7;
+            q
+        });
         let mut bad = query("x.test", A);
         bad[12] = 200;
         assert!(parse_query(&bad).is_none());

@@ -15,6 +15,9 @@
 //! [`proxy`] (serving one container's sockets).
 
 pub mod dns;
+pub mod intercept;
 pub mod policy;
 pub mod proxy;
+pub mod resolve;
+pub mod secrets;
 pub mod wire;

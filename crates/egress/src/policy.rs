@@ -145,6 +145,13 @@ impl Allowlist {
         Ok(Self { patterns })
     }
 
+    /// Every name: the outer list of a list already checked.
+    pub fn any() -> Self {
+        Self {
+            patterns: vec![Pattern::Any],
+        }
+    }
+
     /// The operator's own list (may hold `*`).
     pub fn operator(domains: &[String]) -> Result<Self, PatternError> {
         let patterns = domains

@@ -6,33 +6,45 @@
 //! target, an absolute URL), never from the address alone. For a
 //! transparent connection the address the container connected to must be
 //! one this proxy's DNS gave it for that very name (a `Host` or SNI that
-//! differs from the name resolved is refused, and the proxy connects to
-//! that exact, already checked address: no second lookup to rebind). For a
-//! connection through `HTTP(S)_PROXY` the proxy resolves the name itself and
-//! connects to an address it checked. TLS is not terminated.
+//! differs from the name resolved is refused), and the proxy connects to
+//! that exact, already checked address: no second lookup to rebind. For a
+//! connection through `HTTP(S)_PROXY` the proxy resolves the name itself,
+//! once, and connects to the address it checked. TLS is not terminated,
+//! except towards a domain with a secret (see [`crate::intercept`]). Plain
+//! HTTP is forwarded one request per connection (`Connection: close`), so
+//! every request is one the proxy checked.
 
 use std::collections::{HashMap, HashSet};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::sync::Semaphore;
 
 use crate::dns;
+use crate::intercept::Interceptor;
 use crate::policy::{forbidden_address, normalize, Allowlist};
-use crate::wire::{self, Head, Hello, MAX_HEAD};
+use crate::resolve::Resolver;
+use crate::secrets::DomainSecret;
+use crate::wire::{self, Head, Hello, RequestHead, MAX_HEAD};
 
 /// How long a client may take to say where it goes.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long connecting to a destination may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections one container may have through the proxy at once.
 const MAX_CONNECTIONS: usize = 256;
+/// DNS lookups one container may have in flight at once.
+const MAX_LOOKUPS: usize = 16;
 /// How long a DNS answer may be cached by the container.
 const DNS_TTL: u32 = 30;
+/// Most (address, name) pairs remembered from DNS answers; past it the
+/// memory starts again (the container resolves again after its TTL).
+const MAX_ANSWERS: usize = 16_384;
 
 /// The verdict on one attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -40,6 +52,19 @@ const DNS_TTL: u32 = 30;
 pub enum Verdict {
     Allowed,
     Denied,
+    /// Not an attempt: something the container's user should know (its
+    /// secrets are gone after a restart).
+    Notice,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Allowed => "allowed",
+            Verdict::Denied => "denied",
+            Verdict::Notice => "notice",
+        }
+    }
 }
 
 /// One attempt to leave a container, for the egress log.
@@ -48,10 +73,15 @@ pub struct Attempt {
     /// Seconds since the Unix epoch.
     pub time: i64,
     pub container: String,
-    /// `http`, `https`, `connect` (through a proxy variable) or `dns`.
+    /// `http`, `https`, `connect` (through a proxy variable), `dns`, or
+    /// `secret` (a note about a container's secrets).
     pub kind: &'static str,
-    /// The name asked for (SNI, Host, CONNECT target or DNS question).
-    pub name: Option<String>,
+    /// The name the container asked for: its DNS question, the name its
+    /// DNS answer gave the address it connected to, a `CONNECT` target or
+    /// an absolute URL's host.
+    pub requested_name: Option<String>,
+    /// The TLS SNI or HTTP `Host` the connection carried.
+    pub server_name: Option<String>,
     /// The address connected to (or that the container tried).
     pub address: Option<IpAddr>,
     pub port: u16,
@@ -63,39 +93,40 @@ pub struct Attempt {
     pub duration_ms: u64,
 }
 
-/// Where attempts go.
-pub type AttemptSink = tokio::sync::mpsc::UnboundedSender<Attempt>;
+/// Where attempts go. Bounded: a container that floods the proxy cannot
+/// make the server hold an unbounded log in memory; what does not fit is
+/// counted in [`Settings::dropped`] instead.
+pub type AttemptSink = tokio::sync::mpsc::Sender<Attempt>;
 
-/// How the proxy resolves names: the operator's static hosts first, then
-/// the host's resolver.
-#[derive(Debug, Clone, Default)]
-pub struct Resolver {
-    pub static_hosts: HashMap<String, Vec<IpAddr>>,
-}
-
-impl Resolver {
-    pub async fn resolve(&self, name: &str) -> Vec<IpAddr> {
-        if let Some(addresses) = self.static_hosts.get(name) {
-            return addresses.clone();
-        }
-        match tokio::net::lookup_host((name, 0)).await {
-            Ok(addresses) => addresses.map(|a| a.ip()).collect(),
-            Err(_) => Vec::new(),
-        }
-    }
+/// What every container's proxy shares: the operator's settings.
+#[derive(Debug)]
+pub struct Settings {
+    pub resolver: Resolver,
+    /// Names the operator lets resolve to otherwise forbidden addresses.
+    pub exceptions: HashSet<String>,
+    pub log: AttemptSink,
+    /// Attempts not logged because the log's queue was full.
+    pub dropped: AtomicU64,
+    /// How the proxy verifies the servers it forwards secrets to.
+    pub upstream_tls: Arc<rustls::ClientConfig>,
 }
 
 /// What one container's proxy knows.
 pub struct ContainerEgress {
     pub container: String,
-    pub allowlist: Allowlist,
-    /// Names the operator lets resolve to otherwise forbidden addresses.
-    pub exceptions: Arc<HashSet<String>>,
-    pub resolver: Arc<Resolver>,
-    pub log: AttemptSink,
+    allowlist: Allowlist,
+    settings: Arc<Settings>,
+    /// Terminates TLS towards the domains of the container's secrets.
+    intercept: Option<Arc<Interceptor>>,
     /// Addresses this proxy's DNS gave the container, and for which names.
-    answers: Mutex<HashMap<IpAddr, HashSet<String>>>,
+    answers: Mutex<Answers>,
     connections: Arc<Semaphore>,
+}
+
+#[derive(Default)]
+struct Answers {
+    names: HashMap<IpAddr, HashSet<String>>,
+    count: usize,
 }
 
 /// The sockets of a container's network namespace the proxy serves.
@@ -116,37 +147,11 @@ impl Drop for Serving {
     }
 }
 
-fn now() -> i64 {
+pub(crate) fn now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
         .unwrap_or(0)
-}
-
-/// The destination a redirected connection had (`SO_ORIGINAL_DST`).
-fn original_destination(stream: &TcpStream) -> Option<SocketAddr> {
-    const SO_ORIGINAL_DST: libc::c_int = 80;
-    // SAFETY: sockaddr_in is plain data; getsockopt fills at most `length`
-    // bytes of it from a socket we own.
-    unsafe {
-        let mut address: libc::sockaddr_in = std::mem::zeroed();
-        let mut length = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-        let ret = libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_IP,
-            SO_ORIGINAL_DST,
-            (&mut address as *mut libc::sockaddr_in).cast(),
-            &mut length,
-        );
-        if ret != 0 || address.sin_family != libc::AF_INET as libc::sa_family_t {
-            return None;
-        }
-        let ip = Ipv4Addr::from(u32::from_be(address.sin_addr.s_addr));
-        Some(SocketAddr::new(
-            IpAddr::V4(ip),
-            u16::from_be(address.sin_port),
-        ))
-    }
 }
 
 /// Resets a connection (RST, not FIN): a refused TLS client fails at once.
@@ -169,38 +174,126 @@ fn reset(stream: TcpStream) {
     }
 }
 
-/// What a connection is refused for.
-struct Refusal {
-    name: Option<String>,
-    address: Option<IpAddr>,
-    reason: String,
+/// What is known of one connection so far, for its log entry.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Seen {
+    pub requested: Option<String>,
+    pub server_name: Option<String>,
+    pub address: Option<IpAddr>,
+    pub port: u16,
 }
 
-fn refuse(name: Option<&str>, address: Option<IpAddr>, reason: impl Into<String>) -> Refusal {
-    Refusal {
-        name: name.map(str::to_owned),
-        address,
-        reason: reason.into(),
+/// A 403 that says why, for a refused HTTP request.
+fn forbidden_response(reason: &str, host: Option<&str>) -> Vec<u8> {
+    let body = serde_json::json!({"error": {
+        "type": "policy_denied",
+        "code": "policy_denied",
+        "message": format!("shellgate egress proxy: {reason}"),
+        "host": host,
+    }})
+    .to_string();
+    format!(
+        "HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\nX-Shellgate-Egress: policy_denied\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// Reads from `stream` into `buffer` until `done` says enough (or the head
+/// is too long, the client stops, or it takes too long).
+pub(crate) async fn read_head<S: AsyncRead + Unpin, T>(
+    stream: &mut S,
+    buffer: &mut Vec<u8>,
+    mut done: impl FnMut(&[u8]) -> Option<T>,
+) -> Option<T> {
+    let deadline = tokio::time::Instant::now() + HEAD_TIMEOUT;
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(result) = done(buffer) {
+            return Some(result);
+        }
+        if buffer.len() >= MAX_HEAD {
+            return None;
+        }
+        let read = tokio::time::timeout_at(deadline, stream.read(&mut chunk)).await;
+        match read {
+            Ok(Ok(n)) if n > 0 => buffer.extend_from_slice(&chunk[..n]),
+            _ => return None,
+        }
     }
+}
+
+async fn read_client_hello<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    buffer: &mut Vec<u8>,
+) -> Option<Hello> {
+    read_head(stream, buffer, |bytes| match wire::client_hello(bytes) {
+        Hello::Incomplete => None,
+        other => Some(other),
+    })
+    .await
+}
+
+async fn read_request_head<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    buffer: &mut Vec<u8>,
+) -> Option<RequestHead> {
+    match read_head(stream, buffer, |bytes| match wire::request_head(bytes) {
+        Head::Incomplete => None,
+        other => Some(other),
+    })
+    .await
+    {
+        Some(Head::Request(head)) => Some(head),
+        _ => None,
+    }
+}
+
+/// Relays both ways until either side is done; returns the bytes each way.
+pub(crate) async fn relay<A, B>(client: &mut A, upstream: &mut B) -> (u64, u64)
+where
+    A: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+{
+    tokio::io::copy_bidirectional(client, upstream)
+        .await
+        .unwrap_or((0, 0))
 }
 
 impl ContainerEgress {
     pub fn new(
         container: String,
         allowlist: Allowlist,
-        exceptions: Arc<HashSet<String>>,
-        resolver: Arc<Resolver>,
-        log: AttemptSink,
+        settings: Arc<Settings>,
+        intercept: Option<Arc<Interceptor>>,
+        secrets: &[DomainSecret],
     ) -> Arc<Self> {
-        Arc::new(Self {
+        let egress = Arc::new(Self {
             container,
             allowlist,
-            exceptions,
-            resolver,
-            log,
-            answers: Mutex::new(HashMap::new()),
+            settings,
+            intercept,
+            answers: Mutex::new(Answers::default()),
             connections: Arc::new(Semaphore::new(MAX_CONNECTIONS)),
-        })
+        });
+        for secret in secrets.iter().filter(|s| s.value.is_none()) {
+            egress.record(
+                "secret",
+                Seen {
+                    requested: Some(secret.domain.clone()),
+                    ..Seen::default()
+                },
+                Verdict::Notice,
+                format!(
+                    "the value of secret {} is gone (the server restarted since the container \
+                     was created): requests to {} carry its placeholder only",
+                    secret.name, secret.domain
+                ),
+                (0, 0),
+                Instant::now(),
+            );
+        }
+        egress
     }
 
     /// Serves the container's sockets until the result is dropped.
@@ -211,13 +304,14 @@ impl ContainerEgress {
         sockets.dns.set_nonblocking(true)?;
         let http = TcpListener::from_std(sockets.http)?;
         let https = TcpListener::from_std(sockets.https)?;
-        let dns = UdpSocket::from_std(sockets.dns)?;
+        let dns = Arc::new(UdpSocket::from_std(sockets.dns)?);
         let mut tasks = Vec::new();
         for (listener, tls) in [(http, false), (https, true)] {
             let egress = Arc::clone(self);
             tasks.push(tokio::spawn(async move {
                 loop {
                     let Ok((stream, _)) = listener.accept().await else {
+                        // Out of descriptors, say: try again shortly.
                         tokio::time::sleep(Duration::from_millis(50)).await;
                         continue;
                     };
@@ -228,6 +322,7 @@ impl ContainerEgress {
                     let egress = Arc::clone(&egress);
                     tokio::spawn(async move {
                         let _permit = permit;
+                        let _ = stream.set_nodelay(true);
                         if tls {
                             egress.tls(stream).await;
                         } else {
@@ -242,281 +337,313 @@ impl ContainerEgress {
         Ok(Serving(tasks))
     }
 
-    fn record(&self, attempt: Attempt) {
-        let _ = self.log.send(attempt);
-    }
-
-    fn denied(&self, kind: &'static str, port: u16, started: Instant, refusal: Refusal) {
-        tracing::debug!(container = %self.container, kind, reason = %refusal.reason, "egress denied");
-        self.record(Attempt {
+    pub(crate) fn record(
+        &self,
+        kind: &'static str,
+        seen: Seen,
+        verdict: Verdict,
+        reason: String,
+        (bytes_out, bytes_in): (u64, u64),
+        started: Instant,
+    ) {
+        if verdict == Verdict::Denied {
+            tracing::debug!(container = %self.container, kind, %reason, "egress denied");
+        }
+        let attempt = Attempt {
             time: now(),
             container: self.container.clone(),
             kind,
-            name: refusal.name,
-            address: refusal.address,
-            port,
-            verdict: Verdict::Denied,
-            reason: refusal.reason,
-            bytes_out: 0,
-            bytes_in: 0,
+            requested_name: seen.requested,
+            server_name: seen.server_name,
+            address: seen.address,
+            port: seen.port,
+            verdict,
+            reason,
+            bytes_out,
+            bytes_in,
             duration_ms: started.elapsed().as_millis() as u64,
-        });
+        };
+        if self.settings.log.try_send(attempt).is_err() {
+            self.settings.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn deny(&self, kind: &'static str, seen: Seen, started: Instant, reason: String) {
+        self.record(kind, seen, Verdict::Denied, reason, (0, 0), started);
     }
 
     /// Whether `name` may be reached at all (listed, not an IP literal).
-    fn check_name(&self, name: &str) -> Result<String, Refusal> {
+    fn check_name(&self, name: &str) -> Result<String, String> {
         let name = normalize(name);
-        if name.parse::<IpAddr>().is_ok() {
-            return Err(refuse(
-                Some(&name),
-                None,
-                "IP addresses are not allowed; use a host name",
+        if name.is_empty() {
+            return Err("no host name given".into());
+        }
+        if name.trim_matches(['[', ']']).parse::<IpAddr>().is_ok() {
+            return Err(format!(
+                "{name} is an IP address; only host names in the allowlist may be reached"
             ));
         }
         if !self.allowlist.allows(&name) {
-            return Err(refuse(
-                Some(&name),
-                None,
-                format!("{name} is not in this container's allowlist"),
-            ));
+            return Err(format!("{name} is not in this container's allowlist"));
         }
         Ok(name)
     }
 
-    fn check_address(&self, name: &str, address: IpAddr) -> Result<(), Refusal> {
-        if self.exceptions.contains(name) {
+    fn check_address(&self, name: &str, address: IpAddr) -> Result<(), String> {
+        if self.settings.exceptions.contains(name) {
             return Ok(());
         }
         match forbidden_address(address) {
-            Some(kind) => Err(refuse(
-                Some(name),
-                Some(address),
-                format!("{name} resolves to {address}, {kind}"),
-            )),
+            Some(kind) => Err(format!("{name} resolves to {address}, {kind}")),
             None => Ok(()),
         }
     }
 
     /// The addresses `name` may be reached at (at least one, or why not).
-    async fn resolve_checked(&self, name: &str) -> Result<Vec<IpAddr>, Refusal> {
-        let addresses = self.resolver.resolve(name).await;
+    async fn resolve_checked(&self, name: &str) -> Result<Vec<IpAddr>, String> {
+        let addresses = self.settings.resolver.resolve(name).await;
         if addresses.is_empty() {
-            return Err(refuse(Some(name), None, format!("{name} does not resolve")));
+            return Err(format!("{name} does not resolve"));
         }
         let mut allowed = Vec::new();
-        let mut last = None;
+        let mut refusal = None;
         for address in addresses {
             match self.check_address(name, address) {
                 Ok(()) => allowed.push(address),
-                Err(refusal) => last = Some(refusal),
+                Err(reason) => refusal = Some(reason),
             }
         }
-        match (allowed.is_empty(), last) {
-            (true, Some(refusal)) => Err(refusal),
+        match (allowed.is_empty(), refusal) {
+            (true, Some(reason)) => Err(reason),
             _ => Ok(allowed),
         }
     }
 
     /// For a transparent connection: the address must be one this proxy's
     /// DNS gave for `name`.
-    fn check_answered(&self, name: &str, address: IpAddr) -> Result<(), Refusal> {
+    fn check_answered(&self, name: &str, address: IpAddr) -> Result<(), String> {
         let answered = self
             .answers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
+            .names
             .get(&address)
             .is_some_and(|names| names.contains(name));
         if answered {
             Ok(())
         } else {
-            Err(refuse(
-                Some(name),
-                Some(address),
-                format!("{address} is not an address {name} resolved to (the name and the connection disagree)"),
+            Err(format!(
+                "the connection to {address} names {name}, but {address} is not an address \
+                 {name} resolved to here"
             ))
         }
     }
 
-    /// Reads from `stream` into `buffer` until `done` says enough (or the
-    /// head is too long, the client stops, or it takes too long).
-    async fn read_head<T>(
-        stream: &mut TcpStream,
-        buffer: &mut Vec<u8>,
-        mut done: impl FnMut(&[u8]) -> Option<T>,
-    ) -> Option<T> {
-        let deadline = tokio::time::Instant::now() + HEAD_TIMEOUT;
-        let mut chunk = [0u8; 4096];
-        loop {
-            if let Some(result) = done(buffer) {
-                return Some(result);
-            }
-            if buffer.len() >= MAX_HEAD {
-                return None;
-            }
-            let read = tokio::time::timeout_at(deadline, stream.read(&mut chunk)).await;
-            match read {
-                Ok(Ok(n)) if n > 0 => buffer.extend_from_slice(&chunk[..n]),
-                _ => return None,
+    /// The names whose DNS answers gave `address`, for the log.
+    fn answered_names(&self, address: IpAddr) -> Option<String> {
+        let answers = self.answers.lock().unwrap_or_else(|p| p.into_inner());
+        let names = answers.names.get(&address)?;
+        let mut names: Vec<&str> = names.iter().map(String::as_str).collect();
+        names.sort_unstable();
+        Some(names.join(","))
+    }
+
+    fn remember(&self, name: &str, addresses: &[IpAddr]) {
+        let mut answers = self.answers.lock().unwrap_or_else(|p| p.into_inner());
+        if answers.count + addresses.len() > MAX_ANSWERS {
+            *answers = Answers::default();
+        }
+        for address in addresses {
+            if answers
+                .names
+                .entry(*address)
+                .or_default()
+                .insert(name.to_owned())
+            {
+                answers.count += 1;
             }
         }
     }
 
+    /// The interceptor, if `name` has a secret to put in.
+    fn intercepting(&self, name: &str) -> Option<&Arc<Interceptor>> {
+        self.intercept.as_ref().filter(|i| i.applies(name))
+    }
+
+    /// A connection to port 443: checked by its SNI, then forwarded as is
+    /// (or intercepted to put a secret in).
     async fn tls(&self, mut stream: TcpStream) {
         let started = Instant::now();
-        let original = original_destination(&stream);
-        let port = original.map(|a| a.port()).unwrap_or(443);
+        let destination = match stream.local_addr() {
+            Ok(address) => address,
+            Err(_) => return,
+        };
+        let mut seen = Seen {
+            requested: self.answered_names(destination.ip()),
+            address: Some(destination.ip()),
+            port: destination.port(),
+            ..Seen::default()
+        };
         let mut buffer = Vec::new();
-        let hello = Self::read_head(&mut stream, &mut buffer, |bytes| {
-            match wire::client_hello(bytes) {
-                Hello::Incomplete => None,
-                other => Some(other),
+        let decided = match read_client_hello(&mut stream, &mut buffer).await {
+            Some(Hello::ServerName(Some(sni))) => {
+                seen.server_name = Some(normalize(&sni));
+                self.check_name(&sni).and_then(|name| {
+                    self.check_answered(&name, destination.ip())?;
+                    self.check_address(&name, destination.ip())?;
+                    Ok(name)
+                })
             }
-        })
-        .await;
-        let decided = match hello {
-            Some(Hello::ServerName(Some(name))) => self.check_name(&name).and_then(|name| {
-                let address = original.map(|a| a.ip()).ok_or_else(|| {
-                    refuse(Some(&name), None, "the connection's destination is unknown")
-                })?;
-                self.check_answered(&name, address)?;
-                self.check_address(&name, address)?;
-                Ok((name, SocketAddr::new(address, port)))
-            }),
-            Some(Hello::ServerName(None)) => Err(refuse(
-                None,
-                original.map(|a| a.ip()),
-                "TLS without a server name (SNI)",
-            )),
-            _ => Err(refuse(
-                None,
-                original.map(|a| a.ip()),
-                "not a TLS connection",
-            )),
+            Some(Hello::ServerName(None)) => Err("TLS without a server name (SNI)".into()),
+            _ => Err("not a TLS connection".into()),
         };
         match decided {
-            Ok((name, destination)) => {
-                self.forward(stream, buffer, "https", name, destination, started)
-                    .await
-            }
-            Err(refusal) => {
-                self.denied("https", port, started, refusal);
+            Ok(name) => match self.intercepting(&name) {
+                Some(intercept) => {
+                    let intercept = Arc::clone(intercept);
+                    intercept
+                        .serve(self, stream, buffer, name, destination, seen, started)
+                        .await
+                }
+                None => {
+                    self.forward(stream, buffer, "https", seen, destination, started)
+                        .await
+                }
+            },
+            Err(reason) => {
+                self.deny("https", seen, started, reason);
                 reset(stream);
             }
         }
     }
 
+    /// A connection to port 80: a transparent request (checked by its
+    /// `Host` against the address), a request through `HTTP_PROXY`
+    /// (absolute URL) or a `CONNECT` through `HTTPS_PROXY`.
     async fn http(&self, mut stream: TcpStream) {
         let started = Instant::now();
-        let original = original_destination(&stream);
+        let destination = match stream.local_addr() {
+            Ok(address) => address,
+            Err(_) => return,
+        };
         let mut buffer = Vec::new();
-        let head = Self::read_head(&mut stream, &mut buffer, |bytes| {
-            match wire::request_head(bytes) {
-                Head::Incomplete => None,
-                other => Some(other),
-            }
-        })
-        .await;
-        let Some(Head::Request(head)) = head else {
-            self.denied(
+        let Some(head) = read_request_head(&mut stream, &mut buffer).await else {
+            self.deny(
                 "http",
-                80,
+                Seen {
+                    address: Some(destination.ip()),
+                    port: destination.port(),
+                    ..Seen::default()
+                },
                 started,
-                refuse(None, original.map(|a| a.ip()), "not an HTTP request"),
+                "not an HTTP request".into(),
             );
+            let _ = stream
+                .write_all(&forbidden_response("not an HTTP request", None))
+                .await;
             return;
         };
         if head.method.eq_ignore_ascii_case("CONNECT") {
             return self.connect(stream, buffer, head, started).await;
         }
-        // Through a proxy variable: an absolute URL; transparent: the Host
-        // header and the address the container connected to.
+        let mut seen = Seen {
+            server_name: head
+                .host
+                .as_deref()
+                .map(|h| normalize(&wire::split_authority(h).0)),
+            port: 80,
+            ..Seen::default()
+        };
         let through_proxy = wire::absolute_host(&head.target);
-        let decided = async {
+        let decided: Result<SocketAddr, String> = async {
             match &through_proxy {
                 Some((host, port)) => {
+                    seen.requested = Some(normalize(host));
                     let name = self.check_name(host)?;
                     if port.unwrap_or(80) != 80 {
-                        return Err(refuse(
-                            Some(&name),
-                            None,
-                            "only ports 80 and 443 may be reached",
+                        return Err(format!(
+                            "port {} of {name}: only ports 80 and 443 may be reached",
+                            port.unwrap_or(80)
                         ));
                     }
+                    if let Some(server_name) = &seen.server_name {
+                        if *server_name != name {
+                            return Err(format!(
+                                "the request is for {name} but its Host header names {server_name}"
+                            ));
+                        }
+                    }
                     let address = self.resolve_checked(&name).await?[0];
-                    Ok((name, SocketAddr::new(address, 80)))
+                    seen.address = Some(address);
+                    Ok(SocketAddr::new(address, 80))
                 }
                 None => {
-                    let host = head.host.as_deref().ok_or_else(|| {
-                        refuse(None, None, "an HTTP request without a Host header")
-                    })?;
-                    let (host, _) = wire::split_authority(host);
+                    seen.address = Some(destination.ip());
+                    seen.requested = self.answered_names(destination.ip());
+                    let host = seen
+                        .server_name
+                        .clone()
+                        .ok_or("an HTTP request without a Host header")?;
                     let name = self.check_name(&host)?;
-                    let destination = original.ok_or_else(|| {
-                        refuse(Some(&name), None, "the connection's destination is unknown")
-                    })?;
                     self.check_answered(&name, destination.ip())?;
                     self.check_address(&name, destination.ip())?;
-                    Ok((name, destination))
+                    Ok(destination)
                 }
             }
         }
         .await;
         match decided {
-            Ok((name, destination)) => {
-                self.forward(stream, buffer, "http", name, destination, started)
+            Ok(upstream) => {
+                let mut first = head.forwarded(&wire::origin_form(&head.target), str::to_owned);
+                first.extend_from_slice(&buffer[head.length..]);
+                self.forward(stream, first, "http", seen, upstream, started)
                     .await
             }
-            Err(refusal) => {
-                let body = serde_json::json!({"error": {
-                    "code": "policy_denied",
-                    "message": format!("shellgate egress proxy: {}", refusal.reason),
-                    "host": refusal.name,
-                }})
-                .to_string();
-                let response = format!(
-                    "HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = stream.write_all(response.as_bytes()).await;
+            Err(reason) => {
+                let _ = stream
+                    .write_all(&forbidden_response(&reason, seen.server_name.as_deref()))
+                    .await;
                 let _ = stream.shutdown().await;
-                self.denied("http", 80, started, refusal);
+                self.deny("http", seen, started, reason);
             }
         }
     }
 
-    /// `CONNECT host:443` through `HTTPS_PROXY`.
+    /// `CONNECT host:port` through `HTTPS_PROXY`; what goes through the
+    /// tunnel must name the same host (TLS SNI, or `Host` for port 80).
     async fn connect(
         &self,
         mut stream: TcpStream,
         mut buffer: Vec<u8>,
-        head: wire::RequestHead,
+        head: RequestHead,
         started: Instant,
     ) {
         let (host, port) = wire::split_authority(&head.target);
         let port = port.unwrap_or(443);
-        let decided = async {
+        let mut seen = Seen {
+            requested: Some(normalize(&host)),
+            port,
+            ..Seen::default()
+        };
+        let decided: Result<(String, SocketAddr), String> = async {
             let name = self.check_name(&host)?;
             if port != 443 && port != 80 {
-                return Err(refuse(
-                    Some(&name),
-                    None,
-                    "only ports 80 and 443 may be reached",
+                return Err(format!(
+                    "port {port} of {name}: only ports 80 and 443 may be reached"
                 ));
             }
             let address = self.resolve_checked(&name).await?[0];
+            seen.address = Some(address);
             Ok((name, SocketAddr::new(address, port)))
         }
         .await;
         let (name, destination) = match decided {
             Ok(decided) => decided,
-            Err(refusal) => {
-                let body = format!("shellgate egress proxy: {}", refusal.reason);
-                let response = format!(
-                    "HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = stream.write_all(response.as_bytes()).await;
-                self.denied("connect", port, started, refusal);
+            Err(reason) => {
+                let _ = stream
+                    .write_all(&forbidden_response(&reason, seen.requested.as_deref()))
+                    .await;
+                self.deny("connect", seen, started, reason);
                 return;
             }
         };
@@ -529,111 +656,92 @@ impl ContainerEgress {
             return;
         }
         if port == 443 {
-            // The tunnel's TLS must name the host it was opened for.
-            let hello =
-                Self::read_head(&mut stream, &mut buffer, |bytes| {
-                    match wire::client_hello(bytes) {
-                        Hello::Incomplete => None,
-                        other => Some(other),
-                    }
-                })
-                .await;
-            let sni = match hello {
+            let sni = match read_client_hello(&mut stream, &mut buffer).await {
                 Some(Hello::ServerName(Some(sni))) => normalize(&sni),
                 _ => String::new(),
             };
+            seen.server_name = Some(sni.clone());
             if sni != name {
-                self.denied(
+                self.deny(
                     "connect",
-                    port,
+                    seen,
                     started,
-                    refuse(
-                        Some(&name),
-                        Some(destination.ip()),
-                        format!("the tunnel to {name} carried TLS for {sni:?}"),
-                    ),
+                    format!("the tunnel to {name} carried TLS for {sni:?}"),
                 );
                 reset(stream);
                 return;
             }
+            if let Some(intercept) = self.intercepting(&name) {
+                let intercept = Arc::clone(intercept);
+                return intercept
+                    .serve(self, stream, buffer, name, destination, seen, started)
+                    .await;
+            }
+            return self
+                .forward(stream, buffer, "connect", seen, destination, started)
+                .await;
         }
-        self.forward(stream, buffer, "connect", name, destination, started)
+        let Some(inner) = read_request_head(&mut stream, &mut buffer).await else {
+            self.deny("connect", seen, started, "not an HTTP request".into());
+            return;
+        };
+        let host = inner
+            .host
+            .as_deref()
+            .map(|h| normalize(&wire::split_authority(h).0));
+        seen.server_name = host.clone();
+        if host.as_deref() != Some(name.as_str()) {
+            let reason = format!("the tunnel to {name} carried a request for {host:?}");
+            let _ = stream
+                .write_all(&forbidden_response(&reason, host.as_deref()))
+                .await;
+            self.deny("connect", seen, started, reason);
+            return;
+        }
+        let mut first = inner.forwarded(&wire::origin_form(&inner.target), str::to_owned);
+        first.extend_from_slice(&buffer[inner.length..]);
+        self.forward(stream, first, "connect", seen, destination, started)
             .await;
     }
 
-    /// Connects to the checked destination, sends what was read, and
-    /// relays both ways until either side closes.
+    /// Connects to the checked destination, sends `first`, and relays both
+    /// ways until either side closes.
     async fn forward(
         &self,
         mut client: TcpStream,
-        head: Vec<u8>,
+        first: Vec<u8>,
         kind: &'static str,
-        name: String,
+        seen: Seen,
         destination: SocketAddr,
         started: Instant,
     ) {
-        let connected =
-            tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(destination)).await;
-        let mut upstream = match connected {
-            Ok(Ok(upstream)) => upstream,
-            Ok(Err(e)) => {
-                self.denied(
-                    kind,
-                    destination.port(),
-                    started,
-                    refuse(
-                        Some(&name),
-                        Some(destination.ip()),
-                        format!("{destination} could not be reached: {e}"),
-                    ),
-                );
-                reset(client);
-                return;
-            }
-            Err(_) => {
-                self.denied(
-                    kind,
-                    destination.port(),
-                    started,
-                    refuse(
-                        Some(&name),
-                        Some(destination.ip()),
-                        format!("{destination} did not answer"),
-                    ),
-                );
+        let mut upstream = match connect_to(destination).await {
+            Ok(upstream) => upstream,
+            Err(reason) => {
+                self.deny(kind, seen, started, reason);
                 reset(client);
                 return;
             }
         };
-        let _ = upstream.set_nodelay(true);
-        let _ = client.set_nodelay(true);
-        let mut bytes_out = head.len() as u64;
-        if upstream.write_all(&head).await.is_err() {
+        if upstream.write_all(&first).await.is_err() {
             return;
         }
-        let (out, back) = tokio::io::copy_bidirectional(&mut client, &mut upstream)
-            .await
-            .unwrap_or((0, 0));
-        bytes_out += out;
-        self.record(Attempt {
-            time: now(),
-            container: self.container.clone(),
+        let (out, back) = relay(&mut client, &mut upstream).await;
+        self.record(
             kind,
-            name: Some(name),
-            address: Some(destination.ip()),
-            port: destination.port(),
-            verdict: Verdict::Allowed,
-            reason: "allowed".into(),
-            bytes_out,
-            bytes_in: back,
-            duration_ms: started.elapsed().as_millis() as u64,
-        });
+            seen,
+            Verdict::Allowed,
+            "allowed".into(),
+            (first.len() as u64 + out, back),
+            started,
+        );
     }
 
-    /// The container's resolver: allowed names get their (checked, public)
-    /// addresses, remembered for the connections that follow; anything else
-    /// is refused at once.
-    async fn dns(&self, socket: UdpSocket) {
+    /// The container's resolver: allowed names get their checked addresses,
+    /// remembered for the connections that follow; anything else is
+    /// refused at once.
+    async fn dns(self: Arc<Self>, socket: Arc<UdpSocket>) {
+        let lookups = Arc::new(Semaphore::new(MAX_LOOKUPS));
         let mut packet = [0u8; 1500];
         loop {
             let Ok((length, peer)) = socket.recv_from(&mut packet).await else {
@@ -642,48 +750,72 @@ impl ContainerEgress {
             let Some(question) = dns::parse_query(&packet[..length]) else {
                 continue;
             };
-            let started = Instant::now();
-            let reply = match self.check_name(&question.name) {
-                Err(refusal) => {
-                    self.denied("dns", 53, started, refusal);
-                    dns::answer(&question, &[], DNS_TTL, true)
-                }
-                Ok(name) if question.qtype == dns::A => match self.resolve_checked(&name).await {
-                    Ok(addresses) => {
-                        let addresses: Vec<IpAddr> =
-                            addresses.into_iter().filter(IpAddr::is_ipv4).collect();
-                        {
-                            let mut answers =
-                                self.answers.lock().unwrap_or_else(|p| p.into_inner());
-                            for address in &addresses {
-                                answers.entry(*address).or_default().insert(name.clone());
-                            }
-                        }
-                        self.record(Attempt {
-                            time: now(),
-                            container: self.container.clone(),
-                            kind: "dns",
-                            name: Some(name),
-                            address: addresses.first().copied(),
-                            port: 53,
-                            verdict: Verdict::Allowed,
-                            reason: "allowed".into(),
-                            bytes_out: 0,
-                            bytes_in: 0,
-                            duration_ms: started.elapsed().as_millis() as u64,
-                        });
-                        dns::answer(&question, &addresses, DNS_TTL, false)
-                    }
-                    Err(refusal) => {
-                        self.denied("dns", 53, started, refusal);
-                        dns::answer(&question, &[], DNS_TTL, true)
-                    }
-                },
-                // AAAA and the rest: no records (the container reaches the
-                // proxy over IPv4 only), so resolvers move on at once.
-                Ok(_) => dns::answer(&question, &[], DNS_TTL, false),
+            let Ok(permit) = Arc::clone(&lookups).acquire_owned().await else {
+                return;
             };
-            let _ = socket.send_to(&reply, peer).await;
+            let (egress, socket) = (Arc::clone(&self), Arc::clone(&socket));
+            tokio::spawn(async move {
+                let _permit = permit;
+                let reply = egress.answer(&question).await;
+                let _ = socket.send_to(&reply, peer).await;
+            });
         }
+    }
+
+    async fn answer(&self, question: &dns::Question) -> Vec<u8> {
+        let started = Instant::now();
+        let mut seen = Seen {
+            requested: Some(normalize(&question.name)),
+            port: 53,
+            ..Seen::default()
+        };
+        let name = match self.check_name(&question.name) {
+            Ok(name) => name,
+            Err(reason) => {
+                self.deny("dns", seen, started, reason);
+                return dns::answer(question, &[], DNS_TTL, true);
+            }
+        };
+        if question.qtype != dns::A {
+            // AAAA and the rest: no records (the container reaches the
+            // proxy over IPv4 only), so resolvers move on at once.
+            return dns::answer(question, &[], DNS_TTL, false);
+        }
+        match self.resolve_checked(&name).await {
+            Ok(addresses) => {
+                let addresses: Vec<IpAddr> =
+                    addresses.into_iter().filter(IpAddr::is_ipv4).collect();
+                if addresses.is_empty() {
+                    return dns::answer(question, &[], DNS_TTL, false);
+                }
+                self.remember(&name, &addresses);
+                seen.address = addresses.first().copied();
+                self.record(
+                    "dns",
+                    seen,
+                    Verdict::Allowed,
+                    "allowed".into(),
+                    (0, 0),
+                    started,
+                );
+                dns::answer(question, &addresses, DNS_TTL, false)
+            }
+            Err(reason) => {
+                self.deny("dns", seen, started, reason);
+                dns::answer(question, &[], DNS_TTL, true)
+            }
+        }
+    }
+}
+
+/// Connects to `destination` within [`CONNECT_TIMEOUT`].
+pub(crate) async fn connect_to(destination: SocketAddr) -> Result<TcpStream, String> {
+    match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(destination)).await {
+        Ok(Ok(stream)) => {
+            let _ = stream.set_nodelay(true);
+            Ok(stream)
+        }
+        Ok(Err(e)) => Err(format!("{destination} could not be reached: {e}")),
+        Err(_) => Err(format!("{destination} did not answer")),
     }
 }

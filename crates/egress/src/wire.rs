@@ -129,10 +129,73 @@ pub struct RequestHead {
     /// As written: origin form (`/path`), absolute form (`http://host/path`)
     /// or authority form (`host:443`, for CONNECT).
     pub target: String,
+    /// `HTTP/1.1` or `HTTP/1.0`.
+    pub version: String,
     /// The `Host` header, if any.
     pub host: Option<String>,
+    /// Every header, in order, as written.
+    pub headers: Vec<(String, String)>,
     /// Bytes of the head, its final blank line included.
     pub length: usize,
+}
+
+/// Headers that concern one connection, not the request: never forwarded.
+const HOP_BY_HOP: [&str; 6] = [
+    "connection",
+    "proxy-connection",
+    "keep-alive",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "te",
+];
+
+impl RequestHead {
+    /// The value of the header `name` (first occurrence).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The head to forward: `target` in origin form, hop-by-hop headers
+    /// dropped, each header value passed through `value`, and
+    /// `Connection: close`, so that every request on a connection is one
+    /// the proxy checked (a WebSocket upgrade keeps its `Connection`).
+    pub fn forwarded(&self, target: &str, mut value: impl FnMut(&str) -> String) -> Vec<u8> {
+        let mut out = format!("{} {} {}\r\n", self.method, target, self.version);
+        for (name, v) in &self.headers {
+            if HOP_BY_HOP.iter().any(|h| name.eq_ignore_ascii_case(h)) {
+                continue;
+            }
+            out.push_str(name);
+            out.push_str(": ");
+            out.push_str(&value(v));
+            out.push_str("\r\n");
+        }
+        if self.header("upgrade").is_some() {
+            out.push_str("Connection: Upgrade\r\n\r\n");
+        } else {
+            out.push_str("Connection: close\r\n\r\n");
+        }
+        out.into_bytes()
+    }
+}
+
+/// The origin form (`/path?query`) of a request target.
+pub fn origin_form(target: &str) -> String {
+    let rest = match target
+        .strip_prefix("http://")
+        .or_else(|| target.strip_prefix("https://"))
+    {
+        Some(rest) => rest,
+        None => return target.to_owned(),
+    };
+    match rest.find(['/', '?']) {
+        Some(i) if rest.as_bytes()[i] == b'/' => rest[i..].to_owned(),
+        Some(i) => format!("/{}", &rest[i..]),
+        None => "/".to_owned(),
+    }
 }
 
 /// What the first bytes of a plain connection say.
@@ -164,18 +227,101 @@ pub fn request_head(bytes: &[u8]) -> Head {
     if !version.starts_with("HTTP/1.") || method.is_empty() || target.is_empty() {
         return Head::NotHttp;
     }
-    let host = lines.find_map(|line| {
-        let (name, value) = line.split_once(':')?;
-        name.trim()
-            .eq_ignore_ascii_case("host")
-            .then(|| value.trim().to_owned())
-    });
+    let mut headers = Vec::new();
+    for line in lines {
+        let Some((name, value)) = line.split_once(':') else {
+            return Head::NotHttp;
+        };
+        // No whitespace in a name, no line folding: what the proxy checks is
+        // what the server reads.
+        if name.is_empty() || name.bytes().any(|b| b <= b' ' || b >= 0x7f) {
+            return Head::NotHttp;
+        }
+        headers.push((name.to_owned(), value.trim().to_owned()));
+    }
+    let hosts: Vec<&String> = headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("host"))
+        .map(|(_, v)| v)
+        .collect();
+    if hosts.len() > 1 {
+        // Two Host headers: which one the server reads is anyone's guess.
+        return Head::NotHttp;
+    }
     Head::Request(RequestHead {
         method: method.to_owned(),
         target: target.to_owned(),
-        host,
+        version: version.to_owned(),
+        host: hosts.first().map(|h| (*h).clone()),
+        headers,
         length: end + 4,
     })
+}
+
+/// The head of an HTTP/1 response, as far as the proxy needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResponseHead {
+    pub status: u16,
+    pub content_length: Option<usize>,
+    pub chunked: bool,
+    /// A `Content-Encoding` (compressed: not searched).
+    pub encoded: bool,
+    /// Bytes of the head, its final blank line included.
+    pub length: usize,
+}
+
+/// What the first bytes of a response say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResponseParse {
+    Incomplete,
+    NotHttp,
+    Response(ResponseHead),
+}
+
+/// Reads an HTTP/1 response head (a 1xx head counts as one).
+pub fn response_head(bytes: &[u8]) -> ResponseParse {
+    let Some(end) = bytes.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return if bytes.len() >= MAX_HEAD {
+            ResponseParse::NotHttp
+        } else {
+            ResponseParse::Incomplete
+        };
+    };
+    let Ok(text) = std::str::from_utf8(&bytes[..end]) else {
+        return ResponseParse::NotHttp;
+    };
+    let mut lines = text.split("\r\n");
+    let mut start = lines.next().unwrap_or_default().splitn(3, ' ');
+    let (Some(version), Some(status)) = (start.next(), start.next()) else {
+        return ResponseParse::NotHttp;
+    };
+    let Ok(status) = status.parse::<u16>() else {
+        return ResponseParse::NotHttp;
+    };
+    if !version.starts_with("HTTP/1.") {
+        return ResponseParse::NotHttp;
+    }
+    let mut head = ResponseHead {
+        status,
+        content_length: None,
+        chunked: false,
+        encoded: false,
+        length: end + 4,
+    };
+    for line in lines {
+        let Some((name, value)) = line.split_once(':') else {
+            return ResponseParse::NotHttp;
+        };
+        let value = value.trim();
+        if name.eq_ignore_ascii_case("content-length") {
+            head.content_length = value.parse().ok();
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            head.chunked = value.to_ascii_lowercase().contains("chunked");
+        } else if name.eq_ignore_ascii_case("content-encoding") {
+            head.encoded = !value.eq_ignore_ascii_case("identity");
+        }
+    }
+    ResponseParse::Response(head)
 }
 
 /// Splits `host[:port]` (or `[v6]:port`) into the host and the port.
@@ -206,6 +352,32 @@ pub fn absolute_host(target: &str) -> Option<(String, Option<u16>)> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn forwarded_heads_are_checked_and_closed() {
+        let raw = b"GET http://a.test/x?y=1 HTTP/1.1\r\nHost: a.test\r\nProxy-Connection: keep-alive\r\nAuthorization: Bearer PH\r\n\r\nbody";
+        let Head::Request(head) = request_head(raw) else {
+            panic!("not parsed")
+        };
+        assert_eq!(head.header("authorization"), Some("Bearer PH"));
+        let out = head.forwarded(&origin_form(&head.target), |v| v.replace("PH", "real"));
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "GET /x?y=1 HTTP/1.1\r\nHost: a.test\r\nAuthorization: Bearer real\r\nConnection: close\r\n\r\n"
+        );
+        assert_eq!(origin_form("http://a.test"), "/");
+        assert_eq!(origin_form("http://a.test?q"), "/?q");
+        assert_eq!(origin_form("/p"), "/p");
+        // Ambiguous heads are refused.
+        assert_eq!(
+            request_head(b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"),
+            Head::NotHttp
+        );
+        assert_eq!(
+            request_head(b"GET / HTTP/1.1\r\nHost : a\r\n folded\r\n\r\n"),
+            Head::NotHttp
+        );
+    }
 
     /// A minimal TLS 1.2/1.3 ClientHello with an SNI extension.
     pub fn hello_for(name: &str) -> Vec<u8> {

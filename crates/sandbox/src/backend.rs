@@ -68,6 +68,28 @@ pub struct ContainerSpec {
     /// behind, the next engine start removes it instead of keeping it.
     #[serde(default)]
     pub ephemeral: bool,
+    /// What the container may reach on the network; by default nothing.
+    #[serde(default, skip_serializing_if = "NetworkSpec::is_disabled")]
+    pub network: NetworkSpec,
+}
+
+/// A container's network: none (the default), or the host names its
+/// egress proxy lets it reach, and the secrets added on the way.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct NetworkSpec {
+    /// Host names and `*.domain` patterns, already checked against the
+    /// operator's list; empty: no network at all.
+    #[serde(default)]
+    pub allowed_domains: Vec<String>,
+    /// Secrets (placeholders kept, values never written anywhere).
+    #[serde(default)]
+    pub secrets: Vec<shellgate_egress::secrets::DomainSecret>,
+}
+
+impl NetworkSpec {
+    pub fn is_disabled(&self) -> bool {
+        self.allowed_domains.is_empty()
+    }
 }
 
 impl Default for ContainerSpec {
@@ -81,6 +103,7 @@ impl Default for ContainerSpec {
             tmp_bytes: 256 << 20,
             disk_bytes: 4 << 30,
             ephemeral: false,
+            network: NetworkSpec::default(),
         }
     }
 }

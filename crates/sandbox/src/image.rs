@@ -278,6 +278,21 @@ impl ImageStore {
         })
     }
 
+    /// Whether a file may be bound over `path` (under `/etc`) in `image`'s
+    /// containers: the `host` image's `/etc` is read-only, so the file must
+    /// already be there; other images get it made in their writable layer.
+    pub fn can_cover_etc_file(&self, image: &str, path: &str) -> bool {
+        if image != HOST_IMAGE {
+            return true;
+        }
+        path.strip_prefix("/etc/").is_some_and(|rest| {
+            self.host_etc()
+                .join(rest)
+                .symlink_metadata()
+                .is_ok_and(|m| m.is_file())
+        })
+    }
+
     /// The rootfs directory of a named image (which may not exist yet).
     pub fn rootfs(&self, name: &str) -> Result<PathBuf, SandboxError> {
         validate_image_name(name)?;

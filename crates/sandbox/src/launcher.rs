@@ -40,6 +40,8 @@ pub(crate) struct Started {
     pub data: OwnedFd,
     /// The loop device its disk is on.
     pub loop_device: Option<u32>,
+    /// The egress proxy's sockets (HTTP, HTTPS, DNS), if init made them.
+    pub proxy: Vec<OwnedFd>,
 }
 
 impl Helper {
@@ -174,6 +176,7 @@ impl Helper {
         let mut init_pid = None;
         let mut loop_device = None;
         let mut data = None;
+        let mut proxy = Vec::new();
         let handshake = async {
             send_raw(&control, task).await?;
             loop {
@@ -189,7 +192,9 @@ impl Helper {
                         loop_device = device;
                     }
                     Some((Report::Ready, fds)) => {
-                        data = fds.into_iter().next();
+                        let mut fds = fds.into_iter();
+                        data = fds.next();
+                        proxy = fds.collect();
                         return Ok(());
                     }
                     Some((Report::Error { message }, _)) => {
@@ -227,6 +232,7 @@ impl Helper {
                 slot,
                 data,
                 loop_device,
+                proxy,
             }),
             (Ok(_), _) => Err(SandboxError::Setup(
                 "init reported ready before its pid".into(),

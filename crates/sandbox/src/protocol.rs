@@ -115,6 +115,15 @@ pub struct HelperSpec {
     /// `RLIMIT_NOFILE` (soft and hard) init sets for itself and its commands.
     #[serde(default = "default_nofile")]
     pub nofile: u64,
+    /// A way out through the egress proxy (see `helper::network`): init
+    /// routes every IPv4 address locally and sends the proxy's sockets
+    /// with `Ready`. Off: loopback only.
+    #[serde(default)]
+    pub egress: bool,
+    /// Variables added to every command's environment (proxy settings,
+    /// secret placeholders), after the fixed ones.
+    #[serde(default)]
+    pub env: Vec<(String, String)>,
 }
 
 /// A look at a stopped container's files without starting it: the helper
@@ -155,7 +164,8 @@ pub enum Report {
     /// Init finished setting up and waits for commands. The message carries
     /// a descriptor of the container's `/mnt/data` (`O_PATH`), through which
     /// the engine reaches its files: no `/proc/<pid>` path that a recycled
-    /// pid could redirect.
+    /// pid could redirect. With egress, the egress proxy's HTTP, HTTPS and
+    /// DNS sockets follow, in that order.
     Ready,
     /// A file view is mounted; the message carries a descriptor of its
     /// `data` directory.

@@ -96,6 +96,28 @@ pub struct Config {
     /// Upstreams for models by name prefix (config file only):
     /// `[[upstreams]] prefix = "llama", url = "...", api_key = "...", protocol = "chat"`.
     pub upstreams: Vec<UpstreamRoute>,
+    /// Whether containers may have network access at all (through the
+    /// egress proxy, by allowlist). Off: every `network_policy` allowlist
+    /// is refused (400).
+    pub egress: bool,
+    /// The organization allowlist: the host names and `*.domain` patterns
+    /// any container may be allowed (comma separated); a container's list
+    /// must stay within it. `*`: any name.
+    pub egress_allowed_domains: String,
+    /// Whether a container's own list may be `*` (every name); off by
+    /// default even when the organization list is `*`.
+    pub egress_allow_any_domain: bool,
+    /// Names the operator lets resolve to private, loopback or link-local
+    /// addresses (an internal package mirror, say), comma separated.
+    pub egress_private_exceptions: String,
+    /// The DNS server the proxy asks (`IP:port`); empty: the host's resolver.
+    pub egress_dns_server: String,
+    /// More trusted roots (PEM files, comma separated) for the servers the
+    /// proxy sends `domain_secrets` to, besides the host's.
+    pub egress_trusted_roots: String,
+    /// Fixed addresses for names (config file only), like `/etc/hosts`:
+    /// `[egress_hosts] "mirror.internal" = ["10.0.0.5"]`.
+    pub egress_hosts: std::collections::BTreeMap<String, Vec<std::net::IpAddr>>,
 }
 
 /// A prompt-injection rule of the config file.
@@ -198,8 +220,24 @@ impl Default for Config {
             guardrail_input_default: "flag".to_owned(),
             guardrail_tool_output_default: "off".to_owned(),
             guardrails: Vec::new(),
+            egress: true,
+            egress_allowed_domains: "*".to_owned(),
+            egress_allow_any_domain: false,
+            egress_private_exceptions: String::new(),
+            egress_dns_server: String::new(),
+            egress_trusted_roots: String::new(),
+            egress_hosts: Default::default(),
         }
     }
+}
+
+/// The entries of a comma-separated setting.
+pub fn comma_list(text: &str) -> Vec<String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 /// The default data directory: system-wide for root, per user otherwise.
@@ -280,6 +318,15 @@ impl Config {
                 self.container_cpus
             )));
         }
+        self.egress_org_allowlist()?;
+        if !self.egress_dns_server.is_empty()
+            && self.egress_dns_server.parse::<SocketAddr>().is_err()
+        {
+            return Err(ConfigError(format!(
+                "egress_dns_server = {:?} is not an address such as 192.0.2.53:53",
+                self.egress_dns_server
+            )));
+        }
         for (name, value) in [
             ("upstream_timeout_secs", self.upstream_timeout_secs),
             ("request_deadline_secs", self.request_deadline_secs),
@@ -317,6 +364,12 @@ impl Config {
                     self.sandbox_memory_ceiling
                 ))
             })
+    }
+
+    /// The organization allowlist.
+    pub fn egress_org_allowlist(&self) -> Result<shellgate_egress::policy::Allowlist, ConfigError> {
+        shellgate_egress::policy::Allowlist::operator(&comma_list(&self.egress_allowed_domains))
+            .map_err(|e| ConfigError(format!("egress_allowed_domains: {e}")))
     }
 
     /// The CPU ceiling of a container (`None`: none).

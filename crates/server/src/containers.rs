@@ -26,8 +26,6 @@ use crate::http::{body_error, ApiJson, ApiQuery, ListParams, Project};
 use crate::spool::spool;
 use crate::{destroy_quietly, engine_error, new_id, now, to_completion, AppState};
 
-/// Most allowed domains in a network policy.
-const MAX_ALLOWED_DOMAINS: usize = 50;
 /// Longest container name.
 const MAX_NAME: usize = 256;
 
@@ -51,7 +49,11 @@ pub fn container_object(row: &ContainerRow) -> Container {
 }
 
 /// The project's container `id`, or 404.
-async fn owned(state: &AppState, project: &Project, id: &str) -> ApiResult<ContainerRow> {
+pub(crate) async fn owned(
+    state: &AppState,
+    project: &Project,
+    id: &str,
+) -> ApiResult<ContainerRow> {
     let (project, key) = (project.0.clone(), id.to_owned());
     state
         .db(move |s| s.container(&project, &key))
@@ -83,42 +85,6 @@ pub(crate) fn validate_create(config: &crate::Config, body: &CreateContainer) ->
             "at most 50 file_ids are allowed",
         ));
     }
-    if let Some(NetworkPolicy::Allowlist {
-        allowed_domains,
-        domain_secrets,
-    }) = &body.network_policy
-    {
-        if allowed_domains.len() > MAX_ALLOWED_DOMAINS {
-            return Err(ApiError::invalid(
-                "network_policy.allowed_domains",
-                format!("at most {MAX_ALLOWED_DOMAINS} allowed domains"),
-            ));
-        }
-        let valid = |d: &str| {
-            !d.is_empty()
-                && d.len() <= 253
-                && d.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"-.*".contains(&b))
-        };
-        if let Some(bad) = allowed_domains.iter().find(|d| !valid(d)) {
-            return Err(ApiError::invalid(
-                "network_policy.allowed_domains",
-                format!("invalid domain {bad:?}"),
-            ));
-        }
-        if let Some(bad) = domain_secrets
-            .iter()
-            .find(|s| !allowed_domains.contains(&s.domain))
-        {
-            return Err(ApiError::invalid(
-                "network_policy.domain_secrets",
-                format!(
-                    "secret {} is for {}, which is not an allowed domain",
-                    bad.name, bad.domain
-                ),
-            ));
-        }
-    }
     if body.skills.len() > 200 {
         return Err(ApiError::invalid(
             "skills",
@@ -147,6 +113,11 @@ pub(crate) async fn create_container(
 ) -> ApiResult<ContainerRow> {
     let project = Project(project.to_owned());
     validate_create(&state.config, &body)?;
+    let network = crate::egress::network_spec(
+        &state.config,
+        body.network_policy.as_ref(),
+        "network_policy",
+    )?;
     // Every file must exist (in this project) before anything is made.
     let mut files = Vec::with_capacity(body.file_ids.len());
     for file_id in &body.file_ids {
@@ -206,6 +177,7 @@ pub(crate) async fn create_container(
             let spec = ContainerSpec {
                 memory_bytes: memory.bytes(),
                 cpu_cores: state.config.container_cpu_ceiling(),
+                network,
                 ..ContainerSpec::default()
             };
             state.engine.create(&row.id, spec).await?;

@@ -124,6 +124,8 @@ pub fn state() -> Result<Arc<AppState>, crate::ServeError> {
         store: Arc::new(store),
         metrics: Default::default(),
         sync_locks: Default::default(),
+        egress: None,
+        egress_counts: Default::default(),
     }))
 }
 

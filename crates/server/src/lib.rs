@@ -9,6 +9,7 @@ mod admission;
 mod billing;
 pub mod config;
 mod containers;
+mod egress;
 pub mod error;
 mod files;
 pub mod fuzzing;
@@ -63,6 +64,9 @@ pub struct AppState {
     running: responses::Running,
     /// One file sync at a time per container (see `containers::sync_files`).
     sync_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// The egress proxy's settings (`None`: egress is off).
+    egress: Option<Arc<shellgate_egress::proxy::Settings>>,
+    egress_counts: egress::EgressCounts,
 }
 
 /// Seconds since the Unix epoch.
@@ -164,6 +168,11 @@ pub async fn open(config: Config, helper_binary: PathBuf) -> Result<Arc<AppState
     engine_config.memory_ceiling = config
         .sandbox_memory_ceiling()
         .map_err(|e| ServeError::Setup(e.to_string()))?;
+    let (egress, egress_log) = match egress::settings(&config)? {
+        Some((settings, log)) => (Some(settings), Some(log)),
+        None => (None, None),
+    };
+    engine_config.egress = egress.clone();
     let (engine, warnings) = LocalEngine::open(engine_config)
         .await
         .map_err(|e| ServeError::Setup(format!("sandbox engine: {e}")))?;
@@ -216,7 +225,12 @@ pub async fn open(config: Config, helper_binary: PathBuf) -> Result<Arc<AppState
         files_dir,
         metrics: Metrics::default(),
         sync_locks: Mutex::new(HashMap::new()),
+        egress,
+        egress_counts: Default::default(),
     });
+    if let Some(log) = egress_log {
+        egress::spawn_log_writer(Arc::clone(&state), log);
+    }
     lifecycle::recover(&state)
         .await
         .map_err(|e| ServeError::Setup(format!("recovery: {}", e.message)))?;
@@ -276,6 +290,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             "/containers/{container_id}/commands",
             get(containers::commands),
         )
+        .route("/containers/{container_id}/egress", get(egress::list))
         .route(
             "/containers/{container_id}/files",
             post(containers::upload_file)

@@ -44,7 +44,13 @@ pub async fn metrics(
         .await?;
     Ok((
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        state.metrics.render(&containers, seconds),
+        state.metrics.render(&containers, seconds)
+            + &state.egress_counts.render(
+                state
+                    .egress
+                    .as_ref()
+                    .map_or(0, |e| e.dropped.load(std::sync::atomic::Ordering::Relaxed)),
+            ),
     ))
 }
 

@@ -127,6 +127,26 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX commands_by_container ON commands (container_id, seq);
 "#,
+    r#"
+    CREATE TABLE egress (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        project TEXT NOT NULL,
+        container_id TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        requested_name TEXT,
+        server_name TEXT,
+        address TEXT,
+        port INTEGER NOT NULL,
+        verdict TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        bytes_out INTEGER NOT NULL,
+        bytes_in INTEGER NOT NULL,
+        duration_ms INTEGER NOT NULL
+    );
+    CREATE INDEX egress_by_container ON egress (container_id, seq);
+"#,
 ];
 
 /// A container's row.
@@ -194,6 +214,49 @@ pub struct CommandRow {
     pub duration_ms: u64,
     pub bytes_out: u64,
     pub created_at: i64,
+}
+
+/// One attempt to leave a container (the egress log).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EgressRow {
+    pub id: String,
+    /// Filled in from the container's row when recorded.
+    pub project: String,
+    pub container_id: String,
+    pub created_at: i64,
+    /// `dns`, `http`, `https`, `connect` or `secret`.
+    pub kind: String,
+    pub requested_name: Option<String>,
+    pub server_name: Option<String>,
+    pub address: Option<String>,
+    pub port: u16,
+    /// `allowed`, `denied` or `notice`.
+    pub verdict: String,
+    pub reason: String,
+    pub bytes_out: u64,
+    pub bytes_in: u64,
+    pub duration_ms: u64,
+}
+
+const EGRESS_COLUMNS: &str = "id, project, container_id, created_at, kind, requested_name, server_name, address, port, verdict, reason, bytes_out, bytes_in, duration_ms";
+
+fn egress_row(row: &Row) -> rusqlite::Result<EgressRow> {
+    Ok(EgressRow {
+        id: row.get(0)?,
+        project: row.get(1)?,
+        container_id: row.get(2)?,
+        created_at: row.get(3)?,
+        kind: row.get(4)?,
+        requested_name: row.get(5)?,
+        server_name: row.get(6)?,
+        address: row.get(7)?,
+        port: row.get::<_, i64>(8)? as u16,
+        verdict: row.get(9)?,
+        reason: row.get(10)?,
+        bytes_out: row.get::<_, i64>(11)? as u64,
+        bytes_in: row.get::<_, i64>(12)? as u64,
+        duration_ms: row.get::<_, i64>(13)? as u64,
+    })
 }
 
 const COMMAND_COLUMNS: &str = "id, project, container_id, response_id, command, outcome, exit_code, duration_ms, bytes_out, created_at";
@@ -1056,6 +1119,58 @@ impl Store {
         Ok(())
     }
 
+    // --- the egress log ---------------------------------------------------
+
+    /// Records attempts, in one transaction; each row's project is its
+    /// container's (rows of containers the store does not know are
+    /// dropped).
+    pub fn record_egress(&self, rows: &[EgressRow]) -> Result<usize> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let mut written = 0;
+        {
+            let mut insert = tx.prepare_cached(&format!(
+                "INSERT INTO egress ({EGRESS_COLUMNS})
+                 SELECT ?1, project, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13
+                 FROM containers WHERE id = ?2"
+            ))?;
+            for row in rows {
+                written += insert.execute(params![
+                    row.id,
+                    row.container_id,
+                    row.created_at,
+                    row.kind,
+                    row.requested_name,
+                    row.server_name,
+                    row.address,
+                    row.port as i64,
+                    row.verdict,
+                    row.reason,
+                    row.bytes_out as i64,
+                    row.bytes_in as i64,
+                    row.duration_ms as i64
+                ])?;
+            }
+        }
+        tx.commit()?;
+        Ok(written)
+    }
+
+    /// A page of a container's egress log.
+    pub fn list_egress(&self, container_id: &str, page: &Page) -> Result<(Vec<EgressRow>, bool)> {
+        page_of(
+            &self.reader(),
+            "egress",
+            EGRESS_COLUMNS,
+            "container_id",
+            container_id,
+            "project",
+            None,
+            page,
+            egress_row,
+        )
+    }
+
     // --- responses --------------------------------------------------------
 
     /// Inserts or replaces a response (its status, body and conversation
@@ -1148,6 +1263,62 @@ mod tests {
             session_seconds: 0.0,
             session_open: false,
         }
+    }
+
+    #[test]
+    fn egress_rows_take_their_containers_project_and_page() {
+        let store = Store::in_memory().unwrap();
+        store
+            .insert_container(&container("c1", "alpha", "x"))
+            .unwrap();
+        let row = |i: u32, container: &str| EgressRow {
+            id: format!("eg{i}"),
+            project: String::new(),
+            container_id: container.into(),
+            created_at: i as i64,
+            kind: "dns".into(),
+            requested_name: Some("a.test".into()),
+            server_name: None,
+            address: Some("203.0.113.7".into()),
+            port: 53,
+            verdict: "allowed".into(),
+            reason: "allowed".into(),
+            bytes_out: 0,
+            bytes_in: 0,
+            duration_ms: 1,
+        };
+        let rows: Vec<EgressRow> = (0..5)
+            .map(|i| row(i, "c1"))
+            .chain([row(9, "gone")])
+            .collect();
+        assert_eq!(
+            store.record_egress(&rows).unwrap(),
+            5,
+            "unknown containers are dropped"
+        );
+        let page = Page {
+            limit: 3,
+            ascending: true,
+            after: None,
+        };
+        let (first, more) = store.list_egress("c1", &page).unwrap();
+        assert!(more);
+        assert_eq!(first.len(), 3);
+        assert!(first.iter().all(|r| r.project == "alpha"));
+        let (rest, more) = store
+            .list_egress(
+                "c1",
+                &Page {
+                    after: Some(first[2].id.clone()),
+                    ..page
+                },
+            )
+            .unwrap();
+        assert!(!more);
+        assert_eq!(
+            rest.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+            ["eg3", "eg4"]
+        );
     }
 
     #[test]

@@ -77,13 +77,23 @@ pub enum ExpiresAnchor {
 }
 
 /// A secret for a domain: the model sees only `$NAME`; the value is never
-/// stored or echoed.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+/// stored or echoed (nor printed by `Debug`).
+#[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct DomainSecret {
     pub domain: String,
     pub name: String,
     pub value: String,
+}
+
+impl std::fmt::Debug for DomainSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DomainSecret")
+            .field("domain", &self.domain)
+            .field("name", &self.name)
+            .field("value", &"<hidden>")
+            .finish()
+    }
 }
 
 /// `network_policy` of a container.

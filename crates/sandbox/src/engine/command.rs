@@ -70,6 +70,47 @@ impl LocalEngine {
     ) -> Result<Vec<CommandResult>, SandboxError> {
         request.validate()?;
         let container = self.container(id)?;
+        // A secret's value never reaches the container, but a server may
+        // echo it back: output shellgate returns shows its placeholder.
+        let masks: Vec<(String, String)> = container
+            .spec
+            .network
+            .secrets
+            .iter()
+            .filter_map(|s| Some((s.value.as_ref()?.expose().to_owned(), s.placeholder.clone())))
+            .filter(|(value, _)| !value.is_empty())
+            .collect();
+        let mask = move |text: &mut String| {
+            for (value, placeholder) in &masks {
+                if text.contains(value.as_str()) {
+                    *text = text.replace(value.as_str(), placeholder);
+                }
+            }
+        };
+        let deltas = match deltas {
+            Some(sink)
+                if container
+                    .spec
+                    .network
+                    .secrets
+                    .iter()
+                    .any(|s| s.value.is_some()) =>
+            {
+                let (masked, mut incoming) = tokio::sync::mpsc::unbounded_channel();
+                let mask = mask.clone();
+                tokio::spawn(async move {
+                    while let Some(delta) = incoming.recv().await {
+                        let mut delta: crate::backend::OutputDelta = delta;
+                        mask(&mut delta.text);
+                        if sink.send(delta).is_err() {
+                            break;
+                        }
+                    }
+                });
+                Some(masked)
+            }
+            other => other,
+        };
         let timeout = Duration::from_millis(request.timeout_ms);
         let deadline = request
             .deadline_ms
@@ -116,6 +157,8 @@ impl LocalEngine {
                     "killed at the request's deadline ({seconds} s), before its own timeout"
                 )));
             }
+            mask(&mut result.stdout);
+            mask(&mut result.stderr);
             results.push(result);
         }
         Ok(results)

@@ -41,6 +41,8 @@ pub(super) struct Running {
     /// `command`).
     pub counters: LimitCounters,
     pub limits_seen: Mutex<LimitEvents>,
+    /// The egress proxy serving this container's sockets, while it runs.
+    _egress: Option<shellgate_egress::proxy::Serving>,
 }
 
 impl Running {
@@ -114,6 +116,9 @@ pub(super) struct Container {
     /// While stopped: a descriptor of its `data` directory, from a file-view
     /// helper, kept briefly for further requests.
     view: Mutex<Option<Arc<OwnedFd>>>,
+    /// The CA and secrets of its egress proxy, made at its first start in
+    /// this process (the CA stays the same across stops and starts).
+    pub interceptor: Mutex<Option<Arc<shellgate_egress::intercept::Interceptor>>>,
 }
 
 /// Marks a command or file operation as in flight until dropped.
@@ -137,6 +142,7 @@ impl Container {
             destroyed: AtomicBool::new(false),
             last_loop: Mutex::new(None),
             view: Mutex::new(None),
+            interceptor: Mutex::new(None),
         }
     }
 
@@ -267,6 +273,18 @@ impl LocalEngine {
             tracing::debug!(container = %id, "init exited");
             let _ = exited_tx.send(true);
         });
+        let egress = match self.serve_egress(container, started.proxy) {
+            Ok(egress) => egress,
+            Err(e) => {
+                let _ = sys::pidfd_kill(pidfd.get_ref(), libc::SIGKILL);
+                let _ = self
+                    .inner
+                    .cgroups
+                    .remove(&started.slot, Duration::from_secs(2))
+                    .await;
+                return Err(e);
+            }
+        };
         let counters = self.inner.cgroups.counters(&started.slot);
         let limits_seen = Mutex::new(counters.events());
         Ok(Arc::new(Running {
@@ -278,6 +296,7 @@ impl LocalEngine {
             data: started.data,
             counters,
             limits_seen,
+            _egress: egress,
         }))
     }
 

@@ -20,10 +20,12 @@
 //! Modules: [`container`] (state, in-flight accounting, start and stop, file
 //! access), [`command`] (the command path), [`pools`] (disks, spare helpers
 //! and warm containers made ahead of demand), [`slots`] (host id ranges),
-//! [`spec`] (what the helper is told), [`recovery`] (start-up after a crash).
+//! [`spec`] (what the helper is told), [`network`] (a container's way out
+//! through the egress proxy), [`recovery`] (start-up after a crash).
 
 mod command;
 mod container;
+mod network;
 mod pools;
 mod recovery;
 mod slots;
@@ -48,6 +50,7 @@ use crate::disk::{self, DiskKind};
 use crate::error::{IoContext, SandboxError};
 use crate::image::ImageStore;
 use container::{Container, Wake};
+pub use network::EgressSettings;
 use pools::{FormattedDisk, Pool, SpareHelper, WarmContainer};
 use slots::IdSlots;
 
@@ -89,6 +92,9 @@ pub struct EngineConfig {
     /// Show the host's `/usr/local` inside `host`-image containers (off:
     /// it holds whatever was installed on the host by hand).
     pub expose_host_usr_local: bool,
+    /// The egress proxy's settings; `None`: no container may have network
+    /// access (a network policy is refused).
+    pub egress: Option<EgressSettings>,
 }
 
 impl EngineConfig {
@@ -106,6 +112,7 @@ impl EngineConfig {
             hostname: "sandbox".to_owned(),
             memory_ceiling: None,
             expose_host_usr_local: false,
+            egress: None,
         }
     }
 }
@@ -256,6 +263,7 @@ impl LocalEngine {
                     .context(|| format!("chmod {sub}"))?;
             }
         }
+        Self::write_network_files(&data_dir)?;
         let mut warnings = Vec::new();
         let (cgroups, cgroup_warnings) = Cgroups::setup(&group_name(&data_dir));
         warnings.extend(cgroup_warnings);
@@ -336,7 +344,8 @@ impl LocalEngine {
 
     /// Refuses a spec no container may have on this host.
     fn admit(&self, spec: &ContainerSpec) -> Result<(), SandboxError> {
-        crate::backend::check_memory(spec.memory_bytes, self.inner.memory_ceiling)
+        crate::backend::check_memory(spec.memory_bytes, self.inner.memory_ceiling)?;
+        self.check_network(spec)
     }
 
     /// Removes a container's processes, cgroup and directory; the caller

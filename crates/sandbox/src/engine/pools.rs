@@ -175,7 +175,8 @@ impl LocalEngine {
     ) -> Option<(PathBuf, Arc<Running>, u32)> {
         let effective_tmp = |s: &ContainerSpec| s.tmp_bytes.min(s.memory_bytes / 2);
         let WarmContainer(warm) = self.inner.warm.take(|WarmContainer(w)| {
-            w.spec.image == spec.image
+            spec.network.is_disabled()
+                && w.spec.image == spec.image
                 && w.spec.disk_bytes == spec.disk_bytes
                 && effective_tmp(&w.spec) == effective_tmp(spec)
         })?;

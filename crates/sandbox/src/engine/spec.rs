@@ -27,6 +27,9 @@ impl LocalEngine {
             },
             other => other,
         };
+        let network = self.network_setup(container)?;
+        let mut file_binds = image.file_binds;
+        file_binds.extend(network.file_binds);
         let slot = container.id_slot();
         let (sandbox_ids, root_ids) = inner.slots.host_ids(slot, SANDBOX_UID);
         let (uid_map, gid_map) = if inner.rootless {
@@ -59,7 +62,7 @@ impl LocalEngine {
             sandbox_gid: SANDBOX_UID,
             root_mount: inner.config.data_dir.join("run/root"),
             root,
-            file_binds: image.file_binds,
+            file_binds,
             data_binds: vec![
                 (
                     disk_root.join(disk::DATA_DIR),
@@ -80,6 +83,8 @@ impl LocalEngine {
             host_root_ids: root_ids,
             reuse_loop: container.last_loop(),
             nofile: crate::protocol::DEFAULT_NOFILE,
+            egress: network.egress,
+            env: network.env,
         })
     }
 }

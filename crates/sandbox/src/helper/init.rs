@@ -5,7 +5,9 @@
 //! 1. become root of the new user namespace (root mode) — a root that maps to
 //!    an unprivileged host uid and owns nothing outside its namespaces;
 //! 2. build and pivot into the container root ([`super::mounts`]);
-//! 3. hostname, loopback up (the network namespace has nothing else);
+//! 3. hostname, loopback up (the network namespace has nothing else); with
+//!    an egress policy, every IPv4 address routed locally onto the egress
+//!    proxy's sockets, which go to the engine ([`super::network`]);
 //! 4. `RLIMIT_CORE` 0 hard (a core pattern piping to a host helper must never
 //!    run on a sandbox's behalf), and `RLIMIT_NOFILE` at the spec's value
 //!    (4096 by default) rather than the server's, which is raised to serve
@@ -25,6 +27,7 @@ use std::collections::HashMap;
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
+use super::network::{self, ProxySockets};
 use super::{mounts, report, report_with_fds, seccomp};
 use crate::backend::WORKDIR;
 use crate::protocol::{HelperSpec, Report, Request, Status, MAX_MESSAGE};
@@ -188,16 +191,25 @@ struct RunningCommand {
 }
 
 pub fn run(spec: &HelperSpec, control: RawFd) -> ! {
-    let ready = setup(spec).and_then(|(launcher, signals)| {
+    let ready = setup(spec).and_then(|(launcher, signals, proxy)| {
         // The engine reaches /mnt/data through this descriptor, opened
         // before any command ran, never through a /proc/<pid> path.
         let data = std::fs::File::open(WORKDIR).map_err(|e| format!("open {WORKDIR}: {e}"))?;
-        Ok((launcher, signals, data))
+        Ok((launcher, signals, data, proxy))
     });
     match ready {
-        Ok((launcher, signals, data)) => {
-            report_with_fds(control, &Report::Ready, &[data.as_raw_fd()]);
-            drop(data);
+        Ok((launcher, signals, data, proxy)) => {
+            let mut fds = vec![data.as_raw_fd()];
+            if let Some(proxy) = &proxy {
+                fds.extend([
+                    proxy.http.as_raw_fd(),
+                    proxy.https.as_raw_fd(),
+                    proxy.dns.as_raw_fd(),
+                ]);
+            }
+            report_with_fds(control, &Report::Ready, &fds);
+            // Init keeps no copy: the engine's are the only ones.
+            drop((data, proxy));
             serve(&launcher, &signals, control)
         }
         Err(message) => {
@@ -215,7 +227,7 @@ fn check(what: &str, ret: libc::c_long) -> Result<(), String> {
     }
 }
 
-fn setup(spec: &HelperSpec) -> Result<(Launcher, OwnedFd), String> {
+fn setup(spec: &HelperSpec) -> Result<(Launcher, OwnedFd, Option<ProxySockets>), String> {
     if !spec.rootless {
         // Our host uid (0) has no mapping here; become the namespace's root.
         // SAFETY: plain id-changing syscalls with integer arguments.
@@ -231,6 +243,12 @@ fn setup(spec: &HelperSpec) -> Result<(Launcher, OwnedFd), String> {
     mounts::build_root(spec)?;
     sys::sethostname(&spec.hostname).map_err(|e| format!("sethostname: {e}"))?;
     loopback_up()?;
+    let proxy = if spec.egress {
+        network::route_everything_locally()?;
+        Some(network::proxy_sockets()?)
+    } else {
+        None
+    };
     let no_core = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -245,7 +263,7 @@ fn setup(spec: &HelperSpec) -> Result<(Launcher, OwnedFd), String> {
     // /proc/sys turns read-only.)
 
     let dev_null = std::fs::File::open("/dev/null").map_err(|e| format!("open /dev/null: {e}"))?;
-    let env = command_env(&spec.home);
+    let env = command_env(&spec.home, &spec.env);
     let env_pointers = env
         .iter()
         .map(|v| v.as_ptr())
@@ -276,7 +294,7 @@ fn setup(spec: &HelperSpec) -> Result<(Launcher, OwnedFd), String> {
     sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1).map_err(|e| format!("PR_SET_NO_NEW_PRIVS: {e}"))?;
     seccomp::install().map_err(|e| format!("seccomp: {e}"))?;
     let signals = child_signal_fd()?;
-    Ok((launcher, signals))
+    Ok((launcher, signals, proxy))
 }
 
 /// Sets `RLIMIT_NOFILE`, soft and hard, for init and every command.
@@ -305,7 +323,7 @@ fn set_nofile(nofile: u64) -> Result<(), String> {
     )
 }
 
-fn command_env(home: &str) -> Vec<CString> {
+fn command_env(home: &str, extra: &[(String, String)]) -> Vec<CString> {
     [
         "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned(),
         format!("HOME={home}"),
@@ -319,6 +337,7 @@ fn command_env(home: &str) -> Vec<CString> {
         format!("PWD={WORKDIR}"),
     ]
     .into_iter()
+    .chain(extra.iter().map(|(name, value)| format!("{name}={value}")))
     .filter_map(|v| CString::new(v).ok())
     .collect()
 }

@@ -19,6 +19,7 @@
 
 mod init;
 mod mounts;
+pub mod network;
 mod seccomp;
 
 use std::fs;

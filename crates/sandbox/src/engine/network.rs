@@ -1,0 +1,199 @@
+//! A container's way out: what its init is told (see `helper::network`)
+//! and the egress proxy that serves the sockets init sends back.
+//!
+//! A container with secrets also gets its own CA (see
+//! `shellgate_egress::intercept`), made in memory at its first start in this
+//! process: its certificate, with the host's roots, becomes the container's
+//! system trust store and the bundle the usual variables name.
+
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use shellgate_egress::intercept::Interceptor;
+use shellgate_egress::policy::Allowlist;
+use shellgate_egress::proxy::{ContainerEgress, Serving, Sockets};
+
+use super::container::Container;
+use super::{lock, LocalEngine};
+use crate::error::{IoContext, SandboxError};
+
+/// The resolver every networked container uses: the proxy's DNS socket.
+const RESOLV_CONF: &str = "# shellgate: names are answered by the egress proxy\n\
+                           nameserver 127.0.0.1\noptions timeout:2 attempts:2\n";
+
+/// The proxy as `HTTP(S)_PROXY` names it: its HTTP socket, which also
+/// serves `CONNECT` and absolute-form requests.
+const PROXY_URL: &str = "http://127.0.0.1:80";
+
+/// The system trust store inside a container (Debian's path, which
+/// OpenSSL, curl, Python's `ssl` and Go read).
+const SYSTEM_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// Variables that name a CA bundle for the tools that do not read the
+/// system store (Python `requests`, Node, pip, git, curl builds).
+const BUNDLE_VARIABLES: [&str; 6] = [
+    "SSL_CERT_FILE",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "PIP_CERT",
+    "GIT_SSL_CAINFO",
+];
+
+/// What init needs for a container's network: whether to make the proxy's
+/// sockets, the variables commands get, and files bound over the image.
+pub(super) struct NetworkSetup {
+    pub egress: bool,
+    pub env: Vec<(String, String)>,
+    pub file_binds: Vec<(PathBuf, String)>,
+}
+
+impl LocalEngine {
+    /// Refuses a network policy this engine cannot enforce.
+    pub(super) fn check_network(
+        &self,
+        spec: &crate::backend::ContainerSpec,
+    ) -> Result<(), SandboxError> {
+        if spec.network.is_disabled() {
+            return Ok(());
+        }
+        if self.inner.config.egress.is_none() {
+            return Err(SandboxError::InvalidRequest {
+                param: "network_policy",
+                message: "this server's egress proxy is off, so containers cannot have network \
+                          access here (the operator can turn it on)"
+                    .into(),
+            });
+        }
+        Allowlist::parse(&spec.network.allowed_domains, &Allowlist::any())
+            .map(drop)
+            .map_err(|e| SandboxError::InvalidRequest {
+                param: "network_policy.allowed_domains",
+                message: e.to_string(),
+            })
+    }
+
+    pub(super) fn network_setup(
+        &self,
+        container: &Container,
+    ) -> Result<NetworkSetup, SandboxError> {
+        let network = &container.spec.network;
+        if network.is_disabled() {
+            return Ok(NetworkSetup {
+                egress: false,
+                env: Vec::new(),
+                file_binds: Vec::new(),
+            });
+        }
+        let mut env = Vec::new();
+        for name in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
+            env.push((name.to_owned(), PROXY_URL.to_owned()));
+        }
+        for name in ["NO_PROXY", "no_proxy"] {
+            env.push((name.to_owned(), "localhost,127.0.0.1,::1".to_owned()));
+        }
+        for secret in &network.secrets {
+            env.push((secret.name.clone(), secret.placeholder.clone()));
+        }
+        let mut file_binds = vec![(self.resolv_conf(), "/etc/resolv.conf".to_owned())];
+        if let Some(interceptor) = self.interceptor(container)? {
+            let bundle = container.dir.join("egress-ca.pem");
+            let mut contents = std::fs::read_to_string(SYSTEM_BUNDLE).unwrap_or_default();
+            if !contents.is_empty() && !contents.ends_with('\n') {
+                contents.push('\n');
+            }
+            contents.push_str(&interceptor.ca_pem());
+            std::fs::write(&bundle, contents).context(|| format!("write {}", bundle.display()))?;
+            if self
+                .inner
+                .images
+                .can_cover_etc_file(&container.spec.image, SYSTEM_BUNDLE)
+            {
+                file_binds.push((bundle, SYSTEM_BUNDLE.to_owned()));
+                for name in BUNDLE_VARIABLES {
+                    env.push((name.to_owned(), SYSTEM_BUNDLE.to_owned()));
+                }
+            }
+        }
+        Ok(NetworkSetup {
+            egress: true,
+            env,
+            file_binds,
+        })
+    }
+
+    /// The container's interceptor, made at its first start in this
+    /// process; `None` if it has no secret whose value this process holds.
+    fn interceptor(&self, container: &Container) -> Result<Option<Arc<Interceptor>>, SandboxError> {
+        let secrets = &container.spec.network.secrets;
+        if !secrets.iter().any(|s| s.value.is_some()) {
+            return Ok(None);
+        }
+        let mut slot = lock(&container.interceptor);
+        if let Some(interceptor) = slot.as_ref() {
+            return Ok(Some(Arc::clone(interceptor)));
+        }
+        let settings = self.inner.config.egress.as_ref().ok_or_else(|| {
+            SandboxError::Setup("the container has a network policy but egress is off".into())
+        })?;
+        let interceptor =
+            Interceptor::new(&container.id, secrets, Arc::clone(&settings.upstream_tls))
+                .map(Arc::new)
+                .map_err(|e| SandboxError::Setup(format!("the egress proxy's CA: {e}")))?;
+        *slot = Some(Arc::clone(&interceptor));
+        Ok(Some(interceptor))
+    }
+
+    /// Writes the networked containers' `resolv.conf` (at engine start).
+    pub(super) fn write_network_files(data_dir: &std::path::Path) -> Result<(), SandboxError> {
+        let dir = data_dir.join("network");
+        std::fs::create_dir_all(&dir).context(|| format!("create {}", dir.display()))?;
+        std::fs::write(dir.join("resolv.conf"), RESOLV_CONF)
+            .context(|| "write network/resolv.conf".into())
+    }
+
+    fn resolv_conf(&self) -> PathBuf {
+        self.inner.config.data_dir.join("network/resolv.conf")
+    }
+
+    /// Serves a started container's proxy sockets (HTTP, HTTPS, DNS, as
+    /// init sent them); `None` for a container without network.
+    pub(super) fn serve_egress(
+        &self,
+        container: &Container,
+        sockets: Vec<OwnedFd>,
+    ) -> Result<Option<Serving>, SandboxError> {
+        let network = &container.spec.network;
+        if network.is_disabled() {
+            return Ok(None);
+        }
+        let settings = self.inner.config.egress.clone().ok_or_else(|| {
+            SandboxError::Setup("the container has a network policy but egress is off".into())
+        })?;
+        let [http, https, dns]: [OwnedFd; 3] = sockets
+            .try_into()
+            .map_err(|_| SandboxError::Setup("init sent no egress proxy sockets".into()))?;
+        let allowlist = Allowlist::parse(&network.allowed_domains, &Allowlist::any())
+            .map_err(|e| SandboxError::Setup(format!("the network policy: {e}")))?;
+        let interceptor = lock(&container.interceptor).clone();
+        let egress = ContainerEgress::new(
+            container.id.clone(),
+            allowlist,
+            settings,
+            interceptor,
+            &network.secrets,
+        );
+        egress
+            .serve(Sockets {
+                http: http.into(),
+                https: https.into(),
+                dns: dns.into(),
+            })
+            .map(Some)
+            .context(|| "serve the egress proxy's sockets".into())
+    }
+}
+
+/// The proxy's settings, shared by every container of an engine.
+pub type EgressSettings = Arc<shellgate_egress::proxy::Settings>;
