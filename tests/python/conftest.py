@@ -28,16 +28,20 @@ def free_port() -> int:
 class Server:
     """A shellgate server process on its own data directory and port."""
 
-    def __init__(self, data_dir: Path, **settings: str):
+    def __init__(self, data_dir: Path, netns: str = None, host: str = "127.0.0.1", **settings: str):
+        """With `netns`, the server runs in that (test-made) network
+        namespace and listens on `host`, an address of it."""
         self.data_dir = data_dir
         self.port = free_port()
         self.settings = settings
+        self.netns = netns
+        self.host = host
         self.process = None
         self.log = data_dir / "server.log"
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        return f"http://{self.host}:{self.port}/v1"
 
     def start(self) -> "Server":
         env = {
@@ -48,8 +52,9 @@ class Server:
         }
         env.update({f"SHELLGATE_{k.upper()}": str(v) for k, v in self.settings.items()})
         log = open(self.log, "ab")
+        enter = ["nsenter", f"--net=/run/netns/{self.netns}"] if self.netns else []
         self.process = subprocess.Popen(
-            [str(BINARY), "--data-dir", str(self.data_dir), "serve", "--listen", f"127.0.0.1:{self.port}"],
+            enter + [str(BINARY), "--data-dir", str(self.data_dir), "serve", "--listen", f"{self.host}:{self.port}"],
             env=env,
             stdout=log,
             stderr=log,
@@ -60,7 +65,7 @@ class Server:
             if self.process.poll() is not None:
                 raise RuntimeError(f"server exited: {self.log.read_text()[-2000:]}")
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=1) as response:
+                with urllib.request.urlopen(f"http://{self.host}:{self.port}/healthz", timeout=1) as response:
                     if response.status == 200:
                         return self
             except (urllib.error.URLError, OSError):

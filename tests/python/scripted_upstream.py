@@ -200,8 +200,9 @@ class Handler(BaseHTTPRequestHandler):
 
 
 class ScriptedUpstream:
-    def __init__(self):
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    def __init__(self, host="127.0.0.1"):
+        self.host = host
+        self.server = ThreadingHTTPServer((host, 0), Handler)
         self.server.requests = []
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -209,7 +210,7 @@ class ScriptedUpstream:
 
     @property
     def url(self):
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        return f"http://{self.host}:{self.server.server_address[1]}/v1"
 
     @property
     def requests(self):

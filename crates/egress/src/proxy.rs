@@ -439,10 +439,14 @@ impl ContainerEgress {
         }
     }
 
-    /// The names whose DNS answers gave `address`, for the log.
-    fn answered_names(&self, address: IpAddr) -> Option<String> {
+    /// The name the container resolved to reach `address`, for the log:
+    /// `server_name` if it was one, else every name that gave `address`.
+    fn answered_names(&self, address: IpAddr, server_name: Option<&str>) -> Option<String> {
         let answers = self.answers.lock().unwrap_or_else(|p| p.into_inner());
         let names = answers.names.get(&address)?;
+        if let Some(name) = server_name.filter(|n| names.contains(*n)) {
+            return Some(name.to_owned());
+        }
         let mut names: Vec<&str> = names.iter().map(String::as_str).collect();
         names.sort_unstable();
         Some(names.join(","))
@@ -479,15 +483,18 @@ impl ContainerEgress {
             Err(_) => return,
         };
         let mut seen = Seen {
-            requested: self.answered_names(destination.ip()),
             address: Some(destination.ip()),
             port: destination.port(),
             ..Seen::default()
         };
         let mut buffer = Vec::new();
-        let decided = match read_client_hello(&mut stream, &mut buffer).await {
+        let hello = read_client_hello(&mut stream, &mut buffer).await;
+        if let Some(Hello::ServerName(Some(sni))) = &hello {
+            seen.server_name = Some(normalize(sni));
+        }
+        seen.requested = self.answered_names(destination.ip(), seen.server_name.as_deref());
+        let decided = match hello {
             Some(Hello::ServerName(Some(sni))) => {
-                seen.server_name = Some(normalize(&sni));
                 self.check_name(&sni).and_then(|name| {
                     self.check_answered(&name, destination.ip())?;
                     self.check_address(&name, destination.ip())?;
@@ -579,7 +586,8 @@ impl ContainerEgress {
                 }
                 None => {
                     seen.address = Some(destination.ip());
-                    seen.requested = self.answered_names(destination.ip());
+                    seen.requested =
+                        self.answered_names(destination.ip(), seen.server_name.as_deref());
                     let host = seen
                         .server_name
                         .clone()

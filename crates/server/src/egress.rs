@@ -36,7 +36,7 @@ const MAX_SECRET_BYTES: usize = 10 * 1024 * 1024;
 
 /// Counts of the egress log, for `/metrics`.
 #[derive(Debug, Default)]
-pub(crate) struct EgressCounts {
+pub struct EgressCounts {
     /// (kind, verdict) → attempts.
     attempts: Mutex<BTreeMap<(String, String), u64>>,
     /// Bytes each way through the proxy.
@@ -48,7 +48,7 @@ pub(crate) struct EgressCounts {
 
 /// The proxy's settings from the configuration, and the receiving end of
 /// its log; `None` when egress is off.
-pub(crate) fn settings(
+pub fn settings(
     config: &Config,
 ) -> Result<Option<(Arc<Settings>, mpsc::Receiver<Attempt>)>, ServeError> {
     if !config.egress {
@@ -97,7 +97,7 @@ pub(crate) fn settings(
 /// checked against the organization allowlist (a request can only narrow
 /// it), at most 50 of them, `*` only if the operator allows it, and each
 /// secret given a placeholder (its value stays in memory only).
-pub(crate) fn network_spec(
+pub fn network_spec(
     config: &Config,
     policy: Option<&NetworkPolicy>,
     param: &str,

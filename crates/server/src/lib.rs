@@ -9,7 +9,7 @@ mod admission;
 mod billing;
 pub mod config;
 mod containers;
-mod egress;
+pub mod egress;
 pub mod error;
 mod files;
 pub mod fuzzing;

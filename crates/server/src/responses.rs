@@ -454,6 +454,25 @@ fn describe(state: &AppState, environment: &Environment) -> String {
     }
 }
 
+/// The request as a response object may repeat it (and as it is stored):
+/// `domain_secrets` values replaced, so they are never echoed nor written.
+fn without_secret_values(body: &Value) -> Value {
+    let mut body = body.clone();
+    if let Some(tools) = body.get_mut("tools").and_then(Value::as_array_mut) {
+        for tool in tools {
+            let secrets = tool
+                .pointer_mut("/environment/network_policy/domain_secrets")
+                .and_then(Value::as_array_mut);
+            for secret in secrets.into_iter().flatten() {
+                if let Some(value) = secret.get_mut("value") {
+                    *value = json!("<redacted>");
+                }
+            }
+        }
+    }
+    body
+}
+
 /// The container of a `container_auto` environment, as `POST /v1/containers` takes it.
 fn auto_container(params: &Value, param: &str) -> ApiResult<CreateContainer> {
     let mut body = json!({"name": "shell"});
@@ -696,7 +715,17 @@ async fn prepare(state: &Arc<AppState>, project: &Project, body: Value) -> ApiRe
                     .ok_or_else(|| ApiError::not_found("container", id))?;
             }
             Environment::ContainerAuto(params) => {
-                auto = Some(auto_container(params, "tools.environment")?);
+                let body = auto_container(params, "tools.environment")?;
+                // A policy outside the organization allowlist fails the
+                // request now (400), not the container when the model
+                // first runs a command.
+                crate::egress::network_spec(
+                    &state.config,
+                    body.network_policy.as_ref(),
+                    "tools.environment.network_policy",
+                )?;
+                crate::containers::validate_create(&state.config, &body)?;
+                auto = Some(body);
             }
             Environment::Local { .. } => {}
         }
@@ -764,7 +793,7 @@ async fn prepare(state: &Arc<AppState>, project: &Project, body: Value) -> ApiRe
         project: project.0.clone(),
         echo: Echo {
             model: model.clone(),
-            body: body.clone(),
+            body: without_secret_values(&body),
             background,
             max_tool_calls,
         },

@@ -86,6 +86,15 @@ struct ExecArgs {
     /// Memory limit: 1g, 4g, 16g, 64g (or any size such as 512m).
     #[arg(long, default_value = "1g")]
     memory: String,
+    /// Let the commands reach this host name (or `*.domain` pattern) on
+    /// ports 80 and 443, through the egress proxy; repeat for more. Without
+    /// it the sandbox has no network.
+    #[arg(long = "allow", value_name = "DOMAIN")]
+    allow: Vec<String>,
+    /// A TOML config file for the egress settings (organization allowlist,
+    /// DNS server, trusted roots); `SHELLGATE_*` variables override it.
+    #[arg(long, env = "SHELLGATE_CONFIG")]
+    config: Option<PathBuf>,
     /// Commands, each run with `bash -c` in /mnt/data.
     #[arg(last = true, required = true)]
     commands: Vec<String>,
@@ -244,8 +253,12 @@ fn export_audit(data_dir: Option<PathBuf>, project: Option<&str>) -> Result<()> 
     Ok(())
 }
 
-async fn open_engine(data_dir: PathBuf) -> Result<LocalEngine> {
+async fn open_engine(
+    data_dir: PathBuf,
+    egress: Option<shellgate_sandbox::engine::EgressSettings>,
+) -> Result<LocalEngine> {
     let mut config = EngineConfig::new(data_dir);
+    config.egress = egress;
     // A one-shot command has no use for pre-formatted disks.
     config.pool_size = 0;
     config.spare_helpers = 0;
@@ -269,7 +282,37 @@ async fn exec(data_dir: PathBuf, args: ExecArgs) -> Result<()> {
         deadline_ms: None,
     };
     request.validate()?;
-    let engine = open_engine(data_dir).await?;
+    let (network, egress) = if args.allow.is_empty() {
+        (Default::default(), None)
+    } else {
+        let config = shellgate_server::Config::load(args.config.as_deref(), std::env::vars())?;
+        config.validate()?;
+        let policy = shellgate_wire::NetworkPolicy::Allowlist {
+            allowed_domains: args.allow.clone(),
+            domain_secrets: Vec::new(),
+        };
+        let network = shellgate_server::egress::network_spec(&config, Some(&policy), "--allow")
+            .map_err(|e| anyhow::anyhow!("--allow: {}", e.message))?;
+        let (settings, mut attempts) = shellgate_server::egress::settings(&config)?
+            .context("egress is off in the configuration (egress = false)")?;
+        // Refusals are reported as they happen, so a failing command says why.
+        tokio::spawn(async move {
+            while let Some(attempt) = attempts.recv().await {
+                if attempt.verdict == shellgate_egress::proxy::Verdict::Denied {
+                    let name = attempt
+                        .server_name
+                        .or(attempt.requested_name)
+                        .unwrap_or_default();
+                    eprintln!(
+                        "shellgate: egress denied ({} {name}): {}",
+                        attempt.kind, attempt.reason
+                    );
+                }
+            }
+        });
+        (network, Some(settings))
+    };
+    let engine = open_engine(data_dir, egress).await?;
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos())
@@ -279,6 +322,7 @@ async fn exec(data_dir: PathBuf, args: ExecArgs) -> Result<()> {
         image: args.image,
         memory_bytes,
         ephemeral: true,
+        network,
         ..ContainerSpec::default()
     };
     engine
@@ -299,7 +343,7 @@ async fn exec(data_dir: PathBuf, args: ExecArgs) -> Result<()> {
 }
 
 async fn image(data_dir: PathBuf, command: ImageCommand) -> Result<()> {
-    let engine = open_engine(data_dir).await?;
+    let engine = open_engine(data_dir, None).await?;
     match command {
         ImageCommand::List => {
             for image in engine.images().list() {

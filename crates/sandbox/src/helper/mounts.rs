@@ -301,7 +301,8 @@ fn layer_name(target: &str) -> StepResult<String> {
 /// Fills the scratch tmpfs (see the module documentation) and freezes it.
 /// Returns the copies of `spec.file_binds`' files, in order.
 fn fill_scratch(scratch: &Path, spec: &HelperSpec) -> StepResult<Vec<PathBuf>> {
-    tmpfs(scratch, "size=64k,nr_inodes=256,mode=700", libc::MS_NOEXEC)?;
+    // Room for the identity files and a CA bundle (a few hundred KiB).
+    tmpfs(scratch, "size=1m,nr_inodes=256,mode=700", libc::MS_NOEXEC)?;
     mkdir_all(&scratch.join(SCRATCH_ROOT))?;
     mkdir_all(&scratch.join(SCRATCH_EMPTY_DIR))?;
     let empty_file = scratch.join(SCRATCH_EMPTY_FILE);

@@ -1,0 +1,163 @@
+"""The outside world of the egress tests, run inside the network namespace
+the test creates (never on the host's network): web servers under test
+host names, with their own CA, and the DNS server shellgate's egress proxy
+asks. A fixture, not a product part.
+
+Servers (all record each request, one JSON line in --log):
+  203.0.113.10  :80 :443 :8080   "a"        (*.allowed.test, api.secret.test, ...)
+  203.0.113.20  :80 :443         "other"    (other.test)
+  127.0.0.1     :80 :443         "internal" (must never be reached from a container)
+DNS on 198.51.100.53:53. `rebind.test` answers 203.0.113.10 the first time
+and 127.0.0.1 after: a rebinding attack between check and connect.
+
+GET /redirect?to=URL answers 302 to URL; anything else answers 200 with a
+JSON echo of the request (its headers included, as httpbin does).
+"""
+
+import argparse
+import json
+import socket
+import ssl
+import struct
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
+
+A_RECORDS = {
+    "allowed.test": "203.0.113.10",
+    "a.allowed.test": "203.0.113.10",
+    "b.allowed.test": "203.0.113.10",
+    "deep.a.allowed.test": "203.0.113.10",
+    "evilallowed.test": "203.0.113.10",
+    "allowed.test.evil.test": "203.0.113.10",
+    "notlisted.test": "203.0.113.10",
+    "api.secret.test": "203.0.113.10",
+    "other.test": "203.0.113.20",
+    "loop.test": "127.0.0.1",
+    "private.test": "10.0.0.1",
+    "metadata.test": "169.254.169.254",
+}
+AAAA_RECORDS = {
+    "v6loop.test": "::1",
+    "mapped.test": "::ffff:127.0.0.1",
+}
+REBIND_FIRST, REBIND_THEN = "203.0.113.10", "127.0.0.1"
+
+log_lock = threading.Lock()
+
+
+def record(path, entry):
+    with log_lock, open(path, "a") as f:
+        f.write(json.dumps(entry) + "\n")
+
+
+def make_handler(tag, log_path):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def answer(self):
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length).decode("utf-8", "replace") if length else ""
+            url = urlparse(self.path)
+            entry = {
+                "server": tag,
+                "port": self.server.server_address[1],
+                "method": self.command,
+                "host": self.headers.get("Host"),
+                "path": self.path,
+                "authorization": self.headers.get("Authorization"),
+                "body": body,
+            }
+            record(log_path, entry)
+            if url.path == "/redirect":
+                to = parse_qs(url.query).get("to", ["/"])[0]
+                self.send_response(302)
+                self.send_header("Location", to)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            echo = dict(entry, headers=dict(self.headers.items()))
+            data = json.dumps(echo).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = do_PUT = answer
+
+    return Handler
+
+
+def serve(address, port, tag, log_path, tls=None):
+    server = ThreadingHTTPServer((address, port), make_handler(tag, log_path))
+    server.daemon_threads = True
+    if tls:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(*tls)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+
+
+def dns_server(address, log_path):
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind((address, 53))
+    rebinds = 0
+    while True:
+        packet, peer = sock.recvfrom(1500)
+        if len(packet) < 12:
+            continue
+        ident = packet[:2]
+        at, labels = 12, []
+        while packet[at]:
+            length = packet[at]
+            labels.append(packet[at + 1 : at + 1 + length].decode())
+            at += 1 + length
+        qtype = struct.unpack("!H", packet[at + 1 : at + 3])[0]
+        question = packet[12 : at + 5]
+        name = ".".join(labels).lower()
+        answers = []
+        if qtype == 1:
+            if name == "rebind.test":
+                answers = [REBIND_FIRST if rebinds == 0 else REBIND_THEN]
+                rebinds += 1
+            elif name in A_RECORDS:
+                answers = [A_RECORDS[name]]
+        elif qtype == 28 and name in AAAA_RECORDS:
+            answers = [AAAA_RECORDS[name]]
+        known = name in A_RECORDS or name in AAAA_RECORDS or name == "rebind.test"
+        record(log_path, {"server": "dns", "name": name, "qtype": qtype, "answers": answers})
+        rcode = 0 if known else 3
+        reply = ident + struct.pack("!HHHHH", 0x8180 | rcode, 1, len(answers), 0, 0) + question
+        for value in answers:
+            family = socket.AF_INET if qtype == 1 else socket.AF_INET6
+            data = socket.inet_pton(family, value)
+            reply += b"\xc0\x0c" + struct.pack("!HHIH", qtype, 1, 5, len(data)) + data
+        sock.sendto(reply, peer)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--log", required=True)
+    parser.add_argument("--cert", required=True)
+    parser.add_argument("--key", required=True)
+    args = parser.parse_args()
+    tls = (args.cert, args.key)
+    serve("203.0.113.10", 80, "a", args.log)
+    serve("203.0.113.10", 443, "a", args.log, tls)
+    serve("203.0.113.10", 8080, "a", args.log)
+    serve("203.0.113.20", 80, "other", args.log)
+    serve("203.0.113.20", 443, "other", args.log, tls)
+    serve("127.0.0.1", 80, "internal", args.log)
+    serve("127.0.0.1", 443, "internal", args.log, tls)
+    threading.Thread(target=dns_server, args=("198.51.100.53", args.log), daemon=True).start()
+    print("ready", flush=True)
+    sys.stdin.read()  # until the test closes our stdin
+
+
+if __name__ == "__main__":
+    main()
