@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Reproduces BENCHMARKS.md: installs the baselines (bubblewrap, hyperfine),
-# then runs the engine and HTTP benchmarks, each measuring its baselines in
+# nginx-light, wrk), then runs the engine, HTTP, Responses and egress benchmarks, each measuring its baselines in
 # the same run as shellgate. Pass --quick for shorter runs. Needs root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 missing=()
-for package in bubblewrap hyperfine e2fsprogs; do
+for package in bubblewrap hyperfine e2fsprogs nginx-light wrk openssl iproute2; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
 done
 if ((${#missing[@]})); then
@@ -16,6 +16,14 @@ fi
 cargo bench -p shellgate --bench engine -- "$@"
 cargo bench -p shellgate --bench http -- "$@"
 cargo bench -p shellgate --bench responses -- "$@"
+# The egress proxy against direct HTTPS, with nginx and wrk in a network
+# namespace of its own (see the script).
+cargo build --release -p shellgate
+if [[ " $* " == *" --quick "* ]]; then
+  python3 bench/egress.py --seconds 2 --rounds 1 --creates 3
+else
+  python3 bench/egress.py
+fi
 # The baselines as whole commands, for a second opinion from hyperfine.
 table=$(mktemp)
 hyperfine -N --warmup 20 --runs 300 --style none --export-markdown "$table" \

@@ -827,3 +827,144 @@ pub(crate) async fn connect_to(destination: SocketAddr) -> Result<TcpStream, Str
         Err(_) => Err(format!("{destination} did not answer")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    /// A proxy for a container allowed `*.a.test`, whose names resolve (by
+    /// the operator's fixed hosts, as an exception) to a loopback address
+    /// this test serves on port 80; its sockets are plain loopback ones.
+    async fn proxy(
+        upstream: Ipv4Addr,
+    ) -> (
+        Arc<ContainerEgress>,
+        Serving,
+        SocketAddr,
+        SocketAddr,
+        tokio::sync::mpsc::Receiver<Attempt>,
+    ) {
+        let (log, attempts) = tokio::sync::mpsc::channel(64);
+        let settings = Arc::new(Settings {
+            resolver: Resolver {
+                static_hosts: [
+                    ("x.a.test".to_owned(), vec![IpAddr::V4(upstream)]),
+                    ("loop.a.test".to_owned(), vec![IpAddr::V4(Ipv4Addr::LOCALHOST)]),
+                ]
+                .into(),
+                server: None,
+            },
+            exceptions: ["x.a.test".to_owned()].into(),
+            log,
+            dropped: AtomicU64::new(0),
+            upstream_tls: Arc::new(crate::intercept::upstream_tls(&[]).unwrap()),
+        });
+        let allowlist =
+            Allowlist::parse(&["*.a.test".to_owned()], &Allowlist::any()).unwrap();
+        let egress = ContainerEgress::new("c1".into(), allowlist, settings, None, &[]);
+        let http = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let dns = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let (http_address, dns_address) = (http.local_addr().unwrap(), dns.local_addr().unwrap());
+        let https = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let serving = egress.serve(Sockets { http, https, dns }).unwrap();
+        (egress, serving, http_address, dns_address, attempts)
+    }
+
+    async fn exchange(proxy: SocketAddr, request: &str) -> String {
+        let mut stream = TcpStream::connect(proxy).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.unwrap();
+        answer
+    }
+
+    #[tokio::test]
+    async fn requests_through_the_proxy_are_checked_rewritten_and_logged() {
+        // A loopback address of its own, so the test needs no free port 80.
+        let upstream_address = Ipv4Addr::new(127, 88, 0, 1);
+        let upstream = TcpListener::bind((upstream_address, 80))
+            .await
+            .expect("bind 127.88.0.1:80 (the tests run as root)");
+        let seen = tokio::spawn(async move {
+            let (mut stream, _) = upstream.accept().await.unwrap();
+            let mut buffer = Vec::new();
+            let head = read_request_head(&mut stream, &mut buffer).await.unwrap();
+            stream
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                .await
+                .unwrap();
+            let connection = head.header("connection").map(str::to_owned);
+            (head.target, connection)
+        });
+        let (_egress, _serving, http, _, mut attempts) = proxy(upstream_address).await;
+        let answer = exchange(
+            http,
+            "GET http://x.a.test/path?q=1 HTTP/1.1\r\nHost: x.a.test\r\nProxy-Connection: keep-alive\r\n\r\n",
+        )
+        .await;
+        assert!(answer.ends_with("ok"), "{answer}");
+        let (target, connection) = seen.await.unwrap();
+        assert_eq!(target, "/path?q=1");
+        assert_eq!(connection.as_deref(), Some("close"));
+        let attempt = attempts.recv().await.unwrap();
+        assert_eq!(attempt.verdict, Verdict::Allowed);
+        assert_eq!(attempt.requested_name.as_deref(), Some("x.a.test"));
+        assert_eq!(attempt.address, Some(IpAddr::V4(upstream_address)));
+        assert!(attempt.bytes_in > 0 && attempt.bytes_out > 0);
+
+        // Refusals: not listed, a forbidden address without an exception,
+        // an IP literal, another port, a Host that disagrees.
+        for (request, reason) in [
+            ("GET http://b.test/ HTTP/1.1\r\nHost: b.test\r\n\r\n", "not in this container's allowlist"),
+            ("GET http://loop.a.test/ HTTP/1.1\r\nHost: loop.a.test\r\n\r\n", "a loopback address"),
+            ("GET http://127.0.0.1/ HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "is an IP address"),
+            ("GET http://x.a.test:8080/ HTTP/1.1\r\nHost: x.a.test:8080\r\n\r\n", "only ports 80 and 443"),
+            ("GET http://x.a.test/ HTTP/1.1\r\nHost: y.a.test\r\n\r\n", "Host header names y.a.test"),
+            ("CONNECT b.test:443 HTTP/1.1\r\nHost: b.test:443\r\n\r\n", "not in this container's allowlist"),
+            ("CONNECT x.a.test:22 HTTP/1.1\r\nHost: x.a.test:22\r\n\r\n", "only ports 80 and 443"),
+        ] {
+            let answer = exchange(http, request).await;
+            assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+            assert!(answer.contains("policy_denied") && answer.contains(reason), "{answer}");
+            let attempt = attempts.recv().await.unwrap();
+            assert_eq!(attempt.verdict, Verdict::Denied);
+            assert!(attempt.reason.contains(reason), "{}", attempt.reason);
+        }
+        // Transparent: the address the client connected to (here the
+        // proxy's own) was never an answer for the name.
+        let answer = exchange(http, "GET / HTTP/1.1\r\nHost: x.a.test\r\n\r\n").await;
+        assert!(answer.contains("is not an address x.a.test resolved to"), "{answer}");
+    }
+
+    #[tokio::test]
+    async fn dns_answers_listed_names_and_nothing_else() {
+        let (egress, _serving, _, dns_address, mut attempts) =
+            proxy(Ipv4Addr::new(127, 88, 0, 2)).await;
+        let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        socket.connect(dns_address).await.unwrap();
+        let mut buffer = [0u8; 512];
+        for (name, expected) in [
+            ("x.a.test", Some(vec![IpAddr::V4(Ipv4Addr::new(127, 88, 0, 2))])),
+            ("loop.a.test", None),
+            ("elsewhere.test", None),
+        ] {
+            socket.send(&dns::query(7, name, dns::A).unwrap()).await.unwrap();
+            let n = socket.recv(&mut buffer).await.unwrap();
+            let answer = dns::parse_response(&buffer[..n], 7).unwrap();
+            assert_eq!(answer, expected.clone().unwrap_or_default(), "{name}");
+            let rcode = buffer[3] & 0x0f;
+            assert_eq!(rcode, if expected.is_some() { 0 } else { 3 }, "{name}");
+            let attempt = attempts.recv().await.unwrap();
+            assert_eq!(attempt.kind, "dns");
+            assert_eq!(attempt.verdict == Verdict::Allowed, expected.is_some());
+        }
+        // The answer is remembered for the connections that follow.
+        assert!(egress
+            .check_answered("x.a.test", IpAddr::V4(Ipv4Addr::new(127, 88, 0, 2)))
+            .is_ok());
+        assert!(egress
+            .check_answered("y.a.test", IpAddr::V4(Ipv4Addr::new(127, 88, 0, 2)))
+            .is_err());
+    }
+}

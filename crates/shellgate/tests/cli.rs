@@ -247,3 +247,99 @@ fn an_ordinary_user_runs_sandboxes_rootless_with_clear_warnings() {
     // What cannot be enforced without root is said, not silently dropped.
     assert!(stderr.contains("disk quotas are off"), "{stderr}");
 }
+
+/// `exec --allow` without root: the egress proxy needs no privilege on the
+/// host (no nftables, no veth), so a rootless sandbox gets exactly its
+/// allowlist too. The destination here is an operator exception: a name
+/// that may resolve to a loopback address, served by this test.
+#[test]
+fn rootless_exec_allow_reaches_its_allowlist_and_nothing_else() {
+    use std::io::{Read, Write};
+    let dir = TempDir::new("cli-rootless-egress");
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let path = std::ffi::CString::new(data.to_str().unwrap()).unwrap();
+    // SAFETY: chown on a path we just created.
+    assert_eq!(unsafe { libc::chown(path.as_ptr(), 65534, 65534) }, 0);
+    let binary = dir.path().join("shellgate");
+    std::fs::copy(BINARY, &binary).unwrap();
+    let top = std::ffi::CString::new(dir.path().to_str().unwrap()).unwrap();
+    // SAFETY: chmod on a directory we just created.
+    assert_eq!(unsafe { libc::chmod(top.as_ptr(), 0o755) }, 0);
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        "egress_allowed_domains = \"*.internal.test\"\n\
+         egress_private_exceptions = \"mirror.internal.test\"\n\
+         [egress_hosts]\n\
+         \"mirror.internal.test\" = [\"127.77.0.1\"]\n\
+         \"private.internal.test\" = [\"127.77.0.1\"]\n",
+    )
+    .unwrap();
+    // The "mirror": one HTTP answer per connection.
+    let listener = std::net::TcpListener::bind("127.77.0.1:80").unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut request = [0u8; 4096];
+            let n = stream.read(&mut request).unwrap_or(0);
+            let head = String::from_utf8_lossy(&request[..n]).to_string();
+            let path = head.split(' ').nth(1).unwrap_or("?").to_owned();
+            let body = format!("mirror saw {path}");
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    let output = Command::new("setpriv")
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups", "--"])
+        .arg(&binary)
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["exec", "--config"])
+        .arg(&config)
+        .args([
+            "--allow",
+            "mirror.internal.test",
+            "--allow",
+            "private.internal.test",
+            "--",
+            "curl -sS -m 5 --noproxy '*' http://mirror.internal.test/simple; echo; \
+             curl -sS -m 5 http://mirror.internal.test/proxied; echo; \
+             curl -sS -m 5 http://private.internal.test/; echo; \
+             curl -sS -m 5 http://elsewhere.internal.test/",
+        ])
+        .env("SHELLGATE_LOG", "error")
+        .env("HOME", dir.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let stdout = json["output"][0]["stdout"].as_str().unwrap().to_owned();
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[0], "mirror saw /simple", "{stdout}");
+    assert_eq!(lines[1], "mirror saw /proxied", "{stdout}");
+    // The same address under a name without an exception is refused.
+    assert!(lines[2].contains("a loopback address"), "{stdout}");
+    assert!(lines[3].contains("not in this container's allowlist"), "{stdout}");
+    assert!(stderr.contains("egress denied"), "{stderr}");
+    // A list outside the organization's is refused before anything runs.
+    let refused = Command::new(&binary)
+        .arg("--data-dir")
+        .arg(dir.path().join("data2"))
+        .args(["exec", "--config"])
+        .arg(&config)
+        .args(["--allow", "example.com", "--", "true"])
+        .env("SHELLGATE_LOG", "error")
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("example.com"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+}
