@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Reproduces BENCHMARKS.md: installs the baselines (bubblewrap, hyperfine),
-# nginx-light, wrk), then runs the engine, HTTP, Responses and egress benchmarks, each measuring its baselines in
-# the same run as shellgate. Pass --quick for shorter runs. Needs root.
+# Reproduces BENCHMARKS.md: installs the baselines (bubblewrap, hyperfine,
+# nginx-light, wrk), then runs the engine, HTTP, Responses and egress
+# benchmarks, each measuring its baselines in the same run as shellgate.
+# Pass --quick for shorter runs. Needs root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 missing=()

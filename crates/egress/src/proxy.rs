@@ -494,13 +494,11 @@ impl ContainerEgress {
         }
         seen.requested = self.answered_names(destination.ip(), seen.server_name.as_deref());
         let decided = match hello {
-            Some(Hello::ServerName(Some(sni))) => {
-                self.check_name(&sni).and_then(|name| {
-                    self.check_answered(&name, destination.ip())?;
-                    self.check_address(&name, destination.ip())?;
-                    Ok(name)
-                })
-            }
+            Some(Hello::ServerName(Some(sni))) => self.check_name(&sni).and_then(|name| {
+                self.check_answered(&name, destination.ip())?;
+                self.check_address(&name, destination.ip())?;
+                Ok(name)
+            }),
             Some(Hello::ServerName(None)) => Err("TLS without a server name (SNI)".into()),
             _ => Err("not a TLS connection".into()),
         };
@@ -850,7 +848,10 @@ mod tests {
             resolver: Resolver {
                 static_hosts: [
                     ("x.a.test".to_owned(), vec![IpAddr::V4(upstream)]),
-                    ("loop.a.test".to_owned(), vec![IpAddr::V4(Ipv4Addr::LOCALHOST)]),
+                    (
+                        "loop.a.test".to_owned(),
+                        vec![IpAddr::V4(Ipv4Addr::LOCALHOST)],
+                    ),
                 ]
                 .into(),
                 server: None,
@@ -860,8 +861,7 @@ mod tests {
             dropped: AtomicU64::new(0),
             upstream_tls: Arc::new(crate::intercept::upstream_tls(&[]).unwrap()),
         });
-        let allowlist =
-            Allowlist::parse(&["*.a.test".to_owned()], &Allowlist::any()).unwrap();
+        let allowlist = Allowlist::parse(&["*.a.test".to_owned()], &Allowlist::any()).unwrap();
         let egress = ContainerEgress::new("c1".into(), allowlist, settings, None, &[]);
         let http = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let dns = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -916,17 +916,41 @@ mod tests {
         // Refusals: not listed, a forbidden address without an exception,
         // an IP literal, another port, a Host that disagrees.
         for (request, reason) in [
-            ("GET http://b.test/ HTTP/1.1\r\nHost: b.test\r\n\r\n", "not in this container's allowlist"),
-            ("GET http://loop.a.test/ HTTP/1.1\r\nHost: loop.a.test\r\n\r\n", "a loopback address"),
-            ("GET http://127.0.0.1/ HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "is an IP address"),
-            ("GET http://x.a.test:8080/ HTTP/1.1\r\nHost: x.a.test:8080\r\n\r\n", "only ports 80 and 443"),
-            ("GET http://x.a.test/ HTTP/1.1\r\nHost: y.a.test\r\n\r\n", "Host header names y.a.test"),
-            ("CONNECT b.test:443 HTTP/1.1\r\nHost: b.test:443\r\n\r\n", "not in this container's allowlist"),
-            ("CONNECT x.a.test:22 HTTP/1.1\r\nHost: x.a.test:22\r\n\r\n", "only ports 80 and 443"),
+            (
+                "GET http://b.test/ HTTP/1.1\r\nHost: b.test\r\n\r\n",
+                "not in this container's allowlist",
+            ),
+            (
+                "GET http://loop.a.test/ HTTP/1.1\r\nHost: loop.a.test\r\n\r\n",
+                "a loopback address",
+            ),
+            (
+                "GET http://127.0.0.1/ HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+                "is an IP address",
+            ),
+            (
+                "GET http://x.a.test:8080/ HTTP/1.1\r\nHost: x.a.test:8080\r\n\r\n",
+                "only ports 80 and 443",
+            ),
+            (
+                "GET http://x.a.test/ HTTP/1.1\r\nHost: y.a.test\r\n\r\n",
+                "Host header names y.a.test",
+            ),
+            (
+                "CONNECT b.test:443 HTTP/1.1\r\nHost: b.test:443\r\n\r\n",
+                "not in this container's allowlist",
+            ),
+            (
+                "CONNECT x.a.test:22 HTTP/1.1\r\nHost: x.a.test:22\r\n\r\n",
+                "only ports 80 and 443",
+            ),
         ] {
             let answer = exchange(http, request).await;
             assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
-            assert!(answer.contains("policy_denied") && answer.contains(reason), "{answer}");
+            assert!(
+                answer.contains("policy_denied") && answer.contains(reason),
+                "{answer}"
+            );
             let attempt = attempts.recv().await.unwrap();
             assert_eq!(attempt.verdict, Verdict::Denied);
             assert!(attempt.reason.contains(reason), "{}", attempt.reason);
@@ -934,7 +958,10 @@ mod tests {
         // Transparent: the address the client connected to (here the
         // proxy's own) was never an answer for the name.
         let answer = exchange(http, "GET / HTTP/1.1\r\nHost: x.a.test\r\n\r\n").await;
-        assert!(answer.contains("is not an address x.a.test resolved to"), "{answer}");
+        assert!(
+            answer.contains("is not an address x.a.test resolved to"),
+            "{answer}"
+        );
     }
 
     #[tokio::test]
@@ -945,11 +972,17 @@ mod tests {
         socket.connect(dns_address).await.unwrap();
         let mut buffer = [0u8; 512];
         for (name, expected) in [
-            ("x.a.test", Some(vec![IpAddr::V4(Ipv4Addr::new(127, 88, 0, 2))])),
+            (
+                "x.a.test",
+                Some(vec![IpAddr::V4(Ipv4Addr::new(127, 88, 0, 2))]),
+            ),
             ("loop.a.test", None),
             ("elsewhere.test", None),
         ] {
-            socket.send(&dns::query(7, name, dns::A).unwrap()).await.unwrap();
+            socket
+                .send(&dns::query(7, name, dns::A).unwrap())
+                .await
+                .unwrap();
             let n = socket.recv(&mut buffer).await.unwrap();
             let answer = dns::parse_response(&buffer[..n], 7).unwrap();
             assert_eq!(answer, expected.clone().unwrap_or_default(), "{name}");

@@ -46,11 +46,12 @@ pub struct EgressCounts {
     dropped: AtomicU64,
 }
 
+/// The proxy's settings, and the receiving end of its log.
+pub type Egress = (Arc<Settings>, mpsc::Receiver<Attempt>);
+
 /// The proxy's settings from the configuration, and the receiving end of
 /// its log; `None` when egress is off.
-pub fn settings(
-    config: &Config,
-) -> Result<Option<(Arc<Settings>, mpsc::Receiver<Attempt>)>, ServeError> {
+pub fn settings(config: &Config) -> Result<Option<Egress>, ServeError> {
     if !config.egress {
         return Ok(None);
     }

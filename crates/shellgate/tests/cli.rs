@@ -294,7 +294,14 @@ fn rootless_exec_allow_reaches_its_allowlist_and_nothing_else() {
         }
     });
     let output = Command::new("setpriv")
-        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups", "--"])
+        .args([
+            "--reuid",
+            "65534",
+            "--regid",
+            "65534",
+            "--clear-groups",
+            "--",
+        ])
         .arg(&binary)
         .arg("--data-dir")
         .arg(&data)
@@ -324,7 +331,10 @@ fn rootless_exec_allow_reaches_its_allowlist_and_nothing_else() {
     assert_eq!(lines[1], "mirror saw /proxied", "{stdout}");
     // The same address under a name without an exception is refused.
     assert!(lines[2].contains("a loopback address"), "{stdout}");
-    assert!(lines[3].contains("not in this container's allowlist"), "{stdout}");
+    assert!(
+        lines[3].contains("not in this container's allowlist"),
+        "{stdout}"
+    );
     assert!(stderr.contains("egress denied"), "{stderr}");
     // A list outside the organization's is refused before anything runs.
     let refused = Command::new(&binary)
