@@ -206,17 +206,23 @@ pub enum Head {
     Request(RequestHead),
 }
 
+/// An HTTP/1 head's text and length (its blank line included): `Err(true)`
+/// while it may still come, `Err(false)` if it cannot be one.
+fn head_text(bytes: &[u8]) -> Result<(&str, usize), bool> {
+    let Some(end) = bytes.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return Err(bytes.len() < MAX_HEAD);
+    };
+    std::str::from_utf8(&bytes[..end])
+        .map(|text| (text, end + 4))
+        .map_err(|_| false)
+}
+
 /// Reads an HTTP/1 request head.
 pub fn request_head(bytes: &[u8]) -> Head {
-    let Some(end) = bytes.windows(4).position(|w| w == b"\r\n\r\n") else {
-        return if bytes.len() >= MAX_HEAD {
-            Head::NotHttp
-        } else {
-            Head::Incomplete
-        };
-    };
-    let Ok(text) = std::str::from_utf8(&bytes[..end]) else {
-        return Head::NotHttp;
+    let (text, length) = match head_text(bytes) {
+        Ok(head) => head,
+        Err(true) => return Head::Incomplete,
+        Err(false) => return Head::NotHttp,
     };
     let mut lines = text.split("\r\n");
     let mut start = lines.next().unwrap_or_default().split(' ');
@@ -254,7 +260,7 @@ pub fn request_head(bytes: &[u8]) -> Head {
         version: version.to_owned(),
         host: hosts.first().map(|h| (*h).clone()),
         headers,
-        length: end + 4,
+        length,
     })
 }
 
@@ -280,15 +286,10 @@ pub enum ResponseParse {
 
 /// Reads an HTTP/1 response head (a 1xx head counts as one).
 pub fn response_head(bytes: &[u8]) -> ResponseParse {
-    let Some(end) = bytes.windows(4).position(|w| w == b"\r\n\r\n") else {
-        return if bytes.len() >= MAX_HEAD {
-            ResponseParse::NotHttp
-        } else {
-            ResponseParse::Incomplete
-        };
-    };
-    let Ok(text) = std::str::from_utf8(&bytes[..end]) else {
-        return ResponseParse::NotHttp;
+    let (text, length) = match head_text(bytes) {
+        Ok(head) => head,
+        Err(true) => return ResponseParse::Incomplete,
+        Err(false) => return ResponseParse::NotHttp,
     };
     let mut lines = text.split("\r\n");
     let mut start = lines.next().unwrap_or_default().splitn(3, ' ');
@@ -306,7 +307,7 @@ pub fn response_head(bytes: &[u8]) -> ResponseParse {
         content_length: None,
         chunked: false,
         encoded: false,
-        length: end + 4,
+        length,
     };
     for line in lines {
         let Some((name, value)) = line.split_once(':') else {

@@ -202,20 +202,26 @@ async fn a_killed_server_takes_its_containers_along_and_a_restart_cleans_up() {
     }
 }
 
-#[test]
-fn an_ordinary_user_runs_sandboxes_rootless_with_clear_warnings() {
-    let dir = TempDir::new("cli-rootless");
+/// A data directory owned by `nobody` and a copy of the binary that user
+/// can surely reach, wherever the checkout lives.
+fn rootless_setup(dir: &TempDir) -> (std::path::PathBuf, std::path::PathBuf) {
     let data = dir.path().join("data");
     std::fs::create_dir_all(&data).unwrap();
-    // SAFETY: chown on a path we just created.
     let path = std::ffi::CString::new(data.to_str().unwrap()).unwrap();
+    // SAFETY: chown on a path we just created.
     assert_eq!(unsafe { libc::chown(path.as_ptr(), 65534, 65534) }, 0);
-    // A copy the other user can surely reach, wherever the checkout lives.
     let binary = dir.path().join("shellgate");
     std::fs::copy(BINARY, &binary).unwrap();
     let top = std::ffi::CString::new(dir.path().to_str().unwrap()).unwrap();
     // SAFETY: chmod on a directory we just created.
     assert_eq!(unsafe { libc::chmod(top.as_ptr(), 0o755) }, 0);
+    (data, binary)
+}
+
+#[test]
+fn an_ordinary_user_runs_sandboxes_rootless_with_clear_warnings() {
+    let dir = TempDir::new("cli-rootless");
+    let (data, binary) = rootless_setup(&dir);
     let output = Command::new("setpriv")
         .args([
             "--reuid",
@@ -256,16 +262,7 @@ fn an_ordinary_user_runs_sandboxes_rootless_with_clear_warnings() {
 fn rootless_exec_allow_reaches_its_allowlist_and_nothing_else() {
     use std::io::{Read, Write};
     let dir = TempDir::new("cli-rootless-egress");
-    let data = dir.path().join("data");
-    std::fs::create_dir_all(&data).unwrap();
-    let path = std::ffi::CString::new(data.to_str().unwrap()).unwrap();
-    // SAFETY: chown on a path we just created.
-    assert_eq!(unsafe { libc::chown(path.as_ptr(), 65534, 65534) }, 0);
-    let binary = dir.path().join("shellgate");
-    std::fs::copy(BINARY, &binary).unwrap();
-    let top = std::ffi::CString::new(dir.path().to_str().unwrap()).unwrap();
-    // SAFETY: chmod on a directory we just created.
-    assert_eq!(unsafe { libc::chmod(top.as_ptr(), 0o755) }, 0);
+    let (data, binary) = rootless_setup(&dir);
     let config = dir.path().join("config.toml");
     std::fs::write(
         &config,
