@@ -492,6 +492,20 @@ def test_domain_secrets_reach_their_domain_only_and_are_never_shown(client, serv
     assert code == 0, err
     assert json.loads([e for e in world.requests("a") if e["path"] == "/body"][-1]["body"]) == {"key": SECRET}
     assert SECRET not in out
+    # Java (no proxy variables, its own trust store) where the host has it.
+    if shutil.which("java"):
+        java = (
+            "import java.net.URI; import java.net.http.*;\n"
+            "public class Fetch { public static void main(String[] a) throws Exception {\n"
+            "  var request = HttpRequest.newBuilder(URI.create(\"https://api.secret.test/java\"))\n"
+            "    .header(\"Authorization\", \"Bearer \" + System.getenv(\"API_TOKEN\")).build();\n"
+            "  System.out.println(HttpClient.newHttpClient().send(request,\n"
+            "    HttpResponse.BodyHandlers.ofString()).statusCode()); } }\n"
+        )
+        out, err, code = run(client, container.id,
+                             f"cat > /tmp/Fetch.java <<'EOF'\n{java}EOF\njava /tmp/Fetch.java", timeout_ms=120_000)
+        assert code == 0 and out.strip() == "200", (out, err)
+        assert [e for e in world.requests("a") if e["path"] == "/java"][-1]["authorization"] == f"Bearer {SECRET}"
     # Elsewhere the placeholder stays a placeholder: directly, and through a
     # redirect whose client forwards its headers (--location-trusted).
     run(client, container.id,

@@ -246,6 +246,7 @@ impl LocalEngine {
         // container's own mount is the one way in (downloads still open keep
         // the old file system alive, and `reuse_loop` shares it).
         lock(&container.view).take();
+        self.prepare_network(container).await?;
         let spec = self.helper_spec(container)?;
         let spec = serde_json::to_vec(&crate::protocol::HelperTask::Container(Box::new(spec)))
             .map_err(|e| SandboxError::Setup(format!("encode spec: {e}")))?;

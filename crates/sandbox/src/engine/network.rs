@@ -4,7 +4,8 @@
 //! A container with secrets also gets its own CA (see
 //! `shellgate_egress::intercept`), made in memory at its first start in this
 //! process: its certificate, with the host's roots, becomes the container's
-//! system trust store and the bundle the usual variables name.
+//! system trust store and the bundle the usual variables name, and (in the
+//! `host` image, where the host has Java) Java's trust store too.
 
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
@@ -29,6 +30,12 @@ const PROXY_URL: &str = "http://127.0.0.1:80";
 /// The system trust store inside a container (Debian's path, which
 /// OpenSSL, curl, Python's `ssl` and Go read).
 const SYSTEM_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// Java's trust store inside a container (Debian's; the JDK's own
+/// `lib/security/cacerts` links to it).
+const JAVA_STORE: &str = "/etc/ssl/certs/java/cacerts";
+/// Where the host's `keytool` may be.
+const KEYTOOLS: [&str; 2] = ["/usr/bin/keytool", "/usr/lib/jvm/default-java/bin/keytool"];
 
 /// Variables that name a CA bundle for the tools that do not read the
 /// system store (Python `requests`, Node, pip, git, curl builds).
@@ -97,23 +104,24 @@ impl LocalEngine {
             env.push((secret.name.clone(), secret.placeholder.clone()));
         }
         let mut file_binds = vec![(self.resolv_conf(), "/etc/resolv.conf".to_owned())];
-        if let Some(interceptor) = self.interceptor(container)? {
-            let bundle = container.dir.join("egress-ca.pem");
-            let mut contents = std::fs::read_to_string(SYSTEM_BUNDLE).unwrap_or_default();
-            if !contents.is_empty() && !contents.ends_with('\n') {
-                contents.push('\n');
-            }
-            contents.push_str(&interceptor.ca_pem());
-            std::fs::write(&bundle, contents).context(|| format!("write {}", bundle.display()))?;
-            if self
-                .inner
-                .images
-                .can_cover_etc_file(&container.spec.image, SYSTEM_BUNDLE)
+        // Made by `prepare_network` for this start, if the container has
+        // secrets this process holds.
+        if lock(&container.interceptor).is_some() {
+            let bundle = container.dir.join(BUNDLE_FILE);
+            if bundle.exists()
+                && self
+                    .inner
+                    .images
+                    .can_cover_etc_file(&container.spec.image, SYSTEM_BUNDLE)
             {
                 file_binds.push((bundle, SYSTEM_BUNDLE.to_owned()));
                 for name in BUNDLE_VARIABLES {
                     env.push((name.to_owned(), SYSTEM_BUNDLE.to_owned()));
                 }
+            }
+            let java = container.dir.join(JAVA_FILE);
+            if java.exists() {
+                file_binds.push((java, JAVA_STORE.to_owned()));
             }
         }
         Ok(NetworkSetup {
@@ -123,16 +131,40 @@ impl LocalEngine {
         })
     }
 
-    /// The container's interceptor, made at its first start in this
-    /// process; `None` if it has no secret whose value this process holds.
-    fn interceptor(&self, container: &Container) -> Result<Option<Arc<Interceptor>>, SandboxError> {
+    /// Before a start: the container's interceptor (made at its first
+    /// start in this process, if it has secrets whose values this process
+    /// holds) and the trust stores that hold its CA, written off the async
+    /// workers (Java's takes a `keytool` run).
+    pub(super) async fn prepare_network(&self, container: &Container) -> Result<(), SandboxError> {
+        let Some((interceptor, new)) = self.interceptor(container)? else {
+            return Ok(());
+        };
+        let dir = container.dir.clone();
+        let java = container.spec.image == crate::image::HOST_IMAGE
+            && self
+                .inner
+                .images
+                .can_cover_etc_file(&container.spec.image, JAVA_STORE);
+        tokio::task::spawn_blocking(move || {
+            write_trust_stores(&dir, &interceptor.ca_pem(), new, java)
+        })
+        .await
+        .map_err(|e| SandboxError::Setup(format!("the trust store writer failed: {e}")))?
+    }
+
+    /// The container's interceptor, and whether it was just made; `None`
+    /// if it has no secret whose value this process holds.
+    fn interceptor(
+        &self,
+        container: &Container,
+    ) -> Result<Option<(Arc<Interceptor>, bool)>, SandboxError> {
         let secrets = &container.spec.network.secrets;
         if !secrets.iter().any(|s| s.value.is_some()) {
             return Ok(None);
         }
         let mut slot = lock(&container.interceptor);
         if let Some(interceptor) = slot.as_ref() {
-            return Ok(Some(Arc::clone(interceptor)));
+            return Ok(Some((Arc::clone(interceptor), false)));
         }
         let settings = self.inner.config.egress.as_ref().ok_or_else(|| {
             SandboxError::Setup("the container has a network policy but egress is off".into())
@@ -142,7 +174,7 @@ impl LocalEngine {
                 .map(Arc::new)
                 .map_err(|e| SandboxError::Setup(format!("the egress proxy's CA: {e}")))?;
         *slot = Some(Arc::clone(&interceptor));
-        Ok(Some(interceptor))
+        Ok(Some((interceptor, true)))
     }
 
     /// Writes the networked containers' `resolv.conf` (at engine start).
@@ -194,6 +226,72 @@ impl LocalEngine {
             .context(|| "serve the egress proxy's sockets".into())
     }
 }
+
+/// The container's copies of the system bundle and (with `java`) of Java's
+/// store, each with `ca` added; made again when the CA is `new`.
+fn write_trust_stores(
+    dir: &std::path::Path,
+    ca: &str,
+    new: bool,
+    java: bool,
+) -> Result<(), SandboxError> {
+    let bundle = dir.join(BUNDLE_FILE);
+    if new || !bundle.exists() {
+        let mut contents = std::fs::read_to_string(SYSTEM_BUNDLE).unwrap_or_default();
+        if !contents.is_empty() && !contents.ends_with('\n') {
+            contents.push('\n');
+        }
+        contents.push_str(ca);
+        std::fs::write(&bundle, contents).context(|| format!("write {}", bundle.display()))?;
+    }
+    let store = dir.join(JAVA_FILE);
+    if !java || (!new && store.exists()) {
+        return Ok(());
+    }
+    let _ = std::fs::remove_file(&store);
+    let Some(keytool) = KEYTOOLS.iter().find(|k| std::path::Path::new(k).exists()) else {
+        return Ok(());
+    };
+    // The host's store, copied, with the CA imported: Java reads only its
+    // own format. Without it Java programs would refuse the proxy's
+    // certificates for the secret's domain (and only those).
+    let staging = dir.join(format!("{JAVA_FILE}.new"));
+    let ca_file = dir.join("egress-ca-only.pem");
+    std::fs::copy(JAVA_STORE, &staging).context(|| format!("copy {JAVA_STORE}"))?;
+    std::fs::write(&ca_file, ca).context(|| format!("write {}", ca_file.display()))?;
+    let imported = std::process::Command::new(keytool)
+        .args(["-importcert", "-noprompt", "-alias", "shellgate-egress"])
+        .arg("-file")
+        .arg(&ca_file)
+        .arg("-keystore")
+        .arg(&staging)
+        .args(["-storepass", "changeit"])
+        .stdin(std::process::Stdio::null())
+        .output();
+    let _ = std::fs::remove_file(&ca_file);
+    match imported {
+        Ok(output) if output.status.success() => {
+            std::fs::rename(&staging, &store).context(|| format!("rename {}", store.display()))
+        }
+        Ok(output) => {
+            let _ = std::fs::remove_file(&staging);
+            tracing::warn!(
+                "could not add the egress CA to Java's trust store: {}",
+                String::from_utf8_lossy(&output.stderr).trim()
+            );
+            Ok(())
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&staging);
+            tracing::warn!("could not run {keytool}: {e}");
+            Ok(())
+        }
+    }
+}
+
+/// The container's system bundle (host roots and its CA) and Java store.
+const BUNDLE_FILE: &str = "egress-ca.pem";
+const JAVA_FILE: &str = "egress-java-cacerts";
 
 /// The proxy's settings, shared by every container of an engine.
 pub type EgressSettings = Arc<shellgate_egress::proxy::Settings>;
