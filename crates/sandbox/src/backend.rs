@@ -287,6 +287,12 @@ impl SkippedFiles {
 /// that count, so the API layer keeps no count of its own.
 #[async_trait]
 pub trait SandboxBackend: Send + Sync {
+    /// The images containers can be made from (reads the image store:
+    /// call it off the async workers).
+    fn images(&self) -> Vec<crate::image::ImageInfo> {
+        Vec::new()
+    }
+
     /// Creates a container and starts its processes.
     async fn create(&self, id: &str, spec: ContainerSpec) -> Result<ContainerInfo, SandboxError>;
     /// Runs commands one after another; one result per command, in order.

@@ -143,11 +143,47 @@ pub struct ResolvedImage {
     pub file_binds: Vec<(PathBuf, String)>,
 }
 
-/// One entry of `shellgate image list`.
+/// One entry of `shellgate image list` (and of `GET /v1/images`).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ImageInfo {
     pub name: String,
     pub path: PathBuf,
+    #[serde(flatten)]
+    pub details: ImageDetails,
+}
+
+/// What is known of an image beyond its name, kept in `<name>/info.json`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ImageDetails {
+    /// Bytes of its files (apparent size), measured when it was installed;
+    /// `None` for `host` (the host's own `/usr`).
+    #[serde(default)]
+    pub size_bytes: Option<u64>,
+    /// Seconds since the Unix epoch when it was installed.
+    #[serde(default)]
+    pub created_at: Option<i64>,
+    /// Runtime versions, as `shellgate image verify` found them.
+    #[serde(default)]
+    pub runtimes: std::collections::BTreeMap<String, String>,
+}
+
+/// Total apparent size of the regular files below `dir`, links not
+/// followed.
+fn tree_size(dir: &Path) -> u64 {
+    let mut total = 0;
+    let mut pending = vec![dir.to_owned()];
+    while let Some(dir) = pending.pop() {
+        for entry in fs::read_dir(&dir).into_iter().flatten().flatten() {
+            match entry.file_type() {
+                Ok(kind) if kind.is_dir() => pending.push(entry.path()),
+                Ok(kind) if kind.is_file() => {
+                    total += entry.metadata().map(|m| m.len()).unwrap_or(0);
+                }
+                _ => {}
+            }
+        }
+    }
+    total
 }
 
 impl ImageStore {
@@ -299,11 +335,49 @@ impl ImageStore {
         Ok(self.root.join(name).join("rootfs"))
     }
 
+    /// What `info.json` says of an image (nothing, if it is missing).
+    pub fn details(&self, name: &str) -> ImageDetails {
+        fs::read(self.root.join(name).join("info.json"))
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+            .unwrap_or_default()
+    }
+
+    /// Records what `image verify` found.
+    pub fn set_runtimes(
+        &self,
+        name: &str,
+        runtimes: std::collections::BTreeMap<String, String>,
+    ) -> Result<(), SandboxError> {
+        validate_image_name(name)?;
+        let details = ImageDetails {
+            runtimes,
+            ..self.details(name)
+        };
+        self.write_details(name, &details)
+    }
+
+    fn write_details(&self, name: &str, details: &ImageDetails) -> Result<(), SandboxError> {
+        let dir = self.root.join(name);
+        fs::create_dir_all(&dir).context(|| format!("create {}", dir.display()))?;
+        let staging = dir.join("info.json.new");
+        let bytes = serde_json::to_vec_pretty(details)
+            .map_err(|e| SandboxError::Setup(format!("encode image details: {e}")))?;
+        fs::write(&staging, bytes).context(|| "write info.json".into())?;
+        fs::rename(&staging, dir.join("info.json")).context(|| "install info.json".into())
+    }
+
+    /// Whether an image of that name can be used now.
+    pub fn exists(&self, name: &str) -> bool {
+        name == HOST_IMAGE || self.rootfs(name).is_ok_and(|rootfs| rootfs.is_dir())
+    }
+
     /// Every image: `host` and each directory with a rootfs.
     pub fn list(&self) -> Vec<ImageInfo> {
         let mut images = vec![ImageInfo {
             name: HOST_IMAGE.to_owned(),
             path: PathBuf::from("/"),
+            details: self.details(HOST_IMAGE),
         }];
         if let Ok(entries) = fs::read_dir(&self.root) {
             let mut named: Vec<ImageInfo> = entries
@@ -311,8 +385,13 @@ impl ImageStore {
                 .filter_map(|entry| {
                     let name = entry.file_name().to_str()?.to_owned();
                     let rootfs = entry.path().join("rootfs");
-                    (name != HOST_IMAGE && !name.starts_with('.') && rootfs.is_dir())
-                        .then_some(ImageInfo { name, path: rootfs })
+                    (name != HOST_IMAGE && !name.starts_with('.') && rootfs.is_dir()).then(|| {
+                        ImageInfo {
+                            details: self.details(&name),
+                            name,
+                            path: rootfs,
+                        }
+                    })
                 })
                 .collect();
             named.sort_by(|a, b| a.name.cmp(&b.name));
@@ -536,10 +615,20 @@ impl ImageStore {
             let _ = fs::remove_dir_all(staging);
             return Err(e);
         }
+        let details = ImageDetails {
+            size_bytes: Some(tree_size(staging)),
+            created_at: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .ok()
+                .map(|d| d.as_secs() as i64),
+            runtimes: Default::default(),
+        };
         replace_dir(staging, target)?;
+        self.write_details(name, &details)?;
         Ok(ImageInfo {
             name: name.to_owned(),
             path: target.to_owned(),
+            details,
         })
     }
 }

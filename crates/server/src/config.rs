@@ -96,6 +96,9 @@ pub struct Config {
     /// Upstreams for models by name prefix (config file only):
     /// `[[upstreams]] prefix = "llama", url = "...", api_key = "...", protocol = "chat"`.
     pub upstreams: Vec<UpstreamRoute>,
+    /// The image containers are made from when a request names none; while
+    /// it is not there (not built yet), `host` is used and the log says so.
+    pub default_image: String,
     /// Whether containers may have network access at all (through the
     /// egress proxy, by allowlist). Off: every `network_policy` allowlist
     /// is refused (400).
@@ -220,6 +223,7 @@ impl Default for Config {
             guardrail_input_default: "flag".to_owned(),
             guardrail_tool_output_default: "off".to_owned(),
             guardrails: Vec::new(),
+            default_image: "debian-12".to_owned(),
             egress: true,
             egress_allowed_domains: "*".to_owned(),
             egress_allow_any_domain: false,

@@ -2,6 +2,7 @@
 //! container's files.
 
 use std::convert::Infallible;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -45,6 +46,48 @@ pub fn container_object(row: &ContainerRow) -> Container {
         memory_limit: MemoryLimit::parse(&row.memory_limit).unwrap_or_default(),
         network_policy: serde_json::from_str(&row.network_policy)
             .unwrap_or(NetworkPolicy::Disabled),
+        image: row.image.clone(),
+    }
+}
+
+/// The image a new container is made from: the one asked for (a 400
+/// naming the available ones if it is not there), else the server's
+/// default, else (the default not built yet) `host`.
+pub(crate) async fn choose_image(state: &Arc<AppState>, asked: Option<&str>) -> ApiResult<String> {
+    let engine = Arc::clone(&state.engine);
+    let available: Vec<String> = tokio::task::spawn_blocking(move || engine.images())
+        .await
+        .map_err(|e| ApiError::internal(format!("image listing failed: {e}")))?
+        .into_iter()
+        .map(|image| image.name)
+        .collect();
+    let host = shellgate_sandbox::image::HOST_IMAGE;
+    match asked {
+        Some(name) if available.iter().any(|a| a == name) => Ok(name.to_owned()),
+        Some(name) => Err(ApiError::invalid(
+            "image",
+            format!(
+                "no image named {name:?}; available: {}",
+                available.join(", ")
+            ),
+        )),
+        None => {
+            let default = &state.config.default_image;
+            if available.iter().any(|a| a == default) {
+                return Ok(default.clone());
+            }
+            if default != host
+                && !state
+                    .default_image_missing_said
+                    .swap(true, Ordering::Relaxed)
+            {
+                tracing::warn!(
+                    "the default image {default:?} is not there yet: containers use {host:?} until \
+                     it is (`shellgate image build {default}`)"
+                );
+            }
+            Ok(host.to_owned())
+        }
     }
 }
 
@@ -129,6 +172,7 @@ pub(crate) async fn create_container(
         files.push(file);
     }
     let memory = body.memory_limit.unwrap_or_default();
+    let image = choose_image(state, body.image.as_deref()).await?;
     let now = now();
     let row = ContainerRow {
         id: new_id("cntr_"),
@@ -157,6 +201,7 @@ pub(crate) async fn create_container(
         billed_seconds: 0.0,
         session_seconds: 0.0,
         session_open: false,
+        image: image.clone(),
     };
     // Impossible on this host (400) before over this project's quota (429).
     shellgate_sandbox::backend::check_memory(memory.bytes(), state.engine.memory_ceiling())?;
@@ -178,6 +223,7 @@ pub(crate) async fn create_container(
                 memory_bytes: memory.bytes(),
                 cpu_cores: state.config.container_cpu_ceiling(),
                 network,
+                image,
                 ..ContainerSpec::default()
             };
             state.engine.create(&row.id, spec).await?;
@@ -475,6 +521,41 @@ pub async fn exec(
     Ok(Sse::new(stream)
         .keep_alive(crate::sse_keep_alive())
         .into_response())
+}
+
+/// `GET /v1/images` (our extension): the images containers can be made
+/// from, with their sizes and runtimes, and which one is the default.
+pub async fn images(
+    State(state): State<Arc<AppState>>,
+    _project: Project,
+) -> ApiResult<Json<serde_json::Value>> {
+    let engine = Arc::clone(&state.engine);
+    let images = tokio::task::spawn_blocking(move || engine.images())
+        .await
+        .map_err(|e| ApiError::internal(format!("image listing failed: {e}")))?;
+    let default = &state.config.default_image;
+    let data: Vec<serde_json::Value> = images
+        .iter()
+        .map(|image| {
+            serde_json::json!({
+                "id": image.name,
+                "object": "image",
+                "name": image.name,
+                "default": &image.name == default,
+                "size_bytes": image.details.size_bytes,
+                "created_at": image.details.created_at,
+                "runtimes": image.details.runtimes,
+            })
+        })
+        .collect();
+    Ok(Json(serde_json::json!({
+        "object": "list",
+        "data": data,
+        "first_id": images.first().map(|i| &i.name),
+        "last_id": images.last().map(|i| &i.name),
+        "has_more": false,
+        "default_image": default,
+    })))
 }
 
 /// `GET /v1/containers/{id}/commands`: the container's command audit, paged

@@ -126,6 +126,7 @@ pub fn state() -> Result<Arc<AppState>, crate::ServeError> {
         sync_locks: Default::default(),
         egress: None,
         egress_counts: Default::default(),
+        default_image_missing_said: Default::default(),
     }))
 }
 

@@ -67,6 +67,8 @@ pub struct AppState {
     /// The egress proxy's settings (`None`: egress is off).
     egress: Option<Arc<shellgate_egress::proxy::Settings>>,
     egress_counts: egress::EgressCounts,
+    /// Whether the log already said that the default image is missing.
+    default_image_missing_said: std::sync::atomic::AtomicBool,
 }
 
 /// Seconds since the Unix epoch.
@@ -227,6 +229,7 @@ pub async fn open(config: Config, helper_binary: PathBuf) -> Result<Arc<AppState
         sync_locks: Mutex::new(HashMap::new()),
         egress,
         egress_counts: Default::default(),
+        default_image_missing_said: Default::default(),
     });
     if let Some(log) = egress_log {
         egress::spawn_log_writer(Arc::clone(&state), log);
@@ -291,6 +294,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             get(containers::commands),
         )
         .route("/containers/{container_id}/egress", get(egress::list))
+        .route("/images", get(containers::images))
         .route(
             "/containers/{container_id}/files",
             post(containers::upload_file)

@@ -476,7 +476,13 @@ fn without_secret_values(body: &Value) -> Value {
 /// The container of a `container_auto` environment, as `POST /v1/containers` takes it.
 fn auto_container(params: &Value, param: &str) -> ApiResult<CreateContainer> {
     let mut body = json!({"name": "shell"});
-    for key in ["file_ids", "skills", "memory_limit", "network_policy"] {
+    for key in [
+        "file_ids",
+        "skills",
+        "memory_limit",
+        "network_policy",
+        "image",
+    ] {
         if let Some(value) = params.get(key).filter(|v| !v.is_null()) {
             body[key] = value.clone();
         }
@@ -725,6 +731,9 @@ async fn prepare(state: &Arc<AppState>, project: &Project, body: Value) -> ApiRe
                     "tools.environment.network_policy",
                 )?;
                 crate::containers::validate_create(&state.config, &body)?;
+                if body.image.is_some() {
+                    crate::containers::choose_image(state, body.image.as_deref()).await?;
+                }
                 auto = Some(body);
             }
             Environment::Local { .. } => {}

@@ -109,6 +109,12 @@ enum ImageCommand {
         /// Image to build.
         name: String,
     },
+    /// Print each runtime's version in an image (Python, Node.js, Java,
+    /// PHP, Ruby, Go, Python's data stack); fails if one is missing.
+    Verify {
+        /// Image to check.
+        name: String,
+    },
     /// Import a root file system tarball as an image.
     Import {
         /// Name of the new image.
@@ -362,11 +368,78 @@ async fn image(data_dir: PathBuf, command: ImageCommand) -> Result<()> {
             println!("{}\t{}", image.name, image.path.display());
             Ok(())
         }
+        ImageCommand::Verify { name } => verify_image(&engine, &name).await,
         ImageCommand::Import { name, tarball } => {
             let image = engine.images().import(&name, &tarball).await?;
             println!("{}\t{}", image.name, image.path.display());
             Ok(())
         }
+    }
+}
+
+/// The runtimes `image verify` looks for, and how each says its version.
+const RUNTIMES: &[(&str, &str)] = &[
+    ("python", "python3 --version 2>&1 | cut -d' ' -f2"),
+    ("node", "node --version | tr -d v"),
+    ("java", "java -version 2>&1 | head -1 | cut -d'\"' -f2"),
+    ("php", "php -r 'echo PHP_VERSION;'"),
+    ("ruby", "ruby -e 'print RUBY_VERSION'"),
+    ("go", "go env GOVERSION | sed s/^go//"),
+    (
+        "python data stack",
+        "python3 -c 'import numpy, pandas, matplotlib, scipy, sklearn; print(\"pandas \" + pandas.__version__)'",
+    ),
+];
+
+/// Runs each runtime's version command in a throwaway container of the
+/// image; records what it found (`GET /v1/images` shows it) and fails if
+/// anything is missing.
+async fn verify_image(engine: &LocalEngine, name: &str) -> Result<()> {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    let id = format!("verify-{}-{nanos}", std::process::id());
+    let spec = ContainerSpec {
+        image: name.to_owned(),
+        ephemeral: true,
+        ..ContainerSpec::default()
+    };
+    engine
+        .create(&id, spec)
+        .await
+        .context("cannot create a container of the image")?;
+    let request = RunRequest {
+        commands: RUNTIMES.iter().map(|(_, c)| (*c).to_owned()).collect(),
+        timeout_ms: 60_000,
+        max_output_length: 1000,
+        deadline_ms: None,
+    };
+    let results = engine.run(&id, request).await;
+    let _ = engine.destroy(&id).await;
+    let results = results.context("the version commands failed to run")?;
+    let mut found = std::collections::BTreeMap::new();
+    let mut missing = Vec::new();
+    for ((runtime, _), result) in RUNTIMES.iter().zip(&results) {
+        let version = result.stdout.trim();
+        let ok = matches!(
+            result.outcome,
+            shellgate_sandbox::Outcome::Exit { exit_code: 0 }
+        ) && !version.is_empty();
+        if ok {
+            println!("{runtime:<18} {version}");
+            found.insert((*runtime).to_owned(), version.to_owned());
+        } else {
+            println!("{runtime:<18} MISSING");
+            missing.push(*runtime);
+        }
+    }
+    engine.images().set_runtimes(name, found)?;
+    engine.shutdown().await;
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        anyhow::bail!("image {name} lacks: {}", missing.join(", "))
     }
 }
 

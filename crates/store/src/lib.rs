@@ -147,6 +147,9 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX egress_by_container ON egress (container_id, seq);
 "#,
+    r#"
+    ALTER TABLE containers ADD COLUMN image TEXT NOT NULL DEFAULT 'host';
+"#,
 ];
 
 /// A container's row.
@@ -173,6 +176,8 @@ pub struct ContainerRow {
     pub session_seconds: f64,
     /// Whether a session (the container's processes) is running.
     pub session_open: bool,
+    /// The image it was made from (kept for its whole life).
+    pub image: String,
 }
 
 /// A Files API file's row.
@@ -360,7 +365,7 @@ pub struct Store {
 }
 
 const CONTAINER_COLUMNS: &str = "id, project, name, created_at, last_active_at, status, memory_limit, \
-     expires_minutes, network_policy, skills, file_ids, billed_seconds, session_seconds, session_open";
+     expires_minutes, network_policy, skills, file_ids, billed_seconds, session_seconds, session_open, image";
 
 fn container_row(row: &Row) -> rusqlite::Result<ContainerRow> {
     Ok(ContainerRow {
@@ -378,6 +383,7 @@ fn container_row(row: &Row) -> rusqlite::Result<ContainerRow> {
         billed_seconds: row.get(11)?,
         session_seconds: row.get(12)?,
         session_open: row.get(13)?,
+        image: row.get(14)?,
     })
 }
 
@@ -583,7 +589,7 @@ impl Store {
     pub fn insert_container(&self, row: &ContainerRow) -> Result<()> {
         self.conn().execute(
             &format!(
-                "INSERT INTO containers ({CONTAINER_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
+                "INSERT INTO containers ({CONTAINER_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"
             ),
             params![
                 row.id,
@@ -599,7 +605,8 @@ impl Store {
                 row.file_ids,
                 row.billed_seconds,
                 row.session_seconds,
-                row.session_open
+                row.session_open,
+                row.image
             ],
         )?;
         Ok(())
@@ -1262,6 +1269,7 @@ mod tests {
             billed_seconds: 0.0,
             session_seconds: 0.0,
             session_open: false,
+            image: "host".into(),
         }
     }
 

@@ -136,6 +136,10 @@ pub struct CreateContainer {
     pub skills: Vec<Value>,
     pub memory_limit: Option<MemoryLimit>,
     pub network_policy: Option<NetworkPolicy>,
+    /// shellgate's extension: the image to make it from (`GET /v1/images`);
+    /// the server's `default_image` when omitted.
+    #[serde(default)]
+    pub image: Option<String>,
 }
 
 /// The container object.
@@ -150,6 +154,9 @@ pub struct Container {
     pub expires_after: ExpiresAfter,
     pub memory_limit: MemoryLimit,
     pub network_policy: NetworkPolicy,
+    /// shellgate's extension: the image it was made from.
+    #[serde(default)]
+    pub image: String,
 }
 
 /// A cursor page: `{"object":"list","data":[...],"first_id","last_id","has_more"}`.

@@ -403,6 +403,10 @@ impl LocalEngine {
 
 #[async_trait]
 impl SandboxBackend for LocalEngine {
+    fn images(&self) -> Vec<crate::image::ImageInfo> {
+        self.inner.images.list()
+    }
+
     async fn create(&self, id: &str, spec: ContainerSpec) -> Result<ContainerInfo, SandboxError> {
         validate_container_id(id)?;
         self.admit(&spec)?;
