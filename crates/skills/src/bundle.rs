@@ -1,0 +1,663 @@
+//! A skill bundle: one top-level folder holding `SKILL.md` and whatever
+//! else the skill needs, read from a zip or from a directory upload, and
+//! checked before anything is written anywhere.
+//!
+//! Everything here is untrusted input. Refused, each with a reason: paths
+//! that are absolute, climb (`..`), hold a backslash, NUL or control
+//! characters, or are too deep or long; duplicate paths; symbolic links,
+//! devices, FIFOs and sockets; encrypted entries and compression methods
+//! other than stored and deflate; more than [`Limits::max_files`] files;
+//! a file, or the whole, larger than the limits once decompressed (sizes
+//! are enforced while decompressing: a header that lies gains nothing) or
+//! compressed more than [`Limits::max_ratio`] to one; zips nested inside
+//! the bundle more than [`Limits::max_nesting`] deep (they are never
+//! unpacked, but a recursive zip is a bomb for whatever opens it later);
+//! and a missing or malformed `SKILL.md`.
+
+use std::collections::BTreeMap;
+use std::io::{Cursor, Read, Write};
+use std::path::Path;
+
+use crate::manifest::{self, Manifest, ManifestError};
+
+/// What a bundle may hold.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Files (directories do not count).
+    pub max_files: usize,
+    /// One file, decompressed.
+    pub max_file_bytes: u64,
+    /// Every file together, decompressed.
+    pub max_total_bytes: u64,
+    /// Decompressed to compressed size, for entries above 1 MiB.
+    pub max_ratio: u64,
+    /// Folders below the top-level one.
+    pub max_depth: usize,
+    /// Zips inside zips inside the bundle.
+    pub max_nesting: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_files: 500,
+            max_file_bytes: 25 << 20,
+            max_total_bytes: 100 << 20,
+            max_ratio: 200,
+            max_depth: 16,
+            max_nesting: 2,
+        }
+    }
+}
+
+/// One file of a bundle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BundleFile {
+    /// Below the top-level folder, `/`-separated, checked.
+    pub path: String,
+    pub bytes: Vec<u8>,
+    /// Whether it was marked executable (scripts keep their mode).
+    pub executable: bool,
+}
+
+/// A checked bundle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bundle {
+    pub manifest: Manifest,
+    /// The top-level folder's name, as uploaded.
+    pub folder: String,
+    /// Sorted by path; `SKILL.md` among them.
+    pub files: Vec<BundleFile>,
+}
+
+/// Why a bundle was refused (the message is for the uploader).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BundleError {
+    #[error("not a valid zip archive: {0}")]
+    NotZip(String),
+    #[error("{path:?}: {reason}")]
+    BadPath { path: String, reason: &'static str },
+    #[error("{0:?} is in the bundle twice")]
+    Duplicate(String),
+    #[error("{path:?} is {kind}; a skill holds regular files and folders only")]
+    NotRegular { path: String, kind: &'static str },
+    #[error("{0:?} is encrypted")]
+    Encrypted(String),
+    #[error("{path:?} uses compression method {method}; only stored and deflate are accepted")]
+    Compression { path: String, method: String },
+    #[error("{count} files; a skill holds at most {limit}")]
+    TooManyFiles { count: usize, limit: usize },
+    #[error("{path:?} is larger than {limit} bytes once decompressed")]
+    FileTooLarge { path: String, limit: u64 },
+    #[error("the files are larger than {limit} bytes together once decompressed")]
+    TooLarge { limit: u64 },
+    #[error("{path:?} is compressed more than {limit} to 1 (a zip bomb?)")]
+    Ratio { path: String, limit: u64 },
+    #[error("{path:?} holds zips nested more than {limit} deep")]
+    Nesting { path: String, limit: usize },
+    #[error("{path:?} does not match its declared size or checksum")]
+    Corrupt { path: String },
+    #[error("the bundle must hold one top-level folder (e.g. my-skill/SKILL.md); found {0}")]
+    Layout(String),
+    #[error("the bundle has no {0}/SKILL.md")]
+    NoManifest(String),
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    #[error("the bundle is empty")]
+    Empty,
+}
+
+/// Splits and checks a path from an archive or an upload.
+fn components(path: &str, limits: &Limits) -> Result<Vec<String>, BundleError> {
+    let bad = |reason| BundleError::BadPath {
+        path: path.to_owned(),
+        reason,
+    };
+    if path.starts_with('/') {
+        return Err(bad("absolute paths are not allowed"));
+    }
+    if path.contains('\\') {
+        return Err(bad("backslashes are not allowed in paths"));
+    }
+    if path.chars().any(|c| c.is_control()) {
+        return Err(bad("control characters are not allowed in paths"));
+    }
+    if path.len() > 1024 {
+        return Err(bad("the path is longer than 1024 bytes"));
+    }
+    let parts: Vec<String> = path
+        .trim_end_matches('/')
+        .split('/')
+        .map(str::to_owned)
+        .collect();
+    for part in &parts {
+        match part.as_str() {
+            "" => return Err(bad("empty path components are not allowed")),
+            "." | ".." => return Err(bad("`.` and `..` are not allowed in paths")),
+            p if p.len() > 255 => return Err(bad("a path component is longer than 255 bytes")),
+            _ => {}
+        }
+    }
+    if parts.len() > limits.max_depth + 2 {
+        return Err(bad("the path is nested too deep"));
+    }
+    Ok(parts)
+}
+
+/// Gathers files (path → bytes) into a bundle.
+struct Gatherer<'a> {
+    limits: &'a Limits,
+    files: BTreeMap<Vec<String>, (Vec<u8>, bool)>,
+    total: u64,
+}
+
+impl<'a> Gatherer<'a> {
+    fn new(limits: &'a Limits) -> Self {
+        Self {
+            limits,
+            files: BTreeMap::new(),
+            total: 0,
+        }
+    }
+
+    fn add(&mut self, path: &str, bytes: Vec<u8>, executable: bool) -> Result<(), BundleError> {
+        let parts = components(path, self.limits)?;
+        if self.files.len() >= self.limits.max_files {
+            return Err(BundleError::TooManyFiles {
+                count: self.files.len() + 1,
+                limit: self.limits.max_files,
+            });
+        }
+        if bytes.len() as u64 > self.limits.max_file_bytes {
+            return Err(BundleError::FileTooLarge {
+                path: path.to_owned(),
+                limit: self.limits.max_file_bytes,
+            });
+        }
+        self.total += bytes.len() as u64;
+        if self.total > self.limits.max_total_bytes {
+            return Err(BundleError::TooLarge {
+                limit: self.limits.max_total_bytes,
+            });
+        }
+        if path.to_ascii_lowercase().ends_with(".zip") {
+            let depth = nesting(&bytes, self.limits.max_nesting + 1);
+            if depth > self.limits.max_nesting {
+                return Err(BundleError::Nesting {
+                    path: path.to_owned(),
+                    limit: self.limits.max_nesting,
+                });
+            }
+        }
+        if self.files.insert(parts, (bytes, executable)).is_some() {
+            return Err(BundleError::Duplicate(path.to_owned()));
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> Result<Bundle, BundleError> {
+        let mut folders: Vec<&String> = self.files.keys().map(|parts| &parts[0]).collect();
+        folders.dedup();
+        let folder = match folders.as_slice() {
+            [] => return Err(BundleError::Empty),
+            [one] => (*one).clone(),
+            many => {
+                return Err(BundleError::Layout(format!(
+                    "{} top-level entries ({})",
+                    many.len(),
+                    many.iter()
+                        .take(3)
+                        .map(|s| s.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )))
+            }
+        };
+        if self.files.keys().any(|parts| parts.len() < 2) {
+            return Err(BundleError::Layout(format!(
+                "a file ({folder}) at the top level"
+            )));
+        }
+        // A file and a folder of the same name cannot both be unpacked.
+        let keys: Vec<&Vec<String>> = self.files.keys().collect();
+        for pair in keys.windows(2) {
+            if pair[1].len() > pair[0].len() && pair[1][..pair[0].len()] == pair[0][..] {
+                return Err(BundleError::Duplicate(pair[0].join("/")));
+            }
+        }
+        let manifest_key = vec![folder.clone(), "SKILL.md".to_owned()];
+        let manifest_bytes = &self
+            .files
+            .get(&manifest_key)
+            .ok_or_else(|| BundleError::NoManifest(folder.clone()))?
+            .0;
+        let text = std::str::from_utf8(manifest_bytes)
+            .map_err(|_| ManifestError("is not UTF-8 text".into()))?;
+        let manifest = manifest::parse(text)?;
+        let files = self
+            .files
+            .into_iter()
+            .map(|(parts, (bytes, executable))| BundleFile {
+                path: parts[1..].join("/"),
+                bytes,
+                executable,
+            })
+            .collect();
+        Ok(Bundle {
+            manifest,
+            folder,
+            files,
+        })
+    }
+}
+
+/// How deep zips nest in `bytes` (0: not a zip), looking no further than
+/// `limit`.
+fn nesting(bytes: &[u8], limit: usize) -> usize {
+    if limit == 0 {
+        return 0;
+    }
+    let Ok(mut archive) = zip::ZipArchive::new(Cursor::new(bytes)) else {
+        return 0;
+    };
+    let mut deepest = 0;
+    for index in 0..archive.len().min(500) {
+        let Ok(entry) = archive.by_index(index) else {
+            continue;
+        };
+        if !entry.name().to_ascii_lowercase().ends_with(".zip") || entry.size() > 25 << 20 {
+            continue;
+        }
+        let mut inner = Vec::new();
+        if entry.take(25 << 20).read_to_end(&mut inner).is_ok() {
+            deepest = deepest.max(nesting(&inner, limit - 1));
+        }
+    }
+    1 + deepest
+}
+
+const S_IFMT: u32 = 0o170000;
+const S_IFREG: u32 = 0o100000;
+const S_IFDIR: u32 = 0o040000;
+const S_IFLNK: u32 = 0o120000;
+
+/// Reads a zip archive.
+pub fn from_zip(bytes: &[u8], limits: &Limits) -> Result<Bundle, BundleError> {
+    let mut archive =
+        zip::ZipArchive::new(Cursor::new(bytes)).map_err(|e| BundleError::NotZip(e.to_string()))?;
+    if archive.len() > limits.max_files * 2 + 64 {
+        return Err(BundleError::TooManyFiles {
+            count: archive.len(),
+            limit: limits.max_files,
+        });
+    }
+    let mut gatherer = Gatherer::new(limits);
+    for index in 0..archive.len() {
+        let entry = archive
+            .by_index_raw(index)
+            .map_err(|e| BundleError::NotZip(e.to_string()))?;
+        let path =
+            String::from_utf8(entry.name_raw().to_vec()).map_err(|_| BundleError::BadPath {
+                path: String::from_utf8_lossy(entry.name_raw()).into_owned(),
+                reason: "the name is not UTF-8",
+            })?;
+        let mode = entry.unix_mode();
+        let kind = mode.map(|m| m & S_IFMT);
+        if entry.is_dir() || kind == Some(S_IFDIR) {
+            components(&path, limits)?;
+            continue;
+        }
+        match kind {
+            None | Some(0) | Some(S_IFREG) => {}
+            Some(S_IFLNK) => {
+                return Err(BundleError::NotRegular {
+                    path,
+                    kind: "a symbolic link",
+                })
+            }
+            Some(_) => {
+                return Err(BundleError::NotRegular {
+                    path,
+                    kind: "a device, FIFO or socket",
+                })
+            }
+        }
+        if entry.encrypted() {
+            return Err(BundleError::Encrypted(path));
+        }
+        let method = entry.compression();
+        if !matches!(
+            method,
+            zip::CompressionMethod::Stored | zip::CompressionMethod::Deflated
+        ) {
+            return Err(BundleError::Compression {
+                path,
+                method: format!("{method:?}"),
+            });
+        }
+        let declared = entry.size();
+        if declared > limits.max_file_bytes {
+            return Err(BundleError::FileTooLarge {
+                path,
+                limit: limits.max_file_bytes,
+            });
+        }
+        if declared > 1 << 20 && declared / entry.compressed_size().max(1) > limits.max_ratio {
+            return Err(BundleError::Ratio {
+                path,
+                limit: limits.max_ratio,
+            });
+        }
+        let executable = mode.is_some_and(|m| m & 0o111 != 0);
+        drop(entry);
+        let entry = archive
+            .by_index(index)
+            .map_err(|e| BundleError::NotZip(e.to_string()))?;
+        // Never more than the limit, whatever the header said.
+        let mut data = Vec::with_capacity(declared.min(1 << 20) as usize);
+        let read = entry.take(limits.max_file_bytes + 1).read_to_end(&mut data);
+        match read {
+            Ok(_) if data.len() as u64 > limits.max_file_bytes => {
+                return Err(BundleError::FileTooLarge {
+                    path,
+                    limit: limits.max_file_bytes,
+                })
+            }
+            Ok(_) if data.len() as u64 != declared => return Err(BundleError::Corrupt { path }),
+            Ok(_) => {}
+            // The zip crate checks each entry's CRC-32 at its end.
+            Err(_) => return Err(BundleError::Corrupt { path }),
+        }
+        gatherer.add(&path, data, executable)?;
+    }
+    gatherer.finish()
+}
+
+/// Reads a directory upload: each part's file name is its path inside one
+/// top-level folder (`my-skill/SKILL.md`, `my-skill/scripts/run.py`).
+pub fn from_files(
+    parts: impl IntoIterator<Item = (String, Vec<u8>)>,
+    limits: &Limits,
+) -> Result<Bundle, BundleError> {
+    let mut gatherer = Gatherer::new(limits);
+    for (path, bytes) in parts {
+        // Scripts uploaded as plain parts lose their mode: the usual ones
+        // are made executable again.
+        let executable = [".sh", ".py", ".rb", ".pl", ".js"]
+            .iter()
+            .any(|ext| path.ends_with(ext))
+            && bytes.starts_with(b"#!");
+        gatherer.add(&path, bytes, executable)?;
+    }
+    gatherer.finish()
+}
+
+impl Bundle {
+    /// Its total size, decompressed.
+    pub fn bytes(&self) -> u64 {
+        self.files.iter().map(|f| f.bytes.len() as u64).sum()
+    }
+
+    /// The bundle as a zip under one top-level folder named after the
+    /// skill (what the content endpoints return).
+    pub fn to_zip(&self) -> Vec<u8> {
+        let mut out = Cursor::new(Vec::new());
+        {
+            let mut writer = zip::ZipWriter::new(&mut out);
+            for file in &self.files {
+                let options = zip::write::SimpleFileOptions::default()
+                    .compression_method(zip::CompressionMethod::Deflated)
+                    .unix_permissions(if file.executable { 0o755 } else { 0o644 });
+                let name = format!("{}/{}", self.manifest.name, file.path);
+                // Writing to memory cannot fail but for a bug: the paths
+                // were checked and the sizes are in memory already.
+                if writer.start_file(name, options).is_ok() {
+                    let _ = writer.write_all(&file.bytes);
+                }
+            }
+            let _ = writer.finish();
+        }
+        out.into_inner()
+    }
+
+    /// Writes the files below `dir` (which must be empty or not exist):
+    /// directories 0755, files 0644 (0755 if executable), nothing followed
+    /// or replaced.
+    pub fn unpack(&self, dir: &Path) -> std::io::Result<()> {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        std::fs::create_dir_all(dir)?;
+        for file in &self.files {
+            let path = dir.join(&file.path);
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent)?;
+                std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755))?;
+            }
+            let mode = if file.executable { 0o755 } else { 0o644 };
+            let mut handle = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(mode)
+                .custom_flags(libc_o_nofollow())
+                .open(&path)?;
+            handle.write_all(&file.bytes)?;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
+        }
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
+    }
+}
+
+/// `O_NOFOLLOW` (Linux): a link where a file goes is an error.
+fn libc_o_nofollow() -> i32 {
+    0o400000
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MANIFEST: &str = "---\nname: csv-tool\ndescription: Sums columns.\n---\nRun sum.py.\n";
+
+    /// A zip of `(name, bytes, unix mode)` entries.
+    pub(crate) fn zip_of(entries: &[(&str, &[u8], u32)]) -> Vec<u8> {
+        let mut out = Cursor::new(Vec::new());
+        {
+            let mut writer = zip::ZipWriter::new(&mut out);
+            for (name, bytes, mode) in entries {
+                let options = zip::write::SimpleFileOptions::default()
+                    .compression_method(zip::CompressionMethod::Deflated)
+                    .unix_permissions(*mode);
+                if name.ends_with('/') {
+                    writer.add_directory(*name, options).unwrap();
+                } else if mode & S_IFMT == S_IFLNK {
+                    let target = std::str::from_utf8(bytes).unwrap();
+                    writer.add_symlink(*name, target, options).unwrap();
+                } else {
+                    writer.start_file(*name, options).unwrap();
+                    writer.write_all(bytes).unwrap();
+                }
+            }
+            writer.finish().unwrap();
+        }
+        let mut zip = out.into_inner();
+        // The writer only sets permission bits: file types other than
+        // regular files and links are patched into the central directory.
+        for (name, _, mode) in entries {
+            if !matches!(mode & S_IFMT, 0 | S_IFREG | S_IFDIR | S_IFLNK) {
+                let at = zip
+                    .windows(4 + name.len())
+                    .enumerate()
+                    .filter(|(_, w)| w.ends_with(name.as_bytes()))
+                    .map(|(i, _)| i)
+                    .last()
+                    .unwrap();
+                // Central header: the name starts at 46; attributes at 38.
+                let header = at + 4 - 46;
+                assert_eq!(&zip[header..header + 4], b"PK\x01\x02");
+                zip[header + 38..header + 42].copy_from_slice(&(mode << 16).to_le_bytes());
+            }
+        }
+        zip
+    }
+
+    #[test]
+    fn a_good_bundle_reads_round_trips_and_unpacks() {
+        let zip = zip_of(&[
+            ("csv-tool/", b"", 0o755),
+            ("csv-tool/SKILL.md", MANIFEST.as_bytes(), 0o644),
+            (
+                "csv-tool/scripts/sum.py",
+                b"#!/usr/bin/env python3\nprint(1)\n",
+                0o755,
+            ),
+        ]);
+        let bundle = from_zip(&zip, &Limits::default()).unwrap();
+        assert_eq!(bundle.manifest.name, "csv-tool");
+        assert_eq!(bundle.folder, "csv-tool");
+        let paths: Vec<&str> = bundle.files.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(paths, ["SKILL.md", "scripts/sum.py"]);
+        assert!(bundle.files[1].executable && !bundle.files[0].executable);
+        let again = from_zip(&bundle.to_zip(), &Limits::default()).unwrap();
+        assert_eq!(again, bundle);
+        let dir = std::env::temp_dir().join(format!("skill-unpack-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        bundle.unpack(&dir).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.join("SKILL.md")).unwrap(),
+            MANIFEST
+        );
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir.join("scripts/sum.py"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o755);
+        std::fs::remove_dir_all(&dir).unwrap();
+        // The same from a directory upload.
+        let uploaded = from_files(
+            [
+                ("csv-tool/SKILL.md".to_owned(), MANIFEST.as_bytes().to_vec()),
+                (
+                    "csv-tool/scripts/sum.py".to_owned(),
+                    b"#!/usr/bin/env python3\nprint(1)\n".to_vec(),
+                ),
+            ],
+            &Limits::default(),
+        )
+        .unwrap();
+        assert_eq!(uploaded.files, bundle.files);
+    }
+
+    #[test]
+    fn hostile_bundles_are_refused_with_a_reason() {
+        let limits = Limits::default();
+        let manifest = ("s/SKILL.md", MANIFEST.as_bytes(), 0o644);
+        let cases: Vec<(Vec<u8>, &str)> = vec![
+            (
+                zip_of(&[manifest, ("s/../../etc/passwd", b"x", 0o644)]),
+                "`..`",
+            ),
+            (
+                zip_of(&[manifest, ("/etc/passwd", b"x", 0o644)]),
+                "absolute",
+            ),
+            (zip_of(&[manifest, ("s\\..\\x", b"x", 0o644)]), "backslash"),
+            (
+                zip_of(&[manifest, ("s/link", b"/etc/shadow", 0o120777)]),
+                "symbolic link",
+            ),
+            (zip_of(&[manifest, ("s/dev", b"", 0o020644)]), "device"),
+            (zip_of(&[("s/readme.txt", b"x", 0o644)]), "no s/SKILL.md"),
+            (
+                zip_of(&[manifest, ("t/SKILL.md", MANIFEST.as_bytes(), 0o644)]),
+                "one top-level folder",
+            ),
+            (
+                zip_of(&[("SKILL.md", MANIFEST.as_bytes(), 0o644)]),
+                "one top-level folder",
+            ),
+            (
+                zip_of(&[("s/SKILL.md", b"no front matter", 0o644)]),
+                "front matter",
+            ),
+            (b"not a zip at all".to_vec(), "not a valid zip"),
+            (zip_of(&[]), "empty"),
+        ];
+        for (zip, why) in cases {
+            let error = from_zip(&zip, &limits).unwrap_err().to_string();
+            assert!(error.contains(why), "{why}: {error}");
+        }
+        // Too many files.
+        let names: Vec<String> = (0..501).map(|i| format!("s/f{i}")).collect();
+        let mut entries: Vec<(&str, &[u8], u32)> = names
+            .iter()
+            .map(|n| (n.as_str(), &b"x"[..], 0o644))
+            .collect();
+        entries.push(manifest);
+        let error = from_zip(&zip_of(&entries), &limits)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("at most 500"), "{error}");
+        // A bomb: 200 MiB of zeros compress to ~200 KiB.
+        let zeros = vec![0u8; 30 << 20];
+        let error = from_zip(&zip_of(&[manifest, ("s/zeros", &zeros, 0o644)]), &limits)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("larger than") || error.contains("compressed more"),
+            "{error}"
+        );
+        let ratio = vec![0u8; 5 << 20];
+        let error = from_zip(&zip_of(&[manifest, ("s/zeros", &ratio, 0o644)]), &limits)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("compressed more than 200 to 1"), "{error}");
+        // Many files that fit one by one but not together.
+        let small = Limits {
+            max_total_bytes: 1000,
+            ..limits
+        };
+        let big = vec![b'a'; 600];
+        let error = from_zip(
+            &zip_of(&[manifest, ("s/a", &big, 0o644), ("s/b", &big, 0o644)]),
+            &small,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("together"), "{error}");
+        // Zips in zips in zips.
+        let inner = zip_of(&[("x.txt", b"x", 0o644)]);
+        let middle = zip_of(&[("inner.zip", &inner, 0o644)]);
+        let outer = zip_of(&[("middle.zip", &middle, 0o644)]);
+        assert!(from_zip(&zip_of(&[manifest, ("s/ok.zip", &middle, 0o644)]), &limits).is_ok());
+        let error = from_zip(&zip_of(&[manifest, ("s/deep.zip", &outer, 0o644)]), &limits)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("nested more than 2"), "{error}");
+        // Duplicates, and a file where a folder is.
+        let error = from_files(
+            [
+                ("s/SKILL.md".to_owned(), MANIFEST.as_bytes().to_vec()),
+                ("s/a".to_owned(), b"1".to_vec()),
+                ("s/a/b".to_owned(), b"2".to_vec()),
+            ],
+            &limits,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("twice"), "{error}");
+    }
+
+    #[test]
+    fn a_lying_header_gains_nothing() {
+        // A stored entry whose declared size is smaller than its data: the
+        // reader stops at the declared size and the CRC does not match.
+        let mut zip = zip_of(&[
+            ("s/SKILL.md", MANIFEST.as_bytes(), 0o644),
+            ("s/f", b"hello world", 0o644),
+        ]);
+        // Corrupt one byte of the deflated data of the last entry.
+        let at = zip.windows(3).position(|w| w == b"s/f").unwrap() + 3 + 2;
+        zip[at] ^= 0xff;
+        assert!(from_zip(&zip, &Limits::default()).is_err());
+    }
+}

@@ -1,0 +1,11 @@
+//! Skill bundles: versioned folders of instructions (`SKILL.md`) and
+//! scripts that containers get read-only. This crate reads them from
+//! untrusted zips and directory uploads ([`bundle`]), checks their
+//! manifest ([`manifest`]), writes them back as a zip and unpacks them.
+//! It touches no store and no container: the server does.
+
+pub mod bundle;
+pub mod manifest;
+
+pub use bundle::{from_files, from_zip, Bundle, BundleError, BundleFile, Limits};
+pub use manifest::Manifest;
