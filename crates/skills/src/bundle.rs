@@ -486,9 +486,8 @@ mod tests {
                 let at = zip
                     .windows(4 + name.len())
                     .enumerate()
-                    .filter(|(_, w)| w.ends_with(name.as_bytes()))
+                    .rfind(|(_, w)| w.ends_with(name.as_bytes()))
                     .map(|(i, _)| i)
-                    .last()
                     .unwrap();
                 // Central header: the name starts at 46; attributes at 38.
                 let header = at + 4 - 46;
