@@ -71,6 +71,12 @@ pub struct ContainerSpec {
     /// What the container may reach on the network; by default nothing.
     #[serde(default, skip_serializing_if = "NetworkSpec::is_disabled")]
     pub network: NetworkSpec,
+    /// Its skills: a directory (one folder per skill) shown read-only at
+    /// `/mnt/skills`. At create, the engine moves the directory given into
+    /// the container's own directory (same file system), so it lives and
+    /// goes with the container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skills: Option<std::path::PathBuf>,
 }
 
 /// A container's network: none (the default), or the host names its
@@ -104,6 +110,7 @@ impl Default for ContainerSpec {
             disk_bytes: 4 << 30,
             ephemeral: false,
             network: NetworkSpec::default(),
+            skills: None,
         }
     }
 }

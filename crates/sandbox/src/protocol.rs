@@ -124,6 +124,9 @@ pub struct HelperSpec {
     /// secret placeholders), after the fixed ones.
     #[serde(default)]
     pub env: Vec<(String, String)>,
+    /// Host directories shown read-only: (host directory, path inside).
+    #[serde(default)]
+    pub read_only_binds: Vec<(PathBuf, String)>,
 }
 
 /// A look at a stopped container's files without starting it: the helper

@@ -47,6 +47,13 @@ pub fn container_object(row: &ContainerRow) -> Container {
         network_policy: serde_json::from_str(&row.network_policy)
             .unwrap_or(NetworkPolicy::Disabled),
         image: row.image.clone(),
+        // Rows from before skills were mounted hold the request's entries
+        // (with no `path`): those were never in the container.
+        skills: serde_json::from_str::<Vec<serde_json::Value>>(&row.skills)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|skill| skill.get("path").is_some())
+            .collect(),
     }
 }
 
@@ -173,6 +180,7 @@ pub(crate) async fn create_container(
     }
     let memory = body.memory_limit.unwrap_or_default();
     let image = choose_image(state, body.image.as_deref()).await?;
+    let skills = crate::skills::resolve(state, &project.0, &body.skills, "skills").await?;
     let now = now();
     let row = ContainerRow {
         id: new_id("cntr_"),
@@ -194,8 +202,13 @@ pub(crate) async fn create_container(
                 .unwrap_or(NetworkPolicy::Disabled),
         )
         .map_err(|e| ApiError::internal(e.to_string()))?,
-        skills: serde_json::to_string(&body.skills)
-            .map_err(|e| ApiError::internal(e.to_string()))?,
+        skills: serde_json::to_string(
+            &skills
+                .iter()
+                .map(crate::skills::Mounted::summary)
+                .collect::<Vec<_>>(),
+        )
+        .map_err(|e| ApiError::internal(e.to_string()))?,
         file_ids: serde_json::to_string(&body.file_ids)
             .map_err(|e| ApiError::internal(e.to_string()))?,
         billed_seconds: 0.0,
@@ -218,12 +231,20 @@ pub(crate) async fn create_container(
         // not know.
         let inserted = row.clone();
         state.db(move |s| s.insert_container(&inserted)).await?;
+        // Unpacked beside the engine's directory; the engine adopts it.
+        let skills_dir = state.config.data_dir.join("skill-mounts").join(&row.id);
         let made = async {
             let spec = ContainerSpec {
                 memory_bytes: memory.bytes(),
                 cpu_cores: state.config.container_cpu_ceiling(),
                 network,
                 image,
+                skills: if skills.is_empty() {
+                    None
+                } else {
+                    crate::skills::unpack(&skills, skills_dir.clone()).await?;
+                    Some(skills_dir.clone())
+                },
                 ..ContainerSpec::default()
             };
             state.engine.create(&row.id, spec).await?;
@@ -250,6 +271,11 @@ pub(crate) async fn create_container(
             Ok::<_, ApiError>(())
         }
         .await;
+        if made.is_err() {
+            // Not adopted by the engine: still the server's to remove.
+            let dir = skills_dir.clone();
+            let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir)).await;
+        }
         if let Err(error) = made {
             destroy_quietly(state.engine.as_ref(), &row.id).await;
             let id = row.id.clone();

@@ -119,6 +119,7 @@ pub fn state() -> Result<Arc<AppState>, crate::ServeError> {
         guardrails: Default::default(),
         running: Default::default(),
         files_dir: config.data_dir.join("files"),
+        skills_dir: config.data_dir.join("skills"),
         config,
         engine: Arc::new(NoContainers),
         store: Arc::new(store),

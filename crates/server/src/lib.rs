@@ -20,6 +20,7 @@ mod listener;
 mod metrics;
 pub(crate) mod ops;
 mod responses;
+mod skills;
 mod spool;
 
 use std::collections::HashMap;
@@ -48,6 +49,8 @@ pub struct AppState {
     store: Arc<Store>,
     /// Where Files API blobs live.
     pub files_dir: PathBuf,
+    /// Where skill versions' bundles live (normalized zips).
+    pub skills_dir: PathBuf,
     metrics: Metrics,
     limiter: RateLimiter,
     keys: http::KeyCache,
@@ -161,6 +164,15 @@ pub async fn open(config: Config, helper_binary: PathBuf) -> Result<Arc<AppState
     let files_dir = config.data_dir.join("files");
     std::fs::create_dir_all(&files_dir)?;
     std::fs::set_permissions(&files_dir, std::fs::Permissions::from_mode(0o700))?;
+    let skills_dir = config.data_dir.join("skills");
+    std::fs::create_dir_all(&skills_dir)?;
+    std::fs::set_permissions(&skills_dir, std::fs::Permissions::from_mode(0o700))?;
+    // Containers' skills, unpacked before the engine adopts them (the
+    // sandboxes' host users must traverse it); leftovers of a crash go.
+    let mounts = config.data_dir.join("skill-mounts");
+    let _ = std::fs::remove_dir_all(&mounts);
+    std::fs::create_dir_all(&mounts)?;
+    std::fs::set_permissions(&mounts, std::fs::Permissions::from_mode(0o711))?;
     let database = config.data_dir.join("shellgate.db");
     let store = Store::open(&database).map_err(|e| ServeError::Setup(e.to_string()))?;
     let mut engine_config = EngineConfig::new(config.data_dir.join("sandbox"));
@@ -225,6 +237,7 @@ pub async fn open(config: Config, helper_binary: PathBuf) -> Result<Arc<AppState
         engine: Arc::new(engine),
         store: Arc::new(store),
         files_dir,
+        skills_dir,
         metrics: Metrics::default(),
         sync_locks: Mutex::new(HashMap::new()),
         egress,
@@ -295,6 +308,33 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
         .route("/containers/{container_id}/egress", get(egress::list))
         .route("/images", get(containers::images))
+        .route(
+            "/skills",
+            post(skills::create)
+                .get(skills::list)
+                .layer(uploads.clone()),
+        )
+        .route(
+            "/skills/{skill_id}",
+            get(skills::retrieve)
+                .post(skills::update)
+                .delete(skills::delete),
+        )
+        .route("/skills/{skill_id}/content", get(skills::content))
+        .route(
+            "/skills/{skill_id}/versions",
+            post(skills::create_version)
+                .get(skills::list_versions)
+                .layer(uploads.clone()),
+        )
+        .route(
+            "/skills/{skill_id}/versions/{version}",
+            get(skills::retrieve_version).delete(skills::delete_version),
+        )
+        .route(
+            "/skills/{skill_id}/versions/{version}/content",
+            get(skills::version_content),
+        )
         .route(
             "/containers/{container_id}/files",
             post(containers::upload_file)

@@ -131,7 +131,7 @@ pub struct CreateContainer {
     #[serde(default)]
     pub file_ids: Vec<String>,
     pub expires_after: Option<ExpiresAfter>,
-    /// Kept as given for the skills feature.
+    /// `skill_reference` or `inline` entries (checked by the server).
     #[serde(default)]
     pub skills: Vec<Value>,
     pub memory_limit: Option<MemoryLimit>,
@@ -157,6 +157,11 @@ pub struct Container {
     /// shellgate's extension: the image it was made from.
     #[serde(default)]
     pub image: String,
+    /// shellgate's extension: its skills (`name`, `description`, `path`,
+    /// and `skill_id`/`version` for a referenced one), shown read-only at
+    /// `/mnt/skills/<name>`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skills: Vec<serde_json::Value>,
 }
 
 /// A cursor page: `{"object":"list","data":[...],"first_id","last_id","has_more"}`.

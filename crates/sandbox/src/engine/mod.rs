@@ -414,6 +414,13 @@ impl SandboxBackend for LocalEngine {
         let containers_dir = self.inner.config.data_dir.join("containers");
         let dir = containers_dir.join(id);
         let staging = containers_dir.join(format!(".creating-{id}"));
+        // The skills directory given is adopted: it moves into the
+        // container's directory, and the spec names it there.
+        let mut spec = spec;
+        let adopt = spec.skills.take();
+        if adopt.is_some() {
+            spec.skills = Some(dir.join("skills"));
+        }
         let container = {
             let mut containers = lock(&self.inner.containers);
             if containers.contains_key(id) {
@@ -454,6 +461,10 @@ impl SandboxBackend for LocalEngine {
             self.provision_disk(&staging, spec.disk_bytes).await?;
             fs::write(staging.join("spec.json"), &spec_json)
                 .context(|| "write spec.json".into())?;
+            if let Some(skills) = &adopt {
+                fs::rename(skills, staging.join("skills"))
+                    .context(|| format!("adopt the skills in {}", skills.display()))?;
+            }
             // The rename is the commit point: a crash before it leaves only a
             // staging directory, which the next start removes.
             fs::rename(&staging, &dir).context(|| "commit container directory".into())?;

@@ -176,6 +176,7 @@ impl LocalEngine {
         let effective_tmp = |s: &ContainerSpec| s.tmp_bytes.min(s.memory_bytes / 2);
         let WarmContainer(warm) = self.inner.warm.take(|WarmContainer(w)| {
             spec.network.is_disabled()
+                && spec.skills.is_none()
                 && w.spec.image == spec.image
                 && w.spec.disk_bytes == spec.disk_bytes
                 && effective_tmp(&w.spec) == effective_tmp(spec)

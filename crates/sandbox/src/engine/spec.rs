@@ -8,6 +8,9 @@ use crate::disk::{self, DiskKind};
 use crate::error::SandboxError;
 use crate::protocol::{HelperSpec, IdRange, RootSpec};
 
+/// Where a container's skills are shown (read-only).
+pub const SKILLS_PATH: &str = "/mnt/skills";
+
 impl LocalEngine {
     pub(super) fn helper_spec(&self, container: &Container) -> Result<HelperSpec, SandboxError> {
         let inner = &self.inner;
@@ -85,6 +88,12 @@ impl LocalEngine {
             nofile: crate::protocol::DEFAULT_NOFILE,
             egress: network.egress,
             env: network.env,
+            read_only_binds: container
+                .spec
+                .skills
+                .iter()
+                .map(|dir| (dir.clone(), SKILLS_PATH.to_owned()))
+                .collect(),
         })
     }
 }

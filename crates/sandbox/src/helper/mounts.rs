@@ -515,6 +515,11 @@ pub fn build_root(spec: &HelperSpec) -> StepResult<()> {
         mkdir_all(&target)?;
         bind(source, &target, false)?;
     }
+    for (source, target) in &spec.read_only_binds {
+        let target = inside(root, target);
+        mkdir_all(&target)?;
+        bind(source, &target, true)?;
+    }
     if matches!(spec.root, RootSpec::HostBinds { .. }) {
         // The tmpfs root holds only mount points and links: freeze it.
         step(

@@ -1,0 +1,671 @@
+//! `/v1/skills`: skills and their versions, as OpenAI's Skills API; and the
+//! skills a container gets (by reference or inline), unpacked read-only.
+//!
+//! A version's bundle is checked whole (see `shellgate_skills::bundle`)
+//! before anything is stored; it is kept as a normalized zip blob named
+//! after the version's id, beside the Files API's blobs. Zip work and blob
+//! I/O run on blocking threads.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Multipart, Path, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use base64::Engine as _;
+use serde_json::{json, Value};
+use shellgate_skills::{Bundle, Limits};
+use shellgate_store::{SkillRow, SkillVersionDelete, SkillVersionRow};
+use shellgate_wire::List;
+
+use crate::containers::multipart_error;
+use crate::error::{ApiError, ApiResult};
+use crate::http::{ApiJson, ApiQuery, ListParams, Project};
+use crate::{new_id, now, AppState};
+
+/// Largest upload of one version (all parts together, or the zip).
+const MAX_UPLOAD_BYTES: usize = 64 << 20;
+/// Most skills one container may get.
+const MAX_SKILLS_PER_CONTAINER: usize = 200;
+/// Where a container's skills are, one folder per skill.
+pub const SKILLS_PATH: &str = "/mnt/skills";
+
+fn skill_object(row: &SkillRow) -> Value {
+    json!({
+        "id": row.id,
+        "object": "skill",
+        "name": row.name,
+        "description": row.description,
+        "created_at": row.created_at,
+        "default_version": row.default_version.to_string(),
+        "latest_version": row.latest_version.to_string(),
+    })
+}
+
+fn version_object(row: &SkillVersionRow) -> Value {
+    json!({
+        "object": "skill.version",
+        "id": row.id,
+        "skill_id": row.skill_id,
+        "version": row.version.to_string(),
+        "created_at": row.created_at,
+        "name": row.name,
+        "description": row.description,
+    })
+}
+
+fn blob_path(state: &AppState, version_id: &str) -> PathBuf {
+    state.skills_dir.join(format!("{version_id}.zip"))
+}
+
+fn bundle_error(error: shellgate_skills::BundleError) -> ApiError {
+    ApiError::invalid("files", format!("Invalid skill bundle: {error}"))
+}
+
+/// A multipart upload: one zip (`files`) or a directory (`files[]` parts
+/// named by their path), and the other fields.
+struct Upload {
+    parts: Vec<(String, Vec<u8>)>,
+    fields: Vec<(String, String)>,
+}
+
+async fn read_upload(
+    multipart: Result<Multipart, axum::extract::multipart::MultipartRejection>,
+) -> ApiResult<Upload> {
+    let mut multipart = multipart.map_err(|e| {
+        ApiError::unsupported_media_type(format!(
+            "Send the skill as multipart/form-data with `files`: {}",
+            e.body_text()
+        ))
+    })?;
+    let mut upload = Upload {
+        parts: Vec::new(),
+        fields: Vec::new(),
+    };
+    let mut total = 0usize;
+    while let Some(mut field) = multipart.next_field().await.map_err(multipart_error)? {
+        let name = field.name().unwrap_or_default().to_owned();
+        if name == "files" || name == "files[]" {
+            let path = field.file_name().unwrap_or_default().to_owned();
+            let mut bytes = Vec::new();
+            while let Some(chunk) = field.chunk().await.map_err(multipart_error)? {
+                total += chunk.len();
+                if total > MAX_UPLOAD_BYTES {
+                    return Err(ApiError::too_large(format!(
+                        "A skill upload may be at most {MAX_UPLOAD_BYTES} bytes."
+                    )));
+                }
+                bytes.extend_from_slice(&chunk);
+            }
+            upload.parts.push((path, bytes));
+        } else {
+            let value = field.text().await.map_err(multipart_error)?;
+            upload.fields.push((name, value));
+        }
+        if upload.parts.len() > Limits::default().max_files {
+            return Err(ApiError::invalid(
+                "files",
+                format!("at most {} files", Limits::default().max_files),
+            ));
+        }
+    }
+    Ok(upload)
+}
+
+/// Checks an upload into a bundle (off the async workers).
+async fn bundle_of(upload: Vec<(String, Vec<u8>)>) -> ApiResult<Bundle> {
+    tokio::task::spawn_blocking(move || {
+        let limits = Limits::default();
+        match upload.as_slice() {
+            [] => Err(ApiError::invalid("files", "a `files` field is required")),
+            [(_, bytes)] if bytes.starts_with(b"PK") => {
+                shellgate_skills::from_zip(bytes, &limits).map_err(bundle_error)
+            }
+            _ => shellgate_skills::from_files(upload, &limits).map_err(bundle_error),
+        }
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("the bundle reader failed: {e}")))?
+}
+
+/// Writes a version's normalized zip (named only once complete).
+async fn store_blob(state: &AppState, version_id: &str, bundle: &Bundle) -> ApiResult<u64> {
+    let zip = bundle.to_zip();
+    let path = blob_path(state, version_id);
+    let bytes = bundle.bytes();
+    tokio::task::spawn_blocking(move || {
+        let staging = path.with_extension("zip.new");
+        std::fs::write(&staging, &zip).and_then(|()| std::fs::rename(&staging, &path))
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))?
+    .map_err(|e| ApiError::internal(format!("cannot store the skill: {e}")))?;
+    Ok(bytes)
+}
+
+fn remove_blobs(state: &AppState, ids: &[String]) {
+    for id in ids {
+        let _ = std::fs::remove_file(blob_path(state, id));
+    }
+}
+
+fn version_row(
+    bundle: &Bundle,
+    id: String,
+    skill_id: &str,
+    project: &str,
+    bytes: u64,
+) -> SkillVersionRow {
+    SkillVersionRow {
+        id,
+        skill_id: skill_id.to_owned(),
+        project: project.to_owned(),
+        version: 1,
+        name: bundle.manifest.name.clone(),
+        description: bundle.manifest.description.clone(),
+        created_at: now(),
+        bytes,
+    }
+}
+
+/// `POST /v1/skills`.
+pub async fn create(
+    State(state): State<Arc<AppState>>,
+    project: Project,
+    multipart: Result<Multipart, axum::extract::multipart::MultipartRejection>,
+) -> ApiResult<Json<Value>> {
+    let upload = read_upload(multipart).await?;
+    let bundle = bundle_of(upload.parts).await?;
+    let skill_id = new_id("skill_");
+    let version_id = new_id("skillver_");
+    let bytes = store_blob(&state, &version_id, &bundle).await?;
+    let version = version_row(&bundle, version_id.clone(), &skill_id, &project.0, bytes);
+    let skill = SkillRow {
+        id: skill_id,
+        project: project.0.clone(),
+        name: version.name.clone(),
+        description: version.description.clone(),
+        created_at: version.created_at,
+        default_version: 1,
+        latest_version: 1,
+    };
+    let (row, inserted) = (skill.clone(), version);
+    if let Err(e) = state.db(move |s| s.insert_skill(&row, &inserted)).await {
+        remove_blobs(&state, &[version_id]);
+        return Err(e);
+    }
+    Ok(Json(skill_object(&skill)))
+}
+
+async fn owned_skill(state: &AppState, project: &Project, id: &str) -> ApiResult<SkillRow> {
+    let (owner, key) = (project.0.clone(), id.to_owned());
+    state
+        .db(move |s| s.skill(&owner, &key))
+        .await?
+        .ok_or_else(|| ApiError::not_found("skill", id))
+}
+
+pub async fn list(
+    State(state): State<Arc<AppState>>,
+    project: Project,
+    ApiQuery(params): ApiQuery<ListParams>,
+) -> ApiResult<Json<List<Value>>> {
+    let page = params.page()?;
+    let owner = project.0.clone();
+    let (rows, has_more) = state.db(move |s| s.list_skills(&owner, &page)).await?;
+    let data = rows.iter().map(skill_object).collect();
+    Ok(Json(List::page(data, has_more, |v: &Value| {
+        v["id"].as_str().unwrap_or_default().to_owned()
+    })))
+}
+
+pub async fn retrieve(
+    State(state): State<Arc<AppState>>,
+    project: Project,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    Ok(Json(skill_object(
+        &owned_skill(&state, &project, &id).await?,
+    )))
+}
+
+/// A version number from a path or a body: a positive integer (`"2"` or
+/// `2`), or `latest` (the skill's latest).
+fn version_number(value: &str, skill: &SkillRow, param: &str) -> ApiResult<u32> {
+    if value == "latest" {
+        return Ok(skill.latest_version);
+    }
+    value.parse::<u32>().ok().filter(|v| *v > 0).ok_or_else(|| {
+        ApiError::invalid(
+            param,
+            format!("{value:?} is not a version: use a positive integer or 'latest'"),
+        )
+    })
+}
+
+/// `POST /v1/skills/{id}`: `{"default_version": "2"}`.
+pub async fn update(
+    State(state): State<Arc<AppState>>,
+    project: Project,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<Value>,
+) -> ApiResult<Json<Value>> {
+    let skill = owned_skill(&state, &project, &id).await?;
+    let requested = match body.get("default_version") {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Number(number)) => number.to_string(),
+        _ => {
+            return Err(ApiError::invalid(
+                "default_version",
+                "default_version (a version number) is required",
+            ))
+        }
+    };
+    if body.as_object().is_some_and(|o| o.len() > 1) {
+        return Err(ApiError::invalid(
+            "default_version",
+            "only default_version may be changed",
+        ));
+    }
+    let version = version_number(&requested, &skill, "default_version")?;
+    let owner = project.0.clone();
+    let updated = state
+        .db(move |s| s.set_default_skill_version(&owner, &id, version))
+        .await?
+        .ok_or_else(|| ApiError::invalid("default_version", format!("no version {version}")))?;
+    Ok(Json(skill_object(&updated)))
+}
+
+pub async fn delete(
+    State(state): State<Arc<AppState>>,
+    project: Project,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let (owner, key) = (project.0.clone(), id.clone());
+    let versions = state
+        .db(move |s| s.delete_skill(&owner, &key))
+        .await?
+        .ok_or_else(|| ApiError::not_found("skill", &id))?;
+    remove_blobs(&state, &versions);
+    Ok(Json(
+        json!({"object": "skill.deleted", "deleted": true, "id": id}),
+    ))
+}
+
+async fn zip_response(state: &AppState, version: &SkillVersionRow) -> ApiResult<Response> {
+    let path = blob_path(state, &version.id);
+    let bytes = tokio::task::spawn_blocking(move || std::fs::read(path))
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+        .map_err(|e| ApiError::internal(format!("the skill's bundle is missing: {e}")))?;
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/zip".to_owned()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{}.zip\"", version.name),
+            ),
+        ],
+        Body::from(bytes),
+    )
+        .into_response())
+}
+
+async fn owned_version(
+    state: &AppState,
+    project: &Project,
+    skill: &SkillRow,
+    version: u32,
+) -> ApiResult<SkillVersionRow> {
+    let (owner, key) = (project.0.clone(), skill.id.clone());
+    state
+        .db(move |s| s.skill_version(&owner, &key, version))
+        .await?
+        .ok_or_else(|| ApiError::not_found("skill version", &version.to_string()))
+}
+
+/// `GET /v1/skills/{id}/content`: the default version's zip.
+pub async fn content(
+    State(state): State<Arc<AppState>>,
+    project: Project,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    let skill = owned_skill(&state, &project, &id).await?;
+    let version = owned_version(&state, &project, &skill, skill.default_version).await?;
+    zip_response(&state, &version).await
+}
+
+/// `POST /v1/skills/{id}/versions`: `files` and an optional `default`.
+pub async fn create_version(
+    State(state): State<Arc<AppState>>,
+    project: Project,
+    Path(id): Path<String>,
+    multipart: Result<Multipart, axum::extract::multipart::MultipartRejection>,
+) -> ApiResult<Json<Value>> {
+    owned_skill(&state, &project, &id).await?;
+    let upload = read_upload(multipart).await?;
+    let default = match upload.fields.iter().find(|(n, _)| n == "default") {
+        None => false,
+        Some((_, value)) => match value.trim() {
+            "true" | "1" => true,
+            "false" | "0" => false,
+            other => {
+                return Err(ApiError::invalid(
+                    "default",
+                    format!("default must be true or false, not {other:?}"),
+                ))
+            }
+        },
+    };
+    let bundle = bundle_of(upload.parts).await?;
+    let version_id = new_id("skillver_");
+    let bytes = store_blob(&state, &version_id, &bundle).await?;
+    let mut row = version_row(&bundle, version_id.clone(), &id, &project.0, bytes);
+    let owner = project.0.clone();
+    let added = state
+        .db(move |s| {
+            let skill = s.add_skill_version(&owner, &mut row, default)?;
+            Ok(skill.map(|_| row))
+        })
+        .await;
+    match added {
+        Ok(Some(row)) => Ok(Json(version_object(&row))),
+        Ok(None) => {
+            remove_blobs(&state, &[version_id]);
+            Err(ApiError::not_found("skill", &id))
+        }
+        Err(e) => {
+            remove_blobs(&state, &[version_id]);
+            Err(e)
+        }
+    }
+}
+
+pub async fn list_versions(
+    State(state): State<Arc<AppState>>,
+    project: Project,
+    Path(id): Path<String>,
+    ApiQuery(params): ApiQuery<ListParams>,
+) -> ApiResult<Json<List<Value>>> {
+    owned_skill(&state, &project, &id).await?;
+    let page = params.page()?;
+    let (rows, has_more) = state.db(move |s| s.list_skill_versions(&id, &page)).await?;
+    let data = rows.iter().map(version_object).collect();
+    Ok(Json(List::page(data, has_more, |v: &Value| {
+        v["id"].as_str().unwrap_or_default().to_owned()
+    })))
+}
+
+pub async fn retrieve_version(
+    State(state): State<Arc<AppState>>,
+    project: Project,
+    Path((id, version)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    let skill = owned_skill(&state, &project, &id).await?;
+    let number = version_number(&version, &skill, "version")?;
+    Ok(Json(version_object(
+        &owned_version(&state, &project, &skill, number).await?,
+    )))
+}
+
+pub async fn version_content(
+    State(state): State<Arc<AppState>>,
+    project: Project,
+    Path((id, version)): Path<(String, String)>,
+) -> ApiResult<Response> {
+    let skill = owned_skill(&state, &project, &id).await?;
+    let number = version_number(&version, &skill, "version")?;
+    let row = owned_version(&state, &project, &skill, number).await?;
+    zip_response(&state, &row).await
+}
+
+pub async fn delete_version(
+    State(state): State<Arc<AppState>>,
+    project: Project,
+    Path((id, version)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    let skill = owned_skill(&state, &project, &id).await?;
+    let number = version_number(&version, &skill, "version")?;
+    let owner = project.0.clone();
+    let deleted = state
+        .db(move |s| s.delete_skill_version(&owner, &id, number))
+        .await?;
+    match deleted {
+        Ok(row) => {
+            remove_blobs(&state, std::slice::from_ref(&row.id));
+            Ok(Json(json!({
+                "object": "skill.version.deleted",
+                "deleted": true,
+                "id": row.id,
+                "version": row.version.to_string(),
+            })))
+        }
+        Err(SkillVersionDelete::NotFound) => {
+            Err(ApiError::not_found("skill version", &number.to_string()))
+        }
+        Err(SkillVersionDelete::IsDefault) => Err(ApiError::invalid(
+            "version",
+            format!(
+                "version {number} is the skill's default: make another version the default \
+                 first, or delete the skill"
+            ),
+        )),
+    }
+}
+
+// --- a container's skills ---------------------------------------------------
+
+/// A skill a container gets: where it goes and what the model is told.
+#[derive(Debug, Clone)]
+pub(crate) struct Mounted {
+    pub bundle: Bundle,
+    /// `skill_…` and its version, for a reference; `None` inline.
+    pub source: Option<(String, u32)>,
+}
+
+impl Mounted {
+    pub fn path(&self) -> String {
+        format!("{SKILLS_PATH}/{}", self.bundle.manifest.name)
+    }
+
+    /// How the container's row keeps it (no bundle bytes).
+    pub fn summary(&self) -> Value {
+        json!({
+            "name": self.bundle.manifest.name,
+            "description": self.bundle.manifest.description,
+            "path": self.path(),
+            "skill_id": self.source.as_ref().map(|(id, _)| id),
+            "version": self.source.as_ref().map(|(_, v)| v.to_string()),
+        })
+    }
+}
+
+/// Resolves a create request's `skills` (references to this project's
+/// skills, or inline zips): each checked whole, names unique. A malformed
+/// entry is a 400 naming it.
+pub(crate) async fn resolve(
+    state: &Arc<AppState>,
+    project: &str,
+    skills: &[Value],
+    param: &str,
+) -> ApiResult<Vec<Mounted>> {
+    if skills.len() > MAX_SKILLS_PER_CONTAINER {
+        return Err(ApiError::invalid(
+            param,
+            format!("at most {MAX_SKILLS_PER_CONTAINER} skills"),
+        ));
+    }
+    let mut mounted: Vec<Mounted> = Vec::with_capacity(skills.len());
+    for (index, entry) in skills.iter().enumerate() {
+        let at = format!("{param}[{index}]");
+        let kind = entry.get("type").and_then(Value::as_str);
+        let one =
+            match kind {
+                Some("skill_reference") => reference(state, project, entry, &at).await?,
+                Some("inline") => inline(entry, &at).await?,
+                _ => return Err(ApiError::invalid(
+                    format!("{at}.type"),
+                    "a skill is {\"type\": \"skill_reference\", \"skill_id\", \"version\"?} or \
+                     {\"type\": \"inline\", \"name\", \"description\", \"source\"}",
+                )),
+            };
+        if mounted
+            .iter()
+            .any(|m| m.bundle.manifest.name == one.bundle.manifest.name)
+        {
+            return Err(ApiError::invalid(
+                at,
+                format!(
+                    "two skills are named {:?}: a container's skills need distinct names",
+                    one.bundle.manifest.name
+                ),
+            ));
+        }
+        mounted.push(one);
+    }
+    Ok(mounted)
+}
+
+fn only_keys(entry: &Value, keys: &[&str], at: &str) -> ApiResult<()> {
+    let object = entry
+        .as_object()
+        .ok_or_else(|| ApiError::invalid(at, "a skill entry must be an object"))?;
+    if let Some(unknown) = object.keys().find(|k| !keys.contains(&k.as_str())) {
+        return Err(ApiError::invalid(
+            format!("{at}.{unknown}"),
+            format!("unknown field {unknown:?}"),
+        ));
+    }
+    Ok(())
+}
+
+async fn reference(
+    state: &Arc<AppState>,
+    project: &str,
+    entry: &Value,
+    at: &str,
+) -> ApiResult<Mounted> {
+    only_keys(entry, &["type", "skill_id", "version"], at)?;
+    let skill_id = entry
+        .get("skill_id")
+        .and_then(Value::as_str)
+        .filter(|id| !id.is_empty() && id.len() <= 64)
+        .ok_or_else(|| ApiError::invalid(format!("{at}.skill_id"), "skill_id is required"))?
+        .to_owned();
+    let project_key = Project(project.to_owned());
+    let skill = owned_skill(state, &project_key, &skill_id)
+        .await
+        .map_err(|_| {
+            ApiError::invalid(format!("{at}.skill_id"), format!("no skill {skill_id:?}"))
+        })?;
+    let version = match entry.get("version") {
+        None | Some(Value::Null) => skill.default_version,
+        Some(Value::String(text)) => version_number(text, &skill, &format!("{at}.version"))?,
+        Some(Value::Number(n)) => version_number(&n.to_string(), &skill, &format!("{at}.version"))?,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                format!("{at}.version"),
+                "version is a positive integer or 'latest'",
+            ))
+        }
+    };
+    let row = owned_version(state, &project_key, &skill, version)
+        .await
+        .map_err(|_| ApiError::invalid(format!("{at}.version"), format!("no version {version}")))?;
+    let path = blob_path(state, &row.id);
+    let bundle = tokio::task::spawn_blocking(move || {
+        let bytes = std::fs::read(path).map_err(|e| ApiError::internal(e.to_string()))?;
+        shellgate_skills::from_zip(&bytes, &Limits::default()).map_err(bundle_error)
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))??;
+    Ok(Mounted {
+        bundle,
+        source: Some((skill.id, version)),
+    })
+}
+
+async fn inline(entry: &Value, at: &str) -> ApiResult<Mounted> {
+    only_keys(entry, &["type", "name", "description", "source"], at)?;
+    for key in ["name", "description"] {
+        if !entry
+            .get(key)
+            .and_then(Value::as_str)
+            .is_some_and(|v| !v.is_empty())
+        {
+            return Err(ApiError::invalid(
+                format!("{at}.{key}"),
+                format!("{key} is required"),
+            ));
+        }
+    }
+    let source = entry
+        .get("source")
+        .ok_or_else(|| ApiError::invalid(format!("{at}.source"), "source is required"))?;
+    only_keys(
+        source,
+        &["type", "media_type", "data"],
+        &format!("{at}.source"),
+    )?;
+    if source.get("type").and_then(Value::as_str) != Some("base64")
+        || source.get("media_type").and_then(Value::as_str) != Some("application/zip")
+    {
+        return Err(ApiError::invalid(
+            format!("{at}.source"),
+            "source must be {\"type\": \"base64\", \"media_type\": \"application/zip\", \"data\"}",
+        ));
+    }
+    let data = source
+        .get("data")
+        .and_then(Value::as_str)
+        .filter(|d| !d.is_empty() && d.len() <= 70_254_592)
+        .ok_or_else(|| {
+            ApiError::invalid(
+                format!("{at}.source.data"),
+                "data (base64, at most 70254592 characters) is required",
+            )
+        })?
+        .to_owned();
+    let at = at.to_owned();
+    let bundle = tokio::task::spawn_blocking(move || {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(data.trim())
+            .map_err(|e| {
+                ApiError::invalid(format!("{at}.source.data"), format!("not base64: {e}"))
+            })?;
+        shellgate_skills::from_zip(&bytes, &Limits::default()).map_err(|e| {
+            ApiError::invalid(
+                format!("{at}.source.data"),
+                format!("Invalid skill bundle: {e}"),
+            )
+        })
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))??;
+    // The bundle's own manifest names the skill (what the model is told
+    // matches what is in the container).
+    Ok(Mounted {
+        bundle,
+        source: None,
+    })
+}
+
+/// Unpacks a container's skills into `dir` (a folder per skill), for the
+/// engine to bind read-only at [`SKILLS_PATH`].
+pub(crate) async fn unpack(mounted: &[Mounted], dir: PathBuf) -> ApiResult<()> {
+    let bundles: Vec<Bundle> = mounted.iter().map(|m| m.bundle.clone()).collect();
+    tokio::task::spawn_blocking(move || {
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)?;
+        for bundle in &bundles {
+            bundle.unpack(&dir.join(&bundle.manifest.name))?;
+        }
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))?
+    .map_err(|e| ApiError::internal(format!("cannot unpack the container's skills: {e}")))
+}
