@@ -312,7 +312,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             "/skills",
             post(skills::create)
                 .get(skills::list)
-                .layer(uploads.clone()),
+                .layer(uploads),
         )
         .route(
             "/skills/{skill_id}",
@@ -325,7 +325,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             "/skills/{skill_id}/versions",
             post(skills::create_version)
                 .get(skills::list_versions)
-                .layer(uploads.clone()),
+                .layer(uploads),
         )
         .route(
             "/skills/{skill_id}/versions/{version}",

@@ -590,11 +590,7 @@ async fn reference(
 async fn inline(entry: &Value, at: &str) -> ApiResult<Mounted> {
     only_keys(entry, &["type", "name", "description", "source"], at)?;
     for key in ["name", "description"] {
-        if !entry
-            .get(key)
-            .and_then(Value::as_str)
-            .is_some_and(|v| !v.is_empty())
-        {
+        if entry.get(key).and_then(Value::as_str).is_none_or(str::is_empty) {
             return Err(ApiError::invalid(
                 format!("{at}.{key}"),
                 format!("{key} is required"),
