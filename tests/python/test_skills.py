@@ -4,6 +4,7 @@ reference and inline and run their scripts."""
 
 import base64
 import io
+import json
 import os
 import stat
 import zipfile
@@ -323,3 +324,51 @@ def test_skills_stay_across_suspension_and_wake(fresh_server):
     client = server.client()
     out = exec_commands(client, container.id, ["cat /mnt/skills/sleeper/SKILL.md | head -2"])["output"]
     assert out[0]["stdout"] == "---\nname: sleeper\n"
+
+
+def shell_description(upstream, marker: str) -> str:
+    """The shell tool's description the upstream model was sent, for the
+    request whose input held `marker`."""
+    for body in reversed(upstream.requests):
+        if marker in json.dumps(body.get("messages", [])):
+            return next(t["function"]["description"] for t in body["tools"] if t["function"]["name"] == "shell")
+    raise AssertionError("the upstream never saw the request")
+
+
+def test_responses_container_auto_mounts_skills_and_tells_the_model(server, upstream):
+    client = server.client()
+    skill = client.skills.create(files=("s.zip", skill_zip(name="tally", description="Adds numbers up."),
+                                        "application/zip"))
+    inline = {"type": "inline", "name": "greeter", "description": "Greets.",
+              "source": {"type": "base64", "media_type": "application/zip",
+                         "data": base64.b64encode(skill_zip(name="greeter", description="Greets.")).decode()}}
+    response = client.responses.create(
+        model="scripted",
+        tools=[{"type": "shell", "environment": {
+            "type": "container_auto",
+            "skills": [{"type": "skill_reference", "skill_id": skill.id}, inline]}}],
+        input="Execute: python3 /mnt/skills/tally/scripts/run.py 20 22 && python3 /mnt/skills/greeter/scripts/run.py 1",
+    )
+    assert response.status == "completed", response
+    output = response.output[1].output[0]
+    assert output.stdout == "tally says 42\ngreeter says 1\n", output
+    description = shell_description(upstream, "/mnt/skills/tally/scripts/run.py 20 22")
+    assert "- tally (/mnt/skills/tally/SKILL.md): Adds numbers up." in description, description
+    assert "- greeter (/mnt/skills/greeter/SKILL.md): Greets." in description, description
+    # A later turn on the same container (container_reference) still lists them.
+    container_id = response.output[0].environment.container_id
+    again = client.responses.create(
+        model="scripted",
+        tools=[{"type": "shell", "environment": {"type": "container_reference", "container_id": container_id}}],
+        input="Execute: ls /mnt/skills # second turn",
+    )
+    assert again.output[1].output[0].stdout == "greeter\ntally\n"
+    assert "- tally (/mnt/skills/tally/SKILL.md)" in shell_description(upstream, "ls /mnt/skills # second turn")
+    # A malformed entry fails the request before anything runs.
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(
+            model="scripted",
+            tools=[{"type": "shell", "environment": {"type": "container_auto", "skills": [{"type": "nope"}]}}],
+            input="Execute: echo never",
+        )
+    assert refused.value.body["param"] == "tools.environment.skills[0].type"

@@ -403,22 +403,15 @@ async fn attachments(
     Ok(found)
 }
 
-/// What the model is told about the hosted shell's environment.
-fn describe(state: &AppState, environment: &Environment) -> String {
+/// What the model is told about the shell's environment; `mounted` are a
+/// hosted container's skills (as the container object lists them).
+fn describe(environment: &Environment, mounted: &[Value]) -> String {
     match environment {
         Environment::Local { skills } => {
             let mut text = "Runs shell commands on the user's own machine: the user's client runs \
                             them and sends back their output."
                 .to_owned();
-            for skill in skills {
-                if let (Some(name), Some(description), Some(path)) = (
-                    skill.get("name").and_then(Value::as_str),
-                    skill.get("description").and_then(Value::as_str),
-                    skill.get("path").and_then(Value::as_str),
-                ) {
-                    text.push_str(&format!("\nSkill {name} ({path}): {description}"));
-                }
-            }
+            list_skills(&mut text, skills);
             text
         }
         _ => {
@@ -448,9 +441,32 @@ fn describe(state: &AppState, environment: &Environment) -> String {
                 }
                 _ => text.push_str(" There is no network access."),
             }
-            let _ = state;
+            list_skills(&mut text, mounted);
             text
         }
+    }
+}
+
+/// Appends the skills the shell has: name, path and description (what
+/// OpenAI's skill discovery shows the model); the model reads a skill's
+/// `SKILL.md` before it uses it.
+fn list_skills(text: &mut String, skills: &[Value]) {
+    let mut listed = skills.iter().filter_map(|skill| {
+        Some((
+            skill.get("name").and_then(Value::as_str)?,
+            skill.get("description").and_then(Value::as_str)?,
+            skill.get("path").and_then(Value::as_str)?,
+        ))
+    });
+    let Some(first) = listed.next() else {
+        return;
+    };
+    text.push_str(
+        "\n\nSkills are available: each is a folder with a SKILL.md to read (cat it) before \
+         using the skill, and the scripts or references it names.",
+    );
+    for (name, description, path) in std::iter::once(first).chain(listed) {
+        text.push_str(&format!("\n- {name} ({path}/SKILL.md): {description}"));
     }
 }
 
@@ -711,14 +727,16 @@ async fn prepare(state: &Arc<AppState>, project: &Project, body: Value) -> ApiRe
     }
     items.extend(input.iter().cloned());
     let mut auto = None;
+    let mut skills: Vec<Value> = Vec::new();
     if let Some(environment) = &tools.shell {
         match environment {
             Environment::ContainerReference(id) => {
                 let (owner, key) = (project.0.clone(), id.clone());
-                state
+                let row = state
                     .db(move |s| s.container(&owner, &key))
                     .await?
                     .ok_or_else(|| ApiError::not_found("container", id))?;
+                skills = crate::containers::container_object(&row).skills;
             }
             Environment::ContainerAuto(params) => {
                 let body = auto_container(params, "tools.environment")?;
@@ -734,6 +752,18 @@ async fn prepare(state: &Arc<AppState>, project: &Project, body: Value) -> ApiRe
                 if body.image.is_some() {
                     crate::containers::choose_image(state, body.image.as_deref()).await?;
                 }
+                // Skills are checked now (a malformed entry or a hostile
+                // bundle is this request's 400) and listed for the model.
+                skills = crate::skills::resolve(
+                    state,
+                    &project.0,
+                    &body.skills,
+                    "tools.environment.skills",
+                )
+                .await?
+                .iter()
+                .map(crate::skills::Mounted::summary)
+                .collect();
                 auto = Some(body);
             }
             Environment::Local { .. } => {}
@@ -758,7 +788,7 @@ async fn prepare(state: &Arc<AppState>, project: &Project, body: Value) -> ApiRe
     let environment_description = tools
         .shell
         .as_ref()
-        .map(|e| describe(state, e))
+        .map(|e| describe(e, &skills))
         .unwrap_or_default();
     // Attached files go into the container's /mnt/data (which is then made
     // now, not at the first command); the model reads where they are.
