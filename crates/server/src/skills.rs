@@ -554,6 +554,9 @@ async fn reference(
         .filter(|id| !id.is_empty() && id.len() <= 64)
         .ok_or_else(|| ApiError::invalid(format!("{at}.skill_id"), "skill_id is required"))?
         .to_owned();
+    if let Some(curated) = shellgate_skills::Curated::find(&skill_id) {
+        return curated_reference(curated, entry, at).await;
+    }
     let project_key = Project(project.to_owned());
     let skill = owned_skill(state, &project_key, &skill_id)
         .await
@@ -584,6 +587,34 @@ async fn reference(
     Ok(Mounted {
         bundle,
         source: Some((skill.id, version)),
+    })
+}
+
+/// A skill that ships with shellgate: one version (`1`), the same in
+/// every install.
+async fn curated_reference(
+    curated: &'static shellgate_skills::Curated,
+    entry: &Value,
+    at: &str,
+) -> ApiResult<Mounted> {
+    match entry.get("version") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(v)) if v == "latest" || v == "1" => {}
+        Some(Value::Number(n)) if n.as_u64() == Some(1) => {}
+        Some(other) => {
+            return Err(ApiError::invalid(
+                format!("{at}.version"),
+                format!("{} has one version, 1 (or 'latest'), not {other}", curated.id),
+            ))
+        }
+    }
+    let bundle = tokio::task::spawn_blocking(|| curated.bundle())
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+        .map_err(|e| ApiError::internal(format!("the curated skill {}: {e}", curated.id)))?;
+    Ok(Mounted {
+        bundle,
+        source: Some((curated.id.to_owned(), 1)),
     })
 }
 
