@@ -153,7 +153,7 @@ egress_trusted_roots = "{tls['ca']}"
         processes.append(subprocess.Popen(
             ["nsenter", f"--net=/run/netns/{NETNS}", str(BINARY), "--data-dir", str(directory / "data"),
              "serve", "--config", str(config), "--listen", f"{NS_ADDR}:{PORT}"],
-            stdout=log, stderr=log, env={"PATH": os.environ["PATH"], "SHELLGATE_LOG": "warn"}))
+            stdout=log, stderr=log, env={"PATH": os.environ["PATH"], "SHELLGATE_LOG": "warn", "SHELLGATE_BUILD_DEFAULT_IMAGE": "false"}))
         for _ in range(300):
             try:
                 urllib.request.urlopen(f"http://{NS_ADDR}:{PORT}/healthz", timeout=1)

@@ -31,7 +31,7 @@ before(async () => {
   const port = await freePort();
   dataDir = mkdtempSync(join(tmpdir(), 'shellgate-node-'));
   server = spawn(binary, ['--data-dir', dataDir, 'serve', '--listen', `127.0.0.1:${port}`], {
-    env: { PATH: process.env.PATH, SHELLGATE_API_KEYS: KEY, SHELLGATE_LOG: 'warn', SHELLGATE_WARM_CONTAINERS: '1' },
+    env: { PATH: process.env.PATH, SHELLGATE_API_KEYS: KEY, SHELLGATE_LOG: 'warn', SHELLGATE_WARM_CONTAINERS: '1', SHELLGATE_BUILD_DEFAULT_IMAGE: 'false' },
     stdio: 'ignore',
   });
   const deadline = Date.now() + 30_000;

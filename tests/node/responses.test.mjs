@@ -84,7 +84,7 @@ before(async () => {
   server = spawn(binary, ['--data-dir', dataDir, 'serve', '--listen', `127.0.0.1:${port}`], {
     env: {
       PATH: process.env.PATH, SHELLGATE_API_KEYS: KEY, SHELLGATE_LOG: 'warn',
-      SHELLGATE_WARM_CONTAINERS: '1', SHELLGATE_UPSTREAM_URL: upstreamUrl,
+      SHELLGATE_WARM_CONTAINERS: '1', SHELLGATE_BUILD_DEFAULT_IMAGE: 'false', SHELLGATE_UPSTREAM_URL: upstreamUrl,
     },
     stdio: 'ignore',
   });

@@ -49,6 +49,8 @@ class Server:
             "SHELLGATE_API_KEYS": f"{KEY_A}:alpha,{KEY_B}:beta",
             "SHELLGATE_LOG": "info",
             "SHELLGATE_WARM_CONTAINERS": "1",
+            # Tests that want the first-start build turn it back on.
+            "SHELLGATE_BUILD_DEFAULT_IMAGE": "false",
         }
         env.update({f"SHELLGATE_{k.upper()}": str(v) for k, v in self.settings.items()})
         log = open(self.log, "ab")

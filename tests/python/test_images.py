@@ -101,3 +101,60 @@ def test_a_missing_default_image_falls_back_to_host_and_says_so(server):
     container = client.containers.create(name="fallback")
     assert container.image == "host"
     assert "is not there yet" in server.log.read_text()
+
+
+def health(server) -> dict:
+    import json
+    import urllib.request
+    with urllib.request.urlopen(f"http://{server.host}:{server.port}/healthz", timeout=5) as response:
+        return json.load(response)
+
+
+def test_a_first_start_builds_the_default_image_in_the_background(upstream):
+    """The README's serve command on a fresh machine: the default image is
+    built in the background (here the small debian-12-slim recipe), its
+    progress in /healthz and the log, `host` meanwhile."""
+    import time
+    data_dir = Path(tempfile.mkdtemp(prefix="shellgate-first-start-"))
+    os.chmod(data_dir, 0o755)
+    server = Server(data_dir, upstream_url=upstream.url, default_image="debian-12-slim",
+                    build_default_image="true", warm_containers="0").start()
+    try:
+        client = server.client()
+        status = health(server)
+        assert status["status"] == "ok"
+        assert status["default_image"]["image"] == "debian-12-slim"
+        assert status["default_image"]["status"] in ("building", "ready")
+        early = client.containers.create(name="before-the-build")
+        if health(server)["default_image"]["status"] == "building":
+            assert early.image == "host"
+        log = server.log.read_text()
+        assert "building it in the background" in log, log[-2000:]
+        seen = set()
+        deadline = time.time() + 900
+        while True:
+            build = health(server)["default_image"]
+            seen.add(round(build["progress"], 2))
+            if build["status"] != "building":
+                break
+            assert time.time() < deadline, build
+            time.sleep(1)
+        assert build["status"] == "ready" and build["progress"] == 1.0, build
+        assert len(seen) > 2, seen  # progress moved through mmdebstrap's stages
+        assert "image debian-12-slim is built" in server.log.read_text()
+        late = client.containers.create(name="after-the-build")
+        assert late.image == "debian-12-slim"
+        out = exec_commands(client, late.id, ["cat /etc/debian_version; command -v curl || echo no-curl"])
+        stdout = out["output"][0]["stdout"]
+        assert stdout.startswith("12.") and stdout.endswith("no-curl\n"), stdout
+        # A container made before keeps the image it was made with.
+        assert client.containers.retrieve(early.id).image == early.image
+        # The next start finds it built: nothing to do.
+        server.stop()
+        server.start()
+        assert "default_image" not in health(server)
+        listing = server.client().get("/images", cast_to=object)
+        assert "debian-12-slim" in [i["name"] for i in listing["data"]]
+    finally:
+        server.stop()
+        subprocess.run(["rm", "-rf", str(data_dir)], check=False)

@@ -99,6 +99,13 @@ pub struct Config {
     /// The image containers are made from when a request names none; while
     /// it is not there (not built yet), `host` is used and the log says so.
     pub default_image: String,
+    /// Build the default image in the background on a start that finds it
+    /// missing (progress in the log and in `/healthz`); off, e.g. for tests,
+    /// containers use `host` until `shellgate image build` is run.
+    pub build_default_image: bool,
+    /// Where images live; empty: `<data_dir>/sandbox/images`. Servers on
+    /// one host may share a directory of built images.
+    pub images_dir: String,
     /// Whether containers may have network access at all (through the
     /// egress proxy, by allowlist). Off: every `network_policy` allowlist
     /// is refused (400).
@@ -224,6 +231,8 @@ impl Default for Config {
             guardrail_tool_output_default: "off".to_owned(),
             guardrails: Vec::new(),
             default_image: "debian-12".to_owned(),
+            build_default_image: true,
+            images_dir: String::new(),
             egress: true,
             egress_allowed_domains: "*".to_owned(),
             egress_allow_any_domain: false,
@@ -265,6 +274,11 @@ pub fn default_data_dir() -> PathBuf {
 pub struct ConfigError(pub String);
 
 impl Config {
+    /// The image store's directory, when set apart from the data directory.
+    pub fn images_dir(&self) -> Option<PathBuf> {
+        (!self.images_dir.is_empty()).then(|| PathBuf::from(&self.images_dir))
+    }
+
     /// Defaults, overlaid with `file` (if any) and the environment.
     pub fn load(
         file: Option<&Path>,

@@ -128,6 +128,7 @@ pub fn state() -> Result<Arc<AppState>, crate::ServeError> {
         egress: None,
         egress_counts: Default::default(),
         default_image_missing_said: Default::default(),
+        default_image_build: Default::default(),
     }))
 }
 

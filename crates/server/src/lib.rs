@@ -20,6 +20,7 @@ mod listener;
 mod metrics;
 pub(crate) mod ops;
 mod responses;
+mod image_build;
 mod skills;
 mod spool;
 
@@ -70,6 +71,8 @@ pub struct AppState {
     /// The egress proxy's settings (`None`: egress is off).
     egress: Option<Arc<shellgate_egress::proxy::Settings>>,
     egress_counts: egress::EgressCounts,
+    /// The default image's background build, if one was started.
+    pub default_image_build: image_build::SharedBuildStatus,
     /// Whether the log already said that the default image is missing.
     default_image_missing_said: std::sync::atomic::AtomicBool,
 }
@@ -179,6 +182,7 @@ pub async fn open(config: Config, helper_binary: PathBuf) -> Result<Arc<AppState
     engine_config.helper_binary = helper_binary;
     engine_config.warm_containers = config.warm_containers;
     engine_config.expose_host_usr_local = config.expose_host_usr_local;
+    engine_config.images_dir = config.images_dir();
     engine_config.memory_ceiling = config
         .sandbox_memory_ceiling()
         .map_err(|e| ServeError::Setup(e.to_string()))?;
@@ -193,6 +197,13 @@ pub async fn open(config: Config, helper_binary: PathBuf) -> Result<Arc<AppState
     for warning in warnings {
         tracing::warn!("{warning}");
     }
+    let engine = Arc::new(engine);
+    let default_image_build = if config.build_default_image {
+        image_build::start_if_missing(Arc::clone(&engine), &config.default_image)
+    } else {
+        Default::default()
+    };
+    let engine: Arc<dyn SandboxBackend> = engine;
     for (key, project) in config.seeded_keys() {
         store
             .add_key(&key, &project, now())
@@ -234,7 +245,7 @@ pub async fn open(config: Config, helper_binary: PathBuf) -> Result<Arc<AppState
             .map_err(|e| ServeError::Setup(e.to_string()))?,
         running: Default::default(),
         config,
-        engine: Arc::new(engine),
+        engine,
         store: Arc::new(store),
         files_dir,
         skills_dir,
@@ -243,6 +254,7 @@ pub async fn open(config: Config, helper_binary: PathBuf) -> Result<Arc<AppState
         egress,
         egress_counts: Default::default(),
         default_image_missing_said: Default::default(),
+        default_image_build,
     });
     if let Some(log) = egress_log {
         egress::spawn_log_writer(Arc::clone(&state), log);

@@ -18,7 +18,18 @@ const OPENAPI: &str = include_str!("openapi.json");
 pub async fn healthz(State(state): State<Arc<AppState>>) -> ApiResult<impl IntoResponse> {
     // Healthy means the store answers.
     state.db(|s| s.key_count()).await?;
-    Ok(Json(serde_json::json!({"status": "ok"})))
+    let mut body = serde_json::json!({"status": "ok"});
+    // A first start's background build of the default image, while it
+    // runs and after (how it ended).
+    let build = state
+        .default_image_build
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    if let Some(build) = build {
+        body["default_image"] = serde_json::to_value(build).unwrap_or_default();
+    }
+    Ok(Json(body))
 }
 
 /// Server-wide counters only (nothing per project). With `metrics_token`

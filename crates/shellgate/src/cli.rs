@@ -265,6 +265,10 @@ async fn open_engine(
 ) -> Result<LocalEngine> {
     let mut config = EngineConfig::new(data_dir);
     config.egress = egress;
+    // The images directory the server would use (`SHELLGATE_IMAGES_DIR`).
+    config.images_dir = shellgate_server::Config::load(None, std::env::vars())
+        .ok()
+        .and_then(|c| c.images_dir());
     // A one-shot command has no use for pre-formatted disks.
     config.pool_size = 0;
     config.spare_helpers = 0;

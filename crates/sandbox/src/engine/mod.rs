@@ -95,6 +95,8 @@ pub struct EngineConfig {
     /// The egress proxy's settings; `None`: no container may have network
     /// access (a network policy is refused).
     pub egress: Option<EgressSettings>,
+    /// The image store's directory; `None`: `<data_dir>/images`.
+    pub images_dir: Option<PathBuf>,
 }
 
 impl EngineConfig {
@@ -113,6 +115,7 @@ impl EngineConfig {
             memory_ceiling: None,
             expose_host_usr_local: false,
             egress: None,
+            images_dir: None,
         }
     }
 }
@@ -277,7 +280,10 @@ impl LocalEngine {
         let (disk_kind, disk_warning) = disk::detect(rootless);
         warnings.extend(disk_warning);
         let images = ImageStore::open_with(
-            &data_dir.join("images"),
+            &config
+                .images_dir
+                .clone()
+                .unwrap_or_else(|| data_dir.join("images")),
             &config.hostname,
             crate::image::HostImageOptions {
                 expose_usr_local: config.expose_host_usr_local,

@@ -52,6 +52,7 @@ pub fn start(name: &str, settings: &[(&str, &str)]) -> Server {
         )
         .env("SHELLGATE_LOG", "warn")
         .env("SHELLGATE_WARM_CONTAINERS", "1")
+        .env("SHELLGATE_BUILD_DEFAULT_IMAGE", "false")
         .stdin(Stdio::null())
         .stdout(Stdio::null());
     for (key, value) in settings {

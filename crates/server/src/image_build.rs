@@ -1,0 +1,93 @@
+//! The default image, built in the background on a start that finds it
+//! missing, so that a fresh install gets the seeds' runtime with no extra
+//! command. Until it is ready containers use `host` (the log says so, and
+//! their `image` field shows it); `/healthz` reports the build's progress.
+
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+use shellgate_sandbox::engine::LocalEngine;
+use shellgate_sandbox::image::{HOST_IMAGE, RECIPES};
+
+/// Where the default image's background build is.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct BuildStatus {
+    pub image: String,
+    /// `building`, `ready` or `failed`.
+    pub status: &'static str,
+    /// 0.0 to 1.0.
+    pub progress: f64,
+    /// The builder's latest line, or why it failed.
+    pub message: String,
+}
+
+/// The background build's status, shared with `/healthz`.
+pub type SharedBuildStatus = Arc<Mutex<Option<BuildStatus>>>;
+
+fn set(status: &SharedBuildStatus, update: impl FnOnce(&mut BuildStatus)) {
+    if let Some(current) = status.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+        update(current);
+    }
+}
+
+/// Starts building `image` if it is missing and a recipe makes it; returns
+/// the status to report (`None`: nothing to build).
+pub fn start_if_missing(engine: Arc<LocalEngine>, image: &str) -> SharedBuildStatus {
+    let status: SharedBuildStatus = Arc::new(Mutex::new(None));
+    let present = image == HOST_IMAGE || engine.images().list().iter().any(|i| i.name == image);
+    if present || !RECIPES.iter().any(|r| r.name == image) {
+        return status;
+    }
+    *status.lock().unwrap_or_else(|p| p.into_inner()) = Some(BuildStatus {
+        image: image.to_owned(),
+        status: "building",
+        progress: 0.0,
+        message: "starting".to_owned(),
+    });
+    tracing::warn!(
+        "the default image {image:?} is not built: building it in the background (minutes; \
+         containers use `host` until it is ready; set build_default_image = false to turn this off)"
+    );
+    let (name, shared) = (image.to_owned(), Arc::clone(&status));
+    let runtime = tokio::runtime::Handle::current();
+    // A thread of its own: the build ends with a walk of the new tree
+    // (blocking), and must never hold an async worker.
+    tokio::task::spawn_blocking(move || {
+        let mut last_logged = -1.0;
+        let mut progress = |fraction: f64, line: &str| {
+            set(&shared, |s| {
+                s.progress = fraction;
+                s.message = line.chars().take(200).collect();
+            });
+            if fraction >= last_logged + 0.1 || fraction >= 1.0 && last_logged < 1.0 {
+                last_logged = fraction;
+                tracing::info!(
+                    "building image {name}: {:.0}% {line}",
+                    (fraction * 100.0).min(100.0)
+                );
+            }
+        };
+        let built = runtime.block_on(engine.images().build(&name, &mut progress));
+        match built {
+            Ok(_) => {
+                set(&shared, |s| {
+                    s.status = "ready";
+                    s.progress = 1.0;
+                    s.message = "built".to_owned();
+                });
+                tracing::info!("image {name} is built: new containers use it");
+            }
+            Err(e) => {
+                set(&shared, |s| {
+                    s.status = "failed";
+                    s.message = e.to_string().chars().take(2000).collect();
+                });
+                tracing::error!(
+                    "building image {name} failed (containers keep using `host`; \
+                     `shellgate image build {name}` retries): {e}"
+                );
+            }
+        }
+    });
+    status
+}
