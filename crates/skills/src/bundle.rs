@@ -659,4 +659,47 @@ mod tests {
         zip[at] ^= 0xff;
         assert!(from_zip(&zip, &Limits::default()).is_err());
     }
+
+    #[test]
+    fn mutated_zips_are_refused_or_safe_never_a_panic() {
+        // A deterministic cousin of the cargo-fuzz target `skill_bundle`:
+        // byte flips, truncations and splices of a valid bundle.
+        let zip = zip_of(&[
+            ("s/SKILL.md", MANIFEST.as_bytes(), 0o644),
+            ("s/scripts/run.py", b"print('hello')\n".repeat(40).as_slice(), 0o755),
+            ("s/data/inner.zip", &zip_of(&[("x", b"y", 0o644)]), 0o644),
+        ]);
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut accepted = 0;
+        for round in 0..3000 {
+            let mut bytes = zip.clone();
+            match round % 3 {
+                0 => {
+                    for _ in 0..1 + next() % 4 {
+                        let at = (next() as usize) % bytes.len();
+                        bytes[at] = next() as u8;
+                    }
+                }
+                1 => bytes.truncate((next() as usize) % bytes.len()),
+                _ => {
+                    let from = (next() as usize) % bytes.len();
+                    let to = (next() as usize) % bytes.len();
+                    let len = ((next() as usize) % 64).min(bytes.len() - from.max(to));
+                    bytes.copy_within(from..from + len, to);
+                }
+            }
+            if crate::fuzzing::check_zip(&bytes) {
+                accepted += 1;
+            }
+        }
+        // Some mutations only touch data the reader ignores (comments,
+        // padding); the rest are refused.
+        assert!(accepted < 3000);
+    }
 }

@@ -7,6 +7,7 @@
 
 pub mod bundle;
 pub mod curated;
+pub mod fuzzing;
 pub mod manifest;
 
 pub use bundle::{from_files, from_zip, Bundle, BundleError, BundleFile, Limits};

@@ -1,0 +1,204 @@
+"""The skills that ship with shellgate, referenced by id as OpenAI's
+curated ones are, run on real data in the `debian-12` image (pandas,
+matplotlib, reportlab, python-docx): the numbers they print are checked
+against the data, the files they write are opened."""
+
+import csv
+import io
+import json
+import os
+import random
+import struct
+import subprocess
+import tempfile
+import zipfile
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from conftest import BINARY, Server, exec_commands
+
+# The cached debian-12 build (shared with the Rust image test): built once
+# per machine, a no-op when up to date.
+IMAGE_CACHE = Path(os.environ.get("SHELLGATE_TEST_IMAGE_CACHE", "/var/cache/shellgate-test/images-data"))
+ANALYST = "/mnt/skills/spreadsheet-analyst/scripts/analyze.py"
+WRITER = "/mnt/skills/report-writer/scripts/render.py"
+
+
+@pytest.fixture(scope="module")
+def debian(upstream):
+    built = subprocess.run([str(BINARY), "--data-dir", str(IMAGE_CACHE), "image", "build", "debian-12"],
+                           capture_output=True, text=True, timeout=3600)
+    assert built.returncode == 0, built.stderr[-3000:]
+    data_dir = Path(tempfile.mkdtemp(prefix="shellgate-curated-"))
+    os.chmod(data_dir, 0o755)
+    server = Server(data_dir, upstream_url=upstream.url, default_image="debian-12",
+                    images_dir=str(IMAGE_CACHE / "sandbox" / "images"), warm_containers="0").start()
+    yield server
+    server.stop()
+    subprocess.run(["rm", "-rf", str(data_dir)], check=False)
+
+
+def sales_csv() -> bytes:
+    """A year of sales: four regions, three products, 240 rows."""
+    rng = random.Random(7)
+    prices = {"Widget": 2.5, "Gadget": 10.0, "Gizmo": 4.25}
+    regions, products = ["North", "South", "East", "West"], list(prices)
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["date", "region", "product", "units", "unit_price", "revenue"])
+    for i in range(240):
+        product = products[i % 3]
+        units = rng.randint(1, 50)
+        writer.writerow([f"2026-{1 + i % 12:02d}-{1 + i % 28:02d}", regions[i % 4], product, units,
+                         prices[product], round(units * prices[product], 2)])
+    return out.getvalue().encode()
+
+
+def rows():
+    return list(csv.DictReader(io.StringIO(sales_csv().decode())))
+
+
+def png_size(data: bytes):
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", data[:16]
+    return struct.unpack(">II", data[16:24])
+
+
+def upload(client, container_id, name, data):
+    client.containers.files.create(container_id, file=(name, data))
+
+
+def download(client, container_id, path):
+    listing = client.containers.files.list(container_id, limit=100)
+    file_id = next(f.id for f in listing.data if f.path == path)
+    return client.containers.files.content.retrieve(file_id, container_id=container_id).read()
+
+
+@pytest.fixture(scope="module")
+def container(debian):
+    client = debian.client()
+    made = client.containers.create(name="curated", skills=[
+        {"type": "skill_reference", "skill_id": "shellgate-spreadsheet-analyst"},
+        {"type": "skill_reference", "skill_id": "shellgate-report-writer", "version": "latest"}])
+    assert made.image == "debian-12"
+    upload(client, made.id, "sales.csv", sales_csv())
+    yield client, made.id
+    client.containers.delete(made.id)
+
+
+def test_the_analyst_summarizes_every_column(container):
+    client, cid = container
+    out = exec_commands(client, cid, [f"python3 {ANALYST} summary /mnt/data/sales.csv --json"])["output"][0]
+    assert out["outcome"] == {"type": "exit", "exit_code": 0}, out
+    summary = json.loads(out["stdout"])
+    assert summary["rows"] == 240
+    columns = {c["column"]: c for c in summary["columns"]}
+    revenue = [float(r["revenue"]) for r in rows()]
+    assert abs(columns["revenue"]["sum"] - sum(revenue)) < 1e-6
+    assert abs(columns["revenue"]["mean"] - sum(revenue) / 240) < 1e-6
+    assert columns["revenue"]["max"] == max(revenue) and columns["revenue"]["min"] == min(revenue)
+    assert columns["units"]["sum"] == sum(int(r["units"]) for r in rows())
+    assert sorted(k for k, _ in columns["region"]["top"]) == ["East", "North", "South", "West"]
+    assert columns["region"]["unique"] == 4 and columns["region"]["missing"] == 0
+    text = exec_commands(client, cid, [f"python3 {ANALYST} summary /mnt/data/sales.csv"])["output"][0]["stdout"]
+    assert text.startswith("/mnt/data/sales.csv: 240 rows x 6 columns")
+
+
+def test_the_analyst_pivots(container):
+    client, cid = container
+    out = exec_commands(client, cid, [
+        f"python3 {ANALYST} pivot /mnt/data/sales.csv --index region --columns product --values revenue "
+        f"--agg sum --totals --json --out /mnt/data/pivot.xlsx"])["output"][0]
+    assert out["outcome"]["exit_code"] == 0, out
+    pivot = json.loads(out["stdout"].split("\nwrote ")[0])
+    expected = defaultdict(float)
+    for r in rows():
+        expected[(r["region"], r["product"])] += float(r["revenue"])
+    for (region, product), total in expected.items():
+        assert abs(pivot[region][product] - total) < 1e-6, (region, product)
+    assert abs(pivot["Total"]["Total"] - sum(expected.values())) < 1e-6
+    # The table was written too, as a real workbook.
+    workbook = download(client, cid, "/mnt/data/pivot.xlsx")
+    with zipfile.ZipFile(io.BytesIO(workbook)) as archive:
+        assert "xl/worksheets/sheet1.xml" in archive.namelist()
+    counts = json.loads(exec_commands(client, cid, [
+        f"python3 {ANALYST} pivot /mnt/data/sales.csv --index product --agg count --json"])["output"][0]["stdout"])
+    assert {k: v["rows"] for k, v in counts.items()} == {"Gadget": 80, "Gizmo": 80, "Widget": 80}
+
+
+def test_the_analyst_draws_charts_to_mnt_data(container):
+    client, cid = container
+    for kind, extra in [("bar", "--x region --y revenue"), ("line", "--x date --y units"),
+                        ("hist", "--x units"), ("scatter", "--x units --y revenue"), ("pie", "--x product --y revenue")]:
+        out = exec_commands(client, cid, [
+            f"python3 {ANALYST} chart /mnt/data/sales.csv --kind {kind} {extra} --out /mnt/data/{kind}.png"])
+        result = out["output"][0]
+        assert result["outcome"]["exit_code"] == 0, result
+        assert result["stdout"] == f"wrote /mnt/data/{kind}.png\n"
+        assert png_size(download(client, cid, f"/mnt/data/{kind}.png")) == (800, 500)
+    bad = exec_commands(client, cid, [f"python3 {ANALYST} chart /mnt/data/sales.csv --x nope --out /mnt/data/x.png"])
+    assert bad["output"][0]["outcome"]["exit_code"] == 2
+    assert "no column 'nope'" in bad["output"][0]["stderr"]
+
+
+REPORT = """# Quarterly sales
+
+Revenue came to **{total:.2f}** over the year; *West* led.
+
+## By region
+
+| Region | Revenue |
+|--------|--------:|
+{table}
+
+- Restock gadgets
+- Review pricing
+
+```
+python3 analyze.py pivot sales.csv --index region
+```
+
+![Revenue by region](/mnt/data/bar.png)
+"""
+
+
+def test_the_report_writer_makes_html_pdf_and_docx(container):
+    client, cid = container
+    by_region = defaultdict(float)
+    for r in rows():
+        by_region[r["region"]] += float(r["revenue"])
+    table = "\n".join(f"| {k} | {v:.2f} |" for k, v in sorted(by_region.items()))
+    report = REPORT.format(total=sum(by_region.values()), table=table)
+    upload(client, cid, "report.md", report.encode())
+    # The chart the report embeds (the analyst's bar chart).
+    exec_commands(client, cid, [f"python3 {ANALYST} chart /mnt/data/sales.csv --kind bar --x region --y revenue "
+                                f"--out /mnt/data/bar.png"])
+    out = exec_commands(client, cid, [f"python3 {WRITER} /mnt/data/report.md --to html,pdf,docx"])["output"][0]
+    assert out["outcome"]["exit_code"] == 0, out
+    assert out["stdout"].split() == ["wrote", "/mnt/data/report.html", "wrote", "/mnt/data/report.pdf",
+                                     "wrote", "/mnt/data/report.docx"]
+
+    page = download(client, cid, "/mnt/data/report.html").decode()
+    assert "<title>Quarterly sales</title>" in page and "<h1>Quarterly sales</h1>" in page
+    assert f"<strong>{sum(by_region.values()):.2f}</strong>" in page and "<em>West</em>" in page
+    assert page.count("<tr>") == 5 and "<td>West</td>" in page
+    assert "<li>Restock gadgets</li>" in page and "data:image/png;base64," in page
+
+    pdf = download(client, cid, "/mnt/data/report.pdf")
+    assert pdf.startswith(b"%PDF-")
+    text = exec_commands(client, cid, [
+        "python3 -c \"import pypdf; r = pypdf.PdfReader('/mnt/data/report.pdf'); "
+        "print(''.join(p.extract_text() for p in r.pages))\""])["output"][0]["stdout"]
+    assert "Quarterly sales" in text and f"{by_region['West']:.2f}" in text and "Restock gadgets" in text
+
+    docx = download(client, cid, "/mnt/data/report.docx")
+    with zipfile.ZipFile(io.BytesIO(docx)) as archive:
+        document = archive.read("word/document.xml").decode()
+        assert any(n.startswith("word/media/") and n.endswith(".png") for n in archive.namelist())
+    for fragment in ["Quarterly sales", "By region", f"{by_region['North']:.2f}", "Review pricing"]:
+        assert fragment in document, fragment
+    assert "<w:tbl>" in document
+
+    missing = exec_commands(client, cid, [f"python3 {WRITER} /mnt/data/nothing.md"])["output"][0]
+    assert missing["outcome"]["exit_code"] == 2 and "does not exist" in missing["stderr"]
