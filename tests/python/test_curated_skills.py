@@ -202,3 +202,59 @@ def test_the_report_writer_makes_html_pdf_and_docx(container):
 
     missing = exec_commands(client, cid, [f"python3 {WRITER} /mnt/data/nothing.md"])["output"][0]
     assert missing["outcome"]["exit_code"] == 2 and "does not exist" in missing["stderr"]
+
+
+def hello_wheel() -> bytes:
+    """A pure-Python wheel with a console script, made by hand (pip needs
+    no network nor build step for it)."""
+    import base64
+    import hashlib
+    files = {
+        "hello_sg/__init__.py": b"def main():\n    print('hello from a user install')\n",
+        "hello_sg-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: hello-sg\nVersion: 1.0\n",
+        "hello_sg-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        "hello_sg-1.0.dist-info/entry_points.txt": b"[console_scripts]\nhello-sg = hello_sg:main\n",
+    }
+    record = []
+    for name, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{name},sha256={digest},{len(data)}")
+    record.append("hello_sg-1.0.dist-info/RECORD,,")
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+        archive.writestr("hello_sg-1.0.dist-info/RECORD", "\n".join(record) + "\n")
+    return buffer.getvalue()
+
+
+def hello_npm_package() -> bytes:
+    import tarfile
+    files = {
+        "package/package.json": json.dumps({"name": "hello-sg", "version": "1.0.0",
+                                            "bin": {"hello-sg-js": "cli.js"}}).encode(),
+        "package/cli.js": b"#!/usr/bin/env node\nconsole.log('hello from npm -g');\n",
+    }
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o755
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def test_pip_and_npm_install_work_as_the_unprivileged_user(container):
+    """No PEP 668 wall and no root needed: installs land in ~/.local, on PATH."""
+    client, cid = container
+    upload(client, cid, "hello_sg-1.0-py3-none-any.whl", hello_wheel())
+    upload(client, cid, "hello-sg-1.0.0.tgz", hello_npm_package())
+    out = exec_commands(client, cid, [
+        "pip install --no-index --quiet /mnt/data/hello_sg-1.0-py3-none-any.whl && hello-sg",
+        "npm install -g --offline --no-audit --no-fund /mnt/data/hello-sg-1.0.0.tgz >/dev/null && hello-sg-js",
+        "id -u; command -v hello-sg hello-sg-js",
+    ], timeout_ms=120_000)["output"]
+    assert out[0]["stdout"].endswith("hello from a user install\n"), out[0]
+    assert out[1]["stdout"] == "hello from npm -g\n", out[1]
+    uid, *paths = out[2]["stdout"].split()
+    assert uid != "0" and all(p.startswith("/home/sandbox/.local/bin/") for p in paths), out[2]

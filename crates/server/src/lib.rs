@@ -15,12 +15,12 @@ mod files;
 pub mod fuzzing;
 mod guardrails;
 mod http;
+mod image_build;
 mod lifecycle;
 mod listener;
 mod metrics;
 pub(crate) mod ops;
 mod responses;
-mod image_build;
 mod skills;
 mod spool;
 
@@ -322,9 +322,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/images", get(containers::images))
         .route(
             "/skills",
-            post(skills::create)
-                .get(skills::list)
-                .layer(uploads),
+            post(skills::create).get(skills::list).layer(uploads),
         )
         .route(
             "/skills/{skill_id}",

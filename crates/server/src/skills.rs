@@ -604,7 +604,10 @@ async fn curated_reference(
         Some(other) => {
             return Err(ApiError::invalid(
                 format!("{at}.version"),
-                format!("{} has one version, 1 (or 'latest'), not {other}", curated.id),
+                format!(
+                    "{} has one version, 1 (or 'latest'), not {other}",
+                    curated.id
+                ),
             ))
         }
     }
@@ -621,7 +624,11 @@ async fn curated_reference(
 async fn inline(entry: &Value, at: &str) -> ApiResult<Mounted> {
     only_keys(entry, &["type", "name", "description", "source"], at)?;
     for key in ["name", "description"] {
-        if entry.get(key).and_then(Value::as_str).is_none_or(str::is_empty) {
+        if entry
+            .get(key)
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+        {
             return Err(ApiError::invalid(
                 format!("{at}.{key}"),
                 format!("{key} is required"),

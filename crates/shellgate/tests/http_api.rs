@@ -501,6 +501,9 @@ fn health_metrics_openapi_and_keys() {
         "/v1/containers",
         "/v1/containers/{container_id}/exec",
         "/v1/files",
+        "/v1/skills",
+        "/v1/skills/{skill_id}/versions/{version}/content",
+        "/v1/images",
         "/v1/usage",
     ] {
         assert!(openapi["paths"].get(path).is_some(), "{path} undocumented");

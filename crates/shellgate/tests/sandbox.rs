@@ -52,7 +52,11 @@ async fn the_servers_environment_does_not_leak_in() {
     t.create("c1").await;
     let env = t.ok("c1", "env").await;
     assert!(!env.contains("hunter2"), "{env}");
-    assert!(env.contains("PATH=/usr/local/sbin"), "{env}");
+    assert!(
+        env.contains("PATH=/home/sandbox/.local/bin:/usr/local/sbin"),
+        "{env}"
+    );
+    assert!(env.contains("PIP_BREAK_SYSTEM_PACKAGES=1"), "{env}");
     assert!(env.contains("LANG=C.UTF-8"), "{env}");
     assert!(env.contains("HOME=/home/sandbox"), "{env}");
     let processes = t

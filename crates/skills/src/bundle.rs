@@ -666,7 +666,11 @@ mod tests {
         // byte flips, truncations and splices of a valid bundle.
         let zip = zip_of(&[
             ("s/SKILL.md", MANIFEST.as_bytes(), 0o644),
-            ("s/scripts/run.py", b"print('hello')\n".repeat(40).as_slice(), 0o755),
+            (
+                "s/scripts/run.py",
+                b"print('hello')\n".repeat(40).as_slice(),
+                0o755,
+            ),
             ("s/data/inner.zip", &zip_of(&[("x", b"y", 0o644)]), 0o644),
         ]);
         let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;

@@ -325,8 +325,16 @@ fn set_nofile(nofile: u64) -> Result<(), String> {
 
 fn command_env(home: &str, extra: &[(String, String)]) -> Vec<CString> {
     [
-        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_owned(),
+        // `pip install` and `npm install -g` as the sandbox user land in
+        // ~/.local (the system's prefixes are read-only), first on PATH.
+        format!(
+            "PATH={home}/.local/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+        ),
         format!("HOME={home}"),
+        // Debian marks its Python "externally managed" (PEP 668); a user
+        // install cannot break a read-only system, so the wall is lifted.
+        "PIP_BREAK_SYSTEM_PACKAGES=1".to_owned(),
+        format!("NPM_CONFIG_PREFIX={home}/.local"),
         "USER=sandbox".to_owned(),
         "LOGNAME=sandbox".to_owned(),
         "SHELL=/bin/bash".to_owned(),
