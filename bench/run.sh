@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Reproduces BENCHMARKS.md: installs the baselines (bubblewrap, hyperfine,
 # nginx-light, wrk), then runs the engine, HTTP, Responses and egress
-# benchmarks, each measuring its baselines in the same run as shellgate.
+# and image benchmarks, each measuring its baselines in the same run as shellgate.
 # Pass --quick for shorter runs. Needs root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +24,13 @@ if [[ " $* " == *" --quick "* ]]; then
   python3 bench/egress.py --seconds 2 --rounds 1 --creates 3
 else
   python3 bench/egress.py
+fi
+# Create time per image and the disk 100 containers of one image use (it
+# builds debian-12-slim and debian-12 into the shared image cache if needed).
+if [[ " $* " == *" --quick "* ]]; then
+  python3 bench/images.py --rounds 5 --containers 20
+else
+  python3 bench/images.py
 fi
 # The baselines as whole commands, for a second opinion from hyperfine.
 table=$(mktemp)

@@ -145,10 +145,16 @@ async fn store_blob(state: &AppState, version_id: &str, bundle: &Bundle) -> ApiR
     Ok(bytes)
 }
 
-fn remove_blobs(state: &AppState, ids: &[String]) {
-    for id in ids {
-        let _ = std::fs::remove_file(blob_path(state, id));
-    }
+/// Removes versions' blobs (after their rows are gone), off the async
+/// workers.
+async fn remove_blobs(state: &AppState, ids: Vec<String>) {
+    let paths: Vec<PathBuf> = ids.iter().map(|id| blob_path(state, id)).collect();
+    let _ = tokio::task::spawn_blocking(move || {
+        for path in paths {
+            let _ = std::fs::remove_file(path);
+        }
+    })
+    .await;
 }
 
 fn version_row(
@@ -178,25 +184,30 @@ pub async fn create(
 ) -> ApiResult<Json<Value>> {
     let upload = read_upload(multipart).await?;
     let bundle = bundle_of(upload.parts).await?;
-    let skill_id = new_id("skill_");
-    let version_id = new_id("skillver_");
-    let bytes = store_blob(&state, &version_id, &bundle).await?;
-    let version = version_row(&bundle, version_id.clone(), &skill_id, &project.0, bytes);
-    let skill = SkillRow {
-        id: skill_id,
-        project: project.0.clone(),
-        name: version.name.clone(),
-        description: version.description.clone(),
-        created_at: version.created_at,
-        default_version: 1,
-        latest_version: 1,
-    };
-    let (row, inserted) = (skill.clone(), version);
-    if let Err(e) = state.db(move |s| s.insert_skill(&row, &inserted)).await {
-        remove_blobs(&state, &[version_id]);
-        return Err(e);
-    }
-    Ok(Json(skill_object(&skill)))
+    // From here on the skill is stored whole or not at all, even if the
+    // client hangs up.
+    crate::to_completion(async move {
+        let skill_id = new_id("skill_");
+        let version_id = new_id("skillver_");
+        let bytes = store_blob(&state, &version_id, &bundle).await?;
+        let version = version_row(&bundle, version_id.clone(), &skill_id, &project.0, bytes);
+        let skill = SkillRow {
+            id: skill_id,
+            project: project.0.clone(),
+            name: version.name.clone(),
+            description: version.description.clone(),
+            created_at: version.created_at,
+            default_version: 1,
+            latest_version: 1,
+        };
+        let (row, inserted) = (skill.clone(), version);
+        if let Err(e) = state.db(move |s| s.insert_skill(&row, &inserted)).await {
+            remove_blobs(&state, vec![version_id]).await;
+            return Err(e);
+        }
+        Ok(Json(skill_object(&skill)))
+    })
+    .await
 }
 
 async fn owned_skill(state: &AppState, project: &Project, id: &str) -> ApiResult<SkillRow> {
@@ -283,15 +294,18 @@ pub async fn delete(
     project: Project,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    let (owner, key) = (project.0.clone(), id.clone());
-    let versions = state
-        .db(move |s| s.delete_skill(&owner, &key))
-        .await?
-        .ok_or_else(|| ApiError::not_found("skill", &id))?;
-    remove_blobs(&state, &versions);
-    Ok(Json(
-        json!({"object": "skill.deleted", "deleted": true, "id": id}),
-    ))
+    crate::to_completion(async move {
+        let (owner, key) = (project.0.clone(), id.clone());
+        let versions = state
+            .db(move |s| s.delete_skill(&owner, &key))
+            .await?
+            .ok_or_else(|| ApiError::not_found("skill", &id))?;
+        remove_blobs(&state, versions).await;
+        Ok(Json(
+            json!({"object": "skill.deleted", "deleted": true, "id": id}),
+        ))
+    })
+    .await
 }
 
 async fn zip_response(state: &AppState, version: &SkillVersionRow) -> ApiResult<Response> {
@@ -360,27 +374,30 @@ pub async fn create_version(
         },
     };
     let bundle = bundle_of(upload.parts).await?;
-    let version_id = new_id("skillver_");
-    let bytes = store_blob(&state, &version_id, &bundle).await?;
-    let mut row = version_row(&bundle, version_id.clone(), &id, &project.0, bytes);
-    let owner = project.0.clone();
-    let added = state
-        .db(move |s| {
-            let skill = s.add_skill_version(&owner, &mut row, default)?;
-            Ok(skill.map(|_| row))
-        })
-        .await;
-    match added {
-        Ok(Some(row)) => Ok(Json(version_object(&row))),
-        Ok(None) => {
-            remove_blobs(&state, &[version_id]);
-            Err(ApiError::not_found("skill", &id))
+    crate::to_completion(async move {
+        let version_id = new_id("skillver_");
+        let bytes = store_blob(&state, &version_id, &bundle).await?;
+        let mut row = version_row(&bundle, version_id.clone(), &id, &project.0, bytes);
+        let owner = project.0.clone();
+        let added = state
+            .db(move |s| {
+                let skill = s.add_skill_version(&owner, &mut row, default)?;
+                Ok(skill.map(|_| row))
+            })
+            .await;
+        match added {
+            Ok(Some(row)) => Ok(Json(version_object(&row))),
+            Ok(None) => {
+                remove_blobs(&state, vec![version_id]).await;
+                Err(ApiError::not_found("skill", &id))
+            }
+            Err(e) => {
+                remove_blobs(&state, vec![version_id]).await;
+                Err(e)
+            }
         }
-        Err(e) => {
-            remove_blobs(&state, &[version_id]);
-            Err(e)
-        }
-    }
+    })
+    .await
 }
 
 pub async fn list_versions(
@@ -434,7 +451,9 @@ pub async fn delete_version(
         .await?;
     match deleted {
         Ok(row) => {
-            remove_blobs(&state, std::slice::from_ref(&row.id));
+            // The row is gone: a hang-up now must not keep the blob.
+            let (state, blob) = (Arc::clone(&state), row.id.clone());
+            tokio::spawn(async move { remove_blobs(&state, vec![blob]).await });
             Ok(Json(json!({
                 "object": "skill.version.deleted",
                 "deleted": true,
