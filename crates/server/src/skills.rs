@@ -29,6 +29,9 @@ use crate::{new_id, now, AppState};
 const MAX_UPLOAD_BYTES: usize = 64 << 20;
 /// Most skills one container may get.
 const MAX_SKILLS_PER_CONTAINER: usize = 200;
+/// Most bytes of skills (unpacked) one container may get: they live on the
+/// host's disk beside the container's, outside its disk quota.
+const MAX_SKILL_BYTES_PER_CONTAINER: u64 = 256 << 20;
 /// Where a container's skills are, one folder per skill.
 pub const SKILLS_PATH: &str = "/mnt/skills";
 
@@ -543,6 +546,16 @@ pub(crate) async fn resolve(
             ));
         }
         mounted.push(one);
+        let total: u64 = mounted.iter().map(|m| m.bundle.bytes()).sum();
+        if total > MAX_SKILL_BYTES_PER_CONTAINER {
+            return Err(ApiError::invalid(
+                param,
+                format!(
+                    "the skills hold more than {} MiB together; a container takes at most that",
+                    MAX_SKILL_BYTES_PER_CONTAINER >> 20
+                ),
+            ));
+        }
     }
     Ok(mounted)
 }
