@@ -104,10 +104,16 @@ struct ExecArgs {
 enum ImageCommand {
     /// List images.
     List,
-    /// Build an image from Debian packages (needs mmdebstrap): `debian-12`.
+    /// Build an image from its recipe (needs mmdebstrap and curl):
+    /// `debian-12` (Python 3.11, Node.js 22, Java 17, PHP 8.2, Ruby 3.1,
+    /// Go 1.23, Python's data stack and common tools) or `debian-12-slim`.
+    /// Does nothing if the image is built from the recipe as it is now.
     Build {
         /// Image to build.
         name: String,
+        /// Build it again even if it is up to date.
+        #[arg(long)]
+        force: bool,
     },
     /// Print each runtime's version in an image (Python, Node.js, Java,
     /// PHP, Ruby, Go, Python's data stack); fails if one is missing.
@@ -357,15 +363,25 @@ async fn image(data_dir: PathBuf, command: ImageCommand) -> Result<()> {
             }
             Ok(())
         }
-        ImageCommand::Build { name } => {
+        ImageCommand::Build { name, force } => {
+            let started = std::time::Instant::now();
             let mut bar = ProgressBar::new(format!("building {name}"));
-            let image = engine
+            let built = engine
                 .images()
-                .build(&name, &mut |fraction, line| bar.update(fraction, line))
+                .build(&name, force, &mut |fraction, line| {
+                    bar.update(fraction, line)
+                })
                 .await;
             bar.finish();
-            let image = image?;
-            println!("{}\t{}", image.name, image.path.display());
+            let built = built?;
+            if !built.up_to_date {
+                eprintln!(
+                    "shellgate: built {name} in {:.0}s ({} MB)",
+                    started.elapsed().as_secs_f64(),
+                    built.image.details.size_bytes.unwrap_or(0) / 1_000_000
+                );
+            }
+            println!("{}\t{}", built.image.name, built.image.path.display());
             Ok(())
         }
         ImageCommand::Verify { name } => verify_image(&engine, &name).await,
@@ -462,6 +478,16 @@ impl ProgressBar {
 
     fn update(&mut self, fraction: f64, line: &str) {
         const WIDTH: usize = 30;
+        // shellgate's own notes (a mirror fallback, a cached image) and
+        // mmdebstrap's warnings are worth a line of their own.
+        if line.starts_with("shellgate: ") || line.starts_with("W: ") || line.starts_with("E: ") {
+            if self.terminal {
+                eprint!("\r\x1b[2K");
+            }
+            eprintln!("{line}");
+            self.last_fraction = fraction;
+            return;
+        }
         let filled = ((fraction.clamp(0.0, 1.0)) * WIDTH as f64) as usize;
         let bar = format!(
             "[{}{}] {:3.0}%",
