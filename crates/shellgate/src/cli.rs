@@ -371,7 +371,7 @@ async fn image(data_dir: PathBuf, command: ImageCommand) -> Result<()> {
             let mut bar = ProgressBar::new(format!("building {name}"));
             let built = engine
                 .images()
-                .build(&name, force, &mut |fraction, line| {
+                .build_with(&name, force, &mut |fraction, line| {
                     bar.update(fraction, line)
                 })
                 .await;

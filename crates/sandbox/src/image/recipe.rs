@@ -451,11 +451,23 @@ impl ImageStore {
         self.root.join(".cache")
     }
 
+    /// Builds an image from its recipe unless it is built from the recipe
+    /// as it is now; see [`ImageStore::build_with`].
+    pub async fn build(
+        &self,
+        name: &str,
+        progress: Progress<'_>,
+    ) -> Result<ImageInfo, SandboxError> {
+        self.build_with(name, false, progress)
+            .await
+            .map(|built| built.image)
+    }
+
     /// Builds an image from a recipe with `mmdebstrap`, reporting progress
     /// (mmdebstrap's lines, and shellgate's own starting with
     /// `shellgate: `). Does nothing when the image was built from the
     /// recipe as it is now, unless `force`.
-    pub async fn build(
+    pub async fn build_with(
         &self,
         name: &str,
         force: bool,
