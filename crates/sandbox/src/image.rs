@@ -7,8 +7,12 @@
 //!   anything private). Nothing of `/root`, `/home`, `/srv`, `/var`, `/opt`,
 //!   working trees or the server's data directory exists inside.
 //! - any other name: a directory `images/<name>/rootfs` in the data
-//!   directory, built by `shellgate image build` (mmdebstrap) or imported
-//!   from a rootfs tarball; it becomes the lower layer of an overlay.
+//!   directory, built by `shellgate image build` from a [`Recipe`] (see
+//!   `recipe`: pinned Debian packages and wheels, cached in
+//!   `images/.cache`) or imported from a rootfs tarball; it becomes the
+//!   lower layer of an overlay. `images/<name>/info.json` says what it is
+//!   ([`ImageDetails`]: size, runtimes, and for a built image its recipe's
+//!   hash, snapshot, mirror and package lock).
 //!
 //! Both get generated `passwd`, `group`, `hosts` and `resolv.conf` files, so
 //! the sandbox user exists and no host name or resolver leaks in.
@@ -32,6 +36,10 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+
+mod recipe;
+
+pub use recipe::{recipe, version_matches, Built, Expectations, Recipe, Wheel, WheelLock, RECIPES};
 
 use crate::error::{IoContext, SandboxError};
 use crate::protocol::RootSpec;
@@ -165,6 +173,26 @@ pub struct ImageDetails {
     /// Runtime versions, as `shellgate image verify` found them.
     #[serde(default)]
     pub runtimes: std::collections::BTreeMap<String, String>,
+    /// The recipe it was built from (`None`: imported).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recipe: Option<String>,
+    /// [`Recipe::hash`] of that recipe when it was built: `image build`
+    /// does nothing while the recipe still hashes the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recipe_hash: Option<String>,
+    /// The recipe's snapshot.debian.org time stamp.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
+    /// The Debian archive the packages came from: the snapshot, or
+    /// deb.debian.org when the snapshot could not be reached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror: Option<String>,
+    /// Every installed Debian package and its version (the lock).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub packages: std::collections::BTreeMap<String, String>,
+    /// The wheels unpacked into it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub wheels: Vec<WheelLock>,
 }
 
 /// Total apparent size of the regular files below `dir`, links not
@@ -401,141 +429,10 @@ impl ImageStore {
     }
 }
 
-/// A recipe `shellgate image build` knows.
-pub struct Recipe {
-    pub name: &'static str,
-    pub suite: &'static str,
-    pub packages: &'static [&'static str],
-}
-
-/// `debian-12`: Debian 12 with the languages OpenAI's hosted containers
-/// list, as close as Debian 12 has them (Node.js 18 and Go 1.19 rather than
-/// 22 and 1.23). `debian-12-slim`: a minimal Debian 12 with Python.
-pub const RECIPES: &[Recipe] = &[
-    Recipe {
-        name: "debian-12-slim",
-        suite: "bookworm",
-        packages: &["bash", "ca-certificates", "coreutils", "python3-minimal"],
-    },
-    Recipe {
-        name: "debian-12",
-        suite: "bookworm",
-        packages: &[
-            "bash",
-            "ca-certificates",
-            "coreutils",
-            "curl",
-            "file",
-            "findutils",
-            "git",
-            "gcc",
-            "g++",
-            "make",
-            "golang-go",
-            "jq",
-            "less",
-            "nodejs",
-            "npm",
-            "openjdk-17-jdk-headless",
-            "php-cli",
-            "procps",
-            "python3",
-            "python3-pip",
-            "python3-venv",
-            "ruby",
-            "sqlite3",
-            "unzip",
-            "xz-utils",
-            "zip",
-        ],
-    },
-];
-
-/// mmdebstrap's stage messages and how far along the build each one is.
-const BUILD_STAGES: &[(&str, f64)] = &[
-    ("I: chroot architecture", 0.02),
-    ("I: running apt-get update", 0.05),
-    ("I: downloading packages", 0.10),
-    ("I: extracting archives", 0.40),
-    ("I: installing essential packages", 0.50),
-    ("I: installing remaining packages", 0.60),
-    ("I: cleaning package lists", 0.95),
-    ("I: success", 1.0),
-];
-
 /// Progress of a long image operation: a fraction and what is happening.
 pub type Progress<'a> = &'a mut (dyn FnMut(f64, &str) + Send);
 
 impl ImageStore {
-    /// Builds an image from a recipe with `mmdebstrap`, reporting progress.
-    pub async fn build(
-        &self,
-        name: &str,
-        progress: Progress<'_>,
-    ) -> Result<ImageInfo, SandboxError> {
-        use tokio::io::AsyncBufReadExt;
-        let recipe = RECIPES.iter().find(|r| r.name == name).ok_or_else(|| {
-            SandboxError::InvalidRequest {
-                param: "name",
-                message: format!(
-                    "no recipe for {name:?}; known: {}",
-                    RECIPES
-                        .iter()
-                        .map(|r| r.name)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            }
-        })?;
-        let (staging, target) = self.staging(name)?;
-        let mut child = tokio::process::Command::new("mmdebstrap")
-            .arg("--variant=minbase")
-            .arg("--verbose")
-            .arg(format!("--include={}", recipe.packages.join(",")))
-            .arg(recipe.suite)
-            .arg(&staging)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| {
-                SandboxError::Setup(format!(
-                    "cannot run mmdebstrap (apt-get install mmdebstrap): {e}"
-                ))
-            })?;
-        let mut tail: Vec<String> = Vec::new();
-        if let Some(stderr) = child.stderr.take() {
-            let mut lines = tokio::io::BufReader::new(stderr).lines();
-            let mut fraction = 0.0;
-            while let Ok(Some(line)) = lines.next_line().await {
-                if let Some((_, at)) = BUILD_STAGES
-                    .iter()
-                    .find(|(prefix, _)| line.starts_with(prefix))
-                {
-                    fraction = *at;
-                }
-                progress(fraction, &line);
-                tail.push(line);
-                if tail.len() > 20 {
-                    tail.remove(0);
-                }
-            }
-        }
-        let status = child
-            .wait()
-            .await
-            .context(|| "wait for mmdebstrap".into())?;
-        if !status.success() {
-            let _ = fs::remove_dir_all(&staging);
-            return Err(SandboxError::Setup(format!(
-                "mmdebstrap failed:\n{}",
-                tail.join("\n")
-            )));
-        }
-        self.install(name, &staging, &target)
-    }
-
     /// Imports a root file system tarball (any compression tar detects).
     ///
     /// GNU tar refuses absolute and `..` member names; the tarball is still
@@ -581,7 +478,7 @@ impl ImageStore {
                 ),
             });
         }
-        self.install(name, &staging, &target)
+        self.install(name, &staging, &target, ImageDetails::default())
     }
 
     /// A fresh staging directory next to where image `name` will live.
@@ -604,12 +501,15 @@ impl ImageStore {
         Ok((staging, target))
     }
 
-    /// Swaps a finished staging directory in as the image's root.
+    /// Swaps a finished staging directory in as the image's root, with
+    /// what is known of how it was made (`details`; its size and time are
+    /// filled in here).
     fn install(
         &self,
         name: &str,
         staging: &Path,
         target: &Path,
+        details: ImageDetails,
     ) -> Result<ImageInfo, SandboxError> {
         if let Err(e) = prepare_mount_points(staging) {
             let _ = fs::remove_dir_all(staging);
@@ -622,6 +522,7 @@ impl ImageStore {
                 .ok()
                 .map(|d| d.as_secs() as i64),
             runtimes: Default::default(),
+            ..details
         };
         replace_dir(staging, target)?;
         self.write_details(name, &details)?;

@@ -104,13 +104,22 @@ struct ExecArgs {
 enum ImageCommand {
     /// List images.
     List,
-    /// Build an image from Debian packages (needs mmdebstrap): `debian-12`.
+    /// Build an image from its recipe (needs mmdebstrap and curl):
+    /// `debian-12` (Python 3.11, Node.js 22, Java 17, PHP 8.2, Ruby 3.1,
+    /// Go 1.23, Python's data stack and common tools) or `debian-12-slim`.
+    /// Does nothing if the image is built from the recipe as it is now.
     Build {
         /// Image to build.
         name: String,
+        /// Build it again even if it is up to date.
+        #[arg(long)]
+        force: bool,
     },
-    /// Print each runtime's version in an image (Python, Node.js, Java,
-    /// PHP, Ruby, Go, Python's data stack); fails if one is missing.
+    /// Print each runtime's version in an image (Python, Node.js, npm,
+    /// Java, PHP, Ruby, Go, Python's data stack), the tools it has and
+    /// whether `pip install --user` works; fails if a runtime is missing
+    /// or, for an image built from a recipe, anything differs from what
+    /// the recipe promises (versions, tools, Python modules).
     Verify {
         /// Image to check.
         name: String,
@@ -361,15 +370,25 @@ async fn image(data_dir: PathBuf, command: ImageCommand) -> Result<()> {
             }
             Ok(())
         }
-        ImageCommand::Build { name } => {
+        ImageCommand::Build { name, force } => {
+            let started = std::time::Instant::now();
             let mut bar = ProgressBar::new(format!("building {name}"));
-            let image = engine
+            let built = engine
                 .images()
-                .build(&name, &mut |fraction, line| bar.update(fraction, line))
+                .build_with(&name, force, &mut |fraction, line| {
+                    bar.update(fraction, line)
+                })
                 .await;
             bar.finish();
-            let image = image?;
-            println!("{}\t{}", image.name, image.path.display());
+            let built = built?;
+            if !built.up_to_date {
+                eprintln!(
+                    "shellgate: built {name} in {:.0}s ({} MB)",
+                    started.elapsed().as_secs_f64(),
+                    built.image.details.size_bytes.unwrap_or(0) / 1_000_000
+                );
+            }
+            println!("{}\t{}", built.image.name, built.image.path.display());
             Ok(())
         }
         ImageCommand::Verify { name } => verify_image(&engine, &name).await,
@@ -385,6 +404,7 @@ async fn image(data_dir: PathBuf, command: ImageCommand) -> Result<()> {
 const RUNTIMES: &[(&str, &str)] = &[
     ("python", "python3 --version 2>&1 | cut -d' ' -f2"),
     ("node", "node --version | tr -d v"),
+    ("npm", "npm --version"),
     ("java", "java -version 2>&1 | head -1 | cut -d'\"' -f2"),
     ("php", "php -r 'echo PHP_VERSION;'"),
     ("ruby", "ruby -e 'print RUBY_VERSION'"),
@@ -395,10 +415,62 @@ const RUNTIMES: &[(&str, &str)] = &[
     ),
 ];
 
-/// Runs each runtime's version command in a throwaway container of the
-/// image; records what it found (`GET /v1/images` shows it) and fails if
-/// anything is missing.
+/// The tools `image verify` reports on (a recipe may require more).
+const TOOLS: &[&str] = &[
+    "git", "curl", "jq", "sqlite3", "zip", "unzip", "gcc", "g++", "make", "convert", "pandoc",
+];
+
+/// Prints the tools of a list that are not on the `PATH`, one a line.
+fn missing_tools_command(tools: &[&str]) -> String {
+    format!(
+        "for tool in {}; do command -v \"$tool\" >/dev/null 2>&1 || echo \"$tool\"; done",
+        tools.join(" ")
+    )
+}
+
+/// Prints `module: error` for each Python module that does not import.
+fn failing_imports_command(modules: &[&str]) -> String {
+    format!(
+        "python3 - <<'EOF'\n\
+         import importlib\n\
+         for name in {modules:?}.split():\n\
+         \x20   try:\n\
+         \x20       importlib.import_module(name)\n\
+         \x20   except Exception as e:\n\
+         \x20       print(f\"{{name}}: {{type(e).__name__}}: {{e}}\")\n\
+         EOF",
+        modules = modules.join(" ")
+    )
+}
+
+/// Prints the PEP 668 marker's path if there is one (pip then refuses
+/// every install, `--user` too), and pip's version.
+const PIP_USER_COMMAND: &str = "python3 -c 'import os, sysconfig; \
+     p = os.path.join(sysconfig.get_path(\"stdlib\"), \"EXTERNALLY-MANAGED\"); \
+     print(\"blocked by \" + p if os.path.exists(p) else \"allowed\")' \
+     && python3 -m pip --version | cut -d' ' -f1-2";
+
+fn succeeded(result: &CommandResult) -> bool {
+    matches!(
+        result.outcome,
+        shellgate_sandbox::Outcome::Exit { exit_code: 0 }
+    )
+}
+
+/// Runs each runtime's version command, the tool, Python module and pip
+/// checks in a throwaway container of the image; records the runtimes it
+/// found (`GET /v1/images` shows them). Fails if a runtime is missing, or,
+/// for an image with a recipe's expectations, if anything differs from
+/// them (each problem named); other images (imported ones, the slim one)
+/// only get a report of tools and modules.
 async fn verify_image(engine: &LocalEngine, name: &str) -> Result<()> {
+    let expect = shellgate_sandbox::image::recipe(name).and_then(|r| r.expect);
+    let mut tools: Vec<&str> = TOOLS.to_vec();
+    let mut modules: Vec<&str> = vec!["numpy", "pandas", "matplotlib"];
+    if let Some(expect) = &expect {
+        tools.extend(expect.tools.iter().filter(|t| !TOOLS.contains(t)));
+        modules = expect.python_modules.to_vec();
+    }
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos())
@@ -413,24 +485,35 @@ async fn verify_image(engine: &LocalEngine, name: &str) -> Result<()> {
         .create(&id, spec)
         .await
         .context("cannot create a container of the image")?;
+    let mut commands: Vec<String> = RUNTIMES.iter().map(|(_, c)| (*c).to_owned()).collect();
+    commands.push(missing_tools_command(&tools));
+    commands.push(failing_imports_command(&modules));
+    commands.push(PIP_USER_COMMAND.to_owned());
     let request = RunRequest {
-        commands: RUNTIMES.iter().map(|(_, c)| (*c).to_owned()).collect(),
-        timeout_ms: 60_000,
-        max_output_length: 1000,
+        commands,
+        // Importing the whole data stack the first time (matplotlib builds
+        // its font cache) takes a while on a slow machine.
+        timeout_ms: 120_000,
+        max_output_length: 4000,
         deadline_ms: None,
     };
     let results = engine.run(&id, request).await;
     let _ = engine.destroy(&id).await;
-    let results = results.context("the version commands failed to run")?;
+    let results = results.context("the verification commands failed to run")?;
+    anyhow::ensure!(
+        results.len() == RUNTIMES.len() + 3,
+        "the verification stopped after {} of {} commands",
+        results.len(),
+        RUNTIMES.len() + 3
+    );
+    let (runtime_results, checks) = results.split_at(RUNTIMES.len());
+
     let mut found = std::collections::BTreeMap::new();
     let mut missing = Vec::new();
-    for ((runtime, _), result) in RUNTIMES.iter().zip(&results) {
+    let mut problems = Vec::new();
+    for ((runtime, _), result) in RUNTIMES.iter().zip(runtime_results) {
         let version = result.stdout.trim();
-        let ok = matches!(
-            result.outcome,
-            shellgate_sandbox::Outcome::Exit { exit_code: 0 }
-        ) && !version.is_empty();
-        if ok {
+        if succeeded(result) && !version.is_empty() {
             println!("{runtime:<18} {version}");
             found.insert((*runtime).to_owned(), version.to_owned());
         } else {
@@ -438,13 +521,109 @@ async fn verify_image(engine: &LocalEngine, name: &str) -> Result<()> {
             missing.push(*runtime);
         }
     }
+    if let Some(expect) = &expect {
+        if !missing.is_empty() {
+            problems.push(format!("missing: {}", missing.join(", ")));
+        }
+        for (runtime, wanted) in expect.versions {
+            if let Some(version) = found.get(*runtime) {
+                if !shellgate_sandbox::image::version_matches(version, wanted) {
+                    problems.push(format!(
+                        "{runtime} is {version}, the recipe promises {wanted}"
+                    ));
+                }
+            }
+        }
+    }
+
+    let (tools_result, imports_result, pip_result) = (&checks[0], &checks[1], &checks[2]);
+    let absent: Vec<&str> = if succeeded(tools_result) {
+        tools_result.stdout.split_whitespace().collect()
+    } else {
+        tools.clone()
+    };
+    let present: Vec<&str> = tools
+        .iter()
+        .copied()
+        .filter(|t| !absent.contains(t))
+        .collect();
+    if absent.is_empty() {
+        println!("{:<18} {}", "tools", present.join(" "));
+    } else {
+        println!(
+            "{:<18} {} (missing: {})",
+            "tools",
+            present.join(" "),
+            absent.join(" ")
+        );
+    }
+    if let Some(expect) = &expect {
+        let required: Vec<&str> = expect
+            .tools
+            .iter()
+            .copied()
+            .filter(|t| absent.contains(t))
+            .collect();
+        if !required.is_empty() {
+            problems.push(format!("tools missing: {}", required.join(", ")));
+        }
+    }
+
+    let failing: Vec<&str> = if succeeded(imports_result) {
+        imports_result
+            .stdout
+            .lines()
+            .filter(|l| !l.is_empty())
+            .collect()
+    } else {
+        vec!["python3 could not run"]
+    };
+    if failing.is_empty() {
+        println!("{:<18} {} import", "python modules", modules.join(" "));
+    } else {
+        println!("{:<18} FAILING: {}", "python modules", failing.join("; "));
+        if expect.is_some() {
+            problems.push(format!(
+                "python modules do not import: {}",
+                failing.join("; ")
+            ));
+        }
+    }
+
+    let pip = pip_result.stdout.trim().replace('\n', ", ");
+    let pip_ok = succeeded(pip_result) && pip.starts_with("allowed");
+    println!(
+        "{:<18} {}",
+        "pip --user",
+        if pip.is_empty() {
+            "no python3 or pip"
+        } else {
+            &pip
+        }
+    );
+    if expect.as_ref().is_some_and(|e| e.pip_user_installs) && !pip_ok {
+        problems.push(format!(
+            "pip install --user would not work: {}",
+            if pip.is_empty() {
+                "no python3 or pip"
+            } else {
+                &pip
+            }
+        ));
+    }
+
     engine.images().set_runtimes(name, found)?;
     engine.shutdown().await;
-    if missing.is_empty() {
-        Ok(())
-    } else {
-        anyhow::bail!("image {name} lacks: {}", missing.join(", "))
+    if !missing.is_empty() && expect.is_none() {
+        anyhow::bail!("image {name} lacks: {}", missing.join(", "));
     }
+    if !problems.is_empty() {
+        anyhow::bail!(
+            "image {name} is not what its recipe promises:\n  - {}\n(rebuild it: shellgate image build --force {name})",
+            problems.join("\n  - ")
+        );
+    }
+    Ok(())
 }
 
 /// A one-line progress bar on stderr (plain lines when stderr is no terminal).
@@ -466,6 +645,16 @@ impl ProgressBar {
 
     fn update(&mut self, fraction: f64, line: &str) {
         const WIDTH: usize = 30;
+        // shellgate's own notes (a mirror fallback, a cached image) and
+        // mmdebstrap's warnings are worth a line of their own.
+        if line.starts_with("shellgate: ") || line.starts_with("W: ") || line.starts_with("E: ") {
+            if self.terminal {
+                eprint!("\r\x1b[2K");
+            }
+            eprintln!("{line}");
+            self.last_fraction = fraction;
+            return;
+        }
         let filled = ((fraction.clamp(0.0, 1.0)) * WIDTH as f64) as usize;
         let bar = format!(
             "[{}{}] {:3.0}%",

