@@ -106,6 +106,11 @@ const HOST_SYSTEM_DIRS: &[&str] = &[
 
 /// Directories a container mounts over, relative to an image's root.
 const MOUNT_POINT_DIRS: &[&str] = &["proc", "dev", "tmp", "mnt/data", "home/sandbox", "etc"];
+/// Mount points only some containers use (a container with skills): made
+/// at import and build, and added to images made before they existed when
+/// the store opens; not required by [`verify_mount_points`], so an image
+/// without one still serves every container that does not need it.
+const OPTIONAL_MOUNT_POINT_DIRS: &[&str] = &["mnt/skills"];
 
 /// Host directory whose contents the `host` image hides by default.
 const USR_LOCAL: &str = "/usr/local";
@@ -234,7 +239,25 @@ impl ImageStore {
         };
         fs::create_dir_all(&store.root).context(|| format!("create {}", store.root.display()))?;
         store.generate(hostname)?;
+        store.add_optional_mount_points();
         Ok(store)
+    }
+
+    /// Gives images installed by an older version the mount points added
+    /// since (the same resolution inside the image as at import). An image
+    /// where one cannot be made (say, `/mnt` is a link) keeps working for
+    /// containers that do not need it.
+    fn add_optional_mount_points(&self) {
+        for image in self.list().iter().filter(|i| i.name != HOST_IMAGE) {
+            let Ok(root) = open_image_root(&image.path) else {
+                continue;
+            };
+            for dir in OPTIONAL_MOUNT_POINT_DIRS {
+                if let Err(e) = make_dir_in(&root, dir) {
+                    tracing::warn!(image = %image.name, "cannot add /{dir}: {e}");
+                }
+            }
+        }
     }
 
     fn identity_dir(&self) -> PathBuf {
@@ -693,7 +716,7 @@ fn make_plain_file_in(etc: &OwnedFd, name: &str) -> Result<(), SandboxError> {
 /// a link is replaced by a plain file.
 fn prepare_mount_points(root: &Path) -> Result<(), SandboxError> {
     let image = open_image_root(root).context(|| format!("open {}", root.display()))?;
-    for dir in MOUNT_POINT_DIRS {
+    for dir in MOUNT_POINT_DIRS.iter().chain(OPTIONAL_MOUNT_POINT_DIRS) {
         make_dir_in(&image, dir)?;
     }
     let etc = make_dir_in(&image, "etc")?;
