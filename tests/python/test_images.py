@@ -13,13 +13,14 @@ import pytest
 from conftest import BINARY, Server, exec_commands
 
 
-def import_tiny_image(data_dir: Path, name: str = "tiny") -> None:
+def import_tiny_image(data_dir: Path, name: str = "tiny", marker: str = "") -> None:
     """A busybox root file system, imported as an image (before the server
-    starts: one engine per data directory)."""
+    starts: one engine per data directory); `marker` goes in /etc/marker."""
     with tempfile.TemporaryDirectory() as tmp:
         rootfs = Path(tmp) / "rootfs"
         (rootfs / "bin").mkdir(parents=True)
         (rootfs / "etc").mkdir()
+        (rootfs / "etc" / "marker").write_text(marker)
         (rootfs / "bin" / "busybox").write_bytes(Path("/bin/busybox").read_bytes())
         os.chmod(rootfs / "bin" / "busybox", 0o755)
         for applet in ["sh", "cat", "echo", "uname"]:
@@ -155,6 +156,39 @@ def test_a_first_start_builds_the_default_image_in_the_background(upstream):
         assert "default_image" not in health(server)
         listing = server.client().get("/images", cast_to=object)
         assert "debian-12-slim" in [i["name"] for i in listing["data"]]
+    finally:
+        server.stop()
+        subprocess.run(["rm", "-rf", str(data_dir)], check=False)
+
+
+def test_a_container_keeps_its_image_when_the_image_is_replaced(upstream):
+    """Importing (or building) an image again retires the old tree instead
+    of deleting it under the containers made from it; it goes when the last
+    of them does."""
+    data_dir = Path(tempfile.mkdtemp(prefix="shellgate-revisions-"))
+    os.chmod(data_dir, 0o755)
+    import_tiny_image(data_dir, marker="first")
+    server = Server(data_dir, upstream_url=upstream.url, default_image="tiny", warm_containers="0").start()
+    try:
+        client = server.client()
+        old = client.containers.create(name="old")
+        assert exec_commands(client, old.id, ["cat /etc/marker"])["output"][0]["stdout"] == "first"
+        server.stop()
+        import_tiny_image(data_dir, marker="second")
+        retired = data_dir / "sandbox" / "images" / "tiny" / "retired"
+        assert len(list(retired.iterdir())) == 1
+        server.start()
+        client = server.client()
+        new = client.containers.create(name="new")
+        assert exec_commands(client, new.id, ["cat /etc/marker"])["output"][0]["stdout"] == "second"
+        # The old container wakes (a restart stopped it) on its own tree.
+        assert exec_commands(client, old.id, ["cat /etc/marker"])["output"][0]["stdout"] == "first"
+        client.containers.delete(old.id)
+        deadline = __import__("time").time() + 20
+        while any(retired.iterdir()):
+            assert __import__("time").time() < deadline, list(retired.iterdir())
+            __import__("time").sleep(0.2)
+        assert exec_commands(client, new.id, ["cat /etc/marker"])["output"][0]["stdout"] == "second"
     finally:
         server.stop()
         subprocess.run(["rm", "-rf", str(data_dir)], check=False)

@@ -77,6 +77,10 @@ pub struct ContainerSpec {
     /// goes with the container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skills: Option<std::path::PathBuf>,
+    /// The image's revision at create, recorded by the engine: the
+    /// container keeps that tree even if the image is built again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_revision: Option<String>,
 }
 
 /// A container's network: none (the default), or the host names its
@@ -111,6 +115,7 @@ impl Default for ContainerSpec {
             ephemeral: false,
             network: NetworkSpec::default(),
             skills: None,
+            image_revision: None,
         }
     }
 }

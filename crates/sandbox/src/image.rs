@@ -198,7 +198,16 @@ pub struct ImageDetails {
     /// The wheels unpacked into it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub wheels: Vec<WheelLock>,
+    /// This build's id. A container records the revision it was made from;
+    /// when the image is built or imported again, the previous tree is
+    /// retired (kept under `retired/<revision>`) while containers still
+    /// use it, so a container keeps its image for life.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
 }
+
+/// The revision given to trees installed before revisions were recorded.
+const FIRST_REVISION: &str = "r0";
 
 /// Total apparent size of the regular files below `dir`, links not
 /// followed.
@@ -298,6 +307,69 @@ impl ImageStore {
 
     /// Resolves an image name to a root specification.
     pub fn resolve(&self, name: &str) -> Result<ResolvedImage, SandboxError> {
+        self.resolve_revision(name, None)
+    }
+
+    /// The current revision of an image (`None` for `host`).
+    pub fn current_revision(&self, name: &str) -> Option<String> {
+        if name == HOST_IMAGE {
+            return None;
+        }
+        Some(
+            self.details(name)
+                .revision
+                .unwrap_or_else(|| FIRST_REVISION.to_owned()),
+        )
+    }
+
+    /// Where a revision's tree is: the current one, or a retired one.
+    fn revision_rootfs(&self, name: &str, revision: Option<&str>) -> Result<PathBuf, SandboxError> {
+        let current = self.rootfs(name)?;
+        let Some(revision) = revision else {
+            return Ok(current);
+        };
+        if self.current_revision(name).as_deref() == Some(revision) {
+            return Ok(current);
+        }
+        if !revision.chars().all(|c| c.is_ascii_alphanumeric()) || revision.is_empty() {
+            return Err(SandboxError::Setup(format!(
+                "bad image revision {revision:?}"
+            )));
+        }
+        let retired = self
+            .root
+            .join(name)
+            .join("retired")
+            .join(revision)
+            .join("rootfs");
+        if retired.is_dir() {
+            Ok(retired)
+        } else {
+            // Removed by hand: the current tree is the best there is.
+            tracing::warn!(image = %name, "revision {revision} is gone; using the current one");
+            Ok(current)
+        }
+    }
+
+    /// Removes retired revisions no container uses any more.
+    pub fn prune_retired(&self, in_use: &dyn Fn(&str, &str) -> bool) {
+        for image in self.list().iter().filter(|i| i.name != HOST_IMAGE) {
+            let retired = self.root.join(&image.name).join("retired");
+            for entry in fs::read_dir(&retired).into_iter().flatten().flatten() {
+                let revision = entry.file_name().to_string_lossy().into_owned();
+                if !in_use(&image.name, &revision) {
+                    let _ = fs::remove_dir_all(entry.path());
+                }
+            }
+        }
+    }
+
+    /// [`resolve`](Self::resolve) for a container made from `revision`.
+    pub fn resolve_revision(
+        &self,
+        name: &str,
+        revision: Option<&str>,
+    ) -> Result<ResolvedImage, SandboxError> {
         if name == HOST_IMAGE {
             let mut binds = Vec::new();
             let mut symlinks = Vec::new();
@@ -331,7 +403,7 @@ impl ImageStore {
                 file_binds: Vec::new(),
             });
         }
-        let rootfs = self.rootfs(name)?;
+        let rootfs = self.revision_rootfs(name, revision)?;
         let image = match open_image_root(&rootfs) {
             Ok(image) => image,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -545,8 +617,22 @@ impl ImageStore {
                 .ok()
                 .map(|d| d.as_secs() as i64),
             runtimes: Default::default(),
+            revision: Some(new_revision()),
             ..details
         };
+        // The tree being replaced may be some containers' lower layer:
+        // retire it (containers made from it keep it; `prune_retired`
+        // removes it when none is left) rather than delete it under them.
+        if target.is_dir() {
+            let old = self
+                .current_revision(name)
+                .unwrap_or_else(|| FIRST_REVISION.to_owned());
+            let retired = self.root.join(name).join("retired").join(&old);
+            let _ = fs::remove_dir_all(&retired);
+            fs::create_dir_all(&retired).context(|| format!("create {}", retired.display()))?;
+            fs::rename(target, retired.join("rootfs"))
+                .context(|| format!("retire {}", target.display()))?;
+        }
         replace_dir(staging, target)?;
         self.write_details(name, &details)?;
         Ok(ImageInfo {
@@ -555,6 +641,15 @@ impl ImageStore {
             details,
         })
     }
+}
+
+/// A fresh revision id: the time in nanoseconds and the process, in hex.
+fn new_revision() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    format!("{nanos:x}{:x}", std::process::id())
 }
 
 /// Walks below a directory descriptor, following nothing: no symbolic link,

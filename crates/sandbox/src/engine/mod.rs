@@ -310,10 +310,26 @@ impl LocalEngine {
             }),
         };
         engine.recover().await?;
+        let pruning = engine.clone();
+        let _ = tokio::task::spawn_blocking(move || pruning.prune_retired_images()).await;
         engine.refill::<FormattedDisk>();
         engine.refill::<SpareHelper>();
         engine.refill::<WarmContainer>();
         Ok((engine, warnings))
+    }
+
+    /// Removes the retired image trees no container was made from.
+    fn prune_retired_images(&self) {
+        let in_use: std::collections::HashSet<(String, String)> = lock(&self.inner.containers)
+            .values()
+            .filter_map(|c| {
+                let revision = c.spec.image_revision.clone()?;
+                Some((c.spec.image.clone(), revision))
+            })
+            .collect();
+        self.inner.images.prune_retired(&|image, revision| {
+            in_use.contains(&(image.to_owned(), revision.to_owned()))
+        });
     }
 
     /// The image store of this engine.
@@ -384,6 +400,11 @@ impl LocalEngine {
         let running = state.take();
         drop(state);
         let slot = container.id_slot();
+        // Made from a revision its image has since replaced: that tree may
+        // now be unused.
+        let retired_image = container.spec.image_revision.is_some()
+            && container.spec.image_revision
+                != self.inner.images.current_revision(&container.spec.image);
         // Processes, cgroup and disk go in the background; `settle` waits.
         let engine = self.clone();
         let id = container.id.clone();
@@ -399,6 +420,9 @@ impl LocalEngine {
             }
             // Only now may another container map to these host ids.
             engine.inner.slots.release(slot);
+            if retired_image {
+                let _ = tokio::task::spawn_blocking(move || engine.prune_retired_images()).await;
+            }
         });
         let mut teardowns = lock(&self.inner.teardowns);
         teardowns.retain(|t| !t.is_finished());
@@ -423,6 +447,7 @@ impl SandboxBackend for LocalEngine {
         // The skills directory given is adopted: it moves into the
         // container's directory, and the spec names it there.
         let mut spec = spec;
+        spec.image_revision = self.inner.images.current_revision(&spec.image);
         let adopt = spec.skills.take();
         if adopt.is_some() {
             spec.skills = Some(dir.join("skills"));

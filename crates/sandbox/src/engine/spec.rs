@@ -14,7 +14,10 @@ pub const SKILLS_PATH: &str = "/mnt/skills";
 impl LocalEngine {
     pub(super) fn helper_spec(&self, container: &Container) -> Result<HelperSpec, SandboxError> {
         let inner = &self.inner;
-        let image = inner.images.resolve(&container.spec.image)?;
+        let image = inner.images.resolve_revision(
+            &container.spec.image,
+            container.spec.image_revision.as_deref(),
+        )?;
         let (disk_image, disk_root) = match inner.disk_kind {
             DiskKind::Image => (
                 Some(container.dir.join("disk.img")),
