@@ -30,6 +30,70 @@ fn set(status: &SharedBuildStatus, update: impl FnOnce(&mut BuildStatus)) {
     }
 }
 
+/// What building an image needs on the host, by Debian package.
+const BUILD_TOOLS: &[(&str, &str)] = &[("mmdebstrap", "mmdebstrap"), ("curl", "curl")];
+
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+        .unwrap_or(false)
+}
+
+/// Installs the build's host tools that are missing, as the README's serve
+/// command promises a fresh machine the default image with no other step:
+/// only as root on a host with apt; otherwise says what to install.
+fn install_build_tools() -> Result<(), String> {
+    let missing: Vec<&str> = BUILD_TOOLS
+        .iter()
+        .filter(|(program, _)| !on_path(program))
+        .map(|(_, package)| *package)
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let apt = std::path::Path::new("/usr/bin/apt-get");
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || !apt.exists() {
+        return Err(format!(
+            "building images needs {} (e.g. apt-get install {})",
+            missing.join(", "),
+            missing.join(" ")
+        ));
+    }
+    tracing::info!("installing {} to build images", missing.join(", "));
+    let install = |update: bool| {
+        let mut command = std::process::Command::new(apt);
+        if update {
+            command.arg("update").arg("-qq");
+        } else {
+            command
+                .args(["install", "-y", "-qq", "--no-install-recommends"])
+                .args(&missing);
+        }
+        command
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .map_err(|e| format!("apt-get: {e}"))
+    };
+    let first = install(false)?;
+    if first.status.success() {
+        return Ok(());
+    }
+    // Stale package lists: refresh them once.
+    install(true)?;
+    let second = install(false)?;
+    if second.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "apt-get install {} failed: {}",
+            missing.join(" "),
+            String::from_utf8_lossy(&second.stderr).trim()
+        ))
+    }
+}
+
 /// Starts building `image` if it is missing and a recipe makes it; returns
 /// the status to report (`None`: nothing to build).
 pub fn start_if_missing(engine: Arc<LocalEngine>, image: &str) -> SharedBuildStatus {
@@ -67,7 +131,10 @@ pub fn start_if_missing(engine: Arc<LocalEngine>, image: &str) -> SharedBuildSta
                 );
             }
         };
-        let built = runtime.block_on(engine.images().build(&name, &mut progress));
+        let built = match install_build_tools() {
+            Ok(()) => runtime.block_on(engine.images().build(&name, &mut progress)),
+            Err(e) => Err(shellgate_sandbox::SandboxError::Setup(e)),
+        };
         match built {
             Ok(_) => {
                 set(&shared, |s| {
