@@ -261,6 +261,11 @@ impl ImageStore {
             let Ok(root) = open_image_root(&image.path) else {
                 continue;
             };
+            // Only images the store prepared (an image put in by hand is
+            // refused at start, and never written to).
+            if verify_mount_points(&root).is_err() {
+                continue;
+            }
             for dir in OPTIONAL_MOUNT_POINT_DIRS {
                 if let Err(e) = make_dir_in(&root, dir) {
                     tracing::warn!(image = %image.name, "cannot add /{dir}: {e}");
