@@ -604,7 +604,7 @@ def test_cli_exec_allow(world):
         f'egress_allowed_domains = "{",".join(ORG_DOMAINS)}"\n'
     )
     command = ["nsenter", f"--net=/run/netns/{NETNS}", str(BINARY), "--data-dir", str(tmp_path / "data"),
-               "exec", "--config", str(config), "--allow", "a.allowed.test", "--",
+               "exec", "--config", str(config), "--allow", "a.allowed.test", "--json", "-c",
                "curl -sS -m 10 http://a.allowed.test/from-the-cli; echo; curl -sS -m 10 http://other.test/"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

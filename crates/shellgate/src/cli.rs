@@ -95,10 +95,73 @@ struct ExecArgs {
     /// DNS server, trusted roots); `SHELLGATE_*` variables override it.
     #[arg(long, env = "SHELLGATE_CONFIG")]
     config: Option<PathBuf>,
-    /// Commands, each run with `bash -c` in /mnt/data.
-    #[arg(last = true, required = true)]
-    commands: Vec<String>,
+    /// A shell command, run with `bash -c` in /mnt/data; repeat for more
+    /// (they run in order, whatever the previous ones did).
+    #[arg(short = 'c', long = "command", value_name = "CMD")]
+    shell: Vec<String>,
+    /// Print the `shell_call_output` object (as the API returns it) instead
+    /// of the commands' output.
+    #[arg(long)]
+    json: bool,
+    /// The program and its arguments, run as one command (as `docker run`,
+    /// `ssh` and `bwrap` do): `shellgate exec -- python3 -c 'print(1)'`.
+    #[arg(last = true, value_name = "PROGRAM")]
+    argv: Vec<String>,
 }
+
+impl ExecArgs {
+    /// The commands to run: the `-c` strings, or the program and its
+    /// arguments quoted into one (`exec`, so that it replaces the shell:
+    /// its exit status and signals are the command's own).
+    fn commands(&self) -> Result<Vec<String>> {
+        match (self.shell.is_empty(), self.argv.is_empty()) {
+            (false, true) => Ok(self.shell.clone()),
+            (true, false) => Ok(vec![format!(
+                "exec {}",
+                self.argv
+                    .iter()
+                    .map(|a| shell_quote(a))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            )]),
+            (true, true) => anyhow::bail!(
+                "nothing to run: give a program after `--` (shellgate exec -- python3 -V) \
+                 or shell commands with -c"
+            ),
+            (false, false) => {
+                anyhow::bail!("give either -c commands or a program after `--`, not both")
+            }
+        }
+    }
+}
+
+/// `arg` as one word for bash: single-quoted, quotes inside escaped.
+fn shell_quote(arg: &str) -> String {
+    if !arg.is_empty()
+        && arg
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b))
+    {
+        return arg.to_owned();
+    }
+    format!("'{}'", arg.replace('\'', "'\\''"))
+}
+
+/// The exit status `exec` ends with: that of the first command that did
+/// not succeed (0 when every one did), 124 for a timeout (as `timeout`).
+fn exit_status(results: &[CommandResult]) -> i32 {
+    results
+        .iter()
+        .find_map(|r| match r.outcome {
+            shellgate_sandbox::Outcome::Exit { exit_code: 0 } => None,
+            shellgate_sandbox::Outcome::Exit { exit_code } => Some(exit_code.clamp(1, 255)),
+            shellgate_sandbox::Outcome::Timeout => Some(124),
+        })
+        .unwrap_or(0)
+}
+
+/// Exit status when the sandbox itself failed (as `docker run`'s 125).
+const SANDBOX_FAILED: i32 = 125;
 
 #[derive(Subcommand)]
 enum ImageCommand {
@@ -133,8 +196,13 @@ enum ImageCommand {
     },
 }
 
+/// `shell_call_output`, as `POST /v1/containers/{id}/exec` returns it.
 #[derive(Serialize)]
 struct ShellCallOutput {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    id: String,
+    status: &'static str,
     output: Vec<CommandResult>,
     max_output_length: usize,
 }
@@ -161,11 +229,22 @@ pub fn main() -> i32 {
         }
     };
     let data_dir = cli.data_dir.clone();
+    if let Command::Exec(args) = cli.command {
+        return runtime.block_on(async move {
+            match exec(sandbox_dir(data_dir), args).await {
+                Ok(status) => status,
+                Err(e) => {
+                    eprintln!("shellgate: {e:#}");
+                    SANDBOX_FAILED
+                }
+            }
+        });
+    }
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Serve(args) => serve(data_dir, args).await,
             Command::Keys(KeysCommand::Create { project }) => create_key(data_dir, &project),
-            Command::Exec(args) => exec(sandbox_dir(data_dir), args).await,
+            Command::Exec(_) => Ok(()),
             Command::Image(command) => image(sandbox_dir(data_dir), command).await,
             Command::Audit(AuditCommand::Export { project }) => {
                 export_audit(data_dir, project.as_deref())
@@ -291,11 +370,13 @@ async fn open_engine(
     Ok(engine)
 }
 
-async fn exec(data_dir: PathBuf, args: ExecArgs) -> Result<()> {
+/// Runs the commands in a throwaway container; returns the exit status
+/// (see [`exit_status`]).
+async fn exec(data_dir: PathBuf, args: ExecArgs) -> Result<i32> {
     let memory_bytes = parse_size(&args.memory)
         .with_context(|| format!("--memory {:?} is not a size such as 1g", args.memory))?;
     let request = RunRequest {
-        commands: args.commands,
+        commands: args.commands()?,
         timeout_ms: args.timeout_ms,
         max_output_length: args.max_output_length,
         deadline_ms: None,
@@ -348,17 +429,56 @@ async fn exec(data_dir: PathBuf, args: ExecArgs) -> Result<()> {
         .create(&id, spec)
         .await
         .context("cannot create the sandbox")?;
-    let result = engine.run(&id, request.clone()).await;
+    let result = if args.json {
+        engine.run(&id, request.clone()).await
+    } else {
+        // The output goes to the terminal as it arrives, stdout to stdout
+        // and stderr to stderr, as if the command ran here.
+        let (sink, mut deltas) =
+            tokio::sync::mpsc::unbounded_channel::<shellgate_sandbox::backend::OutputDelta>();
+        let printer = tokio::task::spawn_blocking(move || {
+            use std::io::Write;
+            let (mut stdout, mut stderr) = (std::io::stdout(), std::io::stderr());
+            while let Some(delta) = deltas.blocking_recv() {
+                let _ = match delta.stream {
+                    shellgate_sandbox::backend::StreamKind::Stdout => stdout
+                        .write_all(delta.text.as_bytes())
+                        .and_then(|()| stdout.flush()),
+                    shellgate_sandbox::backend::StreamKind::Stderr => stderr
+                        .write_all(delta.text.as_bytes())
+                        .and_then(|()| stderr.flush()),
+                };
+            }
+        });
+        let result = engine.run_streaming(&id, request.clone(), sink).await;
+        let _ = printer.await;
+        result
+    };
     let destroyed = engine.destroy(&id).await;
     engine.shutdown().await;
     let output = result.context("the sandbox failed while running the commands")?;
     destroyed.context("cannot remove the sandbox")?;
-    let json = serde_json::to_string(&ShellCallOutput {
-        output,
-        max_output_length: request.max_output_length,
-    })?;
-    println!("{json}");
-    Ok(())
+    let status = exit_status(&output);
+    if args.json {
+        let json = serde_json::to_string(&ShellCallOutput {
+            kind: "shell_call_output",
+            id: shellgate_wire::new_id("sho_"),
+            status: "completed",
+            output,
+            max_output_length: request.max_output_length,
+        })?;
+        println!("{json}");
+    } else if let Some(timed_out) = output
+        .iter()
+        .position(|r| r.outcome == shellgate_sandbox::Outcome::Timeout)
+    {
+        eprintln!(
+            "shellgate: command {} timed out after {} ms",
+            timed_out + 1,
+            request.timeout_ms
+        );
+    }
+    Ok(status)
 }
 
 async fn image(data_dir: PathBuf, command: ImageCommand) -> Result<()> {

@@ -17,35 +17,41 @@ fn shellgate(data_dir: &std::path::Path) -> Command {
 }
 
 #[test]
-fn exec_prints_a_shell_call_output_object() {
+fn exec_json_prints_the_shell_call_output_object_the_api_returns() {
     let dir = TempDir::new("cli-exec");
     let output = shellgate(dir.path())
         .args([
             "exec",
-            "--",
+            "--json",
+            "-c",
             "echo hi",
+            "-c",
             "python3 -c \"print(sum(range(1,101)))\"",
+            "-c",
             "exit 3",
         ])
         .output()
         .unwrap();
-    assert!(
-        output.status.success(),
+    // The exit status is the first failing command's.
+    assert_eq!(
+        output.status.code(),
+        Some(3),
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
     let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(json["type"], "shell_call_output");
+    assert_eq!(json["status"], "completed");
+    assert!(json["id"].as_str().unwrap().starts_with("sho_"));
     assert_eq!(
-        json,
-        serde_json::json!({
-            "output": [
-                {"stdout": "hi\n", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}},
-                {"stdout": "5050\n", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}},
-                {"stdout": "", "stderr": "", "outcome": {"type": "exit", "exit_code": 3}}
-            ],
-            "max_output_length": 16384
-        })
+        json["output"],
+        serde_json::json!([
+            {"stdout": "hi\n", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}},
+            {"stdout": "5050\n", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}},
+            {"stdout": "", "stderr": "", "outcome": {"type": "exit", "exit_code": 3}}
+        ])
     );
+    assert_eq!(json["max_output_length"], 16384);
     // The throwaway container is gone.
     assert_eq!(
         std::fs::read_dir(dir.path().join("sandbox/containers"))
@@ -53,6 +59,53 @@ fn exec_prints_a_shell_call_output_object() {
             .count(),
         0
     );
+}
+
+#[test]
+fn exec_runs_one_program_with_its_arguments_like_docker_run() {
+    let dir = TempDir::new("cli-argv");
+    let run = |args: &[&str]| shellgate(dir.path()).args(args).output().unwrap();
+    // One command, its arguments kept whole (spaces, quotes, `$`, globs).
+    let output = run(&[
+        "exec",
+        "--",
+        "python3",
+        "-c",
+        "import sys; print(sys.argv[1:])",
+        "it's",
+        "two  spaces",
+        "$HOME",
+        "*",
+    ]);
+    assert_eq!(output.status.code(), Some(0));
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "[\"it's\", 'two  spaces', '$HOME', '*']\n"
+    );
+    // The exit status and the streams are the command's own.
+    let output = run(&["exec", "--", "sh", "-c", "echo out; echo err >&2; exit 7"]);
+    assert_eq!(output.status.code(), Some(7));
+    assert_eq!(output.stdout, b"out\n");
+    assert_eq!(output.stderr, b"err\n");
+    assert_eq!(run(&["exec", "--", "false"]).status.code(), Some(1));
+    assert_eq!(
+        run(&["exec", "--", "no-such-program"]).status.code(),
+        Some(127)
+    );
+    assert_eq!(
+        run(&["exec", "--", "sh", "-c", "kill -9 $$"]).status.code(),
+        Some(137)
+    );
+    // A timeout is 124, as `timeout` says, with a note on stderr.
+    let output = run(&["exec", "--timeout-ms", "300", "--", "sleep", "5"]);
+    assert_eq!(output.status.code(), Some(124));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("timed out"));
+    // Nothing to run, or both forms: a usage error, nothing run.
+    for args in [vec!["exec"], vec!["exec", "-c", "true", "--", "true"]] {
+        let output = run(&args);
+        assert_eq!(output.status.code(), Some(125), "{args:?}");
+        assert!(output.stdout.is_empty());
+    }
 }
 
 #[test]
@@ -65,12 +118,13 @@ fn exec_reports_timeouts_and_caps_in_the_json() {
             "300",
             "--max-output-length",
             "64",
-            "--",
+            "--json",
+            "-c",
             "seq 1 100000; sleep 5",
         ])
         .output()
         .unwrap();
-    assert!(output.status.success());
+    assert_eq!(output.status.code(), Some(124));
     let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(
         json["output"][0]["outcome"],
@@ -137,7 +191,7 @@ fn children_of(parent: u32) -> Vec<i32> {
 async fn a_killed_server_takes_its_containers_along_and_a_restart_cleans_up() {
     let dir = TempDir::new("cli-crash");
     let mut server = shellgate(dir.path())
-        .args(["exec", "--", "sleep 60"])
+        .args(["exec", "--", "sleep", "60"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -168,7 +222,7 @@ async fn a_killed_server_takes_its_containers_along_and_a_restart_cleans_up() {
     );
     // A new run on the same data directory removes what the crash left.
     let output = shellgate(dir.path())
-        .args(["exec", "--", "echo again"])
+        .args(["exec", "--", "echo", "again"])
         .output()
         .unwrap();
     assert!(output.status.success());
@@ -236,7 +290,8 @@ fn an_ordinary_user_runs_sandboxes_rootless_with_clear_warnings() {
         .arg(&data)
         .args([
             "exec",
-            "--",
+            "--json",
+            "-c",
             "id -u; echo data > /mnt/data/f; cat /mnt/data/f; grep CapEff /proc/self/status",
         ])
         .env("SHELLGATE_LOG", "warn")
@@ -309,7 +364,8 @@ fn rootless_exec_allow_reaches_its_allowlist_and_nothing_else() {
             "mirror.internal.test",
             "--allow",
             "private.internal.test",
-            "--",
+            "--json",
+            "-c",
             "curl -sS -m 5 --noproxy '*' http://mirror.internal.test/simple; echo; \
              curl -sS -m 5 http://mirror.internal.test/proxied; echo; \
              curl -sS -m 5 http://private.internal.test/; echo; \
@@ -320,7 +376,9 @@ fn rootless_exec_allow_reaches_its_allowlist_and_nothing_else() {
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
+    // The last curl is refused: its failure is the exit status, not the
+    // sandbox's (125).
+    assert_ne!(output.status.code(), Some(125), "{stderr}");
     let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     let stdout = json["output"][0]["stdout"].as_str().unwrap().to_owned();
     let lines: Vec<&str> = stdout.lines().collect();

@@ -65,7 +65,7 @@ fn an_imported_rootfs_runs_with_its_own_userland_and_persistent_layer() {
 
     let output = shellgate(
         &data,
-        &["exec", "--image", "tiny", "--", "ls /bin | head -3; id -u; cat /etc/passwd | cut -d: -f1; echo made > /mnt/data/f; cat /mnt/data/f; ls /usr 2>&1; true"],
+        &["exec", "--image", "tiny", "--json", "-c", "ls /bin | head -3; id -u; cat /etc/passwd | cut -d: -f1; echo made > /mnt/data/f; cat /mnt/data/f; ls /usr 2>&1; true"],
     );
     assert!(
         output.status.success(),
@@ -141,7 +141,8 @@ fn image_build_makes_a_debian_image_from_debian_packages() {
             "exec",
             "--image",
             "debian-12-slim",
-            "--",
+            "--json",
+            "-c",
             "cat /etc/debian_version; python3 -c 'print(6*7)'; id -un; pwd",
         ],
     );
@@ -304,17 +305,22 @@ fn debian_12_has_the_runtimes_it_promises_and_builds_once() {
             "debian-12",
             "--timeout-ms",
             "120000",
-            "--",
+            "--json",
+            "-c",
             "python3 -c 'import pandas, matplotlib; matplotlib.use(\"Agg\"); \
              import matplotlib.pyplot as plt; df = pandas.DataFrame({\"x\": [1, 2, 3]}); \
              df.plot(title=\"sum\"); plt.savefig(\"chart.png\"); print(df.x.sum())' \
              && file -b --mime-type chart.png",
+            "-c",
             "node -e 'console.log([6, 7].reduce((a, b) => a * b))' && npm --version",
+            "-c",
             "go version && printf 'package main\\nimport \"fmt\"\\nfunc main() { fmt.Println(\"go\", 6*7) }\\n' > main.go && go run main.go",
+            "-c",
             "mkdir -p pkg/tiny && echo 'X = 42' > pkg/tiny/__init__.py \
              && printf 'from setuptools import setup\\nsetup(name=\"tiny\", version=\"1\", packages=[\"tiny\"])\\n' > pkg/setup.py \
              && pip install --user --no-index --no-build-isolation --quiet ./pkg \
              && cd / && python3 -c 'import tiny; print(tiny.X)'",
+            "-c",
             "javac -version 2>&1 && php -r 'echo 6*7, PHP_EOL;' && ruby -e 'puts 6*7' \
              && echo '# t' | pandoc -t html && convert -size 2x2 xc:red png:- | file -b --mime-type -",
         ],
@@ -484,7 +490,8 @@ fn an_image_whose_links_point_at_the_host_never_touches_it() {
             "exec",
             "--image",
             "links",
-            "--",
+            "--json",
+            "-c",
             "cat /etc/resolv.conf /etc/passwd /etc/hosts",
         ],
     );
@@ -519,7 +526,7 @@ fn starting_a_container_never_writes_into_an_image() {
     assert!(list.status.success());
     let rootfs = data.join("sandbox/images/byhand/rootfs");
     busybox_rootfs(&rootfs);
-    let output = shellgate(&data, &["exec", "--image", "byhand", "--", "echo ran"]);
+    let output = shellgate(&data, &["exec", "--image", "byhand", "-c", "echo ran"]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "{stderr}");
     assert!(stderr.contains("import or build it again"), "{stderr}");
