@@ -284,7 +284,21 @@ impl ImageStore {
 
     /// Builds the generated directories next to the old ones and swaps them
     /// in, so a crash never leaves a half-written `/etc`.
+    ///
+    /// Both are made again only when what they are made from changed (the
+    /// host's allow-listed `/etc`, the host name): a fingerprint of that is
+    /// kept beside them. So opening the store costs a walk of ~800 `lstat`s
+    /// rather than a copy, and a store opened while containers run (a
+    /// one-shot `exec` beside `serve`) never swaps a directory under them.
     fn generate(&self, hostname: &str) -> Result<(), SandboxError> {
+        let fingerprint = host_etc_fingerprint(hostname);
+        let stamp = self.root.join(HOST_IMAGE).join("etc.fingerprint");
+        if self.host_etc().is_dir()
+            && self.identity_dir().is_dir()
+            && fs::read_to_string(&stamp).is_ok_and(|s| s == fingerprint)
+        {
+            return Ok(());
+        }
         let identity = self.identity_dir();
         let staging = self.root.join(".identity.new");
         let _ = fs::remove_dir_all(&staging);
@@ -307,7 +321,11 @@ impl ImageStore {
         }
         fs::write(staging.join("hostname"), format!("{hostname}\n"))
             .context(|| "write hostname".into())?;
-        replace_dir(&staging, &etc)
+        replace_dir(&staging, &etc)?;
+        let new_stamp = stamp.with_extension("new");
+        fs::write(&new_stamp, &fingerprint)
+            .and_then(|()| fs::rename(&new_stamp, &stamp))
+            .context(|| "write the host image's fingerprint".into())
     }
 
     /// Resolves an image name to a root specification.
@@ -501,6 +519,16 @@ impl ImageStore {
     }
 
     /// Every image: `host` and each directory with a rootfs.
+    /// The images of the store in `images_dir`, read without opening it
+    /// (nothing is generated or written: `image list` beside a server).
+    pub fn list_in(images_dir: &Path) -> Vec<ImageInfo> {
+        Self {
+            root: images_dir.to_owned(),
+            host: HostImageOptions::default(),
+        }
+        .list()
+    }
+
     pub fn list(&self) -> Vec<ImageInfo> {
         let mut images = vec![ImageInfo {
             name: HOST_IMAGE.to_owned(),
@@ -529,6 +557,11 @@ impl ImageStore {
     }
 }
 
+/// Held while an image is built or imported (an exclusive `flock`).
+pub(crate) struct BuildLock {
+    _file: fs::File,
+}
+
 /// Progress of a long image operation: a fraction and what is happening.
 pub type Progress<'a> = &'a mut (dyn FnMut(f64, &str) + Send);
 
@@ -538,7 +571,7 @@ impl ImageStore {
     /// GNU tar refuses absolute and `..` member names; the tarball is still
     /// trusted as much as the operator who imports it.
     pub async fn import(&self, name: &str, tarball: &Path) -> Result<ImageInfo, SandboxError> {
-        let (staging, target) = self.staging(name)?;
+        let (staging, target, _lock) = self.staging(name)?;
         let output = tokio::process::Command::new("tar")
             .arg("--extract")
             .arg("--numeric-owner")
@@ -582,7 +615,7 @@ impl ImageStore {
     }
 
     /// A fresh staging directory next to where image `name` will live.
-    fn staging(&self, name: &str) -> Result<(PathBuf, PathBuf), SandboxError> {
+    fn staging(&self, name: &str) -> Result<(PathBuf, PathBuf, BuildLock), SandboxError> {
         if name == HOST_IMAGE {
             return Err(SandboxError::InvalidRequest {
                 param: "name",
@@ -595,10 +628,25 @@ impl ImageStore {
             .map(Path::to_owned)
             .unwrap_or_else(|| self.root.clone());
         fs::create_dir_all(&parent).context(|| format!("create {}", parent.display()))?;
+        // One build or import of an image at a time, across processes (a
+        // CLI beside a server): they share the staging directory.
+        let lock = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(parent.join(".lock"))
+            .context(|| format!("open {}/.lock", parent.display()))?;
+        // SAFETY: flock on a descriptor owned here.
+        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return Err(SandboxError::InvalidRequest {
+                param: "name",
+                message: format!("image {name} is being built or imported by another process"),
+            });
+        }
         let staging = parent.join("rootfs.new");
         let _ = fs::remove_dir_all(&staging);
         fs::create_dir(&staging).context(|| format!("create {}", staging.display()))?;
-        Ok((staging, target))
+        Ok((staging, target, BuildLock { _file: lock }))
     }
 
     /// Swaps a finished staging directory in as the image's root, with
@@ -896,6 +944,63 @@ fn replace_dir(staging: &Path, target: &Path) -> Result<(), SandboxError> {
 
 /// Copies `source` to `dest` recursively, keeping symlinks as links and
 /// skipping anything not readable by everyone (private keys, shadow files).
+/// What the host image's `/etc` and the identity files are made from: the
+/// host name, this binary's identity files, and every allow-listed host
+/// entry's path, type, mode, size, inode and modification time (a change
+/// made in place moves the time; one made by rename, the inode).
+fn host_etc_fingerprint(hostname: &str) -> String {
+    use std::hash::Hasher;
+    // FNV-1a: stable across runs and builds (std's hasher is not).
+    struct Fnv(u64);
+    impl Hasher for Fnv {
+        fn finish(&self) -> u64 {
+            self.0
+        }
+        fn write(&mut self, bytes: &[u8]) {
+            for b in bytes {
+                self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3);
+            }
+        }
+    }
+    fn walk(path: &Path, hash: &mut Fnv) {
+        let Ok(meta) = fs::symlink_metadata(path) else {
+            return;
+        };
+        hash.write(path.as_os_str().as_encoded_bytes());
+        for value in [
+            u64::from(meta.mode()),
+            meta.size(),
+            meta.ino(),
+            meta.mtime() as u64,
+            meta.mtime_nsec() as u64,
+        ] {
+            hash.write(&value.to_le_bytes());
+        }
+        if meta.is_dir() {
+            let mut names: Vec<_> = fs::read_dir(path)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.file_name())
+                .collect();
+            names.sort();
+            for name in names {
+                walk(&path.join(name), hash);
+            }
+        }
+    }
+    let mut hash = Fnv(0xcbf2_9ce4_8422_2325);
+    hash.write(hostname.as_bytes());
+    for (name, contents) in identity_files(hostname) {
+        hash.write(name.as_bytes());
+        hash.write(contents.as_bytes());
+    }
+    for name in HOST_ETC_ALLOWLIST {
+        walk(&Path::new("/etc").join(name), &mut hash);
+    }
+    format!("{:016x}", hash.finish())
+}
+
 fn copy_public(source: &Path, dest: &Path) -> io::Result<()> {
     let meta = match fs::symlink_metadata(source) {
         Ok(meta) => meta,

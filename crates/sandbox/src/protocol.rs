@@ -127,6 +127,11 @@ pub struct HelperSpec {
     /// Host directories shown read-only: (host directory, path inside).
     #[serde(default)]
     pub read_only_binds: Vec<(PathBuf, String)>,
+    /// A throwaway container's disk: a tmpfs of this many bytes mounted at
+    /// `disk_root` (in the helper's private mount namespace) instead of a
+    /// disk image. Its pages are charged to the container's memory.
+    #[serde(default)]
+    pub disk_tmpfs_bytes: Option<u64>,
 }
 
 /// A look at a stopped container's files without starting it: the helper

@@ -347,17 +347,73 @@ fn export_audit(data_dir: Option<PathBuf>, project: Option<&str>) -> Result<()> 
     Ok(())
 }
 
+/// A one-shot engine's lane: its own engine directory (so `exec` and
+/// `image` run beside a `serve` that holds the main one), its own cgroup
+/// group (named after that directory), and its own host id range, below
+/// the server's, so no two sandboxes ever share host ids. Held, by an
+/// exclusive `flock`, for as long as the process runs; a lane left by a
+/// crashed process is cleaned up by the next one that takes it (the
+/// engine's recovery).
+struct Lane {
+    _lock: std::fs::File,
+    index: u32,
+    dir: PathBuf,
+}
+
+/// How many one-shot engines may run at once on one data directory.
+const LANES: u32 = 256;
+/// Host ids of the lanes: `ONESHOT_UID_BASE + lane × LANE_SLOTS × 65536`,
+/// all below the server's 3,000,000,000.
+const ONESHOT_UID_BASE: u32 = 2_000_000_000;
+const LANE_SLOTS: u32 = 4;
+
+fn claim_lane(sandbox_dir: &std::path::Path) -> Result<Lane> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::PermissionsExt;
+    let root = sandbox_dir.join("oneshot");
+    std::fs::create_dir_all(&root).with_context(|| format!("cannot create {}", root.display()))?;
+    // Sandboxes run as unprivileged host users: they traverse, never list.
+    let _ = std::fs::set_permissions(sandbox_dir, std::fs::Permissions::from_mode(0o711));
+    std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o711))?;
+    for index in 0..LANES {
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(root.join(format!("{index}.lock")))?;
+        // SAFETY: flock on a descriptor this function owns.
+        let taken = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
+        if taken {
+            return Ok(Lane {
+                _lock: lock,
+                index,
+                dir: root.join(index.to_string()),
+            });
+        }
+    }
+    anyhow::bail!("{LANES} one-shot sandboxes are already running on this data directory")
+}
+
+/// Opens a one-shot engine in a lane of its own, sharing the data
+/// directory's images.
 async fn open_engine(
-    data_dir: PathBuf,
+    sandbox_dir: PathBuf,
     egress: Option<shellgate_sandbox::engine::EgressSettings>,
-) -> Result<LocalEngine> {
-    let mut config = EngineConfig::new(data_dir);
+) -> Result<(LocalEngine, Lane)> {
+    let lane = claim_lane(&sandbox_dir)?;
+    let mut config = EngineConfig::new(lane.dir.clone());
     config.egress = egress;
-    // The images directory the server would use (`SHELLGATE_IMAGES_DIR`).
-    config.images_dir = shellgate_server::Config::load(None, std::env::vars())
-        .ok()
-        .and_then(|c| c.images_dir());
-    // A one-shot command has no use for pre-formatted disks.
+    // The images directory the server uses (`SHELLGATE_IMAGES_DIR`, else
+    // the data directory's).
+    config.images_dir = Some(
+        shellgate_server::Config::load(None, std::env::vars())
+            .ok()
+            .and_then(|c| c.images_dir())
+            .unwrap_or_else(|| sandbox_dir.join("images")),
+    );
+    config.prune_images = false;
+    config.uid_base = ONESHOT_UID_BASE + lane.index * LANE_SLOTS * 65_536;
+    // A one-shot command has no use for anything made ahead.
     config.pool_size = 0;
     config.spare_helpers = 0;
     config.warm_containers = 0;
@@ -367,7 +423,7 @@ async fn open_engine(
     for warning in warnings {
         tracing::warn!("{warning}");
     }
-    Ok(engine)
+    Ok((engine, lane))
 }
 
 /// Runs the commands in a throwaway container; returns the exit status
@@ -412,7 +468,7 @@ async fn exec(data_dir: PathBuf, args: ExecArgs) -> Result<i32> {
         });
         (network, Some(settings))
     };
-    let engine = open_engine(data_dir, egress).await?;
+    let (engine, _lane) = open_engine(data_dir, egress).await?;
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos())
@@ -482,14 +538,20 @@ async fn exec(data_dir: PathBuf, args: ExecArgs) -> Result<i32> {
 }
 
 async fn image(data_dir: PathBuf, command: ImageCommand) -> Result<()> {
-    let engine = open_engine(data_dir, None).await?;
-    match command {
-        ImageCommand::List => {
-            for image in engine.images().list() {
-                println!("{}\t{}", image.name, image.path.display());
-            }
-            Ok(())
+    if let ImageCommand::List = command {
+        // Only reads the store: no engine, no lane, no lock.
+        let images_dir = shellgate_server::Config::load(None, std::env::vars())
+            .ok()
+            .and_then(|c| c.images_dir())
+            .unwrap_or_else(|| data_dir.join("images"));
+        for image in shellgate_sandbox::image::ImageStore::list_in(&images_dir) {
+            println!("{}\t{}", image.name, image.path.display());
         }
+        return Ok(());
+    }
+    let (engine, _lane) = open_engine(data_dir, None).await?;
+    match command {
+        ImageCommand::List => Ok(()),
         ImageCommand::Build { name, force } => {
             let started = std::time::Instant::now();
             let mut bar = ProgressBar::new(format!("building {name}"));

@@ -54,7 +54,7 @@ fn exec_json_prints_the_shell_call_output_object_the_api_returns() {
     assert_eq!(json["max_output_length"], 16384);
     // The throwaway container is gone.
     assert_eq!(
-        std::fs::read_dir(dir.path().join("sandbox/containers"))
+        std::fs::read_dir(dir.path().join("sandbox/oneshot/0/containers"))
             .unwrap()
             .count(),
         0
@@ -220,7 +220,8 @@ async fn a_killed_server_takes_its_containers_along_and_a_restart_cleans_up() {
         .await,
         "sandbox processes outlived the server"
     );
-    // A new run on the same data directory removes what the crash left.
+    // A new run on the same data directory takes the freed lane and
+    // removes what the crash left in it.
     let output = shellgate(dir.path())
         .args(["exec", "--", "echo", "again"])
         .output()
@@ -228,7 +229,7 @@ async fn a_killed_server_takes_its_containers_along_and_a_restart_cleans_up() {
     assert!(output.status.success());
     assert!(String::from_utf8_lossy(&output.stdout).contains("again"));
     assert_eq!(
-        std::fs::read_dir(dir.path().join("sandbox/containers"))
+        std::fs::read_dir(dir.path().join("sandbox/oneshot/0/containers"))
             .unwrap()
             .count(),
         0
@@ -407,4 +408,77 @@ fn rootless_exec_allow_reaches_its_allowlist_and_nothing_else() {
         "{}",
         String::from_utf8_lossy(&refused.stderr)
     );
+}
+
+#[test]
+fn exec_and_image_run_beside_a_server_on_the_same_data_directory() {
+    use common::server::{self, request, KEY};
+    let server = server::start("cli-beside", &[]);
+    let data = server.dir.path();
+    // A container of the server's, to compare host ids with.
+    let created = request(
+        server.port,
+        "POST",
+        "/v1/containers",
+        Some(KEY),
+        &[("Content-Type", "application/json")],
+        br#"{"name": "beside"}"#,
+    )
+    .json();
+    let id = created["id"].as_str().unwrap().to_owned();
+    let served = request(
+        server.port,
+        "POST",
+        &format!("/v1/containers/{id}/exec"),
+        Some(KEY),
+        &[("Content-Type", "application/json")],
+        br#"{"commands": ["cat /proc/self/uid_map"]}"#,
+    )
+    .json();
+    let host_id = |map: &str| -> u64 { map.split_whitespace().nth(1).unwrap().parse().unwrap() };
+    let server_base = host_id(served["output"][0]["stdout"].as_str().unwrap());
+    // Several one-shots at once, while the server holds its engine.
+    let runs: Vec<_> = (0..3)
+        .map(|_| {
+            shellgate(data)
+                .args(["exec", "--", "cat", "/proc/self/uid_map"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut bases = Vec::new();
+    for run in runs {
+        let output = run.wait_with_output().unwrap();
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        bases.push(host_id(&String::from_utf8_lossy(&output.stdout)));
+    }
+    // No two sandboxes share host ids: not the one-shots with each other,
+    // nor with the server's containers.
+    bases.sort();
+    bases.dedup();
+    assert_eq!(bases.len(), 3, "{bases:?}");
+    assert!(bases
+        .iter()
+        .all(|b| *b != server_base && *b < 3_000_000_000));
+    let list = shellgate(data).args(["image", "list"]).output().unwrap();
+    assert!(list.status.success());
+    assert!(String::from_utf8_lossy(&list.stdout).starts_with("host\t"));
+    // The server's container is untouched and still answers.
+    let again = request(
+        server.port,
+        "POST",
+        &format!("/v1/containers/{id}/exec"),
+        Some(KEY),
+        &[("Content-Type", "application/json")],
+        br#"{"commands": ["echo still here"]}"#,
+    )
+    .json();
+    assert_eq!(again["output"][0]["stdout"], "still here\n");
 }

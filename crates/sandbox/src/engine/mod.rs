@@ -97,6 +97,11 @@ pub struct EngineConfig {
     pub egress: Option<EgressSettings>,
     /// The image store's directory; `None`: `<data_dir>/images`.
     pub images_dir: Option<PathBuf>,
+    /// Whether this engine owns the image store's retired trees and removes
+    /// those none of its containers uses. Off for an engine that shares the
+    /// store with another one (a one-shot `exec` beside `serve`): it cannot
+    /// know the other's containers.
+    pub prune_images: bool,
 }
 
 impl EngineConfig {
@@ -116,6 +121,7 @@ impl EngineConfig {
             expose_host_usr_local: false,
             egress: None,
             images_dir: None,
+            prune_images: true,
         }
     }
 }
@@ -320,6 +326,9 @@ impl LocalEngine {
 
     /// Removes the retired image trees no container was made from.
     fn prune_retired_images(&self) {
+        if !self.inner.config.prune_images {
+            return;
+        }
         let in_use: std::collections::HashSet<(String, String)> = lock(&self.inner.containers)
             .values()
             .filter_map(|c| {
@@ -489,7 +498,10 @@ impl SandboxBackend for LocalEngine {
             container.set_id_slot(slot);
             fs::create_dir(&staging).context(|| format!("create {}", staging.display()))?;
             IdSlots::write(&staging, slot)?;
-            self.provision_disk(&staging, spec.disk_bytes).await?;
+            // A throwaway container's disk is a tmpfs its helper mounts.
+            if !(spec.ephemeral && self.inner.disk_kind == DiskKind::Image) {
+                self.provision_disk(&staging, spec.disk_bytes).await?;
+            }
             fs::write(staging.join("spec.json"), &spec_json)
                 .context(|| "write spec.json".into())?;
             if let Some(skills) = &adopt {

@@ -18,12 +18,21 @@ impl LocalEngine {
             &container.spec.image,
             container.spec.image_revision.as_deref(),
         )?;
-        let (disk_image, disk_root) = match inner.disk_kind {
+        let (disk_image, disk_root, disk_tmpfs_bytes) = match inner.disk_kind {
+            // A throwaway container needs no disk that outlives it: a tmpfs,
+            // bounded by its size and charged to the container's memory,
+            // costs nothing to make (no image to format).
+            DiskKind::Image if container.spec.ephemeral => (
+                None,
+                inner.config.data_dir.join("run/disk"),
+                Some(container.spec.disk_bytes.min(container.spec.memory_bytes)),
+            ),
             DiskKind::Image => (
                 Some(container.dir.join("disk.img")),
                 inner.config.data_dir.join("run/disk"),
+                None,
             ),
-            DiskKind::Directory => (None, container.dir.join("disk")),
+            DiskKind::Directory => (None, container.dir.join("disk"), None),
         };
         let root = match image.root {
             RootSpec::Overlay { lower, .. } => RootSpec::Overlay {
@@ -91,6 +100,7 @@ impl LocalEngine {
             nofile: crate::protocol::DEFAULT_NOFILE,
             egress: network.egress,
             env: network.env,
+            disk_tmpfs_bytes,
             read_only_binds: container
                 .spec
                 .skills

@@ -22,6 +22,7 @@ mod mounts;
 pub mod network;
 mod seccomp;
 
+use std::ffi::CString;
 use std::fs;
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
@@ -225,7 +226,25 @@ fn start_container(spec: &HelperSpec, control: RawFd) -> Result<(), String> {
 /// and makes its standard directories. Returns the loop device used.
 fn prepare_disk(spec: &HelperSpec) -> Result<Option<u32>, String> {
     let mut loop_device = None;
-    if let Some(image) = &spec.disk_image {
+    if let Some(bytes) = spec.disk_tmpfs_bytes {
+        private_mount_namespace()?;
+        let options = CString::new(format!("size={bytes},mode=0755"))
+            .map_err(|e| format!("tmpfs options: {e}"))?;
+        let target = CString::new(spec.disk_root.as_os_str().as_encoded_bytes())
+            .map_err(|e| format!("disk root: {e}"))?;
+        // SAFETY: every pointer is a valid NUL-terminated string that
+        // outlives the call.
+        sys::cvt(unsafe {
+            libc::mount(
+                c"tmpfs".as_ptr(),
+                target.as_ptr(),
+                c"tmpfs".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                options.as_ptr().cast(),
+            )
+        })
+        .map_err(|e| format!("mount the throwaway disk (tmpfs): {e}"))?;
+    } else if let Some(image) = &spec.disk_image {
         private_mount_namespace()?;
         loop_device = Some(crate::disk::mount_image(
             image,

@@ -520,7 +520,7 @@ impl ImageStore {
         prune_wheels(&wheel_cache);
 
         let mirror = choose_mirror(recipe, progress).await;
-        let (staging, target) = self.staging(name)?;
+        let (staging, target, _lock) = self.staging(name)?;
         let lock_file = target.with_file_name("packages.new");
         let _ = fs::remove_file(&lock_file);
 
