@@ -40,6 +40,18 @@ enum Command {
     /// Read the command audit.
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// Run an agent on this machine: a model (any Responses API) calls the
+    /// shell, each command is approved (by you or a policy), run here, and
+    /// its output sent back, until the model answers.
+    Local(crate::local::LocalArgs),
+}
+
+/// Seconds since the Unix epoch, with fractions.
+pub(crate) fn unix_seconds() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or_default()
 }
 
 #[derive(Subcommand)]
@@ -136,7 +148,7 @@ impl ExecArgs {
 }
 
 /// `arg` as one word for bash: single-quoted, quotes inside escaped.
-fn shell_quote(arg: &str) -> String {
+pub(crate) fn shell_quote(arg: &str) -> String {
     if !arg.is_empty()
         && arg
             .bytes()
@@ -229,6 +241,17 @@ pub fn main() -> i32 {
         }
     };
     let data_dir = cli.data_dir.clone();
+    if let Command::Local(args) = cli.command {
+        return runtime.block_on(async move {
+            match crate::local::run(args).await {
+                Ok(status) => status,
+                Err(e) => {
+                    eprintln!("shellgate local: {e:#}");
+                    1
+                }
+            }
+        });
+    }
     if let Command::Exec(args) = cli.command {
         return runtime.block_on(async move {
             match exec(sandbox_dir(data_dir), args).await {
@@ -244,7 +267,7 @@ pub fn main() -> i32 {
         match cli.command {
             Command::Serve(args) => serve(data_dir, args).await,
             Command::Keys(KeysCommand::Create { project }) => create_key(data_dir, &project),
-            Command::Exec(_) => Ok(()),
+            Command::Exec(_) | Command::Local(_) => Ok(()),
             Command::Image(command) => image(sandbox_dir(data_dir), command).await,
             Command::Audit(AuditCommand::Export { project }) => {
                 export_audit(data_dir, project.as_deref())

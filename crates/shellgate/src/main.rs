@@ -3,6 +3,7 @@
 //! sandbox helper that builds each container.
 
 mod cli;
+mod local;
 
 fn main() {
     // The helper must run before anything else starts: no threads, no

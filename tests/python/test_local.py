@@ -1,0 +1,147 @@
+"""`shellgate local`: the client-side loop against shellgate's Responses
+API with a scripted upstream model, run as a user runs it (the real
+binary, in a scratch working directory)."""
+
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from conftest import BINARY, KEY_A
+
+
+@pytest.fixture
+def workdir():
+    with tempfile.TemporaryDirectory(prefix="shellgate-local-") as tmp:
+        yield Path(tmp)
+
+
+def local(server, workdir, task, *options, input=None, timeout=120):
+    audit = workdir / "audit.jsonl"
+    command = [str(BINARY), "local", "--base-url", server.base_url, "--model", "scripted",
+               "--api-key", KEY_A, "--audit", str(audit), *options, task]
+    done = subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=timeout,
+                          input=input, env={**os.environ, "SHELLGATE_LOG": "error"})
+    records = [json.loads(line) for line in audit.read_text().splitlines()] if audit.exists() else []
+    return done, records
+
+
+def test_never_ask_runs_the_command_here_and_the_model_answers(server, workdir):
+    done, records = local(server, workdir, "Execute: echo made here > out.txt && cat out.txt && pwd",
+                          "--approve", "never-ask")
+    assert done.returncode == 0, done.stderr
+    assert (workdir / "out.txt").read_text() == "made here\n"
+    # The model's answer on stdout; the command and its live output on stderr.
+    assert done.stdout.startswith("Done: ") and "made here" in done.stdout, done.stdout
+    assert "$ echo made here" in done.stderr and str(workdir) in done.stderr
+    [record] = records
+    assert record["decision"] == "approved" and record["by"] == "never-ask"
+    assert record["outcome"] == {"type": "exit", "exit_code": 0}
+    assert record["command"].startswith("echo made here") and record["cwd"] == str(workdir)
+    assert record["response_id"].startswith("resp_") and record["call_id"]
+
+
+def test_auto_runs_what_the_policy_allows_and_rejects_the_rest(server, workdir):
+    policy = workdir / "policy.toml"
+    policy.write_text('allow = [{ prefix = "echo" }, { regex = "^ls( |$)" }]\n'
+                      'deny = [{ prefix = "echo secret" }]\n')
+    done, records = local(server, workdir, "Execute: echo allowed", "--approve", "auto", "--policy", str(policy))
+    assert done.returncode == 0 and "allowed" in done.stdout, done.stderr
+    assert records[-1]["by"] == "policy allow prefix:echo"
+    # Not allowed: rejected with a clear stderr and a non-zero exit to the model.
+    done, records = local(server, workdir, "Execute: touch should-not-exist", "--approve", "auto",
+                          "--policy", str(policy))
+    assert done.returncode == 0, done.stderr
+    assert not (workdir / "should-not-exist").exists()
+    assert "rejected" in done.stdout and "exit_code" in done.stdout and "1" in done.stdout, done.stdout
+    assert records[-1]["decision"] == "denied" and records[-1]["by"] == "auto: no rule allows it"
+    assert records[-1]["outcome"] == {"type": "not_run"}
+    # Deny wins over allow.
+    done, records = local(server, workdir, "Execute: echo secret stuff", "--approve", "auto", "--policy", str(policy))
+    assert records[-1]["decision"] == "denied" and records[-1]["by"] == "policy deny prefix:echo secret"
+
+
+def test_destructive_commands_are_denied_even_when_everything_else_runs(server, workdir):
+    # Harmless if it ran (it writes nothing), but it matches `dd ... of=/dev/`.
+    done, records = local(server, workdir, "Execute: dd if=/dev/zero of=/dev/null count=0",
+                          "--approve", "never-ask")
+    assert done.returncode == 0, done.stderr
+    assert records[-1]["decision"] == "denied" and records[-1]["by"].startswith("policy deny regex:")
+    assert "rejected" in done.stdout
+
+
+def test_timeouts_and_non_zero_exits_go_back_to_the_model(server, workdir):
+    done, records = local(server, workdir, "Execute: echo before; sleep 30 & sleep 30", "--approve", "never-ask",
+                          "--timeout-ms", "500")
+    assert done.returncode == 0, done.stderr
+    assert records[-1]["outcome"] == {"type": "timeout"}
+    assert "timeout" in done.stdout and "before" in done.stdout
+    done, records = local(server, workdir, "Execute: echo failing >&2; exit 3", "--approve", "never-ask")
+    assert records[-1]["outcome"] == {"type": "exit", "exit_code": 3}
+    assert "failing" in done.stdout and "3" in done.stdout
+
+
+def test_the_legacy_local_shell_loop(server, workdir):
+    """seeds/002's loop: local_shell_call with an argv, local_shell_call_output
+    sent back with previous_response_id, until the model answers."""
+    done, records = local(server, workdir, "Execute: echo legacy > legacy.txt; cat legacy.txt",
+                          "--approve", "never-ask", "--legacy")
+    assert done.returncode == 0, done.stderr
+    assert (workdir / "legacy.txt").read_text() == "legacy\n"
+    assert done.stdout.startswith("Done: ") and "legacy" in done.stdout
+    assert records[-1]["command"].startswith("bash -lc ")
+
+
+def test_json_prints_the_final_response(server, workdir):
+    done, _ = local(server, workdir, "Execute: echo for scripts", "--approve", "never-ask", "--json")
+    assert done.returncode == 0, done.stderr
+    response = json.loads(done.stdout)
+    assert response["object"] == "response" and response["status"] == "completed"
+    assert response["output"][-1]["type"] == "message"
+    assert "for scripts" in response["output"][-1]["content"][0]["text"]
+
+
+def test_ask_shows_the_command_and_takes_the_users_answer(server, workdir):
+    """On a terminal (here a pseudo-terminal made by `script`), each command
+    is shown and waits for y/n."""
+    cmd = " ".join([str(BINARY), "local", "--base-url", server.base_url, "--model", "scripted",
+                    "--api-key", KEY_A, "--audit", str(workdir / "audit.jsonl"),
+                    "'Execute: touch asked-and-approved'"])
+    done = subprocess.run(["script", "-qec", cmd, "/dev/null"], cwd=workdir, input="maybe\ny\n",
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout
+    assert "$ touch asked-and-approved" in done.stdout and "[y/n]" in done.stdout
+    assert (workdir / "asked-and-approved").exists()
+    records = [json.loads(line) for line in (workdir / "audit.jsonl").read_text().splitlines()]
+    assert records[-1]["by"] == "user" and records[-1]["decision"] == "approved"
+    cmd = cmd.replace("asked-and-approved", "asked-and-refused")
+    done = subprocess.run(["script", "-qec", cmd, "/dev/null"], cwd=workdir, input="n\n",
+                          capture_output=True, text=True, timeout=120)
+    assert not (workdir / "asked-and-refused").exists()
+    records = [json.loads(line) for line in (workdir / "audit.jsonl").read_text().splitlines()]
+    assert records[-1]["by"] == "user" and records[-1]["decision"] == "denied"
+
+
+def test_a_local_skill_is_declared_to_the_model(server, upstream, workdir):
+    skill = workdir / "greeter"
+    skill.mkdir()
+    (skill / "SKILL.md").write_text("---\nname: greeter\ndescription: Greets people.\n---\nRun greet.sh\n")
+    done, _ = local(server, workdir, "Execute: echo skills", "--approve", "never-ask", "--skill", str(skill))
+    assert done.returncode == 0, done.stderr
+    sent = [r for r in upstream.requests if "Execute: echo skills" in json.dumps(r.get("messages", []))]
+    description = next(t["function"]["description"] for t in sent[0]["tools"] if t["function"]["name"] == "shell")
+    assert f"greeter ({skill}/SKILL.md): Greets people." in description
+
+
+def test_a_bad_policy_or_an_unreachable_server_fails_clearly(server, workdir):
+    policy = workdir / "bad.toml"
+    policy.write_text('allow = [{ regex = "(" }]\n')
+    done, _ = local(server, workdir, "Execute: true", "--approve", "auto", "--policy", str(policy))
+    assert done.returncode == 1 and "regex" in done.stderr
+    done = subprocess.run([str(BINARY), "local", "--base-url", "http://127.0.0.1:9/v1", "--model", "m",
+                           "--approve", "never-ask", "--audit", str(workdir / "a.jsonl"), "hi"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "cannot reach" in done.stderr
