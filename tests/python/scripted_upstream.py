@@ -4,6 +4,8 @@ Messages (`/v1/messages`): a test fixture standing in for a model server, so
 the Responses API can be driven end to end without a real model.
 
 Its script, from the conversation it is sent:
+- the first user message says "Execute in turns: A ||| B": it calls the shell
+  with A, then (after A's result) with B, then answers;
 - the last message is the user's and says "Execute: CMD" (to the end of the
   line): it calls the
   `shell` tool with CMD (or `local_shell` with ["bash", "-lc", CMD] when only
@@ -30,6 +32,16 @@ def decide(body):
     last = messages[-1] if messages else {}
     if model == "scripted-loop" and "shell" in tools:
         return {"tool": ("shell", {"commands": ["echo again"]})}
+    # "Execute in turns: A ||| B": one call per turn, A then B, then the answer.
+    first = next((m for m in messages if m.get("role") == "user"), {})
+    first_text = first.get("content") or ""
+    if isinstance(first_text, list):
+        first_text = " ".join(p.get("text", "") for p in first_text)
+    if "Execute in turns: " in first_text and "shell" in tools:
+        steps = first_text.split("Execute in turns: ", 1)[1].split(" ||| ")
+        done = len([m for m in messages if m.get("role") == "tool"])
+        if done < len(steps):
+            return {"tool": ("shell", {"commands": [steps[done].strip()]})}
     if last.get("role") == "tool":
         return {"text": "Done: " + last.get("content", "")}
     text = last.get("content") or ""

@@ -145,3 +145,37 @@ def test_a_bad_policy_or_an_unreachable_server_fails_clearly(server, workdir):
                            "--approve", "never-ask", "--audit", str(workdir / "a.jsonl"), "hi"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and "cannot reach" in done.stderr
+
+
+def test_sandbox_keeps_the_host_read_only_but_the_working_directory(server, workdir):
+    outside = Path(tempfile.mkdtemp(prefix="shellgate-outside-", dir="/var/tmp"))
+    try:
+        data_dir = workdir / "sg-data"
+        data_dir.mkdir()
+        os.chmod(workdir, 0o755)
+        task = ("Execute in turns: echo inside > inside.txt && cat inside.txt && "
+                f"(echo escaped > {outside}/f) 2>&1; ls {outside}; echo net; "
+                "(exec 3<>/dev/tcp/1.1.1.1/80) 2>&1 | head -1; (sleep 300 &) ; echo started"
+                " ||| pgrep -c sleep; id -un; cat inside.txt; ls " + str(data_dir) + " | wc -l")
+        done, records = local(server, workdir, task, "--approve", "never-ask", "--sandbox",
+                              "--data-dir", str(data_dir))
+        assert done.returncode == 0, done.stderr
+        # The working directory is written, as the user, on the host.
+        assert (workdir / "inside.txt").read_text() == "inside\n"
+        assert (workdir / "inside.txt").stat().st_uid == os.getuid()
+        # Nothing outside it: a read-only file system.
+        assert not (outside / "f").exists()
+        # The first command's output, echoed live on stderr.
+        first = done.stderr
+        assert "inside\n" in first and "Read-only file system" in first, first
+        # No network.
+        assert "Network is unreachable" in first or "Connection refused" in first or "denied" in first, first
+        # The second command ran in the same container: the background
+        # process is still there, the data directory is hidden (empty).
+        assert [r["sandbox"] for r in records] == [True, True]
+        assert "1\nsandbox\ninside\n0\n" in done.stdout.replace("\\n", "\n"), done.stdout
+        # The sandbox is gone after the run.
+        left = list((data_dir / "sandbox" / "oneshot").glob("*/containers/*"))
+        assert left == [], left
+    finally:
+        subprocess.run(["rm", "-rf", str(outside)], check=False)

@@ -81,6 +81,24 @@ pub struct ContainerSpec {
     /// container keeps that tree even if the image is built again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_revision: Option<String>,
+    /// Host directories shown inside at the same path (for `shellgate
+    /// local --sandbox`; never set from the HTTP API): read-only ones are
+    /// bound with the image's system directories, writable ones after
+    /// `/tmp`, so a writable directory may sit inside a read-only one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host_binds: Vec<HostBind>,
+    /// Paths (inside) covered by an empty directory, e.g. the data
+    /// directory below a bound host directory.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hidden: Vec<String>,
+}
+
+/// A host directory shown in a container (see [`ContainerSpec::host_binds`]).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct HostBind {
+    pub source: std::path::PathBuf,
+    pub target: String,
+    pub writable: bool,
 }
 
 /// A container's network: none (the default), or the host names its
@@ -116,6 +134,8 @@ impl Default for ContainerSpec {
             network: NetworkSpec::default(),
             skills: None,
             image_revision: None,
+            host_binds: Vec::new(),
+            hidden: Vec::new(),
         }
     }
 }

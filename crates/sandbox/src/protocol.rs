@@ -132,6 +132,10 @@ pub struct HelperSpec {
     /// disk image. Its pages are charged to the container's memory.
     #[serde(default)]
     pub disk_tmpfs_bytes: Option<u64>,
+    /// Paths inside covered by an empty directory after every bind (so
+    /// nothing bound later shows them again).
+    #[serde(default)]
+    pub hide: Vec<String>,
 }
 
 /// A look at a stopped container's files without starting it: the helper

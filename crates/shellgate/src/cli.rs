@@ -300,7 +300,7 @@ fn init_logging(json: bool) {
 
 /// The engine's directory inside a data directory (shared by `serve`,
 /// `exec` and `image`, so images built once serve all three).
-fn sandbox_dir(data_dir: Option<PathBuf>) -> PathBuf {
+pub(crate) fn sandbox_dir(data_dir: Option<PathBuf>) -> PathBuf {
     data_dir
         .unwrap_or_else(shellgate_server::config::default_data_dir)
         .join("sandbox")
@@ -377,7 +377,7 @@ fn export_audit(data_dir: Option<PathBuf>, project: Option<&str>) -> Result<()> 
 /// exclusive `flock`, for as long as the process runs; a lane left by a
 /// crashed process is cleaned up by the next one that takes it (the
 /// engine's recovery).
-struct Lane {
+pub(crate) struct Lane {
     _lock: std::fs::File,
     index: u32,
     dir: PathBuf,
@@ -419,9 +419,10 @@ fn claim_lane(sandbox_dir: &std::path::Path) -> Result<Lane> {
 
 /// Opens a one-shot engine in a lane of its own, sharing the data
 /// directory's images.
-async fn open_engine(
+pub(crate) async fn open_engine(
     sandbox_dir: PathBuf,
     egress: Option<shellgate_sandbox::engine::EgressSettings>,
+    map_invoking_user: bool,
 ) -> Result<(LocalEngine, Lane)> {
     let lane = claim_lane(&sandbox_dir)?;
     let mut config = EngineConfig::new(lane.dir.clone());
@@ -435,6 +436,7 @@ async fn open_engine(
             .unwrap_or_else(|| sandbox_dir.join("images")),
     );
     config.prune_images = false;
+    config.map_invoking_user = map_invoking_user;
     config.uid_base = ONESHOT_UID_BASE + lane.index * LANE_SLOTS * 65_536;
     // A one-shot command has no use for anything made ahead.
     config.pool_size = 0;
@@ -449,6 +451,46 @@ async fn open_engine(
     Ok((engine, lane))
 }
 
+/// The network of a one-shot sandbox: none, or these host names through
+/// the egress proxy (refusals reported on stderr as they happen, so a
+/// failing command says why).
+pub(crate) fn egress_for(
+    allow: &[String],
+    config_file: Option<&std::path::Path>,
+) -> Result<(
+    shellgate_sandbox::backend::NetworkSpec,
+    Option<shellgate_sandbox::engine::EgressSettings>,
+)> {
+    if allow.is_empty() {
+        return Ok((Default::default(), None));
+    }
+    let config = shellgate_server::Config::load(config_file, std::env::vars())?;
+    config.validate()?;
+    let policy = shellgate_wire::NetworkPolicy::Allowlist {
+        allowed_domains: allow.to_vec(),
+        domain_secrets: Vec::new(),
+    };
+    let network = shellgate_server::egress::network_spec(&config, Some(&policy), "--allow")
+        .map_err(|e| anyhow::anyhow!("--allow: {}", e.message))?;
+    let (settings, mut attempts) = shellgate_server::egress::settings(&config)?
+        .context("egress is off in the configuration (egress = false)")?;
+    tokio::spawn(async move {
+        while let Some(attempt) = attempts.recv().await {
+            if attempt.verdict == shellgate_egress::proxy::Verdict::Denied {
+                let name = attempt
+                    .server_name
+                    .or(attempt.requested_name)
+                    .unwrap_or_default();
+                eprintln!(
+                    "shellgate: egress denied ({} {name}): {}",
+                    attempt.kind, attempt.reason
+                );
+            }
+        }
+    });
+    Ok((network, Some(settings)))
+}
+
 /// Runs the commands in a throwaway container; returns the exit status
 /// (see [`exit_status`]).
 async fn exec(data_dir: PathBuf, args: ExecArgs) -> Result<i32> {
@@ -461,37 +503,8 @@ async fn exec(data_dir: PathBuf, args: ExecArgs) -> Result<i32> {
         deadline_ms: None,
     };
     request.validate()?;
-    let (network, egress) = if args.allow.is_empty() {
-        (Default::default(), None)
-    } else {
-        let config = shellgate_server::Config::load(args.config.as_deref(), std::env::vars())?;
-        config.validate()?;
-        let policy = shellgate_wire::NetworkPolicy::Allowlist {
-            allowed_domains: args.allow.clone(),
-            domain_secrets: Vec::new(),
-        };
-        let network = shellgate_server::egress::network_spec(&config, Some(&policy), "--allow")
-            .map_err(|e| anyhow::anyhow!("--allow: {}", e.message))?;
-        let (settings, mut attempts) = shellgate_server::egress::settings(&config)?
-            .context("egress is off in the configuration (egress = false)")?;
-        // Refusals are reported as they happen, so a failing command says why.
-        tokio::spawn(async move {
-            while let Some(attempt) = attempts.recv().await {
-                if attempt.verdict == shellgate_egress::proxy::Verdict::Denied {
-                    let name = attempt
-                        .server_name
-                        .or(attempt.requested_name)
-                        .unwrap_or_default();
-                    eprintln!(
-                        "shellgate: egress denied ({} {name}): {}",
-                        attempt.kind, attempt.reason
-                    );
-                }
-            }
-        });
-        (network, Some(settings))
-    };
-    let (engine, _lane) = open_engine(data_dir, egress).await?;
+    let (network, egress) = egress_for(&args.allow, args.config.as_deref())?;
+    let (engine, _lane) = open_engine(data_dir, egress, false).await?;
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos())
@@ -572,7 +585,7 @@ async fn image(data_dir: PathBuf, command: ImageCommand) -> Result<()> {
         }
         return Ok(());
     }
-    let (engine, _lane) = open_engine(data_dir, None).await?;
+    let (engine, _lane) = open_engine(data_dir, None, false).await?;
     match command {
         ImageCommand::List => Ok(()),
         ImageCommand::Build { name, force } => {

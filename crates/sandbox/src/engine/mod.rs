@@ -102,6 +102,11 @@ pub struct EngineConfig {
     /// store with another one (a one-shot `exec` beside `serve`): it cannot
     /// know the other's containers.
     pub prune_images: bool,
+    /// Map the invoking user (root too) to the sandbox user alone, as
+    /// rootless mode does, instead of a private host id range: for
+    /// `shellgate local --sandbox`, whose commands write the user's own
+    /// working directory as the user.
+    pub map_invoking_user: bool,
 }
 
 impl EngineConfig {
@@ -122,6 +127,7 @@ impl EngineConfig {
             egress: None,
             images_dir: None,
             prune_images: true,
+            map_invoking_user: false,
         }
     }
 }
@@ -298,7 +304,7 @@ impl LocalEngine {
         let config = EngineConfig { data_dir, ..config };
         let engine = LocalEngine {
             inner: Arc::new(Inner {
-                slots: IdSlots::new(config.uid_base, rootless),
+                slots: IdSlots::new(config.uid_base, rootless || config.map_invoking_user),
                 disks: Pool::new(config.pool_size),
                 spares: Pool::new(config.spare_helpers),
                 warm: Pool::new(config.warm_containers),

@@ -40,14 +40,44 @@ impl LocalEngine {
                 upper: disk_root.join(disk::UPPER_DIR),
                 work: disk_root.join(disk::WORK_DIR),
             },
-            other => other,
+            RootSpec::HostBinds {
+                mut binds,
+                mut symlinks,
+                layers,
+                hidden,
+            } => {
+                // A host directory shown whole brings its own entries
+                // (`/var/tmp` with `/var`).
+                symlinks.retain(|(link, _)| {
+                    !container
+                        .spec
+                        .host_binds
+                        .iter()
+                        .any(|b| std::path::Path::new(link).starts_with(&b.target))
+                });
+                binds.extend(
+                    container
+                        .spec
+                        .host_binds
+                        .iter()
+                        .filter(|b| !b.writable)
+                        .map(|b| (b.source.clone(), b.target.clone())),
+                );
+                RootSpec::HostBinds {
+                    binds,
+                    symlinks,
+                    layers,
+                    hidden,
+                }
+            }
         };
+        let ids_rootless = inner.rootless || inner.config.map_invoking_user;
         let network = self.network_setup(container)?;
         let mut file_binds = image.file_binds;
         file_binds.extend(network.file_binds);
         let slot = container.id_slot();
         let (sandbox_ids, root_ids) = inner.slots.host_ids(slot, SANDBOX_UID);
-        let (uid_map, gid_map) = if inner.rootless {
+        let (uid_map, gid_map) = if ids_rootless {
             (
                 vec![IdRange {
                     inside: SANDBOX_UID,
@@ -72,19 +102,29 @@ impl LocalEngine {
             hostname: inner.config.hostname.clone(),
             uid_map,
             gid_map,
-            rootless: inner.rootless,
+            rootless: ids_rootless,
             sandbox_uid: SANDBOX_UID,
             sandbox_gid: SANDBOX_UID,
             root_mount: inner.config.data_dir.join("run/root"),
             root,
             file_binds,
-            data_binds: vec![
+            data_binds: [
                 (
                     disk_root.join(disk::DATA_DIR),
                     crate::backend::WORKDIR.to_owned(),
                 ),
                 (disk_root.join(disk::HOME_DIR), SANDBOX_HOME.to_owned()),
-            ],
+            ]
+            .into_iter()
+            .chain(
+                container
+                    .spec
+                    .host_binds
+                    .iter()
+                    .filter(|b| b.writable)
+                    .map(|b| (b.source.clone(), b.target.clone())),
+            )
+            .collect(),
             // tmpfs pages are charged to the memory limit but to no process:
             // keep /tmp (and /dev/shm) well below the limit.
             tmp_bytes: container
@@ -101,6 +141,7 @@ impl LocalEngine {
             egress: network.egress,
             env: network.env,
             disk_tmpfs_bytes,
+            hide: container.spec.hidden.clone(),
             read_only_binds: container
                 .spec
                 .skills

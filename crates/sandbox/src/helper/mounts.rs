@@ -520,6 +520,14 @@ pub fn build_root(spec: &HelperSpec) -> StepResult<()> {
         mkdir_all(&target)?;
         bind(source, &target, true)?;
     }
+    for path in &spec.hide {
+        let target = inside(root, path);
+        // Only a real directory can hide anything (and a link must not
+        // lead the mount elsewhere).
+        if target.symlink_metadata().is_ok_and(|m| m.is_dir()) {
+            cover(&scratch.join(SCRATCH_EMPTY_DIR), &target)?;
+        }
+    }
     if matches!(spec.root, RootSpec::HostBinds { .. }) {
         // The tmpfs root holds only mount points and links: freeze it.
         step(

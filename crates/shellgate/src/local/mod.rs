@@ -8,6 +8,7 @@
 mod client;
 pub mod policy;
 pub mod runner;
+mod sandbox;
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -67,6 +68,20 @@ pub struct LocalArgs {
     /// Print the final response (JSON) instead of streaming text.
     #[arg(long)]
     json: bool,
+    /// Run every command in one shellgate sandbox kept for the run: the
+    /// host's files read-only, the working directory writable, no network.
+    #[arg(long)]
+    sandbox: bool,
+    /// With --sandbox: let commands reach this host name (or `*.domain`)
+    /// on ports 80 and 443; repeat for more.
+    #[arg(long = "allow-net", value_name = "DOMAIN", requires = "sandbox")]
+    allow_net: Vec<String>,
+    /// With --sandbox: the shellgate data directory (images, the engine).
+    #[arg(long, env = "SHELLGATE_DATA_DIR", requires = "sandbox")]
+    data_dir: Option<PathBuf>,
+    /// With --sandbox: a shellgate config file (egress settings).
+    #[arg(long, env = "SHELLGATE_CONFIG", requires = "sandbox")]
+    config: Option<PathBuf>,
     /// The task.
     task: String,
 }
@@ -313,18 +328,56 @@ pub async fn run(args: LocalArgs) -> Result<i32> {
         json!([{"type": "shell", "environment": {"type": "local", "skills": local_skills(&args.skills)?}}])
     };
     let cwd = std::env::current_dir().context("no current directory")?;
-    let mut body = json!({
+    let body = json!({
         "model": args.model,
         "tools": tools,
         "input": [{"role": "user", "content": [{"type": "input_text", "text": args.task}]}],
     });
+    let sandbox = if args.sandbox {
+        Some(
+            sandbox::Sandbox::open(
+                args.data_dir.clone(),
+                &cwd,
+                &args.allow_net,
+                args.config.as_deref(),
+            )
+            .await?,
+        )
+    } else {
+        None
+    };
+    let result = run_loop(
+        &args,
+        &judge,
+        &mut audit,
+        &client,
+        &cwd,
+        sandbox.as_ref(),
+        body,
+    )
+    .await;
+    if let Some(sandbox) = sandbox {
+        sandbox.close().await;
+    }
+    result
+}
+
+async fn run_loop(
+    args: &LocalArgs,
+    judge: &Judge,
+    audit: &mut Audit,
+    client: &client::Client,
+    cwd: &Path,
+    sandbox: Option<&sandbox::Sandbox>,
+    mut body: Value,
+) -> Result<i32> {
     let mut stdout = std::io::stdout();
     let mut sink = std::io::sink();
     for _turn in 0..args.max_turns {
         let text: &mut dyn Write = if args.json { &mut sink } else { &mut stdout };
         let response = client.create(&body, text).await?;
         let response_id = response["id"].as_str().unwrap_or_default().to_owned();
-        let calls = calls(&response, &args);
+        let calls = calls(&response, args);
         if calls.is_empty() {
             if args.json {
                 println!("{}", serde_json::to_string_pretty(&response)?);
@@ -343,23 +396,29 @@ pub async fn run(args: LocalArgs) -> Result<i32> {
                     if !args.json {
                         eprintln!("\x1b[2m$ {shown}\x1b[0m");
                     }
-                    let (program, env, dir) = match command {
-                        Command::Shell(text) => (Program::Shell(text), &[][..], cwd.clone()),
-                        Command::Argv { argv, env, dir } => (
-                            Program::Argv(argv),
-                            env.as_slice(),
-                            dir.clone().unwrap_or_else(|| cwd.clone()),
-                        ),
-                    };
-                    runner::run(
-                        program,
-                        &dir,
-                        env,
-                        call.timeout,
-                        call.max_output_length,
-                        args.json,
-                    )
-                    .await
+                    if let Some(sandbox) = sandbox {
+                        sandbox
+                            .run(&shown, call.timeout, call.max_output_length, args.json)
+                            .await
+                    } else {
+                        let (program, env, dir) = match command {
+                            Command::Shell(text) => (Program::Shell(text), &[][..], cwd.to_owned()),
+                            Command::Argv { argv, env, dir } => (
+                                Program::Argv(argv),
+                                env.as_slice(),
+                                dir.clone().unwrap_or_else(|| cwd.to_owned()),
+                            ),
+                        };
+                        runner::run(
+                            program,
+                            &dir,
+                            env,
+                            call.timeout,
+                            call.max_output_length,
+                            args.json,
+                        )
+                        .await
+                    }
                 } else {
                     if !args.json {
                         eprintln!("shellgate local: not running `{shown}` ({})", decision.by);
@@ -383,6 +442,7 @@ pub async fn run(args: LocalArgs) -> Result<i32> {
                     "call_id": call.call_id,
                     "command": shown,
                     "cwd": cwd.to_string_lossy(),
+                    "sandbox": sandbox.is_some(),
                     "decision": if decision.approved { "approved" } else { "denied" },
                     "by": decision.by,
                     "outcome": if decision.approved { outcome_json(&result) } else { json!({"type": "not_run"}) },
