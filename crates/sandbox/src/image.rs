@@ -945,9 +945,12 @@ fn replace_dir(staging: &Path, target: &Path) -> Result<(), SandboxError> {
 /// Copies `source` to `dest` recursively, keeping symlinks as links and
 /// skipping anything not readable by everyone (private keys, shadow files).
 /// What the host image's `/etc` and the identity files are made from: the
-/// host name, this binary's identity files, and every allow-listed host
-/// entry's path, type, mode, size, inode and modification time (a change
-/// made in place moves the time; one made by rename, the inode).
+/// host name, this binary's identity files, and the allow-listed host
+/// entries: each directory's and regular file's path, mode, size, inode and
+/// modification time, and each symbolic link's name. A link is not looked
+/// at: making, removing or retargeting one (a new link renamed over the
+/// old) changes its directory's time, and most of the ~800 entries are
+/// links (`alternatives`, `ssl/certs`), so the walk costs ~100 `lstat`s.
 fn host_etc_fingerprint(hostname: &str) -> String {
     use std::hash::Hasher;
     // FNV-1a: stable across runs and builds (std's hasher is not).
@@ -962,10 +965,8 @@ fn host_etc_fingerprint(hostname: &str) -> String {
             }
         }
     }
-    fn walk(path: &Path, hash: &mut Fnv) {
-        let Ok(meta) = fs::symlink_metadata(path) else {
-            return;
-        };
+    fn stat(path: &Path, hash: &mut Fnv) -> Option<fs::Metadata> {
+        let meta = fs::symlink_metadata(path).ok()?;
         hash.write(path.as_os_str().as_encoded_bytes());
         for value in [
             u64::from(meta.mode()),
@@ -976,16 +977,30 @@ fn host_etc_fingerprint(hostname: &str) -> String {
         ] {
             hash.write(&value.to_le_bytes());
         }
-        if meta.is_dir() {
-            let mut names: Vec<_> = fs::read_dir(path)
-                .into_iter()
-                .flatten()
-                .flatten()
-                .map(|e| e.file_name())
-                .collect();
-            names.sort();
-            for name in names {
-                walk(&path.join(name), hash);
+        Some(meta)
+    }
+    fn walk_dir(dir: &Path, hash: &mut Fnv) {
+        let mut entries: Vec<_> = fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| (e.file_name(), e.file_type().ok()))
+            .collect();
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        for (name, kind) in entries {
+            let path = dir.join(&name);
+            match kind {
+                Some(kind) if kind.is_symlink() => {
+                    hash.write(path.as_os_str().as_encoded_bytes());
+                }
+                Some(kind) if kind.is_dir() => {
+                    if stat(&path, hash).is_some() {
+                        walk_dir(&path, hash);
+                    }
+                }
+                _ => {
+                    stat(&path, hash);
+                }
             }
         }
     }
@@ -996,7 +1011,17 @@ fn host_etc_fingerprint(hostname: &str) -> String {
         hash.write(contents.as_bytes());
     }
     for name in HOST_ETC_ALLOWLIST {
-        walk(&Path::new("/etc").join(name), &mut hash);
+        let path = Path::new("/etc").join(name);
+        if let Some(meta) = stat(&path, &mut hash) {
+            if meta.is_dir() {
+                walk_dir(&path, &mut hash);
+            } else if meta.file_type().is_symlink() {
+                // A top-level link (`localtime`): where it leads counts.
+                if let Ok(target) = fs::read_link(&path) {
+                    hash.write(target.as_os_str().as_encoded_bytes());
+                }
+            }
+        }
     }
     format!("{:016x}", hash.finish())
 }

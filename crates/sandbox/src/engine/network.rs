@@ -181,8 +181,13 @@ impl LocalEngine {
     pub(super) fn write_network_files(data_dir: &std::path::Path) -> Result<(), SandboxError> {
         let dir = data_dir.join("network");
         std::fs::create_dir_all(&dir).context(|| format!("create {}", dir.display()))?;
-        std::fs::write(dir.join("resolv.conf"), RESOLV_CONF)
-            .context(|| "write network/resolv.conf".into())
+        // Written only when it differs: running containers have it bound,
+        // and an engine opens on every one-shot `exec`.
+        let path = dir.join("resolv.conf");
+        if std::fs::read(&path).is_ok_and(|current| current == RESOLV_CONF.as_bytes()) {
+            return Ok(());
+        }
+        std::fs::write(&path, RESOLV_CONF).context(|| "write network/resolv.conf".into())
     }
 
     fn resolv_conf(&self) -> PathBuf {
