@@ -25,6 +25,13 @@ if [[ " $* " == *" --quick "* ]]; then
 else
   python3 bench/egress.py
 fi
+# The command line as a user times it: one-shot exec against bwrap, serve
+# start-up.
+if [[ " $* " == *" --quick "* ]]; then
+  python3 bench/cli.py --runs 50 --rounds 5
+else
+  python3 bench/cli.py
+fi
 # Create time per image and the disk 100 containers of one image use (it
 # builds debian-12-slim and debian-12 into the shared image cache if needed).
 if [[ " $* " == *" --quick "* ]]; then
