@@ -270,16 +270,18 @@ fn main() {
         "| `/bin/bash -c true` by `posix_spawn`, the container's env | {} | | 1.00 | baseline |",
         ms(bash)
     );
-    println!(
-        "| 32 such spawners in parallel | | | {bash_throughput:.0} spawns/s | baseline |"
-    );
+    println!("| 32 such spawners in parallel | | | {bash_throughput:.0} spawns/s | baseline |");
     for (clients, median, p99, throughput) in rows {
         let target = match clients {
             1 => "median ≤ 1.35 × bash".to_owned(),
             32 => format!(
                 "≥ 80 % of the spawners: {:.0} % {}",
                 100.0 * throughput / bash_throughput,
-                if throughput >= 0.8 * bash_throughput { "✔" } else { "✘" }
+                if throughput >= 0.8 * bash_throughput {
+                    "✔"
+                } else {
+                    "✘"
+                }
             ),
             _ => String::new(),
         };

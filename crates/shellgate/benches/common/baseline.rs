@@ -50,7 +50,11 @@ pub fn spawn_bash(command: &str) -> Duration {
     unsafe {
         let mut actions: libc::posix_spawn_file_actions_t = std::mem::zeroed();
         libc::posix_spawn_file_actions_init(&mut actions);
-        for (fd, flags) in [(0, libc::O_RDONLY), (1, libc::O_WRONLY), (2, libc::O_WRONLY)] {
+        for (fd, flags) in [
+            (0, libc::O_RDONLY),
+            (1, libc::O_WRONLY),
+            (2, libc::O_WRONLY),
+        ] {
             libc::posix_spawn_file_actions_addopen(&mut actions, fd, null.as_ptr(), flags, 0);
         }
         let mut pid: libc::pid_t = 0;
