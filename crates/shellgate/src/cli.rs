@@ -242,8 +242,9 @@ pub fn main() -> i32 {
     };
     let data_dir = cli.data_dir.clone();
     if let Command::Local(args) = cli.command {
+        let data_dir = cli.data_dir.clone();
         return runtime.block_on(async move {
-            match crate::local::run(args).await {
+            match crate::local::run(args, data_dir).await {
                 Ok(status) => status,
                 Err(e) => {
                     eprintln!("shellgate local: {e:#}");

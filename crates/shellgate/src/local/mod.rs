@@ -76,9 +76,6 @@ pub struct LocalArgs {
     /// on ports 80 and 443; repeat for more.
     #[arg(long = "allow-net", value_name = "DOMAIN", requires = "sandbox")]
     allow_net: Vec<String>,
-    /// With --sandbox: the shellgate data directory (images, the engine).
-    #[arg(long, env = "SHELLGATE_DATA_DIR", requires = "sandbox")]
-    data_dir: Option<PathBuf>,
     /// With --sandbox: a shellgate config file (egress settings).
     #[arg(long, env = "SHELLGATE_CONFIG", requires = "sandbox")]
     config: Option<PathBuf>,
@@ -310,7 +307,9 @@ fn local_skills(dirs: &[PathBuf]) -> Result<Vec<Value>> {
 }
 
 /// Runs the loop; returns the exit status (0: the model answered).
-pub async fn run(args: LocalArgs) -> Result<i32> {
+/// `data_dir`: shellgate's data directory (the global `--data-dir`), for
+/// `--sandbox`'s engine and images.
+pub async fn run(args: LocalArgs, data_dir: Option<PathBuf>) -> Result<i32> {
     let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
     let judge = Judge {
         mode: args.approve.unwrap_or(if interactive {
@@ -334,15 +333,7 @@ pub async fn run(args: LocalArgs) -> Result<i32> {
         "input": [{"role": "user", "content": [{"type": "input_text", "text": args.task}]}],
     });
     let sandbox = if args.sandbox {
-        Some(
-            sandbox::Sandbox::open(
-                args.data_dir.clone(),
-                &cwd,
-                &args.allow_net,
-                args.config.as_deref(),
-            )
-            .await?,
-        )
+        Some(sandbox::Sandbox::open(data_dir, &cwd, &args.allow_net, args.config.as_deref()).await?)
     } else {
         None
     };
