@@ -149,9 +149,13 @@ fn calls(response: &Value, defaults: &LocalArgs) -> Vec<Call> {
                         .filter_map(|c| c.as_str().map(|c| Command::Shell(c.to_owned())))
                         .collect(),
                     timeout,
+                    // The model's cap, within what a result may carry (a
+                    // model asking for more cannot make this client hold
+                    // a flood in memory).
                     max_output_length: number(&action["max_output_length"])
-                        .map(|n| n as usize)
-                        .unwrap_or(defaults.max_output_length),
+                        .map(|n| n.min(limits::MAX_OUTPUT_LENGTH as u64) as usize)
+                        .unwrap_or(defaults.max_output_length)
+                        .clamp(1, limits::MAX_OUTPUT_LENGTH),
                 }),
                 "local_shell_call" => {
                     let argv: Vec<String> = action["command"]
@@ -176,7 +180,9 @@ fn calls(response: &Value, defaults: &LocalArgs) -> Vec<Call> {
                             vec![Command::Argv { argv, env, dir }]
                         },
                         timeout,
-                        max_output_length: defaults.max_output_length,
+                        max_output_length: defaults
+                            .max_output_length
+                            .clamp(1, limits::MAX_OUTPUT_LENGTH),
                     })
                 }
                 _ => None,

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use shellgate_sandbox::backend::{CommandResult, ContainerSpec, HostBind, RunRequest};
+use shellgate_sandbox::backend::{limits, CommandResult, ContainerSpec, HostBind, RunRequest};
 use shellgate_sandbox::{LocalEngine, SandboxBackend};
 
 use crate::cli::{egress_for, open_engine, sandbox_dir, shell_quote, Lane};
@@ -139,8 +139,8 @@ impl Sandbox {
                 "cd {} || exit 125\n{command}",
                 shell_quote(&self.cwd.to_string_lossy())
             )],
-            timeout_ms: timeout.as_millis().clamp(1, u128::from(u32::MAX)) as u64,
-            max_output_length: max_output_length.max(1),
+            timeout_ms: (timeout.as_millis() as u64).clamp(1, limits::MAX_TIMEOUT_MS),
+            max_output_length: max_output_length.clamp(1, limits::MAX_OUTPUT_LENGTH),
             deadline_ms: None,
         };
         let (sink, mut deltas) =
