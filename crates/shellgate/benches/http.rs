@@ -47,6 +47,8 @@ fn start(settings: &[(&str, &str)]) -> Server {
         .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
         .env("SHELLGATE_API_KEYS", KEY)
         .env("SHELLGATE_LOG", "warn")
+        // No first-start image build competing with the measurement.
+        .env("SHELLGATE_BUILD_DEFAULT_IMAGE", "false")
         .stdin(Stdio::null())
         .stdout(Stdio::null());
     for (k, v) in settings {

@@ -123,6 +123,8 @@ fn start(upstream: u16) -> Server {
         .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
         .env("SHELLGATE_API_KEYS", KEY)
         .env("SHELLGATE_LOG", "warn")
+        // No first-start image build competing with the measurement.
+        .env("SHELLGATE_BUILD_DEFAULT_IMAGE", "false")
         .env(
             "SHELLGATE_UPSTREAM_URL",
             format!("http://127.0.0.1:{upstream}/v1"),
