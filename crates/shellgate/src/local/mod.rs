@@ -116,17 +116,59 @@ enum Command {
 }
 
 impl Command {
-    /// As shown to the user and written to the audit log.
+    /// As one shell string, with a legacy call's working directory and
+    /// variables (for the sandbox, which runs shell strings).
+    fn in_shell(&self) -> String {
+        match self {
+            Command::Shell(text) => text.clone(),
+            Command::Argv { argv, env, dir } => {
+                let mut text = String::new();
+                if let Some(dir) = dir {
+                    text.push_str(&format!(
+                        "cd {} || exit 125\n",
+                        crate::cli::shell_quote(&dir.to_string_lossy())
+                    ));
+                }
+                text.push_str("exec ");
+                text.push_str(&words(argv, env));
+                text
+            }
+        }
+    }
+
+    /// As shown to the user, judged by the policy and written to the
+    /// audit log: a legacy call's directory and variables included, so
+    /// what is approved is what runs.
     fn display(&self) -> String {
         match self {
             Command::Shell(text) => text.clone(),
-            Command::Argv { argv, .. } => argv
-                .iter()
-                .map(|a| crate::cli::shell_quote(a))
-                .collect::<Vec<_>>()
-                .join(" "),
+            Command::Argv { argv, env, dir } => {
+                let words = words(argv, env);
+                match dir {
+                    Some(dir) => format!(
+                        "cd {} && {words}",
+                        crate::cli::shell_quote(&dir.to_string_lossy())
+                    ),
+                    None => words,
+                }
+            }
         }
     }
+}
+
+/// `env NAME=VALUE ... argv`, each word quoted for bash (`env` only when
+/// there are variables).
+fn words(argv: &[String], env: &[(String, String)]) -> String {
+    let mut words: Vec<String> = Vec::new();
+    if !env.is_empty() {
+        words.push("env".to_owned());
+        words.extend(
+            env.iter()
+                .map(|(name, value)| crate::cli::shell_quote(&format!("{name}={value}"))),
+        );
+    }
+    words.extend(argv.iter().map(|a| crate::cli::shell_quote(a)));
+    words.join(" ")
 }
 
 /// The calls in a response's output that this client must run.
@@ -395,7 +437,12 @@ async fn run_loop(
                     }
                     if let Some(sandbox) = sandbox {
                         sandbox
-                            .run(&shown, call.timeout, call.max_output_length, args.json)
+                            .run(
+                                &command.in_shell(),
+                                call.timeout,
+                                call.max_output_length,
+                                args.json,
+                            )
                             .await
                     } else {
                         let (program, env, dir) = match command {
@@ -477,4 +524,33 @@ async fn run_loop(
         "the model was still calling commands after {} turns (--max-turns)",
         args.max_turns
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_legacy_call_is_shown_and_run_with_its_directory_and_variables() {
+        let command = Command::Argv {
+            argv: vec!["bash".into(), "-lc".into(), "echo $X".into()],
+            env: vec![("X".into(), "a b".into())],
+            dir: Some(PathBuf::from("/tmp/it's")),
+        };
+        assert_eq!(
+            command.display(),
+            "cd '/tmp/it'\\''s' && env 'X=a b' bash -lc 'echo $X'"
+        );
+        assert_eq!(
+            command.in_shell(),
+            "cd '/tmp/it'\\''s' || exit 125\nexec env 'X=a b' bash -lc 'echo $X'"
+        );
+        let plain = Command::Argv {
+            argv: vec!["ls".into(), "-la".into()],
+            env: Vec::new(),
+            dir: None,
+        };
+        assert_eq!(plain.display(), "ls -la");
+        assert_eq!(plain.in_shell(), "exec ls -la");
+    }
 }
