@@ -13,7 +13,7 @@ use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use shellgate_sandbox::backend::{limits, ContainerSpec, RunRequest, SkippedFiles, StreamKind};
-use shellgate_sandbox::{CommandResult, ContainerState, SandboxError};
+use shellgate_sandbox::{ContainerState, SandboxError};
 use shellgate_store::{ContainerFileRow, ContainerRow, PresentFile};
 use shellgate_wire::{
     Container, ContainerFile, CreateContainer, CreateContainerFileFromId, Deleted, ExecRequest,
@@ -354,16 +354,6 @@ pub(crate) fn run_request(body: &ExecRequest, deadline_secs: u64) -> ApiResult<R
     Ok(request)
 }
 
-fn shell_call_output(results: Vec<CommandResult>, max_output_length: usize) -> ShellCallOutput {
-    ShellCallOutput {
-        kind: "shell_call_output".to_owned(),
-        id: new_id("sho_"),
-        status: "completed".to_owned(),
-        output: results,
-        max_output_length,
-    }
-}
-
 /// Before a command: a suspended container is woken, which opens a billed
 /// session and is admitted against the project's quotas; activity renews
 /// the expiry (at most once a second: `last_active_at` has second
@@ -483,7 +473,7 @@ pub async fn exec(
             result.map_err(|e| engine_error(&id, e))
         })
         .await?;
-        return Ok(Json(shell_call_output(results, max_output_length)).into_response());
+        return Ok(Json(ShellCallOutput::completed(results, max_output_length)).into_response());
     }
     // Streaming: deltas as they come, then the whole result.
     let (delta_tx, delta_rx) =
@@ -524,7 +514,7 @@ pub async fn exec(
         }
         let event = match result {
             Ok(results) => {
-                let output = shell_call_output(results, max_output_length);
+                let output = ShellCallOutput::completed(results, max_output_length);
                 let data =
                     serde_json::json!({"type": "exec.completed", "shell_call_output": output});
                 Event::default()

@@ -5,7 +5,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use serde::Serialize;
 use shellgate_sandbox::backend::{
     limits, parse_size, CommandResult, ContainerSpec, RunRequest, SandboxBackend,
 };
@@ -206,17 +205,6 @@ enum ImageCommand {
         /// A tar archive (optionally compressed) of a root file system.
         tarball: PathBuf,
     },
-}
-
-/// `shell_call_output`, as `POST /v1/containers/{id}/exec` returns it.
-#[derive(Serialize)]
-struct ShellCallOutput {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    id: String,
-    status: &'static str,
-    output: Vec<CommandResult>,
-    max_output_length: usize,
 }
 
 pub fn main() -> i32 {
@@ -553,13 +541,11 @@ async fn exec(data_dir: PathBuf, args: ExecArgs) -> Result<i32> {
     destroyed.context("cannot remove the sandbox")?;
     let status = exit_status(&output);
     if args.json {
-        let json = serde_json::to_string(&ShellCallOutput {
-            kind: "shell_call_output",
-            id: shellgate_wire::new_id("sho_"),
-            status: "completed",
+        // The object `POST /v1/containers/{id}/exec` returns.
+        let json = serde_json::to_string(&shellgate_wire::ShellCallOutput::completed(
             output,
-            max_output_length: request.max_output_length,
-        })?;
+            request.max_output_length,
+        ))?;
         println!("{json}");
     } else if let Some(timed_out) = output
         .iter()

@@ -315,6 +315,19 @@ pub struct ShellCallOutput {
     pub max_output_length: usize,
 }
 
+impl ShellCallOutput {
+    /// The finished result of a run of commands, with a new `sho_` id.
+    pub fn completed(output: Vec<ShellOutputEntry>, max_output_length: usize) -> Self {
+        Self {
+            kind: "shell_call_output".to_owned(),
+            id: new_id("sho_"),
+            status: "completed".to_owned(),
+            output,
+            max_output_length,
+        }
+    }
+}
+
 /// `GET /v1/usage` (shellgate's extension).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Usage {
