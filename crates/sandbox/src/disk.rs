@@ -49,17 +49,8 @@ pub fn detect(rootless: bool) -> (DiskKind, Option<String>) {
             Some("running without root: disk quotas are off".into()),
         );
     }
-    // Looked up as running it would (PATH), without running it: an engine
-    // opens on every one-shot `exec`.
-    let has_mkfs = std::env::var_os("PATH").is_some_and(|path| {
-        std::env::split_paths(&path).any(|dir| {
-            fs::metadata(dir.join("mkfs.ext4")).is_ok_and(|m| {
-                use std::os::unix::fs::PermissionsExt;
-                m.is_file() && m.permissions().mode() & 0o111 != 0
-            })
-        })
-    });
-    if !has_mkfs {
+    // Looked up, not run: an engine opens on every one-shot `exec`.
+    if !sys::on_path("mkfs.ext4") {
         return (
             DiskKind::Directory,
             Some("mkfs.ext4 not found (install e2fsprogs): disk quotas are off".into()),

@@ -952,19 +952,8 @@ fn replace_dir(staging: &Path, target: &Path) -> Result<(), SandboxError> {
 /// old) changes its directory's time, and most of the ~800 entries are
 /// links (`alternatives`, `ssl/certs`), so the walk costs ~100 `lstat`s.
 fn host_etc_fingerprint(hostname: &str) -> String {
+    use crate::sys::Fnv1a as Fnv;
     use std::hash::Hasher;
-    // FNV-1a: stable across runs and builds (std's hasher is not).
-    struct Fnv(u64);
-    impl Hasher for Fnv {
-        fn finish(&self) -> u64 {
-            self.0
-        }
-        fn write(&mut self, bytes: &[u8]) {
-            for b in bytes {
-                self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3);
-            }
-        }
-    }
     fn stat(path: &Path, hash: &mut Fnv) -> Option<fs::Metadata> {
         let meta = fs::symlink_metadata(path).ok()?;
         hash.write(path.as_os_str().as_encoded_bytes());
@@ -1004,7 +993,7 @@ fn host_etc_fingerprint(hostname: &str) -> String {
             }
         }
     }
-    let mut hash = Fnv(0xcbf2_9ce4_8422_2325);
+    let mut hash = Fnv::default();
     hash.write(hostname.as_bytes());
     for (name, contents) in identity_files(hostname) {
         hash.write(name.as_bytes());

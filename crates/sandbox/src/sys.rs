@@ -1,4 +1,5 @@
-//! Thin, checked wrappers over the Linux system calls the engine uses.
+//! Thin, checked wrappers over the Linux system calls the engine uses, and
+//! two small host helpers (a `PATH` lookup, a stable hash).
 //!
 //! Each wrapper turns the C convention (-1 and `errno`) into `io::Result`, and
 //! keeps the `unsafe` in one place with the reason it is sound.
@@ -9,6 +10,40 @@ use std::mem::{size_of, MaybeUninit};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+
+/// FNV-1a, 64 bits: a hash that stays the same across runs and builds
+/// (std's does not), for names and fingerprints kept on disk.
+pub(crate) struct Fnv1a(u64);
+
+impl Default for Fnv1a {
+    fn default() -> Self {
+        Self(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl std::hash::Hasher for Fnv1a {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+}
+
+/// Whether `program` is an executable file in a directory of `PATH`, as
+/// running it by name would find it (without running it).
+pub fn on_path(program: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|dir| {
+            std::fs::metadata(dir.join(program))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+    })
+}
 
 /// Converts a C return value into `io::Result`.
 pub fn cvt<T: Default + PartialOrd>(ret: T) -> io::Result<T> {

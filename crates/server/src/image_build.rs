@@ -33,19 +33,13 @@ fn set(status: &SharedBuildStatus, update: impl FnOnce(&mut BuildStatus)) {
 /// What building an image needs on the host, by Debian package.
 const BUILD_TOOLS: &[(&str, &str)] = &[("mmdebstrap", "mmdebstrap"), ("curl", "curl")];
 
-fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH")
-        .map(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
-        .unwrap_or(false)
-}
-
 /// Installs the build's host tools that are missing, as the README's serve
 /// command promises a fresh machine the default image with no other step:
 /// only as root on a host with apt; otherwise says what to install.
 fn install_build_tools() -> Result<(), String> {
     let missing: Vec<&str> = BUILD_TOOLS
         .iter()
-        .filter(|(program, _)| !on_path(program))
+        .filter(|(program, _)| !shellgate_sandbox::sys::on_path(program))
         .map(|(_, package)| *package)
         .collect();
     if missing.is_empty() {

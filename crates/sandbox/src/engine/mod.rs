@@ -230,11 +230,10 @@ fn make_traversable(data_dir: &Path) -> Result<(), SandboxError> {
 
 /// A short stable name for the engine's cgroup folder, from its data dir.
 fn group_name(data_dir: &Path) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in data_dir.as_os_str().as_encoded_bytes() {
-        hash = (hash ^ *byte as u64).wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    format!("shellgate-{:012x}", hash & 0xffff_ffff_ffff)
+    use std::hash::Hasher;
+    let mut hash = crate::sys::Fnv1a::default();
+    hash.write(data_dir.as_os_str().as_encoded_bytes());
+    format!("shellgate-{:012x}", hash.finish() & 0xffff_ffff_ffff)
 }
 
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
