@@ -406,6 +406,24 @@ fn claim_lane(sandbox_dir: &std::path::Path) -> Result<Lane> {
     anyhow::bail!("{LANES} one-shot sandboxes are already running on this data directory")
 }
 
+/// The images directory the server uses: `SHELLGATE_IMAGES_DIR`, else the
+/// engine directory's own.
+fn images_dir(sandbox_dir: &std::path::Path) -> PathBuf {
+    shellgate_server::Config::load(None, std::env::vars())
+        .ok()
+        .and_then(|c| c.images_dir())
+        .unwrap_or_else(|| sandbox_dir.join("images"))
+}
+
+/// A throwaway container's id: `PREFIX-<pid>-<nanoseconds>`.
+fn throwaway_id(prefix: &str) -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    format!("{prefix}-{}-{nanos}", std::process::id())
+}
+
 /// Opens a one-shot engine in a lane of its own, sharing the data
 /// directory's images.
 pub(crate) async fn open_engine(
@@ -416,14 +434,7 @@ pub(crate) async fn open_engine(
     let lane = claim_lane(&sandbox_dir)?;
     let mut config = EngineConfig::new(lane.dir.clone());
     config.egress = egress;
-    // The images directory the server uses (`SHELLGATE_IMAGES_DIR`, else
-    // the data directory's).
-    config.images_dir = Some(
-        shellgate_server::Config::load(None, std::env::vars())
-            .ok()
-            .and_then(|c| c.images_dir())
-            .unwrap_or_else(|| sandbox_dir.join("images")),
-    );
+    config.images_dir = Some(images_dir(&sandbox_dir));
     config.prune_images = false;
     config.map_invoking_user = map_invoking_user;
     config.uid_base = ONESHOT_UID_BASE + lane.index * LANE_SLOTS * 65_536;
@@ -494,11 +505,7 @@ async fn exec(data_dir: PathBuf, args: ExecArgs) -> Result<i32> {
     request.validate()?;
     let (network, egress) = egress_for(&args.allow, args.config.as_deref())?;
     let (engine, _lane) = open_engine(data_dir, egress, false).await?;
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or_default();
-    let id = format!("exec-{}-{nanos}", std::process::id());
+    let id = throwaway_id("exec");
     let spec = ContainerSpec {
         image: args.image,
         memory_bytes,
@@ -563,11 +570,7 @@ async fn exec(data_dir: PathBuf, args: ExecArgs) -> Result<i32> {
 async fn image(data_dir: PathBuf, command: ImageCommand) -> Result<()> {
     if let ImageCommand::List = command {
         // Only reads the store: no engine, no lane, no lock.
-        let images_dir = shellgate_server::Config::load(None, std::env::vars())
-            .ok()
-            .and_then(|c| c.images_dir())
-            .unwrap_or_else(|| data_dir.join("images"));
-        for image in shellgate_sandbox::image::ImageStore::list_in(&images_dir) {
+        for image in shellgate_sandbox::image::ImageStore::list_in(&images_dir(&data_dir)) {
             println!("{}\t{}", image.name, image.path.display());
         }
         return Ok(());
@@ -676,11 +679,7 @@ async fn verify_image(engine: &LocalEngine, name: &str) -> Result<()> {
         tools.extend(expect.tools.iter().filter(|t| !TOOLS.contains(t)));
         modules = expect.python_modules.to_vec();
     }
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or_default();
-    let id = format!("verify-{}-{nanos}", std::process::id());
+    let id = throwaway_id("verify");
     let spec = ContainerSpec {
         image: name.to_owned(),
         ephemeral: true,

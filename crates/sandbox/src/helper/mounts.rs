@@ -420,6 +420,17 @@ fn lock_down_proc(proc_dir: &Path, scratch: &Path) -> StepResult<()> {
 
 /// Builds the whole tree inside a scratch tmpfs at `spec.root_mount` and
 /// pivots into it.
+/// Covers `path` (inside the root) with the scratch tmpfs's empty
+/// directory. Only a real directory can hide anything (and a link must not
+/// lead the mount elsewhere): anything else is left as it is.
+fn hide(root: &Path, scratch: &Path, path: &str) -> StepResult<()> {
+    let target = inside(root, path);
+    if target.symlink_metadata().is_ok_and(|m| m.is_dir()) {
+        cover(&scratch.join(SCRATCH_EMPTY_DIR), &target)?;
+    }
+    Ok(())
+}
+
 pub fn build_root(spec: &HelperSpec) -> StepResult<()> {
     let scratch = spec.root_mount.as_path();
     // Nothing we mount may propagate back to the host.
@@ -457,12 +468,7 @@ pub fn build_root(spec: &HelperSpec) -> StepResult<()> {
                 overlay(&target, &options, libc::MS_RDONLY)?;
             }
             for path in hidden {
-                let target = inside(root, path);
-                // Only a real directory can hide anything (and a link
-                // must not lead the mount elsewhere).
-                if target.symlink_metadata().is_ok_and(|m| m.is_dir()) {
-                    cover(&scratch.join(SCRATCH_EMPTY_DIR), &target)?;
-                }
+                hide(root, scratch, path)?;
             }
             for (link, target) in symlinks {
                 let link = inside(root, link);
@@ -521,12 +527,7 @@ pub fn build_root(spec: &HelperSpec) -> StepResult<()> {
         bind(source, &target, true)?;
     }
     for path in &spec.hide {
-        let target = inside(root, path);
-        // Only a real directory can hide anything (and a link must not
-        // lead the mount elsewhere).
-        if target.symlink_metadata().is_ok_and(|m| m.is_dir()) {
-            cover(&scratch.join(SCRATCH_EMPTY_DIR), &target)?;
-        }
+        hide(root, scratch, path)?;
     }
     if matches!(spec.root, RootSpec::HostBinds { .. }) {
         // The tmpfs root holds only mount points and links: freeze it.

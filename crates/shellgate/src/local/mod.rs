@@ -467,16 +467,13 @@ async fn run_loop(
                     if !args.json {
                         eprintln!("shellgate local: not running `{shown}` ({})", decision.by);
                     }
-                    CommandResult {
-                        stdout: String::new(),
-                        stderr: format!(
+                    runner::not_run(
+                        format!(
                             "shellgate local: the command was rejected ({}); it did not run.\n",
                             decision.by
                         ),
-                        outcome: Outcome::Exit { exit_code: 1 },
-                        duration_ms: 0,
-                        bytes_out: 0,
-                    }
+                        1,
+                    )
                 };
                 audit.record(json!({
                     "time": crate::cli::unix_seconds(),

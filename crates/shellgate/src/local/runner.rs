@@ -13,6 +13,18 @@ use shellgate_sandbox::output::CappedOutput;
 use shellgate_sandbox::{backend::CommandResult, Outcome};
 use tokio::io::AsyncReadExt;
 
+/// A command that did not run (or whose output could not be read): only
+/// a stderr saying why, and an exit code.
+pub fn not_run(stderr: String, exit_code: i32) -> CommandResult {
+    CommandResult {
+        stdout: String::new(),
+        stderr,
+        outcome: Outcome::Exit { exit_code },
+        duration_ms: 0,
+        bytes_out: 0,
+    }
+}
+
 /// What to run.
 pub enum Program<'a> {
     /// A shell string, run with `/bin/bash -c`.
@@ -56,30 +68,17 @@ pub async fn run(
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {
-            return CommandResult {
-                stdout: String::new(),
-                stderr: format!("cannot run the command: {e}\n"),
-                outcome: Outcome::Exit {
-                    exit_code: if e.kind() == std::io::ErrorKind::NotFound {
-                        127
-                    } else {
-                        126
-                    },
-                },
-                duration_ms: 0,
-                bytes_out: 0,
-            }
+            let exit_code = if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
+            return not_run(format!("cannot run the command: {e}\n"), exit_code);
         }
     };
     let group = child.id().map(|pid| pid as libc::pid_t);
     let (Some(mut stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take()) else {
-        return CommandResult {
-            stdout: String::new(),
-            stderr: "cannot read the command's output\n".to_owned(),
-            outcome: Outcome::Exit { exit_code: 126 },
-            duration_ms: 0,
-            bytes_out: 0,
-        };
+        return not_run("cannot read the command's output\n".to_owned(), 126);
     };
     let mut out = CappedOutput::new(max_output_length);
     let mut err = CappedOutput::new(max_output_length);

@@ -157,8 +157,8 @@ impl Sandbox {
         let _ = printer.await;
         match result {
             Ok(mut results) if !results.is_empty() => results.remove(0),
-            Ok(_) => failure("the sandbox returned no result".to_owned()),
-            Err(e) => failure(format!("the sandbox failed: {e}")),
+            Ok(_) => failed("the sandbox returned no result".to_owned()),
+            Err(e) => failed(format!("the sandbox failed: {e}")),
         }
     }
 
@@ -168,12 +168,7 @@ impl Sandbox {
     }
 }
 
-fn failure(message: String) -> CommandResult {
-    CommandResult {
-        stdout: String::new(),
-        stderr: format!("shellgate local: {message}\n"),
-        outcome: shellgate_sandbox::Outcome::Exit { exit_code: 125 },
-        duration_ms: 0,
-        bytes_out: 0,
-    }
+/// The sandbox itself failed (125, as `exec` says it).
+fn failed(message: String) -> CommandResult {
+    super::runner::not_run(format!("shellgate local: {message}\n"), 125)
 }
