@@ -7,72 +7,13 @@
 
 #[path = "common/baseline.rs"]
 mod baseline;
+#[path = "common/server.rs"]
+mod server;
 
+use server::{start, KEY};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-const KEY: &str = "sk-bench";
-
-struct Server {
-    child: Child,
-    port: u16,
-    dir: std::path::PathBuf,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn start(settings: &[(&str, &str)]) -> Server {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let dir = std::env::temp_dir().join(format!(
-        "shellgate-http-bench-{}-{port}",
-        std::process::id()
-    ));
-    let mut command = Command::new(env!("CARGO_BIN_EXE_shellgate"));
-    command
-        .arg("--data-dir")
-        .arg(&dir)
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        .env("SHELLGATE_API_KEYS", KEY)
-        .env("SHELLGATE_LOG", "warn")
-        // No first-start image build competing with the measurement.
-        .env("SHELLGATE_BUILD_DEFAULT_IMAGE", "false")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null());
-    for (k, v) in settings {
-        command.env(k, v);
-    }
-    let server = Server {
-        child: command.spawn().expect("start server"),
-        port,
-        dir,
-    };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        if let Ok(stream) = TcpStream::connect(("127.0.0.1", port)) {
-            let mut conn = Conn::new(stream);
-            if conn.call("GET", "/healthz", "").0 == 200 {
-                // Let warm containers and pools fill.
-                std::thread::sleep(Duration::from_secs(3));
-                return server;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("server did not start");
-}
 
 /// A keep-alive HTTP/1.1 connection.
 struct Conn {
@@ -173,7 +114,7 @@ fn main() {
         let _ = spawner.join();
     }
     let bash_throughput = (32 * per_client) as f64 / parallel_start.elapsed().as_secs_f64();
-    let server = start(&[("SHELLGATE_WARM_CONTAINERS", "4")]);
+    let server = start("http", &[("SHELLGATE_WARM_CONTAINERS", "4")]);
     let port = server.port;
 
     let mut rows = Vec::new();
@@ -228,11 +169,14 @@ fn main() {
     drop(server);
 
     println!("Wake of a suspended container...");
-    let server = start(&[
-        ("SHELLGATE_IDLE_SUSPEND_AFTER_SECS", "1"),
-        ("SHELLGATE_SWEEP_INTERVAL_SECS", "1"),
-        ("SHELLGATE_WARM_CONTAINERS", "0"),
-    ]);
+    let server = start(
+        "http",
+        &[
+            ("SHELLGATE_IDLE_SUSPEND_AFTER_SECS", "1"),
+            ("SHELLGATE_SWEEP_INTERVAL_SECS", "1"),
+            ("SHELLGATE_WARM_CONTAINERS", "0"),
+        ],
+    );
     let mut conn = Conn::open(server.port);
     let ids: Vec<String> = (0..(if quick { 5 } else { 15 }))
         .map(|_| conn.create())

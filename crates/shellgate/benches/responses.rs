@@ -6,14 +6,15 @@
 //!
 //! Run with `bench/run.sh` or `cargo bench -p shellgate --bench responses [-- --quick]`.
 
+#[path = "common/server.rs"]
+mod server;
+
+use server::{start, KEY};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-const KEY: &str = "sk-bench";
+use std::time::Instant;
 
 /// Reads one HTTP/1.1 request (head and Content-Length body); `None` at EOF.
 fn read_request(reader: &mut BufReader<TcpStream>) -> Option<(String, Vec<u8>)> {
@@ -95,57 +96,6 @@ fn scripted_upstream() -> (u16, Arc<AtomicU64>) {
     (port, busy)
 }
 
-struct Server {
-    child: Child,
-    port: u16,
-    dir: std::path::PathBuf,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        // SAFETY: signalling our own child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn start(upstream: u16) -> Server {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let dir = std::env::temp_dir().join(format!("shellgate-responses-bench-{port}"));
-    let child = Command::new(env!("CARGO_BIN_EXE_shellgate"))
-        .arg("--data-dir")
-        .arg(&dir)
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        .env("SHELLGATE_API_KEYS", KEY)
-        .env("SHELLGATE_LOG", "warn")
-        // No first-start image build competing with the measurement.
-        .env("SHELLGATE_BUILD_DEFAULT_IMAGE", "false")
-        .env(
-            "SHELLGATE_UPSTREAM_URL",
-            format!("http://127.0.0.1:{upstream}/v1"),
-        )
-        .env("SHELLGATE_GUARDRAIL_INPUT_DEFAULT", "off")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("start server");
-    let server = Server { child, port, dir };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            std::thread::sleep(Duration::from_secs(3));
-            return server;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("server did not start");
-}
-
 /// A keep-alive connection to shellgate.
 struct Conn(BufReader<TcpStream>);
 
@@ -182,7 +132,14 @@ fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let runs = if quick { 50 } else { 300 };
     let (upstream, busy) = scripted_upstream();
-    let server = start(upstream);
+    let upstream_url = format!("http://127.0.0.1:{upstream}/v1");
+    let server = start(
+        "responses",
+        &[
+            ("SHELLGATE_UPSTREAM_URL", upstream_url.as_str()),
+            ("SHELLGATE_GUARDRAIL_INPUT_DEFAULT", "off"),
+        ],
+    );
     let mut conn = Conn::open(server.port);
     let (_, container) = conn.post("/v1/containers", &serde_json::json!({"name": "bench"}));
     let id = container["id"].as_str().expect("a container").to_owned();
