@@ -273,11 +273,11 @@ fn rootless_setup(dir: &TempDir) -> (std::path::PathBuf, std::path::PathBuf) {
     (data, binary)
 }
 
-#[test]
-fn an_ordinary_user_runs_sandboxes_rootless_with_clear_warnings() {
-    let dir = TempDir::new("cli-rootless");
-    let (data, binary) = rootless_setup(&dir);
-    let output = Command::new("setpriv")
+/// `shellgate --data-dir DATA` run as `nobody` (setpriv), for the
+/// rootless tests.
+fn as_nobody(binary: &std::path::Path, data: &std::path::Path) -> Command {
+    let mut command = Command::new("setpriv");
+    command
         .args([
             "--reuid",
             "65534",
@@ -286,9 +286,17 @@ fn an_ordinary_user_runs_sandboxes_rootless_with_clear_warnings() {
             "--clear-groups",
             "--",
         ])
-        .arg(&binary)
+        .arg(binary)
         .arg("--data-dir")
-        .arg(&data)
+        .arg(data);
+    command
+}
+
+#[test]
+fn an_ordinary_user_runs_sandboxes_rootless_with_clear_warnings() {
+    let dir = TempDir::new("cli-rootless");
+    let (data, binary) = rootless_setup(&dir);
+    let output = as_nobody(&binary, &data)
         .args([
             "exec",
             "--json",
@@ -346,18 +354,7 @@ fn rootless_exec_allow_reaches_its_allowlist_and_nothing_else() {
             );
         }
     });
-    let output = Command::new("setpriv")
-        .args([
-            "--reuid",
-            "65534",
-            "--regid",
-            "65534",
-            "--clear-groups",
-            "--",
-        ])
-        .arg(&binary)
-        .arg("--data-dir")
-        .arg(&data)
+    let output = as_nobody(&binary, &data)
         .args(["exec", "--config"])
         .arg(&config)
         .args([
