@@ -412,8 +412,9 @@ pub(crate) async fn json_body(
 
 /// Reads a server-sent event stream, calling `on_data` with each event's
 /// `data` as JSON (`[DONE]` ends it); `on_data` returns `false` to stop.
-/// Every read waits at most `timeout`.
-pub(crate) async fn read_events(
+/// Every read waits at most `timeout`. (Also `shellgate local`'s reader of
+/// a Responses API stream.)
+pub async fn read_events(
     response: reqwest::Response,
     timeout: Duration,
     mut on_data: impl FnMut(Value) -> Result<bool, UpstreamError>,

@@ -7,6 +7,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use serde_json::Value;
+use shellgate_model::upstream::read_events;
+
+/// Longest wait between two pieces of a stream (a model may think long).
+const READ_TIMEOUT: Duration = Duration::from_secs(600);
 
 pub struct Client {
     http: reqwest::Client,
@@ -18,8 +22,6 @@ impl Client {
     pub fn new(base_url: &str, api_key: Option<String>) -> Result<Self> {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(30))
-            // Between two pieces of a stream, not for the whole answer.
-            .read_timeout(Duration::from_secs(600))
             .build()
             .context("cannot make an HTTP client")?;
         Ok(Self {
@@ -38,7 +40,7 @@ impl Client {
         if let Some(key) = &self.api_key {
             request = request.bearer_auth(key);
         }
-        let mut response = request
+        let response = request
             .send()
             .await
             .with_context(|| format!("cannot reach {}", self.url))?;
@@ -51,68 +53,43 @@ impl Client {
                 .unwrap_or(body);
             anyhow::bail!("{} answered {status}: {message}", self.url);
         }
-        let mut buffer = Vec::new();
-        loop {
-            let chunk = response
-                .chunk()
-                .await
-                .context("the response stream broke off")?;
-            let Some(chunk) = chunk else {
-                anyhow::bail!("the response stream ended before the response completed");
-            };
-            buffer.extend_from_slice(&chunk);
-            // Server-sent events end with a blank line.
-            while let Some(end) = find_event_end(&buffer) {
-                let event: Vec<u8> = buffer.drain(..end.0 + end.1).collect();
-                let data: String = String::from_utf8_lossy(&event[..end.0])
-                    .lines()
-                    .filter_map(|line| line.strip_prefix("data:"))
-                    .map(str::trim_start)
-                    .collect::<Vec<_>>()
-                    .join("\n");
-                if data.is_empty() || data == "[DONE]" {
-                    continue;
+        let mut finished: Option<Result<Value>> = None;
+        read_events(response, READ_TIMEOUT, |event| {
+            match event["type"].as_str().unwrap_or_default() {
+                "response.output_text.delta" => {
+                    let _ = text.write_all(event["delta"].as_str().unwrap_or("").as_bytes());
+                    let _ = text.flush();
+                    return Ok(true);
                 }
-                let event: Value = serde_json::from_str(&data)
-                    .with_context(|| format!("a stream event is not JSON: {data}"))?;
-                match event["type"].as_str().unwrap_or_default() {
-                    "response.output_text.delta" => {
-                        let _ = text.write_all(event["delta"].as_str().unwrap_or("").as_bytes());
-                        let _ = text.flush();
-                    }
-                    "response.completed" | "response.incomplete" => {
-                        return Ok(event["response"].clone());
-                    }
-                    "response.failed" => {
-                        let error = &event["response"]["error"];
-                        anyhow::bail!(
-                            "the response failed: {}",
-                            error["message"].as_str().unwrap_or("no reason given")
-                        );
-                    }
-                    "error" => anyhow::bail!(
+                "response.completed" | "response.incomplete" => {
+                    finished = Some(Ok(event["response"].clone()));
+                }
+                "response.failed" => {
+                    let error = &event["response"]["error"];
+                    finished = Some(Err(anyhow::anyhow!(
+                        "the response failed: {}",
+                        error["message"].as_str().unwrap_or("no reason given")
+                    )));
+                }
+                "error" => {
+                    finished = Some(Err(anyhow::anyhow!(
                         "the response failed: {}",
                         event["message"]
                             .as_str()
                             .or(event["error"]["message"].as_str())
                             .unwrap_or("no reason given")
-                    ),
-                    _ => {}
+                    )));
                 }
+                _ => return Ok(true),
             }
-        }
-    }
-}
-
-/// Where the first event in `buffer` ends: (its length, the separator's).
-fn find_event_end(buffer: &[u8]) -> Option<(usize, usize)> {
-    let lf = buffer.windows(2).position(|w| w == b"\n\n").map(|i| (i, 2));
-    let crlf = buffer
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map(|i| (i, 4));
-    match (lf, crlf) {
-        (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
-        (a, b) => a.or(b),
+            Ok(false)
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("the response stream broke off: {e}"))?;
+        finished.unwrap_or_else(|| {
+            Err(anyhow::anyhow!(
+                "the response stream ended before the response completed"
+            ))
+        })
     }
 }
