@@ -19,12 +19,12 @@ def workdir():
         yield Path(tmp)
 
 
-def local(server, workdir, task, *options, input=None, timeout=120):
+def local(server, workdir, task, *options, input=None, timeout=120, env=None):
     audit = workdir / "audit.jsonl"
     command = [str(BINARY), "local", "--base-url", server.base_url, "--model", "scripted",
                "--api-key", KEY_A, "--audit", str(audit), *options, task]
     done = subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=timeout,
-                          input=input, env={**os.environ, "SHELLGATE_LOG": "error"})
+                          input=input, env={**os.environ, "SHELLGATE_LOG": "error", **(env or {})})
     records = [json.loads(line) for line in audit.read_text().splitlines()] if audit.exists() else []
     return done, records
 
@@ -158,7 +158,8 @@ def test_sandbox_keeps_the_host_read_only_but_the_working_directory(server, work
                 "(exec 3<>/dev/tcp/1.1.1.1/80) 2>&1 | head -1; (sleep 300 &) ; echo started"
                 " ||| pgrep -c sleep; id -un; cat inside.txt; ls " + str(data_dir) + " | wc -l")
         done, records = local(server, workdir, task, "--approve", "never-ask", "--sandbox",
-                              "--data-dir", str(data_dir))
+                              "--data-dir", str(data_dir),
+                              env={"SHELLGATE_ONESHOT_DIR": str(data_dir / "oneshot")})
         assert done.returncode == 0, done.stderr
         # The working directory is written, as the user, on the host.
         assert (workdir / "inside.txt").read_text() == "inside\n"
@@ -175,7 +176,7 @@ def test_sandbox_keeps_the_host_read_only_but_the_working_directory(server, work
         assert [r["sandbox"] for r in records] == [True, True]
         assert "1\nsandbox\ninside\n0\n" in done.stdout.replace("\\n", "\n"), done.stdout
         # The sandbox is gone after the run.
-        left = list((data_dir / "sandbox" / "oneshot").glob("*/containers/*"))
+        left = list((data_dir / "oneshot").glob("*/containers/*"))
         assert left == [], left
     finally:
         subprocess.run(["rm", "-rf", str(outside)], check=False)

@@ -55,16 +55,33 @@ impl Helper {
         let cgroup_procs = cgroups
             .create(&slot, limits)
             .context(|| format!("create cgroup {slot}"))?;
-        let enrollment = serde_json::to_vec(&Enrollment { cgroup_procs })
+        // The engine, not the helper, moves the helper into its cgroups,
+        // as soon as it exists: the first migration after a quiet spell
+        // waits for an RCU grace period (7–12 ms here, see BENCHMARKS.md),
+        // and this way that wait overlaps the helper's own start (loading
+        // a large binary) instead of following it. The helper still waits
+        // for the (now empty) enrollment before it makes anything.
+        let enrollment = serde_json::to_vec(&Enrollment {})
             .map_err(|e| SandboxError::Setup(format!("encode enrollment: {e}")))?;
-        let helper = match Self::launch(binary, slot.clone()) {
-            Ok(helper) => helper,
+        let (helper, pid) = match Self::launch(binary, slot.clone()) {
+            Ok(launched) => launched,
             Err(e) => {
                 let _ = cgroups.remove(&slot, Duration::from_secs(2)).await;
                 return Err(e);
             }
         };
         let enrolled = async {
+            let pid = pid.to_string();
+            tokio::task::spawn_blocking(move || {
+                for procs in &cgroup_procs {
+                    sys::write_file(procs, &pid).map_err(|e| {
+                        SandboxError::Setup(format!("join cgroup {}: {e}", procs.display()))
+                    })?;
+                }
+                Ok::<_, SandboxError>(())
+            })
+            .await
+            .map_err(|e| SandboxError::Setup(format!("cgroup enrolment: {e}")))??;
             send_raw(&helper.control, &enrollment).await?;
             match recv_report(&helper.control).await? {
                 Some((Report::Enrolled, _)) => Ok(()),
@@ -90,8 +107,9 @@ impl Helper {
         }
     }
 
-    /// Starts the helper process with its end of a new control socket.
-    fn launch(binary: &Path, slot: String) -> Result<Helper, SandboxError> {
+    /// Starts the helper process with its end of a new control socket;
+    /// returns it and its pid.
+    fn launch(binary: &Path, slot: String) -> Result<(Helper, libc::pid_t), SandboxError> {
         let (ours, theirs) = sys::seqpacket_pair().context(|| "socketpair".into())?;
         let pid = spawn_helper(binary, &theirs)
             .context(|| format!("start helper {}", binary.display()))?;
@@ -99,20 +117,21 @@ impl Helper {
         let pidfd = sys::pidfd_open(pid).context(|| "pidfd of helper".into())?;
         set_nonblocking(&ours)?;
         let control = register(ours).context(|| "register control socket".into())?;
-        Ok(Helper {
-            control,
-            pidfd,
-            slot,
-        })
+        Ok((
+            Helper {
+                control,
+                pidfd,
+                slot,
+            },
+            pid,
+        ))
     }
 
     /// A helper enrolled in no cgroup, for work that starts no container.
     async fn spawn_unenrolled(binary: &Path) -> Result<Helper, SandboxError> {
-        let helper = Self::launch(binary, String::new())?;
-        let enrollment = serde_json::to_vec(&Enrollment {
-            cgroup_procs: Vec::new(),
-        })
-        .map_err(|e| SandboxError::Setup(format!("encode enrollment: {e}")))?;
+        let (helper, _) = Self::launch(binary, String::new())?;
+        let enrollment = serde_json::to_vec(&Enrollment {})
+            .map_err(|e| SandboxError::Setup(format!("encode enrollment: {e}")))?;
         send_raw(&helper.control, &enrollment).await?;
         match recv_report(&helper.control).await? {
             Some((Report::Enrolled, _)) => Ok(helper),

@@ -66,15 +66,12 @@ pub enum RootSpec {
     },
 }
 
-/// The first message to a helper: the cgroups to join. Joining (a cgroup
-/// migration) is the slowest step of a start, so the engine keeps helpers
-/// enrolled ahead of time and sends the [`HelperSpec`] only when a container
-/// starts.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Enrollment {
-    /// `cgroup.procs` files the helper joins before creating init.
-    pub cgroup_procs: Vec<PathBuf>,
-}
+/// The first message to a helper: it is in its cgroups (the engine moved
+/// it there) and may go on. Joining (a cgroup migration) is the slowest step
+/// of a start, so the engine keeps helpers enrolled ahead of time and sends
+/// the [`HelperSpec`] only when a container starts.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Enrollment {}
 
 /// Everything the helper needs to build a container; the second message.
 #[derive(Debug, Clone, Serialize, Deserialize)]

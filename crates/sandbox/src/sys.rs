@@ -13,7 +13,7 @@ use std::path::Path;
 
 /// FNV-1a, 64 bits: a hash that stays the same across runs and builds
 /// (std's does not), for names and fingerprints kept on disk.
-pub(crate) struct Fnv1a(u64);
+pub struct Fnv1a(u64);
 
 impl Default for Fnv1a {
     fn default() -> Self {
@@ -31,6 +31,21 @@ impl std::hash::Hasher for Fnv1a {
             self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3);
         }
     }
+}
+
+/// Whether `path` is on a RAM file system (tmpfs), where files cost no
+/// disk I/O to write or delete.
+pub fn is_tmpfs(path: &Path) -> bool {
+    const TMPFS_MAGIC: libc::c_long = 0x0102_1994;
+    let Ok(path) = cstr(path) else {
+        return false;
+    };
+    let mut stat = MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: `path` is a valid C string and `stat` has room for the
+    // structure the kernel fills in; it is read only on success.
+    let ret = unsafe { libc::statfs(path.as_ptr(), stat.as_mut_ptr()) };
+    // SAFETY: statfs returned 0, so it initialised `stat`.
+    ret == 0 && unsafe { stat.assume_init() }.f_type == TMPFS_MAGIC
 }
 
 /// Whether `program` is an executable file in a directory of `PATH`, as
@@ -429,6 +444,13 @@ mod tests {
         let mut out = [0u8; 32];
         let n = read(read_end.as_raw_fd(), &mut out).unwrap();
         assert_eq!(&out[..n], b"via passed fd");
+    }
+
+    #[test]
+    fn tells_tmpfs_from_other_file_systems() {
+        assert!(is_tmpfs(Path::new("/dev/shm")) || !Path::new("/dev/shm").exists());
+        assert!(!is_tmpfs(Path::new("/proc")));
+        assert!(!is_tmpfs(Path::new("/no/such/dir")));
     }
 
     #[test]

@@ -106,6 +106,11 @@ pub struct Config {
     /// Where images live; empty: `<data_dir>/sandbox/images`. Servers on
     /// one host may share a directory of built images.
     pub images_dir: String,
+    /// Where the command line's short-lived engines (`exec`, `image`,
+    /// `local --sandbox`) keep their state; empty: a RAM file system
+    /// (`/run`, `$XDG_RUNTIME_DIR` or `/dev/shm`), else
+    /// `<data_dir>/sandbox/oneshot`.
+    pub oneshot_dir: String,
     /// Whether containers may have network access at all (through the
     /// egress proxy, by allowlist). Off: every `network_policy` allowlist
     /// is refused (400).
@@ -233,6 +238,7 @@ impl Default for Config {
             default_image: "debian-12".to_owned(),
             build_default_image: true,
             images_dir: String::new(),
+            oneshot_dir: String::new(),
             egress: true,
             egress_allowed_domains: "*".to_owned(),
             egress_allow_any_domain: false,
@@ -277,6 +283,11 @@ impl Config {
     /// The image store's directory, when set apart from the data directory.
     pub fn images_dir(&self) -> Option<PathBuf> {
         (!self.images_dir.is_empty()).then(|| PathBuf::from(&self.images_dir))
+    }
+
+    /// Where the command line's one-shot engines live, when set.
+    pub fn oneshot_dir(&self) -> Option<PathBuf> {
+        (!self.oneshot_dir.is_empty()).then(|| PathBuf::from(&self.oneshot_dir))
     }
 
     /// Defaults, overlaid with `file` (if any) and the environment.

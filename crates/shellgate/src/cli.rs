@@ -372,21 +372,84 @@ pub(crate) struct Lane {
     dir: PathBuf,
 }
 
-/// How many one-shot engines may run at once on one data directory.
+impl Lane {
+    /// The folder that holds every lane.
+    pub(crate) fn root(&self) -> &std::path::Path {
+        self.dir.parent().unwrap_or(&self.dir)
+    }
+}
+
+/// How many one-shot engines one user may run at once (see [`lanes_root`]).
 const LANES: u32 = 256;
 /// Host ids of the lanes: `ONESHOT_UID_BASE + lane × LANE_SLOTS × 65536`,
 /// all below the server's 3,000,000,000.
 const ONESHOT_UID_BASE: u32 = 2_000_000_000;
 const LANE_SLOTS: u32 = 4;
 
+/// Where one-shot lanes live: the `oneshot_dir` setting, else on a RAM file system (`/run` as root or
+/// `$XDG_RUNTIME_DIR` otherwise when they are one, else `/dev/shm`), in a
+/// folder of this user's shared by every data directory (so lanes, and the
+/// host ids they own, are unique on the machine, and their number bounded);
+/// else in the data directory itself.
+///
+/// Why: nothing in a lane outlives its command (its containers are
+/// throwaway, their disks tmpfs, its images the data directory's), but
+/// making and deleting its files costs disk I/O, and on some disks a lot: on
+/// an ext4 without a journal mounted with `discard` (this project's CI
+/// machine), every freed block is discarded synchronously (off-CPU profile
+/// in BENCHMARKS.md). What a crash leaves in a lane, the next command to
+/// take it removes, and a reboot clears. Returns the folder and the
+/// directory it was made under.
+fn lanes_root(sandbox_dir: &std::path::Path) -> (PathBuf, PathBuf) {
+    let configured = shellgate_server::Config::load(None, std::env::vars())
+        .ok()
+        .and_then(|c| c.oneshot_dir());
+    if let Some(dir) = configured {
+        let parent = dir.parent().map(PathBuf::from).unwrap_or_default();
+        return (dir, parent);
+    }
+    let euid = shellgate_sandbox::sys::geteuid();
+    let canonical = std::fs::canonicalize(sandbox_dir).unwrap_or_else(|_| sandbox_dir.into());
+    let mut places = Vec::new();
+    if euid == 0 {
+        places.push(PathBuf::from("/run"));
+    } else if let Some(runtime) = std::env::var_os("XDG_RUNTIME_DIR") {
+        places.push(PathBuf::from(runtime));
+    }
+    places.push(PathBuf::from("/dev/shm"));
+    for place in places {
+        let own = place.join(format!("shellgate-{euid}"));
+        if shellgate_sandbox::sys::is_tmpfs(&place) && owned_private_dir(&own) {
+            return (own.join("oneshot"), own);
+        }
+    }
+    (canonical.join("oneshot"), canonical)
+}
+
+/// Makes `dir` (mode 0711) or finds it, and says whether it is a real
+/// directory of this user's that no one else may write to: in a shared,
+/// world-writable place such as `/dev/shm`, anything else may be another
+/// user's trap (a symbolic link, or a folder they can fill).
+fn owned_private_dir(dir: &std::path::Path) -> bool {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let _ = std::fs::DirBuilder::new().mode(0o711).create(dir);
+    std::fs::symlink_metadata(dir).is_ok_and(|meta| {
+        meta.is_dir() && meta.uid() == shellgate_sandbox::sys::geteuid() && meta.mode() & 0o022 == 0
+    })
+}
+
 fn claim_lane(sandbox_dir: &std::path::Path) -> Result<Lane> {
     use std::os::fd::AsRawFd;
     use std::os::unix::fs::PermissionsExt;
-    let root = sandbox_dir.join("oneshot");
+    std::fs::create_dir_all(sandbox_dir)
+        .with_context(|| format!("cannot create {}", sandbox_dir.display()))?;
+    let (root, base) = lanes_root(sandbox_dir);
     std::fs::create_dir_all(&root).with_context(|| format!("cannot create {}", root.display()))?;
     // Sandboxes run as unprivileged host users: they traverse, never list.
     let _ = std::fs::set_permissions(sandbox_dir, std::fs::Permissions::from_mode(0o711));
-    std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o711))?;
+    for dir in root.ancestors().take_while(|dir| *dir != base) {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))?;
+    }
     for index in 0..LANES {
         let lock = std::fs::OpenOptions::new()
             .create(true)
@@ -403,7 +466,7 @@ fn claim_lane(sandbox_dir: &std::path::Path) -> Result<Lane> {
             });
         }
     }
-    anyhow::bail!("{LANES} one-shot sandboxes are already running on this data directory")
+    anyhow::bail!("{LANES} one-shot sandboxes are already running")
 }
 
 /// The images directory the server uses: `SHELLGATE_IMAGES_DIR`, else the

@@ -12,7 +12,9 @@ fn shellgate(data_dir: &std::path::Path) -> Command {
     command
         .arg("--data-dir")
         .arg(data_dir)
-        .env("SHELLGATE_LOG", "error");
+        .env("SHELLGATE_LOG", "error")
+        // Each test's one-shot lanes of its own, to look into.
+        .env("SHELLGATE_ONESHOT_DIR", data_dir.join("oneshot"));
     command
 }
 
@@ -54,7 +56,7 @@ fn exec_json_prints_the_shell_call_output_object_the_api_returns() {
     assert_eq!(json["max_output_length"], 16384);
     // The throwaway container is gone.
     assert_eq!(
-        std::fs::read_dir(dir.path().join("sandbox/oneshot/0/containers"))
+        std::fs::read_dir(dir.path().join("oneshot/0/containers"))
             .unwrap()
             .count(),
         0
@@ -229,7 +231,7 @@ async fn a_killed_server_takes_its_containers_along_and_a_restart_cleans_up() {
     assert!(output.status.success());
     assert!(String::from_utf8_lossy(&output.stdout).contains("again"));
     assert_eq!(
-        std::fs::read_dir(dir.path().join("sandbox/oneshot/0/containers"))
+        std::fs::read_dir(dir.path().join("oneshot/0/containers"))
             .unwrap()
             .count(),
         0
@@ -478,4 +480,28 @@ fn exec_and_image_run_beside_a_server_on_the_same_data_directory() {
     )
     .json();
     assert_eq!(again["output"][0]["stdout"], "still here\n");
+}
+
+#[test]
+fn one_shot_state_lives_on_a_ram_file_system_not_in_the_data_directory() {
+    let dir = TempDir::new("cli-lanes");
+    let output = shellgate(dir.path())
+        .env_remove("SHELLGATE_ONESHOT_DIR")
+        .args(["exec", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(!dir.path().join("sandbox/oneshot").exists());
+    let lanes = ["/run/shellgate-0/oneshot", "/dev/shm/shellgate-0/oneshot"]
+        .into_iter()
+        .map(std::path::Path::new)
+        .find(|p| p.is_dir())
+        .expect("no lanes on /run or /dev/shm");
+    use std::os::unix::fs::MetadataExt;
+    let owner = std::fs::symlink_metadata(lanes.parent().unwrap()).unwrap();
+    assert_eq!((owner.uid(), owner.mode() & 0o777), (0, 0o711));
 }

@@ -4,8 +4,9 @@
 //! `shellgate __sandbox-helper` with the control socket on fd 3. The helper,
 //! a fresh single-threaded process:
 //!
-//! 1. joins the cgroups named by an [`Enrollment`], so everything it creates
-//!    is counted (the engine does this ahead of time for a few spare helpers);
+//! 1. waits for its [`Enrollment`]: the engine moves it into the container's
+//!    cgroups, so everything it creates is counted (ahead of time for a few
+//!    spare helpers);
 //! 2. waits for a [`HelperSpec`], then mounts the container's disk in a
 //!    private mount namespace of its own;
 //! 3. `clone`s init into new user, mount, pid, network, UTS, IPC and cgroup
@@ -121,13 +122,8 @@ fn run_helper(control: RawFd) -> Result<(), String> {
     let Some(enrollment) = receive("enrollment")? else {
         std::process::exit(0)
     };
-    let enrollment: Enrollment =
+    let Enrollment {} =
         serde_json::from_slice(&enrollment).map_err(|e| format!("parse enrollment: {e}"))?;
-    let pid = std::process::id().to_string();
-    for procs in &enrollment.cgroup_procs {
-        sys::write_file(procs, &pid)
-            .map_err(|e| format!("join cgroup {}: {e}", procs.display()))?;
-    }
     report(control, &Report::Enrolled);
     let Some(task) = receive("task")? else {
         std::process::exit(0)

@@ -104,13 +104,18 @@ impl Sandbox {
         // container's files: never shown.
         let data = std::fs::canonicalize(sandbox_dir.parent().unwrap_or(&sandbox_dir))
             .unwrap_or_else(|_| sandbox_dir.clone());
+        // Nor the one-shot engines' state, wherever it is kept.
+        let lanes = lane.root().to_path_buf();
         let id = format!("local-{}", std::process::id());
         let spec = ContainerSpec {
             image: shellgate_sandbox::image::HOST_IMAGE.to_owned(),
             ephemeral: true,
             network,
             host_binds,
-            hidden: vec![data.to_string_lossy().into_owned()],
+            hidden: vec![
+                data.to_string_lossy().into_owned(),
+                lanes.to_string_lossy().into_owned(),
+            ],
             ..ContainerSpec::default()
         };
         engine
