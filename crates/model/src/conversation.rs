@@ -11,7 +11,7 @@
 
 use serde_json::{json, Value};
 
-use crate::tools::{LOCAL_SHELL, SHELL};
+use crate::tools::{BASH, LOCAL_SHELL, SHELL};
 use crate::upstream::{Message, ToolCall};
 
 /// The text of a message's `content` (a string, or parts).
@@ -157,6 +157,47 @@ pub fn messages(instructions: Option<&str>, items: &[Value]) -> Vec<Message> {
                     },
                 )
             }
+            // OpenRouter's items hold the call and its result together.
+            "openrouter:shell" => {
+                let commands = item
+                    .pointer("/action/commands")
+                    .cloned()
+                    .unwrap_or(json!([]));
+                push_call(
+                    &mut messages,
+                    ToolCall {
+                        id: call_id(item),
+                        name: SHELL.to_owned(),
+                        arguments: json!({ "commands": commands }).to_string(),
+                    },
+                );
+                messages.push(Message::Tool {
+                    call_id: call_id(item),
+                    output: shell_output_text(item.get("output")),
+                });
+            }
+            "openrouter:bash" => {
+                let action = item.get("action").cloned().unwrap_or(json!({}));
+                let mut arguments = json!({
+                    "command": action.get("command").cloned().unwrap_or(json!("")),
+                });
+                if action.get("restart") == Some(&json!(true)) {
+                    arguments["restart"] = json!(true);
+                }
+                push_call(
+                    &mut messages,
+                    ToolCall {
+                        id: call_id(item),
+                        name: BASH.to_owned(),
+                        arguments: arguments.to_string(),
+                    },
+                );
+                let result = item.get("output").cloned().map(|r| json!([r]));
+                messages.push(Message::Tool {
+                    call_id: call_id(item),
+                    output: shell_output_text(result.as_ref()),
+                });
+            }
             "function_call_output" => messages.push(Message::Tool {
                 call_id: call_id(item),
                 output: match item.get("output") {
@@ -197,6 +238,8 @@ mod tests {
             json!({"type": "local_shell_call", "call_id": "c2", "action": {"type": "exec", "command": ["ls"], "env": {}}}),
             json!({"type": "local_shell_call_output", "id": "c2", "output": "x"}),
             json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]}),
+            json!({"type": "openrouter:shell", "call_id": "c3", "container_id": "cntr_1", "action": {"commands": ["pwd"]}, "output": [{"stdout": "/mnt/data\n", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}]}),
+            json!({"type": "openrouter:bash", "call_id": "c4", "action": {"command": "id"}, "output": {"stdout": "uid=1000\n", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}}),
         ];
         let messages = messages(Some("be brief"), &items);
         assert_eq!(messages[0], Message::System("be brief".into()));
@@ -212,6 +255,24 @@ mod tests {
             matches!(&messages[3], Message::Tool { call_id, output } if call_id == "c1" && output.contains("\"a\\n\""))
         );
         assert!(matches!(&messages[5], Message::Tool { call_id, .. } if call_id == "c2"));
-        assert!(matches!(&messages[6], Message::Assistant { text, .. } if text == "done"));
+        // The call joins the assistant's message before it, as one turn.
+        match (&messages[6], &messages[7]) {
+            (Message::Assistant { text, tool_calls }, Message::Tool { call_id, output }) => {
+                assert_eq!(text, "done");
+                assert_eq!(tool_calls[0].name, "shell");
+                assert_eq!(tool_calls[0].arguments, r#"{"commands":["pwd"]}"#);
+                assert_eq!(call_id, "c3");
+                assert!(output.contains("/mnt/data"));
+            }
+            other => panic!("{other:?}"),
+        }
+        match (&messages[8], &messages[9]) {
+            (Message::Assistant { tool_calls, .. }, Message::Tool { output, .. }) => {
+                assert_eq!(tool_calls[0].name, "bash");
+                assert_eq!(tool_calls[0].arguments, r#"{"command":"id"}"#);
+                assert!(output.contains("uid=1000"));
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use shellgate_sandbox::backend::{limits, CommandResult, OutputDelta, RunRequest, StreamKind};
 
 use crate::conversation;
-use crate::tools::{Environment, Tools, LOCAL_SHELL, SHELL};
+use crate::tools::{Environment, ShellShape, Tools, BASH, LOCAL_SHELL, SHELL};
 use crate::upstream::{Delta, Finish, ToolCall, ToolChoice, Turn, Upstream, Usage};
 
 /// Most hosted tool calls in one response (also the default).
@@ -296,13 +296,7 @@ pub async fn run(
         }
         let mut handed_back = false;
         for call in &reply.tool_calls {
-            let hosted = call.name == SHELL
-                && request
-                    .tools
-                    .shell
-                    .as_ref()
-                    .is_some_and(Environment::hosted);
-            if hosted {
+            if request.tools.hosted(&call.name) {
                 if tool_calls >= request.max_tool_calls {
                     return end(
                         output,
@@ -320,8 +314,16 @@ pub async fn run(
                 };
                 tool_calls += 1;
                 let guardrail = request.output_guardrail.as_deref();
-                if let Err(status) = run_hosted(sandbox, call, &mut output, events, guardrail).await
-                {
+                let ran = match (call.name.as_str(), request.tools.shell_shape) {
+                    (BASH, _) => run_hosted_bash(sandbox, call, &mut output, events, guardrail).await,
+                    (_, ShellShape::OpenRouter) => {
+                        run_openrouter_shell(sandbox, call, &mut output, events, guardrail).await
+                    }
+                    (_, ShellShape::OpenAi) => {
+                        run_hosted(sandbox, call, &mut output, events, guardrail).await
+                    }
+                };
+                if let Err(status) = ran {
                     return end(output, usage, tool_calls, status);
                 }
             } else {
@@ -458,12 +460,8 @@ async fn run_hosted(
     events: Option<&EventSink>,
     guardrail: Option<&crate::guardrail::Guardrail>,
 ) -> Result<(), Status> {
-    let failed = |e: HostError| Status::Failed {
-        code: e.code,
-        message: e.message,
-    };
     let arguments: Value = serde_json::from_str(&call.arguments).unwrap_or(json!({}));
-    let container = sandbox.container().await.map_err(failed)?;
+    let container = sandbox.container().await.map_err(host_failed)?;
     let checked = shell_request(&arguments);
     let (commands, timeout_ms, max_output_length) = match &checked {
         Ok(request) => (
@@ -471,19 +469,7 @@ async fn run_hosted(
             json!(request.timeout_ms),
             json!(request.max_output_length),
         ),
-        Err(_) => (
-            arguments
-                .get("commands")
-                .and_then(Value::as_array)
-                .map(|c| {
-                    c.iter()
-                        .filter_map(|c| c.as_str().map(str::to_owned))
-                        .collect()
-                })
-                .unwrap_or_default(),
-            Value::Null,
-            Value::Null,
-        ),
+        Err(_) => (asked_commands(&arguments), Value::Null, Value::Null),
     };
     let call_index = output.len();
     let shell_call = json!({
@@ -547,45 +533,8 @@ async fn run_hosted(
             }),
         },
     );
-    let results: Vec<Value> = match checked {
-        Err(problem) => vec![json!({
-            "stdout": "",
-            "stderr": format!("shellgate: the shell call was not run: {problem}\n"),
-            "outcome": {"type": "exit", "exit_code": 2},
-        })],
-        Ok(request) => {
-            let (sink, mut deltas) = tokio::sync::mpsc::unbounded_channel::<OutputDelta>();
-            let forward = async {
-                while let Some(delta) = deltas.recv().await {
-                    emit(
-                        events,
-                        Event::ShellOutput {
-                            index: output_index,
-                            item_id: output_id.clone(),
-                            command_index: delta.command,
-                            stream: delta.stream,
-                            text: delta.text,
-                        },
-                    );
-                }
-            };
-            let sink = events.map(|_| sink);
-            let ran = async { sandbox.run(&container, request, sink).await };
-            let (ran, ()) = tokio::join!(ran, forward);
-            let results = ran.map_err(failed)?;
-            results
-                .into_iter()
-                .map(|r| serde_json::to_value(r).unwrap_or(Value::Null))
-                .collect()
-        }
-    };
-    let results: Vec<Value> = match guardrail {
-        Some(guardrail) => results
-            .into_iter()
-            .map(|r| guard_output(guardrail, r))
-            .collect(),
-        None => results,
-    };
+    let live = events.map(|events| (events, output_index, output_id.as_str()));
+    let results = execute(sandbox, &container, checked, live, guardrail).await?;
     for (command_index, result) in results.iter().enumerate() {
         emit(
             events,
@@ -613,5 +562,192 @@ async fn run_hosted(
         },
     );
     output.push(shell_output);
+    Ok(())
+}
+
+/// The commands a shell call asked for, as far as they can be read.
+fn asked_commands(arguments: &Value) -> Vec<String> {
+    arguments
+        .get("commands")
+        .and_then(Value::as_array)
+        .map(|c| {
+            c.iter()
+                .filter_map(|c| c.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn host_failed(e: HostError) -> Status {
+    Status::Failed {
+        code: e.code,
+        message: e.message,
+    }
+}
+
+/// Runs a checked shell call in `container` and returns each command's
+/// result as the model may read it (through the guardrail). A call the
+/// model got wrong is answered with the problem (exit code 2), so the model
+/// can correct itself. `live`: where output goes as it comes (the events,
+/// and the index and id of the output item it belongs to).
+async fn execute(
+    sandbox: &dyn Sandbox,
+    container: &str,
+    checked: Result<RunRequest, String>,
+    live: Option<(&EventSink, usize, &str)>,
+    guardrail: Option<&crate::guardrail::Guardrail>,
+) -> Result<Vec<Value>, Status> {
+    let results: Vec<Value> = match checked {
+        Err(problem) => vec![json!({
+            "stdout": "",
+            "stderr": format!("shellgate: the shell call was not run: {problem}\n"),
+            "outcome": {"type": "exit", "exit_code": 2},
+        })],
+        Ok(request) => {
+            let (sink, mut deltas) = tokio::sync::mpsc::unbounded_channel::<OutputDelta>();
+            let forward = async {
+                while let Some(delta) = deltas.recv().await {
+                    if let Some((events, index, item_id)) = live {
+                        emit(
+                            Some(events),
+                            Event::ShellOutput {
+                                index,
+                                item_id: item_id.to_owned(),
+                                command_index: delta.command,
+                                stream: delta.stream,
+                                text: delta.text,
+                            },
+                        );
+                    }
+                }
+            };
+            let sink = live.map(|_| sink);
+            let ran = async { sandbox.run(container, request, sink).await };
+            let (ran, ()) = tokio::join!(ran, forward);
+            ran.map_err(host_failed)?
+                .into_iter()
+                .map(|r| serde_json::to_value(r).unwrap_or(Value::Null))
+                .collect()
+        }
+    };
+    Ok(match guardrail {
+        Some(guardrail) => results
+            .into_iter()
+            .map(|r| guard_output(guardrail, r))
+            .collect(),
+        None => results,
+    })
+}
+
+/// Runs one hosted call of `openrouter:shell`: one `openrouter:shell` item
+/// (the container, the commands, each command's result) is added to
+/// `output`.
+async fn run_openrouter_shell(
+    sandbox: &dyn Sandbox,
+    call: &ToolCall,
+    output: &mut Vec<Value>,
+    events: Option<&EventSink>,
+    guardrail: Option<&crate::guardrail::Guardrail>,
+) -> Result<(), Status> {
+    let arguments: Value = serde_json::from_str(&call.arguments).unwrap_or(json!({}));
+    let container = sandbox.container().await.map_err(host_failed)?;
+    let checked = shell_request(&arguments);
+    let commands = match &checked {
+        Ok(request) => request.commands.clone(),
+        Err(_) => asked_commands(&arguments),
+    };
+    let index = output.len();
+    let mut item = json!({
+        "type": "openrouter:shell",
+        "id": item_id("orsh_"),
+        "call_id": call.id,
+        "container_id": container,
+        "action": {"commands": commands},
+        "output": [],
+        "status": "in_progress",
+    });
+    emit(
+        events,
+        Event::ItemAdded {
+            index,
+            item: item.clone(),
+        },
+    );
+    item["output"] = json!(execute(sandbox, &container, checked, None, guardrail).await?);
+    item["status"] = json!("completed");
+    emit(
+        events,
+        Event::ItemDone {
+            index,
+            item: item.clone(),
+        },
+    );
+    output.push(item);
+    Ok(())
+}
+
+/// What Anthropic's bash tool answers to `restart`: each command already
+/// runs in a fresh `bash`, so there is nothing else to restart.
+const BASH_RESTARTED: &str = "The bash tool has been restarted.";
+
+/// Runs one hosted call of `openrouter:bash` (`command`, or `restart`):
+/// one `openrouter:bash` item (the container, the command, its result) is
+/// added to `output`.
+async fn run_hosted_bash(
+    sandbox: &dyn Sandbox,
+    call: &ToolCall,
+    output: &mut Vec<Value>,
+    events: Option<&EventSink>,
+    guardrail: Option<&crate::guardrail::Guardrail>,
+) -> Result<(), Status> {
+    let arguments: Value = serde_json::from_str(&call.arguments).unwrap_or(json!({}));
+    let container = sandbox.container().await.map_err(host_failed)?;
+    let restart = arguments.get("restart").and_then(Value::as_bool) == Some(true);
+    let command = arguments
+        .get("command")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let index = output.len();
+    let mut item = json!({
+        "type": "openrouter:bash",
+        "id": item_id("orb_"),
+        "call_id": call.id,
+        "container_id": container,
+        "action": {"command": command, "restart": restart},
+        "output": Value::Null,
+        "status": "in_progress",
+    });
+    emit(
+        events,
+        Event::ItemAdded {
+            index,
+            item: item.clone(),
+        },
+    );
+    let result = if restart {
+        json!({"stdout": BASH_RESTARTED, "stderr": "", "outcome": {"type": "exit", "exit_code": 0}})
+    } else {
+        let checked = if command.trim().is_empty() {
+            Err("the bash tool needs a command".to_owned())
+        } else {
+            shell_request(&json!({"commands": [command]}))
+        };
+        execute(sandbox, &container, checked, None, guardrail)
+            .await?
+            .into_iter()
+            .next()
+            .unwrap_or(Value::Null)
+    };
+    item["output"] = result;
+    item["status"] = json!("completed");
+    emit(
+        events,
+        Event::ItemDone {
+            index,
+            item: item.clone(),
+        },
+    );
+    output.push(item);
     Ok(())
 }

@@ -1,8 +1,11 @@
 //! The `tools` and `tool_choice` of a request, checked, and as the upstream
 //! model sees them: every tool becomes a function tool. The hosted `shell`
-//! is a function `shell` taking a `commands` array, whose description says
-//! what the environment is; the legacy `local_shell` is a function
-//! `local_shell` taking an argv `command`; user functions pass through.
+//! (OpenAI's `shell`, or OpenRouter's `openrouter:shell`) is a function
+//! `shell` taking a `commands` array, whose description says what the
+//! environment is; OpenRouter's `openrouter:bash` (Anthropic's bash tool
+//! shape, Messages API only) is a function `bash` taking one `command`; the
+//! legacy `local_shell` is a function `local_shell` taking an argv
+//! `command`; user functions pass through.
 
 use serde_json::{json, Value};
 
@@ -13,6 +16,33 @@ use crate::RequestError;
 pub const SHELL: &str = "shell";
 /// Name of the legacy `local_shell` tool as a function tool.
 pub const LOCAL_SHELL: &str = "local_shell";
+/// Name of the bash tool (`openrouter:bash`, Anthropic's `bash_*`) as a
+/// function tool.
+pub const BASH: &str = "bash";
+
+/// Longest `sleep_after_seconds` (30 days).
+pub const MAX_SLEEP_AFTER_SECONDS: u64 = 2_592_000;
+/// Longest `container_reference` id of OpenRouter's tools.
+pub const MAX_REFERENCE_ID: usize = 40;
+
+/// How the hosted shell's calls appear in a response's output.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ShellShape {
+    /// OpenAI's `shell_call` and `shell_call_output` items.
+    #[default]
+    OpenAi,
+    /// OpenRouter's single `openrouter:shell` item: the container, the
+    /// commands and each command's result.
+    OpenRouter,
+}
+
+/// The bash tool of a Messages request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bash {
+    /// Where its commands run: `None` hands each call back to the client
+    /// (`engine` `auto` or `native`, and Anthropic's own bash tool).
+    pub hosted: Option<Environment>,
+}
 
 /// Where the `shell` tool's commands run.
 #[derive(Debug, Clone, PartialEq)]
@@ -43,8 +73,13 @@ pub struct Function {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Tools {
     pub shell: Option<Environment>,
+    pub shell_shape: ShellShape,
+    pub bash: Option<Bash>,
     pub local_shell: bool,
     pub functions: Vec<Function>,
+    /// `sleep_after_seconds` of an OpenRouter tool: the container sleeps
+    /// after this long without a command.
+    pub sleep_after_seconds: Option<u64>,
 }
 
 fn invalid(param: &str, message: impl Into<String>) -> RequestError {
@@ -70,6 +105,14 @@ impl Tools {
                         return Err(invalid(&param, "only one shell tool may be given"));
                     }
                     parsed.shell = Some(environment(tool.get("environment"), &param)?);
+                }
+                "openrouter:shell" => parsed.add_openrouter_shell(tool, &param)?,
+                "openrouter:bash" => {
+                    return Err(invalid(
+                        &format!("{param}.type"),
+                        "openrouter:bash is served on the Messages API (POST /v1/messages) only; \
+                         use openrouter:shell here",
+                    ))
                 }
                 "local_shell" => parsed.local_shell = true,
                 "function" => {
@@ -102,15 +145,140 @@ impl Tools {
                         &format!("{param}.type"),
                         format!(
                             "tool type '{other}' is not supported here; use 'shell', \
-                             'local_shell' or 'function'"
+                             'openrouter:shell', 'local_shell' or 'function'"
                         ),
                     ))
                 }
             }
         }
+        parsed.check_names()?;
+        Ok(parsed)
+    }
+
+    /// Reads the `tools` of a Messages request: user tools (`name`,
+    /// `description`, `input_schema`), Anthropic's bash tool (`bash_*`,
+    /// run by the client), `openrouter:shell` and `openrouter:bash`.
+    pub fn parse_messages(tools: &[Value]) -> Result<Self, RequestError> {
+        let mut parsed = Tools::default();
+        for (index, tool) in tools.iter().enumerate() {
+            let param = format!("tools[{index}]");
+            match tool.get("type").and_then(Value::as_str) {
+                Some("openrouter:shell") => parsed.add_openrouter_shell(tool, &param)?,
+                Some("openrouter:bash") => {
+                    if parsed.bash.is_some() {
+                        return Err(invalid(&param, "only one bash tool may be given"));
+                    }
+                    let server = OpenRouterTool::read(tool, &param, &["auto", "native", "openrouter"])?;
+                    let hosted = (server.engine == "openrouter").then_some(server.environment);
+                    parsed.bash = Some(Bash { hosted });
+                    parsed.merge_sleep(server.sleep_after_seconds);
+                }
+                Some(kind) if kind.starts_with("bash_") => {
+                    if parsed.bash.is_some() {
+                        return Err(invalid(&param, "only one bash tool may be given"));
+                    }
+                    parsed.bash = Some(Bash { hosted: None });
+                }
+                None | Some("custom") => {
+                    let name = tool
+                        .get("name")
+                        .and_then(Value::as_str)
+                        .filter(|n| valid_name(n))
+                        .ok_or_else(|| {
+                            invalid(
+                                &format!("{param}.name"),
+                                "a tool needs a name of 1 to 64 letters, digits, '_' or '-'",
+                            )
+                        })?;
+                    let schema = tool
+                        .get("input_schema")
+                        .filter(|p| p.is_object())
+                        .cloned()
+                        .ok_or_else(|| {
+                            invalid(
+                                &format!("{param}.input_schema"),
+                                "a tool needs an input_schema object",
+                            )
+                        })?;
+                    parsed.functions.push(Function {
+                        name: name.to_owned(),
+                        description: tool
+                            .get("description")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_owned(),
+                        parameters: schema,
+                    });
+                }
+                Some(other) => {
+                    return Err(invalid(
+                        &format!("{param}.type"),
+                        format!(
+                            "tool type '{other}' is not supported here; use a tool with an \
+                             input_schema, 'openrouter:shell', 'openrouter:bash' or \
+                             'bash_20250124'"
+                        ),
+                    ))
+                }
+            }
+        }
+        if let (Some(shell), Some(Bash { hosted: Some(bash) })) = (&parsed.shell, &parsed.bash) {
+            if shell != bash {
+                return Err(invalid(
+                    "tools",
+                    "openrouter:shell and openrouter:bash share one container: give its \
+                     environment once, or the same in both",
+                ));
+            }
+        }
+        parsed.check_names()?;
+        Ok(parsed)
+    }
+
+    /// Adds an `openrouter:shell` tool.
+    fn add_openrouter_shell(&mut self, tool: &Value, param: &str) -> Result<(), RequestError> {
+        if self.shell.is_some() {
+            return Err(invalid(param, "only one shell tool may be given"));
+        }
+        // `auto` would keep a provider's own hosted shell where one exists;
+        // shellgate is the provider here, so both run in its sandbox.
+        let server = OpenRouterTool::read(tool, param, &["auto", "openrouter"])?;
+        self.shell = Some(server.environment);
+        self.shell_shape = ShellShape::OpenRouter;
+        self.merge_sleep(server.sleep_after_seconds);
+        Ok(())
+    }
+
+    fn merge_sleep(&mut self, seconds: Option<u64>) {
+        if let Some(seconds) = seconds {
+            self.sleep_after_seconds = Some(self.sleep_after_seconds.map_or(seconds, |s| s.max(seconds)));
+        }
+    }
+
+    /// The container environment of the tools that run in the sandbox.
+    pub fn hosted_environment(&self) -> Option<&Environment> {
+        self.shell
+            .as_ref()
+            .filter(|e| e.hosted())
+            .or_else(|| self.bash.as_ref().and_then(|b| b.hosted.as_ref()))
+    }
+
+    /// Whether a call of `name` runs in the sandbox.
+    pub fn hosted(&self, name: &str) -> bool {
+        match name {
+            SHELL => self.shell.as_ref().is_some_and(Environment::hosted),
+            BASH => self.bash.as_ref().is_some_and(|b| b.hosted.is_some()),
+            _ => false,
+        }
+    }
+
+    /// Refuses user functions named like a built-in tool, and twins.
+    fn check_names(&self) -> Result<(), RequestError> {
+        let parsed = self;
         let reserved = [
             (parsed.shell.is_some(), SHELL),
             (parsed.local_shell, LOCAL_SHELL),
+            (parsed.bash.is_some(), BASH),
         ];
         for (present, name) in reserved {
             if present && parsed.functions.iter().any(|f| f.name == name) {
@@ -128,7 +296,7 @@ impl Tools {
                 format!("two functions are named '{}'", pair[0]),
             ));
         }
-        Ok(parsed)
+        Ok(())
     }
 
     /// The tools as function tools for the upstream; `describe` says what
@@ -157,6 +325,33 @@ impl Tools {
                         },
                     },
                     "required": ["commands"],
+                }),
+            });
+        }
+        if let Some(bash) = &self.bash {
+            specs.push(ToolSpec {
+                name: BASH.to_owned(),
+                description: match &bash.hosted {
+                    Some(environment) => format!(
+                        "Runs one bash command. {}",
+                        describe(environment)
+                    ),
+                    None => "Runs a bash command on the user's machine; the user's client \
+                             executes it and returns its output."
+                        .to_owned(),
+                },
+                parameters: json!({
+                    "type": "object",
+                    "properties": {
+                        "command": {
+                            "type": "string",
+                            "description": "The bash command to run.",
+                        },
+                        "restart": {
+                            "type": "boolean",
+                            "description": "Restart the shell instead of running a command.",
+                        },
+                    },
                 }),
             });
         }
@@ -218,7 +413,7 @@ impl Tools {
                 )),
             },
             Value::Object(object) => match object.get("type").and_then(Value::as_str) {
-                Some("shell") => named(SHELL, self.shell.is_some()),
+                Some("shell" | "openrouter:shell") => named(SHELL, self.shell.is_some()),
                 Some("local_shell") => named(LOCAL_SHELL, self.local_shell),
                 Some("function") => {
                     let name = object.get("name").and_then(Value::as_str).unwrap_or("");
@@ -275,6 +470,90 @@ fn environment(value: Option<&Value>, param: &str) -> Result<Environment, Reques
             "environment.type must be 'container_auto', 'container_reference' or 'local'",
         )),
     }
+}
+
+/// The `parameters` of an OpenRouter server tool, checked.
+struct OpenRouterTool {
+    engine: String,
+    environment: Environment,
+    sleep_after_seconds: Option<u64>,
+}
+
+impl OpenRouterTool {
+    fn read(tool: &Value, param: &str, engines: &[&str]) -> Result<Self, RequestError> {
+        let parameters = match tool.get("parameters") {
+            None | Some(Value::Null) => json!({}),
+            Some(value @ Value::Object(_)) => value.clone(),
+            Some(_) => return Err(invalid(&format!("{param}.parameters"), "parameters must be an object")),
+        };
+        let param = format!("{param}.parameters");
+        let engine = match parameters.get("engine") {
+            None | Some(Value::Null) => "auto".to_owned(),
+            Some(Value::String(engine)) if engines.contains(&engine.as_str()) => engine.clone(),
+            Some(_) => {
+                return Err(invalid(
+                    &format!("{param}.engine"),
+                    format!("engine must be one of: {}", engines.join(", ")),
+                ))
+            }
+        };
+        let environment = match parameters.get("environment").filter(|v| !v.is_null()) {
+            None => Environment::ContainerAuto(json!({"type": "container_auto"})),
+            Some(value) => {
+                let environment = environment(Some(value), &param)?;
+                if let Environment::ContainerReference(id) = &environment {
+                    if !valid_reference(id) {
+                        return Err(invalid(
+                            &format!("{param}.environment.container_id"),
+                            format!(
+                                "a container_id is 1 to {MAX_REFERENCE_ID} letters, digits, '_' \
+                                 or '-'"
+                            ),
+                        ));
+                    }
+                }
+                if !environment.hosted() {
+                    return Err(invalid(
+                        &format!("{param}.environment.type"),
+                        "this tool runs in the sandbox: environment.type must be \
+                         'container_auto' or 'container_reference'",
+                    ));
+                }
+                environment
+            }
+        };
+        let sleep_after_seconds = match parameters.get("sleep_after_seconds") {
+            None | Some(Value::Null) => None,
+            Some(value) => Some(
+                value
+                    .as_u64()
+                    .filter(|s| (1..=MAX_SLEEP_AFTER_SECONDS).contains(s))
+                    .ok_or_else(|| {
+                        invalid(
+                            &format!("{param}.sleep_after_seconds"),
+                            format!(
+                                "sleep_after_seconds is a whole number from 1 to \
+                                 {MAX_SLEEP_AFTER_SECONDS}"
+                            ),
+                        )
+                    })?,
+            ),
+        };
+        Ok(OpenRouterTool {
+            engine,
+            environment,
+            sleep_after_seconds,
+        })
+    }
+}
+
+/// A `container_reference` id OpenRouter's tools accept: kept whole.
+pub fn valid_reference(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_REFERENCE_ID
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 #[cfg(test)]

@@ -215,6 +215,7 @@ pub(crate) async fn create_container(
         session_seconds: 0.0,
         session_open: false,
         image: image.clone(),
+        sleep_after_secs: None,
     };
     // Impossible on this host (400) before over this project's quota (429).
     shellgate_sandbox::backend::check_memory(memory.bytes(), state.engine.memory_ceiling())?;
@@ -330,14 +331,20 @@ pub async fn delete(
     owned(&state, &project, &id).await?;
     // Commands running in it end with a 409 `container_deleted`.
     to_completion(async move {
-        state.forget_owner(&id);
-        destroy_quietly(state.engine.as_ref(), &id).await;
-        state.flush_billing().await;
-        let key = id.clone();
-        state.db(move |s| s.delete_container(&key)).await?;
+        remove_container(&state, &id).await?;
         Ok(Json(Deleted::new(id, "container.deleted")))
     })
     .await
+}
+
+/// Removes a container: its processes, its files, its row (its time billed
+/// first).
+pub(crate) async fn remove_container(state: &Arc<AppState>, id: &str) -> ApiResult<()> {
+    state.forget_owner(id);
+    destroy_quietly(state.engine.as_ref(), id).await;
+    state.flush_billing().await;
+    let key = id.to_owned();
+    state.db(move |s| s.delete_container(&key)).await
 }
 
 /// Checks an exec body against the limits, naming the offending `param`.

@@ -14,6 +14,7 @@ pub mod error;
 mod files;
 pub mod fuzzing;
 mod guardrails;
+mod hosted;
 mod http;
 mod image_build;
 mod lifecycle;

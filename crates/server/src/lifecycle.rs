@@ -3,7 +3,8 @@
 //!
 //! - **Expiry**: `expires_after` (anchor `last_active_at`) deletes the
 //!   container and its files.
-//! - **Suspension**: idle for `idle_suspend_after_secs`, a container's
+//! - **Suspension**: idle for `idle_suspend_after_secs` (or the container's
+//!   own `sleep_after_seconds`, set by OpenRouter's tools), a container's
 //!   processes end and its files stay; the next command wakes it (new
 //!   processes, same files).
 //! - **Retention**: a suspended container's files are kept `retention_days`.
@@ -81,7 +82,9 @@ pub async fn sweep(state: &Arc<AppState>) -> Result<(), ApiError> {
             tracing::info!(container = %row.id, idle, "container expired");
             state.forget_owner(&id);
             state.db(move |s| s.delete_container(&id)).await?;
-        } else if row.session_open && idle >= idle_limit {
+        } else if row.session_open
+            && idle >= row.sleep_after_secs.map_or(idle_limit, |s| s as i64)
+        {
             match state.engine.suspend_if_idle(&row.id).await {
                 Ok(true) => {}
                 Ok(false) => continue,

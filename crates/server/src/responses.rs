@@ -20,22 +20,19 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 
-use async_trait::async_trait;
 use axum::extract::{Path, State};
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
-use shellgate_model::run::{self, EventSink, HostError, Outcome, Sandbox, Status};
-use shellgate_model::tools::{Environment, Tools};
+use shellgate_model::run::{self, EventSink, Outcome, Sandbox, Status};
+use shellgate_model::tools::Tools;
 use shellgate_model::upstream::Usage;
-use shellgate_sandbox::backend::{CommandResult, RunRequest, StreamKind};
+use shellgate_sandbox::backend::StreamKind;
 use shellgate_store::ResponseRow;
-use shellgate_wire::CreateContainer;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::StreamExt;
 
-use crate::containers::{create_container, prepare_exec, BillOnDrop};
 use crate::error::{ApiError, ApiResult};
 use crate::http::{ApiJson, ApiQuery, ListParams, Project};
 use crate::{new_id, now, AppState};
@@ -403,73 +400,6 @@ async fn attachments(
     Ok(found)
 }
 
-/// What the model is told about the shell's environment; `mounted` are a
-/// hosted container's skills (as the container object lists them).
-fn describe(environment: &Environment, mounted: &[Value]) -> String {
-    match environment {
-        Environment::Local { skills } => {
-            let mut text = "Runs shell commands on the user's own machine: the user's client runs \
-                            them and sends back their output."
-                .to_owned();
-            list_skills(&mut text, skills);
-            text
-        }
-        _ => {
-            let mut text = String::from(
-                "Runs shell commands in a persistent, isolated Linux container (Debian-like) as \
-                 an unprivileged user without sudo. The working directory is /mnt/data: files the \
-                 user provides are there, and files to give back to the user go there. Each \
-                 command runs with bash -c; the commands of one call run in order, and the \
-                 container (its files and background processes) persists between calls. There \
-                 is no TTY: commands must not wait for input.",
-            );
-            let network = match environment {
-                Environment::ContainerAuto(params) => params.get("network_policy").cloned(),
-                _ => None,
-            };
-            match network
-                .as_ref()
-                .and_then(|n| n.get("allowed_domains"))
-                .and_then(Value::as_array)
-            {
-                Some(domains) if !domains.is_empty() => {
-                    let list: Vec<&str> = domains.iter().filter_map(Value::as_str).collect();
-                    text.push_str(&format!(
-                        " Network access is limited to: {}.",
-                        list.join(", ")
-                    ));
-                }
-                _ => text.push_str(" There is no network access."),
-            }
-            list_skills(&mut text, mounted);
-            text
-        }
-    }
-}
-
-/// Appends the skills the shell has: name, path and description (what
-/// OpenAI's skill discovery shows the model); the model reads a skill's
-/// `SKILL.md` before it uses it.
-fn list_skills(text: &mut String, skills: &[Value]) {
-    let mut listed = skills.iter().filter_map(|skill| {
-        Some((
-            skill.get("name").and_then(Value::as_str)?,
-            skill.get("description").and_then(Value::as_str)?,
-            skill.get("path").and_then(Value::as_str)?,
-        ))
-    });
-    let Some(first) = listed.next() else {
-        return;
-    };
-    text.push_str(
-        "\n\nSkills are available: each is a folder with a SKILL.md to read (cat it) before \
-         using the skill, and the scripts or references it names.",
-    );
-    for (name, description, path) in std::iter::once(first).chain(listed) {
-        text.push_str(&format!("\n- {name} ({path}/SKILL.md): {description}"));
-    }
-}
-
 /// The request as a response object may repeat it (and as it is stored):
 /// `domain_secrets` values replaced, so they are never echoed nor written.
 fn without_secret_values(body: &Value) -> Value {
@@ -489,125 +419,6 @@ fn without_secret_values(body: &Value) -> Value {
     body
 }
 
-/// The container of a `container_auto` environment, as `POST /v1/containers` takes it.
-fn auto_container(params: &Value, param: &str) -> ApiResult<CreateContainer> {
-    let mut body = json!({"name": "shell"});
-    for key in [
-        "file_ids",
-        "skills",
-        "memory_limit",
-        "network_policy",
-        "image",
-    ] {
-        if let Some(value) = params.get(key).filter(|v| !v.is_null()) {
-            body[key] = value.clone();
-        }
-    }
-    serde_json::from_value(body).map_err(|e| invalid(param, format!("Invalid container_auto: {e}")))
-}
-
-/// The hosted shell of one response: its container, made on first use,
-/// and the sandbox time it used.
-struct ResponseSandbox {
-    state: Arc<AppState>,
-    project: String,
-    environment: Environment,
-    auto: Option<CreateContainer>,
-    container: tokio::sync::Mutex<Option<String>>,
-    /// The response it serves (for the command audit).
-    response: String,
-    /// Seconds its commands took, and sessions it began (a new or woken
-    /// container costs at least 30 s).
-    time: Mutex<(f64, u32)>,
-}
-
-impl ResponseSandbox {
-    /// Sandbox seconds to bill for this response.
-    fn billed_seconds(&self) -> f64 {
-        let (seconds, sessions) = *self.time.lock().unwrap_or_else(|p| p.into_inner());
-        seconds.max(shellgate_store::SESSION_MINIMUM_SECONDS * f64::from(sessions))
-    }
-
-    fn add(&self, seconds: f64, session: bool) {
-        let mut time = self.time.lock().unwrap_or_else(|p| p.into_inner());
-        time.0 += seconds;
-        time.1 += u32::from(session);
-    }
-}
-
-fn host_error(error: ApiError) -> HostError {
-    HostError {
-        code: if error.status == axum::http::StatusCode::TOO_MANY_REQUESTS {
-            "rate_limit_exceeded"
-        } else {
-            "server_error"
-        },
-        message: error.message,
-    }
-}
-
-#[async_trait]
-impl Sandbox for ResponseSandbox {
-    async fn container(&self) -> Result<String, HostError> {
-        let mut container = self.container.lock().await;
-        if let Some(id) = container.as_ref() {
-            return Ok(id.clone());
-        }
-        let id = match (&self.environment, &self.auto) {
-            (Environment::ContainerReference(id), _) => id.clone(),
-            (_, Some(body)) => {
-                let made = create_container(&self.state, &self.project, body.clone())
-                    .await
-                    .map_err(host_error)?;
-                self.add(0.0, true);
-                made.id
-            }
-            _ => {
-                return Err(HostError {
-                    code: "server_error",
-                    message: "this response has no hosted shell".into(),
-                })
-            }
-        };
-        *container = Some(id.clone());
-        Ok(id)
-    }
-
-    async fn run(
-        &self,
-        container: &str,
-        mut request: RunRequest,
-        deltas: Option<shellgate_sandbox::backend::DeltaSink>,
-    ) -> Result<Vec<CommandResult>, HostError> {
-        let state = &self.state;
-        request.deadline_ms = Some(state.config.request_deadline_secs.saturating_mul(1000));
-        let (_permit, woke) = prepare_exec(state, &self.project, container)
-            .await
-            .map_err(host_error)?;
-        let started = std::time::Instant::now();
-        // Dropped with the run (a cancelled response): the commands are
-        // killed and their time until then billed.
-        let mut billing = BillOnDrop::start(state, container, request.commands.len());
-        let lines = request.commands.clone();
-        let result = match deltas {
-            Some(deltas) => state.engine.run_streaming(container, request, deltas).await,
-            None => state.engine.run(container, request).await,
-        };
-        billing.ok = result.is_ok();
-        self.add(started.elapsed().as_secs_f64(), woke);
-        if let Ok(results) = &result {
-            state.audit(
-                &self.project,
-                container,
-                Some(&self.response),
-                &lines,
-                results,
-            );
-        }
-        result.map_err(|e| host_error(crate::engine_error(container, e)))
-    }
-}
-
 /// Everything checked before a run starts.
 struct Prepared {
     id: String,
@@ -619,7 +430,7 @@ struct Prepared {
     previous: Option<String>,
     store: bool,
     upstream: Arc<dyn shellgate_model::upstream::Upstream>,
-    sandbox: Option<Arc<ResponseSandbox>>,
+    sandbox: Option<Arc<crate::hosted::HostedShell>>,
 }
 
 async fn prepare(state: &Arc<AppState>, project: &Project, body: Value) -> ApiResult<Prepared> {
@@ -726,70 +537,10 @@ async fn prepare(state: &Arc<AppState>, project: &Project, body: Value) -> ApiRe
             .map_err(|e| ApiError::internal(format!("stored conversation: {e}")))?;
     }
     items.extend(input.iter().cloned());
-    let mut auto = None;
-    let mut skills: Vec<Value> = Vec::new();
-    if let Some(environment) = &tools.shell {
-        match environment {
-            Environment::ContainerReference(id) => {
-                let (owner, key) = (project.0.clone(), id.clone());
-                let row = state
-                    .db(move |s| s.container(&owner, &key))
-                    .await?
-                    .ok_or_else(|| ApiError::not_found("container", id))?;
-                skills = crate::containers::container_object(&row).skills;
-            }
-            Environment::ContainerAuto(params) => {
-                let body = auto_container(params, "tools.environment")?;
-                // A policy outside the organization allowlist fails the
-                // request now (400), not the container when the model
-                // first runs a command.
-                crate::egress::network_spec(
-                    &state.config,
-                    body.network_policy.as_ref(),
-                    "tools.environment.network_policy",
-                )?;
-                crate::containers::validate_create(&state.config, &body)?;
-                if body.image.is_some() {
-                    crate::containers::choose_image(state, body.image.as_deref()).await?;
-                }
-                // Skills are checked now (a malformed entry or a hostile
-                // bundle is this request's 400) and listed for the model.
-                skills = crate::skills::resolve(
-                    state,
-                    &project.0,
-                    &body.skills,
-                    "tools.environment.skills",
-                )
-                .await?
-                .iter()
-                .map(crate::skills::Mounted::summary)
-                .collect();
-                auto = Some(body);
-            }
-            Environment::Local { .. } => {}
-        }
-    }
     let response_id = new_id("resp_");
-    let sandbox = tools
-        .shell
-        .as_ref()
-        .filter(|e| e.hosted())
-        .map(|environment| {
-            Arc::new(ResponseSandbox {
-                state: Arc::clone(state),
-                project: project.0.clone(),
-                environment: environment.clone(),
-                auto,
-                container: tokio::sync::Mutex::new(None),
-                response: response_id.clone(),
-                time: Mutex::new((0.0, 0)),
-            })
-        });
-    let environment_description = tools
-        .shell
-        .as_ref()
-        .map(|e| describe(e, &skills))
-        .unwrap_or_default();
+    let reuse = crate::hosted::Reuse::pick(&tools, body.get("session_id"), &items);
+    let hosted = crate::hosted::prepare(state, &project.0, &tools, reuse, &response_id).await?;
+    let (sandbox, environment_description) = (hosted.sandbox, hosted.description);
     // Attached files go into the container's /mnt/data (which is then made
     // now, not at the first command); the model reads where they are.
     let first_new = items.len() - input.len();

@@ -177,6 +177,16 @@ const MIGRATIONS: &[&str] = &[
         UNIQUE (skill_id, version)
     );
 "#,
+    r#"
+    ALTER TABLE containers ADD COLUMN sleep_after_secs INTEGER;
+    CREATE TABLE sessions (
+        project TEXT NOT NULL,
+        session TEXT NOT NULL,
+        container_id TEXT NOT NULL,
+        PRIMARY KEY (project, session)
+    );
+    CREATE INDEX sessions_by_container ON sessions (container_id);
+"#,
 ];
 
 /// A container's row.
@@ -205,6 +215,9 @@ pub struct ContainerRow {
     pub session_open: bool,
     /// The image it was made from (kept for its whole life).
     pub image: String,
+    /// Its own idle time before suspension (`sleep_after_seconds` of
+    /// OpenRouter's tools); `None`: the server's.
+    pub sleep_after_secs: Option<u64>,
 }
 
 /// A Files API file's row.
@@ -476,7 +489,8 @@ pub struct Store {
 }
 
 const CONTAINER_COLUMNS: &str = "id, project, name, created_at, last_active_at, status, memory_limit, \
-     expires_minutes, network_policy, skills, file_ids, billed_seconds, session_seconds, session_open, image";
+     expires_minutes, network_policy, skills, file_ids, billed_seconds, session_seconds, session_open, image, \
+     sleep_after_secs";
 
 fn container_row(row: &Row) -> rusqlite::Result<ContainerRow> {
     Ok(ContainerRow {
@@ -495,6 +509,7 @@ fn container_row(row: &Row) -> rusqlite::Result<ContainerRow> {
         session_seconds: row.get(12)?,
         session_open: row.get(13)?,
         image: row.get(14)?,
+        sleep_after_secs: row.get(15)?,
     })
 }
 
@@ -700,7 +715,7 @@ impl Store {
     pub fn insert_container(&self, row: &ContainerRow) -> Result<()> {
         self.conn().execute(
             &format!(
-                "INSERT INTO containers ({CONTAINER_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"
+                "INSERT INTO containers ({CONTAINER_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
             ),
             params![
                 row.id,
@@ -717,7 +732,8 @@ impl Store {
                 row.billed_seconds,
                 row.session_seconds,
                 row.session_open,
-                row.image
+                row.image,
+                row.sleep_after_secs
             ],
         )?;
         Ok(())
@@ -848,9 +864,67 @@ impl Store {
             "DELETE FROM container_files WHERE container_id = ?1",
             params![id],
         )?;
+        tx.execute("DELETE FROM sessions WHERE container_id = ?1", params![id])?;
         tx.execute("DELETE FROM containers WHERE id = ?1", params![id])?;
         tx.commit()?;
         Ok(())
+    }
+
+    /// Sets a container's own idle time before suspension.
+    pub fn set_sleep_after(&self, id: &str, seconds: Option<u64>) -> Result<()> {
+        self.conn().execute(
+            "UPDATE containers SET sleep_after_secs = ?2 WHERE id = ?1",
+            params![id, seconds],
+        )?;
+        Ok(())
+    }
+
+    // --- sessions (stable session ids) -------------------------------------
+
+    /// The container a project's session id maps to, if any.
+    pub fn session_container(&self, project: &str, session: &str) -> Result<Option<String>> {
+        Ok(self
+            .reader()
+            .query_row(
+                "SELECT container_id FROM sessions WHERE project = ?1 AND session = ?2",
+                params![project, session],
+                |row| row.get(0),
+            )
+            .optional()?)
+    }
+
+    /// Maps a session id to `container`, unless it maps to another container
+    /// than `stale` already (a concurrent request won): returns the
+    /// container it maps to now.
+    pub fn claim_session(
+        &self,
+        project: &str,
+        session: &str,
+        container: &str,
+        stale: Option<&str>,
+    ) -> Result<String> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let current: Option<String> = tx
+            .query_row(
+                "SELECT container_id FROM sessions WHERE project = ?1 AND session = ?2",
+                params![project, session],
+                |row| row.get(0),
+            )
+            .optional()?;
+        let winner = match current {
+            Some(current) if Some(current.as_str()) != stale => current,
+            _ => {
+                tx.execute(
+                    "INSERT INTO sessions (project, session, container_id) VALUES (?1, ?2, ?3) \
+                     ON CONFLICT (project, session) DO UPDATE SET container_id = excluded.container_id",
+                    params![project, session, container],
+                )?;
+                container.to_owned()
+            }
+        };
+        tx.commit()?;
+        Ok(winner)
     }
 
     /// Billed seconds of a project: closed sessions plus open ones so far.
@@ -1612,7 +1686,32 @@ mod tests {
             session_seconds: 0.0,
             session_open: false,
             image: "host".into(),
+            sleep_after_secs: None,
         }
+    }
+
+    #[test]
+    fn session_ids_map_to_one_container_and_follow_a_replacement() {
+        let store = Store::in_memory().unwrap();
+        store.insert_container(&container("c1", "alpha", "x")).unwrap();
+        assert_eq!(store.session_container("alpha", "s").unwrap(), None);
+        assert_eq!(store.claim_session("alpha", "s", "c1", None).unwrap(), "c1");
+        // A racing request that made its own container loses.
+        assert_eq!(store.claim_session("alpha", "s", "c2", None).unwrap(), "c1");
+        // Another project's same session id is another session.
+        assert_eq!(store.claim_session("beta", "s", "c9", None).unwrap(), "c9");
+        // The container went away: the next one replaces it, once.
+        assert_eq!(store.claim_session("alpha", "s", "c3", Some("c1")).unwrap(), "c3");
+        assert_eq!(store.claim_session("alpha", "s", "c4", Some("c1")).unwrap(), "c3");
+        // Deleting a container forgets the sessions that pointed at it.
+        store.insert_container(&container("c3", "alpha", "y")).unwrap();
+        store.set_sleep_after("c3", Some(60)).unwrap();
+        assert_eq!(
+            store.container("alpha", "c3").unwrap().unwrap().sleep_after_secs,
+            Some(60)
+        );
+        store.delete_container("c3").unwrap();
+        assert_eq!(store.session_container("alpha", "s").unwrap(), None);
     }
 
     #[test]

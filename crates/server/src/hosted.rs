@@ -1,0 +1,422 @@
+//! The hosted tools' container for one request of the Responses or the
+//! Messages API: which container the model's commands run in, what the
+//! model is told about it, and the sandbox time it used.
+//!
+//! Which container (seeds/004 for OpenRouter's tools):
+//! - `container_reference`: that container of the project (404 if none);
+//! - `container_auto` of OpenAI's `shell`: a new container, made at the
+//!   first command (or at once, for attached files);
+//! - `container_auto` of `openrouter:shell` / `openrouter:bash`: the
+//!   container of the request's stable `session_id` (letters, digits, `_`
+//!   and `-`; the last 20 characters; anything else is ignored), else the
+//!   most recent container of the replayed conversation, else a new one. A
+//!   session id keeps naming the same container until that container is
+//!   gone; then the next request makes a new one for it.
+
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use serde_json::{json, Value};
+use shellgate_model::run::{HostError, Sandbox};
+use shellgate_model::tools::{Environment, ShellShape, Tools};
+use shellgate_sandbox::backend::{CommandResult, RunRequest};
+use shellgate_wire::CreateContainer;
+
+use crate::containers::{create_container, prepare_exec, BillOnDrop};
+use crate::error::{ApiError, ApiResult};
+use crate::AppState;
+
+/// How many trailing characters of a `session_id` name its container.
+pub const SESSION_ID_CHARS: usize = 20;
+
+/// A request's `session_id`, as OpenRouter reads it: only letters, digits,
+/// `_` and `-` (anything else: ignored, `None`), the last 20 characters.
+pub fn session_key(value: Option<&Value>) -> Option<String> {
+    let id = value?.as_str()?;
+    if id.is_empty()
+        || !id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
+        return None;
+    }
+    Some(id[id.len().saturating_sub(SESSION_ID_CHARS)..].to_owned())
+}
+
+/// The most recent container a replayed conversation names: the
+/// `container_id` of an OpenRouter item, or a `shell_call`'s referenced
+/// container.
+pub fn replayed_container(items: &[Value]) -> Option<String> {
+    items.iter().rev().find_map(|item| {
+        item.get("container_id")
+            .or_else(|| item.pointer("/environment/container_id"))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    })
+}
+
+/// Which existing container a `container_auto` OpenRouter tool continues.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reuse {
+    /// None: a new container.
+    Fresh,
+    /// The container of this session key (made and recorded if none).
+    Session(String),
+    /// This container, if it is still there.
+    Replayed(String),
+}
+
+impl Reuse {
+    /// What OpenRouter's rules pick for these tools, this `session_id` and
+    /// this replayed conversation. OpenAI's `shell` keeps OpenAI's rule (a
+    /// new container each response) unless a session id is given.
+    pub fn pick(tools: &Tools, session: Option<&Value>, items: &[Value]) -> Reuse {
+        let openrouter = tools.shell_shape == ShellShape::OpenRouter
+            || tools.bash.as_ref().is_some_and(|b| b.hosted.is_some());
+        if let Some(key) = session_key(session) {
+            return Reuse::Session(key);
+        }
+        match replayed_container(items) {
+            Some(id) if openrouter => Reuse::Replayed(id),
+            _ => Reuse::Fresh,
+        }
+    }
+}
+
+/// The container of a `container_auto` environment, as `POST /v1/containers` takes it.
+fn auto_container(params: &Value, param: &str) -> ApiResult<CreateContainer> {
+    let mut body = json!({"name": "shell"});
+    for key in [
+        "file_ids",
+        "skills",
+        "memory_limit",
+        "network_policy",
+        "image",
+    ] {
+        if let Some(value) = params.get(key).filter(|v| !v.is_null()) {
+            body[key] = value.clone();
+        }
+    }
+    serde_json::from_value(body)
+        .map_err(|e| ApiError::invalid(param, format!("Invalid container_auto: {e}")))
+}
+
+/// The hosted tools of one request: their container, found or made on
+/// first use, and the sandbox time it used.
+pub struct HostedShell {
+    state: Arc<AppState>,
+    project: String,
+    environment: Environment,
+    auto: Option<CreateContainer>,
+    reuse: Reuse,
+    /// `Some`: OpenRouter's tools set the container's idle time before it
+    /// sleeps (`None` inside: the server's).
+    sleep_after: Option<Option<u64>>,
+    container: tokio::sync::Mutex<Option<String>>,
+    /// The response or message it serves (for the command audit).
+    request: String,
+    /// Seconds its commands took, and sessions it began (a new or woken
+    /// container costs at least 30 s).
+    time: Mutex<(f64, u32)>,
+}
+
+/// The hosted side of a request, checked: the sandbox (if a tool runs
+/// there) and what the model is told about the shell's environment.
+pub struct Hosted {
+    pub sandbox: Option<Arc<HostedShell>>,
+    pub description: String,
+}
+
+/// Checks the hosted tools' environment (the referenced container exists;
+/// a `container_auto`'s policy, limits, image and skills are valid) and
+/// sets up its sandbox. `param` names the tools in errors.
+pub async fn prepare(
+    state: &Arc<AppState>,
+    project: &str,
+    tools: &Tools,
+    reuse: Reuse,
+    request: &str,
+) -> ApiResult<Hosted> {
+    let mut auto = None;
+    let mut skills: Vec<Value> = Vec::new();
+    let environment = tools.hosted_environment().or(tools.shell.as_ref());
+    match environment {
+        Some(Environment::ContainerReference(id)) => {
+            let (owner, key) = (project.to_owned(), id.clone());
+            let row = state
+                .db(move |s| s.container(&owner, &key))
+                .await?
+                .ok_or_else(|| ApiError::not_found("container", id))?;
+            skills = crate::containers::container_object(&row).skills;
+        }
+        Some(Environment::ContainerAuto(params)) => {
+            let body = auto_container(params, "tools.environment")?;
+            // A policy outside the organization allowlist fails the
+            // request now (400), not the container when the model
+            // first runs a command.
+            crate::egress::network_spec(
+                &state.config,
+                body.network_policy.as_ref(),
+                "tools.environment.network_policy",
+            )?;
+            crate::containers::validate_create(&state.config, &body)?;
+            if body.image.is_some() {
+                crate::containers::choose_image(state, body.image.as_deref()).await?;
+            }
+            // Skills are checked now (a malformed entry or a hostile
+            // bundle is this request's 400) and listed for the model.
+            skills = crate::skills::resolve(state, project, &body.skills, "tools.environment.skills")
+                .await?
+                .iter()
+                .map(crate::skills::Mounted::summary)
+                .collect();
+            auto = Some(body);
+        }
+        Some(Environment::Local { .. }) | None => {}
+    }
+    let openrouter = tools.shell_shape == ShellShape::OpenRouter
+        || tools.bash.as_ref().is_some_and(|b| b.hosted.is_some());
+    let sandbox = tools
+        .hosted_environment()
+        .map(|environment| {
+            Arc::new(HostedShell {
+                state: Arc::clone(state),
+                project: project.to_owned(),
+                environment: environment.clone(),
+                auto,
+                reuse,
+                sleep_after: openrouter.then_some(tools.sleep_after_seconds),
+                container: tokio::sync::Mutex::new(None),
+                request: request.to_owned(),
+                time: Mutex::new((0.0, 0)),
+            })
+        });
+    let description = environment
+        .map(|e| describe(e, &skills))
+        .unwrap_or_default();
+    Ok(Hosted {
+        sandbox,
+        description,
+    })
+}
+
+impl HostedShell {
+    /// Sandbox seconds to bill for this request.
+    pub fn billed_seconds(&self) -> f64 {
+        let (seconds, sessions) = *self.time.lock().unwrap_or_else(|p| p.into_inner());
+        seconds.max(shellgate_store::SESSION_MINIMUM_SECONDS * f64::from(sessions))
+    }
+
+    /// The container, if one was found or made.
+    pub async fn container_id(&self) -> Option<String> {
+        self.container.lock().await.clone()
+    }
+
+    fn add(&self, seconds: f64, session: bool) {
+        let mut time = self.time.lock().unwrap_or_else(|p| p.into_inner());
+        time.0 += seconds;
+        time.1 += u32::from(session);
+    }
+
+    /// Whether the project still has container `id`.
+    async fn exists(&self, id: &str) -> Result<bool, HostError> {
+        let (owner, key) = (self.project.clone(), id.to_owned());
+        self.state
+            .db(move |s| s.container(&owner, &key))
+            .await
+            .map(|row| row.is_some_and(|r| r.status != "creating"))
+            .map_err(host_error)
+    }
+
+    /// Makes the `container_auto` container.
+    async fn make(&self) -> Result<String, HostError> {
+        let Some(body) = &self.auto else {
+            return Err(HostError {
+                code: "server_error",
+                message: "this request has no hosted shell".into(),
+            });
+        };
+        let made = create_container(&self.state, &self.project, body.clone())
+            .await
+            .map_err(host_error)?;
+        self.add(0.0, true);
+        Ok(made.id)
+    }
+
+    /// The `container_auto` container, continued as [`Reuse`] says.
+    async fn find_or_make(&self) -> Result<String, HostError> {
+        match &self.reuse {
+            Reuse::Fresh => self.make().await,
+            Reuse::Replayed(id) => {
+                if self.exists(id).await? {
+                    Ok(id.clone())
+                } else {
+                    self.make().await
+                }
+            }
+            Reuse::Session(key) => {
+                let (owner, session) = (self.project.clone(), key.clone());
+                let mapped = self
+                    .state
+                    .db(move |s| s.session_container(&owner, &session))
+                    .await
+                    .map_err(host_error)?;
+                if let Some(id) = &mapped {
+                    if self.exists(id).await? {
+                        return Ok(id.clone());
+                    }
+                }
+                let made = self.make().await?;
+                let (owner, session, container) =
+                    (self.project.clone(), key.clone(), made.clone());
+                let winner = self
+                    .state
+                    .db(move |s| s.claim_session(&owner, &session, &container, mapped.as_deref()))
+                    .await
+                    .map_err(host_error)?;
+                if winner != made {
+                    // A concurrent request of the same session made its
+                    // container first: use that one, drop ours.
+                    let _ = crate::containers::remove_container(&self.state, &made).await;
+                }
+                Ok(winner)
+            }
+        }
+    }
+}
+
+pub fn host_error(error: ApiError) -> HostError {
+    HostError {
+        code: if error.status == axum::http::StatusCode::TOO_MANY_REQUESTS {
+            "rate_limit_exceeded"
+        } else {
+            "server_error"
+        },
+        message: error.message,
+    }
+}
+
+#[async_trait]
+impl Sandbox for HostedShell {
+    async fn container(&self) -> Result<String, HostError> {
+        let mut container = self.container.lock().await;
+        if let Some(id) = container.as_ref() {
+            return Ok(id.clone());
+        }
+        let id = match &self.environment {
+            Environment::ContainerReference(id) => id.clone(),
+            _ => self.find_or_make().await?,
+        };
+        if let Some(seconds) = self.sleep_after {
+            let key = id.clone();
+            self.state
+                .db(move |s| s.set_sleep_after(&key, seconds))
+                .await
+                .map_err(host_error)?;
+        }
+        *container = Some(id.clone());
+        Ok(id)
+    }
+
+    async fn run(
+        &self,
+        container: &str,
+        mut request: RunRequest,
+        deltas: Option<shellgate_sandbox::backend::DeltaSink>,
+    ) -> Result<Vec<CommandResult>, HostError> {
+        let state = &self.state;
+        request.deadline_ms = Some(state.config.request_deadline_secs.saturating_mul(1000));
+        let (_permit, woke) = prepare_exec(state, &self.project, container)
+            .await
+            .map_err(host_error)?;
+        let started = std::time::Instant::now();
+        // Dropped with the run (a cancelled request): the commands are
+        // killed and their time until then billed.
+        let mut billing = BillOnDrop::start(state, container, request.commands.len());
+        let lines = request.commands.clone();
+        let result = match deltas {
+            Some(deltas) => state.engine.run_streaming(container, request, deltas).await,
+            None => state.engine.run(container, request).await,
+        };
+        billing.ok = result.is_ok();
+        self.add(started.elapsed().as_secs_f64(), woke);
+        if let Ok(results) = &result {
+            state.audit(
+                &self.project,
+                container,
+                Some(&self.request),
+                &lines,
+                results,
+            );
+        }
+        result.map_err(|e| host_error(crate::engine_error(container, e)))
+    }
+}
+
+/// What the model is told about the shell's environment; `mounted` are a
+/// hosted container's skills (as the container object lists them).
+fn describe(environment: &Environment, mounted: &[Value]) -> String {
+    match environment {
+        Environment::Local { skills } => {
+            let mut text = "Runs shell commands on the user's own machine: the user's client runs \
+                            them and sends back their output."
+                .to_owned();
+            list_skills(&mut text, skills);
+            text
+        }
+        _ => {
+            let mut text = String::from(
+                "Runs shell commands in a persistent, isolated Linux container (Debian-like) as \
+                 an unprivileged user without sudo. The working directory is /mnt/data: files the \
+                 user provides are there, and files to give back to the user go there. Each \
+                 command runs with bash -c; the commands of one call run in order, and the \
+                 container (its files and background processes) persists between calls. There \
+                 is no TTY: commands must not wait for input.",
+            );
+            let network = match environment {
+                Environment::ContainerAuto(params) => params.get("network_policy").cloned(),
+                _ => None,
+            };
+            match network
+                .as_ref()
+                .and_then(|n| n.get("allowed_domains"))
+                .and_then(Value::as_array)
+            {
+                Some(domains) if !domains.is_empty() => {
+                    let list: Vec<&str> = domains.iter().filter_map(Value::as_str).collect();
+                    text.push_str(&format!(
+                        " Network access is limited to: {}.",
+                        list.join(", ")
+                    ));
+                }
+                _ => text.push_str(" There is no network access."),
+            }
+            list_skills(&mut text, mounted);
+            text
+        }
+    }
+}
+
+/// Appends the skills the shell has: name, path and description (what
+/// OpenAI's skill discovery shows the model); the model reads a skill's
+/// `SKILL.md` before it uses it.
+fn list_skills(text: &mut String, skills: &[Value]) {
+    let mut listed = skills.iter().filter_map(|skill| {
+        Some((
+            skill.get("name").and_then(Value::as_str)?,
+            skill.get("description").and_then(Value::as_str)?,
+            skill.get("path").and_then(Value::as_str)?,
+        ))
+    });
+    let Some(first) = listed.next() else {
+        return;
+    };
+    text.push_str(
+        "\n\nSkills are available: each is a folder with a SKILL.md to read (cat it) before \
+         using the skill, and the scripts or references it names.",
+    );
+    for (name, description, path) in std::iter::once(first).chain(listed) {
+        text.push_str(&format!("\n- {name} ({path}/SKILL.md): {description}"));
+    }
+}
+
