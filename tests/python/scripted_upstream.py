@@ -6,10 +6,12 @@ the Responses API can be driven end to end without a real model.
 Its script, from the conversation it is sent:
 - the first user message says "Execute in turns: A ||| B": it calls the shell
   with A, then (after A's result) with B, then answers;
+- the last user message says "Run `A` and `B`, ..." (seeds/004's example):
+  it calls the shell once with both commands;
 - the last message is the user's and says "Execute: CMD" (to the end of the
   line): it calls the
-  `shell` tool with CMD (or `local_shell` with ["bash", "-lc", CMD] when only
-  that tool is offered);
+  `shell` tool with CMD (or the `bash` tool with CMD, or `local_shell` with
+  ["bash", "-lc", CMD], when only that tool is offered);
 - `tool_choice: "required"` with a shell: it calls the shell (`echo required`);
 - "Call NAME: JSON" calls the user function NAME with those arguments;
 - the last message is a tool result: it answers "Done: " and the result;
@@ -25,32 +27,44 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
+def shell_call(tools, commands):
+    """A call running `commands` with the shell tool offered (`shell`, or the
+    one-command `bash`)."""
+    if "shell" in tools:
+        return {"tool": ("shell", {"commands": commands})}
+    if "bash" in tools:
+        return {"tool": ("bash", {"command": " && ".join(commands)})}
+    return None
+
+
 def decide(body):
     model = body.get("model", "")
     messages = body.get("messages", [])
     tools = [t["function"]["name"] for t in body.get("tools", [])]
     last = messages[-1] if messages else {}
-    if model == "scripted-loop" and "shell" in tools:
-        return {"tool": ("shell", {"commands": ["echo again"]})}
+    if model == "scripted-loop" and ("shell" in tools or "bash" in tools):
+        return shell_call(tools, ["echo again"])
     # "Execute in turns: A ||| B": one call per turn, A then B, then the answer.
     first = next((m for m in messages if m.get("role") == "user"), {})
     first_text = first.get("content") or ""
     if isinstance(first_text, list):
         first_text = " ".join(p.get("text", "") for p in first_text)
-    if "Execute in turns: " in first_text and "shell" in tools:
+    if "Execute in turns: " in first_text and ("shell" in tools or "bash" in tools):
         steps = first_text.split("Execute in turns: ", 1)[1].split(" ||| ")
         done = len([m for m in messages if m.get("role") == "tool"])
         if done < len(steps):
-            return {"tool": ("shell", {"commands": [steps[done].strip()]})}
+            return shell_call(tools, [steps[done].strip()])
     if last.get("role") == "tool":
         return {"text": "Done: " + last.get("content", "")}
     text = last.get("content") or ""
     if isinstance(text, list):
         text = " ".join(p.get("text", "") for p in text)
+    if text.startswith("Run `") and ("shell" in tools or "bash" in tools):
+        return shell_call(tools, text.split("`")[1::2])
     if "Execute: " in text:
         command = text.split("Execute: ", 1)[1].split("\n", 1)[0].strip()
-        if "shell" in tools:
-            return {"tool": ("shell", {"commands": [command]})}
+        if "shell" in tools or "bash" in tools:
+            return shell_call(tools, [command])
         if "local_shell" in tools:
             return {"tool": ("local_shell", {"command": ["bash", "-lc", command]})}
     if body.get("tool_choice") == "required" and "shell" in tools:
@@ -77,7 +91,10 @@ def as_chat(path, body):
         for message in body.get("messages", []):
             for block in message.get("content", []):
                 if block.get("type") == "tool_result":
-                    messages.append({"role": "tool", "content": block.get("content", "")})
+                    content = block.get("content", "")
+                    if isinstance(content, list):
+                        content = "\n".join(b.get("text", "") for b in content)
+                    messages.append({"role": "tool", "content": content})
                 elif block.get("type") == "text":
                     messages.append({"role": message["role"], "content": block["text"]})
         tools = [{"function": {"name": t["name"]}} for t in body.get("tools", [])]

@@ -315,7 +315,9 @@ pub async fn run(
                 tool_calls += 1;
                 let guardrail = request.output_guardrail.as_deref();
                 let ran = match (call.name.as_str(), request.tools.shell_shape) {
-                    (BASH, _) => run_hosted_bash(sandbox, call, &mut output, events, guardrail).await,
+                    (BASH, _) => {
+                        run_hosted_bash(sandbox, call, &mut output, events, guardrail).await
+                    }
                     (_, ShellShape::OpenRouter) => {
                         run_openrouter_shell(sandbox, call, &mut output, events, guardrail).await
                     }

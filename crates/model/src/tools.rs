@@ -168,7 +168,8 @@ impl Tools {
                     if parsed.bash.is_some() {
                         return Err(invalid(&param, "only one bash tool may be given"));
                     }
-                    let server = OpenRouterTool::read(tool, &param, &["auto", "native", "openrouter"])?;
+                    let server =
+                        OpenRouterTool::read(tool, &param, &["auto", "native", "openrouter"])?;
                     let hosted = (server.engine == "openrouter").then_some(server.environment);
                     parsed.bash = Some(Bash { hosted });
                     parsed.merge_sleep(server.sleep_after_seconds);
@@ -251,7 +252,8 @@ impl Tools {
 
     fn merge_sleep(&mut self, seconds: Option<u64>) {
         if let Some(seconds) = seconds {
-            self.sleep_after_seconds = Some(self.sleep_after_seconds.map_or(seconds, |s| s.max(seconds)));
+            self.sleep_after_seconds =
+                Some(self.sleep_after_seconds.map_or(seconds, |s| s.max(seconds)));
         }
     }
 
@@ -332,10 +334,9 @@ impl Tools {
             specs.push(ToolSpec {
                 name: BASH.to_owned(),
                 description: match &bash.hosted {
-                    Some(environment) => format!(
-                        "Runs one bash command. {}",
-                        describe(environment)
-                    ),
+                    Some(environment) => {
+                        format!("Runs one bash command. {}", describe(environment))
+                    }
                     None => "Runs a bash command on the user's machine; the user's client \
                              executes it and returns its output."
                         .to_owned(),
@@ -484,7 +485,12 @@ impl OpenRouterTool {
         let parameters = match tool.get("parameters") {
             None | Some(Value::Null) => json!({}),
             Some(value @ Value::Object(_)) => value.clone(),
-            Some(_) => return Err(invalid(&format!("{param}.parameters"), "parameters must be an object")),
+            Some(_) => {
+                return Err(invalid(
+                    &format!("{param}.parameters"),
+                    "parameters must be an object",
+                ))
+            }
         };
         let param = format!("{param}.parameters");
         let engine = match parameters.get("engine") {
@@ -585,5 +591,55 @@ mod tests {
         .is_err());
         let local = Tools::parse(&[json!({"type": "shell"})]).unwrap();
         assert_eq!(local.shell, Some(Environment::Local { skills: vec![] }));
+    }
+
+    #[test]
+    fn openrouter_tools_are_read_with_their_parameters() {
+        let tools = Tools::parse(&[json!({
+            "type": "openrouter:shell",
+            "parameters": {"engine": "openrouter", "sleep_after_seconds": 60}
+        })])
+        .unwrap();
+        assert_eq!(tools.shell_shape, ShellShape::OpenRouter);
+        assert!(matches!(tools.shell, Some(Environment::ContainerAuto(_))));
+        assert_eq!(tools.sleep_after_seconds, Some(60));
+        assert!(tools.hosted(SHELL));
+        // Anthropic's shapes: a user tool, the client's bash, the hosted bash.
+        let messages = Tools::parse_messages(&[
+            json!({"name": "lookup", "input_schema": {"type": "object"}}),
+            json!({"type": "bash_20250124", "name": "bash"}),
+        ])
+        .unwrap();
+        assert_eq!(messages.functions[0].name, "lookup");
+        assert_eq!(messages.bash, Some(Bash { hosted: None }));
+        assert!(!messages.hosted(BASH));
+        let hosted = Tools::parse_messages(&[
+            json!({"type": "openrouter:bash", "parameters": {"engine": "openrouter"}}),
+            json!({"type": "openrouter:shell"}),
+        ])
+        .unwrap();
+        assert!(hosted.hosted(BASH) && hosted.hosted(SHELL));
+        assert!(hosted
+            .specs(&|_| "box".into())
+            .iter()
+            .any(|s| s.name == BASH));
+        for bad in [
+            json!({"type": "openrouter:bash", "parameters": {"engine": "elsewhere"}}),
+            json!({"type": "web_search_20250305", "name": "web_search"}),
+            json!({"name": "no_schema"}),
+            json!({"name": "bash", "input_schema": {"type": "object"}}),
+        ] {
+            let tools = if bad.get("name") == Some(&json!("bash")) {
+                vec![
+                    json!({"type": "bash_20250124", "name": "bash"}),
+                    bad.clone(),
+                ]
+            } else {
+                vec![bad.clone()]
+            };
+            assert!(Tools::parse_messages(&tools).is_err(), "{bad}");
+        }
+        assert!(valid_reference(&"a".repeat(40)) && !valid_reference(&"a".repeat(41)));
+        assert!(!valid_reference("has space"));
     }
 }

@@ -897,6 +897,77 @@ pub async fn delete_file(
     .await
 }
 
+/// `POST /v1/containers/{id}/files/{file_id}/promote`: copies a container
+/// file into the Files API (`purpose: user_data`, named after the file),
+/// where it outlives the container and its retention (OpenRouter's
+/// promote, seeds/004). Finishes even if the client leaves: a file is
+/// either promoted whole or not at all.
+pub async fn promote_file(
+    State(state): State<Arc<AppState>>,
+    project: Project,
+    Path((id, file_id)): Path<(String, String)>,
+) -> ApiResult<Json<shellgate_wire::FileObject>> {
+    let row = owned_file(&state, &project, &id, &file_id).await?;
+    let file = match state.engine.open_file(&id, &row.path).await {
+        Ok(file) => file,
+        Err(SandboxError::FileNotFound(_)) => return Err(forget_missing(&state, &id, &row).await),
+        Err(e) => return Err(engine_error(&id, e)),
+    };
+    to_completion(async move {
+        let promoted = new_id("file-");
+        let blob = state.files_dir.join(&promoted);
+        let partial = state.files_dir.join(format!(".promote-{promoted}"));
+        let limit = state.config.max_upload_bytes as u64;
+        let (target, scratch) = (blob.clone(), partial.clone());
+        let copied = tokio::task::spawn_blocking(move || -> std::io::Result<Option<u64>> {
+            use std::io::Read;
+            let mut out = std::fs::File::create(&scratch)?;
+            let copied = std::io::copy(&mut file.take(limit + 1), &mut out)?;
+            if copied > limit {
+                drop(out);
+                let _ = std::fs::remove_file(&scratch);
+                return Ok(None);
+            }
+            out.sync_all()?;
+            std::fs::rename(&scratch, &target)?;
+            Ok(Some(copied))
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("promote: {e}")))?;
+        let bytes = match copied {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => {
+                return Err(ApiError::new(
+                    axum::http::StatusCode::PAYLOAD_TOO_LARGE,
+                    "invalid_request_error",
+                    format!("The file is larger than the {limit} bytes a file may have."),
+                ))
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(&partial);
+                return Err(ApiError::internal(format!("promote: {e}")));
+            }
+        };
+        let filename = safe_file_name(row.path.rsplit('/').next().unwrap_or("file"));
+        let file_row = shellgate_store::FileRow {
+            id: promoted,
+            project: project.0.clone(),
+            filename,
+            purpose: "user_data".to_owned(),
+            bytes,
+            created_at: now(),
+            expires_at: None,
+        };
+        let inserted = file_row.clone();
+        if let Err(e) = state.db(move |s| s.insert_file(&inserted)).await {
+            let _ = tokio::fs::remove_file(&blob).await;
+            return Err(e);
+        }
+        Ok(Json(crate::files::file_object(&file_row)))
+    })
+    .await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

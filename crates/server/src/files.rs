@@ -17,7 +17,7 @@ use crate::http::{ApiQuery, ListParams, Project};
 use crate::spool::{spool, Spooled};
 use crate::{new_id, now, AppState};
 
-fn file_object(row: &FileRow) -> FileObject {
+pub(crate) fn file_object(row: &FileRow) -> FileObject {
     FileObject {
         id: row.id.clone(),
         object: "file".to_owned(),

@@ -165,32 +165,31 @@ pub async fn prepare(
             }
             // Skills are checked now (a malformed entry or a hostile
             // bundle is this request's 400) and listed for the model.
-            skills = crate::skills::resolve(state, project, &body.skills, "tools.environment.skills")
-                .await?
-                .iter()
-                .map(crate::skills::Mounted::summary)
-                .collect();
+            skills =
+                crate::skills::resolve(state, project, &body.skills, "tools.environment.skills")
+                    .await?
+                    .iter()
+                    .map(crate::skills::Mounted::summary)
+                    .collect();
             auto = Some(body);
         }
         Some(Environment::Local { .. }) | None => {}
     }
     let openrouter = tools.shell_shape == ShellShape::OpenRouter
         || tools.bash.as_ref().is_some_and(|b| b.hosted.is_some());
-    let sandbox = tools
-        .hosted_environment()
-        .map(|environment| {
-            Arc::new(HostedShell {
-                state: Arc::clone(state),
-                project: project.to_owned(),
-                environment: environment.clone(),
-                auto,
-                reuse,
-                sleep_after: openrouter.then_some(tools.sleep_after_seconds),
-                container: tokio::sync::Mutex::new(None),
-                request: request.to_owned(),
-                time: Mutex::new((0.0, 0)),
-            })
-        });
+    let sandbox = tools.hosted_environment().map(|environment| {
+        Arc::new(HostedShell {
+            state: Arc::clone(state),
+            project: project.to_owned(),
+            environment: environment.clone(),
+            auto,
+            reuse,
+            sleep_after: openrouter.then_some(tools.sleep_after_seconds),
+            container: tokio::sync::Mutex::new(None),
+            request: request.to_owned(),
+            time: Mutex::new((0.0, 0)),
+        })
+    });
     let description = environment
         .map(|e| describe(e, &skills))
         .unwrap_or_default();
@@ -267,8 +266,7 @@ impl HostedShell {
                     }
                 }
                 let made = self.make().await?;
-                let (owner, session, container) =
-                    (self.project.clone(), key.clone(), made.clone());
+                let (owner, session, container) = (self.project.clone(), key.clone(), made.clone());
                 let winner = self
                     .state
                     .db(move |s| s.claim_session(&owner, &session, &container, mapped.as_deref()))
@@ -419,4 +417,3 @@ fn list_skills(text: &mut String, skills: &[Value]) {
         text.push_str(&format!("\n- {name} ({path}/SKILL.md): {description}"));
     }
 }
-

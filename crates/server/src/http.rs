@@ -1,5 +1,6 @@
 //! Request extractors that turn every rejection into OpenAI's error
-//! envelope: the caller's project (Bearer key), JSON bodies and queries.
+//! envelope: the caller's project (Bearer key or `x-api-key`), JSON bodies
+//! and queries.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -25,20 +26,33 @@ impl FromRequestParts<Arc<AppState>> for Project {
         parts: &mut Parts,
         state: &Arc<AppState>,
     ) -> Result<Self, ApiError> {
-        let header = parts.headers.get(header::AUTHORIZATION).ok_or_else(|| {
-            ApiError::unauthorized(
-                "You didn't provide an API key. Provide it in an Authorization header: 'Authorization: Bearer YOUR_KEY'.",
-            )
-        })?;
-        let key = header
-            .to_str()
-            .ok()
-            .and_then(|h| h.strip_prefix("Bearer "))
-            .map(str::trim)
-            .filter(|k| !k.is_empty())
-            .ok_or_else(|| {
-                ApiError::unauthorized("The Authorization header must be 'Bearer YOUR_KEY'.")
-            })?;
+        // `Authorization: Bearer KEY` (OpenAI's SDKs, and Anthropic's
+        // current one), or `x-api-key: KEY` (Anthropic's API and older SDKs).
+        let key = match (
+            parts.headers.get(header::AUTHORIZATION),
+            parts.headers.get("x-api-key"),
+        ) {
+            (Some(header), _) => header
+                .to_str()
+                .ok()
+                .and_then(|h| h.strip_prefix("Bearer "))
+                .map(str::trim)
+                .filter(|k| !k.is_empty())
+                .ok_or_else(|| {
+                    ApiError::unauthorized("The Authorization header must be 'Bearer YOUR_KEY'.")
+                })?,
+            (None, Some(header)) => header
+                .to_str()
+                .ok()
+                .map(str::trim)
+                .filter(|k| !k.is_empty())
+                .ok_or_else(|| ApiError::unauthorized("The x-api-key header is empty."))?,
+            (None, None) => {
+                return Err(ApiError::unauthorized(
+                    "You didn't provide an API key. Provide it in an Authorization header: 'Authorization: Bearer YOUR_KEY'.",
+                ))
+            }
+        };
         let project = match state.keys.get(key) {
             Some(project) => project,
             None => {

@@ -19,6 +19,7 @@ mod http;
 mod image_build;
 mod lifecycle;
 mod listener;
+mod messages;
 mod metrics;
 pub(crate) mod ops;
 mod responses;
@@ -357,6 +358,10 @@ pub fn router(state: Arc<AppState>) -> Router {
             get(containers::retrieve_file).delete(containers::delete_file),
         )
         .route(
+            "/containers/{container_id}/files/{file_id}/promote",
+            post(containers::promote_file),
+        )
+        .route(
             "/containers/{container_id}/files/{file_id}/content",
             get(containers::file_content),
         )
@@ -371,6 +376,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/files/{file_id}/content", get(files::content))
         .route("/usage", get(ops::usage))
         .route("/responses", post(responses::create))
+        // Anthropic's Messages API; the second path serves Anthropic SDKs
+        // given a base URL that ends in /v1, as OpenAI SDKs are.
+        .route("/messages", post(messages::create))
+        .route("/v1/messages", post(messages::create))
         .route(
             "/responses/{response_id}",
             get(responses::retrieve).delete(responses::delete),

@@ -82,8 +82,7 @@ pub async fn sweep(state: &Arc<AppState>) -> Result<(), ApiError> {
             tracing::info!(container = %row.id, idle, "container expired");
             state.forget_owner(&id);
             state.db(move |s| s.delete_container(&id)).await?;
-        } else if row.session_open
-            && idle >= row.sleep_after_secs.map_or(idle_limit, |s| s as i64)
+        } else if row.session_open && idle >= row.sleep_after_secs.map_or(idle_limit, |s| s as i64)
         {
             match state.engine.suspend_if_idle(&row.id).await {
                 Ok(true) => {}

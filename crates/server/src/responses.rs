@@ -264,7 +264,7 @@ fn normalize_input(input: Option<&Value>) -> ApiResult<Vec<Value>> {
 /// Checks the user-supplied text of the input against the project's
 /// prompt-injection rules: a block is a 403, a redaction rewrites the text,
 /// a flag is logged.
-fn guard_input(state: &AppState, project: &str, input: &mut [Value]) -> ApiResult<()> {
+pub(crate) fn guard_input(state: &AppState, project: &str, input: &mut [Value]) -> ApiResult<()> {
     use shellgate_model::guardrail::Action;
     let Some(guardrail) = state
         .guardrails
@@ -735,7 +735,7 @@ pub async fn create(
 }
 
 /// Aborts a foreground run when its event stream is dropped (the client left).
-struct AbortOnDrop(Option<tokio::task::JoinHandle<()>>);
+pub(crate) struct AbortOnDrop(pub(crate) Option<tokio::task::JoinHandle<()>>);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {

@@ -1693,7 +1693,9 @@ mod tests {
     #[test]
     fn session_ids_map_to_one_container_and_follow_a_replacement() {
         let store = Store::in_memory().unwrap();
-        store.insert_container(&container("c1", "alpha", "x")).unwrap();
+        store
+            .insert_container(&container("c1", "alpha", "x"))
+            .unwrap();
         assert_eq!(store.session_container("alpha", "s").unwrap(), None);
         assert_eq!(store.claim_session("alpha", "s", "c1", None).unwrap(), "c1");
         // A racing request that made its own container loses.
@@ -1701,13 +1703,25 @@ mod tests {
         // Another project's same session id is another session.
         assert_eq!(store.claim_session("beta", "s", "c9", None).unwrap(), "c9");
         // The container went away: the next one replaces it, once.
-        assert_eq!(store.claim_session("alpha", "s", "c3", Some("c1")).unwrap(), "c3");
-        assert_eq!(store.claim_session("alpha", "s", "c4", Some("c1")).unwrap(), "c3");
+        assert_eq!(
+            store.claim_session("alpha", "s", "c3", Some("c1")).unwrap(),
+            "c3"
+        );
+        assert_eq!(
+            store.claim_session("alpha", "s", "c4", Some("c1")).unwrap(),
+            "c3"
+        );
         // Deleting a container forgets the sessions that pointed at it.
-        store.insert_container(&container("c3", "alpha", "y")).unwrap();
+        store
+            .insert_container(&container("c3", "alpha", "y"))
+            .unwrap();
         store.set_sleep_after("c3", Some(60)).unwrap();
         assert_eq!(
-            store.container("alpha", "c3").unwrap().unwrap().sleep_after_secs,
+            store
+                .container("alpha", "c3")
+                .unwrap()
+                .unwrap()
+                .sleep_after_secs,
             Some(60)
         );
         store.delete_container("c3").unwrap();
