@@ -505,6 +505,8 @@ fn health_metrics_openapi_and_keys() {
         "/v1/skills/{skill_id}/versions/{version}/content",
         "/v1/images",
         "/v1/usage",
+        "/v1/messages",
+        "/v1/containers/{container_id}/files/{file_id}/promote",
     ] {
         assert!(openapi["paths"].get(path).is_some(), "{path} undocumented");
     }
