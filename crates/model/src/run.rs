@@ -462,8 +462,7 @@ async fn run_hosted(
     events: Option<&EventSink>,
     guardrail: Option<&crate::guardrail::Guardrail>,
 ) -> Result<(), Status> {
-    let arguments: Value = serde_json::from_str(&call.arguments).unwrap_or(json!({}));
-    let container = sandbox.container().await.map_err(host_failed)?;
+    let (arguments, container) = hosted_call(sandbox, call).await?;
     let checked = shell_request(&arguments);
     let (commands, timeout_ms, max_output_length) = match &checked {
         Ok(request) => (
@@ -641,33 +640,23 @@ async fn execute(
     })
 }
 
-/// Runs one hosted call of `openrouter:shell`: one `openrouter:shell` item
-/// (the container, the commands, each command's result) is added to
-/// `output`.
-async fn run_openrouter_shell(
-    sandbox: &dyn Sandbox,
-    call: &ToolCall,
-    output: &mut Vec<Value>,
-    events: Option<&EventSink>,
-    guardrail: Option<&crate::guardrail::Guardrail>,
-) -> Result<(), Status> {
+/// The arguments of a hosted call (what could be read of them) and the
+/// container it runs in.
+async fn hosted_call(sandbox: &dyn Sandbox, call: &ToolCall) -> Result<(Value, String), Status> {
     let arguments: Value = serde_json::from_str(&call.arguments).unwrap_or(json!({}));
     let container = sandbox.container().await.map_err(host_failed)?;
-    let checked = shell_request(&arguments);
-    let commands = match &checked {
-        Ok(request) => request.commands.clone(),
-        Err(_) => asked_commands(&arguments),
-    };
+    Ok((arguments, container))
+}
+
+/// Adds one of OpenRouter's items, which hold a call and its result
+/// together: announced in progress, its `output` filled by `result`, done.
+async fn add_openrouter_item(
+    output: &mut Vec<Value>,
+    events: Option<&EventSink>,
+    mut item: Value,
+    result: impl std::future::Future<Output = Result<Value, Status>>,
+) -> Result<(), Status> {
     let index = output.len();
-    let mut item = json!({
-        "type": "openrouter:shell",
-        "id": item_id("orsh_"),
-        "call_id": call.id,
-        "container_id": container,
-        "action": {"commands": commands},
-        "output": [],
-        "status": "in_progress",
-    });
     emit(
         events,
         Event::ItemAdded {
@@ -675,7 +664,7 @@ async fn run_openrouter_shell(
             item: item.clone(),
         },
     );
-    item["output"] = json!(execute(sandbox, &container, checked, None, guardrail).await?);
+    item["output"] = result.await?;
     item["status"] = json!("completed");
     emit(
         events,
@@ -686,6 +675,39 @@ async fn run_openrouter_shell(
     );
     output.push(item);
     Ok(())
+}
+
+/// Runs one hosted call of `openrouter:shell`: one `openrouter:shell` item
+/// (the container, the commands, each command's result) is added to
+/// `output`.
+async fn run_openrouter_shell(
+    sandbox: &dyn Sandbox,
+    call: &ToolCall,
+    output: &mut Vec<Value>,
+    events: Option<&EventSink>,
+    guardrail: Option<&crate::guardrail::Guardrail>,
+) -> Result<(), Status> {
+    let (arguments, container) = hosted_call(sandbox, call).await?;
+    let checked = shell_request(&arguments);
+    let commands = match &checked {
+        Ok(request) => request.commands.clone(),
+        Err(_) => asked_commands(&arguments),
+    };
+    let item = json!({
+        "type": "openrouter:shell",
+        "id": item_id("orsh_"),
+        "call_id": call.id,
+        "container_id": container,
+        "action": {"commands": commands},
+        "output": [],
+        "status": "in_progress",
+    });
+    let results = async {
+        Ok(json!(
+            execute(sandbox, &container, checked, None, guardrail).await?
+        ))
+    };
+    add_openrouter_item(output, events, item, results).await
 }
 
 /// What Anthropic's bash tool answers to `restart`: each command already
@@ -702,16 +724,14 @@ async fn run_hosted_bash(
     events: Option<&EventSink>,
     guardrail: Option<&crate::guardrail::Guardrail>,
 ) -> Result<(), Status> {
-    let arguments: Value = serde_json::from_str(&call.arguments).unwrap_or(json!({}));
-    let container = sandbox.container().await.map_err(host_failed)?;
+    let (arguments, container) = hosted_call(sandbox, call).await?;
     let restart = arguments.get("restart").and_then(Value::as_bool) == Some(true);
     let command = arguments
         .get("command")
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_owned();
-    let index = output.len();
-    let mut item = json!({
+    let item = json!({
         "type": "openrouter:bash",
         "id": item_id("orb_"),
         "call_id": call.id,
@@ -720,36 +740,24 @@ async fn run_hosted_bash(
         "output": Value::Null,
         "status": "in_progress",
     });
-    emit(
-        events,
-        Event::ItemAdded {
-            index,
-            item: item.clone(),
-        },
-    );
-    let result = if restart {
-        json!({"stdout": BASH_RESTARTED, "stderr": "", "outcome": {"type": "exit", "exit_code": 0}})
-    } else {
+    let result = async {
+        if restart {
+            return Ok(json!({
+                "stdout": BASH_RESTARTED,
+                "stderr": "",
+                "outcome": {"type": "exit", "exit_code": 0},
+            }));
+        }
         let checked = if command.trim().is_empty() {
             Err("the bash tool needs a command".to_owned())
         } else {
-            shell_request(&json!({"commands": [command]}))
+            shell_request(&json!({ "commands": [command] }))
         };
-        execute(sandbox, &container, checked, None, guardrail)
+        Ok(execute(sandbox, &container, checked, None, guardrail)
             .await?
             .into_iter()
             .next()
-            .unwrap_or(Value::Null)
+            .unwrap_or(Value::Null))
     };
-    item["output"] = result;
-    item["status"] = json!("completed");
-    emit(
-        events,
-        Event::ItemDone {
-            index,
-            item: item.clone(),
-        },
-    );
-    output.push(item);
-    Ok(())
+    add_openrouter_item(output, events, item, result).await
 }

@@ -82,6 +82,45 @@ pub struct Tools {
     pub sleep_after_seconds: Option<u64>,
 }
 
+impl Function {
+    /// A user's tool: its `name`, `description` and its arguments' JSON
+    /// schema under `schema_key` (`parameters` for OpenAI, `input_schema`
+    /// for Anthropic, which requires it).
+    fn read(tool: &Value, param: &str, schema_key: &str) -> Result<Self, RequestError> {
+        let name = tool
+            .get("name")
+            .and_then(Value::as_str)
+            .filter(|n| valid_name(n))
+            .ok_or_else(|| {
+                invalid(
+                    &format!("{param}.name"),
+                    "a tool needs a name of 1 to 64 letters, digits, '_' or '-'",
+                )
+            })?;
+        let parameters = match tool.get(schema_key) {
+            Some(schema) if schema.is_object() => schema.clone(),
+            None | Some(Value::Null) if schema_key == "parameters" => {
+                json!({"type": "object", "properties": {}})
+            }
+            _ => {
+                return Err(invalid(
+                    &format!("{param}.{schema_key}"),
+                    format!("{schema_key} must be a JSON schema object"),
+                ))
+            }
+        };
+        Ok(Function {
+            name: name.to_owned(),
+            description: tool
+                .get("description")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            parameters,
+        })
+    }
+}
+
 fn invalid(param: &str, message: impl Into<String>) -> RequestError {
     RequestError {
         param: param.to_owned(),
@@ -115,31 +154,9 @@ impl Tools {
                     ))
                 }
                 "local_shell" => parsed.local_shell = true,
-                "function" => {
-                    let name = tool
-                        .get("name")
-                        .and_then(Value::as_str)
-                        .filter(|n| valid_name(n))
-                        .ok_or_else(|| {
-                            invalid(
-                                &format!("{param}.name"),
-                                "a function needs a name of 1 to 64 letters, digits, '_' or '-'",
-                            )
-                        })?;
-                    parsed.functions.push(Function {
-                        name: name.to_owned(),
-                        description: tool
-                            .get("description")
-                            .and_then(Value::as_str)
-                            .unwrap_or_default()
-                            .to_owned(),
-                        parameters: tool
-                            .get("parameters")
-                            .filter(|p| p.is_object())
-                            .cloned()
-                            .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
-                    });
-                }
+                "function" => parsed
+                    .functions
+                    .push(Function::read(tool, &param, "parameters")?),
                 other => {
                     return Err(invalid(
                         &format!("{param}.type"),
@@ -181,35 +198,9 @@ impl Tools {
                     parsed.bash = Some(Bash { hosted: None });
                 }
                 None | Some("custom") => {
-                    let name = tool
-                        .get("name")
-                        .and_then(Value::as_str)
-                        .filter(|n| valid_name(n))
-                        .ok_or_else(|| {
-                            invalid(
-                                &format!("{param}.name"),
-                                "a tool needs a name of 1 to 64 letters, digits, '_' or '-'",
-                            )
-                        })?;
-                    let schema = tool
-                        .get("input_schema")
-                        .filter(|p| p.is_object())
-                        .cloned()
-                        .ok_or_else(|| {
-                            invalid(
-                                &format!("{param}.input_schema"),
-                                "a tool needs an input_schema object",
-                            )
-                        })?;
-                    parsed.functions.push(Function {
-                        name: name.to_owned(),
-                        description: tool
-                            .get("description")
-                            .and_then(Value::as_str)
-                            .unwrap_or_default()
-                            .to_owned(),
-                        parameters: schema,
-                    });
+                    parsed
+                        .functions
+                        .push(Function::read(tool, &param, "input_schema")?)
                 }
                 Some(other) => {
                     return Err(invalid(

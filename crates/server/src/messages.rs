@@ -162,16 +162,7 @@ async fn prepare(
             format!("{unknown}: Extra inputs are not permitted"),
         ));
     }
-    let model = body
-        .get("model")
-        .and_then(Value::as_str)
-        .filter(|m| !m.is_empty())
-        .ok_or_else(|| invalid("model", "model: Field required"))?
-        .to_owned();
-    let upstream = state
-        .upstreams
-        .pick(&model)
-        .map_err(|e| invalid("model", e.to_string()))?;
+    let (model, upstream) = crate::responses::model_and_upstream(state, body)?;
     let max_tokens = body
         .get("max_tokens")
         .and_then(Value::as_u64)
@@ -182,20 +173,12 @@ async fn prepare(
                 "max_tokens: a positive whole number is required",
             )
         })? as u32;
-    let number = |key: &str| -> Result<Option<f64>, ApiError> {
-        match body.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(value) => value
-                .as_f64()
-                .map(Some)
-                .ok_or_else(|| invalid(key, format!("{key} must be a number"))),
-        }
-    };
-    let temperature = number("temperature")?;
-    let top_p = number("top_p")?;
+    use crate::responses::number;
+    let temperature = number(body, "temperature")?;
+    let top_p = number(body, "top_p")?;
     // Parameters the upstream protocols here cannot pass on are refused,
     // not silently dropped.
-    if number("top_k")?.is_some() {
+    if number(body, "top_k")?.is_some() {
         return Err(invalid("top_k", "top_k is not supported by this server"));
     }
     match body.get("stop_sequences") {

@@ -433,12 +433,11 @@ struct Prepared {
     sandbox: Option<Arc<crate::hosted::HostedShell>>,
 }
 
-async fn prepare(state: &Arc<AppState>, project: &Project, body: Value) -> ApiResult<Prepared> {
-    if !body.is_object() {
-        return Err(ApiError::bad_request(
-            "The request body must be a JSON object.",
-        ));
-    }
+/// The request's `model` and the upstream that serves it (both APIs).
+pub(crate) fn model_and_upstream(
+    state: &AppState,
+    body: &Value,
+) -> ApiResult<(String, Arc<dyn shellgate_model::upstream::Upstream>)> {
     let model = body
         .get("model")
         .and_then(Value::as_str)
@@ -449,6 +448,27 @@ async fn prepare(state: &Arc<AppState>, project: &Project, body: Value) -> ApiRe
         .upstreams
         .pick(&model)
         .map_err(|e| invalid("model", e.to_string()))?;
+    Ok((model, upstream))
+}
+
+/// An optional number of the request (`temperature`, `top_p`, ...).
+pub(crate) fn number(body: &Value, key: &str) -> ApiResult<Option<f64>> {
+    match body.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(value) => value
+            .as_f64()
+            .map(Some)
+            .ok_or_else(|| invalid(key, format!("{key} must be a number"))),
+    }
+}
+
+async fn prepare(state: &Arc<AppState>, project: &Project, body: Value) -> ApiResult<Prepared> {
+    if !body.is_object() {
+        return Err(ApiError::bad_request(
+            "The request body must be a JSON object.",
+        ));
+    }
+    let (model, upstream) = model_and_upstream(state, &body)?;
     let flag = |key: &str, default: bool| -> ApiResult<bool> {
         match body.get(key) {
             None | Some(Value::Null) => Ok(default),
@@ -464,17 +484,8 @@ async fn prepare(state: &Arc<AppState>, project: &Project, body: Value) -> ApiRe
             "a background response must be stored (store: true)",
         ));
     }
-    let number = |key: &str| -> ApiResult<Option<f64>> {
-        match body.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(value) => value
-                .as_f64()
-                .map(Some)
-                .ok_or_else(|| invalid(key, format!("{key} must be a number"))),
-        }
-    };
-    let temperature = number("temperature")?;
-    let top_p = number("top_p")?;
+    let temperature = number(&body, "temperature")?;
+    let top_p = number(&body, "top_p")?;
     let whole = |key: &str| -> ApiResult<Option<u32>> {
         match body.get(key) {
             None | Some(Value::Null) => Ok(None),
