@@ -574,10 +574,12 @@ fn stop_reason(outcome: &Outcome) -> &'static str {
         // The server tools' calls reached their limit: the client may
         // send the conversation again to go on.
         Status::Incomplete(_) => "pause_turn",
+        // A call for the client ends the loop: whatever else ran in the same
+        // turn, the client has a tool_use to answer.
         _ if outcome
             .output
-            .last()
-            .is_some_and(|item| item["type"] == "function_call") =>
+            .iter()
+            .any(|item| item["type"] == "function_call") =>
         {
             "tool_use"
         }
@@ -947,6 +949,18 @@ mod tests {
         }));
         assert_eq!(bash[0]["name"], "bash_code_execution");
         assert_eq!(bash[1]["content"]["return_code"], 124);
+        // A client call beside a server tool's in the last turn: the client
+        // still has a tool_use to answer.
+        let outcome = Outcome {
+            output: vec![
+                json!({"type": "function_call", "call_id": "c3", "name": "lookup", "arguments": "{}"}),
+                json!({"type": "openrouter:shell", "call_id": "c4"}),
+            ],
+            usage: Default::default(),
+            status: Status::Completed,
+            tool_calls: 1,
+        };
+        assert_eq!(stop_reason(&outcome), "tool_use");
         assert_eq!(rfc3339_utc(1_796_083_200), "2026-12-01T00:00:00Z");
         assert_eq!(rfc3339_utc(951_782_400), "2000-02-29T00:00:00Z");
     }
