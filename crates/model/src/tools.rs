@@ -248,6 +248,13 @@ impl Tools {
         }
     }
 
+    /// Whether an OpenRouter server tool runs in the sandbox (its rules
+    /// for choosing and keeping a container apply).
+    pub fn openrouter(&self) -> bool {
+        self.shell_shape == ShellShape::OpenRouter
+            || self.bash.as_ref().is_some_and(|b| b.hosted.is_some())
+    }
+
     /// The container environment of the tools that run in the sandbox.
     pub fn hosted_environment(&self) -> Option<&Environment> {
         self.shell

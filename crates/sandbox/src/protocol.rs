@@ -184,58 +184,68 @@ pub enum Report {
 }
 
 /// What the engine asks of init. Encoded as one tag byte and raw bytes, so a
-/// command of any content costs exactly its length on the wire.
+/// command of any content costs exactly its length (plus five bytes) on the
+/// wire.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
-    /// Start `command`; the message carries stdout, stderr and status pipes.
-    /// With `reclaim`, the container is at its process limit: first end the
+    /// Start `command`, known from now on as `id` (the engine numbers its
+    /// commands); the message carries stdout, stderr and status pipes. With
+    /// `reclaim`, the container is at its process limit: first end the
     /// processes of the earlier command that holds the most of them.
-    Run { command: Vec<u8>, reclaim: bool },
-    /// Kill a running command and every process it started, wherever they
-    /// went (`setsid`, double forks): they all carry the command's marker.
-    KillCommand { pid: i32 },
+    Run {
+        id: u32,
+        command: Vec<u8>,
+        reclaim: bool,
+    },
+    /// Kill command `id`, if it still runs, and every process it started,
+    /// wherever they went (`setsid`, double forks): they all carry the
+    /// command's marker.
+    KillCommand { id: u32 },
 }
 
 impl Request {
     pub fn encode(&self) -> Vec<u8> {
         match self {
-            Request::Run { command, reclaim } => {
-                let mut out = Vec::with_capacity(command.len() + 1);
+            Request::Run {
+                id,
+                command,
+                reclaim,
+            } => {
+                let mut out = Vec::with_capacity(command.len() + 5);
                 out.push(if *reclaim { b'r' } else { b'R' });
+                out.extend_from_slice(&id.to_le_bytes());
                 out.extend_from_slice(command);
                 out
             }
-            Request::KillCommand { pid } => {
+            Request::KillCommand { id } => {
                 let mut out = vec![b'K'];
-                out.extend_from_slice(&pid.to_le_bytes());
+                out.extend_from_slice(&id.to_le_bytes());
                 out
             }
         }
     }
 
     pub fn decode(bytes: &[u8]) -> Option<Self> {
-        match bytes.split_first()? {
-            (b'R', command) => Some(Request::Run {
-                command: command.to_vec(),
-                reclaim: false,
+        let (tag, rest) = bytes.split_first()?;
+        let id = u32::from_le_bytes(rest.get(..4)?.try_into().ok()?);
+        let rest = &rest[4..];
+        match tag {
+            b'R' | b'r' => Some(Request::Run {
+                id,
+                command: rest.to_vec(),
+                reclaim: *tag == b'r',
             }),
-            (b'r', command) => Some(Request::Run {
-                command: command.to_vec(),
-                reclaim: true,
-            }),
-            (b'K', pid) => Some(Request::KillCommand {
-                pid: i32::from_le_bytes(pid.try_into().ok()?),
-            }),
+            b'K' if rest.is_empty() => Some(Request::KillCommand { id }),
             _ => None,
         }
     }
 }
 
-/// A record on a command's status pipe.
+/// A record on a command's status pipe, written by init when the command
+/// ends (or could not start). Nothing is written while it runs: the engine
+/// is not woken until there is something to tell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
-    /// The command started with this pid (inside the container).
-    Started(i32),
     /// The command ended with this raw wait status.
     Exited(i32),
     /// The command could not be started: this errno.
@@ -251,8 +261,7 @@ impl Status {
 
     pub fn encode(self) -> [u8; Self::SIZE] {
         let (tag, value) = match self {
-            Status::Started(v) => (1u32, v),
-            Status::Exited(v) => (2, v),
+            Status::Exited(v) => (2u32, v),
             Status::SpawnFailed(v) => (3, v),
             Status::Reclaimed(v) => (4, v),
         };
@@ -266,7 +275,6 @@ impl Status {
         let tag = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
         let value = i32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
         match tag {
-            1 => Some(Status::Started(value)),
             2 => Some(Status::Exited(value)),
             3 => Some(Status::SpawnFailed(value)),
             4 => Some(Status::Reclaimed(value)),
@@ -283,25 +291,33 @@ mod tests {
     fn requests_round_trip() {
         for request in [
             Request::Run {
+                id: 1,
                 command: b"echo \"hi\"\n\x01".to_vec(),
                 reclaim: false,
             },
             Request::Run {
+                id: u32::MAX,
                 command: b"true".to_vec(),
                 reclaim: true,
             },
-            Request::KillCommand { pid: 42 },
+            Request::Run {
+                id: 3,
+                command: Vec::new(),
+                reclaim: false,
+            },
+            Request::KillCommand { id: 42 },
         ] {
             assert_eq!(Request::decode(&request.encode()), Some(request));
         }
         assert_eq!(Request::decode(b""), None);
         assert_eq!(Request::decode(b"K12"), None);
+        assert_eq!(Request::decode(b"K1234x"), None);
+        assert_eq!(Request::decode(b"Rabc"), None);
     }
 
     #[test]
     fn status_records_round_trip() {
         for status in [
-            Status::Started(7),
             Status::Exited(137 << 8),
             Status::SpawnFailed(libc::ENOENT),
             Status::Reclaimed(509),
@@ -309,5 +325,7 @@ mod tests {
             assert_eq!(Status::decode(status.encode()), Some(status));
         }
         assert_eq!(Status::decode([9, 0, 0, 0, 0, 0, 0, 0]), None);
+        // The retired `Started` record is not read as anything.
+        assert_eq!(Status::decode([1, 0, 0, 0, 7, 0, 0, 0]), None);
     }
 }

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use serde_json::{json, Value};
 use shellgate_model::run::{HostError, Sandbox};
-use shellgate_model::tools::{Environment, ShellShape, Tools};
+use shellgate_model::tools::{Environment, Tools};
 use shellgate_sandbox::backend::{CommandResult, RunRequest};
 use shellgate_wire::CreateContainer;
 
@@ -71,13 +71,11 @@ impl Reuse {
     /// this replayed conversation. OpenAI's `shell` keeps OpenAI's rule (a
     /// new container each response) unless a session id is given.
     pub fn pick(tools: &Tools, session: Option<&Value>, items: &[Value]) -> Reuse {
-        let openrouter = tools.shell_shape == ShellShape::OpenRouter
-            || tools.bash.as_ref().is_some_and(|b| b.hosted.is_some());
         if let Some(key) = session_key(session) {
             return Reuse::Session(key);
         }
         match replayed_container(items) {
-            Some(id) if openrouter => Reuse::Replayed(id),
+            Some(id) if tools.openrouter() => Reuse::Replayed(id),
             _ => Reuse::Fresh,
         }
     }
@@ -129,7 +127,9 @@ pub struct Hosted {
 
 /// Checks the hosted tools' environment (the referenced container exists;
 /// a `container_auto`'s policy, limits, image and skills are valid) and
-/// sets up its sandbox. `param` names the tools in errors.
+/// sets up its sandbox. A container continued by [`Reuse`] keeps what it
+/// was made with (its policy, files and skills: seeds/004, the policy is
+/// fixed when the container starts).
 pub async fn prepare(
     state: &Arc<AppState>,
     project: &str,
@@ -175,8 +175,6 @@ pub async fn prepare(
         }
         Some(Environment::Local { .. }) | None => {}
     }
-    let openrouter = tools.shell_shape == ShellShape::OpenRouter
-        || tools.bash.as_ref().is_some_and(|b| b.hosted.is_some());
     let sandbox = tools.hosted_environment().map(|environment| {
         Arc::new(HostedShell {
             state: Arc::clone(state),
@@ -184,7 +182,7 @@ pub async fn prepare(
             environment: environment.clone(),
             auto,
             reuse,
-            sleep_after: openrouter.then_some(tools.sleep_after_seconds),
+            sleep_after: tools.openrouter().then_some(tools.sleep_after_seconds),
             container: tokio::sync::Mutex::new(None),
             request: request.to_owned(),
             time: Mutex::new((0.0, 0)),

@@ -23,40 +23,23 @@ use crate::sys;
 /// first frees the slots of a runaway (bash needs a few to run anything).
 const PROCESS_HEADROOM: u64 = 4;
 
-/// Kills a started command if its future is dropped before it ends.
-///
-/// If its pid is not known yet, the `Started` record may already sit in the
-/// status pipe: it is read here, without waiting. If init has not written
-/// it yet, it will find the pipe closed when it does, and kills the command
-/// itself (see `helper::init`).
+/// Kills a started command if its future is dropped before it ends. (Init
+/// also kills it when the status pipe's read end, dropped with the future,
+/// closes: this only makes it immediate.)
 struct KillOnDrop<'a> {
     running: &'a Running,
-    pid: Option<i32>,
+    id: u32,
     ended: bool,
-    /// The status pipe's read end (non-blocking), open while this lives.
-    status: std::os::fd::RawFd,
 }
 
 impl Drop for KillOnDrop<'_> {
     fn drop(&mut self) {
-        if self.ended {
-            return;
-        }
-        if self.pid.is_none() {
-            let mut record = [0u8; Status::SIZE];
-            if let Ok(Status::SIZE) = sys::read(self.status, &mut record) {
-                if let Some(Status::Started(pid)) = Status::decode(record) {
-                    self.pid = Some(pid);
-                }
-            }
-        }
-        if let Some(pid) = self.pid {
-            self.running.send_now(&Request::KillCommand { pid });
+        if !self.ended {
+            self.running.send_now(&Request::KillCommand { id: self.id });
         }
     }
 }
 
-/// Why shellgate adds a line to a command's stderr.
 fn note(text: &str) -> String {
     format!("shellgate: {text}\n")
 }
@@ -200,9 +183,11 @@ impl LocalEngine {
         let (stdout_read, stdout_write) = sys::pipe().context(|| "pipe".into())?;
         let (stderr_read, stderr_write) = sys::pipe().context(|| "pipe".into())?;
         let (status_read, status_write) = sys::pipe().context(|| "pipe".into())?;
+        let id = running.next_command();
         running
             .send(
                 &Request::Run {
+                    id,
                     command: command.as_bytes().to_vec(),
                     reclaim,
                 },
@@ -220,9 +205,8 @@ impl LocalEngine {
         // Declared after the pipes, so dropped before them.
         let mut guard = KillOnDrop {
             running,
-            pid: None,
+            id,
             ended: false,
-            status: std::os::fd::AsRawFd::as_raw_fd(&status),
         };
         let mut out = CappedOutput::new(max_output_length);
         let mut err = CappedOutput::new(max_output_length);
@@ -277,12 +261,6 @@ impl LocalEngine {
                             let record: [u8; Status::SIZE] = status_bytes[..Status::SIZE].try_into().unwrap_or_default();
                             status_bytes.drain(..Status::SIZE);
                             match Status::decode(record) {
-                                Some(Status::Started(p)) => {
-                                    guard.pid = Some(p);
-                                    if timed_out {
-                                        let _ = running.send(&Request::KillCommand { pid: p }, &[]).await;
-                                    }
-                                }
                                 Some(Status::Exited(s)) => {
                                     exit_status = Some(s);
                                     guard.ended = true;
@@ -301,9 +279,7 @@ impl LocalEngine {
                 },
                 () = &mut deadline_sleep, if !timed_out && status_open => {
                     timed_out = true;
-                    if let Some(p) = guard.pid {
-                        let _ = running.send(&Request::KillCommand { pid: p }, &[]).await;
-                    }
+                    let _ = running.send(&Request::KillCommand { id }, &[]).await;
                     // If init never reports the exit (it died), give up after a while.
                     stop_reading_at = Instant::now() + Duration::from_secs(5);
                     stop_sleep.as_mut().reset(stop_reading_at);

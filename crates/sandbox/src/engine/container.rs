@@ -43,11 +43,20 @@ pub(super) struct Running {
     pub limits_seen: Mutex<LimitEvents>,
     /// The egress proxy serving this container's sockets, while it runs.
     _egress: Option<shellgate_egress::proxy::Serving>,
+    /// The last number given to a command (init knows commands by it).
+    commands: std::sync::atomic::AtomicU32,
 }
 
 impl Running {
     pub fn alive(&self) -> bool {
         !*self.exited.borrow()
+    }
+
+    /// A number for the next command, unique while this init lives.
+    pub fn next_command(&self) -> u32 {
+        self.commands
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            .wrapping_add(1)
     }
 
     /// Sends one request, with descriptors attached.
@@ -298,6 +307,7 @@ impl LocalEngine {
             counters,
             limits_seen,
             _egress: egress,
+            commands: std::sync::atomic::AtomicU32::new(0),
         }))
     }
 

@@ -186,8 +186,26 @@ fn reclaim(running: &mut HashMap<libc::pid_t, RunningCommand>) -> i32 {
 
 /// A command init started and still waits for.
 struct RunningCommand {
+    /// The engine's number for it (`Request::KillCommand` names it).
+    id: u32,
     status: OwnedFd,
     marker: Option<u32>,
+    /// Killed because the engine stopped waiting for it: its status pipe is
+    /// no longer watched (it would report the same hang-up for ever).
+    abandoned: bool,
+}
+
+/// Kills a running command's process group and every process carrying its
+/// marker.
+fn kill_command(pid: libc::pid_t, running: &mut HashMap<libc::pid_t, RunningCommand>) {
+    let Some(marker) = running.get(&pid).map(|c| c.marker) else {
+        return;
+    };
+    // SAFETY: kill with a negative pid signals that process group.
+    unsafe { libc::kill(-pid, libc::SIGKILL) };
+    if let Some(marker) = marker {
+        kill_marked(marker, running);
+    }
 }
 
 pub fn run(spec: &HelperSpec, control: RawFd) -> ! {
@@ -427,32 +445,45 @@ fn send_status(fd: &OwnedFd, status: Status) {
     let _ = sys::write_all(fd.as_raw_fd(), &status.encode());
 }
 
-/// Whether the engine still waits for this command (its end of the status
-/// pipe is open): a write of the record succeeds.
-fn announce(fd: &OwnedFd, status: Status) -> bool {
-    sys::write_all(fd.as_raw_fd(), &status.encode()).is_ok()
-}
-
 fn serve(launcher: &Launcher, signals: &OwnedFd, control: RawFd) -> ! {
     let mut running: HashMap<libc::pid_t, RunningCommand> = HashMap::new();
     let mut markers = Markers::new();
     let mut buf = vec![0u8; MAX_MESSAGE];
+    let mut fds: Vec<libc::pollfd> = Vec::new();
+    let mut watched: Vec<libc::pid_t> = Vec::new();
     loop {
-        let mut fds = [
-            libc::pollfd {
-                fd: control,
+        // The control socket, the signals, and the status pipe of every
+        // running command: the engine closing its end (a caller that gave
+        // up, whatever the reason) shows as POLLERR, and the command is
+        // killed, without the engine having to be woken while it runs.
+        fds.clear();
+        watched.clear();
+        for fd in [control, signals.as_raw_fd()] {
+            fds.push(libc::pollfd {
+                fd,
                 events: libc::POLLIN,
                 revents: 0,
-            },
-            libc::pollfd {
-                fd: signals.as_raw_fd(),
-                events: libc::POLLIN,
+            });
+        }
+        for (pid, command) in running.iter().filter(|(_, c)| !c.abandoned) {
+            fds.push(libc::pollfd {
+                fd: command.status.as_raw_fd(),
+                events: 0,
                 revents: 0,
-            },
-        ];
-        // SAFETY: `fds` is a valid array of two pollfds.
-        if unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) } < 0 {
+            });
+            watched.push(*pid);
+        }
+        // SAFETY: `fds` is a valid array of `fds.len()` pollfds.
+        if unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) } < 0 {
             continue; // EINTR
+        }
+        for (pid, fd) in watched.iter().zip(&fds[2..]) {
+            if fd.revents & (libc::POLLERR | libc::POLLHUP) != 0 {
+                kill_command(*pid, &mut running);
+                if let Some(command) = running.get_mut(pid) {
+                    command.abandoned = true;
+                }
+            }
         }
         if fds[1].revents != 0 {
             drain_signals(signals);
@@ -502,6 +533,7 @@ fn handle(
 ) {
     match Request::decode(message) {
         Some(Request::Run {
+            id,
             command,
             reclaim: reclaim_first,
         }) => {
@@ -534,27 +566,25 @@ fn handle(
                     // Our copies of the output pipes must close, or the engine
                     // would never see end-of-file.
                     drop((stdout, stderr));
-                    if !announce(&status, Status::Started(pid)) {
-                        // Nobody waits for it (the engine gave up before it
-                        // started: a cancelled request): it must not run.
-                        // SAFETY: kill with a negative pid signals the group.
-                        unsafe { libc::kill(-pid, libc::SIGKILL) };
-                        if let Some(marker) = marker {
-                            kill_marked(marker, running);
-                        }
-                    }
-                    running.insert(pid, RunningCommand { status, marker });
+                    running.insert(
+                        pid,
+                        RunningCommand {
+                            id,
+                            status,
+                            marker,
+                            abandoned: false,
+                        },
+                    );
                 }
             }
         }
-        Some(Request::KillCommand { pid }) => {
-            let Some(marker) = running.get(&pid).map(|c| c.marker) else {
-                return;
-            };
-            // SAFETY: kill with a negative pid signals that process group.
-            unsafe { libc::kill(-pid, libc::SIGKILL) };
-            if let Some(marker) = marker {
-                kill_marked(marker, running);
+        Some(Request::KillCommand { id }) => {
+            let pid = running
+                .iter()
+                .find(|(_, command)| command.id == id)
+                .map(|(pid, _)| *pid);
+            if let Some(pid) = pid {
+                kill_command(pid, running);
             }
         }
         None => {}
