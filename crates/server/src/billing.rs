@@ -1,12 +1,13 @@
-//! Command time, written to the store in batches.
+//! Command time and the command audit, written to the store in batches.
 //!
-//! Every exec bills its commands' time and renews its container's expiry.
-//! Written one by one, that is a store write (a trip to a blocking thread)
-//! per exec; under load the writes of many execs are gathered and written in
-//! one transaction instead. A write never waits for the answer to its
-//! request, and happens whatever the client does; anything that ends a
-//! session (suspension, deletion, shutdown) flushes first, so no second of a
-//! command is lost or billed to a session it did not belong to.
+//! Every exec bills its commands' time, renews its container's expiry and
+//! records its commands in the audit. Written one by one, that is a store
+//! write (a trip to a blocking thread and a transaction) per exec; under
+//! load the writes of many execs are gathered and written in one trip
+//! instead. A write never waits for the answer to its request, and happens
+//! whatever the client does; anything that ends a session (suspension,
+//! deletion, shutdown) flushes first, so no second of a command is lost or
+//! billed to a session it did not belong to.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,21 +15,26 @@ use std::sync::{Arc, Mutex};
 
 use crate::{now, AppState};
 
-/// Time gathered per container: (latest activity, command seconds).
+/// What waits to be written.
+#[derive(Default)]
+struct Pending {
+    /// Per container: (latest activity, command seconds).
+    activity: HashMap<String, (i64, f64)>,
+    /// Audit rows, in the order their commands ran.
+    commands: Vec<shellgate_store::CommandRow>,
+}
+
+/// Writes gathered in memory, flushed by at most one task at a time.
 #[derive(Default)]
 pub struct Billing {
-    pending: Mutex<HashMap<String, (i64, f64)>>,
+    pending: Mutex<Pending>,
     /// Whether a flush task is running.
     flushing: AtomicBool,
 }
 
 impl Billing {
-    fn take(&self) -> Vec<(String, i64, f64)> {
-        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        pending
-            .drain()
-            .map(|(id, (at, seconds))| (id, at, seconds))
-            .collect()
+    fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -37,15 +43,16 @@ impl AppState {
     /// soon, in a batch.
     pub(crate) fn bill(self: &Arc<Self>, id: &str, seconds: f64) {
         {
-            let mut pending = self
-                .billing
-                .pending
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            let entry = pending.entry(id.to_owned()).or_insert((0, 0.0));
+            let mut pending = self.billing.pending();
+            let entry = pending.activity.entry(id.to_owned()).or_insert((0, 0.0));
             entry.0 = entry.0.max(now());
             entry.1 += seconds;
         }
+        self.flush_soon();
+    }
+
+    /// Starts a flush task unless one runs; it goes on while writes arrive.
+    fn flush_soon(self: &Arc<Self>) {
         if self.billing.flushing.swap(true, Ordering::SeqCst) {
             return;
         }
@@ -56,12 +63,10 @@ impl AppState {
                 state.billing.flushing.store(false, Ordering::SeqCst);
                 // Something may have arrived after the last take: go on
                 // unless another flush task already took over.
-                let more = !state
-                    .billing
-                    .pending
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .is_empty();
+                let more = {
+                    let pending = state.billing.pending();
+                    !pending.activity.is_empty() || !pending.commands.is_empty()
+                };
                 if !more || state.billing.flushing.swap(true, Ordering::SeqCst) {
                     return;
                 }
@@ -69,8 +74,8 @@ impl AppState {
         });
     }
 
-    /// Records the commands of a run in the command audit (in a task of its
-    /// own: the answer does not wait for it).
+    /// Records the commands of a run in the command audit, soon, in a batch
+    /// (the answer does not wait for it).
     pub(crate) fn audit(
         self: &Arc<Self>,
         project: &str,
@@ -105,23 +110,45 @@ impl AppState {
         if rows.is_empty() {
             return;
         }
-        let state = Arc::clone(self);
-        tokio::spawn(async move {
-            if let Err(e) = state.db(move |s| s.record_commands(&rows)).await {
-                tracing::error!("could not record commands in the audit: {}", e.message);
-            }
-        });
+        self.billing.pending().commands.extend(rows);
+        self.flush_soon();
     }
 
-    /// Writes everything gathered so far.
+    /// Writes everything gathered so far, in one trip to the store.
     pub(crate) async fn flush_billing(&self) {
-        let batch = self.billing.take();
-        if batch.is_empty() {
+        let Pending { activity, commands } = std::mem::take(&mut *self.billing.pending());
+        if activity.is_empty() && commands.is_empty() {
             return;
         }
-        let written = self.db(move |s| s.record_activities(&batch)).await;
-        if let Err(e) = written {
-            tracing::error!("could not record command time: {}", e.message);
+        let activity: Vec<(String, i64, f64)> = activity
+            .into_iter()
+            .map(|(id, (at, seconds))| (id, at, seconds))
+            .collect();
+        let written = self
+            .db(move |s| {
+                // Each written whatever the other does: time is billed even
+                // if the audit cannot be written.
+                let billed = match activity.is_empty() {
+                    true => Ok(()),
+                    false => s.record_activities(&activity),
+                };
+                let audited = match commands.is_empty() {
+                    true => Ok(()),
+                    false => s.record_commands(&commands),
+                };
+                Ok((billed, audited))
+            })
+            .await;
+        match written {
+            Ok((billed, audited)) => {
+                if let Err(e) = billed {
+                    tracing::error!("could not record command time: {e}");
+                }
+                if let Err(e) = audited {
+                    tracing::error!("could not record commands in the audit: {e}");
+                }
+            }
+            Err(e) => tracing::error!("could not record command time: {}", e.message),
         }
     }
 }

@@ -591,6 +591,8 @@ pub async fn commands(
 ) -> ApiResult<Json<List<serde_json::Value>>> {
     owned(&state, &project, &id).await?;
     let page = params.page()?;
+    // Commands that ended wait in a batch: the listing shows them all.
+    state.flush_billing().await;
     let key = id.clone();
     let (rows, has_more) = state.db(move |s| s.list_commands(&key, &page)).await?;
     let data = rows
