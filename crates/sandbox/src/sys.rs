@@ -48,6 +48,21 @@ pub fn is_tmpfs(path: &Path) -> bool {
     ret == 0 && unsafe { stat.assume_init() }.f_type == TMPFS_MAGIC
 }
 
+/// The capability that lowers a process's OOM score below its minimum.
+pub const CAP_SYS_RESOURCE: u32 = 24;
+
+/// Whether this process has capability `cap` (e.g. [`CAP_SYS_RESOURCE`])
+/// in its effective set, as `/proc/self/status` says.
+pub fn has_capability(cap: u32) -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
+            u64::from_str_radix(hex.trim(), 16).ok()
+        })
+        .is_some_and(|effective| cap < 64 && effective & (1u64 << cap) != 0)
+}
+
 /// Whether `program` is an executable file in a directory of `PATH`, as
 /// running it by name would find it (without running it).
 pub fn on_path(program: &str) -> bool {

@@ -196,6 +196,18 @@ pub async fn open(config: Config, helper_binary: PathBuf) -> Result<Arc<AppState
     let (engine, warnings) = LocalEngine::open(engine_config)
         .await
         .map_err(|e| ServeError::Setup(format!("sandbox engine: {e}")))?;
+    let mut warnings = warnings;
+    if shellgate_sandbox::sys::geteuid() == 0
+        && !shellgate_sandbox::sys::has_capability(shellgate_sandbox::sys::CAP_SYS_RESOURCE)
+    {
+        // Lowering init's OOM score (the helper's -1000) needs it.
+        warnings.push(
+            "no CAP_SYS_RESOURCE: containers' init processes cannot be shielded from the OOM \
+             killer, so a container whose memory fills with files (tmpfs, shared memory) may \
+             lose its init, and its processes with it"
+                .to_owned(),
+        );
+    }
     for warning in warnings {
         tracing::warn!("{warning}");
     }

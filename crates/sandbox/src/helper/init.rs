@@ -55,6 +55,15 @@ struct Launcher {
     change_ids: bool,
 }
 
+/// This process's OOM score adjustment, if it can be read.
+fn own_oom_score_adj() -> Option<i32> {
+    std::fs::read_to_string("/proc/self/oom_score_adj")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// Supplementary group ids that mark a command's processes.
 ///
 /// Every command gets one as its only supplementary group. Without
@@ -298,7 +307,11 @@ fn setup(spec: &HelperSpec) -> Result<(Launcher, OwnedFd, Option<ProxySockets>),
         dash_c: c"-c".to_owned(),
         workdir: CString::new(WORKDIR).map_err(|e| e.to_string())?,
         oom_score_adj: c"/proc/self/oom_score_adj".to_owned(),
-        reset_oom_score: !spec.rootless,
+        // Only a score the helper really lowered needs undoing: without
+        // CAP_SYS_RESOURCE (some hosts drop it even for root) init stays at
+        // 0, commands inherit 0, and the reset would cost every command an
+        // open of /proc for nothing (~50 µs). Unreadable: reset, to be safe.
+        reset_oom_score: !spec.rootless && own_oom_score_adj().is_none_or(|score| score < 0),
         sandbox_uid: spec.sandbox_uid,
         sandbox_gid: spec.sandbox_gid,
         change_ids: !spec.rootless,
