@@ -180,3 +180,37 @@ def test_sandbox_keeps_the_host_read_only_but_the_working_directory(server, work
         assert left == [], left
     finally:
         subprocess.run(["rm", "-rf", str(outside)], check=False)
+
+
+def test_sandbox_works_for_an_ordinary_user(server):
+    """`--sandbox` without root: the same engine in rootless mode (the user
+    alone mapped to the sandbox user), without cgroup limits it cannot make
+    and says so."""
+    top = Path(tempfile.mkdtemp(prefix="shellgate-local-user-", dir="/var/tmp"))
+    try:
+        binary, work, data = top / "shellgate", top / "work", top / "data"
+        work.mkdir()
+        data.mkdir()
+        subprocess.run(["cp", str(BINARY), str(binary)], check=True)
+        subprocess.run(["chown", "-R", "65534:65534", str(top)], check=True)
+        os.chmod(top, 0o755)
+        task = "Execute: echo mine > mine.txt; id -un; echo x > /var/tmp/not-here 2>&1 | head -1"
+        done = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--", str(binary),
+             "local", "--base-url", server.base_url, "--model", "scripted", "--api-key", KEY_A,
+             "--approve", "never-ask", "--sandbox", "--data-dir", str(data),
+             "--audit", str(work / "audit.jsonl"), task],
+            cwd=work, capture_output=True, text=True, timeout=120,
+            env={"PATH": "/usr/bin:/bin", "HOME": str(work), "SHELLGATE_LOG": "warn"})
+        assert done.returncode == 0, done.stderr
+        # Written in the working directory, as that user, on the host.
+        assert (work / "mine.txt").read_text() == "mine\n"
+        assert (work / "mine.txt").stat().st_uid == 65534
+        assert "sandbox" in done.stdout.replace("\\n", "\n")
+        # Nothing outside it: a read-only file system.
+        assert not Path("/var/tmp/not-here").exists()
+        assert "Read-only file system" in done.stderr
+        # It says which limits it could not have.
+        assert "limit is off" in done.stderr
+    finally:
+        subprocess.run(["rm", "-rf", str(top)], check=False)
