@@ -133,6 +133,16 @@ impl Cgroups {
         Ok(procs)
     }
 
+    /// The single cgroup v2 directory of `id`, where a process can be born
+    /// directly (`clone3` with `CLONE_INTO_CGROUP`); `None` on v1, where
+    /// processes must be moved into each hierarchy.
+    pub fn unified_dir(&self, id: &str) -> Option<PathBuf> {
+        match self {
+            Cgroups::V2 { base } => Some(base.join(id)),
+            _ => None,
+        }
+    }
+
     /// Sets (or changes) the limits of an existing cgroup.
     pub fn apply(&self, slot: &str, spec: &ContainerSpec) -> io::Result<()> {
         for (controller, dir) in self.dirs(slot) {

@@ -1,10 +1,11 @@
 //! Spawning, enrolling and reaping sandbox helpers.
 //!
 //! A helper is the `shellgate` binary re-executed with `__sandbox-helper`
-//! (see [`crate::helper`]). Starting one costs an exec and a cgroup
-//! migration (several milliseconds on cgroup v1, which waits for RCU grace
-//! periods), so the engine keeps a few *spare* helpers already enrolled in
-//! fresh cgroups; a container start then only sends the spec.
+//! (see [`crate::helper`]). Starting one costs an exec and, on cgroup v1, a
+//! cgroup migration (several milliseconds: it waits for an RCU grace
+//! period; on v2 the helper is born in its cgroup instead), so the engine
+//! keeps a few *spare* helpers already enrolled in fresh cgroups; a
+//! container start then only sends the spec.
 
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -55,15 +56,21 @@ impl Helper {
         let cgroup_procs = cgroups
             .create(&slot, limits)
             .context(|| format!("create cgroup {slot}"))?;
-        // The engine, not the helper, moves the helper into its cgroups,
-        // as soon as it exists: the first migration after a quiet spell
-        // waits for an RCU grace period (7–12 ms here, see BENCHMARKS.md),
-        // and this way that wait overlaps the helper's own start (loading
-        // a large binary) instead of following it. The helper still waits
-        // for the (now empty) enrollment before it makes anything.
+        // On cgroup v2 the helper is born in its cgroup (no migration at
+        // all). Elsewhere the engine, not the helper, moves it into its
+        // cgroups as soon as it exists: the first migration after a quiet
+        // spell waits for an RCU grace period (7–20 ms, see BENCHMARKS.md),
+        // and this way that wait overlaps the helper's own start (loading a
+        // large binary) instead of following it. Either way the helper
+        // waits for the (empty) enrollment before it makes anything.
         let enrollment = serde_json::to_vec(&Enrollment {})
             .map_err(|e| SandboxError::Setup(format!("encode enrollment: {e}")))?;
-        let (helper, pid) = match Self::launch(binary, slot.clone()) {
+        let into = cgroups
+            .unified_dir(&slot)
+            .and_then(|dir| std::fs::File::open(dir).ok())
+            .map(OwnedFd::from);
+        let (helper, pid, born_in_cgroup) = match Self::launch(binary, slot.clone(), into.as_ref())
+        {
             Ok(launched) => launched,
             Err(e) => {
                 let _ = cgroups.remove(&slot, Duration::from_secs(2)).await;
@@ -72,6 +79,11 @@ impl Helper {
         };
         let enrolled = async {
             let pid = pid.to_string();
+            let cgroup_procs = if born_in_cgroup {
+                Vec::new()
+            } else {
+                cgroup_procs
+            };
             tokio::task::spawn_blocking(move || {
                 for procs in &cgroup_procs {
                     sys::write_file(procs, &pid).map_err(|e| {
@@ -107,11 +119,16 @@ impl Helper {
         }
     }
 
-    /// Starts the helper process with its end of a new control socket;
-    /// returns it and its pid.
-    fn launch(binary: &Path, slot: String) -> Result<(Helper, libc::pid_t), SandboxError> {
+    /// Starts the helper process with its end of a new control socket,
+    /// born in the cgroup v2 directory `into` if given and the kernel can;
+    /// returns it, its pid and whether it was born there.
+    fn launch(
+        binary: &Path,
+        slot: String,
+        into: Option<&OwnedFd>,
+    ) -> Result<(Helper, libc::pid_t, bool), SandboxError> {
         let (ours, theirs) = sys::seqpacket_pair().context(|| "socketpair".into())?;
-        let pid = spawn_helper(binary, &theirs)
+        let (pid, born_in_cgroup) = spawn_helper(binary, &theirs, into)
             .context(|| format!("start helper {}", binary.display()))?;
         drop(theirs);
         let pidfd = sys::pidfd_open(pid).context(|| "pidfd of helper".into())?;
@@ -124,12 +141,13 @@ impl Helper {
                 slot,
             },
             pid,
+            born_in_cgroup,
         ))
     }
 
     /// A helper enrolled in no cgroup, for work that starts no container.
     async fn spawn_unenrolled(binary: &Path) -> Result<Helper, SandboxError> {
-        let (helper, _) = Self::launch(binary, String::new())?;
+        let (helper, _, _) = Self::launch(binary, String::new(), None)?;
         let enrollment = serde_json::to_vec(&Enrollment {})
             .map_err(|e| SandboxError::Setup(format!("encode enrollment: {e}")))?;
         send_raw(&helper.control, &enrollment).await?;
@@ -372,12 +390,28 @@ async fn reap(pidfd: OwnedFd) {
 /// ptrace access to init, which is not dumpable.)
 const HELPER_ARGV0: &CStr = c"shellgate";
 
-/// Starts the helper with `posix_spawn` (a vfork-style clone: safe and cheap
-/// from a multithreaded server, unlike fork), the control socket on fd 3.
-fn spawn_helper(binary: &Path, control: &OwnedFd) -> std::io::Result<libc::pid_t> {
+/// Starts the helper, the control socket on fd 3: born in the cgroup v2
+/// directory `into` (`clone3` with `CLONE_INTO_CGROUP`, see
+/// [`sys::spawn_in_cgroup`]) when given and the kernel can, else with
+/// `posix_spawn` (a vfork-style clone: safe and cheap from a multithreaded
+/// server, unlike fork). Returns its pid and whether it was born in `into`.
+fn spawn_helper(
+    binary: &Path,
+    control: &OwnedFd,
+    into: Option<&OwnedFd>,
+) -> std::io::Result<(libc::pid_t, bool)> {
     let path = sys::cstr(binary)?;
     let arg = CString::new(HELPER_ARG).map_err(std::io::Error::other)?;
     let argv = [HELPER_ARGV0.as_ptr(), arg.as_ptr(), std::ptr::null()];
+    if let Some(cgroup) = into {
+        match sys::spawn_in_cgroup(&path, &argv, control.as_raw_fd(), cgroup.as_raw_fd()) {
+            Ok(pid) => return Ok((pid, true)),
+            // An older kernel (no clone3, no CLONE_INTO_CGROUP) or a
+            // cgroup it may not start processes in: the caller moves the
+            // helper instead, as on v1.
+            Err(e) => tracing::debug!("cannot start the helper in its cgroup ({e}); moving it"),
+        }
+    }
     let envp: [*const libc::c_char; 1] = [std::ptr::null()];
     let dev_null = c"/dev/null";
     let mut pid: libc::pid_t = 0;
@@ -426,5 +460,5 @@ fn spawn_helper(binary: &Path, control: &OwnedFd) -> std::io::Result<libc::pid_t
             return Err(std::io::Error::from_raw_os_error(ret));
         }
     }
-    Ok(pid)
+    Ok((pid, false))
 }

@@ -48,6 +48,104 @@ pub fn is_tmpfs(path: &Path) -> bool {
     ret == 0 && unsafe { stat.assume_init() }.f_type == TMPFS_MAGIC
 }
 
+/// `clone3`'s flag that starts the child in the cgroup (v2) `cgroup` names.
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// `struct clone_args` of `clone3(2)` (the version with `cgroup`).
+#[repr(C, align(8))]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+/// Starts `program` with `argv` and an empty environment, born in the
+/// cgroup v2 directory open at `cgroup`, with `fd` as its descriptor 3,
+/// `/dev/null` as 0 and 1, and no blocked signals; returns its pid once it
+/// has exec'd (`CLONE_VFORK`).
+///
+/// Why not `posix_spawn` and then a write to `cgroup.procs`: moving a
+/// process between cgroups takes the kernel's global migration lock for
+/// writing, which after a quiet spell waits for an RCU grace period
+/// (7–20 ms, BENCHMARKS.md); a process born into its cgroup takes it only
+/// for reading. The child is a copy-on-write fork of this (possibly
+/// multithreaded) process without shared memory, so between `clone3` and
+/// `execve` it makes only async-signal-safe system calls on values prepared
+/// before, and never allocates.
+pub fn spawn_in_cgroup(
+    program: &std::ffi::CStr,
+    argv: &[*const libc::c_char],
+    fd: RawFd,
+    cgroup: RawFd,
+) -> io::Result<libc::pid_t> {
+    const TARGET_FD: RawFd = 3;
+    if argv.last() != Some(&std::ptr::null()) {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let envp: [*const libc::c_char; 1] = [std::ptr::null()];
+    let dev_null = c"/dev/null";
+    let mut args = CloneArgs {
+        flags: libc::CLONE_VFORK as u64 | CLONE_INTO_CGROUP,
+        exit_signal: libc::SIGCHLD as u64,
+        cgroup: cgroup as u64,
+        ..CloneArgs::default()
+    };
+    // SAFETY: `args` is a valid clone_args of the size passed. Without
+    // CLONE_VM the child has its own (copied) memory, and CLONE_VFORK
+    // suspends this thread until the child execs or exits.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &mut args as *mut CloneArgs,
+            size_of::<CloneArgs>(),
+        )
+    };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        // SAFETY: in the child, only async-signal-safe calls on values made
+        // before the clone; every path ends in execve or _exit.
+        unsafe {
+            let onto = |from: RawFd, to: RawFd| {
+                if from == to {
+                    // Already there: keep it open across exec.
+                    libc::fcntl(to, libc::F_SETFD, 0) >= 0
+                } else {
+                    libc::dup2(from, to) >= 0
+                }
+            };
+            if !onto(fd, TARGET_FD) {
+                libc::_exit(127);
+            }
+            for (target, mode) in [(0, libc::O_RDONLY), (1, libc::O_WRONLY)] {
+                let null = libc::open(dev_null.as_ptr(), mode);
+                if null < 0 || !onto(null, target) {
+                    libc::_exit(127);
+                }
+                if null != target {
+                    libc::close(null);
+                }
+            }
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+            libc::execve(program.as_ptr(), argv.as_ptr(), envp.as_ptr());
+            libc::_exit(127);
+        }
+    }
+    Ok(pid as libc::pid_t)
+}
+
 /// The capability that lowers a process's OOM score below its minimum.
 pub const CAP_SYS_RESOURCE: u32 = 24;
 
@@ -459,6 +557,62 @@ mod tests {
         let mut out = [0u8; 32];
         let n = read(read_end.as_raw_fd(), &mut out).unwrap();
         assert_eq!(&out[..n], b"via passed fd");
+    }
+
+    /// A process started into a cgroup v2 directory is in it from its first
+    /// instruction (needs root and a cgroup v2 hierarchy: the unified one of
+    /// a hybrid host, or the only one).
+    #[test]
+    fn a_process_is_born_in_its_cgroup() {
+        use std::io::Read;
+        let (mount, own) =
+            match std::fs::read_to_string("/proc/self/cgroup")
+                .ok()
+                .and_then(|text| {
+                    let own = text.lines().find_map(|l| l.strip_prefix("0::"))?.to_owned();
+                    let mount = ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]
+                        .into_iter()
+                        .find(|m| Path::new(m).join("cgroup.controllers").exists())?;
+                    Some((mount, own))
+                }) {
+                Some(found) if geteuid() == 0 => found,
+                _ => return,
+            };
+        let name = format!("shellgate-born-{}", std::process::id());
+        let dir = Path::new(mount)
+            .join(own.trim_start_matches('/'))
+            .join(&name);
+        if std::fs::create_dir(&dir).is_err() {
+            return;
+        }
+        let cgroup = std::fs::File::open(&dir).unwrap();
+        let (read, write) = pipe().unwrap();
+        let program = c"/bin/sh";
+        let script = c"cat /proc/self/cgroup >&3";
+        let argv = [
+            c"sh".as_ptr(),
+            c"-c".as_ptr(),
+            script.as_ptr(),
+            std::ptr::null(),
+        ];
+        let pid = spawn_in_cgroup(program, &argv, write.as_raw_fd(), cgroup.as_raw_fd());
+        drop(write);
+        let mut seen = String::new();
+        let _ = std::fs::File::from(read).read_to_string(&mut seen);
+        let mut status = 0;
+        if let Ok(pid) = pid {
+            // SAFETY: waiting for our own child.
+            unsafe { libc::waitpid(pid, &mut status, 0) };
+        }
+        let _ = std::fs::remove_dir(&dir);
+        pid.unwrap();
+        let line = seen
+            .lines()
+            .find(|l| l.starts_with("0::"))
+            .unwrap_or_default();
+        assert!(line.ends_with(&format!("/{name}")), "{seen}");
+        // A misuse is refused before anything starts.
+        assert!(spawn_in_cgroup(program, &[c"sh".as_ptr()], 0, cgroup.as_raw_fd()).is_err());
     }
 
     #[test]
