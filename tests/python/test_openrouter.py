@@ -380,3 +380,30 @@ def test_messages_errors_use_anthropics_envelope_and_exceptions(server):
     # An upstream failure is an api_error, not a hang or a 200.
     with pytest.raises(anthropic.InternalServerError):
         client.messages.create(model="scripted-500", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_client_that_hangs_up_ends_its_messages_commands(server, stream):
+    import json
+    import socket
+    marker = f"sleep 3{7 if stream else 8}.{uuid.uuid4().int % 1000:03d}"
+    body = json.dumps({"model": "scripted", "max_tokens": 100, "stream": stream, "tools": [SHELL_TOOL],
+                       "messages": [{"role": "user", "content": f"Execute: {marker}"}]}).encode()
+    host, port = server.base_url.split("//")[1].split("/")[0].split(":")
+    client = socket.create_connection((host, int(port)))
+    client.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nx-api-key: " + KEY_A.encode()
+                   + b"\r\nContent-Type: application/json\r\nContent-Length: "
+                   + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+    def running():
+        return subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
+
+    deadline = time.time() + 20
+    while not running():
+        assert time.time() < deadline, "the command never started"
+        time.sleep(0.05)
+    client.close()
+    deadline = time.time() + 10
+    while running():
+        assert time.time() < deadline, "the command outlived its client"
+        time.sleep(0.05)
