@@ -78,22 +78,19 @@ impl Helper {
             }
         };
         let enrolled = async {
-            let pid = pid.to_string();
-            let cgroup_procs = if born_in_cgroup {
-                Vec::new()
-            } else {
-                cgroup_procs
-            };
-            tokio::task::spawn_blocking(move || {
-                for procs in &cgroup_procs {
-                    sys::write_file(procs, &pid).map_err(|e| {
-                        SandboxError::Setup(format!("join cgroup {}: {e}", procs.display()))
-                    })?;
-                }
-                Ok::<_, SandboxError>(())
-            })
-            .await
-            .map_err(|e| SandboxError::Setup(format!("cgroup enrolment: {e}")))??;
+            if !born_in_cgroup {
+                let pid = pid.to_string();
+                tokio::task::spawn_blocking(move || {
+                    for procs in &cgroup_procs {
+                        sys::write_file(procs, &pid).map_err(|e| {
+                            SandboxError::Setup(format!("join cgroup {}: {e}", procs.display()))
+                        })?;
+                    }
+                    Ok::<_, SandboxError>(())
+                })
+                .await
+                .map_err(|e| SandboxError::Setup(format!("cgroup enrolment: {e}")))??;
+            }
             send_raw(&helper.control, &enrollment).await?;
             match recv_report(&helper.control).await? {
                 Some((Report::Enrolled, _)) => Ok(()),

@@ -400,11 +400,11 @@ const LANE_SLOTS: u32 = 4;
 /// in BENCHMARKS.md). What a crash leaves in a lane, the next command to
 /// take it removes, and a reboot clears. Returns the folder and the
 /// directory it was made under.
-fn lanes_root(sandbox_dir: &std::path::Path) -> (PathBuf, PathBuf) {
-    let configured = shellgate_server::Config::load(None, std::env::vars())
-        .ok()
-        .and_then(|c| c.oneshot_dir());
-    if let Some(dir) = configured {
+fn lanes_root(
+    sandbox_dir: &std::path::Path,
+    settings: &shellgate_server::Config,
+) -> (PathBuf, PathBuf) {
+    if let Some(dir) = settings.oneshot_dir() {
         let parent = dir.parent().map(PathBuf::from).unwrap_or_default();
         return (dir, parent);
     }
@@ -438,12 +438,12 @@ fn owned_private_dir(dir: &std::path::Path) -> bool {
     })
 }
 
-fn claim_lane(sandbox_dir: &std::path::Path) -> Result<Lane> {
+fn claim_lane(sandbox_dir: &std::path::Path, settings: &shellgate_server::Config) -> Result<Lane> {
     use std::os::fd::AsRawFd;
     use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir_all(sandbox_dir)
         .with_context(|| format!("cannot create {}", sandbox_dir.display()))?;
-    let (root, base) = lanes_root(sandbox_dir);
+    let (root, base) = lanes_root(sandbox_dir, settings);
     std::fs::create_dir_all(&root).with_context(|| format!("cannot create {}", root.display()))?;
     // Sandboxes run as unprivileged host users: they traverse, never list.
     let _ = std::fs::set_permissions(sandbox_dir, std::fs::Permissions::from_mode(0o711));
@@ -469,12 +469,18 @@ fn claim_lane(sandbox_dir: &std::path::Path) -> Result<Lane> {
     anyhow::bail!("{LANES} one-shot sandboxes are already running")
 }
 
-/// The images directory the server uses: `SHELLGATE_IMAGES_DIR`, else the
-/// engine directory's own.
-fn images_dir(sandbox_dir: &std::path::Path) -> PathBuf {
-    shellgate_server::Config::load(None, std::env::vars())
-        .ok()
-        .and_then(|c| c.images_dir())
+/// The settings the command line's engines take from the environment
+/// (`SHELLGATE_IMAGES_DIR`, `SHELLGATE_ONESHOT_DIR`): the defaults if they
+/// cannot be read.
+fn env_settings() -> shellgate_server::Config {
+    shellgate_server::Config::load(None, std::env::vars()).unwrap_or_default()
+}
+
+/// The images directory the server uses: `images_dir`, else the engine
+/// directory's own.
+fn images_dir(sandbox_dir: &std::path::Path, settings: &shellgate_server::Config) -> PathBuf {
+    settings
+        .images_dir()
         .unwrap_or_else(|| sandbox_dir.join("images"))
 }
 
@@ -494,10 +500,11 @@ pub(crate) async fn open_engine(
     egress: Option<shellgate_sandbox::engine::EgressSettings>,
     map_invoking_user: bool,
 ) -> Result<(LocalEngine, Lane)> {
-    let lane = claim_lane(&sandbox_dir)?;
+    let settings = env_settings();
+    let lane = claim_lane(&sandbox_dir, &settings)?;
     let mut config = EngineConfig::new(lane.dir.clone());
     config.egress = egress;
-    config.images_dir = Some(images_dir(&sandbox_dir));
+    config.images_dir = Some(images_dir(&sandbox_dir, &settings));
     config.prune_images = false;
     config.map_invoking_user = map_invoking_user;
     config.uid_base = ONESHOT_UID_BASE + lane.index * LANE_SLOTS * 65_536;
@@ -633,7 +640,9 @@ async fn exec(data_dir: PathBuf, args: ExecArgs) -> Result<i32> {
 async fn image(data_dir: PathBuf, command: ImageCommand) -> Result<()> {
     if let ImageCommand::List = command {
         // Only reads the store: no engine, no lane, no lock.
-        for image in shellgate_sandbox::image::ImageStore::list_in(&images_dir(&data_dir)) {
+        for image in
+            shellgate_sandbox::image::ImageStore::list_in(&images_dir(&data_dir, &env_settings()))
+        {
             println!("{}\t{}", image.name, image.path.display());
         }
         return Ok(());
