@@ -13,10 +13,131 @@
 //! turns it into (base64 at each alignment, hex, percent- and
 //! JSON-escaping), becomes its placeholder again, in one pass or as a
 //! stream that holds back only as many bytes as the longest form.
+//!
+//! What may be a secret is decided here, once, for every path that accepts
+//! one ([`check_secret`]): a value long and varied enough that masking it
+//! is no oracle and does not garble ordinary output, under a name that
+//! cannot steer the shell, a loader, an interpreter or the proxy settings.
+//!
+//! A value never outlives the process that was given it; what persists is a
+//! [`SecretVerifier`]: for the value and each of its encoded forms, its
+//! length, a rolling hash and a salted SHA-256. A masker made after a
+//! restart recognises the value by those (the rolling hash finds the
+//! candidate windows, the digest confirms them), so output still never
+//! shows a value the server once masked.
 
 use std::sync::Arc;
 
 use aho_corasick::{AhoCorasick, MatchKind};
+use sha2::{Digest, Sha256};
+
+/// Shortest value accepted: shorter ones would make masking an oracle (a
+/// 4-digit value is found by printing every 4-digit number and watching
+/// which one becomes the placeholder) and garble ordinary output.
+pub const MIN_VALUE_BYTES: usize = 16;
+/// Fewest distinct bytes a value must have (`aaaa…`, `1212…` are refused:
+/// they are guessable and occur in ordinary output).
+pub const MIN_DISTINCT_BYTES: usize = 6;
+/// Largest value accepted (the seeds' limit).
+pub const MAX_VALUE_BYTES: usize = 10 * 1024 * 1024;
+
+/// Names no secret may take, compared without regard to case: what the
+/// shell, the dynamic loader, interpreters, git or the engine's own proxy
+/// and CA settings read.
+const RESERVED_NAMES: &[&str] = &[
+    "PATH", "HOME", "SHELL", "USER", "LOGNAME", "IFS", "ENV", "BASH_ENV", "CDPATH", "GLOBIGNORE",
+    "SHELLOPTS", "BASHOPTS", "PS1", "PS2", "PS3", "PS4", "PROMPT_COMMAND", "HISTFILE", "INPUTRC",
+    "PWD", "OLDPWD", "SHLVL", "HOSTNAME", "TERM", "TMPDIR", "LANG", "LANGUAGE", "TZ", "MAIL",
+    "NODE_OPTIONS", "NODE_PATH", "NODE_EXTRA_CA_CERTS", "PERL5OPT", "PERL5LIB", "PERLLIB",
+    "RUBYOPT", "RUBYLIB", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "CLASSPATH",
+    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "FTP_PROXY", "SSL_CERT_FILE",
+    "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "PIP_CERT", "GIT_SSL_CAINFO",
+    "OPENSSL_CONF", "SSLKEYLOGFILE", "GCONV_PATH", "GLIBC_TUNABLES", "HOSTALIASES",
+    "LOCALDOMAIN", "RES_OPTIONS", "CURL_HOME", "WGETRC", "EDITOR", "VISUAL", "PAGER",
+];
+
+/// Name prefixes no secret may take (case-insensitive): whole families of
+/// variables that load code or configuration.
+const RESERVED_PREFIXES: &[&str] = &[
+    "BASH_FUNC_", "LD_", "PYTHON", "GIT_", "NPM_CONFIG_", "PIP_", "LC_", "MALLOC_", "SHELLGATE_",
+    "DYLD_",
+];
+
+/// Why a `domain_secrets` entry is refused (the message names the secret).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SecretRefused {
+    #[error(
+        "{0:?} is not an environment variable name (letters, digits and _, not starting with a \
+         digit, at most 128 characters)"
+    )]
+    InvalidName(String),
+    #[error(
+        "{0} is a reserved variable name (the shell, the loader, interpreters, git or the \
+         container's proxy and CA settings read it); give the secret another name"
+    )]
+    ReservedName(String),
+    #[error(
+        "the value of secret {name} is {length} bytes; at least {MIN_VALUE_BYTES} are required \
+         (a shorter value would be revealed by the masking of command output)"
+    )]
+    TooShort { name: String, length: usize },
+    #[error("the value of secret {name} is longer than {MAX_VALUE_BYTES} bytes")]
+    TooLong { name: String },
+    #[error(
+        "the value of secret {name} has {distinct} distinct bytes; at least \
+         {MIN_DISTINCT_BYTES} are required (it would be guessable, and found in ordinary output)"
+    )]
+    TooPlain { name: String, distinct: usize },
+    #[error(
+        "the value of secret {name} may not contain line breaks or NUL (it goes into HTTP headers)"
+    )]
+    LineBreak { name: String },
+}
+
+/// Checks a secret's name: a valid variable name and not a reserved one.
+pub fn check_name(name: &str) -> Result<(), SecretRefused> {
+    if !valid_name(name) {
+        return Err(SecretRefused::InvalidName(name.to_owned()));
+    }
+    let upper = name.to_ascii_uppercase();
+    if RESERVED_NAMES.contains(&upper.as_str())
+        || RESERVED_PREFIXES.iter().any(|p| upper.starts_with(p))
+    {
+        return Err(SecretRefused::ReservedName(name.to_owned()));
+    }
+    Ok(())
+}
+
+/// The one rule for every path that accepts a secret (the Containers API,
+/// the Responses API's `shell` and `openrouter:shell`, the Messages API,
+/// the CLI): its name, then its value.
+pub fn check_secret(name: &str, value: &str) -> Result<(), SecretRefused> {
+    check_name(name)?;
+    let name = name.to_owned();
+    if value.len() > MAX_VALUE_BYTES {
+        return Err(SecretRefused::TooLong { name });
+    }
+    if value.len() < MIN_VALUE_BYTES {
+        return Err(SecretRefused::TooShort {
+            name,
+            length: value.len(),
+        });
+    }
+    if value.contains(['\r', '\n', '\0']) {
+        return Err(SecretRefused::LineBreak { name });
+    }
+    let mut seen = [false; 256];
+    let mut distinct = 0;
+    for byte in value.bytes() {
+        if !std::mem::replace(&mut seen[usize::from(byte)], true) {
+            distinct += 1;
+        }
+    }
+    if distinct < MIN_DISTINCT_BYTES {
+        return Err(SecretRefused::TooPlain { name, distinct });
+    }
+    Ok(())
+}
 
 /// A secret's value. Cloning shares it; nothing prints or serializes it.
 #[derive(Clone, PartialEq, Eq)]
@@ -91,11 +212,131 @@ fn fill_random(buffer: &mut [u8]) {
 /// placeholder. Cheap to share: the engine, the proxy and the file
 /// downloads of one container use the same one.
 pub struct Masker {
-    automaton: AhoCorasick,
-    /// What replaces each pattern, by pattern index.
+    /// The values this process holds and their forms; `None` when it
+    /// holds none (only verifiers).
+    automaton: Option<AhoCorasick>,
+    /// What replaces each pattern, by pattern index (the automaton's
+    /// patterns first, then the verifiers' forms).
     replacements: Vec<Arc<[u8]>>,
+    /// Forms of values this process no longer holds, by their digests.
+    digests: Vec<DigestForm>,
     /// The longest pattern: what a stream holds back.
     longest: usize,
+}
+
+/// What persists of a secret's value: for the value and each of its
+/// encoded forms, a [`FormDigest`]; never the value.
+#[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SecretVerifier {
+    /// The secret's variable name (which secret this verifies).
+    pub name: String,
+    /// Random salt of the digests, hex.
+    pub salt: String,
+    /// Odd multiplier of the rolling hashes (random per secret).
+    pub base: u64,
+    pub forms: Vec<FormDigest>,
+}
+
+impl std::fmt::Debug for SecretVerifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SecretVerifier")
+            .field("name", &self.name)
+            .field("forms", &self.forms.len())
+            .finish()
+    }
+}
+
+/// One form of a value: its length, its rolling hash (the prefilter) and
+/// `SHA-256(salt ‖ form)` in hex (the proof).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FormDigest {
+    pub length: usize,
+    pub rolling: u64,
+    pub sha256: String,
+}
+
+/// A verifier's form, ready to scan for.
+struct DigestForm {
+    length: usize,
+    base: u64,
+    /// `base^(length-1)`, to roll the first byte out.
+    top: u64,
+    rolling: u64,
+    salt: Vec<u8>,
+    sha256: [u8; 32],
+    /// Index into `Masker::replacements`.
+    replacement: usize,
+}
+
+impl SecretVerifier {
+    /// The verifier of a secret whose value this process holds.
+    pub fn of(secret: &DomainSecret) -> Option<Self> {
+        let value = secret.value.as_ref()?;
+        let mut salt = [0u8; 16];
+        fill_random(&mut salt);
+        let mut base_bytes = [0u8; 8];
+        fill_random(&mut base_bytes);
+        let base = u64::from_le_bytes(base_bytes) | 1;
+        let mut forms: Vec<FormDigest> = Vec::new();
+        for form in encoded_forms(value.expose().as_bytes()) {
+            if form.is_empty() {
+                continue;
+            }
+            let digest = FormDigest {
+                length: form.len(),
+                rolling: rolling_hash(&form, base),
+                sha256: to_hex(&salted_sha256(&salt, &form)),
+            };
+            if !forms.contains(&digest) {
+                forms.push(digest);
+            }
+        }
+        Some(Self {
+            name: secret.name.clone(),
+            salt: to_hex(&salt),
+            base,
+            forms,
+        })
+    }
+
+    /// Whether `value` is the value this verifies (a re-supplied value).
+    pub fn matches(&self, value: &str) -> bool {
+        let Some(salt) = from_hex(&self.salt) else {
+            return false;
+        };
+        let digest = to_hex(&salted_sha256(&salt, value.as_bytes()));
+        self.forms
+            .first()
+            .is_some_and(|f| f.length == value.len() && f.sha256 == digest)
+    }
+}
+
+fn salted_sha256(salt: &[u8], bytes: &[u8]) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    hasher.update(salt);
+    hasher.update(bytes);
+    hasher.finalize().into()
+}
+
+/// `sum(bytes[i] * base^(n-1-i))`, wrapping.
+fn rolling_hash(bytes: &[u8], base: u64) -> u64 {
+    bytes
+        .iter()
+        .fold(0u64, |h, &b| h.wrapping_mul(base).wrapping_add(u64::from(b)))
+}
+
+fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn from_hex(text: &str) -> Option<Vec<u8>> {
+    if text.len() % 2 != 0 {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
 }
 
 impl std::fmt::Debug for Masker {
@@ -110,6 +351,13 @@ impl Masker {
     /// A masker for the secrets that have values; `None` when none has
     /// (nothing to mask).
     pub fn new(secrets: &[DomainSecret]) -> Option<Self> {
+        Self::with_verifiers(secrets, &[])
+    }
+
+    /// A masker for the secrets that have values and, for those that have
+    /// none (this process was not given them), their verifiers; `None`
+    /// when there is nothing to mask.
+    pub fn with_verifiers(secrets: &[DomainSecret], verifiers: &[SecretVerifier]) -> Option<Self> {
         let mut patterns: Vec<Vec<u8>> = Vec::new();
         let mut replacements: Vec<Arc<[u8]>> = Vec::new();
         for secret in secrets {
@@ -123,19 +371,61 @@ impl Masker {
                 replacements.push(Arc::clone(&placeholder));
             }
         }
-        if patterns.is_empty() {
+        let mut digests = Vec::new();
+        for secret in secrets.iter().filter(|s| s.value.is_none()) {
+            let Some(verifier) = verifiers.iter().find(|v| v.name == secret.name) else {
+                continue;
+            };
+            let Some(salt) = from_hex(&verifier.salt) else {
+                continue;
+            };
+            let placeholder: Arc<[u8]> = Arc::from(secret.placeholder.as_bytes());
+            for form in &verifier.forms {
+                let Some(sha256) = from_hex(&form.sha256).and_then(|d| <[u8; 32]>::try_from(d).ok())
+                else {
+                    continue;
+                };
+                if form.length == 0 {
+                    continue;
+                }
+                let top = (1..form.length).fold(1u64, |p, _| p.wrapping_mul(verifier.base));
+                digests.push(DigestForm {
+                    length: form.length,
+                    base: verifier.base,
+                    top,
+                    rolling: form.rolling,
+                    salt: salt.clone(),
+                    sha256,
+                    replacement: replacements.len(),
+                });
+                replacements.push(Arc::clone(&placeholder));
+            }
+        }
+        if patterns.is_empty() && digests.is_empty() {
             return None;
         }
-        let longest = patterns.iter().map(Vec::len).max().unwrap_or(0);
-        // Leftmost-longest: where a value and a longer one start at the
-        // same byte, the longer is masked whole (no tail of it survives).
-        let automaton = AhoCorasick::builder()
-            .match_kind(MatchKind::LeftmostLongest)
-            .build(&patterns)
-            .ok()?;
+        let longest = patterns
+            .iter()
+            .map(Vec::len)
+            .chain(digests.iter().map(|d| d.length))
+            .max()
+            .unwrap_or(0);
+        let automaton = if patterns.is_empty() {
+            None
+        } else {
+            // Leftmost-longest: where a value and a longer one start at the
+            // same byte, the longer is masked whole (no tail of it survives).
+            Some(
+                AhoCorasick::builder()
+                    .match_kind(MatchKind::LeftmostLongest)
+                    .build(&patterns)
+                    .ok()?,
+            )
+        };
         Some(Self {
             automaton,
             replacements,
+            digests,
             longest,
         })
     }
@@ -167,20 +457,71 @@ impl Masker {
     /// leftmost-longest choice is final); writes the decided part to `out`
     /// and returns how many bytes of `bytes` it consumed.
     fn mask_into(&self, bytes: &[u8], safe: usize, out: &mut Vec<u8>) -> usize {
-        let mut at = 0;
-        for found in self.automaton.find_iter(bytes) {
-            if found.start() >= safe {
-                break;
+        // (start, end, replacement) of every match starting before `safe`.
+        let mut found: Vec<(usize, usize, usize)> = Vec::new();
+        if let Some(automaton) = &self.automaton {
+            for m in automaton.find_iter(bytes) {
+                if m.start() >= safe {
+                    break;
+                }
+                found.push((m.start(), m.end(), m.pattern().as_usize()));
             }
-            out.extend_from_slice(&bytes[at..found.start()]);
-            out.extend_from_slice(&self.replacements[found.pattern().as_usize()]);
-            at = found.end();
+        }
+        if !self.digests.is_empty() {
+            self.digest_matches(bytes, safe, &mut found);
+            found.sort_by_key(|&(start, end, _)| (start, std::cmp::Reverse(end)));
+        }
+        let mut at = 0;
+        for (start, end, replacement) in found {
+            if end <= at {
+                continue;
+            }
+            // A match overlapping the one before (two secrets' forms, one
+            // held and one known by digest) is masked up to its end: no
+            // tail of it survives.
+            if start >= at {
+                out.extend_from_slice(&bytes[at..start]);
+                out.extend_from_slice(&self.replacements[replacement]);
+            }
+            at = end;
         }
         let decided = safe.max(at);
         if at < decided {
             out.extend_from_slice(&bytes[at..decided]);
         }
         decided
+    }
+
+    /// Windows of `bytes` (starting before `safe`, lying whole inside it)
+    /// that are a form known only by its digest: a rolling hash finds the
+    /// candidates, the salted SHA-256 confirms them.
+    fn digest_matches(&self, bytes: &[u8], safe: usize, found: &mut Vec<(usize, usize, usize)>) {
+        for form in &self.digests {
+            if bytes.len() < form.length {
+                continue;
+            }
+            if safe == 0 {
+                continue;
+            }
+            let last_start = (bytes.len() - form.length).min(safe - 1);
+            let mut hash = rolling_hash(&bytes[..form.length], form.base);
+            let mut start = 0;
+            loop {
+                if hash == form.rolling
+                    && salted_sha256(&form.salt, &bytes[start..start + form.length]) == form.sha256
+                {
+                    found.push((start, start + form.length, form.replacement));
+                }
+                if start >= last_start {
+                    break;
+                }
+                hash = hash
+                    .wrapping_sub(u64::from(bytes[start]).wrapping_mul(form.top))
+                    .wrapping_mul(form.base)
+                    .wrapping_add(u64::from(bytes[start + form.length]));
+                start += 1;
+            }
+        }
     }
 }
 
@@ -391,5 +732,76 @@ mod tests {
         assert!(placeholder("TOKEN").starts_with("shellgate-secret-token-"));
         assert!(valid_name("GITHUB_TOKEN") && valid_name("_x1"));
         assert!(!valid_name("1X") && !valid_name("A-B") && !valid_name("") && !valid_name("A=B"));
+    }
+
+    #[test]
+    fn weak_values_and_dangerous_names_are_refused() {
+        let good = "sk-live-real-secret-value-4242";
+        assert_eq!(check_secret("API_TOKEN", good), Ok(()));
+        assert!(matches!(check_secret("T", "1234"), Err(SecretRefused::TooShort { length: 4, .. })));
+        assert!(matches!(
+            check_secret("T", "x"),
+            Err(SecretRefused::TooShort { .. })
+        ));
+        assert!(matches!(
+            check_secret("T", "abababababababababab"),
+            Err(SecretRefused::TooPlain { distinct: 2, .. })
+        ));
+        assert!(matches!(
+            check_secret("T", "sk-live-real-secret\nvalue"),
+            Err(SecretRefused::LineBreak { .. })
+        ));
+        for name in [
+            "PATH", "path", "HOME", "SHELL", "USER", "IFS", "ENV", "BASH_ENV", "BASH_FUNC_x",
+            "PS1", "PS4", "PROMPT_COMMAND", "LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH",
+            "PYTHONSTARTUP", "NODE_OPTIONS", "PERL5OPT", "RUBYOPT", "JAVA_TOOL_OPTIONS",
+            "GIT_CONFIG_COUNT", "GIT_SSH_COMMAND", "HTTP_PROXY", "https_proxy", "No_Proxy",
+            "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS",
+            "PIP_CERT", "GIT_SSL_CAINFO",
+        ] {
+            assert_eq!(
+                check_secret(name, good),
+                Err(SecretRefused::ReservedName(name.into())),
+                "{name}"
+            );
+        }
+        assert!(matches!(check_secret("1X", good), Err(SecretRefused::InvalidName(_))));
+        for name in ["GITHUB_TOKEN", "OPENAI_API_KEY", "API_TOKEN", "PATHFINDER_KEY"] {
+            assert_eq!(check_secret(name, good), Ok(()), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_verifier_masks_a_value_no_longer_held_whole_and_streamed() {
+        let value = "sk-live-real-secret-value-4242";
+        let held = secret(value, "<P>");
+        let verifier = SecretVerifier::of(&held).unwrap();
+        let persisted = serde_json::to_string(&verifier).unwrap();
+        assert!(!persisted.contains(value) && !persisted.contains("4242"));
+        let verifier: SecretVerifier = serde_json::from_str(&persisted).unwrap();
+        assert!(verifier.matches(value) && !verifier.matches("sk-live-real-secret-value-4243"));
+        // After a restart: the secret without its value, the verifier only.
+        let gone = DomainSecret {
+            value: None,
+            ..held.clone()
+        };
+        assert!(Masker::new(std::slice::from_ref(&gone)).is_none());
+        let masker =
+            Arc::new(Masker::with_verifiers(std::slice::from_ref(&gone), &[verifier]).unwrap());
+        let hex: String = value.bytes().map(|b| format!("{b:02x}")).collect();
+        let text = format!("a {value} b {hex} c {value}{value} sk-live-real-secret-value-4243");
+        let whole = masker.mask_str(&text);
+        assert_eq!(whole, "a <P> b <P> c <P><P> sk-live-real-secret-value-4243");
+        // The same as the masker holding the value.
+        assert_eq!(Masker::new(&[held]).unwrap().mask_str(&text), whole);
+        for split in 1..9 {
+            let mut stream = masker.stream();
+            let mut out = Vec::new();
+            for piece in text.as_bytes().chunks(split) {
+                stream.push(piece, &mut out);
+            }
+            stream.finish(&mut out);
+            assert_eq!(String::from_utf8(out).unwrap(), whole, "pieces of {split}");
+        }
     }
 }

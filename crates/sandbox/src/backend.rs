@@ -4,6 +4,8 @@
 //! backend later) implements [`SandboxBackend`]. Nothing above this trait knows
 //! how a container is made.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
@@ -112,11 +114,44 @@ pub struct NetworkSpec {
     /// Secrets (placeholders kept, values never written anywhere).
     #[serde(default)]
     pub secrets: Vec<shellgate_egress::secrets::DomainSecret>,
+    /// What persists of each secret's value (salted digests of it and its
+    /// encodings, never the value): after a restart the container's output
+    /// and files are still masked. Filled in by the engine at create.
+    #[serde(default)]
+    pub verifiers: Vec<shellgate_egress::secrets::SecretVerifier>,
+}
+
+/// One of a container's secrets as the API may show it: never its value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretStatus {
+    pub domain: String,
+    pub name: String,
+    /// Whether this process holds the value (it does not after a restart,
+    /// until the client supplies it again).
+    pub held: bool,
 }
 
 impl NetworkSpec {
     pub fn is_disabled(&self) -> bool {
         self.allowed_domains.is_empty()
+    }
+
+    /// Names of the secrets whose values this process does not hold (it
+    /// restarted since they were given).
+    pub fn secrets_missing(&self) -> Vec<&str> {
+        self.secrets
+            .iter()
+            .filter(|s| s.value.is_none())
+            .map(|s| s.name.as_str())
+            .collect()
+    }
+
+    /// Whether the container's network is off: no policy, or secrets not
+    /// held (a container whose secrets are gone gets no egress at all
+    /// until they are supplied again: it would otherwise send its
+    /// placeholders, and its requests, unauthenticated).
+    pub fn is_off(&self) -> bool {
+        self.is_disabled() || !self.secrets_missing().is_empty()
     }
 }
 
@@ -382,6 +417,16 @@ pub trait SandboxBackend: Send + Sync {
     async fn list_files(&self, id: &str) -> Result<FileListing, SandboxError>;
     /// Waits for background teardowns of destroyed containers to finish.
     async fn settle(&self);
+    /// The masker of a container's secrets (values held, or known by their
+    /// digests), for bytes of it that reach a client other than through
+    /// commands (file downloads, promote); `None`: nothing to mask.
+    fn masker(&self, _id: &str) -> Option<Arc<shellgate_egress::secrets::Masker>> {
+        None
+    }
+    /// The container's secrets, without their values.
+    fn secret_status(&self, _id: &str) -> Vec<SecretStatus> {
+        Vec::new()
+    }
     /// Stops every running container (their files stay) and ends the
     /// backend's background work.
     async fn shutdown(&self);

@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use shellgate_egress::secrets::MaskStream;
 use tokio::io::AsyncReadExt;
 use tokio::net::unix::pipe;
 use tokio::time::Instant;
@@ -53,47 +54,6 @@ impl LocalEngine {
     ) -> Result<Vec<CommandResult>, SandboxError> {
         request.validate()?;
         let container = self.container(id)?;
-        // A secret's value never reaches the container, but a server may
-        // echo it back: output shellgate returns shows its placeholder.
-        let masks: Vec<(String, String)> = container
-            .spec
-            .network
-            .secrets
-            .iter()
-            .filter_map(|s| Some((s.value.as_ref()?.expose().to_owned(), s.placeholder.clone())))
-            .filter(|(value, _)| !value.is_empty())
-            .collect();
-        let mask = move |text: &mut String| {
-            for (value, placeholder) in &masks {
-                if text.contains(value.as_str()) {
-                    *text = text.replace(value.as_str(), placeholder);
-                }
-            }
-        };
-        let deltas = match deltas {
-            Some(sink)
-                if container
-                    .spec
-                    .network
-                    .secrets
-                    .iter()
-                    .any(|s| s.value.is_some()) =>
-            {
-                let (masked, mut incoming) = tokio::sync::mpsc::unbounded_channel();
-                let mask = mask.clone();
-                tokio::spawn(async move {
-                    while let Some(delta) = incoming.recv().await {
-                        let mut delta: crate::backend::OutputDelta = delta;
-                        mask(&mut delta.text);
-                        if sink.send(delta).is_err() {
-                            break;
-                        }
-                    }
-                });
-                Some(masked)
-            }
-            other => other,
-        };
         let timeout = Duration::from_millis(request.timeout_ms);
         let deadline = request
             .deadline_ms
@@ -140,8 +100,6 @@ impl LocalEngine {
                     "killed at the request's deadline ({seconds} s), before its own timeout"
                 )));
             }
-            mask(&mut result.stdout);
-            mask(&mut result.stderr);
             results.push(result);
         }
         Ok(results)
@@ -167,6 +125,29 @@ impl LocalEngine {
                         stream,
                         text,
                     });
+                }
+            }
+        };
+        // A secret's value never reaches the container, but a server may
+        // echo it back and a command may assemble it: each stream of the
+        // command goes through one mask stream before anything (the
+        // capture, its head/tail cut, the deltas) sees it, so a value
+        // split across reads, deltas or the cut is still masked whole.
+        let (mut out_mask, mut err_mask) = match &container.masker {
+            Some(masker) => (Some(masker.stream()), Some(masker.stream())),
+            None => (None, None),
+        };
+        let mut masked = Vec::new();
+        let mut take = |mask: &mut Option<MaskStream>, bytes: &[u8], end: bool| -> Vec<u8> {
+            match mask {
+                None => bytes.to_vec(),
+                Some(mask) => {
+                    masked.clear();
+                    mask.push(bytes, &mut masked);
+                    if end {
+                        mask.finish(&mut masked);
+                    }
+                    std::mem::take(&mut masked)
                 }
             }
         };
@@ -240,16 +221,18 @@ impl LocalEngine {
             tokio::select! {
                 read = stdout.read_buf(&mut out_buf), if out_open => match read {
                     Ok(n) if n > 0 => {
-                        out.push(&out_buf);
-                        emit(&mut out_deltas, StreamKind::Stdout, &out_buf);
+                        let bytes = take(&mut out_mask, &out_buf, false);
+                        out.push(&bytes);
+                        emit(&mut out_deltas, StreamKind::Stdout, &bytes);
                         out_buf.clear();
                     }
                     _ => out_open = false,
                 },
                 read = stderr.read_buf(&mut err_buf), if err_open => match read {
                     Ok(n) if n > 0 => {
-                        err.push(&err_buf);
-                        emit(&mut err_deltas, StreamKind::Stderr, &err_buf);
+                        let bytes = take(&mut err_mask, &err_buf, false);
+                        err.push(&bytes);
+                        emit(&mut err_deltas, StreamKind::Stderr, &bytes);
                         err_buf.clear();
                     }
                     _ => err_open = false,
@@ -288,6 +271,13 @@ impl LocalEngine {
             }
         }
         guard.ended = true;
+        // The tails the mask streams held back.
+        let tail = take(&mut out_mask, &[], true);
+        out.push(&tail);
+        emit(&mut out_deltas, StreamKind::Stdout, &tail);
+        let tail = take(&mut err_mask, &[], true);
+        err.push(&tail);
+        emit(&mut err_deltas, StreamKind::Stderr, &tail);
         let mut stderr_text = String::new();
         if reclaimed > 0 {
             stderr_text.push_str(&note(&format!(

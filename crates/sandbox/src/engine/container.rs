@@ -128,6 +128,9 @@ pub(super) struct Container {
     /// The CA and secrets of its egress proxy, made at its first start in
     /// this process (the CA stays the same across stops and starts).
     pub interceptor: Mutex<Option<Arc<shellgate_egress::intercept::Interceptor>>>,
+    /// Masks its secrets' values (held, or known by their verifiers) in
+    /// whatever of it reaches a client: command output, downloads.
+    pub masker: Option<Arc<shellgate_egress::secrets::Masker>>,
 }
 
 /// Marks a command or file operation as in flight until dropped.
@@ -141,7 +144,13 @@ impl Drop for InFlight {
 
 impl Container {
     pub fn new(id: String, spec: ContainerSpec, dir: PathBuf, id_slot: u32) -> Self {
+        let masker = shellgate_egress::secrets::Masker::with_verifiers(
+            &spec.network.secrets,
+            &spec.network.verifiers,
+        )
+        .map(Arc::new);
         Self {
+            masker,
             id,
             spec,
             dir,

@@ -462,6 +462,15 @@ impl SandboxBackend for LocalEngine {
         // container's directory, and the spec names it there.
         let mut spec = spec;
         spec.image_revision = self.inner.images.current_revision(&spec.image);
+        // What persists of each value: its verifier (salted digests), so
+        // a restarted server still masks what it no longer holds.
+        for secret in &spec.network.secrets {
+            if !spec.network.verifiers.iter().any(|v| v.name == secret.name) {
+                if let Some(verifier) = shellgate_egress::secrets::SecretVerifier::of(secret) {
+                    spec.network.verifiers.push(verifier);
+                }
+            }
+        }
         let adopt = spec.skills.take();
         if adopt.is_some() {
             spec.skills = Some(dir.join("skills"));
@@ -549,6 +558,27 @@ impl SandboxBackend for LocalEngine {
         deltas: DeltaSink,
     ) -> Result<Vec<CommandResult>, SandboxError> {
         self.run_all(id, request, Some(deltas)).await
+    }
+
+    fn masker(&self, id: &str) -> Option<Arc<shellgate_egress::secrets::Masker>> {
+        self.container(id).ok()?.masker.clone()
+    }
+
+    fn secret_status(&self, id: &str) -> Vec<crate::backend::SecretStatus> {
+        let Ok(container) = self.container(id) else {
+            return Vec::new();
+        };
+        container
+            .spec
+            .network
+            .secrets
+            .iter()
+            .map(|s| crate::backend::SecretStatus {
+                domain: s.domain.clone(),
+                name: s.name.clone(),
+                held: s.value.is_some(),
+            })
+            .collect()
     }
 
     async fn stop(&self, id: &str) -> Result<(), SandboxError> {

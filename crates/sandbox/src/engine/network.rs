@@ -86,10 +86,16 @@ impl LocalEngine {
         container: &Container,
     ) -> Result<NetworkSetup, SandboxError> {
         let network = &container.spec.network;
-        if network.is_disabled() {
+        if network.is_off() {
+            // Secrets not held: no proxy, but `$NAME` still holds the
+            // placeholder scripts expect.
             return Ok(NetworkSetup {
                 egress: false,
-                env: Vec::new(),
+                env: network
+                    .secrets
+                    .iter()
+                    .map(|s| (s.name.clone(), s.placeholder.clone()))
+                    .collect(),
                 file_binds: Vec::new(),
             });
         }
@@ -205,6 +211,11 @@ impl LocalEngine {
         if network.is_disabled() {
             return Ok(None);
         }
+        let missing = network.secrets_missing();
+        if !missing.is_empty() {
+            self.note_network_off(container, &missing);
+            return Ok(None);
+        }
         let settings = self.inner.config.egress.clone().ok_or_else(|| {
             SandboxError::Setup("the container has a network policy but egress is off".into())
         })?;
@@ -229,6 +240,44 @@ impl LocalEngine {
             })
             .map(Some)
             .context(|| "serve the egress proxy's sockets".into())
+    }
+}
+
+impl LocalEngine {
+    /// Tells the container's egress log why it has no network this start.
+    fn note_network_off(&self, container: &Container, missing: &[&str]) {
+        let Some(settings) = &self.inner.config.egress else {
+            return;
+        };
+        let time = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        for secret in container
+            .spec
+            .network
+            .secrets
+            .iter()
+            .filter(|s| missing.contains(&s.name.as_str()))
+        {
+            let _ = settings.log.try_send(shellgate_egress::proxy::Attempt {
+                time,
+                container: container.id.clone(),
+                kind: "secret",
+                requested_name: Some(secret.domain.clone()),
+                server_name: None,
+                address: None,
+                port: 0,
+                verdict: shellgate_egress::proxy::Verdict::Notice,
+                reason: format!(
+                    "network off: secrets not re-supplied (the value of secret {} is gone: the \
+                     server restarted since the container was created)",
+                    secret.name
+                ),
+                bytes_out: 0,
+                bytes_in: 0,
+                duration_ms: 0,
+            });
+        }
     }
 }
 
