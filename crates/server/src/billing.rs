@@ -85,6 +85,8 @@ impl AppState {
         results: &[shellgate_sandbox::CommandResult],
     ) {
         let created_at = now();
+        // A command that spells a secret's value out is kept masked.
+        let masker = self.engine.masker(container);
         let rows: Vec<shellgate_store::CommandRow> = commands
             .iter()
             .zip(results)
@@ -98,7 +100,10 @@ impl AppState {
                     project: project.to_owned(),
                     container_id: container.to_owned(),
                     response_id: response.map(str::to_owned),
-                    command: command.clone(),
+                    command: match &masker {
+                        Some(masker) => masker.mask_str(command),
+                        None => command.clone(),
+                    },
                     outcome: outcome.to_owned(),
                     exit_code,
                     duration_ms: result.duration_ms,

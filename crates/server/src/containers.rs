@@ -54,7 +54,22 @@ pub fn container_object(row: &ContainerRow) -> Container {
             .into_iter()
             .filter(|skill| skill.get("path").is_some())
             .collect(),
+        secrets_missing: Vec::new(),
     }
+}
+
+/// The container object of a row as the API shows it: with the secrets
+/// whose values this server no longer holds (its network is off).
+pub fn shown_container(state: &AppState, row: &ContainerRow) -> Container {
+    let mut container = container_object(row);
+    container.secrets_missing = state
+        .engine
+        .secret_status(&row.id)
+        .into_iter()
+        .filter(|s| !s.held)
+        .map(|s| s.name)
+        .collect();
+    container
 }
 
 /// The image a new container is made from: the one asked for (a 400
@@ -150,7 +165,7 @@ pub async fn create(
     ApiJson(body): ApiJson<CreateContainer>,
 ) -> ApiResult<Json<Container>> {
     let row = create_container(&state, &project.0, body).await?;
-    Ok(Json(container_object(&row)))
+    Ok(Json(shown_container(&state, &row)))
 }
 
 /// Makes a container for `project`: the one path of `POST /v1/containers`
@@ -308,7 +323,7 @@ pub async fn list(
     let data = rows
         .iter()
         .filter(|r| r.status != "creating")
-        .map(container_object)
+        .map(|row| shown_container(&state, row))
         .collect();
     Ok(Json(List::page(data, has_more, |c: &Container| {
         c.id.clone()
@@ -320,7 +335,10 @@ pub async fn retrieve(
     project: Project,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Container>> {
-    Ok(Json(container_object(&owned(&state, &project, &id).await?)))
+    Ok(Json(shown_container(
+        &state,
+        &owned(&state, &project, &id).await?,
+    )))
 }
 
 pub async fn delete(
@@ -655,11 +673,14 @@ pub fn safe_file_name(name: &str) -> String {
 }
 
 /// What a listing had to leave out, said in the list (never silently).
-fn incomplete(skipped: SkippedFiles) -> Option<ListIncomplete> {
-    if !skipped.any() {
+fn incomplete(skipped: SkippedFiles, secret_names: usize) -> Option<ListIncomplete> {
+    if !skipped.any() && secret_names == 0 {
         return None;
     }
     let mut reasons = Vec::new();
+    if secret_names > 0 {
+        reasons.push(format!("{secret_names} names hold a secret's value"));
+    }
     if skipped.entry_limit_reached {
         reasons.push(format!(
             "it holds more than the {} files a listing walks",
@@ -702,9 +723,20 @@ async fn sync_files(state: &AppState, id: &str) -> ApiResult<Option<ListIncomple
         .await
         .map_err(|e| engine_error(id, e))?;
     let skipped = listing.skipped;
+    // A name that holds a secret's value (a command can make one) is
+    // neither stored nor shown: only commands reach such a file.
+    let masker = state.engine.masker(id);
+    let mut secret_names = 0;
     let present: Vec<PresentFile> = listing
         .files
         .into_iter()
+        .filter(|f| {
+            let clean = masker
+                .as_ref()
+                .is_none_or(|m| m.mask(f.path.as_bytes()) == f.path.as_bytes());
+            secret_names += usize::from(!clean);
+            clean
+        })
         .map(|f| PresentFile {
             path: f.path,
             bytes: f.bytes,
@@ -715,7 +747,7 @@ async fn sync_files(state: &AppState, id: &str) -> ApiResult<Option<ListIncomple
     state
         .db(move |s| s.sync_container_files(&key, &present, || new_id("cfile_")))
         .await?;
-    Ok(incomplete(skipped))
+    Ok(incomplete(skipped, secret_names))
 }
 
 pub async fn upload_file(
@@ -875,7 +907,12 @@ pub async fn file_content(
         Err(SandboxError::FileNotFound(_)) => return Err(forget_missing(&state, &id, &row).await),
         Err(e) => return Err(engine_error(&id, e)),
     };
-    let body = Body::from_stream(crate::files::file_stream(tokio::fs::File::from_std(file)));
+    // A container with secrets: the download goes through its masker, as
+    // its commands' output does.
+    let body = Body::from_stream(crate::files::masked_file_stream(
+        tokio::fs::File::from_std(file),
+        state.engine.masker(&id),
+    ));
     Ok(([(header::CONTENT_TYPE, "application/octet-stream")], body).into_response())
 }
 
@@ -921,15 +958,17 @@ pub async fn promote_file(
         let partial = state.files_dir.join(format!(".promote-{promoted}"));
         let limit = state.config.max_upload_bytes as u64;
         let (target, scratch) = (blob.clone(), partial.clone());
+        // Masked as downloads are: promote is no way around the masker.
+        let masker = state.engine.masker(&id);
         let copied = tokio::task::spawn_blocking(move || -> std::io::Result<Option<u64>> {
-            use std::io::Read;
+            let mut file = file;
             let mut out = std::fs::File::create(&scratch)?;
-            let copied = std::io::copy(&mut file.take(limit + 1), &mut out)?;
-            if copied > limit {
+            let Some(copied) = crate::files::copy_masked(&mut file, &mut out, masker.as_ref(), limit)?
+            else {
                 drop(out);
                 let _ = std::fs::remove_file(&scratch);
                 return Ok(None);
-            }
+            };
             out.sync_all()?;
             std::fs::rename(&scratch, &target)?;
             Ok(Some(copied))

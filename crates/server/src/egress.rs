@@ -187,6 +187,60 @@ pub fn network_spec(
     })
 }
 
+/// What replaces a secret's value wherever a request is echoed or stored.
+pub const REDACTED: &str = "<redacted>";
+
+/// `body` with the value of every `domain_secrets` entry replaced, wherever
+/// in it a `domain_secrets` list appears (OpenAI's `shell`
+/// `tools[].environment`, `openrouter:shell` `tools[].parameters.environment`,
+/// or any other place): the one pass every request goes through before it
+/// is echoed, stored or logged, so no tool type or path is forgotten.
+pub fn without_secret_values(body: &serde_json::Value) -> serde_json::Value {
+    let mut body = body.clone();
+    redact_secret_values(&mut body);
+    body
+}
+
+/// [`without_secret_values`] in place.
+pub fn redact_secret_values(value: &mut serde_json::Value) {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            for (key, inner) in map.iter_mut() {
+                if key == "domain_secrets" {
+                    redact_secret_list(inner);
+                } else {
+                    redact_secret_values(inner);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(redact_secret_values),
+        _ => {}
+    }
+}
+
+/// A `domain_secrets` list with its values (and anything that is not an
+/// entry, which might be one misspelt) replaced.
+fn redact_secret_list(list: &mut serde_json::Value) {
+    use serde_json::Value;
+    let Value::Array(entries) = list else {
+        *list = Value::String(REDACTED.to_owned());
+        return;
+    };
+    for entry in entries {
+        match entry {
+            Value::Object(fields) => {
+                for (key, field) in fields.iter_mut() {
+                    if !matches!(key.as_str(), "domain" | "name") {
+                        *field = Value::String(REDACTED.to_owned());
+                    }
+                }
+            }
+            other => *other = Value::String(REDACTED.to_owned()),
+        }
+    }
+}
+
 /// Writes the proxy's attempts to the store, in batches, until the proxy
 /// is gone.
 pub(crate) fn spawn_log_writer(state: Arc<AppState>, mut attempts: mpsc::Receiver<Attempt>) {
@@ -349,4 +403,33 @@ pub async fn list(
     Ok(Json(List::page(data, has_more, |c: &serde_json::Value| {
         c["id"].as_str().unwrap_or_default().to_owned()
     })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn secret_values_are_redacted_wherever_a_list_appears() {
+        let body = json!({
+            "tools": [
+                {"type": "shell", "environment": {"type": "container_auto", "network_policy": {
+                    "type": "allowlist", "allowed_domains": ["a.test"],
+                    "domain_secrets": [{"domain": "a.test", "name": "T", "value": "v1-secret"}]}}},
+                {"type": "openrouter:shell", "parameters": {"environment": {
+                    "type": "container_auto", "network_policy": {
+                    "type": "allowlist", "allowed_domains": ["a.test"],
+                    "domain_secrets": [{"domain": "a.test", "name": "U", "value": "v2-secret",
+                                        "extra": "v3-secret"}, "v4-secret"]}}}},
+            ],
+            "metadata": {"domain_secrets": "v5-secret"},
+            "input": "keep me",
+        });
+        let text = without_secret_values(&body).to_string();
+        for leaked in ["v1-secret", "v2-secret", "v3-secret", "v4-secret", "v5-secret"] {
+            assert!(!text.contains(leaked), "{leaked} in {text}");
+        }
+        assert!(text.contains("keep me") && text.contains("\"name\":\"U\""));
+    }
 }

@@ -8,6 +8,7 @@ use axum::extract::{Multipart, Path, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use shellgate_egress::secrets::Masker;
 use shellgate_store::FileRow;
 use shellgate_wire::{Deleted, FileObject, List, FILE_PURPOSES};
 
@@ -196,18 +197,46 @@ pub async fn content(
 
 /// Streams a file in chunks, without loading it whole.
 pub(crate) fn file_stream(
+    file: tokio::fs::File,
+) -> impl tokio_stream::Stream<Item = std::io::Result<Vec<u8>>> {
+    masked_file_stream(file, None)
+}
+
+/// Streams a file in chunks, without loading it whole, through `masker`
+/// if it has one (a file of a container with secrets: a value it holds,
+/// whole or in one of its encodings, becomes its placeholder, wherever it
+/// falls across the chunks).
+pub(crate) fn masked_file_stream(
     mut file: tokio::fs::File,
+    masker: Option<Arc<Masker>>,
 ) -> impl tokio_stream::Stream<Item = std::io::Result<Vec<u8>>> {
     use tokio::io::AsyncReadExt;
     let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let mut mask = masker.map(|m| m.stream());
     tokio::spawn(async move {
         loop {
             let mut buf = vec![0u8; 64 * 1024];
             let chunk = match file.read(&mut buf).await {
-                Ok(0) => return,
+                Ok(0) => {
+                    if let Some(mask) = mask.as_mut() {
+                        let mut tail = Vec::new();
+                        mask.finish(&mut tail);
+                        if !tail.is_empty() {
+                            let _ = tx.send(Ok(tail)).await;
+                        }
+                    }
+                    return;
+                }
                 Ok(n) => {
                     buf.truncate(n);
-                    Ok(buf)
+                    match mask.as_mut() {
+                        Some(mask) => {
+                            let mut out = Vec::with_capacity(n);
+                            mask.push(&buf, &mut out);
+                            Ok(out)
+                        }
+                        None => Ok(buf),
+                    }
                 }
                 Err(e) => Err(e),
             };
@@ -228,4 +257,35 @@ pub async fn delete(
     owned(&state, &project, &id).await?;
     remove(&state, &project.0, &id).await?;
     Ok(Json(Deleted::new(id, "file")))
+}
+
+/// Copies `reader` to `writer` through `masker` (if any); `None` if more
+/// than `limit` bytes would be written.
+pub(crate) fn copy_masked(
+    reader: &mut impl std::io::Read,
+    writer: &mut impl std::io::Write,
+    masker: Option<&Arc<Masker>>,
+    limit: u64,
+) -> std::io::Result<Option<u64>> {
+    let mut mask = masker.map(|m| m.stream());
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut out = Vec::with_capacity(64 * 1024);
+    let mut written = 0u64;
+    loop {
+        let n = reader.read(&mut buf)?;
+        out.clear();
+        match mask.as_mut() {
+            Some(mask) if n == 0 => mask.finish(&mut out),
+            Some(mask) => mask.push(&buf[..n], &mut out),
+            None => out.extend_from_slice(&buf[..n]),
+        }
+        written += out.len() as u64;
+        if written > limit {
+            return Ok(None);
+        }
+        writer.write_all(&out)?;
+        if n == 0 {
+            return Ok(Some(written));
+        }
+    }
 }

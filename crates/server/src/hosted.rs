@@ -139,6 +139,7 @@ pub async fn prepare(
 ) -> ApiResult<Hosted> {
     let mut auto = None;
     let mut skills: Vec<Value> = Vec::new();
+    let mut network = NetworkView::None;
     let environment = tools.hosted_environment().or(tools.shell.as_ref());
     match environment {
         Some(Environment::ContainerReference(id)) => {
@@ -148,6 +149,7 @@ pub async fn prepare(
                 .await?
                 .ok_or_else(|| ApiError::not_found("container", id))?;
             skills = crate::containers::container_object(&row).skills;
+            network = ContainerPolicy::of_container(state, &row).view();
         }
         Some(Environment::ContainerAuto(params)) => {
             let body = auto_container(params, "tools.environment")?;
@@ -159,6 +161,7 @@ pub async fn prepare(
                 body.network_policy.as_ref(),
                 "tools.environment.network_policy",
             )?;
+            network = ContainerPolicy::of_request(body.network_policy.as_ref()).view();
             crate::containers::validate_create(&state.config, &body)?;
             if body.image.is_some() {
                 crate::containers::choose_image(state, body.image.as_deref()).await?;
@@ -188,8 +191,11 @@ pub async fn prepare(
             time: Mutex::new((0.0, 0)),
         })
     });
+    // A reused container's policy is the request's (one that differs gets
+    // a new container, see `find_or_make`), so this is the policy of the
+    // container the commands actually run in.
     let description = environment
-        .map(|e| describe(e, &skills))
+        .map(|e| describe(e, &network, &skills))
         .unwrap_or_default();
     Ok(Hosted {
         sandbox,
@@ -215,14 +221,25 @@ impl HostedShell {
         time.1 += u32::from(session);
     }
 
-    /// Whether the project still has container `id`.
-    async fn exists(&self, id: &str) -> Result<bool, HostError> {
+    /// Whether the project still has container `id` and its network policy
+    /// is this request's: a request whose policy differs (other domains,
+    /// other secrets, secrets it supplies that the container no longer
+    /// holds, or none where the container has some) gets a new container
+    /// rather than one that would reach what it did not ask for.
+    async fn reusable(&self, id: &str) -> Result<bool, HostError> {
         let (owner, key) = (self.project.clone(), id.to_owned());
-        self.state
+        let row = self
+            .state
             .db(move |s| s.container(&owner, &key))
             .await
-            .map(|row| row.is_some_and(|r| r.status != "creating"))
-            .map_err(host_error)
+            .map_err(host_error)?;
+        let Some(row) = row.filter(|r| r.status != "creating") else {
+            return Ok(false);
+        };
+        let asked = ContainerPolicy::of_request(
+            self.auto.as_ref().and_then(|a| a.network_policy.as_ref()),
+        );
+        Ok(ContainerPolicy::of_container(&self.state, &row) == asked)
     }
 
     /// Makes the `container_auto` container.
@@ -245,7 +262,7 @@ impl HostedShell {
         match &self.reuse {
             Reuse::Fresh => self.make().await,
             Reuse::Replayed(id) => {
-                if self.exists(id).await? {
+                if self.reusable(id).await? {
                     Ok(id.clone())
                 } else {
                     self.make().await
@@ -259,7 +276,7 @@ impl HostedShell {
                     .await
                     .map_err(host_error)?;
                 if let Some(id) = &mapped {
-                    if self.exists(id).await? {
+                    if self.reusable(id).await? {
                         return Ok(id.clone());
                     }
                 }
@@ -349,9 +366,78 @@ impl Sandbox for HostedShell {
     }
 }
 
-/// What the model is told about the shell's environment; `mounted` are a
-/// hosted container's skills (as the container object lists them).
-fn describe(environment: &Environment, mounted: &[Value]) -> String {
+/// A container's network policy as it decides reuse and what the model is
+/// told: its domains and its secrets (domain, name), normalized; secrets
+/// whose values this server no longer holds count as none (the network of
+/// such a container is off).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ContainerPolicy {
+    domains: std::collections::BTreeSet<String>,
+    secrets: std::collections::BTreeSet<(String, String)>,
+    /// Secrets whose values are gone (the server restarted).
+    missing: Vec<String>,
+}
+
+/// What the model is told about the network.
+enum NetworkView {
+    None,
+    Allowlist(Vec<String>),
+    /// Off until the client supplies these secrets' values again.
+    SecretsMissing(Vec<String>),
+}
+
+impl ContainerPolicy {
+    fn of_request(policy: Option<&shellgate_wire::NetworkPolicy>) -> Self {
+        use shellgate_egress::policy::normalize;
+        let (domains, secrets) = match policy {
+            Some(shellgate_wire::NetworkPolicy::Allowlist {
+                allowed_domains,
+                domain_secrets,
+            }) => (
+                allowed_domains.iter().map(|d| normalize(d)).collect(),
+                domain_secrets
+                    .iter()
+                    .map(|s| (normalize(&s.domain), s.name.clone()))
+                    .collect(),
+            ),
+            _ => Default::default(),
+        };
+        Self {
+            domains,
+            secrets,
+            missing: Vec::new(),
+        }
+    }
+
+    fn of_container(state: &AppState, row: &shellgate_store::ContainerRow) -> Self {
+        let shown = crate::containers::container_object(row).network_policy;
+        let mut policy = Self::of_request(Some(&shown));
+        for secret in state.engine.secret_status(&row.id) {
+            policy
+                .secrets
+                .insert((secret.domain.clone(), secret.name.clone()));
+            if !secret.held {
+                policy.missing.push(secret.name);
+            }
+        }
+        policy
+    }
+
+    fn view(&self) -> NetworkView {
+        if !self.missing.is_empty() {
+            NetworkView::SecretsMissing(self.missing.clone())
+        } else if self.domains.is_empty() {
+            NetworkView::None
+        } else {
+            NetworkView::Allowlist(self.domains.iter().cloned().collect())
+        }
+    }
+}
+
+/// What the model is told about the shell's environment: `network` is the
+/// policy of the container it runs in, `mounted` its skills (as the
+/// container object lists them).
+fn describe(environment: &Environment, network: &NetworkView, mounted: &[Value]) -> String {
     match environment {
         Environment::Local { skills } => {
             let mut text = "Runs shell commands on the user's own machine: the user's client runs \
@@ -369,23 +455,17 @@ fn describe(environment: &Environment, mounted: &[Value]) -> String {
                  container (its files and background processes) persists between calls. There \
                  is no TTY: commands must not wait for input.",
             );
-            let network = match environment {
-                Environment::ContainerAuto(params) => params.get("network_policy").cloned(),
-                _ => None,
-            };
-            match network
-                .as_ref()
-                .and_then(|n| n.get("allowed_domains"))
-                .and_then(Value::as_array)
-            {
-                Some(domains) if !domains.is_empty() => {
-                    let list: Vec<&str> = domains.iter().filter_map(Value::as_str).collect();
-                    text.push_str(&format!(
-                        " Network access is limited to: {}.",
-                        list.join(", ")
-                    ));
-                }
-                _ => text.push_str(" There is no network access."),
+            match network {
+                NetworkView::Allowlist(domains) => text.push_str(&format!(
+                    " Network access is limited to: {}.",
+                    domains.join(", ")
+                )),
+                NetworkView::SecretsMissing(names) => text.push_str(&format!(
+                    " There is no network access: it is off until the user supplies the \
+                     secrets {} again.",
+                    names.join(", ")
+                )),
+                NetworkView::None => text.push_str(" There is no network access."),
             }
             list_skills(&mut text, mounted);
             text

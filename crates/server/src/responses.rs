@@ -400,25 +400,6 @@ async fn attachments(
     Ok(found)
 }
 
-/// The request as a response object may repeat it (and as it is stored):
-/// `domain_secrets` values replaced, so they are never echoed nor written.
-fn without_secret_values(body: &Value) -> Value {
-    let mut body = body.clone();
-    if let Some(tools) = body.get_mut("tools").and_then(Value::as_array_mut) {
-        for tool in tools {
-            let secrets = tool
-                .pointer_mut("/environment/network_policy/domain_secrets")
-                .and_then(Value::as_array_mut);
-            for secret in secrets.into_iter().flatten() {
-                if let Some(value) = secret.get_mut("value") {
-                    *value = json!("<redacted>");
-                }
-            }
-        }
-    }
-    body
-}
-
 /// Everything checked before a run starts.
 struct Prepared {
     id: String,
@@ -594,7 +575,7 @@ async fn prepare(state: &Arc<AppState>, project: &Project, body: Value) -> ApiRe
         project: project.0.clone(),
         echo: Echo {
             model: model.clone(),
-            body: without_secret_values(&body),
+            body: crate::egress::without_secret_values(&body),
             background,
             max_tool_calls,
         },
@@ -627,15 +608,21 @@ impl Prepared {
     fn row(&self, status: &str, body: &Value, output: &[Value]) -> ResponseRow {
         let mut conversation = self.request.items.clone();
         conversation.extend(output.iter().cloned());
+        // Whatever is stored goes through the secrets' redaction (the
+        // echo already has; the items too, in case one carries a policy).
+        let stored = |mut value: Value| {
+            crate::egress::redact_secret_values(&mut value);
+            value.to_string()
+        };
         ResponseRow {
             id: self.id.clone(),
             project: self.project.clone(),
             created_at: self.created_at,
             status: status.to_owned(),
             previous_response_id: self.previous.clone(),
-            body: body.to_string(),
-            input_items: Value::Array(self.input.clone()).to_string(),
-            conversation: Value::Array(conversation).to_string(),
+            body: stored(body.clone()),
+            input_items: stored(Value::Array(self.input.clone())),
+            conversation: stored(Value::Array(conversation)),
         }
     }
 

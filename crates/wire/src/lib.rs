@@ -162,6 +162,12 @@ pub struct Container {
     /// `/mnt/skills/<name>`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skills: Vec<serde_json::Value>,
+    /// shellgate's extension: the secrets (by name) whose values this
+    /// server no longer holds (it restarted since they were given): the
+    /// container's network is off until they are supplied again
+    /// (`POST /v1/containers/{id}/secrets`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets_missing: Vec<String>,
 }
 
 /// A cursor page: `{"object":"list","data":[...],"first_id","last_id","has_more"}`.
