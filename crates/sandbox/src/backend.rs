@@ -135,24 +135,6 @@ impl NetworkSpec {
     pub fn is_disabled(&self) -> bool {
         self.allowed_domains.is_empty()
     }
-
-    /// Names of the secrets whose values this process does not hold (it
-    /// restarted since they were given).
-    pub fn secrets_missing(&self) -> Vec<&str> {
-        self.secrets
-            .iter()
-            .filter(|s| s.value.is_none())
-            .map(|s| s.name.as_str())
-            .collect()
-    }
-
-    /// Whether the container's network is off: no policy, or secrets not
-    /// held (a container whose secrets are gone gets no egress at all
-    /// until they are supplied again: it would otherwise send its
-    /// placeholders, and its requests, unauthenticated).
-    pub fn is_off(&self) -> bool {
-        self.is_disabled() || !self.secrets_missing().is_empty()
-    }
 }
 
 impl Default for ContainerSpec {
@@ -422,6 +404,20 @@ pub trait SandboxBackend: Send + Sync {
     /// commands (file downloads, promote); `None`: nothing to mask.
     fn masker(&self, _id: &str) -> Option<Arc<shellgate_egress::secrets::Masker>> {
         None
+    }
+    /// Gives a container the values of its secrets again (after a
+    /// restart of the server: until then its network is off). Every secret
+    /// of the container, each value matching its verifier; a running
+    /// container is stopped (its next command starts it with its network).
+    async fn supply_secrets(
+        &self,
+        _id: &str,
+        _secrets: Vec<shellgate_egress::secrets::DomainSecret>,
+    ) -> Result<(), SandboxError> {
+        Err(SandboxError::InvalidRequest {
+            param: "domain_secrets",
+            message: "this sandbox backend cannot take secrets again".into(),
+        })
     }
     /// The container's secrets, without their values.
     fn secret_status(&self, _id: &str) -> Vec<SecretStatus> {

@@ -187,6 +187,59 @@ pub fn network_spec(
     })
 }
 
+/// `POST /v1/containers/{id}/secrets` (our extension): the body.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SupplySecrets {
+    pub domain_secrets: Vec<shellgate_wire::DomainSecret>,
+}
+
+/// `POST /v1/containers/{id}/secrets` (our extension): gives a container
+/// whose server restarted the values of its secrets again (every one of
+/// them, each the value it was made with, checked against its salted
+/// digest). Until then its network is off; after it, its next command
+/// starts it with its network (a running container is stopped first: its
+/// processes end, its files stay). Answers the container object.
+pub async fn supply(
+    State(state): State<Arc<AppState>>,
+    project: Project,
+    Path(id): Path<String>,
+    crate::http::ApiJson(body): crate::http::ApiJson<SupplySecrets>,
+) -> ApiResult<Json<shellgate_wire::Container>> {
+    let row = crate::containers::owned(&state, &project, &id).await?;
+    let mut supplied = Vec::with_capacity(body.domain_secrets.len());
+    for secret in &body.domain_secrets {
+        secrets::check_secret(&secret.name, &secret.value)
+            .map_err(|e| ApiError::invalid("domain_secrets", e.to_string()))?;
+        supplied.push(secrets::DomainSecret {
+            domain: shellgate_egress::policy::normalize(&secret.domain),
+            name: secret.name.clone(),
+            placeholder: String::new(),
+            value: Some(SecretValue::new(secret.value.as_str())),
+        });
+    }
+    crate::to_completion(async move {
+        state
+            .engine
+            .supply_secrets(&id, supplied)
+            .await
+            .map_err(|e| crate::engine_error(&id, e))?;
+        if row.session_open {
+            let key = id.clone();
+            state
+                .db(move |s| s.close_session(&key, "suspended"))
+                .await?;
+        }
+        let (owner, key) = (project.0.clone(), id.clone());
+        let row = state
+            .db(move |s| s.container(&owner, &key))
+            .await?
+            .ok_or_else(|| ApiError::not_found("container", &id))?;
+        Ok(Json(crate::containers::shown_container(&state, &row)))
+    })
+    .await
+}
+
 /// What replaces a secret's value wherever a request is echoed or stored.
 pub const REDACTED: &str = "<redacted>";
 

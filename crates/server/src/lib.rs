@@ -333,6 +333,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             get(containers::commands),
         )
         .route("/containers/{container_id}/egress", get(egress::list))
+        .route("/containers/{container_id}/secrets", post(egress::supply))
         .route("/images", get(containers::images))
         .route(
             "/skills",

@@ -507,6 +507,7 @@ fn health_metrics_openapi_and_keys() {
         "/v1/usage",
         "/v1/messages",
         "/v1/containers/{container_id}/files/{file_id}/promote",
+        "/v1/containers/{container_id}/secrets",
     ] {
         assert!(openapi["paths"].get(path).is_some(), "{path} undocumented");
     }

@@ -133,7 +133,7 @@ impl LocalEngine {
         // command goes through one mask stream before anything (the
         // capture, its head/tail cut, the deltas) sees it, so a value
         // split across reads, deltas or the cut is still masked whole.
-        let (mut out_mask, mut err_mask) = match &container.masker {
+        let (mut out_mask, mut err_mask) = match container.masker() {
             Some(masker) => (Some(masker.stream()), Some(masker.stream())),
             None => (None, None),
         };

@@ -15,6 +15,8 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::watch;
 
 use super::{lock, LocalEngine, SANDBOX_UID};
+use shellgate_egress::secrets::{DomainSecret, Masker};
+
 use crate::backend::ContainerSpec;
 use crate::cgroup::{LimitCounters, LimitEvents};
 use crate::disk::{self, DiskKind};
@@ -128,9 +130,12 @@ pub(super) struct Container {
     /// The CA and secrets of its egress proxy, made at its first start in
     /// this process (the CA stays the same across stops and starts).
     pub interceptor: Mutex<Option<Arc<shellgate_egress::intercept::Interceptor>>>,
+    /// Its secrets as this process has them: the spec's, with the values
+    /// it was given (at create, or supplied again after a restart).
+    secrets: Mutex<Vec<DomainSecret>>,
     /// Masks its secrets' values (held, or known by their verifiers) in
     /// whatever of it reaches a client: command output, downloads.
-    pub masker: Option<Arc<shellgate_egress::secrets::Masker>>,
+    masker: Mutex<Option<Arc<Masker>>>,
 }
 
 /// Marks a command or file operation as in flight until dropped.
@@ -144,13 +149,11 @@ impl Drop for InFlight {
 
 impl Container {
     pub fn new(id: String, spec: ContainerSpec, dir: PathBuf, id_slot: u32) -> Self {
-        let masker = shellgate_egress::secrets::Masker::with_verifiers(
-            &spec.network.secrets,
-            &spec.network.verifiers,
-        )
-        .map(Arc::new);
+        let masker = Masker::with_verifiers(&spec.network.secrets, &spec.network.verifiers)
+            .map(Arc::new);
         Self {
-            masker,
+            secrets: Mutex::new(spec.network.secrets.clone()),
+            masker: Mutex::new(masker),
             id,
             spec,
             dir,
@@ -162,6 +165,39 @@ impl Container {
             view: Mutex::new(None),
             interceptor: Mutex::new(None),
         }
+    }
+
+    /// Its secrets now (values this process holds, `None` for the others).
+    pub fn secrets(&self) -> Vec<DomainSecret> {
+        lock(&self.secrets).clone()
+    }
+
+    /// Names of its secrets whose values this process does not hold.
+    pub fn secrets_missing(&self) -> Vec<String> {
+        lock(&self.secrets)
+            .iter()
+            .filter(|s| s.value.is_none())
+            .map(|s| s.name.clone())
+            .collect()
+    }
+
+    /// Its network is off: no policy, or secrets whose values are gone.
+    pub fn network_off(&self) -> bool {
+        self.spec.network.is_disabled() || !self.secrets_missing().is_empty()
+    }
+
+    pub fn masker(&self) -> Option<Arc<Masker>> {
+        lock(&self.masker).clone()
+    }
+
+    /// Takes the secrets' values supplied again; the caller holds the state
+    /// lock with the container stopped (its next start has its network).
+    pub fn set_secrets(&self, secrets: Vec<DomainSecret>) {
+        *lock(&self.masker) =
+            Masker::with_verifiers(&secrets, &self.spec.network.verifiers).map(Arc::new);
+        *lock(&self.secrets) = secrets;
+        // A new CA for the values' interceptor, made at the next start.
+        lock(&self.interceptor).take();
     }
 
     pub fn id_slot(&self) -> u32 {

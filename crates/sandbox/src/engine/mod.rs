@@ -561,7 +561,7 @@ impl SandboxBackend for LocalEngine {
     }
 
     fn masker(&self, id: &str) -> Option<Arc<shellgate_egress::secrets::Masker>> {
-        self.container(id).ok()?.masker.clone()
+        self.container(id).ok()?.masker()
     }
 
     fn secret_status(&self, id: &str) -> Vec<crate::backend::SecretStatus> {
@@ -569,9 +569,7 @@ impl SandboxBackend for LocalEngine {
             return Vec::new();
         };
         container
-            .spec
-            .network
-            .secrets
+            .secrets()
             .iter()
             .map(|s| crate::backend::SecretStatus {
                 domain: s.domain.clone(),
@@ -579,6 +577,67 @@ impl SandboxBackend for LocalEngine {
                 held: s.value.is_some(),
             })
             .collect()
+    }
+
+    async fn supply_secrets(
+        &self,
+        id: &str,
+        supplied: Vec<shellgate_egress::secrets::DomainSecret>,
+    ) -> Result<(), SandboxError> {
+        let container = self.container(id)?;
+        let mut state = container.state.lock().await;
+        if container.destroyed() {
+            return Err(SandboxError::NotFound(id.to_owned()));
+        }
+        let invalid = |message: String| SandboxError::InvalidRequest {
+            param: "domain_secrets",
+            message,
+        };
+        let mut secrets = container.secrets();
+        for given in &supplied {
+            let Some(secret) = secrets
+                .iter_mut()
+                .find(|s| s.name == given.name && s.domain == given.domain)
+            else {
+                return Err(invalid(format!(
+                    "the container has no secret {} for {}",
+                    given.name, given.domain
+                )));
+            };
+            let value = given.value.as_ref().map(|v| v.expose()).unwrap_or_default();
+            // Checked against what persists of the value the container was
+            // made with: a different value is a new container's.
+            let verifier = container
+                .spec
+                .network
+                .verifiers
+                .iter()
+                .find(|v| v.name == secret.name);
+            if !verifier.is_some_and(|v| v.matches(value)) {
+                return Err(invalid(format!(
+                    "the value of secret {} is not the one the container was made with (a \
+                     different value needs a new container)",
+                    given.name
+                )));
+            }
+            secret.value = given.value.clone();
+        }
+        if let Some(name) = secrets.iter().find(|s| s.value.is_none()).map(|s| &s.name) {
+            return Err(invalid(format!(
+                "secret {name} is not supplied: every secret of the container is needed"
+            )));
+        }
+        if container.busy() {
+            return Err(SandboxError::Conflict(
+                "the container is running commands; supply its secrets when they end".into(),
+            ));
+        }
+        // Its network is set up when it starts: a running container (with
+        // its network off) is stopped, and its next command starts it
+        // with the secrets' interceptor.
+        self.stop_locked(&container, &mut state).await;
+        container.set_secrets(secrets);
+        Ok(())
     }
 
     async fn stop(&self, id: &str) -> Result<(), SandboxError> {

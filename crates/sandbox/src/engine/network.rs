@@ -86,7 +86,7 @@ impl LocalEngine {
         container: &Container,
     ) -> Result<NetworkSetup, SandboxError> {
         let network = &container.spec.network;
-        if network.is_off() {
+        if container.network_off() {
             // Secrets not held: no proxy, but `$NAME` still holds the
             // placeholder scripts expect.
             return Ok(NetworkSetup {
@@ -164,7 +164,7 @@ impl LocalEngine {
         &self,
         container: &Container,
     ) -> Result<Option<(Arc<Interceptor>, bool)>, SandboxError> {
-        let secrets = &container.spec.network.secrets;
+        let secrets = &container.secrets();
         if !secrets.iter().any(|s| s.value.is_some()) {
             return Ok(None);
         }
@@ -211,7 +211,7 @@ impl LocalEngine {
         if network.is_disabled() {
             return Ok(None);
         }
-        let missing = network.secrets_missing();
+        let missing = container.secrets_missing();
         if !missing.is_empty() {
             self.note_network_off(container, &missing);
             return Ok(None);
@@ -230,7 +230,7 @@ impl LocalEngine {
             allowlist,
             settings,
             interceptor,
-            &network.secrets,
+            &container.secrets(),
         );
         egress
             .serve(Sockets {
@@ -245,7 +245,7 @@ impl LocalEngine {
 
 impl LocalEngine {
     /// Tells the container's egress log why it has no network this start.
-    fn note_network_off(&self, container: &Container, missing: &[&str]) {
+    fn note_network_off(&self, container: &Container, missing: &[String]) {
         let Some(settings) = &self.inner.config.egress else {
             return;
         };
@@ -257,7 +257,7 @@ impl LocalEngine {
             .network
             .secrets
             .iter()
-            .filter(|s| missing.contains(&s.name.as_str()))
+            .filter(|s| missing.contains(&s.name))
         {
             let _ = settings.log.try_send(shellgate_egress::proxy::Attempt {
                 time,
