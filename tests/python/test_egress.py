@@ -539,18 +539,41 @@ def test_domain_secrets_reach_their_domain_only_and_are_never_shown(client, serv
     leaked = subprocess.run(["grep", "-rla", "--exclude=*.img", SECRET, str(server.data_dir)],
                             capture_output=True, text=True)
     assert leaked.stdout == "", leaked.stdout
-    # After a restart the value is gone: the container wakes without it and
-    # its egress log says so.
+    # After a restart the value is gone from memory: the container wakes
+    # with its network off (no request leaves, with or without the
+    # placeholder), says so in its object and its egress log, and still
+    # masks the value (known by its salted digest).
     server.start()
+    assert client.containers.retrieve(container.id).model_dump()["secrets_missing"] == ["API_TOKEN"]
     out, err, code = run(client, container.id, "echo $API_TOKEN")
     assert out.strip() == placeholder
     wait_for_log(client, container.id,
-                 lambda e: e["kind"] == "secret" and e["verdict"] == "notice" and "API_TOKEN" in e["reason"])
+                 lambda e: e["kind"] == "secret" and e["verdict"] == "notice" and "API_TOKEN" in e["reason"]
+                 and "network off" in e["reason"])
     out, err, code = run(client, container.id,
                          'curl -sS -m 10 -k -H "Authorization: Bearer $API_TOKEN" '
                          'https://api.secret.test/after-restart')
-    after = [e for e in world.requests("a") if e["path"] == "/after-restart"]
-    assert after and after[-1]["authorization"] == f"Bearer {placeholder}"
+    assert code != 0
+    assert not [e for e in world.requests("a") if e["path"] == "/after-restart"]
+    out, err, code = run(client, container.id,
+                         f'echo "{make_value}"; printf %s "{make_value}" | od -An -v -tx1 | tr -d " \\n"')
+    assert out.split() == [placeholder, placeholder], out
+    # Supplied again (the same value, checked against its digest): the
+    # network is back.
+    supply = lambda value: client.post(f"/containers/{container.id}/secrets", cast_to=object, body={
+        "domain_secrets": [{"domain": "api.secret.test", "name": "API_TOKEN", "value": value}]})
+    with pytest.raises(openai.BadRequestError) as refused:
+        supply("sk-live-real-secret-value-9999")
+    assert refused.value.body["param"] == "domain_secrets"
+    assert "not the one" in refused.value.message
+    assert not supply(SECRET).get("secrets_missing")
+    assert not client.containers.retrieve(container.id).model_dump().get("secrets_missing")
+    out, err, code = run(client, container.id,
+                         'curl -sS -m 10 -H "Authorization: Bearer $API_TOKEN" '
+                         'https://api.secret.test/after-supply')
+    assert code == 0, err
+    assert [e for e in world.requests("a") if e["path"] == "/after-supply"][-1]["authorization"] == f"Bearer {SECRET}"
+    assert SECRET not in out
 
 
 # --- the Responses API ---
