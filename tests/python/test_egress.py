@@ -638,3 +638,199 @@ def test_cli_exec_allow(world):
     refused = subprocess.run(command[:-2] + ["--allow", "outside.example", "--", "true"],
                              capture_output=True, text=True, timeout=60)
     assert refused.returncode != 0 and "outside.example" in refused.stderr
+
+
+# --- issue 16: secrets never stored, shown or misused ---
+
+# The value, assembled by the sandbox from its parts (a command never
+# spells it out, and the container's output is the realistic leak).
+ASSEMBLE = "printf '%s%s\\n' sk-live-real- secret-value-4242"
+SECRET_POLICY = allowlist("api.secret.test",
+                          secrets=[{"domain": "api.secret.test", "name": "API_TOKEN", "value": SECRET}])
+
+
+def raw(server, method, path, body=None, **headers):
+    """A request as bytes on the wire (no SDK parsing in between)."""
+    import requests
+    return requests.request(method, f"{server.base_url}{path}", json=body, timeout=120,
+                            headers={"Authorization": f"Bearer {KEY_A}", **headers})
+
+
+def leaked_files(server):
+    """Files of the data directory holding the value (disk images aside:
+    the value never enters a container)."""
+    found = subprocess.run(["grep", "-rlaF", "--exclude=*.img", SECRET, str(server.data_dir)],
+                           capture_output=True, text=True)
+    return found.stdout
+
+
+def test_secret_values_are_never_stored_or_echoed_on_any_api(world):
+    server = world.server()
+    shell = {"type": "shell", "environment": {"type": "container_auto", "network_policy": SECRET_POLICY}}
+    openrouter = {"type": "openrouter:shell", "parameters": {
+        "engine": "openrouter", "environment": {"type": "container_auto", "network_policy": SECRET_POLICY}}}
+    texts, ids = [], []
+    for tool in [shell, openrouter]:
+        for mode in ["plain", "stream", "background"]:
+            body = {"model": "scripted", "input": f"Execute: {ASSEMBLE}", "tools": [tool]}
+            if mode != "plain":
+                body[mode] = True
+            reply = raw(server, "POST", "/responses", body)
+            assert reply.status_code == 200, reply.text
+            texts.append(reply.text)
+            if mode == "stream":
+                created = next(json.loads(line[5:]) for line in reply.text.splitlines()
+                               if line.startswith("data:") and '"response.created"' in line)
+                ids.append(created["response"]["id"])
+            else:
+                ids.append(reply.json()["id"])
+            # The tool is echoed, its value redacted; the output masked.
+            if mode == "plain":
+                echoed = json.dumps(reply.json()["tools"])
+                assert "API_TOKEN" in echoed and "<redacted>" in echoed
+                assert "shellgate-secret-api_token-" in reply.text
+    for response_id in ids:
+        for _ in range(600):
+            got = raw(server, "GET", f"/responses/{response_id}")
+            if got.json()["status"] not in ("queued", "in_progress"):
+                break
+            time.sleep(0.1)
+        assert got.json()["status"] == "completed", got.text
+        texts.append(got.text)
+        texts.append(raw(server, "GET", f"/responses/{response_id}?stream=true").text)
+        texts.append(raw(server, "GET", f"/responses/{response_id}/input_items").text)
+    for stream in [False, True]:
+        reply = raw(server, "POST", "/messages", {
+            "model": "scripted", "max_tokens": 256, "tools": [openrouter], "stream": stream,
+            "messages": [{"role": "user", "content": f"Execute: {ASSEMBLE}"}]},
+            **{"anthropic-version": "2023-06-01"})
+        assert reply.status_code == 200, reply.text
+        assert "shellgate-secret-api_token-" in reply.text
+        texts.append(reply.text)
+    for text in texts:
+        assert SECRET not in text, text[:2000]
+    assert SECRET not in json.dumps(world.upstream.requests)
+    # Not in the store, its WAL, nor any file of the data directory: while
+    # it runs, and after its shutdown's checkpoint.
+    assert leaked_files(server) == ""
+    server.stop()
+    assert leaked_files(server) == ""
+
+
+def test_weak_values_and_dangerous_names_are_refused_on_every_path(client):
+    def policy(name="API_TOKEN", value=SECRET):
+        return allowlist("api.secret.test", secrets=[{"domain": "api.secret.test", "name": name, "value": value}])
+
+    for name, value, says in [
+        ("API_TOKEN", "1234", "at least 16"), ("API_TOKEN", "x", "at least 16"),
+        ("API_TOKEN", "abababababababababab", "distinct"),
+        ("PATH", SECRET, "reserved"), ("LD_PRELOAD", SECRET, "reserved"), ("BASH_ENV", SECRET, "reserved"),
+        ("https_proxy", SECRET, "reserved"), ("SSL_CERT_FILE", SECRET, "reserved"),
+        ("PYTHONSTARTUP", SECRET, "reserved"), ("GIT_SSH_COMMAND", SECRET, "reserved"),
+    ]:
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.containers.create(name="weak", network_policy=policy(name, value))
+        assert refused.value.body["param"] == "network_policy.domain_secrets", refused.value.body
+        assert says in refused.value.message and value not in refused.value.message.replace(name, "")
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.responses.create(model="scripted", input="Execute: true", tools=[
+                {"type": "shell", "environment": {"type": "container_auto", "network_policy": policy(name, value)}}])
+        assert refused.value.body["param"].endswith("network_policy.domain_secrets")
+        assert says in refused.value.message
+    server_tool = {"type": "openrouter:shell", "parameters": {"environment": {
+        "type": "container_auto", "network_policy": policy("LD_PRELOAD")}}}
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.post("/responses", cast_to=object, body={"model": "scripted", "input": "hi", "tools": [server_tool]})
+    assert "reserved" in refused.value.message
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.post("/messages", cast_to=object, body={
+            "model": "scripted", "max_tokens": 64, "tools": [server_tool],
+            "messages": [{"role": "user", "content": "hi"}]})
+    assert "reserved" in str(refused.value.body)
+    assert [c.name for c in client.containers.list(name="weak")] == [], "refused requests leave nothing behind"
+
+
+def sse_events(text):
+    return [json.loads(line[5:]) for line in text.splitlines() if line.startswith("data:")]
+
+
+def test_a_value_in_a_container_is_masked_in_output_streams_downloads_and_promote(client, server):
+    container = client.containers.create(name="egress-masking", network_policy=SECRET_POLICY)
+    placeholder = run(client, container.id, "echo $API_TOKEN")[0].strip()
+    # A file holding the value, uploaded; another the sandbox wrote.
+    import io
+    uploaded = client.containers.files.create(
+        container.id, file=("uploaded.txt", io.BytesIO(f"token={SECRET}\n".encode())))
+    run(client, container.id, f"{ASSEMBLE} > /mnt/data/made.txt; {ASSEMBLE} | base64 > /mnt/data/made.b64")
+    out, err, code = run(client, container.id, "cat uploaded.txt made.txt; cat made.b64 | tr -d '\\n'")
+    assert SECRET not in out and out.count(placeholder) == 3, out
+    # Streamed: the value split across two writes (two deltas), at every
+    # boundary; each command's deltas together are the placeholder.
+    commands = [f"printf %s '{SECRET[:i]}'; sleep 0.05; printf %s '{SECRET[i:]}'"
+                for i in range(1, len(SECRET))]
+    # (The commands themselves hold the value's halves only.)
+    reply = raw(server, "POST", f"/containers/{container.id}/exec",
+                {"commands": commands, "stream": True})
+    assert reply.status_code == 200, reply.text
+    events = sse_events(reply.text)
+    streamed = {}
+    for event in events:
+        if event["type"] == "exec.output.delta" and event["stream"] == "stdout":
+            streamed[event["command_index"]] = streamed.get(event["command_index"], "") + event["delta"]
+    assert SECRET not in reply.text
+    assert streamed == {i: placeholder for i in range(len(commands))}, streamed
+    completed = next(e for e in events if e["type"] == "exec.completed")
+    assert [o["stdout"] for o in completed["shell_call_output"]["output"]] == [placeholder] * len(commands)
+    # Downloads and promote go through the same masking.
+    files = {f.path: f for f in client.containers.files.list(container.id).data}
+    for path in ["/mnt/data/uploaded.txt", "/mnt/data/made.txt"]:
+        content = raw(server, "GET", f"/containers/{container.id}/files/{files[path].id}/content")
+        assert content.status_code == 200 and SECRET.encode() not in content.content
+        assert placeholder.encode() in content.content
+        promoted = raw(server, "POST", f"/containers/{container.id}/files/{files[path].id}/promote")
+        assert promoted.status_code == 200, promoted.text
+        blob = raw(server, "GET", f"/files/{promoted.json()['id']}/content").content
+        assert SECRET.encode() not in blob and placeholder.encode() in blob
+    assert uploaded.id in {f.id for f in files.values()}
+    # A name asked for that holds the value is logged masked.
+    run(client, container.id, 'curl -sS -m 5 "http://$(printf %s%s sk-live-real- secret-value-4242).notlisted.test/"; true')
+    entries = wait_for_log(client, container.id, lambda e: placeholder in (e["requested_name"] or ""))
+    assert SECRET not in json.dumps(entries)
+    # A file whose name is the value is not listed (nor stored).
+    run(client, container.id, f"touch /mnt/data/\"$({ASSEMBLE})\"")
+    listing = client.get(f"/containers/{container.id}/files", cast_to=object)
+    assert SECRET not in json.dumps(listing)
+    assert "secret's value" in listing["incomplete"]["message"]
+
+
+def test_a_session_reused_with_another_policy_gets_a_new_container_and_the_truth(client, world):
+    session = f"policy-{os.getpid()}"
+    curl = 'curl -sS -m 5 -o /dev/null -w "%{http_code}" -H "Authorization: Bearer $API_TOKEN" ' \
+           'https://api.secret.test/from-a-session; echo " exit=$?"'
+
+    def turn(policy, path):
+        environment = {"type": "container_auto"}
+        if policy:
+            environment["network_policy"] = policy
+        reply = client.post("/responses", cast_to=object, body={
+            "model": "scripted", "session_id": session, "input": f"Execute: {curl.replace('from-a-session', path)}",
+            "tools": [{"type": "openrouter:shell", "parameters": {"engine": "openrouter", "environment": environment}}]})
+        [item] = [i for i in reply["output"] if i["type"] == "openrouter:shell"]
+        [tool] = [t for t in world.upstream.requests[-1]["tools"] if t["function"]["name"] == "shell"]
+        return item["container_id"], item["output"][0]["stdout"], tool["function"]["description"]
+
+    first, out, told = turn(SECRET_POLICY, "with-policy")
+    assert out.startswith("200"), out
+    assert "limited to: api.secret.test" in told
+    assert [e for e in world.requests("a") if e["path"] == "/with-policy"][-1]["authorization"] == f"Bearer {SECRET}"
+    # The same session asking for no network: a new container, without
+    # the secret's domain, and the model is told so.
+    second, out, told = turn(None, "without-policy")
+    assert second != first
+    assert "exit=0" not in out, out
+    assert not [e for e in world.requests("a") if e["path"] == "/without-policy"]
+    assert "There is no network access." in told and "api.secret.test" not in told
+    # The session now maps to the new container; the same policy again
+    # keeps it.
+    third, out, told = turn(None, "again-without")
+    assert third == second and "There is no network access." in told

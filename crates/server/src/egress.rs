@@ -325,7 +325,19 @@ pub(crate) fn spawn_log_writer(state: Arc<AppState>, mut attempts: mpsc::Receive
                     continue;
                 }
                 *tokens -= 1.0;
-                rows.push(row_of(attempt));
+                let mut row = row_of(attempt);
+                // A name a container asked for may hold a value it
+                // assembled (`$(...).example`): the log keeps it masked.
+                if let Some(masker) = state.engine.masker(&row.container_id) {
+                    for text in [&mut row.requested_name, &mut row.server_name]
+                        .into_iter()
+                        .flatten()
+                    {
+                        *text = masker.mask_str(text);
+                    }
+                    row.reason = masker.mask_str(&row.reason);
+                }
+                rows.push(row);
             }
             if rows.is_empty() {
                 continue;

@@ -137,20 +137,7 @@ impl LocalEngine {
             Some(masker) => (Some(masker.stream()), Some(masker.stream())),
             None => (None, None),
         };
-        let mut masked = Vec::new();
-        let mut take = |mask: &mut Option<MaskStream>, bytes: &[u8], end: bool| -> Vec<u8> {
-            match mask {
-                None => bytes.to_vec(),
-                Some(mask) => {
-                    masked.clear();
-                    mask.push(bytes, &mut masked);
-                    if end {
-                        mask.finish(&mut masked);
-                    }
-                    std::mem::take(&mut masked)
-                }
-            }
-        };
+
         let pids_max = container.spec.pids_max;
         // A container at its process limit whose processes keep running
         // into it (a fork bomb left running) could not even start bash's
@@ -221,18 +208,20 @@ impl LocalEngine {
             tokio::select! {
                 read = stdout.read_buf(&mut out_buf), if out_open => match read {
                     Ok(n) if n > 0 => {
-                        let bytes = take(&mut out_mask, &out_buf, false);
+                        let bytes = masked(&mut out_mask, &out_buf, false);
                         out.push(&bytes);
                         emit(&mut out_deltas, StreamKind::Stdout, &bytes);
+                        drop(bytes);
                         out_buf.clear();
                     }
                     _ => out_open = false,
                 },
                 read = stderr.read_buf(&mut err_buf), if err_open => match read {
                     Ok(n) if n > 0 => {
-                        let bytes = take(&mut err_mask, &err_buf, false);
+                        let bytes = masked(&mut err_mask, &err_buf, false);
                         err.push(&bytes);
                         emit(&mut err_deltas, StreamKind::Stderr, &bytes);
+                        drop(bytes);
                         err_buf.clear();
                     }
                     _ => err_open = false,
@@ -272,10 +261,10 @@ impl LocalEngine {
         }
         guard.ended = true;
         // The tails the mask streams held back.
-        let tail = take(&mut out_mask, &[], true);
+        let tail = masked(&mut out_mask, &[], true);
         out.push(&tail);
         emit(&mut out_deltas, StreamKind::Stdout, &tail);
-        let tail = take(&mut err_mask, &[], true);
+        let tail = masked(&mut err_mask, &[], true);
         err.push(&tail);
         emit(&mut err_deltas, StreamKind::Stderr, &tail);
         let mut stderr_text = String::new();
@@ -318,6 +307,27 @@ impl LocalEngine {
             stderr: stderr_text,
             outcome,
         })
+    }
+}
+
+/// `bytes` of a command's stream as they may leave: through its mask
+/// stream if it has one (less what the stream holds back; with `end`, the
+/// held tail too), else as they are.
+fn masked<'a>(
+    mask: &mut Option<MaskStream>,
+    bytes: &'a [u8],
+    end: bool,
+) -> std::borrow::Cow<'a, [u8]> {
+    match mask {
+        None => std::borrow::Cow::Borrowed(bytes),
+        Some(mask) => {
+            let mut out = Vec::with_capacity(bytes.len());
+            mask.push(bytes, &mut out);
+            if end {
+                mask.finish(&mut out);
+            }
+            std::borrow::Cow::Owned(out)
+        }
     }
 }
 
