@@ -45,21 +45,84 @@ pub const MAX_VALUE_BYTES: usize = 10 * 1024 * 1024;
 /// shell, the dynamic loader, interpreters, git or the engine's own proxy
 /// and CA settings read.
 const RESERVED_NAMES: &[&str] = &[
-    "PATH", "HOME", "SHELL", "USER", "LOGNAME", "IFS", "ENV", "BASH_ENV", "CDPATH", "GLOBIGNORE",
-    "SHELLOPTS", "BASHOPTS", "PS1", "PS2", "PS3", "PS4", "PROMPT_COMMAND", "HISTFILE", "INPUTRC",
-    "PWD", "OLDPWD", "SHLVL", "HOSTNAME", "TERM", "TMPDIR", "LANG", "LANGUAGE", "TZ", "MAIL",
-    "NODE_OPTIONS", "NODE_PATH", "NODE_EXTRA_CA_CERTS", "PERL5OPT", "PERL5LIB", "PERLLIB",
-    "RUBYOPT", "RUBYLIB", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "CLASSPATH",
-    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "FTP_PROXY", "SSL_CERT_FILE",
-    "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "PIP_CERT", "GIT_SSL_CAINFO",
-    "OPENSSL_CONF", "SSLKEYLOGFILE", "GCONV_PATH", "GLIBC_TUNABLES", "HOSTALIASES",
-    "LOCALDOMAIN", "RES_OPTIONS", "CURL_HOME", "WGETRC", "EDITOR", "VISUAL", "PAGER",
+    "PATH",
+    "HOME",
+    "SHELL",
+    "USER",
+    "LOGNAME",
+    "IFS",
+    "ENV",
+    "BASH_ENV",
+    "CDPATH",
+    "GLOBIGNORE",
+    "SHELLOPTS",
+    "BASHOPTS",
+    "PS1",
+    "PS2",
+    "PS3",
+    "PS4",
+    "PROMPT_COMMAND",
+    "HISTFILE",
+    "INPUTRC",
+    "PWD",
+    "OLDPWD",
+    "SHLVL",
+    "HOSTNAME",
+    "TERM",
+    "TMPDIR",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "MAIL",
+    "NODE_OPTIONS",
+    "NODE_PATH",
+    "NODE_EXTRA_CA_CERTS",
+    "PERL5OPT",
+    "PERL5LIB",
+    "PERLLIB",
+    "RUBYOPT",
+    "RUBYLIB",
+    "JAVA_TOOL_OPTIONS",
+    "_JAVA_OPTIONS",
+    "JDK_JAVA_OPTIONS",
+    "CLASSPATH",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "ALL_PROXY",
+    "FTP_PROXY",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "PIP_CERT",
+    "GIT_SSL_CAINFO",
+    "OPENSSL_CONF",
+    "SSLKEYLOGFILE",
+    "GCONV_PATH",
+    "GLIBC_TUNABLES",
+    "HOSTALIASES",
+    "LOCALDOMAIN",
+    "RES_OPTIONS",
+    "CURL_HOME",
+    "WGETRC",
+    "EDITOR",
+    "VISUAL",
+    "PAGER",
 ];
 
 /// Name prefixes no secret may take (case-insensitive): whole families of
 /// variables that load code or configuration.
 const RESERVED_PREFIXES: &[&str] = &[
-    "BASH_FUNC_", "LD_", "PYTHON", "GIT_", "NPM_CONFIG_", "PIP_", "LC_", "MALLOC_", "SHELLGATE_",
+    "BASH_FUNC_",
+    "LD_",
+    "PYTHON",
+    "GIT_",
+    "NPM_CONFIG_",
+    "PIP_",
+    "LC_",
+    "MALLOC_",
+    "SHELLGATE_",
     "DYLD_",
 ];
 
@@ -320,9 +383,9 @@ fn salted_sha256(salt: &[u8], bytes: &[u8]) -> [u8; 32] {
 
 /// `sum(bytes[i] * base^(n-1-i))`, wrapping.
 fn rolling_hash(bytes: &[u8], base: u64) -> u64 {
-    bytes
-        .iter()
-        .fold(0u64, |h, &b| h.wrapping_mul(base).wrapping_add(u64::from(b)))
+    bytes.iter().fold(0u64, |h, &b| {
+        h.wrapping_mul(base).wrapping_add(u64::from(b))
+    })
 }
 
 fn to_hex(bytes: &[u8]) -> String {
@@ -330,7 +393,7 @@ fn to_hex(bytes: &[u8]) -> String {
 }
 
 fn from_hex(text: &str) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 {
+    if !text.len().is_multiple_of(2) {
         return None;
     }
     (0..text.len())
@@ -381,7 +444,8 @@ impl Masker {
             };
             let placeholder: Arc<[u8]> = Arc::from(secret.placeholder.as_bytes());
             for form in &verifier.forms {
-                let Some(sha256) = from_hex(&form.sha256).and_then(|d| <[u8; 32]>::try_from(d).ok())
+                let Some(sha256) =
+                    from_hex(&form.sha256).and_then(|d| <[u8; 32]>::try_from(d).ok())
                 else {
                     continue;
                 };
@@ -738,7 +802,10 @@ mod tests {
     fn weak_values_and_dangerous_names_are_refused() {
         let good = "sk-live-real-secret-value-4242";
         assert_eq!(check_secret("API_TOKEN", good), Ok(()));
-        assert!(matches!(check_secret("T", "1234"), Err(SecretRefused::TooShort { length: 4, .. })));
+        assert!(matches!(
+            check_secret("T", "1234"),
+            Err(SecretRefused::TooShort { length: 4, .. })
+        ));
         assert!(matches!(
             check_secret("T", "x"),
             Err(SecretRefused::TooShort { .. })
@@ -752,12 +819,37 @@ mod tests {
             Err(SecretRefused::LineBreak { .. })
         ));
         for name in [
-            "PATH", "path", "HOME", "SHELL", "USER", "IFS", "ENV", "BASH_ENV", "BASH_FUNC_x",
-            "PS1", "PS4", "PROMPT_COMMAND", "LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH",
-            "PYTHONSTARTUP", "NODE_OPTIONS", "PERL5OPT", "RUBYOPT", "JAVA_TOOL_OPTIONS",
-            "GIT_CONFIG_COUNT", "GIT_SSH_COMMAND", "HTTP_PROXY", "https_proxy", "No_Proxy",
-            "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS",
-            "PIP_CERT", "GIT_SSL_CAINFO",
+            "PATH",
+            "path",
+            "HOME",
+            "SHELL",
+            "USER",
+            "IFS",
+            "ENV",
+            "BASH_ENV",
+            "BASH_FUNC_x",
+            "PS1",
+            "PS4",
+            "PROMPT_COMMAND",
+            "LD_PRELOAD",
+            "LD_LIBRARY_PATH",
+            "PYTHONPATH",
+            "PYTHONSTARTUP",
+            "NODE_OPTIONS",
+            "PERL5OPT",
+            "RUBYOPT",
+            "JAVA_TOOL_OPTIONS",
+            "GIT_CONFIG_COUNT",
+            "GIT_SSH_COMMAND",
+            "HTTP_PROXY",
+            "https_proxy",
+            "No_Proxy",
+            "SSL_CERT_FILE",
+            "REQUESTS_CA_BUNDLE",
+            "CURL_CA_BUNDLE",
+            "NODE_EXTRA_CA_CERTS",
+            "PIP_CERT",
+            "GIT_SSL_CAINFO",
         ] {
             assert_eq!(
                 check_secret(name, good),
@@ -765,8 +857,16 @@ mod tests {
                 "{name}"
             );
         }
-        assert!(matches!(check_secret("1X", good), Err(SecretRefused::InvalidName(_))));
-        for name in ["GITHUB_TOKEN", "OPENAI_API_KEY", "API_TOKEN", "PATHFINDER_KEY"] {
+        assert!(matches!(
+            check_secret("1X", good),
+            Err(SecretRefused::InvalidName(_))
+        ));
+        for name in [
+            "GITHUB_TOKEN",
+            "OPENAI_API_KEY",
+            "API_TOKEN",
+            "PATHFINDER_KEY",
+        ] {
             assert_eq!(check_secret(name, good), Ok(()), "{name}");
         }
     }

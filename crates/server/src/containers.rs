@@ -963,7 +963,8 @@ pub async fn promote_file(
         let copied = tokio::task::spawn_blocking(move || -> std::io::Result<Option<u64>> {
             let mut file = file;
             let mut out = std::fs::File::create(&scratch)?;
-            let Some(copied) = crate::files::copy_masked(&mut file, &mut out, masker.as_ref(), limit)?
+            let Some(copied) =
+                crate::files::copy_masked(&mut file, &mut out, masker.as_ref(), limit)?
             else {
                 drop(out);
                 let _ = std::fs::remove_file(&scratch);

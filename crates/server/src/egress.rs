@@ -492,7 +492,13 @@ mod tests {
             "input": "keep me",
         });
         let text = without_secret_values(&body).to_string();
-        for leaked in ["v1-secret", "v2-secret", "v3-secret", "v4-secret", "v5-secret"] {
+        for leaked in [
+            "v1-secret",
+            "v2-secret",
+            "v3-secret",
+            "v4-secret",
+            "v5-secret",
+        ] {
             assert!(!text.contains(leaked), "{leaked} in {text}");
         }
         assert!(text.contains("keep me") && text.contains("\"name\":\"U\""));

@@ -236,9 +236,8 @@ impl HostedShell {
         let Some(row) = row.filter(|r| r.status != "creating") else {
             return Ok(false);
         };
-        let asked = ContainerPolicy::of_request(
-            self.auto.as_ref().and_then(|a| a.network_policy.as_ref()),
-        );
+        let asked =
+            ContainerPolicy::of_request(self.auto.as_ref().and_then(|a| a.network_policy.as_ref()));
         Ok(ContainerPolicy::of_container(&self.state, &row) == asked)
     }
 

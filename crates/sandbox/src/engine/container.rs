@@ -149,8 +149,8 @@ impl Drop for InFlight {
 
 impl Container {
     pub fn new(id: String, spec: ContainerSpec, dir: PathBuf, id_slot: u32) -> Self {
-        let masker = Masker::with_verifiers(&spec.network.secrets, &spec.network.verifiers)
-            .map(Arc::new);
+        let masker =
+            Masker::with_verifiers(&spec.network.secrets, &spec.network.verifiers).map(Arc::new);
         Self {
             secrets: Mutex::new(spec.network.secrets.clone()),
             masker: Mutex::new(masker),
