@@ -834,3 +834,53 @@ def test_a_session_reused_with_another_policy_gets_a_new_container_and_the_truth
     # keeps it.
     third, out, told = turn(None, "again-without")
     assert third == second and "There is no network access." in told
+
+
+def test_after_a_restart_a_session_gets_its_secrets_back_only_with_the_same_values(world):
+    server = world.server()
+    client = server.client(KEY_A)
+    session = f"restart-{os.getpid()}"
+    curl = 'curl -sS -m 5 -o /dev/null -w "%{http_code}" -H "Authorization: Bearer $API_TOKEN" ' \
+           'https://api.secret.test/PATH; echo " exit=$?"'
+
+    def turn(value, path):
+        policy = allowlist("api.secret.test",
+                           secrets=[{"domain": "api.secret.test", "name": "API_TOKEN", "value": value}])
+        reply = client.post("/responses", cast_to=object, body={
+            "model": "scripted", "session_id": session, "input": f"Execute: {curl.replace('PATH', path)}",
+            "tools": [{"type": "openrouter:shell", "parameters": {"engine": "openrouter", "environment": {
+                "type": "container_auto", "network_policy": policy}}}]})
+        [item] = [i for i in reply["output"] if i["type"] == "openrouter:shell"]
+        return item["container_id"], item["output"][0]["stdout"]
+
+    first, out = turn(SECRET, "before-restart")
+    assert out.startswith("200"), out
+    server.stop()
+    server.start()
+    # The container alone: network off.
+    assert client.containers.retrieve(first).model_dump()["secrets_missing"] == ["API_TOKEN"]
+    out, err, code = run(client, first, "curl -sS -m 5 https://api.secret.test/alone")
+    assert code != 0 and not [e for e in world.requests("a") if e["path"] == "/alone"]
+    # Another value under the same name: not this container's; a new one.
+    other, out = turn("sk-live-another-value-0000", "other-value")
+    assert other != first
+    # The session's container (now the new one) asked for with the first
+    # value: yet another container (the value differs from the new one's,
+    # which would otherwise be used); the first container, continued by a
+    # replay, gets its value back.
+    again, out = turn(SECRET, "same-value")
+    assert again not in (first, other)
+    assert [e for e in world.requests("a") if e["path"] == "/same-value"][-1]["authorization"] == f"Bearer {SECRET}"
+    reply = client.post("/responses", cast_to=object, body={
+        "model": "scripted", "input": [
+            {"type": "openrouter:shell", "id": "sh_1", "call_id": "call_1", "container_id": first,
+             "action": {"commands": ["true"]}, "status": "completed", "output": []},
+            {"type": "message", "role": "user", "content": f"Execute: {curl.replace('PATH', 'replayed')}"}],
+        "tools": [{"type": "openrouter:shell", "parameters": {"engine": "openrouter", "environment": {
+            "type": "container_auto", "network_policy": SECRET_POLICY}}}]})
+    [item] = [i for i in reply["output"] if i["type"] == "openrouter:shell"]
+    assert item["container_id"] == first
+    assert item["output"][0]["stdout"].startswith("200"), item
+    assert [e for e in world.requests("a") if e["path"] == "/replayed"][-1]["authorization"] == f"Bearer {SECRET}"
+    assert not client.containers.retrieve(first).model_dump().get("secrets_missing")
+    server.stop()

@@ -419,6 +419,15 @@ pub trait SandboxBackend: Send + Sync {
             message: "this sandbox backend cannot take secrets again".into(),
         })
     }
+    /// Whether `secrets` (domain, name, value) are exactly the container's,
+    /// each with the value it was made with (held, or by its verifier).
+    fn secrets_match(
+        &self,
+        _id: &str,
+        secrets: &[shellgate_egress::secrets::DomainSecret],
+    ) -> bool {
+        secrets.is_empty()
+    }
     /// The container's secrets, without their values.
     fn secret_status(&self, _id: &str) -> Vec<SecretStatus> {
         Vec::new()

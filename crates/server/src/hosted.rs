@@ -236,9 +236,53 @@ impl HostedShell {
         let Some(row) = row.filter(|r| r.status != "creating") else {
             return Ok(false);
         };
-        let asked =
-            ContainerPolicy::of_request(self.auto.as_ref().and_then(|a| a.network_policy.as_ref()));
-        Ok(ContainerPolicy::of_container(&self.state, &row) == asked)
+        let requested = self.auto.as_ref().and_then(|a| a.network_policy.as_ref());
+        let asked = ContainerPolicy::of_request(requested);
+        let found = ContainerPolicy::of_container(&self.state, &row);
+        if found.domains != asked.domains || found.secrets != asked.secrets {
+            return Ok(false);
+        }
+        // The same names, and the same values: a request giving another
+        // value under a name gets a container that uses its value.
+        let supplied: Vec<shellgate_egress::secrets::DomainSecret> = match requested {
+            Some(shellgate_wire::NetworkPolicy::Allowlist { domain_secrets, .. }) => domain_secrets
+                .iter()
+                .map(|s| shellgate_egress::secrets::DomainSecret {
+                    domain: shellgate_egress::policy::normalize(&s.domain),
+                    name: s.name.clone(),
+                    placeholder: String::new(),
+                    value: Some(shellgate_egress::secrets::SecretValue::new(
+                        s.value.as_str(),
+                    )),
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        if !self.state.engine.secrets_match(id, &supplied) {
+            return Ok(false);
+        }
+        if found.missing.is_empty() {
+            return Ok(true);
+        }
+        // The same policy, but the server restarted since the container got
+        // its secrets: the request's values (the ones it was made with) are
+        // supplied again; if it is busy, a new container.
+        match self.state.engine.supply_secrets(id, supplied).await {
+            Ok(()) => {
+                if row.session_open {
+                    let key = id.to_owned();
+                    self.state
+                        .db(move |s| s.close_session(&key, "suspended"))
+                        .await
+                        .map_err(host_error)?;
+                }
+                Ok(true)
+            }
+            Err(e) => {
+                tracing::info!(container = %id, "not reused: its secrets could not be supplied again: {e}");
+                Ok(false)
+            }
+        }
     }
 
     /// Makes the `container_auto` container.

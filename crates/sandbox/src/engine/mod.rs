@@ -564,6 +564,29 @@ impl SandboxBackend for LocalEngine {
         self.container(id).ok()?.masker()
     }
 
+    fn secrets_match(&self, id: &str, asked: &[shellgate_egress::secrets::DomainSecret]) -> bool {
+        let Ok(container) = self.container(id) else {
+            return false;
+        };
+        let held = container.secrets();
+        held.len() == asked.len()
+            && asked.iter().all(|asked| {
+                let value = asked.value.as_ref().map(|v| v.expose()).unwrap_or_default();
+                held.iter()
+                    .find(|s| s.name == asked.name && s.domain == asked.domain)
+                    .is_some_and(|secret| match &secret.value {
+                        Some(held) => held.expose() == value,
+                        None => container
+                            .spec
+                            .network
+                            .verifiers
+                            .iter()
+                            .find(|v| v.name == secret.name)
+                            .is_some_and(|v| v.matches(value)),
+                    })
+            })
+    }
+
     fn secret_status(&self, id: &str) -> Vec<crate::backend::SecretStatus> {
         let Ok(container) = self.container(id) else {
             return Vec::new();
