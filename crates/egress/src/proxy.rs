@@ -27,7 +27,7 @@ use tokio::sync::Semaphore;
 
 use crate::dns;
 use crate::intercept::Interceptor;
-use crate::policy::{forbidden_address, normalize, Allowlist};
+use crate::policy::{forbidden_address, normalize, Allowlist, Exceptions};
 use crate::resolve::Resolver;
 use crate::secrets::DomainSecret;
 use crate::wire::{self, Head, Hello, RequestHead, MAX_HEAD};
@@ -102,8 +102,9 @@ pub type AttemptSink = tokio::sync::mpsc::Sender<Attempt>;
 #[derive(Debug)]
 pub struct Settings {
     pub resolver: Resolver,
-    /// Names the operator lets resolve to otherwise forbidden addresses.
-    pub exceptions: HashSet<String>,
+    /// Names and address ranges the operator lets reach otherwise
+    /// forbidden addresses.
+    pub exceptions: Exceptions,
     pub log: AttemptSink,
     /// Attempts not logged because the log's queue was full.
     pub dropped: AtomicU64,
@@ -249,15 +250,58 @@ async fn read_request_head<S: AsyncRead + Unpin>(
     }
 }
 
-/// Relays both ways until either side is done; returns the bytes each way.
+/// Relays both ways until both sides are done or either fails; returns
+/// the bytes written each way (client to upstream, upstream to client).
+///
+/// The counts are of bytes actually written, kept even when the relay ends
+/// in an error: `copy_bidirectional` reports nothing at all then, so a
+/// download cut short by a reset was logged as if it had carried no bytes.
 pub(crate) async fn relay<A, B>(client: &mut A, upstream: &mut B) -> (u64, u64)
 where
     A: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
 {
-    tokio::io::copy_bidirectional(client, upstream)
-        .await
-        .unwrap_or((0, 0))
+    let (mut client_read, mut client_write) = tokio::io::split(client);
+    let (mut upstream_read, mut upstream_write) = tokio::io::split(upstream);
+    let (mut out, mut back) = (0u64, 0u64);
+    {
+        let to_upstream = pump(&mut client_read, &mut upstream_write, &mut out);
+        let to_client = pump(&mut upstream_read, &mut client_write, &mut back);
+        tokio::pin!(to_upstream, to_client);
+        // One direction ending cleanly (end of file, passed on as a
+        // shutdown) leaves the other running; an error ends both.
+        tokio::select! {
+            done = &mut to_upstream => if done.is_ok() { let _ = to_client.await; },
+            done = &mut to_client => if done.is_ok() { let _ = to_upstream.await; },
+        }
+    }
+    (out, back)
+}
+
+/// Copies `from` to `to` until end of file (then shuts `to` down),
+/// adding every byte written to `written`.
+async fn pump<R, W>(from: &mut R, to: &mut W, written: &mut u64) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut buffer = vec![0u8; 16 * 1024];
+    loop {
+        let read = from.read(&mut buffer).await?;
+        if read == 0 {
+            return to.shutdown().await;
+        }
+        let mut at = 0;
+        while at < read {
+            let n = to.write(&buffer[at..read]).await?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::WriteZero.into());
+            }
+            at += n;
+            *written += n as u64;
+        }
+        to.flush().await?;
+    }
 }
 
 impl ContainerEgress {
@@ -390,7 +434,7 @@ impl ContainerEgress {
     }
 
     fn check_address(&self, name: &str, address: IpAddr) -> Result<(), String> {
-        if self.settings.exceptions.contains(name) {
+        if self.settings.exceptions.allows(name, address) {
             return Ok(());
         }
         match forbidden_address(address) {
@@ -856,7 +900,7 @@ mod tests {
                 .into(),
                 server: None,
             },
-            exceptions: ["x.a.test".to_owned()].into(),
+            exceptions: Exceptions::parse(&["x.a.test"]).unwrap(),
             log,
             dropped: AtomicU64::new(0),
             upstream_tls: Arc::new(crate::intercept::upstream_tls(&[]).unwrap()),
@@ -962,6 +1006,41 @@ mod tests {
             answer.contains("is not an address x.a.test resolved to"),
             "{answer}"
         );
+    }
+
+    #[tokio::test]
+    async fn relay_counts_the_bytes_relayed_when_the_upstream_resets() {
+        const BODY: usize = 3 << 20;
+        let upstream_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let upstream_address = upstream_listener.local_addr().unwrap();
+        let (go_reset, reset_now) = tokio::sync::oneshot::channel::<()>();
+        let upstream_side = tokio::spawn(async move {
+            let (mut stream, _) = upstream_listener.accept().await.unwrap();
+            let mut hello = [0u8; 5];
+            stream.read_exact(&mut hello).await.unwrap();
+            stream.write_all(&vec![7u8; BODY]).await.unwrap();
+            let _ = reset_now.await;
+            reset(stream);
+        });
+        let client_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut container_end = TcpStream::connect(client_listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (mut proxy_client, _) = client_listener.accept().await.unwrap();
+        let relaying = tokio::spawn(async move {
+            let mut proxy_upstream = TcpStream::connect(upstream_address).await.unwrap();
+            relay(&mut proxy_client, &mut proxy_upstream).await
+        });
+        container_end.write_all(b"hello").await.unwrap();
+        let mut received = vec![0u8; BODY];
+        container_end.read_exact(&mut received).await.unwrap();
+        // Everything arrived; now the upstream ends with a reset.
+        go_reset.send(()).unwrap();
+        let mut rest = Vec::new();
+        let _ = container_end.read_to_end(&mut rest).await;
+        upstream_side.await.unwrap();
+        let (out, back) = relaying.await.unwrap();
+        assert_eq!((out, back), (5, (BODY + rest.len()) as u64));
     }
 
     #[tokio::test]

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use axum::extract::{Path, State};
 use axum::Json;
-use shellgate_egress::policy::{Allowlist, MAX_PATTERNS};
+use shellgate_egress::policy::{Allowlist, Exceptions, MAX_PATTERNS};
 use shellgate_egress::proxy::{Attempt, Settings};
 use shellgate_egress::resolve::Resolver;
 use shellgate_egress::secrets::{self, SecretValue};
@@ -74,10 +74,8 @@ pub fn settings(config: &Config) -> Result<Option<Egress>, ServeError> {
         .iter()
         .map(|(name, addresses)| (shellgate_egress::policy::normalize(name), addresses.clone()))
         .collect();
-    let exceptions: HashSet<String> = comma_list(&config.egress_private_exceptions)
-        .iter()
-        .map(|name| shellgate_egress::policy::normalize(name))
-        .collect();
+    let exceptions = Exceptions::parse(&comma_list(&config.egress_private_exceptions))
+        .map_err(|e| setup(format!("egress_private_exceptions: {e}")))?;
     let (log, receiver) = mpsc::channel(LOG_QUEUE);
     Ok(Some((
         Arc::new(Settings {
