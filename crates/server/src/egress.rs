@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use axum::extract::{Path, State};
 use axum::Json;
 use shellgate_egress::policy::{Allowlist, Exceptions, MAX_PATTERNS};
-use shellgate_egress::proxy::{Attempt, Settings};
+use shellgate_egress::proxy::{Attempt, LookupLimits, Settings};
 use shellgate_egress::resolve::Resolver;
 use shellgate_egress::secrets::{self, SecretValue};
 use shellgate_sandbox::backend::NetworkSpec;
@@ -86,6 +86,7 @@ pub fn settings(config: &Config) -> Result<Option<Egress>, ServeError> {
             exceptions,
             log,
             dropped: AtomicU64::new(0),
+            lookups: LookupLimits::default(),
             upstream_tls: Arc::new(upstream_tls),
         }),
         receiver,
