@@ -210,7 +210,9 @@ fn forbidden_v4(v4: Ipv4Addr) -> Option<&'static str> {
         Some("a multicast or broadcast address")
     } else if v4.is_unspecified() || octets[0] == 0 {
         Some("an unspecified address")
-    } else if within([192, 0, 2, 0], 24) || within([198, 51, 100, 0], 24) || within([203, 0, 113, 0], 24)
+    } else if within([192, 0, 2, 0], 24)
+        || within([198, 51, 100, 0], 24)
+        || within([203, 0, 113, 0], 24)
     {
         Some("a documentation (TEST-NET) address")
     } else if within([198, 18, 0, 0], 15) {
@@ -342,8 +344,12 @@ impl Network {
             v4 => v4,
         };
         match (self.address, address) {
-            (IpAddr::V4(network), IpAddr::V4(address)) => in_v4_network(address, network, self.prefix),
-            (IpAddr::V6(network), IpAddr::V6(address)) => in_v6_network(address, network, self.prefix),
+            (IpAddr::V4(network), IpAddr::V4(address)) => {
+                in_v4_network(address, network, self.prefix)
+            }
+            (IpAddr::V6(network), IpAddr::V6(address)) => {
+                in_v6_network(address, network, self.prefix)
+            }
             _ => false,
         }
     }
@@ -549,7 +555,10 @@ mod tests {
         assert!(!exceptions.allows("any.test", ip("10.1.2.4")));
         assert!(exceptions.allows("any.test", ip("fd00:1::5")));
         assert!(!exceptions.allows("any.test", ip("fd00:2::5")));
-        assert_eq!(Exceptions::parse(&["", " "]).unwrap(), Exceptions::default());
+        assert_eq!(
+            Exceptions::parse(&["", " "]).unwrap(),
+            Exceptions::default()
+        );
         for bad in ["10.0.0.0/33", "fd00::/129", "10.0.0/8", "a b", "1.2.3.4/x"] {
             assert!(Exceptions::parse(&[bad]).is_err(), "{bad}");
         }

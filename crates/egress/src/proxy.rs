@@ -1319,7 +1319,11 @@ mod tests {
             (unlogged.allowed, unlogged.denied, unlogged.rate_limited),
             (2, 0, 3)
         );
-        assert!(aggregate.reason.starts_with("5 DNS lookups"), "{}", aggregate.reason);
+        assert!(
+            aggregate.reason.starts_with("5 DNS lookups"),
+            "{}",
+            aggregate.reason
+        );
     }
 
     #[tokio::test]

@@ -341,7 +341,10 @@ impl EgressCounts {
             out,
             "# HELP shellgate_egress_lookups_unlogged_total DNS lookups without a row of their own in the egress log (counted in aggregate rows), by why: past the log budget (answered or refused) or over the rate limit (refused unanswered)."
         );
-        let _ = writeln!(out, "# TYPE shellgate_egress_lookups_unlogged_total counter");
+        let _ = writeln!(
+            out,
+            "# TYPE shellgate_egress_lookups_unlogged_total counter"
+        );
         for (reason, count) in [
             ("log_budget_allowed", &self.unlogged_allowed),
             ("log_budget_denied", &self.unlogged_denied),

@@ -1845,7 +1845,12 @@ mod tests {
             server_name: None,
             address: None,
             port: 53,
-            verdict: if aggregated > 0 { "aggregated" } else { "allowed" }.into(),
+            verdict: if aggregated > 0 {
+                "aggregated"
+            } else {
+                "allowed"
+            }
+            .into(),
             reason: "r".into(),
             bytes_out: 0,
             bytes_in: 0,
@@ -1854,7 +1859,13 @@ mod tests {
         };
         // Five old rows (two aggregate ones), three recent ones.
         let rows: Vec<EgressRow> = (0..8)
-            .map(|i| row(i, if i < 5 { 100 } else { 1_000 }, [0, 7, 0, 3, 0, 0, 0, 0][i as usize]))
+            .map(|i| {
+                row(
+                    i,
+                    if i < 5 { 100 } else { 1_000 },
+                    [0, 7, 0, 3, 0, 0, 0, 0][i as usize],
+                )
+            })
             .collect();
         store.record_egress(&rows).unwrap();
         assert_eq!(store.egress_unlogged("c1").unwrap(), 10);
