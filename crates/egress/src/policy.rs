@@ -325,6 +325,13 @@ impl Network {
         let prefix = match prefix {
             None => most,
             Some(prefix) => match prefix.parse::<u32>() {
+                // Every address: that would turn the check off, surely
+                // not what an operator meant.
+                Ok(0) => {
+                    return Err(PatternError(format!(
+                        "{text:?} covers every address (a /0 would turn the address check off)"
+                    )))
+                }
                 Ok(prefix) if prefix <= most => prefix,
                 _ => {
                     return Err(PatternError(format!(
@@ -559,7 +566,15 @@ mod tests {
             Exceptions::parse(&["", " "]).unwrap(),
             Exceptions::default()
         );
-        for bad in ["10.0.0.0/33", "fd00::/129", "10.0.0/8", "a b", "1.2.3.4/x"] {
+        for bad in [
+            "10.0.0.0/33",
+            "fd00::/129",
+            "10.0.0/8",
+            "a b",
+            "1.2.3.4/x",
+            "0.0.0.0/0",
+            "::/0",
+        ] {
             assert!(Exceptions::parse(&[bad]).is_err(), "{bad}");
         }
     }

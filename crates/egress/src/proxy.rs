@@ -209,9 +209,14 @@ impl Drop for Serving {
 
 impl Drop for ContainerEgress {
     fn drop(&mut self) {
-        // The last aggregate row, and what waits, if the queue has room.
+        // The last aggregate row, and what waits, if the queue has room;
+        // what does not fit now is lost, and counted.
         self.flush_unlogged();
         self.try_flush_backlog();
+        let lost = self.backlog.get_mut().map_or(0, |b| b.len());
+        self.settings
+            .dropped
+            .fetch_add(lost as u64, Ordering::Relaxed);
     }
 }
 

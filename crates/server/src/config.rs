@@ -472,5 +472,18 @@ mod tests {
         };
         assert!(config.validate().is_err());
         assert!(Config::default().validate().is_ok());
+        for (exceptions, valid) in [
+            ("mirror.internal, 10.20.0.0/16, fd00:1::/64", true),
+            ("10.20.0.0/33", false),
+            ("0.0.0.0/0", false),
+            ("not a name", false),
+        ] {
+            let config = Config {
+                egress_private_exceptions: exceptions.into(),
+                ..Config::default()
+            };
+            assert_eq!(config.validate().is_ok(), valid, "{exceptions}");
+        }
+        assert_eq!(Config::default().egress_log_retention_secs, 30 * 86_400);
     }
 }
