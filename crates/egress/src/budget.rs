@@ -1,7 +1,8 @@
 //! Budgets for what a container can make the proxy do cheaply and often:
 //! a token bucket (DNS lookups answered per second, lookups logged one row
-//! each per second) and the counts of lookups that were not logged one by
-//! one, which become one aggregate row of the egress log.
+//! each per second) and the counts of events that were not logged one by
+//! one (lookups; connections reset unread over the limit of connections at
+//! once), which become one aggregate row of the egress log a second.
 //!
 //! Why: a container can send thousands of DNS queries a second. Answering
 //! them all lets a wildcard allowlist carry data out in the names; logging
@@ -45,7 +46,7 @@ impl TokenBucket {
     }
 }
 
-/// Lookups not logged one row each since the last aggregate row.
+/// Events not logged one row each since the last aggregate row.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Unlogged {
     /// Answered with addresses, past the log budget.
@@ -55,21 +56,22 @@ pub struct Unlogged {
     pub denied: u64,
     /// Not answered at all: over the container's DNS rate limit.
     pub rate_limited: u64,
+    /// Connections reset before a byte was read: the container had as
+    /// many open through the proxy as it may.
+    pub over_connection_limit: u64,
     /// The first of them, seconds since the Unix epoch.
     pub since: i64,
 }
 
 impl Unlogged {
-    /// How many lookups these are.
+    /// How many events these are.
     pub fn total(&self) -> u64 {
-        self.allowed + self.denied + self.rate_limited
+        self.allowed + self.denied + self.rate_limited + self.over_connection_limit
     }
 
     /// Adds one lookup that happened at `time`.
     pub fn add(&mut self, time: i64, allowed: bool, rate_limited: bool) {
-        if self.total() == 0 {
-            self.since = time;
-        }
+        self.start(time);
         if rate_limited {
             self.rate_limited += 1;
         } else if allowed {
@@ -79,16 +81,37 @@ impl Unlogged {
         }
     }
 
+    /// Adds one connection reset over the limit, at `time`.
+    pub fn add_over_connection_limit(&mut self, time: i64) {
+        self.start(time);
+        self.over_connection_limit += 1;
+    }
+
+    fn start(&mut self, time: i64) {
+        if self.total() == 0 {
+            self.since = time;
+        }
+    }
+
     /// The aggregate row's reason.
-    pub fn describe(&self, log_rate: f64, dns_rate: f64) -> String {
-        format!(
-            "{} DNS lookups not logged one by one: {} answered and {} refused past the log's \
-             {log_rate}/s, {} refused unanswered over the rate limit of {dns_rate} lookups/s",
-            self.total(),
-            self.allowed,
-            self.denied,
-            self.rate_limited
-        )
+    pub fn describe(&self, log_rate: f64, dns_rate: f64, connection_limit: usize) -> String {
+        let mut parts = Vec::new();
+        let lookups = self.allowed + self.denied + self.rate_limited;
+        if lookups > 0 {
+            parts.push(format!(
+                "{lookups} DNS lookups not logged one by one: {} answered and {} refused past \
+                 the log's {log_rate}/s, {} refused unanswered over the rate limit of {dns_rate} \
+                 lookups/s",
+                self.allowed, self.denied, self.rate_limited
+            ));
+        }
+        if self.over_connection_limit > 0 {
+            parts.push(format!(
+                "{} connections reset unread: over the limit of {connection_limit} open at once",
+                self.over_connection_limit
+            ));
+        }
+        parts.join("; ")
     }
 }
 
@@ -126,12 +149,22 @@ mod tests {
                 allowed: 1,
                 denied: 1,
                 rate_limited: 2,
+                over_connection_limit: 0,
                 since: 100
             }
         );
         assert_eq!(unlogged.total(), 4);
-        let reason = unlogged.describe(20.0, 50.0);
+        let reason = unlogged.describe(20.0, 50.0, 256);
         assert!(reason.starts_with("4 DNS lookups"), "{reason}");
         assert!(reason.contains("2 refused unanswered"), "{reason}");
+        assert!(!reason.contains("connections"), "{reason}");
+        let mut connections = Unlogged::default();
+        connections.add_over_connection_limit(200);
+        connections.add_over_connection_limit(201);
+        assert_eq!((connections.total(), connections.since), (2, 200));
+        assert_eq!(
+            connections.describe(20.0, 50.0, 256),
+            "2 connections reset unread: over the limit of 256 open at once"
+        );
     }
 }

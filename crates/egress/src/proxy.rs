@@ -175,6 +175,9 @@ pub struct ContainerEgress {
     lookups: Mutex<LookupBudget>,
     /// Connection records waiting for room in the log queue.
     backlog: Mutex<VecDeque<Attempt>>,
+    /// Connections reset unread over [`MAX_CONNECTIONS`] since the last
+    /// aggregate row: to port 80, and to port 443.
+    over_limit: Mutex<[Unlogged; 2]>,
 }
 
 struct LookupBudget {
@@ -399,6 +402,7 @@ impl ContainerEgress {
                 unlogged: Unlogged::default(),
             }),
             backlog: Mutex::new(VecDeque::new()),
+            over_limit: Mutex::new([Unlogged::default(); 2]),
         });
         for secret in secrets.iter().filter(|s| s.value.is_none()) {
             egress.record(
@@ -440,6 +444,11 @@ impl ContainerEgress {
                         continue;
                     };
                     let Ok(permit) = Arc::clone(&egress.connections).try_acquire_owned() else {
+                        // Not a row each (a flood of them would be one),
+                        // but counted in the next aggregate row.
+                        egress.over_limit.lock().unwrap_or_else(|p| p.into_inner())
+                            [usize::from(tls)]
+                        .add_over_connection_limit(now());
                         reset(stream);
                         continue;
                     };
@@ -581,36 +590,44 @@ impl ContainerEgress {
         false
     }
 
-    /// Writes the aggregate row of the lookups not logged one by one since
-    /// the last one, if there were any.
+    /// Writes the aggregate rows of what was not logged one by one since
+    /// the last ones (lookups; connections over the limit), if anything.
     fn flush_unlogged(&self) {
-        let unlogged = std::mem::take(
+        let lookups = std::mem::take(
             &mut self
                 .lookups
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .unlogged,
         );
-        if unlogged.total() == 0 {
-            return;
+        let [http, https] =
+            std::mem::take(&mut *self.over_limit.lock().unwrap_or_else(|p| p.into_inner()));
+        for (kind, port, unlogged) in [
+            ("dns", 53, lookups),
+            ("http", 80, http),
+            ("https", 443, https),
+        ] {
+            if unlogged.total() == 0 {
+                continue;
+            }
+            let time = now();
+            let limits = self.settings.lookups;
+            self.log_always(Attempt {
+                time,
+                container: self.container.clone(),
+                kind,
+                requested_name: None,
+                server_name: None,
+                address: None,
+                port,
+                verdict: Verdict::Aggregated,
+                reason: unlogged.describe(limits.log_rate, limits.rate, MAX_CONNECTIONS),
+                bytes_out: 0,
+                bytes_in: 0,
+                duration_ms: (time - unlogged.since).max(0) as u64 * 1000,
+                unlogged: Some(unlogged),
+            });
         }
-        let time = now();
-        let limits = self.settings.lookups;
-        self.log_always(Attempt {
-            time,
-            container: self.container.clone(),
-            kind: "dns",
-            requested_name: None,
-            server_name: None,
-            address: None,
-            port: 53,
-            verdict: Verdict::Aggregated,
-            reason: unlogged.describe(limits.log_rate, limits.rate),
-            bytes_out: 0,
-            bytes_in: 0,
-            duration_ms: (time - unlogged.since).max(0) as u64 * 1000,
-            unlogged: Some(unlogged),
-        });
     }
 
     fn deny(&self, kind: &'static str, seen: Seen, started: Instant, reason: String) {
@@ -1378,6 +1395,39 @@ mod tests {
         refused.sort();
         let expected: Vec<String> = (0..connections).map(|i| format!("c{i}.b.test")).collect();
         assert_eq!(refused, expected);
+    }
+
+    #[tokio::test]
+    async fn connections_over_the_limit_are_counted_in_an_aggregate_row() {
+        let (_egress, _serving, http, _, mut attempts) = proxy(Ipv4Addr::new(127, 88, 0, 5)).await;
+        // Connections that say nothing hold their slots (until the head's
+        // timeout); past the limit, the next are reset unread.
+        let over = 20;
+        let mut open = Vec::new();
+        for _ in 0..MAX_CONNECTIONS + over {
+            // (One over the limit may be reset before connect returns.)
+            if let Ok(stream) = TcpStream::connect(http).await {
+                open.push(stream);
+            }
+        }
+        let mut counted = 0;
+        while counted < over as u64 {
+            let attempt = tokio::time::timeout(Duration::from_secs(60), attempts.recv())
+                .await
+                .expect("no aggregate row of the connections over the limit")
+                .unwrap();
+            if attempt.verdict == Verdict::Aggregated {
+                assert_eq!((attempt.kind, attempt.port), ("http", 80));
+                assert!(
+                    attempt.reason.contains("over the limit of 256"),
+                    "{}",
+                    attempt.reason
+                );
+                counted += attempt.unlogged.unwrap().over_connection_limit;
+            }
+        }
+        assert_eq!(counted, over as u64);
+        drop(open);
     }
 
     #[tokio::test]

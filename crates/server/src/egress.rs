@@ -49,6 +49,8 @@ pub struct EgressCounts {
     unlogged_allowed: AtomicU64,
     unlogged_denied: AtomicU64,
     rate_limited: AtomicU64,
+    /// Connections reset unread: a container at its limit of connections.
+    over_connection_limit: AtomicU64,
 }
 
 /// The proxy's settings, and the receiving end of its log.
@@ -298,6 +300,8 @@ impl EgressCounts {
             self.unlogged_allowed.fetch_add(unlogged.allowed, Relaxed);
             self.unlogged_denied.fetch_add(unlogged.denied, Relaxed);
             self.rate_limited.fetch_add(unlogged.rate_limited, Relaxed);
+            self.over_connection_limit
+                .fetch_add(unlogged.over_connection_limit, Relaxed);
         }
     }
 
@@ -358,6 +362,19 @@ impl EgressCounts {
         }
         let _ = writeln!(
             out,
+            "# HELP shellgate_egress_connections_over_limit_total Connections reset unread because their container had as many open as it may (counted in aggregate rows)."
+        );
+        let _ = writeln!(
+            out,
+            "# TYPE shellgate_egress_connections_over_limit_total counter"
+        );
+        let _ = writeln!(
+            out,
+            "shellgate_egress_connections_over_limit_total {}",
+            self.over_connection_limit.load(Relaxed)
+        );
+        let _ = writeln!(
+            out,
             "# HELP shellgate_egress_log_dropped_total Egress records lost (the log closed, or a container's backlog of connection records full)."
         );
         let _ = writeln!(out, "# TYPE shellgate_egress_log_dropped_total counter");
@@ -382,7 +399,7 @@ pub struct EgressEntry {
     pub address: Option<String>,
     pub port: u16,
     /// `allowed`, `denied`, `notice`, or `aggregated` (a row standing for
-    /// `aggregated` DNS lookups that have none of their own).
+    /// `aggregated` events that have none of their own).
     pub verdict: String,
     pub reason: String,
     pub bytes_out: u64,
@@ -402,9 +419,10 @@ fn is_zero(count: &u64) -> bool {
 pub struct EgressPage {
     #[serde(flatten)]
     pub list: List<EgressEntry>,
-    /// Events of this container (so far: DNS lookups past its log budget
-    /// or over its rate limit) counted in aggregate rows instead of a row
-    /// each, since it was created (our extension).
+    /// Events of this container (DNS lookups past its log budget or over
+    /// its rate limit, connections reset unread over its limit of
+    /// connections) counted in aggregate rows instead of a row each, since
+    /// it was created (our extension).
     pub dropped: u64,
 }
 
