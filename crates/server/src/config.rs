@@ -122,9 +122,15 @@ pub struct Config {
     /// Whether a container's own list may be `*` (every name); off by
     /// default even when the organization list is `*`.
     pub egress_allow_any_domain: bool,
-    /// Names the operator lets resolve to private, loopback or link-local
-    /// addresses (an internal package mirror, say), comma separated.
+    /// Exceptions to the forbidden addresses, comma separated: host names
+    /// that may resolve to private, loopback, link-local or reserved
+    /// addresses (an internal package mirror, say), and address ranges
+    /// (`10.20.0.0/16`, `fd00:1::/64`, or one address) any allowed name
+    /// may resolve to.
     pub egress_private_exceptions: String,
+    /// How long egress log rows are kept (seconds); older ones are deleted
+    /// by the lifecycle sweeper. 0: kept forever.
+    pub egress_log_retention_secs: u64,
     /// The DNS server the proxy asks (`IP:port`); empty: the host's resolver.
     pub egress_dns_server: String,
     /// More trusted roots (PEM files, comma separated) for the servers the
@@ -243,6 +249,7 @@ impl Default for Config {
             egress_allowed_domains: "*".to_owned(),
             egress_allow_any_domain: false,
             egress_private_exceptions: String::new(),
+            egress_log_retention_secs: 30 * 86_400,
             egress_dns_server: String::new(),
             egress_trusted_roots: String::new(),
             egress_hosts: Default::default(),
@@ -348,6 +355,8 @@ impl Config {
             )));
         }
         self.egress_org_allowlist()?;
+        shellgate_egress::policy::Exceptions::parse(&comma_list(&self.egress_private_exceptions))
+            .map_err(|e| ConfigError(format!("egress_private_exceptions: {e}")))?;
         if !self.egress_dns_server.is_empty()
             && self.egress_dns_server.parse::<SocketAddr>().is_err()
         {
@@ -463,5 +472,18 @@ mod tests {
         };
         assert!(config.validate().is_err());
         assert!(Config::default().validate().is_ok());
+        for (exceptions, valid) in [
+            ("mirror.internal, 10.20.0.0/16, fd00:1::/64", true),
+            ("10.20.0.0/33", false),
+            ("0.0.0.0/0", false),
+            ("not a name", false),
+        ] {
+            let config = Config {
+                egress_private_exceptions: exceptions.into(),
+                ..Config::default()
+            };
+            assert_eq!(config.validate().is_ok(), valid, "{exceptions}");
+        }
+        assert_eq!(Config::default().egress_log_retention_secs, 30 * 86_400);
     }
 }
