@@ -203,6 +203,25 @@ def test_upstream_failures_become_failed_responses(client, model):
     assert response.error.message
 
 
+@pytest.mark.parametrize("model, says", [
+    ("scripted-endless", "larger than the limit of 8388608 bytes"),
+    ("scripted-trickle", "did not finish its turn within 2 s"),
+    ("scripted-huge-call", "more than the limit of 1048576 bytes of arguments"),
+])
+def test_an_upstream_answer_out_of_bounds_fails_the_response(fresh_server, model, says):
+    # Issue 16, item 10: an answer without end, one trickling a byte at a
+    # time (each piece well within the per-read timeout) and a huge tool
+    # call each end the response `failed`, at the operator's bounds.
+    server = fresh_server(upstream_max_answer_bytes=8 * 1024 * 1024, upstream_max_tool_call_bytes=1024 * 1024,
+                          upstream_turn_timeout_secs=2, upstream_timeout_secs=60)
+    response = server.client().responses.create(
+        model=model, input="hello", tools=[{"type": "shell", "environment": {"type": "container_auto"}}])
+    strict(response)
+    assert response.status == "failed"
+    assert response.error.code == "server_error"
+    assert says in response.error.message
+
+
 def test_background_runs_and_cancel(client):
     response = client.responses.create(
         model="scripted",
