@@ -518,3 +518,54 @@ def test_a_rate_limited_upstream_is_retried_then_surfaced(client, upstream):
     assert response.error.code == "rate_limit_exceeded"
     tries = len([r for r in upstream.requests if r.get("model") == "scripted-429"]) - before
     assert tries == 3, tries  # upstream_attempts
+
+
+def test_input_files_are_bounded_in_count_and_bytes(fresh_server):
+    # Issue 16, item 12: 20,000 input_file parts took 90 s of server work;
+    # now the count and the total size are checked before files are read.
+    import base64
+
+    server = fresh_server(max_input_files=3, max_input_file_bytes=1000)
+    client = server.client()
+    part = {"type": "input_file", "filename": "a.txt",
+            "file_data": "data:text/plain;base64," + base64.b64encode(b"a").decode()}
+    with pytest.raises(openai.BadRequestError) as many:
+        client.responses.create(model="scripted", input=[
+            {"role": "user", "content": [{"type": "input_text", "text": "hi"}] + [part] * 20000}])
+    assert many.value.body["param"] == "input"
+    assert "at most 3 input_file parts" in many.value.body["message"]
+    big = dict(part, file_data="data:text/plain;base64," + base64.b64encode(b"b" * 600).decode())
+    with pytest.raises(openai.BadRequestError) as heavy:
+        client.responses.create(model="scripted", input=[
+            {"role": "user", "content": [big]}, {"role": "user", "content": [big]}])
+    assert heavy.value.body["param"] == "input[1].content[0]"
+    assert "at most 1000 bytes" in heavy.value.body["message"]
+    # A Files API file counts by its recorded size, before it is read.
+    uploaded = client.files.create(file=("big.txt", io.BytesIO(b"c" * 1001)), purpose="user_data")
+    with pytest.raises(openai.BadRequestError) as stored:
+        client.responses.create(model="scripted", input=[
+            {"role": "user", "content": [{"type": "input_file", "file_id": uploaded.id}]}])
+    assert stored.value.body["param"] == "input[0].content[0]"
+    # Within the bounds, files are read as before.
+    response = client.responses.create(model="scripted", input=[{"role": "user", "content": [part, part]}])
+    assert response.status == "completed"
+
+
+def test_another_projects_file_ids_are_a_404_not_a_server_error(server):
+    # Issue 16, item 12: a container_auto's file_ids of another project
+    # failed the container at its first command (server_error).
+    theirs = server.client(KEY_B).files.create(file=("theirs.txt", io.BytesIO(b"secret")), purpose="user_data")
+    client = server.client()
+    for input_ in ["Execute: cat /mnt/data/theirs.txt",
+                   [{"role": "user", "content": [{"type": "input_text", "text": "Execute: ls"},
+                                                 {"type": "input_file", "file_id": "file_missing"}]}]]:
+        with pytest.raises(openai.NotFoundError) as missing:
+            client.responses.create(
+                model="scripted", input=input_,
+                tools=[{"type": "shell", "environment": {"type": "container_auto", "file_ids": [theirs.id]}}]
+                if isinstance(input_, str) else [{"type": "shell", "environment": {"type": "container_auto"}}])
+        assert missing.value.status_code == 404
+        assert missing.value.body["code"] == "not_found"
+    with pytest.raises(openai.NotFoundError) as direct:
+        client.containers.create(name="x", file_ids=[theirs.id])
+    assert direct.value.body["param"] == "file_ids[0]"

@@ -81,6 +81,10 @@ pub struct Config {
     pub upstream_timeout_secs: u64,
     /// Attempts at a rate-limited (429) upstream request before it fails.
     pub upstream_attempts: u32,
+    /// Most `input_file` parts in one Responses API request.
+    pub max_input_files: usize,
+    /// Most bytes of a request's `input_file` parts together.
+    pub max_input_file_bytes: u64,
     /// Longest time for one whole upstream turn (request, retries and every
     /// piece of the answer): a model trickling its answer is cut off here.
     pub upstream_turn_timeout_secs: u64,
@@ -238,6 +242,8 @@ impl Default for Config {
             upstream_timeout_secs: 120,
             upstream_attempts: 3,
             upstream_turn_timeout_secs: 600,
+            max_input_files: 50,
+            max_input_file_bytes: 64 << 20,
             upstream_max_answer_bytes: 32 * 1024 * 1024,
             upstream_max_tool_call_bytes: 4 * 1024 * 1024,
             upstreams: Vec::new(),

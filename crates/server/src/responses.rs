@@ -341,13 +341,40 @@ async fn attachments(
     items: &mut [Value],
     in_container: bool,
 ) -> ApiResult<Vec<Attachment>> {
+    let is_file = |part: &Value| part.get("type").and_then(Value::as_str) == Some("input_file");
+    // Counted before any is read: each costs a store query and a read.
+    let count = items
+        .iter()
+        .filter_map(|item| item.get("content").and_then(Value::as_array))
+        .flatten()
+        .filter(|part| is_file(part))
+        .count();
+    let most_files = state.config.max_input_files;
+    if count > most_files {
+        return Err(invalid(
+            "input",
+            format!("at most {most_files} input_file parts are allowed in one request (there are {count})"),
+        ));
+    }
+    let most_bytes = state.config.max_input_file_bytes;
+    let mut total: u64 = 0;
+    let mut add = |param: &str, bytes: u64| -> ApiResult<()> {
+        total = total.saturating_add(bytes);
+        if total > most_bytes {
+            return Err(invalid(
+                param,
+                format!("the input_file parts of one request may hold at most {most_bytes} bytes together"),
+            ));
+        }
+        Ok(())
+    };
     let mut found = Vec::new();
     for (index, item) in items.iter_mut().enumerate() {
         let Some(parts) = item.get_mut("content").and_then(Value::as_array_mut) else {
             continue;
         };
         for (part_index, part) in parts.iter_mut().enumerate() {
-            if part.get("type").and_then(Value::as_str) != Some("input_file") {
+            if !is_file(part) {
                 continue;
             }
             let param = format!("input[{index}].content[{part_index}]");
@@ -356,7 +383,13 @@ async fn attachments(
                 let file = state
                     .db(move |s| s.file(&owner, &key))
                     .await?
-                    .ok_or_else(|| ApiError::not_found("file", id))?;
+                    .ok_or_else(|| {
+                        let mut error = ApiError::not_found("file", id);
+                        error.param = Some(format!("{param}.file_id"));
+                        error
+                    })?;
+                // The size is known before the file is read.
+                add(&param, file.bytes)?;
                 let bytes = tokio::fs::read(state.files_dir.join(&file.id))
                     .await
                     .map_err(|e| ApiError::internal(format!("read file {}: {e}", file.id)))?;
@@ -368,6 +401,7 @@ async fn attachments(
                         "file_data must be a data URL (data:<type>;base64,<data>)",
                     )
                 })?;
+                add(&param, bytes.len() as u64)?;
                 let filename = part
                     .get("filename")
                     .and_then(Value::as_str)
