@@ -261,58 +261,6 @@ fn normalize_input(input: Option<&Value>) -> ApiResult<Vec<Value>> {
         .collect()
 }
 
-/// Checks the user-supplied text of the input against the project's
-/// prompt-injection rules: a block is a 403, a redaction rewrites the text,
-/// a flag is logged.
-pub(crate) fn guard_input(state: &AppState, project: &str, input: &mut [Value]) -> ApiResult<()> {
-    use shellgate_model::guardrail::Action;
-    let Some(guardrail) = state
-        .guardrails
-        .for_project(project, crate::guardrails::Target::Input)
-    else {
-        return Ok(());
-    };
-    for item in input.iter_mut() {
-        let user = item.get("type").and_then(Value::as_str) == Some("message")
-            && item.get("role").and_then(Value::as_str) != Some("assistant");
-        if !user {
-            continue;
-        }
-        let Some(parts) = item.get_mut("content").and_then(Value::as_array_mut) else {
-            continue;
-        };
-        for part in parts {
-            let Some(text) = part.get("text").and_then(Value::as_str).map(str::to_owned) else {
-                continue;
-            };
-            let verdict = guardrail.check(&text);
-            match verdict.action {
-                None => {}
-                Some(Action::Flag) => {
-                    tracing::warn!(project, rules = ?verdict.rules, "prompt-injection guardrail: input flagged");
-                }
-                Some(Action::Redact) => {
-                    tracing::warn!(project, rules = ?verdict.rules, "prompt-injection guardrail: input redacted");
-                    part["text"] = json!(guardrail.redact(&text));
-                }
-                Some(Action::Block) => {
-                    tracing::warn!(project, rules = ?verdict.rules, "prompt-injection guardrail: input blocked");
-                    return Err(ApiError::new(
-                        axum::http::StatusCode::FORBIDDEN,
-                        "invalid_request_error",
-                        format!(
-                            "The input was blocked by the prompt-injection guardrail (rules: {}).",
-                            verdict.rules.join(", ")
-                        ),
-                    )
-                    .with_code("prompt_injection_detected"));
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
 /// A file attached to an input message (`input_file`).
 struct Attachment {
     filename: String,
@@ -415,6 +363,19 @@ async fn attachments(
                 ));
             };
             let filename = crate::containers::safe_file_name(&filename);
+            // A text file is read by the model (inline, or from /mnt/data):
+            // the input rules check it, and a redaction is what it reads.
+            let bytes = match std::str::from_utf8(&bytes) {
+                Ok(text) => {
+                    let checked = state.guardrails.guard_text(project, "input_file", text)?;
+                    if checked == text {
+                        bytes
+                    } else {
+                        checked.into_bytes()
+                    }
+                }
+                Err(_) => bytes,
+            };
             let note = if in_container {
                 format!("[The user attached the file {filename}; it is at /mnt/data/{filename}]")
             } else {
@@ -548,13 +509,15 @@ async fn prepare(state: &Arc<AppState>, project: &Project, body: Value) -> ApiRe
     let tool_choice = tools
         .choice(body.get("tool_choice"))
         .map_err(|e| invalid(&e.param, e.message))?;
-    let instructions = match body.get("instructions") {
+    let mut instructions = match body.get("instructions") {
         None | Some(Value::Null) => None,
         Some(Value::String(text)) => Some(text.clone()),
         Some(_) => return Err(invalid("instructions", "instructions must be a string")),
     };
     let mut input = normalize_input(body.get("input"))?;
-    guard_input(state, &project.0, &mut input)?;
+    state
+        .guardrails
+        .guard_input(&project.0, &mut input, instructions.as_mut())?;
     let previous = match body.get("previous_response_id") {
         None | Some(Value::Null) => None,
         Some(Value::String(id)) => Some(id.clone()),
