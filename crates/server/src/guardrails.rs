@@ -241,6 +241,20 @@ impl Guardrails {
         Ok(())
     }
 
+    /// Checks the descriptions of a request's function tools (the model
+    /// reads them as it reads instructions).
+    pub fn guard_tools(
+        &self,
+        project: &str,
+        tools: &mut shellgate_model::tools::Tools,
+    ) -> ApiResult<()> {
+        for function in &mut tools.functions {
+            function.description =
+                self.guard_text(project, "tool description", &function.description)?;
+        }
+        Ok(())
+    }
+
     /// Checks a text of `what` (an attached file, a skill's `SKILL.md`)
     /// against `project`'s input rules; returns it as the model may read
     /// it (redacted if the rules say so).

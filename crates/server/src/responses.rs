@@ -499,7 +499,7 @@ async fn prepare(state: &Arc<AppState>, project: &Project, body: Value) -> ApiRe
             format!("max_tool_calls is at most {}", run::MAX_TOOL_CALLS),
         ));
     }
-    let tools = match body.get("tools") {
+    let mut tools = match body.get("tools") {
         None | Some(Value::Null) => Tools::default(),
         Some(Value::Array(tools)) => {
             Tools::parse(tools).map_err(|e| invalid(&e.param, e.message))?
@@ -518,6 +518,7 @@ async fn prepare(state: &Arc<AppState>, project: &Project, body: Value) -> ApiRe
     state
         .guardrails
         .guard_input(&project.0, &mut input, instructions.as_mut())?;
+    state.guardrails.guard_tools(&project.0, &mut tools)?;
     let previous = match body.get("previous_response_id") {
         None | Some(Value::Null) => None,
         Some(Value::String(id)) => Some(id.clone()),
