@@ -260,6 +260,15 @@ fn fold_with(text: &str, origins: bool) -> Folded {
     while at < text.len() {
         let rest = &text[at..];
         let Some(c) = rest.chars().next() else { break };
+        // Most text is plain ASCII: kept as it is.
+        if c.is_ascii() && (!c.is_ascii_control() || matches!(c, '\t' | '\n' | '\r')) {
+            if origins {
+                folded.origins.push((folded.text.len(), at, at + 1));
+            }
+            folded.text.push(c);
+            at += 1;
+            continue;
+        }
         if matches!(c, '\u{1B}' | '\u{9B}' | '\u{9D}' | '\u{90}') {
             at += escape_length(rest).max(1);
             continue;

@@ -280,6 +280,31 @@ fn data_url(text: &str) -> Option<Vec<u8>> {
     }
 }
 
+fn is_input_file(part: &Value) -> bool {
+    part.get("type").and_then(Value::as_str) == Some("input_file")
+}
+
+/// Refuses more `input_file` parts than `max_input_files`, before any other
+/// work: each costs a store query and a read.
+fn count_input_files(state: &AppState, input: &[Value]) -> ApiResult<()> {
+    let count = input
+        .iter()
+        .filter_map(|item| item.get("content").and_then(Value::as_array))
+        .flatten()
+        .filter(|part| is_input_file(part))
+        .count();
+    let most = state.config.max_input_files;
+    if count > most {
+        return Err(invalid(
+            "input",
+            format!(
+                "at most {most} input_file parts are allowed in one request (there are {count})"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The attachments of the input, read (a `file_id` from this project's
 /// Files API, or inline `file_data`), each part replaced in `items` by a
 /// note of where the file is (`at`) or, without a container, its text.
@@ -289,21 +314,6 @@ async fn attachments(
     items: &mut [Value],
     in_container: bool,
 ) -> ApiResult<Vec<Attachment>> {
-    let is_file = |part: &Value| part.get("type").and_then(Value::as_str) == Some("input_file");
-    // Counted before any is read: each costs a store query and a read.
-    let count = items
-        .iter()
-        .filter_map(|item| item.get("content").and_then(Value::as_array))
-        .flatten()
-        .filter(|part| is_file(part))
-        .count();
-    let most_files = state.config.max_input_files;
-    if count > most_files {
-        return Err(invalid(
-            "input",
-            format!("at most {most_files} input_file parts are allowed in one request (there are {count})"),
-        ));
-    }
     let most_bytes = state.config.max_input_file_bytes;
     let mut total: u64 = 0;
     let mut add = |param: &str, bytes: u64| -> ApiResult<()> {
@@ -322,7 +332,7 @@ async fn attachments(
             continue;
         };
         for (part_index, part) in parts.iter_mut().enumerate() {
-            if !is_file(part) {
+            if !is_input_file(part) {
                 continue;
             }
             let param = format!("input[{index}].content[{part_index}]");
@@ -338,9 +348,14 @@ async fn attachments(
                     })?;
                 // The size is known before the file is read.
                 add(&param, file.bytes)?;
+                // A file deleted (or expired) since its row was read is
+                // gone, as if it had never been.
                 let bytes = tokio::fs::read(state.files_dir.join(&file.id))
                     .await
-                    .map_err(|e| ApiError::internal(format!("read file {}: {e}", file.id)))?;
+                    .map_err(|e| match e.kind() {
+                        std::io::ErrorKind::NotFound => ApiError::not_found("file", id),
+                        _ => ApiError::internal(format!("read file {}: {e}", file.id)),
+                    })?;
                 (file.filename, bytes)
             } else if let Some(data) = part.get("file_data").and_then(Value::as_str) {
                 let bytes = data_url(data).ok_or_else(|| {
@@ -515,6 +530,7 @@ async fn prepare(state: &Arc<AppState>, project: &Project, body: Value) -> ApiRe
         Some(_) => return Err(invalid("instructions", "instructions must be a string")),
     };
     let mut input = normalize_input(body.get("input"))?;
+    count_input_files(state, &input)?;
     state
         .guardrails
         .guard_input(&project.0, &mut input, instructions.as_mut())?;
