@@ -22,6 +22,10 @@ enum Answer {
     Events(String),
     /// These bytes, as one JSON body.
     Json(String),
+    /// HTTP 429 with this `Retry-After`.
+    RateLimited(&'static str),
+    /// HTTP 500 with a body without end.
+    EndlessError,
 }
 
 /// Reads one request (its head and its `Content-Length` body).
@@ -89,6 +93,27 @@ async fn answer(mut socket: TcpStream, answer: Answer) -> std::io::Result<()> {
                 .write_all(head("text/event-stream", None).as_bytes())
                 .await?;
             socket.write_all(body.as_bytes()).await?;
+        }
+        Answer::RateLimited(retry_after) => {
+            let body = "{\"error\": {\"message\": \"slow down\"}}";
+            socket
+                .write_all(
+                    format!(
+                        "HTTP/1.1 429 Too Many Requests\r\nretry-after: {retry_after}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    )
+                    .as_bytes(),
+                )
+                .await?;
+        }
+        Answer::EndlessError => {
+            socket
+                .write_all(b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: text/plain\r\nconnection: close\r\n\r\n")
+                .await?;
+            let piece = "e".repeat(64 * 1024);
+            loop {
+                socket.write_all(piece.as_bytes()).await?;
+            }
         }
         Answer::Json(body) => {
             socket
@@ -278,4 +303,50 @@ async fn a_tool_call_over_its_cap_fails_the_turn() {
         matches!(error, UpstreamError::ToolCallTooLarge { .. }),
         "{error}"
     );
+}
+
+#[tokio::test]
+async fn a_hostile_retry_after_is_no_panic() {
+    // `Duration::from_secs_f64` panics on a negative, infinite or NaN
+    // number: each once took the server's worker down.
+    for retry_after in ["-1", "inf", "NaN", "1e300"] {
+        let url = model_server(Answer::RateLimited(retry_after)).await;
+        let upstream = connect(UpstreamConfig {
+            url,
+            api_key: None,
+            protocol: Protocol::Chat,
+            timeout: Duration::from_secs(3600),
+            attempts: 2,
+            // Shorter than the longest backoff (10 s): a wait that would
+            // pass it ends the turn at once.
+            limits: TurnLimits {
+                turn_timeout: Duration::from_secs(5),
+                ..TurnLimits::default()
+            },
+        })
+        .unwrap();
+        let error = upstream.complete(&turn(), None).await.unwrap_err();
+        assert!(
+            matches!(
+                error,
+                UpstreamError::RateLimited { attempts: 2 } | UpstreamError::TurnTimeout { .. }
+            ),
+            "{retry_after}: {error}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_error_body_without_end_is_read_only_in_part() {
+    let url = model_server(Answer::EndlessError).await;
+    let error = ask(url, Protocol::Chat, TurnLimits::default())
+        .await
+        .unwrap_err();
+    match error {
+        UpstreamError::Status { status, message } => {
+            assert_eq!(status, 500);
+            assert!(message.starts_with("eee") && message.len() < 2000);
+        }
+        other => panic!("{other}"),
+    }
 }

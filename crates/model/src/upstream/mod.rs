@@ -13,8 +13,8 @@
 //! the bytes of the whole answer (never buffered past the cap), the bytes
 //! of one tool call's arguments, and a deadline for the whole turn beside
 //! the wait for each piece (so a model trickling a byte a second is cut
-//! off too). An upstream's key never leaves its
-//! adapter: not in errors, logs, responses or the store.
+//! off too). An upstream's key never leaves its adapter: not in errors,
+//! logs, responses or the store.
 
 pub mod anthropic;
 pub mod chat;
