@@ -81,6 +81,17 @@ pub struct Config {
     pub upstream_timeout_secs: u64,
     /// Attempts at a rate-limited (429) upstream request before it fails.
     pub upstream_attempts: u32,
+    /// Most `input_file` parts in one Responses API request.
+    pub max_input_files: usize,
+    /// Most bytes of a request's `input_file` parts together.
+    pub max_input_file_bytes: u64,
+    /// Longest time for one whole upstream turn (request, retries and every
+    /// piece of the answer): a model trickling its answer is cut off here.
+    pub upstream_turn_timeout_secs: u64,
+    /// Most bytes of one upstream answer (over it the response fails).
+    pub upstream_max_answer_bytes: u64,
+    /// Most bytes of one tool call's arguments in an upstream answer.
+    pub upstream_max_tool_call_bytes: u64,
     /// The built-in prompt-injection rules over user input: `off`, `flag`
     /// (logged), `redact` or `block` (403).
     pub guardrail_input_default: String,
@@ -236,6 +247,11 @@ impl Default for Config {
             upstream_protocol: default_protocol(),
             upstream_timeout_secs: 120,
             upstream_attempts: 3,
+            upstream_turn_timeout_secs: 600,
+            max_input_files: 50,
+            max_input_file_bytes: 64 << 20,
+            upstream_max_answer_bytes: 32 * 1024 * 1024,
+            upstream_max_tool_call_bytes: 4 * 1024 * 1024,
             upstreams: Vec::new(),
             sandbox_price_per_second: 0.0001,
             guardrail_input_default: "flag".to_owned(),
@@ -367,6 +383,15 @@ impl Config {
         }
         for (name, value) in [
             ("upstream_timeout_secs", self.upstream_timeout_secs),
+            (
+                "upstream_turn_timeout_secs",
+                self.upstream_turn_timeout_secs,
+            ),
+            ("upstream_max_answer_bytes", self.upstream_max_answer_bytes),
+            (
+                "upstream_max_tool_call_bytes",
+                self.upstream_max_tool_call_bytes,
+            ),
             ("request_deadline_secs", self.request_deadline_secs),
             ("header_read_timeout_secs", self.header_read_timeout_secs),
             ("body_read_timeout_secs", self.body_read_timeout_secs),
