@@ -360,6 +360,10 @@ mod tests {
             "ls > /dev/null.x",
             "cat <<EOF\n$(touch X)\nEOF",
             "cat <<EOF\n$HOME\nEOF",
+            // tree-sitter-bash sees no substitution in this body; bash runs it.
+            "cat x <<EOF\n`touch X`\nEOF",
+            "cat x <<EOF\na\\\\$(touch X)\nEOF",
+            "cat \"a\\\\$(touch X)\"",
             "cat <<< \"$(touch X)\"",
             "ls(){ touch X; }; ls",
             "function ls { touch X; }",

@@ -421,7 +421,9 @@ impl<'s> Walker<'s> {
         let equivalent = start == 0
             && assignments.is_empty()
             && all_literal
-            && matches!(name, "bash" | "sh")
+            // Not `sh`: dash reads `$'...'` otherwise, and a path other
+            // than bash's own could be anything.
+            && matches!(words[0].text.as_str(), "bash" | "/bin/bash" | "/usr/bin/bash")
             && matches!(flags.as_slice(), ["-c"] | ["-lc"] | ["-cl"] | ["-l", "-c"]);
         if equivalent {
             // bash runs it: what cannot be read here must not be vouched
@@ -542,10 +544,21 @@ impl<'s> Walker<'s> {
     fn heredoc(&mut self, node: Node) -> Result<(), Unparsable> {
         let mut cursor = node.walk();
         let children: Vec<Node> = node.children(&mut cursor).collect();
+        // A quoted delimiter (`<<'EOF'`, `<<"EOF"`, `<<E\OF`) keeps the
+        // body as it is.
+        let quoted = children
+            .iter()
+            .find(|c| c.kind() == "heredoc_start")
+            .is_some_and(|start| self.text(*start).contains(['\'', '"', '\\']));
         for child in children {
             match child.kind() {
                 "<<" | "<<-" | "heredoc_start" | "heredoc_end" => {}
                 "heredoc_body" => {
+                    // tree-sitter misses backquotes in a body: the text
+                    // itself is checked too.
+                    if !quoted && has_expansion(self.text(child)) {
+                        self.concern("the here-document expands its text".into());
+                    }
                     let mut body_cursor = child.walk();
                     let parts: Vec<Node> = child.named_children(&mut body_cursor).collect();
                     for part in parts {
@@ -643,17 +656,53 @@ impl<'s> Walker<'s> {
             match child.kind() {
                 "string_content" | "$" => content.push_str(self.text(child)),
                 _ => {
-                    word.literal(&unescape_double_quoted(&content));
-                    content.clear();
+                    self.quoted_content(&std::mem::take(&mut content), word);
                     word.dynamic(self.text(child));
                     self.walk(child)?;
                 }
             }
         }
         content.push_str(self.source.get(at..end).unwrap_or(""));
-        word.literal(&unescape_double_quoted(&content));
+        self.quoted_content(&content, word);
         Ok(())
     }
+
+    /// Text tree-sitter found no expansion in: literal, unless bash
+    /// would still expand something in it (a second guard against a
+    /// parser that misses one).
+    fn quoted_content(&mut self, content: &str, word: &mut WordBuilder) {
+        if has_expansion(content) {
+            self.concern(format!("it expands `{content}`"));
+            word.dynamic(content);
+        } else {
+            word.literal(&unescape_double_quoted(content));
+        }
+    }
+}
+
+/// Whether bash expands something in this double-quoted (or here-document)
+/// text: an unescaped backquote, or `$` before a name, a parameter or a
+/// bracket.
+fn has_expansion(text: &str) -> bool {
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                if matches!(chars.peek(), Some('$' | '`' | '\\' | '"' | '\n')) {
+                    chars.next();
+                }
+            }
+            '`' => return true,
+            '$' if chars
+                .peek()
+                .is_some_and(|n| n.is_alphanumeric() || "_({[@*#?!$-'\"".contains(*n)) =>
+            {
+                return true
+            }
+            _ => {}
+        }
+    }
+    false
 }
 
 fn is_word_kind(kind: &str) -> bool {
