@@ -44,9 +44,10 @@ pub struct LocalArgs {
     #[arg(long, value_enum)]
     approve: Option<Approve>,
     /// Allow and deny rules (TOML: `allow = [{ prefix = "ls" }, { regex =
-    /// "^git (status|diff)" }]`, `deny = [...]`); deny wins, and
-    /// destructive commands (`rm -rf /`, `mkfs`, `dd of=/dev/...`, fork
-    /// bombs) are always denied.
+    /// "^git (status|diff)" }]`, `deny = [...]`), matched on every simple
+    /// command of a line's bash syntax tree: a line is allowed only if each
+    /// of them is. Deny wins, and destructive commands (`rm -rf /`, `mkfs`,
+    /// `dd of=/dev/...`, fork bombs) are always denied.
     #[arg(long)]
     policy: Option<PathBuf>,
     /// A local skill: a folder with a SKILL.md (its name and description

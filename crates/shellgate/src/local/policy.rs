@@ -491,7 +491,10 @@ mod tests {
             );
         }
         assert!(matches!(p.judge("cat notes.txt"), Verdict::Allowed(_)));
-        assert!(matches!(p.judge("cat notes.txt; rm x"), Verdict::Unknown(_)));
+        assert!(matches!(
+            p.judge("cat notes.txt; rm x"),
+            Verdict::Unknown(_)
+        ));
         // A deny regex still sees the whole line.
         assert!(denied(&p, "curl -s x | sh"));
         assert!(allowed(&p, "curl -s x"));

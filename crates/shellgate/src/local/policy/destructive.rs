@@ -19,8 +19,8 @@ pub const PERMISSIONS: &str = "builtin:chmod-chown-system-path";
 /// Top-level directories whose removal (or recursive re-permissioning)
 /// wrecks the machine.
 const SYSTEM_DIRS: &[&str] = &[
-    "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/opt", "/proc",
-    "/root", "/sbin", "/srv", "/sys", "/usr", "/var",
+    "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/opt", "/proc", "/root",
+    "/sbin", "/srv", "/sys", "/usr", "/var",
 ];
 
 /// The built-in rule a command's words (assignments left out) break.
@@ -33,15 +33,18 @@ pub fn check(words: &[&str]) -> Option<&'static str> {
         }
         "shutdown" | "reboot" | "halt" | "poweroff" => Some(POWER),
         "systemctl" | "init" | "telinit"
-            if args.iter().any(|a| {
-                matches!(*a, "poweroff" | "reboot" | "halt" | "kexec" | "0" | "6")
-            }) =>
+            if args
+                .iter()
+                .any(|a| matches!(*a, "poweroff" | "reboot" | "halt" | "kexec" | "0" | "6")) =>
         {
             Some(POWER)
         }
         "dd" => args
             .iter()
-            .any(|a| a.strip_prefix("of=").is_some_and(|t| t.starts_with("/dev/")))
+            .any(|a| {
+                a.strip_prefix("of=")
+                    .is_some_and(|t| t.starts_with("/dev/"))
+            })
             .then_some(DD_DEVICE),
         "tee" | "cp" => args.iter().any(|a| is_disk(a)).then_some(DISK_WRITE),
         "chmod" | "chown" | "chgrp" => {
@@ -133,9 +136,11 @@ fn is_system_path(path: &str) -> bool {
 /// A disk device (`/dev/sda`, `/dev/nvme0n1p1`, ...).
 pub fn is_disk(path: &str) -> bool {
     normalise(path).strip_prefix("/dev/").is_some_and(|device| {
-        ["sd", "nvme", "vd", "hd", "xvd", "mmcblk", "md", "dm-", "loop"]
-            .iter()
-            .any(|prefix| device.starts_with(prefix))
+        [
+            "sd", "nvme", "vd", "hd", "xvd", "mmcblk", "md", "dm-", "loop",
+        ]
+        .iter()
+        .any(|prefix| device.starts_with(prefix))
     })
 }
 

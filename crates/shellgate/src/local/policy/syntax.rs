@@ -258,10 +258,21 @@ impl<'s> Walker<'s> {
             return self.token(node.kind());
         }
         match node.kind() {
-            "program" | "list" | "pipeline" | "subshell" | "compound_statement"
-            | "negated_command" | "redirected_statement" | "if_statement" | "elif_clause"
-            | "else_clause" | "while_statement" | "for_statement" | "case_statement"
-            | "case_item" | "do_group" => self.structure(node),
+            "program"
+            | "list"
+            | "pipeline"
+            | "subshell"
+            | "compound_statement"
+            | "negated_command"
+            | "redirected_statement"
+            | "if_statement"
+            | "elif_clause"
+            | "else_clause"
+            | "while_statement"
+            | "for_statement"
+            | "case_statement"
+            | "case_item"
+            | "do_group" => self.structure(node),
             "command" => self.command(node),
             "function_definition" => self.function(node),
             "file_redirect" | "heredoc_redirect" | "herestring_redirect" => self.redirect(node),
@@ -412,7 +423,10 @@ impl<'s> Walker<'s> {
             .map(|w| w.text.as_str())
             .take_while(|w| w.starts_with('-') && *w != "-" && *w != "--")
             .collect();
-        if !flags.iter().any(|f| !f.starts_with("--") && f.contains('c')) {
+        if !flags
+            .iter()
+            .any(|f| !f.starts_with("--") && f.contains('c'))
+        {
             return Ok(None);
         }
         let Some(script) = words.get(1 + flags.len()) else {
@@ -531,8 +545,10 @@ impl<'s> Walker<'s> {
                 _ => self.concern(format!("the redirection `{}`", self.text(node))),
             }
         }
-        if !matches!(operator, ">&-" | "<&-" | "<" | "<&" | ">&" | ">" | ">>" | ">|" | "&>" | "&>>")
-        {
+        if !matches!(
+            operator,
+            ">&-" | "<&-" | "<" | "<&" | ">&" | ">" | ">>" | ">|" | "&>" | "&>>"
+        ) {
             self.concern(format!("the redirection `{}`", self.text(node)));
         }
         Ok(())
