@@ -303,6 +303,8 @@ mod tests {
             "case a in a) touch X;; esac",
             "! touch X",
             "ls\n\ntouch X",
+            "cat x <<EOF && touch X\nbody\nEOF",
+            "cat x <<EOF\nbody\nEOF\ntouch X",
         ] {
             assert!(!allowed(&p, command), "{command:?} was allowed");
         }
@@ -321,6 +323,10 @@ mod tests {
         ] {
             assert!(allowed(&p, command), "{command:?}: {:?}", p.judge(command));
         }
+        // A long chain is judged whole, not refused as too deep.
+        let chain = vec!["ls"; 2000].join(" && ");
+        assert!(allowed(&p, &chain));
+        assert!(!allowed(&p, &format!("{chain} || touch X")));
     }
 
     #[test]
@@ -405,6 +411,9 @@ mod tests {
             // tokens gives it away.
             "cat - <<'EOF'\nx\nEOF",
             &"$(".repeat(300),
+            // Balanced but deeper than the walker goes.
+            &format!("{}ls{}", "$(".repeat(5000), ")".repeat(5000)),
+            &format!("{}ls{}", "(".repeat(5000), ")".repeat(5000)),
         ] {
             assert!(
                 matches!(p.judge(command), Verdict::Unparsable(_)),
@@ -450,6 +459,9 @@ mod tests {
             "cat <<EOF\n$(mkfs /dev/sda)\nEOF",
             "if true; then rm -rf /etc; fi",
             "x=$(rm -rf /)",
+            "export X=$(rm -rf /)",
+            "rm$'\\0garbage' -rf /",
+            "cat \"$(ls; rm -rf /)\"",
         ] {
             assert!(denied(&p, command), "{command:?}: {:?}", p.judge(command));
         }

@@ -185,18 +185,22 @@ fn check_gaps(root: Node, source: &str) -> Result<(), Unparsable> {
     }
     let mut stack = vec![root];
     while let Some(node) = stack.pop() {
-        let newlines = match node.kind() {
-            // Their text between children is content, judged by the walker.
-            "string" | "heredoc_body" | "translated_string" | "expansion" => continue,
-            "command" | "variable_assignment" | "file_redirect" | "herestring_redirect" => false,
-            _ => true,
-        };
+        // Their text between children is content, judged by the walker;
+        // their children are still checked.
+        let content = matches!(
+            node.kind(),
+            "string" | "heredoc_body" | "translated_string" | "expansion"
+        );
+        let newlines = !matches!(
+            node.kind(),
+            "command" | "variable_assignment" | "file_redirect" | "herestring_redirect"
+        );
         let contiguous = node.kind() == "concatenation";
         let mut at = node.start_byte();
         let mut cursor = node.walk();
         for child in node.children(&mut cursor) {
             let gap = text(at, child.start_byte());
-            if (contiguous && !gap.is_empty()) || !skippable(gap, newlines) {
+            if !content && ((contiguous && !gap.is_empty()) || !skippable(gap, newlines)) {
                 return Err(Unparsable::Ambiguous(format!(
                     "{:?} between tokens",
                     gap.chars().take(20).collect::<String>()
@@ -205,7 +209,7 @@ fn check_gaps(root: Node, source: &str) -> Result<(), Unparsable> {
             at = child.end_byte().max(at);
             stack.push(child);
         }
-        if node.child_count() > 0 && !skippable(text(at, node.end_byte()), newlines) {
+        if !content && node.child_count() > 0 && !skippable(text(at, node.end_byte()), newlines) {
             return Err(Unparsable::Ambiguous("text after the last token".into()));
         }
     }
@@ -258,8 +262,8 @@ impl<'s> Walker<'s> {
             return self.token(node.kind());
         }
         match node.kind() {
+            "list" => self.list(node),
             "program"
-            | "list"
             | "pipeline"
             | "subshell"
             | "compound_statement"
@@ -311,6 +315,27 @@ impl<'s> Walker<'s> {
         }
         if !CONTROL_TOKENS.contains(&token) {
             self.concern(format!("`{token}` is a construct no rule can vouch for"));
+        }
+        Ok(())
+    }
+
+    /// `a && b || c` nests to the left, one level an operator: walked as
+    /// a loop, so a long chain is not mistaken for a deep tree.
+    fn list(&mut self, node: Node) -> Result<(), Unparsable> {
+        let mut outer = Vec::new();
+        let mut innermost = node;
+        while let Some(inner) = innermost.child(0).filter(|c| c.kind() == "list") {
+            outer.push(innermost);
+            innermost = inner;
+        }
+        self.structure(innermost)?;
+        for list in outer.into_iter().rev() {
+            let mut cursor = list.walk();
+            // Its first child, the inner list, is walked already.
+            let rest: Vec<Node> = list.children(&mut cursor).skip(1).collect();
+            for child in rest {
+                self.walk(child)?;
+            }
         }
         Ok(())
     }
@@ -901,11 +926,18 @@ fn ansi_c(text: &str) -> Option<String> {
             'u' | 'U' => {
                 let most = if escaped == 'u' { 4 } else { 8 };
                 let decoded = char::from_u32(digits(&mut chars, 16, 0, most)?)?;
+                if decoded == '\0' {
+                    break;
+                }
                 out.extend_from_slice(decoded.encode_utf8(&mut buffer).as_bytes());
                 continue;
             }
             _ => return None,
         };
+        if byte == 0 {
+            // bash ends the string at a NUL: `rm$'\0x'` runs `rm`.
+            break;
+        }
         out.push(byte);
     }
     String::from_utf8(out).ok()
