@@ -410,6 +410,13 @@ mod tests {
             // tree-sitter-bash drops the `-` here: the text between its
             // tokens gives it away.
             "cat - <<'EOF'\nx\nEOF",
+            // Found by running generated lines through bash: tree-sitter
+            // ends a here-document at `E || ...`, bash reads on (and runs
+            // the backquotes); it takes `\⏎#` for a comment, bash for
+            // part of a word (and runs what follows `&`).
+            "cat x <<E\nx\nE || ls\n`touch X`\nE",
+            "cat x\\\n#y & touch X",
+            "ls a\\\nb",
             &"$(".repeat(300),
             // Balanced but deeper than the walker goes.
             &format!("{}ls{}", "$(".repeat(5000), ")".repeat(5000)),
@@ -533,5 +540,282 @@ mod tests {
             assert!(Policy::load(Some(&path)).is_err(), "{text}");
             std::fs::remove_file(path).unwrap();
         }
+    }
+}
+/// Generated lines, judged and then run by bash: whatever the policy
+/// allows must run no command it did not see. Ignored by default (it
+/// runs bash some thousand times, as `nobody`, so it needs root):
+/// `ROUNDS=20000 SEED=7 cargo test -p shellgate --bin shellgate
+/// differential -- --ignored --nocapture`.
+#[cfg(test)]
+mod differential {
+    use std::os::unix::fs::PermissionsExt;
+    use std::process::{Command, Stdio};
+
+    #[test]
+    #[ignore]
+    fn what_is_allowed_runs_only_allowed_commands() {
+        let dir =
+            std::env::temp_dir().join(format!("shellgate-differential-{}", std::process::id()));
+        let (bin, work, log) = (dir.join("bin"), dir.join("work"), dir.join("log"));
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::create_dir_all(&work).unwrap();
+        // `a` and `b` are allowed, `c` is not; each notes that it ran.
+        for name in ["a", "b", "c"] {
+            let stub = bin.join(name);
+            std::fs::write(
+                &stub,
+                format!("#!/bin/sh\necho {name} >> {}\n", log.display()),
+            )
+            .unwrap();
+            std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        // The lines' own `bash -c` is bash.
+        std::os::unix::fs::symlink("/bin/bash", bin.join("bash")).unwrap();
+        for path in [&dir, &work] {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o777)).unwrap();
+        }
+        let policy_file = dir.join("policy.toml");
+        std::fs::write(
+            &policy_file,
+            "allow = [{ prefix = \"a\" }, { prefix = \"b\" }, { regex = \"^b [a-z ]*$\" }]",
+        )
+        .unwrap();
+        let policy = super::Policy::load(Some(&policy_file)).unwrap();
+        let number = |name: &str, default: u64| {
+            std::env::var(name)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(default)
+        };
+        let mut seed = number("SEED", 1);
+        let mut next = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) as usize
+        };
+        let run = |line: &str| {
+            let _ = std::fs::remove_file(&log);
+            // Output read to its end: every process the line started
+            // (in the background too) is done when it ends.
+            let _ = Command::new("/usr/bin/setpriv")
+                .args([
+                    "--reuid=65534",
+                    "--regid=65534",
+                    "--clear-groups",
+                    "/usr/bin/prlimit",
+                    "--nproc=40",
+                    "/usr/bin/timeout",
+                    "-s",
+                    "KILL",
+                    "3",
+                    "/bin/bash",
+                    "-c",
+                    line,
+                ])
+                .env_clear()
+                .env("PATH", &bin)
+                .current_dir(&work)
+                .stdin(Stdio::null())
+                .output();
+            std::fs::read_to_string(&log).unwrap_or_default()
+        };
+        assert!(run("a; c").contains('c'), "the harness sees nothing run");
+        let (mut allowed, mut bypasses) = (0, Vec::new());
+        for _ in 0..number("ROUNDS", 2000) {
+            let line = gen_line(&mut next, 0);
+            let line = mutate(&mut next, line);
+            if !matches!(policy.judge(&line), super::Verdict::Allowed(_)) {
+                continue;
+            }
+            allowed += 1;
+            if run(&line).lines().any(|l| l == "c") {
+                bypasses.push(line);
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        println!("{allowed} lines allowed and run");
+        assert!(
+            bypasses.is_empty(),
+            "ran a command the policy did not allow: {bypasses:#?}"
+        );
+    }
+
+    /// One of `xs`.
+    fn pick<'a>(next: &mut impl FnMut() -> usize, xs: &[&'a str]) -> &'a str {
+        xs[next() % xs.len()]
+    }
+
+    /// A word: mostly plain, sometimes one of the spellings that hide a
+    /// command or are read differently by a parser that is not bash.
+    fn gen_word(next: &mut impl FnMut() -> usize, head: bool) -> String {
+        let names = [
+            "a",
+            "b",
+            "c",
+            "'a'",
+            "\"b\"",
+            "\\c",
+            "$'\\x63'",
+            "a\\\nb",
+            "c\\\n",
+            "'c'",
+            "\"c\"",
+            "b''",
+            "a\"\"",
+            "${x}c",
+            "$x",
+            "`c`",
+            "$(c)",
+            "<(c)",
+            "~",
+            "*",
+            "{a,c}",
+            "c#",
+            "#c",
+            "a#c",
+            "x=c",
+            "\\#c",
+            "$'c'",
+            "$\"c\"",
+            "-c",
+            "--",
+            "\\ ",
+            "a\\ c",
+            "\r",
+            "!",
+            "{",
+            "}",
+            "[[",
+            "((",
+            "c)",
+            "(c",
+            "\\'",
+            "'\\''",
+            "\"\\\"\"",
+            "\"$\"",
+            "\"`c`\"",
+            "\"\\`c\\`\"",
+            "$((1))",
+            "1",
+            "2>&1",
+            ">/dev/null",
+            ">&2",
+            "<<<c",
+            "<<<$(c)",
+            "=",
+            "a=b",
+        ];
+        let plain: &[&str] = if head {
+            &["a", "b", "a", "'b'", "a\\\n"]
+        } else {
+            &["x", "y", "'x y'", "\"x\"", "-x", "/dev/null"]
+        };
+        let n = if head { 1 } else { 1 + next() % 2 };
+        (0..n)
+            .map(|_| {
+                if !next().is_multiple_of(4) {
+                    pick(next, plain).to_string()
+                } else {
+                    pick(next, &names).to_string()
+                }
+            })
+            .collect()
+    }
+
+    /// A simple or compound command.
+    fn gen_command(next: &mut impl FnMut() -> usize, depth: usize) -> String {
+        match next() % 12 {
+            0 if depth < 2 => format!("( {} )", gen_line(next, depth + 1)),
+            1 if depth < 2 => format!("{{ {}; }}", gen_line(next, depth + 1)),
+            2 if depth < 2 => format!(
+                "if {}; then {}; fi",
+                gen_line(next, depth + 1),
+                gen_line(next, depth + 1)
+            ),
+            3 if depth < 2 => format!("bash -c '{}'", gen_line(next, depth + 1).replace('\'', "")),
+            4 => format!(
+                "{} <<E\n{}\nE",
+                gen_simple(next),
+                pick(
+                    next,
+                    &["c", "$(c)", "`c`", "\\`c\\`", "E", "x", "\\$(c)", "$x"]
+                )
+            ),
+            5 => format!(
+                "{} <<'E'\n{}\nE\n{}",
+                gen_simple(next),
+                pick(next, &["c", "$(c)", "`c`"]),
+                pick(next, &["c", "a", ""])
+            ),
+            6 if depth < 2 => format!(
+                "for i in {}; do {}; done",
+                gen_word(next, false),
+                gen_line(next, depth + 1)
+            ),
+            7 if depth < 2 => format!(
+                "case {} in {}) {};; esac",
+                gen_word(next, false),
+                gen_word(next, false),
+                gen_line(next, depth + 1)
+            ),
+            _ => gen_simple(next),
+        }
+    }
+
+    /// Words joined by blanks or line continuations.
+    fn gen_simple(next: &mut impl FnMut() -> usize) -> String {
+        let mut words = vec![gen_word(next, true)];
+        for _ in 0..next() % 4 {
+            words.push(gen_word(next, false));
+        }
+        let seps = [" ", " ", "\t", "\\\n", " \\\n "];
+        let mut out = String::new();
+        for (i, w) in words.iter().enumerate() {
+            if i > 0 {
+                out.push_str(pick(next, &seps));
+            }
+            out.push_str(w);
+        }
+        out
+    }
+
+    /// Commands joined by control operators.
+    fn gen_line(next: &mut impl FnMut() -> usize, depth: usize) -> String {
+        let ops = [";", " && ", " || ", " | ", " & ", "\n", ";\n", " |& ", "&"];
+        let mut out = gen_command(next, depth);
+        for _ in 0..next() % 3 {
+            out.push_str(pick(next, &ops));
+            out.push_str(&gen_command(next, depth));
+        }
+        if next().is_multiple_of(5) {
+            out.push_str(pick(next, &[" #c", " # x \\\nc", "&", ";"]));
+        }
+        out
+    }
+
+    /// The line with one character inserted, removed or replaced.
+    fn mutate(next: &mut impl FnMut() -> usize, line: String) -> String {
+        if !next().is_multiple_of(3) || line.is_empty() {
+            return line;
+        }
+        let mut chars: Vec<char> = line.chars().collect();
+        let at = next() % chars.len();
+        let noise = [
+            '\\', '\'', '"', '#', '\n', ';', '`', '$', ' ', '\r', '&', '(', ')', '{', '}', '<', '>',
+        ];
+        match next() % 3 {
+            0 => {
+                chars.insert(at, noise[next() % noise.len()]);
+            }
+            1 => {
+                chars.remove(at);
+            }
+            _ => {
+                chars[at] = noise[next() % noise.len()];
+            }
+        }
+        chars.into_iter().collect()
     }
 }

@@ -157,21 +157,39 @@ fn parse_nested(source: &str, nesting: usize) -> Result<Script, Unparsable> {
 
 /// What may stand between two tokens for bash to skip it as tree-sitter
 /// does: blanks, newlines where `newlines` (statement lists), and
-/// backslash-newline line continuations. Anything else (tree-sitter also
-/// skips `\ ` and carriage returns; bash does not) means the two read the
-/// line differently.
+/// backslash-newline line continuations beside a blank. Anything else
+/// means the two read the line differently: tree-sitter also skips `\ `
+/// and carriage returns, which bash keeps in a word, and a continuation
+/// alone, which bash removes, gluing its neighbours (`a\⏎#c` is the word
+/// `a#c` to bash, a word and a comment to tree-sitter).
 fn skippable(gap: &str, newlines: bool) -> bool {
     let mut rest = gap;
+    let (mut blank, mut continuation) = (false, false);
     while let Some(c) = rest.chars().next() {
         if c == ' ' || c == '\t' || (newlines && c == '\n') {
+            blank = true;
             rest = &rest[1..];
         } else if let Some(after) = rest.strip_prefix("\\\n") {
+            continuation = true;
             rest = after;
         } else {
             return false;
         }
     }
-    true
+    blank || !continuation
+}
+
+/// A comment starts where bash starts one: at the start of a word, after
+/// a blank, a newline or an operator (not after a line continuation).
+fn comment_starts_a_word(source: &str, start: usize) -> bool {
+    let before = source.get(..start).unwrap_or("");
+    if before.ends_with("\\\n") {
+        return false;
+    }
+    before
+        .chars()
+        .next_back()
+        .is_none_or(|c| matches!(c, ' ' | '\t' | '\n' | ';' | '&' | '|' | '(' | ')'))
 }
 
 /// Checks the text between every node's children (and around the root)
@@ -185,6 +203,9 @@ fn check_gaps(root: Node, source: &str) -> Result<(), Unparsable> {
     }
     let mut stack = vec![root];
     while let Some(node) = stack.pop() {
+        if node.kind() == "comment" && !comment_starts_a_word(source, node.start_byte()) {
+            return Err(Unparsable::Ambiguous("a comment inside a word".into()));
+        }
         // Their text between children is content, judged by the walker;
         // their children are still checked.
         let content = matches!(
@@ -591,9 +612,32 @@ impl<'s> Walker<'s> {
             .iter()
             .find(|c| c.kind() == "heredoc_start")
             .is_some_and(|start| self.text(*start).contains(['\'', '"', '\\']));
+        let strip_tabs = children.iter().any(|c| c.kind() == "<<-");
+        let delimiter: Option<String> = children
+            .iter()
+            .find(|c| c.kind() == "heredoc_start")
+            .map(|start| self.text(*start).replace(['\'', '"', '\\'], ""));
         for child in children {
             match child.kind() {
-                "<<" | "<<-" | "heredoc_start" | "heredoc_end" => {}
+                "<<" | "<<-" | "heredoc_start" => {}
+                "heredoc_end" => {
+                    // bash ends the body only at a line that is the
+                    // delimiter alone; tree-sitter also at one that starts
+                    // with it (`EOF || cmd`), where bash reads on.
+                    let before = self.source.get(..child.start_byte()).unwrap_or("");
+                    let before = if strip_tabs {
+                        before.trim_end_matches('\t')
+                    } else {
+                        before
+                    };
+                    let after = self.source.get(child.end_byte()..).unwrap_or("");
+                    if !before.ends_with('\n')
+                        || !(after.is_empty() || after.starts_with('\n'))
+                        || delimiter.as_deref() != Some(self.text(child))
+                    {
+                        return Err(Unparsable::Ambiguous("where a here-document ends".into()));
+                    }
+                }
                 "heredoc_body" => {
                     // tree-sitter misses backquotes in a body: the text
                     // itself is checked too.
