@@ -630,8 +630,14 @@ mod differential {
                 continue;
             }
             allowed += 1;
-            if run(&line).lines().any(|l| l == "c") {
+            let ran = run(&line);
+            // Nor write a file (the stubs write outside `work`).
+            let wrote = std::fs::read_dir(&work).map_or(0, |d| d.count());
+            if ran.lines().any(|l| l == "c") || wrote > 0 {
                 bypasses.push(line);
+                let _ = std::fs::remove_dir_all(&work);
+                std::fs::create_dir_all(&work).unwrap();
+                std::fs::set_permissions(&work, std::fs::Permissions::from_mode(0o777)).unwrap();
             }
         }
         let _ = std::fs::remove_dir_all(&dir);
@@ -706,6 +712,30 @@ mod differential {
             "<<<$(c)",
             "=",
             "a=b",
+            ">x",
+            ">>x",
+            "&>x",
+            "2>x",
+            ">|x",
+            "> /dev/null",
+            ">/dev/nul*",
+            ">&x",
+            "<x",
+            "<>x",
+            "$'\\''",
+            "$'\\'c'",
+            "\"'\"",
+            "\"a'b\"'c'",
+            "\\\"",
+            "\"\\\\\"",
+            "\"$(\"",
+            "$'\\0'c",
+            ";;",
+            "esac",
+            "time",
+            "!",
+            "then",
+            "do",
         ];
         let plain: &[&str] = if head {
             &["a", "b", "a", "'b'", "a\\\n"]
@@ -726,7 +756,7 @@ mod differential {
 
     /// A simple or compound command.
     fn gen_command(next: &mut impl FnMut() -> usize, depth: usize) -> String {
-        match next() % 12 {
+        match next() % 14 {
             0 if depth < 2 => format!("( {} )", gen_line(next, depth + 1)),
             1 if depth < 2 => format!("{{ {}; }}", gen_line(next, depth + 1)),
             2 if depth < 2 => format!(
@@ -748,6 +778,25 @@ mod differential {
                 gen_simple(next),
                 pick(next, &["c", "$(c)", "`c`"]),
                 pick(next, &["c", "a", ""])
+            ),
+            8 => format!(
+                "{} <<-E\n\t{}\n\tE\n{}",
+                gen_simple(next),
+                pick(next, &["c", "$(c)", "x"]),
+                pick(next, &["c", "a", ""])
+            ),
+            9 => format!(
+                "{} <<A <<'B'\n{}\nA\n{}\nB",
+                gen_simple(next),
+                pick(next, &["x", "$(c)", "B"]),
+                pick(next, &["x", "$(c)", "A"])
+            ),
+            10 if depth < 2 => format!(
+                "case {} in {}) {};;& *) {};; esac",
+                gen_word(next, false),
+                gen_word(next, false),
+                gen_line(next, depth + 1),
+                gen_line(next, depth + 1)
             ),
             6 if depth < 2 => format!(
                 "for i in {}; do {}; done",
