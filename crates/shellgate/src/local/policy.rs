@@ -445,6 +445,8 @@ mod tests {
             "rm -rf / --no-preserve-root",
             "rm -rf \"$HOME\"",
             "sudo rm -fr ~",
+            "find . -exec rm -rf / \\;",
+            "find . -exec bash -c 'mkfs /dev/sda' \\;",
             "sudo -u root env X=1 rm -r -f /*",
             "rm -r -f /*",
             "f(){ f|f& };f",
@@ -479,6 +481,7 @@ mod tests {
             "echo 'rm -rf /'",
             "git commit -m 'rm -rf /'",
             "rm -rf /tmp/x",
+            "find / -name core",
             "fact() { fact; }",
             "f() { g | g & }",
         ] {

@@ -25,11 +25,11 @@ const MAX_SCRIPT_NESTING: usize = 4;
 const SHELLS: &[&str] = &["bash", "sh", "dash", "zsh", "ksh", "mksh", "ash"];
 
 /// Commands that run their arguments as another command: the deny list
-/// looks past them (`sudo rm -rf /`).
+/// looks past them (`sudo rm -rf /`, `find . -exec rm -rf / ;`).
 pub const WRAPPERS: &[&str] = &[
     "sudo", "doas", "env", "command", "builtin", "exec", "nice", "nohup", "time", "timeout",
     "setsid", "stdbuf", "ionice", "chrt", "taskset", "xargs", "watch", "strace", "flock",
-    "unshare", "nsenter", "chroot", "runuser", "coproc", "busybox",
+    "unshare", "nsenter", "chroot", "runuser", "coproc", "busybox", "find",
 ];
 
 /// Why a command line could not be judged on its syntax tree.
