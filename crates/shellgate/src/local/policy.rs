@@ -344,6 +344,9 @@ mod tests {
         assert!(!allowed(&p, "ls ~"));
         assert!(!allowed(&p, "ls {a,b}"));
         assert!(allowed(&p, "ls a{}b"));
+        assert!(!allowed(&p, "ls [ab]"));
+        assert!(!allowed(&p, "ls [a'b']"));
+        assert!(allowed(&p, "ls [ -f x"));
         assert!(allowed(&p, "cat *.txt"));
         // A quoted `*` is literal: shown quoted to the regex.
         assert!(!allowed(&p, "cat '*'"));

@@ -823,7 +823,10 @@ struct WordBuilder {
     /// Literal text not yet quoted into `canonical`.
     run: String,
     kind: Option<WordKind>,
+    /// Unquoted `{`, `}`, and `,` or `..`, seen: a brace expansion.
     braces: (bool, bool, bool),
+    /// An unquoted `[` seen: a `]` after it makes a glob.
+    bracket: bool,
 }
 
 impl WordBuilder {
@@ -892,7 +895,16 @@ fn unquoted(text: &str, word: &mut WordBuilder) -> Result<(), Unparsable> {
                 Some(escaped) => word.literal(escaped.encode_utf8(&mut buffer)),
                 None => word.literal("\\"),
             },
-            '*' | '?' | '[' | '~' => word.pattern(c.encode_utf8(&mut buffer)),
+            '*' | '?' | '~' => word.pattern(c.encode_utf8(&mut buffer)),
+            // `[` alone is no glob (`[ -f x ]`); `[...]` is one.
+            '[' => {
+                word.bracket = true;
+                word.literal("[");
+            }
+            ']' if word.bracket => {
+                word.raise(WordKind::Pattern);
+                word.literal("]");
+            }
             '$' | '`' => word.dynamic(c.encode_utf8(&mut buffer)),
             ' ' | '\t' | '\n' | '\r' | '|' | '&' | ';' | '(' | ')' | '<' | '>' => {
                 return Err(Unparsable::Ambiguous(format!("{c:?} inside a word")));
