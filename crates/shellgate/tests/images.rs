@@ -135,6 +135,10 @@ fn image_build_makes_a_debian_image_from_debian_packages() {
         progress.contains("100%") && progress.contains("extracting"),
         "{progress}"
     );
+    // A completed build leaves nothing mounted in the image (mmdebstrap's
+    // mounts were in its own namespace).
+    let data_path = std::fs::canonicalize(&data).unwrap();
+    assert_eq!(mounts_under("self", &data_path), Vec::<String>::new());
     let output = shellgate(
         &data,
         &[
