@@ -7,11 +7,15 @@ Servers (all record each request, one JSON line in --log):
   203.0.113.10  :80 :443 :8080   "a"        (*.allowed.test, api.secret.test, ...)
   203.0.113.20  :80 :443         "other"    (other.test)
   127.0.0.1     :80 :443         "internal" (must never be reached from a container)
-DNS on 198.51.100.53:53. `rebind.test` answers 203.0.113.10 the first time
+(203.0.113.0/24 and 198.51.100.0/24 are TEST-NETs, which no container may
+reach: the tests' servers name 203.0.113.0/24 in egress_private_exceptions.)
+DNS on 198.51.100.53:53; `bench.test` answers 198.18.0.10, a benchmarking
+address nothing listens on (refused before any connection). `rebind.test` answers 203.0.113.10 the first time
 and 127.0.0.1 after: a rebinding attack between check and connect.
 
-GET /redirect?to=URL answers 302 to URL; anything else answers 200 with a
-JSON echo of the request (its headers included, as httpbin does).
+GET /redirect?to=URL answers 302 to URL; GET /reset-big promises 8 MiB,
+sends 5 MiB and resets the connection (SO_LINGER 0); anything else answers
+200 with a JSON echo of the request (its headers included, as httpbin does).
 """
 
 import argparse
@@ -37,6 +41,7 @@ A_RECORDS = {
     "loop.test": "127.0.0.1",
     "private.test": "10.0.0.1",
     "metadata.test": "169.254.169.254",
+    "bench.test": "198.18.0.10",
 }
 AAAA_RECORDS = {
     "v6loop.test": "::1",
@@ -73,6 +78,20 @@ def make_handler(tag, log_path):
                 "body": body,
             }
             record(log_path, entry)
+            if url.path == "/reset-big":
+                self.send_response(200)
+                self.send_header("Content-Length", str(8 << 20))
+                self.end_headers()
+                try:
+                    for _ in range(80):
+                        self.wfile.write(b"x" * 65536)
+                except OSError:
+                    pass
+                # A reset, not a close: unsent data is dropped, RST sent.
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                self.connection.close()
+                self.close_connection = True
+                return
             if url.path == "/redirect":
                 to = parse_qs(url.query).get("to", ["/"])[0]
                 self.send_response(302)

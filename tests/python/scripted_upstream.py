@@ -18,7 +18,10 @@ Its script, from the conversation it is sent:
 - otherwise it answers "Hello from the scripted model."
 Models named for a failure behave so: `scripted-500` answers HTTP 500,
 `scripted-429` is always rate limited, `scripted-garbage` answers what is not JSON, `scripted-slow` never answers,
-`scripted-loop` calls the shell for ever.
+`scripted-loop` calls the shell for ever, `scripted-endless` streams text until
+the client hangs up, `scripted-trickle` streams a byte every 50 ms for ever,
+`scripted-huge-call` calls the shell with 5 MiB of arguments (Chat
+Completions).
 """
 
 import json
@@ -129,6 +132,10 @@ class Handler(BaseHTTPRequestHandler):
         if model == "scripted-slow":
             time.sleep(30)
             return self.reply(200, {})
+        if model in ("scripted-endless", "scripted-trickle"):
+            return self.without_end(model == "scripted-trickle")
+        if model == "scripted-huge-call":
+            return self.stream({"tool": ("shell", {"commands": ["echo " + "x" * (5 * 1024 * 1024)]})})
         decision = decide(as_chat(self.path, body))
         if self.path.endswith("/responses"):
             return self.openai_responses(decision, body.get("stream"))
@@ -147,6 +154,26 @@ class Handler(BaseHTTPRequestHandler):
                          "finish_reason": "tool_calls" if "tool" in decision else "stop"}],
             "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
         })
+
+    def without_end(self, trickle):
+        """An event stream that never ends: a big text event after another,
+        or a byte at a time (an SSE comment) — until the client hangs up."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        event = b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": "y" * 65536}}]}).encode() + b"\n\n"
+        try:
+            while True:
+                if trickle:
+                    self.wfile.write(b":")
+                    self.wfile.flush()
+                    time.sleep(0.05)
+                else:
+                    self.wfile.write(event)
+        except OSError:
+            pass
+        self.close_connection = True
 
     def stream(self, decision):
         chunks = []

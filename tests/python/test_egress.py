@@ -32,8 +32,11 @@ SECRET = "sk-live-real-secret-value-4242"
 ORG_DOMAINS = [
     "*.allowed.test", "allowed.test", "evilallowed.test", "allowed.test.evil.test",
     "notlisted.test", "api.secret.test", "other.test", "rebind.test",
-    "loop.test", "private.test", "metadata.test", "v6loop.test", "mapped.test",
+    "loop.test", "private.test", "metadata.test", "v6loop.test", "mapped.test", "bench.test",
 ]
+# The world's servers are on a TEST-NET, which no container may reach
+# without the operator's exception.
+WORLD_EXCEPTION = "203.0.113.0/24"
 
 
 def sh(*args):
@@ -78,6 +81,7 @@ class World:
             "egress_dns_server": "198.51.100.53:53",
             "egress_trusted_roots": str(self.certificates["ca"]),
             "egress_allowed_domains": ",".join(ORG_DOMAINS),
+            "egress_private_exceptions": WORLD_EXCEPTION,
             "warm_containers": "0",
             "upstream_url": self.upstream.url,
             **settings,
@@ -450,6 +454,122 @@ def test_egress_log_pages_and_belongs_to_its_project(client, server, networked):
     assert 'shellgate_egress_attempts_total{kind="dns",verdict="allowed"}' in metrics
 
 
+def test_test_net_and_benchmarking_addresses_are_refused_without_the_exception(client, world):
+    # This module's server names the world's TEST-NET in its exceptions;
+    # a benchmarking address (198.18.0.0/15) stays refused there.
+    container = client.containers.create(name="egress-bench", network_policy=allowlist("bench.test"))
+    out, err, code = run(client, container.id, "curl -sS -m 10 http://bench.test/")
+    assert "a benchmarking address" in json.loads(out)["error"]["message"], out
+    out, err, code = run(client, container.id, "curl -sS -m 10 --noproxy '*' http://bench.test/")
+    assert code == 6, err
+    client.containers.delete(container.id)
+    # Without the exception the world's own servers are refused too.
+    strict = world.server(egress_private_exceptions="").client(KEY_A)
+    container = strict.containers.create(name="egress-strict",
+                                         network_policy=allowlist("a.allowed.test", "bench.test"))
+    before = len(web_requests(world))
+    for name, kind in [("a.allowed.test", "a documentation (TEST-NET) address"),
+                       ("bench.test", "a benchmarking address")]:
+        out, err, code = run(strict, container.id, f"curl -sS -m 10 http://{name}/")
+        body = json.loads(out)
+        assert body["error"]["code"] == "policy_denied" and kind in body["error"]["message"], body
+        out, err, code = run(strict, container.id, f"curl -sS -m 10 --noproxy '*' http://{name}/")
+        assert code == 6, err
+    assert len(web_requests(world)) == before, "nothing reached a server"
+
+
+def test_bytes_are_counted_as_relayed_when_the_upstream_resets(client):
+    container = client.containers.create(name="egress-reset", network_policy=allowlist("a.allowed.test"))
+    out, err, code = run(client, container.id,
+                         "curl -sS -m 30 -D /mnt/data/head -o /mnt/data/body http://a.allowed.test/reset-big; "
+                         "echo $?; stat -c %s /mnt/data/head /mnt/data/body")
+    exit_code, head, body = (int(n) for n in out.split())
+    assert exit_code in (18, 56), (out, err)  # cut short
+    assert body > 0, "something was relayed before the reset"
+    entries = wait_for_log(client, container.id, lambda e: e["kind"] == "http" and e["bytes_in"] > 0)
+    entry = next(e for e in entries if e["kind"] == "http")
+    # Exactly what the sandbox received: the head and the part of the body.
+    assert entry["bytes_in"] == head + body, (entry, head, body)
+    assert entry["bytes_out"] > 0
+    client.containers.delete(container.id)
+
+
+def dns_flood_script(count):
+    """A Python script for a container: `count` A queries for distinct names
+    under *.allowed.test, one after another; prints the replies' rcodes."""
+    return (
+        "import collections, json, socket, struct, time\n"
+        "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(10)\n"
+        "s.connect(('127.0.0.1', 53))\n"
+        "rcodes = collections.Counter(); started = time.monotonic()\n"
+        f"for i in range({count}):\n"
+        "    name = b''.join(bytes([len(l)]) + l for l in f'x{i}.allowed.test'.encode().split(b'.'))\n"
+        "    s.send(struct.pack('!6H', i, 0x0100, 1, 0, 0, 0) + name + b'\\0' + struct.pack('!2H', 1, 1))\n"
+        "    while True:\n"
+        "        reply = s.recv(512)\n"
+        "        if reply[:2] == struct.pack('!H', i): break\n"
+        "    rcodes[reply[3] & 15] += 1\n"
+        "print(json.dumps({'rcodes': rcodes, 'elapsed': time.monotonic() - started}))\n"
+    )
+
+
+def test_a_dns_flood_is_rate_limited_and_cannot_hide_a_connection(client, server, world):
+    container = client.containers.create(name="egress-flood", network_policy=allowlist("*.allowed.test"))
+    count = 1000
+    script = dns_flood_script(count)
+    out, err, code = run(client, container.id, f"python3 -c \"$(cat <<'EOF'\n{script}EOF\n)\"",
+                         timeout_ms=120_000)
+    assert code == 0, err
+    result = json.loads(out)
+    refused = result["rcodes"].get("5", 0)
+    answered = count - refused
+    # 50 lookups a second beyond a burst of 100: the rest REFUSED at once.
+    assert refused > 0, result
+    assert answered <= 100 + 50 * (result["elapsed"] + 1), result
+    asked = {e["name"] for e in world.requests("dns") if e["name"].endswith(".allowed.test")
+             and e["name"].startswith("x") and e["name"][1:].split(".")[0].isdigit()}
+    assert len(asked) <= answered, "refused lookups never reach the upstream DNS"
+    # A real connection right after the flood is logged all the same.
+    out, err, code = run(client, container.id, "curl -sS -m 10 http://b.allowed.test/after-flood")
+    assert json.loads(out)["path"] == "/after-flood"
+    entries = wait_for_log(client, container.id,
+                           lambda e: e["kind"] == "http" and e["server_name"] == "b.allowed.test")
+    assert [e for e in entries if e["kind"] == "http"][-1]["verdict"] == "allowed"
+    # What was not logged one by one is in aggregate rows, and counted.
+    # (The last aggregate row comes within a second.)
+    deadline = time.time() + 30
+    while True:
+        lookups = [e for e in egress_log(client, container.id) if e["kind"] == "dns"]
+        aggregates = [e for e in lookups if e["verdict"] == "aggregated"]
+        accounted = len(lookups) - len(aggregates) + sum(e["aggregated"] for e in aggregates)
+        if accounted >= count or time.time() > deadline:
+            break
+        time.sleep(0.2)
+    assert accounted == count, (accounted, aggregates)
+    assert sum(e["aggregated"] for e in aggregates) >= refused
+    assert all("DNS lookups not logged one by one" in e["reason"] for e in aggregates)
+    page = client.get(f"/containers/{container.id}/egress", cast_to=object, options={"params": {"limit": 1}})
+    assert page["dropped"] == sum(e["aggregated"] for e in aggregates)
+    metrics = urllib.request.urlopen(f"http://{NS_ADDR}:{server.port}/metrics").read().decode()
+    limited = [line for line in metrics.splitlines()
+               if line.startswith('shellgate_egress_lookups_unlogged_total{reason="rate_limited"}')]
+    assert limited and int(limited[0].split()[-1]) >= refused, limited
+    client.containers.delete(container.id)
+
+
+def test_old_egress_rows_are_deleted_by_the_sweeper(world):
+    keeper = world.server(egress_log_retention_secs="2", sweep_interval_secs="1").client(KEY_A)
+    container = keeper.containers.create(name="egress-retention", network_policy=allowlist("a.allowed.test"))
+    run(keeper, container.id, "curl -sS -m 10 http://a.allowed.test/kept-briefly; curl -sS -m 10 http://no.test/")
+    wait_for_log(keeper, container.id, lambda e: e["kind"] == "http")
+    deadline = time.time() + 60
+    while egress_log(keeper, container.id):
+        assert time.time() < deadline, "old egress rows were never deleted"
+        time.sleep(0.2)
+    # The container itself is untouched.
+    assert keeper.containers.retrieve(container.id).status == "running"
+
+
 # --- secrets ---
 
 def test_domain_secrets_reach_their_domain_only_and_are_never_shown(client, server, world):
@@ -625,6 +745,7 @@ def test_cli_exec_allow(world):
     config.write_text(
         f'egress_dns_server = "198.51.100.53:53"\n'
         f'egress_allowed_domains = "{",".join(ORG_DOMAINS)}"\n'
+        f'egress_private_exceptions = "{WORLD_EXCEPTION}"\n'
     )
     command = ["nsenter", f"--net=/run/netns/{NETNS}", str(BINARY), "--data-dir", str(tmp_path / "data"),
                "exec", "--config", str(config), "--allow", "a.allowed.test", "--json", "-c",

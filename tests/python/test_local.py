@@ -57,7 +57,8 @@ def test_auto_runs_what_the_policy_allows_and_rejects_the_rest(server, workdir):
     assert done.returncode == 0, done.stderr
     assert not (workdir / "should-not-exist").exists()
     assert "rejected" in done.stdout and "exit_code" in done.stdout and "1" in done.stdout, done.stdout
-    assert records[-1]["decision"] == "denied" and records[-1]["by"] == "auto: no rule allows it"
+    assert records[-1]["decision"] == "denied"
+    assert records[-1]["by"] == "auto: no rule allows `touch should-not-exist`"
     assert records[-1]["outcome"] == {"type": "not_run"}
     # Deny wins over allow.
     done, records = local(server, workdir, "Execute: echo secret stuff", "--approve", "auto", "--policy", str(policy))
@@ -69,8 +70,78 @@ def test_destructive_commands_are_denied_even_when_everything_else_runs(server, 
     done, records = local(server, workdir, "Execute: dd if=/dev/zero of=/dev/null count=0",
                           "--approve", "never-ask")
     assert done.returncode == 0, done.stderr
-    assert records[-1]["decision"] == "denied" and records[-1]["by"].startswith("policy deny regex:")
+    assert records[-1]["decision"] == "denied" and records[-1]["by"] == "policy deny builtin:dd-to-device"
     assert "rejected" in done.stdout
+
+
+# The README's example policy.
+README_POLICY = ('allow = [{ prefix = "ls" }, { prefix = "git status" }, { regex = "^cat [^;&|]+$" }]\n'
+                 'deny = [{ prefix = "git push" }]\n')
+
+
+@pytest.mark.parametrize("task", [
+    "Execute: git status >/dev/null || touch X",
+    "Execute: cat $(touch X)",
+    "Run `cat a\ntouch X`",
+], ids=["or-after-an-allowed-prefix", "substitution-in-an-allowed-regex", "newline-after-an-allowed-regex"])
+def test_auto_runs_a_line_only_if_every_command_in_it_is_allowed(server, workdir, task):
+    """Issue 16, item 14: each line passed the README's policy as a whole
+    string, and `touch X` ran unasked."""
+    policy = workdir / "policy.toml"
+    policy.write_text(README_POLICY)
+    done, records = local(server, workdir, task, "--approve", "auto", "--policy", str(policy))
+    assert done.returncode == 0, done.stderr
+    assert not (workdir / "X").exists()
+    [record] = records
+    assert record["decision"] == "denied" and record["outcome"] == {"type": "not_run"}
+    assert record["by"].startswith("auto: "), record
+    # What the model is told names the part no rule vouches for.
+    assert "touch X" in record["by"] or "substitution" in record["by"], record
+
+
+def test_auto_runs_a_compound_line_whose_every_command_is_allowed(server, workdir):
+    policy = workdir / "policy.toml"
+    policy.write_text(README_POLICY)
+    (workdir / "notes.txt").write_text("a note\n")
+    done, records = local(server, workdir, "Execute: git status >/dev/null 2>&1; cat notes.txt | cat - && ls",
+                          "--approve", "auto", "--policy", str(policy))
+    assert done.returncode == 0, done.stderr
+    [record] = records
+    assert record["decision"] == "approved", record
+    assert record["by"] == "policy allow prefix:git status, regex:^cat [^;&|]+$, prefix:ls"
+    assert "a note" in done.stdout and "notes.txt" in done.stdout
+
+
+def test_the_deny_list_sees_through_quotes_long_options_and_functions(server, workdir):
+    """Issue 16, item 14: each evaded the always-denied list. Made harmless
+    should they run (`--help`, `-V`, a fork bomb that is never called)
+    and run in --sandbox besides; they must not run at all."""
+    data_dir = workdir / "sg-data"
+    data_dir.mkdir()
+    os.chmod(workdir, 0o755)
+    commands = ['rm -rf "/" --help', "rm --recursive --force / --help", "f(){ f|f& };true", 'mk""fs -V']
+    done, records = local(server, workdir, "Execute in turns: " + " ||| ".join(commands),
+                          "--approve", "never-ask", "--sandbox", "--data-dir", str(data_dir),
+                          env={"SHELLGATE_ONESHOT_DIR": str(data_dir / "oneshot")})
+    assert done.returncode == 0, done.stderr
+    assert [r["command"] for r in records] == commands
+    assert [(r["decision"], r["by"]) for r in records] == [
+        ("denied", "policy deny builtin:rm-recursive-system-path"),
+        ("denied", "policy deny builtin:rm-recursive-system-path"),
+        ("denied", "policy deny builtin:fork-bomb"),
+        ("denied", "policy deny builtin:mkfs"),
+    ], records
+    assert "Usage" not in done.stdout and "util-linux" not in done.stdout, done.stdout
+
+
+def test_never_ask_refuses_what_it_cannot_parse(server, workdir):
+    """`\\ ` between words is skipped by tree-sitter but is an argument to
+    bash: a line read two ways cannot be shown not to be denied."""
+    done, records = local(server, workdir, "Execute: touch unparsed \\ b", "--approve", "never-ask")
+    assert done.returncode == 0, done.stderr
+    assert not (workdir / "unparsed").exists()
+    [record] = records
+    assert record["decision"] == "denied" and record["by"].startswith("never-ask: the command parses differently")
 
 
 def test_timeouts_and_non_zero_exits_go_back_to_the_model(server, workdir):
@@ -155,7 +226,7 @@ def test_sandbox_keeps_the_host_read_only_but_the_working_directory(server, work
         os.chmod(workdir, 0o755)
         task = ("Execute in turns: echo inside > inside.txt && cat inside.txt && "
                 f"(echo escaped > {outside}/f) 2>&1; ls {outside}; echo net; "
-                "(exec 3<>/dev/tcp/1.1.1.1/80) 2>&1 | head -1; (sleep 300 &) ; echo started"
+                "(exec 3>/dev/tcp/1.1.1.1/80) 2>&1 | head -1; (sleep 300 &) ; echo started"
                 " ||| pgrep -c sleep; id -un; cat inside.txt; ls " + str(data_dir) + " | wc -l")
         done, records = local(server, workdir, task, "--approve", "never-ask", "--sandbox",
                               "--data-dir", str(data_dir),

@@ -203,6 +203,25 @@ def test_upstream_failures_become_failed_responses(client, model):
     assert response.error.message
 
 
+@pytest.mark.parametrize("model, says", [
+    ("scripted-endless", "larger than the limit of 8388608 bytes"),
+    ("scripted-trickle", "did not finish its turn within 2 s"),
+    ("scripted-huge-call", "more than the limit of 1048576 bytes of arguments"),
+])
+def test_an_upstream_answer_out_of_bounds_fails_the_response(fresh_server, model, says):
+    # Issue 16, item 10: an answer without end, one trickling a byte at a
+    # time (each piece well within the per-read timeout) and a huge tool
+    # call each end the response `failed`, at the operator's bounds.
+    server = fresh_server(upstream_max_answer_bytes=8 * 1024 * 1024, upstream_max_tool_call_bytes=1024 * 1024,
+                          upstream_turn_timeout_secs=2, upstream_timeout_secs=60)
+    response = server.client().responses.create(
+        model=model, input="hello", tools=[{"type": "shell", "environment": {"type": "container_auto"}}])
+    strict(response)
+    assert response.status == "failed"
+    assert response.error.code == "server_error"
+    assert says in response.error.message
+
+
 def test_background_runs_and_cancel(client):
     response = client.responses.create(
         model="scripted",
@@ -499,3 +518,54 @@ def test_a_rate_limited_upstream_is_retried_then_surfaced(client, upstream):
     assert response.error.code == "rate_limit_exceeded"
     tries = len([r for r in upstream.requests if r.get("model") == "scripted-429"]) - before
     assert tries == 3, tries  # upstream_attempts
+
+
+def test_input_files_are_bounded_in_count_and_bytes(fresh_server):
+    # Issue 16, item 12: 20,000 input_file parts took 90 s of server work;
+    # now the count and the total size are checked before files are read.
+    import base64
+
+    server = fresh_server(max_input_files=3, max_input_file_bytes=1000)
+    client = server.client()
+    part = {"type": "input_file", "filename": "a.txt",
+            "file_data": "data:text/plain;base64," + base64.b64encode(b"a").decode()}
+    with pytest.raises(openai.BadRequestError) as many:
+        client.responses.create(model="scripted", input=[
+            {"role": "user", "content": [{"type": "input_text", "text": "hi"}] + [part] * 20000}])
+    assert many.value.body["param"] == "input"
+    assert "at most 3 input_file parts" in many.value.body["message"]
+    big = dict(part, file_data="data:text/plain;base64," + base64.b64encode(b"b" * 600).decode())
+    with pytest.raises(openai.BadRequestError) as heavy:
+        client.responses.create(model="scripted", input=[
+            {"role": "user", "content": [big]}, {"role": "user", "content": [big]}])
+    assert heavy.value.body["param"] == "input[1].content[0]"
+    assert "at most 1000 bytes" in heavy.value.body["message"]
+    # A Files API file counts by its recorded size, before it is read.
+    uploaded = client.files.create(file=("big.txt", io.BytesIO(b"c" * 1001)), purpose="user_data")
+    with pytest.raises(openai.BadRequestError) as stored:
+        client.responses.create(model="scripted", input=[
+            {"role": "user", "content": [{"type": "input_file", "file_id": uploaded.id}]}])
+    assert stored.value.body["param"] == "input[0].content[0]"
+    # Within the bounds, files are read as before.
+    response = client.responses.create(model="scripted", input=[{"role": "user", "content": [part, part]}])
+    assert response.status == "completed"
+
+
+def test_another_projects_file_ids_are_a_404_not_a_server_error(server):
+    # Issue 16, item 12: a container_auto's file_ids of another project
+    # failed the container at its first command (server_error).
+    theirs = server.client(KEY_B).files.create(file=("theirs.txt", io.BytesIO(b"secret")), purpose="user_data")
+    client = server.client()
+    for input_ in ["Execute: cat /mnt/data/theirs.txt",
+                   [{"role": "user", "content": [{"type": "input_text", "text": "Execute: ls"},
+                                                 {"type": "input_file", "file_id": "file_missing"}]}]]:
+        with pytest.raises(openai.NotFoundError) as missing:
+            client.responses.create(
+                model="scripted", input=input_,
+                tools=[{"type": "shell", "environment": {"type": "container_auto", "file_ids": [theirs.id]}}]
+                if isinstance(input_, str) else [{"type": "shell", "environment": {"type": "container_auto"}}])
+        assert missing.value.status_code == 404
+        assert missing.value.body["code"] == "not_found"
+    with pytest.raises(openai.NotFoundError) as direct:
+        client.containers.create(name="x", file_ids=[theirs.id])
+    assert direct.value.body["param"] == "file_ids[0]"

@@ -7,6 +7,7 @@ import io
 import json
 import os
 import stat
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -164,6 +165,25 @@ def nested_zip(depth: int) -> bytes:
     return inner
 
 
+def duplicate_names_zip(second: str) -> bytes:
+    """A bundle with `dup/run.py` and `second`: the same name twice in the
+    central directory (the zip format allows it; one would hide the
+    other), or the same ignoring case."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile warns of the duplicate
+        return raw_zip([("dup/SKILL.md", MANIFEST.format(name="dup", description="d", path="x")),
+                        ("dup/run.py", b"print(1)"), (second, b"print(2)")])
+
+
+def nested_zip_bomb() -> bytes:
+    """About 100 KB: a zip of 8 zips of 8 entries named `.zip`, each 4 MiB
+    of zeros (256 MiB if every level were inflated)."""
+    leaves = raw_zip([(f"z{i}.zip", bytes(4 << 20)) for i in range(8)])
+    middle = raw_zip([(f"a{i}.zip", leaves) for i in range(8)])
+    return raw_zip([("nbomb/SKILL.md", MANIFEST.format(name="nbomb", description="d", path="x")),
+                    ("nbomb/bomb.zip", middle)])
+
+
 HOSTILE = {
     "zip slip": lambda: raw_zip([("evil/SKILL.md", MANIFEST.format(name="evil", description="d", path="x")),
                                  ("evil/../../etc/cron.d/x", b"boom")]),
@@ -188,7 +208,22 @@ HOSTILE = {
     "two top-level folders": lambda: raw_zip([("a/SKILL.md", MANIFEST.format(name="a", description="d", path="x")),
                                               ("b/SKILL.md", MANIFEST.format(name="b", description="d", path="x"))]),
     "not a zip at all": lambda: b"PK\x03\x04 this is not really a zip",
+    "duplicate names": lambda: duplicate_names_zip("dup/run.py"),
+    "names differing only in case": lambda: duplicate_names_zip("dup/RUN.py"),
+    "nested zip bomb": nested_zip_bomb,
 }
+
+
+def test_duplicates_and_nested_bombs_are_named(server):
+    client = server.client()
+    for bundle, fragment in [
+        (duplicate_names_zip("dup/run.py"), '"dup/run.py" is in the bundle twice'),
+        (duplicate_names_zip("dup/RUN.py"), '"dup/RUN.py" is in the bundle twice'),
+        (nested_zip_bomb(), '"nbomb/bomb.zip!/a0.zip!/z0.zip" is compressed more than 200 to 1'),
+    ]:
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.skills.create(files=("bundle.zip", bundle, "application/zip"))
+        assert fragment in refused.value.body["message"], refused.value.body
 
 
 @pytest.mark.parametrize("case", sorted(HOSTILE))

@@ -1,7 +1,8 @@
 //! Just enough DNS for a container's resolver: one question per query,
 //! answered with the addresses the proxy allows, or "no such name" at once
 //! (NXDOMAIN rather than REFUSED: resolvers give up on it at once instead
-//! of retrying, and programs report a missing host, not a flaky network).
+//! of retrying, and programs report a missing host, not a flaky network);
+//! REFUSED only for a container over its rate of lookups.
 //! And the other side: asking an upstream server for a name's addresses.
 
 use std::net::IpAddr;
@@ -22,6 +23,7 @@ pub struct Question {
 pub const A: u16 = 1;
 pub const AAAA: u16 = 28;
 const NXDOMAIN: u16 = 3;
+const REFUSED: u16 = 5;
 
 /// A query for `name`'s records of type `qtype`, with recursion desired.
 pub fn query(id: u16, name: &str, qtype: u16) -> Option<Vec<u8>> {
@@ -127,6 +129,17 @@ pub fn parse_query(packet: &[u8]) -> Option<Question> {
         raw_question: packet[12..at + 4].to_vec(),
         recursion: flags & 0x0100 != 0,
     })
+}
+
+/// The refusal of `question` (REFUSED, no records): for a container over
+/// its rate of lookups, whose resolver should report a failure at once,
+/// not a missing name.
+pub fn refused(question: &Question) -> Vec<u8> {
+    let mut reply = answer(question, &[], 0, false);
+    if let Some(flags) = reply.get_mut(3) {
+        *flags |= REFUSED as u8;
+    }
+    reply
 }
 
 /// The answer to `question`: `addresses` (those of its type) with `ttl`,

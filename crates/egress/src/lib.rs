@@ -10,10 +10,12 @@
 //! metadata); it connects to the exact address it checked. Every attempt is
 //! recorded in the egress log.
 //!
-//! Modules: [`policy`] (patterns and forbidden addresses), [`wire`] (TLS
+//! Modules: [`policy`] (patterns and forbidden addresses), [`budget`]
+//! (DNS rate limits and the log's budget for lookups), [`wire`] (TLS
 //! server names and HTTP request heads), [`dns`] (the container's resolver),
 //! [`proxy`] (serving one container's sockets).
 
+pub mod budget;
 pub mod dns;
 pub mod intercept;
 pub mod policy;

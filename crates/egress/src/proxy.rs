@@ -14,7 +14,7 @@
 //! HTTP is forwarded one request per connection (`Connection: close`), so
 //! every request is one the proxy checked.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,9 +25,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::sync::Semaphore;
 
+use crate::budget::{TokenBucket, Unlogged};
 use crate::dns;
 use crate::intercept::Interceptor;
-use crate::policy::{forbidden_address, normalize, Allowlist};
+use crate::policy::{forbidden_address, normalize, Allowlist, Exceptions};
 use crate::resolve::Resolver;
 use crate::secrets::DomainSecret;
 use crate::wire::{self, Head, Hello, RequestHead, MAX_HEAD};
@@ -45,6 +46,39 @@ const DNS_TTL: u32 = 30;
 /// Most (address, name) pairs remembered from DNS answers; past it the
 /// memory starts again (the container resolves again after its TTL).
 const MAX_ANSWERS: usize = 16_384;
+/// How often the aggregate row of lookups not logged one by one is
+/// written (when there are any).
+const AGGREGATE_EVERY: Duration = Duration::from_secs(1);
+/// Connection records one container may have waiting for room in the log
+/// queue. Each connection waits (holding its connection slot) until its
+/// record is queued, so at most about [`MAX_CONNECTIONS`] wait at once.
+const MAX_BACKLOG: usize = 4 * MAX_CONNECTIONS;
+
+/// How many DNS lookups a container may make, and log one row each.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LookupLimits {
+    /// Lookups answered per second (beyond `burst`); the rest are refused
+    /// at once (REFUSED), never asked upstream: a wildcard allowlist
+    /// cannot carry thousands of names a second out.
+    pub rate: f64,
+    pub burst: f64,
+    /// Lookups logged one row each per second (beyond `log_burst`); the
+    /// rest, and the refused ones, are counted in one aggregate row a
+    /// second.
+    pub log_rate: f64,
+    pub log_burst: f64,
+}
+
+impl Default for LookupLimits {
+    fn default() -> Self {
+        Self {
+            rate: 50.0,
+            burst: 100.0,
+            log_rate: 20.0,
+            log_burst: 50.0,
+        }
+    }
+}
 
 /// The verdict on one attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -55,6 +89,9 @@ pub enum Verdict {
     /// Not an attempt: something the container's user should know (its
     /// secrets are gone after a restart).
     Notice,
+    /// Not one attempt: DNS lookups counted together (see
+    /// [`Attempt::unlogged`]).
+    Aggregated,
 }
 
 impl Verdict {
@@ -63,6 +100,7 @@ impl Verdict {
             Verdict::Allowed => "allowed",
             Verdict::Denied => "denied",
             Verdict::Notice => "notice",
+            Verdict::Aggregated => "aggregated",
         }
     }
 }
@@ -91,22 +129,33 @@ pub struct Attempt {
     pub bytes_out: u64,
     pub bytes_in: u64,
     pub duration_ms: u64,
+    /// For an aggregate row (verdict `aggregated`): the lookups it stands
+    /// for, which have no row of their own.
+    pub unlogged: Option<Unlogged>,
 }
 
-/// Where attempts go. Bounded: a container that floods the proxy cannot
-/// make the server hold an unbounded log in memory; what does not fit is
-/// counted in [`Settings::dropped`] instead.
+/// Where attempts go: one bounded queue with two lanes. DNS lookups may
+/// only use its first half (beyond that, and beyond a container's log
+/// budget, they are counted in an aggregate row); connection attempts and
+/// aggregate rows may use all of it and, when it is full, wait for room
+/// (each connection holds its slot until its record is queued), so a
+/// flood of lookups never costs a connection its record, and a flood of
+/// connections slows down the flooder instead of losing records.
 pub type AttemptSink = tokio::sync::mpsc::Sender<Attempt>;
 
 /// What every container's proxy shares: the operator's settings.
 #[derive(Debug)]
 pub struct Settings {
     pub resolver: Resolver,
-    /// Names the operator lets resolve to otherwise forbidden addresses.
-    pub exceptions: HashSet<String>,
+    /// Names and address ranges the operator lets reach otherwise
+    /// forbidden addresses.
+    pub exceptions: Exceptions,
     pub log: AttemptSink,
-    /// Attempts not logged because the log's queue was full.
+    /// Records lost: the log closed, or a container's backlog of
+    /// connection records full (not expected: see [`MAX_BACKLOG`]).
     pub dropped: AtomicU64,
+    /// Each container's DNS budget.
+    pub lookups: LookupLimits,
     /// How the proxy verifies the servers it forwards secrets to.
     pub upstream_tls: Arc<rustls::ClientConfig>,
 }
@@ -121,6 +170,20 @@ pub struct ContainerEgress {
     /// Addresses this proxy's DNS gave the container, and for which names.
     answers: Mutex<Answers>,
     connections: Arc<Semaphore>,
+    /// The DNS budget: lookups answered, lookups logged one by one, and
+    /// what was not logged since the last aggregate row.
+    lookups: Mutex<LookupBudget>,
+    /// Connection records waiting for room in the log queue.
+    backlog: Mutex<VecDeque<Attempt>>,
+    /// Connections reset unread over [`MAX_CONNECTIONS`] since the last
+    /// aggregate row: to port 80, and to port 443.
+    over_limit: Mutex<[Unlogged; 2]>,
+}
+
+struct LookupBudget {
+    answered: TokenBucket,
+    logged: TokenBucket,
+    unlogged: Unlogged,
 }
 
 #[derive(Default)]
@@ -144,6 +207,19 @@ impl Drop for Serving {
         for task in &self.0 {
             task.abort();
         }
+    }
+}
+
+impl Drop for ContainerEgress {
+    fn drop(&mut self) {
+        // The last aggregate row, and what waits, if the queue has room;
+        // what does not fit now is lost, and counted.
+        self.flush_unlogged();
+        self.try_flush_backlog();
+        let lost = self.backlog.get_mut().map_or(0, |b| b.len());
+        self.settings
+            .dropped
+            .fetch_add(lost as u64, Ordering::Relaxed);
     }
 }
 
@@ -249,15 +325,58 @@ async fn read_request_head<S: AsyncRead + Unpin>(
     }
 }
 
-/// Relays both ways until either side is done; returns the bytes each way.
+/// Relays both ways until both sides are done or either fails; returns
+/// the bytes written each way (client to upstream, upstream to client).
+///
+/// The counts are of bytes actually written, kept even when the relay ends
+/// in an error: `copy_bidirectional` reports nothing at all then, so a
+/// download cut short by a reset was logged as if it had carried no bytes.
 pub(crate) async fn relay<A, B>(client: &mut A, upstream: &mut B) -> (u64, u64)
 where
     A: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
 {
-    tokio::io::copy_bidirectional(client, upstream)
-        .await
-        .unwrap_or((0, 0))
+    let (mut client_read, mut client_write) = tokio::io::split(client);
+    let (mut upstream_read, mut upstream_write) = tokio::io::split(upstream);
+    let (mut out, mut back) = (0u64, 0u64);
+    {
+        let to_upstream = pump(&mut client_read, &mut upstream_write, &mut out);
+        let to_client = pump(&mut upstream_read, &mut client_write, &mut back);
+        tokio::pin!(to_upstream, to_client);
+        // One direction ending cleanly (end of file, passed on as a
+        // shutdown) leaves the other running; an error ends both.
+        tokio::select! {
+            done = &mut to_upstream => if done.is_ok() { let _ = to_client.await; },
+            done = &mut to_client => if done.is_ok() { let _ = to_upstream.await; },
+        }
+    }
+    (out, back)
+}
+
+/// Copies `from` to `to` until end of file (then shuts `to` down),
+/// adding every byte written to `written`.
+async fn pump<R, W>(from: &mut R, to: &mut W, written: &mut u64) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut buffer = vec![0u8; 16 * 1024];
+    loop {
+        let read = from.read(&mut buffer).await?;
+        if read == 0 {
+            return to.shutdown().await;
+        }
+        let mut at = 0;
+        while at < read {
+            let n = to.write(&buffer[at..read]).await?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::WriteZero.into());
+            }
+            at += n;
+            *written += n as u64;
+        }
+        to.flush().await?;
+    }
 }
 
 impl ContainerEgress {
@@ -268,6 +387,8 @@ impl ContainerEgress {
         intercept: Option<Arc<Interceptor>>,
         secrets: &[DomainSecret],
     ) -> Arc<Self> {
+        let limits = settings.lookups;
+        let now = Instant::now();
         let egress = Arc::new(Self {
             container,
             allowlist,
@@ -275,6 +396,13 @@ impl ContainerEgress {
             intercept,
             answers: Mutex::new(Answers::default()),
             connections: Arc::new(Semaphore::new(MAX_CONNECTIONS)),
+            lookups: Mutex::new(LookupBudget {
+                answered: TokenBucket::new(limits.rate, limits.burst, now),
+                logged: TokenBucket::new(limits.log_rate, limits.log_burst, now),
+                unlogged: Unlogged::default(),
+            }),
+            backlog: Mutex::new(VecDeque::new()),
+            over_limit: Mutex::new([Unlogged::default(); 2]),
         });
         for secret in secrets.iter().filter(|s| s.value.is_none()) {
             egress.record(
@@ -316,6 +444,11 @@ impl ContainerEgress {
                         continue;
                     };
                     let Ok(permit) = Arc::clone(&egress.connections).try_acquire_owned() else {
+                        // Not a row each (a flood of them would be one),
+                        // but counted in the next aggregate row.
+                        egress.over_limit.lock().unwrap_or_else(|p| p.into_inner())
+                            [usize::from(tls)]
+                        .add_over_connection_limit(now());
                         reset(stream);
                         continue;
                     };
@@ -328,6 +461,8 @@ impl ContainerEgress {
                         } else {
                             egress.http(stream).await;
                         }
+                        // The slot is given back once the record is queued.
+                        egress.flush_backlog().await;
                     });
                 }
             }));
@@ -362,9 +497,136 @@ impl ContainerEgress {
             bytes_out,
             bytes_in,
             duration_ms: started.elapsed().as_millis() as u64,
+            unlogged: None,
         };
-        if self.settings.log.try_send(attempt).is_err() {
+        if kind == "dns" {
+            self.log_lookup(attempt);
+        } else {
+            self.log_always(attempt);
+        }
+    }
+
+    /// A lookup's record: queued within the container's log budget and the
+    /// lookups' half of the queue, else counted for the aggregate row.
+    fn log_lookup(&self, attempt: Attempt) {
+        let (time, allowed) = (attempt.time, attempt.verdict == Verdict::Allowed);
+        let mut budget = self.lookups.lock().unwrap_or_else(|p| p.into_inner());
+        let log = &self.settings.log;
+        let room = log.capacity() > log.max_capacity() / 2;
+        if room && budget.logged.take(Instant::now()) && log.try_send(attempt).is_ok() {
+            return;
+        }
+        budget.unlogged.add(time, allowed, false);
+    }
+
+    /// A record that must not be lost (a connection attempt, an aggregate
+    /// row, a notice): queued, or kept in the container's backlog until
+    /// there is room (see [`Self::flush_backlog`]).
+    fn log_always(&self, attempt: Attempt) {
+        let mut backlog = self.backlog.lock().unwrap_or_else(|p| p.into_inner());
+        let attempt = if backlog.is_empty() {
+            match self.settings.log.try_send(attempt) {
+                Ok(()) => return,
+                Err(tokio::sync::mpsc::error::TrySendError::Full(attempt)) => attempt,
+                Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => {
+                    self.settings.dropped.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+            }
+        } else {
+            attempt
+        };
+        if backlog.len() >= MAX_BACKLOG {
             self.settings.dropped.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(container = %self.container, "egress log backlog full: a record was lost");
+            return;
+        }
+        backlog.push_back(attempt);
+    }
+
+    /// Waits until the container's backlog of records is queued.
+    async fn flush_backlog(&self) {
+        loop {
+            let next = self
+                .backlog
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .pop_front();
+            let Some(attempt) = next else {
+                return;
+            };
+            if self.settings.log.send(attempt).await.is_err() {
+                self.settings.dropped.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        }
+    }
+
+    /// Queues what of the backlog fits now, without waiting.
+    fn try_flush_backlog(&self) {
+        let mut backlog = self.backlog.lock().unwrap_or_else(|p| p.into_inner());
+        while let Some(attempt) = backlog.pop_front() {
+            match self.settings.log.try_send(attempt) {
+                Ok(()) => {}
+                Err(tokio::sync::mpsc::error::TrySendError::Full(attempt)) => {
+                    backlog.push_front(attempt);
+                    return;
+                }
+                Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => {
+                    self.settings.dropped.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Whether a lookup may be answered now (else it is counted for the
+    /// aggregate row, and refused).
+    fn take_lookup(&self) -> bool {
+        let mut budget = self.lookups.lock().unwrap_or_else(|p| p.into_inner());
+        if budget.answered.take(Instant::now()) {
+            return true;
+        }
+        budget.unlogged.add(now(), false, true);
+        false
+    }
+
+    /// Writes the aggregate rows of what was not logged one by one since
+    /// the last ones (lookups; connections over the limit), if anything.
+    fn flush_unlogged(&self) {
+        let lookups = std::mem::take(
+            &mut self
+                .lookups
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .unlogged,
+        );
+        let [http, https] =
+            std::mem::take(&mut *self.over_limit.lock().unwrap_or_else(|p| p.into_inner()));
+        for (kind, port, unlogged) in [
+            ("dns", 53, lookups),
+            ("http", 80, http),
+            ("https", 443, https),
+        ] {
+            if unlogged.total() == 0 {
+                continue;
+            }
+            let time = now();
+            let limits = self.settings.lookups;
+            self.log_always(Attempt {
+                time,
+                container: self.container.clone(),
+                kind,
+                requested_name: None,
+                server_name: None,
+                address: None,
+                port,
+                verdict: Verdict::Aggregated,
+                reason: unlogged.describe(limits.log_rate, limits.rate, MAX_CONNECTIONS),
+                bytes_out: 0,
+                bytes_in: 0,
+                duration_ms: (time - unlogged.since).max(0) as u64 * 1000,
+                unlogged: Some(unlogged),
+            });
         }
     }
 
@@ -390,7 +652,7 @@ impl ContainerEgress {
     }
 
     fn check_address(&self, name: &str, address: IpAddr) -> Result<(), String> {
-        if self.settings.exceptions.contains(name) {
+        if self.settings.exceptions.allows(name, address) {
             return Ok(());
         }
         match forbidden_address(address) {
@@ -730,6 +992,8 @@ impl ContainerEgress {
             }
         };
         if upstream.write_all(&first).await.is_err() {
+            let reason = format!("allowed; {destination} closed before the request was sent");
+            self.record(kind, seen, Verdict::Allowed, reason, (0, 0), started);
             return;
         }
         let (out, back) = relay(&mut client, &mut upstream).await;
@@ -749,13 +1013,31 @@ impl ContainerEgress {
     async fn dns(self: Arc<Self>, socket: Arc<UdpSocket>) {
         let lookups = Arc::new(Semaphore::new(MAX_LOOKUPS));
         let mut packet = [0u8; 1500];
+        let mut aggregate = tokio::time::interval_at(
+            tokio::time::Instant::now() + AGGREGATE_EVERY,
+            AGGREGATE_EVERY,
+        );
+        aggregate.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let Ok((length, peer)) = socket.recv_from(&mut packet).await else {
+            let received = tokio::select! {
+                received = socket.recv_from(&mut packet) => received,
+                _ = aggregate.tick() => {
+                    self.flush_unlogged();
+                    self.try_flush_backlog();
+                    continue;
+                }
+            };
+            let Ok((length, peer)) = received else {
                 continue;
             };
             let Some(question) = dns::parse_query(&packet[..length]) else {
                 continue;
             };
+            if !self.take_lookup() {
+                // Over the rate: refused at once, never asked upstream.
+                let _ = socket.send_to(&dns::refused(&question), peer).await;
+                continue;
+            }
             let Ok(permit) = Arc::clone(&lookups).acquire_owned().await else {
                 return;
             };
@@ -843,7 +1125,22 @@ mod tests {
         SocketAddr,
         tokio::sync::mpsc::Receiver<Attempt>,
     ) {
-        let (log, attempts) = tokio::sync::mpsc::channel(64);
+        proxy_with(upstream, LookupLimits::default(), 64).await
+    }
+
+    /// [`proxy`] with these DNS limits and a log queue of `queue` records.
+    async fn proxy_with(
+        upstream: Ipv4Addr,
+        lookups: LookupLimits,
+        queue: usize,
+    ) -> (
+        Arc<ContainerEgress>,
+        Serving,
+        SocketAddr,
+        SocketAddr,
+        tokio::sync::mpsc::Receiver<Attempt>,
+    ) {
+        let (log, attempts) = tokio::sync::mpsc::channel(queue);
         let settings = Arc::new(Settings {
             resolver: Resolver {
                 static_hosts: [
@@ -856,9 +1153,10 @@ mod tests {
                 .into(),
                 server: None,
             },
-            exceptions: ["x.a.test".to_owned()].into(),
+            exceptions: Exceptions::parse(&["x.a.test"]).unwrap(),
             log,
             dropped: AtomicU64::new(0),
+            lookups,
             upstream_tls: Arc::new(crate::intercept::upstream_tls(&[]).unwrap()),
         });
         let allowlist = Allowlist::parse(&["*.a.test".to_owned()], &Allowlist::any()).unwrap();
@@ -962,6 +1260,174 @@ mod tests {
             answer.contains("is not an address x.a.test resolved to"),
             "{answer}"
         );
+    }
+
+    #[tokio::test]
+    async fn relay_counts_the_bytes_relayed_when_the_upstream_resets() {
+        const BODY: usize = 3 << 20;
+        let upstream_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let upstream_address = upstream_listener.local_addr().unwrap();
+        let (go_reset, reset_now) = tokio::sync::oneshot::channel::<()>();
+        let upstream_side = tokio::spawn(async move {
+            let (mut stream, _) = upstream_listener.accept().await.unwrap();
+            let mut hello = [0u8; 5];
+            stream.read_exact(&mut hello).await.unwrap();
+            stream.write_all(&vec![7u8; BODY]).await.unwrap();
+            let _ = reset_now.await;
+            reset(stream);
+        });
+        let client_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut container_end = TcpStream::connect(client_listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (mut proxy_client, _) = client_listener.accept().await.unwrap();
+        let relaying = tokio::spawn(async move {
+            let mut proxy_upstream = TcpStream::connect(upstream_address).await.unwrap();
+            relay(&mut proxy_client, &mut proxy_upstream).await
+        });
+        container_end.write_all(b"hello").await.unwrap();
+        let mut received = vec![0u8; BODY];
+        container_end.read_exact(&mut received).await.unwrap();
+        // Everything arrived; now the upstream ends with a reset.
+        go_reset.send(()).unwrap();
+        let mut rest = Vec::new();
+        let _ = container_end.read_to_end(&mut rest).await;
+        upstream_side.await.unwrap();
+        let (out, back) = relaying.await.unwrap();
+        assert_eq!((out, back), (5, (BODY + rest.len()) as u64));
+    }
+
+    /// Asks `name` (A) and returns the reply's rcode.
+    async fn lookup(socket: &UdpSocket, id: u16, name: &str) -> u8 {
+        socket
+            .send(&dns::query(id, name, dns::A).unwrap())
+            .await
+            .unwrap();
+        let mut buffer = [0u8; 512];
+        let n = socket.recv(&mut buffer).await.unwrap();
+        assert!(n >= 12 && buffer[..2] == id.to_be_bytes());
+        buffer[3] & 0x0f
+    }
+
+    #[tokio::test]
+    async fn lookups_over_the_rate_are_refused_and_counted_in_one_aggregate_row() {
+        let limits = LookupLimits {
+            rate: 0.0,
+            burst: 3.0,
+            log_rate: 0.0,
+            log_burst: 1.0,
+        };
+        let (_egress, _serving, _, dns_address, mut attempts) =
+            proxy_with(Ipv4Addr::new(127, 88, 0, 3), limits, 64).await;
+        let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        socket.connect(dns_address).await.unwrap();
+        let mut rcodes = Vec::new();
+        for id in 0..6 {
+            rcodes.push(lookup(&socket, id, "x.a.test").await);
+        }
+        // Three answered, then REFUSED at once (never asked upstream).
+        assert_eq!(rcodes, [0, 0, 0, 5, 5, 5]);
+        // One row of its own (the log's burst), then one row for the rest.
+        let first = attempts.recv().await.unwrap();
+        assert_eq!((first.kind, first.verdict), ("dns", Verdict::Allowed));
+        assert_eq!(first.unlogged, None);
+        let aggregate = attempts.recv().await.unwrap();
+        assert_eq!(
+            (aggregate.kind, aggregate.verdict),
+            ("dns", Verdict::Aggregated)
+        );
+        let unlogged = aggregate.unlogged.unwrap();
+        assert_eq!(
+            (unlogged.allowed, unlogged.denied, unlogged.rate_limited),
+            (2, 0, 3)
+        );
+        assert!(
+            aggregate.reason.starts_with("5 DNS lookups"),
+            "{}",
+            aggregate.reason
+        );
+    }
+
+    #[tokio::test]
+    async fn a_lookup_flood_never_costs_a_connection_its_record() {
+        let generous = LookupLimits {
+            rate: 1e6,
+            burst: 1e6,
+            log_rate: 1e6,
+            log_burst: 1e6,
+        };
+        // Nobody reads the log while the container floods it.
+        let (_egress, _serving, http, dns_address, mut attempts) =
+            proxy_with(Ipv4Addr::new(127, 88, 0, 4), generous, 4).await;
+        let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        socket.connect(dns_address).await.unwrap();
+        for id in 0..20 {
+            assert_eq!(lookup(&socket, id, "flood.b.test").await, 3);
+        }
+        // More connections than the queue holds: their records wait.
+        let connections = 6;
+        for i in 0..connections {
+            let answer = exchange(
+                http,
+                &format!("GET http://c{i}.b.test/ HTTP/1.1\r\nHost: c{i}.b.test\r\n\r\n"),
+            )
+            .await;
+            assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+        }
+        let (mut lookups, mut refused) = (0, Vec::new());
+        let mut unlogged = 0;
+        while refused.len() < connections || lookups + unlogged < 20 {
+            // (A guard against a hang, should a record be lost.)
+            let attempt = tokio::time::timeout(Duration::from_secs(60), attempts.recv())
+                .await
+                .expect("a connection's record never came")
+                .unwrap();
+            match (attempt.kind, attempt.verdict) {
+                ("dns", Verdict::Denied) => lookups += 1,
+                ("dns", Verdict::Aggregated) => unlogged += attempt.unlogged.unwrap().denied,
+                ("http", Verdict::Denied) => refused.push(attempt.requested_name.unwrap()),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        // The lookups had half the queue; every connection has its row.
+        assert_eq!(lookups, 2);
+        assert_eq!(unlogged, 18);
+        refused.sort();
+        let expected: Vec<String> = (0..connections).map(|i| format!("c{i}.b.test")).collect();
+        assert_eq!(refused, expected);
+    }
+
+    #[tokio::test]
+    async fn connections_over_the_limit_are_counted_in_an_aggregate_row() {
+        let (_egress, _serving, http, _, mut attempts) = proxy(Ipv4Addr::new(127, 88, 0, 5)).await;
+        // Connections that say nothing hold their slots (until the head's
+        // timeout); past the limit, the next are reset unread.
+        let over = 20;
+        let mut open = Vec::new();
+        for _ in 0..MAX_CONNECTIONS + over {
+            // (One over the limit may be reset before connect returns.)
+            if let Ok(stream) = TcpStream::connect(http).await {
+                open.push(stream);
+            }
+        }
+        let mut counted = 0;
+        while counted < over as u64 {
+            let attempt = tokio::time::timeout(Duration::from_secs(60), attempts.recv())
+                .await
+                .expect("no aggregate row of the connections over the limit")
+                .unwrap();
+            if attempt.verdict == Verdict::Aggregated {
+                assert_eq!((attempt.kind, attempt.port), ("http", 80));
+                assert!(
+                    attempt.reason.contains("over the limit of 256"),
+                    "{}",
+                    attempt.reason
+                );
+                counted += attempt.unlogged.unwrap().over_connection_limit;
+            }
+        }
+        assert_eq!(counted, over as u64);
+        drop(open);
     }
 
     #[tokio::test]

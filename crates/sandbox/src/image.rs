@@ -37,6 +37,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+mod half_made;
 mod recipe;
 
 pub use recipe::{recipe, version_matches, Built, Expectations, Recipe, Wheel, WheelLock, RECIPES};
@@ -248,8 +249,37 @@ impl ImageStore {
         };
         fs::create_dir_all(&store.root).context(|| format!("create {}", store.root.display()))?;
         store.generate(hostname)?;
+        store.remove_half_made_trees();
         store.add_optional_mount_points();
         Ok(store)
+    }
+
+    /// Removes what a build or import interrupted by a crash, a kill or a
+    /// power cut left (`images/<name>/rootfs.new`, its package list),
+    /// unless another process is building that image now (it holds the
+    /// image's lock). Mounts below a tree are detached before it goes.
+    fn remove_half_made_trees(&self) {
+        let Ok(entries) = fs::read_dir(&self.root) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let dir = entry.path();
+            let staging = dir.join("rootfs.new");
+            if fs::symlink_metadata(&staging).is_err() {
+                continue;
+            }
+            let Ok(Some(_lock)) = BuildLock::try_take(&dir) else {
+                continue;
+            };
+            tracing::warn!(
+                "removing {} (an image build or import was interrupted)",
+                staging.display()
+            );
+            if let Err(e) = half_made::remove_half_made(&staging) {
+                tracing::error!("{e}");
+            }
+            let _ = fs::remove_file(dir.join("packages.new"));
+        }
     }
 
     /// Gives images installed by an older version the mount points added
@@ -562,6 +592,24 @@ pub(crate) struct BuildLock {
     _file: fs::File,
 }
 
+impl BuildLock {
+    /// The lock of the image whose directory is `dir`, if no other process
+    /// holds it (`Ok(None)`: one does).
+    fn try_take(dir: &Path) -> Result<Option<Self>, SandboxError> {
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(".lock"))
+            .context(|| format!("open {}/.lock", dir.display()))?;
+        // SAFETY: flock on a descriptor owned here.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return Ok(None);
+        }
+        Ok(Some(Self { _file: file }))
+    }
+}
+
 /// Progress of a long image operation: a fraction and what is happening.
 pub type Progress<'a> = &'a mut (dyn FnMut(f64, &str) + Send);
 
@@ -630,23 +678,19 @@ impl ImageStore {
         fs::create_dir_all(&parent).context(|| format!("create {}", parent.display()))?;
         // One build or import of an image at a time, across processes (a
         // CLI beside a server): they share the staging directory.
-        let lock = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(parent.join(".lock"))
-            .context(|| format!("open {}/.lock", parent.display()))?;
-        // SAFETY: flock on a descriptor owned here.
-        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            return Err(SandboxError::InvalidRequest {
-                param: "name",
-                message: format!("image {name} is being built or imported by another process"),
-            });
-        }
+        let lock = match BuildLock::try_take(&parent)? {
+            Some(lock) => lock,
+            None => {
+                return Err(SandboxError::InvalidRequest {
+                    param: "name",
+                    message: format!("image {name} is being built or imported by another process"),
+                })
+            }
+        };
         let staging = parent.join("rootfs.new");
-        let _ = fs::remove_dir_all(&staging);
+        half_made::remove_half_made(&staging)?;
         fs::create_dir(&staging).context(|| format!("create {}", staging.display()))?;
-        Ok((staging, target, BuildLock { _file: lock }))
+        Ok((staging, target, lock))
     }
 
     /// Swaps a finished staging directory in as the image's root, with
@@ -659,8 +703,13 @@ impl ImageStore {
         target: &Path,
         details: ImageDetails,
     ) -> Result<ImageInfo, SandboxError> {
-        if let Err(e) = prepare_mount_points(staging) {
-            let _ = fs::remove_dir_all(staging);
+        // Nothing the builder mounted stays in an installed image (its
+        // mount namespace is gone with it; this is for a builder that got
+        // out of it).
+        if let Err(e) =
+            half_made::unmount_below(staging).and_then(|()| prepare_mount_points(staging))
+        {
+            let _ = half_made::remove_half_made(staging);
             return Err(e);
         }
         let details = ImageDetails {

@@ -190,8 +190,9 @@ pub enum Report {
 pub enum Request {
     /// Start `command`, known from now on as `id` (the engine numbers its
     /// commands); the message carries stdout, stderr and status pipes. With
-    /// `reclaim`, the container is at its process limit: first end the
-    /// processes of the earlier command that holds the most of them.
+    /// `reclaim`, forks failed at the container's process limit since the
+    /// last command ended: first end the runaway an earlier command left
+    /// (the processes of its marker), if it holds most of the container.
     Run {
         id: u32,
         command: Vec<u8>,

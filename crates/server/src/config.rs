@@ -81,6 +81,17 @@ pub struct Config {
     pub upstream_timeout_secs: u64,
     /// Attempts at a rate-limited (429) upstream request before it fails.
     pub upstream_attempts: u32,
+    /// Most `input_file` parts in one Responses API request.
+    pub max_input_files: usize,
+    /// Most bytes of a request's `input_file` parts together.
+    pub max_input_file_bytes: u64,
+    /// Longest time for one whole upstream turn (request, retries and every
+    /// piece of the answer): a model trickling its answer is cut off here.
+    pub upstream_turn_timeout_secs: u64,
+    /// Most bytes of one upstream answer (over it the response fails).
+    pub upstream_max_answer_bytes: u64,
+    /// Most bytes of one tool call's arguments in an upstream answer.
+    pub upstream_max_tool_call_bytes: u64,
     /// The built-in prompt-injection rules over user input: `off`, `flag`
     /// (logged), `redact` or `block` (403).
     pub guardrail_input_default: String,
@@ -122,9 +133,15 @@ pub struct Config {
     /// Whether a container's own list may be `*` (every name); off by
     /// default even when the organization list is `*`.
     pub egress_allow_any_domain: bool,
-    /// Names the operator lets resolve to private, loopback or link-local
-    /// addresses (an internal package mirror, say), comma separated.
+    /// Exceptions to the forbidden addresses, comma separated: host names
+    /// that may resolve to private, loopback, link-local or reserved
+    /// addresses (an internal package mirror, say), and address ranges
+    /// (`10.20.0.0/16`, `fd00:1::/64`, or one address) any allowed name
+    /// may resolve to.
     pub egress_private_exceptions: String,
+    /// How long egress log rows are kept (seconds); older ones are deleted
+    /// by the lifecycle sweeper. 0: kept forever.
+    pub egress_log_retention_secs: u64,
     /// The DNS server the proxy asks (`IP:port`); empty: the host's resolver.
     pub egress_dns_server: String,
     /// More trusted roots (PEM files, comma separated) for the servers the
@@ -230,6 +247,11 @@ impl Default for Config {
             upstream_protocol: default_protocol(),
             upstream_timeout_secs: 120,
             upstream_attempts: 3,
+            upstream_turn_timeout_secs: 600,
+            max_input_files: 50,
+            max_input_file_bytes: 64 << 20,
+            upstream_max_answer_bytes: 32 * 1024 * 1024,
+            upstream_max_tool_call_bytes: 4 * 1024 * 1024,
             upstreams: Vec::new(),
             sandbox_price_per_second: 0.0001,
             guardrail_input_default: "flag".to_owned(),
@@ -243,6 +265,7 @@ impl Default for Config {
             egress_allowed_domains: "*".to_owned(),
             egress_allow_any_domain: false,
             egress_private_exceptions: String::new(),
+            egress_log_retention_secs: 30 * 86_400,
             egress_dns_server: String::new(),
             egress_trusted_roots: String::new(),
             egress_hosts: Default::default(),
@@ -348,6 +371,8 @@ impl Config {
             )));
         }
         self.egress_org_allowlist()?;
+        shellgate_egress::policy::Exceptions::parse(&comma_list(&self.egress_private_exceptions))
+            .map_err(|e| ConfigError(format!("egress_private_exceptions: {e}")))?;
         if !self.egress_dns_server.is_empty()
             && self.egress_dns_server.parse::<SocketAddr>().is_err()
         {
@@ -358,6 +383,15 @@ impl Config {
         }
         for (name, value) in [
             ("upstream_timeout_secs", self.upstream_timeout_secs),
+            (
+                "upstream_turn_timeout_secs",
+                self.upstream_turn_timeout_secs,
+            ),
+            ("upstream_max_answer_bytes", self.upstream_max_answer_bytes),
+            (
+                "upstream_max_tool_call_bytes",
+                self.upstream_max_tool_call_bytes,
+            ),
             ("request_deadline_secs", self.request_deadline_secs),
             ("header_read_timeout_secs", self.header_read_timeout_secs),
             ("body_read_timeout_secs", self.body_read_timeout_secs),
@@ -463,5 +497,18 @@ mod tests {
         };
         assert!(config.validate().is_err());
         assert!(Config::default().validate().is_ok());
+        for (exceptions, valid) in [
+            ("mirror.internal, 10.20.0.0/16, fd00:1::/64", true),
+            ("10.20.0.0/33", false),
+            ("0.0.0.0/0", false),
+            ("not a name", false),
+        ] {
+            let config = Config {
+                egress_private_exceptions: exceptions.into(),
+                ..Config::default()
+            };
+            assert_eq!(config.validate().is_ok(), valid, "{exceptions}");
+        }
+        assert_eq!(Config::default().egress_log_retention_secs, 30 * 86_400);
     }
 }

@@ -126,6 +126,35 @@ pub(crate) async fn owned(
         .ok_or_else(|| ApiError::not_found("container", id))
 }
 
+/// The rows of `project`'s files `ids`; one missing (or another project's)
+/// is a 404 naming `param` (`param[i]`).
+pub(crate) async fn project_files(
+    state: &AppState,
+    project: &str,
+    ids: &[String],
+    param: &str,
+) -> ApiResult<Vec<shellgate_store::FileRow>> {
+    let (owner, keys) = (project.to_owned(), ids.to_vec());
+    let rows = state
+        .db(move |s| {
+            keys.iter()
+                .map(|key| s.file(&owner, key))
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .await?;
+    rows.into_iter()
+        .zip(ids)
+        .enumerate()
+        .map(|(index, (row, id))| {
+            row.ok_or_else(|| {
+                let mut error = ApiError::not_found("file", id);
+                error.param = Some(format!("{param}[{index}]"));
+                error
+            })
+        })
+        .collect()
+}
+
 pub(crate) fn validate_create(config: &crate::Config, body: &CreateContainer) -> ApiResult<()> {
     if body.name.trim().is_empty() || body.name.chars().count() > MAX_NAME {
         return Err(ApiError::invalid(
@@ -184,15 +213,7 @@ pub(crate) async fn create_container(
         "network_policy",
     )?;
     // Every file must exist (in this project) before anything is made.
-    let mut files = Vec::with_capacity(body.file_ids.len());
-    for file_id in &body.file_ids {
-        let (owner, key) = (project.0.clone(), file_id.clone());
-        let file = state
-            .db(move |s| s.file(&owner, &key))
-            .await?
-            .ok_or_else(|| ApiError::not_found("file", file_id))?;
-        files.push(file);
-    }
+    let files = project_files(state, &project.0, &body.file_ids, "file_ids").await?;
     let memory = body.memory_limit.unwrap_or_default();
     let image = choose_image(state, body.image.as_deref()).await?;
     let skills = crate::skills::resolve(state, &project.0, &body.skills, "skills").await?;

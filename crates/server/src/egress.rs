@@ -8,12 +8,12 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::extract::{Path, State};
 use axum::Json;
-use shellgate_egress::policy::{Allowlist, MAX_PATTERNS};
-use shellgate_egress::proxy::{Attempt, Settings};
+use shellgate_egress::policy::{Allowlist, Exceptions, MAX_PATTERNS};
+use shellgate_egress::proxy::{Attempt, LookupLimits, Settings};
 use shellgate_egress::resolve::Resolver;
 use shellgate_egress::secrets::{self, SecretValue};
 use shellgate_sandbox::backend::NetworkSpec;
@@ -26,11 +26,13 @@ use crate::error::{ApiError, ApiResult};
 use crate::http::{ApiQuery, ListParams, Project};
 use crate::{new_id, AppState, ServeError};
 
-/// Attempts queued for the log before new ones are counted, not kept.
+/// Records queued for the log (DNS lookups may use half of it; see
+/// [`shellgate_egress::proxy::AttemptSink`]).
 const LOG_QUEUE: usize = 8192;
-/// Attempts one container may log per second (beyond a burst of as many
-/// again); the rest are counted as dropped.
-const LOG_RATE_PER_CONTAINER: f64 = 200.0;
+/// Oldest egress rows deleted in one store call by the sweeper, and most
+/// such calls in one sweep (the rest wait for the next sweep).
+const RETENTION_BATCH: usize = 5_000;
+const RETENTION_BATCHES_PER_SWEEP: usize = 100;
 
 /// Counts of the egress log, for `/metrics`.
 #[derive(Debug, Default)]
@@ -40,8 +42,13 @@ pub struct EgressCounts {
     /// Bytes each way through the proxy.
     bytes_out: AtomicU64,
     bytes_in: AtomicU64,
-    /// Attempts not logged (queue full, or a container over its rate).
-    dropped: AtomicU64,
+    /// DNS lookups without a row of their own (in aggregate rows): past
+    /// the log budget, answered or refused; over the rate limit.
+    unlogged_allowed: AtomicU64,
+    unlogged_denied: AtomicU64,
+    rate_limited: AtomicU64,
+    /// Connections reset unread: a container at its limit of connections.
+    over_connection_limit: AtomicU64,
 }
 
 /// The proxy's settings, and the receiving end of its log.
@@ -72,10 +79,8 @@ pub fn settings(config: &Config) -> Result<Option<Egress>, ServeError> {
         .iter()
         .map(|(name, addresses)| (shellgate_egress::policy::normalize(name), addresses.clone()))
         .collect();
-    let exceptions: HashSet<String> = comma_list(&config.egress_private_exceptions)
-        .iter()
-        .map(|name| shellgate_egress::policy::normalize(name))
-        .collect();
+    let exceptions = Exceptions::parse(&comma_list(&config.egress_private_exceptions))
+        .map_err(|e| setup(format!("egress_private_exceptions: {e}")))?;
     let (log, receiver) = mpsc::channel(LOG_QUEUE);
     Ok(Some((
         Arc::new(Settings {
@@ -86,6 +91,7 @@ pub fn settings(config: &Config) -> Result<Option<Egress>, ServeError> {
             exceptions,
             log,
             dropped: AtomicU64::new(0),
+            lookups: LookupLimits::default(),
             upstream_tls: Arc::new(upstream_tls),
         }),
         receiver,
@@ -295,59 +301,62 @@ fn redact_secret_list(list: &mut serde_json::Value) {
 }
 
 /// Writes the proxy's attempts to the store, in batches, until the proxy
-/// is gone.
+/// is gone. Every record that reaches the queue is written: the budgets
+/// (lookups per container, logged one by one or in aggregate rows) are
+/// applied by the proxy before queueing, so a flood of cheap events cannot
+/// crowd out a connection's record; connection records are never
+/// budgeted (a connection's slot is held until its record is queued).
 pub(crate) fn spawn_log_writer(state: Arc<AppState>, mut attempts: mpsc::Receiver<Attempt>) {
     tokio::spawn(async move {
-        let mut buckets: HashMap<String, (f64, Instant)> = HashMap::new();
         let mut batch = Vec::with_capacity(256);
         while attempts.recv_many(&mut batch, 512).await > 0 {
-            let mut rows = Vec::with_capacity(batch.len());
-            for attempt in batch.drain(..) {
-                state.egress_counts.count(&attempt);
-                // A token bucket per container: one flooding container
-                // neither fills the disk nor crowds out the others.
-                let now = Instant::now();
-                if buckets.len() > 10_000 {
-                    buckets.clear();
-                }
-                let (tokens, last) = buckets
-                    .entry(attempt.container.clone())
-                    .or_insert((LOG_RATE_PER_CONTAINER, now));
-                *tokens = (*tokens
-                    + now.duration_since(*last).as_secs_f64() * LOG_RATE_PER_CONTAINER)
-                    .min(LOG_RATE_PER_CONTAINER);
-                *last = now;
-                if *tokens < 1.0 {
-                    state
-                        .egress_counts
-                        .dropped
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    continue;
-                }
-                *tokens -= 1.0;
-                let mut row = row_of(attempt);
-                // A name a container asked for may hold a value it
-                // assembled (`$(...).example`): the log keeps it masked.
-                if let Some(masker) = state.engine.masker(&row.container_id) {
-                    for text in [&mut row.requested_name, &mut row.server_name]
-                        .into_iter()
-                        .flatten()
-                    {
-                        *text = masker.mask_str(text);
+            let rows: Vec<EgressRow> = batch
+                .drain(..)
+                .map(|attempt| {
+                    state.egress_counts.count(&attempt);
+                    let mut row = row_of(attempt);
+                    // A name a container asked for may hold a value it
+                    // assembled (`$(...).example`): the log keeps it masked.
+                    if let Some(masker) = state.engine.masker(&row.container_id) {
+                        for text in [&mut row.requested_name, &mut row.server_name]
+                            .into_iter()
+                            .flatten()
+                        {
+                            *text = masker.mask_str(text);
+                        }
+                        row.reason = masker.mask_str(&row.reason);
                     }
-                    row.reason = masker.mask_str(&row.reason);
-                }
-                rows.push(row);
-            }
-            if rows.is_empty() {
-                continue;
-            }
+                    row
+                })
+                .collect();
             if let Err(e) = state.db(move |s| s.record_egress(&rows)).await {
                 tracing::error!("could not write the egress log: {}", e.message);
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
     });
+}
+
+/// Deletes egress rows older than `egress_log_retention_secs` (0: kept
+/// forever), whatever their container, in bounded batches on the store's
+/// blocking threads; returns how many went.
+pub(crate) async fn sweep_old_rows(state: &Arc<AppState>, now: i64) -> Result<usize, ApiError> {
+    let retention = state.config.egress_log_retention_secs;
+    if retention == 0 {
+        return Ok(0);
+    }
+    let cutoff = now.saturating_sub(i64::try_from(retention).unwrap_or(i64::MAX));
+    let mut deleted = 0;
+    for _ in 0..RETENTION_BATCHES_PER_SWEEP {
+        let batch = state
+            .db(move |s| s.delete_egress_before(cutoff, RETENTION_BATCH))
+            .await?;
+        deleted += batch;
+        if batch < RETENTION_BATCH {
+            break;
+        }
+    }
+    Ok(deleted)
 }
 
 fn row_of(attempt: Attempt) -> EgressRow {
@@ -366,6 +375,7 @@ fn row_of(attempt: Attempt) -> EgressRow {
         bytes_out: attempt.bytes_out,
         bytes_in: attempt.bytes_in,
         duration_ms: attempt.duration_ms,
+        aggregated: attempt.unlogged.map_or(0, |u| u.total()),
     }
 }
 
@@ -380,6 +390,13 @@ impl EgressCounts {
             .or_default() += 1;
         self.bytes_out.fetch_add(attempt.bytes_out, Relaxed);
         self.bytes_in.fetch_add(attempt.bytes_in, Relaxed);
+        if let Some(unlogged) = &attempt.unlogged {
+            self.unlogged_allowed.fetch_add(unlogged.allowed, Relaxed);
+            self.unlogged_denied.fetch_add(unlogged.denied, Relaxed);
+            self.rate_limited.fetch_add(unlogged.rate_limited, Relaxed);
+            self.over_connection_limit
+                .fetch_add(unlogged.over_connection_limit, Relaxed);
+        }
     }
 
     /// The exposition text of the counts; `queue_dropped` is the proxy's.
@@ -420,16 +437,87 @@ impl EgressCounts {
         );
         let _ = writeln!(
             out,
-            "# HELP shellgate_egress_log_dropped_total Attempts counted but not written to the egress log."
+            "# HELP shellgate_egress_lookups_unlogged_total DNS lookups without a row of their own in the egress log (counted in aggregate rows), by why: past the log budget (answered or refused) or over the rate limit (refused unanswered)."
         );
-        let _ = writeln!(out, "# TYPE shellgate_egress_log_dropped_total counter");
         let _ = writeln!(
             out,
-            "shellgate_egress_log_dropped_total {}",
-            self.dropped.load(Relaxed) + queue_dropped
+            "# TYPE shellgate_egress_lookups_unlogged_total counter"
         );
+        for (reason, count) in [
+            ("log_budget_allowed", &self.unlogged_allowed),
+            ("log_budget_denied", &self.unlogged_denied),
+            ("rate_limited", &self.rate_limited),
+        ] {
+            let _ = writeln!(
+                out,
+                "shellgate_egress_lookups_unlogged_total{{reason=\"{reason}\"}} {}",
+                count.load(Relaxed)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP shellgate_egress_connections_over_limit_total Connections reset unread because their container had as many open as it may (counted in aggregate rows)."
+        );
+        let _ = writeln!(
+            out,
+            "# TYPE shellgate_egress_connections_over_limit_total counter"
+        );
+        let _ = writeln!(
+            out,
+            "shellgate_egress_connections_over_limit_total {}",
+            self.over_connection_limit.load(Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP shellgate_egress_log_dropped_total Egress records lost (the log closed, or a container's backlog of connection records full)."
+        );
+        let _ = writeln!(out, "# TYPE shellgate_egress_log_dropped_total counter");
+        let _ = writeln!(out, "shellgate_egress_log_dropped_total {queue_dropped}");
         out
     }
+}
+
+/// One row of a container's egress log, as `GET /v1/containers/{id}/egress`
+/// shows it.
+#[derive(Debug, serde::Serialize)]
+pub struct EgressEntry {
+    pub id: String,
+    /// `container.egress`.
+    pub object: &'static str,
+    pub container_id: String,
+    pub created_at: i64,
+    /// `dns`, `http`, `https`, `connect` or `secret`.
+    pub kind: String,
+    pub requested_name: Option<String>,
+    pub server_name: Option<String>,
+    pub address: Option<String>,
+    pub port: u16,
+    /// `allowed`, `denied`, `notice`, or `aggregated` (a row standing for
+    /// `aggregated` events that have none of their own).
+    pub verdict: String,
+    pub reason: String,
+    pub bytes_out: u64,
+    pub bytes_in: u64,
+    pub duration_ms: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub aggregated: u64,
+}
+
+fn is_zero(count: &u64) -> bool {
+    *count == 0
+}
+
+/// A page of the egress log, with the container's count of events that
+/// have no row of their own.
+#[derive(Debug, serde::Serialize)]
+pub struct EgressPage {
+    #[serde(flatten)]
+    pub list: List<EgressEntry>,
+    /// Events of this container (DNS lookups past its log budget or over
+    /// its rate limit, connections reset unread over its limit of
+    /// connections) counted in aggregate rows instead of a row each, since
+    /// it was created (our extension).
+    pub dropped: u64,
 }
 
 /// `GET /v1/containers/{id}/egress`: the container's egress log, paged like
@@ -439,35 +527,37 @@ pub async fn list(
     project: Project,
     Path(id): Path<String>,
     ApiQuery(params): ApiQuery<ListParams>,
-) -> ApiResult<Json<List<serde_json::Value>>> {
+) -> ApiResult<Json<EgressPage>> {
     crate::containers::owned(&state, &project, &id).await?;
     let page = params.page()?;
     let key = id.clone();
-    let (rows, has_more) = state.db(move |s| s.list_egress(&key, &page)).await?;
+    let ((rows, has_more), dropped) = state
+        .db(move |s| Ok((s.list_egress(&key, &page)?, s.egress_unlogged(&key)?)))
+        .await?;
     let data = rows
-        .iter()
-        .map(|row| {
-            serde_json::json!({
-                "id": row.id,
-                "object": "container.egress",
-                "container_id": row.container_id,
-                "created_at": row.created_at,
-                "kind": row.kind,
-                "requested_name": row.requested_name,
-                "server_name": row.server_name,
-                "address": row.address,
-                "port": row.port,
-                "verdict": row.verdict,
-                "reason": row.reason,
-                "bytes_out": row.bytes_out,
-                "bytes_in": row.bytes_in,
-                "duration_ms": row.duration_ms,
-            })
+        .into_iter()
+        .map(|row| EgressEntry {
+            id: row.id,
+            object: "container.egress",
+            container_id: row.container_id,
+            created_at: row.created_at,
+            kind: row.kind,
+            requested_name: row.requested_name,
+            server_name: row.server_name,
+            address: row.address,
+            port: row.port,
+            verdict: row.verdict,
+            reason: row.reason,
+            bytes_out: row.bytes_out,
+            bytes_in: row.bytes_in,
+            duration_ms: row.duration_ms,
+            aggregated: row.aggregated,
         })
         .collect();
-    Ok(Json(List::page(data, has_more, |c: &serde_json::Value| {
-        c["id"].as_str().unwrap_or_default().to_owned()
-    })))
+    Ok(Json(EgressPage {
+        list: List::page(data, has_more, |entry: &EgressEntry| entry.id.clone()),
+        dropped,
+    }))
 }
 
 #[cfg(test)]

@@ -1,13 +1,16 @@
 //! Per-project prompt-injection guardrails (see `shellgate_model::guardrail`),
 //! built from the configuration: the built-in rules with their configured
-//! action, the rules for every project (`project = "*"`), and a project's own.
+//! action, the rules for every project (`project = "*"`), and a project's own;
+//! and their input side: every text of a request that a model will read.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use serde_json::Value;
 use shellgate_model::guardrail::{Action, Guardrail, Rule};
 
 use crate::config::{Config, ConfigError};
+use crate::error::{ApiError, ApiResult};
 
 /// What a guardrail reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -100,5 +103,188 @@ impl Guardrails {
             rules = rules.with(own.clone());
         }
         (!rules.is_empty()).then(|| Arc::new(rules))
+    }
+}
+
+/// The texts of an item that a model reads, in groups it reads together
+/// (a message's parts; one command's stdout and stderr): the string values,
+/// to check and perhaps rewrite. What the model itself wrote (assistant
+/// messages, tool calls' arguments) is not among them.
+fn model_texts(item: &mut Value) -> Vec<Vec<&mut Value>> {
+    fn parts(content: &mut Value) -> Vec<&mut Value> {
+        match content {
+            Value::String(_) => vec![content],
+            Value::Array(parts) => parts
+                .iter_mut()
+                .filter_map(|part| part.get_mut("text").filter(|t| t.is_string()))
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+    /// stdout, then stderr (as the model reads them; the map's own order
+    /// is by name).
+    fn streams(entry: &mut Value) -> Vec<&mut Value> {
+        let Some(entry) = entry.as_object_mut() else {
+            return Vec::new();
+        };
+        let mut streams: Vec<(&String, &mut Value)> = entry
+            .iter_mut()
+            .filter(|(key, value)| matches!(key.as_str(), "stdout" | "stderr") && value.is_string())
+            .collect();
+        streams.sort_by_key(|(key, _)| key.as_str() != "stdout");
+        streams.into_iter().map(|(_, value)| value).collect()
+    }
+    let kind = item
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("message")
+        .to_owned();
+    match kind.as_str() {
+        "message" => {
+            if item.get("role").and_then(Value::as_str) == Some("assistant") {
+                return Vec::new();
+            }
+            item.get_mut("content")
+                .map(|c| vec![parts(c)])
+                .unwrap_or_default()
+        }
+        "function_call_output" | "local_shell_call_output" | "custom_tool_call_output" => item
+            .get_mut("output")
+            .map(|o| vec![parts(o)])
+            .unwrap_or_default(),
+        // Every command's streams, read by the model together.
+        "shell_call_output" | "openrouter:shell" => match item.get_mut("output") {
+            Some(Value::Array(entries)) => vec![entries.iter_mut().flat_map(streams).collect()],
+            _ => Vec::new(),
+        },
+        "openrouter:bash" => item
+            .get_mut("output")
+            .map(|o| vec![streams(o)])
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    }
+}
+
+/// The 403 of input the guardrail blocks.
+fn blocked(rules: &[String]) -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::FORBIDDEN,
+        "invalid_request_error",
+        format!(
+            "The input was blocked by the prompt-injection guardrail (rules: {}).",
+            rules.join(", ")
+        ),
+    )
+    .with_code("prompt_injection_detected")
+}
+
+/// Checks one group of texts read together (`what` says what, for the
+/// log): a block is a 403, a redaction rewrites them, a flag is logged.
+fn guard_group(
+    guardrail: &Guardrail,
+    project: &str,
+    what: &str,
+    group: Vec<&mut Value>,
+) -> ApiResult<()> {
+    let texts: Vec<String> = group
+        .iter()
+        .map(|v| v.as_str().unwrap_or_default().to_owned())
+        .collect();
+    let views: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let verdict = guardrail.check_parts(&views);
+    match verdict.action {
+        None => {}
+        Some(Action::Flag) => {
+            tracing::warn!(project, what, rules = ?verdict.rules, "prompt-injection guardrail: input flagged");
+        }
+        Some(Action::Redact) => {
+            tracing::warn!(project, what, rules = ?verdict.rules, "prompt-injection guardrail: input redacted");
+            for (slot, text) in group.into_iter().zip(guardrail.redact_parts(&views)) {
+                *slot = Value::String(text);
+            }
+        }
+        Some(Action::Block) => {
+            tracing::warn!(project, what, rules = ?verdict.rules, "prompt-injection guardrail: input blocked");
+            return Err(blocked(&verdict.rules));
+        }
+    }
+    Ok(())
+}
+
+impl Guardrails {
+    /// Checks every text of `items` (and the `instructions`) that a model
+    /// will read against `project`'s input rules: messages of every role
+    /// but the assistant's, tool outputs (`function_call_output`, replayed
+    /// `shell_call_output`, `local_shell_call_output`, OpenRouter's
+    /// items). A block is a 403, a redaction rewrites the text, a flag is
+    /// logged.
+    pub fn guard_input(
+        &self,
+        project: &str,
+        items: &mut [Value],
+        instructions: Option<&mut String>,
+    ) -> ApiResult<()> {
+        let Some(guardrail) = self.for_project(project, Target::Input) else {
+            return Ok(());
+        };
+        if let Some(instructions) = instructions {
+            let mut slot = Value::String(std::mem::take(instructions));
+            let checked = guard_group(&guardrail, project, "instructions", vec![&mut slot]);
+            *instructions = slot.as_str().unwrap_or_default().to_owned();
+            checked?;
+        }
+        for item in items.iter_mut() {
+            for group in model_texts(item) {
+                guard_group(&guardrail, project, "input", group)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the descriptions of a request's function tools (the model
+    /// reads them as it reads instructions).
+    pub fn guard_tools(
+        &self,
+        project: &str,
+        tools: &mut shellgate_model::tools::Tools,
+    ) -> ApiResult<()> {
+        for function in &mut tools.functions {
+            function.description =
+                self.guard_text(project, "tool description", &function.description)?;
+        }
+        Ok(())
+    }
+
+    /// Checks a text of `what` (an attached file, a skill's `SKILL.md`)
+    /// against `project`'s input rules; returns it as the model may read
+    /// it (redacted if the rules say so).
+    pub fn guard_text(&self, project: &str, what: &str, text: &str) -> ApiResult<String> {
+        let Some(guardrail) = self.for_project(project, Target::Input) else {
+            return Ok(text.to_owned());
+        };
+        let mut slot = Value::String(text.to_owned());
+        guard_group(&guardrail, project, what, vec![&mut slot])?;
+        Ok(slot.as_str().unwrap_or_default().to_owned())
+    }
+
+    /// Whether a text of `what` passes `project`'s input rules unchanged:
+    /// for what cannot be rewritten (a skill bundle), a redaction refuses
+    /// it as a block does.
+    pub fn refuse_unless_clean(&self, project: &str, what: &str, texts: &[&str]) -> ApiResult<()> {
+        let Some(guardrail) = self.for_project(project, Target::Input) else {
+            return Ok(());
+        };
+        let verdict = guardrail.check_parts(texts);
+        match verdict.action {
+            None => Ok(()),
+            Some(Action::Flag) => {
+                tracing::warn!(project, what, rules = ?verdict.rules, "prompt-injection guardrail: input flagged");
+                Ok(())
+            }
+            Some(Action::Redact | Action::Block) => {
+                tracing::warn!(project, what, rules = ?verdict.rules, "prompt-injection guardrail: input blocked");
+                Err(blocked(&verdict.rules))
+            }
+        }
     }
 }

@@ -163,6 +163,15 @@ pub async fn prepare(
             )?;
             network = ContainerPolicy::of_request(body.network_policy.as_ref()).view();
             crate::containers::validate_create(&state.config, &body)?;
+            // Files too: one that is not this project's is this request's
+            // 404, not a `server_error` when the container is made.
+            crate::containers::project_files(
+                state,
+                project,
+                &body.file_ids,
+                "tools.environment.file_ids",
+            )
+            .await?;
             if body.image.is_some() {
                 crate::containers::choose_image(state, body.image.as_deref()).await?;
             }

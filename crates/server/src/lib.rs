@@ -284,7 +284,13 @@ pub async fn open(config: Config, helper_binary: PathBuf) -> Result<Arc<AppState
 
 /// The upstream models of the configuration.
 fn upstream_router(config: &Config) -> Result<shellgate_model::upstream::Router, ServeError> {
-    use shellgate_model::upstream::{connect, Protocol, Router, UpstreamConfig};
+    use shellgate_model::upstream::{connect, Protocol, Router, TurnLimits, UpstreamConfig};
+    let limits = TurnLimits {
+        max_answer_bytes: usize::try_from(config.upstream_max_answer_bytes).unwrap_or(usize::MAX),
+        max_tool_call_bytes: usize::try_from(config.upstream_max_tool_call_bytes)
+            .unwrap_or(usize::MAX),
+        turn_timeout: std::time::Duration::from_secs(config.upstream_turn_timeout_secs),
+    };
     let make = |url: &str, key: &config::Secret, protocol: &str| {
         let protocol: Protocol = protocol.parse().map_err(ServeError::Setup)?;
         connect(UpstreamConfig {
@@ -293,6 +299,7 @@ fn upstream_router(config: &Config) -> Result<shellgate_model::upstream::Router,
             protocol,
             timeout: std::time::Duration::from_secs(config.upstream_timeout_secs),
             attempts: config.upstream_attempts,
+            limits,
         })
         .map_err(|e| ServeError::Setup(e.to_string()))
     };

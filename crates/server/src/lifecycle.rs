@@ -10,6 +10,10 @@
 //! - **Retention**: a suspended container's files are kept `retention_days`.
 //! - **Files API expiry**: a file uploaded with `expires_after` is deleted
 //!   when its `expires_at` passes.
+//! - **Egress log retention**: rows older than `egress_log_retention_secs`
+//!   are deleted, in bounded batches, whether or not their container still
+//!   exists (like the command audit, the log outlives a deleted container,
+//!   for as long as it is kept).
 //! - **Recovery**: after a crash (even `kill -9` mid-command) the store and
 //!   the engine are reconciled before serving.
 //!
@@ -99,6 +103,10 @@ pub async fn sweep(state: &Arc<AppState>) -> Result<(), ApiError> {
     for file in state.db(move |s| s.expired_files(now)).await? {
         tracing::info!(file = %file.id, "file expired");
         crate::files::remove(state, &file.project, &file.id).await?;
+    }
+    let old_egress = crate::egress::sweep_old_rows(state, now).await?;
+    if old_egress > 0 {
+        tracing::info!(rows = old_egress, "old egress log rows deleted");
     }
     Ok(())
 }

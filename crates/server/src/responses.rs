@@ -261,58 +261,6 @@ fn normalize_input(input: Option<&Value>) -> ApiResult<Vec<Value>> {
         .collect()
 }
 
-/// Checks the user-supplied text of the input against the project's
-/// prompt-injection rules: a block is a 403, a redaction rewrites the text,
-/// a flag is logged.
-pub(crate) fn guard_input(state: &AppState, project: &str, input: &mut [Value]) -> ApiResult<()> {
-    use shellgate_model::guardrail::Action;
-    let Some(guardrail) = state
-        .guardrails
-        .for_project(project, crate::guardrails::Target::Input)
-    else {
-        return Ok(());
-    };
-    for item in input.iter_mut() {
-        let user = item.get("type").and_then(Value::as_str) == Some("message")
-            && item.get("role").and_then(Value::as_str) != Some("assistant");
-        if !user {
-            continue;
-        }
-        let Some(parts) = item.get_mut("content").and_then(Value::as_array_mut) else {
-            continue;
-        };
-        for part in parts {
-            let Some(text) = part.get("text").and_then(Value::as_str).map(str::to_owned) else {
-                continue;
-            };
-            let verdict = guardrail.check(&text);
-            match verdict.action {
-                None => {}
-                Some(Action::Flag) => {
-                    tracing::warn!(project, rules = ?verdict.rules, "prompt-injection guardrail: input flagged");
-                }
-                Some(Action::Redact) => {
-                    tracing::warn!(project, rules = ?verdict.rules, "prompt-injection guardrail: input redacted");
-                    part["text"] = json!(guardrail.redact(&text));
-                }
-                Some(Action::Block) => {
-                    tracing::warn!(project, rules = ?verdict.rules, "prompt-injection guardrail: input blocked");
-                    return Err(ApiError::new(
-                        axum::http::StatusCode::FORBIDDEN,
-                        "invalid_request_error",
-                        format!(
-                            "The input was blocked by the prompt-injection guardrail (rules: {}).",
-                            verdict.rules.join(", ")
-                        ),
-                    )
-                    .with_code("prompt_injection_detected"));
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
 /// A file attached to an input message (`input_file`).
 struct Attachment {
     filename: String,
@@ -332,6 +280,31 @@ fn data_url(text: &str) -> Option<Vec<u8>> {
     }
 }
 
+fn is_input_file(part: &Value) -> bool {
+    part.get("type").and_then(Value::as_str) == Some("input_file")
+}
+
+/// Refuses more `input_file` parts than `max_input_files`, before any other
+/// work: each costs a store query and a read.
+fn count_input_files(state: &AppState, input: &[Value]) -> ApiResult<()> {
+    let count = input
+        .iter()
+        .filter_map(|item| item.get("content").and_then(Value::as_array))
+        .flatten()
+        .filter(|part| is_input_file(part))
+        .count();
+    let most = state.config.max_input_files;
+    if count > most {
+        return Err(invalid(
+            "input",
+            format!(
+                "at most {most} input_file parts are allowed in one request (there are {count})"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The attachments of the input, read (a `file_id` from this project's
 /// Files API, or inline `file_data`), each part replaced in `items` by a
 /// note of where the file is (`at`) or, without a container, its text.
@@ -341,13 +314,25 @@ async fn attachments(
     items: &mut [Value],
     in_container: bool,
 ) -> ApiResult<Vec<Attachment>> {
+    let most_bytes = state.config.max_input_file_bytes;
+    let mut total: u64 = 0;
+    let mut add = |param: &str, bytes: u64| -> ApiResult<()> {
+        total = total.saturating_add(bytes);
+        if total > most_bytes {
+            return Err(invalid(
+                param,
+                format!("the input_file parts of one request may hold at most {most_bytes} bytes together"),
+            ));
+        }
+        Ok(())
+    };
     let mut found = Vec::new();
     for (index, item) in items.iter_mut().enumerate() {
         let Some(parts) = item.get_mut("content").and_then(Value::as_array_mut) else {
             continue;
         };
         for (part_index, part) in parts.iter_mut().enumerate() {
-            if part.get("type").and_then(Value::as_str) != Some("input_file") {
+            if !is_input_file(part) {
                 continue;
             }
             let param = format!("input[{index}].content[{part_index}]");
@@ -356,10 +341,21 @@ async fn attachments(
                 let file = state
                     .db(move |s| s.file(&owner, &key))
                     .await?
-                    .ok_or_else(|| ApiError::not_found("file", id))?;
+                    .ok_or_else(|| {
+                        let mut error = ApiError::not_found("file", id);
+                        error.param = Some(format!("{param}.file_id"));
+                        error
+                    })?;
+                // The size is known before the file is read.
+                add(&param, file.bytes)?;
+                // A file deleted (or expired) since its row was read is
+                // gone, as if it had never been.
                 let bytes = tokio::fs::read(state.files_dir.join(&file.id))
                     .await
-                    .map_err(|e| ApiError::internal(format!("read file {}: {e}", file.id)))?;
+                    .map_err(|e| match e.kind() {
+                        std::io::ErrorKind::NotFound => ApiError::not_found("file", id),
+                        _ => ApiError::internal(format!("read file {}: {e}", file.id)),
+                    })?;
                 (file.filename, bytes)
             } else if let Some(data) = part.get("file_data").and_then(Value::as_str) {
                 let bytes = data_url(data).ok_or_else(|| {
@@ -368,6 +364,7 @@ async fn attachments(
                         "file_data must be a data URL (data:<type>;base64,<data>)",
                     )
                 })?;
+                add(&param, bytes.len() as u64)?;
                 let filename = part
                     .get("filename")
                     .and_then(Value::as_str)
@@ -381,6 +378,19 @@ async fn attachments(
                 ));
             };
             let filename = crate::containers::safe_file_name(&filename);
+            // A text file is read by the model (inline, or from /mnt/data):
+            // the input rules check it, and a redaction is what it reads.
+            let bytes = match std::str::from_utf8(&bytes) {
+                Ok(text) => {
+                    let checked = state.guardrails.guard_text(project, "input_file", text)?;
+                    if checked == text {
+                        bytes
+                    } else {
+                        checked.into_bytes()
+                    }
+                }
+                Err(_) => bytes,
+            };
             let note = if in_container {
                 format!("[The user attached the file {filename}; it is at /mnt/data/{filename}]")
             } else {
@@ -485,7 +495,7 @@ async fn prepare(state: &Arc<AppState>, project: &Project, body: Value) -> ApiRe
             format!("max_tool_calls is at most {}", run::MAX_TOOL_CALLS),
         ));
     }
-    let tools = match body.get("tools") {
+    let mut tools = match body.get("tools") {
         None | Some(Value::Null) => Tools::default(),
         Some(Value::Array(tools)) => {
             Tools::parse(tools).map_err(|e| invalid(&e.param, e.message))?
@@ -495,13 +505,17 @@ async fn prepare(state: &Arc<AppState>, project: &Project, body: Value) -> ApiRe
     let tool_choice = tools
         .choice(body.get("tool_choice"))
         .map_err(|e| invalid(&e.param, e.message))?;
-    let instructions = match body.get("instructions") {
+    let mut instructions = match body.get("instructions") {
         None | Some(Value::Null) => None,
         Some(Value::String(text)) => Some(text.clone()),
         Some(_) => return Err(invalid("instructions", "instructions must be a string")),
     };
     let mut input = normalize_input(body.get("input"))?;
-    guard_input(state, &project.0, &mut input)?;
+    count_input_files(state, &input)?;
+    state
+        .guardrails
+        .guard_input(&project.0, &mut input, instructions.as_mut())?;
+    state.guardrails.guard_tools(&project.0, &mut tools)?;
     let previous = match body.get("previous_response_id") {
         None | Some(Value::Null) => None,
         Some(Value::String(id)) => Some(id.clone()),

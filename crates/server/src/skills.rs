@@ -133,6 +133,24 @@ async fn bundle_of(upload: Vec<(String, Vec<u8>)>) -> ApiResult<Bundle> {
     .map_err(|e| ApiError::internal(format!("the bundle reader failed: {e}")))?
 }
 
+/// Checks what a model reads of a skill (its description, listed in the
+/// shell tool's description, and its `SKILL.md`) against the project's
+/// input rules. A bundle is not rewritten: a redaction refuses it (403) as
+/// a block does; a flag is logged.
+fn guard_bundle(state: &AppState, project: &str, bundle: &Bundle) -> ApiResult<()> {
+    let skill_md = bundle
+        .files
+        .iter()
+        .find(|f| f.path == "SKILL.md")
+        .map(|f| String::from_utf8_lossy(&f.bytes).into_owned())
+        .unwrap_or_default();
+    state.guardrails.refuse_unless_clean(
+        project,
+        "skill",
+        &[&bundle.manifest.description, &skill_md],
+    )
+}
+
 /// Writes a version's normalized zip (named only once complete).
 async fn store_blob(state: &AppState, version_id: &str, bundle: &Bundle) -> ApiResult<u64> {
     let zip = bundle.to_zip();
@@ -187,6 +205,7 @@ pub async fn create(
 ) -> ApiResult<Json<Value>> {
     let upload = read_upload(multipart).await?;
     let bundle = bundle_of(upload.parts).await?;
+    guard_bundle(&state, &project.0, &bundle)?;
     // From here on the skill is stored whole or not at all, even if the
     // client hangs up.
     crate::to_completion(async move {
@@ -377,6 +396,7 @@ pub async fn create_version(
         },
     };
     let bundle = bundle_of(upload.parts).await?;
+    guard_bundle(&state, &project.0, &bundle)?;
     crate::to_completion(async move {
         let version_id = new_id("skillver_");
         let bytes = store_blob(&state, &version_id, &bundle).await?;
@@ -526,7 +546,11 @@ pub(crate) async fn resolve(
         let one =
             match kind {
                 Some("skill_reference") => reference(state, project, entry, &at).await?,
-                Some("inline") => inline(entry, &at).await?,
+                Some("inline") => {
+                    let inline = inline(entry, &at).await?;
+                    guard_bundle(state, project, &inline.bundle)?;
+                    inline
+                }
                 _ => return Err(ApiError::invalid(
                     format!("{at}.type"),
                     "a skill is {\"type\": \"skill_reference\", \"skill_id\", \"version\"?} or \

@@ -135,6 +135,10 @@ fn image_build_makes_a_debian_image_from_debian_packages() {
         progress.contains("100%") && progress.contains("extracting"),
         "{progress}"
     );
+    // A completed build leaves nothing mounted in the image (mmdebstrap's
+    // mounts were in its own namespace).
+    let data_path = std::fs::canonicalize(&data).unwrap();
+    assert_eq!(mounts_under("self", &data_path), Vec::<String>::new());
     let output = shellgate(
         &data,
         &[
@@ -532,5 +536,191 @@ fn starting_a_container_never_writes_into_an_image() {
     assert!(stderr.contains("import or build it again"), "{stderr}");
     for made in ["proc", "dev", "tmp", "mnt", "home", "etc/passwd"] {
         assert!(!rootfs.join(made).exists(), "{made} was created");
+    }
+}
+
+/// Host processes running mmdebstrap (the builder, or anything it became)
+/// whose command line names `dir`.
+fn builders_into(dir: &std::path::Path) -> Vec<i32> {
+    let needle = dir.to_string_lossy().into_owned();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+                let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+                text.contains("mmdebstrap") && text.contains(&needle)
+            })
+        })
+        .filter(|pid| common::process_alive(*pid))
+        .collect()
+}
+
+/// Mount points at or below `dir` in the mount namespace of `pid` (`self`:
+/// the host's, this test's).
+fn mounts_under(pid: &str, dir: &std::path::Path) -> Vec<String> {
+    let needle = dir.to_string_lossy().into_owned();
+    std::fs::read_to_string(format!("/proc/{pid}/mountinfo"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .filter(|point| point.starts_with(&needle))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Polls `check` until it holds or `limit` passes.
+fn eventually(limit: std::time::Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    check()
+}
+
+/// `shellgate serve` on `data`, building `debian-12-slim` as its default
+/// image if `build`; returns once `/healthz` answers.
+fn serve(data: &std::path::Path, build: bool) -> std::process::Child {
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let mut child = Command::new(BINARY)
+        .arg("--data-dir")
+        .arg(data)
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .env("SHELLGATE_API_KEYS", "sk-images:alpha")
+        .env("SHELLGATE_LOG", "warn")
+        .env("SHELLGATE_WARM_CONTAINERS", "0")
+        .env("SHELLGATE_DEFAULT_IMAGE", "debian-12-slim")
+        .env("SHELLGATE_BUILD_DEFAULT_IMAGE", build.to_string())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let up = eventually(std::time::Duration::from_secs(60), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+            && common::server::request(port, "GET", "/healthz", None, &[], b"").status == 200
+    });
+    if !up {
+        let _ = child.kill();
+        panic!("the server did not start");
+    }
+    child
+}
+
+/// Whatever a failed run of the test below left: builders killed, mounts
+/// detached, so the next run (and the machine) starts clean. The test's
+/// directory is removed only if nothing is mounted below it any more (one
+/// of those mounts may be the host's `/dev/shm`).
+struct BuildLeftovers {
+    data: std::path::PathBuf,
+    dir: Option<TempDir>,
+}
+
+impl Drop for BuildLeftovers {
+    fn drop(&mut self) {
+        for pid in builders_into(&self.data) {
+            // SAFETY: kill(2) of a builder this test started.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        let mut points = mounts_under("self", &self.data);
+        points.sort_by_key(|p| std::cmp::Reverse(p.len()));
+        for point in points {
+            let _ = Command::new("umount").arg("-l").arg(&point).status();
+        }
+        if !mounts_under("self", &self.data).is_empty() {
+            std::mem::forget(self.dir.take());
+        }
+    }
+}
+
+#[test]
+fn a_server_stopped_or_killed_mid_build_leaves_no_mount_and_no_builder() {
+    // Needs mmdebstrap and Debian's mirrors, like the build tests above;
+    // the debian-12 test's package cache, when there, spares the downloads.
+    for signal in [libc::SIGKILL, libc::SIGTERM] {
+        let dir = TempDir::new("images-interrupted");
+        let data = dir.path().join("data");
+        // A first start lays the data directory out.
+        let mut first = serve(&data, false);
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(first.id() as i32, libc::SIGTERM) };
+        let _ = first.wait();
+        let images = data.join("sandbox/images");
+        let cache = images.join(".cache/apt/debian-12-slim");
+        std::fs::create_dir_all(&cache).unwrap();
+        if let Ok(debs) =
+            std::fs::read_dir(image_cache_dir().join("sandbox/images/.cache/apt/debian-12"))
+        {
+            for deb in debs.flatten() {
+                let _ = std::fs::hard_link(deb.path(), cache.join(deb.file_name()));
+            }
+        }
+        let data = std::fs::canonicalize(&data).unwrap();
+        let staging = data.join("sandbox/images/debian-12-slim/rootfs.new");
+        let _leftovers = BuildLeftovers {
+            data: data.clone(),
+            dir: Some(dir),
+        };
+
+        let mut server = serve(&data, true);
+        // Killed as soon as the builder has mounted something in the new
+        // root (proc, sys, /dev/shm...), seen from the builder's own mount
+        // table: with the fix the host's never shows it.
+        let mut builder_mounted = false;
+        let mounted = eventually(std::time::Duration::from_secs(900), || {
+            builder_mounted = builders_into(&data)
+                .iter()
+                .any(|pid| !mounts_under(&pid.to_string(), &staging).is_empty());
+            builder_mounted || matches!(server.try_wait(), Ok(Some(_)))
+        });
+        assert!(
+            mounted && builder_mounted,
+            "the build never mounted anything in its new root"
+        );
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(server.id() as i32, signal) };
+        let exited = eventually(std::time::Duration::from_secs(60), || {
+            matches!(server.try_wait(), Ok(Some(_)))
+        });
+        if !exited {
+            let _ = server.kill();
+        }
+        assert!(exited, "signal {signal}: the server did not exit");
+        let _ = server.wait();
+
+        // Nothing of the build outlives the server: no builder process, and
+        // no mount under the data directory on the host.
+        let clean = eventually(std::time::Duration::from_secs(30), || {
+            builders_into(&data).is_empty() && mounts_under("self", &data).is_empty()
+        });
+        assert!(
+            clean,
+            "signal {signal}: builders {:?} and host mounts {:?} left",
+            builders_into(&data),
+            mounts_under("self", &data)
+        );
+
+        // The next start removes the half-made tree (and builds nothing).
+        if signal == libc::SIGKILL {
+            assert!(
+                staging.exists(),
+                "a kill leaves the half-made tree to the next start"
+            );
+        }
+        let mut again = serve(&data, false);
+        assert!(
+            !staging.exists(),
+            "signal {signal}: {} is left",
+            staging.display()
+        );
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(again.id() as i32, libc::SIGTERM) };
+        let _ = again.wait();
     }
 }

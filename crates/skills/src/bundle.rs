@@ -4,7 +4,9 @@
 //!
 //! Everything here is untrusted input. Refused, each with a reason: paths
 //! that are absolute, climb (`..`), hold a backslash, NUL or control
-//! characters, or are too deep or long; duplicate paths; symbolic links,
+//! characters, or are too deep or long; duplicate paths (compared
+//! ignoring case, and counted in the zip's own central directory, where a
+//! repeated name would otherwise hide the earlier entry); symbolic links,
 //! devices, FIFOs and sockets; encrypted entries and compression methods
 //! other than stored and deflate; more than [`Limits::max_files`] files;
 //! a file, or the whole, larger than the limits once decompressed (sizes
@@ -13,10 +15,18 @@
 //! the bundle more than [`Limits::max_nesting`] deep (they are never
 //! unpacked, but a recursive zip is a bomb for whatever opens it later);
 //! and a missing or malformed `SKILL.md`.
+//!
+//! Reading nested zips to measure their depth is work an uploader chooses:
+//! every level gets the same per-file, ratio and method checks as the
+//! bundle itself, and one budget bounds the whole upload: the bytes
+//! decompressed at every level together ([`Limits::max_inflated_bytes`])
+//! and the wall-clock time ([`Limits::max_read_time`]). A zip of zips of
+//! zeros costs at most that budget, whatever its shape.
 
 use std::collections::BTreeMap;
 use std::io::{Cursor, Read, Write};
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use crate::manifest::{self, Manifest, ManifestError};
 
@@ -35,6 +45,11 @@ pub struct Limits {
     pub max_depth: usize,
     /// Zips inside zips inside the bundle.
     pub max_nesting: usize,
+    /// Bytes decompressed to read the bundle, at every level of nesting
+    /// together (the bundle's own files count too).
+    pub max_inflated_bytes: u64,
+    /// Wall-clock time reading one bundle may take.
+    pub max_read_time: Duration,
 }
 
 impl Default for Limits {
@@ -46,6 +61,8 @@ impl Default for Limits {
             max_ratio: 200,
             max_depth: 16,
             max_nesting: 2,
+            max_inflated_bytes: 200 << 20,
+            max_read_time: Duration::from_secs(20),
         }
     }
 }
@@ -77,7 +94,7 @@ pub enum BundleError {
     NotZip(String),
     #[error("{path:?}: {reason}")]
     BadPath { path: String, reason: &'static str },
-    #[error("{0:?} is in the bundle twice")]
+    #[error("{0:?} is in the bundle twice (paths are compared ignoring case)")]
     Duplicate(String),
     #[error("{path:?} is {kind}; a skill holds regular files and folders only")]
     NotRegular { path: String, kind: &'static str },
@@ -95,6 +112,10 @@ pub enum BundleError {
     Ratio { path: String, limit: u64 },
     #[error("{path:?} holds zips nested more than {limit} deep")]
     Nesting { path: String, limit: usize },
+    #[error("reading the bundle and the zips inside it would decompress more than {limit} bytes")]
+    TooMuchWork { limit: u64 },
+    #[error("reading the bundle took longer than {seconds} s")]
+    TooSlow { seconds: u64 },
     #[error("{path:?} does not match its declared size or checksum")]
     Corrupt { path: String },
     #[error("the bundle must hold one top-level folder (e.g. my-skill/SKILL.md); found {0}")]
@@ -144,10 +165,126 @@ fn components(path: &str, limits: &Limits) -> Result<Vec<String>, BundleError> {
     Ok(parts)
 }
 
+/// What reading one bundle has cost, at every level of nesting together.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkDone {
+    /// Bytes decompressed: the bundle's entries and those of the zips in it.
+    pub inflated_bytes: u64,
+    /// Nested zips opened to measure how deep they go.
+    pub nested_zips: u64,
+}
+
+/// The work one upload may still cost: bytes decompressed and time, shared
+/// by the bundle and every zip inside it.
+struct Budget<'a> {
+    limits: &'a Limits,
+    started: Instant,
+    done: WorkDone,
+}
+
+/// How much is decompressed between two looks at the budget.
+const INFLATE_CHUNK: usize = 64 * 1024;
+
+impl<'a> Budget<'a> {
+    fn new(limits: &'a Limits) -> Self {
+        Self {
+            limits,
+            started: Instant::now(),
+            done: WorkDone::default(),
+        }
+    }
+
+    fn check_time(&self) -> Result<(), BundleError> {
+        if self.started.elapsed() > self.limits.max_read_time {
+            return Err(BundleError::TooSlow {
+                seconds: self.limits.max_read_time.as_secs(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Decompresses at most `cap + 1` bytes from `reader`, each chunk
+    /// charged to the budget; `None` if the data is corrupt (the zip crate
+    /// checks each entry's CRC-32 at its end).
+    fn inflate(&mut self, reader: impl Read, cap: u64) -> Result<Option<Vec<u8>>, BundleError> {
+        let mut reader = reader.take(cap + 1);
+        let mut data = Vec::new();
+        let mut chunk = vec![0u8; INFLATE_CHUNK];
+        loop {
+            let n = match reader.read(&mut chunk) {
+                Ok(0) => return Ok(Some(data)),
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => return Ok(None),
+            };
+            self.done.inflated_bytes += n as u64;
+            if self.done.inflated_bytes > self.limits.max_inflated_bytes {
+                return Err(BundleError::TooMuchWork {
+                    limit: self.limits.max_inflated_bytes,
+                });
+            }
+            self.check_time()?;
+            data.extend_from_slice(&chunk[..n]);
+        }
+    }
+}
+
+/// The checks every entry gets before it is decompressed, at any level:
+/// a method we can read, not encrypted, its declared size within the
+/// per-file cap and its declared ratio within [`Limits::max_ratio`].
+fn check_entry_header<R: Read>(
+    entry: &zip::read::ZipFile<'_, R>,
+    path: &str,
+    limits: &Limits,
+) -> Result<(), BundleError> {
+    if entry.encrypted() {
+        return Err(BundleError::Encrypted(path.to_owned()));
+    }
+    let method = entry.compression();
+    if !matches!(
+        method,
+        zip::CompressionMethod::Stored | zip::CompressionMethod::Deflated
+    ) {
+        return Err(BundleError::Compression {
+            path: path.to_owned(),
+            method: format!("{method:?}"),
+        });
+    }
+    check_size(entry.size(), entry.compressed_size(), path, limits)
+}
+
+/// A file's size (declared, or found while decompressing) against the
+/// per-file cap and the ratio cap.
+fn check_size(size: u64, compressed: u64, path: &str, limits: &Limits) -> Result<(), BundleError> {
+    if size > limits.max_file_bytes {
+        return Err(BundleError::FileTooLarge {
+            path: path.to_owned(),
+            limit: limits.max_file_bytes,
+        });
+    }
+    if size > 1 << 20 && size / compressed.max(1) > limits.max_ratio {
+        return Err(BundleError::Ratio {
+            path: path.to_owned(),
+            limit: limits.max_ratio,
+        });
+    }
+    Ok(())
+}
+
+/// The key two paths collide under: the same letters ignoring case (a
+/// bundle unpacked on a case-insensitive file system, as on macOS or
+/// Windows, would otherwise lose one of them).
+fn folded(parts: &[String]) -> Vec<String> {
+    parts.iter().map(|part| part.to_lowercase()).collect()
+}
+
 /// Gathers files (path → bytes) into a bundle.
 struct Gatherer<'a> {
     limits: &'a Limits,
+    budget: Budget<'a>,
     files: BTreeMap<Vec<String>, (Vec<u8>, bool)>,
+    /// The same paths, case-folded (see [`folded`]).
+    folded: std::collections::BTreeSet<Vec<String>>,
     total: u64,
 }
 
@@ -155,7 +292,9 @@ impl<'a> Gatherer<'a> {
     fn new(limits: &'a Limits) -> Self {
         Self {
             limits,
+            budget: Budget::new(limits),
             files: BTreeMap::new(),
+            folded: Default::default(),
             total: 0,
         }
     }
@@ -180,8 +319,11 @@ impl<'a> Gatherer<'a> {
                 limit: self.limits.max_total_bytes,
             });
         }
+        if !self.folded.insert(folded(&parts)) {
+            return Err(BundleError::Duplicate(path.to_owned()));
+        }
         if path.to_ascii_lowercase().ends_with(".zip") {
-            let depth = nesting(&bytes, self.limits.max_nesting + 1);
+            let depth = nesting(&mut self.budget, &bytes, path, self.limits.max_nesting + 1)?;
             if depth > self.limits.max_nesting {
                 return Err(BundleError::Nesting {
                     path: path.to_owned(),
@@ -218,8 +360,9 @@ impl<'a> Gatherer<'a> {
                 "a file ({folder}) at the top level"
             )));
         }
-        // A file and a folder of the same name cannot both be unpacked.
-        let keys: Vec<&Vec<String>> = self.files.keys().collect();
+        // A file and a folder of the same name (ignoring case) cannot both
+        // be unpacked: sorted, a file comes right before what is below it.
+        let keys: Vec<&Vec<String>> = self.folded.iter().collect();
         for pair in keys.windows(2) {
             if pair[1].len() > pair[0].len() && pair[1][..pair[0].len()] == pair[0][..] {
                 return Err(BundleError::Duplicate(pair[0].join("/")));
@@ -252,28 +395,108 @@ impl<'a> Gatherer<'a> {
 }
 
 /// How deep zips nest in `bytes` (0: not a zip), looking no further than
-/// `limit`.
-fn nesting(bytes: &[u8], limit: usize) -> usize {
+/// `limit`. Every nested `.zip` entry is checked like one of the bundle's
+/// own ([`check_entry_header`], [`check_size`]) and decompressed on the
+/// upload's budget; entries that are not zips are never decompressed.
+fn nesting(
+    budget: &mut Budget<'_>,
+    bytes: &[u8],
+    path: &str,
+    limit: usize,
+) -> Result<usize, BundleError> {
     if limit == 0 {
-        return 0;
+        return Ok(0);
     }
+    budget.check_time()?;
     let Ok(mut archive) = zip::ZipArchive::new(Cursor::new(bytes)) else {
-        return 0;
+        return Ok(0);
     };
+    budget.done.nested_zips += 1;
+    let limits = budget.limits;
     let mut deepest = 0;
-    for index in 0..archive.len().min(500) {
+    for index in 0..archive.len().min(limits.max_files * 2 + 64) {
+        let Ok(entry) = archive.by_index_raw(index) else {
+            continue;
+        };
+        let name = String::from_utf8_lossy(entry.name_raw()).into_owned();
+        if !name.to_ascii_lowercase().ends_with(".zip") || entry.is_dir() {
+            continue;
+        }
+        let inner_path = format!("{path}!/{name}");
+        check_entry_header(&entry, &inner_path, limits)?;
+        let compressed = entry.compressed_size();
+        drop(entry);
         let Ok(entry) = archive.by_index(index) else {
             continue;
         };
-        if !entry.name().to_ascii_lowercase().ends_with(".zip") || entry.size() > 25 << 20 {
+        // A corrupt nested zip is opaque data: nothing opens it.
+        let Some(inner) = budget.inflate(entry, limits.max_file_bytes)? else {
             continue;
-        }
-        let mut inner = Vec::new();
-        if entry.take(25 << 20).read_to_end(&mut inner).is_ok() {
-            deepest = deepest.max(nesting(&inner, limit - 1));
+        };
+        check_size(inner.len() as u64, compressed, &inner_path, limits)?;
+        deepest = deepest.max(nesting(budget, &inner, &inner_path, limit - 1)?);
+    }
+    Ok(1 + deepest)
+}
+
+/// The names in a zip's central directory, every record of it, read at
+/// `start` (the zip crate keeps only the last of a repeated name, so its
+/// own listing cannot show duplicates). At most `max` names.
+fn central_directory_names(bytes: &[u8], start: u64, max: usize) -> Vec<&[u8]> {
+    const SIGNATURE: &[u8] = b"PK\x01\x02";
+    const FIXED: usize = 46;
+    let field = |at: usize| -> Option<usize> {
+        let pair = bytes.get(at..at + 2)?;
+        Some(u16::from_le_bytes([pair[0], pair[1]]) as usize)
+    };
+    let mut names = Vec::new();
+    let Ok(mut at) = usize::try_from(start) else {
+        return names;
+    };
+    while names.len() < max && bytes.get(at..at + 4) == Some(SIGNATURE) {
+        let (Some(name_len), Some(extra_len), Some(comment_len)) =
+            (field(at + 28), field(at + 30), field(at + 32))
+        else {
+            break;
+        };
+        let Some(name) = bytes.get(at + FIXED..at + FIXED + name_len) else {
+            break;
+        };
+        names.push(name);
+        at += FIXED + name_len + extra_len + comment_len;
+    }
+    names
+}
+
+/// Refuses a zip whose central directory holds a name twice (ignoring
+/// case and a trailing `/`).
+fn check_central_duplicates(
+    archive: &zip::ZipArchive<Cursor<&[u8]>>,
+    bytes: &[u8],
+    limits: &Limits,
+) -> Result<(), BundleError> {
+    let names = central_directory_names(
+        bytes,
+        archive.central_directory_start(),
+        limits.max_files * 2 + 65,
+    );
+    let mut seen = std::collections::HashSet::new();
+    for raw in &names {
+        let name = String::from_utf8_lossy(raw);
+        if !seen.insert(name.trim_end_matches('/').to_lowercase()) {
+            return Err(BundleError::Duplicate(name.into_owned()));
         }
     }
-    1 + deepest
+    // Names that differ in their bytes but that the zip crate still took
+    // for one (a Unicode path field, say): one entry would be hidden.
+    if names.len() > archive.len() {
+        return Err(BundleError::NotZip(format!(
+            "the central directory lists {} entries under {} distinct names",
+            names.len(),
+            archive.len()
+        )));
+    }
+    Ok(())
 }
 
 const S_IFMT: u32 = 0o170000;
@@ -283,6 +506,18 @@ const S_IFLNK: u32 = 0o120000;
 
 /// Reads a zip archive.
 pub fn from_zip(bytes: &[u8], limits: &Limits) -> Result<Bundle, BundleError> {
+    from_zip_measured(bytes, limits).0
+}
+
+/// Reads a zip archive, and tells what reading it cost (accepted or not).
+pub fn from_zip_measured(bytes: &[u8], limits: &Limits) -> (Result<Bundle, BundleError>, WorkDone) {
+    let mut gatherer = Gatherer::new(limits);
+    let result = read_zip(bytes, limits, &mut gatherer);
+    let done = gatherer.budget.done;
+    (result.and_then(|()| gatherer.finish()), done)
+}
+
+fn read_zip(bytes: &[u8], limits: &Limits, gatherer: &mut Gatherer<'_>) -> Result<(), BundleError> {
     let mut archive =
         zip::ZipArchive::new(Cursor::new(bytes)).map_err(|e| BundleError::NotZip(e.to_string()))?;
     if archive.len() > limits.max_files * 2 + 64 {
@@ -291,7 +526,7 @@ pub fn from_zip(bytes: &[u8], limits: &Limits) -> Result<Bundle, BundleError> {
             limit: limits.max_files,
         });
     }
-    let mut gatherer = Gatherer::new(limits);
+    check_central_duplicates(&archive, bytes, limits)?;
     for index in 0..archive.len() {
         let entry = archive
             .by_index_raw(index)
@@ -322,55 +557,27 @@ pub fn from_zip(bytes: &[u8], limits: &Limits) -> Result<Bundle, BundleError> {
                 })
             }
         }
-        if entry.encrypted() {
-            return Err(BundleError::Encrypted(path));
-        }
-        let method = entry.compression();
-        if !matches!(
-            method,
-            zip::CompressionMethod::Stored | zip::CompressionMethod::Deflated
-        ) {
-            return Err(BundleError::Compression {
-                path,
-                method: format!("{method:?}"),
-            });
-        }
+        check_entry_header(&entry, &path, limits)?;
         let declared = entry.size();
-        if declared > limits.max_file_bytes {
-            return Err(BundleError::FileTooLarge {
-                path,
-                limit: limits.max_file_bytes,
-            });
-        }
-        if declared > 1 << 20 && declared / entry.compressed_size().max(1) > limits.max_ratio {
-            return Err(BundleError::Ratio {
-                path,
-                limit: limits.max_ratio,
-            });
-        }
         let executable = mode.is_some_and(|m| m & 0o111 != 0);
         drop(entry);
         let entry = archive
             .by_index(index)
             .map_err(|e| BundleError::NotZip(e.to_string()))?;
         // Never more than the limit, whatever the header said.
-        let mut data = Vec::with_capacity(declared.min(1 << 20) as usize);
-        let read = entry.take(limits.max_file_bytes + 1).read_to_end(&mut data);
-        match read {
-            Ok(_) if data.len() as u64 > limits.max_file_bytes => {
+        let data = match gatherer.budget.inflate(entry, limits.max_file_bytes)? {
+            Some(data) if data.len() as u64 > limits.max_file_bytes => {
                 return Err(BundleError::FileTooLarge {
                     path,
                     limit: limits.max_file_bytes,
                 })
             }
-            Ok(_) if data.len() as u64 != declared => return Err(BundleError::Corrupt { path }),
-            Ok(_) => {}
-            // The zip crate checks each entry's CRC-32 at its end.
-            Err(_) => return Err(BundleError::Corrupt { path }),
-        }
+            Some(data) if data.len() as u64 == declared => data,
+            _ => return Err(BundleError::Corrupt { path }),
+        };
         gatherer.add(&path, data, executable)?;
     }
-    gatherer.finish()
+    Ok(())
 }
 
 /// Reads a directory upload: each part's file name is its path inside one
@@ -644,6 +851,157 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(error.contains("twice"), "{error}");
+    }
+
+    #[test]
+    fn duplicate_names_are_refused_even_where_the_zip_crate_hides_them() {
+        let limits = Limits::default();
+        let manifest = ("s/SKILL.md", MANIFEST.as_bytes(), 0o644);
+        // Two central-directory records of one name: the zip crate keeps
+        // only the last, so the reader must count the records itself.
+        let mut zip = zip_of(&[
+            manifest,
+            ("s/dupA", b"one", 0o644),
+            ("s/dupB", b"two", 0o644),
+        ]);
+        let mut patched = 0;
+        while let Some(at) = zip.windows(6).position(|w| w == b"s/dupB") {
+            zip[at + 5] = b'A';
+            patched += 1;
+        }
+        assert_eq!(patched, 2, "the local and the central header");
+        let error = from_zip(&zip, &limits).unwrap_err();
+        assert_eq!(error, BundleError::Duplicate("s/dupA".into()));
+        assert!(error
+            .to_string()
+            .contains("\"s/dupA\" is in the bundle twice"));
+        // Names that differ only in case, a file and a folder that differ
+        // only in case, and a folder entry with a file's name.
+        for entries in [
+            vec![
+                manifest,
+                ("s/Readme.md", b"1", 0o644),
+                ("s/README.md", b"2", 0o644),
+            ],
+            vec![
+                manifest,
+                ("s/lib", b"1", 0o644),
+                ("s/LIB/x.py", b"2", 0o644),
+            ],
+            vec![manifest, ("s/data/", b"", 0o755), ("s/data", b"2", 0o644)],
+        ] {
+            let error = from_zip(&zip_of(&entries), &limits)
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("twice"), "{entries:?}: {error}");
+        }
+        // The same in a directory upload.
+        let error = from_files(
+            [
+                ("s/SKILL.md".to_owned(), MANIFEST.as_bytes().to_vec()),
+                ("s/run.sh".to_owned(), b"1".to_vec()),
+                ("s/RUN.sh".to_owned(), b"2".to_vec()),
+            ],
+            &limits,
+        )
+        .unwrap_err();
+        assert_eq!(error, BundleError::Duplicate("s/RUN.sh".into()));
+        // Not a duplicate: the same name in different folders.
+        assert!(from_zip(
+            &zip_of(&[manifest, ("s/a/x", b"1", 0o644), ("s/b/x", b"2", 0o644)]),
+            &limits
+        )
+        .is_ok());
+    }
+
+    /// Data deflate shrinks about a hundredfold: under the ratio cap.
+    fn compressible(size: usize) -> Vec<u8> {
+        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut out = vec![0u8; size];
+        for chunk in out.chunks_mut(4096) {
+            for byte in chunk.iter_mut().take(24) {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                *byte = seed as u8;
+            }
+        }
+        out
+    }
+
+    /// A bundle holding `s/bomb.zip`: a zip of `wide` zips, each of `wide`
+    /// entries named `.zip` holding `leaf`.
+    fn nested_bomb(leaf: &[u8], wide: usize) -> Vec<u8> {
+        let leaves: Vec<String> = (0..wide).map(|i| format!("z{i}.zip")).collect();
+        let inner = zip_of(
+            &leaves
+                .iter()
+                .map(|name| (name.as_str(), leaf, 0o644))
+                .collect::<Vec<_>>(),
+        );
+        let middles: Vec<String> = (0..wide).map(|i| format!("a{i}.zip")).collect();
+        let middle = zip_of(
+            &middles
+                .iter()
+                .map(|name| (name.as_str(), inner.as_slice(), 0o644))
+                .collect::<Vec<_>>(),
+        );
+        zip_of(&[
+            ("s/SKILL.md", MANIFEST.as_bytes(), 0o644),
+            ("s/bomb.zip", &middle, 0o644),
+        ])
+    }
+
+    #[test]
+    fn a_nested_zip_bomb_costs_no_more_than_the_budget() {
+        // Zeros: every nested level gets the ratio cap, so the first leaf
+        // is refused before it is decompressed.
+        let bomb = nested_bomb(&vec![0u8; 4 << 20], 8);
+        assert!(bomb.len() < 200 << 10, "{} bytes", bomb.len());
+        let (result, done) = from_zip_measured(&bomb, &Limits::default());
+        assert_eq!(
+            result.unwrap_err(),
+            BundleError::Ratio {
+                path: "s/bomb.zip!/a0.zip!/z0.zip".into(),
+                limit: 200
+            }
+        );
+        assert!(done.inflated_bytes < 1 << 20, "{done:?}");
+        // Under the ratio cap, but 8 x 8 x 2 MiB in all: the shared budget
+        // stops it (here 8 MiB), not the size of any one entry.
+        let wide = nested_bomb(&compressible(2 << 20), 8);
+        let limits = Limits {
+            max_inflated_bytes: 8 << 20,
+            ..Limits::default()
+        };
+        let (result, done) = from_zip_measured(&wide, &limits);
+        assert_eq!(
+            result.unwrap_err(),
+            BundleError::TooMuchWork { limit: 8 << 20 }
+        );
+        assert!(
+            done.inflated_bytes <= (8 << 20) + INFLATE_CHUNK as u64,
+            "{done:?}"
+        );
+        assert!(from_zip(&wide, &limits)
+            .unwrap_err()
+            .to_string()
+            .contains("would decompress more than 8388608 bytes"));
+        // The default budget lets a legitimate nested zip through and
+        // counts what it opened.
+        let small = nested_bomb(b"not a zip", 2);
+        let (result, done) = from_zip_measured(&small, &Limits::default());
+        assert!(result.is_ok(), "{result:?}");
+        assert_eq!(done.nested_zips, 3, "bomb.zip, a0.zip, a1.zip");
+        // The wall-clock bound, reached at once.
+        let limits = Limits {
+            max_read_time: Duration::ZERO,
+            ..Limits::default()
+        };
+        assert_eq!(
+            from_zip(&small, &limits).unwrap_err(),
+            BundleError::TooSlow { seconds: 0 }
+        );
     }
 
     #[test]

@@ -10,6 +10,8 @@ pub mod curated;
 pub mod fuzzing;
 pub mod manifest;
 
-pub use bundle::{from_files, from_zip, Bundle, BundleError, BundleFile, Limits};
+pub use bundle::{
+    from_files, from_zip, from_zip_measured, Bundle, BundleError, BundleFile, Limits, WorkDone,
+};
 pub use curated::{Curated, CURATED};
 pub use manifest::Manifest;

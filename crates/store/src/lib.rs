@@ -187,6 +187,10 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX sessions_by_container ON sessions (container_id);
 "#,
+    r#"
+    ALTER TABLE egress ADD COLUMN aggregated INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE containers ADD COLUMN egress_unlogged INTEGER NOT NULL DEFAULT 0;
+"#,
 ];
 
 /// A container's row.
@@ -281,9 +285,12 @@ pub struct EgressRow {
     pub bytes_out: u64,
     pub bytes_in: u64,
     pub duration_ms: u64,
+    /// For an aggregate row (verdict `aggregated`): the events it stands
+    /// for, which have no row of their own; 0 for every other row.
+    pub aggregated: u64,
 }
 
-const EGRESS_COLUMNS: &str = "id, project, container_id, created_at, kind, requested_name, server_name, address, port, verdict, reason, bytes_out, bytes_in, duration_ms";
+const EGRESS_COLUMNS: &str = "id, project, container_id, created_at, kind, requested_name, server_name, address, port, verdict, reason, bytes_out, bytes_in, duration_ms, aggregated";
 
 fn egress_row(row: &Row) -> rusqlite::Result<EgressRow> {
     Ok(EgressRow {
@@ -301,6 +308,7 @@ fn egress_row(row: &Row) -> rusqlite::Result<EgressRow> {
         bytes_out: row.get::<_, i64>(11)? as u64,
         bytes_in: row.get::<_, i64>(12)? as u64,
         duration_ms: row.get::<_, i64>(13)? as u64,
+        aggregated: row.get::<_, i64>(14)? as u64,
     })
 }
 
@@ -1546,7 +1554,8 @@ impl Store {
 
     /// Records attempts, in one transaction; each row's project is its
     /// container's (rows of containers the store does not know are
-    /// dropped).
+    /// dropped). An aggregate row's count is added to its container's
+    /// total of events not logged one by one ([`Self::egress_unlogged`]).
     pub fn record_egress(&self, rows: &[EgressRow]) -> Result<usize> {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
@@ -1554,10 +1563,16 @@ impl Store {
         {
             let mut insert = tx.prepare_cached(&format!(
                 "INSERT INTO egress ({EGRESS_COLUMNS})
-                 SELECT ?1, project, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13
+                 SELECT ?1, project, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14
                  FROM containers WHERE id = ?2"
             ))?;
+            let mut count_unlogged = tx.prepare_cached(
+                "UPDATE containers SET egress_unlogged = egress_unlogged + ?2 WHERE id = ?1",
+            )?;
             for row in rows {
+                if row.aggregated > 0 {
+                    count_unlogged.execute(params![row.container_id, row.aggregated as i64])?;
+                }
                 written += insert.execute(params![
                     row.id,
                     row.container_id,
@@ -1571,12 +1586,41 @@ impl Store {
                     row.reason,
                     row.bytes_out as i64,
                     row.bytes_in as i64,
-                    row.duration_ms as i64
+                    row.duration_ms as i64,
+                    row.aggregated as i64
                 ])?;
             }
         }
         tx.commit()?;
         Ok(written)
+    }
+
+    /// How many of a container's egress events were not logged one row
+    /// each (counted in its aggregate rows), since it was created.
+    pub fn egress_unlogged(&self, container_id: &str) -> Result<u64> {
+        let count: Option<i64> = self
+            .reader()
+            .query_row(
+                "SELECT egress_unlogged FROM containers WHERE id = ?1",
+                params![container_id],
+                |row| row.get(0),
+            )
+            .optional()?;
+        Ok(count.unwrap_or(0).max(0) as u64)
+    }
+
+    /// Deletes at most `batch` of the oldest egress rows made before
+    /// `cutoff` (seconds since the Unix epoch), whatever their container;
+    /// returns how many went. Only the `batch` oldest rows are looked at
+    /// (rows are written in time order), so a call costs the same on a
+    /// table of any size and holds the writer briefly.
+    pub fn delete_egress_before(&self, cutoff: i64, batch: usize) -> Result<usize> {
+        Ok(self.conn().execute(
+            "DELETE FROM egress WHERE seq IN (
+                 SELECT seq FROM (SELECT seq, created_at FROM egress ORDER BY seq LIMIT ?2)
+                 WHERE created_at < ?1)",
+            params![cutoff, batch as i64],
+        )?)
     }
 
     /// A page of a container's egress log.
@@ -1749,6 +1793,7 @@ mod tests {
             bytes_out: 0,
             bytes_in: 0,
             duration_ms: 1,
+            aggregated: 0,
         };
         let rows: Vec<EgressRow> = (0..5)
             .map(|i| row(i, "c1"))
@@ -1782,6 +1827,66 @@ mod tests {
             rest.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
             ["eg3", "eg4"]
         );
+    }
+
+    #[test]
+    fn aggregate_egress_rows_count_per_container_and_old_rows_go_in_batches() {
+        let store = Store::in_memory().unwrap();
+        store
+            .insert_container(&container("c1", "alpha", "x"))
+            .unwrap();
+        let row = |i: u32, created_at: i64, aggregated: u64| EgressRow {
+            id: format!("eg{i}"),
+            project: String::new(),
+            container_id: "c1".into(),
+            created_at,
+            kind: "dns".into(),
+            requested_name: None,
+            server_name: None,
+            address: None,
+            port: 53,
+            verdict: if aggregated > 0 {
+                "aggregated"
+            } else {
+                "allowed"
+            }
+            .into(),
+            reason: "r".into(),
+            bytes_out: 0,
+            bytes_in: 0,
+            duration_ms: 0,
+            aggregated,
+        };
+        // Five old rows (two aggregate ones), three recent ones.
+        let rows: Vec<EgressRow> = (0..8)
+            .map(|i| {
+                row(
+                    i,
+                    if i < 5 { 100 } else { 1_000 },
+                    [0, 7, 0, 3, 0, 0, 0, 0][i as usize],
+                )
+            })
+            .collect();
+        store.record_egress(&rows).unwrap();
+        assert_eq!(store.egress_unlogged("c1").unwrap(), 10);
+        assert_eq!(store.egress_unlogged("gone").unwrap(), 0);
+        let all = Page {
+            limit: 100,
+            ascending: true,
+            after: None,
+        };
+        assert_eq!(store.list_egress("c1", &all).unwrap().0[1].aggregated, 7);
+        assert_eq!(store.delete_egress_before(500, 2).unwrap(), 2);
+        assert_eq!(store.delete_egress_before(500, 2).unwrap(), 2);
+        assert_eq!(store.delete_egress_before(500, 2).unwrap(), 1);
+        assert_eq!(store.delete_egress_before(500, 2).unwrap(), 0);
+        let left = store.list_egress("c1", &all).unwrap().0;
+        assert_eq!(
+            left.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+            ["eg5", "eg6", "eg7"]
+        );
+        // The container's total outlives the rows.
+        assert_eq!(store.egress_unlogged("c1").unwrap(), 10);
     }
 
     #[test]

@@ -186,7 +186,10 @@ impl Upstream for Anthropic {
     ) -> Result<Reply, UpstreamError> {
         let body = request_body(turn, true);
         let url = self.endpoint.url("messages");
-        let response = super::send(&self.endpoint.config, || {
+        let config = &self.endpoint.config;
+        let max_arguments = config.limits.max_tool_call_bytes;
+        let mut budget = super::Budget::turn(config);
+        let response = super::send(config, &budget, || {
             let request = self
                 .endpoint
                 .client
@@ -199,9 +202,9 @@ impl Upstream for Anthropic {
             }
         })
         .await?;
-        let timeout = self.endpoint.config.timeout;
         if !super::is_event_stream(&response) {
-            let reply = parse_message(&super::json_body(response, timeout).await?)?;
+            let reply = parse_message(&super::json_body(response, &mut budget).await?)?;
+            let reply = super::check_reply(reply, max_arguments)?;
             if let (Some(sink), false) = (deltas, reply.text.is_empty()) {
                 let _ = sink.send(Delta::Text(reply.text.clone()));
             }
@@ -213,7 +216,7 @@ impl Upstream for Anthropic {
         let mut usage = Usage::default();
         let mut stop = None;
         let mut ended = false;
-        super::read_events(response, timeout, |event| {
+        super::read_events_within(response, &mut budget, |event| {
             let index = event.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
             match event.get("type").and_then(Value::as_str) {
                 Some("message_start") => {
@@ -262,6 +265,7 @@ impl Upstream for Anthropic {
                                 .unwrap_or("");
                             if let Some(call) = calls.get_mut(&index) {
                                 call.2.push_str(piece);
+                                super::check_arguments(&call.2, max_arguments)?;
                             }
                             if let Some(sink) = deltas {
                                 let _ = sink.send(Delta::ToolArguments {

@@ -117,8 +117,14 @@ fn finish_of(reason: &str) -> Finish {
 }
 
 impl Assembly {
-    /// Takes one chunk (`delta`) or one choice's `message`.
-    fn take(&mut self, part: &Value, deltas: Option<&DeltaSink>) {
+    /// Takes one chunk (`delta`) or one choice's `message`; a tool call
+    /// whose arguments grow past `max_arguments` bytes is an error.
+    fn take(
+        &mut self,
+        part: &Value,
+        deltas: Option<&DeltaSink>,
+        max_arguments: usize,
+    ) -> Result<(), UpstreamError> {
         if let Some(text) = part.get("content").and_then(Value::as_str) {
             if !text.is_empty() {
                 self.text.push_str(text);
@@ -128,7 +134,7 @@ impl Assembly {
             }
         }
         let Some(calls) = part.get("tool_calls").and_then(Value::as_array) else {
-            return;
+            return Ok(());
         };
         for (position, call) in calls.iter().enumerate() {
             let index = call
@@ -174,7 +180,9 @@ impl Assembly {
                 }
             }
             entry.2.push_str(&arguments);
+            super::check_arguments(&entry.2, max_arguments)?;
         }
+        Ok(())
     }
 
     fn take_usage(&mut self, usage: Option<&Value>) {
@@ -230,7 +238,9 @@ pub fn parse_completion(body: &Value) -> Result<Reply, UpstreamError> {
         .get("message")
         .ok_or_else(|| UpstreamError::Malformed("a choice without a message".into()))?;
     let mut assembly = Assembly::default();
-    assembly.take(message, None);
+    // A whole completion's size was bounded as it was read; its tool calls
+    // are checked by the caller.
+    assembly.take(message, None, usize::MAX)?;
     assembly.finish = choice
         .get("finish_reason")
         .and_then(Value::as_str)
@@ -247,7 +257,10 @@ impl Upstream for ChatCompletions {
         deltas: Option<&DeltaSink>,
     ) -> Result<Reply, UpstreamError> {
         let body = request_body(turn, true);
-        let response = super::send(&self.endpoint.config, || {
+        let config = &self.endpoint.config;
+        let max_arguments = config.limits.max_tool_call_bytes;
+        let mut budget = super::Budget::turn(config);
+        let response = super::send(config, &budget, || {
             let request = self
                 .endpoint
                 .client
@@ -259,9 +272,9 @@ impl Upstream for ChatCompletions {
             }
         })
         .await?;
-        let timeout = self.endpoint.config.timeout;
         if !super::is_event_stream(&response) {
-            let reply = parse_completion(&super::json_body(response, timeout).await?)?;
+            let reply = parse_completion(&super::json_body(response, &mut budget).await?)?;
+            let reply = super::check_reply(reply, max_arguments)?;
             if let Some(sink) = deltas {
                 if !reply.text.is_empty() {
                     let _ = sink.send(Delta::Text(reply.text.clone()));
@@ -270,13 +283,13 @@ impl Upstream for ChatCompletions {
             return Ok(reply);
         }
         let mut assembly = Assembly::default();
-        super::read_events(response, timeout, |event| {
+        super::read_events_within(response, &mut budget, |event| {
             if let Some(message) = error_in(&event) {
                 return Err(UpstreamError::Malformed(excerpt(&message)));
             }
             if let Some(choice) = event.get("choices").and_then(|c| c.get(0)) {
                 if let Some(delta) = choice.get("delta") {
-                    assembly.take(delta, deltas);
+                    assembly.take(delta, deltas, max_arguments)?;
                 }
                 if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
                     assembly.finish = Some(finish_of(reason));
@@ -357,7 +370,7 @@ mod tests {
             json!({"tool_calls": [{"index": 0, "function": {"arguments": "ands\":[\"ls\"]}"}}]}),
             json!({"tool_calls": [{"index": 1, "id": "c10", "function": {"name": "f", "arguments": ""}}]}),
         ] {
-            assembly.take(&delta, None);
+            assembly.take(&delta, None, usize::MAX).unwrap();
         }
         let reply = assembly.reply();
         assert_eq!(reply.text, "Let me look.");

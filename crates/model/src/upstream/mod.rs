@@ -9,15 +9,19 @@
 //!
 //! Every failure is an [`UpstreamError`]: HTTP errors, timeouts and
 //! malformed output end the response as `failed` with a clear message; a
-//! 429 is retried with backoff first. An upstream's key never leaves its
-//! adapter: not in errors, logs, responses or the store.
+//! 429 is retried with backoff first. Each turn is bounded ([`TurnLimits`]):
+//! the bytes of the whole answer (never buffered past the cap), the bytes
+//! of one tool call's arguments, and a deadline for the whole turn beside
+//! the wait for each piece (so a model trickling a byte a second is cut
+//! off too). An upstream's key never leaves its adapter: not in errors,
+//! logs, responses or the store.
 
 pub mod anthropic;
 pub mod chat;
 pub mod responses;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -143,6 +147,14 @@ pub enum UpstreamError {
     RateLimited { attempts: u32 },
     #[error("the upstream model did not answer within {seconds} s")]
     Timeout { seconds: u64 },
+    #[error("the upstream model did not finish its turn within {seconds} s")]
+    TurnTimeout { seconds: u64 },
+    #[error("the upstream model's answer is larger than the limit of {limit} bytes")]
+    AnswerTooLarge { limit: usize },
+    #[error(
+        "a tool call of the upstream model has more than the limit of {limit} bytes of arguments"
+    )]
+    ToolCallTooLarge { limit: usize },
     #[error("the upstream model's answer could not be read: {0}")]
     Malformed(String),
     #[error("the upstream model could not be reached: {0}")]
@@ -199,6 +211,128 @@ impl std::str::FromStr for Protocol {
     }
 }
 
+/// Bounds on one turn of an upstream (operator settings:
+/// `upstream_max_answer_bytes`, `upstream_max_tool_call_bytes`,
+/// `upstream_turn_timeout_secs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TurnLimits {
+    /// Most bytes of one answer as they come over the wire (the body, or
+    /// every event of the stream together).
+    pub max_answer_bytes: usize,
+    /// Most bytes of one tool call's arguments.
+    pub max_tool_call_bytes: usize,
+    /// Longest time for a whole turn: request, retries and every piece.
+    pub turn_timeout: Duration,
+}
+
+impl TurnLimits {
+    /// 32 MiB: far above any real model's turn (a 128k-token answer is
+    /// about 0.5 MiB, its events a few MiB), far below what hurts a server.
+    pub const DEFAULT_MAX_ANSWER_BYTES: usize = 32 * 1024 * 1024;
+    /// 4 MiB: a file written through a function call fits; a shell call's
+    /// commands are limited much lower by the sandbox anyway.
+    pub const DEFAULT_MAX_TOOL_CALL_BYTES: usize = 4 * 1024 * 1024;
+    /// 10 minutes: the server's request deadline.
+    pub const DEFAULT_TURN_TIMEOUT: Duration = Duration::from_secs(600);
+}
+
+impl Default for TurnLimits {
+    fn default() -> Self {
+        Self {
+            max_answer_bytes: Self::DEFAULT_MAX_ANSWER_BYTES,
+            max_tool_call_bytes: Self::DEFAULT_MAX_TOOL_CALL_BYTES,
+            turn_timeout: Self::DEFAULT_TURN_TIMEOUT,
+        }
+    }
+}
+
+/// Whether a tool call's arguments are within `limit`.
+pub(crate) fn check_arguments(arguments: &str, limit: usize) -> Result<(), UpstreamError> {
+    if arguments.len() > limit {
+        return Err(UpstreamError::ToolCallTooLarge { limit });
+    }
+    Ok(())
+}
+
+/// Whether every tool call of a reply is within `limit`.
+pub(crate) fn check_reply(reply: Reply, limit: usize) -> Result<Reply, UpstreamError> {
+    for call in &reply.tool_calls {
+        check_arguments(&call.arguments, limit)?;
+    }
+    Ok(reply)
+}
+
+/// What is left of one turn: its deadline, the wait for each piece, and
+/// the bytes it may still read.
+pub(crate) struct Budget {
+    per_read: Duration,
+    deadline: Option<(Instant, u64)>,
+    max_bytes: usize,
+    read: usize,
+}
+
+impl Budget {
+    /// A turn beginning now.
+    pub fn turn(config: &UpstreamConfig) -> Self {
+        let limits = config.limits;
+        Self {
+            per_read: config.timeout,
+            deadline: Instant::now()
+                .checked_add(limits.turn_timeout)
+                .map(|at| (at, limits.turn_timeout.as_secs())),
+            max_bytes: limits.max_answer_bytes,
+            read: 0,
+        }
+    }
+
+    /// Waits for `future` at most the wait for one piece, and never past
+    /// the turn's deadline.
+    pub async fn wait<F: std::future::Future>(
+        &self,
+        future: F,
+    ) -> Result<F::Output, UpstreamError> {
+        let mut wait = self.per_read;
+        if let Some((at, _)) = self.deadline {
+            wait = wait.min(at.saturating_duration_since(Instant::now()));
+        }
+        tokio::time::timeout(wait, future)
+            .await
+            .map_err(|_| self.timed_out())
+    }
+
+    /// The error for a wait that ran out: the turn's, once it is over.
+    pub fn timed_out(&self) -> UpstreamError {
+        match self.deadline {
+            Some((at, seconds)) if Instant::now() >= at => UpstreamError::TurnTimeout { seconds },
+            _ => UpstreamError::Timeout {
+                seconds: self.per_read.as_secs(),
+            },
+        }
+    }
+
+    /// Sleeps (a backoff), unless that would pass the turn's deadline.
+    pub async fn sleep(&self, wait: Duration) -> Result<(), UpstreamError> {
+        if let Some((at, seconds)) = self.deadline {
+            if Instant::now() + wait >= at {
+                return Err(UpstreamError::TurnTimeout { seconds });
+            }
+        }
+        tokio::time::sleep(wait).await;
+        Ok(())
+    }
+
+    /// Counts `bytes` more of the answer.
+    pub fn count(&mut self, bytes: usize) -> Result<(), UpstreamError> {
+        self.read = self.read.saturating_add(bytes);
+        if self.read > self.max_bytes {
+            return Err(UpstreamError::AnswerTooLarge {
+                limit: self.max_bytes,
+            });
+        }
+        Ok(())
+    }
+}
+
 /// Where an upstream is and how to talk to it.
 #[derive(Clone)]
 pub struct UpstreamConfig {
@@ -211,6 +345,8 @@ pub struct UpstreamConfig {
     pub timeout: Duration,
     /// Attempts at a rate-limited (429) request before giving up.
     pub attempts: u32,
+    /// Bounds on each turn.
+    pub limits: TurnLimits,
 }
 
 impl std::fmt::Debug for UpstreamConfig {
@@ -220,6 +356,7 @@ impl std::fmt::Debug for UpstreamConfig {
             .field("api_key", &self.api_key.as_ref().map(|_| "<hidden>"))
             .field("protocol", &self.protocol)
             .field("timeout", &self.timeout)
+            .field("limits", &self.limits)
             .finish()
     }
 }
@@ -318,23 +455,22 @@ pub(crate) fn client(config: &UpstreamConfig) -> Result<reqwest::Client, Upstrea
 }
 
 /// Sends a request (made afresh for each attempt by `request`), retrying a
-/// 429 with backoff (its `Retry-After` when given, at most 10 s); any other
-/// status but 2xx is an error with the upstream's message.
+/// 429 with backoff (its `Retry-After` when given, at most 10 s, never past
+/// the turn's deadline); any other status but 2xx is an error with the
+/// upstream's message.
 pub(crate) async fn send(
     config: &UpstreamConfig,
+    budget: &Budget,
     request: impl Fn() -> reqwest::RequestBuilder,
 ) -> Result<reqwest::Response, UpstreamError> {
-    let timeout = config.timeout;
-    let seconds = timeout.as_secs();
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let response = match tokio::time::timeout(timeout, request().send()).await {
-            Err(_) => return Err(UpstreamError::Timeout { seconds }),
-            Ok(Err(e)) if e.is_timeout() => return Err(UpstreamError::Timeout { seconds }),
+        let response = match budget.wait(request().send()).await? {
+            Err(e) if e.is_timeout() => return Err(budget.timed_out()),
             // reqwest's errors name the URL, never the key.
-            Ok(Err(e)) => return Err(UpstreamError::Unreachable(e.to_string())),
-            Ok(Ok(response)) => response,
+            Err(e) => return Err(UpstreamError::Unreachable(e.to_string())),
+            Ok(response) => response,
         };
         let status = response.status().as_u16();
         if status == 429 {
@@ -346,17 +482,19 @@ pub(crate) async fn send(
                 .get("retry-after")
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.trim().parse::<f64>().ok())
-                .map(Duration::from_secs_f64)
+                .filter(|seconds| seconds.is_finite() && *seconds >= 0.0)
+                .map(|seconds| Duration::from_secs_f64(seconds.min(10.0)))
                 .unwrap_or(Duration::from_millis(500 << attempt.min(6)))
                 .min(Duration::from_secs(10));
-            tokio::time::sleep(wait).await;
+            budget.sleep(wait).await?;
             continue;
         }
         if !(200..300).contains(&status) {
-            let text = tokio::time::timeout(timeout, response.text())
+            // Only the start of an error body is read: it is only shown.
+            const ERROR_BODY_BYTES: usize = 64 * 1024;
+            let text = read_body(response, budget, ERROR_BODY_BYTES, false)
                 .await
-                .ok()
-                .and_then(Result::ok)
+                .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
                 .unwrap_or_default();
             let message = serde_json::from_str::<Value>(&text)
                 .ok()
@@ -368,6 +506,32 @@ pub(crate) async fn send(
             });
         }
         return Ok(response);
+    }
+}
+
+/// Reads a body, a piece at a time within `budget`, at most `most` bytes:
+/// past them it is an error (`strict`) or cut off there.
+async fn read_body(
+    mut response: reqwest::Response,
+    budget: &Budget,
+    most: usize,
+    strict: bool,
+) -> Result<Vec<u8>, UpstreamError> {
+    let mut body = Vec::new();
+    loop {
+        let chunk = match budget.wait(response.chunk()).await? {
+            Err(e) => return Err(UpstreamError::Unreachable(e.to_string())),
+            Ok(None) => return Ok(body),
+            Ok(Some(chunk)) => chunk,
+        };
+        if body.len() + chunk.len() > most {
+            if strict {
+                return Err(UpstreamError::AnswerTooLarge { limit: most });
+            }
+            body.extend_from_slice(&chunk[..most - body.len()]);
+            return Ok(body);
+        }
+        body.extend_from_slice(&chunk);
     }
 }
 
@@ -395,59 +559,130 @@ pub(crate) fn is_event_stream(response: &reqwest::Response) -> bool {
         .is_some_and(|v| v.starts_with("text/event-stream"))
 }
 
-/// Reads a whole JSON body.
+/// Reads a whole JSON body, within the turn's budget.
 pub(crate) async fn json_body(
     response: reqwest::Response,
-    timeout: Duration,
+    budget: &mut Budget,
 ) -> Result<Value, UpstreamError> {
-    let text = tokio::time::timeout(timeout, response.text())
+    let most = budget.max_bytes.saturating_sub(budget.read);
+    let bytes = read_body(response, budget, most, true)
         .await
-        .map_err(|_| UpstreamError::Timeout {
-            seconds: timeout.as_secs(),
-        })?
-        .map_err(|e| UpstreamError::Unreachable(e.to_string()))?;
-    serde_json::from_str(&text)
-        .map_err(|_| UpstreamError::Malformed(format!("not JSON: {}", excerpt(&text))))
+        .map_err(|e| match e {
+            UpstreamError::AnswerTooLarge { .. } => UpstreamError::AnswerTooLarge {
+                limit: budget.max_bytes,
+            },
+            other => other,
+        })?;
+    budget.count(bytes.len())?;
+    serde_json::from_slice(&bytes).map_err(|_| {
+        UpstreamError::Malformed(format!(
+            "not JSON: {}",
+            excerpt(&String::from_utf8_lossy(&bytes))
+        ))
+    })
 }
 
 /// Reads a server-sent event stream, calling `on_data` with each event's
 /// `data` as JSON (`[DONE]` ends it); `on_data` returns `false` to stop.
-/// Every read waits at most `timeout`. (Also `shellgate local`'s reader of
-/// a Responses API stream.)
+/// Every read waits at most `timeout`; nothing else is bounded (this is
+/// `shellgate local`'s reader of its own server's stream; upstream turns
+/// use [`read_events_within`]).
 pub async fn read_events(
     response: reqwest::Response,
     timeout: Duration,
+    on_data: impl FnMut(Value) -> Result<bool, UpstreamError>,
+) -> Result<(), UpstreamError> {
+    let mut budget = Budget {
+        per_read: timeout,
+        deadline: None,
+        max_bytes: usize::MAX,
+        read: 0,
+    };
+    read_events_within(response, &mut budget, on_data).await
+}
+
+/// Reads a server-sent event stream within a turn's `budget` (its deadline,
+/// the wait for each piece, the answer's bytes), calling `on_data` with
+/// each event's `data` as JSON (`[DONE]` ends it); `on_data` returns
+/// `false` to stop. Linear in the stream's length: each byte is looked at
+/// once for the end of its line, and only whole lines are moved.
+pub(crate) async fn read_events_within(
+    response: reqwest::Response,
+    budget: &mut Budget,
     mut on_data: impl FnMut(Value) -> Result<bool, UpstreamError>,
 ) -> Result<(), UpstreamError> {
     use tokio_stream::StreamExt;
-    let seconds = timeout.as_secs();
     let mut stream = response.bytes_stream();
-    let mut pending: Vec<u8> = Vec::new();
+    let mut lines = Lines::default();
     loop {
-        let chunk = match tokio::time::timeout(timeout, stream.next()).await {
-            Err(_) => return Err(UpstreamError::Timeout { seconds }),
-            Ok(None) => return Ok(()),
-            Ok(Some(Err(e))) => return Err(UpstreamError::Unreachable(e.to_string())),
-            Ok(Some(Ok(chunk))) => chunk,
+        let chunk = match budget.wait(stream.next()).await? {
+            None => return Ok(()),
+            Some(Err(e)) => return Err(UpstreamError::Unreachable(e.to_string())),
+            Some(Ok(chunk)) => chunk,
         };
-        pending.extend_from_slice(&chunk);
-        while let Some(end) = pending.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = pending.drain(..=end).collect();
-            let line = String::from_utf8_lossy(&line);
+        budget.count(chunk.len())?;
+        let go_on = lines.push(&chunk, |line| {
+            let line = String::from_utf8_lossy(line);
             let Some(data) = line.trim().strip_prefix("data:") else {
-                continue;
+                return Ok(true);
             };
             let data = data.trim();
             if data == "[DONE]" {
-                return Ok(());
+                return Ok(false);
             }
             let event: Value = serde_json::from_str(data).map_err(|_| {
                 UpstreamError::Malformed(format!("an unreadable event: {}", excerpt(data)))
             })?;
-            if !on_data(event)? {
-                return Ok(());
+            on_data(event)
+        })?;
+        if !go_on {
+            return Ok(());
+        }
+    }
+}
+
+/// A byte stream cut into lines in linear time: each byte is examined once
+/// for a line's end, and the bytes left after a chunk's last whole line (a
+/// partial line) are moved once, to the front. (Searching the whole buffer
+/// again per chunk, or removing each line from the front of a large chunk,
+/// is quadratic: a 16 MiB tool call took seconds.)
+#[derive(Default)]
+pub(crate) struct Lines {
+    /// A partial line, waiting for its end.
+    pending: Vec<u8>,
+    /// Bytes examined for a line's end, and bytes moved: for tests.
+    examined: usize,
+    moved: usize,
+}
+
+impl Lines {
+    /// Adds `chunk`, calling `each` with every line it completes (without
+    /// its `\n`); `each` returns `false` to stop (then so does this).
+    pub fn push(
+        &mut self,
+        chunk: &[u8],
+        mut each: impl FnMut(&[u8]) -> Result<bool, UpstreamError>,
+    ) -> Result<bool, UpstreamError> {
+        // Only the new bytes are searched: the partial line has no end.
+        let mut search = self.pending.len();
+        self.pending.extend_from_slice(chunk);
+        let mut line_start = 0;
+        while let Some(offset) = self.pending[search..].iter().position(|b| *b == b'\n') {
+            let line_end = search + offset;
+            self.examined += offset + 1;
+            let go_on = each(&self.pending[line_start..line_end])?;
+            line_start = line_end + 1;
+            search = line_start;
+            if !go_on {
+                return Ok(false);
             }
         }
+        self.examined += self.pending.len() - search;
+        if line_start > 0 {
+            self.moved += self.pending.len() - line_start;
+            self.pending.drain(..line_start);
+        }
+        Ok(true)
     }
 }
 
@@ -480,6 +715,53 @@ mod tests {
             max_output_tokens: None,
             parallel_tool_calls: None,
         }
+    }
+
+    #[test]
+    fn lines_are_cut_in_linear_time_however_the_bytes_come() {
+        // 16 MiB of events: in one chunk, and a byte at a time within one
+        // 16 MiB line (the two quadratic cases of the old reader).
+        let line = format!("data: {{\"x\":\"{}\"}}\n", "a".repeat(100));
+        let many = line.repeat(16 * 1024 * 1024 / line.len());
+        let mut lines = Lines::default();
+        let mut count = 0;
+        lines
+            .push(many.as_bytes(), |l| {
+                assert_eq!(l.len(), line.len() - 1);
+                count += 1;
+                Ok(true)
+            })
+            .unwrap();
+        assert_eq!(count, many.len() / line.len());
+        assert_eq!(lines.examined, many.len());
+        assert_eq!(lines.moved, 0);
+
+        let huge = format!("data: {}\n", "b".repeat(16 * 1024 * 1024));
+        let mut lines = Lines::default();
+        let mut seen = Vec::new();
+        for piece in huge.as_bytes().chunks(8 * 1024) {
+            lines
+                .push(piece, |l| {
+                    seen.push(l.len());
+                    Ok(true)
+                })
+                .unwrap();
+        }
+        assert_eq!(seen, vec![huge.len() - 1]);
+        assert_eq!(lines.examined, huge.len());
+        assert_eq!(lines.moved, 0);
+        // A partial line after whole ones is moved once, not per line.
+        let mut lines = Lines::default();
+        lines.push(b"a\nb\nc\npartial", |_| Ok(true)).unwrap();
+        assert_eq!(lines.moved, "partial".len());
+        let mut rest = Vec::new();
+        lines
+            .push(b" line\n", |l| {
+                rest.push(l.to_vec());
+                Ok(true)
+            })
+            .unwrap();
+        assert_eq!(rest, vec![b"partial line".to_vec()]);
     }
 
     #[tokio::test]

@@ -172,7 +172,10 @@ impl Upstream for Responses {
     ) -> Result<Reply, UpstreamError> {
         let body = request_body(turn, true);
         let url = self.endpoint.url("responses");
-        let response = super::send(&self.endpoint.config, || {
+        let config = &self.endpoint.config;
+        let max_arguments = config.limits.max_tool_call_bytes;
+        let mut budget = super::Budget::turn(config);
+        let response = super::send(config, &budget, || {
             let request = self.endpoint.client.post(&url).json(&body);
             match &self.endpoint.config.api_key {
                 Some(key) => request.bearer_auth(key),
@@ -180,16 +183,16 @@ impl Upstream for Responses {
             }
         })
         .await?;
-        let timeout = self.endpoint.config.timeout;
         if !super::is_event_stream(&response) {
-            let reply = parse_response(&super::json_body(response, timeout).await?)?;
+            let reply = parse_response(&super::json_body(response, &mut budget).await?)?;
+            let reply = super::check_reply(reply, max_arguments)?;
             if let (Some(sink), false) = (deltas, reply.text.is_empty()) {
                 let _ = sink.send(Delta::Text(reply.text.clone()));
             }
             return Ok(reply);
         }
         let mut finished = None;
-        super::read_events(response, timeout, |event| {
+        super::read_events_within(response, &mut budget, |event| {
             match event.get("type").and_then(Value::as_str) {
                 Some("response.output_text.delta") => {
                     if let (Some(sink), Some(delta)) =
@@ -225,7 +228,7 @@ impl Upstream for Responses {
         let response = finished.ok_or_else(|| {
             UpstreamError::Malformed("the event stream ended without a response".into())
         })?;
-        parse_response(&response)
+        super::check_reply(parse_response(&response)?, max_arguments)
     }
 }
 

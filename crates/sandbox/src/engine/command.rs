@@ -20,10 +20,6 @@ use crate::output::{CappedOutput, DeltaEncoder};
 use crate::protocol::{Request, Status};
 use crate::sys;
 
-/// How close to its process limit a container may be before a command
-/// first frees the slots of a runaway (bash needs a few to run anything).
-const PROCESS_HEADROOM: u64 = 4;
-
 /// Kills a started command if its future is dropped before it ends. (Init
 /// also kills it when the status pipe's read end, dropped with the future,
 /// closes: this only makes it immediate.)
@@ -139,15 +135,18 @@ impl LocalEngine {
         };
 
         let pids_max = container.spec.pids_max;
-        // A container at its process limit whose processes keep running
-        // into it (a fork bomb left running) could not even start bash's
-        // pipelines: init first ends the runaway. A container merely busy
-        // near its limit (many threads, no failed forks) is left alone.
-        let reclaim = running
-            .counters
-            .pids_current()
-            .is_some_and(|n| n + PROCESS_HEADROOM >= pids_max)
-            && running.counters.events().pids_max > lock(&running.limits_seen).pids_max;
+        // Forks failed at the process limit since the last command ended:
+        // something an earlier command left running keeps running into it
+        // (a fork bomb), and this command could not even start bash's
+        // pipelines. Init first ends the runaway (see init's `reclaim`: the
+        // leftovers' marker holding the most tasks, if they hold most of
+        // the container). The kernel's count of failed forks only grows, so
+        // this does not depend on when the container's process count is
+        // sampled: a bomb's count dips below its limit between forks, and a
+        // command started in such a dip would retry its own forks until it
+        // timed out. A container merely busy near its limit (no failed
+        // forks) is left alone.
+        let reclaim = running.counters.events().pids_max > lock(&running.limits_seen).pids_max;
         let (stdout_read, stdout_write) = sys::pipe().context(|| "pipe".into())?;
         let (stderr_read, stderr_write) = sys::pipe().context(|| "pipe".into())?;
         let (status_read, status_write) = sys::pipe().context(|| "pipe".into())?;

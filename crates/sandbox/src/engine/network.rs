@@ -276,6 +276,7 @@ impl LocalEngine {
                 bytes_out: 0,
                 bytes_in: 0,
                 duration_ms: 0,
+                unlogged: None,
             });
         }
     }

@@ -178,18 +178,44 @@ fn kill_marked(marker: u32, running: &mut HashMap<libc::pid_t, RunningCommand>) 
     killed.len() as i32
 }
 
+/// Which runaway [`reclaim`] may end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Runaway {
+    /// Failed forks were counted since the last command ended: the marker
+    /// of no running command that holds the most tasks, if it holds more
+    /// than half of the container's (a fork bomb holds nearly all of them
+    /// at every instant, however its count dips between forks; a
+    /// background server beside a busy build does not).
+    Leftover,
+    /// A command could not even be started: the marker holding the most
+    /// tasks, whoever's it is.
+    Any,
+}
+
 /// Frees process slots when the container is at its process limit: ends
-/// every process of the marker that holds the most tasks (the runaway).
-fn reclaim(running: &mut HashMap<libc::pid_t, RunningCommand>) -> i32 {
+/// every process of the runaway's marker (see [`Runaway`]).
+fn reclaim(running: &mut HashMap<libc::pid_t, RunningCommand>, which: Runaway) -> i32 {
+    let live: Vec<Option<u32>> = running
+        .values()
+        .filter(|command| !command.abandoned)
+        .map(|command| command.marker)
+        .collect();
     let mut tasks: HashMap<u32, u64> = HashMap::new();
+    // Init itself counts.
+    let mut all_tasks = 1;
     for process in processes().filter(|p| !p.zombie) {
+        all_tasks += process.threads;
         if let Some(marker) = process.marker {
-            *tasks.entry(marker).or_default() += process.threads;
+            if which == Runaway::Any || !live.contains(&Some(marker)) {
+                *tasks.entry(marker).or_default() += process.threads;
+            }
         }
     }
     match tasks.into_iter().max_by_key(|(_, n)| *n) {
-        Some((marker, _)) => kill_marked(marker, running),
-        None => 0,
+        Some((marker, n)) if which == Runaway::Any || n * 2 > all_tasks => {
+            kill_marked(marker, running)
+        }
+        _ => 0,
     }
 }
 
@@ -560,12 +586,14 @@ fn handle(
             let marker = launcher.change_ids.then(|| markers.allocate());
             let mut reclaimed = 0;
             if reclaim_first && launcher.change_ids {
-                reclaimed = reclaim(running);
+                // Ended (and reaped) before the command starts: nothing of
+                // the runaway is left to take the slots its forks need.
+                reclaimed = reclaim(running, Runaway::Leftover);
             }
             let mut spawned = spawn(launcher, &command, marker, &stdout, &stderr, &status);
             if spawned == Err(libc::EAGAIN) && reclaimed == 0 && launcher.change_ids {
                 // At the process limit: free the runaway's slots, try once more.
-                reclaimed = reclaim(running);
+                reclaimed = reclaim(running, Runaway::Any);
                 if reclaimed > 0 {
                     spawned = spawn(launcher, &command, marker, &stdout, &stderr, &status);
                 }

@@ -524,8 +524,11 @@ impl ImageStore {
         let lock_file = target.with_file_name("packages.new");
         let _ = fs::remove_file(&lock_file);
 
-        let mut command = tokio::process::Command::new("mmdebstrap");
+        let mut command = builder_command("mmdebstrap");
         command
+            // Root mode, said rather than left to `auto`: its mounts are
+            // made in the builder's own mount namespace.
+            .arg("--mode=root")
             .arg("--variant=minbase")
             .arg("--verbose")
             // Recommendations (TeX for pandoc, say) would double the size;
@@ -548,7 +551,7 @@ impl ImageStore {
         }
         let outcome = run_mmdebstrap(command, progress).await;
         if let Err(e) = outcome {
-            let _ = fs::remove_dir_all(&staging);
+            let _ = super::half_made::remove_half_made(&staging);
             let _ = fs::remove_file(&lock_file);
             return Err(e);
         }
@@ -560,13 +563,13 @@ impl ImageStore {
         let packages = match packages {
             Ok(packages) if !packages.is_empty() => packages,
             Ok(_) => {
-                let _ = fs::remove_dir_all(&staging);
+                let _ = super::half_made::remove_half_made(&staging);
                 return Err(SandboxError::Setup(
                     "the image's package list came out empty".into(),
                 ));
             }
             Err(e) => {
-                let _ = fs::remove_dir_all(&staging);
+                let _ = super::half_made::remove_half_made(&staging);
                 return Err(e);
             }
         };
@@ -720,6 +723,50 @@ fn parse_dpkg_query(text: &str) -> BTreeMap<String, String> {
                 .then(|| (package.to_owned(), version.to_owned()))
         })
         .collect()
+}
+
+/// `program` run the way a build must run: in a mount namespace of its own
+/// with private propagation (mmdebstrap's `proc`, `sys`, `devpts` and
+/// `/dev/shm` mounts in the new root never show on the host, and vanish with
+/// the namespace however the build ends), as pid 1 of a pid namespace of its
+/// own (when it dies the kernel kills everything it started: apt, dpkg,
+/// maintainer scripts), and tied to this process's life: `unshare` gets
+/// SIGKILL when the thread that started it dies (`PR_SET_PDEATHSIG`; the
+/// build is started and awaited on one thread, the server's build thread or
+/// the CLI's main thread), and `--kill-child` passes that SIGKILL on to the
+/// namespace's pid 1. So a server stopped or killed mid-build leaves no
+/// mount and no builder process behind.
+pub(crate) fn builder_command(program: &str) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new("unshare");
+    command
+        .args(["--mount", "--propagation", "private", "--pid"])
+        .arg("--kill-child=SIGKILL")
+        .arg("--")
+        .arg(program);
+    // SAFETY: getpid has no preconditions.
+    let parent = unsafe { libc::getpid() };
+    // SAFETY: the closure runs in the forked child before exec and only
+    // makes async-signal-safe system calls (prctl, getppid, _exit).
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent died before the death signal was armed.
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+    command
 }
 
 /// Runs mmdebstrap, turning its stage messages into progress.

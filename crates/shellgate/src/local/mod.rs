@@ -44,9 +44,10 @@ pub struct LocalArgs {
     #[arg(long, value_enum)]
     approve: Option<Approve>,
     /// Allow and deny rules (TOML: `allow = [{ prefix = "ls" }, { regex =
-    /// "^git (status|diff)" }]`, `deny = [...]`); deny wins, and
-    /// destructive commands (`rm -rf /`, `mkfs`, `dd of=/dev/...`, fork
-    /// bombs) are always denied.
+    /// "^git (status|diff)" }]`, `deny = [...]`), matched on every simple
+    /// command of a line's bash syntax tree: a line is allowed only if each
+    /// of them is. Deny wins, and destructive commands (`rm -rf /`, `mkfs`,
+    /// `dd of=/dev/...`, fork bombs) are always denied.
     #[arg(long)]
     policy: Option<PathBuf>,
     /// A local skill: a folder with a SKILL.md (its name and description
@@ -251,20 +252,26 @@ impl Judge {
                 approved: false,
                 by: format!("policy deny {rule}"),
             },
-            (Verdict::Allowed(rule), _) => Decision {
+            (Verdict::Allowed(rules), _) => Decision {
                 approved: true,
-                by: format!("policy allow {rule}"),
+                by: format!("policy allow {rules}"),
             },
-            (Verdict::Unknown, Approve::NeverAsk) => Decision {
+            (Verdict::Unknown(_), Approve::NeverAsk) => Decision {
                 approved: true,
                 by: "never-ask".to_owned(),
             },
-            (Verdict::Unknown, Approve::Auto) => Decision {
+            // Deny always wins, and what cannot be read cannot be shown
+            // not to be denied.
+            (Verdict::Unparsable(why), Approve::NeverAsk) => Decision {
                 approved: false,
-                by: "auto: no rule allows it".to_owned(),
+                by: format!("never-ask: {why}, so it cannot be checked against the deny list"),
             },
-            (Verdict::Unknown, Approve::Ask) => {
-                let approved = ask_user(command)?;
+            (Verdict::Unknown(why) | Verdict::Unparsable(why), Approve::Auto) => Decision {
+                approved: false,
+                by: format!("auto: {why}"),
+            },
+            (Verdict::Unknown(why) | Verdict::Unparsable(why), Approve::Ask) => {
+                let approved = ask_user(command, &why)?;
                 Decision {
                     approved,
                     by: "user".to_owned(),
@@ -275,7 +282,7 @@ impl Judge {
 }
 
 /// Shows the command on the terminal and reads y/n from it.
-fn ask_user(command: &str) -> Result<bool> {
+fn ask_user(command: &str, why: &str) -> Result<bool> {
     let tty = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -284,7 +291,7 @@ fn ask_user(command: &str) -> Result<bool> {
     let mut writer = tty.try_clone()?;
     let mut reader = std::io::BufReader::new(tty);
     loop {
-        write!(writer, "\nRun this command?\n  $ {command}\n[y/n] ")?;
+        write!(writer, "\nRun this command? ({why})\n  $ {command}\n[y/n] ")?;
         writer.flush()?;
         let mut answer = String::new();
         if reader.read_line(&mut answer)? == 0 {

@@ -1,6 +1,16 @@
-//! Which commands `shellgate local` may run without asking: allow and deny
-//! rules (a command prefix or a regular expression), deny winning, and a
-//! built-in deny list of destructive commands that is always on.
+//! Which commands `shellgate local` may run without asking. A command
+//! line is parsed into its syntax tree ([`syntax`]) and judged part by
+//! part: it is allowed only if every simple command in it, wherever it
+//! sits, matches an allow rule (a prefix of its words, or a regular
+//! expression over its normalised line), and nothing else in it (a
+//! substitution, an expansion, a write to a file, a function definition,
+//! a construct the judge does not handle) needs vouching for. It is
+//! denied if any simple command in it matches a deny rule or the built-in
+//! list of destructive commands ([`destructive`]); deny wins. What does
+//! not parse is never allowed.
+
+mod destructive;
+pub mod syntax;
 
 use std::path::Path;
 
@@ -8,7 +18,10 @@ use anyhow::{Context, Result};
 use regex::Regex;
 use serde::Deserialize;
 
-/// A rule: the command starts with `prefix`, or matches `regex`.
+use syntax::{Script, SimpleCommand, Word, WordKind};
+
+/// A rule: the command's first words are `prefix`'s, or its normalised
+/// line matches `regex`.
 #[derive(Debug, Clone)]
 pub struct Rule {
     /// How the audit log and the model name it (`prefix:git status`).
@@ -18,7 +31,7 @@ pub struct Rule {
 
 #[derive(Debug, Clone)]
 enum Matcher {
-    Prefix(String),
+    Prefix(Vec<String>),
     Regex(Regex),
 }
 
@@ -26,7 +39,7 @@ impl Rule {
     fn prefix(prefix: &str) -> Self {
         Self {
             name: format!("prefix:{prefix}"),
-            matcher: Matcher::Prefix(prefix.to_owned()),
+            matcher: Matcher::Prefix(prefix.split_whitespace().map(str::to_owned).collect()),
         }
     }
 
@@ -39,35 +52,47 @@ impl Rule {
         })
     }
 
-    pub fn matches(&self, command: &str) -> bool {
-        let command = command.trim_start();
+    /// Whether it vouches for one simple command. A prefix matches whole
+    /// words (`git` allows `git status`, not `gitk`) and only words whose
+    /// value is their text; a regex sees the command's normalised line
+    /// (quotes removed, re-quoted where needed, globs bare), never a
+    /// whole compound line, and no word whose value bash computes.
+    fn allows(&self, command: &SimpleCommand) -> bool {
         match &self.matcher {
-            // A prefix matches whole words: `git` allows `git status`, not
-            // `gitk`.
             Matcher::Prefix(prefix) => {
-                command == prefix
-                    || command
-                        .strip_prefix(prefix.as_str())
-                        .is_some_and(|rest| rest.starts_with(char::is_whitespace))
+                command.all_words().all(|w| w.kind == WordKind::Literal)
+                    && starts_with(command.all_words(), prefix)
             }
-            Matcher::Regex(regex) => regex.is_match(command),
+            Matcher::Regex(regex) => {
+                command.all_words().all(|w| w.kind != WordKind::Dynamic)
+                    && regex.is_match(&command.canonical())
+            }
+        }
+    }
+
+    /// Whether it denies a command's words, whatever their kind.
+    fn denies(&self, words: &[Word]) -> bool {
+        match &self.matcher {
+            Matcher::Prefix(prefix) => starts_with(words.iter(), prefix),
+            Matcher::Regex(regex) => regex.is_match(&syntax::join_canonical(words.iter())),
+        }
+    }
+
+    /// A deny regex also sees the line as written, as it always has: a
+    /// rule against a pipeline (`curl .*\\| *sh`) keeps working.
+    fn denies_text(&self, text: &str) -> bool {
+        match &self.matcher {
+            Matcher::Prefix(_) => false,
+            Matcher::Regex(regex) => regex.is_match(text),
         }
     }
 }
 
-/// Destructive commands denied whatever else is allowed: wiping the root
-/// or the home directory, making file systems, writing devices, fork
-/// bombs, powering off.
-const DEFAULT_DENY: &[&str] = &[
-    r"\brm\s+(-[a-zA-Z]*\s+)*(-[a-zA-Z]*[rR][a-zA-Z]*\s+)(-[a-zA-Z]*\s+)*(/|/\*|~|~/|\$HOME|/home|/etc|/usr|/boot|/var)(\s|$)",
-    r"\bmkfs(\.\w+)?\b",
-    r"\bdd\b.*\bof=/dev/",
-    r">\s*/dev/(sd|nvme|vd|hd|xvd|mmcblk)",
-    r":\(\)\s*\{\s*:\s*\|\s*:\s*&\s*\}\s*;\s*:",
-    r"\b(shutdown|reboot|halt|poweroff)\b",
-    r"\bchmod\s+(-R\s+)?0?777\s+/(\s|$)",
-    r"\bchown\s+-R\b.*\s/(\s|$)",
-];
+fn starts_with<'w>(mut words: impl Iterator<Item = &'w Word>, prefix: &[String]) -> bool {
+    prefix
+        .iter()
+        .all(|p| words.next().is_some_and(|w| w.text == *p))
+}
 
 /// The file `--policy` reads (TOML):
 ///
@@ -101,13 +126,17 @@ impl RuleSpec {
     }
 }
 
-/// What a policy says of a command.
+/// What a policy says of a command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
+    /// Every part of it is vouched for, by these rules.
     Allowed(String),
+    /// By this rule.
     Denied(String),
-    /// No rule speaks of it.
-    Unknown,
+    /// It parses, and nothing denies it, but no rule vouches for this.
+    Unknown(String),
+    /// It could not be judged on a syntax tree: why.
+    Unparsable(String),
 }
 
 #[derive(Debug, Clone)]
@@ -121,10 +150,7 @@ impl Policy {
     pub fn load(file: Option<&Path>) -> Result<Self> {
         let mut policy = Self {
             allow: Vec::new(),
-            deny: DEFAULT_DENY
-                .iter()
-                .map(|pattern| Rule::regex(pattern))
-                .collect::<Result<_>>()?,
+            deny: Vec::new(),
         };
         if let Some(file) = file {
             let text = std::fs::read_to_string(file)
@@ -141,15 +167,84 @@ impl Policy {
         Ok(policy)
     }
 
-    /// Deny wins over allow.
+    /// Deny wins over allow; what does not parse is never allowed.
     pub fn judge(&self, command: &str) -> Verdict {
-        if let Some(rule) = self.deny.iter().find(|r| r.matches(command)) {
+        if let Some(rule) = self.deny.iter().find(|r| r.denies_text(command)) {
             return Verdict::Denied(rule.name.clone());
         }
-        if let Some(rule) = self.allow.iter().find(|r| r.matches(command)) {
-            return Verdict::Allowed(rule.name.clone());
+        let script = match syntax::parse(command) {
+            Ok(script) => script,
+            Err(unparsable) => return Verdict::Unparsable(unparsable.to_string()),
+        };
+        if let Some(rule) = self.denial(&script) {
+            return Verdict::Denied(rule);
         }
-        Verdict::Unknown
+        match self.vouch(&script) {
+            Ok(rules) => Verdict::Allowed(rules.join(", ")),
+            Err(why) => Verdict::Unknown(why),
+        }
+    }
+
+    /// The first deny rule any part of the script breaks: its structure
+    /// (a fork bomb), or any simple command, also past wrappers
+    /// (`sudo`, `env`, ...) and inside the scripts it runs (`bash -c`).
+    fn denial(&self, script: &Script) -> Option<String> {
+        if let Some(rule) = script.destructive.first() {
+            return Some((*rule).to_owned());
+        }
+        script.commands.iter().find_map(|command| {
+            let whole = syntax::join_canonical(command.all_words());
+            if let Some(rule) = self.deny.iter().find(|r| r.denies_text(&whole)) {
+                return Some(rule.name.clone());
+            }
+            let wrapped = command
+                .words
+                .first()
+                .is_some_and(|w| syntax::WRAPPERS.contains(&syntax::basename(&w.text)));
+            let starts = if wrapped { command.words.len() } else { 1 };
+            (0..starts.min(command.words.len()))
+                .find_map(|start| self.denial_of(&command.words[start..]))
+                .or_else(|| command.inner.as_ref().and_then(|i| self.denial(&i.script)))
+        })
+    }
+
+    fn denial_of(&self, words: &[Word]) -> Option<String> {
+        let texts: Vec<&str> = words.iter().map(|w| w.text.as_str()).collect();
+        if let Some(rule) = destructive::check(&texts) {
+            return Some(rule.to_owned());
+        }
+        self.deny
+            .iter()
+            .find(|r| r.denies(words))
+            .map(|r| r.name.clone())
+    }
+
+    /// The rules that vouch for every part of the script, or why none
+    /// does for one.
+    fn vouch(&self, script: &Script) -> Result<Vec<String>, String> {
+        if let Some(concern) = script.concerns.first() {
+            return Err(concern.clone());
+        }
+        if script.commands.is_empty() {
+            return Err("there is no command in it".to_owned());
+        }
+        let mut rules: Vec<String> = Vec::new();
+        for command in &script.commands {
+            let vouched = match self.allow.iter().find(|r| r.allows(command)) {
+                Some(rule) => vec![rule.name.clone()],
+                // `bash -c SCRIPT` is its script.
+                None => match command.inner.as_ref().filter(|i| i.equivalent) {
+                    Some(inner) => self.vouch(&inner.script)?,
+                    None => return Err(format!("no rule allows `{}`", command.canonical())),
+                },
+            };
+            for rule in vouched {
+                if !rules.contains(&rule) {
+                    rules.push(rule);
+                }
+            }
+        }
+        Ok(rules)
     }
 }
 
@@ -169,54 +264,272 @@ mod tests {
         policy
     }
 
+    /// The README's example policy.
+    fn readme() -> Policy {
+        policy(
+            "allow = [{ prefix = \"ls\" }, { prefix = \"git status\" }, { regex = \"^cat [^;&|]+$\" }]\n\
+             deny = [{ prefix = \"git push\" }]\n",
+        )
+    }
+
+    fn allowed(p: &Policy, command: &str) -> bool {
+        matches!(p.judge(command), Verdict::Allowed(_))
+    }
+
+    fn denied(p: &Policy, command: &str) -> bool {
+        matches!(p.judge(command), Verdict::Denied(_))
+    }
+
     #[test]
-    fn destructive_commands_are_denied_by_default() {
-        let p = Policy::load(None).unwrap();
+    fn every_simple_command_must_match_a_rule() {
+        // Issue 16, item 14: each passed the README's policy before.
+        let p = readme();
         for command in [
-            "rm -rf /",
-            "rm -rf / --no-preserve-root",
-            "sudo rm -fr ~",
-            "rm -r -f /*",
-            "mkfs.ext4 /dev/sda1",
-            "dd if=/dev/zero of=/dev/sda bs=1M",
-            ":(){ :|:& };:",
-            "cat x > /dev/nvme0n1",
-            "shutdown -h now",
+            "git status >/dev/null || touch X",
+            "git status; touch X",
+            "git status && touch X",
+            "git status & touch X",
+            "git status | touch X",
+            "cat $(touch X)",
+            "cat `touch X`",
+            "cat a\ntouch X",
+            "cat <(touch X)",
+            "ls \"$(touch X)\"",
+            "(git status; touch X)",
+            "{ ls; touch X; }",
+            "if ls; then touch X; fi",
+            "while ls; do touch X; done",
+            "for f in a b; do touch X; done",
+            "case a in a) touch X;; esac",
+            "! touch X",
+            "ls\n\ntouch X",
+            "cat x <<EOF && touch X\nbody\nEOF",
+            "cat x <<EOF\nbody\nEOF\ntouch X",
+        ] {
+            assert!(!allowed(&p, command), "{command:?} was allowed");
+        }
+        for command in [
+            "git status",
+            "git status >/dev/null 2>&1 && ls -la",
+            "ls; cat notes.txt",
+            "cat a\ncat b",
+            "(ls) | cat x",
+            "if git status; then ls; else cat x; fi",
+            "ls & git status",
+            "for f in a *.rs; do ls; done",
+            "case a in a) ls;; esac",
+            "! ls # a comment",
+            "bash -lc 'ls && git status'",
+        ] {
+            assert!(allowed(&p, command), "{command:?}: {:?}", p.judge(command));
+        }
+        // A long chain is judged whole, not refused as too deep.
+        let chain = vec!["ls"; 2000].join(" && ");
+        assert!(allowed(&p, &chain));
+        assert!(!allowed(&p, &format!("{chain} || touch X")));
+    }
+
+    #[test]
+    fn words_are_judged_after_quote_removal_and_expansions_are_not_literal() {
+        let p = policy("allow = [{ prefix = \"echo hi\" }, { prefix = \"ls\" }, { regex = \"^cat [a-z.*]+$\" }]");
+        assert!(allowed(&p, "echo 'hi' there"));
+        assert!(allowed(&p, "e\"ch\"o h\\i"));
+        assert!(allowed(&p, "echo $'h\\x69'"));
+        assert!(!allowed(&p, "echo \"$HOME\""));
+        assert!(!allowed(&p, "echo hi $x"));
+        assert!(!allowed(&p, "echo hi ${x:=y}"));
+        assert!(!allowed(&p, "echo hi $((x))"));
+        // A glob needs a rule that admits it: the regex does, the prefix not.
+        assert!(!allowed(&p, "ls *.rs"));
+        assert!(!allowed(&p, "ls ~"));
+        assert!(!allowed(&p, "ls {a,b}"));
+        assert!(allowed(&p, "ls a{}b"));
+        assert!(!allowed(&p, "ls [ab]"));
+        assert!(!allowed(&p, "ls [a'b']"));
+        assert!(allowed(&p, "ls [ -f x"));
+        assert!(allowed(&p, "cat *.txt"));
+        // A quoted `*` is literal: shown quoted to the regex.
+        assert!(!allowed(&p, "cat '*'"));
+        // Assignments are words of the command: `ls` does not allow them.
+        assert!(!allowed(&p, "LD_PRELOAD=x.so ls"));
+        assert!(!allowed(&p, "X=1"));
+        assert!(!allowed(&p, "a[$(touch X)]=1 ls"));
+    }
+
+    #[test]
+    fn writes_substitutions_and_functions_are_never_vouched_for() {
+        let p = readme();
+        for command in [
+            "cat a > b",
+            "cat a >> b",
+            "cat a &> b",
+            "cat a >| b",
+            "cat a >& b",
+            "ls 2> err",
+            "ls > /dev/null.x",
+            "cat <<EOF\n$(touch X)\nEOF",
+            "cat <<EOF\n$HOME\nEOF",
+            // tree-sitter-bash sees no substitution in this body; bash runs it.
+            "cat x <<EOF\n`touch X`\nEOF",
+            "cat x <<EOF\na\\\\$(touch X)\nEOF",
+            "cat \"a\\\\$(touch X)\"",
+            "cat <<< \"$(touch X)\"",
+            "ls(){ touch X; }; ls",
+            "function ls { touch X; }",
+            "export PATH=.",
+            "[[ -f x ]]",
+            "(( x ))",
+            "coproc ls",
         ] {
             assert!(
-                matches!(p.judge(command), Verdict::Denied(_)),
-                "{command} was not denied"
+                matches!(p.judge(command), Verdict::Unknown(_)),
+                "{command:?}: {:?}",
+                p.judge(command)
             );
         }
         for command in [
-            "rm -rf ./build",
-            "ls -la",
-            "echo rm",
-            "git status",
-            "rm -rf /tmp/x",
+            "cat a > /dev/null",
+            "ls 2>&1",
+            "ls >&2 2>&-",
+            "cat - < notes.txt",
+            "cat x <<'EOF'\n$(touch X)\nEOF",
+            "cat x <<EOF | cat y\nplain\nEOF",
+            "cat - <<< hello",
         ] {
-            assert_eq!(p.judge(command), Verdict::Unknown, "{command}");
+            assert!(allowed(&p, command), "{command:?}: {:?}", p.judge(command));
         }
     }
 
     #[test]
-    fn rules_match_prefixes_by_word_and_deny_wins() {
+    fn what_does_not_parse_is_never_allowed() {
+        let p = readme();
+        for command in [
+            "ls (",
+            "cat 'a",
+            "ls \\ -la",
+            "ls\r",
+            "cat a\r\ntouch X",
+            "ls 3<>f",
+            // tree-sitter-bash drops the `-` here: the text between its
+            // tokens gives it away.
+            "cat - <<'EOF'\nx\nEOF",
+            // Found by running generated lines through bash: tree-sitter
+            // ends a here-document at `E || ...`, bash reads on (and runs
+            // the backquotes); it takes `\⏎#` for a comment, bash for
+            // part of a word (and runs what follows `&`).
+            "cat x <<E\nx\nE || ls\n`touch X`\nE",
+            "cat x\\\n#y & touch X",
+            "ls a\\\nb",
+            &"$(".repeat(300),
+            // Balanced but deeper than the walker goes.
+            &format!("{}ls{}", "$(".repeat(5000), ")".repeat(5000)),
+            &format!("{}ls{}", "(".repeat(5000), ")".repeat(5000)),
+        ] {
+            assert!(
+                matches!(p.judge(command), Verdict::Unparsable(_)),
+                "{command:?}: {:?}",
+                p.judge(command)
+            );
+        }
+    }
+
+    #[test]
+    fn destructive_commands_are_denied_in_any_spelling_and_anywhere() {
+        let p = Policy::load(None).unwrap();
+        for command in [
+            "rm -rf /",
+            "rm -rf \"/\"",
+            "rm -rf '/'",
+            "rm -rf /\"\"",
+            "rm --recursive --force /",
+            "rm -r -f /",
+            "rm -fr -- /",
+            "rm -rf /*",
+            "rm -rf / --no-preserve-root",
+            "rm -rf \"$HOME\"",
+            "sudo rm -fr ~",
+            "find . -exec rm -rf / \\;",
+            "find . -exec bash -c 'mkfs /dev/sda' \\;",
+            "sudo -u root env X=1 rm -r -f /*",
+            "rm -r -f /*",
+            "f(){ f|f& };f",
+            ":(){ :|:& };:",
+            "bomb() { bomb | bomb & }; bomb",
+            "f() ( f & f )",
+            "mk\"\"fs /dev/sda",
+            "mkfs.ext4 /dev/sda1",
+            "dd if=/dev/zero of=/dev/sda bs=1M",
+            "cat x > /dev/nvme0n1",
+            "shutdown -h now",
+            // Nested anywhere.
+            "ls; (cd / && rm -rf *) ; echo $(rm -rf /)",
+            "echo \"$(rm -rf ~)\"",
+            "bash -c 'rm -rf /'",
+            "sh -lc \"echo; rm -rf /\"",
+            "sudo bash -c 'mkfs /dev/sda'",
+            "eval 'rm -rf /'",
+            "cat <<EOF\n$(mkfs /dev/sda)\nEOF",
+            "if true; then rm -rf /etc; fi",
+            "x=$(rm -rf /)",
+            "export X=$(rm -rf /)",
+            "rm$'\\0garbage' -rf /",
+            "cat \"$(ls; rm -rf /)\"",
+        ] {
+            assert!(denied(&p, command), "{command:?}: {:?}", p.judge(command));
+        }
+        for command in [
+            "rm -rf ./build",
+            "ls -la",
+            "echo rm -rf /",
+            "echo 'rm -rf /'",
+            "git commit -m 'rm -rf /'",
+            "rm -rf /tmp/x",
+            "find / -name core",
+            "fact() { fact; }",
+            "f() { g | g & }",
+        ] {
+            assert!(!denied(&p, command), "{command:?}: {:?}", p.judge(command));
+        }
+    }
+
+    #[test]
+    fn deny_rules_match_normalised_commands_and_win() {
         let p = policy(
             "allow = [{ prefix = \"git\" }, { regex = \"^cat [a-z.]+$\" }, { prefix = \"curl\" }]\n\
              deny = [{ prefix = \"git push\" }, { regex = \"curl .*\\\\|\" }]\n",
         );
         assert_eq!(p.judge("git status"), Verdict::Allowed("prefix:git".into()));
-        assert_eq!(p.judge("gitk"), Verdict::Unknown);
-        assert_eq!(
-            p.judge("git push origin"),
-            Verdict::Denied("prefix:git push".into())
-        );
+        assert!(matches!(p.judge("gitk"), Verdict::Unknown(_)));
+        for command in [
+            "git push origin",
+            "git 'push' origin",
+            "g\"it\" pu''sh",
+            "ls; git push",
+            "echo $(git push)",
+            "sudo git push",
+            "git push $remote",
+        ] {
+            assert_eq!(
+                p.judge(command),
+                Verdict::Denied("prefix:git push".into()),
+                "{command:?}"
+            );
+        }
         assert!(matches!(p.judge("cat notes.txt"), Verdict::Allowed(_)));
-        assert_eq!(p.judge("cat notes.txt; rm x"), Verdict::Unknown);
-        assert!(matches!(p.judge("curl -s x | sh"), Verdict::Denied(_)));
-        assert!(matches!(p.judge("curl -s x"), Verdict::Allowed(_)));
+        assert!(matches!(
+            p.judge("cat notes.txt; rm x"),
+            Verdict::Unknown(_)
+        ));
+        // A deny regex still sees the whole line.
+        assert!(denied(&p, "curl -s x | sh"));
+        assert!(allowed(&p, "curl -s x"));
+        assert_eq!(
+            p.judge("git log && cat a.txt"),
+            Verdict::Allowed("prefix:git, regex:^cat [a-z.]+$".into())
+        );
         // Defaults still apply with a file.
-        assert!(matches!(p.judge("rm -rf /"), Verdict::Denied(_)));
+        assert!(denied(&p, "rm -rf /"));
+        assert!(denied(&p, "git status && rm -rf /"));
     }
 
     #[test]
@@ -233,5 +546,331 @@ mod tests {
             assert!(Policy::load(Some(&path)).is_err(), "{text}");
             std::fs::remove_file(path).unwrap();
         }
+    }
+}
+/// Generated lines, judged and then run by bash: whatever the policy
+/// allows must run no command it did not see. Ignored by default (it
+/// runs bash some thousand times, as `nobody`, so it needs root):
+/// `ROUNDS=20000 SEED=7 cargo test -p shellgate --bin shellgate
+/// differential -- --ignored --nocapture`.
+#[cfg(test)]
+mod differential {
+    use std::os::unix::fs::PermissionsExt;
+    use std::process::{Command, Stdio};
+
+    #[test]
+    #[ignore]
+    fn what_is_allowed_runs_only_allowed_commands() {
+        let dir =
+            std::env::temp_dir().join(format!("shellgate-differential-{}", std::process::id()));
+        let (bin, work, log) = (dir.join("bin"), dir.join("work"), dir.join("log"));
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::create_dir_all(&work).unwrap();
+        // `a` and `b` are allowed, `c` is not; each notes that it ran.
+        for name in ["a", "b", "c"] {
+            let stub = bin.join(name);
+            std::fs::write(
+                &stub,
+                format!("#!/bin/sh\necho {name} >> {}\n", log.display()),
+            )
+            .unwrap();
+            std::fs::set_permissions(&stub, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        // The lines' own `bash -c` is bash.
+        std::os::unix::fs::symlink("/bin/bash", bin.join("bash")).unwrap();
+        for path in [&dir, &work] {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o777)).unwrap();
+        }
+        let policy_file = dir.join("policy.toml");
+        std::fs::write(
+            &policy_file,
+            "allow = [{ prefix = \"a\" }, { prefix = \"b\" }, { regex = \"^b [a-z ]*$\" }]",
+        )
+        .unwrap();
+        let policy = super::Policy::load(Some(&policy_file)).unwrap();
+        let number = |name: &str, default: u64| {
+            std::env::var(name)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(default)
+        };
+        let mut seed = number("SEED", 1);
+        let mut next = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) as usize
+        };
+        let run = |line: &str| {
+            let _ = std::fs::remove_file(&log);
+            // Output read to its end: every process the line started
+            // (in the background too) is done when it ends.
+            let _ = Command::new("/usr/bin/setpriv")
+                .args([
+                    "--reuid=65534",
+                    "--regid=65534",
+                    "--clear-groups",
+                    "/usr/bin/prlimit",
+                    "--nproc=40",
+                    "/usr/bin/timeout",
+                    "-s",
+                    "KILL",
+                    "3",
+                    "/bin/bash",
+                    "-c",
+                    line,
+                ])
+                .env_clear()
+                .env("PATH", &bin)
+                .current_dir(&work)
+                .stdin(Stdio::null())
+                .output();
+            std::fs::read_to_string(&log).unwrap_or_default()
+        };
+        assert!(run("a; c").contains('c'), "the harness sees nothing run");
+        let (mut allowed, mut bypasses) = (0, Vec::new());
+        for _ in 0..number("ROUNDS", 2000) {
+            let line = gen_line(&mut next, 0);
+            let line = mutate(&mut next, line);
+            if !matches!(policy.judge(&line), super::Verdict::Allowed(_)) {
+                continue;
+            }
+            allowed += 1;
+            let ran = run(&line);
+            // Nor write a file (the stubs write outside `work`).
+            let wrote = std::fs::read_dir(&work).map_or(0, |d| d.count());
+            if ran.lines().any(|l| l == "c") || wrote > 0 {
+                bypasses.push(line);
+                let _ = std::fs::remove_dir_all(&work);
+                std::fs::create_dir_all(&work).unwrap();
+                std::fs::set_permissions(&work, std::fs::Permissions::from_mode(0o777)).unwrap();
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        println!("{allowed} lines allowed and run");
+        assert!(
+            bypasses.is_empty(),
+            "ran a command the policy did not allow: {bypasses:#?}"
+        );
+    }
+
+    /// One of `xs`.
+    fn pick<'a>(next: &mut impl FnMut() -> usize, xs: &[&'a str]) -> &'a str {
+        xs[next() % xs.len()]
+    }
+
+    /// A word: mostly plain, sometimes one of the spellings that hide a
+    /// command or are read differently by a parser that is not bash.
+    fn gen_word(next: &mut impl FnMut() -> usize, head: bool) -> String {
+        let names = [
+            "a",
+            "b",
+            "c",
+            "'a'",
+            "\"b\"",
+            "\\c",
+            "$'\\x63'",
+            "a\\\nb",
+            "c\\\n",
+            "'c'",
+            "\"c\"",
+            "b''",
+            "a\"\"",
+            "${x}c",
+            "$x",
+            "`c`",
+            "$(c)",
+            "<(c)",
+            "~",
+            "*",
+            "{a,c}",
+            "c#",
+            "#c",
+            "a#c",
+            "x=c",
+            "\\#c",
+            "$'c'",
+            "$\"c\"",
+            "-c",
+            "--",
+            "\\ ",
+            "a\\ c",
+            "\r",
+            "!",
+            "{",
+            "}",
+            "[[",
+            "((",
+            "c)",
+            "(c",
+            "\\'",
+            "'\\''",
+            "\"\\\"\"",
+            "\"$\"",
+            "\"`c`\"",
+            "\"\\`c\\`\"",
+            "$((1))",
+            "1",
+            "2>&1",
+            ">/dev/null",
+            ">&2",
+            "<<<c",
+            "<<<$(c)",
+            "=",
+            "a=b",
+            ">x",
+            ">>x",
+            "&>x",
+            "2>x",
+            ">|x",
+            "> /dev/null",
+            ">/dev/nul*",
+            ">&x",
+            "<x",
+            "<>x",
+            "$'\\''",
+            "$'\\'c'",
+            "\"'\"",
+            "\"a'b\"'c'",
+            "\\\"",
+            "\"\\\\\"",
+            "\"$(\"",
+            "$'\\0'c",
+            ";;",
+            "esac",
+            "time",
+            "!",
+            "then",
+            "do",
+        ];
+        let plain: &[&str] = if head {
+            &["a", "b", "a", "'b'", "a\\\n"]
+        } else {
+            &["x", "y", "'x y'", "\"x\"", "-x", "/dev/null"]
+        };
+        let n = if head { 1 } else { 1 + next() % 2 };
+        (0..n)
+            .map(|_| {
+                if !next().is_multiple_of(4) {
+                    pick(next, plain).to_string()
+                } else {
+                    pick(next, &names).to_string()
+                }
+            })
+            .collect()
+    }
+
+    /// A simple or compound command.
+    fn gen_command(next: &mut impl FnMut() -> usize, depth: usize) -> String {
+        match next() % 14 {
+            0 if depth < 2 => format!("( {} )", gen_line(next, depth + 1)),
+            1 if depth < 2 => format!("{{ {}; }}", gen_line(next, depth + 1)),
+            2 if depth < 2 => format!(
+                "if {}; then {}; fi",
+                gen_line(next, depth + 1),
+                gen_line(next, depth + 1)
+            ),
+            3 if depth < 2 => format!("bash -c '{}'", gen_line(next, depth + 1).replace('\'', "")),
+            4 => format!(
+                "{} <<E\n{}\nE",
+                gen_simple(next),
+                pick(
+                    next,
+                    &["c", "$(c)", "`c`", "\\`c\\`", "E", "x", "\\$(c)", "$x"]
+                )
+            ),
+            5 => format!(
+                "{} <<'E'\n{}\nE\n{}",
+                gen_simple(next),
+                pick(next, &["c", "$(c)", "`c`"]),
+                pick(next, &["c", "a", ""])
+            ),
+            8 => format!(
+                "{} <<-E\n\t{}\n\tE\n{}",
+                gen_simple(next),
+                pick(next, &["c", "$(c)", "x"]),
+                pick(next, &["c", "a", ""])
+            ),
+            9 => format!(
+                "{} <<A <<'B'\n{}\nA\n{}\nB",
+                gen_simple(next),
+                pick(next, &["x", "$(c)", "B"]),
+                pick(next, &["x", "$(c)", "A"])
+            ),
+            10 if depth < 2 => format!(
+                "case {} in {}) {};;& *) {};; esac",
+                gen_word(next, false),
+                gen_word(next, false),
+                gen_line(next, depth + 1),
+                gen_line(next, depth + 1)
+            ),
+            6 if depth < 2 => format!(
+                "for i in {}; do {}; done",
+                gen_word(next, false),
+                gen_line(next, depth + 1)
+            ),
+            7 if depth < 2 => format!(
+                "case {} in {}) {};; esac",
+                gen_word(next, false),
+                gen_word(next, false),
+                gen_line(next, depth + 1)
+            ),
+            _ => gen_simple(next),
+        }
+    }
+
+    /// Words joined by blanks or line continuations.
+    fn gen_simple(next: &mut impl FnMut() -> usize) -> String {
+        let mut words = vec![gen_word(next, true)];
+        for _ in 0..next() % 4 {
+            words.push(gen_word(next, false));
+        }
+        let seps = [" ", " ", "\t", "\\\n", " \\\n "];
+        let mut out = String::new();
+        for (i, w) in words.iter().enumerate() {
+            if i > 0 {
+                out.push_str(pick(next, &seps));
+            }
+            out.push_str(w);
+        }
+        out
+    }
+
+    /// Commands joined by control operators.
+    fn gen_line(next: &mut impl FnMut() -> usize, depth: usize) -> String {
+        let ops = [";", " && ", " || ", " | ", " & ", "\n", ";\n", " |& ", "&"];
+        let mut out = gen_command(next, depth);
+        for _ in 0..next() % 3 {
+            out.push_str(pick(next, &ops));
+            out.push_str(&gen_command(next, depth));
+        }
+        if next().is_multiple_of(5) {
+            out.push_str(pick(next, &[" #c", " # x \\\nc", "&", ";"]));
+        }
+        out
+    }
+
+    /// The line with one character inserted, removed or replaced.
+    fn mutate(next: &mut impl FnMut() -> usize, line: String) -> String {
+        if !next().is_multiple_of(3) || line.is_empty() {
+            return line;
+        }
+        let mut chars: Vec<char> = line.chars().collect();
+        let at = next() % chars.len();
+        let noise = [
+            '\\', '\'', '"', '#', '\n', ';', '`', '$', ' ', '\r', '&', '(', ')', '{', '}', '<', '>',
+        ];
+        match next() % 3 {
+            0 => {
+                chars.insert(at, noise[next() % noise.len()]);
+            }
+            1 => {
+                chars.remove(at);
+            }
+            _ => {
+                chars[at] = noise[next() % noise.len()];
+            }
+        }
+        chars.into_iter().collect()
     }
 }
