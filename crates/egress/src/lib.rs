@@ -11,10 +11,14 @@
 //! recorded in the egress log.
 //!
 //! Modules: [`policy`] (patterns and forbidden addresses), [`wire`] (TLS
-//! server names and HTTP request heads), [`dns`] (the container's resolver),
-//! [`proxy`] (serving one container's sockets).
+//! server names, HTTP heads parsed strictly, chunked bodies), [`dns`] (the
+//! container's resolver), [`proxy`] (serving one container's sockets),
+//! `exchange` (one request forwarded by its framing, its answer masked),
+//! [`intercept`] (TLS terminated, `Host` checked against the SNI, secrets
+//! put in), [`secrets`] (values that never print).
 
 pub mod dns;
+pub(crate) mod exchange;
 pub mod intercept;
 pub mod policy;
 pub mod proxy;
