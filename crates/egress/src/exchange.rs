@@ -571,10 +571,21 @@ where
     let mut ended = framing == Framing::None;
     while !ended {
         if body_bytes.is_empty() {
-            let n = tokio::time::timeout(BODY_IDLE, upstream.read(&mut chunk))
+            let read = tokio::time::timeout(BODY_IDLE, upstream.read(&mut chunk))
                 .await
-                .map_err(|_| broken("the answer stalled"))?
-                .map_err(broken)?;
+                .map_err(|_| broken("the answer stalled"))?;
+            let n = match read {
+                Ok(n) => n,
+                // Many servers end a close-delimited answer over TLS
+                // without close_notify; as browsers do, that is its end.
+                Err(e)
+                    if framing == Framing::Close
+                        && e.kind() == std::io::ErrorKind::UnexpectedEof =>
+                {
+                    0
+                }
+                Err(e) => return Err(broken(e)),
+            };
             if n == 0 {
                 if framing == Framing::Close {
                     break;

@@ -112,6 +112,10 @@ pub struct NetworkSpec {
     /// Secrets (placeholders kept, values never written anywhere).
     #[serde(default)]
     pub secrets: Vec<shellgate_egress::secrets::DomainSecret>,
+    /// Names (within `allowed_domains`, never a secret's) whose TLS the
+    /// proxy does not terminate: it checks their SNI only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tls_passthrough: Vec<String>,
 }
 
 impl NetworkSpec {

@@ -1,11 +1,13 @@
 //! A container's way out: what its init is told (see `helper::network`)
 //! and the egress proxy that serves the sockets init sends back.
 //!
-//! A container with secrets also gets its own CA (see
-//! `shellgate_egress::intercept`), made in memory at its first start in this
-//! process: its certificate, with the host's roots, becomes the container's
-//! system trust store and the bundle the usual variables name, and (in the
-//! `host` image, where the host has Java) Java's trust store too.
+//! Every networked container also gets its own CA (see
+//! `shellgate_egress::intercept`: the proxy terminates its TLS to check
+//! each request and put its secrets in), made in memory at its first start
+//! in this process: its certificate, with the host's roots, becomes the
+//! container's system trust store and the bundle the usual variables name,
+//! and (in the `host` image, where the host has Java) Java's trust store
+//! too.
 
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
@@ -104,8 +106,7 @@ impl LocalEngine {
             env.push((secret.name.clone(), secret.placeholder.clone()));
         }
         let mut file_binds = vec![(self.resolv_conf(), "/etc/resolv.conf".to_owned())];
-        // Made by `prepare_network` for this start, if the container has
-        // secrets this process holds.
+        // Made by `prepare_network` for this start.
         if lock(&container.interceptor).is_some() {
             let bundle = container.dir.join(BUNDLE_FILE);
             if bundle.exists()
@@ -132,9 +133,9 @@ impl LocalEngine {
     }
 
     /// Before a start: the container's interceptor (made at its first
-    /// start in this process, if it has secrets whose values this process
-    /// holds) and the trust stores that hold its CA, written off the async
-    /// workers (Java's takes a `keytool` run).
+    /// start in this process, for every networked container) and the trust
+    /// stores that hold its CA, written off the async workers (Java's
+    /// takes a `keytool` run).
     pub(super) async fn prepare_network(&self, container: &Container) -> Result<(), SandboxError> {
         let Some((interceptor, new)) = self.interceptor(container)? else {
             return Ok(());
@@ -153,15 +154,15 @@ impl LocalEngine {
     }
 
     /// The container's interceptor, and whether it was just made; `None`
-    /// if it has no secret whose value this process holds.
+    /// for a container without network.
     fn interceptor(
         &self,
         container: &Container,
     ) -> Result<Option<(Arc<Interceptor>, bool)>, SandboxError> {
-        let secrets = &container.spec.network.secrets;
-        if !secrets.iter().any(|s| s.value.is_some()) {
+        if container.spec.network.is_disabled() {
             return Ok(None);
         }
+        let secrets = &container.spec.network.secrets;
         let mut slot = lock(&container.interceptor);
         if let Some(interceptor) = slot.as_ref() {
             return Ok(Some((Arc::clone(interceptor), false)));
@@ -220,6 +221,7 @@ impl LocalEngine {
             settings,
             interceptor,
             &network.secrets,
+            &network.tls_passthrough,
         );
         egress
             .serve(Sockets {
