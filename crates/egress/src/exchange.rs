@@ -203,9 +203,7 @@ impl SubstitutionStream {
 
     fn finish(&mut self, out: &mut Vec<u8>) {
         let pending = std::mem::take(&mut self.pending);
-        let (_, replaced) = self
-            .substitution
-            .replace_into(&pending, pending.len(), out);
+        let (_, replaced) = self.substitution.replace_into(&pending, pending.len(), out);
         self.replaced += replaced;
     }
 }
@@ -256,7 +254,9 @@ where
             upstream.write_all(&write(head)).await.map_err(broken)?;
             let mut left = length;
             while left > 0 {
-                let want = buffer.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+                let want = buffer
+                    .len()
+                    .min(usize::try_from(left).unwrap_or(usize::MAX));
                 let n = client.read(&mut buffer[..want]).await?;
                 if n == 0 {
                     return Err(broken("the request body ended early"));
@@ -307,7 +307,9 @@ where
                     break;
                 }
                 let want = match left {
-                    Some(left) => buffer.len().min(usize::try_from(left).unwrap_or(usize::MAX)),
+                    Some(left) => buffer
+                        .len()
+                        .min(usize::try_from(left).unwrap_or(usize::MAX)),
                     None => buffer.len(),
                 };
                 let n = client.read(&mut buffer[..want]).await?;
@@ -369,7 +371,9 @@ async fn read_response_head<U: AsyncRead + Unpin>(
             ResponseParse::Response(head) => return Ok(head),
             ResponseParse::Bad(reason) => return Err(ExchangeError::Refused(reason)),
             ResponseParse::Incomplete if buffer.len() >= MAX_HEAD => {
-                return Err(ExchangeError::Refused("the answer's head is too long".into()))
+                return Err(ExchangeError::Refused(
+                    "the answer's head is too long".into(),
+                ))
             }
             ResponseParse::Incomplete => {}
         }
@@ -644,4 +648,317 @@ where
     client.write_all(&out).await.map_err(broken)?;
     let _ = client.shutdown().await;
     Ok(exchanged)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::secrets::DomainSecret;
+    use crate::wire::{request_head, Head};
+    use tokio::io::{duplex, DuplexStream};
+
+    fn masker() -> Arc<Masker> {
+        Arc::new(
+            Masker::new(&[DomainSecret {
+                domain: "a.test".into(),
+                name: "T".into(),
+                placeholder: "PH".into(),
+                value: Some(SecretValue::new("real-value")),
+                ..DomainSecret::default()
+            }])
+            .unwrap(),
+        )
+    }
+
+    fn head(raw: &[u8]) -> wire::RequestHead {
+        match request_head(raw) {
+            Head::Request(head) => head,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Runs one exchange: `request` (head and what follows it, as the
+    /// client sent it) through the proxy to an origin that reads until
+    /// `request_ends` and answers `answer`; returns what the origin got and
+    /// what the client got.
+    async fn run(
+        request: &[u8],
+        substitution: Option<Arc<Substitution>>,
+        masker: Option<Arc<Masker>>,
+        request_ends: &'static [u8],
+        answer: Vec<Vec<u8>>,
+    ) -> (Vec<u8>, Vec<u8>) {
+        let parsed = head(request);
+        let (mut client, mut proxy_client) = duplex(1 << 16);
+        let (mut proxy_upstream, mut origin) = duplex(1 << 16);
+        let origin = tokio::spawn(async move {
+            let mut got = Vec::new();
+            let mut buffer = [0u8; 4096];
+            while !got.ends_with(request_ends) {
+                let n = origin.read(&mut buffer).await.unwrap();
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&buffer[..n]);
+            }
+            for piece in answer {
+                origin.write_all(&piece).await.unwrap();
+            }
+            drop(origin);
+            got
+        });
+        let outgoing = Outgoing {
+            head: parsed
+                .forwarded_lines(&parsed.origin_form, masker.is_some(), |_, v| v.to_owned()),
+            framing: parsed.framing,
+            body: substitution,
+        };
+        let leftover = request[parsed.length..].to_vec();
+        let _ = exchange(
+            &mut proxy_client,
+            leftover,
+            outgoing,
+            parsed.expect_continue,
+            &mut proxy_upstream,
+            Answering {
+                method: &parsed.method,
+                masker: masker.as_ref(),
+                websocket: parsed.websocket,
+                client_http11: true,
+            },
+        )
+        .await;
+        drop(proxy_client);
+        let mut received = Vec::new();
+        client.read_to_end(&mut received).await.unwrap();
+        (origin.await.unwrap(), received)
+    }
+
+    fn body_of(answer: &[u8]) -> (String, Vec<u8>) {
+        let end = answer.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        let head = String::from_utf8_lossy(&answer[..end]).into_owned();
+        let mut body = Vec::new();
+        if head.contains("Transfer-Encoding: chunked") {
+            let mut decoder = ChunkedDecoder::default();
+            decoder.feed(&answer[end..], &mut body).unwrap();
+            assert!(decoder.done(), "the answer's last chunk is missing");
+        } else {
+            body = answer[end..].to_vec();
+        }
+        (head, body)
+    }
+
+    #[tokio::test]
+    async fn a_request_goes_by_its_framing_and_nothing_after_it() {
+        let answer = vec![b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_vec()];
+        let (got, _) = run(
+            b"POST /c HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: b.test\r\n\r\n",
+            None,
+            None,
+            b"0\r\n\r\n",
+            answer.clone(),
+        )
+        .await;
+        assert_eq!(
+            String::from_utf8(got).unwrap(),
+            "POST /c HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
+        );
+        let (got, _) = run(
+            b"POST /l HTTP/1.1\r\nHost: a.test\r\nContent-Length: 2\r\n\r\nokGET /smuggled HTTP/1.1\r\nHost: b.test\r\n\r\n",
+            None,
+            None,
+            b"ok",
+            answer,
+        )
+        .await;
+        assert_eq!(
+            String::from_utf8(got).unwrap(),
+            "POST /l HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok"
+        );
+    }
+
+    #[tokio::test]
+    async fn placeholders_in_bodies_are_replaced_on_every_framing() {
+        let value = SecretValue::new("real-value");
+        let substitution = Substitution::new(&[("PLACEHOLDER", &value)]);
+        let answer = vec![b"HTTP/1.1 204 No Content\r\n\r\n".to_vec()];
+        // Split across chunks.
+        let (got, _) = run(
+            b"POST / HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nPLACE\r\n8\r\nHOLDER x\r\n0\r\n\r\n",
+            substitution.clone(),
+            None,
+            b"0\r\n\r\n",
+            answer.clone(),
+        )
+        .await;
+        let (_, body) = body_of(&got);
+        assert_eq!(body, b"real-value x");
+        let (got, _) = run(
+            b"POST / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 13\r\n\r\n[PLACEHOLDER]",
+            substitution,
+            None,
+            b"]",
+            answer,
+        )
+        .await;
+        let text = String::from_utf8(got).unwrap();
+        assert!(
+            text.ends_with("Content-Length: 12\r\n\r\n[real-value]"),
+            "{text}"
+        );
+    }
+
+    #[tokio::test]
+    async fn answers_are_masked_on_every_framing() {
+        let value_in_pieces = |head: &[u8], framing: &str| -> Vec<Vec<u8>> {
+            let body = b"{\"echo\": \"Bearer real-value\"}";
+            let mut pieces = vec![head.to_vec()];
+            match framing {
+                "chunked" => {
+                    for byte in body {
+                        pieces.push(format!("1\r\n{}\r\n", *byte as char).into_bytes());
+                    }
+                    pieces.push(b"0\r\n\r\n".to_vec());
+                }
+                _ => pieces.extend(body.chunks(3).map(<[u8]>::to_vec)),
+            }
+            pieces
+        };
+        for (name, answer) in [
+            (
+                "length",
+                value_in_pieces(b"HTTP/1.1 200 OK\r\nContent-Length: 29\r\n\r\n", "length"),
+            ),
+            (
+                "chunked",
+                value_in_pieces(
+                    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+                    "chunked",
+                ),
+            ),
+            (
+                "close",
+                value_in_pieces(b"HTTP/1.1 200 OK\r\nX-Echo: real-value\r\n\r\n", "close"),
+            ),
+            (
+                "interim",
+                value_in_pieces(
+                    b"HTTP/1.1 103 Early Hints\r\nLink: real-value\r\n\r\nHTTP/1.1 200 OK\r\n\r\n",
+                    "close",
+                ),
+            ),
+        ] {
+            let (got, received) = run(
+                b"GET / HTTP/1.1\r\nHost: a.test\r\nAccept-Encoding: gzip\r\n\r\n",
+                None,
+                Some(masker()),
+                b"\r\n\r\n",
+                answer,
+            )
+            .await;
+            assert!(
+                String::from_utf8_lossy(&got).contains("Accept-Encoding: identity\r\n"),
+                "{name}"
+            );
+            let text = String::from_utf8_lossy(&received).into_owned();
+            assert!(!text.contains("real-value"), "{name}: {text}");
+            let final_answer = match text.find("HTTP/1.1 200") {
+                Some(at) => &received[at..],
+                None => panic!("{name}: {text}"),
+            };
+            let (_, body) = body_of(final_answer);
+            assert_eq!(body, b"{\"echo\": \"Bearer PH\"}", "{name}");
+        }
+        // A HEAD answer has no body, whatever its length says.
+        let (_, received) = run(
+            b"HEAD / HTTP/1.1\r\nHost: a.test\r\n\r\n",
+            None,
+            Some(masker()),
+            b"\r\n\r\n",
+            vec![b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\nX: real-value\r\n\r\n".to_vec()],
+        )
+        .await;
+        assert_eq!(
+            String::from_utf8(received).unwrap(),
+            "HTTP/1.1 200 OK\r\nX: PH\r\nConnection: close\r\n\r\n"
+        );
+    }
+
+    #[tokio::test]
+    async fn answers_that_cannot_be_inspected_are_refused() {
+        for answer in [
+            &b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 3\r\n\r\nabc"[..],
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\nreal-value",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+        ] {
+            let (_, received) = run(
+                b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n",
+                None,
+                Some(masker()),
+                b"\r\n\r\n",
+                vec![answer.to_vec()],
+            )
+            .await;
+            let text = String::from_utf8(received).unwrap();
+            assert!(text.starts_with("HTTP/1.1 502 "), "{text}");
+            assert!(!text.contains("real-value"));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_websocket_is_relayed_only_after_its_101() {
+        let parsed = head(b"GET /ws HTTP/1.1\r\nHost: a.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: k\r\n\r\n");
+        let (mut client, mut proxy_client): (DuplexStream, DuplexStream) = duplex(4096);
+        let (mut proxy_upstream, mut origin) = duplex(4096);
+        let origin = tokio::spawn(async move {
+            let mut got = Vec::new();
+            let mut buffer = [0u8; 1024];
+            while !got.ends_with(b"\r\n\r\n") {
+                let n = origin.read(&mut buffer).await.unwrap();
+                got.extend_from_slice(&buffer[..n]);
+            }
+            origin
+                .write_all(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+                .await
+                .unwrap();
+            let n = origin.read(&mut buffer).await.unwrap();
+            origin.write_all(&buffer[..n]).await.unwrap();
+            String::from_utf8(got).unwrap()
+        });
+        let proxy = tokio::spawn(async move {
+            exchange(
+                &mut proxy_client,
+                Vec::new(),
+                Outgoing {
+                    head: parsed.forwarded_lines("/ws", false, |_, v| v.to_owned()),
+                    framing: parsed.framing,
+                    body: None,
+                },
+                false,
+                &mut proxy_upstream,
+                Answering {
+                    method: "GET",
+                    masker: None,
+                    websocket: true,
+                    client_http11: true,
+                },
+            )
+            .await
+        });
+        let mut buffer = vec![0u8; 1024];
+        let mut answer = Vec::new();
+        while !answer.ends_with(b"\r\n\r\n") {
+            let n = client.read(&mut buffer).await.unwrap();
+            answer.extend_from_slice(&buffer[..n]);
+        }
+        assert!(answer.starts_with(b"HTTP/1.1 101"));
+        client.write_all(b"frame").await.unwrap();
+        let n = client.read(&mut buffer).await.unwrap();
+        assert_eq!(&buffer[..n], b"frame");
+        let forwarded = origin.await.unwrap();
+        assert!(forwarded.ends_with("Upgrade: websocket\r\nConnection: Upgrade\r\n\r\n"));
+        drop(client);
+        let _ = proxy.await;
+    }
 }

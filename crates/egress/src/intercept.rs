@@ -82,11 +82,16 @@ fn path_allowed(prefixes: &[String], path: &str) -> bool {
         return true;
     }
     let lower = path.to_ascii_lowercase();
-    let ambiguous = path.split('/').any(|segment| segment == "." || segment == "..")
+    let ambiguous = path
+        .split('/')
+        .any(|segment| segment == "." || segment == "..")
         || ["%2e", "%2f", "%5c", "\\", "//"]
             .iter()
             .any(|bad| lower.contains(bad));
-    !ambiguous && prefixes.iter().any(|prefix| path.starts_with(prefix.as_str()))
+    !ambiguous
+        && prefixes
+            .iter()
+            .any(|prefix| path.starts_with(prefix.as_str()))
 }
 
 /// One container's CA and secrets.
@@ -286,7 +291,8 @@ impl Interceptor {
             }
         })
         .await;
-        let refuse = |status: u16, code: &str, reason: &str| error_response(status, code, reason, None);
+        let refuse =
+            |status: u16, code: &str, reason: &str| error_response(status, code, reason, None);
         let mut head = match head {
             Some(Head::Request(head)) if !head.method.eq_ignore_ascii_case("CONNECT") => head,
             Some(Head::Request(_)) => {
@@ -312,7 +318,12 @@ impl Interceptor {
                 head.host.host
             );
             let _ = client
-                .write_all(&error_response(421, "policy_denied", &reason, Some(&head.host.host)))
+                .write_all(&error_response(
+                    421,
+                    "policy_denied",
+                    &reason,
+                    Some(&head.host.host),
+                ))
                 .await;
             seen.server_name = Some(name.clone());
             return egress.deny(kind, seen, started, reason);
@@ -362,7 +373,12 @@ impl Interceptor {
             Ok(upstream) => upstream,
             Err(reason) => {
                 let _ = client
-                    .write_all(&error_response(502, "upstream_unreachable", &reason, Some(&name)))
+                    .write_all(&error_response(
+                        502,
+                        "upstream_unreachable",
+                        &reason,
+                        Some(&name),
+                    ))
                     .await;
                 return egress.deny(kind, seen, started, reason);
             }

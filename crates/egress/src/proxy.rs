@@ -552,7 +552,16 @@ impl ContainerEgress {
                 Some(intercept) => {
                     let intercept = Arc::clone(intercept);
                     intercept
-                        .serve(self, "https", stream, buffer, name, destination, seen, started)
+                        .serve(
+                            self,
+                            "https",
+                            stream,
+                            buffer,
+                            name,
+                            destination,
+                            seen,
+                            started,
+                        )
                         .await
                 }
                 None => {
@@ -625,7 +634,11 @@ impl ContainerEgress {
                     seen.requested =
                         self.answered_names(destination.ip(), seen.server_name.as_deref());
                     let name = self.check_name(&head.host.host)?;
-                    if head.host.port.is_some_and(|port| port != destination.port()) {
+                    if head
+                        .host
+                        .port
+                        .is_some_and(|port| port != destination.port())
+                    {
                         return Err(format!(
                             "the Host header names port {:?} on a connection to port {}",
                             head.host.port,

@@ -514,7 +514,9 @@ fn parse_request(head: &[u8]) -> Result<RequestHead, String> {
         let (authority, origin) = parse_absolute(target)?;
         (origin, Some(authority))
     } else {
-        return Err(format!("{target:?} is not a request target the proxy forwards"));
+        return Err(format!(
+            "{target:?} is not a request target the proxy forwards"
+        ));
     };
     let host = match (host, &target_authority) {
         (Some(host), Some(authority)) => {
@@ -616,7 +618,9 @@ pub fn response_head(bytes: &[u8]) -> ResponseParse {
     let mut response = httparse::Response::new(&mut slots);
     let length = match response.parse(bytes) {
         Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) if bytes.len() < MAX_HEAD => return ResponseParse::Incomplete,
+        Ok(httparse::Status::Partial) if bytes.len() < MAX_HEAD => {
+            return ResponseParse::Incomplete
+        }
         Ok(httparse::Status::Partial) => {
             return ResponseParse::Bad(format!("a response head longer than {MAX_HEAD} bytes"))
         }
@@ -829,7 +833,10 @@ pub(crate) mod tests {
     fn refused(raw: &[u8]) -> String {
         match request_head(raw) {
             Head::Bad(why) => why,
-            other => panic!("{:?} was not refused: {other:?}", String::from_utf8_lossy(raw)),
+            other => panic!(
+                "{:?} was not refused: {other:?}",
+                String::from_utf8_lossy(raw)
+            ),
         }
     }
 
@@ -847,7 +854,10 @@ pub(crate) mod tests {
             "GET /x?y=1 HTTP/1.1\r\nHost: a.test\r\nAuthorization: Bearer real\r\nAccept-Encoding: gzip\r\nConnection: close\r\n"
         );
         let out = head.forwarded_lines("/", true, |_, v| v.to_owned());
-        assert!(out.ends_with("Accept-Encoding: identity\r\nConnection: close\r\n"), "{out}");
+        assert!(
+            out.ends_with("Accept-Encoding: identity\r\nConnection: close\r\n"),
+            "{out}"
+        );
         assert!(!out.contains("gzip"));
         assert_eq!(parse_absolute("http://a.test").unwrap().1, "/");
         assert_eq!(parse_absolute("http://a.test?q").unwrap().1, "/?q");
@@ -855,7 +865,12 @@ pub(crate) mod tests {
         let ws = parsed(b"GET /chat HTTP/1.1\r\nHost: a.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: abc==\r\nSec-WebSocket-Version: 13\r\n\r\n");
         assert!(ws.websocket);
         let out = ws.forwarded_lines("/chat", false, |_, v| v.to_owned());
-        assert!(out.ends_with("Sec-WebSocket-Version: 13\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"), "{out}");
+        assert!(
+            out.ends_with(
+                "Sec-WebSocket-Version: 13\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            ),
+            "{out}"
+        );
         for not_ws in [
             &b"POST /chat HTTP/1.1\r\nHost: a.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: abc==\r\n\r\n"[..],
             b"GET /chat HTTP/1.1\r\nHost: a.test\r\nUpgrade: websocket\r\nConnection: keep-alive\r\nSec-WebSocket-Key: abc==\r\n\r\n",
@@ -883,11 +898,18 @@ pub(crate) mod tests {
         assert_eq!(head.length, raw.len() - 4);
         let chunked = parsed(b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: Chunked\r\n\r\n");
         assert_eq!(chunked.framing, Framing::Chunked);
-        let expect = parsed(b"PUT / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nExpect: 100-continue\r\n\r\n");
+        let expect = parsed(
+            b"PUT / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nExpect: 100-continue\r\n\r\n",
+        );
         assert!(expect.expect_continue);
-        assert!(!expect.forwarded_lines("/", false, |_, v| v.to_owned()).contains("xpect"));
+        assert!(!expect
+            .forwarded_lines("/", false, |_, v| v.to_owned())
+            .contains("xpect"));
         assert_eq!(request_head(b"GET / HTTP/1.1\r\nHost: x"), Head::Incomplete);
-        assert_eq!(request_head(b"GET / HTTP/1.1\r\nHost: x\r\n\r"), Head::Incomplete);
+        assert_eq!(
+            request_head(b"GET / HTTP/1.1\r\nHost: x\r\n\r"),
+            Head::Incomplete
+        );
         let connect = parsed(b"CONNECT a.test:443 HTTP/1.1\r\nHost: a.test:443\r\n\r\n");
         assert_eq!(
             connect.target_authority,
@@ -994,9 +1016,22 @@ pub(crate) mod tests {
         assert_eq!(parse_authority("a.test").unwrap().port, None);
         assert_eq!(parse_authority("[::1]:80").unwrap().host, "::1");
         for bad in [
-            "", ":443", "a.test:", "a.test:65536", "a.test:443abc", "a.test:-1", "a.test: 443",
-            "443@evil", "evil:443@a.test:443", "a.test:443:443", "a%2etest", "[::1", "[x]:1",
-            "[::1]x", "a test", "a.test:00000443",
+            "",
+            ":443",
+            "a.test:",
+            "a.test:65536",
+            "a.test:443abc",
+            "a.test:-1",
+            "a.test: 443",
+            "443@evil",
+            "evil:443@a.test:443",
+            "a.test:443:443",
+            "a%2etest",
+            "[::1",
+            "[x]:1",
+            "[::1]x",
+            "a test",
+            "a.test:00000443",
         ] {
             assert!(parse_authority(bad).is_err(), "{bad:?}");
         }
@@ -1128,28 +1163,43 @@ pub(crate) mod tests {
             again.extend_from_slice(b"\r\n");
             let back = parsed(&again);
             assert_eq!(
-                (&back.method, &back.origin_form, &back.host, back.framing, back.websocket),
-                (&head.method, &head.origin_form, &head.host, head.framing, head.websocket),
+                (
+                    &back.method,
+                    &back.origin_form,
+                    &back.host,
+                    back.framing,
+                    back.websocket
+                ),
+                (
+                    &head.method,
+                    &head.origin_form,
+                    &head.host,
+                    head.framing,
+                    head.websocket
+                ),
                 "{:?}",
                 String::from_utf8_lossy(text)
             );
         }
-        assert!(accepted > 1000, "the mutations left too few heads valid: {accepted}");
+        assert!(
+            accepted > 1000,
+            "the mutations left too few heads valid: {accepted}"
+        );
     }
 
     #[test]
     fn response_heads_give_their_framing() {
-        let ResponseParse::Response(head) =
-            response_head(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Encoding: gzip\r\n\r\n")
-        else {
+        let ResponseParse::Response(head) = response_head(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Encoding: gzip\r\n\r\n",
+        ) else {
             panic!()
         };
         assert_eq!(head.framing("GET"), Framing::Length(5));
         assert_eq!(head.framing("HEAD"), Framing::None);
         assert_eq!(head.content_encoding.as_deref(), Some("gzip"));
-        let ResponseParse::Response(head) =
-            response_head(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n")
-        else {
+        let ResponseParse::Response(head) = response_head(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
+        ) else {
             panic!()
         };
         assert_eq!(head.framing("GET"), Framing::Chunked);
@@ -1163,7 +1213,9 @@ pub(crate) mod tests {
             panic!()
         };
         assert_eq!(head.framing("GET"), Framing::Close);
-        let ResponseParse::Response(head) = response_head(b"HTTP/1.1 304 x\r\nContent-Length: 9\r\n\r\n") else {
+        let ResponseParse::Response(head) =
+            response_head(b"HTTP/1.1 304 x\r\nContent-Length: 9\r\n\r\n")
+        else {
             panic!()
         };
         assert_eq!(head.framing("GET"), Framing::None);
@@ -1171,7 +1223,10 @@ pub(crate) mod tests {
             response_head(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n"),
             ResponseParse::Bad(_)
         ));
-        assert_eq!(response_head(b"HTTP/1.1 200 OK\r\n"), ResponseParse::Incomplete);
+        assert_eq!(
+            response_head(b"HTTP/1.1 200 OK\r\n"),
+            ResponseParse::Incomplete
+        );
     }
 
     /// A minimal TLS 1.2/1.3 ClientHello with an SNI extension.

@@ -243,7 +243,9 @@ fn secret_scope(
     let inject = match &secret.inject {
         None => Vec::new(),
         Some(parts) if parts.is_empty() => {
-            return invalid(format!("secret {name}: inject needs at least one of header, query, body"))
+            return invalid(format!(
+                "secret {name}: inject needs at least one of header, query, body"
+            ))
         }
         Some(parts) => {
             let mut out = Vec::new();
@@ -264,10 +266,12 @@ fn secret_scope(
     let list = |values: &Option<Vec<String>>, what: &str| -> ApiResult<Vec<String>> {
         match values {
             None => Ok(Vec::new()),
-            Some(values) if values.is_empty() || values.len() > MAX_SCOPES => Err(ApiError::invalid(
-                param,
-                format!("secret {name}: {what} needs 1 to {MAX_SCOPES} entries"),
-            )),
+            Some(values) if values.is_empty() || values.len() > MAX_SCOPES => {
+                Err(ApiError::invalid(
+                    param,
+                    format!("secret {name}: {what} needs 1 to {MAX_SCOPES} entries"),
+                ))
+            }
             Some(values) => {
                 let unique: HashSet<&String> = values.iter().collect();
                 if unique.len() != values.len() {
@@ -331,7 +335,11 @@ fn passthrough_domains(
     for domain in domains {
         let pattern =
             Pattern::parse(domain, false).map_err(|e| ApiError::invalid(param, e.to_string()))?;
-        if !allowlist.patterns().iter().any(|outer| pattern.within(outer)) {
+        if !allowlist
+            .patterns()
+            .iter()
+            .any(|outer| pattern.within(outer))
+        {
             return Err(ApiError::invalid(
                 param,
                 format!("{domain} is not within the allowed domains"),
