@@ -781,7 +781,12 @@ def test_tls_passthrough_is_opt_in_and_bounded(client, world):
         client.containers.create(name="pt", network_policy=allowlist(
             "*.allowed.test", "api.secret.test", passthrough=["api.secret.test"],
             secrets=[{"domain": "api.secret.test", "name": "T", "value": SECRET}]))
-    assert "secret" in refused.value.message
+    assert "domain_secrets" in refused.value.message
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.containers.create(name="pt", network_policy=allowlist(
+            "*.allowed.test", "api.secret.test", passthrough=["b.allowed.test"],
+            secrets=[{"domain": "api.secret.test", "name": "T", "value": SECRET}]))
+    assert "cannot be checked" in refused.value.message
     container = client.containers.create(
         name="pt", network_policy=allowlist("a.allowed.test", "b.allowed.test", passthrough=["b.allowed.test"]))
     assert container.network_policy.model_dump()["tls_passthrough_domains"] == ["b.allowed.test"]

@@ -33,7 +33,8 @@ const BODY_IDLE: Duration = Duration::from_secs(60);
 const RESPONSE_HEAD_TIMEOUT: Duration = Duration::from_secs(300);
 /// Largest `Content-Length` body buffered to replace placeholders in it
 /// (keeping it a `Content-Length` body); larger ones are sent chunked.
-const MAX_BUFFERED_BODY: u64 = 1 << 20;
+/// Small, since each of a container's connections may hold one.
+const MAX_BUFFERED_BODY: u64 = 256 * 1024;
 /// Most interim (1xx) answers before the final one.
 const MAX_INTERIM: usize = 8;
 
@@ -214,6 +215,8 @@ pub(crate) struct Outgoing {
     pub head: String,
     pub framing: Framing,
     pub body: Option<Arc<Substitution>>,
+    /// The request is HTTP/1.1 (so a body may be sent chunked).
+    pub http11: bool,
 }
 
 /// What went through: bytes each way, placeholders replaced in the body.
@@ -285,6 +288,12 @@ where
             upstream.write_all(&write(head)).await.map_err(broken)?;
             Ok((sent, replaced))
         }
+        (Framing::Length(_), Some(_)) if !outgoing.http11 => Err(ExchangeError::Refused(
+            format!(
+                "an HTTP/1.0 body over {MAX_BUFFERED_BODY} bytes cannot have a secret put in \
+                 (it could only be sent chunked)"
+            ),
+        )),
         (framing, substitution) => {
             // A chunked body, or one too long to buffer with placeholders
             // to replace: sent chunked, replaced as a stream.
@@ -712,6 +721,7 @@ mod tests {
                 .forwarded_lines(&parsed.origin_form, masker.is_some(), |_, v| v.to_owned()),
             framing: parsed.framing,
             body: substitution,
+            http11: parsed.version == "HTTP/1.1",
         };
         let leftover = request[parsed.length..].to_vec();
         let _ = exchange(
@@ -934,6 +944,7 @@ mod tests {
                     head: parsed.forwarded_lines("/ws", false, |_, v| v.to_owned()),
                     framing: parsed.framing,
                     body: None,
+                    http11: true,
                 },
                 false,
                 &mut proxy_upstream,

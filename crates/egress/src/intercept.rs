@@ -368,6 +368,7 @@ impl Interceptor {
             head: lines,
             framing: head.framing,
             body: Substitution::new(&in_body),
+            http11: head.version == "HTTP/1.1",
         };
         let mut upstream = match self.connect(&name, destination).await {
             Ok(upstream) => upstream,

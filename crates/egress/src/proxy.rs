@@ -701,6 +701,7 @@ impl ContainerEgress {
             }),
             framing: head.framing,
             body: None,
+            http11: head.version == "HTTP/1.1",
         };
         let leftover = buffer.split_off(head.length);
         let result = exchange::exchange(

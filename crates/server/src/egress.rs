@@ -315,9 +315,10 @@ fn secret_scope(
 }
 
 /// `tls_passthrough_domains` (our extension): names or `*.` patterns whose
-/// TLS the proxy does not terminate, each within the allowlist and
-/// sharing no name with a secret's domain (a secret is put in only where
-/// TLS is terminated).
+/// TLS the proxy does not terminate, each within the allowlist. Not with
+/// secrets: a passthrough answer cannot be checked for a secret's value
+/// (and a secret is put in only where TLS is terminated), so a policy with
+/// `domain_secrets` has none, failing closed.
 fn passthrough_domains(
     allowlist: &Allowlist,
     domains: &[String],
@@ -325,6 +326,19 @@ fn passthrough_domains(
     param: &str,
 ) -> ApiResult<Vec<String>> {
     use shellgate_egress::policy::Pattern;
+    if domains.is_empty() {
+        return Ok(Vec::new());
+    }
+    if let Some(secret) = secrets.first() {
+        return Err(ApiError::invalid(
+            param,
+            format!(
+                "TLS passthrough cannot be combined with domain_secrets (secret {}): answers \
+                 that pass through unread cannot be checked for a secret's value",
+                secret.name
+            ),
+        ));
+    }
     if domains.len() > MAX_PATTERNS {
         return Err(ApiError::invalid(
             param,
@@ -335,30 +349,11 @@ fn passthrough_domains(
     for domain in domains {
         let pattern =
             Pattern::parse(domain, false).map_err(|e| ApiError::invalid(param, e.to_string()))?;
-        if !allowlist
-            .patterns()
-            .iter()
-            .any(|outer| pattern.within(outer))
-        {
+        if !allowlist.patterns().iter().any(|outer| pattern.within(outer)) {
             return Err(ApiError::invalid(
                 param,
                 format!("{domain} is not within the allowed domains"),
             ));
-        }
-        for secret in secrets {
-            let Ok(secret_domain) = Pattern::parse(&secret.domain, false) else {
-                continue;
-            };
-            if secret_domain.within(&pattern) || pattern.within(&secret_domain) {
-                return Err(ApiError::invalid(
-                    param,
-                    format!(
-                        "{domain} overlaps {}, the domain of secret {}: a secret is put in \
-                         only where TLS is terminated",
-                        secret.domain, secret.name
-                    ),
-                ));
-            }
         }
         out.push(pattern.to_string());
     }
