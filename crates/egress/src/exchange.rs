@@ -288,12 +288,10 @@ where
             upstream.write_all(&write(head)).await.map_err(broken)?;
             Ok((sent, replaced))
         }
-        (Framing::Length(_), Some(_)) if !outgoing.http11 => Err(ExchangeError::Refused(
-            format!(
-                "an HTTP/1.0 body over {MAX_BUFFERED_BODY} bytes cannot have a secret put in \
+        (Framing::Length(_), Some(_)) if !outgoing.http11 => Err(ExchangeError::Refused(format!(
+            "an HTTP/1.0 body over {MAX_BUFFERED_BODY} bytes cannot have a secret put in \
                  (it could only be sent chunked)"
-            ),
-        )),
+        ))),
         (framing, substitution) => {
             // A chunked body, or one too long to buffer with placeholders
             // to replace: sent chunked, replaced as a stream.

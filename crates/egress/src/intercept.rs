@@ -186,6 +186,11 @@ impl Interceptor {
         self.issuer.pem()
     }
 
+    /// The same certificate, DER.
+    pub fn ca_der(&self) -> Vec<u8> {
+        self.issuer.der().to_vec()
+    }
+
     /// The secrets a request of `method` for `path` on `name` may carry
     /// in `part`.
     fn applicable<'a>(
@@ -421,6 +426,60 @@ impl Interceptor {
     }
 }
 
+/// The password every JDK's `cacerts` has.
+const JAVA_STORE_PASSWORD: &str = "changeit";
+
+/// The keyed SHA-1 a JKS file ends with: over the password (UTF-16BE),
+/// the JDK's fixed salt and every byte before it.
+fn jks_digest(body: &[u8]) -> ring::digest::Digest {
+    let mut context = ring::digest::Context::new(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY);
+    for unit in JAVA_STORE_PASSWORD.encode_utf16() {
+        context.update(&unit.to_be_bytes());
+    }
+    context.update(b"Mighty Aphrodite");
+    context.update(body);
+    context.finish()
+}
+
+/// Java's trust store `store` (a JKS file, as Debian's `cacerts` is) with
+/// `certificate` (DER) added as the trusted entry `alias`, made without a
+/// JVM; `None` if `store` is not a JKS file whose digest checks out with
+/// the usual password (the caller then runs `keytool`).
+pub fn java_store_with(
+    store: &[u8],
+    alias: &str,
+    certificate: &[u8],
+    created_millis: u64,
+) -> Option<Vec<u8>> {
+    const HEAD: [u8; 8] = [0xfe, 0xed, 0xfe, 0xed, 0, 0, 0, 2];
+    let digest_at = store.len().checked_sub(20)?;
+    if digest_at < 12 || store[..8] != HEAD {
+        return None;
+    }
+    let (body, digest) = store.split_at(digest_at);
+    if jks_digest(body).as_ref() != digest {
+        return None;
+    }
+    let count = u32::from_be_bytes(body[8..12].try_into().ok()?).checked_add(1)?;
+    let alias_length = u16::try_from(alias.len()).ok()?;
+    let certificate_length = u32::try_from(certificate.len()).ok()?;
+    let mut out = Vec::with_capacity(store.len() + certificate.len() + 64);
+    out.extend_from_slice(&body[..8]);
+    out.extend_from_slice(&count.to_be_bytes());
+    out.extend_from_slice(&body[12..]);
+    out.extend_from_slice(&2u32.to_be_bytes()); // a trusted certificate
+    out.extend_from_slice(&alias_length.to_be_bytes());
+    out.extend_from_slice(alias.as_bytes());
+    out.extend_from_slice(&created_millis.to_be_bytes());
+    out.extend_from_slice(&5u16.to_be_bytes());
+    out.extend_from_slice(b"X.509");
+    out.extend_from_slice(&certificate_length.to_be_bytes());
+    out.extend_from_slice(certificate);
+    let digest = jks_digest(&out);
+    out.extend_from_slice(digest.as_ref());
+    Some(out)
+}
+
 /// A stream whose first bytes were already read: they are read again.
 struct Rewind<S> {
     prefix: Vec<u8>,
@@ -516,6 +575,49 @@ mod tests {
         let a = interceptor.server_config("api.secret.test").unwrap();
         let b = interceptor.server_config("api.secret.test").unwrap();
         assert!(Arc::ptr_eq(&a, &b));
+    }
+
+    /// The host's Java store (where it has one) gains the CA, and the
+    /// result is one `keytool` reads (where it has one too).
+    #[test]
+    fn the_ca_joins_javas_store_without_a_jvm() {
+        let interceptor = interceptor(secret());
+        assert!(java_store_with(b"not a store at all, twenty+ bytes", "a", b"c", 0).is_none());
+        let Ok(store) = std::fs::read("/etc/ssl/certs/java/cacerts") else {
+            return;
+        };
+        let Some(with) = java_store_with(&store, "shellgate-egress", &interceptor.ca_der(), 1)
+        else {
+            // Not JKS here (PKCS12, say): keytool does it instead.
+            return;
+        };
+        let mut tampered = with.clone();
+        tampered[20] ^= 1;
+        assert!(java_store_with(&tampered, "x", b"c", 0).is_none());
+        let keytool = std::path::Path::new("/usr/bin/keytool");
+        if !keytool.exists() {
+            return;
+        }
+        let path = std::env::temp_dir().join(format!("jks-test-{}", std::process::id()));
+        std::fs::write(&path, &with).unwrap();
+        let listed = std::process::Command::new(keytool)
+            .args([
+                "-list",
+                "-storepass",
+                "changeit",
+                "-alias",
+                "shellgate-egress",
+                "-keystore",
+            ])
+            .arg(&path)
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_file(&path);
+        let text = String::from_utf8_lossy(&listed.stdout);
+        assert!(
+            listed.status.success() && text.contains("trustedCertEntry"),
+            "{text}"
+        );
     }
 
     #[test]

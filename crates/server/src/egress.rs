@@ -349,7 +349,11 @@ fn passthrough_domains(
     for domain in domains {
         let pattern =
             Pattern::parse(domain, false).map_err(|e| ApiError::invalid(param, e.to_string()))?;
-        if !allowlist.patterns().iter().any(|outer| pattern.within(outer)) {
+        if !allowlist
+            .patterns()
+            .iter()
+            .any(|outer| pattern.within(outer))
+        {
             return Err(ApiError::invalid(
                 param,
                 format!("{domain} is not within the allowed domains"),

@@ -134,8 +134,7 @@ impl LocalEngine {
 
     /// Before a start: the container's interceptor (made at its first
     /// start in this process, for every networked container) and the trust
-    /// stores that hold its CA, written off the async workers (Java's
-    /// takes a `keytool` run).
+    /// stores that hold its CA, written off the async workers.
     pub(super) async fn prepare_network(&self, container: &Container) -> Result<(), SandboxError> {
         let Some((interceptor, new)) = self.interceptor(container)? else {
             return Ok(());
@@ -147,7 +146,13 @@ impl LocalEngine {
                 .images
                 .can_cover_etc_file(&container.spec.image, JAVA_STORE);
         tokio::task::spawn_blocking(move || {
-            write_trust_stores(&dir, &interceptor.ca_pem(), new, java)
+            write_trust_stores(
+                &dir,
+                &interceptor.ca_pem(),
+                &interceptor.ca_der(),
+                new,
+                java,
+            )
         })
         .await
         .map_err(|e| SandboxError::Setup(format!("the trust store writer failed: {e}")))?
@@ -239,6 +244,7 @@ impl LocalEngine {
 fn write_trust_stores(
     dir: &std::path::Path,
     ca: &str,
+    ca_der: &[u8],
     new: bool,
     java: bool,
 ) -> Result<(), SandboxError> {
@@ -256,13 +262,25 @@ fn write_trust_stores(
         return Ok(());
     }
     let _ = std::fs::remove_file(&store);
+    // The host's store, copied, with the CA added: Java reads only its own
+    // format. Without it Java programs would refuse the proxy's
+    // certificates. A JKS store (Debian's) is extended here, in a few
+    // milliseconds; any other goes through a `keytool` run (a JVM start).
+    let staging = dir.join(format!("{JAVA_FILE}.new"));
+    let created = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    let extended = std::fs::read(JAVA_STORE).ok().and_then(|host| {
+        shellgate_egress::intercept::java_store_with(&host, "shellgate-egress", ca_der, created)
+    });
+    if let Some(extended) = extended {
+        std::fs::write(&staging, extended).context(|| format!("write {}", staging.display()))?;
+        return std::fs::rename(&staging, &store).context(|| format!("rename {}", store.display()));
+    }
     let Some(keytool) = KEYTOOLS.iter().find(|k| std::path::Path::new(k).exists()) else {
         return Ok(());
     };
-    // The host's store, copied, with the CA imported: Java reads only its
-    // own format. Without it Java programs would refuse the proxy's
-    // certificates for the secret's domain (and only those).
-    let staging = dir.join(format!("{JAVA_FILE}.new"));
     let ca_file = dir.join("egress-ca-only.pem");
     std::fs::copy(JAVA_STORE, &staging).context(|| format!("copy {JAVA_STORE}"))?;
     std::fs::write(&ca_file, ca).context(|| format!("write {}", ca_file.display()))?;
