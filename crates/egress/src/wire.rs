@@ -819,6 +819,100 @@ pub fn chunk(data: &[u8], out: &mut Vec<u8>) {
 /// The end of a chunked body.
 pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
 
+/// The parsers' invariants, shared by the unit tests and the fuzz target
+/// (`fuzz/fuzz_targets/egress_http.rs`).
+pub mod fuzzing {
+    use super::*;
+
+    /// Any bytes: [`request_head`] never panics, and a head it accepts has
+    /// CRLF lines only, no NUL, one Host (or none, for a CONNECT), and is
+    /// forwarded as a head that reads back the same. Returns whether the
+    /// bytes were accepted.
+    pub fn check_request_head(bytes: &[u8]) -> bool {
+        let Head::Request(head) = request_head(bytes) else {
+            return false;
+        };
+        let text = &bytes[..head.length];
+        let shown = || String::from_utf8_lossy(text).into_owned();
+        for (i, &b) in text.iter().enumerate() {
+            if b == b'\n' {
+                assert_eq!(text[i - 1], b'\r', "{}", shown());
+            }
+            if b == b'\r' {
+                assert_eq!(text[i + 1], b'\n', "{}", shown());
+            }
+            assert!(b != 0, "{}", shown());
+        }
+        let hosts = head
+            .headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case("host"))
+            .count();
+        assert!(hosts == 1 || (hosts == 0 && head.method == "CONNECT"));
+        if head.method == "CONNECT" {
+            assert!(head
+                .target_authority
+                .as_ref()
+                .is_some_and(|a| a.port.is_some()));
+            return true;
+        }
+        let mut again = head
+            .forwarded_lines(&head.origin_form, false, |_, v| v.to_owned())
+            .into_bytes();
+        match head.framing {
+            Framing::Length(n) => {
+                again.extend_from_slice(format!("Content-Length: {n}\r\n").as_bytes())
+            }
+            Framing::Chunked => again.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
+            Framing::None | Framing::Close => {}
+        }
+        again.extend_from_slice(b"\r\n");
+        let Head::Request(back) = request_head(&again) else {
+            panic!(
+                "{} was forwarded as a head that does not read back",
+                shown()
+            );
+        };
+        assert_eq!(
+            (
+                &back.method,
+                &back.origin_form,
+                &back.host,
+                back.framing,
+                back.websocket
+            ),
+            (
+                &head.method,
+                &head.origin_form,
+                &head.host,
+                head.framing,
+                head.websocket
+            ),
+            "{}",
+            shown()
+        );
+        true
+    }
+
+    /// Any bytes: the chunked decoder and the response head reader never
+    /// panic, and the decoder never uses more bytes than it was given.
+    pub fn check_bodies(bytes: &[u8]) {
+        let _ = response_head(bytes);
+        let mut decoder = ChunkedDecoder::default();
+        let mut out = Vec::new();
+        for piece in bytes.chunks(7) {
+            match decoder.feed(piece, &mut out) {
+                Ok(used) => assert!(used <= piece.len()),
+                Err(_) => break,
+            }
+            if decoder.done() {
+                break;
+            }
+        }
+        assert!(out.len() <= bytes.len());
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -1127,59 +1221,10 @@ pub(crate) mod tests {
                     bytes.push(b'G');
                 }
             }
-            let Head::Request(head) = request_head(&bytes) else {
-                continue;
-            };
-            accepted += 1;
-            let text = &bytes[..head.length];
-            for (i, &b) in text.iter().enumerate() {
-                if b == b'\n' {
-                    assert_eq!(text[i - 1], b'\r', "{:?}", String::from_utf8_lossy(text));
-                }
-                if b == b'\r' {
-                    assert_eq!(text[i + 1], b'\n', "{:?}", String::from_utf8_lossy(text));
-                }
-                assert!(b != 0, "{:?}", String::from_utf8_lossy(text));
+            if fuzzing::check_request_head(&bytes) {
+                accepted += 1;
             }
-            let hosts = head
-                .headers
-                .iter()
-                .filter(|(n, _)| n.eq_ignore_ascii_case("host"))
-                .count();
-            assert!(hosts == 1 || (hosts == 0 && head.method == "CONNECT"));
-            if head.method == "CONNECT" {
-                continue;
-            }
-            let mut again = head
-                .forwarded_lines(&head.origin_form, false, |_, v| v.to_owned())
-                .into_bytes();
-            match head.framing {
-                Framing::Length(n) => {
-                    again.extend_from_slice(format!("Content-Length: {n}\r\n").as_bytes())
-                }
-                Framing::Chunked => again.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
-                Framing::None | Framing::Close => {}
-            }
-            again.extend_from_slice(b"\r\n");
-            let back = parsed(&again);
-            assert_eq!(
-                (
-                    &back.method,
-                    &back.origin_form,
-                    &back.host,
-                    back.framing,
-                    back.websocket
-                ),
-                (
-                    &head.method,
-                    &head.origin_form,
-                    &head.host,
-                    head.framing,
-                    head.websocket
-                ),
-                "{:?}",
-                String::from_utf8_lossy(text)
-            );
+            fuzzing::check_bodies(&bytes);
         }
         assert!(
             accepted > 1000,
