@@ -407,6 +407,24 @@ const ANSWER_NOT_FORWARDED: [&str; 6] = [
     "proxy-connection",
 ];
 
+/// An unmasked final head: the origin's status, headers and framing, its
+/// connection headers replaced by `Connection: close`.
+fn closing_head(head: &ResponseHead) -> Vec<u8> {
+    let mut out = format!("HTTP/1.1 {} {}\r\n", head.status, head.reason).into_bytes();
+    for (name, value) in &head.headers {
+        let lower = name.to_ascii_lowercase();
+        if ["connection", "keep-alive", "proxy-connection"].contains(&lower.as_str()) {
+            continue;
+        }
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"Connection: close\r\n\r\n");
+    out
+}
+
 /// The head towards the container: the origin's status and headers
 /// (masked), the proxy's framing.
 fn masked_head(head: &ResponseHead, masker: &Masker, body: bool, chunked: bool) -> Vec<u8> {
@@ -514,8 +532,21 @@ where
         if head.status == 101 && !answering.websocket {
             return Err(refuse("the server switched protocols unasked".into()));
         }
-        client.write_all(&buffer).await.map_err(broken)?;
         exchanged.bytes_in = buffer.len() as u64;
+        if head.status >= 200 {
+            // The head as the origin framed it, but saying `Connection:
+            // close`: the client must not send a second request here.
+            client
+                .write_all(&closing_head(&head))
+                .await
+                .map_err(broken)?;
+            client
+                .write_all(&buffer[head.length..])
+                .await
+                .map_err(broken)?;
+        } else {
+            client.write_all(&buffer).await.map_err(broken)?;
+        }
         if head.status == 101 {
             upstream.write_all(&rest).await.map_err(broken)?;
             let (out, back) = crate::proxy::relay(client, upstream).await;
@@ -771,14 +802,20 @@ mod tests {
             String::from_utf8(got).unwrap(),
             "POST /c HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
         );
-        let (got, _) = run(
+        let (got, received) = run(
             b"POST /l HTTP/1.1\r\nHost: a.test\r\nContent-Length: 2\r\n\r\nokGET /smuggled HTTP/1.1\r\nHost: b.test\r\n\r\n",
             None,
             None,
             b"ok",
-            answer,
+            vec![b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\nok".to_vec()],
         )
         .await;
+        // Unmasked, the answer keeps its framing but tells the client the
+        // connection ends with it.
+        assert_eq!(
+            String::from_utf8(received).unwrap(),
+            "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+        );
         assert_eq!(
             String::from_utf8(got).unwrap(),
             "POST /l HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok"
