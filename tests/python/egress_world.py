@@ -16,7 +16,8 @@ framed as the path asks: /chunked (in small chunks), /gzip (gzip-encoded
 whatever the request accepts), /large (more than 1 MiB, the echo last),
 /close (no length: until the connection closes), /b64 (the echo in
 base64), /reflect-header (the Authorization header echoed in a response
-header). Request bodies may be chunked. `notlisted.test` is a second virtual
+header). Request bodies may be chunked. A WebSocket handshake (to any path)
+gets its 101 and then every byte echoed back, raw. `notlisted.test` is a second virtual
 host on the same address as `a.allowed.test`: its requests are logged with
 their Host like every other.
 """
@@ -24,6 +25,7 @@ their Host like every other.
 import argparse
 import base64
 import gzip
+import hashlib
 import json
 import socket
 import ssl
@@ -82,7 +84,28 @@ def make_handler(tag, log_path):
             length = int(self.headers.get("Content-Length") or 0)
             return self.rfile.read(length) if length else b""
 
+        def websocket(self):
+            key = self.headers.get("Sec-WebSocket-Key", "")
+            accept = base64.b64encode(hashlib.sha1(
+                (key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest()).decode()
+            record(log_path, {"server": tag, "port": self.server.server_address[1], "method": "WEBSOCKET",
+                              "host": self.headers.get("Host"), "path": self.path})
+            self.send_response(101)
+            self.send_header("Upgrade", "websocket")
+            self.send_header("Connection", "Upgrade")
+            self.send_header("Sec-WebSocket-Accept", accept)
+            self.end_headers()
+            self.wfile.flush()
+            while True:
+                data = self.connection.recv(65536)
+                if not data:
+                    break
+                self.connection.sendall(data)
+            self.close_connection = True
+
         def answer(self):
+            if (self.headers.get("Upgrade") or "").lower() == "websocket":
+                return self.websocket()
             body = self.read_body().decode("utf-8", "replace")
             url = urlparse(self.path)
             entry = {
