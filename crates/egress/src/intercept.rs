@@ -405,7 +405,7 @@ impl Interceptor {
         )
         .await;
         let put = put || result.as_ref().is_ok_and(|e| e.replaced > 0);
-        let note = if put { "secret put in" } else { "intercepted" };
+        let note = put.then_some("secret put in");
         egress.log_exchange(kind, seen, started, result, note);
     }
 

@@ -383,22 +383,27 @@ impl ContainerEgress {
         self.masker.as_ref()
     }
 
-    /// Logs an exchange: allowed (with `note`, and how it ended if it was
-    /// cut short), or denied if its answer was refused.
+    /// Logs an exchange: allowed (`allowed`, or `allowed; ` and `note`,
+    /// and how it ended if it was cut short), or denied if its answer was
+    /// refused.
     pub(crate) fn log_exchange(
         &self,
         kind: &'static str,
         seen: Seen,
         started: Instant,
         result: Result<Exchanged, ExchangeError>,
-        note: &str,
+        note: Option<&str>,
     ) {
+        let allowed = match note {
+            Some(note) => format!("allowed; {note}"),
+            None => "allowed".to_owned(),
+        };
         match result {
             Ok(done) => self.record(
                 kind,
                 seen,
                 Verdict::Allowed,
-                format!("allowed; {note}"),
+                allowed,
                 (done.bytes_out, done.bytes_in),
                 started,
             ),
@@ -407,7 +412,7 @@ impl ContainerEgress {
                 kind,
                 seen,
                 Verdict::Allowed,
-                format!("allowed; {note}; ended early: {reason}"),
+                format!("{allowed}; ended early: {reason}"),
                 (0, 0),
                 started,
             ),
@@ -718,7 +723,7 @@ impl ContainerEgress {
             },
         )
         .await;
-        self.log_exchange(kind, seen, started, result, "forwarded");
+        self.log_exchange(kind, seen, started, result, None);
     }
 
     /// `CONNECT host:port` through `HTTPS_PROXY`; what goes through the
@@ -809,8 +814,11 @@ impl ContainerEgress {
         }
         let inner = match read_request_head(&mut stream, &mut buffer).await {
             Ok(inner) if !inner.method.eq_ignore_ascii_case("CONNECT") => inner,
-            Ok(_) | Err(Some(_)) | Err(None) => {
-                let reason = "not a well-formed HTTP request inside the tunnel".to_owned();
+            refused => {
+                let reason = match refused {
+                    Err(Some(why)) => format!("a malformed request inside the tunnel: {why}"),
+                    _ => "not an HTTP request inside the tunnel".to_owned(),
+                };
                 let _ = stream
                     .write_all(&error_response(400, "bad_request", &reason, None))
                     .await;
