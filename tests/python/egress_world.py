@@ -15,10 +15,21 @@ and 127.0.0.1 after: a rebinding attack between check and connect.
 
 GET /redirect?to=URL answers 302 to URL; GET /reset-big promises 8 MiB,
 sends 5 MiB and resets the connection (SO_LINGER 0); anything else answers
-200 with a JSON echo of the request (its headers included, as httpbin does).
+200 with a JSON echo of the request (its headers and body included, as
+httpbin does), framed as the path asks: /chunked (in small chunks), /gzip
+(gzip-encoded whatever the request accepts), /large (more than 1 MiB, the
+echo last), /close (no length: until the connection closes), /b64 (the echo
+in base64), /reflect-header (the Authorization header echoed in a response
+header). Request bodies may be chunked. A WebSocket handshake (to any path)
+gets its 101 and then every byte echoed back, raw. `notlisted.test` is a
+second virtual host on the same address as `a.allowed.test`: its requests
+are logged with their Host like every other.
 """
 
 import argparse
+import base64
+import gzip
+import hashlib
 import json
 import socket
 import ssl
@@ -64,9 +75,43 @@ def make_handler(tag, log_path):
         def log_message(self, *args):
             pass
 
-        def answer(self):
+        def read_body(self):
+            if (self.headers.get("Transfer-Encoding") or "").lower() == "chunked":
+                data = b""
+                while True:
+                    size = int(self.rfile.readline().split(b";")[0], 16)
+                    if size == 0:
+                        while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                            pass
+                        return data
+                    data += self.rfile.read(size)
+                    self.rfile.readline()
             length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length).decode("utf-8", "replace") if length else ""
+            return self.rfile.read(length) if length else b""
+
+        def websocket(self):
+            key = self.headers.get("Sec-WebSocket-Key", "")
+            accept = base64.b64encode(hashlib.sha1(
+                (key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest()).decode()
+            record(log_path, {"server": tag, "port": self.server.server_address[1], "method": "WEBSOCKET",
+                              "host": self.headers.get("Host"), "path": self.path})
+            self.send_response(101)
+            self.send_header("Upgrade", "websocket")
+            self.send_header("Connection", "Upgrade")
+            self.send_header("Sec-WebSocket-Accept", accept)
+            self.end_headers()
+            self.wfile.flush()
+            while True:
+                data = self.connection.recv(65536)
+                if not data:
+                    break
+                self.connection.sendall(data)
+            self.close_connection = True
+
+        def answer(self):
+            if (self.headers.get("Upgrade") or "").lower() == "websocket":
+                return self.websocket()
+            body = self.read_body().decode("utf-8", "replace")
             url = urlparse(self.path)
             entry = {
                 "server": tag,
@@ -75,6 +120,8 @@ def make_handler(tag, log_path):
                 "host": self.headers.get("Host"),
                 "path": self.path,
                 "authorization": self.headers.get("Authorization"),
+                "accept_encoding": self.headers.get("Accept-Encoding"),
+                "transfer_encoding": self.headers.get("Transfer-Encoding"),
                 "body": body,
             }
             record(log_path, entry)
@@ -101,13 +148,39 @@ def make_handler(tag, log_path):
                 return
             echo = dict(entry, headers=dict(self.headers.items()))
             data = json.dumps(echo).encode()
+            kind = url.path.rsplit("/", 1)[-1]
+            if kind == "b64":
+                data = base64.b64encode(data)
+            elif kind == "large":
+                data = b" " * (1536 * 1024) + data
+            elif kind == "gzip":
+                data = gzip.compress(data)
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
+            if kind == "gzip":
+                self.send_header("Content-Encoding", "gzip")
+            if kind == "reflect-header":
+                self.send_header("X-Reflect", self.headers.get("Authorization") or "")
+            if kind == "chunked":
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for at in range(0, len(data), 7):
+                    piece = data[at : at + 7]
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                self.wfile.write(b"0\r\n\r\n")
+                return
+            if kind == "close":
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.wfile.write(data)
+                self.close_connection = True
+                return
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
-            self.wfile.write(data)
+            if self.command != "HEAD":
+                self.wfile.write(data)
 
-        do_GET = do_POST = do_PUT = answer
+        do_GET = do_POST = do_PUT = do_HEAD = answer
 
     return Handler
 

@@ -7,6 +7,7 @@ shellgate server itself. The test process reaches that server over a veth
 pair; nothing here touches the host's own network.
 """
 
+import base64
 import json
 import os
 import shutil
@@ -28,6 +29,7 @@ NETNS = f"sg-egress-{PID}"
 HOST_IF, NS_IF = f"sgeh{PID}", f"sgen{PID}"
 HOST_ADDR, NS_ADDR = "198.18.77.1", "198.18.77.2"
 SECRET = "sk-live-real-secret-value-4242"
+BODY_SECRET = "sk-body-only-secret-value-7777"
 
 ORG_DOMAINS = [
     "*.allowed.test", "allowed.test", "evilallowed.test", "allowed.test.evil.test",
@@ -147,10 +149,12 @@ def client(server):
     return server.client(KEY_A)
 
 
-def allowlist(*domains, secrets=()):
+def allowlist(*domains, secrets=(), passthrough=()):
     policy = {"type": "allowlist", "allowed_domains": list(domains)}
     if secrets:
         policy["domain_secrets"] = list(secrets)
+    if passthrough:
+        policy["tls_passthrough_domains"] = list(passthrough)
     return policy
 
 
@@ -210,7 +214,7 @@ def test_allowed_names_answer_with_curl(client, networked, proxy):
     no_proxy = "" if proxy == "with proxy variables" else "--noproxy '*'"
     out, err, code = run(client, networked,
                          f"curl -sS -m 10 {no_proxy} http://a.allowed.test/plain && echo && "
-                         f"curl -sS -m 10 {no_proxy} --cacert /mnt/data/test-ca.pem https://a.allowed.test/tls")
+                         f"curl -sS -m 10 {no_proxy} https://a.allowed.test/tls")
     assert code == 0, err
     first, second = [json.loads(line) for line in out.splitlines() if line]
     assert first["server"] == "a" and first["path"] == "/plain" and first["port"] == 80
@@ -222,20 +226,20 @@ def test_allowed_names_answer_with_python_and_node(client, networked, proxy):
     unset = "" if proxy else "unset HTTP_PROXY HTTPS_PROXY http_proxy https_proxy; "
     python = (
         "import json, ssl, urllib.request, requests\n"
-        "context = ssl.create_default_context(cafile='/mnt/data/test-ca.pem')\n"
+        "context = ssl.create_default_context()\n"
         "a = json.load(urllib.request.urlopen('https://a.allowed.test/urllib', context=context))\n"
-        "b = requests.get('https://b.allowed.test/requests', verify='/mnt/data/test-ca.pem').json()\n"
+        "b = requests.get('https://b.allowed.test/requests').json()\n"
         "c = requests.get('http://a.allowed.test/requests-http').json()\n"
         "print(a['path'], b['path'], b['host'], c['path'])\n"
     )
     out, err, code = run(client, networked, f"{unset}python3 -c \"$(cat <<'EOF'\n{python}EOF\n)\"")
     assert code == 0, err
     assert out.split() == ["/urllib", "/requests", "b.allowed.test", "/requests-http"]
-    # Node's fetch (undici) ignores proxy variables: it works transparently.
+    # Node's fetch (undici) ignores proxy variables: it works transparently
+    # (trusting the container's CA through NODE_EXTRA_CA_CERTS).
     node = ("fetch('https://a.allowed.test/node').then(r => r.json())"
             ".then(j => console.log(j.path, j.server))")
-    out, err, code = run(client, networked,
-                         f"{unset}NODE_EXTRA_CA_CERTS=/mnt/data/test-ca.pem node -e \"{node}\"")
+    out, err, code = run(client, networked, f"{unset}node -e \"{node}\"")
     assert code == 0, err
     assert out.split() == ["/node", "a"]
 
@@ -344,7 +348,7 @@ def test_dns_rebinding_between_check_and_connect_is_refused(client, networked, w
     # The first answer is public and checked; the proxy connects to exactly
     # that address. Every later answer (127.0.0.1) is refused.
     out, err, code = run(client, networked,
-                         "curl -sS -m 10 --noproxy '*' --cacert /mnt/data/test-ca.pem https://rebind.test/first; "
+                         "curl -sS -m 10 --noproxy '*' https://rebind.test/first; "
                          "echo; curl -sS -m 10 --noproxy '*' http://rebind.test/second; echo; "
                          "curl -sS -m 10 http://rebind.test/third")
     lines = [line for line in out.splitlines() if line]
@@ -576,7 +580,8 @@ def test_domain_secrets_reach_their_domain_only_and_are_never_shown(client, serv
     container = client.containers.create(
         name="egress-secret",
         network_policy=allowlist("api.secret.test", "other.test",
-                                 secrets=[{"domain": "api.secret.test", "name": "API_TOKEN", "value": SECRET}]),
+                                 secrets=[{"domain": "api.secret.test", "name": "API_TOKEN", "value": SECRET,
+                                           "inject": ["header", "query", "body"]}]),
     )
     policy = container.network_policy.model_dump()
     assert policy == {"type": "allowlist", "allowed_domains": ["api.secret.test", "other.test"]}
@@ -694,6 +699,277 @@ def test_domain_secrets_reach_their_domain_only_and_are_never_shown(client, serv
     assert code == 0, err
     assert [e for e in world.requests("a") if e["path"] == "/after-supply"][-1]["authorization"] == f"Bearer {SECRET}"
     assert SECRET not in out
+
+
+# --- the interceptor: every answer masked, secrets scoped, strict parsing ---
+
+def value_of(secret):
+    """A shell expression that makes `secret` inside the container (commands
+    never spell a value out: the command audit keeps them)."""
+    return f"$(echo {base64.b64encode(secret.encode()).decode()} | base64 -d)"
+
+
+def leak_check(path):
+    """A shell snippet: does the file at `path` (or its base64 decoding)
+    hold the secret's value?"""
+    return (f'v="{value_of(SECRET)}"; if grep -qF "$v" {path} || base64 -d {path} 2>/dev/null | '
+            f'grep -qF "$v"; then echo LEAKED; else echo clean; fi')
+
+
+@pytest.fixture(scope="module")
+def secret_box(client, world):
+    container = client.containers.create(
+        name="egress-mask",
+        network_policy=allowlist("api.secret.test", "a.allowed.test", secrets=[
+            {"domain": "api.secret.test", "name": "API_TOKEN", "value": SECRET},
+            {"domain": "api.secret.test", "name": "BODY_TOKEN", "value": BODY_SECRET,
+             "inject": ["body"], "methods": ["POST"], "paths": ["/v1/"]},
+        ]),
+    )
+    placeholders = run(client, container.id, "echo $API_TOKEN $BODY_TOKEN")[0].split()
+    return container.id, placeholders[0], placeholders[1]
+
+
+@pytest.mark.parametrize("kind", ["echo", "chunked", "large", "close", "b64", "reflect-header", "head"])
+def test_every_answer_is_masked_whatever_its_framing(client, world, secret_box, kind):
+    container, placeholder, _ = secret_box
+    method = "-I" if kind == "head" else ""
+    path = "reflect-header" if kind == "head" else kind
+    out, err, code = run(client, container,
+                         f'curl -sS -m 30 {method} -D /tmp/head -o /tmp/body '
+                         f'-H "Authorization: Bearer $API_TOKEN" https://api.secret.test/mask/{path}; '
+                         f'echo "curl: $?"; cat /tmp/head /tmp/body > /tmp/answer; {leak_check("/tmp/answer")}; '
+                         f'grep -c "$API_TOKEN" /tmp/answer; wc -c < /tmp/body')
+    lines = out.split()
+    assert "curl: 0" in out, (out, err)
+    assert "clean" in lines and "LEAKED" not in lines, out
+    assert int(lines[-2]) >= 1, "the placeholder came back instead"
+    if kind == "large":
+        assert int(lines[-1]) > 1536 * 1024
+    got = [e for e in world.requests("a") if e["path"] == f"/mask/{path}"][-1]
+    assert got["authorization"] == f"Bearer {SECRET}"
+    assert got["accept_encoding"] == "identity"
+
+
+def test_an_answer_that_cannot_be_inspected_is_refused(client, world, secret_box):
+    container, _, _ = secret_box
+    out, err, code = run(client, container,
+                         'curl -sS -m 10 -o /tmp/gz -w "%{http_code}" -H "Authorization: Bearer $API_TOKEN" '
+                         f'https://api.secret.test/mask/gzip; echo; {leak_check("/tmp/gz")}; '
+                         'gzip -dc /tmp/gz > /tmp/gunzipped 2>/dev/null; ' + leak_check("/tmp/gunzipped"))
+    assert out.split()[0] == "502", out
+    assert "LEAKED" not in out
+    wait_for_log(client, container, lambda e: e["verdict"] == "denied" and "content-encoded" in e["reason"])
+
+
+def test_secrets_go_only_where_their_scope_says(client, world, secret_box):
+    container, placeholder, body_placeholder = secret_box
+    marker = f"{PID}-{time.time_ns()}"
+    # One file with the body secret's placeholder at its start, middle and
+    # end: sent with a length (> 1 MiB), and chunked.
+    script = (
+        "import os\n"
+        "p = os.environ['BODY_TOKEN']\n"
+        "open('/tmp/large', 'w').write(p + 'x' * (600 * 1024) + p + 'y' * (600 * 1024) + p)\n"
+        "open('/tmp/small', 'w').write('a=' + p + '&b=' + p)\n"
+    )
+    run(client, container, f"python3 -c \"$(cat <<'EOF'\n{script}EOF\n)\"")
+    commands = [
+        # The default: header values only, never the query or the body.
+        f'curl -sS -m 10 -H "Authorization: Bearer $API_TOKEN" -d "k=$API_TOKEN" '
+        f'"https://api.secret.test/default-{marker}?token=$API_TOKEN"',
+        # A body secret: POST under /v1/ only, in the body only.
+        f'curl -sS -m 10 -d @/tmp/small https://api.secret.test/v1/small-{marker}',
+        f'curl -sS -m 10 -X PUT -d @/tmp/small https://api.secret.test/v1/put-{marker}',
+        f'curl -sS -m 10 -d @/tmp/small https://api.secret.test/v2/other-{marker}',
+        f'curl -sS -m 10 --path-as-is -d @/tmp/small https://api.secret.test/v1/../dots-{marker}',
+        f'curl -sS -m 10 -H "Authorization: $BODY_TOKEN" -d x https://api.secret.test/v1/header-{marker}',
+        f'curl -sS -m 30 --data-binary @/tmp/large https://api.secret.test/v1/large-{marker}',
+        f'curl -sS -m 30 -H "Transfer-Encoding: chunked" --data-binary @/tmp/large '
+        f'https://api.secret.test/v1/chunked-{marker}',
+    ]
+    out, err, code = run(client, container, "; ".join(f"{c} > /dev/null" for c in commands), timeout_ms=90_000)
+    assert code == 0, err
+    got = {e["path"].split("?")[0].split("-" + marker)[0]: e for e in world.requests("a")
+           if marker in e["path"]}
+    default = got["/default"]
+    assert default["authorization"] == f"Bearer {SECRET}"
+    assert default["path"].endswith(f"?token={placeholder}") and default["body"] == f"k={placeholder}"
+    assert got["/v1/small"]["body"] == f"a={BODY_SECRET}&b={BODY_SECRET}"
+    for refused in ["/v1/put", "/v2/other", "/v1/../dots"]:
+        assert got[refused]["body"] == f"a={body_placeholder}&b={body_placeholder}", refused
+    assert got["/v1/header"]["authorization"] == body_placeholder
+    for framing in ["/v1/large", "/v1/chunked"]:
+        body = got[framing]["body"]
+        assert body.count(BODY_SECRET) == 3 and body_placeholder not in body, framing
+        assert len(body) == 1200 * 1024 + 3 * len(BODY_SECRET), framing
+    assert got["/v1/chunked"]["transfer_encoding"] == "chunked"
+
+
+def test_secret_scopes_are_checked(client):
+    def refused(**extra):
+        secret = {"domain": "api.secret.test", "name": "T", "value": "scope-test-value-9f3a1c", **extra}
+        with pytest.raises(openai.BadRequestError) as error:
+            client.containers.create(name="scope", network_policy=allowlist("api.secret.test", secrets=[secret]))
+        assert error.value.body["param"] == "network_policy.domain_secrets", error.value.body
+        return error.value.message
+
+    assert "inject" in refused(inject=[])
+    with pytest.raises(openai.BadRequestError) as error:
+        client.containers.create(name="scope", network_policy=allowlist("api.secret.test", secrets=[
+            {"domain": "api.secret.test", "name": "T", "value": "scope-test-value-9f3a1c", "inject": ["cookie"]}]))
+    assert "cookie" in error.value.message and error.value.body["param"] == "network_policy"
+    assert "twice" in refused(inject=["header", "header"])
+    assert "method" in refused(methods=["get"])
+    assert "path prefix" in refused(paths=["v1/"])
+    assert "path prefix" in refused(paths=["/v1/../admin"])
+    assert "path prefix" in refused(paths=["/v1/%2e%2e/"])
+
+
+SMUGGLE = r"""
+import socket, ssl, sys
+def send(raw, host="a.allowed.test", address=None, tls=False):
+    s = socket.create_connection((address or host, 443 if tls else 80), timeout=10)
+    if tls:
+        s = ssl.create_default_context().wrap_socket(s, server_hostname=host)
+    s.sendall(raw)
+    data = b""
+    while True:
+        try:
+            chunk = s.recv(65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    print(data.split(b"\r\n", 1)[0].decode() or "(nothing)")
+"""
+
+
+def test_requests_are_parsed_strictly_and_nothing_rides_along(client, world, secret_box):
+    container, placeholder, _ = secret_box
+    smuggled = "Host: notlisted.test\r\nAuthorization: Bearer " + placeholder + "\r\n\r\n"
+    cases = [
+        # (request, transport, expected status)
+        ("GET /s1 HTTP/1.1\r\nHost: a.allowed.test\r\nUpgrade: foo\r\nConnection: Upgrade\r\n\r\n"
+         "GET /smuggled1 HTTP/1.1\r\n" + smuggled, "plain", "200"),
+        ("GET /s2 HTTP/1.1\nHost: a.allowed.test\n\nGET /smuggled2 HTTP/1.1\n" + smuggled, "plain", "400"),
+        ("GET /s3 HTTP/1.1\r\nHost: a.allowed.test\nHost: notlisted.test\r\n\r\n", "plain", "400"),
+        ("POST /s4 HTTP/1.1\r\nHost: a.allowed.test\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n"
+         "0\r\n\r\nGET /smuggled4 HTTP/1.1\r\n" + smuggled, "plain", "400"),
+        ("POST /s5 HTTP/1.1\r\nHost: a.allowed.test\r\nContent-Length: 2\r\n\r\nok"
+         "GET /smuggled5 HTTP/1.1\r\n" + smuggled, "plain", "200"),
+        ("POST /s6 HTTP/1.1\r\nHost: a.allowed.test\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n"
+         "GET /smuggled6 HTTP/1.1\r\n" + smuggled, "plain", "200"),
+        ("GET /s7 HTTP/1.1\r\nHost: a.allowed.test\r\nX: y\r\n Host: notlisted.test\r\n\r\n", "plain", "400"),
+        ("GET http://a.allowed.test/s8 HTTP/1.1\r\nHost: a.allowed.test\r\nUpgrade: x\r\nConnection: upgrade\r\n\r\n"
+         "GET http://notlisted.test/smuggled8 HTTP/1.1\r\n" + smuggled, "proxy", "200"),
+        ("GET /s9 HTTP/1.1\nHost: api.secret.test\n\nGET /smuggled9 HTTP/1.1\r\n" + smuggled, "tls", "400"),
+        ("GET /s10 HTTP/1.1\r\nHost: api.secret.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+         "GET /smuggled10 HTTP/1.1\r\n" + smuggled, "tls", "200"),
+        ("POST /s11 HTTP/1.1\r\nHost: api.secret.test\r\nContent-Length: 2\r\n\r\nok"
+         "GET /smuggled11 HTTP/1.1\r\n" + smuggled, "tls", "200"),
+    ]
+    script = SMUGGLE
+    for raw, transport, _ in cases:
+        if transport == "plain":
+            script += f"send({raw.encode()!r})\n"
+        elif transport == "proxy":
+            script += f"send({raw.encode()!r}, address='127.0.0.1')\n"
+        else:
+            script += f"send({raw.encode()!r}, host='api.secret.test', tls=True)\n"
+    out, err, code = run(client, container, f"python3 -c \"$(cat <<'EOF'\n{script}EOF\n)\"")
+    assert code == 0, err
+    statuses = [line.split()[1] if line.startswith("HTTP/") else line for line in out.splitlines()]
+    assert statuses == [expected for _, _, expected in cases], out
+    reached = world.requests()
+    assert not [e for e in reached if "smuggled" in e.get("path", "")], "a smuggled request got through"
+    assert not [e for e in reached if e.get("host") == "notlisted.test"]
+    assert SECRET not in json.dumps([e for e in reached if e.get("host") != "api.secret.test"])
+    entries = wait_for_log(client, container, lambda e: "malformed" in e["reason"])
+    assert any("bare LF" in e["reason"] and e["verdict"] == "denied" for e in entries)
+
+
+WEBSOCKET = r"""
+import socket
+s = socket.create_connection(("a.allowed.test", 80), timeout=10)
+s.sendall(b"GET /ws HTTP/1.1\r\nHost: a.allowed.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+          b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+head = b""
+while b"\r\n\r\n" not in head:
+    head += s.recv(4096)
+print(head.split(b"\r\n", 1)[0].decode())
+if b" 101 " in head.split(b"\r\n", 1)[0]:
+    s.sendall(b"frame-bytes")
+    print(s.recv(4096).decode())
+"""
+
+
+def test_only_websocket_upgrades_pass_and_not_beside_secrets(client, networked, world, secret_box):
+    out, err, code = run(client, networked, f"python3 -c \"$(cat <<'EOF'\n{WEBSOCKET}EOF\n)\"")
+    assert out.split("\n")[:2] == ["HTTP/1.1 101 Switching Protocols", "frame-bytes"], (out, err)
+    # In a container with secrets the Upgrade is not forwarded (its frames
+    # could not be masked): a plain answer comes back.
+    container, _, _ = secret_box
+    out, err, code = run(client, container, f"python3 -c \"$(cat <<'EOF'\n{WEBSOCKET}EOF\n)\"")
+    assert out.split("\n")[0] == "HTTP/1.1 200 OK", (out, err)
+
+
+def test_malformed_connect_targets_are_refused(client, networked, world):
+    script = SMUGGLE
+    targets = ["a.allowed.test:65536", "a.allowed.test:443abc", "443@a.allowed.test",
+               "notlisted.test:443@a.allowed.test:443", "a.allowed.test:+443", "a.allowed.test"]
+    for target in targets:
+        script += f"send(b'CONNECT {target} HTTP/1.1\\r\\n\\r\\n', address='127.0.0.1')\n"
+    out, err, code = run(client, networked, f"python3 -c \"$(cat <<'EOF'\n{script}EOF\n)\"")
+    assert code == 0, err
+    assert [line.split()[1] for line in out.splitlines()] == ["400"] * len(targets), out
+
+
+def test_https_is_intercepted_and_its_host_must_be_its_sni(client, networked, world):
+    out, err, code = run(client, networked,
+                         "curl -sS -m 10 -o /dev/null -w '%{http_code}' -H 'Host: notlisted.test' "
+                         "https://a.allowed.test/fronted; echo; "
+                         "curl -sS -m 10 -o /dev/null -w '%{http_code}' --noproxy '*' -H 'Host: notlisted.test' "
+                         "https://a.allowed.test/fronted; echo; "
+                         "curl -sS -m 10 -v -o /dev/null https://a.allowed.test/issuer 2>&1 | grep -i 'issuer:'")
+    lines = out.splitlines()
+    assert lines[:2] == ["421", "421"], out
+    assert "shellgate egress proxy" in lines[2], out
+    assert not [e for e in world.requests() if e.get("host") == "notlisted.test"]
+    wait_for_log(client, networked, lambda e: e["verdict"] == "denied"
+                 and "carried a request for notlisted.test" in e["reason"])
+
+
+def test_tls_passthrough_is_opt_in_and_bounded(client, world):
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.containers.create(name="pt", network_policy=allowlist("a.allowed.test", passthrough=["other.test"]))
+    assert refused.value.body["param"] == "network_policy.tls_passthrough_domains"
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.containers.create(name="pt", network_policy=allowlist(
+            "*.allowed.test", "api.secret.test", passthrough=["api.secret.test"],
+            secrets=[{"domain": "api.secret.test", "name": "T", "value": SECRET}]))
+    assert "domain_secrets" in refused.value.message
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.containers.create(name="pt", network_policy=allowlist(
+            "*.allowed.test", "api.secret.test", passthrough=["b.allowed.test"],
+            secrets=[{"domain": "api.secret.test", "name": "T", "value": SECRET}]))
+    assert "cannot be checked" in refused.value.message
+    container = client.containers.create(
+        name="pt", network_policy=allowlist("a.allowed.test", "b.allowed.test", passthrough=["b.allowed.test"]))
+    assert container.network_policy.model_dump()["tls_passthrough_domains"] == ["b.allowed.test"]
+    put_ca(client, container.id, world)
+    out, err, code = run(client, container.id,
+                         "curl -sS -m 10 -o /dev/null -w '%{http_code}' --cacert /mnt/data/test-ca.pem "
+                         "https://b.allowed.test/passthrough; echo; "
+                         "curl -sS -m 10 -o /dev/null -w '%{http_code}' https://b.allowed.test/untrusted; echo \" $?\"; "
+                         "curl -sS -m 10 -o /dev/null -w '%{http_code}' https://a.allowed.test/intercepted")
+    lines = out.splitlines()
+    # The origin's own certificate (the test CA's): not terminated.
+    assert lines[0] == "200", (out, err)
+    assert lines[1].split()[-1] == "60", (out, err)
+    assert lines[2] == "200", (out, err)
+    client.containers.delete(container.id)
 
 
 # --- the Responses API ---

@@ -1,18 +1,20 @@
-//! Putting secrets in on the wire.
+//! TLS terminated inside the proxy, so that every HTTPS request is one it
+//! read: its `Host` checked against the SNI (no domain fronting to another
+//! virtual host of the same server), a secret's placeholder replaced where
+//! the secret's policy allows it, the answer masked.
 //!
-//! TLS towards a domain that has a secret is the one connection the proxy
-//! terminates: with a certificate for that name from the container's own
-//! CA (made in memory when the container starts; only that container
-//! trusts it). Each request's placeholders are replaced by the values — in
-//! the request target, the header values and a small text body — and the
-//! request goes on over a new TLS connection to the checked address,
-//! verified against the host's roots (plus any the operator adds). The
-//! response comes back with any echo of a value turned back into its
-//! placeholder. One request per connection (`Connection: close`), so every
-//! request is one the proxy rewrote; only HTTP/1.1 is offered.
+//! Every networked container gets its own CA (made in memory when it
+//! starts; only that container trusts it) and every TLS connection to an
+//! allowed name is terminated with a certificate for that name, unless the
+//! policy lets the name through untouched (`tls_passthrough_domains`: then
+//! only the SNI is checked). The request is read strictly
+//! ([`wire::request_head`]), sent on over a new TLS connection to the
+//! checked address, verified against the host's roots (plus any the
+//! operator adds), one request per connection; only HTTP/1.1 is offered.
 //!
-//! A value is sent to its own domain only: the replacement applies to the
-//! secrets whose domain matches the connection's checked name, and a
+//! A secret's value goes to its own domain only, and only where its policy
+//! says: header values by default, the query string and the body when
+//! listed in `inject`, and only for the listed `methods` and `paths`. A
 //! redirect elsewhere is followed by the client, which only ever held the
 //! placeholder.
 
@@ -28,19 +30,15 @@ use rcgen::{
 };
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
-use crate::policy::{normalize, Pattern};
-use crate::proxy::{connect_to, read_head, relay, ContainerEgress, Seen, Verdict};
-use crate::secrets::{DomainSecret, SecretValue};
-use crate::wire::{self, Head, ResponseParse};
+use crate::exchange::{self, error_response, Answering, Outgoing, Substitution};
+use crate::policy::Pattern;
+use crate::proxy::{connect_to, read_head, ContainerEgress, Seen};
+use crate::secrets::{DomainSecret, InjectInto, SecretValue};
+use crate::wire::{self, Head};
 
-/// Largest request body whose placeholders are replaced (bigger ones are
-/// streamed as they are).
-const MAX_REWRITTEN_BODY: usize = 64 * 1024;
-/// Largest response body searched for echoed values.
-const MAX_MASKED_BODY: usize = 1 << 20;
 /// How long the TLS handshakes may take.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -59,6 +57,41 @@ struct Injected {
     pattern: Pattern,
     placeholder: String,
     value: SecretValue,
+    /// Where it may be put in (never empty: header values by default).
+    into: Vec<InjectInto>,
+    /// Uppercase methods; empty: every one.
+    methods: Vec<String>,
+    /// Path prefixes; empty: every path.
+    paths: Vec<String>,
+}
+
+impl Injected {
+    fn applies(&self, name: &str, method: &str, path: &str) -> bool {
+        self.pattern.matches(name)
+            && (self.methods.is_empty() || self.methods.iter().any(|m| m == method))
+            && path_allowed(&self.paths, path)
+    }
+}
+
+/// Whether `path` is under one of `prefixes` (always, without any). A
+/// path a server could read as another one (dot segments, escaped dots,
+/// slashes or backslashes, empty segments) is under none: `/v1/../admin`
+/// must not get a secret scoped to `/v1/`.
+fn path_allowed(prefixes: &[String], path: &str) -> bool {
+    if prefixes.is_empty() {
+        return true;
+    }
+    let lower = path.to_ascii_lowercase();
+    let ambiguous = path
+        .split('/')
+        .any(|segment| segment == "." || segment == "..")
+        || ["%2e", "%2f", "%5c", "\\", "//"]
+            .iter()
+            .any(|bad| lower.contains(bad));
+    !ambiguous
+        && prefixes
+            .iter()
+            .any(|prefix| path.starts_with(prefix.as_str()))
 }
 
 /// One container's CA and secrets.
@@ -130,6 +163,13 @@ impl Interceptor {
                     pattern: Pattern::parse(&secret.domain, false).ok()?,
                     placeholder: secret.placeholder.clone(),
                     value: secret.value.clone()?,
+                    into: if secret.inject.is_empty() {
+                        vec![InjectInto::Header]
+                    } else {
+                        secret.inject.clone()
+                    },
+                    methods: secret.methods.clone(),
+                    paths: secret.paths.clone(),
                 })
             })
             .collect();
@@ -146,33 +186,37 @@ impl Interceptor {
         self.issuer.pem()
     }
 
-    /// Whether `name` has a secret to put in.
-    pub fn applies(&self, name: &str) -> bool {
-        self.secrets.iter().any(|s| s.pattern.matches(name))
+    /// The same certificate, DER.
+    pub fn ca_der(&self) -> Vec<u8> {
+        self.issuer.der().to_vec()
     }
 
-    /// Replaces the placeholders of `name`'s secrets in `text`.
-    fn inject(&self, name: &str, text: &str) -> String {
+    /// The secrets a request of `method` for `path` on `name` may carry
+    /// in `part`.
+    fn applicable<'a>(
+        &'a self,
+        name: &'a str,
+        method: &'a str,
+        path: &'a str,
+        part: InjectInto,
+    ) -> impl Iterator<Item = &'a Injected> + 'a {
+        self.secrets
+            .iter()
+            .filter(move |s| s.into.contains(&part) && s.applies(name, method, path))
+    }
+
+    /// `text` with the placeholders of the applicable secrets replaced;
+    /// whether any was.
+    fn put_in(&self, text: &str, secrets: &[&Injected]) -> (String, bool) {
         let mut text = text.to_owned();
-        for secret in self.secrets.iter().filter(|s| s.pattern.matches(name)) {
+        let mut put = false;
+        for secret in secrets {
             if text.contains(&secret.placeholder) {
                 text = text.replace(&secret.placeholder, secret.value.expose());
+                put = true;
             }
         }
-        text
-    }
-
-    /// Turns every value back into its placeholder in `bytes`.
-    fn mask(&self, bytes: &[u8]) -> Vec<u8> {
-        let mut out = bytes.to_vec();
-        for secret in &self.secrets {
-            out = replace_bytes(
-                &out,
-                secret.value.expose().as_bytes(),
-                secret.placeholder.as_bytes(),
-            );
-        }
-        out
+        (text, put)
     }
 
     fn server_config(&self, name: &str) -> Result<Arc<rustls::ServerConfig>, InterceptError> {
@@ -211,36 +255,20 @@ impl Interceptor {
     pub(crate) async fn serve(
         self: Arc<Self>,
         egress: &ContainerEgress,
+        kind: &'static str,
         client: TcpStream,
         hello: Vec<u8>,
         name: String,
         destination: SocketAddr,
-        seen: Seen,
+        mut seen: Seen,
         started: Instant,
     ) {
-        match self.exchange(client, hello, &name, destination).await {
-            Ok(bytes) => egress.record(
-                "https",
-                seen,
-                Verdict::Allowed,
-                "allowed; secret put in".into(),
-                bytes,
-                started,
-            ),
-            Err(reason) => egress.record("https", seen, Verdict::Denied, reason, (0, 0), started),
-        }
-    }
-
-    async fn exchange(
-        &self,
-        client: TcpStream,
-        hello: Vec<u8>,
-        name: &str,
-        destination: SocketAddr,
-    ) -> Result<(u64, u64), String> {
-        let config = self.server_config(name).map_err(|e| e.to_string())?;
+        let config = match self.server_config(&name) {
+            Ok(config) => config,
+            Err(e) => return egress.deny(kind, seen, started, e.to_string()),
+        };
         let acceptor = tokio_rustls::TlsAcceptor::from(config);
-        let mut client = tokio::time::timeout(
+        let accepted = tokio::time::timeout(
             HANDSHAKE_TIMEOUT,
             acceptor.accept(Rewind {
                 prefix: hello,
@@ -248,10 +276,18 @@ impl Interceptor {
                 inner: client,
             }),
         )
-        .await
-        .map_err(|_| "the container's TLS handshake timed out".to_owned())?
-        .map_err(|e| format!("the container's TLS handshake failed: {e}"))?;
-
+        .await;
+        let mut client = match accepted {
+            Ok(Ok(client)) => client,
+            Ok(Err(e)) => {
+                let reason = format!("the container's TLS handshake failed: {e}");
+                return egress.deny(kind, seen, started, reason);
+            }
+            Err(_) => {
+                let reason = "the container's TLS handshake timed out".to_owned();
+                return egress.deny(kind, seen, started, reason);
+            }
+        };
         let mut buffer = Vec::new();
         let head = read_head(&mut client, &mut buffer, |bytes| {
             match wire::request_head(bytes) {
@@ -260,185 +296,188 @@ impl Interceptor {
             }
         })
         .await;
-        let Some(Head::Request(mut head)) = head else {
-            return Err("not an HTTP/1 request inside TLS".into());
+        let refuse =
+            |status: u16, code: &str, reason: &str| error_response(status, code, reason, None);
+        let mut head = match head {
+            Some(Head::Request(head)) if !head.method.eq_ignore_ascii_case("CONNECT") => head,
+            Some(Head::Request(_)) => {
+                let reason = "a CONNECT inside TLS".to_owned();
+                let _ = client.write_all(&refuse(400, "bad_request", &reason)).await;
+                return egress.deny(kind, seen, started, reason);
+            }
+            Some(Head::Bad(reason)) => {
+                let reason = format!("a malformed request inside TLS: {reason}");
+                let _ = client.write_all(&refuse(400, "bad_request", &reason)).await;
+                return egress.deny(kind, seen, started, reason);
+            }
+            Some(Head::Incomplete) | None => {
+                let reason = "not an HTTP/1 request inside TLS".to_owned();
+                return egress.deny(kind, seen, started, reason);
+            }
         };
-        let host = head
-            .host
-            .as_deref()
-            .map(|h| normalize(&wire::split_authority(h).0));
-        if host.as_deref() != Some(name) {
-            return Err(format!(
-                "the TLS connection to {name} carried a request for {host:?}"
-            ));
+        // The request must be for the name the TLS connection was checked
+        // for: another virtual host of the same server is another name.
+        if head.host.host != name || head.host.port.is_some_and(|port| port != 443) {
+            let reason = format!(
+                "the TLS connection to {name} carried a request for {}",
+                head.host.host
+            );
+            let _ = client
+                .write_all(&error_response(
+                    421,
+                    "policy_denied",
+                    &reason,
+                    Some(&head.host.host),
+                ))
+                .await;
+            seen.server_name = Some(name.clone());
+            return egress.deny(kind, seen, started, reason);
         }
-        let mut body = buffer.split_off(head.length);
-        let expects_continue = head
-            .header("expect")
-            .is_some_and(|v| v.eq_ignore_ascii_case("100-continue"));
-        head.headers
-            .retain(|(n, _)| !n.eq_ignore_ascii_case("expect"));
-        let length: Option<usize> = head.header("content-length").and_then(|v| v.parse().ok());
-        let chunked = head
-            .header("transfer-encoding")
-            .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
-        let rewritable = !chunked
-            && length.is_some_and(|l| l <= MAX_REWRITTEN_BODY)
-            && head.header("content-encoding").is_none()
-            && head.header("content-type").is_some_and(textual);
-        if expects_continue {
-            client
-                .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
-                .await
-                .map_err(|e| e.to_string())?;
+        if egress.masker().is_some() {
+            // Frames after an upgrade would reach the container unmasked.
+            head.websocket = false;
         }
-        if rewritable {
-            let length = length.unwrap_or(0);
-            while body.len() < length {
-                let mut chunk = vec![0u8; length - body.len()];
-                let n = tokio::time::timeout(HANDSHAKE_TIMEOUT, client.read(&mut chunk))
-                    .await
-                    .map_err(|_| "the request body stalled".to_owned())?
-                    .map_err(|e| e.to_string())?;
-                if n == 0 {
-                    return Err("the request body ended early".into());
-                }
-                body.extend_from_slice(&chunk[..n]);
+        let method = head.method.clone();
+        let (path, query) = match head.origin_form.split_once('?') {
+            Some((path, query)) => (path.to_owned(), Some(query.to_owned())),
+            None => (head.origin_form.clone(), None),
+        };
+        let in_headers: Vec<&Injected> = self
+            .applicable(&name, &method, &path, InjectInto::Header)
+            .collect();
+        let in_query: Vec<&Injected> = self
+            .applicable(&name, &method, &path, InjectInto::Query)
+            .collect();
+        let in_body: Vec<(&str, &SecretValue)> = self
+            .applicable(&name, &method, &path, InjectInto::Body)
+            .map(|s| (s.placeholder.as_str(), &s.value))
+            .collect();
+        let mut put = false;
+        let target = match &query {
+            Some(query) => {
+                let (query, put_here) = self.put_in(query, &in_query);
+                put |= put_here;
+                format!("{path}?{query}")
             }
-            body.truncate(length);
-            if let Ok(text) = std::str::from_utf8(&body) {
-                body = self.inject(name, text).into_bytes();
+            None => path.clone(),
+        };
+        let lines = head.forwarded_lines(&target, egress.masker().is_some(), |header, value| {
+            if header.eq_ignore_ascii_case("host") {
+                return value.to_owned();
             }
-            for (n, v) in head.headers.iter_mut() {
-                if n.eq_ignore_ascii_case("content-length") {
-                    *v = body.len().to_string();
-                }
+            let (value, put_here) = self.put_in(value, &in_headers);
+            put |= put_here;
+            value
+        });
+        let outgoing = Outgoing {
+            head: lines,
+            framing: head.framing,
+            body: Substitution::new(&in_body),
+            http11: head.version == "HTTP/1.1",
+        };
+        let mut upstream = match self.connect(&name, destination).await {
+            Ok(upstream) => upstream,
+            Err(reason) => {
+                let _ = client
+                    .write_all(&error_response(
+                        502,
+                        "upstream_unreachable",
+                        &reason,
+                        Some(&name),
+                    ))
+                    .await;
+                return egress.deny(kind, seen, started, reason);
             }
-        }
-        let target = self.inject(name, &wire::origin_form(&head.target));
-        let mut request = head.forwarded(&target, |value| self.inject(name, value));
-        request.extend_from_slice(&body);
+        };
+        let leftover = buffer.split_off(head.length);
+        let result = exchange::exchange(
+            &mut client,
+            leftover,
+            outgoing,
+            head.expect_continue,
+            &mut upstream,
+            Answering {
+                method: &method,
+                masker: egress.masker(),
+                websocket: head.websocket,
+                client_http11: head.version == "HTTP/1.1",
+            },
+        )
+        .await;
+        let put = put || result.0.replaced > 0;
+        let note = put.then_some("secret put in");
+        egress.log_exchange(kind, seen, started, result, note);
+    }
 
+    /// TLS to the checked address, verified for `name`.
+    async fn connect(
+        &self,
+        name: &str,
+        destination: SocketAddr,
+    ) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
         let upstream = connect_to(destination).await?;
         let server_name =
             ServerName::try_from(name.to_owned()).map_err(|e| format!("{name}: {e}"))?;
         let connector = tokio_rustls::TlsConnector::from(Arc::clone(&self.upstream));
-        let mut upstream =
-            tokio::time::timeout(HANDSHAKE_TIMEOUT, connector.connect(server_name, upstream))
-                .await
-                .map_err(|_| format!("the TLS handshake with {name} timed out"))?
-                .map_err(|e| format!("{name}'s certificate was not accepted: {e}"))?;
-        upstream
-            .write_all(&request)
+        tokio::time::timeout(HANDSHAKE_TIMEOUT, connector.connect(server_name, upstream))
             .await
-            .map_err(|e| e.to_string())?;
-        let mut bytes = (request.len() as u64, 0u64);
-        if !rewritable && (chunked || length.unwrap_or(0) > 0) {
-            // A large or streamed body: the rest goes as it comes, and so
-            // does the answer.
-            let (out, back) = relay(&mut client, &mut upstream).await;
-            return Ok((bytes.0 + out, back));
-        }
-
-        // The answer: its head (and a small body) with values masked.
-        let mut answer = Vec::new();
-        let response = read_head(
-            &mut upstream,
-            &mut answer,
-            |bytes| match wire::response_head(bytes) {
-                ResponseParse::Incomplete => None,
-                ResponseParse::NotHttp => Some(None),
-                ResponseParse::Response(head) => Some(Some(head)),
-            },
-        )
-        .await;
-        // (A 1xx interim answer is not searched: the rest is relayed.)
-        let Some(Some(response)) = response.filter(|r| r.as_ref().is_some_and(|r| r.status >= 200))
-        else {
-            client.write_all(&answer).await.map_err(|e| e.to_string())?;
-            let (_, back) = relay(&mut client, &mut upstream).await;
-            return Ok((bytes.0, answer.len() as u64 + back));
-        };
-        let mut rest = answer.split_off(response.length);
-        let head_bytes = self.mask(&answer);
-        let maskable = response
-            .content_length
-            .is_some_and(|l| l <= MAX_MASKED_BODY)
-            && !response.encoded
-            && !response.chunked;
-        if maskable {
-            let length = response.content_length.unwrap_or(0);
-            while rest.len() < length {
-                let mut chunk = vec![0u8; (length - rest.len()).min(64 * 1024)];
-                let n = upstream.read(&mut chunk).await.map_err(|e| e.to_string())?;
-                if n == 0 {
-                    break;
-                }
-                rest.extend_from_slice(&chunk[..n]);
-            }
-            let masked = self.mask(&rest);
-            let head_text = String::from_utf8_lossy(&head_bytes).into_owned();
-            let head_text = set_content_length(&head_text, masked.len());
-            client
-                .write_all(head_text.as_bytes())
-                .await
-                .map_err(|e| e.to_string())?;
-            client.write_all(&masked).await.map_err(|e| e.to_string())?;
-            bytes.1 = (answer.len() + rest.len()) as u64;
-        } else {
-            client
-                .write_all(&head_bytes)
-                .await
-                .map_err(|e| e.to_string())?;
-            client.write_all(&rest).await.map_err(|e| e.to_string())?;
-            let (out, back) = relay(&mut client, &mut upstream).await;
-            bytes.0 += out;
-            bytes.1 = (answer.len() + rest.len()) as u64 + back;
-        }
-        let _ = client.shutdown().await;
-        Ok(bytes)
+            .map_err(|_| format!("the TLS handshake with {name} timed out"))?
+            .map_err(|e| format!("{name}'s certificate was not accepted: {e}"))
     }
 }
 
-/// Whether a `Content-Type` is text whose placeholders may be replaced.
-fn textual(content_type: &str) -> bool {
-    let content_type = content_type.to_ascii_lowercase();
-    content_type.starts_with("text/")
-        || content_type.contains("json")
-        || content_type.contains("x-www-form-urlencoded")
-        || content_type.contains("xml")
+/// The password every JDK's `cacerts` has.
+const JAVA_STORE_PASSWORD: &str = "changeit";
+
+/// The keyed SHA-1 a JKS file ends with: over the password (UTF-16BE),
+/// the JDK's fixed salt and every byte before it.
+fn jks_digest(body: &[u8]) -> ring::digest::Digest {
+    let mut context = ring::digest::Context::new(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY);
+    for unit in JAVA_STORE_PASSWORD.encode_utf16() {
+        context.update(&unit.to_be_bytes());
+    }
+    context.update(b"Mighty Aphrodite");
+    context.update(body);
+    context.finish()
 }
 
-fn replace_bytes(haystack: &[u8], needle: &[u8], with: &[u8]) -> Vec<u8> {
-    if needle.is_empty() || haystack.len() < needle.len() {
-        return haystack.to_vec();
+/// Java's trust store `store` (a JKS file, as Debian's `cacerts` is) with
+/// `certificate` (DER) added as the trusted entry `alias`, made without a
+/// JVM; `None` if `store` is not a JKS file whose digest checks out with
+/// the usual password (the caller then runs `keytool`).
+pub fn java_store_with(
+    store: &[u8],
+    alias: &str,
+    certificate: &[u8],
+    created_millis: u64,
+) -> Option<Vec<u8>> {
+    const HEAD: [u8; 8] = [0xfe, 0xed, 0xfe, 0xed, 0, 0, 0, 2];
+    let digest_at = store.len().checked_sub(20)?;
+    if digest_at < 12 || store[..8] != HEAD {
+        return None;
     }
-    let mut out = Vec::with_capacity(haystack.len());
-    let mut at = 0;
-    while at < haystack.len() {
-        if haystack[at..].starts_with(needle) {
-            out.extend_from_slice(with);
-            at += needle.len();
-        } else {
-            out.push(haystack[at]);
-            at += 1;
-        }
+    let (body, digest) = store.split_at(digest_at);
+    if jks_digest(body).as_ref() != digest {
+        return None;
     }
-    out
-}
-
-/// `head` with its `Content-Length` set to `length`.
-fn set_content_length(head: &str, length: usize) -> String {
-    let mut out = String::with_capacity(head.len());
-    for line in head.split_inclusive("\r\n") {
-        match line.split_once(':') {
-            Some((name, _)) if name.eq_ignore_ascii_case("content-length") => {
-                out.push_str(&format!("{name}: {length}\r\n"));
-            }
-            _ => out.push_str(line),
-        }
-    }
-    out
+    let count = u32::from_be_bytes(body[8..12].try_into().ok()?).checked_add(1)?;
+    let alias_length = u16::try_from(alias.len()).ok()?;
+    let certificate_length = u32::try_from(certificate.len()).ok()?;
+    let mut out = Vec::with_capacity(store.len() + certificate.len() + 64);
+    out.extend_from_slice(&body[..8]);
+    out.extend_from_slice(&count.to_be_bytes());
+    out.extend_from_slice(&body[12..]);
+    out.extend_from_slice(&2u32.to_be_bytes()); // a trusted certificate
+    out.extend_from_slice(&alias_length.to_be_bytes());
+    out.extend_from_slice(alias.as_bytes());
+    out.extend_from_slice(&created_millis.to_be_bytes());
+    out.extend_from_slice(&5u16.to_be_bytes());
+    out.extend_from_slice(b"X.509");
+    out.extend_from_slice(&certificate_length.to_be_bytes());
+    out.extend_from_slice(certificate);
+    let digest = jks_digest(&out);
+    out.extend_from_slice(digest.as_ref());
+    Some(out)
 }
 
 /// A stream whose first bytes were already read: they are read again.
@@ -487,37 +526,47 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Rewind<S> {
 mod tests {
     use super::*;
 
-    fn interceptor() -> Interceptor {
+    fn interceptor(secret: DomainSecret) -> Interceptor {
         let upstream = Arc::new(upstream_tls(&[]).unwrap());
-        Interceptor::new(
-            "cntr_test",
-            &[DomainSecret {
-                domain: "api.secret.test".into(),
-                name: "TOKEN".into(),
-                placeholder: "PLACEHOLDER".into(),
-                value: Some(SecretValue::new("real-value")),
-            }],
-            upstream,
-        )
-        .unwrap()
+        Interceptor::new("cntr_test", &[secret], upstream).unwrap()
+    }
+
+    fn secret() -> DomainSecret {
+        DomainSecret {
+            domain: "api.secret.test".into(),
+            name: "TOKEN".into(),
+            placeholder: "PLACEHOLDER".into(),
+            value: Some(SecretValue::new("real-value")),
+            ..DomainSecret::default()
+        }
+    }
+
+    fn parts(interceptor: &Interceptor, name: &str, method: &str, path: &str) -> Vec<InjectInto> {
+        [InjectInto::Header, InjectInto::Query, InjectInto::Body]
+            .into_iter()
+            .filter(|part| {
+                interceptor
+                    .applicable(name, method, path, *part)
+                    .next()
+                    .is_some()
+            })
+            .collect()
     }
 
     #[test]
-    fn values_go_to_their_domain_only_and_echoes_are_masked() {
-        let interceptor = interceptor();
-        assert!(interceptor.applies("api.secret.test"));
-        assert!(!interceptor.applies("other.test"));
+    fn values_go_to_their_domain_in_headers_only_by_default() {
+        let interceptor = interceptor(secret());
         assert_eq!(
-            interceptor.inject("api.secret.test", "Bearer PLACEHOLDER"),
-            "Bearer real-value"
+            parts(&interceptor, "api.secret.test", "POST", "/x"),
+            vec![InjectInto::Header]
         );
+        assert!(parts(&interceptor, "other.test", "GET", "/").is_empty());
+        let secrets: Vec<&Injected> = interceptor
+            .applicable("api.secret.test", "GET", "/", InjectInto::Header)
+            .collect();
         assert_eq!(
-            interceptor.inject("other.test", "Bearer PLACEHOLDER"),
-            "Bearer PLACEHOLDER"
-        );
-        assert_eq!(
-            interceptor.mask(b"{\"auth\":\"Bearer real-value\"}"),
-            b"{\"auth\":\"Bearer PLACEHOLDER\"}".to_vec()
+            interceptor.put_in("Bearer PLACEHOLDER", &secrets),
+            ("Bearer real-value".to_owned(), true)
         );
         assert!(interceptor
             .ca_pem()
@@ -528,13 +577,76 @@ mod tests {
         assert!(Arc::ptr_eq(&a, &b));
     }
 
+    /// The host's Java store (where it has one) gains the CA, and the
+    /// result is one `keytool` reads (where it has one too).
     #[test]
-    fn content_length_is_rewritten() {
-        assert_eq!(
-            set_content_length("HTTP/1.1 200 OK\r\ncontent-length: 5\r\nX: y\r\n\r\n", 12),
-            "HTTP/1.1 200 OK\r\ncontent-length: 12\r\nX: y\r\n\r\n"
+    fn the_ca_joins_javas_store_without_a_jvm() {
+        let interceptor = interceptor(secret());
+        assert!(java_store_with(b"not a store at all, twenty+ bytes", "a", b"c", 0).is_none());
+        let Ok(store) = std::fs::read("/etc/ssl/certs/java/cacerts") else {
+            return;
+        };
+        let Some(with) = java_store_with(&store, "shellgate-egress", &interceptor.ca_der(), 1)
+        else {
+            // Not JKS here (PKCS12, say): keytool does it instead.
+            return;
+        };
+        let mut tampered = with.clone();
+        tampered[20] ^= 1;
+        assert!(java_store_with(&tampered, "x", b"c", 0).is_none());
+        let keytool = std::path::Path::new("/usr/bin/keytool");
+        if !keytool.exists() {
+            return;
+        }
+        let path = std::env::temp_dir().join(format!("jks-test-{}", std::process::id()));
+        std::fs::write(&path, &with).unwrap();
+        let listed = std::process::Command::new(keytool)
+            .args([
+                "-list",
+                "-storepass",
+                "changeit",
+                "-alias",
+                "shellgate-egress",
+                "-keystore",
+            ])
+            .arg(&path)
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_file(&path);
+        let text = String::from_utf8_lossy(&listed.stdout);
+        assert!(
+            listed.status.success() && text.contains("trustedCertEntry"),
+            "{text}"
         );
-        assert_eq!(replace_bytes(b"aXXbXX", b"XX", b"-"), b"a-b-".to_vec());
-        assert!(textual("application/json; charset=utf-8") && !textual("image/png"));
+    }
+
+    #[test]
+    fn methods_paths_and_parts_scope_a_secret() {
+        let interceptor = interceptor(DomainSecret {
+            inject: vec![InjectInto::Query, InjectInto::Body],
+            methods: vec!["POST".into()],
+            paths: vec!["/v1/".into()],
+            ..secret()
+        });
+        let name = "api.secret.test";
+        assert_eq!(
+            parts(&interceptor, name, "POST", "/v1/chat"),
+            vec![InjectInto::Query, InjectInto::Body]
+        );
+        for (method, path) in [
+            ("GET", "/v1/chat"),
+            ("POST", "/v2/chat"),
+            ("POST", "/v1/../admin"),
+            ("POST", "/v1/%2e%2e/admin"),
+            ("POST", "/v1/%2E%2E%2Fadmin"),
+            ("POST", "/v1//x"),
+            ("POST", "/v1/.%2fx"),
+            ("POST", "/v1/a\\..\\b"),
+        ] {
+            assert!(
+                parts(&interceptor, name, method, path).is_empty(),
+                "{method} {path}"
+            );
+        }
     }
 }

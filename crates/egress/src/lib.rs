@@ -12,11 +12,15 @@
 //!
 //! Modules: [`policy`] (patterns and forbidden addresses), [`budget`]
 //! (DNS rate limits and the log's budget for lookups), [`wire`] (TLS
-//! server names and HTTP request heads), [`dns`] (the container's resolver),
-//! [`proxy`] (serving one container's sockets).
+//! server names, HTTP heads parsed strictly, chunked bodies), [`dns`] (the
+//! container's resolver), [`proxy`] (serving one container's sockets),
+//! `exchange` (one request forwarded by its framing, its answer masked),
+//! [`intercept`] (TLS terminated, `Host` checked against the SNI, secrets
+//! put in), [`secrets`] (values that never print, and their masker).
 
 pub mod budget;
 pub mod dns;
+pub(crate) mod exchange;
 pub mod intercept;
 pub mod policy;
 pub mod proxy;

@@ -224,7 +224,7 @@ impl std::fmt::Debug for SecretValue {
 }
 
 /// One `domain_secrets` entry, as a container keeps it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DomainSecret {
     /// The host name (or `*.` pattern) the value may be sent to.
     pub domain: String,
@@ -235,6 +235,30 @@ pub struct DomainSecret {
     /// restart of the server, a container's secrets are gone).
     #[serde(skip)]
     pub value: Option<SecretValue>,
+    /// Where in a request the placeholder is replaced: empty means
+    /// header values only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inject: Vec<InjectInto>,
+    /// Only requests with one of these methods (uppercase) get the value;
+    /// empty: every method.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub methods: Vec<String>,
+    /// Only requests whose path starts with one of these get the value;
+    /// empty: every path.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
+}
+
+/// A part of a request a secret's placeholder may be replaced in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InjectInto {
+    /// Header values (the default).
+    Header,
+    /// The request target's query string.
+    Query,
+    /// The body, on every framing.
+    Body,
 }
 
 /// A fresh placeholder for the secret named `name`: recognisable in a
@@ -716,6 +740,7 @@ mod tests {
             name: "TOKEN".into(),
             placeholder: placeholder.into(),
             value: Some(SecretValue::new(value)),
+            ..DomainSecret::default()
         }
     }
 
@@ -782,6 +807,7 @@ mod tests {
             name: "TOKEN".into(),
             placeholder: placeholder("TOKEN"),
             value: Some(value),
+            ..DomainSecret::default()
         };
         assert!(!format!("{secret:?}").contains("hunter2"));
         assert!(!serde_json::to_string(&secret).unwrap().contains("hunter2"));

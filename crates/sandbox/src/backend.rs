@@ -119,6 +119,10 @@ pub struct NetworkSpec {
     /// and files are still masked. Filled in by the engine at create.
     #[serde(default)]
     pub verifiers: Vec<shellgate_egress::secrets::SecretVerifier>,
+    /// Names (within `allowed_domains`, never a secret's) whose TLS the
+    /// proxy does not terminate: it checks their SNI only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tls_passthrough: Vec<String>,
 }
 
 /// One of a container's secrets as the API may show it: never its value.

@@ -145,7 +145,7 @@ pub struct Config {
     /// The DNS server the proxy asks (`IP:port`); empty: the host's resolver.
     pub egress_dns_server: String,
     /// More trusted roots (PEM files, comma separated) for the servers the
-    /// proxy sends `domain_secrets` to, besides the host's.
+    /// proxy forwards intercepted TLS to, besides the host's.
     pub egress_trusted_roots: String,
     /// Fixed addresses for names (config file only), like `/etc/hosts`:
     /// `[egress_hosts] "mirror.internal" = ["10.0.0.5"]`.

@@ -110,6 +110,7 @@ pub fn network_spec(
     let Some(NetworkPolicy::Allowlist {
         allowed_domains,
         domain_secrets,
+        tls_passthrough_domains,
     }) = policy
     else {
         return Ok(NetworkSpec::default());
@@ -146,7 +147,7 @@ pub fn network_spec(
     let org = config
         .egress_org_allowlist()
         .map_err(|e| ApiError::internal(e.to_string()))?;
-    Allowlist::parse(allowed_domains, &org)
+    let allowlist = Allowlist::parse(allowed_domains, &org)
         .map_err(|e| ApiError::invalid(domains_param.clone(), e.to_string()))?;
     let secrets_param = format!("{param}.domain_secrets");
     let mut names = HashSet::new();
@@ -175,19 +176,30 @@ pub fn network_spec(
                 format!("secret {} is given twice", secret.name),
             ));
         }
+        let (inject, methods, paths) = secret_scope(secret, &secrets_param)?;
         secrets.push(secrets::DomainSecret {
             domain,
             name: secret.name.clone(),
             placeholder: secrets::placeholder(&secret.name),
             value: Some(SecretValue::new(secret.value.as_str())),
+            inject,
+            methods,
+            paths,
         });
     }
+    let tls_passthrough = passthrough_domains(
+        &allowlist,
+        tls_passthrough_domains,
+        &secrets,
+        &format!("{param}.tls_passthrough_domains"),
+    )?;
     Ok(NetworkSpec {
         allowed_domains: allowed_domains
             .iter()
             .map(|d| shellgate_egress::policy::normalize(d))
             .collect(),
         secrets,
+        tls_passthrough,
         // Made by the engine when it creates the container.
         verifiers: Vec::new(),
     })
@@ -222,6 +234,7 @@ pub async fn supply(
             name: secret.name.clone(),
             placeholder: String::new(),
             value: Some(SecretValue::new(secret.value.as_str())),
+            ..Default::default()
         });
     }
     crate::to_completion(async move {
@@ -298,6 +311,146 @@ fn redact_secret_list(list: &mut serde_json::Value) {
             other => *other = Value::String(REDACTED.to_owned()),
         }
     }
+}
+
+/// Most methods or path prefixes one secret may be scoped to.
+const MAX_SCOPES: usize = 16;
+
+/// A secret's scope (our extension): the parts of a request it goes into
+/// (`header` by default; `query`, `body`), and the methods and path
+/// prefixes it is limited to. Each list, when given, is non-empty and
+/// without repeats; methods are uppercase tokens; paths start with `/`
+/// and hold nothing a server could read as another path.
+#[allow(clippy::type_complexity)]
+fn secret_scope(
+    secret: &shellgate_wire::DomainSecret,
+    param: &str,
+) -> ApiResult<(Vec<secrets::InjectInto>, Vec<String>, Vec<String>)> {
+    use shellgate_wire::InjectInto as Wire;
+    let invalid = |message: String| Err(ApiError::invalid(param, message));
+    let name = &secret.name;
+    let inject = match &secret.inject {
+        None => Vec::new(),
+        Some(parts) if parts.is_empty() => {
+            return invalid(format!(
+                "secret {name}: inject needs at least one of header, query, body"
+            ))
+        }
+        Some(parts) => {
+            let mut out = Vec::new();
+            for part in parts {
+                let part = match part {
+                    Wire::Header => secrets::InjectInto::Header,
+                    Wire::Query => secrets::InjectInto::Query,
+                    Wire::Body => secrets::InjectInto::Body,
+                };
+                if out.contains(&part) {
+                    return invalid(format!("secret {name}: inject lists a part twice"));
+                }
+                out.push(part);
+            }
+            out
+        }
+    };
+    let list = |values: &Option<Vec<String>>, what: &str| -> ApiResult<Vec<String>> {
+        match values {
+            None => Ok(Vec::new()),
+            Some(values) if values.is_empty() || values.len() > MAX_SCOPES => {
+                Err(ApiError::invalid(
+                    param,
+                    format!("secret {name}: {what} needs 1 to {MAX_SCOPES} entries"),
+                ))
+            }
+            Some(values) => {
+                let unique: HashSet<&String> = values.iter().collect();
+                if unique.len() != values.len() {
+                    return Err(ApiError::invalid(
+                        param,
+                        format!("secret {name}: {what} lists an entry twice"),
+                    ));
+                }
+                Ok(values.clone())
+            }
+        }
+    };
+    let methods = list(&secret.methods, "methods")?;
+    if let Some(method) = methods
+        .iter()
+        .find(|m| m.is_empty() || m.len() > 20 || !m.bytes().all(|b| b.is_ascii_uppercase()))
+    {
+        return invalid(format!(
+            "secret {name}: {method:?} is not a method (uppercase letters, like GET or POST)"
+        ));
+    }
+    let paths = list(&secret.paths, "paths")?;
+    for path in &paths {
+        let lower = path.to_ascii_lowercase();
+        let ambiguous = path.split('/').any(|s| s == "." || s == "..")
+            || ["%2e", "%2f", "%5c", "\\", "//", "?", "#"]
+                .iter()
+                .any(|bad| lower.contains(bad));
+        if !path.starts_with('/')
+            || path.len() > 1024
+            || !path.bytes().all(|b| (0x21..0x7f).contains(&b))
+            || ambiguous
+        {
+            return invalid(format!(
+                "secret {name}: {path:?} is not a path prefix (it starts with '/', holds \
+                 visible ASCII, no query, no dot segments, no escaped '.', '/' or '\\')"
+            ));
+        }
+    }
+    Ok((inject, methods, paths))
+}
+
+/// `tls_passthrough_domains` (our extension): names or `*.` patterns whose
+/// TLS the proxy does not terminate, each within the allowlist. Not with
+/// secrets: a passthrough answer cannot be checked for a secret's value
+/// (and a secret is put in only where TLS is terminated), so a policy with
+/// `domain_secrets` has none, failing closed.
+fn passthrough_domains(
+    allowlist: &Allowlist,
+    domains: &[String],
+    secrets: &[secrets::DomainSecret],
+    param: &str,
+) -> ApiResult<Vec<String>> {
+    use shellgate_egress::policy::Pattern;
+    if domains.is_empty() {
+        return Ok(Vec::new());
+    }
+    if let Some(secret) = secrets.first() {
+        return Err(ApiError::invalid(
+            param,
+            format!(
+                "TLS passthrough cannot be combined with domain_secrets (secret {}): answers \
+                 that pass through unread cannot be checked for a secret's value",
+                secret.name
+            ),
+        ));
+    }
+    if domains.len() > MAX_PATTERNS {
+        return Err(ApiError::invalid(
+            param,
+            format!("at most {MAX_PATTERNS} passthrough domains are allowed"),
+        ));
+    }
+    let mut out = Vec::with_capacity(domains.len());
+    for domain in domains {
+        let pattern =
+            Pattern::parse(domain, false).map_err(|e| ApiError::invalid(param, e.to_string()))?;
+        if !allowlist
+            .patterns()
+            .iter()
+            .any(|outer| pattern.within(outer))
+        {
+            return Err(ApiError::invalid(
+                param,
+                format!("{domain} is not within the allowed domains"),
+            ));
+        }
+        out.push(pattern.to_string());
+    }
+    Ok(out)
 }
 
 /// Writes the proxy's attempts to the store, in batches, until the proxy

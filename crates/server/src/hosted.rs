@@ -248,7 +248,10 @@ impl HostedShell {
         let requested = self.auto.as_ref().and_then(|a| a.network_policy.as_ref());
         let asked = ContainerPolicy::of_request(requested);
         let found = ContainerPolicy::of_container(&self.state, &row);
-        if found.domains != asked.domains || found.secrets != asked.secrets {
+        if found.domains != asked.domains
+            || found.secrets != asked.secrets
+            || found.passthrough != asked.passthrough
+        {
             return Ok(false);
         }
         // The same names, and the same values: a request giving another
@@ -263,6 +266,7 @@ impl HostedShell {
                     value: Some(shellgate_egress::secrets::SecretValue::new(
                         s.value.as_str(),
                     )),
+                    ..Default::default()
                 })
                 .collect(),
             _ => Vec::new(),
@@ -426,6 +430,8 @@ impl Sandbox for HostedShell {
 struct ContainerPolicy {
     domains: std::collections::BTreeSet<String>,
     secrets: std::collections::BTreeSet<(String, String)>,
+    /// Names whose TLS is not terminated.
+    passthrough: std::collections::BTreeSet<String>,
     /// Secrets whose values are gone (the server restarted).
     missing: Vec<String>,
 }
@@ -441,15 +447,20 @@ enum NetworkView {
 impl ContainerPolicy {
     fn of_request(policy: Option<&shellgate_wire::NetworkPolicy>) -> Self {
         use shellgate_egress::policy::normalize;
-        let (domains, secrets) = match policy {
+        let (domains, secrets, passthrough) = match policy {
             Some(shellgate_wire::NetworkPolicy::Allowlist {
                 allowed_domains,
                 domain_secrets,
+                tls_passthrough_domains,
             }) => (
                 allowed_domains.iter().map(|d| normalize(d)).collect(),
                 domain_secrets
                     .iter()
                     .map(|s| (normalize(&s.domain), s.name.clone()))
+                    .collect(),
+                tls_passthrough_domains
+                    .iter()
+                    .map(|d| normalize(d))
                     .collect(),
             ),
             _ => Default::default(),
@@ -457,6 +468,7 @@ impl ContainerPolicy {
         Self {
             domains,
             secrets,
+            passthrough,
             missing: Vec::new(),
         }
     }

@@ -539,6 +539,7 @@ pub(crate) fn egress_for(
     let policy = shellgate_wire::NetworkPolicy::Allowlist {
         allowed_domains: allow.to_vec(),
         domain_secrets: Vec::new(),
+        tls_passthrough_domains: Vec::new(),
     };
     let network = shellgate_server::egress::network_spec(&config, Some(&policy), "--allow")
         .map_err(|e| anyhow::anyhow!("--allow: {}", e.message))?;

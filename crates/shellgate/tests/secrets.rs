@@ -39,8 +39,9 @@ fn spec() -> ContainerSpec {
                 name: "API_TOKEN".into(),
                 placeholder: shellgate_egress::secrets::placeholder("API_TOKEN"),
                 value: Some(SecretValue::new(VALUE)),
+                ..Default::default()
             }],
-            verifiers: Vec::new(),
+            ..Default::default()
         },
         ..Default::default()
     }
@@ -129,6 +130,7 @@ async fn values_are_masked_across_deltas_and_after_a_restart_the_network_is_off(
             name: "API_TOKEN".into(),
             placeholder: String::new(),
             value: Some(SecretValue::new(value)),
+            ..Default::default()
         }]
     };
     assert!(t

@@ -84,6 +84,25 @@ pub struct DomainSecret {
     pub domain: String,
     pub name: String,
     pub value: String,
+    /// shellgate's extension: where in a request the placeholder becomes
+    /// the value (header values only when omitted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inject: Option<Vec<InjectInto>>,
+    /// shellgate's extension: only requests with these methods get it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub methods: Option<Vec<String>>,
+    /// shellgate's extension: only requests under these path prefixes get it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paths: Option<Vec<String>>,
+}
+
+/// A part of a request a secret may be put into.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum InjectInto {
+    Header,
+    Query,
+    Body,
 }
 
 impl std::fmt::Debug for DomainSecret {
@@ -105,6 +124,10 @@ pub enum NetworkPolicy {
         allowed_domains: Vec<String>,
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         domain_secrets: Vec<DomainSecret>,
+        /// shellgate's extension: names whose TLS is not terminated (the
+        /// SNI alone is checked; see the README's trade-off).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tls_passthrough_domains: Vec<String>,
     },
 }
 
@@ -114,10 +137,13 @@ impl NetworkPolicy {
         match self {
             NetworkPolicy::Disabled => NetworkPolicy::Disabled,
             NetworkPolicy::Allowlist {
-                allowed_domains, ..
+                allowed_domains,
+                tls_passthrough_domains,
+                ..
             } => NetworkPolicy::Allowlist {
                 allowed_domains: allowed_domains.clone(),
                 domain_secrets: Vec::new(),
+                tls_passthrough_domains: tls_passthrough_domains.clone(),
             },
         }
     }
@@ -403,7 +429,11 @@ mod tests {
                 domain: "api.example.com".into(),
                 name: "TOKEN".into(),
                 value: "s3cret".into(),
+                inject: Some(vec![InjectInto::Body]),
+                methods: None,
+                paths: None,
             }],
+            tls_passthrough_domains: Vec::new(),
         };
         let echoed = serde_json::to_string(&policy.without_secrets()).unwrap();
         assert!(!echoed.contains("s3cret"));

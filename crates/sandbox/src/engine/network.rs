@@ -1,11 +1,13 @@
 //! A container's way out: what its init is told (see `helper::network`)
 //! and the egress proxy that serves the sockets init sends back.
 //!
-//! A container with secrets also gets its own CA (see
-//! `shellgate_egress::intercept`), made in memory at its first start in this
-//! process: its certificate, with the host's roots, becomes the container's
-//! system trust store and the bundle the usual variables name, and (in the
-//! `host` image, where the host has Java) Java's trust store too.
+//! Every networked container also gets its own CA (see
+//! `shellgate_egress::intercept`: the proxy terminates its TLS to check
+//! each request and put its secrets in), made in memory at its first start
+//! in this process: its certificate, with the host's roots, becomes the
+//! container's system trust store and the bundle the usual variables name,
+//! and (in the `host` image, where the host has Java) Java's trust store
+//! too.
 
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
@@ -110,8 +112,7 @@ impl LocalEngine {
             env.push((secret.name.clone(), secret.placeholder.clone()));
         }
         let mut file_binds = vec![(self.resolv_conf(), "/etc/resolv.conf".to_owned())];
-        // Made by `prepare_network` for this start, if the container has
-        // secrets this process holds.
+        // Made by `prepare_network` for this start.
         if lock(&container.interceptor).is_some() {
             let bundle = container.dir.join(BUNDLE_FILE);
             if bundle.exists()
@@ -138,9 +139,8 @@ impl LocalEngine {
     }
 
     /// Before a start: the container's interceptor (made at its first
-    /// start in this process, if it has secrets whose values this process
-    /// holds) and the trust stores that hold its CA, written off the async
-    /// workers (Java's takes a `keytool` run).
+    /// start in this process, for every networked container) and the trust
+    /// stores that hold its CA, written off the async workers.
     pub(super) async fn prepare_network(&self, container: &Container) -> Result<(), SandboxError> {
         let Some((interceptor, new)) = self.interceptor(container)? else {
             return Ok(());
@@ -152,22 +152,28 @@ impl LocalEngine {
                 .images
                 .can_cover_etc_file(&container.spec.image, JAVA_STORE);
         tokio::task::spawn_blocking(move || {
-            write_trust_stores(&dir, &interceptor.ca_pem(), new, java)
+            write_trust_stores(
+                &dir,
+                &interceptor.ca_pem(),
+                &interceptor.ca_der(),
+                new,
+                java,
+            )
         })
         .await
         .map_err(|e| SandboxError::Setup(format!("the trust store writer failed: {e}")))?
     }
 
     /// The container's interceptor, and whether it was just made; `None`
-    /// if it has no secret whose value this process holds.
+    /// for a container without network.
     fn interceptor(
         &self,
         container: &Container,
     ) -> Result<Option<(Arc<Interceptor>, bool)>, SandboxError> {
-        let secrets = &container.secrets();
-        if !secrets.iter().any(|s| s.value.is_some()) {
+        if container.spec.network.is_disabled() {
             return Ok(None);
         }
+        let secrets = &container.secrets();
         let mut slot = lock(&container.interceptor);
         if let Some(interceptor) = slot.as_ref() {
             return Ok(Some((Arc::clone(interceptor), false)));
@@ -231,6 +237,7 @@ impl LocalEngine {
             settings,
             interceptor,
             &container.secrets(),
+            &network.tls_passthrough,
         );
         egress
             .serve(Sockets {
@@ -287,6 +294,7 @@ impl LocalEngine {
 fn write_trust_stores(
     dir: &std::path::Path,
     ca: &str,
+    ca_der: &[u8],
     new: bool,
     java: bool,
 ) -> Result<(), SandboxError> {
@@ -304,13 +312,25 @@ fn write_trust_stores(
         return Ok(());
     }
     let _ = std::fs::remove_file(&store);
+    // The host's store, copied, with the CA added: Java reads only its own
+    // format. Without it Java programs would refuse the proxy's
+    // certificates. A JKS store (Debian's) is extended here, in a few
+    // milliseconds; any other goes through a `keytool` run (a JVM start).
+    let staging = dir.join(format!("{JAVA_FILE}.new"));
+    let created = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    let extended = std::fs::read(JAVA_STORE).ok().and_then(|host| {
+        shellgate_egress::intercept::java_store_with(&host, "shellgate-egress", ca_der, created)
+    });
+    if let Some(extended) = extended {
+        std::fs::write(&staging, extended).context(|| format!("write {}", staging.display()))?;
+        return std::fs::rename(&staging, &store).context(|| format!("rename {}", store.display()));
+    }
     let Some(keytool) = KEYTOOLS.iter().find(|k| std::path::Path::new(k).exists()) else {
         return Ok(());
     };
-    // The host's store, copied, with the CA imported: Java reads only its
-    // own format. Without it Java programs would refuse the proxy's
-    // certificates for the secret's domain (and only those).
-    let staging = dir.join(format!("{JAVA_FILE}.new"));
     let ca_file = dir.join("egress-ca-only.pem");
     std::fs::copy(JAVA_STORE, &staging).context(|| format!("copy {JAVA_STORE}"))?;
     std::fs::write(&ca_file, ca).context(|| format!("write {}", ca_file.display()))?;
