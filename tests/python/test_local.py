@@ -99,6 +99,24 @@ def test_auto_runs_a_line_only_if_every_command_in_it_is_allowed(server, workdir
     assert "touch X" in record["by"] or "substitution" in record["by"], record
 
 
+def test_auto_does_not_let_a_loop_variable_choose_the_config_an_allowed_command_reads(server, workdir):
+    """Red team of issue 16: `for HOME in ./evil` assigns HOME as `HOME=`
+    does, so the README's `git status` rule ran git with a config from the
+    working directory, whose core.fsmonitor git runs (`touch X`)."""
+    subprocess.run(["git", "init", "-q", str(workdir)], check=True)
+    (workdir / "evil").mkdir()
+    (workdir / "evil" / ".gitconfig").write_text('[core]\n\tfsmonitor = "touch X; false"\n')
+    policy = workdir / "policy.toml"
+    policy.write_text(README_POLICY)
+    done, records = local(server, workdir, "Execute: for HOME in ./evil; do git status; done",
+                          "--approve", "auto", "--policy", str(policy))
+    assert done.returncode == 0, done.stderr
+    assert not (workdir / "X").exists()
+    [record] = records
+    assert record["decision"] == "denied" and record["outcome"] == {"type": "not_run"}, record
+    assert record["by"] == "auto: it sets the shell variable HOME", record
+
+
 def test_auto_runs_a_compound_line_whose_every_command_is_allowed(server, workdir):
     policy = workdir / "policy.toml"
     policy.write_text(README_POLICY)

@@ -209,7 +209,16 @@ impl Policy {
     }
 
     fn denial_of(&self, words: &[Word]) -> Option<String> {
-        let texts: Vec<&str> = words.iter().map(|w| w.text.as_str()).collect();
+        // The words bash runs: a pattern's braces expanded (`rm -rf
+        // /{usr,etc}`), its globs matched against system paths later.
+        let expanded: Vec<String> = words
+            .iter()
+            .flat_map(|w| match w.kind {
+                WordKind::Pattern => destructive::expand_braces(&w.text),
+                _ => vec![w.text.clone()],
+            })
+            .collect();
+        let texts: Vec<&str> = expanded.iter().map(String::as_str).collect();
         if let Some(rule) = destructive::check(&texts) {
             return Some(rule.to_owned());
         }
@@ -316,7 +325,6 @@ mod tests {
             "(ls) | cat x",
             "if git status; then ls; else cat x; fi",
             "ls & git status",
-            "for f in a *.rs; do ls; done",
             "case a in a) ls;; esac",
             "! ls # a comment",
             "bash -lc 'ls && git status'",
@@ -327,6 +335,36 @@ mod tests {
         let chain = vec!["ls"; 2000].join(" && ");
         assert!(allowed(&p, &chain));
         assert!(!allowed(&p, &format!("{chain} || touch X")));
+    }
+
+    #[test]
+    fn variables_set_without_an_assignment_word_are_never_vouched_for() {
+        // Found by the red team: a loop variable and a named descriptor
+        // are assignments too. `for HOME in ./x; do git status; done`
+        // made git read ./x/.gitconfig (whose core.fsmonitor it runs);
+        // `for PATH in ...` chooses what `ls` is.
+        let p = policy(
+            "allow = [{ prefix = \"ls\" }, { prefix = \"git status\" }, { prefix = \"echo\" }]",
+        );
+        for command in [
+            "for HOME in ./evil; do git status; done",
+            "for PATH in /tmp; do ls; done",
+            "for f in a *.rs; do ls; done",
+            "for f; do ls; done",
+            "echo {HOME}>/dev/null; git status",
+            "echo x {HOME}>/dev/null",
+            "ls {fd}>/dev/null",
+            "echo {PATH}</dev/null; ls",
+        ] {
+            assert!(
+                matches!(p.judge(command), Verdict::Unknown(_)),
+                "{command:?}: {:?}",
+                p.judge(command)
+            );
+        }
+        // Braces that are no descriptor name stay words.
+        assert!(allowed(&p, "echo a{b}>/dev/null"));
+        assert!(allowed(&p, "echo {} >/dev/null"));
     }
 
     #[test]
@@ -474,6 +512,16 @@ mod tests {
             "export X=$(rm -rf /)",
             "rm$'\\0garbage' -rf /",
             "cat \"$(ls; rm -rf /)\"",
+            // Found by the red team: bash expands braces and globs
+            // before rm sees them; so does the deny list (and in
+            // `never-ask` these ran).
+            "rm -rf /{usr,etc}",
+            "rm -rf {/tmp/x,/}",
+            "rm -rf /u*",
+            "rm -rf /[e]tc",
+            "rm -r{,} -f{,} /",
+            "a(){ b|b& }; b(){ a|a& }; a",
+            "a() { b & b; }; b() { a; }; a",
         ] {
             assert!(denied(&p, command), "{command:?}: {:?}", p.judge(command));
         }
@@ -487,6 +535,10 @@ mod tests {
             "find / -name core",
             "fact() { fact; }",
             "f() { g | g & }",
+            "rm -rf /tmp/{a,b}",
+            "rm -rf ./u*",
+            "a() { b; }; b() { a; }",
+            "a() { b | b & }; b() { ls; }",
         ] {
             assert!(!denied(&p, command), "{command:?}: {:?}", p.judge(command));
         }

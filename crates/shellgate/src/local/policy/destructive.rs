@@ -122,7 +122,8 @@ fn normalise(path: &str) -> String {
     }
 }
 
-/// `/`, `~`, a top-level system directory, or everything in one (`/*`).
+/// `/`, `~`, a top-level system directory, or everything in one (`/*`);
+/// a glob is one if it can match one (`/u*`, `/[e]tc`, `/??r`).
 fn is_system_path(path: &str) -> bool {
     let path = normalise(path);
     let dir = match path.strip_suffix("/*") {
@@ -130,7 +131,115 @@ fn is_system_path(path: &str) -> bool {
         Some(dir) => dir,
         None => &path,
     };
-    dir == "/" || dir == "~" || SYSTEM_DIRS.contains(&dir)
+    if dir == "/" || dir == "~" || SYSTEM_DIRS.contains(&dir) {
+        return true;
+    }
+    dir.contains(['*', '?', '['])
+        && SYSTEM_DIRS
+            .iter()
+            .any(|system| glob_matches(dir.as_bytes(), system.as_bytes()))
+}
+
+/// Whether a shell glob (`*`, `?`, `[...]`) matches `name` whole. An
+/// unclosed `[` is literal, as in bash.
+fn glob_matches(pattern: &[u8], name: &[u8]) -> bool {
+    match pattern.split_first() {
+        None => name.is_empty(),
+        // `/` is matched only literally, as in a path.
+        Some((b'*', rest)) => (0..=name.len())
+            .take_while(|&skip| skip == 0 || name[skip - 1] != b'/')
+            .any(|skip| glob_matches(rest, &name[skip..])),
+        Some((b'?', rest)) => name
+            .split_first()
+            .is_some_and(|(c, tail)| *c != b'/' && glob_matches(rest, tail)),
+        Some((b'[', rest)) => {
+            let negated = matches!(rest.first(), Some(b'!' | b'^'));
+            let set = if negated { &rest[1..] } else { rest };
+            // A `]` first in the set is one of its members.
+            let Some(close) = set.iter().skip(1).position(|c| *c == b']').map(|i| i + 1) else {
+                return name.first() == Some(&b'[') && glob_matches(rest, &name[1..]);
+            };
+            let (members, after) = (&set[..close], &set[close + 1..]);
+            name.split_first().is_some_and(|(c, tail)| {
+                let mut hit = false;
+                let mut i = 0;
+                while i < members.len() {
+                    if i + 2 < members.len() && members[i + 1] == b'-' {
+                        hit |= (members[i]..=members[i + 2]).contains(c);
+                        i += 3;
+                    } else {
+                        hit |= members[i] == *c;
+                        i += 1;
+                    }
+                }
+                hit != negated && *c != b'/' && glob_matches(after, tail)
+            })
+        }
+        Some((c, rest)) => name
+            .split_first()
+            .is_some_and(|(n, tail)| n == c && glob_matches(rest, tail)),
+    }
+}
+
+/// At most this many words come out of one word's brace expansion; a
+/// word that would make more is left as it is.
+const MAX_BRACE_WORDS: usize = 1024;
+
+/// The words bash makes of one by brace expansion (`/{usr,etc}` is
+/// `/usr /etc`, `{rm,-rf}` is `rm -rf`): comma alternatives, nested,
+/// however many in a word. Sequences (`{1..3}`) are left as written.
+pub fn expand_braces(original: &str) -> Vec<String> {
+    let mut done = Vec::new();
+    let mut pending = vec![original.to_owned()];
+    while let Some(word) = pending.pop() {
+        match split_first_brace(&word) {
+            Some((head, alternatives, tail)) => {
+                if done.len() + pending.len() + alternatives.len() > MAX_BRACE_WORDS {
+                    return vec![original.to_owned()];
+                }
+                // Reversed onto the stack, so they come out in order.
+                for alternative in alternatives.iter().rev() {
+                    pending.push(format!("{head}{alternative}{tail}"));
+                }
+            }
+            None => done.push(word),
+        }
+    }
+    done
+}
+
+/// The first `{a,b,...}` of a word with a comma at its own level: what
+/// comes before it, its alternatives, what comes after it.
+fn split_first_brace(word: &str) -> Option<(&str, Vec<&str>, &str)> {
+    let bytes = word.as_bytes();
+    for open in (0..bytes.len()).filter(|&i| bytes[i] == b'{') {
+        let mut depth = 0;
+        let mut commas = Vec::new();
+        for (i, byte) in bytes.iter().enumerate().skip(open) {
+            match byte {
+                b'{' => depth += 1,
+                b'}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        if commas.is_empty() {
+                            break;
+                        }
+                        let mut alternatives = Vec::new();
+                        let mut from = open + 1;
+                        for comma in commas {
+                            alternatives.push(&word[from..comma]);
+                            from = comma + 1;
+                        }
+                        alternatives.push(&word[from..i]);
+                        return Some((&word[..open], alternatives, &word[i + 1..]));
+                    }
+                }
+                b',' if depth == 1 => commas.push(i),
+                _ => {}
+            }
+        }
+    }
+    None
 }
 
 /// A disk device (`/dev/sda`, `/dev/nvme0n1p1`, ...).
@@ -197,5 +306,38 @@ mod tests {
         assert_eq!(check(&words("chown -R me ./x")), None);
         assert_eq!(check(&words("tee /dev/nvme0n1")), Some(DISK_WRITE));
         assert!(is_disk("/dev/sda") && !is_disk("/dev/null"));
+    }
+
+    #[test]
+    fn globs_that_can_name_a_system_path_are_system_paths() {
+        for command in [
+            "rm -rf /u*",
+            "rm -rf /[e]tc",
+            "rm -rf /??r",
+            "rm -rf /[!a]sr/",
+            "rm -rf /*/",
+        ] {
+            assert_eq!(check(&words(command)), Some(REMOVE_TREE), "{command}");
+        }
+        for command in [
+            "rm -rf /tmp/*",
+            "rm -rf ./u*",
+            "rm -rf /x*",
+            "rm -rf /[ac]in",
+        ] {
+            assert_eq!(check(&words(command)), None, "{command}");
+        }
+    }
+
+    #[test]
+    fn brace_expansion_makes_the_words_bash_runs() {
+        assert_eq!(expand_braces("/{usr,etc}"), ["/usr", "/etc"]);
+        assert_eq!(expand_braces("{rm,-rf,/}"), ["rm", "-rf", "/"]);
+        assert_eq!(expand_braces("a{b,{c,d}}e"), ["abe", "ace", "ade"]);
+        assert_eq!(expand_braces("{x}{,/}"), ["{x}", "{x}/"]);
+        assert_eq!(expand_braces("{1..3}"), ["{1..3}"]);
+        // A word that would make too many is left whole.
+        let huge = "{a,b}".repeat(20);
+        assert_eq!(expand_braces(&huge), std::slice::from_ref(&huge));
     }
 }

@@ -18,6 +18,9 @@ use tree_sitter::{Node, Parser};
 /// `$($($(...)))` must not exhaust the stack).
 const MAX_TREE_DEPTH: usize = 200;
 
+/// More functions defined in one line than the fork-bomb check follows.
+const MAX_FUNCTIONS: usize = 256;
+
 /// How many `bash -c` scripts inside one another are read.
 const MAX_SCRIPT_NESTING: usize = 4;
 
@@ -150,8 +153,15 @@ fn parse_nested(source: &str, nesting: usize) -> Result<Script, Unparsable> {
         depth: 0,
         script: Script::default(),
         functions: Vec::new(),
+        defined: Vec::new(),
     };
     walker.walk(root)?;
+    if forks_without_end(&walker.defined) {
+        walker
+            .script
+            .destructive
+            .push(super::destructive::FORK_BOMB);
+    }
     Ok(walker.script)
 }
 
@@ -237,12 +247,53 @@ fn check_gaps(root: Node, source: &str) -> Result<(), Unparsable> {
     Ok(())
 }
 
-/// A function whose body is being walked: does it call itself, and
-/// spawn (a pipeline or `&`)?
+/// A function whose body is being walked (or was): which commands it
+/// runs, and does it spawn (a pipeline or `&`)?
 struct FunctionScan {
     name: String,
-    self_calls: usize,
+    /// The first word of every simple command in its body, once per
+    /// call.
+    calls: Vec<String>,
     spawns: bool,
+}
+
+/// Whether the functions defined call one another (or themselves) in a
+/// cycle that multiplies processes without end: some function on the
+/// cycle calls the cycle twice, or once in a pipeline or the background
+/// (`f(){ f|f& }`, and as well `a(){ b|b& }; b(){ a|a& }`).
+fn forks_without_end(defined: &[FunctionScan]) -> bool {
+    if defined.len() > MAX_FUNCTIONS {
+        // Too many to follow (the check is cubic): not shown harmless.
+        return true;
+    }
+    let index = |name: &str| defined.iter().position(|f| f.name == name);
+    // reaches[i][j]: calling i can lead to calling j.
+    let n = defined.len();
+    let mut reaches = vec![vec![false; n]; n];
+    for (i, function) in defined.iter().enumerate() {
+        for callee in function.calls.iter().filter_map(|c| index(c)) {
+            reaches[i][callee] = true;
+        }
+    }
+    // Warshall's closure: through k, i reaches all k reaches.
+    for k in 0..n {
+        let through = reaches[k].clone();
+        for row in reaches.iter_mut().filter(|row| row[k]) {
+            for (cell, via) in row.iter_mut().zip(&through) {
+                *cell |= *via;
+            }
+        }
+    }
+    defined.iter().enumerate().any(|(i, function)| {
+        // Calls from i back into a cycle through i.
+        let recursive = function
+            .calls
+            .iter()
+            .filter_map(|c| index(c))
+            .filter(|&callee| reaches[callee][i])
+            .count();
+        recursive >= 2 || (recursive >= 1 && function.spawns)
+    })
 }
 
 struct Walker<'s> {
@@ -251,6 +302,8 @@ struct Walker<'s> {
     depth: usize,
     script: Script,
     functions: Vec<FunctionScan>,
+    /// Every function defined, once its body is walked.
+    defined: Vec<FunctionScan>,
 }
 
 /// The tokens of compound commands and lists that need no judging.
@@ -368,8 +421,13 @@ impl<'s> Walker<'s> {
         let children: Vec<Node> = node.children(&mut cursor).collect();
         for child in children {
             match child.kind() {
-                // The loop variable of `for NAME in ...`.
-                "variable_name" if node.kind() == "for_statement" => {}
+                // The loop variable of `for NAME in ...` is assigned
+                // like `NAME=...` (`for HOME in ./x; do git status; done`
+                // points git at another config), and its value can only
+                // be used through an expansion no rule vouches for.
+                "variable_name" if node.kind() == "for_statement" => {
+                    self.concern(format!("it sets the shell variable {}", self.text(child)));
+                }
                 kind if is_word_kind(kind) => {
                     let word = self.word(child)?;
                     if word.kind == WordKind::Dynamic {
@@ -408,9 +466,7 @@ impl<'s> Walker<'s> {
             }
         }
         if let (Some(first), Some(function)) = (words.first(), self.functions.last_mut()) {
-            if first.text == function.name {
-                function.self_calls += 1;
-            }
+            function.calls.push(first.text.clone());
         }
         let inner = self.inner_script(&assignments, &words)?;
         self.script.commands.push(SimpleCommand {
@@ -513,7 +569,7 @@ impl<'s> Walker<'s> {
         let name = self.word(name)?.text;
         self.functions.push(FunctionScan {
             name,
-            self_calls: 0,
+            calls: Vec::new(),
             spawns: false,
         });
         let mut cursor = node.walk();
@@ -524,17 +580,17 @@ impl<'s> Walker<'s> {
         let walked = body.into_iter().try_for_each(|child| self.walk(child));
         let scan = self.functions.pop();
         walked?;
-        if let Some(scan) = scan {
-            // A function that calls itself twice, or once in a pipeline
-            // or the background, multiplies processes without end.
-            if scan.self_calls >= 2 || (scan.self_calls >= 1 && scan.spawns) {
-                self.script.destructive.push(super::destructive::FORK_BOMB);
-            }
-        }
+        self.defined.extend(scan);
         Ok(())
     }
 
     fn redirect(&mut self, node: Node) -> Result<(), Unparsable> {
+        if let Some(name) = named_descriptor(self.source, node.start_byte()) {
+            // `{NAME}>FILE` opens a descriptor and stores its number in
+            // NAME (for a builtin, in the shell itself): an assignment,
+            // whatever tree-sitter makes of the `{NAME}`.
+            self.concern(format!("it sets the shell variable {name}"));
+        }
         match node.kind() {
             "file_redirect" => self.file_redirect(node),
             "herestring_redirect" => {
@@ -788,6 +844,35 @@ fn has_expansion(text: &str) -> bool {
         }
     }
     false
+}
+
+/// The `NAME` of a `{NAME}` that bash reads as a named descriptor of the
+/// redirection at `start`: the redirection's own text starts with it, or
+/// it stands right before it as a word of its own.
+fn named_descriptor(source: &str, start: usize) -> Option<&str> {
+    let is_name = |name: &str| {
+        name.chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    let after = source.get(start..).unwrap_or("");
+    if let Some(name) = after
+        .strip_prefix('{')
+        .and_then(|rest| rest.split_once('}'))
+        .map(|(name, _)| name)
+        .filter(|name| is_name(name))
+    {
+        return Some(name);
+    }
+    let before = source.get(..start)?.strip_suffix('}')?;
+    let open = before.rfind('{')?;
+    let name = &before[open + 1..];
+    let word_start = before[..open]
+        .chars()
+        .next_back()
+        .is_none_or(|c| c.is_whitespace() || ";&|()".contains(c));
+    (word_start && is_name(name)).then_some(name)
 }
 
 fn is_word_kind(kind: &str) -> bool {
