@@ -129,6 +129,54 @@ async fn the_command_after_a_fork_bomb_is_answered_at_once() {
     t.finish().await;
 }
 
+/// Red team of issue 16: bombs of other shapes, and a bomb beside a
+/// bigger crowd of quiet leftovers (which the recovery must not take for
+/// the runaway while the bomb refills what it frees).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_command_after_a_fork_bomb_of_any_shape_is_answered() {
+    let t = TestEngine::new("bomb-shapes").await;
+    let spec = ContainerSpec {
+        pids_max: 64,
+        ..ContainerSpec::default()
+    };
+    t.create_with("c1", spec).await;
+    let init = t.engine.init_pid("c1").await.unwrap().expect("running");
+    let bombs = [
+        // Forty quiet sleepers first (a leftover larger than the bomb).
+        "setsid bash -c 'for i in $(seq 40); do sleep 1000 & done; wait' >/dev/null 2>&1 & true",
+        "setsid bash -c 'bomb() { bomb | bomb & }; bomb' >/dev/null 2>&1 & true",
+        "setsid python3 -c 'import os\nwhile True:\n  try: os.fork()\n  except OSError: pass' >/dev/null 2>&1 & true",
+        "setsid perl -e 'while (1) { fork }' >/dev/null 2>&1 & true",
+        "setsid python3 -c 'import threading, time\nwhile True:\n  try: threading.Thread(target=time.sleep, args=(1000,)).start()\n  except RuntimeError: pass' >/dev/null 2>&1 & true",
+        "yes 1000 | setsid xargs -P 0 -n 1 sleep >/dev/null 2>&1 & true",
+        // The bomb hits the limit while its own command still runs (a
+        // busy wait: bash forks nothing for it).
+        "setsid bash -c 'bomb() { bomb | bomb & }; bomb' >/dev/null 2>&1 & while ((SECONDS < 2)); do :; done",
+    ];
+    for round in 0..3 {
+        for (shape, bomb) in bombs.iter().enumerate().skip(1) {
+            if round > 0 || shape == 1 {
+                t.run_with("c1", bombs[0], 5_000).await;
+            }
+            let before = failed_forks(init).expect("the container's pids.events");
+            t.run_with("c1", bomb, 5_000).await;
+            assert!(
+                eventually(Duration::from_secs(60), || failed_forks(init)
+                    .is_some_and(|n| n > before))
+                .await,
+                "round {round}, shape {shape}: the bomb never reached the limit"
+            );
+            let result = t.run_with("c1", "echo answered | cat", 30_000).await;
+            assert_eq!(
+                (result.outcome, result.stdout.as_str()),
+                (Outcome::Exit { exit_code: 0 }, "answered\n"),
+                "round {round}, shape {shape}: {result:?}"
+            );
+        }
+    }
+    t.finish().await;
+}
+
 /// The kernel's count of forks that failed at the process limit in the
 /// cgroup of host process `pid` (cgroup v2, or v1's pids hierarchy).
 fn failed_forks(pid: i32) -> Option<u64> {

@@ -135,18 +135,25 @@ impl LocalEngine {
         };
 
         let pids_max = container.spec.pids_max;
-        // Forks failed at the process limit since the last command ended:
-        // something an earlier command left running keeps running into it
-        // (a fork bomb), and this command could not even start bash's
-        // pipelines. Init first ends the runaway (see init's `reclaim`: the
-        // leftovers' marker holding the most tasks, if they hold most of
-        // the container). The kernel's count of failed forks only grows, so
-        // this does not depend on when the container's process count is
-        // sampled: a bomb's count dips below its limit between forks, and a
-        // command started in such a dip would retry its own forks until it
-        // timed out. A container merely busy near its limit (no failed
-        // forks) is left alone.
-        let reclaim = running.counters.events().pids_max > lock(&running.limits_seen).pids_max;
+        // Forks failed at the process limit since the last command
+        // started: what it or an earlier one left running may still hold
+        // the container at its limit (a fork bomb), and this command could
+        // not start bash's pipelines. Init first ends what no running
+        // command holds (see init's `reclaim`). The kernel's count of
+        // failed forks only grows, so this does not depend on when the
+        // container's process count is sampled: a bomb's count dips below
+        // its limit between forks, and a command started in such a dip
+        // would retry its own forks until it timed out. Counted from the
+        // last start, not its end: a bomb that reached the limit while its
+        // own command still ran may fail no fork between that end and this
+        // start (bash's fork retries sleep), and is there all the same. A
+        // container merely busy near its limit (no failed forks) is left
+        // alone.
+        let failed_forks = running.counters.events().pids_max;
+        let reclaim = failed_forks
+            > running
+                .forks_failed_at_last_start
+                .swap(failed_forks, std::sync::atomic::Ordering::Relaxed);
         let (stdout_read, stdout_write) = sys::pipe().context(|| "pipe".into())?;
         let (stderr_read, stderr_write) = sys::pipe().context(|| "pipe".into())?;
         let (status_read, status_write) = sys::pipe().context(|| "pipe".into())?;

@@ -43,6 +43,9 @@ pub(super) struct Running {
     /// `command`).
     pub counters: LimitCounters,
     pub limits_seen: Mutex<LimitEvents>,
+    /// The kernel's count of failed forks when the last command started
+    /// (see `command`'s `reclaim`).
+    pub forks_failed_at_last_start: std::sync::atomic::AtomicU64,
     /// The egress proxy serving this container's sockets, while it runs.
     _egress: Option<shellgate_egress::proxy::Serving>,
     /// The last number given to a command (init knows commands by it).
@@ -342,6 +345,8 @@ impl LocalEngine {
         };
         let counters = self.inner.cgroups.counters(&started.slot);
         let limits_seen = Mutex::new(counters.events());
+        let forks_failed_at_last_start =
+            std::sync::atomic::AtomicU64::new(counters.events().pids_max);
         Ok(Arc::new(Running {
             control: started.control,
             init_pid: started.init_pid,
@@ -351,6 +356,7 @@ impl LocalEngine {
             data: started.data,
             counters,
             limits_seen,
+            forks_failed_at_last_start,
             _egress: egress,
             commands: std::sync::atomic::AtomicU32::new(0),
         }))

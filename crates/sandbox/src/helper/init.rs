@@ -181,11 +181,12 @@ fn kill_marked(marker: u32, running: &mut HashMap<libc::pid_t, RunningCommand>) 
 /// Which runaway [`reclaim`] may end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Runaway {
-    /// Failed forks were counted since the last command ended: the marker
-    /// of no running command that holds the most tasks, if it holds more
-    /// than half of the container's (a fork bomb holds nearly all of them
-    /// at every instant, however its count dips between forks; a
-    /// background server beside a busy build does not).
+    /// Failed forks were counted since the last command ended, so what
+    /// earlier commands left running holds the container at its limit:
+    /// every marker of no running command. Ending only the largest is not
+    /// enough: a bomb beside a larger quiet crowd of its own (forty
+    /// sleepers, then a bomb) retakes at once the slots the crowd frees,
+    /// and the next command's forks fail until its timeout.
     Leftover,
     /// A command could not even be started: the marker holding the most
     /// tasks, whoever's it is.
@@ -193,30 +194,47 @@ enum Runaway {
 }
 
 /// Frees process slots when the container is at its process limit: ends
-/// every process of the runaway's marker (see [`Runaway`]).
+/// every process of the runaway's markers (see [`Runaway`]).
 fn reclaim(running: &mut HashMap<libc::pid_t, RunningCommand>, which: Runaway) -> i32 {
+    if which == Runaway::Leftover {
+        return reclaim_leftovers(running);
+    }
+    let mut tasks: HashMap<u32, u64> = HashMap::new();
+    for process in processes().filter(|p| !p.zombie) {
+        if let Some(marker) = process.marker {
+            *tasks.entry(marker).or_default() += process.threads;
+        }
+    }
+    match tasks.into_iter().max_by_key(|(_, n)| *n) {
+        Some((marker, _)) => kill_marked(marker, running),
+        None => 0,
+    }
+}
+
+/// Ends every process of a marker no running command holds, largest
+/// first, rescanning until none is left (a marker may appear in the scan
+/// only once its bomb refilled the slots another's end freed).
+fn reclaim_leftovers(running: &mut HashMap<libc::pid_t, RunningCommand>) -> i32 {
     let live: Vec<Option<u32>> = running
         .values()
         .filter(|command| !command.abandoned)
         .map(|command| command.marker)
         .collect();
-    let mut tasks: HashMap<u32, u64> = HashMap::new();
-    // Init itself counts.
-    let mut all_tasks = 1;
-    for process in processes().filter(|p| !p.zombie) {
-        all_tasks += process.threads;
-        if let Some(marker) = process.marker {
-            if which == Runaway::Any || !live.contains(&Some(marker)) {
+    let mut killed = 0;
+    // Each round ends at least one marker for good; markers are finite.
+    for _ in MARKER_FIRST..MARKER_END {
+        let mut tasks: HashMap<u32, u64> = HashMap::new();
+        for process in processes().filter(|p| !p.zombie) {
+            if let Some(marker) = process.marker.filter(|m| !live.contains(&Some(*m))) {
                 *tasks.entry(marker).or_default() += process.threads;
             }
         }
+        let Some((marker, _)) = tasks.into_iter().max_by_key(|(_, n)| *n) else {
+            break;
+        };
+        killed += kill_marked(marker, running);
     }
-    match tasks.into_iter().max_by_key(|(_, n)| *n) {
-        Some((marker, n)) if which == Runaway::Any || n * 2 > all_tasks => {
-            kill_marked(marker, running)
-        }
-        _ => 0,
-    }
+    killed
 }
 
 /// A command init started and still waits for.
