@@ -162,6 +162,70 @@ mod tests {
         );
     }
 
+    /// Red team of issue 16: a recursive bind (a stand-in for the host's
+    /// `/`, with a mount of its own inside), shared propagation, and links
+    /// in the tree pointing outside; the cleanup removes none of what
+    /// they reach.
+    #[test]
+    fn a_half_made_tree_with_a_recursive_bind_and_links_outside_is_removed_alone() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: mounting needs root");
+            return;
+        }
+        let base =
+            std::env::temp_dir().join(format!("shellgate-half-made-rbind-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&base);
+        let host = base.join("host");
+        let inner = host.join("run");
+        fs::create_dir_all(&inner).unwrap();
+        fs::write(host.join("precious"), b"host data").unwrap();
+        let staging = base.join("images/x/rootfs.new");
+        let root_bind = staging.join("host");
+        fs::create_dir_all(&root_bind).unwrap();
+        std::os::unix::fs::symlink(&host, staging.join("link-out")).unwrap();
+        std::os::unix::fs::symlink(host.join("precious"), staging.join("file-out")).unwrap();
+        let c = |s: &Path| std::ffi::CString::new(s.to_str().unwrap()).unwrap();
+        let mount = |source: &Path, target: &Path, fstype: &str, flags| {
+            let fstype = std::ffi::CString::new(fstype).unwrap();
+            // SAFETY: valid NUL-terminated strings; no data argument.
+            let ret = unsafe {
+                libc::mount(
+                    c(source).as_ptr(),
+                    c(target).as_ptr(),
+                    fstype.as_ptr(),
+                    flags,
+                    std::ptr::null(),
+                )
+            };
+            assert_eq!(ret, 0, "mount: {}", io::Error::last_os_error());
+        };
+        mount(Path::new("tmpfs"), &inner, "tmpfs", 0);
+        fs::write(inner.join("precious"), b"in a mount").unwrap();
+        mount(&host, &root_bind, "none", libc::MS_BIND | libc::MS_REC);
+        // SAFETY: a valid path; no source, type or data.
+        let shared = unsafe {
+            libc::mount(
+                std::ptr::null(),
+                c(&root_bind).as_ptr(),
+                std::ptr::null(),
+                libc::MS_SHARED | libc::MS_REC,
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(shared, 0, "{}", io::Error::last_os_error());
+        assert_eq!(mounts_below(&staging).unwrap().len(), 2);
+
+        super::super::ImageStore::open(&base.join("images"), "test").unwrap();
+
+        assert!(!staging.exists());
+        assert_eq!(fs::read(host.join("precious")).unwrap(), b"host data");
+        assert_eq!(fs::read(inner.join("precious")).unwrap(), b"in a mount");
+        // SAFETY: a valid path.
+        unsafe { libc::umount2(c(&inner).as_ptr(), libc::MNT_DETACH) };
+        fs::remove_dir_all(&base).unwrap();
+    }
+
     #[test]
     fn opening_the_store_removes_a_half_made_tree_without_reaching_through_its_mounts() {
         // SAFETY: geteuid has no preconditions.
