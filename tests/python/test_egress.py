@@ -751,6 +751,25 @@ def test_every_answer_is_masked_whatever_its_framing(client, world, secret_box, 
     assert got["accept_encoding"] == "identity"
 
 
+def test_a_value_cannot_be_fetched_in_pieces_with_range_requests(client, world, secret_box):
+    # Each 16-byte piece is shorter than the value, so no masker can see
+    # the value in it: fetched piece by piece and put together, the pieces
+    # would be the answer unmasked. A container with secrets never gets a
+    # piece of an answer (its Range is not forwarded; a 206 is refused).
+    container, _, _ = secret_box
+    out, err, code = run(client, container,
+                         'rm -f /tmp/pieces; for at in $(seq 0 16 2048); do '
+                         'curl -sS -m 10 -o /tmp/piece -r "$(printf %05d $at)-$(printf %05d $((at + 15)))" '
+                         '-H "Authorization: Bearer $API_TOKEN" https://api.secret.test/mask/range || break; '
+                         'cat /tmp/piece >> /tmp/pieces; [ -s /tmp/piece ] || break; '
+                         '[ "$(wc -c < /tmp/piece)" -le 16 ] || break; done; '
+                         + leak_check("/tmp/pieces"), timeout_ms=120_000)
+    assert "LEAKED" not in out, out
+    assert "clean" in out, (out, err)
+    reached = [e for e in world.requests("a") if e["path"] == "/mask/range"]
+    assert reached and not [e for e in reached if e["range"]], reached
+
+
 def test_an_answer_that_cannot_be_inspected_is_refused(client, world, secret_box):
     container, _, _ = secret_box
     out, err, code = run(client, container,

@@ -16,7 +16,9 @@
 //! container (chunked, or until close for HTTP/1.0). The origin is asked
 //! for `identity`; an answer that is still content-encoded, or uses a
 //! transfer coding other than chunked, cannot be inspected and is refused
-//! (a 502) rather than passed on.
+//! (a 502) rather than passed on. So is a part of an answer (a `206`): a
+//! piece shorter than a value hides it from the masker, and the pieces put
+//! together give it back (the request's `Range` is not forwarded either).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -600,6 +602,20 @@ where
              it cannot be checked for the container's secrets"
         )));
     }
+    if head.status == 206
+        || head
+            .headers
+            .iter()
+            .any(|(name, _)| name.eq_ignore_ascii_case("content-range"))
+    {
+        // The request's range was not forwarded; a piece of an answer
+        // could hold a piece of a value, too short for any masker to see.
+        return Err(refuse(
+            "the answer is a part of the resource (206 or Content-Range), so it cannot be \
+             checked for the container's secrets"
+                .into(),
+        ));
+    }
     if head.other_transfer_coding {
         return Err(refuse(
             "the answer uses a transfer coding other than chunked, so it cannot be checked \
@@ -950,6 +966,8 @@ mod tests {
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
             b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\nreal-value",
             b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+            b"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-3/30\r\nContent-Length: 4\r\n\r\nreal",
+            b"HTTP/1.1 200 OK\r\nContent-Range: bytes 4-9/30\r\nContent-Length: 6\r\n\r\n-value",
         ] {
             let (_, received) = run(
                 b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n",

@@ -278,6 +278,11 @@ const NOT_FORWARDED: [&str; 11] = [
     "expect",
 ];
 
+/// Headers not forwarded when the answer is masked: the client's
+/// encodings (replaced by `identity`) and anything that asks for a part of
+/// the answer (`Range`, and `If-Range`, which only qualifies one).
+const NOT_FORWARDED_MASKED: [&str; 3] = ["accept-encoding", "range", "if-range"];
+
 impl RequestHead {
     /// The value of the header `name` (first occurrence).
     pub fn header(&self, name: &str) -> Option<&str> {
@@ -302,13 +307,17 @@ impl RequestHead {
     /// sender adds `Content-Length` or `Transfer-Encoding` for the body it
     /// sends): `target` as given, connection-specific headers and those
     /// the `Connection` header names dropped, each other header value
-    /// passed through `value(name, value)`, `Accept-Encoding: identity`
-    /// when `identity`, and `Connection: close` (or the WebSocket
-    /// upgrade's pair), so that one connection carries one checked request.
+    /// passed through `value(name, value)`, and `Connection: close` (or
+    /// the WebSocket upgrade's pair), so that one connection carries one
+    /// checked request. When the answer is to be `masked`, the origin is
+    /// asked for all of it as it is: `Accept-Encoding: identity`, and no
+    /// range headers ([`NOT_FORWARDED_MASKED`]), since a piece of an
+    /// answer shorter than a value hides that value from any masker, and
+    /// the pieces put together give it back.
     pub fn forwarded_lines(
         &self,
         target: &str,
-        identity: bool,
+        masked: bool,
         mut value: impl FnMut(&str, &str) -> String,
     ) -> String {
         let named = self.connection_tokens();
@@ -317,7 +326,7 @@ impl RequestHead {
             let lower = name.to_ascii_lowercase();
             if NOT_FORWARDED.contains(&lower.as_str())
                 || (lower != "host" && named.contains(&lower))
-                || (identity && lower == "accept-encoding")
+                || (masked && NOT_FORWARDED_MASKED.contains(&lower.as_str()))
             {
                 continue;
             }
@@ -326,7 +335,7 @@ impl RequestHead {
             out.push_str(&value(name, v));
             out.push_str("\r\n");
         }
-        if identity {
+        if masked {
             out.push_str("Accept-Encoding: identity\r\n");
         }
         if self.websocket {
@@ -936,7 +945,7 @@ pub(crate) mod tests {
 
     #[test]
     fn forwarded_heads_are_rebuilt_and_closed() {
-        let raw = b"GET http://a.test/x?y=1 HTTP/1.1\r\nHost: a.test\r\nProxy-Connection: keep-alive\r\nConnection: keep-alive, X-Drop\r\nX-Drop: 1\r\nUpgrade: h2c\r\nAuthorization: Bearer PH\r\nAccept-Encoding: gzip\r\n\r\nbody";
+        let raw = b"GET http://a.test/x?y=1 HTTP/1.1\r\nHost: a.test\r\nProxy-Connection: keep-alive\r\nConnection: keep-alive, X-Drop\r\nX-Drop: 1\r\nUpgrade: h2c\r\nAuthorization: Bearer PH\r\nAccept-Encoding: gzip\r\nRange: bytes=0-3\r\nIf-Range: \"e\"\r\n\r\nbody";
         let head = parsed(raw);
         assert_eq!(head.header("authorization"), Some("Bearer PH"));
         assert_eq!(head.origin_form, "/x?y=1");
@@ -945,14 +954,16 @@ pub(crate) mod tests {
         let out = head.forwarded_lines(&head.origin_form, false, |_, v| v.replace("PH", "real"));
         assert_eq!(
             out,
-            "GET /x?y=1 HTTP/1.1\r\nHost: a.test\r\nAuthorization: Bearer real\r\nAccept-Encoding: gzip\r\nConnection: close\r\n"
+            "GET /x?y=1 HTTP/1.1\r\nHost: a.test\r\nAuthorization: Bearer real\r\nAccept-Encoding: gzip\r\nRange: bytes=0-3\r\nIf-Range: \"e\"\r\nConnection: close\r\n"
         );
+        // Masked: the whole answer, as it is.
         let out = head.forwarded_lines("/", true, |_, v| v.to_owned());
         assert!(
             out.ends_with("Accept-Encoding: identity\r\nConnection: close\r\n"),
             "{out}"
         );
         assert!(!out.contains("gzip"));
+        assert!(!out.to_ascii_lowercase().contains("range"), "{out}");
         assert_eq!(parse_absolute("http://a.test").unwrap().1, "/");
         assert_eq!(parse_absolute("http://a.test?q").unwrap().1, "/?q");
         // A WebSocket handshake is the one upgrade forwarded.
