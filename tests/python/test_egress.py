@@ -825,6 +825,25 @@ def test_secrets_go_only_where_their_scope_says(client, world, secret_box):
     assert got["/v1/chunked"]["transfer_encoding"] == "chunked"
 
 
+def test_a_path_scope_holds_against_paths_servers_read_as_others(client, world, secret_box):
+    # Tomcat and Spring read `..;` as `..`; some servers decode twice or
+    # decode overlong UTF-8: each of these is /admin or /v2 to some server,
+    # so none gets the secret scoped to /v1/.
+    container, _, body_placeholder = secret_box
+    marker = f"{PID}-{time.time_ns()}"
+    run(client, container, "printf 'a=%s' \"$BODY_TOKEN\" > /tmp/scoped")
+    paths = ["/v1/..;/semi", "/v1/..;x=1/param", "/v1/..%3b/escaped-semi", "/v1/%252e%252e/double",
+             "/v1/%c0%ae%c0%ae/overlong"]
+    out, err, code = run(client, container, "; ".join(
+        f"curl -sS -m 10 --path-as-is -d @/tmp/scoped -o /dev/null 'https://api.secret.test{path}-{marker}'"
+        for path in paths))
+    assert code == 0, err
+    got = [e for e in world.requests("a") if marker in e["path"]]
+    assert len(got) == len(paths), got
+    for entry in got:
+        assert entry["body"] == f"a={body_placeholder}", entry["path"]
+
+
 def test_secret_scopes_are_checked(client):
     def refused(**extra):
         secret = {"domain": "api.secret.test", "name": "T", "value": "scope-test-value-9f3a1c", **extra}
