@@ -91,9 +91,7 @@ fn path_allowed(prefixes: &[String], path: &str) -> bool {
 /// dot or a path parameter, or decodes twice: `%2e`, `%2f`, `%5c`, `%3b`,
 /// `%25` (a double encoding, `%252e`), and overlong UTF-8 forms of `.` and
 /// `/` (`%c0%ae`, `%e0%80%ae`, ...), which old servers decode.
-const AMBIGUOUS_ESCAPES: [&str; 8] = [
-    "%2e", "%2f", "%5c", "%3b", "%25", "%c0", "%c1", "%e0%80",
-];
+const AMBIGUOUS_ESCAPES: [&str; 8] = ["%2e", "%2f", "%5c", "%3b", "%25", "%c0", "%c1", "%e0%80"];
 
 /// Whether a server could read `path` as another path than its text says
 /// (so a secret scoped to a path prefix must not go with it): a dot

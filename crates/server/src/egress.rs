@@ -384,8 +384,8 @@ fn secret_scope(
     }
     let paths = list(&secret.paths, "paths")?;
     for path in &paths {
-        let ambiguous = shellgate_egress::intercept::ambiguous_path(path)
-            || path.contains(['?', '#']);
+        let ambiguous =
+            shellgate_egress::intercept::ambiguous_path(path) || path.contains(['?', '#']);
         if !path.starts_with('/')
             || path.len() > 1024
             || !path.bytes().all(|b| (0x21..0x7f).contains(&b))
