@@ -928,6 +928,26 @@ def test_requests_are_parsed_strictly_and_nothing_rides_along(client, world, sec
     assert any("bare LF" in e["reason"] and e["verdict"] == "denied" for e in entries)
 
 
+def test_the_host_goes_on_as_it_was_checked(client, world, secret_box):
+    # `API.Secret.Test.` is api.secret.test to the proxy; a server that
+    # routes it to another virtual host (its default one) would get the
+    # secret there. The origin gets the checked name, however it was spelt.
+    container, _, _ = secret_box
+    marker = f"{PID}-{time.time_ns()}"
+    script = SMUGGLE + (
+        "import os\n"
+        f"send(b'GET /spelt-{marker} HTTP/1.1\\r\\nHost: API.Secret.Test.:443\\r\\nAuthorization: Bearer '"
+        " + os.environ['API_TOKEN'].encode() + b'\\r\\n\\r\\n', host='api.secret.test', tls=True)\n"
+        f"send(b'GET /spelt-plain-{marker} HTTP/1.1\\r\\nHost: A.Allowed.TEST.\\r\\n\\r\\n')\n"
+    )
+    out, err, code = run(client, container, f"python3 -c \"$(cat <<'EOF'\n{script}EOF\n)\"")
+    assert out.split()[1::3] == ["200", "200"], (out, err)
+    got = {e["path"]: e for e in world.requests("a") if marker in e["path"]}
+    assert got[f"/spelt-{marker}"]["host"] == "api.secret.test:443"
+    assert got[f"/spelt-{marker}"]["authorization"] == f"Bearer {SECRET}"
+    assert got[f"/spelt-plain-{marker}"]["host"] == "a.allowed.test"
+
+
 WEBSOCKET = r"""
 import socket
 s = socket.create_connection(("a.allowed.test", 80), timeout=10)

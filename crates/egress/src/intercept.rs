@@ -375,10 +375,8 @@ impl Interceptor {
             }
             None => path.clone(),
         };
-        let lines = head.forwarded_lines(&target, egress.masker().is_some(), |header, value| {
-            if header.eq_ignore_ascii_case("host") {
-                return value.to_owned();
-            }
+        let lines = head.forwarded_lines(&target, egress.masker().is_some(), |_, value| {
+            // (The Host is never passed here: it goes as it was checked.)
             let (value, put_here) = self.put_in(value, &in_headers);
             put |= put_here;
             value

@@ -152,6 +152,21 @@ pub struct Authority {
     pub port: Option<u16>,
 }
 
+impl std::fmt::Display for Authority {
+    /// `host[:port]`, an IPv6 literal in brackets.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]", self.host)?;
+        } else {
+            f.write_str(&self.host)?;
+        }
+        match self.port {
+            Some(port) => write!(f, ":{port}"),
+            None => Ok(()),
+        }
+    }
+}
+
 /// Reads an authority strictly: anything a server might read differently
 /// (`a:443@b`, `:443abc`, `:65536`, two colons, percent-escapes) is refused.
 pub fn parse_authority(text: &str) -> Result<Authority, String> {
@@ -332,7 +347,15 @@ impl RequestHead {
             }
             out.push_str(name);
             out.push_str(": ");
-            out.push_str(&value(name, v));
+            if lower == "host" {
+                // The name that was checked, not the client's spelling of
+                // it: servers disagree on whether `API.Example.` is
+                // `api.example`, and one that routes it to another virtual
+                // host would get the request (and its secret) there.
+                out.push_str(&self.host.to_string());
+            } else {
+                out.push_str(&value(name, v));
+            }
             out.push_str("\r\n");
         }
         if masked {
@@ -964,6 +987,15 @@ pub(crate) mod tests {
         );
         assert!(!out.contains("gzip"));
         assert!(!out.to_ascii_lowercase().contains("range"), "{out}");
+        // The Host goes as it was checked, whatever its spelling.
+        let odd = parsed(b"GET / HTTP/1.1\r\nhost:  A.Test.:80 \r\n\r\n");
+        assert!(odd
+            .forwarded_lines("/", false, |_, v| v.to_owned())
+            .starts_with("GET / HTTP/1.1\r\nhost: a.test:80\r\n"));
+        let v6 = parsed(b"GET / HTTP/1.1\r\nHost: [2001:DB8::1]:8080\r\n\r\n");
+        assert!(v6
+            .forwarded_lines("/", false, |_, v| v.to_owned())
+            .contains("Host: [2001:db8::1]:8080\r\n"));
         assert_eq!(parse_absolute("http://a.test").unwrap().1, "/");
         assert_eq!(parse_absolute("http://a.test?q").unwrap().1, "/?q");
         // A WebSocket handshake is the one upgrade forwarded.
