@@ -20,7 +20,8 @@ httpbin does), framed as the path asks: /chunked (in small chunks), /gzip
 (gzip-encoded whatever the request accepts), /large (more than 1 MiB, the
 echo last), /close (no length: until the connection closes), /b64 (the echo
 in base64), /reflect-header (the Authorization header echoed in a response
-header). Request bodies may be chunked. A WebSocket handshake (to any path)
+header), /range (honours a `Range: bytes=first-last` request header over
+the echo with a 206, as a file server does). Request bodies may be chunked. A WebSocket handshake (to any path)
 gets its 101 and then every byte echoed back, raw. `notlisted.test` is a
 second virtual host on the same address as `a.allowed.test`: its requests
 are logged with their Host like every other.
@@ -31,6 +32,7 @@ import base64
 import gzip
 import hashlib
 import json
+import re
 import socket
 import ssl
 import struct
@@ -122,6 +124,7 @@ def make_handler(tag, log_path):
                 "authorization": self.headers.get("Authorization"),
                 "accept_encoding": self.headers.get("Accept-Encoding"),
                 "transfer_encoding": self.headers.get("Transfer-Encoding"),
+                "range": self.headers.get("Range"),
                 "body": body,
             }
             record(log_path, entry)
@@ -155,6 +158,16 @@ def make_handler(tag, log_path):
                 data = b" " * (1536 * 1024) + data
             elif kind == "gzip":
                 data = gzip.compress(data)
+            ranged = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range") or "")
+            if kind == "range" and ranged:
+                first, last = int(ranged.group(1)), int(ranged.group(2))
+                piece = data[first : last + 1]
+                self.send_response(206)
+                self.send_header("Content-Range", f"bytes {first}-{first + len(piece) - 1}/{len(data)}")
+                self.send_header("Content-Length", str(len(piece)))
+                self.end_headers()
+                self.wfile.write(piece)
+                return
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             if kind == "gzip":

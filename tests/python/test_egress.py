@@ -751,6 +751,25 @@ def test_every_answer_is_masked_whatever_its_framing(client, world, secret_box, 
     assert got["accept_encoding"] == "identity"
 
 
+def test_a_value_cannot_be_fetched_in_pieces_with_range_requests(client, world, secret_box):
+    # Each 16-byte piece is shorter than the value, so no masker can see
+    # the value in it: fetched piece by piece and put together, the pieces
+    # would be the answer unmasked. A container with secrets never gets a
+    # piece of an answer (its Range is not forwarded; a 206 is refused).
+    container, _, _ = secret_box
+    out, err, code = run(client, container,
+                         'rm -f /tmp/pieces; for at in $(seq 0 16 2048); do '
+                         'curl -sS -m 10 -o /tmp/piece -r "$(printf %05d $at)-$(printf %05d $((at + 15)))" '
+                         '-H "Authorization: Bearer $API_TOKEN" https://api.secret.test/mask/range || break; '
+                         'cat /tmp/piece >> /tmp/pieces; [ -s /tmp/piece ] || break; '
+                         '[ "$(wc -c < /tmp/piece)" -le 16 ] || break; done; '
+                         + leak_check("/tmp/pieces"), timeout_ms=120_000)
+    assert "LEAKED" not in out, out
+    assert "clean" in out, (out, err)
+    reached = [e for e in world.requests("a") if e["path"] == "/mask/range"]
+    assert reached and not [e for e in reached if e["range"]], reached
+
+
 def test_an_answer_that_cannot_be_inspected_is_refused(client, world, secret_box):
     container, _, _ = secret_box
     out, err, code = run(client, container,
@@ -804,6 +823,25 @@ def test_secrets_go_only_where_their_scope_says(client, world, secret_box):
         assert body.count(BODY_SECRET) == 3 and body_placeholder not in body, framing
         assert len(body) == 1200 * 1024 + 3 * len(BODY_SECRET), framing
     assert got["/v1/chunked"]["transfer_encoding"] == "chunked"
+
+
+def test_a_path_scope_holds_against_paths_servers_read_as_others(client, world, secret_box):
+    # Tomcat and Spring read `..;` as `..`; some servers decode twice or
+    # decode overlong UTF-8: each of these is /admin or /v2 to some server,
+    # so none gets the secret scoped to /v1/.
+    container, _, body_placeholder = secret_box
+    marker = f"{PID}-{time.time_ns()}"
+    run(client, container, "printf 'a=%s' \"$BODY_TOKEN\" > /tmp/scoped")
+    paths = ["/v1/..;/semi", "/v1/..;x=1/param", "/v1/..%3b/escaped-semi", "/v1/%252e%252e/double",
+             "/v1/%c0%ae%c0%ae/overlong"]
+    out, err, code = run(client, container, "; ".join(
+        f"curl -sS -m 10 --path-as-is -d @/tmp/scoped -o /dev/null 'https://api.secret.test{path}-{marker}'"
+        for path in paths))
+    assert code == 0, err
+    got = [e for e in world.requests("a") if marker in e["path"]]
+    assert len(got) == len(paths), got
+    for entry in got:
+        assert entry["body"] == f"a={body_placeholder}", entry["path"]
 
 
 def test_secret_scopes_are_checked(client):
@@ -888,6 +926,26 @@ def test_requests_are_parsed_strictly_and_nothing_rides_along(client, world, sec
     assert SECRET not in json.dumps([e for e in reached if e.get("host") != "api.secret.test"])
     entries = wait_for_log(client, container, lambda e: "malformed" in e["reason"])
     assert any("bare LF" in e["reason"] and e["verdict"] == "denied" for e in entries)
+
+
+def test_the_host_goes_on_as_it_was_checked(client, world, secret_box):
+    # `API.Secret.Test.` is api.secret.test to the proxy; a server that
+    # routes it to another virtual host (its default one) would get the
+    # secret there. The origin gets the checked name, however it was spelt.
+    container, _, _ = secret_box
+    marker = f"{PID}-{time.time_ns()}"
+    script = SMUGGLE + (
+        "import os\n"
+        f"send(b'GET /spelt-{marker} HTTP/1.1\\r\\nHost: API.Secret.Test.:443\\r\\nAuthorization: Bearer '"
+        " + os.environ['API_TOKEN'].encode() + b'\\r\\n\\r\\n', host='api.secret.test', tls=True)\n"
+        f"send(b'GET /spelt-plain-{marker} HTTP/1.1\\r\\nHost: A.Allowed.TEST.\\r\\n\\r\\n')\n"
+    )
+    out, err, code = run(client, container, f"python3 -c \"$(cat <<'EOF'\n{script}EOF\n)\"")
+    assert out.split()[1::3] == ["200", "200"], (out, err)
+    got = {e["path"]: e for e in world.requests("a") if marker in e["path"]}
+    assert got[f"/spelt-{marker}"]["host"] == "api.secret.test:443"
+    assert got[f"/spelt-{marker}"]["authorization"] == f"Bearer {SECRET}"
+    assert got[f"/spelt-plain-{marker}"]["host"] == "a.allowed.test"
 
 
 WEBSOCKET = r"""

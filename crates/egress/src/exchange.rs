@@ -16,7 +16,9 @@
 //! container (chunked, or until close for HTTP/1.0). The origin is asked
 //! for `identity`; an answer that is still content-encoded, or uses a
 //! transfer coding other than chunked, cannot be inspected and is refused
-//! (a 502) rather than passed on.
+//! (a 502) rather than passed on. So is a part of an answer (a `206`): a
+//! piece shorter than a value hides it from the masker, and the pieces put
+//! together give it back (the request's `Range` is not forwarded either).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -481,7 +483,8 @@ where
     U: AsyncRead + AsyncWrite + Unpin,
 {
     let mut exchanged = Exchanged::default();
-    let result = exchange_inner(
+    let masker = answering.masker.cloned();
+    let mut result = exchange_inner(
         client,
         leftover,
         outgoing,
@@ -491,6 +494,13 @@ where
         &mut exchanged,
     )
     .await;
+    // A reason may quote the origin (a header value, a chunk line), and it
+    // goes to the container (the 502) and to the egress log: masked too.
+    if let (Some(masker), Err(ExchangeError::Refused(reason) | ExchangeError::Broken(reason))) =
+        (&masker, &mut result)
+    {
+        *reason = masker.mask_str(reason);
+    }
     if let Err(ExchangeError::Refused(reason)) = &result {
         let _ = client
             .write_all(&error_response(502, "response_refused", reason, None))
@@ -599,6 +609,20 @@ where
             "the answer is content-encoded ({coding}) despite Accept-Encoding: identity, so \
              it cannot be checked for the container's secrets"
         )));
+    }
+    if head.status == 206
+        || head
+            .headers
+            .iter()
+            .any(|(name, _)| name.eq_ignore_ascii_case("content-range"))
+    {
+        // The request's range was not forwarded; a piece of an answer
+        // could hold a piece of a value, too short for any masker to see.
+        return Err(refuse(
+            "the answer is a part of the resource (206 or Content-Range), so it cannot be \
+             checked for the container's secrets"
+                .into(),
+        ));
     }
     if head.other_transfer_coding {
         return Err(refuse(
@@ -950,6 +974,8 @@ mod tests {
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
             b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\nreal-value",
             b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+            b"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-3/30\r\nContent-Length: 4\r\n\r\nreal",
+            b"HTTP/1.1 200 OK\r\nContent-Range: bytes 4-9/30\r\nContent-Length: 6\r\n\r\n-value",
         ] {
             let (_, received) = run(
                 b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n",
@@ -962,6 +988,59 @@ mod tests {
             let text = String::from_utf8(received).unwrap();
             assert!(text.starts_with("HTTP/1.1 502 "), "{text}");
             assert!(!text.contains("real-value"));
+        }
+    }
+
+    #[tokio::test]
+    async fn reasons_quoting_the_origin_are_masked() {
+        for answer in [
+            &b"HTTP/1.1 200 OK\r\nContent-Length: real-value\r\n\r\n"[..],
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nreal-value\r\n",
+        ] {
+            let (mut client, mut proxy_client) = duplex(1 << 16);
+            let (mut proxy_upstream, mut origin) = duplex(1 << 16);
+            let answer = answer.to_vec();
+            let origin = tokio::spawn(async move {
+                let (mut got, mut buffer) = (Vec::new(), [0u8; 1024]);
+                while !got.ends_with(b"\r\n\r\n") {
+                    let n = origin.read(&mut buffer).await.unwrap();
+                    got.extend_from_slice(&buffer[..n]);
+                }
+                origin.write_all(&answer).await.unwrap();
+            });
+            let parsed = head(b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n");
+            let masker = masker();
+            let (_, result) = exchange(
+                &mut proxy_client,
+                Vec::new(),
+                Outgoing {
+                    head: parsed.forwarded_lines("/", true, |_, v| v.to_owned()),
+                    framing: parsed.framing,
+                    body: None,
+                    http11: true,
+                },
+                false,
+                &mut proxy_upstream,
+                Answering {
+                    method: "GET",
+                    masker: Some(&masker),
+                    websocket: false,
+                    client_http11: true,
+                },
+            )
+            .await;
+            drop(proxy_client);
+            origin.await.unwrap();
+            let mut received = Vec::new();
+            client.read_to_end(&mut received).await.unwrap();
+            let logged = format!("{result:?}");
+            assert!(result.is_err(), "{logged}");
+            assert!(!logged.contains("real-value"), "{logged}");
+            assert!(
+                !String::from_utf8_lossy(&received).contains("real-value"),
+                "{}",
+                String::from_utf8_lossy(&received)
+            );
         }
     }
 

@@ -74,24 +74,38 @@ impl Injected {
 }
 
 /// Whether `path` is under one of `prefixes` (always, without any). A
-/// path a server could read as another one (dot segments, escaped dots,
-/// slashes or backslashes, empty segments) is under none: `/v1/../admin`
-/// must not get a secret scoped to `/v1/`.
+/// path a server could read as another one is under none (see
+/// [`ambiguous_path`]): `/v1/../admin` must not get a secret scoped to
+/// `/v1/`.
 fn path_allowed(prefixes: &[String], path: &str) -> bool {
     if prefixes.is_empty() {
         return true;
     }
-    let lower = path.to_ascii_lowercase();
-    let ambiguous = path
-        .split('/')
-        .any(|segment| segment == "." || segment == "..")
-        || ["%2e", "%2f", "%5c", "\\", "//"]
-            .iter()
-            .any(|bad| lower.contains(bad));
-    !ambiguous
+    !ambiguous_path(path)
         && prefixes
             .iter()
             .any(|prefix| path.starts_with(prefix.as_str()))
+}
+
+/// Escapes (lowercase) that some server decodes into a path separator, a
+/// dot or a path parameter, or decodes twice: `%2e`, `%2f`, `%5c`, `%3b`,
+/// `%25` (a double encoding, `%252e`), and overlong UTF-8 forms of `.` and
+/// `/` (`%c0%ae`, `%e0%80%ae`, ...), which old servers decode.
+const AMBIGUOUS_ESCAPES: [&str; 8] = ["%2e", "%2f", "%5c", "%3b", "%25", "%c0", "%c1", "%e0%80"];
+
+/// Whether a server could read `path` as another path than its text says
+/// (so a secret scoped to a path prefix must not go with it): a dot
+/// segment, also with a path parameter (`..;`, which Tomcat and Spring read
+/// as `..`), an empty segment (`//`), a backslash, or an
+/// [`AMBIGUOUS_ESCAPES`] escape.
+pub fn ambiguous_path(path: &str) -> bool {
+    let lower = path.to_ascii_lowercase();
+    path.split('/').any(|segment| {
+        let name = segment.split(';').next().unwrap_or(segment);
+        name == "." || name == ".."
+    }) || lower.contains('\\')
+        || lower.contains("//")
+        || AMBIGUOUS_ESCAPES.iter().any(|bad| lower.contains(bad))
 }
 
 /// One container's CA and secrets.
@@ -361,10 +375,8 @@ impl Interceptor {
             }
             None => path.clone(),
         };
-        let lines = head.forwarded_lines(&target, egress.masker().is_some(), |header, value| {
-            if header.eq_ignore_ascii_case("host") {
-                return value.to_owned();
-            }
+        let lines = head.forwarded_lines(&target, egress.masker().is_some(), |_, value| {
+            // (The Host is never passed here: it goes as it was checked.)
             let (value, put_here) = self.put_in(value, &in_headers);
             put |= put_here;
             value
@@ -642,11 +654,22 @@ mod tests {
             ("POST", "/v1//x"),
             ("POST", "/v1/.%2fx"),
             ("POST", "/v1/a\\..\\b"),
+            // What Tomcat and Spring read as a dot segment, what servers
+            // that decode twice or decode overlong UTF-8 read as one.
+            ("POST", "/v1/..;/admin"),
+            ("POST", "/v1/..;jsessionid=x/admin"),
+            ("POST", "/v1/.;/x"),
+            ("POST", "/v1/..%3b/admin"),
+            ("POST", "/v1/%252e%252e/admin"),
+            ("POST", "/v1/%c0%ae%c0%ae/admin"),
+            ("POST", "/v1/%e0%80%ae%e0%80%ae/admin"),
         ] {
             assert!(
                 parts(&interceptor, name, method, path).is_empty(),
                 "{method} {path}"
             );
         }
+        // Path parameters that are not dot segments stay in scope.
+        assert!(!parts(&interceptor, name, "POST", "/v1/chat;v=2").is_empty());
     }
 }

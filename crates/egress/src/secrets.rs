@@ -21,7 +21,7 @@
 //!
 //! A value never outlives the process that was given it; what persists is a
 //! [`SecretVerifier`]: for the value and each of its encoded forms, its
-//! length, a rolling hash and a salted SHA-256. A masker made after a
+//! length, 20 bits of a rolling hash and a salted SHA-256. A masker made after a
 //! restart recognises the value by those (the rolling hash finds the
 //! candidate windows, the digest confirms them), so output still never
 //! shows a value the server once masked.
@@ -333,13 +333,28 @@ impl std::fmt::Debug for SecretVerifier {
     }
 }
 
-/// One form of a value: its length, its rolling hash (the prefilter) and
-/// `SHA-256(salt ‖ form)` in hex (the proof).
+/// One form of a value: its length, the low [`PREFILTER_BITS`] bits of its
+/// rolling hash (the prefilter) and `SHA-256(salt ‖ form)` in hex (the
+/// proof).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FormDigest {
     pub length: usize,
+    /// Truncated: a whole 64-bit polynomial hash with its known base is a
+    /// linear equation in the value's bytes that lattice reduction solves
+    /// for a short value far faster than the salted digest could be
+    /// searched; 20 bits tell a reader of the store little, and still make
+    /// the digest a rare check (one window in a million).
     pub rolling: u64,
     pub sha256: String,
+}
+
+/// Bits of a form's rolling hash that persist (see [`FormDigest::rolling`]).
+pub const PREFILTER_BITS: u32 = 20;
+
+/// The prefilter of a rolling hash: its low [`PREFILTER_BITS`] bits (the
+/// same for a hash stored whole by an earlier version).
+fn prefilter(hash: u64) -> u64 {
+    hash & ((1 << PREFILTER_BITS) - 1)
 }
 
 /// A verifier's form, ready to scan for.
@@ -371,7 +386,7 @@ impl SecretVerifier {
             }
             let digest = FormDigest {
                 length: form.len(),
-                rolling: rolling_hash(&form, base),
+                rolling: prefilter(rolling_hash(&form, base)),
                 sha256: to_hex(&salted_sha256(&salt, &form)),
             };
             if !forms.contains(&digest) {
@@ -481,7 +496,7 @@ impl Masker {
                     length: form.length,
                     base: verifier.base,
                     top,
-                    rolling: form.rolling,
+                    rolling: prefilter(form.rolling),
                     salt: salt.clone(),
                     sha256,
                     replacement: replacements.len(),
@@ -595,7 +610,7 @@ impl Masker {
             let mut hash = rolling_hash(&bytes[..form.length], form.base);
             let mut start = 0;
             loop {
-                if hash == form.rolling
+                if prefilter(hash) == form.rolling
                     && salted_sha256(&form.salt, &bytes[start..start + form.length]) == form.sha256
                 {
                     found.push((start, start + form.length, form.replacement));
@@ -906,6 +921,12 @@ mod tests {
         assert!(!persisted.contains(value) && !persisted.contains("4242"));
         let verifier: SecretVerifier = serde_json::from_str(&persisted).unwrap();
         assert!(verifier.matches(value) && !verifier.matches("sk-live-real-secret-value-4243"));
+        // Of each form's rolling hash only a prefilter persists, never an
+        // equation that gives the value back.
+        assert!(verifier
+            .forms
+            .iter()
+            .all(|f| f.rolling < 1 << PREFILTER_BITS));
         // After a restart: the secret without its value, the verifier only.
         let gone = DomainSecret {
             value: None,

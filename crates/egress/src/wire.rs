@@ -152,6 +152,21 @@ pub struct Authority {
     pub port: Option<u16>,
 }
 
+impl std::fmt::Display for Authority {
+    /// `host[:port]`, an IPv6 literal in brackets.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]", self.host)?;
+        } else {
+            f.write_str(&self.host)?;
+        }
+        match self.port {
+            Some(port) => write!(f, ":{port}"),
+            None => Ok(()),
+        }
+    }
+}
+
 /// Reads an authority strictly: anything a server might read differently
 /// (`a:443@b`, `:443abc`, `:65536`, two colons, percent-escapes) is refused.
 pub fn parse_authority(text: &str) -> Result<Authority, String> {
@@ -278,6 +293,11 @@ const NOT_FORWARDED: [&str; 11] = [
     "expect",
 ];
 
+/// Headers not forwarded when the answer is masked: the client's
+/// encodings (replaced by `identity`) and anything that asks for a part of
+/// the answer (`Range`, and `If-Range`, which only qualifies one).
+const NOT_FORWARDED_MASKED: [&str; 3] = ["accept-encoding", "range", "if-range"];
+
 impl RequestHead {
     /// The value of the header `name` (first occurrence).
     pub fn header(&self, name: &str) -> Option<&str> {
@@ -302,13 +322,17 @@ impl RequestHead {
     /// sender adds `Content-Length` or `Transfer-Encoding` for the body it
     /// sends): `target` as given, connection-specific headers and those
     /// the `Connection` header names dropped, each other header value
-    /// passed through `value(name, value)`, `Accept-Encoding: identity`
-    /// when `identity`, and `Connection: close` (or the WebSocket
-    /// upgrade's pair), so that one connection carries one checked request.
+    /// passed through `value(name, value)`, and `Connection: close` (or
+    /// the WebSocket upgrade's pair), so that one connection carries one
+    /// checked request. When the answer is to be `masked`, the origin is
+    /// asked for all of it as it is: `Accept-Encoding: identity`, and no
+    /// range headers ([`NOT_FORWARDED_MASKED`]), since a piece of an
+    /// answer shorter than a value hides that value from any masker, and
+    /// the pieces put together give it back.
     pub fn forwarded_lines(
         &self,
         target: &str,
-        identity: bool,
+        masked: bool,
         mut value: impl FnMut(&str, &str) -> String,
     ) -> String {
         let named = self.connection_tokens();
@@ -317,16 +341,24 @@ impl RequestHead {
             let lower = name.to_ascii_lowercase();
             if NOT_FORWARDED.contains(&lower.as_str())
                 || (lower != "host" && named.contains(&lower))
-                || (identity && lower == "accept-encoding")
+                || (masked && NOT_FORWARDED_MASKED.contains(&lower.as_str()))
             {
                 continue;
             }
             out.push_str(name);
             out.push_str(": ");
-            out.push_str(&value(name, v));
+            if lower == "host" {
+                // The name that was checked, not the client's spelling of
+                // it: servers disagree on whether `API.Example.` is
+                // `api.example`, and one that routes it to another virtual
+                // host would get the request (and its secret) there.
+                out.push_str(&self.host.to_string());
+            } else {
+                out.push_str(&value(name, v));
+            }
             out.push_str("\r\n");
         }
-        if identity {
+        if masked {
             out.push_str("Accept-Encoding: identity\r\n");
         }
         if self.websocket {
@@ -936,7 +968,7 @@ pub(crate) mod tests {
 
     #[test]
     fn forwarded_heads_are_rebuilt_and_closed() {
-        let raw = b"GET http://a.test/x?y=1 HTTP/1.1\r\nHost: a.test\r\nProxy-Connection: keep-alive\r\nConnection: keep-alive, X-Drop\r\nX-Drop: 1\r\nUpgrade: h2c\r\nAuthorization: Bearer PH\r\nAccept-Encoding: gzip\r\n\r\nbody";
+        let raw = b"GET http://a.test/x?y=1 HTTP/1.1\r\nHost: a.test\r\nProxy-Connection: keep-alive\r\nConnection: keep-alive, X-Drop\r\nX-Drop: 1\r\nUpgrade: h2c\r\nAuthorization: Bearer PH\r\nAccept-Encoding: gzip\r\nRange: bytes=0-3\r\nIf-Range: \"e\"\r\n\r\nbody";
         let head = parsed(raw);
         assert_eq!(head.header("authorization"), Some("Bearer PH"));
         assert_eq!(head.origin_form, "/x?y=1");
@@ -945,14 +977,25 @@ pub(crate) mod tests {
         let out = head.forwarded_lines(&head.origin_form, false, |_, v| v.replace("PH", "real"));
         assert_eq!(
             out,
-            "GET /x?y=1 HTTP/1.1\r\nHost: a.test\r\nAuthorization: Bearer real\r\nAccept-Encoding: gzip\r\nConnection: close\r\n"
+            "GET /x?y=1 HTTP/1.1\r\nHost: a.test\r\nAuthorization: Bearer real\r\nAccept-Encoding: gzip\r\nRange: bytes=0-3\r\nIf-Range: \"e\"\r\nConnection: close\r\n"
         );
+        // Masked: the whole answer, as it is.
         let out = head.forwarded_lines("/", true, |_, v| v.to_owned());
         assert!(
             out.ends_with("Accept-Encoding: identity\r\nConnection: close\r\n"),
             "{out}"
         );
         assert!(!out.contains("gzip"));
+        assert!(!out.to_ascii_lowercase().contains("range"), "{out}");
+        // The Host goes as it was checked, whatever its spelling.
+        let odd = parsed(b"GET / HTTP/1.1\r\nhost:  A.Test.:80 \r\n\r\n");
+        assert!(odd
+            .forwarded_lines("/", false, |_, v| v.to_owned())
+            .starts_with("GET / HTTP/1.1\r\nhost: a.test:80\r\n"));
+        let v6 = parsed(b"GET / HTTP/1.1\r\nHost: [2001:DB8::1]:8080\r\n\r\n");
+        assert!(v6
+            .forwarded_lines("/", false, |_, v| v.to_owned())
+            .contains("Host: [2001:db8::1]:8080\r\n"));
         assert_eq!(parse_absolute("http://a.test").unwrap().1, "/");
         assert_eq!(parse_absolute("http://a.test?q").unwrap().1, "/?q");
         // A WebSocket handshake is the one upgrade forwarded.

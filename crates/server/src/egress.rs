@@ -384,11 +384,8 @@ fn secret_scope(
     }
     let paths = list(&secret.paths, "paths")?;
     for path in &paths {
-        let lower = path.to_ascii_lowercase();
-        let ambiguous = path.split('/').any(|s| s == "." || s == "..")
-            || ["%2e", "%2f", "%5c", "\\", "//", "?", "#"]
-                .iter()
-                .any(|bad| lower.contains(bad));
+        let ambiguous =
+            shellgate_egress::intercept::ambiguous_path(path) || path.contains(['?', '#']);
         if !path.starts_with('/')
             || path.len() > 1024
             || !path.bytes().all(|b| (0x21..0x7f).contains(&b))
@@ -396,7 +393,8 @@ fn secret_scope(
         {
             return invalid(format!(
                 "secret {name}: {path:?} is not a path prefix (it starts with '/', holds \
-                 visible ASCII, no query, no dot segments, no escaped '.', '/' or '\\')"
+                 visible ASCII, no query, no dot segments (also with ';'), no escaped '.', '/', '\\', ';' \
+                 or '%')"
             ));
         }
     }
