@@ -106,33 +106,64 @@ impl Guardrails {
     }
 }
 
+/// Every string inside `value` (itself, or within arrays and objects, in
+/// order), for what reaches the model as JSON text whole.
+fn string_leaves(value: &mut Value) -> Vec<&mut Value> {
+    match value {
+        Value::String(_) => vec![value],
+        Value::Array(values) => values.iter_mut().flat_map(string_leaves).collect(),
+        Value::Object(map) => map.values_mut().flat_map(string_leaves).collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// The texts of an item that a model reads, in groups it reads together
 /// (a message's parts; one command's stdout and stderr): the string values,
 /// to check and perhaps rewrite. What the model itself wrote (assistant
-/// messages, tool calls' arguments) is not among them.
+/// messages, tool calls' arguments) is not among them. This follows what
+/// `shellgate_model::conversation` renders for the model: a part's `text`,
+/// `refusal` and (an attached file's) `filename`; a command's `stdout`,
+/// `stderr` and `outcome` whatever their JSON type (what is not a string is
+/// shown as JSON, every string in it); a legacy output that is not a
+/// string, whole.
 fn model_texts(item: &mut Value) -> Vec<Vec<&mut Value>> {
     fn parts(content: &mut Value) -> Vec<&mut Value> {
         match content {
             Value::String(_) => vec![content],
             Value::Array(parts) => parts
                 .iter_mut()
-                .filter_map(|part| part.get_mut("text").filter(|t| t.is_string()))
+                .filter_map(Value::as_object_mut)
+                .flat_map(|part| {
+                    part.iter_mut()
+                        .filter(|(key, value)| {
+                            matches!(key.as_str(), "text" | "refusal" | "filename")
+                                && value.is_string()
+                        })
+                        .map(|(_, value)| value)
+                })
                 .collect(),
             _ => Vec::new(),
         }
     }
-    /// stdout, then stderr (as the model reads them; the map's own order
-    /// is by name).
+    /// stdout, stderr, then the outcome (as the model reads them; the
+    /// map's own order is by name).
     fn streams(entry: &mut Value) -> Vec<&mut Value> {
         let Some(entry) = entry.as_object_mut() else {
             return Vec::new();
         };
         let mut streams: Vec<(&String, &mut Value)> = entry
             .iter_mut()
-            .filter(|(key, value)| matches!(key.as_str(), "stdout" | "stderr") && value.is_string())
+            .filter(|(key, _)| matches!(key.as_str(), "stdout" | "stderr" | "outcome"))
             .collect();
-        streams.sort_by_key(|(key, _)| key.as_str() != "stdout");
-        streams.into_iter().map(|(_, value)| value).collect()
+        streams.sort_by_key(|(key, _)| match key.as_str() {
+            "stdout" => 0,
+            "stderr" => 1,
+            _ => 2,
+        });
+        streams
+            .into_iter()
+            .flat_map(|(_, value)| string_leaves(value))
+            .collect()
     }
     let kind = item
         .get("type")
@@ -148,9 +179,14 @@ fn model_texts(item: &mut Value) -> Vec<Vec<&mut Value>> {
                 .map(|c| vec![parts(c)])
                 .unwrap_or_default()
         }
-        "function_call_output" | "local_shell_call_output" | "custom_tool_call_output" => item
+        "function_call_output" | "custom_tool_call_output" => item
             .get_mut("output")
             .map(|o| vec![parts(o)])
+            .unwrap_or_default(),
+        // A string, or anything else shown as its JSON.
+        "local_shell_call_output" => item
+            .get_mut("output")
+            .map(|o| vec![string_leaves(o)])
             .unwrap_or_default(),
         // Every command's streams, read by the model together.
         "shell_call_output" | "openrouter:shell" => match item.get_mut("output") {
@@ -241,16 +277,28 @@ impl Guardrails {
         Ok(())
     }
 
-    /// Checks the descriptions of a request's function tools (the model
-    /// reads them as it reads instructions).
+    /// Checks the descriptions of a request's function tools and every
+    /// string of their parameters' schemas (the model reads them as it
+    /// reads instructions).
     pub fn guard_tools(
         &self,
         project: &str,
         tools: &mut shellgate_model::tools::Tools,
     ) -> ApiResult<()> {
+        let Some(guardrail) = self.for_project(project, Target::Input) else {
+            return Ok(());
+        };
         for function in &mut tools.functions {
             function.description =
                 self.guard_text(project, "tool description", &function.description)?;
+            // The schema goes to the model as it is: its descriptions,
+            // titles and enum values are read as the description is.
+            guard_group(
+                &guardrail,
+                project,
+                "tool parameters",
+                string_leaves(&mut function.parameters),
+            )?;
         }
         Ok(())
     }
