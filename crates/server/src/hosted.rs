@@ -429,11 +429,34 @@ impl Sandbox for HostedShell {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct ContainerPolicy {
     domains: std::collections::BTreeSet<String>,
-    secrets: std::collections::BTreeSet<(String, String)>,
+    /// (domain, name) → scope key: a secret put into other requests
+    /// (parts, methods, paths) is another policy.
+    secrets: std::collections::BTreeMap<(String, String), String>,
     /// Names whose TLS is not terminated.
     passthrough: std::collections::BTreeSet<String>,
     /// Secrets whose values are gone (the server restarted).
     missing: Vec<String>,
+}
+
+/// The scope key of a secret as a request gives it (see
+/// `shellgate_egress::secrets::scope_key`).
+fn request_scope(secret: &shellgate_wire::DomainSecret) -> String {
+    use shellgate_egress::secrets::InjectInto;
+    let inject: Vec<InjectInto> = secret
+        .inject
+        .iter()
+        .flatten()
+        .map(|part| match part {
+            shellgate_wire::InjectInto::Header => InjectInto::Header,
+            shellgate_wire::InjectInto::Query => InjectInto::Query,
+            shellgate_wire::InjectInto::Body => InjectInto::Body,
+        })
+        .collect();
+    shellgate_egress::secrets::scope_key(
+        &inject,
+        secret.methods.as_deref().unwrap_or_default(),
+        secret.paths.as_deref().unwrap_or_default(),
+    )
 }
 
 /// What the model is told about the network.
@@ -456,7 +479,7 @@ impl ContainerPolicy {
                 allowed_domains.iter().map(|d| normalize(d)).collect(),
                 domain_secrets
                     .iter()
-                    .map(|s| (normalize(&s.domain), s.name.clone()))
+                    .map(|s| ((normalize(&s.domain), s.name.clone()), request_scope(s)))
                     .collect(),
                 tls_passthrough_domains
                     .iter()
@@ -479,7 +502,7 @@ impl ContainerPolicy {
         for secret in state.engine.secret_status(&row.id) {
             policy
                 .secrets
-                .insert((secret.domain.clone(), secret.name.clone()));
+                .insert((secret.domain.clone(), secret.name.clone()), secret.scope);
             if !secret.held {
                 policy.missing.push(secret.name);
             }
