@@ -106,6 +106,9 @@ pub struct HostedShell {
     project: String,
     environment: Environment,
     auto: Option<CreateContainer>,
+    /// The skills the model is told of (`Mounted::summary`): a container
+    /// continued must hold these.
+    skills: Vec<Value>,
     reuse: Reuse,
     /// `Some`: OpenRouter's tools set the container's idle time before it
     /// sleeps (`None` inside: the server's).
@@ -193,6 +196,7 @@ pub async fn prepare(
             project: project.to_owned(),
             environment: environment.clone(),
             auto,
+            skills: skills.clone(),
             reuse,
             sleep_after: tools.openrouter().then_some(tools.sleep_after_seconds),
             container: tokio::sync::Mutex::new(None),
@@ -252,6 +256,11 @@ impl HostedShell {
             || found.secrets != asked.secrets
             || found.passthrough != asked.passthrough
         {
+            return Ok(false);
+        }
+        // Nor other skills than the model is told of.
+        let held = crate::containers::container_object(&row).skills;
+        if skill_keys(&held) != skill_keys(&self.skills) {
             return Ok(false);
         }
         // The same names, and the same values: a request giving another
@@ -436,6 +445,20 @@ struct ContainerPolicy {
     passthrough: std::collections::BTreeSet<String>,
     /// Secrets whose values are gone (the server restarted).
     missing: Vec<String>,
+}
+
+/// What tells skills apart (`Mounted::summary`'s name, source and
+/// description), in order.
+fn skill_keys(skills: &[Value]) -> Vec<[Value; 4]> {
+    let mut keys: Vec<[Value; 4]> = skills
+        .iter()
+        .map(|skill| {
+            ["name", "skill_id", "version", "description"]
+                .map(|key| skill.get(key).cloned().unwrap_or(Value::Null))
+        })
+        .collect();
+    keys.sort_by_key(|key| key[0].to_string());
+    keys
 }
 
 /// The scope key of a secret as a request gives it (see
