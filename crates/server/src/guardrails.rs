@@ -247,6 +247,32 @@ fn guard_group(
     Ok(())
 }
 
+/// What a request's guard gives back: its items, instructions and tools as
+/// the model may read them.
+pub type Guarded = (Vec<Value>, Option<String>, shellgate_model::tools::Tools);
+
+/// [`Guardrails::guard_input`] and [`Guardrails::guard_tools`] of one
+/// request, on a blocking thread: folding and matching a request of
+/// megabytes is CPU work, kept off the async workers.
+pub async fn guard_request(
+    state: &Arc<crate::AppState>,
+    project: &str,
+    mut items: Vec<Value>,
+    mut instructions: Option<String>,
+    mut tools: shellgate_model::tools::Tools,
+) -> ApiResult<Guarded> {
+    let (state, project) = (Arc::clone(state), project.to_owned());
+    tokio::task::spawn_blocking(move || {
+        state
+            .guardrails
+            .guard_input(&project, &mut items, instructions.as_mut())?;
+        state.guardrails.guard_tools(&project, &mut tools)?;
+        Ok((items, instructions, tools))
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("guardrail: {e}")))?
+}
+
 impl Guardrails {
     /// Checks every text of `items` (and the `instructions`) that a model
     /// will read against `project`'s input rules: messages of every role
@@ -288,9 +314,18 @@ impl Guardrails {
         let Some(guardrail) = self.for_project(project, Target::Input) else {
             return Ok(());
         };
+        // One rule set for every tool (building it per tool was most of
+        // the work of a request with thousands of tools).
         for function in &mut tools.functions {
-            function.description =
-                self.guard_text(project, "tool description", &function.description)?;
+            let mut description = Value::String(std::mem::take(&mut function.description));
+            let checked = guard_group(
+                &guardrail,
+                project,
+                "tool description",
+                vec![&mut description],
+            );
+            function.description = description.as_str().unwrap_or_default().to_owned();
+            checked?;
             // The schema goes to the model as it is: its descriptions,
             // titles and enum values are read as the description is.
             guard_group(
