@@ -129,6 +129,11 @@ pub struct Request {
     pub environment_description: String,
     /// Checks commands' output before the model reads it.
     pub output_guardrail: Option<std::sync::Arc<crate::guardrail::Guardrail>>,
+    /// Bytes the model may write over every turn of the run together (its
+    /// text and tool calls): past them the run fails. An upstream turn is
+    /// bounded while it is read; this bounds a loop of turns each under
+    /// that bound, whose answers the run keeps and sends back each turn.
+    pub max_answer_bytes: usize,
 }
 
 /// A new item id: `prefix` and 32 hex digits.
@@ -206,6 +211,7 @@ pub async fn run(
         tool_calls,
     };
     let mut tool_choice = request.tool_choice.clone();
+    let mut answered = 0usize;
     loop {
         let mut items = request.items.clone();
         items.extend(output.iter().cloned());
@@ -266,6 +272,22 @@ pub async fn run(
             }
         };
         usage += reply.usage;
+        answered = reply
+            .tool_calls
+            .iter()
+            .map(|call| call.id.len() + call.name.len() + call.arguments.len())
+            .fold(answered.saturating_add(reply.text.len()), usize::saturating_add);
+        if answered > request.max_answer_bytes {
+            let status = Status::Failed {
+                code: "server_error",
+                message: format!(
+                    "the upstream model's answers in this response are larger than the limit \
+                     of {} bytes together",
+                    request.max_answer_bytes
+                ),
+            };
+            return end(output, usage, tool_calls, status);
+        }
         if !reply.text.is_empty() || started {
             let item = message_item(&message_id, &reply.text, "completed");
             if !started {
@@ -890,6 +912,7 @@ mod tests {
             parallel_tool_calls: None,
             environment_description: String::new(),
             output_guardrail: guardrail.map(std::sync::Arc::new),
+            max_answer_bytes: usize::MAX,
         }
     }
 
@@ -937,6 +960,28 @@ mod tests {
                 }
             );
         }
+    }
+
+    /// Red team (after issue 16, item 10): answers each under the turn's
+    /// bound, a shell call each, kept and sent back every turn, grew a
+    /// response to gigabytes; their sum is bounded too.
+    #[tokio::test]
+    async fn answers_under_the_turn_bound_are_bounded_together() {
+        let turn = |n: usize| {
+            let mut reply = shell_call(&["true"]);
+            reply.text = "y".repeat(n);
+            Ok(reply)
+        };
+        let upstream = Scripted(Mutex::new((0..10).map(|_| turn(400)).collect()));
+        let mut bounded = request(None);
+        bounded.max_answer_bytes = 1000;
+        let outcome = run(&upstream, Some(&Outputs(vec![("", "")])), &bounded, None).await;
+        match &outcome.status {
+            Status::Failed { message, .. } => assert!(message.contains("1000 bytes"), "{message}"),
+            other => panic!("{other:?}"),
+        }
+        // Two turns fit; the third is over.
+        assert_eq!(outcome.tool_calls, 2);
     }
 
     #[tokio::test]

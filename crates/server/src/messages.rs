@@ -241,6 +241,8 @@ async fn prepare(
             output_guardrail: state
                 .guardrails
                 .for_project(&project.0, crate::guardrails::Target::ToolOutput),
+            max_answer_bytes: usize::try_from(state.config.upstream_max_answer_bytes)
+                .unwrap_or(usize::MAX),
         },
         upstream,
         sandbox: hosted.sandbox,
