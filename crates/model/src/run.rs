@@ -283,7 +283,10 @@ pub async fn run(
             .tool_calls
             .iter()
             .map(|call| call.id.len() + call.name.len() + call.arguments.len())
-            .fold(answered.saturating_add(reply.text.len()), usize::saturating_add);
+            .fold(
+                answered.saturating_add(reply.text.len()),
+                usize::saturating_add,
+            );
         if answered > request.max_answer_bytes {
             let status = Status::Failed {
                 code: "server_error",
@@ -422,7 +425,9 @@ fn guard_results(guard: &OutputGuard<'_>, results: Vec<Value>) -> Vec<Value> {
     let mut results = guard_call(guard.rules, results);
     let streams: Vec<String> = results
         .iter()
-        .flat_map(|r| ["stdout", "stderr"].map(|key| r[key].as_str().unwrap_or_default().to_owned()))
+        .flat_map(|r| {
+            ["stdout", "stderr"].map(|key| r[key].as_str().unwrap_or_default().to_owned())
+        })
         .collect();
     let mut earlier = guard.earlier.lock().unwrap_or_else(|p| p.into_inner());
     if !earlier.is_empty() {
@@ -1092,10 +1097,7 @@ mod tests {
     /// shell calls of one run (`cat a` then `cat b`), each innocent alone.
     #[tokio::test]
     async fn an_injection_split_between_two_shell_calls_is_caught() {
-        for (action, check) in [
-            (Action::Redact, REDACTED),
-            (Action::Block, "withheld"),
-        ] {
+        for (action, check) in [(Action::Redact, REDACTED), (Action::Block, "withheld")] {
             let upstream = Scripted(Mutex::new(vec![
                 Ok(shell_call(&["cat a"])),
                 Ok(shell_call(&["cat b"])),
@@ -1116,7 +1118,10 @@ mod tests {
                 .collect();
             assert_eq!(read.len(), 3);
             assert!(read[0].contains("Ignore all previous"), "{read:?}");
-            assert!(!read[1].contains("say hi") && read[1].contains(check), "{read:?}");
+            assert!(
+                !read[1].contains("say hi") && read[1].contains(check),
+                "{read:?}"
+            );
             assert!(read[2].contains("plain text"), "{read:?}");
         }
     }
