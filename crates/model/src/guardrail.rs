@@ -85,6 +85,25 @@ pub const DEFAULT_PATTERNS: &[(&str, &str)] = &[
     ),
 ];
 
+/// How much of what a model read before a text is checked with it (see
+/// [`Guardrail::check_across`]): enough for any phrase the rules look for
+/// to span the two.
+pub const EARLIER_BYTES: usize = 2048;
+
+/// Adds `parts` to `earlier` (what the model has read), keeping only its
+/// last [`EARLIER_BYTES`].
+pub fn remember(earlier: &mut String, parts: &[&str]) {
+    for part in parts {
+        earlier.push('\n');
+        earlier.push_str(part);
+    }
+    let mut cut = earlier.len().saturating_sub(EARLIER_BYTES);
+    while !earlier.is_char_boundary(cut) {
+        cut += 1;
+    }
+    earlier.drain(..cut);
+}
+
 /// The verdict on a text.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Verdict {
@@ -485,6 +504,24 @@ impl Guardrail {
             }
         }
         verdict
+    }
+
+    /// The verdict on a match that only `earlier` (the end of what the
+    /// model read before) and `parts` make together, if there is one:
+    /// texts read one after the other (two messages, two shell calls'
+    /// outputs) are no more apart for a model than two parts of one.
+    pub fn check_across(&self, earlier: &str, parts: &[&str]) -> Option<Verdict> {
+        if earlier.is_empty() {
+            return None;
+        }
+        let alone = self
+            .check(earlier)
+            .action
+            .max(self.check_parts(parts).action);
+        let mut together = vec![earlier];
+        together.extend(parts);
+        let across = self.check_parts(&together);
+        (across.action > alone).then_some(across)
     }
 
     /// `text` with what the rules that redact (or block) match replaced:

@@ -430,59 +430,38 @@ fn guard_results(guard: &OutputGuard<'_>, results: Vec<Value>) -> Vec<Value> {
         })
         .collect();
     let mut earlier = guard.earlier.lock().unwrap_or_else(|p| p.into_inner());
-    if !earlier.is_empty() {
-        // A match only the earlier calls' output and this one's make
-        // together: the earlier is read already, so this one gives way.
-        let views: Vec<&str> = streams.iter().map(String::as_str).collect();
-        let mut together = vec![earlier.as_str()];
-        together.extend(&views);
-        let alone = guard
-            .rules
-            .check(&earlier)
-            .action
-            .max(guard.rules.check_parts(&views).action);
-        let across = guard.rules.check_parts(&together);
-        if across.action > alone {
-            match across.action {
-                Some(Action::Block) => {
-                    tracing::warn!(rules = ?across.rules, "prompt-injection guardrail: command output withheld (a match across calls)");
-                    results.iter_mut().for_each(|r| withhold(r, &across.rules));
-                }
-                Some(Action::Redact) => {
-                    tracing::warn!(rules = ?across.rules, "prompt-injection guardrail: command output redacted (a match across calls)");
-                    for result in &mut results {
-                        for key in ["stdout", "stderr"] {
-                            if result[key].as_str().is_some_and(|s| !s.is_empty()) {
-                                result[key] = json!(REDACTED);
-                            }
+    let views: Vec<&str> = streams.iter().map(String::as_str).collect();
+    // A match only the earlier calls' output and this one's make
+    // together: the earlier is read already, so this one gives way.
+    if let Some(across) = guard.rules.check_across(&earlier, &views) {
+        match across.action {
+            Some(Action::Block) => {
+                tracing::warn!(rules = ?across.rules, "prompt-injection guardrail: command output withheld (a match across calls)");
+                results.iter_mut().for_each(|r| withhold(r, &across.rules));
+            }
+            Some(Action::Redact) => {
+                tracing::warn!(rules = ?across.rules, "prompt-injection guardrail: command output redacted (a match across calls)");
+                for result in &mut results {
+                    for key in ["stdout", "stderr"] {
+                        if result[key].as_str().is_some_and(|s| !s.is_empty()) {
+                            result[key] = json!(REDACTED);
                         }
                     }
                 }
-                _ => {
-                    tracing::warn!(rules = ?across.rules, "prompt-injection guardrail: command output flagged (a match across calls)");
-                }
+            }
+            _ => {
+                tracing::warn!(rules = ?across.rules, "prompt-injection guardrail: command output flagged (a match across calls)");
             }
         }
     }
     // What the model has read last, for the next call.
-    for result in &results {
-        for key in ["stdout", "stderr"] {
-            earlier.push('\n');
-            earlier.push_str(result[key].as_str().unwrap_or_default());
-        }
-    }
-    let mut cut = earlier.len().saturating_sub(EARLIER_OUTPUT_BYTES);
-    while !earlier.is_char_boundary(cut) {
-        cut += 1;
-    }
-    earlier.drain(..cut);
+    let read: Vec<&str> = results
+        .iter()
+        .flat_map(|r| ["stdout", "stderr"].map(|key| r[key].as_str().unwrap_or_default()))
+        .collect();
+    crate::guardrail::remember(&mut earlier, &read);
     results
 }
-
-/// How much of the output the model read before a shell call is checked
-/// together with that call's: the end of it, enough for any phrase the
-/// rules look for to span the two.
-const EARLIER_OUTPUT_BYTES: usize = 2048;
 
 /// A run's output guardrail: its rules, and the end of the command output
 /// the model has read so far in the run.

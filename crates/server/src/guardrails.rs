@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde_json::Value;
-use shellgate_model::guardrail::{Action, Guardrail, Rule};
+use shellgate_model::guardrail::{Action, Guardrail, Rule, REDACTED};
 
 use crate::config::{Config, ConfigError};
 use crate::error::{ApiError, ApiResult};
@@ -126,7 +126,10 @@ fn string_leaves(value: &mut Value) -> Vec<&mut Value> {
 /// `stderr` and `outcome` whatever their JSON type (what is not a string is
 /// shown as JSON, every string in it); a legacy output that is not a
 /// string, whole.
-fn model_texts(item: &mut Value) -> Vec<Vec<&mut Value>> {
+///
+/// Each group comes with whether it is running text (a match may continue
+/// into the next group the model reads); a command's outcome is not.
+fn model_groups(item: &mut Value) -> Vec<(Vec<&mut Value>, bool)> {
     fn parts(content: &mut Value) -> Vec<&mut Value> {
         match content {
             Value::String(_) => vec![content],
@@ -145,25 +148,26 @@ fn model_texts(item: &mut Value) -> Vec<Vec<&mut Value>> {
             _ => Vec::new(),
         }
     }
-    /// stdout, stderr, then the outcome (as the model reads them; the
-    /// map's own order is by name).
-    fn streams(entry: &mut Value) -> Vec<&mut Value> {
-        let Some(entry) = entry.as_object_mut() else {
-            return Vec::new();
-        };
-        let mut streams: Vec<(&String, &mut Value)> = entry
-            .iter_mut()
-            .filter(|(key, _)| matches!(key.as_str(), "stdout" | "stderr" | "outcome"))
-            .collect();
-        streams.sort_by_key(|(key, _)| match key.as_str() {
-            "stdout" => 0,
-            "stderr" => 1,
-            _ => 2,
-        });
-        streams
+    /// A command's stdout then stderr (as the model reads them; the map's
+    /// own order is by name), and apart its outcome's strings.
+    fn streams(entry: &mut Value) -> (Vec<&mut Value>, Vec<&mut Value>) {
+        let (mut pair, mut outcome) = (Vec::new(), Vec::new());
+        if let Some(object) = entry.as_object_mut() {
+            for (key, value) in object.iter_mut() {
+                match key.as_str() {
+                    "stdout" => pair.push((0, value)),
+                    "stderr" => pair.push((1, value)),
+                    "outcome" => outcome.extend(string_leaves(value)),
+                    _ => {}
+                }
+            }
+        }
+        pair.sort_by_key(|(rank, _)| *rank);
+        let texts = pair
             .into_iter()
             .flat_map(|(_, value)| string_leaves(value))
-            .collect()
+            .collect();
+        (texts, outcome)
     }
     let kind = item
         .get("type")
@@ -176,26 +180,38 @@ fn model_texts(item: &mut Value) -> Vec<Vec<&mut Value>> {
                 return Vec::new();
             }
             item.get_mut("content")
-                .map(|c| vec![parts(c)])
+                .map(|c| vec![(parts(c), true)])
                 .unwrap_or_default()
         }
         "function_call_output" | "custom_tool_call_output" => item
             .get_mut("output")
-            .map(|o| vec![parts(o)])
+            .map(|o| vec![(parts(o), true)])
             .unwrap_or_default(),
         // A string, or anything else shown as its JSON.
         "local_shell_call_output" => item
             .get_mut("output")
-            .map(|o| vec![string_leaves(o)])
+            .map(|o| vec![(string_leaves(o), true)])
             .unwrap_or_default(),
-        // Every command's streams, read by the model together.
+        // Every command's streams, read by the model together; outcomes
+        // apart (their strings, between two calls' streams, are not what a
+        // match across the two would read).
         "shell_call_output" | "openrouter:shell" => match item.get_mut("output") {
-            Some(Value::Array(entries)) => vec![entries.iter_mut().flat_map(streams).collect()],
+            Some(Value::Array(entries)) => {
+                let (mut texts, mut outcomes) = (Vec::new(), Vec::new());
+                for (text, outcome) in entries.iter_mut().map(streams) {
+                    texts.extend(text);
+                    outcomes.extend(outcome);
+                }
+                vec![(texts, true), (outcomes, false)]
+            }
             _ => Vec::new(),
         },
         "openrouter:bash" => item
             .get_mut("output")
-            .map(|o| vec![streams(o)])
+            .map(|o| {
+                let (texts, outcome) = streams(o);
+                vec![(texts, true), (outcome, false)]
+            })
             .unwrap_or_default(),
         _ => Vec::new(),
     }
@@ -273,6 +289,48 @@ pub async fn guard_request(
     .map_err(|e| ApiError::internal(format!("guardrail: {e}")))?
 }
 
+/// [`guard_group`], then the group with the end of what the model read
+/// before it (`earlier`, which it then joins): a match only the two make
+/// together blocks, or redacts this group whole.
+fn guard_after(
+    guardrail: &Guardrail,
+    project: &str,
+    what: &str,
+    mut group: Vec<&mut Value>,
+    earlier: &mut String,
+) -> ApiResult<()> {
+    let reborrowed: Vec<&mut Value> = group.iter_mut().map(|v| &mut **v).collect();
+    guard_group(guardrail, project, what, reborrowed)?;
+    let mut texts: Vec<String> = group
+        .iter()
+        .map(|v| v.as_str().unwrap_or_default().to_owned())
+        .collect();
+    let views: Vec<&str> = texts.iter().map(String::as_str).collect();
+    if let Some(across) = guardrail.check_across(earlier, &views) {
+        match across.action {
+            Some(Action::Block) => {
+                tracing::warn!(project, what, rules = ?across.rules, "prompt-injection guardrail: input blocked (a match across texts)");
+                return Err(blocked(&across.rules));
+            }
+            Some(Action::Redact) => {
+                tracing::warn!(project, what, rules = ?across.rules, "prompt-injection guardrail: input redacted (a match across texts)");
+                for (slot, text) in group.iter_mut().zip(texts.iter_mut()) {
+                    if !text.is_empty() {
+                        **slot = Value::String(REDACTED.to_owned());
+                        *text = REDACTED.to_owned();
+                    }
+                }
+            }
+            _ => {
+                tracing::warn!(project, what, rules = ?across.rules, "prompt-injection guardrail: input flagged (a match across texts)");
+            }
+        }
+    }
+    let views: Vec<&str> = texts.iter().map(String::as_str).collect();
+    shellgate_model::guardrail::remember(earlier, &views);
+    Ok(())
+}
+
 impl Guardrails {
     /// Checks every text of `items` (and the `instructions`) that a model
     /// will read against `project`'s input rules: messages of every role
@@ -289,15 +347,28 @@ impl Guardrails {
         let Some(guardrail) = self.for_project(project, Target::Input) else {
             return Ok(());
         };
+        // The end of what the model has read so far: a match split between
+        // two messages (or the instructions and a message) is found too.
+        let mut earlier = String::new();
         if let Some(instructions) = instructions {
             let mut slot = Value::String(std::mem::take(instructions));
-            let checked = guard_group(&guardrail, project, "instructions", vec![&mut slot]);
+            let checked = guard_after(
+                &guardrail,
+                project,
+                "instructions",
+                vec![&mut slot],
+                &mut earlier,
+            );
             *instructions = slot.as_str().unwrap_or_default().to_owned();
             checked?;
         }
         for item in items.iter_mut() {
-            for group in model_texts(item) {
-                guard_group(&guardrail, project, "input", group)?;
+            for (group, running) in model_groups(item) {
+                if running {
+                    guard_after(&guardrail, project, "input", group, &mut earlier)?;
+                } else {
+                    guard_group(&guardrail, project, "input", group)?;
+                }
             }
         }
         Ok(())
