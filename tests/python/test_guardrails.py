@@ -128,6 +128,19 @@ def test_every_text_a_model_reads_is_checked(blocking, case):
     assert blocked.value.code == "prompt_injection_detected"
 
 
+def test_a_stored_files_name_is_checked_when_attached(blocking):
+    """Red team (after issue 16): the model reads an attached file's name;
+    a Files API file's is the one it was uploaded with."""
+    client = blocking.client()
+    stored = client.files.create(file=(INJECTION + ".txt", b"plain notes\n"), purpose="user_data")
+    with pytest.raises(openai.PermissionDeniedError):
+        client.responses.create(model="scripted", input=[{"role": "user", "content": [
+            {"type": "input_text", "text": "read this"}, {"type": "input_file", "file_id": stored.id}]}])
+    plain = client.files.create(file=("notes.txt", b"plain notes\n"), purpose="user_data")
+    assert client.responses.create(model="scripted", input=[{"role": "user", "content": [
+        {"type": "input_file", "file_id": plain.id}]}]).status == "completed"
+
+
 def test_clean_requests_pass(blocking):
     client = blocking.client()
     assert client.responses.create(model="scripted", instructions="Be brief.", input="hi").status == "completed"

@@ -377,7 +377,13 @@ async fn attachments(
                     "an input_file needs a file_id or file_data",
                 ));
             };
-            let filename = crate::containers::safe_file_name(&filename);
+            // The model reads the name too (in the note below, and as the
+            // path); a stored file's name was never checked.
+            let filename = state.guardrails.guard_text(
+                project,
+                "input_file name",
+                &crate::containers::safe_file_name(&filename),
+            )?;
             // A text file is read by the model (inline, or from /mnt/data):
             // the input rules check it, and a redaction is what it reads.
             let bytes = match std::str::from_utf8(&bytes) {
