@@ -5,8 +5,9 @@
 //! Everything here is untrusted input. Refused, each with a reason: paths
 //! that are absolute, climb (`..`), hold a backslash, NUL or control
 //! characters, or are too deep or long; duplicate paths (compared
-//! ignoring case and Unicode normalisation, and counted in the zip's own central directory, where a
-//! repeated name would otherwise hide the earlier entry); symbolic links,
+//! ignoring case and Unicode normalisation, and counted in the zip's own
+//! central directory, where a repeated name would otherwise hide the
+//! earlier entry); symbolic links,
 //! devices, FIFOs and sockets; encrypted entries and compression methods
 //! other than stored and deflate; more than [`Limits::max_files`] files;
 //! a file, or the whole, larger than the limits once decompressed (sizes
