@@ -133,3 +133,20 @@ def test_errors_use_openai_envelopes(server, client):
         exec_commands(client, container.id, ["true"] * 101)
     assert bad.value.param == "commands"
     client.containers.delete(container.id)
+
+
+def test_a_file_gone_since_its_row_was_read_is_a_404(server, client):
+    """Red team (after issue 16, item 12): a Files API file deleted or
+    expired between the check of `file_ids` and its copy into the container
+    (here: its stored blob removed) is a 404 naming the file, not a
+    server_error; no half-made container is left."""
+    made = client.files.create(file=("gone.txt", io.BytesIO(b"soon gone\n")), purpose="user_data")
+    (server.data_dir / "files" / made.id).unlink()
+    before = {c.id for c in client.containers.list(limit=100)}
+    with pytest.raises(openai.NotFoundError) as gone:
+        client.containers.create(name="late", file_ids=[made.id])
+    assert made.id in gone.value.message
+    assert {c.id for c in client.containers.list(limit=100)} <= before
+    container = client.containers.create(name="there")
+    with pytest.raises(openai.NotFoundError):
+        client.post(f"/containers/{container.id}/files", body={"file_id": made.id}, cast_to=object)

@@ -1293,6 +1293,39 @@ def test_a_session_reused_with_another_policy_gets_a_new_container_and_the_truth
     assert third == second and "There is no network access." in told
 
 
+def test_a_session_reused_with_a_narrower_secret_scope_gets_a_new_container(client, world):
+    """Red team (after issue 16, item 9): the same domains, names and values
+    but a secret scoped more narrowly (methods, paths, where it goes) is
+    another policy: the session's container, which puts the value in
+    everywhere, is not reused for it."""
+    session = f"scope-{os.getpid()}"
+
+    def turn(secret, path):
+        policy = allowlist("api.secret.test", secrets=[secret])
+        curl = ('curl -sS -m 5 -o /dev/null -w "%{http_code}" -H "Authorization: Bearer $API_TOKEN" '
+                f'https://api.secret.test{path}; echo " exit=$?"')
+        reply = client.post("/responses", cast_to=object, body={
+            "model": "scripted", "session_id": session, "input": f"Execute: {curl}",
+            "tools": [{"type": "openrouter:shell", "parameters": {
+                "engine": "openrouter", "environment": {"type": "container_auto", "network_policy": policy}}}]})
+        [item] = [i for i in reply["output"] if i["type"] == "openrouter:shell"]
+        [seen] = [e for e in world.requests("a") if e["path"] == path][-1:]
+        return item["container_id"], seen["authorization"]
+
+    wide = {"domain": "api.secret.test", "name": "API_TOKEN", "value": SECRET}
+    first, sent = turn(wide, "/scope-wide")
+    assert sent == f"Bearer {SECRET}"
+    narrow = {**wide, "paths": ["/only-here/"]}
+    second, sent = turn(narrow, "/scope-elsewhere")
+    assert second != first
+    assert SECRET not in sent, "the reused container put the value outside the request's paths"
+    third, sent = turn(narrow, "/only-here/x")
+    assert third == second and sent == f"Bearer {SECRET}"
+    methods = {**narrow, "methods": ["POST"]}
+    fourth, sent = turn(methods, "/only-here/y")
+    assert fourth != third and SECRET not in sent
+
+
 def test_after_a_restart_a_session_gets_its_secrets_back_only_with_the_same_values(world):
     server = world.server()
     client = server.client(KEY_A)

@@ -407,3 +407,33 @@ def test_a_client_that_hangs_up_ends_its_messages_commands(server, stream):
     while running():
         assert time.time() < deadline, "the command outlived its client"
         time.sleep(0.05)
+
+
+def test_a_session_reused_with_other_skills_runs_where_the_model_is_told(server):
+    """Red team (after issue 16, item 9): a session whose next request asks
+    for other skills gets a container holding those skills (the tool
+    description lists the request's), not the first one's."""
+    import base64
+
+    from test_skills import skill_zip
+
+    session = f"skills-{uuid.uuid4().hex[:12]}"
+
+    def turn(name):
+        inline = {"type": "inline", "name": name, "description": "d",
+                  "source": {"type": "base64", "media_type": "application/zip",
+                             "data": base64.b64encode(skill_zip(name=name)).decode()}}
+        reply = responses(server, {
+            "model": "scripted", "session_id": session, "input": "Execute: ls /mnt/skills",
+            "tools": [{"type": "openrouter:shell", "parameters": {
+                "engine": "openrouter", "environment": {"type": "container_auto", "skills": [inline]}}}]})
+        assert reply.status_code == 200, reply.text
+        [item] = shell_items(reply)
+        return item["container_id"], item["output"][0]["stdout"].split()
+
+    first, listed = turn("alpha")
+    assert listed == ["alpha"]
+    second, listed = turn("beta")
+    assert listed == ["beta"] and second != first
+    third, listed = turn("beta")
+    assert third == second and listed == ["beta"]

@@ -249,6 +249,40 @@ pub struct DomainSecret {
     pub paths: Vec<String>,
 }
 
+impl DomainSecret {
+    /// Its scope (where the value goes, for which methods and paths) in
+    /// one canonical form: two secrets with equal keys are put into the
+    /// same requests, whatever order or defaults their lists were given in.
+    pub fn scope_key(&self) -> String {
+        scope_key(&self.inject, &self.methods, &self.paths)
+    }
+}
+
+/// The canonical form of a scope (see [`DomainSecret::scope_key`]): no
+/// `inject` is header values only; no methods or paths are all of them.
+pub fn scope_key(inject: &[InjectInto], methods: &[String], paths: &[String]) -> String {
+    let mut parts: Vec<&str> = inject
+        .iter()
+        .map(|part| match part {
+            InjectInto::Header => "header",
+            InjectInto::Query => "query",
+            InjectInto::Body => "body",
+        })
+        .collect();
+    if parts.is_empty() {
+        parts.push("header");
+    }
+    let sorted = |list: &[String]| {
+        let mut list: Vec<String> = list.to_vec();
+        list.sort();
+        list.dedup();
+        list
+    };
+    parts.sort_unstable();
+    parts.dedup();
+    serde_json::json!([parts, sorted(methods), sorted(paths)]).to_string()
+}
+
 /// A part of a request a secret's placeholder may be replaced in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -133,6 +133,9 @@ pub struct SecretStatus {
     /// Whether this process holds the value (it does not after a restart,
     /// until the client supplies it again).
     pub held: bool,
+    /// Where the value goes and for which requests, canonical
+    /// (`shellgate_egress::secrets::DomainSecret::scope_key`).
+    pub scope: String,
 }
 
 impl NetworkSpec {

@@ -88,7 +88,8 @@ pub struct Config {
     /// Longest time for one whole upstream turn (request, retries and every
     /// piece of the answer): a model trickling its answer is cut off here.
     pub upstream_turn_timeout_secs: u64,
-    /// Most bytes of one upstream answer (over it the response fails).
+    /// Most bytes of one upstream answer, and of the model's answers over
+    /// every turn of one response together (over it the response fails).
     pub upstream_max_answer_bytes: u64,
     /// Most bytes of one tool call's arguments in an upstream answer.
     pub upstream_max_tool_call_bytes: u64,

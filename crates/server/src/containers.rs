@@ -678,10 +678,14 @@ fn container_file_object(row: &ContainerFileRow) -> ContainerFile {
     }
 }
 
-/// The stored blob of a Files API file, opened.
+/// The stored blob of a Files API file, opened. A file deleted (or
+/// expired) since its row was read is gone, as if it had never been: a
+/// 404, not a `server_error`.
 fn open_blob(state: &AppState, file_id: &str) -> ApiResult<std::fs::File> {
-    std::fs::File::open(state.files_dir.join(file_id))
-        .map_err(|e| ApiError::internal(format!("read file {file_id}: {e}")))
+    std::fs::File::open(state.files_dir.join(file_id)).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => ApiError::not_found("file", file_id),
+        _ => ApiError::internal(format!("read file {file_id}: {e}")),
+    })
 }
 
 /// A file name safe to place in `/mnt/data`: its last path component.

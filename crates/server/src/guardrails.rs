@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde_json::Value;
-use shellgate_model::guardrail::{Action, Guardrail, Rule};
+use shellgate_model::guardrail::{Action, Guardrail, Rule, REDACTED};
 
 use crate::config::{Config, ConfigError};
 use crate::error::{ApiError, ApiResult};
@@ -106,33 +106,68 @@ impl Guardrails {
     }
 }
 
+/// Every string inside `value` (itself, or within arrays and objects, in
+/// order), for what reaches the model as JSON text whole.
+fn string_leaves(value: &mut Value) -> Vec<&mut Value> {
+    match value {
+        Value::String(_) => vec![value],
+        Value::Array(values) => values.iter_mut().flat_map(string_leaves).collect(),
+        Value::Object(map) => map.values_mut().flat_map(string_leaves).collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// The texts of an item that a model reads, in groups it reads together
 /// (a message's parts; one command's stdout and stderr): the string values,
 /// to check and perhaps rewrite. What the model itself wrote (assistant
-/// messages, tool calls' arguments) is not among them.
-fn model_texts(item: &mut Value) -> Vec<Vec<&mut Value>> {
+/// messages, tool calls' arguments) is not among them. This follows what
+/// `shellgate_model::conversation` renders for the model: a part's `text`,
+/// `refusal` and (an attached file's) `filename`; a command's `stdout`,
+/// `stderr` and `outcome` whatever their JSON type (what is not a string is
+/// shown as JSON, every string in it); a legacy output that is not a
+/// string, whole.
+///
+/// Each group comes with whether it is running text (a match may continue
+/// into the next group the model reads); a command's outcome is not.
+fn model_groups(item: &mut Value) -> Vec<(Vec<&mut Value>, bool)> {
     fn parts(content: &mut Value) -> Vec<&mut Value> {
         match content {
             Value::String(_) => vec![content],
             Value::Array(parts) => parts
                 .iter_mut()
-                .filter_map(|part| part.get_mut("text").filter(|t| t.is_string()))
+                .filter_map(Value::as_object_mut)
+                .flat_map(|part| {
+                    part.iter_mut()
+                        .filter(|(key, value)| {
+                            matches!(key.as_str(), "text" | "refusal" | "filename")
+                                && value.is_string()
+                        })
+                        .map(|(_, value)| value)
+                })
                 .collect(),
             _ => Vec::new(),
         }
     }
-    /// stdout, then stderr (as the model reads them; the map's own order
-    /// is by name).
-    fn streams(entry: &mut Value) -> Vec<&mut Value> {
-        let Some(entry) = entry.as_object_mut() else {
-            return Vec::new();
-        };
-        let mut streams: Vec<(&String, &mut Value)> = entry
-            .iter_mut()
-            .filter(|(key, value)| matches!(key.as_str(), "stdout" | "stderr") && value.is_string())
+    /// A command's stdout then stderr (as the model reads them; the map's
+    /// own order is by name), and apart its outcome's strings.
+    fn streams(entry: &mut Value) -> (Vec<&mut Value>, Vec<&mut Value>) {
+        let (mut pair, mut outcome) = (Vec::new(), Vec::new());
+        if let Some(object) = entry.as_object_mut() {
+            for (key, value) in object.iter_mut() {
+                match key.as_str() {
+                    "stdout" => pair.push((0, value)),
+                    "stderr" => pair.push((1, value)),
+                    "outcome" => outcome.extend(string_leaves(value)),
+                    _ => {}
+                }
+            }
+        }
+        pair.sort_by_key(|(rank, _)| *rank);
+        let texts = pair
+            .into_iter()
+            .flat_map(|(_, value)| string_leaves(value))
             .collect();
-        streams.sort_by_key(|(key, _)| key.as_str() != "stdout");
-        streams.into_iter().map(|(_, value)| value).collect()
+        (texts, outcome)
     }
     let kind = item
         .get("type")
@@ -145,21 +180,38 @@ fn model_texts(item: &mut Value) -> Vec<Vec<&mut Value>> {
                 return Vec::new();
             }
             item.get_mut("content")
-                .map(|c| vec![parts(c)])
+                .map(|c| vec![(parts(c), true)])
                 .unwrap_or_default()
         }
-        "function_call_output" | "local_shell_call_output" | "custom_tool_call_output" => item
+        "function_call_output" | "custom_tool_call_output" => item
             .get_mut("output")
-            .map(|o| vec![parts(o)])
+            .map(|o| vec![(parts(o), true)])
             .unwrap_or_default(),
-        // Every command's streams, read by the model together.
+        // A string, or anything else shown as its JSON.
+        "local_shell_call_output" => item
+            .get_mut("output")
+            .map(|o| vec![(string_leaves(o), true)])
+            .unwrap_or_default(),
+        // Every command's streams, read by the model together; outcomes
+        // apart (their strings, between two calls' streams, are not what a
+        // match across the two would read).
         "shell_call_output" | "openrouter:shell" => match item.get_mut("output") {
-            Some(Value::Array(entries)) => vec![entries.iter_mut().flat_map(streams).collect()],
+            Some(Value::Array(entries)) => {
+                let (mut texts, mut outcomes) = (Vec::new(), Vec::new());
+                for (text, outcome) in entries.iter_mut().map(streams) {
+                    texts.extend(text);
+                    outcomes.extend(outcome);
+                }
+                vec![(texts, true), (outcomes, false)]
+            }
             _ => Vec::new(),
         },
         "openrouter:bash" => item
             .get_mut("output")
-            .map(|o| vec![streams(o)])
+            .map(|o| {
+                let (texts, outcome) = streams(o);
+                vec![(texts, true), (outcome, false)]
+            })
             .unwrap_or_default(),
         _ => Vec::new(),
     }
@@ -211,6 +263,74 @@ fn guard_group(
     Ok(())
 }
 
+/// What a request's guard gives back: its items, instructions and tools as
+/// the model may read them.
+pub type Guarded = (Vec<Value>, Option<String>, shellgate_model::tools::Tools);
+
+/// [`Guardrails::guard_input`] and [`Guardrails::guard_tools`] of one
+/// request, on a blocking thread: folding and matching a request of
+/// megabytes is CPU work, kept off the async workers.
+pub async fn guard_request(
+    state: &Arc<crate::AppState>,
+    project: &str,
+    mut items: Vec<Value>,
+    mut instructions: Option<String>,
+    mut tools: shellgate_model::tools::Tools,
+) -> ApiResult<Guarded> {
+    let (state, project) = (Arc::clone(state), project.to_owned());
+    tokio::task::spawn_blocking(move || {
+        state
+            .guardrails
+            .guard_input(&project, &mut items, instructions.as_mut())?;
+        state.guardrails.guard_tools(&project, &mut tools)?;
+        Ok((items, instructions, tools))
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("guardrail: {e}")))?
+}
+
+/// [`guard_group`], then the group with the end of what the model read
+/// before it (`earlier`, which it then joins): a match only the two make
+/// together blocks, or redacts this group whole.
+fn guard_after(
+    guardrail: &Guardrail,
+    project: &str,
+    what: &str,
+    mut group: Vec<&mut Value>,
+    earlier: &mut String,
+) -> ApiResult<()> {
+    let reborrowed: Vec<&mut Value> = group.iter_mut().map(|v| &mut **v).collect();
+    guard_group(guardrail, project, what, reborrowed)?;
+    let mut texts: Vec<String> = group
+        .iter()
+        .map(|v| v.as_str().unwrap_or_default().to_owned())
+        .collect();
+    let views: Vec<&str> = texts.iter().map(String::as_str).collect();
+    if let Some(across) = guardrail.check_across(earlier, &views) {
+        match across.action {
+            Some(Action::Block) => {
+                tracing::warn!(project, what, rules = ?across.rules, "prompt-injection guardrail: input blocked (a match across texts)");
+                return Err(blocked(&across.rules));
+            }
+            Some(Action::Redact) => {
+                tracing::warn!(project, what, rules = ?across.rules, "prompt-injection guardrail: input redacted (a match across texts)");
+                for (slot, text) in group.iter_mut().zip(texts.iter_mut()) {
+                    if !text.is_empty() {
+                        **slot = Value::String(REDACTED.to_owned());
+                        *text = REDACTED.to_owned();
+                    }
+                }
+            }
+            _ => {
+                tracing::warn!(project, what, rules = ?across.rules, "prompt-injection guardrail: input flagged (a match across texts)");
+            }
+        }
+    }
+    let views: Vec<&str> = texts.iter().map(String::as_str).collect();
+    shellgate_model::guardrail::remember(earlier, &views);
+    Ok(())
+}
+
 impl Guardrails {
     /// Checks every text of `items` (and the `instructions`) that a model
     /// will read against `project`'s input rules: messages of every role
@@ -227,30 +347,64 @@ impl Guardrails {
         let Some(guardrail) = self.for_project(project, Target::Input) else {
             return Ok(());
         };
+        // The end of what the model has read so far: a match split between
+        // two messages (or the instructions and a message) is found too.
+        let mut earlier = String::new();
         if let Some(instructions) = instructions {
             let mut slot = Value::String(std::mem::take(instructions));
-            let checked = guard_group(&guardrail, project, "instructions", vec![&mut slot]);
+            let checked = guard_after(
+                &guardrail,
+                project,
+                "instructions",
+                vec![&mut slot],
+                &mut earlier,
+            );
             *instructions = slot.as_str().unwrap_or_default().to_owned();
             checked?;
         }
         for item in items.iter_mut() {
-            for group in model_texts(item) {
-                guard_group(&guardrail, project, "input", group)?;
+            for (group, running) in model_groups(item) {
+                if running {
+                    guard_after(&guardrail, project, "input", group, &mut earlier)?;
+                } else {
+                    guard_group(&guardrail, project, "input", group)?;
+                }
             }
         }
         Ok(())
     }
 
-    /// Checks the descriptions of a request's function tools (the model
-    /// reads them as it reads instructions).
+    /// Checks the descriptions of a request's function tools and every
+    /// string of their parameters' schemas (the model reads them as it
+    /// reads instructions).
     pub fn guard_tools(
         &self,
         project: &str,
         tools: &mut shellgate_model::tools::Tools,
     ) -> ApiResult<()> {
+        let Some(guardrail) = self.for_project(project, Target::Input) else {
+            return Ok(());
+        };
+        // One rule set for every tool (building it per tool was most of
+        // the work of a request with thousands of tools).
         for function in &mut tools.functions {
-            function.description =
-                self.guard_text(project, "tool description", &function.description)?;
+            let mut description = Value::String(std::mem::take(&mut function.description));
+            let checked = guard_group(
+                &guardrail,
+                project,
+                "tool description",
+                vec![&mut description],
+            );
+            function.description = description.as_str().unwrap_or_default().to_owned();
+            checked?;
+            // The schema goes to the model as it is: its descriptions,
+            // titles and enum values are read as the description is.
+            guard_group(
+                &guardrail,
+                project,
+                "tool parameters",
+                string_leaves(&mut function.parameters),
+            )?;
         }
         Ok(())
     }

@@ -106,6 +106,9 @@ pub struct HostedShell {
     project: String,
     environment: Environment,
     auto: Option<CreateContainer>,
+    /// The skills the model is told of (`Mounted::summary`): a container
+    /// continued must hold these.
+    skills: Vec<Value>,
     reuse: Reuse,
     /// `Some`: OpenRouter's tools set the container's idle time before it
     /// sleeps (`None` inside: the server's).
@@ -193,6 +196,7 @@ pub async fn prepare(
             project: project.to_owned(),
             environment: environment.clone(),
             auto,
+            skills: skills.clone(),
             reuse,
             sleep_after: tools.openrouter().then_some(tools.sleep_after_seconds),
             container: tokio::sync::Mutex::new(None),
@@ -252,6 +256,11 @@ impl HostedShell {
             || found.secrets != asked.secrets
             || found.passthrough != asked.passthrough
         {
+            return Ok(false);
+        }
+        // Nor other skills than the model is told of.
+        let held = crate::containers::container_object(&row).skills;
+        if skill_keys(&held) != skill_keys(&self.skills) {
             return Ok(false);
         }
         // The same names, and the same values: a request giving another
@@ -429,11 +438,48 @@ impl Sandbox for HostedShell {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct ContainerPolicy {
     domains: std::collections::BTreeSet<String>,
-    secrets: std::collections::BTreeSet<(String, String)>,
+    /// (domain, name) → scope key: a secret put into other requests
+    /// (parts, methods, paths) is another policy.
+    secrets: std::collections::BTreeMap<(String, String), String>,
     /// Names whose TLS is not terminated.
     passthrough: std::collections::BTreeSet<String>,
     /// Secrets whose values are gone (the server restarted).
     missing: Vec<String>,
+}
+
+/// What tells skills apart (`Mounted::summary`'s name, source and
+/// description), in order.
+fn skill_keys(skills: &[Value]) -> Vec<[Value; 4]> {
+    let mut keys: Vec<[Value; 4]> = skills
+        .iter()
+        .map(|skill| {
+            ["name", "skill_id", "version", "description"]
+                .map(|key| skill.get(key).cloned().unwrap_or(Value::Null))
+        })
+        .collect();
+    keys.sort_by_key(|key| key[0].to_string());
+    keys
+}
+
+/// The scope key of a secret as a request gives it (see
+/// `shellgate_egress::secrets::scope_key`).
+fn request_scope(secret: &shellgate_wire::DomainSecret) -> String {
+    use shellgate_egress::secrets::InjectInto;
+    let inject: Vec<InjectInto> = secret
+        .inject
+        .iter()
+        .flatten()
+        .map(|part| match part {
+            shellgate_wire::InjectInto::Header => InjectInto::Header,
+            shellgate_wire::InjectInto::Query => InjectInto::Query,
+            shellgate_wire::InjectInto::Body => InjectInto::Body,
+        })
+        .collect();
+    shellgate_egress::secrets::scope_key(
+        &inject,
+        secret.methods.as_deref().unwrap_or_default(),
+        secret.paths.as_deref().unwrap_or_default(),
+    )
 }
 
 /// What the model is told about the network.
@@ -456,7 +502,7 @@ impl ContainerPolicy {
                 allowed_domains.iter().map(|d| normalize(d)).collect(),
                 domain_secrets
                     .iter()
-                    .map(|s| (normalize(&s.domain), s.name.clone()))
+                    .map(|s| ((normalize(&s.domain), s.name.clone()), request_scope(s)))
                     .collect(),
                 tls_passthrough_domains
                     .iter()
@@ -479,7 +525,7 @@ impl ContainerPolicy {
         for secret in state.engine.secret_status(&row.id) {
             policy
                 .secrets
-                .insert((secret.domain.clone(), secret.name.clone()));
+                .insert((secret.domain.clone(), secret.name.clone()), secret.scope);
             if !secret.held {
                 policy.missing.push(secret.name);
             }

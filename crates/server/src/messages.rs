@@ -207,8 +207,8 @@ async fn prepare(
     ) {
         return Err(invalid("metadata", "metadata must be an object"));
     }
-    let mut instructions = system_text(body.get("system"))?;
-    let mut tools = match body.get("tools") {
+    let instructions = system_text(body.get("system"))?;
+    let tools = match body.get("tools") {
         None | Some(Value::Null) => Tools::default(),
         Some(Value::Array(tools)) => {
             Tools::parse_messages(tools).map_err(|e| invalid(&e.param, e.message))?
@@ -216,11 +216,9 @@ async fn prepare(
         Some(_) => return Err(invalid("tools", "tools must be an array")),
     };
     let (tool_choice, parallel) = tool_choice(&tools, body.get("tool_choice"))?;
-    let mut items = conversation(body.get("messages"))?;
-    state
-        .guardrails
-        .guard_input(&project.0, &mut items, instructions.as_mut())?;
-    state.guardrails.guard_tools(&project.0, &mut tools)?;
+    let items = conversation(body.get("messages"))?;
+    let (items, instructions, tools) =
+        crate::guardrails::guard_request(state, &project.0, items, instructions, tools).await?;
     let id = new_id("msg_");
     let reuse = crate::hosted::Reuse::pick(&tools, body.get("session_id"), &items);
     let hosted = crate::hosted::prepare(state, &project.0, &tools, reuse, &id).await?;
@@ -243,6 +241,8 @@ async fn prepare(
             output_guardrail: state
                 .guardrails
                 .for_project(&project.0, crate::guardrails::Target::ToolOutput),
+            max_answer_bytes: usize::try_from(state.config.upstream_max_answer_bytes)
+                .unwrap_or(usize::MAX),
         },
         upstream,
         sandbox: hosted.sandbox,

@@ -377,7 +377,13 @@ async fn attachments(
                     "an input_file needs a file_id or file_data",
                 ));
             };
-            let filename = crate::containers::safe_file_name(&filename);
+            // The model reads the name too (in the note below, and as the
+            // path); a stored file's name was never checked.
+            let filename = state.guardrails.guard_text(
+                project,
+                "input_file name",
+                &crate::containers::safe_file_name(&filename),
+            )?;
             // A text file is read by the model (inline, or from /mnt/data):
             // the input rules check it, and a redaction is what it reads.
             let bytes = match std::str::from_utf8(&bytes) {
@@ -495,7 +501,7 @@ async fn prepare(state: &Arc<AppState>, project: &Project, body: Value) -> ApiRe
             format!("max_tool_calls is at most {}", run::MAX_TOOL_CALLS),
         ));
     }
-    let mut tools = match body.get("tools") {
+    let tools = match body.get("tools") {
         None | Some(Value::Null) => Tools::default(),
         Some(Value::Array(tools)) => {
             Tools::parse(tools).map_err(|e| invalid(&e.param, e.message))?
@@ -505,17 +511,15 @@ async fn prepare(state: &Arc<AppState>, project: &Project, body: Value) -> ApiRe
     let tool_choice = tools
         .choice(body.get("tool_choice"))
         .map_err(|e| invalid(&e.param, e.message))?;
-    let mut instructions = match body.get("instructions") {
+    let instructions = match body.get("instructions") {
         None | Some(Value::Null) => None,
         Some(Value::String(text)) => Some(text.clone()),
         Some(_) => return Err(invalid("instructions", "instructions must be a string")),
     };
-    let mut input = normalize_input(body.get("input"))?;
+    let input = normalize_input(body.get("input"))?;
     count_input_files(state, &input)?;
-    state
-        .guardrails
-        .guard_input(&project.0, &mut input, instructions.as_mut())?;
-    state.guardrails.guard_tools(&project.0, &mut tools)?;
+    let (input, instructions, tools) =
+        crate::guardrails::guard_request(state, &project.0, input, instructions, tools).await?;
     let previous = match body.get("previous_response_id") {
         None | Some(Value::Null) => None,
         Some(Value::String(id)) => Some(id.clone()),
@@ -608,6 +612,8 @@ async fn prepare(state: &Arc<AppState>, project: &Project, body: Value) -> ApiRe
             output_guardrail: state
                 .guardrails
                 .for_project(&project.0, crate::guardrails::Target::ToolOutput),
+            max_answer_bytes: usize::try_from(state.config.upstream_max_answer_bytes)
+                .unwrap_or(usize::MAX),
         },
         input,
         previous,

@@ -5,8 +5,9 @@
 //! Everything here is untrusted input. Refused, each with a reason: paths
 //! that are absolute, climb (`..`), hold a backslash, NUL or control
 //! characters, or are too deep or long; duplicate paths (compared
-//! ignoring case, and counted in the zip's own central directory, where a
-//! repeated name would otherwise hide the earlier entry); symbolic links,
+//! ignoring case and Unicode normalisation, and counted in the zip's own
+//! central directory, where a repeated name would otherwise hide the
+//! earlier entry); symbolic links,
 //! devices, FIFOs and sockets; encrypted entries and compression methods
 //! other than stored and deflate; more than [`Limits::max_files`] files;
 //! a file, or the whole, larger than the limits once decompressed (sizes
@@ -271,11 +272,18 @@ fn check_size(size: u64, compressed: u64, path: &str, limits: &Limits) -> Result
     Ok(())
 }
 
-/// The key two paths collide under: the same letters ignoring case (a
-/// bundle unpacked on a case-insensitive file system, as on macOS or
-/// Windows, would otherwise lose one of them).
+/// The key two paths collide under: the same letters ignoring case and
+/// Unicode normalisation (a bundle unpacked on a case-insensitive or
+/// normalisation-insensitive file system, as on macOS or Windows, would
+/// otherwise lose one of them; `café` in NFC and NFD look the same).
 fn folded(parts: &[String]) -> Vec<String> {
-    parts.iter().map(|part| part.to_lowercase()).collect()
+    parts.iter().map(|part| fold_name(part)).collect()
+}
+
+/// One name as [`folded`] compares it: NFC, then lowercase.
+fn fold_name(name: &str) -> String {
+    use unicode_normalization::UnicodeNormalization;
+    name.nfc().collect::<String>().to_lowercase()
 }
 
 /// Gathers files (path → bytes) into a bundle.
@@ -483,7 +491,7 @@ fn check_central_duplicates(
     let mut seen = std::collections::HashSet::new();
     for raw in &names {
         let name = String::from_utf8_lossy(raw);
-        if !seen.insert(name.trim_end_matches('/').to_lowercase()) {
+        if !seen.insert(fold_name(name.trim_end_matches('/'))) {
             return Err(BundleError::Duplicate(name.into_owned()));
         }
     }
@@ -889,6 +897,12 @@ mod tests {
                 ("s/LIB/x.py", b"2", 0o644),
             ],
             vec![manifest, ("s/data/", b"", 0o755), ("s/data", b"2", 0o644)],
+            // Red team (after issue 16): the same name in NFC and NFD.
+            vec![
+                manifest,
+                ("s/caf\u{e9}.txt", b"1", 0o644),
+                ("s/cafe\u{301}.txt", b"2", 0o644),
+            ],
         ] {
             let error = from_zip(&zip_of(&entries), &limits)
                 .unwrap_err()

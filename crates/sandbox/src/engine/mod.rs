@@ -598,6 +598,7 @@ impl SandboxBackend for LocalEngine {
                 domain: s.domain.clone(),
                 name: s.name.clone(),
                 held: s.value.is_some(),
+                scope: s.scope_key(),
             })
             .collect()
     }
