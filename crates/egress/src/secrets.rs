@@ -76,7 +76,6 @@ const RESERVED_NAMES: &[&str] = &[
     "MAIL",
     "NODE_OPTIONS",
     "NODE_PATH",
-    "NODE_EXTRA_CA_CERTS",
     "PERL5OPT",
     "PERL5LIB",
     "PERLLIB",
@@ -91,12 +90,7 @@ const RESERVED_NAMES: &[&str] = &[
     "NO_PROXY",
     "ALL_PROXY",
     "FTP_PROXY",
-    "SSL_CERT_FILE",
     "SSL_CERT_DIR",
-    "REQUESTS_CA_BUNDLE",
-    "CURL_CA_BUNDLE",
-    "PIP_CERT",
-    "GIT_SSL_CAINFO",
     "OPENSSL_CONF",
     "SSLKEYLOGFILE",
     "GCONV_PATH",
@@ -109,6 +103,19 @@ const RESERVED_NAMES: &[&str] = &[
     "EDITOR",
     "VISUAL",
     "PAGER",
+];
+
+/// Variables the engine sets in every networked container to name its CA
+/// bundle, for the tools that do not read the system store (Python
+/// `requests`, Node, pip, git, curl builds): reserved too, from this one
+/// list, so a variable the engine starts setting can never be a secret.
+pub const CA_BUNDLE_VARIABLES: [&str; 6] = [
+    "SSL_CERT_FILE",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "PIP_CERT",
+    "GIT_SSL_CAINFO",
 ];
 
 /// Name prefixes no secret may take (case-insensitive): whole families of
@@ -164,6 +171,7 @@ pub fn check_name(name: &str) -> Result<(), SecretRefused> {
     }
     let upper = name.to_ascii_uppercase();
     if RESERVED_NAMES.contains(&upper.as_str())
+        || CA_BUNDLE_VARIABLES.contains(&upper.as_str())
         || RESERVED_PREFIXES.iter().any(|p| upper.starts_with(p))
     {
         return Err(SecretRefused::ReservedName(name.to_owned()));

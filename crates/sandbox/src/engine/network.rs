@@ -39,17 +39,6 @@ const JAVA_STORE: &str = "/etc/ssl/certs/java/cacerts";
 /// Where the host's `keytool` may be.
 const KEYTOOLS: [&str; 2] = ["/usr/bin/keytool", "/usr/lib/jvm/default-java/bin/keytool"];
 
-/// Variables that name a CA bundle for the tools that do not read the
-/// system store (Python `requests`, Node, pip, git, curl builds).
-const BUNDLE_VARIABLES: [&str; 6] = [
-    "SSL_CERT_FILE",
-    "REQUESTS_CA_BUNDLE",
-    "CURL_CA_BUNDLE",
-    "NODE_EXTRA_CA_CERTS",
-    "PIP_CERT",
-    "GIT_SSL_CAINFO",
-];
-
 /// What init needs for a container's network: whether to make the proxy's
 /// sockets, the variables commands get, and files bound over the image.
 pub(super) struct NetworkSetup {
@@ -122,7 +111,7 @@ impl LocalEngine {
                     .can_cover_etc_file(&container.spec.image, SYSTEM_BUNDLE)
             {
                 file_binds.push((bundle, SYSTEM_BUNDLE.to_owned()));
-                for name in BUNDLE_VARIABLES {
+                for name in shellgate_egress::secrets::CA_BUNDLE_VARIABLES {
                     env.push((name.to_owned(), SYSTEM_BUNDLE.to_owned()));
                 }
             }

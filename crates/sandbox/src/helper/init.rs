@@ -155,14 +155,17 @@ fn processes() -> impl Iterator<Item = ProcessInfo> {
 fn kill_marked(marker: u32, running: &mut HashMap<libc::pid_t, RunningCommand>) -> i32 {
     let mut killed = std::collections::HashSet::new();
     for round in 0..200 {
-        let targets: Vec<libc::pid_t> = processes()
-            .filter(|p| p.marker == Some(marker) && !p.zombie)
-            .map(|p| p.pid)
-            .collect();
-        if targets.is_empty() {
+        let (zombies, targets): (Vec<_>, Vec<_>) = processes()
+            .filter(|p| p.marker == Some(marker))
+            .partition(|p| p.zombie);
+        // A killed process keeps its slots until the kernel has torn down
+        // its last thread and it was reaped (a multithreaded one shows as
+        // a zombie while its threads still exit): wait for that too, or
+        // the next command would find the container still at its limit.
+        if targets.is_empty() && zombies.is_empty() {
             break;
         }
-        for pid in targets {
+        for pid in targets.into_iter().map(|p| p.pid) {
             // SAFETY: kill(2) with a pid of this namespace that carries the
             // marker; at worst the process is already gone.
             unsafe { libc::kill(pid, libc::SIGKILL) };
@@ -177,6 +180,10 @@ fn kill_marked(marker: u32, running: &mut HashMap<libc::pid_t, RunningCommand>) 
     reap(running);
     killed.len() as i32
 }
+
+/// How often init tries a command again (2 ms apart) when what it ended to
+/// make room has not left yet.
+const RECLAIM_RETRIES: usize = 250;
 
 /// Which runaway [`reclaim`] may end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -609,6 +616,17 @@ fn handle(
                 reclaimed = reclaim(running, Runaway::Leftover);
             }
             let mut spawned = spawn(launcher, &command, marker, &stdout, &stderr, &status);
+            // What was ended may still be leaving (threads of a process
+            // whose zombie was left to another parent): a few short
+            // retries, bounded, before the command is given up.
+            for _ in 0..RECLAIM_RETRIES {
+                if spawned != Err(libc::EAGAIN) || reclaimed == 0 {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(2));
+                reap(running);
+                spawned = spawn(launcher, &command, marker, &stdout, &stderr, &status);
+            }
             if spawned == Err(libc::EAGAIN) && reclaimed == 0 && launcher.change_ids {
                 // At the process limit: free the runaway's slots, try once more.
                 reclaimed = reclaim(running, Runaway::Any);
