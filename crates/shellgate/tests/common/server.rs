@@ -62,9 +62,7 @@ pub fn start(name: &str, settings: &[(&str, &str)]) -> Server {
     let server = Server { child, port, dir };
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
-        if TcpStream::connect(("127.0.0.1", port)).is_ok()
-            && request(port, "GET", "/healthz", None, &[], b"").status == 200
-        {
+        if healthy(port) {
             return server;
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -100,6 +98,21 @@ impl Response {
         assert!(error["message"].as_str().is_some_and(|m| !m.is_empty()));
         error.clone()
     }
+}
+
+/// Whether `/healthz` answers 200 yet: while the server starts, a refused
+/// or reset connection only means "not yet" (unlike in [`request`]).
+fn healthy(port: u16) -> bool {
+    let probe = || -> std::io::Result<bool> {
+        let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+        stream
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")?;
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw)?;
+        Ok(raw.starts_with(b"HTTP/1.1 200"))
+    };
+    probe().unwrap_or(false)
 }
 
 /// One HTTP/1.1 request on a fresh connection.
