@@ -332,10 +332,8 @@ fn setup(spec: &HelperSpec) -> Result<(Launcher, OwnedFd, Option<ProxySockets>),
         rlim_max: 0,
     };
     // SAFETY: `no_core` is a valid rlimit.
-    check(
-        "setrlimit core",
-        unsafe { libc::setrlimit(libc::RLIMIT_CORE, &no_core) } as libc::c_long,
-    )?;
+    let set = unsafe { libc::setrlimit(libc::RLIMIT_CORE, &no_core) };
+    check("setrlimit core", set as libc::c_long)?;
     set_nofile(spec.nofile)?;
     // (System V shared memory is sized by `mounts::build_root`, before
     // /proc/sys turns read-only.)
@@ -389,10 +387,8 @@ fn set_nofile(nofile: u64) -> Result<(), String> {
         rlim_max: 0,
     };
     // SAFETY: `current` is a valid out-pointer for getrlimit.
-    check(
-        "getrlimit nofile",
-        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut current) } as libc::c_long,
-    )?;
+    let got = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut current) };
+    check("getrlimit nofile", got as libc::c_long)?;
     let limit: libc::rlim_t = nofile.min(current.rlim_max);
     let wanted = libc::rlimit {
         rlim_cur: limit,
