@@ -34,7 +34,7 @@ use crate::exchange::{self, error_response, Answering, ExchangeError, Exchanged,
 use crate::intercept::Interceptor;
 use crate::policy::{forbidden_address, normalize, Allowlist, Exceptions, Pattern};
 use crate::resolve::Resolver;
-use crate::secrets::{DomainSecret, Masker};
+use crate::secrets::Masker;
 use crate::wire::{self, Head, Hello, RequestHead, MAX_HEAD};
 
 /// How long a client may take to say where it goes.
@@ -385,7 +385,7 @@ impl ContainerEgress {
         allowlist: Allowlist,
         settings: Arc<Settings>,
         intercept: Option<Arc<Interceptor>>,
-        secrets: &[DomainSecret],
+        masker: Option<Arc<Masker>>,
         passthrough: &[String],
     ) -> Arc<Self> {
         let limits = settings.lookups;
@@ -399,7 +399,7 @@ impl ContainerEgress {
                 .iter()
                 .filter_map(|p| Pattern::parse(p, false).ok())
                 .collect(),
-            masker: Masker::new(secrets).map(Arc::new),
+            masker,
             answers: Mutex::new(Answers::default()),
             connections: Arc::new(Semaphore::new(MAX_CONNECTIONS)),
             lookups: Mutex::new(LookupBudget {
@@ -410,23 +410,6 @@ impl ContainerEgress {
             backlog: Mutex::new(VecDeque::new()),
             over_limit: Mutex::new([Unlogged::default(); 2]),
         });
-        for secret in secrets.iter().filter(|s| s.value.is_none()) {
-            egress.record(
-                "secret",
-                Seen {
-                    requested: Some(secret.domain.clone()),
-                    ..Seen::default()
-                },
-                Verdict::Notice,
-                format!(
-                    "the value of secret {} is gone (the server restarted since the container \
-                     was created): requests to {} carry its placeholder only",
-                    secret.name, secret.domain
-                ),
-                (0, 0),
-                Instant::now(),
-            );
-        }
         egress
     }
 
@@ -1286,7 +1269,7 @@ mod tests {
             upstream_tls: Arc::new(crate::intercept::upstream_tls(&[]).unwrap()),
         });
         let allowlist = Allowlist::parse(&["*.a.test".to_owned()], &Allowlist::any()).unwrap();
-        let egress = ContainerEgress::new("c1".into(), allowlist, settings, None, &[], &[]);
+        let egress = ContainerEgress::new("c1".into(), allowlist, settings, None, None, &[]);
         let http = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let dns = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let (http_address, dns_address) = (http.local_addr().unwrap(), dns.local_addr().unwrap());

@@ -225,7 +225,9 @@ impl LocalEngine {
             allowlist,
             settings,
             interceptor,
-            &container.secrets(),
+            // The container's one masker (the values it holds): the same
+            // that masks its command output and files.
+            container.masker(),
             &network.tls_passthrough,
         );
         egress
