@@ -15,7 +15,7 @@
 
 use async_trait::async_trait;
 use serde_json::{json, Value};
-use shellgate_sandbox::backend::{limits, CommandResult, OutputDelta, RunRequest, StreamKind};
+use shellgate_sandbox_api::backend::{limits, CommandResult, OutputDelta, RunRequest, StreamKind};
 
 use crate::conversation;
 use crate::tools::{Environment, ShellShape, Tools, BASH, LOCAL_SHELL, SHELL};
@@ -42,7 +42,7 @@ pub trait Sandbox: Send + Sync {
         &self,
         container: &str,
         request: RunRequest,
-        deltas: Option<shellgate_sandbox::backend::DeltaSink>,
+        deltas: Option<shellgate_sandbox_api::backend::DeltaSink>,
     ) -> Result<Vec<CommandResult>, HostError>;
 }
 
@@ -887,7 +887,7 @@ mod tests {
     use super::*;
     use crate::guardrail::{Action, Guardrail, REDACTED};
     use crate::upstream::{Reply, UpstreamError};
-    use shellgate_sandbox::backend::Outcome as Exit;
+    use shellgate_sandbox_api::backend::Outcome as Exit;
 
     /// Answers each turn with the next of its replies.
     struct Scripted(Mutex<Vec<Result<Reply, UpstreamError>>>);
@@ -941,7 +941,7 @@ mod tests {
             &self,
             _: &str,
             request: RunRequest,
-            _: Option<shellgate_sandbox::backend::DeltaSink>,
+            _: Option<shellgate_sandbox_api::backend::DeltaSink>,
         ) -> Result<Vec<CommandResult>, HostError> {
             Ok(self
                 .0
@@ -1059,7 +1059,7 @@ mod tests {
             &self,
             _: &str,
             _: RunRequest,
-            _: Option<shellgate_sandbox::backend::DeltaSink>,
+            _: Option<shellgate_sandbox_api::backend::DeltaSink>,
         ) -> Result<Vec<CommandResult>, HostError> {
             let stdout = self.0.lock().unwrap().remove(0);
             Ok(vec![CommandResult {

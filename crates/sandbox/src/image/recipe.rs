@@ -317,15 +317,7 @@ impl Recipe {
     }
 }
 
-/// A wheel as built into an image, recorded in `info.json`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct WheelLock {
-    pub project: String,
-    pub version: String,
-    pub file: String,
-    pub sha256: String,
-    pub dest: String,
-}
+pub use shellgate_sandbox_api::image::WheelLock;
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()

@@ -1,0 +1,552 @@
+//! The engine interface the API layer talks to, and the values that cross it.
+//!
+//! Every backend (the local namespace backend today; a microVM or Kubernetes
+//! backend later) implements [`SandboxBackend`]. Nothing above this trait knows
+//! how a container is made.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::error::SandboxError;
+use crate::image::ImageInfo;
+
+/// Default and maximum per-call limits (see `shared/reference/limits.md`).
+pub mod limits {
+    /// Default command timeout.
+    pub const DEFAULT_TIMEOUT_MS: u64 = 120_000;
+    /// Largest timeout a caller may ask for.
+    pub const MAX_TIMEOUT_MS: u64 = 300_000;
+    /// Default cap on characters kept per stream.
+    pub const DEFAULT_MAX_OUTPUT_LENGTH: usize = 16_384;
+    /// Largest cap a caller may ask for.
+    pub const MAX_OUTPUT_LENGTH: usize = 65_536;
+    /// Most commands one call may carry.
+    pub const MAX_COMMANDS: usize = 100;
+    /// Longest single command, in bytes. The kernel refuses a single
+    /// `execve` argument longer than 128 KiB (`MAX_ARG_STRLEN`) anyway.
+    pub const MAX_COMMAND_BYTES: usize = 128 * 1024 - 1;
+}
+
+/// Parses `512m`, `1g`, `4G`, `1048576` into bytes.
+pub fn parse_size(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let (digits, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(split) => text.split_at(split),
+        None => (text, ""),
+    };
+    let number: u64 = digits.parse().ok()?;
+    let shift = match unit.to_ascii_lowercase().trim_end_matches(['b', 'i']) {
+        "" => 0,
+        "k" => 10,
+        "m" => 20,
+        "g" => 30,
+        "t" => 40,
+        _ => return None,
+    };
+    number.checked_mul(1u64 << shift)
+}
+
+/// What a container is made of and how much it may use.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ContainerSpec {
+    /// Image name: `host` or a directory under the engine's image store.
+    pub image: String,
+    /// Memory limit in bytes (cgroup `memory.max`).
+    pub memory_bytes: u64,
+    /// Most processes and threads alive at once.
+    pub pids_max: u64,
+    /// CPU weight relative to other containers (cgroup v2 scale, 1..=10000, 100 is fair).
+    pub cpu_weight: u64,
+    /// Hard CPU ceiling in cores (`None`: no ceiling beyond the host). One
+    /// core by default, so a spinning background process can never take
+    /// every core of the host.
+    pub cpu_cores: Option<f64>,
+    /// Size cap of the container's `/tmp` (and `/dev/shm`) tmpfs, in bytes.
+    pub tmp_bytes: u64,
+    /// Disk quota of the container's persistent files (`/mnt/data`, home, writable layer).
+    pub disk_bytes: u64,
+    /// A throwaway container (`shellgate exec`): if a crash leaves it
+    /// behind, the next engine start removes it instead of keeping it.
+    #[serde(default)]
+    pub ephemeral: bool,
+    /// What the container may reach on the network; by default nothing.
+    #[serde(default, skip_serializing_if = "NetworkSpec::is_disabled")]
+    pub network: NetworkSpec,
+    /// Its skills: a directory (one folder per skill) shown read-only at
+    /// `/mnt/skills`. At create, the engine moves the directory given into
+    /// the container's own directory (same file system), so it lives and
+    /// goes with the container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skills: Option<std::path::PathBuf>,
+    /// The image's revision at create, recorded by the engine: the
+    /// container keeps that tree even if the image is built again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_revision: Option<String>,
+    /// Host directories shown inside at the same path (for `shellgate
+    /// local --sandbox`; never set from the HTTP API): read-only ones are
+    /// bound with the image's system directories, writable ones after
+    /// `/tmp`, so a writable directory may sit inside a read-only one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host_binds: Vec<HostBind>,
+    /// Paths (inside) covered by an empty directory, e.g. the data
+    /// directory below a bound host directory.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hidden: Vec<String>,
+}
+
+/// A host directory shown in a container (see [`ContainerSpec::host_binds`]).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct HostBind {
+    pub source: std::path::PathBuf,
+    pub target: String,
+    pub writable: bool,
+}
+
+/// A container's network: none (the default), or the host names its
+/// egress proxy lets it reach, and the secrets added on the way.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct NetworkSpec {
+    /// Host names and `*.domain` patterns, already checked against the
+    /// operator's list; empty: no network at all.
+    #[serde(default)]
+    pub allowed_domains: Vec<String>,
+    /// Secrets (placeholders kept, values never written anywhere).
+    #[serde(default)]
+    pub secrets: Vec<shellgate_egress::secrets::DomainSecret>,
+    /// What persists of each secret's value (salted digests of it and its
+    /// encodings, never the value): after a restart the container's output
+    /// and files are still masked. Filled in by the engine at create.
+    #[serde(default)]
+    pub verifiers: Vec<shellgate_egress::secrets::SecretVerifier>,
+    /// Names (within `allowed_domains`, never a secret's) whose TLS the
+    /// proxy does not terminate: it checks their SNI only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tls_passthrough: Vec<String>,
+}
+
+/// One of a container's secrets as the API may show it: never its value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretStatus {
+    pub domain: String,
+    pub name: String,
+    /// Whether this process holds the value (it does not after a restart,
+    /// until the client supplies it again).
+    pub held: bool,
+    /// Where the value goes and for which requests, canonical
+    /// (`shellgate_egress::secrets::DomainSecret::scope_key`).
+    pub scope: String,
+}
+
+impl NetworkSpec {
+    pub fn is_disabled(&self) -> bool {
+        self.allowed_domains.is_empty()
+    }
+}
+
+impl Default for ContainerSpec {
+    fn default() -> Self {
+        Self {
+            image: "host".to_owned(),
+            memory_bytes: 1 << 30,
+            pids_max: 512,
+            cpu_weight: 100,
+            cpu_cores: Some(1.0),
+            tmp_bytes: 256 << 20,
+            disk_bytes: 4 << 30,
+            ephemeral: false,
+            network: NetworkSpec::default(),
+            skills: None,
+            image_revision: None,
+            host_binds: Vec::new(),
+            hidden: Vec::new(),
+        }
+    }
+}
+
+/// One `run` call: commands executed one after another in the container.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RunRequest {
+    pub commands: Vec<String>,
+    /// Per-command timeout.
+    pub timeout_ms: u64,
+    /// Characters kept per stream (stdout, stderr) of each command.
+    pub max_output_length: usize,
+    /// Time the whole call may take, on top of each command's timeout:
+    /// once it passes, the running command is killed and the commands not
+    /// yet started get a `timeout` outcome without running.
+    #[serde(default)]
+    pub deadline_ms: Option<u64>,
+}
+
+impl RunRequest {
+    /// A request with the default limits.
+    pub fn new(commands: Vec<String>) -> Self {
+        Self {
+            commands,
+            timeout_ms: limits::DEFAULT_TIMEOUT_MS,
+            max_output_length: limits::DEFAULT_MAX_OUTPUT_LENGTH,
+            deadline_ms: None,
+        }
+    }
+
+    /// Checks every limit, naming the offending parameter.
+    pub fn validate(&self) -> Result<(), SandboxError> {
+        let invalid =
+            |param: &'static str, message: String| SandboxError::InvalidRequest { param, message };
+        if self.commands.is_empty() {
+            return Err(invalid(
+                "commands",
+                "at least one command is required".into(),
+            ));
+        }
+        if self.commands.len() > limits::MAX_COMMANDS {
+            return Err(invalid(
+                "commands",
+                format!(
+                    "{} commands given; at most {} are allowed",
+                    self.commands.len(),
+                    limits::MAX_COMMANDS
+                ),
+            ));
+        }
+        if let Some(long) = self
+            .commands
+            .iter()
+            .find(|c| c.len() > limits::MAX_COMMAND_BYTES)
+        {
+            return Err(invalid(
+                "commands",
+                format!(
+                    "a command of {} bytes is longer than the {} allowed",
+                    long.len(),
+                    limits::MAX_COMMAND_BYTES
+                ),
+            ));
+        }
+        if self.commands.iter().any(|c| c.contains('\0')) {
+            return Err(invalid(
+                "commands",
+                "commands may not contain NUL bytes".into(),
+            ));
+        }
+        if self.timeout_ms == 0 || self.timeout_ms > limits::MAX_TIMEOUT_MS {
+            return Err(invalid(
+                "timeout_ms",
+                format!(
+                    "timeout_ms must be between 1 and {}",
+                    limits::MAX_TIMEOUT_MS
+                ),
+            ));
+        }
+        if self.deadline_ms == Some(0) {
+            return Err(invalid("deadline_ms", "a deadline must be positive".into()));
+        }
+        if self.max_output_length == 0 || self.max_output_length > limits::MAX_OUTPUT_LENGTH {
+            return Err(invalid(
+                "max_output_length",
+                format!(
+                    "max_output_length must be between 1 and {}",
+                    limits::MAX_OUTPUT_LENGTH
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// How a command ended (`{"type":"exit","exit_code":N}` or
+/// `{"type":"timeout"}`; a signal death reports `128 + signal`), and one
+/// command's result: the engine speaks OpenAI's `shell_call_output` shapes
+/// directly, so no layer above converts them.
+pub use shellgate_wire::{Outcome, ShellOutputEntry as CommandResult};
+
+/// Which stream a piece of output came from.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamKind {
+    Stdout,
+    Stderr,
+}
+
+/// Output of a running command as it arrives (for streaming). At most
+/// `max_output_length` characters per stream and command are streamed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputDelta {
+    /// Index of the command in the request.
+    pub command: usize,
+    pub stream: StreamKind,
+    pub text: String,
+}
+
+/// Where streamed output goes.
+pub type DeltaSink = tokio::sync::mpsc::UnboundedSender<OutputDelta>;
+
+/// Whether a container's processes are alive.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ContainerState {
+    Running,
+    Stopped,
+}
+
+/// What a backend knows about one container.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ContainerInfo {
+    pub id: String,
+    pub state: ContainerState,
+    pub spec: ContainerSpec,
+}
+
+/// A file under the container's `/mnt/data`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct FileEntry {
+    /// Path inside the container, e.g. `/mnt/data/report.csv`.
+    pub path: String,
+    pub bytes: u64,
+    /// Modification time, seconds since the Unix epoch.
+    pub modified_unix: i64,
+}
+
+/// Every regular file under `/mnt/data` that a listing could name, and
+/// what it had to leave out, so nothing goes missing silently.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct FileListing {
+    /// Sorted by path.
+    pub files: Vec<FileEntry>,
+    pub skipped: SkippedFiles,
+}
+
+/// What a listing left out, by reason.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SkippedFiles {
+    /// Files and directories whose names are not UTF-8 (the API speaks JSON).
+    pub non_utf8_names: u64,
+    /// Directories nested deeper than the listing goes (their files unseen).
+    pub too_deep_directories: u64,
+    /// Whether the listing stopped at its most entries.
+    pub entry_limit_reached: bool,
+}
+
+impl SkippedFiles {
+    /// Whether anything was left out.
+    pub fn any(&self) -> bool {
+        self.non_utf8_names > 0 || self.too_deep_directories > 0 || self.entry_limit_reached
+    }
+}
+
+/// The engine interface. Container ids are chosen by the caller (1 to 64
+/// characters of letters, digits, `_` and `-`), so the API layer owns naming.
+///
+/// "Busy" has one meaning: a command or file operation the backend counts as
+/// in flight. `suspend_if_idle` and `destroy_if_idle` decide atomically with
+/// that count, so the API layer keeps no count of its own.
+#[async_trait]
+pub trait SandboxBackend: Send + Sync {
+    /// The images containers can be made from (reads the image store:
+    /// call it off the async workers).
+    fn images(&self) -> Vec<ImageInfo> {
+        Vec::new()
+    }
+
+    /// Creates a container and starts its processes.
+    async fn create(&self, id: &str, spec: ContainerSpec) -> Result<ContainerInfo, SandboxError>;
+    /// Runs commands one after another; one result per command, in order.
+    /// A container destroyed meanwhile ends the call with
+    /// [`SandboxError::Deleted`].
+    async fn run(&self, id: &str, request: RunRequest) -> Result<Vec<CommandResult>, SandboxError>;
+    /// As `run`, also sending output to `deltas` as it arrives.
+    async fn run_streaming(
+        &self,
+        id: &str,
+        request: RunRequest,
+        deltas: DeltaSink,
+    ) -> Result<Vec<CommandResult>, SandboxError>;
+    /// Ends every process of the container; its files stay.
+    async fn stop(&self, id: &str) -> Result<(), SandboxError>;
+    /// Stops the container unless a command or file operation is in flight;
+    /// returns whether it is stopped.
+    async fn suspend_if_idle(&self, id: &str) -> Result<bool, SandboxError>;
+    /// Starts a stopped container again: new processes, the same files.
+    async fn start(&self, id: &str) -> Result<(), SandboxError>;
+    /// Ends the container's processes and removes everything it had.
+    /// Commands running in it end with [`SandboxError::Deleted`].
+    async fn destroy(&self, id: &str) -> Result<(), SandboxError>;
+    /// Destroys the container unless a command or file operation is in
+    /// flight; returns whether it was destroyed.
+    async fn destroy_if_idle(&self, id: &str) -> Result<bool, SandboxError>;
+    /// What the backend knows about a container.
+    async fn inspect(&self, id: &str) -> Result<ContainerInfo, SandboxError>;
+    /// Every container the backend holds, running or stopped.
+    async fn list(&self) -> Result<Vec<ContainerInfo>, SandboxError>;
+    /// Memory all containers together may use: no container may have a
+    /// larger limit (`create` refuses it).
+    fn memory_ceiling(&self) -> u64;
+    /// Reads a file under `/mnt/data`; never follows a link out of it. A
+    /// stopped container is not started.
+    async fn read_file(&self, id: &str, path: &str) -> Result<Vec<u8>, SandboxError>;
+    /// Opens a file under `/mnt/data` for streaming; never follows a link
+    /// out of it. A stopped container is not started. A file larger than the
+    /// container's disk quota (a sparse file) is refused.
+    async fn open_file(&self, id: &str, path: &str) -> Result<std::fs::File, SandboxError>;
+    /// Writes (creates or replaces) a file under `/mnt/data`, owned by the sandbox user.
+    async fn write_file(&self, id: &str, path: &str, contents: &[u8]) -> Result<(), SandboxError>;
+    /// As `write_file`, copying from an open file (large uploads are
+    /// spooled to disk first, never held in memory); returns the bytes written.
+    async fn write_file_from(
+        &self,
+        id: &str,
+        path: &str,
+        source: std::fs::File,
+    ) -> Result<u64, SandboxError>;
+    /// Removes a file under `/mnt/data`.
+    async fn delete_file(&self, id: &str, path: &str) -> Result<(), SandboxError>;
+    /// Every regular file under `/mnt/data` (bounded; see [`FileListing`]).
+    /// A stopped container is not started.
+    async fn list_files(&self, id: &str) -> Result<FileListing, SandboxError>;
+    /// Waits for background teardowns of destroyed containers to finish.
+    async fn settle(&self);
+    /// The masker of a container's secrets (values held, or known by their
+    /// digests), for bytes of it that reach a client other than through
+    /// commands (file downloads, promote); `None`: nothing to mask.
+    fn masker(&self, _id: &str) -> Option<Arc<shellgate_egress::secrets::Masker>> {
+        None
+    }
+    /// Gives a container the values of its secrets again (after a
+    /// restart of the server: until then its network is off). Every secret
+    /// of the container, each value matching its verifier; a running
+    /// container is stopped (its next command starts it with its network).
+    async fn supply_secrets(
+        &self,
+        _id: &str,
+        _secrets: Vec<shellgate_egress::secrets::DomainSecret>,
+    ) -> Result<(), SandboxError> {
+        Err(SandboxError::InvalidRequest {
+            param: "domain_secrets",
+            message: "this sandbox backend cannot take secrets again".into(),
+        })
+    }
+    /// Whether `secrets` (domain, name, value) are exactly the container's,
+    /// each with the value it was made with (held, or by its verifier).
+    fn secrets_match(
+        &self,
+        _id: &str,
+        secrets: &[shellgate_egress::secrets::DomainSecret],
+    ) -> bool {
+        secrets.is_empty()
+    }
+    /// The container's secrets, without their values.
+    fn secret_status(&self, _id: &str) -> Vec<SecretStatus> {
+        Vec::new()
+    }
+    /// Stops every running container (their files stay) and ends the
+    /// backend's background work.
+    async fn shutdown(&self);
+}
+
+/// Refuses a container memory limit above what all containers together may
+/// use (a backend's [`SandboxBackend::memory_ceiling`]).
+pub fn check_memory(memory_bytes: u64, ceiling: u64) -> Result<(), SandboxError> {
+    if memory_bytes > ceiling {
+        return Err(SandboxError::InvalidRequest {
+            param: "memory_limit",
+            message: format!(
+                "a memory limit of {} MiB is more than this host gives all sandboxes together \
+                 ({} MiB); choose a smaller memory_limit",
+                memory_bytes >> 20,
+                ceiling >> 20
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Where the sandbox's own working directory lives inside a container.
+pub const WORKDIR: &str = "/mnt/data";
+
+/// Checks a caller-chosen container id.
+pub fn validate_container_id(id: &str) -> Result<(), SandboxError> {
+    let ok = !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(SandboxError::InvalidRequest {
+            param: "id",
+            message: format!(
+                "invalid container id {id:?}: use 1 to 64 letters, digits, '_' or '-'"
+            ),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_units() {
+        assert_eq!(parse_size("1g"), Some(1 << 30));
+        assert_eq!(parse_size("512M"), Some(512 << 20));
+        assert_eq!(parse_size("64GiB"), Some(64 << 30));
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("12x"), None);
+        assert_eq!(parse_size(""), None);
+        assert_eq!(parse_size("99999999999999t"), None);
+    }
+
+    #[test]
+    fn requests_are_validated_with_the_offending_param() {
+        let mut request = RunRequest::new(vec!["true".into()]);
+        assert!(request.validate().is_ok());
+        request.timeout_ms = limits::MAX_TIMEOUT_MS + 1;
+        assert!(matches!(
+            request.validate(),
+            Err(SandboxError::InvalidRequest {
+                param: "timeout_ms",
+                ..
+            })
+        ));
+        let mut request = RunRequest::new(vec!["x".into(); limits::MAX_COMMANDS + 1]);
+        assert!(matches!(
+            request.validate(),
+            Err(SandboxError::InvalidRequest {
+                param: "commands",
+                ..
+            })
+        ));
+        request.commands = vec![];
+        assert!(request.validate().is_err());
+        let mut request = RunRequest::new(vec!["true".into()]);
+        request.max_output_length = 0;
+        assert!(matches!(
+            request.validate(),
+            Err(SandboxError::InvalidRequest {
+                param: "max_output_length",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn outcome_serializes_like_openai() {
+        let exit = serde_json::to_string(&Outcome::Exit { exit_code: 3 }).unwrap();
+        assert_eq!(exit, r#"{"type":"exit","exit_code":3}"#);
+        assert_eq!(
+            serde_json::to_string(&Outcome::Timeout).unwrap(),
+            r#"{"type":"timeout"}"#
+        );
+    }
+
+    #[test]
+    fn container_ids_are_checked() {
+        assert!(validate_container_id("cntr_abc-1").is_ok());
+        assert!(validate_container_id("").is_err());
+        assert!(validate_container_id("../etc").is_err());
+        assert!(validate_container_id(&"a".repeat(65)).is_err());
+    }
+}

@@ -1,0 +1,63 @@
+//! What the API layer is told about an image.
+
+use std::path::PathBuf;
+
+/// One entry of `shellgate image list` (and of `GET /v1/images`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ImageInfo {
+    pub name: String,
+    pub path: PathBuf,
+    #[serde(flatten)]
+    pub details: ImageDetails,
+}
+
+/// What is known of an image beyond its name, kept in `<name>/info.json`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ImageDetails {
+    /// Bytes of its files (apparent size), measured when it was installed;
+    /// `None` for `host` (the host's own `/usr`).
+    #[serde(default)]
+    pub size_bytes: Option<u64>,
+    /// Seconds since the Unix epoch when it was installed.
+    #[serde(default)]
+    pub created_at: Option<i64>,
+    /// Runtime versions, as `shellgate image verify` found them.
+    #[serde(default)]
+    pub runtimes: std::collections::BTreeMap<String, String>,
+    /// The recipe it was built from (`None`: imported).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recipe: Option<String>,
+    /// The recipe's hash (`Recipe::hash` in the engine) of that recipe when it was built: `image build`
+    /// does nothing while the recipe still hashes the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recipe_hash: Option<String>,
+    /// The recipe's snapshot.debian.org time stamp.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
+    /// The Debian archive the packages came from: the snapshot, or
+    /// deb.debian.org when the snapshot could not be reached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror: Option<String>,
+    /// Every installed Debian package and its version (the lock).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub packages: std::collections::BTreeMap<String, String>,
+    /// The wheels unpacked into it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub wheels: Vec<WheelLock>,
+    /// This build's id. A container records the revision it was made from;
+    /// when the image is built or imported again, the previous tree is
+    /// retired (kept under `retired/<revision>`) while containers still
+    /// use it, so a container keeps its image for life.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+}
+
+/// A wheel as built into an image, recorded in `info.json`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct WheelLock {
+    pub project: String,
+    pub version: String,
+    pub file: String,
+    pub sha256: String,
+    pub dest: String,
+}

@@ -1,0 +1,17 @@
+//! The sandbox's public face: the [`SandboxBackend`] trait every backend
+//! implements (the local namespace engine, `shellgate-sandbox`, today), the
+//! requests and results that cross it, [`ImageInfo`] and [`SandboxError`].
+//!
+//! The model loop and the HTTP server depend on this crate, not on the
+//! engine: nothing above the trait knows how a container is made.
+
+pub mod backend;
+pub mod error;
+pub mod image;
+
+pub use backend::{
+    CommandResult, ContainerInfo, ContainerSpec, ContainerState, Outcome, RunRequest,
+    SandboxBackend,
+};
+pub use error::SandboxError;
+pub use image::{ImageDetails, ImageInfo};
