@@ -18,8 +18,9 @@ use std::sync::{Arc, Mutex};
 
 use shellgate_wire::MemoryLimit;
 
+use crate::config::Config;
+use crate::db::Db;
 use crate::error::{ApiError, ApiResult};
-use crate::{AppState, Config};
 
 /// One project's admission state.
 #[derive(Default)]
@@ -29,6 +30,8 @@ struct Gate {
 }
 
 pub struct Admission {
+    /// Where the running containers' memory limits are read.
+    db: Db,
     max_running: u32,
     max_memory: u64,
     max_execs: u32,
@@ -53,8 +56,9 @@ fn gib(bytes: u64) -> String {
 }
 
 impl Admission {
-    pub fn new(config: &Config) -> Self {
+    pub fn new(config: &Config, db: Db) -> Self {
         Self {
+            db,
             max_running: config.max_running_containers_per_project,
             // Validated at start-up; an unparsable value cannot reach here.
             max_memory: config.max_memory_per_project_bytes().unwrap_or(u64::MAX),
@@ -86,33 +90,24 @@ impl Admission {
         }
         Ok(permit)
     }
-}
 
-impl AppState {
     /// Admits starting a container of `memory` for `project` (a create, or
     /// waking a suspended one), or refuses with a 429 naming the limit. The
     /// permit must be held until the container's row shows it running.
-    pub(crate) async fn admit_start(
-        &self,
-        project: &str,
-        memory: MemoryLimit,
-    ) -> ApiResult<StartPermit> {
-        let lock = self
-            .admission
-            .with_gate(project, |gate| Arc::clone(&gate.starting));
+    pub async fn admit_start(&self, project: &str, memory: MemoryLimit) -> ApiResult<StartPermit> {
+        let lock = self.with_gate(project, |gate| Arc::clone(&gate.starting));
         let permit = lock.lock_owned().await;
         let owner = project.to_owned();
-        let limits = self.db(move |s| s.active_memory_limits(&owner)).await?;
+        let limits = self.db.run(move |s| s.active_memory_limits(&owner)).await?;
         let running = limits.len() as u32;
-        let admission = &self.admission;
-        if running >= admission.max_running {
+        if running >= self.max_running {
             return Err(ApiError::quota(
                 "too_many_running_containers",
                 format!(
                     "Project '{project}' has {running} running containers; the limit \
                      (max_running_containers_per_project) is {}. Delete one, or let idle ones be \
                      suspended.",
-                    admission.max_running
+                    self.max_running
                 ),
             ));
         }
@@ -120,7 +115,7 @@ impl AppState {
             .iter()
             .map(|l| MemoryLimit::parse(l).unwrap_or_default().bytes())
             .sum();
-        if claimed.saturating_add(memory.bytes()) > admission.max_memory {
+        if claimed.saturating_add(memory.bytes()) > self.max_memory {
             return Err(ApiError::quota(
                 "project_memory_exceeded",
                 format!(
@@ -128,7 +123,7 @@ impl AppState {
                      all; another of {} would pass the limit (max_memory_per_project) of {}.",
                     gib(claimed),
                     memory.as_str(),
-                    gib(admission.max_memory)
+                    gib(self.max_memory)
                 ),
             ));
         }

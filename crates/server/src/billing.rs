@@ -13,7 +13,10 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::{now, AppState};
+use shellgate_sandbox_api::SandboxBackend;
+
+use crate::db::Db;
+use crate::time::now;
 
 /// What waits to be written.
 #[derive(Default)]
@@ -25,25 +28,35 @@ struct Pending {
 }
 
 /// Writes gathered in memory, flushed by at most one task at a time.
-#[derive(Default)]
 pub struct Billing {
+    /// Where they are written.
+    db: Db,
+    /// Whose maskers hide secret values in audited commands.
+    engine: Arc<dyn SandboxBackend>,
     pending: Mutex<Pending>,
     /// Whether a flush task is running.
     flushing: AtomicBool,
 }
 
 impl Billing {
+    pub fn new(db: Db, engine: Arc<dyn SandboxBackend>) -> Self {
+        Self {
+            db,
+            engine,
+            pending: Mutex::default(),
+            flushing: AtomicBool::new(false),
+        }
+    }
+
     fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
-}
 
-impl AppState {
     /// Bills `seconds` of commands to container `id` and renews its expiry,
     /// soon, in a batch.
-    pub(crate) fn bill(self: &Arc<Self>, id: &str, seconds: f64) {
+    pub fn bill(self: &Arc<Self>, id: &str, seconds: f64) {
         {
-            let mut pending = self.billing.pending();
+            let mut pending = self.pending();
             let entry = pending.activity.entry(id.to_owned()).or_insert((0, 0.0));
             entry.0 = entry.0.max(now());
             entry.1 += seconds;
@@ -53,21 +66,21 @@ impl AppState {
 
     /// Starts a flush task unless one runs; it goes on while writes arrive.
     fn flush_soon(self: &Arc<Self>) {
-        if self.billing.flushing.swap(true, Ordering::SeqCst) {
+        if self.flushing.swap(true, Ordering::SeqCst) {
             return;
         }
         let state = Arc::clone(self);
         tokio::spawn(async move {
             loop {
-                state.flush_billing().await;
-                state.billing.flushing.store(false, Ordering::SeqCst);
+                state.flush().await;
+                state.flushing.store(false, Ordering::SeqCst);
                 // Something may have arrived after the last take: go on
                 // unless another flush task already took over.
                 let more = {
-                    let pending = state.billing.pending();
+                    let pending = state.pending();
                     !pending.activity.is_empty() || !pending.commands.is_empty()
                 };
-                if !more || state.billing.flushing.swap(true, Ordering::SeqCst) {
+                if !more || state.flushing.swap(true, Ordering::SeqCst) {
                     return;
                 }
             }
@@ -76,13 +89,13 @@ impl AppState {
 
     /// Records the commands of a run in the command audit, soon, in a batch
     /// (the answer does not wait for it).
-    pub(crate) fn audit(
+    pub fn audit(
         self: &Arc<Self>,
         project: &str,
         container: &str,
         response: Option<&str>,
         commands: &[String],
-        results: &[shellgate_sandbox::CommandResult],
+        results: &[shellgate_sandbox_api::CommandResult],
     ) {
         let created_at = now();
         // A command that spells a secret's value out is kept masked.
@@ -96,7 +109,7 @@ impl AppState {
                     shellgate_wire::Outcome::Timeout => ("timeout", None),
                 };
                 shellgate_store::CommandRow {
-                    id: crate::new_id("cmd_"),
+                    id: shellgate_wire::new_id("cmd_"),
                     project: project.to_owned(),
                     container_id: container.to_owned(),
                     response_id: response.map(str::to_owned),
@@ -115,13 +128,13 @@ impl AppState {
         if rows.is_empty() {
             return;
         }
-        self.billing.pending().commands.extend(rows);
+        self.pending().commands.extend(rows);
         self.flush_soon();
     }
 
     /// Writes everything gathered so far, in one trip to the store.
-    pub(crate) async fn flush_billing(&self) {
-        let Pending { activity, commands } = std::mem::take(&mut *self.billing.pending());
+    pub async fn flush(&self) {
+        let Pending { activity, commands } = std::mem::take(&mut *self.pending());
         if activity.is_empty() && commands.is_empty() {
             return;
         }
@@ -130,7 +143,8 @@ impl AppState {
             .map(|(id, (at, seconds))| (id, at, seconds))
             .collect();
         let written = self
-            .db(move |s| {
+            .db
+            .run(move |s| {
                 // Each written whatever the other does: time is billed even
                 // if the audit cannot be written.
                 let billed = match activity.is_empty() {

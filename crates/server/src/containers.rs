@@ -22,10 +22,16 @@ use shellgate_wire::{
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::StreamExt;
 
+use crate::engine::destroy_quietly;
+use crate::engine::engine_error;
 use crate::error::{ApiError, ApiResult};
-use crate::http::{body_error, ApiJson, ApiQuery, ListParams, Project};
+use crate::files::safe_file_name;
+use crate::http::to_completion;
+use crate::http::{multipart_error, ApiJson, ApiQuery, ListParams, Project};
 use crate::spool::spool;
-use crate::{destroy_quietly, engine_error, new_id, now, to_completion, AppState};
+use crate::state::AppState;
+use crate::time::now;
+use shellgate_wire::new_id;
 
 /// Longest container name.
 const MAX_NAME: usize = 256;
@@ -155,7 +161,10 @@ pub(crate) async fn project_files(
         .collect()
 }
 
-pub(crate) fn validate_create(config: &crate::Config, body: &CreateContainer) -> ApiResult<()> {
+pub(crate) fn validate_create(
+    config: &crate::config::Config,
+    body: &CreateContainer,
+) -> ApiResult<()> {
     if body.name.trim().is_empty() || body.name.chars().count() > MAX_NAME {
         return Err(ApiError::invalid(
             "name",
@@ -255,7 +264,7 @@ pub(crate) async fn create_container(
     };
     // Impossible on this host (400) before over this project's quota (429).
     shellgate_sandbox::backend::check_memory(memory.bytes(), state.engine.memory_ceiling())?;
-    let permit = state.admit_start(&project.0, memory).await?;
+    let permit = state.admission.admit_start(&project.0, memory).await?;
     // Run to completion whether or not the client stays: a create either
     // finishes (the container is listed) or cleans up after itself.
     let worker = Arc::clone(state);
@@ -381,7 +390,7 @@ pub async fn delete(
 pub(crate) async fn remove_container(state: &Arc<AppState>, id: &str) -> ApiResult<()> {
     state.forget_owner(id);
     destroy_quietly(state.engine.as_ref(), id).await;
-    state.flush_billing().await;
+    state.billing.flush().await;
     let key = id.to_owned();
     state.db(move |s| s.delete_container(&key)).await
 }
@@ -408,7 +417,7 @@ async fn begin_activity(state: &AppState, row: &ContainerRow) -> ApiResult<()> {
     let id = row.id.clone();
     if !row.session_open {
         let memory = MemoryLimit::parse(&row.memory_limit).unwrap_or_default();
-        let _permit = state.admit_start(&row.project, memory).await?;
+        let _permit = state.admission.admit_start(&row.project, memory).await?;
         state.db(move |s| s.open_session(&id)).await?;
         return Ok(());
     }
@@ -489,7 +498,7 @@ impl Drop for BillOnDrop {
     fn drop(&mut self) {
         let seconds = self.started.elapsed().as_secs_f64();
         self.state.metrics.exec(self.commands, seconds, self.ok);
-        self.state.bill(&self.id, seconds);
+        self.state.billing.bill(&self.id, seconds);
     }
 }
 
@@ -514,7 +523,7 @@ pub async fn exec(
             let result = state.engine.run(&id, request).await;
             billing.ok = result.is_ok();
             if let Ok(results) = &result {
-                state.audit(&project, &id, None, &lines, results);
+                state.billing.audit(&project, &id, None, &lines, results);
             }
             result.map_err(|e| engine_error(&id, e))
         })
@@ -556,7 +565,7 @@ pub async fn exec(
         billing.ok = result.is_ok();
         drop(billing);
         if let Ok(results) = &result {
-            state.audit(&project.0, &id, None, &lines, results);
+            state.billing.audit(&project.0, &id, None, &lines, results);
         }
         let event = match result {
             Ok(results) => {
@@ -581,7 +590,7 @@ pub async fn exec(
     });
     let stream = UnboundedReceiverStream::new(event_rx).map(Ok::<_, Infallible>);
     Ok(Sse::new(stream)
-        .keep_alive(crate::sse_keep_alive())
+        .keep_alive(crate::http::sse_keep_alive())
         .into_response())
 }
 
@@ -631,7 +640,7 @@ pub async fn commands(
     owned(&state, &project, &id).await?;
     let page = params.page()?;
     // Commands that ended wait in a batch: the listing shows them all.
-    state.flush_billing().await;
+    state.billing.flush().await;
     let key = id.clone();
     let (rows, has_more) = state.db(move |s| s.list_commands(&key, &page)).await?;
     let data = rows
@@ -686,15 +695,6 @@ fn open_blob(state: &AppState, file_id: &str) -> ApiResult<std::fs::File> {
         std::io::ErrorKind::NotFound => ApiError::not_found("file", file_id),
         _ => ApiError::internal(format!("read file {file_id}: {e}")),
     })
-}
-
-/// A file name safe to place in `/mnt/data`: its last path component.
-pub fn safe_file_name(name: &str) -> String {
-    let base = name.rsplit(['/', '\\']).next().unwrap_or("").trim();
-    match base {
-        "" | "." | ".." => "upload".to_owned(),
-        other => other.chars().filter(|c| *c != '\0').take(255).collect(),
-    }
 }
 
 /// What a listing had to leave out, said in the list (never silently).
@@ -845,18 +845,6 @@ pub async fn upload_file(
         Ok(Json(container_file_object(&row)))
     })
     .await
-}
-
-pub fn multipart_error(error: axum::extract::multipart::MultipartError) -> ApiError {
-    if error.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
-        ApiError::too_large("The upload is larger than allowed.")
-    } else {
-        let text = error.body_text();
-        match body_error(text.clone()) {
-            timeout if timeout.status == axum::http::StatusCode::REQUEST_TIMEOUT => timeout,
-            _ => ApiError::bad_request(format!("Invalid multipart body: {text}")),
-        }
-    }
 }
 
 pub async fn list_files(

@@ -1,8 +1,9 @@
 //! The server's side of the egress proxy: the operator's settings, a
 //! request's `network_policy` turned into a container's network (checked
 //! against the organization allowlist, secrets given placeholders), the
-//! egress log (written in batches on blocking threads, read at
-//! `GET /v1/containers/{id}/egress`) and its counts in `/metrics`.
+//! egress log (written in batches on blocking threads; read at
+//! `GET /v1/containers/{id}/egress`, see `container_egress`) and its counts
+//! in `/metrics`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -10,21 +11,19 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::extract::{Path, State};
-use axum::Json;
 use shellgate_egress::policy::{Allowlist, Exceptions, MAX_PATTERNS};
 use shellgate_egress::proxy::{Attempt, LookupLimits, Settings};
 use shellgate_egress::resolve::Resolver;
 use shellgate_egress::secrets::{self, SecretValue};
-use shellgate_sandbox::backend::NetworkSpec;
+use shellgate_sandbox_api::backend::NetworkSpec;
+use shellgate_sandbox_api::SandboxBackend;
 use shellgate_store::EgressRow;
-use shellgate_wire::{List, NetworkPolicy};
+use shellgate_wire::{new_id, NetworkPolicy};
 use tokio::sync::mpsc;
 
 use crate::config::{comma_list, Config};
-use crate::error::{ApiError, ApiResult};
-use crate::http::{ApiQuery, ListParams, Project};
-use crate::{new_id, AppState, ServeError};
+use crate::db::Db;
+use crate::error::{ApiError, ApiResult, ServeError};
 
 /// Records queued for the log (DNS lookups may use half of it; see
 /// [`shellgate_egress::proxy::AttemptSink`]).
@@ -203,60 +202,6 @@ pub fn network_spec(
         // Made by the engine when it creates the container.
         verifiers: Vec::new(),
     })
-}
-
-/// `POST /v1/containers/{id}/secrets` (our extension): the body.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SupplySecrets {
-    pub domain_secrets: Vec<shellgate_wire::DomainSecret>,
-}
-
-/// `POST /v1/containers/{id}/secrets` (our extension): gives a container
-/// whose server restarted the values of its secrets again (every one of
-/// them, each the value it was made with, checked against its salted
-/// digest). Until then its network is off; after it, its next command
-/// starts it with its network (a running container is stopped first: its
-/// processes end, its files stay). Answers the container object.
-pub async fn supply(
-    State(state): State<Arc<AppState>>,
-    project: Project,
-    Path(id): Path<String>,
-    crate::http::ApiJson(body): crate::http::ApiJson<SupplySecrets>,
-) -> ApiResult<Json<shellgate_wire::Container>> {
-    let row = crate::containers::owned(&state, &project, &id).await?;
-    let mut supplied = Vec::with_capacity(body.domain_secrets.len());
-    for secret in &body.domain_secrets {
-        secrets::check_secret(&secret.name, &secret.value)
-            .map_err(|e| ApiError::invalid("domain_secrets", e.to_string()))?;
-        supplied.push(secrets::DomainSecret {
-            domain: shellgate_egress::policy::normalize(&secret.domain),
-            name: secret.name.clone(),
-            placeholder: String::new(),
-            value: Some(SecretValue::new(secret.value.as_str())),
-            ..Default::default()
-        });
-    }
-    crate::to_completion(async move {
-        state
-            .engine
-            .supply_secrets(&id, supplied)
-            .await
-            .map_err(|e| crate::engine_error(&id, e))?;
-        if row.session_open {
-            let key = id.clone();
-            state
-                .db(move |s| s.close_session(&key, "suspended"))
-                .await?;
-        }
-        let (owner, key) = (project.0.clone(), id.clone());
-        let row = state
-            .db(move |s| s.container(&owner, &key))
-            .await?
-            .ok_or_else(|| ApiError::not_found("container", &id))?;
-        Ok(Json(crate::containers::shown_container(&state, &row)))
-    })
-    .await
 }
 
 /// What replaces a secret's value wherever a request is echoed or stored.
@@ -457,18 +402,23 @@ fn passthrough_domains(
 /// applied by the proxy before queueing, so a flood of cheap events cannot
 /// crowd out a connection's record; connection records are never
 /// budgeted (a connection's slot is held until its record is queued).
-pub(crate) fn spawn_log_writer(state: Arc<AppState>, mut attempts: mpsc::Receiver<Attempt>) {
+pub(crate) fn spawn_log_writer(
+    db: Db,
+    engine: Arc<dyn SandboxBackend>,
+    counts: Arc<EgressCounts>,
+    mut attempts: mpsc::Receiver<Attempt>,
+) {
     tokio::spawn(async move {
         let mut batch = Vec::with_capacity(256);
         while attempts.recv_many(&mut batch, 512).await > 0 {
             let rows: Vec<EgressRow> = batch
                 .drain(..)
                 .map(|attempt| {
-                    state.egress_counts.count(&attempt);
+                    counts.count(&attempt);
                     let mut row = row_of(attempt);
                     // A name a container asked for may hold a value it
                     // assembled (`$(...).example`): the log keeps it masked.
-                    if let Some(masker) = state.engine.masker(&row.container_id) {
+                    if let Some(masker) = engine.masker(&row.container_id) {
                         for text in [&mut row.requested_name, &mut row.server_name]
                             .into_iter()
                             .flatten()
@@ -480,7 +430,7 @@ pub(crate) fn spawn_log_writer(state: Arc<AppState>, mut attempts: mpsc::Receive
                     row
                 })
                 .collect();
-            if let Err(e) = state.db(move |s| s.record_egress(&rows)).await {
+            if let Err(e) = db.run(move |s| s.record_egress(&rows)).await {
                 tracing::error!("could not write the egress log: {}", e.message);
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
@@ -491,16 +441,15 @@ pub(crate) fn spawn_log_writer(state: Arc<AppState>, mut attempts: mpsc::Receive
 /// Deletes egress rows older than `egress_log_retention_secs` (0: kept
 /// forever), whatever their container, in bounded batches on the store's
 /// blocking threads; returns how many went.
-pub(crate) async fn sweep_old_rows(state: &Arc<AppState>, now: i64) -> Result<usize, ApiError> {
-    let retention = state.config.egress_log_retention_secs;
+pub(crate) async fn sweep_old_rows(db: &Db, retention: u64, now: i64) -> Result<usize, ApiError> {
     if retention == 0 {
         return Ok(0);
     }
     let cutoff = now.saturating_sub(i64::try_from(retention).unwrap_or(i64::MAX));
     let mut deleted = 0;
     for _ in 0..RETENTION_BATCHES_PER_SWEEP {
-        let batch = state
-            .db(move |s| s.delete_egress_before(cutoff, RETENTION_BATCH))
+        let batch = db
+            .run(move |s| s.delete_egress_before(cutoff, RETENTION_BATCH))
             .await?;
         deleted += batch;
         if batch < RETENTION_BATCH {
@@ -626,89 +575,6 @@ impl EgressCounts {
         let _ = writeln!(out, "shellgate_egress_log_dropped_total {queue_dropped}");
         out
     }
-}
-
-/// One row of a container's egress log, as `GET /v1/containers/{id}/egress`
-/// shows it.
-#[derive(Debug, serde::Serialize)]
-pub struct EgressEntry {
-    pub id: String,
-    /// `container.egress`.
-    pub object: &'static str,
-    pub container_id: String,
-    pub created_at: i64,
-    /// `dns`, `http`, `https`, `connect` or `secret`.
-    pub kind: String,
-    pub requested_name: Option<String>,
-    pub server_name: Option<String>,
-    pub address: Option<String>,
-    pub port: u16,
-    /// `allowed`, `denied`, `notice`, or `aggregated` (a row standing for
-    /// `aggregated` events that have none of their own).
-    pub verdict: String,
-    pub reason: String,
-    pub bytes_out: u64,
-    pub bytes_in: u64,
-    pub duration_ms: u64,
-    #[serde(skip_serializing_if = "is_zero")]
-    pub aggregated: u64,
-}
-
-fn is_zero(count: &u64) -> bool {
-    *count == 0
-}
-
-/// A page of the egress log, with the container's count of events that
-/// have no row of their own.
-#[derive(Debug, serde::Serialize)]
-pub struct EgressPage {
-    #[serde(flatten)]
-    pub list: List<EgressEntry>,
-    /// Events of this container (DNS lookups past its log budget or over
-    /// its rate limit, connections reset unread over its limit of
-    /// connections) counted in aggregate rows instead of a row each, since
-    /// it was created (our extension).
-    pub dropped: u64,
-}
-
-/// `GET /v1/containers/{id}/egress`: the container's egress log, paged like
-/// every list (our extension).
-pub async fn list(
-    State(state): State<Arc<AppState>>,
-    project: Project,
-    Path(id): Path<String>,
-    ApiQuery(params): ApiQuery<ListParams>,
-) -> ApiResult<Json<EgressPage>> {
-    crate::containers::owned(&state, &project, &id).await?;
-    let page = params.page()?;
-    let key = id.clone();
-    let ((rows, has_more), dropped) = state
-        .db(move |s| Ok((s.list_egress(&key, &page)?, s.egress_unlogged(&key)?)))
-        .await?;
-    let data = rows
-        .into_iter()
-        .map(|row| EgressEntry {
-            id: row.id,
-            object: "container.egress",
-            container_id: row.container_id,
-            created_at: row.created_at,
-            kind: row.kind,
-            requested_name: row.requested_name,
-            server_name: row.server_name,
-            address: row.address,
-            port: row.port,
-            verdict: row.verdict,
-            reason: row.reason,
-            bytes_out: row.bytes_out,
-            bytes_in: row.bytes_in,
-            duration_ms: row.duration_ms,
-            aggregated: row.aggregated,
-        })
-        .collect();
-    Ok(Json(EgressPage {
-        list: List::page(data, has_more, |entry: &EgressEntry| entry.id.clone()),
-        dropped,
-    }))
 }
 
 #[cfg(test)]

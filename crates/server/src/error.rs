@@ -185,3 +185,12 @@ impl From<SandboxError> for ApiError {
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;
+
+/// Errors starting the server.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("{0}")]
+    Setup(String),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}

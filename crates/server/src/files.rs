@@ -12,11 +12,13 @@ use shellgate_egress::secrets::Masker;
 use shellgate_store::FileRow;
 use shellgate_wire::{Deleted, FileObject, List, FILE_PURPOSES};
 
-use crate::containers::{multipart_error, safe_file_name};
 use crate::error::{ApiError, ApiResult};
+use crate::http::multipart_error;
 use crate::http::{ApiQuery, ListParams, Project};
 use crate::spool::{spool, Spooled};
-use crate::{new_id, now, AppState};
+use crate::state::AppState;
+use crate::time::now;
+use shellgate_wire::new_id;
 
 pub(crate) fn file_object(row: &FileRow) -> FileObject {
     FileObject {
@@ -287,5 +289,14 @@ pub(crate) fn copy_masked(
         if n == 0 {
             return Ok(Some(written));
         }
+    }
+}
+
+/// A file name safe to place in `/mnt/data`: its last path component.
+pub fn safe_file_name(name: &str) -> String {
+    let base = name.rsplit(['/', '\\']).next().unwrap_or("").trim();
+    match base {
+        "" | "." | ".." => "upload".to_owned(),
+        other => other.chars().filter(|c| *c != '\0').take(255).collect(),
     }
 }

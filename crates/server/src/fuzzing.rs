@@ -14,7 +14,8 @@ use shellgate_sandbox::backend::{
 use shellgate_sandbox::SandboxError;
 use shellgate_store::Store;
 
-use crate::{AppState, Config};
+use crate::config::Config;
+use crate::state::AppState;
 
 /// The API key the fuzzing state accepts (project `fuzz`).
 pub const KEY: &str = "sg-fuzz";
@@ -97,7 +98,7 @@ impl SandboxBackend for NoContainers {
 }
 
 /// A server state on an in-memory store, with [`KEY`] for project `fuzz`.
-pub fn state() -> Result<Arc<AppState>, crate::ServeError> {
+pub fn state() -> Result<Arc<AppState>, crate::error::ServeError> {
     let config = Config {
         data_dir: std::env::temp_dir().join("shellgate-fuzzing"),
         // A create that passes validation is refused by the quota (429)
@@ -105,15 +106,20 @@ pub fn state() -> Result<Arc<AppState>, crate::ServeError> {
         max_running_containers_per_project: 0,
         ..Config::default()
     };
-    let store = Store::in_memory().map_err(|e| crate::ServeError::Setup(e.to_string()))?;
+    let store = Store::in_memory().map_err(|e| crate::error::ServeError::Setup(e.to_string()))?;
     store
         .add_key(KEY, "fuzz", 0)
-        .map_err(|e| crate::ServeError::Setup(e.to_string()))?;
+        .map_err(|e| crate::error::ServeError::Setup(e.to_string()))?;
+    let store = crate::db::Db::new(store);
+    let engine: Arc<dyn SandboxBackend> = Arc::new(NoContainers);
     Ok(Arc::new(AppState {
-        limiter: crate::http::RateLimiter::new(0),
+        limiter: crate::auth::RateLimiter::new(0),
         keys: Default::default(),
-        admission: crate::admission::Admission::new(&config),
-        billing: Default::default(),
+        admission: crate::admission::Admission::new(&config, store.clone()),
+        billing: Arc::new(crate::billing::Billing::new(
+            store.clone(),
+            Arc::clone(&engine),
+        )),
         owners: Default::default(),
         upstreams: Default::default(),
         guardrails: Default::default(),
@@ -121,8 +127,8 @@ pub fn state() -> Result<Arc<AppState>, crate::ServeError> {
         files_dir: config.data_dir.join("files"),
         skills_dir: config.data_dir.join("skills"),
         config,
-        engine: Arc::new(NoContainers),
-        store: Arc::new(store),
+        engine,
+        store,
         metrics: Default::default(),
         sync_locks: Default::default(),
         egress: None,
@@ -133,7 +139,7 @@ pub fn state() -> Result<Arc<AppState>, crate::ServeError> {
 }
 
 /// The real router over [`state`].
-pub fn router() -> Result<Router, crate::ServeError> {
+pub fn router() -> Result<Router, crate::error::ServeError> {
     Ok(crate::router(state()?))
 }
 

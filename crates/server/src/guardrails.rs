@@ -271,7 +271,7 @@ pub type Guarded = (Vec<Value>, Option<String>, shellgate_model::tools::Tools);
 /// request, on a blocking thread: folding and matching a request of
 /// megabytes is CPU work, kept off the async workers.
 pub async fn guard_request(
-    state: &Arc<crate::AppState>,
+    state: &Arc<crate::state::AppState>,
     project: &str,
     mut items: Vec<Value>,
     mut instructions: Option<String>,

@@ -24,7 +24,7 @@ use shellgate_wire::CreateContainer;
 
 use crate::containers::{create_container, prepare_exec, BillOnDrop};
 use crate::error::{ApiError, ApiResult};
-use crate::AppState;
+use crate::state::AppState;
 
 /// How many trailing characters of a `session_id` name its container.
 pub const SESSION_ID_CHARS: usize = 20;
@@ -419,7 +419,7 @@ impl Sandbox for HostedShell {
         billing.ok = result.is_ok();
         self.add(started.elapsed().as_secs_f64(), woke);
         if let Ok(results) = &result {
-            state.audit(
+            state.billing.audit(
                 &self.project,
                 container,
                 Some(&self.request),
@@ -427,7 +427,7 @@ impl Sandbox for HostedShell {
                 results,
             );
         }
-        result.map_err(|e| host_error(crate::engine_error(container, e)))
+        result.map_err(|e| host_error(crate::engine::engine_error(container, e)))
     }
 }
 

@@ -2,9 +2,7 @@
 //! envelope: the caller's project (Bearer key or `x-api-key`), JSON bodies
 //! and queries.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::sync::Arc;
 
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts, Query, Request};
@@ -13,7 +11,7 @@ use axum::http::{header, StatusCode};
 use serde::de::DeserializeOwned;
 
 use crate::error::ApiError;
-use crate::AppState;
+use crate::state::AppState;
 
 /// The project of the API key that signed the request.
 #[derive(Debug, Clone)]
@@ -185,62 +183,35 @@ impl ListParams {
     }
 }
 
-/// Keys already seen, by hash, and their projects: a key is never changed or
-/// removed once made, so a hit needs no trip to the store. Only keys that
-/// exist are remembered (a wrong key always asks the store), and the cache
-/// is bounded.
-#[derive(Debug, Default)]
-pub struct KeyCache(Mutex<HashMap<String, String>>);
-
-/// Most keys remembered.
-const KEY_CACHE_ENTRIES: usize = 10_000;
-
-impl KeyCache {
-    pub fn get(&self, key: &str) -> Option<String> {
-        let hash = shellgate_store::hash_key(key);
-        let keys = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        keys.get(&hash).cloned()
-    }
-
-    pub fn insert(&self, key: &str, project: &str) {
-        let mut keys = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if keys.len() >= KEY_CACHE_ENTRIES {
-            keys.clear();
-        }
-        keys.insert(shellgate_store::hash_key(key), project.to_owned());
-    }
+/// Comment lines sent on quiet event streams: they keep proxies from timing
+/// the stream out, and a write is how a client that left is noticed (a
+/// foreground response is then cancelled, its commands killed).
+pub(crate) fn sse_keep_alive() -> axum::response::sse::KeepAlive {
+    axum::response::sse::KeepAlive::new().interval(std::time::Duration::from_secs(1))
 }
 
-/// A fixed-window limit of requests per project and minute.
-#[derive(Debug)]
-pub struct RateLimiter {
-    per_minute: u32,
-    windows: Mutex<HashMap<String, (Instant, u32)>>,
+/// Runs a request's work to completion even if its client hangs up: the
+/// handler's future is dropped on a disconnect, a spawned task is not. So a
+/// command is still killed at its timeout and billed, and a create either
+/// finishes or cleans up after itself; nothing is left half-made.
+pub(crate) async fn to_completion<T: Send + 'static>(
+    work: impl std::future::Future<Output = crate::error::ApiResult<T>> + Send + 'static,
+) -> crate::error::ApiResult<T> {
+    tokio::spawn(work)
+        .await
+        .map_err(|e| ApiError::internal(format!("request worker failed: {e}")))?
 }
 
-impl RateLimiter {
-    pub fn new(per_minute: u32) -> Self {
-        Self {
-            per_minute,
-            windows: Mutex::new(HashMap::new()),
+/// A multipart body that could not be read: too large (413), too slow
+/// (408, as [`body_error`]) or malformed (400).
+pub fn multipart_error(error: axum::extract::multipart::MultipartError) -> ApiError {
+    if error.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::too_large("The upload is larger than allowed.")
+    } else {
+        let text = error.body_text();
+        match body_error(text.clone()) {
+            timeout if timeout.status == axum::http::StatusCode::REQUEST_TIMEOUT => timeout,
+            _ => ApiError::bad_request(format!("Invalid multipart body: {text}")),
         }
-    }
-
-    pub fn check(&self, project: &str) -> Result<(), ApiError> {
-        if self.per_minute == 0 {
-            return Ok(());
-        }
-        let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
-        let now = Instant::now();
-        let entry = windows.entry(project.to_owned()).or_insert((now, 0));
-        let elapsed = now.duration_since(entry.0).as_secs();
-        if elapsed >= 60 {
-            *entry = (now, 0);
-        }
-        if entry.1 >= self.per_minute {
-            return Err(ApiError::rate_limited(60u64.saturating_sub(elapsed).max(1)));
-        }
-        entry.1 += 1;
-        Ok(())
     }
 }

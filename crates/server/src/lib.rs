@@ -6,10 +6,14 @@
 //! every row and container belongs to one project, and a foreign id is a 404.
 
 mod admission;
+mod auth;
 mod billing;
 pub mod config;
+mod container_egress;
 mod containers;
+mod db;
 pub mod egress;
+mod engine;
 pub mod error;
 mod files;
 pub mod fuzzing;
@@ -25,129 +29,32 @@ pub(crate) mod ops;
 mod responses;
 mod skills;
 mod spool;
+mod state;
+mod time;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::Router;
 use shellgate_sandbox::{EngineConfig, LocalEngine, SandboxBackend};
-use shellgate_store::{Store, StoreError};
+use shellgate_store::Store;
 
 use admission::Admission;
+use auth::{KeyCache, RateLimiter};
+use billing::Billing;
 pub use config::Config;
-use error::{ApiError, ApiResult};
-use http::RateLimiter;
+use db::Db;
+pub use error::ServeError;
 use metrics::Metrics;
-
-/// Everything a handler needs.
-pub struct AppState {
-    pub config: Config,
-    /// The sandbox backend, only through its trait: another backend
-    /// (microVMs, Kubernetes) plugs in here without touching the API layer.
-    pub engine: Arc<dyn SandboxBackend>,
-    store: Arc<Store>,
-    /// Where Files API blobs live.
-    pub files_dir: PathBuf,
-    /// Where skill versions' bundles live (normalized zips).
-    pub skills_dir: PathBuf,
-    metrics: Metrics,
-    limiter: RateLimiter,
-    keys: http::KeyCache,
-    admission: Admission,
-    billing: billing::Billing,
-    /// Which project owns a container, for containers already looked up
-    /// (ownership never changes).
-    owners: Mutex<HashMap<String, String>>,
-    /// Upstream models by name.
-    upstreams: shellgate_model::upstream::Router,
-    /// Prompt-injection rules, per project.
-    guardrails: guardrails::Guardrails,
-    /// Background responses still running, to cancel them.
-    running: responses::Running,
-    /// One file sync at a time per container (see `containers::sync_files`).
-    sync_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    /// The egress proxy's settings (`None`: egress is off).
-    egress: Option<Arc<shellgate_egress::proxy::Settings>>,
-    egress_counts: egress::EgressCounts,
-    /// The default image's background build, if one was started.
-    pub default_image_build: image_build::SharedBuildStatus,
-    /// Whether the log already said that the default image is missing.
-    default_image_missing_said: std::sync::atomic::AtomicBool,
-}
-
-/// Seconds since the Unix epoch.
-pub fn now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
-}
-
-/// A random id: `prefix` and 32 hex digits from the kernel's CSPRNG.
-pub use shellgate_wire::new_id;
+pub use state::AppState;
+pub use time::now;
 
 /// A new API key (printed once by `shellgate keys create`; stored hashed).
 pub fn new_api_key() -> String {
-    new_id("sg-")
-}
-
-impl AppState {
-    /// Runs store work on a blocking thread: SQLite never runs on (and so
-    /// never stalls) the async workers that serve every other request.
-    pub(crate) async fn db<T: Send + 'static>(
-        &self,
-        work: impl FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
-    ) -> ApiResult<T> {
-        let store = Arc::clone(&self.store);
-        tokio::task::spawn_blocking(move || work(&store))
-            .await
-            .map_err(|e| ApiError::internal(format!("store worker failed: {e}")))?
-            .map_err(ApiError::from)
-    }
-
-    fn owners(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
-        self.owners.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The project a container was seen to belong to, if it was.
-    pub(crate) fn owner_of(&self, container: &str) -> Option<String> {
-        self.owners().get(container).cloned()
-    }
-
-    pub(crate) fn remember_owner(&self, container: &str, project: &str) {
-        let mut owners = self.owners();
-        if owners.len() >= 100_000 {
-            owners.clear();
-        }
-        owners.insert(container.to_owned(), project.to_owned());
-    }
-
-    pub(crate) fn forget_owner(&self, container: &str) {
-        self.owners().remove(container);
-    }
-
-    /// The lock that serialises file syncs of one container.
-    fn sync_lock(&self, container: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut locks = self.sync_locks.lock().unwrap_or_else(|p| p.into_inner());
-        // Locks of containers nobody syncs are dropped as the map grows.
-        if locks.len() > 1024 {
-            locks.retain(|_, lock| Arc::strong_count(lock) > 1);
-        }
-        Arc::clone(locks.entry(container.to_owned()).or_default())
-    }
-}
-
-/// Errors starting the server.
-#[derive(Debug, thiserror::Error)]
-pub enum ServeError {
-    #[error("{0}")]
-    Setup(String),
-    #[error(transparent)]
-    Io(#[from] std::io::Error),
+    shellgate_wire::new_id("sg-")
 }
 
 /// Opens the store and the engine, reconciles them after a crash and seeds
@@ -248,11 +155,12 @@ pub async fn open(config: Config, helper_binary: PathBuf) -> Result<Arc<AppState
             file.display()
         );
     }
+    let store = Db::new(store);
     let state = Arc::new(AppState {
         limiter: RateLimiter::new(config.rate_limit_per_minute),
-        keys: http::KeyCache::default(),
-        admission: Admission::new(&config),
-        billing: Default::default(),
+        keys: KeyCache::default(),
+        admission: Admission::new(&config, store.clone()),
+        billing: Arc::new(Billing::new(store.clone(), Arc::clone(&engine))),
         owners: Mutex::new(HashMap::new()),
         upstreams: upstream_router(&config)?,
         guardrails: guardrails::Guardrails::from_config(&config)
@@ -260,7 +168,7 @@ pub async fn open(config: Config, helper_binary: PathBuf) -> Result<Arc<AppState
         running: Default::default(),
         config,
         engine,
-        store: Arc::new(store),
+        store: store.clone(),
         files_dir,
         skills_dir,
         metrics: Metrics::default(),
@@ -271,7 +179,12 @@ pub async fn open(config: Config, helper_binary: PathBuf) -> Result<Arc<AppState
         default_image_build,
     });
     if let Some(log) = egress_log {
-        egress::spawn_log_writer(Arc::clone(&state), log);
+        egress::spawn_log_writer(
+            store,
+            Arc::clone(&state.engine),
+            Arc::clone(&state.egress_counts),
+            log,
+        );
     }
     lifecycle::recover(&state)
         .await
@@ -339,8 +252,14 @@ pub fn router(state: Arc<AppState>) -> Router {
             "/containers/{container_id}/commands",
             get(containers::commands),
         )
-        .route("/containers/{container_id}/egress", get(egress::list))
-        .route("/containers/{container_id}/secrets", post(egress::supply))
+        .route(
+            "/containers/{container_id}/egress",
+            get(container_egress::list),
+        )
+        .route(
+            "/containers/{container_id}/secrets",
+            post(container_egress::supply),
+        )
         .route("/images", get(containers::images))
         .route(
             "/skills",
@@ -434,7 +353,7 @@ pub async fn serve(state: Arc<AppState>) -> Result<(), ServeError> {
     )
     .await?;
     sweeper.abort();
-    state.flush_billing().await;
+    state.billing.flush().await;
     tracing::info!("shutting down: stopping containers");
     lifecycle::suspend_all(&state).await;
     state.engine.shutdown().await;
@@ -450,40 +369,5 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {},
         _ = terminate.recv() => {},
-    }
-}
-
-/// Maps a missing container in the engine to a 404 for the API's id.
-fn engine_error(id: &str, error: shellgate_sandbox::SandboxError) -> ApiError {
-    match error {
-        shellgate_sandbox::SandboxError::NotFound(_) => ApiError::not_found("container", id),
-        other => other.into(),
-    }
-}
-
-/// Comment lines sent on quiet event streams: they keep proxies from timing
-/// the stream out, and a write is how a client that left is noticed (a
-/// foreground response is then cancelled, its commands killed).
-pub(crate) fn sse_keep_alive() -> axum::response::sse::KeepAlive {
-    axum::response::sse::KeepAlive::new().interval(std::time::Duration::from_secs(1))
-}
-
-/// Runs a request's work to completion even if its client hangs up: the
-/// handler's future is dropped on a disconnect, a spawned task is not. So a
-/// command is still killed at its timeout and billed, and a create either
-/// finishes or cleans up after itself; nothing is left half-made.
-pub(crate) async fn to_completion<T: Send + 'static>(
-    work: impl std::future::Future<Output = ApiResult<T>> + Send + 'static,
-) -> ApiResult<T> {
-    tokio::spawn(work)
-        .await
-        .map_err(|e| ApiError::internal(format!("request worker failed: {e}")))?
-}
-
-/// Ensures the engine has no container the store does not know.
-async fn destroy_quietly(engine: &dyn SandboxBackend, id: &str) {
-    match engine.destroy(id).await {
-        Ok(()) | Err(shellgate_sandbox::SandboxError::NotFound(_)) => {}
-        Err(e) => tracing::warn!(container = %id, "could not destroy: {e}"),
     }
 }

@@ -24,8 +24,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::engine::destroy_quietly;
 use crate::error::ApiError;
-use crate::{destroy_quietly, now, AppState};
+use crate::state::AppState;
+use crate::time::now;
 
 /// Reconciles the store with the engine after a (possibly unclean) stop.
 pub async fn recover(state: &Arc<AppState>) -> Result<(), ApiError> {
@@ -61,7 +63,7 @@ pub async fn recover(state: &Arc<AppState>) -> Result<(), ApiError> {
 /// One pass of expiry, suspension, retention and file expiry.
 pub async fn sweep(state: &Arc<AppState>) -> Result<(), ApiError> {
     // Sessions may end below: their command time is written first.
-    state.flush_billing().await;
+    state.billing.flush().await;
     let now = now();
     let idle_limit = state.config.idle_suspend_after_secs as i64;
     let retention = state.config.retention_days as i64 * 86_400;
@@ -104,7 +106,9 @@ pub async fn sweep(state: &Arc<AppState>) -> Result<(), ApiError> {
         tracing::info!(file = %file.id, "file expired");
         crate::files::remove(state, &file.project, &file.id).await?;
     }
-    let old_egress = crate::egress::sweep_old_rows(state, now).await?;
+    let old_egress =
+        crate::egress::sweep_old_rows(&state.store, state.config.egress_log_retention_secs, now)
+            .await?;
     if old_egress > 0 {
         tracing::info!(rows = old_egress, "old egress log rows deleted");
     }
@@ -124,7 +128,7 @@ pub async fn sweep_forever(state: Arc<AppState>) {
 
 /// Closes every open session (the processes are about to end).
 pub async fn suspend_all(state: &Arc<AppState>) {
-    state.flush_billing().await;
+    state.billing.flush().await;
     let Ok(rows) = state.db(|s| s.all_containers()).await else {
         return;
     };

@@ -32,7 +32,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{Notify, Semaphore};
 use tokio::time::{Instant, Sleep};
 
-use crate::Config;
+use crate::config::Config;
 
 /// The slowest average rate a request body may arrive at once its first
 /// `body_read_timeout_secs` have passed.

@@ -43,7 +43,8 @@ use tokio_stream::StreamExt;
 use crate::error::ApiError;
 use crate::hosted::HostedShell;
 use crate::http::{ApiJson, Project};
-use crate::{new_id, AppState};
+use crate::state::AppState;
+use shellgate_wire::new_id;
 
 /// The top-level fields a Messages request may have.
 const FIELDS: &[&str] = &[
@@ -788,7 +789,7 @@ fn stream_message(
         let _keep = &guard;
         Ok::<_, Infallible>(event)
     });
-    Sse::new(body).keep_alive(crate::sse_keep_alive())
+    Sse::new(body).keep_alive(crate::http::sse_keep_alive())
 }
 
 /// Numbers content blocks as they open: an output item of the loop is one

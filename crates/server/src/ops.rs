@@ -10,7 +10,7 @@ use shellgate_wire::{ContainerUsage, Usage};
 
 use crate::error::{ApiError, ApiResult};
 use crate::http::Project;
-use crate::AppState;
+use crate::state::AppState;
 
 /// The OpenAPI 3.1 description of every route.
 const OPENAPI: &str = include_str!("openapi.json");

@@ -35,7 +35,9 @@ use tokio_stream::StreamExt;
 
 use crate::error::{ApiError, ApiResult};
 use crate::http::{ApiJson, ApiQuery, ListParams, Project};
-use crate::{new_id, now, AppState};
+use crate::state::AppState;
+use crate::time::now;
+use shellgate_wire::new_id;
 
 /// Background responses still running: how to stop each, and their events.
 #[derive(Default)]
@@ -382,7 +384,7 @@ async fn attachments(
             let filename = state.guardrails.guard_text(
                 project,
                 "input_file name",
-                &crate::containers::safe_file_name(&filename),
+                &crate::files::safe_file_name(&filename),
             )?;
             // A text file is read by the model (inline, or from /mnt/data):
             // the input rules check it, and a redaction is what it reads.
@@ -575,7 +577,7 @@ async fn prepare(state: &Arc<AppState>, project: &Project, body: Value) -> ApiRe
                 .engine
                 .write_file(&container, &path, &file.bytes)
                 .await
-                .map_err(|e| crate::engine_error(&container, e))?;
+                .map_err(|e| crate::engine::engine_error(&container, e))?;
             let row = shellgate_store::ContainerFileRow {
                 id: new_id("cfile_"),
                 container_id: container.clone(),
@@ -819,7 +821,7 @@ fn read(
         let kind = data["type"].as_str().unwrap_or("message").to_owned();
         Ok::<_, Infallible>(Event::default().event(kind).data(data.to_string()))
     });
-    Sse::new(body).keep_alive(crate::sse_keep_alive())
+    Sse::new(body).keep_alive(crate::http::sse_keep_alive())
 }
 
 /// Numbers stream events and writes them to a log.

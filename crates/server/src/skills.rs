@@ -20,10 +20,12 @@ use shellgate_skills::{Bundle, Limits};
 use shellgate_store::{SkillRow, SkillVersionDelete, SkillVersionRow};
 use shellgate_wire::List;
 
-use crate::containers::multipart_error;
 use crate::error::{ApiError, ApiResult};
+use crate::http::multipart_error;
 use crate::http::{ApiJson, ApiQuery, ListParams, Project};
-use crate::{new_id, now, AppState};
+use crate::state::AppState;
+use crate::time::now;
+use shellgate_wire::new_id;
 
 /// Largest upload of one version (all parts together, or the zip).
 const MAX_UPLOAD_BYTES: usize = 64 << 20;
@@ -208,7 +210,7 @@ pub async fn create(
     guard_bundle(&state, &project.0, &bundle)?;
     // From here on the skill is stored whole or not at all, even if the
     // client hangs up.
-    crate::to_completion(async move {
+    crate::http::to_completion(async move {
         let skill_id = new_id("skill_");
         let version_id = new_id("skillver_");
         let bytes = store_blob(&state, &version_id, &bundle).await?;
@@ -316,7 +318,7 @@ pub async fn delete(
     project: Project,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    crate::to_completion(async move {
+    crate::http::to_completion(async move {
         let (owner, key) = (project.0.clone(), id.clone());
         let versions = state
             .db(move |s| s.delete_skill(&owner, &key))
@@ -397,7 +399,7 @@ pub async fn create_version(
     };
     let bundle = bundle_of(upload.parts).await?;
     guard_bundle(&state, &project.0, &bundle)?;
-    crate::to_completion(async move {
+    crate::http::to_completion(async move {
         let version_id = new_id("skillver_");
         let bytes = store_blob(&state, &version_id, &bundle).await?;
         let mut row = version_row(&bundle, version_id.clone(), &id, &project.0, bytes);

@@ -13,8 +13,8 @@ use std::path::Path;
 use axum::extract::multipart::Field;
 use tokio::io::AsyncWriteExt;
 
-use crate::containers::multipart_error;
 use crate::error::{ApiError, ApiResult};
+use crate::http::multipart_error;
 
 /// An upload on disk, not yet named.
 pub struct Spooled {

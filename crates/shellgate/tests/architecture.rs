@@ -23,6 +23,30 @@ const LAYERS: &[&[&str]] = &[
     &["shellgate"],
 ];
 
+/// Imports the check lets stand, each with the reason; when the reason goes,
+/// so does the entry. (crate, file, file it imports, why.)
+const ALLOWED: &[(&str, &str, &str, &str)] = &[
+    (
+        "server",
+        "state.rs",
+        "responses.rs",
+        "AppState holds responses::Running, which shares a file with the Responses \
+         handlers (rewritten on typed items in issue 17): it moves to a file of its own",
+    ),
+    (
+        "server",
+        "state.rs",
+        "guardrails.rs",
+        "AppState holds guardrails::Guardrails, whose file also holds guard_request, which \
+         takes the AppState (rewritten on typed items in issue 17): it should take the \
+         Guardrails",
+    ),
+];
+
+/// Test and fuzzing harnesses: like `#[cfg(test)]` modules they may reach
+/// anything of their crate (the fuzzer drives the whole router). (crate, file.)
+const HARNESSES: &[(&str, &str)] = &[("server", "fuzzing.rs")];
+
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -106,7 +130,8 @@ fn no_crate_depends_on_its_own_layer_or_a_higher_one() {
 fn no_import_circle_among_a_crates_files() {
     let mut problems = Vec::new();
     for krate in crates() {
-        let graph = Graph::of(&workspace().join("crates").join(&krate).join("src"));
+        let mut graph = Graph::of(&workspace().join("crates").join(&krate).join("src"));
+        graph.allow(&krate);
         for circle in graph.circles() {
             problems.push(format!("crates/{krate}: import circle:\n{circle}"));
         }
@@ -201,6 +226,18 @@ impl Graph {
             }
         }
         Graph { modules, edges }
+    }
+
+    /// Drops the edges of [`ALLOWED`] and [`HARNESSES`] for `krate`.
+    fn allow(&mut self, krate: &str) {
+        for (_, from, to, _) in ALLOWED.iter().filter(|entry| entry.0 == krate) {
+            if let Some(edges) = self.edges.get_mut(*from) {
+                edges.remove(*to);
+            }
+        }
+        for (_, file) in HARNESSES.iter().filter(|entry| entry.0 == krate) {
+            self.edges.remove(*file);
+        }
     }
 
     /// Each strongly connected set of more than one file, shown as one

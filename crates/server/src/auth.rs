@@ -1,0 +1,69 @@
+//! Who may call, and how often: the cache of known API keys and the
+//! per-project rate limit the request extractor ([`crate::http::Project`])
+//! consults.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use crate::error::ApiError;
+
+/// Keys already seen, by hash, and their projects: a key is never changed or
+/// removed once made, so a hit needs no trip to the store. Only keys that
+/// exist are remembered (a wrong key always asks the store), and the cache
+/// is bounded.
+#[derive(Debug, Default)]
+pub struct KeyCache(Mutex<HashMap<String, String>>);
+
+/// Most keys remembered.
+const KEY_CACHE_ENTRIES: usize = 10_000;
+
+impl KeyCache {
+    pub fn get(&self, key: &str) -> Option<String> {
+        let hash = shellgate_store::hash_key(key);
+        let keys = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        keys.get(&hash).cloned()
+    }
+
+    pub fn insert(&self, key: &str, project: &str) {
+        let mut keys = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if keys.len() >= KEY_CACHE_ENTRIES {
+            keys.clear();
+        }
+        keys.insert(shellgate_store::hash_key(key), project.to_owned());
+    }
+}
+
+/// A fixed-window limit of requests per project and minute.
+#[derive(Debug)]
+pub struct RateLimiter {
+    per_minute: u32,
+    windows: Mutex<HashMap<String, (Instant, u32)>>,
+}
+
+impl RateLimiter {
+    pub fn new(per_minute: u32) -> Self {
+        Self {
+            per_minute,
+            windows: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn check(&self, project: &str) -> Result<(), ApiError> {
+        if self.per_minute == 0 {
+            return Ok(());
+        }
+        let mut windows = self.windows.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        let entry = windows.entry(project.to_owned()).or_insert((now, 0));
+        let elapsed = now.duration_since(entry.0).as_secs();
+        if elapsed >= 60 {
+            *entry = (now, 0);
+        }
+        if entry.1 >= self.per_minute {
+            return Err(ApiError::rate_limited(60u64.saturating_sub(elapsed).max(1)));
+        }
+        entry.1 += 1;
+        Ok(())
+    }
+}

@@ -1,0 +1,152 @@
+//! A container's network as an API resource (our extensions):
+//! `GET /v1/containers/{id}/egress`, its egress log, and
+//! `POST /v1/containers/{id}/secrets`, its secrets' values given again.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::Json;
+use shellgate_egress::secrets::{self, SecretValue};
+use shellgate_wire::List;
+
+use crate::engine::engine_error;
+use crate::error::{ApiError, ApiResult};
+use crate::http::{to_completion, ApiJson, ApiQuery, ListParams, Project};
+use crate::state::AppState;
+
+/// `POST /v1/containers/{id}/secrets` (our extension): the body.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SupplySecrets {
+    pub domain_secrets: Vec<shellgate_wire::DomainSecret>,
+}
+
+/// `POST /v1/containers/{id}/secrets` (our extension): gives a container
+/// whose server restarted the values of its secrets again (every one of
+/// them, each the value it was made with, checked against its salted
+/// digest). Until then its network is off; after it, its next command
+/// starts it with its network (a running container is stopped first: its
+/// processes end, its files stay). Answers the container object.
+pub async fn supply(
+    State(state): State<Arc<AppState>>,
+    project: Project,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<SupplySecrets>,
+) -> ApiResult<Json<shellgate_wire::Container>> {
+    let row = crate::containers::owned(&state, &project, &id).await?;
+    let mut supplied = Vec::with_capacity(body.domain_secrets.len());
+    for secret in &body.domain_secrets {
+        secrets::check_secret(&secret.name, &secret.value)
+            .map_err(|e| ApiError::invalid("domain_secrets", e.to_string()))?;
+        supplied.push(secrets::DomainSecret {
+            domain: shellgate_egress::policy::normalize(&secret.domain),
+            name: secret.name.clone(),
+            placeholder: String::new(),
+            value: Some(SecretValue::new(secret.value.as_str())),
+            ..Default::default()
+        });
+    }
+    to_completion(async move {
+        state
+            .engine
+            .supply_secrets(&id, supplied)
+            .await
+            .map_err(|e| engine_error(&id, e))?;
+        if row.session_open {
+            let key = id.clone();
+            state
+                .db(move |s| s.close_session(&key, "suspended"))
+                .await?;
+        }
+        let (owner, key) = (project.0.clone(), id.clone());
+        let row = state
+            .db(move |s| s.container(&owner, &key))
+            .await?
+            .ok_or_else(|| ApiError::not_found("container", &id))?;
+        Ok(Json(crate::containers::shown_container(&state, &row)))
+    })
+    .await
+}
+
+/// One row of a container's egress log, as `GET /v1/containers/{id}/egress`
+/// shows it.
+#[derive(Debug, serde::Serialize)]
+pub struct EgressEntry {
+    pub id: String,
+    /// `container.egress`.
+    pub object: &'static str,
+    pub container_id: String,
+    pub created_at: i64,
+    /// `dns`, `http`, `https`, `connect` or `secret`.
+    pub kind: String,
+    pub requested_name: Option<String>,
+    pub server_name: Option<String>,
+    pub address: Option<String>,
+    pub port: u16,
+    /// `allowed`, `denied`, `notice`, or `aggregated` (a row standing for
+    /// `aggregated` events that have none of their own).
+    pub verdict: String,
+    pub reason: String,
+    pub bytes_out: u64,
+    pub bytes_in: u64,
+    pub duration_ms: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub aggregated: u64,
+}
+
+fn is_zero(count: &u64) -> bool {
+    *count == 0
+}
+
+/// A page of the egress log, with the container's count of events that
+/// have no row of their own.
+#[derive(Debug, serde::Serialize)]
+pub struct EgressPage {
+    #[serde(flatten)]
+    pub list: List<EgressEntry>,
+    /// Events of this container (DNS lookups past its log budget or over
+    /// its rate limit, connections reset unread over its limit of
+    /// connections) counted in aggregate rows instead of a row each, since
+    /// it was created (our extension).
+    pub dropped: u64,
+}
+
+/// `GET /v1/containers/{id}/egress`: the container's egress log, paged like
+/// every list (our extension).
+pub async fn list(
+    State(state): State<Arc<AppState>>,
+    project: Project,
+    Path(id): Path<String>,
+    ApiQuery(params): ApiQuery<ListParams>,
+) -> ApiResult<Json<EgressPage>> {
+    crate::containers::owned(&state, &project, &id).await?;
+    let page = params.page()?;
+    let key = id.clone();
+    let ((rows, has_more), dropped) = state
+        .db(move |s| Ok((s.list_egress(&key, &page)?, s.egress_unlogged(&key)?)))
+        .await?;
+    let data = rows
+        .into_iter()
+        .map(|row| EgressEntry {
+            id: row.id,
+            object: "container.egress",
+            container_id: row.container_id,
+            created_at: row.created_at,
+            kind: row.kind,
+            requested_name: row.requested_name,
+            server_name: row.server_name,
+            address: row.address,
+            port: row.port,
+            verdict: row.verdict,
+            reason: row.reason,
+            bytes_out: row.bytes_out,
+            bytes_in: row.bytes_in,
+            duration_ms: row.duration_ms,
+            aggregated: row.aggregated,
+        })
+        .collect();
+    Ok(Json(EgressPage {
+        list: List::page(data, has_more, |entry: &EgressEntry| entry.id.clone()),
+        dropped,
+    }))
+}

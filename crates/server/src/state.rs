@@ -1,0 +1,98 @@
+//! The server's state, [`AppState`]: every component a handler needs
+//! (config, engine, store, quotas, billing, caches), each owning its state
+//! in its own file; here only the state itself and the small caches of
+//! container ownership and file-sync locks that belong to no component.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use shellgate_sandbox_api::SandboxBackend;
+use shellgate_store::{Store, StoreError};
+
+use crate::admission::Admission;
+use crate::auth::{KeyCache, RateLimiter};
+use crate::billing::Billing;
+use crate::config::Config;
+use crate::db::Db;
+use crate::egress::EgressCounts;
+use crate::error::ApiResult;
+use crate::metrics::Metrics;
+
+/// Everything a handler needs.
+pub struct AppState {
+    pub config: Config,
+    /// The sandbox backend, only through its trait: another backend
+    /// (microVMs, Kubernetes) plugs in here without touching the API layer.
+    pub engine: Arc<dyn SandboxBackend>,
+    pub(crate) store: Db,
+    /// Where Files API blobs live.
+    pub files_dir: PathBuf,
+    /// Where skill versions' bundles live (normalized zips).
+    pub skills_dir: PathBuf,
+    pub(crate) metrics: Metrics,
+    pub(crate) limiter: RateLimiter,
+    pub(crate) keys: KeyCache,
+    pub(crate) admission: Admission,
+    pub(crate) billing: Arc<Billing>,
+    /// Which project owns a container, for containers already looked up
+    /// (ownership never changes).
+    pub(crate) owners: Mutex<HashMap<String, String>>,
+    /// Upstream models by name.
+    pub(crate) upstreams: shellgate_model::upstream::Router,
+    /// Prompt-injection rules, per project.
+    pub(crate) guardrails: crate::guardrails::Guardrails,
+    /// Background responses still running, to cancel them.
+    pub(crate) running: crate::responses::Running,
+    /// One file sync at a time per container (see `containers::sync_files`).
+    pub(crate) sync_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// The egress proxy's settings (`None`: egress is off).
+    pub(crate) egress: Option<Arc<shellgate_egress::proxy::Settings>>,
+    pub(crate) egress_counts: Arc<EgressCounts>,
+    /// The default image's background build, if one was started.
+    pub default_image_build: crate::image_build::SharedBuildStatus,
+    /// Whether the log already said that the default image is missing.
+    pub(crate) default_image_missing_said: std::sync::atomic::AtomicBool,
+}
+
+impl AppState {
+    /// Runs store work on a blocking thread: SQLite never runs on (and so
+    /// never stalls) the async workers that serve every other request.
+    pub(crate) async fn db<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
+    ) -> ApiResult<T> {
+        self.store.run(work).await
+    }
+
+    fn owners(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        self.owners.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The project a container was seen to belong to, if it was.
+    pub(crate) fn owner_of(&self, container: &str) -> Option<String> {
+        self.owners().get(container).cloned()
+    }
+
+    pub(crate) fn remember_owner(&self, container: &str, project: &str) {
+        let mut owners = self.owners();
+        if owners.len() >= 100_000 {
+            owners.clear();
+        }
+        owners.insert(container.to_owned(), project.to_owned());
+    }
+
+    pub(crate) fn forget_owner(&self, container: &str) {
+        self.owners().remove(container);
+    }
+
+    /// The lock that serialises file syncs of one container.
+    pub(crate) fn sync_lock(&self, container: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.sync_locks.lock().unwrap_or_else(|p| p.into_inner());
+        // Locks of containers nobody syncs are dropped as the map grows.
+        if locks.len() > 1024 {
+            locks.retain(|_, lock| Arc::strong_count(lock) > 1);
+        }
+        Arc::clone(locks.entry(container.to_owned()).or_default())
+    }
+}
