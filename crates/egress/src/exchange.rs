@@ -561,7 +561,7 @@ where
         }
         if head.status == 101 {
             upstream.write_all(&rest).await.map_err(broken)?;
-            let (out, back) = crate::proxy::relay(client, upstream).await;
+            let (out, back) = crate::relay::relay(client, upstream).await;
             exchanged.bytes_out += rest.len() as u64 + out;
             exchanged.bytes_in += back;
         } else {

@@ -24,6 +24,7 @@ pub(crate) mod exchange;
 pub mod intercept;
 pub mod policy;
 pub mod proxy;
+mod relay;
 pub mod resolve;
 pub mod secrets;
 pub mod wire;

@@ -11,15 +11,10 @@
 //! crate owns the loop and the upstream protocols.
 
 pub mod conversation;
+mod error;
 pub mod guardrail;
 pub mod run;
 pub mod tools;
 pub mod upstream;
 
-/// A request the loop refuses before it starts: `param` names what.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct RequestError {
-    pub param: String,
-    pub message: String,
-}
+pub use error::RequestError;

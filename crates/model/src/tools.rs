@@ -9,8 +9,8 @@
 
 use serde_json::{json, Value};
 
+use crate::error::RequestError;
 use crate::upstream::{ToolChoice, ToolSpec};
-use crate::RequestError;
 
 /// Name of the hosted (and `local`) shell as a function tool.
 pub const SHELL: &str = "shell";

@@ -1,14 +1,18 @@
 //! Command-line parsing and the subcommands.
 
 use std::path::PathBuf;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use shellgate_sandbox::backend::{
     limits, parse_size, CommandResult, ContainerSpec, RunRequest, SandboxBackend,
 };
-use shellgate_sandbox::{EngineConfig, LocalEngine};
+use shellgate_sandbox::LocalEngine;
+
+use crate::oneshot::{
+    egress_for, env_settings, images_dir, open_engine, sandbox_dir, throwaway_id,
+};
+use crate::quote::shell_quote;
 
 #[derive(Parser)]
 #[command(
@@ -43,14 +47,6 @@ enum Command {
     /// shell, each command is approved (by you or a policy), run here, and
     /// its output sent back, until the model answers.
     Local(crate::local::LocalArgs),
-}
-
-/// Seconds since the Unix epoch, with fractions.
-pub(crate) fn unix_seconds() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or_default()
 }
 
 #[derive(Subcommand)]
@@ -144,18 +140,6 @@ impl ExecArgs {
             }
         }
     }
-}
-
-/// `arg` as one word for bash: single-quoted, quotes inside escaped.
-pub(crate) fn shell_quote(arg: &str) -> String {
-    if !arg.is_empty()
-        && arg
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b))
-    {
-        return arg.to_owned();
-    }
-    format!("'{}'", arg.replace('\'', "'\\''"))
 }
 
 /// The exit status `exec` ends with: that of the first command that did
@@ -287,14 +271,6 @@ fn init_logging(json: bool) {
     }
 }
 
-/// The engine's directory inside a data directory (shared by `serve`,
-/// `exec` and `image`, so images built once serve all three).
-pub(crate) fn sandbox_dir(data_dir: Option<PathBuf>) -> PathBuf {
-    data_dir
-        .unwrap_or_else(shellgate_server::config::default_data_dir)
-        .join("sandbox")
-}
-
 fn server_config(
     data_dir: Option<PathBuf>,
     config_file: Option<&std::path::Path>,
@@ -357,209 +333,6 @@ fn export_audit(data_dir: Option<PathBuf>, project: Option<&str>) -> Result<()> 
     })?;
     out.flush()?;
     Ok(())
-}
-
-/// A one-shot engine's lane: its own engine directory (so `exec` and
-/// `image` run beside a `serve` that holds the main one), its own cgroup
-/// group (named after that directory), and its own host id range, below
-/// the server's, so no two sandboxes ever share host ids. Held, by an
-/// exclusive `flock`, for as long as the process runs; a lane left by a
-/// crashed process is cleaned up by the next one that takes it (the
-/// engine's recovery).
-pub(crate) struct Lane {
-    _lock: std::fs::File,
-    index: u32,
-    dir: PathBuf,
-}
-
-impl Lane {
-    /// The folder that holds every lane.
-    pub(crate) fn root(&self) -> &std::path::Path {
-        self.dir.parent().unwrap_or(&self.dir)
-    }
-}
-
-/// How many one-shot engines one user may run at once (see [`lanes_root`]).
-const LANES: u32 = 256;
-/// Host ids of the lanes: `ONESHOT_UID_BASE + lane × LANE_SLOTS × 65536`,
-/// all below the server's 3,000,000,000.
-const ONESHOT_UID_BASE: u32 = 2_000_000_000;
-const LANE_SLOTS: u32 = 4;
-
-/// Where one-shot lanes live: the `oneshot_dir` setting, else on a RAM file system (`/run` as root or
-/// `$XDG_RUNTIME_DIR` otherwise when they are one, else `/dev/shm`), in a
-/// folder of this user's shared by every data directory (so lanes, and the
-/// host ids they own, are unique on the machine, and their number bounded);
-/// else in the data directory itself.
-///
-/// Why: nothing in a lane outlives its command (its containers are
-/// throwaway, their disks tmpfs, its images the data directory's), but
-/// making and deleting its files costs disk I/O, and on some disks a lot: on
-/// an ext4 without a journal mounted with `discard` (this project's CI
-/// machine), every freed block is discarded synchronously (off-CPU profile
-/// in BENCHMARKS.md). What a crash leaves in a lane, the next command to
-/// take it removes, and a reboot clears. Returns the folder and the
-/// directory it was made under.
-fn lanes_root(
-    sandbox_dir: &std::path::Path,
-    settings: &shellgate_server::Config,
-) -> (PathBuf, PathBuf) {
-    if let Some(dir) = settings.oneshot_dir() {
-        let parent = dir.parent().map(PathBuf::from).unwrap_or_default();
-        return (dir, parent);
-    }
-    let euid = shellgate_sandbox::sys::geteuid();
-    let canonical = std::fs::canonicalize(sandbox_dir).unwrap_or_else(|_| sandbox_dir.into());
-    let mut places = Vec::new();
-    if euid == 0 {
-        places.push(PathBuf::from("/run"));
-    } else if let Some(runtime) = std::env::var_os("XDG_RUNTIME_DIR") {
-        places.push(PathBuf::from(runtime));
-    }
-    places.push(PathBuf::from("/dev/shm"));
-    for place in places {
-        let own = place.join(format!("shellgate-{euid}"));
-        if shellgate_sandbox::sys::is_tmpfs(&place) && owned_private_dir(&own) {
-            return (own.join("oneshot"), own);
-        }
-    }
-    (canonical.join("oneshot"), canonical)
-}
-
-/// Makes `dir` (mode 0711) or finds it, and says whether it is a real
-/// directory of this user's that no one else may write to: in a shared,
-/// world-writable place such as `/dev/shm`, anything else may be another
-/// user's trap (a symbolic link, or a folder they can fill).
-fn owned_private_dir(dir: &std::path::Path) -> bool {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    let _ = std::fs::DirBuilder::new().mode(0o711).create(dir);
-    std::fs::symlink_metadata(dir).is_ok_and(|meta| {
-        meta.is_dir() && meta.uid() == shellgate_sandbox::sys::geteuid() && meta.mode() & 0o022 == 0
-    })
-}
-
-fn claim_lane(sandbox_dir: &std::path::Path, settings: &shellgate_server::Config) -> Result<Lane> {
-    use std::os::fd::AsRawFd;
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(sandbox_dir)
-        .with_context(|| format!("cannot create {}", sandbox_dir.display()))?;
-    let (root, base) = lanes_root(sandbox_dir, settings);
-    std::fs::create_dir_all(&root).with_context(|| format!("cannot create {}", root.display()))?;
-    // Sandboxes run as unprivileged host users: they traverse, never list.
-    let _ = std::fs::set_permissions(sandbox_dir, std::fs::Permissions::from_mode(0o711));
-    for dir in root.ancestors().take_while(|dir| *dir != base) {
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))?;
-    }
-    for index in 0..LANES {
-        let lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(root.join(format!("{index}.lock")))?;
-        // SAFETY: flock on a descriptor this function owns.
-        let taken = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
-        if taken {
-            return Ok(Lane {
-                _lock: lock,
-                index,
-                dir: root.join(index.to_string()),
-            });
-        }
-    }
-    anyhow::bail!("{LANES} one-shot sandboxes are already running")
-}
-
-/// The settings the command line's engines take from the environment
-/// (`SHELLGATE_IMAGES_DIR`, `SHELLGATE_ONESHOT_DIR`): the defaults if they
-/// cannot be read.
-fn env_settings() -> shellgate_server::Config {
-    shellgate_server::Config::load(None, std::env::vars()).unwrap_or_default()
-}
-
-/// The images directory the server uses: `images_dir`, else the engine
-/// directory's own.
-fn images_dir(sandbox_dir: &std::path::Path, settings: &shellgate_server::Config) -> PathBuf {
-    settings
-        .images_dir()
-        .unwrap_or_else(|| sandbox_dir.join("images"))
-}
-
-/// A throwaway container's id: `PREFIX-<pid>-<nanoseconds>`.
-fn throwaway_id(prefix: &str) -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or_default();
-    format!("{prefix}-{}-{nanos}", std::process::id())
-}
-
-/// Opens a one-shot engine in a lane of its own, sharing the data
-/// directory's images.
-pub(crate) async fn open_engine(
-    sandbox_dir: PathBuf,
-    egress: Option<shellgate_sandbox::engine::EgressSettings>,
-    map_invoking_user: bool,
-) -> Result<(LocalEngine, Lane)> {
-    let settings = env_settings();
-    let lane = claim_lane(&sandbox_dir, &settings)?;
-    let mut config = EngineConfig::new(lane.dir.clone());
-    config.egress = egress;
-    config.images_dir = Some(images_dir(&sandbox_dir, &settings));
-    config.prune_images = false;
-    config.map_invoking_user = map_invoking_user;
-    config.uid_base = ONESHOT_UID_BASE + lane.index * LANE_SLOTS * 65_536;
-    // A one-shot command has no use for anything made ahead.
-    config.pool_size = 0;
-    config.spare_helpers = 0;
-    config.warm_containers = 0;
-    let (engine, warnings) = LocalEngine::open(config)
-        .await
-        .context("cannot open the sandbox engine")?;
-    for warning in warnings {
-        tracing::warn!("{warning}");
-    }
-    Ok((engine, lane))
-}
-
-/// The network of a one-shot sandbox: none, or these host names through
-/// the egress proxy (refusals reported on stderr as they happen, so a
-/// failing command says why).
-pub(crate) fn egress_for(
-    allow: &[String],
-    config_file: Option<&std::path::Path>,
-) -> Result<(
-    shellgate_sandbox::backend::NetworkSpec,
-    Option<shellgate_sandbox::engine::EgressSettings>,
-)> {
-    if allow.is_empty() {
-        return Ok((Default::default(), None));
-    }
-    let config = shellgate_server::Config::load(config_file, std::env::vars())?;
-    config.validate()?;
-    let policy = shellgate_wire::NetworkPolicy::Allowlist {
-        allowed_domains: allow.to_vec(),
-        domain_secrets: Vec::new(),
-        tls_passthrough_domains: Vec::new(),
-    };
-    let network = shellgate_server::egress::network_spec(&config, Some(&policy), "--allow")
-        .map_err(|e| anyhow::anyhow!("--allow: {}", e.message))?;
-    let (settings, mut attempts) = shellgate_server::egress::settings(&config)?
-        .context("egress is off in the configuration (egress = false)")?;
-    tokio::spawn(async move {
-        while let Some(attempt) = attempts.recv().await {
-            if attempt.verdict == shellgate_egress::proxy::Verdict::Denied {
-                let name = attempt
-                    .server_name
-                    .or(attempt.requested_name)
-                    .unwrap_or_default();
-                eprintln!(
-                    "shellgate: egress denied ({} {name}): {}",
-                    attempt.kind, attempt.reason
-                );
-            }
-        }
-    });
-    Ok((network, Some(settings)))
 }
 
 /// Runs the commands in a throwaway container; returns the exit status

@@ -4,6 +4,8 @@
 
 mod cli;
 mod local;
+mod oneshot;
+mod quote;
 
 fn main() {
     // The helper must run before anything else starts: no threads, no

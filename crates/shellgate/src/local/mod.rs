@@ -127,7 +127,7 @@ impl Command {
                 if let Some(dir) = dir {
                     text.push_str(&format!(
                         "cd {} || exit 125\n",
-                        crate::cli::shell_quote(&dir.to_string_lossy())
+                        crate::quote::shell_quote(&dir.to_string_lossy())
                     ));
                 }
                 text.push_str("exec ");
@@ -148,7 +148,7 @@ impl Command {
                 match dir {
                     Some(dir) => format!(
                         "cd {} && {words}",
-                        crate::cli::shell_quote(&dir.to_string_lossy())
+                        crate::quote::shell_quote(&dir.to_string_lossy())
                     ),
                     None => words,
                 }
@@ -165,10 +165,10 @@ fn words(argv: &[String], env: &[(String, String)]) -> String {
         words.push("env".to_owned());
         words.extend(
             env.iter()
-                .map(|(name, value)| crate::cli::shell_quote(&format!("{name}={value}"))),
+                .map(|(name, value)| crate::quote::shell_quote(&format!("{name}={value}"))),
         );
     }
-    words.extend(argv.iter().map(|a| crate::cli::shell_quote(a)));
+    words.extend(argv.iter().map(|a| crate::quote::shell_quote(a)));
     words.join(" ")
 }
 
@@ -483,7 +483,7 @@ async fn run_loop(
                     )
                 };
                 audit.record(json!({
-                    "time": crate::cli::unix_seconds(),
+                    "time": unix_seconds(),
                     "base_url": args.base_url,
                     "model": args.model,
                     "response_id": response_id,
@@ -528,6 +528,14 @@ async fn run_loop(
         "the model was still calling commands after {} turns (--max-turns)",
         args.max_turns
     )
+}
+
+/// Seconds since the Unix epoch, with fractions.
+fn unix_seconds() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -200,7 +200,7 @@ impl Policy {
             let wrapped = command
                 .words
                 .first()
-                .is_some_and(|w| syntax::WRAPPERS.contains(&syntax::basename(&w.text)));
+                .is_some_and(|w| syntax::WRAPPERS.contains(&destructive::basename(&w.text)));
             let starts = if wrapped { command.words.len() } else { 1 };
             (0..starts.min(command.words.len()))
                 .find_map(|start| self.denial_of(&command.words[start..]))

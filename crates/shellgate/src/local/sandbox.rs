@@ -12,7 +12,8 @@ use anyhow::{Context, Result};
 use shellgate_sandbox::backend::{limits, CommandResult, ContainerSpec, HostBind, RunRequest};
 use shellgate_sandbox::{LocalEngine, SandboxBackend};
 
-use crate::cli::{egress_for, open_engine, sandbox_dir, shell_quote, Lane};
+use crate::oneshot::{egress_for, open_engine, sandbox_dir, Lane};
+use crate::quote::shell_quote;
 
 /// Top-level host directories not shown as they are: the image provides
 /// the system ones (and a filtered `/etc`), the container has its own

@@ -6,8 +6,6 @@
 //! builds its words at run time (`$(echo rm) ...`) is not seen here, and
 //! `--approve auto` never runs such a command unasked anyway.
 
-use super::syntax::basename;
-
 pub const REMOVE_TREE: &str = "builtin:rm-recursive-system-path";
 pub const MAKE_FS: &str = "builtin:mkfs";
 pub const DD_DEVICE: &str = "builtin:dd-to-device";
@@ -251,6 +249,11 @@ pub fn is_disk(path: &str) -> bool {
         .iter()
         .any(|prefix| device.starts_with(prefix))
     })
+}
+
+/// The last path component (`/sbin/mkfs.ext4` is `mkfs.ext4`).
+pub fn basename(word: &str) -> &str {
+    word.rsplit('/').next().unwrap_or(word)
 }
 
 #[cfg(test)]

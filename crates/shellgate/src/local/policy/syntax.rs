@@ -14,6 +14,8 @@
 
 use tree_sitter::{Node, Parser};
 
+use super::destructive::basename;
+
 /// Deeper than this, a tree is refused rather than walked (a hostile
 /// `$($($(...)))` must not exhaust the stack).
 const MAX_TREE_DEPTH: usize = 200;
@@ -895,11 +897,6 @@ fn is_word_kind(kind: &str) -> bool {
     )
 }
 
-/// The last path component (`/sbin/mkfs.ext4` is `mkfs.ext4`).
-pub fn basename(word: &str) -> &str {
-    word.rsplit('/').next().unwrap_or(word)
-}
-
 /// A word built piece by piece.
 #[derive(Default)]
 struct WordBuilder {
@@ -928,7 +925,7 @@ impl WordBuilder {
     fn flush(&mut self) {
         if !self.run.is_empty() {
             self.canonical
-                .push_str(&crate::cli::shell_quote(&std::mem::take(&mut self.run)));
+                .push_str(&crate::quote::shell_quote(&std::mem::take(&mut self.run)));
         }
     }
 
@@ -955,7 +952,7 @@ impl WordBuilder {
         }
         let kind = self.kind.unwrap_or(WordKind::Literal);
         if kind == WordKind::Literal {
-            self.canonical = crate::cli::shell_quote(&self.text);
+            self.canonical = crate::quote::shell_quote(&self.text);
         } else {
             self.flush();
         }
