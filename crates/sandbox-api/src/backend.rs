@@ -27,6 +27,10 @@ pub mod limits {
     /// Longest single command, in bytes. The kernel refuses a single
     /// `execve` argument longer than 128 KiB (`MAX_ARG_STRLEN`) anyway.
     pub const MAX_COMMAND_BYTES: usize = 128 * 1024 - 1;
+    /// Deepest directory nesting a file listing goes.
+    pub const MAX_LISTED_DEPTH: usize = 32;
+    /// Most files a listing holds.
+    pub const MAX_LISTED_FILES: usize = 100_000;
 }
 
 /// Parses `512m`, `1g`, `4G`, `1048576` into bytes.

@@ -1,6 +1,12 @@
 //! What the API layer is told about an image.
 
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+
+/// Name of the image made of the host's own system directories.
+pub const HOST_IMAGE: &str = "host";
 
 /// One entry of `shellgate image list` (and of `GET /v1/images`).
 #[derive(Debug, Clone, serde::Serialize)]
@@ -61,3 +67,18 @@ pub struct WheelLock {
     pub sha256: String,
     pub dest: String,
 }
+
+/// Where the default image's background build is.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct BuildStatus {
+    pub image: String,
+    /// `building`, `ready` or `failed`.
+    pub status: &'static str,
+    /// 0.0 to 1.0.
+    pub progress: f64,
+    /// The builder's latest line, or why it failed.
+    pub message: String,
+}
+
+/// The background build's status, shared with `/healthz`.
+pub type SharedBuildStatus = Arc<Mutex<Option<BuildStatus>>>;

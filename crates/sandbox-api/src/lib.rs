@@ -8,6 +8,7 @@
 pub mod backend;
 pub mod error;
 pub mod image;
+pub mod network;
 
 pub use backend::{
     CommandResult, ContainerInfo, ContainerSpec, ContainerState, Outcome, RunRequest,

@@ -288,10 +288,9 @@ fn refuse_special_file(parent: &OwnedFd, name: &str, path: &str) -> Result<(), S
     )))
 }
 
-/// Deepest directory nesting listed.
-pub const MAX_DEPTH: usize = 32;
-/// Most files listed.
-pub const MAX_ENTRIES: usize = 100_000;
+pub use shellgate_sandbox_api::backend::limits::{
+    MAX_LISTED_DEPTH as MAX_DEPTH, MAX_LISTED_FILES as MAX_ENTRIES,
+};
 
 fn walk(
     dir: &OwnedFd,

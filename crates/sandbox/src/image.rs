@@ -37,6 +37,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+pub mod default_build;
 mod half_made;
 mod recipe;
 
@@ -48,8 +49,7 @@ use crate::sys::{
     openat2, RESOLVE_BENEATH, RESOLVE_IN_ROOT, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS,
 };
 
-/// Name of the image made of the host's own system directories.
-pub const HOST_IMAGE: &str = "host";
+pub use shellgate_sandbox_api::image::HOST_IMAGE;
 
 /// Host `/etc` entries the `host` image may carry (copied recursively, only
 /// world-readable files).

@@ -407,7 +407,7 @@ impl Config {
 
     /// `max_memory_per_project` in bytes.
     pub fn max_memory_per_project_bytes(&self) -> Result<u64, ConfigError> {
-        shellgate_sandbox::backend::parse_size(&self.max_memory_per_project).ok_or_else(|| {
+        shellgate_sandbox_api::backend::parse_size(&self.max_memory_per_project).ok_or_else(|| {
             ConfigError(format!(
                 "max_memory_per_project = {:?} is not a size such as 64g",
                 self.max_memory_per_project
@@ -420,7 +420,7 @@ impl Config {
         if self.sandbox_memory_ceiling == "auto" {
             return Ok(None);
         }
-        shellgate_sandbox::backend::parse_size(&self.sandbox_memory_ceiling)
+        shellgate_sandbox_api::backend::parse_size(&self.sandbox_memory_ceiling)
             .map(Some)
             .ok_or_else(|| {
                 ConfigError(format!(

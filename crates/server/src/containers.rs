@@ -12,8 +12,8 @@ use axum::http::{header, HeaderMap};
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use shellgate_sandbox::backend::{limits, ContainerSpec, RunRequest, SkippedFiles, StreamKind};
-use shellgate_sandbox::{ContainerState, SandboxError};
+use shellgate_sandbox_api::backend::{limits, ContainerSpec, RunRequest, SkippedFiles, StreamKind};
+use shellgate_sandbox_api::{ContainerState, SandboxError};
 use shellgate_store::{ContainerFileRow, ContainerRow, PresentFile};
 use shellgate_wire::{
     Container, ContainerFile, CreateContainer, CreateContainerFileFromId, Deleted, ExecRequest,
@@ -89,7 +89,7 @@ pub(crate) async fn choose_image(state: &Arc<AppState>, asked: Option<&str>) -> 
         .into_iter()
         .map(|image| image.name)
         .collect();
-    let host = shellgate_sandbox::image::HOST_IMAGE;
+    let host = shellgate_sandbox_api::image::HOST_IMAGE;
     match asked {
         Some(name) if available.iter().any(|a| a == name) => Ok(name.to_owned()),
         Some(name) => Err(ApiError::invalid(
@@ -263,7 +263,7 @@ pub(crate) async fn create_container(
         sleep_after_secs: None,
     };
     // Impossible on this host (400) before over this project's quota (429).
-    shellgate_sandbox::backend::check_memory(memory.bytes(), state.engine.memory_ceiling())?;
+    shellgate_sandbox_api::backend::check_memory(memory.bytes(), state.engine.memory_ceiling())?;
     let permit = state.admission.admit_start(&project.0, memory).await?;
     // Run to completion whether or not the client stays: a create either
     // finishes (the container is listed) or cleans up after itself.
@@ -532,7 +532,7 @@ pub async fn exec(
     }
     // Streaming: deltas as they come, then the whole result.
     let (delta_tx, delta_rx) =
-        tokio::sync::mpsc::unbounded_channel::<shellgate_sandbox::backend::OutputDelta>();
+        tokio::sync::mpsc::unbounded_channel::<shellgate_sandbox_api::backend::OutputDelta>();
     let (event_tx, event_rx) = tokio::sync::mpsc::unbounded_channel::<Event>();
     let forward = event_tx.clone();
     tokio::spawn(async move {
@@ -709,14 +709,14 @@ fn incomplete(skipped: SkippedFiles, secret_names: usize) -> Option<ListIncomple
     if skipped.entry_limit_reached {
         reasons.push(format!(
             "it holds more than the {} files a listing walks",
-            shellgate_sandbox::files::MAX_ENTRIES
+            limits::MAX_LISTED_FILES
         ));
     }
     if skipped.too_deep_directories > 0 {
         reasons.push(format!(
             "{} directories are nested deeper than {} levels",
             skipped.too_deep_directories,
-            shellgate_sandbox::files::MAX_DEPTH
+            limits::MAX_LISTED_DEPTH
         ));
     }
     if skipped.non_utf8_names > 0 {

@@ -5,17 +5,17 @@
 //! `GET /v1/containers/{id}/egress`, see `container_egress`) and its counts
 //! in `/metrics`.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use shellgate_egress::policy::{Allowlist, Exceptions, MAX_PATTERNS};
+use shellgate_egress::policy::Exceptions;
 use shellgate_egress::proxy::{Attempt, LookupLimits, Settings};
 use shellgate_egress::resolve::Resolver;
-use shellgate_egress::secrets::{self, SecretValue};
 use shellgate_sandbox_api::backend::NetworkSpec;
+use shellgate_sandbox_api::network;
 use shellgate_sandbox_api::SandboxBackend;
 use shellgate_store::EgressRow;
 use shellgate_wire::{new_id, NetworkPolicy};
@@ -97,110 +97,27 @@ pub fn settings(config: &Config) -> Result<Option<Egress>, ServeError> {
     )))
 }
 
-/// A request's `network_policy` as a container's network: the domains
-/// checked against the organization allowlist (a request can only narrow
-/// it), at most 50 of them, `*` only if the operator allows it, and each
-/// secret given a placeholder (its value stays in memory only).
+/// A request's `network_policy` as a container's network, by the rule the
+/// command line shares ([`shellgate_sandbox_api::network::network_spec`]),
+/// with the operator's settings of `config`.
 pub fn network_spec(
     config: &Config,
     policy: Option<&NetworkPolicy>,
     param: &str,
 ) -> ApiResult<NetworkSpec> {
-    let Some(NetworkPolicy::Allowlist {
-        allowed_domains,
-        domain_secrets,
-        tls_passthrough_domains,
-    }) = policy
-    else {
-        return Ok(NetworkSpec::default());
-    };
-    let domains_param = format!("{param}.allowed_domains");
-    if !config.egress {
-        return Err(ApiError::invalid(
-            param,
-            "this server's egress proxy is off, so containers cannot have network access here \
-             (the operator can set egress = true)",
-        ));
-    }
-    if allowed_domains.is_empty() {
-        return Err(ApiError::invalid(
-            domains_param,
-            "an allowlist needs at least one domain",
-        ));
-    }
-    if allowed_domains.len() > MAX_PATTERNS {
-        return Err(ApiError::invalid(
-            domains_param,
-            format!(
-                "{} allowed domains given; at most {MAX_PATTERNS} are allowed",
-                allowed_domains.len()
-            ),
-        ));
-    }
-    if !config.egress_allow_any_domain && allowed_domains.iter().any(|d| d.trim() == "*") {
-        return Err(ApiError::invalid(
-            domains_param,
-            "'*' (every domain) is not allowed on this server (egress_allow_any_domain)",
-        ));
-    }
-    let org = config
-        .egress_org_allowlist()
-        .map_err(|e| ApiError::internal(e.to_string()))?;
-    let allowlist = Allowlist::parse(allowed_domains, &org)
-        .map_err(|e| ApiError::invalid(domains_param.clone(), e.to_string()))?;
-    let secrets_param = format!("{param}.domain_secrets");
-    let mut names = HashSet::new();
-    let mut secrets = Vec::with_capacity(domain_secrets.len());
-    for secret in domain_secrets {
-        let domain = shellgate_egress::policy::normalize(&secret.domain);
-        if !allowed_domains
-            .iter()
-            .any(|d| shellgate_egress::policy::normalize(d) == domain)
-        {
-            return Err(ApiError::invalid(
-                secrets_param,
-                format!(
-                    "secret {} is for {}, which is not one of the allowed domains",
-                    secret.name, secret.domain
-                ),
-            ));
-        }
-        // One rule for every path that takes secrets (secrets.rs): a
-        // name that cannot steer the shell, a value masking cannot leak.
-        secrets::check_secret(&secret.name, &secret.value)
-            .map_err(|e| ApiError::invalid(secrets_param.clone(), e.to_string()))?;
-        if !names.insert(secret.name.clone()) {
-            return Err(ApiError::invalid(
-                secrets_param,
-                format!("secret {} is given twice", secret.name),
-            ));
-        }
-        let (inject, methods, paths) = secret_scope(secret, &secrets_param)?;
-        secrets.push(secrets::DomainSecret {
-            domain,
-            name: secret.name.clone(),
-            placeholder: secrets::placeholder(&secret.name),
-            value: Some(SecretValue::new(secret.value.as_str())),
-            inject,
-            methods,
-            paths,
-        });
-    }
-    let tls_passthrough = passthrough_domains(
-        &allowlist,
-        tls_passthrough_domains,
-        &secrets,
-        &format!("{param}.tls_passthrough_domains"),
-    )?;
-    Ok(NetworkSpec {
-        allowed_domains: allowed_domains
-            .iter()
-            .map(|d| shellgate_egress::policy::normalize(d))
-            .collect(),
-        secrets,
-        tls_passthrough,
-        // Made by the engine when it creates the container.
-        verifiers: Vec::new(),
+    network::network_spec(&egress_rules(config)?, policy, param)
+        .map_err(|e| ApiError::invalid(e.param, e.message))
+}
+
+/// What the operator allows containers' networks.
+pub fn egress_rules(config: &Config) -> ApiResult<network::EgressRules> {
+    Ok(network::EgressRules {
+        enabled: config.egress,
+        allow_any_domain: config.egress_allow_any_domain,
+        // Checked at start-up (`Config::validate`): an error cannot reach here.
+        org_allowlist: config
+            .egress_org_allowlist()
+            .map_err(|e| ApiError::internal(e.to_string()))?,
     })
 }
 
@@ -256,144 +173,6 @@ fn redact_secret_list(list: &mut serde_json::Value) {
             other => *other = Value::String(REDACTED.to_owned()),
         }
     }
-}
-
-/// Most methods or path prefixes one secret may be scoped to.
-const MAX_SCOPES: usize = 16;
-
-/// A secret's scope (our extension): the parts of a request it goes into
-/// (`header` by default; `query`, `body`), and the methods and path
-/// prefixes it is limited to. Each list, when given, is non-empty and
-/// without repeats; methods are uppercase tokens; paths start with `/`
-/// and hold nothing a server could read as another path.
-#[allow(clippy::type_complexity)]
-fn secret_scope(
-    secret: &shellgate_wire::DomainSecret,
-    param: &str,
-) -> ApiResult<(Vec<secrets::InjectInto>, Vec<String>, Vec<String>)> {
-    use shellgate_wire::InjectInto as Wire;
-    let invalid = |message: String| Err(ApiError::invalid(param, message));
-    let name = &secret.name;
-    let inject = match &secret.inject {
-        None => Vec::new(),
-        Some(parts) if parts.is_empty() => {
-            return invalid(format!(
-                "secret {name}: inject needs at least one of header, query, body"
-            ))
-        }
-        Some(parts) => {
-            let mut out = Vec::new();
-            for part in parts {
-                let part = match part {
-                    Wire::Header => secrets::InjectInto::Header,
-                    Wire::Query => secrets::InjectInto::Query,
-                    Wire::Body => secrets::InjectInto::Body,
-                };
-                if out.contains(&part) {
-                    return invalid(format!("secret {name}: inject lists a part twice"));
-                }
-                out.push(part);
-            }
-            out
-        }
-    };
-    let list = |values: &Option<Vec<String>>, what: &str| -> ApiResult<Vec<String>> {
-        match values {
-            None => Ok(Vec::new()),
-            Some(values) if values.is_empty() || values.len() > MAX_SCOPES => {
-                Err(ApiError::invalid(
-                    param,
-                    format!("secret {name}: {what} needs 1 to {MAX_SCOPES} entries"),
-                ))
-            }
-            Some(values) => {
-                let unique: HashSet<&String> = values.iter().collect();
-                if unique.len() != values.len() {
-                    return Err(ApiError::invalid(
-                        param,
-                        format!("secret {name}: {what} lists an entry twice"),
-                    ));
-                }
-                Ok(values.clone())
-            }
-        }
-    };
-    let methods = list(&secret.methods, "methods")?;
-    if let Some(method) = methods
-        .iter()
-        .find(|m| m.is_empty() || m.len() > 20 || !m.bytes().all(|b| b.is_ascii_uppercase()))
-    {
-        return invalid(format!(
-            "secret {name}: {method:?} is not a method (uppercase letters, like GET or POST)"
-        ));
-    }
-    let paths = list(&secret.paths, "paths")?;
-    for path in &paths {
-        let ambiguous =
-            shellgate_egress::intercept::ambiguous_path(path) || path.contains(['?', '#']);
-        if !path.starts_with('/')
-            || path.len() > 1024
-            || !path.bytes().all(|b| (0x21..0x7f).contains(&b))
-            || ambiguous
-        {
-            return invalid(format!(
-                "secret {name}: {path:?} is not a path prefix (it starts with '/', holds \
-                 visible ASCII, no query, no dot segments (also with ';'), no escaped '.', '/', '\\', ';' \
-                 or '%')"
-            ));
-        }
-    }
-    Ok((inject, methods, paths))
-}
-
-/// `tls_passthrough_domains` (our extension): names or `*.` patterns whose
-/// TLS the proxy does not terminate, each within the allowlist. Not with
-/// secrets: a passthrough answer cannot be checked for a secret's value
-/// (and a secret is put in only where TLS is terminated), so a policy with
-/// `domain_secrets` has none, failing closed.
-fn passthrough_domains(
-    allowlist: &Allowlist,
-    domains: &[String],
-    secrets: &[secrets::DomainSecret],
-    param: &str,
-) -> ApiResult<Vec<String>> {
-    use shellgate_egress::policy::Pattern;
-    if domains.is_empty() {
-        return Ok(Vec::new());
-    }
-    if let Some(secret) = secrets.first() {
-        return Err(ApiError::invalid(
-            param,
-            format!(
-                "TLS passthrough cannot be combined with domain_secrets (secret {}): answers \
-                 that pass through unread cannot be checked for a secret's value",
-                secret.name
-            ),
-        ));
-    }
-    if domains.len() > MAX_PATTERNS {
-        return Err(ApiError::invalid(
-            param,
-            format!("at most {MAX_PATTERNS} passthrough domains are allowed"),
-        ));
-    }
-    let mut out = Vec::with_capacity(domains.len());
-    for domain in domains {
-        let pattern =
-            Pattern::parse(domain, false).map_err(|e| ApiError::invalid(param, e.to_string()))?;
-        if !allowlist
-            .patterns()
-            .iter()
-            .any(|outer| pattern.within(outer))
-        {
-            return Err(ApiError::invalid(
-                param,
-                format!("{domain} is not within the allowed domains"),
-            ));
-        }
-        out.push(pattern.to_string());
-    }
-    Ok(out)
 }
 
 /// Writes the proxy's attempts to the store, in batches, until the proxy

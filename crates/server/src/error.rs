@@ -2,7 +2,7 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use shellgate_sandbox::SandboxError;
+use shellgate_sandbox_api::SandboxError;
 use shellgate_store::StoreError;
 use shellgate_wire::{ErrorBody, ErrorEnvelope};
 

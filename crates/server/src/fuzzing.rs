@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use axum::Router;
-use shellgate_sandbox::backend::{
+use shellgate_sandbox_api::backend::{
     CommandResult, ContainerInfo, ContainerSpec, DeltaSink, FileListing, RunRequest, SandboxBackend,
 };
-use shellgate_sandbox::SandboxError;
+use shellgate_sandbox_api::SandboxError;
 use shellgate_store::Store;
 
 use crate::config::Config;

@@ -19,7 +19,7 @@ use async_trait::async_trait;
 use serde_json::{json, Value};
 use shellgate_model::run::{HostError, Sandbox};
 use shellgate_model::tools::{Environment, Tools};
-use shellgate_sandbox::backend::{CommandResult, RunRequest};
+use shellgate_sandbox_api::backend::{CommandResult, RunRequest};
 use shellgate_wire::CreateContainer;
 
 use crate::containers::{create_container, prepare_exec, BillOnDrop};
@@ -400,7 +400,7 @@ impl Sandbox for HostedShell {
         &self,
         container: &str,
         mut request: RunRequest,
-        deltas: Option<shellgate_sandbox::backend::DeltaSink>,
+        deltas: Option<shellgate_sandbox_api::backend::DeltaSink>,
     ) -> Result<Vec<CommandResult>, HostError> {
         let state = &self.state;
         request.deadline_ms = Some(state.config.request_deadline_secs.saturating_mul(1000));

@@ -20,7 +20,6 @@ pub mod fuzzing;
 mod guardrails;
 mod hosted;
 mod http;
-mod image_build;
 mod lifecycle;
 mod listener;
 mod messages;
@@ -39,7 +38,8 @@ use std::sync::{Arc, Mutex};
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use axum::Router;
-use shellgate_sandbox::{EngineConfig, LocalEngine, SandboxBackend};
+use shellgate_sandbox_api::image::SharedBuildStatus;
+use shellgate_sandbox_api::SandboxBackend;
 use shellgate_store::Store;
 
 use admission::Admission;
@@ -57,9 +57,32 @@ pub fn new_api_key() -> String {
     shellgate_wire::new_id("sg-")
 }
 
-/// Opens the store and the engine, reconciles them after a crash and seeds
-/// the configured keys.
-pub async fn open(config: Config, helper_binary: PathBuf) -> Result<Arc<AppState>, ServeError> {
+/// What the server asks of whoever opens its sandbox backend (the CLI's
+/// `serve` opens the local engine): the server sees only the trait.
+pub struct EngineSetup {
+    /// The engine's directory, inside the data directory.
+    pub dir: PathBuf,
+    /// The egress proxy's settings (`None`: egress is off).
+    pub egress: Option<Arc<shellgate_egress::proxy::Settings>>,
+}
+
+/// The sandbox backend the server runs on.
+pub struct Backend {
+    pub engine: Arc<dyn SandboxBackend>,
+    /// The default image's background build, if one was started.
+    pub default_image_build: SharedBuildStatus,
+}
+
+/// Opens the store, and the backend with `open_backend` (after the data
+/// directory is made and the egress settings are read), reconciles them
+/// after a crash and seeds the configured keys.
+pub async fn open<Opened>(
+    config: Config,
+    open_backend: impl FnOnce(EngineSetup) -> Opened,
+) -> Result<Arc<AppState>, ServeError>
+where
+    Opened: std::future::Future<Output = Result<Backend, ServeError>>,
+{
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     config
         .validate()
@@ -87,44 +110,18 @@ pub async fn open(config: Config, helper_binary: PathBuf) -> Result<Arc<AppState
     std::fs::set_permissions(&mounts, std::fs::Permissions::from_mode(0o711))?;
     let database = config.data_dir.join("shellgate.db");
     let store = Store::open(&database).map_err(|e| ServeError::Setup(e.to_string()))?;
-    let mut engine_config = EngineConfig::new(config.data_dir.join("sandbox"));
-    engine_config.helper_binary = helper_binary;
-    engine_config.warm_containers = config.warm_containers;
-    engine_config.expose_host_usr_local = config.expose_host_usr_local;
-    engine_config.images_dir = config.images_dir();
-    engine_config.memory_ceiling = config
-        .sandbox_memory_ceiling()
-        .map_err(|e| ServeError::Setup(e.to_string()))?;
     let (egress, egress_log) = match egress::settings(&config)? {
         Some((settings, log)) => (Some(settings), Some(log)),
         None => (None, None),
     };
-    engine_config.egress = egress.clone();
-    let (engine, warnings) = LocalEngine::open(engine_config)
-        .await
-        .map_err(|e| ServeError::Setup(format!("sandbox engine: {e}")))?;
-    let mut warnings = warnings;
-    if shellgate_sandbox::sys::geteuid() == 0
-        && !shellgate_sandbox::sys::has_capability(shellgate_sandbox::sys::CAP_SYS_RESOURCE)
-    {
-        // Lowering init's OOM score (the helper's -1000) needs it.
-        warnings.push(
-            "no CAP_SYS_RESOURCE: containers' init processes cannot be shielded from the OOM \
-             killer, so a container whose memory fills with files (tmpfs, shared memory) may \
-             lose its init, and its processes with it"
-                .to_owned(),
-        );
-    }
-    for warning in warnings {
-        tracing::warn!("{warning}");
-    }
-    let engine = Arc::new(engine);
-    let default_image_build = if config.build_default_image {
-        image_build::start_if_missing(Arc::clone(&engine), &config.default_image)
-    } else {
-        Default::default()
-    };
-    let engine: Arc<dyn SandboxBackend> = engine;
+    let Backend {
+        engine,
+        default_image_build,
+    } = open_backend(EngineSetup {
+        dir: config.data_dir.join("sandbox"),
+        egress: egress.clone(),
+    })
+    .await?;
     for (key, project) in config.seeded_keys() {
         store
             .add_key(&key, &project, now())

@@ -77,7 +77,7 @@ pub async fn sweep(state: &Arc<AppState>) -> Result<(), ApiError> {
         let id = row.id.clone();
         if expired || retained_too_long {
             match state.engine.destroy_if_idle(&row.id).await {
-                Ok(true) | Err(shellgate_sandbox::SandboxError::NotFound(_)) => {}
+                Ok(true) | Err(shellgate_sandbox_api::SandboxError::NotFound(_)) => {}
                 // A command or file operation started meanwhile: not idle.
                 Ok(false) => continue,
                 Err(e) => {

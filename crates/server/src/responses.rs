@@ -28,7 +28,7 @@ use serde_json::{json, Value};
 use shellgate_model::run::{self, EventSink, Outcome, Sandbox, Status};
 use shellgate_model::tools::Tools;
 use shellgate_model::upstream::Usage;
-use shellgate_sandbox::backend::StreamKind;
+use shellgate_sandbox_api::backend::StreamKind;
 use shellgate_store::ResponseRow;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::StreamExt;

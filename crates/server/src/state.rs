@@ -50,7 +50,7 @@ pub struct AppState {
     pub(crate) egress: Option<Arc<shellgate_egress::proxy::Settings>>,
     pub(crate) egress_counts: Arc<EgressCounts>,
     /// The default image's background build, if one was started.
-    pub default_image_build: crate::image_build::SharedBuildStatus,
+    pub default_image_build: shellgate_sandbox_api::image::SharedBuildStatus,
     /// Whether the log already said that the default image is missing.
     pub(crate) default_image_missing_said: std::sync::atomic::AtomicBool,
 }

@@ -288,7 +288,8 @@ async fn serve(data_dir: Option<PathBuf>, args: ServeArgs) -> Result<()> {
         config.listen = listen;
     }
     let helper = std::env::current_exe().context("cannot find the shellgate binary")?;
-    let state = shellgate_server::open(config, helper).await?;
+    let engine = crate::serving::EngineOptions::of(&config, helper)?;
+    let state = shellgate_server::open(config, |setup| engine.open(setup)).await?;
     shellgate_server::serve(state).await?;
     Ok(())
 }

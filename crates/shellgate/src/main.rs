@@ -6,6 +6,7 @@ mod cli;
 mod local;
 mod oneshot;
 mod quote;
+mod serving;
 
 fn main() {
     // The helper must run before anything else starts: no threads, no

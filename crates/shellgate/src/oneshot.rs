@@ -201,7 +201,13 @@ pub(crate) fn egress_for(
         domain_secrets: Vec::new(),
         tls_passthrough_domains: Vec::new(),
     };
-    let network = shellgate_server::egress::network_spec(&config, Some(&policy), "--allow")
+    // The rule the API's network_policy follows, from the crate that owns it.
+    let rules = shellgate_sandbox_api::network::EgressRules {
+        enabled: config.egress,
+        allow_any_domain: config.egress_allow_any_domain,
+        org_allowlist: config.egress_org_allowlist()?,
+    };
+    let network = shellgate_sandbox_api::network::network_spec(&rules, Some(&policy), "--allow")
         .map_err(|e| anyhow::anyhow!("--allow: {}", e.message))?;
     let (settings, mut attempts) = shellgate_server::egress::settings(&config)?
         .context("egress is off in the configuration (egress = false)")?;

@@ -1,28 +1,16 @@
-//! The default image, built in the background on a start that finds it
-//! missing, so that a fresh install gets the seeds' runtime with no extra
-//! command. Until it is ready containers use `host` (the log says so, and
-//! their `image` field shows it); `/healthz` reports the build's progress.
+//! The default image, built in the background on a server start that finds
+//! it missing, so that a fresh install gets the seeds' runtime with no
+//! extra command (the host tools the build needs installed first, with
+//! apt, when they are missing). Until it is ready containers use `host`
+//! (the log says so, and their `image` field shows it); the server's
+//! `/healthz` reports the build's progress.
 
 use std::sync::{Arc, Mutex};
 
-use serde::Serialize;
-use shellgate_sandbox::engine::LocalEngine;
-use shellgate_sandbox::image::{HOST_IMAGE, RECIPES};
+use shellgate_sandbox_api::image::{BuildStatus, SharedBuildStatus};
 
-/// Where the default image's background build is.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct BuildStatus {
-    pub image: String,
-    /// `building`, `ready` or `failed`.
-    pub status: &'static str,
-    /// 0.0 to 1.0.
-    pub progress: f64,
-    /// The builder's latest line, or why it failed.
-    pub message: String,
-}
-
-/// The background build's status, shared with `/healthz`.
-pub type SharedBuildStatus = Arc<Mutex<Option<BuildStatus>>>;
+use crate::engine::LocalEngine;
+use crate::image::{HOST_IMAGE, RECIPES};
 
 fn set(status: &SharedBuildStatus, update: impl FnOnce(&mut BuildStatus)) {
     if let Some(current) = status.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
@@ -39,7 +27,7 @@ const BUILD_TOOLS: &[(&str, &str)] = &[("mmdebstrap", "mmdebstrap"), ("curl", "c
 fn install_build_tools() -> Result<(), String> {
     let missing: Vec<&str> = BUILD_TOOLS
         .iter()
-        .filter(|(program, _)| !shellgate_sandbox::sys::on_path(program))
+        .filter(|(program, _)| !crate::sys::on_path(program))
         .map(|(_, package)| *package)
         .collect();
     if missing.is_empty() {
@@ -127,7 +115,7 @@ pub fn start_if_missing(engine: Arc<LocalEngine>, image: &str) -> SharedBuildSta
         };
         let built = match install_build_tools() {
             Ok(()) => runtime.block_on(engine.images().build(&name, &mut progress)),
-            Err(e) => Err(shellgate_sandbox::SandboxError::Setup(e)),
+            Err(e) => Err(crate::SandboxError::Setup(e)),
         };
         match built {
             Ok(_) => {
