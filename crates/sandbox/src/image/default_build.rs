@@ -115,7 +115,7 @@ pub fn start_if_missing(engine: Arc<LocalEngine>, image: &str) -> SharedBuildSta
         };
         let built = match install_build_tools() {
             Ok(()) => runtime.block_on(engine.images().build(&name, &mut progress)),
-            Err(e) => Err(crate::SandboxError::Setup(e)),
+            Err(e) => Err(crate::error::SandboxError::Setup(e)),
         };
         match built {
             Ok(_) => {
