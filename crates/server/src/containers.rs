@@ -15,6 +15,7 @@ use axum::Json;
 use shellgate_sandbox_api::backend::{limits, ContainerSpec, RunRequest, SkippedFiles, StreamKind};
 use shellgate_sandbox_api::{ContainerState, SandboxError};
 use shellgate_store::{ContainerFileRow, ContainerRow, PresentFile};
+use shellgate_wire::new_id;
 use shellgate_wire::{
     Container, ContainerFile, CreateContainer, CreateContainerFileFromId, Deleted, ExecRequest,
     ExpiresAfter, ExpiresAnchor, List, ListIncomplete, MemoryLimit, NetworkPolicy, ShellCallOutput,
@@ -31,7 +32,6 @@ use crate::http::{multipart_error, ApiJson, ApiQuery, ListParams, Project};
 use crate::spool::spool;
 use crate::state::AppState;
 use crate::time::now;
-use shellgate_wire::new_id;
 
 /// Longest container name.
 const MAX_NAME: usize = 256;

@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use shellgate_egress::secrets::Masker;
 use shellgate_store::FileRow;
+use shellgate_wire::new_id;
 use shellgate_wire::{Deleted, FileObject, List, FILE_PURPOSES};
 
 use crate::error::{ApiError, ApiResult};
@@ -18,7 +19,6 @@ use crate::http::{ApiQuery, ListParams, Project};
 use crate::spool::{spool, Spooled};
 use crate::state::AppState;
 use crate::time::now;
-use shellgate_wire::new_id;
 
 pub(crate) fn file_object(row: &FileRow) -> FileObject {
     FileObject {

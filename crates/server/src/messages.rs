@@ -37,6 +37,7 @@ use serde_json::{json, Map, Value};
 use shellgate_model::run::{self, Outcome, Sandbox, Status};
 use shellgate_model::tools::{Tools, BASH, SHELL};
 use shellgate_model::upstream::ToolChoice;
+use shellgate_wire::new_id;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::StreamExt;
 
@@ -44,7 +45,6 @@ use crate::error::ApiError;
 use crate::hosted::HostedShell;
 use crate::http::{ApiJson, Project};
 use crate::state::AppState;
-use shellgate_wire::new_id;
 
 /// The top-level fields a Messages request may have.
 const FIELDS: &[&str] = &[

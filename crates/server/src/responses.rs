@@ -30,6 +30,7 @@ use shellgate_model::tools::Tools;
 use shellgate_model::upstream::Usage;
 use shellgate_sandbox_api::backend::StreamKind;
 use shellgate_store::ResponseRow;
+use shellgate_wire::new_id;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::StreamExt;
 
@@ -37,7 +38,6 @@ use crate::error::{ApiError, ApiResult};
 use crate::http::{ApiJson, ApiQuery, ListParams, Project};
 use crate::state::AppState;
 use crate::time::now;
-use shellgate_wire::new_id;
 
 /// Background responses still running: how to stop each, and their events.
 #[derive(Default)]

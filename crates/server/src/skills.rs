@@ -18,6 +18,7 @@ use base64::Engine as _;
 use serde_json::{json, Value};
 use shellgate_skills::{Bundle, Limits};
 use shellgate_store::{SkillRow, SkillVersionDelete, SkillVersionRow};
+use shellgate_wire::new_id;
 use shellgate_wire::List;
 
 use crate::error::{ApiError, ApiResult};
@@ -25,7 +26,6 @@ use crate::http::multipart_error;
 use crate::http::{ApiJson, ApiQuery, ListParams, Project};
 use crate::state::AppState;
 use crate::time::now;
-use shellgate_wire::new_id;
 
 /// Largest upload of one version (all parts together, or the zip).
 const MAX_UPLOAD_BYTES: usize = 64 << 20;
