@@ -288,6 +288,9 @@ async fn serve(data_dir: Option<PathBuf>, args: ServeArgs) -> Result<()> {
         config.listen = listen;
     }
     let helper = std::env::current_exe().context("cannot find the shellgate binary")?;
+    // Checked first, as `open` checks it, so a bad setting is reported as
+    // the configuration's error, not as the engine's.
+    config.validate()?;
     let engine = crate::serving::EngineOptions::of(&config, helper)?;
     let state = shellgate_server::open(config, |setup| engine.open(setup)).await?;
     shellgate_server::serve(state).await?;
