@@ -33,11 +33,31 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, Serve
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
+use crate::connection::{connect_to, read_head, Seen};
 use crate::exchange::{self, error_response, Answering, Outgoing, Substitution};
+use crate::exchange::{ExchangeError, Exchanged};
 use crate::policy::Pattern;
-use crate::proxy::{connect_to, read_head, ContainerEgress, Seen};
+use crate::secrets::Masker;
 use crate::secrets::{DomainSecret, InjectInto, SecretValue};
 use crate::wire::{self, Head};
+
+/// Where the interceptor reports the connections it serves (the
+/// container's proxy, which logs them).
+pub(crate) trait ConnectionLog {
+    /// The connection was refused: `reason` says why.
+    fn deny(&self, kind: &'static str, seen: Seen, started: Instant, reason: String);
+    /// The masker of the container's secret values, if it has any.
+    fn masker(&self) -> Option<&Arc<Masker>>;
+    /// The connection's exchange, as it ended.
+    fn log_exchange(
+        &self,
+        kind: &'static str,
+        seen: Seen,
+        started: Instant,
+        outcome: (Exchanged, Result<(), ExchangeError>),
+        note: Option<&str>,
+    );
+}
 
 /// How long the TLS handshakes may take.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -268,7 +288,7 @@ impl Interceptor {
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn serve(
         self: Arc<Self>,
-        egress: &ContainerEgress,
+        egress: &(impl ConnectionLog + Sync),
         kind: &'static str,
         client: TcpStream,
         hello: Vec<u8>,

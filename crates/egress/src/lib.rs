@@ -19,6 +19,7 @@
 //! put in), [`secrets`] (values that never print, and their masker).
 
 pub mod budget;
+mod connection;
 pub mod dns;
 pub(crate) mod exchange;
 pub mod intercept;

@@ -24,24 +24,21 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::sync::Semaphore;
 
 use crate::budget::{TokenBucket, Unlogged};
+use crate::connection::{connect_to, read_head, Seen};
 use crate::dns;
 use crate::exchange::{self, error_response, Answering, ExchangeError, Exchanged, Outgoing};
-use crate::intercept::Interceptor;
+use crate::intercept::{ConnectionLog, Interceptor};
 use crate::policy::{forbidden_address, normalize, Allowlist, Exceptions, Pattern};
 use crate::relay::relay;
 use crate::resolve::Resolver;
 use crate::secrets::Masker;
-use crate::wire::{self, Head, Hello, RequestHead, MAX_HEAD};
+use crate::wire::{self, Head, Hello, RequestHead};
 
-/// How long a client may take to say where it goes.
-const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long connecting to a destination may take.
-pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections one container may have through the proxy at once.
 const MAX_CONNECTIONS: usize = 256;
 /// DNS lookups one container may have in flight at once.
@@ -259,42 +256,9 @@ fn reset(stream: TcpStream) {
     }
 }
 
-/// What is known of one connection so far, for its log entry.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Seen {
-    pub requested: Option<String>,
-    pub server_name: Option<String>,
-    pub address: Option<IpAddr>,
-    pub port: u16,
-}
-
 /// A 403 that says why, for a refused HTTP request.
 fn forbidden_response(reason: &str, host: Option<&str>) -> Vec<u8> {
     error_response(403, "policy_denied", reason, host)
-}
-
-/// Reads from `stream` into `buffer` until `done` says enough (or the head
-/// is too long, the client stops, or it takes too long).
-pub(crate) async fn read_head<S: AsyncRead + Unpin, T>(
-    stream: &mut S,
-    buffer: &mut Vec<u8>,
-    mut done: impl FnMut(&[u8]) -> Option<T>,
-) -> Option<T> {
-    let deadline = tokio::time::Instant::now() + HEAD_TIMEOUT;
-    let mut chunk = [0u8; 4096];
-    loop {
-        if let Some(result) = done(buffer) {
-            return Some(result);
-        }
-        if buffer.len() >= MAX_HEAD {
-            return None;
-        }
-        let read = tokio::time::timeout_at(deadline, stream.read(&mut chunk)).await;
-        match read {
-            Ok(Ok(n)) if n > 0 => buffer.extend_from_slice(&chunk[..n]),
-            _ => return None,
-        }
-    }
 }
 
 async fn read_client_hello<S: AsyncRead + Unpin>(
@@ -1152,15 +1116,26 @@ impl ContainerEgress {
     }
 }
 
-/// Connects to `destination` within [`CONNECT_TIMEOUT`].
-pub(crate) async fn connect_to(destination: SocketAddr) -> Result<TcpStream, String> {
-    match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(destination)).await {
-        Ok(Ok(stream)) => {
-            let _ = stream.set_nodelay(true);
-            Ok(stream)
-        }
-        Ok(Err(e)) => Err(format!("{destination} could not be reached: {e}")),
-        Err(_) => Err(format!("{destination} did not answer")),
+/// The interceptor reports each connection it serves to the container's
+/// proxy, which logs it.
+impl ConnectionLog for ContainerEgress {
+    fn deny(&self, kind: &'static str, seen: Seen, started: Instant, reason: String) {
+        ContainerEgress::deny(self, kind, seen, started, reason)
+    }
+
+    fn masker(&self) -> Option<&Arc<Masker>> {
+        ContainerEgress::masker(self)
+    }
+
+    fn log_exchange(
+        &self,
+        kind: &'static str,
+        seen: Seen,
+        started: Instant,
+        outcome: (Exchanged, Result<(), ExchangeError>),
+        note: Option<&str>,
+    ) {
+        ContainerEgress::log_exchange(self, kind, seen, started, outcome, note)
     }
 }
 
@@ -1168,6 +1143,7 @@ pub(crate) async fn connect_to(destination: SocketAddr) -> Result<TcpStream, Str
 mod tests {
     use super::*;
     use std::net::Ipv4Addr;
+    use tokio::io::AsyncReadExt;
 
     /// A proxy for a container allowed `*.a.test`, whose names resolve (by
     /// the operator's fixed hosts, as an exception) to a loopback address

@@ -41,14 +41,6 @@ const ALLOWED: &[(&str, &str, &str, &str)] = &[
          takes the AppState (rewritten on typed items in issue 17): it should take the \
          Guardrails",
     ),
-    (
-        "egress",
-        "intercept.rs",
-        "proxy.rs",
-        "the interceptor serves one connection of the proxy's ContainerEgress and reports to \
-         it (deny, log_exchange, masker); a trait for that report in intercept.rs would end \
-         the circle",
-    ),
 ];
 
 /// Test and fuzzing harnesses: like `#[cfg(test)]` modules they may reach
