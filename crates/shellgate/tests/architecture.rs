@@ -154,7 +154,7 @@ fn the_checker_sees_a_circle_through_nested_and_bare_paths() {
     let write = |path: &str, text: &str| std::fs::write(dir.join(path), text).expect("write");
     write(
         "lib.rs",
-        "mod engine;\nmod state;\npub struct Thing;\n// crate::state::Nothing in a comment is no edge\n",
+        "mod engine;\nmod state;\n#[cfg(test)]\nmod checks;\npub struct Thing;\n// crate::state::Nothing in a comment is no edge\n",
     );
     write(
         "state.rs",
@@ -169,6 +169,7 @@ fn the_checker_sees_a_circle_through_nested_and_bare_paths() {
         "engine/pools.rs",
         "pub struct Pool;\n#[cfg(test)]\nmod tests {\n    use crate::Thing;\n}\nfn f() { super::super::state::g() }\n",
     );
+    write("checks.rs", "use crate::Thing;\nuse crate::state::S;\n");
     let graph = Graph::of(&dir);
     let _ = std::fs::remove_dir_all(&dir);
     let circles = graph.circles();
@@ -207,9 +208,17 @@ impl Graph {
             .map(|file| (module_path(file), file.clone()))
             .collect();
         let mut edges: BTreeMap<String, BTreeMap<String, usize>> = BTreeMap::new();
+        // Modules declared `#[cfg(test)] mod name;`: test code in files of
+        // their own, which like inline test modules may reach anything.
+        let mut tests: Vec<Vec<String>> = Vec::new();
         for file in &files {
             let text = std::fs::read_to_string(src.join(file)).expect("source is readable");
             let own = module_path(file);
+            tests.extend(test_modules(&text).into_iter().map(|name| {
+                let mut path = own.clone();
+                path.push(name);
+                path
+            }));
             for (line, target) in imports(&text, &own, &modules) {
                 if let Some(to) = resolve(&target, &modules) {
                     // A module using what it contains is the module tree,
@@ -225,6 +234,7 @@ impl Graph {
                 }
             }
         }
+        edges.retain(|file, _| !tests.iter().any(|test| module_path(file).starts_with(test)));
         Graph { modules, edges }
     }
 
@@ -632,6 +642,39 @@ fn imports(
         i = end.max(i + 1);
     }
     found
+}
+
+/// The names of the modules a file declares `#[cfg(test)] mod name;`.
+fn test_modules(text: &str) -> Vec<String> {
+    let tokens = tokens(&code_only(text));
+    let attribute = [
+        Token::Other('#'),
+        Token::Other('['),
+        Token::Ident("cfg".into()),
+        Token::Other('('),
+        Token::Ident("test".into()),
+        Token::Other(')'),
+        Token::Other(']'),
+    ];
+    let kinds: Vec<&Token> = tokens.iter().map(|(_, token)| token).collect();
+    let mut names = Vec::new();
+    for at in 0..kinds.len() {
+        let Some(window) = kinds.get(at..at + attribute.len() + 3) else {
+            break;
+        };
+        let is_attribute = window.iter().zip(&attribute).all(|(a, b)| *a == b);
+        if let (true, Token::Ident(word), Token::Ident(name), Token::Other(';')) = (
+            is_attribute,
+            window[attribute.len()],
+            window[attribute.len() + 1],
+            window[attribute.len() + 2],
+        ) {
+            if word == "mod" {
+                names.push(name.clone());
+            }
+        }
+    }
+    names
 }
 
 /// The paths of a use tree (`a::b`, `a::{b, c::{d}}`) starting at `at`.
