@@ -162,6 +162,65 @@ pub struct Settings {
     pub upstream_tls: Arc<rustls::ClientConfig>,
 }
 
+/// Records queued for the log (DNS lookups may use half of it; see
+/// [`AttemptSink`]).
+const LOG_QUEUE: usize = 8192;
+
+/// What the operator configures of the proxy, as the configuration file
+/// spells it.
+#[derive(Debug, Clone, Default)]
+pub struct ProxyOptions {
+    /// Roots the proxy trusts for the servers it forwards secrets to
+    /// (PEM files; none: the system's).
+    pub trusted_roots: Vec<std::path::PathBuf>,
+    /// The DNS server the proxy asks (`""`: the system's resolver).
+    pub dns_server: String,
+    /// Names answered with fixed addresses.
+    pub hosts: std::collections::BTreeMap<String, Vec<IpAddr>>,
+    /// Private addresses or names containers may reach all the same.
+    pub private_exceptions: Vec<String>,
+}
+
+impl Settings {
+    /// The settings `options` describe, and the receiving end of the log;
+    /// an error names the option that is wrong.
+    pub fn configure(
+        options: &ProxyOptions,
+    ) -> Result<(Settings, tokio::sync::mpsc::Receiver<Attempt>), String> {
+        let upstream_tls = crate::intercept::upstream_tls(&options.trusted_roots)
+            .map_err(|e| format!("egress_trusted_roots: {e}"))?;
+        let server = match options.dns_server.as_str() {
+            "" => None,
+            text => Some(
+                text.parse()
+                    .map_err(|_| format!("egress_dns_server = {text:?} is not an address"))?,
+            ),
+        };
+        let static_hosts: HashMap<String, Vec<IpAddr>> = options
+            .hosts
+            .iter()
+            .map(|(name, addresses)| (normalize(name), addresses.clone()))
+            .collect();
+        let exceptions = Exceptions::parse(&options.private_exceptions)
+            .map_err(|e| format!("egress_private_exceptions: {e}"))?;
+        let (log, receiver) = tokio::sync::mpsc::channel(LOG_QUEUE);
+        Ok((
+            Settings {
+                resolver: Resolver {
+                    static_hosts,
+                    server,
+                },
+                exceptions,
+                log,
+                dropped: AtomicU64::new(0),
+                lookups: LookupLimits::default(),
+                upstream_tls: Arc::new(upstream_tls),
+            },
+            receiver,
+        ))
+    }
+}
+
 /// What one container's proxy knows.
 pub struct ContainerEgress {
     pub container: String,

@@ -5,15 +5,13 @@
 //! `GET /v1/containers/{id}/egress`, see `container_egress`) and its counts
 //! in `/metrics`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use shellgate_egress::policy::Exceptions;
-use shellgate_egress::proxy::{Attempt, LookupLimits, Settings};
-use shellgate_egress::resolve::Resolver;
+use shellgate_egress::proxy::{Attempt, ProxyOptions, Settings};
 use shellgate_sandbox_api::backend::NetworkSpec;
 use shellgate_sandbox_api::network;
 use shellgate_sandbox_api::SandboxBackend;
@@ -25,9 +23,6 @@ use crate::config::{comma_list, Config};
 use crate::db::Db;
 use crate::error::{ApiError, ApiResult, ServeError};
 
-/// Records queued for the log (DNS lookups may use half of it; see
-/// [`shellgate_egress::proxy::AttemptSink`]).
-const LOG_QUEUE: usize = 8192;
 /// Oldest egress rows deleted in one store call by the sweeper, and most
 /// such calls in one sweep (the rest wait for the next sweep).
 const RETENTION_BATCH: usize = 5_000;
@@ -59,42 +54,17 @@ pub fn settings(config: &Config) -> Result<Option<Egress>, ServeError> {
     if !config.egress {
         return Ok(None);
     }
-    let setup = |e: String| ServeError::Setup(e);
-    let roots: Vec<PathBuf> = comma_list(&config.egress_trusted_roots)
-        .into_iter()
-        .map(PathBuf::from)
-        .collect();
-    let upstream_tls = shellgate_egress::intercept::upstream_tls(&roots)
-        .map_err(|e| setup(format!("egress_trusted_roots: {e}")))?;
-    let server = match config.egress_dns_server.as_str() {
-        "" => None,
-        text => Some(
-            text.parse()
-                .map_err(|_| setup(format!("egress_dns_server = {text:?} is not an address")))?,
-        ),
-    };
-    let static_hosts: HashMap<String, Vec<std::net::IpAddr>> = config
-        .egress_hosts
-        .iter()
-        .map(|(name, addresses)| (shellgate_egress::policy::normalize(name), addresses.clone()))
-        .collect();
-    let exceptions = Exceptions::parse(&comma_list(&config.egress_private_exceptions))
-        .map_err(|e| setup(format!("egress_private_exceptions: {e}")))?;
-    let (log, receiver) = mpsc::channel(LOG_QUEUE);
-    Ok(Some((
-        Arc::new(Settings {
-            resolver: Resolver {
-                static_hosts,
-                server,
-            },
-            exceptions,
-            log,
-            dropped: AtomicU64::new(0),
-            lookups: LookupLimits::default(),
-            upstream_tls: Arc::new(upstream_tls),
-        }),
-        receiver,
-    )))
+    let (settings, log) = Settings::configure(&ProxyOptions {
+        trusted_roots: comma_list(&config.egress_trusted_roots)
+            .into_iter()
+            .map(PathBuf::from)
+            .collect(),
+        dns_server: config.egress_dns_server.clone(),
+        hosts: config.egress_hosts.clone(),
+        private_exceptions: comma_list(&config.egress_private_exceptions),
+    })
+    .map_err(ServeError::Setup)?;
+    Ok(Some((Arc::new(settings), log)))
 }
 
 /// A request's `network_policy` as a container's network, by the rule the

@@ -7,6 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
 use shellgate_sandbox::{EngineConfig, LocalEngine};
+use shellgate_server::config::comma_list;
 
 /// The engine's directory inside a data directory (shared by `serve`,
 /// `exec` and `image`, so images built once serve all three).
@@ -209,8 +210,22 @@ pub(crate) fn egress_for(
     };
     let network = shellgate_sandbox_api::network::network_spec(&rules, Some(&policy), "--allow")
         .map_err(|e| anyhow::anyhow!("--allow: {}", e.message))?;
-    let (settings, mut attempts) = shellgate_server::egress::settings(&config)?
-        .context("egress is off in the configuration (egress = false)")?;
+    anyhow::ensure!(
+        config.egress,
+        "egress is off in the configuration (egress = false)"
+    );
+    let (settings, mut attempts) =
+        shellgate_egress::proxy::Settings::configure(&shellgate_egress::proxy::ProxyOptions {
+            trusted_roots: comma_list(&config.egress_trusted_roots)
+                .into_iter()
+                .map(PathBuf::from)
+                .collect(),
+            dns_server: config.egress_dns_server.clone(),
+            hosts: config.egress_hosts.clone(),
+            private_exceptions: comma_list(&config.egress_private_exceptions),
+        })
+        .map_err(anyhow::Error::msg)?;
+    let settings = std::sync::Arc::new(settings);
     tokio::spawn(async move {
         while let Some(attempt) = attempts.recv().await {
             if attempt.verdict == shellgate_egress::proxy::Verdict::Denied {
