@@ -278,3 +278,82 @@ fn passthrough_domains(
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules() -> EgressRules {
+        EgressRules {
+            enabled: true,
+            allow_any_domain: false,
+            org_allowlist: Allowlist::any(),
+        }
+    }
+
+    fn allowlist(domains: &[&str], secrets: Vec<shellgate_wire::DomainSecret>) -> NetworkPolicy {
+        NetworkPolicy::Allowlist {
+            allowed_domains: domains.iter().map(|d| d.to_string()).collect(),
+            domain_secrets: secrets,
+            tls_passthrough_domains: Vec::new(),
+        }
+    }
+
+    fn secret(domain: &str, name: &str) -> shellgate_wire::DomainSecret {
+        shellgate_wire::DomainSecret {
+            domain: domain.to_owned(),
+            name: name.to_owned(),
+            value: "a-long-enough-value".to_owned(),
+            inject: None,
+            methods: None,
+            paths: None,
+        }
+    }
+
+    #[test]
+    fn no_policy_is_no_network_and_an_allowlist_is_normalized() {
+        assert!(network_spec(&rules(), None, "p").unwrap().is_disabled());
+        let spec = network_spec(
+            &rules(),
+            Some(&allowlist(&["API.Example.com"], vec![])),
+            "p",
+        );
+        assert_eq!(spec.unwrap().allowed_domains, ["api.example.com"]);
+    }
+
+    #[test]
+    fn refusals_name_the_field() {
+        let off = EgressRules {
+            enabled: false,
+            ..rules()
+        };
+        let policy = allowlist(&["a.test"], vec![]);
+        assert_eq!(
+            network_spec(&off, Some(&policy), "p").unwrap_err().param,
+            "p"
+        );
+        let empty = allowlist(&[], vec![]);
+        let error = network_spec(&rules(), Some(&empty), "p").unwrap_err();
+        assert_eq!(error.param, "p.allowed_domains");
+        let any = allowlist(&["*"], vec![]);
+        let error = network_spec(&rules(), Some(&any), "p").unwrap_err();
+        assert_eq!(error.param, "p.allowed_domains");
+        let elsewhere = allowlist(&["a.test"], vec![secret("b.test", "T")]);
+        let error = network_spec(&rules(), Some(&elsewhere), "p").unwrap_err();
+        assert_eq!(error.param, "p.domain_secrets");
+        let twice = allowlist(
+            &["a.test"],
+            vec![secret("a.test", "T"), secret("a.test", "T")],
+        );
+        let error = network_spec(&rules(), Some(&twice), "p").unwrap_err();
+        assert!(error.message.contains("twice"), "{error}");
+    }
+
+    #[test]
+    fn a_secret_gets_a_placeholder_and_keeps_its_value_out_of_it() {
+        let policy = allowlist(&["a.test"], vec![secret("a.test", "TOKEN")]);
+        let spec = network_spec(&rules(), Some(&policy), "p").unwrap();
+        assert_eq!(spec.secrets.len(), 1);
+        assert!(!spec.secrets[0].placeholder.contains("a-long-enough-value"));
+    }
+}
