@@ -1,6 +1,8 @@
 //! The bounds of an upstream turn, against a hostile model server on a
 //! local socket: an answer without end, one trickling a byte at a time, a
 //! tool call of 16 MiB, through each adapter the server uses.
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 

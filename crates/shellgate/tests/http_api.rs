@@ -1,5 +1,7 @@
 //! The HTTP API of a real `shellgate serve`, over real TCP: every error case
 //! and status, escapes through the files API, and 32 concurrent clients.
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

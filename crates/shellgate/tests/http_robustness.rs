@@ -2,6 +2,8 @@
 //! tenant never stalls another, idle and slow connections are bounded,
 //! quotas refuse with a 429 naming the limit, a client that hangs up
 //! changes nothing, and errors a client causes are 4xx envelopes.
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -1,5 +1,7 @@
 //! Images: a rootfs tarball imported with `shellgate image import` runs as an
 //! overlay root, with `sh` standing in when there is no bash.
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

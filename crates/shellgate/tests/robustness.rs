@@ -1,6 +1,8 @@
 //! Regression tests of the engine's robustness: timeouts that hold whatever
 //! the caller does, descendants that cannot escape a kill, limits that say
 //! so, one notion of busy, and files reached without waking a container.
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

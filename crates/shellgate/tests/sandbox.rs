@@ -1,5 +1,7 @@
 //! The sandbox engine driven through the real `shellgate` helper binary:
 //! commands, output handling, lifecycle, limits and hostile commands.
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

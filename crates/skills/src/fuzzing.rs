@@ -1,6 +1,10 @@
 //! The bundle reader's invariants, checked on any input: shared by the
 //! cargo-fuzz target `skill_bundle` and this crate's mutation test.
 
+// An invariant checker: a broken invariant is a panic, which is what a fuzzer
+// reports.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use crate::bundle::{from_zip, Limits};
 
 /// Reads `bytes` as a skill zip; if it is accepted, checks that its files
