@@ -116,10 +116,7 @@ impl AppState {
                 ),
             ));
         }
-        let claimed: u64 = limits
-            .iter()
-            .map(|l| MemoryLimit::parse(l).unwrap_or_default().bytes())
-            .sum();
+        let claimed: u64 = limits.iter().map(|limit| limit.bytes()).sum();
         if claimed.saturating_add(memory.bytes()) > admission.max_memory {
             return Err(ApiError::quota(
                 "project_memory_exceeded",

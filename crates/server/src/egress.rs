@@ -246,7 +246,7 @@ pub async fn supply(
         if row.session_open {
             let key = id.clone();
             state
-                .db(move |s| s.close_session(&key, "suspended"))
+                .db(move |s| s.close_session(&key, shellgate_store::ContainerStatus::Suspended))
                 .await?;
         }
         let (owner, key) = (project.0.clone(), id.clone());

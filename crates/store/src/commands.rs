@@ -3,6 +3,7 @@
 use rusqlite::{params, Row};
 
 use crate::paging::{page_of, Page};
+use crate::values::{column, number, CommandOutcome};
 use crate::{Result, Store, StoreError};
 
 /// One command run in a container (the command audit).
@@ -14,8 +15,7 @@ pub struct CommandRow {
     /// The response whose model ran it, if one did.
     pub response_id: Option<String>,
     pub command: String,
-    /// `exit` or `timeout`.
-    pub outcome: String,
+    pub outcome: CommandOutcome,
     pub exit_code: Option<i32>,
     pub duration_ms: u64,
     pub bytes_out: u64,
@@ -31,10 +31,10 @@ fn command_row(row: &Row) -> rusqlite::Result<CommandRow> {
         container_id: row.get(2)?,
         response_id: row.get(3)?,
         command: row.get(4)?,
-        outcome: row.get(5)?,
+        outcome: column(row, 5, "commands", "outcome")?,
         exit_code: row.get(6)?,
-        duration_ms: row.get::<_, i64>(7)? as u64,
-        bytes_out: row.get::<_, i64>(8)? as u64,
+        duration_ms: number(row, 7, "commands", "duration_ms")?,
+        bytes_out: number(row, 8, "commands", "bytes_out")?,
         created_at: row.get(9)?,
     })
 }
@@ -97,7 +97,7 @@ impl Store {
             "SELECT {COMMAND_COLUMNS} FROM commands WHERE (?1 IS NULL OR project = ?1) ORDER BY seq"
         ))?;
         for row in statement.query_map(params![project], command_row)? {
-            each(row?).map_err(StoreError::Corrupt)?;
+            each(row?).map_err(StoreError::Consumer)?;
         }
         Ok(())
     }

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use rusqlite::{params, OptionalExtension, Row};
 
 use crate::paging::{page_of, Page};
+use crate::values::{column, FileSource};
 use crate::{Result, Store};
 
 /// A container file's row.
@@ -15,7 +16,7 @@ pub struct ContainerFileRow {
     pub container_id: String,
     pub path: String,
     pub bytes: u64,
-    pub source: String,
+    pub source: FileSource,
     pub created_at: i64,
 }
 
@@ -40,7 +41,7 @@ fn container_file_row(row: &Row) -> rusqlite::Result<ContainerFileRow> {
         container_id: row.get(1)?,
         path: row.get(2)?,
         bytes: row.get(3)?,
-        source: row.get(4)?,
+        source: column(row, 4, "container_files", "source")?,
         created_at: row.get(5)?,
     })
 }

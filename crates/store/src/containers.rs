@@ -5,7 +5,9 @@ use rusqlite::{params, OptionalExtension, Row};
 
 use crate::paging::{page_of, Page};
 use crate::usage::session_cost;
+use crate::values::{column, ContainerStatus};
 use crate::{Result, Store};
+use shellgate_wire::MemoryLimit;
 
 /// A container's row.
 #[derive(Debug, Clone, PartialEq)]
@@ -15,9 +17,8 @@ pub struct ContainerRow {
     pub name: String,
     pub created_at: i64,
     pub last_active_at: i64,
-    /// `creating`, `running`, `suspended`.
-    pub status: String,
-    pub memory_limit: String,
+    pub status: ContainerStatus,
+    pub memory_limit: MemoryLimit,
     pub expires_minutes: u32,
     /// JSON, without secrets.
     pub network_policy: String,
@@ -49,8 +50,8 @@ fn container_row(row: &Row) -> rusqlite::Result<ContainerRow> {
         name: row.get(2)?,
         created_at: row.get(3)?,
         last_active_at: row.get(4)?,
-        status: row.get(5)?,
-        memory_limit: row.get(6)?,
+        status: column(row, 5, "containers", "status")?,
+        memory_limit: column(row, 6, "containers", "memory_limit")?,
         expires_minutes: row.get(7)?,
         network_policy: row.get(8)?,
         skills: row.get(9)?,
@@ -76,7 +77,7 @@ impl Store {
                 row.created_at,
                 row.last_active_at,
                 row.status,
-                row.memory_limit,
+                row.memory_limit.as_str(),
                 row.expires_minutes,
                 row.network_policy,
                 row.skills,
@@ -176,7 +177,7 @@ impl Store {
 
     /// Ends the current session: its cost moves to `billed_seconds` (and to
     /// the project's total), and the container takes `status`.
-    pub fn close_session(&self, id: &str, status: &str) -> Result<()> {
+    pub fn close_session(&self, id: &str, status: ContainerStatus) -> Result<()> {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
         let session: Option<(String, f64, bool)> = tx
@@ -209,7 +210,7 @@ impl Store {
     /// Deletes a container's row and its files' rows (closing its session
     /// into the project's usage first).
     pub fn delete_container(&self, id: &str) -> Result<()> {
-        self.close_session(id, "deleted")?;
+        self.close_session(id, ContainerStatus::Deleted)?;
         let mut conn = self.conn();
         let tx = conn.transaction()?;
         tx.execute(
@@ -243,13 +244,15 @@ impl Store {
 
     /// Memory limits of a project's containers that hold processes (running
     /// or being created), for admission control.
-    pub fn active_memory_limits(&self, project: &str) -> Result<Vec<String>> {
+    pub fn active_memory_limits(&self, project: &str) -> Result<Vec<MemoryLimit>> {
         let conn = self.reader();
         let mut statement = conn.prepare(
             "SELECT memory_limit FROM containers WHERE project = ?1 AND (session_open = 1 OR status = 'creating')",
         )?;
         let rows = statement
-            .query_map(params![project], |row| row.get(0))?
+            .query_map(params![project], |row| {
+                column(row, 0, "containers", "memory_limit")
+            })?
             .collect::<rusqlite::Result<_>>()?;
         Ok(rows)
     }

@@ -3,6 +3,7 @@
 use rusqlite::{params, OptionalExtension, Row};
 
 use crate::paging::{page_of, Page};
+use crate::values::number;
 use crate::{Result, Store};
 
 /// One attempt to leave a container (the egress log).
@@ -42,13 +43,13 @@ fn egress_row(row: &Row) -> rusqlite::Result<EgressRow> {
         requested_name: row.get(5)?,
         server_name: row.get(6)?,
         address: row.get(7)?,
-        port: row.get::<_, i64>(8)? as u16,
+        port: number(row, 8, "egress", "port")?,
         verdict: row.get(9)?,
         reason: row.get(10)?,
-        bytes_out: row.get::<_, i64>(11)? as u64,
-        bytes_in: row.get::<_, i64>(12)? as u64,
-        duration_ms: row.get::<_, i64>(13)? as u64,
-        aggregated: row.get::<_, i64>(14)? as u64,
+        bytes_out: number(row, 11, "egress", "bytes_out")?,
+        bytes_in: number(row, 12, "egress", "bytes_in")?,
+        duration_ms: number(row, 13, "egress", "duration_ms")?,
+        aggregated: number(row, 14, "egress", "aggregated")?,
     })
 }
 

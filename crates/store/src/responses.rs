@@ -2,6 +2,7 @@
 
 use rusqlite::{params, OptionalExtension, Row};
 
+use crate::values::{column, ResponseStatus};
 use crate::{Result, Store};
 
 /// A stored response of the Responses API.
@@ -10,8 +11,7 @@ pub struct ResponseRow {
     pub id: String,
     pub project: String,
     pub created_at: i64,
-    /// `queued`, `in_progress`, `completed`, `incomplete`, `failed`, `cancelled`.
-    pub status: String,
+    pub status: ResponseStatus,
     pub previous_response_id: Option<String>,
     /// The response object, JSON.
     pub body: String,
@@ -30,7 +30,7 @@ fn response_row(row: &Row) -> rusqlite::Result<ResponseRow> {
         id: row.get(0)?,
         project: row.get(1)?,
         created_at: row.get(2)?,
-        status: row.get(3)?,
+        status: column(row, 3, "responses", "status")?,
         previous_response_id: row.get(4)?,
         body: row.get(5)?,
         input_items: row.get(6)?,
@@ -73,7 +73,7 @@ impl Store {
     }
 
     /// Responses with one of `statuses` (to settle runs a crash interrupted).
-    pub fn responses_with_status(&self, statuses: &[&str]) -> Result<Vec<ResponseRow>> {
+    pub fn responses_with_status(&self, statuses: &[ResponseStatus]) -> Result<Vec<ResponseRow>> {
         let conn = self.reader();
         let mut statement = conn.prepare(&format!(
             "SELECT {RESPONSE_COLUMNS} FROM responses WHERE status = ?1"

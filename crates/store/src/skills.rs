@@ -3,6 +3,7 @@
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use crate::paging::{page_of, Page};
+use crate::values::number;
 use crate::{Result, Store};
 
 /// Why a skill version was not deleted.
@@ -85,7 +86,7 @@ fn skill_version_row(row: &Row) -> rusqlite::Result<SkillVersionRow> {
         name: row.get(4)?,
         description: row.get(5)?,
         created_at: row.get(6)?,
-        bytes: row.get::<_, i64>(7)? as u64,
+        bytes: number(row, 7, "skill_versions", "bytes")?,
     })
 }
 

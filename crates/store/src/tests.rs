@@ -14,8 +14,8 @@ mod tables {
             name: name.into(),
             created_at: 1,
             last_active_at: 1,
-            status: "running".into(),
-            memory_limit: "1g".into(),
+            status: ContainerStatus::Running,
+            memory_limit: shellgate_wire::MemoryLimit::OneGb,
             expires_minutes: 20,
             network_policy: r#"{"type":"disabled"}"#.into(),
             skills: "[]".into(),
@@ -26,6 +26,88 @@ mod tables {
             image: "host".into(),
             sleep_after_secs: None,
         }
+    }
+
+    #[test]
+    fn a_row_with_an_unknown_status_or_limit_is_corrupt_not_a_default() {
+        let store = Store::in_memory().unwrap();
+        store
+            .insert_container(&container("c1", "alpha", "x"))
+            .unwrap();
+        store.open_session("c1").unwrap();
+        for (column, value) in [("status", "sleeping"), ("memory_limit", "2g")] {
+            store
+                .conn()
+                .execute(
+                    &format!("UPDATE containers SET {column} = ?1 WHERE id = 'c1'"),
+                    rusqlite::params![value],
+                )
+                .unwrap();
+            match store.container("alpha", "c1") {
+                Err(StoreError::Corrupt {
+                    table: "containers",
+                    column: named,
+                    value: held,
+                }) => {
+                    assert_eq!((named, held.as_str()), (column, value));
+                }
+                other => panic!("{column} = {value:?} read as {other:?}"),
+            }
+            assert!(matches!(
+                store.all_containers(),
+                Err(StoreError::Corrupt { .. })
+            ));
+            if column == "memory_limit" {
+                assert!(matches!(
+                    store.active_memory_limits("alpha"),
+                    Err(StoreError::Corrupt { .. })
+                ));
+            }
+            store
+                .conn()
+                .execute(
+                    "UPDATE containers SET status = 'running', memory_limit = '1g' WHERE id = 'c1'",
+                    [],
+                )
+                .unwrap();
+        }
+        // A negative size is corrupt too, not wrapped around.
+        store
+            .record_egress(&[EgressRow {
+                id: "e1".into(),
+                project: String::new(),
+                container_id: "c1".into(),
+                created_at: 1,
+                kind: "dns".into(),
+                requested_name: None,
+                server_name: None,
+                address: None,
+                port: 53,
+                verdict: "allowed".into(),
+                reason: String::new(),
+                bytes_out: 0,
+                bytes_in: 0,
+                duration_ms: 0,
+                aggregated: 0,
+            }])
+            .unwrap();
+        store
+            .conn()
+            .execute("UPDATE egress SET port = 70000", [])
+            .unwrap();
+        let page = Page {
+            limit: 10,
+            ascending: true,
+            after: None,
+        };
+        assert!(matches!(
+            store.list_egress("c1", &page),
+            Err(StoreError::Corrupt {
+                table: "egress",
+                column: "port",
+                ..
+            })
+        ));
     }
 
     #[test]
@@ -365,10 +447,14 @@ mod tables {
         store.open_session("c1").unwrap();
         store.record_activity("c1", 5, 2.5).unwrap();
         assert_eq!(store.project_usage("p").unwrap().0, 30.0);
-        store.close_session("c1", "suspended").unwrap();
+        store
+            .close_session("c1", ContainerStatus::Suspended)
+            .unwrap();
         store.open_session("c1").unwrap();
         store.record_activity("c1", 6, 45.0).unwrap();
-        store.close_session("c1", "suspended").unwrap();
+        store
+            .close_session("c1", ContainerStatus::Suspended)
+            .unwrap();
         assert_eq!(store.project_usage("p").unwrap().0, 75.0);
         store.delete_container("c1").unwrap();
         assert_eq!(

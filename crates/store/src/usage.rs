@@ -3,6 +3,7 @@
 
 use rusqlite::{params, OptionalExtension};
 
+use crate::values::number;
 use crate::{Result, Store};
 
 /// The minimum a session is billed (seeds: 30 seconds each time a new or
@@ -67,9 +68,9 @@ impl Store {
                 params![project],
                 |row| {
                     Ok((
-                        row.get::<_, i64>(0)? as u64,
-                        row.get::<_, i64>(1)? as u64,
-                        row.get::<_, i64>(2)? as u64,
+                        number(row, 0, "usage", "input_tokens")?,
+                        number(row, 1, "usage", "output_tokens")?,
+                        number(row, 2, "usage", "responses")?,
                     ))
                 },
             )
