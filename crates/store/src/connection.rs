@@ -65,7 +65,7 @@ impl Store {
         Self::setup(Connection::open_in_memory()?)
     }
 
-    fn setup(mut conn: Connection) -> Result<Self> {
+    pub(crate) fn setup(mut conn: Connection) -> Result<Self> {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;

@@ -157,4 +157,39 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     ALTER TABLE egress ADD COLUMN aggregated INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE containers ADD COLUMN egress_unlogged INTEGER NOT NULL DEFAULT 0;
 "#,
+    // A response stores only its own items, linked to the response it
+    // continues (see responses.rs). Existing responses: one whose previous
+    // response is still stored, in its project, and whose conversation
+    // starts with that one's, keeps only what follows it; any other keeps
+    // its whole conversation as its own.
+    r#"
+    CREATE TABLE response_items (
+        response_id TEXT NOT NULL,
+        -- The item's index in the whole conversation.
+        position INTEGER NOT NULL,
+        item TEXT NOT NULL,
+        PRIMARY KEY (response_id, position)
+    ) WITHOUT ROWID;
+    ALTER TABLE responses ADD COLUMN parent_id TEXT;
+    ALTER TABLE responses ADD COLUMN conversation_len INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE responses ADD COLUMN deleted INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX responses_by_parent ON responses (parent_id) WHERE parent_id IS NOT NULL;
+    UPDATE responses SET conversation_len = json_array_length(conversation);
+    UPDATE responses SET parent_id = previous_response_id WHERE EXISTS (
+        SELECT 1 FROM responses p
+        WHERE p.id = responses.previous_response_id AND p.project = responses.project
+        AND p.conversation_len <= responses.conversation_len
+        AND NOT EXISTS (
+            SELECT 1 FROM json_each(p.conversation) pe
+            WHERE json_extract(responses.conversation, '$[' || pe.key || ']') IS NOT pe.value
+        )
+    );
+    INSERT INTO response_items (response_id, position, item)
+    SELECT r.id, j.key,
+        CASE j.type WHEN 'object' THEN j.value WHEN 'array' THEN j.value WHEN 'true' THEN 'true'
+        WHEN 'false' THEN 'false' WHEN 'null' THEN 'null' ELSE json_quote(j.value) END
+    FROM responses r, json_each(r.conversation) j
+    WHERE j.key >= COALESCE((SELECT p.conversation_len FROM responses p WHERE p.id = r.parent_id), 0);
+    ALTER TABLE responses DROP COLUMN conversation;
+"#,
 ];
