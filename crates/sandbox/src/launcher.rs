@@ -94,7 +94,7 @@ impl Helper {
             send_raw(&helper.control, &enrollment).await?;
             match recv_report(&helper.control).await? {
                 Some((Report::Enrolled, _)) => Ok(()),
-                Some((Report::Error { message }, _)) => Err(SandboxError::Setup(message)),
+                Some((Report::Error { error }, _)) => Err(SandboxError::Helper(error)),
                 other => Err(SandboxError::Setup(format!(
                     "unexpected helper report {:?}",
                     other.map(|(report, _)| report)
@@ -183,7 +183,7 @@ impl Helper {
                 .ok_or_else(|| {
                     SandboxError::Setup("the file view came without a descriptor".into())
                 }),
-            Ok(Ok(Some((Report::Error { message }, _)))) => Err(SandboxError::Setup(message)),
+            Ok(Ok(Some((Report::Error { error }, _)))) => Err(SandboxError::Helper(error)),
             Ok(Ok(other)) => Err(SandboxError::Setup(format!(
                 "unexpected helper report {:?}",
                 other.map(|(report, _)| report)
@@ -231,9 +231,7 @@ impl Helper {
                         proxy = fds.collect();
                         return Ok(());
                     }
-                    Some((Report::Error { message }, _)) => {
-                        return Err(SandboxError::Setup(message))
-                    }
+                    Some((Report::Error { error }, _)) => return Err(SandboxError::Helper(error)),
                     Some((Report::Enrolled | Report::FileView { .. }, _)) => {}
                     None => {
                         return Err(SandboxError::Setup(

@@ -533,11 +533,6 @@ pub fn geteuid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
-/// Describes the last OS error for messages written where allocation is fine.
-pub fn last_error(what: &str) -> String {
-    format!("{what}: {}", io::Error::last_os_error())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
