@@ -57,7 +57,7 @@ impl Admission {
         Self {
             max_running: config.max_running_containers_per_project,
             // Validated at start-up; an unparsable value cannot reach here.
-            max_memory: config.max_memory_per_project_bytes().unwrap_or(u64::MAX),
+            max_memory: config.max_memory_per_project.bytes(),
             max_execs: config.max_execs_per_project,
             projects: Mutex::new(HashMap::new()),
         }
