@@ -303,10 +303,13 @@ pub(crate) fn register(fd: OwnedFd) -> std::io::Result<AsyncFd<OwnedFd>> {
 }
 
 fn set_nonblocking(fd: &OwnedFd) -> Result<(), SandboxError> {
-    // SAFETY: fcntl on a descriptor we own.
-    let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
-    // SAFETY: as above.
-    sys::cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) })
+    // (A failed F_GETFL is an error now, not flags of -1 written back.)
+    let flags = rustix::fs::fcntl_getfl(fd).map_err(std::io::Error::from);
+    flags
+        .and_then(|flags| {
+            rustix::fs::fcntl_setfl(fd, flags | rustix::fs::OFlags::NONBLOCK)
+                .map_err(std::io::Error::from)
+        })
         .context(|| "set O_NONBLOCK".into())?;
     Ok(())
 }

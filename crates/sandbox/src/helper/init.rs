@@ -384,13 +384,15 @@ fn setup(spec: &HelperSpec) -> SetupResult<(Launcher, OwnedFd, Option<ProxySocke
         change_ids: !spec.rootless,
     };
 
-    // A recognisable name in `ps` inside the container.
-    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
-    unsafe { libc::prctl(libc::PR_SET_NAME, c"sandbox-init".as_ptr(), 0, 0, 0) };
+    // A recognisable name in `ps` inside the container (cosmetic: a
+    // failure changes nothing).
+    let _ = rustix::thread::set_name(c"sandbox-init");
     drop_capability_bounding_set()?;
-    sys::prctl(libc::PR_SET_DUMPABLE, 0)
+    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+        .map_err(std::io::Error::from)
         .step(SetupStep::NotDumpable, || "PR_SET_DUMPABLE".into())?;
-    sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1)
+    rustix::thread::set_no_new_privs(true)
+        .map_err(std::io::Error::from)
         .step(SetupStep::NoNewPrivileges, || "PR_SET_NO_NEW_PRIVS".into())?;
     seccomp::install().step(SetupStep::SeccompLoad, || "seccomp".into())?;
     let signals = child_signal_fd()?;
@@ -488,34 +490,33 @@ fn drop_capability_bounding_set() -> SetupResult<()> {
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(63);
     for cap in 0..=last_cap {
-        match sys::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong) {
-            Ok(_) => {}
+        // A capability set holds numbers below 64: one beyond is one this
+        // kernel cannot know either.
+        let Some(bit) = u32::try_from(cap)
+            .ok()
+            .and_then(|cap| 1u64.checked_shl(cap))
+        else {
+            break;
+        };
+        let one = rustix::thread::CapabilitySet::from_bits_retain(bit);
+        match rustix::thread::remove_capability_from_bounding_set(one) {
+            Ok(()) => {}
             // Capabilities this kernel does not know.
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => break,
+            Err(rustix::io::Errno::INVAL) => break,
             Err(e) => {
                 return Err(SetupError::os(
                     SetupStep::DropCapabilities,
                     format!("drop capability {cap} from the bounding set"),
-                    e,
+                    e.into(),
                 ))
             }
         }
     }
-    // SAFETY: PR_CAP_AMBIENT_CLEAR_ALL takes no pointers.
-    let ret = unsafe {
-        libc::prctl(
-            libc::PR_CAP_AMBIENT,
-            libc::PR_CAP_AMBIENT_CLEAR_ALL,
-            0,
-            0,
-            0,
-        )
-    };
-    check(
-        SetupStep::DropCapabilities,
-        "clear ambient capabilities",
-        ret as libc::c_long,
-    )
+    rustix::thread::clear_ambient_capability_set()
+        .map_err(std::io::Error::from)
+        .step(SetupStep::DropCapabilities, || {
+            "clear ambient capabilities".into()
+        })
 }
 
 /// Blocks SIGCHLD and returns a signalfd that reads it.

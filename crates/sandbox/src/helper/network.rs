@@ -158,54 +158,30 @@ pub fn proxy_sockets() -> SetupResult<ProxySockets> {
     })
 }
 
-fn socket_address(address: [u8; 4], port: u16) -> libc::sockaddr_in {
-    libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: port.to_be(),
-        sin_addr: libc::in_addr {
-            s_addr: u32::from_be_bytes(address).to_be(),
-        },
-        sin_zero: [0; 8],
-    }
-}
-
-fn bound(kind: libc::c_int, address: [u8; 4], port: u16) -> SetupResult<OwnedFd> {
-    // SAFETY: socket() with constant arguments.
-    let fd = unsafe { libc::socket(libc::AF_INET, kind | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(SetupError::last_os(SetupStep::ProxySockets, "proxy socket"));
-    }
-    // SAFETY: `fd` is a new descriptor owned here.
-    let socket = unsafe { OwnedFd::from_raw_fd(fd) };
-    let address = socket_address(address, port);
-    // SAFETY: bind reads a sockaddr_in of the length given.
-    let ret = unsafe {
-        libc::bind(
-            socket.as_raw_fd(),
-            (&address as *const libc::sockaddr_in).cast(),
-            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-        )
-    };
-    if ret != 0 {
-        return Err(SetupError::last_os(
-            SetupStep::ProxySockets,
-            format!("bind the proxy's port {port}"),
-        ));
-    }
+fn bound(kind: rustix::net::SocketType, address: [u8; 4], port: u16) -> SetupResult<OwnedFd> {
+    use rustix::net::{AddressFamily, SocketFlags};
+    let socket = rustix::net::socket_with(AddressFamily::INET, kind, SocketFlags::CLOEXEC, None)
+        .map_err(std::io::Error::from)
+        .step(SetupStep::ProxySockets, || "proxy socket".into())?;
+    let address = std::net::SocketAddrV4::new(address.into(), port);
+    rustix::net::bind(&socket, &address)
+        .map_err(std::io::Error::from)
+        .step(SetupStep::ProxySockets, || {
+            format!("bind the proxy's port {port}")
+        })?;
     Ok(socket)
 }
 
 fn listening(address: [u8; 4], port: u16) -> SetupResult<OwnedFd> {
-    let socket = bound(libc::SOCK_STREAM, address, port)?;
-    // SAFETY: listen on a socket we own.
-    if unsafe { libc::listen(socket.as_raw_fd(), BACKLOG) } != 0 {
-        return Err(SetupError::last_os(SetupStep::ProxySockets, "listen"));
-    }
+    let socket = bound(rustix::net::SocketType::STREAM, address, port)?;
+    rustix::net::listen(&socket, BACKLOG)
+        .map_err(std::io::Error::from)
+        .step(SetupStep::ProxySockets, || "listen".into())?;
     Ok(socket)
 }
 
 fn bound_datagram(address: [u8; 4], port: u16) -> SetupResult<OwnedFd> {
-    bound(libc::SOCK_DGRAM, address, port)
+    bound(rustix::net::SocketType::DGRAM, address, port)
 }
 
 #[cfg(test)]
