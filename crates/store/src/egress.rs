@@ -3,7 +3,7 @@
 use rusqlite::{params, OptionalExtension, Row};
 
 use crate::paging::{page_of, Page};
-use crate::values::number;
+use crate::values::{column, number, EgressVerdict};
 use crate::{Result, Store};
 
 /// One attempt to leave a container (the egress log).
@@ -20,8 +20,7 @@ pub struct EgressRow {
     pub server_name: Option<String>,
     pub address: Option<String>,
     pub port: u16,
-    /// `allowed`, `denied` or `notice`.
-    pub verdict: String,
+    pub verdict: EgressVerdict,
     pub reason: String,
     pub bytes_out: u64,
     pub bytes_in: u64,
@@ -44,7 +43,7 @@ fn egress_row(row: &Row) -> rusqlite::Result<EgressRow> {
         server_name: row.get(6)?,
         address: row.get(7)?,
         port: number(row, 8, "egress", "port")?,
-        verdict: row.get(9)?,
+        verdict: column(row, 9, "egress", "verdict")?,
         reason: row.get(10)?,
         bytes_out: number(row, 11, "egress", "bytes_out")?,
         bytes_in: number(row, 12, "egress", "bytes_in")?,

@@ -41,7 +41,9 @@ pub use paging::Page;
 pub use responses::ResponseRow;
 pub use skills::{SkillRow, SkillVersionDelete, SkillVersionRow};
 pub use usage::{session_cost, SESSION_MINIMUM_SECONDS};
-pub use values::{CommandOutcome, ContainerStatus, CorruptValue, FileSource, ResponseStatus};
+pub use values::{
+    CommandOutcome, ContainerStatus, CorruptValue, EgressVerdict, FileSource, ResponseStatus,
+};
 
 /// Store errors.
 #[derive(Debug, thiserror::Error)]

@@ -83,7 +83,7 @@ mod tables {
                 server_name: None,
                 address: None,
                 port: 53,
-                verdict: "allowed".into(),
+                verdict: EgressVerdict::Allowed,
                 reason: String::new(),
                 bytes_out: 0,
                 bytes_in: 0,
@@ -105,6 +105,18 @@ mod tables {
             Err(StoreError::Corrupt {
                 table: "egress",
                 column: "port",
+                ..
+            })
+        ));
+        store
+            .conn()
+            .execute("UPDATE egress SET port = 53, verdict = 'maybe'", [])
+            .unwrap();
+        assert!(matches!(
+            store.list_egress("c1", &page),
+            Err(StoreError::Corrupt {
+                table: "egress",
+                column: "verdict",
                 ..
             })
         ));
@@ -164,7 +176,7 @@ mod tables {
             server_name: None,
             address: Some("203.0.113.7".into()),
             port: 53,
-            verdict: "allowed".into(),
+            verdict: EgressVerdict::Allowed,
             reason: "allowed".into(),
             bytes_out: 0,
             bytes_in: 0,
@@ -222,11 +234,10 @@ mod tables {
             address: None,
             port: 53,
             verdict: if aggregated > 0 {
-                "aggregated"
+                EgressVerdict::Aggregated
             } else {
-                "allowed"
-            }
-            .into(),
+                EgressVerdict::Allowed
+            },
             reason: "r".into(),
             bytes_out: 0,
             bytes_in: 0,

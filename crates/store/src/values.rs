@@ -170,6 +170,19 @@ stored_enum! {
 }
 
 stored_enum! {
+    /// What became of an egress attempt (the egress log's `verdict`).
+    EgressVerdict {
+        Allowed => "allowed",
+        Denied => "denied",
+        /// Not an attempt: something the container's user should know.
+        Notice => "notice",
+        /// Not one attempt: events counted together, which have no row of
+        /// their own.
+        Aggregated => "aggregated",
+    }
+}
+
+stored_enum! {
     /// Who put a file into a container.
     FileSource {
         /// Uploaded or attached through the API.
