@@ -20,6 +20,7 @@ pub mod image;
 mod launcher;
 pub mod output;
 pub mod protocol;
+mod setup_error;
 pub mod sys;
 
 pub use backend::{
@@ -28,3 +29,4 @@ pub use backend::{
 };
 pub use engine::{EngineConfig, LocalEngine};
 pub use error::SandboxError;
+pub use setup_error::{SetupError, SetupStep};

@@ -180,7 +180,7 @@ pub enum Report {
     /// `data` directory.
     FileView { loop_device: Option<u32> },
     /// A setup step failed.
-    Error { message: String },
+    Error { error: crate::SetupError },
 }
 
 /// What the engine asks of init. Encoded as one tag byte and raw bytes, so a
@@ -287,6 +287,28 @@ impl Status {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_step_reaches_the_engine_with_its_step_and_errno() {
+        let sent = Report::Error {
+            error: crate::SetupError::os(
+                crate::SetupStep::PivotRoot,
+                "pivot_root",
+                std::io::Error::from_raw_os_error(libc::EINVAL),
+            ),
+        };
+        let bytes = serde_json::to_vec(&sent).unwrap();
+        let Report::Error { error } = serde_json::from_slice(&bytes).unwrap() else {
+            panic!("not an error report");
+        };
+        assert_eq!(error.step, crate::SetupStep::PivotRoot);
+        assert_eq!(error.errno, Some(libc::EINVAL));
+        let shown = crate::SandboxError::Helper(error).to_string();
+        assert!(
+            shown.starts_with("sandbox setup failed: pivot_root: Invalid argument"),
+            "{shown}"
+        );
+    }
 
     #[test]
     fn requests_round_trip() {

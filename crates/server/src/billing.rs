@@ -92,8 +92,12 @@ impl AppState {
             .zip(results)
             .map(|(command, result)| {
                 let (outcome, exit_code) = match result.outcome {
-                    shellgate_wire::Outcome::Exit { exit_code } => ("exit", Some(exit_code)),
-                    shellgate_wire::Outcome::Timeout => ("timeout", None),
+                    shellgate_wire::Outcome::Exit { exit_code } => {
+                        (shellgate_store::CommandOutcome::Exit, Some(exit_code))
+                    }
+                    shellgate_wire::Outcome::Timeout => {
+                        (shellgate_store::CommandOutcome::Timeout, None)
+                    }
                 };
                 shellgate_store::CommandRow {
                     id: crate::new_id("cmd_"),
@@ -104,7 +108,7 @@ impl AppState {
                         Some(masker) => masker.mask_str(command),
                         None => command.clone(),
                     },
-                    outcome: outcome.to_owned(),
+                    outcome,
                     exit_code,
                     duration_ms: result.duration_ms,
                     bytes_out: result.bytes_out,

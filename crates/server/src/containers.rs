@@ -14,10 +14,10 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use shellgate_sandbox::backend::{limits, ContainerSpec, RunRequest, SkippedFiles, StreamKind};
 use shellgate_sandbox::{ContainerState, SandboxError};
-use shellgate_store::{ContainerFileRow, ContainerRow, PresentFile};
+use shellgate_store::{ContainerFileRow, ContainerRow, ContainerStatus, FileSource, PresentFile};
 use shellgate_wire::{
     Container, ContainerFile, CreateContainer, CreateContainerFileFromId, Deleted, ExecRequest,
-    ExpiresAfter, ExpiresAnchor, List, ListIncomplete, MemoryLimit, NetworkPolicy, ShellCallOutput,
+    ExpiresAfter, ExpiresAnchor, List, ListIncomplete, NetworkPolicy, ShellCallOutput,
 };
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::StreamExt;
@@ -37,13 +37,13 @@ pub fn container_object(row: &ContainerRow) -> Container {
         object: "container".to_owned(),
         name: row.name.clone(),
         created_at: row.created_at,
-        status: row.status.clone(),
+        status: row.status.as_str().to_owned(),
         last_active_at: row.last_active_at,
         expires_after: ExpiresAfter {
             anchor: ExpiresAnchor::LastActiveAt,
             minutes: row.expires_minutes,
         },
-        memory_limit: MemoryLimit::parse(&row.memory_limit).unwrap_or_default(),
+        memory_limit: row.memory_limit,
         network_policy: serde_json::from_str(&row.network_policy)
             .unwrap_or(NetworkPolicy::Disabled),
         image: row.image.clone(),
@@ -224,8 +224,8 @@ pub(crate) async fn create_container(
         name: body.name.clone(),
         created_at: now,
         last_active_at: now,
-        status: "creating".to_owned(),
-        memory_limit: memory.as_str().to_owned(),
+        status: ContainerStatus::Creating,
+        memory_limit: memory,
         expires_minutes: body
             .expires_after
             .map(|e| e.minutes)
@@ -296,7 +296,7 @@ pub(crate) async fn create_container(
                     container_id: row.id.clone(),
                     path,
                     bytes,
-                    source: "user".to_owned(),
+                    source: FileSource::User,
                     created_at: now,
                 };
                 state
@@ -343,7 +343,7 @@ pub async fn list(
         .await?;
     let data = rows
         .iter()
-        .filter(|r| r.status != "creating")
+        .filter(|r| r.status != ContainerStatus::Creating)
         .map(|row| shown_container(&state, row))
         .collect();
     Ok(Json(List::page(data, has_more, |c: &Container| {
@@ -407,7 +407,7 @@ pub(crate) fn run_request(body: &ExecRequest, deadline_secs: u64) -> ApiResult<R
 async fn begin_activity(state: &AppState, row: &ContainerRow) -> ApiResult<()> {
     let id = row.id.clone();
     if !row.session_open {
-        let memory = MemoryLimit::parse(&row.memory_limit).unwrap_or_default();
+        let memory = row.memory_limit;
         let _permit = state.admit_start(&row.project, memory).await?;
         state.db(move |s| s.open_session(&id)).await?;
         return Ok(());
@@ -645,7 +645,7 @@ pub async fn commands(
                 "command": row.command,
                 "outcome": match row.exit_code {
                     Some(code) => serde_json::json!({"type": "exit", "exit_code": code}),
-                    None => serde_json::json!({"type": row.outcome}),
+                    None => serde_json::json!({"type": row.outcome.as_str()}),
                 },
                 "duration_ms": row.duration_ms,
                 "bytes_out": row.bytes_out,
@@ -674,7 +674,7 @@ fn container_file_object(row: &ContainerFileRow) -> ContainerFile {
         bytes: row.bytes,
         container_id: row.container_id.clone(),
         path: row.path.clone(),
-        source: row.source.clone(),
+        source: row.source.as_str().to_owned(),
     }
 }
 
@@ -832,7 +832,7 @@ pub async fn upload_file(
             container_id: id.clone(),
             path,
             bytes,
-            source: "user".to_owned(),
+            source: FileSource::User,
             created_at: now(),
         };
         let key = id.clone();

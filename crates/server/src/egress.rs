@@ -13,11 +13,11 @@ use std::time::Duration;
 use axum::extract::{Path, State};
 use axum::Json;
 use shellgate_egress::policy::{Allowlist, Exceptions, MAX_PATTERNS};
-use shellgate_egress::proxy::{Attempt, LookupLimits, Settings};
+use shellgate_egress::proxy::{Attempt, LookupLimits, Settings, Verdict};
 use shellgate_egress::resolve::Resolver;
 use shellgate_egress::secrets::{self, SecretValue};
 use shellgate_sandbox::backend::NetworkSpec;
-use shellgate_store::EgressRow;
+use shellgate_store::{EgressRow, EgressVerdict};
 use shellgate_wire::{List, NetworkPolicy};
 use tokio::sync::mpsc;
 
@@ -246,7 +246,7 @@ pub async fn supply(
         if row.session_open {
             let key = id.clone();
             state
-                .db(move |s| s.close_session(&key, "suspended"))
+                .db(move |s| s.close_session(&key, shellgate_store::ContainerStatus::Suspended))
                 .await?;
         }
         let (owner, key) = (project.0.clone(), id.clone());
@@ -521,7 +521,12 @@ fn row_of(attempt: Attempt) -> EgressRow {
         server_name: attempt.server_name,
         address: attempt.address.map(|a| a.to_string()),
         port: attempt.port,
-        verdict: attempt.verdict.as_str().to_owned(),
+        verdict: match attempt.verdict {
+            Verdict::Allowed => EgressVerdict::Allowed,
+            Verdict::Denied => EgressVerdict::Denied,
+            Verdict::Notice => EgressVerdict::Notice,
+            Verdict::Aggregated => EgressVerdict::Aggregated,
+        },
         reason: attempt.reason,
         bytes_out: attempt.bytes_out,
         bytes_in: attempt.bytes_in,
@@ -697,7 +702,7 @@ pub async fn list(
             server_name: row.server_name,
             address: row.address,
             port: row.port,
-            verdict: row.verdict,
+            verdict: row.verdict.as_str().to_owned(),
             reason: row.reason,
             bytes_out: row.bytes_out,
             bytes_in: row.bytes_in,

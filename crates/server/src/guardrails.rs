@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use shellgate_model::guardrail::{Action, Guardrail, Rule, REDACTED};
 
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, GuardrailTarget};
 use crate::error::{ApiError, ApiResult};
 
 /// What a guardrail reads.
@@ -30,50 +30,27 @@ pub struct Guardrails {
     projects: HashMap<(String, Target), Guardrail>,
 }
 
-fn default_action(setting: &str, name: &str) -> Result<Option<Action>, ConfigError> {
-    match setting {
-        "off" => Ok(None),
-        other => other
-            .parse()
-            .map(Some)
-            .map_err(|e: String| ConfigError(format!("{name}: {e} (or off)"))),
-    }
-}
-
 impl Guardrails {
     pub fn from_config(config: &Config) -> Result<Self, ConfigError> {
         let mut guardrails = Guardrails::default();
-        for (target, setting, name) in [
-            (
-                Target::Input,
-                &config.guardrail_input_default,
-                "guardrail_input_default",
-            ),
-            (
-                Target::ToolOutput,
-                &config.guardrail_tool_output_default,
-                "guardrail_tool_output_default",
-            ),
+        for (target, setting) in [
+            (Target::Input, config.guardrail_input_default),
+            (Target::ToolOutput, config.guardrail_tool_output_default),
         ] {
-            if let Some(action) = default_action(setting, name)? {
+            if let Some(action) = setting.action() {
                 guardrails
                     .everyone
                     .insert(target, Guardrail::defaults(action));
             }
         }
         for rule in &config.guardrails {
-            let target = match rule.target.as_str() {
-                "input" => Target::Input,
-                "tool_output" => Target::ToolOutput,
-                other => {
-                    return Err(ConfigError(format!(
-                        "guardrail target {other:?} is not input or tool_output"
-                    )))
-                }
+            let target = match rule.target {
+                GuardrailTarget::Input => Target::Input,
+                GuardrailTarget::ToolOutput => Target::ToolOutput,
             };
             let pattern = regex::Regex::new(&rule.pattern)
                 .map_err(|e| ConfigError(format!("guardrail pattern {:?}: {e}", rule.pattern)))?;
-            let action = rule.action.parse().map_err(ConfigError)?;
+            let action = rule.action.action();
             let rule_set = Guardrail::new(vec![Rule {
                 name: if rule.name.is_empty() {
                     rule.pattern.clone()

@@ -246,7 +246,8 @@ impl HostedShell {
             .db(move |s| s.container(&owner, &key))
             .await
             .map_err(host_error)?;
-        let Some(row) = row.filter(|r| r.status != "creating") else {
+        let Some(row) = row.filter(|r| r.status != shellgate_store::ContainerStatus::Creating)
+        else {
             return Ok(false);
         };
         let requested = self.auto.as_ref().and_then(|a| a.network_policy.as_ref());
@@ -294,7 +295,9 @@ impl HostedShell {
                 if row.session_open {
                     let key = id.to_owned();
                     self.state
-                        .db(move |s| s.close_session(&key, "suspended"))
+                        .db(move |s| {
+                            s.close_session(&key, shellgate_store::ContainerStatus::Suspended)
+                        })
                         .await
                         .map_err(host_error)?;
                 }

@@ -185,9 +185,7 @@ pub async fn open(config: Config, helper_binary: PathBuf) -> Result<Arc<AppState
     engine_config.warm_containers = config.warm_containers;
     engine_config.expose_host_usr_local = config.expose_host_usr_local;
     engine_config.images_dir = config.images_dir();
-    engine_config.memory_ceiling = config
-        .sandbox_memory_ceiling()
-        .map_err(|e| ServeError::Setup(e.to_string()))?;
+    engine_config.memory_ceiling = config.sandbox_memory_ceiling.bytes();
     let (egress, egress_log) = match egress::settings(&config)? {
         Some((settings, log)) => (Some(settings), Some(log)),
         None => (None, None),
@@ -291,8 +289,7 @@ fn upstream_router(config: &Config) -> Result<shellgate_model::upstream::Router,
             .unwrap_or(usize::MAX),
         turn_timeout: std::time::Duration::from_secs(config.upstream_turn_timeout_secs),
     };
-    let make = |url: &str, key: &config::Secret, protocol: &str| {
-        let protocol: Protocol = protocol.parse().map_err(ServeError::Setup)?;
+    let make = |url: &str, key: &config::Secret, protocol: Protocol| {
         connect(UpstreamConfig {
             url: url.to_owned(),
             api_key: key.get().map(str::to_owned),
@@ -309,14 +306,14 @@ fn upstream_router(config: &Config) -> Result<shellgate_model::upstream::Router,
         Some(make(
             &config.upstream_url,
             &config.upstream_api_key,
-            &config.upstream_protocol,
+            config.upstream_protocol,
         )?)
     };
     let mut router = Router::new(default);
     for route in &config.upstreams {
         router.route(
             &route.prefix,
-            make(&route.url, &route.api_key, &route.protocol)?,
+            make(&route.url, &route.api_key, route.protocol)?,
         );
     }
     Ok(router)

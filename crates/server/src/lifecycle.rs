@@ -39,14 +39,17 @@ pub async fn recover(state: &Arc<AppState>) -> Result<(), ApiError> {
         .collect();
     for row in &rows {
         let id = row.id.clone();
-        if row.status == "creating" || !engine_ids.contains(&row.id) {
+        if row.status == shellgate_store::ContainerStatus::Creating || !engine_ids.contains(&row.id)
+        {
             // Half-made, or its directory is gone: nothing to keep.
             tracing::info!(container = %row.id, "removing a container a crash left unfinished");
             destroy_quietly(state.engine.as_ref(), &row.id).await;
             state.db(move |s| s.delete_container(&id)).await?;
         } else if row.session_open {
             // Its processes died with the previous server.
-            state.db(move |s| s.close_session(&id, "suspended")).await?;
+            state
+                .db(move |s| s.close_session(&id, shellgate_store::ContainerStatus::Suspended))
+                .await?;
         }
     }
     for id in engine_ids {
@@ -66,12 +69,13 @@ pub async fn sweep(state: &Arc<AppState>) -> Result<(), ApiError> {
     let idle_limit = state.config.idle_suspend_after_secs as i64;
     let retention = state.config.retention_days as i64 * 86_400;
     for row in state.db(|s| s.all_containers()).await? {
-        if row.status == "creating" {
+        if row.status == shellgate_store::ContainerStatus::Creating {
             continue;
         }
         let idle = now - row.last_active_at;
         let expired = idle >= row.expires_minutes as i64 * 60;
-        let retained_too_long = row.status == "suspended" && idle >= retention;
+        let retained_too_long =
+            row.status == shellgate_store::ContainerStatus::Suspended && idle >= retention;
         let id = row.id.clone();
         if expired || retained_too_long {
             match state.engine.destroy_if_idle(&row.id).await {
@@ -97,7 +101,9 @@ pub async fn sweep(state: &Arc<AppState>) -> Result<(), ApiError> {
                 }
             }
             tracing::info!(container = %row.id, idle, "suspended an idle container");
-            state.db(move |s| s.close_session(&id, "suspended")).await?;
+            state
+                .db(move |s| s.close_session(&id, shellgate_store::ContainerStatus::Suspended))
+                .await?;
         }
     }
     for file in state.db(move |s| s.expired_files(now)).await? {
@@ -130,7 +136,7 @@ pub async fn suspend_all(state: &Arc<AppState>) {
     };
     for row in rows.into_iter().filter(|r| r.session_open) {
         let _ = state
-            .db(move |s| s.close_session(&row.id, "suspended"))
+            .db(move |s| s.close_session(&row.id, shellgate_store::ContainerStatus::Suspended))
             .await;
     }
 }

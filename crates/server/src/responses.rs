@@ -29,7 +29,7 @@ use shellgate_model::run::{self, EventSink, Outcome, Sandbox, Status};
 use shellgate_model::tools::Tools;
 use shellgate_model::upstream::Usage;
 use shellgate_sandbox::backend::StreamKind;
-use shellgate_store::ResponseRow;
+use shellgate_store::{ResponseRow, ResponseStatus};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::StreamExt;
 
@@ -537,7 +537,7 @@ async fn prepare(state: &Arc<AppState>, project: &Project, body: Value) -> ApiRe
                 error.param = Some("previous_response_id".into());
                 error
             })?;
-        if matches!(row.status.as_str(), "queued" | "in_progress") {
+        if row.status.is_running() {
             return Err(invalid(
                 "previous_response_id",
                 format!("Previous response '{previous}' is still running."),
@@ -581,7 +581,7 @@ async fn prepare(state: &Arc<AppState>, project: &Project, body: Value) -> ApiRe
                 container_id: container.clone(),
                 path,
                 bytes: file.bytes.len() as u64,
-                source: "user".to_owned(),
+                source: shellgate_store::FileSource::User,
                 created_at: now(),
             };
             state.db(move |s| s.upsert_container_file(&row)).await?;
@@ -638,7 +638,9 @@ impl Prepared {
             id: self.id.clone(),
             project: self.project.clone(),
             created_at: self.created_at,
-            status: status.to_owned(),
+            // The status is one this file wrote into the object (a
+            // response that somehow had another is stored as failed).
+            status: ResponseStatus::parse(status).unwrap_or(ResponseStatus::Failed),
             previous_response_id: self.previous.clone(),
             body: stored(body.clone()),
             input_items: stored(Value::Array(self.input.clone())),
@@ -1065,10 +1067,10 @@ pub async fn cancel(
         // Its commands are killed with the run.
         task.abort();
     }
-    if matches!(row.status.as_str(), "queued" | "in_progress") {
+    if row.status.is_running() {
         body["status"] = json!("cancelled");
         let row = ResponseRow {
-            status: "cancelled".into(),
+            status: ResponseStatus::Cancelled,
             body: body.to_string(),
             ..row
         };
@@ -1117,7 +1119,7 @@ pub async fn input_items(
 /// `in_progress`.
 pub async fn settle_interrupted(state: &AppState) -> ApiResult<()> {
     let rows = state
-        .db(|s| s.responses_with_status(&["queued", "in_progress"]))
+        .db(|s| s.responses_with_status(&[ResponseStatus::Queued, ResponseStatus::InProgress]))
         .await?;
     for row in rows {
         let mut body = body_of(&row).unwrap_or_else(|_| json!({}));
@@ -1127,7 +1129,7 @@ pub async fn settle_interrupted(state: &AppState) -> ApiResult<()> {
             "message": "The server stopped while this response was running; it did not finish.",
         });
         let row = ResponseRow {
-            status: "failed".into(),
+            status: ResponseStatus::Failed,
             body: body.to_string(),
             ..row
         };

@@ -224,7 +224,11 @@ fn a_client_that_hangs_up_changes_nothing() {
     std::thread::sleep(Duration::from_secs(3));
     let store = shellgate_store::Store::open(&server.dir.path().join("shellgate.db")).unwrap();
     let rows = store.all_containers().unwrap();
-    assert!(rows.iter().all(|row| row.status != "creating"), "{rows:?}");
+    assert!(
+        rows.iter()
+            .all(|row| row.status != shellgate_store::ContainerStatus::Creating),
+        "{rows:?}"
+    );
     let mut on_disk: Vec<String> = std::fs::read_dir(server.dir.path().join("sandbox/containers"))
         .unwrap()
         .flatten()
