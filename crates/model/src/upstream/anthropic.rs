@@ -11,9 +11,10 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
+use super::transport::{check_arguments, error_message, excerpt, Auth, Dialect, Endpoint, Route};
 use super::{
-    excerpt, Delta, DeltaSink, Finish, Message, Reply, ToolCall, ToolChoice, Turn, Upstream,
-    UpstreamConfig, UpstreamError, Usage,
+    Delta, DeltaSink, Finish, Message, Reply, ToolCall, ToolChoice, Turn, Upstream, UpstreamConfig,
+    UpstreamError, Usage,
 };
 
 /// The API version this adapter speaks.
@@ -22,13 +23,18 @@ const VERSION: &str = "2023-06-01";
 const DEFAULT_MAX_TOKENS: u32 = 4096;
 
 pub struct Anthropic {
-    endpoint: super::Endpoint,
+    endpoint: Endpoint,
 }
 
 impl Anthropic {
     pub fn new(config: UpstreamConfig) -> Result<Self, UpstreamError> {
+        let route = Route {
+            path: "messages",
+            auth: Auth::Header("x-api-key"),
+            headers: &[("anthropic-version", VERSION)],
+        };
         Ok(Self {
-            endpoint: super::Endpoint::new(config)?,
+            endpoint: Endpoint::new(config, route)?,
         })
     }
 }
@@ -114,7 +120,12 @@ pub fn request_body(turn: &Turn, stream: bool) -> Value {
         }
         body["tool_choice"] = choice;
     }
-    super::sampling(&mut body, turn);
+    if let Some(t) = turn.temperature {
+        body["temperature"] = json!(t);
+    }
+    if let Some(p) = turn.top_p {
+        body["top_p"] = json!(p);
+    }
     if stream {
         body["stream"] = json!(true);
     }
@@ -131,7 +142,7 @@ fn finish_of(reason: Option<&str>) -> Finish {
 
 /// Reads a whole message.
 pub fn parse_message(message: &Value) -> Result<Reply, UpstreamError> {
-    if let Some(error) = super::error_message(message) {
+    if let Some(error) = error_message(message) {
         return Err(UpstreamError::Malformed(excerpt(&error)));
     }
     let content = message
@@ -177,140 +188,126 @@ pub fn parse_message(message: &Value) -> Result<Reply, UpstreamError> {
     })
 }
 
-#[async_trait]
-impl Upstream for Anthropic {
-    async fn complete(
-        &self,
-        turn: &Turn,
+/// Reads the stream: text and tool uses by block index.
+#[derive(Default)]
+struct Stream {
+    text: String,
+    /// Tool uses by block index: (id, name, input JSON so far).
+    calls: BTreeMap<usize, (String, String, String)>,
+    usage: Usage,
+    stop: Option<String>,
+    ended: bool,
+}
+
+impl Dialect for Stream {
+    type Body = Value;
+    type Event = Value;
+
+    fn whole(body: Value) -> Result<Reply, UpstreamError> {
+        parse_message(&body)
+    }
+
+    fn event(
+        &mut self,
+        event: Value,
         deltas: Option<&DeltaSink>,
-    ) -> Result<Reply, UpstreamError> {
-        let body = request_body(turn, true);
-        let url = self.endpoint.url("messages");
-        let config = &self.endpoint.config;
-        let max_arguments = config.limits.max_tool_call_bytes;
-        let mut budget = super::Budget::turn(config);
-        let response = super::send(config, &budget, || {
-            let request = self
-                .endpoint
-                .client
-                .post(&url)
-                .header("anthropic-version", VERSION)
-                .json(&body);
-            match &self.endpoint.config.api_key {
-                Some(key) => request.header("x-api-key", key),
-                None => request,
+        max_arguments: usize,
+    ) -> Result<bool, UpstreamError> {
+        let index = event.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
+        match event.get("type").and_then(Value::as_str) {
+            Some("message_start") => {
+                self.usage.input_tokens = event
+                    .pointer("/message/usage/input_tokens")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0);
             }
-        })
-        .await?;
-        if !super::is_event_stream(&response) {
-            let reply = parse_message(&super::json_body(response, &mut budget).await?)?;
-            let reply = super::check_reply(reply, max_arguments)?;
-            if let (Some(sink), false) = (deltas, reply.text.is_empty()) {
-                let _ = sink.send(Delta::Text(reply.text.clone()));
-            }
-            return Ok(reply);
-        }
-        let mut text = String::new();
-        // Tool uses by block index: (id, name, input JSON so far).
-        let mut calls: BTreeMap<usize, (String, String, String)> = BTreeMap::new();
-        let mut usage = Usage::default();
-        let mut stop = None;
-        let mut ended = false;
-        super::read_events_within(response, &mut budget, |event| {
-            let index = event.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
-            match event.get("type").and_then(Value::as_str) {
-                Some("message_start") => {
-                    usage.input_tokens = event
-                        .pointer("/message/usage/input_tokens")
-                        .and_then(Value::as_u64)
-                        .unwrap_or(0);
+            Some("content_block_start") => {
+                let block = event.get("content_block").cloned().unwrap_or(json!({}));
+                if block.get("type").and_then(Value::as_str) == Some("tool_use") {
+                    let id = block
+                        .get("id")
+                        .and_then(Value::as_str)
+                        .unwrap_or("call")
+                        .to_owned();
+                    let name = block
+                        .get("name")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_owned();
+                    if let Some(sink) = deltas {
+                        let _ = sink.send(Delta::ToolCall {
+                            index,
+                            id: id.clone(),
+                            name: name.clone(),
+                        });
+                    }
+                    self.calls.insert(index, (id, name, String::new()));
                 }
-                Some("content_block_start") => {
-                    let block = event.get("content_block").cloned().unwrap_or(json!({}));
-                    if block.get("type").and_then(Value::as_str) == Some("tool_use") {
-                        let id = block
-                            .get("id")
-                            .and_then(Value::as_str)
-                            .unwrap_or("call")
-                            .to_owned();
-                        let name = block
-                            .get("name")
-                            .and_then(Value::as_str)
-                            .unwrap_or("")
-                            .to_owned();
+            }
+            Some("content_block_delta") => {
+                let delta = event.get("delta").cloned().unwrap_or(json!({}));
+                match delta.get("type").and_then(Value::as_str) {
+                    Some("text_delta") => {
+                        let piece = delta.get("text").and_then(Value::as_str).unwrap_or("");
+                        self.text.push_str(piece);
                         if let Some(sink) = deltas {
-                            let _ = sink.send(Delta::ToolCall {
+                            let _ = sink.send(Delta::Text(piece.to_owned()));
+                        }
+                    }
+                    Some("input_json_delta") => {
+                        let piece = delta
+                            .get("partial_json")
+                            .and_then(Value::as_str)
+                            .unwrap_or("");
+                        if let Some(call) = self.calls.get_mut(&index) {
+                            call.2.push_str(piece);
+                            check_arguments(&call.2, max_arguments)?;
+                        }
+                        if let Some(sink) = deltas {
+                            let _ = sink.send(Delta::ToolArguments {
                                 index,
-                                id: id.clone(),
-                                name: name.clone(),
+                                delta: piece.to_owned(),
                             });
                         }
-                        calls.insert(index, (id, name, String::new()));
                     }
+                    _ => {}
                 }
-                Some("content_block_delta") => {
-                    let delta = event.get("delta").cloned().unwrap_or(json!({}));
-                    match delta.get("type").and_then(Value::as_str) {
-                        Some("text_delta") => {
-                            let piece = delta.get("text").and_then(Value::as_str).unwrap_or("");
-                            text.push_str(piece);
-                            if let Some(sink) = deltas {
-                                let _ = sink.send(Delta::Text(piece.to_owned()));
-                            }
-                        }
-                        Some("input_json_delta") => {
-                            let piece = delta
-                                .get("partial_json")
-                                .and_then(Value::as_str)
-                                .unwrap_or("");
-                            if let Some(call) = calls.get_mut(&index) {
-                                call.2.push_str(piece);
-                                super::check_arguments(&call.2, max_arguments)?;
-                            }
-                            if let Some(sink) = deltas {
-                                let _ = sink.send(Delta::ToolArguments {
-                                    index,
-                                    delta: piece.to_owned(),
-                                });
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-                Some("message_delta") => {
-                    stop = event
-                        .pointer("/delta/stop_reason")
-                        .and_then(Value::as_str)
-                        .map(str::to_owned);
-                    if let Some(n) = event
-                        .pointer("/usage/output_tokens")
-                        .and_then(Value::as_u64)
-                    {
-                        usage.output_tokens = n;
-                    }
-                }
-                Some("message_stop") => {
-                    ended = true;
-                    return Ok(false);
-                }
-                Some("error") => {
-                    let message =
-                        super::error_message(&event).unwrap_or_else(|| "an error event".into());
-                    return Err(UpstreamError::Malformed(excerpt(&message)));
-                }
-                _ => {}
             }
-            Ok(true)
-        })
-        .await?;
-        if !ended && text.is_empty() && calls.is_empty() {
+            Some("message_delta") => {
+                self.stop = event
+                    .pointer("/delta/stop_reason")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                if let Some(n) = event
+                    .pointer("/usage/output_tokens")
+                    .and_then(Value::as_u64)
+                {
+                    self.usage.output_tokens = n;
+                }
+            }
+            Some("message_stop") => {
+                self.ended = true;
+                return Ok(false);
+            }
+            Some("error") => {
+                let message = error_message(&event).unwrap_or_else(|| "an error event".into());
+                return Err(UpstreamError::Malformed(excerpt(&message)));
+            }
+            _ => {}
+        }
+        Ok(true)
+    }
+
+    fn finish(self) -> Result<Reply, UpstreamError> {
+        if !self.ended && self.text.is_empty() && self.calls.is_empty() {
             return Err(UpstreamError::Malformed(
                 "the event stream ended without a message".into(),
             ));
         }
         Ok(Reply {
-            text,
-            tool_calls: calls
+            text: self.text,
+            tool_calls: self
+                .calls
                 .into_values()
                 .map(|(id, name, input)| ToolCall {
                     id,
@@ -322,9 +319,23 @@ impl Upstream for Anthropic {
                     },
                 })
                 .collect(),
-            usage,
-            finish: finish_of(stop.as_deref()),
+            usage: self.usage,
+            finish: finish_of(self.stop.as_deref()),
         })
+    }
+}
+
+#[async_trait]
+impl Upstream for Anthropic {
+    async fn complete(
+        &self,
+        turn: &Turn,
+        deltas: Option<&DeltaSink>,
+    ) -> Result<Reply, UpstreamError> {
+        let body = request_body(turn, true);
+        self.endpoint
+            .complete(&body, Stream::default(), deltas)
+            .await
     }
 }
 

@@ -9,19 +9,25 @@
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
+use super::transport::{error_message, excerpt, Auth, Dialect, Endpoint, Route};
 use super::{
-    excerpt, Delta, DeltaSink, Finish, Message, Reply, ToolCall, ToolChoice, Turn, Upstream,
-    UpstreamConfig, UpstreamError, Usage,
+    Delta, DeltaSink, Finish, Message, Reply, ToolCall, ToolChoice, Turn, Upstream, UpstreamConfig,
+    UpstreamError, Usage,
 };
 
 pub struct Responses {
-    endpoint: super::Endpoint,
+    endpoint: Endpoint,
 }
 
 impl Responses {
     pub fn new(config: UpstreamConfig) -> Result<Self, UpstreamError> {
+        let route = Route {
+            path: "responses",
+            auth: Auth::Bearer,
+            headers: &[],
+        };
         Ok(Self {
-            endpoint: super::Endpoint::new(config)?,
+            endpoint: Endpoint::new(config, route)?,
         })
     }
 }
@@ -81,7 +87,12 @@ pub fn request_body(turn: &Turn, stream: bool) -> Value {
             body["parallel_tool_calls"] = json!(parallel);
         }
     }
-    super::sampling(&mut body, turn);
+    if let Some(t) = turn.temperature {
+        body["temperature"] = json!(t);
+    }
+    if let Some(p) = turn.top_p {
+        body["top_p"] = json!(p);
+    }
     if let Some(n) = turn.max_output_tokens {
         body["max_output_tokens"] = json!(n);
     }
@@ -93,7 +104,7 @@ pub fn request_body(turn: &Turn, stream: bool) -> Value {
 
 /// Reads a response object (the whole answer).
 pub fn parse_response(response: &Value) -> Result<Reply, UpstreamError> {
-    if let Some(message) = super::error_message(response) {
+    if let Some(message) = error_message(response) {
         return Err(UpstreamError::Malformed(excerpt(&message)));
     }
     let output = response
@@ -163,6 +174,66 @@ pub fn parse_response(response: &Value) -> Result<Reply, UpstreamError> {
     })
 }
 
+/// Reads the stream: text as it comes, the reply from the final response.
+#[derive(Default)]
+struct Stream {
+    finished: Option<Value>,
+}
+
+impl Dialect for Stream {
+    type Body = Value;
+    type Event = Value;
+
+    fn whole(body: Value) -> Result<Reply, UpstreamError> {
+        parse_response(&body)
+    }
+
+    fn event(
+        &mut self,
+        event: Value,
+        deltas: Option<&DeltaSink>,
+        _max_arguments: usize,
+    ) -> Result<bool, UpstreamError> {
+        match event.get("type").and_then(Value::as_str) {
+            Some("response.output_text.delta") => {
+                if let (Some(sink), Some(delta)) =
+                    (deltas, event.get("delta").and_then(Value::as_str))
+                {
+                    let _ = sink.send(Delta::Text(delta.to_owned()));
+                }
+            }
+            Some("response.completed" | "response.incomplete") => {
+                self.finished = event.get("response").cloned();
+                return Ok(false);
+            }
+            Some("response.failed") => {
+                let message = event
+                    .get("response")
+                    .and_then(error_message)
+                    .unwrap_or_else(|| "the upstream response failed".into());
+                return Err(UpstreamError::Malformed(excerpt(&message)));
+            }
+            Some("error") => {
+                let message = event
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("an error event")
+                    .to_owned();
+                return Err(UpstreamError::Malformed(excerpt(&message)));
+            }
+            _ => {}
+        }
+        Ok(true)
+    }
+
+    fn finish(self) -> Result<Reply, UpstreamError> {
+        let response = self.finished.ok_or_else(|| {
+            UpstreamError::Malformed("the event stream ended without a response".into())
+        })?;
+        parse_response(&response)
+    }
+}
+
 #[async_trait]
 impl Upstream for Responses {
     async fn complete(
@@ -171,64 +242,9 @@ impl Upstream for Responses {
         deltas: Option<&DeltaSink>,
     ) -> Result<Reply, UpstreamError> {
         let body = request_body(turn, true);
-        let url = self.endpoint.url("responses");
-        let config = &self.endpoint.config;
-        let max_arguments = config.limits.max_tool_call_bytes;
-        let mut budget = super::Budget::turn(config);
-        let response = super::send(config, &budget, || {
-            let request = self.endpoint.client.post(&url).json(&body);
-            match &self.endpoint.config.api_key {
-                Some(key) => request.bearer_auth(key),
-                None => request,
-            }
-        })
-        .await?;
-        if !super::is_event_stream(&response) {
-            let reply = parse_response(&super::json_body(response, &mut budget).await?)?;
-            let reply = super::check_reply(reply, max_arguments)?;
-            if let (Some(sink), false) = (deltas, reply.text.is_empty()) {
-                let _ = sink.send(Delta::Text(reply.text.clone()));
-            }
-            return Ok(reply);
-        }
-        let mut finished = None;
-        super::read_events_within(response, &mut budget, |event| {
-            match event.get("type").and_then(Value::as_str) {
-                Some("response.output_text.delta") => {
-                    if let (Some(sink), Some(delta)) =
-                        (deltas, event.get("delta").and_then(Value::as_str))
-                    {
-                        let _ = sink.send(Delta::Text(delta.to_owned()));
-                    }
-                }
-                Some("response.completed" | "response.incomplete") => {
-                    finished = event.get("response").cloned();
-                    return Ok(false);
-                }
-                Some("response.failed") => {
-                    let message = event
-                        .get("response")
-                        .and_then(super::error_message)
-                        .unwrap_or_else(|| "the upstream response failed".into());
-                    return Err(UpstreamError::Malformed(excerpt(&message)));
-                }
-                Some("error") => {
-                    let message = event
-                        .get("message")
-                        .and_then(Value::as_str)
-                        .unwrap_or("an error event")
-                        .to_owned();
-                    return Err(UpstreamError::Malformed(excerpt(&message)));
-                }
-                _ => {}
-            }
-            Ok(true)
-        })
-        .await?;
-        let response = finished.ok_or_else(|| {
-            UpstreamError::Malformed("the event stream ended without a response".into())
-        })?;
-        super::check_reply(parse_response(&response)?, max_arguments)
+        self.endpoint
+            .complete(&body, Stream::default(), deltas)
+            .await
     }
 }
 
