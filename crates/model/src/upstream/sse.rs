@@ -248,6 +248,19 @@ impl EventReader {
 pub mod fuzzing {
     use super::*;
 
+    /// Inputs to start from: streams as the upstreams write them.
+    pub fn seeds() -> Vec<Vec<u8>> {
+        [
+            &b"data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n"[..],
+            b"event: content_block_delta\r\ndata: {\"type\":\"x\"}\r\n\r\n: ping\r\n\r\n",
+            b"id: 1\nevent: response.completed\ndata: {\ndata: }\n\nretry: 5\n\n",
+            b"data:a\rdata:b\r\rdata",
+        ]
+        .iter()
+        .map(|seed| seed.to_vec())
+        .collect()
+    }
+
     /// Any bytes, cut into chunks anywhere: the reader never panics, no
     /// event's data is over its cap, and the events do not depend on where
     /// the chunks were cut.
