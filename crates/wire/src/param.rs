@@ -17,9 +17,11 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 use serde_path_to_error::Segment;
 
-/// Separates a path inside a buffered variant from the error's text (a
-/// control character no serde message holds).
-const PATH_MARK: char = '\u{1f}';
+/// Marks a path inside a buffered variant in the error's text: `MARK path
+/// MARK message` (a control character no serde message holds; the same
+/// mark as `responses::nested`'s, so either module's errors nest in the
+/// other's).
+const PATH_MARK: char = '\u{1}';
 
 /// A request that does not fit its type: where, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,7 +78,10 @@ fn join(path: &mut String, key: &str) {
 /// completed: a buffered variant's inner path, a missing or unknown field's
 /// name, an unknown `type` tag.
 fn located(document: &Value, mut path: String, message: String) -> ParamError {
-    let message = match message.split_once(PATH_MARK) {
+    let marked = message
+        .strip_prefix(PATH_MARK)
+        .and_then(|rest| rest.split_once(PATH_MARK));
+    let message = match marked {
         Some((inner, rest)) => {
             join(&mut path, inner);
             rest.to_owned()
@@ -133,7 +138,7 @@ fn at<'a>(document: &'a Value, path: &str) -> Option<&'a Value> {
 /// An error at `path` inside the value being deserialized (joined to the
 /// outer path by [`parse`]).
 pub(crate) fn nested<E: de::Error>(path: &str, message: impl Display) -> E {
-    E::custom(format_args!("{path}{PATH_MARK}{message}"))
+    E::custom(format_args!("{PATH_MARK}{path}{PATH_MARK}{message}"))
 }
 
 /// A JSON object buffered to pick a variant of a tagged enum by its `type`

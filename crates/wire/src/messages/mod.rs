@@ -102,13 +102,7 @@ mod tests {
         let tool: Tool = parse(&read("Tool/custom.json")).unwrap();
         assert!(matches!(tool, Tool::Custom(_)));
         let tool: Tool = parse(&read("Tool/openrouter_bash.json")).unwrap();
-        assert!(matches!(
-            tool,
-            Tool::OpenRouter(OpenRouterTool {
-                kind: OpenRouterKind::Bash,
-                ..
-            })
-        ));
+        assert!(matches!(tool, Tool::OpenRouterBash(_)));
         let event: StreamEvent = parse(&read("StreamEvent/message_stop.json")).unwrap();
         assert_eq!(event, StreamEvent::MessageStop);
         let event: StreamEvent = parse(&read("StreamEvent/content_block_delta_json.json")).unwrap();
@@ -247,8 +241,11 @@ mod tests {
             "tools[1].input_schema"
         );
         assert_eq!(
-            tool(json!({"type": "openrouter:shell", "parameters": {"engine": "elsewhere"}})),
-            "tools[1].parameters.engine"
+            tool(
+                json!({"type": "openrouter:shell", "parameters": {"environment": {
+                "type": "container_reference", "container_id": 5}}})
+            ),
+            "tools[1].parameters.environment.container_id"
         );
         assert_eq!(
             tool(json!({"type": "openrouter:bash", "parameters": {"sleep_after_seconds": 1.5}})),

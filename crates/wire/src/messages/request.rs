@@ -10,12 +10,13 @@
 //! not typed are *carried* in `extra`.
 
 use serde::de::Deserializer;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use super::blocks::{Extra, Raw, TextOrBlocks};
 use crate::param::{unknown_type, Tagged};
+pub use crate::responses::{OpenRouterParameters, OpenRouterTool};
 
 /// The body of `POST /v1/messages`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -165,8 +166,7 @@ impl<'de> Deserialize<'de> for ToolChoice {
 }
 
 /// A tool of a request, by its `type`.
-#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
-#[serde(untagged)]
+#[derive(Debug, Clone, PartialEq, ToSchema)]
 pub enum Tool {
     /// A user's tool (no `type`, or `custom`): the model's calls come back
     /// as `tool_use`.
@@ -174,11 +174,53 @@ pub enum Tool {
     /// Anthropic's bash tool (`bash_20250124`, any `bash_*`): run by the
     /// client.
     Bash(BashTool),
-    /// `openrouter:shell` or `openrouter:bash`: run in the sandbox (or, for
-    /// `openrouter:bash` with `engine` `auto`/`native`, by the client).
-    OpenRouter(OpenRouterTool),
+    /// `openrouter:shell`: run in the sandbox (the same shape as the
+    /// Responses API's).
+    OpenRouterShell(OpenRouterTool),
+    /// `openrouter:bash`: run in the sandbox with `engine: openrouter`,
+    /// else by the client.
+    OpenRouterBash(OpenRouterTool),
     /// A tool of another `type`, whole (the handler refuses it).
     Unknown(Raw),
+}
+
+impl Tool {
+    /// Its `type` (`None` for a user's tool without one).
+    pub fn kind(&self) -> Option<&str> {
+        match self {
+            Tool::Custom(tool) => tool.kind.map(|_| "custom"),
+            Tool::Bash(tool) => Some(&tool.kind),
+            Tool::OpenRouterShell(_) => Some(OPENROUTER_SHELL),
+            Tool::OpenRouterBash(_) => Some(OPENROUTER_BASH),
+            Tool::Unknown(raw) => raw.0.get("type").and_then(Value::as_str),
+        }
+    }
+}
+
+const OPENROUTER_SHELL: &str = "openrouter:shell";
+const OPENROUTER_BASH: &str = "openrouter:bash";
+
+/// The tagged form the OpenRouter tools serialize through (the others
+/// carry their own `type`).
+#[derive(Serialize)]
+#[serde(tag = "type")]
+enum TaggedTool<'a> {
+    #[serde(rename = "openrouter:shell")]
+    OpenRouterShell(&'a OpenRouterTool),
+    #[serde(rename = "openrouter:bash")]
+    OpenRouterBash(&'a OpenRouterTool),
+}
+
+impl Serialize for Tool {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Tool::Custom(tool) => tool.serialize(serializer),
+            Tool::Bash(tool) => tool.serialize(serializer),
+            Tool::OpenRouterShell(tool) => TaggedTool::OpenRouterShell(tool).serialize(serializer),
+            Tool::OpenRouterBash(tool) => TaggedTool::OpenRouterBash(tool).serialize(serializer),
+            Tool::Unknown(raw) => raw.serialize(serializer),
+        }
+    }
 }
 
 impl<'de> Deserialize<'de> for Tool {
@@ -187,7 +229,8 @@ impl<'de> Deserialize<'de> for Tool {
         let tag = tool.tag()?;
         Ok(match tag.as_deref() {
             None | Some("custom") => Tool::Custom(tool.whole()?),
-            Some("openrouter:shell" | "openrouter:bash") => Tool::OpenRouter(tool.whole()?),
+            Some(OPENROUTER_SHELL) => Tool::OpenRouterShell(tool.variant()?),
+            Some(OPENROUTER_BASH) => Tool::OpenRouterBash(tool.variant()?),
             Some(kind) if kind.starts_with("bash_") => Tool::Bash(tool.whole()?),
             Some(_) => Tool::Unknown(Raw(tool.object)),
         })
@@ -227,61 +270,4 @@ pub struct BashTool {
     #[serde(flatten)]
     #[schema(value_type = Object)]
     pub extra: Extra,
-}
-
-/// OpenRouter's server tools.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct OpenRouterTool {
-    #[serde(rename = "type")]
-    pub kind: OpenRouterKind,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parameters: Option<OpenRouterParameters>,
-    #[serde(flatten)]
-    #[schema(value_type = Object)]
-    pub extra: Extra,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub enum OpenRouterKind {
-    #[serde(rename = "openrouter:shell")]
-    Shell,
-    #[serde(rename = "openrouter:bash")]
-    Bash,
-}
-
-/// The `parameters` of an OpenRouter server tool.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct OpenRouterParameters {
-    /// Who runs the commands: `auto`, `native` (the client; bash only) or
-    /// `openrouter` (the sandbox).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub engine: Option<Engine>,
-    /// The container (`container_auto`, `container_reference`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Object)]
-    pub environment: Option<Map<String, Value>>,
-    /// Idle seconds before the container sleeps.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sleep_after_seconds: Option<u64>,
-    #[serde(flatten)]
-    #[schema(value_type = Object)]
-    pub extra: Extra,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Engine {
-    Auto,
-    Native,
-    Openrouter,
-}
-
-impl Engine {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Engine::Auto => "auto",
-            Engine::Native => "native",
-            Engine::Openrouter => "openrouter",
-        }
-    }
 }
