@@ -324,7 +324,7 @@ impl MessageContent {
             MessageContent::Text(text) if role == Role::Assistant => {
                 vec![ContentPart::OutputText(OutputText {
                     text,
-                    annotations: Vec::new(),
+                    annotations: None,
                     extra: Extra::new(),
                 })]
             }
@@ -420,13 +420,14 @@ pub struct InputText {
     pub extra: Extra,
 }
 
-/// `output_text` (`annotations` always written, `[]` here).
+/// `output_text` (the model's text has `annotations: []`; a client's
+/// string content made into a part has none).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct OutputText {
     pub text: String,
-    #[serde(default)]
-    #[schema(value_type = Vec<Object>)]
-    pub annotations: Vec<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub annotations: Option<Vec<Value>>,
     #[serde(flatten)]
     #[schema(value_type = Object)]
     pub extra: Extra,
