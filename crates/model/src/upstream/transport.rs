@@ -152,15 +152,6 @@ pub(crate) fn check_arguments(arguments: &str, limit: usize) -> Result<(), Upstr
     Ok(())
 }
 
-/// The message of an `{"error": ...}` (OpenAI's and Anthropic's shape).
-pub(crate) fn error_message(value: &serde_json::Value) -> Option<String> {
-    use serde::Deserialize;
-    ErrorReply::deserialize(value)
-        .ok()
-        .and_then(|reply| reply.error)
-        .and_then(|error| error.message())
-}
-
 /// Shortens an upstream's error text for a response (bodies can be long).
 pub(crate) fn excerpt(text: &str) -> String {
     const MOST: usize = 1000;
