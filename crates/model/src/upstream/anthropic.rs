@@ -13,15 +13,15 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 use shellgate_wire::chat::ApiError;
 use shellgate_wire::messages::{
-    ContentBlock, CreateMessage, CustomTool, Delta as BlockDelta, MessageParam, ParallelUse,
-    Role, StopReason, TextBlock, TextOrBlocks, Tool, ToolChoice as MessagesToolChoice,
-    ToolResultBlock, ToolUseBlock,
+    ContentBlock, CreateMessage, CustomTool, Delta as BlockDelta, MessageParam, ParallelUse, Role,
+    StopReason, TextBlock, TextOrBlocks, Tool, ToolChoice as MessagesToolChoice, ToolResultBlock,
+    ToolUseBlock,
 };
 
 use super::transport::{check_arguments, excerpt, Auth, Dialect, Endpoint, Route};
 use super::{
-    Delta, DeltaSink, Finish, Message, Reply, ToolCall, ToolChoice, Turn, Upstream,
-    UpstreamConfig, UpstreamError, Usage,
+    Delta, DeltaSink, Finish, Message, Reply, ToolCall, ToolChoice, Turn, Upstream, UpstreamConfig,
+    UpstreamError, Usage,
 };
 
 /// The API version this adapter speaks.
@@ -318,7 +318,8 @@ impl Dialect for Stream {
                         name: call.name.clone(),
                     });
                 }
-                self.calls.insert(index, (call.id, call.name, String::new()));
+                self.calls
+                    .insert(index, (call.id, call.name, String::new()));
             }
             Event::ContentBlockDelta { index, delta } => match delta {
                 BlockDelta::TextDelta { text } => {

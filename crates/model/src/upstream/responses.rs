@@ -18,8 +18,8 @@ use shellgate_wire::responses::{
 
 use super::transport::{excerpt, Auth, Dialect, Endpoint, Route};
 use super::{
-    Delta, DeltaSink, Finish, Message, Reply, ToolCall, ToolChoice, Turn, Upstream,
-    UpstreamConfig, UpstreamError, Usage,
+    Delta, DeltaSink, Finish, Message, Reply, ToolCall, ToolChoice, Turn, Upstream, UpstreamConfig,
+    UpstreamError, Usage,
 };
 
 pub struct Responses {
@@ -237,7 +237,11 @@ pub fn parse_response(response: Answer) -> Result<Reply, UpstreamError> {
         }
     }
     let usage = response.usage.unwrap_or_default();
-    let finish = match response.incomplete_details.as_ref().map(|d| d.reason.as_str()) {
+    let finish = match response
+        .incomplete_details
+        .as_ref()
+        .map(|d| d.reason.as_str())
+    {
         Some("max_output_tokens") => Finish::Length,
         Some("content_filter") => Finish::ContentFilter,
         _ => Finish::Stop,
