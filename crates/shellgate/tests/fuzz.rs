@@ -145,7 +145,7 @@ fn run(target: Target) {
             );
         }
         // Mutations of mutations reach further; the pool stays bounded.
-        if runs % 16 == 0 && !input.is_empty() {
+        if runs.is_multiple_of(16) && !input.is_empty() {
             if corpus.len() < seeds + 256 {
                 corpus.push(input);
             } else {
