@@ -620,10 +620,14 @@ mod tests {
         assert_eq!(specs[0].name, "shell");
         assert_eq!(specs[0].description, "a container");
         assert_eq!(
-            tools.choice(Some(&choice(json!({"type": "shell"})))).unwrap(),
+            tools
+                .choice(Some(&choice(json!({"type": "shell"}))))
+                .unwrap(),
             ToolChoice::Named("shell".into())
         );
-        assert!(tools.choice(Some(&choice(json!({"type": "local_shell"})))).is_err());
+        assert!(tools
+            .choice(Some(&choice(json!({"type": "local_shell"}))))
+            .is_err());
         assert!(Tools::parse(&typed(&[json!({"type": "web_search"})])).is_err());
         assert!(Tools::parse(&typed(&[
             json!({"type": "shell"}),

@@ -530,8 +530,9 @@ pub(crate) fn read_request(body: Value) -> ApiResult<wire::CreateResponse> {
     let request: wire::CreateResponse =
         wire::from_value(body).map_err(|e| invalid(&e.param, e.message))?;
     if let Some(key) = request.refused() {
-        return Err(invalid(key, format!("Unknown parameter: '{key}'."))
-            .with_code("unknown_parameter"));
+        return Err(
+            invalid(key, format!("Unknown parameter: '{key}'.")).with_code("unknown_parameter")
+        );
     }
     Ok(request)
 }
@@ -562,9 +563,7 @@ fn stored_items(text: &str) -> ApiResult<Vec<wire::Item>> {
 pub(crate) fn typed_items(values: Vec<Value>, param: &str) -> ApiResult<Vec<wire::Item>> {
     values
         .into_iter()
-        .map(|value| {
-            wire::from_value(value).map_err(|e| invalid(param, e.message))
-        })
+        .map(|value| wire::from_value(value).map_err(|e| invalid(param, e.message)))
         .collect()
 }
 
@@ -1095,7 +1094,9 @@ impl SseWriter {
                 result,
             } => {
                 // until the loop is typed: its result is JSON.
-                let output = wire::from_value(result).map(|r| vec![r]).unwrap_or_default();
+                let output = wire::from_value(result)
+                    .map(|r| vec![r])
+                    .unwrap_or_default();
                 self.send(Event::ShellCallOutputContentDone {
                     item_id,
                     output_index: index,
