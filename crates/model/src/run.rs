@@ -963,9 +963,10 @@ mod tests {
             model: "m".into(),
             instructions: None,
             items: vec![json!({"type": "message", "role": "user", "content": "go"})],
-            tools: Tools::parse(&[
+            tools: Tools::parse(&[shellgate_wire::responses::from_value(
                 json!({"type": "shell", "environment": {"type": "container_auto"}}),
-            ])
+            )
+            .unwrap()])
             .unwrap(),
             tool_choice: ToolChoice::Auto,
             max_tool_calls: MAX_TOOL_CALLS,

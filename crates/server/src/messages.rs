@@ -52,7 +52,8 @@ use shellgate_wire::messages::{
 use shellgate_wire::responses::{
     ContentPart, FunctionCall, FunctionCallOutput, InputText, Item, ItemStatus,
     Message as ItemMessage, OpenRouterBash, OpenRouterBashAction, OpenRouterShell,
-    OpenRouterShellAction, OutputText, Role as ItemRole, ShellOutcome, ShellResult, ToolOutput,
+    OpenRouterShellAction, OutputText, Role as ItemRole, ShellOutcome, ShellResult, TextOrJson,
+    ToolOutput,
 };
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::StreamExt;
@@ -188,14 +189,11 @@ async fn prepare(
         Some(tools) => Tools::parse_messages(tools).map_err(|e| invalid(&e.param, e.message))?,
     };
     let (tool_choice, parallel) = tool_choice(&tools, body.tool_choice.as_ref())?;
-    // until the loop is typed: the loop, the guardrails and the container
-    // choice still take the items as JSON.
-    let items = to_values(&conversation(&body.messages)?);
+    let items = conversation(&body.messages)?;
     let (items, instructions, tools) =
         crate::guardrails::guard_request(state, &project.0, items, instructions, tools).await?;
     let id = new_id("msg_");
-    let session = body.session_id.clone().map(Value::String);
-    let reuse = crate::hosted::Reuse::pick(&tools, session.as_ref(), &items);
+    let reuse = crate::hosted::Reuse::pick(&tools, body.session_id.as_deref(), &items);
     let hosted = crate::hosted::prepare(state, &project.0, &tools, reuse, &id).await?;
     Ok(Prepared {
         id,
@@ -204,7 +202,7 @@ async fn prepare(
         request: run::Request {
             model: body.model,
             instructions,
-            items,
+            items: crate::responses::item_values(&items),
             tools,
             tool_choice,
             max_tool_calls: run::MAX_TOOL_CALLS,
@@ -222,14 +220,6 @@ async fn prepare(
         upstream,
         sandbox: hosted.sandbox,
     })
-}
-
-/// Items as the loop takes them today (until the loop is typed).
-fn to_values(items: &[Item]) -> Vec<Value> {
-    items
-        .iter()
-        .filter_map(|item| serde_json::to_value(item).ok())
-        .collect()
 }
 
 /// An item the loop made, typed (until the loop is typed): `None`, logged,
@@ -456,9 +446,12 @@ fn conversation(messages: &[MessageParam]) -> Result<Vec<Item>, ApiError> {
                             extra: Default::default(),
                         },
                         output: Some(ShellResult {
-                            stdout,
-                            stderr,
-                            outcome: Some(ShellOutcome::Exit { exit_code }),
+                            stdout: TextOrJson::Text(stdout),
+                            stderr: TextOrJson::Text(stderr),
+                            outcome: Some(ShellOutcome::Exit {
+                                exit_code,
+                                extra: Default::default(),
+                            }),
                             extra: Default::default(),
                         }),
                         status: Some(ItemStatus::Completed),
@@ -499,9 +492,18 @@ fn conversation(messages: &[MessageParam]) -> Result<Vec<Item>, ApiError> {
 /// `timeout(1)` reports it).
 fn return_code(outcome: Option<&ShellOutcome>) -> Option<i64> {
     match outcome {
-        Some(ShellOutcome::Timeout) => Some(124),
-        Some(ShellOutcome::Exit { exit_code }) => *exit_code,
+        Some(ShellOutcome::Timeout { .. }) => Some(124),
+        Some(ShellOutcome::Exit { exit_code, .. }) => *exit_code,
         None => None,
+    }
+}
+
+/// A command's stdout or stderr as text (JSON, as written, if a client
+/// replayed something else there).
+fn text_of(output: &TextOrJson) -> String {
+    match output {
+        TextOrJson::Text(text) => text.clone(),
+        TextOrJson::Json(value) => value.to_string(),
     }
 }
 
@@ -583,21 +585,24 @@ fn blocks(item: &Item) -> Vec<ContentBlock> {
                     restart: None,
                 }
             };
-            let output = bash.output.clone().unwrap_or(ShellResult {
-                stdout: String::new(),
-                stderr: String::new(),
-                outcome: None,
-                extra: Default::default(),
-            });
+            let (stdout, stderr, outcome) = match &bash.output {
+                Some(output) => (
+                    text_of(&output.stdout),
+                    text_of(&output.stderr),
+                    output.outcome.as_ref(),
+                ),
+                // Still running (a call's block, given before its result).
+                None => (String::new(), String::new(), None),
+            };
             vec![
                 server_call(&call_id, "bash_code_execution", wire::input_of(&input)),
                 ContentBlock::BashCodeExecutionToolResult(BashToolResultBlock {
                     tool_use_id: call_id,
                     container_id: bash.container_id.clone(),
                     content: BashToolResultContent::BashCodeExecutionResult(BashResult {
-                        return_code: return_code(output.outcome.as_ref()),
-                        stdout: output.stdout,
-                        stderr: output.stderr,
+                        return_code: return_code(outcome),
+                        stdout,
+                        stderr,
                         content: Vec::new(),
                         extra: Default::default(),
                     }),
@@ -947,7 +952,7 @@ mod tests {
     fn conversation_of(messages: Value) -> Result<Vec<Value>, ApiError> {
         let messages: Vec<MessageParam> = shellgate_wire::param::parse(&messages)
             .map_err(|e| invalid(&format!("messages{}", e.param), e.message))?;
-        conversation(&messages).map(|items| to_values(&items))
+        conversation(&messages).map(|items| crate::responses::item_values(&items))
     }
 
     fn item(value: Value) -> Item {
@@ -996,7 +1001,10 @@ mod tests {
         assert_eq!(items[3]["arguments"], r#"{"command":"pwd"}"#);
         assert_eq!(items[4]["output"], "/home");
         assert_eq!(
-            crate::hosted::replayed_container(&items).as_deref(),
+            crate::hosted::replayed_container(
+                &crate::responses::typed_items(items.clone(), "messages").unwrap()
+            )
+            .as_deref(),
             Some("cntr_1")
         );
         // A bash server tool's call and result are the one item they were.
