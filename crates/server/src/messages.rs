@@ -105,6 +105,8 @@ struct Prepared {
     request: run::Request,
     upstream: Arc<dyn shellgate_model::upstream::Upstream>,
     sandbox: Option<Arc<HostedShell>>,
+    /// How long the run may take in all.
+    deadline: std::time::Duration,
 }
 
 pub async fn create(
@@ -150,13 +152,7 @@ async fn prepare(
     project: &Project,
     body: CreateMessage,
 ) -> Result<Prepared, ApiError> {
-    if body.model.is_empty() {
-        return Err(invalid("model", "a model is required"));
-    }
-    let upstream = state
-        .upstreams
-        .pick(&body.model)
-        .map_err(|e| invalid("model", e.to_string()))?;
+    let (model, upstream) = crate::responses::upstream_for(state, Some(&body.model))?;
     if body.max_tokens == 0 {
         return Err(invalid(
             "max_tokens",
@@ -197,10 +193,10 @@ async fn prepare(
     let hosted = crate::hosted::prepare(state, &project.0, &tools, reuse, &id).await?;
     Ok(Prepared {
         id,
-        model: body.model.clone(),
+        model: model.clone(),
         project: project.0.clone(),
         request: run::Request {
-            model: body.model,
+            model,
             instructions,
             items: crate::responses::item_values(&items),
             tools,
@@ -219,6 +215,7 @@ async fn prepare(
         },
         upstream,
         sandbox: hosted.sandbox,
+        deadline: std::time::Duration::from_secs(state.config.response_timeout_secs),
     })
 }
 
@@ -634,9 +631,12 @@ fn stop_reason(outcome: &Outcome, output: &[Item]) -> StopReason {
     }
 }
 
+/// Runs the loop, within the same overall deadline as a Responses API
+/// response (`response_timeout_secs`).
 async fn run_loop(prepared: &Prepared, events: Option<&run::EventSink>) -> Outcome {
     let sandbox = prepared.sandbox.as_deref().map(|s| s as &dyn Sandbox);
-    run::run(
+    crate::responses::run_within(
+        prepared.deadline,
         prepared.upstream.as_ref(),
         sandbox,
         &prepared.request,
@@ -949,12 +949,16 @@ mod tests {
 
     /// `messages` read as a request's (so a block of the wrong shape fails
     /// as it would there).
-    fn conversation_of(messages: Value) -> Result<Vec<Value>, ApiError> {
+    fn typed_conversation(messages: Value) -> Result<Vec<Item>, ApiError> {
         let messages: Vec<MessageParam> = shellgate_wire::param::parse(&messages)
             .map_err(|e| invalid(&format!("messages{}", e.param), e.message))?;
-        conversation(&messages).map(|items| crate::responses::item_values(&items))
+        conversation(&messages)
     }
 
+    /// The items as JSON, to look at.
+    fn conversation_of(messages: Value) -> Result<Vec<Value>, ApiError> {
+        typed_conversation(messages).map(|items| crate::responses::item_values(&items))
+    }
     fn item(value: Value) -> Item {
         serde_json::from_value(value).unwrap()
     }
@@ -968,7 +972,7 @@ mod tests {
 
     #[test]
     fn a_conversation_with_every_block_becomes_items() {
-        let items = conversation_of(json!([
+        let typed = typed_conversation(json!([
             {"role": "user", "content": "list files"},
             {"role": "assistant", "content": [
                 {"type": "text", "text": "Looking."},
@@ -982,6 +986,7 @@ mod tests {
             ]}
         ]))
         .unwrap();
+        let items = crate::responses::item_values(&typed);
         let kinds: Vec<&str> = items.iter().map(|i| i["type"].as_str().unwrap()).collect();
         assert_eq!(
             kinds,
@@ -1001,10 +1006,7 @@ mod tests {
         assert_eq!(items[3]["arguments"], r#"{"command":"pwd"}"#);
         assert_eq!(items[4]["output"], "/home");
         assert_eq!(
-            crate::hosted::replayed_container(
-                &crate::responses::typed_items(items.clone(), "messages").unwrap()
-            )
-            .as_deref(),
+            crate::hosted::replayed_container(&typed).as_deref(),
             Some("cntr_1")
         );
         // A bash server tool's call and result are the one item they were.
