@@ -148,6 +148,7 @@ pub enum Source {
     },
     /// A document given as content blocks.
     Content {
+        #[schema(no_recursion)]
         content: TextOrBlocks,
     },
 }
@@ -222,7 +223,9 @@ pub fn input_of<T: Serialize>(input: &T) -> Map<String, Value> {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ToolResultBlock {
     pub tool_use_id: String,
+    /// (`no_recursion`: blocks hold blocks; the schema refers back.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(no_recursion)]
     pub content: Option<TextOrBlocks>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub is_error: Option<bool>,
