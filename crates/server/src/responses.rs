@@ -497,27 +497,6 @@ pub(crate) fn upstream_for(
     Ok((model, upstream))
 }
 
-/// The request's `model` and the upstream that serves it (the Messages
-/// API's request, until it is typed).
-pub(crate) fn model_and_upstream(
-    state: &AppState,
-    body: &Value,
-) -> ApiResult<(String, Arc<dyn shellgate_model::upstream::Upstream>)> {
-    upstream_for(state, body.get("model").and_then(Value::as_str))
-}
-
-/// An optional number of the request (`temperature`, `top_p`, ...; the
-/// Messages API's request, until it is typed).
-pub(crate) fn number(body: &Value, key: &str) -> ApiResult<Option<f64>> {
-    match body.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(value) => value
-            .as_f64()
-            .map(Some)
-            .ok_or_else(|| invalid(key, format!("{key} must be a number"))),
-    }
-}
-
 /// The request body, read: every top-level field consumed (typed), carried
 /// (`wire::CARRIED`) or refused (`unknown_parameter`); a field of the wrong
 /// type is a 400 naming it.
@@ -555,16 +534,6 @@ fn stored_items(text: &str) -> ApiResult<Vec<wire::Item>> {
     let values: Vec<Value> = serde_json::from_str(text)
         .map_err(|e| ApiError::internal(format!("stored conversation: {e}")))?;
     Ok(values.iter().map(typed_item).collect())
-}
-
-/// Items made as JSON (the Messages API's, until it is typed), typed; one
-/// that does not read is a 400 naming `param` (the guard must read every
-/// item it checks: nothing passes unread).
-pub(crate) fn typed_items(values: Vec<Value>, param: &str) -> ApiResult<Vec<wire::Item>> {
-    values
-        .into_iter()
-        .map(|value| wire::from_value(value).map_err(|e| invalid(param, e.message)))
-        .collect()
 }
 
 /// Items as the loop takes them (until the loop is typed).
@@ -726,6 +695,35 @@ async fn prepare(
     })
 }
 
+/// Runs the loop within `deadline` (`response_timeout_secs`): past it the
+/// run is dropped, which kills its commands (the engine's command path
+/// guarantees it), and it ends `failed`, naming the limit. What it had made
+/// is not kept (a streaming client saw it go by).
+pub(crate) async fn run_within(
+    deadline: std::time::Duration,
+    upstream: &dyn shellgate_model::upstream::Upstream,
+    sandbox: Option<&dyn Sandbox>,
+    request: &run::Request,
+    events: Option<&EventSink>,
+) -> Outcome {
+    match tokio::time::timeout(deadline, run::run(upstream, sandbox, request, events)).await {
+        Ok(outcome) => outcome,
+        Err(_) => Outcome {
+            output: Vec::new(),
+            usage: Usage::default(),
+            status: Status::Failed {
+                code: "server_error",
+                message: format!(
+                    "the response took longer than its limit of {} seconds \
+                     (response_timeout_secs); its commands were stopped",
+                    deadline.as_secs()
+                ),
+            },
+            tool_calls: 0,
+        },
+    }
+}
+
 impl Prepared {
     /// The stored row for this response in `status`, its object `body`.
     fn row(&self, body: &wire::Response, output: &[Value]) -> ResponseRow {
@@ -762,7 +760,15 @@ impl Prepared {
     /// Runs the loop, stores the result and returns the final object.
     async fn run(&self, state: &AppState, events: Option<&EventSink>) -> wire::Response {
         let sandbox = self.sandbox.as_deref().map(|s| s as &dyn Sandbox);
-        let outcome = run::run(self.upstream.as_ref(), sandbox, &self.request, events).await;
+        let deadline = std::time::Duration::from_secs(state.config.response_timeout_secs);
+        let outcome = run_within(
+            deadline,
+            self.upstream.as_ref(),
+            sandbox,
+            &self.request,
+            events,
+        )
+        .await;
         let mut body = finished_object(&self.id, self.created_at, &self.echo, &outcome);
         // Sandbox time and its cost, beside the tokens (shellgate's extension,
         // as OpenRouter reports it).

@@ -254,3 +254,28 @@ mod tests {
         assert_eq!(param(json!("text")), "");
     }
 }
+
+#[cfg(test)]
+mod schema_tests {
+    use utoipa::{PartialSchema, ToSchema};
+
+    use super::*;
+
+    /// The OpenAPI document can list these types: their schemas build, and
+    /// collecting what they refer to ends (blocks hold blocks: a
+    /// `tool_result`'s content, a document's).
+    #[test]
+    fn the_schemas_build_and_collect() {
+        let mut schemas = Vec::new();
+        CreateMessage::schemas(&mut schemas);
+        Message::schemas(&mut schemas);
+        StreamEvent::schemas(&mut schemas);
+        ErrorResponse::schemas(&mut schemas);
+        let names: Vec<String> = schemas.iter().map(|(name, _)| name.clone()).collect();
+        for name in ["ContentBlock", "Tool", "TextOrBlocks", "Usage"] {
+            assert!(names.iter().any(|n| n == name), "{name} not in {names:?}");
+        }
+        let create = serde_json::to_value(CreateMessage::schema()).unwrap();
+        assert!(create.to_string().contains("max_tokens"));
+    }
+}
