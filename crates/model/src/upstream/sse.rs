@@ -203,6 +203,9 @@ impl EventReader {
         };
         match field {
             b"data" => {
+                // Counted as decoded: each invalid byte becomes a U+FFFD
+                // of three bytes, which the cap must see.
+                let value = String::from_utf8_lossy(value);
                 let joined = self.data.len() + usize::from(self.has_data) + value.len();
                 if joined > self.limits.max_event_bytes {
                     return Err(Stop::Sse(SseError::EventTooLarge {
@@ -212,7 +215,7 @@ impl EventReader {
                 if self.has_data {
                     self.data.push('\n');
                 }
-                self.data.push_str(&String::from_utf8_lossy(value));
+                self.data.push_str(&value);
                 self.has_data = true;
             }
             b"event" => self.name = String::from_utf8_lossy(value).into_owned(),
@@ -431,6 +434,12 @@ mod tests {
         );
         assert_eq!(
             events_within(b"data: abcd\ndata: efghi\n\n", limits),
+            Err(SseError::EventTooLarge { limit: 9 })
+        );
+        // Bytes that are not UTF-8 count as what they decode to (found by
+        // the fuzz target: three bytes each).
+        assert_eq!(
+            events_within(b"data: \xff\xff\xff\xff\n\n", limits),
             Err(SseError::EventTooLarge { limit: 9 })
         );
         // The cap is per event: many events of the cap are fine.
