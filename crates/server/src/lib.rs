@@ -12,6 +12,7 @@ mod containers;
 pub mod egress;
 pub mod error;
 mod files;
+#[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
 mod guardrails;
 mod hosted;

@@ -7,6 +7,15 @@
 
 use crate::bundle::{from_zip, Limits};
 
+/// Inputs to start from: the curated skills' zips.
+pub fn seeds() -> Vec<Vec<u8>> {
+    crate::curated::CURATED
+        .iter()
+        .filter_map(|curated| curated.bundle().ok())
+        .map(|bundle| bundle.to_zip())
+        .collect()
+}
+
 /// Reads `bytes` as a skill zip; if it is accepted, checks that its files
 /// unpack below their directory only, as regular files and folders, and
 /// that the zip it is written back as reads the same. Panics on a broken

@@ -6,8 +6,14 @@
 //! and `shared/reference/openai-wire.md`. Request types reject unknown enum
 //! values; response types always carry every required key.
 
+pub mod messages;
+pub mod param;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+pub mod chat;
+pub mod responses;
 
 /// `{"error": {"message", "type", "param", "code"}}`, all four keys present.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
