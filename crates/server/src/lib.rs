@@ -7,6 +7,7 @@
 
 mod admission;
 mod billing;
+pub mod clock;
 pub mod config;
 mod containers;
 pub mod egress;
@@ -14,6 +15,8 @@ pub mod error;
 mod files;
 pub mod fuzzing;
 mod guardrails;
+#[cfg(test)]
+mod handler_tests;
 mod hosted;
 mod http;
 mod image_build;
@@ -26,6 +29,8 @@ pub(crate) mod ops;
 mod responses;
 mod skills;
 mod spool;
+#[cfg(test)]
+mod testing;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -78,6 +83,9 @@ pub struct AppState {
     pub default_image_build: image_build::SharedBuildStatus,
     /// Whether the log already said that the default image is missing.
     default_image_missing_said: std::sync::atomic::AtomicBool,
+    /// The time the lifecycle sweep judges idleness and expiry by (the
+    /// system's; a manual one in tests).
+    pub clock: clock::Clock,
 }
 
 /// Seconds since the Unix epoch.
@@ -270,6 +278,7 @@ pub async fn open(config: Config, helper_binary: PathBuf) -> Result<Arc<AppState
         egress_counts: Default::default(),
         default_image_missing_said: Default::default(),
         default_image_build,
+        clock: clock::Clock::system(),
     });
     if let Some(log) = egress_log {
         egress::spawn_log_writer(Arc::clone(&state), log);

@@ -41,6 +41,8 @@ pub async fn serve() -> impl IntoResponse {
 }
 
 /// What an operation takes.
+// Built a few dozen times, once per process: size does not matter here.
+#[allow(clippy::large_enum_variant)]
 enum Body {
     None,
     Json(RefOr<Schema>),
