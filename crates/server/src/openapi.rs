@@ -100,6 +100,9 @@ struct Operation {
 struct Builder {
     paths: Paths,
     schemas: BTreeMap<String, RefOr<Schema>>,
+    /// Names two different schemas were registered under (two wire types
+    /// of the same name in different modules): the test refuses any.
+    collisions: Vec<String>,
 }
 
 impl Builder {
@@ -114,8 +117,14 @@ impl Builder {
     fn named<T: ToSchema>(&mut self, name: &str) -> RefOr<Schema> {
         let mut referred = Vec::new();
         T::schemas(&mut referred);
-        self.schemas.extend(referred);
-        self.schemas.insert(name.to_owned(), T::schema());
+        referred.push((name.to_owned(), T::schema()));
+        for (name, schema) in referred {
+            if let Some(before) = self.schemas.insert(name.clone(), schema) {
+                if Some(&before) != self.schemas.get(&name) {
+                    self.collisions.push(name);
+                }
+            }
+        }
         RefOr::Ref(Ref::from_schema_name(name))
     }
 
@@ -384,6 +393,11 @@ fn skill_upload() -> RefOr<Schema> {
 
 /// The whole document.
 pub fn document() -> OpenApi {
+    build().0
+}
+
+/// The document, and the schema names that collided while it was built.
+fn build() -> (OpenApi, Vec<String>) {
     use HttpMethod::{Delete, Get, Post};
     let mut d = Builder::default();
     let container = d.schema::<wire::Container>();
@@ -765,6 +779,7 @@ pub fn document() -> OpenApi {
         d.add(operation);
     }
 
+    let collisions = d.collisions;
     let mut components = Components::new();
     components.schemas = d.schemas;
     components.responses.insert(
@@ -805,7 +820,7 @@ pub fn document() -> OpenApi {
                 .build(),
         ),
     );
-    OpenApiBuilder::new()
+    let document = OpenApiBuilder::new()
         .info(
             InfoBuilder::new()
                 .title("shellgate")
@@ -826,7 +841,8 @@ pub fn document() -> OpenApi {
         )]))
         .paths(d.paths)
         .components(Some(components))
-        .build()
+        .build();
+    (document, collisions)
 }
 
 #[cfg(test)]
@@ -926,8 +942,13 @@ mod tests {
     }
 
     #[test]
-    fn every_reference_resolves() {
-        let document = serde_json::to_value(super::document()).unwrap();
+    fn every_reference_resolves_and_no_two_schemas_share_a_name() {
+        let (document, collisions) = super::build();
+        assert!(
+            collisions.is_empty(),
+            "schemas sharing a name: {collisions:?}"
+        );
+        let document = serde_json::to_value(document).unwrap();
         assert_eq!(document["openapi"], "3.1.0");
         let mut found = Vec::new();
         references(&document, &mut found);
