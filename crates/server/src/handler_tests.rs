@@ -299,6 +299,40 @@ async fn exec_runs_the_commands_in_order_and_audits_them() {
 }
 
 #[tokio::test]
+async fn a_streamed_exec_sends_its_deltas_then_the_result() {
+    let harness = Harness::new();
+    let id = harness.container("streamer").await;
+    let answer = harness
+        .post(
+            &format!("/v1/containers/{id}/exec"),
+            json!({"commands": ["echo one"], "stream": true}),
+        )
+        .await;
+    assert_eq!(answer.status, 200);
+    let events: Vec<serde_json::Value> = String::from_utf8_lossy(&answer.bytes)
+        .lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .map(|data| serde_json::from_str(data).unwrap())
+        .collect();
+    assert_eq!(
+        events.first(),
+        Some(&json!({
+            "type": "exec.output.delta",
+            "command_index": 0,
+            "stream": "stdout",
+            "delta": "ran: echo one\n",
+        })),
+        "{events:?}"
+    );
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "exec.completed");
+    assert_eq!(
+        last["shell_call_output"]["output"][0]["stdout"],
+        "ran: echo one\n"
+    );
+}
+
+#[tokio::test]
 async fn exec_timeouts_out_of_range_are_400s_naming_timeout_ms() {
     let harness = Harness::new();
     let id = harness.container("worker").await;
@@ -526,6 +560,36 @@ async fn a_skill_without_a_manifest_is_a_400_naming_files() {
         .upload_part("/v1/skills", "files[]", "adder/add.py", b"print(1)", &[])
         .await;
     assert_eq!(answer.error(400)["param"], "files");
+}
+
+// --- responses and messages ---------------------------------------------------
+
+#[tokio::test]
+async fn an_unknown_response_is_a_404_envelope() {
+    let harness = Harness::new();
+    for method in [Method::GET, Method::DELETE] {
+        let answer = harness
+            .call(Some(ALPHA), method, "/v1/responses/resp_nobody", None)
+            .await;
+        assert_eq!(answer.error(404)["code"], "not_found");
+    }
+}
+
+#[tokio::test]
+async fn the_messages_api_refuses_a_missing_key_in_anthropics_envelope() {
+    let harness = Harness::new();
+    let answer = harness
+        .call(
+            None,
+            Method::POST,
+            "/v1/messages",
+            Some(json!({"model": "m", "max_tokens": 1, "messages": []})),
+        )
+        .await;
+    assert_eq!(answer.status, 401, "{}", answer.json);
+    assert_eq!(answer.json["type"], "error");
+    assert_eq!(answer.json["error"]["type"], "authentication_error");
+    assert!(answer.json["error"]["message"].is_string());
 }
 
 // --- usage and images ---------------------------------------------------------
