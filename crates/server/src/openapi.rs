@@ -981,5 +981,16 @@ mod tests {
         for field in ["id", "network_policy", "memory_limit", "secrets_missing"] {
             assert!(container.get(field).is_some(), "Container.{field} missing");
         }
+        // The limits the exec body's descriptions state are the engine's.
+        use shellgate_sandbox::backend::limits;
+        let exec = &served["components"]["schemas"]["ExecRequest"]["properties"];
+        let described = |field: &str| exec[field]["description"].as_str().unwrap().to_owned();
+        assert!(described("commands").contains(&limits::MAX_COMMANDS.to_string()));
+        for limit in [limits::MAX_TIMEOUT_MS, limits::DEFAULT_TIMEOUT_MS] {
+            assert!(described("timeout_ms").contains(&limit.to_string()));
+        }
+        for limit in [limits::MAX_OUTPUT_LENGTH, limits::DEFAULT_MAX_OUTPUT_LENGTH] {
+            assert!(described("max_output_length").contains(&limit.to_string()));
+        }
     }
 }

@@ -89,6 +89,8 @@ pub enum ExpiresAnchor {
 pub struct DomainSecret {
     pub domain: String,
     pub name: String,
+    /// Given, never shown back.
+    #[schema(write_only)]
     pub value: String,
     /// shellgate's extension: where in a request the placeholder becomes
     /// the value (header values only when omitted).
@@ -312,9 +314,13 @@ pub const FILE_PURPOSES: &[&str] = &[
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExecRequest {
+    /// Run one after another, each in a shell (at most 100).
     pub commands: Vec<String>,
+    /// Each command's timeout: 1 to 300000 (120000 when omitted).
     pub timeout_ms: Option<u64>,
+    /// Characters kept of each stream: at most 65536 (16384 when omitted).
     pub max_output_length: Option<usize>,
+    /// Server-sent events `exec.output.delta`, then `exec.completed`.
     #[serde(default)]
     pub stream: bool,
 }
