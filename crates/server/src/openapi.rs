@@ -9,7 +9,7 @@
 //! with every method), so a route added without its documentation fails the
 //! build's tests.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::OnceLock;
 
 use axum::http::header;
@@ -22,7 +22,7 @@ use utoipa::openapi::schema::{
 };
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
 use utoipa::openapi::{
-    Components, ContentBuilder, InfoBuilder, OpenApi, OpenApiBuilder, Paths, Ref, RefOr, Required,
+    Components, ContentBuilder, InfoBuilder, OpenApiBuilder, Paths, Ref, RefOr, Required,
     ResponseBuilder, ServerBuilder,
 };
 use utoipa::ToSchema;
@@ -32,11 +32,7 @@ use crate::egress::{EgressPage, SupplySecrets};
 /// `GET /openapi.json`: the document, rendered once.
 pub async fn serve() -> impl IntoResponse {
     static RENDERED: OnceLock<String> = OnceLock::new();
-    let body = RENDERED.get_or_init(|| {
-        // Serializing maps of strings cannot fail; an empty body would be
-        // the visible sign if it ever did.
-        document().to_json().unwrap_or_default()
-    });
+    let body = RENDERED.get_or_init(|| document().to_string());
     ([(header::CONTENT_TYPE, "application/json")], body.as_str())
 }
 
@@ -74,13 +70,15 @@ enum Errors {
     ServerOnly,
 }
 
-/// Which list parameters an operation takes, beyond `limit`, `order`, `after`.
+/// Which query parameters an operation takes: none, a list's (`limit`,
+/// `order`, `after`, and a filter), or a stored response's stream's.
 #[derive(Clone, Copy)]
 enum Query {
     None,
     List,
     ListByName,
     ListByPurpose,
+    ResumeStream,
 }
 
 /// One row of the table.
@@ -103,6 +101,11 @@ struct Builder {
     /// Names two different schemas were registered under (two wire types
     /// of the same name in different modules): the test refuses any.
     collisions: Vec<String>,
+    /// Per dialect prefix, the schema names registered under it.
+    scoped: BTreeMap<String, BTreeSet<String>>,
+    /// The dialects' schemas, references rewritten, as JSON (utoipa's
+    /// schema types do not read back every schema they write).
+    scoped_schemas: BTreeMap<String, serde_json::Value>,
 }
 
 impl Builder {
@@ -119,13 +122,47 @@ impl Builder {
         T::schemas(&mut referred);
         referred.push((name.to_owned(), T::schema()));
         for (name, schema) in referred {
-            if let Some(before) = self.schemas.insert(name.clone(), schema) {
-                if Some(&before) != self.schemas.get(&name) {
-                    self.collisions.push(name);
+            self.insert(name, schema);
+        }
+        RefOr::Ref(Ref::from_schema_name(name))
+    }
+
+    fn insert(&mut self, name: String, schema: RefOr<Schema>) {
+        if let Some(before) = self.schemas.insert(name.clone(), schema) {
+            if Some(&before) != self.schemas.get(&name) {
+                self.collisions.push(name);
+            }
+        }
+    }
+
+    /// A reference to `T`'s schema registered as `prefix.name`, with the
+    /// schemas it refers to as `prefix.<their name>`: each dialect (the
+    /// Responses API, the Messages API) has its own `Tool`, `Message` or
+    /// `Usage`, and the document keeps them apart the way the Rust modules
+    /// do.
+    fn scoped<T: ToSchema>(&mut self, prefix: &str, name: &str) -> RefOr<Schema> {
+        let mut collected = Vec::new();
+        T::schemas(&mut collected);
+        collected.push((name.to_owned(), T::schema()));
+        let names = self.scoped.entry(prefix.to_owned()).or_default();
+        names.extend(collected.iter().map(|(name, _)| name.clone()));
+        let names = names.clone();
+        for (name, schema) in collected {
+            let scoped_name = format!("{prefix}.{name}");
+            // A schema is plain data, always written as JSON; were one not,
+            // its name is reported with the collisions (the test fails).
+            let Ok(mut schema) = serde_json::to_value(&schema) else {
+                self.collisions.push(scoped_name);
+                continue;
+            };
+            prefix_references(&mut schema, prefix, &names);
+            if let Some(before) = self.scoped_schemas.insert(scoped_name.clone(), schema) {
+                if Some(&before) != self.scoped_schemas.get(&scoped_name) {
+                    self.collisions.push(scoped_name);
                 }
             }
         }
-        RefOr::Ref(Ref::from_schema_name(name))
+        RefOr::Ref(Ref::from_schema_name(format!("{prefix}.{name}")))
     }
 
     /// A reference to a page of `T`s, registered as `name`, and `T`'s own
@@ -234,6 +271,30 @@ impl Builder {
     }
 }
 
+/// Points `schema`'s references to `names` at `prefix.<name>`.
+fn prefix_references(schema: &mut serde_json::Value, prefix: &str, names: &BTreeSet<String>) {
+    match schema {
+        serde_json::Value::Object(map) => {
+            for (key, inner) in map.iter_mut() {
+                match inner {
+                    serde_json::Value::String(target) if key == "$ref" => {
+                        if let Some(name) = target.strip_prefix("#/components/schemas/") {
+                            if names.contains(name) {
+                                *target = format!("#/components/schemas/{prefix}.{name}");
+                            }
+                        }
+                    }
+                    _ => prefix_references(inner, prefix, names),
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items
+            .iter_mut()
+            .for_each(|item| prefix_references(item, prefix, names)),
+        _ => {}
+    }
+}
+
 /// `createContainer`-like ids: the method and the path's words.
 fn operation_id(method: HttpMethod, path: &str) -> String {
     let method = match method {
@@ -277,6 +338,23 @@ fn query_parameters(query: Query) -> Vec<utoipa::openapi::path::Parameter> {
     };
     let mut parameters = match query {
         Query::None => return Vec::new(),
+        Query::ResumeStream => {
+            return vec![
+                parameter(
+                    "stream",
+                    "`true`: the response's events, as server-sent events.",
+                    ObjectBuilder::new().schema_type(Type::Boolean).into(),
+                ),
+                parameter(
+                    "starting_after",
+                    "With `stream=true`: only the events after this sequence number.",
+                    ObjectBuilder::new()
+                        .schema_type(Type::Integer)
+                        .minimum(Some(0))
+                        .into(),
+                ),
+            ]
+        }
         _ => vec![
             parameter(
                 "limit",
@@ -315,7 +393,7 @@ fn query_parameters(query: Query) -> Vec<utoipa::openapi::path::Parameter> {
             "Only the files of this purpose.",
             string(),
         )),
-        Query::None | Query::List => {}
+        Query::None | Query::List | Query::ResumeStream => {}
     }
     parameters
 }
@@ -392,12 +470,12 @@ fn skill_upload() -> RefOr<Schema> {
 }
 
 /// The whole document.
-pub fn document() -> OpenApi {
+pub fn document() -> serde_json::Value {
     build().0
 }
 
 /// The document, and the schema names that collided while it was built.
-fn build() -> (OpenApi, Vec<String>) {
+fn build() -> (serde_json::Value, Vec<String>) {
     use HttpMethod::{Delete, Get, Post};
     let mut d = Builder::default();
     let container = d.schema::<wire::Container>();
@@ -423,17 +501,17 @@ fn build() -> (OpenApi, Vec<String>) {
     let versions = d.list::<wire::SkillVersion>("SkillVersionList");
     let version_deleted = d.schema::<wire::SkillVersionDeleted>();
     let error = d.schema::<wire::ErrorEnvelope>();
-    let response = any_object("The response object, as OpenAI's Responses API answers it.");
-    let create_response = any_object(
-        "OpenAI's Responses API create request, with the hosted `shell` tool (and OpenRouter's \
-         `openrouter:shell`) run in shellgate's containers.",
-    );
-    let input_items = any_object("A list of a response's input items.");
-    let create_message = any_object(
-        "Anthropic's Messages API request; OpenRouter's server tools `openrouter:shell` and \
-         `openrouter:bash` run in shellgate's containers.",
-    );
-    let message = any_object("Anthropic's message object.");
+    use wire::{messages, responses};
+    let response = d.scoped::<responses::Response>("responses", "Response");
+    // `input`'s schema is referred to but not collected by the derive.
+    d.scoped::<responses::Input>("responses", "Input");
+    let create_response = d.scoped::<responses::CreateResponse>("responses", "CreateResponse");
+    let response_deleted = d.scoped::<responses::ResponseDeleted>("responses", "ResponseDeleted");
+    d.scoped::<responses::Item>("responses", "Item");
+    let input_items = d.scoped::<wire::List<responses::Item>>("responses", "ItemList");
+    let create_message = d.scoped::<messages::CreateMessage>("messages", "CreateMessage");
+    let message = d.scoped::<messages::Message>("messages", "Message");
+    let anthropic_error = d.scoped::<messages::ErrorResponse>("messages", "ErrorResponse");
 
     let operation = |method, path, tag, summary, body, answer| Operation {
         method,
@@ -714,17 +792,22 @@ fn build() -> (OpenApi, Vec<String>) {
             Body::Json(create_response),
             Answer::JsonOrEvents(response.clone()),
         ),
-        get(
-            "/v1/responses/{response_id}",
-            "Responses",
-            "Retrieve a response",
-            &response,
-        ),
+        Operation {
+            query: Query::ResumeStream,
+            ..operation(
+                Get,
+                "/v1/responses/{response_id}",
+                "Responses",
+                "Retrieve a response; with `stream=true`, its events again (live while it runs)",
+                Body::None,
+                Answer::JsonOrEvents(response.clone()),
+            )
+        },
         delete(
             "/v1/responses/{response_id}",
             "Responses",
             "Delete a response",
-            &deleted,
+            &response_deleted,
         ),
         operation(
             Post,
@@ -779,7 +862,8 @@ fn build() -> (OpenApi, Vec<String>) {
         d.add(operation);
     }
 
-    let collisions = d.collisions;
+    let mut collisions = d.collisions;
+    let scoped_schemas = d.scoped_schemas;
     let mut components = Components::new();
     components.schemas = d.schemas;
     components.responses.insert(
@@ -804,9 +888,7 @@ fn build() -> (OpenApi, Vec<String>) {
                 )
                 .content(
                     "application/json",
-                    ContentBuilder::new()
-                        .schema(Some(any_object("Anthropic's error envelope")))
-                        .build(),
+                    ContentBuilder::new().schema(Some(anthropic_error)).build(),
                 )
                 .build(),
         ),
@@ -842,6 +924,18 @@ fn build() -> (OpenApi, Vec<String>) {
         .paths(d.paths)
         .components(Some(components))
         .build();
+    // The dialects' schemas join the rest (every name is checked unique).
+    let mut document = serde_json::to_value(&document).unwrap_or_default();
+    if let Some(schemas) = document
+        .pointer_mut("/components/schemas")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        for (name, schema) in scoped_schemas {
+            if schemas.insert(name.clone(), schema).is_some() {
+                collisions.push(name);
+            }
+        }
+    }
     (document, collisions)
 }
 
@@ -925,18 +1019,24 @@ mod tests {
         );
     }
 
-    /// Every `$ref` in `value`.
-    fn references<'a>(value: &'a serde_json::Value, found: &mut Vec<&'a str>) {
+    /// Every `$ref` in `value`, with where it is.
+    fn references(value: &serde_json::Value, at: String, found: &mut Vec<(String, String)>) {
         match value {
             serde_json::Value::Object(map) => {
                 for (key, inner) in map {
                     match (key.as_str(), inner) {
-                        ("$ref", serde_json::Value::String(target)) => found.push(target),
-                        _ => references(inner, found),
+                        ("$ref", serde_json::Value::String(target)) => {
+                            found.push((target.clone(), at.clone()))
+                        }
+                        _ => references(inner, format!("{at}/{key}"), found),
                     }
                 }
             }
-            serde_json::Value::Array(items) => items.iter().for_each(|i| references(i, found)),
+            serde_json::Value::Array(items) => {
+                for (index, item) in items.iter().enumerate() {
+                    references(item, format!("{at}/{index}"), found);
+                }
+            }
             _ => {}
         }
     }
@@ -951,13 +1051,13 @@ mod tests {
         let document = serde_json::to_value(document).unwrap();
         assert_eq!(document["openapi"], "3.1.0");
         let mut found = Vec::new();
-        references(&document, &mut found);
+        references(&document, String::new(), &mut found);
         assert!(found.len() > 40, "{found:?}");
-        for target in found {
+        for (target, at) in found {
             let pointer = target.strip_prefix('#').unwrap();
             assert!(
                 document.pointer(pointer).is_some(),
-                "{target} does not resolve"
+                "{target} (at {at}) does not resolve"
             );
         }
     }
