@@ -1184,20 +1184,30 @@ fn body_of(row: &ResponseRow) -> ApiResult<wire::Response> {
     serde_json::from_str(&row.body).map_err(|e| ApiError::internal(format!("stored response: {e}")))
 }
 
+/// The query of `GET /v1/responses/{id}` (other keys, such as the SDK's
+/// `include[]`, are accepted and mean nothing here).
+#[derive(serde::Deserialize)]
+pub struct RetrieveQuery {
+    /// `true`: the response's events (live while it runs).
+    stream: Option<String>,
+    /// Resume after this sequence number.
+    starting_after: Option<String>,
+}
+
 pub async fn retrieve(
     State(state): State<Arc<AppState>>,
     project: Project,
     Path(id): Path<String>,
-    axum::extract::Query(query): axum::extract::Query<HashMap<String, String>>,
+    axum::extract::Query(query): axum::extract::Query<RetrieveQuery>,
 ) -> ApiResult<Response> {
     let row = owned(&state, &project, &id).await?;
     let body = body_of(&row)?;
-    if query.get("stream").map(String::as_str) != Some("true") {
+    if query.stream.as_deref() != Some("true") {
         return Ok(Json(body).into_response());
     }
     // Resuming a stream: the events after `starting_after` (a sequence
     // number), live while the run goes on.
-    let cursor = match query.get("starting_after") {
+    let cursor = match query.starting_after {
         None => 0,
         Some(n) => n
             .parse::<usize>()
