@@ -1336,3 +1336,43 @@ pub async fn settle_interrupted(state: &AppState) -> ApiResult<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_are_consumed_carried_or_refused() {
+        let read = |body: Value| read_request(body).map_err(|e| (e.param, e.code));
+        assert!(read(serde_json::json!({"model": "m", "reasoning": {}, "include": []})).is_ok());
+        assert_eq!(
+            read(serde_json::json!({"model": "m", "bogus": 1})).unwrap_err(),
+            (Some("bogus".into()), Some("unknown_parameter"))
+        );
+        assert_eq!(
+            read(serde_json::json!({"model": "m", "stream": "true"}))
+                .unwrap_err()
+                .0,
+            Some("stream".into())
+        );
+        assert!(read(serde_json::json!(["not", "an", "object"])).is_err());
+    }
+
+    #[test]
+    fn echoed_tools_never_hold_a_secret_value() {
+        let tools: Vec<wire::Tool> = wire::from_value(serde_json::json!([
+            {"type": "shell", "environment": {"type": "container_auto", "network_policy": {
+                "type": "allowlist", "allowed_domains": ["a.test"],
+                "domain_secrets": [{"domain": "a.test", "name": "TOKEN", "value": "s3cret-1"}]},
+                "misspelt": {"domain_secrets": [{"domain": "a.test", "name": "X", "value": "s3cret-2"}]}}},
+            {"type": "openrouter:shell", "parameters": {"environment": {"type": "container_auto",
+                "network_policy": {"type": "allowlist", "allowed_domains": ["a.test"],
+                "domain_secrets": [{"domain": "a.test", "name": "T", "value": "s3cret-3"}]}}}},
+            {"type": "function", "name": "f", "parameters": {"domain_secrets": ["s3cret-4"]}},
+        ]))
+        .unwrap();
+        let echoed = serde_json::to_string(&echo_tools(&tools)).unwrap();
+        assert!(!echoed.contains("s3cret"), "{echoed}");
+        assert!(echoed.contains("TOKEN") && echoed.contains(crate::egress::REDACTED));
+    }
+}
