@@ -587,34 +587,32 @@ pub async fn exec(
 pub async fn images(
     State(state): State<Arc<AppState>>,
     _project: Project,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<shellgate_wire::ImageList>> {
     let engine = Arc::clone(&state.engine);
     let images = tokio::task::spawn_blocking(move || engine.images())
         .await
         .map_err(|e| ApiError::internal(format!("image listing failed: {e}")))?;
     let default = &state.config.default_image;
-    let data: Vec<serde_json::Value> = images
-        .iter()
-        .map(|image| {
-            serde_json::json!({
-                "id": image.name,
-                "object": "image",
-                "name": image.name,
-                "default": &image.name == default,
-                "size_bytes": image.details.size_bytes,
-                "created_at": image.details.created_at,
-                "runtimes": image.details.runtimes,
-            })
+    let data: Vec<shellgate_wire::Image> = images
+        .into_iter()
+        .map(|image| shellgate_wire::Image {
+            id: image.name.clone(),
+            object: "image".to_owned(),
+            default: &image.name == default,
+            name: image.name,
+            size_bytes: image.details.size_bytes,
+            created_at: image.details.created_at,
+            runtimes: image.details.runtimes,
         })
         .collect();
-    Ok(Json(serde_json::json!({
-        "object": "list",
-        "data": data,
-        "first_id": images.first().map(|i| &i.name),
-        "last_id": images.last().map(|i| &i.name),
-        "has_more": false,
-        "default_image": default,
-    })))
+    Ok(Json(shellgate_wire::ImageList {
+        object: "list".to_owned(),
+        first_id: data.first().map(|i| i.id.clone()),
+        last_id: data.last().map(|i| i.id.clone()),
+        data,
+        has_more: false,
+        default_image: default.clone(),
+    }))
 }
 
 /// `GET /v1/containers/{id}/commands`: the container's command audit, paged
@@ -624,7 +622,7 @@ pub async fn commands(
     project: Project,
     Path(id): Path<String>,
     ApiQuery(params): ApiQuery<ListParams>,
-) -> ApiResult<Json<List<serde_json::Value>>> {
+) -> ApiResult<Json<List<shellgate_wire::ContainerCommand>>> {
     owned(&state, &project, &id).await?;
     let page = params.page()?;
     // Commands that ended wait in a batch: the listing shows them all.
@@ -632,27 +630,29 @@ pub async fn commands(
     let key = id.clone();
     let (rows, has_more) = state.db(move |s| s.list_commands(&key, &page)).await?;
     let data = rows
-        .iter()
-        .map(|row| {
-            serde_json::json!({
-                "id": row.id,
-                "object": "container.command",
-                "container_id": row.container_id,
-                "response_id": row.response_id,
-                "command": row.command,
-                "outcome": match row.exit_code {
-                    Some(code) => serde_json::json!({"type": "exit", "exit_code": code}),
-                    None => serde_json::json!({"type": row.outcome.as_str()}),
-                },
-                "duration_ms": row.duration_ms,
-                "bytes_out": row.bytes_out,
-                "created_at": row.created_at,
-            })
+        .into_iter()
+        .map(|row| shellgate_wire::ContainerCommand {
+            id: row.id,
+            object: "container.command".to_owned(),
+            container_id: row.container_id,
+            response_id: row.response_id,
+            command: row.command,
+            // A command is recorded with its exit code, or without one
+            // when it timed out (see `billing`).
+            outcome: match row.exit_code {
+                Some(exit_code) => shellgate_wire::Outcome::Exit { exit_code },
+                None => shellgate_wire::Outcome::Timeout,
+            },
+            duration_ms: row.duration_ms,
+            bytes_out: row.bytes_out,
+            created_at: row.created_at,
         })
         .collect();
-    Ok(Json(List::page(data, has_more, |c: &serde_json::Value| {
-        c["id"].as_str().unwrap_or_default().to_owned()
-    })))
+    Ok(Json(List::page(
+        data,
+        has_more,
+        |c: &shellgate_wire::ContainerCommand| c.id.clone(),
+    )))
 }
 
 // --- container files ------------------------------------------------------

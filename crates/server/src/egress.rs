@@ -206,7 +206,7 @@ pub fn network_spec(
 }
 
 /// `POST /v1/containers/{id}/secrets` (our extension): the body.
-#[derive(serde::Deserialize)]
+#[derive(serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SupplySecrets {
     pub domain_secrets: Vec<shellgate_wire::DomainSecret>,
@@ -635,7 +635,7 @@ impl EgressCounts {
 
 /// One row of a container's egress log, as `GET /v1/containers/{id}/egress`
 /// shows it.
-#[derive(Debug, serde::Serialize)]
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct EgressEntry {
     pub id: String,
     /// `container.egress`.
@@ -665,7 +665,7 @@ fn is_zero(count: &u64) -> bool {
 
 /// A page of the egress log, with the container's count of events that
 /// have no row of their own.
-#[derive(Debug, serde::Serialize)]
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct EgressPage {
     #[serde(flatten)]
     pub list: List<EgressEntry>,

@@ -112,8 +112,25 @@ pub fn state() -> Result<Arc<AppState>, crate::ServeError> {
     store
         .add_key(KEY, "fuzz", 0)
         .map_err(|e| crate::ServeError::Setup(e.to_string()))?;
-    Ok(Arc::new(AppState {
-        limiter: crate::http::RateLimiter::new(0),
+    Ok(state_with(
+        config,
+        store,
+        Arc::new(NoContainers),
+        crate::clock::Clock::system(),
+    ))
+}
+
+/// A server state over the given store, backend and clock, without the
+/// start-up work of [`crate::open`] (no engine, upstreams, egress proxy or
+/// recovery): for the fuzzer and the in-process handler tests.
+pub(crate) fn state_with(
+    config: Config,
+    store: Store,
+    engine: Arc<dyn SandboxBackend>,
+    clock: crate::clock::Clock,
+) -> Arc<AppState> {
+    Arc::new(AppState {
+        limiter: crate::http::RateLimiter::new(config.rate_limit_per_minute),
         keys: Default::default(),
         admission: crate::admission::Admission::new(&config),
         billing: Default::default(),
@@ -124,7 +141,7 @@ pub fn state() -> Result<Arc<AppState>, crate::ServeError> {
         files_dir: config.data_dir.join("files"),
         skills_dir: config.data_dir.join("skills"),
         config,
-        engine: Arc::new(NoContainers),
+        engine,
         store: Arc::new(store),
         metrics: Default::default(),
         sync_locks: Default::default(),
@@ -132,7 +149,8 @@ pub fn state() -> Result<Arc<AppState>, crate::ServeError> {
         egress_counts: Default::default(),
         default_image_missing_said: Default::default(),
         default_image_build: Default::default(),
-    }))
+        clock,
+    })
 }
 
 /// The real router over [`state`].

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::ApiError;
-use crate::{destroy_quietly, now, AppState};
+use crate::{destroy_quietly, AppState};
 
 /// Reconciles the store with the engine after a (possibly unclean) stop.
 pub async fn recover(state: &Arc<AppState>) -> Result<(), ApiError> {
@@ -65,7 +65,7 @@ pub async fn recover(state: &Arc<AppState>) -> Result<(), ApiError> {
 pub async fn sweep(state: &Arc<AppState>) -> Result<(), ApiError> {
     // Sessions may end below: their command time is written first.
     state.flush_billing().await;
-    let now = now();
+    let now = state.clock.now();
     let idle_limit = state.config.idle_suspend_after_secs as i64;
     let retention = state.config.retention_days as i64 * 86_400;
     for row in state.db(|s| s.all_containers()).await? {
