@@ -19,6 +19,40 @@ KEY_A = "sk-test-project-a"
 KEY_B = "sk-test-project-b"
 
 
+def wait_until(condition, timeout: float, interval: float = 0.05) -> bool:
+    """Waits until `condition()` is true, looking every `interval` seconds,
+    for at most `timeout` seconds; returns whether it became true. What a
+    test waits for (a status, a log line, a process) is a condition, never a
+    fixed sleep: the wait is as short as the machine allows, and the timeout
+    only bounds a failure."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(interval)
+    return bool(condition())
+
+
+def processes_matching(needle: str) -> list:
+    """Host pids (not zombies) whose command line contains `needle`: a
+    sandbox's processes are the host's too, so a test sees a command start
+    or end without running another in the container."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+            with open(f"/proc/{entry}/stat") as f:
+                zombie = f.read().rsplit(")", 1)[1].split()[0] == "Z"
+        except OSError:
+            continue
+        if needle in cmdline and not zombie:
+            pids.append(int(entry))
+    return pids
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -62,17 +96,17 @@ class Server:
             stderr=log,
             stdin=subprocess.DEVNULL,
         )
-        deadline = time.time() + 30
-        while time.time() < deadline:
+        def healthy():
             if self.process.poll() is not None:
                 raise RuntimeError(f"server exited: {self.log.read_text()[-2000:]}")
             try:
                 with urllib.request.urlopen(f"http://{self.host}:{self.port}/healthz", timeout=1) as response:
-                    if response.status == 200:
-                        return self
+                    return response.status == 200
             except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.05)
+                return False
+
+        if wait_until(healthy, 30):
+            return self
         raise RuntimeError("server did not become healthy")
 
     def client(self, key: str = KEY_A) -> openai.OpenAI:

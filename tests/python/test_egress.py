@@ -21,7 +21,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from conftest import KEY_A, KEY_B, Server, exec_commands
+from conftest import KEY_A, KEY_B, Server, exec_commands, wait_until
 
 HERE = Path(__file__).resolve().parent
 PID = os.getpid() % 100000
@@ -180,12 +180,8 @@ def egress_log(client, container_id, **params):
 
 
 def wait_for_log(client, container_id, predicate, timeout=10):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        entries = egress_log(client, container_id)
-        if any(predicate(e) for e in entries):
-            return entries
-        time.sleep(0.1)
+    if wait_until(lambda: any(predicate(e) for e in egress_log(client, container_id)), timeout, interval=0.1):
+        return egress_log(client, container_id)
     raise AssertionError(f"no such egress log entry: {egress_log(client, container_id)}")
 
 
@@ -541,14 +537,13 @@ def test_a_dns_flood_is_rate_limited_and_cannot_hide_a_connection(client, server
     assert [e for e in entries if e["kind"] == "http"][-1]["verdict"] == "allowed"
     # What was not logged one by one is in aggregate rows, and counted.
     # (The last aggregate row comes within a second.)
-    deadline = time.time() + 30
-    while True:
+    def accounted_for():
         lookups = [e for e in egress_log(client, container.id) if e["kind"] == "dns"]
         aggregates = [e for e in lookups if e["verdict"] == "aggregated"]
-        accounted = len(lookups) - len(aggregates) + sum(e["aggregated"] for e in aggregates)
-        if accounted >= count or time.time() > deadline:
-            break
-        time.sleep(0.2)
+        return len(lookups) - len(aggregates) + sum(e["aggregated"] for e in aggregates), aggregates
+
+    wait_until(lambda: accounted_for()[0] >= count, 30, interval=0.2)
+    accounted, aggregates = accounted_for()
     assert accounted == count, (accounted, aggregates)
     assert sum(e["aggregated"] for e in aggregates) >= refused
     assert all("DNS lookups not logged one by one" in e["reason"] for e in aggregates)
@@ -566,10 +561,8 @@ def test_old_egress_rows_are_deleted_by_the_sweeper(world):
     container = keeper.containers.create(name="egress-retention", network_policy=allowlist("a.allowed.test"))
     run(keeper, container.id, "curl -sS -m 10 http://a.allowed.test/kept-briefly; curl -sS -m 10 http://no.test/")
     wait_for_log(keeper, container.id, lambda e: e["kind"] == "http")
-    deadline = time.time() + 60
-    while egress_log(keeper, container.id):
-        assert time.time() < deadline, "old egress rows were never deleted"
-        time.sleep(0.2)
+    assert wait_until(lambda: not egress_log(keeper, container.id), 60, interval=0.2), \
+        "old egress rows were never deleted"
     # The container itself is untouched.
     assert keeper.containers.retrieve(container.id).status == "running"
 
@@ -1145,11 +1138,9 @@ def test_secret_values_are_never_stored_or_echoed_on_any_api(world):
                 assert "API_TOKEN" in echoed and "<redacted>" in echoed
                 assert "shellgate-secret-api_token-" in reply.text
     for response_id in ids:
-        for _ in range(600):
-            got = raw(server, "GET", f"/responses/{response_id}")
-            if got.json()["status"] not in ("queued", "in_progress"):
-                break
-            time.sleep(0.1)
+        wait_until(lambda: raw(server, "GET", f"/responses/{response_id}").json()["status"]
+                   not in ("queued", "in_progress"), 60, interval=0.1)
+        got = raw(server, "GET", f"/responses/{response_id}")
         assert got.json()["status"] == "completed", got.text
         texts.append(got.text)
         texts.append(raw(server, "GET", f"/responses/{response_id}?stream=true").text)

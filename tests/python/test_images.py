@@ -10,7 +10,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from conftest import BINARY, Server, exec_commands
+from conftest import BINARY, Server, exec_commands, wait_until
 
 
 def import_tiny_image(data_dir: Path, name: str = "tiny", marker: str = "") -> None:
@@ -115,7 +115,6 @@ def test_a_first_start_builds_the_default_image_in_the_background(upstream):
     """The README's serve command on a fresh machine: the default image is
     built in the background (here the small debian-12-slim recipe), its
     progress in /healthz and the log, `host` meanwhile."""
-    import time
     data_dir = Path(tempfile.mkdtemp(prefix="shellgate-first-start-"))
     os.chmod(data_dir, 0o755)
     server = Server(data_dir, upstream_url=upstream.url, default_image="debian-12-slim",
@@ -132,14 +131,15 @@ def test_a_first_start_builds_the_default_image_in_the_background(upstream):
         log = server.log.read_text()
         assert "building it in the background" in log, log[-2000:]
         seen = set()
-        deadline = time.time() + 900
-        while True:
+
+        def built():
             build = health(server)["default_image"]
             seen.add(round(build["progress"], 2))
-            if build["status"] != "building":
-                break
-            assert time.time() < deadline, build
-            time.sleep(1)
+            return build["status"] != "building"
+
+        # Sampled once a second: the progress it went through is checked.
+        assert wait_until(built, 900, interval=1), health(server)["default_image"]
+        build = health(server)["default_image"]
         assert build["status"] == "ready" and build["progress"] == 1.0, build
         assert len(seen) > 2, seen  # progress moved through mmdebstrap's stages
         assert "image debian-12-slim is built" in server.log.read_text()
@@ -184,10 +184,7 @@ def test_a_container_keeps_its_image_when_the_image_is_replaced(upstream):
         # The old container wakes (a restart stopped it) on its own tree.
         assert exec_commands(client, old.id, ["cat /etc/marker"])["output"][0]["stdout"] == "first"
         client.containers.delete(old.id)
-        deadline = __import__("time").time() + 20
-        while any(retired.iterdir()):
-            assert __import__("time").time() < deadline, list(retired.iterdir())
-            __import__("time").sleep(0.2)
+        assert wait_until(lambda: not any(retired.iterdir()), 20), list(retired.iterdir())
         assert exec_commands(client, new.id, ["cat /etc/marker"])["output"][0]["stdout"] == "second"
     finally:
         server.stop()

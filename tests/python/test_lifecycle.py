@@ -8,16 +8,7 @@ import time
 import openai
 import pytest
 
-from conftest import exec_commands
-
-
-def wait_for(check, seconds):
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if check():
-            return True
-        time.sleep(0.25)
-    return check()
+from conftest import exec_commands, processes_matching, wait_until
 
 
 def test_idle_containers_suspend_and_wake_with_their_files(fresh_server):
@@ -25,7 +16,7 @@ def test_idle_containers_suspend_and_wake_with_their_files(fresh_server):
     client = server.client()
     container = client.containers.create(name="sleepy")
     exec_commands(client, container.id, ["echo kept > kept.txt", "nohup sleep 1000 >/dev/null 2>&1 &"])
-    assert wait_for(lambda: client.containers.retrieve(container.id).status == "suspended", 15)
+    assert wait_until(lambda: client.containers.retrieve(container.id).status == "suspended", 15)
     woken = exec_commands(client, container.id, ["cat kept.txt", "pgrep -c sleep || true"])
     assert woken["output"][0]["stdout"] == "kept\n"
     assert woken["output"][1]["stdout"].strip() == "0", "processes are not restored on wake"
@@ -40,8 +31,7 @@ def test_expired_containers_and_their_files_are_deleted(fresh_server):
     client = server.client()
     container = client.containers.create(name="brief", expires_after={"anchor": "last_active_at", "minutes": 1})
     exec_commands(client, container.id, ["echo x > f"])
-    time.sleep(55)
-    assert client.containers.retrieve(container.id).id == container.id
+    last_active_at = client.containers.retrieve(container.id).last_active_at
 
     def gone():
         try:
@@ -50,7 +40,10 @@ def test_expired_containers_and_their_files_are_deleted(fresh_server):
         except openai.NotFoundError:
             return True
 
-    assert wait_for(gone, 20)
+    # Gone once its minute of idleness passed, and not before (that it is
+    # kept until the very second is the in-process clock test's).
+    assert wait_until(gone, 90)
+    assert time.time() >= last_active_at + 60
     disk = server.data_dir / "sandbox" / "containers" / container.id
     assert not disk.exists()
 
@@ -93,15 +86,15 @@ def test_kill_9_mid_command_loses_nothing(fresh_server):
     inits_before = set(sandbox_inits(parent=server.process.pid))
     assert len(inits_before) >= 3
     running = threading.Thread(
-        target=lambda: pytest.raises(Exception, exec_commands, client, containers[0].id, ["sleep 60"]),
+        target=lambda: pytest.raises(Exception, exec_commands, client, containers[0].id, ["sleep 61"]),
         daemon=True,
     )
     running.start()
-    time.sleep(1.0)
+    assert wait_until(lambda: processes_matching("sleep 61"), 30), "the command never started"
     server.kill9()
     running.join(timeout=10)
     # The sandboxes died with the server.
-    assert wait_for(lambda: not (set(sandbox_inits()) & inits_before), 10), "sandbox processes outlived the server"
+    assert wait_until(lambda: not (set(sandbox_inits()) & inits_before), 10), "sandbox processes outlived the server"
     server.start()
     listed = {c.id for c in client.containers.list(name=None)}
     for i, container in enumerate(containers):
@@ -127,10 +120,12 @@ def test_suspended_containers_files_are_listed_and_downloaded_without_waking(fre
     client = server.client()
     container = client.containers.create(name="asleep")
     exec_commands(client, container.id, ["echo report > report.txt"])
-    assert wait_for(lambda: client.containers.retrieve(container.id).status == "suspended", 15)
+    assert wait_until(lambda: client.containers.retrieve(container.id).status == "suspended", 15)
     before = client.containers.retrieve(container.id)
     billed = client.get("/usage", cast_to=object)["sandbox_seconds"]
-    time.sleep(1.1)
+    # Once the clock is past its last activity (second resolution), a
+    # wrongful renewal by the reads below would show in last_active_at.
+    assert wait_until(lambda: int(time.time()) > before.last_active_at, 5)
     files = list(client.containers.files.list(container.id))
     report = next(f for f in files if f.path == "/mnt/data/report.txt")
     data = client.containers.files.content.retrieve(report.id, container_id=container.id).read()
@@ -175,11 +170,11 @@ def test_kill_9_mid_response_leaves_it_failed_never_in_progress(fresh_server):
     response = client.responses.create(
         model="scripted",
         tools=[{"type": "shell", "environment": {"type": "container_auto"}}],
-        input="Execute: sleep 60",
+        input="Execute: sleep 62",
         background=True,
     )
-    assert wait_for(lambda: client.responses.retrieve(response.id).status == "in_progress", 10)
-    time.sleep(1.0)
+    assert wait_until(lambda: client.responses.retrieve(response.id).status == "in_progress", 10)
+    assert wait_until(lambda: processes_matching("sleep 62"), 30), "the command never started"
     server.kill9()
     server.start()
     after = client.responses.retrieve(response.id)

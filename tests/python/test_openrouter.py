@@ -9,7 +9,6 @@ SDK; the model is the scripted upstream (a fixture), once per protocol.
 import re
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import anthropic
 import pytest
 import requests
 
-from conftest import KEY_A, KEY_B, exec_commands
+from conftest import KEY_A, KEY_B, exec_commands, wait_until
 
 SEED = Path(__file__).resolve().parents[2].parent / "shared" / "seeds" / "004_4e69f0a62ed95b50.txt"
 
@@ -218,10 +217,8 @@ def test_a_container_sleeps_after_its_sleep_after_seconds(fresh_server):
     [item] = shell_items(reply)
     client = server.client()
     assert client.containers.retrieve(item["container_id"]).status == "running"
-    deadline = time.time() + 15
-    while client.containers.retrieve(item["container_id"]).status != "suspended":
-        assert time.time() < deadline, "the container did not sleep"
-        time.sleep(0.5)
+    assert wait_until(lambda: client.containers.retrieve(item["container_id"]).status == "suspended", 15), \
+        "the container did not sleep"
     # The next request of the session wakes it, with its files, and pays
     # the minimum again.
     again = responses(server, {"model": "scripted", "input": "Execute: cat a.txt", "tools": tools,
@@ -398,15 +395,9 @@ def test_a_client_that_hangs_up_ends_its_messages_commands(server, stream):
     def running():
         return subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
 
-    deadline = time.time() + 20
-    while not running():
-        assert time.time() < deadline, "the command never started"
-        time.sleep(0.05)
+    assert wait_until(running, 20), "the command never started"
     client.close()
-    deadline = time.time() + 10
-    while running():
-        assert time.time() < deadline, "the command outlived its client"
-        time.sleep(0.05)
+    assert wait_until(lambda: not running(), 10), "the command outlived its client"
 
 
 def test_a_session_reused_with_other_skills_runs_where_the_model_is_told(server):

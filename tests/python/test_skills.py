@@ -14,7 +14,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from conftest import KEY_B, exec_commands
+from conftest import KEY_B, exec_commands, wait_until
 
 MANIFEST = "---\nname: {name}\ndescription: {description}\n---\n\nUse `python3 {path}`.\n"
 
@@ -346,11 +346,7 @@ def test_skills_stay_across_suspension_and_wake(fresh_server):
     container = client.containers.create(name="sleepy", skills=[{"type": "skill_reference", "skill_id": skill.id}])
     assert exec_commands(client, container.id, ["python3 /mnt/skills/sleeper/scripts/run.py 1"])["output"][0][
         "stdout"] == "sleeper says 1\n"
-    import time
-    deadline = time.time() + 30
-    while client.containers.retrieve(container.id).status != "suspended":
-        assert time.time() < deadline, "never suspended"
-        time.sleep(0.5)
+    assert wait_until(lambda: client.containers.retrieve(container.id).status == "suspended", 30), "never suspended"
     out = exec_commands(client, container.id, ["python3 /mnt/skills/sleeper/scripts/run.py 2 2"])["output"]
     assert out[0]["stdout"] == "sleeper says 4\n"
     # And across a server restart (an upgrade): the container keeps them.

@@ -187,9 +187,101 @@ pub fn answer(question: &Question, addresses: &[IpAddr], ttl: u32, refused: bool
     out
 }
 
+/// The parsers' invariants over any bytes, shared by the unit tests, the
+/// fuzz target `egress_dns` (`fuzz/`) and the stable runner.
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing {
+    use super::*;
+
+    /// Inputs to start from: queries of each type, and an answer.
+    pub fn seeds() -> Vec<Vec<u8>> {
+        let mut seeds: Vec<Vec<u8>> = [(A, "a.test"), (AAAA, "deep.sub.example.org"), (16, "x")]
+            .iter()
+            .filter_map(|(qtype, name)| query(0x1234, name, *qtype))
+            .collect();
+        if let Some(question) = seeds.first().and_then(|q| parse_query(q)) {
+            seeds.push(answer(
+                &question,
+                &[IpAddr::from([192, 0, 2, 7])],
+                30,
+                false,
+            ));
+        }
+        seeds
+    }
+
+    /// Any bytes as a container's query: [`parse_query`] never panics; a
+    /// question it accepts has a name of at most 255 bytes, and its answer
+    /// (and refusal) reads back, through [`parse_response`], as exactly
+    /// the addresses of its type. Any bytes as an upstream's response:
+    /// [`parse_response`] never panics nor returns more addresses than
+    /// the packet could hold. Returns whether the query was accepted.
+    pub fn check_query(bytes: &[u8]) -> bool {
+        if let Some(addresses) = parse_response(
+            bytes,
+            u16::from_be_bytes([
+                bytes.first().copied().unwrap_or(0),
+                bytes.get(1).copied().unwrap_or(0),
+            ]),
+        ) {
+            assert!(addresses.len() <= bytes.len() / 14);
+        }
+        let Some(question) = parse_query(bytes) else {
+            return false;
+        };
+        assert!(question.name.len() <= 255, "{question:?}");
+        let v4 = IpAddr::from([192, 0, 2, 1]);
+        let v6 = IpAddr::from([0x2001, 0xdb8, 0, 0, 0, 0, 0, 1]);
+        let expected: Vec<IpAddr> = match question.qtype {
+            A => vec![v4],
+            AAAA => vec![v6],
+            _ => vec![],
+        };
+        let reply = answer(&question, &[v4, v6], 60, false);
+        assert_eq!(
+            parse_response(&reply, question.id),
+            Some(expected),
+            "{question:?}"
+        );
+        let nxdomain = answer(&question, &[v4, v6], 60, true);
+        assert_eq!(parse_response(&nxdomain, question.id), Some(vec![]));
+        assert_eq!(
+            parse_response(&refused(&question), question.id),
+            Some(vec![])
+        );
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hostile_queries_are_refused_or_answered_soundly() {
+        let mut accepted = 0;
+        for name in ["a.test", "x", "deep.sub.example.org"] {
+            for qtype in [A, AAAA, 16] {
+                let Some(packet) = super::query(7, name, qtype) else {
+                    continue;
+                };
+                // Every truncation of a good query, and the query itself.
+                for end in 0..=packet.len() {
+                    if fuzzing::check_query(&packet[..end]) {
+                        accepted += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(accepted, 9);
+        // Compression pointers, a label of 64, a response as a query.
+        for bytes in [
+            &b"\x00\x01\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\xc0\x0c\x00\x01\x00\x01"[..],
+            b"\x00\x01\x81\x80\x00\x01\x00\x01\x00\x00\x00\x00\x00\x00\x01\x00\x01\xc0\x0c\x00\x01\x00\x01\x00\x00\x00\x3c\x00\x04\x01\x02\x03\x04",
+        ] {
+            assert!(!fuzzing::check_query(bytes));
+        }
+    }
 
     fn query(name: &str, qtype: u16) -> Vec<u8> {
         let mut packet = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];

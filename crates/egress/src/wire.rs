@@ -851,10 +851,91 @@ pub fn chunk(data: &[u8], out: &mut Vec<u8>) {
 /// The end of a chunked body.
 pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
 
-/// The parsers' invariants, shared by the unit tests and the fuzz target
-/// (`fuzz/fuzz_targets/egress_http.rs`).
+/// The parsers' invariants, shared by the unit tests, the fuzz targets
+/// (`fuzz/fuzz_targets/egress_http.rs`, `egress_tls.rs`) and the stable
+/// runner.
+#[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing {
     use super::*;
+
+    /// A ClientHello (one record) naming `name`, after another extension.
+    pub fn client_hello_for(name: &str) -> Vec<u8> {
+        let mut sni = Vec::new();
+        let name = name.as_bytes();
+        sni.extend_from_slice(&((name.len() + 3) as u16).to_be_bytes());
+        sni.push(0);
+        sni.extend_from_slice(&(name.len() as u16).to_be_bytes());
+        sni.extend_from_slice(name);
+        let mut extensions = Vec::new();
+        extensions.extend_from_slice(&[0x00, 0x0a, 0x00, 0x02, 0x00, 0x00]); // another extension
+        extensions.extend_from_slice(&[0, 0]);
+        extensions.extend_from_slice(&(sni.len() as u16).to_be_bytes());
+        extensions.extend_from_slice(&sni);
+        let mut body = vec![3, 3];
+        body.extend_from_slice(&[7; 32]);
+        body.push(0); // session id
+        body.extend_from_slice(&[0, 2, 0x13, 0x01]); // one cipher suite
+        body.extend_from_slice(&[1, 0]); // compression
+        body.extend_from_slice(&(extensions.len() as u16).to_be_bytes());
+        body.extend_from_slice(&extensions);
+        let mut handshake = vec![1];
+        handshake.extend_from_slice(&(body.len() as u32).to_be_bytes()[1..]);
+        handshake.extend_from_slice(&body);
+        let mut record = vec![22, 3, 1];
+        record.extend_from_slice(&(handshake.len() as u16).to_be_bytes());
+        record.extend_from_slice(&handshake);
+        record
+    }
+
+    /// Inputs to start from: heads of each kind the proxy reads.
+    pub fn http_seeds() -> Vec<Vec<u8>> {
+        [
+            &b"GET / HTTP/1.1\r\nHost: a.test\r\n\r\n"[..],
+            b"POST /x?y=1 HTTP/1.1\r\nHost: a.test:8080\r\nContent-Length: 5\r\n\r\nhello",
+            b"POST / HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+            b"CONNECT a.test:443 HTTP/1.1\r\nHost: a.test:443\r\n\r\n",
+            b"GET /ws HTTP/1.1\r\nHost: a.test\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+        ]
+        .iter()
+        .map(|seed| seed.to_vec())
+        .collect()
+    }
+
+    /// Inputs to start from: ClientHellos, whole and in two records.
+    pub fn tls_seeds() -> Vec<Vec<u8>> {
+        let hello = client_hello_for("a.allowed.test");
+        // The same handshake split over two records.
+        let handshake = &hello[5..];
+        let (first, second) = handshake.split_at(handshake.len() / 2);
+        let mut split = Vec::new();
+        for part in [first, second] {
+            split.extend_from_slice(&[22, 3, 1]);
+            split.extend_from_slice(&(part.len() as u16).to_be_bytes());
+            split.extend_from_slice(part);
+        }
+        vec![hello, split, client_hello_for("")]
+    }
+
+    /// Any bytes: [`client_hello`] never panics; a server name it reads is
+    /// in the bytes; and below [`MAX_HEAD`] (where the proxy stops reading)
+    /// a decision stays the same when more bytes follow: it never read
+    /// past what it had. Returns whether a ClientHello was read.
+    pub fn check_client_hello(bytes: &[u8]) -> bool {
+        let hello = client_hello(bytes);
+        if let Hello::ServerName(Some(name)) = &hello {
+            assert!(
+                name.is_empty() || bytes.windows(name.len()).any(|w| w == name.as_bytes()),
+                "{name:?}"
+            );
+        }
+        if hello != Hello::Incomplete && bytes.len() < MAX_HEAD {
+            let mut more = bytes.to_vec();
+            more.extend_from_slice(b"\x16\x03\x01\x00\x00 more");
+            assert_eq!(client_hello(&more), hello);
+        }
+        matches!(hello, Hello::ServerName(_))
+    }
 
     /// Any bytes: [`request_head`] never panics, and a head it accepts has
     /// CRLF lines only, no NUL, one Host (or none, for a CONNECT), and is
@@ -880,8 +961,10 @@ pub mod fuzzing {
             .iter()
             .filter(|(n, _)| n.eq_ignore_ascii_case("host"))
             .count();
-        assert!(hosts == 1 || (hosts == 0 && head.method == "CONNECT"));
-        if head.method == "CONNECT" {
+        // The parser, like the proxy, reads the method CONNECT in any case.
+        let connect = head.method.eq_ignore_ascii_case("CONNECT");
+        assert!(hosts == 1 || (hosts == 0 && connect));
+        if connect {
             assert!(head
                 .target_authority
                 .as_ref()
@@ -1319,31 +1402,7 @@ pub(crate) mod tests {
 
     /// A minimal TLS 1.2/1.3 ClientHello with an SNI extension.
     pub fn hello_for(name: &str) -> Vec<u8> {
-        let mut sni = Vec::new();
-        let name = name.as_bytes();
-        sni.extend_from_slice(&((name.len() + 3) as u16).to_be_bytes());
-        sni.push(0);
-        sni.extend_from_slice(&(name.len() as u16).to_be_bytes());
-        sni.extend_from_slice(name);
-        let mut extensions = Vec::new();
-        extensions.extend_from_slice(&[0x00, 0x0a, 0x00, 0x02, 0x00, 0x00]); // another extension
-        extensions.extend_from_slice(&[0, 0]);
-        extensions.extend_from_slice(&(sni.len() as u16).to_be_bytes());
-        extensions.extend_from_slice(&sni);
-        let mut body = vec![3, 3];
-        body.extend_from_slice(&[7; 32]);
-        body.push(0); // session id
-        body.extend_from_slice(&[0, 2, 0x13, 0x01]); // one cipher suite
-        body.extend_from_slice(&[1, 0]); // compression
-        body.extend_from_slice(&(extensions.len() as u16).to_be_bytes());
-        body.extend_from_slice(&extensions);
-        let mut handshake = vec![1];
-        handshake.extend_from_slice(&(body.len() as u32).to_be_bytes()[1..]);
-        handshake.extend_from_slice(&body);
-        let mut record = vec![22, 3, 1];
-        record.extend_from_slice(&(handshake.len() as u16).to_be_bytes());
-        record.extend_from_slice(&handshake);
-        record
+        fuzzing::client_hello_for(name)
     }
 
     #[test]
@@ -1365,5 +1424,34 @@ pub(crate) mod tests {
         let mut broken = hello.clone();
         broken[45] = 0xff;
         let _ = client_hello(&broken);
+    }
+
+    #[test]
+    fn mutated_client_hellos_never_panic_nor_read_past_their_bytes() {
+        // A deterministic cousin of the fuzz target `egress_tls`.
+        let hello = hello_for("a.allowed.test");
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut read = 0;
+        for round in 0..5_000 {
+            let mut bytes = hello.clone();
+            for _ in 0..1 + next() % 3 {
+                let at = (next() as usize) % bytes.len();
+                bytes[at] = next() as u8;
+            }
+            if round % 5 == 0 {
+                bytes.truncate((next() as usize) % bytes.len());
+            }
+            if fuzzing::check_client_hello(&bytes) {
+                read += 1;
+            }
+        }
+        assert!(read > 0);
+        assert!(fuzzing::check_client_hello(&hello));
     }
 }

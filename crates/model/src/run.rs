@@ -160,8 +160,9 @@ fn emit(events: Option<&EventSink>, event: Event) {
     }
 }
 
-/// The arguments of a shell call, checked; an explanation for the model if
-/// they are wrong.
+/// The arguments of a shell call, checked by the rule exec follows too
+/// (`RunRequest::from_parts`: a limit out of range is refused, not
+/// clamped); an explanation for the model if they are wrong.
 fn shell_request(arguments: &Value) -> Result<RunRequest, String> {
     let commands: Vec<String> = arguments
         .get("commands")
@@ -172,23 +173,16 @@ fn shell_request(arguments: &Value) -> Result<RunRequest, String> {
                 .collect()
         })
         .unwrap_or_default();
-    let request = RunRequest {
-        commands,
-        timeout_ms: arguments
-            .get("timeout_ms")
-            .and_then(Value::as_u64)
-            .unwrap_or(limits::DEFAULT_TIMEOUT_MS)
-            .clamp(1, limits::MAX_TIMEOUT_MS),
-        max_output_length: arguments
-            .get("max_output_length")
-            .and_then(Value::as_u64)
-            .map(|n| n as usize)
-            .unwrap_or(limits::DEFAULT_MAX_OUTPUT_LENGTH)
-            .clamp(1, limits::MAX_OUTPUT_LENGTH),
-        deadline_ms: None,
+    let limit = |key: &str| match arguments.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(value) => value
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| format!("{key} must be a whole number")),
     };
-    request.validate().map_err(|e| e.to_string())?;
-    Ok(request)
+    let timeout_ms = limit("timeout_ms")?;
+    let max_output_length = limit("max_output_length")?;
+    RunRequest::from_parts(commands, timeout_ms, max_output_length, None).map_err(|e| e.to_string())
 }
 
 /// Runs the loop. `events` receives what happens as it happens.
@@ -963,9 +957,10 @@ mod tests {
             model: "m".into(),
             instructions: None,
             items: vec![json!({"type": "message", "role": "user", "content": "go"})],
-            tools: Tools::parse(&[
+            tools: Tools::parse(&[shellgate_wire::responses::from_value(
                 json!({"type": "shell", "environment": {"type": "container_auto"}}),
-            ])
+            )
+            .unwrap()])
             .unwrap(),
             tool_choice: ToolChoice::Auto,
             max_tool_calls: MAX_TOOL_CALLS,

@@ -1,6 +1,8 @@
 //! The bounds of an upstream turn, against a hostile model server on a
 //! local socket: an answer without end, one trickling a byte at a time, a
 //! tool call of 16 MiB, through each adapter the server uses.
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 
@@ -348,5 +350,41 @@ async fn an_error_body_without_end_is_read_only_in_part() {
             assert!(message.starts_with("eee") && message.len() < 2000);
         }
         other => panic!("{other}"),
+    }
+}
+
+#[tokio::test]
+async fn an_event_over_several_data_lines_is_read_whole_by_every_adapter() {
+    // The EventSource spec joins an event's `data:` lines with `\n`: a
+    // server that pretty-prints its JSON over lines is read as one event.
+    let spread = |event: serde_json::Value| {
+        let pretty = serde_json::to_string_pretty(&event).unwrap();
+        let lines: String = pretty.lines().map(|l| format!("data: {l}\r\n")).collect();
+        format!(": a comment\r\nevent: x\r\n{lines}\r\n")
+    };
+    let cases = [
+        (
+            Protocol::Chat,
+            spread(
+                json!({"choices": [{"index": 0, "delta": {"content": "joined"}, "finish_reason": "stop"}]}),
+            ) + "data: [DONE]\n\n",
+        ),
+        (
+            Protocol::Anthropic,
+            spread(
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "joined"}}),
+            ) + &spread(json!({"type": "message_stop"})),
+        ),
+        (
+            Protocol::Responses,
+            spread(json!({"type": "response.completed", "response": {
+                "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "joined"}]}],
+            }})),
+        ),
+    ];
+    for (protocol, events) in cases {
+        let url = model_server(Answer::Events(events)).await;
+        let text = ask(url, protocol, TurnLimits::default()).await.unwrap();
+        assert_eq!(text, "joined", "{protocol:?}");
     }
 }

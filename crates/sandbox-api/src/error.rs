@@ -33,6 +33,10 @@ pub enum SandboxError {
     /// Setting a container up failed; the message says which step.
     #[error("sandbox setup failed: {0}")]
     Setup(String),
+    /// A step of the helper or init failed (its step, what it acted on,
+    /// the errno).
+    #[error("sandbox setup failed: {0}")]
+    Helper(#[from] crate::SetupError),
     /// The container's init process is gone (it was stopped or crashed).
     #[error("the container's processes ended while the command ran")]
     ContainerGone,

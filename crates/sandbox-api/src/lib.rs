@@ -9,6 +9,7 @@ pub mod backend;
 pub mod error;
 pub mod image;
 pub mod network;
+pub mod setup_error;
 
 pub use backend::{
     CommandResult, ContainerInfo, ContainerSpec, ContainerState, Outcome, RunRequest,
@@ -16,3 +17,4 @@ pub use backend::{
 };
 pub use error::SandboxError;
 pub use image::{ImageDetails, ImageInfo};
+pub use setup_error::{SetupError, SetupStep};

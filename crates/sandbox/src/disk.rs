@@ -24,6 +24,7 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
+use crate::setup_error::{SetupError, SetupResult, SetupStep, StepContext};
 use crate::sys;
 
 /// Where the image's directories are, relative to its root.
@@ -146,7 +147,7 @@ fn attached_to(device: &fs::File, backing: &fs::File) -> bool {
     ret == 0 && info.device == meta.dev() && info.inode == meta.ino()
 }
 
-fn mount_device(device_path: &Path, image: &Path, target: &Path) -> Result<(), String> {
+fn mount_device(device_path: &Path, image: &Path, target: &Path) -> SetupResult<()> {
     sys::mount(
         Some(device_path),
         target,
@@ -154,7 +155,9 @@ fn mount_device(device_path: &Path, image: &Path, target: &Path) -> Result<(), S
         libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOATIME,
         Some("errors=remount-ro"),
     )
-    .map_err(|e| format!("mount disk image {}: {e}", image.display()))
+    .step(SetupStep::MountDisk, || {
+        format!("mount disk image {}", image.display())
+    })
 }
 
 /// Mounts `image` at `target` and returns the loop device number it is on.
@@ -168,12 +171,14 @@ fn mount_device(device_path: &Path, image: &Path, target: &Path) -> Result<(), S
 /// mounted again and the kernel hands back the same superblock, exactly as
 /// a bind mount would. The device is verified while held open, so it can
 /// neither detach nor be given to another image in between.
-pub fn mount_image(image: &Path, target: &Path, reuse: Option<u32>) -> Result<u32, String> {
+pub fn mount_image(image: &Path, target: &Path, reuse: Option<u32>) -> SetupResult<u32> {
     let backing = OpenOptions::new()
         .read(true)
         .write(true)
         .open(image)
-        .map_err(|e| format!("open disk image {}: {e}", image.display()))?;
+        .step(SetupStep::MountDisk, || {
+            format!("open disk image {}", image.display())
+        })?;
     if let Some(number) = reuse {
         let device_path = PathBuf::from(format!("/dev/loop{number}"));
         if let Ok(device) = OpenOptions::new().read(true).write(true).open(&device_path) {
@@ -188,19 +193,28 @@ pub fn mount_image(image: &Path, target: &Path, reuse: Option<u32>) -> Result<u3
         .read(true)
         .write(true)
         .open("/dev/loop-control")
-        .map_err(|e| format!("open /dev/loop-control: {e}"))?;
+        .step(SetupStep::MountDisk, || "open /dev/loop-control".into())?;
     // Another helper may claim the device we were offered: retry.
     for _ in 0..64 {
         // SAFETY: LOOP_CTL_GET_FREE takes no argument and returns a number.
         let number = unsafe { libc::ioctl(control.as_raw_fd(), LOOP_CTL_GET_FREE) };
         if number < 0 {
-            return Err(sys::last_error("LOOP_CTL_GET_FREE"));
+            return Err(SetupError::last_os(
+                SetupStep::MountDisk,
+                "LOOP_CTL_GET_FREE",
+            ));
         }
         let device_path = PathBuf::from(format!("/dev/loop{number}"));
         let device = match OpenOptions::new().read(true).write(true).open(&device_path) {
             Ok(device) => device,
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(format!("open {}: {e}", device_path.display())),
+            Err(e) => {
+                return Err(SetupError::os(
+                    SetupStep::MountDisk,
+                    format!("open {}", device_path.display()),
+                    e,
+                ))
+            }
         };
         // SAFETY: LoopConfig is plain data; zero is a valid value.
         let mut config: LoopConfig = unsafe { std::mem::zeroed() };
@@ -219,7 +233,11 @@ pub fn mount_image(image: &Path, target: &Path, reuse: Option<u32>) -> Result<u3
             if error.raw_os_error() == Some(libc::EBUSY) {
                 continue;
             }
-            return Err(format!("LOOP_CONFIGURE {}: {error}", device_path.display()));
+            return Err(SetupError::os(
+                SetupStep::MountDisk,
+                format!("LOOP_CONFIGURE {}", device_path.display()),
+                error,
+            ));
         }
         let mounted = mount_device(&device_path, image, target);
         // With AUTOCLEAR the device detaches once both this descriptor and
@@ -227,7 +245,11 @@ pub fn mount_image(image: &Path, target: &Path, reuse: Option<u32>) -> Result<u3
         drop(device);
         return mounted.map(|()| number as u32);
     }
-    Err("no free loop device".into())
+    Err(SetupError::other(
+        SetupStep::MountDisk,
+        "no free loop device",
+        "",
+    ))
 }
 
 /// Makes the standard directories in a mounted (or plain) disk root.
@@ -235,7 +257,7 @@ pub fn prepare_layout(
     root: &Path,
     sandbox: (u32, u32),
     container_root: (u32, u32),
-) -> Result<(), String> {
+) -> SetupResult<()> {
     use std::os::unix::fs::{chown, DirBuilderExt};
     for (name, owner, mode) in [
         (DATA_DIR, sandbox, 0o755),
@@ -246,9 +268,17 @@ pub fn prepare_layout(
         let dir = root.join(name);
         match fs::DirBuilder::new().mode(mode).create(&dir) {
             Ok(()) => chown(&dir, Some(owner.0), Some(owner.1))
-                .map_err(|e| format!("chown {}: {e}", dir.display()))?,
+                .step(SetupStep::PrepareDisk, || {
+                    format!("chown {}", dir.display())
+                })?,
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(format!("mkdir {}: {e}", dir.display())),
+            Err(e) => {
+                return Err(SetupError::os(
+                    SetupStep::PrepareDisk,
+                    format!("mkdir {}", dir.display()),
+                    e,
+                ))
+            }
         }
     }
     Ok(())

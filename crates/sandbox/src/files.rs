@@ -217,9 +217,8 @@ impl DataDir {
         let parent = self.parent_of_existing(&parts, path)?;
         let name = CString::new(parts[parts.len() - 1].as_str())
             .map_err(|_| SandboxError::FileNotFound(path.to_owned()))?;
-        // SAFETY: `parent` is a valid directory descriptor and `name` a C string.
-        sys::cvt(unsafe { libc::unlinkat(parent.as_raw_fd(), name.as_ptr(), 0) })
-            .map_err(|e| not_found_or(path, e))?;
+        rustix::fs::unlinkat(&parent, name.as_c_str(), rustix::fs::AtFlags::empty())
+            .map_err(|e| not_found_or(path, e.into()))?;
         Ok(())
     }
 

@@ -94,7 +94,7 @@ impl Helper {
             send_raw(&helper.control, &enrollment).await?;
             match recv_report(&helper.control).await? {
                 Some((Report::Enrolled, _)) => Ok(()),
-                Some((Report::Error { message }, _)) => Err(SandboxError::Setup(message)),
+                Some((Report::Error { error }, _)) => Err(SandboxError::Helper(error)),
                 other => Err(SandboxError::Setup(format!(
                     "unexpected helper report {:?}",
                     other.map(|(report, _)| report)
@@ -183,7 +183,7 @@ impl Helper {
                 .ok_or_else(|| {
                     SandboxError::Setup("the file view came without a descriptor".into())
                 }),
-            Ok(Ok(Some((Report::Error { message }, _)))) => Err(SandboxError::Setup(message)),
+            Ok(Ok(Some((Report::Error { error }, _)))) => Err(SandboxError::Helper(error)),
             Ok(Ok(other)) => Err(SandboxError::Setup(format!(
                 "unexpected helper report {:?}",
                 other.map(|(report, _)| report)
@@ -231,9 +231,7 @@ impl Helper {
                         proxy = fds.collect();
                         return Ok(());
                     }
-                    Some((Report::Error { message }, _)) => {
-                        return Err(SandboxError::Setup(message))
-                    }
+                    Some((Report::Error { error }, _)) => return Err(SandboxError::Helper(error)),
                     Some((Report::Enrolled | Report::FileView { .. }, _)) => {}
                     None => {
                         return Err(SandboxError::Setup(
@@ -305,10 +303,13 @@ pub(crate) fn register(fd: OwnedFd) -> std::io::Result<AsyncFd<OwnedFd>> {
 }
 
 fn set_nonblocking(fd: &OwnedFd) -> Result<(), SandboxError> {
-    // SAFETY: fcntl on a descriptor we own.
-    let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
-    // SAFETY: as above.
-    sys::cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) })
+    // (A failed F_GETFL is an error now, not flags of -1 written back.)
+    let flags = rustix::fs::fcntl_getfl(fd).map_err(std::io::Error::from);
+    flags
+        .and_then(|flags| {
+            rustix::fs::fcntl_setfl(fd, flags | rustix::fs::OFlags::NONBLOCK)
+                .map_err(std::io::Error::from)
+        })
         .context(|| "set O_NONBLOCK".into())?;
     Ok(())
 }

@@ -180,7 +180,7 @@ pub enum Report {
     /// `data` directory.
     FileView { loop_device: Option<u32> },
     /// A setup step failed.
-    Error { message: String },
+    Error { error: crate::SetupError },
 }
 
 /// What the engine asks of init. Encoded as one tag byte and raw bytes, so a
@@ -284,9 +284,120 @@ impl Status {
     }
 }
 
+/// The records' invariants over any bytes, shared by the unit tests, the
+/// fuzz target `sandbox_protocol` (`fuzz/`) and the stable runner: what
+/// the engine reads from a helper or init it does not trust (reports,
+/// status records), and the requests init reads.
+#[cfg(any(test, feature = "fuzzing"))]
+// A broken invariant is meant to panic here: that is what a fuzzer finds.
+#[allow(clippy::expect_used)]
+pub mod fuzzing {
+    use super::*;
+
+    /// Inputs to start from: each request, status record and report.
+    pub fn seeds() -> Vec<Vec<u8>> {
+        let mut seeds = vec![
+            Request::Run {
+                id: 7,
+                command: b"echo hi".to_vec(),
+                reclaim: true,
+            }
+            .encode(),
+            Request::KillCommand { id: 9 }.encode(),
+            [
+                Status::Exited(256).encode(),
+                Status::SpawnFailed(2).encode(),
+            ]
+            .concat(),
+            Status::Reclaimed(3).encode().to_vec(),
+        ];
+        for report in [
+            Report::Enrolled,
+            Report::InitPid {
+                pid: 42,
+                loop_device: Some(3),
+            },
+            Report::Ready,
+            Report::FileView { loop_device: None },
+            Report::Error {
+                error: crate::SetupError::os(
+                    crate::SetupStep::PivotRoot,
+                    "pivot_root",
+                    std::io::Error::from_raw_os_error(libc::EPERM),
+                ),
+            },
+        ] {
+            seeds.extend(serde_json::to_vec(&report).ok());
+        }
+        seeds
+    }
+
+    /// Any bytes: no decoder panics; a request, status record or report
+    /// that is accepted encodes back to what it was read from (requests,
+    /// records) or reads back the same (reports).
+    pub fn check_records(bytes: &[u8]) {
+        if let Some(request) = Request::decode(bytes) {
+            assert_eq!(request.encode(), bytes, "{request:?}");
+        }
+        for record in bytes.chunks_exact(Status::SIZE) {
+            let mut raw = [0u8; Status::SIZE];
+            raw.copy_from_slice(record);
+            if let Some(status) = Status::decode(raw) {
+                assert_eq!(status.encode(), raw, "{status:?}");
+            }
+        }
+        // As the engine reads a report: at most MAX_REPORT bytes of JSON.
+        let report = &bytes[..bytes.len().min(MAX_REPORT)];
+        if let Ok(report) = serde_json::from_slice::<Report>(report) {
+            let again = serde_json::to_vec(&report).expect("a report serializes");
+            let back: Report = serde_json::from_slice(&again).expect("its own JSON reads back");
+            assert_eq!(back, report);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_step_reaches_the_engine_with_its_step_and_errno() {
+        let sent = Report::Error {
+            error: crate::SetupError::os(
+                crate::SetupStep::PivotRoot,
+                "pivot_root",
+                std::io::Error::from_raw_os_error(libc::EINVAL),
+            ),
+        };
+        let bytes = serde_json::to_vec(&sent).unwrap();
+        let Report::Error { error } = serde_json::from_slice(&bytes).unwrap() else {
+            panic!("not an error report");
+        };
+        assert_eq!(error.step, crate::SetupStep::PivotRoot);
+        assert_eq!(error.errno, Some(libc::EINVAL));
+        let shown = crate::SandboxError::Helper(error).to_string();
+        assert!(
+            shown.starts_with("sandbox setup failed: pivot_root: Invalid argument"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn hostile_records_are_refused_or_round_trip() {
+        for bytes in [
+            &b""[..],
+            b"R\x01\x00\x00\x00echo hi",
+            b"K\x01\x00\x00\x00",
+            b"K\x01\x00\x00\x00extra",
+            b"r\x01\x00",
+            b"\x02\x00\x00\x00\xff\xff\xff\xff\x09\x00\x00\x00\x00\x00\x00\x00",
+            br#"{"type":"init_pid","pid":7,"loop_device":3}"#,
+            br#"{"type":"error","error":{"step":"pivot_root","context":"\u0000\ud800"}}"#,
+            br#"{"type":"ready","extra":1}"#,
+        ] {
+            fuzzing::check_records(bytes);
+        }
+    }
 
     #[test]
     fn requests_round_trip() {

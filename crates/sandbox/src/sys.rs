@@ -6,7 +6,7 @@
 
 use std::ffi::{CString, OsStr};
 use std::io;
-use std::mem::{size_of, MaybeUninit};
+use std::mem::size_of;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -37,15 +37,7 @@ impl std::hash::Hasher for Fnv1a {
 /// disk I/O to write or delete.
 pub fn is_tmpfs(path: &Path) -> bool {
     const TMPFS_MAGIC: libc::c_long = 0x0102_1994;
-    let Ok(path) = cstr(path) else {
-        return false;
-    };
-    let mut stat = MaybeUninit::<libc::statfs>::uninit();
-    // SAFETY: `path` is a valid C string and `stat` has room for the
-    // structure the kernel fills in; it is read only on success.
-    let ret = unsafe { libc::statfs(path.as_ptr(), stat.as_mut_ptr()) };
-    // SAFETY: statfs returned 0, so it initialised `stat`.
-    ret == 0 && unsafe { stat.assume_init() }.f_type == TMPFS_MAGIC
+    rustix::fs::statfs(path).is_ok_and(|stat| stat.f_type == TMPFS_MAGIC)
 }
 
 /// `clone3`'s flag that starts the child in the cgroup (v2) `cgroup` names.
@@ -227,38 +219,25 @@ pub fn make_mounts_private() -> io::Result<()> {
     )
 }
 
-/// `umount2(2)`.
+/// `umount2(2)` (`MNT_*` / `UMOUNT_*` flags, passed as they are).
 pub fn umount2(target: &Path, flags: libc::c_int) -> io::Result<()> {
-    let target = cstr(target)?;
-    // SAFETY: `target` is a valid C string for the duration of the call.
-    cvt(unsafe { libc::umount2(target.as_ptr(), flags) })?;
-    Ok(())
+    let flags = rustix::mount::UnmountFlags::from_bits_retain(flags as u32);
+    Ok(rustix::mount::unmount(target, flags)?)
 }
 
-/// `pivot_root(2)` (no libc wrapper exists).
+/// `pivot_root(2)`.
 pub fn pivot_root(new_root: &Path, put_old: &Path) -> io::Result<()> {
-    let new_root = cstr(new_root)?;
-    let put_old = cstr(put_old)?;
-    // SAFETY: both arguments are valid C strings for the duration of the call.
-    cvt(unsafe { libc::syscall(libc::SYS_pivot_root, new_root.as_ptr(), put_old.as_ptr()) })?;
-    Ok(())
+    Ok(rustix::process::pivot_root(new_root, put_old)?)
 }
 
 /// `sethostname(2)`.
 pub fn sethostname(name: &str) -> io::Result<()> {
-    // SAFETY: the pointer and length describe `name`'s bytes.
-    cvt(unsafe { libc::sethostname(name.as_ptr().cast(), name.len()) })?;
-    Ok(())
+    Ok(rustix::system::sethostname(name.as_bytes())?)
 }
 
 /// `statvfs(2)` mount flags (`ST_*`) of the file system holding `path`.
 pub fn mount_flags(path: &Path) -> io::Result<libc::c_ulong> {
-    let path = cstr(path)?;
-    let mut buf = MaybeUninit::<libc::statvfs>::zeroed();
-    // SAFETY: `buf` is large enough for a `statvfs` and `path` is a C string.
-    cvt(unsafe { libc::statvfs(path.as_ptr(), buf.as_mut_ptr()) })?;
-    // SAFETY: statvfs succeeded, so it filled `buf`.
-    Ok(unsafe { buf.assume_init() }.f_flag)
+    Ok(rustix::fs::statvfs(path)?.f_flag.bits())
 }
 
 // openat2(2) resolution flags (linux/openat2.h).
@@ -300,27 +279,18 @@ pub fn openat2(dir: RawFd, path: &str, flags: i32, mode: u32, resolve: u64) -> i
 /// A connected pair of `SOCK_SEQPACKET` Unix sockets (message boundaries kept,
 /// file descriptors can travel), close-on-exec.
 pub fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: `fds` has room for the two descriptors socketpair writes.
-    cvt(unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-            0,
-            fds.as_mut_ptr(),
-        )
-    })?;
-    // SAFETY: socketpair succeeded; both descriptors are new and ours alone.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    use rustix::net::{AddressFamily, SocketFlags, SocketType};
+    Ok(rustix::net::socketpair(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )?)
 }
 
 /// A close-on-exec pipe: (read end, write end).
 pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
-    cvt(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
-    // SAFETY: pipe2 succeeded; both descriptors are new and ours alone.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    Ok(rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?)
 }
 
 /// Most descriptors one message may carry.
@@ -455,41 +425,21 @@ pub fn write_file(path: &Path, contents: &str) -> io::Result<()> {
     file.write_all(contents.as_bytes())
 }
 
-/// `prctl(2)` with integer arguments.
-pub fn prctl(option: libc::c_int, arg2: libc::c_ulong) -> io::Result<libc::c_int> {
-    // SAFETY: the options used here take integer arguments only.
-    cvt(unsafe {
-        libc::prctl(
-            option,
-            arg2,
-            0 as libc::c_ulong,
-            0 as libc::c_ulong,
-            0 as libc::c_ulong,
-        )
-    })
-}
-
 /// `pidfd_open(2)`: a descriptor that becomes readable when `pid` exits.
 pub fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor.
-    let fd = cvt(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) })?;
-    // SAFETY: the descriptor is new and ours alone.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    // A pid of 0 or below names no one process: refused as the kernel
+    // refuses it.
+    let pid = rustix::process::Pid::from_raw(pid).ok_or(rustix::io::Errno::INVAL)?;
+    Ok(rustix::process::pidfd_open(
+        pid,
+        rustix::process::PidfdFlags::empty(),
+    )?)
 }
 
-/// `pidfd_send_signal(2)`.
+/// `pidfd_send_signal(2)`, as kill(2) would send it (no siginfo).
 pub fn pidfd_kill(pidfd: &OwnedFd, signal: libc::c_int) -> io::Result<()> {
-    // SAFETY: the pidfd is valid; a null siginfo means "as kill(2) would".
-    cvt(unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            pidfd.as_raw_fd(),
-            signal,
-            std::ptr::null::<u8>(),
-            0,
-        )
-    })?;
-    Ok(())
+    let signal = rustix::process::Signal::from_named_raw(signal).ok_or(rustix::io::Errno::INVAL)?;
+    Ok(rustix::process::pidfd_send_signal(pidfd, signal)?)
 }
 
 /// Reaps the exited process behind `pidfd` (it must be our child) without
@@ -529,13 +479,7 @@ pub fn exit_code_of(status: libc::c_int) -> i32 {
 
 /// The current effective uid.
 pub fn geteuid() -> u32 {
-    // SAFETY: geteuid cannot fail.
-    unsafe { libc::geteuid() }
-}
-
-/// Describes the last OS error for messages written where allocation is fine.
-pub fn last_error(what: &str) -> String {
-    format!("{what}: {}", io::Error::last_os_error())
+    rustix::process::geteuid().as_raw()
 }
 
 #[cfg(test)]

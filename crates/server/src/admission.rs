@@ -61,7 +61,7 @@ impl Admission {
             db,
             max_running: config.max_running_containers_per_project,
             // Validated at start-up; an unparsable value cannot reach here.
-            max_memory: config.max_memory_per_project_bytes().unwrap_or(u64::MAX),
+            max_memory: config.max_memory_per_project.bytes(),
             max_execs: config.max_execs_per_project,
             projects: Mutex::new(HashMap::new()),
         }
@@ -111,10 +111,7 @@ impl Admission {
                 ),
             ));
         }
-        let claimed: u64 = limits
-            .iter()
-            .map(|l| MemoryLimit::parse(l).unwrap_or_default().bytes())
-            .sum();
+        let claimed: u64 = limits.iter().map(|limit| limit.bytes()).sum();
         if claimed.saturating_add(memory.bytes()) > self.max_memory {
             return Err(ApiError::quota(
                 "project_memory_exceeded",

@@ -105,8 +105,12 @@ impl Billing {
             .zip(results)
             .map(|(command, result)| {
                 let (outcome, exit_code) = match result.outcome {
-                    shellgate_wire::Outcome::Exit { exit_code } => ("exit", Some(exit_code)),
-                    shellgate_wire::Outcome::Timeout => ("timeout", None),
+                    shellgate_wire::Outcome::Exit { exit_code } => {
+                        (shellgate_store::CommandOutcome::Exit, Some(exit_code))
+                    }
+                    shellgate_wire::Outcome::Timeout => {
+                        (shellgate_store::CommandOutcome::Timeout, None)
+                    }
                 };
                 shellgate_store::CommandRow {
                     id: shellgate_wire::new_id("cmd_"),
@@ -117,7 +121,7 @@ impl Billing {
                         Some(masker) => masker.mask_str(command),
                         None => command.clone(),
                     },
-                    outcome: outcome.to_owned(),
+                    outcome,
                     exit_code,
                     duration_ms: result.duration_ms,
                     bytes_out: result.bytes_out,

@@ -4,7 +4,8 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+pub use shellgate_model::upstream::Protocol;
 
 /// Every setting of `shellgate serve`.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -35,14 +36,14 @@ pub struct Config {
     /// Containers started ahead of demand (see the sandbox engine).
     pub warm_containers: usize,
     /// Log format: `json` or `text`.
-    pub log_format: String,
+    pub log_format: LogFormat,
     /// Containers holding processes (running or being created) a project
     /// may have at once; suspended ones do not count (429 beyond).
     pub max_running_containers_per_project: u32,
     /// Sum of the `memory_limit`s of a project's running containers (429
     /// beyond). Limits are ceilings, not reservations: the host is protected
     /// by `sandbox_memory_ceiling`, this bounds one tenant's claim.
-    pub max_memory_per_project: String,
+    pub max_memory_per_project: ByteSize,
     /// Exec requests a project may have running at once (429 beyond).
     pub max_execs_per_project: u32,
     /// CPU ceiling of each container, in cores (0: none).
@@ -54,7 +55,7 @@ pub struct Config {
     /// `auto` (the host's memory less a tenth, at least 1 GiB and at most
     /// 8 GiB kept for the server and the host) or a size such as `16g`. A
     /// container whose `memory_limit` is larger is refused (400).
-    pub sandbox_memory_ceiling: String,
+    pub sandbox_memory_ceiling: MemoryCeiling,
     /// Open connections at most; past it, the oldest connection that has
     /// not yet sent a request is closed to make room.
     pub max_connections: usize,
@@ -75,8 +76,9 @@ pub struct Config {
     pub upstream_url: String,
     /// Its API key (sent as a Bearer token; never logged or echoed).
     pub upstream_api_key: Secret,
-    /// Its protocol: `chat` (OpenAI Chat Completions).
-    pub upstream_protocol: String,
+    /// Its protocol: `chat` (OpenAI Chat Completions), `responses` or
+    /// `anthropic`.
+    pub upstream_protocol: Protocol,
     /// Longest wait for an upstream's answer to begin, and between its pieces.
     pub upstream_timeout_secs: u64,
     /// Attempts at a rate-limited (429) upstream request before it fails.
@@ -88,6 +90,10 @@ pub struct Config {
     /// Longest time for one whole upstream turn (request, retries and every
     /// piece of the answer): a model trickling its answer is cut off here.
     pub upstream_turn_timeout_secs: u64,
+    /// Longest time one response (a Responses or Messages run: every turn
+    /// and command) may take: past it the run ends `failed`, its commands
+    /// killed.
+    pub response_timeout_secs: u64,
     /// Most bytes of one upstream answer, and of the model's answers over
     /// every turn of one response together (over it the response fails).
     pub upstream_max_answer_bytes: u64,
@@ -95,10 +101,10 @@ pub struct Config {
     pub upstream_max_tool_call_bytes: u64,
     /// The built-in prompt-injection rules over user input: `off`, `flag`
     /// (logged), `redact` or `block` (403).
-    pub guardrail_input_default: String,
+    pub guardrail_input_default: GuardrailDefault,
     /// The same rules over shell output before the model reads it: `off`,
     /// `flag`, `redact` or `block` (the output is withheld).
-    pub guardrail_tool_output_default: String,
+    pub guardrail_tool_output_default: GuardrailDefault,
     /// More rules (config file only): `[[guardrails]] project = "*" or a
     /// project, target = "input" or "tool_output", pattern = "regex",
     /// action = "flag" | "redact" | "block"`.
@@ -162,9 +168,9 @@ pub struct GuardrailRule {
     pub project: String,
     /// `input` (user messages) or `tool_output` (shell output).
     #[serde(default = "input_target")]
-    pub target: String,
+    pub target: GuardrailTarget,
     pub pattern: String,
-    pub action: String,
+    pub action: GuardrailAction,
     /// For logs; the pattern if not given.
     #[serde(default)]
     pub name: String,
@@ -174,8 +180,8 @@ fn every_project() -> String {
     "*".to_owned()
 }
 
-fn input_target() -> String {
-    "input".to_owned()
+fn input_target() -> GuardrailTarget {
+    GuardrailTarget::Input
 }
 
 /// An upstream for the models whose names start with `prefix`.
@@ -187,11 +193,152 @@ pub struct UpstreamRoute {
     #[serde(default)]
     pub api_key: Secret,
     #[serde(default = "default_protocol")]
-    pub protocol: String,
+    pub protocol: Protocol,
 }
 
-fn default_protocol() -> String {
-    "chat".to_owned()
+fn default_protocol() -> Protocol {
+    Protocol::Chat
+}
+
+/// `log_format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    Json,
+    Text,
+}
+
+/// What the built-in guardrail rules do over one target by default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GuardrailDefault {
+    Off,
+    Flag,
+    Redact,
+    Block,
+}
+
+impl GuardrailDefault {
+    /// The action of the built-in rules (`None`: off).
+    pub fn action(self) -> Option<shellgate_model::guardrail::Action> {
+        self.rule_action().map(GuardrailAction::action)
+    }
+
+    fn rule_action(self) -> Option<GuardrailAction> {
+        match self {
+            GuardrailDefault::Off => None,
+            GuardrailDefault::Flag => Some(GuardrailAction::Flag),
+            GuardrailDefault::Redact => Some(GuardrailAction::Redact),
+            GuardrailDefault::Block => Some(GuardrailAction::Block),
+        }
+    }
+}
+
+/// A guardrail rule's action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GuardrailAction {
+    Flag,
+    Redact,
+    Block,
+}
+
+impl GuardrailAction {
+    /// The model loop's action.
+    pub fn action(self) -> shellgate_model::guardrail::Action {
+        use shellgate_model::guardrail::Action;
+        match self {
+            GuardrailAction::Flag => Action::Flag,
+            GuardrailAction::Redact => Action::Redact,
+            GuardrailAction::Block => Action::Block,
+        }
+    }
+}
+
+/// What a guardrail rule reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GuardrailTarget {
+    /// User messages.
+    Input,
+    /// Shell output, before the model reads it.
+    ToolOutput,
+}
+
+/// A size setting (`1t`, `64g`, `512m`, plain bytes), kept as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ByteSize {
+    text: String,
+    bytes: u64,
+}
+
+impl ByteSize {
+    /// The size `text` says, if it says one.
+    pub fn parse(text: &str) -> Option<Self> {
+        shellgate_sandbox_api::backend::parse_size(text).map(|bytes| Self {
+            text: text.to_owned(),
+            bytes,
+        })
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+impl Serialize for ByteSize {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.text)
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        ByteSize::parse(&text)
+            .ok_or_else(|| serde::de::Error::custom(format!("{text:?} is not a size such as 64g")))
+    }
+}
+
+/// `sandbox_memory_ceiling`: `auto` or a size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MemoryCeiling {
+    /// The host's memory less a tenth (see the engine).
+    Auto,
+    Size(ByteSize),
+}
+
+impl MemoryCeiling {
+    /// The ceiling in bytes (`None`: automatic).
+    pub fn bytes(&self) -> Option<u64> {
+        match self {
+            MemoryCeiling::Auto => None,
+            MemoryCeiling::Size(size) => Some(size.bytes()),
+        }
+    }
+}
+
+impl Serialize for MemoryCeiling {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            MemoryCeiling::Auto => serializer.serialize_str("auto"),
+            MemoryCeiling::Size(size) => size.serialize(serializer),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for MemoryCeiling {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        if text == "auto" {
+            return Ok(MemoryCeiling::Auto);
+        }
+        ByteSize::parse(&text)
+            .map(MemoryCeiling::Size)
+            .ok_or_else(|| {
+                serde::de::Error::custom(format!("{text:?} is not `auto` or a size such as 16g"))
+            })
+    }
 }
 
 /// A setting that must never be shown: `Debug` prints `<hidden>`.
@@ -231,13 +378,16 @@ impl Default for Config {
             max_upload_bytes: 512 << 20,
             rate_limit_per_minute: 0,
             warm_containers: 2,
-            log_format: "json".to_owned(),
+            log_format: LogFormat::Json,
             max_running_containers_per_project: 1000,
-            max_memory_per_project: "1t".to_owned(),
+            max_memory_per_project: ByteSize {
+                text: "1t".to_owned(),
+                bytes: 1 << 40,
+            },
             max_execs_per_project: 64,
             container_cpus: 1.0,
             request_deadline_secs: 600,
-            sandbox_memory_ceiling: "auto".to_owned(),
+            sandbox_memory_ceiling: MemoryCeiling::Auto,
             max_connections: 10_000,
             header_read_timeout_secs: 10,
             body_read_timeout_secs: 30,
@@ -249,14 +399,15 @@ impl Default for Config {
             upstream_timeout_secs: 120,
             upstream_attempts: 3,
             upstream_turn_timeout_secs: 600,
+            response_timeout_secs: 3600,
             max_input_files: 50,
             max_input_file_bytes: 64 << 20,
             upstream_max_answer_bytes: 32 * 1024 * 1024,
             upstream_max_tool_call_bytes: 4 * 1024 * 1024,
             upstreams: Vec::new(),
             sandbox_price_per_second: 0.0001,
-            guardrail_input_default: "flag".to_owned(),
-            guardrail_tool_output_default: "off".to_owned(),
+            guardrail_input_default: GuardrailDefault::Flag,
+            guardrail_tool_output_default: GuardrailDefault::Off,
             guardrails: Vec::new(),
             default_image: "debian-12".to_owned(),
             build_default_image: true,
@@ -363,8 +514,6 @@ impl Config {
 
     /// Checks the settings that are not checked by their types.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        self.max_memory_per_project_bytes()?;
-        self.sandbox_memory_ceiling()?;
         if !(self.container_cpus >= 0.0 && self.container_cpus <= 1024.0) {
             return Err(ConfigError(format!(
                 "container_cpus = {} must be between 0 (no ceiling) and 1024",
@@ -389,6 +538,7 @@ impl Config {
                 self.upstream_turn_timeout_secs,
             ),
             ("upstream_max_answer_bytes", self.upstream_max_answer_bytes),
+            ("response_timeout_secs", self.response_timeout_secs),
             (
                 "upstream_max_tool_call_bytes",
                 self.upstream_max_tool_call_bytes,
@@ -403,31 +553,6 @@ impl Config {
             }
         }
         Ok(())
-    }
-
-    /// `max_memory_per_project` in bytes.
-    pub fn max_memory_per_project_bytes(&self) -> Result<u64, ConfigError> {
-        shellgate_sandbox_api::backend::parse_size(&self.max_memory_per_project).ok_or_else(|| {
-            ConfigError(format!(
-                "max_memory_per_project = {:?} is not a size such as 64g",
-                self.max_memory_per_project
-            ))
-        })
-    }
-
-    /// `sandbox_memory_ceiling` in bytes (`None`: automatic).
-    pub fn sandbox_memory_ceiling(&self) -> Result<Option<u64>, ConfigError> {
-        if self.sandbox_memory_ceiling == "auto" {
-            return Ok(None);
-        }
-        shellgate_sandbox_api::backend::parse_size(&self.sandbox_memory_ceiling)
-            .map(Some)
-            .ok_or_else(|| {
-                ConfigError(format!(
-                    "sandbox_memory_ceiling = {:?} is not `auto` or a size such as 16g",
-                    self.sandbox_memory_ceiling
-                ))
-            })
     }
 
     /// The organization allowlist.
@@ -492,11 +617,6 @@ mod tests {
         let env = vec![("SHELLGATE_CONTAINER_CPUS".to_owned(), "2.5".to_owned())];
         let config = Config::load(None, env.into_iter()).unwrap();
         assert_eq!(config.container_cpu_ceiling(), Some(2.5));
-        let config = Config {
-            max_memory_per_project: "lots".into(),
-            ..Config::default()
-        };
-        assert!(config.validate().is_err());
         assert!(Config::default().validate().is_ok());
         for (exceptions, valid) in [
             ("mirror.internal, 10.20.0.0/16, fd00:1::/64", true),
@@ -511,5 +631,70 @@ mod tests {
             assert_eq!(config.validate().is_ok(), valid, "{exceptions}");
         }
         assert_eq!(Config::default().egress_log_retention_secs, 30 * 86_400);
+    }
+
+    #[test]
+    fn typed_settings_are_read_and_bad_values_refused_at_load_naming_the_key() {
+        let env = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<Vec<_>>()
+                .into_iter()
+        };
+        let config = Config::load(
+            None,
+            env(&[
+                ("SHELLGATE_UPSTREAM_PROTOCOL", "anthropic"),
+                ("SHELLGATE_MAX_MEMORY_PER_PROJECT", "64g"),
+                ("SHELLGATE_SANDBOX_MEMORY_CEILING", "16g"),
+                ("SHELLGATE_GUARDRAIL_INPUT_DEFAULT", "block"),
+                ("SHELLGATE_LOG_FORMAT", "text"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(config.upstream_protocol, Protocol::Anthropic);
+        assert_eq!(config.max_memory_per_project.bytes(), 64 << 30);
+        assert_eq!(config.sandbox_memory_ceiling.bytes(), Some(16 << 30));
+        assert_eq!(
+            config.guardrail_input_default.action(),
+            Some(shellgate_model::guardrail::Action::Block)
+        );
+        assert_eq!(config.log_format, LogFormat::Text);
+        let defaults = Config::load(None, env(&[])).unwrap();
+        assert_eq!(defaults, Config::default());
+        assert_eq!(defaults.max_memory_per_project.bytes(), 1 << 40);
+        assert_eq!(defaults.sandbox_memory_ceiling.bytes(), None);
+        for (key, value) in [
+            ("SHELLGATE_UPSTREAM_PROTOCOL", "grpc"),
+            ("SHELLGATE_MAX_MEMORY_PER_PROJECT", "lots"),
+            ("SHELLGATE_SANDBOX_MEMORY_CEILING", "most"),
+            ("SHELLGATE_GUARDRAIL_TOOL_OUTPUT_DEFAULT", "shout"),
+            ("SHELLGATE_LOG_FORMAT", "xml"),
+        ] {
+            let error = Config::load(None, env(&[(key, value)])).unwrap_err().0;
+            let name = key.trim_start_matches("SHELLGATE_").to_ascii_lowercase();
+            assert!(error.contains(&name), "{key}={value}: {error}");
+        }
+        // A rule of the file with an unknown action or target, too.
+        let dir =
+            std::env::temp_dir().join(format!("shellgate-config-rule-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("shellgate.toml");
+        std::fs::write(
+            &file,
+            "[[guardrails]]\npattern = \"x\"\naction = \"shout\"\n",
+        )
+        .unwrap();
+        let error = Config::load(Some(&file), env(&[])).unwrap_err().0;
+        assert!(error.contains("action"), "{error}");
+        std::fs::write(
+            &file,
+            "[[upstreams]]\nprefix = \"l\"\nurl = \"http://x\"\nprotocol = \"grpc\"\n",
+        )
+        .unwrap();
+        let error = Config::load(Some(&file), env(&[])).unwrap_err().0;
+        assert!(error.contains("protocol"), "{error}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

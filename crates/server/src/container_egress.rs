@@ -15,7 +15,7 @@ use crate::http::{to_completion, ApiJson, ApiQuery, ListParams, Project};
 use crate::state::AppState;
 
 /// `POST /v1/containers/{id}/secrets` (our extension): the body.
-#[derive(serde::Deserialize)]
+#[derive(serde::Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SupplySecrets {
     pub domain_secrets: Vec<shellgate_wire::DomainSecret>,
@@ -55,7 +55,7 @@ pub async fn supply(
         if row.session_open {
             let key = id.clone();
             state
-                .db(move |s| s.close_session(&key, "suspended"))
+                .db(move |s| s.close_session(&key, shellgate_store::ContainerStatus::Suspended))
                 .await?;
         }
         let (owner, key) = (project.0.clone(), id.clone());
@@ -70,7 +70,7 @@ pub async fn supply(
 
 /// One row of a container's egress log, as `GET /v1/containers/{id}/egress`
 /// shows it.
-#[derive(Debug, serde::Serialize)]
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct EgressEntry {
     pub id: String,
     /// `container.egress`.
@@ -100,7 +100,7 @@ fn is_zero(count: &u64) -> bool {
 
 /// A page of the egress log, with the container's count of events that
 /// have no row of their own.
-#[derive(Debug, serde::Serialize)]
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct EgressPage {
     #[serde(flatten)]
     pub list: List<EgressEntry>,
@@ -137,7 +137,7 @@ pub async fn list(
             server_name: row.server_name,
             address: row.address,
             port: row.port,
-            verdict: row.verdict,
+            verdict: row.verdict.as_str().to_owned(),
             reason: row.reason,
             bytes_out: row.bytes_out,
             bytes_in: row.bytes_in,

@@ -14,11 +14,11 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use shellgate_sandbox_api::backend::{limits, ContainerSpec, RunRequest, SkippedFiles, StreamKind};
 use shellgate_sandbox_api::{ContainerState, SandboxError};
-use shellgate_store::{ContainerFileRow, ContainerRow, PresentFile};
+use shellgate_store::{ContainerFileRow, ContainerRow, ContainerStatus, FileSource, PresentFile};
 use shellgate_wire::new_id;
 use shellgate_wire::{
     Container, ContainerFile, CreateContainer, CreateContainerFileFromId, Deleted, ExecRequest,
-    ExpiresAfter, ExpiresAnchor, List, ListIncomplete, MemoryLimit, NetworkPolicy, ShellCallOutput,
+    ExpiresAfter, ExpiresAnchor, List, ListIncomplete, NetworkPolicy, ShellCallOutput,
 };
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::StreamExt;
@@ -43,13 +43,13 @@ pub fn container_object(row: &ContainerRow) -> Container {
         object: "container".to_owned(),
         name: row.name.clone(),
         created_at: row.created_at,
-        status: row.status.clone(),
+        status: row.status.as_str().to_owned(),
         last_active_at: row.last_active_at,
         expires_after: ExpiresAfter {
             anchor: ExpiresAnchor::LastActiveAt,
             minutes: row.expires_minutes,
         },
-        memory_limit: MemoryLimit::parse(&row.memory_limit).unwrap_or_default(),
+        memory_limit: row.memory_limit,
         network_policy: serde_json::from_str(&row.network_policy)
             .unwrap_or(NetworkPolicy::Disabled),
         image: row.image.clone(),
@@ -233,8 +233,8 @@ pub(crate) async fn create_container(
         name: body.name.clone(),
         created_at: now,
         last_active_at: now,
-        status: "creating".to_owned(),
-        memory_limit: memory.as_str().to_owned(),
+        status: ContainerStatus::Creating,
+        memory_limit: memory,
         expires_minutes: body
             .expires_after
             .map(|e| e.minutes)
@@ -305,7 +305,7 @@ pub(crate) async fn create_container(
                     container_id: row.id.clone(),
                     path,
                     bytes,
-                    source: "user".to_owned(),
+                    source: FileSource::User,
                     created_at: now,
                 };
                 state
@@ -352,7 +352,7 @@ pub async fn list(
         .await?;
     let data = rows
         .iter()
-        .filter(|r| r.status != "creating")
+        .filter(|r| r.status != ContainerStatus::Creating)
         .map(|row| shown_container(&state, row))
         .collect();
     Ok(Json(List::page(data, has_more, |c: &Container| {
@@ -396,17 +396,14 @@ pub(crate) async fn remove_container(state: &Arc<AppState>, id: &str) -> ApiResu
 }
 
 /// Checks an exec body against the limits, naming the offending `param`.
+/// (`RunRequest::from_parts`: the same rule as a model's shell call.)
 pub(crate) fn run_request(body: &ExecRequest, deadline_secs: u64) -> ApiResult<RunRequest> {
-    let request = RunRequest {
-        commands: body.commands.clone(),
-        timeout_ms: body.timeout_ms.unwrap_or(limits::DEFAULT_TIMEOUT_MS),
-        max_output_length: body
-            .max_output_length
-            .unwrap_or(limits::DEFAULT_MAX_OUTPUT_LENGTH),
-        deadline_ms: Some(deadline_secs.saturating_mul(1000)),
-    };
-    request.validate()?;
-    Ok(request)
+    Ok(RunRequest::from_parts(
+        body.commands.clone(),
+        body.timeout_ms,
+        body.max_output_length.map(|n| n as u64),
+        Some(deadline_secs.saturating_mul(1000)),
+    )?)
 }
 
 /// Before a command: a suspended container is woken, which opens a billed
@@ -416,7 +413,7 @@ pub(crate) fn run_request(body: &ExecRequest, deadline_secs: u64) -> ApiResult<R
 async fn begin_activity(state: &AppState, row: &ContainerRow) -> ApiResult<()> {
     let id = row.id.clone();
     if !row.session_open {
-        let memory = MemoryLimit::parse(&row.memory_limit).unwrap_or_default();
+        let memory = row.memory_limit;
         let _permit = state.admission.admit_start(&row.project, memory).await?;
         state.db(move |s| s.open_session(&id)).await?;
         return Ok(());
@@ -599,34 +596,32 @@ pub async fn exec(
 pub async fn images(
     State(state): State<Arc<AppState>>,
     _project: Project,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<shellgate_wire::ImageList>> {
     let engine = Arc::clone(&state.engine);
     let images = tokio::task::spawn_blocking(move || engine.images())
         .await
         .map_err(|e| ApiError::internal(format!("image listing failed: {e}")))?;
     let default = &state.config.default_image;
-    let data: Vec<serde_json::Value> = images
-        .iter()
-        .map(|image| {
-            serde_json::json!({
-                "id": image.name,
-                "object": "image",
-                "name": image.name,
-                "default": &image.name == default,
-                "size_bytes": image.details.size_bytes,
-                "created_at": image.details.created_at,
-                "runtimes": image.details.runtimes,
-            })
+    let data: Vec<shellgate_wire::Image> = images
+        .into_iter()
+        .map(|image| shellgate_wire::Image {
+            id: image.name.clone(),
+            object: "image".to_owned(),
+            default: &image.name == default,
+            name: image.name,
+            size_bytes: image.details.size_bytes,
+            created_at: image.details.created_at,
+            runtimes: image.details.runtimes,
         })
         .collect();
-    Ok(Json(serde_json::json!({
-        "object": "list",
-        "data": data,
-        "first_id": images.first().map(|i| &i.name),
-        "last_id": images.last().map(|i| &i.name),
-        "has_more": false,
-        "default_image": default,
-    })))
+    Ok(Json(shellgate_wire::ImageList {
+        object: "list".to_owned(),
+        first_id: data.first().map(|i| i.id.clone()),
+        last_id: data.last().map(|i| i.id.clone()),
+        data,
+        has_more: false,
+        default_image: default.clone(),
+    }))
 }
 
 /// `GET /v1/containers/{id}/commands`: the container's command audit, paged
@@ -636,7 +631,7 @@ pub async fn commands(
     project: Project,
     Path(id): Path<String>,
     ApiQuery(params): ApiQuery<ListParams>,
-) -> ApiResult<Json<List<serde_json::Value>>> {
+) -> ApiResult<Json<List<shellgate_wire::ContainerCommand>>> {
     owned(&state, &project, &id).await?;
     let page = params.page()?;
     // Commands that ended wait in a batch: the listing shows them all.
@@ -644,27 +639,29 @@ pub async fn commands(
     let key = id.clone();
     let (rows, has_more) = state.db(move |s| s.list_commands(&key, &page)).await?;
     let data = rows
-        .iter()
-        .map(|row| {
-            serde_json::json!({
-                "id": row.id,
-                "object": "container.command",
-                "container_id": row.container_id,
-                "response_id": row.response_id,
-                "command": row.command,
-                "outcome": match row.exit_code {
-                    Some(code) => serde_json::json!({"type": "exit", "exit_code": code}),
-                    None => serde_json::json!({"type": row.outcome}),
-                },
-                "duration_ms": row.duration_ms,
-                "bytes_out": row.bytes_out,
-                "created_at": row.created_at,
-            })
+        .into_iter()
+        .map(|row| shellgate_wire::ContainerCommand {
+            id: row.id,
+            object: "container.command".to_owned(),
+            container_id: row.container_id,
+            response_id: row.response_id,
+            command: row.command,
+            // A command is recorded with its exit code, or without one
+            // when it timed out (see `billing`).
+            outcome: match row.exit_code {
+                Some(exit_code) => shellgate_wire::Outcome::Exit { exit_code },
+                None => shellgate_wire::Outcome::Timeout,
+            },
+            duration_ms: row.duration_ms,
+            bytes_out: row.bytes_out,
+            created_at: row.created_at,
         })
         .collect();
-    Ok(Json(List::page(data, has_more, |c: &serde_json::Value| {
-        c["id"].as_str().unwrap_or_default().to_owned()
-    })))
+    Ok(Json(List::page(
+        data,
+        has_more,
+        |c: &shellgate_wire::ContainerCommand| c.id.clone(),
+    )))
 }
 
 // --- container files ------------------------------------------------------
@@ -683,7 +680,7 @@ fn container_file_object(row: &ContainerFileRow) -> ContainerFile {
         bytes: row.bytes,
         container_id: row.container_id.clone(),
         path: row.path.clone(),
-        source: row.source.clone(),
+        source: row.source.as_str().to_owned(),
     }
 }
 
@@ -832,7 +829,7 @@ pub async fn upload_file(
             container_id: id.clone(),
             path,
             bytes,
-            source: "user".to_owned(),
+            source: FileSource::User,
             created_at: now(),
         };
         let key = id.clone();

@@ -11,11 +11,11 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use shellgate_egress::proxy::{Attempt, ProxyOptions, Settings};
+use shellgate_egress::proxy::{Attempt, ProxyOptions, Settings, Verdict};
 use shellgate_sandbox_api::backend::NetworkSpec;
 use shellgate_sandbox_api::network;
 use shellgate_sandbox_api::SandboxBackend;
-use shellgate_store::EgressRow;
+use shellgate_store::{EgressRow, EgressVerdict};
 use shellgate_wire::{new_id, NetworkPolicy};
 use tokio::sync::mpsc;
 
@@ -219,7 +219,12 @@ fn row_of(attempt: Attempt) -> EgressRow {
         server_name: attempt.server_name,
         address: attempt.address.map(|a| a.to_string()),
         port: attempt.port,
-        verdict: attempt.verdict.as_str().to_owned(),
+        verdict: match attempt.verdict {
+            Verdict::Allowed => EgressVerdict::Allowed,
+            Verdict::Denied => EgressVerdict::Denied,
+            Verdict::Notice => EgressVerdict::Notice,
+            Verdict::Aggregated => EgressVerdict::Aggregated,
+        },
         reason: attempt.reason,
         bytes_out: attempt.bytes_out,
         bytes_in: attempt.bytes_in,

@@ -1,8 +1,11 @@
-//! The real router for the fuzzer (`fuzz/`) and the parsing tests: the same
-//! routes, extractors, authentication, validation and store as `serve`, over
-//! an in-memory store with one project, behind a backend that holds no
-//! containers and makes none. Every answer is a success or an OpenAI error
-//! envelope; nothing panics.
+//! The real router for the fuzzer (`fuzz/`), the stable runner and the
+//! parsing tests: the same routes, extractors, authentication, validation
+//! and store as `serve`, over an in-memory store with one project, behind a
+//! backend that holds no containers and makes none. Every answer is a
+//! success or an OpenAI error envelope; nothing panics ([`check_request`]).
+//! Built only for tests and with the `fuzzing` feature.
+// A broken invariant is meant to panic here: that is what a fuzzer finds.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use std::sync::Arc;
 
@@ -110,10 +113,26 @@ pub fn state() -> Result<Arc<AppState>, crate::error::ServeError> {
     store
         .add_key(KEY, "fuzz", 0)
         .map_err(|e| crate::error::ServeError::Setup(e.to_string()))?;
+    Ok(state_with(
+        config,
+        store,
+        Arc::new(NoContainers),
+        crate::clock::Clock::system(),
+    ))
+}
+
+/// A server state over the given store, backend and clock, without the
+/// start-up work of [`crate::open`] (no engine, upstreams, egress proxy or
+/// recovery): for the fuzzer and the in-process handler tests.
+pub(crate) fn state_with(
+    config: Config,
+    store: Store,
+    engine: Arc<dyn SandboxBackend>,
+    clock: crate::clock::Clock,
+) -> Arc<AppState> {
     let store = crate::db::Db::new(store);
-    let engine: Arc<dyn SandboxBackend> = Arc::new(NoContainers);
-    Ok(Arc::new(AppState {
-        limiter: crate::auth::RateLimiter::new(0),
+    Arc::new(AppState {
+        limiter: crate::auth::RateLimiter::new(config.rate_limit_per_minute),
         keys: Default::default(),
         admission: crate::admission::Admission::new(&config, store.clone()),
         billing: Arc::new(crate::billing::Billing::new(
@@ -135,12 +154,112 @@ pub fn state() -> Result<Arc<AppState>, crate::error::ServeError> {
         egress_counts: Default::default(),
         default_image_missing_said: Default::default(),
         default_image_build: Default::default(),
-    }))
+        clock,
+    })
 }
 
 /// The real router over [`state`].
 pub fn router() -> Result<Router, crate::error::ServeError> {
     Ok(crate::router(state()?))
+}
+
+/// Inputs to start from: a body for each route [`check_request`] picks.
+pub fn seeds() -> Vec<Vec<u8>> {
+    [
+        (
+            0u8,
+            r#"{"name":"x","memory_limit":"4g","expires_after":{"anchor":"last_active_at","minutes":5}}"#,
+        ),
+        (
+            1,
+            r#"{"commands":["ls -la"],"timeout_ms":1000,"max_output_length":100}"#,
+        ),
+        (2, r#"{"file_id":"file_x"}"#),
+        (3, "limit=5&order=desc&after=cntr_x"),
+        (4, "name=x"),
+    ]
+    .iter()
+    .map(|(route, body)| [&[*route][..], body.as_bytes()].concat())
+    .collect()
+}
+
+/// Any bytes as a request: the first byte picks a route, the rest is the
+/// body or query. The request goes through the real router (one state for
+/// the process); the answer is a status the API gives, and anything but a
+/// success is an OpenAI error envelope with all four keys.
+pub fn check_request(data: &[u8]) {
+    use std::sync::OnceLock;
+
+    use axum::body::Body;
+    use axum::http::Request;
+    use tower_service::Service;
+
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    static ROUTER: OnceLock<Router> = OnceLock::new();
+    let runtime = RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("a runtime")
+    });
+    let router = ROUTER.get_or_init(|| {
+        let _entered = runtime.enter();
+        router().expect("the fuzzing state")
+    });
+    let Some((&selector, rest)) = data.split_first() else {
+        return;
+    };
+    let authorized = |builder: axum::http::request::Builder| {
+        builder.header("authorization", format!("Bearer {KEY}"))
+    };
+    let json_post = |path: &str| {
+        authorized(Request::post(path))
+            .header("content-type", "application/json")
+            .body(Body::from(rest.to_vec()))
+    };
+    let request = match selector % 5 {
+        0 => json_post("/v1/containers"),
+        1 => json_post("/v1/containers/cntr_x/exec"),
+        2 => json_post("/v1/containers/cntr_x/files"),
+        3 => {
+            let query: String = String::from_utf8_lossy(rest)
+                .chars()
+                .filter(|c| !c.is_whitespace() && *c != '#')
+                .collect();
+            authorized(Request::get(format!("/v1/containers?{query}"))).body(Body::empty())
+        }
+        _ => authorized(Request::post("/v1/containers"))
+            .header("content-type", "text/plain")
+            .body(Body::from(rest.to_vec())),
+    };
+    let Ok(request) = request else { return };
+    let mut router = router.clone();
+    let (status, body) = runtime.block_on(async move {
+        std::future::poll_fn(|cx| Service::<Request<Body>>::poll_ready(&mut router, cx))
+            .await
+            .expect("a router is always ready");
+        let response = router.call(request).await.expect("infallible");
+        let status = response.status().as_u16();
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .expect("a body");
+        (status, body)
+    });
+    assert!(
+        [200, 400, 404, 405, 409, 413, 415, 429].contains(&status),
+        "unexpected status {status}"
+    );
+    if status != 200 {
+        let value: serde_json::Value =
+            serde_json::from_slice(&body).expect("an error envelope is JSON");
+        for key in ["message", "type", "param", "code"] {
+            assert!(
+                value["error"].get(key).is_some(),
+                "envelope without {key}: {value}"
+            );
+        }
+    }
 }
 
 #[cfg(test)]

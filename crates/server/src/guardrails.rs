@@ -8,8 +8,12 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use shellgate_model::guardrail::{Action, Guardrail, Rule, REDACTED};
+use shellgate_wire::responses::{
+    ContentPart, Extra, Item, MessageContent, OpenRouterShell, Role, ShellCallOutput, ShellOutcome,
+    ShellResult, TextOrJson, ToolOutput,
+};
 
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, GuardrailTarget};
 use crate::error::{ApiError, ApiResult};
 
 /// What a guardrail reads.
@@ -30,50 +34,27 @@ pub struct Guardrails {
     projects: HashMap<(String, Target), Guardrail>,
 }
 
-fn default_action(setting: &str, name: &str) -> Result<Option<Action>, ConfigError> {
-    match setting {
-        "off" => Ok(None),
-        other => other
-            .parse()
-            .map(Some)
-            .map_err(|e: String| ConfigError(format!("{name}: {e} (or off)"))),
-    }
-}
-
 impl Guardrails {
     pub fn from_config(config: &Config) -> Result<Self, ConfigError> {
         let mut guardrails = Guardrails::default();
-        for (target, setting, name) in [
-            (
-                Target::Input,
-                &config.guardrail_input_default,
-                "guardrail_input_default",
-            ),
-            (
-                Target::ToolOutput,
-                &config.guardrail_tool_output_default,
-                "guardrail_tool_output_default",
-            ),
+        for (target, setting) in [
+            (Target::Input, config.guardrail_input_default),
+            (Target::ToolOutput, config.guardrail_tool_output_default),
         ] {
-            if let Some(action) = default_action(setting, name)? {
+            if let Some(action) = setting.action() {
                 guardrails
                     .everyone
                     .insert(target, Guardrail::defaults(action));
             }
         }
         for rule in &config.guardrails {
-            let target = match rule.target.as_str() {
-                "input" => Target::Input,
-                "tool_output" => Target::ToolOutput,
-                other => {
-                    return Err(ConfigError(format!(
-                        "guardrail target {other:?} is not input or tool_output"
-                    )))
-                }
+            let target = match rule.target {
+                GuardrailTarget::Input => Target::Input,
+                GuardrailTarget::ToolOutput => Target::ToolOutput,
             };
             let pattern = regex::Regex::new(&rule.pattern)
                 .map_err(|e| ConfigError(format!("guardrail pattern {:?}: {e}", rule.pattern)))?;
-            let action = rule.action.parse().map_err(ConfigError)?;
+            let action = rule.action.action();
             let rule_set = Guardrail::new(vec![Rule {
                 name: if rule.name.is_empty() {
                     rule.pattern.clone()
@@ -107,109 +88,122 @@ impl Guardrails {
 }
 
 /// Every string inside `value` (itself, or within arrays and objects, in
-/// order), for what reaches the model as JSON text whole.
-fn string_leaves(value: &mut Value) -> Vec<&mut Value> {
+/// order), for what reaches the model as JSON text whole (a function's
+/// parameter schema, a legacy output that is not a string).
+fn string_leaves(value: &mut Value) -> Vec<&mut String> {
     match value {
-        Value::String(_) => vec![value],
+        Value::String(text) => vec![text],
         Value::Array(values) => values.iter_mut().flat_map(string_leaves).collect(),
         Value::Object(map) => map.values_mut().flat_map(string_leaves).collect(),
         _ => Vec::new(),
     }
 }
 
+/// The keys of a content part whose strings the model reads.
+const PART_TEXT_KEYS: [&str; 3] = ["filename", "refusal", "text"];
+
+/// The texts of one content part the model reads: its `text`, `refusal`
+/// and (an attached file's) `filename`, whether named fields or kept
+/// keys of a part of another type, in the order of their names.
+fn part_texts(part: &mut ContentPart) -> Vec<&mut String> {
+    let (named, extra): (Option<(&str, &mut String)>, Option<&mut Extra>) = match part {
+        ContentPart::InputText(p) => (Some(("text", &mut p.text)), Some(&mut p.extra)),
+        ContentPart::OutputText(p) => (Some(("text", &mut p.text)), Some(&mut p.extra)),
+        ContentPart::Refusal(p) => (Some(("refusal", &mut p.refusal)), Some(&mut p.extra)),
+        ContentPart::InputImage(p) => (None, Some(&mut p.extra)),
+        ContentPart::InputFile(p) => (
+            p.filename.as_mut().map(|name| ("filename", name)),
+            Some(&mut p.extra),
+        ),
+        ContentPart::Other(map) => (None, Some(map)),
+    };
+    let mut texts: Vec<(&str, &mut String)> = named.into_iter().collect();
+    for (key, value) in extra.into_iter().flat_map(|map| map.iter_mut()) {
+        if let (true, Value::String(text)) = (PART_TEXT_KEYS.contains(&key.as_str()), value) {
+            texts.push((key.as_str(), text));
+        }
+    }
+    texts.sort_by_key(|(key, _)| *key);
+    texts.into_iter().map(|(_, text)| text).collect()
+}
+
+fn content_texts(content: &mut MessageContent) -> Vec<&mut String> {
+    match content {
+        MessageContent::Text(text) => vec![text],
+        MessageContent::Parts(parts) => parts.iter_mut().flat_map(part_texts).collect(),
+    }
+}
+
+fn output_texts(output: &mut ToolOutput) -> Vec<&mut String> {
+    match output {
+        ToolOutput::Text(text) => vec![text],
+        ToolOutput::Parts(parts) => parts.iter_mut().flat_map(part_texts).collect(),
+    }
+}
+
+/// A text, or every string of what is not one (the model reads it as JSON).
+fn text_or_json(value: &mut TextOrJson) -> Vec<&mut String> {
+    match value {
+        TextOrJson::Text(text) => vec![text],
+        TextOrJson::Json(value) => string_leaves(value),
+    }
+}
+
+/// A command's stdout then stderr, as the model reads them; apart, the
+/// strings of its outcome (keys a client added to it).
+fn streams(result: &mut ShellResult) -> (Vec<&mut String>, Vec<&mut String>) {
+    let mut texts = text_or_json(&mut result.stdout);
+    texts.extend(text_or_json(&mut result.stderr));
+    let outcome = match &mut result.outcome {
+        Some(ShellOutcome::Exit { extra, .. } | ShellOutcome::Timeout { extra }) => {
+            extra.values_mut().flat_map(string_leaves).collect()
+        }
+        None => Vec::new(),
+    };
+    (texts, outcome)
+}
+
 /// The texts of an item that a model reads, in groups it reads together
-/// (a message's parts; one command's stdout and stderr): the string values,
-/// to check and perhaps rewrite. What the model itself wrote (assistant
+/// (a message's parts; every command's stdout and stderr of one call), to
+/// check and perhaps rewrite. What the model itself wrote (assistant
 /// messages, tool calls' arguments) is not among them. This follows what
 /// `shellgate_model::conversation` renders for the model: a part's `text`,
 /// `refusal` and (an attached file's) `filename`; a command's `stdout`,
-/// `stderr` and `outcome` whatever their JSON type (what is not a string is
-/// shown as JSON, every string in it); a legacy output that is not a
-/// string, whole.
+/// `stderr` and the strings of its outcome (what is not a string is shown
+/// as JSON, every string in it); a legacy output that is not a string,
+/// whole.
 ///
 /// Each group comes with whether it is running text (a match may continue
 /// into the next group the model reads); a command's outcome is not.
-fn model_groups(item: &mut Value) -> Vec<(Vec<&mut Value>, bool)> {
-    fn parts(content: &mut Value) -> Vec<&mut Value> {
-        match content {
-            Value::String(_) => vec![content],
-            Value::Array(parts) => parts
-                .iter_mut()
-                .filter_map(Value::as_object_mut)
-                .flat_map(|part| {
-                    part.iter_mut()
-                        .filter(|(key, value)| {
-                            matches!(key.as_str(), "text" | "refusal" | "filename")
-                                && value.is_string()
-                        })
-                        .map(|(_, value)| value)
-                })
-                .collect(),
-            _ => Vec::new(),
-        }
-    }
-    /// A command's stdout then stderr (as the model reads them; the map's
-    /// own order is by name), and apart its outcome's strings.
-    fn streams(entry: &mut Value) -> (Vec<&mut Value>, Vec<&mut Value>) {
-        let (mut pair, mut outcome) = (Vec::new(), Vec::new());
-        if let Some(object) = entry.as_object_mut() {
-            for (key, value) in object.iter_mut() {
-                match key.as_str() {
-                    "stdout" => pair.push((0, value)),
-                    "stderr" => pair.push((1, value)),
-                    "outcome" => outcome.extend(string_leaves(value)),
-                    _ => {}
-                }
-            }
-        }
-        pair.sort_by_key(|(rank, _)| *rank);
-        let texts = pair
-            .into_iter()
-            .flat_map(|(_, value)| string_leaves(value))
-            .collect();
-        (texts, outcome)
-    }
-    let kind = item
-        .get("type")
-        .and_then(Value::as_str)
-        .unwrap_or("message")
-        .to_owned();
-    match kind.as_str() {
-        "message" => {
-            if item.get("role").and_then(Value::as_str) == Some("assistant") {
-                return Vec::new();
-            }
-            item.get_mut("content")
-                .map(|c| vec![(parts(c), true)])
-                .unwrap_or_default()
-        }
-        "function_call_output" | "custom_tool_call_output" => item
-            .get_mut("output")
-            .map(|o| vec![(parts(o), true)])
-            .unwrap_or_default(),
+fn model_groups(item: &mut Item) -> Vec<(Vec<&mut String>, bool)> {
+    match item {
+        Item::Message(message) if message.role == Role::Assistant => Vec::new(),
+        Item::Message(message) => vec![(content_texts(&mut message.content), true)],
+        Item::FunctionCallOutput(output) => vec![(output_texts(&mut output.output), true)],
+        Item::CustomToolCallOutput(output) => vec![(output_texts(&mut output.output), true)],
         // A string, or anything else shown as its JSON.
-        "local_shell_call_output" => item
-            .get_mut("output")
-            .map(|o| vec![(string_leaves(o), true)])
+        Item::LocalShellCallOutput(output) => output
+            .output
+            .as_mut()
+            .map(|output| vec![(text_or_json(output), true)])
             .unwrap_or_default(),
         // Every command's streams, read by the model together; outcomes
         // apart (their strings, between two calls' streams, are not what a
         // match across the two would read).
-        "shell_call_output" | "openrouter:shell" => match item.get_mut("output") {
-            Some(Value::Array(entries)) => {
-                let (mut texts, mut outcomes) = (Vec::new(), Vec::new());
-                for (text, outcome) in entries.iter_mut().map(streams) {
-                    texts.extend(text);
-                    outcomes.extend(outcome);
-                }
-                vec![(texts, true), (outcomes, false)]
+        Item::ShellCallOutput(ShellCallOutput { output, .. })
+        | Item::OpenRouterShell(OpenRouterShell { output, .. }) => {
+            let (mut texts, mut outcomes) = (Vec::new(), Vec::new());
+            for (text, outcome) in output.iter_mut().map(streams) {
+                texts.extend(text);
+                outcomes.extend(outcome);
             }
-            _ => Vec::new(),
-        },
-        "openrouter:bash" => item
-            .get_mut("output")
-            .map(|o| {
-                let (texts, outcome) = streams(o);
+            vec![(texts, true), (outcomes, false)]
+        }
+        Item::OpenRouterBash(bash) => bash
+            .output
+            .as_mut()
+            .map(|result| {
+                let (texts, outcome) = streams(result);
                 vec![(texts, true), (outcome, false)]
             })
             .unwrap_or_default(),
@@ -236,12 +230,9 @@ fn guard_group(
     guardrail: &Guardrail,
     project: &str,
     what: &str,
-    group: Vec<&mut Value>,
+    group: Vec<&mut String>,
 ) -> ApiResult<()> {
-    let texts: Vec<String> = group
-        .iter()
-        .map(|v| v.as_str().unwrap_or_default().to_owned())
-        .collect();
+    let texts: Vec<String> = group.iter().map(|text| (**text).clone()).collect();
     let views: Vec<&str> = texts.iter().map(String::as_str).collect();
     let verdict = guardrail.check_parts(&views);
     match verdict.action {
@@ -252,7 +243,7 @@ fn guard_group(
         Some(Action::Redact) => {
             tracing::warn!(project, what, rules = ?verdict.rules, "prompt-injection guardrail: input redacted");
             for (slot, text) in group.into_iter().zip(guardrail.redact_parts(&views)) {
-                *slot = Value::String(text);
+                *slot = text;
             }
         }
         Some(Action::Block) => {
@@ -265,7 +256,7 @@ fn guard_group(
 
 /// What a request's guard gives back: its items, instructions and tools as
 /// the model may read them.
-pub type Guarded = (Vec<Value>, Option<String>, shellgate_model::tools::Tools);
+pub type Guarded = (Vec<Item>, Option<String>, shellgate_model::tools::Tools);
 
 /// [`Guardrails::guard_input`] and [`Guardrails::guard_tools`] of one
 /// request, on a blocking thread: folding and matching a request of
@@ -273,7 +264,7 @@ pub type Guarded = (Vec<Value>, Option<String>, shellgate_model::tools::Tools);
 pub async fn guard_request(
     state: &Arc<crate::state::AppState>,
     project: &str,
-    mut items: Vec<Value>,
+    mut items: Vec<Item>,
     mut instructions: Option<String>,
     mut tools: shellgate_model::tools::Tools,
 ) -> ApiResult<Guarded> {
@@ -296,15 +287,12 @@ fn guard_after(
     guardrail: &Guardrail,
     project: &str,
     what: &str,
-    mut group: Vec<&mut Value>,
+    mut group: Vec<&mut String>,
     earlier: &mut String,
 ) -> ApiResult<()> {
-    let reborrowed: Vec<&mut Value> = group.iter_mut().map(|v| &mut **v).collect();
+    let reborrowed: Vec<&mut String> = group.iter_mut().map(|text| &mut **text).collect();
     guard_group(guardrail, project, what, reborrowed)?;
-    let mut texts: Vec<String> = group
-        .iter()
-        .map(|v| v.as_str().unwrap_or_default().to_owned())
-        .collect();
+    let mut texts: Vec<String> = group.iter().map(|text| (**text).clone()).collect();
     let views: Vec<&str> = texts.iter().map(String::as_str).collect();
     if let Some(across) = guardrail.check_across(earlier, &views) {
         match across.action {
@@ -316,7 +304,7 @@ fn guard_after(
                 tracing::warn!(project, what, rules = ?across.rules, "prompt-injection guardrail: input redacted (a match across texts)");
                 for (slot, text) in group.iter_mut().zip(texts.iter_mut()) {
                     if !text.is_empty() {
-                        **slot = Value::String(REDACTED.to_owned());
+                        **slot = REDACTED.to_owned();
                         *text = REDACTED.to_owned();
                     }
                 }
@@ -341,7 +329,7 @@ impl Guardrails {
     pub fn guard_input(
         &self,
         project: &str,
-        items: &mut [Value],
+        items: &mut [Item],
         instructions: Option<&mut String>,
     ) -> ApiResult<()> {
         let Some(guardrail) = self.for_project(project, Target::Input) else {
@@ -351,16 +339,13 @@ impl Guardrails {
         // two messages (or the instructions and a message) is found too.
         let mut earlier = String::new();
         if let Some(instructions) = instructions {
-            let mut slot = Value::String(std::mem::take(instructions));
-            let checked = guard_after(
+            guard_after(
                 &guardrail,
                 project,
                 "instructions",
-                vec![&mut slot],
+                vec![instructions],
                 &mut earlier,
-            );
-            *instructions = slot.as_str().unwrap_or_default().to_owned();
-            checked?;
+            )?;
         }
         for item in items.iter_mut() {
             for (group, running) in model_groups(item) {
@@ -388,15 +373,12 @@ impl Guardrails {
         // One rule set for every tool (building it per tool was most of
         // the work of a request with thousands of tools).
         for function in &mut tools.functions {
-            let mut description = Value::String(std::mem::take(&mut function.description));
-            let checked = guard_group(
+            guard_group(
                 &guardrail,
                 project,
                 "tool description",
-                vec![&mut description],
-            );
-            function.description = description.as_str().unwrap_or_default().to_owned();
-            checked?;
+                vec![&mut function.description],
+            )?;
             // The schema goes to the model as it is: its descriptions,
             // titles and enum values are read as the description is.
             guard_group(
@@ -416,9 +398,9 @@ impl Guardrails {
         let Some(guardrail) = self.for_project(project, Target::Input) else {
             return Ok(text.to_owned());
         };
-        let mut slot = Value::String(text.to_owned());
-        guard_group(&guardrail, project, what, vec![&mut slot])?;
-        Ok(slot.as_str().unwrap_or_default().to_owned())
+        let mut checked = text.to_owned();
+        guard_group(&guardrail, project, what, vec![&mut checked])?;
+        Ok(checked)
     }
 
     /// Whether a text of `what` passes `project`'s input rules unchanged:

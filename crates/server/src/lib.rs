@@ -8,6 +8,7 @@
 mod admission;
 mod auth;
 mod billing;
+pub mod clock;
 pub mod config;
 mod container_egress;
 mod containers;
@@ -16,19 +17,25 @@ pub mod egress;
 mod engine;
 pub mod error;
 mod files;
+#[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
 mod guardrails;
+#[cfg(test)]
+mod handler_tests;
 mod hosted;
 mod http;
 mod lifecycle;
 mod listener;
 mod messages;
 mod metrics;
+mod openapi;
 pub(crate) mod ops;
 mod responses;
 mod skills;
 mod spool;
 mod state;
+#[cfg(test)]
+mod testing;
 mod time;
 
 use std::collections::HashMap;
@@ -174,6 +181,7 @@ where
         egress_counts: Default::default(),
         default_image_missing_said: Default::default(),
         default_image_build,
+        clock: clock::Clock::system(),
     });
     if let Some(log) = egress_log {
         egress::spawn_log_writer(
@@ -201,8 +209,7 @@ fn upstream_router(config: &Config) -> Result<shellgate_model::upstream::Router,
             .unwrap_or(usize::MAX),
         turn_timeout: std::time::Duration::from_secs(config.upstream_turn_timeout_secs),
     };
-    let make = |url: &str, key: &config::Secret, protocol: &str| {
-        let protocol: Protocol = protocol.parse().map_err(ServeError::Setup)?;
+    let make = |url: &str, key: &config::Secret, protocol: Protocol| {
         connect(UpstreamConfig {
             url: url.to_owned(),
             api_key: key.get().map(str::to_owned),
@@ -219,14 +226,14 @@ fn upstream_router(config: &Config) -> Result<shellgate_model::upstream::Router,
         Some(make(
             &config.upstream_url,
             &config.upstream_api_key,
-            &config.upstream_protocol,
+            config.upstream_protocol,
         )?)
     };
     let mut router = Router::new(default);
     for route in &config.upstreams {
         router.route(
             &route.prefix,
-            make(&route.url, &route.api_key, &route.protocol)?,
+            make(&route.url, &route.api_key, route.protocol)?,
         );
     }
     Ok(router)
@@ -234,8 +241,51 @@ fn upstream_router(config: &Config) -> Result<shellgate_model::upstream::Router,
 
 /// The HTTP routes.
 pub fn router(state: Arc<AppState>) -> Router {
+    served_routes(state).router
+}
+
+/// The router and the path of every route it serves, recorded as the
+/// routes are added (the OpenAPI test checks the document against them).
+pub(crate) struct ServedRoutes {
+    pub(crate) router: Router,
+    // Read by the OpenAPI test only.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) paths: Vec<String>,
+}
+
+/// Builds a router while recording each route's full path. Every route is
+/// added through it (never by `Router::route` directly), so that
+/// [`ServedRoutes::paths`] is the router's whole table.
+struct RouteTable {
+    router: Router<Arc<AppState>>,
+    paths: Vec<String>,
+}
+
+impl RouteTable {
+    fn new() -> Self {
+        Self {
+            router: Router::new(),
+            paths: Vec::new(),
+        }
+    }
+
+    fn route(mut self, path: &str, methods: axum::routing::MethodRouter<Arc<AppState>>) -> Self {
+        self.paths.push(path.to_owned());
+        self.router = self.router.route(path, methods);
+        self
+    }
+
+    fn nest(mut self, prefix: &str, inner: RouteTable) -> Self {
+        self.paths
+            .extend(inner.paths.iter().map(|path| format!("{prefix}{path}")));
+        self.router = self.router.nest(prefix, inner.router);
+        self
+    }
+}
+
+fn served_routes(state: Arc<AppState>) -> ServedRoutes {
     let uploads = DefaultBodyLimit::max(state.config.max_upload_bytes.saturating_add(64 * 1024));
-    let api = Router::new()
+    let api = RouteTable::new()
         .route(
             "/containers",
             post(containers::create).get(containers::list),
@@ -325,15 +375,20 @@ pub fn router(state: Arc<AppState>) -> Router {
             "/responses/{response_id}/input_items",
             get(responses::input_items),
         );
-    Router::new()
+    let table = RouteTable::new()
         .nest("/v1", api)
         .route("/healthz", get(ops::healthz))
         .route("/metrics", get(ops::metrics))
-        .route("/openapi.json", get(ops::openapi))
-        .fallback(ops::not_found)
-        .method_not_allowed_fallback(ops::method_not_allowed)
-        .layer(DefaultBodyLimit::max(state.config.max_request_bytes))
-        .with_state(state)
+        .route("/openapi.json", get(openapi::serve));
+    ServedRoutes {
+        router: table
+            .router
+            .fallback(ops::not_found)
+            .method_not_allowed_fallback(ops::method_not_allowed)
+            .layer(DefaultBodyLimit::max(state.config.max_request_bytes))
+            .with_state(state),
+        paths: table.paths,
+    }
 }
 
 /// Serves until SIGINT or SIGTERM, then stops every container (their files

@@ -27,7 +27,6 @@ use std::time::Duration;
 use crate::engine::destroy_quietly;
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::time::now;
 
 /// Reconciles the store with the engine after a (possibly unclean) stop.
 pub async fn recover(state: &Arc<AppState>) -> Result<(), ApiError> {
@@ -41,14 +40,17 @@ pub async fn recover(state: &Arc<AppState>) -> Result<(), ApiError> {
         .collect();
     for row in &rows {
         let id = row.id.clone();
-        if row.status == "creating" || !engine_ids.contains(&row.id) {
+        if row.status == shellgate_store::ContainerStatus::Creating || !engine_ids.contains(&row.id)
+        {
             // Half-made, or its directory is gone: nothing to keep.
             tracing::info!(container = %row.id, "removing a container a crash left unfinished");
             destroy_quietly(state.engine.as_ref(), &row.id).await;
             state.db(move |s| s.delete_container(&id)).await?;
         } else if row.session_open {
             // Its processes died with the previous server.
-            state.db(move |s| s.close_session(&id, "suspended")).await?;
+            state
+                .db(move |s| s.close_session(&id, shellgate_store::ContainerStatus::Suspended))
+                .await?;
         }
     }
     for id in engine_ids {
@@ -64,16 +66,17 @@ pub async fn recover(state: &Arc<AppState>) -> Result<(), ApiError> {
 pub async fn sweep(state: &Arc<AppState>) -> Result<(), ApiError> {
     // Sessions may end below: their command time is written first.
     state.billing.flush().await;
-    let now = now();
+    let now = state.clock.now();
     let idle_limit = state.config.idle_suspend_after_secs as i64;
     let retention = state.config.retention_days as i64 * 86_400;
     for row in state.db(|s| s.all_containers()).await? {
-        if row.status == "creating" {
+        if row.status == shellgate_store::ContainerStatus::Creating {
             continue;
         }
         let idle = now - row.last_active_at;
         let expired = idle >= row.expires_minutes as i64 * 60;
-        let retained_too_long = row.status == "suspended" && idle >= retention;
+        let retained_too_long =
+            row.status == shellgate_store::ContainerStatus::Suspended && idle >= retention;
         let id = row.id.clone();
         if expired || retained_too_long {
             match state.engine.destroy_if_idle(&row.id).await {
@@ -99,7 +102,9 @@ pub async fn sweep(state: &Arc<AppState>) -> Result<(), ApiError> {
                 }
             }
             tracing::info!(container = %row.id, idle, "suspended an idle container");
-            state.db(move |s| s.close_session(&id, "suspended")).await?;
+            state
+                .db(move |s| s.close_session(&id, shellgate_store::ContainerStatus::Suspended))
+                .await?;
         }
     }
     for file in state.db(move |s| s.expired_files(now)).await? {
@@ -134,7 +139,7 @@ pub async fn suspend_all(state: &Arc<AppState>) {
     };
     for row in rows.into_iter().filter(|r| r.session_open) {
         let _ = state
-            .db(move |s| s.close_session(&row.id, "suspended"))
+            .db(move |s| s.close_session(&row.id, shellgate_store::ContainerStatus::Suspended))
             .await;
     }
 }

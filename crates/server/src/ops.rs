@@ -1,4 +1,4 @@
-//! Health, metrics, the OpenAPI document, usage, and the fallbacks.
+//! Health, metrics, usage, and the fallbacks.
 
 use std::sync::Arc;
 
@@ -11,9 +11,6 @@ use shellgate_wire::{ContainerUsage, Usage};
 use crate::error::{ApiError, ApiResult};
 use crate::http::Project;
 use crate::state::AppState;
-
-/// The OpenAPI 3.1 description of every route.
-const OPENAPI: &str = include_str!("openapi.json");
 
 pub async fn healthz(State(state): State<Arc<AppState>>) -> ApiResult<impl IntoResponse> {
     // Healthy means the store answers.
@@ -63,10 +60,6 @@ pub async fn metrics(
                     .map_or(0, |e| e.dropped.load(std::sync::atomic::Ordering::Relaxed)),
             ),
     ))
-}
-
-pub async fn openapi() -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "application/json")], OPENAPI)
 }
 
 /// Compares secrets without an early exit that would time their prefix.

@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 use shellgate_skills::{Bundle, Limits};
 use shellgate_store::{SkillRow, SkillVersionDelete, SkillVersionRow};
 use shellgate_wire::new_id;
-use shellgate_wire::List;
+use shellgate_wire::{Deleted, List, Skill, SkillVersion, SkillVersionDeleted};
 
 use crate::error::{ApiError, ApiResult};
 use crate::http::multipart_error;
@@ -37,28 +37,28 @@ const MAX_SKILL_BYTES_PER_CONTAINER: u64 = 256 << 20;
 /// Where a container's skills are, one folder per skill.
 pub const SKILLS_PATH: &str = "/mnt/skills";
 
-fn skill_object(row: &SkillRow) -> Value {
-    json!({
-        "id": row.id,
-        "object": "skill",
-        "name": row.name,
-        "description": row.description,
-        "created_at": row.created_at,
-        "default_version": row.default_version.to_string(),
-        "latest_version": row.latest_version.to_string(),
-    })
+fn skill_object(row: &SkillRow) -> Skill {
+    Skill {
+        id: row.id.clone(),
+        object: "skill".to_owned(),
+        name: row.name.clone(),
+        description: row.description.clone(),
+        created_at: row.created_at,
+        default_version: row.default_version.to_string(),
+        latest_version: row.latest_version.to_string(),
+    }
 }
 
-fn version_object(row: &SkillVersionRow) -> Value {
-    json!({
-        "object": "skill.version",
-        "id": row.id,
-        "skill_id": row.skill_id,
-        "version": row.version.to_string(),
-        "created_at": row.created_at,
-        "name": row.name,
-        "description": row.description,
-    })
+fn version_object(row: &SkillVersionRow) -> SkillVersion {
+    SkillVersion {
+        object: "skill.version".to_owned(),
+        id: row.id.clone(),
+        skill_id: row.skill_id.clone(),
+        version: row.version.to_string(),
+        created_at: row.created_at,
+        name: row.name.clone(),
+        description: row.description.clone(),
+    }
 }
 
 fn blob_path(state: &AppState, version_id: &str) -> PathBuf {
@@ -204,7 +204,7 @@ pub async fn create(
     State(state): State<Arc<AppState>>,
     project: Project,
     multipart: Result<Multipart, axum::extract::multipart::MultipartRejection>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<Skill>> {
     let upload = read_upload(multipart).await?;
     let bundle = bundle_of(upload.parts).await?;
     guard_bundle(&state, &project.0, &bundle)?;
@@ -246,13 +246,13 @@ pub async fn list(
     State(state): State<Arc<AppState>>,
     project: Project,
     ApiQuery(params): ApiQuery<ListParams>,
-) -> ApiResult<Json<List<Value>>> {
+) -> ApiResult<Json<List<Skill>>> {
     let page = params.page()?;
     let owner = project.0.clone();
     let (rows, has_more) = state.db(move |s| s.list_skills(&owner, &page)).await?;
     let data = rows.iter().map(skill_object).collect();
-    Ok(Json(List::page(data, has_more, |v: &Value| {
-        v["id"].as_str().unwrap_or_default().to_owned()
+    Ok(Json(List::page(data, has_more, |skill: &Skill| {
+        skill.id.clone()
     })))
 }
 
@@ -260,7 +260,7 @@ pub async fn retrieve(
     State(state): State<Arc<AppState>>,
     project: Project,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<Skill>> {
     Ok(Json(skill_object(
         &owned_skill(&state, &project, &id).await?,
     )))
@@ -286,7 +286,7 @@ pub async fn update(
     project: Project,
     Path(id): Path<String>,
     ApiJson(body): ApiJson<Value>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<Skill>> {
     let skill = owned_skill(&state, &project, &id).await?;
     let requested = match body.get("default_version") {
         Some(Value::String(text)) => text.clone(),
@@ -317,7 +317,7 @@ pub async fn delete(
     State(state): State<Arc<AppState>>,
     project: Project,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<Deleted>> {
     crate::http::to_completion(async move {
         let (owner, key) = (project.0.clone(), id.clone());
         let versions = state
@@ -325,9 +325,7 @@ pub async fn delete(
             .await?
             .ok_or_else(|| ApiError::not_found("skill", &id))?;
         remove_blobs(&state, versions).await;
-        Ok(Json(
-            json!({"object": "skill.deleted", "deleted": true, "id": id}),
-        ))
+        Ok(Json(Deleted::new(id, "skill.deleted")))
     })
     .await
 }
@@ -381,7 +379,7 @@ pub async fn create_version(
     project: Project,
     Path(id): Path<String>,
     multipart: Result<Multipart, axum::extract::multipart::MultipartRejection>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<SkillVersion>> {
     owned_skill(&state, &project, &id).await?;
     let upload = read_upload(multipart).await?;
     let default = match upload.fields.iter().find(|(n, _)| n == "default") {
@@ -430,21 +428,23 @@ pub async fn list_versions(
     project: Project,
     Path(id): Path<String>,
     ApiQuery(params): ApiQuery<ListParams>,
-) -> ApiResult<Json<List<Value>>> {
+) -> ApiResult<Json<List<SkillVersion>>> {
     owned_skill(&state, &project, &id).await?;
     let page = params.page()?;
     let (rows, has_more) = state.db(move |s| s.list_skill_versions(&id, &page)).await?;
     let data = rows.iter().map(version_object).collect();
-    Ok(Json(List::page(data, has_more, |v: &Value| {
-        v["id"].as_str().unwrap_or_default().to_owned()
-    })))
+    Ok(Json(List::page(
+        data,
+        has_more,
+        |version: &SkillVersion| version.id.clone(),
+    )))
 }
 
 pub async fn retrieve_version(
     State(state): State<Arc<AppState>>,
     project: Project,
     Path((id, version)): Path<(String, String)>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<SkillVersion>> {
     let skill = owned_skill(&state, &project, &id).await?;
     let number = version_number(&version, &skill, "version")?;
     Ok(Json(version_object(
@@ -467,7 +467,7 @@ pub async fn delete_version(
     State(state): State<Arc<AppState>>,
     project: Project,
     Path((id, version)): Path<(String, String)>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<SkillVersionDeleted>> {
     let skill = owned_skill(&state, &project, &id).await?;
     let number = version_number(&version, &skill, "version")?;
     let owner = project.0.clone();
@@ -479,12 +479,12 @@ pub async fn delete_version(
             // The row is gone: a hang-up now must not keep the blob.
             let (state, blob) = (Arc::clone(&state), row.id.clone());
             tokio::spawn(async move { remove_blobs(&state, vec![blob]).await });
-            Ok(Json(json!({
-                "object": "skill.version.deleted",
-                "deleted": true,
-                "id": row.id,
-                "version": row.version.to_string(),
-            })))
+            Ok(Json(SkillVersionDeleted {
+                object: "skill.version.deleted".to_owned(),
+                deleted: true,
+                id: row.id,
+                version: row.version.to_string(),
+            }))
         }
         Err(SkillVersionDelete::NotFound) => {
             Err(ApiError::not_found("skill version", &number.to_string()))

@@ -53,6 +53,9 @@ pub struct AppState {
     pub default_image_build: shellgate_sandbox_api::image::SharedBuildStatus,
     /// Whether the log already said that the default image is missing.
     pub(crate) default_image_missing_said: std::sync::atomic::AtomicBool,
+    /// The time the lifecycle sweep judges idleness and expiry by (the
+    /// system's; a manual one in tests).
+    pub clock: crate::clock::Clock,
 }
 
 impl AppState {

@@ -5,6 +5,8 @@
 //! Run with `bench/run.sh` (installs the baselines) or
 //! `cargo bench -p shellgate --bench engine [-- --quick]`. Prints a Markdown
 //! table for BENCHMARKS.md. Needs root for the full engine.
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "common/baseline.rs"]
 mod baseline;

@@ -4,6 +4,8 @@
 //! directly as the baseline measured in the same run.
 //!
 //! Run with `bench/run.sh` or `cargo bench -p shellgate --bench http [-- --quick]`.
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "common/baseline.rs"]
 mod baseline;

@@ -5,6 +5,8 @@
 //! responses of 5 shell calls each.
 //!
 //! Run with `bench/run.sh` or `cargo bench -p shellgate --bench responses [-- --quick]`.
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "common/server.rs"]
 mod server;

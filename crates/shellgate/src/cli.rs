@@ -197,7 +197,7 @@ pub fn main() -> i32 {
     // config that cannot be read is reported by `serve` itself.
     let json_logs = match &cli.command {
         Command::Serve(args) => server_config(cli.data_dir.clone(), args.config.as_deref())
-            .map(|config| config.log_format != "text")
+            .map(|config| config.log_format != shellgate_server::config::LogFormat::Text)
             .unwrap_or(true),
         _ => false,
     };

@@ -30,7 +30,7 @@ impl EngineOptions {
             warm_containers: config.warm_containers,
             expose_host_usr_local: config.expose_host_usr_local,
             images_dir: config.images_dir(),
-            memory_ceiling: config.sandbox_memory_ceiling()?,
+            memory_ceiling: config.sandbox_memory_ceiling.bytes(),
             build: config
                 .build_default_image
                 .then(|| config.default_image.clone()),

@@ -9,6 +9,8 @@
 //! failure names the files of the circle with the line of each import, or the
 //! crate and the dependency that runs upward. Rerun with
 //! `cargo test -p shellgate --test architecture`.
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

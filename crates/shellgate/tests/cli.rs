@@ -1,4 +1,6 @@
 //! The `shellgate` command line, run as a user would.
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -2,6 +2,8 @@
 //! sandbox can learn about the host (paths, kernel command line, host
 //! tools), what `/proc` lets it touch, limits every command starts with,
 //! and the seccomp filter, syscall by syscall.
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

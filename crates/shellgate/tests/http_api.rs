@@ -1,5 +1,7 @@
 //! The HTTP API of a real `shellgate serve`, over real TCP: every error case
 //! and status, escapes through the files API, and 32 concurrent clients.
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
@@ -8,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::server::*;
-use common::BINARY;
+use common::{wait_until, BINARY};
 use serde_json::{json, Value};
 
 #[test]
@@ -403,7 +405,6 @@ fn thirty_two_concurrent_clients_run_two_hundred_execs_each() {
     for id in &containers {
         exec(port, id, &["true"]);
     }
-    std::thread::sleep(Duration::from_millis(200));
     let fds_before = server_fds(&server);
     let threads: Vec<_> = (0..32)
         .map(|client| {
@@ -428,7 +429,11 @@ fn thirty_two_concurrent_clients_run_two_hundred_execs_each() {
     for thread in threads {
         thread.join().expect("a client failed");
     }
-    std::thread::sleep(Duration::from_millis(500));
+    // The server closes the clients' connections as it notices them gone.
+    wait_until(
+        || server_fds(&server) <= fds_before + 8,
+        Duration::from_secs(30),
+    );
     let fds_after = server_fds(&server);
     assert!(
         fds_after <= fds_before + 8,

@@ -2,6 +2,8 @@
 //! tenant never stalls another, idle and slow connections are bounded,
 //! quotas refuse with a 429 naming the limit, a client that hangs up
 //! changes nothing, and errors a client causes are 4xx envelopes.
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
@@ -11,6 +13,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
 use common::server::*;
+use common::{processes_matching, wait_until};
 use serde_json::{json, Value};
 
 fn get(port: u16, path: &str, key: &str) -> Response {
@@ -61,15 +64,23 @@ fn thousands_of_idle_connections_do_not_stop_the_server() {
         .filter_map(|_| TcpStream::connect(("127.0.0.1", port)).ok())
         .collect();
     assert!(idle.len() > 2000, "only {} sockets opened", idle.len());
-    std::thread::sleep(Duration::from_millis(500));
+    // The server has taken its cap of them before it is asked anything.
+    let server_fds = || {
+        std::fs::read_dir(format!("/proc/{}/fd", server.child.id()))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    };
+    assert!(
+        wait_until(|| server_fds() >= 1000, Duration::from_secs(30)),
+        "the server took only {} descriptors' worth of connections",
+        server_fds()
+    );
     for _ in 0..5 {
         assert_eq!(request(port, "GET", "/healthz", None, &[], b"").status, 200);
         let done = exec(port, &id, &["echo still here"]);
         assert_eq!(done.json()["output"][0]["stdout"], "still here\n");
     }
-    let fds = std::fs::read_dir(format!("/proc/{}/fd", server.child.id()))
-        .map(|d| d.count())
-        .unwrap_or(0);
+    let fds = server_fds();
     assert!(fds < 1500, "the server holds {fds} descriptors");
     drop(idle);
 }
@@ -167,10 +178,15 @@ fn quotas_refuse_with_a_429_naming_the_limit() {
     // One exec at a time for this project.
     let busy = std::thread::spawn({
         let second = second.clone();
-        move || exec(port, &second, &["sleep 3"]).status
+        // A duration no other test uses: its process is this one.
+        move || exec(port, &second, &["sleep 3.05"]).status
     });
-    std::thread::sleep(Duration::from_millis(700));
-    let refused = exec(port, &second, &["true"]).error(429);
+    assert!(wait_until(
+        || processes_matching("sleep 3.05") > 0,
+        Duration::from_secs(30)
+    ));
+    let answer = exec(port, &second, &["true"]);
+    let refused = answer.error(429);
     assert_eq!(refused["code"], "too_many_concurrent_execs");
     assert!(refused["message"]
         .as_str()
@@ -195,17 +211,27 @@ fn a_client_that_hangs_up_changes_nothing() {
             body.len()
         )
         .unwrap();
-        std::thread::sleep(Duration::from_millis(300));
+        // Hang up only once the command runs.
+        assert!(wait_until(
+            || processes_matching("sleep 4001") > 0,
+            Duration::from_secs(30)
+        ));
     }
-    std::thread::sleep(Duration::from_secs(3));
+    // Killed at its timeout, and its time billed.
+    assert!(wait_until(
+        || processes_matching("sleep 4001") == 0,
+        Duration::from_secs(30)
+    ));
+    assert!(
+        wait_until(
+            || stored_row(&server, &id).session_seconds >= 1.9,
+            Duration::from_secs(30)
+        ),
+        "the abandoned command's time was not billed: {}",
+        stored_row(&server, &id).session_seconds
+    );
     let left = exec(port, &id, &["pgrep -c -f '[s]leep 4001' || true"]);
     assert_eq!(left.json()["output"][0]["stdout"], "0\n");
-    let row = stored_row(&server, &id);
-    assert!(
-        row.session_seconds >= 1.9,
-        "the abandoned command's time was not billed: {}",
-        row.session_seconds
-    );
     // A create whose client leaves, at any moment, either completes or
     // leaves nothing: no half-made row, directory or id slot.
     for delay_ms in [0, 1, 2, 4, 8, 16, 32] {
@@ -217,20 +243,39 @@ fn a_client_that_hangs_up_changes_nothing() {
             body.len()
         )
         .unwrap();
+        // Hanging up at each of these moments is the test, not a wait.
         std::thread::sleep(Duration::from_millis(delay_ms));
     }
-    std::thread::sleep(Duration::from_secs(3));
-    let store = shellgate_store::Store::open(&server.dir.path().join("shellgate.db")).unwrap();
-    let rows = store.all_containers().unwrap();
-    assert!(rows.iter().all(|row| row.status != "creating"), "{rows:?}");
-    let mut on_disk: Vec<String> = std::fs::read_dir(server.dir.path().join("sandbox/containers"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    on_disk.sort();
-    let mut in_store: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
-    in_store.sort();
+    // Every abandoned create settles: made whole, or cleaned up.
+    let settled = || {
+        let store = shellgate_store::Store::open(&server.dir.path().join("shellgate.db")).unwrap();
+        let rows = store.all_containers().unwrap();
+        let mut on_disk: Vec<String> =
+            std::fs::read_dir(server.dir.path().join("sandbox/containers"))
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+        on_disk.sort();
+        let mut in_store: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
+        in_store.sort();
+        (rows, on_disk, in_store)
+    };
+    wait_until(
+        || {
+            let (rows, on_disk, in_store) = settled();
+            rows.iter()
+                .all(|row| row.status != shellgate_store::ContainerStatus::Creating)
+                && on_disk == in_store
+        },
+        Duration::from_secs(30),
+    );
+    let (rows, on_disk, in_store) = settled();
+    assert!(
+        rows.iter()
+            .all(|row| row.status != shellgate_store::ContainerStatus::Creating),
+        "{rows:?}"
+    );
     assert_eq!(on_disk, in_store, "the engine and the store disagree");
     let slots: std::collections::HashSet<String> = on_disk
         .iter()
@@ -260,9 +305,13 @@ fn a_delete_during_an_exec_and_an_upload_onto_a_fifo_are_409s() {
     let id = create_container(port, KEY);
     let running = std::thread::spawn({
         let id = id.clone();
-        move || exec(port, &id, &["sleep 30"])
+        // A duration no other test uses: its process is this one.
+        move || exec(port, &id, &["sleep 3003"])
     });
-    std::thread::sleep(Duration::from_millis(700));
+    assert!(wait_until(
+        || processes_matching("sleep 3003") > 0,
+        Duration::from_secs(30)
+    ));
     assert_eq!(
         request(
             port,
@@ -329,14 +378,27 @@ fn a_suspended_containers_files_are_read_without_waking_or_billing_it() {
     let port = server.port;
     let id = create_container(port, KEY);
     exec(port, &id, &["echo kept > /mnt/data/note.txt"]);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while get(port, &format!("/v1/containers/{id}"), KEY).json()["status"] != "suspended" {
-        assert!(Instant::now() < deadline, "never suspended");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    assert!(
+        wait_until(
+            || get(port, &format!("/v1/containers/{id}"), KEY).json()["status"] == "suspended",
+            Duration::from_secs(20)
+        ),
+        "never suspended"
+    );
     let before = get(port, &format!("/v1/containers/{id}"), KEY).json();
     let usage_before = get(port, "/v1/usage", KEY).json()["sandbox_seconds"].clone();
-    std::thread::sleep(Duration::from_millis(1100));
+    // Once the clock is past its last activity (second resolution), a
+    // wrongful renewal by the reads below would show in `last_active_at`.
+    let last_active = before["last_active_at"].as_i64().unwrap();
+    assert!(wait_until(
+        || {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64)
+                > last_active
+        },
+        Duration::from_secs(5)
+    ));
     for _ in 0..3 {
         let files = list_files(port, &id);
         let file = files["data"]
@@ -463,13 +525,12 @@ fn cursors_sparse_files_metrics_deadlines_and_file_expiry() {
         .status()
         .unwrap();
     assert!(moved.success());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while get(port, &format!("/v1/files/{file_id}"), KEY).status != 404 {
-        assert!(
-            Instant::now() < deadline,
-            "the expired file was not deleted"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    assert!(
+        wait_until(
+            || get(port, &format!("/v1/files/{file_id}"), KEY).status == 404,
+            Duration::from_secs(10)
+        ),
+        "the expired file was not deleted"
+    );
     assert!(!server.dir.path().join("files").join(file_id).exists());
 }

@@ -1,5 +1,7 @@
 //! Images: a rootfs tarball imported with `shellgate image import` runs as an
 //! overlay root, with `sh` standing in when there is no bash.
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
@@ -570,16 +572,9 @@ fn mounts_under(pid: &str, dir: &std::path::Path) -> Vec<String> {
         .collect()
 }
 
-/// Polls `check` until it holds or `limit` passes.
-fn eventually(limit: std::time::Duration, mut check: impl FnMut() -> bool) -> bool {
-    let deadline = std::time::Instant::now() + limit;
-    while std::time::Instant::now() < deadline {
-        if check() {
-            return true;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    check()
+/// Waits until `check` holds or `limit` passes ([`common::wait_until`]).
+fn eventually(limit: std::time::Duration, check: impl FnMut() -> bool) -> bool {
+    common::wait_until(check, limit)
 }
 
 /// `shellgate serve` on `data`, building `debian-12-slim` as its default

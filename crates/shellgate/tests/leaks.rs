@@ -1,6 +1,8 @@
 //! 200 create/run/destroy cycles leave nothing behind: no process, mount,
 //! loop device, cgroup, descriptor or directory. (A test binary of its own,
 //! so that no other test's processes are counted.)
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -1,6 +1,8 @@
 //! Regression tests of the engine's robustness: timeouts that hold whatever
 //! the caller does, descendants that cannot escape a kill, limits that say
 //! so, one notion of busy, and files reached without waking a container.
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
@@ -29,15 +31,11 @@ async fn count(t: &TestEngine, id: &str, pattern: &str) -> u32 {
 
 /// Processes matching `pattern` once they had up to 2.5 s to go.
 async fn left_after_a_while(t: &TestEngine, id: &str, pattern: &str) -> u32 {
-    let mut left = u32::MAX;
-    for _ in 0..50 {
-        left = count(t, id, pattern).await;
-        if left == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    left
+    common::eventually_async(Duration::from_millis(2500), || async {
+        count(t, id, pattern).await == 0
+    })
+    .await;
+    count(t, id, pattern).await
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -270,9 +268,15 @@ async fn a_destroy_interrupts_a_command_with_a_clear_error() {
     let t = TestEngine::new("delete-during").await;
     t.create("c1").await;
     let engine = t.engine.clone();
+    // A duration no other test uses: its process is this one.
     let running =
-        tokio::spawn(async move { engine.run("c1", request(&["sleep 30"], 60_000)).await });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+        tokio::spawn(async move { engine.run("c1", request(&["sleep 3004"], 60_000)).await });
+    assert!(
+        eventually(Duration::from_secs(30), || common::processes_matching(
+            "sleep 3004"
+        ) > 0)
+        .await
+    );
     // Busy: the sweeper's destroy refuses; a user's destroy goes ahead.
     assert!(!t.engine.destroy_if_idle("c1").await.unwrap());
     assert!(!t.engine.suspend_if_idle("c1").await.unwrap());

@@ -1,5 +1,7 @@
 //! The sandbox engine driven through the real `shellgate` helper binary:
 //! commands, output handling, lifecycle, limits and hostile commands.
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
@@ -630,7 +632,12 @@ async fn suspension_never_cuts_a_running_command_short() {
         request.timeout_ms = 10_000;
         engine.run("c1", request).await
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        common::eventually(Duration::from_secs(30), || {
+            common::processes_matching("sleep 1; echo finished") > 0
+        })
+        .await
+    );
     assert!(
         !t.engine.suspend_if_idle("c1").await.unwrap(),
         "suspended while a command ran"

@@ -3,6 +3,8 @@
 //! after the engine restarts without the values the container's network is
 //! off and its output is still masked (by the values' verifiers), until the
 //! values are supplied again.
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -2,6 +2,8 @@
 //! 100,000 files (twice at once), another project's execs and `/healthz`
 //! stay fast. A test binary of its own, so that no other test's servers
 //! compete for the two cores while it measures.
+// Test code: a failed unwrap is a failed test, with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -1,7 +1,20 @@
 //! The bundle reader's invariants, checked on any input: shared by the
 //! cargo-fuzz target `skill_bundle` and this crate's mutation test.
 
+// An invariant checker: a broken invariant is a panic, which is what a fuzzer
+// reports.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use crate::bundle::{from_zip, Limits};
+
+/// Inputs to start from: the curated skills' zips.
+pub fn seeds() -> Vec<Vec<u8>> {
+    crate::curated::CURATED
+        .iter()
+        .filter_map(|curated| curated.bundle().ok())
+        .map(|bundle| bundle.to_zip())
+        .collect()
+}
 
 /// Reads `bytes` as a skill zip; if it is accepted, checks that its files
 /// unpack below their directory only, as regular files and folders, and

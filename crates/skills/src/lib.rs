@@ -7,6 +7,7 @@
 
 pub mod bundle;
 pub mod curated;
+#[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
 pub mod manifest;
 

@@ -6,16 +6,28 @@
 //! and `shared/reference/openai-wire.md`. Request types reject unknown enum
 //! values; response types always carry every required key.
 
+pub mod messages;
+pub mod param;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub mod chat;
+pub mod responses;
+
+mod extensions;
+mod skills;
+
+pub use extensions::{ContainerCommand, Image, ImageList};
+pub use skills::{Skill, SkillVersion, SkillVersionDeleted, UpdateSkill};
+
 /// `{"error": {"message", "type", "param", "code"}}`, all four keys present.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct ErrorEnvelope {
     pub error: ErrorBody,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct ErrorBody {
     pub message: String,
     #[serde(rename = "type")]
@@ -25,7 +37,7 @@ pub struct ErrorBody {
 }
 
 /// Container memory limits OpenAI offers.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default, utoipa::ToSchema)]
 pub enum MemoryLimit {
     #[default]
     #[serde(rename = "1g")]
@@ -63,14 +75,14 @@ impl MemoryLimit {
 }
 
 /// `expires_after`: only the `last_active_at` anchor exists.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExpiresAfter {
     pub anchor: ExpiresAnchor,
     pub minutes: u32,
 }
 
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ExpiresAnchor {
     LastActiveAt,
@@ -78,11 +90,13 @@ pub enum ExpiresAnchor {
 
 /// A secret for a domain: the model sees only `$NAME`; the value is never
 /// stored or echoed (nor printed by `Debug`).
-#[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DomainSecret {
     pub domain: String,
     pub name: String,
+    /// Given, never shown back.
+    #[schema(write_only)]
     pub value: String,
     /// shellgate's extension: where in a request the placeholder becomes
     /// the value (header values only when omitted).
@@ -97,7 +111,7 @@ pub struct DomainSecret {
 }
 
 /// A part of a request a secret may be put into.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum InjectInto {
     Header,
@@ -116,7 +130,7 @@ impl std::fmt::Debug for DomainSecret {
 }
 
 /// `network_policy` of a container.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum NetworkPolicy {
     Disabled,
@@ -150,7 +164,7 @@ impl NetworkPolicy {
 }
 
 /// `POST /v1/containers`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateContainer {
     pub name: String,
@@ -169,7 +183,7 @@ pub struct CreateContainer {
 }
 
 /// The container object.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct Container {
     pub id: String,
     pub object: String,
@@ -197,7 +211,7 @@ pub struct Container {
 }
 
 /// A cursor page: `{"object":"list","data":[...],"first_id","last_id","has_more"}`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct List<T> {
     pub object: String,
     pub data: Vec<T>,
@@ -212,7 +226,7 @@ pub struct List<T> {
 }
 
 /// What a listing left out, and why (see [`List::incomplete`]).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 pub struct ListIncomplete {
     /// A sentence for humans.
     pub message: String,
@@ -241,7 +255,7 @@ impl<T> List<T> {
 }
 
 /// `{"id", "object": "<kind>.deleted", "deleted": true}`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct Deleted {
     pub id: String,
     pub object: String,
@@ -259,7 +273,7 @@ impl Deleted {
 }
 
 /// The container.file object.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct ContainerFile {
     pub id: String,
     pub object: String,
@@ -272,14 +286,14 @@ pub struct ContainerFile {
 }
 
 /// `POST /v1/containers/{id}/files` as JSON.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateContainerFileFromId {
     pub file_id: String,
 }
 
 /// The Files API's file object.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct FileObject {
     pub id: String,
     pub object: String,
@@ -303,18 +317,22 @@ pub const FILE_PURPOSES: &[&str] = &[
 ];
 
 /// `POST /v1/containers/{id}/exec` (shellgate's extension, like E2B's).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExecRequest {
+    /// Run one after another, each in a shell (at most 100).
     pub commands: Vec<String>,
+    /// Each command's timeout: 1 to 300000 (120000 when omitted).
     pub timeout_ms: Option<u64>,
+    /// Characters kept of each stream: at most 65536 (16384 when omitted).
     pub max_output_length: Option<usize>,
+    /// Server-sent events `exec.output.delta`, then `exec.completed`.
     #[serde(default)]
     pub stream: bool,
 }
 
 /// How a command ended: a signal death reports `128 + signal`.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Outcome {
     Exit { exit_code: i32 },
@@ -322,7 +340,7 @@ pub enum Outcome {
 }
 
 /// One entry of `shell_call_output.output`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 pub struct ShellOutputEntry {
     pub stdout: String,
     pub stderr: String,
@@ -337,7 +355,7 @@ pub struct ShellOutputEntry {
 }
 
 /// A `shell_call_output`-shaped result.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct ShellCallOutput {
     #[serde(rename = "type")]
     pub kind: String,
@@ -361,7 +379,7 @@ impl ShellCallOutput {
 }
 
 /// `GET /v1/usage` (shellgate's extension).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct Usage {
     pub object: String,
     pub project: String,
@@ -375,7 +393,7 @@ pub struct Usage {
     pub containers: Vec<ContainerUsage>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct ContainerUsage {
     pub container_id: String,
     pub sandbox_seconds: f64,

@@ -9,11 +9,19 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
-use serde_json::{json, Value};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use shellgate_wire::chat::ApiError;
+use shellgate_wire::messages::{
+    ContentBlock, CreateMessage, CustomTool, Delta as BlockDelta, MessageParam, ParallelUse, Role,
+    StopReason, TextBlock, TextOrBlocks, Tool, ToolChoice as MessagesToolChoice, ToolResultBlock,
+    ToolUseBlock,
+};
 
+use super::transport::{check_arguments, excerpt, Auth, Dialect, Endpoint, Route};
 use super::{
-    excerpt, Delta, DeltaSink, Finish, Message, Reply, ToolCall, ToolChoice, Turn, Upstream,
-    UpstreamConfig, UpstreamError, Usage,
+    Delta, DeltaSink, Finish, Message, Reply, ToolCall, ToolChoice, Turn, Upstream, UpstreamConfig,
+    UpstreamError, Usage,
 };
 
 /// The API version this adapter speaks.
@@ -22,295 +30,349 @@ const VERSION: &str = "2023-06-01";
 const DEFAULT_MAX_TOKENS: u32 = 4096;
 
 pub struct Anthropic {
-    endpoint: super::Endpoint,
+    endpoint: Endpoint,
 }
 
 impl Anthropic {
     pub fn new(config: UpstreamConfig) -> Result<Self, UpstreamError> {
+        let route = Route {
+            path: "messages",
+            auth: Auth::Header("x-api-key"),
+            headers: &[("anthropic-version", VERSION)],
+        };
         Ok(Self {
-            endpoint: super::Endpoint::new(config)?,
+            endpoint: Endpoint::new(config, route)?,
         })
     }
 }
 
 /// Adds content blocks to the conversation, merging with the last message
 /// when it has the same role.
-fn push(messages: &mut Vec<Value>, role: &str, blocks: Vec<Value>) {
+fn push(messages: &mut Vec<MessageParam>, role: Role, blocks: Vec<ContentBlock>) {
     if blocks.is_empty() {
         return;
     }
-    if let Some(last) = messages.last_mut() {
-        if last["role"] == role {
-            if let Some(content) = last["content"].as_array_mut() {
-                content.extend(blocks);
-                return;
-            }
+    if let Some(MessageParam {
+        role: last_role,
+        content: TextOrBlocks::Blocks(content),
+    }) = messages.last_mut()
+    {
+        if *last_role == role {
+            content.extend(blocks);
+            return;
         }
     }
-    messages.push(json!({"role": role, "content": blocks}));
+    messages.push(MessageParam {
+        role,
+        content: TextOrBlocks::Blocks(blocks),
+    });
+}
+
+fn text_block(text: &str) -> ContentBlock {
+    ContentBlock::Text(TextBlock {
+        text: text.to_owned(),
+        extra: Map::new(),
+    })
 }
 
 /// The request body for a turn.
-pub fn request_body(turn: &Turn, stream: bool) -> Value {
+pub fn request_body(turn: &Turn, stream: bool) -> CreateMessage {
     let mut system = Vec::new();
-    let mut messages: Vec<Value> = Vec::new();
+    let mut messages = Vec::new();
     for message in &turn.messages {
         match message {
             Message::System(text) => system.push(text.clone()),
-            Message::User(text) => push(
-                &mut messages,
-                "user",
-                vec![json!({"type": "text", "text": text})],
-            ),
+            Message::User(text) => push(&mut messages, Role::User, vec![text_block(text)]),
             Message::Assistant { text, tool_calls } => {
                 let mut blocks = Vec::new();
                 if !text.is_empty() {
-                    blocks.push(json!({"type": "text", "text": text}));
+                    blocks.push(text_block(text));
                 }
                 for call in tool_calls {
-                    let input: Value = serde_json::from_str(&call.arguments)
-                        .ok()
-                        .filter(Value::is_object)
-                        .unwrap_or_else(|| json!({}));
-                    blocks.push(json!({"type": "tool_use", "id": call.id, "name": call.name, "input": input}));
+                    // Arguments that are no JSON object are sent as none.
+                    let input = serde_json::from_str(&call.arguments).unwrap_or_default();
+                    blocks.push(ContentBlock::ToolUse(ToolUseBlock {
+                        id: call.id.clone(),
+                        name: call.name.clone(),
+                        input,
+                        extra: Map::new(),
+                    }));
                 }
-                push(&mut messages, "assistant", blocks);
+                push(&mut messages, Role::Assistant, blocks);
             }
             Message::Tool { call_id, output } => push(
                 &mut messages,
-                "user",
-                vec![json!({"type": "tool_result", "tool_use_id": call_id, "content": output})],
+                Role::User,
+                vec![ContentBlock::ToolResult(ToolResultBlock {
+                    tool_use_id: call_id.clone(),
+                    content: Some(TextOrBlocks::Text(output.clone())),
+                    is_error: None,
+                    extra: Map::new(),
+                })],
             ),
         }
     }
-    let mut body = json!({
-        "model": turn.model,
-        "max_tokens": turn.max_output_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
-        "messages": messages,
-    });
-    if !system.is_empty() {
-        body["system"] = json!(system.join("\n\n"));
-    }
-    if !turn.tools.is_empty() {
-        body["tools"] = turn
+    let (tools, tool_choice) = if turn.tools.is_empty() {
+        (None, None)
+    } else {
+        let tools = turn
             .tools
             .iter()
             .map(|tool| {
-                json!({
-                    "name": tool.name,
-                    "description": tool.description,
-                    "input_schema": tool.parameters,
+                Tool::Custom(CustomTool {
+                    kind: None,
+                    name: tool.name.clone(),
+                    description: Some(tool.description.clone()),
+                    input_schema: match &tool.parameters {
+                        Value::Object(schema) => schema.clone(),
+                        _ => Map::new(),
+                    },
+                    extra: Map::new(),
                 })
             })
             .collect();
-        let mut choice = match &turn.tool_choice {
-            ToolChoice::Auto => json!({"type": "auto"}),
-            ToolChoice::Required => json!({"type": "any"}),
-            ToolChoice::None => json!({"type": "none"}),
-            ToolChoice::Named(name) => json!({"type": "tool", "name": name}),
+        let parallel = ParallelUse {
+            disable_parallel_tool_use: (turn.parallel_tool_calls == Some(false)).then_some(true),
         };
-        if turn.parallel_tool_calls == Some(false) && choice["type"] != "none" {
-            choice["disable_parallel_tool_use"] = json!(true);
-        }
-        body["tool_choice"] = choice;
+        let choice = match &turn.tool_choice {
+            ToolChoice::Auto => MessagesToolChoice::Auto(parallel),
+            ToolChoice::Required => MessagesToolChoice::Any(parallel),
+            ToolChoice::None => MessagesToolChoice::None {},
+            ToolChoice::Named(name) => MessagesToolChoice::Tool {
+                name: name.clone(),
+                parallel,
+            },
+        };
+        (Some(tools), Some(choice))
+    };
+    CreateMessage {
+        model: turn.model.clone(),
+        max_tokens: turn.max_output_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+        messages,
+        system: (!system.is_empty()).then(|| TextOrBlocks::Text(system.join("\n\n"))),
+        tools,
+        tool_choice,
+        stream: stream.then_some(true),
+        metadata: None,
+        temperature: turn.temperature,
+        top_p: turn.top_p,
+        top_k: None,
+        stop_sequences: None,
+        service_tier: None,
+        thinking: None,
+        session_id: None,
     }
-    super::sampling(&mut body, turn);
-    if stream {
-        body["stream"] = json!(true);
-    }
-    body
 }
 
-fn finish_of(reason: Option<&str>) -> Finish {
+fn finish_of(reason: Option<&StopReason>) -> Finish {
     match reason {
-        Some("max_tokens") => Finish::Length,
-        Some("refusal") => Finish::ContentFilter,
+        Some(StopReason::MaxTokens) => Finish::Length,
+        Some(StopReason::Refusal) => Finish::ContentFilter,
         _ => Finish::Stop,
     }
 }
 
+/// Tokens an answer counted (either may be left out).
+#[derive(Debug, Default, Deserialize)]
+struct Counts {
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    #[serde(default)]
+    output_tokens: Option<u64>,
+}
+
+/// A whole message as an upstream answers it, read for what the reply
+/// needs: its blocks (required), why it stopped, its usage; or an error.
+#[derive(Debug, Deserialize)]
+pub struct Answer {
+    #[serde(default)]
+    content: Option<Vec<ContentBlock>>,
+    #[serde(default)]
+    stop_reason: Option<StopReason>,
+    #[serde(default)]
+    usage: Option<Counts>,
+    #[serde(default)]
+    error: Option<ApiError>,
+}
+
 /// Reads a whole message.
-pub fn parse_message(message: &Value) -> Result<Reply, UpstreamError> {
-    if let Some(error) = super::error_message(message) {
+pub fn parse_message(message: Answer) -> Result<Reply, UpstreamError> {
+    if let Some(error) = message.error.and_then(|error| error.message()) {
         return Err(UpstreamError::Malformed(excerpt(&error)));
     }
     let content = message
-        .get("content")
-        .and_then(Value::as_array)
+        .content
         .ok_or_else(|| UpstreamError::Malformed("a message without content".into()))?;
     let mut text = String::new();
     let mut tool_calls = Vec::new();
     for block in content {
-        match block.get("type").and_then(Value::as_str) {
-            Some("text") => text.push_str(block.get("text").and_then(Value::as_str).unwrap_or("")),
-            Some("tool_use") => tool_calls.push(ToolCall {
-                id: block
-                    .get("id")
-                    .and_then(Value::as_str)
-                    .unwrap_or("call")
-                    .to_owned(),
-                name: block
-                    .get("name")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_owned(),
-                arguments: block.get("input").cloned().unwrap_or(json!({})).to_string(),
+        match block {
+            ContentBlock::Text(block) => text.push_str(&block.text),
+            ContentBlock::ToolUse(call) => tool_calls.push(ToolCall {
+                id: call.id,
+                name: call.name,
+                arguments: Value::Object(call.input).to_string(),
             }),
             _ => {}
         }
     }
-    let usage = message.get("usage");
-    let count = |key: &str| {
-        usage
-            .and_then(|u| u.get(key))
-            .and_then(Value::as_u64)
-            .unwrap_or(0)
-    };
+    let usage = message.usage.unwrap_or_default();
     Ok(Reply {
         text,
         tool_calls,
         usage: Usage {
-            input_tokens: count("input_tokens"),
-            output_tokens: count("output_tokens"),
+            input_tokens: usage.input_tokens.unwrap_or(0),
+            output_tokens: usage.output_tokens.unwrap_or(0),
         },
-        finish: finish_of(message.get("stop_reason").and_then(Value::as_str)),
+        finish: finish_of(message.stop_reason.as_ref()),
     })
 }
 
-#[async_trait]
-impl Upstream for Anthropic {
-    async fn complete(
-        &self,
-        turn: &Turn,
+/// The events of the stream the adapter reads (others are skipped).
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Event {
+    MessageStart {
+        #[serde(default)]
+        message: Option<Started>,
+    },
+    ContentBlockStart {
+        #[serde(default)]
+        index: usize,
+        content_block: ContentBlock,
+    },
+    ContentBlockDelta {
+        #[serde(default)]
+        index: usize,
+        delta: BlockDelta,
+    },
+    MessageDelta {
+        #[serde(default)]
+        delta: Option<Stopped>,
+        #[serde(default)]
+        usage: Option<Counts>,
+    },
+    MessageStop,
+    Error {
+        #[serde(default)]
+        error: Option<ApiError>,
+    },
+    #[serde(other)]
+    Other,
+}
+
+/// `message_start`'s message, for its usage.
+#[derive(Debug, Deserialize)]
+struct Started {
+    #[serde(default)]
+    usage: Option<Counts>,
+}
+
+/// `message_delta`'s delta, for why the message stopped.
+#[derive(Debug, Deserialize)]
+struct Stopped {
+    #[serde(default)]
+    stop_reason: Option<StopReason>,
+}
+
+/// Reads the stream: text and tool uses by block index.
+#[derive(Default)]
+struct Stream {
+    text: String,
+    /// Tool uses by block index: (id, name, input JSON so far).
+    calls: BTreeMap<usize, (String, String, String)>,
+    usage: Usage,
+    stop: Option<StopReason>,
+    ended: bool,
+}
+
+impl Dialect for Stream {
+    type Body = Answer;
+    type Event = Event;
+
+    fn whole(body: Answer) -> Result<Reply, UpstreamError> {
+        parse_message(body)
+    }
+
+    fn event(
+        &mut self,
+        event: Event,
         deltas: Option<&DeltaSink>,
-    ) -> Result<Reply, UpstreamError> {
-        let body = request_body(turn, true);
-        let url = self.endpoint.url("messages");
-        let config = &self.endpoint.config;
-        let max_arguments = config.limits.max_tool_call_bytes;
-        let mut budget = super::Budget::turn(config);
-        let response = super::send(config, &budget, || {
-            let request = self
-                .endpoint
-                .client
-                .post(&url)
-                .header("anthropic-version", VERSION)
-                .json(&body);
-            match &self.endpoint.config.api_key {
-                Some(key) => request.header("x-api-key", key),
-                None => request,
+        max_arguments: usize,
+    ) -> Result<bool, UpstreamError> {
+        match event {
+            Event::MessageStart { message } => {
+                self.usage.input_tokens = message
+                    .and_then(|m| m.usage)
+                    .and_then(|u| u.input_tokens)
+                    .unwrap_or(0);
             }
-        })
-        .await?;
-        if !super::is_event_stream(&response) {
-            let reply = parse_message(&super::json_body(response, &mut budget).await?)?;
-            let reply = super::check_reply(reply, max_arguments)?;
-            if let (Some(sink), false) = (deltas, reply.text.is_empty()) {
-                let _ = sink.send(Delta::Text(reply.text.clone()));
+            Event::ContentBlockStart {
+                index,
+                content_block: ContentBlock::ToolUse(call),
+            } => {
+                if let Some(sink) = deltas {
+                    let _ = sink.send(Delta::ToolCall {
+                        index,
+                        id: call.id.clone(),
+                        name: call.name.clone(),
+                    });
+                }
+                self.calls
+                    .insert(index, (call.id, call.name, String::new()));
             }
-            return Ok(reply);
-        }
-        let mut text = String::new();
-        // Tool uses by block index: (id, name, input JSON so far).
-        let mut calls: BTreeMap<usize, (String, String, String)> = BTreeMap::new();
-        let mut usage = Usage::default();
-        let mut stop = None;
-        let mut ended = false;
-        super::read_events_within(response, &mut budget, |event| {
-            let index = event.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
-            match event.get("type").and_then(Value::as_str) {
-                Some("message_start") => {
-                    usage.input_tokens = event
-                        .pointer("/message/usage/input_tokens")
-                        .and_then(Value::as_u64)
-                        .unwrap_or(0);
-                }
-                Some("content_block_start") => {
-                    let block = event.get("content_block").cloned().unwrap_or(json!({}));
-                    if block.get("type").and_then(Value::as_str) == Some("tool_use") {
-                        let id = block
-                            .get("id")
-                            .and_then(Value::as_str)
-                            .unwrap_or("call")
-                            .to_owned();
-                        let name = block
-                            .get("name")
-                            .and_then(Value::as_str)
-                            .unwrap_or("")
-                            .to_owned();
-                        if let Some(sink) = deltas {
-                            let _ = sink.send(Delta::ToolCall {
-                                index,
-                                id: id.clone(),
-                                name: name.clone(),
-                            });
-                        }
-                        calls.insert(index, (id, name, String::new()));
+            Event::ContentBlockDelta { index, delta } => match delta {
+                BlockDelta::TextDelta { text } => {
+                    self.text.push_str(&text);
+                    if let Some(sink) = deltas {
+                        let _ = sink.send(Delta::Text(text));
                     }
                 }
-                Some("content_block_delta") => {
-                    let delta = event.get("delta").cloned().unwrap_or(json!({}));
-                    match delta.get("type").and_then(Value::as_str) {
-                        Some("text_delta") => {
-                            let piece = delta.get("text").and_then(Value::as_str).unwrap_or("");
-                            text.push_str(piece);
-                            if let Some(sink) = deltas {
-                                let _ = sink.send(Delta::Text(piece.to_owned()));
-                            }
-                        }
-                        Some("input_json_delta") => {
-                            let piece = delta
-                                .get("partial_json")
-                                .and_then(Value::as_str)
-                                .unwrap_or("");
-                            if let Some(call) = calls.get_mut(&index) {
-                                call.2.push_str(piece);
-                                super::check_arguments(&call.2, max_arguments)?;
-                            }
-                            if let Some(sink) = deltas {
-                                let _ = sink.send(Delta::ToolArguments {
-                                    index,
-                                    delta: piece.to_owned(),
-                                });
-                            }
-                        }
-                        _ => {}
+                BlockDelta::InputJsonDelta { partial_json } => {
+                    if let Some(call) = self.calls.get_mut(&index) {
+                        call.2.push_str(&partial_json);
+                        check_arguments(&call.2, max_arguments)?;
                     }
-                }
-                Some("message_delta") => {
-                    stop = event
-                        .pointer("/delta/stop_reason")
-                        .and_then(Value::as_str)
-                        .map(str::to_owned);
-                    if let Some(n) = event
-                        .pointer("/usage/output_tokens")
-                        .and_then(Value::as_u64)
-                    {
-                        usage.output_tokens = n;
+                    if let Some(sink) = deltas {
+                        let _ = sink.send(Delta::ToolArguments {
+                            index,
+                            delta: partial_json,
+                        });
                     }
-                }
-                Some("message_stop") => {
-                    ended = true;
-                    return Ok(false);
-                }
-                Some("error") => {
-                    let message =
-                        super::error_message(&event).unwrap_or_else(|| "an error event".into());
-                    return Err(UpstreamError::Malformed(excerpt(&message)));
                 }
                 _ => {}
+            },
+            Event::MessageDelta { delta, usage } => {
+                self.stop = delta.and_then(|d| d.stop_reason);
+                if let Some(n) = usage.and_then(|u| u.output_tokens) {
+                    self.usage.output_tokens = n;
+                }
             }
-            Ok(true)
-        })
-        .await?;
-        if !ended && text.is_empty() && calls.is_empty() {
+            Event::MessageStop => {
+                self.ended = true;
+                return Ok(false);
+            }
+            Event::Error { error } => {
+                let message = error
+                    .and_then(|e| e.message())
+                    .unwrap_or_else(|| "an error event".into());
+                return Err(UpstreamError::Malformed(excerpt(&message)));
+            }
+            Event::ContentBlockStart { .. } | Event::Other => {}
+        }
+        Ok(true)
+    }
+
+    fn finish(self) -> Result<Reply, UpstreamError> {
+        if !self.ended && self.text.is_empty() && self.calls.is_empty() {
             return Err(UpstreamError::Malformed(
                 "the event stream ended without a message".into(),
             ));
         }
         Ok(Reply {
-            text,
-            tool_calls: calls
+            text: self.text,
+            tool_calls: self
+                .calls
                 .into_values()
                 .map(|(id, name, input)| ToolCall {
                     id,
@@ -322,9 +384,23 @@ impl Upstream for Anthropic {
                     },
                 })
                 .collect(),
-            usage,
-            finish: finish_of(stop.as_deref()),
+            usage: self.usage,
+            finish: finish_of(self.stop.as_ref()),
         })
+    }
+}
+
+#[async_trait]
+impl Upstream for Anthropic {
+    async fn complete(
+        &self,
+        turn: &Turn,
+        deltas: Option<&DeltaSink>,
+    ) -> Result<Reply, UpstreamError> {
+        let body = request_body(turn, true);
+        self.endpoint
+            .complete(&body, Stream::default(), deltas)
+            .await
     }
 }
 
@@ -370,18 +446,18 @@ mod tests {
             max_output_tokens: None,
             parallel_tool_calls: None,
         };
-        let body = request_body(&turn, false);
+        let body = serde_json::to_value(request_body(&turn, false)).unwrap();
         assert_eq!(body["system"], "sys");
         assert_eq!(body["max_tokens"], 4096);
         let messages = body["messages"].as_array().unwrap();
         assert_eq!(messages.len(), 3);
         assert_eq!(messages[1]["content"][1]["input"]["commands"][0], "ls");
         assert_eq!(messages[2]["content"].as_array().unwrap().len(), 2);
-        let reply = parse_message(&json!({
+        let reply = parse_message(serde_json::from_value(serde_json::json!({
             "content": [{"type": "text", "text": "x"}, {"type": "tool_use", "id": "t3", "name": "shell", "input": {"commands": ["pwd"]}}],
             "stop_reason": "tool_use",
             "usage": {"input_tokens": 1, "output_tokens": 2},
-        }))
+        })).unwrap())
         .unwrap();
         assert_eq!(reply.tool_calls[0].arguments, "{\"commands\":[\"pwd\"]}");
     }

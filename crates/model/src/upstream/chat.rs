@@ -9,93 +9,103 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
-use serde_json::{json, Value};
+use shellgate_wire::chat::{
+    ChatChunk, ChatCompletion, ChatMessage, ChatRequest, ChatTool, ChatToolCall, ChatToolChoice,
+    ChatUsage, ChoiceMessage, FunctionCall, FunctionDefinition, FunctionKind, FunctionName,
+    NamedToolChoice, StreamOptions, ToolChoiceMode,
+};
 
+use super::transport::{check_arguments, excerpt, Auth, Dialect, Endpoint, Route};
 use super::{
-    excerpt, Delta, DeltaSink, Finish, Message, Reply, ToolCall, ToolChoice, Turn, Upstream,
-    UpstreamConfig, UpstreamError, Usage,
+    Delta, DeltaSink, Finish, Message, Reply, ToolCall, ToolChoice, Turn, Upstream, UpstreamConfig,
+    UpstreamError, Usage,
 };
 
 /// The Chat Completions adapter.
 pub struct ChatCompletions {
-    endpoint: super::Endpoint,
+    endpoint: Endpoint,
 }
 
 impl ChatCompletions {
     pub fn new(config: UpstreamConfig) -> Result<Self, UpstreamError> {
+        let route = Route {
+            path: "chat/completions",
+            auth: Auth::Bearer,
+            headers: &[],
+        };
         Ok(Self {
-            endpoint: super::Endpoint::new(config)?,
+            endpoint: Endpoint::new(config, route)?,
         })
     }
 }
 
 /// The request body for a turn.
-pub fn request_body(turn: &Turn, stream: bool) -> Value {
-    let messages: Vec<Value> = turn
+pub fn request_body(turn: &Turn, stream: bool) -> ChatRequest {
+    let messages = turn
         .messages
         .iter()
         .map(|message| match message {
-            Message::System(text) => json!({"role": "system", "content": text}),
-            Message::User(text) => json!({"role": "user", "content": text}),
-            Message::Assistant { text, tool_calls } => {
-                let mut value = json!({
-                    "role": "assistant",
-                    "content": if text.is_empty() { Value::Null } else { json!(text) },
-                });
-                if !tool_calls.is_empty() {
-                    value["tool_calls"] = tool_calls
-                        .iter()
-                        .map(|call| {
-                            json!({
-                                "id": call.id,
-                                "type": "function",
-                                "function": {"name": call.name, "arguments": call.arguments},
-                            })
-                        })
-                        .collect();
-                }
-                value
-            }
-            Message::Tool { call_id, output } => {
-                json!({"role": "tool", "tool_call_id": call_id, "content": output})
-            }
+            Message::System(text) => ChatMessage::System {
+                content: text.clone(),
+            },
+            Message::User(text) => ChatMessage::User {
+                content: text.clone(),
+            },
+            Message::Assistant { text, tool_calls } => ChatMessage::Assistant {
+                content: (!text.is_empty()).then(|| text.clone()),
+                tool_calls: tool_calls
+                    .iter()
+                    .map(|call| ChatToolCall {
+                        id: call.id.clone(),
+                        kind: FunctionKind::Function,
+                        function: FunctionCall {
+                            name: call.name.clone(),
+                            arguments: call.arguments.clone(),
+                        },
+                    })
+                    .collect(),
+            },
+            Message::Tool { call_id, output } => ChatMessage::Tool {
+                tool_call_id: call_id.clone(),
+                content: output.clone(),
+            },
         })
         .collect();
-    let mut body = json!({"model": turn.model, "messages": messages});
-    if !turn.tools.is_empty() {
-        body["tools"] = turn
+    let has_tools = !turn.tools.is_empty();
+    ChatRequest {
+        model: turn.model.clone(),
+        messages,
+        tools: turn
             .tools
             .iter()
-            .map(|tool| {
-                json!({
-                    "type": "function",
-                    "function": {
-                        "name": tool.name,
-                        "description": tool.description,
-                        "parameters": tool.parameters,
-                    },
-                })
+            .map(|tool| ChatTool {
+                kind: FunctionKind::Function,
+                function: FunctionDefinition {
+                    name: tool.name.clone(),
+                    description: tool.description.clone(),
+                    parameters: tool.parameters.clone(),
+                },
             })
-            .collect();
-        body["tool_choice"] = match &turn.tool_choice {
-            ToolChoice::Auto => json!("auto"),
-            ToolChoice::Required => json!("required"),
-            ToolChoice::None => json!("none"),
-            ToolChoice::Named(name) => json!({"type": "function", "function": {"name": name}}),
-        };
-        if let Some(parallel) = turn.parallel_tool_calls {
-            body["parallel_tool_calls"] = json!(parallel);
-        }
+            .collect(),
+        // A tool choice without tools is an error to some servers.
+        tool_choice: has_tools.then(|| match &turn.tool_choice {
+            ToolChoice::Auto => ChatToolChoice::Mode(ToolChoiceMode::Auto),
+            ToolChoice::Required => ChatToolChoice::Mode(ToolChoiceMode::Required),
+            ToolChoice::None => ChatToolChoice::Mode(ToolChoiceMode::None),
+            ToolChoice::Named(name) => ChatToolChoice::Function(NamedToolChoice {
+                kind: FunctionKind::Function,
+                function: FunctionName { name: name.clone() },
+            }),
+        }),
+        parallel_tool_calls: turn.parallel_tool_calls.filter(|_| has_tools),
+        temperature: turn.temperature,
+        top_p: turn.top_p,
+        max_tokens: turn.max_output_tokens,
+        stream: stream.then_some(true),
+        stream_options: stream.then_some(StreamOptions {
+            include_usage: true,
+        }),
     }
-    super::sampling(&mut body, turn);
-    if let Some(n) = turn.max_output_tokens {
-        body["max_tokens"] = json!(n);
-    }
-    if stream {
-        body["stream"] = json!(true);
-        body["stream_options"] = json!({"include_usage": true});
-    }
-    body
 }
 
 /// Assembles a reply from chunks (streamed) or one completion.
@@ -117,52 +127,42 @@ fn finish_of(reason: &str) -> Finish {
 }
 
 impl Assembly {
-    /// Takes one chunk (`delta`) or one choice's `message`; a tool call
+    /// Takes one chunk's `delta` or one choice's `message`; a tool call
     /// whose arguments grow past `max_arguments` bytes is an error.
     fn take(
         &mut self,
-        part: &Value,
+        part: ChoiceMessage,
         deltas: Option<&DeltaSink>,
         max_arguments: usize,
     ) -> Result<(), UpstreamError> {
-        if let Some(text) = part.get("content").and_then(Value::as_str) {
-            if !text.is_empty() {
-                self.text.push_str(text);
-                if let Some(sink) = deltas {
-                    let _ = sink.send(Delta::Text(text.to_owned()));
-                }
+        if let Some(text) = part.content.filter(|text| !text.is_empty()) {
+            self.text.push_str(&text);
+            if let Some(sink) = deltas {
+                let _ = sink.send(Delta::Text(text));
             }
         }
-        let Some(calls) = part.get("tool_calls").and_then(Value::as_array) else {
-            return Ok(());
-        };
-        for (position, call) in calls.iter().enumerate() {
+        for (position, call) in part.tool_calls.into_iter().enumerate() {
             let index = call
-                .get("index")
-                .and_then(Value::as_u64)
-                .map(|i| i as usize)
+                .index
+                .and_then(|i| usize::try_from(i).ok())
                 .unwrap_or(position);
-            let function = call.get("function");
-            let id = call.get("id").and_then(Value::as_str);
-            let name = function.and_then(|f| f.get("name")).and_then(Value::as_str);
-            let arguments = function
-                .and_then(|f| f.get("arguments"))
-                .map(|a| match a {
-                    Value::String(s) => s.clone(),
-                    // Some servers send arguments as an object.
-                    other => other.to_string(),
-                })
-                .unwrap_or_default();
+            let (name, arguments) = match call.function {
+                Some(function) => (
+                    function.name,
+                    function
+                        .arguments
+                        .map(|arguments| arguments.into_text())
+                        .unwrap_or_default(),
+                ),
+                None => (None, String::new()),
+            };
             let new = !self.calls.contains_key(&index);
-            let entry = self
-                .calls
-                .entry(index)
-                .or_insert_with(|| (String::new(), String::new(), String::new()));
-            if let Some(id) = id {
-                entry.0 = id.to_owned();
+            let entry = self.calls.entry(index).or_default();
+            if let Some(id) = call.id {
+                entry.0 = id;
             }
             if let Some(name) = name {
-                entry.1.push_str(name);
+                entry.1.push_str(&name);
             }
             if let Some(sink) = deltas {
                 if new {
@@ -180,17 +180,16 @@ impl Assembly {
                 }
             }
             entry.2.push_str(&arguments);
-            super::check_arguments(&entry.2, max_arguments)?;
+            check_arguments(&entry.2, max_arguments)?;
         }
         Ok(())
     }
 
-    fn take_usage(&mut self, usage: Option<&Value>) {
-        if let Some(usage) = usage.filter(|u| u.is_object()) {
-            let count = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
+    fn take_usage(&mut self, usage: Option<ChatUsage>) {
+        if let Some(usage) = usage {
             self.usage = Usage {
-                input_tokens: count("prompt_tokens"),
-                output_tokens: count("completion_tokens"),
+                input_tokens: usage.prompt_tokens,
+                output_tokens: usage.completion_tokens,
             };
         }
     }
@@ -223,30 +222,65 @@ impl Assembly {
     }
 }
 
-use super::error_message as error_in;
-
 /// Reads one whole completion (a server that does not stream).
-pub fn parse_completion(body: &Value) -> Result<Reply, UpstreamError> {
-    if let Some(message) = error_in(body) {
+pub fn parse_completion(body: ChatCompletion) -> Result<Reply, UpstreamError> {
+    if let Some(message) = body.error.and_then(|error| error.message()) {
         return Err(UpstreamError::Malformed(excerpt(&message)));
     }
     let choice = body
-        .get("choices")
-        .and_then(|c| c.get(0))
+        .choices
+        .into_iter()
+        .next()
         .ok_or_else(|| UpstreamError::Malformed("no choices in the completion".into()))?;
     let message = choice
-        .get("message")
+        .message
         .ok_or_else(|| UpstreamError::Malformed("a choice without a message".into()))?;
     let mut assembly = Assembly::default();
     // A whole completion's size was bounded as it was read; its tool calls
     // are checked by the caller.
     assembly.take(message, None, usize::MAX)?;
-    assembly.finish = choice
-        .get("finish_reason")
-        .and_then(Value::as_str)
-        .map(finish_of);
-    assembly.take_usage(body.get("usage"));
+    assembly.finish = choice.finish_reason.as_deref().map(finish_of);
+    assembly.take_usage(body.usage);
     Ok(assembly.reply())
+}
+
+impl Dialect for Assembly {
+    type Body = ChatCompletion;
+    type Event = ChatChunk;
+
+    fn whole(body: ChatCompletion) -> Result<Reply, UpstreamError> {
+        parse_completion(body)
+    }
+
+    fn event(
+        &mut self,
+        chunk: ChatChunk,
+        deltas: Option<&DeltaSink>,
+        max_arguments: usize,
+    ) -> Result<bool, UpstreamError> {
+        if let Some(message) = chunk.error.and_then(|error| error.message()) {
+            return Err(UpstreamError::Malformed(excerpt(&message)));
+        }
+        if let Some(choice) = chunk.choices.into_iter().next() {
+            if let Some(delta) = choice.delta {
+                self.take(delta, deltas, max_arguments)?;
+            }
+            if let Some(reason) = choice.finish_reason {
+                self.finish = Some(finish_of(&reason));
+            }
+        }
+        self.take_usage(chunk.usage);
+        Ok(true)
+    }
+
+    fn finish(self) -> Result<Reply, UpstreamError> {
+        if self.finish.is_none() && self.text.is_empty() && self.calls.is_empty() {
+            return Err(UpstreamError::Malformed(
+                "the event stream ended without an answer".into(),
+            ));
+        }
+        Ok(self.reply())
+    }
 }
 
 #[async_trait]
@@ -257,54 +291,9 @@ impl Upstream for ChatCompletions {
         deltas: Option<&DeltaSink>,
     ) -> Result<Reply, UpstreamError> {
         let body = request_body(turn, true);
-        let config = &self.endpoint.config;
-        let max_arguments = config.limits.max_tool_call_bytes;
-        let mut budget = super::Budget::turn(config);
-        let response = super::send(config, &budget, || {
-            let request = self
-                .endpoint
-                .client
-                .post(self.endpoint.url("chat/completions"))
-                .json(&body);
-            match &self.endpoint.config.api_key {
-                Some(key) => request.bearer_auth(key),
-                None => request,
-            }
-        })
-        .await?;
-        if !super::is_event_stream(&response) {
-            let reply = parse_completion(&super::json_body(response, &mut budget).await?)?;
-            let reply = super::check_reply(reply, max_arguments)?;
-            if let Some(sink) = deltas {
-                if !reply.text.is_empty() {
-                    let _ = sink.send(Delta::Text(reply.text.clone()));
-                }
-            }
-            return Ok(reply);
-        }
-        let mut assembly = Assembly::default();
-        super::read_events_within(response, &mut budget, |event| {
-            if let Some(message) = error_in(&event) {
-                return Err(UpstreamError::Malformed(excerpt(&message)));
-            }
-            if let Some(choice) = event.get("choices").and_then(|c| c.get(0)) {
-                if let Some(delta) = choice.get("delta") {
-                    assembly.take(delta, deltas, max_arguments)?;
-                }
-                if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
-                    assembly.finish = Some(finish_of(reason));
-                }
-            }
-            assembly.take_usage(event.get("usage"));
-            Ok(true)
-        })
-        .await?;
-        if assembly.finish.is_none() && assembly.text.is_empty() && assembly.calls.is_empty() {
-            return Err(UpstreamError::Malformed(
-                "the event stream ended without an answer".into(),
-            ));
-        }
-        Ok(assembly.reply())
+        self.endpoint
+            .complete(&body, Assembly::default(), deltas)
+            .await
     }
 }
 
@@ -312,6 +301,7 @@ impl Upstream for ChatCompletions {
 mod tests {
     use super::*;
     use crate::upstream::ToolSpec;
+    use serde_json::{json, Value};
 
     fn turn() -> Turn {
         Turn {
@@ -347,7 +337,7 @@ mod tests {
 
     #[test]
     fn a_turn_becomes_chat_messages_and_function_tools() {
-        let body = request_body(&turn(), true);
+        let body = serde_json::to_value(request_body(&turn(), true)).unwrap();
         assert_eq!(body["messages"][0]["role"], "system");
         assert_eq!(body["messages"][2]["content"], Value::Null);
         assert_eq!(
@@ -370,7 +360,8 @@ mod tests {
             json!({"tool_calls": [{"index": 0, "function": {"arguments": "ands\":[\"ls\"]}"}}]}),
             json!({"tool_calls": [{"index": 1, "id": "c10", "function": {"name": "f", "arguments": ""}}]}),
         ] {
-            assembly.take(&delta, None, usize::MAX).unwrap();
+            let delta = serde_json::from_value(delta).unwrap();
+            assembly.take(delta, None, usize::MAX).unwrap();
         }
         let reply = assembly.reply();
         assert_eq!(reply.text, "Let me look.");
@@ -382,11 +373,13 @@ mod tests {
     #[test]
     fn garbage_is_a_clear_error() {
         assert!(matches!(
-            parse_completion(&json!({"nothing": 1})),
+            parse_completion(serde_json::from_value(json!({"nothing": 1})).unwrap()),
             Err(UpstreamError::Malformed(_))
         ));
         assert!(matches!(
-            parse_completion(&json!({"error": {"message": "model overloaded"}})),
+            parse_completion(
+                serde_json::from_value(json!({"error": {"message": "model overloaded"}})).unwrap()
+            ),
             Err(UpstreamError::Malformed(m)) if m.contains("overloaded")
         ));
     }

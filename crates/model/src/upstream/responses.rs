@@ -7,146 +7,240 @@
 //! `response.completed` object.
 
 use async_trait::async_trait;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::Map;
+use shellgate_wire::chat::ApiError;
+use shellgate_wire::responses::{
+    FunctionCall, FunctionCallOutput, FunctionTool, IncompleteDetails, Item,
+    Message as MessageItem, MessageContent, Role, Tool, ToolChoice as ResponsesToolChoice,
+    ToolOutput,
+};
 
+use super::transport::{excerpt, Auth, Dialect, Endpoint, Route};
 use super::{
-    excerpt, Delta, DeltaSink, Finish, Message, Reply, ToolCall, ToolChoice, Turn, Upstream,
-    UpstreamConfig, UpstreamError, Usage,
+    Delta, DeltaSink, Finish, Message, Reply, ToolCall, ToolChoice, Turn, Upstream, UpstreamConfig,
+    UpstreamError, Usage,
 };
 
 pub struct Responses {
-    endpoint: super::Endpoint,
+    endpoint: Endpoint,
 }
 
 impl Responses {
     pub fn new(config: UpstreamConfig) -> Result<Self, UpstreamError> {
+        let route = Route {
+            path: "responses",
+            auth: Auth::Bearer,
+            headers: &[],
+        };
         Ok(Self {
-            endpoint: super::Endpoint::new(config)?,
+            endpoint: Endpoint::new(config, route)?,
         })
     }
 }
 
+/// What shellgate asks of a Responses upstream: the conversation as items,
+/// its function tools, nothing stored there.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Request {
+    pub model: String,
+    pub input: Vec<Item>,
+    pub store: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<Tool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<ResponsesToolChoice>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parallel_tool_calls: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_output_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream: Option<bool>,
+}
+
+fn message(role: Role, text: &str) -> Item {
+    Item::Message(MessageItem {
+        id: None,
+        role,
+        status: None,
+        content: MessageContent::Text(text.to_owned()),
+        extra: Map::new(),
+    })
+}
+
 /// The request body for a turn.
-pub fn request_body(turn: &Turn, stream: bool) -> Value {
+pub fn request_body(turn: &Turn, stream: bool) -> Request {
     let mut instructions = Vec::new();
     let mut input = Vec::new();
-    for message in &turn.messages {
-        match message {
+    for entry in &turn.messages {
+        match entry {
             Message::System(text) => instructions.push(text.clone()),
-            Message::User(text) => input.push(json!({"role": "user", "content": text})),
+            Message::User(text) => input.push(message(Role::User, text)),
             Message::Assistant { text, tool_calls } => {
                 if !text.is_empty() {
-                    input.push(json!({"role": "assistant", "content": text}));
+                    input.push(message(Role::Assistant, text));
                 }
                 for call in tool_calls {
-                    input.push(json!({
-                        "type": "function_call",
-                        "call_id": call.id,
-                        "name": call.name,
-                        "arguments": call.arguments,
+                    input.push(Item::FunctionCall(FunctionCall {
+                        id: None,
+                        call_id: Some(call.id.clone()),
+                        name: call.name.clone(),
+                        arguments: call.arguments.clone(),
+                        status: None,
+                        extra: Map::new(),
                     }));
                 }
             }
-            Message::Tool { call_id, output } => input.push(json!({
-                "type": "function_call_output",
-                "call_id": call_id,
-                "output": output,
-            })),
+            Message::Tool { call_id, output } => {
+                input.push(Item::FunctionCallOutput(FunctionCallOutput {
+                    id: None,
+                    call_id: Some(call_id.clone()),
+                    output: ToolOutput::Text(output.clone()),
+                    status: None,
+                    extra: Map::new(),
+                }))
+            }
         }
     }
-    let mut body = json!({"model": turn.model, "input": input, "store": false});
-    if !instructions.is_empty() {
-        body["instructions"] = json!(instructions.join("\n\n"));
-    }
-    if !turn.tools.is_empty() {
-        body["tools"] = turn
+    let has_tools = !turn.tools.is_empty();
+    Request {
+        model: turn.model.clone(),
+        input,
+        store: false,
+        instructions: (!instructions.is_empty()).then(|| instructions.join("\n\n")),
+        tools: turn
             .tools
             .iter()
             .map(|tool| {
-                json!({
-                    "type": "function",
-                    "name": tool.name,
-                    "description": tool.description,
-                    "parameters": tool.parameters,
+                Tool::Function(FunctionTool {
+                    name: Some(tool.name.clone()),
+                    description: Some(tool.description.clone()),
+                    parameters: Some(tool.parameters.clone()),
+                    strict: None,
+                    extra: Map::new(),
                 })
             })
-            .collect();
-        body["tool_choice"] = match &turn.tool_choice {
-            ToolChoice::Auto => json!("auto"),
-            ToolChoice::Required => json!("required"),
-            ToolChoice::None => json!("none"),
-            ToolChoice::Named(name) => json!({"type": "function", "name": name}),
-        };
-        if let Some(parallel) = turn.parallel_tool_calls {
-            body["parallel_tool_calls"] = json!(parallel);
-        }
+            .collect(),
+        tool_choice: has_tools.then(|| match &turn.tool_choice {
+            ToolChoice::Auto => ResponsesToolChoice::Auto,
+            ToolChoice::Required => ResponsesToolChoice::Required,
+            ToolChoice::None => ResponsesToolChoice::None,
+            ToolChoice::Named(name) => ResponsesToolChoice::Function { name: name.clone() },
+        }),
+        parallel_tool_calls: turn.parallel_tool_calls.filter(|_| has_tools),
+        temperature: turn.temperature,
+        top_p: turn.top_p,
+        max_output_tokens: turn.max_output_tokens,
+        stream: stream.then_some(true),
     }
-    super::sampling(&mut body, turn);
-    if let Some(n) = turn.max_output_tokens {
-        body["max_output_tokens"] = json!(n);
-    }
-    if stream {
-        body["stream"] = json!(true);
-    }
-    body
+}
+
+/// Tokens an answer counted (either may be left out).
+#[derive(Debug, Default, Deserialize)]
+struct Counts {
+    #[serde(default)]
+    input_tokens: u64,
+    #[serde(default)]
+    output_tokens: u64,
+}
+
+/// A response object as an upstream answers it, read for what the reply
+/// needs: its output items (required), usage and why it is incomplete; or
+/// an error. Read more leniently than the API's own [`Item`]s (which the
+/// request uses): a model server's message without a `role`, or a call
+/// without a `call_id`, still gives its text and call.
+#[derive(Debug, Deserialize)]
+pub struct Answer {
+    #[serde(default)]
+    output: Option<Vec<OutputItem>>,
+    #[serde(default)]
+    usage: Option<Counts>,
+    #[serde(default)]
+    incomplete_details: Option<IncompleteDetails>,
+    #[serde(default)]
+    error: Option<ApiError>,
+}
+
+/// An output item, for what a reply takes of it.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type")]
+enum OutputItem {
+    #[serde(rename = "message")]
+    Message {
+        #[serde(default)]
+        content: Option<Parts>,
+    },
+    #[serde(rename = "function_call")]
+    FunctionCall {
+        #[serde(default)]
+        call_id: Option<String>,
+        #[serde(default)]
+        name: Option<String>,
+        #[serde(default)]
+        arguments: Option<String>,
+    },
+    #[serde(other)]
+    Other,
+}
+
+/// A message's content parts (content of another shape has no text).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Parts {
+    Parts(Vec<Part>),
+    Other(serde::de::IgnoredAny),
+}
+
+/// A content part, for its text (`output_text`'s, or any part's that has
+/// one).
+#[derive(Debug, Deserialize)]
+struct Part {
+    #[serde(default)]
+    text: Option<String>,
 }
 
 /// Reads a response object (the whole answer).
-pub fn parse_response(response: &Value) -> Result<Reply, UpstreamError> {
-    if let Some(message) = super::error_message(response) {
+pub fn parse_response(response: Answer) -> Result<Reply, UpstreamError> {
+    if let Some(message) = response.error.and_then(|error| error.message()) {
         return Err(UpstreamError::Malformed(excerpt(&message)));
     }
     let output = response
-        .get("output")
-        .and_then(Value::as_array)
+        .output
         .ok_or_else(|| UpstreamError::Malformed("a response without output".into()))?;
     let mut text = String::new();
     let mut tool_calls = Vec::new();
     for item in output {
-        match item.get("type").and_then(Value::as_str) {
-            Some("message") => {
-                for part in item
-                    .get("content")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                {
-                    if let Some(piece) = part.get("text").and_then(Value::as_str) {
-                        text.push_str(piece);
-                    }
+        match item {
+            OutputItem::Message {
+                content: Some(Parts::Parts(parts)),
+            } => {
+                for piece in parts.into_iter().filter_map(|part| part.text) {
+                    text.push_str(&piece);
                 }
             }
-            Some("function_call") => tool_calls.push(ToolCall {
-                id: item
-                    .get("call_id")
-                    .and_then(Value::as_str)
-                    .unwrap_or("call")
-                    .to_owned(),
-                name: item
-                    .get("name")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_owned(),
-                arguments: item
-                    .get("arguments")
-                    .and_then(Value::as_str)
-                    .unwrap_or("{}")
-                    .to_owned(),
+            OutputItem::FunctionCall {
+                call_id,
+                name,
+                arguments,
+            } => tool_calls.push(ToolCall {
+                id: call_id.unwrap_or_else(|| "call".to_owned()),
+                name: name.unwrap_or_default(),
+                arguments: arguments.unwrap_or_else(|| "{}".to_owned()),
             }),
-            _ => {}
+            OutputItem::Message { .. } | OutputItem::Other => {}
         }
     }
-    let usage = response.get("usage");
-    let count = |key: &str| {
-        usage
-            .and_then(|u| u.get(key))
-            .and_then(Value::as_u64)
-            .unwrap_or(0)
-    };
+    let usage = response.usage.unwrap_or_default();
     let finish = match response
-        .get("incomplete_details")
-        .and_then(|d| d.get("reason"))
-        .and_then(Value::as_str)
+        .incomplete_details
+        .as_ref()
+        .map(|d| d.reason.as_str())
     {
         Some("max_output_tokens") => Finish::Length,
         Some("content_filter") => Finish::ContentFilter,
@@ -156,11 +250,97 @@ pub fn parse_response(response: &Value) -> Result<Reply, UpstreamError> {
         text,
         tool_calls,
         usage: Usage {
-            input_tokens: count("input_tokens"),
-            output_tokens: count("output_tokens"),
+            input_tokens: usage.input_tokens,
+            output_tokens: usage.output_tokens,
         },
         finish,
     })
+}
+
+/// The events of the stream the adapter reads (others are skipped).
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type")]
+enum Event {
+    #[serde(rename = "response.output_text.delta")]
+    TextDelta {
+        #[serde(default)]
+        delta: Option<String>,
+    },
+    #[serde(rename = "response.completed", alias = "response.incomplete")]
+    Finished { response: Answer },
+    #[serde(rename = "response.failed")]
+    Failed {
+        #[serde(default)]
+        response: Option<Failed>,
+    },
+    #[serde(rename = "error")]
+    Error {
+        #[serde(default)]
+        message: Option<String>,
+    },
+    #[serde(other)]
+    Other,
+}
+
+/// A failed response, for its error.
+#[derive(Debug, Deserialize)]
+struct Failed {
+    #[serde(default)]
+    error: Option<ApiError>,
+}
+
+/// Reads the stream: text as it comes, the reply from the final response.
+#[derive(Default)]
+struct Stream {
+    finished: Option<Answer>,
+}
+
+impl Dialect for Stream {
+    type Body = Answer;
+    type Event = Event;
+
+    fn whole(body: Answer) -> Result<Reply, UpstreamError> {
+        parse_response(body)
+    }
+
+    fn event(
+        &mut self,
+        event: Event,
+        deltas: Option<&DeltaSink>,
+        _max_arguments: usize,
+    ) -> Result<bool, UpstreamError> {
+        match event {
+            Event::TextDelta { delta } => {
+                if let (Some(sink), Some(delta)) = (deltas, delta) {
+                    let _ = sink.send(Delta::Text(delta));
+                }
+            }
+            Event::Finished { response } => {
+                self.finished = Some(response);
+                return Ok(false);
+            }
+            Event::Failed { response } => {
+                let message = response
+                    .and_then(|r| r.error)
+                    .and_then(|e| e.message())
+                    .unwrap_or_else(|| "the upstream response failed".into());
+                return Err(UpstreamError::Malformed(excerpt(&message)));
+            }
+            Event::Error { message } => {
+                let message = message.unwrap_or_else(|| "an error event".into());
+                return Err(UpstreamError::Malformed(excerpt(&message)));
+            }
+            Event::Other => {}
+        }
+        Ok(true)
+    }
+
+    fn finish(self) -> Result<Reply, UpstreamError> {
+        let response = self.finished.ok_or_else(|| {
+            UpstreamError::Malformed("the event stream ended without a response".into())
+        })?;
+        parse_response(response)
+    }
 }
 
 #[async_trait]
@@ -171,64 +351,9 @@ impl Upstream for Responses {
         deltas: Option<&DeltaSink>,
     ) -> Result<Reply, UpstreamError> {
         let body = request_body(turn, true);
-        let url = self.endpoint.url("responses");
-        let config = &self.endpoint.config;
-        let max_arguments = config.limits.max_tool_call_bytes;
-        let mut budget = super::Budget::turn(config);
-        let response = super::send(config, &budget, || {
-            let request = self.endpoint.client.post(&url).json(&body);
-            match &self.endpoint.config.api_key {
-                Some(key) => request.bearer_auth(key),
-                None => request,
-            }
-        })
-        .await?;
-        if !super::is_event_stream(&response) {
-            let reply = parse_response(&super::json_body(response, &mut budget).await?)?;
-            let reply = super::check_reply(reply, max_arguments)?;
-            if let (Some(sink), false) = (deltas, reply.text.is_empty()) {
-                let _ = sink.send(Delta::Text(reply.text.clone()));
-            }
-            return Ok(reply);
-        }
-        let mut finished = None;
-        super::read_events_within(response, &mut budget, |event| {
-            match event.get("type").and_then(Value::as_str) {
-                Some("response.output_text.delta") => {
-                    if let (Some(sink), Some(delta)) =
-                        (deltas, event.get("delta").and_then(Value::as_str))
-                    {
-                        let _ = sink.send(Delta::Text(delta.to_owned()));
-                    }
-                }
-                Some("response.completed" | "response.incomplete") => {
-                    finished = event.get("response").cloned();
-                    return Ok(false);
-                }
-                Some("response.failed") => {
-                    let message = event
-                        .get("response")
-                        .and_then(super::error_message)
-                        .unwrap_or_else(|| "the upstream response failed".into());
-                    return Err(UpstreamError::Malformed(excerpt(&message)));
-                }
-                Some("error") => {
-                    let message = event
-                        .get("message")
-                        .and_then(Value::as_str)
-                        .unwrap_or("an error event")
-                        .to_owned();
-                    return Err(UpstreamError::Malformed(excerpt(&message)));
-                }
-                _ => {}
-            }
-            Ok(true)
-        })
-        .await?;
-        let response = finished.ok_or_else(|| {
-            UpstreamError::Malformed("the event stream ended without a response".into())
-        })?;
-        super::check_reply(parse_response(&response)?, max_arguments)
+        self.endpoint
+            .complete(&body, Stream::default(), deltas)
+            .await
     }
 }
 
@@ -236,6 +361,7 @@ impl Upstream for Responses {
 mod tests {
     use super::*;
     use crate::upstream::ToolSpec;
+    use serde_json::json;
 
     #[test]
     fn a_turn_becomes_items_and_a_reply_is_read_back() {
@@ -268,19 +394,19 @@ mod tests {
             max_output_tokens: None,
             parallel_tool_calls: None,
         };
-        let body = request_body(&turn, false);
+        let body = serde_json::to_value(request_body(&turn, false)).unwrap();
         assert_eq!(body["instructions"], "sys");
         assert_eq!(body["input"][1]["type"], "function_call");
         assert_eq!(body["input"][2]["type"], "function_call_output");
         assert_eq!(body["tool_choice"]["name"], "shell");
         assert_eq!(body["store"], false);
-        let reply = parse_response(&json!({
+        let reply = parse_response(serde_json::from_value(json!({
             "output": [
                 {"type": "message", "content": [{"type": "output_text", "text": "hi"}]},
                 {"type": "function_call", "call_id": "c2", "name": "shell", "arguments": "{\"commands\":[]}"},
             ],
             "usage": {"input_tokens": 3, "output_tokens": 4},
-        }))
+        })).unwrap())
         .unwrap();
         assert_eq!(reply.text, "hi");
         assert_eq!(reply.tool_calls[0].id, "c2");

@@ -31,6 +31,7 @@ use super::network::{self, ProxySockets};
 use super::{mounts, report, report_with_fds, seccomp};
 use crate::backend::WORKDIR;
 use crate::protocol::{HelperSpec, Report, Request, Status, MAX_MESSAGE};
+use crate::setup_error::{SetupError, SetupResult, SetupStep, StepContext};
 use crate::sys;
 
 const SHELLS: [(&str, &str); 2] = [("/bin/bash", "bash"), ("/bin/sh", "sh")];
@@ -272,7 +273,8 @@ pub fn run(spec: &HelperSpec, control: RawFd) -> ! {
     let ready = setup(spec).and_then(|(launcher, signals, proxy)| {
         // The engine reaches /mnt/data through this descriptor, opened
         // before any command ran, never through a /proc/<pid> path.
-        let data = std::fs::File::open(WORKDIR).map_err(|e| format!("open {WORKDIR}: {e}"))?;
+        let data =
+            std::fs::File::open(WORKDIR).step(SetupStep::OpenData, || format!("open {WORKDIR}"))?;
         Ok((launcher, signals, data, proxy))
     });
     match ready {
@@ -290,36 +292,46 @@ pub fn run(spec: &HelperSpec, control: RawFd) -> ! {
             drop((data, proxy));
             serve(&launcher, &signals, control)
         }
-        Err(message) => {
-            report(control, &Report::Error { message });
+        Err(error) => {
+            report(control, &Report::Error { error });
             std::process::exit(1)
         }
     }
 }
 
-fn check(what: &str, ret: libc::c_long) -> Result<(), String> {
+/// A step's system call result: negative is its failure (`errno`).
+fn check(step: SetupStep, what: &str, ret: libc::c_long) -> SetupResult<()> {
     if ret < 0 {
-        Err(sys::last_error(what))
+        Err(SetupError::last_os(step, what))
     } else {
         Ok(())
     }
 }
 
-fn setup(spec: &HelperSpec) -> Result<(Launcher, OwnedFd, Option<ProxySockets>), String> {
+fn setup(spec: &HelperSpec) -> SetupResult<(Launcher, OwnedFd, Option<ProxySockets>)> {
     if !spec.rootless {
         // Our host uid (0) has no mapping here; become the namespace's root.
         // SAFETY: plain id-changing syscalls with integer arguments.
         unsafe {
-            check("setresgid 0", libc::setresgid(0, 0, 0) as libc::c_long)?;
             check(
+                SetupStep::BecomeRoot,
+                "setresgid 0",
+                libc::setresgid(0, 0, 0) as libc::c_long,
+            )?;
+            check(
+                SetupStep::BecomeRoot,
                 "setgroups",
                 libc::setgroups(0, std::ptr::null()) as libc::c_long,
             )?;
-            check("setresuid 0", libc::setresuid(0, 0, 0) as libc::c_long)?;
+            check(
+                SetupStep::BecomeRoot,
+                "setresuid 0",
+                libc::setresuid(0, 0, 0) as libc::c_long,
+            )?;
         }
     }
     mounts::build_root(spec)?;
-    sys::sethostname(&spec.hostname).map_err(|e| format!("sethostname: {e}"))?;
+    sys::sethostname(&spec.hostname).step(SetupStep::SetHostname, || "sethostname".into())?;
     loopback_up()?;
     let proxy = if spec.egress {
         network::route_everything_locally()?;
@@ -333,12 +345,17 @@ fn setup(spec: &HelperSpec) -> Result<(Launcher, OwnedFd, Option<ProxySockets>),
     };
     // SAFETY: `no_core` is a valid rlimit.
     let set = unsafe { libc::setrlimit(libc::RLIMIT_CORE, &no_core) };
-    check("setrlimit core", set as libc::c_long)?;
+    check(
+        SetupStep::ResourceLimit,
+        "setrlimit core",
+        set as libc::c_long,
+    )?;
     set_nofile(spec.nofile)?;
     // (System V shared memory is sized by `mounts::build_root`, before
     // /proc/sys turns read-only.)
 
-    let dev_null = std::fs::File::open("/dev/null").map_err(|e| format!("open /dev/null: {e}"))?;
+    let dev_null = std::fs::File::open("/dev/null")
+        .step(SetupStep::CommandSetup, || "open /dev/null".into())?;
     let env = command_env(&spec.home, &spec.env);
     let env_pointers = env
         .iter()
@@ -354,7 +371,8 @@ fn setup(spec: &HelperSpec) -> Result<(Launcher, OwnedFd, Option<ProxySockets>),
             .filter_map(|(path, name)| Some((CString::new(*path).ok()?, CString::new(*name).ok()?)))
             .collect(),
         dash_c: c"-c".to_owned(),
-        workdir: CString::new(WORKDIR).map_err(|e| e.to_string())?,
+        workdir: CString::new(WORKDIR)
+            .map_err(|e| SetupError::other(SetupStep::CommandSetup, "working directory", e))?,
         oom_score_adj: c"/proc/self/oom_score_adj".to_owned(),
         // Only a score the helper really lowered needs undoing: without
         // CAP_SYS_RESOURCE (some hosts drop it even for root) init stays at
@@ -366,13 +384,17 @@ fn setup(spec: &HelperSpec) -> Result<(Launcher, OwnedFd, Option<ProxySockets>),
         change_ids: !spec.rootless,
     };
 
-    // A recognisable name in `ps` inside the container.
-    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
-    unsafe { libc::prctl(libc::PR_SET_NAME, c"sandbox-init".as_ptr(), 0, 0, 0) };
+    // A recognisable name in `ps` inside the container (cosmetic: a
+    // failure changes nothing).
+    let _ = rustix::thread::set_name(c"sandbox-init");
     drop_capability_bounding_set()?;
-    sys::prctl(libc::PR_SET_DUMPABLE, 0).map_err(|e| format!("PR_SET_DUMPABLE: {e}"))?;
-    sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1).map_err(|e| format!("PR_SET_NO_NEW_PRIVS: {e}"))?;
-    seccomp::install().map_err(|e| format!("seccomp: {e}"))?;
+    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+        .map_err(std::io::Error::from)
+        .step(SetupStep::NotDumpable, || "PR_SET_DUMPABLE".into())?;
+    rustix::thread::set_no_new_privs(true)
+        .map_err(std::io::Error::from)
+        .step(SetupStep::NoNewPrivileges, || "PR_SET_NO_NEW_PRIVS".into())?;
+    seccomp::install().step(SetupStep::SeccompLoad, || "seccomp".into())?;
     let signals = child_signal_fd()?;
     Ok((launcher, signals, proxy))
 }
@@ -381,24 +403,28 @@ fn setup(spec: &HelperSpec) -> Result<(Launcher, OwnedFd, Option<ProxySockets>),
 ///
 /// Raising the hard limit needs `CAP_SYS_RESOURCE` on the host, which init
 /// does not have: if the server's own hard limit is lower, that one stays.
-fn set_nofile(nofile: u64) -> Result<(), String> {
+fn set_nofile(nofile: u64) -> SetupResult<()> {
     let mut current = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
     // SAFETY: `current` is a valid out-pointer for getrlimit.
     let got = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut current) };
-    check("getrlimit nofile", got as libc::c_long)?;
+    check(
+        SetupStep::ResourceLimit,
+        "getrlimit nofile",
+        got as libc::c_long,
+    )?;
     let limit: libc::rlim_t = nofile.min(current.rlim_max);
     let wanted = libc::rlimit {
         rlim_cur: limit,
         rlim_max: limit,
     };
     // SAFETY: `wanted` is a valid rlimit.
-    check(
-        "setrlimit nofile",
-        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &wanted) } as libc::c_long,
-    )
+    check(SetupStep::ResourceLimit, "setrlimit nofile", unsafe {
+        libc::setrlimit(libc::RLIMIT_NOFILE, &wanted)
+    }
+        as libc::c_long)
 }
 
 fn command_env(home: &str, extra: &[(String, String)]) -> Vec<CString> {
@@ -429,10 +455,10 @@ fn command_env(home: &str, extra: &[(String, String)]) -> Vec<CString> {
 }
 
 /// Brings `lo` up: the network namespace starts with it down and nothing else.
-fn loopback_up() -> Result<(), String> {
+fn loopback_up() -> SetupResult<()> {
     // SAFETY: socket() with constant arguments.
     let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    check("socket", fd as libc::c_long)?;
+    check(SetupStep::Loopback, "socket", fd as libc::c_long)?;
     // SAFETY: `fd` is a new descriptor owned here.
     let socket = unsafe { OwnedFd::from_raw_fd(fd) };
     // SAFETY: ifreq is plain data; zero is valid.
@@ -444,11 +470,13 @@ fn loopback_up() -> Result<(), String> {
     // write only its flags field.
     unsafe {
         check(
+            SetupStep::Loopback,
             "SIOCGIFFLAGS lo",
             libc::ioctl(socket.as_raw_fd(), libc::SIOCGIFFLAGS, &mut request) as libc::c_long,
         )?;
         request.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
         check(
+            SetupStep::Loopback,
             "SIOCSIFFLAGS lo",
             libc::ioctl(socket.as_raw_fd(), libc::SIOCSIFFLAGS, &request) as libc::c_long,
         )?;
@@ -456,34 +484,43 @@ fn loopback_up() -> Result<(), String> {
     Ok(())
 }
 
-fn drop_capability_bounding_set() -> Result<(), String> {
+fn drop_capability_bounding_set() -> SetupResult<()> {
     let last_cap: u64 = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(63);
     for cap in 0..=last_cap {
-        match sys::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong) {
-            Ok(_) => {}
+        // A capability set holds numbers below 64: one beyond is one this
+        // kernel cannot know either.
+        let Some(bit) = u32::try_from(cap)
+            .ok()
+            .and_then(|cap| 1u64.checked_shl(cap))
+        else {
+            break;
+        };
+        let one = rustix::thread::CapabilitySet::from_bits_retain(bit);
+        match rustix::thread::remove_capability_from_bounding_set(one) {
+            Ok(()) => {}
             // Capabilities this kernel does not know.
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => break,
-            Err(e) => return Err(format!("drop capability {cap} from the bounding set: {e}")),
+            Err(rustix::io::Errno::INVAL) => break,
+            Err(e) => {
+                return Err(SetupError::os(
+                    SetupStep::DropCapabilities,
+                    format!("drop capability {cap} from the bounding set"),
+                    e.into(),
+                ))
+            }
         }
     }
-    // SAFETY: PR_CAP_AMBIENT_CLEAR_ALL takes no pointers.
-    let ret = unsafe {
-        libc::prctl(
-            libc::PR_CAP_AMBIENT,
-            libc::PR_CAP_AMBIENT_CLEAR_ALL,
-            0,
-            0,
-            0,
-        )
-    };
-    check("clear ambient capabilities", ret as libc::c_long)
+    rustix::thread::clear_ambient_capability_set()
+        .map_err(std::io::Error::from)
+        .step(SetupStep::DropCapabilities, || {
+            "clear ambient capabilities".into()
+        })
 }
 
 /// Blocks SIGCHLD and returns a signalfd that reads it.
-fn child_signal_fd() -> Result<OwnedFd, String> {
+fn child_signal_fd() -> SetupResult<OwnedFd> {
     // SAFETY: sigset manipulation on a local, then sigprocmask/signalfd with
     // valid pointers to it.
     unsafe {
@@ -491,11 +528,12 @@ fn child_signal_fd() -> Result<OwnedFd, String> {
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, libc::SIGCHLD);
         check(
+            SetupStep::ChildSignals,
             "sigprocmask",
             libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) as libc::c_long,
         )?;
         let fd = libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
-        check("signalfd", fd as libc::c_long)?;
+        check(SetupStep::ChildSignals, "signalfd", fd as libc::c_long)?;
         Ok(OwnedFd::from_raw_fd(fd))
     }
 }

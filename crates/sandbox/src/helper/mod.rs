@@ -32,6 +32,7 @@ use crate::protocol::{
     Enrollment, FileViewSpec, HelperSpec, HelperTask, IdRange, Report, CONTROL_FD, MAX_MESSAGE,
     MAX_REPORT,
 };
+use crate::setup_error::{SetupError, SetupResult, SetupStep, StepContext};
 use crate::sys;
 
 /// The namespaces every container gets (and that seccomp then forbids
@@ -51,8 +52,8 @@ pub const HELPER_ARG: &str = "__sandbox-helper";
 pub fn helper_main() -> ! {
     let code = match run_helper(CONTROL_FD) {
         Ok(()) => 0,
-        Err(message) => {
-            report(CONTROL_FD, &Report::Error { message });
+        Err(error) => {
+            report(CONTROL_FD, &Report::Error { error });
             1
         }
     };
@@ -68,15 +69,12 @@ fn report(control: RawFd, report: &Report) {
 fn report_with_fds(control: RawFd, report: &Report, fds: &[RawFd]) {
     // Keep every report within what the engine reads (MAX_REPORT): JSON
     // escaping can at most sextuple a byte, so an eighth of it is safe.
+    // Keep each of an error's texts within a sixteenth of it.
     let trimmed;
     let report = match report {
-        Report::Error { message } if message.len() > MAX_REPORT / 8 => {
-            let mut end = MAX_REPORT / 8;
-            while !message.is_char_boundary(end) {
-                end -= 1;
-            }
+        Report::Error { error } => {
             trimmed = Report::Error {
-                message: format!("{}…", &message[..end]),
+                error: error.trimmed(MAX_REPORT / 16),
             };
             &trimmed
         }
@@ -94,7 +92,7 @@ fn format_map(ranges: &[IdRange]) -> String {
         .collect()
 }
 
-fn run_helper(control: RawFd) -> Result<(), String> {
+fn run_helper(control: RawFd) -> SetupResult<()> {
     // Nothing this process inherited (beyond stdio) may reach a sandboxed
     // command: mark every other descriptor close-on-exec, the control socket
     // included.
@@ -107,14 +105,18 @@ fn run_helper(control: RawFd) -> Result<(), String> {
             4u32, /* CLOSE_RANGE_CLOEXEC */
         )
     })
-    .map_err(|e| format!("close_range: {e}"))?;
+    .step(SetupStep::CloseDescriptors, || "close_range".into())?;
 
     let mut buf = vec![0u8; MAX_MESSAGE];
-    let mut receive = |what: &str| -> Result<Option<Vec<u8>>, String> {
+    let mut receive = |what: &str| -> SetupResult<Option<Vec<u8>>> {
         match sys::recv_with_fds(control, &mut buf, 0) {
             Ok((0, _)) => Ok(None),
             Ok((len, _)) => Ok(Some(buf[..len].to_vec())),
-            Err(e) => Err(format!("read {what}: {e}")),
+            Err(e) => Err(SetupError::os(
+                SetupStep::ReceiveMessage,
+                format!("read {what}"),
+                e,
+            )),
         }
     };
     // The engine closing the socket before a message is a normal end for a
@@ -122,13 +124,14 @@ fn run_helper(control: RawFd) -> Result<(), String> {
     let Some(enrollment) = receive("enrollment")? else {
         std::process::exit(0)
     };
-    let Enrollment {} =
-        serde_json::from_slice(&enrollment).map_err(|e| format!("parse enrollment: {e}"))?;
+    let Enrollment {} = serde_json::from_slice(&enrollment)
+        .map_err(|e| SetupError::other(SetupStep::DecodeMessage, "parse enrollment", e))?;
     report(control, &Report::Enrolled);
     let Some(task) = receive("task")? else {
         std::process::exit(0)
     };
-    let task: HelperTask = serde_json::from_slice(&task).map_err(|e| format!("parse task: {e}"))?;
+    let task: HelperTask = serde_json::from_slice(&task)
+        .map_err(|e| SetupError::other(SetupStep::DecodeMessage, "parse task", e))?;
     match task {
         HelperTask::Container(spec) => start_container(&spec, control),
         HelperTask::FileView(spec) => open_file_view(&spec, control),
@@ -138,12 +141,13 @@ fn run_helper(control: RawFd) -> Result<(), String> {
 /// Mounts a stopped container's disk and hands the engine a descriptor of
 /// its `data` directory. The mount namespace dies with this process; the
 /// descriptor alone keeps the (now detached) mount alive, visible nowhere.
-fn open_file_view(spec: &FileViewSpec, control: RawFd) -> Result<(), String> {
+fn open_file_view(spec: &FileViewSpec, control: RawFd) -> SetupResult<()> {
     private_mount_namespace()?;
     let loop_device =
         crate::disk::mount_image(&spec.disk_image, &spec.mount_point, spec.reuse_loop)?;
     let data = spec.mount_point.join(crate::disk::DATA_DIR);
-    let dir = fs::File::open(&data).map_err(|e| format!("open {}: {e}", data.display()))?;
+    let dir =
+        fs::File::open(&data).step(SetupStep::OpenData, || format!("open {}", data.display()))?;
     report_with_fds(
         control,
         &Report::FileView {
@@ -154,17 +158,19 @@ fn open_file_view(spec: &FileViewSpec, control: RawFd) -> Result<(), String> {
     Ok(())
 }
 
-fn private_mount_namespace() -> Result<(), String> {
+fn private_mount_namespace() -> SetupResult<()> {
     // SAFETY: unshare with a constant flag, in a single-threaded process.
     sys::cvt(unsafe { libc::unshare(libc::CLONE_NEWNS) })
-        .map_err(|e| format!("unshare mount namespace: {e}"))?;
-    sys::make_mounts_private().map_err(|e| format!("make / private: {e}"))
+        .step(SetupStep::UnshareMountNamespace, || {
+            "unshare mount namespace".into()
+        })?;
+    sys::make_mounts_private().step(SetupStep::MakeMountsPrivate, || "make / private".into())
 }
 
-fn start_container(spec: &HelperSpec, control: RawFd) -> Result<(), String> {
+fn start_container(spec: &HelperSpec, control: RawFd) -> SetupResult<()> {
     let loop_device = prepare_disk(spec)?;
 
-    let (sync_read, sync_write) = sys::pipe().map_err(|e| format!("pipe: {e}"))?;
+    let (sync_read, sync_write) = sys::pipe().step(SetupStep::SyncPipe, || "pipe".into())?;
     let flags = CONTAINER_NAMESPACES | libc::CLONE_PARENT;
     // SAFETY: this process is single-threaded (a freshly exec'd helper that
     // started no threads), so a fork-like clone (no CLONE_VM, null stack: the
@@ -181,7 +187,10 @@ fn start_container(spec: &HelperSpec, control: RawFd) -> Result<(), String> {
         )
     };
     match child {
-        -1 => Err(sys::last_error("clone into new namespaces")),
+        -1 => Err(SetupError::last_os(
+            SetupStep::CloneInit,
+            "clone into new namespaces",
+        )),
         0 => {
             drop(sync_write);
             let mut byte = [0u8; 1];
@@ -202,16 +211,16 @@ fn start_container(spec: &HelperSpec, control: RawFd) -> Result<(), String> {
             if !spec.rootless {
                 let _ = fs::write(format!("/proc/{pid}/oom_score_adj"), "-1000");
             }
-            if let Err(message) = write_id_maps(pid, spec) {
+            if let Err(error) = write_id_maps(pid, spec) {
                 // SAFETY: `pid` is our just-created child; killing it is harmless.
                 unsafe { libc::kill(pid, libc::SIGKILL) };
-                return Err(message);
+                return Err(error);
             }
             // Report the pid before releasing init: both write to the same
             // socket, and the engine must learn the pid before init's Ready.
             report(control, &Report::InitPid { pid, loop_device });
             sys::write_all(sync_write.as_raw_fd(), b"1")
-                .map_err(|e| format!("release init: {e}"))?;
+                .step(SetupStep::ReleaseInit, || "release init".into())?;
             Ok(())
         }
     }
@@ -220,14 +229,14 @@ fn start_container(spec: &HelperSpec, control: RawFd) -> Result<(), String> {
 /// Mounts the container's disk image (in a mount namespace of the helper's
 /// own, which init's namespace then copies: the host never sees the mount)
 /// and makes its standard directories. Returns the loop device used.
-fn prepare_disk(spec: &HelperSpec) -> Result<Option<u32>, String> {
+fn prepare_disk(spec: &HelperSpec) -> SetupResult<Option<u32>> {
     let mut loop_device = None;
     if let Some(bytes) = spec.disk_tmpfs_bytes {
         private_mount_namespace()?;
         let options = CString::new(format!("size={bytes},mode=0755"))
-            .map_err(|e| format!("tmpfs options: {e}"))?;
+            .map_err(|e| SetupError::other(SetupStep::MountDisk, "tmpfs options", e))?;
         let target = CString::new(spec.disk_root.as_os_str().as_encoded_bytes())
-            .map_err(|e| format!("disk root: {e}"))?;
+            .map_err(|e| SetupError::other(SetupStep::MountDisk, "disk root", e))?;
         // SAFETY: every pointer is a valid NUL-terminated string that
         // outlives the call.
         sys::cvt(unsafe {
@@ -239,7 +248,9 @@ fn prepare_disk(spec: &HelperSpec) -> Result<Option<u32>, String> {
                 options.as_ptr().cast(),
             )
         })
-        .map_err(|e| format!("mount the throwaway disk (tmpfs): {e}"))?;
+        .step(SetupStep::MountDisk, || {
+            "mount the throwaway disk (tmpfs)".into()
+        })?;
     } else if let Some(image) = &spec.disk_image {
         private_mount_namespace()?;
         loop_device = Some(crate::disk::mount_image(
@@ -252,17 +263,17 @@ fn prepare_disk(spec: &HelperSpec) -> Result<Option<u32>, String> {
     Ok(loop_device)
 }
 
-fn write_id_maps(pid: libc::pid_t, spec: &HelperSpec) -> Result<(), String> {
+fn write_id_maps(pid: libc::pid_t, spec: &HelperSpec) -> SetupResult<()> {
     let proc_dir = Path::new("/proc").join(pid.to_string());
     if spec.rootless {
         // Without CAP_SETGID on the host, gid_map may only be written once
         // setgroups(2) is disabled for the namespace.
         fs::write(proc_dir.join("setgroups"), "deny")
-            .map_err(|e| format!("setgroups deny: {e}"))?;
+            .step(SetupStep::DenySetgroups, || "setgroups deny".into())?;
     }
     fs::write(proc_dir.join("uid_map"), format_map(&spec.uid_map))
-        .map_err(|e| format!("write uid_map: {e}"))?;
+        .step(SetupStep::WriteUidMap, || "write uid_map".into())?;
     fs::write(proc_dir.join("gid_map"), format_map(&spec.gid_map))
-        .map_err(|e| format!("write gid_map: {e}"))?;
+        .step(SetupStep::WriteGidMap, || "write gid_map".into())?;
     Ok(())
 }

@@ -47,6 +47,7 @@ use std::os::unix::fs::{symlink, DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::protocol::{HelperSpec, RootSpec};
+use crate::setup_error::{SetupError, SetupResult, SetupStep};
 use crate::sys;
 
 /// Device nodes bound from the host into the container's `/dev`.
@@ -106,11 +107,12 @@ pub fn shm_bytes(tmp_bytes: u64) -> u64 {
     (tmp_bytes / 4).max(1 << 20)
 }
 
-/// A setup step that failed, with what it was doing.
-pub type StepResult<T> = Result<T, String>;
+/// A setup step's result.
+pub type StepResult<T> = SetupResult<T>;
 
-fn step<T>(what: impl FnOnce() -> String, result: io::Result<T>) -> StepResult<T> {
-    result.map_err(|e| format!("{}: {e}", what()))
+/// `result` with the step and what it was doing, if it failed.
+fn step<T>(step: SetupStep, what: impl FnOnce() -> String, result: io::Result<T>) -> StepResult<T> {
+    result.map_err(|e| SetupError::os(step, what(), e))
 }
 
 /// `root` joined with an absolute path inside the container.
@@ -120,6 +122,7 @@ fn inside(root: &Path, path: &str) -> PathBuf {
 
 fn mkdir_all(path: &Path) -> StepResult<()> {
     step(
+        SetupStep::Mkdir,
         || format!("mkdir {}", path.display()),
         fs::DirBuilder::new()
             .recursive(true)
@@ -180,6 +183,7 @@ fn set_attributes_recursively(target: &Path, attributes: u64) -> io::Result<()> 
 fn bind(source: &Path, target: &Path, read_only: bool) -> StepResult<()> {
     let what = || format!("bind {} at {}", source.display(), target.display());
     step(
+        SetupStep::BindMount,
         what,
         sys::mount(
             Some(source),
@@ -196,14 +200,21 @@ fn bind(source: &Path, target: &Path, read_only: bool) -> StepResult<()> {
     match set_attributes_recursively(target, attributes) {
         Ok(()) => return Ok(()),
         Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {}
-        Err(e) => return Err(format!("lock down {}: {e}", target.display())),
+        Err(e) => {
+            return Err(SetupError::os(
+                SetupStep::LockDownMount,
+                format!("lock down {}", target.display()),
+                e,
+            ))
+        }
     }
     let mut flags = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_NOSUID | libc::MS_NODEV;
     if read_only {
         flags |= libc::MS_RDONLY;
     }
-    flags |= step(what, locked_flags(target))?;
+    flags |= step(SetupStep::LockDownMount, what, locked_flags(target))?;
     step(
+        SetupStep::Remount,
         || format!("remount {}", target.display()),
         sys::mount(None, target, None, flags, None),
     )
@@ -214,6 +225,7 @@ fn bind(source: &Path, target: &Path, read_only: bool) -> StepResult<()> {
 /// `noexec` flags.
 fn cover(source: &Path, target: &Path) -> StepResult<()> {
     step(
+        SetupStep::Cover,
         || format!("cover {}", target.display()),
         sys::mount(Some(source), target, None, libc::MS_BIND, None),
     )
@@ -222,6 +234,7 @@ fn cover(source: &Path, target: &Path) -> StepResult<()> {
 fn tmpfs(target: &Path, options: &str, extra_flags: libc::c_ulong) -> StepResult<()> {
     mkdir_all(target)?;
     step(
+        SetupStep::MountTmpfs,
         || format!("mount tmpfs at {}", target.display()),
         sys::mount(
             Some(Path::new("tmpfs")),
@@ -242,6 +255,7 @@ fn touch(path: &Path) -> StepResult<()> {
         return Ok(());
     }
     step(
+        SetupStep::CreateFile,
         || format!("create {}", path.display()),
         fs::File::create(path).map(drop),
     )
@@ -255,6 +269,7 @@ fn build_dev(root: &Path, shm_bytes: u64) -> StepResult<()> {
         touch(&target)?;
         let source = Path::new("/dev").join(name);
         step(
+            SetupStep::BindMount,
             || format!("bind {}", source.display()),
             sys::mount(Some(&source), &target, None, libc::MS_BIND, None),
         )?;
@@ -266,12 +281,14 @@ fn build_dev(root: &Path, shm_bytes: u64) -> StepResult<()> {
         ("stderr", "/proc/self/fd/2"),
     ] {
         step(
+            SetupStep::CreateFile,
             || format!("link /dev/{link}"),
             symlink(target, dev.join(link)),
         )?;
     }
     tmpfs(&dev.join("shm"), &format!("size={shm_bytes},mode=1777"), 0)?;
     step(
+        SetupStep::Remount,
         || "remount /dev read-only".into(),
         sys::mount(
             None,
@@ -293,7 +310,11 @@ fn layer_name(target: &str) -> StepResult<String> {
         || reserved.contains(&name.as_str())
         || name.starts_with("file")
     {
-        return Err(format!("cannot show {target:?} as a layer"));
+        return Err(SetupError::other(
+            SetupStep::LayerName,
+            format!("cannot show {target:?} as a layer"),
+            "",
+        ));
     }
     Ok(name)
 }
@@ -307,15 +328,18 @@ fn fill_scratch(scratch: &Path, spec: &HelperSpec) -> StepResult<Vec<PathBuf>> {
     mkdir_all(&scratch.join(SCRATCH_EMPTY_DIR))?;
     let empty_file = scratch.join(SCRATCH_EMPTY_FILE);
     step(
+        SetupStep::CreateFile,
         || "create the empty file".into(),
         fs::File::create(&empty_file).map(drop),
     )?;
     step(
+        SetupStep::CreateFile,
         || "chmod the empty file".into(),
         fs::set_permissions(&empty_file, fs::Permissions::from_mode(0o444)),
     )?;
     let link = |name: &str, target: &Path| {
         step(
+            SetupStep::CreateFile,
             || format!("link {name} to a layer"),
             symlink(target, scratch.join(name)),
         )
@@ -339,16 +363,19 @@ fn fill_scratch(scratch: &Path, spec: &HelperSpec) -> StepResult<Vec<PathBuf>> {
     for (i, (source, _)) in spec.file_binds.iter().enumerate() {
         let copy = scratch.join(format!("file{i}"));
         step(
+            SetupStep::CopyFile,
             || format!("copy {}", source.display()),
             fs::copy(source, &copy).map(drop),
         )?;
         step(
+            SetupStep::CopyFile,
             || format!("chmod {}", copy.display()),
             fs::set_permissions(&copy, fs::Permissions::from_mode(0o644)),
         )?;
         copies.push(copy);
     }
     step(
+        SetupStep::Remount,
         || "remount the scratch tmpfs read-only".into(),
         sys::mount(
             None,
@@ -365,6 +392,7 @@ fn fill_scratch(scratch: &Path, spec: &HelperSpec) -> StepResult<Vec<PathBuf>> {
 /// in `options` (the current directory is the scratch tmpfs).
 fn overlay(target: &Path, options: &str, flags: libc::c_ulong) -> StepResult<()> {
     step(
+        SetupStep::MountOverlay,
         || format!("mount overlay at {}", target.display()),
         sys::mount(
             Some(Path::new("overlay")),
@@ -434,10 +462,15 @@ fn hide(root: &Path, scratch: &Path, path: &str) -> StepResult<()> {
 pub fn build_root(spec: &HelperSpec) -> StepResult<()> {
     let scratch = spec.root_mount.as_path();
     // Nothing we mount may propagate back to the host.
-    step(|| "make / private".into(), sys::make_mounts_private())?;
+    step(
+        SetupStep::MakeMountsPrivate,
+        || "make / private".into(),
+        sys::make_mounts_private(),
+    )?;
     let file_copies = fill_scratch(scratch, spec)?;
     // Overlay layers are named relative to the scratch directory.
     step(
+        SetupStep::Chdir,
         || "chdir to the scratch tmpfs".into(),
         std::env::set_current_dir(scratch),
     )?;
@@ -476,6 +509,7 @@ pub fn build_root(spec: &HelperSpec) -> StepResult<()> {
                     mkdir_all(parent)?;
                 }
                 step(
+                    SetupStep::CreateFile,
                     || format!("link {}", link.display()),
                     symlink(target, &link),
                 )?;
@@ -499,6 +533,7 @@ pub fn build_root(spec: &HelperSpec) -> StepResult<()> {
     let proc_dir = inside(root, "/proc");
     mkdir_all(&proc_dir)?;
     step(
+        SetupStep::MountProc,
         || "mount /proc".into(),
         sys::mount(
             Some(Path::new("proc")),
@@ -532,6 +567,7 @@ pub fn build_root(spec: &HelperSpec) -> StepResult<()> {
     if matches!(spec.root, RootSpec::HostBinds { .. }) {
         // The tmpfs root holds only mount points and links: freeze it.
         step(
+            SetupStep::Remount,
             || "remount / read-only".into(),
             sys::mount(
                 None,
@@ -548,6 +584,7 @@ pub fn build_root(spec: &HelperSpec) -> StepResult<()> {
 /// Makes `root` the root and detaches the host's tree entirely.
 fn pivot(root: &Path) -> StepResult<()> {
     step(
+        SetupStep::Chdir,
         || format!("chdir {}", root.display()),
         std::env::set_current_dir(root),
     )?;
@@ -555,14 +592,20 @@ fn pivot(root: &Path) -> StepResult<()> {
     // detach below then removes exactly the old root, with no directory to
     // create for it.
     step(
+        SetupStep::PivotRoot,
         || "pivot_root".into(),
         sys::pivot_root(Path::new("."), Path::new(".")),
     )?;
     step(
+        SetupStep::DetachHostRoot,
         || "detach the host root".into(),
         sys::umount2(Path::new("."), libc::MNT_DETACH),
     )?;
-    step(|| "chdir /".into(), std::env::set_current_dir("/"))
+    step(
+        SetupStep::Chdir,
+        || "chdir /".into(),
+        std::env::set_current_dir("/"),
+    )
 }
 
 #[cfg(test)]

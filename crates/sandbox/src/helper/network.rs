@@ -22,6 +22,7 @@
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
+use crate::setup_error::{SetupError, SetupResult, SetupStep, StepContext};
 use crate::sys;
 
 /// Where the container's DNS queries go (its `resolv.conf` names it).
@@ -41,7 +42,7 @@ pub struct ProxySockets {
 }
 
 /// Routes every IPv4 address to this namespace itself.
-pub fn route_everything_locally() -> Result<(), String> {
+pub fn route_everything_locally() -> SetupResult<()> {
     let loopback = if_index("lo")?;
     // SAFETY: socket() with constant arguments.
     let fd = unsafe {
@@ -52,12 +53,13 @@ pub fn route_everything_locally() -> Result<(), String> {
         )
     };
     if fd < 0 {
-        return Err(sys::last_error("netlink socket"));
+        return Err(SetupError::last_os(SetupStep::Routes, "netlink socket"));
     }
     // SAFETY: `fd` is a new descriptor owned here.
     let socket = unsafe { OwnedFd::from_raw_fd(fd) };
     let message = new_local_route(loopback);
-    sys::write_all(socket.as_raw_fd(), &message).map_err(|e| format!("netlink send: {e}"))?;
+    sys::write_all(socket.as_raw_fd(), &message)
+        .step(SetupStep::Routes, || "netlink send".into())?;
     // The acknowledgement: an `nlmsgerr` whose error is 0 on success.
     let mut answer = [0u8; 512];
     // SAFETY: recv into a buffer we own, at most its length.
@@ -70,16 +72,24 @@ pub fn route_everything_locally() -> Result<(), String> {
         )
     };
     if length < 0 {
-        return Err(sys::last_error("netlink receive"));
+        return Err(SetupError::last_os(SetupStep::Routes, "netlink receive"));
     }
     let header_length = std::mem::size_of::<libc::nlmsghdr>();
     let answer = &answer[..length as usize];
     if answer.len() < header_length + 4 {
-        return Err("netlink: short answer".into());
+        return Err(SetupError::other(
+            SetupStep::Routes,
+            "netlink",
+            "short answer",
+        ));
     }
     let message_type = u16::from_ne_bytes([answer[4], answer[5]]);
     if message_type != libc::NLMSG_ERROR as u16 {
-        return Err(format!("netlink: unexpected answer type {message_type}"));
+        return Err(SetupError::other(
+            SetupStep::Routes,
+            "netlink",
+            format!("unexpected answer type {message_type}"),
+        ));
     }
     let error = i32::from_ne_bytes([
         answer[header_length],
@@ -88,9 +98,10 @@ pub fn route_everything_locally() -> Result<(), String> {
         answer[header_length + 3],
     ]);
     if error != 0 {
-        return Err(format!(
-            "add the local route: {}",
-            std::io::Error::from_raw_os_error(-error)
+        return Err(SetupError::os(
+            SetupStep::Routes,
+            "add the local route",
+            std::io::Error::from_raw_os_error(-error),
         ));
     }
     Ok(())
@@ -127,18 +138,19 @@ fn new_local_route(loopback: u32) -> Vec<u8> {
     message
 }
 
-fn if_index(name: &str) -> Result<u32, String> {
-    let name = std::ffi::CString::new(name).map_err(|e| e.to_string())?;
+fn if_index(name: &str) -> SetupResult<u32> {
+    let name = std::ffi::CString::new(name)
+        .map_err(|e| SetupError::other(SetupStep::Routes, "interface name", e))?;
     // SAFETY: if_nametoindex reads a NUL-terminated string.
     match unsafe { libc::if_nametoindex(name.as_ptr()) } {
-        0 => Err(sys::last_error("if_nametoindex")),
+        0 => Err(SetupError::last_os(SetupStep::Routes, "if_nametoindex")),
         index => Ok(index),
     }
 }
 
 /// Creates the proxy's sockets: TCP 80 and 443 listening on every address,
 /// UDP 53 on the resolver address.
-pub fn proxy_sockets() -> Result<ProxySockets, String> {
+pub fn proxy_sockets() -> SetupResult<ProxySockets> {
     Ok(ProxySockets {
         http: listening([0, 0, 0, 0], HTTP_PORT)?,
         https: listening([0, 0, 0, 0], HTTPS_PORT)?,
@@ -146,51 +158,30 @@ pub fn proxy_sockets() -> Result<ProxySockets, String> {
     })
 }
 
-fn socket_address(address: [u8; 4], port: u16) -> libc::sockaddr_in {
-    libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: port.to_be(),
-        sin_addr: libc::in_addr {
-            s_addr: u32::from_be_bytes(address).to_be(),
-        },
-        sin_zero: [0; 8],
-    }
-}
-
-fn bound(kind: libc::c_int, address: [u8; 4], port: u16) -> Result<OwnedFd, String> {
-    // SAFETY: socket() with constant arguments.
-    let fd = unsafe { libc::socket(libc::AF_INET, kind | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(sys::last_error("proxy socket"));
-    }
-    // SAFETY: `fd` is a new descriptor owned here.
-    let socket = unsafe { OwnedFd::from_raw_fd(fd) };
-    let address = socket_address(address, port);
-    // SAFETY: bind reads a sockaddr_in of the length given.
-    let ret = unsafe {
-        libc::bind(
-            socket.as_raw_fd(),
-            (&address as *const libc::sockaddr_in).cast(),
-            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-        )
-    };
-    if ret != 0 {
-        return Err(sys::last_error(&format!("bind the proxy's port {port}")));
-    }
+fn bound(kind: rustix::net::SocketType, address: [u8; 4], port: u16) -> SetupResult<OwnedFd> {
+    use rustix::net::{AddressFamily, SocketFlags};
+    let socket = rustix::net::socket_with(AddressFamily::INET, kind, SocketFlags::CLOEXEC, None)
+        .map_err(std::io::Error::from)
+        .step(SetupStep::ProxySockets, || "proxy socket".into())?;
+    let address = std::net::SocketAddrV4::new(address.into(), port);
+    rustix::net::bind(&socket, &address)
+        .map_err(std::io::Error::from)
+        .step(SetupStep::ProxySockets, || {
+            format!("bind the proxy's port {port}")
+        })?;
     Ok(socket)
 }
 
-fn listening(address: [u8; 4], port: u16) -> Result<OwnedFd, String> {
-    let socket = bound(libc::SOCK_STREAM, address, port)?;
-    // SAFETY: listen on a socket we own.
-    if unsafe { libc::listen(socket.as_raw_fd(), BACKLOG) } != 0 {
-        return Err(sys::last_error("listen"));
-    }
+fn listening(address: [u8; 4], port: u16) -> SetupResult<OwnedFd> {
+    let socket = bound(rustix::net::SocketType::STREAM, address, port)?;
+    rustix::net::listen(&socket, BACKLOG)
+        .map_err(std::io::Error::from)
+        .step(SetupStep::ProxySockets, || "listen".into())?;
     Ok(socket)
 }
 
-fn bound_datagram(address: [u8; 4], port: u16) -> Result<OwnedFd, String> {
-    bound(libc::SOCK_DGRAM, address, port)
+fn bound_datagram(address: [u8; 4], port: u16) -> SetupResult<OwnedFd> {
+    bound(rustix::net::SocketType::DGRAM, address, port)
 }
 
 #[cfg(test)]

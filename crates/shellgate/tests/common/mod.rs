@@ -136,16 +136,75 @@ pub fn process_alive(pid: i32) -> bool {
     }
 }
 
-/// Polls `check` until it holds or `limit` passes.
+/// How often [`wait_until`] and [`eventually`] look again.
+const POLL: Duration = Duration::from_millis(20);
+
+/// Waits until `condition` holds, looking every 20 ms, for at most
+/// `timeout`; answers whether it held. What a test waits for (a process
+/// gone, a row written, a server up) is a condition, never a fixed sleep:
+/// the wait is as short as the machine allows, and the timeout only bounds
+/// a failure.
+pub fn wait_until(mut condition: impl FnMut() -> bool, timeout: Duration) -> bool {
+    let deadline = std::time::Instant::now() + timeout;
+    while std::time::Instant::now() < deadline {
+        if condition() {
+            return true;
+        }
+        std::thread::sleep(POLL);
+    }
+    condition()
+}
+
+/// Host processes (not zombies) whose command line contains `needle`:
+/// a sandbox's processes are the host's too, so a test sees a command
+/// start or end without running another one in the container.
+pub fn processes_matching(needle: &str) -> usize {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| *pid != std::process::id() as i32)
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+                String::from_utf8_lossy(&cmdline)
+                    .replace('\0', " ")
+                    .contains(needle)
+            })
+        })
+        .filter(|pid| process_alive(*pid))
+        .count()
+}
+
+/// [`wait_until`] for async tests: polls `check` until it holds or `limit`
+/// passes, without blocking the runtime.
 pub async fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
     let deadline = tokio::time::Instant::now() + limit;
     while tokio::time::Instant::now() < deadline {
         if check() {
             return true;
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(POLL).await;
     }
     check()
+}
+
+/// [`eventually`] for a condition that is itself async (a command run in
+/// a container, say).
+pub async fn eventually_async<F, Check>(limit: Duration, mut check: Check) -> bool
+where
+    Check: FnMut() -> F,
+    F: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    while tokio::time::Instant::now() < deadline {
+        if check().await {
+            return true;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    check().await
 }
 
 /// Peak resident memory (`VmHWM`) of a process, in KiB; `"self"` for ours.

@@ -4,7 +4,7 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
@@ -23,12 +23,12 @@ impl Drop for Server {
     fn drop(&mut self) {
         // SAFETY: signalling our own child.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let child = &mut self.child;
+        if super::wait_until(
+            || matches!(child.try_wait(), Ok(Some(_))),
+            Duration::from_secs(30),
+        ) {
+            return;
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -60,14 +60,11 @@ pub fn start(name: &str, settings: &[(&str, &str)]) -> Server {
     }
     let child = command.spawn().unwrap();
     let server = Server { child, port, dir };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        if healthy(port) {
-            return server;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("server did not start");
+    assert!(
+        super::wait_until(|| healthy(port), Duration::from_secs(30)),
+        "server did not start"
+    );
+    server
 }
 
 pub struct Response {

@@ -1,0 +1,701 @@
+//! The handlers driven in-process: the real router, store and extractors
+//! over the recording backend of [`crate::testing`], each test asserting
+//! the status, the body (OpenAI's error envelope on every refusal) and what
+//! the backend was asked to do. The lifecycle tests move the manual clock
+//! instead of waiting.
+
+use axum::http::Method;
+use serde_json::json;
+
+use crate::testing::{Call, Harness, ALPHA, BETA};
+
+// --- authentication ----------------------------------------------------------
+
+#[tokio::test]
+async fn no_key_is_a_401_envelope() {
+    let harness = Harness::new();
+    let answer = harness
+        .call(None, Method::GET, "/v1/containers", None)
+        .await;
+    let error = answer.error(401);
+    assert_eq!(error["code"], "invalid_api_key");
+    assert_eq!(error["type"], "invalid_request_error");
+}
+
+#[tokio::test]
+async fn a_wrong_key_is_a_401_and_reaches_no_handler() {
+    let harness = Harness::new();
+    let answer = harness
+        .call(
+            Some("sg-not-a-key"),
+            Method::POST,
+            "/v1/containers",
+            Some(json!({"name": "x"})),
+        )
+        .await;
+    assert_eq!(answer.error(401)["code"], "invalid_api_key");
+    assert!(harness.backend.calls().is_empty());
+}
+
+#[tokio::test]
+async fn the_x_api_key_header_is_accepted_too() {
+    let harness = Harness::new();
+    let request = axum::http::Request::get("/v1/usage")
+        .header("x-api-key", ALPHA)
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let answer = harness.send(request).await;
+    assert_eq!(answer.ok()["project"], "alpha");
+}
+
+// --- routing -------------------------------------------------------------------
+
+#[tokio::test]
+async fn an_unknown_url_and_a_wrong_method_get_envelopes() {
+    let harness = Harness::new();
+    let answer = harness.get("/v1/nothing-here").await;
+    assert_eq!(answer.error(404)["code"], "unknown_url");
+    let answer = harness
+        .call(Some(ALPHA), Method::PUT, "/v1/containers", None)
+        .await;
+    answer.error(405);
+}
+
+// --- containers --------------------------------------------------------------
+
+#[tokio::test]
+async fn a_created_container_is_made_by_the_backend_and_shown() {
+    let harness = Harness::new();
+    let answer = harness
+        .post(
+            "/v1/containers",
+            json!({"name": "box", "memory_limit": "4g"}),
+        )
+        .await;
+    let container = answer.ok();
+    let id = container["id"].as_str().unwrap();
+    assert!(id.starts_with("cntr_"), "{container}");
+    assert_eq!(container["object"], "container");
+    assert_eq!(container["name"], "box");
+    assert_eq!(container["status"], "running");
+    assert_eq!(container["memory_limit"], "4g");
+    assert_eq!(container["network_policy"], json!({"type": "disabled"}));
+    assert_eq!(
+        container["expires_after"],
+        json!({"anchor": "last_active_at", "minutes": 20})
+    );
+    assert_eq!(
+        harness.backend.calls(),
+        vec![Call::Create {
+            id: id.to_owned(),
+            memory_bytes: 4 << 30
+        }]
+    );
+    let retrieved = harness.get(&format!("/v1/containers/{id}")).await;
+    assert_eq!(retrieved.ok()["id"], id);
+}
+
+#[tokio::test]
+async fn a_bad_create_body_is_a_400_and_makes_nothing() {
+    let harness = Harness::new();
+    let answer = harness
+        .post("/v1/containers", json!({"name": "x", "memory_limit": "2g"}))
+        .await;
+    answer.error(400);
+    let answer = harness
+        .post("/v1/containers", json!({"name": "x", "colour": "blue"}))
+        .await;
+    assert!(
+        answer.error(400)["message"]
+            .as_str()
+            .unwrap()
+            .contains("colour"),
+        "{}",
+        answer.json
+    );
+    assert!(harness.backend.calls().is_empty());
+}
+
+#[tokio::test]
+async fn a_memory_limit_beyond_the_hosts_ceiling_is_a_400_naming_it() {
+    let harness = Harness::new();
+    let answer = harness
+        .post(
+            "/v1/containers",
+            json!({"name": "x", "memory_limit": "64g"}),
+        )
+        .await;
+    assert_eq!(
+        answer.error(400)["param"],
+        "memory_limit",
+        "{}",
+        answer.json
+    );
+    assert!(harness.backend.calls().is_empty());
+}
+
+#[tokio::test]
+async fn listing_shows_only_the_projects_containers_newest_first() {
+    let harness = Harness::new();
+    let first = harness.container("one").await;
+    let second = harness.container("two").await;
+    let list = harness.get("/v1/containers").await;
+    let list = list.ok();
+    assert_eq!(list["object"], "list");
+    let ids: Vec<&str> = list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    // Made in the same second: either order is newest first.
+    assert_eq!(ids.len(), 2);
+    assert!(ids.contains(&first.as_str()) && ids.contains(&second.as_str()));
+    assert_eq!(list["has_more"], false);
+    let named = harness.get("/v1/containers?name=two").await;
+    assert_eq!(named.ok()["data"][0]["id"], second);
+    let theirs = harness
+        .call(Some(BETA), Method::GET, "/v1/containers", None)
+        .await;
+    assert_eq!(theirs.ok()["data"], json!([]));
+}
+
+#[tokio::test]
+async fn another_projects_container_is_a_404_and_left_alone() {
+    let harness = Harness::new();
+    let id = harness.container("mine").await;
+    let path = format!("/v1/containers/{id}");
+    for method in [Method::GET, Method::DELETE] {
+        let answer = harness.call(Some(BETA), method, &path, None).await;
+        let error = answer.error(404);
+        assert_eq!(error["code"], "not_found");
+        assert!(error["message"].as_str().unwrap().contains(&id));
+    }
+    let answer = harness
+        .call(
+            Some(BETA),
+            Method::POST,
+            &format!("{path}/exec"),
+            Some(json!({"commands": ["id"]})),
+        )
+        .await;
+    answer.error(404);
+    // Only the create reached the backend.
+    assert_eq!(harness.backend.calls().len(), 1);
+    harness.get(&path).await.ok();
+}
+
+#[tokio::test]
+async fn a_deleted_container_is_destroyed_and_gone() {
+    let harness = Harness::new();
+    let id = harness.container("doomed").await;
+    let path = format!("/v1/containers/{id}");
+    let answer = harness.delete(&path).await;
+    assert_eq!(
+        answer.ok(),
+        &json!({"id": id, "object": "container.deleted", "deleted": true})
+    );
+    assert!(harness.backend.calls().contains(&Call::Destroy(id.clone())));
+    assert_eq!(harness.get(&path).await.error(404)["code"], "not_found");
+    assert_eq!(harness.delete(&path).await.error(404)["code"], "not_found");
+}
+
+#[tokio::test]
+async fn a_stale_list_cursor_is_a_400_naming_after() {
+    let harness = Harness::new();
+    let answer = harness.get("/v1/containers?after=cntr_gone").await;
+    let error = answer.error(400);
+    assert_eq!(error["param"], "after");
+    assert_eq!(error["code"], "invalid_cursor");
+}
+
+#[tokio::test]
+async fn list_limits_and_orders_out_of_range_name_their_param() {
+    let harness = Harness::new();
+    for (query, param) in [
+        ("limit=0", "limit"),
+        ("limit=101", "limit"),
+        ("order=sideways", "order"),
+    ] {
+        let answer = harness.get(&format!("/v1/files?{query}")).await;
+        assert_eq!(answer.error(400)["param"], param, "{query}");
+    }
+}
+
+#[tokio::test]
+async fn the_running_container_quota_is_a_429_naming_the_limit() {
+    let harness = Harness::with_config(|config| config.max_running_containers_per_project = 1);
+    harness.container("first").await;
+    let answer = harness
+        .post("/v1/containers", json!({"name": "second"}))
+        .await;
+    let error = answer.error(429);
+    assert_eq!(error["code"], "too_many_running_containers");
+    assert_eq!(error["type"], "rate_limit_error");
+    assert!(error["message"]
+        .as_str()
+        .unwrap()
+        .contains("max_running_containers_per_project"));
+    // Another project has its own quota.
+    let theirs = harness
+        .call(
+            Some(BETA),
+            Method::POST,
+            "/v1/containers",
+            Some(json!({"name": "theirs"})),
+        )
+        .await;
+    theirs.ok();
+    let creates = harness
+        .backend
+        .calls()
+        .iter()
+        .filter(|c| matches!(c, Call::Create { .. }))
+        .count();
+    assert_eq!(creates, 2);
+}
+
+// --- exec ----------------------------------------------------------------------
+
+#[tokio::test]
+async fn exec_runs_the_commands_in_order_and_audits_them() {
+    let harness = Harness::new();
+    let id = harness.container("worker").await;
+    let answer = harness
+        .post(
+            &format!("/v1/containers/{id}/exec"),
+            json!({"commands": ["echo a", "echo b"], "timeout_ms": 5000}),
+        )
+        .await;
+    let output = answer.ok();
+    assert_eq!(output["type"], "shell_call_output");
+    assert_eq!(output["status"], "completed");
+    assert_eq!(output["output"][0]["stdout"], "ran: echo a\n");
+    assert_eq!(output["output"][1]["stdout"], "ran: echo b\n");
+    assert_eq!(
+        output["output"][1]["outcome"],
+        json!({"type": "exit", "exit_code": 0})
+    );
+    assert!(harness.backend.calls().contains(&Call::Run {
+        id: id.clone(),
+        commands: vec!["echo a".into(), "echo b".into()],
+        timeout_ms: 5000,
+    }));
+    // The audit is written in batches, soon after the run: its batch is
+    // written now rather than waited for.
+    harness.state.billing.flush().await;
+    let audit = harness.get(&format!("/v1/containers/{id}/commands")).await;
+    let audit = audit.ok();
+    let commands: Vec<&str> = audit["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["command"].as_str().unwrap())
+        .collect();
+    assert_eq!(commands.len(), 2, "{audit}");
+    assert!(commands.contains(&"echo a") && commands.contains(&"echo b"));
+    let entry = &audit["data"][0];
+    assert_eq!(entry["object"], "container.command");
+    assert_eq!(entry["container_id"], id.as_str());
+    assert_eq!(entry["response_id"], serde_json::Value::Null);
+    assert_eq!(entry["outcome"], json!({"type": "exit", "exit_code": 0}));
+}
+
+#[tokio::test]
+async fn a_streamed_exec_sends_its_deltas_then_the_result() {
+    let harness = Harness::new();
+    let id = harness.container("streamer").await;
+    let answer = harness
+        .post(
+            &format!("/v1/containers/{id}/exec"),
+            json!({"commands": ["echo one"], "stream": true}),
+        )
+        .await;
+    assert_eq!(answer.status, 200);
+    let events: Vec<serde_json::Value> = String::from_utf8_lossy(&answer.bytes)
+        .lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .map(|data| serde_json::from_str(data).unwrap())
+        .collect();
+    assert_eq!(
+        events.first(),
+        Some(&json!({
+            "type": "exec.output.delta",
+            "command_index": 0,
+            "stream": "stdout",
+            "delta": "ran: echo one\n",
+        })),
+        "{events:?}"
+    );
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "exec.completed");
+    assert_eq!(
+        last["shell_call_output"]["output"][0]["stdout"],
+        "ran: echo one\n"
+    );
+}
+
+#[tokio::test]
+async fn exec_timeouts_out_of_range_are_400s_naming_timeout_ms() {
+    let harness = Harness::new();
+    let id = harness.container("worker").await;
+    for timeout in [json!(0), json!(300_001)] {
+        let answer = harness
+            .post(
+                &format!("/v1/containers/{id}/exec"),
+                json!({"commands": ["true"], "timeout_ms": timeout}),
+            )
+            .await;
+        assert_eq!(answer.error(400)["param"], "timeout_ms", "{timeout}");
+    }
+    let answer = harness
+        .post(
+            &format!("/v1/containers/{id}/exec"),
+            json!({"commands": ["true"], "timeout_ms": "soon"}),
+        )
+        .await;
+    answer.error(400);
+    assert!(
+        !harness
+            .backend
+            .calls()
+            .iter()
+            .any(|c| matches!(c, Call::Run { .. })),
+        "nothing ran"
+    );
+}
+
+#[tokio::test]
+async fn exec_without_commands_is_a_400() {
+    let harness = Harness::new();
+    let id = harness.container("worker").await;
+    let answer = harness
+        .post(
+            &format!("/v1/containers/{id}/exec"),
+            json!({"commands": []}),
+        )
+        .await;
+    assert_eq!(answer.error(400)["param"], "commands");
+}
+
+#[tokio::test]
+async fn the_exec_quota_is_a_429() {
+    let harness = Harness::with_config(|config| config.max_execs_per_project = 0);
+    let id = harness.container("worker").await;
+    let answer = harness
+        .post(
+            &format!("/v1/containers/{id}/exec"),
+            json!({"commands": ["true"]}),
+        )
+        .await;
+    assert_eq!(answer.error(429)["code"], "too_many_concurrent_execs");
+}
+
+// --- files -----------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_file_uploaded_is_listed_downloaded_and_deleted() {
+    let harness = Harness::new();
+    let answer = harness
+        .upload(
+            "/v1/files",
+            "notes.txt",
+            b"hello",
+            &[("purpose", "user_data")],
+        )
+        .await;
+    let file = answer.ok();
+    let id = file["id"].as_str().unwrap();
+    assert_eq!(file["object"], "file");
+    assert_eq!(file["filename"], "notes.txt");
+    assert_eq!(file["bytes"], 5);
+    assert_eq!(file["purpose"], "user_data");
+    let list = harness.get("/v1/files").await;
+    assert_eq!(list.ok()["data"][0]["id"], id);
+    let content = harness.get(&format!("/v1/files/{id}/content")).await;
+    assert_eq!(content.status, 200);
+    assert_eq!(content.bytes, b"hello");
+    let theirs = harness
+        .call(Some(BETA), Method::GET, &format!("/v1/files/{id}"), None)
+        .await;
+    theirs.error(404);
+    let deleted = harness.delete(&format!("/v1/files/{id}")).await;
+    assert_eq!(deleted.ok()["deleted"], true);
+    harness.get(&format!("/v1/files/{id}")).await.error(404);
+}
+
+#[tokio::test]
+async fn a_file_upload_without_a_valid_purpose_names_it() {
+    let harness = Harness::new();
+    let answer = harness
+        .upload("/v1/files", "a.txt", b"x", &[("purpose", "mischief")])
+        .await;
+    assert_eq!(answer.error(400)["param"], "purpose");
+    let answer = harness.upload("/v1/files", "a.txt", b"x", &[]).await;
+    assert_eq!(answer.error(400)["param"], "purpose");
+    let answer = harness
+        .post("/v1/files", json!({"purpose": "user_data"}))
+        .await;
+    answer.error(415);
+}
+
+#[tokio::test]
+async fn container_files_uploaded_or_made_by_commands_are_listed() {
+    let harness = Harness::new();
+    let id = harness.container("files").await;
+    let answer = harness
+        .upload(
+            &format!("/v1/containers/{id}/files"),
+            "../../etc/data.csv",
+            b"a,b\n",
+            &[],
+        )
+        .await;
+    let file = answer.ok();
+    // Only the last path component is kept: it lands in /mnt/data.
+    assert_eq!(file["path"], "/mnt/data/data.csv");
+    assert_eq!(file["source"], "user");
+    assert!(harness.backend.calls().contains(&Call::WriteFile {
+        id: id.clone(),
+        path: "/mnt/data/data.csv".into()
+    }));
+    harness
+        .backend
+        .make_file(&id, "/mnt/data/out/report.txt", b"made");
+    let list = harness.get(&format!("/v1/containers/{id}/files")).await;
+    let list = list.ok();
+    let mut seen: Vec<(String, String)> = list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["path"].as_str().unwrap().to_owned(),
+                f["source"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        vec![
+            ("/mnt/data/data.csv".to_owned(), "user".to_owned()),
+            (
+                "/mnt/data/out/report.txt".to_owned(),
+                "assistant".to_owned()
+            ),
+        ]
+    );
+    let file_id = file["id"].as_str().unwrap();
+    let content = harness
+        .get(&format!("/v1/containers/{id}/files/{file_id}/content"))
+        .await;
+    assert_eq!(content.bytes, b"a,b\n");
+}
+
+#[tokio::test]
+async fn a_files_api_file_is_copied_into_a_container_by_id() {
+    let harness = Harness::new();
+    let upload = harness
+        .upload("/v1/files", "in.txt", b"input", &[("purpose", "user_data")])
+        .await;
+    let file_id = upload.ok()["id"].as_str().unwrap().to_owned();
+    let id = harness.container("copy").await;
+    let answer = harness
+        .post(
+            &format!("/v1/containers/{id}/files"),
+            json!({"file_id": file_id}),
+        )
+        .await;
+    assert_eq!(answer.ok()["path"], "/mnt/data/in.txt");
+    let missing = harness
+        .post(
+            &format!("/v1/containers/{id}/files"),
+            json!({"file_id": "file-nobody"}),
+        )
+        .await;
+    missing.error(404);
+}
+
+// --- skills ----------------------------------------------------------------------
+
+const MANIFEST: &[u8] =
+    b"---\nname: adder\ndescription: Adds numbers.\n---\n\nUse `python3 add.py`.\n";
+
+#[tokio::test]
+async fn a_skill_uploaded_as_a_directory_is_shown_and_versioned() {
+    let harness = Harness::new();
+    let answer = harness
+        .upload_part("/v1/skills", "files[]", "adder/SKILL.md", MANIFEST, &[])
+        .await;
+    let skill = answer.ok();
+    let id = skill["id"].as_str().unwrap().to_owned();
+    assert!(id.starts_with("skill_"), "{skill}");
+    assert_eq!(skill["object"], "skill");
+    assert_eq!(skill["name"], "adder");
+    assert_eq!(skill["description"], "Adds numbers.");
+    assert_eq!(skill["default_version"], "1");
+    assert_eq!(skill["latest_version"], "1");
+    assert_eq!(harness.get(&format!("/v1/skills/{id}")).await.ok(), skill);
+    assert_eq!(harness.get("/v1/skills").await.ok()["data"][0]["id"], id);
+    let version = harness
+        .get(&format!("/v1/skills/{id}/versions/latest"))
+        .await;
+    let version = version.ok();
+    assert_eq!(version["object"], "skill.version");
+    assert_eq!(version["skill_id"], id.as_str());
+    assert_eq!(version["version"], "1");
+    // The default version cannot go; the skill can.
+    let refused = harness.delete(&format!("/v1/skills/{id}/versions/1")).await;
+    assert_eq!(refused.error(400)["param"], "version");
+    let deleted = harness.delete(&format!("/v1/skills/{id}")).await;
+    assert_eq!(
+        deleted.ok(),
+        &json!({"id": id, "object": "skill.deleted", "deleted": true})
+    );
+    harness.get(&format!("/v1/skills/{id}")).await.error(404);
+}
+
+#[tokio::test]
+async fn a_skill_without_a_manifest_is_a_400_naming_files() {
+    let harness = Harness::new();
+    let answer = harness
+        .upload_part("/v1/skills", "files[]", "adder/add.py", b"print(1)", &[])
+        .await;
+    assert_eq!(answer.error(400)["param"], "files");
+}
+
+// --- responses and messages ---------------------------------------------------
+
+#[tokio::test]
+async fn an_unknown_response_is_a_404_envelope() {
+    let harness = Harness::new();
+    for method in [Method::GET, Method::DELETE] {
+        let answer = harness
+            .call(Some(ALPHA), method, "/v1/responses/resp_nobody", None)
+            .await;
+        assert_eq!(answer.error(404)["code"], "not_found");
+    }
+}
+
+#[tokio::test]
+async fn the_messages_api_refuses_a_missing_key_in_anthropics_envelope() {
+    let harness = Harness::new();
+    let answer = harness
+        .call(
+            None,
+            Method::POST,
+            "/v1/messages",
+            Some(json!({"model": "m", "max_tokens": 1, "messages": []})),
+        )
+        .await;
+    assert_eq!(answer.status, 401, "{}", answer.json);
+    assert_eq!(answer.json["type"], "error");
+    assert_eq!(answer.json["error"]["type"], "authentication_error");
+    assert!(answer.json["error"]["message"].is_string());
+}
+
+// --- usage and images ---------------------------------------------------------
+
+#[tokio::test]
+async fn usage_is_the_callers_projects() {
+    let harness = Harness::new();
+    let usage = harness.get("/v1/usage").await;
+    let usage = usage.ok();
+    assert_eq!(usage["object"], "usage");
+    assert_eq!(usage["project"], "alpha");
+    assert_eq!(usage["containers"], json!([]));
+}
+
+#[tokio::test]
+async fn images_are_listed_with_the_default() {
+    let harness = Harness::new();
+    let images = harness.get("/v1/images").await;
+    let images = images.ok();
+    assert_eq!(images["object"], "list");
+    assert_eq!(images["has_more"], false);
+    assert_eq!(images["default_image"], harness.state.config.default_image);
+}
+
+// --- lifecycle, on the manual clock ------------------------------------------------
+
+/// The container's `last_active_at`: the lifecycle tests set the clock
+/// relative to it (the rows' times come from the system's clock).
+async fn last_active_at(harness: &Harness, id: &str) -> i64 {
+    let container = harness.get(&format!("/v1/containers/{id}")).await;
+    container.ok()["last_active_at"].as_i64().unwrap()
+}
+
+#[tokio::test]
+async fn an_idle_container_expires_when_the_clock_reaches_its_expiry() {
+    let harness = Harness::new();
+    let id = harness.container("short").await;
+    let active = last_active_at(&harness, &id).await;
+    // A second before twenty minutes (the default expiry) of idleness, it
+    // is kept (suspended, past the idle limit), not destroyed.
+    harness.clock.set(active + 20 * 60 - 1);
+    crate::lifecycle::sweep(&harness.state).await.unwrap();
+    harness.get(&format!("/v1/containers/{id}")).await.ok();
+    assert!(!harness.backend.calls().contains(&Call::Destroy(id.clone())));
+    harness.clock.set(active + 20 * 60);
+    crate::lifecycle::sweep(&harness.state).await.unwrap();
+    let answer = harness.get(&format!("/v1/containers/{id}")).await;
+    assert_eq!(answer.error(404)["code"], "not_found");
+    assert!(harness.backend.calls().contains(&Call::Destroy(id)));
+}
+
+#[tokio::test]
+async fn an_idle_container_is_suspended_then_woken_by_a_command() {
+    let harness = Harness::new();
+    let id = harness.container("sleepy").await;
+    let active = last_active_at(&harness, &id).await;
+    // The idle limit is five minutes.
+    harness.clock.set(active + 5 * 60 - 1);
+    crate::lifecycle::sweep(&harness.state).await.unwrap();
+    assert!(!harness.backend.calls().contains(&Call::Suspend(id.clone())));
+    harness.clock.set(active + 5 * 60);
+    crate::lifecycle::sweep(&harness.state).await.unwrap();
+    assert!(harness.backend.calls().contains(&Call::Suspend(id.clone())));
+    assert_eq!(
+        harness.backend.state_of(&id),
+        Some(shellgate_sandbox_api::ContainerState::Stopped)
+    );
+    let container = harness.get(&format!("/v1/containers/{id}")).await;
+    assert_eq!(container.ok()["status"], "suspended");
+    let answer = harness
+        .post(
+            &format!("/v1/containers/{id}/exec"),
+            json!({"commands": ["true"]}),
+        )
+        .await;
+    answer.ok();
+    let container = harness.get(&format!("/v1/containers/{id}")).await;
+    assert_eq!(container.ok()["status"], "running");
+}
+
+#[tokio::test]
+async fn a_file_expires_when_the_clock_reaches_its_expires_at() {
+    let harness = Harness::new();
+    let upload = harness
+        .upload(
+            "/v1/files",
+            "brief.txt",
+            b"x",
+            &[
+                ("purpose", "user_data"),
+                ("expires_after[anchor]", "created_at"),
+                ("expires_after[seconds]", "3600"),
+            ],
+        )
+        .await;
+    let file = upload.ok();
+    let id = file["id"].as_str().unwrap().to_owned();
+    let expires_at = file["expires_at"].as_i64().unwrap();
+    assert_eq!(expires_at, file["created_at"].as_i64().unwrap() + 3600);
+    harness.clock.set(expires_at - 1);
+    crate::lifecycle::sweep(&harness.state).await.unwrap();
+    harness.get(&format!("/v1/files/{id}")).await.ok();
+    harness.clock.set(expires_at);
+    crate::lifecycle::sweep(&harness.state).await.unwrap();
+    harness.get(&format!("/v1/files/{id}")).await.error(404);
+}

@@ -1,0 +1,104 @@
+//! The command audit (the `commands` table).
+
+use rusqlite::{params, Row};
+
+use crate::paging::{page_of, Page};
+use crate::values::{column, number, CommandOutcome};
+use crate::{Result, Store, StoreError};
+
+/// One command run in a container (the command audit).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandRow {
+    pub id: String,
+    pub project: String,
+    pub container_id: String,
+    /// The response whose model ran it, if one did.
+    pub response_id: Option<String>,
+    pub command: String,
+    pub outcome: CommandOutcome,
+    pub exit_code: Option<i32>,
+    pub duration_ms: u64,
+    pub bytes_out: u64,
+    pub created_at: i64,
+}
+
+const COMMAND_COLUMNS: &str = "id, project, container_id, response_id, command, outcome, exit_code, duration_ms, bytes_out, created_at";
+
+fn command_row(row: &Row) -> rusqlite::Result<CommandRow> {
+    Ok(CommandRow {
+        id: row.get(0)?,
+        project: row.get(1)?,
+        container_id: row.get(2)?,
+        response_id: row.get(3)?,
+        command: row.get(4)?,
+        outcome: column(row, 5, "commands", "outcome")?,
+        exit_code: row.get(6)?,
+        duration_ms: number(row, 7, "commands", "duration_ms")?,
+        bytes_out: number(row, 8, "commands", "bytes_out")?,
+        created_at: row.get(9)?,
+    })
+}
+
+impl Store {
+    /// Records commands, in one transaction.
+    pub fn record_commands(&self, rows: &[CommandRow]) -> Result<()> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        {
+            let mut insert = tx.prepare_cached(&format!(
+                "INSERT INTO commands ({COMMAND_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
+            ))?;
+            for row in rows {
+                insert.execute(params![
+                    row.id,
+                    row.project,
+                    row.container_id,
+                    row.response_id,
+                    row.command,
+                    row.outcome,
+                    row.exit_code,
+                    row.duration_ms as i64,
+                    row.bytes_out as i64,
+                    row.created_at
+                ])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// A page of a container's commands.
+    pub fn list_commands(
+        &self,
+        container_id: &str,
+        page: &Page,
+    ) -> Result<(Vec<CommandRow>, bool)> {
+        page_of(
+            &self.reader(),
+            "commands",
+            COMMAND_COLUMNS,
+            "container_id",
+            container_id,
+            "project",
+            None,
+            page,
+            command_row,
+        )
+    }
+
+    /// Every command (of `project`, if given), oldest first, to `each`.
+    pub fn each_command(
+        &self,
+        project: Option<&str>,
+        mut each: impl FnMut(CommandRow) -> std::result::Result<(), String>,
+    ) -> Result<()> {
+        let conn = self.reader();
+        let mut statement = conn.prepare(&format!(
+            "SELECT {COMMAND_COLUMNS} FROM commands WHERE (?1 IS NULL OR project = ?1) ORDER BY seq"
+        ))?;
+        for row in statement.query_map(params![project], command_row)? {
+            each(row?).map_err(StoreError::Consumer)?;
+        }
+        Ok(())
+    }
+}

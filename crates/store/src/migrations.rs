@@ -1,0 +1,195 @@
+//! The schema: numbered migrations, applied in order, one transaction each
+//! (the index + 1 is the schema version, kept in `PRAGMA user_version`).
+
+/// Schema migrations, applied in order; the index + 1 is the schema version.
+pub(crate) const MIGRATIONS: &[&str] = &[
+    r#"
+    CREATE TABLE api_keys (
+        hash TEXT PRIMARY KEY,
+        project TEXT NOT NULL,
+        created_at INTEGER NOT NULL
+    );
+    CREATE TABLE containers (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        project TEXT NOT NULL,
+        name TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        last_active_at INTEGER NOT NULL,
+        status TEXT NOT NULL,
+        memory_limit TEXT NOT NULL,
+        expires_minutes INTEGER NOT NULL,
+        network_policy TEXT NOT NULL,
+        skills TEXT NOT NULL,
+        file_ids TEXT NOT NULL,
+        billed_seconds REAL NOT NULL DEFAULT 0,
+        session_seconds REAL NOT NULL DEFAULT 0,
+        session_open INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX containers_by_project ON containers (project, seq);
+    CREATE TABLE files (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        project TEXT NOT NULL,
+        filename TEXT NOT NULL,
+        purpose TEXT NOT NULL,
+        bytes INTEGER NOT NULL,
+        created_at INTEGER NOT NULL
+    );
+    CREATE INDEX files_by_project ON files (project, seq);
+    CREATE TABLE container_files (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        container_id TEXT NOT NULL,
+        path TEXT NOT NULL,
+        bytes INTEGER NOT NULL,
+        source TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        UNIQUE (container_id, path)
+    );
+    CREATE TABLE usage (
+        project TEXT PRIMARY KEY,
+        billed_seconds REAL NOT NULL
+    );
+"#,
+    r#"
+    ALTER TABLE files ADD COLUMN expires_at INTEGER;
+    CREATE INDEX files_by_expiry ON files (expires_at) WHERE expires_at IS NOT NULL;
+    CREATE INDEX container_files_by_container ON container_files (container_id, seq);
+"#,
+    r#"
+    CREATE TABLE responses (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        project TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        status TEXT NOT NULL,
+        previous_response_id TEXT,
+        body TEXT NOT NULL,
+        input_items TEXT NOT NULL,
+        conversation TEXT NOT NULL
+    );
+    CREATE INDEX responses_by_project ON responses (project, seq);
+    CREATE INDEX responses_by_status ON responses (status);
+"#,
+    r#"
+    ALTER TABLE usage ADD COLUMN input_tokens INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE usage ADD COLUMN output_tokens INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE usage ADD COLUMN responses INTEGER NOT NULL DEFAULT 0;
+"#,
+    r#"
+    CREATE TABLE commands (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        project TEXT NOT NULL,
+        container_id TEXT NOT NULL,
+        response_id TEXT,
+        command TEXT NOT NULL,
+        outcome TEXT NOT NULL,
+        exit_code INTEGER,
+        duration_ms INTEGER NOT NULL,
+        bytes_out INTEGER NOT NULL,
+        created_at INTEGER NOT NULL
+    );
+    CREATE INDEX commands_by_container ON commands (container_id, seq);
+"#,
+    r#"
+    CREATE TABLE egress (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        project TEXT NOT NULL,
+        container_id TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        requested_name TEXT,
+        server_name TEXT,
+        address TEXT,
+        port INTEGER NOT NULL,
+        verdict TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        bytes_out INTEGER NOT NULL,
+        bytes_in INTEGER NOT NULL,
+        duration_ms INTEGER NOT NULL
+    );
+    CREATE INDEX egress_by_container ON egress (container_id, seq);
+"#,
+    r#"
+    ALTER TABLE containers ADD COLUMN image TEXT NOT NULL DEFAULT 'host';
+"#,
+    r#"
+    CREATE TABLE skills (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        project TEXT NOT NULL,
+        name TEXT NOT NULL,
+        description TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        default_version INTEGER NOT NULL,
+        latest_version INTEGER NOT NULL,
+        -- The highest version number ever given: numbers are never reused.
+        last_number INTEGER NOT NULL
+    );
+    CREATE INDEX skills_by_project ON skills (project, seq);
+    CREATE TABLE skill_versions (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        skill_id TEXT NOT NULL,
+        project TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        name TEXT NOT NULL,
+        description TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        bytes INTEGER NOT NULL,
+        UNIQUE (skill_id, version)
+    );
+"#,
+    r#"
+    ALTER TABLE containers ADD COLUMN sleep_after_secs INTEGER;
+    CREATE TABLE sessions (
+        project TEXT NOT NULL,
+        session TEXT NOT NULL,
+        container_id TEXT NOT NULL,
+        PRIMARY KEY (project, session)
+    );
+    CREATE INDEX sessions_by_container ON sessions (container_id);
+"#,
+    r#"
+    ALTER TABLE egress ADD COLUMN aggregated INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE containers ADD COLUMN egress_unlogged INTEGER NOT NULL DEFAULT 0;
+"#,
+    // A response stores only its own items, linked to the response it
+    // continues (see responses.rs). Existing responses: one whose previous
+    // response is still stored, in its project, and whose conversation
+    // starts with that one's, keeps only what follows it; any other keeps
+    // its whole conversation as its own.
+    r#"
+    CREATE TABLE response_items (
+        response_id TEXT NOT NULL,
+        -- The item's index in the whole conversation.
+        position INTEGER NOT NULL,
+        item TEXT NOT NULL,
+        PRIMARY KEY (response_id, position)
+    ) WITHOUT ROWID;
+    ALTER TABLE responses ADD COLUMN parent_id TEXT;
+    ALTER TABLE responses ADD COLUMN conversation_len INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE responses ADD COLUMN deleted INTEGER NOT NULL DEFAULT 0;
+    CREATE INDEX responses_by_parent ON responses (parent_id) WHERE parent_id IS NOT NULL;
+    UPDATE responses SET conversation_len = json_array_length(conversation);
+    UPDATE responses SET parent_id = previous_response_id WHERE EXISTS (
+        SELECT 1 FROM responses p
+        WHERE p.id = responses.previous_response_id AND p.project = responses.project
+        AND p.conversation_len <= responses.conversation_len
+        AND NOT EXISTS (
+            SELECT 1 FROM json_each(p.conversation) pe
+            WHERE json_extract(responses.conversation, '$[' || pe.key || ']') IS NOT pe.value
+        )
+    );
+    INSERT INTO response_items (response_id, position, item)
+    SELECT r.id, j.key,
+        CASE j.type WHEN 'object' THEN j.value WHEN 'array' THEN j.value WHEN 'true' THEN 'true'
+        WHEN 'false' THEN 'false' WHEN 'null' THEN 'null' ELSE json_quote(j.value) END
+    FROM responses r, json_each(r.conversation) j
+    WHERE j.key >= COALESCE((SELECT p.conversation_len FROM responses p WHERE p.id = r.parent_id), 0);
+    ALTER TABLE responses DROP COLUMN conversation;
+"#,
+];

@@ -1,0 +1,503 @@
+//! Stored responses of the Responses API (the `responses` table) and their
+//! conversations (the `response_items` table).
+//!
+//! A response continuing another (`previous_response_id`) stores only the
+//! items its own request and run added, each at its position in the whole
+//! conversation, with a link (`parent_id`) to the response it continues: a
+//! chain of n responses holds each item once, not the whole conversation
+//! again per response (which grew quadratically along a chain). Reading a
+//! response's conversation walks the links back in one recursive query.
+//!
+//! Deleting a response that others continue keeps its items (the row stays
+//! as a hidden tombstone, its object and input cleared) while a descendant
+//! needs them; deleting the last response of a branch also removes the
+//! tombstones above it that nothing continues any more.
+
+use rusqlite::{params, Connection, OptionalExtension, Row, Transaction};
+
+use crate::values::{column, number, ResponseStatus};
+use crate::{Result, Store, StoreError};
+
+/// A stored response of the Responses API.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResponseRow {
+    pub id: String,
+    pub project: String,
+    pub created_at: i64,
+    pub status: ResponseStatus,
+    pub previous_response_id: Option<String>,
+    /// The response object, JSON.
+    pub body: String,
+    /// This request's input items, JSON array.
+    pub input_items: String,
+    /// Every item of the conversation up to this response's output, JSON
+    /// array: what a response continuing from this one starts from. It
+    /// begins with the previous response's conversation (the server builds
+    /// it so); the store keeps only what follows that.
+    pub conversation: String,
+}
+
+/// How far back a conversation is followed at most: far beyond any real
+/// chain, it only stops a corrupt link loop from running forever (a chain
+/// cut there fails the read's completeness check).
+const MAX_CHAIN: i64 = 1_000_000;
+
+const RESPONSE_COLUMNS: &str =
+    "id, project, created_at, status, previous_response_id, body, input_items";
+
+/// A response's row without its conversation (read separately).
+fn response_row(row: &Row) -> rusqlite::Result<ResponseRow> {
+    Ok(ResponseRow {
+        id: row.get(0)?,
+        project: row.get(1)?,
+        created_at: row.get(2)?,
+        status: column(row, 3, "responses", "status")?,
+        previous_response_id: row.get(4)?,
+        body: row.get(5)?,
+        input_items: row.get(6)?,
+        conversation: String::new(),
+    })
+}
+
+/// Where a stored response's own items start and end in its conversation,
+/// and the response it continues.
+struct Link {
+    parent: Option<String>,
+    conversation_len: usize,
+}
+
+fn link(conn: &Connection, id: &str) -> Result<Option<Link>> {
+    Ok(conn
+        .query_row(
+            "SELECT parent_id, conversation_len FROM responses WHERE id = ?1",
+            params![id],
+            |row| {
+                Ok(Link {
+                    parent: row.get(0)?,
+                    conversation_len: number(row, 1, "responses", "conversation_len")?,
+                })
+            },
+        )
+        .optional()?)
+}
+
+/// The whole conversation of response `id`, a JSON array: its items and
+/// every ancestor's, in order. Every position from the first to the
+/// conversation's length must be there exactly once, or the chain is
+/// broken (a missing link, a loop).
+fn conversation(conn: &Connection, id: &str) -> Result<String> {
+    let Some(head) = link(conn, id)? else {
+        return Err(StoreError::BrokenChain { id: id.to_owned() });
+    };
+    let mut statement = conn.prepare_cached(
+        "WITH RECURSIVE chain(id, parent, depth) AS (
+             SELECT id, parent_id, 0 FROM responses WHERE id = ?1
+             UNION ALL
+             SELECT r.id, r.parent_id, c.depth + 1 FROM responses r JOIN chain c ON r.id = c.parent
+             WHERE c.depth < ?2
+         )
+         SELECT i.position, i.item FROM chain c JOIN response_items i ON i.response_id = c.id
+         ORDER BY i.position",
+    )?;
+    let mut text = String::from("[");
+    let mut expected = 0usize;
+    let mut rows = statement.query(params![id, MAX_CHAIN])?;
+    while let Some(row) = rows.next()? {
+        let position: usize = number(row, 0, "response_items", "position")?;
+        if position != expected {
+            return Err(StoreError::BrokenChain { id: id.to_owned() });
+        }
+        if expected > 0 {
+            text.push(',');
+        }
+        text.push_str(&row.get::<_, String>(1)?);
+        expected += 1;
+    }
+    if expected != head.conversation_len {
+        return Err(StoreError::BrokenChain { id: id.to_owned() });
+    }
+    text.push(']');
+    Ok(text)
+}
+
+/// Removes a response's row and its own items.
+fn remove(tx: &Transaction, id: &str) -> Result<()> {
+    tx.execute(
+        "DELETE FROM response_items WHERE response_id = ?1",
+        params![id],
+    )?;
+    tx.execute("DELETE FROM responses WHERE id = ?1", params![id])?;
+    Ok(())
+}
+
+fn has_descendants(conn: &Connection, id: &str) -> Result<bool> {
+    Ok(conn
+        .query_row(
+            "SELECT 1 FROM responses WHERE parent_id = ?1 LIMIT 1",
+            params![id],
+            |_| Ok(()),
+        )
+        .optional()?
+        .is_some())
+}
+
+impl Store {
+    /// Inserts or replaces a response (its status, body and conversation
+    /// change as it runs). Only the items after its previous response's
+    /// conversation are stored, when that response is still stored (else
+    /// the whole conversation is its own).
+    pub fn save_response(&self, row: &ResponseRow) -> Result<()> {
+        let items: Vec<serde_json::Value> = serde_json::from_str(&row.conversation)
+            .map_err(|_| StoreError::BrokenChain { id: row.id.clone() })?;
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        // The link is made once, when the row is first written: a later
+        // save (the same run moving on) continues from the same response.
+        let existing = link(&tx, &row.id)?;
+        // Items others continue from never change under them (only a
+        // finished response is continued, and a finished one's items are
+        // final; this holds it even for a save that says otherwise).
+        if existing.is_some() && has_descendants(&tx, &row.id)? {
+            tx.execute(
+                "UPDATE responses SET status = ?2, body = ?3 WHERE id = ?1",
+                params![row.id, row.status, row.body],
+            )?;
+            tx.commit()?;
+            return Ok(());
+        }
+        let parent = match existing {
+            Some(existing) => existing.parent,
+            None => match &row.previous_response_id {
+                Some(previous) => tx
+                    .query_row(
+                        "SELECT id FROM responses WHERE id = ?1 AND project = ?2",
+                        params![previous, row.project],
+                        |found| found.get::<_, String>(0),
+                    )
+                    .optional()?,
+                None => None,
+            },
+        };
+        let first_own = match &parent {
+            Some(parent) => link(&tx, parent)?
+                .map(|parent| parent.conversation_len)
+                .unwrap_or(0),
+            None => 0,
+        };
+        if items.len() < first_own {
+            return Err(StoreError::BrokenChain { id: row.id.clone() });
+        }
+        tx.execute(
+            &format!(
+                "INSERT INTO responses ({RESPONSE_COLUMNS}, parent_id, conversation_len)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+                 ON CONFLICT (id) DO UPDATE SET status = excluded.status, body = excluded.body,
+                 conversation_len = excluded.conversation_len"
+            ),
+            params![
+                row.id,
+                row.project,
+                row.created_at,
+                row.status,
+                row.previous_response_id,
+                row.body,
+                row.input_items,
+                parent,
+                items.len() as i64
+            ],
+        )?;
+        tx.execute(
+            "DELETE FROM response_items WHERE response_id = ?1",
+            params![row.id],
+        )?;
+        {
+            let mut insert = tx.prepare_cached(
+                "INSERT INTO response_items (response_id, position, item) VALUES (?1, ?2, ?3)",
+            )?;
+            for (position, item) in items.iter().enumerate().skip(first_own) {
+                insert.execute(params![row.id, position as i64, item.to_string()])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// A response of `project`, with its whole conversation.
+    pub fn response(&self, project: &str, id: &str) -> Result<Option<ResponseRow>> {
+        let conn = self.reader();
+        let Some(mut row) = conn
+            .query_row(
+                &format!(
+                    "SELECT {RESPONSE_COLUMNS} FROM responses
+                     WHERE id = ?1 AND project = ?2 AND deleted = 0"
+                ),
+                params![id, project],
+                response_row,
+            )
+            .optional()?
+        else {
+            return Ok(None);
+        };
+        row.conversation = conversation(&conn, &row.id)?;
+        Ok(Some(row))
+    }
+
+    /// Responses with one of `statuses` (to settle runs a crash
+    /// interrupted), with their conversations.
+    pub fn responses_with_status(&self, statuses: &[ResponseStatus]) -> Result<Vec<ResponseRow>> {
+        let conn = self.reader();
+        let mut statement = conn.prepare(&format!(
+            "SELECT {RESPONSE_COLUMNS} FROM responses WHERE status = ?1 AND deleted = 0"
+        ))?;
+        let mut rows = Vec::new();
+        for status in statuses {
+            rows.extend(
+                statement
+                    .query_map(params![status], response_row)?
+                    .collect::<rusqlite::Result<Vec<_>>>()?,
+            );
+        }
+        for row in &mut rows {
+            row.conversation = conversation(&conn, &row.id)?;
+        }
+        Ok(rows)
+    }
+
+    /// Deletes a response of `project`. One that others continue becomes a
+    /// hidden tombstone keeping only its items; one that nothing continues
+    /// goes, with the tombstones above it that then serve nothing.
+    pub fn delete_response(&self, project: &str, id: &str) -> Result<bool> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let found = tx
+            .query_row(
+                "SELECT parent_id FROM responses WHERE id = ?1 AND project = ?2 AND deleted = 0",
+                params![id, project],
+                |row| row.get::<_, Option<String>>(0),
+            )
+            .optional()?;
+        let Some(mut parent) = found else {
+            return Ok(false);
+        };
+        if has_descendants(&tx, id)? {
+            tx.execute(
+                "UPDATE responses SET deleted = 1, body = '{}', input_items = '[]' WHERE id = ?1",
+                params![id],
+            )?;
+        } else {
+            remove(&tx, id)?;
+            // Each step removes one row: the walk ends.
+            while let Some(ancestor) = parent {
+                let tombstone: Option<Option<String>> = tx
+                    .query_row(
+                        "SELECT parent_id FROM responses WHERE id = ?1 AND deleted = 1",
+                        params![ancestor],
+                        |row| row.get(0),
+                    )
+                    .optional()?;
+                match tombstone {
+                    Some(next) if !has_descendants(&tx, &ancestor)? => {
+                        remove(&tx, &ancestor)?;
+                        parent = next;
+                    }
+                    _ => break,
+                }
+            }
+        }
+        tx.commit()?;
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    fn saved(
+        id: &str,
+        project: &str,
+        previous: Option<&str>,
+        conversation: &[Value],
+    ) -> ResponseRow {
+        ResponseRow {
+            id: id.into(),
+            project: project.into(),
+            created_at: 1,
+            status: ResponseStatus::Completed,
+            previous_response_id: previous.map(str::to_owned),
+            body: json!({"id": id}).to_string(),
+            input_items: "[]".into(),
+            conversation: Value::Array(conversation.to_vec()).to_string(),
+        }
+    }
+
+    fn conversation_of(store: &Store, project: &str, id: &str) -> Vec<Value> {
+        let row = store.response(project, id).unwrap().unwrap();
+        serde_json::from_str(&row.conversation).unwrap()
+    }
+
+    fn item_rows(store: &Store) -> i64 {
+        store
+            .conn()
+            .query_row("SELECT COUNT(*) FROM response_items", [], |row| row.get(0))
+            .unwrap()
+    }
+
+    fn message(text: String) -> Value {
+        json!({"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]})
+    }
+
+    /// A chain of `n` responses as the server saves them (queued, in
+    /// progress, finished), each adding an input and an output item.
+    fn chain(store: &Store, n: usize) -> Vec<Value> {
+        let mut conversation = Vec::new();
+        for i in 0..n {
+            let id = format!("r{i}");
+            let previous = (i > 0).then(|| format!("r{}", i - 1));
+            conversation.push(message(format!("input {i}")));
+            let mut row = saved(&id, "p", previous.as_deref(), &conversation);
+            row.status = ResponseStatus::Queued;
+            store.save_response(&row).unwrap();
+            row.status = ResponseStatus::InProgress;
+            store.save_response(&row).unwrap();
+            conversation.push(
+                json!({"type": "message", "role": "assistant", "id": format!("msg_{i}"),
+                "content": [{"type": "output_text", "text": format!("output {i}")}]}),
+            );
+            store
+                .save_response(&saved(&id, "p", previous.as_deref(), &conversation))
+                .unwrap();
+        }
+        conversation
+    }
+
+    #[test]
+    fn a_chain_stores_each_item_once_and_reads_back_whole() {
+        let store = Store::in_memory().unwrap();
+        let conversation = chain(&store, 200);
+        // Two items a response: linear, not the 40,200 rows of a copy each.
+        assert_eq!(item_rows(&store), 400);
+        assert_eq!(conversation_of(&store, "p", "r199"), conversation);
+        assert_eq!(conversation_of(&store, "p", "r0"), conversation[..2]);
+        assert_eq!(conversation_of(&store, "p", "r100"), conversation[..202]);
+        // Another project sees none of it.
+        assert_eq!(store.response("q", "r199").unwrap(), None);
+    }
+
+    #[test]
+    fn deleting_inside_a_chain_keeps_what_descendants_need() {
+        let store = Store::in_memory().unwrap();
+        let conversation = chain(&store, 10);
+        assert!(store.delete_response("p", "r5").unwrap());
+        // Gone for the API, its items kept for the responses after it.
+        assert_eq!(store.response("p", "r5").unwrap(), None);
+        assert!(!store.delete_response("p", "r5").unwrap());
+        assert_eq!(conversation_of(&store, "p", "r9"), conversation);
+        assert_eq!(item_rows(&store), 20);
+        // A new branch from a descendant still reads through the tombstone.
+        let mut branch = conversation[..14].to_vec();
+        branch.push(message("branch".into()));
+        store
+            .save_response(&saved("b", "p", Some("r6"), &branch))
+            .unwrap();
+        assert_eq!(conversation_of(&store, "p", "b"), branch);
+        // Deleting the descendants from the end: once nothing continues the
+        // tombstone, it goes too.
+        for id in ["r9", "r8", "r7", "b"] {
+            assert!(store.delete_response("p", id).unwrap());
+        }
+        assert_eq!(item_rows(&store), 14);
+        assert!(store.delete_response("p", "r6").unwrap());
+        assert_eq!(item_rows(&store), 10);
+        assert_eq!(conversation_of(&store, "p", "r4"), conversation[..10]);
+    }
+
+    #[test]
+    fn a_response_whose_previous_is_gone_or_foreign_keeps_its_whole_conversation() {
+        let store = Store::in_memory().unwrap();
+        let first = vec![message("a".into()), message("b".into())];
+        store.save_response(&saved("a", "p", None, &first)).unwrap();
+        store.delete_response("p", "a").unwrap();
+        let mut second = first.clone();
+        second.push(message("c".into()));
+        store
+            .save_response(&saved("b", "p", Some("a"), &second))
+            .unwrap();
+        assert_eq!(conversation_of(&store, "p", "b"), second);
+        // Another project's response of the same id is never continued.
+        store.save_response(&saved("x", "q", None, &first)).unwrap();
+        store
+            .save_response(&saved("y", "p", Some("x"), &second))
+            .unwrap();
+        assert_eq!(conversation_of(&store, "p", "y"), second);
+        // A conversation shorter than the one it continues is refused.
+        assert!(matches!(
+            store.save_response(&saved("z", "p", Some("b"), &first)),
+            Err(StoreError::BrokenChain { .. })
+        ));
+    }
+
+    #[test]
+    fn a_lost_item_is_a_broken_chain_not_a_shorter_conversation() {
+        let store = Store::in_memory().unwrap();
+        chain(&store, 3);
+        store
+            .conn()
+            .execute(
+                "DELETE FROM response_items WHERE response_id = 'r1' AND position = 2",
+                [],
+            )
+            .unwrap();
+        assert!(matches!(
+            store.response("p", "r2"),
+            Err(StoreError::BrokenChain { .. })
+        ));
+    }
+
+    #[test]
+    fn the_migration_turns_whole_conversations_into_own_items() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        let before = crate::migrations::MIGRATIONS.len() - 1;
+        for migration in &crate::migrations::MIGRATIONS[..before] {
+            conn.execute_batch(migration).unwrap();
+        }
+        conn.pragma_update(None, "user_version", before as i64)
+            .unwrap();
+        let (a, b, c, d) = (
+            message("a".into()),
+            message("b".into()),
+            message("c".into()),
+            message("d".into()),
+        );
+        let legacy = [
+            ("r1", None, vec![a.clone(), b.clone()]),
+            (
+                "r2",
+                Some("r1"),
+                vec![a.clone(), b.clone(), c.clone(), d.clone()],
+            ),
+            ("r3", Some("gone"), vec![c.clone(), d.clone()]),
+            // Claims r1 but does not start with its conversation.
+            ("r4", Some("r1"), vec![b.clone(), a.clone(), c.clone()]),
+        ];
+        {
+            let tx = conn.transaction().unwrap();
+            for (id, previous, conversation) in &legacy {
+                tx.execute(
+                    "INSERT INTO responses (id, project, created_at, status, previous_response_id, body, input_items, conversation)
+                     VALUES (?1, 'p', 1, 'completed', ?2, '{}', '[]', ?3)",
+                    params![id, previous, Value::Array(conversation.clone()).to_string()],
+                )
+                .unwrap();
+            }
+            tx.commit().unwrap();
+        }
+        let store = Store::setup(conn).unwrap();
+        for (id, _, conversation) in &legacy {
+            assert_eq!(&conversation_of(&store, "p", id), conversation, "{id}");
+        }
+        // r2 keeps only its two new items.
+        assert_eq!(item_rows(&store), 2 + 2 + 2 + 3);
+    }
+}

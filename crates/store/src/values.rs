@@ -1,0 +1,229 @@
+//! The typed values of the store's text columns (statuses, outcomes, memory
+//! limits), and how a column is read as one: a row whose column holds a
+//! value outside its type is an error naming the table, the column and the
+//! value ([`crate::StoreError::Corrupt`]), never a silent default.
+
+use rusqlite::types::{ToSqlOutput, Type};
+use rusqlite::{Row, ToSql};
+use shellgate_wire::MemoryLimit;
+
+/// A column's value that is not one of its type's: what
+/// [`crate::StoreError::Corrupt`] is made from. It travels inside
+/// `rusqlite::Error::FromSqlConversionFailure` out of a row-mapping closure
+/// (which can only return rusqlite's error) and is taken back out by the
+/// conversion into `StoreError`.
+#[derive(Debug, thiserror::Error)]
+#[error("column {table}.{column} holds {value:?}")]
+pub struct CorruptValue {
+    pub table: &'static str,
+    pub column: &'static str,
+    pub value: String,
+}
+
+/// A value kept as text in one column.
+pub(crate) trait StoredText: Sized {
+    /// The value a stored text stands for, if it stands for one.
+    fn from_text(text: &str) -> Option<Self>;
+}
+
+/// Column `index` of `row` (named `table`.`column` in the error) read as a
+/// `T`.
+pub(crate) fn column<T: StoredText>(
+    row: &Row,
+    index: usize,
+    table: &'static str,
+    column: &'static str,
+) -> rusqlite::Result<T> {
+    let text: String = row.get(index)?;
+    T::from_text(&text).ok_or_else(|| corrupt(index, table, column, text))
+}
+
+/// Column `index` of `row`, an integer, as a `T` (a count, a size, a
+/// port): a value outside `T` is corrupt, not wrapped around.
+pub(crate) fn number<T: TryFrom<i64>>(
+    row: &Row,
+    index: usize,
+    table: &'static str,
+    column: &'static str,
+) -> rusqlite::Result<T> {
+    let value: i64 = row.get(index)?;
+    T::try_from(value).map_err(|_| corrupt(index, table, column, value.to_string()))
+}
+
+/// The error for column `index` holding `value`, which its type does not
+/// have.
+pub(crate) fn corrupt(
+    index: usize,
+    table: &'static str,
+    column: &'static str,
+    value: String,
+) -> rusqlite::Error {
+    rusqlite::Error::FromSqlConversionFailure(
+        index,
+        Type::Text,
+        Box::new(CorruptValue {
+            table,
+            column,
+            value,
+        }),
+    )
+}
+
+/// Defines a text-stored enum: its variants, their stored text, and the
+/// conversions both ways.
+macro_rules! stored_enum {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $text:literal,)+ }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant,)+
+        }
+
+        impl $name {
+            /// The text stored (and shown on the wire) for this value.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text,)+
+                }
+            }
+
+            /// The value `text` stands for, if any.
+            pub fn parse(text: &str) -> Option<Self> {
+                match text {
+                    $($text => Some($name::$variant),)+
+                    _ => None,
+                }
+            }
+        }
+
+        impl StoredText for $name {
+            fn from_text(text: &str) -> Option<Self> {
+                Self::parse(text)
+            }
+        }
+
+        impl ToSql for $name {
+            fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+                Ok(ToSqlOutput::from(self.as_str()))
+            }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> std::result::Result<S::Ok, S::Error> {
+                serializer.serialize_str(self.as_str())
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+stored_enum! {
+    /// Where a container is in its life.
+    ContainerStatus {
+        /// Its row exists, its sandbox is being made.
+        Creating => "creating",
+        /// Its processes run.
+        Running => "running",
+        /// Its processes were stopped (idle); its files are kept.
+        Suspended => "suspended",
+        /// Being deleted (the status a closing session leaves just before
+        /// the row goes).
+        Deleted => "deleted",
+    }
+}
+
+stored_enum! {
+    /// Where a stored response is in its run.
+    ResponseStatus {
+        Queued => "queued",
+        InProgress => "in_progress",
+        Completed => "completed",
+        Incomplete => "incomplete",
+        Failed => "failed",
+        Cancelled => "cancelled",
+    }
+}
+
+impl ResponseStatus {
+    /// Whether its run has not finished (queued or in progress).
+    pub fn is_running(self) -> bool {
+        matches!(self, ResponseStatus::Queued | ResponseStatus::InProgress)
+    }
+}
+
+stored_enum! {
+    /// How an audited command ended.
+    CommandOutcome {
+        /// It exited (its exit code is beside it).
+        Exit => "exit",
+        /// It ran out of time and was killed.
+        Timeout => "timeout",
+    }
+}
+
+stored_enum! {
+    /// What became of an egress attempt (the egress log's `verdict`).
+    EgressVerdict {
+        Allowed => "allowed",
+        Denied => "denied",
+        /// Not an attempt: something the container's user should know.
+        Notice => "notice",
+        /// Not one attempt: events counted together, which have no row of
+        /// their own.
+        Aggregated => "aggregated",
+    }
+}
+
+stored_enum! {
+    /// Who put a file into a container.
+    FileSource {
+        /// Uploaded or attached through the API.
+        User => "user",
+        /// Found in the container (made by its commands).
+        Assistant => "assistant",
+    }
+}
+
+impl StoredText for MemoryLimit {
+    fn from_text(text: &str) -> Option<Self> {
+        MemoryLimit::parse(text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_value_round_trips_its_text() {
+        for status in [
+            ContainerStatus::Creating,
+            ContainerStatus::Running,
+            ContainerStatus::Suspended,
+            ContainerStatus::Deleted,
+        ] {
+            assert_eq!(ContainerStatus::parse(status.as_str()), Some(status));
+        }
+        for status in [
+            ResponseStatus::Queued,
+            ResponseStatus::InProgress,
+            ResponseStatus::Completed,
+            ResponseStatus::Incomplete,
+            ResponseStatus::Failed,
+            ResponseStatus::Cancelled,
+        ] {
+            assert_eq!(ResponseStatus::parse(status.as_str()), Some(status));
+        }
+        assert_eq!(ContainerStatus::parse("Running"), None);
+        assert_eq!(CommandOutcome::parse("exit"), Some(CommandOutcome::Exit));
+        assert_eq!(FileSource::parse(""), None);
+    }
+}

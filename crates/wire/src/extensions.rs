@@ -1,0 +1,60 @@
+//! shellgate's own objects beyond OpenAI's API: the images containers are
+//! made from (`GET /v1/images`) and the command audit
+//! (`GET /v1/containers/{id}/commands`).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::Outcome;
+
+/// An image containers can be made from.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct Image {
+    /// The image's name (its id).
+    pub id: String,
+    /// `image`.
+    pub object: String,
+    pub name: String,
+    /// Whether containers that name no image get this one.
+    pub default: bool,
+    /// Bytes of its files, measured when it was installed (`null` for
+    /// `host`, the host's own `/usr`).
+    pub size_bytes: Option<u64>,
+    /// When it was installed (seconds since the Unix epoch).
+    pub created_at: Option<i64>,
+    /// Runtime versions (`python`, `node`, ...) as `shellgate image verify`
+    /// found them.
+    pub runtimes: BTreeMap<String, String>,
+}
+
+/// `GET /v1/images`: every image (never paged), and the default's name.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct ImageList {
+    /// `list`.
+    pub object: String,
+    pub data: Vec<Image>,
+    pub first_id: Option<String>,
+    pub last_id: Option<String>,
+    /// Always `false`: every image is listed.
+    pub has_more: bool,
+    pub default_image: String,
+}
+
+/// One command of a container's command audit (`container.command`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct ContainerCommand {
+    pub id: String,
+    /// `container.command`.
+    pub object: String,
+    pub container_id: String,
+    /// The response whose shell call ran it (`null`: run by `exec`).
+    pub response_id: Option<String>,
+    /// The command line, a secret's value masked.
+    pub command: String,
+    pub outcome: Outcome,
+    pub duration_ms: u64,
+    /// Bytes it wrote to stdout and stderr before any capping.
+    pub bytes_out: u64,
+    pub created_at: i64,
+}
