@@ -36,7 +36,7 @@ pub enum SandboxError {
     /// A step of the helper or init failed (its step, what it acted on,
     /// the errno).
     #[error("sandbox setup failed: {0}")]
-    Helper(#[from] crate::SetupError),
+    Helper(#[from] crate::setup_error::SetupError),
     /// The container's init process is gone (it was stopped or crashed).
     #[error("the container's processes ended while the command ran")]
     ContainerGone,

@@ -24,8 +24,8 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use crate::setup_error::{SetupError, SetupResult, SetupStep, StepContext};
 use crate::sys;
+use shellgate_sandbox_api::setup_error::{SetupError, SetupResult, SetupStep, StepContext};
 
 /// Where the image's directories are, relative to its root.
 pub const DATA_DIR: &str = "data";

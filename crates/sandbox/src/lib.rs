@@ -29,11 +29,3 @@ pub use backend::{
 pub use engine::{EngineConfig, LocalEngine};
 pub use error::SandboxError;
 pub use shellgate_sandbox_api::{SetupError, SetupStep};
-
-/// The helper's typed errors live with the interface they cross
-/// (`shellgate-sandbox-api`); the engine's files name them from here.
-mod setup_error {
-    pub(crate) use shellgate_sandbox_api::setup_error::{
-        SetupError, SetupResult, SetupStep, StepContext,
-    };
-}

@@ -180,7 +180,9 @@ pub enum Report {
     /// `data` directory.
     FileView { loop_device: Option<u32> },
     /// A setup step failed.
-    Error { error: crate::SetupError },
+    Error {
+        error: shellgate_sandbox_api::SetupError,
+    },
 }
 
 /// What the engine asks of init. Encoded as one tag byte and raw bytes, so a
@@ -320,8 +322,8 @@ pub mod fuzzing {
             Report::Ready,
             Report::FileView { loop_device: None },
             Report::Error {
-                error: crate::SetupError::os(
-                    crate::SetupStep::PivotRoot,
+                error: shellgate_sandbox_api::SetupError::os(
+                    shellgate_sandbox_api::SetupStep::PivotRoot,
                     "pivot_root",
                     std::io::Error::from_raw_os_error(libc::EPERM),
                 ),
@@ -363,8 +365,8 @@ mod tests {
     #[test]
     fn a_failed_step_reaches_the_engine_with_its_step_and_errno() {
         let sent = Report::Error {
-            error: crate::SetupError::os(
-                crate::SetupStep::PivotRoot,
+            error: shellgate_sandbox_api::SetupError::os(
+                shellgate_sandbox_api::SetupStep::PivotRoot,
                 "pivot_root",
                 std::io::Error::from_raw_os_error(libc::EINVAL),
             ),

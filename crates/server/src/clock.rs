@@ -30,7 +30,7 @@ impl Clock {
     pub fn now(&self) -> i64 {
         match &self.manual {
             Some(time) => time.load(Ordering::SeqCst),
-            None => crate::now(),
+            None => crate::time::now(),
         }
     }
 

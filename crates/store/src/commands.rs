@@ -2,9 +2,10 @@
 
 use rusqlite::{params, Row};
 
+use crate::connection::Store;
+use crate::error::{Result, StoreError};
 use crate::paging::{page_of, Page};
 use crate::values::{column, number, CommandOutcome};
-use crate::{Result, Store, StoreError};
 
 /// One command run in a container (the command audit).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -7,8 +7,16 @@ use std::sync::{Mutex, MutexGuard};
 
 use rusqlite::Connection;
 
+use crate::error::Result;
 use crate::migrations::MIGRATIONS;
-use crate::{Result, Store};
+
+/// The SQLite store.
+pub struct Store {
+    conn: Mutex<Connection>,
+    /// Read-only connections (empty for an in-memory store, which has one
+    /// connection for everything).
+    readers: Vec<Mutex<Connection>>,
+}
 
 /// Read connections kept open beside the writer.
 const READERS: usize = 4;

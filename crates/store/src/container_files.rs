@@ -5,9 +5,10 @@ use std::collections::HashMap;
 
 use rusqlite::{params, OptionalExtension, Row};
 
+use crate::connection::Store;
+use crate::error::Result;
 use crate::paging::{page_of, Page};
 use crate::values::{column, FileSource};
-use crate::{Result, Store};
 
 /// A container file's row.
 #[derive(Debug, Clone, PartialEq)]

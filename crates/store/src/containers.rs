@@ -3,10 +3,11 @@
 
 use rusqlite::{params, OptionalExtension, Row};
 
+use crate::connection::Store;
+use crate::error::Result;
 use crate::paging::{page_of, Page};
 use crate::usage::session_cost;
 use crate::values::{column, ContainerStatus};
-use crate::{Result, Store};
 use shellgate_wire::MemoryLimit;
 
 /// A container's row.

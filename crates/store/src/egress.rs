@@ -2,9 +2,10 @@
 
 use rusqlite::{params, OptionalExtension, Row};
 
+use crate::connection::Store;
+use crate::error::Result;
 use crate::paging::{page_of, Page};
 use crate::values::{column, number, EgressVerdict};
-use crate::{Result, Store};
 
 /// One attempt to leave a container (the egress log).
 #[derive(Debug, Clone, PartialEq, Eq)]

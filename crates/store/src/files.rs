@@ -2,8 +2,9 @@
 
 use rusqlite::{params, OptionalExtension, Row};
 
+use crate::connection::Store;
+use crate::error::Result;
 use crate::paging::{page_of, Page};
-use crate::{Result, Store};
 
 /// A Files API file's row.
 #[derive(Debug, Clone, PartialEq)]

@@ -3,7 +3,8 @@
 use rusqlite::{params, OptionalExtension};
 use sha2::{Digest, Sha256};
 
-use crate::{Result, Store};
+use crate::connection::Store;
+use crate::error::Result;
 
 /// SHA-256 of an API key, hex encoded.
 pub fn hash_key(key: &str) -> String {

@@ -2,7 +2,7 @@
 
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
-use crate::{Result, StoreError};
+use crate::error::{Result, StoreError};
 
 /// Cursor pagination: `limit` rows after the row with id `after`.
 #[derive(Debug, Clone, Default)]

@@ -15,8 +15,9 @@
 
 use rusqlite::{params, Connection, OptionalExtension, Row, Transaction};
 
+use crate::connection::Store;
+use crate::error::{Result, StoreError};
 use crate::values::{column, number, ResponseStatus};
-use crate::{Result, Store, StoreError};
 
 /// A stored response of the Responses API.
 #[derive(Debug, Clone, PartialEq)]

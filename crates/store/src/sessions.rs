@@ -3,7 +3,8 @@
 
 use rusqlite::{params, OptionalExtension};
 
-use crate::{Result, Store};
+use crate::connection::Store;
+use crate::error::Result;
 
 impl Store {
     /// The container a project's session id maps to, if any.

@@ -2,9 +2,10 @@
 
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
+use crate::connection::Store;
+use crate::error::Result;
 use crate::paging::{page_of, Page};
 use crate::values::number;
-use crate::{Result, Store};
 
 /// Why a skill version was not deleted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,8 +3,9 @@
 
 use rusqlite::{params, OptionalExtension};
 
+use crate::connection::Store;
+use crate::error::Result;
 use crate::values::number;
-use crate::{Result, Store};
 
 /// The minimum a session is billed (seeds: 30 seconds each time a new or
 /// suspended container starts).

@@ -31,8 +31,8 @@ use super::network::{self, ProxySockets};
 use super::{mounts, report, report_with_fds, seccomp};
 use crate::backend::WORKDIR;
 use crate::protocol::{HelperSpec, Report, Request, Status, MAX_MESSAGE};
-use crate::setup_error::{SetupError, SetupResult, SetupStep, StepContext};
 use crate::sys;
+use shellgate_sandbox_api::setup_error::{SetupError, SetupResult, SetupStep, StepContext};
 
 const SHELLS: [(&str, &str); 2] = [("/bin/bash", "bash"), ("/bin/sh", "sh")];
 

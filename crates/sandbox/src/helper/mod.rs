@@ -32,8 +32,8 @@ use crate::protocol::{
     Enrollment, FileViewSpec, HelperSpec, HelperTask, IdRange, Report, CONTROL_FD, MAX_MESSAGE,
     MAX_REPORT,
 };
-use crate::setup_error::{SetupError, SetupResult, SetupStep, StepContext};
 use crate::sys;
+use shellgate_sandbox_api::setup_error::{SetupError, SetupResult, SetupStep, StepContext};
 
 /// The namespaces every container gets (and that seccomp then forbids
 /// sandboxed code to create).

@@ -47,8 +47,8 @@ use std::os::unix::fs::{symlink, DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::protocol::{HelperSpec, RootSpec};
-use crate::setup_error::{SetupError, SetupResult, SetupStep};
 use crate::sys;
+use shellgate_sandbox_api::setup_error::{SetupError, SetupResult, SetupStep};
 
 /// Device nodes bound from the host into the container's `/dev`.
 const DEVICES: [&str; 5] = ["null", "zero", "full", "random", "urandom"];

@@ -22,8 +22,8 @@
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-use crate::setup_error::{SetupError, SetupResult, SetupStep, StepContext};
 use crate::sys;
+use shellgate_sandbox_api::setup_error::{SetupError, SetupResult, SetupStep, StepContext};
 
 /// Where the container's DNS queries go (its `resolv.conf` names it).
 pub const DNS_ADDRESS: [u8; 4] = [127, 0, 0, 1];

@@ -653,14 +653,16 @@ pub struct ShellResult {
     pub extra: Extra,
 }
 
-impl From<&crate::ShellOutputEntry> for ShellResult {
-    fn from(entry: &crate::ShellOutputEntry) -> Self {
+impl From<&crate::exec::ShellOutputEntry> for ShellResult {
+    fn from(entry: &crate::exec::ShellOutputEntry) -> Self {
         ShellResult {
             stdout: TextOrJson::Text(entry.stdout.clone()),
             stderr: TextOrJson::Text(entry.stderr.clone()),
             outcome: Some(match entry.outcome {
-                crate::Outcome::Exit { exit_code } => ShellOutcome::exit(i64::from(exit_code)),
-                crate::Outcome::Timeout => ShellOutcome::timeout(),
+                crate::outcome::Outcome::Exit { exit_code } => {
+                    ShellOutcome::exit(i64::from(exit_code))
+                }
+                crate::outcome::Outcome::Timeout => ShellOutcome::timeout(),
             }),
             extra: Extra::new(),
         }

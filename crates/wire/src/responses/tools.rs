@@ -11,7 +11,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
 use super::items::{variant, Extra};
-use crate::{MemoryLimit, NetworkPolicy};
+use crate::containers::{MemoryLimit, NetworkPolicy};
 
 /// A tool of a request.
 #[derive(Debug, Clone, PartialEq, utoipa::ToSchema)]

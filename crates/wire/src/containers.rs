@@ -1,0 +1,178 @@
+//! The container object and what creates it: memory limits, expiry, the network policy and its domain secrets.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Container memory limits OpenAI offers.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default, utoipa::ToSchema)]
+pub enum MemoryLimit {
+    #[default]
+    #[serde(rename = "1g")]
+    OneGb,
+    #[serde(rename = "4g")]
+    FourGb,
+    #[serde(rename = "16g")]
+    SixteenGb,
+    #[serde(rename = "64g")]
+    SixtyFourGb,
+}
+
+impl MemoryLimit {
+    pub fn bytes(self) -> u64 {
+        match self {
+            MemoryLimit::OneGb => 1 << 30,
+            MemoryLimit::FourGb => 4 << 30,
+            MemoryLimit::SixteenGb => 16 << 30,
+            MemoryLimit::SixtyFourGb => 64 << 30,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemoryLimit::OneGb => "1g",
+            MemoryLimit::FourGb => "4g",
+            MemoryLimit::SixteenGb => "16g",
+            MemoryLimit::SixtyFourGb => "64g",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        serde_json::from_value(Value::String(text.to_owned())).ok()
+    }
+}
+
+/// `expires_after`: only the `last_active_at` anchor exists.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExpiresAfter {
+    pub anchor: ExpiresAnchor,
+    pub minutes: u32,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ExpiresAnchor {
+    LastActiveAt,
+}
+
+/// A secret for a domain: the model sees only `$NAME`; the value is never
+/// stored or echoed (nor printed by `Debug`).
+#[derive(Clone, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DomainSecret {
+    pub domain: String,
+    pub name: String,
+    /// Given, never shown back.
+    #[schema(write_only)]
+    pub value: String,
+    /// shellgate's extension: where in a request the placeholder becomes
+    /// the value (header values only when omitted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inject: Option<Vec<InjectInto>>,
+    /// shellgate's extension: only requests with these methods get it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub methods: Option<Vec<String>>,
+    /// shellgate's extension: only requests under these path prefixes get it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paths: Option<Vec<String>>,
+}
+
+/// A part of a request a secret may be put into.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum InjectInto {
+    Header,
+    Query,
+    Body,
+}
+
+impl std::fmt::Debug for DomainSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DomainSecret")
+            .field("domain", &self.domain)
+            .field("name", &self.name)
+            .field("value", &"<hidden>")
+            .finish()
+    }
+}
+
+/// `network_policy` of a container.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum NetworkPolicy {
+    Disabled,
+    Allowlist {
+        allowed_domains: Vec<String>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        domain_secrets: Vec<DomainSecret>,
+        /// shellgate's extension: names whose TLS is not terminated (the
+        /// SNI alone is checked; see the README's trade-off).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tls_passthrough_domains: Vec<String>,
+    },
+}
+
+impl NetworkPolicy {
+    /// The policy as it may be echoed: secrets removed.
+    pub fn without_secrets(&self) -> Self {
+        match self {
+            NetworkPolicy::Disabled => NetworkPolicy::Disabled,
+            NetworkPolicy::Allowlist {
+                allowed_domains,
+                tls_passthrough_domains,
+                ..
+            } => NetworkPolicy::Allowlist {
+                allowed_domains: allowed_domains.clone(),
+                domain_secrets: Vec::new(),
+                tls_passthrough_domains: tls_passthrough_domains.clone(),
+            },
+        }
+    }
+}
+
+/// `POST /v1/containers`.
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateContainer {
+    pub name: String,
+    #[serde(default)]
+    pub file_ids: Vec<String>,
+    pub expires_after: Option<ExpiresAfter>,
+    /// `skill_reference` or `inline` entries (checked by the server).
+    #[serde(default)]
+    pub skills: Vec<Value>,
+    pub memory_limit: Option<MemoryLimit>,
+    pub network_policy: Option<NetworkPolicy>,
+    /// shellgate's extension: the image to make it from (`GET /v1/images`);
+    /// the server's `default_image` when omitted.
+    #[serde(default)]
+    pub image: Option<String>,
+}
+
+/// The container object.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct Container {
+    pub id: String,
+    pub object: String,
+    pub name: String,
+    pub created_at: i64,
+    pub status: String,
+    pub last_active_at: i64,
+    pub expires_after: ExpiresAfter,
+    pub memory_limit: MemoryLimit,
+    pub network_policy: NetworkPolicy,
+    /// shellgate's extension: the image it was made from.
+    #[serde(default)]
+    pub image: String,
+    /// shellgate's extension: its skills (`name`, `description`, `path`,
+    /// and `skill_id`/`version` for a referenced one), shown read-only at
+    /// `/mnt/skills/<name>`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skills: Vec<serde_json::Value>,
+    /// shellgate's extension: the secrets (by name) whose values this
+    /// server no longer holds (it restarted since they were given): the
+    /// container's network is off until they are supplied again
+    /// (`POST /v1/containers/{id}/secrets`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets_missing: Vec<String>,
+}
