@@ -13,6 +13,8 @@
 pub mod conversation;
 pub mod guardrail;
 pub mod run;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod tools;
 pub mod upstream;
 
