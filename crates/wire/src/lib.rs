@@ -9,6 +9,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub mod responses;
+
 /// `{"error": {"message", "type", "param", "code"}}`, all four keys present.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ErrorEnvelope {

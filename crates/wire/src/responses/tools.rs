@@ -1,0 +1,350 @@
+//! The `tools` and `tool_choice` of a Responses request, as written.
+//!
+//! Deserialization reads their shapes (a wrong type is an error naming the
+//! field); what a tool means and whether this server can honour it is
+//! decided by `shellgate_model::tools::Tools::parse`, which keeps the
+//! messages the API always gave (a tool of an unknown `type` is kept here
+//! as [`Tool::Other`] so that it is refused there, with its name). Keys
+//! not named are kept in `extra` (echoed in the response object).
+
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
+
+use super::items::{variant, Extra};
+use crate::{MemoryLimit, NetworkPolicy};
+
+/// A tool of a request.
+#[derive(Debug, Clone, PartialEq, utoipa::ToSchema)]
+pub enum Tool {
+    /// `shell`: OpenAI's hosted shell (or `local`, handed back).
+    Shell(ShellTool),
+    /// `local_shell`: the legacy local shell, handed back.
+    LocalShell(LocalShellTool),
+    /// `function`: a user's function, handed back.
+    Function(FunctionTool),
+    /// `openrouter:shell`.
+    OpenRouterShell(OpenRouterTool),
+    /// `openrouter:bash` (served on the Messages API only).
+    OpenRouterBash(OpenRouterTool),
+    /// A tool of another `type`, kept whole (refused by the server).
+    #[schema(value_type = Object)]
+    Other(Extra),
+}
+
+/// The `type` tag of each known [`Tool`] variant.
+pub mod tool_type {
+    pub const SHELL: &str = "shell";
+    pub const LOCAL_SHELL: &str = "local_shell";
+    pub const FUNCTION: &str = "function";
+    pub const OPENROUTER_SHELL: &str = "openrouter:shell";
+    pub const OPENROUTER_BASH: &str = "openrouter:bash";
+}
+
+impl Tool {
+    /// The tool's `type` (`None`: it has none, or not a string).
+    pub fn kind(&self) -> Option<&str> {
+        use tool_type::*;
+        Some(match self {
+            Tool::Shell(_) => SHELL,
+            Tool::LocalShell(_) => LOCAL_SHELL,
+            Tool::Function(_) => FUNCTION,
+            Tool::OpenRouterShell(_) => OPENROUTER_SHELL,
+            Tool::OpenRouterBash(_) => OPENROUTER_BASH,
+            Tool::Other(map) => return map.get("type").and_then(Value::as_str),
+        })
+    }
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type")]
+enum TaggedTool<'a> {
+    #[serde(rename = "shell")]
+    Shell(&'a ShellTool),
+    #[serde(rename = "local_shell")]
+    LocalShell(&'a LocalShellTool),
+    #[serde(rename = "function")]
+    Function(&'a FunctionTool),
+    #[serde(rename = "openrouter:shell")]
+    OpenRouterShell(&'a OpenRouterTool),
+    #[serde(rename = "openrouter:bash")]
+    OpenRouterBash(&'a OpenRouterTool),
+}
+
+impl Serialize for Tool {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let tagged = match self {
+            Tool::Shell(t) => TaggedTool::Shell(t),
+            Tool::LocalShell(t) => TaggedTool::LocalShell(t),
+            Tool::Function(t) => TaggedTool::Function(t),
+            Tool::OpenRouterShell(t) => TaggedTool::OpenRouterShell(t),
+            Tool::OpenRouterBash(t) => TaggedTool::OpenRouterBash(t),
+            Tool::Other(map) => return map.serialize(serializer),
+        };
+        tagged.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Tool {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use tool_type::*;
+        let mut map = Extra::deserialize(deserializer)?;
+        let kind = match map.get("type") {
+            Some(Value::String(kind)) => kind.clone(),
+            _ => return Ok(Tool::Other(map)),
+        };
+        if ![
+            SHELL,
+            LOCAL_SHELL,
+            FUNCTION,
+            OPENROUTER_SHELL,
+            OPENROUTER_BASH,
+        ]
+        .contains(&kind.as_str())
+        {
+            return Ok(Tool::Other(map));
+        }
+        map.remove("type");
+        Ok(match kind.as_str() {
+            SHELL => Tool::Shell(variant(map)?),
+            LOCAL_SHELL => Tool::LocalShell(variant(map)?),
+            FUNCTION => Tool::Function(variant(map)?),
+            OPENROUTER_SHELL => Tool::OpenRouterShell(variant(map)?),
+            _ => Tool::OpenRouterBash(variant(map)?),
+        })
+    }
+}
+
+/// `shell`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct ShellTool {
+    /// Omitted: `local` (as both Agents SDKs default it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<ShellEnvironment>,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
+
+/// `local_shell`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct LocalShellTool {
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
+
+/// `function`: its arguments' JSON schema is the user's, kept as given.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct FunctionTool {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Object)]
+    pub parameters: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strict: Option<bool>,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
+
+/// OpenRouter's server tools (`openrouter:shell`, `openrouter:bash`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct OpenRouterTool {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parameters: Option<OpenRouterParameters>,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
+
+/// The `parameters` of an OpenRouter server tool.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct OpenRouterParameters {
+    /// `auto`, `native` or `openrouter` (which apply: the server decides).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<ShellEnvironment>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sleep_after_seconds: Option<u64>,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
+
+/// Where a shell tool's commands run.
+#[derive(Debug, Clone, PartialEq, utoipa::ToSchema)]
+pub enum ShellEnvironment {
+    /// `container_auto`: a container made for the response.
+    ContainerAuto(ContainerAuto),
+    /// `container_reference`: an existing container of the project.
+    ContainerReference(ContainerReference),
+    /// `local`: the client's machine.
+    Local(LocalEnvironment),
+    /// Another `type` (or none), kept whole: refused by the server.
+    #[schema(value_type = Object)]
+    Other(Extra),
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum TaggedEnvironment<'a> {
+    ContainerAuto(&'a ContainerAuto),
+    ContainerReference(&'a ContainerReference),
+    Local(&'a LocalEnvironment),
+}
+
+impl Serialize for ShellEnvironment {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            ShellEnvironment::ContainerAuto(e) => TaggedEnvironment::ContainerAuto(e),
+            ShellEnvironment::ContainerReference(e) => TaggedEnvironment::ContainerReference(e),
+            ShellEnvironment::Local(e) => TaggedEnvironment::Local(e),
+            ShellEnvironment::Other(map) => return map.serialize(serializer),
+        }
+        .serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for ShellEnvironment {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let map = Extra::deserialize(deserializer)?;
+        let kind = match map.get("type") {
+            Some(Value::String(kind)) => kind.clone(),
+            _ => return Ok(ShellEnvironment::Other(map)),
+        };
+        let read = |mut map: Extra| {
+            map.remove("type");
+            map
+        };
+        Ok(match kind.as_str() {
+            "container_auto" => ShellEnvironment::ContainerAuto(variant(read(map))?),
+            "container_reference" => ShellEnvironment::ContainerReference(variant(read(map))?),
+            "local" => ShellEnvironment::Local(variant(read(map))?),
+            _ => ShellEnvironment::Other(map),
+        })
+    }
+}
+
+/// `container_auto`: the container `POST /v1/containers` would make.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct ContainerAuto {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_ids: Option<Vec<String>>,
+    /// `skill_reference` or `inline` entries (checked by the server).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub skills: Option<Vec<Value>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub memory_limit: Option<MemoryLimit>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub network_policy: Option<NetworkPolicy>,
+    /// shellgate's extension: the image to make it from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
+
+/// `container_reference` (`container_id` checked by the server).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct ContainerReference {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_id: Option<String>,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
+
+/// `local`: the skills the client's machine has (told to the model).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct LocalEnvironment {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub skills: Option<Vec<Value>>,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
+
+/// `tool_choice`.
+#[derive(Debug, Clone, PartialEq, Eq, utoipa::ToSchema)]
+pub enum ToolChoice {
+    /// `"auto"`.
+    Auto,
+    /// `"required"`.
+    Required,
+    /// `"none"`.
+    None,
+    /// `{"type": "shell"}`.
+    Shell,
+    /// `{"type": "openrouter:shell"}`.
+    OpenRouterShell,
+    /// `{"type": "local_shell"}`.
+    LocalShell,
+    /// `{"type": "function", "name": ...}` (a missing name is `""`).
+    Function { name: String },
+}
+
+/// Today's messages for a `tool_choice` the API cannot read.
+pub const TOOL_CHOICE_OBJECT: &str = "tool_choice must be 'auto', 'required', 'none', \
+     {\"type\": \"shell\"} or a named function";
+
+impl Serialize for ToolChoice {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let (kind, name) = match self {
+            ToolChoice::Auto => return serializer.serialize_str("auto"),
+            ToolChoice::Required => return serializer.serialize_str("required"),
+            ToolChoice::None => return serializer.serialize_str("none"),
+            ToolChoice::Shell => ("shell", None),
+            ToolChoice::OpenRouterShell => ("openrouter:shell", None),
+            ToolChoice::LocalShell => ("local_shell", None),
+            ToolChoice::Function { name } => ("function", Some(name)),
+        };
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("type", kind)?;
+        if let Some(name) = name {
+            map.serialize_entry("name", name)?;
+        }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for ToolChoice {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        match Value::deserialize(deserializer)? {
+            Value::String(mode) => match mode.as_str() {
+                "auto" => Ok(ToolChoice::Auto),
+                "required" => Ok(ToolChoice::Required),
+                "none" => Ok(ToolChoice::None),
+                other => Err(D::Error::custom(format!(
+                    "tool_choice '{other}' is not 'auto', 'required' or 'none'"
+                ))),
+            },
+            Value::Object(object) => match object.get("type").and_then(Value::as_str) {
+                Some("shell") => Ok(ToolChoice::Shell),
+                Some("openrouter:shell") => Ok(ToolChoice::OpenRouterShell),
+                Some("local_shell") => Ok(ToolChoice::LocalShell),
+                Some("function") => Ok(ToolChoice::Function {
+                    name: object
+                        .get("name")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned(),
+                }),
+                _ => Err(D::Error::custom(TOOL_CHOICE_OBJECT)),
+            },
+            _ => Err(D::Error::custom(
+                "tool_choice must be a string or an object",
+            )),
+        }
+    }
+}
