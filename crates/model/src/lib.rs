@@ -10,6 +10,7 @@
 //! The HTTP layer (the server) owns storage, streaming and containers; this
 //! crate owns the loop and the upstream protocols.
 
+pub mod arguments;
 pub mod conversation;
 pub mod guardrail;
 pub mod run;

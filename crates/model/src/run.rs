@@ -14,9 +14,15 @@
 //! engine's command path guarantees it).
 
 use async_trait::async_trait;
-use serde_json::{json, Value};
 use shellgate_sandbox::backend::{limits, CommandResult, OutputDelta, RunRequest, StreamKind};
+use shellgate_wire::responses::{
+    self as wire, CallEnvironment, FunctionCall, Item, ItemStatus, LocalShellAction,
+    LocalShellActionType, LocalShellCall, OpenRouterBash, OpenRouterBashAction, OpenRouterShell,
+    OpenRouterShellAction, OutputText, Role, ShellAction, ShellCall, ShellCallOutput, ShellOutcome,
+    ShellResult,
+};
 
+use crate::arguments::{BashArguments, LocalShellArguments, ShellArguments};
 use crate::conversation;
 use crate::tools::{Environment, ShellShape, Tools, BASH, LOCAL_SHELL, SHELL};
 use crate::upstream::{Delta, Finish, ToolCall, ToolChoice, Turn, Upstream, Usage};
@@ -50,7 +56,7 @@ pub trait Sandbox: Send + Sync {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
     /// An output item began at `index` of `output`.
-    ItemAdded { index: usize, item: Value },
+    ItemAdded { index: usize, item: Item },
     /// Text of the message at `index`.
     TextDelta {
         index: usize,
@@ -82,10 +88,10 @@ pub enum Event {
         index: usize,
         item_id: String,
         command_index: usize,
-        result: Value,
+        result: ShellResult,
     },
     /// The output item at `index` is complete.
-    ItemDone { index: usize, item: Value },
+    ItemDone { index: usize, item: Item },
 }
 
 pub type EventSink = tokio::sync::mpsc::UnboundedSender<Event>;
@@ -105,7 +111,7 @@ pub enum Status {
 /// What a run made.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Outcome {
-    pub output: Vec<Value>,
+    pub output: Vec<Item>,
     pub usage: Usage,
     pub status: Status,
     /// Hosted shell calls run.
@@ -117,7 +123,7 @@ pub struct Request {
     pub model: String,
     pub instructions: Option<String>,
     /// The conversation so far: earlier responses' items and this input.
-    pub items: Vec<Value>,
+    pub items: Vec<Item>,
     pub tools: Tools,
     pub tool_choice: ToolChoice,
     pub max_tool_calls: u32,
@@ -139,17 +145,23 @@ pub struct Request {
 /// A new item id: `prefix` and 32 hex digits.
 pub use shellgate_wire::new_id as item_id;
 
-fn message_item(id: &str, text: &str, status: &str) -> Value {
-    json!({
-        "type": "message",
-        "id": id,
-        "role": "assistant",
-        "status": status,
-        "content": if text.is_empty() && status == "in_progress" {
-            json!([])
-        } else {
-            json!([{"type": "output_text", "text": text, "annotations": []}])
-        },
+fn message_item(id: &str, text: &str, status: ItemStatus) -> Item {
+    // A message announced before its text has no part yet.
+    let content = if text.is_empty() && status == ItemStatus::InProgress {
+        Vec::new()
+    } else {
+        vec![wire::ContentPart::OutputText(OutputText {
+            text: text.to_owned(),
+            annotations: Vec::new(),
+            extra: wire::Extra::new(),
+        })]
+    };
+    Item::Message(wire::Message {
+        id: Some(id.to_owned()),
+        role: Role::Assistant,
+        status: Some(status),
+        content: wire::MessageContent::Parts(content),
+        extra: wire::Extra::new(),
     })
 }
 
@@ -160,37 +172,6 @@ fn emit(events: Option<&EventSink>, event: Event) {
     }
 }
 
-/// The arguments of a shell call, checked; an explanation for the model if
-/// they are wrong.
-fn shell_request(arguments: &Value) -> Result<RunRequest, String> {
-    let commands: Vec<String> = arguments
-        .get("commands")
-        .and_then(Value::as_array)
-        .map(|c| {
-            c.iter()
-                .filter_map(|c| c.as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default();
-    let request = RunRequest {
-        commands,
-        timeout_ms: arguments
-            .get("timeout_ms")
-            .and_then(Value::as_u64)
-            .unwrap_or(limits::DEFAULT_TIMEOUT_MS)
-            .clamp(1, limits::MAX_TIMEOUT_MS),
-        max_output_length: arguments
-            .get("max_output_length")
-            .and_then(Value::as_u64)
-            .map(|n| n as usize)
-            .unwrap_or(limits::DEFAULT_MAX_OUTPUT_LENGTH)
-            .clamp(1, limits::MAX_OUTPUT_LENGTH),
-        deadline_ms: None,
-    };
-    request.validate().map_err(|e| e.to_string())?;
-    Ok(request)
-}
-
 /// Runs the loop. `events` receives what happens as it happens.
 pub async fn run(
     upstream: &dyn Upstream,
@@ -198,13 +179,13 @@ pub async fn run(
     request: &Request,
     events: Option<&EventSink>,
 ) -> Outcome {
-    let mut output: Vec<Value> = Vec::new();
+    let mut output: Vec<Item> = Vec::new();
     let mut usage = Usage::default();
     let mut tool_calls = 0u32;
     let specs = request
         .tools
         .specs(&|_: &Environment| request.environment_description.clone());
-    let end = |output: Vec<Value>, usage, tool_calls, status| Outcome {
+    let end = |output: Vec<Item>, usage, tool_calls, status| Outcome {
         output,
         usage,
         status,
@@ -220,11 +201,12 @@ pub async fn run(
             earlier: std::sync::Mutex::new(String::new()),
         });
     loop {
-        let mut items = request.items.clone();
-        items.extend(output.iter().cloned());
         let turn = Turn {
             model: request.model.clone(),
-            messages: conversation::messages(request.instructions.as_deref(), &items),
+            messages: conversation::messages(
+                request.instructions.as_deref(),
+                request.items.iter().chain(&output),
+            ),
             tools: specs.clone(),
             tool_choice: tool_choice.clone(),
             temperature: request.temperature,
@@ -246,7 +228,7 @@ pub async fn run(
                             events,
                             Event::ItemAdded {
                                 index: message_index,
-                                item: message_item(&message_id, "", "in_progress"),
+                                item: message_item(&message_id, "", ItemStatus::InProgress),
                             },
                         );
                     }
@@ -299,13 +281,13 @@ pub async fn run(
             return end(output, usage, tool_calls, status);
         }
         if !reply.text.is_empty() || started {
-            let item = message_item(&message_id, &reply.text, "completed");
+            let item = message_item(&message_id, &reply.text, ItemStatus::Completed);
             if !started {
                 emit(
                     events,
                     Event::ItemAdded {
                         index: message_index,
-                        item: message_item(&message_id, "", "in_progress"),
+                        item: message_item(&message_id, "", ItemStatus::InProgress),
                     },
                 );
             }
@@ -363,7 +345,7 @@ pub async fn run(
             } else {
                 handed_back = true;
                 let index = output.len();
-                let item = client_call(call, &request.tools);
+                let item = client_call(call, &request.tools, ItemStatus::Completed);
                 emit(
                     events,
                     Event::ItemAdded {
@@ -371,12 +353,12 @@ pub async fn run(
                         item: in_progress(&item),
                     },
                 );
-                if item["type"] == "function_call" {
+                if let Item::FunctionCall(function) = &item {
                     emit(
                         events,
                         Event::Arguments {
                             index,
-                            item_id: item["id"].as_str().unwrap_or_default().to_owned(),
+                            item_id: function.id.clone().unwrap_or_default(),
                             arguments: call.arguments.clone(),
                         },
                     );
@@ -402,13 +384,13 @@ pub async fn run(
 }
 
 /// Withholds a command's output: what the model reads instead.
-fn withhold(result: &mut Value, rules: &[String]) {
-    result["stdout"] = json!("");
-    result["stderr"] = json!(format!(
+fn withhold(result: &mut ShellResult, rules: &[String]) {
+    result.stdout = String::new();
+    result.stderr = format!(
         "shellgate: this command's output was withheld: it matched the prompt-injection \
          guardrail ({})\n",
         rules.join(", ")
-    ));
+    );
 }
 
 /// One shell call's results as the model may read them: checked by the
@@ -420,14 +402,12 @@ fn withhold(result: &mut Value, rules: &[String]) {
 /// them whole. The end of what the model read from earlier calls of the
 /// run is checked with it too: a match only the two make together
 /// redacts (or withholds) this call's output whole.
-fn guard_results(guard: &OutputGuard<'_>, results: Vec<Value>) -> Vec<Value> {
+fn guard_results(guard: &OutputGuard<'_>, results: Vec<ShellResult>) -> Vec<ShellResult> {
     use crate::guardrail::{Action, REDACTED};
     let mut results = guard_call(guard.rules, results);
     let streams: Vec<String> = results
         .iter()
-        .flat_map(|r| {
-            ["stdout", "stderr"].map(|key| r[key].as_str().unwrap_or_default().to_owned())
-        })
+        .flat_map(|r| [r.stdout.clone(), r.stderr.clone()])
         .collect();
     let mut earlier = guard.earlier.lock().unwrap_or_else(|p| p.into_inner());
     let views: Vec<&str> = streams.iter().map(String::as_str).collect();
@@ -442,9 +422,9 @@ fn guard_results(guard: &OutputGuard<'_>, results: Vec<Value>) -> Vec<Value> {
             Some(Action::Redact) => {
                 tracing::warn!(rules = ?across.rules, "prompt-injection guardrail: command output redacted (a match across calls)");
                 for result in &mut results {
-                    for key in ["stdout", "stderr"] {
-                        if result[key].as_str().is_some_and(|s| !s.is_empty()) {
-                            result[key] = json!(REDACTED);
+                    for stream in [&mut result.stdout, &mut result.stderr] {
+                        if !stream.is_empty() {
+                            *stream = REDACTED.to_owned();
                         }
                     }
                 }
@@ -457,7 +437,7 @@ fn guard_results(guard: &OutputGuard<'_>, results: Vec<Value>) -> Vec<Value> {
     // What the model has read last, for the next call.
     let read: Vec<&str> = results
         .iter()
-        .flat_map(|r| ["stdout", "stderr"].map(|key| r[key].as_str().unwrap_or_default()))
+        .flat_map(|r| [r.stdout.as_str(), r.stderr.as_str()])
         .collect();
     crate::guardrail::remember(&mut earlier, &read);
     results
@@ -471,13 +451,15 @@ struct OutputGuard<'a> {
 }
 
 /// [`guard_results`] within one call.
-fn guard_call(guardrail: &crate::guardrail::Guardrail, mut results: Vec<Value>) -> Vec<Value> {
+fn guard_call(
+    guardrail: &crate::guardrail::Guardrail,
+    mut results: Vec<ShellResult>,
+) -> Vec<ShellResult> {
     use crate::guardrail::Action;
-    let text = |result: &Value, key: &str| result[key].as_str().unwrap_or_default().to_owned();
-    let streams = |results: &[Value]| -> Vec<String> {
+    let streams = |results: &[ShellResult]| -> Vec<String> {
         results
             .iter()
-            .flat_map(|r| [text(r, "stdout"), text(r, "stderr")])
+            .flat_map(|r| [r.stdout.clone(), r.stderr.clone()])
             .collect()
     };
     let all = streams(&results);
@@ -492,8 +474,10 @@ fn guard_call(guardrail: &crate::guardrail::Guardrail, mut results: Vec<Value>) 
             tracing::warn!(rules = ?verdict.rules, "prompt-injection guardrail: command output redacted");
             let redacted = guardrail.redact_parts(&views);
             for (result, pair) in results.iter_mut().zip(redacted.chunks(2)) {
-                result["stdout"] = json!(pair[0]);
-                result["stderr"] = json!(pair[1]);
+                if let [stdout, stderr] = pair {
+                    result.stdout.clone_from(stdout);
+                    result.stderr.clone_from(stderr);
+                }
             }
         }
         Some(Action::Block) => {
@@ -502,8 +486,7 @@ fn guard_call(guardrail: &crate::guardrail::Guardrail, mut results: Vec<Value>) 
             // left still blocks, a match spans commands: all are withheld.
             let mut kept = Vec::new();
             for result in results.iter_mut() {
-                let own =
-                    guardrail.check_parts(&[&text(result, "stdout"), &text(result, "stderr")]);
+                let own = guardrail.check_parts(&[&result.stdout, &result.stderr]);
                 if own.action == Some(Action::Block) {
                     withhold(result, &own.rules);
                 } else {
@@ -522,52 +505,65 @@ fn guard_call(guardrail: &crate::guardrail::Guardrail, mut results: Vec<Value>) 
     results
 }
 
-fn in_progress(item: &Value) -> Value {
+/// A call handed back to the client, as announced before it is done.
+fn in_progress(item: &Item) -> Item {
     let mut item = item.clone();
-    item["status"] = json!("in_progress");
+    match &mut item {
+        Item::FunctionCall(FunctionCall { status, .. })
+        | Item::ShellCall(ShellCall { status, .. })
+        | Item::LocalShellCall(LocalShellCall { status, .. }) => {
+            *status = Some(ItemStatus::InProgress)
+        }
+        _ => {}
+    }
     item
 }
 
-/// The item for a call the client must answer.
-fn client_call(call: &ToolCall, tools: &Tools) -> Value {
-    let arguments: Value = serde_json::from_str(&call.arguments).unwrap_or(json!({}));
+/// The item for a call the client must answer. Its arguments are the
+/// model's, as far as they can be read ([`crate::arguments`]); the client
+/// runs them as it sees fit.
+fn client_call(call: &ToolCall, tools: &Tools, status: ItemStatus) -> Item {
     if call.name == SHELL && tools.shell.is_some() {
-        return json!({
-            "type": "shell_call",
-            "id": item_id("sh_"),
-            "call_id": call.id,
-            "action": {
-                "commands": arguments.get("commands").cloned().unwrap_or(json!([])),
-                "timeout_ms": arguments.get("timeout_ms").cloned().unwrap_or(Value::Null),
-                "max_output_length": arguments.get("max_output_length").cloned().unwrap_or(Value::Null),
+        let arguments = ShellArguments::read(&call.arguments);
+        return Item::ShellCall(ShellCall {
+            id: Some(item_id("sh_")),
+            call_id: Some(call.id.clone()),
+            action: ShellAction {
+                commands: arguments.commands,
+                timeout_ms: arguments.timeout_ms,
+                max_output_length: arguments.max_output_length,
+                extra: wire::Extra::new(),
             },
-            "status": "completed",
-            "environment": {"type": "local"},
+            status: Some(status),
+            environment: Some(CallEnvironment::Local),
+            extra: wire::Extra::new(),
         });
     }
     if call.name == LOCAL_SHELL && tools.local_shell {
-        return json!({
-            "type": "local_shell_call",
-            "id": item_id("lsh_"),
-            "call_id": call.id,
-            "action": {
-                "type": "exec",
-                "command": arguments.get("command").cloned().unwrap_or(json!([])),
-                "env": {},
-                "timeout_ms": arguments.get("timeout_ms").cloned().unwrap_or(Value::Null),
-                "working_directory": arguments.get("working_directory").cloned().unwrap_or(Value::Null),
-                "user": Value::Null,
+        let arguments = LocalShellArguments::read(&call.arguments);
+        return Item::LocalShellCall(LocalShellCall {
+            id: Some(item_id("lsh_")),
+            call_id: Some(call.id.clone()),
+            action: LocalShellAction {
+                kind: LocalShellActionType::Exec,
+                command: arguments.command,
+                env: Default::default(),
+                timeout_ms: arguments.timeout_ms,
+                working_directory: arguments.working_directory,
+                user: None,
+                extra: wire::Extra::new(),
             },
-            "status": "completed",
+            status: Some(status),
+            extra: wire::Extra::new(),
         });
     }
-    json!({
-        "type": "function_call",
-        "id": item_id("fc_"),
-        "call_id": call.id,
-        "name": call.name,
-        "arguments": call.arguments,
-        "status": "completed",
+    Item::FunctionCall(FunctionCall {
+        id: Some(item_id("fc_")),
+        call_id: Some(call.id.clone()),
+        name: call.name.clone(),
+        arguments: call.arguments.clone(),
+        status: Some(status),
+        extra: wire::Extra::new(),
     })
 }
 
@@ -577,44 +573,49 @@ fn client_call(call: &ToolCall, tools: &Tools) -> Value {
 async fn run_hosted(
     sandbox: &dyn Sandbox,
     call: &ToolCall,
-    output: &mut Vec<Value>,
+    output: &mut Vec<Item>,
     events: Option<&EventSink>,
     guardrail: Option<&OutputGuard<'_>>,
 ) -> Result<(), Status> {
-    let (arguments, container) = hosted_call(sandbox, call).await?;
-    let checked = shell_request(&arguments);
-    let (commands, timeout_ms, max_output_length) = match &checked {
+    let arguments = ShellArguments::read(&call.arguments);
+    let container = sandbox.container().await.map_err(host_failed)?;
+    let checked = arguments.run_request();
+    // The limits the call runs with, unknown (`null`) when it cannot run.
+    let (timeout_ms, max_output_length) = match &checked {
         Ok(request) => (
-            request.commands.clone(),
-            json!(request.timeout_ms),
-            json!(request.max_output_length),
+            Some(request.timeout_ms),
+            Some(request.max_output_length as u64),
         ),
-        Err(_) => (asked_commands(&arguments), Value::Null, Value::Null),
+        Err(_) => (None, None),
     };
     let call_index = output.len();
-    let shell_call = json!({
-        "type": "shell_call",
-        "id": item_id("sh_"),
-        "call_id": call.id,
-        "action": {
-            "commands": commands,
-            "timeout_ms": timeout_ms,
-            "max_output_length": max_output_length,
+    let shell_call = ShellCall {
+        id: Some(item_id("sh_")),
+        call_id: Some(call.id.clone()),
+        action: ShellAction {
+            commands: arguments.commands,
+            timeout_ms,
+            max_output_length,
+            extra: wire::Extra::new(),
         },
-        "status": "completed",
-        "environment": {"type": "container_reference", "container_id": container},
-    });
+        status: Some(ItemStatus::Completed),
+        environment: Some(CallEnvironment::ContainerReference {
+            container_id: container.clone(),
+        }),
+        extra: wire::Extra::new(),
+    };
+    // Announced without its commands: they follow one by one.
     let mut added = shell_call.clone();
-    added["status"] = json!("in_progress");
-    added["action"]["commands"] = json!([]);
+    added.status = Some(ItemStatus::InProgress);
+    added.action.commands = Vec::new();
     emit(
         events,
         Event::ItemAdded {
             index: call_index,
-            item: added,
+            item: Item::ShellCall(added),
         },
     );
-    for (command_index, command) in commands.iter().enumerate() {
+    for (command_index, command) in shell_call.action.commands.iter().enumerate() {
         emit(
             events,
             Event::ShellCommand {
@@ -624,6 +625,7 @@ async fn run_hosted(
             },
         );
     }
+    let shell_call = Item::ShellCall(shell_call);
     emit(
         events,
         Event::ItemDone {
@@ -638,19 +640,20 @@ async fn run_hosted(
     let max = checked
         .as_ref()
         .map(|r| r.max_output_length)
-        .unwrap_or(limits::DEFAULT_MAX_OUTPUT_LENGTH);
+        .unwrap_or(limits::DEFAULT_MAX_OUTPUT_LENGTH) as u64;
+    let mut shell_output = ShellCallOutput {
+        id: Some(output_id.clone()),
+        call_id: Some(call.id.clone()),
+        status: Some(ItemStatus::InProgress),
+        output: Vec::new(),
+        max_output_length: Some(max),
+        extra: wire::Extra::new(),
+    };
     emit(
         events,
         Event::ItemAdded {
             index: output_index,
-            item: json!({
-                "type": "shell_call_output",
-                "id": output_id,
-                "call_id": call.id,
-                "status": "in_progress",
-                "output": [],
-                "max_output_length": max,
-            }),
+            item: Item::ShellCallOutput(shell_output.clone()),
         },
     );
     let live = events.map(|events| (events, output_index, output_id.as_str()));
@@ -666,14 +669,9 @@ async fn run_hosted(
             },
         );
     }
-    let shell_output = json!({
-        "type": "shell_call_output",
-        "id": output_id,
-        "call_id": call.id,
-        "status": "completed",
-        "output": results,
-        "max_output_length": max,
-    });
+    shell_output.status = Some(ItemStatus::Completed);
+    shell_output.output = results;
+    let shell_output = Item::ShellCallOutput(shell_output);
     emit(
         events,
         Event::ItemDone {
@@ -685,23 +683,22 @@ async fn run_hosted(
     Ok(())
 }
 
-/// The commands a shell call asked for, as far as they can be read.
-fn asked_commands(arguments: &Value) -> Vec<String> {
-    arguments
-        .get("commands")
-        .and_then(Value::as_array)
-        .map(|c| {
-            c.iter()
-                .filter_map(|c| c.as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 fn host_failed(e: HostError) -> Status {
     Status::Failed {
         code: e.code,
         message: e.message,
+    }
+}
+
+/// A command that exited with `exit_code`, having written `stderr`.
+fn exited(stderr: String, exit_code: i64) -> ShellResult {
+    ShellResult {
+        stdout: String::new(),
+        stderr,
+        outcome: Some(ShellOutcome::Exit {
+            exit_code: Some(exit_code),
+        }),
+        extra: wire::Extra::new(),
     }
 }
 
@@ -716,13 +713,12 @@ async fn execute(
     checked: Result<RunRequest, String>,
     live: Option<(&EventSink, usize, &str)>,
     guardrail: Option<&OutputGuard<'_>>,
-) -> Result<Vec<Value>, Status> {
-    let results: Vec<Value> = match checked {
-        Err(problem) => vec![json!({
-            "stdout": "",
-            "stderr": format!("shellgate: the shell call was not run: {problem}\n"),
-            "outcome": {"type": "exit", "exit_code": 2},
-        })],
+) -> Result<Vec<ShellResult>, Status> {
+    let results: Vec<ShellResult> = match checked {
+        Err(problem) => vec![exited(
+            format!("shellgate: the shell call was not run: {problem}\n"),
+            2,
+        )],
         Ok(request) => {
             let (sink, mut deltas) = tokio::sync::mpsc::unbounded_channel::<OutputDelta>();
             let forward = async {
@@ -745,8 +741,8 @@ async fn execute(
             let ran = async { sandbox.run(container, request, sink).await };
             let (ran, ()) = tokio::join!(ran, forward);
             ran.map_err(host_failed)?
-                .into_iter()
-                .map(|r| serde_json::to_value(r).unwrap_or(Value::Null))
+                .iter()
+                .map(ShellResult::from)
                 .collect()
         }
     };
@@ -756,32 +752,42 @@ async fn execute(
     })
 }
 
-/// The arguments of a hosted call (what could be read of them) and the
-/// container it runs in.
-async fn hosted_call(sandbox: &dyn Sandbox, call: &ToolCall) -> Result<(Value, String), Status> {
-    let arguments: Value = serde_json::from_str(&call.arguments).unwrap_or(json!({}));
-    let container = sandbox.container().await.map_err(host_failed)?;
-    Ok((arguments, container))
-}
-
-/// Adds one of OpenRouter's items, which hold a call and its result
-/// together: announced in progress, its `output` filled by `result`, done.
-async fn add_openrouter_item(
-    output: &mut Vec<Value>,
+/// Runs one hosted call of `openrouter:shell`: one `openrouter:shell` item
+/// (the container, the commands, each command's result) is added to
+/// `output`, announced in progress and done when its results are in.
+async fn run_openrouter_shell(
+    sandbox: &dyn Sandbox,
+    call: &ToolCall,
+    output: &mut Vec<Item>,
     events: Option<&EventSink>,
-    mut item: Value,
-    result: impl std::future::Future<Output = Result<Value, Status>>,
+    guardrail: Option<&OutputGuard<'_>>,
 ) -> Result<(), Status> {
+    let arguments = ShellArguments::read(&call.arguments);
+    let container = sandbox.container().await.map_err(host_failed)?;
+    let checked = arguments.run_request();
+    let mut item = OpenRouterShell {
+        id: Some(item_id("orsh_")),
+        call_id: Some(call.id.clone()),
+        container_id: Some(container.clone()),
+        action: OpenRouterShellAction {
+            commands: arguments.commands,
+            extra: wire::Extra::new(),
+        },
+        output: Vec::new(),
+        status: Some(ItemStatus::InProgress),
+        extra: wire::Extra::new(),
+    };
     let index = output.len();
     emit(
         events,
         Event::ItemAdded {
             index,
-            item: item.clone(),
+            item: Item::OpenRouterShell(item.clone()),
         },
     );
-    item["output"] = result.await?;
-    item["status"] = json!("completed");
+    item.output = execute(sandbox, &container, checked, None, guardrail).await?;
+    item.status = Some(ItemStatus::Completed);
+    let item = Item::OpenRouterShell(item);
     emit(
         events,
         Event::ItemDone {
@@ -793,89 +799,75 @@ async fn add_openrouter_item(
     Ok(())
 }
 
-/// Runs one hosted call of `openrouter:shell`: one `openrouter:shell` item
-/// (the container, the commands, each command's result) is added to
-/// `output`.
-async fn run_openrouter_shell(
-    sandbox: &dyn Sandbox,
-    call: &ToolCall,
-    output: &mut Vec<Value>,
-    events: Option<&EventSink>,
-    guardrail: Option<&OutputGuard<'_>>,
-) -> Result<(), Status> {
-    let (arguments, container) = hosted_call(sandbox, call).await?;
-    let checked = shell_request(&arguments);
-    let commands = match &checked {
-        Ok(request) => request.commands.clone(),
-        Err(_) => asked_commands(&arguments),
-    };
-    let item = json!({
-        "type": "openrouter:shell",
-        "id": item_id("orsh_"),
-        "call_id": call.id,
-        "container_id": container,
-        "action": {"commands": commands},
-        "output": [],
-        "status": "in_progress",
-    });
-    let results = async {
-        Ok(json!(
-            execute(sandbox, &container, checked, None, guardrail).await?
-        ))
-    };
-    add_openrouter_item(output, events, item, results).await
-}
-
 /// What Anthropic's bash tool answers to `restart`: each command already
 /// runs in a fresh `bash`, so there is nothing else to restart.
 const BASH_RESTARTED: &str = "The bash tool has been restarted.";
 
 /// Runs one hosted call of `openrouter:bash` (`command`, or `restart`):
 /// one `openrouter:bash` item (the container, the command, its result) is
-/// added to `output`.
+/// added to `output`, announced in progress (its `output` null) and done
+/// when the result is in.
 async fn run_hosted_bash(
     sandbox: &dyn Sandbox,
     call: &ToolCall,
-    output: &mut Vec<Value>,
+    output: &mut Vec<Item>,
     events: Option<&EventSink>,
     guardrail: Option<&OutputGuard<'_>>,
 ) -> Result<(), Status> {
-    let (arguments, container) = hosted_call(sandbox, call).await?;
-    let restart = arguments.get("restart").and_then(Value::as_bool) == Some(true);
-    let command = arguments
-        .get("command")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
-    let item = json!({
-        "type": "openrouter:bash",
-        "id": item_id("orb_"),
-        "call_id": call.id,
-        "container_id": container,
-        "action": {"command": command, "restart": restart},
-        "output": Value::Null,
-        "status": "in_progress",
-    });
-    let result = async {
-        if restart {
-            return Ok(json!({
-                "stdout": BASH_RESTARTED,
-                "stderr": "",
-                "outcome": {"type": "exit", "exit_code": 0},
-            }));
-        }
-        let checked = if command.trim().is_empty() {
+    let arguments = BashArguments::read(&call.arguments);
+    let container = sandbox.container().await.map_err(host_failed)?;
+    let mut item = OpenRouterBash {
+        id: Some(item_id("orb_")),
+        call_id: Some(call.id.clone()),
+        container_id: Some(container.clone()),
+        action: OpenRouterBashAction {
+            command: arguments.command.clone(),
+            restart: arguments.restart,
+            extra: wire::Extra::new(),
+        },
+        output: None,
+        status: Some(ItemStatus::InProgress),
+        extra: wire::Extra::new(),
+    };
+    let index = output.len();
+    emit(
+        events,
+        Event::ItemAdded {
+            index,
+            item: Item::OpenRouterBash(item.clone()),
+        },
+    );
+    item.output = if arguments.restart {
+        Some(ShellResult {
+            stdout: BASH_RESTARTED.to_owned(),
+            ..exited(String::new(), 0)
+        })
+    } else {
+        let checked = if arguments.command.trim().is_empty() {
             Err("the bash tool needs a command".to_owned())
         } else {
-            shell_request(&json!({ "commands": [command] }))
+            ShellArguments {
+                commands: vec![arguments.command],
+                ..ShellArguments::default()
+            }
+            .run_request()
         };
-        Ok(execute(sandbox, &container, checked, None, guardrail)
+        execute(sandbox, &container, checked, None, guardrail)
             .await?
             .into_iter()
             .next()
-            .unwrap_or(Value::Null))
     };
-    add_openrouter_item(output, events, item, result).await
+    item.status = Some(ItemStatus::Completed);
+    let item = Item::OpenRouterBash(item);
+    emit(
+        events,
+        Event::ItemDone {
+            index,
+            item: item.clone(),
+        },
+    );
+    output.push(item);
+    Ok(())
 }
 
 #[cfg(test)]

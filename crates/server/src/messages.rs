@@ -229,7 +229,16 @@ async fn prepare(
         request: run::Request {
             model,
             instructions,
-            items,
+            // until the server is typed (typed-loop, step 3)
+            items: items
+                .into_iter()
+                .map(|item| match serde_json::from_value(item.clone()) {
+                    Ok(typed) => typed,
+                    Err(_) => shellgate_wire::responses::Item::Other(
+                        item.as_object().cloned().unwrap_or_default(),
+                    ),
+                })
+                .collect(),
             tools,
             tool_choice,
             max_tool_calls: run::MAX_TOOL_CALLS,
@@ -508,7 +517,13 @@ fn blocks(item: &Value) -> Vec<Value> {
     let call_id = item["call_id"].clone();
     match item["type"].as_str().unwrap_or_default() {
         "message" => {
-            let text = shellgate_model::conversation::content_text(item.get("content"));
+            // until the server is typed (typed-loop, step 3)
+            let text = item
+                .get("content")
+                .cloned()
+                .and_then(|content| serde_json::from_value(content).ok())
+                .map(|content| shellgate_model::conversation::content_text(&content))
+                .unwrap_or_default();
             if text.is_empty() {
                 Vec::new()
             } else {
@@ -582,7 +597,7 @@ fn stop_reason(outcome: &Outcome) -> &'static str {
         _ if outcome
             .output
             .iter()
-            .any(|item| item["type"] == "function_call") =>
+            .any(|item| matches!(item, shellgate_wire::responses::Item::FunctionCall(_))) =>
         {
             "tool_use"
         }
@@ -676,7 +691,13 @@ async fn finish(
     if let Status::Failed { code, message } = &outcome.status {
         return Err(failure(code, message));
     }
-    let content: Vec<Value> = outcome.output.iter().flat_map(blocks).collect();
+    // until the server is typed (typed-loop, step 3)
+    let content: Vec<Value> = outcome
+        .output
+        .iter()
+        .map(|item| serde_json::to_value(item).unwrap_or_default())
+        .flat_map(|item| blocks(&item))
+        .collect();
     Ok(json!({
         "id": prepared.id,
         "type": "message",
@@ -809,39 +830,43 @@ impl BlockIndex {
     fn translate(&mut self, event: run::Event) -> Vec<Event> {
         use run::Event as E;
         match event {
-            E::ItemAdded { index, item } => match item["type"].as_str().unwrap_or_default() {
-                "message" => {
-                    let block = self.take();
-                    self.open.insert(index, block);
-                    vec![sse(json!({
-                        "type": "content_block_start",
-                        "index": block,
-                        "content_block": {"type": "text", "text": ""},
-                    }))]
+            // until the server is typed (typed-loop, step 3)
+            E::ItemAdded { index, item } => {
+                let item = serde_json::to_value(&item).unwrap_or_default();
+                match item["type"].as_str().unwrap_or_default() {
+                    "message" => {
+                        let block = self.take();
+                        self.open.insert(index, block);
+                        vec![sse(json!({
+                            "type": "content_block_start",
+                            "index": block,
+                            "content_block": {"type": "text", "text": ""},
+                        }))]
+                    }
+                    "function_call" => {
+                        let block = self.take();
+                        self.open.insert(index, block);
+                        vec![sse(json!({
+                            "type": "content_block_start",
+                            "index": block,
+                            "content_block": {
+                                "type": "tool_use",
+                                "id": item["call_id"],
+                                "name": item["name"],
+                                "input": {},
+                            },
+                        }))]
+                    }
+                    // A server tool's call opens when its commands start; its
+                    // result follows when they are done.
+                    "openrouter:shell" | "openrouter:bash" => blocks(&item)
+                        .into_iter()
+                        .take(1)
+                        .flat_map(|call| self.whole(call))
+                        .collect(),
+                    _ => Vec::new(),
                 }
-                "function_call" => {
-                    let block = self.take();
-                    self.open.insert(index, block);
-                    vec![sse(json!({
-                        "type": "content_block_start",
-                        "index": block,
-                        "content_block": {
-                            "type": "tool_use",
-                            "id": item["call_id"],
-                            "name": item["name"],
-                            "input": {},
-                        },
-                    }))]
-                }
-                // A server tool's call opens when its commands start; its
-                // result follows when they are done.
-                "openrouter:shell" | "openrouter:bash" => blocks(&item)
-                    .into_iter()
-                    .take(1)
-                    .flat_map(|call| self.whole(call))
-                    .collect(),
-                _ => Vec::new(),
-            },
+            }
             E::TextDelta { index, delta, .. } => match self.open.get(&index) {
                 Some(block) => vec![sse(json!({
                     "type": "content_block_delta",
@@ -861,6 +886,8 @@ impl BlockIndex {
                 None => Vec::new(),
             },
             E::ItemDone { index, item } => {
+                // until the server is typed (typed-loop, step 3)
+                let item = serde_json::to_value(&item).unwrap_or_default();
                 if let Some(block) = self.open.remove(&index) {
                     return vec![sse(json!({"type": "content_block_stop", "index": block}))];
                 }
@@ -955,10 +982,11 @@ mod tests {
         // A client call beside a server tool's in the last turn: the client
         // still has a tool_use to answer.
         let outcome = Outcome {
-            output: vec![
-                json!({"type": "function_call", "call_id": "c3", "name": "lookup", "arguments": "{}"}),
-                json!({"type": "openrouter:shell", "call_id": "c4"}),
-            ],
+            output: serde_json::from_value(json!([
+                {"type": "function_call", "call_id": "c3", "name": "lookup", "arguments": "{}"},
+                {"type": "openrouter:shell", "call_id": "c4", "action": {"commands": []}},
+            ]))
+            .unwrap(),
             usage: Default::default(),
             status: Status::Completed,
             tool_calls: 1,

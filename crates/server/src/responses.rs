@@ -199,12 +199,35 @@ fn finished_object(id: &str, created_at: i64, echo: &Echo, outcome: &Outcome) ->
         echo,
         Progress {
             status,
-            output: &outcome.output,
+            output: &untyped_items(&outcome.output),
             usage: Some(outcome.usage),
             error,
             incomplete,
         },
     )
+}
+
+// until the server is typed (typed-loop, step 3): the loop speaks typed
+// items, this file still JSON.
+fn untyped_item(item: &shellgate_wire::responses::Item) -> Value {
+    serde_json::to_value(item).unwrap_or_default()
+}
+
+fn untyped_items(items: &[shellgate_wire::responses::Item]) -> Vec<Value> {
+    items.iter().map(untyped_item).collect()
+}
+
+fn typed_items(items: Vec<Value>) -> Vec<shellgate_wire::responses::Item> {
+    items
+        .into_iter()
+        .map(|item| match serde_json::from_value(item.clone()) {
+            Ok(typed) => typed,
+            Err(_) => match item {
+                Value::Object(map) => shellgate_wire::responses::Item::Other(map),
+                _ => shellgate_wire::responses::Item::Other(Default::default()),
+            },
+        })
+        .collect()
 }
 
 /// Input items of a request: a string is one user message; items get ids.
@@ -600,7 +623,7 @@ async fn prepare(state: &Arc<AppState>, project: &Project, body: Value) -> ApiRe
         request: run::Request {
             model,
             instructions,
-            items,
+            items: typed_items(items),
             tools,
             tool_choice,
             max_tool_calls,
@@ -626,7 +649,7 @@ async fn prepare(state: &Arc<AppState>, project: &Project, body: Value) -> ApiRe
 impl Prepared {
     /// The stored row for this response in `status`, its object `body`.
     fn row(&self, status: &str, body: &Value, output: &[Value]) -> ResponseRow {
-        let mut conversation = self.request.items.clone();
+        let mut conversation = untyped_items(&self.request.items);
         conversation.extend(output.iter().cloned());
         // Whatever is stored goes through the secrets' redaction (the
         // echo already has; the items too, in case one carries a policy).
@@ -678,7 +701,8 @@ impl Prepared {
             tracing::error!("could not record token usage: {}", e.message);
         }
         let status = body["status"].as_str().unwrap_or("failed").to_owned();
-        self.save(state, &status, &body, &outcome.output).await;
+        self.save(state, &status, &body, &untyped_items(&outcome.output))
+            .await;
         body
     }
 
@@ -875,6 +899,7 @@ impl SseWriter {
     fn event(&mut self, event: run::Event) {
         match event {
             run::Event::ItemAdded { index, item } => {
+                let item = untyped_item(&item);
                 let message = item["type"] == "message";
                 let item_id = item["id"].clone();
                 self.send(
@@ -962,6 +987,7 @@ impl SseWriter {
                 );
             }
             run::Event::ItemDone { index, item } => {
+                let item = untyped_item(&item);
                 if item["type"] == "message" {
                     let text = item["content"][0]["text"].clone();
                     let item_id = item["id"].clone();

@@ -2,6 +2,8 @@
 
 use std::sync::Mutex;
 
+use serde_json::json;
+
 use super::*;
 use crate::guardrail::{Action, Guardrail, REDACTED};
 use crate::upstream::{Reply, UpstreamError};
@@ -80,7 +82,10 @@ fn request(guardrail: Option<Guardrail>) -> Request {
     Request {
         model: "m".into(),
         instructions: None,
-        items: vec![json!({"type": "message", "role": "user", "content": "go"})],
+        items: vec![serde_json::from_value(
+            json!({"type": "message", "role": "user", "content": "go"}),
+        )
+        .unwrap()],
         tools: Tools::parse(&[json!({"type": "shell", "environment": {"type": "container_auto"}})])
             .unwrap(),
         tool_choice: ToolChoice::Auto,
@@ -104,8 +109,10 @@ async fn outputs(
     let upstream = Scripted(Mutex::new(vec![Ok(shell_call(commands))]));
     let outcome = run(&upstream, Some(&sandbox), &request(Some(guardrail)), None).await;
     assert_eq!(outcome.status, Status::Completed);
-    let item = outcome
-        .output
+    let output = serde_json::to_value(&outcome.output).unwrap();
+    let item = output
+        .as_array()
+        .unwrap()
         .iter()
         .find(|i| i["type"] == "shell_call_output")
         .unwrap();
@@ -205,8 +212,10 @@ async fn an_injection_split_between_two_shell_calls_is_caught() {
         ]));
         let guardrail = Guardrail::defaults(action);
         let outcome = run(&upstream, Some(&sandbox), &request(Some(guardrail)), None).await;
-        let read: Vec<String> = outcome
-            .output
+        let output = serde_json::to_value(&outcome.output).unwrap();
+        let read: Vec<String> = output
+            .as_array()
+            .unwrap()
             .iter()
             .filter(|i| i["type"] == "shell_call_output")
             .map(|i| i["output"].to_string())
