@@ -16,7 +16,6 @@
 //! action, an `openrouter:bash` item's `output: null` while it runs) are
 //! always serialized; fields a client may leave out are omitted when absent.
 
-use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
@@ -240,23 +239,26 @@ impl Serialize for Item {
 pub(crate) fn variant<T: serde::de::DeserializeOwned, E: serde::de::Error>(
     map: Extra,
 ) -> Result<T, E> {
-    super::nested(Value::Object(map))
+    super::nested("", Value::Object(map))
 }
 
 impl<'de> Deserialize<'de> for Item {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         use item_type::*;
-        let mut map = Extra::deserialize(deserializer)?;
+        let Value::Object(mut map) = Value::deserialize(deserializer)? else {
+            return Err(super::custom("", "each input item must be an object"));
+        };
         let kind = match map.get("type") {
             Some(Value::String(kind)) => kind.clone(),
             // The SDKs' EasyInputMessage: a role and content, no type.
             None | Some(Value::Null) if map.contains_key("role") => MESSAGE.to_owned(),
             None | Some(Value::Null) => {
-                return Err(D::Error::custom(
+                return Err(super::custom(
+                    "type",
                     "each input item needs a 'type' (or a 'role', for a message)",
                 ))
             }
-            Some(_) => return Err(D::Error::custom("an item's type must be a string")),
+            Some(_) => return Err(super::custom("type", "an item's type must be a string")),
         };
         let known = [
             MESSAGE,
@@ -308,11 +310,24 @@ pub struct Message {
 }
 
 /// A message's `content`: a string (input shorthand) or parts.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
 #[serde(untagged)]
 pub enum MessageContent {
     Text(String),
     Parts(Vec<ContentPart>),
+}
+
+impl<'de> Deserialize<'de> for MessageContent {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        match Value::deserialize(deserializer)? {
+            Value::String(text) => Ok(MessageContent::Text(text)),
+            Value::Array(parts) => Ok(MessageContent::Parts(super::nested_list(parts)?)),
+            _ => Err(super::custom(
+                "",
+                "content must be a string or an array of content parts",
+            )),
+        }
+    }
 }
 
 impl MessageContent {
@@ -324,7 +339,7 @@ impl MessageContent {
             MessageContent::Text(text) if role == Role::Assistant => {
                 vec![ContentPart::OutputText(OutputText {
                     text,
-                    annotations: Vec::new(),
+                    annotations: None,
                     extra: Extra::new(),
                 })]
             }
@@ -385,10 +400,12 @@ impl Serialize for ContentPart {
 
 impl<'de> Deserialize<'de> for ContentPart {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let mut map = Extra::deserialize(deserializer)?;
+        let Value::Object(mut map) = Value::deserialize(deserializer)? else {
+            return Err(super::custom("", "each content part must be an object"));
+        };
         let kind = match map.get("type") {
             Some(Value::String(kind)) => kind.clone(),
-            _ => return Err(D::Error::custom("each content part needs a 'type'")),
+            _ => return Err(super::custom("type", "each content part needs a 'type'")),
         };
         let known = [
             "input_text",
@@ -420,13 +437,14 @@ pub struct InputText {
     pub extra: Extra,
 }
 
-/// `output_text` (`annotations` always written, `[]` here).
+/// `output_text` (the model's text has `annotations: []`; a client's
+/// string content made into a part has none).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct OutputText {
     pub text: String,
-    #[serde(default)]
-    #[schema(value_type = Vec<Object>)]
-    pub annotations: Vec<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub annotations: Option<Vec<Value>>,
     #[serde(flatten)]
     #[schema(value_type = Object)]
     pub extra: Extra,
@@ -480,11 +498,24 @@ pub struct FunctionCall {
 }
 
 /// A tool's output: text, or content parts.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
 #[serde(untagged)]
 pub enum ToolOutput {
     Text(String),
     Parts(Vec<ContentPart>),
+}
+
+impl<'de> Deserialize<'de> for ToolOutput {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        match Value::deserialize(deserializer)? {
+            Value::String(text) => Ok(ToolOutput::Text(text)),
+            Value::Array(parts) => Ok(ToolOutput::Parts(super::nested_list(parts)?)),
+            _ => Err(super::custom(
+                "",
+                "output must be a string or an array of content parts",
+            )),
+        }
+    }
 }
 
 /// `function_call_output`.

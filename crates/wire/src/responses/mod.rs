@@ -33,9 +33,11 @@ pub struct FieldError {
 }
 
 /// Marks, in an error's message, the path inside a member read by a tagged
-/// union's own `Deserialize` (serde's path stops at the union): `MARK path
-/// MARK message`.
+/// union's own `Deserialize` (serde's path stops at the union):
+/// `MARK path MARK message` for this module's own messages (given as they
+/// are), `MARK path SERDE message` for serde's (prefixed with the param).
 const MARK: char = '\u{1}';
+const SERDE: char = '\u{2}';
 
 /// `outer` then `inner`, as a param path.
 fn join_path(outer: &str, inner: &str) -> String {
@@ -47,27 +49,34 @@ fn join_path(outer: &str, inner: &str) -> String {
     }
 }
 
-/// Splits a marked message into the inner path and the message.
-fn split_marked(message: &str) -> (&str, &str) {
-    message
-        .strip_prefix(MARK)
-        .and_then(|rest| rest.split_once(MARK))
-        .unwrap_or(("", message))
+/// An error of this module's own, about the field at `path` inside what
+/// is being read (`""`: itself).
+pub(crate) fn custom<E: serde::de::Error>(path: &str, message: impl std::fmt::Display) -> E {
+    E::custom(format!("{MARK}{path}{MARK}{message}"))
 }
 
 /// The param path and message of a failed read.
 fn field_error(error: serde_path_to_error::Error<serde_json::Error>) -> FieldError {
     let outer = error.path().to_string();
     let message = error.into_inner().to_string();
-    let (inner, message) = split_marked(&message);
     // serde_json appends " at line 1 column 2" to errors read from text.
     let message = message
         .rsplit_once(" at line ")
-        .map_or(message, |(head, _)| head);
-    FieldError {
-        param: join_path(&outer, inner),
-        message: message.to_owned(),
-    }
+        .map_or(message.as_str(), |(head, _)| head);
+    let (inner, own, message) = match message.strip_prefix(MARK) {
+        Some(rest) => match rest.find([MARK, SERDE]) {
+            Some(at) => (&rest[..at], rest[at..].starts_with(MARK), &rest[at + 1..]),
+            None => ("", false, rest),
+        },
+        None => ("", false, message),
+    };
+    let param = join_path(&outer, inner);
+    let message = if own {
+        message.to_owned()
+    } else {
+        format!("Invalid value for '{param}': {message}")
+    };
+    FieldError { param, message }
 }
 
 /// Reads `T` from `value`; an error names the field it is about.
@@ -77,12 +86,37 @@ pub fn from_value<T: serde::de::DeserializeOwned>(
     serde_path_to_error::deserialize(value).map_err(field_error)
 }
 
-/// [`from_value`] inside a tagged union's `Deserialize`: the path inside
-/// is marked in the message, for [`from_value`] to join to its own.
+/// [`from_value`] inside a union's own `Deserialize`, of the member at
+/// `path` (`""`: the value itself): the path inside is marked in the
+/// message, for [`from_value`] to join to its own.
 pub(crate) fn nested<T: serde::de::DeserializeOwned, E: serde::de::Error>(
+    path: &str,
     value: serde_json::Value,
 ) -> Result<T, E> {
-    from_value(value).map_err(|e| E::custom(format!("{MARK}{}{MARK}{}", e.param, e.message)))
+    serde_path_to_error::deserialize(value).map_err(|error| {
+        let inner = join_path(path, &error.path().to_string());
+        let message = error.into_inner().to_string();
+        match message.strip_prefix(MARK) {
+            // Marked deeper: its path goes after this one.
+            Some(rest) => {
+                let at = rest.find([MARK, SERDE]).unwrap_or(0);
+                let deep = join_path(&inner, &rest[..at]);
+                E::custom(format!("{MARK}{deep}{}", &rest[at..]))
+            }
+            None => E::custom(format!("{MARK}{inner}{SERDE}{message}")),
+        }
+    })
+}
+
+/// Each member of a list read with [`nested`] (an error names its index).
+pub(crate) fn nested_list<T: serde::de::DeserializeOwned, E: serde::de::Error>(
+    values: Vec<serde_json::Value>,
+) -> Result<Vec<T>, E> {
+    values
+        .into_iter()
+        .enumerate()
+        .map(|(index, value)| nested(&format!("[{index}]"), value))
+        .collect()
 }
 
 #[cfg(test)]

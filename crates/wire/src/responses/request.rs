@@ -98,9 +98,32 @@ impl CreateResponse {
 }
 
 /// `input`: a string (one user message) or items.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
 #[serde(untagged)]
 pub enum Input {
     Text(String),
     Items(Vec<Item>),
+}
+
+impl<'de> Deserialize<'de> for Input {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        match Value::deserialize(deserializer)? {
+            Value::String(text) => Ok(Input::Text(text)),
+            Value::Array(items) => Ok(Input::Items(super::nested_list(items)?)),
+            _ => Err(super::custom(
+                "",
+                "input must be a string or an array of items",
+            )),
+        }
+    }
+}
+
+impl Input {
+    /// The items (a string is one user message).
+    pub fn into_items(self) -> Vec<Item> {
+        match self {
+            Input::Text(text) => vec![Item::user_text(text)],
+            Input::Items(items) => items,
+        }
+    }
 }

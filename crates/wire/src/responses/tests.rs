@@ -105,7 +105,20 @@ fn errors_name_the_field_inside_tagged_unions() {
     let bad = serde_json::json!({"input": [{"role": "user", "content": "a"},
         {"type": "shell_call", "action": {"commands": "ls"}}]});
     let error = from_value::<CreateResponse>(bad).unwrap_err();
-    assert_eq!(error.param, "input");
+    assert_eq!(error.param, "input[1].action.commands");
+    let bad = serde_json::json!({"input": [{"content": "a"}]});
+    let error = from_value::<CreateResponse>(bad).unwrap_err();
+    assert_eq!(error.param, "input[0].type");
+    let bad = serde_json::json!({"input": [{"role": "user", "content": [{"type": "input_text", "text": 1}]}]});
+    let error = from_value::<CreateResponse>(bad).unwrap_err();
+    assert_eq!(error.param, "input[0].content[0].text");
+    assert!(
+        error
+            .message
+            .starts_with("Invalid value for 'input[0].content[0].text': "),
+        "{}",
+        error.message
+    );
     let bad = serde_json::json!({"stream": "yes"});
     let error = from_value::<CreateResponse>(bad).unwrap_err();
     assert_eq!(error.param, "stream");

@@ -7,7 +7,6 @@
 //! as [`Tool::Other`] so that it is refused there, with its name). Keys
 //! not named are kept in `extra` (echoed in the response object).
 
-use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
@@ -325,9 +324,10 @@ impl<'de> Deserialize<'de> for ToolChoice {
                 "auto" => Ok(ToolChoice::Auto),
                 "required" => Ok(ToolChoice::Required),
                 "none" => Ok(ToolChoice::None),
-                other => Err(D::Error::custom(format!(
-                    "tool_choice '{other}' is not 'auto', 'required' or 'none'"
-                ))),
+                other => Err(super::custom(
+                    "",
+                    format!("tool_choice '{other}' is not 'auto', 'required' or 'none'"),
+                )),
             },
             Value::Object(object) => match object.get("type").and_then(Value::as_str) {
                 Some("shell") => Ok(ToolChoice::Shell),
@@ -340,9 +340,10 @@ impl<'de> Deserialize<'de> for ToolChoice {
                         .unwrap_or_default()
                         .to_owned(),
                 }),
-                _ => Err(D::Error::custom(TOOL_CHOICE_OBJECT)),
+                _ => Err(super::custom("", TOOL_CHOICE_OBJECT)),
             },
-            _ => Err(D::Error::custom(
+            _ => Err(super::custom(
+                "",
                 "tool_choice must be a string or an object",
             )),
         }
