@@ -6,6 +6,9 @@
 //! and `shared/reference/openai-wire.md`. Request types reject unknown enum
 //! values; response types always carry every required key.
 
+pub mod messages;
+pub mod param;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 

@@ -1,0 +1,340 @@
+//! Content blocks: what a message of a request holds and what a response's
+//! `content` is (one type for both: a client replays the blocks it got),
+//! with OpenRouter's server tools' result blocks.
+//!
+//! Every block keeps the keys it does not type (`cache_control`,
+//! `citations`, ...) in `extra`, so a replayed block round-trips whole; a
+//! block of a `type` not listed here is kept raw as [`ContentBlock::Unknown`]
+//! (an upstream may send new ones; the request handler refuses them).
+
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+
+use crate::param::{unknown_type, Tagged};
+
+/// Keys of a block this crate does not type, kept as they came.
+pub type Extra = Map<String, Value>;
+
+/// An object of a `type` this crate does not know, whole (its `type`
+/// included).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(transparent)]
+#[schema(value_type = Object)]
+pub struct Raw(pub Map<String, Value>);
+
+/// A content block, by its `type`.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentBlock {
+    Text(TextBlock),
+    Image(ImageBlock),
+    Document(DocumentBlock),
+    Thinking(ThinkingBlock),
+    RedactedThinking(RedactedThinkingBlock),
+    ToolUse(ToolUseBlock),
+    ToolResult(ToolResultBlock),
+    /// A server tool's call (OpenRouter's `shell`, `bash_code_execution`).
+    ServerToolUse(ToolUseBlock),
+    /// The result of an `openrouter:shell` call (a block the SDK does not
+    /// know and keeps raw).
+    OpenrouterShellToolResult(ShellToolResultBlock),
+    /// The result of a `bash_code_execution` call.
+    BashCodeExecutionToolResult(BashToolResultBlock),
+    /// A block of another `type`, whole (its `type` included).
+    #[serde(untagged)]
+    Unknown(Raw),
+}
+
+impl ContentBlock {
+    /// Its `type`, as on the wire.
+    pub fn kind(&self) -> &str {
+        match self {
+            ContentBlock::Text(_) => "text",
+            ContentBlock::Image(_) => "image",
+            ContentBlock::Document(_) => "document",
+            ContentBlock::Thinking(_) => "thinking",
+            ContentBlock::RedactedThinking(_) => "redacted_thinking",
+            ContentBlock::ToolUse(_) => "tool_use",
+            ContentBlock::ToolResult(_) => "tool_result",
+            ContentBlock::ServerToolUse(_) => "server_tool_use",
+            ContentBlock::OpenrouterShellToolResult(_) => "openrouter_shell_tool_result",
+            ContentBlock::BashCodeExecutionToolResult(_) => "bash_code_execution_tool_result",
+            ContentBlock::Unknown(raw) => raw.0.get("type").and_then(Value::as_str).unwrap_or(""),
+        }
+    }
+
+    /// A text block of `text`.
+    pub fn text(text: impl Into<String>) -> Self {
+        ContentBlock::Text(TextBlock {
+            text: text.into(),
+            extra: Extra::new(),
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for ContentBlock {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let block = Tagged::deserialize(deserializer)?;
+        let tag = block.tag()?;
+        Ok(match tag.as_deref() {
+            Some("text") => ContentBlock::Text(block.variant()?),
+            Some("image") => ContentBlock::Image(block.variant()?),
+            Some("document") => ContentBlock::Document(block.variant()?),
+            Some("thinking") => ContentBlock::Thinking(block.variant()?),
+            Some("redacted_thinking") => ContentBlock::RedactedThinking(block.variant()?),
+            Some("tool_use") => ContentBlock::ToolUse(block.variant()?),
+            Some("tool_result") => ContentBlock::ToolResult(block.variant()?),
+            Some("server_tool_use") => ContentBlock::ServerToolUse(block.variant()?),
+            Some("openrouter_shell_tool_result") => {
+                ContentBlock::OpenrouterShellToolResult(block.variant()?)
+            }
+            Some("bash_code_execution_tool_result") => {
+                ContentBlock::BashCodeExecutionToolResult(block.variant()?)
+            }
+            Some(_) => ContentBlock::Unknown(Raw(block.object)),
+            None => return Err(unknown_type(None, "a content block type")),
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct TextBlock {
+    pub text: String,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
+
+/// An image (`base64`, `url` or `file` source).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ImageBlock {
+    pub source: Source,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
+
+/// A document (a PDF or plain text, by `base64`, `text`, `content`, `url`
+/// or `file` source).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct DocumentBlock {
+    pub source: Source,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
+
+/// Where an image's or a document's bytes are.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Source {
+    Base64 {
+        media_type: String,
+        data: String,
+    },
+    Url {
+        url: String,
+    },
+    File {
+        file_id: String,
+    },
+    /// A plain-text document.
+    Text {
+        media_type: String,
+        data: String,
+    },
+    /// A document given as content blocks.
+    Content {
+        content: TextOrBlocks,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ThinkingBlock {
+    pub thinking: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RedactedThinkingBlock {
+    pub data: String,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
+
+/// A tool call: the model's (`tool_use`) or a server tool's
+/// (`server_tool_use`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ToolUseBlock {
+    pub id: String,
+    pub name: String,
+    /// The call's arguments (a JSON object of the tool's schema).
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub input: Map<String, Value>,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
+
+/// The client's answer to a `tool_use`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ToolResultBlock {
+    pub tool_use_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<TextOrBlocks>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub is_error: Option<bool>,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
+
+/// An `openrouter:shell` call's result: each command's output.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ShellToolResultBlock {
+    pub tool_use_id: String,
+    #[serde(default)]
+    pub container_id: Option<String>,
+    #[serde(default)]
+    pub content: Vec<CommandResult>,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
+
+/// One command's output in an `openrouter_shell_tool_result`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct CommandResult {
+    pub stdout: String,
+    pub stderr: String,
+    pub outcome: CommandOutcome,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
+
+/// How a command ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum CommandOutcome {
+    Exit {
+        exit_code: i64,
+        #[serde(flatten)]
+        #[schema(value_type = Object)]
+        extra: Extra,
+    },
+    Timeout {
+        #[serde(flatten)]
+        #[schema(value_type = Object)]
+        extra: Extra,
+    },
+}
+
+/// A `bash_code_execution` call's result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct BashToolResultBlock {
+    pub tool_use_id: String,
+    /// shellgate's container (a key the SDK keeps as an extra).
+    #[serde(default)]
+    pub container_id: Option<String>,
+    pub content: BashToolResultContent,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum BashToolResultContent {
+    BashCodeExecutionResult(BashResult),
+    BashCodeExecutionToolResultError(BashToolError),
+}
+
+/// The command's output and exit code (124: it timed out).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct BashResult {
+    pub stdout: String,
+    pub stderr: String,
+    pub return_code: i64,
+    /// Files the command made (none here).
+    #[serde(default)]
+    pub content: Vec<BashOutputFile>,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct BashOutputFile {
+    pub file_id: String,
+    #[serde(rename = "type")]
+    pub kind: BashOutputKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub enum BashOutputKind {
+    #[serde(rename = "bash_code_execution_output")]
+    BashCodeExecutionOutput,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct BashToolError {
+    pub error_code: String,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
+
+/// A string, or an array of content blocks (`content` of a message or a
+/// `tool_result`, a `system` prompt).
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum TextOrBlocks {
+    Text(String),
+    Blocks(Vec<ContentBlock>),
+}
+
+impl TextOrBlocks {
+    /// As blocks: a string is one text block.
+    pub fn into_blocks(self) -> Vec<ContentBlock> {
+        match self {
+            TextOrBlocks::Text(text) => vec![ContentBlock::text(text)],
+            TextOrBlocks::Blocks(blocks) => blocks,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for TextOrBlocks {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        // A visitor, not `untagged`: an error inside a block keeps its path.
+        struct TextOrBlocksVisitor;
+        impl<'de> Visitor<'de> for TextOrBlocksVisitor {
+            type Value = TextOrBlocks;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string or an array of content blocks")
+            }
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<TextOrBlocks, E> {
+                Ok(TextOrBlocks::Text(text.to_owned()))
+            }
+            fn visit_string<E: de::Error>(self, text: String) -> Result<TextOrBlocks, E> {
+                Ok(TextOrBlocks::Text(text))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<TextOrBlocks, A::Error> {
+                let mut blocks = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
+                while let Some(block) = seq.next_element()? {
+                    blocks.push(block);
+                }
+                Ok(TextOrBlocks::Blocks(blocks))
+            }
+        }
+        deserializer.deserialize_any(TextOrBlocksVisitor)
+    }
+}

@@ -1,0 +1,256 @@
+//! Anthropic's Messages API (`POST /v1/messages`): the request, content
+//! blocks, tools, the `Message` response, its stream events and the error
+//! body, as the official `anthropic` SDK's models (`anthropic.types`) shape
+//! them, with OpenRouter's server tools (`openrouter:shell`,
+//! `openrouter:bash`) and their result blocks.
+//!
+//! The server reads requests and writes answers with these; the upstream
+//! adapter for an Anthropic upstream writes requests and reads answers with
+//! the same. Fixtures the SDK produced (`fixtures/messages/`, made by its
+//! `generate.py`) round-trip through every type (this module's tests).
+
+mod blocks;
+mod request;
+mod response;
+mod stream;
+
+pub use blocks::*;
+pub use request::*;
+pub use response::*;
+pub use stream::*;
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use serde::de::DeserializeOwned;
+    use serde::Serialize;
+    use serde_json::{json, Value};
+
+    use super::*;
+    use crate::param::{parse, ParamError};
+
+    /// `value` without its null-valued keys: the SDK writes `null` for an
+    /// absent optional field, and reads a missing key and `null` alike.
+    fn without_nulls(value: Value) -> Value {
+        match value {
+            Value::Object(map) => Value::Object(
+                map.into_iter()
+                    .filter(|(_, v)| !v.is_null())
+                    .map(|(k, v)| (k, without_nulls(v)))
+                    .collect(),
+            ),
+            Value::Array(items) => Value::Array(items.into_iter().map(without_nulls).collect()),
+            other => other,
+        }
+    }
+
+    /// Every fixture of `kind` read as a `T` and written back means the same.
+    fn round_trips<T: DeserializeOwned + Serialize>(kind: &str) -> usize {
+        let folder = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/messages")
+            .join(kind);
+        let mut count = 0;
+        for entry in std::fs::read_dir(&folder).unwrap() {
+            let path = entry.unwrap().path();
+            let text = std::fs::read_to_string(&path).unwrap();
+            let fixture: Value = serde_json::from_str(&text).unwrap();
+            let typed: T = parse(&fixture).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let written = serde_json::to_value(&typed).unwrap();
+            assert_eq!(
+                without_nulls(written),
+                without_nulls(fixture),
+                "{} does not round-trip",
+                path.display()
+            );
+            count += 1;
+        }
+        count
+    }
+
+    #[test]
+    fn every_sdk_fixture_round_trips() {
+        let counts = [
+            round_trips::<CreateMessage>("CreateMessage"),
+            round_trips::<MessageParam>("MessageParam"),
+            round_trips::<ContentBlock>("ContentBlock"),
+            round_trips::<Tool>("Tool"),
+            round_trips::<ToolChoice>("ToolChoice"),
+            round_trips::<ThinkingConfig>("ThinkingConfig"),
+            round_trips::<Message>("Message"),
+            round_trips::<Usage>("Usage"),
+            round_trips::<StreamEvent>("StreamEvent"),
+            round_trips::<ErrorResponse>("ErrorResponse"),
+        ];
+        assert!(
+            counts.iter().all(|n| *n > 0),
+            "a folder is empty: {counts:?}"
+        );
+    }
+
+    #[test]
+    fn fixtures_read_as_the_variants_they_are() {
+        let folder = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/messages");
+        let read = |path: &str| -> Value {
+            serde_json::from_str(&std::fs::read_to_string(folder.join(path)).unwrap()).unwrap()
+        };
+        let block: ContentBlock =
+            parse(&read("ContentBlock/openrouter_shell_tool_result.json")).unwrap();
+        assert!(
+            matches!(block, ContentBlock::OpenrouterShellToolResult(ref r) if r.content.len() == 2)
+        );
+        let tool: Tool = parse(&read("Tool/custom.json")).unwrap();
+        assert!(matches!(tool, Tool::Custom(_)));
+        let tool: Tool = parse(&read("Tool/openrouter_bash.json")).unwrap();
+        assert!(matches!(tool, Tool::OpenRouterBash(_)));
+        let event: StreamEvent = parse(&read("StreamEvent/message_stop.json")).unwrap();
+        assert_eq!(event, StreamEvent::MessageStop);
+        let event: StreamEvent = parse(&read("StreamEvent/content_block_delta_json.json")).unwrap();
+        assert!(matches!(
+            event,
+            StreamEvent::ContentBlockDelta {
+                delta: Delta::InputJsonDelta { .. },
+                ..
+            }
+        ));
+        // What an upstream adds is kept, not an error.
+        let event: StreamEvent = parse(&json!({"type": "future_event", "x": 1})).unwrap();
+        assert_eq!(event.kind(), "future_event");
+        let block: ContentBlock =
+            parse(&json!({"type": "web_search_tool_result", "tool_use_id": "x"})).unwrap();
+        assert_eq!(block.kind(), "web_search_tool_result");
+        let reason: StopReason = serde_json::from_value(json!("some_new_reason")).unwrap();
+        assert_eq!(reason, StopReason::Other("some_new_reason".into()));
+        assert_eq!(
+            serde_json::to_value(StopReason::PauseTurn).unwrap(),
+            json!("pause_turn")
+        );
+    }
+
+    fn error_of<T: DeserializeOwned + std::fmt::Debug>(value: Value) -> ParamError {
+        parse::<T>(&value).expect_err("should not parse")
+    }
+
+    #[test]
+    fn errors_name_the_param_at_fault() {
+        let base = || json!({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]});
+        let with = |key: &str, value: Value| {
+            let mut body = base();
+            body[key] = value;
+            body
+        };
+        let param = |body: Value| error_of::<CreateMessage>(body).param;
+        assert!(parse::<CreateMessage>(&base()).is_ok());
+        assert_eq!(param(with("stream", json!("yes"))), "stream");
+        assert_eq!(param(with("max_tokens", json!(-1))), "max_tokens");
+        assert_eq!(param(with("bogus", json!(1))), "bogus");
+        assert_eq!(
+            error_of::<CreateMessage>(with("bogus", json!(1))).message,
+            "Extra inputs are not permitted"
+        );
+        let mut missing = base();
+        missing.as_object_mut().unwrap().remove("max_tokens");
+        assert_eq!(
+            error_of::<CreateMessage>(missing).to_string(),
+            "max_tokens: Field required"
+        );
+        assert_eq!(
+            param(with(
+                "messages",
+                json!([{"role": "system", "content": "x"}])
+            )),
+            "messages[0].role"
+        );
+        assert_eq!(
+            param(with("messages", json!([{"role": "user", "content": 5}]))),
+            "messages[0].content"
+        );
+        let blocks = |block: Value| {
+            with(
+                "messages",
+                json!([{"role": "user", "content": ["x", block]}]),
+            )
+        };
+        // (`"x"` is not a block: the error is at index 0.)
+        assert_eq!(
+            param(blocks(json!({"type": "text", "text": "a"}))),
+            "messages[0].content[0]"
+        );
+        let block = |block: Value| {
+            with(
+                "messages",
+                json!([{"role": "user", "content": [{"type": "text", "text": "a"}, block]}]),
+            )
+        };
+        assert_eq!(
+            param(block(json!({"type": "tool_use", "name": "x"}))),
+            "messages[0].content[1].id"
+        );
+        assert_eq!(
+            param(block(json!({"type": "tool_use", "id": 5, "name": "x"}))),
+            "messages[0].content[1].id"
+        );
+        assert_eq!(
+            param(block(json!({"text": "a"}))),
+            "messages[0].content[1].type"
+        );
+        assert_eq!(
+            param(block(json!({"type": 3}))),
+            "messages[0].content[1].type"
+        );
+        assert_eq!(
+            param(block(
+                json!({"type": "image", "source": {"type": "base64", "data": "x"}})
+            )),
+            "messages[0].content[1].source.media_type"
+        );
+        assert_eq!(
+            param(block(
+                json!({"type": "tool_result", "tool_use_id": "t", "content": [{"type": "text", "text": 1}]})
+            )),
+            "messages[0].content[1].content[0].text"
+        );
+        assert_eq!(
+            param(with("tool_choice", json!({"type": "sometimes"}))),
+            "tool_choice.type"
+        );
+        assert_eq!(
+            param(with("tool_choice", json!({"type": "tool"}))),
+            "tool_choice.name"
+        );
+        assert_eq!(
+            param(with(
+                "tool_choice",
+                json!({"type": "auto", "disable_parallel_tool_use": "no"})
+            )),
+            "tool_choice.disable_parallel_tool_use"
+        );
+        assert_eq!(
+            param(with("thinking", json!({"type": "sometimes"}))),
+            "thinking.type"
+        );
+        let tool = |tool: Value| {
+            param(with(
+                "tools",
+                json!([{"name": "a", "input_schema": {}}, tool]),
+            ))
+        };
+        assert_eq!(tool(json!({"name": "b"})), "tools[1].input_schema");
+        assert_eq!(
+            tool(json!({"name": "b", "input_schema": "x"})),
+            "tools[1].input_schema"
+        );
+        assert_eq!(
+            tool(
+                json!({"type": "openrouter:shell", "parameters": {"environment": {
+                "type": "container_reference", "container_id": 5}}})
+            ),
+            "tools[1].parameters.environment.container_id"
+        );
+        assert_eq!(
+            tool(json!({"type": "openrouter:bash", "parameters": {"sleep_after_seconds": 1.5}})),
+            "tools[1].parameters.sleep_after_seconds"
+        );
+        assert_eq!(param(json!("text")), "");
+    }
+}

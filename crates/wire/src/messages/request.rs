@@ -1,0 +1,273 @@
+//! `POST /v1/messages`'s request: [`CreateMessage`], its messages, tools,
+//! `tool_choice` and `thinking`.
+//!
+//! One rule for the top-level fields, decided here: every field of
+//! [`CreateMessage`] is *consumed* (typed; a wrong type is a 400 naming it;
+//! the handler checks ranges and refuses values it cannot honour, such as
+//! `top_k` or non-empty `stop_sequences`), and any other key is *refused*
+//! (`deny_unknown_fields`: a 400 naming it, "Extra inputs are not
+//! permitted", as Anthropic's API answers). Inside a block or a tool, keys
+//! not typed are *carried* in `extra`.
+
+use serde::de::Deserializer;
+use serde::{Deserialize, Serialize, Serializer};
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+
+use super::blocks::{Extra, Raw, TextOrBlocks};
+use crate::param::{unknown_type, Tagged};
+pub use crate::responses::{OpenRouterParameters, OpenRouterTool};
+
+/// The body of `POST /v1/messages`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateMessage {
+    pub model: String,
+    pub max_tokens: u32,
+    pub messages: Vec<MessageParam>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<TextOrBlocks>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<Tool>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<ToolChoice>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Metadata>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f64>,
+    /// Refused when set: no upstream protocol here passes it on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_k: Option<u64>,
+    /// Refused unless empty (as `top_k`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_sequences: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_tier: Option<ServiceTier>,
+    /// Refused unless `disabled`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<ThinkingConfig>,
+    /// OpenRouter's stable session id: requests of one session share a
+    /// container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+}
+
+/// One turn of the conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct MessageParam {
+    pub role: Role,
+    pub content: TextOrBlocks,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    User,
+    Assistant,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Metadata {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ServiceTier {
+    Auto,
+    StandardOnly,
+}
+
+/// Extended thinking.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ThinkingConfig {
+    Enabled {
+        budget_tokens: u32,
+        #[serde(flatten)]
+        #[schema(value_type = Object)]
+        extra: Extra,
+    },
+    Disabled {},
+    Adaptive {
+        #[serde(flatten)]
+        #[schema(value_type = Object)]
+        extra: Extra,
+    },
+}
+
+/// How the model may use the tools.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ToolChoice {
+    /// The model decides.
+    Auto(ParallelUse),
+    /// The model must call one of the tools.
+    Any(ParallelUse),
+    /// The model must call the tool `name`.
+    Tool {
+        name: String,
+        #[serde(flatten)]
+        parallel: ParallelUse,
+    },
+    /// The model may not call tools.
+    None {},
+}
+
+/// `disable_parallel_tool_use` of a `tool_choice`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ParallelUse {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disable_parallel_tool_use: Option<bool>,
+}
+
+impl ToolChoice {
+    /// Its `disable_parallel_tool_use`, if given.
+    pub fn disable_parallel_tool_use(&self) -> Option<bool> {
+        match self {
+            ToolChoice::Auto(p) | ToolChoice::Any(p) | ToolChoice::Tool { parallel: p, .. } => {
+                p.disable_parallel_tool_use
+            }
+            ToolChoice::None {} => None,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct NamedChoice {
+    name: String,
+    #[serde(flatten)]
+    parallel: ParallelUse,
+}
+
+impl<'de> Deserialize<'de> for ToolChoice {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let choice = Tagged::deserialize(deserializer)?;
+        let tag = choice.tag()?;
+        Ok(match tag.as_deref() {
+            Some("auto") => ToolChoice::Auto(choice.variant()?),
+            Some("any") => ToolChoice::Any(choice.variant()?),
+            Some("tool") => {
+                let NamedChoice { name, parallel } = choice.variant()?;
+                ToolChoice::Tool { name, parallel }
+            }
+            Some("none") => ToolChoice::None {},
+            other => return Err(unknown_type(other, "'auto', 'any', 'tool' or 'none'")),
+        })
+    }
+}
+
+/// A tool of a request, by its `type`.
+#[derive(Debug, Clone, PartialEq, ToSchema)]
+pub enum Tool {
+    /// A user's tool (no `type`, or `custom`): the model's calls come back
+    /// as `tool_use`.
+    Custom(CustomTool),
+    /// Anthropic's bash tool (`bash_20250124`, any `bash_*`): run by the
+    /// client.
+    Bash(BashTool),
+    /// `openrouter:shell`: run in the sandbox (the same shape as the
+    /// Responses API's).
+    OpenRouterShell(OpenRouterTool),
+    /// `openrouter:bash`: run in the sandbox with `engine: openrouter`,
+    /// else by the client.
+    OpenRouterBash(OpenRouterTool),
+    /// A tool of another `type`, whole (the handler refuses it).
+    Unknown(Raw),
+}
+
+impl Tool {
+    /// Its `type` (`None` for a user's tool without one).
+    pub fn kind(&self) -> Option<&str> {
+        match self {
+            Tool::Custom(tool) => tool.kind.map(|_| "custom"),
+            Tool::Bash(tool) => Some(&tool.kind),
+            Tool::OpenRouterShell(_) => Some(OPENROUTER_SHELL),
+            Tool::OpenRouterBash(_) => Some(OPENROUTER_BASH),
+            Tool::Unknown(raw) => raw.0.get("type").and_then(Value::as_str),
+        }
+    }
+}
+
+const OPENROUTER_SHELL: &str = "openrouter:shell";
+const OPENROUTER_BASH: &str = "openrouter:bash";
+
+/// The tagged form the OpenRouter tools serialize through (the others
+/// carry their own `type`).
+#[derive(Serialize)]
+#[serde(tag = "type")]
+enum TaggedTool<'a> {
+    #[serde(rename = "openrouter:shell")]
+    OpenRouterShell(&'a OpenRouterTool),
+    #[serde(rename = "openrouter:bash")]
+    OpenRouterBash(&'a OpenRouterTool),
+}
+
+impl Serialize for Tool {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Tool::Custom(tool) => tool.serialize(serializer),
+            Tool::Bash(tool) => tool.serialize(serializer),
+            Tool::OpenRouterShell(tool) => TaggedTool::OpenRouterShell(tool).serialize(serializer),
+            Tool::OpenRouterBash(tool) => TaggedTool::OpenRouterBash(tool).serialize(serializer),
+            Tool::Unknown(raw) => raw.serialize(serializer),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Tool {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let tool = Tagged::deserialize(deserializer)?;
+        let tag = tool.tag()?;
+        Ok(match tag.as_deref() {
+            None | Some("custom") => Tool::Custom(tool.whole()?),
+            Some(OPENROUTER_SHELL) => Tool::OpenRouterShell(tool.variant()?),
+            Some(OPENROUTER_BASH) => Tool::OpenRouterBash(tool.variant()?),
+            Some(kind) if kind.starts_with("bash_") => Tool::Bash(tool.whole()?),
+            Some(_) => Tool::Unknown(Raw(tool.object)),
+        })
+    }
+}
+
+/// A user's tool: its name, description and input's JSON schema.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct CustomTool {
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<CustomKind>,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The input's JSON schema.
+    #[schema(value_type = Object)]
+    pub input_schema: Map<String, Value>,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CustomKind {
+    Custom,
+}
+
+/// Anthropic's bash tool (`{"type": "bash_20250124", "name": "bash"}`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct BashTool {
+    /// `bash_` and a version date.
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
