@@ -152,7 +152,7 @@ fn message_item(id: &str, text: &str, status: ItemStatus) -> Item {
     } else {
         vec![wire::ContentPart::OutputText(OutputText {
             text: text.to_owned(),
-            annotations: Vec::new(),
+            annotations: Some(Vec::new()),
             extra: wire::Extra::new(),
         })]
     };
