@@ -296,4 +296,73 @@ mod tests {
             other => panic!("{other:?}"),
         }
     }
+
+    #[test]
+    fn what_models_of_another_family_cannot_use_is_skipped_and_the_rest_read_as_before() {
+        let items: Vec<Item> = serde_json::from_value(json!([
+            {"type": "custom_tool_call", "call_id": "c0", "name": "grammar", "input": "x"},
+            {"type": "custom_tool_call_output", "call_id": "c0", "output": "y"},
+            {"type": "item_reference", "id": "msg_1"},
+            {"type": "message", "role": "user", "content": [
+                {"type": "text", "text": "chat part"},
+                {"type": "input_image", "image_url": "data:,"},
+                {"type": "input_file", "file_id": "file_1"},
+                {"type": "refusal", "refusal": "no"},
+                {"type": "input_audio", "input_audio": {}},
+            ]},
+            {"type": "function_call", "id": "fc_1", "name": "lookup", "arguments": "{}"},
+            {"type": "function_call_output", "id": "fco_1", "output": [{"type": "input_text", "text": "found"}]},
+            {"type": "shell_call", "call_id": "c1", "action": {"commands": ["ls"], "timeout_ms": 5, "max_output_length": 9}},
+            {"type": "shell_call_output", "call_id": "c1", "output": [{"stdout": "", "stderr": "", "outcome": {"type": "timeout"}}]},
+            {"type": "openrouter:bash", "call_id": "c2", "action": {"command": "", "restart": true}, "output": null},
+            {"type": "local_shell_call_output", "call_id": "c3", "output": {"exit": 0}},
+        ]))
+        .unwrap();
+        let messages = messages(Some("  "), &items);
+        assert_eq!(
+            messages[0],
+            Message::User("chat part\n[an image was attached; it cannot be shown]\nno".into())
+        );
+        match &messages[1] {
+            Message::Assistant { tool_calls, .. } => {
+                // A call without a call_id is named by its id.
+                assert_eq!(tool_calls[0].id, "fc_1");
+                assert_eq!(tool_calls[0].arguments, "{}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            messages[2],
+            Message::Tool {
+                call_id: "fco_1".into(),
+                output: "found".into()
+            }
+        );
+        match &messages[3] {
+            Message::Assistant { tool_calls, .. } => assert_eq!(
+                tool_calls[0].arguments,
+                r#"{"commands":["ls"],"max_output_length":9,"timeout_ms":5}"#
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            messages[4],
+            Message::Tool {
+                call_id: "c1".into(),
+                output: r#"[{"outcome":{"type":"timeout"},"stderr":"","stdout":""}]"#.into()
+            }
+        );
+        match &messages[5..] {
+            [Message::Assistant { tool_calls, .. }, Message::Tool { output, .. }, Message::Tool {
+                call_id,
+                output: local,
+            }] => {
+                assert_eq!(tool_calls[0].arguments, r#"{"command":"","restart":true}"#);
+                assert_eq!(output, "[]");
+                assert_eq!(call_id, "c3");
+                assert_eq!(local, r#"{"exit":0}"#);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 }
