@@ -9,6 +9,8 @@
 
 use serde_json::{json, Value};
 
+use shellgate_wire::responses as wire;
+
 use crate::upstream::{ToolChoice, ToolSpec};
 use crate::RequestError;
 
@@ -48,7 +50,7 @@ pub struct Bash {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Environment {
     /// A container made for the response (on its first command).
-    ContainerAuto(Value),
+    ContainerAuto(wire::ContainerAuto),
     /// An existing container of the project.
     ContainerReference(String),
     /// On the client's machine: the response hands the call back.
@@ -83,6 +85,35 @@ pub struct Tools {
 }
 
 impl Function {
+    /// A Responses request's `function` tool.
+    fn from_tool(tool: &wire::FunctionTool, param: &str) -> Result<Self, RequestError> {
+        let name = tool
+            .name
+            .as_deref()
+            .filter(|n| valid_name(n))
+            .ok_or_else(|| {
+                invalid(
+                    &format!("{param}.name"),
+                    "a tool needs a name of 1 to 64 letters, digits, '_' or '-'",
+                )
+            })?;
+        let parameters = match &tool.parameters {
+            Some(schema) if schema.is_object() => schema.clone(),
+            None | Some(Value::Null) => json!({"type": "object", "properties": {}}),
+            Some(_) => {
+                return Err(invalid(
+                    &format!("{param}.parameters"),
+                    "parameters must be a JSON schema object",
+                ))
+            }
+        };
+        Ok(Function {
+            name: name.to_owned(),
+            description: tool.description.clone().unwrap_or_default(),
+            parameters,
+        })
+    }
+
     /// A user's tool: its `name`, `description` and its arguments' JSON
     /// schema under `schema_key` (`parameters` for OpenAI, `input_schema`
     /// for Anthropic, which requires it).
@@ -129,42 +160,42 @@ fn invalid(param: &str, message: impl Into<String>) -> RequestError {
 }
 
 impl Tools {
-    /// Reads `tools`, refusing what this server cannot honour.
-    pub fn parse(tools: &[Value]) -> Result<Self, RequestError> {
+    /// Reads the `tools` of a Responses request, refusing what this server
+    /// cannot honour.
+    pub fn parse(tools: &[wire::Tool]) -> Result<Self, RequestError> {
         let mut parsed = Tools::default();
         for (index, tool) in tools.iter().enumerate() {
             let param = format!("tools[{index}]");
-            let kind = tool
-                .get("type")
-                .and_then(Value::as_str)
-                .ok_or_else(|| invalid(&param, "every tool needs a 'type'"))?;
-            match kind {
-                "shell" => {
+            match tool {
+                wire::Tool::Shell(shell) => {
                     if parsed.shell.is_some() {
                         return Err(invalid(&param, "only one shell tool may be given"));
                     }
-                    parsed.shell = Some(environment(tool.get("environment"), &param)?);
+                    parsed.shell = Some(environment(shell.environment.as_ref(), &param)?);
                 }
-                "openrouter:shell" => parsed.add_openrouter_shell(tool, &param)?,
-                "openrouter:bash" => {
+                wire::Tool::OpenRouterShell(tool) => parsed.add_openrouter_shell(tool, &param)?,
+                wire::Tool::OpenRouterBash(_) => {
                     return Err(invalid(
                         &format!("{param}.type"),
                         "openrouter:bash is served on the Messages API (POST /v1/messages) only; \
                          use openrouter:shell here",
                     ))
                 }
-                "local_shell" => parsed.local_shell = true,
-                "function" => parsed
+                wire::Tool::LocalShell(_) => parsed.local_shell = true,
+                wire::Tool::Function(function) => parsed
                     .functions
-                    .push(Function::read(tool, &param, "parameters")?),
-                other => {
+                    .push(Function::from_tool(function, &param)?),
+                wire::Tool::Other(_) => {
+                    let Some(other) = tool.kind() else {
+                        return Err(invalid(&param, "every tool needs a 'type'"));
+                    };
                     return Err(invalid(
                         &format!("{param}.type"),
                         format!(
                             "tool type '{other}' is not supported here; use 'shell', \
                              'openrouter:shell', 'local_shell' or 'function'"
                         ),
-                    ))
+                    ));
                 }
             }
         }
@@ -180,13 +211,18 @@ impl Tools {
         for (index, tool) in tools.iter().enumerate() {
             let param = format!("tools[{index}]");
             match tool.get("type").and_then(Value::as_str) {
-                Some("openrouter:shell") => parsed.add_openrouter_shell(tool, &param)?,
+                Some("openrouter:shell") => {
+                    parsed.add_openrouter_shell(&openrouter_tool(tool, &param)?, &param)?
+                }
                 Some("openrouter:bash") => {
                     if parsed.bash.is_some() {
                         return Err(invalid(&param, "only one bash tool may be given"));
                     }
-                    let server =
-                        OpenRouterTool::read(tool, &param, &["auto", "native", "openrouter"])?;
+                    let server = OpenRouterTool::read(
+                        &openrouter_tool(tool, &param)?,
+                        &param,
+                        &["auto", "native", "openrouter"],
+                    )?;
                     let hosted = (server.engine == "openrouter").then_some(server.environment);
                     parsed.bash = Some(Bash { hosted });
                     parsed.merge_sleep(server.sleep_after_seconds);
@@ -228,7 +264,11 @@ impl Tools {
     }
 
     /// Adds an `openrouter:shell` tool.
-    fn add_openrouter_shell(&mut self, tool: &Value, param: &str) -> Result<(), RequestError> {
+    fn add_openrouter_shell(
+        &mut self,
+        tool: &wire::OpenRouterTool,
+        param: &str,
+    ) -> Result<(), RequestError> {
         if self.shell.is_some() {
             return Err(invalid(param, "only one shell tool may be given"));
         }
@@ -386,45 +426,28 @@ impl Tools {
     }
 
     /// Reads `tool_choice` against these tools.
-    pub fn choice(&self, choice: Option<&Value>) -> Result<ToolChoice, RequestError> {
-        let param = "tool_choice";
-        let Some(choice) = choice.filter(|c| !c.is_null()) else {
-            return Ok(ToolChoice::Auto);
-        };
+    pub fn choice(&self, choice: Option<&wire::ToolChoice>) -> Result<ToolChoice, RequestError> {
         let named = |name: &str, present: bool| {
             if present {
                 Ok(ToolChoice::Named(name.to_owned()))
             } else {
                 Err(invalid(
-                    param,
+                    "tool_choice",
                     format!("tool_choice names '{name}', which is not among the tools"),
                 ))
             }
         };
         match choice {
-            Value::String(s) => match s.as_str() {
-                "auto" => Ok(ToolChoice::Auto),
-                "required" => Ok(ToolChoice::Required),
-                "none" => Ok(ToolChoice::None),
-                other => Err(invalid(
-                    param,
-                    format!("tool_choice '{other}' is not 'auto', 'required' or 'none'"),
-                )),
-            },
-            Value::Object(object) => match object.get("type").and_then(Value::as_str) {
-                Some("shell" | "openrouter:shell") => named(SHELL, self.shell.is_some()),
-                Some("local_shell") => named(LOCAL_SHELL, self.local_shell),
-                Some("function") => {
-                    let name = object.get("name").and_then(Value::as_str).unwrap_or("");
-                    named(name, self.functions.iter().any(|f| f.name == name))
-                }
-                _ => Err(invalid(
-                    param,
-                    "tool_choice must be 'auto', 'required', 'none', {\"type\": \"shell\"} or a \
-                     named function",
-                )),
-            },
-            _ => Err(invalid(param, "tool_choice must be a string or an object")),
+            None | Some(wire::ToolChoice::Auto) => Ok(ToolChoice::Auto),
+            Some(wire::ToolChoice::Required) => Ok(ToolChoice::Required),
+            Some(wire::ToolChoice::None) => Ok(ToolChoice::None),
+            Some(wire::ToolChoice::Shell | wire::ToolChoice::OpenRouterShell) => {
+                named(SHELL, self.shell.is_some())
+            }
+            Some(wire::ToolChoice::LocalShell) => named(LOCAL_SHELL, self.local_shell),
+            Some(wire::ToolChoice::Function { name }) => {
+                named(name, self.functions.iter().any(|f| &f.name == name))
+            }
         }
     }
 }
@@ -437,18 +460,21 @@ fn valid_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
-fn environment(value: Option<&Value>, param: &str) -> Result<Environment, RequestError> {
+fn environment(
+    value: Option<&wire::ShellEnvironment>,
+    param: &str,
+) -> Result<Environment, RequestError> {
     // Both Agents SDKs always send one; an omitted environment is local,
     // as they default it.
-    let Some(value) = value.filter(|v| !v.is_null()) else {
+    let Some(value) = value else {
         return Ok(Environment::Local { skills: Vec::new() });
     };
     let param = format!("{param}.environment");
-    match value.get("type").and_then(Value::as_str) {
-        Some("container_auto") => Ok(Environment::ContainerAuto(value.clone())),
-        Some("container_reference") => value
-            .get("container_id")
-            .and_then(Value::as_str)
+    match value {
+        wire::ShellEnvironment::ContainerAuto(auto) => Ok(Environment::ContainerAuto(auto.clone())),
+        wire::ShellEnvironment::ContainerReference(reference) => reference
+            .container_id
+            .as_deref()
             .filter(|id| !id.is_empty())
             .map(|id| Environment::ContainerReference(id.to_owned()))
             .ok_or_else(|| {
@@ -457,18 +483,32 @@ fn environment(value: Option<&Value>, param: &str) -> Result<Environment, Reques
                     "a container_id is required",
                 )
             }),
-        Some("local") => Ok(Environment::Local {
-            skills: value
-                .get("skills")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default(),
+        wire::ShellEnvironment::Local(local) => Ok(Environment::Local {
+            skills: local.skills.clone().unwrap_or_default(),
         }),
-        _ => Err(invalid(
+        wire::ShellEnvironment::Other(_) => Err(invalid(
             &format!("{param}.type"),
             "environment.type must be 'container_auto', 'container_reference' or 'local'",
         )),
     }
+}
+
+/// A Messages request's OpenRouter tool in its typed shape (a wrong field
+/// is a 400 naming it under `param`).
+fn openrouter_tool(tool: &Value, param: &str) -> Result<wire::OpenRouterTool, RequestError> {
+    let mut tool = tool.clone();
+    if let Some(object) = tool.as_object_mut() {
+        object.remove("type");
+    }
+    wire::from_value(tool).map_err(|e| {
+        let inner = e.param.trim_start_matches('.');
+        let param = if inner.is_empty() {
+            param.to_owned()
+        } else {
+            format!("{param}.{inner}")
+        };
+        invalid(&param, e.message)
+    })
 }
 
 /// The `parameters` of an OpenRouter server tool, checked.
@@ -479,21 +519,16 @@ struct OpenRouterTool {
 }
 
 impl OpenRouterTool {
-    fn read(tool: &Value, param: &str, engines: &[&str]) -> Result<Self, RequestError> {
-        let parameters = match tool.get("parameters") {
-            None | Some(Value::Null) => json!({}),
-            Some(value @ Value::Object(_)) => value.clone(),
-            Some(_) => {
-                return Err(invalid(
-                    &format!("{param}.parameters"),
-                    "parameters must be an object",
-                ))
-            }
-        };
+    fn read(
+        tool: &wire::OpenRouterTool,
+        param: &str,
+        engines: &[&str],
+    ) -> Result<Self, RequestError> {
+        let parameters = tool.parameters.clone().unwrap_or_default();
         let param = format!("{param}.parameters");
-        let engine = match parameters.get("engine") {
-            None | Some(Value::Null) => "auto".to_owned(),
-            Some(Value::String(engine)) if engines.contains(&engine.as_str()) => engine.clone(),
+        let engine = match parameters.engine.as_deref() {
+            None => "auto".to_owned(),
+            Some(engine) if engines.contains(&engine) => engine.to_owned(),
             Some(_) => {
                 return Err(invalid(
                     &format!("{param}.engine"),
@@ -501,8 +536,8 @@ impl OpenRouterTool {
                 ))
             }
         };
-        let environment = match parameters.get("environment").filter(|v| !v.is_null()) {
-            None => Environment::ContainerAuto(json!({"type": "container_auto"})),
+        let environment = match &parameters.environment {
+            None => Environment::ContainerAuto(wire::ContainerAuto::default()),
             Some(value) => {
                 let environment = environment(Some(value), &param)?;
                 if let Environment::ContainerReference(id) = &environment {
@@ -526,22 +561,18 @@ impl OpenRouterTool {
                 environment
             }
         };
-        let sleep_after_seconds = match parameters.get("sleep_after_seconds") {
-            None | Some(Value::Null) => None,
-            Some(value) => Some(
-                value
-                    .as_u64()
-                    .filter(|s| (1..=MAX_SLEEP_AFTER_SECONDS).contains(s))
-                    .ok_or_else(|| {
-                        invalid(
-                            &format!("{param}.sleep_after_seconds"),
-                            format!(
-                                "sleep_after_seconds is a whole number from 1 to \
-                                 {MAX_SLEEP_AFTER_SECONDS}"
-                            ),
-                        )
-                    })?,
-            ),
+        let sleep_after_seconds = match parameters.sleep_after_seconds {
+            None => None,
+            Some(seconds) if (1..=MAX_SLEEP_AFTER_SECONDS).contains(&seconds) => Some(seconds),
+            Some(_) => {
+                return Err(invalid(
+                    &format!("{param}.sleep_after_seconds"),
+                    format!(
+                        "sleep_after_seconds is a whole number from 1 to \
+                         {MAX_SLEEP_AFTER_SECONDS}"
+                    ),
+                ))
+            }
         };
         Ok(OpenRouterTool {
             engine,
@@ -564,12 +595,24 @@ pub fn valid_reference(id: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// Tools as a Responses request writes them.
+    fn typed(tools: &[Value]) -> Vec<wire::Tool> {
+        tools
+            .iter()
+            .map(|t| wire::from_value(t.clone()).unwrap())
+            .collect()
+    }
+
+    fn choice(value: Value) -> wire::ToolChoice {
+        wire::from_value(value).unwrap()
+    }
+
     #[test]
     fn tools_are_read_and_checked() {
-        let tools = Tools::parse(&[
+        let tools = Tools::parse(&typed(&[
             json!({"type": "shell", "environment": {"type": "container_auto"}}),
             json!({"type": "function", "name": "lookup", "parameters": {"type": "object"}}),
-        ])
+        ]))
         .unwrap();
         assert!(matches!(tools.shell, Some(Environment::ContainerAuto(_))));
         assert_eq!(tools.functions[0].name, "lookup");
@@ -577,26 +620,30 @@ mod tests {
         assert_eq!(specs[0].name, "shell");
         assert_eq!(specs[0].description, "a container");
         assert_eq!(
-            tools.choice(Some(&json!({"type": "shell"}))).unwrap(),
+            tools
+                .choice(Some(&choice(json!({"type": "shell"}))))
+                .unwrap(),
             ToolChoice::Named("shell".into())
         );
-        assert!(tools.choice(Some(&json!({"type": "local_shell"}))).is_err());
-        assert!(Tools::parse(&[json!({"type": "web_search"})]).is_err());
-        assert!(Tools::parse(&[
+        assert!(tools
+            .choice(Some(&choice(json!({"type": "local_shell"}))))
+            .is_err());
+        assert!(Tools::parse(&typed(&[json!({"type": "web_search"})])).is_err());
+        assert!(Tools::parse(&typed(&[
             json!({"type": "shell"}),
             json!({"type": "function", "name": "shell"})
-        ])
+        ]))
         .is_err());
-        let local = Tools::parse(&[json!({"type": "shell"})]).unwrap();
+        let local = Tools::parse(&typed(&[json!({"type": "shell"})])).unwrap();
         assert_eq!(local.shell, Some(Environment::Local { skills: vec![] }));
     }
 
     #[test]
     fn openrouter_tools_are_read_with_their_parameters() {
-        let tools = Tools::parse(&[json!({
+        let tools = Tools::parse(&typed(&[json!({
             "type": "openrouter:shell",
             "parameters": {"engine": "openrouter", "sleep_after_seconds": 60}
-        })])
+        })]))
         .unwrap();
         assert_eq!(tools.shell_shape, ShellShape::OpenRouter);
         assert!(matches!(tools.shell, Some(Environment::ContainerAuto(_))));

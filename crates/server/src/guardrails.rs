@@ -8,6 +8,10 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use shellgate_model::guardrail::{Action, Guardrail, Rule, REDACTED};
+use shellgate_wire::responses::{
+    ContentPart, Extra, Item, MessageContent, OpenRouterShell, Role, ShellCallOutput, ShellResult,
+    TextOrJson, ToolOutput,
+};
 
 use crate::config::{Config, ConfigError};
 use crate::error::{ApiError, ApiResult};
@@ -107,111 +111,93 @@ impl Guardrails {
 }
 
 /// Every string inside `value` (itself, or within arrays and objects, in
-/// order), for what reaches the model as JSON text whole.
-fn string_leaves(value: &mut Value) -> Vec<&mut Value> {
+/// order), for what reaches the model as JSON text whole (a function's
+/// parameter schema, a legacy output that is not a string).
+fn string_leaves(value: &mut Value) -> Vec<&mut String> {
     match value {
-        Value::String(_) => vec![value],
+        Value::String(text) => vec![text],
         Value::Array(values) => values.iter_mut().flat_map(string_leaves).collect(),
         Value::Object(map) => map.values_mut().flat_map(string_leaves).collect(),
         _ => Vec::new(),
     }
 }
 
+/// The keys of a content part whose strings the model reads.
+const PART_TEXT_KEYS: [&str; 3] = ["filename", "refusal", "text"];
+
+/// The texts of one content part the model reads: its `text`, `refusal`
+/// and (an attached file's) `filename`, whether named fields or kept
+/// keys of a part of another type, in the order of their names.
+fn part_texts(part: &mut ContentPart) -> Vec<&mut String> {
+    let (named, extra): (Option<(&str, &mut String)>, Option<&mut Extra>) = match part {
+        ContentPart::InputText(p) => (Some(("text", &mut p.text)), Some(&mut p.extra)),
+        ContentPart::OutputText(p) => (Some(("text", &mut p.text)), Some(&mut p.extra)),
+        ContentPart::Refusal(p) => (Some(("refusal", &mut p.refusal)), Some(&mut p.extra)),
+        ContentPart::InputImage(p) => (None, Some(&mut p.extra)),
+        ContentPart::InputFile(p) => (
+            p.filename.as_mut().map(|name| ("filename", name)),
+            Some(&mut p.extra),
+        ),
+        ContentPart::Other(map) => (None, Some(map)),
+    };
+    let mut texts: Vec<(&str, &mut String)> = named.into_iter().collect();
+    for (key, value) in extra.into_iter().flat_map(|map| map.iter_mut()) {
+        if let (true, Value::String(text)) = (PART_TEXT_KEYS.contains(&key.as_str()), value) {
+            texts.push((key.as_str(), text));
+        }
+    }
+    texts.sort_by_key(|(key, _)| *key);
+    texts.into_iter().map(|(_, text)| text).collect()
+}
+
+fn content_texts(content: &mut MessageContent) -> Vec<&mut String> {
+    match content {
+        MessageContent::Text(text) => vec![text],
+        MessageContent::Parts(parts) => parts.iter_mut().flat_map(part_texts).collect(),
+    }
+}
+
+fn output_texts(output: &mut ToolOutput) -> Vec<&mut String> {
+    match output {
+        ToolOutput::Text(text) => vec![text],
+        ToolOutput::Parts(parts) => parts.iter_mut().flat_map(part_texts).collect(),
+    }
+}
+
+/// A command's stdout then stderr, as the model reads them.
+fn streams(result: &mut ShellResult) -> [&mut String; 2] {
+    [&mut result.stdout, &mut result.stderr]
+}
+
 /// The texts of an item that a model reads, in groups it reads together
-/// (a message's parts; one command's stdout and stderr): the string values,
-/// to check and perhaps rewrite. What the model itself wrote (assistant
+/// (a message's parts; every command's stdout and stderr of one call), to
+/// check and perhaps rewrite. What the model itself wrote (assistant
 /// messages, tool calls' arguments) is not among them. This follows what
 /// `shellgate_model::conversation` renders for the model: a part's `text`,
-/// `refusal` and (an attached file's) `filename`; a command's `stdout`,
-/// `stderr` and `outcome` whatever their JSON type (what is not a string is
-/// shown as JSON, every string in it); a legacy output that is not a
-/// string, whole.
-///
-/// Each group comes with whether it is running text (a match may continue
-/// into the next group the model reads); a command's outcome is not.
-fn model_groups(item: &mut Value) -> Vec<(Vec<&mut Value>, bool)> {
-    fn parts(content: &mut Value) -> Vec<&mut Value> {
-        match content {
-            Value::String(_) => vec![content],
-            Value::Array(parts) => parts
-                .iter_mut()
-                .filter_map(Value::as_object_mut)
-                .flat_map(|part| {
-                    part.iter_mut()
-                        .filter(|(key, value)| {
-                            matches!(key.as_str(), "text" | "refusal" | "filename")
-                                && value.is_string()
-                        })
-                        .map(|(_, value)| value)
-                })
-                .collect(),
-            _ => Vec::new(),
-        }
-    }
-    /// A command's stdout then stderr (as the model reads them; the map's
-    /// own order is by name), and apart its outcome's strings.
-    fn streams(entry: &mut Value) -> (Vec<&mut Value>, Vec<&mut Value>) {
-        let (mut pair, mut outcome) = (Vec::new(), Vec::new());
-        if let Some(object) = entry.as_object_mut() {
-            for (key, value) in object.iter_mut() {
-                match key.as_str() {
-                    "stdout" => pair.push((0, value)),
-                    "stderr" => pair.push((1, value)),
-                    "outcome" => outcome.extend(string_leaves(value)),
-                    _ => {}
-                }
-            }
-        }
-        pair.sort_by_key(|(rank, _)| *rank);
-        let texts = pair
-            .into_iter()
-            .flat_map(|(_, value)| string_leaves(value))
-            .collect();
-        (texts, outcome)
-    }
-    let kind = item
-        .get("type")
-        .and_then(Value::as_str)
-        .unwrap_or("message")
-        .to_owned();
-    match kind.as_str() {
-        "message" => {
-            if item.get("role").and_then(Value::as_str) == Some("assistant") {
-                return Vec::new();
-            }
-            item.get_mut("content")
-                .map(|c| vec![(parts(c), true)])
-                .unwrap_or_default()
-        }
-        "function_call_output" | "custom_tool_call_output" => item
-            .get_mut("output")
-            .map(|o| vec![(parts(o), true)])
-            .unwrap_or_default(),
+/// `refusal` and (an attached file's) `filename`; a command's `stdout` and
+/// `stderr` (its outcome is typed: an exit code or a timeout, no text); a
+/// legacy output that is not a string, every string in it.
+fn model_groups(item: &mut Item) -> Vec<Vec<&mut String>> {
+    match item {
+        Item::Message(message) if message.role == Role::Assistant => Vec::new(),
+        Item::Message(message) => vec![content_texts(&mut message.content)],
+        Item::FunctionCallOutput(output) => vec![output_texts(&mut output.output)],
+        Item::CustomToolCallOutput(output) => vec![output_texts(&mut output.output)],
         // A string, or anything else shown as its JSON.
-        "local_shell_call_output" => item
-            .get_mut("output")
-            .map(|o| vec![(string_leaves(o), true)])
-            .unwrap_or_default(),
-        // Every command's streams, read by the model together; outcomes
-        // apart (their strings, between two calls' streams, are not what a
-        // match across the two would read).
-        "shell_call_output" | "openrouter:shell" => match item.get_mut("output") {
-            Some(Value::Array(entries)) => {
-                let (mut texts, mut outcomes) = (Vec::new(), Vec::new());
-                for (text, outcome) in entries.iter_mut().map(streams) {
-                    texts.extend(text);
-                    outcomes.extend(outcome);
-                }
-                vec![(texts, true), (outcomes, false)]
-            }
-            _ => Vec::new(),
+        Item::LocalShellCallOutput(output) => match &mut output.output {
+            Some(TextOrJson::Text(text)) => vec![vec![text]],
+            Some(TextOrJson::Json(value)) => vec![string_leaves(value)],
+            None => Vec::new(),
         },
-        "openrouter:bash" => item
-            .get_mut("output")
-            .map(|o| {
-                let (texts, outcome) = streams(o);
-                vec![(texts, true), (outcome, false)]
-            })
+        // Every command's streams, read by the model together.
+        Item::ShellCallOutput(ShellCallOutput { output, .. })
+        | Item::OpenRouterShell(OpenRouterShell { output, .. }) => {
+            vec![output.iter_mut().flat_map(streams).collect()]
+        }
+        Item::OpenRouterBash(bash) => bash
+            .output
+            .as_mut()
+            .map(|result| vec![streams(result).into_iter().collect()])
             .unwrap_or_default(),
         _ => Vec::new(),
     }
@@ -236,12 +222,9 @@ fn guard_group(
     guardrail: &Guardrail,
     project: &str,
     what: &str,
-    group: Vec<&mut Value>,
+    group: Vec<&mut String>,
 ) -> ApiResult<()> {
-    let texts: Vec<String> = group
-        .iter()
-        .map(|v| v.as_str().unwrap_or_default().to_owned())
-        .collect();
+    let texts: Vec<String> = group.iter().map(|text| (**text).clone()).collect();
     let views: Vec<&str> = texts.iter().map(String::as_str).collect();
     let verdict = guardrail.check_parts(&views);
     match verdict.action {
@@ -252,7 +235,7 @@ fn guard_group(
         Some(Action::Redact) => {
             tracing::warn!(project, what, rules = ?verdict.rules, "prompt-injection guardrail: input redacted");
             for (slot, text) in group.into_iter().zip(guardrail.redact_parts(&views)) {
-                *slot = Value::String(text);
+                *slot = text;
             }
         }
         Some(Action::Block) => {
@@ -265,7 +248,7 @@ fn guard_group(
 
 /// What a request's guard gives back: its items, instructions and tools as
 /// the model may read them.
-pub type Guarded = (Vec<Value>, Option<String>, shellgate_model::tools::Tools);
+pub type Guarded = (Vec<Item>, Option<String>, shellgate_model::tools::Tools);
 
 /// [`Guardrails::guard_input`] and [`Guardrails::guard_tools`] of one
 /// request, on a blocking thread: folding and matching a request of
@@ -273,7 +256,7 @@ pub type Guarded = (Vec<Value>, Option<String>, shellgate_model::tools::Tools);
 pub async fn guard_request(
     state: &Arc<crate::AppState>,
     project: &str,
-    mut items: Vec<Value>,
+    mut items: Vec<Item>,
     mut instructions: Option<String>,
     mut tools: shellgate_model::tools::Tools,
 ) -> ApiResult<Guarded> {
@@ -296,15 +279,12 @@ fn guard_after(
     guardrail: &Guardrail,
     project: &str,
     what: &str,
-    mut group: Vec<&mut Value>,
+    mut group: Vec<&mut String>,
     earlier: &mut String,
 ) -> ApiResult<()> {
-    let reborrowed: Vec<&mut Value> = group.iter_mut().map(|v| &mut **v).collect();
+    let reborrowed: Vec<&mut String> = group.iter_mut().map(|text| &mut **text).collect();
     guard_group(guardrail, project, what, reborrowed)?;
-    let mut texts: Vec<String> = group
-        .iter()
-        .map(|v| v.as_str().unwrap_or_default().to_owned())
-        .collect();
+    let mut texts: Vec<String> = group.iter().map(|text| (**text).clone()).collect();
     let views: Vec<&str> = texts.iter().map(String::as_str).collect();
     if let Some(across) = guardrail.check_across(earlier, &views) {
         match across.action {
@@ -316,7 +296,7 @@ fn guard_after(
                 tracing::warn!(project, what, rules = ?across.rules, "prompt-injection guardrail: input redacted (a match across texts)");
                 for (slot, text) in group.iter_mut().zip(texts.iter_mut()) {
                     if !text.is_empty() {
-                        **slot = Value::String(REDACTED.to_owned());
+                        **slot = REDACTED.to_owned();
                         *text = REDACTED.to_owned();
                     }
                 }
@@ -341,7 +321,7 @@ impl Guardrails {
     pub fn guard_input(
         &self,
         project: &str,
-        items: &mut [Value],
+        items: &mut [Item],
         instructions: Option<&mut String>,
     ) -> ApiResult<()> {
         let Some(guardrail) = self.for_project(project, Target::Input) else {
@@ -351,24 +331,17 @@ impl Guardrails {
         // two messages (or the instructions and a message) is found too.
         let mut earlier = String::new();
         if let Some(instructions) = instructions {
-            let mut slot = Value::String(std::mem::take(instructions));
-            let checked = guard_after(
+            guard_after(
                 &guardrail,
                 project,
                 "instructions",
-                vec![&mut slot],
+                vec![instructions],
                 &mut earlier,
-            );
-            *instructions = slot.as_str().unwrap_or_default().to_owned();
-            checked?;
+            )?;
         }
         for item in items.iter_mut() {
-            for (group, running) in model_groups(item) {
-                if running {
-                    guard_after(&guardrail, project, "input", group, &mut earlier)?;
-                } else {
-                    guard_group(&guardrail, project, "input", group)?;
-                }
+            for group in model_groups(item) {
+                guard_after(&guardrail, project, "input", group, &mut earlier)?;
             }
         }
         Ok(())
@@ -388,15 +361,12 @@ impl Guardrails {
         // One rule set for every tool (building it per tool was most of
         // the work of a request with thousands of tools).
         for function in &mut tools.functions {
-            let mut description = Value::String(std::mem::take(&mut function.description));
-            let checked = guard_group(
+            guard_group(
                 &guardrail,
                 project,
                 "tool description",
-                vec![&mut description],
-            );
-            function.description = description.as_str().unwrap_or_default().to_owned();
-            checked?;
+                vec![&mut function.description],
+            )?;
             // The schema goes to the model as it is: its descriptions,
             // titles and enum values are read as the description is.
             guard_group(
@@ -416,9 +386,9 @@ impl Guardrails {
         let Some(guardrail) = self.for_project(project, Target::Input) else {
             return Ok(text.to_owned());
         };
-        let mut slot = Value::String(text.to_owned());
-        guard_group(&guardrail, project, what, vec![&mut slot])?;
-        Ok(slot.as_str().unwrap_or_default().to_owned())
+        let mut checked = text.to_owned();
+        guard_group(&guardrail, project, what, vec![&mut checked])?;
+        Ok(checked)
     }
 
     /// Whether a text of `what` passes `project`'s input rules unchanged:

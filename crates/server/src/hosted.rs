@@ -16,10 +16,11 @@
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use serde_json::{json, Value};
+use serde_json::Value;
 use shellgate_model::run::{HostError, Sandbox};
 use shellgate_model::tools::{Environment, Tools};
 use shellgate_sandbox::backend::{CommandResult, RunRequest};
+use shellgate_wire::responses::{ContainerAuto, Item};
 use shellgate_wire::CreateContainer;
 
 use crate::containers::{create_container, prepare_exec, BillOnDrop};
@@ -31,8 +32,8 @@ pub const SESSION_ID_CHARS: usize = 20;
 
 /// A request's `session_id`, as OpenRouter reads it: only letters, digits,
 /// `_` and `-` (anything else: ignored, `None`), the last 20 characters.
-pub fn session_key(value: Option<&Value>) -> Option<String> {
-    let id = value?.as_str()?;
+pub fn session_key(id: Option<&str>) -> Option<String> {
+    let id = id?;
     if id.is_empty()
         || !id
             .bytes()
@@ -46,13 +47,11 @@ pub fn session_key(value: Option<&Value>) -> Option<String> {
 /// The most recent container a replayed conversation names: the
 /// `container_id` of an OpenRouter item, or a `shell_call`'s referenced
 /// container.
-pub fn replayed_container(items: &[Value]) -> Option<String> {
-    items.iter().rev().find_map(|item| {
-        item.get("container_id")
-            .or_else(|| item.pointer("/environment/container_id"))
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-    })
+pub fn replayed_container(items: &[Item]) -> Option<String> {
+    items
+        .iter()
+        .rev()
+        .find_map(|item| item.container_id().map(str::to_owned))
 }
 
 /// Which existing container a `container_auto` OpenRouter tool continues.
@@ -70,7 +69,7 @@ impl Reuse {
     /// What OpenRouter's rules pick for these tools, this `session_id` and
     /// this replayed conversation. OpenAI's `shell` keeps OpenAI's rule (a
     /// new container each response) unless a session id is given.
-    pub fn pick(tools: &Tools, session: Option<&Value>, items: &[Value]) -> Reuse {
+    pub fn pick(tools: &Tools, session: Option<&str>, items: &[Item]) -> Reuse {
         if let Some(key) = session_key(session) {
             return Reuse::Session(key);
         }
@@ -81,22 +80,18 @@ impl Reuse {
     }
 }
 
-/// The container of a `container_auto` environment, as `POST /v1/containers` takes it.
-fn auto_container(params: &Value, param: &str) -> ApiResult<CreateContainer> {
-    let mut body = json!({"name": "shell"});
-    for key in [
-        "file_ids",
-        "skills",
-        "memory_limit",
-        "network_policy",
-        "image",
-    ] {
-        if let Some(value) = params.get(key).filter(|v| !v.is_null()) {
-            body[key] = value.clone();
-        }
+/// The container of a `container_auto` environment, as `POST /v1/containers`
+/// takes it (keys it does not name are not the container's: ignored).
+fn auto_container(params: &ContainerAuto) -> CreateContainer {
+    CreateContainer {
+        name: "shell".to_owned(),
+        file_ids: params.file_ids.clone().unwrap_or_default(),
+        expires_after: None,
+        skills: params.skills.clone().unwrap_or_default(),
+        memory_limit: params.memory_limit,
+        network_policy: params.network_policy.clone(),
+        image: params.image.clone(),
     }
-    serde_json::from_value(body)
-        .map_err(|e| ApiError::invalid(param, format!("Invalid container_auto: {e}")))
 }
 
 /// The hosted tools of one request: their container, found or made on
@@ -155,7 +150,7 @@ pub async fn prepare(
             network = ContainerPolicy::of_container(state, &row).view();
         }
         Some(Environment::ContainerAuto(params)) => {
-            let body = auto_container(params, "tools.environment")?;
+            let body = auto_container(params);
             // A policy outside the organization allowlist fails the
             // request now (400), not the container when the model
             // first runs a command.

@@ -217,10 +217,14 @@ async fn prepare(
     };
     let (tool_choice, parallel) = tool_choice(&tools, body.get("tool_choice"))?;
     let items = conversation(body.get("messages"))?;
+    // Until the Messages API is typed (typed-messages): its items typed for
+    // the guard and the container's reuse, JSON again for the loop.
+    let items = crate::responses::typed_items(items, "messages")?;
     let (items, instructions, tools) =
         crate::guardrails::guard_request(state, &project.0, items, instructions, tools).await?;
     let id = new_id("msg_");
-    let reuse = crate::hosted::Reuse::pick(&tools, body.get("session_id"), &items);
+    let session = body.get("session_id").and_then(Value::as_str);
+    let reuse = crate::hosted::Reuse::pick(&tools, session, &items);
     let hosted = crate::hosted::prepare(state, &project.0, &tools, reuse, &id).await?;
     Ok(Prepared {
         id,
@@ -229,16 +233,7 @@ async fn prepare(
         request: run::Request {
             model,
             instructions,
-            // until the server is typed (typed-loop, step 3)
-            items: items
-                .into_iter()
-                .map(|item| match serde_json::from_value(item.clone()) {
-                    Ok(typed) => typed,
-                    Err(_) => shellgate_wire::responses::Item::Other(
-                        item.as_object().cloned().unwrap_or_default(),
-                    ),
-                })
-                .collect(),
+            items,
             tools,
             tool_choice,
             max_tool_calls: run::MAX_TOOL_CALLS,
@@ -951,7 +946,10 @@ mod tests {
         assert_eq!(items[3]["arguments"], r#"{"command":"pwd"}"#);
         assert_eq!(items[4]["output"], "/home");
         assert_eq!(
-            crate::hosted::replayed_container(&items).as_deref(),
+            crate::hosted::replayed_container(
+                &crate::responses::typed_items(items.clone(), "messages").unwrap()
+            )
+            .as_deref(),
             Some("cntr_1")
         );
         assert!(conversation(Some(&json!([]))).is_err());

@@ -21,15 +21,16 @@ use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 
 use axum::extract::{Path, State};
-use axum::response::sse::{Event, Sse};
+use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::{json, Value};
+use serde_json::Value;
 use shellgate_model::run::{self, EventSink, Outcome, Sandbox, Status};
 use shellgate_model::tools::Tools;
 use shellgate_model::upstream::Usage;
 use shellgate_sandbox::backend::StreamKind;
 use shellgate_store::ResponseRow;
+use shellgate_wire::responses::{self as wire, Event};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::StreamExt;
 
@@ -66,16 +67,16 @@ impl Running {
 #[derive(Default)]
 pub struct EventLog {
     /// The events, and whether the run is over.
-    events: Mutex<(Vec<Value>, bool)>,
+    events: Mutex<(Vec<wire::StreamEvent>, bool)>,
     added: tokio::sync::Notify,
 }
 
 impl EventLog {
-    fn lock(&self) -> std::sync::MutexGuard<'_, (Vec<Value>, bool)> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (Vec<wire::StreamEvent>, bool)> {
         self.events.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn push(&self, event: Value) {
+    fn push(&self, event: wire::StreamEvent) {
         self.lock().0.push(event);
         self.added.notify_waiters();
     }
@@ -86,7 +87,7 @@ impl EventLog {
     }
 
     /// The event at `cursor`, waiting for it; `None` once the run is over.
-    async fn next(&self, cursor: usize) -> Option<Value> {
+    async fn next(&self, cursor: usize) -> Option<wire::StreamEvent> {
         loop {
             let notified = self.added.notified();
             tokio::pin!(notified);
@@ -109,37 +110,50 @@ fn invalid(param: &str, message: impl Into<String>) -> ApiError {
     ApiError::invalid(param, message)
 }
 
-/// The usage object of the Responses API.
-fn usage_object(usage: Usage) -> Value {
-    json!({
-        "input_tokens": usage.input_tokens,
-        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
-        "output_tokens": usage.output_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": usage.input_tokens + usage.output_tokens,
-    })
-}
-
-/// What a response object repeats of its request.
+/// What a response object repeats of its request (secret values removed).
 #[derive(Clone)]
 struct Echo {
     model: String,
-    body: Value,
     background: bool,
     max_tool_calls: u32,
+    instructions: Option<String>,
+    metadata: serde_json::Map<String, Value>,
+    parallel_tool_calls: bool,
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+    tool_choice: wire::ToolChoice,
+    tools: Vec<wire::Tool>,
+    max_output_tokens: Option<u64>,
+    previous_response_id: Option<String>,
+    store: bool,
+    user: Option<String>,
 }
 
 /// Where a response is: its status and what it has made so far.
 struct Progress<'a> {
-    status: &'a str,
-    output: &'a [Value],
+    status: wire::ResponseStatus,
+    output: &'a [wire::Item],
     usage: Option<Usage>,
-    error: Option<Value>,
+    error: Option<wire::ResponseError>,
     incomplete: Option<&'a str>,
 }
 
+/// A stored item, typed: what shellgate stores always reads; anything else
+/// (an item an older version stored) is kept whole.
+fn typed_item(item: &Value) -> wire::Item {
+    wire::from_value(item.clone()).unwrap_or_else(|_| match item {
+        Value::Object(map) => wire::Item::Other(map.clone()),
+        _ => wire::Item::Other(serde_json::Map::new()),
+    })
+}
+
 /// The response object, in any state.
-fn response_object(id: &str, created_at: i64, echo: &Echo, progress: Progress<'_>) -> Value {
+fn response_object(
+    id: &str,
+    created_at: i64,
+    echo: &Echo,
+    progress: Progress<'_>,
+) -> wire::Response {
     let Progress {
         status,
         output,
@@ -147,49 +161,48 @@ fn response_object(id: &str, created_at: i64, echo: &Echo, progress: Progress<'_
         error,
         incomplete,
     } = progress;
-    let field = |key: &str, default: Value| {
-        echo.body
-            .get(key)
-            .filter(|v| !v.is_null())
-            .cloned()
-            .unwrap_or(default)
-    };
-    json!({
-        "id": id,
-        "object": "response",
-        "created_at": created_at,
-        "status": status,
-        "background": echo.background,
-        "model": echo.model,
-        "output": output,
-        "error": error,
-        "incomplete_details": incomplete.map(|reason| json!({"reason": reason})),
-        "instructions": field("instructions", Value::Null),
-        "metadata": field("metadata", json!({})),
-        "parallel_tool_calls": field("parallel_tool_calls", json!(true)),
-        "temperature": field("temperature", Value::Null),
-        "top_p": field("top_p", Value::Null),
-        "tool_choice": field("tool_choice", json!("auto")),
-        "tools": field("tools", json!([])),
-        "max_output_tokens": field("max_output_tokens", Value::Null),
-        "max_tool_calls": echo.max_tool_calls,
-        "previous_response_id": field("previous_response_id", Value::Null),
-        "store": field("store", json!(true)),
-        "user": field("user", Value::Null),
-        "text": {"format": {"type": "text"}},
-        "truncation": "disabled",
-        "usage": usage.map(usage_object),
-    })
+    wire::Response {
+        id: id.to_owned(),
+        object: "response".to_owned(),
+        created_at,
+        status,
+        background: echo.background,
+        model: echo.model.clone(),
+        output: output.to_vec(),
+        error,
+        incomplete_details: incomplete.map(|reason| wire::IncompleteDetails {
+            reason: reason.to_owned(),
+        }),
+        instructions: echo.instructions.clone(),
+        metadata: echo.metadata.clone(),
+        parallel_tool_calls: echo.parallel_tool_calls,
+        temperature: echo.temperature,
+        top_p: echo.top_p,
+        tool_choice: echo.tool_choice.clone(),
+        tools: echo.tools.clone(),
+        max_output_tokens: echo.max_output_tokens,
+        max_tool_calls: u64::from(echo.max_tool_calls),
+        previous_response_id: echo.previous_response_id.clone(),
+        store: echo.store,
+        user: echo.user.clone(),
+        text: wire::ResponseText::default(),
+        truncation: wire::Truncation::Disabled,
+        usage: usage.map(|u| wire::ResponseUsage::tokens(u.input_tokens, u.output_tokens)),
+    }
 }
 
 /// The final response object of an outcome.
-fn finished_object(id: &str, created_at: i64, echo: &Echo, outcome: &Outcome) -> Value {
+fn finished_object(id: &str, created_at: i64, echo: &Echo, outcome: &Outcome) -> wire::Response {
+    use wire::ResponseStatus as S;
     let (status, error, incomplete) = match &outcome.status {
-        Status::Completed => ("completed", None, None),
-        Status::Incomplete(reason) => ("incomplete", None, Some(*reason)),
+        Status::Completed => (S::Completed, None, None),
+        Status::Incomplete(reason) => (S::Incomplete, None, Some(*reason)),
         Status::Failed { code, message } => (
-            "failed",
-            Some(json!({"code": code, "message": message})),
+            S::Failed,
+            Some(wire::ResponseError {
+                code: (*code).to_owned(),
+                message: message.clone(),
+            }),
             None,
         ),
     };
@@ -199,7 +212,7 @@ fn finished_object(id: &str, created_at: i64, echo: &Echo, outcome: &Outcome) ->
         echo,
         Progress {
             status,
-            output: &untyped_items(&outcome.output),
+            output: &outcome.output,
             usage: Some(outcome.usage),
             error,
             incomplete,
@@ -207,81 +220,87 @@ fn finished_object(id: &str, created_at: i64, echo: &Echo, outcome: &Outcome) ->
     )
 }
 
-// until the server is typed (typed-loop, step 3): the loop speaks typed
-// items, this file still JSON.
-fn untyped_item(item: &shellgate_wire::responses::Item) -> Value {
-    serde_json::to_value(item).unwrap_or_default()
-}
-
-fn untyped_items(items: &[shellgate_wire::responses::Item]) -> Vec<Value> {
-    items.iter().map(untyped_item).collect()
-}
-
-fn typed_items(items: Vec<Value>) -> Vec<shellgate_wire::responses::Item> {
-    items
-        .into_iter()
-        .map(|item| match serde_json::from_value(item.clone()) {
-            Ok(typed) => typed,
-            Err(_) => match item {
-                Value::Object(map) => shellgate_wire::responses::Item::Other(map),
-                _ => shellgate_wire::responses::Item::Other(Default::default()),
-            },
-        })
-        .collect()
-}
-
-/// Input items of a request: a string is one user message; items get ids.
-fn normalize_input(input: Option<&Value>) -> ApiResult<Vec<Value>> {
-    let items = match input {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::String(text)) => vec![json!({
-            "type": "message",
-            "role": "user",
-            "content": [{"type": "input_text", "text": text}],
-        })],
-        Some(Value::Array(items)) => items.clone(),
-        Some(_) => {
-            return Err(invalid(
-                "input",
-                "input must be a string or an array of items",
-            ))
+/// The tools as the response object echoes them: secret values replaced
+/// (and, in keys the types do not name, anything under a
+/// `domain_secrets`, as [`crate::egress::redact_secret_values`] does).
+fn echo_tools(tools: &[wire::Tool]) -> Vec<wire::Tool> {
+    fn extra(map: &mut serde_json::Map<String, Value>) {
+        map.values_mut()
+            .for_each(crate::egress::redact_secret_values);
+    }
+    fn environment(environment: &mut wire::ShellEnvironment) {
+        match environment {
+            wire::ShellEnvironment::ContainerAuto(auto) => {
+                if let Some(shellgate_wire::NetworkPolicy::Allowlist { domain_secrets, .. }) =
+                    &mut auto.network_policy
+                {
+                    for secret in domain_secrets {
+                        secret.value = crate::egress::REDACTED.to_owned();
+                    }
+                }
+                auto.skills
+                    .iter_mut()
+                    .flatten()
+                    .for_each(crate::egress::redact_secret_values);
+                extra(&mut auto.extra);
+            }
+            wire::ShellEnvironment::ContainerReference(reference) => extra(&mut reference.extra),
+            wire::ShellEnvironment::Local(local) => {
+                local
+                    .skills
+                    .iter_mut()
+                    .flatten()
+                    .for_each(crate::egress::redact_secret_values);
+                extra(&mut local.extra)
+            }
+            wire::ShellEnvironment::Other(map) => extra(map),
         }
-    };
+    }
+    let mut tools = tools.to_vec();
+    for tool in &mut tools {
+        match tool {
+            wire::Tool::Shell(shell) => {
+                shell.environment.iter_mut().for_each(environment);
+                extra(&mut shell.extra);
+            }
+            wire::Tool::OpenRouterShell(server) | wire::Tool::OpenRouterBash(server) => {
+                if let Some(parameters) = &mut server.parameters {
+                    parameters.environment.iter_mut().for_each(environment);
+                    extra(&mut parameters.extra);
+                }
+                extra(&mut server.extra);
+            }
+            wire::Tool::LocalShell(local) => extra(&mut local.extra),
+            wire::Tool::Function(function) => {
+                function
+                    .parameters
+                    .iter_mut()
+                    .for_each(crate::egress::redact_secret_values);
+                extra(&mut function.extra);
+            }
+            wire::Tool::Other(map) => extra(map),
+        }
+    }
+    tools
+}
+
+/// Input items of a request: a string is one user message; a message's
+/// string content is one text part; items get ids.
+fn normalize_input(input: Option<wire::Input>) -> Vec<wire::Item> {
+    let mut items = input.map(wire::Input::into_items).unwrap_or_default();
+    for item in &mut items {
+        if let wire::Item::Message(message) = item {
+            if let wire::MessageContent::Text(_) = &message.content {
+                let content = std::mem::replace(
+                    &mut message.content,
+                    wire::MessageContent::Parts(Vec::new()),
+                );
+                message.content = wire::MessageContent::Parts(content.into_parts(message.role));
+            }
+        }
+        item.ensure_id(|| new_id("msg_"));
+    }
     items
-        .into_iter()
-        .enumerate()
-        .map(|(index, mut item)| {
-            let Some(object) = item.as_object_mut() else {
-                return Err(invalid(
-                    &format!("input[{index}]"),
-                    "each input item must be an object",
-                ));
-            };
-            if !object.contains_key("type") {
-                if !object.contains_key("role") {
-                    return Err(invalid(
-                        &format!("input[{index}].type"),
-                        "each input item needs a 'type' (or a 'role', for a message)",
-                    ));
-                }
-                object.insert("type".into(), json!("message"));
-            }
-            if object.get("type").and_then(Value::as_str) == Some("message") {
-                if let Some(Value::String(text)) = object.get("content").cloned() {
-                    let kind = if object.get("role").and_then(Value::as_str) == Some("assistant") {
-                        "output_text"
-                    } else {
-                        "input_text"
-                    };
-                    object.insert("content".into(), json!([{"type": kind, "text": text}]));
-                }
-            }
-            if !object.contains_key("id") {
-                object.insert("id".into(), json!(new_id("msg_")));
-            }
-            Ok(item)
-        })
-        .collect()
 }
 
 /// A file attached to an input message (`input_file`).
@@ -303,18 +322,24 @@ fn data_url(text: &str) -> Option<Vec<u8>> {
     }
 }
 
-fn is_input_file(part: &Value) -> bool {
-    part.get("type").and_then(Value::as_str) == Some("input_file")
+/// The content parts of a message item (none for other items).
+fn message_parts(item: &wire::Item) -> &[wire::ContentPart] {
+    match item {
+        wire::Item::Message(wire::Message {
+            content: wire::MessageContent::Parts(parts),
+            ..
+        }) => parts,
+        _ => &[],
+    }
 }
 
 /// Refuses more `input_file` parts than `max_input_files`, before any other
 /// work: each costs a store query and a read.
-fn count_input_files(state: &AppState, input: &[Value]) -> ApiResult<()> {
+fn count_input_files(state: &AppState, input: &[wire::Item]) -> ApiResult<()> {
     let count = input
         .iter()
-        .filter_map(|item| item.get("content").and_then(Value::as_array))
-        .flatten()
-        .filter(|part| is_input_file(part))
+        .flat_map(message_parts)
+        .filter(|part| matches!(part, wire::ContentPart::InputFile(_)))
         .count();
     let most = state.config.max_input_files;
     if count > most {
@@ -334,7 +359,7 @@ fn count_input_files(state: &AppState, input: &[Value]) -> ApiResult<()> {
 async fn attachments(
     state: &AppState,
     project: &str,
-    items: &mut [Value],
+    items: &mut [wire::Item],
     in_container: bool,
 ) -> ApiResult<Vec<Attachment>> {
     let most_bytes = state.config.max_input_file_bytes;
@@ -351,15 +376,19 @@ async fn attachments(
     };
     let mut found = Vec::new();
     for (index, item) in items.iter_mut().enumerate() {
-        let Some(parts) = item.get_mut("content").and_then(Value::as_array_mut) else {
+        let wire::Item::Message(wire::Message {
+            content: wire::MessageContent::Parts(parts),
+            ..
+        }) = item
+        else {
             continue;
         };
         for (part_index, part) in parts.iter_mut().enumerate() {
-            if !is_input_file(part) {
+            let wire::ContentPart::InputFile(file_part) = part else {
                 continue;
-            }
+            };
             let param = format!("input[{index}].content[{part_index}]");
-            let (filename, bytes) = if let Some(id) = part.get("file_id").and_then(Value::as_str) {
+            let (filename, bytes) = if let Some(id) = file_part.file_id.as_deref() {
                 let (owner, key) = (project.to_owned(), id.to_owned());
                 let file = state
                     .db(move |s| s.file(&owner, &key))
@@ -380,7 +409,7 @@ async fn attachments(
                         _ => ApiError::internal(format!("read file {}: {e}", file.id)),
                     })?;
                 (file.filename, bytes)
-            } else if let Some(data) = part.get("file_data").and_then(Value::as_str) {
+            } else if let Some(data) = file_part.file_data.as_deref() {
                 let bytes = data_url(data).ok_or_else(|| {
                     invalid(
                         &format!("{param}.file_data"),
@@ -388,11 +417,7 @@ async fn attachments(
                     )
                 })?;
                 add(&param, bytes.len() as u64)?;
-                let filename = part
-                    .get("filename")
-                    .and_then(Value::as_str)
-                    .unwrap_or("upload")
-                    .to_owned();
+                let filename = file_part.filename.as_deref().unwrap_or("upload").to_owned();
                 (filename, bytes)
             } else {
                 return Err(invalid(
@@ -432,7 +457,10 @@ async fn attachments(
                     }
                 }
             };
-            *part = json!({"type": "input_text", "text": note});
+            *part = wire::ContentPart::InputText(wire::InputText {
+                text: note,
+                extra: serde_json::Map::new(),
+            });
             found.push(Attachment { filename, bytes });
         }
     }
@@ -446,21 +474,19 @@ struct Prepared {
     project: String,
     echo: Echo,
     request: run::Request,
-    input: Vec<Value>,
+    input: Vec<wire::Item>,
     previous: Option<String>,
     store: bool,
     upstream: Arc<dyn shellgate_model::upstream::Upstream>,
     sandbox: Option<Arc<crate::hosted::HostedShell>>,
 }
 
-/// The request's `model` and the upstream that serves it (both APIs).
-pub(crate) fn model_and_upstream(
+/// The upstream that serves `model` (both APIs): a model is required.
+pub(crate) fn upstream_for(
     state: &AppState,
-    body: &Value,
+    model: Option<&str>,
 ) -> ApiResult<(String, Arc<dyn shellgate_model::upstream::Upstream>)> {
-    let model = body
-        .get("model")
-        .and_then(Value::as_str)
+    let model = model
         .filter(|m| !m.is_empty())
         .ok_or_else(|| invalid("model", "a model is required"))?
         .to_owned();
@@ -471,7 +497,17 @@ pub(crate) fn model_and_upstream(
     Ok((model, upstream))
 }
 
-/// An optional number of the request (`temperature`, `top_p`, ...).
+/// The request's `model` and the upstream that serves it (the Messages
+/// API's request, until it is typed).
+pub(crate) fn model_and_upstream(
+    state: &AppState,
+    body: &Value,
+) -> ApiResult<(String, Arc<dyn shellgate_model::upstream::Upstream>)> {
+    upstream_for(state, body.get("model").and_then(Value::as_str))
+}
+
+/// An optional number of the request (`temperature`, `top_p`, ...; the
+/// Messages API's request, until it is typed).
 pub(crate) fn number(body: &Value, key: &str) -> ApiResult<Option<f64>> {
     match body.get(key) {
         None | Some(Value::Null) => Ok(None),
@@ -482,72 +518,94 @@ pub(crate) fn number(body: &Value, key: &str) -> ApiResult<Option<f64>> {
     }
 }
 
-async fn prepare(state: &Arc<AppState>, project: &Project, body: Value) -> ApiResult<Prepared> {
+/// The request body, read: every top-level field consumed (typed), carried
+/// (`wire::CARRIED`) or refused (`unknown_parameter`); a field of the wrong
+/// type is a 400 naming it.
+pub(crate) fn read_request(body: Value) -> ApiResult<wire::CreateResponse> {
     if !body.is_object() {
         return Err(ApiError::bad_request(
             "The request body must be a JSON object.",
         ));
     }
-    let (model, upstream) = model_and_upstream(state, &body)?;
-    let flag = |key: &str, default: bool| -> ApiResult<bool> {
-        match body.get(key) {
-            None | Some(Value::Null) => Ok(default),
-            Some(Value::Bool(b)) => Ok(*b),
-            Some(_) => Err(invalid(key, format!("{key} must be true or false"))),
-        }
-    };
-    let background = flag("background", false)?;
-    let store = flag("store", true)?;
+    let request: wire::CreateResponse =
+        wire::from_value(body).map_err(|e| invalid(&e.param, e.message))?;
+    if let Some(key) = request.refused() {
+        return Err(
+            invalid(key, format!("Unknown parameter: '{key}'.")).with_code("unknown_parameter")
+        );
+    }
+    Ok(request)
+}
+
+/// A positive whole number of the request (`max_output_tokens`, ...).
+fn positive(value: Option<u64>, key: &str) -> ApiResult<Option<u32>> {
+    value
+        .map(|n| {
+            u32::try_from(n)
+                .ok()
+                .filter(|n| *n >= 1)
+                .ok_or_else(|| invalid(key, format!("{key} must be a positive whole number")))
+        })
+        .transpose()
+}
+
+/// Items of the stored conversation: what shellgate stored reads; an item
+/// an older version stored that does not is kept whole.
+fn stored_items(text: &str) -> ApiResult<Vec<wire::Item>> {
+    let values: Vec<Value> = serde_json::from_str(text)
+        .map_err(|e| ApiError::internal(format!("stored conversation: {e}")))?;
+    Ok(values.iter().map(typed_item).collect())
+}
+
+/// Items made as JSON (the Messages API's, until it is typed), typed; one
+/// that does not read is a 400 naming `param` (the guard must read every
+/// item it checks: nothing passes unread).
+pub(crate) fn typed_items(values: Vec<Value>, param: &str) -> ApiResult<Vec<wire::Item>> {
+    values
+        .into_iter()
+        .map(|value| wire::from_value(value).map_err(|e| invalid(param, e.message)))
+        .collect()
+}
+
+async fn prepare(
+    state: &Arc<AppState>,
+    project: &Project,
+    body: wire::CreateResponse,
+) -> ApiResult<Prepared> {
+    let (model, upstream) = upstream_for(state, body.model.as_deref())?;
+    let background = body.background.unwrap_or(false);
+    let store = body.store.unwrap_or(true);
     if background && !store {
         return Err(invalid(
             "store",
             "a background response must be stored (store: true)",
         ));
     }
-    let temperature = number(&body, "temperature")?;
-    let top_p = number(&body, "top_p")?;
-    let whole = |key: &str| -> ApiResult<Option<u32>> {
-        match body.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(value) => value
-                .as_u64()
-                .filter(|n| *n >= 1 && *n <= u64::from(u32::MAX))
-                .map(|n| Some(n as u32))
-                .ok_or_else(|| invalid(key, format!("{key} must be a positive whole number"))),
-        }
-    };
-    let max_output_tokens = whole("max_output_tokens")?;
-    let max_tool_calls = whole("max_tool_calls")?.unwrap_or(run::MAX_TOOL_CALLS);
+    let max_output_tokens = positive(body.max_output_tokens, "max_output_tokens")?;
+    let max_tool_calls =
+        positive(body.max_tool_calls, "max_tool_calls")?.unwrap_or(run::MAX_TOOL_CALLS);
     if max_tool_calls > run::MAX_TOOL_CALLS {
         return Err(invalid(
             "max_tool_calls",
             format!("max_tool_calls is at most {}", run::MAX_TOOL_CALLS),
         ));
     }
-    let tools = match body.get("tools") {
-        None | Some(Value::Null) => Tools::default(),
-        Some(Value::Array(tools)) => {
-            Tools::parse(tools).map_err(|e| invalid(&e.param, e.message))?
-        }
-        Some(_) => return Err(invalid("tools", "tools must be an array")),
-    };
+    let request_tools = body.tools.clone().unwrap_or_default();
+    let tools = Tools::parse(&request_tools).map_err(|e| invalid(&e.param, e.message))?;
     let tool_choice = tools
-        .choice(body.get("tool_choice"))
+        .choice(body.tool_choice.as_ref())
         .map_err(|e| invalid(&e.param, e.message))?;
-    let instructions = match body.get("instructions") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(text)) => Some(text.clone()),
-        Some(_) => return Err(invalid("instructions", "instructions must be a string")),
-    };
-    let input = normalize_input(body.get("input"))?;
+    let input = normalize_input(body.input.clone());
     count_input_files(state, &input)?;
-    let (input, instructions, tools) =
-        crate::guardrails::guard_request(state, &project.0, input, instructions, tools).await?;
-    let previous = match body.get("previous_response_id") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(id)) => Some(id.clone()),
-        Some(_) => return Err(invalid("previous_response_id", "must be a string")),
-    };
+    let (input, instructions, tools) = crate::guardrails::guard_request(
+        state,
+        &project.0,
+        input,
+        body.instructions.clone(),
+        tools,
+    )
+    .await?;
+    let previous = body.previous_response_id.clone();
     let mut items = Vec::new();
     if let Some(previous) = &previous {
         let (owner, key) = (project.0.clone(), previous.clone());
@@ -566,12 +624,11 @@ async fn prepare(state: &Arc<AppState>, project: &Project, body: Value) -> ApiRe
                 format!("Previous response '{previous}' is still running."),
             ));
         }
-        items = serde_json::from_str(&row.conversation)
-            .map_err(|e| ApiError::internal(format!("stored conversation: {e}")))?;
+        items = stored_items(&row.conversation)?;
     }
     items.extend(input.iter().cloned());
     let response_id = new_id("resp_");
-    let reuse = crate::hosted::Reuse::pick(&tools, body.get("session_id"), &items);
+    let reuse = crate::hosted::Reuse::pick(&tools, body.session_id.as_deref(), &items);
     let hosted = crate::hosted::prepare(state, &project.0, &tools, reuse, &response_id).await?;
     let (sandbox, environment_description) = (hosted.sandbox, hosted.description);
     // Attached files go into the container's /mnt/data (which is then made
@@ -610,27 +667,41 @@ async fn prepare(state: &Arc<AppState>, project: &Project, body: Value) -> ApiRe
             state.db(move |s| s.upsert_container_file(&row)).await?;
         }
     }
+    let mut metadata = body.metadata.clone().unwrap_or_default();
+    metadata
+        .values_mut()
+        .for_each(crate::egress::redact_secret_values);
     Ok(Prepared {
         id: response_id,
         created_at: now(),
         project: project.0.clone(),
         echo: Echo {
             model: model.clone(),
-            body: crate::egress::without_secret_values(&body),
             background,
             max_tool_calls,
+            instructions: body.instructions,
+            metadata,
+            parallel_tool_calls: body.parallel_tool_calls.unwrap_or(true),
+            temperature: body.temperature,
+            top_p: body.top_p,
+            tool_choice: body.tool_choice.unwrap_or(wire::ToolChoice::Auto),
+            tools: echo_tools(&request_tools),
+            max_output_tokens: body.max_output_tokens,
+            previous_response_id: previous.clone(),
+            store,
+            user: body.user,
         },
         request: run::Request {
             model,
             instructions,
-            items: typed_items(items),
+            items,
             tools,
             tool_choice,
             max_tool_calls,
-            temperature,
-            top_p,
+            temperature: body.temperature,
+            top_p: body.top_p,
             max_output_tokens,
-            parallel_tool_calls: body.get("parallel_tool_calls").and_then(Value::as_bool),
+            parallel_tool_calls: body.parallel_tool_calls,
             environment_description,
             output_guardrail: state
                 .guardrails
@@ -648,9 +719,8 @@ async fn prepare(state: &Arc<AppState>, project: &Project, body: Value) -> ApiRe
 
 impl Prepared {
     /// The stored row for this response in `status`, its object `body`.
-    fn row(&self, status: &str, body: &Value, output: &[Value]) -> ResponseRow {
-        let mut conversation = untyped_items(&self.request.items);
-        conversation.extend(output.iter().cloned());
+    fn row(&self, body: &wire::Response, output: &[wire::Item]) -> ResponseRow {
+        let conversation: Vec<&wire::Item> = self.request.items.iter().chain(output).collect();
         // Whatever is stored goes through the secrets' redaction (the
         // echo already has; the items too, in case one carries a policy).
         let stored = |mut value: Value| {
@@ -661,26 +731,26 @@ impl Prepared {
             id: self.id.clone(),
             project: self.project.clone(),
             created_at: self.created_at,
-            status: status.to_owned(),
+            status: body.status.as_str().to_owned(),
             previous_response_id: self.previous.clone(),
-            body: stored(body.clone()),
-            input_items: stored(Value::Array(self.input.clone())),
-            conversation: stored(Value::Array(conversation)),
+            body: stored(serde_json::to_value(body).unwrap_or(Value::Null)),
+            input_items: stored(serde_json::to_value(&self.input).unwrap_or(Value::Null)),
+            conversation: stored(serde_json::to_value(&conversation).unwrap_or(Value::Null)),
         }
     }
 
-    async fn save(&self, state: &AppState, status: &str, body: &Value, output: &[Value]) {
+    async fn save(&self, state: &AppState, body: &wire::Response, output: &[wire::Item]) {
         if !self.store {
             return;
         }
-        let row = self.row(status, body, output);
+        let row = self.row(body, output);
         if let Err(e) = state.db(move |s| s.save_response(&row)).await {
             tracing::error!(response = %self.id, "could not store the response: {}", e.message);
         }
     }
 
     /// Runs the loop, stores the result and returns the final object.
-    async fn run(&self, state: &AppState, events: Option<&EventSink>) -> Value {
+    async fn run(&self, state: &AppState, events: Option<&EventSink>) -> wire::Response {
         let sandbox = self.sandbox.as_deref().map(|s| s as &dyn Sandbox);
         let outcome = run::run(self.upstream.as_ref(), sandbox, &self.request, events).await;
         let mut body = finished_object(&self.id, self.created_at, &self.echo, &outcome);
@@ -691,8 +761,10 @@ impl Prepared {
             .as_ref()
             .map(|s| s.billed_seconds())
             .unwrap_or(0.0);
-        body["usage"]["sandbox_seconds"] = json!(seconds);
-        body["usage"]["server_tool_cost"] = json!(seconds * state.config.sandbox_price_per_second);
+        if let Some(usage) = &mut body.usage {
+            usage.sandbox_seconds = Some(seconds);
+            usage.server_tool_cost = Some(seconds * state.config.sandbox_price_per_second);
+        }
         let (project, usage) = (self.project.clone(), outcome.usage);
         if let Err(e) = state
             .db(move |s| s.record_tokens(&project, usage.input_tokens, usage.output_tokens))
@@ -700,13 +772,11 @@ impl Prepared {
         {
             tracing::error!("could not record token usage: {}", e.message);
         }
-        let status = body["status"].as_str().unwrap_or("failed").to_owned();
-        self.save(state, &status, &body, &untyped_items(&outcome.output))
-            .await;
+        self.save(state, &body, &outcome.output).await;
         body
     }
 
-    fn in_progress(&self, status: &str) -> Value {
+    fn in_progress(&self, status: wire::ResponseStatus) -> wire::Response {
         response_object(
             &self.id,
             self.created_at,
@@ -727,19 +797,21 @@ pub async fn create(
     project: Project,
     ApiJson(body): ApiJson<Value>,
 ) -> ApiResult<Response> {
-    let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    use wire::ResponseStatus as S;
+    let body = read_request(body)?;
+    let stream = body.stream.unwrap_or(false);
     let prepared = Arc::new(prepare(&state, &project, body).await?);
     if prepared.echo.background {
-        let queued = prepared.in_progress("queued");
-        prepared.save(&state, "queued", &queued, &[]).await;
+        let queued = prepared.in_progress(S::Queued);
+        prepared.save(&state, &queued, &[]).await;
         let (events, receiver) = tokio::sync::mpsc::unbounded_channel();
         let (done_tx, done) = tokio::sync::oneshot::channel();
         let log = record(Arc::clone(&prepared), receiver, done);
         let task = {
             let (state, prepared) = (Arc::clone(&state), Arc::clone(&prepared));
             tokio::spawn(async move {
-                let running = prepared.in_progress("in_progress");
-                prepared.save(&state, "in_progress", &running, &[]).await;
+                let running = prepared.in_progress(S::InProgress);
+                prepared.save(&state, &running, &[]).await;
                 let body = prepared.run(&state, Some(&events)).await;
                 drop(events);
                 state.running.remove(&prepared.id);
@@ -793,7 +865,7 @@ impl Drop for AbortOnDrop {
 fn record(
     prepared: Arc<Prepared>,
     receiver: tokio::sync::mpsc::UnboundedReceiver<run::Event>,
-    done: tokio::sync::oneshot::Receiver<Value>,
+    done: tokio::sync::oneshot::Receiver<wire::Response>,
 ) -> Arc<EventLog> {
     let log = Arc::new(EventLog::default());
     let writer_log = Arc::clone(&log);
@@ -802,12 +874,13 @@ fn record(
             log: writer_log,
             sequence: 0,
         };
-        let start = prepared.in_progress("in_progress");
-        stream.send("response.created", json!({"response": start}));
-        stream.send(
-            "response.in_progress",
-            json!({"response": prepared.in_progress("in_progress")}),
-        );
+        let start = prepared.in_progress(wire::ResponseStatus::InProgress);
+        stream.send(Event::Created {
+            response: Box::new(start.clone()),
+        });
+        stream.send(Event::InProgress {
+            response: Box::new(start),
+        });
         let mut events = UnboundedReceiverStream::new(receiver);
         while let Some(event) = events.next().await {
             stream.event(event);
@@ -826,9 +899,9 @@ fn read(
     log: Arc<EventLog>,
     cursor: usize,
     task: Option<tokio::task::JoinHandle<()>>,
-) -> Sse<impl tokio_stream::Stream<Item = Result<Event, Infallible>>> {
+) -> Sse<impl tokio_stream::Stream<Item = Result<SseEvent, Infallible>>> {
     let guard = AbortOnDrop(task);
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<wire::StreamEvent>();
     tokio::spawn(async move {
         let mut cursor = cursor;
         while let Some(event) = log.next(cursor).await {
@@ -838,10 +911,10 @@ fn read(
             }
         }
     });
-    let body = UnboundedReceiverStream::new(rx).map(move |data| {
+    let body = UnboundedReceiverStream::new(rx).map(move |event| {
         let _keep = &guard;
-        let kind = data["type"].as_str().unwrap_or("message").to_owned();
-        Ok::<_, Infallible>(Event::default().event(kind).data(data.to_string()))
+        let data = serde_json::to_string(&event).unwrap_or_default();
+        Ok::<_, Infallible>(SseEvent::default().event(event.kind()).data(data))
     });
     Sse::new(body).keep_alive(crate::sse_keep_alive())
 }
@@ -852,45 +925,58 @@ struct SseWriter {
     sequence: u64,
 }
 
+/// The id of an item (`""` if it has none, which the loop's never lack).
+fn id_of(item: &wire::Item) -> String {
+    item.id().unwrap_or_default().to_owned()
+}
+
+/// The first content part of a message item.
+fn first_part(item: &wire::Item) -> Option<&wire::ContentPart> {
+    message_parts(item).first()
+}
+
 impl SseWriter {
-    fn send(&mut self, kind: &str, mut data: Value) {
-        data["type"] = json!(kind);
-        data["sequence_number"] = json!(self.sequence);
+    fn send(&mut self, event: Event) {
+        self.log.push(wire::StreamEvent {
+            event,
+            sequence_number: self.sequence,
+        });
         self.sequence += 1;
-        self.log.push(data);
     }
 
     /// The terminal event of a finished response object.
-    fn finish(&mut self, body: Value) {
-        let kind = match body["status"].as_str() {
-            Some("completed") => "response.completed",
-            Some("incomplete") => "response.incomplete",
-            _ => "response.failed",
-        };
-        self.send(kind, json!({"response": body}));
+    fn finish(&mut self, body: wire::Response) {
+        let response = Box::new(body);
+        self.send(match response.status {
+            wire::ResponseStatus::Completed => Event::Completed { response },
+            wire::ResponseStatus::Incomplete => Event::Incomplete { response },
+            _ => Event::Failed { response },
+        });
     }
 
     /// The events of a response that is over, told again from its object:
     /// created, each output item added and done, the terminal event.
-    fn replay(&mut self, body: &Value) {
+    fn replay(&mut self, body: &wire::Response) {
         let mut start = body.clone();
-        start["status"] = json!("in_progress");
-        start["output"] = json!([]);
-        self.send("response.created", json!({"response": start}));
-        for (index, item) in body["output"].as_array().into_iter().flatten().enumerate() {
+        start.status = wire::ResponseStatus::InProgress;
+        start.output = Vec::new();
+        self.send(Event::Created {
+            response: Box::new(start),
+        });
+        for (index, item) in body.output.iter().enumerate() {
             let mut added = item.clone();
-            if added["type"] == "message" {
-                added["content"] = json!([]);
+            if let wire::Item::Message(message) = &mut added {
+                message.content = wire::MessageContent::Parts(Vec::new());
             }
-            added["status"] = json!("in_progress");
-            self.send(
-                "response.output_item.added",
-                json!({"output_index": index, "item": added}),
-            );
-            self.send(
-                "response.output_item.done",
-                json!({"output_index": index, "item": item}),
-            );
+            added.set_status(wire::ItemStatus::InProgress);
+            self.send(Event::OutputItemAdded {
+                output_index: index,
+                item: added,
+            });
+            self.send(Event::OutputItemDone {
+                output_index: index,
+                item: item.clone(),
+            });
         }
         self.finish(body.clone());
         self.log.close();
@@ -899,63 +985,72 @@ impl SseWriter {
     fn event(&mut self, event: run::Event) {
         match event {
             run::Event::ItemAdded { index, item } => {
-                let item = untyped_item(&item);
-                let message = item["type"] == "message";
-                let item_id = item["id"].clone();
-                self.send(
-                    "response.output_item.added",
-                    json!({"output_index": index, "item": item}),
-                );
+                let message = matches!(item, wire::Item::Message(_));
+                let item_id = id_of(&item);
+                self.send(Event::OutputItemAdded {
+                    output_index: index,
+                    item,
+                });
                 if message {
-                    self.send(
-                        "response.content_part.added",
-                        json!({"item_id": item_id, "output_index": index, "content_index": 0,
-                               "part": {"type": "output_text", "text": "", "annotations": []}}),
-                    );
+                    self.send(Event::ContentPartAdded {
+                        item_id,
+                        output_index: index,
+                        content_index: 0,
+                        part: wire::ContentPart::OutputText(wire::OutputText {
+                            text: String::new(),
+                            annotations: Some(Vec::new()),
+                            extra: serde_json::Map::new(),
+                        }),
+                    });
                 }
             }
             run::Event::TextDelta {
                 index,
                 item_id,
                 delta,
-            } => {
-                self.send(
-                    "response.output_text.delta",
-                    json!({"item_id": item_id, "output_index": index, "content_index": 0,
-                           "delta": delta, "logprobs": []}),
-                );
-            }
+            } => self.send(Event::OutputTextDelta {
+                item_id,
+                output_index: index,
+                content_index: 0,
+                delta,
+                logprobs: Vec::new(),
+            }),
             run::Event::Arguments {
                 index,
                 item_id,
                 arguments,
             } => {
-                self.send(
-                    "response.function_call_arguments.delta",
-                    json!({"item_id": item_id, "output_index": index, "delta": arguments}),
-                );
-                self.send(
-                    "response.function_call_arguments.done",
-                    json!({"item_id": item_id, "output_index": index, "arguments": arguments}),
-                );
+                self.send(Event::FunctionCallArgumentsDelta {
+                    item_id: item_id.clone(),
+                    output_index: index,
+                    delta: arguments.clone(),
+                });
+                self.send(Event::FunctionCallArgumentsDone {
+                    item_id,
+                    output_index: index,
+                    arguments,
+                });
             }
             run::Event::ShellCommand {
                 index,
                 command_index,
                 command,
             } => {
-                self.send(
-                    "response.shell_call_command.added",
-                    json!({"output_index": index, "command_index": command_index, "command": ""}),
-                );
-                self.send(
-                    "response.shell_call_command.delta",
-                    json!({"output_index": index, "command_index": command_index, "delta": command}),
-                );
-                self.send(
-                    "response.shell_call_command.done",
-                    json!({"output_index": index, "command_index": command_index, "command": command}),
-                );
+                self.send(Event::ShellCallCommandAdded {
+                    output_index: index,
+                    command_index,
+                    command: String::new(),
+                });
+                self.send(Event::ShellCallCommandDelta {
+                    output_index: index,
+                    command_index,
+                    delta: command.clone(),
+                });
+                self.send(Event::ShellCallCommandDone {
+                    output_index: index,
+                    command_index,
+                    command,
+                });
             }
             run::Event::ShellOutput {
                 index,
@@ -964,15 +1059,22 @@ impl SseWriter {
                 stream,
                 text,
             } => {
-                let key = match stream {
-                    StreamKind::Stdout => "stdout",
-                    StreamKind::Stderr => "stderr",
+                let delta = match stream {
+                    StreamKind::Stdout => wire::ShellOutputDelta {
+                        stdout: Some(text),
+                        stderr: None,
+                    },
+                    StreamKind::Stderr => wire::ShellOutputDelta {
+                        stdout: None,
+                        stderr: Some(text),
+                    },
                 };
-                self.send(
-                    "response.shell_call_output_content.delta",
-                    json!({"item_id": item_id, "output_index": index,
-                           "command_index": command_index, "delta": {key: text}}),
-                );
+                self.send(Event::ShellCallOutputContentDelta {
+                    item_id,
+                    output_index: index,
+                    command_index,
+                    delta,
+                });
             }
             run::Event::ShellCommandDone {
                 index,
@@ -980,32 +1082,39 @@ impl SseWriter {
                 command_index,
                 result,
             } => {
-                self.send(
-                    "response.shell_call_output_content.done",
-                    json!({"item_id": item_id, "output_index": index,
-                           "command_index": command_index, "output": [result]}),
-                );
+                let output = vec![result];
+                self.send(Event::ShellCallOutputContentDone {
+                    item_id,
+                    output_index: index,
+                    command_index,
+                    output,
+                });
             }
             run::Event::ItemDone { index, item } => {
-                let item = untyped_item(&item);
-                if item["type"] == "message" {
-                    let text = item["content"][0]["text"].clone();
-                    let item_id = item["id"].clone();
-                    self.send(
-                        "response.output_text.done",
-                        json!({"item_id": item_id, "output_index": index, "content_index": 0,
-                               "text": text, "logprobs": []}),
-                    );
-                    self.send(
-                        "response.content_part.done",
-                        json!({"item_id": item_id, "output_index": index, "content_index": 0,
-                               "part": item["content"][0]}),
-                    );
+                if let Some(part) = first_part(&item).cloned() {
+                    let item_id = id_of(&item);
+                    let text = match &part {
+                        wire::ContentPart::OutputText(text) => text.text.clone(),
+                        _ => String::new(),
+                    };
+                    self.send(Event::OutputTextDone {
+                        item_id: item_id.clone(),
+                        output_index: index,
+                        content_index: 0,
+                        text,
+                        logprobs: Vec::new(),
+                    });
+                    self.send(Event::ContentPartDone {
+                        item_id,
+                        output_index: index,
+                        content_index: 0,
+                        part,
+                    });
                 }
-                self.send(
-                    "response.output_item.done",
-                    json!({"output_index": index, "item": item}),
-                );
+                self.send(Event::OutputItemDone {
+                    output_index: index,
+                    item,
+                });
             }
         }
     }
@@ -1019,7 +1128,7 @@ async fn owned(state: &AppState, project: &Project, id: &str) -> ApiResult<Respo
         .ok_or_else(|| ApiError::not_found("response", id))
 }
 
-fn body_of(row: &ResponseRow) -> ApiResult<Value> {
+fn body_of(row: &ResponseRow) -> ApiResult<wire::Response> {
     serde_json::from_str(&row.body).map_err(|e| ApiError::internal(format!("stored response: {e}")))
 }
 
@@ -1062,26 +1171,28 @@ pub async fn delete(
     State(state): State<Arc<AppState>>,
     project: Project,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<wire::ResponseDeleted>> {
     owned(&state, &project, &id).await?;
     if let Some(task) = state.running.remove(&id) {
         task.abort();
     }
     let (owner, key) = (project.0.clone(), id.clone());
     state.db(move |s| s.delete_response(&owner, &key)).await?;
-    Ok(Json(
-        json!({"id": id, "object": "response", "deleted": true}),
-    ))
+    Ok(Json(wire::ResponseDeleted {
+        id,
+        object: "response".to_owned(),
+        deleted: true,
+    }))
 }
 
 pub async fn cancel(
     State(state): State<Arc<AppState>>,
     project: Project,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<wire::Response>> {
     let row = owned(&state, &project, &id).await?;
     let mut body = body_of(&row)?;
-    if !body["background"].as_bool().unwrap_or(false) {
+    if !body.background {
         return Err(invalid(
             "response_id",
             "Only background responses can be cancelled.",
@@ -1092,10 +1203,11 @@ pub async fn cancel(
         task.abort();
     }
     if matches!(row.status.as_str(), "queued" | "in_progress") {
-        body["status"] = json!("cancelled");
+        body.status = wire::ResponseStatus::Cancelled;
         let row = ResponseRow {
             status: "cancelled".into(),
-            body: body.to_string(),
+            body: serde_json::to_string(&body)
+                .map_err(|e| ApiError::internal(format!("response: {e}")))?,
             ..row
         };
         state.db(move |s| s.save_response(&row)).await?;
@@ -1108,18 +1220,17 @@ pub async fn input_items(
     project: Project,
     Path(id): Path<String>,
     ApiQuery(params): ApiQuery<ListParams>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<shellgate_wire::List<wire::Item>>> {
     let row = owned(&state, &project, &id).await?;
     let page = params.page()?;
-    let mut items: Vec<Value> = serde_json::from_str(&row.input_items)
-        .map_err(|e| ApiError::internal(format!("stored input items: {e}")))?;
+    let mut items = stored_items(&row.input_items)?;
     if !page.ascending {
         items.reverse();
     }
     if let Some(after) = &page.after {
         let position = items
             .iter()
-            .position(|i| i["id"].as_str() == Some(after.as_str()))
+            .position(|i| i.id() == Some(after.as_str()))
             .ok_or_else(|| {
                 invalid(
                     "after",
@@ -1130,13 +1241,7 @@ pub async fn input_items(
     }
     let has_more = items.len() > page.limit as usize;
     items.truncate(page.limit as usize);
-    Ok(Json(json!({
-        "object": "list",
-        "data": items,
-        "first_id": items.first().map(|i| i["id"].clone()),
-        "last_id": items.last().map(|i| i["id"].clone()),
-        "has_more": has_more,
-    })))
+    Ok(Json(shellgate_wire::List::page(items, has_more, id_of)))
 }
 
 /// At start-up: responses a crash interrupted are failed, never left
@@ -1146,15 +1251,23 @@ pub async fn settle_interrupted(state: &AppState) -> ApiResult<()> {
         .db(|s| s.responses_with_status(&["queued", "in_progress"]))
         .await?;
     for row in rows {
-        let mut body = body_of(&row).unwrap_or_else(|_| json!({}));
-        body["status"] = json!("failed");
-        body["error"] = json!({
-            "code": "server_error",
-            "message": "The server stopped while this response was running; it did not finish.",
-        });
+        // A body that does not read is kept as it is; the row is failed.
+        let body = match body_of(&row) {
+            Ok(mut body) => {
+                body.status = wire::ResponseStatus::Failed;
+                body.error = Some(wire::ResponseError {
+                    code: "server_error".to_owned(),
+                    message: "The server stopped while this response was running; it did \
+                              not finish."
+                        .to_owned(),
+                });
+                serde_json::to_string(&body).unwrap_or_else(|_| row.body.clone())
+            }
+            Err(_) => row.body.clone(),
+        };
         let row = ResponseRow {
             status: "failed".into(),
-            body: body.to_string(),
+            body,
             ..row
         };
         state.db(move |s| s.save_response(&row)).await?;

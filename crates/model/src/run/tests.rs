@@ -86,8 +86,11 @@ fn request(guardrail: Option<Guardrail>) -> Request {
             json!({"type": "message", "role": "user", "content": "go"}),
         )
         .unwrap()],
-        tools: Tools::parse(&[json!({"type": "shell", "environment": {"type": "container_auto"}})])
-            .unwrap(),
+        tools: Tools::parse(&[serde_json::from_value(
+            json!({"type": "shell", "environment": {"type": "container_auto"}}),
+        )
+        .unwrap()])
+        .unwrap(),
         tool_choice: ToolChoice::Auto,
         max_tool_calls: MAX_TOOL_CALLS,
         temperature: None,
@@ -299,7 +302,7 @@ mod through_the_traits {
 
     /// A request with the user's `go` and these tools.
     fn request_with(tools: Value) -> Request {
-        let tools: Vec<Value> = serde_json::from_value(tools).unwrap();
+        let tools: Vec<shellgate_wire::responses::Tool> = serde_json::from_value(tools).unwrap();
         Request {
             model: "m".into(),
             instructions: None,

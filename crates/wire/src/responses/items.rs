@@ -154,6 +154,31 @@ impl Item {
         }
     }
 
+    /// Sets the item's `status` (an item without that field keeps it
+    /// among its other keys, as the API writes it for every item).
+    pub fn set_status(&mut self, status: ItemStatus) {
+        let slot = match self {
+            Item::Message(i) => &mut i.status,
+            Item::FunctionCall(i) => &mut i.status,
+            Item::FunctionCallOutput(i) => &mut i.status,
+            Item::ShellCall(i) => &mut i.status,
+            Item::ShellCallOutput(i) => &mut i.status,
+            Item::LocalShellCall(i) => &mut i.status,
+            Item::LocalShellCallOutput(i) => &mut i.status,
+            Item::OpenRouterShell(i) => &mut i.status,
+            Item::OpenRouterBash(i) => &mut i.status,
+            Item::Reasoning(Reasoning { extra, .. })
+            | Item::CustomToolCall(CustomToolCall { extra, .. })
+            | Item::CustomToolCallOutput(CustomToolCallOutput { extra, .. })
+            | Item::Other(extra) => {
+                let value = serde_json::to_value(status).unwrap_or(Value::Null);
+                extra.insert("status".to_owned(), value);
+                return;
+            }
+        };
+        *slot = Some(status);
+    }
+
     /// The container an OpenRouter item ran in, or a `shell_call`'s
     /// referenced container.
     pub fn container_id(&self) -> Option<&str> {
