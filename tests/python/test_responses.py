@@ -2,12 +2,13 @@
 against a scripted upstream model (see scripted_upstream.py)."""
 
 import io
+import time
 
 import openai
 import pytest
 from openai.types.responses import Response
 
-from conftest import KEY_B
+from conftest import KEY_B, exec_commands
 
 
 def strict(response):
@@ -569,3 +570,26 @@ def test_another_projects_file_ids_are_a_404_not_a_server_error(server):
     with pytest.raises(openai.NotFoundError) as direct:
         client.containers.create(name="x", file_ids=[theirs.id])
     assert direct.value.body["param"] == "file_ids[0]"
+
+
+def test_a_response_past_its_deadline_fails_naming_the_limit_and_its_commands_stop(fresh_server):
+    """Issue 17: a response has an overall deadline of its own
+    (`response_timeout_secs`); past it the response is `failed` with a
+    message naming the limit, and the command it was running is killed."""
+    server = fresh_server(response_timeout_secs="3")
+    client = server.client()
+    container = client.containers.create(name="deadline")
+    marker = "deadline-marker-17"
+    response = client.responses.create(
+        model="scripted", input=f"Execute: sleep 600 # {marker}",
+        tools=[{"type": "shell", "environment": {"type": "container_reference", "container_id": container.id}}])
+    assert response.status == "failed", response
+    assert "response_timeout_secs" in response.error.message
+    assert client.responses.retrieve(response.id).status == "failed"
+    # The command is gone (killed with the run); awaited, not slept on.
+    deadline = time.time() + 30
+    while True:
+        left = exec_commands(client, container.id, ["pgrep -f 'deadline-marker-1[7]' || true"])["output"][0]["stdout"]
+        if not left.strip() or time.time() > deadline:
+            break
+    assert not left.strip(), left

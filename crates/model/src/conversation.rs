@@ -52,41 +52,28 @@ pub fn parts_text(parts: &[ContentPart]) -> String {
         .join("\n")
 }
 
-/// One command's result as the model reads it: every key written, in name
-/// order (as the upstream has always read them).
+/// One command's result as the model reads it: its three keys always
+/// written, in name order, and what a client put in them kept (a replayed
+/// outcome with keys of its own, a stdout that is not a string), as the
+/// upstream has always read them.
 #[derive(serde::Serialize)]
 struct ResultForModel<'a> {
-    outcome: Option<OutcomeForModel>,
-    stderr: &'a str,
-    stdout: &'a str,
-}
-
-/// A command's outcome as the model reads it (keys in name order).
-#[derive(serde::Serialize)]
-struct OutcomeForModel {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    exit_code: Option<Option<i64>>,
-    #[serde(rename = "type")]
-    kind: &'static str,
+    /// As JSON, whose objects keep their keys in name order.
+    outcome: Option<serde_json::Value>,
+    stderr: &'a TextOrJson,
+    stdout: &'a TextOrJson,
 }
 
 /// What a command's results say, for the model: each command's stdout,
 /// stderr and outcome, as JSON.
 pub fn shell_output_text(output: &[ShellResult]) -> String {
-    use shellgate_wire::responses::ShellOutcome;
     let entries: Vec<ResultForModel<'_>> = output
         .iter()
         .map(|entry| ResultForModel {
-            outcome: entry.outcome.map(|outcome| match outcome {
-                ShellOutcome::Exit { exit_code } => OutcomeForModel {
-                    exit_code: Some(exit_code),
-                    kind: "exit",
-                },
-                ShellOutcome::Timeout => OutcomeForModel {
-                    exit_code: None,
-                    kind: "timeout",
-                },
-            }),
+            outcome: entry
+                .outcome
+                .as_ref()
+                .and_then(|outcome| serde_json::to_value(outcome).ok()),
             stderr: &entry.stderr,
             stdout: &entry.stdout,
         })
@@ -159,8 +146,8 @@ pub fn messages<'a>(
                     name: SHELL.to_owned(),
                     arguments: arguments(&ShellArguments {
                         commands: call.action.commands.clone(),
-                        max_output_length: call.action.max_output_length,
-                        timeout_ms: call.action.timeout_ms,
+                        max_output_length: call.action.max_output_length.into(),
+                        timeout_ms: call.action.timeout_ms.into(),
                     }),
                 },
             ),

@@ -18,8 +18,7 @@ use shellgate_sandbox::backend::{limits, CommandResult, OutputDelta, RunRequest,
 use shellgate_wire::responses::{
     self as wire, CallEnvironment, FunctionCall, Item, ItemStatus, LocalShellAction,
     LocalShellActionType, LocalShellCall, OpenRouterBash, OpenRouterBashAction, OpenRouterShell,
-    OpenRouterShellAction, OutputText, Role, ShellAction, ShellCall, ShellCallOutput, ShellOutcome,
-    ShellResult,
+    OpenRouterShellAction, OutputText, Role, ShellAction, ShellCall, ShellCallOutput, ShellResult,
 };
 
 use crate::arguments::{BashArguments, LocalShellArguments, ShellArguments};
@@ -384,7 +383,7 @@ pub async fn run(
 }
 
 /// Withholds a command's output: what the model reads instead.
-fn withhold(result: &mut ShellResult, rules: &[String]) {
+fn withhold(result: &mut CommandResult, rules: &[String]) {
     result.stdout = String::new();
     result.stderr = format!(
         "shellgate: this command's output was withheld: it matched the prompt-injection \
@@ -402,7 +401,7 @@ fn withhold(result: &mut ShellResult, rules: &[String]) {
 /// them whole. The end of what the model read from earlier calls of the
 /// run is checked with it too: a match only the two make together
 /// redacts (or withholds) this call's output whole.
-fn guard_results(guard: &OutputGuard<'_>, results: Vec<ShellResult>) -> Vec<ShellResult> {
+fn guard_results(guard: &OutputGuard<'_>, results: Vec<CommandResult>) -> Vec<CommandResult> {
     use crate::guardrail::{Action, REDACTED};
     let mut results = guard_call(guard.rules, results);
     let streams: Vec<String> = results
@@ -453,10 +452,10 @@ struct OutputGuard<'a> {
 /// [`guard_results`] within one call.
 fn guard_call(
     guardrail: &crate::guardrail::Guardrail,
-    mut results: Vec<ShellResult>,
-) -> Vec<ShellResult> {
+    mut results: Vec<CommandResult>,
+) -> Vec<CommandResult> {
     use crate::guardrail::Action;
-    let streams = |results: &[ShellResult]| -> Vec<String> {
+    let streams = |results: &[CommandResult]| -> Vec<String> {
         results
             .iter()
             .flat_map(|r| [r.stdout.clone(), r.stderr.clone()])
@@ -530,8 +529,8 @@ fn client_call(call: &ToolCall, tools: &Tools, status: ItemStatus) -> Item {
             call_id: Some(call.id.clone()),
             action: ShellAction {
                 commands: arguments.commands,
-                timeout_ms: arguments.timeout_ms,
-                max_output_length: arguments.max_output_length,
+                timeout_ms: arguments.timeout_ms.given(),
+                max_output_length: arguments.max_output_length.given(),
                 extra: wire::Extra::new(),
             },
             status: Some(status),
@@ -548,7 +547,7 @@ fn client_call(call: &ToolCall, tools: &Tools, status: ItemStatus) -> Item {
                 kind: LocalShellActionType::Exec,
                 command: arguments.command,
                 env: Default::default(),
-                timeout_ms: arguments.timeout_ms,
+                timeout_ms: arguments.timeout_ms.given(),
                 working_directory: arguments.working_directory,
                 user: None,
                 extra: wire::Extra::new(),
@@ -665,12 +664,12 @@ async fn run_hosted(
                 index: output_index,
                 item_id: output_id.clone(),
                 command_index,
-                result: result.clone(),
+                result: ShellResult::from(result),
             },
         );
     }
     shell_output.status = Some(ItemStatus::Completed);
-    shell_output.output = results;
+    shell_output.output = results.iter().map(ShellResult::from).collect();
     let shell_output = Item::ShellCallOutput(shell_output);
     emit(
         events,
@@ -690,15 +689,15 @@ fn host_failed(e: HostError) -> Status {
     }
 }
 
-/// A command that exited with `exit_code`, having written `stderr`.
-fn exited(stderr: String, exit_code: i64) -> ShellResult {
-    ShellResult {
-        stdout: String::new(),
+/// What a command that exited with `exit_code` having written `stdout`
+/// and `stderr` answers (for answers the loop gives itself, not run).
+fn exited(stdout: &str, stderr: String, exit_code: i32) -> CommandResult {
+    CommandResult {
+        stdout: stdout.to_owned(),
         stderr,
-        outcome: Some(ShellOutcome::Exit {
-            exit_code: Some(exit_code),
-        }),
-        extra: wire::Extra::new(),
+        outcome: shellgate_wire::Outcome::Exit { exit_code },
+        duration_ms: 0,
+        bytes_out: 0,
     }
 }
 
@@ -713,9 +712,10 @@ async fn execute(
     checked: Result<RunRequest, String>,
     live: Option<(&EventSink, usize, &str)>,
     guardrail: Option<&OutputGuard<'_>>,
-) -> Result<Vec<ShellResult>, Status> {
-    let results: Vec<ShellResult> = match checked {
+) -> Result<Vec<CommandResult>, Status> {
+    let results: Vec<CommandResult> = match checked {
         Err(problem) => vec![exited(
+            "",
             format!("shellgate: the shell call was not run: {problem}\n"),
             2,
         )],
@@ -741,9 +741,6 @@ async fn execute(
             let ran = async { sandbox.run(container, request, sink).await };
             let (ran, ()) = tokio::join!(ran, forward);
             ran.map_err(host_failed)?
-                .iter()
-                .map(ShellResult::from)
-                .collect()
         }
     };
     Ok(match guardrail {
@@ -785,7 +782,11 @@ async fn run_openrouter_shell(
             item: Item::OpenRouterShell(item.clone()),
         },
     );
-    item.output = execute(sandbox, &container, checked, None, guardrail).await?;
+    item.output = execute(sandbox, &container, checked, None, guardrail)
+        .await?
+        .iter()
+        .map(ShellResult::from)
+        .collect();
     item.status = Some(ItemStatus::Completed);
     let item = Item::OpenRouterShell(item);
     emit(
@@ -837,11 +838,8 @@ async fn run_hosted_bash(
             item: Item::OpenRouterBash(item.clone()),
         },
     );
-    item.output = if arguments.restart {
-        Some(ShellResult {
-            stdout: BASH_RESTARTED.to_owned(),
-            ..exited(String::new(), 0)
-        })
+    let result = if arguments.restart {
+        Some(exited(BASH_RESTARTED, String::new(), 0))
     } else {
         let checked = if arguments.command.trim().is_empty() {
             Err("the bash tool needs a command".to_owned())
@@ -857,6 +855,7 @@ async fn run_hosted_bash(
             .into_iter()
             .next()
     };
+    item.output = result.as_ref().map(ShellResult::from);
     item.status = Some(ItemStatus::Completed);
     let item = Item::OpenRouterBash(item);
     emit(

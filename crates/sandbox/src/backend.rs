@@ -190,6 +190,32 @@ impl RunRequest {
         }
     }
 
+    /// A run of `commands` with the limits a caller asked for (`None`: the
+    /// default), checked. The one rule for every caller, `POST
+    /// /v1/containers/{id}/exec` and a model's shell call alike: a limit
+    /// out of range is refused, naming it, never clamped (a clamp would
+    /// quietly run something other than what was asked: a model that asks
+    /// for ten minutes would be killed at five without knowing why). Exec
+    /// answers the refusal as a 400; the model loop as the call's result,
+    /// so that the model can correct itself.
+    pub fn from_parts(
+        commands: Vec<String>,
+        timeout_ms: Option<u64>,
+        max_output_length: Option<u64>,
+        deadline_ms: Option<u64>,
+    ) -> Result<Self, SandboxError> {
+        let request = Self {
+            commands,
+            timeout_ms: timeout_ms.unwrap_or(limits::DEFAULT_TIMEOUT_MS),
+            max_output_length: max_output_length.map_or(limits::DEFAULT_MAX_OUTPUT_LENGTH, |n| {
+                usize::try_from(n).unwrap_or(usize::MAX)
+            }),
+            deadline_ms,
+        };
+        request.validate()?;
+        Ok(request)
+    }
+
     /// Checks every limit, naming the offending parameter.
     pub fn validate(&self) -> Result<(), SandboxError> {
         let invalid =
@@ -486,6 +512,34 @@ pub fn validate_container_id(id: &str) -> Result<(), SandboxError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn limits_are_defaulted_or_refused_never_clamped() {
+        let run = |timeout: Option<u64>, output: Option<u64>| {
+            RunRequest::from_parts(vec!["true".into()], timeout, output, None)
+        };
+        let defaults = run(None, None).unwrap();
+        assert_eq!(defaults.timeout_ms, limits::DEFAULT_TIMEOUT_MS);
+        assert_eq!(
+            defaults.max_output_length,
+            limits::DEFAULT_MAX_OUTPUT_LENGTH
+        );
+        assert_eq!(
+            run(Some(limits::MAX_TIMEOUT_MS), None).unwrap().timeout_ms,
+            300_000
+        );
+        for (timeout, output, param) in [
+            (Some(0), None, "timeout_ms"),
+            (Some(limits::MAX_TIMEOUT_MS + 1), None, "timeout_ms"),
+            (None, Some(0), "max_output_length"),
+            (None, Some(u64::MAX), "max_output_length"),
+        ] {
+            match run(timeout, output) {
+                Err(SandboxError::InvalidRequest { param: named, .. }) => assert_eq!(named, param),
+                other => panic!("{timeout:?} {output:?}: {other:?}"),
+            }
+        }
+    }
 
     #[test]
     fn sizes_parse_with_units() {

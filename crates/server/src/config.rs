@@ -88,6 +88,10 @@ pub struct Config {
     /// Longest time for one whole upstream turn (request, retries and every
     /// piece of the answer): a model trickling its answer is cut off here.
     pub upstream_turn_timeout_secs: u64,
+    /// Longest time one response (a Responses or Messages run: every turn
+    /// and command) may take: past it the run ends `failed`, its commands
+    /// killed.
+    pub response_timeout_secs: u64,
     /// Most bytes of one upstream answer, and of the model's answers over
     /// every turn of one response together (over it the response fails).
     pub upstream_max_answer_bytes: u64,
@@ -249,6 +253,7 @@ impl Default for Config {
             upstream_timeout_secs: 120,
             upstream_attempts: 3,
             upstream_turn_timeout_secs: 600,
+            response_timeout_secs: 3600,
             max_input_files: 50,
             max_input_file_bytes: 64 << 20,
             upstream_max_answer_bytes: 32 * 1024 * 1024,
@@ -389,6 +394,7 @@ impl Config {
                 self.upstream_turn_timeout_secs,
             ),
             ("upstream_max_answer_bytes", self.upstream_max_answer_bytes),
+            ("response_timeout_secs", self.response_timeout_secs),
             (
                 "upstream_max_tool_call_bytes",
                 self.upstream_max_tool_call_bytes,

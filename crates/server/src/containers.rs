@@ -12,7 +12,7 @@ use axum::http::{header, HeaderMap};
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use shellgate_sandbox::backend::{limits, ContainerSpec, RunRequest, SkippedFiles, StreamKind};
+use shellgate_sandbox::backend::{ContainerSpec, RunRequest, SkippedFiles, StreamKind};
 use shellgate_sandbox::{ContainerState, SandboxError};
 use shellgate_store::{ContainerFileRow, ContainerRow, PresentFile};
 use shellgate_wire::{
@@ -387,17 +387,14 @@ pub(crate) async fn remove_container(state: &Arc<AppState>, id: &str) -> ApiResu
 }
 
 /// Checks an exec body against the limits, naming the offending `param`.
+/// (`RunRequest::from_parts`: the same rule as a model's shell call.)
 pub(crate) fn run_request(body: &ExecRequest, deadline_secs: u64) -> ApiResult<RunRequest> {
-    let request = RunRequest {
-        commands: body.commands.clone(),
-        timeout_ms: body.timeout_ms.unwrap_or(limits::DEFAULT_TIMEOUT_MS),
-        max_output_length: body
-            .max_output_length
-            .unwrap_or(limits::DEFAULT_MAX_OUTPUT_LENGTH),
-        deadline_ms: Some(deadline_secs.saturating_mul(1000)),
-    };
-    request.validate()?;
-    Ok(request)
+    Ok(RunRequest::from_parts(
+        body.commands.clone(),
+        body.timeout_ms,
+        body.max_output_length.map(|n| n as u64),
+        Some(deadline_secs.saturating_mul(1000)),
+    )?)
 }
 
 /// Before a command: a suspended container is woken, which opens a billed

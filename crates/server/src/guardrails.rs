@@ -9,8 +9,8 @@ use std::sync::Arc;
 use serde_json::Value;
 use shellgate_model::guardrail::{Action, Guardrail, Rule, REDACTED};
 use shellgate_wire::responses::{
-    ContentPart, Extra, Item, MessageContent, OpenRouterShell, Role, ShellCallOutput, ShellResult,
-    TextOrJson, ToolOutput,
+    ContentPart, Extra, Item, MessageContent, OpenRouterShell, Role, ShellCallOutput, ShellOutcome,
+    ShellResult, TextOrJson, ToolOutput,
 };
 
 use crate::config::{Config, ConfigError};
@@ -164,9 +164,26 @@ fn output_texts(output: &mut ToolOutput) -> Vec<&mut String> {
     }
 }
 
-/// A command's stdout then stderr, as the model reads them.
-fn streams(result: &mut ShellResult) -> [&mut String; 2] {
-    [&mut result.stdout, &mut result.stderr]
+/// A text, or every string of what is not one (the model reads it as JSON).
+fn text_or_json(value: &mut TextOrJson) -> Vec<&mut String> {
+    match value {
+        TextOrJson::Text(text) => vec![text],
+        TextOrJson::Json(value) => string_leaves(value),
+    }
+}
+
+/// A command's stdout then stderr, as the model reads them; apart, the
+/// strings of its outcome (keys a client added to it).
+fn streams(result: &mut ShellResult) -> (Vec<&mut String>, Vec<&mut String>) {
+    let mut texts = text_or_json(&mut result.stdout);
+    texts.extend(text_or_json(&mut result.stderr));
+    let outcome = match &mut result.outcome {
+        Some(ShellOutcome::Exit { extra, .. } | ShellOutcome::Timeout { extra }) => {
+            extra.values_mut().flat_map(string_leaves).collect()
+        }
+        None => Vec::new(),
+    };
+    (texts, outcome)
 }
 
 /// The texts of an item that a model reads, in groups it reads together
@@ -174,30 +191,44 @@ fn streams(result: &mut ShellResult) -> [&mut String; 2] {
 /// check and perhaps rewrite. What the model itself wrote (assistant
 /// messages, tool calls' arguments) is not among them. This follows what
 /// `shellgate_model::conversation` renders for the model: a part's `text`,
-/// `refusal` and (an attached file's) `filename`; a command's `stdout` and
-/// `stderr` (its outcome is typed: an exit code or a timeout, no text); a
-/// legacy output that is not a string, every string in it.
-fn model_groups(item: &mut Item) -> Vec<Vec<&mut String>> {
+/// `refusal` and (an attached file's) `filename`; a command's `stdout`,
+/// `stderr` and the strings of its outcome (what is not a string is shown
+/// as JSON, every string in it); a legacy output that is not a string,
+/// whole.
+///
+/// Each group comes with whether it is running text (a match may continue
+/// into the next group the model reads); a command's outcome is not.
+fn model_groups(item: &mut Item) -> Vec<(Vec<&mut String>, bool)> {
     match item {
         Item::Message(message) if message.role == Role::Assistant => Vec::new(),
-        Item::Message(message) => vec![content_texts(&mut message.content)],
-        Item::FunctionCallOutput(output) => vec![output_texts(&mut output.output)],
-        Item::CustomToolCallOutput(output) => vec![output_texts(&mut output.output)],
+        Item::Message(message) => vec![(content_texts(&mut message.content), true)],
+        Item::FunctionCallOutput(output) => vec![(output_texts(&mut output.output), true)],
+        Item::CustomToolCallOutput(output) => vec![(output_texts(&mut output.output), true)],
         // A string, or anything else shown as its JSON.
-        Item::LocalShellCallOutput(output) => match &mut output.output {
-            Some(TextOrJson::Text(text)) => vec![vec![text]],
-            Some(TextOrJson::Json(value)) => vec![string_leaves(value)],
-            None => Vec::new(),
-        },
-        // Every command's streams, read by the model together.
+        Item::LocalShellCallOutput(output) => output
+            .output
+            .as_mut()
+            .map(|output| vec![(text_or_json(output), true)])
+            .unwrap_or_default(),
+        // Every command's streams, read by the model together; outcomes
+        // apart (their strings, between two calls' streams, are not what a
+        // match across the two would read).
         Item::ShellCallOutput(ShellCallOutput { output, .. })
         | Item::OpenRouterShell(OpenRouterShell { output, .. }) => {
-            vec![output.iter_mut().flat_map(streams).collect()]
+            let (mut texts, mut outcomes) = (Vec::new(), Vec::new());
+            for (text, outcome) in output.iter_mut().map(streams) {
+                texts.extend(text);
+                outcomes.extend(outcome);
+            }
+            vec![(texts, true), (outcomes, false)]
         }
         Item::OpenRouterBash(bash) => bash
             .output
             .as_mut()
-            .map(|result| vec![streams(result).into_iter().collect()])
+            .map(|result| {
+                let (texts, outcome) = streams(result);
+                vec![(texts, true), (outcome, false)]
+            })
             .unwrap_or_default(),
         _ => Vec::new(),
     }
@@ -340,8 +371,12 @@ impl Guardrails {
             )?;
         }
         for item in items.iter_mut() {
-            for group in model_groups(item) {
-                guard_after(&guardrail, project, "input", group, &mut earlier)?;
+            for (group, running) in model_groups(item) {
+                if running {
+                    guard_after(&guardrail, project, "input", group, &mut earlier)?;
+                } else {
+                    guard_group(&guardrail, project, "input", group)?;
+                }
             }
         }
         Ok(())

@@ -717,6 +717,35 @@ async fn prepare(
     })
 }
 
+/// Runs the loop within `deadline` (`response_timeout_secs`): past it the
+/// run is dropped, which kills its commands (the engine's command path
+/// guarantees it), and it ends `failed`, naming the limit. What it had made
+/// is not kept (a streaming client saw it go by).
+pub(crate) async fn run_within(
+    deadline: std::time::Duration,
+    upstream: &dyn shellgate_model::upstream::Upstream,
+    sandbox: Option<&dyn Sandbox>,
+    request: &run::Request,
+    events: Option<&EventSink>,
+) -> Outcome {
+    match tokio::time::timeout(deadline, run::run(upstream, sandbox, request, events)).await {
+        Ok(outcome) => outcome,
+        Err(_) => Outcome {
+            output: Vec::new(),
+            usage: Usage::default(),
+            status: Status::Failed {
+                code: "server_error",
+                message: format!(
+                    "the response took longer than its limit of {} seconds \
+                     (response_timeout_secs); its commands were stopped",
+                    deadline.as_secs()
+                ),
+            },
+            tool_calls: 0,
+        },
+    }
+}
+
 impl Prepared {
     /// The stored row for this response in `status`, its object `body`.
     fn row(&self, body: &wire::Response, output: &[wire::Item]) -> ResponseRow {
@@ -752,7 +781,15 @@ impl Prepared {
     /// Runs the loop, stores the result and returns the final object.
     async fn run(&self, state: &AppState, events: Option<&EventSink>) -> wire::Response {
         let sandbox = self.sandbox.as_deref().map(|s| s as &dyn Sandbox);
-        let outcome = run::run(self.upstream.as_ref(), sandbox, &self.request, events).await;
+        let deadline = std::time::Duration::from_secs(state.config.response_timeout_secs);
+        let outcome = run_within(
+            deadline,
+            self.upstream.as_ref(),
+            sandbox,
+            &self.request,
+            events,
+        )
+        .await;
         let mut body = finished_object(&self.id, self.created_at, &self.echo, &outcome);
         // Sandbox time and its cost, beside the tokens (shellgate's extension,
         // as OpenRouter reports it).

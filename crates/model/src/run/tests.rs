@@ -937,22 +937,21 @@ mod through_the_traits {
     }
 
     #[tokio::test]
-    async fn a_shell_call_s_limits_are_clamped_to_the_sandbox_s() {
+    async fn a_shell_call_s_limits_follow_exec_s_rule() {
+        // Given in range, or absent: run with them.
         for (asked, timeout_ms, max_output_length) in [
-            (json!({"timeout_ms": 0, "max_output_length": 0}), 1, 1),
-            (
-                json!({"timeout_ms": 10_000_000, "max_output_length": 10_000_000}),
-                limits::MAX_TIMEOUT_MS,
-                limits::MAX_OUTPUT_LENGTH,
-            ),
             (
                 json!({"timeout_ms": 5000, "max_output_length": 100}),
                 5000,
                 100,
             ),
-            // Not numbers: the defaults.
             (
-                json!({"timeout_ms": "5000", "max_output_length": -1}),
+                json!({"timeout_ms": limits::MAX_TIMEOUT_MS, "max_output_length": null}),
+                limits::MAX_TIMEOUT_MS,
+                limits::DEFAULT_MAX_OUTPUT_LENGTH,
+            ),
+            (
+                json!({}),
                 limits::DEFAULT_TIMEOUT_MS,
                 limits::DEFAULT_MAX_OUTPUT_LENGTH,
             ),
@@ -973,6 +972,38 @@ mod through_the_traits {
             let items = output(&outcome);
             assert_eq!(items[0]["action"]["timeout_ms"], timeout_ms, "{asked}");
             assert_eq!(items[1]["max_output_length"], max_output_length, "{asked}");
+        }
+        // Out of range or not a whole number: refused, never clamped (the
+        // rule of `POST /v1/containers/{id}/exec`), and the model told why.
+        for (asked, named) in [
+            (json!({"timeout_ms": 0}), "timeout_ms"),
+            (json!({"timeout_ms": 10_000_000}), "timeout_ms"),
+            (json!({"max_output_length": 0}), "max_output_length"),
+            (
+                json!({"timeout_ms": "5000"}),
+                "timeout_ms must be a whole number",
+            ),
+            (
+                json!({"max_output_length": -1}),
+                "max_output_length must be a whole number",
+            ),
+        ] {
+            let mut arguments = asked.clone();
+            arguments["commands"] = json!(["ls"]);
+            let upstream = ScriptedUpstream::new([
+                Step::calls(vec![call("call_1", "shell", arguments)]),
+                Step::text(""),
+            ]);
+            let sandbox = RecordingSandbox::default();
+            let outcome = run(&upstream, Some(&sandbox), &hosted(), None).await;
+            assert!(sandbox.runs().is_empty(), "{asked}");
+            let items = output(&outcome);
+            assert_eq!(items[0]["action"]["commands"], json!(["ls"]));
+            assert_eq!(items[0]["action"]["timeout_ms"], Value::Null);
+            let entry = &items[1]["output"][0];
+            assert_eq!(entry["outcome"]["exit_code"], 2, "{asked}");
+            let stderr = entry["stderr"].as_str().unwrap();
+            assert!(stderr.contains(named), "{asked}: {stderr}");
         }
     }
 

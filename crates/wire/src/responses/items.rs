@@ -598,21 +598,54 @@ pub struct ShellCall {
     pub extra: Extra,
 }
 
-/// How a command ended (`exit_code` may be `null` in a replayed item).
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
+/// How a command ended (`exit_code` may be `null` in a replayed item;
+/// keys a client added are kept: the model reads the outcome as JSON).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ShellOutcome {
-    Exit { exit_code: Option<i64> },
-    Timeout,
+    Exit {
+        exit_code: Option<i64>,
+        #[serde(flatten)]
+        #[schema(value_type = Object)]
+        extra: Extra,
+    },
+    Timeout {
+        #[serde(flatten)]
+        #[schema(value_type = Object)]
+        extra: Extra,
+    },
 }
 
-/// One command's result in a shell call's output.
+impl ShellOutcome {
+    /// An exit with `code`.
+    pub fn exit(code: i64) -> Self {
+        ShellOutcome::Exit {
+            exit_code: Some(code),
+            extra: Extra::new(),
+        }
+    }
+
+    /// A timeout.
+    pub fn timeout() -> Self {
+        ShellOutcome::Timeout {
+            extra: Extra::new(),
+        }
+    }
+}
+
+fn empty_text() -> TextOrJson {
+    TextOrJson::Text(String::new())
+}
+
+/// One command's result in a shell call's output. A replayed result's
+/// `stdout` or `stderr` that is not a string is kept (the model reads it
+/// as JSON), as are keys a client added.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct ShellResult {
-    #[serde(default)]
-    pub stdout: String,
-    #[serde(default)]
-    pub stderr: String,
+    #[serde(default = "empty_text")]
+    pub stdout: TextOrJson,
+    #[serde(default = "empty_text")]
+    pub stderr: TextOrJson,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outcome: Option<ShellOutcome>,
     #[serde(flatten)]
@@ -623,13 +656,11 @@ pub struct ShellResult {
 impl From<&crate::ShellOutputEntry> for ShellResult {
     fn from(entry: &crate::ShellOutputEntry) -> Self {
         ShellResult {
-            stdout: entry.stdout.clone(),
-            stderr: entry.stderr.clone(),
+            stdout: TextOrJson::Text(entry.stdout.clone()),
+            stderr: TextOrJson::Text(entry.stderr.clone()),
             outcome: Some(match entry.outcome {
-                crate::Outcome::Exit { exit_code } => ShellOutcome::Exit {
-                    exit_code: Some(i64::from(exit_code)),
-                },
-                crate::Outcome::Timeout => ShellOutcome::Timeout,
+                crate::Outcome::Exit { exit_code } => ShellOutcome::exit(i64::from(exit_code)),
+                crate::Outcome::Timeout => ShellOutcome::timeout(),
             }),
             extra: Extra::new(),
         }
