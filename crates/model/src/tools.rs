@@ -9,6 +9,7 @@
 
 use serde_json::{json, Value};
 
+use shellgate_wire::messages;
 use shellgate_wire::responses as wire;
 
 use crate::upstream::{ToolChoice, ToolSpec};
@@ -85,6 +86,22 @@ pub struct Tools {
 }
 
 impl Function {
+    /// A Messages request's user tool (its `input_schema` is required, an
+    /// object by its type).
+    fn from_custom(tool: &messages::CustomTool, param: &str) -> Result<Self, RequestError> {
+        if !valid_name(&tool.name) {
+            return Err(invalid(
+                &format!("{param}.name"),
+                "a tool needs a name of 1 to 64 letters, digits, '_' or '-'",
+            ));
+        }
+        Ok(Function {
+            name: tool.name.clone(),
+            description: tool.description.clone().unwrap_or_default(),
+            parameters: Value::Object(tool.input_schema.clone()),
+        })
+    }
+
     /// A Responses request's `function` tool.
     fn from_tool(tool: &wire::FunctionTool, param: &str) -> Result<Self, RequestError> {
         let name = tool
@@ -110,43 +127,6 @@ impl Function {
         Ok(Function {
             name: name.to_owned(),
             description: tool.description.clone().unwrap_or_default(),
-            parameters,
-        })
-    }
-
-    /// A user's tool: its `name`, `description` and its arguments' JSON
-    /// schema under `schema_key` (`parameters` for OpenAI, `input_schema`
-    /// for Anthropic, which requires it).
-    fn read(tool: &Value, param: &str, schema_key: &str) -> Result<Self, RequestError> {
-        let name = tool
-            .get("name")
-            .and_then(Value::as_str)
-            .filter(|n| valid_name(n))
-            .ok_or_else(|| {
-                invalid(
-                    &format!("{param}.name"),
-                    "a tool needs a name of 1 to 64 letters, digits, '_' or '-'",
-                )
-            })?;
-        let parameters = match tool.get(schema_key) {
-            Some(schema) if schema.is_object() => schema.clone(),
-            None | Some(Value::Null) if schema_key == "parameters" => {
-                json!({"type": "object", "properties": {}})
-            }
-            _ => {
-                return Err(invalid(
-                    &format!("{param}.{schema_key}"),
-                    format!("{schema_key} must be a JSON schema object"),
-                ))
-            }
-        };
-        Ok(Function {
-            name: name.to_owned(),
-            description: tool
-                .get("description")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned(),
             parameters,
         })
     }
@@ -206,45 +186,41 @@ impl Tools {
     /// Reads the `tools` of a Messages request: user tools (`name`,
     /// `description`, `input_schema`), Anthropic's bash tool (`bash_*`,
     /// run by the client), `openrouter:shell` and `openrouter:bash`.
-    pub fn parse_messages(tools: &[Value]) -> Result<Self, RequestError> {
+    pub fn parse_messages(tools: &[messages::Tool]) -> Result<Self, RequestError> {
         let mut parsed = Tools::default();
         for (index, tool) in tools.iter().enumerate() {
             let param = format!("tools[{index}]");
-            match tool.get("type").and_then(Value::as_str) {
-                Some("openrouter:shell") => {
-                    parsed.add_openrouter_shell(&openrouter_tool(tool, &param)?, &param)?
+            match tool {
+                messages::Tool::OpenRouterShell(tool) => {
+                    parsed.add_openrouter_shell(tool, &param)?
                 }
-                Some("openrouter:bash") => {
+                messages::Tool::OpenRouterBash(tool) => {
                     if parsed.bash.is_some() {
                         return Err(invalid(&param, "only one bash tool may be given"));
                     }
-                    let server = OpenRouterTool::read(
-                        &openrouter_tool(tool, &param)?,
-                        &param,
-                        &["auto", "native", "openrouter"],
-                    )?;
+                    let server =
+                        OpenRouterTool::read(tool, &param, &["auto", "native", "openrouter"])?;
                     let hosted = (server.engine == "openrouter").then_some(server.environment);
                     parsed.bash = Some(Bash { hosted });
                     parsed.merge_sleep(server.sleep_after_seconds);
                 }
-                Some(kind) if kind.starts_with("bash_") => {
+                messages::Tool::Bash(_) => {
                     if parsed.bash.is_some() {
                         return Err(invalid(&param, "only one bash tool may be given"));
                     }
                     parsed.bash = Some(Bash { hosted: None });
                 }
-                None | Some("custom") => {
-                    parsed
-                        .functions
-                        .push(Function::read(tool, &param, "input_schema")?)
+                messages::Tool::Custom(tool) => {
+                    parsed.functions.push(Function::from_custom(tool, &param)?)
                 }
-                Some(other) => {
+                messages::Tool::Unknown(_) => {
                     return Err(invalid(
                         &format!("{param}.type"),
                         format!(
-                            "tool type '{other}' is not supported here; use a tool with an \
+                            "tool type '{}' is not supported here; use a tool with an \
                              input_schema, 'openrouter:shell', 'openrouter:bash' or \
-                             'bash_20250124'"
+                             'bash_20250124'",
+                            tool.kind().unwrap_or_default()
                         ),
                     ))
                 }
@@ -493,24 +469,6 @@ fn environment(
     }
 }
 
-/// A Messages request's OpenRouter tool in its typed shape (a wrong field
-/// is a 400 naming it under `param`).
-fn openrouter_tool(tool: &Value, param: &str) -> Result<wire::OpenRouterTool, RequestError> {
-    let mut tool = tool.clone();
-    if let Some(object) = tool.as_object_mut() {
-        object.remove("type");
-    }
-    wire::from_value(tool).map_err(|e| {
-        let inner = e.param.trim_start_matches('.');
-        let param = if inner.is_empty() {
-            param.to_owned()
-        } else {
-            format!("{param}.{inner}")
-        };
-        invalid(&param, e.message)
-    })
-}
-
 /// The `parameters` of an OpenRouter server tool, checked.
 struct OpenRouterTool {
     engine: String,
@@ -638,6 +596,19 @@ mod tests {
         assert_eq!(local.shell, Some(Environment::Local { skills: vec![] }));
     }
 
+    /// A Messages request's `tools` as the server reads them: typed (a
+    /// wrong shape refused there), then checked.
+    fn messages_tools(tools: &[Value]) -> Result<Tools, RequestError> {
+        let typed: Vec<messages::Tool> =
+            shellgate_wire::param::parse(&Value::Array(tools.to_vec())).map_err(|e| {
+                RequestError {
+                    param: format!("tools{}", e.param),
+                    message: e.message,
+                }
+            })?;
+        Tools::parse_messages(&typed)
+    }
+
     #[test]
     fn openrouter_tools_are_read_with_their_parameters() {
         let tools = Tools::parse(&typed(&[json!({
@@ -650,7 +621,7 @@ mod tests {
         assert_eq!(tools.sleep_after_seconds, Some(60));
         assert!(tools.hosted(SHELL));
         // Anthropic's shapes: a user tool, the client's bash, the hosted bash.
-        let messages = Tools::parse_messages(&[
+        let messages = messages_tools(&[
             json!({"name": "lookup", "input_schema": {"type": "object"}}),
             json!({"type": "bash_20250124", "name": "bash"}),
         ])
@@ -658,7 +629,7 @@ mod tests {
         assert_eq!(messages.functions[0].name, "lookup");
         assert_eq!(messages.bash, Some(Bash { hosted: None }));
         assert!(!messages.hosted(BASH));
-        let hosted = Tools::parse_messages(&[
+        let hosted = messages_tools(&[
             json!({"type": "openrouter:bash", "parameters": {"engine": "openrouter"}}),
             json!({"type": "openrouter:shell"}),
         ])
@@ -682,8 +653,31 @@ mod tests {
             } else {
                 vec![bad.clone()]
             };
-            assert!(Tools::parse_messages(&tools).is_err(), "{bad}");
+            assert!(messages_tools(&tools).is_err(), "{bad}");
         }
+        // Each refusal names its field.
+        let param = |tool: Value| messages_tools(&[tool]).unwrap_err().param;
+        assert_eq!(
+            param(json!({"type": "openrouter:bash", "parameters": {"engine": "elsewhere"}})),
+            "tools[0].parameters.engine"
+        );
+        assert_eq!(
+            param(json!({"type": "openrouter:shell", "parameters": {"engine": "native"}})),
+            "tools[0].parameters.engine"
+        );
+        assert_eq!(
+            param(json!({"type": "openrouter:shell", "parameters": {"sleep_after_seconds": 0}})),
+            "tools[0].parameters.sleep_after_seconds"
+        );
+        assert_eq!(
+            param(json!({"type": "web_search_20250305", "name": "w"})),
+            "tools[0].type"
+        );
+        assert_eq!(param(json!({"name": "no_schema"})), "tools[0].input_schema");
+        assert_eq!(
+            param(json!({"name": "a b", "input_schema": {}})),
+            "tools[0].name"
+        );
         assert!(valid_reference(&"a".repeat(40)) && !valid_reference(&"a".repeat(41)));
         assert!(!valid_reference("has space"));
     }

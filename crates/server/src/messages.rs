@@ -24,7 +24,14 @@
 //! The response's `container` names the container; `usage` adds
 //! `sandbox_seconds` and `server_tool_cost`. Errors use Anthropic's
 //! envelope (`{"type": "error", "error": {"type", "message"}}`).
+//!
+//! Everything on the wire is typed (`shellgate_wire::messages`): the body
+//! is deserialized into a `CreateMessage` (a field of the wrong type, or a
+//! key it does not have, is a 400 naming it), its blocks become the loop's
+//! items (`shellgate_wire::responses::Item`) once, in [`conversation`], and
+//! the loop's output items become blocks once, in [`blocks`].
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::Arc;
 
@@ -33,10 +40,21 @@ use axum::http::StatusCode;
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 use shellgate_model::run::{self, Outcome, Sandbox, Status};
 use shellgate_model::tools::{Tools, BASH, SHELL};
 use shellgate_model::upstream::ToolChoice;
+use shellgate_wire::messages::{
+    self as wire, BashResult, BashToolInput, BashToolResultBlock, BashToolResultContent,
+    ContentBlock, CreateMessage, Delta, ErrorKind, ErrorObject, ErrorResponse, MessageParam, Role,
+    ShellToolInput, ShellToolResultBlock, StopReason, StreamEvent, TextOrBlocks, ToolUseBlock,
+};
+use shellgate_wire::responses::{
+    ContentPart, FunctionCall, FunctionCallOutput, InputText, Item, ItemStatus,
+    Message as ItemMessage, OpenRouterBash, OpenRouterBashAction, OpenRouterShell,
+    OpenRouterShellAction, OutputText, Role as ItemRole, ShellOutcome, ShellResult, TextOrJson,
+    ToolOutput,
+};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::StreamExt;
 
@@ -45,38 +63,18 @@ use crate::hosted::HostedShell;
 use crate::http::{ApiJson, Project};
 use crate::{new_id, AppState};
 
-/// The top-level fields a Messages request may have.
-const FIELDS: &[&str] = &[
-    "model",
-    "max_tokens",
-    "messages",
-    "system",
-    "tools",
-    "tool_choice",
-    "stream",
-    "metadata",
-    "temperature",
-    "top_p",
-    "top_k",
-    "stop_sequences",
-    "service_tier",
-    "thinking",
-    // OpenRouter's stable session id (seeds/004).
-    "session_id",
-];
-
 /// An error in Anthropic's envelope, with the status the SDK maps to its
 /// exception classes.
 fn anthropic_error(error: ApiError) -> Response {
     let kind = match error.status.as_u16() {
-        400 | 415 | 422 => "invalid_request_error",
-        401 => "authentication_error",
-        403 => "permission_error",
-        404 => "not_found_error",
-        413 => "request_too_large",
-        429 => "rate_limit_error",
-        529 => "overloaded_error",
-        _ => "api_error",
+        400 | 415 | 422 => ErrorKind::InvalidRequestError,
+        401 => ErrorKind::AuthenticationError,
+        403 => ErrorKind::PermissionError,
+        404 => ErrorKind::NotFoundError,
+        413 => ErrorKind::RequestTooLarge,
+        429 => ErrorKind::RateLimitError,
+        529 => ErrorKind::OverloadedError,
+        _ => ErrorKind::ApiError,
     };
     let message = match &error.param {
         Some(param) if !error.message.contains(param.as_str()) => {
@@ -84,11 +82,7 @@ fn anthropic_error(error: ApiError) -> Response {
         }
         _ => error.message.clone(),
     };
-    let mut response = (
-        error.status,
-        Json(json!({"type": "error", "error": {"type": kind, "message": message}})),
-    )
-        .into_response();
+    let mut response = (error.status, Json(ErrorResponse::new(kind, message))).into_response();
     if let Some(seconds) = error.retry_after {
         if let Ok(value) = axum::http::HeaderValue::from_str(&seconds.to_string()) {
             response
@@ -111,6 +105,8 @@ struct Prepared {
     request: run::Request,
     upstream: Arc<dyn shellgate_model::upstream::Upstream>,
     sandbox: Option<Arc<HostedShell>>,
+    /// How long the run may take in all.
+    deadline: std::time::Duration,
 }
 
 pub async fn create(
@@ -121,12 +117,15 @@ pub async fn create(
     let prepared = async {
         let project = project?;
         let ApiJson(body) = body?;
-        let stream = match body.get("stream") {
-            None | Some(Value::Null) => false,
-            Some(Value::Bool(stream)) => *stream,
-            Some(_) => return Err(invalid("stream", "stream must be true or false")),
-        };
-        Ok((prepare(&state, &project, &body).await?, stream))
+        if !body.is_object() {
+            return Err(ApiError::bad_request(
+                "The request body must be a JSON object.",
+            ));
+        }
+        let request: CreateMessage =
+            shellgate_wire::param::parse(&body).map_err(|e| invalid(&e.param, e.message))?;
+        let stream = request.stream.unwrap_or(false);
+        Ok((prepare(&state, &project, request).await?, stream))
     }
     .await;
     let (prepared, stream) = match prepared {
@@ -146,85 +145,51 @@ pub async fn create(
     }
 }
 
+/// The cross-field and range checks a deserialized request still needs,
+/// and the loop's request it becomes.
 async fn prepare(
     state: &Arc<AppState>,
     project: &Project,
-    body: &Value,
+    body: CreateMessage,
 ) -> Result<Prepared, ApiError> {
-    let Some(object) = body.as_object() else {
-        return Err(ApiError::bad_request(
-            "The request body must be a JSON object.",
-        ));
-    };
-    if let Some(unknown) = object.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+    let (model, upstream) = crate::responses::upstream_for(state, Some(&body.model))?;
+    if body.max_tokens == 0 {
         return Err(invalid(
-            unknown,
-            format!("{unknown}: Extra inputs are not permitted"),
+            "max_tokens",
+            "max_tokens: a positive whole number is required",
         ));
     }
-    let (model, upstream) = crate::responses::model_and_upstream(state, body)?;
-    let max_tokens = body
-        .get("max_tokens")
-        .and_then(Value::as_u64)
-        .filter(|n| *n >= 1 && *n <= u64::from(u32::MAX))
-        .ok_or_else(|| {
-            invalid(
-                "max_tokens",
-                "max_tokens: a positive whole number is required",
-            )
-        })? as u32;
-    use crate::responses::number;
-    let temperature = number(body, "temperature")?;
-    let top_p = number(body, "top_p")?;
     // Parameters the upstream protocols here cannot pass on are refused,
     // not silently dropped.
-    if number(body, "top_k")?.is_some() {
+    if body.top_k.is_some() {
         return Err(invalid("top_k", "top_k is not supported by this server"));
     }
-    match body.get("stop_sequences") {
-        None | Some(Value::Null) => {}
-        Some(Value::Array(list)) if list.is_empty() => {}
-        Some(_) => {
-            return Err(invalid(
-                "stop_sequences",
-                "stop_sequences is not supported by this server",
-            ))
-        }
-    }
-    match body.get("thinking") {
-        None | Some(Value::Null) => {}
-        Some(thinking) if thinking.get("type") == Some(&json!("disabled")) => {}
-        Some(_) => {
-            return Err(invalid(
-                "thinking",
-                "extended thinking is not supported by this server",
-            ))
-        }
+    if body.stop_sequences.as_ref().is_some_and(|s| !s.is_empty()) {
+        return Err(invalid(
+            "stop_sequences",
+            "stop_sequences is not supported by this server",
+        ));
     }
     if !matches!(
-        body.get("metadata"),
-        None | Some(Value::Null) | Some(Value::Object(_))
+        body.thinking,
+        None | Some(wire::ThinkingConfig::Disabled {})
     ) {
-        return Err(invalid("metadata", "metadata must be an object"));
+        return Err(invalid(
+            "thinking",
+            "extended thinking is not supported by this server",
+        ));
     }
-    let instructions = system_text(body.get("system"))?;
-    let tools = match body.get("tools") {
-        None | Some(Value::Null) => Tools::default(),
-        Some(Value::Array(tools)) => {
-            Tools::parse_messages(tools).map_err(|e| invalid(&e.param, e.message))?
-        }
-        Some(_) => return Err(invalid("tools", "tools must be an array")),
+    let instructions = system_text(body.system.as_ref())?;
+    let tools = match &body.tools {
+        None => Tools::default(),
+        Some(tools) => Tools::parse_messages(tools).map_err(|e| invalid(&e.param, e.message))?,
     };
-    let (tool_choice, parallel) = tool_choice(&tools, body.get("tool_choice"))?;
-    let items = conversation(body.get("messages"))?;
-    // Until the Messages API is typed (typed-messages): its items typed for
-    // the guard and the container's reuse, JSON again for the loop.
-    let items = crate::responses::typed_items(items, "messages")?;
+    let (tool_choice, parallel) = tool_choice(&tools, body.tool_choice.as_ref())?;
+    let items = conversation(&body.messages)?;
     let (items, instructions, tools) =
         crate::guardrails::guard_request(state, &project.0, items, instructions, tools).await?;
     let id = new_id("msg_");
-    let session = body.get("session_id").and_then(Value::as_str);
-    let reuse = crate::hosted::Reuse::pick(&tools, session, &items);
+    let reuse = crate::hosted::Reuse::pick(&tools, body.session_id.as_deref(), &items);
     let hosted = crate::hosted::prepare(state, &project.0, &tools, reuse, &id).await?;
     Ok(Prepared {
         id,
@@ -237,9 +202,9 @@ async fn prepare(
             tools,
             tool_choice,
             max_tool_calls: run::MAX_TOOL_CALLS,
-            temperature,
-            top_p,
-            max_output_tokens: Some(max_tokens),
+            temperature: body.temperature,
+            top_p: body.top_p,
+            max_output_tokens: Some(body.max_tokens),
             parallel_tool_calls: parallel,
             environment_description: hosted.description,
             output_guardrail: state
@@ -250,33 +215,27 @@ async fn prepare(
         },
         upstream,
         sandbox: hosted.sandbox,
+        deadline: std::time::Duration::from_secs(state.config.response_timeout_secs),
     })
 }
 
 /// The text of `system`: a string or text blocks.
-fn system_text(system: Option<&Value>) -> Result<Option<String>, ApiError> {
+fn system_text(system: Option<&TextOrBlocks>) -> Result<Option<String>, ApiError> {
     match system {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(text)) => Ok(Some(text.clone())),
-        Some(Value::Array(blocks)) => blocks
+        None => Ok(None),
+        Some(TextOrBlocks::Text(text)) => Ok(Some(text.clone())),
+        Some(TextOrBlocks::Blocks(blocks)) => blocks
             .iter()
             .enumerate()
-            .map(|(index, block)| {
-                block
-                    .get("text")
-                    .and_then(Value::as_str)
-                    .filter(|_| block.get("type") == Some(&json!("text")))
-                    .map(str::to_owned)
-                    .ok_or_else(|| {
-                        invalid(
-                            &format!("system[{index}]"),
-                            "system blocks must be text blocks",
-                        )
-                    })
+            .map(|(index, block)| match block {
+                ContentBlock::Text(text) => Ok(text.text.clone()),
+                _ => Err(invalid(
+                    &format!("system[{index}]"),
+                    "system blocks must be text blocks",
+                )),
             })
             .collect::<Result<Vec<_>, _>>()
             .map(|texts| Some(texts.join("\n"))),
-        Some(_) => Err(invalid("system", "system must be a string or text blocks")),
     }
 }
 
@@ -284,34 +243,21 @@ fn system_text(system: Option<&Value>) -> Result<Option<String>, ApiError> {
 /// `disable_parallel_tool_use`) as the loop's choice.
 fn tool_choice(
     tools: &Tools,
-    choice: Option<&Value>,
+    choice: Option<&wire::ToolChoice>,
 ) -> Result<(ToolChoice, Option<bool>), ApiError> {
-    let Some(choice) = choice.filter(|c| !c.is_null()) else {
+    let Some(choice) = choice else {
         return Ok((ToolChoice::Auto, None));
     };
-    let parallel = match choice.get("disable_parallel_tool_use") {
-        None | Some(Value::Null) => None,
-        Some(Value::Bool(disabled)) => Some(!disabled),
-        Some(_) => {
-            return Err(invalid(
-                "tool_choice.disable_parallel_tool_use",
-                "disable_parallel_tool_use must be true or false",
-            ))
-        }
-    };
-    let kind = match choice.get("type").and_then(Value::as_str) {
-        Some("auto") => ToolChoice::Auto,
-        Some("any") => ToolChoice::Required,
-        Some("none") => ToolChoice::None,
-        Some("tool") => {
-            let name = choice
-                .get("name")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let present = match name {
+    let parallel = choice.disable_parallel_tool_use().map(|disabled| !disabled);
+    let kind = match choice {
+        wire::ToolChoice::Auto(_) => ToolChoice::Auto,
+        wire::ToolChoice::Any(_) => ToolChoice::Required,
+        wire::ToolChoice::None {} => ToolChoice::None,
+        wire::ToolChoice::Tool { name, .. } => {
+            let present = match name.as_str() {
                 SHELL => tools.shell.is_some(),
                 BASH => tools.bash.is_some(),
-                _ => tools.functions.iter().any(|f| f.name == name),
+                _ => tools.functions.iter().any(|f| &f.name == name),
             };
             if !present {
                 return Err(invalid(
@@ -319,259 +265,333 @@ fn tool_choice(
                     format!("tool_choice names '{name}', which is not among the tools"),
                 ));
             }
-            ToolChoice::Named(name.to_owned())
-        }
-        _ => {
-            return Err(invalid(
-                "tool_choice.type",
-                "tool_choice.type must be 'auto', 'any', 'tool' or 'none'",
-            ))
+            ToolChoice::Named(name.clone())
         }
     };
     Ok((kind, parallel))
 }
 
 /// The text of a `tool_result`'s `content`: a string or blocks.
-fn result_text(content: Option<&Value>) -> String {
+fn result_text(content: Option<&TextOrBlocks>) -> String {
     match content {
-        Some(Value::String(text)) => text.clone(),
-        Some(Value::Array(blocks)) => blocks
+        Some(TextOrBlocks::Text(text)) => text.clone(),
+        Some(TextOrBlocks::Blocks(blocks)) => blocks
             .iter()
-            .map(|block| match block.get("type").and_then(Value::as_str) {
-                Some("text") => block["text"].as_str().unwrap_or_default().to_owned(),
-                Some("image") => "[an image was attached; it cannot be shown]".to_owned(),
+            .map(|block| match block {
+                ContentBlock::Text(text) => text.text.clone(),
+                ContentBlock::Image(_) => "[an image was attached; it cannot be shown]".to_owned(),
                 _ => String::new(),
             })
             .collect::<Vec<_>>()
             .join("\n"),
-        _ => String::new(),
+        None => String::new(),
     }
 }
 
-/// The conversation of `messages`, as the loop's items (Responses API
-/// items, the loop's own language).
-fn conversation(messages: Option<&Value>) -> Result<Vec<Value>, ApiError> {
-    let Some(messages) = messages.and_then(Value::as_array).filter(|m| !m.is_empty()) else {
+/// `value`, which must not be empty (an id), or a 400 naming it.
+fn required(value: &str, param: &str, key: &str) -> Result<String, ApiError> {
+    if value.is_empty() {
+        return Err(invalid(
+            &format!("{param}.{key}"),
+            format!("{key}: Field required"),
+        ));
+    }
+    Ok(value.to_owned())
+}
+
+/// A text part of a message of `role`, as the loop's items write it.
+fn text_part(role: Role, text: String) -> ContentPart {
+    match role {
+        Role::Assistant => ContentPart::OutputText(OutputText {
+            text,
+            annotations: None,
+            extra: Default::default(),
+        }),
+        Role::User => ContentPart::InputText(InputText {
+            text,
+            extra: Default::default(),
+        }),
+    }
+}
+
+/// The conversation of `messages`, as the loop's items: text (and what
+/// stands for an image or a document) becomes messages, `tool_use` and
+/// `tool_result` function calls and their outputs, a server tool's call
+/// and result block the one item they were.
+fn conversation(messages: &[MessageParam]) -> Result<Vec<Item>, ApiError> {
+    if messages.is_empty() {
         return Err(invalid(
             "messages",
             "messages: a non-empty array is required",
         ));
-    };
+    }
     let mut items = Vec::new();
     // Server tool calls, by id, until their result block comes.
-    let mut calls: Map<String, Value> = Map::new();
+    let mut calls: HashMap<String, ToolUseBlock> = HashMap::new();
     for (index, message) in messages.iter().enumerate() {
         let param = format!("messages[{index}]");
-        let role = match message.get("role").and_then(Value::as_str) {
-            Some(role @ ("user" | "assistant")) => role,
-            _ => {
-                return Err(invalid(
-                    &format!("{param}.role"),
-                    "role must be 'user' or 'assistant'",
-                ))
-            }
+        let role = message.role;
+        let role_name = match role {
+            Role::User => "user",
+            Role::Assistant => "assistant",
         };
-        let text_kind = if role == "assistant" {
-            "output_text"
-        } else {
-            "input_text"
-        };
-        let blocks = match message.get("content") {
-            Some(Value::String(text)) => vec![json!({"type": "text", "text": text})],
-            Some(Value::Array(blocks)) => blocks.clone(),
-            _ => {
-                return Err(invalid(
-                    &format!("{param}.content"),
-                    "content must be a string or an array of content blocks",
-                ))
-            }
-        };
-        let mut texts: Vec<Value> = Vec::new();
-        let flush = |texts: &mut Vec<Value>, items: &mut Vec<Value>| {
-            if !texts.is_empty() {
-                items.push(json!({
-                    "type": "message",
-                    "role": role,
-                    "content": std::mem::take(texts),
+        let mut parts: Vec<ContentPart> = Vec::new();
+        let flush = |parts: &mut Vec<ContentPart>, items: &mut Vec<Item>| {
+            if !parts.is_empty() {
+                items.push(Item::Message(ItemMessage {
+                    id: None,
+                    role: match role {
+                        Role::User => ItemRole::User,
+                        Role::Assistant => ItemRole::Assistant,
+                    },
+                    status: None,
+                    content: shellgate_wire::responses::MessageContent::Parts(std::mem::take(
+                        parts,
+                    )),
+                    extra: Default::default(),
                 }));
             }
         };
-        for (position, block) in blocks.iter().enumerate() {
+        for (position, block) in message
+            .content
+            .clone()
+            .into_blocks()
+            .into_iter()
+            .enumerate()
+        {
             let param = format!("{param}.content[{position}]");
-            let kind = block
-                .get("type")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let id = |key: &str| -> Result<String, ApiError> {
-                block
-                    .get(key)
-                    .and_then(Value::as_str)
-                    .filter(|id| !id.is_empty())
-                    .map(str::to_owned)
-                    .ok_or_else(|| {
-                        invalid(&format!("{param}.{key}"), format!("{key}: Field required"))
-                    })
-            };
-            match kind {
-                "text" => texts.push(json!({
-                    "type": text_kind,
-                    "text": block.get("text").and_then(Value::as_str).unwrap_or_default(),
-                })),
-                "image" | "document" => texts.push(json!({
-                    "type": text_kind,
-                    "text": format!("[{kind} attached; it cannot be shown]"),
-                })),
-                "thinking" | "redacted_thinking" => {}
-                "tool_use" if role == "assistant" => {
-                    flush(&mut texts, &mut items);
-                    let name = block
-                        .get("name")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default();
-                    items.push(json!({
-                        "type": "function_call",
-                        "call_id": id("id")?,
-                        "name": name,
-                        "arguments": block.get("input").cloned().unwrap_or(json!({})).to_string(),
-                        "status": "completed",
+            match block {
+                ContentBlock::Text(text) => parts.push(text_part(role, text.text)),
+                ContentBlock::Image(_) => parts.push(text_part(
+                    role,
+                    "[image attached; it cannot be shown]".to_owned(),
+                )),
+                ContentBlock::Document(_) => parts.push(text_part(
+                    role,
+                    "[document attached; it cannot be shown]".to_owned(),
+                )),
+                ContentBlock::Thinking(_) | ContentBlock::RedactedThinking(_) => {}
+                ContentBlock::ToolUse(call) if role == Role::Assistant => {
+                    flush(&mut parts, &mut items);
+                    items.push(Item::FunctionCall(FunctionCall {
+                        id: None,
+                        call_id: Some(required(&call.id, &param, "id")?),
+                        name: call.name,
+                        arguments: Value::Object(call.input).to_string(),
+                        status: Some(ItemStatus::Completed),
+                        extra: Default::default(),
                     }));
                 }
-                "server_tool_use" if role == "assistant" => {
-                    flush(&mut texts, &mut items);
-                    calls.insert(id("id")?, block.clone());
+                ContentBlock::ServerToolUse(call) if role == Role::Assistant => {
+                    flush(&mut parts, &mut items);
+                    calls.insert(required(&call.id, &param, "id")?, call);
                 }
-                "openrouter_shell_tool_result" | "bash_code_execution_tool_result" => {
-                    flush(&mut texts, &mut items);
-                    let call_id = id("tool_use_id")?;
-                    let call = calls.remove(&call_id).unwrap_or(Value::Null);
-                    let container = block.get("container_id").cloned().unwrap_or(Value::Null);
-                    items.push(if kind == "openrouter_shell_tool_result" {
-                        json!({
-                            "type": "openrouter:shell",
-                            "call_id": call_id,
-                            "container_id": container,
-                            "action": {"commands": call.pointer("/input/commands").cloned().unwrap_or(json!([]))},
-                            "output": block.get("content").cloned().unwrap_or(json!([])),
-                            "status": "completed",
-                        })
-                    } else {
-                        let content = block.get("content").cloned().unwrap_or(json!({}));
-                        json!({
-                            "type": "openrouter:bash",
-                            "call_id": call_id,
-                            "container_id": container,
-                            "action": {
-                                "command": call.pointer("/input/command").cloned().unwrap_or(json!("")),
-                                "restart": call.pointer("/input/restart").cloned().unwrap_or(json!(false)),
-                            },
-                            "output": {
-                                "stdout": content.get("stdout").cloned().unwrap_or(json!("")),
-                                "stderr": content.get("stderr").cloned().unwrap_or(json!("")),
-                                "outcome": {"type": "exit", "exit_code": content.get("return_code").cloned().unwrap_or(Value::Null)},
-                            },
-                            "status": "completed",
-                        })
-                    });
+                ContentBlock::OpenrouterShellToolResult(result) => {
+                    flush(&mut parts, &mut items);
+                    let call_id = required(&result.tool_use_id, &param, "tool_use_id")?;
+                    let input: ShellToolInput = calls
+                        .remove(&call_id)
+                        .and_then(|call| call.input_as())
+                        .unwrap_or_default();
+                    items.push(Item::OpenRouterShell(OpenRouterShell {
+                        id: None,
+                        call_id: Some(call_id),
+                        container_id: result.container_id,
+                        action: OpenRouterShellAction {
+                            commands: input.commands,
+                            extra: Default::default(),
+                        },
+                        output: result.content,
+                        status: Some(ItemStatus::Completed),
+                        extra: Default::default(),
+                    }));
                 }
-                "tool_result" if role == "user" => {
-                    flush(&mut texts, &mut items);
-                    let mut output = result_text(block.get("content"));
-                    if block.get("is_error") == Some(&json!(true)) {
+                ContentBlock::BashCodeExecutionToolResult(result) => {
+                    flush(&mut parts, &mut items);
+                    let call_id = required(&result.tool_use_id, &param, "tool_use_id")?;
+                    let input: BashToolInput = calls
+                        .remove(&call_id)
+                        .and_then(|call| call.input_as())
+                        .unwrap_or_default();
+                    let (stdout, stderr, exit_code) = match result.content {
+                        BashToolResultContent::BashCodeExecutionResult(done) => {
+                            (done.stdout, done.stderr, done.return_code)
+                        }
+                        BashToolResultContent::BashCodeExecutionToolResultError(_) => {
+                            (String::new(), String::new(), None)
+                        }
+                    };
+                    items.push(Item::OpenRouterBash(OpenRouterBash {
+                        id: None,
+                        call_id: Some(call_id),
+                        container_id: result.container_id,
+                        action: OpenRouterBashAction {
+                            command: input.command.unwrap_or_default(),
+                            restart: input.restart.unwrap_or(false),
+                            extra: Default::default(),
+                        },
+                        output: Some(ShellResult {
+                            stdout: TextOrJson::Text(stdout),
+                            stderr: TextOrJson::Text(stderr),
+                            outcome: Some(ShellOutcome::Exit {
+                                exit_code,
+                                extra: Default::default(),
+                            }),
+                            extra: Default::default(),
+                        }),
+                        status: Some(ItemStatus::Completed),
+                        extra: Default::default(),
+                    }));
+                }
+                ContentBlock::ToolResult(result) if role == Role::User => {
+                    flush(&mut parts, &mut items);
+                    let mut output = result_text(result.content.as_ref());
+                    if result.is_error == Some(true) {
                         output = format!("Error: {output}");
                     }
-                    items.push(json!({
-                        "type": "function_call_output",
-                        "call_id": id("tool_use_id")?,
-                        "output": output,
+                    items.push(Item::FunctionCallOutput(FunctionCallOutput {
+                        id: None,
+                        call_id: Some(required(&result.tool_use_id, &param, "tool_use_id")?),
+                        output: ToolOutput::Text(output),
+                        status: None,
+                        extra: Default::default(),
                     }));
                 }
                 other => {
                     return Err(invalid(
                         &format!("{param}.type"),
-                        format!("a {role} message cannot hold a '{other}' block here"),
+                        format!(
+                            "a {role_name} message cannot hold a '{}' block here",
+                            other.kind()
+                        ),
                     ))
                 }
             }
         }
-        flush(&mut texts, &mut items);
+        flush(&mut parts, &mut items);
     }
     Ok(items)
 }
 
 /// The exit code a command's outcome stands for (a timeout: 124, as
 /// `timeout(1)` reports it).
-fn return_code(outcome: &Value) -> Value {
-    match outcome.get("type").and_then(Value::as_str) {
-        Some("timeout") => json!(124),
-        _ => outcome.get("exit_code").cloned().unwrap_or(Value::Null),
+fn return_code(outcome: Option<&ShellOutcome>) -> Option<i64> {
+    match outcome {
+        Some(ShellOutcome::Timeout { .. }) => Some(124),
+        Some(ShellOutcome::Exit { exit_code, .. }) => *exit_code,
+        None => None,
     }
 }
 
+/// A command's stdout or stderr as text (JSON, as written, if a client
+/// replayed something else there).
+fn text_of(output: &TextOrJson) -> String {
+    match output {
+        TextOrJson::Text(text) => text.clone(),
+        TextOrJson::Json(value) => value.to_string(),
+    }
+}
+
+/// The text of an output message: its text and refusal parts.
+fn message_text(message: &ItemMessage) -> String {
+    match &message.content {
+        shellgate_wire::responses::MessageContent::Text(text) => text.clone(),
+        shellgate_wire::responses::MessageContent::Parts(parts) => parts
+            .iter()
+            .filter_map(|part| match part {
+                ContentPart::OutputText(p) => Some(p.text.clone()),
+                ContentPart::InputText(p) => Some(p.text.clone()),
+                ContentPart::Refusal(p) => Some(p.refusal.clone()),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+    }
+}
+
+/// A server tool's call block.
+fn server_call(call_id: &str, name: &str, input: serde_json::Map<String, Value>) -> ContentBlock {
+    ContentBlock::ServerToolUse(ToolUseBlock {
+        id: call_id.to_owned(),
+        name: name.to_owned(),
+        input,
+        extra: Default::default(),
+    })
+}
+
 /// The content blocks an output item of the loop becomes.
-fn blocks(item: &Value) -> Vec<Value> {
-    let call_id = item["call_id"].clone();
-    match item["type"].as_str().unwrap_or_default() {
-        "message" => {
-            // until the server is typed (typed-loop, step 3)
-            let text = item
-                .get("content")
-                .cloned()
-                .and_then(|content| serde_json::from_value(content).ok())
-                .map(|content| shellgate_model::conversation::content_text(&content))
-                .unwrap_or_default();
+fn blocks(item: &Item) -> Vec<ContentBlock> {
+    match item {
+        Item::Message(message) => {
+            let text = message_text(message);
             if text.is_empty() {
                 Vec::new()
             } else {
-                vec![json!({"type": "text", "text": text})]
+                vec![ContentBlock::text(text)]
             }
         }
-        "function_call" => {
-            let input: Value = item["arguments"]
-                .as_str()
-                .and_then(|a| serde_json::from_str(a).ok())
-                .filter(Value::is_object)
-                .unwrap_or(json!({}));
-            vec![json!({"type": "tool_use", "id": call_id, "name": item["name"], "input": input})]
-        }
-        "openrouter:shell" => vec![
-            json!({
-                "type": "server_tool_use",
-                "id": call_id,
-                "name": "shell",
-                "input": {"commands": item["action"]["commands"]},
-            }),
-            json!({
-                "type": "openrouter_shell_tool_result",
-                "tool_use_id": call_id,
-                "container_id": item["container_id"],
-                "content": item["output"],
-            }),
-        ],
-        "openrouter:bash" => {
-            let input = if item["action"]["restart"] == json!(true) {
-                json!({"restart": true})
-            } else {
-                json!({"command": item["action"]["command"]})
+        Item::FunctionCall(call) => {
+            let input = match serde_json::from_str(&call.arguments) {
+                Ok(Value::Object(input)) => input,
+                _ => Default::default(),
             };
-            let output = &item["output"];
+            vec![ContentBlock::ToolUse(ToolUseBlock {
+                id: call.call_id.clone().unwrap_or_default(),
+                name: call.name.clone(),
+                input,
+                extra: Default::default(),
+            })]
+        }
+        Item::OpenRouterShell(shell) => {
+            let call_id = shell.call_id.clone().unwrap_or_default();
+            let input = ShellToolInput {
+                commands: shell.action.commands.clone(),
+            };
             vec![
-                json!({
-                    "type": "server_tool_use",
-                    "id": call_id,
-                    "name": "bash_code_execution",
-                    "input": input,
+                server_call(&call_id, "shell", wire::input_of(&input)),
+                ContentBlock::OpenrouterShellToolResult(ShellToolResultBlock {
+                    tool_use_id: call_id,
+                    container_id: shell.container_id.clone(),
+                    content: shell.output.clone(),
+                    extra: Default::default(),
                 }),
-                json!({
-                    "type": "bash_code_execution_tool_result",
-                    "tool_use_id": call_id,
-                    "container_id": item["container_id"],
-                    "content": {
-                        "type": "bash_code_execution_result",
-                        "stdout": output["stdout"],
-                        "stderr": output["stderr"],
-                        "return_code": return_code(&output["outcome"]),
-                        "content": [],
-                    },
+            ]
+        }
+        Item::OpenRouterBash(bash) => {
+            let call_id = bash.call_id.clone().unwrap_or_default();
+            let input = if bash.action.restart {
+                BashToolInput {
+                    command: None,
+                    restart: Some(true),
+                }
+            } else {
+                BashToolInput {
+                    command: Some(bash.action.command.clone()),
+                    restart: None,
+                }
+            };
+            let (stdout, stderr, outcome) = match &bash.output {
+                Some(output) => (
+                    text_of(&output.stdout),
+                    text_of(&output.stderr),
+                    output.outcome.as_ref(),
+                ),
+                // Still running (a call's block, given before its result).
+                None => (String::new(), String::new(), None),
+            };
+            vec![
+                server_call(&call_id, "bash_code_execution", wire::input_of(&input)),
+                ContentBlock::BashCodeExecutionToolResult(BashToolResultBlock {
+                    tool_use_id: call_id,
+                    container_id: bash.container_id.clone(),
+                    content: BashToolResultContent::BashCodeExecutionResult(BashResult {
+                        return_code: return_code(outcome),
+                        stdout,
+                        stderr,
+                        content: Vec::new(),
+                        extra: Default::default(),
+                    }),
+                    extra: Default::default(),
                 }),
             ]
         }
@@ -580,29 +600,31 @@ fn blocks(item: &Value) -> Vec<Value> {
 }
 
 /// Why the model stopped, in Anthropic's words.
-fn stop_reason(outcome: &Outcome) -> &'static str {
+fn stop_reason(outcome: &Outcome, output: &[Item]) -> StopReason {
     match &outcome.status {
-        Status::Incomplete("max_output_tokens") => "max_tokens",
-        Status::Incomplete("content_filter") => "refusal",
+        Status::Incomplete("max_output_tokens") => StopReason::MaxTokens,
+        Status::Incomplete("content_filter") => StopReason::Refusal,
         // The server tools' calls reached their limit: the client may
         // send the conversation again to go on.
-        Status::Incomplete(_) => "pause_turn",
+        Status::Incomplete(_) => StopReason::PauseTurn,
         // A call for the client ends the loop: whatever else ran in the same
         // turn, the client has a tool_use to answer.
-        _ if outcome
-            .output
+        _ if output
             .iter()
-            .any(|item| matches!(item, shellgate_wire::responses::Item::FunctionCall(_))) =>
+            .any(|item| matches!(item, Item::FunctionCall(_))) =>
         {
-            "tool_use"
+            StopReason::ToolUse
         }
-        _ => "end_turn",
+        _ => StopReason::EndTurn,
     }
 }
 
+/// Runs the loop, within the same overall deadline as a Responses API
+/// response (`response_timeout_secs`).
 async fn run_loop(prepared: &Prepared, events: Option<&run::EventSink>) -> Outcome {
     let sandbox = prepared.sandbox.as_deref().map(|s| s as &dyn Sandbox);
-    run::run(
+    crate::responses::run_within(
+        prepared.deadline,
         prepared.upstream.as_ref(),
         sandbox,
         &prepared.request,
@@ -612,28 +634,24 @@ async fn run_loop(prepared: &Prepared, events: Option<&run::EventSink>) -> Outco
 }
 
 /// The usage object: tokens, and the sandbox's seconds and cost.
-fn usage(state: &AppState, prepared: &Prepared, outcome: &Outcome) -> Value {
+fn usage(state: &AppState, prepared: &Prepared, outcome: &Outcome) -> wire::Usage {
     let seconds = prepared
         .sandbox
         .as_ref()
         .map(|s| s.billed_seconds())
         .unwrap_or(0.0);
-    json!({
-        "input_tokens": outcome.usage.input_tokens,
-        "output_tokens": outcome.usage.output_tokens,
-        "sandbox_seconds": seconds,
-        "server_tool_cost": seconds * state.config.sandbox_price_per_second,
-    })
+    wire::Usage {
+        input_tokens: outcome.usage.input_tokens,
+        output_tokens: outcome.usage.output_tokens,
+        sandbox_seconds: Some(seconds),
+        server_tool_cost: Some(seconds * state.config.sandbox_price_per_second),
+        ..Default::default()
+    }
 }
 
 /// The response's `container`: its id and when it expires.
-async fn container(state: &AppState, prepared: &Prepared) -> Value {
-    let Some(sandbox) = &prepared.sandbox else {
-        return Value::Null;
-    };
-    let Some(id) = sandbox.container_id().await else {
-        return Value::Null;
-    };
+async fn container(state: &AppState, prepared: &Prepared) -> Option<wire::Container> {
+    let id = prepared.sandbox.as_ref()?.container_id().await?;
     let (owner, key) = (prepared.project.clone(), id.clone());
     let row = state
         .db(move |s| s.container(&owner, &key))
@@ -643,7 +661,11 @@ async fn container(state: &AppState, prepared: &Prepared) -> Value {
     let expires_at = row
         .map(|r| r.last_active_at + i64::from(r.expires_minutes) * 60)
         .map(rfc3339_utc);
-    json!({"id": id, "expires_at": expires_at})
+    Some(wire::Container {
+        id,
+        expires_at,
+        extra: Default::default(),
+    })
 }
 
 /// `t` (Unix seconds) as an RFC 3339 time in UTC.
@@ -675,7 +697,7 @@ async fn finish(
     state: &AppState,
     prepared: &Prepared,
     outcome: &Outcome,
-) -> Result<Value, ApiError> {
+) -> Result<wire::Message, ApiError> {
     let (project, tokens) = (prepared.project.clone(), outcome.usage);
     if let Err(e) = state
         .db(move |s| s.record_tokens(&project, tokens.input_tokens, tokens.output_tokens))
@@ -686,24 +708,19 @@ async fn finish(
     if let Status::Failed { code, message } = &outcome.status {
         return Err(failure(code, message));
     }
-    // until the server is typed (typed-loop, step 3)
-    let content: Vec<Value> = outcome
-        .output
-        .iter()
-        .map(|item| serde_json::to_value(item).unwrap_or_default())
-        .flat_map(|item| blocks(&item))
-        .collect();
-    Ok(json!({
-        "id": prepared.id,
-        "type": "message",
-        "role": "assistant",
-        "model": prepared.model,
-        "content": content,
-        "stop_reason": stop_reason(outcome),
-        "stop_sequence": Value::Null,
-        "usage": usage(state, prepared, outcome),
-        "container": container(state, prepared).await,
-    }))
+    let output = &outcome.output;
+    Ok(wire::Message {
+        id: prepared.id.clone(),
+        kind: wire::MessageKind::Message,
+        role: wire::AssistantRole::Assistant,
+        model: prepared.model.clone(),
+        content: output.iter().flat_map(blocks).collect(),
+        stop_reason: Some(stop_reason(outcome, output)),
+        stop_sequence: None,
+        usage: usage(state, prepared, outcome),
+        container: container(state, prepared).await,
+        extra: Default::default(),
+    })
 }
 
 /// The error a failed run is: a rate limit (upstream or quota) is a 429,
@@ -717,37 +734,42 @@ fn failure(code: &str, message: &str) -> ApiError {
 }
 
 /// One SSE event in Anthropic's form: `event:` is the data's `type`.
-fn sse(data: Value) -> Event {
-    let kind = data["type"].as_str().unwrap_or("message").to_owned();
-    Event::default().event(kind).data(data.to_string())
+fn sse(event: &StreamEvent) -> Event {
+    let data = serde_json::to_string(event).unwrap_or_default();
+    Event::default().event(event.kind()).data(data)
 }
 
 /// The last events of a stream: `message_delta` and `message_stop`, or an
 /// `error`.
-fn closing_events(end: Result<Value, ApiError>) -> Vec<Event> {
+fn closing_events(end: Result<wire::Message, ApiError>) -> Vec<Event> {
     match end {
         Ok(message) => vec![
-            sse(json!({
-                "type": "message_delta",
-                "delta": {
-                    "stop_reason": message["stop_reason"],
-                    "stop_sequence": Value::Null,
-                    "container": message["container"],
+            sse(&StreamEvent::MessageDelta {
+                delta: wire::MessageDelta {
+                    stop_reason: message.stop_reason,
+                    stop_sequence: None,
+                    container: message.container,
+                    extra: Default::default(),
                 },
-                "usage": message["usage"],
-            })),
-            sse(json!({"type": "message_stop"})),
+                usage: wire::DeltaUsage {
+                    input_tokens: Some(message.usage.input_tokens),
+                    output_tokens: message.usage.output_tokens,
+                    sandbox_seconds: message.usage.sandbox_seconds,
+                    server_tool_cost: message.usage.server_tool_cost,
+                    ..Default::default()
+                },
+            }),
+            sse(&StreamEvent::MessageStop),
         ],
         Err(error) => {
             let kind = if error.status == StatusCode::TOO_MANY_REQUESTS {
-                "rate_limit_error"
+                ErrorKind::RateLimitError
             } else {
-                "api_error"
+                ErrorKind::ApiError
             };
-            vec![sse(json!({
-                "type": "error",
-                "error": {"type": kind, "message": error.message},
-            }))]
+            vec![sse(&StreamEvent::Error {
+                error: ErrorObject::new(kind, error.message),
+            })]
         }
     }
 }
@@ -762,20 +784,21 @@ fn stream_message(
     prepared: Arc<Prepared>,
 ) -> Sse<impl tokio_stream::Stream<Item = Result<Event, Infallible>>> {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Event>();
-    let _ = tx.send(sse(json!({
-        "type": "message_start",
-        "message": {
-            "id": prepared.id,
-            "type": "message",
-            "role": "assistant",
-            "model": prepared.model,
-            "content": [],
-            "stop_reason": Value::Null,
-            "stop_sequence": Value::Null,
-            "usage": {"input_tokens": 0, "output_tokens": 0},
+    let _ = tx.send(sse(&StreamEvent::MessageStart {
+        message: wire::Message {
+            id: prepared.id.clone(),
+            kind: wire::MessageKind::Message,
+            role: wire::AssistantRole::Assistant,
+            model: prepared.model.clone(),
+            content: Vec::new(),
+            stop_reason: None,
+            stop_sequence: None,
+            usage: wire::Usage::default(),
+            container: None,
+            extra: Default::default(),
         },
-    })));
-    let _ = tx.send(sse(json!({"type": "ping"})));
+    }));
+    let _ = tx.send(sse(&StreamEvent::Ping));
     let task = tokio::spawn(async move {
         let (events, mut loop_events) = tokio::sync::mpsc::unbounded_channel();
         let forward = {
@@ -784,7 +807,7 @@ fn stream_message(
                 let mut blocks = BlockIndex::default();
                 while let Some(event) = loop_events.recv().await {
                     for event in blocks.translate(event) {
-                        let _ = tx.send(event);
+                        let _ = tx.send(sse(&event));
                     }
                 }
             }
@@ -813,7 +836,7 @@ fn stream_message(
 struct BlockIndex {
     next: usize,
     /// The block each open item (by output index) streams into.
-    open: std::collections::HashMap<usize, usize>,
+    open: HashMap<usize, usize>,
 }
 
 impl BlockIndex {
@@ -822,69 +845,64 @@ impl BlockIndex {
         self.next - 1
     }
 
-    fn translate(&mut self, event: run::Event) -> Vec<Event> {
+    /// The block that opens at `index` of the output, streamed into.
+    fn open(&mut self, index: usize, content_block: ContentBlock) -> Vec<StreamEvent> {
+        let block = self.take();
+        self.open.insert(index, block);
+        vec![StreamEvent::ContentBlockStart {
+            index: block,
+            content_block,
+        }]
+    }
+
+    /// A delta of the block open at `index` of the output.
+    fn delta(&self, index: usize, delta: Delta) -> Vec<StreamEvent> {
+        match self.open.get(&index) {
+            Some(&block) => vec![StreamEvent::ContentBlockDelta {
+                index: block,
+                delta,
+            }],
+            None => Vec::new(),
+        }
+    }
+
+    fn translate(&mut self, event: run::Event) -> Vec<StreamEvent> {
         use run::Event as E;
         match event {
-            // until the server is typed (typed-loop, step 3)
-            E::ItemAdded { index, item } => {
-                let item = serde_json::to_value(&item).unwrap_or_default();
-                match item["type"].as_str().unwrap_or_default() {
-                    "message" => {
-                        let block = self.take();
-                        self.open.insert(index, block);
-                        vec![sse(json!({
-                            "type": "content_block_start",
-                            "index": block,
-                            "content_block": {"type": "text", "text": ""},
-                        }))]
-                    }
-                    "function_call" => {
-                        let block = self.take();
-                        self.open.insert(index, block);
-                        vec![sse(json!({
-                            "type": "content_block_start",
-                            "index": block,
-                            "content_block": {
-                                "type": "tool_use",
-                                "id": item["call_id"],
-                                "name": item["name"],
-                                "input": {},
-                            },
-                        }))]
-                    }
-                    // A server tool's call opens when its commands start; its
-                    // result follows when they are done.
-                    "openrouter:shell" | "openrouter:bash" => blocks(&item)
-                        .into_iter()
-                        .take(1)
-                        .flat_map(|call| self.whole(call))
-                        .collect(),
-                    _ => Vec::new(),
-                }
-            }
-            E::TextDelta { index, delta, .. } => match self.open.get(&index) {
-                Some(block) => vec![sse(json!({
-                    "type": "content_block_delta",
-                    "index": block,
-                    "delta": {"type": "text_delta", "text": delta},
-                }))],
-                None => Vec::new(),
+            E::ItemAdded { index, item } => match item {
+                Item::Message(_) => self.open(index, ContentBlock::text("")),
+                Item::FunctionCall(call) => self.open(
+                    index,
+                    ContentBlock::ToolUse(ToolUseBlock {
+                        id: call.call_id.unwrap_or_default(),
+                        name: call.name,
+                        input: Default::default(),
+                        extra: Default::default(),
+                    }),
+                ),
+                // A server tool's call opens when its commands start; its
+                // result follows when they are done.
+                item @ (Item::OpenRouterShell(_) | Item::OpenRouterBash(_)) => blocks(&item)
+                    .into_iter()
+                    .take(1)
+                    .flat_map(|call| self.whole(call))
+                    .collect(),
+                _ => Vec::new(),
             },
+            E::TextDelta { index, delta, .. } => {
+                self.delta(index, Delta::TextDelta { text: delta })
+            }
             E::Arguments {
                 index, arguments, ..
-            } => match self.open.get(&index) {
-                Some(block) => vec![sse(json!({
-                    "type": "content_block_delta",
-                    "index": block,
-                    "delta": {"type": "input_json_delta", "partial_json": arguments},
-                }))],
-                None => Vec::new(),
-            },
+            } => self.delta(
+                index,
+                Delta::InputJsonDelta {
+                    partial_json: arguments,
+                },
+            ),
             E::ItemDone { index, item } => {
-                // until the server is typed (typed-loop, step 3)
-                let item = serde_json::to_value(&item).unwrap_or_default();
                 if let Some(block) = self.open.remove(&index) {
-                    return vec![sse(json!({"type": "content_block_stop", "index": block}))];
+                    return vec![StreamEvent::ContentBlockStop { index: block }];
                 }
                 blocks(&item)
                     .into_iter()
@@ -897,26 +915,57 @@ impl BlockIndex {
     }
 
     /// A block given whole at its start (a server tool's call or result).
-    fn whole(&mut self, content: Value) -> [Event; 2] {
+    fn whole(&mut self, content_block: ContentBlock) -> [StreamEvent; 2] {
         let block = self.take();
         [
-            sse(json!({
-                "type": "content_block_start",
-                "index": block,
-                "content_block": content,
-            })),
-            sse(json!({"type": "content_block_stop", "index": block})),
+            StreamEvent::ContentBlockStart {
+                index: block,
+                content_block,
+            },
+            StreamEvent::ContentBlockStop { index: block },
         ]
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
+
+    /// `messages` read as a request's (so a block of the wrong shape fails
+    /// as it would there).
+    fn typed_conversation(messages: Value) -> Result<Vec<Item>, ApiError> {
+        let messages: Vec<MessageParam> = shellgate_wire::param::parse(&messages)
+            .map_err(|e| invalid(&format!("messages{}", e.param), e.message))?;
+        conversation(&messages)
+    }
+
+    /// The items as JSON, to look at.
+    fn conversation_of(messages: Value) -> Result<Vec<Value>, ApiError> {
+        typed_conversation(messages).map(|items| values(&items))
+    }
+    fn values(items: &[Item]) -> Vec<Value> {
+        items
+            .iter()
+            .map(|item| serde_json::to_value(item).unwrap())
+            .collect()
+    }
+
+    fn item(value: Value) -> Item {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn json_of(blocks: &[ContentBlock]) -> Vec<Value> {
+        blocks
+            .iter()
+            .map(|b| serde_json::to_value(b).unwrap())
+            .collect()
+    }
 
     #[test]
     fn a_conversation_with_every_block_becomes_items() {
-        let items = conversation(Some(&json!([
+        let typed = typed_conversation(json!([
             {"role": "user", "content": "list files"},
             {"role": "assistant", "content": [
                 {"type": "text", "text": "Looking."},
@@ -928,8 +977,9 @@ mod tests {
             {"role": "user", "content": [
                 {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "/home"}]}
             ]}
-        ])))
+        ]))
         .unwrap();
+        let items = values(&typed);
         let kinds: Vec<&str> = items.iter().map(|i| i["type"].as_str().unwrap()).collect();
         assert_eq!(
             kinds,
@@ -941,56 +991,154 @@ mod tests {
                 "function_call_output"
             ]
         );
+        assert_eq!(items[0]["content"][0]["type"], "input_text");
+        assert_eq!(items[1]["content"][0]["type"], "output_text");
         assert_eq!(items[2]["action"]["commands"], json!(["ls"]));
         assert_eq!(items[2]["container_id"], "cntr_1");
+        assert_eq!(items[2]["output"][0]["stdout"], "a\n");
         assert_eq!(items[3]["arguments"], r#"{"command":"pwd"}"#);
         assert_eq!(items[4]["output"], "/home");
         assert_eq!(
-            crate::hosted::replayed_container(
-                &crate::responses::typed_items(items.clone(), "messages").unwrap()
-            )
-            .as_deref(),
+            crate::hosted::replayed_container(&typed).as_deref(),
             Some("cntr_1")
         );
-        assert!(conversation(Some(&json!([]))).is_err());
-        assert!(conversation(Some(&json!([{"role": "system", "content": "x"}]))).is_err());
-        assert!(conversation(Some(
-            &json!([{"role": "user", "content": [{"type": "tool_use", "id": "x"}]}])
-        ))
-        .is_err());
+        // A bash server tool's call and result are the one item they were.
+        let bash = conversation_of(json!([{"role": "assistant", "content": [
+            {"type": "server_tool_use", "id": "srv2", "name": "bash_code_execution", "input": {"command": "id"}},
+            {"type": "bash_code_execution_tool_result", "tool_use_id": "srv2", "container_id": "cntr_2",
+             "content": {"type": "bash_code_execution_result", "stdout": "x", "stderr": "", "return_code": 3, "content": []}}
+        ]}]))
+        .unwrap();
+        assert_eq!(bash[0]["type"], "openrouter:bash");
+        assert_eq!(
+            bash[0]["action"],
+            json!({"command": "id", "restart": false})
+        );
+        assert_eq!(
+            bash[0]["output"]["outcome"],
+            json!({"type": "exit", "exit_code": 3})
+        );
+        let param = |messages: Value| conversation_of(messages).unwrap_err().param;
+        assert_eq!(param(json!([])).as_deref(), Some("messages"));
+        assert_eq!(
+            param(json!([{"role": "system", "content": "x"}])).as_deref(),
+            Some("messages[0].role")
+        );
+        assert_eq!(
+            param(
+                json!([{"role": "user", "content": [{"type": "tool_use", "id": "x", "name": "f"}]}])
+            )
+            .as_deref(),
+            Some("messages[0].content[0].type")
+        );
+        assert_eq!(
+            param(json!([{"role": "assistant", "content": [{"type": "tool_use", "id": "", "name": "f"}]}]))
+                .as_deref(),
+            Some("messages[0].content[0].id")
+        );
+        assert_eq!(
+            param(json!([{"role": "user", "content": [{"type": "web_search_tool_result"}]}]))
+                .as_deref(),
+            Some("messages[0].content[0].type")
+        );
     }
 
     #[test]
     fn server_tool_items_become_call_and_result_blocks() {
-        let shell = blocks(&json!({
+        let shell = json_of(&blocks(&item(json!({
             "type": "openrouter:shell", "call_id": "c1", "container_id": "cntr_1",
             "action": {"commands": ["true"]},
             "output": [{"stdout": "", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}],
-        }));
+        }))));
         assert_eq!(shell[0]["type"], "server_tool_use");
+        assert_eq!(shell[0]["input"], json!({"commands": ["true"]}));
         assert_eq!(shell[1]["type"], "openrouter_shell_tool_result");
         assert_eq!(shell[1]["tool_use_id"], "c1");
-        let bash = blocks(&json!({
+        assert_eq!(shell[1]["content"][0]["outcome"]["exit_code"], 0);
+        let bash = json_of(&blocks(&item(json!({
             "type": "openrouter:bash", "call_id": "c2", "container_id": "cntr_1",
             "action": {"command": "sleep 9", "restart": false},
             "output": {"stdout": "x", "stderr": "", "outcome": {"type": "timeout"}},
-        }));
+        }))));
         assert_eq!(bash[0]["name"], "bash_code_execution");
+        assert_eq!(bash[0]["input"], json!({"command": "sleep 9"}));
         assert_eq!(bash[1]["content"]["return_code"], 124);
+        assert_eq!(bash[1]["content"]["content"], json!([]));
         // A client call beside a server tool's in the last turn: the client
         // still has a tool_use to answer.
+        let output = vec![
+            item(
+                json!({"type": "function_call", "call_id": "c3", "name": "lookup", "arguments": "{}"}),
+            ),
+            item(json!({"type": "openrouter:shell", "call_id": "c4", "action": {"commands": []}})),
+        ];
+        let typed = output.clone();
         let outcome = Outcome {
-            output: serde_json::from_value(json!([
-                {"type": "function_call", "call_id": "c3", "name": "lookup", "arguments": "{}"},
-                {"type": "openrouter:shell", "call_id": "c4", "action": {"commands": []}},
-            ]))
-            .unwrap(),
+            output,
             usage: Default::default(),
             status: Status::Completed,
             tool_calls: 1,
         };
-        assert_eq!(stop_reason(&outcome), "tool_use");
+        assert_eq!(stop_reason(&outcome, &typed), StopReason::ToolUse);
         assert_eq!(rfc3339_utc(1_796_083_200), "2026-12-01T00:00:00Z");
         assert_eq!(rfc3339_utc(951_782_400), "2000-02-29T00:00:00Z");
+    }
+
+    #[test]
+    fn streamed_items_open_and_close_their_blocks() {
+        let mut index = BlockIndex::default();
+        let kinds = |events: Vec<StreamEvent>| -> Vec<String> {
+            events.iter().map(|e| e.kind().to_owned()).collect()
+        };
+        let message = item(json!({"type": "message", "role": "assistant", "content": []}));
+        assert_eq!(
+            kinds(index.translate(run::Event::ItemAdded {
+                index: 0,
+                item: message.clone()
+            })),
+            ["content_block_start"]
+        );
+        let delta = index.translate(run::Event::TextDelta {
+            index: 0,
+            item_id: "m".into(),
+            delta: "hi".into(),
+        });
+        assert_eq!(
+            serde_json::to_value(&delta[0]).unwrap(),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "hi"}})
+        );
+        assert_eq!(
+            kinds(index.translate(run::Event::ItemDone {
+                index: 0,
+                item: message
+            })),
+            ["content_block_stop"]
+        );
+        let shell = item(
+            json!({"type": "openrouter:shell", "call_id": "c1", "action": {"commands": ["ls"]}, "output": []}),
+        );
+        let opened = index.translate(run::Event::ItemAdded {
+            index: 1,
+            item: shell.clone(),
+        });
+        assert_eq!(
+            kinds(opened.clone()),
+            ["content_block_start", "content_block_stop"]
+        );
+        assert!(matches!(
+            opened[0],
+            StreamEvent::ContentBlockStart { index: 1, .. }
+        ));
+        let done = index.translate(run::Event::ItemDone {
+            index: 1,
+            item: shell,
+        });
+        assert!(matches!(
+            &done[0],
+            StreamEvent::ContentBlockStart {
+                index: 2,
+                content_block: ContentBlock::OpenrouterShellToolResult(_)
+            }
+        ));
     }
 }

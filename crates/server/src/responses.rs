@@ -497,27 +497,6 @@ pub(crate) fn upstream_for(
     Ok((model, upstream))
 }
 
-/// The request's `model` and the upstream that serves it (the Messages
-/// API's request, until it is typed).
-pub(crate) fn model_and_upstream(
-    state: &AppState,
-    body: &Value,
-) -> ApiResult<(String, Arc<dyn shellgate_model::upstream::Upstream>)> {
-    upstream_for(state, body.get("model").and_then(Value::as_str))
-}
-
-/// An optional number of the request (`temperature`, `top_p`, ...; the
-/// Messages API's request, until it is typed).
-pub(crate) fn number(body: &Value, key: &str) -> ApiResult<Option<f64>> {
-    match body.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(value) => value
-            .as_f64()
-            .map(Some)
-            .ok_or_else(|| invalid(key, format!("{key} must be a number"))),
-    }
-}
-
 /// The request body, read: every top-level field consumed (typed), carried
 /// (`wire::CARRIED`) or refused (`unknown_parameter`); a field of the wrong
 /// type is a 400 naming it.
@@ -555,16 +534,6 @@ fn stored_items(text: &str) -> ApiResult<Vec<wire::Item>> {
     let values: Vec<Value> = serde_json::from_str(text)
         .map_err(|e| ApiError::internal(format!("stored conversation: {e}")))?;
     Ok(values.iter().map(typed_item).collect())
-}
-
-/// Items made as JSON (the Messages API's, until it is typed), typed; one
-/// that does not read is a 400 naming `param` (the guard must read every
-/// item it checks: nothing passes unread).
-pub(crate) fn typed_items(values: Vec<Value>, param: &str) -> ApiResult<Vec<wire::Item>> {
-    values
-        .into_iter()
-        .map(|value| wire::from_value(value).map_err(|e| invalid(param, e.message)))
-        .collect()
 }
 
 async fn prepare(

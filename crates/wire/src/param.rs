@@ -22,6 +22,9 @@ use serde_path_to_error::Segment;
 /// mark as `responses::nested`'s, so either module's errors nest in the
 /// other's).
 const PATH_MARK: char = '\u{1}';
+/// `responses::nested`'s second mark (before a message of serde's own,
+/// which it words differently): read alike here.
+const SERDE_MARK: char = '\u{2}';
 
 /// A request that does not fit its type: where, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,9 +81,10 @@ fn join(path: &mut String, key: &str) {
 /// completed: a buffered variant's inner path, a missing or unknown field's
 /// name, an unknown `type` tag.
 fn located(document: &Value, mut path: String, message: String) -> ParamError {
-    let marked = message
-        .strip_prefix(PATH_MARK)
-        .and_then(|rest| rest.split_once(PATH_MARK));
+    let marked = message.strip_prefix(PATH_MARK).and_then(|rest| {
+        rest.find([PATH_MARK, SERDE_MARK])
+            .map(|at| (&rest[..at], &rest[at + 1..]))
+    });
     let message = match marked {
         Some((inner, rest)) => {
             join(&mut path, inner);

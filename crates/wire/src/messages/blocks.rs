@@ -13,6 +13,7 @@ use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use crate::param::{unknown_type, Tagged};
+use crate::responses::ShellResult;
 
 /// Keys of a block this crate does not type, kept as they came.
 pub type Extra = Map<String, Value>;
@@ -184,6 +185,39 @@ pub struct ToolUseBlock {
     pub extra: Extra,
 }
 
+/// The `input` of OpenRouter's `shell` server tool.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ShellToolInput {
+    #[serde(default)]
+    pub commands: Vec<String>,
+}
+
+/// The `input` of the `bash_code_execution` server tool: a command, or a
+/// restart of the shell.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct BashToolInput {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<bool>,
+}
+
+impl ToolUseBlock {
+    /// The `input` read as `T` (a server tool's own shape); `None` if it
+    /// is not one.
+    pub fn input_as<T: serde::de::DeserializeOwned>(&self) -> Option<T> {
+        serde_json::from_value(Value::Object(self.input.clone())).ok()
+    }
+}
+
+/// `input` for a block, from a server tool's typed input.
+pub fn input_of<T: Serialize>(input: &T) -> Map<String, Value> {
+    match serde_json::to_value(input) {
+        Ok(Value::Object(map)) => map,
+        _ => Map::new(),
+    }
+}
+
 /// The client's answer to a `tool_use`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ToolResultBlock {
@@ -203,39 +237,13 @@ pub struct ShellToolResultBlock {
     pub tool_use_id: String,
     #[serde(default)]
     pub container_id: Option<String>,
+    /// Each command's result: the loop's own shape (the `output` of an
+    /// `openrouter:shell` item), so a replayed block is the item it was.
     #[serde(default)]
-    pub content: Vec<CommandResult>,
+    pub content: Vec<ShellResult>,
     #[serde(flatten)]
     #[schema(value_type = Object)]
     pub extra: Extra,
-}
-
-/// One command's output in an `openrouter_shell_tool_result`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct CommandResult {
-    pub stdout: String,
-    pub stderr: String,
-    pub outcome: CommandOutcome,
-    #[serde(flatten)]
-    #[schema(value_type = Object)]
-    pub extra: Extra,
-}
-
-/// How a command ended.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum CommandOutcome {
-    Exit {
-        exit_code: i64,
-        #[serde(flatten)]
-        #[schema(value_type = Object)]
-        extra: Extra,
-    },
-    Timeout {
-        #[serde(flatten)]
-        #[schema(value_type = Object)]
-        extra: Extra,
-    },
 }
 
 /// A `bash_code_execution` call's result.
@@ -263,7 +271,8 @@ pub enum BashToolResultContent {
 pub struct BashResult {
     pub stdout: String,
     pub stderr: String,
-    pub return_code: i64,
+    /// `null` when it is not known (a replayed result without one).
+    pub return_code: Option<i64>,
     /// Files the command made (none here).
     #[serde(default)]
     pub content: Vec<BashOutputFile>,
