@@ -12,6 +12,13 @@
 //! output limit (`incomplete`), or at an upstream error (`failed`).
 //! Dropping the future cancels the run; commands it started are killed (the
 //! engine's command path guarantees it).
+//!
+//! Items are typed ([`shellgate_wire::responses::Item`]) from the request
+//! to the output: the loop builds each as the wire type, the server sends
+//! and stores what it gets. The model's arguments are read by
+//! [`crate::arguments`]; a shell call's limits follow exec's rule
+//! (`RunRequest::from_parts`). Tested through the two traits in
+//! `run/tests.rs`, with the `testing` module's fixtures.
 
 use async_trait::async_trait;
 use shellgate_sandbox::backend::{limits, CommandResult, OutputDelta, RunRequest, StreamKind};
