@@ -593,3 +593,58 @@ def test_a_response_past_its_deadline_fails_naming_the_limit_and_its_commands_st
         if not left.strip() or time.time() > deadline:
             break
     assert not left.strip(), left
+
+
+def post_responses(server, body):
+    import requests
+    return requests.post(f"{server.base_url}/responses", json=body, timeout=120,
+                         headers={"Authorization": f"Bearer {server.client().api_key}"})
+
+
+def test_request_fields_are_typed_carried_or_refused(server):
+    """Issue 17: each top-level field is consumed (a wrong type is a 400
+    naming it: a non-boolean `stream` no longer means false), carried (the
+    SDK's fields shellgate does not act on are accepted) or refused."""
+    for field, value in [("stream", "yes"), ("store", 1), ("parallel_tool_calls", "no"),
+                         ("temperature", "hot"), ("instructions", 5), ("tools", {})]:
+        reply = post_responses(server, {"model": "scripted", "input": "hi", field: value})
+        assert reply.status_code == 400, (field, reply.text)
+        error = reply.json()["error"]
+        assert error["param"] == field and error["type"] == "invalid_request_error", error
+    reply = post_responses(server, {"model": "scripted", "input": "hi", "frobnicate": True})
+    assert reply.status_code == 400, reply.text
+    assert reply.json()["error"]["param"] == "frobnicate"
+    assert reply.json()["error"]["code"] == "unknown_parameter"
+    # An error deep inside an item names its path.
+    reply = post_responses(server, {"model": "scripted", "input": [
+        {"role": "user", "content": "hi"},
+        {"type": "shell_call", "call_id": "c", "action": {"commands": "ls"}}]})
+    assert reply.status_code == 400, reply.text
+    assert reply.json()["error"]["param"] == "input[1].action.commands"
+    carried = {"reasoning": {"effort": "low"}, "include": ["reasoning.encrypted_content"],
+               "prompt_cache_key": "k", "safety_identifier": "s", "service_tier": "auto",
+               "text": {"format": {"type": "text"}}, "truncation": "disabled", "top_logprobs": 0,
+               "metadata": {"a": "b"}, "user": "u"}
+    reply = post_responses(server, {"model": "scripted", "input": "hi", **carried})
+    assert reply.status_code == 200, reply.text
+    body = reply.json()
+    assert body["metadata"] == {"a": "b"} and body["user"] == "u"
+    assert body["text"] == {"format": {"type": "text"}} and body["truncation"] == "disabled"
+
+
+def test_a_model_shell_call_over_the_timeout_limit_is_answered_not_clamped(client):
+    """Issue 17: one `timeout_ms` rule for exec and a model's shell call: out
+    of range is refused (exec: a 400; the model: the call's answer says why,
+    so it can ask again), never silently clamped."""
+    response = client.responses.create(
+        model="scripted", input='Call shell: {"commands": ["echo ran"], "timeout_ms": 300001}',
+        tools=[{"type": "shell", "environment": {"type": "container_auto"}}])
+    [result] = [i for i in response.output if i.type == "shell_call_output"]
+    [entry] = result.output
+    assert entry.outcome.type == "exit" and entry.outcome.exit_code == 2
+    assert "timeout_ms" in entry.stderr and entry.stdout == ""
+    ran = client.responses.create(
+        model="scripted", input='Call shell: {"commands": ["echo ran"], "timeout_ms": 300000}',
+        tools=[{"type": "shell", "environment": {"type": "container_auto"}}])
+    [result] = [i for i in ran.output if i.type == "shell_call_output"]
+    assert result.output[0].stdout == "ran\n"

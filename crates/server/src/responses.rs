@@ -1138,20 +1138,30 @@ fn body_of(row: &ResponseRow) -> ApiResult<wire::Response> {
     serde_json::from_str(&row.body).map_err(|e| ApiError::internal(format!("stored response: {e}")))
 }
 
+/// The query of `GET /v1/responses/{id}` (other keys, such as the SDK's
+/// `include[]`, are accepted and mean nothing here).
+#[derive(serde::Deserialize)]
+pub struct RetrieveQuery {
+    /// `true`: the response's events (live while it runs).
+    stream: Option<String>,
+    /// Resume after this sequence number.
+    starting_after: Option<String>,
+}
+
 pub async fn retrieve(
     State(state): State<Arc<AppState>>,
     project: Project,
     Path(id): Path<String>,
-    axum::extract::Query(query): axum::extract::Query<HashMap<String, String>>,
+    axum::extract::Query(query): axum::extract::Query<RetrieveQuery>,
 ) -> ApiResult<Response> {
     let row = owned(&state, &project, &id).await?;
     let body = body_of(&row)?;
-    if query.get("stream").map(String::as_str) != Some("true") {
+    if query.stream.as_deref() != Some("true") {
         return Ok(Json(body).into_response());
     }
     // Resuming a stream: the events after `starting_after` (a sequence
     // number), live while the run goes on.
-    let cursor = match query.get("starting_after") {
+    let cursor = match query.starting_after {
         None => 0,
         Some(n) => n
             .parse::<usize>()
@@ -1279,4 +1289,44 @@ pub async fn settle_interrupted(state: &AppState) -> ApiResult<()> {
         state.db(move |s| s.save_response(&row)).await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_are_consumed_carried_or_refused() {
+        let read = |body: Value| read_request(body).map_err(|e| (e.param, e.code));
+        assert!(read(serde_json::json!({"model": "m", "reasoning": {}, "include": []})).is_ok());
+        assert_eq!(
+            read(serde_json::json!({"model": "m", "bogus": 1})).unwrap_err(),
+            (Some("bogus".into()), Some("unknown_parameter"))
+        );
+        assert_eq!(
+            read(serde_json::json!({"model": "m", "stream": "true"}))
+                .unwrap_err()
+                .0,
+            Some("stream".into())
+        );
+        assert!(read(serde_json::json!(["not", "an", "object"])).is_err());
+    }
+
+    #[test]
+    fn echoed_tools_never_hold_a_secret_value() {
+        let tools: Vec<wire::Tool> = wire::from_value(serde_json::json!([
+            {"type": "shell", "environment": {"type": "container_auto", "network_policy": {
+                "type": "allowlist", "allowed_domains": ["a.test"],
+                "domain_secrets": [{"domain": "a.test", "name": "TOKEN", "value": "s3cret-1"}]},
+                "misspelt": {"domain_secrets": [{"domain": "a.test", "name": "X", "value": "s3cret-2"}]}}},
+            {"type": "openrouter:shell", "parameters": {"environment": {"type": "container_auto",
+                "network_policy": {"type": "allowlist", "allowed_domains": ["a.test"],
+                "domain_secrets": [{"domain": "a.test", "name": "T", "value": "s3cret-3"}]}}}},
+            {"type": "function", "name": "f", "parameters": {"domain_secrets": ["s3cret-4"]}},
+        ]))
+        .unwrap();
+        let echoed = serde_json::to_string(&echo_tools(&tools)).unwrap();
+        assert!(!echoed.contains("s3cret"), "{echoed}");
+        assert!(echoed.contains("TOKEN") && echoed.contains(crate::egress::REDACTED));
+    }
 }
