@@ -25,6 +25,13 @@ pub type Extra = Map<String, Value>;
 #[schema(value_type = Object)]
 pub struct Raw(pub Map<String, Value>);
 
+impl Raw {
+    /// Its `type` (`""` if it has none).
+    pub fn kind(&self) -> &str {
+        self.0.get("type").and_then(Value::as_str).unwrap_or("")
+    }
+}
+
 /// A content block, by its `type`.
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -62,7 +69,7 @@ impl ContentBlock {
             ContentBlock::ServerToolUse(_) => "server_tool_use",
             ContentBlock::OpenrouterShellToolResult(_) => "openrouter_shell_tool_result",
             ContentBlock::BashCodeExecutionToolResult(_) => "bash_code_execution_tool_result",
-            ContentBlock::Unknown(raw) => raw.0.get("type").and_then(Value::as_str).unwrap_or(""),
+            ContentBlock::Unknown(raw) => raw.kind(),
         }
     }
 
@@ -148,6 +155,7 @@ pub enum Source {
     },
     /// A document given as content blocks.
     Content {
+        #[schema(no_recursion)]
         content: TextOrBlocks,
     },
 }
@@ -222,7 +230,9 @@ pub fn input_of<T: Serialize>(input: &T) -> Map<String, Value> {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct ToolResultBlock {
     pub tool_use_id: String,
+    /// (`no_recursion`: blocks hold blocks; the schema refers back.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(no_recursion)]
     pub content: Option<TextOrBlocks>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub is_error: Option<bool>,

@@ -119,6 +119,21 @@ mod tests {
         let block: ContentBlock =
             parse(&json!({"type": "web_search_tool_result", "tool_use_id": "x"})).unwrap();
         assert_eq!(block.kind(), "web_search_tool_result");
+        // ... and written back whole.
+        assert_eq!(
+            serde_json::to_value(&block).unwrap(),
+            json!({"type": "web_search_tool_result", "tool_use_id": "x"})
+        );
+        assert_eq!(
+            serde_json::to_value(&event).unwrap(),
+            json!({"type": "future_event", "x": 1})
+        );
+        let tool: Tool = parse(&json!({"type": "web_search_20250305", "name": "w"})).unwrap();
+        assert_eq!(tool.kind(), Some("web_search_20250305"));
+        assert_eq!(
+            serde_json::to_value(&tool).unwrap(),
+            json!({"type": "web_search_20250305", "name": "w"})
+        );
         let reason: StopReason = serde_json::from_value(json!("some_new_reason")).unwrap();
         assert_eq!(reason, StopReason::Other("some_new_reason".into()));
         assert_eq!(
@@ -252,5 +267,30 @@ mod tests {
             "tools[1].parameters.sleep_after_seconds"
         );
         assert_eq!(param(json!("text")), "");
+    }
+}
+
+#[cfg(test)]
+mod schema_tests {
+    use utoipa::{PartialSchema, ToSchema};
+
+    use super::*;
+
+    /// The OpenAPI document can list these types: their schemas build, and
+    /// collecting what they refer to ends (blocks hold blocks: a
+    /// `tool_result`'s content, a document's).
+    #[test]
+    fn the_schemas_build_and_collect() {
+        let mut schemas = Vec::new();
+        CreateMessage::schemas(&mut schemas);
+        Message::schemas(&mut schemas);
+        StreamEvent::schemas(&mut schemas);
+        ErrorResponse::schemas(&mut schemas);
+        let names: Vec<String> = schemas.iter().map(|(name, _)| name.clone()).collect();
+        for name in ["ContentBlock", "Tool", "TextOrBlocks", "Usage"] {
+            assert!(names.iter().any(|n| n == name), "{name} not in {names:?}");
+        }
+        let create = serde_json::to_value(CreateMessage::schema()).unwrap();
+        assert!(create.to_string().contains("max_tokens"));
     }
 }
