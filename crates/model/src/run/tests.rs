@@ -1166,7 +1166,17 @@ mod through_the_traits {
             Step::text("ok"),
         ]);
         let sandbox = RecordingSandbox::default();
-        let outcome = run(&upstream, Some(&sandbox), &request, None).await;
+        let (outcome, events) = run_recording(&upstream, Some(&sandbox), &request).await;
+        // Announced running, its result null until it is in.
+        match &events[0] {
+            Event::ItemAdded { index: 0, item } => {
+                let item = value(item);
+                assert_eq!(item["status"], "in_progress");
+                assert_eq!(item["output"], Value::Null);
+                assert_eq!(item["container_id"], CONTAINER);
+            }
+            other => panic!("{other:?}"),
+        }
         assert_eq!(outcome.status, Status::Completed);
         assert_eq!(sandbox.commands(), vec![vec!["id"]]);
         assert_eq!(outcome.tool_calls, 3);
