@@ -151,6 +151,7 @@ pub struct Request {
 /// A new item id: `prefix` and 32 hex digits.
 pub use shellgate_wire::new_id as item_id;
 
+/// The assistant's message `id`: its `text` as one `output_text` part.
 fn message_item(id: &str, text: &str, status: ItemStatus) -> Item {
     // A message announced before its text has no part yet.
     let content = if text.is_empty() && status == ItemStatus::InProgress {
