@@ -531,10 +531,8 @@ fn blocks(item: &Item) -> Vec<ContentBlock> {
             }
         }
         Item::FunctionCall(call) => {
-            let input = match serde_json::from_str(&call.arguments) {
-                Ok(Value::Object(input)) => input,
-                _ => Default::default(),
-            };
+            // Arguments that are not a JSON object (a model's slip) are no input.
+            let input = serde_json::from_str(&call.arguments).unwrap_or_default();
             vec![ContentBlock::ToolUse(ToolUseBlock {
                 id: call.call_id.clone().unwrap_or_default(),
                 name: call.name.clone(),
