@@ -9,64 +9,91 @@
 //! items are passed along in the stored conversation but mean nothing to
 //! other models, so they are skipped here.
 
-use serde_json::{json, Value};
+use shellgate_wire::responses::{
+    ContentPart, Item, MessageContent, Role, ShellResult, TextOrJson, ToolOutput,
+};
 
+use crate::arguments::{BashArguments, LocalShellArguments, ShellArguments};
 use crate::tools::{BASH, LOCAL_SHELL, SHELL};
 use crate::upstream::{Message, ToolCall};
 
 /// The text of a message's `content` (a string, or parts).
-pub fn content_text(content: Option<&Value>) -> String {
+pub fn content_text(content: &MessageContent) -> String {
     match content {
-        Some(Value::String(text)) => text.clone(),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .filter_map(|part| match part.get("type").and_then(Value::as_str) {
-                Some("input_text" | "output_text" | "text" | "refusal") => part
-                    .get("text")
-                    .or_else(|| part.get("refusal"))
-                    .and_then(Value::as_str)
-                    .map(str::to_owned),
-                Some("input_image") => Some("[an image was attached; it cannot be shown]".into()),
-                Some("input_file") => part
-                    .get("filename")
-                    .and_then(Value::as_str)
-                    .map(|name| format!("[file {name}]")),
-                _ => None,
-            })
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => String::new(),
+        MessageContent::Text(text) => text.clone(),
+        MessageContent::Parts(parts) => parts_text(parts),
     }
+}
+
+/// The text of content parts, one line each: text as it is, an image or a
+/// file as a note that it was attached.
+pub fn parts_text(parts: &[ContentPart]) -> String {
+    parts
+        .iter()
+        .filter_map(|part| match part {
+            ContentPart::InputText(part) => Some(part.text.clone()),
+            ContentPart::OutputText(part) => Some(part.text.clone()),
+            ContentPart::Refusal(part) => Some(part.refusal.clone()),
+            ContentPart::InputImage(_) => {
+                Some("[an image was attached; it cannot be shown]".into())
+            }
+            ContentPart::InputFile(file) => {
+                file.filename.as_ref().map(|name| format!("[file {name}]"))
+            }
+            // Chat Completions' `text` part, which clients replay too.
+            ContentPart::Other(part)
+                if part.get("type").and_then(|t| t.as_str()) == Some("text") =>
+            {
+                part.get("text").and_then(|t| t.as_str()).map(str::to_owned)
+            }
+            ContentPart::Other(_) => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// One command's result as the model reads it: its three keys always
+/// written, in name order, and what a client put in them kept (a replayed
+/// outcome with keys of its own, a stdout that is not a string), as the
+/// upstream has always read them.
+#[derive(serde::Serialize)]
+struct ResultForModel<'a> {
+    /// As JSON, whose objects keep their keys in name order.
+    outcome: Option<serde_json::Value>,
+    stderr: &'a TextOrJson,
+    stdout: &'a TextOrJson,
 }
 
 /// What a command's results say, for the model: each command's stdout,
 /// stderr and outcome, as JSON.
-pub fn shell_output_text(output: Option<&Value>) -> String {
-    let entries: Vec<Value> = output
-        .and_then(Value::as_array)
-        .map(|entries| {
-            entries
-                .iter()
-                .map(|entry| {
-                    json!({
-                        "stdout": entry.get("stdout").cloned().unwrap_or(json!("")),
-                        "stderr": entry.get("stderr").cloned().unwrap_or(json!("")),
-                        "outcome": entry.get("outcome").cloned().unwrap_or(Value::Null),
-                    })
-                })
-                .collect()
+pub fn shell_output_text(output: &[ShellResult]) -> String {
+    let entries: Vec<ResultForModel<'_>> = output
+        .iter()
+        .map(|entry| ResultForModel {
+            outcome: entry
+                .outcome
+                .as_ref()
+                .and_then(|outcome| serde_json::to_value(outcome).ok()),
+            stderr: &entry.stderr,
+            stdout: &entry.stdout,
         })
-        .unwrap_or_default();
-    Value::Array(entries).to_string()
+        .collect();
+    serde_json::to_string(&entries).unwrap_or_else(|_| "[]".to_owned())
 }
 
-/// The correlation id of a tool call or output item.
-fn call_id(item: &Value) -> String {
-    item.get("call_id")
-        .or_else(|| item.get("id"))
-        .and_then(Value::as_str)
+/// The correlation id of a tool call or output item: its `call_id`, or
+/// its `id` (a legacy `local_shell_call_output`).
+fn call_id(call_id: &Option<String>, id: &Option<String>) -> String {
+    call_id
+        .as_deref()
+        .or(id.as_deref())
         .unwrap_or("call")
         .to_owned()
+}
+
+/// Arguments as JSON text.
+fn arguments(arguments: &impl serde::Serialize) -> String {
+    serde_json::to_string(arguments).unwrap_or_else(|_| "{}".to_owned())
 }
 
 /// Adds a call to the assistant's last message (calls of one turn belong
@@ -83,142 +110,120 @@ fn push_call(messages: &mut Vec<Message>, call: ToolCall) {
 }
 
 /// The conversation for `items`, after the `instructions`.
-pub fn messages(instructions: Option<&str>, items: &[Value]) -> Vec<Message> {
+pub fn messages<'a>(
+    instructions: Option<&str>,
+    items: impl IntoIterator<Item = &'a Item>,
+) -> Vec<Message> {
     let mut messages = Vec::new();
     if let Some(instructions) = instructions.filter(|i| !i.trim().is_empty()) {
         messages.push(Message::System(instructions.to_owned()));
     }
     for item in items {
-        let kind =
-            item.get("type")
-                .and_then(Value::as_str)
-                .unwrap_or(if item.get("role").is_some() {
-                    "message"
-                } else {
-                    ""
-                });
-        match kind {
-            "message" => {
-                let text = content_text(item.get("content"));
-                match item.get("role").and_then(Value::as_str) {
-                    Some("system" | "developer") => messages.push(Message::System(text)),
-                    Some("assistant") => messages.push(Message::Assistant {
+        match item {
+            Item::Message(message) => {
+                let text = content_text(&message.content);
+                messages.push(match message.role {
+                    Role::System | Role::Developer => Message::System(text),
+                    Role::Assistant => Message::Assistant {
                         text,
                         tool_calls: Vec::new(),
-                    }),
-                    _ => messages.push(Message::User(text)),
-                }
+                    },
+                    Role::User => Message::User(text),
+                });
             }
-            "function_call" => push_call(
+            Item::FunctionCall(call) => push_call(
                 &mut messages,
                 ToolCall {
-                    id: call_id(item),
-                    name: item
-                        .get("name")
-                        .and_then(Value::as_str)
-                        .unwrap_or("function")
-                        .to_owned(),
-                    arguments: item
-                        .get("arguments")
-                        .and_then(Value::as_str)
-                        .unwrap_or("{}")
-                        .to_owned(),
+                    id: call_id(&call.call_id, &call.id),
+                    name: call.name.clone(),
+                    arguments: call.arguments.clone(),
                 },
             ),
-            "shell_call" => {
-                let action = item.get("action").cloned().unwrap_or(json!({}));
-                let mut arguments =
-                    json!({"commands": action.get("commands").cloned().unwrap_or(json!([]))});
-                for key in ["timeout_ms", "max_output_length"] {
-                    if let Some(value) = action.get(key).filter(|v| !v.is_null()) {
-                        arguments[key] = value.clone();
-                    }
-                }
-                push_call(
-                    &mut messages,
-                    ToolCall {
-                        id: call_id(item),
-                        name: SHELL.to_owned(),
-                        arguments: arguments.to_string(),
-                    },
-                )
-            }
-            "local_shell_call" => {
-                let action = item.get("action").cloned().unwrap_or(json!({}));
-                let arguments = json!({
-                    "command": action.get("command").cloned().unwrap_or(json!([])),
-                });
-                push_call(
-                    &mut messages,
-                    ToolCall {
-                        id: call_id(item),
-                        name: LOCAL_SHELL.to_owned(),
-                        arguments: arguments.to_string(),
-                    },
-                )
-            }
+            Item::ShellCall(call) => push_call(
+                &mut messages,
+                ToolCall {
+                    id: call_id(&call.call_id, &call.id),
+                    name: SHELL.to_owned(),
+                    arguments: arguments(&ShellArguments {
+                        commands: call.action.commands.clone(),
+                        max_output_length: call.action.max_output_length.into(),
+                        timeout_ms: call.action.timeout_ms.into(),
+                    }),
+                },
+            ),
+            Item::LocalShellCall(call) => push_call(
+                &mut messages,
+                ToolCall {
+                    id: call_id(&call.call_id, &call.id),
+                    name: LOCAL_SHELL.to_owned(),
+                    arguments: arguments(&LocalShellArguments {
+                        command: call.action.command.clone(),
+                        ..LocalShellArguments::default()
+                    }),
+                },
+            ),
             // OpenRouter's items hold the call and its result together.
-            "openrouter:shell" => {
-                let commands = item
-                    .pointer("/action/commands")
-                    .cloned()
-                    .unwrap_or(json!([]));
+            Item::OpenRouterShell(call) => {
+                let id = call_id(&call.call_id, &call.id);
                 push_call(
                     &mut messages,
                     ToolCall {
-                        id: call_id(item),
+                        id: id.clone(),
                         name: SHELL.to_owned(),
-                        arguments: json!({ "commands": commands }).to_string(),
+                        arguments: arguments(&ShellArguments {
+                            commands: call.action.commands.clone(),
+                            ..ShellArguments::default()
+                        }),
                     },
                 );
                 messages.push(Message::Tool {
-                    call_id: call_id(item),
-                    output: shell_output_text(item.get("output")),
+                    call_id: id,
+                    output: shell_output_text(&call.output),
                 });
             }
-            "openrouter:bash" => {
-                let action = item.get("action").cloned().unwrap_or(json!({}));
-                let mut arguments = json!({
-                    "command": action.get("command").cloned().unwrap_or(json!("")),
-                });
-                if action.get("restart") == Some(&json!(true)) {
-                    arguments["restart"] = json!(true);
-                }
+            Item::OpenRouterBash(call) => {
+                let id = call_id(&call.call_id, &call.id);
                 push_call(
                     &mut messages,
                     ToolCall {
-                        id: call_id(item),
+                        id: id.clone(),
                         name: BASH.to_owned(),
-                        arguments: arguments.to_string(),
+                        arguments: arguments(&BashArguments {
+                            command: call.action.command.clone(),
+                            restart: call.action.restart,
+                        }),
                     },
                 );
-                let result = item.get("output").cloned().map(|r| json!([r]));
                 messages.push(Message::Tool {
-                    call_id: call_id(item),
-                    output: shell_output_text(result.as_ref()),
+                    call_id: id,
+                    output: shell_output_text(call.output.as_slice()),
                 });
             }
-            "function_call_output" => messages.push(Message::Tool {
-                call_id: call_id(item),
-                output: match item.get("output") {
-                    Some(Value::String(text)) => text.clone(),
-                    other => content_text(other),
+            Item::FunctionCallOutput(answer) => messages.push(Message::Tool {
+                call_id: call_id(&answer.call_id, &answer.id),
+                output: match &answer.output {
+                    ToolOutput::Text(text) => text.clone(),
+                    ToolOutput::Parts(parts) => parts_text(parts),
                 },
             }),
-            "shell_call_output" => messages.push(Message::Tool {
-                call_id: call_id(item),
-                output: shell_output_text(item.get("output")),
+            Item::ShellCallOutput(answer) => messages.push(Message::Tool {
+                call_id: call_id(&answer.call_id, &answer.id),
+                output: shell_output_text(&answer.output),
             }),
-            "local_shell_call_output" => messages.push(Message::Tool {
-                call_id: call_id(item),
-                output: match item.get("output") {
-                    Some(Value::String(text)) => text.clone(),
-                    Some(other) => other.to_string(),
+            Item::LocalShellCallOutput(answer) => messages.push(Message::Tool {
+                call_id: call_id(&answer.call_id, &answer.id),
+                output: match &answer.output {
+                    Some(TextOrJson::Text(text)) => text.clone(),
+                    Some(TextOrJson::Json(other)) => other.to_string(),
                     None => String::new(),
                 },
             }),
-            // Reasoning and anything else a model of another family cannot use.
-            _ => {}
+            // Reasoning, custom tools and anything else a model of another
+            // family cannot use.
+            Item::Reasoning(_)
+            | Item::CustomToolCall(_)
+            | Item::CustomToolCallOutput(_)
+            | Item::Other(_) => {}
         }
     }
     messages
@@ -226,11 +231,13 @@ pub fn messages(instructions: Option<&str>, items: &[Value]) -> Vec<Message> {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]
     fn items_of_every_kind_become_a_conversation() {
-        let items = vec![
+        let items: Vec<Item> = serde_json::from_value(json!([
             json!({"role": "user", "content": "list files"}),
             json!({"type": "reasoning", "summary": []}),
             json!({"type": "shell_call", "call_id": "c1", "action": {"commands": ["ls"], "timeout_ms": null}}),
@@ -240,7 +247,8 @@ mod tests {
             json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]}),
             json!({"type": "openrouter:shell", "call_id": "c3", "container_id": "cntr_1", "action": {"commands": ["pwd"]}, "output": [{"stdout": "/mnt/data\n", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}]}),
             json!({"type": "openrouter:bash", "call_id": "c4", "action": {"command": "id"}, "output": {"stdout": "uid=1000\n", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}}),
-        ];
+        ]))
+        .unwrap();
         let messages = messages(Some("be brief"), &items);
         assert_eq!(messages[0], Message::System("be brief".into()));
         assert_eq!(messages[1], Message::User("list files".into()));
@@ -271,6 +279,75 @@ mod tests {
                 assert_eq!(tool_calls[0].name, "bash");
                 assert_eq!(tool_calls[0].arguments, r#"{"command":"id"}"#);
                 assert!(output.contains("uid=1000"));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn what_models_of_another_family_cannot_use_is_skipped_and_the_rest_read_as_before() {
+        let items: Vec<Item> = serde_json::from_value(json!([
+            {"type": "custom_tool_call", "call_id": "c0", "name": "grammar", "input": "x"},
+            {"type": "custom_tool_call_output", "call_id": "c0", "output": "y"},
+            {"type": "item_reference", "id": "msg_1"},
+            {"type": "message", "role": "user", "content": [
+                {"type": "text", "text": "chat part"},
+                {"type": "input_image", "image_url": "data:,"},
+                {"type": "input_file", "file_id": "file_1"},
+                {"type": "refusal", "refusal": "no"},
+                {"type": "input_audio", "input_audio": {}},
+            ]},
+            {"type": "function_call", "id": "fc_1", "name": "lookup", "arguments": "{}"},
+            {"type": "function_call_output", "id": "fco_1", "output": [{"type": "input_text", "text": "found"}]},
+            {"type": "shell_call", "call_id": "c1", "action": {"commands": ["ls"], "timeout_ms": 5, "max_output_length": 9}},
+            {"type": "shell_call_output", "call_id": "c1", "output": [{"stdout": "", "stderr": "", "outcome": {"type": "timeout"}}]},
+            {"type": "openrouter:bash", "call_id": "c2", "action": {"command": "", "restart": true}, "output": null},
+            {"type": "local_shell_call_output", "call_id": "c3", "output": {"exit": 0}},
+        ]))
+        .unwrap();
+        let messages = messages(Some("  "), &items);
+        assert_eq!(
+            messages[0],
+            Message::User("chat part\n[an image was attached; it cannot be shown]\nno".into())
+        );
+        match &messages[1] {
+            Message::Assistant { tool_calls, .. } => {
+                // A call without a call_id is named by its id.
+                assert_eq!(tool_calls[0].id, "fc_1");
+                assert_eq!(tool_calls[0].arguments, "{}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            messages[2],
+            Message::Tool {
+                call_id: "fco_1".into(),
+                output: "found".into()
+            }
+        );
+        match &messages[3] {
+            Message::Assistant { tool_calls, .. } => assert_eq!(
+                tool_calls[0].arguments,
+                r#"{"commands":["ls"],"max_output_length":9,"timeout_ms":5}"#
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            messages[4],
+            Message::Tool {
+                call_id: "c1".into(),
+                output: r#"[{"outcome":{"type":"timeout"},"stderr":"","stdout":""}]"#.into()
+            }
+        );
+        match &messages[5..] {
+            [Message::Assistant { tool_calls, .. }, Message::Tool { output, .. }, Message::Tool {
+                call_id,
+                output: local,
+            }] => {
+                assert_eq!(tool_calls[0].arguments, r#"{"command":"","restart":true}"#);
+                assert_eq!(output, "[]");
+                assert_eq!(call_id, "c3");
+                assert_eq!(local, r#"{"exit":0}"#);
             }
             other => panic!("{other:?}"),
         }

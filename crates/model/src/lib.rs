@@ -10,10 +10,13 @@
 //! The HTTP layer (the server) owns storage, streaming and containers; this
 //! crate owns the loop and the upstream protocols.
 
+pub mod arguments;
 pub mod conversation;
 mod error;
 pub mod guardrail;
 pub mod run;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod tools;
 pub mod upstream;
 

@@ -199,7 +199,7 @@ async fn prepare(
         request: run::Request {
             model,
             instructions,
-            items: crate::responses::item_values(&items),
+            items,
             tools,
             tool_choice,
             max_tool_calls: run::MAX_TOOL_CALLS,
@@ -218,18 +218,6 @@ async fn prepare(
         sandbox: hosted.sandbox,
         deadline: std::time::Duration::from_secs(state.config.response_timeout_secs),
     })
-}
-
-/// An item the loop made, typed (until the loop is typed): `None`, logged,
-/// for one that is not an item.
-fn from_value(item: &Value) -> Option<Item> {
-    match serde_json::from_value(item.clone()) {
-        Ok(item) => Some(item),
-        Err(e) => {
-            tracing::warn!("the loop made an item that is not one: {e}");
-            None
-        }
-    }
 }
 
 /// The text of `system`: a string or text blocks.
@@ -544,10 +532,8 @@ fn blocks(item: &Item) -> Vec<ContentBlock> {
             }
         }
         Item::FunctionCall(call) => {
-            let input = match serde_json::from_str(&call.arguments) {
-                Ok(Value::Object(input)) => input,
-                _ => Default::default(),
-            };
+            // Arguments that are not a JSON object (a model's slip) are no input.
+            let input = serde_json::from_str(&call.arguments).unwrap_or_default();
             vec![ContentBlock::ToolUse(ToolUseBlock {
                 id: call.call_id.clone().unwrap_or_default(),
                 name: call.name.clone(),
@@ -721,14 +707,14 @@ async fn finish(
     if let Status::Failed { code, message } = &outcome.status {
         return Err(failure(code, message));
     }
-    let output: Vec<Item> = outcome.output.iter().filter_map(from_value).collect();
+    let output = &outcome.output;
     Ok(wire::Message {
         id: prepared.id.clone(),
         kind: wire::MessageKind::Message,
         role: wire::AssistantRole::Assistant,
         model: prepared.model.clone(),
         content: output.iter().flat_map(blocks).collect(),
-        stop_reason: Some(stop_reason(outcome, &output)),
+        stop_reason: Some(stop_reason(outcome, output)),
         stop_sequence: None,
         usage: usage(state, prepared, outcome),
         container: container(state, prepared).await,
@@ -882,9 +868,9 @@ impl BlockIndex {
     fn translate(&mut self, event: run::Event) -> Vec<StreamEvent> {
         use run::Event as E;
         match event {
-            E::ItemAdded { index, item } => match from_value(&item) {
-                Some(Item::Message(_)) => self.open(index, ContentBlock::text("")),
-                Some(Item::FunctionCall(call)) => self.open(
+            E::ItemAdded { index, item } => match item {
+                Item::Message(_) => self.open(index, ContentBlock::text("")),
+                Item::FunctionCall(call) => self.open(
                     index,
                     ContentBlock::ToolUse(ToolUseBlock {
                         id: call.call_id.unwrap_or_default(),
@@ -895,7 +881,7 @@ impl BlockIndex {
                 ),
                 // A server tool's call opens when its commands start; its
                 // result follows when they are done.
-                Some(item @ (Item::OpenRouterShell(_) | Item::OpenRouterBash(_))) => blocks(&item)
+                item @ (Item::OpenRouterShell(_) | Item::OpenRouterBash(_)) => blocks(&item)
                     .into_iter()
                     .take(1)
                     .flat_map(|call| self.whole(call))
@@ -917,9 +903,7 @@ impl BlockIndex {
                 if let Some(block) = self.open.remove(&index) {
                     return vec![StreamEvent::ContentBlockStop { index: block }];
                 }
-                from_value(&item)
-                    .map(|item| blocks(&item))
-                    .unwrap_or_default()
+                blocks(&item)
                     .into_iter()
                     .skip(1)
                     .flat_map(|result| self.whole(result))
@@ -958,8 +942,15 @@ mod tests {
 
     /// The items as JSON, to look at.
     fn conversation_of(messages: Value) -> Result<Vec<Value>, ApiError> {
-        typed_conversation(messages).map(|items| crate::responses::item_values(&items))
+        typed_conversation(messages).map(|items| values(&items))
     }
+    fn values(items: &[Item]) -> Vec<Value> {
+        items
+            .iter()
+            .map(|item| serde_json::to_value(item).unwrap())
+            .collect()
+    }
+
     fn item(value: Value) -> Item {
         serde_json::from_value(value).unwrap()
     }
@@ -987,7 +978,7 @@ mod tests {
             ]}
         ]))
         .unwrap();
-        let items = crate::responses::item_values(&typed);
+        let items = values(&typed);
         let kinds: Vec<&str> = items.iter().map(|i| i["type"].as_str().unwrap()).collect();
         assert_eq!(
             kinds,
@@ -1075,10 +1066,12 @@ mod tests {
         // A client call beside a server tool's in the last turn: the client
         // still has a tool_use to answer.
         let output = vec![
-            json!({"type": "function_call", "call_id": "c3", "name": "lookup", "arguments": "{}"}),
-            json!({"type": "openrouter:shell", "call_id": "c4", "action": {"commands": []}}),
+            item(
+                json!({"type": "function_call", "call_id": "c3", "name": "lookup", "arguments": "{}"}),
+            ),
+            item(json!({"type": "openrouter:shell", "call_id": "c4", "action": {"commands": []}})),
         ];
-        let typed: Vec<Item> = output.iter().filter_map(from_value).collect();
+        let typed = output.clone();
         let outcome = Outcome {
             output,
             usage: Default::default(),
@@ -1096,7 +1089,7 @@ mod tests {
         let kinds = |events: Vec<StreamEvent>| -> Vec<String> {
             events.iter().map(|e| e.kind().to_owned()).collect()
         };
-        let message = json!({"type": "message", "role": "assistant", "content": []});
+        let message = item(json!({"type": "message", "role": "assistant", "content": []}));
         assert_eq!(
             kinds(index.translate(run::Event::ItemAdded {
                 index: 0,
@@ -1120,7 +1113,9 @@ mod tests {
             })),
             ["content_block_stop"]
         );
-        let shell = json!({"type": "openrouter:shell", "call_id": "c1", "action": {"commands": ["ls"]}, "output": []});
+        let shell = item(
+            json!({"type": "openrouter:shell", "call_id": "c1", "action": {"commands": ["ls"]}, "output": []}),
+        );
         let opened = index.translate(run::Event::ItemAdded {
             index: 1,
             item: shell.clone(),

@@ -134,14 +134,14 @@ struct Echo {
 /// Where a response is: its status and what it has made so far.
 struct Progress<'a> {
     status: wire::ResponseStatus,
-    output: &'a [Value],
+    output: &'a [wire::Item],
     usage: Option<Usage>,
     error: Option<wire::ResponseError>,
     incomplete: Option<&'a str>,
 }
 
-/// An output item of the loop, typed (until the loop is typed: it makes
-/// JSON). What the loop makes always reads; anything else is kept whole.
+/// A stored item, typed: what shellgate stores always reads; anything else
+/// (an item an older version stored) is kept whole.
 fn typed_item(item: &Value) -> wire::Item {
     wire::from_value(item.clone()).unwrap_or_else(|_| match item {
         Value::Object(map) => wire::Item::Other(map.clone()),
@@ -170,7 +170,7 @@ fn response_object(
         status,
         background: echo.background,
         model: echo.model.clone(),
-        output: output.iter().map(typed_item).collect(),
+        output: output.to_vec(),
         error,
         incomplete_details: incomplete.map(|reason| wire::IncompleteDetails {
             reason: reason.to_owned(),
@@ -538,14 +538,6 @@ fn stored_items(text: &str) -> ApiResult<Vec<wire::Item>> {
     Ok(values.iter().map(typed_item).collect())
 }
 
-/// Items as the loop takes them (until the loop is typed).
-pub(crate) fn item_values(items: &[wire::Item]) -> Vec<Value> {
-    items
-        .iter()
-        .map(|item| serde_json::to_value(item).unwrap_or(Value::Null))
-        .collect()
-}
-
 async fn prepare(
     state: &Arc<AppState>,
     project: &Project,
@@ -673,8 +665,7 @@ async fn prepare(
         request: run::Request {
             model,
             instructions,
-            // until the loop is typed
-            items: item_values(&items),
+            items,
             tools,
             tool_choice,
             max_tool_calls,
@@ -728,9 +719,8 @@ pub(crate) async fn run_within(
 
 impl Prepared {
     /// The stored row for this response in `status`, its object `body`.
-    fn row(&self, body: &wire::Response, output: &[Value]) -> ResponseRow {
-        let mut conversation = self.request.items.clone();
-        conversation.extend(output.iter().cloned());
+    fn row(&self, body: &wire::Response, output: &[wire::Item]) -> ResponseRow {
+        let conversation: Vec<&wire::Item> = self.request.items.iter().chain(output).collect();
         // Whatever is stored goes through the secrets' redaction (the
         // echo already has; the items too, in case one carries a policy).
         let stored = |mut value: Value| {
@@ -746,12 +736,12 @@ impl Prepared {
             status: ResponseStatus::parse(body.status.as_str()).unwrap_or(ResponseStatus::Failed),
             previous_response_id: self.previous.clone(),
             body: stored(serde_json::to_value(body).unwrap_or(Value::Null)),
-            input_items: stored(Value::Array(item_values(&self.input))),
-            conversation: stored(Value::Array(conversation)),
+            input_items: stored(serde_json::to_value(&self.input).unwrap_or(Value::Null)),
+            conversation: stored(serde_json::to_value(&conversation).unwrap_or(Value::Null)),
         }
     }
 
-    async fn save(&self, state: &AppState, body: &wire::Response, output: &[Value]) {
+    async fn save(&self, state: &AppState, body: &wire::Response, output: &[wire::Item]) {
         if !self.store {
             return;
         }
@@ -1005,7 +995,6 @@ impl SseWriter {
     fn event(&mut self, event: run::Event) {
         match event {
             run::Event::ItemAdded { index, item } => {
-                let item = typed_item(&item);
                 let message = matches!(item, wire::Item::Message(_));
                 let item_id = id_of(&item);
                 self.send(Event::OutputItemAdded {
@@ -1103,10 +1092,7 @@ impl SseWriter {
                 command_index,
                 result,
             } => {
-                // until the loop is typed: its result is JSON.
-                let output = wire::from_value(result)
-                    .map(|r| vec![r])
-                    .unwrap_or_default();
+                let output = vec![result];
                 self.send(Event::ShellCallOutputContentDone {
                     item_id,
                     output_index: index,
@@ -1115,7 +1101,6 @@ impl SseWriter {
                 });
             }
             run::Event::ItemDone { index, item } => {
-                let item = typed_item(&item);
                 if let Some(part) = first_part(&item).cloned() {
                     let item_id = id_of(&item);
                     let text = match &part {

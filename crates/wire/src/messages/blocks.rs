@@ -25,6 +25,13 @@ pub type Extra = Map<String, Value>;
 #[schema(value_type = Object)]
 pub struct Raw(pub Map<String, Value>);
 
+impl Raw {
+    /// Its `type` (`""` if it has none).
+    pub fn kind(&self) -> &str {
+        self.0.get("type").and_then(Value::as_str).unwrap_or("")
+    }
+}
+
 /// A content block, by its `type`.
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -62,7 +69,7 @@ impl ContentBlock {
             ContentBlock::ServerToolUse(_) => "server_tool_use",
             ContentBlock::OpenrouterShellToolResult(_) => "openrouter_shell_tool_result",
             ContentBlock::BashCodeExecutionToolResult(_) => "bash_code_execution_tool_result",
-            ContentBlock::Unknown(raw) => raw.0.get("type").and_then(Value::as_str).unwrap_or(""),
+            ContentBlock::Unknown(raw) => raw.kind(),
         }
     }
 

@@ -119,6 +119,21 @@ mod tests {
         let block: ContentBlock =
             parse(&json!({"type": "web_search_tool_result", "tool_use_id": "x"})).unwrap();
         assert_eq!(block.kind(), "web_search_tool_result");
+        // ... and written back whole.
+        assert_eq!(
+            serde_json::to_value(&block).unwrap(),
+            json!({"type": "web_search_tool_result", "tool_use_id": "x"})
+        );
+        assert_eq!(
+            serde_json::to_value(&event).unwrap(),
+            json!({"type": "future_event", "x": 1})
+        );
+        let tool: Tool = parse(&json!({"type": "web_search_20250305", "name": "w"})).unwrap();
+        assert_eq!(tool.kind(), Some("web_search_20250305"));
+        assert_eq!(
+            serde_json::to_value(&tool).unwrap(),
+            json!({"type": "web_search_20250305", "name": "w"})
+        );
         let reason: StopReason = serde_json::from_value(json!("some_new_reason")).unwrap();
         assert_eq!(reason, StopReason::Other("some_new_reason".into()));
         assert_eq!(

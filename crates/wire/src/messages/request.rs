@@ -192,7 +192,7 @@ impl Tool {
             Tool::Bash(tool) => Some(&tool.kind),
             Tool::OpenRouterShell(_) => Some(OPENROUTER_SHELL),
             Tool::OpenRouterBash(_) => Some(OPENROUTER_BASH),
-            Tool::Unknown(raw) => raw.0.get("type").and_then(Value::as_str),
+            Tool::Unknown(raw) => Some(raw.kind()).filter(|kind| !kind.is_empty()),
         }
     }
 }

@@ -57,11 +57,7 @@ impl StreamEvent {
             StreamEvent::MessageStop => "message_stop",
             StreamEvent::Ping => "ping",
             StreamEvent::Error { .. } => "error",
-            StreamEvent::Unknown(raw) => raw
-                .0
-                .get("type")
-                .and_then(serde_json::Value::as_str)
-                .unwrap_or(""),
+            StreamEvent::Unknown(raw) => raw.kind(),
         }
     }
 }
