@@ -18,7 +18,8 @@ use shellgate_store::{ContainerFileRow, ContainerRow, ContainerStatus, FileSourc
 use shellgate_wire::new_id;
 use shellgate_wire::{
     Container, ContainerFile, CreateContainer, CreateContainerFileFromId, Deleted, ExecRequest,
-    ExpiresAfter, ExpiresAnchor, List, ListIncomplete, NetworkPolicy, ShellCallOutput,
+    ExpiresAfter, ExpiresAnchor, List, ListIncomplete, MountedSkill, NetworkPolicy,
+    ShellCallOutput, StoredSkill,
 };
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::StreamExt;
@@ -36,9 +37,31 @@ use crate::time::now;
 /// Longest container name.
 const MAX_NAME: usize = 256;
 
+/// The network policy a container row keeps (secret values left out).
+pub fn network_policy(row: &ContainerRow) -> NetworkPolicy {
+    serde_json::from_str(&row.network_policy).unwrap_or(NetworkPolicy::Disabled)
+}
+
+/// The skills a container row keeps. Rows from before skills were mounted
+/// hold the request's entries (no `path`): those were never in the
+/// container, and are left out on purpose; any other entry that does not
+/// read as a mounted skill is a corrupt row (an error, not a skill less).
+pub fn mounted_skills(row: &ContainerRow) -> ApiResult<Vec<MountedSkill>> {
+    let stored: Vec<StoredSkill> = serde_json::from_str(&row.skills).map_err(|e| {
+        ApiError::internal(format!("container {}: its stored skills: {e}", row.id))
+    })?;
+    Ok(stored
+        .into_iter()
+        .filter_map(|skill| match skill {
+            StoredSkill::Mounted(skill) => Some(skill),
+            StoredSkill::NeverMounted => None,
+        })
+        .collect())
+}
+
 /// The container object of a row.
-pub fn container_object(row: &ContainerRow) -> Container {
-    Container {
+pub fn container_object(row: &ContainerRow) -> ApiResult<Container> {
+    Ok(Container {
         id: row.id.clone(),
         object: "container".to_owned(),
         name: row.name.clone(),
@@ -50,24 +73,17 @@ pub fn container_object(row: &ContainerRow) -> Container {
             minutes: row.expires_minutes,
         },
         memory_limit: row.memory_limit,
-        network_policy: serde_json::from_str(&row.network_policy)
-            .unwrap_or(NetworkPolicy::Disabled),
+        network_policy: network_policy(row),
         image: row.image.clone(),
-        // Rows from before skills were mounted hold the request's entries
-        // (with no `path`): those were never in the container.
-        skills: serde_json::from_str::<Vec<serde_json::Value>>(&row.skills)
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|skill| skill.get("path").is_some())
-            .collect(),
+        skills: mounted_skills(row)?,
         secrets_missing: Vec::new(),
-    }
+    })
 }
 
 /// The container object of a row as the API shows it: with the secrets
 /// whose values this server no longer holds (its network is off).
-pub fn shown_container(state: &AppState, row: &ContainerRow) -> Container {
-    let mut container = container_object(row);
+pub fn shown_container(state: &AppState, row: &ContainerRow) -> ApiResult<Container> {
+    let mut container = container_object(row)?;
     container.secrets_missing = state
         .engine
         .secret_status(&row.id)
@@ -75,7 +91,7 @@ pub fn shown_container(state: &AppState, row: &ContainerRow) -> Container {
         .filter(|s| !s.held)
         .map(|s| s.name)
         .collect();
-    container
+    Ok(container)
 }
 
 /// The image a new container is made from: the one asked for (a 400
@@ -203,7 +219,7 @@ pub async fn create(
     ApiJson(body): ApiJson<CreateContainer>,
 ) -> ApiResult<Json<Container>> {
     let row = create_container(&state, &project.0, body).await?;
-    Ok(Json(shown_container(&state, &row)))
+    Ok(Json(shown_container(&state, &row)?))
 }
 
 /// Makes a container for `project`: the one path of `POST /v1/containers`
@@ -354,7 +370,7 @@ pub async fn list(
         .iter()
         .filter(|r| r.status != ContainerStatus::Creating)
         .map(|row| shown_container(&state, row))
-        .collect();
+        .collect::<ApiResult<Vec<_>>>()?;
     Ok(Json(List::page(data, has_more, |c: &Container| {
         c.id.clone()
     })))
@@ -368,7 +384,7 @@ pub async fn retrieve(
     Ok(Json(shown_container(
         &state,
         &owned(&state, &project, &id).await?,
-    )))
+    )?))
 }
 
 pub async fn delete(

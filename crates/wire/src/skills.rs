@@ -47,3 +47,254 @@ pub struct SkillVersionDeleted {
     pub id: String,
     pub version: String,
 }
+
+/// A version number as a request names it: `"2"`, `2` or `"latest"`;
+/// anything else is kept as given, for the server to refuse once it knows
+/// the skill (a skill that is not there is the first thing it says).
+/// (Its schema is a string, as OpenAI's SDKs type it.)
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum VersionRef {
+    Text(String),
+    Number(serde_json::Number),
+    /// Neither a string nor a number.
+    Other(serde_json::Value),
+}
+
+impl VersionRef {
+    /// The version as text (`2` reads as `"2"`), if it is a string or a
+    /// number.
+    pub fn text(&self) -> Option<String> {
+        match self {
+            VersionRef::Text(text) => Some(text.clone()),
+            VersionRef::Number(number) => Some(number.to_string()),
+            VersionRef::Other(_) => None,
+        }
+    }
+}
+
+impl std::fmt::Display for VersionRef {
+    /// As JSON (`"2"`, `2`, `true`): how an error message quotes it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            VersionRef::Text(text) => write!(f, "{}", serde_json::Value::from(text.as_str())),
+            VersionRef::Number(number) => write!(f, "{number}"),
+            VersionRef::Other(value) => write!(f, "{value}"),
+        }
+    }
+}
+
+/// `POST /v1/skills/{skill_id}` as it arrives: `default_version` is
+/// checked by the server (required, a number or `latest`), and any other
+/// key is refused by it (the only field that may change).
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+pub struct UpdateSkillRequest {
+    #[serde(default)]
+    pub default_version: Option<VersionRef>,
+    #[serde(flatten)]
+    pub other: serde_json::Map<String, serde_json::Value>,
+}
+
+/// One of the skills a container gets (`POST /v1/containers`'s `skills`,
+/// a `container_auto` environment's): a skill of the project (or a curated
+/// one) by reference, or a zip given inline.
+///
+/// Read in the order the API checks an entry (its `type`, unknown keys,
+/// then each field in turn), each error naming its field inside the entry
+/// (read it with [`crate::param::parse`]).
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum SkillEntry {
+    SkillReference(SkillReference),
+    Inline(InlineSkill),
+}
+
+/// `{"type": "skill_reference", "skill_id", "version"?}`.
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
+pub struct SkillReference {
+    /// `skill_…` of the project, or a curated skill's id (1 to 64
+    /// characters).
+    pub skill_id: String,
+    /// Absent or null: the skill's default version.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub version: Option<VersionRef>,
+}
+
+/// `{"type": "inline", "name", "description", "source"}`: the bundle's own
+/// manifest names the skill in the container.
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
+pub struct InlineSkill {
+    pub name: String,
+    pub description: String,
+    pub source: InlineSkillSource,
+}
+
+/// `{"type": "base64", "media_type": "application/zip", "data"}`.
+#[derive(Debug, Clone, Serialize, PartialEq, utoipa::ToSchema)]
+pub struct InlineSkillSource {
+    /// `base64`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// `application/zip`.
+    pub media_type: String,
+    /// The zip, base64 (at most [`MAX_INLINE_DATA`] characters).
+    pub data: String,
+}
+
+/// Most characters of an inline skill's base64 `data`.
+pub const MAX_INLINE_DATA: usize = 70_254_592;
+
+const ENTRY_SHAPES: &str = "a skill is {\"type\": \"skill_reference\", \"skill_id\", \"version\"?} or \
+                            {\"type\": \"inline\", \"name\", \"description\", \"source\"}";
+const SOURCE_SHAPE: &str =
+    "source must be {\"type\": \"base64\", \"media_type\": \"application/zip\", \"data\"}";
+
+/// The object of an entry (or of its `source`), its keys checked against
+/// the ones its shape has: the first other one is refused by name.
+fn object_with<E: serde::de::Error>(
+    value: serde_json::Value,
+    keys: &[&str],
+    at: &str,
+) -> Result<serde_json::Map<String, serde_json::Value>, E> {
+    let serde_json::Value::Object(object) = value else {
+        return Err(crate::param::nested(at, "a skill entry must be an object"));
+    };
+    if let Some(unknown) = object.keys().find(|k| !keys.contains(&k.as_str())) {
+        let path = if at.is_empty() {
+            unknown.clone()
+        } else {
+            format!("{at}.{unknown}")
+        };
+        return Err(crate::param::nested(
+            &path,
+            format_args!("unknown field {unknown:?}"),
+        ));
+    }
+    Ok(object)
+}
+
+/// Field `key` of `object` as a `T`, if it is one.
+fn field<T: serde::de::DeserializeOwned>(
+    object: &mut serde_json::Map<String, serde_json::Value>,
+    key: &str,
+) -> Option<T> {
+    object
+        .remove(key)
+        .and_then(|value| serde_json::from_value(value).ok())
+}
+
+/// Field `key` of `object` as a non-empty string of at most `max` bytes,
+/// else the error `message` naming it.
+fn text<E: serde::de::Error>(
+    object: &mut serde_json::Map<String, serde_json::Value>,
+    key: &str,
+    path: &str,
+    max: usize,
+    message: &str,
+) -> Result<String, E> {
+    field::<String>(object, key)
+        .filter(|text| !text.is_empty() && text.len() <= max)
+        .ok_or_else(|| crate::param::nested(path, message))
+}
+
+impl<'de> Deserialize<'de> for SkillEntry {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = serde_json::Value::deserialize(deserializer)?;
+        /// The `type` tag (if the entry is an object with a string one).
+        #[derive(Deserialize)]
+        struct Tag {
+            #[serde(rename = "type")]
+            kind: String,
+        }
+        let kind = Tag::deserialize(&value).ok().map(|tag| tag.kind);
+        match kind.as_deref() {
+            Some("skill_reference") => {
+                let mut object = object_with(value, &["type", "skill_id", "version"], "")?;
+                let skill_id = text(&mut object, "skill_id", "skill_id", 64, "skill_id is required")?;
+                // Null reads as absent.
+                let version = field::<Option<VersionRef>>(&mut object, "version").flatten();
+                Ok(SkillEntry::SkillReference(SkillReference { skill_id, version }))
+            }
+            Some("inline") => {
+                let mut object = object_with(value, &["type", "name", "description", "source"], "")?;
+                let name = text(&mut object, "name", "name", usize::MAX, "name is required")?;
+                let description = text(
+                    &mut object,
+                    "description",
+                    "description",
+                    usize::MAX,
+                    "description is required",
+                )?;
+                let source = object
+                    .remove("source")
+                    .ok_or_else(|| crate::param::nested("source", "source is required"))?;
+                let mut source = object_with(source, &["type", "media_type", "data"], "source")?;
+                let kind = field::<String>(&mut source, "type");
+                let media_type = field::<String>(&mut source, "media_type");
+                let (Some(kind), Some(media_type)) = (kind, media_type) else {
+                    return Err(crate::param::nested("source", SOURCE_SHAPE));
+                };
+                if kind != "base64" || media_type != "application/zip" {
+                    return Err(crate::param::nested("source", SOURCE_SHAPE));
+                }
+                let data = text(
+                    &mut source,
+                    "data",
+                    "source.data",
+                    MAX_INLINE_DATA,
+                    "data (base64, at most 70254592 characters) is required",
+                )?;
+                Ok(SkillEntry::Inline(InlineSkill {
+                    name,
+                    description,
+                    source: InlineSkillSource {
+                        kind,
+                        media_type,
+                        data,
+                    },
+                }))
+            }
+            _ => Err(crate::param::nested("type", ENTRY_SHAPES)),
+        }
+    }
+}
+
+/// A skill a container holds, as its row keeps it and the container
+/// object shows it (shellgate's extension): where it is and what the model
+/// is told. The keys are written in this order, null `skill_id`/`version`
+/// included, as rows have always held them.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
+pub struct MountedSkill {
+    pub name: String,
+    pub description: String,
+    /// `/mnt/skills/<name>`.
+    pub path: String,
+    /// `skill_…` (or a curated skill's id) for a referenced skill; null
+    /// inline.
+    pub skill_id: Option<String>,
+    /// The referenced version (`"2"`); null inline.
+    pub version: Option<String>,
+}
+
+/// An entry of a container row's `skills`: a [`MountedSkill`] (it has a
+/// `path`), or, in rows from before skills were mounted, the request's
+/// entry as given (no `path`): that skill was never in the container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoredSkill {
+    Mounted(MountedSkill),
+    NeverMounted,
+}
+
+impl<'de> Deserialize<'de> for StoredSkill {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = serde_json::Value::deserialize(deserializer)?;
+        let mounted = value.as_object().is_some_and(|o| o.contains_key("path"));
+        if !mounted {
+            return Ok(StoredSkill::NeverMounted);
+        }
+        serde_json::from_value(value)
+            .map(StoredSkill::Mounted)
+            .map_err(serde::de::Error::custom)
+    }
+}
