@@ -47,9 +47,8 @@ pub fn network_policy(row: &ContainerRow) -> NetworkPolicy {
 /// container, and are left out on purpose; any other entry that does not
 /// read as a mounted skill is a corrupt row (an error, not a skill less).
 pub fn mounted_skills(row: &ContainerRow) -> ApiResult<Vec<MountedSkill>> {
-    let stored: Vec<StoredSkill> = serde_json::from_str(&row.skills).map_err(|e| {
-        ApiError::internal(format!("container {}: its stored skills: {e}", row.id))
-    })?;
+    let stored: Vec<StoredSkill> = serde_json::from_str(&row.skills)
+        .map_err(|e| ApiError::internal(format!("container {}: its stored skills: {e}", row.id)))?;
     Ok(stored
         .into_iter()
         .filter_map(|skill| match skill {

@@ -550,9 +550,8 @@ pub(crate) async fn resolve(
     let mut mounted: Vec<Mounted> = Vec::with_capacity(skills.len());
     for (index, entry) in skills.iter().enumerate() {
         let at = format!("{param}[{index}]");
-        let entry: SkillEntry = shellgate_wire::param::parse(entry).map_err(|error| {
-            ApiError::invalid(format!("{at}.{}", error.param), error.message)
-        })?;
+        let entry: SkillEntry = shellgate_wire::param::parse(entry)
+            .map_err(|error| ApiError::invalid(format!("{at}.{}", error.param), error.message))?;
         let one = match entry {
             SkillEntry::SkillReference(entry) => reference(state, project, entry, &at).await?,
             SkillEntry::Inline(entry) => {

@@ -145,7 +145,8 @@ pub struct InlineSkillSource {
 /// Most characters of an inline skill's base64 `data`.
 pub const MAX_INLINE_DATA: usize = 70_254_592;
 
-const ENTRY_SHAPES: &str = "a skill is {\"type\": \"skill_reference\", \"skill_id\", \"version\"?} or \
+const ENTRY_SHAPES: &str =
+    "a skill is {\"type\": \"skill_reference\", \"skill_id\", \"version\"?} or \
                             {\"type\": \"inline\", \"name\", \"description\", \"source\"}";
 const SOURCE_SHAPE: &str =
     "source must be {\"type\": \"base64\", \"media_type\": \"application/zip\", \"data\"}";
@@ -211,13 +212,23 @@ impl<'de> Deserialize<'de> for SkillEntry {
         match kind.as_deref() {
             Some("skill_reference") => {
                 let mut object = object_with(value, &["type", "skill_id", "version"], "")?;
-                let skill_id = text(&mut object, "skill_id", "skill_id", 64, "skill_id is required")?;
+                let skill_id = text(
+                    &mut object,
+                    "skill_id",
+                    "skill_id",
+                    64,
+                    "skill_id is required",
+                )?;
                 // Null reads as absent.
                 let version = field::<Option<VersionRef>>(&mut object, "version").flatten();
-                Ok(SkillEntry::SkillReference(SkillReference { skill_id, version }))
+                Ok(SkillEntry::SkillReference(SkillReference {
+                    skill_id,
+                    version,
+                }))
             }
             Some("inline") => {
-                let mut object = object_with(value, &["type", "name", "description", "source"], "")?;
+                let mut object =
+                    object_with(value, &["type", "name", "description", "source"], "")?;
                 let name = text(&mut object, "name", "name", usize::MAX, "name is required")?;
                 let description = text(
                     &mut object,
@@ -262,12 +273,12 @@ impl<'de> Deserialize<'de> for SkillEntry {
 
 /// A skill a container holds, as its row keeps it and the container
 /// object shows it (shellgate's extension): where it is and what the model
-/// is told. The keys are written in this order, null `skill_id`/`version`
-/// included, as rows have always held them.
+/// is told. The keys are written in this (alphabetical) order, null
+/// `skill_id`/`version` included, as rows have always held them.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 pub struct MountedSkill {
-    pub name: String,
     pub description: String,
+    pub name: String,
     /// `/mnt/skills/<name>`.
     pub path: String,
     /// `skill_…` (or a curated skill's id) for a referenced skill; null
@@ -296,5 +307,148 @@ impl<'de> Deserialize<'de> for StoredSkill {
         serde_json::from_value(value)
             .map(StoredSkill::Mounted)
             .map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::param::{parse, ParamError};
+    use serde_json::json;
+
+    fn refused(entry: serde_json::Value) -> (String, String) {
+        let ParamError { param, message } =
+            parse::<SkillEntry>(&entry).expect_err("the entry is refused");
+        (param, message)
+    }
+
+    #[test]
+    fn a_reference_reads_with_its_version_as_given() {
+        let entry: SkillEntry =
+            parse(&json!({"type": "skill_reference", "skill_id": "skill_1", "version": 2}))
+                .expect("a reference");
+        let SkillEntry::SkillReference(reference) = entry else {
+            panic!("not a reference: {entry:?}");
+        };
+        assert_eq!(reference.skill_id, "skill_1");
+        assert_eq!(
+            reference.version.as_ref().and_then(VersionRef::text),
+            Some("2".to_owned())
+        );
+        // Null is absent; another type is kept for the server to refuse.
+        let null: SkillEntry =
+            parse(&json!({"type": "skill_reference", "skill_id": "s", "version": null})).unwrap();
+        assert!(matches!(
+            null,
+            SkillEntry::SkillReference(SkillReference { version: None, .. })
+        ));
+        let other: SkillEntry =
+            parse(&json!({"type": "skill_reference", "skill_id": "s", "version": true})).unwrap();
+        let SkillEntry::SkillReference(SkillReference {
+            version: Some(other),
+            ..
+        }) = other
+        else {
+            panic!("version kept");
+        };
+        assert_eq!(other.text(), None);
+        assert_eq!(other.to_string(), "true");
+        assert_eq!(VersionRef::Text("2".into()).to_string(), "\"2\"");
+    }
+
+    #[test]
+    fn entries_are_refused_in_the_order_the_api_checks_them() {
+        assert_eq!(refused(json!("skill")).0, "type");
+        assert_eq!(refused(json!({"type": "other"})).0, "type");
+        assert!(refused(json!({"skill_id": "s"}))
+            .1
+            .starts_with("a skill is "));
+        // Unknown keys before any field.
+        assert_eq!(
+            refused(json!({"type": "skill_reference", "skill_id": 5, "zzz": 1})),
+            ("zzz".to_owned(), "unknown field \"zzz\"".to_owned())
+        );
+        assert_eq!(
+            refused(json!({"type": "skill_reference", "skill_id": "x".repeat(65)})),
+            ("skill_id".to_owned(), "skill_id is required".to_owned())
+        );
+        // name, then description, then source.
+        assert_eq!(
+            refused(json!({"type": "inline", "name": "", "description": 5})).0,
+            "name"
+        );
+        assert_eq!(
+            refused(json!({"type": "inline", "name": "n", "description": 5, "source": 1})),
+            (
+                "description".to_owned(),
+                "description is required".to_owned()
+            )
+        );
+        assert_eq!(
+            refused(json!({"type": "inline", "name": "n", "description": "d"})),
+            ("source".to_owned(), "source is required".to_owned())
+        );
+        assert_eq!(
+            refused(json!({"type": "inline", "name": "n", "description": "d", "source": null})),
+            (
+                "source".to_owned(),
+                "a skill entry must be an object".to_owned()
+            )
+        );
+        assert_eq!(
+            refused(json!({"type": "inline", "name": "n", "description": "d",
+                           "source": {"type": "base64", "extra": 1}})),
+            (
+                "source.extra".to_owned(),
+                "unknown field \"extra\"".to_owned()
+            )
+        );
+        assert_eq!(
+            refused(json!({"type": "inline", "name": "n", "description": "d",
+                           "source": {"type": "base64", "media_type": "application/gzip", "data": "x"}}))
+            .0,
+            "source"
+        );
+        assert_eq!(
+            refused(json!({"type": "inline", "name": "n", "description": "d",
+                           "source": {"type": "base64", "media_type": "application/zip"}})),
+            (
+                "source.data".to_owned(),
+                "data (base64, at most 70254592 characters) is required".to_owned()
+            )
+        );
+    }
+
+    #[test]
+    fn a_mounted_skill_is_stored_as_rows_have_always_held_it() {
+        let stored = r#"[{"description":"d","name":"n","path":"/mnt/skills/n","skill_id":null,"version":null},{"description":"e","name":"m","path":"/mnt/skills/m","skill_id":"skill_1","version":"2"}]"#;
+        let skills: Vec<MountedSkill> = serde_json::from_str(stored).expect("old rows read");
+        assert_eq!(serde_json::to_string(&skills).unwrap(), stored);
+        assert_eq!(skills[1].version.as_deref(), Some("2"));
+    }
+
+    #[test]
+    fn a_stored_entry_without_a_path_was_never_mounted_and_others_must_read() {
+        let stored: Vec<StoredSkill> =
+            serde_json::from_str(r#"[{"type":"skill_reference","skill_id":"skill_1"}, 3]"#)
+                .expect("pre-mount entries read");
+        assert_eq!(
+            stored,
+            vec![StoredSkill::NeverMounted, StoredSkill::NeverMounted]
+        );
+        assert!(serde_json::from_str::<Vec<StoredSkill>>(r#"[{"path":"/mnt/skills/n"}]"#).is_err());
+    }
+
+    #[test]
+    fn an_update_keeps_what_else_it_names() {
+        let body: UpdateSkillRequest =
+            parse(&json!({"default_version": "latest", "name": "x"})).unwrap();
+        assert_eq!(
+            body.default_version,
+            Some(VersionRef::Text("latest".into()))
+        );
+        assert!(body.other.contains_key("name"));
+        let bare: UpdateSkillRequest = parse(&json!({})).unwrap();
+        assert_eq!(bare.default_version, None);
     }
 }
