@@ -1074,4 +1074,48 @@ mod tests {
         );
         assert!(run_request(&body(r#"{"commands":["true"]}"#)).is_ok());
     }
+
+    fn row_with_skills(skills: &str) -> ContainerRow {
+        ContainerRow {
+            id: "cntr_1".to_owned(),
+            project: "p".to_owned(),
+            name: "x".to_owned(),
+            created_at: 0,
+            last_active_at: 0,
+            status: ContainerStatus::Running,
+            memory_limit: shellgate_wire::MemoryLimit::OneGb,
+            expires_minutes: 20,
+            network_policy: r#"{"type":"disabled"}"#.to_owned(),
+            skills: skills.to_owned(),
+            file_ids: "[]".to_owned(),
+            billed_seconds: 0.0,
+            session_seconds: 0.0,
+            session_open: false,
+            image: "host".to_owned(),
+            sleep_after_secs: None,
+        }
+    }
+
+    #[test]
+    fn a_rows_skills_are_its_mounted_ones_and_a_corrupt_row_is_an_error() {
+        let row = row_with_skills(
+            r#"[{"type":"inline","name":"old"},
+                {"description":"d","name":"n","path":"/mnt/skills/n","skill_id":"skill_1","version":"2"}]"#,
+        );
+        let skills = container_object(&row).expect("the row reads").skills;
+        assert_eq!(
+            skills,
+            vec![MountedSkill {
+                description: "d".to_owned(),
+                name: "n".to_owned(),
+                path: "/mnt/skills/n".to_owned(),
+                skill_id: Some("skill_1".to_owned()),
+                version: Some("2".to_owned()),
+            }]
+        );
+        // Mounted (it has a path) but not a mounted skill: not skipped.
+        assert!(mounted_skills(&row_with_skills(r#"[{"path":"/mnt/skills/n"}]"#)).is_err());
+        assert!(mounted_skills(&row_with_skills("not json")).is_err());
+        assert!(mounted_skills(&row_with_skills("[]")).is_ok_and(|s| s.is_empty()));
+    }
 }

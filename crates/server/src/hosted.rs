@@ -634,3 +634,43 @@ fn list_skills<'a>(text: &mut String, skills: impl IntoIterator<Item = SkillList
         text.push_str(&format!("\n- {name} ({path}/SKILL.md): {description}"));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mounted(name: &str, version: Option<&str>) -> MountedSkill {
+        MountedSkill {
+            description: "d".to_owned(),
+            name: name.to_owned(),
+            path: format!("/mnt/skills/{name}"),
+            skill_id: version.map(|_| "skill_1".to_owned()),
+            version: version.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn skills_are_the_same_in_any_order_and_differ_by_version() {
+        let held = [mounted("a", Some("1")), mounted("b", None)];
+        let asked = [mounted("b", None), mounted("a", Some("1"))];
+        assert_eq!(skill_keys(&held), skill_keys(&asked));
+        let other = [mounted("b", None), mounted("a", Some("2"))];
+        assert_ne!(skill_keys(&held), skill_keys(&other));
+    }
+
+    #[test]
+    fn a_local_skill_that_is_not_name_description_path_is_left_out() {
+        let skills = vec![
+            serde_json::json!({"name": "x", "description": "does x", "path": "/s/x", "extra": 1}),
+            serde_json::json!({"name": "y", "description": "no path"}),
+            serde_json::json!(["z", "an array", "/s/z"]),
+        ];
+        let mut text = String::new();
+        list_skills(&mut text, local_skills(&skills));
+        assert!(text.ends_with("\n- x (/s/x/SKILL.md): does x"), "{text}");
+        assert!(!text.contains("- y") && !text.contains("- z"), "{text}");
+        let mut none = String::new();
+        list_skills(&mut none, local_skills(&skills[1..]));
+        assert!(none.is_empty());
+    }
+}
