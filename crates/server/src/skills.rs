@@ -21,7 +21,7 @@ use shellgate_store::{SkillRow, SkillVersionDelete, SkillVersionRow};
 use shellgate_wire::new_id;
 use shellgate_wire::{
     Deleted, InlineSkill, List, MountedSkill, Skill, SkillEntry, SkillReference, SkillVersion,
-    SkillVersionDeleted, UpdateSkillRequest, VersionRef,
+    SkillVersionDeleted, UpdateSkill, VersionRef,
 };
 
 use crate::error::{ApiError, ApiResult};
@@ -298,7 +298,7 @@ pub async fn update(
         )
     };
     // A body that is not an object has no default_version either.
-    let body: UpdateSkillRequest = shellgate_wire::param::parse(&body).map_err(|_| required())?;
+    let body: UpdateSkill = shellgate_wire::param::parse(&body).map_err(|_| required())?;
     let requested = body
         .default_version
         .as_ref()

@@ -21,7 +21,7 @@ mod skills;
 pub use extensions::{ContainerCommand, Image, ImageList};
 pub use skills::{
     InlineSkill, InlineSkillSource, MountedSkill, Skill, SkillEntry, SkillReference, SkillVersion,
-    SkillVersionDeleted, StoredSkill, UpdateSkill, UpdateSkillRequest, VersionRef,
+    SkillVersionDeleted, StoredSkill, UpdateSkill, VersionRef,
 };
 
 /// `{"error": {"message", "type", "param", "code"}}`, all four keys present.

@@ -30,14 +30,6 @@ pub struct SkillVersion {
     pub description: String,
 }
 
-/// `POST /v1/skills/{skill_id}`: the only field that may change.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
-pub struct UpdateSkill {
-    /// A version number (`"2"` or `2`) or `latest`.
-    #[schema(value_type = String)]
-    pub default_version: serde_json::Value,
-}
-
 /// `DELETE /v1/skills/{skill_id}/versions/{version}`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct SkillVersionDeleted {
@@ -84,14 +76,17 @@ impl std::fmt::Display for VersionRef {
     }
 }
 
-/// `POST /v1/skills/{skill_id}` as it arrives: `default_version` is
-/// checked by the server (required, a number or `latest`), and any other
-/// key is refused by it (the only field that may change).
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
-pub struct UpdateSkillRequest {
+/// `POST /v1/skills/{skill_id}`: the only field that may change. As it
+/// arrives, `default_version` is checked by the server (required, a number
+/// or `latest`), and any other key is kept for the server to refuse.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct UpdateSkill {
+    /// A version number (`"2"` or `2`) or `latest`.
     #[serde(default)]
+    #[schema(value_type = String, required = true)]
     pub default_version: Option<VersionRef>,
     #[serde(flatten)]
+    #[schema(ignore)]
     pub other: serde_json::Map<String, serde_json::Value>,
 }
 
@@ -441,14 +436,13 @@ mod tests {
 
     #[test]
     fn an_update_keeps_what_else_it_names() {
-        let body: UpdateSkillRequest =
-            parse(&json!({"default_version": "latest", "name": "x"})).unwrap();
+        let body: UpdateSkill = parse(&json!({"default_version": "latest", "name": "x"})).unwrap();
         assert_eq!(
             body.default_version,
             Some(VersionRef::Text("latest".into()))
         );
         assert!(body.other.contains_key("name"));
-        let bare: UpdateSkillRequest = parse(&json!({})).unwrap();
+        let bare: UpdateSkill = parse(&json!({})).unwrap();
         assert_eq!(bare.default_version, None);
     }
 }
