@@ -63,7 +63,7 @@ pub async fn supply(
             .db(move |s| s.container(&owner, &key))
             .await?
             .ok_or_else(|| ApiError::not_found("container", &id))?;
-        Ok(Json(crate::containers::shown_container(&state, &row)))
+        Ok(Json(crate::containers::shown_container(&state, &row)?))
     })
     .await
 }

@@ -18,7 +18,8 @@ use shellgate_store::{ContainerFileRow, ContainerRow, ContainerStatus, FileSourc
 use shellgate_wire::new_id;
 use shellgate_wire::{
     Container, ContainerFile, CreateContainer, CreateContainerFileFromId, Deleted, ExecRequest,
-    ExpiresAfter, ExpiresAnchor, List, ListIncomplete, NetworkPolicy, ShellCallOutput,
+    ExpiresAfter, ExpiresAnchor, List, ListIncomplete, MountedSkill, NetworkPolicy,
+    ShellCallOutput, StoredSkill,
 };
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::StreamExt;
@@ -36,9 +37,30 @@ use crate::time::now;
 /// Longest container name.
 const MAX_NAME: usize = 256;
 
+/// The network policy a container row keeps (secret values left out).
+pub fn network_policy(row: &ContainerRow) -> NetworkPolicy {
+    serde_json::from_str(&row.network_policy).unwrap_or(NetworkPolicy::Disabled)
+}
+
+/// The skills a container row keeps. Rows from before skills were mounted
+/// hold the request's entries (no `path`): those were never in the
+/// container, and are left out on purpose; any other entry that does not
+/// read as a mounted skill is a corrupt row (an error, not a skill less).
+pub fn mounted_skills(row: &ContainerRow) -> ApiResult<Vec<MountedSkill>> {
+    let stored: Vec<StoredSkill> = serde_json::from_str(&row.skills)
+        .map_err(|e| ApiError::internal(format!("container {}: its stored skills: {e}", row.id)))?;
+    Ok(stored
+        .into_iter()
+        .filter_map(|skill| match skill {
+            StoredSkill::Mounted(skill) => Some(skill),
+            StoredSkill::NeverMounted => None,
+        })
+        .collect())
+}
+
 /// The container object of a row.
-pub fn container_object(row: &ContainerRow) -> Container {
-    Container {
+pub fn container_object(row: &ContainerRow) -> ApiResult<Container> {
+    Ok(Container {
         id: row.id.clone(),
         object: "container".to_owned(),
         name: row.name.clone(),
@@ -50,24 +72,17 @@ pub fn container_object(row: &ContainerRow) -> Container {
             minutes: row.expires_minutes,
         },
         memory_limit: row.memory_limit,
-        network_policy: serde_json::from_str(&row.network_policy)
-            .unwrap_or(NetworkPolicy::Disabled),
+        network_policy: network_policy(row),
         image: row.image.clone(),
-        // Rows from before skills were mounted hold the request's entries
-        // (with no `path`): those were never in the container.
-        skills: serde_json::from_str::<Vec<serde_json::Value>>(&row.skills)
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|skill| skill.get("path").is_some())
-            .collect(),
+        skills: mounted_skills(row)?,
         secrets_missing: Vec::new(),
-    }
+    })
 }
 
 /// The container object of a row as the API shows it: with the secrets
 /// whose values this server no longer holds (its network is off).
-pub fn shown_container(state: &AppState, row: &ContainerRow) -> Container {
-    let mut container = container_object(row);
+pub fn shown_container(state: &AppState, row: &ContainerRow) -> ApiResult<Container> {
+    let mut container = container_object(row)?;
     container.secrets_missing = state
         .engine
         .secret_status(&row.id)
@@ -75,7 +90,7 @@ pub fn shown_container(state: &AppState, row: &ContainerRow) -> Container {
         .filter(|s| !s.held)
         .map(|s| s.name)
         .collect();
-    container
+    Ok(container)
 }
 
 /// The image a new container is made from: the one asked for (a 400
@@ -203,7 +218,7 @@ pub async fn create(
     ApiJson(body): ApiJson<CreateContainer>,
 ) -> ApiResult<Json<Container>> {
     let row = create_container(&state, &project.0, body).await?;
-    Ok(Json(shown_container(&state, &row)))
+    Ok(Json(shown_container(&state, &row)?))
 }
 
 /// Makes a container for `project`: the one path of `POST /v1/containers`
@@ -354,7 +369,7 @@ pub async fn list(
         .iter()
         .filter(|r| r.status != ContainerStatus::Creating)
         .map(|row| shown_container(&state, row))
-        .collect();
+        .collect::<ApiResult<Vec<_>>>()?;
     Ok(Json(List::page(data, has_more, |c: &Container| {
         c.id.clone()
     })))
@@ -368,7 +383,7 @@ pub async fn retrieve(
     Ok(Json(shown_container(
         &state,
         &owned(&state, &project, &id).await?,
-    )))
+    )?))
 }
 
 pub async fn delete(
@@ -1058,5 +1073,49 @@ mod tests {
             Some("commands")
         );
         assert!(run_request(&body(r#"{"commands":["true"]}"#)).is_ok());
+    }
+
+    fn row_with_skills(skills: &str) -> ContainerRow {
+        ContainerRow {
+            id: "cntr_1".to_owned(),
+            project: "p".to_owned(),
+            name: "x".to_owned(),
+            created_at: 0,
+            last_active_at: 0,
+            status: ContainerStatus::Running,
+            memory_limit: shellgate_wire::MemoryLimit::OneGb,
+            expires_minutes: 20,
+            network_policy: r#"{"type":"disabled"}"#.to_owned(),
+            skills: skills.to_owned(),
+            file_ids: "[]".to_owned(),
+            billed_seconds: 0.0,
+            session_seconds: 0.0,
+            session_open: false,
+            image: "host".to_owned(),
+            sleep_after_secs: None,
+        }
+    }
+
+    #[test]
+    fn a_rows_skills_are_its_mounted_ones_and_a_corrupt_row_is_an_error() {
+        let row = row_with_skills(
+            r#"[{"type":"inline","name":"old"},
+                {"description":"d","name":"n","path":"/mnt/skills/n","skill_id":"skill_1","version":"2"}]"#,
+        );
+        let skills = container_object(&row).expect("the row reads").skills;
+        assert_eq!(
+            skills,
+            vec![MountedSkill {
+                description: "d".to_owned(),
+                name: "n".to_owned(),
+                path: "/mnt/skills/n".to_owned(),
+                skill_id: Some("skill_1".to_owned()),
+                version: Some("2".to_owned()),
+            }]
+        );
+        // Mounted (it has a path) but not a mounted skill: not skipped.
+        assert!(mounted_skills(&row_with_skills(r#"[{"path":"/mnt/skills/n"}]"#)).is_err());
+        assert!(mounted_skills(&row_with_skills("not json")).is_err());
+        assert!(mounted_skills(&row_with_skills("[]")).is_ok_and(|s| s.is_empty()));
     }
 }

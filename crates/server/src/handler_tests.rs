@@ -557,6 +557,128 @@ async fn a_skill_uploaded_as_a_directory_is_shown_and_versioned() {
 }
 
 #[tokio::test]
+async fn a_skill_update_names_default_version_whatever_is_wrong() {
+    let harness = Harness::new();
+    let answer = harness
+        .upload_part("/v1/skills", "files[]", "adder/SKILL.md", MANIFEST, &[])
+        .await;
+    let id = answer.ok()["id"].as_str().unwrap().to_owned();
+    let update = |body: serde_json::Value| {
+        let (harness, id) = (&harness, &id);
+        async move { harness.post(&format!("/v1/skills/{id}"), body).await }
+    };
+    for body in [
+        json!({}),
+        json!({"default_version": true}),
+        json!({"default_version": null}),
+        json!([1]),
+    ] {
+        let answer = update(body.clone()).await;
+        let error = answer.error(400);
+        assert_eq!(error["param"], "default_version", "{body}");
+        assert_eq!(
+            error["message"], "default_version (a version number) is required",
+            "{body}"
+        );
+    }
+    let answer = update(json!({"default_version": "1", "name": "other"})).await;
+    assert_eq!(
+        answer.error(400)["message"],
+        "only default_version may be changed"
+    );
+    let answer = update(json!({"default_version": "0"})).await;
+    assert_eq!(answer.error(400)["param"], "default_version");
+    assert_eq!(
+        update(json!({"default_version": 1})).await.ok()["default_version"],
+        "1"
+    );
+    assert_eq!(
+        update(json!({"default_version": "latest"})).await.ok()["default_version"],
+        "1"
+    );
+}
+
+#[tokio::test]
+async fn a_containers_skill_entries_are_refused_naming_their_field() {
+    let harness = Harness::new();
+    let answer = harness
+        .upload_part("/v1/skills", "files[]", "adder/SKILL.md", MANIFEST, &[])
+        .await;
+    let id = answer.ok()["id"].as_str().unwrap().to_owned();
+    let refused = |skill: serde_json::Value| {
+        let harness = &harness;
+        async move {
+            let answer = harness
+                .post("/v1/containers", json!({"name": "x", "skills": [skill]}))
+                .await;
+            let error = answer.error(400);
+            (
+                error["param"].as_str().unwrap_or_default().to_owned(),
+                error["message"].as_str().unwrap_or_default().to_owned(),
+            )
+        }
+    };
+    assert_eq!(refused(json!("adder")).await.0, "skills[0].type");
+    assert_eq!(
+        refused(json!({"type": "skill_reference", "skill_id": id, "extra": 1})).await,
+        (
+            "skills[0].extra".to_owned(),
+            "unknown field \"extra\"".to_owned()
+        )
+    );
+    // A wrong version type is said once the skill is found.
+    assert_eq!(
+        refused(json!({"type": "skill_reference", "skill_id": "skill_none", "version": true}))
+            .await
+            .0,
+        "skills[0].skill_id"
+    );
+    assert_eq!(
+        refused(json!({"type": "skill_reference", "skill_id": id, "version": true})).await,
+        (
+            "skills[0].version".to_owned(),
+            "version is a positive integer or 'latest'".to_owned()
+        )
+    );
+    assert_eq!(
+        refused(json!({"type": "inline", "description": "d", "source": {}})).await,
+        ("skills[0].name".to_owned(), "name is required".to_owned())
+    );
+    assert!(harness.backend.calls().is_empty());
+}
+
+#[tokio::test]
+async fn a_referenced_skill_is_shown_on_its_container_as_mounted() {
+    let harness = Harness::new();
+    let answer = harness
+        .upload_part("/v1/skills", "files[]", "adder/SKILL.md", MANIFEST, &[])
+        .await;
+    let id = answer.ok()["id"].as_str().unwrap().to_owned();
+    let answer = harness
+        .post(
+            "/v1/containers",
+            json!({"name": "x", "skills": [{"type": "skill_reference", "skill_id": id}]}),
+        )
+        .await;
+    let container = answer.ok();
+    let expected = json!([{
+        "name": "adder",
+        "description": "Adds numbers.",
+        "path": "/mnt/skills/adder",
+        "skill_id": id,
+        "version": "1",
+    }]);
+    assert_eq!(container["skills"], expected);
+    let shown = harness
+        .get(&format!(
+            "/v1/containers/{}",
+            container["id"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(shown.ok()["skills"], expected);
+}
+
+#[tokio::test]
 async fn a_skill_without_a_manifest_is_a_400_naming_files() {
     let harness = Harness::new();
     let answer = harness

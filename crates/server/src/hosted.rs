@@ -16,12 +16,13 @@
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use serde::Deserialize as _;
 use serde_json::Value;
 use shellgate_model::run::{HostError, Sandbox};
 use shellgate_model::tools::{Environment, Tools};
 use shellgate_sandbox_api::backend::{CommandResult, RunRequest};
 use shellgate_wire::responses::{ContainerAuto, Item};
-use shellgate_wire::CreateContainer;
+use shellgate_wire::{CreateContainer, MountedSkill};
 
 use crate::containers::{create_container, prepare_exec, BillOnDrop};
 use crate::error::{ApiError, ApiResult};
@@ -103,7 +104,7 @@ pub struct HostedShell {
     auto: Option<CreateContainer>,
     /// The skills the model is told of (`Mounted::summary`): a container
     /// continued must hold these.
-    skills: Vec<Value>,
+    skills: Vec<MountedSkill>,
     reuse: Reuse,
     /// `Some`: OpenRouter's tools set the container's idle time before it
     /// sleeps (`None` inside: the server's).
@@ -136,7 +137,7 @@ pub async fn prepare(
     request: &str,
 ) -> ApiResult<Hosted> {
     let mut auto = None;
-    let mut skills: Vec<Value> = Vec::new();
+    let mut skills: Vec<MountedSkill> = Vec::new();
     let mut network = NetworkView::None;
     let environment = tools.hosted_environment().or(tools.shell.as_ref());
     match environment {
@@ -146,7 +147,7 @@ pub async fn prepare(
                 .db(move |s| s.container(&owner, &key))
                 .await?
                 .ok_or_else(|| ApiError::not_found("container", id))?;
-            skills = crate::containers::container_object(&row).skills;
+            skills = crate::containers::mounted_skills(&row)?;
             network = ContainerPolicy::of_container(state, &row).view();
         }
         Some(Environment::ContainerAuto(params)) => {
@@ -255,7 +256,7 @@ impl HostedShell {
             return Ok(false);
         }
         // Nor other skills than the model is told of.
-        let held = crate::containers::container_object(&row).skills;
+        let held = crate::containers::mounted_skills(&row).map_err(host_error)?;
         if skill_keys(&held) != skill_keys(&self.skills) {
             return Ok(false);
         }
@@ -446,16 +447,20 @@ struct ContainerPolicy {
 }
 
 /// What tells skills apart (`Mounted::summary`'s name, source and
-/// description), in order.
-fn skill_keys(skills: &[Value]) -> Vec<[Value; 4]> {
-    let mut keys: Vec<[Value; 4]> = skills
+/// description), in order of name (a container's names are distinct).
+fn skill_keys(skills: &[MountedSkill]) -> Vec<(&str, Option<&str>, Option<&str>, &str)> {
+    let mut keys: Vec<_> = skills
         .iter()
         .map(|skill| {
-            ["name", "skill_id", "version", "description"]
-                .map(|key| skill.get(key).cloned().unwrap_or(Value::Null))
+            (
+                skill.name.as_str(),
+                skill.skill_id.as_deref(),
+                skill.version.as_deref(),
+                skill.description.as_str(),
+            )
         })
         .collect();
-    keys.sort_by_key(|key| key[0].to_string());
+    keys.sort_unstable();
     keys
 }
 
@@ -518,7 +523,7 @@ impl ContainerPolicy {
     }
 
     fn of_container(state: &AppState, row: &shellgate_store::ContainerRow) -> Self {
-        let shown = crate::containers::container_object(row).network_policy;
+        let shown = crate::containers::network_policy(row);
         let mut policy = Self::of_request(Some(&shown));
         for secret in state.engine.secret_status(&row.id) {
             policy
@@ -545,13 +550,13 @@ impl ContainerPolicy {
 /// What the model is told about the shell's environment: `network` is the
 /// policy of the container it runs in, `mounted` its skills (as the
 /// container object lists them).
-fn describe(environment: &Environment, network: &NetworkView, mounted: &[Value]) -> String {
+fn describe(environment: &Environment, network: &NetworkView, mounted: &[MountedSkill]) -> String {
     match environment {
         Environment::Local { skills } => {
             let mut text = "Runs shell commands on the user's own machine: the user's client runs \
                             them and sends back their output."
                 .to_owned();
-            list_skills(&mut text, skills);
+            list_skills(&mut text, local_skills(skills));
             text
         }
         _ => {
@@ -575,31 +580,97 @@ fn describe(environment: &Environment, network: &NetworkView, mounted: &[Value])
                 )),
                 NetworkView::None => text.push_str(" There is no network access."),
             }
-            list_skills(&mut text, mounted);
+            list_skills(
+                &mut text,
+                mounted.iter().map(|skill| SkillListing {
+                    name: skill.name.as_str(),
+                    description: skill.description.as_str(),
+                    path: skill.path.as_str(),
+                }),
+            );
             text
         }
     }
 }
 
+/// A skill as the model is told of it.
+#[derive(serde::Deserialize)]
+struct SkillListing<'a> {
+    name: &'a str,
+    description: &'a str,
+    path: &'a str,
+}
+
+/// The skills of a `local` environment (the client's machine), as its
+/// request gives them: one that does not read as a name, description and
+/// path is left out on purpose, as it always was (the model is told of
+/// the ones it can use; the client's own list is not checked here).
+fn local_skills(skills: &[Value]) -> impl Iterator<Item = SkillListing<'_>> {
+    skills
+        .iter()
+        // An object: serde would read a struct from an array too.
+        .filter(|skill| skill.is_object())
+        .filter_map(|skill| SkillListing::deserialize(skill).ok())
+}
+
 /// Appends the skills the shell has: name, path and description (what
 /// OpenAI's skill discovery shows the model); the model reads a skill's
 /// `SKILL.md` before it uses it.
-fn list_skills(text: &mut String, skills: &[Value]) {
-    let mut listed = skills.iter().filter_map(|skill| {
-        Some((
-            skill.get("name").and_then(Value::as_str)?,
-            skill.get("description").and_then(Value::as_str)?,
-            skill.get("path").and_then(Value::as_str)?,
-        ))
-    });
-    let Some(first) = listed.next() else {
+fn list_skills<'a>(text: &mut String, skills: impl IntoIterator<Item = SkillListing<'a>>) {
+    let mut listed = skills.into_iter().peekable();
+    if listed.peek().is_none() {
         return;
-    };
+    }
     text.push_str(
         "\n\nSkills are available: each is a folder with a SKILL.md to read (cat it) before \
          using the skill, and the scripts or references it names.",
     );
-    for (name, description, path) in std::iter::once(first).chain(listed) {
+    for SkillListing {
+        name,
+        description,
+        path,
+    } in listed
+    {
         text.push_str(&format!("\n- {name} ({path}/SKILL.md): {description}"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mounted(name: &str, version: Option<&str>) -> MountedSkill {
+        MountedSkill {
+            description: "d".to_owned(),
+            name: name.to_owned(),
+            path: format!("/mnt/skills/{name}"),
+            skill_id: version.map(|_| "skill_1".to_owned()),
+            version: version.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn skills_are_the_same_in_any_order_and_differ_by_version() {
+        let held = [mounted("a", Some("1")), mounted("b", None)];
+        let asked = [mounted("b", None), mounted("a", Some("1"))];
+        assert_eq!(skill_keys(&held), skill_keys(&asked));
+        let other = [mounted("b", None), mounted("a", Some("2"))];
+        assert_ne!(skill_keys(&held), skill_keys(&other));
+    }
+
+    #[test]
+    fn a_local_skill_that_is_not_name_description_path_is_left_out() {
+        let skills = vec![
+            serde_json::json!({"name": "x", "description": "does x", "path": "/s/x", "extra": 1}),
+            serde_json::json!({"name": "y", "description": "no path"}),
+            serde_json::json!(["z", "an array", "/s/z"]),
+        ];
+        let mut text = String::new();
+        list_skills(&mut text, local_skills(&skills));
+        assert!(text.ends_with("\n- x (/s/x/SKILL.md): does x"), "{text}");
+        assert!(!text.contains("- y") && !text.contains("- z"), "{text}");
+        let mut none = String::new();
+        list_skills(&mut none, local_skills(&skills[1..]));
+        assert!(none.is_empty());
     }
 }

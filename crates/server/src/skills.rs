@@ -15,11 +15,14 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use base64::Engine as _;
-use serde_json::{json, Value};
+use serde_json::Value;
 use shellgate_skills::{Bundle, Limits};
 use shellgate_store::{SkillRow, SkillVersionDelete, SkillVersionRow};
 use shellgate_wire::new_id;
-use shellgate_wire::{Deleted, List, Skill, SkillVersion, SkillVersionDeleted};
+use shellgate_wire::{
+    Deleted, InlineSkill, List, MountedSkill, Skill, SkillEntry, SkillReference, SkillVersion,
+    SkillVersionDeleted, UpdateSkill, VersionRef,
+};
 
 use crate::error::{ApiError, ApiResult};
 use crate::http::multipart_error;
@@ -288,17 +291,20 @@ pub async fn update(
     ApiJson(body): ApiJson<Value>,
 ) -> ApiResult<Json<Skill>> {
     let skill = owned_skill(&state, &project, &id).await?;
-    let requested = match body.get("default_version") {
-        Some(Value::String(text)) => text.clone(),
-        Some(Value::Number(number)) => number.to_string(),
-        _ => {
-            return Err(ApiError::invalid(
-                "default_version",
-                "default_version (a version number) is required",
-            ))
-        }
+    let required = || {
+        ApiError::invalid(
+            "default_version",
+            "default_version (a version number) is required",
+        )
     };
-    if body.as_object().is_some_and(|o| o.len() > 1) {
+    // A body that is not an object has no default_version either.
+    let body: UpdateSkill = shellgate_wire::param::parse(&body).map_err(|_| required())?;
+    let requested = body
+        .default_version
+        .as_ref()
+        .and_then(VersionRef::text)
+        .ok_or_else(required)?;
+    if !body.other.is_empty() {
         return Err(ApiError::invalid(
             "default_version",
             "only default_version may be changed",
@@ -515,14 +521,14 @@ impl Mounted {
     }
 
     /// How the container's row keeps it (no bundle bytes).
-    pub fn summary(&self) -> Value {
-        json!({
-            "name": self.bundle.manifest.name,
-            "description": self.bundle.manifest.description,
-            "path": self.path(),
-            "skill_id": self.source.as_ref().map(|(id, _)| id),
-            "version": self.source.as_ref().map(|(_, v)| v.to_string()),
-        })
+    pub fn summary(&self) -> MountedSkill {
+        MountedSkill {
+            name: self.bundle.manifest.name.clone(),
+            description: self.bundle.manifest.description.clone(),
+            path: self.path(),
+            skill_id: self.source.as_ref().map(|(id, _)| id.clone()),
+            version: self.source.as_ref().map(|(_, v)| v.to_string()),
+        }
     }
 }
 
@@ -544,21 +550,16 @@ pub(crate) async fn resolve(
     let mut mounted: Vec<Mounted> = Vec::with_capacity(skills.len());
     for (index, entry) in skills.iter().enumerate() {
         let at = format!("{param}[{index}]");
-        let kind = entry.get("type").and_then(Value::as_str);
-        let one =
-            match kind {
-                Some("skill_reference") => reference(state, project, entry, &at).await?,
-                Some("inline") => {
-                    let inline = inline(entry, &at).await?;
-                    guard_bundle(state, project, &inline.bundle)?;
-                    inline
-                }
-                _ => return Err(ApiError::invalid(
-                    format!("{at}.type"),
-                    "a skill is {\"type\": \"skill_reference\", \"skill_id\", \"version\"?} or \
-                     {\"type\": \"inline\", \"name\", \"description\", \"source\"}",
-                )),
-            };
+        let entry: SkillEntry = shellgate_wire::param::parse(entry)
+            .map_err(|error| ApiError::invalid(format!("{at}.{}", error.param), error.message))?;
+        let one = match entry {
+            SkillEntry::SkillReference(entry) => reference(state, project, entry, &at).await?,
+            SkillEntry::Inline(entry) => {
+                let inline = inline(entry, &at).await?;
+                guard_bundle(state, project, &inline.bundle)?;
+                inline
+            }
+        };
         if mounted
             .iter()
             .any(|m| m.bundle.manifest.name == one.bundle.manifest.name)
@@ -586,34 +587,15 @@ pub(crate) async fn resolve(
     Ok(mounted)
 }
 
-fn only_keys(entry: &Value, keys: &[&str], at: &str) -> ApiResult<()> {
-    let object = entry
-        .as_object()
-        .ok_or_else(|| ApiError::invalid(at, "a skill entry must be an object"))?;
-    if let Some(unknown) = object.keys().find(|k| !keys.contains(&k.as_str())) {
-        return Err(ApiError::invalid(
-            format!("{at}.{unknown}"),
-            format!("unknown field {unknown:?}"),
-        ));
-    }
-    Ok(())
-}
-
 async fn reference(
     state: &Arc<AppState>,
     project: &str,
-    entry: &Value,
+    entry: SkillReference,
     at: &str,
 ) -> ApiResult<Mounted> {
-    only_keys(entry, &["type", "skill_id", "version"], at)?;
-    let skill_id = entry
-        .get("skill_id")
-        .and_then(Value::as_str)
-        .filter(|id| !id.is_empty() && id.len() <= 64)
-        .ok_or_else(|| ApiError::invalid(format!("{at}.skill_id"), "skill_id is required"))?
-        .to_owned();
+    let SkillReference { skill_id, version } = entry;
     if let Some(curated) = shellgate_skills::Curated::find(&skill_id) {
-        return curated_reference(curated, entry, at).await;
+        return curated_reference(curated, version.as_ref(), at).await;
     }
     let project_key = Project(project.to_owned());
     let skill = owned_skill(state, &project_key, &skill_id)
@@ -621,11 +603,10 @@ async fn reference(
         .map_err(|_| {
             ApiError::invalid(format!("{at}.skill_id"), format!("no skill {skill_id:?}"))
         })?;
-    let version = match entry.get("version") {
-        None | Some(Value::Null) => skill.default_version,
-        Some(Value::String(text)) => version_number(text, &skill, &format!("{at}.version"))?,
-        Some(Value::Number(n)) => version_number(&n.to_string(), &skill, &format!("{at}.version"))?,
-        Some(_) => {
+    let version = match version.as_ref().map(|v| v.text().ok_or(v)) {
+        None => skill.default_version,
+        Some(Ok(text)) => version_number(&text, &skill, &format!("{at}.version"))?,
+        Some(Err(_)) => {
             return Err(ApiError::invalid(
                 format!("{at}.version"),
                 "version is a positive integer or 'latest'",
@@ -652,13 +633,13 @@ async fn reference(
 /// every install.
 async fn curated_reference(
     curated: &'static shellgate_skills::Curated,
-    entry: &Value,
+    version: Option<&VersionRef>,
     at: &str,
 ) -> ApiResult<Mounted> {
-    match entry.get("version") {
-        None | Some(Value::Null) => {}
-        Some(Value::String(v)) if v == "latest" || v == "1" => {}
-        Some(Value::Number(n)) if n.as_u64() == Some(1) => {}
+    match version {
+        None => {}
+        Some(VersionRef::Text(v)) if v == "latest" || v == "1" => {}
+        Some(VersionRef::Number(n)) if n.as_u64() == Some(1) => {}
         Some(other) => {
             return Err(ApiError::invalid(
                 format!("{at}.version"),
@@ -679,47 +660,10 @@ async fn curated_reference(
     })
 }
 
-async fn inline(entry: &Value, at: &str) -> ApiResult<Mounted> {
-    only_keys(entry, &["type", "name", "description", "source"], at)?;
-    for key in ["name", "description"] {
-        if entry
-            .get(key)
-            .and_then(Value::as_str)
-            .is_none_or(str::is_empty)
-        {
-            return Err(ApiError::invalid(
-                format!("{at}.{key}"),
-                format!("{key} is required"),
-            ));
-        }
-    }
-    let source = entry
-        .get("source")
-        .ok_or_else(|| ApiError::invalid(format!("{at}.source"), "source is required"))?;
-    only_keys(
-        source,
-        &["type", "media_type", "data"],
-        &format!("{at}.source"),
-    )?;
-    if source.get("type").and_then(Value::as_str) != Some("base64")
-        || source.get("media_type").and_then(Value::as_str) != Some("application/zip")
-    {
-        return Err(ApiError::invalid(
-            format!("{at}.source"),
-            "source must be {\"type\": \"base64\", \"media_type\": \"application/zip\", \"data\"}",
-        ));
-    }
-    let data = source
-        .get("data")
-        .and_then(Value::as_str)
-        .filter(|d| !d.is_empty() && d.len() <= 70_254_592)
-        .ok_or_else(|| {
-            ApiError::invalid(
-                format!("{at}.source.data"),
-                "data (base64, at most 70254592 characters) is required",
-            )
-        })?
-        .to_owned();
+/// An inline skill (its fields checked as it was read): its zip decoded
+/// and checked whole.
+async fn inline(entry: InlineSkill, at: &str) -> ApiResult<Mounted> {
+    let data = entry.source.data;
     let at = at.to_owned();
     let bundle = tokio::task::spawn_blocking(move || {
         let bytes = base64::engine::general_purpose::STANDARD

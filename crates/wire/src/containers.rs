@@ -3,6 +3,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::skills::{MountedSkill, SkillEntry};
+
 /// Container memory limits OpenAI offers.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default, utoipa::ToSchema)]
 pub enum MemoryLimit {
@@ -138,8 +140,10 @@ pub struct CreateContainer {
     #[serde(default)]
     pub file_ids: Vec<String>,
     pub expires_after: Option<ExpiresAfter>,
-    /// `skill_reference` or `inline` entries (checked by the server).
+    /// `skill_reference` or `inline` entries: each read as a [`SkillEntry`]
+    /// by the server, in the order it checks a container.
     #[serde(default)]
+    #[schema(value_type = Vec<SkillEntry>)]
     pub skills: Vec<Value>,
     pub memory_limit: Option<MemoryLimit>,
     pub network_policy: Option<NetworkPolicy>,
@@ -168,7 +172,7 @@ pub struct Container {
     /// and `skill_id`/`version` for a referenced one), shown read-only at
     /// `/mnt/skills/<name>`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub skills: Vec<serde_json::Value>,
+    pub skills: Vec<MountedSkill>,
     /// shellgate's extension: the secrets (by name) whose values this
     /// server no longer holds (it restarted since they were given): the
     /// container's network is off until they are supplied again

@@ -34,7 +34,10 @@ pub use files::{ContainerFile, CreateContainerFileFromId, FileObject, FILE_PURPO
 pub use ids::new_id;
 pub use list::{Deleted, List, ListIncomplete};
 pub use outcome::Outcome;
-pub use skills::{Skill, SkillVersion, SkillVersionDeleted, UpdateSkill};
+pub use skills::{
+    InlineSkill, InlineSkillSource, MountedSkill, Skill, SkillEntry, SkillReference, SkillVersion,
+    SkillVersionDeleted, StoredSkill, UpdateSkill, VersionRef,
+};
 pub use usage::{ContainerUsage, Usage};
 
 #[cfg(test)]
