@@ -554,6 +554,15 @@ async fn file_access_never_goes_through_the_pid_of_init() {
     // SAFETY: SIGKILL to the test's own container init.
     unsafe { libc::kill(init, libc::SIGKILL) };
     assert!(common::eventually(Duration::from_secs(5), || !common::process_alive(init)).await);
+    // The engine learns of the death from init's pidfd, a moment after the
+    // process is gone from /proc: the test waits for the engine's view.
+    assert!(
+        common::eventually_async(Duration::from_secs(5), || async {
+            matches!(t.engine.init_pid("c1").await, Ok(None))
+        })
+        .await,
+        "the engine never saw its init die"
+    );
     assert_eq!(
         t.engine.read_file("c1", "whose.txt").await.unwrap(),
         b"mine\n"
