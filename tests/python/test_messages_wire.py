@@ -89,6 +89,12 @@ def test_the_answer_and_the_stream_are_the_sdks_shapes(server):
                  "message_delta": t.RawMessageDeltaEvent, "message_stop": t.RawMessageStopEvent}.get(name)
         if model:
             strict_keys(model, data)
+    # message_start has exactly the keys it always had (as Anthropic sends it:
+    # no container yet); the final message always names its container.
+    [start] = [data for name, data in events if name == "message_start"]
+    assert set(start["message"]) == {"id", "type", "role", "model", "content", "stop_reason",
+                                     "stop_sequence", "usage"}, start
+    assert "container" in message
     [delta] = [data for name, data in events if name == "message_delta"]
     assert delta["delta"]["stop_reason"] == "end_turn"
     assert delta["delta"]["container"]["id"].startswith("cntr_")

@@ -717,7 +717,7 @@ async fn finish(
         stop_reason: Some(stop_reason(outcome, output)),
         stop_sequence: None,
         usage: usage(state, prepared, outcome),
-        container: container(state, prepared).await,
+        container: Some(container(state, prepared).await),
         extra: Default::default(),
     })
 }
@@ -747,7 +747,7 @@ fn closing_events(end: Result<wire::Message, ApiError>) -> Vec<Event> {
                 delta: wire::MessageDelta {
                     stop_reason: message.stop_reason,
                     stop_sequence: None,
-                    container: message.container,
+                    container: message.container.flatten(),
                     extra: Default::default(),
                 },
                 usage: wire::DeltaUsage {

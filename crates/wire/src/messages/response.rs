@@ -24,9 +24,16 @@ pub struct Message {
     pub stop_reason: Option<StopReason>,
     pub stop_sequence: Option<String>,
     pub usage: Usage,
-    /// The container the server tools ran in, if any.
-    #[serde(default)]
-    pub container: Option<Container>,
+    /// The container the server tools ran in: `Some(None)` is written as
+    /// `null` (the final message of a run without one); `None` is not written
+    /// at all (`message_start`, which Anthropic sends without the key).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    #[schema(value_type = Option<Container>)]
+    pub container: Option<Option<Container>>,
     #[serde(flatten)]
     #[schema(value_type = Object)]
     pub extra: Extra,
@@ -165,4 +172,14 @@ pub enum ErrorKind {
     /// A kind this crate does not know (an upstream's newer one).
     #[serde(untagged)]
     Other(String),
+}
+
+/// A key that is there, even as `null`, is `Some`: serde's `default` leaves an
+/// absent one `None`.
+fn present<'de, D, T>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(deserializer).map(Some)
 }
