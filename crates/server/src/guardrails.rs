@@ -262,18 +262,16 @@ pub type Guarded = (Vec<Item>, Option<String>, shellgate_model::tools::Tools);
 /// request, on a blocking thread: folding and matching a request of
 /// megabytes is CPU work, kept off the async workers.
 pub async fn guard_request(
-    state: &Arc<crate::state::AppState>,
+    guardrails: &Arc<Guardrails>,
     project: &str,
     mut items: Vec<Item>,
     mut instructions: Option<String>,
     mut tools: shellgate_model::tools::Tools,
 ) -> ApiResult<Guarded> {
-    let (state, project) = (Arc::clone(state), project.to_owned());
+    let (guardrails, project) = (Arc::clone(guardrails), project.to_owned());
     tokio::task::spawn_blocking(move || {
-        state
-            .guardrails
-            .guard_input(&project, &mut items, instructions.as_mut())?;
-        state.guardrails.guard_tools(&project, &mut tools)?;
+        guardrails.guard_input(&project, &mut items, instructions.as_mut())?;
+        guardrails.guard_tools(&project, &mut tools)?;
         Ok((items, instructions, tools))
     })
     .await

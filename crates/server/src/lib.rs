@@ -31,6 +31,7 @@ mod metrics;
 mod openapi;
 pub(crate) mod ops;
 mod responses;
+mod running;
 mod skills;
 mod spool;
 mod state;
@@ -167,8 +168,10 @@ where
         billing: Arc::new(Billing::new(store.clone(), Arc::clone(&engine))),
         owners: Mutex::new(HashMap::new()),
         upstreams: upstream_router(&config)?,
-        guardrails: guardrails::Guardrails::from_config(&config)
-            .map_err(|e| ServeError::Setup(e.to_string()))?,
+        guardrails: Arc::new(
+            guardrails::Guardrails::from_config(&config)
+                .map_err(|e| ServeError::Setup(e.to_string()))?,
+        ),
         running: Default::default(),
         config,
         engine,

@@ -188,7 +188,8 @@ async fn prepare(
     let (tool_choice, parallel) = tool_choice(&tools, body.tool_choice.as_ref())?;
     let items = conversation(&body.messages)?;
     let (items, instructions, tools) =
-        crate::guardrails::guard_request(state, &project.0, items, instructions, tools).await?;
+        crate::guardrails::guard_request(&state.guardrails, &project.0, items, instructions, tools)
+            .await?;
     let id = new_id("msg_");
     let reuse = crate::hosted::Reuse::pick(&tools, body.session_id.as_deref(), &items);
     let hosted = crate::hosted::prepare(state, &project.0, &tools, reuse, &id).await?;

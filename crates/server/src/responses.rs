@@ -16,9 +16,8 @@
 //! that was running when the server stopped (even `kill -9`) is marked
 //! `failed` at the next start, never left `in_progress`.
 
-use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::extract::{Path, State};
 use axum::response::sse::{Event as SseEvent, Sse};
@@ -37,76 +36,9 @@ use tokio_stream::StreamExt;
 
 use crate::error::{ApiError, ApiResult};
 use crate::http::{ApiJson, ApiQuery, ListParams, Project};
+use crate::running::EventLog;
 use crate::state::AppState;
 use crate::time::now;
-
-/// Background responses still running: how to stop each, and their events.
-#[derive(Default)]
-pub struct Running(Mutex<HashMap<String, (tokio::task::AbortHandle, Arc<EventLog>)>>);
-
-impl Running {
-    fn insert(&self, id: &str, handle: tokio::task::AbortHandle, log: Arc<EventLog>) {
-        self.lock().insert(id.to_owned(), (handle, log));
-    }
-
-    fn remove(&self, id: &str) -> Option<tokio::task::AbortHandle> {
-        self.lock().remove(id).map(|(handle, _)| handle)
-    }
-
-    fn log(&self, id: &str) -> Option<Arc<EventLog>> {
-        self.lock().get(id).map(|(_, log)| Arc::clone(log))
-    }
-
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<String, (tokio::task::AbortHandle, Arc<EventLog>)>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-/// The stream events of a run so far, for any number of readers: the
-/// client that started it, and any that resumes it with `GET ?stream=true`.
-#[derive(Default)]
-pub struct EventLog {
-    /// The events, and whether the run is over.
-    events: Mutex<(Vec<wire::StreamEvent>, bool)>,
-    added: tokio::sync::Notify,
-}
-
-impl EventLog {
-    fn lock(&self) -> std::sync::MutexGuard<'_, (Vec<wire::StreamEvent>, bool)> {
-        self.events.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn push(&self, event: wire::StreamEvent) {
-        self.lock().0.push(event);
-        self.added.notify_waiters();
-    }
-
-    fn close(&self) {
-        self.lock().1 = true;
-        self.added.notify_waiters();
-    }
-
-    /// The event at `cursor`, waiting for it; `None` once the run is over.
-    async fn next(&self, cursor: usize) -> Option<wire::StreamEvent> {
-        loop {
-            let notified = self.added.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            {
-                let events = self.lock();
-                if let Some(event) = events.0.get(cursor) {
-                    return Some(event.clone());
-                }
-                if events.1 {
-                    return None;
-                }
-            }
-            notified.await;
-        }
-    }
-}
 
 fn invalid(param: &str, message: impl Into<String>) -> ApiError {
     ApiError::invalid(param, message)
@@ -569,7 +501,7 @@ async fn prepare(
     let input = normalize_input(body.input.clone());
     count_input_files(state, &input)?;
     let (input, instructions, tools) = crate::guardrails::guard_request(
-        state,
+        &state.guardrails,
         &project.0,
         input,
         body.instructions.clone(),

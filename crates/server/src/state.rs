@@ -41,9 +41,9 @@ pub struct AppState {
     /// Upstream models by name.
     pub(crate) upstreams: shellgate_model::upstream::Router,
     /// Prompt-injection rules, per project.
-    pub(crate) guardrails: crate::guardrails::Guardrails,
+    pub(crate) guardrails: Arc<crate::guardrails::Guardrails>,
     /// Background responses still running, to cancel them.
-    pub(crate) running: crate::responses::Running,
+    pub(crate) running: crate::running::Running,
     /// One file sync at a time per container (see `containers::sync_files`).
     pub(crate) sync_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// The egress proxy's settings (`None`: egress is off).
