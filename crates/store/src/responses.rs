@@ -68,17 +68,16 @@ struct Link {
 }
 
 fn link(conn: &Connection, id: &str) -> Result<Option<Link>> {
+    // Cached: every save of a response asks it (a statement prepared anew
+    // each time costs more than the lookup).
     Ok(conn
-        .query_row(
-            "SELECT parent_id, conversation_len FROM responses WHERE id = ?1",
-            params![id],
-            |row| {
-                Ok(Link {
-                    parent: row.get(0)?,
-                    conversation_len: number(row, 1, "responses", "conversation_len")?,
-                })
-            },
-        )
+        .prepare_cached("SELECT parent_id, conversation_len FROM responses WHERE id = ?1")?
+        .query_row(params![id], |row| {
+            Ok(Link {
+                parent: row.get(0)?,
+                conversation_len: number(row, 1, "responses", "conversation_len")?,
+            })
+        })
         .optional()?)
 }
 
@@ -133,11 +132,8 @@ fn remove(tx: &Transaction, id: &str) -> Result<()> {
 
 fn has_descendants(conn: &Connection, id: &str) -> Result<bool> {
     Ok(conn
-        .query_row(
-            "SELECT 1 FROM responses WHERE parent_id = ?1 LIMIT 1",
-            params![id],
-            |_| Ok(()),
-        )
+        .prepare_cached("SELECT 1 FROM responses WHERE parent_id = ?1 LIMIT 1")?
+        .query_row(params![id], |_| Ok(()))
         .optional()?
         .is_some())
 }
@@ -166,15 +162,15 @@ impl Store {
             tx.commit()?;
             return Ok(());
         }
+        let saved_before = existing.is_some();
         let parent = match existing {
             Some(existing) => existing.parent,
             None => match &row.previous_response_id {
                 Some(previous) => tx
-                    .query_row(
-                        "SELECT id FROM responses WHERE id = ?1 AND project = ?2",
-                        params![previous, row.project],
-                        |found| found.get::<_, String>(0),
-                    )
+                    .prepare_cached("SELECT id FROM responses WHERE id = ?1 AND project = ?2")?
+                    .query_row(params![previous, row.project], |found| {
+                        found.get::<_, String>(0)
+                    })
                     .optional()?,
                 None => None,
             },
@@ -188,29 +184,31 @@ impl Store {
         if items.len() < first_own {
             return Err(StoreError::BrokenChain { id: row.id.clone() });
         }
-        tx.execute(
-            &format!(
-                "INSERT INTO responses ({RESPONSE_COLUMNS}, parent_id, conversation_len)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
-                 ON CONFLICT (id) DO UPDATE SET status = excluded.status, body = excluded.body,
-                 conversation_len = excluded.conversation_len"
-            ),
-            params![
-                row.id,
-                row.project,
-                row.created_at,
-                row.status,
-                row.previous_response_id,
-                row.body,
-                row.input_items,
-                parent,
-                items.len() as i64
-            ],
-        )?;
-        tx.execute(
-            "DELETE FROM response_items WHERE response_id = ?1",
-            params![row.id],
-        )?;
+        // Every statement of a save is cached: a response is saved once or
+        // more per run, and preparing SQL costs more than running it.
+        tx.prepare_cached(&format!(
+            "INSERT INTO responses ({RESPONSE_COLUMNS}, parent_id, conversation_len)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+             ON CONFLICT (id) DO UPDATE SET status = excluded.status, body = excluded.body,
+             conversation_len = excluded.conversation_len"
+        ))?
+        .execute(params![
+            row.id,
+            row.project,
+            row.created_at,
+            row.status,
+            row.previous_response_id,
+            row.body,
+            row.input_items,
+            parent,
+            items.len() as i64
+        ])?;
+        // A response saved before (the same run moving on) has items to
+        // replace; a new one has none.
+        if saved_before {
+            tx.prepare_cached("DELETE FROM response_items WHERE response_id = ?1")?
+                .execute(params![row.id])?;
+        }
         {
             let mut insert = tx.prepare_cached(
                 "INSERT INTO response_items (response_id, position, item) VALUES (?1, ?2, ?3)",
