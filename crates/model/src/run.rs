@@ -179,6 +179,18 @@ fn emit(events: Option<&EventSink>, event: Event) {
     }
 }
 
+/// The output item at `index` is complete: it is told done (a copy for the
+/// listeners, only when there are any) and becomes part of `output`.
+fn complete(output: &mut Vec<Item>, events: Option<&EventSink>, index: usize, item: Item) {
+    if let Some(sink) = events {
+        let _ = sink.send(Event::ItemDone {
+            index,
+            item: item.clone(),
+        });
+    }
+    output.push(item);
+}
+
 /// Runs the loop. `events` receives what happens as it happens.
 pub async fn run(
     upstream: &dyn Upstream,
@@ -298,14 +310,7 @@ pub async fn run(
                     },
                 );
             }
-            emit(
-                events,
-                Event::ItemDone {
-                    index: message_index,
-                    item: item.clone(),
-                },
-            );
-            output.push(item);
+            complete(&mut output, events, message_index, item);
         }
         if reply.tool_calls.is_empty() {
             let status = match reply.finish {
@@ -370,14 +375,7 @@ pub async fn run(
                         },
                     );
                 }
-                emit(
-                    events,
-                    Event::ItemDone {
-                        index,
-                        item: item.clone(),
-                    },
-                );
-                output.push(item);
+                complete(&mut output, events, index, item);
             }
         }
         if handed_back {
@@ -633,14 +631,7 @@ async fn run_hosted(
         );
     }
     let shell_call = Item::ShellCall(shell_call);
-    emit(
-        events,
-        Event::ItemDone {
-            index: call_index,
-            item: shell_call.clone(),
-        },
-    );
-    output.push(shell_call);
+    complete(output, events, call_index, shell_call);
 
     let output_index = output.len();
     let output_id = item_id("sho_");
@@ -679,14 +670,7 @@ async fn run_hosted(
     shell_output.status = Some(ItemStatus::Completed);
     shell_output.output = results.iter().map(ShellResult::from).collect();
     let shell_output = Item::ShellCallOutput(shell_output);
-    emit(
-        events,
-        Event::ItemDone {
-            index: output_index,
-            item: shell_output.clone(),
-        },
-    );
-    output.push(shell_output);
+    complete(output, events, output_index, shell_output);
     Ok(())
 }
 
@@ -797,14 +781,7 @@ async fn run_openrouter_shell(
         .collect();
     item.status = Some(ItemStatus::Completed);
     let item = Item::OpenRouterShell(item);
-    emit(
-        events,
-        Event::ItemDone {
-            index,
-            item: item.clone(),
-        },
-    );
-    output.push(item);
+    complete(output, events, index, item);
     Ok(())
 }
 
@@ -866,14 +843,7 @@ async fn run_hosted_bash(
     item.output = result.as_ref().map(ShellResult::from);
     item.status = Some(ItemStatus::Completed);
     let item = Item::OpenRouterBash(item);
-    emit(
-        events,
-        Event::ItemDone {
-            index,
-            item: item.clone(),
-        },
-    );
-    output.push(item);
+    complete(output, events, index, item);
     Ok(())
 }
 
