@@ -523,17 +523,6 @@ fn build() -> (serde_json::Value, Vec<String>) {
         query: Query::None,
         errors: Errors::OpenAi,
     };
-    let list = |path, tag, summary, answer: &RefOr<Schema>, query| Operation {
-        query,
-        ..operation(
-            Get,
-            path,
-            tag,
-            summary,
-            Body::None,
-            Answer::Json(answer.clone()),
-        )
-    };
     let get = |path, tag, summary, answer: &RefOr<Schema>| {
         operation(
             Get,
@@ -543,6 +532,10 @@ fn build() -> (serde_json::Value, Vec<String>) {
             Body::None,
             Answer::Json(answer.clone()),
         )
+    };
+    let list = |path, tag, summary, answer: &RefOr<Schema>, query| Operation {
+        query,
+        ..get(path, tag, summary, answer)
     };
     let delete = |path, tag, summary, answer: &RefOr<Schema>| {
         operation(
