@@ -18,13 +18,13 @@ use serde_json::{Map, Value};
 use serde_path_to_error::Segment;
 
 /// Marks a path inside a buffered variant in the error's text: `MARK path
-/// MARK message` (a control character no serde message holds; the same
-/// mark as `responses::nested`'s, so either module's errors nest in the
-/// other's).
-const PATH_MARK: char = '\u{1}';
-/// `responses::nested`'s second mark (before a message of serde's own,
-/// which it words differently): read alike here.
-const SERDE_MARK: char = '\u{2}';
+/// MARK message` (a control character no serde message holds). One mark for
+/// both dialects (`responses::nested` writes it too), so either module's
+/// errors nest in the other's.
+pub(crate) const PATH_MARK: char = '\u{1}';
+/// The second mark, before a message of serde's own (which the Responses
+/// API words differently): read alike here.
+pub(crate) const SERDE_MARK: char = '\u{2}';
 
 /// A request that does not fit its type: where, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]

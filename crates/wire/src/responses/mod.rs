@@ -36,8 +36,8 @@ pub struct FieldError {
 /// union's own `Deserialize` (serde's path stops at the union):
 /// `MARK path MARK message` for this module's own messages (given as they
 /// are), `MARK path SERDE message` for serde's (prefixed with the param).
-const MARK: char = '\u{1}';
-const SERDE: char = '\u{2}';
+/// The marks are `param`'s, so the Messages API's errors nest in these.
+use crate::param::{PATH_MARK as MARK, SERDE_MARK as SERDE};
 
 /// `outer` then `inner`, as a param path.
 fn join_path(outer: &str, inner: &str) -> String {
