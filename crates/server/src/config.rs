@@ -561,6 +561,30 @@ impl Config {
             .map_err(|e| ConfigError(format!("egress_allowed_domains: {e}")))
     }
 
+    /// What the operator allows containers' networks: the rule a request's
+    /// `network_policy` (and the CLI's `--allow`) is held to.
+    pub fn egress_rules(&self) -> Result<shellgate_sandbox_api::network::EgressRules, ConfigError> {
+        Ok(shellgate_sandbox_api::network::EgressRules {
+            enabled: self.egress,
+            allow_any_domain: self.egress_allow_any_domain,
+            org_allowlist: self.egress_org_allowlist()?,
+        })
+    }
+
+    /// The egress proxy's own options (trusted roots, DNS server, fixed
+    /// hosts, private exceptions), for `Settings::configure`.
+    pub fn proxy_options(&self) -> shellgate_egress::proxy::ProxyOptions {
+        shellgate_egress::proxy::ProxyOptions {
+            trusted_roots: comma_list(&self.egress_trusted_roots)
+                .into_iter()
+                .map(PathBuf::from)
+                .collect(),
+            dns_server: self.egress_dns_server.clone(),
+            hosts: self.egress_hosts.clone(),
+            private_exceptions: comma_list(&self.egress_private_exceptions),
+        }
+    }
+
     /// The CPU ceiling of a container (`None`: none).
     pub fn container_cpu_ceiling(&self) -> Option<f64> {
         (self.container_cpus > 0.0).then_some(self.container_cpus)

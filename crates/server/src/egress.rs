@@ -6,12 +6,11 @@
 //! in `/metrics`.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use shellgate_egress::proxy::{Attempt, ProxyOptions, Settings, Verdict};
+use shellgate_egress::proxy::{Attempt, Settings, Verdict};
 use shellgate_sandbox_api::backend::NetworkSpec;
 use shellgate_sandbox_api::network;
 use shellgate_sandbox_api::SandboxBackend;
@@ -19,7 +18,7 @@ use shellgate_store::{EgressRow, EgressVerdict};
 use shellgate_wire::{new_id, NetworkPolicy};
 use tokio::sync::mpsc;
 
-use crate::config::{comma_list, Config};
+use crate::config::Config;
 use crate::db::Db;
 use crate::error::{ApiError, ApiResult, ServeError};
 
@@ -54,16 +53,8 @@ pub fn settings(config: &Config) -> Result<Option<Egress>, ServeError> {
     if !config.egress {
         return Ok(None);
     }
-    let (settings, log) = Settings::configure(&ProxyOptions {
-        trusted_roots: comma_list(&config.egress_trusted_roots)
-            .into_iter()
-            .map(PathBuf::from)
-            .collect(),
-        dns_server: config.egress_dns_server.clone(),
-        hosts: config.egress_hosts.clone(),
-        private_exceptions: comma_list(&config.egress_private_exceptions),
-    })
-    .map_err(ServeError::Setup)?;
+    let (settings, log) =
+        Settings::configure(&config.proxy_options()).map_err(ServeError::Setup)?;
     Ok(Some((Arc::new(settings), log)))
 }
 
@@ -75,20 +66,11 @@ pub fn network_spec(
     policy: Option<&NetworkPolicy>,
     param: &str,
 ) -> ApiResult<NetworkSpec> {
-    network::network_spec(&egress_rules(config)?, policy, param)
-        .map_err(|e| ApiError::invalid(e.param, e.message))
-}
-
-/// What the operator allows containers' networks.
-pub fn egress_rules(config: &Config) -> ApiResult<network::EgressRules> {
-    Ok(network::EgressRules {
-        enabled: config.egress,
-        allow_any_domain: config.egress_allow_any_domain,
-        // Checked at start-up (`Config::validate`): an error cannot reach here.
-        org_allowlist: config
-            .egress_org_allowlist()
-            .map_err(|e| ApiError::internal(e.to_string()))?,
-    })
+    // Checked at start-up (`Config::validate`): an error cannot reach here.
+    let rules = config
+        .egress_rules()
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    network::network_spec(&rules, policy, param).map_err(|e| ApiError::invalid(e.param, e.message))
 }
 
 /// What replaces a secret's value wherever a request is echoed or stored.

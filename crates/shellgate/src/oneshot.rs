@@ -7,7 +7,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
 use shellgate_sandbox::{EngineConfig, LocalEngine};
-use shellgate_server::config::comma_list;
 
 /// The engine's directory inside a data directory (shared by `serve`,
 /// `exec` and `image`, so images built once serve all three).
@@ -203,28 +202,19 @@ pub(crate) fn egress_for(
         tls_passthrough_domains: Vec::new(),
     };
     // The rule the API's network_policy follows, from the crate that owns it.
-    let rules = shellgate_sandbox_api::network::EgressRules {
-        enabled: config.egress,
-        allow_any_domain: config.egress_allow_any_domain,
-        org_allowlist: config.egress_org_allowlist()?,
-    };
-    let network = shellgate_sandbox_api::network::network_spec(&rules, Some(&policy), "--allow")
-        .map_err(|e| anyhow::anyhow!("--allow: {}", e.message))?;
+    let network = shellgate_sandbox_api::network::network_spec(
+        &config.egress_rules()?,
+        Some(&policy),
+        "--allow",
+    )
+    .map_err(|e| anyhow::anyhow!("--allow: {}", e.message))?;
     anyhow::ensure!(
         config.egress,
         "egress is off in the configuration (egress = false)"
     );
     let (settings, mut attempts) =
-        shellgate_egress::proxy::Settings::configure(&shellgate_egress::proxy::ProxyOptions {
-            trusted_roots: comma_list(&config.egress_trusted_roots)
-                .into_iter()
-                .map(PathBuf::from)
-                .collect(),
-            dns_server: config.egress_dns_server.clone(),
-            hosts: config.egress_hosts.clone(),
-            private_exceptions: comma_list(&config.egress_private_exceptions),
-        })
-        .map_err(anyhow::Error::msg)?;
+        shellgate_egress::proxy::Settings::configure(&config.proxy_options())
+            .map_err(anyhow::Error::msg)?;
     let settings = std::sync::Arc::new(settings);
     tokio::spawn(async move {
         while let Some(attempt) = attempts.recv().await {
