@@ -84,10 +84,14 @@ def as_chat(path, body):
         messages = []
         for item in body.get("input", []):
             if item.get("type") == "function_call_output":
-                messages.append({"role": "tool", "content": item.get("output", "")})
+                output = item.get("output", "")
+                if isinstance(output, list):
+                    output = "\n".join(part.get("text", "") for part in output)
+                messages.append({"role": "tool", "content": output})
             elif item.get("role"):
                 messages.append({"role": item["role"], "content": item.get("content", "")})
-        tools = [{"function": {"name": t["name"]}} for t in body.get("tools", [])]
+        # Hosted tools (`web_search`) have no name.
+        tools = [{"function": {"name": t["name"]}} for t in body.get("tools", []) if "name" in t]
         return {"model": body.get("model"), "messages": messages, "tools": tools}
     if path.endswith("/messages"):
         messages = []
@@ -138,7 +142,7 @@ class Handler(BaseHTTPRequestHandler):
             return self.stream({"tool": ("shell", {"commands": ["echo " + "x" * (5 * 1024 * 1024)]})})
         decision = decide(as_chat(self.path, body))
         if self.path.endswith("/responses"):
-            return self.openai_responses(decision, body.get("stream"))
+            return self.openai_responses(decision, body)
         if self.path.endswith("/messages"):
             return self.anthropic(decision, body.get("stream"))
         if body.get("stream"):
@@ -198,21 +202,52 @@ class Handler(BaseHTTPRequestHandler):
         payload = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
         self.raw(200, "text/event-stream", payload)
 
-    def openai_responses(self, decision, stream):
+    def openai_responses(self, decision, body):
+        """A Responses answer. Asked for `reasoning`, it reasons first: a
+        `reasoning` item (its `encrypted_content` when `include` asks for
+        it), and usage with reasoning and cached tokens; asked for
+        `text.format` JSON, it answers a JSON object."""
+        number = len(self.server.requests)
+        output = []
+        usage = {"input_tokens": 11, "output_tokens": 4, "total_tokens": 15}
+        if body.get("reasoning") is not None:
+            reasoning = {"type": "reasoning", "id": f"rs_{number}",
+                         "summary": [{"type": "summary_text", "text": f"Thinking {number}."}]}
+            if "reasoning.encrypted_content" in (body.get("include") or []):
+                reasoning["encrypted_content"] = f"sealed-{number}"
+            output.append(reasoning)
+            usage = dict(usage, input_tokens_details={"cached_tokens": 3},
+                         output_tokens_details={"reasoning_tokens": 2})
+        text_format = ((body.get("text") or {}).get("format") or {}).get("type")
+        if "text" in decision and text_format in ("json_schema", "json_object"):
+            decision = {"text": json.dumps({"answer": decision["text"]})}
         if "tool" in decision:
             name, arguments = decision["tool"]
-            output = [{"type": "function_call", "id": "fc_1", "call_id": f"call_{len(self.server.requests)}",
-                       "name": name, "arguments": json.dumps(arguments), "status": "completed"}]
+            output.append({"type": "function_call", "id": "fc_1", "call_id": f"call_{number}",
+                           "name": name, "arguments": json.dumps(arguments), "status": "completed"})
         else:
-            output = [{"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
-                       "content": [{"type": "output_text", "text": decision["text"], "annotations": []}]}]
+            output.append({"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+                           "content": [{"type": "output_text", "text": decision["text"], "annotations": []}]})
         response = {"id": "resp_up", "object": "response", "status": "completed", "output": output,
-                    "usage": {"input_tokens": 11, "output_tokens": 4, "total_tokens": 15}}
-        if not stream:
+                    "usage": usage}
+        if not body.get("stream"):
             return self.reply(200, response)
-        events = []
-        if "text" in decision:
-            events.append({"type": "response.output_text.delta", "delta": decision["text"]})
+        events = [{"type": "response.created", "response": dict(response, status="in_progress", output=[])}]
+        for index, item in enumerate(output):
+            added = dict(item, status="in_progress")
+            if item["type"] == "message":
+                added["content"] = []
+            if item["type"] == "reasoning":
+                added = {"type": "reasoning", "id": item["id"], "summary": []}
+            events.append({"type": "response.output_item.added", "output_index": index, "item": added})
+            if item["type"] == "reasoning":
+                events.append({"type": "response.reasoning_summary_text.delta", "item_id": item["id"],
+                               "output_index": index, "summary_index": 0,
+                               "delta": item["summary"][0]["text"]})
+            if item["type"] == "message":
+                events.append({"type": "response.output_text.delta", "item_id": item["id"],
+                               "output_index": index, "content_index": 0, "delta": decision["text"]})
+            events.append({"type": "response.output_item.done", "output_index": index, "item": item})
         events.append({"type": "response.completed", "response": response})
         payload = b"".join(b"event: " + e["type"].encode() + b"\ndata: " + json.dumps(e).encode() + b"\n\n" for e in events)
         self.raw(200, "text/event-stream", payload)

@@ -237,42 +237,62 @@ pub async fn run(
             parallel_tool_calls: request.parallel_tool_calls,
             carry: request.carry.clone(),
         };
-        // Text streams out as the upstream writes it.
-        let message_index = output.len();
+        // Text streams out as the upstream writes it; a reasoning or an
+        // item of the upstream's own is told whole as soon as it is done.
+        // Each takes the next index of the output (the message its index
+        // when its text begins).
+        let base = output.len();
         let message_id = item_id("msg_");
         let (delta_tx, mut delta_rx) = tokio::sync::mpsc::unbounded_channel::<Delta>();
         let forward = async {
-            let mut started = false;
+            let mut slots: Vec<Slot> = Vec::new();
+            let mut message_index = None;
             while let Some(delta) = delta_rx.recv().await {
-                if let Delta::Text(text) = delta {
-                    if !started {
-                        started = true;
+                match delta {
+                    Delta::Text(text) => {
+                        let index = *message_index.get_or_insert_with(|| {
+                            slots.push(Slot::Message);
+                            let index = base + slots.len() - 1;
+                            emit(
+                                events,
+                                Event::ItemAdded {
+                                    index,
+                                    item: message_item(&message_id, "", ItemStatus::InProgress),
+                                },
+                            );
+                            index
+                        });
                         emit(
                             events,
-                            Event::ItemAdded {
-                                index: message_index,
-                                item: message_item(&message_id, "", ItemStatus::InProgress),
+                            Event::TextDelta {
+                                index,
+                                item_id: message_id.clone(),
+                                delta: text,
                             },
                         );
                     }
-                    emit(
-                        events,
-                        Event::TextDelta {
-                            index: message_index,
-                            item_id: message_id.clone(),
-                            delta: text,
-                        },
-                    );
+                    Delta::Reasoning(reasoning) => {
+                        let slot = Slot::Reasoning(reasoning_output(&reasoning));
+                        slot.tell(events, base + slots.len());
+                        slots.push(slot);
+                    }
+                    Delta::Native(native) => {
+                        let slot = Slot::Native(native_output(&native));
+                        slot.tell(events, base + slots.len());
+                        slots.push(slot);
+                    }
+                    Delta::ToolCall { .. } | Delta::ToolArguments { .. } => {}
                 }
             }
-            started
+            slots
         };
         let ask = async {
             let reply = upstream.complete(&turn, Some(&delta_tx)).await;
             drop(delta_tx);
             reply
         };
-        let (reply, started) = tokio::join!(ask, forward);
+        let (reply, mut slots) = tokio::join!(ask, forward);
+        let started = slots.contains(&Slot::Message);
         let reply = match reply {
             Ok(reply) => reply,
             Err(e) => {
@@ -288,6 +308,8 @@ pub async fn run(
             .tool_calls
             .iter()
             .map(|call| call.id.len() + call.name.len() + call.arguments.len())
+            .chain(reply.reasoning.iter().map(reasoning_bytes))
+            .chain(reply.native.iter().map(|native| native.item.to_string().len()))
             .fold(
                 answered.saturating_add(reply.text.len()),
                 usize::saturating_add,
@@ -303,18 +325,47 @@ pub async fn run(
             };
             return end(output, usage, tool_calls, status);
         }
-        if !reply.text.is_empty() || started {
-            let item = message_item(&message_id, &reply.text, ItemStatus::Completed);
-            if !started {
-                emit(
-                    events,
-                    Event::ItemAdded {
-                        index: message_index,
-                        item: message_item(&message_id, "", ItemStatus::InProgress),
-                    },
-                );
+        // What the upstream did not tell as it came: after what it told
+        // (before the message, unless that has begun).
+        let told = |reasoning: bool| {
+            slots
+                .iter()
+                .filter(|slot| match slot {
+                    Slot::Reasoning(_) => reasoning,
+                    Slot::Native(_) => !reasoning,
+                    Slot::Message => false,
+                })
+                .count()
+        };
+        let untold: Vec<Slot> = (reply.reasoning.iter().skip(told(true)))
+            .map(|reasoning| Slot::Reasoning(reasoning_output(reasoning)))
+            .chain(
+                (reply.native.iter().skip(told(false))).map(|native| Slot::Native(native_output(native))),
+            )
+            .collect();
+        for slot in untold {
+            slot.tell(events, base + slots.len());
+            slots.push(slot);
+        }
+        if !reply.text.is_empty() && !started {
+            slots.push(Slot::Message);
+            emit(
+                events,
+                Event::ItemAdded {
+                    index: base + slots.len() - 1,
+                    item: message_item(&message_id, "", ItemStatus::InProgress),
+                },
+            );
+        }
+        for slot in slots {
+            match slot {
+                Slot::Reasoning(item) | Slot::Native(item) => output.push(item),
+                Slot::Message => {
+                    let item = message_item(&message_id, &reply.text, ItemStatus::Completed);
+                    let index = output.len();
+                    complete(&mut output, events, index, item);
+                }
             }
-            complete(&mut output, events, message_index, item);
         }
         if reply.tool_calls.is_empty() {
             let status = match reply.finish {
@@ -390,6 +441,78 @@ pub async fn run(
             tool_choice = ToolChoice::Auto;
         }
     }
+}
+
+/// An output item of one turn, in the order the upstream told them.
+#[derive(Debug, PartialEq)]
+enum Slot {
+    /// A `reasoning` item, told done.
+    Reasoning(Item),
+    /// An item of the upstream's own, told done.
+    Native(Item),
+    /// The assistant's message (told when its text began, done at the end
+    /// of the turn).
+    Message,
+}
+
+impl Slot {
+    /// Tells a reasoning or native item at `index`: added (in progress,
+    /// without its content), then done.
+    fn tell(&self, events: Option<&EventSink>, index: usize) {
+        let (Slot::Reasoning(item) | Slot::Native(item)) = self else {
+            return;
+        };
+        let Some(sink) = events else {
+            return;
+        };
+        let mut added = item.clone();
+        if let Item::Reasoning(reasoning) = &mut added {
+            *reasoning = wire::Reasoning {
+                id: reasoning.id.take(),
+                ..wire::Reasoning::default()
+            };
+        }
+        added.set_status(ItemStatus::InProgress);
+        let _ = sink.send(Event::ItemAdded { index, item: added });
+        let _ = sink.send(Event::ItemDone {
+            index,
+            item: item.clone(),
+        });
+    }
+}
+
+/// The output item of a reasoning the upstream returned.
+fn reasoning_output(reasoning: &crate::upstream::Reasoning) -> Item {
+    Item::Reasoning(conversation::reasoning_item(reasoning, || item_id("rs_")))
+}
+
+/// The output item of an item of the upstream's own, as it gave it.
+fn native_output(native: &crate::upstream::NativeItem) -> Item {
+    match &native.item {
+        serde_json::Value::Object(item) => Item::Other(item.clone()),
+        // Not an item (no protocol returns one): kept, under a key.
+        other => {
+            let mut item = wire::Extra::new();
+            item.insert("value".to_owned(), other.clone());
+            Item::Other(item)
+        }
+    }
+}
+
+/// The bytes of a reasoning, as the loop sends it back each turn.
+fn reasoning_bytes(reasoning: &crate::upstream::Reasoning) -> usize {
+    use crate::upstream::Sealed;
+    let sealed = match &reasoning.sealed {
+        Some(Sealed::OpenAi(text))
+        | Some(Sealed::AnthropicSignature(text))
+        | Some(Sealed::AnthropicRedacted(text)) => text.len(),
+        None => 0,
+    };
+    reasoning
+        .summary
+        .iter()
+        .map(String::len)
+        .fold(reasoning.text.len() + sealed, usize::saturating_add)
 }
 
 /// Withholds a command's output: what the model reads instead.

@@ -88,6 +88,7 @@ pub fn reply(text: &str, tool_calls: Vec<ToolCall>) -> crate::upstream::Reply {
         usage: Usage {
             input_tokens: 10,
             output_tokens: 1,
+            ..Usage::default()
         },
         finish: Finish::Stop,
         ..Default::default()

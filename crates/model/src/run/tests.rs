@@ -1055,8 +1055,19 @@ mod through_the_traits {
                 Message::System("be brief".into()),
                 Message::System("rules".into()),
                 Message::User("hi\n[file a.csv]".into()),
+                // The reasoning stays in its place (a Responses upstream
+                // reads it there), so the call after it is a message of
+                // its own.
                 Message::Assistant {
                     text: "hello".into(),
+                    tool_calls: Vec::new(),
+                },
+                Message::Reasoning(crate::upstream::Reasoning {
+                    id: Some("rs_1".into()),
+                    ..Default::default()
+                }),
+                Message::Assistant {
+                    text: String::new(),
                     tool_calls: vec![crate::upstream::ToolCall {
                         id: "call_0".into(),
                         name: "lookup".into(),
@@ -1086,9 +1097,9 @@ mod through_the_traits {
         assert_eq!(second.model, "some-model");
         assert_eq!(second.temperature, Some(0.5));
         assert_eq!(second.tools, first.tools);
-        assert_eq!(second.messages[..6], first.messages[..]);
-        assert_eq!(second.messages.len(), 8);
-        match &second.messages[6] {
+        assert_eq!(second.messages[..8], first.messages[..]);
+        assert_eq!(second.messages.len(), 10);
+        match &second.messages[8] {
             Message::Assistant { text, tool_calls } => {
                 assert_eq!(text, "");
                 assert_eq!(tool_calls[0].name, "shell");
@@ -1100,7 +1111,7 @@ mod through_the_traits {
             other => panic!("{other:?}"),
         }
         assert_eq!(
-            second.messages[7],
+            second.messages[9],
             Message::Tool {
                 call_id: "call_1".into(),
                 output:

@@ -225,6 +225,7 @@ pub fn parse_message(message: Answer) -> Result<Reply, UpstreamError> {
         usage: Usage {
             input_tokens: usage.input_tokens.unwrap_or(0),
             output_tokens: usage.output_tokens.unwrap_or(0),
+            ..Usage::default()
         },
         finish: finish_of(message.stop_reason.as_ref()),
         ..Default::default()

@@ -193,6 +193,7 @@ impl Assembly {
             self.usage = Usage {
                 input_tokens: usage.prompt_tokens,
                 output_tokens: usage.completion_tokens,
+                ..Usage::default()
             };
         }
     }

@@ -215,12 +215,22 @@ pub struct Turn {
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Of the input tokens, those read from the upstream's prompt cache
+    /// (where it says so).
+    #[serde(default)]
+    pub cached_input_tokens: u64,
+    /// Of the output tokens, those the model reasoned with (where the
+    /// upstream says so).
+    #[serde(default)]
+    pub reasoning_tokens: u64,
 }
 
 impl std::ops::AddAssign for Usage {
     fn add_assign(&mut self, other: Self) {
         self.input_tokens += other.input_tokens;
         self.output_tokens += other.output_tokens;
+        self.cached_input_tokens += other.cached_input_tokens;
+        self.reasoning_tokens += other.reasoning_tokens;
     }
 }
 
@@ -251,7 +261,7 @@ pub struct Reply {
 }
 
 /// Pieces of a reply as they arrive.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Delta {
     Text(String),
     /// A tool call begins: its position in the reply, id and name.
@@ -265,6 +275,14 @@ pub enum Delta {
         index: usize,
         delta: String,
     },
+    /// A reasoning of the reply, whole, as soon as the upstream has told
+    /// it (before the text that follows it). An adapter that sends these
+    /// sends the reply's [`Reply::reasoning`] in order, each once; the
+    /// loop puts any it did not send after them.
+    Reasoning(Reasoning),
+    /// An item of [`Reply::native`], whole, as soon as it is told (the
+    /// same rule).
+    Native(NativeItem),
 }
 
 /// Where deltas go.

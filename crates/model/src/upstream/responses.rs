@@ -2,24 +2,31 @@
 //!
 //! The conversation is sent as items (`function_call` / `function_call_output`
 //! for tool calls), nothing is stored upstream (`store: false`): shellgate
-//! keeps the conversation itself. Text streams out as
-//! `response.output_text.delta`; the reply is read from the final
-//! `response.completed` object.
+//! keeps the conversation itself. What the client asked beyond the neutral
+//! turn goes along verbatim ([`super::Carry::responses`]: `reasoning`,
+//! `include`, `prompt_cache_key`, `text`, ...), and so do the hosted tools
+//! shellgate does not run ([`super::Carry::native_tools`]). Reasoning items
+//! the upstream returns (with their `encrypted_content` when `include`
+//! asked for it) and items of types the loop does not act on (a hosted
+//! tool's `web_search_call`, ...) come back in the reply, as soon as each
+//! is done (`response.output_item.done`), and are replayed in place on the
+//! next turn. Text streams out as `response.output_text.delta`; the reply
+//! is read from the final `response.completed` object.
 
 use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
-use serde_json::Map;
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{Map, Value};
 use shellgate_wire::chat::ApiError;
 use shellgate_wire::responses::{
     FunctionCall, FunctionCallOutput, FunctionTool, IncompleteDetails, Item,
-    Message as MessageItem, MessageContent, Role, Tool, ToolChoice as ResponsesToolChoice,
-    ToolOutput,
+    Message as MessageItem, MessageContent, Reasoning as ReasoningItem, ReasoningText, Role, Tool,
+    ToolChoice as ResponsesToolChoice, ToolOutput,
 };
 
 use super::transport::{excerpt, Auth, Dialect, Endpoint, Route};
 use super::{
-    Delta, DeltaSink, Finish, Message, Reply, ToolCall, ToolChoice, Turn, Upstream, UpstreamConfig,
-    UpstreamError, Usage,
+    Carry, Delta, DeltaSink, Finish, Message, NativeItem, OutputFormat, Protocol, Reasoning,
+    Reply, Sealed, ToolCall, ToolChoice, Turn, Upstream, UpstreamConfig, UpstreamError, Usage,
 };
 
 pub struct Responses {
@@ -40,7 +47,8 @@ impl Responses {
 }
 
 /// What shellgate asks of a Responses upstream: the conversation as items,
-/// its function tools, nothing stored there.
+/// its function tools, nothing stored there, and what the client asked
+/// beyond that ([`Request::carried`]).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Request {
     pub model: String,
@@ -62,6 +70,154 @@ pub struct Request {
     pub max_output_tokens: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stream: Option<bool>,
+    /// The client's fields shellgate does not act on, as it sent them
+    /// (`reasoning`, `include`, `prompt_cache_key`, `text`, `truncation`,
+    /// `service_tier`, `safety_identifier`, `client_metadata`, ...). Never
+    /// one of the fields above ([`OWN_FIELDS`]).
+    #[serde(flatten)]
+    pub carried: Map<String, Value>,
+}
+
+/// The fields of [`Request`] shellgate sets itself, which win over a
+/// carried key of the same name: `model` (the routed name), `input` and
+/// `instructions` (the loop's conversation), `tools`, `tool_choice` and
+/// `parallel_tool_calls` (the loop's tools, the hosted shell as a
+/// function), `store` (always `false`: shellgate keeps the conversation),
+/// `stream` (the adapter reads a stream), and the sampling fields the
+/// turn has typed.
+pub const OWN_FIELDS: &[&str] = &[
+    "model",
+    "input",
+    "store",
+    "instructions",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "temperature",
+    "top_p",
+    "max_output_tokens",
+    "stream",
+];
+
+/// `reasoning` as shellgate writes it from the neutral request (a client
+/// of another protocol: a Messages client's thinking, mapped).
+#[derive(Serialize)]
+struct ReasoningBody<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    effort: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    summary: Option<&'a str>,
+}
+
+/// `text` as shellgate writes it from the neutral output format.
+#[derive(Serialize)]
+struct TextBody<'a> {
+    format: FormatBody<'a>,
+}
+
+/// `text.format`.
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum FormatBody<'a> {
+    JsonSchema {
+        name: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        description: Option<&'a str>,
+        schema: &'a Value,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        strict: Option<bool>,
+    },
+    JsonObject,
+}
+
+/// The carried fields of a turn's body: the client's Responses fields as
+/// it sent them (but never shellgate's own), then what the neutral request
+/// says that they do not (`reasoning` and `text` from a client of another
+/// protocol).
+fn carried(carry: &Carry) -> Map<String, Value> {
+    let mut carried: Map<String, Value> = carry
+        .responses
+        .iter()
+        .filter(|(key, _)| !OWN_FIELDS.contains(&key.as_str()))
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect();
+    if let Some(reasoning) = &carry.reasoning {
+        let body = ReasoningBody {
+            effort: reasoning.effort.as_deref(),
+            summary: reasoning.summary.as_deref(),
+        };
+        if body.effort.is_some() || body.summary.is_some() {
+            if let Ok(value) = serde_json::to_value(body) {
+                carried.entry("reasoning").or_insert(value);
+            }
+        }
+    }
+    if let Some(format) = &carry.output_format {
+        let format = match format {
+            OutputFormat::JsonSchema {
+                name,
+                description,
+                schema,
+                strict,
+            } => FormatBody::JsonSchema {
+                name,
+                description: description.as_deref(),
+                schema,
+                strict: *strict,
+            },
+            OutputFormat::JsonObject => FormatBody::JsonObject,
+        };
+        if let Ok(value) = serde_json::to_value(TextBody { format }) {
+            carried.entry("text").or_insert(value);
+        }
+    }
+    carried
+}
+
+/// A reasoning as a Responses upstream reads it back: only OpenAI's own
+/// (sealed in `encrypted_content`). Nothing is stored upstream, so a
+/// reasoning without it could only be named by an id the upstream no
+/// longer has (an error there); another protocol's means nothing to it.
+/// Either is left out: the model goes on without its earlier reasoning,
+/// as a stateless model does.
+fn reasoning_input(reasoning: &Reasoning) -> Option<Item> {
+    let Some(Sealed::OpenAi(sealed)) = &reasoning.sealed else {
+        return None;
+    };
+    Some(Item::Reasoning(ReasoningItem {
+        id: reasoning.id.clone(),
+        summary: reasoning
+            .summary
+            .iter()
+            .map(|text| ReasoningText::new(ReasoningText::SUMMARY, text.clone()))
+            .collect(),
+        content: (!reasoning.text.is_empty())
+            .then(|| vec![ReasoningText::new(ReasoningText::CONTENT, reasoning.text.clone())]),
+        encrypted_content: Some(sealed.clone()),
+        ..ReasoningItem::default()
+    }))
+}
+
+/// An item of the Responses API's own, replayed verbatim (another
+/// protocol's is left out).
+fn native_input(native: &NativeItem) -> Option<Item> {
+    match (&native.protocol, &native.item) {
+        (Protocol::Responses, Value::Object(item)) => Some(Item::Other(item.clone())),
+        _ => None,
+    }
+}
+
+/// The hosted tools shellgate does not run, for an upstream that may
+/// (another protocol's are left out, and reported by
+/// [`Responses::uncarried`]).
+fn native_tools(carry: &Carry) -> impl Iterator<Item = Tool> + '_ {
+    carry
+        .native_tools
+        .iter()
+        .filter_map(|native| match (&native.protocol, &native.item) {
+            (Protocol::Responses, Value::Object(tool)) => Some(Tool::Other(tool.clone())),
+            _ => None,
+        })
 }
 
 fn message(role: Role, text: &str) -> Item {
@@ -106,30 +262,31 @@ pub fn request_body(turn: &Turn, stream: bool) -> Request {
                     extra: Map::new(),
                 }))
             }
-            // Reasoning items and the Responses API's own items: not yet
-            // carried.
-            Message::Reasoning(_) | Message::Native(_) => {}
+            Message::Reasoning(reasoning) => input.extend(reasoning_input(reasoning)),
+            Message::Native(native) => input.extend(native_input(native)),
         }
     }
-    let has_tools = !turn.tools.is_empty();
+    let tools: Vec<Tool> = turn
+        .tools
+        .iter()
+        .map(|tool| {
+            Tool::Function(FunctionTool {
+                name: Some(tool.name.clone()),
+                description: Some(tool.description.clone()),
+                parameters: Some(tool.parameters.clone()),
+                strict: None,
+                extra: Map::new(),
+            })
+        })
+        .chain(native_tools(&turn.carry))
+        .collect();
+    let has_tools = !tools.is_empty();
     Request {
         model: turn.model.clone(),
         input,
         store: false,
         instructions: (!instructions.is_empty()).then(|| instructions.join("\n\n")),
-        tools: turn
-            .tools
-            .iter()
-            .map(|tool| {
-                Tool::Function(FunctionTool {
-                    name: Some(tool.name.clone()),
-                    description: Some(tool.description.clone()),
-                    parameters: Some(tool.parameters.clone()),
-                    strict: None,
-                    extra: Map::new(),
-                })
-            })
-            .collect(),
+        tools,
         tool_choice: has_tools.then(|| match &turn.tool_choice {
             ToolChoice::Auto => ResponsesToolChoice::Auto,
             ToolChoice::Required => ResponsesToolChoice::Required,
@@ -141,16 +298,54 @@ pub fn request_body(turn: &Turn, stream: bool) -> Request {
         top_p: turn.top_p,
         max_output_tokens: turn.max_output_tokens,
         stream: stream.then_some(true),
+        carried: carried(&turn.carry),
     }
 }
 
-/// Tokens an answer counted (either may be left out).
+/// Tokens an answer counted (any may be left out).
 #[derive(Debug, Default, Deserialize)]
 struct Counts {
     #[serde(default)]
     input_tokens: u64,
     #[serde(default)]
     output_tokens: u64,
+    #[serde(default)]
+    input_tokens_details: Option<InputDetails>,
+    #[serde(default)]
+    output_tokens_details: Option<OutputDetails>,
+}
+
+/// `usage.input_tokens_details`.
+#[derive(Debug, Default, Deserialize)]
+struct InputDetails {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
+}
+
+/// `usage.output_tokens_details`.
+#[derive(Debug, Default, Deserialize)]
+struct OutputDetails {
+    #[serde(default)]
+    reasoning_tokens: Option<u64>,
+}
+
+impl Counts {
+    fn usage(&self) -> Usage {
+        Usage {
+            input_tokens: self.input_tokens,
+            output_tokens: self.output_tokens,
+            cached_input_tokens: self
+                .input_tokens_details
+                .as_ref()
+                .and_then(|d| d.cached_tokens)
+                .unwrap_or(0),
+            reasoning_tokens: self
+                .output_tokens_details
+                .as_ref()
+                .and_then(|d| d.reasoning_tokens)
+                .unwrap_or(0),
+        }
+    }
 }
 
 /// A response object as an upstream answers it, read for what the reply
@@ -171,9 +366,26 @@ pub struct Answer {
 }
 
 /// An output item, for what a reply takes of it.
+#[derive(Debug)]
+enum OutputItem {
+    Message {
+        content: Option<Parts>,
+    },
+    FunctionCall {
+        call_id: Option<String>,
+        name: Option<String>,
+        arguments: Option<String>,
+    },
+    Reasoning(UpstreamReasoning),
+    /// An item of a type the loop does not act on (a hosted tool's call,
+    /// a compaction...): kept whole, for the client and the next turn.
+    Native(Map<String, Value>),
+}
+
+/// The items the loop reads, by their `type`.
 #[derive(Debug, Deserialize)]
 #[serde(tag = "type")]
-enum OutputItem {
+enum KnownItem {
     #[serde(rename = "message")]
     Message {
         #[serde(default)]
@@ -188,8 +400,79 @@ enum OutputItem {
         #[serde(default)]
         arguments: Option<String>,
     },
-    #[serde(other)]
-    Other,
+    #[serde(rename = "reasoning")]
+    Reasoning(UpstreamReasoning),
+}
+
+/// An item's `type`, to tell the known ones from the rest.
+#[derive(Deserialize)]
+struct ItemType {
+    #[serde(rename = "type", default)]
+    kind: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for OutputItem {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let item = Map::<String, Value>::deserialize(deserializer)?;
+        let value = Value::Object(item);
+        let kind = ItemType::deserialize(&value).map_err(D::Error::custom)?.kind;
+        if !matches!(
+            kind.as_deref(),
+            Some("message" | "function_call" | "reasoning")
+        ) {
+            let Value::Object(item) = value else {
+                return Err(D::Error::custom("an output item must be an object"));
+            };
+            return Ok(OutputItem::Native(item));
+        }
+        Ok(
+            match KnownItem::deserialize(&value).map_err(D::Error::custom)? {
+                KnownItem::Message { content } => OutputItem::Message { content },
+                KnownItem::FunctionCall {
+                    call_id,
+                    name,
+                    arguments,
+                } => OutputItem::FunctionCall {
+                    call_id,
+                    name,
+                    arguments,
+                },
+                KnownItem::Reasoning(reasoning) => OutputItem::Reasoning(reasoning),
+            },
+        )
+    }
+}
+
+/// A `reasoning` item, read leniently (parts of another shape have no
+/// text).
+#[derive(Debug, Deserialize)]
+struct UpstreamReasoning {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    summary: Option<Parts>,
+    #[serde(default)]
+    content: Option<Parts>,
+    #[serde(default)]
+    encrypted_content: Option<String>,
+}
+
+impl UpstreamReasoning {
+    fn into_reasoning(self) -> Reasoning {
+        let texts = |parts: Option<Parts>| -> Vec<String> {
+            match parts {
+                Some(Parts::Parts(parts)) => parts.into_iter().filter_map(|p| p.text).collect(),
+                _ => Vec::new(),
+            }
+        };
+        Reasoning {
+            id: self.id,
+            summary: texts(self.summary),
+            text: texts(self.content).join("\n"),
+            sealed: self.encrypted_content.map(Sealed::OpenAi),
+        }
+    }
 }
 
 /// A message's content parts (content of another shape has no text).
@@ -218,6 +501,8 @@ pub fn parse_response(response: Answer) -> Result<Reply, UpstreamError> {
         .ok_or_else(|| UpstreamError::Malformed("a response without output".into()))?;
     let mut text = String::new();
     let mut tool_calls = Vec::new();
+    let mut reasoning = Vec::new();
+    let mut native = Vec::new();
     for item in output {
         match item {
             OutputItem::Message {
@@ -236,7 +521,12 @@ pub fn parse_response(response: Answer) -> Result<Reply, UpstreamError> {
                 name: name.unwrap_or_default(),
                 arguments: arguments.unwrap_or_else(|| "{}".to_owned()),
             }),
-            OutputItem::Message { .. } | OutputItem::Other => {}
+            OutputItem::Reasoning(item) => reasoning.push(item.into_reasoning()),
+            OutputItem::Native(item) => native.push(NativeItem {
+                protocol: Protocol::Responses,
+                item: Value::Object(item),
+            }),
+            OutputItem::Message { .. } => {}
         }
     }
     let usage = response.usage.unwrap_or_default();
@@ -252,12 +542,10 @@ pub fn parse_response(response: Answer) -> Result<Reply, UpstreamError> {
     Ok(Reply {
         text,
         tool_calls,
-        usage: Usage {
-            input_tokens: usage.input_tokens,
-            output_tokens: usage.output_tokens,
-        },
+        usage: usage.usage(),
         finish,
-        ..Default::default()
+        reasoning,
+        native,
     })
 }
 
@@ -270,6 +558,11 @@ enum Event {
         #[serde(default)]
         delta: Option<String>,
     },
+    /// An output item is complete: a reasoning or an item the loop does
+    /// not act on is told at once (text and calls come from the final
+    /// response).
+    #[serde(rename = "response.output_item.done")]
+    ItemDone { item: OutputItem },
     #[serde(rename = "response.completed", alias = "response.incomplete")]
     Finished { response: Answer },
     #[serde(rename = "response.failed")]
@@ -319,6 +612,21 @@ impl Dialect for Stream {
                     let _ = sink.send(Delta::Text(delta));
                 }
             }
+            Event::ItemDone { item } => {
+                let delta = match item {
+                    OutputItem::Reasoning(item) => Delta::Reasoning(item.into_reasoning()),
+                    OutputItem::Native(item) => Delta::Native(NativeItem {
+                        protocol: Protocol::Responses,
+                        item: Value::Object(item),
+                    }),
+                    OutputItem::Message { .. } | OutputItem::FunctionCall { .. } => {
+                        return Ok(true)
+                    }
+                };
+                if let Some(sink) = deltas {
+                    let _ = sink.send(delta);
+                }
+            }
             Event::Finished { response } => {
                 self.finished = Some(response);
                 return Ok(false);
@@ -353,6 +661,10 @@ impl Upstream for Responses {
         Some(super::Protocol::Responses)
     }
 
+    fn uncarried(&self, carry: &Carry) -> Vec<String> {
+        uncarried(carry)
+    }
+
     async fn complete(
         &self,
         turn: &Turn,
@@ -363,6 +675,48 @@ impl Upstream for Responses {
             .complete(&body, Stream::default(), deltas)
             .await
     }
+}
+
+/// What a Responses upstream cannot be sent of `carry`: a Messages
+/// client's fields (but those the neutral request carries:
+/// `thinking` as `reasoning`, `output_config` as `text.format`), `top_k`,
+/// stop sequences, beta headers, and another protocol's hosted tools.
+fn uncarried(carry: &Carry) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    let mut name = |text: &str| {
+        if !names.iter().any(|n| n == text) {
+            names.push(text.to_owned());
+        }
+    };
+    for key in carry.anthropic.keys() {
+        let mapped = match key.as_str() {
+            "thinking" => carry.reasoning.is_some(),
+            "output_config" => carry.output_format.is_some(),
+            _ => false,
+        };
+        if !mapped {
+            name(key);
+        }
+    }
+    if carry.top_k.is_some() {
+        name("top_k");
+    }
+    if !carry.stop.is_empty() {
+        name("stop_sequences");
+    }
+    if !carry.anthropic_beta.is_empty() {
+        name("anthropic-beta");
+    }
+    for tool in &carry.native_tools {
+        if tool.protocol != Protocol::Responses {
+            let kind = ItemType::deserialize(&tool.item)
+                .ok()
+                .and_then(|t| t.kind)
+                .unwrap_or_default();
+            name(&format!("tools ({kind})"));
+        }
+    }
+    names
 }
 
 #[cfg(test)]

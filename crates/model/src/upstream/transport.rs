@@ -110,8 +110,18 @@ impl Endpoint {
             dialect.finish()?
         } else {
             let reply = D::whole(json_body(response, &mut budget).await?)?;
-            if let (Some(sink), false) = (deltas, reply.text.is_empty()) {
-                let _ = sink.send(super::Delta::Text(reply.text.clone()));
+            if let Some(sink) = deltas {
+                // In the reply's order: its reasoning and other items come
+                // before its text.
+                for reasoning in &reply.reasoning {
+                    let _ = sink.send(super::Delta::Reasoning(reasoning.clone()));
+                }
+                for native in &reply.native {
+                    let _ = sink.send(super::Delta::Native(native.clone()));
+                }
+                if !reply.text.is_empty() {
+                    let _ = sink.send(super::Delta::Text(reply.text.clone()));
+                }
             }
             reply
         };

@@ -167,8 +167,8 @@ impl Item {
             Item::LocalShellCallOutput(i) => &mut i.status,
             Item::OpenRouterShell(i) => &mut i.status,
             Item::OpenRouterBash(i) => &mut i.status,
-            Item::Reasoning(Reasoning { extra, .. })
-            | Item::CustomToolCall(CustomToolCall { extra, .. })
+            Item::Reasoning(i) => &mut i.status,
+            Item::CustomToolCall(CustomToolCall { extra, .. })
             | Item::CustomToolCallOutput(CustomToolCallOutput { extra, .. })
             | Item::Other(extra) => {
                 let value = serde_json::to_value(status).unwrap_or(Value::Null);
@@ -755,17 +755,77 @@ pub struct LocalShellCallOutput {
     pub extra: Extra,
 }
 
-/// `reasoning` (its summary and content kept as given).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+/// `reasoning`: a model's reasoning, as a Responses upstream returned it
+/// and a client replays it (Codex sends it back with its
+/// `encrypted_content`, `content: null`).
+///
+/// The sealed part of another protocol's reasoning (an Anthropic model's
+/// thinking, through the Responses API) is kept in shellgate's own keys,
+/// never in `encrypted_content`, which only OpenAI can read:
+/// `anthropic_signature` (a `thinking` block's `signature`) and
+/// `anthropic_redacted` (a `redacted_thinking` block's `data`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct Reasoning {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
-    #[serde(default)]
-    #[schema(value_type = Vec<Object>)]
-    pub summary: Vec<Value>,
+    /// Always written, as the API does (`[]` when there is none).
+    #[serde(default, deserialize_with = "null_as_empty")]
+    pub summary: Vec<ReasoningText>,
+    /// The reasoning's own text, where the upstream shows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<Vec<ReasoningText>>,
+    /// OpenAI's sealed reasoning (asked for with
+    /// `include: ["reasoning.encrypted_content"]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encrypted_content: Option<String>,
+    /// shellgate's extension: an Anthropic thinking block's `signature`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub anthropic_signature: Option<String>,
+    /// shellgate's extension: an Anthropic `redacted_thinking` block's `data`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub anthropic_redacted: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<ItemStatus>,
     #[serde(flatten)]
     #[schema(value_type = Object)]
     pub extra: Extra,
+}
+
+/// A part of a reasoning's `summary` (`summary_text`) or `content`
+/// (`reasoning_text`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct ReasoningText {
+    /// `summary_text` or `reasoning_text`, as given.
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub text: String,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
+
+impl ReasoningText {
+    /// The `type` of a summary's part.
+    pub const SUMMARY: &'static str = "summary_text";
+    /// The `type` of a content part.
+    pub const CONTENT: &'static str = "reasoning_text";
+
+    /// A part of `kind` holding `text`.
+    pub fn new(kind: &str, text: impl Into<String>) -> Self {
+        ReasoningText {
+            kind: kind.to_owned(),
+            text: text.into(),
+            extra: Extra::new(),
+        }
+    }
+}
+
+/// A list that may be written `null` (read as empty).
+fn null_as_empty<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    deserializer: D,
+) -> Result<Vec<T>, D::Error> {
+    Ok(Option::<Vec<T>>::deserialize(deserializer)?.unwrap_or_default())
 }
 
 /// `custom_tool_call`.

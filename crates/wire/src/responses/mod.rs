@@ -20,7 +20,7 @@ pub mod tools;
 
 pub use events::{Event, ShellOutputDelta, StreamEvent};
 pub use items::*;
-pub use request::{CreateResponse, Input, CARRIED};
+pub use request::{CreateResponse, Input, ReasoningParam, TextFormatParam, TextParam, CARRIED};
 pub use response::*;
 pub use tools::*;
 

@@ -5,7 +5,9 @@
 //!   naming it; ranges and cross-field rules are the server's `prepare`);
 //! - *carried*: a field the SDK's `ResponseCreateParams` has that shellgate
 //!   does not act on, listed in [`CARRIED`], kept as given in
-//!   [`CreateResponse::carried`] (for the upstream pass-through to come);
+//!   [`CreateResponse::carried`], for the upstream (a Responses upstream
+//!   gets them verbatim; [`ReasoningParam`] and [`TextParam`] read the two
+//!   whose meaning other protocols can say too);
 //! - *refused*: any other key (`unknown_parameter`, a 400 naming it).
 
 use serde::{Deserialize, Serialize};
@@ -19,6 +21,8 @@ use super::tools::{Tool, ToolChoice};
 pub const CARRIED: &[&str] = &[
     "access_programs",
     "background_options",
+    // Not in the SDK: Codex CLI sends it (its session and turn ids).
+    "client_metadata",
     "context_management",
     "conversation",
     "image",
@@ -125,5 +129,114 @@ impl Input {
             Input::Text(text) => vec![Item::user_text(text)],
             Input::Items(items) => items,
         }
+    }
+}
+
+/// `reasoning`, read for what other protocols can say too (the field
+/// itself is carried verbatim). Read leniently: what it does not name, or
+/// names with another type, is left to the upstream.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+pub struct ReasoningParam {
+    #[serde(default, deserialize_with = "lenient")]
+    pub effort: Option<String>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub summary: Option<String>,
+    /// The older name of `summary`.
+    #[serde(default, deserialize_with = "lenient")]
+    pub generate_summary: Option<String>,
+}
+
+/// `text`, read for its `format` (the field itself is carried verbatim).
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+pub struct TextParam {
+    #[serde(default, deserialize_with = "lenient")]
+    pub format: Option<TextFormatParam>,
+}
+
+/// `text.format`: plain text, JSON matching a schema, or any JSON object.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum TextFormatParam {
+    Text,
+    JsonSchema {
+        name: String,
+        #[serde(default)]
+        description: Option<String>,
+        schema: Value,
+        #[serde(default)]
+        strict: Option<bool>,
+    },
+    JsonObject,
+}
+
+/// A value of the wrong shape reads as absent (`None`): these fields are
+/// the upstream's to judge.
+fn lenient<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    let value = Value::deserialize(deserializer)?;
+    Ok(serde_json::from_value(value).ok())
+}
+
+impl CreateResponse {
+    /// The carried `reasoning`, read (`None`: not given, or not an object).
+    pub fn reasoning(&self) -> Option<ReasoningParam> {
+        let value = self.carried.get("reasoning")?;
+        serde_json::from_value(value.clone()).ok()
+    }
+
+    /// The carried `text.format`, read (`None`: not given, or of a shape
+    /// shellgate does not know).
+    pub fn text_format(&self) -> Option<TextFormatParam> {
+        let value = self.carried.get("text")?;
+        serde_json::from_value::<TextParam>(value.clone())
+            .ok()?
+            .format
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn request(value: Value) -> CreateResponse {
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn reasoning_and_text_format_are_read_leniently_and_stay_carried() {
+        let body = request(json!({
+            "model": "m",
+            "reasoning": {"effort": "high", "summary": "auto", "other": 1},
+            "text": {"format": {"type": "json_schema", "name": "n", "schema": {"type": "object"}, "strict": true}, "verbosity": "low"},
+            "client_metadata": {"session_id": "s"},
+        }));
+        assert_eq!(body.refused(), None);
+        assert_eq!(
+            body.reasoning(),
+            Some(ReasoningParam {
+                effort: Some("high".into()),
+                summary: Some("auto".into()),
+                generate_summary: None,
+            })
+        );
+        assert!(matches!(
+            body.text_format(),
+            Some(TextFormatParam::JsonSchema { name, strict: Some(true), .. }) if name == "n"
+        ));
+        assert!(body.carried.contains_key("text"));
+        // Shapes shellgate does not know are left to the upstream.
+        let odd = request(json!({
+            "reasoning": {"effort": 3},
+            "text": {"format": {"type": "grammar"}},
+        }));
+        assert_eq!(odd.reasoning(), Some(ReasoningParam::default()));
+        assert_eq!(odd.text_format(), None);
+        assert_eq!(request(json!({"text": {"format": {"type": "json_object"}}})).text_format(), Some(TextFormatParam::JsonObject));
+        assert_eq!(request(json!({})).reasoning(), None);
     }
 }
