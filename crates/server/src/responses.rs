@@ -26,7 +26,7 @@ use axum::Json;
 use serde_json::Value;
 use shellgate_model::run::{self, EventSink, Outcome, Sandbox, Status};
 use shellgate_model::tools::Tools;
-use shellgate_model::upstream::Usage;
+use shellgate_model::upstream::{Carry, OutputFormat, ReasoningRequest, Usage};
 use shellgate_sandbox_api::backend::StreamKind;
 use shellgate_store::{ResponseRow, ResponseStatus};
 use shellgate_wire::new_id;
@@ -121,8 +121,17 @@ fn response_object(
         user: echo.user.clone(),
         text: wire::ResponseText::default(),
         truncation: wire::Truncation::Disabled,
-        usage: usage.map(|u| wire::ResponseUsage::tokens(u.input_tokens, u.output_tokens)),
+        usage: usage.map(usage_object),
     }
+}
+
+/// The `usage` of a response: its tokens, with the cached and reasoning
+/// ones the upstream counted.
+fn usage_object(usage: Usage) -> wire::ResponseUsage {
+    let mut object = wire::ResponseUsage::tokens(usage.input_tokens, usage.output_tokens);
+    object.input_tokens_details.cached_tokens = usage.cached_input_tokens;
+    object.output_tokens_details.reasoning_tokens = usage.reasoning_tokens;
+    object
 }
 
 /// The final response object of an outcome.
@@ -401,6 +410,60 @@ async fn attachments(
     Ok(found)
 }
 
+/// Carried fields about this server's side of the exchange: its stream
+/// to the client (`stream_options`), its background runs
+/// (`background_options`) and conversations (`conversation`: shellgate
+/// keeps a response's conversation itself, by `previous_response_id`).
+/// Sending them upstream would ask the upstream to act on them instead;
+/// shellgate does not act on them either, so each one given is reported
+/// uncarried.
+const NOT_FORWARDED: &[&str] = &["background_options", "conversation", "stream_options"];
+
+/// What a request asks beyond the neutral turn, for the upstream to carry
+/// as its protocol allows: every carried field (verbatim, for a Responses
+/// upstream) but those of [`NOT_FORWARDED`], which are returned, and the
+/// meaning of `reasoning` and `text.format` for upstreams of other
+/// protocols.
+fn carry_of(body: &wire::CreateResponse) -> (Carry, Vec<String>) {
+    let (kept, dropped): (Vec<_>, Vec<_>) = body
+        .carried
+        .iter()
+        .partition(|(key, _)| !NOT_FORWARDED.contains(&key.as_str()));
+    let reasoning = body
+        .reasoning()
+        .map(|reasoning| ReasoningRequest {
+            effort: reasoning.effort,
+            summary: reasoning.summary.or(reasoning.generate_summary),
+            budget_tokens: None,
+        })
+        .filter(|reasoning| reasoning.effort.is_some() || reasoning.summary.is_some());
+    let output_format = body.text_format().and_then(|format| match format {
+        wire::TextFormatParam::Text => None,
+        wire::TextFormatParam::JsonSchema {
+            name,
+            description,
+            schema,
+            strict,
+        } => Some(OutputFormat::JsonSchema {
+            name,
+            description,
+            schema,
+            strict,
+        }),
+        wire::TextFormatParam::JsonObject => Some(OutputFormat::JsonObject),
+    });
+    let carry = Carry {
+        reasoning,
+        output_format,
+        responses: kept
+            .into_iter()
+            .map(|(key, value)| (key.clone(), value.clone()))
+            .collect(),
+        ..Carry::default()
+    };
+    (carry, dropped.into_iter().map(|(key, _)| key.clone()).collect())
+}
+
 /// Everything checked before a run starts.
 struct Prepared {
     id: String,
@@ -413,6 +476,9 @@ struct Prepared {
     store: bool,
     upstream: Arc<dyn shellgate_model::upstream::Upstream>,
     sandbox: Option<Arc<crate::hosted::HostedShell>>,
+    /// What of the request the upstream is not sent, as the client named
+    /// it (`crate::uncarried`).
+    uncarried: Vec<String>,
 }
 
 /// The upstream that serves `model` (both APIs): a model is required.
@@ -574,6 +640,8 @@ async fn prepare(
     metadata
         .values_mut()
         .for_each(crate::egress::redact_secret_values);
+    let (carry, mut uncarried) = carry_of(&body);
+    uncarried.extend(upstream.uncarried(&carry));
     Ok(Prepared {
         id: response_id,
         created_at: now(),
@@ -606,7 +674,7 @@ async fn prepare(
             max_output_tokens,
             parallel_tool_calls: body.parallel_tool_calls,
             environment_description,
-            carry: Default::default(),
+            carry,
             output_guardrail: state
                 .guardrails
                 .for_project(&project.0, crate::guardrails::Target::ToolOutput),
@@ -618,6 +686,7 @@ async fn prepare(
         store,
         upstream,
         sandbox,
+        uncarried,
     })
 }
 
@@ -740,10 +809,25 @@ pub async fn create(
     project: Project,
     ApiJson(body): ApiJson<Value>,
 ) -> ApiResult<Response> {
-    use wire::ResponseStatus as S;
     let body = read_request(body)?;
     let stream = body.stream.unwrap_or(false);
     let prepared = Arc::new(prepare(&state, &project, body).await?);
+    // What the upstream is not sent is reported on every kind of answer.
+    crate::uncarried::log("responses", &prepared.echo.model, &prepared.uncarried);
+    let uncarried = crate::uncarried::header_value(&prepared.uncarried);
+    let mut answer = start(state, prepared, stream).await;
+    if let Some(value) = uncarried {
+        answer
+            .headers_mut()
+            .insert(crate::uncarried::HEADER, value);
+    }
+    Ok(answer)
+}
+
+/// Runs a prepared response: in the background, in the foreground, or
+/// streamed.
+async fn start(state: Arc<AppState>, prepared: Arc<Prepared>, stream: bool) -> Response {
+    use wire::ResponseStatus as S;
     if prepared.echo.background {
         let queued = prepared.in_progress(S::Queued);
         prepared.save(&state, &queued, &[]).await;
@@ -764,18 +848,18 @@ pub async fn create(
         state
             .running
             .insert(&prepared.id, task.abort_handle(), Arc::clone(&log));
-        return Ok(if stream {
+        return if stream {
             // Streaming a background response: a client that leaves the
             // stream does not stop it.
             read(log, 0, None).into_response()
         } else {
             Json(queued).into_response()
-        });
+        };
     }
     if !stream {
         // Foreground: if the client leaves, this future is dropped, and with
         // it the run and its commands.
-        return Ok(Json(prepared.run(&state, None).await).into_response());
+        return Json(prepared.run(&state, None).await).into_response();
     }
     let (events, receiver) = tokio::sync::mpsc::unbounded_channel();
     let (done_tx, done) = tokio::sync::oneshot::channel();
@@ -788,7 +872,7 @@ pub async fn create(
             let _ = done_tx.send(body);
         })
     };
-    Ok(read(log, 0, Some(task)).into_response())
+    read(log, 0, Some(task)).into_response()
 }
 
 /// Aborts a foreground run when its event stream is dropped (the client left).
@@ -1265,5 +1349,52 @@ mod tests {
         let echoed = serde_json::to_string(&echo_tools(&tools)).unwrap();
         assert!(!echoed.contains("s3cret"), "{echoed}");
         assert!(echoed.contains("TOKEN") && echoed.contains(crate::egress::REDACTED));
+    }
+
+    #[test]
+    fn carried_fields_go_upstream_but_this_servers_own_are_reported() {
+        let body = read_request(serde_json::json!({
+            "model": "m",
+            "reasoning": {"effort": "low", "summary": "auto"},
+            "include": ["reasoning.encrypted_content"],
+            "prompt_cache_key": "k",
+            "client_metadata": {"session_id": "s"},
+            "text": {"format": {"type": "json_schema", "name": "answer", "schema": {"type": "object"}}},
+            "conversation": "conv_1",
+            "stream_options": {"include_obfuscation": false},
+        }))
+        .unwrap();
+        let (carry, uncarried) = carry_of(&body);
+        let mut keys: Vec<&str> = carry.responses.keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            ["client_metadata", "include", "prompt_cache_key", "reasoning", "text"]
+        );
+        assert_eq!(carry.responses["include"], serde_json::json!(["reasoning.encrypted_content"]));
+        assert_eq!(uncarried, ["conversation", "stream_options"]);
+        assert_eq!(
+            carry.reasoning,
+            Some(ReasoningRequest {
+                effort: Some("low".into()),
+                summary: Some("auto".into()),
+                budget_tokens: None,
+            })
+        );
+        assert_eq!(
+            carry.output_format,
+            Some(OutputFormat::JsonSchema {
+                name: "answer".into(),
+                description: None,
+                schema: serde_json::json!({"type": "object"}),
+                strict: None,
+            })
+        );
+        // Plain text, and nothing asked, carry nothing neutral.
+        let plain = read_request(serde_json::json!({"model": "m", "text": {"format": {"type": "text"}}, "reasoning": {}}))
+            .unwrap();
+        let (carry, uncarried) = carry_of(&plain);
+        assert_eq!((carry.reasoning, carry.output_format), (None, None));
+        assert!(uncarried.is_empty());
     }
 }
