@@ -33,7 +33,9 @@ pub fn reasoning_of(item: &wire::Reasoning) -> Reasoning {
     } else if let Some(signature) = &item.anthropic_signature {
         Some(Sealed::AnthropicSignature(signature.clone()))
     } else {
-        item.anthropic_redacted.clone().map(Sealed::AnthropicRedacted)
+        item.anthropic_redacted
+            .clone()
+            .map(Sealed::AnthropicRedacted)
     };
     Reasoning {
         id: item.id.clone(),
@@ -53,8 +55,12 @@ pub fn reasoning_item(reasoning: &Reasoning, id: impl FnOnce() -> String) -> wir
             .iter()
             .map(|text| ReasoningText::new(ReasoningText::SUMMARY, text.clone()))
             .collect(),
-        content: (!reasoning.text.is_empty())
-            .then(|| vec![ReasoningText::new(ReasoningText::CONTENT, reasoning.text.clone())]),
+        content: (!reasoning.text.is_empty()).then(|| {
+            vec![ReasoningText::new(
+                ReasoningText::CONTENT,
+                reasoning.text.clone(),
+            )]
+        }),
         ..wire::Reasoning::default()
     };
     match reasoning.sealed.clone() {
@@ -267,7 +273,9 @@ pub fn messages<'a>(
                     None => String::new(),
                 },
             }),
-            Item::Reasoning(reasoning) => messages.push(Message::Reasoning(reasoning_of(reasoning))),
+            Item::Reasoning(reasoning) => {
+                messages.push(Message::Reasoning(reasoning_of(reasoning)))
+            }
             // The Responses API's own items, for an upstream that reads them.
             Item::Other(item) => messages.push(Message::Native(NativeItem {
                 protocol: Protocol::Responses,

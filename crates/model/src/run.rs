@@ -309,7 +309,12 @@ pub async fn run(
             .iter()
             .map(|call| call.id.len() + call.name.len() + call.arguments.len())
             .chain(reply.reasoning.iter().map(reasoning_bytes))
-            .chain(reply.native.iter().map(|native| native.item.to_string().len()))
+            .chain(
+                reply
+                    .native
+                    .iter()
+                    .map(|native| native.item.to_string().len()),
+            )
             .fold(
                 answered.saturating_add(reply.text.len()),
                 usize::saturating_add,
@@ -340,7 +345,8 @@ pub async fn run(
         let untold: Vec<Slot> = (reply.reasoning.iter().skip(told(true)))
             .map(|reasoning| Slot::Reasoning(reasoning_output(reasoning)))
             .chain(
-                (reply.native.iter().skip(told(false))).map(|native| Slot::Native(native_output(native))),
+                (reply.native.iter().skip(told(false)))
+                    .map(|native| Slot::Native(native_output(native))),
             )
             .collect();
         for slot in untold {

@@ -461,7 +461,10 @@ fn carry_of(body: &wire::CreateResponse) -> (Carry, Vec<String>) {
             .collect(),
         ..Carry::default()
     };
-    (carry, dropped.into_iter().map(|(key, _)| key.clone()).collect())
+    (
+        carry,
+        dropped.into_iter().map(|(key, _)| key.clone()).collect(),
+    )
 }
 
 /// Everything checked before a run starts.
@@ -817,9 +820,7 @@ pub async fn create(
     let uncarried = crate::uncarried::header_value(&prepared.uncarried);
     let mut answer = start(state, prepared, stream).await;
     if let Some(value) = uncarried {
-        answer
-            .headers_mut()
-            .insert(crate::uncarried::HEADER, value);
+        answer.headers_mut().insert(crate::uncarried::HEADER, value);
     }
     Ok(answer)
 }
@@ -1369,9 +1370,18 @@ mod tests {
         keys.sort_unstable();
         assert_eq!(
             keys,
-            ["client_metadata", "include", "prompt_cache_key", "reasoning", "text"]
+            [
+                "client_metadata",
+                "include",
+                "prompt_cache_key",
+                "reasoning",
+                "text"
+            ]
         );
-        assert_eq!(carry.responses["include"], serde_json::json!(["reasoning.encrypted_content"]));
+        assert_eq!(
+            carry.responses["include"],
+            serde_json::json!(["reasoning.encrypted_content"])
+        );
         assert_eq!(uncarried, ["conversation", "stream_options"]);
         assert_eq!(
             carry.reasoning,

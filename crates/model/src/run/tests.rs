@@ -1229,4 +1229,132 @@ mod through_the_traits {
             other => panic!("{other:?}"),
         }
     }
+
+    fn reasoning(id: &str, sealed: &str) -> crate::upstream::Reasoning {
+        crate::upstream::Reasoning {
+            id: Some(id.into()),
+            summary: vec![format!("thinking {id}")],
+            text: String::new(),
+            sealed: Some(crate::upstream::Sealed::OpenAi(sealed.into())),
+        }
+    }
+
+    fn web_search() -> crate::upstream::NativeItem {
+        crate::upstream::NativeItem {
+            protocol: crate::upstream::Protocol::Responses,
+            item: json!({"type": "web_search_call", "id": "ws_1", "status": "completed"}),
+        }
+    }
+
+    #[tokio::test]
+    async fn reasoning_and_native_items_are_output_in_the_order_the_upstream_told_them() {
+        let mut answer = reply("hi", Vec::new());
+        answer.reasoning = vec![reasoning("rs_1", "one"), reasoning("rs_2", "two")];
+        answer.native = vec![web_search()];
+        let upstream = ScriptedUpstream::new([Step::Reply {
+            // The second reasoning is not told as it comes: it follows
+            // what was (here, the message that had begun).
+            deltas: vec![
+                Delta::Reasoning(reasoning("rs_1", "one")),
+                Delta::Native(web_search()),
+                Delta::Text("hi".into()),
+            ],
+            reply: answer,
+        }]);
+        let (outcome, events) = run_recording(&upstream, None, &request_with(json!([]))).await;
+        assert_eq!(outcome.status, Status::Completed);
+        assert_eq!(
+            types(&outcome),
+            ["reasoning", "web_search_call", "message", "reasoning"]
+        );
+        let items = output(&outcome);
+        assert_eq!(
+            items[0],
+            json!({"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "thinking rs_1"}],
+                   "encrypted_content": "one"})
+        );
+        assert_eq!(items[1], web_search().item);
+        assert_eq!(items[3]["encrypted_content"], "two");
+        // Announced without what only the finished item holds.
+        match &events[0] {
+            Event::ItemAdded { index: 0, item } => assert_eq!(
+                value(item),
+                json!({"type": "reasoning", "id": "rs_1", "summary": [], "status": "in_progress"})
+            ),
+            other => panic!("{other:?}"),
+        }
+        let events: Vec<String> = events.iter().map(summary).collect();
+        assert_eq!(
+            events,
+            [
+                "added 0 reasoning in_progress",
+                "done 0 reasoning -",
+                "added 1 web_search_call in_progress",
+                "done 1 web_search_call completed",
+                "added 2 message in_progress",
+                "text 2 hi",
+                "added 3 reasoning in_progress",
+                "done 3 reasoning -",
+                "done 2 message completed",
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_reasoning_before_a_hosted_call_goes_back_to_the_upstream_in_its_place() {
+        // Told only in the reply (an upstream that does not stream items):
+        // before the call's items, and in the next turn's conversation.
+        let mut first = reply("", vec![shell("call_1", &["ls"])]);
+        first.reasoning = vec![reasoning("rs_1", "sealed")];
+        first.usage.reasoning_tokens = 3;
+        first.usage.cached_input_tokens = 2;
+        let upstream = ScriptedUpstream::new([
+            Step::Reply {
+                deltas: Vec::new(),
+                reply: first,
+            },
+            Step::text("listed"),
+        ]);
+        let sandbox = RecordingSandbox::default();
+        let outcome = run(&upstream, Some(&sandbox), &hosted(), None).await;
+        assert_eq!(outcome.status, Status::Completed);
+        assert_eq!(
+            types(&outcome),
+            ["reasoning", "shell_call", "shell_call_output", "message"]
+        );
+        assert_eq!(
+            (
+                outcome.usage.reasoning_tokens,
+                outcome.usage.cached_input_tokens
+            ),
+            (3, 2)
+        );
+        let turns = upstream.turns();
+        match &turns[1].messages[1..] {
+            [Message::Reasoning(sent), Message::Assistant { tool_calls, .. }, Message::Tool { .. }] =>
+            {
+                assert_eq!(sent, &reasoning("rs_1", "sealed"));
+                assert_eq!(tool_calls[0].id, "call_1");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn reasoning_counts_against_the_answers_bound() {
+        let mut answer = reply("", Vec::new());
+        answer.reasoning = vec![reasoning("rs_1", &"x".repeat(100))];
+        let upstream = ScriptedUpstream::new([Step::Reply {
+            deltas: Vec::new(),
+            reply: answer,
+        }]);
+        let mut request = request_with(json!([]));
+        request.max_answer_bytes = 50;
+        let outcome = run(&upstream, None, &request, None).await;
+        assert!(
+            matches!(outcome.status, Status::Failed { .. }),
+            "{:?}",
+            outcome.status
+        );
+    }
 }

@@ -25,8 +25,8 @@ use shellgate_wire::responses::{
 
 use super::transport::{excerpt, Auth, Dialect, Endpoint, Route};
 use super::{
-    Carry, Delta, DeltaSink, Finish, Message, NativeItem, OutputFormat, Protocol, Reasoning,
-    Reply, Sealed, ToolCall, ToolChoice, Turn, Upstream, UpstreamConfig, UpstreamError, Usage,
+    Carry, Delta, DeltaSink, Finish, Message, NativeItem, OutputFormat, Protocol, Reasoning, Reply,
+    Sealed, ToolCall, ToolChoice, Turn, Upstream, UpstreamConfig, UpstreamError, Usage,
 };
 
 pub struct Responses {
@@ -191,8 +191,12 @@ fn reasoning_input(reasoning: &Reasoning) -> Option<Item> {
             .iter()
             .map(|text| ReasoningText::new(ReasoningText::SUMMARY, text.clone()))
             .collect(),
-        content: (!reasoning.text.is_empty())
-            .then(|| vec![ReasoningText::new(ReasoningText::CONTENT, reasoning.text.clone())]),
+        content: (!reasoning.text.is_empty()).then(|| {
+            vec![ReasoningText::new(
+                ReasoningText::CONTENT,
+                reasoning.text.clone(),
+            )]
+        }),
         encrypted_content: Some(sealed.clone()),
         ..ReasoningItem::default()
     }))
@@ -416,7 +420,9 @@ impl<'de> Deserialize<'de> for OutputItem {
         use serde::de::Error;
         let item = Map::<String, Value>::deserialize(deserializer)?;
         let value = Value::Object(item);
-        let kind = ItemType::deserialize(&value).map_err(D::Error::custom)?.kind;
+        let kind = ItemType::deserialize(&value)
+            .map_err(D::Error::custom)?
+            .kind;
         if !matches!(
             kind.as_deref(),
             Some("message" | "function_call" | "reasoning")
@@ -775,5 +781,263 @@ mod tests {
         assert_eq!(reply.text, "hi");
         assert_eq!(reply.tool_calls[0].id, "c2");
         assert_eq!(reply.usage.output_tokens, 4);
+    }
+
+    fn sealed(id: &str, sealed: Option<Sealed>) -> Message {
+        Message::Reasoning(Reasoning {
+            id: Some(id.into()),
+            summary: vec![format!("summary of {id}")],
+            text: String::new(),
+            sealed,
+        })
+    }
+
+    #[test]
+    fn the_body_carries_the_clients_fields_and_replays_reasoning_and_native_items_in_place() {
+        let mut responses = Map::new();
+        for (key, value) in [
+            ("reasoning", json!({"effort": "high", "summary": "auto"})),
+            ("include", json!(["reasoning.encrypted_content"])),
+            ("prompt_cache_key", json!("cache-1")),
+            ("client_metadata", json!({"session_id": "s"})),
+            // shellgate's own fields win.
+            ("model", json!("other")),
+            ("store", json!(true)),
+        ] {
+            responses.insert(key.into(), value);
+        }
+        let web_search = json!({"type": "web_search_call", "id": "ws_1", "status": "completed"});
+        let turn = Turn {
+            model: "m".into(),
+            messages: vec![
+                Message::User("hi".into()),
+                sealed("rs_1", Some(Sealed::OpenAi("opaque".into()))),
+                // Not readable by the upstream: left out.
+                sealed("rs_2", None),
+                sealed("rs_3", Some(Sealed::AnthropicSignature("sig".into()))),
+                Message::Native(NativeItem {
+                    protocol: Protocol::Responses,
+                    item: web_search.clone(),
+                }),
+                Message::Native(NativeItem {
+                    protocol: Protocol::Anthropic,
+                    item: json!({"type": "server_tool_use"}),
+                }),
+                Message::Assistant {
+                    text: "answer".into(),
+                    tool_calls: Vec::new(),
+                },
+            ],
+            carry: Carry {
+                responses,
+                // The client's own `reasoning` wins over the neutral one.
+                reasoning: Some(super::super::ReasoningRequest {
+                    effort: Some("low".into()),
+                    ..Default::default()
+                }),
+                native_tools: vec![
+                    NativeItem {
+                        protocol: Protocol::Responses,
+                        item: json!({"type": "web_search", "external_web_access": false}),
+                    },
+                    NativeItem {
+                        protocol: Protocol::Anthropic,
+                        item: json!({"type": "web_search_20250305", "name": "web_search"}),
+                    },
+                ],
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let body = serde_json::to_value(request_body(&turn, true)).unwrap();
+        assert_eq!(body["model"], "m");
+        assert_eq!(body["store"], false);
+        assert_eq!(body["stream"], true);
+        assert_eq!(
+            body["reasoning"],
+            json!({"effort": "high", "summary": "auto"})
+        );
+        assert_eq!(body["include"], json!(["reasoning.encrypted_content"]));
+        assert_eq!(body["prompt_cache_key"], "cache-1");
+        assert_eq!(body["client_metadata"], json!({"session_id": "s"}));
+        assert_eq!(
+            body["input"],
+            json!([
+                {"type": "message", "role": "user", "content": "hi"},
+                {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "summary of rs_1"}],
+                 "encrypted_content": "opaque"},
+                web_search,
+                {"type": "message", "role": "assistant", "content": "answer"},
+            ])
+        );
+        assert_eq!(
+            body["tools"],
+            json!([{"type": "web_search", "external_web_access": false}])
+        );
+        assert_eq!(
+            uncarried(&turn.carry),
+            ["tools (web_search_20250305)".to_owned()]
+        );
+    }
+
+    #[test]
+    fn a_client_of_another_protocol_has_its_reasoning_and_format_said_in_the_responses_way() {
+        let turn = Turn {
+            model: "m".into(),
+            messages: vec![Message::User("hi".into())],
+            carry: Carry {
+                reasoning: Some(super::super::ReasoningRequest {
+                    effort: Some("medium".into()),
+                    budget_tokens: Some(4096),
+                    ..Default::default()
+                }),
+                output_format: Some(OutputFormat::JsonSchema {
+                    name: "answer".into(),
+                    description: None,
+                    schema: json!({"type": "object"}),
+                    strict: Some(true),
+                }),
+                top_k: Some(5),
+                stop: vec!["END".into()],
+                anthropic: [
+                    (
+                        "thinking".to_owned(),
+                        json!({"type": "enabled", "budget_tokens": 4096}),
+                    ),
+                    ("context_management".to_owned(), json!({})),
+                ]
+                .into_iter()
+                .collect(),
+                anthropic_beta: vec!["context-1m".into()],
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let body = serde_json::to_value(request_body(&turn, false)).unwrap();
+        assert_eq!(body["reasoning"], json!({"effort": "medium"}));
+        assert_eq!(
+            body["text"],
+            json!({"format": {"type": "json_schema", "name": "answer", "schema": {"type": "object"}, "strict": true}})
+        );
+        assert!(body.get("context_management").is_none() && body.get("top_k").is_none());
+        assert_eq!(
+            uncarried(&turn.carry),
+            [
+                "context_management",
+                "top_k",
+                "stop_sequences",
+                "anthropic-beta"
+            ]
+        );
+        let json_object = Turn {
+            carry: Carry {
+                output_format: Some(OutputFormat::JsonObject),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        assert_eq!(
+            serde_json::to_value(request_body(&json_object, false)).unwrap()["text"],
+            json!({"format": {"type": "json_object"}})
+        );
+    }
+
+    #[test]
+    fn reasoning_native_items_and_detailed_usage_are_read_back() {
+        let reply = parse_response(
+            serde_json::from_value(json!({
+                "output": [
+                    {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "plan"}],
+                     "content": null, "encrypted_content": "opaque"},
+                    {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search", "query": "q"}},
+                    {"type": "reasoning", "id": "rs_2", "summary": "not parts",
+                     "content": [{"type": "reasoning_text", "text": "a"}, {"type": "reasoning_text", "text": "b"}]},
+                    {"type": "message", "content": [{"type": "output_text", "text": "hi"}]},
+                ],
+                "usage": {"input_tokens": 10, "output_tokens": 7,
+                          "input_tokens_details": {"cached_tokens": 4},
+                          "output_tokens_details": {"reasoning_tokens": 5}},
+            }))
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(reply.text, "hi");
+        assert_eq!(
+            reply.reasoning,
+            [
+                Reasoning {
+                    id: Some("rs_1".into()),
+                    summary: vec!["plan".into()],
+                    text: String::new(),
+                    sealed: Some(Sealed::OpenAi("opaque".into())),
+                },
+                Reasoning {
+                    id: Some("rs_2".into()),
+                    summary: Vec::new(),
+                    text: "a\nb".into(),
+                    sealed: None,
+                },
+            ]
+        );
+        assert_eq!(
+            reply.native,
+            [NativeItem {
+                protocol: Protocol::Responses,
+                item: json!({"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search", "query": "q"}}),
+            }]
+        );
+        assert_eq!(
+            reply.usage,
+            Usage {
+                input_tokens: 10,
+                output_tokens: 7,
+                cached_input_tokens: 4,
+                reasoning_tokens: 5,
+            }
+        );
+        // A known item of the wrong shape is an error, not a native item.
+        let wrong = serde_json::from_value::<Answer>(
+            json!({"output": [{"type": "function_call", "name": 5}]}),
+        );
+        assert!(wrong.is_err());
+    }
+
+    #[test]
+    fn a_stream_tells_each_reasoning_and_native_item_as_it_is_done() {
+        let (sink, mut deltas) = tokio::sync::mpsc::unbounded_channel();
+        let mut stream = Stream::default();
+        let events = [
+            json!({"type": "response.output_item.added", "output_index": 0, "item": {"type": "reasoning", "id": "rs_1", "summary": []}}),
+            json!({"type": "response.reasoning_summary_text.delta", "delta": "pl"}),
+            json!({"type": "response.output_item.done", "output_index": 0, "item": {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "plan"}], "encrypted_content": "opaque"}}),
+            json!({"type": "response.output_item.done", "output_index": 1, "item": {"type": "image_generation_call", "id": "ig_1", "result": "b64"}}),
+            json!({"type": "response.output_text.delta", "delta": "hi"}),
+            json!({"type": "response.output_item.done", "output_index": 2, "item": {"type": "message", "content": [{"type": "output_text", "text": "hi"}]}}),
+        ];
+        for event in events {
+            let event: Event = serde_json::from_value(event).unwrap();
+            assert!(stream.event(event, Some(&sink), usize::MAX).unwrap());
+        }
+        drop(sink);
+        let mut told = Vec::new();
+        while let Ok(delta) = deltas.try_recv() {
+            told.push(delta);
+        }
+        assert_eq!(
+            told,
+            [
+                Delta::Reasoning(Reasoning {
+                    id: Some("rs_1".into()),
+                    summary: vec!["plan".into()],
+                    text: String::new(),
+                    sealed: Some(Sealed::OpenAi("opaque".into())),
+                }),
+                Delta::Native(NativeItem {
+                    protocol: Protocol::Responses,
+                    item: json!({"type": "image_generation_call", "id": "ig_1", "result": "b64"}),
+                }),
+                Delta::Text("hi".into()),
+            ]
+        );
     }
 }

@@ -236,7 +236,10 @@ mod tests {
         }));
         assert_eq!(odd.reasoning(), Some(ReasoningParam::default()));
         assert_eq!(odd.text_format(), None);
-        assert_eq!(request(json!({"text": {"format": {"type": "json_object"}}})).text_format(), Some(TextFormatParam::JsonObject));
+        assert_eq!(
+            request(json!({"text": {"format": {"type": "json_object"}}})).text_format(),
+            Some(TextFormatParam::JsonObject)
+        );
         assert_eq!(request(json!({})).reasoning(), None);
     }
 }
