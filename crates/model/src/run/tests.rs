@@ -876,6 +876,65 @@ mod through_the_traits {
     }
 
     #[tokio::test]
+    async fn custom_and_namespaced_calls_are_handed_back_as_the_client_named_them() {
+        let request = request_with(json!([
+            {"type": "custom", "name": "apply_patch", "description": "Edit files.",
+             "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}},
+            {"type": "namespace", "name": "multi_agent_v1", "description": "Sub-agents.",
+             "tools": [{"type": "function", "name": "spawn_agent", "parameters": {"type": "object"}}]},
+            {"type": "function", "name": "shell", "parameters": {"type": "object"}},
+            {"type": "web_search"},
+        ]));
+        let upstream = ScriptedUpstream::new([Step::calls(vec![
+            ToolCall {
+                id: "call_p".into(),
+                name: "apply_patch".into(),
+                arguments: "*** Begin Patch\n*** End Patch".into(),
+            },
+            call(
+                "call_a",
+                "multi_agent_v1__spawn_agent",
+                json!({"task": "x"}),
+            ),
+            call("call_s", "shell", json!({"cmd": "ls"})),
+        ])]);
+        let (outcome, _) = run_recording(&upstream, None, &request).await;
+        assert_eq!(outcome.status, Status::Completed);
+        // The model saw a freeform tool, a flattened one, the user's own
+        // `shell` function (no hosted shell here), and the hosted tool is
+        // carried for an upstream that runs it.
+        let turn = &upstream.turns()[0];
+        let names: Vec<&str> = turn.tools.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["apply_patch", "multi_agent_v1__spawn_agent", "shell"]
+        );
+        assert!(matches!(
+            turn.tools[0].custom,
+            Some(crate::upstream::CustomFormat::Grammar { .. })
+        ));
+        assert_eq!(turn.carry.native_tools.len(), 1);
+        assert_eq!(turn.carry.native_tool_names, ["tools[3] (web_search)"]);
+        let items = output(&outcome);
+        assert_eq!(
+            items[0],
+            json!({
+                "type": "custom_tool_call",
+                "id": items[0]["id"],
+                "call_id": "call_p",
+                "name": "apply_patch",
+                "input": "*** Begin Patch\n*** End Patch",
+            })
+        );
+        assert_eq!(items[1]["type"], "function_call");
+        assert_eq!(items[1]["name"], "spawn_agent");
+        assert_eq!(items[1]["namespace"], "multi_agent_v1");
+        assert_eq!(items[2]["type"], "function_call");
+        assert_eq!(items[2]["name"], "shell");
+        assert!(items[2].get("namespace").is_none());
+    }
+
+    #[tokio::test]
     async fn a_local_shell_call_is_handed_back_as_a_shell_call() {
         let request = request_with(json!([{"type": "shell", "environment": {"type": "local"}}]));
         let upstream = ScriptedUpstream::new([Step::calls(vec![call(
