@@ -150,3 +150,15 @@ def test_a_server_that_rejects_unsupported_tools_names_the_tool(fresh_server):
         model="scripted", input="hi", tools=[t for t in TOOLS if t["type"] != "web_search"]
     )
     assert response.status == "completed"
+
+
+def test_a_streamed_custom_tool_call_has_its_input_events(client):
+    stream = client.responses.create(
+        model="scripted", input="Call apply_patch: " + json.dumps({"input": "*** Begin Patch"}),
+        tools=[APPLY_PATCH], stream=True,
+    )
+    events = list(stream)
+    [done] = [e for e in events if e.type == "response.custom_tool_call_input.done"]
+    assert done.input == "*** Begin Patch"
+    [item] = [e.item for e in events if e.type == "response.output_item.done"]
+    assert (item.type, item.input) == ("custom_tool_call", "*** Begin Patch")

@@ -76,6 +76,12 @@ pub enum Event {
         item_id: String,
         arguments: String,
     },
+    /// The input of the custom tool call at `index`, whole.
+    CustomInput {
+        index: usize,
+        item_id: String,
+        input: String,
+    },
     /// A command of the shell call at `index`.
     ShellCommand {
         index: usize,
@@ -370,15 +376,24 @@ pub async fn run(
                         item: in_progress(&item),
                     },
                 );
-                if let Item::FunctionCall(function) = &item {
-                    emit(
+                match &item {
+                    Item::FunctionCall(function) => emit(
                         events,
                         Event::Arguments {
                             index,
                             item_id: function.id.clone().unwrap_or_default(),
                             arguments: call.arguments.clone(),
                         },
-                    );
+                    ),
+                    Item::CustomToolCall(custom) => emit(
+                        events,
+                        Event::CustomInput {
+                            index,
+                            item_id: custom.id.clone().unwrap_or_default(),
+                            input: call.arguments.clone(),
+                        },
+                    ),
+                    _ => {}
                 }
                 complete(&mut output, events, index, item);
             }

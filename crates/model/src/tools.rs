@@ -908,6 +908,91 @@ mod tests {
         assert_eq!(local.shell, Some(Environment::Local { skills: vec![] }));
     }
 
+    #[test]
+    fn custom_namespaced_and_hosted_tools_are_read_and_checked() {
+        let mut tools = Tools::parse(&typed(&[
+            json!({"type": "custom", "name": "notes"}),
+            json!({"type": "namespace", "name": "crm", "description": "The CRM.", "tools": [
+                {"type": "function", "name": "find", "parameters": {"type": "object"}},
+                {"type": "custom", "name": "query", "format": {"type": "grammar", "syntax": "regex", "definition": "[a-z]+"}},
+            ]}),
+            json!({"type": "mcp", "server_label": "wiki"}),
+            json!({"type": "web_search"}),
+        ]))
+        .unwrap();
+        let names: Vec<&str> = tools.functions.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(names, ["notes", "crm__find", "crm__query"]);
+        assert_eq!(tools.functions[0].custom, Some(CustomFormat::Text));
+        assert_eq!(tools.functions[2].client_name(), ("query", Some("crm")));
+        // A tool_choice by a namespaced tool's own name, or a hosted tool's.
+        assert_eq!(
+            tools.choice(Some(&choice(json!({"type": "custom", "name": "query"})))),
+            Ok(ToolChoice::Named("crm__query".into()))
+        );
+        assert!(tools
+            .choice(Some(&choice(json!({"type": "function", "name": "notes"}))))
+            .is_err());
+        assert_eq!(
+            tools.choose(Some(&choice(json!({"type": "web_search"})))),
+            Ok(ToolChoice::Auto)
+        );
+        let carry = tools.carry(Carry::default());
+        assert_eq!(
+            carry.native_tool_names,
+            ["tools[2] (mcp)", "tools[3] (web_search)"]
+        );
+        assert_eq!(
+            carry.native_uncarried(Protocol::Chat),
+            [
+                "tools[2] (mcp)",
+                "tools[3] (web_search)",
+                "tool_choice (web_search)"
+            ]
+        );
+        assert!(carry.native_uncarried(Protocol::Responses).is_empty());
+        // allowed_tools keeps what it lists.
+        let mut allowed = tools.clone();
+        assert_eq!(
+            allowed.choose(Some(&choice(json!({"type": "allowed_tools", "mode": "required",
+                "tools": [{"type": "function", "name": "find"}, {"type": "mcp", "server_label": "wiki"}]})))),
+            Ok(ToolChoice::Required)
+        );
+        let names: Vec<&str> = allowed.functions.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(names, ["crm__find"]);
+        assert_eq!(allowed.native.len(), 1);
+        // Each refusal names its field.
+        let param = |tool: Value| Tools::parse(&typed(&[tool])).unwrap_err().param;
+        assert_eq!(
+            param(
+                json!({"type": "custom", "name": "x", "format": {"type": "grammar", "syntax": "ebnf", "definition": "x"}})
+            ),
+            "tools[0].format.syntax"
+        );
+        assert_eq!(
+            param(json!({"type": "custom", "name": "x", "format": {"type": "json"}})),
+            "tools[0].format.type"
+        );
+        assert_eq!(
+            param(json!({"type": "namespace", "name": "n", "tools": [{"type": "shell"}]})),
+            "tools[0].tools[0].type"
+        );
+        assert_eq!(
+            param(json!({"type": "namespace", "name": "a b", "tools": []})),
+            "tools[0].name"
+        );
+        // A flattened name that collides with a function is refused.
+        assert!(Tools::parse(&typed(&[
+            json!({"type": "function", "name": "crm__find"}),
+            json!({"type": "namespace", "name": "crm", "tools": [{"type": "function", "name": "find"}]}),
+        ]))
+        .is_err());
+        let long = namespaced_name(&"n".repeat(40), &"f".repeat(40));
+        assert_eq!(long.len(), 64);
+        assert_eq!(long, namespaced_name(&"n".repeat(40), &"f".repeat(40)));
+        assert_ne!(long, namespaced_name(&"n".repeat(40), &"g".repeat(40)));
+        assert!(valid_name(&long));
+    }
+
     /// A Messages request's `tools` as the server reads them: typed (a
     /// wrong shape refused there), then checked.
     fn messages_tools(tools: &[Value]) -> Result<Tools, RequestError> {

@@ -1077,6 +1077,22 @@ impl SseWriter {
                     arguments,
                 });
             }
+            run::Event::CustomInput {
+                index,
+                item_id,
+                input,
+            } => {
+                self.send(Event::CustomToolCallInputDelta {
+                    item_id: item_id.clone(),
+                    output_index: index,
+                    delta: input.clone(),
+                });
+                self.send(Event::CustomToolCallInputDone {
+                    item_id,
+                    output_index: index,
+                    input,
+                });
+            }
             run::Event::ShellCommand {
                 index,
                 command_index,

@@ -402,6 +402,7 @@ mod through_the_traits {
                 value(result)["stdout"].as_str().unwrap_or("?")
             ),
             Event::ItemDone { index, item: i } => format!("done {index} {}", item(&value(i))),
+            Event::CustomInput { index, input, .. } => format!("input {index} {input}"),
         }
     }
 
@@ -898,8 +899,17 @@ mod through_the_traits {
             ),
             call("call_s", "shell", json!({"cmd": "ls"})),
         ])]);
-        let (outcome, _) = run_recording(&upstream, None, &request).await;
+        let (outcome, events) = run_recording(&upstream, None, &request).await;
         assert_eq!(outcome.status, Status::Completed);
+        let summaries: Vec<String> = events.iter().map(summary).collect();
+        assert_eq!(
+            &summaries[..3],
+            [
+                "added 0 custom_tool_call -",
+                "input 0 *** Begin Patch\n*** End Patch",
+                "done 0 custom_tool_call -",
+            ]
+        );
         // The model saw a freeform tool, a flattened one, the user's own
         // `shell` function (no hosted shell here), and the hosted tool is
         // carried for an upstream that runs it.
