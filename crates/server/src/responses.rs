@@ -221,6 +221,11 @@ fn echo_tools(tools: &[wire::Tool]) -> Vec<wire::Tool> {
                     .for_each(crate::egress::redact_secret_values);
                 extra(&mut function.extra);
             }
+            wire::Tool::Custom(custom) => extra(&mut custom.extra),
+            wire::Tool::Namespace(group) => {
+                group.tools = echo_tools(&group.tools);
+                extra(&mut group.extra);
+            }
             wire::Tool::Other(map) => extra(map),
         }
     }
@@ -480,8 +485,94 @@ struct Prepared {
     upstream: Arc<dyn shellgate_model::upstream::Upstream>,
     sandbox: Option<Arc<crate::hosted::HostedShell>>,
     /// What of the request the upstream is not sent, as the client named
-    /// it (`crate::uncarried`).
+    /// it (reported: header, metadata, log).
     uncarried: Vec<String>,
+}
+
+/// The metadata key naming what the upstream could not carry.
+const UNCARRIED_METADATA: &str = "shellgate_uncarried";
+/// Longest metadata value (OpenAI's limit).
+const MAX_METADATA_VALUE: usize = 512;
+/// Most metadata keys (OpenAI's limit): a request that has them all gets
+/// the header only.
+const MAX_METADATA_KEYS: usize = 16;
+
+/// Refuses a request whose tools its upstream cannot carry, when the
+/// server is configured so (`unsupported_tools = "reject"`): a hosted
+/// tool shellgate does not run reaches a Responses upstream only.
+fn check_unsupported_tools(
+    state: &AppState,
+    model: &str,
+    tools: &Tools,
+    upstream: &dyn shellgate_model::upstream::Upstream,
+) -> ApiResult<()> {
+    use shellgate_model::upstream::Protocol;
+    if state.config.unsupported_tools != crate::config::UnsupportedTools::Reject {
+        return Ok(());
+    }
+    let protocol = upstream.protocol();
+    if protocol == Some(Protocol::Responses) {
+        return Ok(());
+    }
+    if let Some(tool) = tools.native.first() {
+        let protocol = protocol.map_or("a scripted model".to_owned(), |p| {
+            format!("the {} protocol", protocol_name(p))
+        });
+        return Err(invalid(
+            &tool.param,
+            format!(
+                "tool type '{}' is not supported for model '{model}': its upstream speaks \
+                 {protocol}, which cannot run it (only a Responses upstream can), and this \
+                 server refuses tools it cannot carry (unsupported_tools = \"reject\")",
+                tool.kind
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A protocol as the configuration names it.
+fn protocol_name(protocol: shellgate_model::upstream::Protocol) -> &'static str {
+    use shellgate_model::upstream::Protocol;
+    match protocol {
+        Protocol::Chat => "chat",
+        Protocol::Responses => "responses",
+        Protocol::Anthropic => "anthropic",
+    }
+}
+
+/// Names what the upstream cannot carry of a prepared request: logged, and
+/// noted in the echoed metadata (when it has room).
+fn report_uncarried(prepared: &mut Prepared, not_forwarded: Vec<String>) {
+    let carry = prepared.request.tools.carry(prepared.request.carry.clone());
+    let mut names = not_forwarded;
+    names.extend(prepared.upstream.uncarried(&carry));
+    crate::uncarried::log("responses", &prepared.request.model, &names);
+    let metadata = &mut prepared.echo.metadata;
+    if !names.is_empty() && metadata.len() < MAX_METADATA_KEYS {
+        let mut note = names.join(", ");
+        if note.len() > MAX_METADATA_VALUE {
+            let mut end = MAX_METADATA_VALUE - 3;
+            while !note.is_char_boundary(end) {
+                end -= 1;
+            }
+            note.truncate(end);
+            note.push_str("...");
+        }
+        metadata.insert(UNCARRIED_METADATA.to_owned(), Value::String(note));
+    }
+    prepared.uncarried = names;
+}
+
+/// `response` with the `x-shellgate-uncarried` header, if anything was
+/// left out.
+fn with_uncarried(mut response: Response, names: &[String]) -> Response {
+    if let Some(value) = crate::uncarried::header_value(names) {
+        response
+            .headers_mut()
+            .insert(crate::uncarried::HEADER, value);
+    }
+    response
 }
 
 /// The upstream that serves `model` (both APIs): a model is required.
@@ -563,10 +654,11 @@ async fn prepare(
         ));
     }
     let request_tools = body.tools.clone().unwrap_or_default();
-    let tools = Tools::parse(&request_tools).map_err(|e| invalid(&e.param, e.message))?;
+    let mut tools = Tools::parse(&request_tools).map_err(|e| invalid(&e.param, e.message))?;
     let tool_choice = tools
-        .choice(body.tool_choice.as_ref())
+        .choose(body.tool_choice.as_ref())
         .map_err(|e| invalid(&e.param, e.message))?;
+    check_unsupported_tools(state, &model, &tools, upstream.as_ref())?;
     let input = normalize_input(body.input.clone());
     count_input_files(state, &input)?;
     let (input, instructions, tools) = crate::guardrails::guard_request(
@@ -643,9 +735,8 @@ async fn prepare(
     metadata
         .values_mut()
         .for_each(crate::egress::redact_secret_values);
-    let (carry, mut uncarried) = carry_of(&body);
-    uncarried.extend(upstream.uncarried(&carry));
-    Ok(Prepared {
+    let (carry, not_forwarded) = carry_of(&body);
+    let mut prepared = Prepared {
         id: response_id,
         created_at: now(),
         project: project.0.clone(),
@@ -689,8 +780,10 @@ async fn prepare(
         store,
         upstream,
         sandbox,
-        uncarried,
-    })
+        uncarried: Vec::new(),
+    };
+    report_uncarried(&mut prepared, not_forwarded);
+    Ok(prepared)
 }
 
 /// Runs the loop within `deadline` (`response_timeout_secs`): past it the
@@ -815,18 +908,12 @@ pub async fn create(
     let body = read_request(body)?;
     let stream = body.stream.unwrap_or(false);
     let prepared = Arc::new(prepare(&state, &project, body).await?);
-    // What the upstream is not sent is reported on every kind of answer.
-    crate::uncarried::log("responses", &prepared.echo.model, &prepared.uncarried);
-    let uncarried = crate::uncarried::header_value(&prepared.uncarried);
-    let mut answer = start(state, prepared, stream).await;
-    if let Some(value) = uncarried {
-        answer.headers_mut().insert(crate::uncarried::HEADER, value);
-    }
-    Ok(answer)
+    let uncarried = prepared.uncarried.clone();
+    let response = start(state, prepared, stream).await;
+    Ok(with_uncarried(response, &uncarried))
 }
 
-/// Runs a prepared response: in the background, in the foreground, or
-/// streamed.
+/// Runs a prepared response: in the background, streamed, or to its end.
 async fn start(state: Arc<AppState>, prepared: Arc<Prepared>, stream: bool) -> Response {
     use wire::ResponseStatus as S;
     if prepared.echo.background {
@@ -1057,6 +1144,22 @@ impl SseWriter {
                     item_id,
                     output_index: index,
                     arguments,
+                });
+            }
+            run::Event::CustomInput {
+                index,
+                item_id,
+                input,
+            } => {
+                self.send(Event::CustomToolCallInputDelta {
+                    item_id: item_id.clone(),
+                    output_index: index,
+                    delta: input.clone(),
+                });
+                self.send(Event::CustomToolCallInputDone {
+                    item_id,
+                    output_index: index,
+                    input,
                 });
             }
             run::Event::ShellCommand {
