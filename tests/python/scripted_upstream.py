@@ -14,6 +14,8 @@ Its script, from the conversation it is sent:
   ["bash", "-lc", CMD], when only that tool is offered);
 - `tool_choice: "required"` with a shell: it calls the shell (`echo required`);
 - "Call NAME: JSON" calls the user function NAME with those arguments;
+- "Freeform NAMESPACE.NAME: INPUT" (Responses only) calls the custom tool
+  NAME of that namespace with INPUT (Codex CLI's code-mode `functions.exec`);
 - the last message is a tool result: it answers "Done: " and the result;
 - otherwise it answers "Hello from the scripted model."
 Models named for a failure behave so: `scripted-500` answers HTTP 500,
@@ -75,6 +77,12 @@ def decide(body):
     if text.startswith("Call "):
         name, arguments = text[len("Call "):].split(":", 1)
         return {"tool": (name.strip(), json.loads(arguments))}
+    if text.startswith("Freeform "):
+        # "Freeform NAMESPACE.NAME: INPUT" (Responses only): a call of a
+        # custom tool of a namespace, INPUT its raw input.
+        name, text_input = text[len("Freeform "):].split(":", 1)
+        namespace, name = name.strip().rsplit(".", 1)
+        return {"custom": (namespace, name, text_input.strip())}
     return {"text": "Hello from the scripted model."}
 
 
@@ -83,7 +91,7 @@ def as_chat(path, body):
     if path.endswith("/responses"):
         messages = []
         for item in body.get("input", []):
-            if item.get("type") == "function_call_output":
+            if item.get("type") in ("function_call_output", "custom_tool_call_output"):
                 output = item.get("output", "")
                 if isinstance(output, list):
                     output = "\n".join(part.get("text", "") for part in output)
@@ -225,6 +233,11 @@ class Handler(BaseHTTPRequestHandler):
             name, arguments = decision["tool"]
             output.append({"type": "function_call", "id": "fc_1", "call_id": f"call_{number}",
                            "name": name, "arguments": json.dumps(arguments), "status": "completed"})
+        elif "custom" in decision:
+            namespace, name, text_input = decision["custom"]
+            output.append({"type": "custom_tool_call", "id": "ctc_1", "call_id": f"call_{number}",
+                           "namespace": namespace, "name": name, "input": text_input,
+                           "status": "completed"})
         else:
             output.append({"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
                            "content": [{"type": "output_text", "text": decision["text"], "annotations": []}]})

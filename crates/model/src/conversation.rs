@@ -181,7 +181,31 @@ pub fn messages<'a>(
     instructions: Option<&str>,
     items: impl IntoIterator<Item = &'a Item>,
 ) -> Vec<Message> {
+    messages_offering(instructions, items, &|_| true)
+}
+
+/// The conversation for `items`, after the `instructions`, when the turn
+/// offers the tools `offered` names (by the names the model knows them
+/// by). A call the neutral turn cannot say of a tool it does not offer —
+/// a freeform (`custom_tool_call`) or namespaced call of a tool the client
+/// declared where shellgate does not read it, such as Codex's
+/// `additional_tools` item — is the Responses API's own, and so is its
+/// output: replayed verbatim to a Responses upstream (which knows the
+/// tool), left out for others.
+pub fn messages_offering<'a>(
+    instructions: Option<&str>,
+    items: impl IntoIterator<Item = &'a Item>,
+    offered: &dyn Fn(&str) -> bool,
+) -> Vec<Message> {
     let mut messages = Vec::new();
+    // The calls kept whole, whose outputs are kept whole too.
+    let mut foreign: Vec<String> = Vec::new();
+    let native = |item: &Item| {
+        Message::Native(NativeItem {
+            protocol: Protocol::Responses,
+            item: serde_json::to_value(item).unwrap_or_default(),
+        })
+    };
     if let Some(instructions) = instructions.filter(|i| !i.trim().is_empty()) {
         messages.push(Message::System(instructions.to_owned()));
     }
@@ -197,6 +221,29 @@ pub fn messages<'a>(
                     },
                     Role::User => Message::User(text),
                 });
+            }
+            Item::FunctionCall(call)
+                if call.namespace.is_some()
+                    && !offered(&model_name(&call.name, call.namespace.as_deref())) =>
+            {
+                foreign.push(call_id(&call.call_id, &call.id));
+                messages.push(native(item));
+            }
+            Item::CustomToolCall(call)
+                if !offered(&model_name(&call.name, call.namespace.as_deref())) =>
+            {
+                foreign.push(call_id(&call.call_id, &call.id));
+                messages.push(native(item));
+            }
+            Item::FunctionCallOutput(answer)
+                if foreign.contains(&call_id(&answer.call_id, &answer.id)) =>
+            {
+                messages.push(native(item))
+            }
+            Item::CustomToolCallOutput(answer)
+                if foreign.contains(&call_id(&answer.call_id, &answer.id)) =>
+            {
+                messages.push(native(item))
             }
             Item::FunctionCall(call) => push_call(
                 &mut messages,
@@ -516,5 +563,41 @@ mod tests {
         // An upstream's reasoning without an id gets one.
         let item = reasoning_item(&Reasoning::default(), || "rs_new".into());
         assert_eq!(item.id.as_deref(), Some("rs_new"));
+    }
+
+    #[test]
+    fn a_freeform_or_namespaced_call_of_a_tool_not_offered_is_kept_whole_with_its_output() {
+        let items: Vec<Item> = serde_json::from_value(json!([
+            {"type": "custom_tool_call", "call_id": "c1", "namespace": "functions", "name": "exec", "input": "text(1)"},
+            {"type": "custom_tool_call_output", "call_id": "c1", "output": "1"},
+            {"type": "function_call", "call_id": "c2", "namespace": "clock", "name": "sleep", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c2", "output": "slept"},
+            // Offered, or said whole by the neutral turn: calls as before.
+            {"type": "custom_tool_call", "call_id": "c3", "name": "apply_patch", "input": "x"},
+            {"type": "function_call", "call_id": "c4", "name": "not_offered", "arguments": "{}"},
+        ]))
+        .unwrap();
+        let offered = |name: &str| name == "apply_patch";
+        let read = messages_offering(None, &items, &offered);
+        for (index, message) in read[..4].iter().enumerate() {
+            assert_eq!(
+                message,
+                &Message::Native(NativeItem {
+                    protocol: Protocol::Responses,
+                    item: serde_json::to_value(&items[index]).unwrap(),
+                })
+            );
+        }
+        match &read[4..] {
+            [Message::Assistant { tool_calls, .. }] => {
+                let names: Vec<&str> = tool_calls.iter().map(|c| c.name.as_str()).collect();
+                assert_eq!(names, ["apply_patch", "not_offered"]);
+            }
+            other => panic!("{other:?}"),
+        }
+        // Every tool offered: all are calls.
+        assert!(!messages(None, &items)
+            .iter()
+            .any(|message| matches!(message, Message::Native(_))));
     }
 }

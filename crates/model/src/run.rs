@@ -232,9 +232,10 @@ pub async fn run(
     loop {
         let turn = Turn {
             model: request.model.clone(),
-            messages: conversation::messages(
+            messages: conversation::messages_offering(
                 request.instructions.as_deref(),
                 request.items.iter().chain(&output),
+                &|name| request.tools.function(name).is_some(),
             ),
             tools: specs.clone(),
             tool_choice: tool_choice.clone(),
@@ -380,6 +381,11 @@ pub async fn run(
                 }
             }
         }
+        // A call of a tool shellgate does not know (the upstream's own
+        // item) is the client's to answer: the response ends with it.
+        let foreign_call = output[base..]
+            .iter()
+            .any(|item| matches!(item, Item::FunctionCall(_) | Item::CustomToolCall(_)));
         if reply.tool_calls.is_empty() {
             let status = match reply.finish {
                 Finish::Length => Status::Incomplete("max_output_tokens"),
@@ -388,7 +394,7 @@ pub async fn run(
             };
             return end(output, usage, tool_calls, status);
         }
-        let mut handed_back = false;
+        let mut handed_back = foreign_call;
         for call in &reply.tool_calls {
             if request.tools.hosted(&call.name) {
                 if tool_calls >= request.max_tool_calls {
@@ -508,10 +514,12 @@ fn reasoning_output(reasoning: &crate::upstream::Reasoning) -> Item {
     Item::Reasoning(conversation::reasoning_item(reasoning, || item_id("rs_")))
 }
 
-/// The output item of an item of the upstream's own, as it gave it.
+/// The output item of an item of the upstream's own, as it gave it (typed
+/// when it is of a type shellgate knows: a call of a tool it does not).
 fn native_output(native: &crate::upstream::NativeItem) -> Item {
     match &native.item {
-        serde_json::Value::Object(item) => Item::Other(item.clone()),
+        serde_json::Value::Object(item) => wire::from_value(native.item.clone())
+            .unwrap_or_else(|_| Item::Other(item.clone())),
         // Not an item (no protocol returns one): kept, under a key.
         other => {
             let mut item = wire::Extra::new();

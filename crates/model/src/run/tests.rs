@@ -1426,4 +1426,30 @@ mod through_the_traits {
             outcome.status
         );
     }
+
+    #[tokio::test]
+    async fn a_call_of_a_tool_shellgate_does_not_know_ends_the_response_with_it() {
+        let foreign = crate::upstream::NativeItem {
+            protocol: crate::upstream::Protocol::Responses,
+            item: json!({"type": "custom_tool_call", "id": "ctc_1", "call_id": "c1",
+                         "namespace": "functions", "name": "exec", "input": "text(1)"}),
+        };
+        // With a hosted call in the same turn: that one runs, then the
+        // response ends, the other call the client's.
+        let mut answer = reply("", vec![shell("call_1", &["ls"])]);
+        answer.native = vec![foreign.clone()];
+        let upstream = ScriptedUpstream::new([Step::Reply {
+            deltas: Vec::new(),
+            reply: answer,
+        }]);
+        let sandbox = RecordingSandbox::default();
+        let outcome = run(&upstream, Some(&sandbox), &hosted(), None).await;
+        assert_eq!(outcome.status, Status::Completed);
+        assert_eq!(upstream.turns().len(), 1);
+        assert_eq!(
+            types(&outcome),
+            ["custom_tool_call", "shell_call", "shell_call_output"]
+        );
+        assert_eq!(output(&outcome)[0], foreign.item);
+    }
 }

@@ -294,7 +294,7 @@ impl Dialect for Stream {
     type Body = Answer;
     type Event = Event;
 
-    fn whole(body: Answer) -> Result<Reply, UpstreamError> {
+    fn whole(self, body: Answer) -> Result<Reply, UpstreamError> {
         parse_message(body)
     }
 

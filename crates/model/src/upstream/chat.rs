@@ -253,7 +253,7 @@ impl Dialect for Assembly {
     type Body = ChatCompletion;
     type Event = ChatChunk;
 
-    fn whole(body: ChatCompletion) -> Result<Reply, UpstreamError> {
+    fn whole(self, body: ChatCompletion) -> Result<Reply, UpstreamError> {
         parse_completion(body)
     }
 

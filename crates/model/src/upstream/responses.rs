@@ -504,12 +504,15 @@ enum OutputItem {
         name: Option<String>,
         namespace: Option<String>,
         arguments: Option<String>,
+        /// The item as the upstream wrote it.
+        raw: Map<String, Value>,
     },
     CustomToolCall {
         call_id: Option<String>,
         name: Option<String>,
         namespace: Option<String>,
         input: Option<String>,
+        raw: Map<String, Value>,
     },
     Reasoning(UpstreamReasoning),
     /// An item of a type the loop does not act on (a hosted tool's call,
@@ -567,17 +570,23 @@ impl<'de> Deserialize<'de> for OutputItem {
         let kind = ItemType::deserialize(&value)
             .map_err(D::Error::custom)?
             .kind;
-        if !matches!(
+        let known = matches!(
             kind.as_deref(),
             Some("message" | "function_call" | "custom_tool_call" | "reasoning")
-        ) {
-            let Value::Object(item) = value else {
-                return Err(D::Error::custom("an output item must be an object"));
-            };
-            return Ok(OutputItem::Native(item));
-        }
+        );
+        let read = if known {
+            Some(KnownItem::deserialize(&value).map_err(D::Error::custom)?)
+        } else {
+            None
+        };
+        let Value::Object(raw) = value else {
+            return Err(D::Error::custom("an output item must be an object"));
+        };
+        let Some(read) = read else {
+            return Ok(OutputItem::Native(raw));
+        };
         Ok(
-            match KnownItem::deserialize(&value).map_err(D::Error::custom)? {
+            match read {
                 KnownItem::Message { content } => OutputItem::Message { content },
                 KnownItem::FunctionCall {
                     call_id,
@@ -589,6 +598,7 @@ impl<'de> Deserialize<'de> for OutputItem {
                     name,
                     namespace,
                     arguments,
+                    raw,
                 },
                 KnownItem::CustomToolCall {
                     call_id,
@@ -600,6 +610,7 @@ impl<'de> Deserialize<'de> for OutputItem {
                     name,
                     namespace,
                     input,
+                    raw,
                 },
                 KnownItem::Reasoning(reasoning) => OutputItem::Reasoning(reasoning),
             },
@@ -654,8 +665,59 @@ struct Part {
     text: Option<String>,
 }
 
-/// Reads a response object (the whole answer).
+/// Reads a response object (the whole answer), every call the loop's.
 pub fn parse_response(response: Answer) -> Result<Reply, UpstreamError> {
+    read_response(response, &Offered::default())
+}
+
+/// The tools a turn offered, by the names the loop knows them by (`None`:
+/// any). A freeform or namespaced call of a tool it did not offer (one the
+/// client declared where shellgate does not read it, such as Codex's
+/// `additional_tools` item) is not the loop's: it goes back to the client
+/// as the upstream wrote it, a native item ([`OutputItem::foreign`]).
+#[derive(Debug, Default)]
+struct Offered(Option<Vec<String>>);
+
+impl Offered {
+    fn of(turn: &Turn) -> Self {
+        Offered(Some(turn.tools.iter().map(|spec| spec.name.clone()).collect()))
+    }
+
+    fn has(&self, name: &str) -> bool {
+        self.0
+            .as_ref()
+            .is_none_or(|names| names.iter().any(|offered| offered == name))
+    }
+}
+
+impl OutputItem {
+    /// A call of a tool `offered` does not have, that the neutral turn
+    /// cannot say (freeform or namespaced), as the upstream wrote it.
+    fn foreign(&self, offered: &Offered) -> Option<&Map<String, Value>> {
+        match self {
+            OutputItem::FunctionCall {
+                name,
+                namespace: namespace @ Some(_),
+                raw,
+                ..
+            }
+            | OutputItem::CustomToolCall {
+                name,
+                namespace,
+                raw,
+                ..
+            } => {
+                let called = called_name(name.clone(), namespace.clone());
+                (!offered.has(&called)).then_some(raw)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Reads a response object (the whole answer) of a turn that offered
+/// `offered`.
+fn read_response(response: Answer, offered: &Offered) -> Result<Reply, UpstreamError> {
     if let Some(message) = response.error.and_then(|error| error.message()) {
         return Err(UpstreamError::Malformed(excerpt(&message)));
     }
@@ -667,6 +729,13 @@ pub fn parse_response(response: Answer) -> Result<Reply, UpstreamError> {
     let mut reasoning = Vec::new();
     let mut native = Vec::new();
     for item in output {
+        if let Some(raw) = item.foreign(offered) {
+            native.push(NativeItem {
+                protocol: Protocol::Responses,
+                item: Value::Object(raw.clone()),
+            });
+            continue;
+        }
         match item {
             OutputItem::Message {
                 content: Some(Parts::Parts(parts)),
@@ -680,6 +749,7 @@ pub fn parse_response(response: Answer) -> Result<Reply, UpstreamError> {
                 name,
                 namespace,
                 arguments,
+                ..
             } => tool_calls.push(ToolCall {
                 id: call_id.unwrap_or_else(|| "call".to_owned()),
                 name: called_name(name, namespace),
@@ -690,6 +760,7 @@ pub fn parse_response(response: Answer) -> Result<Reply, UpstreamError> {
                 name,
                 namespace,
                 input,
+                ..
             } => tool_calls.push(ToolCall {
                 id: call_id.unwrap_or_else(|| "call".to_owned()),
                 name: called_name(name, namespace),
@@ -764,14 +835,15 @@ struct Failed {
 #[derive(Default)]
 struct Stream {
     finished: Option<Answer>,
+    offered: Offered,
 }
 
 impl Dialect for Stream {
     type Body = Answer;
     type Event = Event;
 
-    fn whole(body: Answer) -> Result<Reply, UpstreamError> {
-        parse_response(body)
+    fn whole(self, body: Answer) -> Result<Reply, UpstreamError> {
+        read_response(body, &self.offered)
     }
 
     fn event(
@@ -787,6 +859,15 @@ impl Dialect for Stream {
                 }
             }
             Event::ItemDone { item } => {
+                if let Some(raw) = item.foreign(&self.offered) {
+                    if let Some(sink) = deltas {
+                        let _ = sink.send(Delta::Native(NativeItem {
+                            protocol: Protocol::Responses,
+                            item: Value::Object(raw.clone()),
+                        }));
+                    }
+                    return Ok(true);
+                }
                 let delta = match item {
                     OutputItem::Reasoning(item) => Delta::Reasoning(item.into_reasoning()),
                     OutputItem::Native(item) => Delta::Native(NativeItem {
@@ -825,7 +906,7 @@ impl Dialect for Stream {
         let response = self.finished.ok_or_else(|| {
             UpstreamError::Malformed("the event stream ended without a response".into())
         })?;
-        parse_response(response)
+        read_response(response, &self.offered)
     }
 }
 
@@ -846,7 +927,14 @@ impl Upstream for Responses {
     ) -> Result<Reply, UpstreamError> {
         let body = request_body(turn, true);
         self.endpoint
-            .complete(&body, Stream::default(), deltas)
+            .complete(
+                &body,
+                Stream {
+                    finished: None,
+                    offered: Offered::of(turn),
+                },
+                deltas,
+            )
             .await
     }
 }
@@ -1325,5 +1413,60 @@ mod tests {
         assert_eq!(reply.tool_calls[0].name, "apply_patch");
         assert_eq!(reply.tool_calls[0].arguments, "*** Begin Patch");
         assert_eq!(reply.tool_calls[1].name, "multi_agent_v1__close_agent");
+    }
+
+    #[test]
+    fn a_call_of_a_tool_the_turn_did_not_offer_goes_back_as_the_upstream_wrote_it() {
+        // Codex's code mode: `exec` (freeform) of the `functions` namespace,
+        // declared in an `additional_tools` input item shellgate passes on.
+        let foreign = json!({"type": "custom_tool_call", "id": "ctc_1", "call_id": "c1",
+                             "namespace": "functions", "name": "exec", "input": "text(1)",
+                             "status": "completed"});
+        let turn = Turn {
+            tools: vec![ToolSpec {
+                name: "lookup".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let offered = Offered::of(&turn);
+        let answer = || -> Answer {
+            serde_json::from_value(json!({"output": [
+                foreign.clone(),
+                // Said whole by the neutral turn: the loop's, offered or not.
+                {"type": "function_call", "call_id": "c2", "name": "lookup", "arguments": "{}"},
+                {"type": "function_call", "call_id": "c3", "name": "unknown", "arguments": "{}"},
+            ]}))
+            .unwrap()
+        };
+        let reply = read_response(answer(), &offered).unwrap();
+        assert_eq!(
+            reply.native,
+            [NativeItem {
+                protocol: Protocol::Responses,
+                item: foreign.clone(),
+            }]
+        );
+        let names: Vec<&str> = reply.tool_calls.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["lookup", "unknown"]);
+        // Without a turn's tools (a test's answer), every call is the loop's.
+        assert_eq!(parse_response(answer()).unwrap().tool_calls.len(), 3);
+        // Streamed, it is told as soon as it is done.
+        let (sink, mut deltas) = tokio::sync::mpsc::unbounded_channel();
+        let mut stream = Stream {
+            finished: None,
+            offered,
+        };
+        let event = json!({"type": "response.output_item.done", "output_index": 0, "item": foreign});
+        assert!(stream
+            .event(serde_json::from_value(event).unwrap(), Some(&sink), usize::MAX)
+            .unwrap());
+        assert_eq!(
+            deltas.try_recv().ok(),
+            Some(Delta::Native(NativeItem {
+                protocol: Protocol::Responses,
+                item: foreign,
+            }))
+        );
     }
 }

@@ -24,7 +24,7 @@ pub(crate) trait Dialect {
     type Event: DeserializeOwned;
 
     /// The reply of a whole answer.
-    fn whole(body: Self::Body) -> Result<Reply, UpstreamError>;
+    fn whole(self, body: Self::Body) -> Result<Reply, UpstreamError>;
 
     /// Takes one event, sending what it adds to `deltas`; `Ok(false)` once
     /// the answer is complete. A tool call's arguments growing past
@@ -109,7 +109,7 @@ impl Endpoint {
             .await?;
             dialect.finish()?
         } else {
-            let reply = D::whole(json_body(response, &mut budget).await?)?;
+            let reply = dialect.whole(json_body(response, &mut budget).await?)?;
             if let Some(sink) = deltas {
                 // In the reply's order: its reasoning and other items come
                 // before its text.
