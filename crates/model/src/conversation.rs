@@ -9,71 +9,20 @@
 //! `custom_tool_call` is a call whose arguments are its raw input, its
 //! output the result; a call of a tool of a `namespace` group is named as
 //! the model knows it (`{namespace}__{name}`, [`namespaced_name`]). A
-//! `reasoning` item is the model's reasoning ([`reasoning_of`]; its sealed
-//! part read back for the protocol that made it), and an item of a type
+//! `reasoning` item is the model's reasoning ([`crate::reasoning`]; its
+//! sealed part read back for the protocol that made it; one with nothing
+//! in it is left out), and an item of a type
 //! shellgate does not know (`web_search_call`, `item_reference`,
 //! `compaction`...) the Responses API's own: each adapter replays what its
 //! protocol reads and leaves out the rest.
 
 use shellgate_wire::responses::{
-    self as wire, ContentPart, Item, MessageContent, ReasoningText, Role, ShellResult, TextOrJson,
-    ToolOutput,
+    ContentPart, Item, MessageContent, Role, ShellResult, TextOrJson, ToolOutput,
 };
 
 use crate::arguments::{BashArguments, LocalShellArguments, ShellArguments};
 use crate::tools::{namespaced_name, BASH, LOCAL_SHELL, SHELL};
-use crate::upstream::{Message, NativeItem, Protocol, Reasoning, Sealed, ToolCall};
-
-/// A `reasoning` item as the conversation's reasoning: its summary, its
-/// text, and its sealed part (OpenAI's `encrypted_content`, or an
-/// Anthropic signature or redacted thinking in shellgate's own keys).
-pub fn reasoning_of(item: &wire::Reasoning) -> Reasoning {
-    let texts = |parts: &[ReasoningText]| -> Vec<String> {
-        parts.iter().map(|part| part.text.clone()).collect()
-    };
-    let sealed = if let Some(sealed) = &item.encrypted_content {
-        Some(Sealed::OpenAi(sealed.clone()))
-    } else if let Some(signature) = &item.anthropic_signature {
-        Some(Sealed::AnthropicSignature(signature.clone()))
-    } else {
-        item.anthropic_redacted
-            .clone()
-            .map(Sealed::AnthropicRedacted)
-    };
-    Reasoning {
-        id: item.id.clone(),
-        summary: texts(&item.summary),
-        text: texts(item.content.as_deref().unwrap_or_default()).join("\n"),
-        sealed,
-    }
-}
-
-/// The `reasoning` item of a reasoning (the inverse of [`reasoning_of`]),
-/// `id` its id when the upstream gave none.
-pub fn reasoning_item(reasoning: &Reasoning, id: impl FnOnce() -> String) -> wire::Reasoning {
-    let mut item = wire::Reasoning {
-        id: Some(reasoning.id.clone().unwrap_or_else(id)),
-        summary: reasoning
-            .summary
-            .iter()
-            .map(|text| ReasoningText::new(ReasoningText::SUMMARY, text.clone()))
-            .collect(),
-        content: (!reasoning.text.is_empty()).then(|| {
-            vec![ReasoningText::new(
-                ReasoningText::CONTENT,
-                reasoning.text.clone(),
-            )]
-        }),
-        ..wire::Reasoning::default()
-    };
-    match reasoning.sealed.clone() {
-        Some(Sealed::OpenAi(sealed)) => item.encrypted_content = Some(sealed),
-        Some(Sealed::AnthropicSignature(signature)) => item.anthropic_signature = Some(signature),
-        Some(Sealed::AnthropicRedacted(data)) => item.anthropic_redacted = Some(data),
-        None => {}
-    }
-    item
-}
+use crate::upstream::{Message, NativeItem, Protocol, ToolCall};
 
 /// The text of a message's `content` (a string, or parts).
 pub fn content_text(content: &MessageContent) -> String {
@@ -348,7 +297,10 @@ pub fn messages_offering<'a>(
                 },
             }),
             Item::Reasoning(reasoning) => {
-                messages.push(Message::Reasoning(reasoning_of(reasoning)))
+                let reasoning = crate::reasoning::from_item(reasoning);
+                if !crate::reasoning::is_empty(&reasoning) {
+                    messages.push(Message::Reasoning(reasoning));
+                }
             }
             // The Responses API's own items, for an upstream that reads them.
             Item::Other(item) => messages.push(Message::Native(NativeItem {
@@ -383,8 +335,7 @@ mod tests {
         let messages = messages(Some("be brief"), &items);
         assert_eq!(messages[0], Message::System("be brief".into()));
         assert_eq!(messages[1], Message::User("list files".into()));
-        assert_eq!(messages[2], Message::Reasoning(Reasoning::default()));
-        let messages = [&messages[..2], &messages[3..]].concat();
+        // A reasoning with nothing in it is left out.
         match &messages[2] {
             Message::Assistant { tool_calls, .. } => {
                 assert_eq!(tool_calls[0].name, "shell");
@@ -518,51 +469,6 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-    }
-
-    #[test]
-    fn a_reasoning_item_reads_back_with_its_sealed_part_and_writes_back_the_same() {
-        let items: Vec<Item> = serde_json::from_value(json!([
-            // As Codex replays it.
-            {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "plan"}],
-             "content": null, "encrypted_content": "sealed"},
-            {"type": "reasoning", "id": "rs_2", "summary": [],
-             "content": [{"type": "reasoning_text", "text": "think"}], "anthropic_signature": "sig"},
-            {"type": "reasoning", "id": "rs_3", "summary": [], "anthropic_redacted": "data"},
-        ]))
-        .unwrap();
-        let read = messages(None, &items);
-        let expected = [
-            Reasoning {
-                id: Some("rs_1".into()),
-                summary: vec!["plan".into()],
-                text: String::new(),
-                sealed: Some(Sealed::OpenAi("sealed".into())),
-            },
-            Reasoning {
-                id: Some("rs_2".into()),
-                summary: Vec::new(),
-                text: "think".into(),
-                sealed: Some(Sealed::AnthropicSignature("sig".into())),
-            },
-            Reasoning {
-                id: Some("rs_3".into()),
-                summary: Vec::new(),
-                text: String::new(),
-                sealed: Some(Sealed::AnthropicRedacted("data".into())),
-            },
-        ];
-        for (index, reasoning) in expected.iter().enumerate() {
-            assert_eq!(read[index], Message::Reasoning(reasoning.clone()));
-            let Item::Reasoning(item) = &items[index] else {
-                panic!("{:?}", items[index]);
-            };
-            // Codex's `content: null` reads as none, and is written so.
-            assert_eq!(&reasoning_item(reasoning, || unreachable!()), item);
-        }
-        // An upstream's reasoning without an id gets one.
-        let item = reasoning_item(&Reasoning::default(), || "rs_new".into());
-        assert_eq!(item.id.as_deref(), Some("rs_new"));
     }
 
     #[test]

@@ -509,17 +509,21 @@ impl Slot {
     }
 }
 
-/// The output item of a reasoning the upstream returned.
+/// The output item of a reasoning the upstream returned (an id of its own
+/// if the upstream gave none).
 fn reasoning_output(reasoning: &crate::upstream::Reasoning) -> Item {
-    Item::Reasoning(conversation::reasoning_item(reasoning, || item_id("rs_")))
+    let mut item = Item::Reasoning(crate::reasoning::to_item(reasoning));
+    item.ensure_id(|| item_id("rs_"));
+    item
 }
 
 /// The output item of an item of the upstream's own, as it gave it (typed
 /// when it is of a type shellgate knows: a call of a tool it does not).
 fn native_output(native: &crate::upstream::NativeItem) -> Item {
     match &native.item {
-        serde_json::Value::Object(item) => wire::from_value(native.item.clone())
-            .unwrap_or_else(|_| Item::Other(item.clone())),
+        serde_json::Value::Object(item) => {
+            wire::from_value(native.item.clone()).unwrap_or_else(|_| Item::Other(item.clone()))
+        }
         // Not an item (no protocol returns one): kept, under a key.
         other => {
             let mut item = wire::Extra::new();

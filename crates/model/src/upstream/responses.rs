@@ -20,8 +20,7 @@ use shellgate_wire::chat::ApiError;
 use shellgate_wire::responses::{
     CustomTool, CustomToolCall, CustomToolCallOutput, CustomToolFormat, FunctionCall,
     FunctionCallOutput, FunctionTool, IncompleteDetails, Item, Message as MessageItem,
-    MessageContent, NamespaceTool, Reasoning as ReasoningItem, ReasoningText, Role, Tool,
-    ToolChoice as ResponsesToolChoice, ToolOutput,
+    MessageContent, NamespaceTool, Role, Tool, ToolChoice as ResponsesToolChoice, ToolOutput,
 };
 
 use super::transport::{excerpt, Auth, Dialect, Endpoint, Route};
@@ -184,25 +183,10 @@ fn carried(carry: &Carry) -> Map<String, Value> {
 /// Either is left out: the model goes on without its earlier reasoning,
 /// as a stateless model does.
 fn reasoning_input(reasoning: &Reasoning) -> Option<Item> {
-    let Some(Sealed::OpenAi(sealed)) = &reasoning.sealed else {
+    let Some(Sealed::OpenAi(_)) = &reasoning.sealed else {
         return None;
     };
-    Some(Item::Reasoning(ReasoningItem {
-        id: reasoning.id.clone(),
-        summary: reasoning
-            .summary
-            .iter()
-            .map(|text| ReasoningText::new(ReasoningText::SUMMARY, text.clone()))
-            .collect(),
-        content: (!reasoning.text.is_empty()).then(|| {
-            vec![ReasoningText::new(
-                ReasoningText::CONTENT,
-                reasoning.text.clone(),
-            )]
-        }),
-        encrypted_content: Some(sealed.clone()),
-        ..ReasoningItem::default()
-    }))
+    Some(Item::Reasoning(crate::reasoning::to_item(reasoning)))
 }
 
 /// An item of the Responses API's own, replayed verbatim (another
@@ -585,36 +569,34 @@ impl<'de> Deserialize<'de> for OutputItem {
         let Some(read) = read else {
             return Ok(OutputItem::Native(raw));
         };
-        Ok(
-            match read {
-                KnownItem::Message { content } => OutputItem::Message { content },
-                KnownItem::FunctionCall {
-                    call_id,
-                    name,
-                    namespace,
-                    arguments,
-                } => OutputItem::FunctionCall {
-                    call_id,
-                    name,
-                    namespace,
-                    arguments,
-                    raw,
-                },
-                KnownItem::CustomToolCall {
-                    call_id,
-                    name,
-                    namespace,
-                    input,
-                } => OutputItem::CustomToolCall {
-                    call_id,
-                    name,
-                    namespace,
-                    input,
-                    raw,
-                },
-                KnownItem::Reasoning(reasoning) => OutputItem::Reasoning(reasoning),
+        Ok(match read {
+            KnownItem::Message { content } => OutputItem::Message { content },
+            KnownItem::FunctionCall {
+                call_id,
+                name,
+                namespace,
+                arguments,
+            } => OutputItem::FunctionCall {
+                call_id,
+                name,
+                namespace,
+                arguments,
+                raw,
             },
-        )
+            KnownItem::CustomToolCall {
+                call_id,
+                name,
+                namespace,
+                input,
+            } => OutputItem::CustomToolCall {
+                call_id,
+                name,
+                namespace,
+                input,
+                raw,
+            },
+            KnownItem::Reasoning(reasoning) => OutputItem::Reasoning(reasoning),
+        })
     }
 }
 
@@ -680,7 +662,9 @@ struct Offered(Option<Vec<String>>);
 
 impl Offered {
     fn of(turn: &Turn) -> Self {
-        Offered(Some(turn.tools.iter().map(|spec| spec.name.clone()).collect()))
+        Offered(Some(
+            turn.tools.iter().map(|spec| spec.name.clone()).collect(),
+        ))
     }
 
     fn has(&self, name: &str) -> bool {
@@ -1457,9 +1441,14 @@ mod tests {
             finished: None,
             offered,
         };
-        let event = json!({"type": "response.output_item.done", "output_index": 0, "item": foreign});
+        let event =
+            json!({"type": "response.output_item.done", "output_index": 0, "item": foreign});
         assert!(stream
-            .event(serde_json::from_value(event).unwrap(), Some(&sink), usize::MAX)
+            .event(
+                serde_json::from_value(event).unwrap(),
+                Some(&sink),
+                usize::MAX
+            )
             .unwrap());
         assert_eq!(
             deltas.try_recv().ok(),

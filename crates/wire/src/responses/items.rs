@@ -760,13 +760,10 @@ pub struct LocalShellCallOutput {
 
 /// `reasoning`: a model's reasoning, as a Responses upstream returned it
 /// and a client replays it (Codex sends it back with its
-/// `encrypted_content`, `content: null`).
-///
-/// The sealed part of another protocol's reasoning (an Anthropic model's
-/// thinking, through the Responses API) is kept in shellgate's own keys,
-/// never in `encrypted_content`, which only OpenAI can read:
-/// `anthropic_signature` (a `thinking` block's `signature`) and
-/// `anthropic_redacted` (a `redacted_thinking` block's `data`).
+/// `encrypted_content`, `content: null`). Another protocol's sealed
+/// reasoning (an Anthropic model's thinking, through the Responses API)
+/// rides in `encrypted_content` too, under a prefix naming it (the model
+/// crate's `reasoning` module).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct Reasoning {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -777,16 +774,10 @@ pub struct Reasoning {
     /// The reasoning's own text, where the upstream shows it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<Vec<ReasoningText>>,
-    /// OpenAI's sealed reasoning (asked for with
+    /// The sealed reasoning (OpenAI's, asked for with
     /// `include: ["reasoning.encrypted_content"]`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encrypted_content: Option<String>,
-    /// shellgate's extension: an Anthropic thinking block's `signature`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub anthropic_signature: Option<String>,
-    /// shellgate's extension: an Anthropic `redacted_thinking` block's `data`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub anthropic_redacted: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<ItemStatus>,
     #[serde(flatten)]
