@@ -95,6 +95,7 @@ pub struct NativeTool {
     pub kind: String,
     /// Its `server_label` (an `mcp` tool's).
     pub label: Option<String>,
+    /// The tool as the client wrote it.
     pub tool: wire::Extra,
 }
 
