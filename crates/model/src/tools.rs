@@ -93,6 +93,9 @@ pub struct NativeTool {
     pub param: String,
     /// Its `type`.
     pub kind: String,
+    /// Its `server_label` (an `mcp` tool's).
+    pub label: Option<String>,
+    /// The tool as the client wrote it.
     pub tool: wire::Extra,
 }
 
@@ -352,6 +355,7 @@ impl Tools {
                     parsed.native.push(NativeTool {
                         param,
                         kind: kind.to_owned(),
+                        label: tool.server_label().map(str::to_owned),
                         tool: map.clone(),
                     });
                 }
@@ -613,14 +617,11 @@ impl Tools {
     /// Keeps only the tools an `allowed_tools` choice lists (each named by
     /// its `type`, and `name` for a function or custom tool; a hosted tool
     /// by its `type`, and `server_label` for `mcp`).
-    fn keep_allowed(&mut self, allowed: &[wire::Extra]) {
-        let text = |entry: &wire::Extra, key: &str| {
-            entry.get(key).and_then(Value::as_str).map(str::to_owned)
-        };
+    fn keep_allowed(&mut self, allowed: &[wire::AllowedTool]) {
         let listed = |kind: &str| {
             allowed
                 .iter()
-                .any(|entry| text(entry, "type").as_deref() == Some(kind))
+                .any(|entry| entry.kind.as_deref() == Some(kind))
         };
         if !listed(wire::tool_type::SHELL) && !listed(wire::tool_type::OPENROUTER_SHELL) {
             self.shell = None;
@@ -630,17 +631,18 @@ impl Tools {
         }
         self.functions.retain(|function| {
             let kind = if function.custom.is_some() {
-                "custom"
+                wire::tool_type::CUSTOM
             } else {
-                "function"
+                wire::tool_type::FUNCTION
             };
             let (own, namespace) = function.client_name();
             allowed.iter().any(|entry| {
-                text(entry, "type").as_deref() == Some(kind)
-                    && text(entry, "name").is_some_and(|name| {
+                entry.kind.as_deref() == Some(kind)
+                    && entry.name.as_deref().is_some_and(|name| {
                         name == function.name
                             || (name == own
-                                && text(entry, "namespace")
+                                && entry
+                                    .namespace
                                     .as_deref()
                                     .is_none_or(|n| Some(n) == namespace))
                     })
@@ -648,11 +650,11 @@ impl Tools {
         });
         self.native.retain(|tool| {
             allowed.iter().any(|entry| {
-                text(entry, "type").as_deref() == Some(tool.kind.as_str())
-                    && text(entry, "server_label").is_none_or(|label| {
-                        tool.tool.get("server_label").and_then(Value::as_str)
-                            == Some(label.as_str())
-                    })
+                entry.kind.as_deref() == Some(tool.kind.as_str())
+                    && entry
+                        .server_label
+                        .as_deref()
+                        .is_none_or(|label| tool.label.as_deref() == Some(label))
             })
         });
     }

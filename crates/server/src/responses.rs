@@ -515,14 +515,14 @@ fn check_unsupported_tools(
         return Ok(());
     }
     if let Some(tool) = tools.native.first() {
-        let protocol = protocol.map_or("a scripted model".to_owned(), |p| {
-            format!("the {} protocol", protocol_name(p))
+        let upstream = protocol.map_or("is a scripted model".to_owned(), |p| {
+            format!("speaks the {} protocol", protocol_name(p))
         });
         return Err(invalid(
             &tool.param,
             format!(
-                "tool type '{}' is not supported for model '{model}': its upstream speaks \
-                 {protocol}, which cannot run it (only a Responses upstream can), and this \
+                "tool type '{}' is not supported for model '{model}': its upstream \
+                 {upstream}, which cannot run it (only a Responses upstream can), and this \
                  server refuses tools it cannot carry (unsupported_tools = \"reject\")",
                 tool.kind
             ),

@@ -133,4 +133,66 @@ mod tests {
         let plain = Turn::default();
         assert!(matches!(as_functions(&plain), Cow::Borrowed(_)));
     }
+
+    #[test]
+    fn before_anthropic_a_freeform_tool_is_a_tool_of_one_string() {
+        use serde_json::json;
+        let spec = ToolSpec {
+            name: "apply_patch".into(),
+            description: "Edit files.".into(),
+            parameters: crate::tools::freeform_parameters(&CustomFormat::Grammar {
+                syntax: "lark".into(),
+                definition: "start: /.+/".into(),
+            }),
+            custom: Some(CustomFormat::Grammar {
+                syntax: "lark".into(),
+                definition: "start: /.+/".into(),
+            }),
+            ..Default::default()
+        };
+        let turn = Turn {
+            model: "claude".into(),
+            tools: vec![spec],
+            messages: vec![
+                Message::User("patch it".into()),
+                Message::Assistant {
+                    text: String::new(),
+                    tool_calls: vec![ToolCall {
+                        id: "t1".into(),
+                        name: "apply_patch".into(),
+                        arguments: "*** Begin Patch".into(),
+                    }],
+                },
+            ],
+            ..Default::default()
+        };
+        let body = serde_json::to_value(super::super::anthropic::request_body(
+            &as_functions(&turn),
+            false,
+        ))
+        .unwrap();
+        let schema = &body["tools"][0]["input_schema"];
+        assert_eq!(schema["required"], json!(["input"]));
+        assert!(schema["properties"]["input"]["description"]
+            .as_str()
+            .unwrap()
+            .contains("start: /.+/"));
+        assert_eq!(
+            body["messages"][1]["content"][0]["input"],
+            json!({"input": "*** Begin Patch"})
+        );
+        // The model's tool_use input is unwrapped into the raw input.
+        let mut reply = super::super::anthropic::parse_message(
+            serde_json::from_value(json!({
+                "content": [{"type": "tool_use", "id": "t2", "name": "apply_patch",
+                             "input": {"input": "*** End Patch"}}],
+                "stop_reason": "tool_use",
+                "usage": {"input_tokens": 1, "output_tokens": 1},
+            }))
+            .unwrap(),
+        )
+        .unwrap();
+        unwrap_calls(&mut reply, &turn.tools);
+        assert_eq!(reply.tool_calls[0].arguments, "*** End Patch");
+    }
 }

@@ -104,6 +104,19 @@ pub struct NativeItem {
     pub item: Value,
 }
 
+impl NativeItem {
+    /// Its `type`, for reports (`?` if it has none).
+    pub fn kind(&self) -> String {
+        /// The one key every item and tool of every protocol has.
+        #[derive(Deserialize)]
+        struct Typed {
+            #[serde(rename = "type")]
+            kind: String,
+        }
+        Typed::deserialize(&self.item).map_or_else(|_| "?".to_owned(), |typed| typed.kind)
+    }
+}
+
 /// What a client asked beyond the neutral fields of a [`Turn`]: each
 /// adapter sends what its protocol can say and names the rest in
 /// [`Upstream::uncarried`], so nothing is lost silently.
@@ -153,10 +166,7 @@ impl Carry {
                 self.native_tool_names
                     .get(index)
                     .cloned()
-                    .unwrap_or_else(|| {
-                        let kind = tool.item.get("type").and_then(Value::as_str);
-                        format!("tools ({})", kind.unwrap_or("?"))
-                    })
+                    .unwrap_or_else(|| format!("tools ({})", tool.kind()))
             })
             .collect();
         if let Some(choice) = self
@@ -164,8 +174,7 @@ impl Carry {
             .as_ref()
             .filter(|choice| choice.protocol != protocol)
         {
-            let kind = choice.item.get("type").and_then(Value::as_str);
-            names.push(format!("tool_choice ({})", kind.unwrap_or("?")));
+            names.push(format!("tool_choice ({})", choice.kind()));
         }
         names
     }

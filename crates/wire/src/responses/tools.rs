@@ -64,6 +64,14 @@ impl Tool {
             Tool::Other(map) => return map.get("type").and_then(Value::as_str),
         })
     }
+
+    /// The `server_label` of a hosted tool (`mcp`'s), if it has one.
+    pub fn server_label(&self) -> Option<&str> {
+        match self {
+            Tool::Other(map) => map.get("server_label").and_then(Value::as_str),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -365,8 +373,7 @@ pub enum ToolChoice {
     /// [...]}`: the model may call only these tools.
     AllowedTools {
         mode: String,
-        #[schema(value_type = Vec<Object>)]
-        tools: Vec<Extra>,
+        tools: Vec<AllowedTool>,
     },
     /// `{"type": ...}` of another tool (a hosted tool, `mcp`...), kept whole.
     #[schema(value_type = Object)]
@@ -405,6 +412,26 @@ impl Serialize for ToolChoice {
         }
         map.end()
     }
+}
+
+/// A tool an `allowed_tools` choice lists: its `type`, and what names it
+/// among tools of that type.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
+pub struct AllowedTool {
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// A function's or custom tool's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// A namespaced tool's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// An `mcp` tool's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_label: Option<String>,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
 }
 
 /// A `tool_choice` object's `name` (`""` if it has none).
@@ -454,7 +481,8 @@ impl<'de> Deserialize<'de> for ToolChoice {
                         Some(Value::Array(tools)) => tools
                             .iter()
                             .map(|tool| match tool {
-                                Value::Object(tool) => Ok(tool.clone()),
+                                Value::Object(_) => AllowedTool::deserialize(tool)
+                                    .map_err(|e| super::custom("tools", e)),
                                 _ => Err(super::custom(
                                     "tools",
                                     "allowed_tools' tools are tool objects",
