@@ -61,6 +61,9 @@ def test_carried_fields_reach_the_upstream_and_reasoning_comes_back(responses_se
     assert reasoning.summary[0].text.startswith("Thinking")
     assert reasoning.encrypted_content.startswith("sealed-")
     assert json.loads(response.output_text) == {"answer": "Hello from the scripted model."}
+    # The response object echoes what was asked.
+    assert response.text.format.type == "json_schema" and response.text.format.name == "answer"
+    assert response.truncation == "auto"
     assert response.usage.output_tokens_details.reasoning_tokens == 2
     assert response.usage.input_tokens_details.cached_tokens == 3
 

@@ -61,6 +61,8 @@ struct Echo {
     previous_response_id: Option<String>,
     store: bool,
     user: Option<String>,
+    text: wire::ResponseText,
+    truncation: wire::Truncation,
 }
 
 /// Where a response is: its status and what it has made so far.
@@ -119,8 +121,8 @@ fn response_object(
         previous_response_id: echo.previous_response_id.clone(),
         store: echo.store,
         user: echo.user.clone(),
-        text: wire::ResponseText::default(),
-        truncation: wire::Truncation::Disabled,
+        text: echo.text.clone(),
+        truncation: echo.truncation,
         usage: usage.map(usage_object),
     }
 }
@@ -736,6 +738,10 @@ async fn prepare(
         .values_mut()
         .for_each(crate::egress::redact_secret_values);
     let (carry, not_forwarded) = carry_of(&body);
+    let (text, truncation) = (
+        body.text_echo().unwrap_or_default(),
+        body.truncation().unwrap_or_default(),
+    );
     let mut prepared = Prepared {
         id: response_id,
         created_at: now(),
@@ -755,6 +761,8 @@ async fn prepare(
             previous_response_id: previous.clone(),
             store,
             user: body.user,
+            text,
+            truncation,
         },
         request: run::Request {
             model,

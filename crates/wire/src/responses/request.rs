@@ -187,6 +187,19 @@ impl CreateResponse {
         serde_json::from_value(value.clone()).ok()
     }
 
+    /// The carried `text` as the response object echoes it (`None`: not
+    /// given, or of a shape shellgate does not know).
+    pub fn text_echo(&self) -> Option<super::ResponseText> {
+        let value = self.carried.get("text")?;
+        serde_json::from_value(value.clone()).ok()
+    }
+
+    /// The carried `truncation`, read (`None`: not given, or unknown).
+    pub fn truncation(&self) -> Option<super::Truncation> {
+        let value = self.carried.get("truncation")?;
+        serde_json::from_value(value.clone()).ok()
+    }
+
     /// The carried `text.format`, read (`None`: not given, or of a shape
     /// shellgate does not know).
     pub fn text_format(&self) -> Option<TextFormatParam> {
@@ -241,5 +254,21 @@ mod tests {
             Some(TextFormatParam::JsonObject)
         );
         assert_eq!(request(json!({})).reasoning(), None);
+        // As the response object echoes them.
+        let echo = body.text_echo().unwrap();
+        assert!(matches!(
+            echo.format,
+            super::super::TextFormat::JsonSchema { .. }
+        ));
+        assert_eq!(echo.extra["verbosity"], "low");
+        assert_eq!(odd.text_echo(), None);
+        assert_eq!(
+            request(json!({"truncation": "auto"})).truncation(),
+            Some(super::super::Truncation::Auto)
+        );
+        assert_eq!(
+            request(json!({"truncation": "sometimes"})).truncation(),
+            None
+        );
     }
 }

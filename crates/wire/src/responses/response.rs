@@ -1,9 +1,9 @@
 //! The response object (`object: "response"`) and its usage.
 //!
 //! Every key is always written (`null` when unset), as the API does; what
-//! the request gave is echoed (`instructions`, `metadata`, `tools`, ...);
-//! `text` and `truncation` say what shellgate does (plain text, no
-//! truncation) whatever was asked.
+//! the request gave is echoed (`instructions`, `metadata`, `tools`, `text`,
+//! `truncation`, ...; the last two as given when they are of a shape this
+//! module knows, else their defaults: plain text, no truncation).
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -49,16 +49,21 @@ pub struct IncompleteDetails {
     pub reason: String,
 }
 
-/// `text`: shellgate answers plain text.
+/// `text`: the format of the answer's text (and its other options, such
+/// as `verbosity`, as given).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct ResponseText {
     pub format: TextFormat,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Map<String, Value>,
 }
 
 impl Default for ResponseText {
     fn default() -> Self {
         ResponseText {
             format: TextFormat::Text,
+            extra: Map::new(),
         }
     }
 }
@@ -68,6 +73,18 @@ impl Default for ResponseText {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum TextFormat {
     Text,
+    /// JSON matching `schema`.
+    JsonSchema {
+        name: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        description: Option<String>,
+        #[schema(value_type = Object)]
+        schema: Value,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        strict: Option<bool>,
+    },
+    /// Any JSON object.
+    JsonObject,
 }
 
 /// `truncation`: shellgate never truncates.
