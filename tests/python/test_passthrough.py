@@ -114,6 +114,16 @@ def test_a_stream_tells_the_reasoning_before_the_message(responses_server):
     ]
     done = next(e.item for e in events if e.type == "response.output_item.done")
     assert done.encrypted_content == final.output[0].encrypted_content
+    # Its summary streamed before it was done, under its id.
+    summary = [e for e in events if e.type.startswith("response.reasoning_summary")]
+    assert [e.type for e in summary] == [
+        "response.reasoning_summary_part.added",
+        "response.reasoning_summary_text.delta",
+        "response.reasoning_summary_text.done",
+        "response.reasoning_summary_part.done",
+    ]
+    assert {e.item_id for e in summary} == {done.id}
+    assert summary[1].delta == summary[2].text == done.summary[0].text
     assert [item.type for item in final.output] == ["reasoning", "message"]
 
 

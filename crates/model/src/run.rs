@@ -103,6 +103,28 @@ pub enum Event {
         command_index: usize,
         result: ShellResult,
     },
+    /// A part of the summary of the reasoning at `index` begins.
+    ReasoningSummaryPart {
+        index: usize,
+        item_id: String,
+        summary_index: usize,
+    },
+    /// More of part `summary_index` of the summary of the reasoning at
+    /// `index`.
+    ReasoningSummaryDelta {
+        index: usize,
+        item_id: String,
+        summary_index: usize,
+        delta: String,
+    },
+    /// Part `summary_index` of the summary of the reasoning at `index` is
+    /// complete.
+    ReasoningSummaryDone {
+        index: usize,
+        item_id: String,
+        summary_index: usize,
+        text: String,
+    },
     /// The output item at `index` is complete.
     ItemDone { index: usize, item: Item },
 }
@@ -255,6 +277,8 @@ pub async fn run(
         let forward = async {
             let mut slots: Vec<Slot> = Vec::new();
             let mut message_index = None;
+            // The reasoning whose summary is streaming, announced.
+            let mut open: Option<OpenReasoning> = None;
             while let Some(delta) = delta_rx.recv().await {
                 match delta {
                     Delta::Text(text) => {
@@ -279,11 +303,24 @@ pub async fn run(
                             },
                         );
                     }
-                    Delta::Reasoning(reasoning) => {
-                        let slot = Slot::Reasoning(reasoning_output(&reasoning));
-                        slot.tell(events, base + slots.len());
-                        slots.push(slot);
+                    Delta::ReasoningSummary {
+                        id,
+                        summary_index,
+                        delta,
+                    } => {
+                        let open = open.get_or_insert_with(|| {
+                            OpenReasoning::announce(events, &mut slots, base, id)
+                        });
+                        open.summary(events, base, summary_index, delta);
                     }
+                    Delta::Reasoning(reasoning) => match open.take() {
+                        Some(open) => open.finish(events, &mut slots, base, &reasoning),
+                        None => {
+                            let slot = Slot::Reasoning(reasoning_output(&reasoning));
+                            slot.tell(events, base + slots.len());
+                            slots.push(slot);
+                        }
+                    },
                     Delta::Native(native) => {
                         let slot = Slot::Native(native_output(&native));
                         slot.tell(events, base + slots.len());
@@ -292,14 +329,14 @@ pub async fn run(
                     Delta::ToolCall { .. } | Delta::ToolArguments { .. } => {}
                 }
             }
-            slots
+            (slots, open)
         };
         let ask = async {
             let reply = upstream.complete(&turn, Some(&delta_tx)).await;
             drop(delta_tx);
             reply
         };
-        let (reply, mut slots) = tokio::join!(ask, forward);
+        let (reply, (mut slots, open)) = tokio::join!(ask, forward);
         let started = slots.contains(&Slot::Message);
         let reply = match reply {
             Ok(reply) => reply,
@@ -338,13 +375,31 @@ pub async fn run(
             };
             return end(output, usage, tool_calls, status);
         }
+        // A reasoning whose summary streamed but that was not told done:
+        // done with the reply's reasoning in its place.
+        if let Some(open) = open {
+            let place = slots[..open.slot]
+                .iter()
+                .filter(|slot| matches!(slot, Slot::Reasoning(_) | Slot::Open))
+                .count();
+            let reasoning =
+                reply
+                    .reasoning
+                    .get(place)
+                    .cloned()
+                    .unwrap_or_else(|| crate::upstream::Reasoning {
+                        summary: open.parts.clone(),
+                        ..Default::default()
+                    });
+            open.finish(events, &mut slots, base, &reasoning);
+        }
         // What the upstream did not tell as it came: after what it told
         // (before the message, unless that has begun).
         let told = |reasoning: bool| {
             slots
                 .iter()
                 .filter(|slot| match slot {
-                    Slot::Reasoning(_) => reasoning,
+                    Slot::Reasoning(_) | Slot::Open => reasoning,
                     Slot::Native(_) => !reasoning,
                     Slot::Message => false,
                 })
@@ -374,6 +429,8 @@ pub async fn run(
         for slot in slots {
             match slot {
                 Slot::Reasoning(item) | Slot::Native(item) => output.push(item),
+                // Every open reasoning was finished above.
+                Slot::Open => {}
                 Slot::Message => {
                     let item = message_item(&message_id, &reply.text, ItemStatus::Completed);
                     let index = output.len();
@@ -481,6 +538,122 @@ enum Slot {
     /// The assistant's message (told when its text began, done at the end
     /// of the turn).
     Message,
+    /// A reasoning announced while its summary streams (done later).
+    Open,
+}
+
+/// A reasoning announced while its summary streams: where it is, its id,
+/// and the summary's parts so far.
+struct OpenReasoning {
+    slot: usize,
+    id: String,
+    parts: Vec<String>,
+}
+
+impl OpenReasoning {
+    /// Announces a reasoning at the next index (its id the upstream's, or
+    /// one of its own).
+    fn announce(
+        events: Option<&EventSink>,
+        slots: &mut Vec<Slot>,
+        base: usize,
+        id: Option<String>,
+    ) -> Self {
+        let id = id.unwrap_or_else(|| item_id("rs_"));
+        let slot = slots.len();
+        slots.push(Slot::Open);
+        emit(
+            events,
+            Event::ItemAdded {
+                index: base + slot,
+                item: Item::Reasoning(wire::Reasoning {
+                    id: Some(id.clone()),
+                    status: Some(ItemStatus::InProgress),
+                    ..wire::Reasoning::default()
+                }),
+            },
+        );
+        OpenReasoning {
+            slot,
+            id,
+            parts: Vec::new(),
+        }
+    }
+
+    /// More of part `summary_index` of the summary (the parts before it
+    /// begin first).
+    fn summary(
+        &mut self,
+        events: Option<&EventSink>,
+        base: usize,
+        summary_index: usize,
+        delta: String,
+    ) {
+        let index = base + self.slot;
+        while self.parts.len() <= summary_index {
+            emit(
+                events,
+                Event::ReasoningSummaryPart {
+                    index,
+                    item_id: self.id.clone(),
+                    summary_index: self.parts.len(),
+                },
+            );
+            self.parts.push(String::new());
+        }
+        if let Some(part) = self.parts.get_mut(summary_index) {
+            part.push_str(&delta);
+        }
+        emit(
+            events,
+            Event::ReasoningSummaryDelta {
+                index,
+                item_id: self.id.clone(),
+                summary_index,
+                delta,
+            },
+        );
+    }
+
+    /// The reasoning is done as `reasoning` says (under the id it was
+    /// announced with): each part of its summary, then the item.
+    fn finish(
+        self,
+        events: Option<&EventSink>,
+        slots: &mut [Slot],
+        base: usize,
+        reasoning: &crate::upstream::Reasoning,
+    ) {
+        let index = base + self.slot;
+        let mut item = crate::reasoning::to_item(reasoning);
+        item.id = Some(self.id.clone());
+        for (summary_index, streamed) in self.parts.iter().enumerate() {
+            let text = item
+                .summary
+                .get(summary_index)
+                .map_or(streamed, |part| &part.text);
+            emit(
+                events,
+                Event::ReasoningSummaryDone {
+                    index,
+                    item_id: self.id.clone(),
+                    summary_index,
+                    text: text.clone(),
+                },
+            );
+        }
+        let item = Item::Reasoning(item);
+        emit(
+            events,
+            Event::ItemDone {
+                index,
+                item: item.clone(),
+            },
+        );
+        if let Some(slot) = slots.get_mut(self.slot) {
+            *slot = Slot::Reasoning(item);
+        }
+    }
 }
 
 impl Slot {

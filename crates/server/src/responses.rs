@@ -1170,6 +1170,46 @@ impl SseWriter {
                     input,
                 });
             }
+            run::Event::ReasoningSummaryPart {
+                index,
+                item_id,
+                summary_index,
+            } => self.send(Event::ReasoningSummaryPartAdded {
+                item_id,
+                output_index: index,
+                summary_index,
+                part: wire::ReasoningText::new(wire::ReasoningText::SUMMARY, ""),
+            }),
+            run::Event::ReasoningSummaryDelta {
+                index,
+                item_id,
+                summary_index,
+                delta,
+            } => self.send(Event::ReasoningSummaryTextDelta {
+                item_id,
+                output_index: index,
+                summary_index,
+                delta,
+            }),
+            run::Event::ReasoningSummaryDone {
+                index,
+                item_id,
+                summary_index,
+                text,
+            } => {
+                self.send(Event::ReasoningSummaryTextDone {
+                    item_id: item_id.clone(),
+                    output_index: index,
+                    summary_index,
+                    text: text.clone(),
+                });
+                self.send(Event::ReasoningSummaryPartDone {
+                    item_id,
+                    output_index: index,
+                    summary_index,
+                    part: wire::ReasoningText::new(wire::ReasoningText::SUMMARY, text),
+                });
+            }
             run::Event::ShellCommand {
                 index,
                 command_index,

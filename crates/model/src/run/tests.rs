@@ -403,6 +403,23 @@ mod through_the_traits {
             ),
             Event::ItemDone { index, item: i } => format!("done {index} {}", item(&value(i))),
             Event::CustomInput { index, input, .. } => format!("input {index} {input}"),
+            Event::ReasoningSummaryPart {
+                index,
+                summary_index,
+                ..
+            } => format!("summary part {index}.{summary_index}"),
+            Event::ReasoningSummaryDelta {
+                index,
+                summary_index,
+                delta,
+                ..
+            } => format!("summary {index}.{summary_index} {delta}"),
+            Event::ReasoningSummaryDone {
+                index,
+                summary_index,
+                text,
+                ..
+            } => format!("summary done {index}.{summary_index} {text}"),
         }
     }
 
@@ -1441,5 +1458,66 @@ mod through_the_traits {
             ["custom_tool_call", "shell_call", "shell_call_output"]
         );
         assert_eq!(output(&outcome)[0], foreign.item);
+    }
+
+    #[tokio::test]
+    async fn a_reasoning_summary_streams_as_it_comes_under_the_reasoning_announced() {
+        let piece = |summary_index: usize, delta: &str| Delta::ReasoningSummary {
+            id: Some("rs_1".into()),
+            summary_index,
+            delta: delta.into(),
+        };
+        let mut told = reasoning("rs_1", "sealed");
+        told.summary = vec!["Plan.".into(), "Act.".into()];
+        let mut answer = reply("ok", Vec::new());
+        answer.reasoning = vec![told.clone(), reasoning("rs_2", "two")];
+        let upstream = ScriptedUpstream::new([Step::Reply {
+            deltas: vec![
+                piece(0, "Pl"),
+                piece(0, "an."),
+                piece(1, "Act."),
+                Delta::Reasoning(told),
+                // The second one's summary streams, but the upstream never
+                // tells it done: the reply's reasoning finishes it.
+                Delta::ReasoningSummary {
+                    id: None,
+                    summary_index: 0,
+                    delta: "Hm".into(),
+                },
+                Delta::Text("ok".into()),
+            ],
+            reply: answer,
+        }]);
+        let (outcome, events) = run_recording(&upstream, None, &request_with(json!([]))).await;
+        assert_eq!(types(&outcome), ["reasoning", "reasoning", "message"]);
+        let items = output(&outcome);
+        assert_eq!(items[0]["summary"][1]["text"], "Act.");
+        assert_eq!(items[1]["encrypted_content"], "two");
+        // Announced under an id of its own, and kept so.
+        let second = items[1]["id"].as_str().unwrap();
+        assert!(second.starts_with("rs_") && second != "rs_2", "{second}");
+        let events: Vec<String> = events.iter().map(summary).collect();
+        assert_eq!(
+            events,
+            [
+                "added 0 reasoning in_progress",
+                "summary part 0.0",
+                "summary 0.0 Pl",
+                "summary 0.0 an.",
+                "summary part 0.1",
+                "summary 0.1 Act.",
+                "summary done 0.0 Plan.",
+                "summary done 0.1 Act.",
+                "done 0 reasoning -",
+                "added 1 reasoning in_progress",
+                "summary part 1.0",
+                "summary 1.0 Hm",
+                "added 2 message in_progress",
+                "text 2 ok",
+                "summary done 1.0 thinking rs_2",
+                "done 1 reasoning -",
+                "done 2 message completed",
+            ]
+        );
     }
 }

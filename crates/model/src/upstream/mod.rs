@@ -347,6 +347,14 @@ pub enum Delta {
         index: usize,
         delta: String,
     },
+    /// More of the summary of the reasoning the upstream is telling (its
+    /// `id` where the upstream gives one; part `summary_index` of its
+    /// summary), before that reasoning's [`Delta::Reasoning`].
+    ReasoningSummary {
+        id: Option<String>,
+        summary_index: usize,
+        delta: String,
+    },
     /// A reasoning of the reply, whole, as soon as the upstream has told
     /// it (before the text that follows it). An adapter that sends these
     /// sends the reply's [`Reply::reasoning`] in order, each once; the

@@ -787,6 +787,15 @@ enum Event {
         #[serde(default)]
         delta: Option<String>,
     },
+    #[serde(rename = "response.reasoning_summary_text.delta")]
+    SummaryDelta {
+        #[serde(default)]
+        item_id: Option<String>,
+        #[serde(default)]
+        summary_index: usize,
+        #[serde(default)]
+        delta: String,
+    },
     /// An output item is complete: a reasoning or an item the loop does
     /// not act on is told at once (text and calls come from the final
     /// response).
@@ -840,6 +849,19 @@ impl Dialect for Stream {
             Event::TextDelta { delta } => {
                 if let (Some(sink), Some(delta)) = (deltas, delta) {
                     let _ = sink.send(Delta::Text(delta));
+                }
+            }
+            Event::SummaryDelta {
+                item_id,
+                summary_index,
+                delta,
+            } => {
+                if let Some(sink) = deltas {
+                    let _ = sink.send(Delta::ReasoningSummary {
+                        id: item_id,
+                        summary_index,
+                        delta,
+                    });
                 }
             }
             Event::ItemDone { item } => {
@@ -1243,7 +1265,7 @@ mod tests {
         let mut stream = Stream::default();
         let events = [
             json!({"type": "response.output_item.added", "output_index": 0, "item": {"type": "reasoning", "id": "rs_1", "summary": []}}),
-            json!({"type": "response.reasoning_summary_text.delta", "delta": "pl"}),
+            json!({"type": "response.reasoning_summary_text.delta", "item_id": "rs_1", "output_index": 0, "summary_index": 0, "delta": "pl"}),
             json!({"type": "response.output_item.done", "output_index": 0, "item": {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "plan"}], "encrypted_content": "opaque"}}),
             json!({"type": "response.output_item.done", "output_index": 1, "item": {"type": "image_generation_call", "id": "ig_1", "result": "b64"}}),
             json!({"type": "response.output_text.delta", "delta": "hi"}),
@@ -1261,6 +1283,11 @@ mod tests {
         assert_eq!(
             told,
             [
+                Delta::ReasoningSummary {
+                    id: Some("rs_1".into()),
+                    summary_index: 0,
+                    delta: "pl".into(),
+                },
                 Delta::Reasoning(Reasoning {
                     id: Some("rs_1".into()),
                     summary: vec!["plan".into()],

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::items::{ContentPart, Item, ShellResult};
+use super::items::{ContentPart, Item, ReasoningText, ShellResult};
 use super::response::Response;
 
 /// One stream event.
@@ -97,6 +97,34 @@ pub enum Event {
         output_index: usize,
         input: String,
     },
+    #[serde(rename = "response.reasoning_summary_part.added")]
+    ReasoningSummaryPartAdded {
+        item_id: String,
+        output_index: usize,
+        summary_index: usize,
+        part: ReasoningText,
+    },
+    #[serde(rename = "response.reasoning_summary_text.delta")]
+    ReasoningSummaryTextDelta {
+        item_id: String,
+        output_index: usize,
+        summary_index: usize,
+        delta: String,
+    },
+    #[serde(rename = "response.reasoning_summary_text.done")]
+    ReasoningSummaryTextDone {
+        item_id: String,
+        output_index: usize,
+        summary_index: usize,
+        text: String,
+    },
+    #[serde(rename = "response.reasoning_summary_part.done")]
+    ReasoningSummaryPartDone {
+        item_id: String,
+        output_index: usize,
+        summary_index: usize,
+        part: ReasoningText,
+    },
     #[serde(rename = "response.shell_call_command.added")]
     ShellCallCommandAdded {
         output_index: usize,
@@ -159,6 +187,10 @@ impl Event {
             Event::FunctionCallArgumentsDone { .. } => "response.function_call_arguments.done",
             Event::CustomToolCallInputDelta { .. } => "response.custom_tool_call_input.delta",
             Event::CustomToolCallInputDone { .. } => "response.custom_tool_call_input.done",
+            Event::ReasoningSummaryPartAdded { .. } => "response.reasoning_summary_part.added",
+            Event::ReasoningSummaryTextDelta { .. } => "response.reasoning_summary_text.delta",
+            Event::ReasoningSummaryTextDone { .. } => "response.reasoning_summary_text.done",
+            Event::ReasoningSummaryPartDone { .. } => "response.reasoning_summary_part.done",
             Event::ShellCallCommandAdded { .. } => "response.shell_call_command.added",
             Event::ShellCallCommandDelta { .. } => "response.shell_call_command.delta",
             Event::ShellCallCommandDone { .. } => "response.shell_call_command.done",
