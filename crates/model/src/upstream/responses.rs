@@ -959,7 +959,12 @@ fn uncarried(carry: &Carry) -> Vec<String> {
     };
     for key in carry.anthropic.keys() {
         let mapped = match key.as_str() {
-            "thinking" => carry.reasoning.is_some(),
+            // Said as `reasoning` when there is an effort (or a summary)
+            // to say: a budget alone has no Responses equivalent.
+            "thinking" => carry
+                .reasoning
+                .as_ref()
+                .is_some_and(|r| r.effort.is_some() || r.summary.is_some()),
             "output_config" => carry.output_format.is_some(),
             _ => false,
         };
@@ -1186,6 +1191,21 @@ mod tests {
                 "anthropic-beta"
             ]
         );
+        // A thinking budget alone says nothing the Responses API has.
+        let budget_only = Carry {
+            reasoning: Some(super::super::ReasoningRequest {
+                budget_tokens: Some(2048),
+                ..Default::default()
+            }),
+            anthropic: [(
+                "thinking".to_owned(),
+                json!({"type": "enabled", "budget_tokens": 2048}),
+            )]
+            .into_iter()
+            .collect(),
+            ..Default::default()
+        };
+        assert_eq!(uncarried(&budget_only), ["thinking"]);
         let json_object = Turn {
             carry: Carry {
                 output_format: Some(OutputFormat::JsonObject),
