@@ -16,6 +16,10 @@ Its script, from the conversation it is sent:
 - "Call NAME: JSON" calls the user function NAME with those arguments;
 - "Freeform NAMESPACE.NAME: INPUT" (Responses only) calls the custom tool
   NAME of that namespace with INPUT (Codex CLI's code-mode `functions.exec`);
+- "Search QUERY" with the hosted `web_search` offered (Responses only): a
+  `web_search_call` item comes first, as a Responses upstream that ran it;
+- asked for `reasoning` (Responses only), it reasons first (a `reasoning`
+  item, sealed when `include` asks for it);
 - the last message is a tool result: it answers "Done: " and the result;
 - otherwise it answers "Hello from the scripted model."
 Models named for a failure behave so: `scripted-500` answers HTTP 500,
@@ -226,6 +230,16 @@ class Handler(BaseHTTPRequestHandler):
             output.append(reasoning)
             usage = dict(usage, input_tokens_details={"cached_tokens": 3},
                          output_tokens_details={"reasoning_tokens": 2})
+        # Offered the hosted web search and asked "Search ...", it searches
+        # first (the upstream runs that tool itself).
+        last = (as_chat(self.path, body)["messages"] or [{}])[-1]
+        asked = last.get("content") or ""
+        if isinstance(asked, list):
+            asked = " ".join(part.get("text", "") for part in asked)
+        if (last.get("role") == "user" and asked.startswith("Search ")
+                and any(t.get("type") == "web_search" for t in body.get("tools", []))):
+            output.append({"type": "web_search_call", "id": f"ws_{number}", "status": "completed",
+                           "action": {"type": "search", "query": asked[len("Search "):]}})
         text_format = ((body.get("text") or {}).get("format") or {}).get("type")
         if "text" in decision and text_format in ("json_schema", "json_object"):
             decision = {"text": json.dumps({"answer": decision["text"]})}

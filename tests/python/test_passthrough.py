@@ -140,3 +140,24 @@ def test_what_is_about_this_server_is_not_sent_and_is_reported(responses_server,
     # Nothing dropped: no header.
     plain = client.responses.with_raw_response.create(model="scripted", input="hi")
     assert "x-shellgate-uncarried" not in plain.headers
+
+
+def test_a_hosted_tools_items_come_back_whole_and_go_back_in_place(responses_server, upstream):
+    """A hosted tool shellgate does not run reaches a Responses upstream,
+    which runs it: its item (`web_search_call`) is in the output as the
+    upstream wrote it, and replayed in place on the next turn."""
+    client = responses_server.client()
+    before = len(upstream.requests)
+    response = client.responses.create(model="scripted", input="Search shellgate",
+                                       tools=[{"type": "web_search"}])
+    assert sent_after(upstream, before)["tools"] == [{"type": "web_search"}]
+    assert [item.type for item in response.output] == ["web_search_call", "message"]
+    searched = response.output[0].to_dict()
+    assert searched == {"type": "web_search_call", "id": searched["id"], "status": "completed",
+                        "action": {"type": "search", "query": "shellgate"}}
+    before = len(upstream.requests)
+    client.responses.create(model="scripted", previous_response_id=response.id, input="thanks",
+                            tools=[{"type": "web_search"}])
+    replayed = sent_after(upstream, before)["input"]
+    assert [item.get("type") for item in replayed] == ["message", "web_search_call", "message", "message"]
+    assert replayed[1] == searched
