@@ -186,6 +186,10 @@ pub const RECIPES: &[Recipe] = &[
             "pandoc",
             // Languages.
             "python3",
+            // `python` and `pip` as the seeds' examples and most scripts
+            // call them (Debian 12 names them python3 and pip3 only;
+            // python3-pip brings /usr/bin/pip too).
+            "python-is-python3",
             "python3-pip",
             "python3-venv",
             "openjdk-17-jdk-headless",
@@ -266,7 +270,7 @@ pub const RECIPES: &[Recipe] = &[
             ],
             tools: &[
                 "git", "curl", "jq", "sqlite3", "zip", "unzip", "gcc", "g++", "make", "convert",
-                "pandoc", "npm", "npx", "javac", "pip3",
+                "pandoc", "npm", "npx", "javac", "python", "pip", "pip3",
             ],
             python_modules: DATA_STACK,
             pip_user_installs: true,
