@@ -473,9 +473,11 @@ const RUNTIMES: &[(&str, &str)] = &[
     ),
 ];
 
-/// The tools `image verify` reports on (a recipe may require more).
+/// The tools `image verify` reports on (a recipe may require more):
+/// `python` and `pip` as scripts call them, beside `python3` (a runtime).
 const TOOLS: &[&str] = &[
-    "git", "curl", "jq", "sqlite3", "zip", "unzip", "gcc", "g++", "make", "convert", "pandoc",
+    "python", "pip", "git", "curl", "jq", "sqlite3", "zip", "unzip", "gcc", "g++", "make",
+    "convert", "pandoc",
 ];
 
 /// Prints the tools of a list that are not on the `PATH`, one a line.

@@ -1019,6 +1019,18 @@ mod tests {
             ..RECIPES[0]
         };
         assert_ne!(changed.hash(), RECIPES[0].hash());
+        // A package more or less is another image: a cached build of the
+        // old list is rebuilt, never taken as up to date.
+        let debian = recipe("debian-12").unwrap();
+        let without_python = Recipe {
+            packages: &debian.packages[..debian.packages.len() - 1],
+            ..*debian
+        };
+        assert_ne!(without_python.hash(), debian.hash());
+        // The seeds run `python` and `pip`, and verify insists on them.
+        assert!(debian.packages.contains(&"python-is-python3"));
+        let expect = debian.expect.unwrap();
+        assert!(expect.tools.contains(&"python") && expect.tools.contains(&"pip"));
     }
 
     #[test]
