@@ -817,7 +817,10 @@ mod tests {
 
     #[tokio::test]
     async fn container_auto_continues_the_projects_living_container_only() {
-        let harness = crate::testing::Harness::new();
+        let harness = crate::testing::Harness::with_config(|config| {
+            config.egress = true;
+            config.egress_allowed_domains = "*.example.com".into();
+        });
         let mine = harness.container("mine").await;
         let shell = auto_shell(serde_json::json!({}));
         assert_eq!(
@@ -839,6 +842,21 @@ mod tests {
         let bigger = auto_shell(serde_json::json!({"memory_limit": "4g"}));
         let other = container_for(&harness, "alpha", &bigger, &ran_in(&mine)).await;
         assert_ne!(other, mine);
+        // A network the container was made without is never added to it by
+        // a follow-up: a new container has it.
+        let networked = auto_shell(serde_json::json!({"network_policy": {
+            "type": "allowlist", "allowed_domains": ["pypi.example.com"]}}));
+        let online = container_for(&harness, "alpha", &networked, &ran_in(&mine)).await;
+        assert!(online != mine && online != other, "{online}");
+        // And the networked one is continued only with its own policy.
+        assert_ne!(
+            container_for(&harness, "alpha", &shell, &ran_in(&online)).await,
+            online
+        );
+        assert_eq!(
+            container_for(&harness, "alpha", &networked, &ran_in(&online)).await,
+            online
+        );
         // Asleep, it is continued (its next command wakes it).
         let active = harness.get(&format!("/v1/containers/{mine}")).await.ok()["last_active_at"]
             .as_i64()
