@@ -104,7 +104,11 @@ fn made_alike(row: &shellgate_store::ContainerRow, asked: &CreateContainer) -> b
     if asked.memory_limit.unwrap_or_default() != row.memory_limit {
         return false;
     }
-    if asked.image.as_ref().is_some_and(|image| *image != row.image) {
+    if asked
+        .image
+        .as_ref()
+        .is_some_and(|image| *image != row.image)
+    {
         return false;
     }
     if asked.file_ids.is_empty() {
@@ -290,7 +294,12 @@ impl HostedShell {
         }) else {
             return Ok(false);
         };
-        if all_parameters && !self.auto.as_ref().is_some_and(|asked| made_alike(&row, asked)) {
+        if all_parameters
+            && !self
+                .auto
+                .as_ref()
+                .is_some_and(|asked| made_alike(&row, asked))
+        {
             tracing::info!(container = %id, "not continued: the request's container_auto asks another memory limit, image or files");
             return Ok(false);
         }
@@ -778,8 +787,10 @@ mod tests {
         assert!(made_alike(&made, &asked(serde_json::json!({}))));
         assert!(made_alike(
             &made,
-            &asked(serde_json::json!({"memory_limit": "1g", "image": "debian-12",
-                                       "file_ids": ["file_b"]}))
+            &asked(
+                serde_json::json!({"memory_limit": "1g", "image": "debian-12",
+                                       "file_ids": ["file_b"]})
+            )
         ));
         for other in [
             serde_json::json!({"memory_limit": "4g"}),
