@@ -38,6 +38,7 @@ mod state;
 #[cfg(test)]
 mod testing;
 mod time;
+mod uncarried;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
