@@ -44,8 +44,13 @@ use crate::wire::{self, Head};
 /// Where the interceptor reports the connections it serves (the
 /// container's proxy, which logs them).
 pub(crate) trait ConnectionLog {
-    /// The connection was refused: `reason` says why.
+    /// The connection was refused: `reason` says why. Logged, and noted
+    /// for the running commands: called before the client is told.
     fn deny(&self, kind: &'static str, seen: Seen, started: Instant, reason: String);
+    /// An answer is about to be refused (see `Answering::on_refusal`):
+    /// noted for the running commands only (its exchange is logged with
+    /// [`Self::log_exchange`]).
+    fn note_denial(&self, kind: &'static str, seen: &Seen, reason: &str);
     /// The masker of the container's secret values, if it has any.
     fn masker(&self) -> Option<&Arc<Masker>>;
     /// The connection's exchange, as it ended.
@@ -336,13 +341,17 @@ impl Interceptor {
             Some(Head::Request(head)) if !head.method.eq_ignore_ascii_case("CONNECT") => head,
             Some(Head::Request(_)) => {
                 let reason = "a CONNECT inside TLS".to_owned();
-                let _ = client.write_all(&refuse(400, "bad_request", &reason)).await;
-                return egress.deny(kind, seen, started, reason);
+                let answer = refuse(400, "bad_request", &reason);
+                egress.deny(kind, seen, started, reason);
+                let _ = client.write_all(&answer).await;
+                return;
             }
             Some(Head::Bad(reason)) => {
                 let reason = format!("a malformed request inside TLS: {reason}");
-                let _ = client.write_all(&refuse(400, "bad_request", &reason)).await;
-                return egress.deny(kind, seen, started, reason);
+                let answer = refuse(400, "bad_request", &reason);
+                egress.deny(kind, seen, started, reason);
+                let _ = client.write_all(&answer).await;
+                return;
             }
             Some(Head::Incomplete) | None => {
                 let reason = "not an HTTP/1 request inside TLS".to_owned();
@@ -356,16 +365,11 @@ impl Interceptor {
                 "the TLS connection to {name} carried a request for {}",
                 head.host.host
             );
-            let _ = client
-                .write_all(&error_response(
-                    421,
-                    "policy_denied",
-                    &reason,
-                    Some(&head.host.host),
-                ))
-                .await;
+            let answer = error_response(421, "policy_denied", &reason, Some(&head.host.host));
             seen.server_name = Some(name.clone());
-            return egress.deny(kind, seen, started, reason);
+            egress.deny(kind, seen, started, reason);
+            let _ = client.write_all(&answer).await;
+            return;
         }
         if egress.masker().is_some() {
             // Frames after an upgrade would reach the container unmasked.
@@ -410,18 +414,14 @@ impl Interceptor {
         let mut upstream = match self.connect(&name, destination).await {
             Ok(upstream) => upstream,
             Err(reason) => {
-                let _ = client
-                    .write_all(&error_response(
-                        502,
-                        "upstream_unreachable",
-                        &reason,
-                        Some(&name),
-                    ))
-                    .await;
-                return egress.deny(kind, seen, started, reason);
+                let answer = error_response(502, "upstream_unreachable", &reason, Some(&name));
+                egress.deny(kind, seen, started, reason);
+                let _ = client.write_all(&answer).await;
+                return;
             }
         };
         let leftover = buffer.split_off(head.length);
+        let on_refusal = |reason: &str| egress.note_denial(kind, &seen, reason);
         let result = exchange::exchange(
             &mut client,
             leftover,
@@ -433,6 +433,7 @@ impl Interceptor {
                 masker: egress.masker(),
                 websocket: head.websocket,
                 client_http11: head.version == "HTTP/1.1",
+                on_refusal: Some(&on_refusal),
             },
         )
         .await;
