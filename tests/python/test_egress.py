@@ -879,6 +879,38 @@ def test_secrets_go_only_where_their_scope_says(client, world, secret_box):
     assert got["/v1/chunked"]["transfer_encoding"] == "chunked"
 
 
+
+def test_a_placeholder_sent_where_it_stays_one_is_explained(client, world, secret_box):
+    container, placeholder, _ = secret_box
+    notes = lambda err: [line for line in err.splitlines() if line.startswith("shellgate: egress")]
+    bearer = '-o /dev/null -H "Authorization: Bearer $API_TOKEN"'
+    # Another host: sent as the placeholder (never refused), and told.
+    out, err, code = run(client, container, f"curl -sS -m 10 {bearer} https://a.allowed.test/stray")
+    assert code == 0, err
+    assert notes(err) == [
+        "shellgate: egress note: CONNECT a.allowed.test:443: carried the placeholder of $API_TOKEN, "
+        "which is put in only for api.secret.test: sent as the placeholder"], err
+    assert [e for e in world.requests("a") if e["path"] == "/stray"][-1]["authorization"] == \
+        f"Bearer {placeholder}"
+    # Its own host over plain HTTP; a part outside its policy.
+    out, err, code = run(client, container, f"curl -sS -m 10 {bearer} http://api.secret.test/plain")
+    assert notes(err) == [
+        "shellgate: egress note: HTTP to api.secret.test:80: carried the placeholder of $API_TOKEN "
+        "over plain HTTP, where no secret is put in (use https): sent as the placeholder"], err
+    out, err, code = run(client, container,
+                         'curl -sS -m 10 -o /dev/null -H "X-Key: $BODY_TOKEN" -d x https://api.secret.test/v1/key')
+    assert notes(err) == [
+        "shellgate: egress note: CONNECT api.secret.test:443: carried the placeholder of $BODY_TOKEN "
+        "in a header, where its policy does not put it in: sent as the placeholder"], err
+    # Put in where it belongs: nothing to tell.
+    out, err, code = run(client, container, f"curl -sS -m 10 {bearer} https://api.secret.test/fine")
+    assert code == 0 and notes(err) == [], err
+    # The egress log says so too.
+    wait_for_log(client, container,
+                 lambda e: e["verdict"] == "allowed" and e["requested_name"] == "a.allowed.test"
+                 and "placeholder of $API_TOKEN, which is put in only for api.secret.test" in e["reason"])
+
+
 def test_a_path_scope_holds_against_paths_servers_read_as_others(client, world, secret_box):
     # Tomcat and Spring read `..;` as `..`; some servers decode twice or
     # decode overlong UTF-8: each of these is /admin or /v2 to some server,

@@ -3,6 +3,10 @@
 //! command path can add one line per denial to the stderr of the command
 //! that was running, e.g.
 //! `shellgate: egress denied: CONNECT example.com:443: example.com is not in this container's allowlist`.
+//! Beside them, *notes* on requests that went out but not as the program
+//! may think (`shellgate: egress note: ...`): a secret's placeholder sent
+//! where its value is not put in (another host, plain HTTP, outside its
+//! scope), which the far side answers with a 401 that says nothing of why.
 //!
 //! Without it a program sees only what its client makes of the refusal
 //! (curl: `CONNECT tunnel failed, response 403`; a reset; a name that does
@@ -37,13 +41,26 @@ const MAX_REASON: usize = 300;
 /// Longest target kept (a DNS name is at most 253 characters).
 const MAX_TARGET: usize = 260;
 
-/// What every line starts with (the engine's other notes say
+/// What a refusal's line starts with (the engine's other notes say
 /// `shellgate: ...` too).
-const PREFIX: &str = "shellgate: egress denied: ";
+const DENIED: &str = "shellgate: egress denied: ";
+/// What a note's line starts with.
+const NOTE: &str = "shellgate: egress note: ";
 
-/// One refusal, as a command's stderr shows it.
+/// What a line tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Told {
+    /// The connection or lookup was refused.
+    Denied,
+    /// It went out, but something in it was not as the program may
+    /// expect (see the module's documentation).
+    Note,
+}
+
+/// One refusal (or note), as a command's stderr shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Denial {
+    pub told: Told,
     /// `dns`, `http`, `https` or `connect`, as in the egress log.
     pub kind: &'static str,
     /// The name asked for (or the address, when no name was given); `None`
@@ -58,10 +75,19 @@ impl Denial {
     /// made safe for one line (no control characters) and bounded.
     pub fn new(kind: &'static str, target: Option<&str>, port: u16, reason: &str) -> Self {
         Self {
+            told: Told::Denied,
             kind,
             target: target.map(|t| one_line(t, MAX_TARGET)),
             port,
             reason: one_line(reason, MAX_REASON),
+        }
+    }
+
+    /// The same for a note (see [`Told::Note`]).
+    pub fn note(kind: &'static str, target: Option<&str>, port: u16, reason: &str) -> Self {
+        Self {
+            told: Told::Note,
+            ..Self::new(kind, target, port, reason)
         }
     }
 
@@ -84,9 +110,13 @@ impl Denial {
         }
     }
 
-    /// The line, without its prefix or newline.
-    fn text(&self) -> String {
-        format!("{}: {}", self.what(), self.reason)
+    /// The line, without its newline.
+    fn line(&self) -> String {
+        let prefix = match self.told {
+            Told::Denied => DENIED,
+            Told::Note => NOTE,
+        };
+        format!("{prefix}{}: {}", self.what(), self.reason)
     }
 }
 
@@ -175,7 +205,7 @@ impl DenialsSince {
     pub fn report(&self) -> String {
         let mut distinct: Vec<(String, u64)> = Vec::new();
         for denial in &self.kept {
-            let text = denial.text();
+            let text = denial.line();
             match distinct.iter_mut().find(|(seen, _)| *seen == text) {
                 Some((_, count)) => *count += 1,
                 None => distinct.push((text, 1)),
@@ -183,7 +213,6 @@ impl DenialsSince {
         }
         let mut report = String::new();
         for (text, count) in distinct.iter().take(REPORTED_LINES) {
-            report.push_str(PREFIX);
             report.push_str(text);
             if *count > 1 {
                 report.push_str(&format!(" ({count} times)"));
@@ -198,7 +227,7 @@ impl DenialsSince {
             + self.forgotten;
         if more > 0 {
             report.push_str(&format!(
-                "{PREFIX}... and {more} more (the container's egress log has every one)\n"
+                "shellgate: egress: ... and {more} more (the container's egress log has every one)\n"
             ));
         }
         report
@@ -245,6 +274,21 @@ mod tests {
             };
             assert_eq!(since.report(), format!("shellgate: egress denied: {line}\n"));
         }
+        let note = Denial::note(
+            "https",
+            Some("other.test"),
+            443,
+            "carried the placeholder of $API_TOKEN, which is put in only for api.secret.test",
+        );
+        let since = DenialsSince {
+            kept: vec![note],
+            forgotten: 0,
+        };
+        assert_eq!(
+            since.report(),
+            "shellgate: egress note: HTTPS to other.test:443: carried the placeholder of \
+             $API_TOKEN, which is put in only for api.secret.test\n"
+        );
     }
 
     #[test]
@@ -284,8 +328,8 @@ mod tests {
         assert_eq!(
             lines[REPORTED_LINES],
             format!(
-                "shellgate: egress denied: ... and {more} more (the container's egress log has \
-                 every one)"
+                "shellgate: egress: ... and {more} more (the container's egress log has every \
+                 one)"
             )
         );
         let repeated = Denials::new();

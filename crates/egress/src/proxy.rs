@@ -638,6 +638,19 @@ impl ContainerEgress {
 
     /// Notes a refusal for the running commands (without logging it).
     pub(crate) fn note_denial(&self, kind: &'static str, seen: &Seen, reason: &str) {
+        self.denials.note(Self::told(kind, seen, reason));
+    }
+
+    /// Notes, for the running commands, a request that went out with a
+    /// placeholder that stays one (see [`Interceptor::stray_placeholders`]).
+    pub(crate) fn note_stray(&self, kind: &'static str, seen: &Seen, reason: &str) {
+        let mut note = Self::told(kind, seen, reason);
+        note.told = crate::denials::Told::Note;
+        self.denials.note(note);
+    }
+
+    /// What a command is told of `seen` (a refusal, unless changed).
+    fn told(kind: &'static str, seen: &Seen, reason: &str) -> Denial {
         // What the program asked for: the name it looked up or tunnelled
         // to, or the SNI or Host it sent, else the address it reached.
         let named = match kind {
@@ -646,8 +659,7 @@ impl ContainerEgress {
         };
         let address = seen.address.map(|a| a.to_string());
         let target = named.or(address.as_ref()).map(String::as_str);
-        self.denials
-            .note(Denial::new(kind, target, seen.port, reason));
+        Denial::new(kind, target, seen.port, reason)
     }
 
     /// The masker of the container's secret values, if it has any.
@@ -977,6 +989,15 @@ impl ContainerEgress {
             body: None,
             http11: head.version == "HTTP/1.1",
         };
+        // No secret is put into plain HTTP: a placeholder it carries is
+        // told (before anything is forwarded) and logged.
+        let strays = match &self.intercept {
+            Some(intercept) => intercept.stray_placeholders(&head, &head.host.host, false),
+            None => Vec::new(),
+        };
+        for stray in &strays {
+            self.note_stray(kind, &seen, stray);
+        }
         let leftover = buffer.split_off(head.length);
         let on_refusal = |reason: &str| self.note_denial(kind, &seen, reason);
         let result = exchange::exchange(
@@ -994,7 +1015,8 @@ impl ContainerEgress {
             },
         )
         .await;
-        self.log_exchange(kind, seen, started, result, None);
+        let note = (!strays.is_empty()).then(|| strays.join("; "));
+        self.log_exchange(kind, seen, started, result, note.as_deref());
     }
 
     /// `CONNECT host:port` through `HTTPS_PROXY`; what goes through the
@@ -1243,6 +1265,10 @@ impl ConnectionLog for ContainerEgress {
 
     fn note_denial(&self, kind: &'static str, seen: &Seen, reason: &str) {
         ContainerEgress::note_denial(self, kind, seen, reason)
+    }
+
+    fn note_stray(&self, kind: &'static str, seen: &Seen, reason: &str) {
+        ContainerEgress::note_stray(self, kind, seen, reason)
     }
 
     fn masker(&self) -> Option<&Arc<Masker>> {
