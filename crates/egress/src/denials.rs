@@ -180,7 +180,12 @@ impl Denials {
         let new = recent.total.saturating_sub(mark.0);
         let kept = (new as usize).min(recent.kept.len());
         DenialsSince {
-            kept: recent.kept.iter().skip(recent.kept.len() - kept).cloned().collect(),
+            kept: recent
+                .kept
+                .iter()
+                .skip(recent.kept.len() - kept)
+                .cloned()
+                .collect(),
             forgotten: new - kept as u64,
         }
     }
@@ -246,11 +251,19 @@ mod tests {
     fn each_kind_names_what_was_refused_and_why() {
         let cases = [
             (
-                connect("example.com", "example.com is not in this container's allowlist"),
+                connect(
+                    "example.com",
+                    "example.com is not in this container's allowlist",
+                ),
                 "CONNECT example.com:443: example.com is not in this container's allowlist",
             ),
             (
-                Denial::new("dns", Some("nowhere.test"), 53, "nowhere.test does not resolve"),
+                Denial::new(
+                    "dns",
+                    Some("nowhere.test"),
+                    53,
+                    "nowhere.test does not resolve",
+                ),
                 "DNS lookup of nowhere.test: nowhere.test does not resolve",
             ),
             (
@@ -263,7 +276,12 @@ mod tests {
                 "HTTPS to loop.test:443: loop.test resolves to 127.0.0.1, a loopback address",
             ),
             (
-                Denial::new("http", None, 80, "over the limit of 256 connections open at once"),
+                Denial::new(
+                    "http",
+                    None,
+                    80,
+                    "over the limit of 256 connections open at once",
+                ),
                 "HTTP to port 80: over the limit of 256 connections open at once",
             ),
         ];
@@ -272,7 +290,10 @@ mod tests {
                 kept: vec![denial],
                 forgotten: 0,
             };
-            assert_eq!(since.report(), format!("shellgate: egress denied: {line}\n"));
+            assert_eq!(
+                since.report(),
+                format!("shellgate: egress denied: {line}\n")
+            );
         }
         let note = Denial::note(
             "https",
@@ -323,7 +344,10 @@ mod tests {
         let lines: Vec<&str> = report.lines().collect();
         assert_eq!(lines.len(), REPORTED_LINES + 1, "{report}");
         // The first three were forgotten (more than KEPT came after them).
-        assert_eq!(lines[0], "shellgate: egress denied: CONNECT n50.test:443: not listed");
+        assert_eq!(
+            lines[0],
+            "shellgate: egress denied: CONNECT n50.test:443: not listed"
+        );
         let more = KEPT + 53 - REPORTED_LINES;
         assert_eq!(
             lines[REPORTED_LINES],

@@ -93,7 +93,13 @@ fn reason_phrase(reason: &str) -> String {
     let mut phrase: String = full
         .chars()
         .take(MAX_REASON_PHRASE)
-        .map(|c| if c == ' ' || c.is_ascii_graphic() { c } else { '?' })
+        .map(|c| {
+            if c == ' ' || c.is_ascii_graphic() {
+                c
+            } else {
+                '?'
+            }
+        })
         .collect();
     if full.chars().nth(MAX_REASON_PHRASE).is_some() {
         phrase.push_str("...");

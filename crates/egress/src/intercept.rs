@@ -282,9 +282,7 @@ impl Interceptor {
             let part = match (in_header, in_query) {
                 (false, false) => continue,
                 (true, _) if !secret.into.contains(&InjectInto::Header) => Some("a header"),
-                (_, true) if !secret.into.contains(&InjectInto::Query) => {
-                    Some("the query string")
-                }
+                (_, true) if !secret.into.contains(&InjectInto::Query) => Some("the query string"),
                 _ => None,
             };
             let carried = format!("carried the placeholder of ${}", secret.name);
@@ -707,8 +705,18 @@ mod tests {
             format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer PLACEHOLDER\r\n\r\n")
         };
         // Put in: nothing to say; nor without a placeholder.
-        assert!(strays(&header("api.secret.test", "POST", "/v1/x"), "api.secret.test", true).is_empty());
-        assert!(strays("GET / HTTP/1.1\r\nHost: other.test\r\n\r\n", "other.test", true).is_empty());
+        assert!(strays(
+            &header("api.secret.test", "POST", "/v1/x"),
+            "api.secret.test",
+            true
+        )
+        .is_empty());
+        assert!(strays(
+            "GET / HTTP/1.1\r\nHost: other.test\r\n\r\n",
+            "other.test",
+            true
+        )
+        .is_empty());
         for (request, name, tls, why) in [
             (header("other.test", "POST", "/v1/x"), "other.test", true,
              "carried the placeholder of $TOKEN, which is put in only for api.secret.test"),

@@ -1446,7 +1446,11 @@ mod tests {
             assert!(attempt.reason.contains(reason), "{}", attempt.reason);
         }
         let mark = serving.denials().mark();
-        exchange(http, "CONNECT b.test:443 HTTP/1.1\r\nHost: b.test:443\r\n\r\n").await;
+        exchange(
+            http,
+            "CONNECT b.test:443 HTTP/1.1\r\nHost: b.test:443\r\n\r\n",
+        )
+        .await;
         assert_eq!(
             serving.denials().since(mark).report(),
             "shellgate: egress denied: CONNECT b.test:443: b.test is not in this container's \

@@ -194,7 +194,9 @@ async fn a_refused_connection_is_told_in_the_stderr_of_the_command_that_made_it(
     );
     // curl's own line comes first, on its own line.
     assert!(
-        result.stderr.contains("CONNECT tunnel failed, response 403\n"),
+        result
+            .stderr
+            .contains("CONNECT tunnel failed, response 403\n"),
         "{}",
         result.stderr
     );
