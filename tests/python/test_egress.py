@@ -330,7 +330,7 @@ def test_a_denied_request_names_its_host_and_reason_in_the_commands_stderr(clien
                  and e["verdict"] == "denied" and e["reason"] == "nowhere.allowed.test does not resolve")
 
 
-def test_the_model_sees_a_denial_in_its_next_turn(client, world):
+def test_the_model_sees_a_denial_in_its_next_turn(client, server, world):
     response = client.responses.create(
         model="scripted",
         tools=[{"type": "shell", "environment": {
@@ -343,6 +343,17 @@ def test_the_model_sees_a_denial_in_its_next_turn(client, world):
     result = next(i for i in response.output if i.type == "shell_call_output")
     assert line in denial_lines(result.output[0].stderr), result.output[0].stderr
     # What the scripted model was sent for its next turn: the tool result.
+    tool_results = [m for m in world.upstream.requests[-1]["messages"] if m["role"] == "tool"]
+    assert tool_results and line in json.dumps(tool_results[-1]["content"]), tool_results
+    # The same through the Messages API's tool: the one command path.
+    openrouter = {"type": "openrouter:shell", "parameters": {"engine": "openrouter", "environment": {
+        "type": "container_auto", "network_policy": allowlist("a.allowed.test")}}}
+    reply = raw(server, "POST", "/messages", {
+        "model": "scripted", "max_tokens": 256, "tools": [openrouter],
+        "messages": [{"role": "user", "content": "Execute: curl -sS -m 10 https://notlisted.test/"}]},
+        **{"anthropic-version": "2023-06-01"})
+    assert reply.status_code == 200, reply.text
+    assert line in reply.text, reply.text
     tool_results = [m for m in world.upstream.requests[-1]["messages"] if m["role"] == "tool"]
     assert tool_results and line in json.dumps(tool_results[-1]["content"]), tool_results
 
