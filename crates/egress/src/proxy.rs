@@ -30,7 +30,7 @@ use tokio::sync::Semaphore;
 
 use crate::budget::{TokenBucket, Unlogged};
 use crate::connection::{connect_to, read_head, Seen};
-use crate::denials::{Denial, Denials};
+use crate::denials::{Denial, Denials, Told};
 use crate::dns;
 use crate::exchange::{self, error_response, Answering, ExchangeError, Exchanged, Outgoing};
 use crate::intercept::{ConnectionLog, Interceptor};
@@ -638,19 +638,19 @@ impl ContainerEgress {
 
     /// Notes a refusal for the running commands (without logging it).
     pub(crate) fn note_denial(&self, kind: &'static str, seen: &Seen, reason: &str) {
-        self.denials.note(Self::told(kind, seen, reason));
+        self.denials
+            .note(Self::told(Told::Denied, kind, seen, reason));
     }
 
     /// Notes, for the running commands, a request that went out with a
     /// placeholder that stays one (see [`Interceptor::stray_placeholders`]).
     pub(crate) fn note_stray(&self, kind: &'static str, seen: &Seen, reason: &str) {
-        let mut note = Self::told(kind, seen, reason);
-        note.told = crate::denials::Told::Note;
-        self.denials.note(note);
+        self.denials
+            .note(Self::told(Told::Note, kind, seen, reason));
     }
 
-    /// What a command is told of `seen` (a refusal, unless changed).
-    fn told(kind: &'static str, seen: &Seen, reason: &str) -> Denial {
+    /// What a command is told of `seen`.
+    fn told(told: Told, kind: &'static str, seen: &Seen, reason: &str) -> Denial {
         // What the program asked for: the name it looked up or tunnelled
         // to, or the SNI or Host it sent, else the address it reached.
         let named = match kind {
@@ -659,7 +659,10 @@ impl ContainerEgress {
         };
         let address = seen.address.map(|a| a.to_string());
         let target = named.or(address.as_ref()).map(String::as_str);
-        Denial::new(kind, target, seen.port, reason)
+        match told {
+            Told::Denied => Denial::new(kind, target, seen.port, reason),
+            Told::Note => Denial::note(kind, target, seen.port, reason),
+        }
     }
 
     /// The masker of the container's secret values, if it has any.
