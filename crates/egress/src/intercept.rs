@@ -297,6 +297,10 @@ impl Interceptor {
                 };
                 let paths = match secret.paths.as_slice() {
                     [] => String::new(),
+                    paths if ambiguous_path(path) => format!(
+                        " under {} (a path a server may read as another, as {path}, is under none)",
+                        paths.join(", ")
+                    ),
                     paths => format!(" under {}", paths.join(", ")),
                 };
                 format!("{carried}, which its policy puts in only for {methods}{paths}")
@@ -724,6 +728,9 @@ mod tests {
              "carried the placeholder of $TOKEN over plain HTTP, where no secret is put in (use https)"),
             (header("api.secret.test", "GET", "/v2/x"), "api.secret.test", true,
              "carried the placeholder of $TOKEN, which its policy puts in only for POST requests under /v1/"),
+            (header("api.secret.test", "POST", "/v1/../admin"), "api.secret.test", true,
+             "carried the placeholder of $TOKEN, which its policy puts in only for POST requests under /v1/ \
+              (a path a server may read as another, as /v1/../admin, is under none)"),
             ("POST /v1/x?key=PLACEHOLDER HTTP/1.1\r\nHost: api.secret.test\r\n\r\n".to_owned(),
              "api.secret.test", true,
              "carried the placeholder of $TOKEN in the query string, where its policy does not put it in"),
