@@ -18,8 +18,11 @@
 //! How a command hears of its denials: it takes a [`DenialMark`] before
 //! it starts and asks [`Denials::since`] when it ends. The proxy notes a
 //! denial *before* the client learns of the refusal (its 403, its reset,
-//! its NXDOMAIN), so a refusal the program saw before it exited is always
-//! there when its command ends.
+//! its NXDOMAIN), and a note before the request is forwarded, so what the
+//! program saw before it exited is always there when its command ends.
+//! (One exception: a TLS handshake the program itself breaks off, say for
+//! a CA it does not trust, is noted as soon as the proxy sees it fail,
+//! which races with the program's exit.)
 //!
 //! Commands running at the same time in one container cannot be told
 //! apart: the proxy sees sockets, not processes. Every command whose run
