@@ -392,7 +392,15 @@ fn rootless_exec_allow_reaches_its_allowlist_and_nothing_else() {
         lines[3].contains("not in this container's allowlist"),
         "{stdout}"
     );
-    assert!(stderr.contains("egress denied"), "{stderr}");
+    // The command's own stderr says which were refused, and why.
+    let command_stderr = json["output"][0]["stderr"].as_str().unwrap();
+    assert!(
+        command_stderr.contains(
+            "shellgate: egress denied: HTTP to elsewhere.internal.test:80: \
+             elsewhere.internal.test is not in this container's allowlist"
+        ),
+        "{command_stderr}"
+    );
     // A list outside the organization's is refused before anything runs.
     let refused = Command::new(&binary)
         .arg("--data-dir")
