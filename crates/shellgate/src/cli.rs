@@ -13,6 +13,7 @@ use crate::oneshot::{
     egress_for, env_settings, images_dir, open_engine, sandbox_dir, throwaway_id,
 };
 use crate::quote::shell_quote;
+use crate::terminal::Logging;
 
 #[derive(Parser)]
 #[command(
@@ -67,6 +68,29 @@ struct ServeArgs {
     /// A TOML config file; `SHELLGATE_*` variables override it, flags override both.
     #[arg(long, env = "SHELLGATE_CONFIG")]
     config: Option<PathBuf>,
+    /// How the log is written: `text` (for people), `json` (one object a
+    /// line, for collectors) or `auto` (text on a terminal, JSON elsewhere;
+    /// the default). Overrides `log_format` / `SHELLGATE_LOG_FORMAT`.
+    #[arg(long, value_enum)]
+    log_format: Option<LogFormatArg>,
+}
+
+/// `serve --log-format`.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormatArg {
+    Auto,
+    Json,
+    Text,
+}
+
+impl From<LogFormatArg> for shellgate_server::config::LogFormat {
+    fn from(format: LogFormatArg) -> Self {
+        match format {
+            LogFormatArg::Auto => Self::Auto,
+            LogFormatArg::Json => Self::Json,
+            LogFormatArg::Text => Self::Text,
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -193,15 +217,23 @@ enum ImageCommand {
 
 pub fn main() -> i32 {
     let cli = Cli::parse();
-    // `serve` logs JSON unless its config says `log_format = "text"`; a
-    // config that cannot be read is reported by `serve` itself.
-    let json_logs = match &cli.command {
-        Command::Serve(args) => server_config(cli.data_dir.clone(), args.config.as_deref())
-            .map(|config| config.log_format != shellgate_server::config::LogFormat::Text)
-            .unwrap_or(true),
-        _ => false,
+    // `serve` logs as its flag or config says (a config that cannot be
+    // read is reported by `serve` itself, and logs as `auto` meanwhile).
+    let logging = match &cli.command {
+        Command::Serve(args) => Logging::server(
+            args.log_format
+                .map(Into::into)
+                .or_else(|| {
+                    server_config(cli.data_dir.clone(), args.config.as_deref())
+                        .ok()
+                        .map(|config| config.log_format)
+                })
+                .unwrap_or(shellgate_server::config::LogFormat::Auto),
+        ),
+        _ => Logging::tool(),
     };
-    init_logging(json_logs);
+    logging.init();
+    let json_logs = logging.json;
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -238,7 +270,7 @@ pub fn main() -> i32 {
     }
     let result = runtime.block_on(async move {
         match cli.command {
-            Command::Serve(args) => serve(data_dir, args).await,
+            Command::Serve(args) => serve(data_dir, args, json_logs).await,
             Command::Keys(KeysCommand::Create { project }) => create_key(data_dir, &project),
             Command::Exec(_) | Command::Local(_) => Ok(()),
             Command::Image(command) => image(sandbox_dir(data_dir), command).await,
@@ -256,21 +288,6 @@ pub fn main() -> i32 {
     }
 }
 
-fn init_logging(json: bool) {
-    let default = if json { "info" } else { "warn" };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SHELLGATE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    use std::io::IsTerminal;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if json {
-        builder.json().init();
-    } else {
-        builder.with_ansi(std::io::stderr().is_terminal()).init();
-    }
-}
-
 fn server_config(
     data_dir: Option<PathBuf>,
     config_file: Option<&std::path::Path>,
@@ -282,7 +299,10 @@ fn server_config(
     Ok(config)
 }
 
-async fn serve(data_dir: Option<PathBuf>, args: ServeArgs) -> Result<()> {
+/// `serve`: the address taken first, then the store and engine opened, the
+/// start-up summary said (`json_logs`: as a log event, else as text), and
+/// requests served until a signal.
+async fn serve(data_dir: Option<PathBuf>, args: ServeArgs, json_logs: bool) -> Result<()> {
     let mut config = server_config(data_dir, args.config.as_deref())?;
     if let Some(listen) = args.listen {
         config.listen = listen;
@@ -291,9 +311,23 @@ async fn serve(data_dir: Option<PathBuf>, args: ServeArgs) -> Result<()> {
     // Checked first, as `open` checks it, so a bad setting is reported as
     // the configuration's error, not as the engine's.
     config.validate()?;
+    // Before anything is made or started (the data directory, the engine,
+    // an image build): a taken address fails at once, naming it.
+    let listener = shellgate_server::bind(config.listen).await?;
     let engine = crate::serving::EngineOptions::of(&config, helper)?;
-    let state = shellgate_server::open(config, |setup| engine.open(setup)).await?;
-    shellgate_server::serve(state).await?;
+    let opened = shellgate_server::open(config, |setup| engine.open(setup)).await?;
+    let summary = shellgate_server::startup::Summary::gather(
+        &opened.state,
+        listener.local_addr()?,
+        opened.generated_key,
+    )
+    .await;
+    if json_logs {
+        summary.log();
+    } else {
+        eprintln!("{}", summary.lines().join("\n"));
+    }
+    shellgate_server::serve(opened.state, listener).await?;
     Ok(())
 }
 
