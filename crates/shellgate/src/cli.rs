@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 use shellgate_sandbox::backend::{
     limits, parse_size, CommandResult, ContainerSpec, RunRequest, SandboxBackend,
 };
+use shellgate_sandbox::image::runtimes;
 use shellgate_sandbox::LocalEngine;
 
 use crate::oneshot::{
@@ -480,6 +481,16 @@ async fn image(data_dir: PathBuf, command: ImageCommand) -> Result<()> {
                     built.image.details.size_bytes.unwrap_or(0) / 1_000_000
                 );
             }
+            // A new build's `info.json` has none; one built before they were
+            // recorded at build time gets them too.
+            if !built.up_to_date || built.image.details.runtimes.is_empty() {
+                let found = runtimes::record(&engine, &name)
+                    .await
+                    .with_context(|| format!("cannot find the runtimes of {name}"))?;
+                let listed: Vec<String> = found.iter().map(|(r, v)| format!("{r} {v}")).collect();
+                eprintln!("shellgate: {name} has {}", listed.join(", "));
+                engine.shutdown().await;
+            }
             println!("{}\t{}", built.image.name, built.image.path.display());
             Ok(())
         }
@@ -491,21 +502,6 @@ async fn image(data_dir: PathBuf, command: ImageCommand) -> Result<()> {
         }
     }
 }
-
-/// The runtimes `image verify` looks for, and how each says its version.
-const RUNTIMES: &[(&str, &str)] = &[
-    ("python", "python3 --version 2>&1 | cut -d' ' -f2"),
-    ("node", "node --version | tr -d v"),
-    ("npm", "npm --version"),
-    ("java", "java -version 2>&1 | head -1 | cut -d'\"' -f2"),
-    ("php", "php -r 'echo PHP_VERSION;'"),
-    ("ruby", "ruby -e 'print RUBY_VERSION'"),
-    ("go", "go env GOVERSION | sed s/^go//"),
-    (
-        "python data stack",
-        "python3 -c 'import numpy, pandas, matplotlib, scipy, sklearn; print(\"pandas \" + pandas.__version__)'",
-    ),
-];
 
 /// The tools `image verify` reports on (a recipe may require more).
 const TOOLS: &[&str] = &[
@@ -573,15 +569,13 @@ async fn verify_image(engine: &LocalEngine, name: &str) -> Result<()> {
         .create(&id, spec)
         .await
         .context("cannot create a container of the image")?;
-    let mut commands: Vec<String> = RUNTIMES.iter().map(|(_, c)| (*c).to_owned()).collect();
+    let mut commands = runtimes::commands();
     commands.push(missing_tools_command(&tools));
     commands.push(failing_imports_command(&modules));
     commands.push(PIP_USER_COMMAND.to_owned());
     let request = RunRequest {
         commands,
-        // Importing the whole data stack the first time (matplotlib builds
-        // its font cache) takes a while on a slow machine.
-        timeout_ms: 120_000,
+        timeout_ms: runtimes::TIMEOUT_MS,
         max_output_length: 4000,
         deadline_ms: None,
     };
@@ -589,24 +583,23 @@ async fn verify_image(engine: &LocalEngine, name: &str) -> Result<()> {
     let _ = engine.destroy(&id).await;
     let results = results.context("the verification commands failed to run")?;
     anyhow::ensure!(
-        results.len() == RUNTIMES.len() + 3,
+        results.len() == runtimes::RUNTIMES.len() + 3,
         "the verification stopped after {} of {} commands",
         results.len(),
-        RUNTIMES.len() + 3
+        runtimes::RUNTIMES.len() + 3
     );
-    let (runtime_results, checks) = results.split_at(RUNTIMES.len());
+    let (runtime_results, checks) = results.split_at(runtimes::RUNTIMES.len());
 
-    let mut found = std::collections::BTreeMap::new();
+    let found = runtimes::found(runtime_results);
     let mut missing = Vec::new();
     let mut problems = Vec::new();
-    for ((runtime, _), result) in RUNTIMES.iter().zip(runtime_results) {
-        let version = result.stdout.trim();
-        if succeeded(result) && !version.is_empty() {
-            println!("{runtime:<18} {version}");
-            found.insert((*runtime).to_owned(), version.to_owned());
-        } else {
-            println!("{runtime:<18} MISSING");
-            missing.push(*runtime);
+    for (runtime, version) in runtimes::versions(runtime_results) {
+        match version {
+            Some(version) => println!("{runtime:<18} {version}"),
+            None => {
+                println!("{runtime:<18} MISSING");
+                missing.push(runtime);
+            }
         }
     }
     if let Some(expect) = &expect {
