@@ -146,6 +146,9 @@ pub struct Request {
     /// bounded while it is read; this bounds a loop of turns each under
     /// that bound, whose answers the run keeps and sends back each turn.
     pub max_answer_bytes: usize,
+    /// What the client asked that shellgate does not act on, for the
+    /// upstream to carry as its protocol allows.
+    pub carry: crate::upstream::Carry,
 }
 
 /// A new item id: `prefix` and 32 hex digits.
@@ -232,6 +235,7 @@ pub async fn run(
             top_p: request.top_p,
             max_output_tokens: request.max_output_tokens,
             parallel_tool_calls: request.parallel_tool_calls,
+            carry: request.carry.clone(),
         };
         // Text streams out as the upstream writes it.
         let message_index = output.len();

@@ -90,6 +90,7 @@ pub fn reply(text: &str, tool_calls: Vec<ToolCall>) -> crate::upstream::Reply {
             output_tokens: 1,
         },
         finish: Finish::Stop,
+        ..Default::default()
     }
 }
 

@@ -342,7 +342,8 @@ impl Tools {
                     },
                     "required": ["commands"],
                 }),
-            });
+            ..Default::default()
+});
         }
         if let Some(bash) = &self.bash {
             specs.push(ToolSpec {
@@ -368,6 +369,7 @@ impl Tools {
                         },
                     },
                 }),
+                ..Default::default()
             });
         }
         if self.local_shell {
@@ -389,13 +391,15 @@ impl Tools {
                     },
                     "required": ["command"],
                 }),
-            });
+            ..Default::default()
+});
         }
         for function in &self.functions {
             specs.push(ToolSpec {
                 name: function.name.clone(),
                 description: function.description.clone(),
                 parameters: function.parameters.clone(),
+                ..Default::default()
             });
         }
         specs

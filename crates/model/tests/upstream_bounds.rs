@@ -152,6 +152,7 @@ fn turn() -> Turn {
         top_p: None,
         max_output_tokens: None,
         parallel_tool_calls: None,
+        ..Default::default()
     }
 }
 

@@ -39,6 +39,7 @@ mod state;
 #[cfg(test)]
 mod testing;
 mod time;
+mod uncarried;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -209,6 +209,7 @@ async fn prepare(
             max_output_tokens: Some(body.max_tokens),
             parallel_tool_calls: parallel,
             environment_description: hosted.description,
+            carry: Default::default(),
             output_guardrail: state
                 .guardrails
                 .for_project(&project.0, crate::guardrails::Target::ToolOutput),

@@ -611,6 +611,7 @@ async fn prepare(
             max_output_tokens,
             parallel_tool_calls: body.parallel_tool_calls,
             environment_description,
+            carry: Default::default(),
             output_guardrail: state
                 .guardrails
                 .for_project(&project.0, crate::guardrails::Target::ToolOutput),

@@ -33,6 +33,7 @@ fn text(text: &str) -> Reply {
         tool_calls: Vec::new(),
         usage: Usage::default(),
         finish: Finish::Stop,
+        ..Default::default()
     }
 }
 
@@ -46,6 +47,7 @@ fn shell_call(commands: &[&str]) -> Reply {
         }],
         usage: Usage::default(),
         finish: Finish::Stop,
+        ..Default::default()
     }
 }
 
@@ -98,6 +100,7 @@ fn request(guardrail: Option<Guardrail>) -> Request {
         max_output_tokens: None,
         parallel_tool_calls: None,
         environment_description: String::new(),
+        carry: Default::default(),
         output_guardrail: guardrail.map(std::sync::Arc::new),
         max_answer_bytes: usize::MAX,
     }
@@ -318,6 +321,7 @@ mod through_the_traits {
             max_output_tokens: None,
             parallel_tool_calls: None,
             environment_description: "a test box".into(),
+            carry: Default::default(),
             output_guardrail: None,
             max_answer_bytes: usize::MAX,
         }

@@ -110,6 +110,8 @@ pub fn request_body(turn: &Turn, stream: bool) -> CreateMessage {
                     extra: Map::new(),
                 })],
             ),
+            // Thinking blocks and Anthropic's own items: not yet carried.
+            Message::Reasoning(_) | Message::Native(_) => {}
         }
     }
     let (tools, tool_choice) = if turn.tools.is_empty() {
@@ -225,6 +227,7 @@ pub fn parse_message(message: Answer) -> Result<Reply, UpstreamError> {
             output_tokens: usage.output_tokens.unwrap_or(0),
         },
         finish: finish_of(message.stop_reason.as_ref()),
+        ..Default::default()
     })
 }
 
@@ -386,12 +389,17 @@ impl Dialect for Stream {
                 .collect(),
             usage: self.usage,
             finish: finish_of(self.stop.as_ref()),
+            ..Default::default()
         })
     }
 }
 
 #[async_trait]
 impl Upstream for Anthropic {
+    fn protocol(&self) -> Option<super::Protocol> {
+        Some(super::Protocol::Anthropic)
+    }
+
     async fn complete(
         &self,
         turn: &Turn,
@@ -445,6 +453,7 @@ mod tests {
             top_p: None,
             max_output_tokens: None,
             parallel_tool_calls: None,
+            ..Default::default()
         };
         let body = serde_json::to_value(request_body(&turn, false)).unwrap();
         assert_eq!(body["system"], "sys");

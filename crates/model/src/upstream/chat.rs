@@ -44,14 +44,14 @@ pub fn request_body(turn: &Turn, stream: bool) -> ChatRequest {
     let messages = turn
         .messages
         .iter()
-        .map(|message| match message {
-            Message::System(text) => ChatMessage::System {
+        .filter_map(|message| match message {
+            Message::System(text) => Some(ChatMessage::System {
                 content: text.clone(),
-            },
-            Message::User(text) => ChatMessage::User {
+            }),
+            Message::User(text) => Some(ChatMessage::User {
                 content: text.clone(),
-            },
-            Message::Assistant { text, tool_calls } => ChatMessage::Assistant {
+            }),
+            Message::Assistant { text, tool_calls } => Some(ChatMessage::Assistant {
                 content: (!text.is_empty()).then(|| text.clone()),
                 tool_calls: tool_calls
                     .iter()
@@ -64,11 +64,14 @@ pub fn request_body(turn: &Turn, stream: bool) -> ChatRequest {
                         },
                     })
                     .collect(),
-            },
-            Message::Tool { call_id, output } => ChatMessage::Tool {
+            }),
+            Message::Tool { call_id, output } => Some(ChatMessage::Tool {
                 tool_call_id: call_id.clone(),
                 content: output.clone(),
-            },
+            }),
+            // Chat Completions has no place for another protocol's
+            // reasoning or items.
+            Message::Reasoning(_) | Message::Native(_) => None,
         })
         .collect();
     let has_tools = !turn.tools.is_empty();
@@ -218,6 +221,7 @@ impl Assembly {
             tool_calls,
             usage: self.usage,
             finish: self.finish.unwrap_or(Finish::Stop),
+            ..Default::default()
         }
     }
 }
@@ -285,6 +289,10 @@ impl Dialect for Assembly {
 
 #[async_trait]
 impl Upstream for ChatCompletions {
+    fn protocol(&self) -> Option<super::Protocol> {
+        Some(super::Protocol::Chat)
+    }
+
     async fn complete(
         &self,
         turn: &Turn,
@@ -326,12 +334,14 @@ mod tests {
                 name: "shell".into(),
                 description: "run".into(),
                 parameters: json!({"type": "object"}),
+                ..Default::default()
             }],
             tool_choice: ToolChoice::Required,
             temperature: Some(0.2),
             top_p: None,
             max_output_tokens: Some(100),
             parallel_tool_calls: None,
+            ..Default::default()
         }
     }
 

@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 pub use sse::SseLimits;
 
@@ -50,6 +50,110 @@ pub enum Message {
         call_id: String,
         output: String,
     },
+    /// The model's reasoning in an earlier turn (it belongs with the
+    /// assistant message after it: Anthropic's thinking blocks go in it).
+    Reasoning(Reasoning),
+    /// An item only its own protocol reads (a hosted tool's call and
+    /// result, an item reference...): replayed verbatim to an upstream of
+    /// that protocol, left out for the others.
+    Native(NativeItem),
+}
+
+/// A model's reasoning, as an upstream gave it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reasoning {
+    /// The upstream's id for it (OpenAI's `rs_...`), kept for replay.
+    pub id: Option<String>,
+    /// Summary texts (OpenAI's `summary[].text`).
+    pub summary: Vec<String>,
+    /// The reasoning's own text where the upstream shows it (OpenAI's
+    /// `content[].text`, Anthropic's `thinking`).
+    pub text: String,
+    /// What only the protocol that made it can read back.
+    pub sealed: Option<Sealed>,
+}
+
+/// The part of a reasoning only its own protocol verifies: replayed to an
+/// upstream of that protocol, never shown to another.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sealed {
+    /// OpenAI's `encrypted_content`.
+    OpenAi(String),
+    /// The `signature` of Anthropic's `thinking` block.
+    AnthropicSignature(String),
+    /// The `data` of Anthropic's `redacted_thinking` block.
+    AnthropicRedacted(String),
+}
+
+impl Sealed {
+    /// The protocol that can read it.
+    pub fn protocol(&self) -> Protocol {
+        match self {
+            Sealed::OpenAi(_) => Protocol::Responses,
+            Sealed::AnthropicSignature(_) | Sealed::AnthropicRedacted(_) => Protocol::Anthropic,
+        }
+    }
+}
+
+/// Something of one protocol, kept whole: an item of a conversation, a
+/// tool shellgate does not run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NativeItem {
+    pub protocol: Protocol,
+    pub item: Value,
+}
+
+/// What a client asked beyond the neutral fields of a [`Turn`]: each
+/// adapter sends what its protocol can say and names the rest in
+/// [`Upstream::uncarried`], so nothing is lost silently.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Carry {
+    /// How the model should reason (OpenAI's `reasoning`, Anthropic's
+    /// `thinking`, Chat Completions' `reasoning_effort`).
+    pub reasoning: Option<ReasoningRequest>,
+    /// The shape of the answer's text (OpenAI's `text.format`, Chat
+    /// Completions' `response_format`, Anthropic's `output_config`).
+    pub output_format: Option<OutputFormat>,
+    /// Sequences that end the model's text.
+    pub stop: Vec<String>,
+    /// Sample from the `top_k` likeliest tokens.
+    pub top_k: Option<u64>,
+    /// The Responses request's fields shellgate does not act on (its
+    /// `CARRIED` keys), as the client sent them: to a Responses upstream.
+    pub responses: Map<String, Value>,
+    /// The Messages request's fields shellgate does not act on, as the
+    /// client sent them: to an Anthropic upstream.
+    pub anthropic: Map<String, Value>,
+    /// The client's `anthropic-beta` header values: to an Anthropic upstream.
+    pub anthropic_beta: Vec<String>,
+    /// Tools shellgate does not run (hosted tools of one protocol), as the
+    /// client wrote them: to an upstream of that protocol.
+    pub native_tools: Vec<NativeItem>,
+}
+
+/// How a model should reason.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReasoningRequest {
+    /// `minimal`, `low`, `medium`, `high`... as the client wrote it.
+    pub effort: Option<String>,
+    /// OpenAI's `reasoning.summary` (`auto`, `concise`, `detailed`).
+    pub summary: Option<String>,
+    /// Anthropic's `thinking.budget_tokens`.
+    pub budget_tokens: Option<u64>,
+}
+
+/// The shape a model's text must have.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OutputFormat {
+    /// JSON matching `schema`.
+    JsonSchema {
+        name: String,
+        description: Option<String>,
+        schema: Value,
+        strict: Option<bool>,
+    },
+    /// Any JSON object.
+    JsonObject,
 }
 
 /// A call of a tool the model made.
@@ -61,17 +165,30 @@ pub struct ToolCall {
     pub arguments: String,
 }
 
-/// A tool the model may call (a function with JSON-schema parameters).
-#[derive(Debug, Clone, PartialEq)]
+/// A tool the model may call: a function with JSON-schema parameters, or
+/// a freeform (`custom`) tool whose call's `arguments` are its raw input.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ToolSpec {
     pub name: String,
     pub description: String,
     pub parameters: Value,
+    /// `Some`: a freeform tool (OpenAI's `custom`), with its input's format.
+    pub custom: Option<CustomFormat>,
+}
+
+/// The input format of a freeform tool.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CustomFormat {
+    /// Any text.
+    Text,
+    /// Text in a grammar: `syntax` (`lark`, `regex`) and its `definition`.
+    Grammar { syntax: String, definition: String },
 }
 
 /// Which tool the model must call, if any.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum ToolChoice {
+    #[default]
     Auto,
     Required,
     None,
@@ -79,7 +196,7 @@ pub enum ToolChoice {
 }
 
 /// One model turn asked of an upstream.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Turn {
     pub model: String,
     pub messages: Vec<Message>,
@@ -89,6 +206,8 @@ pub struct Turn {
     pub top_p: Option<f64>,
     pub max_output_tokens: Option<u32>,
     pub parallel_tool_calls: Option<bool>,
+    /// What the client asked beyond the fields above.
+    pub carry: Carry,
 }
 
 /// Tokens an upstream counted.
@@ -106,9 +225,10 @@ impl std::ops::AddAssign for Usage {
 }
 
 /// Why a turn ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Finish {
     /// The model finished (an answer, or tool calls).
+    #[default]
     Stop,
     /// It ran out of `max_output_tokens`.
     Length,
@@ -117,12 +237,17 @@ pub enum Finish {
 }
 
 /// An upstream's answer to one turn.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Reply {
     pub text: String,
     pub tool_calls: Vec<ToolCall>,
     pub usage: Usage,
     pub finish: Finish,
+    /// The model's reasoning in this turn (before its text and calls).
+    pub reasoning: Vec<Reasoning>,
+    /// Items of the upstream's own protocol beside text and calls (a
+    /// hosted tool's call and result): output as they are, replayed to it.
+    pub native: Vec<NativeItem>,
 }
 
 /// Pieces of a reply as they arrive.
@@ -192,6 +317,19 @@ pub trait Upstream: Send + Sync {
         turn: &Turn,
         deltas: Option<&DeltaSink>,
     ) -> Result<Reply, UpstreamError>;
+
+    /// The protocol it speaks (`None`: a test's scripted model).
+    fn protocol(&self) -> Option<Protocol> {
+        None
+    }
+
+    /// What of `carry` (and of a turn's tools and items) this upstream
+    /// cannot send, each named as the client wrote it (`reasoning`,
+    /// `tools[7] (web_search)`...): the server reports them, never drops
+    /// them silently.
+    fn uncarried(&self, _carry: &Carry) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// The wire protocol of an upstream.
@@ -355,6 +493,7 @@ mod tests {
                 tool_calls: Vec::new(),
                 usage: Usage::default(),
                 finish: Finish::Stop,
+                ..Default::default()
             })
         }
     }
@@ -369,6 +508,7 @@ mod tests {
             top_p: None,
             max_output_tokens: None,
             parallel_tool_calls: None,
+            ..Default::default()
         }
     }
 

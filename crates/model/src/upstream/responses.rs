@@ -106,6 +106,9 @@ pub fn request_body(turn: &Turn, stream: bool) -> Request {
                     extra: Map::new(),
                 }))
             }
+            // Reasoning items and the Responses API's own items: not yet
+            // carried.
+            Message::Reasoning(_) | Message::Native(_) => {}
         }
     }
     let has_tools = !turn.tools.is_empty();
@@ -254,6 +257,7 @@ pub fn parse_response(response: Answer) -> Result<Reply, UpstreamError> {
             output_tokens: usage.output_tokens,
         },
         finish,
+        ..Default::default()
     })
 }
 
@@ -345,6 +349,10 @@ impl Dialect for Stream {
 
 #[async_trait]
 impl Upstream for Responses {
+    fn protocol(&self) -> Option<super::Protocol> {
+        Some(super::Protocol::Responses)
+    }
+
     async fn complete(
         &self,
         turn: &Turn,
@@ -387,12 +395,14 @@ mod tests {
                 name: "shell".into(),
                 description: "d".into(),
                 parameters: json!({"type": "object"}),
+                ..Default::default()
             }],
             tool_choice: ToolChoice::Named("shell".into()),
             temperature: None,
             top_p: None,
             max_output_tokens: None,
             parallel_tool_calls: None,
+            ..Default::default()
         };
         let body = serde_json::to_value(request_body(&turn, false)).unwrap();
         assert_eq!(body["instructions"], "sys");
