@@ -201,9 +201,10 @@ impl Summary {
             ImageStatus::Failed { message } => {
                 format!("build failed, containers use `host`: {message}")
             }
-            ImageStatus::Missing => {
-                "missing: containers use `host` (shellgate image build makes it)".to_owned()
-            }
+            ImageStatus::Missing => format!(
+                "missing: containers use `host`; `shellgate image build {}` makes it",
+                self.default_image
+            ),
         }
     }
 }
