@@ -48,9 +48,13 @@ pub struct Route {
 pub enum ImageStatus {
     Ready,
     /// Being built in the background (a fraction done).
-    Building { progress: f64 },
+    Building {
+        progress: f64,
+    },
     /// A background build failed (containers use `host`).
-    Failed { message: String },
+    Failed {
+        message: String,
+    },
     /// Not there and not being built (containers use `host`).
     Missing,
 }
@@ -67,7 +71,8 @@ pub struct Summary {
 }
 
 /// What the model APIs do without an upstream (the summary says it).
-const NO_UPSTREAM: &str = "none configured: the model APIs will answer 503 (set upstream_url or [[upstreams]])";
+const NO_UPSTREAM: &str =
+    "none configured: the model APIs will answer 503 (set upstream_url or [[upstreams]])";
 
 impl Summary {
     /// Gathers the summary of a server opened with `generated_key` (what
@@ -179,15 +184,15 @@ impl Summary {
                 "created {key} for project \"default\" (shown once; also in {})",
                 file.display()
             ),
-            ApiKeys::Configured { count } => format!(
-                "{count} from the configuration (api_keys / SHELLGATE_API_KEYS)"
-            ),
+            ApiKeys::Configured { count } => {
+                format!("{count} from the configuration (api_keys / SHELLGATE_API_KEYS)")
+            }
             ApiKeys::Stored {
                 file: Some(file), ..
             } => format!("the first start's key is in {}", file.display()),
-            ApiKeys::Stored { count, file: None } => format!(
-                "{count} in the store (shellgate keys create --project NAME makes another)"
-            ),
+            ApiKeys::Stored { count, file: None } => {
+                format!("{count} in the store (shellgate keys create --project NAME makes another)")
+            }
         }
     }
 
@@ -256,7 +261,9 @@ fn without_credentials(url: &str) -> String {
         Some(slash) => rest.split_at(slash),
         None => (rest, ""),
     };
-    let host = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
     format!("{scheme}://{host}{path}")
 }
 

@@ -9,7 +9,10 @@ use shellgate_server::config::LogFormat;
 /// Whether colour codes (ANSI escapes) may go to stderr: only to a terminal,
 /// and never when `NO_COLOR` is set to anything (<https://no-color.org>).
 pub(crate) fn stderr_colours() -> bool {
-    colours(std::io::stderr().is_terminal(), std::env::var_os("NO_COLOR"))
+    colours(
+        std::io::stderr().is_terminal(),
+        std::env::var_os("NO_COLOR"),
+    )
 }
 
 /// [`stderr_colours`] for a stream that is (or is not) a terminal and a

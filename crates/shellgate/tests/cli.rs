@@ -522,7 +522,12 @@ fn free_port() -> u16 {
 /// `shellgate serve` on a fresh data directory inside `dir`, its stderr in
 /// `dir/stderr` (a file: not a terminal), the default image neither built
 /// nor there, nothing warmed.
-fn serve_logged(dir: &TempDir, port: u16, args: &[&str], env: &[(&str, &str)]) -> std::process::Child {
+fn serve_logged(
+    dir: &TempDir,
+    port: u16,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> std::process::Child {
     let stderr = std::fs::File::create(dir.path().join("stderr")).unwrap();
     let mut command = Command::new(BINARY);
     command
@@ -556,7 +561,10 @@ fn wait_healthy(child: &mut std::process::Child, port: u16) {
         },
         Duration::from_secs(60),
     );
-    assert!(up && matches!(child.try_wait(), Ok(None)), "the server did not start");
+    assert!(
+        up && matches!(child.try_wait(), Ok(None)),
+        "the server did not start"
+    );
 }
 
 /// Stops a server with SIGTERM and waits for it.
@@ -638,7 +646,10 @@ fn serve_logs_json_off_a_terminal_with_a_summary_and_no_upstream_answers_503() {
     assert_eq!(fields["data_dir"], data_dir.to_str().unwrap());
     // The key was just made: shown once, with its file.
     let keys = fields["api_key"].as_str().unwrap();
-    assert!(keys.contains(key) && keys.contains("initial-api-key"), "{keys}");
+    assert!(
+        keys.contains(key) && keys.contains("initial-api-key"),
+        "{keys}"
+    );
     assert!(
         fields["upstreams"]
             .as_str()
@@ -734,7 +745,9 @@ fn scripted_responses_api(command: &'static str) -> u16 {
             };
             let mut events = String::new();
             if turn > 0 {
-                events.push_str("data: {\"type\":\"response.output_text.delta\",\"delta\":\"done\"}\n\n");
+                events.push_str(
+                    "data: {\"type\":\"response.output_text.delta\",\"delta\":\"done\"}\n\n",
+                );
             }
             let completed = serde_json::json!({"type": "response.completed", "response": {
                 "id": format!("resp_{turn}"), "object": "response", "status": "completed",
@@ -786,18 +799,27 @@ fn local_off_a_terminal_exits_3_when_its_policy_rejected_commands_and_writes_no_
     let stdout = String::from_utf8_lossy(&rejected.stdout);
     assert_eq!(rejected.status.code(), Some(3), "{stderr}");
     assert!(!dir.path().join("should-not-exist").exists());
-    assert!(stdout.contains("done"), "the model still answered: {stdout}");
+    assert!(
+        stdout.contains("done"),
+        "the model still answered: {stdout}"
+    );
     assert!(
         stderr.contains("not running `touch should-not-exist`")
             && stderr.contains("the policy rejected 1 command"),
         "{stderr}"
     );
-    assert!(!stderr.contains("\x1b[") && !stdout.contains("\x1b["), "{stderr:?}");
+    assert!(
+        !stderr.contains("\x1b[") && !stdout.contains("\x1b["),
+        "{stderr:?}"
+    );
     // What the policy lets run exits 0, its echo plain text.
     let ran = local_piped(&dir, "echo ran > ran.txt", "never-ask");
     let stderr = String::from_utf8_lossy(&ran.stderr);
     assert_eq!(ran.status.code(), Some(0), "{stderr}");
-    assert_eq!(std::fs::read_to_string(dir.path().join("ran.txt")).unwrap(), "ran\n");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("ran.txt")).unwrap(),
+        "ran\n"
+    );
     assert!(stderr.contains("$ echo ran > ran.txt\n"), "{stderr:?}");
     assert!(!stderr.contains("\x1b["), "{stderr:?}");
 }
@@ -828,7 +850,13 @@ fn local_on_a_terminal_dims_the_command_unless_no_color_is_set() {
         String::from_utf8_lossy(&output.stdout).into_owned()
     };
     let coloured = on_a_terminal(None);
-    assert!(coloured.contains("\x1b[2m$ echo hello\x1b[0m"), "{coloured:?}");
+    assert!(
+        coloured.contains("\x1b[2m$ echo hello\x1b[0m"),
+        "{coloured:?}"
+    );
     let plain = on_a_terminal(Some("1"));
-    assert!(plain.contains("$ echo hello") && !plain.contains("\x1b["), "{plain:?}");
+    assert!(
+        plain.contains("$ echo hello") && !plain.contains("\x1b["),
+        "{plain:?}"
+    );
 }

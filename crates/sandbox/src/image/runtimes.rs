@@ -118,11 +118,7 @@ mod tests {
 
     #[test]
     fn a_runtime_is_found_when_its_command_succeeds_and_prints_a_version() {
-        let results = vec![
-            result("3.11.2\n", 0),
-            result("", 0),
-            result("10.1.0", 127),
-        ];
+        let results = vec![result("3.11.2\n", 0), result("", 0), result("10.1.0", 127)];
         let found = found(&results);
         assert_eq!(found.get("python").map(String::as_str), Some("3.11.2"));
         assert_eq!(found.len(), 1, "{found:?}");
