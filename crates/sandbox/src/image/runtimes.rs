@@ -13,7 +13,7 @@ use crate::engine::LocalEngine;
 use crate::error::SandboxError;
 
 /// The runtimes looked for, and the command that prints each one's version
-/// (nothing, or a failure, when it is not there).
+/// (its first word is the program that must be there).
 pub const RUNTIMES: &[(&str, &str)] = &[
     ("python", "python3 --version 2>&1 | cut -d' ' -f2"),
     ("node", "node --version | tr -d v"),
@@ -32,11 +32,17 @@ pub const RUNTIMES: &[(&str, &str)] = &[
 /// builds matplotlib's font cache, which is slow on a slow machine).
 pub const TIMEOUT_MS: u64 = 120_000;
 
-/// The version commands, in [`RUNTIMES`]'s order.
+/// The version commands, in [`RUNTIMES`]'s order. Each runs only if its
+/// program is on the `PATH`: a pipeline's status is its last command's, so
+/// `java -version 2>&1 | head -1 | cut ...` without java would succeed and
+/// print the shell's "command not found" as the version.
 pub fn commands() -> Vec<String> {
     RUNTIMES
         .iter()
-        .map(|(_, command)| (*command).to_owned())
+        .map(|(_, command)| {
+            let program = command.split_whitespace().next().unwrap_or_default();
+            format!("command -v {program} >/dev/null 2>&1 && {command}")
+        })
         .collect()
 }
 
@@ -114,6 +120,14 @@ mod tests {
             duration_ms: 0,
             bytes_out: 0,
         }
+    }
+
+    #[test]
+    fn each_version_command_first_checks_that_its_program_is_there() {
+        let commands = commands();
+        assert_eq!(commands.len(), RUNTIMES.len());
+        assert!(commands[3].starts_with("command -v java >/dev/null 2>&1 && java -version"));
+        assert!(commands[7].starts_with("command -v python3 >/dev/null 2>&1 && python3 -c"));
     }
 
     #[test]
