@@ -85,24 +85,26 @@ impl Summary {
         let config = &state.config;
         let key_file = config.data_dir.join(INITIAL_KEY_FILE);
         let configured = config.seeded_keys().len();
+        // The file system is read on a blocking thread, as the store is.
+        let engine = Arc::clone(&state.engine);
+        let file = key_file.clone();
+        let (images, key_file_there) = tokio::task::spawn_blocking(move || {
+            let there = std::fs::symlink_metadata(&file).is_ok_and(|m| m.is_file());
+            (engine.images(), there)
+        })
+        .await
+        .unwrap_or_default();
         let api_keys = match generated_key {
             Some(key) => ApiKeys::Generated {
                 key,
                 file: key_file,
             },
             None if configured > 0 => ApiKeys::Configured { count: configured },
-            None => {
-                let count = state.db(|store| store.key_count()).await.unwrap_or(0);
-                let file = std::fs::symlink_metadata(&key_file)
-                    .is_ok_and(|m| m.is_file())
-                    .then_some(key_file);
-                ApiKeys::Stored { count, file }
-            }
+            None => ApiKeys::Stored {
+                count: state.db(|store| store.key_count()).await.unwrap_or(0),
+                file: key_file_there.then_some(key_file),
+            },
         };
-        let engine = Arc::clone(&state.engine);
-        let images = tokio::task::spawn_blocking(move || engine.images())
-            .await
-            .unwrap_or_default();
         let build = state
             .default_image_build
             .lock()

@@ -665,6 +665,19 @@ fn serve_logs_json_off_a_terminal_with_a_summary_and_no_upstream_answers_503() {
             .starts_with("missing"),
         "{fields}"
     );
+    // The next start made no key: it says where the first one is, not what.
+    let mut child = serve_logged(&dir, port, &[], &[]);
+    wait_healthy(&mut child, port);
+    stop(child);
+    let stderr = std::fs::read_to_string(dir.path().join("stderr")).unwrap();
+    let summary: serde_json::Value = stderr
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .find(|e: &serde_json::Value| e["fields"]["message"] == "shellgate is serving")
+        .unwrap_or_else(|| panic!("no summary in {stderr}"));
+    let keys = summary["fields"]["api_key"].as_str().unwrap();
+    assert!(keys.contains("initial-api-key"), "{keys}");
+    assert!(!stderr.contains(key), "the key printed again: {stderr}");
 }
 
 #[test]
