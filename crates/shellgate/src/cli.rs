@@ -48,6 +48,10 @@ enum Command {
     /// Run an agent on this machine: a model (any Responses API) calls the
     /// shell, each command is approved (by you or a policy), run here, and
     /// its output sent back, until the model answers.
+    ///
+    /// Exit status: 0 when the model answered; off a terminal, 3 when it
+    /// answered but the policy rejected a command it asked for; 1 when the
+    /// run failed.
     Local(crate::local::LocalArgs),
 }
 
