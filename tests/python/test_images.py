@@ -144,6 +144,11 @@ def test_a_first_start_builds_the_default_image_in_the_background(upstream):
         assert build["status"] == "ready" and build["progress"] == 1.0, build
         assert len(seen) > 2, seen  # progress moved through mmdebstrap's stages
         assert "image debian-12-slim is built" in server.log.read_text()
+        # Its runtimes are listed as soon as it is ready, without a restart
+        # or an `image verify` (issue 18).
+        listing = client.get("/images", cast_to=object)
+        slim = next(i for i in listing["data"] if i["name"] == "debian-12-slim")
+        assert slim["runtimes"].get("python", "").startswith("3."), slim
         late = client.containers.create(name="after-the-build")
         assert late.image == "debian-12-slim"
         out = exec_commands(client, late.id, ["cat /etc/debian_version; command -v curl || echo no-curl"])

@@ -137,6 +137,22 @@ fn image_build_makes_a_debian_image_from_debian_packages() {
         progress.contains("100%") && progress.contains("extracting"),
         "{progress}"
     );
+    // Its runtimes are recorded by the build itself (GET /v1/images shows
+    // them), no `image verify` needed.
+    assert!(
+        progress.contains("debian-12-slim has python 3."),
+        "{progress}"
+    );
+    let info: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(data.join("sandbox/images/debian-12-slim/info.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(
+        info["runtimes"]["python"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("3.")),
+        "{info}"
+    );
     // A completed build leaves nothing mounted in the image (mmdebstrap's
     // mounts were in its own namespace).
     let data_path = std::fs::canonicalize(&data).unwrap();

@@ -1,9 +1,10 @@
 //! The default image, built in the background on a server start that finds
 //! it missing or built from an older recipe, so that a fresh install (or an
 //! upgrade) gets the seeds' runtime with no extra command (the host tools
-//! the build needs installed first, with apt, when they are missing). Until
-//! a missing one is ready containers use `host` (the log says so, and their
-//! `image` field shows it), an out-of-date one is used as it is; the
+//! the build needs installed first, with apt, when they are missing), its
+//! runtimes recorded when it is done (as `GET /v1/images` shows them).
+//! Until a missing one is ready containers use `host` (the log says so, and
+//! their `image` field shows it), an out-of-date one is used as it is; the
 //! server's `/healthz` reports the build's progress.
 
 use std::sync::{Arc, Mutex};
@@ -11,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use shellgate_sandbox_api::image::{BuildStatus, SharedBuildStatus};
 
 use crate::engine::LocalEngine;
-use crate::image::{HOST_IMAGE, RECIPES};
+use crate::image::{runtimes, HOST_IMAGE, RECIPES};
 
 fn set(status: &SharedBuildStatus, update: impl FnOnce(&mut BuildStatus)) {
     if let Some(current) = status.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
@@ -153,6 +154,23 @@ pub fn start_if_missing(engine: Arc<LocalEngine>, image: &str) -> SharedBuildSta
         };
         match built {
             Ok(_) => {
+                // Before it is said ready: `GET /v1/images` then shows
+                // its runtimes at once, not after an `image verify`.
+                set(&shared, |s| s.message = "finding its runtimes".to_owned());
+                match runtime.block_on(runtimes::record(&engine, &name)) {
+                    Ok(found) => tracing::info!(
+                        "image {name} has {}",
+                        found
+                            .iter()
+                            .map(|(runtime, version)| format!("{runtime} {version}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    Err(e) => tracing::warn!(
+                        "image {name}: its runtimes could not be found (`shellgate image verify \
+                         {name}` retries): {e}"
+                    ),
+                }
                 set(&shared, |s| {
                     s.status = "ready";
                     s.progress = 1.0;
