@@ -183,8 +183,12 @@ pub fn start_if_missing(engine: Arc<LocalEngine>, image: &str) -> SharedBuildSta
                     s.status = "failed";
                     s.message = e.to_string().chars().take(2000).collect();
                 });
+                let meanwhile = match need {
+                    Need::Missing => "`host`",
+                    Need::Stale => "its previous build",
+                };
                 tracing::error!(
-                    "building image {name} failed (containers keep using `host`; \
+                    "building image {name} failed (containers keep using {meanwhile}; \
                      `shellgate image build {name}` retries): {e}"
                 );
             }
