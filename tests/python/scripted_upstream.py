@@ -91,7 +91,8 @@ def as_chat(path, body):
                 messages.append({"role": "tool", "content": item.get("output", "")})
             elif item.get("role"):
                 messages.append({"role": item["role"], "content": item.get("content", "")})
-        tools = [{"function": {"name": t["name"]}} for t in body.get("tools", [])]
+        # A hosted tool (`web_search`) has no name: it goes by its type.
+        tools = [{"function": {"name": t.get("name", t.get("type"))}} for t in body.get("tools", [])]
         return {"model": body.get("model"), "messages": messages, "tools": tools}
     if path.endswith("/messages"):
         messages = []

@@ -100,6 +100,11 @@ pub struct Config {
     pub upstream_max_answer_bytes: u64,
     /// Most bytes of one tool call's arguments in an upstream answer.
     pub upstream_max_tool_call_bytes: u64,
+    /// A request's tools the picked upstream cannot carry (a hosted tool
+    /// such as `web_search` before a non-Responses upstream): `drop` (left
+    /// out, reported in the `x-shellgate-uncarried` header, the response's
+    /// metadata and the log) or `reject` (a 400 naming the tool).
+    pub unsupported_tools: UnsupportedTools,
     /// The built-in prompt-injection rules over user input: `off`, `flag`
     /// (logged), `redact` or `block` (403).
     pub guardrail_input_default: GuardrailDefault,
@@ -221,6 +226,17 @@ impl LogFormat {
             LogFormat::Text => false,
         }
     }
+}
+
+/// What happens to a tool the picked upstream cannot carry.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnsupportedTools {
+    /// Left out of the model's tools, and reported.
+    #[default]
+    Drop,
+    /// The request is refused (400, `param` `tools[i]`).
+    Reject,
 }
 
 /// What the built-in guardrail rules do over one target by default.
@@ -419,6 +435,7 @@ impl Default for Config {
             max_input_file_bytes: 64 << 20,
             upstream_max_answer_bytes: 32 * 1024 * 1024,
             upstream_max_tool_call_bytes: 4 * 1024 * 1024,
+            unsupported_tools: UnsupportedTools::Drop,
             upstreams: Vec::new(),
             sandbox_price_per_second: 0.0001,
             guardrail_input_default: GuardrailDefault::Flag,
