@@ -45,6 +45,11 @@ pub struct ChatRequest {
     pub response_format: Option<served::ResponseFormat>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stop: Vec<String>,
+    /// Fields a client gave that Chat Completions takes under the same
+    /// name (`prompt_cache_key`, `metadata`...), as the client wrote them.
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: serde_json::Map<String, Value>,
 }
 
 /// `stream_options`: `include_usage` asks for a last chunk with the usage.

@@ -400,6 +400,15 @@ impl Upstream for Anthropic {
         Some(super::Protocol::Anthropic)
     }
 
+    // The model list and the start-up summary (issue 18's `chat` branch).
+    fn url(&self) -> Option<&str> {
+        Some(&self.endpoint.config.url)
+    }
+
+    async fn models(&self) -> Option<Result<Vec<super::UpstreamModel>, UpstreamError>> {
+        Some(self.endpoint.models().await)
+    }
+
     async fn complete(
         &self,
         turn: &Turn,
