@@ -382,6 +382,14 @@ impl Harness {
         }
     }
 
+    /// This harness with `upstreams` as its model routes.
+    pub fn with_upstreams(mut self, upstreams: shellgate_model::upstream::Router) -> Self {
+        if let Some(state) = Arc::get_mut(&mut self.state) {
+            state.upstreams = upstreams;
+        }
+        self
+    }
+
     /// Sends one request through the real router.
     pub async fn send(&self, request: Request<Body>) -> Answer {
         let response = crate::router(Arc::clone(&self.state))

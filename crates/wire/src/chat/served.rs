@@ -451,10 +451,10 @@ mod tests {
             request.tool_choice,
             Some(RequestToolChoice::Named(NamedChoice { ref kind, .. })) if kind == "function"
         ));
-        assert!(
-            serde_json::from_value::<ChatCompletionRequest>(json!({"messages": [{"role": "robot"}]}))
-                .is_err()
-        );
+        assert!(serde_json::from_value::<ChatCompletionRequest>(
+            json!({"messages": [{"role": "robot"}]})
+        )
+        .is_err());
     }
 
     #[test]
