@@ -133,3 +133,16 @@ def test_litellm_completion_and_responses(server, upstream):
     assert outputs, response.output
     output = outputs[0] if isinstance(outputs[0], dict) else outputs[0].model_dump()
     assert output["output"][0]["stdout"] == "from-litellm\n"
+
+
+def test_a_passed_through_stream_is_bounded_like_a_turn(fresh_server, upstream):
+    # An upstream that streams for ever is cut off at the answer's cap, and
+    # the client's stream ends with an error event saying so.
+    server = fresh_server(upstream_max_answer_bytes=300000)
+    client = server.client()
+    stream = client.chat.completions.create(
+        model="scripted-endless", messages=[{"role": "user", "content": "go"}], stream=True)
+    with pytest.raises(openai.APIError) as cut:
+        for _ in stream:
+            pass
+    assert "larger than the limit of 300000 bytes" in str(cut.value)

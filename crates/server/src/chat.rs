@@ -283,6 +283,45 @@ impl Drop for StreamMeter {
     }
 }
 
+/// The bytes of an event stream, given on at each event's end (the blank
+/// line after it), so that a stream cut off mid-event is cut between two.
+#[derive(Default)]
+struct WholeEvents {
+    pending: Vec<u8>,
+}
+
+impl WholeEvents {
+    /// The bytes up to the last event's end so far.
+    fn take(&mut self, piece: &[u8]) -> Vec<u8> {
+        // Only the new bytes (and the three before them, where an end may
+        // begin) can hold an end: what was pending holds none.
+        let start = self.pending.len().saturating_sub(3);
+        self.pending.extend_from_slice(piece);
+        let fresh = &self.pending[start..];
+        let lf = fresh
+            .windows(2)
+            .rposition(|pair| pair == b"\n\n" || pair == b"\r\r")
+            .map(|at| start + at + 2);
+        let crlf = fresh
+            .windows(4)
+            .rposition(|four| four == b"\r\n\r\n")
+            .map(|at| start + at + 4);
+        let end = lf.max(crlf);
+        match end {
+            Some(end) => {
+                let rest = self.pending.split_off(end);
+                std::mem::replace(&mut self.pending, rest)
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// What is left once the stream ended as it should.
+    fn rest(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.pending)
+    }
+}
+
 /// The error event of a stream that broke off (the SDKs raise it).
 fn error_event(error: ApiError) -> String {
     serde_json::to_string(&error.envelope()).unwrap_or_default()
@@ -332,16 +371,34 @@ async fn pass_through(
         })),
         usage: Usage::default(),
     };
-    let body = ReceiverStream::new(pieces).map(move |piece| {
-        let bytes = match piece {
-            Ok(bytes) => bytes,
-            // The stream broke off (a bound ran out, the upstream went
-            // away): its last event says why.
-            Err(error) => format!("data: {}\n\n", error_event(upstream_error(error))).into_bytes(),
-        };
-        meter.see(&bytes);
-        Ok::<_, Infallible>(bytes)
+    // Whole events only reach the client: one cut off by a bound is
+    // dropped, and the error event after it reads cleanly.
+    let (sender, receiver) = tokio::sync::mpsc::channel::<Vec<u8>>(16);
+    tokio::spawn(async move {
+        let mut events = WholeEvents::default();
+        while let Some(piece) = pieces.recv().await {
+            let whole = match piece {
+                Ok(bytes) => events.take(&bytes),
+                // The stream broke off (a bound ran out, the upstream went
+                // away): its last event says why.
+                Err(error) => {
+                    let event = format!("data: {}\n\n", error_event(upstream_error(error)));
+                    let _ = sender.send(event.into_bytes()).await;
+                    return;
+                }
+            };
+            meter.see(&whole);
+            if !whole.is_empty() && sender.send(whole).await.is_err() {
+                return;
+            }
+        }
+        let rest = events.rest();
+        meter.see(&rest);
+        if !rest.is_empty() {
+            let _ = sender.send(rest).await;
+        }
     });
+    let body = ReceiverStream::new(receiver).map(Ok::<_, Infallible>);
     Ok((
         [
             (header::CONTENT_TYPE, "text/event-stream"),
@@ -1268,6 +1325,16 @@ mod tests {
                 .unwrap()
                 .to_owned()
         }
+    }
+
+    #[test]
+    fn a_stream_is_given_on_whole_events_at_a_time() {
+        let mut events = WholeEvents::default();
+        assert_eq!(events.take(b"data: {\"a\""), b"");
+        assert_eq!(events.take(b":1}\n\ndata: {\"b"), b"data: {\"a\":1}\n\n");
+        assert_eq!(events.take(b"\":2}\r\n\r\n"), b"data: {\"b\":2}\r\n\r\n");
+        assert_eq!(events.take(b"data: [DONE]"), b"");
+        assert_eq!(events.rest(), b"data: [DONE]");
     }
 
     /// The `data` of each event of an event stream.
