@@ -91,19 +91,20 @@ def test_the_shell_tools_are_refused_naming_the_apis_that_run_them(client, upstr
     assert len(upstream.requests) == before
 
 
-def test_a_chat_completion_to_a_responses_upstream_is_translated(fresh_server, upstream):
-    server = fresh_server(upstream_protocol="responses")
+@pytest.mark.parametrize("protocol", ["responses", "anthropic"])
+def test_a_chat_completion_to_another_protocol_is_translated(fresh_server, upstream, protocol):
+    server = fresh_server(upstream_protocol=protocol)
     client = server.client()
     raw = client.chat.completions.with_raw_response.create(
         model="scripted", messages=[{"role": "user", "content": "hello"}], seed=1)
     completion = raw.parse()
     assert completion.object == "chat.completion"
     assert completion.choices[0].message.content == "Hello from the scripted model."
-    assert completion.usage.prompt_tokens == 11
-    # What a Responses upstream cannot take is named, not silently lost.
+    assert completion.usage.prompt_tokens == {"responses": 11, "anthropic": 12}[protocol]
+    # What the upstream cannot take is named, not silently lost.
     assert raw.headers["x-shellgate-uncarried"] == "seed"
     sent = upstream.requests[-1]
-    assert sent["input"][0]["role"] == "user"
+    assert (sent["input"] if protocol == "responses" else sent["messages"])[0]["role"] == "user"
     # A tool call comes back for the client to run, streamed too.
     completion = client.chat.completions.create(
         model="scripted", messages=[{"role": "user", "content": 'Call lookup: {"q": 2}'}], tools=[LOOKUP])

@@ -390,6 +390,16 @@ impl Harness {
         self
     }
 
+    /// This harness with the guardrails of its configuration (the
+    /// harness's state is built without them).
+    pub fn with_guardrails(mut self) -> Self {
+        if let Some(state) = Arc::get_mut(&mut self.state) {
+            let guardrails = crate::guardrails::Guardrails::from_config(&state.config).unwrap();
+            state.guardrails = Arc::new(guardrails);
+        }
+        self
+    }
+
     /// Sends one request through the real router.
     pub async fn send(&self, request: Request<Body>) -> Answer {
         let response = crate::router(Arc::clone(&self.state))
