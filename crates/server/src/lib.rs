@@ -8,6 +8,7 @@
 mod admission;
 mod auth;
 mod billing;
+mod catalog;
 mod chat;
 pub mod clock;
 pub mod config;

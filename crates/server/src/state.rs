@@ -41,7 +41,7 @@ pub struct AppState {
     /// Upstream models by name.
     pub(crate) upstreams: shellgate_model::upstream::Router,
     /// The upstreams' model lists, kept briefly (`GET /v1/models`).
-    pub(crate) models: crate::models::Catalog,
+    pub(crate) models: crate::catalog::Catalog,
     /// Prompt-injection rules, per project.
     pub(crate) guardrails: Arc<crate::guardrails::Guardrails>,
     /// Background responses still running, to cancel them.
