@@ -54,6 +54,10 @@ def test_a_chat_completion_reaches_a_chat_upstream_verbatim_with_its_own_key(fre
         client.chat.completions.create(model="scripted-500", messages=messages)
     assert failed.value.status_code == 502
     assert "the model crashed" in failed.value.message
+    with pytest.raises(openai.APIStatusError) as failed:
+        client.chat.completions.create(model="scripted-garbage", messages=messages)
+    assert failed.value.status_code == 502
+    assert "not a completion" in failed.value.message
 
 
 def test_a_chat_completion_streams_through_the_sdk(client, upstream):

@@ -344,11 +344,15 @@ async fn pass_through(
         while let Some(piece) = pieces.recv().await {
             whole.extend_from_slice(&piece.map_err(upstream_error)?);
         }
-        if let Ok(ChatCompletion {
-            usage: Some(counted),
-            ..
-        }) = serde_json::from_slice::<ChatCompletion>(&whole)
-        {
+        // What is no completion at all (not JSON, not an object) is the
+        // gateway's error, never handed on as if it were one.
+        let completion = serde_json::from_slice::<ChatCompletion>(&whole).map_err(|_| {
+            let text = String::from_utf8_lossy(&whole[..whole.len().min(200)]).into_owned();
+            upstream_error(UpstreamError::Malformed(format!(
+                "not a completion: {text}"
+            )))
+        })?;
+        if let Some(counted) = completion.usage {
             let usage = Usage {
                 input_tokens: counted.prompt_tokens,
                 output_tokens: counted.completion_tokens,
