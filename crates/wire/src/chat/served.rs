@@ -149,10 +149,10 @@ pub struct RequestPart {
 /// A tool call of an assistant message a client replays.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct RequestToolCall {
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
     /// `function` (the default) or `custom`.
-    #[serde(rename = "type", default)]
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub function: Option<RequestFunctionCall>,
@@ -167,7 +167,7 @@ pub struct RequestToolCall {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct RequestFunctionCall {
     pub name: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arguments: Option<Arguments>,
 }
 
@@ -455,6 +455,16 @@ mod tests {
             json!({"messages": [{"role": "robot"}]})
         )
         .is_err());
+        // Messages read back as they were written (what a guardrail's
+        // redaction sends on).
+        let messages = json!([
+            {"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}], "name": "ann"},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}], "refusal": null},
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+        ]);
+        let typed: Vec<RequestMessage> = serde_json::from_value(messages.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&typed).unwrap(), messages);
     }
 
     #[test]
