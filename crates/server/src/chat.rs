@@ -180,25 +180,72 @@ async fn guard(
     }
     let (guardrails, owner) = (Arc::clone(&state.guardrails), project.to_owned());
     let mut messages = std::mem::take(&mut checked.request.messages);
-    let (messages, changed) = tokio::task::spawn_blocking(move || {
-        let mut changed = false;
+    let mut tools = checked.request.tools.take();
+    let (messages, tools, changed) = tokio::task::spawn_blocking(move || {
+        let mut changed = (false, false);
         for text in input_texts(&mut messages) {
             let guarded = guardrails.guard_text(&owner, "input", text)?;
             if guarded != *text {
                 *text = guarded;
-                changed = true;
+                changed.0 = true;
             }
         }
-        Ok::<_, ApiError>((messages, changed))
+        if let Some(tools) = &mut tools {
+            changed.1 = guard_functions(&guardrails, &owner, tools)?;
+        }
+        Ok::<_, ApiError>((messages, tools, changed))
     })
     .await
     .map_err(|e| ApiError::internal(format!("guardrail: {e}")))??;
-    if changed {
-        body["messages"] = serde_json::to_value(&messages)
-            .map_err(|e| ApiError::internal(format!("guarded messages: {e}")))?;
+    let written = |what: &str, value: serde_json::Result<Value>| {
+        value.map_err(|e| ApiError::internal(format!("guarded {what}: {e}")))
+    };
+    if changed.0 {
+        body["messages"] = written("messages", serde_json::to_value(&messages))?;
+    }
+    if changed.1 {
+        body["tools"] = written("tools", serde_json::to_value(&tools))?;
     }
     checked.request.messages = messages;
+    checked.request.tools = tools;
     Ok(())
+}
+
+/// Checks the function tools' descriptions and schemas as the Responses
+/// API's are (the model reads them as it reads instructions); answers
+/// whether a redaction changed any.
+fn guard_functions(
+    guardrails: &crate::guardrails::Guardrails,
+    project: &str,
+    tools: &mut [RequestTool],
+) -> ApiResult<bool> {
+    use shellgate_model::tools::{Function, Tools};
+    let functions = tools.iter_mut().filter_map(|tool| tool.function.as_mut());
+    let mut functions: Vec<_> = functions.collect();
+    let mut checked = Tools {
+        functions: functions
+            .iter()
+            .map(|function| Function {
+                name: function.name.clone(),
+                description: function.description.clone().unwrap_or_default(),
+                parameters: function.parameters.clone().unwrap_or_default(),
+            })
+            .collect(),
+        ..Default::default()
+    };
+    guardrails.guard_tools(project, &mut checked)?;
+    let mut changed = false;
+    for (function, guarded) in functions.iter_mut().zip(checked.functions) {
+        if guarded.description != function.description.clone().unwrap_or_default() {
+            function.description = Some(guarded.description);
+            changed = true;
+        }
+        if guarded.parameters != function.parameters.clone().unwrap_or_default() {
+            function.parameters = Some(guarded.parameters);
+            changed = true;
+        }
+    }
+    Ok(changed)
 }
 
 pub async fn create(
@@ -1355,6 +1402,11 @@ mod tests {
             if blocked {
                 assert_eq!(answer.error(403)["code"], "prompt_injection_detected");
                 assert!(turns.is_empty());
+                // A function's description is read as instructions are.
+                let tool = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}],
+                    "tools": [{"type": "function", "function": {"name": "f", "description": injection}}]});
+                let answer = harness.post("/v1/chat/completions", tool).await;
+                assert_eq!(answer.error(403)["code"], "prompt_injection_detected");
             } else {
                 answer.ok();
                 let Message::User(text) = &turns[0].messages[0] else {
