@@ -160,7 +160,13 @@ impl Endpoint {
         let (sender, receiver) = tokio::sync::mpsc::channel(16);
         tokio::spawn(async move {
             loop {
-                let piece = match budget.wait(response.chunk()).await {
+                let read = tokio::select! {
+                    // The client left: the upstream's connection closes now,
+                    // not at its next piece.
+                    () = sender.closed() => return,
+                    read = budget.wait(response.chunk()) => read,
+                };
+                let piece = match read {
                     Err(e) => Err(e),
                     Ok(Err(e)) => Err(UpstreamError::Unreachable(e.to_string())),
                     Ok(Ok(None)) => return,
