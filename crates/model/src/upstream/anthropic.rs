@@ -400,15 +400,6 @@ impl Upstream for Anthropic {
         Some(super::Protocol::Anthropic)
     }
 
-    // The model list and the start-up summary (issue 18's `chat` branch).
-    fn url(&self) -> Option<&str> {
-        Some(&self.endpoint.config.url)
-    }
-
-    async fn models(&self) -> Option<Result<Vec<super::UpstreamModel>, UpstreamError>> {
-        Some(self.endpoint.models().await)
-    }
-
     async fn complete(
         &self,
         turn: &Turn,
@@ -418,6 +409,15 @@ impl Upstream for Anthropic {
         self.endpoint
             .complete(&body, Stream::default(), deltas)
             .await
+    }
+
+    // The model list and the start-up summary (issue 18's `chat` branch).
+    fn url(&self) -> Option<&str> {
+        Some(&self.endpoint.config.url)
+    }
+
+    async fn models(&self) -> Option<Result<Vec<super::UpstreamModel>, UpstreamError>> {
+        Some(self.endpoint.models().await)
     }
 }
 

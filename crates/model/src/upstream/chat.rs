@@ -414,6 +414,17 @@ impl Upstream for ChatCompletions {
         uncarried_fields(carry)
     }
 
+    async fn complete(
+        &self,
+        turn: &Turn,
+        deltas: Option<&DeltaSink>,
+    ) -> Result<Reply, UpstreamError> {
+        let body = request_body(turn, true);
+        self.endpoint
+            .complete(&body, Assembly::default(), deltas)
+            .await
+    }
+
     fn url(&self) -> Option<&str> {
         Some(&self.endpoint.config.url)
     }
@@ -424,17 +435,6 @@ impl Upstream for ChatCompletions {
 
     async fn forward_chat(&self, body: Vec<u8>) -> Option<Result<super::Forwarded, UpstreamError>> {
         Some(self.endpoint.forward(body).await)
-    }
-
-    async fn complete(
-        &self,
-        turn: &Turn,
-        deltas: Option<&DeltaSink>,
-    ) -> Result<Reply, UpstreamError> {
-        let body = request_body(turn, true);
-        self.endpoint
-            .complete(&body, Assembly::default(), deltas)
-            .await
     }
 }
 

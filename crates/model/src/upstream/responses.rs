@@ -353,15 +353,6 @@ impl Upstream for Responses {
         Some(super::Protocol::Responses)
     }
 
-    // The model list and the start-up summary (issue 18's `chat` branch).
-    fn url(&self) -> Option<&str> {
-        Some(&self.endpoint.config.url)
-    }
-
-    async fn models(&self) -> Option<Result<Vec<super::UpstreamModel>, UpstreamError>> {
-        Some(self.endpoint.models().await)
-    }
-
     async fn complete(
         &self,
         turn: &Turn,
@@ -371,6 +362,15 @@ impl Upstream for Responses {
         self.endpoint
             .complete(&body, Stream::default(), deltas)
             .await
+    }
+
+    // The model list and the start-up summary (issue 18's `chat` branch).
+    fn url(&self) -> Option<&str> {
+        Some(&self.endpoint.config.url)
+    }
+
+    async fn models(&self) -> Option<Result<Vec<super::UpstreamModel>, UpstreamError>> {
+        Some(self.endpoint.models().await)
     }
 }
 
