@@ -128,15 +128,23 @@ impl Endpoint {
             self.config.url.trim_end_matches('/'),
             self.route.path
         );
-        let request = self
+        let mut request = self
             .client
             .post(url)
             .header("content-type", "application/json")
             .body(body.to_vec());
-        self.authorize(request)
+        for (name, value) in self.route.headers {
+            request = request.header(*name, *value);
+        }
+        match (&self.config.api_key, self.route.auth) {
+            (Some(key), Auth::Bearer) => request.bearer_auth(key),
+            (Some(key), Auth::Header(name)) => request.header(name, key),
+            (None, _) => request,
+        }
     }
 
-    /// The route's headers and the upstream's key on `request`.
+    /// The route's headers and the upstream's key on `request` (what
+    /// [`Endpoint::request`] puts on a turn's).
     fn authorize(&self, mut request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
         for (name, value) in self.route.headers {
             request = request.header(*name, *value);
@@ -154,7 +162,20 @@ impl Endpoint {
     /// retried as a turn's is; any other status but 2xx is an error.
     pub async fn forward(&self, body: Vec<u8>) -> Result<super::Forwarded, UpstreamError> {
         let mut budget = Budget::turn(&self.config);
-        let mut response = send(&self.config, &budget, || self.request(&body)).await?;
+        let url = format!(
+            "{}/{}",
+            self.config.url.trim_end_matches('/'),
+            self.route.path
+        );
+        let post = || {
+            let request = self
+                .client
+                .post(&url)
+                .header("content-type", "application/json")
+                .body(body.clone());
+            self.authorize(request)
+        };
+        let mut response = send(&self.config, &budget, post).await?;
         let event_stream = is_event_stream(&response);
         // Room for a few pieces: the reader waits for the client beyond it.
         let (sender, receiver) = tokio::sync::mpsc::channel(16);
