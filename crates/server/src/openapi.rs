@@ -501,6 +501,12 @@ fn build() -> (serde_json::Value, Vec<String>) {
     let versions = d.list::<wire::SkillVersion>("SkillVersionList");
     let version_deleted = d.schema::<wire::SkillVersionDeleted>();
     let error = d.schema::<wire::ErrorEnvelope>();
+    use wire::chat::served;
+    let chat_request = d.scoped::<served::ChatCompletionRequest>("chat", "ChatCompletionRequest");
+    let chat_completion = d.scoped::<served::Completion>("chat", "Completion");
+    d.scoped::<served::CompletionChunk>("chat", "CompletionChunk");
+    let model = d.schema::<wire::models::Model>();
+    let models = d.schema::<wire::models::ModelList>();
     use wire::{messages, responses};
     let response = d.scoped::<responses::Response>("responses", "Response");
     // `input`'s schema is referred to but not collected by the derive.
@@ -512,12 +518,6 @@ fn build() -> (serde_json::Value, Vec<String>) {
     let create_message = d.scoped::<messages::CreateMessage>("messages", "CreateMessage");
     let message = d.scoped::<messages::Message>("messages", "Message");
     let anthropic_error = d.scoped::<messages::ErrorResponse>("messages", "ErrorResponse");
-    use wire::chat::served;
-    let chat_request = d.scoped::<served::ChatCompletionRequest>("chat", "ChatCompletionRequest");
-    let chat_completion = d.scoped::<served::Completion>("chat", "Completion");
-    d.scoped::<served::CompletionChunk>("chat", "CompletionChunk");
-    let model = d.schema::<wire::models::Model>();
-    let models = d.schema::<wire::models::ModelList>();
 
     let operation = |method, path, tag, summary, body, answer| Operation {
         method,

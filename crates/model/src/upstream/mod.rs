@@ -270,6 +270,19 @@ pub enum Delta {
 /// Where deltas go.
 pub type DeltaSink = tokio::sync::mpsc::UnboundedSender<Delta>;
 
+pub use shellgate_wire::models::UpstreamModel;
+
+/// An upstream's answer to a forwarded request, as it comes: the pieces
+/// of its body, each read within the turn's bounds (the wait for a piece,
+/// the deadline, the answer's bytes); a bound that runs out ends it with
+/// the error. Dropping it closes the upstream's connection.
+#[derive(Debug)]
+pub struct Forwarded {
+    /// Whether it is an event stream (else one JSON body).
+    pub event_stream: bool,
+    pub body: tokio::sync::mpsc::Receiver<Result<Vec<u8>, UpstreamError>>,
+}
+
 /// Why an upstream gave no reply.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum UpstreamError {
@@ -323,14 +336,6 @@ pub trait Upstream: Send + Sync {
         None
     }
 
-    /// What of `carry` (and of a turn's tools and items) this upstream
-    /// cannot send, each named as the client wrote it (`reasoning`,
-    /// `tools[7] (web_search)`...): the server reports them, never drops
-    /// them silently.
-    fn uncarried(&self, _carry: &Carry) -> Vec<String> {
-        Vec::new()
-    }
-
     /// Its base URL (never with a key in it), for the start-up summary and
     /// the model list (`None`: a test's scripted model).
     fn url(&self) -> Option<&str> {
@@ -349,19 +354,14 @@ pub trait Upstream: Send + Sync {
     async fn forward_chat(&self, _body: Vec<u8>) -> Option<Result<Forwarded, UpstreamError>> {
         None
     }
-}
 
-pub use shellgate_wire::models::UpstreamModel;
-
-/// An upstream's answer to a forwarded request, as it comes: the pieces
-/// of its body, each read within the turn's bounds (the wait for a piece,
-/// the deadline, the answer's bytes); a bound that runs out ends it with
-/// the error. Dropping it closes the upstream's connection.
-#[derive(Debug)]
-pub struct Forwarded {
-    /// Whether it is an event stream (else one JSON body).
-    pub event_stream: bool,
-    pub body: tokio::sync::mpsc::Receiver<Result<Vec<u8>, UpstreamError>>,
+    /// What of `carry` (and of a turn's tools and items) this upstream
+    /// cannot send, each named as the client wrote it (`reasoning`,
+    /// `tools[7] (web_search)`...): the server reports them, never drops
+    /// them silently.
+    fn uncarried(&self, _carry: &Carry) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// The wire protocol of an upstream.
