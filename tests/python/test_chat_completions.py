@@ -49,6 +49,12 @@ def test_a_chat_completion_reaches_a_chat_upstream_verbatim_with_its_own_key(fre
     headers = {k.lower(): v for k, v in upstream.headers[-1].items()}
     assert headers["authorization"] == "Bearer sk-upstream-only"
     assert KEY_A not in json.dumps(upstream.headers[-1])
+    # The model list is asked with the upstream's key too, and shows neither.
+    listed = client.models.list()
+    assert "scripted" in {model.id for model in listed}
+    headers = {k.lower(): v for k, v in upstream.headers[-1].items()}
+    assert headers["authorization"] == "Bearer sk-upstream-only"
+    assert "sk-upstream-only" not in listed.model_dump_json()
     # An upstream's refusal is the client's error, in OpenAI's envelope.
     with pytest.raises(openai.APIStatusError) as failed:
         client.chat.completions.create(model="scripted-500", messages=messages)
