@@ -8,6 +8,8 @@ Its script, from the conversation it is sent:
   with A, then (after A's result) with B, then answers;
 - the last user message says "Run `A` and `B`, ..." (seeds/004's example):
   it calls the shell once with both commands;
+- the last user message says "Read /mnt/data/FILE ..." (the seeds' follow-up
+  example): it calls the shell with `cat /mnt/data/FILE`;
 - the last message is the user's and says "Execute: CMD" (to the end of the
   line): it calls the
   `shell` tool with CMD (or the `bash` tool with CMD, or `local_shell` with
@@ -65,6 +67,8 @@ def decide(body):
         text = " ".join(p.get("text", "") for p in text)
     if text.startswith("Run `") and ("shell" in tools or "bash" in tools):
         return shell_call(tools, text.split("`")[1::2])
+    if text.startswith("Read /mnt/data/") and ("shell" in tools or "bash" in tools):
+        return shell_call(tools, ["cat " + text.split()[1].rstrip(".,")])
     if "Execute: " in text:
         command = text.split("Execute: ", 1)[1].split("\n", 1)[0].strip()
         if "shell" in tools or "bash" in tools:
@@ -88,7 +92,8 @@ def as_chat(path, body):
                 messages.append({"role": "tool", "content": item.get("output", "")})
             elif item.get("role"):
                 messages.append({"role": item["role"], "content": item.get("content", "")})
-        tools = [{"function": {"name": t["name"]}} for t in body.get("tools", [])]
+        # A hosted tool (`web_search`) has no name: it goes by its type.
+        tools = [{"function": {"name": t.get("name", t.get("type"))}} for t in body.get("tools", [])]
         return {"model": body.get("model"), "messages": messages, "tools": tools}
     if path.endswith("/messages"):
         messages = []

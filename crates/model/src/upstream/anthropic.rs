@@ -400,15 +400,23 @@ impl Upstream for Anthropic {
         Some(super::Protocol::Anthropic)
     }
 
+    fn uncarried(&self, carry: &super::Carry) -> Vec<String> {
+        uncarried(carry)
+    }
+
     async fn complete(
         &self,
         turn: &Turn,
         deltas: Option<&DeltaSink>,
     ) -> Result<Reply, UpstreamError> {
-        let body = request_body(turn, true);
-        self.endpoint
+        // Freeform tools are functions of one string here.
+        let body = request_body(&super::freeform::as_functions(turn), true);
+        let mut reply = self
+            .endpoint
             .complete(&body, Stream::default(), deltas)
-            .await
+            .await?;
+        super::freeform::unwrap_calls(&mut reply, &turn.tools);
+        Ok(reply)
     }
 
     // The model list and the start-up summary (issue 18's `chat` branch).
@@ -419,6 +427,13 @@ impl Upstream for Anthropic {
     async fn models(&self) -> Option<Result<Vec<super::UpstreamModel>, UpstreamError>> {
         Some(self.endpoint.models().await)
     }
+}
+
+/// What of a turn's [`super::Carry`] this protocol cannot send, named as
+/// the client wrote it: the hosted tools (and a tool choice of one) of
+/// another protocol.
+pub fn uncarried(carry: &super::Carry) -> Vec<String> {
+    carry.native_uncarried(super::Protocol::Anthropic)
 }
 
 #[cfg(test)]

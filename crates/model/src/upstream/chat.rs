@@ -411,7 +411,9 @@ impl Upstream for ChatCompletions {
     }
 
     fn uncarried(&self, carry: &Carry) -> Vec<String> {
-        uncarried_fields(carry)
+        let mut names = uncarried(carry);
+        names.extend(uncarried_fields(carry));
+        names
     }
 
     async fn complete(
@@ -419,10 +421,14 @@ impl Upstream for ChatCompletions {
         turn: &Turn,
         deltas: Option<&DeltaSink>,
     ) -> Result<Reply, UpstreamError> {
-        let body = request_body(turn, true);
-        self.endpoint
+        // Freeform tools are functions of one string here.
+        let body = request_body(&super::freeform::as_functions(turn), true);
+        let mut reply = self
+            .endpoint
             .complete(&body, Assembly::default(), deltas)
-            .await
+            .await?;
+        super::freeform::unwrap_calls(&mut reply, &turn.tools);
+        Ok(reply)
     }
 
     fn url(&self) -> Option<&str> {
@@ -436,6 +442,13 @@ impl Upstream for ChatCompletions {
     async fn forward_chat(&self, body: Vec<u8>) -> Option<Result<super::Forwarded, UpstreamError>> {
         Some(self.endpoint.forward(body).await)
     }
+}
+
+/// What of a turn's [`super::Carry`] this protocol cannot send, named as
+/// the client wrote it: the hosted tools (and a tool choice of one) of
+/// another protocol.
+pub fn uncarried(carry: &super::Carry) -> Vec<String> {
+    carry.native_uncarried(super::Protocol::Chat)
 }
 
 #[cfg(test)]

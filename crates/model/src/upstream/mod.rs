@@ -23,6 +23,7 @@
 
 pub mod anthropic;
 pub mod chat;
+pub mod freeform;
 pub mod responses;
 pub mod sse;
 mod transport;
@@ -103,6 +104,19 @@ pub struct NativeItem {
     pub item: Value,
 }
 
+impl NativeItem {
+    /// Its `type`, for reports (`?` if it has none).
+    pub fn kind(&self) -> String {
+        /// The one key every item and tool of every protocol has.
+        #[derive(Deserialize)]
+        struct Typed {
+            #[serde(rename = "type")]
+            kind: String,
+        }
+        Typed::deserialize(&self.item).map_or_else(|_| "?".to_owned(), |typed| typed.kind)
+    }
+}
+
 /// What a client asked beyond the neutral fields of a [`Turn`]: each
 /// adapter sends what its protocol can say and names the rest in
 /// [`Upstream::uncarried`], so nothing is lost silently.
@@ -129,6 +143,49 @@ pub struct Carry {
     /// Tools shellgate does not run (hosted tools of one protocol), as the
     /// client wrote them: to an upstream of that protocol.
     pub native_tools: Vec<NativeItem>,
+    /// How the client named each of `native_tools` (same order:
+    /// `tools[7] (web_search)`), for [`Upstream::uncarried`].
+    pub native_tool_names: Vec<String>,
+    /// A `tool_choice` naming a tool of one protocol that the neutral
+    /// [`ToolChoice`] cannot say (a hosted tool), as the client wrote it:
+    /// an upstream of that protocol sends it instead of the turn's
+    /// `tool_choice`; the others keep the turn's (`auto`) and report it.
+    pub native_tool_choice: Option<NativeItem>,
+}
+
+impl Carry {
+    /// What of the native tools and tool choice an upstream speaking
+    /// `protocol` cannot send, named as the client wrote them.
+    pub fn native_uncarried(&self, protocol: Protocol) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .native_tools
+            .iter()
+            .enumerate()
+            .filter(|(_, tool)| tool.protocol != protocol)
+            .map(|(index, tool)| {
+                self.native_tool_names
+                    .get(index)
+                    .cloned()
+                    .unwrap_or_else(|| format!("tools ({})", tool.kind()))
+            })
+            .collect();
+        if let Some(choice) = self
+            .native_tool_choice
+            .as_ref()
+            .filter(|choice| choice.protocol != protocol)
+        {
+            names.push(format!("tool_choice ({})", choice.kind()));
+        }
+        names
+    }
+
+    /// The native tools for an upstream speaking `protocol`.
+    pub fn native_tools_for(&self, protocol: Protocol) -> impl Iterator<Item = &Value> {
+        self.native_tools
+            .iter()
+            .filter(move |tool| tool.protocol == protocol)
+            .map(|tool| &tool.item)
+    }
 }
 
 /// How a model should reason.
@@ -174,6 +231,21 @@ pub struct ToolSpec {
     pub parameters: Value,
     /// `Some`: a freeform tool (OpenAI's `custom`), with its input's format.
     pub custom: Option<CustomFormat>,
+    /// `Some`: the tool belongs to a group (Codex's `namespace` tools);
+    /// `name` is then the flattened name every protocol can say, which
+    /// calls use (an upstream that has namespaces sends the group).
+    pub namespace: Option<ToolNamespace>,
+}
+
+/// The group a tool belongs to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolNamespace {
+    /// The namespace's name.
+    pub namespace: String,
+    /// The namespace's description.
+    pub description: String,
+    /// The tool's own name within it.
+    pub name: String,
 }
 
 /// The input format of a freeform tool.
