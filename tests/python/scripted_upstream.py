@@ -18,6 +18,7 @@ Its script, from the conversation it is sent:
 - "Call NAME: JSON" calls the user function NAME with those arguments;
 - the last message is a tool result: it answers "Done: " and the result;
 - otherwise it answers "Hello from the scripted model."
+`GET .../models` lists `scripted` and `scripted-500`.
 Models named for a failure behave so: `scripted-500` answers HTTP 500,
 `scripted-429` is always rate limited, `scripted-garbage` answers what is not JSON, `scripted-slow` never answers,
 `scripted-loop` calls the shell for ever, `scripted-endless` streams text until
@@ -116,10 +117,21 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
+    def do_GET(self):
+        self.server.headers.append(dict(self.headers))
+        if self.path.endswith("/models"):
+            # OpenAI's list shape (Anthropic's has `data[].id` alike).
+            return self.reply(200, {"object": "list", "data": [
+                {"id": "scripted", "object": "model", "created": 1700000000, "owned_by": "scripted-lab"},
+                {"id": "scripted-500", "object": "model", "created": 1700000000, "owned_by": "scripted-lab"},
+            ]})
+        self.reply(404, {"error": {"message": "not found"}})
+
     def do_POST(self):
         length = int(self.headers.get("Content-Length", "0"))
         body = json.loads(self.rfile.read(length) or b"{}")
         self.server.requests.append(body)
+        self.server.headers.append(dict(self.headers))
         model = body.get("model", "")
         if model == "scripted-500":
             return self.reply(500, {"error": {"message": "the model crashed"}})
@@ -154,7 +166,7 @@ class Handler(BaseHTTPRequestHandler):
             message["tool_calls"] = [{"id": f"call_{len(self.server.requests)}", "type": "function",
                                       "function": {"name": name, "arguments": json.dumps(arguments)}}]
         self.reply(200, {
-            "id": "chatcmpl-1", "object": "chat.completion", "model": model,
+            "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": model,
             "choices": [{"index": 0, "message": message,
                          "finish_reason": "tool_calls" if "tool" in decision else "stop"}],
             "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
@@ -200,6 +212,9 @@ class Handler(BaseHTTPRequestHandler):
             finish = "tool_calls"
         chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
         chunks.append({"choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 5}})
+        # Each chunk says what it is, as a real server's do.
+        chunks = [dict({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1,
+                        "model": "scripted"}, **c) for c in chunks]
         payload = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
         self.raw(200, "text/event-stream", payload)
 
@@ -265,6 +280,8 @@ class ScriptedUpstream:
         self.host = host
         self.server = ThreadingHTTPServer((host, 0), Handler)
         self.server.requests = []
+        # Each request's headers, in order (GETs too).
+        self.server.headers = []
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
@@ -276,6 +293,10 @@ class ScriptedUpstream:
     @property
     def requests(self):
         return self.server.requests
+
+    @property
+    def headers(self):
+        return self.server.headers
 
     def stop(self):
         self.server.shutdown()

@@ -8,6 +8,8 @@
 mod admission;
 mod auth;
 mod billing;
+mod catalog;
+mod chat;
 pub mod clock;
 pub mod config;
 mod container_egress;
@@ -28,6 +30,7 @@ mod lifecycle;
 mod listener;
 mod messages;
 mod metrics;
+mod models;
 mod openapi;
 pub(crate) mod ops;
 mod responses;
@@ -177,6 +180,7 @@ where
         billing: Arc::new(Billing::new(store.clone(), Arc::clone(&engine))),
         owners: Mutex::new(HashMap::new()),
         upstreams: upstream_router(&config)?,
+        models: Default::default(),
         guardrails: Arc::new(
             guardrails::Guardrails::from_config(&config)
                 .map_err(|e| ServeError::Setup(e.to_string()))?,
@@ -268,9 +272,15 @@ pub(crate) struct ServedRoutes {
     pub(crate) paths: Vec<String>,
 }
 
+/// Where every `/v1` route is served again (OpenRouter's base URL is
+/// `https://openrouter.ai/api/v1`). The OpenAPI document lists the `/v1`
+/// paths once and names this prefix as a second server.
+pub(crate) const OPENROUTER_PREFIX: &str = "/api/v1";
+
 /// Builds a router while recording each route's full path. Every route is
 /// added through it (never by `Router::route` directly), so that
 /// [`ServedRoutes::paths`] is the router's whole table.
+#[derive(Clone)]
 struct RouteTable {
     router: Router<Arc<AppState>>,
     paths: Vec<String>,
@@ -377,6 +387,9 @@ fn served_routes(state: Arc<AppState>) -> ServedRoutes {
         .route("/files/{file_id}/content", get(files::content))
         .route("/usage", get(ops::usage))
         .route("/responses", post(responses::create))
+        .route("/chat/completions", post(chat::create))
+        .route("/models", get(models::list_models))
+        .route("/models/{model}", get(models::retrieve_model))
         // Anthropic's Messages API; the second path serves Anthropic SDKs
         // given a base URL that ends in /v1, as OpenAI SDKs are.
         .route("/messages", post(messages::create))
@@ -390,8 +403,11 @@ fn served_routes(state: Arc<AppState>) -> ServedRoutes {
             "/responses/{response_id}/input_items",
             get(responses::input_items),
         );
+    // OpenRouter's base URL ends in /api/v1: the same API answers there
+    // too, so a client configured for OpenRouter needs only the host.
     let table = RouteTable::new()
-        .nest("/v1", api)
+        .nest("/v1", api.clone())
+        .nest(OPENROUTER_PREFIX, api)
         .route("/healthz", get(ops::healthz))
         .route("/metrics", get(ops::metrics))
         .route("/openapi.json", get(openapi::serve));

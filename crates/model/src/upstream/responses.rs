@@ -524,6 +524,15 @@ impl Upstream for Responses {
             .complete(&body, Stream::default(), deltas)
             .await
     }
+
+    // The model list and the start-up summary (issue 18's `chat` branch).
+    fn url(&self) -> Option<&str> {
+        Some(&self.endpoint.config.url)
+    }
+
+    async fn models(&self) -> Option<Result<Vec<super::UpstreamModel>, UpstreamError>> {
+        Some(self.endpoint.models().await)
+    }
 }
 
 #[cfg(test)]
