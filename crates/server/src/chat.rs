@@ -229,6 +229,8 @@ fn guard_functions(
                 name: function.name.clone(),
                 description: function.description.clone().unwrap_or_default(),
                 parameters: function.parameters.clone().unwrap_or_default(),
+                custom: None,
+                namespace: None,
             })
             .collect(),
         ..Default::default()
@@ -573,6 +575,7 @@ fn tool_specs(tools: &[RequestTool], dropped: &mut Vec<String>) -> ApiResult<Vec
                         .clone()
                         .unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}})),
                     custom: None,
+                    namespace: None,
                 });
             }
             "custom" => {
@@ -599,6 +602,7 @@ fn tool_specs(tools: &[RequestTool], dropped: &mut Vec<String>) -> ApiResult<Vec
                     description: custom.description.clone().unwrap_or_default(),
                     parameters: Value::Null,
                     custom: Some(format),
+                    namespace: None,
                 });
             }
             other => dropped.push(format!("{param} ({other})")),
