@@ -419,6 +419,15 @@ impl Upstream for Anthropic {
         super::freeform::unwrap_calls(&mut reply, &turn.tools);
         Ok(reply)
     }
+
+    // The model list and the start-up summary (issue 18's `chat` branch).
+    fn url(&self) -> Option<&str> {
+        Some(&self.endpoint.config.url)
+    }
+
+    async fn models(&self) -> Option<Result<Vec<super::UpstreamModel>, UpstreamError>> {
+        Some(self.endpoint.models().await)
+    }
 }
 
 /// What of a turn's [`super::Carry`] this protocol cannot send, named as

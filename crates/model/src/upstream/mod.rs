@@ -368,6 +368,19 @@ pub enum Delta {
 /// Where deltas go.
 pub type DeltaSink = tokio::sync::mpsc::UnboundedSender<Delta>;
 
+pub use shellgate_wire::models::UpstreamModel;
+
+/// An upstream's answer to a forwarded request, as it comes: the pieces
+/// of its body, each read within the turn's bounds (the wait for a piece,
+/// the deadline, the answer's bytes); a bound that runs out ends it with
+/// the error. Dropping it closes the upstream's connection.
+#[derive(Debug)]
+pub struct Forwarded {
+    /// Whether it is an event stream (else one JSON body).
+    pub event_stream: bool,
+    pub body: tokio::sync::mpsc::Receiver<Result<Vec<u8>, UpstreamError>>,
+}
+
 /// Why an upstream gave no reply.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum UpstreamError {
@@ -418,6 +431,25 @@ pub trait Upstream: Send + Sync {
 
     /// The protocol it speaks (`None`: a test's scripted model).
     fn protocol(&self) -> Option<Protocol> {
+        None
+    }
+
+    /// Its base URL (never with a key in it), for the start-up summary and
+    /// the model list (`None`: a test's scripted model).
+    fn url(&self) -> Option<&str> {
+        None
+    }
+
+    /// The models it serves (`GET {url}/models`); `None` when it cannot
+    /// say (a test's scripted model).
+    async fn models(&self) -> Option<Result<Vec<UpstreamModel>, UpstreamError>> {
+        None
+    }
+
+    /// Posts a Chat Completions request body as the client wrote it, with
+    /// this upstream's key, and hands back its answer as it comes, bounded
+    /// like a turn (`None`: it does not speak Chat Completions).
+    async fn forward_chat(&self, _body: Vec<u8>) -> Option<Result<Forwarded, UpstreamError>> {
         None
     }
 
@@ -559,6 +591,52 @@ impl Router {
             .map(|(_, upstream)| Arc::clone(upstream))
             .or_else(|| self.default.clone())
             .ok_or_else(|| UpstreamError::NotConfigured(model.to_owned()))
+    }
+
+    /// The prefix of the route `model` goes to (`None`: the default's, or
+    /// none configured).
+    pub fn prefix_for(&self, model: &str) -> Option<&str> {
+        self.routes
+            .iter()
+            .find(|(prefix, _)| model.starts_with(prefix.as_str()))
+            .map(|(prefix, _)| prefix.as_str())
+    }
+
+    /// Every route, longest prefix first, then the default (read-only:
+    /// the start-up summary and `GET /v1/models` read them).
+    pub fn routes(&self) -> Vec<RouteInfo> {
+        let info = |prefix: Option<&str>, upstream: &Arc<dyn Upstream>| RouteInfo {
+            prefix: prefix.map(str::to_owned),
+            protocol: upstream.protocol(),
+            url: upstream.url().map(str::to_owned),
+            upstream: Arc::clone(upstream),
+        };
+        self.routes
+            .iter()
+            .map(|(prefix, upstream)| info(Some(prefix), upstream))
+            .chain(self.default.iter().map(|upstream| info(None, upstream)))
+            .collect()
+    }
+}
+
+/// One route of a [`Router`].
+#[derive(Clone)]
+pub struct RouteInfo {
+    /// The model-name prefix it serves (`None`: the default route).
+    pub prefix: Option<String>,
+    pub protocol: Option<Protocol>,
+    /// Its upstream's base URL.
+    pub url: Option<String>,
+    pub upstream: Arc<dyn Upstream>,
+}
+
+impl std::fmt::Debug for RouteInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RouteInfo")
+            .field("prefix", &self.prefix)
+            .field("protocol", &self.protocol)
+            .field("url", &self.url)
+            .finish()
     }
 }
 

@@ -943,6 +943,15 @@ impl Upstream for Responses {
             )
             .await
     }
+
+    // The model list and the start-up summary (issue 18's `chat` branch).
+    fn url(&self) -> Option<&str> {
+        Some(&self.endpoint.config.url)
+    }
+
+    async fn models(&self) -> Option<Result<Vec<super::UpstreamModel>, UpstreamError>> {
+        Some(self.endpoint.models().await)
+    }
 }
 
 /// What a Responses upstream cannot be sent of `carry`: a Messages
