@@ -617,8 +617,14 @@ def test_request_fields_are_typed_carried_or_refused(server):
     reply = post_responses(server, {"model": "scripted", "input": "hi", **carried})
     assert reply.status_code == 200, reply.text
     body = reply.json()
-    assert body["metadata"] == {"a": "b"} and body["user"] == "u"
+    assert body["metadata"]["a"] == "b" and body["user"] == "u"
     assert body["text"] == {"format": {"type": "text"}} and body["truncation"] == "disabled"
+    # Issue 18: carried fields now reach the upstream as its protocol allows;
+    # those a Chat Completions upstream has no place for are reported, not
+    # dropped silently.
+    reported = body["metadata"]["shellgate_uncarried"].split(", ")
+    assert reply.headers["x-shellgate-uncarried"].split(", ") == reported
+    assert "include" in reported and "reasoning" not in reported, reported
 
 
 def test_a_model_shell_call_over_the_timeout_limit_is_answered_not_clamped(client):
