@@ -218,10 +218,14 @@ pub fn messages<'a>(
                     None => String::new(),
                 },
             }),
-            // Reasoning, custom tools and anything else a model of another
-            // family cannot use.
-            Item::Reasoning(_)
-            | Item::CustomToolCall(_)
+            // Reasoning goes back to the upstream that made it (each
+            // adapter sends what its protocol can read).
+            Item::Reasoning(reasoning) => {
+                messages.push(Message::Reasoning(crate::reasoning::from_item(reasoning)))
+            }
+            // Custom tools and anything else a model of another family
+            // cannot use.
+            Item::CustomToolCall(_)
             | Item::CustomToolCallOutput(_)
             | Item::Other(_) => {}
         }

@@ -4,7 +4,24 @@
 //! assistant and their results `tool_result` blocks of the next user
 //! message; consecutive messages of one role are merged, as the API wants
 //! them to alternate. `max_tokens` is required there: 4096 unless the
-//! request sets `max_output_tokens`.
+//! request sets `max_output_tokens`. Reasoning an Anthropic model gave
+//! goes back as the `thinking` / `redacted_thinking` block it was, in its
+//! assistant message, where the API checks its signature; reasoning of
+//! another protocol is left out (no signature to check).
+//!
+//! Pass-through ([`Carry`]): a Messages client's own fields
+//! (`carry.anthropic`: `thinking`, `context_management`, `output_config`,
+//! `container`, `mcp_servers`, `metadata`, `top_k`, `stop_sequences`,
+//! `service_tier`...) are sent as the client wrote them and its
+//! `anthropic-beta` header with them; shellgate's own fields win where they
+//! collide ([`OWN`]: the model, conversation, tools and stream are the
+//! loop's). For a client of another protocol the neutral fields are mapped:
+//! a reasoning effort becomes a thinking budget ([`budget_for`]), a JSON
+//! schema `output_config.format`, `stop` `stop_sequences`, and
+//! `safety_identifier` `metadata.user_id`; what has no place here is named
+//! by [`Upstream::uncarried`]. What the model returns beside text and
+//! calls (server tools' blocks: `server_tool_use`, `web_search_tool_result`,
+//! ...) is kept whole in `Reply.native`.
 
 use std::collections::BTreeMap;
 
@@ -13,21 +30,58 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 use shellgate_wire::chat::ApiError;
 use shellgate_wire::messages::{
-    ContentBlock, CreateMessage, CustomTool, Delta as BlockDelta, MessageParam, ParallelUse, Role,
-    StopReason, TextBlock, TextOrBlocks, Tool, ToolChoice as MessagesToolChoice, ToolResultBlock,
-    ToolUseBlock,
+    ContentBlock, CreateMessage, CustomTool, Delta as BlockDelta, MessageParam, Metadata,
+    OutputConfig, OutputFormat as MessagesOutputFormat, ParallelUse, RedactedThinkingBlock, Role,
+    StopReason, TextBlock, TextOrBlocks, ThinkingBlock, ThinkingConfig, TokenCount, Tool,
+    ToolChoice as MessagesToolChoice, ToolResultBlock, ToolUseBlock,
 };
 
 use super::transport::{check_arguments, excerpt, Auth, Dialect, Endpoint, Route};
 use super::{
-    Delta, DeltaSink, Finish, Message, Reply, ToolCall, ToolChoice, Turn, Upstream, UpstreamConfig,
-    UpstreamError, Usage,
+    Carry, Delta, DeltaSink, Finish, Message, NativeItem, OutputFormat, Protocol, Reasoning,
+    Reply, Sealed, ToolCall, ToolChoice, Turn, Upstream, UpstreamConfig, UpstreamError, Usage,
 };
 
 /// The API version this adapter speaks.
 const VERSION: &str = "2023-06-01";
 /// `max_tokens` when the request gives none.
 const DEFAULT_MAX_TOKENS: u32 = 4096;
+/// The smallest thinking budget the API takes.
+const MIN_BUDGET: u32 = 1024;
+
+/// A Messages request's fields shellgate sets itself: a client's value of
+/// one of these in `carry.anthropic` is not sent over the loop's.
+pub const OWN: &[&str] = &[
+    "model",
+    "messages",
+    "system",
+    "tools",
+    "tool_choice",
+    "stream",
+    "max_tokens",
+    "temperature",
+    "top_p",
+    // OpenRouter's, read by shellgate: the upstream has no such field.
+    "session_id",
+];
+
+/// Fields of a Messages request `messages/count_tokens` takes too (the
+/// SDK's `MessageCountTokensParams`, the beta's included).
+const COUNTED: &[&str] = &[
+    "model",
+    "messages",
+    "system",
+    "tools",
+    "tool_choice",
+    "thinking",
+    "output_config",
+    "cache_control",
+    "context_management",
+    "mcp_servers",
+    "speed",
+    "user_profile_id",
+    "workspace_id",
+];
 
 pub struct Anthropic {
     endpoint: Endpoint,
@@ -43,6 +97,15 @@ impl Anthropic {
         Ok(Self {
             endpoint: Endpoint::new(config, route)?,
         })
+    }
+}
+
+/// The client's `anthropic-beta` values, as one header.
+fn beta_headers(carry: &Carry) -> Vec<(&'static str, String)> {
+    if carry.anthropic_beta.is_empty() {
+        Vec::new()
+    } else {
+        vec![("anthropic-beta", carry.anthropic_beta.join(","))]
     }
 }
 
@@ -75,8 +138,83 @@ fn text_block(text: &str) -> ContentBlock {
     })
 }
 
-/// The request body for a turn.
-pub fn request_body(turn: &Turn, stream: bool) -> CreateMessage {
+/// The block an Anthropic model's reasoning was (`None`: another
+/// protocol's, which this API cannot verify).
+fn thinking_block(reasoning: &Reasoning) -> Option<ContentBlock> {
+    match &reasoning.sealed {
+        Some(Sealed::AnthropicSignature(signature)) => {
+            Some(ContentBlock::Thinking(ThinkingBlock {
+                thinking: reasoning.text.clone(),
+                signature: Some(signature.clone()),
+                extra: Map::new(),
+            }))
+        }
+        Some(Sealed::AnthropicRedacted(data)) => {
+            Some(ContentBlock::RedactedThinking(RedactedThinkingBlock {
+                data: data.clone(),
+                extra: Map::new(),
+            }))
+        }
+        Some(Sealed::OpenAi(_)) | None => None,
+    }
+}
+
+/// The thinking budget for a reasoning effort: low 1024, medium 4096,
+/// high 16384, above that 32768 tokens; always below `max_tokens` (the
+/// budget is part of it), and no thinking when that leaves less than the
+/// API's least budget or the effort asks for none.
+pub fn budget_for(effort: &str, max_tokens: u32) -> Option<u32> {
+    let wanted = match effort {
+        "none" | "minimal" => return None,
+        "low" => 1024,
+        "medium" => 4096,
+        "high" => 16_384,
+        // `xhigh`, `max` and whatever comes above.
+        _ => 32_768,
+    };
+    let budget = wanted.min(max_tokens.saturating_sub(1));
+    (budget >= MIN_BUDGET).then_some(budget)
+}
+
+/// `thinking` for a client of another protocol: its budget, or its effort
+/// as one.
+fn thinking_of(carry: &Carry, max_tokens: u32) -> Option<ThinkingConfig> {
+    let reasoning = carry.reasoning.as_ref()?;
+    let budget = match (reasoning.budget_tokens, reasoning.effort.as_deref()) {
+        (Some(budget), _) => u32::try_from(budget)
+            .ok()
+            .map(|budget| budget.min(max_tokens.saturating_sub(1)))
+            .filter(|budget| *budget >= MIN_BUDGET),
+        (None, Some(effort)) => budget_for(effort, max_tokens),
+        (None, None) => None,
+    }?;
+    Some(ThinkingConfig::Enabled {
+        budget_tokens: budget,
+        extra: Map::new(),
+    })
+}
+
+/// `output_config` for a client of another protocol's JSON schema.
+fn output_config_of(carry: &Carry) -> Option<OutputConfig> {
+    match &carry.output_format {
+        Some(OutputFormat::JsonSchema {
+            schema: Value::Object(schema),
+            ..
+        }) => Some(OutputConfig {
+            effort: None,
+            format: Some(MessagesOutputFormat::JsonSchema {
+                schema: schema.clone(),
+                extra: Map::new(),
+            }),
+            extra: Map::new(),
+        }),
+        _ => None,
+    }
+}
+
+/// The request body for a turn: the loop's conversation and tools, the
+/// neutral fields mapped, then the Messages client's own fields over them.
+pub fn request_body(turn: &Turn, stream: bool) -> Result<CreateMessage, UpstreamError> {
     let mut system = Vec::new();
     let mut messages = Vec::new();
     for message in &turn.messages {
@@ -110,8 +248,26 @@ pub fn request_body(turn: &Turn, stream: bool) -> CreateMessage {
                     extra: Map::new(),
                 })],
             ),
-            // Thinking blocks and Anthropic's own items: not yet carried.
-            Message::Reasoning(_) | Message::Native(_) => {}
+            // In the assistant message it belongs to, before the text and
+            // calls that follow it (merged into it by `push`).
+            Message::Reasoning(reasoning) => {
+                push(
+                    &mut messages,
+                    Role::Assistant,
+                    thinking_block(reasoning).into_iter().collect(),
+                );
+            }
+            // A server tool's blocks the model gave (`server_tool_use`,
+            // `web_search_tool_result`...), in the assistant message.
+            Message::Native(NativeItem {
+                protocol: Protocol::Anthropic,
+                item,
+            }) => {
+                if let Ok(block) = ContentBlock::deserialize(item) {
+                    push(&mut messages, Role::Assistant, vec![block]);
+                }
+            }
+            Message::Native(_) => {}
         }
     }
     let (tools, tool_choice) = if turn.tools.is_empty() {
@@ -147,23 +303,98 @@ pub fn request_body(turn: &Turn, stream: bool) -> CreateMessage {
         };
         (Some(tools), Some(choice))
     };
-    CreateMessage {
+    let carry = &turn.carry;
+    let max_tokens = turn.max_output_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
+    // A Responses client's end-user id is Anthropic's `metadata.user_id`.
+    let user_id = carry
+        .responses
+        .get("safety_identifier")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let mapped = CreateMessage {
         model: turn.model.clone(),
-        max_tokens: turn.max_output_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+        max_tokens,
         messages,
         system: (!system.is_empty()).then(|| TextOrBlocks::Text(system.join("\n\n"))),
         tools,
         tool_choice,
         stream: stream.then_some(true),
-        metadata: None,
+        metadata: user_id.map(|user_id| Metadata {
+            user_id: Some(user_id),
+            extra: Map::new(),
+        }),
         temperature: turn.temperature,
         top_p: turn.top_p,
-        top_k: None,
-        stop_sequences: None,
+        top_k: carry.top_k,
+        stop_sequences: (!carry.stop.is_empty()).then(|| carry.stop.clone()),
         service_tier: None,
-        thinking: None,
+        thinking: thinking_of(carry, max_tokens),
+        output_config: output_config_of(carry),
         session_id: None,
+        carried: Map::new(),
+    };
+    if carry.anthropic.is_empty() {
+        return Ok(mapped);
     }
+    // The client's own fields over the mapped ones (shellgate's win), read
+    // back as the request they make: a field the server let through is
+    // one the request type reads.
+    let Value::Object(mut body) = serde_json::to_value(&mapped)
+        .map_err(|e| UpstreamError::Malformed(format!("the request: {e}")))?
+    else {
+        return Err(UpstreamError::Malformed("the request is not an object".into()));
+    };
+    for (key, value) in &carry.anthropic {
+        if !OWN.contains(&key.as_str()) {
+            body.insert(key.clone(), value.clone());
+        }
+    }
+    serde_json::from_value(Value::Object(body))
+        .map_err(|e| UpstreamError::Malformed(format!("the request: {e}")))
+}
+
+/// What of `carry` this adapter has no place for, as the client named it.
+pub fn uncarried_fields(carry: &Carry) -> Vec<String> {
+    let mut names = Vec::new();
+    for (key, value) in &carry.responses {
+        match key.as_str() {
+            // Mapped: a thinking budget, `metadata.user_id`.
+            "reasoning" | "safety_identifier" => {}
+            // The answer's format: a JSON schema is `output_config.format`.
+            "text" => {
+                if let Value::Object(text) = value {
+                    for part in text.keys() {
+                        let schema = matches!(
+                            carry.output_format,
+                            Some(OutputFormat::JsonSchema { .. })
+                        );
+                        if part != "format" || !schema {
+                            names.push(format!("text.{part}"));
+                        }
+                    }
+                }
+            }
+            // Anthropic returns every thinking block's signature anyway.
+            "include" => {
+                let all_reasoning = value.as_array().is_some_and(|include| {
+                    include
+                        .iter()
+                        .all(|v| v.as_str() == Some("reasoning.encrypted_content"))
+                });
+                if !all_reasoning {
+                    names.push(key.clone());
+                }
+            }
+            _ => names.push(key.clone()),
+        }
+    }
+    // Any JSON object (a Chat client's `response_format`): no such format
+    // here (a Responses client's is named by `text.format` above).
+    if carry.output_format == Some(OutputFormat::JsonObject) && !carry.responses.contains_key("text")
+    {
+        names.push("response_format".into());
+    }
+    names
 }
 
 fn finish_of(reason: Option<&StopReason>) -> Finish {
@@ -197,6 +428,39 @@ pub struct Answer {
     error: Option<ApiError>,
 }
 
+/// What a block the loop does not read itself is: reasoning, or a block
+/// kept whole for the client and the next turn.
+enum Beside {
+    Reasoning(Reasoning),
+    Native(NativeItem),
+}
+
+/// A block of the answer other than text and `tool_use` (`None`: nothing
+/// to keep, e.g. an empty block).
+fn beside(block: ContentBlock) -> Option<Beside> {
+    match block {
+        ContentBlock::Thinking(thinking) => Some(Beside::Reasoning(Reasoning {
+            id: None,
+            summary: Vec::new(),
+            text: thinking.thinking,
+            sealed: thinking.signature.map(Sealed::AnthropicSignature),
+        })),
+        ContentBlock::RedactedThinking(redacted) => Some(Beside::Reasoning(Reasoning {
+            id: None,
+            summary: Vec::new(),
+            text: String::new(),
+            sealed: Some(Sealed::AnthropicRedacted(redacted.data)),
+        })),
+        ContentBlock::Text(_) | ContentBlock::ToolUse(_) => None,
+        other => serde_json::to_value(other).ok().map(|item| {
+            Beside::Native(NativeItem {
+                protocol: Protocol::Anthropic,
+                item,
+            })
+        }),
+    }
+}
+
 /// Reads a whole message.
 pub fn parse_message(message: Answer) -> Result<Reply, UpstreamError> {
     if let Some(error) = message.error.and_then(|error| error.message()) {
@@ -205,30 +469,29 @@ pub fn parse_message(message: Answer) -> Result<Reply, UpstreamError> {
     let content = message
         .content
         .ok_or_else(|| UpstreamError::Malformed("a message without content".into()))?;
-    let mut text = String::new();
-    let mut tool_calls = Vec::new();
+    let mut reply = Reply::default();
     for block in content {
         match block {
-            ContentBlock::Text(block) => text.push_str(&block.text),
-            ContentBlock::ToolUse(call) => tool_calls.push(ToolCall {
+            ContentBlock::Text(block) => reply.text.push_str(&block.text),
+            ContentBlock::ToolUse(call) => reply.tool_calls.push(ToolCall {
                 id: call.id,
                 name: call.name,
                 arguments: Value::Object(call.input).to_string(),
             }),
-            _ => {}
+            other => match beside(other) {
+                Some(Beside::Reasoning(reasoning)) => reply.reasoning.push(reasoning),
+                Some(Beside::Native(native)) => reply.native.push(native),
+                None => {}
+            },
         }
     }
     let usage = message.usage.unwrap_or_default();
-    Ok(Reply {
-        text,
-        tool_calls,
-        usage: Usage {
-            input_tokens: usage.input_tokens.unwrap_or(0),
-            output_tokens: usage.output_tokens.unwrap_or(0),
-        },
-        finish: finish_of(message.stop_reason.as_ref()),
-        ..Default::default()
-    })
+    reply.usage = Usage {
+        input_tokens: usage.input_tokens.unwrap_or(0),
+        output_tokens: usage.output_tokens.unwrap_or(0),
+    };
+    reply.finish = finish_of(message.stop_reason.as_ref());
+    Ok(reply)
 }
 
 /// The events of the stream the adapter reads (others are skipped).
@@ -278,15 +541,56 @@ struct Stopped {
     stop_reason: Option<StopReason>,
 }
 
-/// Reads the stream: text and tool uses by block index.
+/// Reads the stream: text and tool uses by block index, and the blocks
+/// beside them.
 #[derive(Default)]
 struct Stream {
     text: String,
     /// Tool uses by block index: (id, name, input JSON so far).
     calls: BTreeMap<usize, (String, String, String)>,
+    /// Other blocks by index, as they started, with what their deltas add.
+    others: BTreeMap<usize, Streamed>,
     usage: Usage,
     stop: Option<StopReason>,
     ended: bool,
+}
+
+/// A block other than text and `tool_use`, as it streams: a thinking
+/// block grows by `thinking_delta` and gets its `signature_delta`; a
+/// server tool's call grows by `input_json_delta`.
+struct Streamed {
+    block: ContentBlock,
+    input: String,
+}
+
+impl Streamed {
+    fn add(&mut self, delta: BlockDelta) {
+        match (&mut self.block, delta) {
+            (ContentBlock::Thinking(block), BlockDelta::ThinkingDelta { thinking }) => {
+                block.thinking.push_str(&thinking)
+            }
+            (ContentBlock::Thinking(block), BlockDelta::SignatureDelta { signature }) => {
+                block
+                    .signature
+                    .get_or_insert_with(String::new)
+                    .push_str(&signature)
+            }
+            (_, BlockDelta::InputJsonDelta { partial_json }) => self.input.push_str(&partial_json),
+            _ => {}
+        }
+    }
+
+    /// The whole block.
+    fn done(mut self) -> ContentBlock {
+        if let (ContentBlock::ServerToolUse(call), false) =
+            (&mut self.block, self.input.trim().is_empty())
+        {
+            if let Ok(input) = serde_json::from_str(&self.input) {
+                call.input = input;
+            }
+        }
+        self.block
+    }
 }
 
 impl Dialect for Stream {
@@ -323,6 +627,39 @@ impl Dialect for Stream {
                 }
                 self.calls
                     .insert(index, (call.id, call.name, String::new()));
+            }
+            Event::ContentBlockStart {
+                content_block: ContentBlock::Text(block),
+                ..
+            } => {
+                // Text comes by its deltas (a start's text is empty, but
+                // would count).
+                if !block.text.is_empty() {
+                    if let Some(sink) = deltas {
+                        let _ = sink.send(Delta::Text(block.text.clone()));
+                    }
+                    self.text.push_str(&block.text);
+                }
+            }
+            Event::ContentBlockStart {
+                index,
+                content_block,
+            } => {
+                self.others.insert(
+                    index,
+                    Streamed {
+                        block: content_block,
+                        input: String::new(),
+                    },
+                );
+            }
+            Event::ContentBlockDelta { index, delta } if self.others.contains_key(&index) => {
+                if let BlockDelta::InputJsonDelta { partial_json } = &delta {
+                    check_arguments(partial_json, max_arguments)?;
+                }
+                if let Some(block) = self.others.get_mut(&index) {
+                    block.add(delta);
+                }
             }
             Event::ContentBlockDelta { index, delta } => match delta {
                 BlockDelta::TextDelta { text } => {
@@ -361,7 +698,7 @@ impl Dialect for Stream {
                     .unwrap_or_else(|| "an error event".into());
                 return Err(UpstreamError::Malformed(excerpt(&message)));
             }
-            Event::ContentBlockStart { .. } | Event::Other => {}
+            Event::Other => {}
         }
         Ok(true)
     }
@@ -372,7 +709,17 @@ impl Dialect for Stream {
                 "the event stream ended without a message".into(),
             ));
         }
+        let (mut reasoning, mut native) = (Vec::new(), Vec::new());
+        for streamed in self.others.into_values() {
+            match beside(streamed.done()) {
+                Some(Beside::Reasoning(r)) => reasoning.push(r),
+                Some(Beside::Native(n)) => native.push(n),
+                None => {}
+            }
+        }
         Ok(Reply {
+            reasoning,
+            native,
             text: self.text,
             tool_calls: self
                 .calls
@@ -405,10 +752,37 @@ impl Upstream for Anthropic {
         turn: &Turn,
         deltas: Option<&DeltaSink>,
     ) -> Result<Reply, UpstreamError> {
-        let body = request_body(turn, true);
+        let body = request_body(turn, true)?;
         self.endpoint
-            .complete(&body, Stream::default(), deltas)
+            .complete_with(&body, &beta_headers(&turn.carry), Stream::default(), deltas)
             .await
+    }
+
+    fn uncarried(&self, carry: &Carry) -> Vec<String> {
+        uncarried_fields(carry)
+    }
+
+    /// Anthropic's own count (`POST {url}/messages/count_tokens`) of the
+    /// turn's request, without what only generating takes.
+    async fn count_tokens(&self, turn: &Turn) -> Result<Option<u64>, UpstreamError> {
+        let body = count_body(turn)?;
+        let count: TokenCount = self
+            .endpoint
+            .post_json("messages/count_tokens", &body, &beta_headers(&turn.carry))
+            .await?;
+        Ok(Some(count.input_tokens))
+    }
+}
+
+/// The body of `messages/count_tokens` for a turn: its request's fields
+/// that endpoint takes ([`COUNTED`]).
+pub fn count_body(turn: &Turn) -> Result<Map<String, Value>, UpstreamError> {
+    match serde_json::to_value(request_body(turn, false)?) {
+        Ok(Value::Object(mut body)) => {
+            body.retain(|key, _| COUNTED.contains(&key.as_str()));
+            Ok(body)
+        }
+        _ => Err(UpstreamError::Malformed("the request is not an object".into())),
     }
 }
 
@@ -455,7 +829,7 @@ mod tests {
             parallel_tool_calls: None,
             ..Default::default()
         };
-        let body = serde_json::to_value(request_body(&turn, false)).unwrap();
+        let body = serde_json::to_value(request_body(&turn, false).unwrap()).unwrap();
         assert_eq!(body["system"], "sys");
         assert_eq!(body["max_tokens"], 4096);
         let messages = body["messages"].as_array().unwrap();

@@ -330,6 +330,13 @@ pub trait Upstream: Send + Sync {
     fn uncarried(&self, _carry: &Carry) -> Vec<String> {
         Vec::new()
     }
+
+    /// The input tokens `turn` is, counted by the upstream itself where its
+    /// protocol can (Anthropic's `messages/count_tokens`); `None`: it
+    /// cannot, and the caller estimates.
+    async fn count_tokens(&self, _turn: &Turn) -> Result<Option<u64>, UpstreamError> {
+        Ok(None)
+    }
 }
 
 /// The wire protocol of an upstream.

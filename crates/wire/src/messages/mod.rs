@@ -154,14 +154,40 @@ mod tests {
             body[key] = value;
             body
         };
-        let param = |body: Value| error_of::<CreateMessage>(body).param;
-        assert!(parse::<CreateMessage>(&base()).is_ok());
+        let param = |body: Value| {
+            CreateMessage::read(&body)
+                .expect_err("should not parse")
+                .param
+        };
+        assert!(CreateMessage::read(&base()).is_ok());
         assert_eq!(param(with("stream", json!("yes"))), "stream");
         assert_eq!(param(with("max_tokens", json!(-1))), "max_tokens");
         assert_eq!(param(with("bogus", json!(1))), "bogus");
         assert_eq!(
-            error_of::<CreateMessage>(with("bogus", json!(1))).message,
+            CreateMessage::read(&with("bogus", json!(1)))
+                .unwrap_err()
+                .message,
             "Extra inputs are not permitted"
+        );
+        // What current clients send is consumed or carried, not refused.
+        let current = json!({"model": "m", "max_tokens": 5, "messages": [],
+            "thinking": {"type": "enabled", "budget_tokens": 1024, "display": "omitted"},
+            "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+            "output_config": {"effort": "high", "format": {"type": "json_schema", "schema": {}}},
+            "container": "cntr_1", "mcp_servers": [], "top_k": 5, "stop_sequences": ["END"]});
+        let read = CreateMessage::read(&current).unwrap();
+        assert!(read.carried.contains_key("context_management"));
+        assert_eq!(serde_json::to_value(&read).unwrap(), current);
+        assert_eq!(param(with("thinking", json!({"type": "enabled"}))), "thinking.budget_tokens");
+        assert_eq!(
+            param(with("output_config", json!({"format": {"type": "xml"}}))),
+            "output_config.format.type"
+        );
+        let count = |body: Value| CountTokens::read(&body).map_err(|e| e.param);
+        assert!(count(json!({"model": "m", "messages": [], "context_management": {}})).is_ok());
+        assert_eq!(
+            count(json!({"model": "m", "messages": [], "max_tokens": 5})).unwrap_err(),
+            "max_tokens"
         );
         let mut missing = base();
         missing.as_object_mut().unwrap().remove("max_tokens");
