@@ -219,9 +219,16 @@ pub fn messages<'a>(
                 },
             }),
             // Reasoning goes back to the upstream that made it (each
-            // adapter sends what its protocol can read).
+            // adapter sends what its protocol can read); one with nothing
+            // in it means nothing to any.
             Item::Reasoning(reasoning) => {
-                messages.push(Message::Reasoning(crate::reasoning::from_item(reasoning)))
+                let reasoning = crate::reasoning::from_item(reasoning);
+                if reasoning.sealed.is_some()
+                    || !reasoning.text.is_empty()
+                    || !reasoning.summary.is_empty()
+                {
+                    messages.push(Message::Reasoning(reasoning));
+                }
             }
             // Custom tools and anything else a model of another family
             // cannot use.

@@ -176,6 +176,17 @@ pub fn budget_for(effort: &str, max_tokens: u32) -> Option<u32> {
     (budget >= MIN_BUDGET).then_some(budget)
 }
 
+/// The reasoning effort a thinking budget stands for, for an upstream of
+/// another protocol ([`budget_for`] the other way): below 4096 tokens
+/// `low`, below 16384 `medium`, else `high`.
+pub fn effort_for_budget(budget_tokens: u64) -> &'static str {
+    match budget_tokens {
+        0..=4095 => "low",
+        4096..=16_383 => "medium",
+        _ => "high",
+    }
+}
+
 /// `thinking` for a client of another protocol: its budget, or its effort
 /// as one.
 fn thinking_of(carry: &Carry, max_tokens: u32) -> Option<ThinkingConfig> {
