@@ -1512,4 +1512,104 @@ mod tests {
             }
         ));
     }
+
+    fn request(body: Value) -> CreateMessage {
+        CreateMessage::read(&body).unwrap()
+    }
+
+    #[test]
+    fn each_upstream_protocol_gets_what_it_can_carry_and_the_rest_is_named() {
+        let body = request(json!({
+            "model": "m", "max_tokens": 8000, "session_id": "s1",
+            "messages": [{"role": "user", "content": "hi"}],
+            "thinking": {"type": "enabled", "budget_tokens": 2048, "display": "omitted"},
+            "context_management": {"edits": []},
+            "output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}},
+            "metadata": {"user_id": "u"},
+            "top_k": 3, "stop_sequences": ["END"],
+            "tools": [{"name": "f", "input_schema": {}}, {"type": "web_search_20250305", "name": "web_search"}]
+        }));
+        let mut headers = HeaderMap::new();
+        headers.append("anthropic-beta", "a-1, b-2".parse().unwrap());
+        headers.append("anthropic-beta", "c-3".parse().unwrap());
+        let tools = body.tools.clone().unwrap();
+        let (_, positions, native) = set_apart(&tools);
+        assert_eq!(positions, [0]);
+        assert_eq!(client_param("tools[0].input_schema", &[2]), "tools[2].input_schema");
+
+        let (carry_a, uncarried) = carry(&body, &headers, &native, Some(Protocol::Anthropic)).unwrap();
+        assert!(uncarried.is_empty());
+        let keys: Vec<&str> = carry_a.anthropic.keys().map(String::as_str).collect();
+        for key in ["thinking", "context_management", "output_config", "metadata", "top_k", "stop_sequences"] {
+            assert!(keys.contains(&key), "{key} in {keys:?}");
+        }
+        for key in ["model", "messages", "max_tokens", "tools", "session_id"] {
+            assert!(!keys.contains(&key), "{key} in {keys:?}");
+        }
+        assert_eq!(carry_a.anthropic["thinking"]["display"], "omitted");
+        assert_eq!(carry_a.anthropic_beta, ["a-1", "b-2", "c-3"]);
+        assert_eq!(carry_a.native_tools[0].item["type"], "web_search_20250305");
+
+        let (chat, uncarried) = carry(&body, &headers, &native, Some(Protocol::Chat)).unwrap();
+        assert_eq!(chat.reasoning.as_ref().and_then(|r| r.effort.as_deref()), Some("low"));
+        assert_eq!(chat.reasoning.as_ref().and_then(|r| r.budget_tokens), Some(2048));
+        assert!(matches!(chat.output_format, Some(OutputFormat::JsonSchema { .. })));
+        assert_eq!((chat.stop.as_slice(), chat.top_k), (&["END".to_owned()][..], Some(3)));
+        assert!(chat.anthropic.is_empty() && chat.anthropic_beta.is_empty());
+        assert_eq!(
+            uncarried,
+            ["tools[1] (web_search_20250305)", "metadata", "context_management"]
+        );
+
+        let (responses, uncarried) =
+            carry(&body, &headers, &native, Some(Protocol::Responses)).unwrap();
+        assert_eq!(responses.responses["reasoning"], json!({"effort": "low"}));
+        assert_eq!(responses.responses["text"]["format"]["type"], "json_schema");
+        assert!(uncarried.contains(&"top_k".to_owned()));
+        assert!(uncarried.contains(&"stop_sequences".to_owned()));
+        // An effort of its own wins over the budget's; `max` is OpenAI's highest.
+        let adaptive = request(json!({"model": "m", "max_tokens": 5, "messages": [],
+            "thinking": {"type": "adaptive"}, "output_config": {"effort": "max"}}));
+        let (chat, uncarried) = carry(&adaptive, &headers, &[], Some(Protocol::Chat)).unwrap();
+        assert_eq!(chat.reasoning.and_then(|r| r.effort).as_deref(), Some("xhigh"));
+        assert!(uncarried.is_empty());
+    }
+
+    #[test]
+    fn thinking_blocks_become_reasoning_items_and_back() {
+        let typed = typed_conversation(json!([
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "Hm.", "signature": "sig"},
+                {"type": "redacted_thinking", "data": "red"},
+                {"type": "tool_use", "id": "t1", "name": "f", "input": {}}
+            ]}
+        ]))
+        .unwrap();
+        let items = values(&typed);
+        assert_eq!(items[1]["type"], "reasoning");
+        assert_eq!(items[1]["encrypted_content"], "anthropic-signature:sig");
+        assert_eq!(items[1]["content"][0]["text"], "Hm.");
+        assert_eq!(items[2]["encrypted_content"], "anthropic-redacted:red");
+        assert_eq!(items[3]["type"], "function_call");
+        let back: Vec<Value> = typed.iter().flat_map(|i| json_of(&blocks(i))).collect();
+        assert_eq!(back[1], json!({"type": "thinking", "thinking": "Hm.", "signature": "sig"}));
+        assert_eq!(back[2], json!({"type": "redacted_thinking", "data": "red"}));
+        // OpenAI's reasoning has nothing a Messages client could replay.
+        let openai = item(json!({"type": "reasoning", "summary": [], "encrypted_content": "gAAA"}));
+        assert!(blocks(&openai).is_empty());
+        // Streamed: empty at its start, its text and signature as deltas.
+        let mut index = BlockIndex::default();
+        let events = index.translate(run::Event::ItemDone { index: 0, item: typed[1].clone() });
+        let written: Vec<Value> = events.iter().map(|e| serde_json::to_value(e).unwrap()).collect();
+        assert_eq!(written[0]["content_block"], json!({"type": "thinking", "thinking": "", "signature": ""}));
+        assert_eq!(written[1]["delta"], json!({"type": "thinking_delta", "thinking": "Hm."}));
+        assert_eq!(written[2]["delta"], json!({"type": "signature_delta", "signature": "sig"}));
+        assert_eq!(written[3]["type"], "content_block_stop");
+        // A user's message holds no thinking.
+        let error = conversation_of(json!([{"role": "user", "content": [
+            {"type": "thinking", "thinking": "x", "signature": "s"}]}]))
+        .unwrap_err();
+        assert_eq!(error.param.as_deref(), Some("messages[0].content[0].type"));
+    }
 }

@@ -855,4 +855,201 @@ mod tests {
         .unwrap();
         assert_eq!(reply.tool_calls[0].arguments, "{\"commands\":[\"pwd\"]}");
     }
+
+    fn turn_with(carry: Carry, messages: Vec<Message>) -> Turn {
+        Turn {
+            model: "claude".into(),
+            messages,
+            max_output_tokens: Some(8000),
+            carry,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_messages_clients_fields_go_as_sent_and_thinking_goes_back_in_place() {
+        let carry = Carry {
+            anthropic: serde_json::from_value(serde_json::json!({
+                "thinking": {"type": "enabled", "budget_tokens": 2048, "display": "omitted"},
+                "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+                "output_config": {"effort": "high"},
+                "mcp_servers": [{"type": "url", "url": "https://mcp.example", "name": "m"}],
+                "top_k": 5,
+                // shellgate's own: the loop's wins.
+                "model": "other",
+                "max_tokens": 1,
+            }))
+            .unwrap(),
+            anthropic_beta: vec!["context-management-2025-06-27".into(), "b2".into()],
+            ..Default::default()
+        };
+        let messages = vec![
+            Message::User("go".into()),
+            Message::Reasoning(Reasoning {
+                text: "hmm".into(),
+                sealed: Some(Sealed::AnthropicSignature("sig".into())),
+                ..Default::default()
+            }),
+            Message::Reasoning(Reasoning {
+                sealed: Some(Sealed::AnthropicRedacted("data".into())),
+                ..Default::default()
+            }),
+            // Another protocol's: no signature this API could check.
+            Message::Reasoning(Reasoning {
+                text: "openai".into(),
+                sealed: Some(Sealed::OpenAi("gAAA".into())),
+                ..Default::default()
+            }),
+            Message::Assistant {
+                text: String::new(),
+                tool_calls: vec![ToolCall {
+                    id: "t1".into(),
+                    name: "Bash".into(),
+                    arguments: "{}".into(),
+                }],
+            },
+            Message::Tool {
+                call_id: "t1".into(),
+                output: "ok".into(),
+            },
+        ];
+        let turn = turn_with(carry.clone(), messages);
+        let body = serde_json::to_value(request_body(&turn, true).unwrap()).unwrap();
+        assert_eq!(body["model"], "claude");
+        assert_eq!(body["max_tokens"], 8000);
+        assert_eq!(body["thinking"]["display"], "omitted");
+        assert_eq!(body["context_management"], turn.carry.anthropic["context_management"]);
+        assert_eq!(body["mcp_servers"][0]["name"], "m");
+        assert_eq!(body["output_config"], serde_json::json!({"effort": "high"}));
+        assert_eq!(body["top_k"], 5);
+        let assistant = &body["messages"][1]["content"];
+        assert_eq!(
+            assistant,
+            &serde_json::json!([
+                {"type": "thinking", "thinking": "hmm", "signature": "sig"},
+                {"type": "redacted_thinking", "data": "data"},
+                {"type": "tool_use", "id": "t1", "name": "Bash", "input": {}}
+            ])
+        );
+        assert_eq!(
+            beta_headers(&carry),
+            [("anthropic-beta", "context-management-2025-06-27,b2".to_owned())]
+        );
+        // The count leaves out what only generating takes.
+        let count = count_body(&turn).unwrap();
+        assert!(count.contains_key("context_management") && count.contains_key("thinking"));
+        assert!(!count.contains_key("max_tokens") && !count.contains_key("stream"));
+        assert!(!count.contains_key("top_k"));
+        assert!(uncarried_fields(&carry).is_empty());
+    }
+
+    #[test]
+    fn another_protocols_client_is_mapped_and_the_rest_named() {
+        let carry = Carry {
+            reasoning: Some(super::super::ReasoningRequest {
+                effort: Some("high".into()),
+                ..Default::default()
+            }),
+            output_format: Some(OutputFormat::JsonSchema {
+                name: "x".into(),
+                description: None,
+                schema: serde_json::json!({"type": "object"}),
+                strict: Some(true),
+            }),
+            stop: vec!["END".into()],
+            responses: serde_json::from_value(serde_json::json!({
+                "reasoning": {"effort": "high"},
+                "text": {"format": {"type": "json_schema"}, "verbosity": "low"},
+                "include": ["reasoning.encrypted_content"],
+                "prompt_cache_key": "k",
+                "safety_identifier": "user-1",
+            }))
+            .unwrap(),
+            ..Default::default()
+        };
+        let body = serde_json::to_value(
+            request_body(&turn_with(carry.clone(), vec![Message::User("q".into())]), false)
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            body["thinking"],
+            serde_json::json!({"type": "enabled", "budget_tokens": 7999})
+        );
+        assert_eq!(
+            body["output_config"],
+            serde_json::json!({"format": {"type": "json_schema", "schema": {"type": "object"}}})
+        );
+        assert_eq!(body["stop_sequences"], serde_json::json!(["END"]));
+        assert_eq!(body["metadata"]["user_id"], "user-1");
+        assert!(body.get("prompt_cache_key").is_none());
+        assert_eq!(
+            uncarried_fields(&carry),
+            ["prompt_cache_key", "text.verbosity"]
+        );
+        assert_eq!(budget_for("low", 8000), Some(1024));
+        assert_eq!(budget_for("medium", 2000), Some(1999));
+        assert_eq!(budget_for("high", 1024), None);
+        assert_eq!(budget_for("minimal", 64_000), None);
+        assert_eq!(effort_for_budget(31_999), "high");
+        assert_eq!(effort_for_budget(1024), "low");
+    }
+
+    #[test]
+    fn thinking_and_server_tool_blocks_are_read_from_the_stream_and_whole() {
+        let events = serde_json::json!([
+            {"type": "message_start", "message": {"usage": {"input_tokens": 3}}},
+            {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": "", "signature": ""}},
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "Let me "}},
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "see."}},
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": "EqQB"}},
+            {"type": "content_block_stop", "index": 0},
+            {"type": "content_block_start", "index": 1, "content_block": {"type": "redacted_thinking", "data": "red"}},
+            {"type": "content_block_start", "index": 2, "content_block": {"type": "server_tool_use", "id": "srv_1", "name": "web_search", "input": {}}},
+            {"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": "{\"query\": \"x\"}"}},
+            {"type": "content_block_start", "index": 3, "content_block": {"type": "web_search_tool_result", "tool_use_id": "srv_1", "content": []}},
+            {"type": "content_block_start", "index": 4, "content_block": {"type": "text", "text": ""}},
+            {"type": "content_block_delta", "index": 4, "delta": {"type": "text_delta", "text": "Found."}},
+            {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 9}},
+            {"type": "message_stop"}
+        ]);
+        let mut stream = Stream::default();
+        for event in events.as_array().unwrap() {
+            let event: Event = serde_json::from_value(event.clone()).unwrap();
+            stream.event(event, None, 1 << 20).unwrap();
+        }
+        let reply = stream.finish().unwrap();
+        assert_eq!(reply.text, "Found.");
+        assert_eq!(
+            reply.reasoning,
+            [
+                Reasoning {
+                    text: "Let me see.".into(),
+                    sealed: Some(Sealed::AnthropicSignature("EqQB".into())),
+                    ..Default::default()
+                },
+                Reasoning {
+                    sealed: Some(Sealed::AnthropicRedacted("red".into())),
+                    ..Default::default()
+                }
+            ]
+        );
+        let native: Vec<&Value> = reply.native.iter().map(|n| &n.item).collect();
+        assert_eq!(native[0]["input"], serde_json::json!({"query": "x"}));
+        assert_eq!(native[1]["type"], "web_search_tool_result");
+        assert!(reply.native.iter().all(|n| n.protocol == Protocol::Anthropic));
+        let whole = parse_message(
+            serde_json::from_value(serde_json::json!({
+                "content": [{"type": "thinking", "thinking": "t", "signature": "s"},
+                            {"type": "text", "text": "x"}],
+                "stop_reason": "end_turn",
+            }))
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            whole.reasoning[0].sealed,
+            Some(Sealed::AnthropicSignature("s".into()))
+        );
+    }
 }

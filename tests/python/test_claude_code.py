@@ -1,0 +1,91 @@
+"""Claude Code (npm `@anthropic-ai/claude-code`, pinned in tests/node and
+installed by scripts/test) works unchanged against shellgate: `claude -p`
+with a current model name, `ANTHROPIC_BASE_URL` = shellgate and a shellgate
+key, over a scripted Anthropic upstream. The script has the model call
+Claude Code's own `Bash` tool (a client tool: shellgate hands the call
+back), Claude Code runs it here and sends its `tool_result`, and the script
+answers the final text. What Claude Code sends beside the conversation
+(`thinking`, `context_management`, `output_config`, the `anthropic-beta`
+header) reaches the upstream as it was sent.
+
+Claude Code refuses `--dangerously-skip-permissions` as root; the test
+allows just its Bash tool (`--allowedTools Bash`), which is what a user
+running `claude -p` non-interactively does."""
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import KEY_A, ROOT
+from scripted_anthropic import ScriptedAnthropic, last_user_blocks, text
+
+CLAUDE = ROOT / "tests" / "node" / "node_modules" / ".bin" / "claude"
+MODEL = "claude-sonnet-5-5"
+MADE = "made-by-claude.txt"
+FINAL = "FINAL: the file is written."
+
+
+def script(body):
+    """Claude Code's turns: its main loop (the one offered `Bash`) calls
+    Bash, then answers once the result is back; side requests (a title, a
+    quota check: no tools) get a short text."""
+    if "Bash" not in [tool.get("name") for tool in body.get("tools", [])]:
+        return [text("Writing a file")]
+    if any(block.get("type") == "tool_result" for block in last_user_blocks(body)):
+        return [text(FINAL)]
+    return [
+        {"type": "thinking", "thinking": "I will write the file with Bash.", "signature": "sig-claude-1"},
+        {"type": "tool_use", "id": "toolu_cc_1", "name": "Bash",
+         "input": {"command": f"echo made by claude > {MADE}", "description": "Write the file"}},
+    ]
+
+
+@pytest.fixture
+def served(fresh_server):
+    upstream = ScriptedAnthropic(script)
+    yield fresh_server(upstream_url=upstream.url, upstream_protocol="anthropic"), upstream
+    upstream.stop()
+
+
+@pytest.mark.skipif(not CLAUDE.exists(), reason="Claude Code is installed by scripts/test")
+def test_claude_code_completes_a_task_with_its_tools_through_shellgate(served, tmp_path):
+    server, upstream = served
+    work, home = tmp_path / "work", tmp_path / "home"
+    work.mkdir()
+    home.mkdir()
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "CLAUDE_CONFIG_DIR": str(home / ".claude"),
+        # The SDK adds /v1/messages to the base URL.
+        "ANTHROPIC_BASE_URL": server.base_url.removesuffix("/v1"),
+        "ANTHROPIC_API_KEY": KEY_A,
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+    }
+    done = subprocess.run(
+        [str(CLAUDE), "-p", f"Write the file {MADE}", "--model", MODEL, "--allowedTools", "Bash"],
+        cwd=work, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, (done.stdout, done.stderr, server.log.read_text()[-3000:])
+    assert FINAL in done.stdout
+    # Claude Code ran the command the model asked for, here.
+    assert (work / MADE).read_text() == "made by claude\n"
+
+    main = [r for r in upstream.messages()
+            if "Bash" in [tool.get("name") for tool in r["body"].get("tools", [])]]
+    assert len(main) >= 2, [r["body"].get("model") for r in upstream.messages()]
+    first, last = main[0], main[-1]
+    assert first["body"]["model"] == MODEL
+    # What Claude Code sends beside the conversation reaches the upstream.
+    assert first["body"]["thinking"]["type"] in ("adaptive", "enabled"), first["body"]["thinking"]
+    assert first["body"]["context_management"]["edits"], first["body"]["context_management"]
+    betas = first["headers"].get("anthropic-beta", "").split(",")
+    assert "context-management-2025-06-27" in betas, betas
+    # The tool result came back for the call the upstream made.
+    results = [b for b in last_user_blocks(last["body"]) if b.get("type") == "tool_result"]
+    assert results and results[0]["tool_use_id"] == "toolu_cc_1"
