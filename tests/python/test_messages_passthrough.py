@@ -25,10 +25,11 @@ TOOLS = [{"name": "run", "description": "Runs a command.",
           "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}}}]
 EXTRAS = dict(
     thinking={"type": "enabled", "budget_tokens": 2048},
-    top_k=5,
     stop_sequences=["END"],
+    output_config={"effort": "high"},
+    # This SDK no longer has `top_k` (older ones and other clients send it).
     extra_body={"context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
-                "output_config": {"effort": "high"}},
+                "top_k": 5},
 )
 
 

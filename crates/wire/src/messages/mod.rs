@@ -77,6 +77,9 @@ mod tests {
             round_trips::<Tool>("Tool"),
             round_trips::<ToolChoice>("ToolChoice"),
             round_trips::<ThinkingConfig>("ThinkingConfig"),
+            round_trips::<OutputConfig>("OutputConfig"),
+            round_trips::<CountTokens>("CountTokens"),
+            round_trips::<TokenCount>("TokenCount"),
             round_trips::<Message>("Message"),
             round_trips::<Usage>("Usage"),
             round_trips::<StreamEvent>("StreamEvent"),
@@ -99,6 +102,21 @@ mod tests {
         assert!(
             matches!(block, ContentBlock::OpenrouterShellToolResult(ref r) if r.content.len() == 2)
         );
+        // What current clients send is consumed or carried, none refused.
+        let current = CreateMessage::read(&read("CreateMessage/current.json")).unwrap();
+        assert!(matches!(current.thinking, Some(ThinkingConfig::Adaptive { .. })));
+        assert_eq!(current.top_k, Some(40));
+        let carried: Vec<&str> = current.carried.keys().map(String::as_str).collect();
+        assert_eq!(
+            carried,
+            ["cache_control", "container", "context_management", "mcp_servers"]
+        );
+        let structured = CreateMessage::read(&read("CreateMessage/structured.json")).unwrap();
+        assert!(matches!(
+            structured.output_config.and_then(|c| c.format),
+            Some(OutputFormat::JsonSchema { .. })
+        ));
+        assert!(CountTokens::read(&read("CountTokens/count.json")).is_ok());
         let tool: Tool = parse(&read("Tool/custom.json")).unwrap();
         assert!(matches!(tool, Tool::Custom(_)));
         let tool: Tool = parse(&read("Tool/openrouter_bash.json")).unwrap();

@@ -111,7 +111,9 @@ impl CreateMessage {
 /// Fields of the SDK's `MessageCountTokensParams` (and the beta's) that
 /// are carried as given to an Anthropic upstream.
 pub const COUNT_CARRIED: &[&str] = &[
+    "billing_policy",
     "cache_control",
+    "compaction",
     "context_management",
     "mcp_servers",
     "speed",
