@@ -15,7 +15,7 @@ use shellgate_wire::responses::{
 
 use crate::arguments::{BashArguments, LocalShellArguments, ShellArguments};
 use crate::tools::{BASH, LOCAL_SHELL, SHELL};
-use crate::upstream::{Message, ToolCall};
+use crate::upstream::{Message, NativeItem, Protocol, ToolCall};
 
 /// The text of a message's `content` (a string, or parts).
 pub fn content_text(content: &MessageContent) -> String {
@@ -229,6 +229,19 @@ pub fn messages<'a>(
                 {
                     messages.push(Message::Reasoning(reasoning));
                 }
+            }
+            // An Anthropic server tool's block a Messages client replayed
+            // (`web_search_tool_result`...): for an Anthropic upstream.
+            Item::Other(block)
+                if block
+                    .get("type")
+                    .and_then(serde_json::Value::as_str)
+                    .is_some_and(shellgate_wire::messages::is_server_tool_block) =>
+            {
+                messages.push(Message::Native(NativeItem {
+                    protocol: Protocol::Anthropic,
+                    item: serde_json::Value::Object(block.clone()),
+                }))
             }
             // Custom tools and anything else a model of another family
             // cannot use.

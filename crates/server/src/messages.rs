@@ -682,9 +682,24 @@ fn conversation(messages: &[MessageParam]) -> Result<Vec<Item>, ApiError> {
                         extra: Default::default(),
                     }));
                 }
-                ContentBlock::ServerToolUse(call) if role == Role::Assistant => {
+                // OpenRouter's server tools' calls wait for their result
+                // block: the two are one item.
+                ContentBlock::ServerToolUse(call)
+                    if role == Role::Assistant
+                        && matches!(call.name.as_str(), "shell" | "bash_code_execution") =>
+                {
                     flush(&mut parts, &mut items);
                     calls.insert(required(&call.id, &param, "id")?, call);
+                }
+                // Anthropic's server tools' blocks (`web_search`...): kept
+                // whole, in place, for an Anthropic upstream.
+                block @ (ContentBlock::ServerToolUse(_) | ContentBlock::Unknown(_))
+                    if role == Role::Assistant && wire::is_server_tool_block(block.kind()) =>
+                {
+                    flush(&mut parts, &mut items);
+                    if let Ok(Value::Object(raw)) = serde_json::to_value(&block) {
+                        items.push(Item::Other(raw));
+                    }
                 }
                 ContentBlock::OpenrouterShellToolResult(result) => {
                     flush(&mut parts, &mut items);
@@ -851,6 +866,17 @@ fn thinking_block(item: &wire_items::Reasoning) -> Option<ContentBlock> {
 fn blocks(item: &Item) -> Vec<ContentBlock> {
     match item {
         Item::Reasoning(reasoning) => thinking_block(reasoning).into_iter().collect(),
+        // An Anthropic upstream's server tool block, as it gave it.
+        Item::Other(raw)
+            if raw
+                .get("type")
+                .and_then(Value::as_str)
+                .is_some_and(wire::is_server_tool_block) =>
+        {
+            serde_json::from_value(Value::Object(raw.clone()))
+                .map(|block| vec![block])
+                .unwrap_or_default()
+        }
         Item::Message(message) => {
             let text = message_text(message);
             if text.is_empty() {
@@ -1238,6 +1264,12 @@ impl BlockIndex {
                         .map(|block| self.thinking(block))
                         .unwrap_or_default();
                 }
+                if let Item::Other(_) = &item {
+                    return blocks(&item)
+                        .into_iter()
+                        .flat_map(|block| self.whole(block))
+                        .collect();
+                }
                 blocks(&item)
                     .into_iter()
                     .skip(1)
@@ -1606,6 +1638,19 @@ mod tests {
         assert_eq!(written[1]["delta"], json!({"type": "thinking_delta", "thinking": "Hm."}));
         assert_eq!(written[2]["delta"], json!({"type": "signature_delta", "signature": "sig"}));
         assert_eq!(written[3]["type"], "content_block_stop");
+        // Anthropic's server tools' blocks are kept whole, in place, and
+        // given back as they were.
+        let typed = typed_conversation(json!([{"role": "assistant", "content": [
+            {"type": "server_tool_use", "id": "srv_1", "name": "web_search", "input": {"query": "q"}},
+            {"type": "web_search_tool_result", "tool_use_id": "srv_1", "content": []},
+            {"type": "text", "text": "Found."}
+        ]}]))
+        .unwrap();
+        let items = values(&typed);
+        assert_eq!((items[0]["type"].as_str(), items[1]["type"].as_str()), (Some("server_tool_use"), Some("web_search_tool_result")));
+        assert_eq!(json_of(&blocks(&typed[1])), [json!({"type": "web_search_tool_result", "tool_use_id": "srv_1", "content": []})]);
+        let messages = shellgate_model::conversation::messages(None, &typed);
+        assert!(matches!(&messages[0], shellgate_model::upstream::Message::Native(n) if n.protocol == Protocol::Anthropic));
         // A user's message holds no thinking.
         let error = conversation_of(json!([{"role": "user", "content": [
             {"type": "thinking", "thinking": "x", "signature": "s"}]}]))

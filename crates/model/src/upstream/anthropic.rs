@@ -283,7 +283,13 @@ pub fn request_body(turn: &Turn, stream: bool) -> Result<CreateMessage, Upstream
             Message::Native(_) => {}
         }
     }
-    let (tools, tool_choice) = if turn.tools.is_empty() {
+    // The client's server tools (`web_search_20250305`...), as it wrote them.
+    let native_tools = turn.carry.native_tools.iter().filter_map(|tool| {
+        (tool.protocol == Protocol::Anthropic)
+            .then(|| Tool::deserialize(&tool.item).ok())
+            .flatten()
+    });
+    let (tools, tool_choice) = if turn.tools.is_empty() && turn.carry.native_tools.is_empty() {
         (None, None)
     } else {
         let tools = turn
@@ -301,6 +307,7 @@ pub fn request_body(turn: &Turn, stream: bool) -> Result<CreateMessage, Upstream
                     extra: Map::new(),
                 })
             })
+            .chain(native_tools)
             .collect();
         let parallel = ParallelUse {
             disable_parallel_tool_use: (turn.parallel_tool_calls == Some(false)).then_some(true),
@@ -943,6 +950,31 @@ mod tests {
         assert!(!count.contains_key("max_tokens") && !count.contains_key("stream"));
         assert!(!count.contains_key("top_k"));
         assert!(uncarried_fields(&carry).is_empty());
+        // The client's server tools, and their blocks replayed, go as given.
+        let carry = Carry {
+            native_tools: vec![NativeItem {
+                protocol: Protocol::Anthropic,
+                item: serde_json::json!({"type": "web_search_20250305", "name": "web_search"}),
+            }],
+            ..Default::default()
+        };
+        let block = serde_json::json!({"type": "web_search_tool_result", "tool_use_id": "s", "content": []});
+        let messages = vec![
+            Message::User("q".into()),
+            Message::Native(NativeItem {
+                protocol: Protocol::Anthropic,
+                item: block.clone(),
+            }),
+            Message::Native(NativeItem {
+                protocol: Protocol::Responses,
+                item: serde_json::json!({"type": "web_search_call"}),
+            }),
+        ];
+        let body = serde_json::to_value(request_body(&turn_with(carry, messages), false).unwrap())
+            .unwrap();
+        assert_eq!(body["tools"], serde_json::json!([{"type": "web_search_20250305", "name": "web_search"}]));
+        assert_eq!(body["messages"][1]["content"], serde_json::json!([block]));
+        assert_eq!(body["messages"].as_array().unwrap().len(), 2);
     }
 
     #[test]

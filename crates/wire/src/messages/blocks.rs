@@ -32,6 +32,16 @@ impl Raw {
     }
 }
 
+/// Whether a block of `kind` is one of Anthropic's server tools' (a call,
+/// `server_tool_use` / `mcp_tool_use`, or a result, `*_tool_result`,
+/// `container_upload`): the upstream runs them, a client replays them, and
+/// only an Anthropic upstream reads them. No Responses item's `type` is one
+/// of these, so a conversation item holding such a block is known by it.
+pub fn is_server_tool_block(kind: &str) -> bool {
+    matches!(kind, "server_tool_use" | "mcp_tool_use" | "container_upload")
+        || kind.ends_with("_tool_result")
+}
+
 /// A content block, by its `type`.
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
