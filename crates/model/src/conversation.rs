@@ -232,12 +232,7 @@ pub fn messages<'a>(
             }
             // An Anthropic server tool's block a Messages client replayed
             // (`web_search_tool_result`...): for an Anthropic upstream.
-            Item::Other(block)
-                if block
-                    .get("type")
-                    .and_then(serde_json::Value::as_str)
-                    .is_some_and(shellgate_wire::messages::is_server_tool_block) =>
-            {
+            Item::Other(block) if shellgate_wire::messages::holds_server_tool_block(block) => {
                 messages.push(Message::Native(NativeItem {
                     protocol: Protocol::Anthropic,
                     item: serde_json::Value::Object(block.clone()),
@@ -245,9 +240,7 @@ pub fn messages<'a>(
             }
             // Custom tools and anything else a model of another family
             // cannot use.
-            Item::CustomToolCall(_)
-            | Item::CustomToolCallOutput(_)
-            | Item::Other(_) => {}
+            Item::CustomToolCall(_) | Item::CustomToolCallOutput(_) | Item::Other(_) => {}
         }
     }
     messages

@@ -77,22 +77,27 @@ impl Sealed {
     }
 }
 
+/// The keys of a `reasoning` item beside its `summary` (kept in its
+/// `extra`), read; one of another type is left out.
+#[derive(Debug, Default, Deserialize)]
+struct ItemParts {
+    #[serde(default)]
+    content: Vec<Value>,
+    #[serde(default)]
+    encrypted_content: Option<String>,
+}
+
 /// A replayed or stored `reasoning` item, as the neutral reasoning.
 pub fn from_item(item: &ReasoningItem) -> Reasoning {
-    let content = item
-        .extra
-        .get("content")
-        .and_then(Value::as_array)
-        .map(|content| texts(content))
-        .unwrap_or_default();
+    let parts: ItemParts =
+        serde_json::from_value(Value::Object(item.extra.clone())).unwrap_or_default();
     Reasoning {
         id: item.id.clone(),
         summary: texts(&item.summary),
-        text: content.join("\n"),
-        sealed: item
-            .extra
-            .get("encrypted_content")
-            .and_then(Value::as_str)
+        text: texts(&parts.content).join("\n"),
+        sealed: parts
+            .encrypted_content
+            .as_deref()
             .map(Sealed::from_encrypted_content),
     }
 }

@@ -181,15 +181,17 @@ pub async fn count_tokens(
                 "The request body must be a JSON object.",
             ));
         }
-        let request =
-            wire::CountTokens::read(&body).map_err(|e| invalid(&e.param, e.message))?;
+        let request = wire::CountTokens::read(&body).map_err(|e| invalid(&e.param, e.message))?;
         let (model, upstream) = crate::responses::upstream_for(&state, Some(&request.model))?;
         let turn = counted_turn(request, &headers, upstream.protocol())?;
         let input_tokens = match upstream.count_tokens(&turn).await {
             Ok(Some(tokens)) => tokens,
             Ok(None) => estimate_tokens(&turn),
             Err(e) => {
-                tracing::warn!(model, "the upstream could not count tokens ({e}); estimated");
+                tracing::warn!(
+                    model,
+                    "the upstream could not count tokens ({e}); estimated"
+                );
                 estimate_tokens(&turn)
             }
         };
@@ -360,7 +362,10 @@ fn carry(
         return Ok((carry, uncarried));
     }
     for (index, tool) in native_tools {
-        uncarried.push(format!("tools[{index}] ({})", tool.kind().unwrap_or_default()));
+        uncarried.push(format!(
+            "tools[{index}] ({})",
+            tool.kind().unwrap_or_default()
+        ));
     }
     let effort = match &body.thinking {
         Some(wire::ThinkingConfig::Enabled { budget_tokens, .. }) => {
@@ -372,7 +377,13 @@ fn carry(
     // `max` is above every OpenAI level: their highest.
     let effort = output
         .and_then(|o| o.effort.clone())
-        .map(|effort| if effort == "max" { "xhigh".to_owned() } else { effort })
+        .map(|effort| {
+            if effort == "max" {
+                "xhigh".to_owned()
+            } else {
+                effort
+            }
+        })
         .or(effort);
     if let Some(effort) = &effort {
         carry.reasoning = Some(ReasoningRequest {
@@ -386,7 +397,9 @@ fn carry(
             },
         });
     }
-    if let Some(wire::OutputFormat::JsonSchema { schema, .. }) = output.and_then(|o| o.format.as_ref()) {
+    if let Some(wire::OutputFormat::JsonSchema { schema, .. }) =
+        output.and_then(|o| o.format.as_ref())
+    {
         carry.output_format = Some(OutputFormat::JsonSchema {
             name: "output".into(),
             description: None,
@@ -395,7 +408,12 @@ fn carry(
         });
     }
     if let Some(output) = output {
-        uncarried.extend(output.extra.keys().map(|key| format!("output_config.{key}")));
+        uncarried.extend(
+            output
+                .extra
+                .keys()
+                .map(|key| format!("output_config.{key}")),
+        );
     }
     carry.stop = body.stop_sequences.clone().unwrap_or_default();
     carry.top_k = body.top_k;
@@ -420,7 +438,9 @@ fn carry(
     }
     // Thinking switched off, or left to the model, asks nothing of another
     // protocol; a budget is carried as the effort above.
-    if let Some(wire::ThinkingConfig::Adaptive { .. } | wire::ThinkingConfig::BetweenTools { .. }) = &body.thinking {
+    if let Some(wire::ThinkingConfig::Adaptive { .. } | wire::ThinkingConfig::BetweenTools { .. }) =
+        &body.thinking
+    {
         if effort.is_none() {
             uncarried.push("thinking".into());
         }
@@ -852,12 +872,12 @@ fn thinking_block(item: &wire_items::Reasoning) -> Option<ContentBlock> {
                 extra: Default::default(),
             }))
         }
-        Some(Sealed::AnthropicRedacted(data)) => {
-            Some(ContentBlock::RedactedThinking(wire::RedactedThinkingBlock {
+        Some(Sealed::AnthropicRedacted(data)) => Some(ContentBlock::RedactedThinking(
+            wire::RedactedThinkingBlock {
                 data,
                 extra: Default::default(),
-            }))
-        }
+            },
+        )),
         Some(Sealed::OpenAi(_)) | None => None,
     }
 }
@@ -867,12 +887,7 @@ fn blocks(item: &Item) -> Vec<ContentBlock> {
     match item {
         Item::Reasoning(reasoning) => thinking_block(reasoning).into_iter().collect(),
         // An Anthropic upstream's server tool block, as it gave it.
-        Item::Other(raw)
-            if raw
-                .get("type")
-                .and_then(Value::as_str)
-                .is_some_and(wire::is_server_tool_block) =>
-        {
+        Item::Other(raw) if wire::holds_server_tool_block(raw) => {
             serde_json::from_value(Value::Object(raw.clone()))
                 .map(|block| vec![block])
                 .unwrap_or_default()
@@ -1309,10 +1324,14 @@ impl BlockIndex {
             index: block,
             content_block: start,
         }];
-        events.extend(deltas.into_iter().map(|delta| StreamEvent::ContentBlockDelta {
-            index: block,
-            delta,
-        }));
+        events.extend(
+            deltas
+                .into_iter()
+                .map(|delta| StreamEvent::ContentBlockDelta {
+                    index: block,
+                    delta,
+                }),
+        );
         events.push(StreamEvent::ContentBlockStop { index: block });
         events
     }
@@ -1567,12 +1586,23 @@ mod tests {
         let tools = body.tools.clone().unwrap();
         let (_, positions, native) = set_apart(&tools);
         assert_eq!(positions, [0]);
-        assert_eq!(client_param("tools[0].input_schema", &[2]), "tools[2].input_schema");
+        assert_eq!(
+            client_param("tools[0].input_schema", &[2]),
+            "tools[2].input_schema"
+        );
 
-        let (carry_a, uncarried) = carry(&body, &headers, &native, Some(Protocol::Anthropic)).unwrap();
+        let (carry_a, uncarried) =
+            carry(&body, &headers, &native, Some(Protocol::Anthropic)).unwrap();
         assert!(uncarried.is_empty());
         let keys: Vec<&str> = carry_a.anthropic.keys().map(String::as_str).collect();
-        for key in ["thinking", "context_management", "output_config", "metadata", "top_k", "stop_sequences"] {
+        for key in [
+            "thinking",
+            "context_management",
+            "output_config",
+            "metadata",
+            "top_k",
+            "stop_sequences",
+        ] {
             assert!(keys.contains(&key), "{key} in {keys:?}");
         }
         for key in ["model", "messages", "max_tokens", "tools", "session_id"] {
@@ -1583,14 +1613,30 @@ mod tests {
         assert_eq!(carry_a.native_tools[0].item["type"], "web_search_20250305");
 
         let (chat, uncarried) = carry(&body, &headers, &native, Some(Protocol::Chat)).unwrap();
-        assert_eq!(chat.reasoning.as_ref().and_then(|r| r.effort.as_deref()), Some("low"));
-        assert_eq!(chat.reasoning.as_ref().and_then(|r| r.budget_tokens), Some(2048));
-        assert!(matches!(chat.output_format, Some(OutputFormat::JsonSchema { .. })));
-        assert_eq!((chat.stop.as_slice(), chat.top_k), (&["END".to_owned()][..], Some(3)));
+        assert_eq!(
+            chat.reasoning.as_ref().and_then(|r| r.effort.as_deref()),
+            Some("low")
+        );
+        assert_eq!(
+            chat.reasoning.as_ref().and_then(|r| r.budget_tokens),
+            Some(2048)
+        );
+        assert!(matches!(
+            chat.output_format,
+            Some(OutputFormat::JsonSchema { .. })
+        ));
+        assert_eq!(
+            (chat.stop.as_slice(), chat.top_k),
+            (&["END".to_owned()][..], Some(3))
+        );
         assert!(chat.anthropic.is_empty() && chat.anthropic_beta.is_empty());
         assert_eq!(
             uncarried,
-            ["tools[1] (web_search_20250305)", "metadata", "context_management"]
+            [
+                "tools[1] (web_search_20250305)",
+                "metadata",
+                "context_management"
+            ]
         );
 
         let (responses, uncarried) =
@@ -1603,7 +1649,10 @@ mod tests {
         let adaptive = request(json!({"model": "m", "max_tokens": 5, "messages": [],
             "thinking": {"type": "adaptive"}, "output_config": {"effort": "max"}}));
         let (chat, uncarried) = carry(&adaptive, &headers, &[], Some(Protocol::Chat)).unwrap();
-        assert_eq!(chat.reasoning.and_then(|r| r.effort).as_deref(), Some("xhigh"));
+        assert_eq!(
+            chat.reasoning.and_then(|r| r.effort).as_deref(),
+            Some("xhigh")
+        );
         assert!(uncarried.is_empty());
     }
 
@@ -1625,18 +1674,36 @@ mod tests {
         assert_eq!(items[2]["encrypted_content"], "anthropic-redacted:red");
         assert_eq!(items[3]["type"], "function_call");
         let back: Vec<Value> = typed.iter().flat_map(|i| json_of(&blocks(i))).collect();
-        assert_eq!(back[1], json!({"type": "thinking", "thinking": "Hm.", "signature": "sig"}));
+        assert_eq!(
+            back[1],
+            json!({"type": "thinking", "thinking": "Hm.", "signature": "sig"})
+        );
         assert_eq!(back[2], json!({"type": "redacted_thinking", "data": "red"}));
         // OpenAI's reasoning has nothing a Messages client could replay.
         let openai = item(json!({"type": "reasoning", "summary": [], "encrypted_content": "gAAA"}));
         assert!(blocks(&openai).is_empty());
         // Streamed: empty at its start, its text and signature as deltas.
         let mut index = BlockIndex::default();
-        let events = index.translate(run::Event::ItemDone { index: 0, item: typed[1].clone() });
-        let written: Vec<Value> = events.iter().map(|e| serde_json::to_value(e).unwrap()).collect();
-        assert_eq!(written[0]["content_block"], json!({"type": "thinking", "thinking": "", "signature": ""}));
-        assert_eq!(written[1]["delta"], json!({"type": "thinking_delta", "thinking": "Hm."}));
-        assert_eq!(written[2]["delta"], json!({"type": "signature_delta", "signature": "sig"}));
+        let events = index.translate(run::Event::ItemDone {
+            index: 0,
+            item: typed[1].clone(),
+        });
+        let written: Vec<Value> = events
+            .iter()
+            .map(|e| serde_json::to_value(e).unwrap())
+            .collect();
+        assert_eq!(
+            written[0]["content_block"],
+            json!({"type": "thinking", "thinking": "", "signature": ""})
+        );
+        assert_eq!(
+            written[1]["delta"],
+            json!({"type": "thinking_delta", "thinking": "Hm."})
+        );
+        assert_eq!(
+            written[2]["delta"],
+            json!({"type": "signature_delta", "signature": "sig"})
+        );
         assert_eq!(written[3]["type"], "content_block_stop");
         // Anthropic's server tools' blocks are kept whole, in place, and
         // given back as they were.
@@ -1647,10 +1714,18 @@ mod tests {
         ]}]))
         .unwrap();
         let items = values(&typed);
-        assert_eq!((items[0]["type"].as_str(), items[1]["type"].as_str()), (Some("server_tool_use"), Some("web_search_tool_result")));
-        assert_eq!(json_of(&blocks(&typed[1])), [json!({"type": "web_search_tool_result", "tool_use_id": "srv_1", "content": []})]);
+        assert_eq!(
+            (items[0]["type"].as_str(), items[1]["type"].as_str()),
+            (Some("server_tool_use"), Some("web_search_tool_result"))
+        );
+        assert_eq!(
+            json_of(&blocks(&typed[1])),
+            [json!({"type": "web_search_tool_result", "tool_use_id": "srv_1", "content": []})]
+        );
         let messages = shellgate_model::conversation::messages(None, &typed);
-        assert!(matches!(&messages[0], shellgate_model::upstream::Message::Native(n) if n.protocol == Protocol::Anthropic));
+        assert!(
+            matches!(&messages[0], shellgate_model::upstream::Message::Native(n) if n.protocol == Protocol::Anthropic)
+        );
         // A user's message holds no thinking.
         let error = conversation_of(json!([{"role": "user", "content": [
             {"type": "thinking", "thinking": "x", "signature": "s"}]}]))

@@ -38,8 +38,8 @@ use shellgate_wire::messages::{
 
 use super::transport::{check_arguments, excerpt, Auth, Dialect, Endpoint, Route};
 use super::{
-    Carry, Delta, DeltaSink, Finish, Message, NativeItem, OutputFormat, Protocol, Reasoning,
-    Reply, Sealed, ToolCall, ToolChoice, Turn, Upstream, UpstreamConfig, UpstreamError, Usage,
+    Carry, Delta, DeltaSink, Finish, Message, NativeItem, OutputFormat, Protocol, Reasoning, Reply,
+    Sealed, ToolCall, ToolChoice, Turn, Upstream, UpstreamConfig, UpstreamError, Usage,
 };
 
 /// The API version this adapter speaks.
@@ -326,11 +326,7 @@ pub fn request_body(turn: &Turn, stream: bool) -> Result<CreateMessage, Upstream
     let carry = &turn.carry;
     let max_tokens = turn.max_output_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
     // A Responses client's end-user id is Anthropic's `metadata.user_id`.
-    let user_id = carry
-        .responses
-        .get("safety_identifier")
-        .and_then(Value::as_str)
-        .map(str::to_owned);
+    let user_id = ResponsesFields::of(carry).safety_identifier;
     let mapped = CreateMessage {
         model: turn.model.clone(),
         max_tokens,
@@ -362,7 +358,9 @@ pub fn request_body(turn: &Turn, stream: bool) -> Result<CreateMessage, Upstream
     let Value::Object(mut body) = serde_json::to_value(&mapped)
         .map_err(|e| UpstreamError::Malformed(format!("the request: {e}")))?
     else {
-        return Err(UpstreamError::Malformed("the request is not an object".into()));
+        return Err(UpstreamError::Malformed(
+            "the request is not an object".into(),
+        ));
     };
     for (key, value) in &carry.anthropic {
         if !OWN.contains(&key.as_str()) {
@@ -373,33 +371,46 @@ pub fn request_body(turn: &Turn, stream: bool) -> Result<CreateMessage, Upstream
         .map_err(|e| UpstreamError::Malformed(format!("the request: {e}")))
 }
 
+/// The carried Responses fields this adapter reads (each left out when
+/// it is not of its type: it is then named as uncarried).
+#[derive(Debug, Default, Deserialize)]
+struct ResponsesFields {
+    #[serde(default)]
+    safety_identifier: Option<String>,
+    #[serde(default)]
+    include: Option<Vec<String>>,
+    /// `text`'s keys (`format`, `verbosity`...).
+    #[serde(default)]
+    text: Option<Map<String, Value>>,
+}
+
+impl ResponsesFields {
+    fn of(carry: &Carry) -> Self {
+        serde_json::from_value(Value::Object(carry.responses.clone())).unwrap_or_default()
+    }
+}
+
 /// What of `carry` this adapter has no place for, as the client named it.
 pub fn uncarried_fields(carry: &Carry) -> Vec<String> {
     let mut names = Vec::new();
-    for (key, value) in &carry.responses {
+    let fields = ResponsesFields::of(carry);
+    for key in carry.responses.keys() {
         match key.as_str() {
             // Mapped: a thinking budget, `metadata.user_id`.
             "reasoning" | "safety_identifier" => {}
             // The answer's format: a JSON schema is `output_config.format`.
             "text" => {
-                if let Value::Object(text) = value {
-                    for part in text.keys() {
-                        let schema = matches!(
-                            carry.output_format,
-                            Some(OutputFormat::JsonSchema { .. })
-                        );
-                        if part != "format" || !schema {
-                            names.push(format!("text.{part}"));
-                        }
+                let schema = matches!(carry.output_format, Some(OutputFormat::JsonSchema { .. }));
+                for part in fields.text.iter().flat_map(|text| text.keys()) {
+                    if part != "format" || !schema {
+                        names.push(format!("text.{part}"));
                     }
                 }
             }
             // Anthropic returns every thinking block's signature anyway.
             "include" => {
-                let all_reasoning = value.as_array().is_some_and(|include| {
-                    include
-                        .iter()
-                        .all(|v| v.as_str() == Some("reasoning.encrypted_content"))
+                let all_reasoning = fields.include.as_ref().is_some_and(|include| {
+                    include.iter().all(|v| v == "reasoning.encrypted_content")
                 });
                 if !all_reasoning {
                     names.push(key.clone());
@@ -410,7 +421,8 @@ pub fn uncarried_fields(carry: &Carry) -> Vec<String> {
     }
     // Any JSON object (a Chat client's `response_format`): no such format
     // here (a Responses client's is named by `text.format` above).
-    if carry.output_format == Some(OutputFormat::JsonObject) && !carry.responses.contains_key("text")
+    if carry.output_format == Some(OutputFormat::JsonObject)
+        && !carry.responses.contains_key("text")
     {
         names.push("response_format".into());
     }
@@ -589,12 +601,10 @@ impl Streamed {
             (ContentBlock::Thinking(block), BlockDelta::ThinkingDelta { thinking }) => {
                 block.thinking.push_str(&thinking)
             }
-            (ContentBlock::Thinking(block), BlockDelta::SignatureDelta { signature }) => {
-                block
-                    .signature
-                    .get_or_insert_with(String::new)
-                    .push_str(&signature)
-            }
+            (ContentBlock::Thinking(block), BlockDelta::SignatureDelta { signature }) => block
+                .signature
+                .get_or_insert_with(String::new)
+                .push_str(&signature),
             (_, BlockDelta::InputJsonDelta { partial_json }) => self.input.push_str(&partial_json),
             _ => {}
         }
@@ -756,7 +766,6 @@ impl Dialect for Stream {
                 .collect(),
             usage: self.usage,
             finish: finish_of(self.stop.as_ref()),
-            ..Default::default()
         })
     }
 }
@@ -802,7 +811,9 @@ pub fn count_body(turn: &Turn) -> Result<Map<String, Value>, UpstreamError> {
             body.retain(|key, _| COUNTED.contains(&key.as_str()));
             Ok(body)
         }
-        _ => Err(UpstreamError::Malformed("the request is not an object".into())),
+        _ => Err(UpstreamError::Malformed(
+            "the request is not an object".into(),
+        )),
     }
 }
 
@@ -927,7 +938,10 @@ mod tests {
         assert_eq!(body["model"], "claude");
         assert_eq!(body["max_tokens"], 8000);
         assert_eq!(body["thinking"]["display"], "omitted");
-        assert_eq!(body["context_management"], turn.carry.anthropic["context_management"]);
+        assert_eq!(
+            body["context_management"],
+            turn.carry.anthropic["context_management"]
+        );
         assert_eq!(body["mcp_servers"][0]["name"], "m");
         assert_eq!(body["output_config"], serde_json::json!({"effort": "high"}));
         assert_eq!(body["top_k"], 5);
@@ -942,7 +956,10 @@ mod tests {
         );
         assert_eq!(
             beta_headers(&carry),
-            [("anthropic-beta", "context-management-2025-06-27,b2".to_owned())]
+            [(
+                "anthropic-beta",
+                "context-management-2025-06-27,b2".to_owned()
+            )]
         );
         // The count leaves out what only generating takes.
         let count = count_body(&turn).unwrap();
@@ -972,7 +989,10 @@ mod tests {
         ];
         let body = serde_json::to_value(request_body(&turn_with(carry, messages), false).unwrap())
             .unwrap();
-        assert_eq!(body["tools"], serde_json::json!([{"type": "web_search_20250305", "name": "web_search"}]));
+        assert_eq!(
+            body["tools"],
+            serde_json::json!([{"type": "web_search_20250305", "name": "web_search"}])
+        );
         assert_eq!(body["messages"][1]["content"], serde_json::json!([block]));
         assert_eq!(body["messages"].as_array().unwrap().len(), 2);
     }
@@ -1002,8 +1022,11 @@ mod tests {
             ..Default::default()
         };
         let body = serde_json::to_value(
-            request_body(&turn_with(carry.clone(), vec![Message::User("q".into())]), false)
-                .unwrap(),
+            request_body(
+                &turn_with(carry.clone(), vec![Message::User("q".into())]),
+                false,
+            )
+            .unwrap(),
         )
         .unwrap();
         assert_eq!(
@@ -1071,7 +1094,10 @@ mod tests {
         let native: Vec<&Value> = reply.native.iter().map(|n| &n.item).collect();
         assert_eq!(native[0]["input"], serde_json::json!({"query": "x"}));
         assert_eq!(native[1]["type"], "web_search_tool_result");
-        assert!(reply.native.iter().all(|n| n.protocol == Protocol::Anthropic));
+        assert!(reply
+            .native
+            .iter()
+            .all(|n| n.protocol == Protocol::Anthropic));
         let whole = parse_message(
             serde_json::from_value(serde_json::json!({
                 "content": [{"type": "thinking", "thinking": "t", "signature": "s"},

@@ -107,10 +107,7 @@ impl Endpoint {
         let max_arguments = self.config.limits.max_tool_call_bytes;
         let mut budget = Budget::turn(&self.config);
         let path = self.route.path;
-        let response = send(&self.config, &budget, || {
-            self.request(path, &body, headers)
-        })
-        .await?;
+        let response = send(&self.config, &budget, || self.request(path, &body, headers)).await?;
         let reply = if is_event_stream(&response) {
             // An event may hold the whole answer (the Responses API's
             // `response.completed` repeats it): its caps are the answer's.
@@ -149,10 +146,7 @@ impl Endpoint {
         let body = serde_json::to_vec(body)
             .map_err(|e| UpstreamError::Malformed(format!("the request: {e}")))?;
         let mut budget = Budget::turn(&self.config);
-        let response = send(&self.config, &budget, || {
-            self.request(path, &body, headers)
-        })
-        .await?;
+        let response = send(&self.config, &budget, || self.request(path, &body, headers)).await?;
         json_body(response, &mut budget).await
     }
 

@@ -38,8 +38,19 @@ impl Raw {
 /// only an Anthropic upstream reads them. No Responses item's `type` is one
 /// of these, so a conversation item holding such a block is known by it.
 pub fn is_server_tool_block(kind: &str) -> bool {
-    matches!(kind, "server_tool_use" | "mcp_tool_use" | "container_upload")
-        || kind.ends_with("_tool_result")
+    matches!(
+        kind,
+        "server_tool_use" | "mcp_tool_use" | "container_upload"
+    ) || kind.ends_with("_tool_result")
+}
+
+/// Whether `object` (an item kept whole) is a server tool's block
+/// ([`is_server_tool_block`]).
+pub fn holds_server_tool_block(object: &Map<String, Value>) -> bool {
+    object
+        .get("type")
+        .and_then(Value::as_str)
+        .is_some_and(is_server_tool_block)
 }
 
 /// A content block, by its `type`.

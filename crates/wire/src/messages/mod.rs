@@ -104,12 +104,20 @@ mod tests {
         );
         // What current clients send is consumed or carried, none refused.
         let current = CreateMessage::read(&read("CreateMessage/current.json")).unwrap();
-        assert!(matches!(current.thinking, Some(ThinkingConfig::Adaptive { .. })));
+        assert!(matches!(
+            current.thinking,
+            Some(ThinkingConfig::Adaptive { .. })
+        ));
         assert_eq!(current.top_k, Some(40));
         let carried: Vec<&str> = current.carried.keys().map(String::as_str).collect();
         assert_eq!(
             carried,
-            ["cache_control", "container", "context_management", "mcp_servers"]
+            [
+                "cache_control",
+                "container",
+                "context_management",
+                "mcp_servers"
+            ]
         );
         let structured = CreateMessage::read(&read("CreateMessage/structured.json")).unwrap();
         assert!(matches!(
@@ -196,7 +204,10 @@ mod tests {
         let read = CreateMessage::read(&current).unwrap();
         assert!(read.carried.contains_key("context_management"));
         assert_eq!(serde_json::to_value(&read).unwrap(), current);
-        assert_eq!(param(with("thinking", json!({"type": "enabled"}))), "thinking.budget_tokens");
+        assert_eq!(
+            param(with("thinking", json!({"type": "enabled"}))),
+            "thinking.budget_tokens"
+        );
         assert_eq!(
             param(with("output_config", json!({"format": {"type": "xml"}}))),
             "output_config.format.type"
