@@ -190,8 +190,15 @@ pub fn effort_for_budget(budget_tokens: u64) -> &'static str {
 }
 
 /// `thinking` for a client of another protocol: its budget, or its effort
-/// as one.
-fn thinking_of(carry: &Carry, max_tokens: u32) -> Option<ThinkingConfig> {
+/// as one. None on a turn the API refuses thinking for: one that forces a
+/// tool call, or samples at a temperature other than 1 (or with `top_k`).
+fn thinking_of(turn: &Turn, max_tokens: u32) -> Option<ThinkingConfig> {
+    let carry = &turn.carry;
+    let forced = matches!(turn.tool_choice, ToolChoice::Required | ToolChoice::Named(_));
+    let sampled = turn.temperature.is_some_and(|t| t != 1.0) || carry.top_k.is_some();
+    if forced || sampled {
+        return None;
+    }
     let reasoning = carry.reasoning.as_ref()?;
     let budget = match (reasoning.budget_tokens, reasoning.effort.as_deref()) {
         (Some(budget), _) => u32::try_from(budget)
@@ -344,7 +351,7 @@ pub fn request_body(turn: &Turn, stream: bool) -> Result<CreateMessage, Upstream
         top_k: carry.top_k,
         stop_sequences: (!carry.stop.is_empty()).then(|| carry.stop.clone()),
         service_tier: None,
-        thinking: thinking_of(carry, max_tokens),
+        thinking: thinking_of(turn, max_tokens),
         output_config: output_config_of(carry),
         session_id: None,
         carried: Map::new(),
@@ -1044,6 +1051,10 @@ mod tests {
             uncarried_fields(&carry),
             ["prompt_cache_key", "text.verbosity"]
         );
+        // No thinking where the API refuses it: a forced call.
+        let mut forced = turn_with(carry.clone(), vec![Message::User("q".into())]);
+        forced.tool_choice = ToolChoice::Required;
+        assert!(request_body(&forced, false).unwrap().thinking.is_none());
         assert_eq!(budget_for("low", 8000), Some(1024));
         assert_eq!(budget_for("medium", 2000), Some(1999));
         assert_eq!(budget_for("high", 1024), None);
