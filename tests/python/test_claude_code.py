@@ -84,6 +84,9 @@ def test_claude_code_completes_a_task_with_its_tools_through_shellgate(served, t
     # What Claude Code sends beside the conversation reaches the upstream.
     assert first["body"]["thinking"]["type"] in ("adaptive", "enabled"), first["body"]["thinking"]
     assert first["body"]["context_management"]["edits"], first["body"]["context_management"]
+    # Its blocks' cache breakpoints, which the loop's text conversation
+    # cannot hold, become the request's automatic prompt caching.
+    assert first["body"]["cache_control"]["type"] == "ephemeral"
     betas = first["headers"].get("anthropic-beta", "").split(",")
     assert "context-management-2025-06-27" in betas, betas
     # The tool result came back for the call the upstream made.

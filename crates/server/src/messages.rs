@@ -349,6 +349,14 @@ fn carry(
             return Err(ApiError::internal("the request could not be written back"));
         };
         fields.retain(|key, _| !anthropic::OWN.contains(&key.as_str()));
+        // The blocks' own cache breakpoints cannot be carried (the loop's
+        // conversation is text): the API's automatic caching, marked as the
+        // request's last breakpoint was, keeps the prompt cached.
+        if let Some(marker) = body.last_cache_control() {
+            fields
+                .entry(wire::CACHE_CONTROL)
+                .or_insert_with(|| marker.clone());
+        }
         carry.anthropic = fields;
         carry.anthropic_beta = betas(headers);
         carry.native_tools = native_tools
@@ -1609,6 +1617,17 @@ mod tests {
             assert!(!keys.contains(&key), "{key} in {keys:?}");
         }
         assert_eq!(carry_a.anthropic["thinking"]["display"], "omitted");
+        assert!(!carry_a.anthropic.contains_key("cache_control"));
+        // A block's cache breakpoint becomes the request's automatic one.
+        let cached = request(json!({"model": "m", "max_tokens": 5,
+            "system": [{"type": "text", "text": "s", "cache_control": {"type": "ephemeral", "ttl": "1h"}}],
+            "messages": [{"role": "user", "content": [
+                {"type": "text", "text": "a", "cache_control": {"type": "ephemeral"}}, {"type": "text", "text": "b"}]}]}));
+        let (carry_c, _) = carry(&cached, &headers, &[], Some(Protocol::Anthropic)).unwrap();
+        assert_eq!(
+            carry_c.anthropic["cache_control"],
+            json!({"type": "ephemeral"})
+        );
         assert_eq!(carry_a.anthropic_beta, ["a-1", "b-2", "c-3"]);
         assert_eq!(carry_a.native_tools[0].item["type"], "web_search_20250305");
 

@@ -194,7 +194,10 @@ pub fn effort_for_budget(budget_tokens: u64) -> &'static str {
 /// tool call, or samples at a temperature other than 1 (or with `top_k`).
 fn thinking_of(turn: &Turn, max_tokens: u32) -> Option<ThinkingConfig> {
     let carry = &turn.carry;
-    let forced = matches!(turn.tool_choice, ToolChoice::Required | ToolChoice::Named(_));
+    let forced = matches!(
+        turn.tool_choice,
+        ToolChoice::Required | ToolChoice::Named(_)
+    );
     let sampled = turn.temperature.is_some_and(|t| t != 1.0) || carry.top_k.is_some();
     if forced || sampled {
         return None;

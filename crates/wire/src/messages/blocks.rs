@@ -18,6 +18,10 @@ use crate::responses::ShellResult;
 /// Keys of a block this crate does not type, kept as they came.
 pub type Extra = Map<String, Value>;
 
+/// The key of a prompt-caching breakpoint, on a block, a tool or the
+/// request.
+pub const CACHE_CONTROL: &str = "cache_control";
+
 /// An object of a `type` this crate does not know, whole (its `type`
 /// included).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -92,6 +96,23 @@ impl ContentBlock {
             ContentBlock::BashCodeExecutionToolResult(_) => "bash_code_execution_tool_result",
             ContentBlock::Unknown(raw) => raw.kind(),
         }
+    }
+
+    /// Its `cache_control` marker (a prompt-caching breakpoint), if any.
+    pub fn cache_control(&self) -> Option<&Value> {
+        let extra = match self {
+            ContentBlock::Text(block) => &block.extra,
+            ContentBlock::Image(block) => &block.extra,
+            ContentBlock::Document(block) => &block.extra,
+            ContentBlock::Thinking(block) => &block.extra,
+            ContentBlock::RedactedThinking(block) => &block.extra,
+            ContentBlock::ToolUse(block) | ContentBlock::ServerToolUse(block) => &block.extra,
+            ContentBlock::ToolResult(block) => &block.extra,
+            ContentBlock::OpenrouterShellToolResult(block) => &block.extra,
+            ContentBlock::BashCodeExecutionToolResult(block) => &block.extra,
+            ContentBlock::Unknown(raw) => &raw.0,
+        };
+        extra.get(CACHE_CONTROL)
     }
 
     /// A text block of `text`.

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
-use super::blocks::{Extra, Raw, TextOrBlocks};
+use super::blocks::{ContentBlock, Extra, Raw, TextOrBlocks};
 use crate::param::{unknown_type, ParamError, Tagged};
 pub use crate::responses::{OpenRouterParameters, OpenRouterTool};
 
@@ -336,6 +336,41 @@ impl Tool {
             Tool::OpenRouterBash(_) => Some(OPENROUTER_BASH),
             Tool::Unknown(raw) => Some(raw.kind()).filter(|kind| !kind.is_empty()),
         }
+    }
+}
+
+impl Tool {
+    /// Its `cache_control` marker, if any.
+    pub fn cache_control(&self) -> Option<&Value> {
+        match self {
+            Tool::Custom(tool) => tool.extra.get(super::blocks::CACHE_CONTROL),
+            Tool::Bash(tool) => tool.extra.get(super::blocks::CACHE_CONTROL),
+            Tool::Unknown(raw) => raw.0.get(super::blocks::CACHE_CONTROL),
+            Tool::OpenRouterShell(_) | Tool::OpenRouterBash(_) => None,
+        }
+    }
+}
+
+impl CreateMessage {
+    /// The last prompt-caching breakpoint of the request (on its tools,
+    /// system blocks or messages' blocks, in the order the API caches
+    /// them), if any.
+    pub fn last_cache_control(&self) -> Option<&Value> {
+        let tools = self.tools.iter().flatten().filter_map(Tool::cache_control);
+        let system = self.system.iter().flat_map(markers);
+        let messages = self.messages.iter().flat_map(|m| markers(&m.content));
+        tools.chain(system).chain(messages).last()
+    }
+}
+
+/// The `cache_control` markers of `content`'s blocks.
+fn markers(content: &TextOrBlocks) -> Vec<&Value> {
+    match content {
+        TextOrBlocks::Text(_) => Vec::new(),
+        TextOrBlocks::Blocks(blocks) => blocks
+            .iter()
+            .filter_map(ContentBlock::cache_control)
+            .collect(),
     }
 }
 
