@@ -359,6 +359,17 @@ fn carry(
         }
         carry.anthropic = fields;
         carry.anthropic_beta = betas(headers);
+        // A user tool's own keys (`strict`, `defer_loading`...); its cache
+        // breakpoint is the request's automatic one above.
+        for tool in body.tools.iter().flatten() {
+            if let wire::Tool::Custom(tool) = tool {
+                let mut extra = tool.extra.clone();
+                extra.remove(wire::CACHE_CONTROL);
+                if !extra.is_empty() {
+                    carry.anthropic_tool_extras.insert(tool.name.clone(), extra);
+                }
+            }
+        }
         carry.native_tools = native_tools
             .iter()
             .filter_map(|(_, tool)| serde_json::to_value(tool).ok())
@@ -1618,6 +1629,14 @@ mod tests {
         }
         assert_eq!(carry_a.anthropic["thinking"]["display"], "omitted");
         assert!(!carry_a.anthropic.contains_key("cache_control"));
+        let tooled = request(json!({"model": "m", "max_tokens": 5, "messages": [],
+            "tools": [{"name": "Deferred", "input_schema": {}, "defer_loading": true,
+                       "cache_control": {"type": "ephemeral"}}]}));
+        let (carry_t, _) = carry(&tooled, &headers, &[], Some(Protocol::Anthropic)).unwrap();
+        assert_eq!(
+            carry_t.anthropic_tool_extras["Deferred"],
+            json!({"defer_loading": true}).as_object().unwrap().clone()
+        );
         // A block's cache breakpoint becomes the request's automatic one.
         let cached = request(json!({"model": "m", "max_tokens": 5,
             "system": [{"type": "text", "text": "s", "cache_control": {"type": "ephemeral", "ttl": "1h"}}],

@@ -314,7 +314,12 @@ pub fn request_body(turn: &Turn, stream: bool) -> Result<CreateMessage, Upstream
                         Value::Object(schema) => schema.clone(),
                         _ => Map::new(),
                     },
-                    extra: Map::new(),
+                    extra: turn
+                        .carry
+                        .anthropic_tool_extras
+                        .get(&tool.name)
+                        .cloned()
+                        .unwrap_or_default(),
                 })
             })
             .chain(native_tools)
@@ -977,6 +982,24 @@ mod tests {
         assert!(!count.contains_key("max_tokens") && !count.contains_key("stream"));
         assert!(!count.contains_key("top_k"));
         assert!(uncarried_fields(&carry).is_empty());
+        // A client tool's own keys go on it.
+        let mut tooled = turn_with(
+            Carry {
+                anthropic_tool_extras: [(
+                    "Bash".to_owned(),
+                    serde_json::from_value(serde_json::json!({"strict": true})).unwrap(),
+                )]
+                .into(),
+                ..Default::default()
+            },
+            vec![Message::User("q".into())],
+        );
+        tooled.tools = vec![super::super::ToolSpec {
+            name: "Bash".into(),
+            ..Default::default()
+        }];
+        let body = serde_json::to_value(request_body(&tooled, false).unwrap()).unwrap();
+        assert_eq!(body["tools"][0]["strict"], true);
         // The client's server tools, and their blocks replayed, go as given.
         let carry = Carry {
             native_tools: vec![NativeItem {

@@ -129,6 +129,10 @@ pub struct Carry {
     /// Tools shellgate does not run (hosted tools of one protocol), as the
     /// client wrote them: to an upstream of that protocol.
     pub native_tools: Vec<NativeItem>,
+    /// A Messages client's keys on its own tools beyond name, description
+    /// and schema (`strict`, `defer_loading`, `input_examples`...), by tool
+    /// name: to an Anthropic upstream, on the same tools.
+    pub anthropic_tool_extras: std::collections::BTreeMap<String, Map<String, Value>>,
 }
 
 /// How a model should reason.
