@@ -294,9 +294,10 @@ fn betas(headers: &HeaderMap) -> Vec<String> {
         .collect()
 }
 
-/// Indices of `tools` past which a tool shellgate runs or hands back
-/// stands (Anthropic's server tools, `web_search_20250305` and the like,
-/// are set apart: they are the upstream's to run).
+/// `tools` split: the ones shellgate runs or hands back (with each one's
+/// index in the request, for errors), and Anthropic's server tools
+/// (`web_search_20250305` and the like, with their index), which are the
+/// upstream's to run.
 fn set_apart(tools: &[wire::Tool]) -> (Vec<wire::Tool>, Vec<usize>, Vec<(usize, &wire::Tool)>) {
     let (mut kept, mut positions, mut apart) = (Vec::new(), Vec::new(), Vec::new());
     for (index, tool) in tools.iter().enumerate() {
