@@ -717,6 +717,28 @@ async fn the_messages_api_refuses_a_missing_key_in_anthropics_envelope() {
     assert!(answer.json["error"]["message"].is_string());
 }
 
+#[tokio::test]
+async fn count_tokens_names_a_bad_field_in_anthropics_envelope() {
+    let harness = Harness::new();
+    for (body, param) in [
+        (
+            json!({"model": "m", "messages": [], "max_tokens": 5}),
+            "max_tokens",
+        ),
+        (json!({"model": "m"}), "messages"),
+        (
+            json!({"model": "m", "messages": [], "thinking": {"type": "enabled"}}),
+            "thinking.budget_tokens",
+        ),
+    ] {
+        let answer = harness.post("/v1/messages/count_tokens", body).await;
+        assert_eq!(answer.status, 400, "{}", answer.json);
+        assert_eq!(answer.json["error"]["type"], "invalid_request_error");
+        let message = answer.json["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.starts_with(param), "{message}");
+    }
+}
+
 // --- usage and images ---------------------------------------------------------
 
 #[tokio::test]
