@@ -49,9 +49,9 @@ def served(fresh_server):
     upstream.stop()
 
 
-@pytest.mark.skipif(not CLAUDE.exists(), reason="Claude Code is installed by scripts/test")
 def test_claude_code_completes_a_task_with_its_tools_through_shellgate(served, tmp_path):
     server, upstream = served
+    assert CLAUDE.exists(), "Claude Code is installed by scripts/test (tests/node: npm ci)"
     work, home = tmp_path / "work", tmp_path / "home"
     work.mkdir()
     home.mkdir()
