@@ -12,10 +12,11 @@
 //! Pass-through ([`Carry`]): a Messages client's own fields
 //! (`carry.anthropic`: `thinking`, `context_management`, `output_config`,
 //! `container`, `mcp_servers`, `metadata`, `top_k`, `stop_sequences`,
-//! `service_tier`...) are sent as the client wrote them and its
-//! `anthropic-beta` header with them; shellgate's own fields win where they
-//! collide ([`OWN`]: the model, conversation, tools and stream are the
-//! loop's). For a client of another protocol the neutral fields are mapped:
+//! `service_tier`...) are sent as the client wrote them, with its
+//! `anthropic-beta` header, its server tools (`carry.native_tools`) and its
+//! own keys on its tools (`carry.anthropic_tool_extras`: `strict`,
+//! `defer_loading`...); shellgate's own fields win where they collide
+//! ([`OWN`]: the model, conversation, tools and stream are the loop's). For a client of another protocol the neutral fields are mapped:
 //! a reasoning effort becomes a thinking budget ([`budget_for`]), a JSON
 //! schema `output_config.format`, `stop` `stop_sequences`, and
 //! `safety_identifier` `metadata.user_id`; what has no place here is named
