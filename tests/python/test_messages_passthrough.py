@@ -10,7 +10,7 @@ import anthropic
 import pytest
 
 from conftest import KEY_A
-from scripted_anthropic import COUNTED, ScriptedAnthropic, text
+from scripted_recording import COUNTED, RecordingUpstream, text
 
 REPLAYED = [
     {"role": "user", "content": "List the files."},
@@ -39,7 +39,7 @@ def sdk(server):
 
 @pytest.fixture
 def anthropic_upstream(fresh_server):
-    upstream = ScriptedAnthropic(lambda body: [
+    upstream = RecordingUpstream(lambda body: [
         {"type": "thinking", "thinking": "Done thinking.", "signature": "sig-2"}, text("There is a.txt.")])
     yield fresh_server(upstream_url=upstream.url, upstream_protocol="anthropic"), upstream
     upstream.stop()

@@ -1,13 +1,18 @@
-"""A scripted Anthropic Messages upstream (a test fixture standing in for
-Anthropic's API): it records every request it gets (path, headers, body)
-and answers `POST .../messages` with the content blocks its `script`
-returns for the body (streamed as Anthropic streams them when the request
-asks: text and thinking by deltas, a tool's input as JSON deltas), and
-`POST .../messages/count_tokens` with `{"input_tokens": COUNTED}`.
+"""Scripted upstreams that record what they get (test fixtures standing in
+for a model's API): every request's path, headers and body, answered by a
+`script` the test gives.
 
-`script(body)` returns a list of blocks (`text`, `tool_use`, `thinking`
-with a `signature`, `redacted_thinking`, or a server tool's blocks, given
-whole); the stop reason is `tool_use` when one is a `tool_use`."""
+`RecordingUpstream(script)` speaks both protocols, one per path:
+- Anthropic's Messages API: `POST .../messages`
+  is answered with the content blocks `script(body)` returns (streamed as
+  Anthropic streams them when the request asks: text and thinking by
+  deltas, a tool's input as JSON deltas), `POST .../messages/count_tokens`
+  with `{"input_tokens": COUNTED}`. Blocks: `text`, `tool_use`, `thinking`
+  with a `signature`, `redacted_thinking`, or a server tool's blocks, given
+  whole; the stop reason is `tool_use` when one is a `tool_use`.
+- Chat Completions: `POST .../chat/completions` is
+  answered (as one JSON completion, which shellgate reads as well as a
+  stream) with the same blocks: `text` the content, `tool_use` a call."""
 
 import json
 import threading
@@ -60,6 +65,20 @@ def events_of(blocks, stop):
                     for e in events)
 
 
+def chat_completion(blocks):
+    """A Chat Completions answer holding `blocks`."""
+    message = {"role": "assistant",
+               "content": "".join(b["text"] for b in blocks if b["type"] == "text") or None}
+    calls = [{"id": b["id"], "type": "function",
+              "function": {"name": b["name"], "arguments": json.dumps(b["input"])}}
+             for b in blocks if b["type"] == "tool_use"]
+    if calls:
+        message["tool_calls"] = calls
+    return {"id": "chatcmpl-up", "object": "chat.completion", "model": "scripted",
+            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
+            "usage": {"prompt_tokens": 12, "completion_tokens": 6, "total_tokens": 18}}
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
@@ -72,6 +91,8 @@ class Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         self.server.requests.append({"path": path, "headers": {k.lower(): v for k, v in self.headers.items()},
                                      "body": body})
+        if path.endswith("/chat/completions"):
+            return self.raw("application/json", json.dumps(chat_completion(self.server.script(body))).encode())
         if path.endswith("/messages/count_tokens"):
             return self.raw("application/json", json.dumps({"input_tokens": COUNTED}).encode())
         blocks = self.server.script(body)
@@ -91,7 +112,7 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(payload)
 
 
-class ScriptedAnthropic:
+class RecordingUpstream:
     def __init__(self, script):
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.requests = []
@@ -109,8 +130,8 @@ class ScriptedAnthropic:
         return self.server.requests
 
     def messages(self):
-        """The requests for a message (not a count), in order."""
-        return [r for r in self.requests if r["path"].endswith("/messages")]
+        """The requests for a message or completion (not a count), in order."""
+        return [r for r in self.requests if r["path"].endswith(("/messages", "/chat/completions"))]
 
     def stop(self):
         self.server.shutdown()
