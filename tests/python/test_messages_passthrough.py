@@ -98,3 +98,15 @@ def test_a_chat_upstream_gets_what_it_can_and_the_rest_is_named(server, upstream
     # A count is an estimate there, never an error.
     count = client.messages.count_tokens(model="scripted", messages=REPLAYED, tools=TOOLS)
     assert count.input_tokens > 0
+
+
+def test_a_responses_upstream_has_no_stop_or_top_k_and_says_so(fresh_server, upstream):
+    server = fresh_server(upstream_protocol="responses")
+    raw = sdk(server).messages.with_raw_response.create(
+        model="scripted", max_tokens=4096, messages=REPLAYED, tools=TOOLS, **EXTRAS)
+    assert raw.http_response.status_code == 200
+    uncarried = raw.headers["x-shellgate-uncarried"].split(", ")
+    assert {"top_k", "stop_sequences", "context_management"} <= set(uncarried), uncarried
+    # The effort is the Responses API's own `reasoning`: carried, not named.
+    assert "thinking" not in uncarried and "output_config" not in uncarried
+    assert raw.parse().content[0].type == "text"
