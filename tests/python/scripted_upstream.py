@@ -8,6 +8,8 @@ Its script, from the conversation it is sent:
   with A, then (after A's result) with B, then answers;
 - the last user message says "Run `A` and `B`, ..." (seeds/004's example):
   it calls the shell once with both commands;
+- the last user message says "Read /mnt/data/FILE ..." (the seeds' follow-up
+  example): it calls the shell with `cat /mnt/data/FILE`;
 - the last message is the user's and says "Execute: CMD" (to the end of the
   line): it calls the
   `shell` tool with CMD (or the `bash` tool with CMD, or `local_shell` with
@@ -16,6 +18,7 @@ Its script, from the conversation it is sent:
 - "Call NAME: JSON" calls the user function NAME with those arguments;
 - the last message is a tool result: it answers "Done: " and the result;
 - otherwise it answers "Hello from the scripted model."
+`GET .../models` lists `scripted` and `scripted-500`.
 Models named for a failure behave so: `scripted-500` answers HTTP 500,
 `scripted-429` is always rate limited, `scripted-garbage` answers what is not JSON, `scripted-slow` never answers,
 `scripted-loop` calls the shell for ever, `scripted-endless` streams text until
@@ -64,6 +67,8 @@ def decide(body):
         text = " ".join(p.get("text", "") for p in text)
     if text.startswith("Run `") and ("shell" in tools or "bash" in tools):
         return shell_call(tools, text.split("`")[1::2])
+    if text.startswith("Read /mnt/data/") and ("shell" in tools or "bash" in tools):
+        return shell_call(tools, ["cat " + text.split()[1].rstrip(".,")])
     if "Execute: " in text:
         command = text.split("Execute: ", 1)[1].split("\n", 1)[0].strip()
         if "shell" in tools or "bash" in tools:
@@ -87,7 +92,8 @@ def as_chat(path, body):
                 messages.append({"role": "tool", "content": item.get("output", "")})
             elif item.get("role"):
                 messages.append({"role": item["role"], "content": item.get("content", "")})
-        tools = [{"function": {"name": t["name"]}} for t in body.get("tools", [])]
+        # A hosted tool (`web_search`) has no name: it goes by its type.
+        tools = [{"function": {"name": t.get("name", t.get("type"))}} for t in body.get("tools", [])]
         return {"model": body.get("model"), "messages": messages, "tools": tools}
     if path.endswith("/messages"):
         messages = []
@@ -111,10 +117,21 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
+    def do_GET(self):
+        self.server.headers.append(dict(self.headers))
+        if self.path.endswith("/models"):
+            # OpenAI's list shape (Anthropic's has `data[].id` alike).
+            return self.reply(200, {"object": "list", "data": [
+                {"id": "scripted", "object": "model", "created": 1700000000, "owned_by": "scripted-lab"},
+                {"id": "scripted-500", "object": "model", "created": 1700000000, "owned_by": "scripted-lab"},
+            ]})
+        self.reply(404, {"error": {"message": "not found"}})
+
     def do_POST(self):
         length = int(self.headers.get("Content-Length", "0"))
         body = json.loads(self.rfile.read(length) or b"{}")
         self.server.requests.append(body)
+        self.server.headers.append(dict(self.headers))
         model = body.get("model", "")
         if model == "scripted-500":
             return self.reply(500, {"error": {"message": "the model crashed"}})
@@ -149,7 +166,7 @@ class Handler(BaseHTTPRequestHandler):
             message["tool_calls"] = [{"id": f"call_{len(self.server.requests)}", "type": "function",
                                       "function": {"name": name, "arguments": json.dumps(arguments)}}]
         self.reply(200, {
-            "id": "chatcmpl-1", "object": "chat.completion", "model": model,
+            "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": model,
             "choices": [{"index": 0, "message": message,
                          "finish_reason": "tool_calls" if "tool" in decision else "stop"}],
             "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
@@ -195,6 +212,9 @@ class Handler(BaseHTTPRequestHandler):
             finish = "tool_calls"
         chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
         chunks.append({"choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 5}})
+        # Each chunk says what it is, as a real server's do.
+        chunks = [dict({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1,
+                        "model": "scripted"}, **c) for c in chunks]
         payload = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + b"data: [DONE]\n\n"
         self.raw(200, "text/event-stream", payload)
 
@@ -260,6 +280,8 @@ class ScriptedUpstream:
         self.host = host
         self.server = ThreadingHTTPServer((host, 0), Handler)
         self.server.requests = []
+        # Each request's headers, in order (GETs too).
+        self.server.headers = []
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
@@ -271,6 +293,10 @@ class ScriptedUpstream:
     @property
     def requests(self):
         return self.server.requests
+
+    @property
+    def headers(self):
+        return self.server.headers
 
     def stop(self):
         self.server.shutdown()

@@ -286,6 +286,78 @@ def test_names_outside_the_list_are_refused_with_a_reason(client, networked, wor
     assert len(web_requests(world)) == before, "nothing reached a server"
 
 
+
+# --- denials explained where the program and the model read (issue 18 item 7) ---
+
+DENIED = "shellgate: egress denied: "
+
+
+def denial_lines(stderr):
+    return [line for line in stderr.splitlines() if line.startswith(DENIED)]
+
+
+def test_a_denied_request_names_its_host_and_reason_in_the_commands_stderr(client, networked, world):
+    unlisted = "notlisted.test is not in this container's allowlist"
+    out, err, code = run(client, networked, "curl -sS -m 10 https://notlisted.test/")
+    # curl's own line says only "403"; the command's stderr says why.
+    assert code == 56 and "CONNECT tunnel failed, response 403" in err, err
+    assert denial_lines(err) == [f"{DENIED}CONNECT notlisted.test:443: {unlisted}"], err
+    # A listed name that does not resolve; one resolving to a private address.
+    out, err, code = run(client, networked, "curl -sS -m 10 https://nowhere.allowed.test/")
+    assert denial_lines(err) == [
+        f"{DENIED}CONNECT nowhere.allowed.test:443: nowhere.allowed.test does not resolve"], err
+    out, err, code = run(client, networked, "curl -sS -m 10 https://private.test/")
+    assert denial_lines(err) == [
+        f"{DENIED}CONNECT private.test:443: private.test resolves to 10.0.0.1, a private address"], err
+    # Without the proxy variables the program only looks the name up.
+    out, err, code = run(client, networked, "curl -sS -m 10 --noproxy '*' https://notlisted.test/")
+    assert code == 6 and "Could not resolve host" in err
+    [line] = denial_lines(err)
+    assert line.startswith(f"{DENIED}DNS lookup of notlisted.test: {unlisted}"), err
+    # Plain HTTP keeps its JSON body, and is told in stderr too.
+    out, err, code = run(client, networked, "curl -sS -m 10 http://notlisted.test/")
+    assert json.loads(out)["error"]["code"] == "policy_denied"
+    assert denial_lines(err) == [f"{DENIED}HTTP to notlisted.test:80: {unlisted}"], err
+    # The proxy's 403 carries the reason in its status line (curl -v shows it).
+    out, err, code = run(client, networked, "curl -sS -v -m 10 https://notlisted.test/")
+    assert f"< HTTP/1.1 403 Forbidden (shellgate egress proxy: {unlisted})" in err, err
+    # Each command hears of its own: one that made no refused request, nothing.
+    out, err, code = run(client, networked, "curl -sS -m 10 https://a.allowed.test/fine >/dev/null")
+    assert code == 0 and denial_lines(err) == [], err
+    # The egress log keeps every reason.
+    wait_for_log(client, networked,
+                 lambda e: e["kind"] == "connect" and e["requested_name"] == "nowhere.allowed.test"
+                 and e["verdict"] == "denied" and e["reason"] == "nowhere.allowed.test does not resolve")
+
+
+def test_the_model_sees_a_denial_in_its_next_turn(client, server, world):
+    response = client.responses.create(
+        model="scripted",
+        tools=[{"type": "shell", "environment": {
+            "type": "container_auto", "network_policy": allowlist("a.allowed.test")}}],
+        input="Execute: curl -sS -m 10 https://notlisted.test/",
+    )
+    assert response.status == "completed", response.error
+    line = (f"{DENIED}CONNECT notlisted.test:443: notlisted.test is not in this container's "
+            "allowlist")
+    result = next(i for i in response.output if i.type == "shell_call_output")
+    assert line in denial_lines(result.output[0].stderr), result.output[0].stderr
+    # What the scripted model was sent for its next turn: the tool result.
+    tool_results = [m for m in world.upstream.requests[-1]["messages"] if m["role"] == "tool"]
+    assert tool_results and line in json.dumps(tool_results[-1]["content"]), tool_results
+    # The same through the Messages API's tool: the one command path.
+    openrouter = {"type": "openrouter:shell", "parameters": {"engine": "openrouter", "environment": {
+        "type": "container_auto", "network_policy": allowlist("a.allowed.test")}}}
+    reply = raw(server, "POST", "/messages", {
+        "model": "scripted", "max_tokens": 256, "tools": [openrouter],
+        "messages": [{"role": "user", "content": "Execute: curl -sS -m 10 https://notlisted.test/"}]},
+        **{"anthropic-version": "2023-06-01"})
+    assert reply.status_code == 200, reply.text
+    assert line in reply.text, reply.text
+    tool_results = [m for m in world.upstream.requests[-1]["messages"] if m["role"] == "tool"]
+    assert tool_results and line in json.dumps(tool_results[-1]["content"]), tool_results
+
+
 def test_subdomain_patterns_match_subdomains_only(client, networked):
     for name in ["allowed.test", "allowed.test.evil.test", "evilallowed.test"]:
         out, err, code = run(client, networked, f"curl -sS -m 10 http://{name}/")
@@ -818,6 +890,38 @@ def test_secrets_go_only_where_their_scope_says(client, world, secret_box):
     assert got["/v1/chunked"]["transfer_encoding"] == "chunked"
 
 
+
+def test_a_placeholder_sent_where_it_stays_one_is_explained(client, world, secret_box):
+    container, placeholder, _ = secret_box
+    notes = lambda err: [line for line in err.splitlines() if line.startswith("shellgate: egress")]
+    bearer = '-o /dev/null -H "Authorization: Bearer $API_TOKEN"'
+    # Another host: sent as the placeholder (never refused), and told.
+    out, err, code = run(client, container, f"curl -sS -m 10 {bearer} https://a.allowed.test/stray")
+    assert code == 0, err
+    assert notes(err) == [
+        "shellgate: egress note: CONNECT a.allowed.test:443: carried the placeholder of $API_TOKEN, "
+        "which is put in only for api.secret.test: sent as the placeholder"], err
+    assert [e for e in world.requests("a") if e["path"] == "/stray"][-1]["authorization"] == \
+        f"Bearer {placeholder}"
+    # Its own host over plain HTTP; a part outside its policy.
+    out, err, code = run(client, container, f"curl -sS -m 10 {bearer} http://api.secret.test/plain")
+    assert notes(err) == [
+        "shellgate: egress note: HTTP to api.secret.test:80: carried the placeholder of $API_TOKEN "
+        "over plain HTTP, where no secret is put in (use https): sent as the placeholder"], err
+    out, err, code = run(client, container,
+                         'curl -sS -m 10 -o /dev/null -H "X-Key: $BODY_TOKEN" -d x https://api.secret.test/v1/key')
+    assert notes(err) == [
+        "shellgate: egress note: CONNECT api.secret.test:443: carried the placeholder of $BODY_TOKEN "
+        "in a header, where its policy does not put it in: sent as the placeholder"], err
+    # Put in where it belongs: nothing to tell.
+    out, err, code = run(client, container, f"curl -sS -m 10 {bearer} https://api.secret.test/fine")
+    assert code == 0 and notes(err) == [], err
+    # The egress log says so too.
+    wait_for_log(client, container,
+                 lambda e: e["verdict"] == "allowed" and e["requested_name"] == "a.allowed.test"
+                 and "placeholder of $API_TOKEN, which is put in only for api.secret.test" in e["reason"])
+
+
 def test_a_path_scope_holds_against_paths_servers_read_as_others(client, world, secret_box):
     # Tomcat and Spring read `..;` as `..`; some servers decode twice or
     # decode overlong UTF-8: each of these is /admin or /v2 to some server,
@@ -1082,7 +1186,12 @@ def test_cli_exec_allow(world):
     output = json.loads(done.stdout)["output"][0]["stdout"].splitlines()
     assert json.loads(output[0])["path"] == "/from-the-cli"
     assert json.loads(output[1])["error"]["code"] == "policy_denied"
-    assert "other.test" in done.stderr  # denials are reported on stderr
+    # The refusal is told in the command's own stderr (once: the CLI does
+    # not print the egress log beside it).
+    command_stderr = json.loads(done.stdout)["output"][0]["stderr"]
+    assert ("shellgate: egress denied: HTTP to other.test:80: other.test is not in this "
+            "container's allowlist") in command_stderr, command_stderr
+    assert "egress denied" not in done.stderr, done.stderr
     refused = subprocess.run(command[:-2] + ["--allow", "outside.example", "--", "true"],
                              capture_output=True, text=True, timeout=60)
     assert refused.returncode != 0 and "outside.example" in refused.stderr

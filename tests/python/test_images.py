@@ -2,6 +2,7 @@
 (our extension, sent with `extra_body`), the `default_image` setting, and
 `GET /v1/images`."""
 
+import json
 import os
 import subprocess
 import tempfile
@@ -143,6 +144,11 @@ def test_a_first_start_builds_the_default_image_in_the_background(upstream):
         assert build["status"] == "ready" and build["progress"] == 1.0, build
         assert len(seen) > 2, seen  # progress moved through mmdebstrap's stages
         assert "image debian-12-slim is built" in server.log.read_text()
+        # Its runtimes are listed as soon as it is ready, without a restart
+        # or an `image verify` (issue 18).
+        listing = client.get("/images", cast_to=object)
+        slim = next(i for i in listing["data"] if i["name"] == "debian-12-slim")
+        assert slim["runtimes"].get("python", "").startswith("3."), slim
         late = client.containers.create(name="after-the-build")
         assert late.image == "debian-12-slim"
         out = exec_commands(client, late.id, ["cat /etc/debian_version; command -v curl || echo no-curl"])
@@ -156,6 +162,21 @@ def test_a_first_start_builds_the_default_image_in_the_background(upstream):
         assert "default_image" not in health(server)
         listing = server.client().get("/images", cast_to=object)
         assert "debian-12-slim" in [i["name"] for i in listing["data"]]
+        # Built from an older recipe (a shellgate upgrade changed it): the
+        # start rebuilds it, and containers use the old build meanwhile.
+        server.stop()
+        info_path = data_dir / "sandbox" / "images" / "debian-12-slim" / "info.json"
+        info = json.loads(info_path.read_text())
+        current = info["recipe_hash"]
+        info["recipe_hash"] = "0" * 64
+        info_path.write_text(json.dumps(info))
+        server.start()
+        assert health(server)["default_image"]["image"] == "debian-12-slim"
+        assert "built from an older recipe: rebuilding it" in server.log.read_text()
+        assert server.client().containers.create(name="during-the-rebuild").image == "debian-12-slim"
+        assert wait_until(built, 900, interval=1), health(server)["default_image"]
+        assert health(server)["default_image"]["status"] == "ready"
+        assert json.loads(info_path.read_text())["recipe_hash"] == current
     finally:
         server.stop()
         subprocess.run(["rm", "-rf", str(data_dir)], check=False)

@@ -12,6 +12,10 @@ import pytest
 
 from conftest import BINARY, KEY_A
 
+# `shellgate local`'s exit status off a terminal when its policy rejected a
+# command the model asked for (the model still answered).
+REJECTED = 3
+
 
 @pytest.fixture
 def workdir():
@@ -51,10 +55,12 @@ def test_auto_runs_what_the_policy_allows_and_rejects_the_rest(server, workdir):
     done, records = local(server, workdir, "Execute: echo allowed", "--approve", "auto", "--policy", str(policy))
     assert done.returncode == 0 and "allowed" in done.stdout, done.stderr
     assert records[-1]["by"] == "policy allow prefix:echo"
-    # Not allowed: rejected with a clear stderr and a non-zero exit to the model.
+    # Not allowed: rejected with a clear stderr and a non-zero exit to the
+    # model; off a terminal, shellgate local itself then exits 3 (issue 18).
     done, records = local(server, workdir, "Execute: touch should-not-exist", "--approve", "auto",
                           "--policy", str(policy))
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == REJECTED, done.stderr
+    assert "the policy rejected 1 command" in done.stderr, done.stderr
     assert not (workdir / "should-not-exist").exists()
     assert "rejected" in done.stdout and "exit_code" in done.stdout and "1" in done.stdout, done.stdout
     assert records[-1]["decision"] == "denied"
@@ -69,7 +75,7 @@ def test_destructive_commands_are_denied_even_when_everything_else_runs(server, 
     # Harmless if it ran (it writes nothing), but it matches `dd ... of=/dev/`.
     done, records = local(server, workdir, "Execute: dd if=/dev/zero of=/dev/null count=0",
                           "--approve", "never-ask")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == REJECTED, done.stderr
     assert records[-1]["decision"] == "denied" and records[-1]["by"] == "policy deny builtin:dd-to-device"
     assert "rejected" in done.stdout
 
@@ -90,7 +96,7 @@ def test_auto_runs_a_line_only_if_every_command_in_it_is_allowed(server, workdir
     policy = workdir / "policy.toml"
     policy.write_text(README_POLICY)
     done, records = local(server, workdir, task, "--approve", "auto", "--policy", str(policy))
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == REJECTED, done.stderr
     assert not (workdir / "X").exists()
     [record] = records
     assert record["decision"] == "denied" and record["outcome"] == {"type": "not_run"}
@@ -110,7 +116,7 @@ def test_auto_does_not_let_a_loop_variable_choose_the_config_an_allowed_command_
     policy.write_text(README_POLICY)
     done, records = local(server, workdir, "Execute: for HOME in ./evil; do git status; done",
                           "--approve", "auto", "--policy", str(policy))
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == REJECTED, done.stderr
     assert not (workdir / "X").exists()
     [record] = records
     assert record["decision"] == "denied" and record["outcome"] == {"type": "not_run"}, record
@@ -141,7 +147,7 @@ def test_the_deny_list_sees_through_quotes_long_options_and_functions(server, wo
     done, records = local(server, workdir, "Execute in turns: " + " ||| ".join(commands),
                           "--approve", "never-ask", "--sandbox", "--data-dir", str(data_dir),
                           env={"SHELLGATE_ONESHOT_DIR": str(data_dir / "oneshot")})
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == REJECTED, done.stderr
     assert [r["command"] for r in records] == commands
     assert [(r["decision"], r["by"]) for r in records] == [
         ("denied", "policy deny builtin:rm-recursive-system-path"),
@@ -156,7 +162,7 @@ def test_never_ask_refuses_what_it_cannot_parse(server, workdir):
     """`\\ ` between words is skipped by tree-sitter but is an argument to
     bash: a line read two ways cannot be shown not to be denied."""
     done, records = local(server, workdir, "Execute: touch unparsed \\ b", "--approve", "never-ask")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == REJECTED, done.stderr
     assert not (workdir / "unparsed").exists()
     [record] = records
     assert record["decision"] == "denied" and record["by"].startswith("never-ask: the command parses differently")

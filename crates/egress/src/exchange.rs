@@ -55,7 +55,8 @@ fn broken(e: impl std::fmt::Display) -> ExchangeError {
 }
 
 /// A JSON error answer from the proxy itself (`policy_denied`,
-/// `bad_request`, `response_refused`).
+/// `bad_request`, `response_refused`), its reason in the body and in the
+/// status line.
 pub(crate) fn error_response(status: u16, code: &str, reason: &str, host: Option<&str>) -> Vec<u8> {
     let title = match status {
         400 => "Bad Request",
@@ -71,11 +72,39 @@ pub(crate) fn error_response(status: u16, code: &str, reason: &str, host: Option
     }})
     .to_string();
     format!(
-        "HTTP/1.1 {status} {title}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+        "HTTP/1.1 {status} {title} ({})\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
          Connection: close\r\nX-Shellgate-Egress: {code}\r\n\r\n{body}",
+        reason_phrase(reason),
         body.len()
     )
     .into_bytes()
+}
+
+/// Longest reason put in a status line (in characters).
+const MAX_REASON_PHRASE: usize = 200;
+
+/// `shellgate egress proxy: <reason>` for a status line's reason phrase:
+/// what a client shows of a refused `CONNECT` (curl -v, Python's
+/// `Tunnel connection failed: 403 ...`), which never reads the body.
+/// Printable ASCII only (a status line is one line of visible
+/// characters), bounded.
+fn reason_phrase(reason: &str) -> String {
+    let full = format!("shellgate egress proxy: {reason}");
+    let mut phrase: String = full
+        .chars()
+        .take(MAX_REASON_PHRASE)
+        .map(|c| {
+            if c == ' ' || c.is_ascii_graphic() {
+                c
+            } else {
+                '?'
+            }
+        })
+        .collect();
+    if full.chars().nth(MAX_REASON_PHRASE).is_some() {
+        phrase.push_str("...");
+    }
+    phrase
 }
 
 /// A stream with some of its bytes already read: those come first.
@@ -462,6 +491,10 @@ pub(crate) struct Answering<'a> {
     pub websocket: bool,
     /// The client speaks HTTP/1.1 (chunked answers); else until close.
     pub client_http11: bool,
+    /// Told of a refused answer (its masked reason) before the client is
+    /// sent the 502: the container's denials for its running commands
+    /// (see [`crate::denials`]).
+    pub on_refusal: Option<&'a (dyn Fn(&str) + Sync)>,
 }
 
 /// The exchange: `outgoing` to `upstream` (its body from `client`, the
@@ -484,6 +517,7 @@ where
 {
     let mut exchanged = Exchanged::default();
     let masker = answering.masker.cloned();
+    let answering_refusal = answering.on_refusal;
     let mut result = exchange_inner(
         client,
         leftover,
@@ -502,6 +536,9 @@ where
         *reason = masker.mask_str(reason);
     }
     if let Err(ExchangeError::Refused(reason)) = &result {
+        if let Some(on_refusal) = answering_refusal {
+            on_refusal(reason);
+        }
         let _ = client
             .write_all(&error_response(502, "response_refused", reason, None))
             .await;
@@ -802,6 +839,7 @@ mod tests {
                 masker: masker.as_ref(),
                 websocket: parsed.websocket,
                 client_http11: true,
+                on_refusal: None,
             },
         )
         .await;
@@ -1026,6 +1064,7 @@ mod tests {
                     masker: Some(&masker),
                     websocket: false,
                     client_http11: true,
+                    on_refusal: None,
                 },
             )
             .await;
@@ -1081,6 +1120,7 @@ mod tests {
                     masker: None,
                     websocket: true,
                     client_http11: true,
+                    on_refusal: None,
                 },
             )
             .await

@@ -44,8 +44,16 @@ use crate::wire::{self, Head};
 /// Where the interceptor reports the connections it serves (the
 /// container's proxy, which logs them).
 pub(crate) trait ConnectionLog {
-    /// The connection was refused: `reason` says why.
+    /// The connection was refused: `reason` says why. Logged, and noted
+    /// for the running commands: called before the client is told.
     fn deny(&self, kind: &'static str, seen: Seen, started: Instant, reason: String);
+    /// An answer is about to be refused (see `Answering::on_refusal`):
+    /// noted for the running commands only (its exchange is logged with
+    /// [`Self::log_exchange`]).
+    fn note_denial(&self, kind: &'static str, seen: &Seen, reason: &str);
+    /// A request that goes out with a placeholder that stays one (see
+    /// [`Interceptor::stray_placeholders`]): noted for the running commands.
+    fn note_stray(&self, kind: &'static str, seen: &Seen, reason: &str);
     /// The masker of the container's secret values, if it has any.
     fn masker(&self) -> Option<&Arc<Masker>>;
     /// The connection's exchange, as it ended.
@@ -75,6 +83,9 @@ pub enum InterceptError {
 
 struct Injected {
     pattern: Pattern,
+    /// The domain and variable as the policy names them (for notes).
+    domain: String,
+    name: String,
     placeholder: String,
     value: SecretValue,
     /// Where it may be put in (never empty: header values by default).
@@ -195,6 +206,8 @@ impl Interceptor {
             .filter_map(|secret| {
                 Some(Injected {
                     pattern: Pattern::parse(&secret.domain, false).ok()?,
+                    domain: secret.domain.clone(),
+                    name: secret.name.clone(),
                     placeholder: secret.placeholder.clone(),
                     value: secret.value.clone()?,
                     into: if secret.inject.is_empty() {
@@ -237,6 +250,68 @@ impl Interceptor {
         self.secrets
             .iter()
             .filter(move |s| s.into.contains(&part) && s.applies(name, method, path))
+    }
+
+    /// Why the placeholders `head` carries (in header values or the query
+    /// string) to `name` stay placeholders there, one reason per secret:
+    /// another host, plain HTTP (`tls` false: no secret is ever put into
+    /// plain HTTP), a method or path outside its scope, a part of the
+    /// request its policy does not put it in. Not refusals: the placeholder
+    /// is worthless away from its place, and a request that carries one
+    /// (a custom header kept across a redirect, say) may well work; but
+    /// when it does not, the far side's 401 says nothing of why. (A body
+    /// is not searched: it streams.)
+    pub(crate) fn stray_placeholders(
+        &self,
+        head: &wire::RequestHead,
+        name: &str,
+        tls: bool,
+    ) -> Vec<String> {
+        let (path, query) = match head.origin_form.split_once('?') {
+            Some((path, query)) => (path, Some(query)),
+            None => (head.origin_form.as_str(), None),
+        };
+        let method = head.method.to_ascii_uppercase();
+        let mut reasons = Vec::new();
+        for secret in &self.secrets {
+            let in_header = head
+                .headers
+                .iter()
+                .any(|(_, value)| value.contains(&secret.placeholder));
+            let in_query = query.is_some_and(|q| q.contains(&secret.placeholder));
+            let part = match (in_header, in_query) {
+                (false, false) => continue,
+                (true, _) if !secret.into.contains(&InjectInto::Header) => Some("a header"),
+                (_, true) if !secret.into.contains(&InjectInto::Query) => Some("the query string"),
+                _ => None,
+            };
+            let carried = format!("carried the placeholder of ${}", secret.name);
+            let why = if !secret.pattern.matches(name) {
+                format!("{carried}, which is put in only for {}", secret.domain)
+            } else if !tls {
+                format!("{carried} over plain HTTP, where no secret is put in (use https)")
+            } else if !secret.applies(name, &method, path) {
+                let methods = match secret.methods.as_slice() {
+                    [] => "requests".to_owned(),
+                    methods => format!("{} requests", methods.join("/")),
+                };
+                let paths = match secret.paths.as_slice() {
+                    [] => String::new(),
+                    paths if ambiguous_path(path) => format!(
+                        " under {} (a path a server may read as another, as {path}, is under none)",
+                        paths.join(", ")
+                    ),
+                    paths => format!(" under {}", paths.join(", ")),
+                };
+                format!("{carried}, which its policy puts in only for {methods}{paths}")
+            } else if let Some(part) = part {
+                format!("{carried} in {part}, where its policy does not put it in")
+            } else {
+                continue;
+            };
+            reasons.push(format!("{why}: sent as the placeholder"));
+        }
+        reasons
     }
 
     /// `text` with the placeholders of the applicable secrets replaced;
@@ -336,13 +411,17 @@ impl Interceptor {
             Some(Head::Request(head)) if !head.method.eq_ignore_ascii_case("CONNECT") => head,
             Some(Head::Request(_)) => {
                 let reason = "a CONNECT inside TLS".to_owned();
-                let _ = client.write_all(&refuse(400, "bad_request", &reason)).await;
-                return egress.deny(kind, seen, started, reason);
+                let answer = refuse(400, "bad_request", &reason);
+                egress.deny(kind, seen, started, reason);
+                let _ = client.write_all(&answer).await;
+                return;
             }
             Some(Head::Bad(reason)) => {
                 let reason = format!("a malformed request inside TLS: {reason}");
-                let _ = client.write_all(&refuse(400, "bad_request", &reason)).await;
-                return egress.deny(kind, seen, started, reason);
+                let answer = refuse(400, "bad_request", &reason);
+                egress.deny(kind, seen, started, reason);
+                let _ = client.write_all(&answer).await;
+                return;
             }
             Some(Head::Incomplete) | None => {
                 let reason = "not an HTTP/1 request inside TLS".to_owned();
@@ -356,16 +435,11 @@ impl Interceptor {
                 "the TLS connection to {name} carried a request for {}",
                 head.host.host
             );
-            let _ = client
-                .write_all(&error_response(
-                    421,
-                    "policy_denied",
-                    &reason,
-                    Some(&head.host.host),
-                ))
-                .await;
+            let answer = error_response(421, "policy_denied", &reason, Some(&head.host.host));
             seen.server_name = Some(name.clone());
-            return egress.deny(kind, seen, started, reason);
+            egress.deny(kind, seen, started, reason);
+            let _ = client.write_all(&answer).await;
+            return;
         }
         if egress.masker().is_some() {
             // Frames after an upgrade would reach the container unmasked.
@@ -410,18 +484,20 @@ impl Interceptor {
         let mut upstream = match self.connect(&name, destination).await {
             Ok(upstream) => upstream,
             Err(reason) => {
-                let _ = client
-                    .write_all(&error_response(
-                        502,
-                        "upstream_unreachable",
-                        &reason,
-                        Some(&name),
-                    ))
-                    .await;
-                return egress.deny(kind, seen, started, reason);
+                let answer = error_response(502, "upstream_unreachable", &reason, Some(&name));
+                egress.deny(kind, seen, started, reason);
+                let _ = client.write_all(&answer).await;
+                return;
             }
         };
+        // Told before anything is forwarded, so before the program can
+        // have its answer.
+        let strays = self.stray_placeholders(&head, &name, true);
+        for stray in &strays {
+            egress.note_stray(kind, &seen, stray);
+        }
         let leftover = buffer.split_off(head.length);
+        let on_refusal = |reason: &str| egress.note_denial(kind, &seen, reason);
         let result = exchange::exchange(
             &mut client,
             leftover,
@@ -433,12 +509,18 @@ impl Interceptor {
                 masker: egress.masker(),
                 websocket: head.websocket,
                 client_http11: head.version == "HTTP/1.1",
+                on_refusal: Some(&on_refusal),
             },
         )
         .await;
         let put = put || result.0.replaced > 0;
-        let note = put.then_some("secret put in");
-        egress.log_exchange(kind, seen, started, result, note);
+        let notes: Vec<&str> = put
+            .then_some("secret put in")
+            .into_iter()
+            .chain(strays.iter().map(String::as_str))
+            .collect();
+        let note = (!notes.is_empty()).then(|| notes.join("; "));
+        egress.log_exchange(kind, seen, started, result, note.as_deref());
     }
 
     /// TLS to the checked address, verified for `name`.
@@ -607,6 +689,54 @@ mod tests {
         let a = interceptor.server_config("api.secret.test").unwrap();
         let b = interceptor.server_config("api.secret.test").unwrap();
         assert!(Arc::ptr_eq(&a, &b));
+    }
+
+    #[test]
+    fn a_placeholder_that_stays_one_is_explained() {
+        let scoped = DomainSecret {
+            methods: vec!["POST".into()],
+            paths: vec!["/v1/".into()],
+            ..secret()
+        };
+        let interceptor = interceptor(scoped);
+        let strays = |request: &str, name: &str, tls: bool| {
+            let wire::Head::Request(head) = wire::request_head(request.as_bytes()) else {
+                panic!("{request}");
+            };
+            interceptor.stray_placeholders(&head, name, tls)
+        };
+        let header = |host: &str, method: &str, path: &str| {
+            format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer PLACEHOLDER\r\n\r\n")
+        };
+        // Put in: nothing to say; nor without a placeholder.
+        assert!(strays(
+            &header("api.secret.test", "POST", "/v1/x"),
+            "api.secret.test",
+            true
+        )
+        .is_empty());
+        assert!(strays(
+            "GET / HTTP/1.1\r\nHost: other.test\r\n\r\n",
+            "other.test",
+            true
+        )
+        .is_empty());
+        for (request, name, tls, why) in [
+            (header("other.test", "POST", "/v1/x"), "other.test", true,
+             "carried the placeholder of $TOKEN, which is put in only for api.secret.test"),
+            (header("api.secret.test", "POST", "/v1/x"), "api.secret.test", false,
+             "carried the placeholder of $TOKEN over plain HTTP, where no secret is put in (use https)"),
+            (header("api.secret.test", "GET", "/v2/x"), "api.secret.test", true,
+             "carried the placeholder of $TOKEN, which its policy puts in only for POST requests under /v1/"),
+            (header("api.secret.test", "POST", "/v1/../admin"), "api.secret.test", true,
+             "carried the placeholder of $TOKEN, which its policy puts in only for POST requests under /v1/ \
+              (a path a server may read as another, as /v1/../admin, is under none)"),
+            ("POST /v1/x?key=PLACEHOLDER HTTP/1.1\r\nHost: api.secret.test\r\n\r\n".to_owned(),
+             "api.secret.test", true,
+             "carried the placeholder of $TOKEN in the query string, where its policy does not put it in"),
+        ] {
+            assert_eq!(strays(&request, name, tls), vec![format!("{why}: sent as the placeholder")]);
+        }
     }
 
     /// The host's Java store (where it has one) gains the CA, and the

@@ -11,7 +11,8 @@
 //! recorded in the egress log.
 //!
 //! Modules: [`policy`] (patterns and forbidden addresses), [`budget`]
-//! (DNS rate limits and the log's budget for lookups), [`wire`] (TLS
+//! (DNS rate limits and the log's budget for lookups), [`denials`] (the
+//! refusals a running command is told of, in its stderr), [`wire`] (TLS
 //! server names, HTTP heads parsed strictly, chunked bodies), [`dns`] (the
 //! container's resolver), [`proxy`] (serving one container's sockets),
 //! `exchange` (one request forwarded by its framing, its answer masked),
@@ -20,6 +21,7 @@
 
 pub mod budget;
 mod connection;
+pub mod denials;
 pub mod dns;
 pub(crate) mod exchange;
 pub mod intercept;

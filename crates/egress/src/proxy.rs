@@ -30,6 +30,7 @@ use tokio::sync::Semaphore;
 
 use crate::budget::{TokenBucket, Unlogged};
 use crate::connection::{connect_to, read_head, Seen};
+use crate::denials::{Denial, Denials, Told};
 use crate::dns;
 use crate::exchange::{self, error_response, Answering, ExchangeError, Exchanged, Outgoing};
 use crate::intercept::{ConnectionLog, Interceptor};
@@ -243,6 +244,8 @@ pub struct ContainerEgress {
     /// Connections reset unread over [`MAX_CONNECTIONS`] since the last
     /// aggregate row: to port 80, and to port 443.
     over_limit: Mutex<[Unlogged; 2]>,
+    /// Its recent denials, for the commands running (see [`crate::denials`]).
+    denials: Arc<Denials>,
 }
 
 struct LookupBudget {
@@ -265,11 +268,22 @@ pub struct Sockets {
 }
 
 /// The serving tasks of one container; dropping this stops them.
-pub struct Serving(Vec<tokio::task::JoinHandle<()>>);
+pub struct Serving {
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    denials: Arc<Denials>,
+}
+
+impl Serving {
+    /// The container's recent denials: what its command path tells each
+    /// command of (see [`crate::denials`]).
+    pub fn denials(&self) -> &Denials {
+        &self.denials
+    }
+}
 
 impl Drop for Serving {
     fn drop(&mut self) {
-        for task in &self.0 {
+        for task in &self.tasks {
             task.abort();
         }
     }
@@ -379,6 +393,7 @@ impl ContainerEgress {
             }),
             backlog: Mutex::new(VecDeque::new()),
             over_limit: Mutex::new([Unlogged::default(); 2]),
+            denials: Arc::new(Denials::new()),
         });
         egress
     }
@@ -408,6 +423,15 @@ impl ContainerEgress {
                         egress.over_limit.lock().unwrap_or_else(|p| p.into_inner())
                             [usize::from(tls)]
                         .add_over_connection_limit(now());
+                        egress.denials.note(Denial::new(
+                            if tls { "https" } else { "http" },
+                            None,
+                            if tls { 443 } else { 80 },
+                            &format!(
+                                "reset unread: over the limit of {MAX_CONNECTIONS} connections \
+                                 open at once"
+                            ),
+                        ));
                         reset(stream);
                         continue;
                     };
@@ -428,7 +452,10 @@ impl ContainerEgress {
         }
         let egress = Arc::clone(self);
         tasks.push(tokio::spawn(async move { egress.dns(dns).await }));
-        Ok(Serving(tasks))
+        Ok(Serving {
+            tasks,
+            denials: Arc::clone(&self.denials),
+        })
     }
 
     pub(crate) fn record(
@@ -538,14 +565,25 @@ impl ContainerEgress {
         }
     }
 
-    /// Whether a lookup may be answered now (else it is counted for the
-    /// aggregate row, and refused).
-    fn take_lookup(&self) -> bool {
+    /// Whether a lookup of `name` may be answered now (else it is counted
+    /// for the aggregate row, noted for the running commands, and refused).
+    fn take_lookup(&self, name: &str) -> bool {
         let mut budget = self.lookups.lock().unwrap_or_else(|p| p.into_inner());
         if budget.answered.take(Instant::now()) {
             return true;
         }
         budget.unlogged.add(now(), false, true);
+        drop(budget);
+        let limits = self.settings.lookups;
+        self.denials.note(Denial::new(
+            "dns",
+            Some(&normalize(name)),
+            53,
+            &format!(
+                "refused unanswered: over this container's DNS rate limit ({} lookups/s, {} at once)",
+                limits.rate, limits.burst
+            ),
+        ));
         false
     }
 
@@ -589,8 +627,42 @@ impl ContainerEgress {
         }
     }
 
+    /// Logs a refusal and notes it for the running commands: called
+    /// *before* the client is told (its 403, 400, 502, reset or NXDOMAIN),
+    /// so that a command whose program saw the refusal hears of it (see
+    /// [`crate::denials`]).
     pub(crate) fn deny(&self, kind: &'static str, seen: Seen, started: Instant, reason: String) {
+        self.note_denial(kind, &seen, &reason);
         self.record(kind, seen, Verdict::Denied, reason, (0, 0), started);
+    }
+
+    /// Notes a refusal for the running commands (without logging it).
+    pub(crate) fn note_denial(&self, kind: &'static str, seen: &Seen, reason: &str) {
+        self.denials
+            .note(Self::told(Told::Denied, kind, seen, reason));
+    }
+
+    /// Notes, for the running commands, a request that went out with a
+    /// placeholder that stays one (see [`Interceptor::stray_placeholders`]).
+    pub(crate) fn note_stray(&self, kind: &'static str, seen: &Seen, reason: &str) {
+        self.denials
+            .note(Self::told(Told::Note, kind, seen, reason));
+    }
+
+    /// What a command is told of `seen`.
+    fn told(told: Told, kind: &'static str, seen: &Seen, reason: &str) -> Denial {
+        // What the program asked for: the name it looked up or tunnelled
+        // to, or the SNI or Host it sent, else the address it reached.
+        let named = match kind {
+            "dns" | "connect" => seen.requested.as_ref().or(seen.server_name.as_ref()),
+            _ => seen.server_name.as_ref().or(seen.requested.as_ref()),
+        };
+        let address = seen.address.map(|a| a.to_string());
+        let target = named.or(address.as_ref()).map(String::as_str);
+        match told {
+            Told::Denied => Denial::new(kind, target, seen.port, reason),
+            Told::Note => Denial::note(kind, target, seen.port, reason),
+        }
     }
 
     /// The masker of the container's secret values, if it has any.
@@ -616,7 +688,11 @@ impl ContainerEgress {
         };
         match result {
             Ok(()) => self.record(kind, seen, Verdict::Allowed, allowed, bytes, started),
-            Err(ExchangeError::Refused(reason)) => self.deny(kind, seen, started, reason),
+            // Noted for the running commands by the exchange, before its
+            // 502 (`Answering::on_refusal`).
+            Err(ExchangeError::Refused(reason)) => {
+                self.record(kind, seen, Verdict::Denied, reason, (0, 0), started)
+            }
             Err(ExchangeError::Broken(reason)) => self.record(
                 kind,
                 seen,
@@ -807,15 +883,15 @@ impl ContainerEgress {
                     Some(why) => format!("a malformed request: {why}"),
                     None => "not an HTTP request".to_owned(),
                 };
-                let _ = stream
-                    .write_all(&error_response(400, "bad_request", &reason, None))
-                    .await;
+                let answer = error_response(400, "bad_request", &reason, None);
                 let seen = Seen {
                     address: Some(destination.ip()),
                     port: destination.port(),
                     ..Seen::default()
                 };
-                return self.deny("http", seen, started, reason);
+                self.deny("http", seen, started, reason);
+                let _ = stream.write_all(&answer).await;
+                return;
             }
         };
         if head.method.eq_ignore_ascii_case("CONNECT") {
@@ -872,11 +948,10 @@ impl ContainerEgress {
                     .await
             }
             Err(reason) => {
-                let _ = stream
-                    .write_all(&forbidden_response(&reason, seen.server_name.as_deref()))
-                    .await;
-                let _ = stream.shutdown().await;
+                let answer = forbidden_response(&reason, seen.server_name.as_deref());
                 self.deny("http", seen, started, reason);
+                let _ = stream.write_all(&answer).await;
+                let _ = stream.shutdown().await;
             }
         }
     }
@@ -899,10 +974,10 @@ impl ContainerEgress {
         let mut upstream = match connect_to(destination).await {
             Ok(upstream) => upstream,
             Err(reason) => {
-                let _ = client
-                    .write_all(&error_response(502, "upstream_unreachable", &reason, None))
-                    .await;
-                return self.deny(kind, seen, started, reason);
+                let answer = error_response(502, "upstream_unreachable", &reason, None);
+                self.deny(kind, seen, started, reason);
+                let _ = client.write_all(&answer).await;
+                return;
             }
         };
         if self.masker.is_some() {
@@ -917,7 +992,17 @@ impl ContainerEgress {
             body: None,
             http11: head.version == "HTTP/1.1",
         };
+        // No secret is put into plain HTTP: a placeholder it carries is
+        // told (before anything is forwarded) and logged.
+        let strays = match &self.intercept {
+            Some(intercept) => intercept.stray_placeholders(&head, &head.host.host, false),
+            None => Vec::new(),
+        };
+        for stray in &strays {
+            self.note_stray(kind, &seen, stray);
+        }
         let leftover = buffer.split_off(head.length);
+        let on_refusal = |reason: &str| self.note_denial(kind, &seen, reason);
         let result = exchange::exchange(
             &mut client,
             leftover,
@@ -929,10 +1014,12 @@ impl ContainerEgress {
                 masker: self.masker.as_ref(),
                 websocket: head.websocket,
                 client_http11: head.version == "HTTP/1.1",
+                on_refusal: Some(&on_refusal),
             },
         )
         .await;
-        self.log_exchange(kind, seen, started, result, None);
+        let note = (!strays.is_empty()).then(|| strays.join("; "));
+        self.log_exchange(kind, seen, started, result, note.as_deref());
     }
 
     /// `CONNECT host:port` through `HTTPS_PROXY`; what goes through the
@@ -971,10 +1058,9 @@ impl ContainerEgress {
         let (name, destination) = match decided {
             Ok(decided) => decided,
             Err(reason) => {
-                let _ = stream
-                    .write_all(&forbidden_response(&reason, seen.requested.as_deref()))
-                    .await;
+                let answer = forbidden_response(&reason, seen.requested.as_deref());
                 self.deny("connect", seen, started, reason);
+                let _ = stream.write_all(&answer).await;
                 return;
             }
         };
@@ -1028,10 +1114,9 @@ impl ContainerEgress {
                     Err(Some(why)) => format!("a malformed request inside the tunnel: {why}"),
                     _ => "not an HTTP request inside the tunnel".to_owned(),
                 };
-                let _ = stream
-                    .write_all(&error_response(400, "bad_request", &reason, None))
-                    .await;
+                let answer = error_response(400, "bad_request", &reason, None);
                 self.deny("connect", seen, started, reason);
+                let _ = stream.write_all(&answer).await;
                 return;
             }
         };
@@ -1041,10 +1126,9 @@ impl ContainerEgress {
                 "the tunnel to {name} carried a request for {}",
                 inner.host.host
             );
-            let _ = stream
-                .write_all(&forbidden_response(&reason, Some(&inner.host.host)))
-                .await;
+            let answer = forbidden_response(&reason, Some(&inner.host.host));
             self.deny("connect", seen, started, reason);
+            let _ = stream.write_all(&answer).await;
             return;
         }
         self.forward_http(stream, buffer, inner, "connect", seen, destination, started)
@@ -1112,7 +1196,7 @@ impl ContainerEgress {
             let Some(question) = dns::parse_query(&packet[..length]) else {
                 continue;
             };
-            if !self.take_lookup() {
+            if !self.take_lookup(&question.name) {
                 // Over the rate: refused at once, never asked upstream.
                 let _ = socket.send_to(&dns::refused(&question), peer).await;
                 continue;
@@ -1180,6 +1264,14 @@ impl ContainerEgress {
 impl ConnectionLog for ContainerEgress {
     fn deny(&self, kind: &'static str, seen: Seen, started: Instant, reason: String) {
         ContainerEgress::deny(self, kind, seen, started, reason)
+    }
+
+    fn note_denial(&self, kind: &'static str, seen: &Seen, reason: &str) {
+        ContainerEgress::note_denial(self, kind, seen, reason)
+    }
+
+    fn note_stray(&self, kind: &'static str, seen: &Seen, reason: &str) {
+        ContainerEgress::note_stray(self, kind, seen, reason)
     }
 
     fn masker(&self) -> Option<&Arc<Masker>> {
@@ -1286,7 +1378,7 @@ mod tests {
             let connection = head.header("connection").map(str::to_owned);
             (head.target, connection)
         });
-        let (_egress, _serving, http, _, mut attempts) = proxy(upstream_address).await;
+        let (_egress, serving, http, _, mut attempts) = proxy(upstream_address).await;
         let answer = exchange(
             http,
             "GET http://x.a.test/path?q=1 HTTP/1.1\r\nHost: x.a.test\r\nProxy-Connection: keep-alive\r\n\r\n",
@@ -1330,16 +1422,43 @@ mod tests {
                 "only ports 80 and 443",
             ),
         ] {
+            let mark = serving.denials().mark();
             let answer = exchange(http, request).await;
             assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
             assert!(
                 answer.contains("policy_denied") && answer.contains(reason),
                 "{answer}"
             );
+            // The reason is in the status line too (all a client shows of
+            // a refused CONNECT).
+            let status = answer.lines().next().unwrap();
+            assert!(
+                status.starts_with("HTTP/1.1 403 Forbidden (shellgate egress proxy: ")
+                    && status.contains(reason),
+                "{status}"
+            );
+            // Noted for the running command before the client was told.
+            let report = serving.denials().since(mark).report();
+            assert_eq!(report.lines().count(), 1, "{report}");
+            assert!(
+                report.starts_with("shellgate: egress denied: ") && report.contains(reason),
+                "{report}"
+            );
             let attempt = attempts.recv().await.unwrap();
             assert_eq!(attempt.verdict, Verdict::Denied);
             assert!(attempt.reason.contains(reason), "{}", attempt.reason);
         }
+        let mark = serving.denials().mark();
+        exchange(
+            http,
+            "CONNECT b.test:443 HTTP/1.1\r\nHost: b.test:443\r\n\r\n",
+        )
+        .await;
+        assert_eq!(
+            serving.denials().since(mark).report(),
+            "shellgate: egress denied: CONNECT b.test:443: b.test is not in this container's \
+             allowlist\n"
+        );
         // Transparent: the address the client connected to (here the
         // proxy's own) was never an answer for the name.
         let answer = exchange(http, "GET / HTTP/1.1\r\nHost: x.a.test\r\n\r\n").await;
@@ -1404,16 +1523,23 @@ mod tests {
             log_rate: 0.0,
             log_burst: 1.0,
         };
-        let (_egress, _serving, _, dns_address, mut attempts) =
+        let (_egress, serving, _, dns_address, mut attempts) =
             proxy_with(Ipv4Addr::new(127, 88, 0, 3), limits, 64).await;
         let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
         socket.connect(dns_address).await.unwrap();
         let mut rcodes = Vec::new();
+        let mark = serving.denials().mark();
         for id in 0..6 {
             rcodes.push(lookup(&socket, id, "x.a.test").await);
         }
         // Three answered, then REFUSED at once (never asked upstream).
         assert_eq!(rcodes, [0, 0, 0, 5, 5, 5]);
+        // The running command hears of the refused ones, in one line.
+        assert_eq!(
+            serving.denials().since(mark).report(),
+            "shellgate: egress denied: DNS lookup of x.a.test: refused unanswered: over this \
+             container's DNS rate limit (0 lookups/s, 3 at once) (3 times)\n"
+        );
         // One row of its own (the log's burst), then one row for the rest.
         let first = attempts.recv().await.unwrap();
         assert_eq!((first.kind, first.verdict), ("dns", Verdict::Allowed));
@@ -1519,8 +1645,9 @@ mod tests {
 
     #[tokio::test]
     async fn dns_answers_listed_names_and_nothing_else() {
-        let (egress, _serving, _, dns_address, mut attempts) =
+        let (egress, serving, _, dns_address, mut attempts) =
             proxy(Ipv4Addr::new(127, 88, 0, 2)).await;
+        let mark = serving.denials().mark();
         let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
         socket.connect(dns_address).await.unwrap();
         let mut buffer = [0u8; 512];
@@ -1545,6 +1672,14 @@ mod tests {
             assert_eq!(attempt.kind, "dns");
             assert_eq!(attempt.verdict == Verdict::Allowed, expected.is_some());
         }
+        // The refusals were noted before their answers went out.
+        assert_eq!(
+            serving.denials().since(mark).report(),
+            "shellgate: egress denied: DNS lookup of loop.a.test: loop.a.test resolves to \
+             127.0.0.1, a loopback address\n\
+             shellgate: egress denied: DNS lookup of elsewhere.test: elsewhere.test is not in \
+             this container's allowlist\n"
+        );
         // The answer is remembered for the connections that follow.
         assert!(egress
             .check_answered("x.a.test", IpAddr::V4(Ipv4Addr::new(127, 88, 0, 2)))

@@ -5,16 +5,19 @@
 //! tool, and every output (`function_call_output`, `shell_call_output`,
 //! `local_shell_call_output`) that call's result. What a client replays is
 //! read tolerantly: a missing `status`, `exit_code: null`, an `id` instead of
-//! a `call_id` (legacy `local_shell_call_output`), extra keys. Reasoning
-//! items are passed along in the stored conversation but mean nothing to
-//! other models, so they are skipped here.
+//! a `call_id` (legacy `local_shell_call_output`), extra keys. A
+//! `custom_tool_call` is a call whose arguments are its raw input, its
+//! output the result; a call of a tool of a `namespace` group is named as
+//! the model knows it (`{namespace}__{name}`, [`namespaced_name`]).
+//! Reasoning items are passed along in the stored conversation but mean
+//! nothing to other models, so they are skipped here.
 
 use shellgate_wire::responses::{
     ContentPart, Item, MessageContent, Role, ShellResult, TextOrJson, ToolOutput,
 };
 
 use crate::arguments::{BashArguments, LocalShellArguments, ShellArguments};
-use crate::tools::{BASH, LOCAL_SHELL, SHELL};
+use crate::tools::{namespaced_name, BASH, LOCAL_SHELL, SHELL};
 use crate::upstream::{Message, NativeItem, Protocol, ToolCall};
 
 /// The text of a message's `content` (a string, or parts).
@@ -96,6 +99,15 @@ fn arguments(arguments: &impl serde::Serialize) -> String {
     serde_json::to_string(arguments).unwrap_or_else(|_| "{}".to_owned())
 }
 
+/// The name the model knows a user's tool by: a tool of a namespace is
+/// flattened, as the request's tools were.
+fn model_name(name: &str, namespace: Option<&str>) -> String {
+    match namespace {
+        Some(namespace) => namespaced_name(namespace, name),
+        None => name.to_owned(),
+    }
+}
+
 /// Adds a call to the assistant's last message (calls of one turn belong
 /// together), or starts one.
 fn push_call(messages: &mut Vec<Message>, call: ToolCall) {
@@ -135,10 +147,25 @@ pub fn messages<'a>(
                 &mut messages,
                 ToolCall {
                     id: call_id(&call.call_id, &call.id),
-                    name: call.name.clone(),
+                    name: model_name(&call.name, call.namespace.as_deref()),
                     arguments: call.arguments.clone(),
                 },
             ),
+            Item::CustomToolCall(call) => push_call(
+                &mut messages,
+                ToolCall {
+                    id: call_id(&call.call_id, &call.id),
+                    name: model_name(&call.name, call.namespace.as_deref()),
+                    arguments: call.input.clone(),
+                },
+            ),
+            Item::CustomToolCallOutput(answer) => messages.push(Message::Tool {
+                call_id: call_id(&answer.call_id, &answer.id),
+                output: match &answer.output {
+                    ToolOutput::Text(text) => text.clone(),
+                    ToolOutput::Parts(parts) => parts_text(parts),
+                },
+            }),
             Item::ShellCall(call) => push_call(
                 &mut messages,
                 ToolCall {
@@ -238,9 +265,8 @@ pub fn messages<'a>(
                     item: serde_json::Value::Object(block.clone()),
                 }))
             }
-            // Custom tools and anything else a model of another family
-            // cannot use.
-            Item::CustomToolCall(_) | Item::CustomToolCallOutput(_) | Item::Other(_) => {}
+            // Anything else a model of another family cannot use.
+            Item::Other(_) => {}
         }
     }
     messages
@@ -302,10 +328,35 @@ mod tests {
     }
 
     #[test]
+    fn custom_and_namespaced_calls_are_calls_and_their_outputs_results() {
+        let items: Vec<Item> = serde_json::from_value(json!([
+            {"type": "custom_tool_call", "call_id": "c0", "name": "apply_patch", "input": "*** Begin Patch"},
+            {"type": "custom_tool_call_output", "call_id": "c0", "output": "Done"},
+            {"type": "function_call", "call_id": "c1", "name": "spawn_agent", "namespace": "multi_agent_v1", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+        ]))
+        .unwrap();
+        let messages = messages(None, &items);
+        match &messages[..] {
+            [Message::Assistant {
+                tool_calls: first, ..
+            }, Message::Tool { call_id, output }, Message::Assistant {
+                tool_calls: second, ..
+            }, Message::Tool { .. }] => {
+                // A freeform call's arguments are its raw input.
+                assert_eq!(first[0].name, "apply_patch");
+                assert_eq!(first[0].arguments, "*** Begin Patch");
+                assert_eq!((call_id.as_str(), output.as_str()), ("c0", "Done"));
+                // A namespaced call is named as the model knows the tool.
+                assert_eq!(second[0].name, "multi_agent_v1__spawn_agent");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
     fn what_models_of_another_family_cannot_use_is_skipped_and_the_rest_read_as_before() {
         let items: Vec<Item> = serde_json::from_value(json!([
-            {"type": "custom_tool_call", "call_id": "c0", "name": "grammar", "input": "x"},
-            {"type": "custom_tool_call_output", "call_id": "c0", "output": "y"},
             {"type": "item_reference", "id": "msg_1"},
             {"type": "message", "role": "user", "content": [
                 {"type": "text", "text": "chat part"},

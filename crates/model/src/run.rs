@@ -23,9 +23,10 @@
 use async_trait::async_trait;
 use shellgate_sandbox_api::backend::{limits, CommandResult, OutputDelta, RunRequest, StreamKind};
 use shellgate_wire::responses::{
-    self as wire, CallEnvironment, FunctionCall, Item, ItemStatus, LocalShellAction,
-    LocalShellActionType, LocalShellCall, OpenRouterBash, OpenRouterBashAction, OpenRouterShell,
-    OpenRouterShellAction, OutputText, Role, ShellAction, ShellCall, ShellCallOutput, ShellResult,
+    self as wire, CallEnvironment, CustomToolCall, FunctionCall, Item, ItemStatus,
+    LocalShellAction, LocalShellActionType, LocalShellCall, OpenRouterBash, OpenRouterBashAction,
+    OpenRouterShell, OpenRouterShellAction, OutputText, Role, ShellAction, ShellCall,
+    ShellCallOutput, ShellResult,
 };
 
 use crate::arguments::{BashArguments, LocalShellArguments, ShellArguments};
@@ -74,6 +75,12 @@ pub enum Event {
         index: usize,
         item_id: String,
         arguments: String,
+    },
+    /// The input of the custom tool call at `index`, whole.
+    CustomInput {
+        index: usize,
+        item_id: String,
+        input: String,
     },
     /// A command of the shell call at `index`.
     ShellCommand {
@@ -235,7 +242,7 @@ pub async fn run(
             top_p: request.top_p,
             max_output_tokens: request.max_output_tokens,
             parallel_tool_calls: request.parallel_tool_calls,
-            carry: request.carry.clone(),
+            carry: request.tools.carry(request.carry.clone()),
         };
         // Text streams out as the upstream writes it.
         let message_index = output.len();
@@ -369,15 +376,24 @@ pub async fn run(
                         item: in_progress(&item),
                     },
                 );
-                if let Item::FunctionCall(function) = &item {
-                    emit(
+                match &item {
+                    Item::FunctionCall(function) => emit(
                         events,
                         Event::Arguments {
                             index,
                             item_id: function.id.clone().unwrap_or_default(),
                             arguments: call.arguments.clone(),
                         },
-                    );
+                    ),
+                    Item::CustomToolCall(custom) => emit(
+                        events,
+                        Event::CustomInput {
+                            index,
+                            item_id: custom.id.clone().unwrap_or_default(),
+                            input: call.arguments.clone(),
+                        },
+                    ),
+                    _ => {}
                 }
                 complete(&mut output, events, index, item);
             }
@@ -566,10 +582,34 @@ fn client_call(call: &ToolCall, tools: &Tools, status: ItemStatus) -> Item {
             extra: wire::Extra::new(),
         });
     }
+    user_call(call, tools, status)
+}
+
+/// The item for a call of a user's tool: a `function_call`, or a
+/// `custom_tool_call` whose `input` is the raw text the model wrote; a
+/// tool of a `namespace` group is named as the client named it, with its
+/// namespace.
+fn user_call(call: &ToolCall, tools: &Tools, status: ItemStatus) -> Item {
+    let function = tools.function(&call.name);
+    let (name, namespace) = function
+        .map(|f| f.client_name())
+        .unwrap_or((call.name.as_str(), None));
+    let (name, namespace) = (name.to_owned(), namespace.map(str::to_owned));
+    if function.is_some_and(|f| f.custom.is_some()) {
+        return Item::CustomToolCall(CustomToolCall {
+            id: Some(item_id("ctc_")),
+            call_id: Some(call.id.clone()),
+            name,
+            namespace,
+            input: call.arguments.clone(),
+            extra: wire::Extra::new(),
+        });
+    }
     Item::FunctionCall(FunctionCall {
         id: Some(item_id("fc_")),
         call_id: Some(call.id.clone()),
-        name: call.name.clone(),
+        name,
+        namespace,
         arguments: call.arguments.clone(),
         status: Some(status),
         extra: wire::Extra::new(),

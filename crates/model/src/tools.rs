@@ -5,7 +5,13 @@
 //! environment is; OpenRouter's `openrouter:bash` (Anthropic's bash tool
 //! shape, Messages API only) is a function `bash` taking one `command`; the
 //! legacy `local_shell` is a function `local_shell` taking an argv
-//! `command`; user functions pass through.
+//! `command`; user functions pass through, and so do user `custom`
+//! (freeform) tools, as freeform [`ToolSpec`]s each adapter says its own
+//! way. Codex's `namespace` groups are flattened: each tool in one is named
+//! `{namespace}__{name}` ([`namespaced_name`]) for the model, and its calls
+//! are handed back with the namespace and the tool's own name. Hosted tools
+//! shellgate does not run (`web_search`, `mcp`, any other type) are kept
+//! whole ([`NativeTool`]) for an upstream that runs them.
 
 use serde_json::{json, Value};
 
@@ -13,7 +19,9 @@ use crate::error::RequestError;
 use shellgate_wire::messages;
 use shellgate_wire::responses as wire;
 
-use crate::upstream::{ToolChoice, ToolSpec};
+use crate::upstream::{
+    Carry, CustomFormat, NativeItem, Protocol, ToolChoice, ToolNamespace, ToolSpec,
+};
 
 /// Name of the hosted (and `local`) shell as a function tool.
 pub const SHELL: &str = "shell";
@@ -64,12 +72,71 @@ impl Environment {
     }
 }
 
-/// A user's function tool.
+/// A user's function tool (or freeform `custom` tool).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Function {
+    /// The name the model calls it by (flattened for a tool of a namespace).
     pub name: String,
     pub description: String,
     pub parameters: Value,
+    /// `Some`: a `custom` tool, whose call's input is text in this format.
+    pub custom: Option<CustomFormat>,
+    /// `Some`: the tool is in a `namespace` group.
+    pub namespace: Option<ToolNamespace>,
+}
+
+/// A tool shellgate does not run (`web_search`, `mcp`, ...): kept whole
+/// for a Responses upstream, left out (and reported) for the others.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NativeTool {
+    /// Where the request had it: `tools[7]`.
+    pub param: String,
+    /// Its `type`.
+    pub kind: String,
+    /// Its `server_label` (an `mcp` tool's).
+    pub label: Option<String>,
+    /// The tool as the client wrote it.
+    pub tool: wire::Extra,
+}
+
+/// The separator of a namespace and a tool's name in a flattened name.
+pub const NAMESPACE_SEPARATOR: &str = "__";
+
+/// Longest tool name every upstream protocol takes.
+const MAX_NAME: usize = 64;
+
+/// The name a model calls the tool `name` of the namespace `namespace`
+/// by: `{namespace}__{name}`, or, past 64 characters, its first 55 and a
+/// hash of the whole (`_` and 8 hex digits), so that it stays unique and
+/// the same on every turn.
+pub fn namespaced_name(namespace: &str, name: &str) -> String {
+    let full = format!("{namespace}{NAMESPACE_SEPARATOR}{name}");
+    if full.len() <= MAX_NAME {
+        return full;
+    }
+    // FNV-1a: stable across builds and runs (a replayed call must map to
+    // the same name), and short.
+    let hash = full.bytes().fold(0x811c_9dc5_u32, |hash, byte| {
+        (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193)
+    });
+    // The name's characters are ASCII (checked), so any index is a boundary.
+    format!("{}_{hash:08x}", &full[..MAX_NAME - 9])
+}
+
+/// The one-string schema a freeform tool has where a protocol has only
+/// function tools: its input is the `input` string.
+pub fn freeform_parameters(format: &CustomFormat) -> Value {
+    let description = match format {
+        CustomFormat::Text => "The tool's input, as free text.".to_owned(),
+        CustomFormat::Grammar { syntax, definition } => {
+            format!("The tool's input: text that matches this {syntax} grammar:\n{definition}")
+        }
+    };
+    json!({
+        "type": "object",
+        "properties": {"input": {"type": "string", "description": description}},
+        "required": ["input"],
+    })
 }
 
 /// The tools of a request.
@@ -83,6 +150,10 @@ pub struct Tools {
     /// `sleep_after_seconds` of an OpenRouter tool: the container sleeps
     /// after this long without a command.
     pub sleep_after_seconds: Option<u64>,
+    /// Tools shellgate does not run, for an upstream that does.
+    pub native: Vec<NativeTool>,
+    /// A `tool_choice` of one of `native` (a hosted tool's type), kept whole.
+    pub native_choice: Option<wire::Extra>,
 }
 
 impl Function {
@@ -99,6 +170,8 @@ impl Function {
             name: tool.name.clone(),
             description: tool.description.clone().unwrap_or_default(),
             parameters: Value::Object(tool.input_schema.clone()),
+            custom: None,
+            namespace: None,
         })
     }
 
@@ -128,8 +201,112 @@ impl Function {
             name: name.to_owned(),
             description: tool.description.clone().unwrap_or_default(),
             parameters,
+            custom: None,
+            namespace: None,
         })
     }
+
+    /// A Responses request's `custom` tool.
+    fn from_custom_tool(tool: &wire::CustomTool, param: &str) -> Result<Self, RequestError> {
+        let name = tool
+            .name
+            .as_deref()
+            .filter(|n| valid_name(n))
+            .ok_or_else(|| {
+                invalid(
+                    &format!("{param}.name"),
+                    "a tool needs a name of 1 to 64 letters, digits, '_' or '-'",
+                )
+            })?;
+        let format = match &tool.format {
+            None => CustomFormat::Text,
+            Some(format) if format.kind == "text" => CustomFormat::Text,
+            Some(format) if format.kind == "grammar" => {
+                let syntax = format
+                    .syntax
+                    .as_deref()
+                    .filter(|s| ["lark", "regex"].contains(s))
+                    .ok_or_else(|| {
+                        invalid(
+                            &format!("{param}.format.syntax"),
+                            "a grammar's syntax must be 'lark' or 'regex'",
+                        )
+                    })?;
+                let definition = format.definition.clone().ok_or_else(|| {
+                    invalid(
+                        &format!("{param}.format.definition"),
+                        "a grammar needs a definition",
+                    )
+                })?;
+                CustomFormat::Grammar {
+                    syntax: syntax.to_owned(),
+                    definition,
+                }
+            }
+            Some(_) => {
+                return Err(invalid(
+                    &format!("{param}.format.type"),
+                    "a custom tool's format.type must be 'text' or 'grammar'",
+                ))
+            }
+        };
+        Ok(Function {
+            name: name.to_owned(),
+            description: tool.description.clone().unwrap_or_default(),
+            parameters: freeform_parameters(&format),
+            custom: Some(format),
+            namespace: None,
+        })
+    }
+
+    /// The name the model's call of it comes back with, for the client:
+    /// the tool's own name and its namespace, if it has one.
+    pub fn client_name(&self) -> (&str, Option<&str>) {
+        match &self.namespace {
+            Some(group) => (&group.name, Some(&group.namespace)),
+            None => (&self.name, None),
+        }
+    }
+}
+
+/// The tools of a `namespace` group, flattened.
+fn namespace_tools(
+    group: &wire::NamespaceTool,
+    param: &str,
+) -> Result<Vec<Function>, RequestError> {
+    let namespace = group
+        .name
+        .as_deref()
+        .filter(|n| valid_name(n))
+        .ok_or_else(|| {
+            invalid(
+                &format!("{param}.name"),
+                "a namespace needs a name of 1 to 64 letters, digits, '_' or '-'",
+            )
+        })?;
+    let description = group.description.clone().unwrap_or_default();
+    let mut functions = Vec::new();
+    for (index, tool) in group.tools.iter().enumerate() {
+        let param = format!("{param}.tools[{index}]");
+        let mut function = match tool {
+            wire::Tool::Function(function) => Function::from_tool(function, &param)?,
+            wire::Tool::Custom(custom) => Function::from_custom_tool(custom, &param)?,
+            _ => {
+                return Err(invalid(
+                    &format!("{param}.type"),
+                    "a namespace holds 'function' and 'custom' tools only",
+                ))
+            }
+        };
+        function.namespace = Some(ToolNamespace {
+            namespace: namespace.to_owned(),
+            description: description.clone(),
+            name: function.name.clone(),
+        });
+        function.name = namespaced_name(namespace, &function.name);
+        functions.push(function);
+    }
+    Ok(functions)
 }
 
 fn invalid(param: &str, message: impl Into<String>) -> RequestError {
@@ -165,17 +342,22 @@ impl Tools {
                 wire::Tool::Function(function) => parsed
                     .functions
                     .push(Function::from_tool(function, &param)?),
-                wire::Tool::Other(_) => {
-                    let Some(other) = tool.kind() else {
+                wire::Tool::Custom(custom) => parsed
+                    .functions
+                    .push(Function::from_custom_tool(custom, &param)?),
+                wire::Tool::Namespace(group) => {
+                    parsed.functions.extend(namespace_tools(group, &param)?)
+                }
+                wire::Tool::Other(map) => {
+                    let Some(kind) = tool.kind() else {
                         return Err(invalid(&param, "every tool needs a 'type'"));
                     };
-                    return Err(invalid(
-                        &format!("{param}.type"),
-                        format!(
-                            "tool type '{other}' is not supported here; use 'shell', \
-                             'openrouter:shell', 'local_shell' or 'function'"
-                        ),
-                    ));
+                    parsed.native.push(NativeTool {
+                        param,
+                        kind: kind.to_owned(),
+                        label: tool.server_label().map(str::to_owned),
+                        tool: map.clone(),
+                    });
                 }
             }
         }
@@ -399,10 +581,106 @@ impl Tools {
                 name: function.name.clone(),
                 description: function.description.clone(),
                 parameters: function.parameters.clone(),
-                ..Default::default()
+                custom: function.custom.clone(),
+                namespace: function.namespace.clone(),
             });
         }
         specs
+    }
+
+    /// A user tool by the name the model calls it.
+    pub fn function(&self, name: &str) -> Option<&Function> {
+        self.functions.iter().find(|f| f.name == name)
+    }
+
+    /// `carry` with the native tools and tool choice of these tools, for
+    /// an upstream of the Responses protocol (the only one that has them).
+    pub fn carry(&self, mut carry: Carry) -> Carry {
+        for tool in &self.native {
+            carry.native_tools.push(NativeItem {
+                protocol: Protocol::Responses,
+                item: Value::Object(tool.tool.clone()),
+            });
+            carry
+                .native_tool_names
+                .push(format!("{} ({})", tool.param, tool.kind));
+        }
+        if let Some(choice) = &self.native_choice {
+            carry.native_tool_choice = Some(NativeItem {
+                protocol: Protocol::Responses,
+                item: Value::Object(choice.clone()),
+            });
+        }
+        carry
+    }
+
+    /// Keeps only the tools an `allowed_tools` choice lists (each named by
+    /// its `type`, and `name` for a function or custom tool; a hosted tool
+    /// by its `type`, and `server_label` for `mcp`).
+    fn keep_allowed(&mut self, allowed: &[wire::AllowedTool]) {
+        let listed = |kind: &str| {
+            allowed
+                .iter()
+                .any(|entry| entry.kind.as_deref() == Some(kind))
+        };
+        if !listed(wire::tool_type::SHELL) && !listed(wire::tool_type::OPENROUTER_SHELL) {
+            self.shell = None;
+        }
+        if !listed(wire::tool_type::LOCAL_SHELL) {
+            self.local_shell = false;
+        }
+        self.functions.retain(|function| {
+            let kind = if function.custom.is_some() {
+                wire::tool_type::CUSTOM
+            } else {
+                wire::tool_type::FUNCTION
+            };
+            let (own, namespace) = function.client_name();
+            allowed.iter().any(|entry| {
+                entry.kind.as_deref() == Some(kind)
+                    && entry.name.as_deref().is_some_and(|name| {
+                        name == function.name
+                            || (name == own
+                                && entry
+                                    .namespace
+                                    .as_deref()
+                                    .is_none_or(|n| Some(n) == namespace))
+                    })
+            })
+        });
+        self.native.retain(|tool| {
+            allowed.iter().any(|entry| {
+                entry.kind.as_deref() == Some(tool.kind.as_str())
+                    && entry
+                        .server_label
+                        .as_deref()
+                        .is_none_or(|label| tool.label.as_deref() == Some(label))
+            })
+        });
+    }
+
+    /// Reads `tool_choice` against these tools: an `allowed_tools` choice
+    /// keeps only the tools it lists; a hosted tool's is kept whole
+    /// (`native_choice`) and is `auto` for the neutral turn.
+    pub fn choose(
+        &mut self,
+        choice: Option<&wire::ToolChoice>,
+    ) -> Result<ToolChoice, RequestError> {
+        match choice {
+            Some(wire::ToolChoice::AllowedTools { mode, tools }) => {
+                self.keep_allowed(tools);
+                Ok(if mode == "required" {
+                    ToolChoice::Required
+                } else {
+                    ToolChoice::Auto
+                })
+            }
+            Some(wire::ToolChoice::Other(other)) => {
+                self.native_choice = Some(other.clone());
+                Ok(ToolChoice::Auto)
+            }
+            other => self.choice(other),
+        }
     }
 
     /// Reads `tool_choice` against these tools.
@@ -425,10 +703,37 @@ impl Tools {
                 named(SHELL, self.shell.is_some())
             }
             Some(wire::ToolChoice::LocalShell) => named(LOCAL_SHELL, self.local_shell),
-            Some(wire::ToolChoice::Function { name }) => {
-                named(name, self.functions.iter().any(|f| &f.name == name))
+            Some(wire::ToolChoice::Function { name }) => self.named_user_tool(name, false),
+            Some(wire::ToolChoice::Custom { name }) => self.named_user_tool(name, true),
+            // Read by `choose`, which keeps these; alone, they leave the
+            // model free.
+            Some(wire::ToolChoice::AllowedTools { .. } | wire::ToolChoice::Other(_)) => {
+                Ok(ToolChoice::Auto)
             }
         }
+    }
+
+    /// A `tool_choice` naming a function (or a `custom` tool): by the name
+    /// the model calls it, or by its own name within a namespace.
+    fn named_user_tool(&self, name: &str, custom: bool) -> Result<ToolChoice, RequestError> {
+        let kind = |f: &&Function| f.custom.is_some() == custom;
+        self.functions
+            .iter()
+            .filter(kind)
+            .find(|f| f.name == name)
+            .or_else(|| {
+                self.functions
+                    .iter()
+                    .filter(kind)
+                    .find(|f| f.client_name().0 == name)
+            })
+            .map(|f| ToolChoice::Named(f.name.clone()))
+            .ok_or_else(|| {
+                invalid(
+                    "tool_choice",
+                    format!("tool_choice names '{name}', which is not among the tools"),
+                )
+            })
     }
 }
 
@@ -590,7 +895,12 @@ mod tests {
         assert!(tools
             .choice(Some(&choice(json!({"type": "local_shell"}))))
             .is_err());
-        assert!(Tools::parse(&typed(&[json!({"type": "web_search"})])).is_err());
+        // A hosted tool shellgate does not run is kept whole, for an
+        // upstream that runs it.
+        let hosted = Tools::parse(&typed(&[json!({"type": "web_search"})])).unwrap();
+        assert_eq!(hosted.native[0].param, "tools[0]");
+        assert_eq!(hosted.native[0].kind, "web_search");
+        assert!(Tools::parse(&typed(&[json!({"name": "typeless"})])).is_err());
         assert!(Tools::parse(&typed(&[
             json!({"type": "shell"}),
             json!({"type": "function", "name": "shell"})
@@ -598,6 +908,91 @@ mod tests {
         .is_err());
         let local = Tools::parse(&typed(&[json!({"type": "shell"})])).unwrap();
         assert_eq!(local.shell, Some(Environment::Local { skills: vec![] }));
+    }
+
+    #[test]
+    fn custom_namespaced_and_hosted_tools_are_read_and_checked() {
+        let mut tools = Tools::parse(&typed(&[
+            json!({"type": "custom", "name": "notes"}),
+            json!({"type": "namespace", "name": "crm", "description": "The CRM.", "tools": [
+                {"type": "function", "name": "find", "parameters": {"type": "object"}},
+                {"type": "custom", "name": "query", "format": {"type": "grammar", "syntax": "regex", "definition": "[a-z]+"}},
+            ]}),
+            json!({"type": "mcp", "server_label": "wiki"}),
+            json!({"type": "web_search"}),
+        ]))
+        .unwrap();
+        let names: Vec<&str> = tools.functions.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(names, ["notes", "crm__find", "crm__query"]);
+        assert_eq!(tools.functions[0].custom, Some(CustomFormat::Text));
+        assert_eq!(tools.functions[2].client_name(), ("query", Some("crm")));
+        // A tool_choice by a namespaced tool's own name, or a hosted tool's.
+        assert_eq!(
+            tools.choice(Some(&choice(json!({"type": "custom", "name": "query"})))),
+            Ok(ToolChoice::Named("crm__query".into()))
+        );
+        assert!(tools
+            .choice(Some(&choice(json!({"type": "function", "name": "notes"}))))
+            .is_err());
+        assert_eq!(
+            tools.choose(Some(&choice(json!({"type": "web_search"})))),
+            Ok(ToolChoice::Auto)
+        );
+        let carry = tools.carry(Carry::default());
+        assert_eq!(
+            carry.native_tool_names,
+            ["tools[2] (mcp)", "tools[3] (web_search)"]
+        );
+        assert_eq!(
+            carry.native_uncarried(Protocol::Chat),
+            [
+                "tools[2] (mcp)",
+                "tools[3] (web_search)",
+                "tool_choice (web_search)"
+            ]
+        );
+        assert!(carry.native_uncarried(Protocol::Responses).is_empty());
+        // allowed_tools keeps what it lists.
+        let mut allowed = tools.clone();
+        assert_eq!(
+            allowed.choose(Some(&choice(json!({"type": "allowed_tools", "mode": "required",
+                "tools": [{"type": "function", "name": "find"}, {"type": "mcp", "server_label": "wiki"}]})))),
+            Ok(ToolChoice::Required)
+        );
+        let names: Vec<&str> = allowed.functions.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(names, ["crm__find"]);
+        assert_eq!(allowed.native.len(), 1);
+        // Each refusal names its field.
+        let param = |tool: Value| Tools::parse(&typed(&[tool])).unwrap_err().param;
+        assert_eq!(
+            param(
+                json!({"type": "custom", "name": "x", "format": {"type": "grammar", "syntax": "ebnf", "definition": "x"}})
+            ),
+            "tools[0].format.syntax"
+        );
+        assert_eq!(
+            param(json!({"type": "custom", "name": "x", "format": {"type": "json"}})),
+            "tools[0].format.type"
+        );
+        assert_eq!(
+            param(json!({"type": "namespace", "name": "n", "tools": [{"type": "shell"}]})),
+            "tools[0].tools[0].type"
+        );
+        assert_eq!(
+            param(json!({"type": "namespace", "name": "a b", "tools": []})),
+            "tools[0].name"
+        );
+        // A flattened name that collides with a function is refused.
+        assert!(Tools::parse(&typed(&[
+            json!({"type": "function", "name": "crm__find"}),
+            json!({"type": "namespace", "name": "crm", "tools": [{"type": "function", "name": "find"}]}),
+        ]))
+        .is_err());
+        let long = namespaced_name(&"n".repeat(40), &"f".repeat(40));
+        assert_eq!(long.len(), 64);
+        assert_eq!(long, namespaced_name(&"n".repeat(40), &"f".repeat(40)));
+        assert_ne!(long, namespaced_name(&"n".repeat(40), &"g".repeat(40)));
+        assert!(valid_name(&long));
     }
 
     /// A Messages request's `tools` as the server reads them: typed (a

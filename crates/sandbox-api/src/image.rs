@@ -27,7 +27,8 @@ pub struct ImageDetails {
     /// Seconds since the Unix epoch when it was installed.
     #[serde(default)]
     pub created_at: Option<i64>,
-    /// Runtime versions, as `shellgate image verify` found them.
+    /// Runtime versions, as the end of its build (or `shellgate image
+    /// verify`) found them.
     #[serde(default)]
     pub runtimes: std::collections::BTreeMap<String, String>,
     /// The recipe it was built from (`None`: imported).

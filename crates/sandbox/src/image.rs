@@ -40,6 +40,7 @@ use std::path::{Path, PathBuf};
 pub mod default_build;
 mod half_made;
 mod recipe;
+pub mod runtimes;
 
 pub use recipe::{recipe, version_matches, Built, Expectations, Recipe, Wheel, WheelLock, RECIPES};
 
@@ -471,7 +472,8 @@ impl ImageStore {
             .unwrap_or_default()
     }
 
-    /// Records what `image verify` found.
+    /// Records the runtimes found in an image (`runtimes::record`, at the
+    /// end of a build, and `image verify`).
     pub fn set_runtimes(
         &self,
         name: &str,

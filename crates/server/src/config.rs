@@ -35,7 +35,8 @@ pub struct Config {
     pub rate_limit_per_minute: u32,
     /// Containers started ahead of demand (see the sandbox engine).
     pub warm_containers: usize,
-    /// Log format: `json` or `text`.
+    /// Log format: `auto` (text on a terminal, JSON elsewhere), `json` or
+    /// `text`; `serve --log-format` overrides it.
     pub log_format: LogFormat,
     /// Containers holding processes (running or being created) a project
     /// may have at once; suspended ones do not count (429 beyond).
@@ -99,6 +100,11 @@ pub struct Config {
     pub upstream_max_answer_bytes: u64,
     /// Most bytes of one tool call's arguments in an upstream answer.
     pub upstream_max_tool_call_bytes: u64,
+    /// A request's tools the picked upstream cannot carry (a hosted tool
+    /// such as `web_search` before a non-Responses upstream): `drop` (left
+    /// out, reported in the `x-shellgate-uncarried` header, the response's
+    /// metadata and the log) or `reject` (a 400 naming the tool).
+    pub unsupported_tools: UnsupportedTools,
     /// The built-in prompt-injection rules over user input: `off`, `flag`
     /// (logged), `redact` or `block` (403).
     pub guardrail_input_default: GuardrailDefault,
@@ -204,8 +210,33 @@ fn default_protocol() -> Protocol {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LogFormat {
+    /// Text when stderr is a terminal (someone reads it), JSON otherwise
+    /// (a log collector parses it).
+    Auto,
     Json,
     Text,
+}
+
+impl LogFormat {
+    /// Whether the log is JSON, for a stderr that is (or is not) a terminal.
+    pub fn is_json(self, stderr_is_terminal: bool) -> bool {
+        match self {
+            LogFormat::Auto => !stderr_is_terminal,
+            LogFormat::Json => true,
+            LogFormat::Text => false,
+        }
+    }
+}
+
+/// What happens to a tool the picked upstream cannot carry.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnsupportedTools {
+    /// Left out of the model's tools, and reported.
+    #[default]
+    Drop,
+    /// The request is refused (400, `param` `tools[i]`).
+    Reject,
 }
 
 /// What the built-in guardrail rules do over one target by default.
@@ -378,7 +409,7 @@ impl Default for Config {
             max_upload_bytes: 512 << 20,
             rate_limit_per_minute: 0,
             warm_containers: 2,
-            log_format: LogFormat::Json,
+            log_format: LogFormat::Auto,
             max_running_containers_per_project: 1000,
             max_memory_per_project: ByteSize {
                 text: "1t".to_owned(),
@@ -404,6 +435,7 @@ impl Default for Config {
             max_input_file_bytes: 64 << 20,
             upstream_max_answer_bytes: 32 * 1024 * 1024,
             upstream_max_tool_call_bytes: 4 * 1024 * 1024,
+            unsupported_tools: UnsupportedTools::Drop,
             upstreams: Vec::new(),
             sandbox_price_per_second: 0.0001,
             guardrail_input_default: GuardrailDefault::Flag,
@@ -591,6 +623,12 @@ impl Config {
     }
 
     /// The seeded keys as (key, project) pairs.
+    /// Whether any upstream model is configured (without one, the model
+    /// APIs answer 503).
+    pub fn has_upstream(&self) -> bool {
+        !self.upstream_url.is_empty() || !self.upstreams.is_empty()
+    }
+
     pub fn seeded_keys(&self) -> Vec<(String, String)> {
         self.api_keys
             .split(',')

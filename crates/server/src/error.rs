@@ -99,6 +99,19 @@ impl ApiError {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
     }
 
+    /// 503: no upstream model is configured at all, so no model API can
+    /// answer (the operator sets `upstream_url` or `[[upstreams]]`).
+    pub fn no_upstream() -> Self {
+        let mut error = Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            "No upstream model is configured on this server: its operator sets \
+             upstream_url (SHELLGATE_UPSTREAM_URL) or [[upstreams]] in the config.",
+        );
+        error.code = Some("upstream_not_configured");
+        error
+    }
+
     pub fn with_code(mut self, code: &'static str) -> Self {
         self.code = Some(code);
         self
@@ -191,6 +204,29 @@ pub type ApiResult<T> = Result<T, ApiError>;
 pub enum ServeError {
     #[error("{0}")]
     Setup(String),
+    /// The listening address could not be taken (checked before anything
+    /// else starts).
+    #[error("cannot listen on {addr}: {reason}")]
+    Listen {
+        addr: std::net::SocketAddr,
+        reason: String,
+    },
     #[error(transparent)]
     Io(#[from] std::io::Error),
+}
+
+/// Why an address cannot be listened on, said so that the fix is plain.
+pub(crate) fn listen_reason(error: &std::io::Error) -> String {
+    match error.kind() {
+        std::io::ErrorKind::AddrInUse => "address already in use (another server is listening \
+             there: stop it, or choose another address with --listen or `listen`)"
+            .to_owned(),
+        std::io::ErrorKind::AddrNotAvailable => {
+            "address not available (it is not an address of this host)".to_owned()
+        }
+        std::io::ErrorKind::PermissionDenied => "permission denied (ports below 1024 need root \
+             or CAP_NET_BIND_SERVICE)"
+            .to_owned(),
+        _ => error.to_string(),
+    }
 }

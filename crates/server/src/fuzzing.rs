@@ -141,6 +141,7 @@ pub(crate) fn state_with(
         )),
         owners: Default::default(),
         upstreams: Default::default(),
+        models: Default::default(),
         guardrails: Default::default(),
         running: Default::default(),
         files_dir: config.data_dir.join("files"),

@@ -385,6 +385,31 @@ impl Guardrails {
                 "tool parameters",
                 string_leaves(&mut function.parameters),
             )?;
+            // A namespace's description and a freeform tool's grammar
+            // reach the model too.
+            if let Some(group) = &mut function.namespace {
+                guard_group(
+                    &guardrail,
+                    project,
+                    "tool namespace description",
+                    vec![&mut group.description],
+                )?;
+            }
+            if let Some(shellgate_model::upstream::CustomFormat::Grammar { definition, .. }) =
+                &mut function.custom
+            {
+                guard_group(&guardrail, project, "tool grammar", vec![definition])?;
+            }
+        }
+        // A hosted tool goes to an upstream that runs it as it is: its
+        // strings (an MCP server's description...) are read as well.
+        for tool in &mut tools.native {
+            let mut whole = serde_json::Value::Object(std::mem::take(&mut tool.tool));
+            let checked = guard_group(&guardrail, project, "tool", string_leaves(&mut whole));
+            if let serde_json::Value::Object(map) = whole {
+                tool.tool = map;
+            }
+            checked?;
         }
         Ok(())
     }

@@ -739,6 +739,51 @@ async fn count_tokens_names_a_bad_field_in_anthropics_envelope() {
     }
 }
 
+#[tokio::test]
+async fn without_an_upstream_the_model_apis_answer_503_in_their_envelopes() {
+    // The harness configures no upstream, as a first start does.
+    let harness = Harness::new();
+    let answer = harness
+        .call(
+            Some(ALPHA),
+            Method::POST,
+            "/v1/responses",
+            Some(json!({"model": "gpt-5", "input": "hi"})),
+        )
+        .await;
+    let error = answer.error(503);
+    assert_eq!(error["type"], "server_error");
+    assert_eq!(error["code"], "upstream_not_configured");
+    assert!(
+        error["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("upstream_url")),
+        "{error}"
+    );
+    let answer = harness
+        .call(
+            Some(ALPHA),
+            Method::POST,
+            "/v1/messages",
+            Some(json!({"model": "claude-x", "max_tokens": 1,
+                        "messages": [{"role": "user", "content": "hi"}]})),
+        )
+        .await;
+    assert_eq!(answer.status, 503, "{}", answer.json);
+    assert_eq!(answer.json["type"], "error");
+    assert_eq!(answer.json["error"]["type"], "api_error");
+    // A request without a model is still the client's error.
+    let answer = harness
+        .call(
+            Some(ALPHA),
+            Method::POST,
+            "/v1/responses",
+            Some(json!({"input": "hi"})),
+        )
+        .await;
+    assert_eq!(answer.error(400)["param"], "model");
+}
+
 // --- usage and images ---------------------------------------------------------
 
 #[tokio::test]

@@ -4,8 +4,13 @@
 //!
 //! Which container (seeds/004 for OpenRouter's tools):
 //! - `container_reference`: that container of the project (404 if none);
-//! - `container_auto` of OpenAI's `shell`: a new container, made at the
-//!   first command (or at once, for attached files);
+//! - `container_auto` of OpenAI's `shell`: the container the conversation
+//!   last used (a `shell_call`'s `container_reference`, from
+//!   `previous_response_id`'s stored chain or replayed `input` items) while
+//!   it lives, is this project's and was made with this request's
+//!   parameters (network policy, skills, memory, image, files: as OpenAI's
+//!   code interpreter's auto mode continues its container); else a new
+//!   container, made at the first command (or at once, for attached files);
 //! - `container_auto` of `openrouter:shell` / `openrouter:bash`: the
 //!   container of the request's stable `session_id` (letters, digits, `_`
 //!   and `-`; the last 20 characters; anything else is ignored), else the
@@ -55,30 +60,63 @@ pub fn replayed_container(items: &[Item]) -> Option<String> {
         .find_map(|item| item.container_id().map(str::to_owned))
 }
 
-/// Which existing container a `container_auto` OpenRouter tool continues.
+/// Which existing container a `container_auto` tool continues.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reuse {
     /// None: a new container.
     Fresh,
     /// The container of this session key (made and recorded if none).
     Session(String),
-    /// This container, if it is still there.
+    /// This container (OpenRouter's tools), if it is still there with the
+    /// request's network policy and skills.
     Replayed(String),
+    /// This container (OpenAI's `shell`), if it is still there and was made
+    /// with all of the request's `container_auto` parameters
+    /// ([`made_alike`]).
+    Continued(String),
 }
 
 impl Reuse {
-    /// What OpenRouter's rules pick for these tools, this `session_id` and
-    /// this replayed conversation. OpenAI's `shell` keeps OpenAI's rule (a
-    /// new container each response) unless a session id is given.
+    /// What these tools, this `session_id` and this conversation (the
+    /// stored chain of `previous_response_id` and the replayed `input`)
+    /// continue: a session's container, else the last container the
+    /// conversation used, else none.
     pub fn pick(tools: &Tools, session: Option<&str>, items: &[Item]) -> Reuse {
         if let Some(key) = session_key(session) {
             return Reuse::Session(key);
         }
         match replayed_container(items) {
             Some(id) if tools.openrouter() => Reuse::Replayed(id),
-            _ => Reuse::Fresh,
+            Some(id) => Reuse::Continued(id),
+            None => Reuse::Fresh,
         }
     }
+}
+
+/// Whether a container was made with what a `container_auto` asks (the
+/// network policy and skills are compared by [`HostedShell::reusable`]):
+/// the same memory limit (none asked: the default), the image asked if one
+/// is (none: whatever the container has, so a conversation begun while the
+/// default image was still building keeps its files), and every file asked
+/// among those it was made with. Otherwise the request gets a new
+/// container with what it asks, rather than one that silently differs.
+fn made_alike(row: &shellgate_store::ContainerRow, asked: &CreateContainer) -> bool {
+    if asked.memory_limit.unwrap_or_default() != row.memory_limit {
+        return false;
+    }
+    if asked
+        .image
+        .as_ref()
+        .is_some_and(|image| *image != row.image)
+    {
+        return false;
+    }
+    if asked.file_ids.is_empty() {
+        return true;
+    }
+    // A column that does not read as ids holds none of them.
+    let held: Vec<String> = serde_json::from_str(&row.file_ids).unwrap_or_default();
+    asked.file_ids.iter().all(|id| held.contains(id))
 }
 
 /// The container of a `container_auto` environment, as `POST /v1/containers`
@@ -235,17 +273,36 @@ impl HostedShell {
     /// other secrets, secrets it supplies that the container no longer
     /// holds, or none where the container has some) gets a new container
     /// rather than one that would reach what it did not ask for.
-    async fn reusable(&self, id: &str) -> Result<bool, HostError> {
+    /// With `all_parameters` (OpenAI's `shell`), its memory limit, image
+    /// and files must be the request's too ([`made_alike`]). Another
+    /// project's container is not found: never reused, never an error.
+    async fn reusable(&self, id: &str, all_parameters: bool) -> Result<bool, HostError> {
+        use shellgate_store::ContainerStatus;
         let (owner, key) = (self.project.clone(), id.to_owned());
         let row = self
             .state
             .db(move |s| s.container(&owner, &key))
             .await
             .map_err(host_error)?;
-        let Some(row) = row.filter(|r| r.status != shellgate_store::ContainerStatus::Creating)
-        else {
+        // Running or asleep (the command wakes it); not one being made or
+        // deleted.
+        let Some(row) = row.filter(|r| {
+            matches!(
+                r.status,
+                ContainerStatus::Running | ContainerStatus::Suspended
+            )
+        }) else {
             return Ok(false);
         };
+        if all_parameters
+            && !self
+                .auto
+                .as_ref()
+                .is_some_and(|asked| made_alike(&row, asked))
+        {
+            tracing::info!(container = %id, "not continued: the request's container_auto asks another memory limit, image or files");
+            return Ok(false);
+        }
         let requested = self.auto.as_ref().and_then(|a| a.network_policy.as_ref());
         let asked = ContainerPolicy::of_request(requested);
         let found = ContainerPolicy::of_container(&self.state, &row);
@@ -325,8 +382,9 @@ impl HostedShell {
     async fn find_or_make(&self) -> Result<String, HostError> {
         match &self.reuse {
             Reuse::Fresh => self.make().await,
-            Reuse::Replayed(id) => {
-                if self.reusable(id).await? {
+            Reuse::Replayed(id) | Reuse::Continued(id) => {
+                let all_parameters = matches!(self.reuse, Reuse::Continued(_));
+                if self.reusable(id, all_parameters).await? {
                     Ok(id.clone())
                 } else {
                     self.make().await
@@ -340,7 +398,7 @@ impl HostedShell {
                     .await
                     .map_err(host_error)?;
                 if let Some(id) = &mapped {
-                    if self.reusable(id).await? {
+                    if self.reusable(id, false).await? {
                         return Ok(id.clone());
                     }
                 }
@@ -647,6 +705,185 @@ mod tests {
             skill_id: version.map(|_| "skill_1".to_owned()),
             version: version.map(str::to_owned),
         }
+    }
+
+    fn tools(json: Value) -> Tools {
+        let typed: Vec<shellgate_wire::responses::Tool> =
+            serde_json::from_value(json).expect("tools");
+        Tools::parse(&typed).expect("parsed tools")
+    }
+
+    fn auto_shell(environment: Value) -> Tools {
+        let mut environment = environment;
+        environment["type"] = "container_auto".into();
+        tools(serde_json::json!([{"type": "shell", "environment": environment}]))
+    }
+
+    /// A conversation whose shell call ran in `container`.
+    fn ran_in(container: &str) -> Vec<Item> {
+        serde_json::from_value(serde_json::json!([
+            {"type": "message", "role": "user", "content": "Execute: ls"},
+            {"type": "shell_call", "call_id": "call_1", "status": "completed",
+             "action": {"commands": ["ls"]},
+             "environment": {"type": "container_reference", "container_id": container}},
+            {"type": "shell_call_output", "call_id": "call_1",
+             "output": [{"stdout": "", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}]},
+        ]))
+        .expect("items")
+    }
+
+    #[test]
+    fn openais_shell_continues_the_conversations_last_container() {
+        let shell = auto_shell(serde_json::json!({}));
+        assert_eq!(Reuse::pick(&shell, None, &[]), Reuse::Fresh);
+        let mut items = ran_in("cntr_first");
+        items.extend(ran_in("cntr_last"));
+        assert_eq!(
+            Reuse::pick(&shell, None, &items),
+            Reuse::Continued("cntr_last".into())
+        );
+        // A session id still names its own container.
+        assert_eq!(
+            Reuse::pick(&shell, Some("s-1"), &items),
+            Reuse::Session("s-1".into())
+        );
+        let openrouter = tools(serde_json::json!([{"type": "openrouter:shell"}]));
+        assert_eq!(
+            Reuse::pick(&openrouter, None, &items),
+            Reuse::Replayed("cntr_last".into())
+        );
+    }
+
+    fn row(memory: &str, image: &str, file_ids: &str) -> shellgate_store::ContainerRow {
+        shellgate_store::ContainerRow {
+            id: "cntr_1".into(),
+            project: "alpha".into(),
+            name: "shell".into(),
+            created_at: 0,
+            last_active_at: 0,
+            status: shellgate_store::ContainerStatus::Running,
+            memory_limit: shellgate_wire::MemoryLimit::parse(memory).expect("memory"),
+            expires_minutes: 20,
+            network_policy: "{}".into(),
+            skills: "[]".into(),
+            file_ids: file_ids.into(),
+            billed_seconds: 0.0,
+            session_seconds: 0.0,
+            session_open: true,
+            image: image.into(),
+            sleep_after_secs: None,
+        }
+    }
+
+    fn asked(environment: Value) -> CreateContainer {
+        let mut environment = environment;
+        environment["type"] = "container_auto".into();
+        auto_container(&serde_json::from_value(environment).expect("container_auto"))
+    }
+
+    #[test]
+    fn a_container_is_continued_only_if_made_with_what_the_request_asks() {
+        let made = row("1g", "debian-12", r#"["file_a","file_b"]"#);
+        assert!(made_alike(&made, &asked(serde_json::json!({}))));
+        assert!(made_alike(
+            &made,
+            &asked(
+                serde_json::json!({"memory_limit": "1g", "image": "debian-12",
+                                       "file_ids": ["file_b"]})
+            )
+        ));
+        for other in [
+            serde_json::json!({"memory_limit": "4g"}),
+            serde_json::json!({"image": "host"}),
+            serde_json::json!({"file_ids": ["file_a", "file_c"]}),
+        ] {
+            assert!(!made_alike(&made, &asked(other.clone())), "{other}");
+        }
+        // No memory limit asked is the default one.
+        assert!(!made_alike(
+            &row("4g", "debian-12", "[]"),
+            &asked(serde_json::json!({}))
+        ));
+    }
+
+    /// The container the hosted shell of a request of `project` with these
+    /// tools and this conversation runs its commands in.
+    async fn container_for(
+        harness: &crate::testing::Harness,
+        project: &str,
+        tools: &Tools,
+        items: &[Item],
+    ) -> String {
+        let reuse = Reuse::pick(tools, None, items);
+        let hosted = prepare(&harness.state, project, tools, reuse, "resp_test")
+            .await
+            .expect("prepared");
+        hosted
+            .sandbox
+            .expect("a hosted shell")
+            .container()
+            .await
+            .expect("a container")
+    }
+
+    #[tokio::test]
+    async fn container_auto_continues_the_projects_living_container_only() {
+        let harness = crate::testing::Harness::with_config(|config| {
+            config.egress = true;
+            config.egress_allowed_domains = "*.example.com".into();
+        });
+        let mine = harness.container("mine").await;
+        let shell = auto_shell(serde_json::json!({}));
+        assert_eq!(
+            container_for(&harness, "alpha", &shell, &ran_in(&mine)).await,
+            mine
+        );
+        // Another project naming it in a replayed item gets a container of
+        // its own, and this one is left alone.
+        let theirs = container_for(&harness, "beta", &shell, &ran_in(&mine)).await;
+        assert_ne!(theirs, mine);
+        let key = theirs.clone();
+        let row = harness
+            .state
+            .db(move |s| s.container("beta", &key))
+            .await
+            .unwrap();
+        assert!(row.is_some_and(|r| r.project == "beta"));
+        // Other parameters: a new container with them.
+        let bigger = auto_shell(serde_json::json!({"memory_limit": "4g"}));
+        let other = container_for(&harness, "alpha", &bigger, &ran_in(&mine)).await;
+        assert_ne!(other, mine);
+        // A network the container was made without is never added to it by
+        // a follow-up: a new container has it.
+        let networked = auto_shell(serde_json::json!({"network_policy": {
+            "type": "allowlist", "allowed_domains": ["pypi.example.com"]}}));
+        let online = container_for(&harness, "alpha", &networked, &ran_in(&mine)).await;
+        assert!(online != mine && online != other, "{online}");
+        // And the networked one is continued only with its own policy.
+        assert_ne!(
+            container_for(&harness, "alpha", &shell, &ran_in(&online)).await,
+            online
+        );
+        assert_eq!(
+            container_for(&harness, "alpha", &networked, &ran_in(&online)).await,
+            online
+        );
+        // Asleep, it is continued (its next command wakes it).
+        let active = harness.get(&format!("/v1/containers/{mine}")).await.ok()["last_active_at"]
+            .as_i64()
+            .unwrap();
+        harness.clock.set(active + 5 * 60);
+        crate::lifecycle::sweep(&harness.state).await.unwrap();
+        let status = harness.get(&format!("/v1/containers/{mine}")).await;
+        assert_eq!(status.ok()["status"], "suspended");
+        assert_eq!(
+            container_for(&harness, "alpha", &shell, &ran_in(&mine)).await,
+            mine
+        );
+        // Deleted, it is not: a new one, no error.
+        harness.delete(&format!("/v1/containers/{mine}")).await.ok();
+        let after = container_for(&harness, "alpha", &shell, &ran_in(&mine)).await;
+        assert!(after != mine && after.starts_with("cntr_"), "{after}");
     }
 
     #[test]

@@ -8,6 +8,8 @@
 mod admission;
 mod auth;
 mod billing;
+mod catalog;
+mod chat;
 pub mod clock;
 pub mod config;
 mod container_egress;
@@ -28,12 +30,14 @@ mod lifecycle;
 mod listener;
 mod messages;
 mod metrics;
+mod models;
 mod openapi;
 pub(crate) mod ops;
 mod responses;
 mod running;
 mod skills;
 mod spool;
+pub mod startup;
 mod state;
 #[cfg(test)]
 mod testing;
@@ -82,15 +86,23 @@ pub struct Backend {
     pub default_image_build: SharedBuildStatus,
 }
 
+/// A server opened by [`open`], not yet serving.
+pub struct Opened {
+    pub state: Arc<AppState>,
+    /// The API key this start made, because the store had none (it is also
+    /// in `initial-api-key`; the start-up summary shows it once).
+    pub generated_key: Option<String>,
+}
+
 /// Opens the store, and the backend with `open_backend` (after the data
 /// directory is made and the egress settings are read), reconciles them
 /// after a crash and seeds the configured keys.
-pub async fn open<Opened>(
+pub async fn open<OpenBackend>(
     config: Config,
-    open_backend: impl FnOnce(EngineSetup) -> Opened,
-) -> Result<Arc<AppState>, ServeError>
+    open_backend: impl FnOnce(EngineSetup) -> OpenBackend,
+) -> Result<Opened, ServeError>
 where
-    Opened: std::future::Future<Output = Result<Backend, ServeError>>,
+    OpenBackend: std::future::Future<Output = Result<Backend, ServeError>>,
 {
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     config
@@ -136,18 +148,20 @@ where
             .add_key(&key, &project, now())
             .map_err(|e| ServeError::Setup(e.to_string()))?;
     }
+    let mut generated_key = None;
     if store
         .key_count()
         .map_err(|e| ServeError::Setup(e.to_string()))?
         == 0
     {
         // A first start on the embedded defaults: make one key so the API is
-        // usable at once, and say where it is (shown once, stored hashed).
+        // usable at once; the start-up summary says it (shown once, stored
+        // hashed, and kept in a file for whoever missed it).
         let key = new_api_key();
         store
             .add_key(&key, "default", now())
             .map_err(|e| ServeError::Setup(e.to_string()))?;
-        let file = config.data_dir.join("initial-api-key");
+        let file = config.data_dir.join(startup::INITIAL_KEY_FILE);
         // Private from its first byte: created 0600, never chmod-ed after.
         let _ = std::fs::remove_file(&file);
         let mut handle = std::fs::OpenOptions::new()
@@ -156,10 +170,7 @@ where
             .mode(0o600)
             .open(&file)?;
         std::io::Write::write_all(&mut handle, format!("{key}\n").as_bytes())?;
-        eprintln!(
-            "shellgate: created API key {key} for project \"default\" (also in {})",
-            file.display()
-        );
+        generated_key = Some(key);
     }
     let store = Db::new(store);
     let state = Arc::new(AppState {
@@ -169,6 +180,7 @@ where
         billing: Arc::new(Billing::new(store.clone(), Arc::clone(&engine))),
         owners: Mutex::new(HashMap::new()),
         upstreams: upstream_router(&config)?,
+        models: Default::default(),
         guardrails: Arc::new(
             guardrails::Guardrails::from_config(&config)
                 .map_err(|e| ServeError::Setup(e.to_string()))?,
@@ -201,7 +213,10 @@ where
     responses::settle_interrupted(&state)
         .await
         .map_err(|e| ServeError::Setup(format!("recovery: {}", e.message)))?;
-    Ok(state)
+    Ok(Opened {
+        state,
+        generated_key,
+    })
 }
 
 /// The upstream models of the configuration.
@@ -257,9 +272,15 @@ pub(crate) struct ServedRoutes {
     pub(crate) paths: Vec<String>,
 }
 
+/// Where every `/v1` route is served again (OpenRouter's base URL is
+/// `https://openrouter.ai/api/v1`). The OpenAPI document lists the `/v1`
+/// paths once and names this prefix as a second server.
+pub(crate) const OPENROUTER_PREFIX: &str = "/api/v1";
+
 /// Builds a router while recording each route's full path. Every route is
 /// added through it (never by `Router::route` directly), so that
 /// [`ServedRoutes::paths`] is the router's whole table.
+#[derive(Clone)]
 struct RouteTable {
     router: Router<Arc<AppState>>,
     paths: Vec<String>,
@@ -366,6 +387,9 @@ fn served_routes(state: Arc<AppState>) -> ServedRoutes {
         .route("/files/{file_id}/content", get(files::content))
         .route("/usage", get(ops::usage))
         .route("/responses", post(responses::create))
+        .route("/chat/completions", post(chat::create))
+        .route("/models", get(models::list_models))
+        .route("/models/{model}", get(models::retrieve_model))
         // Anthropic's Messages API; the second path serves Anthropic SDKs
         // given a base URL that ends in /v1, as OpenAI SDKs are.
         .route("/messages", post(messages::create))
@@ -381,8 +405,11 @@ fn served_routes(state: Arc<AppState>) -> ServedRoutes {
             "/responses/{response_id}/input_items",
             get(responses::input_items),
         );
+    // OpenRouter's base URL ends in /api/v1: the same API answers there
+    // too, so a client configured for OpenRouter needs only the host.
     let table = RouteTable::new()
-        .nest("/v1", api)
+        .nest("/v1", api.clone())
+        .nest(OPENROUTER_PREFIX, api)
         .route("/healthz", get(ops::healthz))
         .route("/metrics", get(ops::metrics))
         .route("/openapi.json", get(openapi::serve));
@@ -397,11 +424,24 @@ fn served_routes(state: Arc<AppState>) -> ServedRoutes {
     }
 }
 
-/// Serves until SIGINT or SIGTERM, then stops every container (their files
-/// stay) and returns.
-pub async fn serve(state: Arc<AppState>) -> Result<(), ServeError> {
-    let listener = tokio::net::TcpListener::bind(state.config.listen).await?;
-    tracing::info!(listen = %listener.local_addr()?, "shellgate is serving");
+/// Takes the address to listen on. `serve` binds first, before it opens
+/// anything (the store, the engine, an image build), so that an address in
+/// use fails at once, naming it, with nothing started or made.
+pub async fn bind(addr: std::net::SocketAddr) -> Result<tokio::net::TcpListener, ServeError> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| ServeError::Listen {
+            addr,
+            reason: error::listen_reason(&e),
+        })
+}
+
+/// Serves on `listener` (from [`bind`]) until SIGINT or SIGTERM, then stops
+/// every container (their files stay) and returns.
+pub async fn serve(
+    state: Arc<AppState>,
+    listener: tokio::net::TcpListener,
+) -> Result<(), ServeError> {
     let sweeper = tokio::spawn(lifecycle::sweep_forever(Arc::clone(&state)));
     listener::serve(
         listener,

@@ -717,6 +717,7 @@ fn conversation(messages: &[MessageParam]) -> Result<Vec<Item>, ApiError> {
                         id: None,
                         call_id: Some(required(&call.id, &param, "id")?),
                         name: call.name,
+                        namespace: None,
                         arguments: Value::Object(call.input).to_string(),
                         status: Some(ItemStatus::Completed),
                         extra: Default::default(),

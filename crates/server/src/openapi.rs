@@ -501,6 +501,12 @@ fn build() -> (serde_json::Value, Vec<String>) {
     let versions = d.list::<wire::SkillVersion>("SkillVersionList");
     let version_deleted = d.schema::<wire::SkillVersionDeleted>();
     let error = d.schema::<wire::ErrorEnvelope>();
+    use wire::chat::served;
+    let chat_request = d.scoped::<served::ChatCompletionRequest>("chat", "ChatCompletionRequest");
+    let chat_completion = d.scoped::<served::Completion>("chat", "Completion");
+    d.scoped::<served::CompletionChunk>("chat", "CompletionChunk");
+    let model = d.schema::<wire::models::Model>();
+    let models = d.schema::<wire::models::ModelList>();
     use wire::{messages, responses};
     let response = d.scoped::<responses::Response>("responses", "Response");
     // `input`'s schema is referred to but not collected by the derive.
@@ -830,6 +836,24 @@ fn build() -> (serde_json::Value, Vec<String>) {
             &input_items,
             Query::List,
         ),
+        // Chat Completions and models.
+        operation(
+            Post,
+            "/v1/chat/completions",
+            "Chat",
+            "Create a chat completion (passed through to the model's upstream: verbatim to a \
+             Chat Completions upstream, translated for others; the shell tools are refused \
+             here, they run on /v1/responses and /v1/messages)",
+            Body::Json(chat_request),
+            Answer::JsonOrEvents(chat_completion),
+        ),
+        get(
+            "/v1/models",
+            "Models",
+            "List the models the configured upstreams serve, per route",
+            &models,
+        ),
+        get("/v1/models/{model}", "Models", "Retrieve a model", &model),
         // Messages.
         messages(
             "/v1/messages",
@@ -929,9 +953,17 @@ fn build() -> (serde_json::Value, Vec<String>) {
                 ))
                 .build(),
         )
-        .servers(Some([ServerBuilder::new()
-            .url("http://127.0.0.1:8080")
-            .build()]))
+        .servers(Some([
+            ServerBuilder::new().url("http://127.0.0.1:8080").build(),
+            // Every /v1 path again under /api/v1 (OpenRouter's base URL).
+            ServerBuilder::new()
+                .url("http://127.0.0.1:8080/api")
+                .description(Some(
+                    "The same API under OpenRouter's path prefix: every /v1 path is served \
+                     under /api/v1 too",
+                ))
+                .build(),
+        ]))
         .security(Some([SecurityRequirement::new(
             "bearer",
             Vec::<String>::new(),
@@ -1025,6 +1057,27 @@ mod tests {
     async fn every_route_served_is_documented_and_nothing_else() {
         let document = serde_json::to_value(super::document()).unwrap();
         let served = served().await;
+        // The /api/v1 paths are the /v1 ones again (the document names
+        // them once, with a second server): each must be served both ways.
+        let (aliases, served): (BTreeSet<_>, BTreeSet<_>) = served
+            .into_iter()
+            .partition(|(_, path)| path.starts_with(crate::OPENROUTER_PREFIX));
+        let unaliased: BTreeSet<_> = aliases
+            .iter()
+            .map(|(method, path)| {
+                let rest = &path[crate::OPENROUTER_PREFIX.len()..];
+                (method.clone(), format!("/v1{rest}"))
+            })
+            .collect();
+        let v1: BTreeSet<_> = served
+            .iter()
+            .filter(|(_, path)| path.starts_with("/v1/"))
+            .cloned()
+            .collect();
+        assert_eq!(unaliased, v1, "the /api/v1 routes are not the /v1 ones");
+        assert!(document["servers"][1]["url"]
+            .as_str()
+            .is_some_and(|url| url.ends_with("/api")));
         let documented = documented(&document);
         let undocumented: Vec<_> = served.difference(&documented).collect();
         let unserved: Vec<_> = documented.difference(&served).collect();

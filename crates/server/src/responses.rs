@@ -212,6 +212,11 @@ fn echo_tools(tools: &[wire::Tool]) -> Vec<wire::Tool> {
                     .for_each(crate::egress::redact_secret_values);
                 extra(&mut function.extra);
             }
+            wire::Tool::Custom(custom) => extra(&mut custom.extra),
+            wire::Tool::Namespace(group) => {
+                group.tools = echo_tools(&group.tools);
+                extra(&mut group.extra);
+            }
             wire::Tool::Other(map) => extra(map),
         }
     }
@@ -413,6 +418,93 @@ struct Prepared {
     store: bool,
     upstream: Arc<dyn shellgate_model::upstream::Upstream>,
     sandbox: Option<Arc<crate::hosted::HostedShell>>,
+    /// What the upstream cannot carry (reported: header, metadata, log).
+    uncarried: Vec<String>,
+}
+
+/// The metadata key naming what the upstream could not carry.
+const UNCARRIED_METADATA: &str = "shellgate_uncarried";
+/// Longest metadata value (OpenAI's limit).
+const MAX_METADATA_VALUE: usize = 512;
+/// Most metadata keys (OpenAI's limit): a request that has them all gets
+/// the header only.
+const MAX_METADATA_KEYS: usize = 16;
+
+/// Refuses a request whose tools its upstream cannot carry, when the
+/// server is configured so (`unsupported_tools = "reject"`): a hosted
+/// tool shellgate does not run reaches a Responses upstream only.
+fn check_unsupported_tools(
+    state: &AppState,
+    model: &str,
+    tools: &Tools,
+    upstream: &dyn shellgate_model::upstream::Upstream,
+) -> ApiResult<()> {
+    use shellgate_model::upstream::Protocol;
+    if state.config.unsupported_tools != crate::config::UnsupportedTools::Reject {
+        return Ok(());
+    }
+    let protocol = upstream.protocol();
+    if protocol == Some(Protocol::Responses) {
+        return Ok(());
+    }
+    if let Some(tool) = tools.native.first() {
+        let upstream = protocol.map_or("is a scripted model".to_owned(), |p| {
+            format!("speaks the {} protocol", protocol_name(p))
+        });
+        return Err(invalid(
+            &tool.param,
+            format!(
+                "tool type '{}' is not supported for model '{model}': its upstream \
+                 {upstream}, which cannot run it (only a Responses upstream can), and this \
+                 server refuses tools it cannot carry (unsupported_tools = \"reject\")",
+                tool.kind
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A protocol as the configuration names it.
+fn protocol_name(protocol: shellgate_model::upstream::Protocol) -> &'static str {
+    use shellgate_model::upstream::Protocol;
+    match protocol {
+        Protocol::Chat => "chat",
+        Protocol::Responses => "responses",
+        Protocol::Anthropic => "anthropic",
+    }
+}
+
+/// Names what the upstream cannot carry of a prepared request: logged, and
+/// noted in the echoed metadata (when it has room).
+fn report_uncarried(prepared: &mut Prepared) {
+    let carry = prepared.request.tools.carry(prepared.request.carry.clone());
+    let names = prepared.upstream.uncarried(&carry);
+    crate::uncarried::log("responses", &prepared.request.model, &names);
+    let metadata = &mut prepared.echo.metadata;
+    if !names.is_empty() && metadata.len() < MAX_METADATA_KEYS {
+        let mut note = names.join(", ");
+        if note.len() > MAX_METADATA_VALUE {
+            let mut end = MAX_METADATA_VALUE - 3;
+            while !note.is_char_boundary(end) {
+                end -= 1;
+            }
+            note.truncate(end);
+            note.push_str("...");
+        }
+        metadata.insert(UNCARRIED_METADATA.to_owned(), Value::String(note));
+    }
+    prepared.uncarried = names;
+}
+
+/// `response` with the `x-shellgate-uncarried` header, if anything was
+/// left out.
+fn with_uncarried(mut response: Response, names: &[String]) -> Response {
+    if let Some(value) = crate::uncarried::header_value(names) {
+        response
+            .headers_mut()
+            .insert(crate::uncarried::HEADER, value);
+    }
+    response
 }
 
 /// The upstream that serves `model` (both APIs): a model is required.
@@ -424,6 +516,11 @@ pub(crate) fn upstream_for(
         .filter(|m| !m.is_empty())
         .ok_or_else(|| invalid("model", "a model is required"))?
         .to_owned();
+    if !state.config.has_upstream() {
+        // The server's set-up, not the request, is what is wrong: a 503 (as
+        // the start-up summary says), not a 400 the client would "fix".
+        return Err(ApiError::no_upstream());
+    }
     let upstream = state
         .upstreams
         .pick(&model)
@@ -494,10 +591,11 @@ async fn prepare(
         ));
     }
     let request_tools = body.tools.clone().unwrap_or_default();
-    let tools = Tools::parse(&request_tools).map_err(|e| invalid(&e.param, e.message))?;
+    let mut tools = Tools::parse(&request_tools).map_err(|e| invalid(&e.param, e.message))?;
     let tool_choice = tools
-        .choice(body.tool_choice.as_ref())
+        .choose(body.tool_choice.as_ref())
         .map_err(|e| invalid(&e.param, e.message))?;
+    check_unsupported_tools(state, &model, &tools, upstream.as_ref())?;
     let input = normalize_input(body.input.clone());
     count_input_files(state, &input)?;
     let (input, instructions, tools) = crate::guardrails::guard_request(
@@ -574,7 +672,7 @@ async fn prepare(
     metadata
         .values_mut()
         .for_each(crate::egress::redact_secret_values);
-    Ok(Prepared {
+    let mut prepared = Prepared {
         id: response_id,
         created_at: now(),
         project: project.0.clone(),
@@ -618,7 +716,10 @@ async fn prepare(
         store,
         upstream,
         sandbox,
-    })
+        uncarried: Vec::new(),
+    };
+    report_uncarried(&mut prepared);
+    Ok(prepared)
 }
 
 /// Runs the loop within `deadline` (`response_timeout_secs`): past it the
@@ -740,10 +841,17 @@ pub async fn create(
     project: Project,
     ApiJson(body): ApiJson<Value>,
 ) -> ApiResult<Response> {
-    use wire::ResponseStatus as S;
     let body = read_request(body)?;
     let stream = body.stream.unwrap_or(false);
     let prepared = Arc::new(prepare(&state, &project, body).await?);
+    let uncarried = prepared.uncarried.clone();
+    let response = start(state, prepared, stream).await;
+    Ok(with_uncarried(response, &uncarried))
+}
+
+/// Runs a prepared response: in the background, streamed, or to its end.
+async fn start(state: Arc<AppState>, prepared: Arc<Prepared>, stream: bool) -> Response {
+    use wire::ResponseStatus as S;
     if prepared.echo.background {
         let queued = prepared.in_progress(S::Queued);
         prepared.save(&state, &queued, &[]).await;
@@ -764,18 +872,18 @@ pub async fn create(
         state
             .running
             .insert(&prepared.id, task.abort_handle(), Arc::clone(&log));
-        return Ok(if stream {
+        return if stream {
             // Streaming a background response: a client that leaves the
             // stream does not stop it.
             read(log, 0, None).into_response()
         } else {
             Json(queued).into_response()
-        });
+        };
     }
     if !stream {
         // Foreground: if the client leaves, this future is dropped, and with
         // it the run and its commands.
-        return Ok(Json(prepared.run(&state, None).await).into_response());
+        return Json(prepared.run(&state, None).await).into_response();
     }
     let (events, receiver) = tokio::sync::mpsc::unbounded_channel();
     let (done_tx, done) = tokio::sync::oneshot::channel();
@@ -788,7 +896,7 @@ pub async fn create(
             let _ = done_tx.send(body);
         })
     };
-    Ok(read(log, 0, Some(task)).into_response())
+    read(log, 0, Some(task)).into_response()
 }
 
 /// Aborts a foreground run when its event stream is dropped (the client left).
@@ -972,6 +1080,22 @@ impl SseWriter {
                     item_id,
                     output_index: index,
                     arguments,
+                });
+            }
+            run::Event::CustomInput {
+                index,
+                item_id,
+                input,
+            } => {
+                self.send(Event::CustomToolCallInputDelta {
+                    item_id: item_id.clone(),
+                    output_index: index,
+                    delta: input.clone(),
+                });
+                self.send(Event::CustomToolCallInputDone {
+                    item_id,
+                    output_index: index,
+                    input,
                 });
             }
             run::Event::ShellCommand {

@@ -40,6 +40,8 @@ pub struct AppState {
     pub(crate) owners: Mutex<HashMap<String, String>>,
     /// Upstream models by name.
     pub(crate) upstreams: shellgate_model::upstream::Router,
+    /// The upstreams' model lists, kept briefly (`GET /v1/models`).
+    pub(crate) models: crate::catalog::Catalog,
     /// Prompt-injection rules, per project.
     pub(crate) guardrails: Arc<crate::guardrails::Guardrails>,
     /// Background responses still running, to cancel them.

@@ -382,6 +382,24 @@ impl Harness {
         }
     }
 
+    /// This harness with `upstreams` as its model routes.
+    pub fn with_upstreams(mut self, upstreams: shellgate_model::upstream::Router) -> Self {
+        if let Some(state) = Arc::get_mut(&mut self.state) {
+            state.upstreams = upstreams;
+        }
+        self
+    }
+
+    /// This harness with the guardrails of its configuration (the
+    /// harness's state is built without them).
+    pub fn with_guardrails(mut self) -> Self {
+        if let Some(state) = Arc::get_mut(&mut self.state) {
+            let guardrails = crate::guardrails::Guardrails::from_config(&state.config).unwrap();
+            state.guardrails = Arc::new(guardrails);
+        }
+        self
+    }
+
     /// Sends one request through the real router.
     pub async fn send(&self, request: Request<Body>) -> Answer {
         let response = crate::router(Arc::clone(&self.state))

@@ -7,12 +7,14 @@ use clap::{Parser, Subcommand};
 use shellgate_sandbox::backend::{
     limits, parse_size, CommandResult, ContainerSpec, RunRequest, SandboxBackend,
 };
+use shellgate_sandbox::image::runtimes;
 use shellgate_sandbox::LocalEngine;
 
 use crate::oneshot::{
     egress_for, env_settings, images_dir, open_engine, sandbox_dir, throwaway_id,
 };
 use crate::quote::shell_quote;
+use crate::terminal::Logging;
 
 #[derive(Parser)]
 #[command(
@@ -46,6 +48,10 @@ enum Command {
     /// Run an agent on this machine: a model (any Responses API) calls the
     /// shell, each command is approved (by you or a policy), run here, and
     /// its output sent back, until the model answers.
+    ///
+    /// Exit status: 0 when the model answered; off a terminal, 3 when it
+    /// answered but the policy rejected a command it asked for; 1 when the
+    /// run failed.
     Local(crate::local::LocalArgs),
 }
 
@@ -67,6 +73,29 @@ struct ServeArgs {
     /// A TOML config file; `SHELLGATE_*` variables override it, flags override both.
     #[arg(long, env = "SHELLGATE_CONFIG")]
     config: Option<PathBuf>,
+    /// How the log is written: `text` (for people), `json` (one object a
+    /// line, for collectors) or `auto` (text on a terminal, JSON elsewhere;
+    /// the default). Overrides `log_format` / `SHELLGATE_LOG_FORMAT`.
+    #[arg(long, value_enum)]
+    log_format: Option<LogFormatArg>,
+}
+
+/// `serve --log-format`.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormatArg {
+    Auto,
+    Json,
+    Text,
+}
+
+impl From<LogFormatArg> for shellgate_server::config::LogFormat {
+    fn from(format: LogFormatArg) -> Self {
+        match format {
+            LogFormatArg::Auto => Self::Auto,
+            LogFormatArg::Json => Self::Json,
+            LogFormatArg::Text => Self::Text,
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -193,15 +222,23 @@ enum ImageCommand {
 
 pub fn main() -> i32 {
     let cli = Cli::parse();
-    // `serve` logs JSON unless its config says `log_format = "text"`; a
-    // config that cannot be read is reported by `serve` itself.
-    let json_logs = match &cli.command {
-        Command::Serve(args) => server_config(cli.data_dir.clone(), args.config.as_deref())
-            .map(|config| config.log_format != shellgate_server::config::LogFormat::Text)
-            .unwrap_or(true),
-        _ => false,
+    // `serve` logs as its flag or config says (a config that cannot be
+    // read is reported by `serve` itself, and logs as `auto` meanwhile).
+    let logging = match &cli.command {
+        Command::Serve(args) => Logging::server(
+            args.log_format
+                .map(Into::into)
+                .or_else(|| {
+                    server_config(cli.data_dir.clone(), args.config.as_deref())
+                        .ok()
+                        .map(|config| config.log_format)
+                })
+                .unwrap_or(shellgate_server::config::LogFormat::Auto),
+        ),
+        _ => Logging::tool(),
     };
-    init_logging(json_logs);
+    logging.init();
+    let json_logs = logging.json;
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -238,7 +275,7 @@ pub fn main() -> i32 {
     }
     let result = runtime.block_on(async move {
         match cli.command {
-            Command::Serve(args) => serve(data_dir, args).await,
+            Command::Serve(args) => serve(data_dir, args, json_logs).await,
             Command::Keys(KeysCommand::Create { project }) => create_key(data_dir, &project),
             Command::Exec(_) | Command::Local(_) => Ok(()),
             Command::Image(command) => image(sandbox_dir(data_dir), command).await,
@@ -256,21 +293,6 @@ pub fn main() -> i32 {
     }
 }
 
-fn init_logging(json: bool) {
-    let default = if json { "info" } else { "warn" };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SHELLGATE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    use std::io::IsTerminal;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if json {
-        builder.json().init();
-    } else {
-        builder.with_ansi(std::io::stderr().is_terminal()).init();
-    }
-}
-
 fn server_config(
     data_dir: Option<PathBuf>,
     config_file: Option<&std::path::Path>,
@@ -282,7 +304,10 @@ fn server_config(
     Ok(config)
 }
 
-async fn serve(data_dir: Option<PathBuf>, args: ServeArgs) -> Result<()> {
+/// `serve`: the address taken first, then the store and engine opened, the
+/// start-up summary said (`json_logs`: as a log event, else as text), and
+/// requests served until a signal.
+async fn serve(data_dir: Option<PathBuf>, args: ServeArgs, json_logs: bool) -> Result<()> {
     let mut config = server_config(data_dir, args.config.as_deref())?;
     if let Some(listen) = args.listen {
         config.listen = listen;
@@ -291,9 +316,23 @@ async fn serve(data_dir: Option<PathBuf>, args: ServeArgs) -> Result<()> {
     // Checked first, as `open` checks it, so a bad setting is reported as
     // the configuration's error, not as the engine's.
     config.validate()?;
+    // Before anything is made or started (the data directory, the engine,
+    // an image build): a taken address fails at once, naming it.
+    let listener = shellgate_server::bind(config.listen).await?;
     let engine = crate::serving::EngineOptions::of(&config, helper)?;
-    let state = shellgate_server::open(config, |setup| engine.open(setup)).await?;
-    shellgate_server::serve(state).await?;
+    let opened = shellgate_server::open(config, |setup| engine.open(setup)).await?;
+    let summary = shellgate_server::startup::Summary::gather(
+        &opened.state,
+        listener.local_addr()?,
+        opened.generated_key,
+    )
+    .await;
+    if json_logs {
+        summary.log();
+    } else {
+        eprintln!("{}", summary.lines().join("\n"));
+    }
+    shellgate_server::serve(opened.state, listener).await?;
     Ok(())
 }
 
@@ -446,6 +485,16 @@ async fn image(data_dir: PathBuf, command: ImageCommand) -> Result<()> {
                     built.image.details.size_bytes.unwrap_or(0) / 1_000_000
                 );
             }
+            // A new build's `info.json` has none; one built before they were
+            // recorded at build time gets them too.
+            if !built.up_to_date || built.image.details.runtimes.is_empty() {
+                let found = runtimes::record(&engine, &name)
+                    .await
+                    .with_context(|| format!("cannot find the runtimes of {name}"))?;
+                let listed: Vec<String> = found.iter().map(|(r, v)| format!("{r} {v}")).collect();
+                eprintln!("shellgate: {name} has {}", listed.join(", "));
+                engine.shutdown().await;
+            }
             println!("{}\t{}", built.image.name, built.image.path.display());
             Ok(())
         }
@@ -458,24 +507,11 @@ async fn image(data_dir: PathBuf, command: ImageCommand) -> Result<()> {
     }
 }
 
-/// The runtimes `image verify` looks for, and how each says its version.
-const RUNTIMES: &[(&str, &str)] = &[
-    ("python", "python3 --version 2>&1 | cut -d' ' -f2"),
-    ("node", "node --version | tr -d v"),
-    ("npm", "npm --version"),
-    ("java", "java -version 2>&1 | head -1 | cut -d'\"' -f2"),
-    ("php", "php -r 'echo PHP_VERSION;'"),
-    ("ruby", "ruby -e 'print RUBY_VERSION'"),
-    ("go", "go env GOVERSION | sed s/^go//"),
-    (
-        "python data stack",
-        "python3 -c 'import numpy, pandas, matplotlib, scipy, sklearn; print(\"pandas \" + pandas.__version__)'",
-    ),
-];
-
-/// The tools `image verify` reports on (a recipe may require more).
+/// The tools `image verify` reports on (a recipe may require more):
+/// `python` and `pip` as scripts call them, beside `python3` (a runtime).
 const TOOLS: &[&str] = &[
-    "git", "curl", "jq", "sqlite3", "zip", "unzip", "gcc", "g++", "make", "convert", "pandoc",
+    "python", "pip", "git", "curl", "jq", "sqlite3", "zip", "unzip", "gcc", "g++", "make",
+    "convert", "pandoc",
 ];
 
 /// Prints the tools of a list that are not on the `PATH`, one a line.
@@ -539,15 +575,13 @@ async fn verify_image(engine: &LocalEngine, name: &str) -> Result<()> {
         .create(&id, spec)
         .await
         .context("cannot create a container of the image")?;
-    let mut commands: Vec<String> = RUNTIMES.iter().map(|(_, c)| (*c).to_owned()).collect();
+    let mut commands = runtimes::commands();
     commands.push(missing_tools_command(&tools));
     commands.push(failing_imports_command(&modules));
     commands.push(PIP_USER_COMMAND.to_owned());
     let request = RunRequest {
         commands,
-        // Importing the whole data stack the first time (matplotlib builds
-        // its font cache) takes a while on a slow machine.
-        timeout_ms: 120_000,
+        timeout_ms: runtimes::TIMEOUT_MS,
         max_output_length: 4000,
         deadline_ms: None,
     };
@@ -555,24 +589,23 @@ async fn verify_image(engine: &LocalEngine, name: &str) -> Result<()> {
     let _ = engine.destroy(&id).await;
     let results = results.context("the verification commands failed to run")?;
     anyhow::ensure!(
-        results.len() == RUNTIMES.len() + 3,
+        results.len() == runtimes::RUNTIMES.len() + 3,
         "the verification stopped after {} of {} commands",
         results.len(),
-        RUNTIMES.len() + 3
+        runtimes::RUNTIMES.len() + 3
     );
-    let (runtime_results, checks) = results.split_at(RUNTIMES.len());
+    let (runtime_results, checks) = results.split_at(runtimes::RUNTIMES.len());
 
-    let mut found = std::collections::BTreeMap::new();
+    let found = runtimes::found(runtime_results);
     let mut missing = Vec::new();
     let mut problems = Vec::new();
-    for ((runtime, _), result) in RUNTIMES.iter().zip(runtime_results) {
-        let version = result.stdout.trim();
-        if succeeded(result) && !version.is_empty() {
-            println!("{runtime:<18} {version}");
-            found.insert((*runtime).to_owned(), version.to_owned());
-        } else {
-            println!("{runtime:<18} MISSING");
-            missing.push(*runtime);
+    for (runtime, version) in runtimes::versions(runtime_results) {
+        match version {
+            Some(version) => println!("{runtime:<18} {version}"),
+            None => {
+                println!("{runtime:<18} MISSING");
+                missing.push(runtime);
+            }
         }
     }
     if let Some(expect) = &expect {

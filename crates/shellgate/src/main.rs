@@ -7,6 +7,7 @@ mod local;
 mod oneshot;
 mod quote;
 mod serving;
+mod terminal;
 
 fn main() {
     // The helper must run before anything else starts: no threads, no

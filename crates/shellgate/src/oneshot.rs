@@ -182,8 +182,8 @@ pub(crate) async fn open_engine(
 }
 
 /// The network of a one-shot sandbox: none, or these host names through
-/// the egress proxy (refusals reported on stderr as they happen, so a
-/// failing command says why).
+/// the egress proxy (each refusal told in the stderr of the command that
+/// met it, so a failing command says why).
 pub(crate) fn egress_for(
     allow: &[String],
     config_file: Option<&std::path::Path>,
@@ -216,19 +216,8 @@ pub(crate) fn egress_for(
         shellgate_egress::proxy::Settings::configure(&config.proxy_options())
             .map_err(anyhow::Error::msg)?;
     let settings = std::sync::Arc::new(settings);
-    tokio::spawn(async move {
-        while let Some(attempt) = attempts.recv().await {
-            if attempt.verdict == shellgate_egress::proxy::Verdict::Denied {
-                let name = attempt
-                    .server_name
-                    .or(attempt.requested_name)
-                    .unwrap_or_default();
-                eprintln!(
-                    "shellgate: egress denied ({} {name}): {}",
-                    attempt.kind, attempt.reason
-                );
-            }
-        }
-    });
+    // No store to keep the log in: it is drained. Each refusal is told in
+    // the stderr of the command that met it, by the engine's command path.
+    tokio::spawn(async move { while attempts.recv().await.is_some() {} });
     Ok((network, Some(settings)))
 }

@@ -392,7 +392,15 @@ fn rootless_exec_allow_reaches_its_allowlist_and_nothing_else() {
         lines[3].contains("not in this container's allowlist"),
         "{stdout}"
     );
-    assert!(stderr.contains("egress denied"), "{stderr}");
+    // The command's own stderr says which were refused, and why.
+    let command_stderr = json["output"][0]["stderr"].as_str().unwrap();
+    assert!(
+        command_stderr.contains(
+            "shellgate: egress denied: HTTP to elsewhere.internal.test:80: \
+             elsewhere.internal.test is not in this container's allowlist"
+        ),
+        "{command_stderr}"
+    );
     // A list outside the organization's is refused before anything runs.
     let refused = Command::new(&binary)
         .arg("--data-dir")
@@ -506,4 +514,370 @@ fn one_shot_state_lives_on_a_ram_file_system_not_in_the_data_directory() {
     use std::os::unix::fs::MetadataExt;
     let owner = std::fs::symlink_metadata(lanes.parent().unwrap()).unwrap();
     assert_eq!((owner.uid(), owner.mode() & 0o777), (0, 0o711));
+}
+
+// --- the first run (issue 18, item 8) ------------------------------------------
+
+/// A port nobody listens on (taken, then let go).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `shellgate serve` on a fresh data directory inside `dir`, its stderr in
+/// `dir/stderr` (a file: not a terminal), the default image neither built
+/// nor there, nothing warmed.
+fn serve_logged(
+    dir: &TempDir,
+    port: u16,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> std::process::Child {
+    let stderr = std::fs::File::create(dir.path().join("stderr")).unwrap();
+    let mut command = Command::new(BINARY);
+    command
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args(args)
+        .env_remove("SHELLGATE_LOG")
+        .env_remove("SHELLGATE_API_KEYS")
+        .env_remove("SHELLGATE_UPSTREAM_URL")
+        .env_remove("NO_COLOR")
+        .env("SHELLGATE_WARM_CONTAINERS", "0")
+        .env("SHELLGATE_BUILD_DEFAULT_IMAGE", "false")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr);
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    command.spawn().unwrap()
+}
+
+/// Waits until the server on `port` answers `/healthz` (the summary is
+/// said before it serves), or its process ends.
+fn wait_healthy(child: &mut std::process::Child, port: u16) {
+    let up = common::wait_until(
+        || {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+                && common::server::request(port, "GET", "/healthz", None, &[], b"").status == 200
+                || matches!(child.try_wait(), Ok(Some(_)))
+        },
+        Duration::from_secs(60),
+    );
+    assert!(
+        up && matches!(child.try_wait(), Ok(None)),
+        "the server did not start"
+    );
+}
+
+/// Stops a server with SIGTERM and waits for it.
+fn stop(mut child: std::process::Child) {
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let _ = child.wait();
+}
+
+#[test]
+fn serve_on_a_taken_address_fails_at_once_naming_it_and_starts_nothing() {
+    let dir = TempDir::new("cli-port-taken");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    // The default image would be built (a first start, the recipe's image
+    // missing) if the server got that far.
+    let mut child = serve_logged(
+        &dir,
+        port,
+        &[],
+        &[
+            ("SHELLGATE_BUILD_DEFAULT_IMAGE", "true"),
+            ("SHELLGATE_DEFAULT_IMAGE", "debian-12-slim"),
+        ],
+    );
+    let exited = common::wait_until(
+        || matches!(child.try_wait(), Ok(Some(_))),
+        Duration::from_secs(60),
+    );
+    assert!(exited, "serve kept running on a taken address");
+    let status = child.wait().unwrap();
+    let stderr = std::fs::read_to_string(dir.path().join("stderr")).unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "cannot listen on 127.0.0.1:{port}: address already in use"
+        )),
+        "{stderr}"
+    );
+    // Nothing was made or started: no data directory, no build, no key.
+    assert!(!dir.path().join("data").exists(), "{stderr}");
+    assert!(!stderr.contains("building"), "{stderr}");
+    drop(taken);
+}
+
+#[test]
+fn serve_logs_json_off_a_terminal_with_a_summary_and_no_upstream_answers_503() {
+    let dir = TempDir::new("cli-summary-json");
+    let port = free_port();
+    let mut child = serve_logged(&dir, port, &[], &[]);
+    wait_healthy(&mut child, port);
+    let key = std::fs::read_to_string(dir.path().join("data/initial-api-key")).unwrap();
+    let key = key.trim();
+    // No upstream configured: the model APIs answer 503, in the envelope.
+    let answer = common::server::request(
+        port,
+        "POST",
+        "/v1/responses",
+        Some(key),
+        &[("content-type", "application/json")],
+        br#"{"model": "gpt-5", "input": "hi"}"#,
+    );
+    assert_eq!(answer.error(503)["code"], "upstream_not_configured");
+    stop(child);
+    let stderr = std::fs::read_to_string(dir.path().join("stderr")).unwrap();
+    // Every line of the log is a JSON object.
+    let events: Vec<serde_json::Value> = stderr
+        .lines()
+        .filter(|line| !line.is_empty())
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect();
+    let summary = events
+        .iter()
+        .find(|e| e["fields"]["message"] == "shellgate is serving")
+        .unwrap_or_else(|| panic!("no summary in {stderr}"));
+    let fields = &summary["fields"];
+    assert_eq!(fields["listen"], format!("127.0.0.1:{port}"));
+    let data_dir = dir.path().join("data");
+    assert_eq!(fields["data_dir"], data_dir.to_str().unwrap());
+    // The key was just made: shown once, with its file.
+    let keys = fields["api_key"].as_str().unwrap();
+    assert!(
+        keys.contains(key) && keys.contains("initial-api-key"),
+        "{keys}"
+    );
+    assert!(
+        fields["upstreams"]
+            .as_str()
+            .unwrap()
+            .starts_with("none configured: the model APIs will answer 503"),
+        "{fields}"
+    );
+    assert_eq!(fields["default_image"], "debian-12");
+    assert!(
+        fields["default_image_status"]
+            .as_str()
+            .unwrap()
+            .starts_with("missing"),
+        "{fields}"
+    );
+    // The next start made no key: it says where the first one is, not what.
+    let mut child = serve_logged(&dir, port, &[], &[]);
+    wait_healthy(&mut child, port);
+    stop(child);
+    let stderr = std::fs::read_to_string(dir.path().join("stderr")).unwrap();
+    let summary: serde_json::Value = stderr
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .find(|e: &serde_json::Value| e["fields"]["message"] == "shellgate is serving")
+        .unwrap_or_else(|| panic!("no summary in {stderr}"));
+    let keys = summary["fields"]["api_key"].as_str().unwrap();
+    assert!(keys.contains("initial-api-key"), "{keys}");
+    assert!(!stderr.contains(key), "the key printed again: {stderr}");
+}
+
+#[test]
+fn serve_on_text_logs_says_a_readable_summary_without_secrets() {
+    let dir = TempDir::new("cli-summary-text");
+    let port = free_port();
+    let config = dir.path().join("shellgate.toml");
+    std::fs::write(
+        &config,
+        "[[upstreams]]\nprefix = \"claude-\"\nurl = \"https://api.anthropic.com\"\n\
+         api_key = \"sk-ant-route-secret\"\nprotocol = \"anthropic\"\n",
+    )
+    .unwrap();
+    let mut child = serve_logged(
+        &dir,
+        port,
+        &["--log-format", "text", "--config", config.to_str().unwrap()],
+        &[
+            ("SHELLGATE_API_KEYS", "sk-configured-secret:alpha"),
+            (
+                "SHELLGATE_UPSTREAM_URL",
+                "http://user:sk-in-url-secret@127.0.0.1:9/v1?key=sk-query-secret",
+            ),
+            ("SHELLGATE_UPSTREAM_API_KEY", "sk-upstream-secret"),
+        ],
+    );
+    wait_healthy(&mut child, port);
+    stop(child);
+    let stderr = std::fs::read_to_string(dir.path().join("stderr")).unwrap();
+    let data_dir = dir.path().join("data");
+    for line in [
+        format!("shellgate is serving on http://127.0.0.1:{port} (API base URL http://127.0.0.1:{port}/v1)"),
+        "  API key:       1 from the configuration".to_owned(),
+        format!("  data dir:      {}", data_dir.display()),
+        "  upstreams:     claude-* -> https://api.anthropic.com (anthropic)".to_owned(),
+        "(every other model) -> http://127.0.0.1:9/v1 (chat)".to_owned(),
+        "  default image: debian-12 (missing".to_owned(),
+    ] {
+        assert!(stderr.contains(&line), "{line:?} not in:\n{stderr}");
+    }
+    assert!(!stderr.contains("secret"), "a secret printed:\n{stderr}");
+    // Text, not JSON, and no colour codes into a file.
+    assert!(!stderr.contains("{\"timestamp\""), "{stderr}");
+    assert!(!stderr.contains("\x1b["), "{stderr:?}");
+}
+
+/// A scripted Responses API for `shellgate local`: the first request is
+/// answered with a `shell_call` of `command`, every later one with a
+/// message; each as a stream ending in `response.completed`.
+fn scripted_responses_api(command: &'static str) -> u16 {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for (turn, stream) in listener.incoming().enumerate() {
+            let Ok(mut stream) = stream else { return };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut length = 0;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                let lower = line.to_ascii_lowercase();
+                if let Some(value) = lower.strip_prefix("content-length:") {
+                    length = value.trim().parse().unwrap_or(0);
+                }
+            }
+            let mut body = vec![0; length];
+            let _ = reader.read_exact(&mut body);
+            let output = if turn == 0 {
+                serde_json::json!([{"type": "shell_call", "id": "sh_1", "call_id": "call_1",
+                    "status": "completed", "action": {"commands": [command]}}])
+            } else {
+                serde_json::json!([{"type": "message", "id": "msg_1", "role": "assistant",
+                    "status": "completed",
+                    "content": [{"type": "output_text", "text": "done", "annotations": []}]}])
+            };
+            let mut events = String::new();
+            if turn > 0 {
+                events.push_str(
+                    "data: {\"type\":\"response.output_text.delta\",\"delta\":\"done\"}\n\n",
+                );
+            }
+            let completed = serde_json::json!({"type": "response.completed", "response": {
+                "id": format!("resp_{turn}"), "object": "response", "status": "completed",
+                "output": output}});
+            events.push_str(&format!("data: {completed}\n\n"));
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: {}\r\n\
+                 Connection: close\r\n\r\n{events}",
+                events.len()
+            );
+        }
+    });
+    port
+}
+
+/// `shellgate local` against [`scripted_responses_api`], piped (off a
+/// terminal), in `dir`.
+fn local_piped(dir: &TempDir, command: &'static str, approve: &str) -> std::process::Output {
+    let port = scripted_responses_api(command);
+    Command::new(BINARY)
+        .args([
+            "local",
+            "--base-url",
+            &format!("http://127.0.0.1:{port}/v1"),
+            "--model",
+            "scripted",
+            "--approve",
+            approve,
+            "--audit",
+        ])
+        .arg(dir.path().join("audit.jsonl"))
+        .arg("do the task")
+        .current_dir(dir.path())
+        .env("SHELLGATE_LOG", "warn")
+        .env_remove("NO_COLOR")
+        .env_remove("OPENAI_API_KEY")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn local_off_a_terminal_exits_3_when_its_policy_rejected_commands_and_writes_no_colour() {
+    let dir = TempDir::new("cli-local-rejected");
+    // `auto` with no policy allows nothing: the command is rejected.
+    let rejected = local_piped(&dir, "touch should-not-exist", "auto");
+    let stderr = String::from_utf8_lossy(&rejected.stderr);
+    let stdout = String::from_utf8_lossy(&rejected.stdout);
+    assert_eq!(rejected.status.code(), Some(3), "{stderr}");
+    assert!(!dir.path().join("should-not-exist").exists());
+    assert!(
+        stdout.contains("done"),
+        "the model still answered: {stdout}"
+    );
+    assert!(
+        stderr.contains("not running `touch should-not-exist`")
+            && stderr.contains("the policy rejected 1 command"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("\x1b[") && !stdout.contains("\x1b["),
+        "{stderr:?}"
+    );
+    // What the policy lets run exits 0, its echo plain text.
+    let ran = local_piped(&dir, "echo ran > ran.txt", "never-ask");
+    let stderr = String::from_utf8_lossy(&ran.stderr);
+    assert_eq!(ran.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("ran.txt")).unwrap(),
+        "ran\n"
+    );
+    assert!(stderr.contains("$ echo ran > ran.txt\n"), "{stderr:?}");
+    assert!(!stderr.contains("\x1b["), "{stderr:?}");
+}
+
+#[test]
+fn local_on_a_terminal_dims_the_command_unless_no_color_is_set() {
+    // A pseudo-terminal made by `script` (util-linux): stderr is a terminal.
+    let dir = TempDir::new("cli-local-tty");
+    let on_a_terminal = |no_color: Option<&str>| {
+        let port = scripted_responses_api("echo hello");
+        let line = format!(
+            "{BINARY} local --base-url http://127.0.0.1:{port}/v1 --model scripted \
+             --approve never-ask --audit {}/audit.jsonl 'do it'",
+            dir.path().display()
+        );
+        let mut command = Command::new("script");
+        command
+            .args(["-qec", &line, "/dev/null"])
+            .current_dir(dir.path())
+            .env("SHELLGATE_LOG", "warn")
+            .env_remove("NO_COLOR")
+            .stdin(Stdio::null());
+        if let Some(value) = no_color {
+            command.env("NO_COLOR", value);
+        }
+        let output = command.output().unwrap();
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let coloured = on_a_terminal(None);
+    assert!(
+        coloured.contains("\x1b[2m$ echo hello\x1b[0m"),
+        "{coloured:?}"
+    );
+    let plain = on_a_terminal(Some("1"));
+    assert!(
+        plain.contains("$ echo hello") && !plain.contains("\x1b["),
+        "{plain:?}"
+    );
 }

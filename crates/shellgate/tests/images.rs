@@ -137,6 +137,22 @@ fn image_build_makes_a_debian_image_from_debian_packages() {
         progress.contains("100%") && progress.contains("extracting"),
         "{progress}"
     );
+    // Its runtimes are recorded by the build itself (GET /v1/images shows
+    // them), no `image verify` needed.
+    assert!(
+        progress.contains("debian-12-slim has python 3."),
+        "{progress}"
+    );
+    let info: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(data.join("sandbox/images/debian-12-slim/info.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(
+        info["runtimes"]["python"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("3.")),
+        "{info}"
+    );
     // A completed build leaves nothing mounted in the image (mmdebstrap's
     // mounts were in its own namespace).
     let data_path = std::fs::canonicalize(&data).unwrap();
@@ -329,6 +345,9 @@ fn debian_12_has_the_runtimes_it_promises_and_builds_once() {
             "-c",
             "javac -version 2>&1 && php -r 'echo 6*7, PHP_EOL;' && ruby -e 'puts 6*7' \
              && echo '# t' | pandoc -t html && convert -size 2x2 xc:red png:- | file -b --mime-type -",
+            // As the seeds' first example and most scripts call them.
+            "-c",
+            "python --version && pip --version | cut -d' ' -f1 && python -c 'print(6*7)'",
         ],
     );
     assert!(
@@ -343,6 +362,7 @@ fn debian_12_has_the_runtimes_it_promises_and_builds_once() {
         "go version go1.23.9 linux/amd64\ngo 42\n",
         "42\n",
         "javac 17.",
+        "Python 3.11.",
     ];
     for (i, start) in expected.iter().enumerate() {
         let result = &json["output"][i];
@@ -355,6 +375,8 @@ fn debian_12_has_the_runtimes_it_promises_and_builds_once() {
         last.contains("\n42\n42\n<h1 id=\"t\">t</h1>\nimage/png\n"),
         "{last}"
     );
+    let python = json["output"][5]["stdout"].as_str().unwrap_or_default();
+    assert!(python.ends_with("\npip\n42\n"), "{python}");
 }
 
 /// What a host path is: its kind, link target and contents, to compare

@@ -75,7 +75,14 @@ fn engine_cgroups() -> Vec<PathBuf> {
                 .starts_with("shellgate-")
             {
                 for slot in fs::read_dir(entry.path()).into_iter().flatten().flatten() {
-                    if slot.path().is_dir() {
+                    // Slots are named `<prefix><engine pid>-<n>`: only this
+                    // process's engine is judged, not another test run's
+                    // (or a server's) working beside it.
+                    let name = slot.file_name().to_string_lossy().into_owned();
+                    let own_slot = name
+                        .trim_start_matches(|c: char| c.is_ascii_alphabetic())
+                        .starts_with(&format!("{}-", std::process::id()));
+                    if own_slot && slot.path().is_dir() {
                         found.push(slot.path());
                     }
                 }

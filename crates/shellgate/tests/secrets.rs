@@ -152,3 +152,56 @@ async fn values_are_masked_across_deltas_and_after_a_restart_the_network_is_off(
     assert_eq!(t.ok("s1", "printf %s \"$API_TOKEN\"").await, placeholder);
     t.finish().await;
 }
+
+/// Issue 18 item 7: what the container's egress proxy refused while a
+/// command ran is told in that command's stderr (host, port, reason),
+/// masked like its output, and only in the command it overlapped.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_connection_is_told_in_the_stderr_of_the_command_that_made_it() {
+    let dir = TempDir::new("denials");
+    let (engine, _) = LocalEngine::open(config(&dir)).await.expect("open engine");
+    let t = TestEngine { engine, dir };
+    t.create_with("d1", spec()).await;
+    // Through HTTPS_PROXY (a CONNECT), and a name that holds the value
+    // (which no program holds; a name's text is the program's to choose).
+    let result = t
+        .run(
+            "d1",
+            &format!(
+                "curl -sS -m 10 https://notlisted.test/ ; \
+                 curl -sS -m 10 https://{VALUE}.test/ ; exit 0"
+            ),
+        )
+        .await;
+    let lines: Vec<&str> = result
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("shellgate: egress denied: "))
+        .collect();
+    assert_eq!(
+        lines[0],
+        "shellgate: egress denied: CONNECT notlisted.test:443: notlisted.test is not in this \
+         container's allowlist",
+        "{}",
+        result.stderr
+    );
+    assert_eq!(lines.len(), 2, "{}", result.stderr);
+    assert!(!result.stderr.contains(VALUE), "{}", result.stderr);
+    assert!(
+        lines[1].contains("shellgate-secret-api_token-"),
+        "{}",
+        result.stderr
+    );
+    // curl's own line comes first, on its own line.
+    assert!(
+        result
+            .stderr
+            .contains("CONNECT tunnel failed, response 403\n"),
+        "{}",
+        result.stderr
+    );
+    // The next command made no refused connection: nothing is told.
+    let result = t.run("d1", "true").await;
+    assert_eq!(result.stderr, "");
+    t.finish().await;
+}

@@ -8,13 +8,16 @@
 //! leniently, as model servers differ: unknown fields are ignored, and a
 //! field a server may leave out is optional; what the adapter cannot do
 //! without (a completion's choices, a choice's message) it checks itself.
+//! What shellgate serves at its own `/v1/chat/completions` is [`served`].
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
+pub mod served;
+
 /// A chat completion request.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
 pub struct ChatRequest {
     pub model: String,
     pub messages: Vec<ChatMessage>,
@@ -34,6 +37,19 @@ pub struct ChatRequest {
     pub stream: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream_options: Option<StreamOptions>,
+    /// How hard a reasoning model thinks (`low`, `medium`, `high`...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_effort: Option<String>,
+    /// The shape of the answer: `json_object`, or `json_schema` with one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_format: Option<served::ResponseFormat>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stop: Vec<String>,
+    /// Fields a client gave that Chat Completions takes under the same
+    /// name (`prompt_cache_key`, `metadata`...), as the client wrote them.
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: serde_json::Map<String, Value>,
 }
 
 /// `stream_options`: `include_usage` asks for a last chunk with the usage.
@@ -334,6 +350,7 @@ mod tests {
             stream_options: Some(StreamOptions {
                 include_usage: true,
             }),
+            ..Default::default()
         };
         let value = serde_json::to_value(&request).unwrap();
         assert_eq!(

@@ -402,6 +402,7 @@ mod through_the_traits {
                 value(result)["stdout"].as_str().unwrap_or("?")
             ),
             Event::ItemDone { index, item: i } => format!("done {index} {}", item(&value(i))),
+            Event::CustomInput { index, input, .. } => format!("input {index} {input}"),
         }
     }
 
@@ -873,6 +874,74 @@ mod through_the_traits {
                 "done 3 local_shell_call completed",
             ]
         );
+    }
+
+    #[tokio::test]
+    async fn custom_and_namespaced_calls_are_handed_back_as_the_client_named_them() {
+        let request = request_with(json!([
+            {"type": "custom", "name": "apply_patch", "description": "Edit files.",
+             "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}},
+            {"type": "namespace", "name": "multi_agent_v1", "description": "Sub-agents.",
+             "tools": [{"type": "function", "name": "spawn_agent", "parameters": {"type": "object"}}]},
+            {"type": "function", "name": "shell", "parameters": {"type": "object"}},
+            {"type": "web_search"},
+        ]));
+        let upstream = ScriptedUpstream::new([Step::calls(vec![
+            ToolCall {
+                id: "call_p".into(),
+                name: "apply_patch".into(),
+                arguments: "*** Begin Patch\n*** End Patch".into(),
+            },
+            call(
+                "call_a",
+                "multi_agent_v1__spawn_agent",
+                json!({"task": "x"}),
+            ),
+            call("call_s", "shell", json!({"cmd": "ls"})),
+        ])]);
+        let (outcome, events) = run_recording(&upstream, None, &request).await;
+        assert_eq!(outcome.status, Status::Completed);
+        let summaries: Vec<String> = events.iter().map(summary).collect();
+        assert_eq!(
+            &summaries[..3],
+            [
+                "added 0 custom_tool_call -",
+                "input 0 *** Begin Patch\n*** End Patch",
+                "done 0 custom_tool_call -",
+            ]
+        );
+        // The model saw a freeform tool, a flattened one, the user's own
+        // `shell` function (no hosted shell here), and the hosted tool is
+        // carried for an upstream that runs it.
+        let turn = &upstream.turns()[0];
+        let names: Vec<&str> = turn.tools.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["apply_patch", "multi_agent_v1__spawn_agent", "shell"]
+        );
+        assert!(matches!(
+            turn.tools[0].custom,
+            Some(crate::upstream::CustomFormat::Grammar { .. })
+        ));
+        assert_eq!(turn.carry.native_tools.len(), 1);
+        assert_eq!(turn.carry.native_tool_names, ["tools[3] (web_search)"]);
+        let items = output(&outcome);
+        assert_eq!(
+            items[0],
+            json!({
+                "type": "custom_tool_call",
+                "id": items[0]["id"],
+                "call_id": "call_p",
+                "name": "apply_patch",
+                "input": "*** Begin Patch\n*** End Patch",
+            })
+        );
+        assert_eq!(items[1]["type"], "function_call");
+        assert_eq!(items[1]["name"], "spawn_agent");
+        assert_eq!(items[1]["namespace"], "multi_agent_v1");
+        assert_eq!(items[2]["type"], "function_call");
+        assert_eq!(items[2]["name"], "shell");
+        assert!(items[2].get("namespace").is_none());
     }
 
     #[tokio::test]

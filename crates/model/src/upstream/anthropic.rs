@@ -792,30 +792,43 @@ impl Upstream for Anthropic {
         Some(super::Protocol::Anthropic)
     }
 
+    fn uncarried(&self, carry: &super::Carry) -> Vec<String> {
+        uncarried(carry)
+    }
+
     async fn complete(
         &self,
         turn: &Turn,
         deltas: Option<&DeltaSink>,
     ) -> Result<Reply, UpstreamError> {
-        let body = request_body(turn, true)?;
-        self.endpoint
+        // Freeform tools are functions of one string here.
+        let body = request_body(&super::freeform::as_functions(turn), true)?;
+        let mut reply = self
+            .endpoint
             .complete_with(&body, &beta_headers(&turn.carry), Stream::default(), deltas)
-            .await
-    }
-
-    fn uncarried(&self, carry: &Carry) -> Vec<String> {
-        uncarried_fields(carry)
+            .await?;
+        super::freeform::unwrap_calls(&mut reply, &turn.tools);
+        Ok(reply)
     }
 
     /// Anthropic's own count (`POST {url}/messages/count_tokens`) of the
     /// turn's request, without what only generating takes.
     async fn count_tokens(&self, turn: &Turn) -> Result<Option<u64>, UpstreamError> {
-        let body = count_body(turn)?;
+        let body = count_body(&super::freeform::as_functions(turn))?;
         let count: TokenCount = self
             .endpoint
             .post_json("messages/count_tokens", &body, &beta_headers(&turn.carry))
             .await?;
         Ok(Some(count.input_tokens))
+    }
+
+    // The model list and the start-up summary (issue 18's `chat` branch).
+    fn url(&self) -> Option<&str> {
+        Some(&self.endpoint.config.url)
+    }
+
+    async fn models(&self) -> Option<Result<Vec<super::UpstreamModel>, UpstreamError>> {
+        Some(self.endpoint.models().await)
     }
 }
 
@@ -831,6 +844,15 @@ pub fn count_body(turn: &Turn) -> Result<Map<String, Value>, UpstreamError> {
             "the request is not an object".into(),
         )),
     }
+}
+
+/// What of a turn's [`super::Carry`] this protocol cannot send, named as
+/// the client wrote it: the hosted tools (and a tool choice of one) of
+/// another protocol, and the fields it has no place for.
+pub fn uncarried(carry: &super::Carry) -> Vec<String> {
+    let mut names = carry.native_uncarried(super::Protocol::Anthropic);
+    names.extend(uncarried_fields(carry));
+    names
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
+use shellgate_wire::chat::served::{JsonSchemaFormat, ResponseFormat};
 use shellgate_wire::chat::{
     ChatChunk, ChatCompletion, ChatMessage, ChatRequest, ChatTool, ChatToolCall, ChatToolChoice,
     ChatUsage, ChoiceMessage, FunctionCall, FunctionDefinition, FunctionKind, FunctionName,
@@ -17,8 +18,8 @@ use shellgate_wire::chat::{
 
 use super::transport::{check_arguments, excerpt, Auth, Dialect, Endpoint, Route};
 use super::{
-    Delta, DeltaSink, Finish, Message, Reply, ToolCall, ToolChoice, Turn, Upstream, UpstreamConfig,
-    UpstreamError, Usage,
+    Carry, Delta, DeltaSink, Finish, Message, OutputFormat, Reply, ToolCall, ToolChoice, Turn,
+    Upstream, UpstreamConfig, UpstreamError, Usage,
 };
 
 /// The Chat Completions adapter.
@@ -108,7 +109,123 @@ pub fn request_body(turn: &Turn, stream: bool) -> ChatRequest {
         stream_options: stream.then_some(StreamOptions {
             include_usage: true,
         }),
+        ..carried(&turn.carry)
     }
+}
+
+/// Keys of the Responses request's carried fields that Chat Completions
+/// takes under the same name and meaning.
+const SAME_NAME: &[&str] = &[
+    "metadata",
+    "prompt_cache_key",
+    "safety_identifier",
+    "service_tier",
+    "user",
+];
+
+/// Keys of the verbatim maps whose meaning the neutral fields of
+/// [`Carry`] hold (`reasoning` is `carry.reasoning`, `text.format` is
+/// `carry.output_format`, `stop_sequences` is `carry.stop`...): carried or
+/// reported through those, never twice.
+const NEUTRAL: &[&str] = &[
+    "reasoning",
+    "text",
+    "thinking",
+    "output_config",
+    "stop_sequences",
+    "top_k",
+];
+
+/// Where a thinking budget (Anthropic's `budget_tokens`) falls among
+/// Chat Completions' efforts: up to 4k tokens is `low`, up to 16k
+/// `medium`, more `high` (OpenAI's efforts think about that much).
+fn effort_of_budget(budget: u64) -> &'static str {
+    match budget {
+        0..=4096 => "low",
+        4097..=16384 => "medium",
+        _ => "high",
+    }
+}
+
+/// What of a turn's [`Carry`] Chat Completions can say: the reasoning
+/// effort (or a thinking budget's nearest effort), the output format, the
+/// stop sequences and the same-named fields of a Responses request.
+fn carried(carry: &Carry) -> ChatRequest {
+    let reasoning_effort = carry.reasoning.as_ref().and_then(|reasoning| {
+        reasoning.effort.clone().or_else(|| {
+            reasoning
+                .budget_tokens
+                .map(|budget| effort_of_budget(budget).to_owned())
+        })
+    });
+    let response_format = carry.output_format.as_ref().map(|format| match format {
+        OutputFormat::JsonObject => ResponseFormat {
+            kind: "json_object".to_owned(),
+            json_schema: None,
+        },
+        OutputFormat::JsonSchema {
+            name,
+            description,
+            schema,
+            strict,
+        } => ResponseFormat {
+            kind: "json_schema".to_owned(),
+            json_schema: Some(JsonSchemaFormat {
+                name: name.clone(),
+                description: description.clone(),
+                schema: Some(schema.clone()),
+                strict: *strict,
+            }),
+        },
+    });
+    let extra = carry
+        .responses
+        .iter()
+        .filter(|(key, _)| SAME_NAME.contains(&key.as_str()))
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect();
+    ChatRequest {
+        reasoning_effort,
+        response_format,
+        stop: carry.stop.clone(),
+        extra,
+        ..Default::default()
+    }
+}
+
+/// What of `carry` a Chat Completions request has no place for, named as
+/// the client wrote it.
+fn uncarried_fields(carry: &Carry) -> Vec<String> {
+    let mut names = Vec::new();
+    if carry
+        .reasoning
+        .as_ref()
+        .is_some_and(|reasoning| reasoning.summary.is_some())
+    {
+        names.push("reasoning.summary".to_owned());
+    }
+    if carry.top_k.is_some() {
+        names.push("top_k".to_owned());
+    }
+    let other = |map: &serde_json::Map<String, serde_json::Value>, names: &mut Vec<String>| {
+        for key in map.keys() {
+            if !SAME_NAME.contains(&key.as_str()) && !NEUTRAL.contains(&key.as_str()) {
+                names.push(key.clone());
+            }
+        }
+    };
+    other(&carry.responses, &mut names);
+    // None of the Messages request's own fields has a Chat Completions
+    // name (its `metadata` and `service_tier` mean other things).
+    for key in carry.anthropic.keys() {
+        if !NEUTRAL.contains(&key.as_str()) {
+            names.push(key.clone());
+        }
+    }
+    if !carry.anthropic_beta.is_empty() {
+        names.push("anthropic-beta".to_owned());
+    }
+    names
 }
 
 /// Assembles a reply from chunks (streamed) or one completion.
@@ -293,16 +410,45 @@ impl Upstream for ChatCompletions {
         Some(super::Protocol::Chat)
     }
 
+    fn uncarried(&self, carry: &Carry) -> Vec<String> {
+        let mut names = uncarried(carry);
+        names.extend(uncarried_fields(carry));
+        names
+    }
+
     async fn complete(
         &self,
         turn: &Turn,
         deltas: Option<&DeltaSink>,
     ) -> Result<Reply, UpstreamError> {
-        let body = request_body(turn, true);
-        self.endpoint
+        // Freeform tools are functions of one string here.
+        let body = request_body(&super::freeform::as_functions(turn), true);
+        let mut reply = self
+            .endpoint
             .complete(&body, Assembly::default(), deltas)
-            .await
+            .await?;
+        super::freeform::unwrap_calls(&mut reply, &turn.tools);
+        Ok(reply)
     }
+
+    fn url(&self) -> Option<&str> {
+        Some(&self.endpoint.config.url)
+    }
+
+    async fn models(&self) -> Option<Result<Vec<super::UpstreamModel>, UpstreamError>> {
+        Some(self.endpoint.models().await)
+    }
+
+    async fn forward_chat(&self, body: Vec<u8>) -> Option<Result<super::Forwarded, UpstreamError>> {
+        Some(self.endpoint.forward(body).await)
+    }
+}
+
+/// What of a turn's [`super::Carry`] this protocol cannot send, named as
+/// the client wrote it: the hosted tools (and a tool choice of one) of
+/// another protocol.
+pub fn uncarried(carry: &super::Carry) -> Vec<String> {
+    carry.native_uncarried(super::Protocol::Chat)
 }
 
 #[cfg(test)]
@@ -359,6 +505,69 @@ mod tests {
         assert_eq!(body["tool_choice"], "required");
         assert_eq!(body["max_tokens"], 100);
         assert_eq!(body["stream_options"]["include_usage"], true);
+    }
+
+    #[test]
+    fn what_a_turn_carries_becomes_chat_fields_and_the_rest_is_named() {
+        use crate::upstream::ReasoningRequest;
+        let mut turn = turn();
+        turn.carry = Carry {
+            reasoning: Some(ReasoningRequest {
+                effort: Some("high".into()),
+                summary: Some("auto".into()),
+                budget_tokens: None,
+            }),
+            output_format: Some(OutputFormat::JsonSchema {
+                name: "answer".into(),
+                description: None,
+                schema: json!({"type": "object"}),
+                strict: Some(true),
+            }),
+            stop: vec!["END".into()],
+            top_k: Some(40),
+            responses: serde_json::from_value(json!({
+                "reasoning": {"effort": "high"}, "prompt_cache_key": "k1",
+                "include": ["reasoning.encrypted_content"], "metadata": {"a": "b"},
+            }))
+            .unwrap(),
+            anthropic_beta: vec!["context-1m".into()],
+            ..Default::default()
+        };
+        let body = serde_json::to_value(request_body(&turn, true)).unwrap();
+        assert_eq!(body["reasoning_effort"], "high");
+        assert_eq!(
+            body["response_format"],
+            json!({"type": "json_schema", "json_schema": {"name": "answer", "schema": {"type": "object"}, "strict": true}})
+        );
+        assert_eq!(body["stop"], json!(["END"]));
+        assert_eq!(body["prompt_cache_key"], "k1");
+        assert_eq!(body["metadata"], json!({"a": "b"}));
+        assert!(body.get("top_k").is_none() && body.get("include").is_none());
+        let mut dropped = uncarried_fields(&turn.carry);
+        dropped.sort();
+        assert_eq!(
+            dropped,
+            ["anthropic-beta", "include", "reasoning.summary", "top_k"]
+        );
+        // A thinking budget is the nearest effort; an object format is one.
+        turn.carry = Carry {
+            reasoning: Some(ReasoningRequest {
+                budget_tokens: Some(10_000),
+                ..Default::default()
+            }),
+            output_format: Some(OutputFormat::JsonObject),
+            ..Default::default()
+        };
+        let body = serde_json::to_value(request_body(&turn, false)).unwrap();
+        assert_eq!(body["reasoning_effort"], "medium");
+        assert_eq!(body["response_format"], json!({"type": "json_object"}));
+        assert!(uncarried_fields(&turn.carry).is_empty());
+        // Nothing carried: none of the keys appear.
+        turn.carry = Carry::default();
+        let body = serde_json::to_value(request_body(&turn, false)).unwrap();
+        for key in ["reasoning_effort", "response_format", "stop"] {
+            assert!(body.get(key).is_none(), "{key}: {body}");
+        }
     }
 
     #[test]

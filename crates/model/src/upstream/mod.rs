@@ -23,6 +23,7 @@
 
 pub mod anthropic;
 pub mod chat;
+pub mod freeform;
 pub mod responses;
 pub mod sse;
 mod transport;
@@ -103,6 +104,19 @@ pub struct NativeItem {
     pub item: Value,
 }
 
+impl NativeItem {
+    /// Its `type`, for reports (`?` if it has none).
+    pub fn kind(&self) -> String {
+        /// The one key every item and tool of every protocol has.
+        #[derive(Deserialize)]
+        struct Typed {
+            #[serde(rename = "type")]
+            kind: String,
+        }
+        Typed::deserialize(&self.item).map_or_else(|_| "?".to_owned(), |typed| typed.kind)
+    }
+}
+
 /// What a client asked beyond the neutral fields of a [`Turn`]: each
 /// adapter sends what its protocol can say and names the rest in
 /// [`Upstream::uncarried`], so nothing is lost silently.
@@ -133,6 +147,49 @@ pub struct Carry {
     /// and schema (`strict`, `defer_loading`, `input_examples`...), by tool
     /// name: to an Anthropic upstream, on the same tools.
     pub anthropic_tool_extras: std::collections::BTreeMap<String, Map<String, Value>>,
+    /// How the client named each of `native_tools` (same order:
+    /// `tools[7] (web_search)`), for [`Upstream::uncarried`].
+    pub native_tool_names: Vec<String>,
+    /// A `tool_choice` naming a tool of one protocol that the neutral
+    /// [`ToolChoice`] cannot say (a hosted tool), as the client wrote it:
+    /// an upstream of that protocol sends it instead of the turn's
+    /// `tool_choice`; the others keep the turn's (`auto`) and report it.
+    pub native_tool_choice: Option<NativeItem>,
+}
+
+impl Carry {
+    /// What of the native tools and tool choice an upstream speaking
+    /// `protocol` cannot send, named as the client wrote them.
+    pub fn native_uncarried(&self, protocol: Protocol) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .native_tools
+            .iter()
+            .enumerate()
+            .filter(|(_, tool)| tool.protocol != protocol)
+            .map(|(index, tool)| {
+                self.native_tool_names
+                    .get(index)
+                    .cloned()
+                    .unwrap_or_else(|| format!("tools ({})", tool.kind()))
+            })
+            .collect();
+        if let Some(choice) = self
+            .native_tool_choice
+            .as_ref()
+            .filter(|choice| choice.protocol != protocol)
+        {
+            names.push(format!("tool_choice ({})", choice.kind()));
+        }
+        names
+    }
+
+    /// The native tools for an upstream speaking `protocol`.
+    pub fn native_tools_for(&self, protocol: Protocol) -> impl Iterator<Item = &Value> {
+        self.native_tools
+            .iter()
+            .filter(move |tool| tool.protocol == protocol)
+            .map(|tool| &tool.item)
+    }
 }
 
 /// How a model should reason.
@@ -178,6 +235,21 @@ pub struct ToolSpec {
     pub parameters: Value,
     /// `Some`: a freeform tool (OpenAI's `custom`), with its input's format.
     pub custom: Option<CustomFormat>,
+    /// `Some`: the tool belongs to a group (Codex's `namespace` tools);
+    /// `name` is then the flattened name every protocol can say, which
+    /// calls use (an upstream that has namespaces sends the group).
+    pub namespace: Option<ToolNamespace>,
+}
+
+/// The group a tool belongs to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolNamespace {
+    /// The namespace's name.
+    pub namespace: String,
+    /// The namespace's description.
+    pub description: String,
+    /// The tool's own name within it.
+    pub name: String,
 }
 
 /// The input format of a freeform tool.
@@ -274,6 +346,19 @@ pub enum Delta {
 /// Where deltas go.
 pub type DeltaSink = tokio::sync::mpsc::UnboundedSender<Delta>;
 
+pub use shellgate_wire::models::UpstreamModel;
+
+/// An upstream's answer to a forwarded request, as it comes: the pieces
+/// of its body, each read within the turn's bounds (the wait for a piece,
+/// the deadline, the answer's bytes); a bound that runs out ends it with
+/// the error. Dropping it closes the upstream's connection.
+#[derive(Debug)]
+pub struct Forwarded {
+    /// Whether it is an event stream (else one JSON body).
+    pub event_stream: bool,
+    pub body: tokio::sync::mpsc::Receiver<Result<Vec<u8>, UpstreamError>>,
+}
+
 /// Why an upstream gave no reply.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum UpstreamError {
@@ -324,6 +409,25 @@ pub trait Upstream: Send + Sync {
 
     /// The protocol it speaks (`None`: a test's scripted model).
     fn protocol(&self) -> Option<Protocol> {
+        None
+    }
+
+    /// Its base URL (never with a key in it), for the start-up summary and
+    /// the model list (`None`: a test's scripted model).
+    fn url(&self) -> Option<&str> {
+        None
+    }
+
+    /// The models it serves (`GET {url}/models`); `None` when it cannot
+    /// say (a test's scripted model).
+    async fn models(&self) -> Option<Result<Vec<UpstreamModel>, UpstreamError>> {
+        None
+    }
+
+    /// Posts a Chat Completions request body as the client wrote it, with
+    /// this upstream's key, and hands back its answer as it comes, bounded
+    /// like a turn (`None`: it does not speak Chat Completions).
+    async fn forward_chat(&self, _body: Vec<u8>) -> Option<Result<Forwarded, UpstreamError>> {
         None
     }
 
@@ -472,6 +576,52 @@ impl Router {
             .map(|(_, upstream)| Arc::clone(upstream))
             .or_else(|| self.default.clone())
             .ok_or_else(|| UpstreamError::NotConfigured(model.to_owned()))
+    }
+
+    /// The prefix of the route `model` goes to (`None`: the default's, or
+    /// none configured).
+    pub fn prefix_for(&self, model: &str) -> Option<&str> {
+        self.routes
+            .iter()
+            .find(|(prefix, _)| model.starts_with(prefix.as_str()))
+            .map(|(prefix, _)| prefix.as_str())
+    }
+
+    /// Every route, longest prefix first, then the default (read-only:
+    /// the start-up summary and `GET /v1/models` read them).
+    pub fn routes(&self) -> Vec<RouteInfo> {
+        let info = |prefix: Option<&str>, upstream: &Arc<dyn Upstream>| RouteInfo {
+            prefix: prefix.map(str::to_owned),
+            protocol: upstream.protocol(),
+            url: upstream.url().map(str::to_owned),
+            upstream: Arc::clone(upstream),
+        };
+        self.routes
+            .iter()
+            .map(|(prefix, upstream)| info(Some(prefix), upstream))
+            .chain(self.default.iter().map(|upstream| info(None, upstream)))
+            .collect()
+    }
+}
+
+/// One route of a [`Router`].
+#[derive(Clone)]
+pub struct RouteInfo {
+    /// The model-name prefix it serves (`None`: the default route).
+    pub prefix: Option<String>,
+    pub protocol: Option<Protocol>,
+    /// Its upstream's base URL.
+    pub url: Option<String>,
+    pub upstream: Arc<dyn Upstream>,
+}
+
+impl std::fmt::Debug for RouteInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RouteInfo")
+            .field("prefix", &self.prefix)
+            .field("protocol", &self.protocol)
+            .field("url", &self.url)
+            .finish()
     }
 }
 

@@ -11,16 +11,17 @@ use serde::{Deserialize, Serialize};
 use serde_json::Map;
 use shellgate_wire::chat::ApiError;
 use shellgate_wire::responses::{
-    FunctionCall, FunctionCallOutput, FunctionTool, IncompleteDetails, Item,
-    Message as MessageItem, MessageContent, Role, Tool, ToolChoice as ResponsesToolChoice,
-    ToolOutput,
+    CustomTool, CustomToolCall, CustomToolCallOutput, CustomToolFormat, FunctionCall,
+    FunctionCallOutput, FunctionTool, IncompleteDetails, Item, Message as MessageItem,
+    MessageContent, NamespaceTool, Role, Tool, ToolChoice as ResponsesToolChoice, ToolOutput,
 };
 
 use super::transport::{excerpt, Auth, Dialect, Endpoint, Route};
 use super::{
-    Delta, DeltaSink, Finish, Message, Reply, ToolCall, ToolChoice, Turn, Upstream, UpstreamConfig,
-    UpstreamError, Usage,
+    CustomFormat, Delta, DeltaSink, Finish, Message, Protocol, Reply, ToolCall, ToolChoice,
+    ToolSpec, Turn, Upstream, UpstreamConfig, UpstreamError, Usage,
 };
+use crate::tools::namespaced_name;
 
 pub struct Responses {
     endpoint: Endpoint,
@@ -78,6 +79,8 @@ fn message(role: Role, text: &str) -> Item {
 pub fn request_body(turn: &Turn, stream: bool) -> Request {
     let mut instructions = Vec::new();
     let mut input = Vec::new();
+    // Calls of freeform tools: their results are `custom_tool_call_output`s.
+    let mut custom_calls = std::collections::HashSet::new();
     for entry in &turn.messages {
         match entry {
             Message::System(text) => instructions.push(text.clone()),
@@ -87,60 +90,194 @@ pub fn request_body(turn: &Turn, stream: bool) -> Request {
                     input.push(message(Role::Assistant, text));
                 }
                 for call in tool_calls {
-                    input.push(Item::FunctionCall(FunctionCall {
-                        id: None,
-                        call_id: Some(call.id.clone()),
-                        name: call.name.clone(),
-                        arguments: call.arguments.clone(),
-                        status: None,
-                        extra: Map::new(),
-                    }));
+                    let item = call_item(call, &turn.tools);
+                    if matches!(item, Item::CustomToolCall(_)) {
+                        custom_calls.insert(call.id.as_str());
+                    }
+                    input.push(item);
                 }
             }
-            Message::Tool { call_id, output } => {
-                input.push(Item::FunctionCallOutput(FunctionCallOutput {
-                    id: None,
-                    call_id: Some(call_id.clone()),
-                    output: ToolOutput::Text(output.clone()),
-                    status: None,
-                    extra: Map::new(),
-                }))
-            }
+            Message::Tool { call_id, output } => input.push(tool_output_item(
+                call_id,
+                output,
+                custom_calls.contains(call_id.as_str()),
+            )),
             // Reasoning items and the Responses API's own items: not yet
             // carried.
             Message::Reasoning(_) | Message::Native(_) => {}
         }
     }
-    let has_tools = !turn.tools.is_empty();
+    let tools = request_tools(turn);
+    let has_tools = !tools.is_empty();
     Request {
         model: turn.model.clone(),
         input,
         store: false,
         instructions: (!instructions.is_empty()).then(|| instructions.join("\n\n")),
-        tools: turn
-            .tools
-            .iter()
-            .map(|tool| {
-                Tool::Function(FunctionTool {
-                    name: Some(tool.name.clone()),
-                    description: Some(tool.description.clone()),
-                    parameters: Some(tool.parameters.clone()),
-                    strict: None,
-                    extra: Map::new(),
-                })
-            })
-            .collect(),
-        tool_choice: has_tools.then(|| match &turn.tool_choice {
-            ToolChoice::Auto => ResponsesToolChoice::Auto,
-            ToolChoice::Required => ResponsesToolChoice::Required,
-            ToolChoice::None => ResponsesToolChoice::None,
-            ToolChoice::Named(name) => ResponsesToolChoice::Function { name: name.clone() },
-        }),
+        tools,
+        tool_choice: has_tools.then(|| request_tool_choice(turn)),
         parallel_tool_calls: turn.parallel_tool_calls.filter(|_| has_tools),
         temperature: turn.temperature,
         top_p: turn.top_p,
         max_output_tokens: turn.max_output_tokens,
         stream: stream.then_some(true),
+    }
+}
+
+/// A turn's tools as Responses tools: functions, freeform tools as
+/// `custom` tools, the tools of a namespace as that `namespace` group
+/// again (one per namespace, where its first tool was), then the hosted
+/// tools shellgate does not run, as the client wrote them.
+fn request_tools(turn: &Turn) -> Vec<Tool> {
+    let mut tools: Vec<Tool> = Vec::new();
+    for spec in &turn.tools {
+        let Some(group) = &spec.namespace else {
+            tools.push(own_tool(spec, &spec.name));
+            continue;
+        };
+        let tool = own_tool(spec, &group.name);
+        let existing = tools.iter_mut().find_map(|tool| match tool {
+            Tool::Namespace(namespace) if namespace.name.as_deref() == Some(&group.namespace) => {
+                Some(namespace)
+            }
+            _ => None,
+        });
+        match existing {
+            Some(namespace) => namespace.tools.push(tool),
+            None => tools.push(Tool::Namespace(NamespaceTool {
+                name: Some(group.namespace.clone()),
+                description: Some(group.description.clone()),
+                tools: vec![tool],
+                extra: Map::new(),
+            })),
+        }
+    }
+    tools.extend(
+        turn.carry
+            .native_tools_for(Protocol::Responses)
+            .filter_map(|tool| tool.as_object().cloned().map(Tool::Other)),
+    );
+    tools
+}
+
+/// One function or freeform tool, named `name`.
+fn own_tool(spec: &ToolSpec, name: &str) -> Tool {
+    match &spec.custom {
+        Some(format) => Tool::Custom(CustomTool {
+            name: Some(name.to_owned()),
+            description: Some(spec.description.clone()).filter(|d| !d.is_empty()),
+            format: Some(match format {
+                CustomFormat::Text => CustomToolFormat {
+                    kind: "text".into(),
+                    syntax: None,
+                    definition: None,
+                    extra: Map::new(),
+                },
+                CustomFormat::Grammar { syntax, definition } => CustomToolFormat {
+                    kind: "grammar".into(),
+                    syntax: Some(syntax.clone()),
+                    definition: Some(definition.clone()),
+                    extra: Map::new(),
+                },
+            }),
+            extra: Map::new(),
+        }),
+        None => Tool::Function(FunctionTool {
+            name: Some(name.to_owned()),
+            description: Some(spec.description.clone()),
+            parameters: Some(spec.parameters.clone()),
+            strict: None,
+            extra: Map::new(),
+        }),
+    }
+}
+
+/// The turn's `tool_choice`: a hosted tool's as the client wrote it; a
+/// named freeform tool's as `custom`; a tool of a namespace by its own name.
+fn request_tool_choice(turn: &Turn) -> ResponsesToolChoice {
+    if let Some(choice) = turn
+        .carry
+        .native_tool_choice
+        .as_ref()
+        .filter(|choice| choice.protocol == Protocol::Responses)
+        .and_then(|choice| choice.item.as_object())
+    {
+        return ResponsesToolChoice::Other(choice.clone());
+    }
+    match &turn.tool_choice {
+        ToolChoice::Auto => ResponsesToolChoice::Auto,
+        ToolChoice::Required => ResponsesToolChoice::Required,
+        ToolChoice::None => ResponsesToolChoice::None,
+        ToolChoice::Named(name) => {
+            let spec = turn.tools.iter().find(|spec| &spec.name == name);
+            let own = spec
+                .and_then(|spec| spec.namespace.as_ref())
+                .map_or(name, |group| &group.name)
+                .clone();
+            if spec.is_some_and(|spec| spec.custom.is_some()) {
+                ResponsesToolChoice::Custom { name: own }
+            } else {
+                ResponsesToolChoice::Function { name: own }
+            }
+        }
+    }
+}
+
+/// A call of the conversation as the item the Responses API has for it:
+/// a freeform tool's call is a `custom_tool_call` (its arguments are the
+/// input), a namespaced tool's names its namespace.
+fn call_item(call: &ToolCall, tools: &[ToolSpec]) -> Item {
+    let spec = tools.iter().find(|spec| spec.name == call.name);
+    let (name, namespace) = match spec.and_then(|spec| spec.namespace.as_ref()) {
+        Some(group) => (group.name.clone(), Some(group.namespace.clone())),
+        None => (call.name.clone(), None),
+    };
+    if spec.is_some_and(|spec| spec.custom.is_some()) {
+        return Item::CustomToolCall(CustomToolCall {
+            id: None,
+            call_id: Some(call.id.clone()),
+            name,
+            namespace,
+            input: call.arguments.clone(),
+            extra: Map::new(),
+        });
+    }
+    Item::FunctionCall(FunctionCall {
+        id: None,
+        call_id: Some(call.id.clone()),
+        name,
+        namespace,
+        arguments: call.arguments.clone(),
+        status: None,
+        extra: Map::new(),
+    })
+}
+
+/// A tool's result as the item answering its call.
+fn tool_output_item(call_id: &str, output: &str, custom: bool) -> Item {
+    if custom {
+        return Item::CustomToolCallOutput(CustomToolCallOutput {
+            id: None,
+            call_id: Some(call_id.to_owned()),
+            output: ToolOutput::Text(output.to_owned()),
+            extra: Map::new(),
+        });
+    }
+    Item::FunctionCallOutput(FunctionCallOutput {
+        id: None,
+        call_id: Some(call_id.to_owned()),
+        output: ToolOutput::Text(output.to_owned()),
+        status: None,
+        extra: Map::new(),
+    })
+}
+
+/// The name the model's call of `name` (in `namespace`) is known by.
+fn called_name(name: Option<String>, namespace: Option<String>) -> String {
+    let name = name.unwrap_or_default();
+    match namespace {
+        Some(namespace) => namespaced_name(&namespace, &name),
+        None => name,
     }
 }
 
@@ -186,7 +323,20 @@ enum OutputItem {
         #[serde(default)]
         name: Option<String>,
         #[serde(default)]
+        namespace: Option<String>,
+        #[serde(default)]
         arguments: Option<String>,
+    },
+    #[serde(rename = "custom_tool_call")]
+    CustomToolCall {
+        #[serde(default)]
+        call_id: Option<String>,
+        #[serde(default)]
+        name: Option<String>,
+        #[serde(default)]
+        namespace: Option<String>,
+        #[serde(default)]
+        input: Option<String>,
     },
     #[serde(other)]
     Other,
@@ -230,11 +380,22 @@ pub fn parse_response(response: Answer) -> Result<Reply, UpstreamError> {
             OutputItem::FunctionCall {
                 call_id,
                 name,
+                namespace,
                 arguments,
             } => tool_calls.push(ToolCall {
                 id: call_id.unwrap_or_else(|| "call".to_owned()),
-                name: name.unwrap_or_default(),
+                name: called_name(name, namespace),
                 arguments: arguments.unwrap_or_else(|| "{}".to_owned()),
+            }),
+            OutputItem::CustomToolCall {
+                call_id,
+                name,
+                namespace,
+                input,
+            } => tool_calls.push(ToolCall {
+                id: call_id.unwrap_or_else(|| "call".to_owned()),
+                name: called_name(name, namespace),
+                arguments: input.unwrap_or_default(),
             }),
             OutputItem::Message { .. } | OutputItem::Other => {}
         }
@@ -363,6 +524,15 @@ impl Upstream for Responses {
             .complete(&body, Stream::default(), deltas)
             .await
     }
+
+    // The model list and the start-up summary (issue 18's `chat` branch).
+    fn url(&self) -> Option<&str> {
+        Some(&self.endpoint.config.url)
+    }
+
+    async fn models(&self) -> Option<Result<Vec<super::UpstreamModel>, UpstreamError>> {
+        Some(self.endpoint.models().await)
+    }
 }
 
 #[cfg(test)]
@@ -421,5 +591,128 @@ mod tests {
         assert_eq!(reply.text, "hi");
         assert_eq!(reply.tool_calls[0].id, "c2");
         assert_eq!(reply.usage.output_tokens, 4);
+    }
+
+    #[test]
+    fn custom_namespaced_and_hosted_tools_go_as_the_responses_api_has_them() {
+        use crate::upstream::{Carry, CustomFormat, NativeItem, ToolNamespace};
+        let group = |name: &str| ToolNamespace {
+            namespace: "multi_agent_v1".into(),
+            description: "Sub-agents.".into(),
+            name: name.into(),
+        };
+        let turn = Turn {
+            model: "m".into(),
+            messages: vec![
+                Message::Assistant {
+                    text: String::new(),
+                    tool_calls: vec![
+                        ToolCall {
+                            id: "c1".into(),
+                            name: "apply_patch".into(),
+                            arguments: "raw".into(),
+                        },
+                        ToolCall {
+                            id: "c2".into(),
+                            name: "multi_agent_v1__spawn_agent".into(),
+                            arguments: "{}".into(),
+                        },
+                    ],
+                },
+                Message::Tool {
+                    call_id: "c1".into(),
+                    output: "patched".into(),
+                },
+                Message::Tool {
+                    call_id: "c2".into(),
+                    output: "spawned".into(),
+                },
+            ],
+            tools: vec![
+                ToolSpec {
+                    name: "apply_patch".into(),
+                    description: "Edit files.".into(),
+                    custom: Some(CustomFormat::Grammar {
+                        syntax: "lark".into(),
+                        definition: "start: /.+/".into(),
+                    }),
+                    ..Default::default()
+                },
+                ToolSpec {
+                    name: "multi_agent_v1__spawn_agent".into(),
+                    description: "Spawn.".into(),
+                    parameters: json!({"type": "object"}),
+                    namespace: Some(group("spawn_agent")),
+                    ..Default::default()
+                },
+                ToolSpec {
+                    name: "multi_agent_v1__close_agent".into(),
+                    description: "Close.".into(),
+                    parameters: json!({"type": "object"}),
+                    namespace: Some(group("close_agent")),
+                    ..Default::default()
+                },
+            ],
+            tool_choice: ToolChoice::Named("apply_patch".into()),
+            carry: Carry {
+                native_tools: vec![NativeItem {
+                    protocol: Protocol::Responses,
+                    item: json!({"type": "web_search", "external_web_access": false}),
+                }],
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let body = serde_json::to_value(request_body(&turn, true)).unwrap();
+        assert_eq!(
+            body["tools"],
+            json!([
+                {"type": "custom", "name": "apply_patch", "description": "Edit files.",
+                 "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}},
+                {"type": "namespace", "name": "multi_agent_v1", "description": "Sub-agents.", "tools": [
+                    {"type": "function", "name": "spawn_agent", "description": "Spawn.", "parameters": {"type": "object"}},
+                    {"type": "function", "name": "close_agent", "description": "Close.", "parameters": {"type": "object"}},
+                ]},
+                {"type": "web_search", "external_web_access": false},
+            ])
+        );
+        assert_eq!(
+            body["tool_choice"],
+            json!({"type": "custom", "name": "apply_patch"})
+        );
+        assert_eq!(
+            body["input"],
+            json!([
+                {"type": "custom_tool_call", "call_id": "c1", "name": "apply_patch", "input": "raw"},
+                {"type": "function_call", "call_id": "c2", "name": "spawn_agent",
+                 "namespace": "multi_agent_v1", "arguments": "{}"},
+                {"type": "custom_tool_call_output", "call_id": "c1", "output": "patched"},
+                {"type": "function_call_output", "call_id": "c2", "output": "spawned"},
+            ])
+        );
+        // A hosted tool's tool_choice goes as the client wrote it.
+        let mut hosted = turn.clone();
+        hosted.carry.native_tool_choice = Some(NativeItem {
+            protocol: Protocol::Responses,
+            item: json!({"type": "web_search"}),
+        });
+        let body = serde_json::to_value(request_body(&hosted, false)).unwrap();
+        assert_eq!(body["tool_choice"], json!({"type": "web_search"}));
+        // The model's custom and namespaced calls come back as the neutral
+        // turn names them.
+        let reply = parse_response(
+            serde_json::from_value(json!({
+                "output": [
+                    {"type": "custom_tool_call", "call_id": "c3", "name": "apply_patch", "input": "*** Begin Patch"},
+                    {"type": "function_call", "call_id": "c4", "name": "close_agent",
+                     "namespace": "multi_agent_v1", "arguments": "{}"},
+                ],
+            }))
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(reply.tool_calls[0].name, "apply_patch");
+        assert_eq!(reply.tool_calls[0].arguments, "*** Begin Patch");
+        assert_eq!(reply.tool_calls[1].name, "multi_agent_v1__close_agent");
     }
 }

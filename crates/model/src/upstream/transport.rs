@@ -175,6 +175,94 @@ impl Endpoint {
             (None, _) => request,
         }
     }
+
+    /// The route's headers and the upstream's key on `request` (what
+    /// [`Endpoint::request`] puts on a turn's).
+    fn authorize(&self, mut request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        for (name, value) in self.route.headers {
+            request = request.header(*name, *value);
+        }
+        match (&self.config.api_key, self.route.auth) {
+            (Some(key), Auth::Bearer) => request.bearer_auth(key),
+            (Some(key), Auth::Header(name)) => request.header(name, key),
+            (None, _) => request,
+        }
+    }
+
+    /// Posts `body` as it is (a client's own request) and hands back the
+    /// answer as it comes, each piece read within a turn's bounds by a task
+    /// of its own (which stops when the receiver is dropped). A 429 is
+    /// retried as a turn's is; any other status but 2xx is an error.
+    pub async fn forward(&self, body: Vec<u8>) -> Result<super::Forwarded, UpstreamError> {
+        let mut budget = Budget::turn(&self.config);
+        let url = format!(
+            "{}/{}",
+            self.config.url.trim_end_matches('/'),
+            self.route.path
+        );
+        let post = || {
+            let request = self
+                .client
+                .post(&url)
+                .header("content-type", "application/json")
+                .body(body.clone());
+            self.authorize(request)
+        };
+        let mut response = send(&self.config, &budget, post).await?;
+        let event_stream = is_event_stream(&response);
+        // Room for a few pieces: the reader waits for the client beyond it.
+        let (sender, receiver) = tokio::sync::mpsc::channel(16);
+        tokio::spawn(async move {
+            loop {
+                let read = tokio::select! {
+                    // The client left: the upstream's connection closes now,
+                    // not at its next piece.
+                    () = sender.closed() => return,
+                    read = budget.wait(response.chunk()) => read,
+                };
+                let piece = match read {
+                    Err(e) => Err(e),
+                    Ok(Err(e)) => Err(UpstreamError::Unreachable(e.to_string())),
+                    Ok(Ok(None)) => return,
+                    Ok(Ok(Some(chunk))) => budget.count(chunk.len()).map(|()| chunk.to_vec()),
+                };
+                let failed = piece.is_err();
+                if sender.send(piece).await.is_err() || failed {
+                    return;
+                }
+            }
+        });
+        Ok(super::Forwarded {
+            event_stream,
+            body: receiver,
+        })
+    }
+
+    /// `GET {url}/models`, read for its models' ids, within a short
+    /// deadline (a model list is a listing, not a turn).
+    pub async fn models(&self) -> Result<Vec<super::UpstreamModel>, UpstreamError> {
+        const MODELS_WAIT: Duration = Duration::from_secs(10);
+        const MODELS_BYTES: usize = 4 * 1024 * 1024;
+        let wait = self.config.timeout.min(MODELS_WAIT);
+        let mut budget = Budget {
+            per_read: wait,
+            deadline: Instant::now()
+                .checked_add(wait)
+                .map(|at| (at, wait.as_secs())),
+            max_bytes: MODELS_BYTES,
+            read: 0,
+        };
+        let url = format!("{}/models", self.config.url.trim_end_matches('/'));
+        // One attempt: a list that is rate limited is not worth a wait.
+        let config = UpstreamConfig {
+            attempts: 1,
+            ..self.config.clone()
+        };
+        let response = send(&config, &budget, || self.authorize(self.client.get(&url))).await?;
+        let list: shellgate_wire::models::UpstreamModelList =
+            json_body(response, &mut budget).await?;
+        Ok(list.data)
+    }
 }
 
 /// Whether a tool call's arguments are within `limit`.

@@ -4,6 +4,16 @@
 //! Whatever happens to the caller, a started command never outlives its
 //! timeout: if the future running it is dropped (a caller gave up), a guard
 //! asks init to kill the command and every process it started.
+//!
+//! What the container's egress proxy refused while the command ran is
+//! told in its stderr, one line per refusal (see
+//! `shellgate_egress::denials`: every command that overlapped a refusal
+//! hears of it, since the proxy cannot tell a container's commands apart).
+//! Those lines, like the engine's other notes, come after the capped
+//! output: the program's own output is capped as it always is, and what is
+//! added is bounded (at most `denials::REPORTED_LINES` lines of bounded
+//! length, then a count), so no program can push its output past the cap
+//! through them; they cannot be cut off by the program's output either.
 
 use std::time::Duration;
 
@@ -158,6 +168,8 @@ impl LocalEngine {
         let (stderr_read, stderr_write) = sys::pipe().context(|| "pipe".into())?;
         let (status_read, status_write) = sys::pipe().context(|| "pipe".into())?;
         let id = running.next_command();
+        // Taken before the command can start: its refusals come after.
+        let denial_mark = running.denials().map(|denials| denials.mark());
         running
             .send(
                 &Request::Run {
@@ -282,6 +294,19 @@ impl LocalEngine {
         }
         let bytes_out = out.total_bytes() + err.total_bytes();
         stderr_text.push_str(&err.finish());
+        if let (Some(denials), Some(mark)) = (running.denials(), denial_mark) {
+            let report = denials.since(mark).report();
+            if !report.is_empty() {
+                if !stderr_text.is_empty() && !stderr_text.ends_with('\n') {
+                    stderr_text.push('\n');
+                }
+                // A name or reason may quote what the program sent; it goes
+                // through the container's masker like the program's output.
+                let mut mask = container.masker().map(|masker| masker.stream());
+                let report = masked(&mut mask, report.as_bytes(), true);
+                stderr_text.push_str(&String::from_utf8_lossy(&report));
+            }
+        }
         let outcome = match (exit_status, spawn_error) {
             _ if timed_out => Outcome::Timeout,
             (Some(status), None) => Outcome::Exit {

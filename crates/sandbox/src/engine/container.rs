@@ -47,7 +47,7 @@ pub(super) struct Running {
     /// (see `command`'s `reclaim`).
     pub forks_failed_at_last_start: std::sync::atomic::AtomicU64,
     /// The egress proxy serving this container's sockets, while it runs.
-    _egress: Option<shellgate_egress::proxy::Serving>,
+    egress: Option<shellgate_egress::proxy::Serving>,
     /// The last number given to a command (init knows commands by it).
     commands: std::sync::atomic::AtomicU32,
 }
@@ -55,6 +55,12 @@ pub(super) struct Running {
 impl Running {
     pub fn alive(&self) -> bool {
         !*self.exited.borrow()
+    }
+
+    /// The refusals of its egress proxy, for the commands that run (see
+    /// `command`); `None` without network.
+    pub fn denials(&self) -> Option<&shellgate_egress::denials::Denials> {
+        self.egress.as_ref().map(|serving| serving.denials())
     }
 
     /// A number for the next command, unique while this init lives.
@@ -357,7 +363,7 @@ impl LocalEngine {
             counters,
             limits_seen,
             forks_failed_at_last_start,
-            _egress: egress,
+            egress,
             commands: std::sync::atomic::AtomicU32::new(0),
         }))
     }

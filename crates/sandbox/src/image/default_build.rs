@@ -1,16 +1,18 @@
 //! The default image, built in the background on a server start that finds
-//! it missing, so that a fresh install gets the seeds' runtime with no
-//! extra command (the host tools the build needs installed first, with
-//! apt, when they are missing). Until it is ready containers use `host`
-//! (the log says so, and their `image` field shows it); the server's
-//! `/healthz` reports the build's progress.
+//! it missing or built from an older recipe, so that a fresh install (or an
+//! upgrade) gets the seeds' runtime with no extra command (the host tools
+//! the build needs installed first, with apt, when they are missing), its
+//! runtimes recorded when it is done (as `GET /v1/images` shows them).
+//! Until a missing one is ready containers use `host` (the log says so, and
+//! their `image` field shows it), an out-of-date one is used as it is; the
+//! server's `/healthz` reports the build's progress.
 
 use std::sync::{Arc, Mutex};
 
 use shellgate_sandbox_api::image::{BuildStatus, SharedBuildStatus};
 
 use crate::engine::LocalEngine;
-use crate::image::{HOST_IMAGE, RECIPES};
+use crate::image::{runtimes, HOST_IMAGE, RECIPES};
 
 fn set(status: &SharedBuildStatus, update: impl FnOnce(&mut BuildStatus)) {
     if let Some(current) = status.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
@@ -76,24 +78,57 @@ fn install_build_tools() -> Result<(), String> {
     }
 }
 
-/// Starts building `image` if it is missing and a recipe makes it; returns
-/// the status to report (`None`: nothing to build).
+/// Why the default image is (re)built at start-up.
+enum Need {
+    /// Not there: containers use `host` until it is.
+    Missing,
+    /// Built from an older version of its recipe (a shellgate upgrade that
+    /// changed it, say one that added `python`): containers keep the
+    /// image as it is until the new build replaces it.
+    Stale,
+}
+
+/// Whether `image` needs a build: a recipe makes it and it is missing, or
+/// was built from that recipe as it was before (an image imported under
+/// the recipe's name is left alone).
+fn need(engine: &LocalEngine, image: &str) -> Option<Need> {
+    let recipe = RECIPES.iter().find(|r| r.name == image)?;
+    if image == HOST_IMAGE {
+        return None;
+    }
+    let Some(installed) = engine.images().list().into_iter().find(|i| i.name == image) else {
+        return Some(Need::Missing);
+    };
+    let built_from_recipe = installed.details.recipe.as_deref() == Some(recipe.name);
+    let current = installed.details.recipe_hash == Some(recipe.hash());
+    (built_from_recipe && !current).then_some(Need::Stale)
+}
+
+/// Starts building `image` if it is missing, or out of date with its
+/// recipe, and a recipe makes it; returns the status to report (`None`:
+/// nothing to build).
 pub fn start_if_missing(engine: Arc<LocalEngine>, image: &str) -> SharedBuildStatus {
     let status: SharedBuildStatus = Arc::new(Mutex::new(None));
-    let present = image == HOST_IMAGE || engine.images().list().iter().any(|i| i.name == image);
-    if present || !RECIPES.iter().any(|r| r.name == image) {
+    let Some(need) = need(&engine, image) else {
         return status;
-    }
+    };
     *status.lock().unwrap_or_else(|p| p.into_inner()) = Some(BuildStatus {
         image: image.to_owned(),
         status: "building",
         progress: 0.0,
         message: "starting".to_owned(),
     });
-    tracing::warn!(
-        "the default image {image:?} is not built: building it in the background (minutes; \
-         containers use `host` until it is ready; set build_default_image = false to turn this off)"
-    );
+    match need {
+        Need::Missing => tracing::warn!(
+            "the default image {image:?} is not built: building it in the background (minutes; \
+             containers use `host` until it is ready; set build_default_image = false to turn this off)"
+        ),
+        Need::Stale => tracing::warn!(
+            "the default image {image:?} was built from an older recipe: rebuilding it in the \
+             background (minutes; containers use the image as it is until the new build replaces \
+             it; set build_default_image = false to turn this off)"
+        ),
+    }
     let (name, shared) = (image.to_owned(), Arc::clone(&status));
     let runtime = tokio::runtime::Handle::current();
     // A thread of its own: the build ends with a walk of the new tree
@@ -119,6 +154,23 @@ pub fn start_if_missing(engine: Arc<LocalEngine>, image: &str) -> SharedBuildSta
         };
         match built {
             Ok(_) => {
+                // Before it is said ready: `GET /v1/images` then shows
+                // its runtimes at once, not after an `image verify`.
+                set(&shared, |s| s.message = "finding its runtimes".to_owned());
+                match runtime.block_on(runtimes::record(&engine, &name)) {
+                    Ok(found) => tracing::info!(
+                        "image {name} has {}",
+                        found
+                            .iter()
+                            .map(|(runtime, version)| format!("{runtime} {version}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    Err(e) => tracing::warn!(
+                        "image {name}: its runtimes could not be found (`shellgate image verify \
+                         {name}` retries): {e}"
+                    ),
+                }
                 set(&shared, |s| {
                     s.status = "ready";
                     s.progress = 1.0;
@@ -131,8 +183,12 @@ pub fn start_if_missing(engine: Arc<LocalEngine>, image: &str) -> SharedBuildSta
                     s.status = "failed";
                     s.message = e.to_string().chars().take(2000).collect();
                 });
+                let meanwhile = match need {
+                    Need::Missing => "`host`",
+                    Need::Stale => "its previous build",
+                };
                 tracing::error!(
-                    "building image {name} failed (containers keep using `host`; \
+                    "building image {name} failed (containers keep using {meanwhile}; \
                      `shellgate image build {name}` retries): {e}"
                 );
             }

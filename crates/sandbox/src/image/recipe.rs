@@ -186,6 +186,10 @@ pub const RECIPES: &[Recipe] = &[
             "pandoc",
             // Languages.
             "python3",
+            // `python` and `pip` as the seeds' examples and most scripts
+            // call them (Debian 12 names them python3 and pip3 only;
+            // python3-pip brings /usr/bin/pip too).
+            "python-is-python3",
             "python3-pip",
             "python3-venv",
             "openjdk-17-jdk-headless",
@@ -266,7 +270,7 @@ pub const RECIPES: &[Recipe] = &[
             ],
             tools: &[
                 "git", "curl", "jq", "sqlite3", "zip", "unzip", "gcc", "g++", "make", "convert",
-                "pandoc", "npm", "npx", "javac", "pip3",
+                "pandoc", "npm", "npx", "javac", "python", "pip", "pip3",
             ],
             python_modules: DATA_STACK,
             pip_user_installs: true,
@@ -1015,6 +1019,18 @@ mod tests {
             ..RECIPES[0]
         };
         assert_ne!(changed.hash(), RECIPES[0].hash());
+        // A package more or less is another image: a cached build of the
+        // old list is rebuilt, never taken as up to date.
+        let debian = recipe("debian-12").unwrap();
+        let without_python = Recipe {
+            packages: &debian.packages[..debian.packages.len() - 1],
+            ..*debian
+        };
+        assert_ne!(without_python.hash(), debian.hash());
+        // The seeds run `python` and `pip`, and verify insists on them.
+        assert!(debian.packages.contains(&"python-is-python3"));
+        let expect = debian.expect.unwrap();
+        assert!(expect.tools.contains(&"python") && expect.tools.contains(&"pip"));
     }
 
     #[test]

@@ -234,6 +234,10 @@ fn calls(response: &Value, defaults: &LocalArgs) -> Vec<Call> {
         .collect()
 }
 
+/// The `by` of a decision the user took at the terminal (every other one
+/// is the policy's).
+const USER: &str = "user";
+
 /// Who decided, and what.
 struct Decision {
     approved: bool,
@@ -274,7 +278,7 @@ impl Judge {
                 let approved = ask_user(command, &why)?;
                 Decision {
                     approved,
-                    by: "user".to_owned(),
+                    by: USER.to_owned(),
                 }
             }
         })
@@ -361,7 +365,14 @@ fn local_skills(dirs: &[PathBuf]) -> Result<Vec<Value>> {
         .collect()
 }
 
-/// Runs the loop; returns the exit status (0: the model answered).
+/// The exit status of a run off a terminal whose model answered but whose
+/// policy rejected some of the commands it asked for: a script (or CI) sees
+/// that the task was not done as asked. Not 1 (`shellgate local` failed)
+/// nor 2 (clap's, for bad arguments).
+pub const REJECTED_STATUS: i32 = 3;
+
+/// Runs the loop; returns the exit status (0: the model answered; off a
+/// terminal, [`REJECTED_STATUS`] if the policy rejected a command).
 /// `data_dir`: shellgate's data directory (the global `--data-dir`), for
 /// `--sandbox`'s engine and images.
 pub async fn run(args: LocalArgs, data_dir: Option<PathBuf>) -> Result<i32> {
@@ -405,7 +416,16 @@ pub async fn run(args: LocalArgs, data_dir: Option<PathBuf>) -> Result<i32> {
     if let Some(sandbox) = sandbox {
         sandbox.close().await;
     }
-    result
+    let rejected = result?;
+    if rejected > 0 && !interactive {
+        eprintln!(
+            "shellgate local: the policy rejected {rejected} command{} (see {}); exit status {REJECTED_STATUS}",
+            if rejected == 1 { "" } else { "s" },
+            args.audit.display()
+        );
+        return Ok(REJECTED_STATUS);
+    }
+    Ok(0)
 }
 
 async fn run_loop(
@@ -416,9 +436,12 @@ async fn run_loop(
     cwd: &Path,
     sandbox: Option<&sandbox::Sandbox>,
     mut body: Value,
-) -> Result<i32> {
+) -> Result<usize> {
     let mut stdout = std::io::stdout();
     let mut sink = std::io::sink();
+    let dim = crate::terminal::stderr_colours();
+    // Commands the policy (not the user) refused to run.
+    let mut rejected = 0;
     for _turn in 0..args.max_turns {
         let text: &mut dyn Write = if args.json { &mut sink } else { &mut stdout };
         let response = client.create(&body, text).await?;
@@ -430,7 +453,7 @@ async fn run_loop(
             } else {
                 println!();
             }
-            return Ok(0);
+            return Ok(rejected);
         }
         let mut outputs = Vec::new();
         for call in &calls {
@@ -440,7 +463,13 @@ async fn run_loop(
                 let decision = judge.decide(&shown)?;
                 let result = if decision.approved {
                     if !args.json {
-                        eprintln!("\x1b[2m$ {shown}\x1b[0m");
+                        // Dimmed on a terminal; a pipe or a file gets no
+                        // escape codes.
+                        if dim {
+                            eprintln!("\x1b[2m$ {shown}\x1b[0m");
+                        } else {
+                            eprintln!("$ {shown}");
+                        }
                     }
                     if let Some(sandbox) = sandbox {
                         sandbox
@@ -471,6 +500,9 @@ async fn run_loop(
                         .await
                     }
                 } else {
+                    if decision.by != USER {
+                        rejected += 1;
+                    }
                     if !args.json {
                         eprintln!("shellgate local: not running `{shown}` ({})", decision.by);
                     }

@@ -85,6 +85,18 @@ pub enum Event {
         output_index: usize,
         arguments: String,
     },
+    #[serde(rename = "response.custom_tool_call_input.delta")]
+    CustomToolCallInputDelta {
+        item_id: String,
+        output_index: usize,
+        delta: String,
+    },
+    #[serde(rename = "response.custom_tool_call_input.done")]
+    CustomToolCallInputDone {
+        item_id: String,
+        output_index: usize,
+        input: String,
+    },
     #[serde(rename = "response.shell_call_command.added")]
     ShellCallCommandAdded {
         output_index: usize,
@@ -145,6 +157,8 @@ impl Event {
             Event::OutputTextDone { .. } => "response.output_text.done",
             Event::FunctionCallArgumentsDelta { .. } => "response.function_call_arguments.delta",
             Event::FunctionCallArgumentsDone { .. } => "response.function_call_arguments.done",
+            Event::CustomToolCallInputDelta { .. } => "response.custom_tool_call_input.delta",
+            Event::CustomToolCallInputDone { .. } => "response.custom_tool_call_input.done",
             Event::ShellCallCommandAdded { .. } => "response.shell_call_command.added",
             Event::ShellCallCommandDelta { .. } => "response.shell_call_command.delta",
             Event::ShellCallCommandDone { .. } => "response.shell_call_command.done",

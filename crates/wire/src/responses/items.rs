@@ -514,6 +514,9 @@ pub struct FunctionCall {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub call_id: Option<String>,
     pub name: String,
+    /// The `namespace` tool the function belongs to (Codex's groups).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
     pub arguments: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<ItemStatus>,
@@ -776,6 +779,9 @@ pub struct CustomToolCall {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub call_id: Option<String>,
     pub name: String,
+    /// The `namespace` tool the custom tool belongs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
     pub input: String,
     #[serde(flatten)]
     #[schema(value_type = Object)]

@@ -3,9 +3,10 @@
 //! Deserialization reads their shapes (a wrong type is an error naming the
 //! field); what a tool means and whether this server can honour it is
 //! decided by `shellgate_model::tools::Tools::parse`, which keeps the
-//! messages the API always gave (a tool of an unknown `type` is kept here
-//! as [`Tool::Other`] so that it is refused there, with its name). Keys
-//! not named are kept in `extra` (echoed in the response object).
+//! messages the API always gave. A tool of another `type` (a hosted tool
+//! shellgate does not run: `web_search`, `mcp`, ...) is kept whole as
+//! [`Tool::Other`], for an upstream that runs it. Keys not named are kept
+//! in `extra` (echoed in the response object).
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
@@ -26,7 +27,13 @@ pub enum Tool {
     OpenRouterShell(OpenRouterTool),
     /// `openrouter:bash` (served on the Messages API only).
     OpenRouterBash(OpenRouterTool),
-    /// A tool of another `type`, kept whole (refused by the server).
+    /// `custom`: a user's freeform tool (its input is text, maybe in a
+    /// grammar), handed back.
+    Custom(CustomTool),
+    /// `namespace`: a named group of function and custom tools (Codex's).
+    Namespace(NamespaceTool),
+    /// A tool of another `type`, kept whole (a hosted tool shellgate does
+    /// not run: passed to an upstream that does, else left out).
     #[schema(value_type = Object)]
     Other(Extra),
 }
@@ -38,6 +45,8 @@ pub mod tool_type {
     pub const FUNCTION: &str = "function";
     pub const OPENROUTER_SHELL: &str = "openrouter:shell";
     pub const OPENROUTER_BASH: &str = "openrouter:bash";
+    pub const CUSTOM: &str = "custom";
+    pub const NAMESPACE: &str = "namespace";
 }
 
 impl Tool {
@@ -50,8 +59,18 @@ impl Tool {
             Tool::Function(_) => FUNCTION,
             Tool::OpenRouterShell(_) => OPENROUTER_SHELL,
             Tool::OpenRouterBash(_) => OPENROUTER_BASH,
+            Tool::Custom(_) => CUSTOM,
+            Tool::Namespace(_) => NAMESPACE,
             Tool::Other(map) => return map.get("type").and_then(Value::as_str),
         })
+    }
+
+    /// The `server_label` of a hosted tool (`mcp`'s), if it has one.
+    pub fn server_label(&self) -> Option<&str> {
+        match self {
+            Tool::Other(map) => map.get("server_label").and_then(Value::as_str),
+            _ => None,
+        }
     }
 }
 
@@ -68,6 +87,10 @@ enum TaggedTool<'a> {
     OpenRouterShell(&'a OpenRouterTool),
     #[serde(rename = "openrouter:bash")]
     OpenRouterBash(&'a OpenRouterTool),
+    #[serde(rename = "custom")]
+    Custom(&'a CustomTool),
+    #[serde(rename = "namespace")]
+    Namespace(&'a NamespaceTool),
 }
 
 impl Serialize for Tool {
@@ -78,6 +101,8 @@ impl Serialize for Tool {
             Tool::Function(t) => TaggedTool::Function(t),
             Tool::OpenRouterShell(t) => TaggedTool::OpenRouterShell(t),
             Tool::OpenRouterBash(t) => TaggedTool::OpenRouterBash(t),
+            Tool::Custom(t) => TaggedTool::Custom(t),
+            Tool::Namespace(t) => TaggedTool::Namespace(t),
             Tool::Other(map) => return map.serialize(serializer),
         };
         tagged.serialize(serializer)
@@ -98,6 +123,8 @@ impl<'de> Deserialize<'de> for Tool {
             FUNCTION,
             OPENROUTER_SHELL,
             OPENROUTER_BASH,
+            CUSTOM,
+            NAMESPACE,
         ]
         .contains(&kind.as_str())
         {
@@ -109,6 +136,8 @@ impl<'de> Deserialize<'de> for Tool {
             LOCAL_SHELL => Tool::LocalShell(variant(map)?),
             FUNCTION => Tool::Function(variant(map)?),
             OPENROUTER_SHELL => Tool::OpenRouterShell(variant(map)?),
+            CUSTOM => Tool::Custom(variant(map)?),
+            NAMESPACE => Tool::Namespace(variant(map)?),
             _ => Tool::OpenRouterBash(variant(map)?),
         })
     }
@@ -145,6 +174,54 @@ pub struct FunctionTool {
     pub parameters: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strict: Option<bool>,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
+
+/// `custom`: a freeform tool; the model's call of it carries raw text.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct CustomTool {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Omitted: any text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<CustomToolFormat>,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
+
+/// A custom tool's input `format`: `{"type": "text"}`, or `{"type":
+/// "grammar", "syntax": "lark" | "regex", "definition": ...}` (checked by
+/// the server).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct CustomToolFormat {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub syntax: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub definition: Option<String>,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
+
+/// `namespace`: function and custom tools under one name; the model's
+/// call of one names the namespace beside the tool.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct NamespaceTool {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// `function` and `custom` tools (others are refused by the server).
+    #[serde(default)]
+    #[schema(value_type = Vec<Object>)]
+    pub tools: Vec<Tool>,
     #[serde(flatten)]
     #[schema(value_type = Object)]
     pub extra: Extra,
@@ -290,6 +367,17 @@ pub enum ToolChoice {
     LocalShell,
     /// `{"type": "function", "name": ...}` (a missing name is `""`).
     Function { name: String },
+    /// `{"type": "custom", "name": ...}` (a missing name is `""`).
+    Custom { name: String },
+    /// `{"type": "allowed_tools", "mode": "auto" | "required", "tools":
+    /// [...]}`: the model may call only these tools.
+    AllowedTools {
+        mode: String,
+        tools: Vec<AllowedTool>,
+    },
+    /// `{"type": ...}` of another tool (a hosted tool, `mcp`...), kept whole.
+    #[schema(value_type = Object)]
+    Other(Extra),
 }
 
 /// Today's messages for a `tool_choice` the API cannot read.
@@ -300,6 +388,15 @@ impl Serialize for ToolChoice {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
         let (kind, name) = match self {
+            ToolChoice::AllowedTools { mode, tools } => {
+                let mut map = serializer.serialize_map(Some(3))?;
+                map.serialize_entry("type", "allowed_tools")?;
+                map.serialize_entry("mode", mode)?;
+                map.serialize_entry("tools", tools)?;
+                return map.end();
+            }
+            ToolChoice::Other(other) => return other.serialize(serializer),
+            ToolChoice::Custom { name } => ("custom", Some(name)),
             ToolChoice::Auto => return serializer.serialize_str("auto"),
             ToolChoice::Required => return serializer.serialize_str("required"),
             ToolChoice::None => return serializer.serialize_str("none"),
@@ -315,6 +412,35 @@ impl Serialize for ToolChoice {
         }
         map.end()
     }
+}
+
+/// A tool an `allowed_tools` choice lists: its `type`, and what names it
+/// among tools of that type.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
+pub struct AllowedTool {
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// A function's or custom tool's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// A namespaced tool's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// An `mcp` tool's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_label: Option<String>,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
+
+/// A `tool_choice` object's `name` (`""` if it has none).
+fn name_of(object: &Extra) -> String {
+    object
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
 }
 
 impl<'de> Deserialize<'de> for ToolChoice {
@@ -334,13 +460,46 @@ impl<'de> Deserialize<'de> for ToolChoice {
                 Some("openrouter:shell") => Ok(ToolChoice::OpenRouterShell),
                 Some("local_shell") => Ok(ToolChoice::LocalShell),
                 Some("function") => Ok(ToolChoice::Function {
-                    name: object
-                        .get("name")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_owned(),
+                    name: name_of(&object),
                 }),
-                _ => Err(super::custom("", TOOL_CHOICE_OBJECT)),
+                Some("custom") => Ok(ToolChoice::Custom {
+                    name: name_of(&object),
+                }),
+                Some("allowed_tools") => {
+                    let mode = match object.get("mode") {
+                        Some(Value::String(mode)) if mode == "auto" || mode == "required" => {
+                            mode.clone()
+                        }
+                        _ => {
+                            return Err(super::custom(
+                                "mode",
+                                "allowed_tools' mode must be 'auto' or 'required'",
+                            ))
+                        }
+                    };
+                    let tools = match object.get("tools") {
+                        Some(Value::Array(tools)) => tools
+                            .iter()
+                            .map(|tool| match tool {
+                                Value::Object(_) => AllowedTool::deserialize(tool)
+                                    .map_err(|e| super::custom("tools", e)),
+                                _ => Err(super::custom(
+                                    "tools",
+                                    "allowed_tools' tools are tool objects",
+                                )),
+                            })
+                            .collect::<Result<Vec<_>, _>>()?,
+                        _ => {
+                            return Err(super::custom(
+                                "tools",
+                                "allowed_tools needs a 'tools' array",
+                            ))
+                        }
+                    };
+                    Ok(ToolChoice::AllowedTools { mode, tools })
+                }
+                Some(_) => Ok(ToolChoice::Other(object)),
+                None => Err(super::custom("", TOOL_CHOICE_OBJECT)),
             },
             _ => Err(super::custom(
                 "",
