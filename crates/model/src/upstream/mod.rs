@@ -587,6 +587,12 @@ impl Router {
             .map(|(prefix, _)| prefix.as_str())
     }
 
+    /// Whether no upstream answers any model (a first start: the model APIs
+    /// answer 503).
+    pub fn is_empty(&self) -> bool {
+        self.routes.is_empty() && self.default.is_none()
+    }
+
     /// Every route, longest prefix first, then the default (read-only:
     /// the start-up summary and `GET /v1/models` read them).
     pub fn routes(&self) -> Vec<RouteInfo> {
