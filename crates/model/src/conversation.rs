@@ -18,7 +18,7 @@ use shellgate_wire::responses::{
 
 use crate::arguments::{BashArguments, LocalShellArguments, ShellArguments};
 use crate::tools::{namespaced_name, BASH, LOCAL_SHELL, SHELL};
-use crate::upstream::{Message, ToolCall};
+use crate::upstream::{Message, NativeItem, Protocol, ToolCall};
 
 /// The text of a message's `content` (a string, or parts).
 pub fn content_text(content: &MessageContent) -> String {
@@ -245,9 +245,28 @@ pub fn messages<'a>(
                     None => String::new(),
                 },
             }),
-            // Reasoning and anything else a model of another family cannot
-            // use.
-            Item::Reasoning(_) | Item::Other(_) => {}
+            // Reasoning goes back to the upstream that made it (each
+            // adapter sends what its protocol can read); one with nothing
+            // in it means nothing to any.
+            Item::Reasoning(reasoning) => {
+                let reasoning = crate::reasoning::from_item(reasoning);
+                if reasoning.sealed.is_some()
+                    || !reasoning.text.is_empty()
+                    || !reasoning.summary.is_empty()
+                {
+                    messages.push(Message::Reasoning(reasoning));
+                }
+            }
+            // An Anthropic server tool's block a Messages client replayed
+            // (`web_search_tool_result`...): for an Anthropic upstream.
+            Item::Other(block) if shellgate_wire::messages::holds_server_tool_block(block) => {
+                messages.push(Message::Native(NativeItem {
+                    protocol: Protocol::Anthropic,
+                    item: serde_json::Value::Object(block.clone()),
+                }))
+            }
+            // Anything else a model of another family cannot use.
+            Item::Other(_) => {}
         }
     }
     messages

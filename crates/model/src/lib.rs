@@ -14,6 +14,7 @@ pub mod arguments;
 pub mod conversation;
 mod error;
 pub mod guardrail;
+pub mod reasoning;
 pub mod run;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
