@@ -362,9 +362,12 @@ def test_messages_errors_use_anthropics_envelope_and_exceptions(server):
     assert bad.value.body["type"] == "error"
     assert bad.value.body["error"]["type"] == "invalid_request_error"
     assert "max_tokens" in bad.value.body["error"]["message"]
-    with pytest.raises(anthropic.BadRequestError):
-        client.messages.create(model="scripted", max_tokens=10, messages=[{"role": "user", "content": "hi"}],
-                               tools=[{"type": "web_search_20250305", "name": "web_search"}])
+    # Anthropic's server tools are the upstream's to run (issue 18): this
+    # Chat upstream cannot, so the tool is left out and named, not refused.
+    raw = client.messages.with_raw_response.create(
+        model="scripted", max_tokens=10, messages=[{"role": "user", "content": "hi"}],
+        tools=[{"type": "web_search_20250305", "name": "web_search"}])
+    assert raw.headers["x-shellgate-uncarried"] == "tools[0] (web_search_20250305)"
     with pytest.raises(anthropic.AuthenticationError):
         anthropic.Anthropic(base_url=client.base_url, api_key="sk-wrong", max_retries=0).messages.create(
             model="scripted", max_tokens=10, messages=[{"role": "user", "content": "hi"}])

@@ -302,6 +302,14 @@ pub fn messages_offering<'a>(
                     messages.push(Message::Reasoning(reasoning));
                 }
             }
+            // An Anthropic server tool's block a Messages client replayed
+            // (`web_search_tool_result`...): for an Anthropic upstream.
+            Item::Other(block) if shellgate_wire::messages::holds_server_tool_block(block) => {
+                messages.push(Message::Native(NativeItem {
+                    protocol: Protocol::Anthropic,
+                    item: serde_json::Value::Object(block.clone()),
+                }))
+            }
             // The Responses API's own items, for an upstream that reads them.
             Item::Other(item) => messages.push(Message::Native(NativeItem {
                 protocol: Protocol::Responses,

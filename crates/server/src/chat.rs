@@ -1253,14 +1253,15 @@ mod tests {
             .call(None, Method::POST, "/v1/chat/completions", Some(json!({})))
             .await;
         answer.error(401);
-        // No upstream configured: the model names the problem.
+        // No upstream configured: the server's set-up is what is wrong (503),
+        // as on the other model APIs.
         let answer = Harness::new()
             .post(
                 "/v1/chat/completions",
                 json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]}),
             )
             .await;
-        assert_eq!(answer.error(400)["param"], "model");
+        assert_eq!(answer.error(503)["code"], "upstream_not_configured");
     }
 
     #[tokio::test]

@@ -623,12 +623,6 @@ impl Config {
     }
 
     /// The seeded keys as (key, project) pairs.
-    /// Whether any upstream model is configured (without one, the model
-    /// APIs answer 503).
-    pub fn has_upstream(&self) -> bool {
-        !self.upstream_url.is_empty() || !self.upstreams.is_empty()
-    }
-
     pub fn seeded_keys(&self) -> Vec<(String, String)> {
         self.api_keys
             .split(',')

@@ -718,6 +718,28 @@ async fn the_messages_api_refuses_a_missing_key_in_anthropics_envelope() {
 }
 
 #[tokio::test]
+async fn count_tokens_names_a_bad_field_in_anthropics_envelope() {
+    let harness = Harness::new();
+    for (body, param) in [
+        (
+            json!({"model": "m", "messages": [], "max_tokens": 5}),
+            "max_tokens",
+        ),
+        (json!({"model": "m"}), "messages"),
+        (
+            json!({"model": "m", "messages": [], "thinking": {"type": "enabled"}}),
+            "thinking.budget_tokens",
+        ),
+    ] {
+        let answer = harness.post("/v1/messages/count_tokens", body).await;
+        assert_eq!(answer.status, 400, "{}", answer.json);
+        assert_eq!(answer.json["error"]["type"], "invalid_request_error");
+        let message = answer.json["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.starts_with(param), "{message}");
+    }
+}
+
+#[tokio::test]
 async fn without_an_upstream_the_model_apis_answer_503_in_their_envelopes() {
     // The harness configures no upstream, as a first start does.
     let harness = Harness::new();

@@ -394,6 +394,8 @@ fn served_routes(state: Arc<AppState>) -> ServedRoutes {
         // given a base URL that ends in /v1, as OpenAI SDKs are.
         .route("/messages", post(messages::create))
         .route("/v1/messages", post(messages::create))
+        .route("/messages/count_tokens", post(messages::count_tokens))
+        .route("/v1/messages/count_tokens", post(messages::count_tokens))
         .route(
             "/responses/{response_id}",
             get(responses::retrieve).delete(responses::delete),

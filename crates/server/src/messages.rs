@@ -36,20 +36,24 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::Value;
 use shellgate_model::run::{self, Outcome, Sandbox, Status};
 use shellgate_model::tools::{Tools, BASH, SHELL};
-use shellgate_model::upstream::ToolChoice;
+use shellgate_model::upstream::{
+    anthropic, Carry, NativeItem, OutputFormat, Protocol, Reasoning, ReasoningRequest, Sealed,
+    ToolChoice,
+};
 use shellgate_wire::messages::{
     self as wire, BashResult, BashToolInput, BashToolResultBlock, BashToolResultContent,
     ContentBlock, CreateMessage, Delta, ErrorKind, ErrorObject, ErrorResponse, MessageParam, Role,
     ShellToolInput, ShellToolResultBlock, StopReason, StreamEvent, TextOrBlocks, ToolUseBlock,
 };
 use shellgate_wire::new_id;
+use shellgate_wire::responses as wire_items;
 use shellgate_wire::responses::{
     ContentPart, FunctionCall, FunctionCallOutput, InputText, Item, ItemStatus,
     Message as ItemMessage, OpenRouterBash, OpenRouterBashAction, OpenRouterShell,
@@ -108,11 +112,14 @@ struct Prepared {
     sandbox: Option<Arc<HostedShell>>,
     /// How long the run may take in all.
     deadline: std::time::Duration,
+    /// What the upstream cannot carry, as the client named it.
+    uncarried: Vec<String>,
 }
 
 pub async fn create(
     State(state): State<Arc<AppState>>,
     project: Result<Project, ApiError>,
+    headers: HeaderMap,
     body: Result<ApiJson<Value>, ApiError>,
 ) -> Response {
     let prepared = async {
@@ -123,10 +130,9 @@ pub async fn create(
                 "The request body must be a JSON object.",
             ));
         }
-        let request: CreateMessage =
-            shellgate_wire::param::parse(&body).map_err(|e| invalid(&e.param, e.message))?;
+        let request = CreateMessage::read(&body).map_err(|e| invalid(&e.param, e.message))?;
         let stream = request.stream.unwrap_or(false);
-        Ok((prepare(&state, &project, request).await?, stream))
+        Ok((prepare(&state, &project, &headers, request).await?, stream))
     }
     .await;
     let (prepared, stream) = match prepared {
@@ -134,16 +140,341 @@ pub async fn create(
         Err(e) => return anthropic_error(e),
     };
     let prepared = Arc::new(prepared);
-    if stream {
-        return stream_message(state, prepared).into_response();
+    crate::uncarried::log("messages", &prepared.model, &prepared.uncarried);
+    let uncarried = crate::uncarried::header_value(&prepared.uncarried);
+    let mut response = if stream {
+        stream_message(state, Arc::clone(&prepared)).into_response()
+    } else {
+        // If the client leaves, this future is dropped, and with it the run
+        // and its commands (their time until then is billed).
+        let outcome = run_loop(&prepared, None).await;
+        match finish(&state, &prepared, &outcome).await {
+            Ok(message) => Json(message).into_response(),
+            Err(e) => anthropic_error(e),
+        }
+    };
+    if let Some(value) = uncarried {
+        response
+            .headers_mut()
+            .insert(crate::uncarried::HEADER, value);
     }
-    // If the client leaves, this future is dropped, and with it the run and
-    // its commands (their time until then is billed).
-    let outcome = run_loop(&prepared, None).await;
-    match finish(&state, &prepared, &outcome).await {
-        Ok(message) => Json(message).into_response(),
+    response
+}
+
+/// `POST /v1/messages/count_tokens`: the input tokens of a request. An
+/// Anthropic upstream counts them itself (the request as the loop would
+/// send it, with the client's carried fields and beta header); for any
+/// other upstream, or when the upstream's count fails, the answer is an
+/// estimate ([`estimate_tokens`]): a client asking (Claude Code does,
+/// to budget its context) always gets a number for a valid request.
+pub async fn count_tokens(
+    State(state): State<Arc<AppState>>,
+    project: Result<Project, ApiError>,
+    headers: HeaderMap,
+    body: Result<ApiJson<Value>, ApiError>,
+) -> Response {
+    let counted = async {
+        let _project = project?;
+        let ApiJson(body) = body?;
+        if !body.is_object() {
+            return Err(ApiError::bad_request(
+                "The request body must be a JSON object.",
+            ));
+        }
+        let request = wire::CountTokens::read(&body).map_err(|e| invalid(&e.param, e.message))?;
+        let (model, upstream) = crate::responses::upstream_for(&state, Some(&request.model))?;
+        let turn = counted_turn(request, &headers, upstream.protocol())?;
+        let input_tokens = match upstream.count_tokens(&turn).await {
+            Ok(Some(tokens)) => tokens,
+            Ok(None) => estimate_tokens(&turn),
+            Err(e) => {
+                tracing::warn!(
+                    model,
+                    "the upstream could not count tokens ({e}); estimated"
+                );
+                estimate_tokens(&turn)
+            }
+        };
+        Ok(wire::TokenCount { input_tokens })
+    }
+    .await;
+    match counted {
+        Ok(count) => Json(count).into_response(),
         Err(e) => anthropic_error(e),
     }
+}
+
+/// The turn a count_tokens request stands for: the one its message would
+/// be (the conversation, the tools as the model sees them).
+fn counted_turn(
+    request: wire::CountTokens,
+    headers: &HeaderMap,
+    protocol: Option<Protocol>,
+) -> Result<shellgate_model::upstream::Turn, ApiError> {
+    // As a message's request (only generating needs `max_tokens`; the
+    // upstream's count leaves it out).
+    let body = CreateMessage {
+        model: request.model,
+        max_tokens: 1,
+        messages: request.messages,
+        system: request.system,
+        tools: request.tools,
+        tool_choice: request.tool_choice,
+        stream: None,
+        metadata: None,
+        temperature: None,
+        top_p: None,
+        top_k: None,
+        stop_sequences: None,
+        service_tier: None,
+        thinking: request.thinking,
+        output_config: request.output_config,
+        session_id: None,
+        carried: request.carried,
+    };
+    let instructions = system_text(body.system.as_ref())?;
+    let (kept, positions, native_tools) = set_apart(body.tools.as_deref().unwrap_or_default());
+    let tools = Tools::parse_messages(&kept)
+        .map_err(|e| invalid(&client_param(&e.param, &positions), e.message))?;
+    let (tool_choice, parallel) = tool_choice(&tools, body.tool_choice.as_ref())?;
+    let items = conversation(&body.messages)?;
+    let (carry, _) = carry(&body, headers, &native_tools, protocol)?;
+    Ok(shellgate_model::upstream::Turn {
+        model: body.model.clone(),
+        messages: shellgate_model::conversation::messages(instructions.as_deref(), &items),
+        // The shell's description names its container, unknown here.
+        tools: tools.specs(&|_| String::new()),
+        tool_choice,
+        parallel_tool_calls: parallel,
+        carry,
+        ..Default::default()
+    })
+}
+
+/// An honest estimate of a turn's input tokens where no upstream counts
+/// them: a token per four bytes of its text (the system prompt, every
+/// message, each tool's name, description and schema), rounded up — the
+/// usual rule of thumb for English text and code with BPE tokenizers; it
+/// is not any model's count.
+pub fn estimate_tokens(turn: &shellgate_model::upstream::Turn) -> u64 {
+    use shellgate_model::upstream::Message as M;
+    let mut bytes = 0usize;
+    for message in &turn.messages {
+        bytes += match message {
+            M::System(text) | M::User(text) => text.len(),
+            M::Assistant { text, tool_calls } => {
+                text.len()
+                    + tool_calls
+                        .iter()
+                        .map(|c| c.name.len() + c.arguments.len())
+                        .sum::<usize>()
+            }
+            M::Tool { output, .. } => output.len(),
+            M::Reasoning(reasoning) => reasoning.text.len(),
+            M::Native(native) => native.item.to_string().len(),
+        };
+    }
+    for tool in &turn.tools {
+        bytes += tool.name.len() + tool.description.len() + tool.parameters.to_string().len();
+    }
+    u64::try_from(bytes.div_ceil(4)).unwrap_or(u64::MAX)
+}
+
+/// The client's `anthropic-beta` values (one header of comma-separated
+/// names, or several), for an Anthropic upstream.
+fn betas(headers: &HeaderMap) -> Vec<String> {
+    headers
+        .get_all("anthropic-beta")
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .map(str::trim)
+        .filter(|beta| !beta.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `tools` split: the ones shellgate runs or hands back (with each one's
+/// index in the request, for errors), and Anthropic's server tools
+/// (`web_search_20250305` and the like, with their index), which are the
+/// upstream's to run.
+fn set_apart(tools: &[wire::Tool]) -> (Vec<wire::Tool>, Vec<usize>, Vec<(usize, &wire::Tool)>) {
+    let (mut kept, mut positions, mut apart) = (Vec::new(), Vec::new(), Vec::new());
+    for (index, tool) in tools.iter().enumerate() {
+        if matches!(tool, wire::Tool::Unknown(_)) {
+            apart.push((index, tool));
+        } else {
+            kept.push(tool.clone());
+            positions.push(index);
+        }
+    }
+    (kept, positions, apart)
+}
+
+/// `param` (`tools[i]...` of the tools kept) as the client's own index.
+fn client_param(param: &str, positions: &[usize]) -> String {
+    let Some(rest) = param.strip_prefix("tools[") else {
+        return param.to_owned();
+    };
+    let Some((index, tail)) = rest.split_once(']') else {
+        return param.to_owned();
+    };
+    match index.parse::<usize>().ok().and_then(|i| positions.get(i)) {
+        Some(original) => format!("tools[{original}]{tail}"),
+        None => param.to_owned(),
+    }
+}
+
+/// What a Messages request asks beyond the loop's fields, for the
+/// upstream that answers it, and what of it that upstream cannot carry.
+///
+/// An Anthropic upstream gets every field but the loop's own
+/// (`anthropic::OWN`) as the client wrote it, its `anthropic-beta` header
+/// and its server tools. Another gets the nearest equivalents: `thinking`
+/// (a budget: `anthropic::effort_for_budget`) or `output_config.effort` as
+/// a reasoning effort, `output_config.format` as a JSON schema,
+/// `stop_sequences` and `top_k` (a Chat Completions upstream has both, a
+/// Responses one neither); a Responses upstream gets them as its own
+/// fields (`reasoning`, `text.format`). The rest is named for the
+/// `x-shellgate-uncarried` header.
+fn carry(
+    body: &CreateMessage,
+    headers: &HeaderMap,
+    native_tools: &[(usize, &wire::Tool)],
+    protocol: Option<Protocol>,
+) -> Result<(Carry, Vec<String>), ApiError> {
+    let mut carry = Carry::default();
+    let mut uncarried = Vec::new();
+    if protocol == Some(Protocol::Anthropic) {
+        let Ok(Value::Object(mut fields)) = serde_json::to_value(body) else {
+            return Err(ApiError::internal("the request could not be written back"));
+        };
+        fields.retain(|key, _| !anthropic::OWN.contains(&key.as_str()));
+        // The blocks' own cache breakpoints cannot be carried (the loop's
+        // conversation is text): the API's automatic caching, marked as the
+        // request's last breakpoint was, keeps the prompt cached.
+        if let Some(marker) = body.last_cache_control() {
+            fields
+                .entry(wire::CACHE_CONTROL)
+                .or_insert_with(|| marker.clone());
+        }
+        carry.anthropic = fields;
+        carry.anthropic_beta = betas(headers);
+        // A user tool's own keys (`strict`, `defer_loading`...); its cache
+        // breakpoint is the request's automatic one above.
+        for tool in body.tools.iter().flatten() {
+            if let wire::Tool::Custom(tool) = tool {
+                let mut extra = tool.extra.clone();
+                extra.remove(wire::CACHE_CONTROL);
+                if !extra.is_empty() {
+                    carry.anthropic_tool_extras.insert(tool.name.clone(), extra);
+                }
+            }
+        }
+        carry.native_tools = native_tools
+            .iter()
+            .filter_map(|(_, tool)| serde_json::to_value(tool).ok())
+            .map(|item| NativeItem {
+                protocol: Protocol::Anthropic,
+                item,
+            })
+            .collect();
+        return Ok((carry, uncarried));
+    }
+    for (index, tool) in native_tools {
+        uncarried.push(format!(
+            "tools[{index}] ({})",
+            tool.kind().unwrap_or_default()
+        ));
+    }
+    let effort = match &body.thinking {
+        Some(wire::ThinkingConfig::Enabled { budget_tokens, .. }) => {
+            Some(anthropic::effort_for_budget(u64::from(*budget_tokens)).to_owned())
+        }
+        _ => None,
+    };
+    let output = body.output_config.as_ref();
+    // `max` is above every OpenAI level: their highest.
+    let effort = output
+        .and_then(|o| o.effort.clone())
+        .map(|effort| {
+            if effort == "max" {
+                "xhigh".to_owned()
+            } else {
+                effort
+            }
+        })
+        .or(effort);
+    if let Some(effort) = &effort {
+        carry.reasoning = Some(ReasoningRequest {
+            effort: Some(effort.clone()),
+            summary: None,
+            budget_tokens: match &body.thinking {
+                Some(wire::ThinkingConfig::Enabled { budget_tokens, .. }) => {
+                    Some(u64::from(*budget_tokens))
+                }
+                _ => None,
+            },
+        });
+    }
+    if let Some(wire::OutputFormat::JsonSchema { schema, .. }) =
+        output.and_then(|o| o.format.as_ref())
+    {
+        carry.output_format = Some(OutputFormat::JsonSchema {
+            name: "output".into(),
+            description: None,
+            schema: Value::Object(schema.clone()),
+            strict: None,
+        });
+    }
+    if let Some(output) = output {
+        uncarried.extend(
+            output
+                .extra
+                .keys()
+                .map(|key| format!("output_config.{key}")),
+        );
+    }
+    carry.stop = body.stop_sequences.clone().unwrap_or_default();
+    carry.top_k = body.top_k;
+    if protocol == Some(Protocol::Responses) {
+        let mut fields = serde_json::Map::new();
+        if let Some(effort) = &effort {
+            fields.insert("reasoning".into(), serde_json::json!({ "effort": effort }));
+        }
+        if let Some(OutputFormat::JsonSchema { name, schema, .. }) = &carry.output_format {
+            fields.insert(
+                "text".into(),
+                serde_json::json!({"format": {"type": "json_schema", "name": name, "schema": schema}}),
+            );
+        }
+        carry.responses = fields;
+        if !carry.stop.is_empty() {
+            uncarried.push("stop_sequences".into());
+        }
+        if carry.top_k.is_some() {
+            uncarried.push("top_k".into());
+        }
+    }
+    // Thinking switched off, or left to the model, asks nothing of another
+    // protocol; a budget is carried as the effort above.
+    if let Some(wire::ThinkingConfig::Adaptive { .. } | wire::ThinkingConfig::BetweenTools { .. }) =
+        &body.thinking
+    {
+        if effort.is_none() {
+            uncarried.push("thinking".into());
+        }
+    }
+    for (key, present) in [
+        ("metadata", body.metadata.is_some()),
+        ("service_tier", body.service_tier.is_some()),
+    ] {
+        if present {
+            uncarried.push(key.into());
+        }
+    }
+    uncarried.extend(body.carried.keys().cloned());
+    Ok((carry, uncarried))
 }
 
 /// The cross-field and range checks a deserialized request still needs,
@@ -151,6 +482,7 @@ pub async fn create(
 async fn prepare(
     state: &Arc<AppState>,
     project: &Project,
+    headers: &HeaderMap,
     body: CreateMessage,
 ) -> Result<Prepared, ApiError> {
     let (model, upstream) = crate::responses::upstream_for(state, Some(&body.model))?;
@@ -160,31 +492,16 @@ async fn prepare(
             "max_tokens: a positive whole number is required",
         ));
     }
-    // Parameters the upstream protocols here cannot pass on are refused,
-    // not silently dropped.
-    if body.top_k.is_some() {
-        return Err(invalid("top_k", "top_k is not supported by this server"));
-    }
-    if body.stop_sequences.as_ref().is_some_and(|s| !s.is_empty()) {
-        return Err(invalid(
-            "stop_sequences",
-            "stop_sequences is not supported by this server",
-        ));
-    }
-    if !matches!(
-        body.thinking,
-        None | Some(wire::ThinkingConfig::Disabled {})
-    ) {
-        return Err(invalid(
-            "thinking",
-            "extended thinking is not supported by this server",
-        ));
-    }
     let instructions = system_text(body.system.as_ref())?;
-    let tools = match &body.tools {
-        None => Tools::default(),
-        Some(tools) => Tools::parse_messages(tools).map_err(|e| invalid(&e.param, e.message))?,
-    };
+    let (kept, positions, native_tools) = set_apart(body.tools.as_deref().unwrap_or_default());
+    let tools = Tools::parse_messages(&kept)
+        .map_err(|e| invalid(&client_param(&e.param, &positions), e.message))?;
+    let (carry, mut uncarried) = carry(&body, headers, &native_tools, upstream.protocol())?;
+    for name in upstream.uncarried(&carry) {
+        if !uncarried.contains(&name) {
+            uncarried.push(name);
+        }
+    }
     let (tool_choice, parallel) = tool_choice(&tools, body.tool_choice.as_ref())?;
     let items = conversation(&body.messages)?;
     let (items, instructions, tools) =
@@ -209,7 +526,7 @@ async fn prepare(
             max_output_tokens: Some(body.max_tokens),
             parallel_tool_calls: parallel,
             environment_description: hosted.description,
-            carry: Default::default(),
+            carry,
             output_guardrail: state
                 .guardrails
                 .for_project(&project.0, crate::guardrails::Target::ToolOutput),
@@ -219,6 +536,7 @@ async fn prepare(
         upstream,
         sandbox: hosted.sandbox,
         deadline: std::time::Duration::from_secs(state.config.response_timeout_secs),
+        uncarried,
     })
 }
 
@@ -373,7 +691,26 @@ fn conversation(messages: &[MessageParam]) -> Result<Vec<Item>, ApiError> {
                     role,
                     "[document attached; it cannot be shown]".to_owned(),
                 )),
-                ContentBlock::Thinking(_) | ContentBlock::RedactedThinking(_) => {}
+                // Kept in place, for the upstream that made it (an
+                // Anthropic one checks its signature).
+                ContentBlock::Thinking(thinking) if role == Role::Assistant => {
+                    flush(&mut parts, &mut items);
+                    items.push(reasoning_item(Reasoning {
+                        id: None,
+                        summary: Vec::new(),
+                        text: thinking.thinking,
+                        sealed: thinking.signature.map(Sealed::AnthropicSignature),
+                    }));
+                }
+                ContentBlock::RedactedThinking(redacted) if role == Role::Assistant => {
+                    flush(&mut parts, &mut items);
+                    items.push(reasoning_item(Reasoning {
+                        id: None,
+                        summary: Vec::new(),
+                        text: String::new(),
+                        sealed: Some(Sealed::AnthropicRedacted(redacted.data)),
+                    }));
+                }
                 ContentBlock::ToolUse(call) if role == Role::Assistant => {
                     flush(&mut parts, &mut items);
                     items.push(Item::FunctionCall(FunctionCall {
@@ -386,9 +723,24 @@ fn conversation(messages: &[MessageParam]) -> Result<Vec<Item>, ApiError> {
                         extra: Default::default(),
                     }));
                 }
-                ContentBlock::ServerToolUse(call) if role == Role::Assistant => {
+                // OpenRouter's server tools' calls wait for their result
+                // block: the two are one item.
+                ContentBlock::ServerToolUse(call)
+                    if role == Role::Assistant
+                        && matches!(call.name.as_str(), "shell" | "bash_code_execution") =>
+                {
                     flush(&mut parts, &mut items);
                     calls.insert(required(&call.id, &param, "id")?, call);
+                }
+                // Anthropic's server tools' blocks (`web_search`...): kept
+                // whole, in place, for an Anthropic upstream.
+                block @ (ContentBlock::ServerToolUse(_) | ContentBlock::Unknown(_))
+                    if role == Role::Assistant && wire::is_server_tool_block(block.kind()) =>
+                {
+                    flush(&mut parts, &mut items);
+                    if let Ok(Value::Object(raw)) = serde_json::to_value(&block) {
+                        items.push(Item::Other(raw));
+                    }
                 }
                 ContentBlock::OpenrouterShellToolResult(result) => {
                     flush(&mut parts, &mut items);
@@ -523,9 +875,44 @@ fn server_call(call_id: &str, name: &str, input: serde_json::Map<String, Value>)
     })
 }
 
+/// A reasoning as the loop's item.
+fn reasoning_item(reasoning: Reasoning) -> Item {
+    Item::Reasoning(shellgate_model::reasoning::to_item(&reasoning))
+}
+
+/// The block a reasoning item is: Anthropic's `thinking` (its signature)
+/// or `redacted_thinking`; reasoning of another protocol has no signature
+/// a client could replay, and becomes no block.
+fn thinking_block(item: &wire_items::Reasoning) -> Option<ContentBlock> {
+    let reasoning = shellgate_model::reasoning::from_item(item);
+    match reasoning.sealed {
+        Some(Sealed::AnthropicSignature(signature)) => {
+            Some(ContentBlock::Thinking(wire::ThinkingBlock {
+                thinking: reasoning.text,
+                signature: Some(signature),
+                extra: Default::default(),
+            }))
+        }
+        Some(Sealed::AnthropicRedacted(data)) => Some(ContentBlock::RedactedThinking(
+            wire::RedactedThinkingBlock {
+                data,
+                extra: Default::default(),
+            },
+        )),
+        Some(Sealed::OpenAi(_)) | None => None,
+    }
+}
+
 /// The content blocks an output item of the loop becomes.
 fn blocks(item: &Item) -> Vec<ContentBlock> {
     match item {
+        Item::Reasoning(reasoning) => thinking_block(reasoning).into_iter().collect(),
+        // An Anthropic upstream's server tool block, as it gave it.
+        Item::Other(raw) if wire::holds_server_tool_block(raw) => {
+            serde_json::from_value(Value::Object(raw.clone()))
+                .map(|block| vec![block])
+                .unwrap_or_default()
+        }
         Item::Message(message) => {
             let text = message_text(message);
             if text.is_empty() {
@@ -884,6 +1271,8 @@ impl BlockIndex {
                 ),
                 // A server tool's call opens when its commands start; its
                 // result follows when they are done.
+                // A thinking block is given whole when it is done.
+                Item::Reasoning(_) => Vec::new(),
                 item @ (Item::OpenRouterShell(_) | Item::OpenRouterBash(_)) => blocks(&item)
                     .into_iter()
                     .take(1)
@@ -906,6 +1295,17 @@ impl BlockIndex {
                 if let Some(block) = self.open.remove(&index) {
                     return vec![StreamEvent::ContentBlockStop { index: block }];
                 }
+                if let Item::Reasoning(reasoning) = &item {
+                    return thinking_block(reasoning)
+                        .map(|block| self.thinking(block))
+                        .unwrap_or_default();
+                }
+                if let Item::Other(_) = &item {
+                    return blocks(&item)
+                        .into_iter()
+                        .flat_map(|block| self.whole(block))
+                        .collect();
+                }
                 blocks(&item)
                     .into_iter()
                     .skip(1)
@@ -914,6 +1314,47 @@ impl BlockIndex {
             }
             _ => Vec::new(),
         }
+    }
+
+    /// A thinking block as Anthropic streams one: it starts empty, its
+    /// text and signature come as deltas (the SDK's accumulator builds the
+    /// block from them).
+    fn thinking(&mut self, content_block: ContentBlock) -> Vec<StreamEvent> {
+        let block = self.take();
+        let (start, deltas) = match content_block {
+            ContentBlock::Thinking(thinking) => {
+                let mut deltas = Vec::new();
+                if !thinking.thinking.is_empty() {
+                    deltas.push(Delta::ThinkingDelta {
+                        thinking: thinking.thinking,
+                    });
+                }
+                if let Some(signature) = thinking.signature {
+                    deltas.push(Delta::SignatureDelta { signature });
+                }
+                let start = ContentBlock::Thinking(wire::ThinkingBlock {
+                    thinking: String::new(),
+                    signature: Some(String::new()),
+                    extra: thinking.extra,
+                });
+                (start, deltas)
+            }
+            other => (other, Vec::new()),
+        };
+        let mut events = vec![StreamEvent::ContentBlockStart {
+            index: block,
+            content_block: start,
+        }];
+        events.extend(
+            deltas
+                .into_iter()
+                .map(|delta| StreamEvent::ContentBlockDelta {
+                    index: block,
+                    delta,
+                }),
+        );
+        events.push(StreamEvent::ContentBlockStop { index: block });
+        events
     }
 
     /// A block given whole at its start (a server tool's call or result).
@@ -1142,5 +1583,193 @@ mod tests {
                 content_block: ContentBlock::OpenrouterShellToolResult(_)
             }
         ));
+    }
+
+    fn request(body: Value) -> CreateMessage {
+        CreateMessage::read(&body).unwrap()
+    }
+
+    #[test]
+    fn each_upstream_protocol_gets_what_it_can_carry_and_the_rest_is_named() {
+        let body = request(json!({
+            "model": "m", "max_tokens": 8000, "session_id": "s1",
+            "messages": [{"role": "user", "content": "hi"}],
+            "thinking": {"type": "enabled", "budget_tokens": 2048, "display": "omitted"},
+            "context_management": {"edits": []},
+            "output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}},
+            "metadata": {"user_id": "u"},
+            "top_k": 3, "stop_sequences": ["END"],
+            "tools": [{"name": "f", "input_schema": {}}, {"type": "web_search_20250305", "name": "web_search"}]
+        }));
+        let mut headers = HeaderMap::new();
+        headers.append("anthropic-beta", "a-1, b-2".parse().unwrap());
+        headers.append("anthropic-beta", "c-3".parse().unwrap());
+        let tools = body.tools.clone().unwrap();
+        let (_, positions, native) = set_apart(&tools);
+        assert_eq!(positions, [0]);
+        assert_eq!(
+            client_param("tools[0].input_schema", &[2]),
+            "tools[2].input_schema"
+        );
+
+        let (carry_a, uncarried) =
+            carry(&body, &headers, &native, Some(Protocol::Anthropic)).unwrap();
+        assert!(uncarried.is_empty());
+        let keys: Vec<&str> = carry_a.anthropic.keys().map(String::as_str).collect();
+        for key in [
+            "thinking",
+            "context_management",
+            "output_config",
+            "metadata",
+            "top_k",
+            "stop_sequences",
+        ] {
+            assert!(keys.contains(&key), "{key} in {keys:?}");
+        }
+        for key in ["model", "messages", "max_tokens", "tools", "session_id"] {
+            assert!(!keys.contains(&key), "{key} in {keys:?}");
+        }
+        assert_eq!(carry_a.anthropic["thinking"]["display"], "omitted");
+        assert!(!carry_a.anthropic.contains_key("cache_control"));
+        let tooled = request(json!({"model": "m", "max_tokens": 5, "messages": [],
+            "tools": [{"name": "Deferred", "input_schema": {}, "defer_loading": true,
+                       "cache_control": {"type": "ephemeral"}}]}));
+        let (carry_t, _) = carry(&tooled, &headers, &[], Some(Protocol::Anthropic)).unwrap();
+        assert_eq!(
+            carry_t.anthropic_tool_extras["Deferred"],
+            json!({"defer_loading": true}).as_object().unwrap().clone()
+        );
+        // A block's cache breakpoint becomes the request's automatic one.
+        let cached = request(json!({"model": "m", "max_tokens": 5,
+            "system": [{"type": "text", "text": "s", "cache_control": {"type": "ephemeral", "ttl": "1h"}}],
+            "messages": [{"role": "user", "content": [
+                {"type": "text", "text": "a", "cache_control": {"type": "ephemeral"}}, {"type": "text", "text": "b"}]}]}));
+        let (carry_c, _) = carry(&cached, &headers, &[], Some(Protocol::Anthropic)).unwrap();
+        assert_eq!(
+            carry_c.anthropic["cache_control"],
+            json!({"type": "ephemeral"})
+        );
+        assert_eq!(carry_a.anthropic_beta, ["a-1", "b-2", "c-3"]);
+        assert_eq!(carry_a.native_tools[0].item["type"], "web_search_20250305");
+
+        let (chat, uncarried) = carry(&body, &headers, &native, Some(Protocol::Chat)).unwrap();
+        assert_eq!(
+            chat.reasoning.as_ref().and_then(|r| r.effort.as_deref()),
+            Some("low")
+        );
+        assert_eq!(
+            chat.reasoning.as_ref().and_then(|r| r.budget_tokens),
+            Some(2048)
+        );
+        assert!(matches!(
+            chat.output_format,
+            Some(OutputFormat::JsonSchema { .. })
+        ));
+        assert_eq!(
+            (chat.stop.as_slice(), chat.top_k),
+            (&["END".to_owned()][..], Some(3))
+        );
+        assert!(chat.anthropic.is_empty() && chat.anthropic_beta.is_empty());
+        assert_eq!(
+            uncarried,
+            [
+                "tools[1] (web_search_20250305)",
+                "metadata",
+                "context_management"
+            ]
+        );
+
+        let (responses, uncarried) =
+            carry(&body, &headers, &native, Some(Protocol::Responses)).unwrap();
+        assert_eq!(responses.responses["reasoning"], json!({"effort": "low"}));
+        assert_eq!(responses.responses["text"]["format"]["type"], "json_schema");
+        assert!(uncarried.contains(&"top_k".to_owned()));
+        assert!(uncarried.contains(&"stop_sequences".to_owned()));
+        // An effort of its own wins over the budget's; `max` is OpenAI's highest.
+        let adaptive = request(json!({"model": "m", "max_tokens": 5, "messages": [],
+            "thinking": {"type": "adaptive"}, "output_config": {"effort": "max"}}));
+        let (chat, uncarried) = carry(&adaptive, &headers, &[], Some(Protocol::Chat)).unwrap();
+        assert_eq!(
+            chat.reasoning.and_then(|r| r.effort).as_deref(),
+            Some("xhigh")
+        );
+        assert!(uncarried.is_empty());
+    }
+
+    #[test]
+    fn thinking_blocks_become_reasoning_items_and_back() {
+        let typed = typed_conversation(json!([
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "Hm.", "signature": "sig"},
+                {"type": "redacted_thinking", "data": "red"},
+                {"type": "tool_use", "id": "t1", "name": "f", "input": {}}
+            ]}
+        ]))
+        .unwrap();
+        let items = values(&typed);
+        assert_eq!(items[1]["type"], "reasoning");
+        assert_eq!(items[1]["encrypted_content"], "anthropic-signature:sig");
+        assert_eq!(items[1]["content"][0]["text"], "Hm.");
+        assert_eq!(items[2]["encrypted_content"], "anthropic-redacted:red");
+        assert_eq!(items[3]["type"], "function_call");
+        let back: Vec<Value> = typed.iter().flat_map(|i| json_of(&blocks(i))).collect();
+        assert_eq!(
+            back[1],
+            json!({"type": "thinking", "thinking": "Hm.", "signature": "sig"})
+        );
+        assert_eq!(back[2], json!({"type": "redacted_thinking", "data": "red"}));
+        // OpenAI's reasoning has nothing a Messages client could replay.
+        let openai = item(json!({"type": "reasoning", "summary": [], "encrypted_content": "gAAA"}));
+        assert!(blocks(&openai).is_empty());
+        // Streamed: empty at its start, its text and signature as deltas.
+        let mut index = BlockIndex::default();
+        let events = index.translate(run::Event::ItemDone {
+            index: 0,
+            item: typed[1].clone(),
+        });
+        let written: Vec<Value> = events
+            .iter()
+            .map(|e| serde_json::to_value(e).unwrap())
+            .collect();
+        assert_eq!(
+            written[0]["content_block"],
+            json!({"type": "thinking", "thinking": "", "signature": ""})
+        );
+        assert_eq!(
+            written[1]["delta"],
+            json!({"type": "thinking_delta", "thinking": "Hm."})
+        );
+        assert_eq!(
+            written[2]["delta"],
+            json!({"type": "signature_delta", "signature": "sig"})
+        );
+        assert_eq!(written[3]["type"], "content_block_stop");
+        // Anthropic's server tools' blocks are kept whole, in place, and
+        // given back as they were.
+        let typed = typed_conversation(json!([{"role": "assistant", "content": [
+            {"type": "server_tool_use", "id": "srv_1", "name": "web_search", "input": {"query": "q"}},
+            {"type": "web_search_tool_result", "tool_use_id": "srv_1", "content": []},
+            {"type": "text", "text": "Found."}
+        ]}]))
+        .unwrap();
+        let items = values(&typed);
+        assert_eq!(
+            (items[0]["type"].as_str(), items[1]["type"].as_str()),
+            (Some("server_tool_use"), Some("web_search_tool_result"))
+        );
+        assert_eq!(
+            json_of(&blocks(&typed[1])),
+            [json!({"type": "web_search_tool_result", "tool_use_id": "srv_1", "content": []})]
+        );
+        let messages = shellgate_model::conversation::messages(None, &typed);
+        assert!(
+            matches!(&messages[0], shellgate_model::upstream::Message::Native(n) if n.protocol == Protocol::Anthropic)
+        );
+        // A user's message holds no thinking.
+        let error = conversation_of(json!([{"role": "user", "content": [
+            {"type": "thinking", "thinking": "x", "signature": "s"}]}]))
+        .unwrap_err();
+        assert_eq!(error.param.as_deref(), Some("messages[0].content[0].type"));
     }
 }

@@ -518,6 +518,8 @@ fn build() -> (serde_json::Value, Vec<String>) {
     let create_message = d.scoped::<messages::CreateMessage>("messages", "CreateMessage");
     let message = d.scoped::<messages::Message>("messages", "Message");
     let anthropic_error = d.scoped::<messages::ErrorResponse>("messages", "ErrorResponse");
+    let count_tokens = d.scoped::<messages::CountTokens>("messages", "CountTokens");
+    let token_count = d.scoped::<messages::TokenCount>("messages", "TokenCount");
 
     let operation = |method, path, tag, summary, body, answer| Operation {
         method,
@@ -566,6 +568,17 @@ fn build() -> (serde_json::Value, Vec<String>) {
             summary,
             Body::Json(create_message.clone()),
             Answer::JsonOrEvents(message.clone()),
+        )
+    };
+    let count = |path, summary| Operation {
+        errors: Errors::Anthropic,
+        ..operation(
+            Post,
+            path,
+            "Messages",
+            summary,
+            Body::Json(count_tokens.clone()),
+            Answer::Json(token_count.clone()),
         )
     };
     let table = [
@@ -849,6 +862,15 @@ fn build() -> (serde_json::Value, Vec<String>) {
         messages(
             "/v1/v1/messages",
             "Create a message (the same, for Anthropic SDKs given a base URL that ends in /v1)",
+        ),
+        count(
+            "/v1/messages/count_tokens",
+            "Count a message's input tokens (the upstream's count for an Anthropic upstream, \
+             else an estimate)",
+        ),
+        count(
+            "/v1/v1/messages/count_tokens",
+            "Count a message's input tokens (the same, for a base URL that ends in /v1)",
         ),
         // Usage and operations.
         get(

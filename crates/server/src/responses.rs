@@ -586,7 +586,7 @@ pub(crate) fn upstream_for(
         .filter(|m| !m.is_empty())
         .ok_or_else(|| invalid("model", "a model is required"))?
         .to_owned();
-    if !state.config.has_upstream() {
+    if state.upstreams.is_empty() {
         // The server's set-up, not the request, is what is wrong: a 503 (as
         // the start-up summary says), not a 400 the client would "fix".
         return Err(ApiError::no_upstream());

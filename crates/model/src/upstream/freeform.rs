@@ -166,10 +166,9 @@ mod tests {
             ],
             ..Default::default()
         };
-        let body = serde_json::to_value(super::super::anthropic::request_body(
-            &as_functions(&turn),
-            false,
-        ))
+        let body = serde_json::to_value(
+            super::super::anthropic::request_body(&as_functions(&turn), false).unwrap(),
+        )
         .unwrap();
         let schema = &body["tools"][0]["input_schema"];
         assert_eq!(schema["required"], json!(["input"]));

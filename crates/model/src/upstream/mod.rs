@@ -143,6 +143,10 @@ pub struct Carry {
     /// Tools shellgate does not run (hosted tools of one protocol), as the
     /// client wrote them: to an upstream of that protocol.
     pub native_tools: Vec<NativeItem>,
+    /// A Messages client's keys on its own tools beyond name, description
+    /// and schema (`strict`, `defer_loading`, `input_examples`...), by tool
+    /// name: to an Anthropic upstream, on the same tools.
+    pub anthropic_tool_extras: std::collections::BTreeMap<String, Map<String, Value>>,
     /// How the client named each of `native_tools` (same order:
     /// `tools[7] (web_search)`), for [`Upstream::uncarried`].
     pub native_tool_names: Vec<String>,
@@ -460,6 +464,13 @@ pub trait Upstream: Send + Sync {
     fn uncarried(&self, _carry: &Carry) -> Vec<String> {
         Vec::new()
     }
+
+    /// The input tokens `turn` is, counted by the upstream itself where its
+    /// protocol can (Anthropic's `messages/count_tokens`); `None`: it
+    /// cannot, and the caller estimates.
+    async fn count_tokens(&self, _turn: &Turn) -> Result<Option<u64>, UpstreamError> {
+        Ok(None)
+    }
 }
 
 /// The wire protocol of an upstream.
@@ -600,6 +611,12 @@ impl Router {
             .iter()
             .find(|(prefix, _)| model.starts_with(prefix.as_str()))
             .map(|(prefix, _)| prefix.as_str())
+    }
+
+    /// Whether no upstream answers any model (a first start: the model APIs
+    /// answer 503).
+    pub fn is_empty(&self) -> bool {
+        self.routes.is_empty() && self.default.is_none()
     }
 
     /// Every route, longest prefix first, then the default (read-only:

@@ -86,6 +86,18 @@ impl Endpoint {
     pub async fn complete<D: Dialect>(
         &self,
         body: &impl Serialize,
+        dialect: D,
+        deltas: Option<&DeltaSink>,
+    ) -> Result<Reply, UpstreamError> {
+        self.complete_with(body, &[], dialect, deltas).await
+    }
+
+    /// [`Endpoint::complete`] with `headers` of this request's own beside
+    /// the route's (a client's `anthropic-beta`).
+    pub async fn complete_with<D: Dialect>(
+        &self,
+        body: &impl Serialize,
+        headers: &[(&str, String)],
         mut dialect: D,
         deltas: Option<&DeltaSink>,
     ) -> Result<Reply, UpstreamError> {
@@ -94,7 +106,8 @@ impl Endpoint {
             .map_err(|e| UpstreamError::Malformed(format!("the request: {e}")))?;
         let max_arguments = self.config.limits.max_tool_call_bytes;
         let mut budget = Budget::turn(&self.config);
-        let response = send(&self.config, &budget, || self.request(&body)).await?;
+        let path = self.route.path;
+        let response = send(&self.config, &budget, || self.request(path, &body, headers)).await?;
         let reply = if is_event_stream(&response) {
             // An event may hold the whole answer (the Responses API's
             // `response.completed` repeats it): its caps are the answer's.
@@ -131,13 +144,30 @@ impl Endpoint {
         Ok(reply)
     }
 
+    /// Posts `body` to `path` (below the configured URL) and reads the
+    /// JSON answer, within one turn's bounds (a side request, such as
+    /// Anthropic's `messages/count_tokens`).
+    pub async fn post_json<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &impl Serialize,
+        headers: &[(&str, String)],
+    ) -> Result<T, UpstreamError> {
+        let body = serde_json::to_vec(body)
+            .map_err(|e| UpstreamError::Malformed(format!("the request: {e}")))?;
+        let mut budget = Budget::turn(&self.config);
+        let response = send(&self.config, &budget, || self.request(path, &body, headers)).await?;
+        json_body(response, &mut budget).await
+    }
+
     /// One attempt's request.
-    fn request(&self, body: &[u8]) -> reqwest::RequestBuilder {
-        let url = format!(
-            "{}/{}",
-            self.config.url.trim_end_matches('/'),
-            self.route.path
-        );
+    fn request(
+        &self,
+        path: &str,
+        body: &[u8],
+        headers: &[(&str, String)],
+    ) -> reqwest::RequestBuilder {
+        let url = format!("{}/{}", self.config.url.trim_end_matches('/'), path);
         let mut request = self
             .client
             .post(url)
@@ -145,6 +175,9 @@ impl Endpoint {
             .body(body.to_vec());
         for (name, value) in self.route.headers {
             request = request.header(*name, *value);
+        }
+        for (name, value) in headers {
+            request = request.header(*name, value.as_str());
         }
         match (&self.config.api_key, self.route.auth) {
             (Some(key), Auth::Bearer) => request.bearer_auth(key),

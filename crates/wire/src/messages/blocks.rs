@@ -18,6 +18,10 @@ use crate::responses::ShellResult;
 /// Keys of a block this crate does not type, kept as they came.
 pub type Extra = Map<String, Value>;
 
+/// The key of a prompt-caching breakpoint, on a block, a tool or the
+/// request.
+pub const CACHE_CONTROL: &str = "cache_control";
+
 /// An object of a `type` this crate does not know, whole (its `type`
 /// included).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -30,6 +34,27 @@ impl Raw {
     pub fn kind(&self) -> &str {
         self.0.get("type").and_then(Value::as_str).unwrap_or("")
     }
+}
+
+/// Whether a block of `kind` is one of Anthropic's server tools' (a call,
+/// `server_tool_use` / `mcp_tool_use`, or a result, `*_tool_result`,
+/// `container_upload`): the upstream runs them, a client replays them, and
+/// only an Anthropic upstream reads them. No Responses item's `type` is one
+/// of these, so a conversation item holding such a block is known by it.
+pub fn is_server_tool_block(kind: &str) -> bool {
+    matches!(
+        kind,
+        "server_tool_use" | "mcp_tool_use" | "container_upload"
+    ) || kind.ends_with("_tool_result")
+}
+
+/// Whether `object` (an item kept whole) is a server tool's block
+/// ([`is_server_tool_block`]).
+pub fn holds_server_tool_block(object: &Map<String, Value>) -> bool {
+    object
+        .get("type")
+        .and_then(Value::as_str)
+        .is_some_and(is_server_tool_block)
 }
 
 /// A content block, by its `type`.
@@ -71,6 +96,23 @@ impl ContentBlock {
             ContentBlock::BashCodeExecutionToolResult(_) => "bash_code_execution_tool_result",
             ContentBlock::Unknown(raw) => raw.kind(),
         }
+    }
+
+    /// Its `cache_control` marker (a prompt-caching breakpoint), if any.
+    pub fn cache_control(&self) -> Option<&Value> {
+        let extra = match self {
+            ContentBlock::Text(block) => &block.extra,
+            ContentBlock::Image(block) => &block.extra,
+            ContentBlock::Document(block) => &block.extra,
+            ContentBlock::Thinking(block) => &block.extra,
+            ContentBlock::RedactedThinking(block) => &block.extra,
+            ContentBlock::ToolUse(block) | ContentBlock::ServerToolUse(block) => &block.extra,
+            ContentBlock::ToolResult(block) => &block.extra,
+            ContentBlock::OpenrouterShellToolResult(block) => &block.extra,
+            ContentBlock::BashCodeExecutionToolResult(block) => &block.extra,
+            ContentBlock::Unknown(raw) => &raw.0,
+        };
+        extra.get(CACHE_CONTROL)
     }
 
     /// A text block of `text`.

@@ -77,6 +77,9 @@ mod tests {
             round_trips::<Tool>("Tool"),
             round_trips::<ToolChoice>("ToolChoice"),
             round_trips::<ThinkingConfig>("ThinkingConfig"),
+            round_trips::<OutputConfig>("OutputConfig"),
+            round_trips::<CountTokens>("CountTokens"),
+            round_trips::<TokenCount>("TokenCount"),
             round_trips::<Message>("Message"),
             round_trips::<Usage>("Usage"),
             round_trips::<StreamEvent>("StreamEvent"),
@@ -99,6 +102,29 @@ mod tests {
         assert!(
             matches!(block, ContentBlock::OpenrouterShellToolResult(ref r) if r.content.len() == 2)
         );
+        // What current clients send is consumed or carried, none refused.
+        let current = CreateMessage::read(&read("CreateMessage/current.json")).unwrap();
+        assert!(matches!(
+            current.thinking,
+            Some(ThinkingConfig::Adaptive { .. })
+        ));
+        assert_eq!(current.top_k, Some(40));
+        let carried: Vec<&str> = current.carried.keys().map(String::as_str).collect();
+        assert_eq!(
+            carried,
+            [
+                "cache_control",
+                "container",
+                "context_management",
+                "mcp_servers"
+            ]
+        );
+        let structured = CreateMessage::read(&read("CreateMessage/structured.json")).unwrap();
+        assert!(matches!(
+            structured.output_config.and_then(|c| c.format),
+            Some(OutputFormat::JsonSchema { .. })
+        ));
+        assert!(CountTokens::read(&read("CountTokens/count.json")).is_ok());
         let tool: Tool = parse(&read("Tool/custom.json")).unwrap();
         assert!(matches!(tool, Tool::Custom(_)));
         let tool: Tool = parse(&read("Tool/openrouter_bash.json")).unwrap();
@@ -154,14 +180,43 @@ mod tests {
             body[key] = value;
             body
         };
-        let param = |body: Value| error_of::<CreateMessage>(body).param;
-        assert!(parse::<CreateMessage>(&base()).is_ok());
+        let param = |body: Value| {
+            CreateMessage::read(&body)
+                .expect_err("should not parse")
+                .param
+        };
+        assert!(CreateMessage::read(&base()).is_ok());
         assert_eq!(param(with("stream", json!("yes"))), "stream");
         assert_eq!(param(with("max_tokens", json!(-1))), "max_tokens");
         assert_eq!(param(with("bogus", json!(1))), "bogus");
         assert_eq!(
-            error_of::<CreateMessage>(with("bogus", json!(1))).message,
+            CreateMessage::read(&with("bogus", json!(1)))
+                .unwrap_err()
+                .message,
             "Extra inputs are not permitted"
+        );
+        // What current clients send is consumed or carried, not refused.
+        let current = json!({"model": "m", "max_tokens": 5, "messages": [],
+            "thinking": {"type": "enabled", "budget_tokens": 1024, "display": "omitted"},
+            "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+            "output_config": {"effort": "high", "format": {"type": "json_schema", "schema": {}}},
+            "container": "cntr_1", "mcp_servers": [], "top_k": 5, "stop_sequences": ["END"]});
+        let read = CreateMessage::read(&current).unwrap();
+        assert!(read.carried.contains_key("context_management"));
+        assert_eq!(serde_json::to_value(&read).unwrap(), current);
+        assert_eq!(
+            param(with("thinking", json!({"type": "enabled"}))),
+            "thinking.budget_tokens"
+        );
+        assert_eq!(
+            param(with("output_config", json!({"format": {"type": "xml"}}))),
+            "output_config.format.type"
+        );
+        let count = |body: Value| CountTokens::read(&body).map_err(|e| e.param);
+        assert!(count(json!({"model": "m", "messages": [], "context_management": {}})).is_ok());
+        assert_eq!(
+            count(json!({"model": "m", "messages": [], "max_tokens": 5})).unwrap_err(),
+            "max_tokens"
         );
         let mut missing = base();
         missing.as_object_mut().unwrap().remove("max_tokens");

@@ -1,26 +1,63 @@
 //! `POST /v1/messages`'s request: [`CreateMessage`], its messages, tools,
-//! `tool_choice` and `thinking`.
+//! `tool_choice`, `thinking` and `output_config`; and
+//! `POST /v1/messages/count_tokens`'s ([`CountTokens`]).
 //!
-//! One rule for the top-level fields, decided here: every field of
-//! [`CreateMessage`] is *consumed* (typed; a wrong type is a 400 naming it;
-//! the handler checks ranges and refuses values it cannot honour, such as
-//! `top_k` or non-empty `stop_sequences`), and any other key is *refused*
-//! (`deny_unknown_fields`: a 400 naming it, "Extra inputs are not
-//! permitted", as Anthropic's API answers). Inside a block or a tool, keys
-//! not typed are *carried* in `extra`.
+//! One rule for the top-level fields, decided here, as the Responses side
+//! does: a field of [`CreateMessage`] is *consumed* (typed; a wrong type is
+//! a 400 naming it); a field the `anthropic` SDK's `MessageCreateParams`
+//! (and its beta's) has that shellgate does not act on is *carried*
+//! ([`CARRIED`], kept as given in `carried`, for an Anthropic upstream);
+//! any other key is *refused* ([`CreateMessage::read`]: a 400 naming it,
+//! "Extra inputs are not permitted", as Anthropic's API answers). Inside a
+//! block or a tool, keys not typed are carried in `extra`.
 
 use serde::de::Deserializer;
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
-use super::blocks::{Extra, Raw, TextOrBlocks};
-use crate::param::{unknown_type, Tagged};
+use super::blocks::{ContentBlock, Extra, Raw, TextOrBlocks};
+use crate::param::{unknown_type, ParamError, Tagged};
 pub use crate::responses::{OpenRouterParameters, OpenRouterTool};
+
+/// Fields of the SDK's `MessageCreateParams` (and the beta's) that are
+/// accepted and carried as given to an Anthropic upstream, not acted on.
+/// (`betas` is not here: the SDK sends it as the `anthropic-beta` header.)
+pub const CARRIED: &[&str] = &[
+    "billing_policy",
+    "cache_control",
+    "compaction",
+    "container",
+    "context_management",
+    "diagnostics",
+    "fallback_credit_token",
+    "fallbacks",
+    "inference_geo",
+    "mcp_servers",
+    "speed",
+    "thread",
+    "user_profile_id",
+    "workspace_id",
+];
+
+/// The message for a key that is neither consumed nor carried, Anthropic's
+/// own words.
+const EXTRA_INPUT: &str = "Extra inputs are not permitted";
+
+/// The first of `carried`'s keys that `allowed` does not list, as the
+/// error a request with it is.
+fn refuse(carried: &Map<String, Value>, allowed: &[&str]) -> Result<(), ParamError> {
+    match carried.keys().find(|key| !allowed.contains(&key.as_str())) {
+        Some(key) => Err(ParamError {
+            param: key.clone(),
+            message: EXTRA_INPUT.to_owned(),
+        }),
+        None => Ok(()),
+    }
+}
 
 /// The body of `POST /v1/messages`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
 pub struct CreateMessage {
     pub model: String,
     pub max_tokens: u32,
@@ -39,21 +76,114 @@ pub struct CreateMessage {
     pub temperature: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub top_p: Option<f64>,
-    /// Refused when set: no upstream protocol here passes it on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub top_k: Option<u64>,
-    /// Refused unless empty (as `top_k`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_sequences: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_tier: Option<ServiceTier>,
-    /// Refused unless `disabled`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thinking: Option<ThinkingConfig>,
+    /// The answer's effort and format (structured output).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_config: Option<OutputConfig>,
     /// OpenRouter's stable session id: requests of one session share a
     /// container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
+    /// Every other key: [`CARRIED`] ones are kept, others refused by
+    /// [`CreateMessage::read`].
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub carried: Map<String, Value>,
+}
+
+impl CreateMessage {
+    /// Reads a request body: a wrong type is an error naming its param, and
+    /// so is a key neither consumed nor [`CARRIED`].
+    pub fn read(body: &Value) -> Result<Self, ParamError> {
+        let request: Self = crate::param::parse(body)?;
+        refuse(&request.carried, CARRIED)?;
+        Ok(request)
+    }
+}
+
+/// Fields of the SDK's `MessageCountTokensParams` (and the beta's) that
+/// are carried as given to an Anthropic upstream.
+pub const COUNT_CARRIED: &[&str] = &[
+    "billing_policy",
+    "cache_control",
+    "compaction",
+    "context_management",
+    "mcp_servers",
+    "speed",
+    "user_profile_id",
+    "workspace_id",
+];
+
+/// The body of `POST /v1/messages/count_tokens`: a message's request
+/// without what only generating needs (`max_tokens`, `stream`...).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct CountTokens {
+    pub model: String,
+    pub messages: Vec<MessageParam>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<TextOrBlocks>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<Tool>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<ToolChoice>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<ThinkingConfig>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_config: Option<OutputConfig>,
+    /// Every other key: [`COUNT_CARRIED`] ones are kept, others refused by
+    /// [`CountTokens::read`].
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub carried: Map<String, Value>,
+}
+
+impl CountTokens {
+    /// Reads a request body, as [`CreateMessage::read`] does.
+    pub fn read(body: &Value) -> Result<Self, ParamError> {
+        let request: Self = crate::param::parse(body)?;
+        refuse(&request.carried, COUNT_CARRIED)?;
+        Ok(request)
+    }
+}
+
+/// The answer of `POST /v1/messages/count_tokens`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct TokenCount {
+    pub input_tokens: u64,
+}
+
+/// `output_config`: how hard the model works, and the shape of its text.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct OutputConfig {
+    /// `low`, `medium`, `high`, `xhigh` or `max` (kept as written: newer
+    /// models add levels).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effort: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<OutputFormat>,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
+
+/// `output_config.format`: JSON matching a schema (structured output).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum OutputFormat {
+    JsonSchema {
+        #[schema(value_type = Object)]
+        schema: Map<String, Value>,
+        #[serde(flatten)]
+        #[schema(value_type = Object)]
+        extra: Extra,
+    },
 }
 
 /// One turn of the conversation.
@@ -86,18 +216,30 @@ pub enum ServiceTier {
     StandardOnly,
 }
 
-/// Extended thinking.
+/// Extended thinking (`display` and newer keys are kept in `extra`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ThinkingConfig {
+    /// Thinking within a budget of tokens (part of `max_tokens`).
     Enabled {
         budget_tokens: u32,
         #[serde(flatten)]
         #[schema(value_type = Object)]
         extra: Extra,
     },
-    Disabled {},
+    Disabled {
+        #[serde(flatten)]
+        #[schema(value_type = Object)]
+        extra: Extra,
+    },
+    /// The model decides when and how much to think.
     Adaptive {
+        #[serde(flatten)]
+        #[schema(value_type = Object)]
+        extra: Extra,
+    },
+    /// Thinking only between tool calls.
+    BetweenTools {
         #[serde(flatten)]
         #[schema(value_type = Object)]
         extra: Extra,
@@ -194,6 +336,41 @@ impl Tool {
             Tool::OpenRouterBash(_) => Some(OPENROUTER_BASH),
             Tool::Unknown(raw) => Some(raw.kind()).filter(|kind| !kind.is_empty()),
         }
+    }
+}
+
+impl Tool {
+    /// Its `cache_control` marker, if any.
+    pub fn cache_control(&self) -> Option<&Value> {
+        match self {
+            Tool::Custom(tool) => tool.extra.get(super::blocks::CACHE_CONTROL),
+            Tool::Bash(tool) => tool.extra.get(super::blocks::CACHE_CONTROL),
+            Tool::Unknown(raw) => raw.0.get(super::blocks::CACHE_CONTROL),
+            Tool::OpenRouterShell(_) | Tool::OpenRouterBash(_) => None,
+        }
+    }
+}
+
+impl CreateMessage {
+    /// The last prompt-caching breakpoint of the request (on its tools,
+    /// system blocks or messages' blocks, in the order the API caches
+    /// them), if any.
+    pub fn last_cache_control(&self) -> Option<&Value> {
+        let tools = self.tools.iter().flatten().filter_map(Tool::cache_control);
+        let system = self.system.iter().flat_map(markers);
+        let messages = self.messages.iter().flat_map(|m| markers(&m.content));
+        tools.chain(system).chain(messages).last()
+    }
+}
+
+/// The `cache_control` markers of `content`'s blocks.
+fn markers(content: &TextOrBlocks) -> Vec<&Value> {
+    match content {
+        TextOrBlocks::Text(_) => Vec::new(),
+        TextOrBlocks::Blocks(blocks) => blocks
+            .iter()
+            .filter_map(ContentBlock::cache_control)
+            .collect(),
     }
 }
 
