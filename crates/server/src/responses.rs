@@ -533,6 +533,86 @@ fn check_unsupported_tools(
     Ok(())
 }
 
+/// The input item a client declares tools in instead of `tools` (Codex
+/// CLI does, with its default model: code mode's freeform `exec` in a
+/// `functions` namespace, and more groups).
+const ADDITIONAL_TOOLS: &str = "additional_tools";
+
+/// Offers the tools of the conversation's last `additional_tools` item
+/// like the request's `tools`, for an upstream that does not read the item
+/// (one not of the Responses protocol, which would otherwise see no tools
+/// at all; a Responses upstream is sent the item itself, so its tools are
+/// not offered twice): namespaces flattened, freeform tools as one-string
+/// functions, hosted tools kept as native ones (so reported uncarried).
+/// The last item wins: a client sends its whole tool set anew in each
+/// request (Codex, at the start of its input), and an earlier item of a
+/// replayed or continued conversation may name tools withdrawn since. The
+/// item is the client's, not the request's: nothing in it is a 400. A tool
+/// that does not read, is one of shellgate's own sandbox tools (those come
+/// from `tools`, which choose the container), or clashes with a tool
+/// already offered is left out, named in what this returns (reported
+/// uncarried).
+fn offer_additional_tools(
+    tools: &mut Tools,
+    stored: &[wire::Item],
+    input: &[wire::Item],
+) -> Vec<String> {
+    use shellgate_model::tools::{BASH, LOCAL_SHELL, SHELL};
+    let declares = |item: &&wire::Item| item.kind() == ADDITIONAL_TOOLS;
+    let declared = input
+        .iter()
+        .enumerate()
+        .rev()
+        .find(|(_, item)| declares(item))
+        .map(|(index, item)| (format!("input[{index}]"), item))
+        .or_else(|| {
+            let item = stored.iter().rev().find(declares)?;
+            Some(("previous_response_id".to_owned(), item))
+        });
+    let Some((place, wire::Item::Other(item))) = declared else {
+        return Vec::new();
+    };
+    let entries = match item.get("tools") {
+        None => return Vec::new(),
+        Some(Value::Array(entries)) => entries,
+        Some(_) => return vec![format!("{place}.tools")],
+    };
+    let mut uncarried = Vec::new();
+    for (index, entry) in entries.iter().enumerate() {
+        let param = format!("{place}.tools[{index}]");
+        let kind = entry.get("type").and_then(Value::as_str).unwrap_or("no type");
+        let read = serde_json::from_value::<wire::Tool>(entry.clone())
+            .ok()
+            .filter(|tool| {
+                matches!(
+                    tool,
+                    wire::Tool::Function(_)
+                        | wire::Tool::Custom(_)
+                        | wire::Tool::Namespace(_)
+                        | wire::Tool::Other(_)
+                )
+            })
+            .and_then(|tool| Tools::parse(std::slice::from_ref(&tool)).ok());
+        let taken = |name: &str| {
+            [SHELL, LOCAL_SHELL, BASH].contains(&name) || tools.function(name).is_some()
+        };
+        match read {
+            Some(mut read) if !read.functions.iter().any(|f| taken(&f.name)) => {
+                for native in &mut read.native {
+                    native.param = param.clone();
+                }
+                tools.functions.append(&mut read.functions);
+                tools.native.append(&mut read.native);
+            }
+            _ => {
+                tracing::warn!(tool = %param, kind, "an additional_tools entry is not offered to the model (unreadable, a sandbox tool, or a name already offered)");
+                uncarried.push(format!("{param} ({kind})"));
+            }
+        }
+    }
+    uncarried
+}
+
 /// A protocol as the configuration names it.
 fn protocol_name(protocol: shellgate_model::upstream::Protocol) -> &'static str {
     use shellgate_model::upstream::Protocol;
@@ -668,14 +748,6 @@ async fn prepare(
     check_unsupported_tools(state, &model, &tools, upstream.as_ref())?;
     let input = normalize_input(body.input.clone());
     count_input_files(state, &input)?;
-    let (input, instructions, tools) = crate::guardrails::guard_request(
-        &state.guardrails,
-        &project.0,
-        input,
-        body.instructions.clone(),
-        tools,
-    )
-    .await?;
     let previous = body.previous_response_id.clone();
     let mut items = Vec::new();
     if let Some(previous) = &previous {
@@ -697,6 +769,20 @@ async fn prepare(
         }
         items = stored_items(&row.conversation)?;
     }
+    let mut not_offered = Vec::new();
+    if upstream.protocol() != Some(shellgate_model::upstream::Protocol::Responses) {
+        not_offered = offer_additional_tools(&mut tools, &items, &input);
+    }
+    // The tools the model is offered are guarded whole, those of an
+    // `additional_tools` item too.
+    let (input, instructions, tools) = crate::guardrails::guard_request(
+        &state.guardrails,
+        &project.0,
+        input,
+        body.instructions.clone(),
+        tools,
+    )
+    .await?;
     items.extend(input.iter().cloned());
     let response_id = new_id("resp_");
     let reuse = crate::hosted::Reuse::pick(&tools, body.session_id.as_deref(), &items);
@@ -742,7 +828,8 @@ async fn prepare(
     metadata
         .values_mut()
         .for_each(crate::egress::redact_secret_values);
-    let (carry, not_forwarded) = carry_of(&body);
+    let (carry, mut not_forwarded) = carry_of(&body);
+    not_forwarded.extend(not_offered);
     let (text, truncation) = (
         body.text_echo().unwrap_or_default(),
         body.truncation().unwrap_or_default(),
@@ -1562,5 +1649,71 @@ mod tests {
         let (carry, uncarried) = carry_of(&plain);
         assert_eq!((carry.reasoning, carry.output_format), (None, None));
         assert!(uncarried.is_empty());
+    }
+
+    #[test]
+    fn an_additional_tools_item_offers_its_tools_and_names_what_it_cannot() {
+        let item = |tools: Value| {
+            typed_item(&serde_json::json!({"type": "additional_tools", "id": "at_1",
+                                           "role": "developer", "tools": tools}))
+        };
+        let user = typed_item(&serde_json::json!({"role": "user", "content": "hi"}));
+        // Codex CLI's code mode, and what a client may get wrong.
+        let codex = item(serde_json::json!([
+            {"type": "namespace", "name": "functions", "description": "Codex's tools", "tools": [
+                {"type": "custom", "name": "exec", "description": "Run JavaScript",
+                 "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}},
+                {"type": "function", "name": "wait", "parameters": {"type": "object"}},
+            ]},
+            {"type": "web_search"},
+            {"type": "function", "name": 5},
+            {"type": "shell", "environment": {"type": "container_auto"}},
+            {"type": "function", "name": "lookup"},
+            "not a tool",
+        ]));
+        let request: Vec<wire::Tool> =
+            wire::from_value(serde_json::json!([{"type": "function", "name": "lookup"}])).unwrap();
+        let mut tools = Tools::parse(&request).unwrap();
+        let uncarried =
+            offer_additional_tools(&mut tools, &[], &[codex.clone(), user.clone()]);
+        let names: Vec<&str> = tools.functions.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(names, ["lookup", "functions__exec", "functions__wait"]);
+        let exec = tools.function("functions__exec").unwrap();
+        assert!(exec.custom.is_some(), "freeform: its call goes back as a custom_tool_call");
+        assert_eq!(exec.client_name(), ("exec", Some("functions")));
+        assert_eq!(
+            uncarried,
+            [
+                "input[0].tools[2] (function)",
+                "input[0].tools[3] (shell)",
+                "input[0].tools[4] (function)",
+                "input[0].tools[5] (no type)",
+            ]
+        );
+        // The hosted tool is a native one, reported by the upstream that
+        // cannot carry it, named where the client wrote it.
+        let carry = tools.carry(Carry::default());
+        assert_eq!(
+            carry.native_uncarried(shellgate_model::upstream::Protocol::Chat),
+            ["input[0].tools[1] (web_search)"]
+        );
+
+        // The last item wins; one of the stored conversation counts when
+        // the input has none; `tools` not a list is named whole.
+        let later = item(serde_json::json!([{"type": "function", "name": "later"}]));
+        let mut tools = Tools::default();
+        assert!(offer_additional_tools(&mut tools, &[], &[codex.clone(), later.clone()]).is_empty());
+        let names: Vec<&str> = tools.functions.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(names, ["later"]);
+        let mut tools = Tools::default();
+        offer_additional_tools(&mut tools, &[later], &[user.clone()]);
+        assert!(tools.function("later").is_some());
+        let mut tools = Tools::default();
+        assert_eq!(
+            offer_additional_tools(&mut tools, &[], &[item(serde_json::json!({"a": 1}))]),
+            ["input[0].tools"]
+        );
+        assert!(offer_additional_tools(&mut tools, &[], &[user]).is_empty());
+        assert_eq!(tools, Tools::default());
     }
 }
