@@ -16,8 +16,10 @@ Its script, from the conversation it is sent:
   ["bash", "-lc", CMD], when only that tool is offered);
 - `tool_choice: "required"` with a shell: it calls the shell (`echo required`);
 - "Call NAME: JSON" calls the user function NAME with those arguments;
-- "Freeform NAMESPACE.NAME: INPUT" (Responses only) calls the custom tool
-  NAME of that namespace with INPUT (Codex CLI's code-mode `functions.exec`);
+- "Freeform NAMESPACE.NAME: INPUT" calls the custom tool NAME of that
+  namespace with INPUT (Codex CLI's code-mode `functions.exec`), or, where
+  it is offered as the function NAMESPACE__NAME (Chat Completions), that
+  function with `{"input": INPUT}`;
 - "Search QUERY" with the hosted `web_search` offered (Responses only): a
   `web_search_call` item comes first, as a Responses upstream that ran it;
 - asked for `reasoning` (Responses only), it reasons first (a `reasoning`
@@ -91,6 +93,10 @@ def decide(body):
         # custom tool of a namespace, INPUT its raw input.
         name, text_input = text[len("Freeform "):].split(":", 1)
         namespace, name = name.strip().rsplit(".", 1)
+        # Offered as a function (a Chat Completions upstream: the namespace
+        # flattened, the freeform input its one string), it calls that.
+        if f"{namespace}__{name}" in tools:
+            return {"tool": (f"{namespace}__{name}", {"input": text_input.strip()})}
         return {"custom": (namespace, name, text_input.strip())}
     return {"text": "Hello from the scripted model."}
 

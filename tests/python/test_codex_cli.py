@@ -14,6 +14,10 @@ shellgate passes on whole, and the call of `exec` goes back to Codex as the
 upstream wrote it. With a model Codex has no metadata for (the second
 case; the model is a provider's choice), its tools come in `tools`
 (`exec_command` a function, a `namespace` group, the hosted `web_search`).
+Before a Chat Completions upstream (the third case), which cannot read the
+`additional_tools` item, shellgate offers the item's tools as it would the
+request's: `exec` as the function `functions__exec` of one string, whose
+call goes back to Codex as the `custom_tool_call` of `functions.exec`.
 Codex's sandbox for local commands is left at its default (read-only: the
 command reads a file, it cannot write one), so the proof that it ran is
 what it read, seen by the upstream and in Codex's final answer.
@@ -75,31 +79,9 @@ FUNCTION = "Call exec_command: " + json.dumps({"cmd": "cat note.txt"})
 @pytest.mark.parametrize("model, prompt", [(None, CODE_MODE), ("gpt-5.1-codex", FUNCTION)],
                          ids=["default-model", "tools-list"])
 def test_codex_exec_runs_its_local_command_through_shellgate(codex_server, upstream, model, prompt):
-    assert CODEX.exists(), "scripts/test installs Codex CLI (npm ci in tests/node)"
     token = secrets.token_hex(8)
     before = len(upstream.requests)
-    with tempfile.TemporaryDirectory(prefix="shellgate-codex-") as tmp:
-        root = Path(tmp)
-        work = root / "work"
-        work.mkdir()
-        (work / "note.txt").write_text(f"the note says {token}\n")
-        env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "HOME": str(root),
-            "CODEX_HOME": str(codex_home(root, codex_server.base_url, model)),
-            "SHELLGATE_API_KEY": KEY_A,
-        }
-        ran = subprocess.run(
-            # The work directory is not a git repository (Codex asks for one
-            # unless told to go on; that is about the folder, not the model).
-            [str(CODEX), "exec", "--skip-git-repo-check", prompt],
-            cwd=work, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-            timeout=180,
-        )
-    report = f"exit {ran.returncode}\nstdout:\n{ran.stdout}\nstderr:\n{ran.stderr[-4000:]}"
-    assert ran.returncode == 0, report
-    # The final answer, streamed by the second turn, holds what the command read.
-    assert f"the note says {token}" in ran.stdout, report
+    report = run_codex(codex_server, model, prompt, token)
 
     marker = prompt.split(":", 1)[0]
     turns = [body for body in upstream.requests[before:]
@@ -114,11 +96,13 @@ def test_codex_exec_runs_its_local_command_through_shellgate(codex_server, upstr
     assert first["client_metadata"]["session_id"] == first["prompt_cache_key"]
     assert first["store"] is False
     if model is None:
-        # Its tools in an input item, whole: code mode's `exec`.
+        # Its tools in an input item, whole: code mode's `exec` (and not
+        # offered twice, as tools of the request).
         declared = first["input"][0]
         assert declared["type"] == "additional_tools", declared
         functions = next(group for group in declared["tools"] if group["name"] == "functions")
         assert any(tool["type"] == "custom" and tool["name"] == "exec" for tool in functions["tools"])
+        assert not first.get("tools"), first.get("tools")
     else:
         # Its tools as it wrote them: the local shell as a function, a
         # namespace group, the hosted web search.
@@ -141,4 +125,68 @@ def test_codex_exec_runs_its_local_command_through_shellgate(codex_server, upstr
     else:
         assert second["input"][call]["name"] == "exec_command"
     output = second["input"][kinds.index(call_type + "_output")]
-    assert token in json.dumps(output["output"])
+    assert token in json.dumps(output["output"]), report
+
+
+@pytest.fixture(scope="module")
+def codex_chat_server(upstream):
+    with tempfile.TemporaryDirectory(prefix="shellgate-py-codex-chat-") as tmp:
+        server = Server(Path(tmp), upstream_url=upstream.url, upstream_protocol="chat",
+                        upstream_timeout_secs=10).start()
+        yield server
+        server.stop()
+
+
+def test_codex_default_model_before_a_chat_upstream_is_offered_its_additional_tools(codex_chat_server, upstream):
+    """Before a Chat Completions upstream (which cannot read an
+    `additional_tools` item), the item's tools are offered as the request's
+    would be: code mode's freeform `exec` of `functions` as the function
+    `functions__exec` of one string, whose call goes back to Codex as the
+    `custom_tool_call` it declared."""
+    token = secrets.token_hex(8)
+    before = len(upstream.requests)
+    report = run_codex(codex_chat_server, None, CODE_MODE, token)
+
+    turns = [body for body in upstream.requests[before:]
+             if any("Freeform functions.exec" in json.dumps(m) for m in body.get("messages", []))]
+    assert len(turns) == 2, [list(body) for body in upstream.requests[before:]]
+    first, second = turns
+    offered = {tool["function"]["name"]: tool["function"] for tool in first["tools"]}
+    assert "functions__exec" in offered, list(offered)
+    assert offered["functions__exec"]["parameters"]["required"] == ["input"]
+    # The call, replayed to the upstream by the name it was offered, with
+    # what Codex's command read as its result.
+    call = next(m for m in second["messages"] if m.get("tool_calls"))
+    assert call["tool_calls"][0]["function"]["name"] == "functions__exec"
+    assert token in second["messages"][-1]["content"], report
+
+
+def run_codex(server, model, prompt, token) -> str:
+    """Runs `codex exec` with its default configuration but the provider
+    (shellgate at `server`) and `model`, in a folder whose note.txt holds
+    `token`; asserts it exits 0 with the note in its final answer, and
+    returns what it printed (for failure messages)."""
+    assert CODEX.exists(), "scripts/test installs Codex CLI (npm ci in tests/node)"
+    with tempfile.TemporaryDirectory(prefix="shellgate-codex-") as tmp:
+        root = Path(tmp)
+        work = root / "work"
+        work.mkdir()
+        (work / "note.txt").write_text(f"the note says {token}\n")
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(root),
+            "CODEX_HOME": str(codex_home(root, server.base_url, model)),
+            "SHELLGATE_API_KEY": KEY_A,
+        }
+        ran = subprocess.run(
+            # The work directory is not a git repository (Codex asks for one
+            # unless told to go on; that is about the folder, not the model).
+            [str(CODEX), "exec", "--skip-git-repo-check", prompt],
+            cwd=work, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+            timeout=180,
+        )
+    report = f"exit {ran.returncode}\nstdout:\n{ran.stdout}\nstderr:\n{ran.stderr[-4000:]}"
+    assert ran.returncode == 0, report
+    # The final answer, streamed by the second turn, holds what the command read.
+    assert f"the note says {token}" in ran.stdout, report
+    return report

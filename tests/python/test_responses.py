@@ -627,6 +627,31 @@ def test_request_fields_are_typed_carried_or_refused(server):
     assert "include" in reported and "reasoning" not in reported, reported
 
 
+def test_an_additional_tools_item_is_offered_to_a_chat_upstream_never_refused(server, upstream):
+    """Issue 18: Codex CLI's default model declares its tools in an
+    `additional_tools` input item. A Chat Completions upstream cannot read
+    the item, so its tools are offered as the request's `tools` would be (a
+    namespace flattened, the call handed back by the name the client
+    wrote); a hosted tool, or an entry that does not read, is reported
+    uncarried, never a 400."""
+    before = len(upstream.requests)
+    reply = post_responses(server, {"model": "scripted", "input": [
+        {"type": "additional_tools", "role": "developer", "tools": [
+            {"type": "namespace", "name": "functions", "description": "the client's", "tools": [
+                {"type": "function", "name": "lookup",
+                 "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}]},
+            {"type": "web_search"},
+            {"type": "function", "name": 5}]},
+        {"role": "user", "content": 'Call functions__lookup: {"q": "x"}'}]})
+    assert reply.status_code == 200, reply.text
+    [call] = [item for item in reply.json()["output"] if item["type"] == "function_call"]
+    assert (call["namespace"], call["name"], call["arguments"]) == ("functions", "lookup", '{"q": "x"}')
+    [sent] = upstream.requests[before:]
+    assert [tool["function"]["name"] for tool in sent["tools"]] == ["functions__lookup"]
+    reported = reply.headers["x-shellgate-uncarried"].split(", ")
+    assert {"input[0].tools[1] (web_search)", "input[0].tools[2] (function)"} <= set(reported), reported
+
+
 def test_a_model_shell_call_over_the_timeout_limit_is_answered_not_clamped(client):
     """Issue 17: one `timeout_ms` rule for exec and a model's shell call: out
     of range is refused (exec: a 400; the model: the call's answer says why,

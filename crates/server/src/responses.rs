@@ -580,7 +580,10 @@ fn offer_additional_tools(
     let mut uncarried = Vec::new();
     for (index, entry) in entries.iter().enumerate() {
         let param = format!("{place}.tools[{index}]");
-        let kind = entry.get("type").and_then(Value::as_str).unwrap_or("no type");
+        let kind = entry
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("no type");
         let read = serde_json::from_value::<wire::Tool>(entry.clone())
             .ok()
             .filter(|tool| {
@@ -1654,8 +1657,9 @@ mod tests {
     #[test]
     fn an_additional_tools_item_offers_its_tools_and_names_what_it_cannot() {
         let item = |tools: Value| {
-            typed_item(&serde_json::json!({"type": "additional_tools", "id": "at_1",
-                                           "role": "developer", "tools": tools}))
+            let item = serde_json::json!({"type": "additional_tools", "id": "at_1",
+                                          "role": "developer", "tools": tools});
+            typed_item(&item)
         };
         let user = typed_item(&serde_json::json!({"role": "user", "content": "hi"}));
         // Codex CLI's code mode, and what a client may get wrong.
@@ -1674,12 +1678,14 @@ mod tests {
         let request: Vec<wire::Tool> =
             wire::from_value(serde_json::json!([{"type": "function", "name": "lookup"}])).unwrap();
         let mut tools = Tools::parse(&request).unwrap();
-        let uncarried =
-            offer_additional_tools(&mut tools, &[], &[codex.clone(), user.clone()]);
+        let uncarried = offer_additional_tools(&mut tools, &[], &[codex.clone(), user.clone()]);
         let names: Vec<&str> = tools.functions.iter().map(|f| f.name.as_str()).collect();
         assert_eq!(names, ["lookup", "functions__exec", "functions__wait"]);
         let exec = tools.function("functions__exec").unwrap();
-        assert!(exec.custom.is_some(), "freeform: its call goes back as a custom_tool_call");
+        assert!(
+            exec.custom.is_some(),
+            "freeform: its call goes back as a custom_tool_call"
+        );
         assert_eq!(exec.client_name(), ("exec", Some("functions")));
         assert_eq!(
             uncarried,
@@ -1702,11 +1708,13 @@ mod tests {
         // the input has none; `tools` not a list is named whole.
         let later = item(serde_json::json!([{"type": "function", "name": "later"}]));
         let mut tools = Tools::default();
-        assert!(offer_additional_tools(&mut tools, &[], &[codex.clone(), later.clone()]).is_empty());
+        assert!(
+            offer_additional_tools(&mut tools, &[], &[codex.clone(), later.clone()]).is_empty()
+        );
         let names: Vec<&str> = tools.functions.iter().map(|f| f.name.as_str()).collect();
         assert_eq!(names, ["later"]);
         let mut tools = Tools::default();
-        offer_additional_tools(&mut tools, &[later], &[user.clone()]);
+        offer_additional_tools(&mut tools, &[later], std::slice::from_ref(&user));
         assert!(tools.function("later").is_some());
         let mut tools = Tools::default();
         assert_eq!(
