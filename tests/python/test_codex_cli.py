@@ -14,8 +14,8 @@ shellgate passes on whole, and the call of `exec` goes back to Codex as the
 upstream wrote it. With a model Codex has no metadata for (the second
 case; the model is a provider's choice), its tools come in `tools`
 (`exec_command` a function, a `namespace` group, the hosted `web_search`).
-Before a Chat Completions upstream (the third case), which cannot read the
-`additional_tools` item, shellgate offers the item's tools as it would the
+Before a Chat Completions or Anthropic upstream (the last cases), which
+cannot read the `additional_tools` item, shellgate offers the item's tools as it would the
 request's: `exec` as the function `functions__exec` of one string, whose
 call goes back to Codex as the `custom_tool_call` of `functions.exec`.
 Codex's sandbox for local commands is left at its default (read-only: the
@@ -128,37 +128,47 @@ def test_codex_exec_runs_its_local_command_through_shellgate(codex_server, upstr
     assert token in json.dumps(output["output"]), report
 
 
-@pytest.fixture(scope="module")
-def codex_chat_server(upstream):
-    with tempfile.TemporaryDirectory(prefix="shellgate-py-codex-chat-") as tmp:
-        server = Server(Path(tmp), upstream_url=upstream.url, upstream_protocol="chat",
+@pytest.fixture(scope="module", params=["chat", "anthropic"])
+def codex_other_server(request, upstream):
+    with tempfile.TemporaryDirectory(prefix="shellgate-py-codex-other-") as tmp:
+        server = Server(Path(tmp), upstream_url=upstream.url, upstream_protocol=request.param,
                         upstream_timeout_secs=10).start()
-        yield server
+        yield server, request.param
         server.stop()
 
 
-def test_codex_default_model_before_a_chat_upstream_is_offered_its_additional_tools(codex_chat_server, upstream):
-    """Before a Chat Completions upstream (which cannot read an
-    `additional_tools` item), the item's tools are offered as the request's
-    would be: code mode's freeform `exec` of `functions` as the function
-    `functions__exec` of one string, whose call goes back to Codex as the
-    `custom_tool_call` it declared."""
+def test_codex_default_model_before_another_upstream_is_offered_its_additional_tools(codex_other_server,
+                                                                                      upstream):
+    """Before a Chat Completions or Anthropic upstream (which cannot read
+    an `additional_tools` item), the item's tools are offered as the
+    request's would be: code mode's freeform `exec` of `functions` as the
+    function `functions__exec` of one string, whose call goes back to Codex
+    as the `custom_tool_call` it declared."""
+    server, protocol = codex_other_server
     token = secrets.token_hex(8)
     before = len(upstream.requests)
-    report = run_codex(codex_chat_server, None, CODE_MODE, token)
+    report = run_codex(server, None, CODE_MODE, token)
 
     turns = [body for body in upstream.requests[before:]
              if any("Freeform functions.exec" in json.dumps(m) for m in body.get("messages", []))]
     assert len(turns) == 2, [list(body) for body in upstream.requests[before:]]
     first, second = turns
-    offered = {tool["function"]["name"]: tool["function"] for tool in first["tools"]}
+    if protocol == "chat":
+        offered = {tool["function"]["name"]: tool["function"]["parameters"] for tool in first["tools"]}
+    else:
+        offered = {tool["name"]: tool["input_schema"] for tool in first["tools"]}
     assert "functions__exec" in offered, list(offered)
-    assert offered["functions__exec"]["parameters"]["required"] == ["input"]
-    # The call, replayed to the upstream by the name it was offered, with
+    assert offered["functions__exec"]["required"] == ["input"]
+    # The call, replayed to the upstream by the name it was offered, and
     # what Codex's command read as its result.
-    call = next(m for m in second["messages"] if m.get("tool_calls"))
-    assert call["tool_calls"][0]["function"]["name"] == "functions__exec"
-    assert token in second["messages"][-1]["content"], report
+    if protocol == "chat":
+        call = next(m for m in second["messages"] if m.get("tool_calls"))
+        assert call["tool_calls"][0]["function"]["name"] == "functions__exec"
+    else:
+        call = next(block for m in second["messages"] for block in m["content"]
+                    if isinstance(block, dict) and block.get("type") == "tool_use")
+        assert call["name"] == "functions__exec"
+    assert token in json.dumps(second["messages"][-1]), report
 
 
 def run_codex(server, model, prompt, token) -> str:
