@@ -156,16 +156,22 @@ pub struct Tools {
     pub native_choice: Option<wire::Extra>,
 }
 
+/// A tool's `name`, checked: 1 to 64 letters, digits, `_` or `-` (a 400
+/// naming `{param}.name` otherwise).
+fn tool_name<'a>(name: Option<&'a str>, param: &str) -> Result<&'a str, RequestError> {
+    name.filter(|n| valid_name(n)).ok_or_else(|| {
+        invalid(
+            &format!("{param}.name"),
+            "a tool needs a name of 1 to 64 letters, digits, '_' or '-'",
+        )
+    })
+}
+
 impl Function {
     /// A Messages request's user tool (its `input_schema` is required, an
     /// object by its type).
     fn from_custom(tool: &messages::CustomTool, param: &str) -> Result<Self, RequestError> {
-        if !valid_name(&tool.name) {
-            return Err(invalid(
-                &format!("{param}.name"),
-                "a tool needs a name of 1 to 64 letters, digits, '_' or '-'",
-            ));
-        }
+        tool_name(Some(&tool.name), param)?;
         Ok(Function {
             name: tool.name.clone(),
             description: tool.description.clone().unwrap_or_default(),
@@ -177,16 +183,7 @@ impl Function {
 
     /// A Responses request's `function` tool.
     fn from_tool(tool: &wire::FunctionTool, param: &str) -> Result<Self, RequestError> {
-        let name = tool
-            .name
-            .as_deref()
-            .filter(|n| valid_name(n))
-            .ok_or_else(|| {
-                invalid(
-                    &format!("{param}.name"),
-                    "a tool needs a name of 1 to 64 letters, digits, '_' or '-'",
-                )
-            })?;
+        let name = tool_name(tool.name.as_deref(), param)?;
         let parameters = match &tool.parameters {
             Some(schema) if schema.is_object() => schema.clone(),
             None | Some(Value::Null) => json!({"type": "object", "properties": {}}),
@@ -208,16 +205,7 @@ impl Function {
 
     /// A Responses request's `custom` tool.
     fn from_custom_tool(tool: &wire::CustomTool, param: &str) -> Result<Self, RequestError> {
-        let name = tool
-            .name
-            .as_deref()
-            .filter(|n| valid_name(n))
-            .ok_or_else(|| {
-                invalid(
-                    &format!("{param}.name"),
-                    "a tool needs a name of 1 to 64 letters, digits, '_' or '-'",
-                )
-            })?;
+        let name = tool_name(tool.name.as_deref(), param)?;
         let format = match &tool.format {
             None => CustomFormat::Text,
             Some(format) if format.kind == "text" => CustomFormat::Text,

@@ -142,36 +142,7 @@ fn merge(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use async_trait::async_trait;
-    use shellgate_model::upstream::{DeltaSink, Reply, Turn, Upstream, UpstreamError};
-
-    /// An upstream that lists `models` (or cannot, when `None`).
-    struct Listed(Option<Vec<&'static str>>, Protocol);
-
-    #[async_trait]
-    impl Upstream for Listed {
-        async fn complete(&self, _: &Turn, _: Option<&DeltaSink>) -> Result<Reply, UpstreamError> {
-            Ok(Reply::default())
-        }
-        fn protocol(&self) -> Option<Protocol> {
-            Some(self.1)
-        }
-        async fn models(&self) -> Option<Result<Vec<UpstreamModel>, UpstreamError>> {
-            Some(match &self.0 {
-                Some(ids) => Ok(ids
-                    .iter()
-                    .map(|id| UpstreamModel {
-                        id: (*id).to_owned(),
-                        ..Default::default()
-                    })
-                    .collect()),
-                None => Err(UpstreamError::Status {
-                    status: 404,
-                    message: "no such endpoint".into(),
-                }),
-            })
-        }
-    }
+    use crate::testing::Listed;
 
     fn ids(listing: &Listing) -> Vec<&str> {
         listing.models.iter().map(|m| m.id.as_str()).collect()

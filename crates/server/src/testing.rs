@@ -519,3 +519,46 @@ impl Harness {
         answer.ok()["id"].as_str().unwrap().to_owned()
     }
 }
+
+/// An upstream that lists `models` (or cannot, when `None`), of a protocol:
+/// what the model list is made of, for its tests.
+pub struct Listed(
+    pub Option<Vec<&'static str>>,
+    pub shellgate_model::upstream::Protocol,
+);
+
+#[async_trait]
+impl shellgate_model::upstream::Upstream for Listed {
+    async fn complete(
+        &self,
+        _: &shellgate_model::upstream::Turn,
+        _: Option<&shellgate_model::upstream::DeltaSink>,
+    ) -> Result<shellgate_model::upstream::Reply, shellgate_model::upstream::UpstreamError> {
+        Ok(shellgate_model::upstream::Reply::default())
+    }
+    fn protocol(&self) -> Option<shellgate_model::upstream::Protocol> {
+        Some(self.1)
+    }
+    async fn models(
+        &self,
+    ) -> Option<
+        Result<
+            Vec<shellgate_model::upstream::UpstreamModel>,
+            shellgate_model::upstream::UpstreamError,
+        >,
+    > {
+        Some(match &self.0 {
+            Some(ids) => Ok(ids
+                .iter()
+                .map(|id| shellgate_model::upstream::UpstreamModel {
+                    id: (*id).to_owned(),
+                    ..Default::default()
+                })
+                .collect()),
+            None => Err(shellgate_model::upstream::UpstreamError::Status {
+                status: 404,
+                message: "no such endpoint".into(),
+            }),
+        })
+    }
+}

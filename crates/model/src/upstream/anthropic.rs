@@ -68,6 +68,8 @@ pub const OWN: &[&str] = &[
 
 /// Fields of a Messages request `messages/count_tokens` takes too (the
 /// SDK's `MessageCountTokensParams`, the beta's included).
+/// The typed ones here; the carried ones are the wire's
+/// [`shellgate_wire::messages::COUNT_CARRIED`].
 const COUNTED: &[&str] = &[
     "model",
     "messages",
@@ -76,14 +78,6 @@ const COUNTED: &[&str] = &[
     "tool_choice",
     "thinking",
     "output_config",
-    "billing_policy",
-    "cache_control",
-    "compaction",
-    "context_management",
-    "mcp_servers",
-    "speed",
-    "user_profile_id",
-    "workspace_id",
 ];
 
 pub struct Anthropic {
@@ -838,7 +832,10 @@ impl Upstream for Anthropic {
 pub fn count_body(turn: &Turn) -> Result<Map<String, Value>, UpstreamError> {
     match serde_json::to_value(request_body(turn, false)?) {
         Ok(Value::Object(mut body)) => {
-            body.retain(|key, _| COUNTED.contains(&key.as_str()));
+            body.retain(|key, _| {
+                COUNTED.contains(&key.as_str())
+                    || shellgate_wire::messages::COUNT_CARRIED.contains(&key.as_str())
+            });
             Ok(body)
         }
         _ => Err(UpstreamError::Malformed(
