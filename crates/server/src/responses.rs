@@ -533,17 +533,14 @@ fn check_unsupported_tools(
     Ok(())
 }
 
-/// The input item a client declares tools in instead of `tools` (Codex
-/// CLI does, with its default model: code mode's freeform `exec` in a
-/// `functions` namespace, and more groups).
-const ADDITIONAL_TOOLS: &str = "additional_tools";
-
 /// Offers the tools of the conversation's last `additional_tools` item
 /// like the request's `tools`, for an upstream that does not read the item
 /// (one not of the Responses protocol, which would otherwise see no tools
 /// at all; a Responses upstream is sent the item itself, so its tools are
 /// not offered twice): namespaces flattened, freeform tools as one-string
 /// functions, hosted tools kept as native ones (so reported uncarried).
+/// (Codex CLI declares its tools in that item with its default model: code
+/// mode's freeform `exec` in a `functions` namespace, and more groups.)
 /// The last item wins: a client sends its whole tool set anew in each
 /// request (Codex, at the start of its input), and an earlier item of a
 /// replayed or continued conversation may name tools withdrawn since. The
@@ -558,7 +555,7 @@ fn offer_additional_tools(
     input: &[wire::Item],
 ) -> Vec<String> {
     use shellgate_model::tools::{BASH, LOCAL_SHELL, SHELL};
-    let declares = |item: &&wire::Item| item.kind() == ADDITIONAL_TOOLS;
+    let declares = |item: &&wire::Item| item.kind() == wire::AdditionalTools::TYPE;
     let declared = input
         .iter()
         .enumerate()
@@ -572,18 +569,18 @@ fn offer_additional_tools(
     let Some((place, wire::Item::Other(item))) = declared else {
         return Vec::new();
     };
-    let entries = match item.get("tools") {
-        None => return Vec::new(),
-        Some(Value::Array(entries)) => entries,
-        Some(_) => return vec![format!("{place}.tools")],
+    let entries = match serde_json::from_value::<wire::AdditionalTools>(Value::Object(item.clone()))
+    {
+        Ok(wire::AdditionalTools { tools: None }) => return Vec::new(),
+        Ok(wire::AdditionalTools {
+            tools: Some(entries),
+        }) => entries,
+        Err(_) => return vec![format!("{place}.tools")],
     };
     let mut uncarried = Vec::new();
     for (index, entry) in entries.iter().enumerate() {
         let param = format!("{place}.tools[{index}]");
-        let kind = entry
-            .get("type")
-            .and_then(Value::as_str)
-            .unwrap_or("no type");
+        let kind = wire::entry_type(entry).unwrap_or_else(|| "no type".to_owned());
         let read = serde_json::from_value::<wire::Tool>(entry.clone())
             .ok()
             .filter(|tool| {

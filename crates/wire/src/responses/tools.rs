@@ -508,3 +508,32 @@ impl<'de> Deserialize<'de> for ToolChoice {
         }
     }
 }
+
+/// Codex's `additional_tools` input item (the tools of its code mode,
+/// declared in the conversation instead of in `tools`), read leniently: its
+/// entries stay JSON until each is read as a [`Tool`], so an entry that does
+/// not read is the client's to be told of, never a 400.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct AdditionalTools {
+    /// `None`: the item declares none.
+    #[serde(default)]
+    pub tools: Option<Vec<Value>>,
+}
+
+impl AdditionalTools {
+    /// The item's `type`.
+    pub const TYPE: &'static str = "additional_tools";
+}
+
+/// The `type` of a tool entry, whatever else it holds (`None`: it has none
+/// that is a string).
+pub fn entry_type(entry: &Value) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Tagged {
+        #[serde(rename = "type")]
+        kind: String,
+    }
+    serde_json::from_value::<Tagged>(entry.clone())
+        .ok()
+        .map(|tagged| tagged.kind)
+}
