@@ -1,54 +1,21 @@
 // The official `openai` Node SDK against a real `shellgate serve`.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join, resolve, dirname } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import OpenAI, { toFile } from 'openai';
 
-const root = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
-const binary = process.env.SHELLGATE_BIN ?? join(root, 'target', 'debug', 'shellgate');
+import { startServer } from './harness.mjs';
+
 const KEY = 'sk-node-test';
 
 let server;
-let dataDir;
 let client;
 
-function freePort() {
-  return new Promise((done) => {
-    const probe = createServer();
-    probe.listen(0, '127.0.0.1', () => {
-      const { port } = probe.address();
-      probe.close(() => done(port));
-    });
-  });
-}
-
 before(async () => {
-  const port = await freePort();
-  dataDir = mkdtempSync(join(tmpdir(), 'shellgate-node-'));
-  server = spawn(binary, ['--data-dir', dataDir, 'serve', '--listen', `127.0.0.1:${port}`], {
-    env: { PATH: process.env.PATH, SHELLGATE_API_KEYS: KEY, SHELLGATE_LOG: 'warn', SHELLGATE_WARM_CONTAINERS: '1', SHELLGATE_BUILD_DEFAULT_IMAGE: 'false' },
-    stdio: 'ignore',
-  });
-  const deadline = Date.now() + 30_000;
-  while (Date.now() < deadline) {
-    try {
-      if ((await fetch(`http://127.0.0.1:${port}/healthz`)).ok) break;
-    } catch {}
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  client = new OpenAI({ apiKey: KEY, baseURL: `http://127.0.0.1:${port}/v1`, maxRetries: 0 });
+  server = await startServer({ key: KEY, name: 'containers' });
+  client = new OpenAI({ apiKey: KEY, baseURL: server.baseURL, maxRetries: 0 });
 });
 
-after(async () => {
-  server.kill('SIGTERM');
-  await new Promise((r) => server.once('exit', r));
-  rmSync(dataDir, { recursive: true, force: true });
-});
+after(() => server.stop());
 
 test('containers: create, retrieve, list with pagination, delete', async () => {
   const created = await client.containers.create({ name: 'node-sdk', memory_limit: '4g' });

@@ -9,17 +9,11 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
-import { createServer as createHttpServer } from 'node:http';
-import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join, resolve, dirname } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import OpenAI from 'openai';
 
-const here = dirname(fileURLToPath(import.meta.url));
-const root = resolve(here, '..', '..');
-const binary = process.env.SHELLGATE_BIN ?? join(root, 'target', 'debug', 'shellgate');
+import { binary, here, startScriptedUpstream, startServer } from './harness.mjs';
+
 // The cached debian-12 build (shared with the Rust image test and the
 // Python suites): built once per machine, a no-op when up to date, rebuilt
 // when the recipe changed.
@@ -88,8 +82,6 @@ function continuing(responseId, containerId) {
 
 let server;
 let upstream;
-let dataDir;
-let baseURL;
 let client;
 
 // The script: "Execute: CMD" → a shell call of CMD; "Read /mnt/data/FILE
@@ -111,43 +103,13 @@ function decide(body) {
   return { text: 'Hello from the scripted model.' };
 }
 
-function scripted(request, response) {
-  let raw = '';
-  request.on('data', (chunk) => (raw += chunk));
-  request.on('end', () => {
-    const decision = decide(JSON.parse(raw || '{}'));
-    const message = { role: 'assistant', content: decision.text ?? null };
-    if (decision.tool) {
-      message.tool_calls = [{
-        id: 'call_seeds', type: 'function',
-        function: { name: decision.tool[0], arguments: JSON.stringify(decision.tool[1]) },
-      }];
-    }
-    response.writeHead(200, { 'content-type': 'application/json' });
-    response.end(JSON.stringify({
-      choices: [{ index: 0, message, finish_reason: decision.tool ? 'tool_calls' : 'stop' }],
-      usage: { prompt_tokens: 7, completion_tokens: 3 },
-    }));
-  });
-}
-
-function freePort() {
-  return new Promise((done) => {
-    const probe = createServer();
-    probe.listen(0, '127.0.0.1', () => {
-      const { port } = probe.address();
-      probe.close(() => done(port));
-    });
-  });
-}
-
 // Runs an example as a program of its own (an ES module resolving `openai`
 // from this directory's node_modules); its standard output. Not spawnSync:
 // the scripted upstream answering it runs in this process's event loop.
 async function runExample(code) {
   const child = spawn(process.execPath, ['--input-type=module', '-e', code], {
     cwd: here,
-    env: { PATH: process.env.PATH, OPENAI_BASE_URL: baseURL, OPENAI_API_KEY: KEY },
+    env: { PATH: process.env.PATH, OPENAI_BASE_URL: server.baseURL, OPENAI_API_KEY: KEY },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let stdout = '';
@@ -172,36 +134,20 @@ before(async () => {
     encoding: 'utf8', timeout: 3_600_000,
   });
   assert.equal(built.status, 0, (built.stderr ?? '').slice(-3000));
-  upstream = createHttpServer(scripted);
-  await new Promise((done) => upstream.listen(0, '127.0.0.1', done));
-  const upstreamUrl = `http://127.0.0.1:${upstream.address().port}/v1`;
-  const port = await freePort();
-  dataDir = mkdtempSync(join(tmpdir(), 'shellgate-node-seeds-'));
-  chmodSync(dataDir, 0o755);
-  server = spawn(binary, ['--data-dir', dataDir, 'serve', '--listen', `127.0.0.1:${port}`], {
+  upstream = await startScriptedUpstream(decide);
+  server = await startServer({
+    key: KEY, name: 'seeds', worldReadable: true,
     env: {
-      PATH: process.env.PATH, SHELLGATE_API_KEYS: KEY, SHELLGATE_LOG: 'warn',
-      SHELLGATE_WARM_CONTAINERS: '0', SHELLGATE_BUILD_DEFAULT_IMAGE: 'false', SHELLGATE_UPSTREAM_URL: upstreamUrl,
+      SHELLGATE_WARM_CONTAINERS: '0', SHELLGATE_UPSTREAM_URL: upstream.url,
       SHELLGATE_DEFAULT_IMAGE: 'debian-12', SHELLGATE_IMAGES_DIR: join(imageCache, 'sandbox', 'images'),
     },
-    stdio: 'ignore',
   });
-  const deadline = Date.now() + 30_000;
-  while (Date.now() < deadline) {
-    try {
-      if ((await fetch(`http://127.0.0.1:${port}/healthz`)).ok) break;
-    } catch {}
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  baseURL = `http://127.0.0.1:${port}/v1`;
-  client = new OpenAI({ apiKey: KEY, baseURL, maxRetries: 0 });
+  client = new OpenAI({ apiKey: KEY, baseURL: server.baseURL, maxRetries: 0 });
 });
 
 after(async () => {
-  server?.kill('SIGTERM');
-  if (server) await new Promise((r) => server.once('exit', r));
+  await server?.stop();
   upstream?.close();
-  if (dataDir) rmSync(dataDir, { recursive: true, force: true });
 });
 
 test('seeds: the first example exits 0 and prints the Python and Node versions', async () => {
