@@ -36,6 +36,11 @@ pub struct Billing {
     pending: Mutex<Pending>,
     /// Whether a flush task is running.
     flushing: AtomicBool,
+    /// Held by a flush from taking the pending writes until they are
+    /// written: a flush that finds nothing pending because another took it
+    /// a moment ago waits for that write, so "flushed" always means
+    /// "written" (what a suspension or deletion relies on).
+    writing: tokio::sync::Mutex<()>,
 }
 
 impl Billing {
@@ -45,6 +50,7 @@ impl Billing {
             engine,
             pending: Mutex::default(),
             flushing: AtomicBool::new(false),
+            writing: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -138,6 +144,7 @@ impl Billing {
 
     /// Writes everything gathered so far, in one trip to the store.
     pub async fn flush(&self) {
+        let _writing = self.writing.lock().await;
         let Pending { activity, commands } = std::mem::take(&mut *self.pending());
         if activity.is_empty() && commands.is_empty() {
             return;
