@@ -47,13 +47,18 @@ pub struct Route {
 #[derive(Debug, Clone, PartialEq)]
 pub enum ImageStatus {
     Ready,
-    /// Being built in the background (a fraction done).
+    /// Being built in the background (a fraction done). `previous`: an
+    /// earlier build is there (an out-of-date one being rebuilt), which
+    /// containers keep using meanwhile; else they use `host`.
     Building {
         progress: f64,
+        previous: bool,
     },
-    /// A background build failed (containers use `host`).
+    /// A background build failed; containers keep the `previous` build, or
+    /// use `host` when there is none.
     Failed {
         message: String,
+        previous: bool,
     },
     /// Not there and not being built (containers use `host`).
     Missing,
@@ -115,9 +120,11 @@ impl Summary {
         let image_status = match build {
             Some(build) if build.status == "building" => ImageStatus::Building {
                 progress: build.progress,
+                previous: present,
             },
             Some(build) if build.status == "failed" => ImageStatus::Failed {
                 message: build.message,
+                previous: present,
             },
             _ if present => ImageStatus::Ready,
             _ => ImageStatus::Missing,
@@ -201,18 +208,31 @@ impl Summary {
     fn image_text(&self) -> String {
         match &self.image_status {
             ImageStatus::Ready => "ready".to_owned(),
-            ImageStatus::Building { progress } => format!(
-                "building, {:.0}%; containers use `host` until it is ready",
-                progress * 100.0
+            ImageStatus::Building { progress, previous } => format!(
+                "building, {:.0}%; containers use {} until it is ready",
+                progress * 100.0,
+                fallback(*previous)
             ),
-            ImageStatus::Failed { message } => {
-                format!("build failed, containers use `host`: {message}")
+            ImageStatus::Failed { message, previous } => {
+                format!(
+                    "build failed, containers use {}: {message}",
+                    fallback(*previous)
+                )
             }
             ImageStatus::Missing => format!(
                 "missing: containers use `host`; `shellgate image build {}` makes it",
                 self.default_image
             ),
         }
+    }
+}
+
+/// What containers use while the default image is not (yet) built:
+/// its previous build when there is one, else `host`.
+fn fallback(previous: bool) -> &'static str {
+    match previous {
+        true => "its previous build",
+        false => "`host`",
     }
 }
 
@@ -297,8 +317,26 @@ mod tests {
             data_dir: PathBuf::from("/var/lib/shellgate"),
             upstreams,
             default_image: "debian-12".to_owned(),
-            image_status: ImageStatus::Building { progress: 0.25 },
+            image_status: ImageStatus::Building {
+                progress: 0.25,
+                previous: false,
+            },
         }
+    }
+
+    #[test]
+    fn a_rebuild_says_containers_keep_the_previous_build() {
+        let mut rebuilt = summary(Vec::new(), ApiKeys::Configured { count: 1 });
+        rebuilt.image_status = ImageStatus::Failed {
+            message: "mmdebstrap failed".to_owned(),
+            previous: true,
+        };
+        let text = rebuilt.lines().join("\n");
+        assert!(
+            text.contains("build failed, containers use its previous build: mmdebstrap failed"),
+            "{text}"
+        );
+        assert!(!text.contains("`host`"), "{text}");
     }
 
     #[test]
@@ -314,6 +352,7 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("debian-12 (building, 25%"), "{text}");
+        assert!(text.contains("containers use `host` until"), "{text}");
         let routes = vec![
             Route {
                 prefix: Some("claude-".to_owned()),
