@@ -12,6 +12,7 @@ pub mod param;
 pub mod chat;
 pub mod models;
 pub mod responses;
+pub mod time;
 
 mod containers;
 mod error;

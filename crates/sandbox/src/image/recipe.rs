@@ -348,16 +348,9 @@ fn parse_snapshot(stamp: &str) -> Option<i64> {
     if second > 60 {
         return None;
     }
-    // Days from 1970-01-01 to the date, proleptic Gregorian (Howard
-    // Hinnant's days_from_civil).
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(days * 86_400 + hour * 3600 + minute * 60 + second)
+    Some(shellgate_wire::time::unix_seconds(
+        year, month, day, hour, minute, second,
+    ))
 }
 
 /// Quotes a string for `sh` (and for mmdebstrap's special hooks, which
