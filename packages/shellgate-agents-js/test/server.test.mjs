@@ -1,0 +1,90 @@
+// The provider against a real `shellgate serve` (the repository's Node harness): a
+// SandboxAgent run with the SDK's own ScriptedModel through its own tools (exec,
+// tty, write_stdin), files written and read back, and a workspace persisted from one
+// container and hydrated into another. Skipped while the server lacks the issue 19
+// routes it needs (an older shellgate answers them 404 `unknown_url`).
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { run, setTracingDisabled } from '@openai/agents-core';
+import { Manifest, SandboxAgent } from '@openai/agents-core/sandbox';
+import { ScriptedModel, functionCall, assistantMessage, modelResponder } from '@openai/agents-core/testing';
+import { startServer } from '../../../tests/node/harness.mjs';
+import { ShellgateSandboxClient } from '../src/index.mjs';
+
+const KEY = 'sk-agents-js';
+let server;
+let missing = [];
+setTracingDisabled(true);
+
+async function serves(path) {
+  const response = await fetch(`${server.root}${path}`, { headers: { Authorization: `Bearer ${KEY}` } });
+  if (response.status !== 404) return true;
+  return (await response.json())?.error?.code !== 'unknown_url';
+}
+
+before(async () => {
+  server = await startServer({ key: `${KEY}:agents`, name: 'agents-js' });
+  server.root = server.baseURL.replace(/\/v1$/, '');
+  for (const path of ['/v1/containers/cntr_none/processes', '/v1/containers/cntr_none/fs/stat?path=/mnt/data',
+    '/v1/containers/cntr_none/fs/archive?path=/mnt/data']) {
+    if (!(await serves(path))) missing.push(path);
+  }
+});
+after(async () => server?.stop());
+
+const client = () => new ShellgateSandboxClient({ baseUrl: server.root, apiKey: KEY });
+
+function toolOutput(call, callId) {
+  const item = call.request.input.find((i) => i.type === 'function_call_result' && i.callId === callId);
+  assert.ok(item, `no output of ${callId}`);
+  return typeof item.output === 'string' ? item.output : item.output?.text ?? JSON.stringify(item.output);
+}
+
+test('a SandboxAgent runs exec, a tty and a python3 REPL in a shellgate container', async (t) => {
+  if (missing.length) return t.skip(`this shellgate does not serve ${missing.join(', ')}`);
+  const sessionIdOf = (call) => Number(/session ID (\d+)/.exec(toolOutput(call, 'repl'))[1]);
+  const model = new ScriptedModel([
+    [functionCall('exec_command', { cmd: 'cat notes/hello.txt; pwd' }, { callId: 'plain' })],
+    [functionCall('exec_command', { cmd: 'tty', tty: true }, { callId: 'tty' })],
+    [functionCall('exec_command', { cmd: 'python3 -q', tty: true, yield_time_ms: 1000 }, { callId: 'repl' })],
+    modelResponder((call) => [functionCall('write_stdin', { session_id: sessionIdOf(call), chars: 'print(6 * 7)\n', yield_time_ms: 1500 }, { callId: 'answer' })]),
+    modelResponder((call) => [functionCall('write_stdin', { session_id: sessionIdOf(call), chars: 'exit()\n', yield_time_ms: 10000 }, { callId: 'quit' })]),
+    [assistantMessage('done')],
+  ]);
+  const agent = new SandboxAgent({
+    name: 'shellgate',
+    instructions: 'Use the shell.',
+    model,
+    defaultManifest: new Manifest({ entries: { 'notes/hello.txt': { type: 'file', content: 'hello from the manifest\n' } } }),
+  });
+  const result = await run(agent, 'go', { sandbox: { client: client() } });
+  assert.equal(result.finalOutput, 'done');
+  const calls = model.calls;
+  assert.match(toolOutput(calls[1], 'plain'), /hello from the manifest[\s\S]*\/mnt\/data/);
+  assert.match(toolOutput(calls[2], 'tty'), /\/dev\/pts\//);
+  assert.match(toolOutput(calls[3], 'repl'), /Process running with session ID/);
+  assert.match(toolOutput(calls[4], 'answer'), /42/);
+  assert.match(toolOutput(calls[5], 'quit'), /Process exited with code 0/);
+});
+
+test('files round trip byte-exact, and a persisted workspace hydrates a new container', async (t) => {
+  if (missing.length) return t.skip(`this shellgate does not serve ${missing.join(', ')}`);
+  const blob = new Uint8Array(randomBytes(3 * 1024 * 1024));
+  const sandbox = client();
+  const first = await sandbox.create();
+  let second;
+  try {
+    await first.writeFile('deep/blob.bin', blob);
+    assert.deepEqual(await first.readFile({ path: 'deep/blob.bin' }), blob);
+    assert.deepEqual((await first.listDir({ path: 'deep' })).map((e) => e.name), ['blob.bin']);
+    const archive = await first.persistWorkspace();
+    second = await sandbox.create();
+    assert.notEqual(second.state.containerId, first.state.containerId);
+    await second.hydrateWorkspace(archive);
+    assert.deepEqual(await second.readFile({ path: 'deep/blob.bin' }), blob);
+  } finally {
+    await first.delete();
+    await second?.delete();
+  }
+});
