@@ -82,6 +82,7 @@ class FakeShellgate:
         self.on_stdin = lambda process, data: None
         self.streams_served = 0
         self.break_first_stream_after = None  # chunks, then the stream ends
+        self.handle_processes = True  # False: an older server
 
     def transport(self) -> httpx.MockTransport:
         return httpx.MockTransport(self.handle)
@@ -122,7 +123,7 @@ class FakeShellgate:
             return httpx.Response(200, json=self.containers[cid])
         if parts[3] == "fs":
             return self.error(404, "file_not_found")
-        if parts[3] != "processes":
+        if parts[3] != "processes" or not self.handle_processes:
             return self.error(404, "unknown_url")
         if len(parts) == 4 and request.method == "POST":
             body = json.loads(request.content)
@@ -412,3 +413,11 @@ def test_delete_is_idempotent():
     asyncio.run(client.delete(session))
     asyncio.run(client.delete(session))
     assert fake.containers == {}
+
+
+def test_a_server_without_the_processes_api_is_named_as_too_old():
+    fake = FakeShellgate()
+    session = make_session(fake)
+    fake.handle_processes = False
+    with pytest.raises(ExecTransportError, match="does not serve start process"):
+        asyncio.run(session._exec_internal("true"))

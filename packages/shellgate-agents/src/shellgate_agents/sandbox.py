@@ -381,9 +381,16 @@ class ShellgateSandboxSession(BaseSandboxSession):
     ) -> ExecTransportError:
         context: dict[str, object] = {"backend": BACKEND_ID}
         retryable: bool | None = None
+        message = f"shellgate: {error}"
         if isinstance(error, ShellgateApiError):
             context.update(error.context())
             retryable = error.retryable
+            if error.unknown_route:
+                message = (
+                    f"shellgate at {self._api.base_url} does not serve {error.operation}: "
+                    "shellgate-agents needs a server with the processes, files and archive "
+                    "routes (issue 19)"
+                )
         else:
             context["provider_error"] = f"{type(error).__name__}: {error}"
         if retry_safe:
@@ -393,7 +400,7 @@ class ShellgateSandboxSession(BaseSandboxSession):
             command=command,
             context=context,
             cause=error,
-            message=f"shellgate: {error}",
+            message=message,
             retryable=retryable,
         )
 
