@@ -14,7 +14,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// Lowest port a container may expose: below it only the egress proxy's
 /// sockets listen (and no command can bind there).
-pub const MIN_EXPOSED_PORT: u16 = 1024;
+pub use shellgate_wire::ports::MIN_EXPOSED_PORT;
 
 /// A connected TCP stream to a port inside a container. While it is open
 /// the container counts it in flight (it is busy: not suspended under an
