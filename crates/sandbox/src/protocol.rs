@@ -204,6 +204,32 @@ pub enum Request {
     /// wherever they went (`setsid`, double forks): they all carry the
     /// command's marker.
     KillCommand { id: u32 },
+    /// Start a TCP connection to `127.0.0.1:port` in the container's network
+    /// namespace and send the (non-blocking, maybe still connecting) socket
+    /// back on the `SOCK_SEQPACKET` socket the message carries: a
+    /// [`ConnectReply`] with the socket attached, or with an errno and none.
+    Connect { port: u16 },
+}
+
+/// Init's answer to [`Request::Connect`], on the socket passed with it: an
+/// errno, 0 when the connection's socket is attached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectReply {
+    pub errno: i32,
+}
+
+impl ConnectReply {
+    /// Size of the record on the wire.
+    pub const SIZE: usize = 4;
+
+    pub fn encode(self) -> [u8; Self::SIZE] {
+        self.errno.to_le_bytes()
+    }
+
+    pub fn decode(bytes: &[u8]) -> Option<Self> {
+        let errno = i32::from_le_bytes(bytes.try_into().ok()?);
+        Some(Self { errno })
+    }
 }
 
 impl Request {
@@ -225,6 +251,11 @@ impl Request {
                 out.extend_from_slice(&id.to_le_bytes());
                 out
             }
+            Request::Connect { port } => {
+                let mut out = vec![b'C'];
+                out.extend_from_slice(&u32::from(*port).to_le_bytes());
+                out
+            }
         }
     }
 
@@ -239,6 +270,9 @@ impl Request {
                 reclaim: *tag == b'r',
             }),
             b'K' if rest.is_empty() => Some(Request::KillCommand { id }),
+            b'C' if rest.is_empty() => Some(Request::Connect {
+                port: u16::try_from(id).ok()?,
+            }),
             _ => None,
         }
     }
@@ -306,6 +340,7 @@ pub mod fuzzing {
             }
             .encode(),
             Request::KillCommand { id: 9 }.encode(),
+            Request::Connect { port: 8000 }.encode(),
             [
                 Status::Exited(256).encode(),
                 Status::SpawnFailed(2).encode(),
@@ -391,6 +426,9 @@ mod tests {
             b"R\x01\x00\x00\x00echo hi",
             b"K\x01\x00\x00\x00",
             b"K\x01\x00\x00\x00extra",
+            b"C\x40\x1f\x00\x00",
+            b"C\x40\x1f\x01\x00",
+            b"C\x40\x1f\x00\x00x",
             b"r\x01\x00",
             b"\x02\x00\x00\x00\xff\xff\xff\xff\x09\x00\x00\x00\x00\x00\x00\x00",
             br#"{"type":"init_pid","pid":7,"loop_device":3}"#,
@@ -420,6 +458,8 @@ mod tests {
                 reclaim: false,
             },
             Request::KillCommand { id: 42 },
+            Request::Connect { port: 8000 },
+            Request::Connect { port: u16::MAX },
         ] {
             assert_eq!(Request::decode(&request.encode()), Some(request));
         }
@@ -427,6 +467,13 @@ mod tests {
         assert_eq!(Request::decode(b"K12"), None);
         assert_eq!(Request::decode(b"K1234x"), None);
         assert_eq!(Request::decode(b"Rabc"), None);
+        // A port past u16 is not a port.
+        assert_eq!(Request::decode(b"C\x00\x00\x01\x00"), None);
+        assert_eq!(
+            ConnectReply::decode(&ConnectReply { errno: 111 }.encode()),
+            Some(ConnectReply { errno: 111 })
+        );
+        assert_eq!(ConnectReply::decode(b"\x00\x00"), None);
     }
 
     #[test]

@@ -14,6 +14,9 @@
 //!   after that, fails (the request gets a 408).
 //! - Out of descriptors (`EMFILE`), the accept loop sheds a connection and
 //!   backs off instead of spinning.
+//! - Upgrades (`101 Switching Protocols`: WebSockets, a container's ports'
+//!   relayed upgrades) are served; each request carries the client's
+//!   address ([`ClientAddr`], for `X-Forwarded-For`).
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -58,6 +61,10 @@ impl Limits {
         }
     }
 }
+
+/// The address a request's connection came from (a request extension).
+#[derive(Debug, Clone, Copy)]
+pub struct ClientAddr(pub std::net::SocketAddr);
 
 /// What the accept loop knows of one connection.
 #[derive(Default)]
@@ -158,7 +165,11 @@ pub async fn serve(
     }
     let slots = Arc::new(Semaphore::new(cap));
     let unserved = Arc::new(Unserved::default());
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    // Graceful shutdown by hand: hyper-util's watcher does not take
+    // connections that serve upgrades. Every connection's task holds a
+    // clone of `open`; the receiver ends when the last one is gone.
+    let (stopping, stop) = tokio::sync::watch::channel(false);
+    let (open, mut all_closed) = tokio::sync::mpsc::channel::<()>(1);
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
@@ -170,8 +181,8 @@ pub async fn serve(
             accepted = listener.accept() => accepted,
             () = &mut shutdown => break,
         };
-        let stream = match accepted {
-            Ok((stream, _peer)) => stream,
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
             Err(e) => {
                 // Out of descriptors (or memory): make room, and back off
                 // rather than spin on an error that repeats at once.
@@ -202,27 +213,53 @@ pub async fn serve(
             hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
                 connection.served.store(true, Ordering::Relaxed);
                 let mut router = router.clone();
-                let request = request.map(|body| Body::new(TimedBody::new(body, limits)));
+                let mut request = request.map(|body| Body::new(TimedBody::new(body, limits)));
+                request.extensions_mut().insert(ClientAddr(peer));
                 tower_service::Service::call(&mut router, request)
             })
         };
-        let served = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+        let served = builder
+            .serve_connection(TokioIo::new(stream), service)
+            .with_upgrades();
+        let mut stop = stop.clone();
+        let open = open.clone();
         tokio::spawn(async move {
+            let _open = open;
+            tokio::pin!(served);
             tokio::select! {
-                _ = served => {}
+                _ = served.as_mut() => {}
                 () = connection.close.notified() => {}
+                () = stopped(&mut stop) => {
+                    // The request under way finishes; no other is read.
+                    served.as_mut().graceful_shutdown();
+                    tokio::select! {
+                        _ = served => {}
+                        () = connection.close.notified() => {}
+                    }
+                }
             }
             drop(permit);
         });
     }
     drop(listener);
-    if tokio::time::timeout(Duration::from_secs(30), graceful.shutdown())
+    let _ = stopping.send(true);
+    drop(open);
+    if tokio::time::timeout(Duration::from_secs(30), all_closed.recv())
         .await
         .is_err()
     {
         tracing::warn!("requests still running after 30 s of shutdown were cut off");
     }
     Ok(())
+}
+
+/// Returns once the server is stopping (or its sender is gone).
+async fn stopped(stop: &mut tokio::sync::watch::Receiver<bool>) {
+    while !*stop.borrow_and_update() {
+        if stop.changed().await.is_err() {
+            return;
+        }
+    }
 }
 
 /// A request body with an idle timeout and a minimum average rate.
