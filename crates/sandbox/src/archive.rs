@@ -65,8 +65,8 @@ use std::path::Path;
 use rustix::fs::{self as rfs, AtFlags, FileType, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 
-pub use glob::{MAX_PATTERNS, MAX_PATTERN_BYTES};
 use glob::ExcludeSet;
+pub use glob::{MAX_PATTERNS, MAX_PATTERN_BYTES};
 
 /// Longest path the kernel takes, its terminating NUL included.
 const PATH_MAX: usize = libc::PATH_MAX as usize;
@@ -453,7 +453,11 @@ impl Exporter<'_> {
                 let mut name = path.clone();
                 name.push(b'/');
                 self.builder
-                    .append_data(&mut header, Path::new(OsStr::from_bytes(&name)), io::empty())
+                    .append_data(
+                        &mut header,
+                        Path::new(OsStr::from_bytes(&name)),
+                        io::empty(),
+                    )
                     .map_err(write_error(path))?;
                 self.summary.entries += 1;
                 self.directory(path)
@@ -757,9 +761,17 @@ impl<'r> TarReader<'r> {
                         b'6' => return Err(refuse("a FIFO (named pipe)")),
                         b'S' => return Err(refuse("a GNU sparse file, which is not supported")),
                         b'V' => return Err(refuse("a GNU volume label, which is not supported")),
-                        b'M' => return Err(refuse("a GNU multi-volume continuation, which is not supported")),
+                        b'M' => {
+                            return Err(refuse(
+                                "a GNU multi-volume continuation, which is not supported",
+                            ))
+                        }
                         b'D' => return Err(refuse("a GNU dump directory, which is not supported")),
-                        b'N' => return Err(refuse("an old GNU long-name record, which is not supported")),
+                        b'N' => {
+                            return Err(refuse(
+                                "an old GNU long-name record, which is not supported",
+                            ))
+                        }
                         other => {
                             return Err(refuse(&format!(
                                 "a member of unsupported type {:?}",
@@ -893,7 +905,9 @@ fn check_symlink(
             b"" | b"." => {}
             b".." => {
                 if at.is_empty() {
-                    return Err(format!("a symlink to {shown:?}, which leaves the directory"));
+                    return Err(format!(
+                        "a symlink to {shown:?}, which leaves the directory"
+                    ));
                 }
                 for depth in 1..=at.len() {
                     let prefix = at[..depth].join(&b'/');
@@ -1125,9 +1139,8 @@ impl Extractor<'_> {
                 check_symlink(&path, &link, &self.members).map_err(refuse)?;
             }
             MemberKind::HardLink => {
-                let target = normalise(&link).map_err(|r| {
-                    refuse(format!("a hard link to {:?}: {r}", printable(&link)))
-                })?;
+                let target = normalise(&link)
+                    .map_err(|r| refuse(format!("a hard link to {:?}: {r}", printable(&link))))?;
                 if target == path {
                     return Err(refuse("a hard link to itself".into()));
                 }
@@ -1221,8 +1234,13 @@ impl Extractor<'_> {
                     rfs::symlinkat(link.as_slice(), p, n)
                 })
                 .map_err(|e| e.or_else(quota_or("make the symlink")))?;
-                rfs::utimensat(&parent, name, &times(member.mtime), AtFlags::SYMLINK_NOFOLLOW)
-                    .map_err(quota_or("set the mtime of"))?;
+                rfs::utimensat(
+                    &parent,
+                    name,
+                    &times(member.mtime),
+                    AtFlags::SYMLINK_NOFOLLOW,
+                )
+                .map_err(quota_or("set the mtime of"))?;
                 reader.data(member.size, &member.raw_path, &mut |_| Ok(()))?;
                 self.symlinks.push((path.clone(), link));
             }
@@ -1281,7 +1299,9 @@ impl Extractor<'_> {
                                 member: shown.to_owned(),
                             })
                         }
-                        Err(e) => return Err(io_error(format!("make a directory for {shown:?}"))(e)),
+                        Err(e) => {
+                            return Err(io_error(format!("make a directory for {shown:?}"))(e))
+                        }
                     }
                     dir = open_beneath(dir.as_fd(), part, flags, BENEATH)
                         .map_err(|_| through_link(path))?;
@@ -1361,12 +1381,11 @@ fn merge(
     let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW;
     let from = open_beneath(staging.as_fd(), path, flags, BENEATH)
         .map_err(io_error("open the staging directory"))?;
-    let to = open_beneath(root.as_fd(), path, flags, BENEATH).map_err(|e| {
-        ArchiveError::Conflict {
+    let to =
+        open_beneath(root.as_fd(), path, flags, BENEATH).map_err(|e| ArchiveError::Conflict {
             member: printable(path),
             reason: format!("the directory changed during the import ({e})"),
-        }
-    })?;
+        })?;
     if !apply {
         let stat = rfs::fstat(&to).map_err(io_error("stat"))?;
         if stat.st_dev != staging_dev {

@@ -60,10 +60,21 @@ impl Drop for TempDir {
 /// What a test compares of one entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Node {
-    File { mode: u32, mtime: i64, contents: Vec<u8> },
-    Directory { mode: u32, mtime: i64 },
-    Symlink { target: Vec<u8> },
-    Other { mode: u32 },
+    File {
+        mode: u32,
+        mtime: i64,
+        contents: Vec<u8>,
+    },
+    Directory {
+        mode: u32,
+        mtime: i64,
+    },
+    Symlink {
+        target: Vec<u8>,
+    },
+    Other {
+        mode: u32,
+    },
 }
 
 /// Every entry below `dir` (not `dir` itself), by relative path.
@@ -243,7 +254,11 @@ fn refused_with(tar: &[u8], limits: &ImportLimits) -> ArchiveError {
     std::fs::create_dir(dir.join("empty")).unwrap();
     let before = snapshot(dir.path());
     let error = import(&mut &tar[..], dir.path(), limits).unwrap_err();
-    assert_eq!(snapshot(dir.path()), before, "the directory changed ({error})");
+    assert_eq!(
+        snapshot(dir.path()),
+        before,
+        "the directory changed ({error})"
+    );
     error
 }
 
@@ -331,11 +346,22 @@ fn excludes_leave_out_matches_and_whole_directories() {
     ] {
         write(&dir, rel, b"x", 0o644);
     }
-    let (tar, summary) =
-        export_to_vec(dir.path(), &["*.log", "**/node_modules", "./cache/", "a/?.txt"]);
+    let (tar, summary) = export_to_vec(
+        dir.path(),
+        &["*.log", "**/node_modules", "./cache/", "a/?.txt"],
+    );
     assert_eq!(
         member_paths(&tar),
-        ["a/", "a/bc.txt", "keep.txt", "other/", "other/cache", "sub/", "sub/keep", "sub/y.log"]
+        [
+            "a/",
+            "a/bc.txt",
+            "keep.txt",
+            "other/",
+            "other/cache",
+            "sub/",
+            "sub/keep",
+            "sub/y.log"
+        ]
     );
     assert_eq!(summary.entries, 8);
     // Directory-only patterns do not match files.
@@ -361,7 +387,10 @@ fn bad_exclude_patterns_are_refused() {
     let dir = TempDir::new("bad-exclude");
     let mut out = Vec::new();
     let error = export(dir.path(), &["../x".to_string()], &mut out).unwrap_err();
-    assert!(matches!(error, ArchiveError::InvalidExclude { .. }), "{error:?}");
+    assert!(
+        matches!(error, ArchiveError::InvalidExclude { .. }),
+        "{error:?}"
+    );
     assert!(out.is_empty());
 }
 
@@ -450,7 +479,12 @@ fn export_does_not_cross_into_a_mount_below() {
 fn ten_thousand_small_files_export_and_import() {
     let source = TempDir::new("many");
     for i in 0..10_000 {
-        write(&source, &format!("d{}/f{i}", i % 100), format!("{i}").as_bytes(), 0o644);
+        write(
+            &source,
+            &format!("d{}/f{i}", i % 100),
+            format!("{i}").as_bytes(),
+            0o644,
+        );
     }
     let (tar, summary) = export_to_vec(source.path(), &[]);
     assert_eq!(summary.entries, 10_100);
@@ -539,7 +573,12 @@ fn import_merges_directories_and_replaces_files() {
     write(&dir, "d/replaced", b"before", 0o644);
     write(&dir, "was-file/x", b"", 0o644);
     std::fs::remove_dir_all(dir.join("was-file")).unwrap();
-    write(&dir, "was-file", b"a file where the archive has a directory", 0o644);
+    write(
+        &dir,
+        "was-file",
+        b"a file where the archive has a directory",
+        0o644,
+    );
     let outside = TempDir::new("merge-outside");
     symlink(outside.path(), dir.join("was-link")).unwrap();
     let tar = archive(&[
@@ -557,12 +596,16 @@ fn import_merges_directories_and_replaces_files() {
     assert_eq!(std::fs::read(dir.join("d/replaced")).unwrap(), b"after");
     assert_eq!(std::fs::read(dir.join("was-file/inside")).unwrap(), b"i");
     // The pre-existing symlink was replaced, never followed.
-    assert!(std::fs::symlink_metadata(dir.join("was-link")).unwrap().is_dir());
+    assert!(std::fs::symlink_metadata(dir.join("was-link"))
+        .unwrap()
+        .is_dir());
     assert_eq!(std::fs::read(dir.join("was-link/inside")).unwrap(), b"j");
     assert!(snapshot(outside.path()).is_empty());
-    assert!(!std::fs::read_dir(dir.path())
+    assert!(!std::fs::read_dir(dir.path()).unwrap().any(|e| e
         .unwrap()
-        .any(|e| e.unwrap().file_name().to_string_lossy().starts_with(STAGING_PREFIX)));
+        .file_name()
+        .to_string_lossy()
+        .starts_with(STAGING_PREFIX)));
 }
 
 #[test]
@@ -573,7 +616,9 @@ fn a_file_replacing_a_symlink_leaves_its_target_alone() {
     symlink(outside.join("file"), dir.join("link")).unwrap();
     import_bytes(&archive(&[file("link", b"inside")]), dir.path()).unwrap();
     assert_eq!(std::fs::read(outside.join("file")).unwrap(), b"outside");
-    assert!(std::fs::symlink_metadata(dir.join("link")).unwrap().is_file());
+    assert!(std::fs::symlink_metadata(dir.join("link"))
+        .unwrap()
+        .is_file());
     assert_eq!(std::fs::read(dir.join("link")).unwrap(), b"inside");
 }
 
@@ -602,14 +647,22 @@ fn root_members_duplicates_pax_and_long_names_are_read() {
         file("ignored-name", b"from pax"),
         long_name(long.as_bytes()),
         file("truncated", b"long"),
-        raw(b'g', b"pax_global_header", b"", b"52 comment=0123456789012345678901234567890123456789\n"),
+        raw(
+            b'g',
+            b"pax_global_header",
+            b"",
+            b"52 comment=0123456789012345678901234567890123456789\n",
+        ),
         raw(b'0', b"mode", b"", b"m"),
     ]);
     let summary = import_bytes(&tar, dir.path()).unwrap();
     assert_eq!(summary.entries, 7);
     assert_eq!(std::fs::read(dir.join("dup")).unwrap(), b"second");
     assert_eq!(std::fs::read(dir.join("pax-name")).unwrap(), b"from pax");
-    assert_eq!(std::fs::metadata(dir.join("pax-name")).unwrap().mtime(), 1_234_567_890);
+    assert_eq!(
+        std::fs::metadata(dir.join("pax-name")).unwrap().mtime(),
+        1_234_567_890
+    );
     assert_eq!(std::fs::read(dir.join(&long)).unwrap(), b"long");
     assert!(!dir.join("ignored-name").exists());
 }
@@ -626,16 +679,25 @@ fn setuid_setgid_and_sticky_bits_are_dropped() {
     bytes.push(b'x');
     bytes.resize(2 * BLOCK, 0);
     import_bytes(&archive(&[bytes]), dir.path()).unwrap();
-    assert_eq!(std::fs::metadata(dir.join("suid")).unwrap().mode() & 0o7777, 0o755);
+    assert_eq!(
+        std::fs::metadata(dir.join("suid")).unwrap().mode() & 0o7777,
+        0o755
+    );
 }
 
 // ---- import: refusals (each leaves the directory as it was) ----------------
 
 #[test]
 fn absolute_paths_are_refused() {
-    assert_refused(&refused(&archive(&[file("ok", b"1"), file("/etc/evil", b"x")])), "absolute path");
     assert_refused(
-        &refused(&archive(&[pax(&[("path", b"/etc/evil")]), file("fine", b"x")])),
+        &refused(&archive(&[file("ok", b"1"), file("/etc/evil", b"x")])),
+        "absolute path",
+    );
+    assert_refused(
+        &refused(&archive(&[
+            pax(&[("path", b"/etc/evil")]),
+            file("fine", b"x"),
+        ])),
         "absolute path",
     );
 }
@@ -643,36 +705,69 @@ fn absolute_paths_are_refused() {
 #[test]
 fn parent_components_are_refused() {
     for name in ["../evil", "a/../../evil", "a/..", "./.."] {
-        assert_refused(&refused(&archive(&[file("ok", b"1"), file(name, b"x")])), "'..'");
+        assert_refused(
+            &refused(&archive(&[file("ok", b"1"), file(name, b"x")])),
+            "'..'",
+        );
     }
     assert_refused(&refused(&archive(&[directory("../up/")])), "'..'");
 }
 
 #[test]
 fn symlinks_leaving_the_directory_are_refused() {
-    assert_refused(&refused(&archive(&[symlink_member("l", "/etc")])), "absolute path");
-    assert_refused(&refused(&archive(&[symlink_member("a/l", "../../x")])), "leaves the directory");
-    assert_refused(&refused(&archive(&[symlink_member("l", "..")])), "leaves the directory");
+    assert_refused(
+        &refused(&archive(&[symlink_member("l", "/etc")])),
+        "absolute path",
+    );
+    assert_refused(
+        &refused(&archive(&[symlink_member("a/l", "../../x")])),
+        "leaves the directory",
+    );
+    assert_refused(
+        &refused(&archive(&[symlink_member("l", "..")])),
+        "leaves the directory",
+    );
     assert_refused(&refused(&archive(&[symlink_member("l", "")])), "no target");
     // Each link looks inside; together they climb out (`x/y` is `.`, so
     // `x/z` -> `y/..` is the directory's parent), in either order.
-    let chain = [directory("x/"), symlink_member("x/y", ".."), symlink_member("x/z", "y/..")];
+    let chain = [
+        directory("x/"),
+        symlink_member("x/y", ".."),
+        symlink_member("x/z", "y/.."),
+    ];
     assert_refused(&refused(&archive(&chain)), "through the symlink member");
-    let reversed = [directory("x/"), symlink_member("x/z", "y/.."), symlink_member("x/y", "..")];
+    let reversed = [
+        directory("x/"),
+        symlink_member("x/z", "y/.."),
+        symlink_member("x/y", ".."),
+    ];
     assert_refused(&refused(&archive(&reversed)), "through the symlink member");
     // A link that stays inside is fine.
     let dir = TempDir::new("inside-link");
     import_bytes(&archive(&[symlink_member("a/b/l", "../../c")]), dir.path()).unwrap();
-    assert_eq!(std::fs::read_link(dir.join("a/b/l")).unwrap(), Path::new("../../c"));
+    assert_eq!(
+        std::fs::read_link(dir.join("a/b/l")).unwrap(),
+        Path::new("../../c")
+    );
 }
 
 #[test]
 fn members_through_earlier_symlinks_or_files_are_refused() {
     // The classic: a link, then a member below it.
-    let classic = [directory("sub/"), symlink_member("link", "sub"), file("link/passwd", b"x")];
-    assert_refused(&refused(&archive(&classic)), "runs through the symlink member \"link\"");
+    let classic = [
+        directory("sub/"),
+        symlink_member("link", "sub"),
+        file("link/passwd", b"x"),
+    ];
+    assert_refused(
+        &refused(&archive(&classic)),
+        "runs through the symlink member \"link\"",
+    );
     let through_file = [file("f", b"1"), file("f/x", b"2")];
-    assert_refused(&refused(&archive(&through_file)), "runs through the file member");
+    assert_refused(
+        &refused(&archive(&through_file)),
+        "runs through the file member",
+    );
     let type_change = [file("same", b"1"), directory("same/")];
     assert_refused(&refused(&archive(&type_change)), "another type");
     let type_change = [directory("same/"), symlink_member("same", "x")];
@@ -681,16 +776,31 @@ fn members_through_earlier_symlinks_or_files_are_refused() {
 
 #[test]
 fn hard_links_to_anything_but_earlier_files_are_refused() {
-    assert_refused(&refused(&archive(&[hard_link("h", "/etc/passwd")])), "absolute path");
+    assert_refused(
+        &refused(&archive(&[hard_link("h", "/etc/passwd")])),
+        "absolute path",
+    );
     assert_refused(&refused(&archive(&[hard_link("h", "../x")])), "'..'");
-    assert_refused(&refused(&archive(&[hard_link("h", "passwd")])), "not an earlier file member");
+    assert_refused(
+        &refused(&archive(&[hard_link("h", "passwd")])),
+        "not an earlier file member",
+    );
     let later = [hard_link("h", "f"), file("f", b"x")];
     assert_refused(&refused(&archive(&later)), "not an earlier file member");
     let to_directory = [directory("d/"), hard_link("h", "d")];
-    assert_refused(&refused(&archive(&to_directory)), "not an earlier file member");
+    assert_refused(
+        &refused(&archive(&to_directory)),
+        "not an earlier file member",
+    );
     let to_symlink = [symlink_member("s", "x"), hard_link("h", "s")];
-    assert_refused(&refused(&archive(&to_symlink)), "not an earlier file member");
-    assert_refused(&refused(&archive(&[file("f", b"x"), hard_link("f", "f")])), "itself");
+    assert_refused(
+        &refused(&archive(&to_symlink)),
+        "not an earlier file member",
+    );
+    assert_refused(
+        &refused(&archive(&[file("f", b"x"), hard_link("f", "f")])),
+        "itself",
+    );
 }
 
 #[test]
@@ -715,15 +825,30 @@ fn devices_fifos_and_exotic_types_are_refused() {
 
 #[test]
 fn names_with_nul_or_over_path_max_are_refused() {
-    assert_refused(&refused(&archive(&[long_name(b"a\0b"), file("x", b"")])), "NUL");
-    assert_refused(&refused(&archive(&[pax(&[("path", b"a\0b")]), file("x", b"")])), "NUL");
+    assert_refused(
+        &refused(&archive(&[long_name(b"a\0b"), file("x", b"")])),
+        "NUL",
+    );
+    assert_refused(
+        &refused(&archive(&[pax(&[("path", b"a\0b")]), file("x", b"")])),
+        "NUL",
+    );
     let deep = "d/".repeat(2100);
     assert_refused(
-        &refused(&archive(&[pax(&[("path", deep.as_bytes())]), file("x", b"")])),
+        &refused(&archive(&[
+            pax(&[("path", deep.as_bytes())]),
+            file("x", b""),
+        ])),
         "PATH_MAX",
     );
     let long_component = "c".repeat(300);
-    assert_refused(&refused(&archive(&[long_name(long_component.as_bytes()), file("x", b"")])), "255");
+    assert_refused(
+        &refused(&archive(&[
+            long_name(long_component.as_bytes()),
+            file("x", b""),
+        ])),
+        "255",
+    );
     // A long name header larger than any path is refused before it is read.
     let huge = raw_sized(b'L', b"././@LongLink", b"", b"", 1 << 30);
     assert_refused(&refused(&huge), "GNU long name");
@@ -734,9 +859,16 @@ fn names_with_nul_or_over_path_max_are_refused() {
 #[test]
 fn a_tar_bomb_declaring_100_gib_is_refused_before_its_data() {
     // The header alone: nothing of the 100 GiB is in the stream.
-    let tar = [file("ok", b"1"), raw_sized(b'0', b"bomb", b"", b"", 100 << 30)].concat();
+    let tar = [
+        file("ok", b"1"),
+        raw_sized(b'0', b"bomb", b"", b"", 100 << 30),
+    ]
+    .concat();
     let error = refused(&tar);
-    assert!(matches!(error, ArchiveError::TooLarge { ref member, .. } if member == "bomb"), "{error:?}");
+    assert!(
+        matches!(error, ArchiveError::TooLarge { ref member, .. } if member == "bomb"),
+        "{error:?}"
+    );
     // Declared sizes add up.
     let limits = ImportLimits {
         max_bytes: 1000,
@@ -744,7 +876,10 @@ fn a_tar_bomb_declaring_100_gib_is_refused_before_its_data() {
     };
     let tar = archive(&[file("a", &[1; 600]), file("b", &[2; 600])]);
     let error = refused_with(&tar, &limits);
-    assert!(matches!(error, ArchiveError::TooLarge { ref member, .. } if member == "b"), "{error:?}");
+    assert!(
+        matches!(error, ArchiveError::TooLarge { ref member, .. } if member == "b"),
+        "{error:?}"
+    );
 }
 
 #[test]
@@ -780,7 +915,10 @@ fn two_hundred_thousand_members_are_refused_at_the_limit() {
         at: 0,
     };
     let error = import(&mut members, dir.path(), &ImportLimits::default()).unwrap_err();
-    assert!(matches!(error, ArchiveError::TooManyEntries { limit: 100_000 }), "{error:?}");
+    assert!(
+        matches!(error, ArchiveError::TooManyEntries { limit: 100_000 }),
+        "{error:?}"
+    );
     assert_eq!(members.next, 100_001, "read on past the limit");
     assert_eq!(snapshot(dir.path()), before);
     // And with a small limit.
@@ -789,7 +927,10 @@ fn two_hundred_thousand_members_are_refused_at_the_limit() {
         max_bytes: 1 << 20,
         max_entries: 2,
     };
-    assert!(matches!(refused_with(&tar, &limits), ArchiveError::TooManyEntries { limit: 2 }));
+    assert!(matches!(
+        refused_with(&tar, &limits),
+        ArchiveError::TooManyEntries { limit: 2 }
+    ));
 }
 
 #[test]
@@ -804,7 +945,10 @@ fn cut_and_invalid_streams_are_refused() {
     };
     // Inside the second member's data; inside a header; at a member
     // boundary without the end-of-archive marker; nothing at all.
-    malformed(&whole[..BLOCK * 2 + BLOCK + 1000], "ends inside member \"b\"");
+    malformed(
+        &whole[..BLOCK * 2 + BLOCK + 1000],
+        "ends inside member \"b\"",
+    );
     malformed(&whole[..BLOCK * 2 + 100], "inside a header");
     malformed(&whole[..whole.len() - 2 * BLOCK], "end-of-archive marker");
     malformed(b"", "end-of-archive marker");
@@ -833,7 +977,12 @@ fn a_read_error_midway_leaves_nothing() {
     let whole = archive(&[file("a", b"aaaa"), file("b", &[9; 3000])]);
     let dir = TempDir::new("broken");
     let before = snapshot(dir.path());
-    let error = import(&mut Broken(&whole[..3000]), dir.path(), &ImportLimits::default()).unwrap_err();
+    let error = import(
+        &mut Broken(&whole[..3000]),
+        dir.path(),
+        &ImportLimits::default(),
+    )
+    .unwrap_err();
     assert!(matches!(error, ArchiveError::Io { .. }), "{error:?}");
     assert_eq!(snapshot(dir.path()), before);
 }
@@ -862,7 +1011,10 @@ fn a_file_over_an_existing_directory_is_refused_before_anything_moves() {
     let before = snapshot(dir.path());
     let tar = archive(&[file("a-first", b"new"), file("d", b"a file")]);
     let error = import_bytes(&tar, dir.path()).unwrap_err();
-    assert!(matches!(error, ArchiveError::Conflict { ref member, .. } if member == "d"), "{error:?}");
+    assert!(
+        matches!(error, ArchiveError::Conflict { ref member, .. } if member == "d"),
+        "{error:?}"
+    );
     assert!(error.is_invalid_request());
     assert_eq!(snapshot(dir.path()), before);
 }
