@@ -51,6 +51,9 @@ pub enum SandboxError {
         bytes: u64,
         limit: u64,
     },
+    /// A process of a container (issue 19): missing, ended, over the limit.
+    #[error(transparent)]
+    Process(#[from] crate::process::ProcessError),
     /// An operating-system call failed; `context` says which.
     #[error("{context}: {source}")]
     Io {

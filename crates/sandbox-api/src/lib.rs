@@ -9,6 +9,7 @@ pub mod backend;
 pub mod error;
 pub mod image;
 pub mod network;
+pub mod process;
 pub mod setup_error;
 
 pub use backend::{

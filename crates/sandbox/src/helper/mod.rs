@@ -21,6 +21,7 @@
 mod init;
 mod mounts;
 pub mod network;
+mod process;
 mod seccomp;
 
 use std::ffi::CString;
