@@ -22,6 +22,7 @@ mod files;
 mod ids;
 mod list;
 mod outcome;
+mod processes;
 mod skills;
 mod usage;
 
@@ -36,6 +37,11 @@ pub use files::{ContainerFile, CreateContainerFileFromId, FileObject, FILE_PURPO
 pub use ids::new_id;
 pub use list::{Deleted, List, ListIncomplete};
 pub use outcome::Outcome;
+pub use processes::{
+    Process, ProcessChunk, ProcessClientMessage, ProcessCreate, ProcessDropped, ProcessOutput,
+    ProcessPty, ProcessResize, ProcessServerMessage, ProcessSignal, ProcessStatus,
+    ProcessStreamName, SignalName,
+};
 pub use skills::{
     InlineSkill, InlineSkillSource, MountedSkill, Skill, SkillEntry, SkillReference, SkillVersion,
     SkillVersionDeleted, StoredSkill, UpdateSkill, VersionRef,
