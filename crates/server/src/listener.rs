@@ -158,7 +158,12 @@ pub async fn serve(
     }
     let slots = Arc::new(Semaphore::new(cap));
     let unserved = Arc::new(Unserved::default());
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    // Graceful shutdown by hand (hyper-util's watcher cannot take a
+    // connection with upgrades): each connection task holds an `alive`
+    // sender and watches `stop`; at shutdown they finish their requests,
+    // and the last sender dropped ends the wait.
+    let (stop, stopping) = tokio::sync::watch::channel(false);
+    let (alive, mut all_done) = tokio::sync::mpsc::channel::<()>(1);
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
@@ -206,17 +211,34 @@ pub async fn serve(
                 tower_service::Service::call(&mut router, request)
             })
         };
-        let served = graceful.watch(builder.serve_connection(TokioIo::new(stream), service));
+        // With upgrades: a process's WebSocket (issue 19) takes over its
+        // connection after the 101.
+        let served = builder
+            .serve_connection(TokioIo::new(stream), service)
+            .with_upgrades();
+        let mut stopping = stopping.clone();
+        let alive = alive.clone();
         tokio::spawn(async move {
+            let _alive = alive;
+            tokio::pin!(served);
             tokio::select! {
-                _ = served => {}
+                _ = served.as_mut() => {}
                 () = connection.close.notified() => {}
+                _ = async { stopping.wait_for(|stop| *stop).await.map(|_| ()) } => {
+                    served.as_mut().graceful_shutdown();
+                    tokio::select! {
+                        _ = served.as_mut() => {}
+                        () = connection.close.notified() => {}
+                    }
+                }
             }
             drop(permit);
         });
     }
     drop(listener);
-    if tokio::time::timeout(Duration::from_secs(30), graceful.shutdown())
+    let _ = stop.send(true);
+    drop(alive);
+    if tokio::time::timeout(Duration::from_secs(30), all_done.recv())
         .await
         .is_err()
     {
