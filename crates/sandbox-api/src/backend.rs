@@ -552,6 +552,22 @@ pub trait SandboxBackend: Send + Sync {
     ) -> Result<ProcessInfo, SandboxError> {
         Err(ProcessError::Unsupported.into())
     }
+
+    // Ports (issue 19)
+
+    /// A TCP connection to `127.0.0.1:port` inside the running container,
+    /// made from within its own network (never the host's). A stopped
+    /// container is not started ([`crate::PortFailure::Suspended`]); while
+    /// the connection is open the container is busy.
+    async fn connect_port(
+        &self,
+        _id: &str,
+        _port: u16,
+    ) -> Result<crate::ports::PortConnection, SandboxError> {
+        Err(SandboxError::Unsupported(
+            "connecting to a container's ports",
+        ))
+    }
 }
 
 /// Refuses a container memory limit above what all containers together may

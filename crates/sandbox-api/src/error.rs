@@ -54,6 +54,15 @@ pub enum SandboxError {
     /// A process of a container (issue 19): missing, ended, over the limit.
     #[error(transparent)]
     Process(#[from] crate::process::ProcessError),
+    /// A container's port could not be reached (issue 19's ports).
+    #[error("port {port} of the container cannot be reached: {failure}")]
+    Port {
+        port: u16,
+        failure: crate::ports::PortFailure,
+    },
+    /// The backend does not offer this operation (a default of the trait).
+    #[error("this sandbox backend does not support {0}")]
+    Unsupported(&'static str),
     /// An operating-system call failed; `context` says which.
     #[error("{context}: {source}")]
     Io {

@@ -9,6 +9,7 @@ pub mod backend;
 pub mod error;
 pub mod image;
 pub mod network;
+pub mod ports;
 pub mod process;
 pub mod setup_error;
 
@@ -18,4 +19,5 @@ pub use backend::{
 };
 pub use error::SandboxError;
 pub use image::{ImageDetails, ImageInfo};
+pub use ports::{PortConnection, PortFailure};
 pub use setup_error::{SetupError, SetupStep};

@@ -28,4 +28,4 @@ pub use backend::{
 };
 pub use engine::{EngineConfig, LocalEngine};
 pub use error::SandboxError;
-pub use shellgate_sandbox_api::{SetupError, SetupStep};
+pub use shellgate_sandbox_api::{PortConnection, PortFailure, SetupError, SetupStep};

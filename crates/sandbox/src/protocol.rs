@@ -214,6 +214,11 @@ pub enum Request {
     /// Send `signal` to the process group of command or process `id`
     /// (SIGKILL: as `KillCommand`, every process of its marker).
     SignalCommand { id: u32, signal: i32 },
+    /// Start a TCP connection to `127.0.0.1:port` in the container's network
+    /// namespace and send the (non-blocking, maybe still connecting) socket
+    /// back on the `SOCK_SEQPACKET` socket the message carries: a
+    /// [`ConnectReply`] with the socket attached, or with an errno and none.
+    Connect { port: u16 },
 }
 
 /// A process to start (see [`Request::Start`]): raw bytes, as init passes
@@ -337,6 +342,27 @@ impl StartProcess {
     }
 }
 
+/// Init's answer to [`Request::Connect`], on the socket passed with it: an
+/// errno, 0 when the connection's socket is attached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectReply {
+    pub errno: i32,
+}
+
+impl ConnectReply {
+    /// Size of the record on the wire.
+    pub const SIZE: usize = 4;
+
+    pub fn encode(self) -> [u8; Self::SIZE] {
+        self.errno.to_le_bytes()
+    }
+
+    pub fn decode(bytes: &[u8]) -> Option<Self> {
+        let errno = i32::from_le_bytes(bytes.try_into().ok()?);
+        Some(Self { errno })
+    }
+}
+
 impl Request {
     pub fn encode(&self) -> Vec<u8> {
         match self {
@@ -369,6 +395,11 @@ impl Request {
                 out.extend_from_slice(&signal.to_le_bytes());
                 out
             }
+            Request::Connect { port } => {
+                let mut out = vec![b'C'];
+                out.extend_from_slice(&u32::from(*port).to_le_bytes());
+                out
+            }
         }
     }
 
@@ -390,6 +421,9 @@ impl Request {
             b'G' if rest.len() == 4 => Some(Request::SignalCommand {
                 id,
                 signal: i32::from_le_bytes(rest.try_into().ok()?),
+            }),
+            b'C' if rest.is_empty() => Some(Request::Connect {
+                port: u16::try_from(id).ok()?,
             }),
             _ => None,
         }
@@ -476,6 +510,7 @@ pub mod fuzzing {
             .encode(),
             Request::SignalCommand { id: 3, signal: 2 }.encode(),
             Status::Spawned(12).encode().to_vec(),
+            Request::Connect { port: 8000 }.encode(),
             [
                 Status::Exited(256).encode(),
                 Status::SpawnFailed(2).encode(),
@@ -561,6 +596,9 @@ mod tests {
             b"R\x01\x00\x00\x00echo hi",
             b"K\x01\x00\x00\x00",
             b"K\x01\x00\x00\x00extra",
+            b"C\x40\x1f\x00\x00",
+            b"C\x40\x1f\x01\x00",
+            b"C\x40\x1f\x00\x00x",
             b"r\x01\x00",
             b"\x02\x00\x00\x00\xff\xff\xff\xff\x09\x00\x00\x00\x00\x00\x00\x00",
             br#"{"type":"init_pid","pid":7,"loop_device":3}"#,
@@ -613,6 +651,8 @@ mod tests {
                     reclaim: false,
                 },
             },
+            Request::Connect { port: 8000 },
+            Request::Connect { port: u16::MAX },
         ] {
             assert_eq!(Request::decode(&request.encode()), Some(request));
         }
@@ -635,6 +675,13 @@ mod tests {
             None
         );
         assert_eq!(Request::decode(b"G\x01\x00\x00\x00\x02"), None);
+        // A port past u16 is not a port.
+        assert_eq!(Request::decode(b"C\x00\x00\x01\x00"), None);
+        assert_eq!(
+            ConnectReply::decode(&ConnectReply { errno: 111 }.encode()),
+            Some(ConnectReply { errno: 111 })
+        );
+        assert_eq!(ConnectReply::decode(b"\x00\x00"), None);
     }
 
     #[test]

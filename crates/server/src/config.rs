@@ -163,6 +163,17 @@ pub struct Config {
     /// Fixed addresses for names (config file only), like `/etc/hosts`:
     /// `[egress_hosts] "mirror.internal" = ["10.0.0.5"]`.
     pub egress_hosts: std::collections::BTreeMap<String, Vec<std::net::IpAddr>>,
+    /// Where clients reach this server (`https://sandbox.example.com`), for
+    /// the URLs the API shows (a container's exposed ports); empty: the
+    /// `Host` a request came with, over `http`.
+    pub public_url: String,
+    /// The domain under which a container's exposed port is reached by host
+    /// name: `{port}-{container_id}.{ports_base_domain}` (`*.localhost`
+    /// resolves to loopback in browsers, without DNS).
+    pub ports_base_domain: String,
+    /// Longest silence (nothing either way) on a proxied port connection,
+    /// waiting for the container's answer included, before it is closed.
+    pub ports_idle_timeout_secs: u64,
 }
 
 /// A prompt-injection rule of the config file.
@@ -453,6 +464,9 @@ impl Default for Config {
             egress_dns_server: String::new(),
             egress_trusted_roots: String::new(),
             egress_hosts: Default::default(),
+            public_url: String::new(),
+            ports_base_domain: "localhost".to_owned(),
+            ports_idle_timeout_secs: 300,
         }
     }
 }
@@ -553,6 +567,19 @@ impl Config {
             )));
         }
         self.egress_org_allowlist()?;
+        self.public_base()?;
+        let domain = &self.ports_base_domain;
+        if domain.is_empty()
+            || domain.starts_with('.')
+            || domain.ends_with('.')
+            || !domain
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-')
+        {
+            return Err(ConfigError(format!(
+                "ports_base_domain = {domain:?} is not a domain such as localhost or ports.example.com"
+            )));
+        }
         shellgate_egress::policy::Exceptions::parse(&comma_list(&self.egress_private_exceptions))
             .map_err(|e| ConfigError(format!("egress_private_exceptions: {e}")))?;
         if !self.egress_dns_server.is_empty()
@@ -579,12 +606,42 @@ impl Config {
             ("header_read_timeout_secs", self.header_read_timeout_secs),
             ("body_read_timeout_secs", self.body_read_timeout_secs),
             ("max_connections", self.max_connections as u64),
+            ("ports_idle_timeout_secs", self.ports_idle_timeout_secs),
         ] {
             if value == 0 {
                 return Err(ConfigError(format!("{name} must be positive")));
             }
         }
         Ok(())
+    }
+
+    /// The configured `public_url` read, if set: (scheme, host[:port],
+    /// path prefix without its trailing slash).
+    pub fn public_base(&self) -> Result<Option<(String, String, String)>, ConfigError> {
+        if self.public_url.is_empty() {
+            return Ok(None);
+        }
+        let bad = || {
+            ConfigError(format!(
+                "public_url = {:?} is not a URL such as https://sandbox.example.com",
+                self.public_url
+            ))
+        };
+        let (scheme, rest) = self.public_url.split_once("://").ok_or_else(bad)?;
+        if scheme != "http" && scheme != "https" {
+            return Err(bad());
+        }
+        let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+        if host.is_empty() || host.contains(['?', '#', '@', ' ']) || path.contains(['?', '#']) {
+            return Err(bad());
+        }
+        let path = path.trim_end_matches('/');
+        let prefix = if path.is_empty() {
+            String::new()
+        } else {
+            format!("/{path}")
+        };
+        Ok(Some((scheme.to_owned(), host.to_owned(), prefix)))
     }
 
     /// The organization allowlist.

@@ -30,6 +30,7 @@ pub struct SupplySecrets {
 pub async fn supply(
     State(state): State<Arc<AppState>>,
     project: Project,
+    base: crate::ports::PublicBase,
     Path(id): Path<String>,
     ApiJson(body): ApiJson<SupplySecrets>,
 ) -> ApiResult<Json<shellgate_wire::Container>> {
@@ -63,7 +64,9 @@ pub async fn supply(
             .db(move |s| s.container(&owner, &key))
             .await?
             .ok_or_else(|| ApiError::not_found("container", &id))?;
-        Ok(Json(crate::containers::shown_container(&state, &row)?))
+        Ok(Json(crate::containers::shown_container(
+            &state, &row, &base,
+        )?))
     })
     .await
 }

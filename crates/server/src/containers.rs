@@ -30,6 +30,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::files::safe_file_name;
 use crate::http::to_completion;
 use crate::http::{multipart_error, ApiJson, ApiQuery, ListParams, Project};
+use crate::ports::PublicBase;
 use crate::spool::spool;
 use crate::state::AppState;
 use crate::time::now;
@@ -76,13 +77,28 @@ pub fn container_object(row: &ContainerRow) -> ApiResult<Container> {
         image: row.image.clone(),
         skills: mounted_skills(row)?,
         secrets_missing: Vec::new(),
+        exposed_ports: Vec::new(),
+        port_token: None,
     })
 }
 
 /// The container object of a row as the API shows it: with the secrets
-/// whose values this server no longer holds (its network is off).
-pub fn shown_container(state: &AppState, row: &ContainerRow) -> ApiResult<Container> {
+/// whose values this server no longer holds (its network is off), and its
+/// exposed ports where `base` says clients reach this server.
+pub fn shown_container(
+    state: &AppState,
+    row: &ContainerRow,
+    base: &PublicBase,
+) -> ApiResult<Container> {
     let mut container = container_object(row)?;
+    container.exposed_ports = row
+        .exposed_ports
+        .iter()
+        .map(|port| base.exposed(&state.config.ports_base_domain, &row.id, *port))
+        .collect();
+    if !row.exposed_ports.is_empty() {
+        container.port_token = row.port_token.clone();
+    }
     container.secrets_missing = state
         .engine
         .secret_status(&row.id)
@@ -209,16 +225,19 @@ pub(crate) fn validate_create(
             "at most 200 skills are allowed",
         ));
     }
+    shellgate_wire::ports::check_exposed_ports(&body.exposed_ports)
+        .map_err(|message| ApiError::invalid("exposed_ports", message))?;
     Ok(())
 }
 
 pub async fn create(
     State(state): State<Arc<AppState>>,
     project: Project,
+    base: PublicBase,
     ApiJson(body): ApiJson<CreateContainer>,
 ) -> ApiResult<Json<Container>> {
     let row = create_container(&state, &project.0, body).await?;
-    Ok(Json(shown_container(&state, &row)?))
+    Ok(Json(shown_container(&state, &row, &base)?))
 }
 
 /// Makes a container for `project`: the one path of `POST /v1/containers`
@@ -241,6 +260,10 @@ pub(crate) async fn create_container(
     let memory = body.memory_limit.unwrap_or_default();
     let image = choose_image(state, body.image.as_deref()).await?;
     let skills = crate::skills::resolve(state, &project.0, &body.skills, "skills").await?;
+    let exposed_ports = shellgate_wire::ports::check_exposed_ports(&body.exposed_ports)
+        .map_err(|message| ApiError::invalid("exposed_ports", message))?;
+    // A token only where there are ports for it to open.
+    let port_token = (!exposed_ports.is_empty()).then(|| new_id("sgpt_"));
     let now = now();
     let row = ContainerRow {
         id: new_id("cntr_"),
@@ -276,6 +299,8 @@ pub(crate) async fn create_container(
         session_open: false,
         image: image.clone(),
         sleep_after_secs: None,
+        exposed_ports,
+        port_token,
     };
     // Impossible on this host (400) before over this project's quota (429).
     shellgate_sandbox_api::backend::check_memory(memory.bytes(), state.engine.memory_ceiling())?;
@@ -352,6 +377,7 @@ pub(crate) async fn create_container(
 pub async fn list(
     State(state): State<Arc<AppState>>,
     project: Project,
+    base: PublicBase,
     ApiQuery(params): ApiQuery<ListParams>,
 ) -> ApiResult<Json<List<Container>>> {
     if params.purpose.is_some() {
@@ -368,7 +394,7 @@ pub async fn list(
     let data = rows
         .iter()
         .filter(|r| r.status != ContainerStatus::Creating)
-        .map(|row| shown_container(&state, row))
+        .map(|row| shown_container(&state, row, &base))
         .collect::<ApiResult<Vec<_>>>()?;
     Ok(Json(List::page(data, has_more, |c: &Container| {
         c.id.clone()
@@ -378,11 +404,13 @@ pub async fn list(
 pub async fn retrieve(
     State(state): State<Arc<AppState>>,
     project: Project,
+    base: PublicBase,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Container>> {
     Ok(Json(shown_container(
         &state,
         &owned(&state, &project, &id).await?,
+        &base,
     )?))
 }
 
@@ -1093,6 +1121,8 @@ mod tests {
             session_open: false,
             image: "host".to_owned(),
             sleep_after_secs: None,
+            exposed_ports: Vec::new(),
+            port_token: None,
         }
     }
 

@@ -193,6 +193,12 @@ impl From<SandboxError> for ApiError {
                 ApiError::too_large("The container's disk quota is full.")
                     .with_code("quota_exceeded")
             }
+            error @ SandboxError::Unsupported(_) => ApiError::new(
+                StatusCode::NOT_IMPLEMENTED,
+                "server_error",
+                error.to_string(),
+            )
+            .with_code("not_supported"),
             other => ApiError::internal(format!("sandbox: {other}")),
         }
     }

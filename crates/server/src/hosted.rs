@@ -130,6 +130,7 @@ fn auto_container(params: &ContainerAuto) -> CreateContainer {
         memory_limit: params.memory_limit,
         network_policy: params.network_policy.clone(),
         image: params.image.clone(),
+        exposed_ports: Vec::new(),
     }
 }
 
@@ -772,6 +773,8 @@ mod tests {
             session_open: true,
             image: image.into(),
             sleep_after_secs: None,
+            exposed_ports: Vec::new(),
+            port_token: None,
         }
     }
 

@@ -33,6 +33,7 @@ mod metrics;
 mod models;
 mod openapi;
 pub(crate) mod ops;
+mod ports;
 mod processes;
 mod responses;
 mod running;
@@ -50,7 +51,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use axum::Router;
 use shellgate_sandbox_api::image::SharedBuildStatus;
 use shellgate_sandbox_api::SandboxBackend;
@@ -259,9 +260,14 @@ fn upstream_router(config: &Config) -> Result<shellgate_model::upstream::Router,
     Ok(router)
 }
 
-/// The HTTP routes.
+/// The HTTP routes, behind the layer that sends a request for a
+/// container's port by host name (`{port}-{id}.{ports_base_domain}`) to
+/// that port instead (see `ports`).
 pub fn router(state: Arc<AppState>) -> Router {
-    served_routes(state).router
+    let api = served_routes(Arc::clone(&state)).router;
+    Router::new()
+        .fallback_service(api)
+        .layer(axum::middleware::from_fn_with_state(state, ports::by_host))
 }
 
 /// The router and the path of every route it serves, recorded as the
@@ -360,6 +366,20 @@ fn served_routes(state: Arc<AppState>) -> ServedRoutes {
         .route(
             "/containers/{container_id}/secrets",
             post(container_egress::supply),
+        )
+        // A container's exposed ports, proxied (any method; the prefix is
+        // stripped). The bare path and `.../{port}/` are the port's `/`.
+        .route(
+            "/containers/{container_id}/ports/{port}",
+            any(ports::by_path_root),
+        )
+        .route(
+            "/containers/{container_id}/ports/{port}/",
+            any(ports::by_path_root),
+        )
+        .route(
+            "/containers/{container_id}/ports/{port}/{*rest}",
+            any(ports::by_path),
         )
         .route("/images", get(containers::images))
         .route(

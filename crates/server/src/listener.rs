@@ -14,6 +14,9 @@
 //!   after that, fails (the request gets a 408).
 //! - Out of descriptors (`EMFILE`), the accept loop sheds a connection and
 //!   backs off instead of spinning.
+//! - Upgrades (`101 Switching Protocols`: WebSockets, a container's ports'
+//!   relayed upgrades) are served; each request carries the client's
+//!   address ([`ClientAddr`], for `X-Forwarded-For`).
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -58,6 +61,10 @@ impl Limits {
         }
     }
 }
+
+/// The address a request's connection came from (a request extension).
+#[derive(Debug, Clone, Copy)]
+pub struct ClientAddr(pub std::net::SocketAddr);
 
 /// What the accept loop knows of one connection.
 #[derive(Default)]
@@ -175,8 +182,8 @@ pub async fn serve(
             accepted = listener.accept() => accepted,
             () = &mut shutdown => break,
         };
-        let stream = match accepted {
-            Ok((stream, _peer)) => stream,
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
             Err(e) => {
                 // Out of descriptors (or memory): make room, and back off
                 // rather than spin on an error that repeats at once.
@@ -207,7 +214,8 @@ pub async fn serve(
             hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
                 connection.served.store(true, Ordering::Relaxed);
                 let mut router = router.clone();
-                let request = request.map(|body| Body::new(TimedBody::new(body, limits)));
+                let mut request = request.map(|body| Body::new(TimedBody::new(body, limits)));
+                request.extensions_mut().insert(ClientAddr(peer));
                 tower_service::Service::call(&mut router, request)
             })
         };

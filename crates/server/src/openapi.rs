@@ -355,7 +355,9 @@ fn operation_id(method: HttpMethod, path: &str) -> String {
             })
         })
         .collect();
-    format!("{method}{words}")
+    // `/ports/{port}/` beside `/ports/{port}`: ids stay unique.
+    let slash = if path.ends_with('/') { "Slash" } else { "" };
+    format!("{method}{words}{slash}")
 }
 
 /// The `{name}` segments of a path.
@@ -574,7 +576,7 @@ pub fn document() -> serde_json::Value {
 
 /// The document, and the schema names that collided while it was built.
 fn build() -> (serde_json::Value, Vec<String>) {
-    use HttpMethod::{Delete, Get, Post};
+    use HttpMethod::{Delete, Get, Options, Patch, Post, Put, Trace};
     let mut d = Builder::default();
     let container = d.schema::<wire::Container>();
     let container_list = d.list::<wire::Container>("ContainerList");
@@ -1089,6 +1091,42 @@ fn build() -> (serde_json::Value, Vec<String>) {
     for operation in table {
         d.add(operation);
     }
+    // A container's exposed ports: every method, proxied as it comes.
+    for (path, summary) in [
+        (
+            "/v1/containers/{container_id}/ports/{port}",
+            "The container's port `port` (exposed at create), its path `/`: proxied to \
+             127.0.0.1:{port} inside the container, HTTP/1.1 and upgrades (WebSocket). The \
+             project's API key or the container's `port_token` (`x-shellgate-port-token`, or \
+             `?shellgate_port_token=`); neither reaches the container. 404: not exposed, or not \
+             the caller's; 502 `port_not_listening`: nothing listens, or the container is \
+             suspended (not woken). Also served by host name: `{port}-{container_id}.` + the \
+             server's `ports_base_domain` (shellgate extension)",
+        ),
+        (
+            "/v1/containers/{container_id}/ports/{port}/",
+            "As `/v1/containers/{container_id}/ports/{port}` (shellgate extension)",
+        ),
+        (
+            "/v1/containers/{container_id}/ports/{port}/{rest}",
+            "The container's port `port`, its path `/{rest}` (the prefix stripped; \
+             `X-Forwarded-Prefix` says it), as `/v1/containers/{container_id}/ports/{port}` \
+             (shellgate extension)",
+        ),
+    ] {
+        for method in [Get, Post, Put, Patch, Delete, Options, Trace] {
+            d.add(Operation {
+                method,
+                path,
+                tag: "Ports",
+                summary,
+                body: Body::None,
+                answer: Answer::Bytes("*/*"),
+                query: Query::None,
+                errors: Errors::OpenAi,
+            });
+        }
+    }
 
     let mut collisions = d.collisions;
     let scoped_schemas = d.scoped_schemas;
@@ -1223,7 +1261,9 @@ mod tests {
                     .unwrap()
                     .status();
                 if status != StatusCode::METHOD_NOT_ALLOWED {
-                    served.insert((method.as_str().to_ascii_lowercase(), path.clone()));
+                    // A catch-all `{*rest}` is the document's `{rest}`.
+                    let documented = path.replace("{*", "{");
+                    served.insert((method.as_str().to_ascii_lowercase(), documented));
                     any = true;
                 }
             }

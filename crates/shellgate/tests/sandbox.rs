@@ -709,3 +709,95 @@ async fn each_container_maps_to_host_ids_of_its_own() {
     assert_eq!(outside(init_b), base_b);
     again.finish().await;
 }
+
+/// Issue 19's ports: a connection made by init inside the container's
+/// network namespace reaches only the container's own loopback.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_port_is_reached_inside_the_container_only_and_keeps_it_busy() {
+    use shellgate_sandbox::PortFailure;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // A service on the host's loopback, at a port the container could ask for.
+    let host = TcpListener::bind("127.0.0.1:0").unwrap();
+    let host_port = host.local_addr().unwrap().port();
+    host.set_nonblocking(true).unwrap();
+    let t = TestEngine::new("ports").await;
+    t.create("c1").await;
+    let refused = |e: SandboxError| {
+        matches!(
+            e,
+            SandboxError::Port {
+                failure: PortFailure::NotListening,
+                ..
+            }
+        )
+    };
+    let e = t.engine.connect_port("c1", 8000).await.unwrap_err();
+    assert!(refused(e), "nothing listens yet");
+    let e = t.engine.connect_port("c1", host_port).await.unwrap_err();
+    assert!(refused(e), "the host's listener must not be reached");
+    assert!(host.accept().is_err(), "a connection reached the host");
+    let e = t.engine.connect_port("c1", 80).await.unwrap_err();
+    assert!(
+        matches!(e, SandboxError::InvalidRequest { param: "port", .. }),
+        "{e}"
+    );
+    t.ok("c1", "echo served > index.txt; nohup python3 -m http.server 8000 --bind 127.0.0.1 >/tmp/http.log 2>&1 &").await;
+    t.ok("c1", "for i in $(seq 100); do python3 -c \"import socket; socket.create_connection(('127.0.0.1', 8000))\" 2>/dev/null && exit 0; sleep 0.1; done; exit 1").await;
+    let mut connection = t.engine.connect_port("c1", 8000).await.unwrap();
+    // Open: the container is busy, the sweeper cannot suspend it.
+    assert!(!t.engine.suspend_if_idle("c1").await.unwrap());
+    connection
+        .write_all(b"GET /index.txt HTTP/1.0\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    connection.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.0 200"), "{answer}");
+    assert!(answer.ends_with("served\n"), "{answer}");
+    drop(connection);
+    assert!(t.engine.suspend_if_idle("c1").await.unwrap());
+    // Stopped: refused as suspended, and not woken by the attempt.
+    let e = t.engine.connect_port("c1", 8000).await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            SandboxError::Port {
+                failure: PortFailure::Suspended,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert_eq!(
+        t.engine.inspect("c1").await.unwrap().state,
+        shellgate_sandbox::ContainerState::Stopped
+    );
+    t.finish().await;
+}
+
+/// Issue 19's ports: a container has at most `MAX_PORT_CONNECTIONS` proxied
+/// connections open at once; a closed one frees its place.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_containers_port_connections_are_capped() {
+    use shellgate_sandbox::PortFailure;
+    let t = TestEngine::new("port-cap").await;
+    t.create("c1").await;
+    // A listener that never accepts, with room in its queue for them all.
+    t.ok("c1", "nohup python3 -c \"import socket, time; s = socket.socket(); s.bind(('127.0.0.1', 8001)); s.listen(1024); time.sleep(100000)\" >/dev/null 2>&1 &").await;
+    t.ok("c1", "for i in $(seq 100); do python3 -c \"import socket; socket.create_connection(('127.0.0.1', 8001))\" 2>/dev/null && exit 0; sleep 0.1; done; exit 1").await;
+    let mut open = Vec::new();
+    for _ in 0..256 {
+        open.push(t.engine.connect_port("c1", 8001).await.unwrap());
+    }
+    match t.engine.connect_port("c1", 8001).await {
+        Err(SandboxError::Port {
+            failure: PortFailure::TooManyConnections { limit: 256 },
+            ..
+        }) => {}
+        other => panic!("the 257th connection: {other:?}"),
+    }
+    open.pop();
+    open.push(t.engine.connect_port("c1", 8001).await.unwrap());
+    drop(open);
+    t.finish().await;
+}

@@ -38,11 +38,41 @@ pub struct ContainerRow {
     /// Its own idle time before suspension (`sleep_after_seconds` of
     /// OpenRouter's tools); `None`: the server's.
     pub sleep_after_secs: Option<u64>,
+    /// The TCP ports reachable from outside through the server (issue 19),
+    /// as created.
+    pub exposed_ports: Vec<u16>,
+    /// The secret that authorizes requests to its ports (shown to the
+    /// project's keys, so kept as it is: it opens nothing else). `None` for
+    /// containers made before ports existed.
+    pub port_token: Option<String>,
+}
+
+/// `exposed_ports` as stored: port numbers, comma separated.
+struct PortList(Vec<u16>);
+
+impl crate::values::StoredText for PortList {
+    fn from_text(text: &str) -> Option<Self> {
+        if text.is_empty() {
+            return Some(Self(Vec::new()));
+        }
+        text.split(',')
+            .map(|port| port.parse::<u16>().ok())
+            .collect::<Option<Vec<u16>>>()
+            .map(Self)
+    }
+}
+
+fn port_list(ports: &[u16]) -> String {
+    ports
+        .iter()
+        .map(u16::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 const CONTAINER_COLUMNS: &str = "id, project, name, created_at, last_active_at, status, memory_limit, \
      expires_minutes, network_policy, skills, file_ids, billed_seconds, session_seconds, session_open, image, \
-     sleep_after_secs";
+     sleep_after_secs, exposed_ports, port_token";
 
 fn container_row(row: &Row) -> rusqlite::Result<ContainerRow> {
     Ok(ContainerRow {
@@ -62,6 +92,8 @@ fn container_row(row: &Row) -> rusqlite::Result<ContainerRow> {
         session_open: row.get(13)?,
         image: row.get(14)?,
         sleep_after_secs: row.get(15)?,
+        exposed_ports: column::<PortList>(row, 16, "containers", "exposed_ports")?.0,
+        port_token: row.get(17)?,
     })
 }
 
@@ -69,7 +101,7 @@ impl Store {
     pub fn insert_container(&self, row: &ContainerRow) -> Result<()> {
         self.conn().execute(
             &format!(
-                "INSERT INTO containers ({CONTAINER_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
+                "INSERT INTO containers ({CONTAINER_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"
             ),
             params![
                 row.id,
@@ -87,7 +119,9 @@ impl Store {
                 row.session_seconds,
                 row.session_open,
                 row.image,
-                row.sleep_after_secs
+                row.sleep_after_secs,
+                port_list(&row.exposed_ports),
+                row.port_token
             ],
         )?;
         Ok(())
@@ -102,6 +136,21 @@ impl Store {
                     "SELECT {CONTAINER_COLUMNS} FROM containers WHERE id = ?1 AND project = ?2"
                 ),
                 params![id, project],
+                container_row,
+            )
+            .optional()?)
+    }
+
+    /// A container whatever its project, for the port proxy: a request
+    /// there may be authorized by the container's own port token rather
+    /// than a project's key (the caller checks which, and answers 404 for a
+    /// container its credentials do not open).
+    pub fn container_by_id(&self, id: &str) -> Result<Option<ContainerRow>> {
+        Ok(self
+            .reader()
+            .query_row(
+                &format!("SELECT {CONTAINER_COLUMNS} FROM containers WHERE id = ?1"),
+                params![id],
                 container_row,
             )
             .optional()?)

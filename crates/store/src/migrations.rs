@@ -192,4 +192,10 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     WHERE j.key >= COALESCE((SELECT p.conversation_len FROM responses p WHERE p.id = r.parent_id), 0);
     ALTER TABLE responses DROP COLUMN conversation;
 "#,
+    // Issue 19: a container's ports reachable through the server, and the
+    // token that opens them (none for containers made before).
+    r#"
+    ALTER TABLE containers ADD COLUMN exposed_ports TEXT NOT NULL DEFAULT '';
+    ALTER TABLE containers ADD COLUMN port_token TEXT;
+"#,
 ];

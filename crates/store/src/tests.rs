@@ -25,7 +25,26 @@ mod tables {
             session_open: false,
             image: "host".into(),
             sleep_after_secs: None,
+            exposed_ports: Vec::new(),
+            port_token: None,
         }
+    }
+
+    #[test]
+    fn exposed_ports_and_the_port_token_are_kept_and_found_by_id_alone() {
+        let store = Store::in_memory().unwrap();
+        let mut row = container("c1", "alpha", "x");
+        row.exposed_ports = vec![8000, 3000];
+        row.port_token = Some("sgpt_1".into());
+        store.insert_container(&row).unwrap();
+        store
+            .insert_container(&container("c2", "alpha", "y"))
+            .unwrap();
+        assert_eq!(store.container("alpha", "c1").unwrap(), Some(row.clone()));
+        assert_eq!(store.container_by_id("c1").unwrap(), Some(row));
+        let plain = store.container_by_id("c2").unwrap().unwrap();
+        assert_eq!((plain.exposed_ports, plain.port_token), (vec![], None));
+        assert_eq!(store.container_by_id("c3").unwrap(), None);
     }
 
     #[test]
@@ -35,7 +54,11 @@ mod tables {
             .insert_container(&container("c1", "alpha", "x"))
             .unwrap();
         store.open_session("c1").unwrap();
-        for (column, value) in [("status", "sleeping"), ("memory_limit", "2g")] {
+        for (column, value) in [
+            ("status", "sleeping"),
+            ("memory_limit", "2g"),
+            ("exposed_ports", "8000,http"),
+        ] {
             store
                 .conn()
                 .execute(

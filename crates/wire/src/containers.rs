@@ -151,6 +151,11 @@ pub struct CreateContainer {
     /// the server's `default_image` when omitted.
     #[serde(default)]
     pub image: Option<String>,
+    /// shellgate's extension: TCP ports (1024 to 65535, unique, at most
+    /// 16) reachable from outside through the server, by path
+    /// (`/v1/containers/{id}/ports/{port}/`) and by host name.
+    #[serde(default)]
+    pub exposed_ports: Vec<u32>,
 }
 
 /// The container object.
@@ -179,4 +184,14 @@ pub struct Container {
     /// (`POST /v1/containers/{id}/secrets`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub secrets_missing: Vec<String>,
+    /// shellgate's extension: the ports it was created with, and where
+    /// each is reached through the server.
+    #[serde(default)]
+    pub exposed_ports: Vec<crate::ports::ExposedPort>,
+    /// shellgate's extension: a secret that authorizes requests to this
+    /// container's ports only (`x-shellgate-port-token` header or
+    /// `shellgate_port_token` query parameter), for whoever should reach
+    /// them without the project's API key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port_token: Option<String>,
 }

@@ -22,6 +22,7 @@ mod files;
 mod ids;
 mod list;
 mod outcome;
+pub mod ports;
 mod processes;
 mod skills;
 mod usage;
@@ -37,6 +38,7 @@ pub use files::{ContainerFile, CreateContainerFileFromId, FileObject, FILE_PURPO
 pub use ids::new_id;
 pub use list::{Deleted, List, ListIncomplete};
 pub use outcome::Outcome;
+pub use ports::ExposedPort;
 pub use processes::{
     Process, ProcessChunk, ProcessClientMessage, ProcessCreate, ProcessDropped, ProcessOutput,
     ProcessPty, ProcessResize, ProcessServerMessage, ProcessSignal, ProcessStatus,

@@ -125,6 +125,8 @@ pub(super) struct Container {
     pub state: tokio::sync::Mutex<Option<Arc<Running>>>,
     /// Commands and file operations running now.
     in_flight: Arc<AtomicUsize>,
+    /// Proxied connections to its ports open now (see `ports`).
+    port_connections: Arc<AtomicUsize>,
     /// Which host id range the container maps to (see `slots`); persisted
     /// in its `uid-slot` file.
     id_slot: AtomicU32,
@@ -170,6 +172,7 @@ impl Container {
             dir,
             state: tokio::sync::Mutex::new(None),
             in_flight: Arc::new(AtomicUsize::new(0)),
+            port_connections: Arc::new(AtomicUsize::new(0)),
             id_slot: AtomicU32::new(id_slot),
             destroyed: AtomicBool::new(false),
             last_loop: Mutex::new(None),
@@ -235,9 +238,14 @@ impl Container {
     }
 
     /// Counts one operation in flight; the caller holds the state lock.
-    fn begin(&self) -> InFlight {
+    pub(super) fn begin(&self) -> InFlight {
         self.in_flight.fetch_add(1, Ordering::SeqCst);
         InFlight(Arc::clone(&self.in_flight))
+    }
+
+    /// Its open port connections' count (see `ports`).
+    pub fn port_connections(&self) -> &Arc<AtomicUsize> {
+        &self.port_connections
     }
 
     pub fn last_loop(&self) -> Option<u32> {

@@ -21,12 +21,14 @@
 //! access), [`command`] (the command path), [`pools`] (disks, spare helpers
 //! and warm containers made ahead of demand), [`slots`] (host id ranges),
 //! [`spec`] (what the helper is told), [`network`] (a container's way out
-//! through the egress proxy), [`recovery`] (start-up after a crash).
+//! through the egress proxy), [`recovery`] (start-up after a crash),
+//! [`ports`] (a container's port reached from outside, through its init).
 
 mod command;
 mod container;
 mod network;
 mod pools;
+mod ports;
 mod processes;
 mod recovery;
 mod slots;
@@ -551,6 +553,14 @@ impl SandboxBackend for LocalEngine {
 
     async fn run(&self, id: &str, request: RunRequest) -> Result<Vec<CommandResult>, SandboxError> {
         self.run_all(id, request, None).await
+    }
+
+    async fn connect_port(
+        &self,
+        id: &str,
+        port: u16,
+    ) -> Result<shellgate_sandbox_api::PortConnection, SandboxError> {
+        self.connect_port_of(id, port).await
     }
 
     async fn run_streaming(

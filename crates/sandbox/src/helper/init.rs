@@ -674,6 +674,7 @@ fn handle(
                 kill_command(pid, running);
             }
         }
+        Some(Request::Connect { port }) => super::connect::connect(port, passed),
         None => {}
     }
 }

@@ -18,6 +18,7 @@
 //!
 //! Init then builds the container (see [`init`]) and serves commands.
 
+mod connect;
 mod init;
 mod mounts;
 pub mod network;

@@ -1,0 +1,868 @@
+//! A container's exposed ports reached through the server (issue 19):
+//! `ANY /v1/containers/{id}/ports/{port}/{*rest}` (the prefix stripped) and
+//! host names `{port}-{id}.{ports_base_domain}` (the whole path forwarded),
+//! proxied over HTTP/1.1 to `127.0.0.1:{port}` inside the container, with
+//! upgrades (WebSockets) relayed both ways.
+//!
+//! The connection to the container is made by the engine from inside the
+//! container's own network namespace (`SandboxBackend::connect_port`): the
+//! container keeps no inbound interface, and what is reached is only ever
+//! that container's loopback, never the host or another container.
+//!
+//! Who may: the container's project's API key, or the container's
+//! `port_token` (header `x-shellgate-port-token`, query parameter
+//! `shellgate_port_token`, or on the host form the cookie that parameter
+//! sets). None of them reaches the container, nor does any `X-Forwarded-*`
+//! header the client sent (the server writes its own). A port not exposed,
+//! a container of another project (or one the token is not for), a deleted
+//! one: 404. Nothing listening, or the container suspended: 502 (a request
+//! to a port does not wake it).
+//!
+//! The path form serves the container's pages from the server's own origin:
+//! they are sandboxed there (`Content-Security-Policy: sandbox`, an opaque
+//! origin) and may not set cookies on it. Browsers use the host form, each
+//! port an origin of its own.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{FromRequestParts, Path, Request, State};
+use axum::http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use axum::http::request::Parts;
+use axum::http::{Method, StatusCode, Uri};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use hyper_util::rt::TokioIo;
+use shellgate_sandbox_api::{PortConnection, PortFailure, SandboxError};
+use shellgate_store::ContainerRow;
+use shellgate_wire::ExposedPort;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::{Instant, Sleep};
+
+use crate::engine::engine_error;
+use crate::error::{ApiError, ApiResult};
+use crate::listener::ClientAddr;
+use crate::state::AppState;
+
+/// The header a port token may come in.
+pub const TOKEN_HEADER: &str = "x-shellgate-port-token";
+/// The query parameter a port token may come in (for links and browsers).
+pub const TOKEN_QUERY: &str = "shellgate_port_token";
+/// The cookie the query parameter sets on the host form.
+pub const TOKEN_COOKIE: &str = "shellgate_port_token";
+
+/// What the path form's pages may do on the server's origin: run, but in an
+/// opaque origin of their own (no access to anything of the server's).
+const PATH_FORM_POLICY: &str =
+    "sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads";
+
+/// Headers that belong to one connection, not to the request (RFC 9110
+/// 7.6.1), and the proxy's own: never forwarded either way.
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// Where clients reach this server, for the URLs the API shows: the
+/// configured `public_url`, else the `Host` the request came with.
+#[derive(Debug, Clone)]
+pub struct PublicBase {
+    scheme: String,
+    /// `host[:port]`.
+    authority: String,
+    /// A path prefix (from `public_url`), without its trailing slash.
+    prefix: String,
+}
+
+impl FromRequestParts<Arc<AppState>> for PublicBase {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Self, Self::Rejection> {
+        Ok(PublicBase::of(state, &parts.headers))
+    }
+}
+
+impl PublicBase {
+    pub fn of(state: &AppState, headers: &HeaderMap) -> Self {
+        // Checked at start-up (`Config::validate`).
+        if let Ok(Some((scheme, authority, prefix))) = state.config.public_base() {
+            return Self {
+                scheme,
+                authority,
+                prefix,
+            };
+        }
+        let authority = headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .filter(|h| valid_authority(h))
+            .map(str::to_owned)
+            .unwrap_or_else(|| state.config.listen.to_string());
+        Self {
+            scheme: "http".to_owned(),
+            authority,
+            prefix: String::new(),
+        }
+    }
+
+    /// An exposed port of container `id`, with where it is reached.
+    pub fn exposed(&self, base_domain: &str, id: &str, port: u16) -> ExposedPort {
+        let Self {
+            scheme,
+            authority,
+            prefix,
+        } = self;
+        let server_port = authority_port(authority)
+            .map(|p| format!(":{p}"))
+            .unwrap_or_default();
+        ExposedPort {
+            port,
+            url: format!("{scheme}://{port}-{id}.{base_domain}{server_port}/"),
+            path_url: format!("{scheme}://{authority}{prefix}/v1/containers/{id}/ports/{port}/"),
+        }
+    }
+}
+
+/// A `Host` value made of what an authority may hold (it is shown back).
+fn valid_authority(host: &str) -> bool {
+    !host.is_empty()
+        && host.len() <= 255
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || ".-_:[]".contains(c))
+}
+
+/// The port of `host[:port]` (`[v6]:port` too), if it names one.
+fn authority_port(authority: &str) -> Option<&str> {
+    let after_host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split_once(']')?.1,
+        None => authority.rsplit_once(':').map_or("", |(_, p)| p),
+    };
+    let port = after_host.strip_prefix(':').unwrap_or(after_host);
+    (!port.is_empty() && port.chars().all(|c| c.is_ascii_digit())).then_some(port)
+}
+
+/// What a proxied request is for.
+struct Target {
+    container_id: String,
+    /// As written in the request (a port that does not parse is not exposed).
+    port: String,
+    /// The path and query the container is asked for (the token parameter
+    /// still in; it is taken out when the request is built).
+    path_and_query: String,
+    /// The path form's prefix (`X-Forwarded-Prefix`); `None` on the host form.
+    prefix: Option<String>,
+}
+
+/// `ANY /v1/containers/{id}/ports/{port}` (and `.../{port}/`): the
+/// container's `/`.
+pub async fn by_path_root(
+    State(state): State<Arc<AppState>>,
+    Path((container_id, port)): Path<(String, String)>,
+    request: Request,
+) -> Response {
+    let query = request.uri().query().map(|q| format!("?{q}"));
+    let path_and_query = format!("/{}", query.unwrap_or_default());
+    path_form(state, container_id, port, path_and_query, request).await
+}
+
+/// `ANY /v1/containers/{id}/ports/{port}/{*rest}`: the container's `/{rest}`.
+pub async fn by_path(
+    State(state): State<Arc<AppState>>,
+    Path((container_id, port, _rest)): Path<(String, String, String)>,
+    request: Request,
+) -> Response {
+    // The rest as the client wrote it (percent-encoding kept), not as
+    // axum decoded it.
+    let original = request
+        .extensions()
+        .get::<axum::extract::OriginalUri>()
+        .map(|o| o.0.clone())
+        .unwrap_or_else(|| request.uri().clone());
+    let marker = format!("/ports/{port}/");
+    let path = original.path();
+    let rest = path
+        .find(&marker)
+        .map_or("", |at| &path[at + marker.len()..]);
+    let query = original
+        .query()
+        .map(|q| format!("?{q}"))
+        .unwrap_or_default();
+    let path_and_query = format!("/{rest}{query}");
+    path_form(state, container_id, port, path_and_query, request).await
+}
+
+async fn path_form(
+    state: Arc<AppState>,
+    container_id: String,
+    port: String,
+    path_and_query: String,
+    request: Request,
+) -> Response {
+    let original = request
+        .extensions()
+        .get::<axum::extract::OriginalUri>()
+        .map(|o| o.0.path().to_owned())
+        .unwrap_or_else(|| request.uri().path().to_owned());
+    let marker = format!("/ports/{port}");
+    let prefix = original
+        .find(&marker)
+        .map(|at| original[..at + marker.len()].to_owned());
+    let target = Target {
+        container_id,
+        port,
+        path_and_query,
+        prefix: Some(prefix.unwrap_or_default()),
+    };
+    proxy(state, target, request)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+/// The layer in front of the router: a request whose `Host` is exactly
+/// `{port}-{id}.{ports_base_domain}` (any port of this server) goes to that
+/// container's port, whole; every other request to the API.
+pub async fn by_host(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    let Some((port, container_id)) =
+        host_target(&state.config.ports_base_domain, request.headers())
+    else {
+        return next.run(request).await;
+    };
+    let path_and_query = request
+        .uri()
+        .path_and_query()
+        .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned());
+    let target = Target {
+        container_id,
+        port,
+        path_and_query,
+        prefix: None,
+    };
+    proxy(state, target, request)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+/// `(port, container id)` of a `Host` of the form
+/// `{port}-{id}.{base_domain}[:server port]`, if it is one.
+fn host_target(base_domain: &str, headers: &HeaderMap) -> Option<(String, String)> {
+    let host = headers.get(header::HOST)?.to_str().ok()?;
+    let name = match host.rsplit_once(':') {
+        Some((name, port)) if port.chars().all(|c| c.is_ascii_digit()) => name,
+        _ => host,
+    };
+    let name = name.to_ascii_lowercase();
+    let label = name.strip_suffix(&format!(".{}", base_domain.to_ascii_lowercase()))?;
+    let (port, id) = label.split_once('-')?;
+    let port_ok = !port.is_empty() && port.len() <= 5 && port.chars().all(|c| c.is_ascii_digit());
+    let id_ok = shellgate_sandbox_api::backend::validate_container_id(id).is_ok()
+        && id.starts_with("cntr_")
+        && !id.contains('.');
+    (port_ok && id_ok).then(|| (port.to_owned(), id.to_owned()))
+}
+
+/// The credentials a request brings for a port.
+#[derive(Debug, Default)]
+struct Credentials {
+    /// A Bearer key (or `x-api-key`), whatever it is worth.
+    key: Option<String>,
+    token: Option<String>,
+    /// Whether the token came as the query parameter (the host form then
+    /// sets the cookie).
+    token_in_query: bool,
+}
+
+impl Credentials {
+    fn of(headers: &HeaderMap, uri_query: Option<&str>) -> Self {
+        let key = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|h| h.to_str().ok())
+            .and_then(|h| h.strip_prefix("Bearer "))
+            .or_else(|| headers.get("x-api-key").and_then(|h| h.to_str().ok()))
+            .map(str::trim)
+            .filter(|k| !k.is_empty())
+            .map(str::to_owned);
+        let from_header = headers
+            .get(TOKEN_HEADER)
+            .and_then(|h| h.to_str().ok())
+            .map(str::to_owned);
+        let from_query = uri_query.and_then(|q| {
+            form_pairs(q)
+                .find(|(name, _)| name == TOKEN_QUERY)
+                .map(|(_, value)| value)
+        });
+        let from_cookie = headers
+            .get_all(header::COOKIE)
+            .iter()
+            .filter_map(|h| h.to_str().ok())
+            .flat_map(|h| h.split(';'))
+            .filter_map(|pair| pair.trim().split_once('='))
+            .find(|(name, _)| *name == TOKEN_COOKIE)
+            .map(|(_, value)| value.to_owned());
+        let token_in_query = from_header.is_none() && from_query.is_some();
+        Self {
+            key,
+            token: from_header.or(from_query).or(from_cookie),
+            token_in_query,
+        }
+    }
+
+    fn any(&self) -> bool {
+        self.key.is_some() || self.token.is_some()
+    }
+}
+
+/// The `name=value` pairs of a query, decoded (`+` as a space).
+fn form_pairs(query: &str) -> impl Iterator<Item = (String, String)> + '_ {
+    query.split('&').filter(|p| !p.is_empty()).map(|pair| {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        (percent_decode(name), percent_decode(value))
+    })
+}
+
+fn percent_decode(text: &str) -> String {
+    let hex = |byte: u8| (byte as char).to_digit(16);
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = match bytes.get(i..i + 3) {
+            Some([b'%', high, low]) => hex(*high).zip(hex(*low)).map(|(h, l)| (h * 16 + l) as u8),
+            _ => None,
+        };
+        match (escaped, bytes[i]) {
+            (Some(byte), _) => {
+                out.push(byte);
+                i += 3;
+            }
+            (None, b'+') => {
+                out.push(b' ');
+                i += 1;
+            }
+            (None, other) => {
+                out.push(other);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Equal, in time that does not depend on where they differ.
+fn same_secret(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |diff, (x, y)| diff | (x ^ y))
+            == 0
+}
+
+/// The container a request's credentials open, or why not.
+async fn authorize(
+    state: &Arc<AppState>,
+    container_id: &str,
+    credentials: &Credentials,
+) -> ApiResult<ContainerRow> {
+    if !credentials.any() {
+        return Err(ApiError::unauthorized(format!(
+            "A container's port needs the project's API key ('Authorization: Bearer YOUR_KEY') \
+             or the container's port token ('{TOKEN_HEADER}' header or '{TOKEN_QUERY}' query \
+             parameter)."
+        )));
+    }
+    let project = match &credentials.key {
+        Some(key) => match state.keys.get(key) {
+            Some(project) => Some(project),
+            None => {
+                let owned = key.clone();
+                let found = state.db(move |s| s.project_for_key(&owned)).await?;
+                if let Some(project) = &found {
+                    state.keys.insert(key, project);
+                }
+                found
+            }
+        },
+        None => None,
+    };
+    if credentials.key.is_some() && project.is_none() && credentials.token.is_none() {
+        return Err(ApiError::unauthorized("Incorrect API key provided."));
+    }
+    let id = container_id.to_owned();
+    let row = state.db(move |s| s.container_by_id(&id)).await?;
+    let not_found = || ApiError::not_found("container", container_id);
+    let row = row.ok_or_else(not_found)?;
+    let by_key = project.as_deref() == Some(row.project.as_str());
+    let by_token = match (&credentials.token, &row.port_token) {
+        (Some(given), Some(token)) => same_secret(given, token),
+        _ => false,
+    };
+    if by_key {
+        state.limiter.check(&row.project)?;
+    }
+    if !(by_key || by_token) || row.status == shellgate_store::ContainerStatus::Creating {
+        return Err(not_found());
+    }
+    Ok(row)
+}
+
+/// A port's errors in the API's terms.
+fn port_error(container_id: &str, error: SandboxError) -> ApiError {
+    match error {
+        SandboxError::Port {
+            failure: PortFailure::TooManyConnections { .. },
+            ..
+        } => ApiError::quota("too_many_port_connections", error.to_string()),
+        SandboxError::Port { .. } => {
+            ApiError::new(StatusCode::BAD_GATEWAY, "server_error", error.to_string())
+                .with_code("port_not_listening")
+        }
+        SandboxError::Deleted(_) => ApiError::not_found("container", container_id),
+        other => engine_error(container_id, other),
+    }
+}
+
+fn bad_gateway(message: String) -> ApiError {
+    ApiError::new(StatusCode::BAD_GATEWAY, "server_error", message).with_code("bad_gateway")
+}
+
+fn wants_upgrade(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::UPGRADE)
+        && headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|h| h.to_str().ok())
+            .flat_map(|h| h.split(','))
+            .any(|token| token.trim().eq_ignore_ascii_case("upgrade"))
+}
+
+/// The headers named by `Connection` (themselves hop-by-hop).
+fn connection_named(headers: &HeaderMap) -> Vec<String> {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|h| h.to_str().ok())
+        .flat_map(|h| h.split(','))
+        .map(|t| t.trim().to_ascii_lowercase())
+        .filter(|t| !t.is_empty())
+        .collect()
+}
+
+/// The request's headers as the container gets them: hop-by-hop ones,
+/// credentials and forwarded claims the client made removed; the token
+/// cookie taken out of `Cookie`.
+fn forwarded_headers(headers: &HeaderMap) -> HeaderMap {
+    let named = connection_named(headers);
+    let mut out = HeaderMap::with_capacity(headers.len() + 4);
+    for (name, value) in headers {
+        let lower = name.as_str();
+        let dropped = HOP_BY_HOP.contains(&lower)
+            || named.iter().any(|n| n == lower)
+            || lower == "authorization"
+            || lower == "x-api-key"
+            || lower == TOKEN_HEADER
+            // Answered by this server already (hyper sends the `100
+            // Continue` when the body is first read).
+            || lower == "expect"
+            || lower == "forwarded"
+            || lower.starts_with("x-forwarded-");
+        if dropped {
+            continue;
+        }
+        if name == header::COOKIE {
+            let kept: Vec<&str> = value
+                .to_str()
+                .unwrap_or("")
+                .split(';')
+                .map(str::trim)
+                .filter(|pair| {
+                    !pair.is_empty()
+                        && pair.split_once('=').map_or(*pair, |(n, _)| n) != TOKEN_COOKIE
+                })
+                .collect();
+            if let Ok(value) = HeaderValue::from_str(&kept.join("; ")) {
+                if !kept.is_empty() {
+                    out.append(header::COOKIE, value);
+                }
+            }
+            continue;
+        }
+        out.append(name.clone(), value.clone());
+    }
+    out
+}
+
+/// The path and query without the token parameter.
+fn without_token(path_and_query: &str) -> String {
+    let Some((path, query)) = path_and_query.split_once('?') else {
+        return path_and_query.to_owned();
+    };
+    let kept: Vec<&str> = query
+        .split('&')
+        .filter(|pair| {
+            let name = pair.split_once('=').map_or(*pair, |(n, _)| n);
+            !pair.is_empty() && percent_decode(name) != TOKEN_QUERY
+        })
+        .collect();
+    if kept.is_empty() {
+        path.to_owned()
+    } else {
+        format!("{path}?{}", kept.join("&"))
+    }
+}
+
+async fn proxy(state: Arc<AppState>, target: Target, mut request: Request) -> ApiResult<Response> {
+    let credentials = Credentials::of(request.headers(), request.uri().query());
+    let row = authorize(&state, &target.container_id, &credentials).await?;
+    let not_exposed = || {
+        let mut error = ApiError::not_found("exposed port", &target.port);
+        error.message = format!(
+            "Container '{}' has no exposed port {}: ports are exposed at create (exposed_ports).",
+            target.container_id, target.port
+        );
+        error
+    };
+    let port: u16 = target.port.parse().map_err(|_| not_exposed())?;
+    if !row.exposed_ports.contains(&port) {
+        return Err(not_exposed());
+    }
+    let connection = state
+        .engine
+        .connect_port(&row.id, port)
+        .await
+        .map_err(|e| port_error(&row.id, e))?;
+    // Traffic to a port is activity: its expiry is renewed (no command
+    // time is billed).
+    state.billing.bill(&row.id, 0.0);
+    let idle = Duration::from_secs(state.config.ports_idle_timeout_secs);
+    let io = TokioIo::new(IdleTimeout::new(connection, idle));
+    let (mut sender, connection) = hyper::client::conn::http1::Builder::new()
+        .handshake::<_, Body>(io)
+        .await
+        .map_err(|e| bad_gateway(format!("could not talk HTTP to port {port}: {e}")))?;
+    tokio::spawn(async move {
+        // Ends when the exchange (or the upgraded relay's handover) is done.
+        let _ = connection.with_upgrades().await;
+    });
+
+    let upgrade = wants_upgrade(request.headers());
+    let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut request));
+    let client_addr = request.extensions().get::<ClientAddr>().map(|a| a.0);
+    let (parts, body) = request.into_parts();
+    let mut headers = forwarded_headers(&parts.headers);
+    if upgrade {
+        if let Some(protocol) = parts.headers.get(header::UPGRADE) {
+            headers.insert(header::UPGRADE, protocol.clone());
+            headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        }
+    }
+    let scheme = PublicBase::of(&state, &parts.headers).scheme;
+    if let Some(addr) = client_addr {
+        if let Ok(value) = HeaderValue::from_str(&addr.ip().to_string()) {
+            headers.insert(HeaderName::from_static("x-forwarded-for"), value);
+        }
+    }
+    if let Ok(value) = HeaderValue::from_str(&scheme) {
+        headers.insert(HeaderName::from_static("x-forwarded-proto"), value);
+    }
+    if let Some(host) = parts.headers.get(header::HOST) {
+        headers.insert(HeaderName::from_static("x-forwarded-host"), host.clone());
+    }
+    if let Some(prefix) = &target.prefix {
+        if let Ok(value) = HeaderValue::from_str(prefix) {
+            headers.insert(HeaderName::from_static("x-forwarded-prefix"), value);
+        }
+    }
+    if !headers.contains_key(header::HOST) {
+        if let Ok(value) = HeaderValue::from_str(&format!("127.0.0.1:{port}")) {
+            headers.insert(header::HOST, value);
+        }
+    }
+    let uri: Uri = without_token(&target.path_and_query)
+        .parse()
+        .map_err(|_| ApiError::bad_request("The request's path cannot be forwarded."))?;
+    let mut outgoing = hyper::Request::new(body);
+    *outgoing.method_mut() = parts.method.clone();
+    *outgoing.uri_mut() = uri;
+    *outgoing.headers_mut() = headers;
+
+    let mut answer = sender.send_request(outgoing).await.map_err(|e| {
+        bad_gateway(format!(
+            "port {port} of the container did not answer with HTTP: {e}"
+        ))
+    })?;
+    let switching = answer.status() == StatusCode::SWITCHING_PROTOCOLS;
+    if switching {
+        let Some(client_upgrade) = client_upgrade else {
+            return Err(bad_gateway(format!(
+                "port {port} switched protocols on a request that did not ask to"
+            )));
+        };
+        let container_upgrade = hyper::upgrade::on(&mut answer);
+        tokio::spawn(async move {
+            let (Ok(client), Ok(container)) = tokio::join!(client_upgrade, container_upgrade)
+            else {
+                return;
+            };
+            let mut client = TokioIo::new(client);
+            let mut container = TokioIo::new(container);
+            // The container's connection (with its idle timeout and its
+            // place in the container's count) lives until either side ends.
+            let _ = tokio::io::copy_bidirectional(&mut client, &mut container).await;
+        });
+    }
+    let (mut answer_parts, answer_body) = answer.into_parts();
+    let named = connection_named(&answer_parts.headers);
+    let protocol = answer_parts.headers.get(header::UPGRADE).cloned();
+    let kept: Vec<HeaderName> = answer_parts
+        .headers
+        .keys()
+        .filter(|name| {
+            let lower = name.as_str();
+            !HOP_BY_HOP.contains(&lower) && !named.iter().any(|n| n == lower)
+        })
+        .cloned()
+        .collect();
+    let mut headers = HeaderMap::with_capacity(kept.len() + 3);
+    for name in kept {
+        for value in answer_parts.headers.get_all(&name) {
+            headers.append(name.clone(), value.clone());
+        }
+    }
+    if switching {
+        if let Some(protocol) = protocol {
+            headers.insert(header::UPGRADE, protocol);
+            headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        }
+    }
+    match &target.prefix {
+        Some(_) => {
+            // The server's origin is not the container's to write on.
+            headers.remove(header::SET_COOKIE);
+            headers.insert(
+                header::CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static(PATH_FORM_POLICY),
+            );
+        }
+        None if credentials.token_in_query => {
+            if let Some(token) = &credentials.token {
+                let cookie = format!("{TOKEN_COOKIE}={token}; Path=/; HttpOnly; SameSite=Lax");
+                if let Ok(value) = HeaderValue::from_str(&cookie) {
+                    headers.append(header::SET_COOKIE, value);
+                }
+            }
+        }
+        None => {}
+    }
+    answer_parts.headers = headers;
+    let body = if parts.method == Method::HEAD {
+        Body::empty()
+    } else {
+        Body::new(answer_body)
+    };
+    Ok(Response::from_parts(answer_parts, body))
+}
+
+/// A port connection closed after `idle` without a byte either way
+/// (waiting for the container's answer counts as silence).
+struct IdleTimeout {
+    inner: PortConnection,
+    idle: Duration,
+    deadline: Pin<Box<Sleep>>,
+}
+
+impl IdleTimeout {
+    fn new(inner: PortConnection, idle: Duration) -> Self {
+        Self {
+            inner,
+            idle,
+            deadline: Box::pin(tokio::time::sleep(idle)),
+        }
+    }
+
+    fn active(&mut self) {
+        let next = Instant::now() + self.idle;
+        self.deadline.as_mut().reset(next);
+    }
+
+    /// On a pending operation: whether the silence has lasted too long.
+    fn expired(&mut self, cx: &mut Context<'_>) -> bool {
+        self.deadline.as_mut().poll(cx).is_ready()
+    }
+
+    fn timed_out() -> std::io::Error {
+        std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "the port connection was idle too long",
+        )
+    }
+}
+
+impl AsyncRead for IdleTimeout {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+            Poll::Ready(result) => {
+                this.active();
+                Poll::Ready(result)
+            }
+            Poll::Pending if this.expired(cx) => Poll::Ready(Err(Self::timed_out())),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl AsyncWrite for IdleTimeout {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll_write(cx, buf) {
+            Poll::Ready(result) => {
+                this.active();
+                Poll::Ready(result)
+            }
+            Poll::Pending if this.expired(cx) => Poll::Ready(Err(Self::timed_out())),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                HeaderValue::from_str(value).unwrap(),
+            );
+        }
+        map
+    }
+
+    #[test]
+    fn only_a_host_of_the_exact_shape_is_a_port() {
+        let id = "cntr_0123456789abcdef0123456789abcdef";
+        let of = |host: &str| host_target("localhost", &headers(&[("host", host)]));
+        assert_eq!(
+            of(&format!("8000-{id}.localhost:8080")),
+            Some(("8000".into(), id.into()))
+        );
+        assert_eq!(
+            of(&format!("8000-{id}.LOCALHOST")),
+            Some(("8000".into(), id.into()))
+        );
+        for host in [
+            "localhost:8080".to_owned(),
+            "127.0.0.1:8080".to_owned(),
+            format!("{id}.localhost"),
+            format!("8000-{id}.example.com"),
+            format!("x8000-{id}.localhost"),
+            format!("8000-{id}.evil.localhost"),
+            "8000-cntr_x/y.localhost".to_owned(),
+            format!("123456-{id}.localhost"),
+            "8000-file_abc.localhost".to_owned(),
+        ] {
+            assert_eq!(of(&host), None, "{host}");
+        }
+        assert_eq!(host_target("localhost", &HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn credentials_and_forwarded_claims_never_reach_the_container() {
+        let given = headers(&[
+            ("authorization", "Bearer sg-key"),
+            ("x-api-key", "sg-key"),
+            (TOKEN_HEADER, "sgpt_1"),
+            ("cookie", "a=1; shellgate_port_token=sgpt_1; b=2"),
+            ("x-forwarded-for", "6.6.6.6"),
+            ("forwarded", "for=6.6.6.6"),
+            ("connection", "keep-alive, x-secret"),
+            ("x-secret", "hop"),
+            ("transfer-encoding", "chunked"),
+            ("accept", "text/html"),
+            ("host", "localhost:8080"),
+        ]);
+        let out = forwarded_headers(&given);
+        let names: Vec<&str> = out.keys().map(|n| n.as_str()).collect();
+        assert_eq!(names, ["cookie", "accept", "host"], "{out:?}");
+        assert_eq!(out[header::COOKIE], "a=1; b=2");
+        let only_token = headers(&[("cookie", "shellgate_port_token=sgpt_1")]);
+        assert!(forwarded_headers(&only_token).is_empty());
+    }
+
+    #[test]
+    fn the_token_parameter_is_taken_out_of_the_query() {
+        assert_eq!(without_token("/a?shellgate_port_token=t"), "/a");
+        assert_eq!(
+            without_token("/a?x=1&shellgate_port_token=t&y=2"),
+            "/a?x=1&y=2"
+        );
+        assert_eq!(without_token("/a?shellgate%5Fport%5Ftoken=t&y"), "/a?y");
+        assert_eq!(without_token("/a?x=%20"), "/a?x=%20");
+        assert_eq!(without_token("/a"), "/a");
+        let credentials =
+            Credentials::of(&HeaderMap::new(), Some("x=1&shellgate_port_token=t%2B1"));
+        assert_eq!(credentials.token.as_deref(), Some("t+1"));
+        assert!(credentials.token_in_query);
+    }
+
+    #[test]
+    fn urls_keep_the_servers_port() {
+        let base = PublicBase {
+            scheme: "http".into(),
+            authority: "127.0.0.1:8080".into(),
+            prefix: String::new(),
+        };
+        let port = base.exposed("localhost", "cntr_1", 8000);
+        assert_eq!(port.url, "http://8000-cntr_1.localhost:8080/");
+        assert_eq!(
+            port.path_url,
+            "http://127.0.0.1:8080/v1/containers/cntr_1/ports/8000/"
+        );
+        assert_eq!(authority_port("[::1]:9"), Some("9"));
+        assert_eq!(authority_port("[::1]"), None);
+        assert_eq!(authority_port("example.com"), None);
+        let public = PublicBase {
+            scheme: "https".into(),
+            authority: "sandbox.example.com".into(),
+            prefix: "/sg".into(),
+        };
+        let port = public.exposed("ports.example.com", "cntr_1", 3000);
+        assert_eq!(port.url, "https://3000-cntr_1.ports.example.com/");
+        assert_eq!(
+            port.path_url,
+            "https://sandbox.example.com/sg/v1/containers/cntr_1/ports/3000/"
+        );
+    }
+}
