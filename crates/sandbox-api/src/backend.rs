@@ -7,6 +7,8 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+
+use crate::process::{OutputRead, ProcessError, ProcessInfo, ProcessOutput, ProcessSpec};
 use serde::{Deserialize, Serialize};
 
 use crate::error::SandboxError;
@@ -473,6 +475,83 @@ pub trait SandboxBackend: Send + Sync {
     /// Stops every running container (their files stay) and ends the
     /// backend's background work.
     async fn shutdown(&self);
+
+    // Processes (issue 19): see `crate::process`. A process counts as in
+    // flight in its container (busy: never suspended) until it ends, and
+    // is killed at its timeout, with every descendant, whatever clients do.
+
+    /// Starts a process known from now on as `process_id` (chosen by the
+    /// caller), waking a stopped container.
+    async fn start_process(
+        &self,
+        _id: &str,
+        _process_id: &str,
+        _spec: ProcessSpec,
+    ) -> Result<ProcessInfo, SandboxError> {
+        Err(ProcessError::Unsupported.into())
+    }
+    /// The container's live processes and the ended ones still kept.
+    async fn list_processes(&self, _id: &str) -> Result<Vec<ProcessInfo>, SandboxError> {
+        Err(ProcessError::Unsupported.into())
+    }
+    /// One process.
+    async fn process(&self, _id: &str, _process_id: &str) -> Result<ProcessInfo, SandboxError> {
+        Err(ProcessError::Unsupported.into())
+    }
+    /// Its output from an offset, waiting (bounded) for more or its end.
+    async fn read_process_output(
+        &self,
+        _id: &str,
+        _process_id: &str,
+        _read: OutputRead,
+    ) -> Result<ProcessOutput, SandboxError> {
+        Err(ProcessError::Unsupported.into())
+    }
+    /// Writes to its stdin (or terminal); with `eof`, closes it after.
+    async fn write_process_stdin(
+        &self,
+        _id: &str,
+        _process_id: &str,
+        _bytes: Vec<u8>,
+        _eof: bool,
+    ) -> Result<(), SandboxError> {
+        Err(ProcessError::Unsupported.into())
+    }
+    /// Sends a signal to its process group (SIGKILL: every descendant).
+    async fn signal_process(
+        &self,
+        _id: &str,
+        _process_id: &str,
+        _signal: i32,
+    ) -> Result<(), SandboxError> {
+        Err(ProcessError::Unsupported.into())
+    }
+    /// Changes its terminal's size.
+    async fn resize_process(
+        &self,
+        _id: &str,
+        _process_id: &str,
+        _cols: u16,
+        _rows: u16,
+    ) -> Result<(), SandboxError> {
+        Err(ProcessError::Unsupported.into())
+    }
+    /// Kills it and every descendant; returns it once it ended.
+    async fn kill_process(
+        &self,
+        _id: &str,
+        _process_id: &str,
+    ) -> Result<ProcessInfo, SandboxError> {
+        Err(ProcessError::Unsupported.into())
+    }
+    /// Waits until it ended (it always does, at its timeout at the latest).
+    async fn wait_process(
+        &self,
+        _id: &str,
+        _process_id: &str,
+    ) -> Result<ProcessInfo, SandboxError> {
+        Err(ProcessError::Unsupported.into())
+    }
 
     // Ports (issue 19)
 

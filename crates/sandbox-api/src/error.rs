@@ -51,6 +51,9 @@ pub enum SandboxError {
         bytes: u64,
         limit: u64,
     },
+    /// A process of a container (issue 19): missing, ended, over the limit.
+    #[error(transparent)]
+    Process(#[from] crate::process::ProcessError),
     /// A container's port could not be reached (issue 19's ports).
     #[error("port {port} of the container cannot be reached: {failure}")]
     Port {

@@ -10,6 +10,7 @@ pub mod error;
 pub mod image;
 pub mod network;
 pub mod ports;
+pub mod process;
 pub mod setup_error;
 
 pub use backend::{

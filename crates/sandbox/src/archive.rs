@@ -1450,14 +1450,23 @@ fn merge(
                 // archive's wins. Swapped in one step (the old entry, a link
                 // never followed, goes into the staging tree and is removed
                 // with it).
-                rfs::renameat_with(
+                match rfs::renameat_with(
                     &from,
                     name.as_slice(),
                     &to,
                     name.as_slice(),
                     rfs::RenameFlags::EXCHANGE,
-                )
-                .map_err(io_error(format!("move {:?} into place", member())))?;
+                ) {
+                    Ok(()) => {}
+                    // A file system without RENAME_EXCHANGE: in two steps.
+                    Err(Errno::INVAL | Errno::NOSYS | Errno::OPNOTSUPP) => {
+                        rfs::unlinkat(&to, name.as_slice(), AtFlags::empty())
+                            .map_err(io_error(format!("remove {:?}", member())))?;
+                        rfs::renameat(&from, name.as_slice(), &to, name.as_slice())
+                            .map_err(io_error(format!("move {:?} into place", member())))?;
+                    }
+                    Err(e) => return Err(io_error(format!("move {:?} into place", member()))(e)),
+                }
             }
             _ => rfs::renameat(&from, name.as_slice(), &to, name.as_slice())
                 .map_err(io_error(format!("move {:?} into place", member())))?,

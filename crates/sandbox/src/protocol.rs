@@ -204,11 +204,142 @@ pub enum Request {
     /// wherever they went (`setsid`, double forks): they all carry the
     /// command's marker.
     KillCommand { id: u32 },
+    /// Start a process (issue 19): a command as `Run` starts one, with what
+    /// an interactive one needs (see [`StartProcess`]). The message carries
+    /// its status pipe first; then, with a terminal, one end of a seqpacket
+    /// pair on which init sends the terminal's master back (or an errno
+    /// record, see [`PtyReply`]), else the stdout and stderr pipes; then,
+    /// with `stdin` and no terminal, the read end of its stdin pipe.
+    Start { id: u32, start: StartProcess },
+    /// Send `signal` to the process group of command or process `id`
+    /// (SIGKILL: as `KillCommand`, every process of its marker).
+    SignalCommand { id: u32, signal: i32 },
     /// Start a TCP connection to `127.0.0.1:port` in the container's network
     /// namespace and send the (non-blocking, maybe still connecting) socket
     /// back on the `SOCK_SEQPACKET` socket the message carries: a
     /// [`ConnectReply`] with the socket attached, or with an errno and none.
     Connect { port: u16 },
+}
+
+/// A process to start (see [`Request::Start`]): raw bytes, as init passes
+/// them to `execve`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartProcess {
+    pub command: Vec<u8>,
+    /// A stdin pipe (without a terminal).
+    pub stdin: bool,
+    /// A terminal of this many (columns, rows), and its `TERM`.
+    pub pty: Option<(u16, u16, Vec<u8>)>,
+    /// Working directory (empty: `/mnt/data`).
+    pub cwd: Vec<u8>,
+    /// `NAME=value` entries added to (or replacing in) the environment.
+    pub env: Vec<Vec<u8>>,
+    /// As `Run`'s: forks failed at the process limit since the last start.
+    pub reclaim: bool,
+}
+
+/// Init's answer on a terminal's reply socket: nothing but the master
+/// descriptor (one byte of payload, 0) on success, or an errno record.
+pub struct PtyReply;
+
+impl PtyReply {
+    /// The payload sent with the master.
+    pub const OK: [u8; 4] = [0; 4];
+
+    /// The payload of a failure: its errno, never 0.
+    pub fn failed(errno: i32) -> [u8; 4] {
+        errno.max(1).to_le_bytes()
+    }
+
+    /// The errno a payload names (0: success).
+    pub fn errno(payload: &[u8]) -> i32 {
+        payload
+            .get(..4)
+            .and_then(|b| b.try_into().ok())
+            .map_or(libc::EIO, i32::from_le_bytes)
+    }
+}
+
+const START_STDIN: u8 = 1;
+const START_PTY: u8 = 2;
+const START_RECLAIM: u8 = 4;
+
+impl StartProcess {
+    fn encode_into(&self, out: &mut Vec<u8>) {
+        let mut flags = 0;
+        if self.stdin {
+            flags |= START_STDIN;
+        }
+        if self.pty.is_some() {
+            flags |= START_PTY;
+        }
+        if self.reclaim {
+            flags |= START_RECLAIM;
+        }
+        out.push(flags);
+        let (cols, rows, term) = match &self.pty {
+            Some((cols, rows, term)) => (*cols, *rows, term.as_slice()),
+            None => (0, 0, &[][..]),
+        };
+        out.extend_from_slice(&cols.to_le_bytes());
+        out.extend_from_slice(&rows.to_le_bytes());
+        // Lengths as the fields' caps allow (the engine checks them first:
+        // `ProcessSpec::validate`); a longer one is cut, never mis-framed.
+        let term = &term[..term.len().min(u8::MAX as usize)];
+        out.push(term.len() as u8);
+        out.extend_from_slice(term);
+        let cwd = &self.cwd[..self.cwd.len().min(u16::MAX as usize)];
+        out.extend_from_slice(&(cwd.len() as u16).to_le_bytes());
+        out.extend_from_slice(cwd);
+        let env = &self.env[..self.env.len().min(u8::MAX as usize)];
+        out.push(env.len() as u8);
+        for entry in env {
+            let entry = &entry[..entry.len().min(u16::MAX as usize)];
+            out.extend_from_slice(&(entry.len() as u16).to_le_bytes());
+            out.extend_from_slice(entry);
+        }
+        out.extend_from_slice(&self.command);
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        let mut rest = bytes;
+        let mut take = |n: usize| -> Option<&[u8]> {
+            let (head, tail) = rest.split_at_checked(n)?;
+            rest = tail;
+            Some(head)
+        };
+        let flags = *take(1)?.first()?;
+        if flags & !(START_STDIN | START_PTY | START_RECLAIM) != 0 {
+            return None;
+        }
+        let cols = u16::from_le_bytes(take(2)?.try_into().ok()?);
+        let rows = u16::from_le_bytes(take(2)?.try_into().ok()?);
+        let term_len = *take(1)?.first()? as usize;
+        let term = take(term_len)?.to_vec();
+        let pty = if flags & START_PTY != 0 {
+            Some((cols, rows, term))
+        } else if cols == 0 && rows == 0 && term.is_empty() {
+            None
+        } else {
+            return None;
+        };
+        let cwd_len = u16::from_le_bytes(take(2)?.try_into().ok()?) as usize;
+        let cwd = take(cwd_len)?.to_vec();
+        let count = *take(1)?.first()?;
+        let mut env = Vec::with_capacity(count as usize);
+        for _ in 0..count {
+            let len = u16::from_le_bytes(take(2)?.try_into().ok()?) as usize;
+            env.push(take(len)?.to_vec());
+        }
+        Some(Self {
+            command: rest.to_vec(),
+            stdin: flags & START_STDIN != 0,
+            pty,
+            cwd,
+            env,
+            reclaim: flags & START_RECLAIM != 0,
+        })
+    }
 }
 
 /// Init's answer to [`Request::Connect`], on the socket passed with it: an
@@ -251,6 +382,19 @@ impl Request {
                 out.extend_from_slice(&id.to_le_bytes());
                 out
             }
+            Request::Start { id, start } => {
+                let mut out = Vec::with_capacity(start.command.len() + 64);
+                out.push(b'S');
+                out.extend_from_slice(&id.to_le_bytes());
+                start.encode_into(&mut out);
+                out
+            }
+            Request::SignalCommand { id, signal } => {
+                let mut out = vec![b'G'];
+                out.extend_from_slice(&id.to_le_bytes());
+                out.extend_from_slice(&signal.to_le_bytes());
+                out
+            }
             Request::Connect { port } => {
                 let mut out = vec![b'C'];
                 out.extend_from_slice(&u32::from(*port).to_le_bytes());
@@ -270,6 +414,14 @@ impl Request {
                 reclaim: *tag == b'r',
             }),
             b'K' if rest.is_empty() => Some(Request::KillCommand { id }),
+            b'S' => Some(Request::Start {
+                id,
+                start: StartProcess::decode(rest)?,
+            }),
+            b'G' if rest.len() == 4 => Some(Request::SignalCommand {
+                id,
+                signal: i32::from_le_bytes(rest.try_into().ok()?),
+            }),
             b'C' if rest.is_empty() => Some(Request::Connect {
                 port: u16::try_from(id).ok()?,
             }),
@@ -290,6 +442,8 @@ pub enum Status {
     /// Before starting the command, init ended this many processes that an
     /// earlier command left running (the container was at its process limit).
     Reclaimed(i32),
+    /// A process (`Request::Start`) started: its pid inside the container.
+    Spawned(i32),
 }
 
 impl Status {
@@ -301,6 +455,7 @@ impl Status {
             Status::Exited(v) => (2u32, v),
             Status::SpawnFailed(v) => (3, v),
             Status::Reclaimed(v) => (4, v),
+            Status::Spawned(v) => (5, v),
         };
         let mut out = [0u8; Self::SIZE];
         out[..4].copy_from_slice(&tag.to_le_bytes());
@@ -315,6 +470,7 @@ impl Status {
             2 => Some(Status::Exited(value)),
             3 => Some(Status::SpawnFailed(value)),
             4 => Some(Status::Reclaimed(value)),
+            5 => Some(Status::Spawned(value)),
             _ => None,
         }
     }
@@ -340,6 +496,20 @@ pub mod fuzzing {
             }
             .encode(),
             Request::KillCommand { id: 9 }.encode(),
+            Request::Start {
+                id: 3,
+                start: StartProcess {
+                    command: b"python3 -i".to_vec(),
+                    stdin: true,
+                    pty: Some((80, 24, b"xterm".to_vec())),
+                    cwd: b"/tmp".to_vec(),
+                    env: vec![b"A=1".to_vec()],
+                    reclaim: false,
+                },
+            }
+            .encode(),
+            Request::SignalCommand { id: 3, signal: 2 }.encode(),
+            Status::Spawned(12).encode().to_vec(),
             Request::Connect { port: 8000 }.encode(),
             [
                 Status::Exited(256).encode(),
@@ -458,6 +628,29 @@ mod tests {
                 reclaim: false,
             },
             Request::KillCommand { id: 42 },
+            Request::SignalCommand { id: 1, signal: 9 },
+            Request::Start {
+                id: 5,
+                start: StartProcess {
+                    command: b"cat".to_vec(),
+                    stdin: true,
+                    pty: None,
+                    cwd: Vec::new(),
+                    env: vec![b"A=1".to_vec(), b"B=".to_vec()],
+                    reclaim: true,
+                },
+            },
+            Request::Start {
+                id: 6,
+                start: StartProcess {
+                    command: Vec::new(),
+                    stdin: false,
+                    pty: Some((0, 0, Vec::new())),
+                    cwd: b"/tmp".to_vec(),
+                    env: Vec::new(),
+                    reclaim: false,
+                },
+            },
             Request::Connect { port: 8000 },
             Request::Connect { port: u16::MAX },
         ] {
@@ -467,6 +660,21 @@ mod tests {
         assert_eq!(Request::decode(b"K12"), None);
         assert_eq!(Request::decode(b"K1234x"), None);
         assert_eq!(Request::decode(b"Rabc"), None);
+        // A start without a terminal carries no terminal fields; unknown
+        // flags and short fields are refused.
+        assert_eq!(
+            Request::decode(b"S\x01\x00\x00\x00\x00\x50\x00\x18\x00\x00\x00\x00\x00"),
+            None
+        );
+        assert_eq!(
+            Request::decode(b"S\x01\x00\x00\x00\x80\x00\x00\x00\x00\x00\x00\x00\x00"),
+            None
+        );
+        assert_eq!(
+            Request::decode(b"S\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01\x09\x00ab"),
+            None
+        );
+        assert_eq!(Request::decode(b"G\x01\x00\x00\x00\x02"), None);
         // A port past u16 is not a port.
         assert_eq!(Request::decode(b"C\x00\x00\x01\x00"), None);
         assert_eq!(
@@ -482,6 +690,7 @@ mod tests {
             Status::Exited(137 << 8),
             Status::SpawnFailed(libc::ENOENT),
             Status::Reclaimed(509),
+            Status::Spawned(17),
         ] {
             assert_eq!(Status::decode(status.encode()), Some(status));
         }

@@ -188,6 +188,7 @@ impl From<SandboxError> for ApiError {
             error @ SandboxError::FileTooLarge { .. } => {
                 ApiError::invalid("file_id", error.to_string()).with_code("file_too_large")
             }
+            SandboxError::Process(error) => process_error(error),
             SandboxError::QuotaExceeded => {
                 ApiError::too_large("The container's disk quota is full.")
                     .with_code("quota_exceeded")
@@ -199,6 +200,24 @@ impl From<SandboxError> for ApiError {
             )
             .with_code("not_supported"),
             other => ApiError::internal(format!("sandbox: {other}")),
+        }
+    }
+}
+
+/// A process's errors (issue 19): 404 for one this container does not
+/// have, 409 `process_exited` for what needs it alive, 429
+/// `too_many_processes` past the container's live limit.
+fn process_error(error: shellgate_sandbox_api::process::ProcessError) -> ApiError {
+    use shellgate_sandbox_api::process::ProcessError;
+    let message = error.to_string();
+    match error {
+        ProcessError::NotFound(id) => ApiError::not_found("process", &id),
+        ProcessError::Exited(_) => ApiError::conflict(message).with_code("process_exited"),
+        ProcessError::TooMany { .. } => ApiError::quota("too_many_processes", message),
+        ProcessError::AlreadyExists(_) => ApiError::conflict(message),
+        ProcessError::Unsupported => {
+            ApiError::new(StatusCode::NOT_IMPLEMENTED, "server_error", message)
+                .with_code("not_supported")
         }
     }
 }

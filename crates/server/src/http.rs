@@ -51,21 +51,26 @@ impl FromRequestParts<Arc<AppState>> for Project {
                 ))
             }
         };
-        let project = match state.keys.get(key) {
-            Some(project) => project,
-            None => {
-                let owned = key.to_owned();
-                let project = state
-                    .db(move |s| s.project_for_key(&owned))
-                    .await?
-                    .ok_or_else(|| ApiError::unauthorized("Incorrect API key provided."))?;
-                state.keys.insert(key, &project);
-                project
-            }
-        };
-        state.limiter.check(&project)?;
-        Ok(Project(project))
+        project_of_key(state, key).await
     }
+}
+
+/// The project of an API key (cached), rate limited; 401 for an unknown key.
+pub(crate) async fn project_of_key(state: &AppState, key: &str) -> Result<Project, ApiError> {
+    let project = match state.keys.get(key) {
+        Some(project) => project,
+        None => {
+            let owned = key.to_owned();
+            let project = state
+                .db(move |s| s.project_for_key(&owned))
+                .await?
+                .ok_or_else(|| ApiError::unauthorized("Incorrect API key provided."))?;
+            state.keys.insert(key, &project);
+            project
+        }
+    };
+    state.limiter.check(&project)?;
+    Ok(Project(project))
 }
 
 /// A JSON body; malformed JSON, wrong types and unknown fields or enum

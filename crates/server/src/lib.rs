@@ -34,6 +34,7 @@ mod models;
 mod openapi;
 pub(crate) mod ops;
 mod ports;
+mod processes;
 mod responses;
 mod running;
 mod skills;
@@ -326,6 +327,34 @@ fn served_routes(state: Arc<AppState>) -> ServedRoutes {
             get(containers::retrieve).delete(containers::delete),
         )
         .route("/containers/{container_id}/exec", post(containers::exec))
+        .route(
+            "/containers/{container_id}/processes",
+            post(processes::create).get(processes::list),
+        )
+        .route(
+            "/containers/{container_id}/processes/{process_id}",
+            get(processes::retrieve).delete(processes::kill),
+        )
+        .route(
+            "/containers/{container_id}/processes/{process_id}/output",
+            get(processes::output),
+        )
+        .route(
+            "/containers/{container_id}/processes/{process_id}/stdin",
+            post(processes::stdin),
+        )
+        .route(
+            "/containers/{container_id}/processes/{process_id}/signal",
+            post(processes::signal),
+        )
+        .route(
+            "/containers/{container_id}/processes/{process_id}/resize",
+            post(processes::resize),
+        )
+        .route(
+            "/containers/{container_id}/processes/{process_id}/ws",
+            get(processes::socket),
+        )
         .route(
             "/containers/{container_id}/commands",
             get(containers::commands),

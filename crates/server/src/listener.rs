@@ -165,11 +165,12 @@ pub async fn serve(
     }
     let slots = Arc::new(Semaphore::new(cap));
     let unserved = Arc::new(Unserved::default());
-    // Graceful shutdown by hand: hyper-util's watcher does not take
-    // connections that serve upgrades. Every connection's task holds a
-    // clone of `open`; the receiver ends when the last one is gone.
-    let (stopping, stop) = tokio::sync::watch::channel(false);
-    let (open, mut all_closed) = tokio::sync::mpsc::channel::<()>(1);
+    // Graceful shutdown by hand (hyper-util's watcher cannot take a
+    // connection with upgrades): each connection task holds an `alive`
+    // sender and watches `stop`; at shutdown they finish their requests,
+    // and the last sender dropped ends the wait.
+    let (stop, stopping) = tokio::sync::watch::channel(false);
+    let (alive, mut all_done) = tokio::sync::mpsc::channel::<()>(1);
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
@@ -218,22 +219,23 @@ pub async fn serve(
                 tower_service::Service::call(&mut router, request)
             })
         };
+        // With upgrades: a process's WebSocket (issue 19) takes over its
+        // connection after the 101.
         let served = builder
             .serve_connection(TokioIo::new(stream), service)
             .with_upgrades();
-        let mut stop = stop.clone();
-        let open = open.clone();
+        let mut stopping = stopping.clone();
+        let alive = alive.clone();
         tokio::spawn(async move {
-            let _open = open;
+            let _alive = alive;
             tokio::pin!(served);
             tokio::select! {
                 _ = served.as_mut() => {}
                 () = connection.close.notified() => {}
-                () = stopped(&mut stop) => {
-                    // The request under way finishes; no other is read.
+                _ = async { stopping.wait_for(|stop| *stop).await.map(|_| ()) } => {
                     served.as_mut().graceful_shutdown();
                     tokio::select! {
-                        _ = served => {}
+                        _ = served.as_mut() => {}
                         () = connection.close.notified() => {}
                     }
                 }
@@ -242,24 +244,15 @@ pub async fn serve(
         });
     }
     drop(listener);
-    let _ = stopping.send(true);
-    drop(open);
-    if tokio::time::timeout(Duration::from_secs(30), all_closed.recv())
+    let _ = stop.send(true);
+    drop(alive);
+    if tokio::time::timeout(Duration::from_secs(30), all_done.recv())
         .await
         .is_err()
     {
         tracing::warn!("requests still running after 30 s of shutdown were cut off");
     }
     Ok(())
-}
-
-/// Returns once the server is stopping (or its sender is gone).
-async fn stopped(stop: &mut tokio::sync::watch::Receiver<bool>) {
-    while !*stop.borrow_and_update() {
-        if stop.changed().await.is_err() {
-            return;
-        }
-    }
 }
 
 /// A request body with an idle timeout and a minimum average rate.

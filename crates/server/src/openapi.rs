@@ -46,6 +46,8 @@ enum Body {
     Multipart(RefOr<Schema>),
     /// Either a multipart upload or a JSON body (container files).
     MultipartOrJson(RefOr<Schema>, RefOr<Schema>),
+    /// Raw bytes of the given media type (a process's stdin).
+    Bytes(&'static str),
 }
 
 /// What an operation answers with 200.
@@ -57,6 +59,10 @@ enum Answer {
     Bytes(&'static str),
     /// Plain text (Prometheus' exposition format).
     Text,
+    /// Nothing: 204.
+    NoContent,
+    /// A WebSocket: 101 Switching Protocols, then its frames (described).
+    WebSocket(&'static str),
 }
 
 /// How an operation's errors are written.
@@ -79,6 +85,12 @@ enum Query {
     ListByName,
     ListByPurpose,
     ResumeStream,
+    /// A process's output: `after`, `wait_ms`, `max_bytes`, `stream`.
+    ProcessOutput,
+    /// A process's stdin: `eof`.
+    ProcessStdin,
+    /// A process's WebSocket: `after`, `access_token`.
+    ProcessSocket,
 }
 
 /// One row of the table.
@@ -173,6 +185,7 @@ impl Builder {
     }
 
     fn add(&mut self, operation: Operation) {
+        let place = (operation.errors, operation.path, operation.method.clone());
         let mut built = OperationBuilder::new()
             .tag(operation.tag)
             .summary(Some(operation.summary))
@@ -222,6 +235,14 @@ impl Builder {
                     )
                     .build(),
             ),
+            Body::Bytes(media_type) => Some(
+                RequestBodyBuilder::new()
+                    .content(
+                        media_type,
+                        ContentBuilder::new().schema(Some(binary())).build(),
+                    )
+                    .build(),
+            ),
         };
         built = built.request_body(body);
         let ok = match operation.answer {
@@ -247,9 +268,26 @@ impl Builder {
                 "text/plain",
                 ContentBuilder::new().schema(Some(string())).build(),
             ),
+            Answer::NoContent => {
+                built = built.response("204", ResponseBuilder::new().description("Done").build());
+                return self.finish(built, place);
+            }
+            Answer::WebSocket(frames) => {
+                built = built.response("101", ResponseBuilder::new().description(frames).build());
+                return self.finish(built, place);
+            }
         };
         built = built.response("200", ok.build());
-        match operation.errors {
+        self.finish(built, place)
+    }
+
+    /// The errors of an operation, and the operation into the document.
+    fn finish(
+        &mut self,
+        mut built: OperationBuilder,
+        (errors, path, method): (Errors, &'static str, HttpMethod),
+    ) {
+        match errors {
             Errors::OpenAi => {
                 for status in ["400", "401", "404", "413", "429", "500"] {
                     built = built.response(status, Ref::from_response_name("Error"));
@@ -267,7 +305,7 @@ impl Builder {
             }
         }
         self.paths
-            .add_path_operation(operation.path, vec![operation.method], built.build());
+            .add_path_operation(path, vec![method], built.build());
     }
 }
 
@@ -340,6 +378,61 @@ fn query_parameters(query: Query) -> Vec<utoipa::openapi::path::Parameter> {
     };
     let mut parameters = match query {
         Query::None => return Vec::new(),
+        Query::ProcessOutput => {
+            let integer = |min: i64, max: Option<i64>| -> Schema {
+                ObjectBuilder::new()
+                    .schema_type(Type::Integer)
+                    .minimum(Some(min))
+                    .maximum(max)
+                    .into()
+            };
+            return vec![
+                parameter(
+                    "after",
+                    "Byte offset in the process's output (every stream together) to read from (0 when omitted).",
+                    integer(0, None),
+                ),
+                parameter(
+                    "wait_ms",
+                    "Wait up to this long (at most 30000) for output past `after`, or the end.",
+                    integer(0, Some(30_000)),
+                ),
+                parameter(
+                    "max_bytes",
+                    "Most bytes of output to answer (1 to 1048576, the whole buffer when omitted).",
+                    integer(1, Some(1 << 20)),
+                ),
+                parameter(
+                    "stream",
+                    "`true`: server-sent events `output`, `dropped`, then `exit` (the process).",
+                    ObjectBuilder::new().schema_type(Type::Boolean).into(),
+                ),
+            ];
+        }
+        Query::ProcessStdin => {
+            return vec![parameter(
+                "eof",
+                "`true`: close stdin after these bytes (a terminal gets ^D).",
+                ObjectBuilder::new().schema_type(Type::Boolean).into(),
+            )]
+        }
+        Query::ProcessSocket => {
+            return vec![
+                parameter(
+                    "after",
+                    "Byte offset to send output from (0 when omitted: the kept buffer first).",
+                    ObjectBuilder::new()
+                        .schema_type(Type::Integer)
+                        .minimum(Some(0))
+                        .into(),
+                ),
+                parameter(
+                    "access_token",
+                    "The API key, for browsers (which cannot set headers on a WebSocket).",
+                    string(),
+                ),
+            ];
+        }
         Query::ResumeStream => {
             return vec![
                 parameter(
@@ -395,7 +488,12 @@ fn query_parameters(query: Query) -> Vec<utoipa::openapi::path::Parameter> {
             "Only the files of this purpose.",
             string(),
         )),
-        Query::None | Query::List | Query::ResumeStream => {}
+        Query::None
+        | Query::List
+        | Query::ResumeStream
+        | Query::ProcessOutput
+        | Query::ProcessStdin
+        | Query::ProcessSocket => {}
     }
     parameters
 }
@@ -485,6 +583,15 @@ fn build() -> (serde_json::Value, Vec<String>) {
     let create_container = d.schema::<wire::CreateContainer>();
     let deleted = d.schema::<wire::Deleted>();
     let exec = d.schema::<wire::ExecRequest>();
+    let process = d.schema::<wire::Process>();
+    let processes = d.list::<wire::Process>("ProcessList");
+    let process_create = d.schema::<wire::ProcessCreate>();
+    let process_output = d.schema::<wire::ProcessOutput>();
+    let process_signal = d.schema::<wire::ProcessSignal>();
+    let process_resize = d.schema::<wire::ProcessResize>();
+    d.schema::<wire::ProcessDropped>();
+    d.schema::<wire::ProcessClientMessage>();
+    d.schema::<wire::ProcessServerMessage>();
     let shell_call_output = d.schema::<wire::ShellCallOutput>();
     let commands = d.list::<wire::ContainerCommand>("ContainerCommandList");
     let egress = d.schema::<EgressPage>();
@@ -621,6 +728,88 @@ fn build() -> (serde_json::Value, Vec<String>) {
             Body::Json(exec),
             Answer::JsonOrEvents(shell_call_output),
         ),
+        operation(
+            Post,
+            "/v1/containers/{container_id}/processes",
+            "Processes",
+            "Start a process, with optional stdin and a terminal (shellgate extension); 201",
+            Body::Json(process_create),
+            Answer::Json(process.clone()),
+        ),
+        get(
+            "/v1/containers/{container_id}/processes",
+            "Processes",
+            "The container's live processes and the ended ones still kept (10 minutes, at most 64)",
+            &processes,
+        ),
+        get(
+            "/v1/containers/{container_id}/processes/{process_id}",
+            "Processes",
+            "Retrieve a process",
+            &process,
+        ),
+        delete(
+            "/v1/containers/{container_id}/processes/{process_id}",
+            "Processes",
+            "Kill a process and every descendant; answers the ended process",
+            &process,
+        ),
+        Operation {
+            query: Query::ProcessOutput,
+            ..operation(
+                Get,
+                "/v1/containers/{container_id}/processes/{process_id}/output",
+                "Processes",
+                "A process's output from a byte offset (kept: its last 1 MiB); with `stream=true`, \
+                 server-sent events `output` (ProcessChunk), `dropped` (ProcessDropped) and last \
+                 `exit` (Process)",
+                Body::None,
+                Answer::JsonOrEvents(process_output),
+            )
+        },
+        Operation {
+            query: Query::ProcessStdin,
+            ..operation(
+                Post,
+                "/v1/containers/{container_id}/processes/{process_id}/stdin",
+                "Processes",
+                "Write raw bytes (at most 1 MiB) to a process's stdin or terminal; 409 \
+                 `process_exited` once it ended",
+                Body::Bytes("application/octet-stream"),
+                Answer::NoContent,
+            )
+        },
+        operation(
+            Post,
+            "/v1/containers/{container_id}/processes/{process_id}/signal",
+            "Processes",
+            "Send a signal to a process's group (SIGKILL: every descendant)",
+            Body::Json(process_signal),
+            Answer::NoContent,
+        ),
+        operation(
+            Post,
+            "/v1/containers/{container_id}/processes/{process_id}/resize",
+            "Processes",
+            "Resize a process's terminal",
+            Body::Json(process_resize),
+            Answer::NoContent,
+        ),
+        Operation {
+            query: Query::ProcessSocket,
+            ..operation(
+                Get,
+                "/v1/containers/{container_id}/processes/{process_id}/ws",
+                "Processes",
+                "A WebSocket to a process: binary frames are its output (server to client) and \
+                 its stdin (client to server); text frames ProcessClientMessage in, \
+                 ProcessServerMessage out (`exit` last, then a close)",
+                Body::None,
+                Answer::WebSocket(
+                    "Switching Protocols: a WebSocket session with the process",
+                ),
+            )
+        },
         list(
             "/v1/containers/{container_id}/commands",
             "Containers",

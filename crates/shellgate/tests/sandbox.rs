@@ -774,3 +774,30 @@ async fn a_port_is_reached_inside_the_container_only_and_keeps_it_busy() {
     );
     t.finish().await;
 }
+
+/// Issue 19's ports: a container has at most `MAX_PORT_CONNECTIONS` proxied
+/// connections open at once; a closed one frees its place.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_containers_port_connections_are_capped() {
+    use shellgate_sandbox::PortFailure;
+    let t = TestEngine::new("port-cap").await;
+    t.create("c1").await;
+    // A listener that never accepts, with room in its queue for them all.
+    t.ok("c1", "nohup python3 -c \"import socket, time; s = socket.socket(); s.bind(('127.0.0.1', 8001)); s.listen(1024); time.sleep(100000)\" >/dev/null 2>&1 &").await;
+    t.ok("c1", "for i in $(seq 100); do python3 -c \"import socket; socket.create_connection(('127.0.0.1', 8001))\" 2>/dev/null && exit 0; sleep 0.1; done; exit 1").await;
+    let mut open = Vec::new();
+    for _ in 0..256 {
+        open.push(t.engine.connect_port("c1", 8001).await.unwrap());
+    }
+    match t.engine.connect_port("c1", 8001).await {
+        Err(SandboxError::Port {
+            failure: PortFailure::TooManyConnections { limit: 256 },
+            ..
+        }) => {}
+        other => panic!("the 257th connection: {other:?}"),
+    }
+    open.pop();
+    open.push(t.engine.connect_port("c1", 8001).await.unwrap());
+    drop(open);
+    t.finish().await;
+}

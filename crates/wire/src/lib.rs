@@ -23,6 +23,7 @@ mod ids;
 mod list;
 mod outcome;
 pub mod ports;
+mod processes;
 mod skills;
 mod usage;
 
@@ -38,6 +39,11 @@ pub use ids::new_id;
 pub use list::{Deleted, List, ListIncomplete};
 pub use outcome::Outcome;
 pub use ports::ExposedPort;
+pub use processes::{
+    Process, ProcessChunk, ProcessClientMessage, ProcessCreate, ProcessDropped, ProcessOutput,
+    ProcessPty, ProcessResize, ProcessServerMessage, ProcessSignal, ProcessStatus,
+    ProcessStreamName, SignalName,
+};
 pub use skills::{
     InlineSkill, InlineSkillSource, MountedSkill, Skill, SkillEntry, SkillReference, SkillVersion,
     SkillVersionDeleted, StoredSkill, UpdateSkill, VersionRef,

@@ -257,7 +257,8 @@ impl LocalEngine {
                                 }
                                 Some(Status::SpawnFailed(e)) => spawn_error = Some(e),
                                 Some(Status::Reclaimed(n)) => reclaimed = n,
-                                None => {}
+                                // Only processes announce their pid.
+                                Some(Status::Spawned(_)) | None => {}
                             }
                         }
                     }

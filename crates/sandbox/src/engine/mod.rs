@@ -29,6 +29,7 @@ mod container;
 mod network;
 mod pools;
 mod ports;
+mod processes;
 mod recovery;
 mod slots;
 mod spec;
@@ -54,6 +55,7 @@ use crate::image::ImageStore;
 use container::{Container, Wake};
 pub use network::EgressSettings;
 use pools::{FormattedDisk, Pool, SpareHelper, WarmContainer};
+use shellgate_sandbox_api::process::{OutputRead, ProcessInfo, ProcessOutput, ProcessSpec};
 use slots::IdSlots;
 
 /// The sandbox user inside every container.
@@ -828,6 +830,70 @@ impl SandboxBackend for LocalEngine {
                 let _ = task.await;
             }
         }
+    }
+
+    // Processes (issue 19): `processes`.
+    async fn start_process(
+        &self,
+        id: &str,
+        process_id: &str,
+        spec: ProcessSpec,
+    ) -> Result<ProcessInfo, SandboxError> {
+        LocalEngine::start_process(self, id, process_id, spec).await
+    }
+
+    async fn list_processes(&self, id: &str) -> Result<Vec<ProcessInfo>, SandboxError> {
+        LocalEngine::list_processes(self, id)
+    }
+
+    async fn process(&self, id: &str, process_id: &str) -> Result<ProcessInfo, SandboxError> {
+        self.process_info(id, process_id)
+    }
+
+    async fn read_process_output(
+        &self,
+        id: &str,
+        process_id: &str,
+        read: OutputRead,
+    ) -> Result<ProcessOutput, SandboxError> {
+        LocalEngine::read_process_output(self, id, process_id, read).await
+    }
+
+    async fn write_process_stdin(
+        &self,
+        id: &str,
+        process_id: &str,
+        bytes: Vec<u8>,
+        eof: bool,
+    ) -> Result<(), SandboxError> {
+        LocalEngine::write_process_stdin(self, id, process_id, bytes, eof).await
+    }
+
+    async fn signal_process(
+        &self,
+        id: &str,
+        process_id: &str,
+        signal: i32,
+    ) -> Result<(), SandboxError> {
+        LocalEngine::signal_process(self, id, process_id, signal).await
+    }
+
+    async fn resize_process(
+        &self,
+        id: &str,
+        process_id: &str,
+        cols: u16,
+        rows: u16,
+    ) -> Result<(), SandboxError> {
+        LocalEngine::resize_process(self, id, process_id, cols, rows)
+    }
+
+    async fn kill_process(&self, id: &str, process_id: &str) -> Result<ProcessInfo, SandboxError> {
+        LocalEngine::kill_process(self, id, process_id).await
+    }
+
+    async fn wait_process(&self, id: &str, process_id: &str) -> Result<ProcessInfo, SandboxError> {
+        LocalEngine::wait_process(self, id, process_id).await
     }
 
     async fn shutdown(&self) {

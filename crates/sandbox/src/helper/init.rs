@@ -38,22 +38,23 @@ const SHELLS: [(&str, &str); 2] = [("/bin/bash", "bash"), ("/bin/sh", "sh")];
 
 /// Everything a command start needs, prepared once so that the forked child
 /// only makes system calls.
-struct Launcher {
-    dev_null: OwnedFd,
-    /// Owns the strings `env_pointers` points into.
-    _env: Vec<CString>,
+pub(super) struct Launcher {
+    pub(super) dev_null: OwnedFd,
+    /// Owns the strings `env_pointers` points into (and the base of a
+    /// process's own environment, see `process`).
+    pub(super) env: Vec<CString>,
     /// NUL-terminated `envp`, built once: the child may not allocate.
     env_pointers: Vec<*const libc::c_char>,
     shells: Vec<(CString, CString)>,
     dash_c: CString,
-    workdir: CString,
+    pub(super) workdir: CString,
     oom_score_adj: CString,
     /// Whether init is exempt from the OOM killer (root mode) and each
     /// command must take its score back to 0.
     reset_oom_score: bool,
-    sandbox_uid: u32,
-    sandbox_gid: u32,
-    change_ids: bool,
+    pub(super) sandbox_uid: u32,
+    pub(super) sandbox_gid: u32,
+    pub(super) change_ids: bool,
 }
 
 /// This process's OOM score adjustment, if it can be read.
@@ -76,7 +77,7 @@ fn own_oom_score_adj() -> Option<i32> {
 /// background processes alone. Markers are ids inside the container's
 /// mapped range, owned by nothing on disk. (Rootless containers map one id
 /// and cannot use `setgroups`: there only the process group is killed.)
-struct Markers {
+pub(super) struct Markers {
     next: u32,
     /// Markers still carried by live processes when the range wrapped.
     in_use: std::collections::HashSet<u32>,
@@ -246,9 +247,9 @@ fn reclaim_leftovers(running: &mut HashMap<libc::pid_t, RunningCommand>) -> i32 
 }
 
 /// A command init started and still waits for.
-struct RunningCommand {
+pub(super) struct RunningCommand {
     /// The engine's number for it (`Request::KillCommand` names it).
-    id: u32,
+    pub(super) id: u32,
     status: OwnedFd,
     marker: Option<u32>,
     /// Killed because the engine stopped waiting for it: its status pipe is
@@ -258,7 +259,7 @@ struct RunningCommand {
 
 /// Kills a running command's process group and every process carrying its
 /// marker.
-fn kill_command(pid: libc::pid_t, running: &mut HashMap<libc::pid_t, RunningCommand>) {
+pub(super) fn kill_command(pid: libc::pid_t, running: &mut HashMap<libc::pid_t, RunningCommand>) {
     let Some(marker) = running.get(&pid).map(|c| c.marker) else {
         return;
     };
@@ -364,7 +365,7 @@ fn setup(spec: &HelperSpec) -> SetupResult<(Launcher, OwnedFd, Option<ProxySocke
         .collect();
     let launcher = Launcher {
         dev_null: dev_null.into(),
-        _env: env,
+        env,
         env_pointers,
         shells: SHELLS
             .iter()
@@ -538,7 +539,7 @@ fn child_signal_fd() -> SetupResult<OwnedFd> {
     }
 }
 
-fn send_status(fd: &OwnedFd, status: Status) {
+pub(super) fn send_status(fd: &OwnedFd, status: Status) {
     // The engine may have given up on the command; a broken pipe is fine.
     let _ = sys::write_all(fd.as_raw_fd(), &status.encode());
 }
@@ -642,53 +643,28 @@ fn handle(
                 send_status(&status, Status::SpawnFailed(libc::EINVAL));
                 return;
             };
-            let marker = launcher.change_ids.then(|| markers.allocate());
-            let mut reclaimed = 0;
-            if reclaim_first && launcher.change_ids {
-                // Ended (and reaped) before the command starts: nothing of
-                // the runaway is left to take the slots its forks need.
-                reclaimed = reclaim(running, Runaway::Leftover);
-            }
-            let mut spawned = spawn(launcher, &command, marker, &stdout, &stderr, &status);
-            // What was ended may still be leaving (threads of a process
-            // whose zombie was left to another parent): a few short
-            // retries, bounded, before the command is given up.
-            for _ in 0..RECLAIM_RETRIES {
-                if spawned != Err(libc::EAGAIN) || reclaimed == 0 {
-                    break;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(2));
-                reap(running);
-                spawned = spawn(launcher, &command, marker, &stdout, &stderr, &status);
-            }
-            if spawned == Err(libc::EAGAIN) && reclaimed == 0 && launcher.change_ids {
-                // At the process limit: free the runaway's slots, try once more.
-                reclaimed = reclaim(running, Runaway::Any);
-                if reclaimed > 0 {
-                    spawned = spawn(launcher, &command, marker, &stdout, &stderr, &status);
-                }
-            }
-            if reclaimed > 0 {
-                send_status(&status, Status::Reclaimed(reclaimed));
-            }
-            match spawned {
-                Err(errno) => send_status(&status, Status::SpawnFailed(errno)),
-                Ok(pid) => {
-                    // Our copies of the output pipes must close, or the engine
-                    // would never see end-of-file.
-                    drop((stdout, stderr));
-                    running.insert(
-                        pid,
-                        RunningCommand {
-                            id,
-                            status,
-                            marker,
-                            abandoned: false,
-                        },
-                    );
-                }
-            }
+            let io = ChildIo {
+                stdin: launcher.dev_null.as_raw_fd(),
+                stdout: stdout.as_raw_fd(),
+                stderr: stderr.as_raw_fd(),
+                terminal: false,
+                env: launcher.env_pointers.as_ptr(),
+                workdir: launcher.workdir.as_ptr(),
+            };
+            let started = Start {
+                id,
+                reclaim_first,
+                announce: false,
+            };
+            start_marked(launcher, &started, &command, &io, status, running, markers);
+            // Our copies of the output pipes must close, or the engine
+            // would never see end-of-file.
+            drop((stdout, stderr));
         }
+        Some(Request::Start { id, start }) => {
+            super::process::start(launcher, id, start, passed, running, markers)
+        }
+        Some(Request::SignalCommand { id, signal }) => super::process::signal(id, signal, running),
         Some(Request::KillCommand { id }) => {
             let pid = running
                 .iter()
@@ -703,13 +679,100 @@ fn handle(
     }
 }
 
+/// How [`start_marked`] starts a command.
+pub(super) struct Start {
+    /// The engine's number for it.
+    pub id: u32,
+    /// Forks failed at the process limit since the last start (see `Run`).
+    pub reclaim_first: bool,
+    /// Tell the engine its pid (`Status::Spawned`): processes show it.
+    pub announce: bool,
+}
+
+/// Starts a command with its own marker, first freeing the container's
+/// process slots if asked (or if even the start fails at the limit), and
+/// records it as running; its status pipe tells the engine what became of
+/// it. Returns its pid.
+pub(super) fn start_marked(
+    launcher: &Launcher,
+    start: &Start,
+    command: &CString,
+    io: &ChildIo,
+    status: OwnedFd,
+    running: &mut HashMap<libc::pid_t, RunningCommand>,
+    markers: &mut Markers,
+) -> Option<libc::pid_t> {
+    let marker = launcher.change_ids.then(|| markers.allocate());
+    let mut reclaimed = 0;
+    if start.reclaim_first && launcher.change_ids {
+        // Ended (and reaped) before the command starts: nothing of
+        // the runaway is left to take the slots its forks need.
+        reclaimed = reclaim(running, Runaway::Leftover);
+    }
+    let mut spawned = spawn(launcher, command, marker, io, &status);
+    // What was ended may still be leaving (threads of a process
+    // whose zombie was left to another parent): a few short
+    // retries, bounded, before the command is given up.
+    for _ in 0..RECLAIM_RETRIES {
+        if spawned != Err(libc::EAGAIN) || reclaimed == 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        reap(running);
+        spawned = spawn(launcher, command, marker, io, &status);
+    }
+    if spawned == Err(libc::EAGAIN) && reclaimed == 0 && launcher.change_ids {
+        // At the process limit: free the runaway's slots, try once more.
+        reclaimed = reclaim(running, Runaway::Any);
+        if reclaimed > 0 {
+            spawned = spawn(launcher, command, marker, io, &status);
+        }
+    }
+    if reclaimed > 0 {
+        send_status(&status, Status::Reclaimed(reclaimed));
+    }
+    match spawned {
+        Err(errno) => {
+            send_status(&status, Status::SpawnFailed(errno));
+            None
+        }
+        Ok(pid) => {
+            if start.announce {
+                send_status(&status, Status::Spawned(pid));
+            }
+            running.insert(
+                pid,
+                RunningCommand {
+                    id: start.id,
+                    status,
+                    marker,
+                    abandoned: false,
+                },
+            );
+            Some(pid)
+        }
+    }
+}
+
+/// The descriptors and settings a command starts with, prepared before
+/// `clone` (the child may not allocate).
+pub(super) struct ChildIo {
+    pub stdin: RawFd,
+    pub stdout: RawFd,
+    pub stderr: RawFd,
+    /// Stdin is a terminal that becomes the command's controlling one.
+    pub terminal: bool,
+    /// NUL-terminated `envp`, alive until the child has exec'd.
+    pub env: *const *const libc::c_char,
+    pub workdir: *const libc::c_char,
+}
+
 /// Arguments of the spawned child, passed through `clone`'s pointer.
 struct ChildArgs<'a> {
     launcher: &'a Launcher,
     command: &'a CString,
     marker: Option<u32>,
-    stdout: &'a OwnedFd,
-    stderr: &'a OwnedFd,
+    io: &'a ChildIo,
     status: &'a OwnedFd,
 }
 
@@ -723,8 +786,7 @@ fn spawn(
     launcher: &Launcher,
     command: &CString,
     marker: Option<u32>,
-    stdout: &OwnedFd,
-    stderr: &OwnedFd,
+    io: &ChildIo,
     status: &OwnedFd,
 ) -> Result<libc::pid_t, i32> {
     extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
@@ -735,8 +797,7 @@ fn spawn(
             args.launcher,
             args.command,
             args.marker,
-            args.stdout,
-            args.stderr,
+            args.io,
             args.status,
         )
     }
@@ -744,8 +805,7 @@ fn spawn(
         launcher,
         command,
         marker,
-        stdout,
-        stderr,
+        io,
         status,
     };
     let mut stack = vec![0u8; CHILD_STACK];
@@ -777,8 +837,7 @@ fn exec_command(
     launcher: &Launcher,
     command: &CString,
     marker: Option<u32>,
-    stdout: &OwnedFd,
-    stderr: &OwnedFd,
+    io: &ChildIo,
     status: &OwnedFd,
 ) -> ! {
     let fail = |errno: i32| -> ! {
@@ -836,9 +895,14 @@ fn exec_command(
                 fail(code);
             }
         }
-        if libc::dup2(launcher.dev_null.as_raw_fd(), 0) < 0
-            || libc::dup2(stdout.as_raw_fd(), 1) < 0
-            || libc::dup2(stderr.as_raw_fd(), 2) < 0
+        // A terminal becomes the new session's controlling terminal
+        // (job control, ^C, SIGWINCH and SIGHUP reach the command).
+        if io.terminal && libc::ioctl(io.stdin, libc::TIOCSCTTY, 0) < 0 {
+            fail(errno());
+        }
+        if libc::dup2(io.stdin, 0) < 0
+            || libc::dup2(io.stdout, 1) < 0
+            || libc::dup2(io.stderr, 2) < 0
         {
             fail(errno());
         }
@@ -858,7 +922,8 @@ fn exec_command(
         if drop_all_capabilities() < 0 {
             fail(errno());
         }
-        if libc::chdir(launcher.workdir.as_ptr()) < 0 {
+        // As the sandbox user: a working directory it may not enter is refused.
+        if libc::chdir(io.workdir) < 0 {
             fail(errno());
         }
         let mut last = libc::ENOENT;
@@ -869,7 +934,7 @@ fn exec_command(
                 command.as_ptr(),
                 std::ptr::null(),
             ];
-            libc::execve(path.as_ptr(), argv.as_ptr(), launcher.env_pointers.as_ptr());
+            libc::execve(path.as_ptr(), argv.as_ptr(), io.env);
             last = errno();
         }
         fail(last)

@@ -22,6 +22,7 @@ mod connect;
 mod init;
 mod mounts;
 pub mod network;
+mod process;
 mod seccomp;
 
 use std::ffi::CString;

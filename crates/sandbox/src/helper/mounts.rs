@@ -7,8 +7,9 @@
 //! - a fresh `/proc` of the container's pid namespace, with the files that
 //!   describe the host (or let a process poke at it) masked and the kernel
 //!   tunables read-only;
-//! - a minimal `/dev` (null, zero, full, random, urandom; no pts) and a
-//!   size-capped `/dev/shm`;
+//! - a minimal `/dev` (null, zero, full, random, urandom), the container's
+//!   own devpts instance (`/dev/pts`, `/dev/ptmx`: its terminals, never the
+//!   host's) and a size-capped `/dev/shm`;
 //! - a size-capped private `/tmp`;
 //! - read-write binds of the container's persistent directories
 //!   (`/mnt/data`, the home directory).
@@ -261,6 +262,40 @@ fn touch(path: &Path) -> StepResult<()> {
     )
 }
 
+/// Terminals the container's devpts instance holds at most: one per live
+/// process (64) and as many again for what commands open themselves
+/// (`script`, `tmux`, `expect`).
+const MAX_TERMINALS: u32 = 128;
+
+/// The container's own terminals (issue 19's processes): a *new* devpts
+/// instance at `/dev/pts`, never the host's (whose terminals a container
+/// must not see or open), `/dev/ptmx` pointing at its `ptmx`. Mounted
+/// `nosuid,noexec`; its nodes are the instance's own pairs. A kernel that
+/// refuses it (no devpts in the user namespace) leaves the container
+/// without terminals rather than without a start: a process asking for a
+/// PTY is then refused with the errno.
+fn terminals(dev: &Path) -> StepResult<()> {
+    let pts = dev.join("pts");
+    mkdir_all(&pts)?;
+    let mounted = sys::mount(
+        Some(Path::new("devpts")),
+        &pts,
+        Some("devpts"),
+        libc::MS_NOSUID | libc::MS_NOEXEC,
+        Some(&format!(
+            "newinstance,ptmxmode=0666,mode=0620,max={MAX_TERMINALS}"
+        )),
+    );
+    if mounted.is_ok() {
+        step(
+            SetupStep::CreateFile,
+            || "link /dev/ptmx".into(),
+            symlink("pts/ptmx", dev.join("ptmx")),
+        )?;
+    }
+    Ok(())
+}
+
 fn build_dev(root: &Path, shm_bytes: u64) -> StepResult<()> {
     let dev = inside(root, "/dev");
     tmpfs(&dev, "size=64k,mode=755", libc::MS_NOEXEC)?;
@@ -287,6 +322,7 @@ fn build_dev(root: &Path, shm_bytes: u64) -> StepResult<()> {
         )?;
     }
     tmpfs(&dev.join("shm"), &format!("size={shm_bytes},mode=1777"), 0)?;
+    terminals(&dev)?;
     step(
         SetupStep::Remount,
         || "remount /dev read-only".into(),

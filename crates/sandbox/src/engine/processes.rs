@@ -1,0 +1,943 @@
+//! Processes (issue 19): commands that stay attached after they start —
+//! a stdin pipe or a terminal, output kept in a bounded buffer and read by
+//! byte offset, signals, resizes, kills — beside one-shot commands.
+//!
+//! A process is started as a command is (`Request::Start`: init's marker,
+//! status pipe and kill), and from then on one task of the engine (its
+//! *pump*) owns its output pipes or terminal master and its status pipe:
+//! it reads everything the process writes, through the container's secret
+//! masker, into a buffer of at most `OUTPUT_BUFFER` bytes (older bytes are
+//! dropped and counted: nobody reading never grows memory), kills it at its
+//! timeout whatever clients do, and records how it ended. The pump holds
+//! the container's `InFlight` until then, so a container with a live
+//! process is busy (never suspended). Readers wait on a `watch` of the
+//! buffer's version: no polling.
+//!
+//! Signals go through init (`Request::SignalCommand`: the engine has no pid
+//! in the container's namespace); a resize is `TIOCSWINSZ` on the master,
+//! here. A container that stops or is destroyed ends its processes with
+//! init: their pipes close, the pump sees the end, readers are told.
+
+use std::collections::VecDeque;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use shellgate_egress::secrets::MaskStream;
+use shellgate_sandbox_api::process::{
+    process_limits, OutputChunk, OutputRead, ProcessError, ProcessInfo, ProcessOutput, ProcessSpec,
+    ProcessStatus, ProcessStream, PtySpec,
+};
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::pipe;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::container::{Container, InFlight, Running};
+use super::{lock, LocalEngine};
+use crate::backend::Outcome;
+use crate::error::{IoContext, SandboxError};
+use crate::protocol::{PtyReply, Request, StartProcess, Status};
+use crate::sys;
+
+/// Largest piece of output kept as one chunk (reads are merged up to it).
+const CHUNK: usize = 64 * 1024;
+
+/// How long the engine waits for init's answer to a start (it answers at
+/// once; only a dead init is slower).
+const START_PATIENCE: Duration = Duration::from_secs(10);
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Output kept, by offset in the process's one output sequence.
+#[derive(Default)]
+struct Buffer {
+    chunks: VecDeque<(ProcessStream, u64, Vec<u8>)>,
+    /// Offset of the oldest byte kept.
+    start: u64,
+    /// Offset past the newest byte (= bytes produced).
+    end: u64,
+}
+
+impl Buffer {
+    fn push(&mut self, stream: ProcessStream, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        match self.chunks.back_mut() {
+            Some((last, _, data)) if *last == stream && data.len() + bytes.len() <= CHUNK => {
+                data.extend_from_slice(bytes)
+            }
+            _ => self.chunks.push_back((stream, self.end, bytes.to_vec())),
+        }
+        self.end += bytes.len() as u64;
+        // Older bytes go, the newest `OUTPUT_BUFFER` stay.
+        while self.end - self.start > process_limits::OUTPUT_BUFFER as u64 {
+            let excess = (self.end - self.start - process_limits::OUTPUT_BUFFER as u64) as usize;
+            let Some((_, offset, data)) = self.chunks.front_mut() else {
+                break;
+            };
+            if data.len() <= excess {
+                self.start += data.len() as u64;
+                self.chunks.pop_front();
+            } else {
+                data.drain(..excess);
+                *offset += excess as u64;
+                self.start += excess as u64;
+            }
+        }
+    }
+
+    /// At most `max` bytes from `after` (clamped to what is kept), and how
+    /// many bytes past `after` are no longer kept.
+    fn read(&self, after: u64, max: usize) -> (Vec<OutputChunk>, u64, u64) {
+        let from = after.clamp(self.start, self.end);
+        let dropped = self.start.saturating_sub(after);
+        let mut chunks = Vec::new();
+        let mut at = from;
+        let mut left = max;
+        for (stream, offset, data) in &self.chunks {
+            let chunk_end = offset + data.len() as u64;
+            if chunk_end <= at || left == 0 {
+                if left == 0 {
+                    break;
+                }
+                continue;
+            }
+            let skip = (at - offset) as usize;
+            let take = (data.len() - skip).min(left);
+            chunks.push(OutputChunk {
+                stream: *stream,
+                offset: at,
+                data: data[skip..skip + take].to_vec(),
+            });
+            at += take as u64;
+            left -= take;
+        }
+        (chunks, at, dropped)
+    }
+}
+
+/// What changes while a process runs.
+struct State {
+    buffer: Buffer,
+    pid: Option<i32>,
+    status: ProcessStatus,
+    outcome: Option<Outcome>,
+    ended_at: Option<u64>,
+    ended: Option<Instant>,
+    pty: Option<PtySpec>,
+    /// A client asked for its end (kill, SIGKILL): it ends `killed`.
+    kill_asked: bool,
+}
+
+/// Where its stdin goes.
+enum Input {
+    None,
+    Pipe(pipe::Sender),
+    Terminal(Arc<AsyncFd<OwnedFd>>),
+}
+
+/// One process of a container.
+pub(super) struct Process {
+    id: String,
+    container_id: String,
+    command: String,
+    stdin: bool,
+    created_at: u64,
+    started: Instant,
+    /// Init's number for it (kills and signals name it).
+    command_id: u32,
+    /// The container's init while the process runs (dropped at its end).
+    running: Mutex<Option<Arc<Running>>>,
+    state: Mutex<State>,
+    /// Bumped on every new output and at the end: readers wait on it.
+    version: watch::Sender<u64>,
+    input: tokio::sync::Mutex<Input>,
+    master: Option<Arc<AsyncFd<OwnedFd>>>,
+}
+
+impl Process {
+    fn info(&self) -> ProcessInfo {
+        let state = lock(&self.state);
+        self.info_of(&state)
+    }
+
+    fn info_of(&self, state: &State) -> ProcessInfo {
+        ProcessInfo {
+            id: self.id.clone(),
+            container_id: self.container_id.clone(),
+            command: self.command.clone(),
+            pid: state.pid,
+            status: state.status,
+            pty: state.pty.clone(),
+            stdin: self.stdin,
+            created_at: self.created_at,
+            ended_at: state.ended_at,
+            outcome: state.outcome,
+            output_bytes: state.buffer.end,
+            duration: state
+                .ended
+                .unwrap_or_else(Instant::now)
+                .saturating_duration_since(self.started),
+        }
+    }
+
+    fn live(&self) -> bool {
+        lock(&self.state).status == ProcessStatus::Running
+    }
+
+    fn bump(&self) {
+        self.version.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    fn running(&self) -> Result<Arc<Running>, SandboxError> {
+        lock(&self.running)
+            .clone()
+            .ok_or_else(|| ProcessError::Exited(self.id.clone()).into())
+    }
+
+    fn push(&self, stream: ProcessStream, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        lock(&self.state).buffer.push(stream, bytes);
+        self.bump();
+    }
+
+    /// Waits until it ended.
+    async fn ended(&self) -> ProcessInfo {
+        let mut version = self.version.subscribe();
+        loop {
+            version.mark_unchanged();
+            if !self.live() {
+                return self.info();
+            }
+            if version.changed().await.is_err() {
+                return self.info();
+            }
+        }
+    }
+}
+
+/// A container's processes: the live ones and the ended ones still kept.
+#[derive(Default)]
+pub(super) struct Table {
+    processes: Mutex<TableInner>,
+}
+
+#[derive(Default)]
+struct TableInner {
+    kept: Vec<Arc<Process>>,
+    /// Starts under way (counted against the live limit).
+    starting: usize,
+}
+
+impl TableInner {
+    /// Forgets ended processes past their time or past the most kept.
+    fn prune(&mut self) {
+        let keep_for = Duration::from_secs(process_limits::ENDED_KEPT_SECS);
+        self.kept.retain(|p| {
+            lock(&p.state)
+                .ended
+                .is_none_or(|at| at.elapsed() < keep_for)
+        });
+        let ended: Vec<usize> = (0..self.kept.len())
+            .filter(|i| !self.kept[*i].live())
+            .collect();
+        if ended.len() > process_limits::MAX_ENDED {
+            // The oldest ended ones go first (kept is in start order).
+            let forget: Vec<usize> = ended[..ended.len() - process_limits::MAX_ENDED].to_vec();
+            let mut index = 0;
+            self.kept.retain(|_| {
+                let keep = !forget.contains(&index);
+                index += 1;
+                keep
+            });
+        }
+    }
+
+    fn live(&self) -> usize {
+        self.kept.iter().filter(|p| p.live()).count()
+    }
+}
+
+/// Gives back a reserved start slot.
+struct Reserved<'a>(&'a Table);
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        let mut table = lock(&self.0.processes);
+        table.starting = table.starting.saturating_sub(1);
+    }
+}
+
+impl Table {
+    fn find(&self, process_id: &str) -> Result<Arc<Process>, SandboxError> {
+        let mut table = lock(&self.processes);
+        table.prune();
+        table
+            .kept
+            .iter()
+            .find(|p| p.id == process_id)
+            .cloned()
+            .ok_or_else(|| ProcessError::NotFound(process_id.to_owned()).into())
+    }
+
+    /// A slot for one more live process, or the limit's error.
+    fn reserve(&self, process_id: &str) -> Result<Reserved<'_>, SandboxError> {
+        let mut table = lock(&self.processes);
+        table.prune();
+        if table.kept.iter().any(|p| p.id == process_id) {
+            return Err(ProcessError::AlreadyExists(process_id.to_owned()).into());
+        }
+        if table.live() + table.starting >= process_limits::MAX_LIVE {
+            return Err(ProcessError::TooMany {
+                limit: process_limits::MAX_LIVE,
+            }
+            .into());
+        }
+        table.starting += 1;
+        Ok(Reserved(self))
+    }
+}
+
+/// What the pump reads.
+enum Output {
+    Pipes {
+        stdout: pipe::Receiver,
+        stderr: pipe::Receiver,
+    },
+    Terminal(Arc<AsyncFd<OwnedFd>>),
+}
+
+/// Reads from a terminal master; its end (every slave closed) reads as
+/// `EIO`, told as end-of-file.
+async fn read_terminal(master: &AsyncFd<OwnedFd>, buf: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        let mut guard = master.readable().await?;
+        match guard.try_io(|fd| rustix::io::read(fd.get_ref(), &mut *buf).map_err(Into::into)) {
+            Ok(Err(e)) if e.raw_os_error() == Some(libc::EIO) => return Ok(0),
+            Ok(result) => return result,
+            Err(_would_block) => continue,
+        }
+    }
+}
+
+async fn write_terminal(master: &AsyncFd<OwnedFd>, mut bytes: &[u8]) -> std::io::Result<()> {
+    while !bytes.is_empty() {
+        let mut guard = master.writable().await?;
+        match guard.try_io(|fd| rustix::io::write(fd.get_ref(), bytes).map_err(Into::into)) {
+            Ok(Ok(n)) => bytes = &bytes[n..],
+            Ok(Err(e)) => return Err(e),
+            Err(_would_block) => continue,
+        }
+    }
+    Ok(())
+}
+
+fn set_nonblocking(fd: &OwnedFd) -> std::io::Result<()> {
+    let flags = rustix::fs::fcntl_getfl(fd)?;
+    rustix::fs::fcntl_setfl(fd, flags | rustix::fs::OFlags::NONBLOCK)?;
+    Ok(())
+}
+
+/// Bytes through a mask stream, if the container has secrets.
+fn masked(mask: &mut Option<MaskStream>, bytes: &[u8], end: bool) -> Vec<u8> {
+    match mask {
+        None => bytes.to_vec(),
+        Some(mask) => {
+            let mut out = Vec::with_capacity(bytes.len());
+            mask.push(bytes, &mut out);
+            if end {
+                mask.finish(&mut out);
+            }
+            out
+        }
+    }
+}
+
+/// How the pump ends a process.
+struct Pump {
+    process: Arc<Process>,
+    output: Output,
+    status: pipe::Receiver,
+    timeout: Duration,
+    drain_grace: Duration,
+    masks: [Option<MaskStream>; 2],
+    _in_flight: InFlight,
+}
+
+impl Pump {
+    async fn run(mut self) {
+        let process = Arc::clone(&self.process);
+        let (mut out_buf, mut err_buf) = (vec![0u8; CHUNK], vec![0u8; CHUNK]);
+        let mut status_buf = [0u8; Status::SIZE];
+        let mut exit_status = None;
+        let mut timed_out = false;
+        let (mut out_open, mut err_open, mut status_open) = (true, true, true);
+        let deadline_sleep = tokio::time::sleep(self.timeout);
+        tokio::pin!(deadline_sleep);
+        let far = Instant::now() + Duration::from_secs(86_400 * 365);
+        let stop_sleep = tokio::time::sleep_until(far);
+        tokio::pin!(stop_sleep);
+        let (mut stdout, mut stderr, master) = match self.output {
+            Output::Pipes { stdout, stderr } => (Some(stdout), Some(stderr), None),
+            Output::Terminal(master) => (None, None, Some(master)),
+        };
+        let terminal = master.is_some();
+        if terminal {
+            err_open = false;
+        }
+        while out_open || err_open || status_open {
+            tokio::select! {
+                read = read_first(stdout.as_mut(), master.as_deref(), &mut out_buf), if out_open => match read {
+                    Ok(n) if n > 0 => {
+                        let stream = if terminal { ProcessStream::Pty } else { ProcessStream::Stdout };
+                        let bytes = masked(&mut self.masks[0], &out_buf[..n], false);
+                        process.push(stream, &bytes);
+                    }
+                    _ => out_open = false,
+                },
+                read = read_pipe(stderr.as_mut(), &mut err_buf), if err_open => match read {
+                    Ok(n) if n > 0 => {
+                        let bytes = masked(&mut self.masks[1], &err_buf[..n], false);
+                        process.push(ProcessStream::Stderr, &bytes);
+                    }
+                    _ => err_open = false,
+                },
+                read = self.status.read_exact(&mut status_buf), if status_open => match read {
+                    Ok(_) => {
+                        if let Some(Status::Exited(s)) = Status::decode(status_buf) {
+                            exit_status = Some(s);
+                        }
+                    }
+                    Err(_) => {
+                        status_open = false;
+                        stop_sleep.as_mut().reset(Instant::now() + self.drain_grace);
+                    }
+                },
+                () = &mut deadline_sleep, if !timed_out && status_open => {
+                    timed_out = true;
+                    if let Ok(running) = process.running() {
+                        let _ = running.send(&Request::KillCommand { id: process.command_id }, &[]).await;
+                    }
+                    // If init never reports the exit (it died), give up after a while.
+                    stop_sleep.as_mut().reset(Instant::now() + Duration::from_secs(5));
+                },
+                () = &mut stop_sleep => break,
+            }
+        }
+        let first = if terminal {
+            ProcessStream::Pty
+        } else {
+            ProcessStream::Stdout
+        };
+        let tail = masked(&mut self.masks[0], &[], true);
+        process.push(first, &tail);
+        let tail = masked(&mut self.masks[1], &[], true);
+        process.push(ProcessStream::Stderr, &tail);
+        {
+            let mut state = lock(&process.state);
+            let (status, outcome) = if timed_out {
+                (ProcessStatus::Timeout, Outcome::Timeout)
+            } else {
+                let exit_code = exit_status.map_or(137, sys::exit_code_of);
+                let status = if state.kill_asked || exit_status.is_none() {
+                    ProcessStatus::Killed
+                } else {
+                    ProcessStatus::Exited
+                };
+                (status, Outcome::Exit { exit_code })
+            };
+            state.status = status;
+            state.outcome = Some(outcome);
+            state.ended_at = Some(unix_now());
+            state.ended = Some(Instant::now());
+        }
+        lock(&process.running).take();
+        // Writers see the end (a pipe's reader may be a leftover process).
+        if let Ok(mut input) = process.input.try_lock() {
+            *input = Input::None;
+        }
+        process.bump();
+    }
+}
+
+/// The first stream: stdout, or the terminal.
+async fn read_first(
+    pipe: Option<&mut pipe::Receiver>,
+    master: Option<&AsyncFd<OwnedFd>>,
+    buf: &mut [u8],
+) -> std::io::Result<usize> {
+    match (pipe, master) {
+        (Some(pipe), _) => pipe.read(buf).await,
+        (None, Some(master)) => read_terminal(master, buf).await,
+        (None, None) => Ok(0),
+    }
+}
+
+/// Stderr (never ready with a terminal, which has one stream).
+async fn read_pipe(pipe: Option<&mut pipe::Receiver>, buf: &mut [u8]) -> std::io::Result<usize> {
+    match pipe {
+        Some(pipe) => pipe.read(buf).await,
+        None => std::future::pending().await,
+    }
+}
+
+impl LocalEngine {
+    pub(super) async fn start_process(
+        &self,
+        id: &str,
+        process_id: &str,
+        spec: ProcessSpec,
+    ) -> Result<ProcessInfo, SandboxError> {
+        spec.validate()?;
+        let container = self.container(id)?;
+        let reserved = container.processes.reserve(process_id)?;
+        let (running, in_flight) = self.enter(&container).await?;
+        let (status_read, status_write) = sys::pipe().context(|| "pipe".into())?;
+        let failed_forks = running.counters.events().pids_max;
+        let reclaim = failed_forks
+            > running
+                .forks_failed_at_last_start
+                .swap(failed_forks, std::sync::atomic::Ordering::Relaxed);
+        let start = StartProcess {
+            command: spec.command.as_bytes().to_vec(),
+            stdin: spec.stdin,
+            pty: spec
+                .pty
+                .as_ref()
+                .map(|p| (p.cols, p.rows, p.term.as_bytes().to_vec())),
+            cwd: spec.cwd.clone().unwrap_or_default().into_bytes(),
+            env: spec
+                .env
+                .iter()
+                .map(|(name, value)| format!("{name}={value}").into_bytes())
+                .collect(),
+            reclaim,
+        };
+        let command_id = running.next_command();
+        let request = Request::Start {
+            id: command_id,
+            start,
+        };
+        let (output, input) = if spec.pty.is_some() {
+            let (ours, theirs) = sys::seqpacket_pair().context(|| "socketpair".into())?;
+            running.send(&request, &[&status_write, &theirs]).await?;
+            drop((status_write, theirs));
+            let master = receive_master(ours).await?;
+            set_nonblocking(&master).context(|| "terminal master".into())?;
+            let master =
+                Arc::new(crate::launcher::register(master).context(|| "terminal master".into())?);
+            (
+                Output::Terminal(Arc::clone(&master)),
+                Input::Terminal(master),
+            )
+        } else {
+            let (stdout_read, stdout_write) = sys::pipe().context(|| "pipe".into())?;
+            let (stderr_read, stderr_write) = sys::pipe().context(|| "pipe".into())?;
+            let stdin = if spec.stdin {
+                Some(sys::pipe().context(|| "pipe".into())?)
+            } else {
+                None
+            };
+            let mut fds = vec![&status_write, &stdout_write, &stderr_write];
+            if let Some((read, _)) = &stdin {
+                fds.push(read);
+            }
+            running.send(&request, &fds).await?;
+            drop((status_write, stdout_write, stderr_write));
+            let input = match stdin {
+                Some((read, write)) => {
+                    drop(read);
+                    Input::Pipe(pipe::Sender::from_owned_fd(write).context(|| "stdin pipe".into())?)
+                }
+                None => Input::None,
+            };
+            let output = Output::Pipes {
+                stdout: pipe::Receiver::from_owned_fd(stdout_read)
+                    .context(|| "stdout pipe".into())?,
+                stderr: pipe::Receiver::from_owned_fd(stderr_read)
+                    .context(|| "stderr pipe".into())?,
+            };
+            (output, input)
+        };
+        let mut status =
+            pipe::Receiver::from_owned_fd(status_read).context(|| "status pipe".into())?;
+        // Init tells at once whether it started: its pid, or why not.
+        let pid = match tokio::time::timeout(START_PATIENCE, spawned(&mut status)).await {
+            Ok(Ok(pid)) => pid,
+            Ok(Err(errno)) => {
+                let reason = std::io::Error::from_raw_os_error(errno);
+                return Err(match &spec.cwd {
+                    Some(cwd) if matches!(errno, libc::ENOENT | libc::ENOTDIR | libc::EACCES) => {
+                        SandboxError::InvalidRequest {
+                            param: "cwd",
+                            message: format!("cannot start the process in {cwd}: {reason}"),
+                        }
+                    }
+                    _ => SandboxError::io("start the process", reason),
+                });
+            }
+            Err(_) => {
+                running.send_now(&Request::KillCommand { id: command_id });
+                return Err(SandboxError::ContainerGone);
+            }
+        };
+        let masks = match container.masker() {
+            Some(masker) => [Some(masker.stream()), Some(masker.stream())],
+            None => [None, None],
+        };
+        let master = match &output {
+            Output::Terminal(master) => Some(Arc::clone(master)),
+            Output::Pipes { .. } => None,
+        };
+        let process = Arc::new(Process {
+            id: process_id.to_owned(),
+            container_id: id.to_owned(),
+            command: spec.command.clone(),
+            stdin: spec.stdin || spec.pty.is_some(),
+            created_at: unix_now(),
+            started: Instant::now(),
+            command_id,
+            running: Mutex::new(Some(Arc::clone(&running))),
+            state: Mutex::new(State {
+                buffer: Buffer::default(),
+                pid: Some(pid),
+                status: ProcessStatus::Running,
+                outcome: None,
+                ended_at: None,
+                ended: None,
+                pty: spec.pty.clone(),
+                kill_asked: false,
+            }),
+            version: watch::channel(0).0,
+            input: tokio::sync::Mutex::new(input),
+            master,
+        });
+        {
+            let mut table = lock(&container.processes.processes);
+            table.kept.push(Arc::clone(&process));
+        }
+        drop(reserved);
+        let pump = Pump {
+            process: Arc::clone(&process),
+            output,
+            status,
+            timeout: Duration::from_millis(spec.timeout_ms),
+            drain_grace: self.inner.config.drain_grace,
+            masks,
+            _in_flight: in_flight,
+        };
+        tokio::spawn(pump.run());
+        Ok(process.info())
+    }
+
+    fn process_of(&self, id: &str, process_id: &str) -> Result<Arc<Process>, SandboxError> {
+        self.container(id)?.processes.find(process_id)
+    }
+
+    pub(super) fn list_processes(&self, id: &str) -> Result<Vec<ProcessInfo>, SandboxError> {
+        let container: Arc<Container> = self.container(id)?;
+        let mut table = lock(&container.processes.processes);
+        table.prune();
+        Ok(table.kept.iter().map(|p| p.info()).collect())
+    }
+
+    pub(super) fn process_info(
+        &self,
+        id: &str,
+        process_id: &str,
+    ) -> Result<ProcessInfo, SandboxError> {
+        Ok(self.process_of(id, process_id)?.info())
+    }
+
+    pub(super) async fn read_process_output(
+        &self,
+        id: &str,
+        process_id: &str,
+        read: OutputRead,
+    ) -> Result<ProcessOutput, SandboxError> {
+        let process = self.process_of(id, process_id)?;
+        let mut version = process.version.subscribe();
+        let give_up = Instant::now() + read.wait;
+        loop {
+            version.mark_unchanged();
+            {
+                let state = lock(&process.state);
+                let ended = state.status != ProcessStatus::Running;
+                let (chunks, next_offset, dropped_bytes) =
+                    state.buffer.read(read.after, read.max_bytes.max(1));
+                let something = !chunks.is_empty() || dropped_bytes > 0;
+                if something || ended || Instant::now() >= give_up {
+                    return Ok(ProcessOutput {
+                        chunks,
+                        next_offset,
+                        dropped_bytes,
+                        process: process.info_of(&state),
+                    });
+                }
+            }
+            if tokio::time::timeout_at(give_up, version.changed())
+                .await
+                .is_err()
+            {
+                continue; // timed out: the next round answers with nothing
+            }
+        }
+    }
+
+    pub(super) async fn write_process_stdin(
+        &self,
+        id: &str,
+        process_id: &str,
+        bytes: Vec<u8>,
+        eof: bool,
+    ) -> Result<(), SandboxError> {
+        let process = self.process_of(id, process_id)?;
+        if !process.stdin {
+            return Err(SandboxError::InvalidRequest {
+                param: "stdin",
+                message: format!(
+                    "process {process_id} was started without stdin (\"stdin\": true or a pty)"
+                ),
+            });
+        }
+        let exited = || SandboxError::from(ProcessError::Exited(process_id.to_owned()));
+        if !process.live() {
+            return Err(exited());
+        }
+        let mut ended = process.version.subscribe();
+        let write = async {
+            let mut input = process.input.lock().await;
+            let result = match &mut *input {
+                Input::None => return Err(exited()),
+                Input::Pipe(pipe) => {
+                    let written = pipe.write_all(&bytes).await;
+                    if eof {
+                        *input = Input::None;
+                    }
+                    written
+                }
+                Input::Terminal(master) => {
+                    // A terminal's end of input is its EOF character (^D),
+                    // as a user types it.
+                    let mut bytes = bytes.clone();
+                    if eof {
+                        bytes.push(0x04);
+                    }
+                    write_terminal(master, &bytes).await
+                }
+            };
+            result.map_err(|e| match e.raw_os_error() {
+                Some(libc::EPIPE) | Some(libc::EIO) => exited(),
+                _ => SandboxError::io("write to the process's stdin", e),
+            })
+        };
+        // A process that stops reading and then ends must not hold the
+        // write for ever.
+        let end = async {
+            loop {
+                if !process.live() {
+                    return;
+                }
+                if ended.changed().await.is_err() {
+                    return;
+                }
+            }
+        };
+        tokio::select! {
+            written = write => written,
+            () = end => Err(exited()),
+        }
+    }
+
+    pub(super) async fn signal_process(
+        &self,
+        id: &str,
+        process_id: &str,
+        signal: i32,
+    ) -> Result<(), SandboxError> {
+        if !shellgate_sandbox_api::process::signal_allowed(signal) {
+            return Err(SandboxError::InvalidRequest {
+                param: "signal",
+                message: format!("signal {signal} is not one that may be sent (1 to 31)"),
+            });
+        }
+        let process = self.process_of(id, process_id)?;
+        let running = process.running()?;
+        if signal == libc::SIGKILL {
+            lock(&process.state).kill_asked = true;
+        }
+        running
+            .send(
+                &Request::SignalCommand {
+                    id: process.command_id,
+                    signal,
+                },
+                &[],
+            )
+            .await
+    }
+
+    pub(super) fn resize_process(
+        &self,
+        id: &str,
+        process_id: &str,
+        cols: u16,
+        rows: u16,
+    ) -> Result<(), SandboxError> {
+        shellgate_sandbox_api::process::check_size(cols, rows)?;
+        let process = self.process_of(id, process_id)?;
+        let Some(master) = &process.master else {
+            return Err(SandboxError::InvalidRequest {
+                param: "pty",
+                message: format!("process {process_id} has no terminal to resize"),
+            });
+        };
+        if !process.live() {
+            return Err(ProcessError::Exited(process_id.to_owned()).into());
+        }
+        let size = libc::winsize {
+            ws_row: rows,
+            ws_col: cols,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        // SAFETY: TIOCSWINSZ reads a winsize through a valid pointer; the
+        // kernel then signals SIGWINCH to the terminal's foreground group.
+        if unsafe { libc::ioctl(master.get_ref().as_raw_fd(), libc::TIOCSWINSZ, &size) } < 0 {
+            return Err(SandboxError::io(
+                "resize the terminal",
+                std::io::Error::last_os_error(),
+            ));
+        }
+        if let Some(pty) = lock(&process.state).pty.as_mut() {
+            pty.cols = cols;
+            pty.rows = rows;
+        }
+        Ok(())
+    }
+
+    pub(super) async fn kill_process(
+        &self,
+        id: &str,
+        process_id: &str,
+    ) -> Result<ProcessInfo, SandboxError> {
+        let process = self.process_of(id, process_id)?;
+        if let Ok(running) = process.running() {
+            lock(&process.state).kill_asked = true;
+            running
+                .send(
+                    &Request::KillCommand {
+                        id: process.command_id,
+                    },
+                    &[],
+                )
+                .await?;
+        }
+        Ok(process.ended().await)
+    }
+
+    pub(super) async fn wait_process(
+        &self,
+        id: &str,
+        process_id: &str,
+    ) -> Result<ProcessInfo, SandboxError> {
+        Ok(self.process_of(id, process_id)?.ended().await)
+    }
+}
+
+/// The first status records of a start: its pid (`Spawned`), or the errno
+/// it failed with (a failure in the child comes before `Spawned`).
+async fn spawned(status: &mut pipe::Receiver) -> Result<i32, i32> {
+    let mut failed = None;
+    let mut record = [0u8; Status::SIZE];
+    loop {
+        if status.read_exact(&mut record).await.is_err() {
+            return Err(failed.unwrap_or(libc::EIO));
+        }
+        match Status::decode(record) {
+            Some(Status::Spawned(pid)) => {
+                return match failed {
+                    Some(errno) => Err(errno),
+                    None => Ok(pid),
+                }
+            }
+            Some(Status::SpawnFailed(errno)) => failed = Some(errno),
+            _ => {}
+        }
+    }
+}
+
+/// The terminal master init sends on the reply socket (or its errno).
+async fn receive_master(socket: OwnedFd) -> Result<OwnedFd, SandboxError> {
+    set_nonblocking(&socket).context(|| "reply socket".into())?;
+    let socket = crate::launcher::register(socket).context(|| "reply socket".into())?;
+    let receive = async {
+        loop {
+            let mut guard = socket.readable().await.context(|| "reply socket".into())?;
+            let mut payload = [0u8; 16];
+            match guard.try_io(|fd| sys::recv_with_fds(fd.as_raw_fd(), &mut payload, 0)) {
+                Ok(Ok((0, _))) => return Err(SandboxError::ContainerGone),
+                Ok(Ok((len, fds))) => {
+                    let errno = PtyReply::errno(&payload[..len]);
+                    return match fds.into_iter().next() {
+                        Some(master) if errno == 0 => Ok(master),
+                        _ => Err(SandboxError::io(
+                            "open a terminal in the container",
+                            std::io::Error::from_raw_os_error(errno.max(1)),
+                        )),
+                    };
+                }
+                Ok(Err(e)) => return Err(SandboxError::io("reply socket", e)),
+                Err(_would_block) => continue,
+            }
+        }
+    };
+    tokio::time::timeout(START_PATIENCE, receive)
+        .await
+        .map_err(|_| SandboxError::ContainerGone)?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_buffer_keeps_the_newest_bytes_and_counts_what_it_dropped() {
+        let mut buffer = Buffer::default();
+        buffer.push(ProcessStream::Stdout, b"hello ");
+        buffer.push(ProcessStream::Stderr, b"world");
+        let (chunks, next, dropped) = buffer.read(0, 100);
+        assert_eq!((next, dropped, chunks.len()), (11, 0, 2));
+        assert_eq!(chunks[1].offset, 6);
+        let (chunks, next, _) = buffer.read(3, 4);
+        assert_eq!(chunks[0].data, b"lo ");
+        assert_eq!(chunks[1].data, b"w");
+        assert_eq!(next, 7);
+        // Far past the cap: memory stays bounded, the offsets go on.
+        let block = vec![b'y'; 100_000];
+        for _ in 0..50 {
+            buffer.push(ProcessStream::Pty, &block);
+        }
+        assert_eq!(buffer.end, 11 + 5_000_000);
+        let kept: usize = buffer.chunks.iter().map(|(_, _, d)| d.len()).sum();
+        assert_eq!(kept, process_limits::OUTPUT_BUFFER);
+        assert_eq!(buffer.end - buffer.start, kept as u64);
+        let (chunks, next, dropped) = buffer.read(0, 10);
+        assert_eq!(dropped, buffer.start);
+        assert_eq!(chunks[0].offset, buffer.start);
+        assert_eq!(next, buffer.start + 10);
+        // Past the end: nothing, at the end.
+        let (chunks, next, dropped) = buffer.read(buffer.end + 5, 10);
+        assert!(chunks.is_empty());
+        assert_eq!((next, dropped), (buffer.end, 0));
+    }
+}

@@ -1,0 +1,557 @@
+//! `/v1/containers/{id}/processes` (issue 19, shellgate's extension):
+//! processes with stdin and a terminal, their output as JSON pages, as
+//! server-sent events and over a WebSocket, and stdin, signals, resizes
+//! and kills.
+//!
+//! A process is admitted as an exec is (`containers::prepare_exec`: the
+//! project's concurrent-exec quota, a suspended container woken and
+//! billed), and it keeps its exec slot until it ends. The end is awaited
+//! by a task of the server, not by any client: whatever clients do (a
+//! reader that hangs up, nobody reading at all), the engine kills the
+//! process at its timeout, and this task then bills its time and writes it
+//! to the command audit, as an exec command's.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use base64::Engine as _;
+use serde::Deserialize;
+use shellgate_sandbox_api::backend::limits;
+use shellgate_sandbox_api::process::{
+    process_limits, signal_allowed, signal_number, OutputRead, ProcessInfo, ProcessSpec,
+    ProcessStatus, ProcessStream, PtySpec,
+};
+use shellgate_wire::{
+    new_id, List, Process, ProcessChunk, ProcessClientMessage, ProcessCreate, ProcessDropped,
+    ProcessOutput, ProcessPty, ProcessResize, ProcessServerMessage, ProcessSignal, SignalName,
+};
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt;
+
+use crate::containers::{owned, prepare_exec, BillOnDrop};
+use crate::engine::engine_error;
+use crate::error::{ApiError, ApiResult};
+use crate::http::{project_of_key, to_completion, ApiJson, ApiQuery, Project};
+use crate::state::AppState;
+
+/// The most one output page (or SSE event, or WebSocket frame) carries.
+const PAGE_BYTES: usize = 1 << 20;
+/// How long a stream's reader waits for output before it looks again
+/// whether its client is still there.
+const STREAM_WAIT: Duration = Duration::from_secs(15);
+
+/// The wire object of a process.
+pub fn process_object(info: &ProcessInfo) -> Process {
+    Process {
+        id: info.id.clone(),
+        object: "container.process".to_owned(),
+        container_id: info.container_id.clone(),
+        command: info.command.clone(),
+        pid: info.pid,
+        status: match info.status {
+            ProcessStatus::Running => shellgate_wire::ProcessStatus::Running,
+            ProcessStatus::Exited => shellgate_wire::ProcessStatus::Exited,
+            ProcessStatus::Killed => shellgate_wire::ProcessStatus::Killed,
+            ProcessStatus::Timeout => shellgate_wire::ProcessStatus::Timeout,
+        },
+        pty: info.pty.as_ref().map(|pty| ProcessPty {
+            cols: pty.cols,
+            rows: pty.rows,
+            term: pty.term.clone(),
+        }),
+        stdin: info.stdin,
+        created_at: info.created_at,
+        ended_at: info.ended_at,
+        exit_code: info.exit_code(),
+        outcome: info.outcome,
+        output_bytes: info.output_bytes,
+    }
+}
+
+fn chunk_object(chunk: &shellgate_sandbox_api::process::OutputChunk) -> ProcessChunk {
+    ProcessChunk {
+        stream: match chunk.stream {
+            ProcessStream::Stdout => shellgate_wire::ProcessStreamName::Stdout,
+            ProcessStream::Stderr => shellgate_wire::ProcessStreamName::Stderr,
+            ProcessStream::Pty => shellgate_wire::ProcessStreamName::Pty,
+        },
+        offset: chunk.offset,
+        data: base64::engine::general_purpose::STANDARD.encode(&chunk.data),
+    }
+}
+
+/// A create body as the engine's spec (the limits are the engine's, and
+/// exec's timeout rule: the default when omitted, refused out of range).
+fn process_spec(body: ProcessCreate) -> ApiResult<ProcessSpec> {
+    let spec = ProcessSpec {
+        command: body.command,
+        stdin: body.stdin,
+        pty: body.pty.map(|pty| PtySpec {
+            cols: pty.cols,
+            rows: pty.rows,
+            term: pty.term,
+        }),
+        timeout_ms: body.timeout_ms.unwrap_or(limits::DEFAULT_TIMEOUT_MS),
+        env: body.env.unwrap_or_default().into_iter().collect(),
+        cwd: body.cwd,
+    };
+    spec.validate()?;
+    Ok(spec)
+}
+
+/// `POST /v1/containers/{id}/processes` → 201 the process.
+pub async fn create(
+    State(state): State<Arc<AppState>>,
+    project: Project,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<ProcessCreate>,
+) -> ApiResult<Response> {
+    let spec = process_spec(body)?;
+    let (permit, _) = prepare_exec(&state, &project.0, &id).await?;
+    let info = to_completion(async move {
+        let process_id = new_id("proc_");
+        let command = spec.command.clone();
+        let billing = BillOnDrop::start(&state, &id, 1);
+        let info = state
+            .engine
+            .start_process(&id, &process_id, spec)
+            .await
+            .map_err(|e| engine_error(&id, e))?;
+        // Its end, awaited here rather than by a client: it keeps its
+        // exec slot until then, and is billed and audited then.
+        tokio::spawn(async move {
+            let _permit = permit;
+            let mut billing = billing;
+            let ended = state.engine.wait_process(&id, &process_id).await;
+            billing.ok = ended.is_ok();
+            drop(billing);
+            if let Ok(ended) = ended {
+                let result = shellgate_sandbox_api::CommandResult {
+                    stdout: String::new(),
+                    stderr: String::new(),
+                    outcome: ended.outcome.unwrap_or(shellgate_wire::Outcome::Timeout),
+                    duration_ms: ended.duration.as_millis() as u64,
+                    bytes_out: ended.output_bytes,
+                };
+                state
+                    .billing
+                    .audit(&project.0, &id, None, &[command], &[result]);
+            }
+        });
+        Ok(info)
+    })
+    .await?;
+    Ok((StatusCode::CREATED, Json(process_object(&info))).into_response())
+}
+
+/// `GET /v1/containers/{id}/processes`.
+pub async fn list(
+    State(state): State<Arc<AppState>>,
+    project: Project,
+    Path(id): Path<String>,
+) -> ApiResult<Json<List<Process>>> {
+    owned(&state, &project, &id).await?;
+    let processes = state
+        .engine
+        .list_processes(&id)
+        .await
+        .map_err(|e| engine_error(&id, e))?;
+    let data = processes.iter().map(process_object).collect();
+    Ok(Json(List::page(data, false, |p: &Process| p.id.clone())))
+}
+
+/// `GET /v1/containers/{id}/processes/{proc}`.
+pub async fn retrieve(
+    State(state): State<Arc<AppState>>,
+    project: Project,
+    Path((id, process_id)): Path<(String, String)>,
+) -> ApiResult<Json<Process>> {
+    owned(&state, &project, &id).await?;
+    let info = state
+        .engine
+        .process(&id, &process_id)
+        .await
+        .map_err(|e| engine_error(&id, e))?;
+    Ok(Json(process_object(&info)))
+}
+
+/// `DELETE /v1/containers/{id}/processes/{proc}`: killed with every
+/// descendant; answers once it ended.
+pub async fn kill(
+    State(state): State<Arc<AppState>>,
+    project: Project,
+    Path((id, process_id)): Path<(String, String)>,
+) -> ApiResult<Json<Process>> {
+    owned(&state, &project, &id).await?;
+    let info = to_completion(async move {
+        state
+            .engine
+            .kill_process(&id, &process_id)
+            .await
+            .map_err(|e| engine_error(&id, e))
+    })
+    .await?;
+    Ok(Json(process_object(&info)))
+}
+
+/// The output route's query.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputQuery {
+    after: Option<u64>,
+    wait_ms: Option<u64>,
+    max_bytes: Option<usize>,
+    #[serde(default)]
+    stream: bool,
+}
+
+/// `GET /v1/containers/{id}/processes/{proc}/output`: a JSON page, or with
+/// `stream=true` server-sent events (`output`, `dropped`, then `exit`).
+pub async fn output(
+    State(state): State<Arc<AppState>>,
+    project: Project,
+    Path((id, process_id)): Path<(String, String)>,
+    ApiQuery(query): ApiQuery<OutputQuery>,
+) -> ApiResult<Response> {
+    let wait_ms = query.wait_ms.unwrap_or(0);
+    if wait_ms > process_limits::MAX_WAIT_MS {
+        return Err(ApiError::invalid(
+            "wait_ms",
+            format!("wait_ms must be at most {}", process_limits::MAX_WAIT_MS),
+        ));
+    }
+    let max_bytes = query.max_bytes.unwrap_or(PAGE_BYTES);
+    if !(1..=PAGE_BYTES).contains(&max_bytes) {
+        return Err(ApiError::invalid(
+            "max_bytes",
+            format!("max_bytes must be between 1 and {PAGE_BYTES}"),
+        ));
+    }
+    owned(&state, &project, &id).await?;
+    // A missing process is a 404 before any stream starts.
+    state
+        .engine
+        .process(&id, &process_id)
+        .await
+        .map_err(|e| engine_error(&id, e))?;
+    let after = query.after.unwrap_or(0);
+    if !query.stream {
+        let read = OutputRead {
+            after,
+            max_bytes,
+            wait: Duration::from_millis(wait_ms),
+        };
+        let page = state
+            .engine
+            .read_process_output(&id, &process_id, read)
+            .await
+            .map_err(|e| engine_error(&id, e))?;
+        return Ok(Json(ProcessOutput {
+            chunks: page.chunks.iter().map(chunk_object).collect(),
+            next_offset: page.next_offset,
+            dropped_bytes: page.dropped_bytes,
+            process: process_object(&page.process),
+        })
+        .into_response());
+    }
+    let (events, received) = tokio::sync::mpsc::channel::<Event>(16);
+    tokio::spawn(stream_events(
+        state, id, process_id, after, max_bytes, events,
+    ));
+    let stream = ReceiverStream::new(received).map(Ok::<_, Infallible>);
+    Ok(Sse::new(stream)
+        .keep_alive(crate::http::sse_keep_alive())
+        .into_response())
+}
+
+fn event(name: &str, data: &impl serde::Serialize) -> Event {
+    Event::default()
+        .event(name)
+        .data(serde_json::to_string(data).unwrap_or_default())
+}
+
+/// Follows a process's output into SSE events until it ended and all was
+/// told, or the client left.
+async fn stream_events(
+    state: Arc<AppState>,
+    id: String,
+    process_id: String,
+    mut after: u64,
+    max_bytes: usize,
+    events: tokio::sync::mpsc::Sender<Event>,
+) {
+    loop {
+        let read = OutputRead {
+            after,
+            max_bytes,
+            wait: STREAM_WAIT,
+        };
+        let page = tokio::select! {
+            page = state.engine.read_process_output(&id, &process_id, read) => page,
+            () = events.closed() => return,
+        };
+        let Ok(page) = page else {
+            return;
+        };
+        let mut batch = Vec::new();
+        if page.dropped_bytes > 0 {
+            batch.push(event(
+                "dropped",
+                &ProcessDropped {
+                    bytes: page.dropped_bytes,
+                },
+            ));
+        }
+        batch.extend(
+            page.chunks
+                .iter()
+                .map(|chunk| event("output", &chunk_object(chunk))),
+        );
+        after = page.next_offset;
+        let done = page.process.status != ProcessStatus::Running
+            && page.next_offset >= page.process.output_bytes;
+        if done {
+            batch.push(event("exit", &process_object(&page.process)));
+        }
+        for one in batch {
+            if events.send(one).await.is_err() {
+                return;
+            }
+        }
+        if done {
+            return;
+        }
+    }
+}
+
+/// The stdin route's query.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StdinQuery {
+    #[serde(default)]
+    eof: bool,
+}
+
+/// `POST /v1/containers/{id}/processes/{proc}/stdin`: raw bytes; `eof=true`
+/// closes stdin after them.
+pub async fn stdin(
+    State(state): State<Arc<AppState>>,
+    project: Project,
+    Path((id, process_id)): Path<(String, String)>,
+    ApiQuery(query): ApiQuery<StdinQuery>,
+    body: Bytes,
+) -> ApiResult<StatusCode> {
+    if body.len() > process_limits::MAX_STDIN_WRITE {
+        return Err(ApiError::too_large(format!(
+            "At most {} bytes of stdin per call.",
+            process_limits::MAX_STDIN_WRITE
+        )));
+    }
+    owned(&state, &project, &id).await?;
+    state
+        .engine
+        .write_process_stdin(&id, &process_id, body.to_vec(), query.eof)
+        .await
+        .map_err(|e| engine_error(&id, e))?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// A signal's number, or a 400 naming `signal`.
+fn signal_of(signal: &SignalName) -> ApiResult<i32> {
+    let number = match signal {
+        SignalName::Number(number) => Some(*number).filter(|n| signal_allowed(*n)),
+        SignalName::Name(name) => signal_number(name),
+    };
+    number.ok_or_else(|| {
+        ApiError::invalid(
+            "signal",
+            "signal must be SIGINT, SIGTERM, SIGKILL, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, \
+             SIGCONT, SIGSTOP, SIGWINCH or a number from 1 to 31",
+        )
+    })
+}
+
+/// `POST /v1/containers/{id}/processes/{proc}/signal`.
+pub async fn signal(
+    State(state): State<Arc<AppState>>,
+    project: Project,
+    Path((id, process_id)): Path<(String, String)>,
+    ApiJson(body): ApiJson<ProcessSignal>,
+) -> ApiResult<StatusCode> {
+    let number = signal_of(&body.signal)?;
+    owned(&state, &project, &id).await?;
+    state
+        .engine
+        .signal_process(&id, &process_id, number)
+        .await
+        .map_err(|e| engine_error(&id, e))?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /v1/containers/{id}/processes/{proc}/resize`.
+pub async fn resize(
+    State(state): State<Arc<AppState>>,
+    project: Project,
+    Path((id, process_id)): Path<(String, String)>,
+    ApiJson(body): ApiJson<ProcessResize>,
+) -> ApiResult<StatusCode> {
+    owned(&state, &project, &id).await?;
+    state
+        .engine
+        .resize_process(&id, &process_id, body.cols, body.rows)
+        .await
+        .map_err(|e| engine_error(&id, e))?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The WebSocket route's query.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SocketQuery {
+    after: Option<u64>,
+    /// The API key, for browsers (which cannot set headers on a WebSocket).
+    access_token: Option<String>,
+}
+
+/// `GET /v1/containers/{id}/processes/{proc}/ws`: output as binary frames
+/// (from `after`), then `{"type":"exit"}` and a close; binary frames from
+/// the client are stdin, its text frames resizes, signals and `eof`.
+pub async fn socket(
+    State(state): State<Arc<AppState>>,
+    Path((id, process_id)): Path<(String, String)>,
+    ApiQuery(query): ApiQuery<SocketQuery>,
+    headers: HeaderMap,
+    upgrade: WebSocketUpgrade,
+) -> ApiResult<Response> {
+    // Every route's header, or the query's token; never both silently.
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|k| !k.is_empty());
+    let key = match (bearer, query.access_token.as_deref()) {
+        (Some(key), _) => key.to_owned(),
+        (None, Some(token)) if !token.is_empty() => token.to_owned(),
+        _ => {
+            return Err(ApiError::unauthorized(
+                "You didn't provide an API key: an 'Authorization: Bearer YOUR_KEY' header, \
+                 or '?access_token=YOUR_KEY' on this WebSocket route.",
+            ))
+        }
+    };
+    let project = project_of_key(&state, &key).await?;
+    owned(&state, &project, &id).await?;
+    state
+        .engine
+        .process(&id, &process_id)
+        .await
+        .map_err(|e| engine_error(&id, e))?;
+    let after = query.after.unwrap_or(0);
+    Ok(upgrade
+        .on_upgrade(move |socket| serve_socket(state, id, process_id, after, socket))
+        .into_response())
+}
+
+fn text(message: &ProcessServerMessage) -> Message {
+    Message::Text(serde_json::to_string(message).unwrap_or_default().into())
+}
+
+/// One WebSocket session: output out, stdin and controls in, until the
+/// process ended and all its output was sent, or the client left (which
+/// changes nothing for the process).
+async fn serve_socket(
+    state: Arc<AppState>,
+    id: String,
+    process_id: String,
+    mut after: u64,
+    mut socket: WebSocket,
+) {
+    let engine = Arc::clone(&state.engine);
+    loop {
+        let read = OutputRead {
+            after,
+            max_bytes: PAGE_BYTES,
+            wait: STREAM_WAIT,
+        };
+        tokio::select! {
+            page = engine.read_process_output(&id, &process_id, read) => {
+                let Ok(page) = page else { break };
+                if page.dropped_bytes > 0
+                    && socket
+                        .send(text(&ProcessServerMessage::Dropped { bytes: page.dropped_bytes }))
+                        .await
+                        .is_err()
+                {
+                    return;
+                }
+                for chunk in page.chunks {
+                    if socket.send(Message::Binary(chunk.data.into())).await.is_err() {
+                        return;
+                    }
+                }
+                after = page.next_offset;
+                if page.process.status != ProcessStatus::Running
+                    && page.next_offset >= page.process.output_bytes
+                {
+                    let exit = ProcessServerMessage::Exit {
+                        process: process_object(&page.process),
+                    };
+                    let _ = socket.send(text(&exit)).await;
+                    let _ = socket.send(Message::Close(None)).await;
+                    return;
+                }
+            }
+            message = socket.recv() => {
+                let Some(Ok(message)) = message else { return };
+                let answer = match message {
+                    Message::Binary(bytes) => engine
+                        .write_process_stdin(&id, &process_id, bytes.to_vec(), false)
+                        .await
+                        .map_err(|e| ApiError::from(e).message),
+                    Message::Text(body) => control(&state, &id, &process_id, &body).await,
+                    Message::Close(_) => return,
+                    Message::Ping(_) | Message::Pong(_) => Ok(()),
+                };
+                if let Err(message) = answer {
+                    if socket.send(text(&ProcessServerMessage::Error { message })).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A client's text frame: a resize, a signal or the end of its input.
+async fn control(state: &AppState, id: &str, process_id: &str, body: &str) -> Result<(), String> {
+    let message: ProcessClientMessage = serde_json::from_str(body)
+        .map_err(|e| format!("a text frame must be a resize, signal or eof message: {e}"))?;
+    let done = match message {
+        ProcessClientMessage::Resize { cols, rows } => {
+            state
+                .engine
+                .resize_process(id, process_id, cols, rows)
+                .await
+        }
+        ProcessClientMessage::Signal { signal } => {
+            let number = signal_of(&signal).map_err(|e| e.message)?;
+            state.engine.signal_process(id, process_id, number).await
+        }
+        ProcessClientMessage::Eof => {
+            state
+                .engine
+                .write_process_stdin(id, process_id, Vec::new(), true)
+                .await
+        }
+    };
+    done.map_err(|e| ApiError::from(e).message)
+}
