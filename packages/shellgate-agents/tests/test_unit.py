@@ -421,3 +421,15 @@ def test_a_server_without_the_processes_api_is_named_as_too_old():
     fake.handle_processes = False
     with pytest.raises(ExecTransportError, match="does not serve start process"):
         asyncio.run(session._exec_internal("true"))
+
+
+def test_resume_by_the_same_client_uses_the_key_its_create_was_given():
+    fake = FakeShellgate()
+    client = ShellgateSandboxClient(transport=fake.transport())
+    options = ShellgateSandboxClientOptions(base_url="http://shellgate.test", api_key=SECRET)
+    session = asyncio.run(client.create(options=options))
+    payload = client.serialize_session_state(session.state)
+    assert SECRET not in json.dumps(payload)
+    resumed = asyncio.run(client.resume(client.deserialize_session_state(payload)))
+    assert resumed.state.container_id == "cntr_1"
+    assert all(r.headers["Authorization"] == f"Bearer {SECRET}" for r in fake.requests)

@@ -68,7 +68,7 @@ from agents.sandbox.types import ExecResult, ExposedPortEndpoint, Permissions, U
 from agents.sandbox.workspace_paths import sandbox_path_str
 from pydantic import Field, ValidationError, field_validator
 
-from ._http import DEFAULT_BASE_URL, ShellgateApiError, ShellgateHttp, iter_sse
+from ._http import DEFAULT_BASE_URL, ShellgateApiError, ShellgateHttp, iter_sse, normalize_base_url
 from ._wire import (
     AllowlistPolicy,
     Container,
@@ -952,8 +952,9 @@ class ShellgateSandboxSession(BaseSandboxSession):
 class ShellgateSandboxClient(BaseSandboxClient[ShellgateSandboxClientOptions]):
     """Makes, reattaches and deletes shellgate containers for the Agents SDK.
 
-    `api_key` (else the options', else `SHELLGATE_API_KEY`) authenticates; `resume`,
-    which has only a session state (no key in it), uses the client's.
+    `api_key` (else the options', else `SHELLGATE_API_KEY`) authenticates. `resume`
+    has only a session state (no key in it): it uses the client's key, else the one
+    this client's creates were given for that server, else `SHELLGATE_API_KEY`.
     """
 
     backend_id = BACKEND_ID
@@ -971,17 +972,28 @@ class ShellgateSandboxClient(BaseSandboxClient[ShellgateSandboxClientOptions]):
         super().__init__()
         self._api_key = api_key
         self._transport = transport
+        # The keys this client's creates were given, by server: a `resume` by the
+        # same client (its state carries no key) uses them. In memory only.
+        self._keys_by_server: dict[str, str] = {}
         self._instrumentation = instrumentation if instrumentation is not None else Instrumentation()
         self._dependencies = dependencies
 
     def __repr__(self) -> str:
         return "ShellgateSandboxClient()"
 
-    def _key(self, options: ShellgateSandboxClientOptions | None = None) -> str | None:
+    def _key(
+        self,
+        options: ShellgateSandboxClientOptions | None = None,
+        *,
+        base_url: str | None = None,
+    ) -> str | None:
         if self._api_key:
             return self._api_key
         if options is not None and options.api_key:
+            self._keys_by_server[normalize_base_url(options.base_url)] = options.api_key
             return options.api_key
+        if base_url is not None and normalize_base_url(base_url) in self._keys_by_server:
+            return self._keys_by_server[normalize_base_url(base_url)]
         return _env_default("SHELLGATE_API_KEY", None)
 
     @staticmethod
@@ -1116,7 +1128,7 @@ class ShellgateSandboxClient(BaseSandboxClient[ShellgateSandboxClientOptions]):
         if not isinstance(state, ShellgateSandboxSessionState):
             raise TypeError("ShellgateSandboxClient.resume expects a ShellgateSandboxSessionState")
         state.assert_path_grants_rebound()
-        api_key = self._key()
+        api_key = self._key(base_url=state.base_url)
         inner = ShellgateSandboxSession(state=state, api_key=api_key, transport=self._transport)
         alive = bool(state.container_id) and await inner.running()
         if not alive:
