@@ -47,9 +47,11 @@ test('a SandboxAgent runs exec, a tty and a python3 REPL in a shellgate containe
   const model = new ScriptedModel([
     [functionCall('exec_command', { cmd: 'cat notes/hello.txt; pwd' }, { callId: 'plain' })],
     [functionCall('exec_command', { cmd: 'tty', tty: true }, { callId: 'tty' })],
-    [functionCall('exec_command', { cmd: 'python3 -q', tty: true, yield_time_ms: 1000 }, { callId: 'repl' })],
-    modelResponder((call) => [functionCall('write_stdin', { session_id: sessionIdOf(call), chars: 'print(6 * 7)\n', yield_time_ms: 1500 }, { callId: 'answer' })]),
-    modelResponder((call) => [functionCall('write_stdin', { session_id: sessionIdOf(call), chars: 'exit()\n', yield_time_ms: 10000 }, { callId: 'quit' })]),
+    // Nothing waits on time for the REPL: input written before it is ready
+    // waits in its terminal, and the last yield ends at its exit.
+    [functionCall('exec_command', { cmd: 'python3 -q', tty: true, yield_time_ms: 250 }, { callId: 'repl' })],
+    modelResponder((call) => [functionCall('write_stdin', { session_id: sessionIdOf(call), chars: 'x = 6 * 7\n', yield_time_ms: 250 }, { callId: 'assign' })]),
+    modelResponder((call) => [functionCall('write_stdin', { session_id: sessionIdOf(call), chars: 'print(x); exit()\n', yield_time_ms: 30000 }, { callId: 'answer' })]),
     [assistantMessage('done')],
   ]);
   const agent = new SandboxAgent({
@@ -64,8 +66,9 @@ test('a SandboxAgent runs exec, a tty and a python3 REPL in a shellgate containe
   assert.match(toolOutput(calls[1], 'plain'), /hello from the manifest[\s\S]*\/mnt\/data/);
   assert.match(toolOutput(calls[2], 'tty'), /\/dev\/pts\//);
   assert.match(toolOutput(calls[3], 'repl'), /Process running with session ID/);
-  assert.match(toolOutput(calls[4], 'answer'), /42/);
-  assert.match(toolOutput(calls[5], 'quit'), /Process exited with code 0/);
+  assert.match(toolOutput(calls[4], 'assign'), /Process running with session ID/);
+  assert.match(toolOutput(calls[5], 'answer'), /Process exited with code 0/);
+  assert.match(toolOutput(calls[5], 'answer'), /\n42\r?\n/);
 });
 
 test('files round trip byte-exact, and a persisted workspace hydrates a new container', async (t) => {

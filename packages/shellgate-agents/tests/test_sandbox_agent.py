@@ -56,23 +56,26 @@ def container_status(shellgate, container_id: str) -> str | None:
 def test_a_sandbox_agent_runs_its_tools_in_a_shellgate_container(shellgate):
     shellgate.require(PROCESSES, FILES)
 
+    # No step waits on time for the REPL: input written before it is ready waits
+    # in its terminal, and the last step's yield ends at the REPL's exit, with
+    # every byte it wrote.
     def write_to_repl(call):
         pty_id = session_id_in(tool_output(call, "repl"))
         return [
             function_call(
                 "write_stdin",
-                {"session_id": pty_id, "chars": "print(6 * 7)\n", "yield_time_ms": 1500},
-                call_id="answer",
+                {"session_id": pty_id, "chars": "x = 6 * 7\n", "yield_time_ms": 250},
+                call_id="assign",
             )
         ]
 
-    def quit_repl(call):
+    def print_and_quit(call):
         pty_id = session_id_in(tool_output(call, "repl"))
         return [
             function_call(
                 "write_stdin",
-                {"session_id": pty_id, "chars": "exit()\n", "yield_time_ms": 10_000},
-                call_id="quit",
+                {"session_id": pty_id, "chars": "print(x); exit()\n", "yield_time_ms": 30_000},
+                call_id="answer",
             )
         ]
 
@@ -95,12 +98,12 @@ def test_a_sandbox_agent_runs_its_tools_in_a_shellgate_container(shellgate):
             [
                 function_call(
                     "exec_command",
-                    {"cmd": "python3 -q", "tty": True, "yield_time_ms": 1000},
+                    {"cmd": "python3 -q", "tty": True, "yield_time_ms": 250},
                     call_id="repl",
                 )
             ],
             ModelStep.respond(write_to_repl),
-            ModelStep.respond(quit_repl),
+            ModelStep.respond(print_and_quit),
             [assistant_message("done")],
         ]
     )
@@ -139,9 +142,12 @@ def test_a_sandbox_agent_runs_its_tools_in_a_shellgate_container(shellgate):
     assert "cols=80" in tty
     assert "Process exited with code 0" in tty
 
-    assert "Process running with session ID" in tool_output(calls[3], "repl")
-    assert "42" in tool_output(calls[4], "answer")
-    assert "Process exited with code 0" in tool_output(calls[5], "quit")
+    repl = session_id_in(tool_output(calls[3], "repl"))
+    # The same process across model turns, until it exits.
+    assert session_id_in(tool_output(calls[4], "assign")) == repl
+    answer = tool_output(calls[5], "answer")
+    assert "\n42\r\n" in answer
+    assert "Process exited with code 0" in answer
 
 
 def test_a_50_mb_binary_file_is_written_and_read_back_byte_exact(shellgate):
