@@ -55,7 +55,11 @@ class FakeProcess:
             "exit_code": self.exit_code,
             "outcome": {"type": "timeout"}
             if self.status == "timeout"
-            else ({"type": "exit", "exit_code": self.exit_code} if self.exit_code is not None else None),
+            else (
+                {"type": "exit", "exit_code": self.exit_code}
+                if self.exit_code is not None
+                else None
+            ),
             "output_bytes": self.offset(),
         }
 
@@ -90,7 +94,14 @@ class FakeShellgate:
     def error(self, status: int, code: str, message: str = "no") -> httpx.Response:
         return httpx.Response(
             status,
-            json={"error": {"message": message, "type": "invalid_request_error", "param": None, "code": code}},
+            json={
+                "error": {
+                    "message": message,
+                    "type": "invalid_request_error",
+                    "param": None,
+                    "code": code,
+                }
+            },
         )
 
     def handle(self, request: httpx.Request) -> httpx.Response:
@@ -127,7 +138,9 @@ class FakeShellgate:
             return self.error(404, "unknown_url")
         if len(parts) == 4 and request.method == "POST":
             body = json.loads(request.content)
-            process = FakeProcess(id=f"proc_{len(self.processes) + 1}", command=body["command"], body=body)
+            process = FakeProcess(
+                id=f"proc_{len(self.processes) + 1}", command=body["command"], body=body
+            )
             self.processes[process.id] = process
             self.on_start(process)
             return httpx.Response(201, json=process.json())
@@ -188,12 +201,19 @@ def make_session(fake: FakeShellgate, **state) -> ShellgateSandboxSession:
 
 def test_options_round_trip_by_type_and_never_carry_the_api_key():
     options = ShellgateSandboxClientOptions(
-        base_url="http://h:1", api_key=SECRET, image="debian-12", memory_limit="4g",
-        network_policy=("pypi.org",), exposed_ports=(8000, 9000), expires_after_minutes=30,
+        base_url="http://h:1",
+        api_key=SECRET,
+        image="debian-12",
+        memory_limit="4g",
+        network_policy=("pypi.org",),
+        exposed_ports=(8000, 9000),
+        expires_after_minutes=30,
     )
     dumped = options.model_dump(mode="json")
     assert dumped["type"] == "shellgate"
-    assert "api_key" not in dumped and SECRET not in json.dumps(dumped) and SECRET not in repr(options)
+    assert (
+        "api_key" not in dumped and SECRET not in json.dumps(dumped) and SECRET not in repr(options)
+    )
     parsed = BaseSandboxClientOptions.parse(dumped)
     assert isinstance(parsed, ShellgateSandboxClientOptions)
     assert parsed.exposed_ports == (8000, 9000) and parsed.network_policy == ("pypi.org",)
@@ -214,8 +234,12 @@ def test_create_makes_the_container_and_its_state_round_trips_without_the_key():
     async def run():
         client = ShellgateSandboxClient(transport=fake.transport())
         options = ShellgateSandboxClientOptions(
-            base_url="http://shellgate.test", api_key=SECRET, memory_limit="4g",
-            network_policy=("pypi.org",), exposed_ports=(8000,), expires_after_minutes=20,
+            base_url="http://shellgate.test",
+            api_key=SECRET,
+            memory_limit="4g",
+            network_policy=("pypi.org",),
+            exposed_ports=(8000,),
+            expires_after_minutes=20,
         )
         session = await client.create(options=options)
         return client, session
@@ -247,12 +271,22 @@ def test_create_without_exposed_ports_sends_no_such_field():
 def test_a_create_the_server_refuses_is_a_configuration_error():
     def refuse(request):
         return httpx.Response(
-            400, json={"error": {"message": "bad image", "type": "invalid_request_error", "param": "image", "code": None}}
+            400,
+            json={
+                "error": {
+                    "message": "bad image",
+                    "type": "invalid_request_error",
+                    "param": "image",
+                    "code": None,
+                }
+            },
         )
 
     client = ShellgateSandboxClient(transport=httpx.MockTransport(refuse), api_key=SECRET)
     with pytest.raises(ConfigurationError) as raised:
-        asyncio.run(client.create(options=ShellgateSandboxClientOptions(base_url="http://x", image="nope")))
+        asyncio.run(
+            client.create(options=ShellgateSandboxClientOptions(base_url="http://x", image="nope"))
+        )
     assert raised.value.context["param"] == "image"
     assert "bad image" in str(raised.value)
 
@@ -267,7 +301,9 @@ def test_exec_reads_the_whole_output_across_a_broken_stream_without_repeats():
 
     fake.on_start = start
     fake.break_first_stream_after = 2
-    session = make_session(fake, )
+    session = make_session(
+        fake,
+    )
     result = asyncio.run(session._exec_internal("sh", "-c", "echo 'a b'"))
     assert result.stdout == b"one\n" + big
     assert result.stderr == b"warn\n"
@@ -357,7 +393,9 @@ def test_an_exposed_port_resolves_to_the_servers_host_route_with_the_port_token(
     fake.containers["cntr_1"] = {
         "id": "cntr_1",
         "status": "running",
-        "exposed_ports": [{"port": 8000, "url": "https://8000-cntr_1.sg.example/", "path_url": "x"}],
+        "exposed_ports": [
+            {"port": 8000, "url": "https://8000-cntr_1.sg.example/", "path_url": "x"}
+        ],
         "port_token": "t/k n",
     }
     session = make_session(fake, exposed_ports=(8000, 9000))

@@ -1,9 +1,9 @@
 """shellgate-agents: a shellgate server as the OpenAI Agents SDK's sandbox.
 
-    from shellgate_agents import ShellgateSandboxClient, ShellgateSandboxClientOptions
+from shellgate_agents import ShellgateSandboxClient, ShellgateSandboxClientOptions
 
-    RunConfig(sandbox=SandboxRunConfig(client=ShellgateSandboxClient(),
-                                       options=ShellgateSandboxClientOptions()))
+RunConfig(sandbox=SandboxRunConfig(client=ShellgateSandboxClient(),
+                                   options=ShellgateSandboxClientOptions()))
 """
 
 from ._http import ShellgateApiError

@@ -17,7 +17,6 @@ import io
 import logging
 import os
 import shlex
-import stat
 import tempfile
 import time
 import uuid
@@ -25,7 +24,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 from urllib.parse import urlencode, urlsplit
 
 import httpx
@@ -36,7 +35,6 @@ from agents.sandbox.errors import (
     ExecTimeoutError,
     ExecTransportError,
     ExposedPortUnavailableError,
-    PtySessionNotFoundError,
     WorkspaceArchiveReadError,
     WorkspaceArchiveWriteError,
     WorkspaceReadNotFoundError,
@@ -322,9 +320,7 @@ class ShellgateSandboxSession(BaseSandboxSession):
     async def delete_container(self) -> None:
         """Deletes the container (and its files); one already gone is not an error."""
         try:
-            await self._api.request(
-                "DELETE", self._container_path(), operation="delete container"
-            )
+            await self._api.request("DELETE", self._container_path(), operation="delete container")
         except ShellgateApiError as error:
             if error.status != 404:
                 raise
@@ -485,8 +481,10 @@ class ShellgateSandboxSession(BaseSandboxSession):
                                 ),
                             )
                         elif event.event == "exit":
-                            return bytes(stdout), bytes(stderr), Process.model_validate_json(
-                                event.data
+                            return (
+                                bytes(stdout),
+                                bytes(stderr),
+                                Process.model_validate_json(event.data),
                             )
             except ShellgateApiError as error:
                 raise self._transport_error(command, error) from error
@@ -690,8 +688,8 @@ class ShellgateSandboxSession(BaseSandboxSession):
 
     # -- files --------------------------------------------------------------------
 
-    async def _download(self, path: str, *, operation: str, params: Any, error_path: Path) -> Any:
-        """A streamed GET into a spooled temporary file, rewound."""
+    async def _download(self, path: str, *, operation: str, params: Any) -> io.IOBase:
+        """A streamed GET into a spooled temporary file (memory, then disk), rewound."""
         spool = tempfile.SpooledTemporaryFile(max_size=_SPOOL_IN_MEMORY_BYTES)
         try:
             async with self._api.stream(
@@ -703,7 +701,8 @@ class ShellgateSandboxSession(BaseSandboxSession):
             spool.close()
             raise
         spool.seek(0)
-        return spool
+        # A file object the SDK reads and closes (an `io.IOBase` at run time).
+        return cast(io.IOBase, spool)
 
     async def read(self, path: Path | str, *, user: str | User | None = None) -> io.IOBase:
         if user is not None:
@@ -714,7 +713,6 @@ class ShellgateSandboxSession(BaseSandboxSession):
                 self._container_path("/fs/content"),
                 operation="read file",
                 params={"path": sandbox_path_str(workspace_path)},
-                error_path=workspace_path,
             )
         except ShellgateApiError as error:
             if error.status == 404:
@@ -872,7 +870,6 @@ class ShellgateSandboxSession(BaseSandboxSession):
                 self._container_path("/fs/archive"),
                 operation="export workspace",
                 params=params,
-                error_path=root,
             )
         except ShellgateApiError as error:
             raise WorkspaceArchiveReadError(
@@ -975,7 +972,9 @@ class ShellgateSandboxClient(BaseSandboxClient[ShellgateSandboxClientOptions]):
         # The keys this client's creates were given, by server: a `resume` by the
         # same client (its state carries no key) uses them. In memory only.
         self._keys_by_server: dict[str, str] = {}
-        self._instrumentation = instrumentation if instrumentation is not None else Instrumentation()
+        self._instrumentation = (
+            instrumentation if instrumentation is not None else Instrumentation()
+        )
         self._dependencies = dependencies
 
     def __repr__(self) -> str:
