@@ -98,10 +98,15 @@ impl Reuse {
 /// the same memory limit (none asked: the default), the image asked if one
 /// is (none: whatever the container has, so a conversation begun while the
 /// default image was still building keeps its files), and every file asked
-/// among those it was made with. Otherwise the request gets a new
-/// container with what it asks, rather than one that silently differs.
+/// among those it was made with, and every port asked exposed. Otherwise
+/// the request gets a new container with what it asks, rather than one
+/// that silently differs.
 fn made_alike(row: &shellgate_store::ContainerRow, asked: &CreateContainer) -> bool {
     if asked.memory_limit.unwrap_or_default() != row.memory_limit {
+        return false;
+    }
+    let exposed = |port: &u32| u16::try_from(*port).is_ok_and(|p| row.exposed_ports.contains(&p));
+    if !asked.exposed_ports.iter().all(exposed) {
         return false;
     }
     if asked
@@ -130,7 +135,7 @@ fn auto_container(params: &ContainerAuto) -> CreateContainer {
         memory_limit: params.memory_limit,
         network_policy: params.network_policy.clone(),
         image: params.image.clone(),
-        exposed_ports: Vec::new(),
+        exposed_ports: params.exposed_ports.clone().unwrap_or_default(),
     }
 }
 
@@ -799,9 +804,16 @@ mod tests {
             serde_json::json!({"memory_limit": "4g"}),
             serde_json::json!({"image": "host"}),
             serde_json::json!({"file_ids": ["file_a", "file_c"]}),
+            serde_json::json!({"exposed_ports": [8000]}),
         ] {
             assert!(!made_alike(&made, &asked(other.clone())), "{other}");
         }
+        let mut serving = row("1g", "debian-12", "[]");
+        serving.exposed_ports = vec![8000, 3000];
+        assert!(made_alike(
+            &serving,
+            &asked(serde_json::json!({"exposed_ports": [3000]}))
+        ));
         // No memory limit asked is the default one.
         assert!(!made_alike(
             &row("4g", "debian-12", "[]"),

@@ -324,6 +324,10 @@ pub struct ContainerAuto {
     /// shellgate's extension: the image to make it from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// shellgate's extension: ports reachable through the server, as
+    /// `POST /v1/containers` takes them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exposed_ports: Option<Vec<u32>>,
     #[serde(flatten)]
     #[schema(value_type = Object)]
     pub extra: Extra,
