@@ -363,6 +363,9 @@ export class ShellgateSandboxSession {
     if (args.runAs) throw new Error('shellgate sessions run commands as the container user only');
     const started = Date.now();
     const tty = args.tty ?? false;
+    // At the SDK's cap, the least recently used ends before a new one starts: the
+    // server keeps as many live processes per container (64) and refuses one more.
+    await this.pruneIfFull();
     const process = await this.startProcess(this.commandFor(args), { tty, timeoutMs: PROCESS_TIMEOUT_MS_MAX });
     const entry = { processId: process.id, tty, offset: 0, ended: false, exitCode: null, lastUsed: Date.now() };
     const collected = await this.collect(entry, args.yieldTimeMs ?? DEFAULT_EXEC_YIELD_TIME_MS);
@@ -382,13 +385,14 @@ export class ShellgateSandboxSession {
     return formatExecResponse(await this.exec(args));
   }
 
+  async pruneIfFull() {
+    if (this.interactive.size < PTY_PROCESSES_MAX) return;
+    const [oldestId, oldest] = [...this.interactive.entries()].sort((a, b) => a[1].lastUsed - b[1].lastUsed)[0];
+    this.interactive.delete(oldestId);
+    await this.killProcess(oldest.processId).catch(() => {});
+  }
+
   register(entry) {
-    if (this.interactive.size >= PTY_PROCESSES_MAX) {
-      // The least recently used beyond the SDK's cap is ended.
-      const [oldestId, oldest] = [...this.interactive.entries()].sort((a, b) => a[1].lastUsed - b[1].lastUsed)[0];
-      this.interactive.delete(oldestId);
-      this.killProcess(oldest.processId).catch(() => {});
-    }
     let id;
     do id = 1000 + Math.floor(Math.random() * 99_000);
     while (this.interactive.has(id));

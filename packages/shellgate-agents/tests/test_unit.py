@@ -30,6 +30,7 @@ from shellgate_agents import (
     ShellgateSandboxSession,
     ShellgateSandboxSessionState,
 )
+from shellgate_agents.sandbox import _Interactive
 
 SECRET = "sk-very-secret"
 
@@ -87,6 +88,7 @@ class FakeShellgate:
         self.streams_served = 0
         self.break_first_stream_after = None  # chunks, then the stream ends
         self.handle_processes = True  # False: an older server
+        self.dropped = 0  # what the output page says was dropped
 
     def transport(self) -> httpx.MockTransport:
         return httpx.MockTransport(self.handle)
@@ -166,7 +168,7 @@ class FakeShellgate:
                 json={
                     "chunks": process.chunks_after(after),
                     "next_offset": process.offset(),
-                    "dropped_bytes": 0,
+                    "dropped_bytes": self.dropped,
                     "process": process.json(),
                 },
             )
@@ -471,3 +473,39 @@ def test_resume_by_the_same_client_uses_the_key_its_create_was_given():
     resumed = asyncio.run(client.resume(client.deserialize_session_state(payload)))
     assert resumed.state.container_id == "cntr_1"
     assert all(r.headers["Authorization"] == f"Bearer {SECRET}" for r in fake.requests)
+
+
+def test_at_the_sdks_64_processes_the_least_recently_used_ends_before_a_new_one_starts():
+    fake = FakeShellgate()
+    session = make_session(fake)
+
+    async def run():
+        for number in range(64):
+            process = FakeProcess(id=f"proc_old{number}", command="sleep", body={})
+            fake.processes[process.id] = process
+            entry = _Interactive(process_id=process.id, tty=False, last_used=float(number))
+            session._interactive[1000 + number] = entry
+            session._reserved_pty_ids.add(1000 + number)
+        started = await session.pty_exec_start("sleep 1", yield_time_s=0.25)
+        assert started.process_id is not None and len(session._interactive) == 64
+        assert 1000 not in session._interactive
+
+    asyncio.run(run())
+    assert fake.processes["proc_old0"].status == "killed"
+    order = [(r.method, r.url.path.rsplit("/", 1)[-1]) for r in fake.requests]
+    assert order.index(("DELETE", "proc_old0")) < order.index(("POST", "processes"))
+
+
+def test_output_a_terminal_dropped_is_said_in_it():
+    fake = FakeShellgate()
+    session = make_session(fake)
+    entry = _Interactive(process_id="proc_1", tty=True)
+    fake.processes["proc_1"] = FakeProcess(id="proc_1", command="x", body={})
+    fake.processes["proc_1"].output = [("pty", b"tail")]
+    fake.dropped = 5000
+
+    async def run():
+        await session._poll_output(entry, deadline=0)
+        return b"".join(entry.output_chunks)
+
+    assert asyncio.run(run()) == b"[5000 bytes of output dropped]\ntail"

@@ -525,6 +525,12 @@ class ShellgateSandboxSession(BaseSandboxSession):
         # An interactive process may outlive many model turns: it gets the longest
         # timeout the server allows unless the caller gave one.
         timeout_ms = _timeout_ms(timeout, _PROCESS_TIMEOUT_MS_MAX / 1000)
+        async with self._pty_lock:
+            pruned = self._prune_interactive_if_full()
+        if pruned is not None:
+            # Ended before the new one starts: the server keeps as many live
+            # processes per container as the SDK does (64), and refuses one more.
+            await self._kill_process_quietly(pruned.process_id)
         try:
             process = await self._start_process(argv, timeout_ms=timeout_ms, tty=tty)
         except (ShellgateApiError, httpx.HTTPError) as error:
@@ -536,11 +542,8 @@ class ShellgateSandboxSession(BaseSandboxSession):
         async with self._pty_lock:
             pty_id = allocate_pty_process_id(self._reserved_pty_ids)
             self._reserved_pty_ids.add(pty_id)
-            pruned = self._prune_interactive_if_full()
             self._interactive[pty_id] = entry
             count = len(self._interactive)
-        if pruned is not None:
-            await self._kill_process_quietly(pruned.process_id)
         if count >= PTY_PROCESSES_WARNING:
             logger.warning("shellgate: %s interactive processes are open", count)
 
