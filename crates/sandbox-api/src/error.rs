@@ -27,6 +27,12 @@ pub enum SandboxError {
     /// should go, say).
     #[error("{0}")]
     Conflict(String),
+    /// The sandbox user may not do that there (`EACCES`, `EPERM`, `EROFS`).
+    #[error("{0}")]
+    PermissionDenied(String),
+    /// This backend does not offer the operation.
+    #[error("{0} is not supported by this sandbox backend")]
+    NotSupported(&'static str),
     /// The container's disk quota is used up.
     #[error("the container's disk quota is full")]
     QuotaExceeded,

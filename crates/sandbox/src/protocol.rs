@@ -204,6 +204,12 @@ pub enum Request {
     /// wherever they went (`setsid`, double forks): they all carry the
     /// command's marker.
     KillCommand { id: u32 },
+    /// Run one file task (`crate::fs_ops::Task`, as JSON) in a worker, known
+    /// from now on as `id` (killed by `KillCommand` like a command): init
+    /// forks a child that becomes the sandbox user and runs it. The message
+    /// carries the status pipe, the result pipe, and the task's data pipe
+    /// and commit pipe where it has them (see `helper::worker`).
+    Work { id: u32, task: Vec<u8> },
 }
 
 impl Request {
@@ -225,6 +231,13 @@ impl Request {
                 out.extend_from_slice(&id.to_le_bytes());
                 out
             }
+            Request::Work { id, task } => {
+                let mut out = Vec::with_capacity(task.len() + 5);
+                out.push(b'W');
+                out.extend_from_slice(&id.to_le_bytes());
+                out.extend_from_slice(task);
+                out
+            }
         }
     }
 
@@ -239,6 +252,10 @@ impl Request {
                 reclaim: *tag == b'r',
             }),
             b'K' if rest.is_empty() => Some(Request::KillCommand { id }),
+            b'W' => Some(Request::Work {
+                id,
+                task: rest.to_vec(),
+            }),
             _ => None,
         }
     }
@@ -306,6 +323,11 @@ pub mod fuzzing {
             }
             .encode(),
             Request::KillCommand { id: 9 }.encode(),
+            Request::Work {
+                id: 11,
+                task: br#"{"op":"stat","path":"/mnt/data"}"#.to_vec(),
+            }
+            .encode(),
             [
                 Status::Exited(256).encode(),
                 Status::SpawnFailed(2).encode(),
@@ -420,6 +442,10 @@ mod tests {
                 reclaim: false,
             },
             Request::KillCommand { id: 42 },
+            Request::Work {
+                id: 5,
+                task: br#"{"op":"read","path":"/tmp/x"}"#.to_vec(),
+            },
         ] {
             assert_eq!(Request::decode(&request.encode()), Some(request));
         }

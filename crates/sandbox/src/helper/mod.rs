@@ -22,6 +22,7 @@ mod init;
 mod mounts;
 pub mod network;
 mod seccomp;
+mod worker;
 
 use std::ffi::CString;
 use std::fs;
