@@ -686,6 +686,11 @@ mod tests {
     }
 
     #[test]
+    fn files_by_path_start_where_commands_do() {
+        assert_eq!(crate::fs::WORKDIR, WORKDIR);
+    }
+
+    #[test]
     fn container_ids_are_checked() {
         assert!(validate_container_id("cntr_abc-1").is_ok());
         assert!(validate_container_id("").is_err());

@@ -18,6 +18,10 @@ pub const MAX_LIST_DEPTH: u32 = 32;
 pub const MAX_LIST_ENTRIES: u32 = 10_000;
 /// Entries a listing returns when the caller does not say.
 pub const DEFAULT_LIST_ENTRIES: u32 = 1_000;
+/// Where commands start, `backend::WORKDIR` (kept here so the two files
+/// do not import each other; backend's tests check they agree).
+pub const WORKDIR: &str = "/mnt/data";
+
 /// Longest path accepted (the kernel's `PATH_MAX`).
 pub const MAX_PATH_BYTES: usize = 4096;
 
@@ -129,7 +133,7 @@ pub fn container_path(path: &str, param: &'static str) -> Result<String, Sandbox
     let absolute = if path.starts_with('/') {
         path.to_owned()
     } else {
-        format!("{}/{path}", crate::backend::WORKDIR)
+        format!("{WORKDIR}/{path}")
     };
     let parts: Vec<&str> = absolute
         .split('/')
@@ -141,7 +145,7 @@ pub fn container_path(path: &str, param: &'static str) -> Result<String, Sandbox
 /// A path's place below `/mnt/data`, if it is there lexically (no `..`):
 /// `Some("")` for `/mnt/data` itself, `Some("a/b")` for `/mnt/data/a/b`.
 pub fn under_workdir(path: &str) -> Option<&str> {
-    let rest = path.strip_prefix(crate::backend::WORKDIR)?;
+    let rest = path.strip_prefix(WORKDIR)?;
     let rest = match rest {
         "" => "",
         rest => rest.strip_prefix('/')?,

@@ -38,7 +38,7 @@ const SHELLS: [(&str, &str); 2] = [("/bin/bash", "bash"), ("/bin/sh", "sh")];
 
 /// Everything a command start needs, prepared once so that the forked child
 /// only makes system calls.
-pub(super) struct Launcher {
+struct Launcher {
     dev_null: OwnedFd,
     /// Owns the strings `env_pointers` points into.
     _env: Vec<CString>,
@@ -53,7 +53,7 @@ pub(super) struct Launcher {
     reset_oom_score: bool,
     sandbox_uid: u32,
     sandbox_gid: u32,
-    pub(super) change_ids: bool,
+    change_ids: bool,
 }
 
 /// This process's OOM score adjustment, if it can be read.
@@ -246,14 +246,14 @@ fn reclaim_leftovers(running: &mut HashMap<libc::pid_t, RunningCommand>) -> i32 
 }
 
 /// A command init started and still waits for.
-pub(super) struct RunningCommand {
+struct RunningCommand {
     /// The engine's number for it (`Request::KillCommand` names it).
-    pub(super) id: u32,
-    pub(super) status: OwnedFd,
-    pub(super) marker: Option<u32>,
+    id: u32,
+    status: OwnedFd,
+    marker: Option<u32>,
     /// Killed because the engine stopped waiting for it: its status pipe is
     /// no longer watched (it would report the same hang-up for ever).
-    pub(super) abandoned: bool,
+    abandoned: bool,
 }
 
 /// Kills a running command's process group and every process carrying its
@@ -538,7 +538,7 @@ fn child_signal_fd() -> SetupResult<OwnedFd> {
     }
 }
 
-pub(super) fn send_status(fd: &OwnedFd, status: Status) {
+fn send_status(fd: &OwnedFd, status: Status) {
     // The engine may have given up on the command; a broken pipe is fine.
     let _ = sys::write_all(fd.as_raw_fd(), &status.encode());
 }
@@ -691,7 +691,8 @@ fn handle(
         }
         Some(Request::Work { id, task }) => {
             let marker = launcher.change_ids.then(|| markers.allocate());
-            if let Some((pid, status)) = super::worker::start(launcher, marker, &task, passed) {
+            let become_user = || become_sandbox_user(launcher, marker);
+            if let Some((pid, status)) = super::worker::start(&task, passed, become_user) {
                 running.insert(
                     pid,
                     RunningCommand {
@@ -841,7 +842,7 @@ fn exec_command(
 /// signal dispositions init changed for itself (blocked SIGCHLD, ignored
 /// SIGPIPE) restored. Never allocates: a command's child shares init's
 /// memory until `execve`. Returns the errno of the step that failed.
-pub(super) fn become_sandbox_user(launcher: &Launcher, marker: Option<u32>) -> Result<(), i32> {
+fn become_sandbox_user(launcher: &Launcher, marker: Option<u32>) -> Result<(), i32> {
     let errno = || {
         std::io::Error::last_os_error()
             .raw_os_error()

@@ -16,19 +16,23 @@
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
-use super::init::{become_sandbox_user, send_status, Launcher};
 use crate::fs_ops::{self, Message, Task, TaskError, WorkerPipes};
 use crate::protocol::Status;
 use crate::sys;
 
+fn send_status(fd: &OwnedFd, status: Status) {
+    // The engine may have given up on the task; a broken pipe is fine.
+    let _ = sys::write_all(fd.as_raw_fd(), &status.encode());
+}
+
 /// Starts a worker for `task` (JSON). `passed` holds the status pipe, the
-/// result pipe, and the task's data and commit pipes if it has them.
+/// result pipe, and the task's data and commit pipes if it has them;
+/// `become_sandbox_user` is init's (the steps a command's child takes).
 /// Returns the worker's pid and its status pipe, for init to watch.
 pub(super) fn start(
-    launcher: &Launcher,
-    marker: Option<u32>,
     task: &[u8],
     passed: Vec<OwnedFd>,
+    become_sandbox_user: impl FnOnce() -> Result<(), i32>,
 ) -> Option<(libc::pid_t, OwnedFd)> {
     let mut passed = passed.into_iter();
     let status = passed.next()?;
@@ -51,8 +55,7 @@ pub(super) fn start(
     if pid == 0 {
         drop(status);
         run(
-            launcher,
-            marker,
+            become_sandbox_user,
             task,
             WorkerPipes {
                 result,
@@ -67,7 +70,7 @@ pub(super) fn start(
 }
 
 /// In the forked child: become the sandbox user and run the task.
-fn run(launcher: &Launcher, marker: Option<u32>, task: Task, pipes: WorkerPipes) -> ! {
+fn run(become_sandbox_user: impl FnOnce() -> Result<(), i32>, task: Task, pipes: WorkerPipes) -> ! {
     let mut keep: Vec<RawFd> = [
         Some(&pipes.result),
         pipes.data.as_ref(),
@@ -79,7 +82,7 @@ fn run(launcher: &Launcher, marker: Option<u32>, task: Task, pipes: WorkerPipes)
     .collect();
     keep.sort_unstable();
     close_all_but(&keep);
-    if let Err(errno) = become_sandbox_user(launcher, marker) {
+    if let Err(errno) = become_sandbox_user() {
         let message = Message::Failed {
             error: TaskError::Os {
                 op: "become the sandbox user".into(),
