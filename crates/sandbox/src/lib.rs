@@ -9,6 +9,7 @@
 //! ([`image`]) and a seccomp filter. See `ARCHITECTURE.md` for the layers of
 //! defence.
 
+pub mod archive;
 pub mod backend;
 pub mod cgroup;
 pub mod disk;
