@@ -12,6 +12,7 @@ use crate::process::{OutputRead, ProcessError, ProcessInfo, ProcessOutput, Proce
 use serde::{Deserialize, Serialize};
 
 use crate::error::SandboxError;
+use crate::fs::{ArchiveImported, FsDownload, FsEntry, FsListing, Upload, WriteOptions};
 use crate::image::ImageInfo;
 
 /// Default and maximum per-call limits (see `shared/reference/limits.md`).
@@ -564,9 +565,93 @@ pub trait SandboxBackend: Send + Sync {
         _id: &str,
         _port: u16,
     ) -> Result<crate::ports::PortConnection, SandboxError> {
-        Err(SandboxError::Unsupported(
+        Err(SandboxError::NotSupported(
             "connecting to a container's ports",
         ))
+    }
+
+    // Files by path (issue 19). Absolute container paths (see
+    // `fs::container_path`); each runs with the sandbox user's rights.
+    // A stopped container is started, except for reads (`fs_read`,
+    // `fs_stat`, `fs_list`, `fs_export`) of `/mnt/data`, served from its
+    // disk. A FIFO, device or socket is never opened for reading.
+
+    /// Streams a regular file.
+    async fn fs_read(&self, _id: &str, _path: &str) -> Result<FsDownload, SandboxError> {
+        Err(SandboxError::NotSupported("reading files by path"))
+    }
+    /// Writes a file from a stream: to a temporary file beside it, renamed
+    /// over it once the upload is finished (a cut one leaves the old file).
+    async fn fs_write(
+        &self,
+        _id: &str,
+        _path: &str,
+        _options: WriteOptions,
+    ) -> Result<Box<dyn Upload<FsEntry>>, SandboxError> {
+        Err(SandboxError::NotSupported("writing files by path"))
+    }
+    /// The entry at a path (`lstat`).
+    async fn fs_stat(&self, _id: &str, _path: &str) -> Result<FsEntry, SandboxError> {
+        Err(SandboxError::NotSupported("stat by path"))
+    }
+    /// A directory's entries, `depth` levels down, at most `limit`.
+    async fn fs_list(
+        &self,
+        _id: &str,
+        _path: &str,
+        _depth: u32,
+        _limit: u32,
+    ) -> Result<FsListing, SandboxError> {
+        Err(SandboxError::NotSupported("listing directories by path"))
+    }
+    /// Makes a directory (with its parents, if asked).
+    async fn fs_mkdir(
+        &self,
+        _id: &str,
+        _path: &str,
+        _parents: bool,
+        _mode: u32,
+    ) -> Result<FsEntry, SandboxError> {
+        Err(SandboxError::NotSupported("making directories by path"))
+    }
+    /// Renames `from` to `to` (refusing to replace `to` unless `overwrite`).
+    async fn fs_move(
+        &self,
+        _id: &str,
+        _from: &str,
+        _to: &str,
+        _overwrite: bool,
+    ) -> Result<FsEntry, SandboxError> {
+        Err(SandboxError::NotSupported("moving files by path"))
+    }
+    /// Removes a file, link or empty directory; a directory's whole tree
+    /// with `recursive`.
+    async fn fs_remove(
+        &self,
+        _id: &str,
+        _path: &str,
+        _recursive: bool,
+    ) -> Result<(), SandboxError> {
+        Err(SandboxError::NotSupported("removing files by path"))
+    }
+    /// Streams a directory as a tar archive, leaving out what `excludes`
+    /// (globs relative to it) match.
+    async fn fs_export(
+        &self,
+        _id: &str,
+        _path: &str,
+        _excludes: Vec<String>,
+    ) -> Result<FsDownload, SandboxError> {
+        Err(SandboxError::NotSupported("exporting archives"))
+    }
+    /// Unpacks a tar stream into a directory; a refused or cut archive
+    /// leaves nothing behind.
+    async fn fs_import(
+        &self,
+        _id: &str,
+        _path: &str,
+    ) -> Result<Box<dyn Upload<ArchiveImported>>, SandboxError> {
+        Err(SandboxError::NotSupported("importing archives"))
     }
 }
 
@@ -693,6 +778,11 @@ mod tests {
             serde_json::to_string(&Outcome::Timeout).unwrap(),
             r#"{"type":"timeout"}"#
         );
+    }
+
+    #[test]
+    fn files_by_path_start_where_commands_do() {
+        assert_eq!(crate::fs::WORKDIR, WORKDIR);
     }
 
     #[test]

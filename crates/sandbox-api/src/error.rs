@@ -27,6 +27,12 @@ pub enum SandboxError {
     /// should go, say).
     #[error("{0}")]
     Conflict(String),
+    /// The sandbox user may not do that there (`EACCES`, `EPERM`, `EROFS`).
+    #[error("{0}")]
+    PermissionDenied(String),
+    /// This backend does not offer the operation.
+    #[error("{0} is not supported by this sandbox backend")]
+    NotSupported(&'static str),
     /// The container's disk quota is used up.
     #[error("the container's disk quota is full")]
     QuotaExceeded,
@@ -60,9 +66,6 @@ pub enum SandboxError {
         port: u16,
         failure: crate::ports::PortFailure,
     },
-    /// The backend does not offer this operation (a default of the trait).
-    #[error("this sandbox backend does not support {0}")]
-    Unsupported(&'static str),
     /// An operating-system call failed; `context` says which.
     #[error("{context}: {source}")]
     Io {

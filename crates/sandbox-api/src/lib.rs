@@ -7,6 +7,7 @@
 
 pub mod backend;
 pub mod error;
+pub mod fs;
 pub mod image;
 pub mod network;
 pub mod ports;

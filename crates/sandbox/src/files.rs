@@ -83,6 +83,13 @@ impl DataDir {
         Self { dir, owner }
     }
 
+    /// The directory's descriptor, for paths resolved beneath it (see
+    /// `fs_ops::Root::Beneath`).
+    pub fn descriptor(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.dir.as_fd()
+    }
+
     /// Reads a regular file; symlinks resolve inside `/mnt/data` only.
     /// A file larger than `disk_limit` (the container's disk quota: only a
     /// sparse file can claim more) is refused.

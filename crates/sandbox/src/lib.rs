@@ -16,6 +16,7 @@ pub mod disk;
 pub mod engine;
 pub mod error;
 pub mod files;
+pub mod fs_ops;
 pub mod helper;
 pub mod image;
 mod launcher;

@@ -219,6 +219,12 @@ pub enum Request {
     /// back on the `SOCK_SEQPACKET` socket the message carries: a
     /// [`ConnectReply`] with the socket attached, or with an errno and none.
     Connect { port: u16 },
+    /// Run one file task (`crate::fs_ops::Task`, as JSON) in a worker, known
+    /// from now on as `id` (killed by `KillCommand` like a command): init
+    /// forks a child that becomes the sandbox user and runs it. The message
+    /// carries the status pipe, the result pipe, and the task's data pipe
+    /// and commit pipe where it has them (see `helper::worker`).
+    Work { id: u32, task: Vec<u8> },
 }
 
 /// A process to start (see [`Request::Start`]): raw bytes, as init passes
@@ -400,6 +406,13 @@ impl Request {
                 out.extend_from_slice(&u32::from(*port).to_le_bytes());
                 out
             }
+            Request::Work { id, task } => {
+                let mut out = Vec::with_capacity(task.len() + 5);
+                out.push(b'W');
+                out.extend_from_slice(&id.to_le_bytes());
+                out.extend_from_slice(task);
+                out
+            }
         }
     }
 
@@ -414,6 +427,10 @@ impl Request {
                 reclaim: *tag == b'r',
             }),
             b'K' if rest.is_empty() => Some(Request::KillCommand { id }),
+            b'W' => Some(Request::Work {
+                id,
+                task: rest.to_vec(),
+            }),
             b'S' => Some(Request::Start {
                 id,
                 start: StartProcess::decode(rest)?,
@@ -511,6 +528,11 @@ pub mod fuzzing {
             Request::SignalCommand { id: 3, signal: 2 }.encode(),
             Status::Spawned(12).encode().to_vec(),
             Request::Connect { port: 8000 }.encode(),
+            Request::Work {
+                id: 11,
+                task: br#"{"op":"stat","path":"/mnt/data"}"#.to_vec(),
+            }
+            .encode(),
             [
                 Status::Exited(256).encode(),
                 Status::SpawnFailed(2).encode(),
@@ -653,6 +675,10 @@ mod tests {
             },
             Request::Connect { port: 8000 },
             Request::Connect { port: u16::MAX },
+            Request::Work {
+                id: 5,
+                task: br#"{"op":"read","path":"/tmp/x"}"#.to_vec(),
+            },
         ] {
             assert_eq!(Request::decode(&request.encode()), Some(request));
         }

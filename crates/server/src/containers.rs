@@ -453,7 +453,7 @@ pub(crate) fn run_request(body: &ExecRequest, deadline_secs: u64) -> ApiResult<R
 /// session and is admitted against the project's quotas; activity renews
 /// the expiry (at most once a second: `last_active_at` has second
 /// resolution).
-async fn begin_activity(state: &AppState, row: &ContainerRow) -> ApiResult<()> {
+pub(crate) async fn begin_activity(state: &AppState, row: &ContainerRow) -> ApiResult<()> {
     let id = row.id.clone();
     if !row.session_open {
         let memory = row.memory_limit;

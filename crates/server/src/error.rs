@@ -189,16 +189,20 @@ impl From<SandboxError> for ApiError {
                 ApiError::invalid("file_id", error.to_string()).with_code("file_too_large")
             }
             SandboxError::Process(error) => process_error(error),
+            SandboxError::PermissionDenied(message) => {
+                ApiError::new(StatusCode::FORBIDDEN, "permission_error", message)
+                    .with_code("permission_denied")
+            }
+            error @ SandboxError::NotSupported(_) => ApiError::new(
+                StatusCode::NOT_IMPLEMENTED,
+                "invalid_request_error",
+                error.to_string(),
+            )
+            .with_code("not_supported"),
             SandboxError::QuotaExceeded => {
                 ApiError::too_large("The container's disk quota is full.")
                     .with_code("quota_exceeded")
             }
-            error @ SandboxError::Unsupported(_) => ApiError::new(
-                StatusCode::NOT_IMPLEMENTED,
-                "server_error",
-                error.to_string(),
-            )
-            .with_code("not_supported"),
             other => ApiError::internal(format!("sandbox: {other}")),
         }
     }

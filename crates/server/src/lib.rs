@@ -19,6 +19,7 @@ pub mod egress;
 mod engine;
 pub mod error;
 mod files;
+mod fs;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
 mod guardrails;
@@ -51,7 +52,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{any, get, post};
+use axum::routing::{any, delete, get, post};
 use axum::Router;
 use shellgate_sandbox_api::image::SharedBuildStatus;
 use shellgate_sandbox_api::SandboxBackend;
@@ -424,6 +425,20 @@ fn served_routes(state: Arc<AppState>) -> ServedRoutes {
         .route(
             "/containers/{container_id}/files/{file_id}/content",
             get(containers::file_content),
+        )
+        // Files by path (issue 19): `fs.rs`.
+        .route(
+            "/containers/{container_id}/fs/content",
+            get(fs::read).put(fs::write),
+        )
+        .route("/containers/{container_id}/fs/stat", get(fs::stat))
+        .route("/containers/{container_id}/fs/list", get(fs::list))
+        .route("/containers/{container_id}/fs/mkdir", post(fs::mkdir))
+        .route("/containers/{container_id}/fs/move", post(fs::rename))
+        .route("/containers/{container_id}/fs", delete(fs::remove))
+        .route(
+            "/containers/{container_id}/fs/archive",
+            get(fs::export).post(fs::import),
         )
         .route(
             "/files",

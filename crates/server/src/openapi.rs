@@ -46,7 +46,7 @@ enum Body {
     Multipart(RefOr<Schema>),
     /// Either a multipart upload or a JSON body (container files).
     MultipartOrJson(RefOr<Schema>, RefOr<Schema>),
-    /// Raw bytes of the given media type (a process's stdin).
+    /// Raw bytes of the given media type (a process's stdin; files by path, streamed).
     Bytes(&'static str),
 }
 
@@ -91,6 +91,8 @@ enum Query {
     ProcessStdin,
     /// A process's WebSocket: `after`, `access_token`.
     ProcessSocket,
+    /// Named parameters of their own: (name, description, required).
+    Named(&'static [(&'static str, &'static str, bool)]),
 }
 
 /// One row of the table.
@@ -433,6 +435,24 @@ fn query_parameters(query: Query) -> Vec<utoipa::openapi::path::Parameter> {
                 ),
             ];
         }
+        Query::Named(named) => {
+            return named
+                .iter()
+                .map(|(name, description, required)| {
+                    ParameterBuilder::new()
+                        .name(*name)
+                        .parameter_in(ParameterIn::Query)
+                        .required(if *required {
+                            Required::True
+                        } else {
+                            Required::False
+                        })
+                        .description(Some(*description))
+                        .schema(Some(string()))
+                        .build()
+                })
+                .collect()
+        }
         Query::ResumeStream => {
             return vec![
                 parameter(
@@ -493,7 +513,8 @@ fn query_parameters(query: Query) -> Vec<utoipa::openapi::path::Parameter> {
         | Query::ResumeStream
         | Query::ProcessOutput
         | Query::ProcessStdin
-        | Query::ProcessSocket => {}
+        | Query::ProcessSocket
+        | Query::Named(_) => {}
     }
     parameters
 }
@@ -569,6 +590,56 @@ fn skill_upload() -> RefOr<Schema> {
     )
 }
 
+/// The query parameters of the files-by-path routes.
+const FS_PATH: &[(&str, &str, bool)] = &[(
+    "path",
+    "An absolute path in the container (a relative one is under /mnt/data)",
+    true,
+)];
+const FS_WRITE: &[(&str, &str, bool)] = &[
+    FS_PATH[0],
+    ("mode", "Octal permission bits (`0644` when omitted)", false),
+    (
+        "parents",
+        "Create missing parent directories (`true` when omitted)",
+        false,
+    ),
+];
+const FS_LIST: &[(&str, &str, bool)] = &[
+    FS_PATH[0],
+    (
+        "depth",
+        "Levels to descend, 1 to 32 (1 when omitted)",
+        false,
+    ),
+    (
+        "limit",
+        "Most entries, 1 to 10000 (1000 when omitted); `truncated` says more exist",
+        false,
+    ),
+];
+const FS_REMOVE: &[(&str, &str, bool)] = &[
+    FS_PATH[0],
+    (
+        "recursive",
+        "Remove a directory's whole tree (`false` when omitted)",
+        false,
+    ),
+];
+const FS_EXPORT: &[(&str, &str, bool)] = &[
+    ("path", "The directory (`/mnt/data` when omitted)", false),
+    (
+        "exclude",
+        "A glob relative to it (`*`, `**`, `?`), repeatable; a matching directory is left out whole",
+        false,
+    ),
+];
+const FS_IMPORT: &[(&str, &str, bool)] = &[(
+    "path",
+    "The directory to unpack into (`/mnt/data` when omitted)",
+    false,
+)];
+
 /// The whole document.
 pub fn document() -> serde_json::Value {
     build().0
@@ -600,6 +671,12 @@ fn build() -> (serde_json::Value, Vec<String>) {
     let container_file = d.schema::<wire::ContainerFile>();
     let container_files = d.list::<wire::ContainerFile>("ContainerFileList");
     let from_file_id = d.schema::<wire::CreateContainerFileFromId>();
+    let fs_entry = d.schema::<wire::fs::FsEntry>();
+    let fs_list = d.schema::<wire::fs::FsEntryList>();
+    let fs_mkdir = d.schema::<wire::fs::FsMkdir>();
+    let fs_move = d.schema::<wire::fs::FsMove>();
+    let fs_deleted = d.schema::<wire::fs::FsDeleted>();
+    let fs_archive = d.schema::<wire::fs::FsArchive>();
     let file = d.schema::<wire::FileObject>();
     let files = d.list::<wire::FileObject>("FileList");
     let usage = d.schema::<wire::Usage>();
@@ -886,6 +963,96 @@ fn build() -> (serde_json::Value, Vec<String>) {
             Body::None,
             Answer::Json(file.clone()),
         ),
+        // Files by path (issue 19, shellgate extension).
+        Operation {
+            query: Query::Named(FS_PATH),
+            ..operation(
+                Get,
+                "/v1/containers/{container_id}/fs/content",
+                "Container Files",
+                "Read a regular file by path, streamed (a suspended container's /mnt/data \
+                 without waking it)",
+                Body::None,
+                Answer::Bytes("application/octet-stream"),
+            )
+        },
+        Operation {
+            query: Query::Named(FS_WRITE),
+            ..operation(
+                Put,
+                "/v1/containers/{container_id}/fs/content",
+                "Container Files",
+                "Write a file by path from the streamed body (a temporary file renamed over \
+                 it: a cut upload leaves the old file)",
+                Body::Bytes("application/octet-stream"),
+                Answer::Json(fs_entry.clone()),
+            )
+        },
+        Operation {
+            query: Query::Named(FS_PATH),
+            ..get(
+                "/v1/containers/{container_id}/fs/stat",
+                "Container Files",
+                "An entry by path (lstat: a link is reported, not followed)",
+                &fs_entry,
+            )
+        },
+        Operation {
+            query: Query::Named(FS_LIST),
+            ..get(
+                "/v1/containers/{container_id}/fs/list",
+                "Container Files",
+                "A directory's entries, depth first",
+                &fs_list,
+            )
+        },
+        operation(
+            Post,
+            "/v1/containers/{container_id}/fs/mkdir",
+            "Container Files",
+            "Make a directory",
+            Body::Json(fs_mkdir),
+            Answer::Json(fs_entry.clone()),
+        ),
+        operation(
+            Post,
+            "/v1/containers/{container_id}/fs/move",
+            "Container Files",
+            "Move (rename) a file or directory",
+            Body::Json(fs_move),
+            Answer::Json(fs_entry.clone()),
+        ),
+        Operation {
+            query: Query::Named(FS_REMOVE),
+            ..delete(
+                "/v1/containers/{container_id}/fs",
+                "Container Files",
+                "Remove a file, link or directory (a tree with recursive=true)",
+                &fs_deleted,
+            )
+        },
+        Operation {
+            query: Query::Named(FS_EXPORT),
+            ..operation(
+                Get,
+                "/v1/containers/{container_id}/fs/archive",
+                "Container Files",
+                "Export a directory as a tar stream",
+                Body::None,
+                Answer::Bytes("application/x-tar"),
+            )
+        },
+        Operation {
+            query: Query::Named(FS_IMPORT),
+            ..operation(
+                Post,
+                "/v1/containers/{container_id}/fs/archive",
+                "Container Files",
+                "Import a tar stream into a directory (a refused or cut archive leaves nothing)",
+                Body::Bytes("application/x-tar"),
+                Answer::Json(fs_archive),
+            )
+        },
         // Files.
         operation(
             Post,

@@ -10,6 +10,7 @@ pub mod messages;
 pub mod param;
 
 pub mod chat;
+pub mod fs;
 pub mod models;
 pub mod responses;
 pub mod time;

@@ -26,6 +26,9 @@
 
 mod command;
 mod container;
+// Files by path (`engine/fs.rs`; `fs` here is `std::fs`).
+#[path = "fs.rs"]
+mod fs_paths;
 mod network;
 mod pools;
 mod ports;
@@ -51,10 +54,14 @@ use crate::backend::{
 use crate::cgroup::Cgroups;
 use crate::disk::{self, DiskKind};
 use crate::error::{IoContext, SandboxError};
+use crate::fs_ops::Task;
 use crate::image::ImageStore;
 use container::{Container, Wake};
 pub use network::EgressSettings;
 use pools::{FormattedDisk, Pool, SpareHelper, WarmContainer};
+use shellgate_sandbox_api::fs::{
+    ArchiveImported, FsDownload, FsEntry, FsListing, Upload, WriteOptions,
+};
 use shellgate_sandbox_api::process::{OutputRead, ProcessInfo, ProcessOutput, ProcessSpec};
 use slots::IdSlots;
 
@@ -894,6 +901,97 @@ impl SandboxBackend for LocalEngine {
 
     async fn wait_process(&self, id: &str, process_id: &str) -> Result<ProcessInfo, SandboxError> {
         LocalEngine::wait_process(self, id, process_id).await
+    }
+
+    // Files by path (issue 19): see `engine/fs.rs`.
+
+    async fn fs_read(&self, id: &str, path: &str) -> Result<FsDownload, SandboxError> {
+        self.fs_read_path(id, path).await
+    }
+
+    async fn fs_write(
+        &self,
+        id: &str,
+        path: &str,
+        options: WriteOptions,
+    ) -> Result<Box<dyn Upload<FsEntry>>, SandboxError> {
+        let task = Task::Write {
+            path: path.to_owned(),
+            mode: options.mode,
+            parents: options.parents,
+        };
+        self.fs_upload(id, task, fs_paths::expect_entry).await
+    }
+
+    async fn fs_stat(&self, id: &str, path: &str) -> Result<FsEntry, SandboxError> {
+        self.fs_stat_path(id, path).await
+    }
+
+    async fn fs_list(
+        &self,
+        id: &str,
+        path: &str,
+        depth: u32,
+        limit: u32,
+    ) -> Result<FsListing, SandboxError> {
+        self.fs_list_path(id, path, depth, limit).await
+    }
+
+    async fn fs_mkdir(
+        &self,
+        id: &str,
+        path: &str,
+        parents: bool,
+        mode: u32,
+    ) -> Result<FsEntry, SandboxError> {
+        let task = Task::Mkdir {
+            path: path.to_owned(),
+            parents,
+            mode,
+        };
+        self.fs_entry_task(id, task).await
+    }
+
+    async fn fs_move(
+        &self,
+        id: &str,
+        from: &str,
+        to: &str,
+        overwrite: bool,
+    ) -> Result<FsEntry, SandboxError> {
+        let task = Task::Move {
+            from: from.to_owned(),
+            to: to.to_owned(),
+            overwrite,
+        };
+        self.fs_entry_task(id, task).await
+    }
+
+    async fn fs_remove(&self, id: &str, path: &str, recursive: bool) -> Result<(), SandboxError> {
+        self.fs_remove_path(id, path, recursive).await
+    }
+
+    async fn fs_export(
+        &self,
+        id: &str,
+        path: &str,
+        excludes: Vec<String>,
+    ) -> Result<FsDownload, SandboxError> {
+        self.fs_export_path(id, path, excludes).await
+    }
+
+    async fn fs_import(
+        &self,
+        id: &str,
+        path: &str,
+    ) -> Result<Box<dyn Upload<ArchiveImported>>, SandboxError> {
+        let disk = self.container(id)?.spec.disk_bytes;
+        let task = Task::ArchiveImport {
+            path: path.to_owned(),
+            max_bytes: fs_paths::IMPORT_MAX_BYTES.min(disk),
+            max_entries: fs_paths::IMPORT_MAX_ENTRIES,
+        };
+        self.fs_upload(id, task, fs_paths::expect_imported).await
     }
 
     async fn shutdown(&self) {

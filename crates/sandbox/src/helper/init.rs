@@ -665,6 +665,21 @@ fn handle(
             super::process::start(launcher, id, start, passed, running, markers)
         }
         Some(Request::SignalCommand { id, signal }) => super::process::signal(id, signal, running),
+        Some(Request::Work { id, task }) => {
+            let marker = launcher.change_ids.then(|| markers.allocate());
+            let become_user = || become_sandbox_user(launcher, marker);
+            if let Some((pid, status)) = super::worker::start(&task, passed, become_user) {
+                running.insert(
+                    pid,
+                    RunningCommand {
+                        id,
+                        status,
+                        marker,
+                        abandoned: false,
+                    },
+                );
+            }
+        }
         Some(Request::KillCommand { id }) => {
             let pid = running
                 .iter()
@@ -850,53 +865,15 @@ fn exec_command(
             .raw_os_error()
             .unwrap_or(libc::EIO)
     };
+    if let Err(code) = become_sandbox_user(launcher, marker) {
+        fail(code);
+    }
     // SAFETY: each call below is a plain syscall with valid arguments, made in
     // a single-threaded child that is about to exec.
     unsafe {
-        // Undo what init set up for itself: blocked SIGCHLD and Rust's ignored
-        // SIGPIPE would both be inherited across exec.
-        let mut empty: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut empty);
-        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-
-        if libc::setsid() < 0 {
-            fail(errno());
-        }
-        // Undo init's OOM immunity (see the helper), or fail: a command left
-        // at -1000 could fill memory and never be the one the OOM killer
-        // picks. Raising the score is always allowed, but /proc/self of a
-        // non-dumpable process belongs to host root, whom nobody here may
-        // act as: until `execve` this child shares init's (non-dumpable)
-        // memory, so it marks that memory dumpable for the one write and
-        // back. Init is suspended (CLONE_VFORK) and no other process in the
-        // container runs as root, so nothing can use the window; nothing
-        // can cut it short either (this child is root and still at -1000).
-        if launcher.reset_oom_score {
-            libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
-            let oom = launcher.oom_score_adj.as_ptr();
-            let fd = libc::open(oom, libc::O_WRONLY | libc::O_CLOEXEC);
-            let reset = if fd < 0 {
-                Err(errno())
-            } else {
-                let written = libc::write(fd, b"0".as_ptr().cast(), 1);
-                let result = match written {
-                    1 => Ok(()),
-                    0 => Err(libc::EIO),
-                    _ => Err(errno()),
-                };
-                libc::close(fd);
-                result
-            };
-            if libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 {
-                fail(errno());
-            }
-            if let Err(code) = reset {
-                fail(code);
-            }
-        }
         // A terminal becomes the new session's controlling terminal
-        // (job control, ^C, SIGWINCH and SIGHUP reach the command).
+        // (job control, ^C, SIGWINCH and SIGHUP reach the command); its
+        // slave belongs to the sandbox user, who may do this.
         if io.terminal && libc::ioctl(io.stdin, libc::TIOCSCTTY, 0) < 0 {
             fail(errno());
         }
@@ -904,22 +881,6 @@ fn exec_command(
             || libc::dup2(io.stdout, 1) < 0
             || libc::dup2(io.stderr, 2) < 0
         {
-            fail(errno());
-        }
-        // Raw syscalls: glibc's wrappers would try to change the ids of
-        // every thread sharing our memory, and the child shares init's.
-        let (uid, gid) = (launcher.sandbox_uid, launcher.sandbox_gid);
-        // The marker is the only supplementary group (see `Markers`).
-        let groups: [libc::gid_t; 1] = [marker.unwrap_or(0)];
-        let group_count = usize::from(marker.is_some());
-        if launcher.change_ids
-            && (libc::syscall(libc::SYS_setgroups, group_count, groups.as_ptr()) < 0
-                || libc::syscall(libc::SYS_setresgid, gid, gid, gid) < 0
-                || libc::syscall(libc::SYS_setresuid, uid, uid, uid) < 0)
-        {
-            fail(errno());
-        }
-        if drop_all_capabilities() < 0 {
             fail(errno());
         }
         // As the sandbox user: a working directory it may not enter is refused.
@@ -939,6 +900,83 @@ fn exec_command(
         }
         fail(last)
     }
+}
+
+/// The steps that make a child of init the sandbox user, shared by a
+/// command (before `execve`) and a file worker (before its task): its own
+/// session, init's OOM immunity undone, the marker as its only
+/// supplementary group, the sandbox user's ids, no capabilities, and the
+/// signal dispositions init changed for itself (blocked SIGCHLD, ignored
+/// SIGPIPE) restored. Never allocates: a command's child shares init's
+/// memory until `execve`. Returns the errno of the step that failed.
+fn become_sandbox_user(launcher: &Launcher, marker: Option<u32>) -> Result<(), i32> {
+    let errno = || {
+        std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO)
+    };
+    // SAFETY: each call below is a plain syscall with valid arguments, made
+    // in a single-threaded child of init.
+    unsafe {
+        // Undo what init set up for itself: blocked SIGCHLD and Rust's ignored
+        // SIGPIPE would both be inherited across exec.
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+
+        if libc::setsid() < 0 {
+            return Err(errno());
+        }
+        // Undo init's OOM immunity (see the helper), or fail: a child left
+        // at -1000 could fill memory and never be the one the OOM killer
+        // picks. Raising the score is always allowed, but /proc/self of a
+        // non-dumpable process belongs to host root, whom nobody here may
+        // act as: a command's child shares init's (non-dumpable) memory
+        // until `execve`, so it marks that memory dumpable for the one write
+        // and back. Init is suspended (CLONE_VFORK) or copied (a worker's
+        // fork), and no other process in the container runs as root, so
+        // nothing can use the window; nothing can cut it short either
+        // (this child is root and still at -1000).
+        if launcher.reset_oom_score {
+            libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
+            let oom = launcher.oom_score_adj.as_ptr();
+            let fd = libc::open(oom, libc::O_WRONLY | libc::O_CLOEXEC);
+            let reset = if fd < 0 {
+                Err(errno())
+            } else {
+                let written = libc::write(fd, b"0".as_ptr().cast(), 1);
+                let result = match written {
+                    1 => Ok(()),
+                    0 => Err(libc::EIO),
+                    _ => Err(errno()),
+                };
+                libc::close(fd);
+                result
+            };
+            if libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 {
+                return Err(errno());
+            }
+            reset?;
+        }
+        // Raw syscalls: glibc's wrappers would try to change the ids of
+        // every thread sharing our memory, and a command's child shares init's.
+        let (uid, gid) = (launcher.sandbox_uid, launcher.sandbox_gid);
+        // The marker is the only supplementary group (see `Markers`).
+        let groups: [libc::gid_t; 1] = [marker.unwrap_or(0)];
+        let group_count = usize::from(marker.is_some());
+        if launcher.change_ids
+            && (libc::syscall(libc::SYS_setgroups, group_count, groups.as_ptr()) < 0
+                || libc::syscall(libc::SYS_setresgid, gid, gid, gid) < 0
+                || libc::syscall(libc::SYS_setresuid, uid, uid, uid) < 0)
+        {
+            return Err(errno());
+        }
+        if drop_all_capabilities() < 0 {
+            return Err(errno());
+        }
+    }
+    Ok(())
 }
 
 /// Clears the effective, permitted and inheritable capability sets.

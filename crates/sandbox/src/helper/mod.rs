@@ -24,6 +24,7 @@ mod mounts;
 pub mod network;
 mod process;
 mod seccomp;
+mod worker;
 
 use std::ffi::CString;
 use std::fs;
