@@ -272,6 +272,20 @@ export class ShellgateSandboxSession {
     }
   }
 
+  /** Whether the container is still there to reattach to: `false` only when the
+   * server says it is gone (404); a server that cannot answer throws, so that a
+   * resume does not replace a container that may well be alive. */
+  async containerExists() {
+    if (!this.state.containerId) return false;
+    try {
+      const container = await this.api.json('GET', this.containerPath(), { operation: 'retrieve container' });
+      return ['running', 'suspended', 'creating'].includes(container.status);
+    } catch (error) {
+      if (error instanceof ShellgateApiError && error.status === 404) return false;
+      throw error;
+    }
+  }
+
   // -- processes ------------------------------------------------------------------
 
   async startProcess(command, { tty, timeoutMs }) {
@@ -736,7 +750,7 @@ export class ShellgateSandboxClient {
   async resume(state, resumeOptions = {}) {
     const options = this.resolved(resumeOptions.clientOptions);
     const session = new ShellgateSandboxSession({ state, apiKey: options.apiKey, fetch: options.fetch });
-    if (state.containerId && (await session.running())) return session;
+    if (await session.containerExists()) return session;
     const container = await this.createContainer(state.settings ?? {}, { ...options, baseUrl: state.baseUrl });
     state.containerId = container.id;
     state.workspaceReady = false;

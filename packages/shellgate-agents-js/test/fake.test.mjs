@@ -153,3 +153,13 @@ test('resume reattaches a live container and replaces a deleted one; delete is i
   assert.equal(replaced.state.containerId, 'cntr_2');
   assert.equal(fake.containers.get('cntr_2').body.memory_limit, '16g');
 });
+
+test('resume fails, replacing nothing, when the server cannot say whether the container exists', async () => {
+  const fake = fakeShellgate();
+  const client = clientFor(fake);
+  const session = await client.create();
+  const unavailable = async (url, init) => (init.method === 'GET' ? new Response('busy', { status: 503 }) : fake.fetch(url, init));
+  const flaky = clientFor(fake, { fetch: unavailable });
+  await assert.rejects(flaky.resume(session.state), /HTTP 503/);
+  assert.deepEqual([...fake.containers.keys()], ['cntr_1']);
+});

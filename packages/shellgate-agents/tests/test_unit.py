@@ -20,6 +20,7 @@ from agents.sandbox.errors import (
     ExecTransportError,
     ExposedPortUnavailableError,
     PtySessionNotFoundError,
+    SandboxRuntimeError,
     WorkspaceReadNotFoundError,
 )
 from agents.sandbox.session.sandbox_client import BaseSandboxClientOptions
@@ -509,3 +510,25 @@ def test_output_a_terminal_dropped_is_said_in_it():
         return b"".join(entry.output_chunks)
 
     assert asyncio.run(run()) == b"[5000 bytes of output dropped]\ntail"
+
+
+def test_resume_when_the_server_cannot_answer_fails_instead_of_replacing_the_container():
+    fake = FakeShellgate()
+    fake.containers["cntr_1"] = {"id": "cntr_1", "status": "running"}
+
+    def unavailable(request):
+        if request.method == "GET":
+            return httpx.Response(503, text="busy")
+        return fake.handle(request)
+
+    client = ShellgateSandboxClient(transport=httpx.MockTransport(unavailable), api_key=SECRET)
+    state = ShellgateSandboxSessionState(
+        manifest=Manifest(root="/mnt/data"),
+        snapshot={"type": "noop", "id": "s"},
+        base_url="http://shellgate.test",
+        container_id="cntr_1",
+    )
+    with pytest.raises(SandboxRuntimeError) as raised:
+        asyncio.run(client.resume(state))
+    assert raised.value.retryable is True
+    assert list(fake.containers) == ["cntr_1"]

@@ -35,6 +35,7 @@ from agents.sandbox.errors import (
     ExecTimeoutError,
     ExecTransportError,
     ExposedPortUnavailableError,
+    SandboxRuntimeError,
     WorkspaceArchiveReadError,
     WorkspaceArchiveWriteError,
     WorkspaceReadNotFoundError,
@@ -309,6 +310,37 @@ class ShellgateSandboxSession(BaseSandboxSession):
             container = await self.retrieve_container()
         except (ShellgateApiError, httpx.HTTPError):
             return False
+        return container.status in ("running", "suspended", "creating")
+
+    async def container_exists(self) -> bool:
+        """Whether the container is still there to reattach to (running, suspended or
+        being made): `False` only when the server says it is gone (404); a server
+        that cannot answer raises, so that a resume does not replace a container
+        that may well be alive."""
+        if not self.state.container_id:
+            return False
+        try:
+            container = await self.retrieve_container()
+        except ShellgateApiError as error:
+            if error.status == 404:
+                return False
+            raise SandboxRuntimeError(
+                message=f"shellgate could not say whether the container exists: {error}",
+                error_code=ErrorCode.WORKSPACE_START_ERROR,
+                op="start",
+                context=error.context(),
+                cause=error,
+                retryable=error.retryable,
+            ) from error
+        except httpx.HTTPError as error:
+            raise SandboxRuntimeError(
+                message=f"shellgate at {self._api.base_url} could not be reached: {error}",
+                error_code=ErrorCode.WORKSPACE_START_ERROR,
+                op="start",
+                context={"backend": BACKEND_ID, "base_url": self._api.base_url},
+                cause=error,
+                retryable=True,
+            ) from error
         return container.status in ("running", "suspended", "creating")
 
     async def _after_stop(self) -> None:
@@ -1132,7 +1164,7 @@ class ShellgateSandboxClient(BaseSandboxClient[ShellgateSandboxClientOptions]):
         state.assert_path_grants_rebound()
         api_key = self._key(base_url=state.base_url)
         inner = ShellgateSandboxSession(state=state, api_key=api_key, transport=self._transport)
-        alive = bool(state.container_id) and await inner.running()
+        alive = await inner.container_exists()
         if not alive:
             container = await self._create_container(
                 base_url=state.base_url,
