@@ -10,6 +10,9 @@
  * ports. The workspace is `/mnt/data`, the one directory the container's user owns.
  */
 
+import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+import { homedir, tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { applyDiff } from '@openai/agents-core';
 import { Manifest } from '@openai/agents-core/sandbox';
 
@@ -219,6 +222,16 @@ function workspaceManifest(manifest) {
     groups: given.groups,
     extraPathGrants: given.extraPathGrants,
   });
+}
+
+/** Where the SDK keeps local snapshots when a spec names no directory (its own
+ * rule on Linux: `OPENAI_AGENTS_SANDBOX_SNAPSHOT_DIR`, else the XDG state dir). */
+function defaultSnapshotDir() {
+  const configured = process.env.OPENAI_AGENTS_SANDBOX_SNAPSHOT_DIR?.trim();
+  if (configured) return configured;
+  const stateHome = process.env.XDG_STATE_HOME?.trim();
+  const base = stateHome?.startsWith('/') ? stateHome : homedir() ? join(homedir(), '.local', 'state') : tmpdir();
+  return join(base, 'openai-agents-js', 'sandbox-snapshots');
 }
 
 /** One shellgate container as a sandbox session. */
@@ -730,6 +743,8 @@ export class ShellgateSandboxClient {
     const container = await this.createContainer(settings, options);
     const session = new ShellgateSandboxSession({
       state: {
+        snapshotSpec: (isManifest ? undefined : args.snapshot) ?? options.snapshot ?? null,
+        snapshot: null,
         manifest,
         baseUrl: normalizeBaseUrl(options.baseUrl),
         containerId: container.id,
@@ -754,8 +769,47 @@ export class ShellgateSandboxClient {
     const container = await this.createContainer(state.settings ?? {}, { ...options, baseUrl: state.baseUrl });
     state.containerId = container.id;
     state.workspaceReady = false;
-    await session.start();
+    const archive = await this.loadSnapshot(state, options);
+    if (archive) {
+      // The snapshot holds the workspace as it was, manifest files included.
+      await session.hydrateWorkspace(archive);
+      state.workspaceReady = true;
+    } else {
+      await session.start();
+    }
     return session;
+  }
+
+  /** The workspace, saved where the snapshot spec says (`{type: 'local', baseDir}`
+   * or `{type: 'remote', store}`), for a resume whose container is gone. */
+  async saveSnapshot(state, options) {
+    const spec = state.snapshotSpec ?? options.snapshot;
+    if (!spec || spec.type === 'noop') return null;
+    const session = new ShellgateSandboxSession({ state, apiKey: options.apiKey, fetch: options.fetch });
+    const data = await session.persistWorkspace();
+    const id = state.snapshot?.id ?? crypto.randomUUID();
+    if (spec.type === 'local') {
+      const baseDir = spec.baseDir ?? defaultSnapshotDir();
+      await mkdir(baseDir, { recursive: true });
+      const path = join(baseDir, `${id}.tar`);
+      await writeFile(`${path}.tmp`, data);
+      await rename(`${path}.tmp`, path);
+      return { type: 'local', id, path };
+    }
+    if (spec.type === 'remote' && spec.store) {
+      const saved = await spec.store.save({ id, data });
+      return { type: 'remote', id: saved.id };
+    }
+    throw new Error(`shellgate sessions cannot save a ${spec.type} snapshot`);
+  }
+
+  async loadSnapshot(state, options) {
+    const snapshot = state.snapshot;
+    if (!snapshot) return null;
+    if (snapshot.type === 'local') return new Uint8Array(await readFile(snapshot.path));
+    const spec = state.snapshotSpec ?? options.snapshot;
+    if (snapshot.type === 'remote' && spec?.store) return (await spec.store.load({ id: snapshot.id })).data;
+    return null;
   }
 
   async delete(state) {
@@ -764,7 +818,12 @@ export class ShellgateSandboxClient {
   }
 
   async serializeSessionState(state) {
+    if (state.snapshotSpec ?? this.options.snapshot) {
+      state.snapshot = await this.saveSnapshot(state, this.resolved());
+    }
     return {
+      snapshot: state.snapshot ?? null,
+      snapshotSpec: state.snapshotSpec?.type === 'local' ? state.snapshotSpec : null,
       manifest: {
         root: state.manifest.root,
         entries: state.manifest.entries,
@@ -781,6 +840,8 @@ export class ShellgateSandboxClient {
   async deserializeSessionState(payload) {
     const manifest = new Manifest({ root: payload.manifest.root, entries: payload.manifest.entries });
     return {
+      snapshot: payload.snapshot ?? null,
+      snapshotSpec: payload.snapshotSpec ?? this.options.snapshot ?? null,
       manifest,
       baseUrl: payload.baseUrl,
       containerId: payload.containerId,

@@ -6,6 +6,9 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { run, setTracingDisabled } from '@openai/agents-core';
 import { Manifest, SandboxAgent } from '@openai/agents-core/sandbox';
 import { ScriptedModel, functionCall, assistantMessage, modelResponder } from '@openai/agents-core/testing';
@@ -24,6 +27,8 @@ async function serves(path) {
 }
 
 before(async () => {
+  // The SDK's runs snapshot their workspace where this says, not in $HOME.
+  process.env.OPENAI_AGENTS_SANDBOX_SNAPSHOT_DIR = mkdtempSync(join(tmpdir(), 'shellgate-agents-js-runs-'));
   server = await startServer({ key: `${KEY}:agents`, name: 'agents-js' });
   server.root = server.baseURL.replace(/\/v1$/, '');
   for (const path of ['/v1/containers/cntr_none/processes', '/v1/containers/cntr_none/fs/stat?path=/mnt/data',
@@ -31,7 +36,10 @@ before(async () => {
     if (!(await serves(path))) missing.push(path);
   }
 });
-after(async () => server?.stop());
+after(async () => {
+  await server?.stop();
+  rmSync(process.env.OPENAI_AGENTS_SANDBOX_SNAPSHOT_DIR, { recursive: true, force: true });
+});
 
 const client = () => new ShellgateSandboxClient({ baseUrl: server.root, apiKey: KEY });
 
@@ -89,5 +97,25 @@ test('files round trip byte-exact, and a persisted workspace hydrates a new cont
   } finally {
     await first.delete();
     await second?.delete();
+  }
+});
+
+test('a serialized state with a local snapshot resumes into a new container once the old is deleted', async (t) => {
+  if (missing.length) return t.skip(`this shellgate does not serve ${missing.join(', ')}`);
+  const sandbox = client();
+  const snapshot = { type: 'local', baseDir: mkdtempSync(join(tmpdir(), 'shellgate-agents-js-')) };
+  const first = await sandbox.create({ snapshot, manifest: new Manifest({ entries: { 'seed.txt': { type: 'file', content: 'seeded\n' } } }) });
+  await first.run(['sh', '-c', 'echo made-by-a-command > made.txt']);
+  const payload = JSON.parse(JSON.stringify(await sandbox.serializeSessionState(first.state)));
+  assert.ok(!JSON.stringify(payload).includes(KEY));
+  await first.delete();
+  const second = await sandbox.resume(await sandbox.deserializeSessionState(payload));
+  try {
+    assert.notEqual(second.state.containerId, first.state.containerId);
+    assert.equal(new TextDecoder().decode(await second.readFile({ path: 'made.txt' })), 'made-by-a-command\n');
+    assert.equal(new TextDecoder().decode(await second.readFile({ path: 'seed.txt' })), 'seeded\n');
+  } finally {
+    await second.delete();
+    rmSync(snapshot.baseDir, { recursive: true, force: true });
   }
 });
