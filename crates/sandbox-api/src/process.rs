@@ -314,7 +314,8 @@ mod tests {
     #[test]
     fn a_start_is_checked_naming_the_field() {
         assert!(spec().validate().is_ok());
-        let cases: [(fn(&mut ProcessSpec), &str); 8] = [
+        type Change = fn(&mut ProcessSpec);
+        let cases: [(Change, &str); 8] = [
             (|s| s.command.clear(), "command"),
             (|s| s.timeout_ms = 0, "timeout_ms"),
             (|s| s.timeout_ms = 300_001, "timeout_ms"),

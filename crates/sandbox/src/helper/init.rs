@@ -18,7 +18,8 @@
 //! 7. `no_new_privs` and the seccomp filter, inherited by every command.
 //!
 //! Each command is then forked: its own session and process group, stdin
-//! `/dev/null`, the unprivileged sandbox user with no capabilities, a clean
+//! `/dev/null` (a process's: a pipe, or a terminal that becomes its
+//! controlling one, see [`super::process`]), the unprivileged sandbox user with no capabilities, a clean
 //! environment, `/mnt/data` as working directory, `bash -c` (or `sh -c`).
 //! When the control socket closes (the server stopped the container, or
 //! died), init exits and the kernel kills everything in its pid namespace.
