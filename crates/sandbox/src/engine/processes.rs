@@ -34,7 +34,7 @@ use tokio::net::unix::pipe;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::container::{Container, InFlight, Running};
+use super::container::{InFlight, Running};
 use super::{lock, LocalEngine};
 use crate::backend::Outcome;
 use crate::error::{IoContext, SandboxError};
@@ -499,7 +499,8 @@ impl LocalEngine {
     ) -> Result<ProcessInfo, SandboxError> {
         spec.validate()?;
         let container = self.container(id)?;
-        let reserved = container.processes.reserve(process_id)?;
+        let table = self.table(id);
+        let reserved = table.reserve(process_id)?;
         let (running, in_flight) = self.enter(&container).await?;
         let (status_read, status_write) = sys::pipe().context(|| "pipe".into())?;
         let failed_forks = running.counters.events().pids_max;
@@ -622,7 +623,7 @@ impl LocalEngine {
             master,
         });
         {
-            let mut table = lock(&container.processes.processes);
+            let mut table = lock(&table.processes);
             table.kept.push(Arc::clone(&process));
         }
         drop(reserved);
@@ -639,13 +640,24 @@ impl LocalEngine {
         Ok(process.info())
     }
 
+    /// A container's table of processes (made at its first process).
+    fn table(&self, id: &str) -> Arc<Table> {
+        Arc::clone(
+            lock(&self.inner.processes)
+                .entry(id.to_owned())
+                .or_default(),
+        )
+    }
+
     fn process_of(&self, id: &str, process_id: &str) -> Result<Arc<Process>, SandboxError> {
-        self.container(id)?.processes.find(process_id)
+        self.container(id)?;
+        self.table(id).find(process_id)
     }
 
     pub(super) fn list_processes(&self, id: &str) -> Result<Vec<ProcessInfo>, SandboxError> {
-        let container: Arc<Container> = self.container(id)?;
-        let mut table = lock(&container.processes.processes);
+        self.container(id)?;
+        let table = self.table(id);
+        let mut table = lock(&table.processes);
         table.prune();
         Ok(table.kept.iter().map(|p| p.info()).collect())
     }
@@ -793,7 +805,7 @@ impl LocalEngine {
         cols: u16,
         rows: u16,
     ) -> Result<(), SandboxError> {
-        shellgate_sandbox_api::process::check_size(cols, rows)?;
+        crate::backend::check_terminal_size(cols, rows)?;
         let process = self.process_of(id, process_id)?;
         let Some(master) = &process.master else {
             return Err(SandboxError::InvalidRequest {

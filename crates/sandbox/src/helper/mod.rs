@@ -21,7 +21,6 @@
 mod init;
 mod mounts;
 pub mod network;
-mod process;
 mod seccomp;
 
 use std::ffi::CString;
