@@ -44,6 +44,10 @@ use crate::sys;
 /// Largest piece of output kept as one chunk (reads are merged up to it).
 const CHUNK: usize = 64 * 1024;
 
+/// Output the ended processes of one container keep together, at most (the
+/// live ones keep up to `OUTPUT_BUFFER` each).
+const ENDED_OUTPUT: usize = 16 << 20;
+
 /// How long the engine waits for init's answer to a start (it answers at
 /// once; only a dead init is slower).
 const START_PATIENCE: Duration = Duration::from_secs(10);
@@ -192,6 +196,12 @@ impl Process {
         lock(&self.state).status == ProcessStatus::Running
     }
 
+    /// Bytes of output its buffer holds.
+    fn kept_bytes(&self) -> usize {
+        let state = lock(&self.state);
+        (state.buffer.end - state.buffer.start) as usize
+    }
+
     fn bump(&self) {
         self.version.send_modify(|v| *v = v.wrapping_add(1));
     }
@@ -250,9 +260,20 @@ impl TableInner {
         let ended: Vec<usize> = (0..self.kept.len())
             .filter(|i| !self.kept[*i].live())
             .collect();
-        if ended.len() > process_limits::MAX_ENDED {
-            // The oldest ended ones go first (kept is in start order).
-            let forget: Vec<usize> = ended[..ended.len() - process_limits::MAX_ENDED].to_vec();
+        // At most MAX_ENDED of them, holding at most ENDED_OUTPUT bytes
+        // together: the oldest ended ones go first (kept is in start
+        // order), so a container's ended processes pin little memory.
+        let mut held: usize = ended.iter().map(|i| self.kept[*i].kept_bytes()).sum();
+        let mut forget_count = ended.len().saturating_sub(process_limits::MAX_ENDED);
+        for i in &ended[..forget_count] {
+            held -= self.kept[*i].kept_bytes();
+        }
+        while held > ENDED_OUTPUT && forget_count < ended.len() {
+            held -= self.kept[ended[forget_count]].kept_bytes();
+            forget_count += 1;
+        }
+        if forget_count > 0 {
+            let forget: Vec<usize> = ended[..forget_count].to_vec();
             let mut index = 0;
             self.kept.retain(|_| {
                 let keep = !forget.contains(&index);
@@ -370,6 +391,8 @@ struct Pump {
     timeout: Duration,
     drain_grace: Duration,
     masks: [Option<MaskStream>; 2],
+    /// Its container's table, pruned when it ends (ended output is capped).
+    table: Arc<Table>,
     _in_flight: InFlight,
 }
 
@@ -461,6 +484,7 @@ impl Pump {
             state.ended = Some(Instant::now());
         }
         lock(&process.running).take();
+        lock(&self.table.processes).prune();
         // Writers see the end (a pipe's reader may be a leftover process).
         if let Ok(mut input) = process.input.try_lock() {
             *input = Input::None;
@@ -634,6 +658,7 @@ impl LocalEngine {
             timeout: Duration::from_millis(spec.timeout_ms),
             drain_grace: self.inner.config.drain_grace,
             masks,
+            table: Arc::clone(&table),
             _in_flight: in_flight,
         };
         tokio::spawn(pump.run());
