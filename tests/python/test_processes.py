@@ -203,7 +203,7 @@ def test_a_terminal_nobody_reads_stays_bounded_and_dies_at_its_timeout(server):
             return int(next(l for l in f if l.startswith("VmRSS:")).split()[1])
 
     before = rss_kib()
-    flood = start(s, cid, command="yes", pty={}, timeout_ms=4000)
+    flood = start(s, cid, command="exec yes procs-flood", pty={}, timeout_ms=4000)
     path = f"/containers/{cid}/processes/{flood['id']}"
     assert wait_until(lambda: get(s, path).json()["status"] != "running", 60)
     ended = get(s, path).json()
@@ -215,7 +215,7 @@ def test_a_terminal_nobody_reads_stays_bounded_and_dies_at_its_timeout(server):
     assert page["chunks"][0]["offset"] == page["dropped_bytes"]
     # The server's memory did not follow the output (one buffer, not a queue).
     assert rss_kib() - before < 64 * 1024, (before, rss_kib())
-    assert not processes_matching(" yes")
+    assert wait_until(lambda: not processes_matching("procs-flood"), 30)
 
 
 def test_a_client_that_leaves_mid_stream_changes_nothing(server):
