@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::process::{OutputRead, ProcessError, ProcessInfo, ProcessOutput, ProcessSpec};
+use crate::process::{
+    process_limits, OutputRead, ProcessError, ProcessInfo, ProcessOutput, ProcessSpec,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::error::SandboxError;
@@ -668,6 +670,104 @@ pub fn check_memory(memory_bytes: u64, ceiling: u64) -> Result<(), SandboxError>
                 ceiling >> 20
             ),
         });
+    }
+    Ok(())
+}
+
+impl ProcessSpec {
+    /// Checks every field, naming the offending parameter (the same
+    /// command and timeout rules as exec's, `RunRequest::validate`).
+    pub fn validate(&self) -> Result<(), SandboxError> {
+        let invalid = |param: &'static str, message: String| {
+            Err(SandboxError::InvalidRequest { param, message })
+        };
+        if self.command.is_empty() || self.command.len() > limits::MAX_COMMAND_BYTES {
+            return invalid(
+                "command",
+                format!(
+                    "command must be 1 to {} bytes long",
+                    limits::MAX_COMMAND_BYTES
+                ),
+            );
+        }
+        if self.command.contains('\0') {
+            return invalid("command", "command must not contain NUL".into());
+        }
+        if self.timeout_ms == 0 || self.timeout_ms > limits::MAX_TIMEOUT_MS {
+            return invalid(
+                "timeout_ms",
+                format!(
+                    "timeout_ms must be between 1 and {}",
+                    limits::MAX_TIMEOUT_MS
+                ),
+            );
+        }
+        if self.env.len() > process_limits::MAX_ENV {
+            return invalid(
+                "env",
+                format!("at most {} variables", process_limits::MAX_ENV),
+            );
+        }
+        for (name, value) in &self.env {
+            let name_ok = !name.is_empty()
+                && !name.starts_with(|c: char| c.is_ascii_digit())
+                && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+            if !name_ok {
+                return invalid(
+                    "env",
+                    format!("{name:?} is not a variable name (letters, digits, '_')"),
+                );
+            }
+            if value.contains('\0') || name.len() + value.len() + 1 > process_limits::MAX_ENV_ENTRY
+            {
+                return invalid(
+                    "env",
+                    format!(
+                        "the value of {name} must hold no NUL and be under {} bytes",
+                        process_limits::MAX_ENV_ENTRY
+                    ),
+                );
+            }
+        }
+        if let Some(cwd) = &self.cwd {
+            if !cwd.starts_with('/') || cwd.contains('\0') || cwd.len() > process_limits::MAX_CWD {
+                return invalid(
+                    "cwd",
+                    "cwd must be an absolute path inside the container".into(),
+                );
+            }
+        }
+        if let Some(pty) = &self.pty {
+            check_terminal_size(pty.cols, pty.rows)?;
+            let term_ok = !pty.term.is_empty()
+                && pty.term.len() <= process_limits::MAX_TERM
+                && pty
+                    .term
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.+".contains(&b));
+            if !term_ok {
+                return invalid(
+                    "pty.term",
+                    "term must be 1 to 64 letters, digits, '-', '_', '.' or '+'".into(),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Refuses a terminal size of zero or past [`process_limits::MAX_CELLS`].
+pub fn check_terminal_size(cols: u16, rows: u16) -> Result<(), SandboxError> {
+    for (param, value) in [("cols", cols), ("rows", rows)] {
+        if value == 0 || value > process_limits::MAX_CELLS {
+            return Err(SandboxError::InvalidRequest {
+                param,
+                message: format!(
+                    "{param} must be between 1 and {}",
+                    process_limits::MAX_CELLS
+                ),
+            });
+        }
     }
     Ok(())
 }

@@ -2,12 +2,12 @@
 //! stdin and an optional terminal, whose output is kept in a bounded buffer
 //! and read by byte offset, and which can be written to, signalled, resized
 //! and killed while it runs. The values that cross [`crate::SandboxBackend`]'s
-//! process methods, and their errors.
+//! process methods, and their errors (their checks, `ProcessSpec::validate`,
+//! are in `backend` beside `RunRequest`'s).
 
 use std::time::Duration;
 
-use crate::backend::{limits, Outcome};
-use crate::SandboxError;
+use shellgate_wire::Outcome;
 
 /// Limits of processes, per container.
 pub mod process_limits {
@@ -59,104 +59,6 @@ pub struct ProcessSpec {
     pub env: Vec<(String, String)>,
     /// Working directory; `/mnt/data` when `None`.
     pub cwd: Option<String>,
-}
-
-impl ProcessSpec {
-    /// Checks every field, naming the offending parameter (the same
-    /// command and timeout rules as exec's, `RunRequest::validate`).
-    pub fn validate(&self) -> Result<(), SandboxError> {
-        let invalid = |param: &'static str, message: String| {
-            Err(SandboxError::InvalidRequest { param, message })
-        };
-        if self.command.is_empty() || self.command.len() > limits::MAX_COMMAND_BYTES {
-            return invalid(
-                "command",
-                format!(
-                    "command must be 1 to {} bytes long",
-                    limits::MAX_COMMAND_BYTES
-                ),
-            );
-        }
-        if self.command.contains('\0') {
-            return invalid("command", "command must not contain NUL".into());
-        }
-        if self.timeout_ms == 0 || self.timeout_ms > limits::MAX_TIMEOUT_MS {
-            return invalid(
-                "timeout_ms",
-                format!(
-                    "timeout_ms must be between 1 and {}",
-                    limits::MAX_TIMEOUT_MS
-                ),
-            );
-        }
-        if self.env.len() > process_limits::MAX_ENV {
-            return invalid(
-                "env",
-                format!("at most {} variables", process_limits::MAX_ENV),
-            );
-        }
-        for (name, value) in &self.env {
-            let name_ok = !name.is_empty()
-                && !name.starts_with(|c: char| c.is_ascii_digit())
-                && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
-            if !name_ok {
-                return invalid(
-                    "env",
-                    format!("{name:?} is not a variable name (letters, digits, '_')"),
-                );
-            }
-            if value.contains('\0') || name.len() + value.len() + 1 > process_limits::MAX_ENV_ENTRY
-            {
-                return invalid(
-                    "env",
-                    format!(
-                        "the value of {name} must hold no NUL and be under {} bytes",
-                        process_limits::MAX_ENV_ENTRY
-                    ),
-                );
-            }
-        }
-        if let Some(cwd) = &self.cwd {
-            if !cwd.starts_with('/') || cwd.contains('\0') || cwd.len() > process_limits::MAX_CWD {
-                return invalid(
-                    "cwd",
-                    "cwd must be an absolute path inside the container".into(),
-                );
-            }
-        }
-        if let Some(pty) = &self.pty {
-            check_size(pty.cols, pty.rows)?;
-            let term_ok = !pty.term.is_empty()
-                && pty.term.len() <= process_limits::MAX_TERM
-                && pty
-                    .term
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"-_.+".contains(&b));
-            if !term_ok {
-                return invalid(
-                    "pty.term",
-                    "term must be 1 to 64 letters, digits, '-', '_', '.' or '+'".into(),
-                );
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Refuses a terminal size of zero or past [`process_limits::MAX_CELLS`].
-pub fn check_size(cols: u16, rows: u16) -> Result<(), SandboxError> {
-    for (param, value) in [("cols", cols), ("rows", rows)] {
-        if value == 0 || value > process_limits::MAX_CELLS {
-            return Err(SandboxError::InvalidRequest {
-                param,
-                message: format!(
-                    "{param} must be between 1 and {}",
-                    process_limits::MAX_CELLS
-                ),
-            });
-        }
-    }
-    Ok(())
 }
 
 /// Where a process stands.
@@ -295,6 +197,7 @@ pub fn signal_allowed(number: i32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::SandboxError;
 
     fn spec() -> ProcessSpec {
         ProcessSpec {
@@ -314,7 +217,8 @@ mod tests {
     #[test]
     fn a_start_is_checked_naming_the_field() {
         assert!(spec().validate().is_ok());
-        let cases: [(fn(&mut ProcessSpec), &str); 8] = [
+        type Change = fn(&mut ProcessSpec);
+        let cases: [(Change, &str); 8] = [
             (|s| s.command.clear(), "command"),
             (|s| s.timeout_ms = 0, "timeout_ms"),
             (|s| s.timeout_ms = 300_001, "timeout_ms"),

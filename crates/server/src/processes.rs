@@ -456,7 +456,11 @@ pub async fn socket(
         .await
         .map_err(|e| engine_error(&id, e))?;
     let after = query.after.unwrap_or(0);
+    // A client's frame is stdin (or a small control message): at most what
+    // one stdin call takes.
     Ok(upgrade
+        .max_message_size(process_limits::MAX_STDIN_WRITE)
+        .max_frame_size(process_limits::MAX_STDIN_WRITE)
         .on_upgrade(move |socket| serve_socket(state, id, process_id, after, socket))
         .into_response())
 }

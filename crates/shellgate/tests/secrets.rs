@@ -205,3 +205,55 @@ async fn a_refused_connection_is_told_in_the_stderr_of_the_command_that_made_it(
     assert_eq!(result.stderr, "");
     t.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_processs_output_is_masked_through_a_pipe_and_a_terminal() {
+    use shellgate_sandbox_api::process::{OutputRead, ProcessSpec, PtySpec};
+    let dir = TempDir::new("secrets-process");
+    let (engine, _) = LocalEngine::open(config(&dir)).await.expect("open engine");
+    let t = TestEngine { engine, dir };
+    t.create_with("s1", spec()).await;
+    let terminal = PtySpec {
+        cols: 80,
+        rows: 24,
+        term: "xterm".into(),
+    };
+    for (name, pty) in [("p1", None), ("p2", Some(terminal))] {
+        // The value in two writes: the buffer's chunks must not split it
+        // past the masker either.
+        let asked = ProcessSpec {
+            command: format!(
+                "printf %s '{}'; sleep 0.05; printf %s '{}'",
+                &VALUE[..7],
+                &VALUE[7..]
+            ),
+            stdin: false,
+            pty,
+            timeout_ms: 30_000,
+            env: Vec::new(),
+            cwd: None,
+        };
+        t.engine.start_process("s1", name, asked).await.unwrap();
+        t.engine.wait_process("s1", name).await.unwrap();
+        let read = OutputRead {
+            after: 0,
+            max_bytes: 1 << 20,
+            wait: std::time::Duration::ZERO,
+        };
+        let output = t
+            .engine
+            .read_process_output("s1", name, read)
+            .await
+            .unwrap();
+        let text: String = output
+            .chunks
+            .iter()
+            .map(|c| String::from_utf8_lossy(&c.data).into_owned())
+            .collect();
+        assert!(
+            !text.contains(VALUE) && text.contains("shellgate-secret-api_token-"),
+            "{name}: {text}"
+        );
+    }
+    t.finish().await;
+}

@@ -147,8 +147,6 @@ pub(super) struct Container {
     /// Masks its secrets' values (held, or known by their verifiers) in
     /// whatever of it reaches a client: command output, downloads.
     masker: Mutex<Option<Arc<Masker>>>,
-    /// Its processes (issue 19), live and recently ended.
-    pub processes: super::processes::Table,
 }
 
 /// Marks a command or file operation as in flight until dropped.
@@ -178,7 +176,6 @@ impl Container {
             last_loop: Mutex::new(None),
             view: Mutex::new(None),
             interceptor: Mutex::new(None),
-            processes: Default::default(),
         }
     }
 

@@ -167,6 +167,9 @@ pub(crate) struct Inner {
     images: ImageStore,
     memory_ceiling: u64,
     containers: Mutex<HashMap<String, Arc<Container>>>,
+    /// Each container's processes (issue 19), live and recently ended;
+    /// gone with the container.
+    processes: Mutex<HashMap<String, Arc<processes::Table>>>,
     slots: IdSlots,
     disks: Pool<FormattedDisk>,
     spares: Pool<SpareHelper>,
@@ -325,6 +328,7 @@ impl LocalEngine {
                 images,
                 memory_ceiling,
                 containers: Mutex::new(HashMap::new()),
+                processes: Mutex::new(HashMap::new()),
                 closing: AtomicBool::new(false),
                 counter: AtomicU64::new(0),
                 teardowns: Mutex::new(Vec::new()),
@@ -422,6 +426,7 @@ impl LocalEngine {
         }
         container.mark_destroyed();
         lock(&self.inner.containers).remove(&container.id);
+        lock(&self.inner.processes).remove(&container.id);
         let running = state.take();
         drop(state);
         let slot = container.id_slot();

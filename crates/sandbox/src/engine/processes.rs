@@ -34,7 +34,7 @@ use tokio::net::unix::pipe;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::container::{Container, InFlight, Running};
+use super::container::{InFlight, Running};
 use super::{lock, LocalEngine};
 use crate::backend::Outcome;
 use crate::error::{IoContext, SandboxError};
@@ -43,6 +43,10 @@ use crate::sys;
 
 /// Largest piece of output kept as one chunk (reads are merged up to it).
 const CHUNK: usize = 64 * 1024;
+
+/// Output the ended processes of one container keep together, at most (the
+/// live ones keep up to `OUTPUT_BUFFER` each).
+const ENDED_OUTPUT: usize = 16 << 20;
 
 /// How long the engine waits for init's answer to a start (it answers at
 /// once; only a dead init is slower).
@@ -192,6 +196,12 @@ impl Process {
         lock(&self.state).status == ProcessStatus::Running
     }
 
+    /// Bytes of output its buffer holds.
+    fn kept_bytes(&self) -> usize {
+        let state = lock(&self.state);
+        (state.buffer.end - state.buffer.start) as usize
+    }
+
     fn bump(&self) {
         self.version.send_modify(|v| *v = v.wrapping_add(1));
     }
@@ -250,9 +260,20 @@ impl TableInner {
         let ended: Vec<usize> = (0..self.kept.len())
             .filter(|i| !self.kept[*i].live())
             .collect();
-        if ended.len() > process_limits::MAX_ENDED {
-            // The oldest ended ones go first (kept is in start order).
-            let forget: Vec<usize> = ended[..ended.len() - process_limits::MAX_ENDED].to_vec();
+        // At most MAX_ENDED of them, holding at most ENDED_OUTPUT bytes
+        // together: the oldest ended ones go first (kept is in start
+        // order), so a container's ended processes pin little memory.
+        let mut held: usize = ended.iter().map(|i| self.kept[*i].kept_bytes()).sum();
+        let mut forget_count = ended.len().saturating_sub(process_limits::MAX_ENDED);
+        for i in &ended[..forget_count] {
+            held -= self.kept[*i].kept_bytes();
+        }
+        while held > ENDED_OUTPUT && forget_count < ended.len() {
+            held -= self.kept[ended[forget_count]].kept_bytes();
+            forget_count += 1;
+        }
+        if forget_count > 0 {
+            let forget: Vec<usize> = ended[..forget_count].to_vec();
             let mut index = 0;
             self.kept.retain(|_| {
                 let keep = !forget.contains(&index);
@@ -370,6 +391,8 @@ struct Pump {
     timeout: Duration,
     drain_grace: Duration,
     masks: [Option<MaskStream>; 2],
+    /// Its container's table, pruned when it ends (ended output is capped).
+    table: Arc<Table>,
     _in_flight: InFlight,
 }
 
@@ -461,6 +484,7 @@ impl Pump {
             state.ended = Some(Instant::now());
         }
         lock(&process.running).take();
+        lock(&self.table.processes).prune();
         // Writers see the end (a pipe's reader may be a leftover process).
         if let Ok(mut input) = process.input.try_lock() {
             *input = Input::None;
@@ -499,7 +523,8 @@ impl LocalEngine {
     ) -> Result<ProcessInfo, SandboxError> {
         spec.validate()?;
         let container = self.container(id)?;
-        let reserved = container.processes.reserve(process_id)?;
+        let table = self.table(id);
+        let reserved = table.reserve(process_id)?;
         let (running, in_flight) = self.enter(&container).await?;
         let (status_read, status_write) = sys::pipe().context(|| "pipe".into())?;
         let failed_forks = running.counters.events().pids_max;
@@ -622,7 +647,7 @@ impl LocalEngine {
             master,
         });
         {
-            let mut table = lock(&container.processes.processes);
+            let mut table = lock(&table.processes);
             table.kept.push(Arc::clone(&process));
         }
         drop(reserved);
@@ -633,19 +658,31 @@ impl LocalEngine {
             timeout: Duration::from_millis(spec.timeout_ms),
             drain_grace: self.inner.config.drain_grace,
             masks,
+            table: Arc::clone(&table),
             _in_flight: in_flight,
         };
         tokio::spawn(pump.run());
         Ok(process.info())
     }
 
+    /// A container's table of processes (made at its first process).
+    fn table(&self, id: &str) -> Arc<Table> {
+        Arc::clone(
+            lock(&self.inner.processes)
+                .entry(id.to_owned())
+                .or_default(),
+        )
+    }
+
     fn process_of(&self, id: &str, process_id: &str) -> Result<Arc<Process>, SandboxError> {
-        self.container(id)?.processes.find(process_id)
+        self.container(id)?;
+        self.table(id).find(process_id)
     }
 
     pub(super) fn list_processes(&self, id: &str) -> Result<Vec<ProcessInfo>, SandboxError> {
-        let container: Arc<Container> = self.container(id)?;
-        let mut table = lock(&container.processes.processes);
+        self.container(id)?;
+        let table = self.table(id);
+        let mut table = lock(&table.processes);
         table.prune();
         Ok(table.kept.iter().map(|p| p.info()).collect())
     }
@@ -793,7 +830,7 @@ impl LocalEngine {
         cols: u16,
         rows: u16,
     ) -> Result<(), SandboxError> {
-        shellgate_sandbox_api::process::check_size(cols, rows)?;
+        crate::backend::check_terminal_size(cols, rows)?;
         let process = self.process_of(id, process_id)?;
         let Some(master) = &process.master else {
             return Err(SandboxError::InvalidRequest {

@@ -18,7 +18,8 @@
 //! 7. `no_new_privs` and the seccomp filter, inherited by every command.
 //!
 //! Each command is then forked: its own session and process group, stdin
-//! `/dev/null`, the unprivileged sandbox user with no capabilities, a clean
+//! `/dev/null` (a process's: a pipe, or a terminal that becomes its
+//! controlling one, see [`process`]), the unprivileged sandbox user with no capabilities, a clean
 //! environment, `/mnt/data` as working directory, `bash -c` (or `sh -c`).
 //! When the control socket closes (the server stopped the container, or
 //! died), init exits and the kernel kills everything in its pid namespace.
@@ -26,6 +27,8 @@
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+mod process;
 
 use super::network::{self, ProxySockets};
 use super::{mounts, report, report_with_fds, seccomp};
@@ -662,9 +665,9 @@ fn handle(
             drop((stdout, stderr));
         }
         Some(Request::Start { id, start }) => {
-            super::process::start(launcher, id, start, passed, running, markers)
+            process::start(launcher, id, start, passed, running, markers)
         }
-        Some(Request::SignalCommand { id, signal }) => super::process::signal(id, signal, running),
+        Some(Request::SignalCommand { id, signal }) => process::signal(id, signal, running),
         Some(Request::Work { id, task }) => {
             let marker = launcher.change_ids.then(|| markers.allocate());
             let become_user = || become_sandbox_user(launcher, marker);

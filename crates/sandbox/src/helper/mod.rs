@@ -22,7 +22,6 @@ mod connect;
 mod init;
 mod mounts;
 pub mod network;
-mod process;
 mod seccomp;
 mod worker;
 

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-use super::init::{
+use super::{
     kill_command, send_status, start_marked, ChildIo, Launcher, Markers, RunningCommand, Start,
 };
 use crate::protocol::{PtyReply, StartProcess, Status};
