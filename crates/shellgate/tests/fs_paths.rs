@@ -134,6 +134,18 @@ fn files_round_trip_byte_exact_anywhere_the_sandbox_user_may_write() {
         .error(400)["param"],
         "depth"
     );
+    // A name that is not UTF-8 is counted, not dropped silently.
+    exec(
+        port,
+        &id,
+        &["mkdir /tmp/odd && touch /tmp/odd/ok $'/tmp/odd/\\xff'"],
+    );
+    let odd = ok_json(get(
+        port,
+        &format!("/v1/containers/{id}/fs/list?path=/tmp/odd"),
+    ));
+    assert_eq!(odd["data"].as_array().unwrap().len(), 1, "{odd}");
+    assert_eq!(odd["non_utf8_names"], 1, "{odd}");
 
     // mkdir, move, remove.
     let fs = |what: &str| format!("/v1/containers/{id}/fs/{what}");
