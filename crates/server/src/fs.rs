@@ -23,6 +23,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
+use shellgate_egress::secrets::Masker;
 use shellgate_sandbox_api::fs::{
     container_path, under_workdir, FsDownload, FsKind, Upload, WriteOptions, DEFAULT_LIST_ENTRIES,
     MAX_LIST_DEPTH, MAX_LIST_ENTRIES,
@@ -100,6 +101,27 @@ async fn prepare(state: &AppState, project: &Project, id: &str, wakes: bool) -> 
 /// Whether a read of `path` is served without waking the container.
 fn read_wakes(path: &str) -> bool {
     under_workdir(path).is_none()
+}
+
+/// An entry as a client of a container with secrets may see it: a path
+/// holding a value is not shown at all (`None`), a link's target is masked.
+fn visible_entry(
+    entry: shellgate_sandbox_api::fs::FsEntry,
+    masker: Option<&Masker>,
+) -> Option<FsEntry> {
+    let Some(masker) = masker else {
+        return Some(wire_entry(entry));
+    };
+    if masker.mask(entry.path.as_bytes()) != entry.path.as_bytes() {
+        return None;
+    }
+    let mut entry = wire_entry(entry);
+    entry.link_target = entry.link_target.map(|t| masked_text(masker, &t));
+    Some(entry)
+}
+
+fn masked_text(masker: &Masker, text: &str) -> String {
+    String::from_utf8_lossy(&masker.mask(text.as_bytes())).into_owned()
 }
 
 fn wire_entry(entry: shellgate_sandbox_api::fs::FsEntry) -> FsEntry {
@@ -280,7 +302,12 @@ pub async fn stat(
         .fs_stat(&id, &path)
         .await
         .map_err(|e| fs_error(&id, e))?;
-    Ok(Json(wire_entry(entry)))
+    // The path is the client's own; a link's target is masked.
+    let mut shown = wire_entry(entry);
+    if let Some(masker) = state.engine.masker(&id) {
+        shown.link_target = shown.link_target.map(|t| masked_text(&masker, &t));
+    }
+    Ok(Json(shown))
 }
 
 /// `GET /v1/containers/{id}/fs/list?path=&depth=&limit=`.
@@ -311,9 +338,19 @@ pub async fn list(
         .fs_list(&id, &path, depth, limit)
         .await
         .map_err(|e| fs_error(&id, e))?;
+    // A name holding a secret's value (a command can make one) is not
+    // shown: only commands reach such a file. Counted, not hidden silently.
+    let masker = state.engine.masker(&id);
+    let total = listing.entries.len();
+    let data: Vec<FsEntry> = listing
+        .entries
+        .into_iter()
+        .filter_map(|entry| visible_entry(entry, masker.as_deref()))
+        .collect();
     Ok(Json(FsEntryList {
         object: "list".to_owned(),
-        data: listing.entries.into_iter().map(wire_entry).collect(),
+        secret_names: (total - data.len()) as u64,
+        data,
         truncated: listing.truncated,
         non_utf8_names: listing.non_utf8_names,
     }))
@@ -434,6 +471,16 @@ pub async fn export(
         ));
     }
     prepare(&state, &project, &id, read_wakes(&path)).await?;
+    if state.engine.masker(&id).is_some() {
+        // What leaves a container with secrets is masked, and a masked
+        // value is not as long as the value: the members' sizes would lie.
+        return Err(ApiError::conflict(
+            "This container holds secrets (domain_secrets): its files are masked on the way \
+             out, which would break a tar stream's sizes, so it cannot be exported as an \
+             archive. Read its files one by one (fs/content) instead.",
+        )
+        .with_code("archive_unmaskable"));
+    }
     let download = state
         .engine
         .fs_export(&id, &path, excludes)
