@@ -1349,6 +1349,13 @@ def test_a_value_in_a_container_is_masked_in_output_streams_downloads_and_promot
         blob = raw(server, "GET", f"/files/{promoted.json()['id']}/content").content
         assert SECRET.encode() not in blob and placeholder.encode() in blob
     assert uploaded.id in {f.id for f in files.values()}
+    # Files by path (issue 19) too; an archive, whose sizes masking would
+    # break, is refused.
+    by_path = raw(server, "GET", f"/containers/{container.id}/fs/content?path=/mnt/data/made.txt")
+    assert by_path.status_code == 200 and SECRET.encode() not in by_path.content
+    assert placeholder.encode() in by_path.content
+    archive = raw(server, "GET", f"/containers/{container.id}/fs/archive?path=/mnt/data")
+    assert archive.status_code == 409 and archive.json()["error"]["code"] == "archive_unmaskable"
     # A name asked for that holds the value is logged masked.
     run(client, container.id, 'curl -sS -m 5 "http://$(printf %s%s sk-live-real- secret-value-4242).notlisted.test/"; true')
     entries = wait_for_log(client, container.id, lambda e: placeholder in (e["requested_name"] or ""))
@@ -1358,6 +1365,8 @@ def test_a_value_in_a_container_is_masked_in_output_streams_downloads_and_promot
     listing = client.get(f"/containers/{container.id}/files", cast_to=object)
     assert SECRET not in json.dumps(listing)
     assert "secret's value" in listing["incomplete"]["message"]
+    by_path = client.get(f"/containers/{container.id}/fs/list?path=/mnt/data", cast_to=object)
+    assert SECRET not in json.dumps(by_path) and by_path["secret_names"] == 1, by_path
 
 
 def test_a_session_reused_with_another_policy_gets_a_new_container_and_the_truth(client, world):

@@ -40,6 +40,11 @@ pub const COMMIT: u8 = b'C';
 /// listing of 10,000 entries with long names fits).
 pub const MAX_RESULT_BYTES: usize = 16 << 20;
 
+/// A listing stops (`truncated`) once its entries' paths and link targets
+/// add up to this much, well within what the engine reads of a result
+/// ([`MAX_RESULT_BYTES`]) however long the names.
+const MAX_LISTING_TEXT_BYTES: usize = 8 << 20;
+
 /// Deepest directory tree a recursive remove descends (each level holds a
 /// descriptor and a stack frame).
 const MAX_REMOVE_DEPTH: usize = 1024;
@@ -654,7 +659,15 @@ fn write(
 pub fn list(root: Root<'_>, path: &str, depth: u32, limit: u32) -> TaskResult<FsListing> {
     let dir = root.open(path, libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
     let mut listing = FsListing::default();
-    walk(&dir, path, depth.max(1), limit as usize, &mut listing)?;
+    let mut text = 0;
+    walk(
+        &dir,
+        path,
+        depth.max(1),
+        limit as usize,
+        &mut listing,
+        &mut text,
+    )?;
     Ok(listing)
 }
 
@@ -664,6 +677,7 @@ fn walk(
     depth: u32,
     limit: usize,
     out: &mut FsListing,
+    text: &mut usize,
 ) -> TaskResult<()> {
     let reader = rustix::fs::Dir::read_from(dir).map_err(|e| TaskError::os("list", path, e))?;
     let mut names: Vec<CString> = reader
@@ -677,7 +691,7 @@ fn walk(
             out.non_utf8_names += 1;
             continue;
         };
-        if out.entries.len() >= limit {
+        if out.entries.len() >= limit || *text >= MAX_LISTING_TEXT_BYTES {
             out.truncated = true;
             return Ok(());
         }
@@ -687,6 +701,8 @@ fn walk(
         };
         let child_path = join(path, name);
         let entry = entry_of(&child_path, name, &stat, dir.as_fd(), &c);
+        *text +=
+            entry.path.len() + entry.name.len() + entry.link_target.as_ref().map_or(0, String::len);
         let is_dir = entry.kind == FsKind::Directory;
         out.entries.push(entry);
         if is_dir && depth > 1 {
@@ -701,7 +717,7 @@ fn walk(
             );
             // One the user may not read is listed, not descended.
             if let Ok(child) = child {
-                walk(&child, &child_path, depth - 1, limit, out)?;
+                walk(&child, &child_path, depth - 1, limit, out, text)?;
                 if out.truncated {
                     return Ok(());
                 }

@@ -35,6 +35,10 @@ pub struct Config {
     pub rate_limit_per_minute: u32,
     /// Containers started ahead of demand (see the sandbox engine).
     pub warm_containers: usize,
+    /// A file transfer by path (issue 19) that moves no byte for this
+    /// many seconds is ended (its worker killed): a client that stops
+    /// reading cannot keep a container busy for ever.
+    pub transfer_stall_secs: u64,
     /// Log format: `auto` (text on a terminal, JSON elsewhere), `json` or
     /// `text`; `serve --log-format` overrides it.
     pub log_format: LogFormat,
@@ -420,6 +424,7 @@ impl Default for Config {
             max_upload_bytes: 512 << 20,
             rate_limit_per_minute: 0,
             warm_containers: 2,
+            transfer_stall_secs: 60,
             log_format: LogFormat::Auto,
             max_running_containers_per_project: 1000,
             max_memory_per_project: ByteSize {

@@ -23,6 +23,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
+use shellgate_egress::secrets::Masker;
 use shellgate_sandbox_api::fs::{
     container_path, under_workdir, FsDownload, FsKind, Upload, WriteOptions, DEFAULT_LIST_ENTRIES,
     MAX_LIST_DEPTH, MAX_LIST_ENTRIES,
@@ -102,6 +103,27 @@ fn read_wakes(path: &str) -> bool {
     under_workdir(path).is_none()
 }
 
+/// An entry as a client of a container with secrets may see it: a path
+/// holding a value is not shown at all (`None`), a link's target is masked.
+fn visible_entry(
+    entry: shellgate_sandbox_api::fs::FsEntry,
+    masker: Option<&Masker>,
+) -> Option<FsEntry> {
+    let Some(masker) = masker else {
+        return Some(wire_entry(entry));
+    };
+    if masker.mask(entry.path.as_bytes()) != entry.path.as_bytes() {
+        return None;
+    }
+    let mut entry = wire_entry(entry);
+    entry.link_target = entry.link_target.map(|t| masked_text(masker, &t));
+    Some(entry)
+}
+
+fn masked_text(masker: &Masker, text: &str) -> String {
+    String::from_utf8_lossy(&masker.mask(text.as_bytes())).into_owned()
+}
+
 fn wire_entry(entry: shellgate_sandbox_api::fs::FsEntry) -> FsEntry {
     FsEntry {
         object: "container.fs_entry".to_owned(),
@@ -176,6 +198,9 @@ fn download_response(state: &AppState, id: &str, download: FsDownload, media: &s
     response
 }
 
+/// Bytes of an upload gathered before they are written to the worker.
+const UPLOAD_BATCH_BYTES: usize = 256 * 1024;
+
 /// Streams the request body into an upload; a body that fails (cut, too
 /// slow) abandons it, so nothing changes. The upload's own refusal (the
 /// worker stopped reading) ends the copy; `finish` then says why.
@@ -185,16 +210,31 @@ async fn stream_into<T: Send + 'static>(
     id: String,
 ) -> ApiResult<T> {
     let mut stream = body.into_data_stream();
-    while let Some(chunk) = stream.next().await {
-        match chunk {
-            Ok(bytes) => {
-                if upload.write(&bytes).await.is_err() {
-                    break;
+    // The body's frames are small (a read of the socket each); gathered
+    // into larger writes, the worker is woken once per 256 KiB rather than
+    // once per frame.
+    let mut pending = Vec::with_capacity(UPLOAD_BATCH_BYTES * 2);
+    loop {
+        match stream.next().await {
+            Some(Ok(bytes)) => {
+                pending.extend_from_slice(&bytes);
+                if pending.len() >= UPLOAD_BATCH_BYTES {
+                    if upload.write(&pending).await.is_err() {
+                        break;
+                    }
+                    pending.clear();
                 }
             }
-            Err(error) => {
+            Some(Err(error)) => {
                 drop(upload);
                 return Err(body_error(format!("The upload could not be read: {error}")));
+            }
+            None => {
+                if !pending.is_empty() {
+                    // A refusal shows in `finish`.
+                    let _ = upload.write(&pending).await;
+                }
+                break;
             }
         }
     }
@@ -262,7 +302,12 @@ pub async fn stat(
         .fs_stat(&id, &path)
         .await
         .map_err(|e| fs_error(&id, e))?;
-    Ok(Json(wire_entry(entry)))
+    // The path is the client's own; a link's target is masked.
+    let mut shown = wire_entry(entry);
+    if let Some(masker) = state.engine.masker(&id) {
+        shown.link_target = shown.link_target.map(|t| masked_text(&masker, &t));
+    }
+    Ok(Json(shown))
 }
 
 /// `GET /v1/containers/{id}/fs/list?path=&depth=&limit=`.
@@ -293,9 +338,19 @@ pub async fn list(
         .fs_list(&id, &path, depth, limit)
         .await
         .map_err(|e| fs_error(&id, e))?;
+    // A name holding a secret's value (a command can make one) is not
+    // shown: only commands reach such a file. Counted, not hidden silently.
+    let masker = state.engine.masker(&id);
+    let total = listing.entries.len();
+    let data: Vec<FsEntry> = listing
+        .entries
+        .into_iter()
+        .filter_map(|entry| visible_entry(entry, masker.as_deref()))
+        .collect();
     Ok(Json(FsEntryList {
         object: "list".to_owned(),
-        data: listing.entries.into_iter().map(wire_entry).collect(),
+        secret_names: (total - data.len()) as u64,
+        data,
         truncated: listing.truncated,
         non_utf8_names: listing.non_utf8_names,
     }))
@@ -416,6 +471,16 @@ pub async fn export(
         ));
     }
     prepare(&state, &project, &id, read_wakes(&path)).await?;
+    if state.engine.masker(&id).is_some() {
+        // What leaves a container with secrets is masked, and a masked
+        // value is not as long as the value: the members' sizes would lie.
+        return Err(ApiError::conflict(
+            "This container holds secrets (domain_secrets): its files are masked on the way \
+             out, which would break a tar stream's sizes, so it cannot be exported as an \
+             archive. Read its files one by one (fs/content) instead.",
+        )
+        .with_code("archive_unmaskable"));
+    }
     let download = state
         .engine
         .fs_export(&id, &path, excludes)

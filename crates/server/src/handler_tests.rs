@@ -888,3 +888,44 @@ async fn a_file_expires_when_the_clock_reaches_its_expires_at() {
     crate::lifecycle::sweep(&harness.state).await.unwrap();
     harness.get(&format!("/v1/files/{id}")).await.error(404);
 }
+
+// --- files by path (issue 19) ------------------------------------------------
+
+#[tokio::test]
+async fn files_by_path_check_their_input_before_the_backend_and_say_what_it_lacks() {
+    let harness = Harness::new();
+    let id = harness.container("paths").await;
+    let calls = harness.backend.calls().len();
+    let fs = |rest: &str| format!("/v1/containers/{id}/fs/{rest}");
+    // Refusals naming their parameter, before the backend is asked.
+    for (path, param) in [
+        (fs("content?path="), json!("path")),
+        (fs("list?path=/tmp&depth=33"), json!("depth")),
+        (fs("list?path=/tmp&limit=0"), json!("limit")),
+        (fs("archive?path=/tmp&path=/x"), json!("path")),
+        (fs("archive?path=/tmp&bogus=1"), json!("bogus")),
+        // (The query extractor's own refusal names no field.)
+        (fs("stat?path=/tmp&bogus=1"), serde_json::Value::Null),
+    ] {
+        let answer = harness.get(&path).await;
+        assert_eq!(answer.error(400)["param"], param, "{path}");
+    }
+    let answer = harness
+        .call(
+            Some(ALPHA),
+            Method::POST,
+            &fs("mkdir"),
+            Some(json!({"path": "/tmp/a", "mode": "rwx"})),
+        )
+        .await;
+    assert_eq!(answer.error(400)["param"], "mode");
+    assert_eq!(harness.backend.calls().len(), calls);
+    // Another project's container: a 404, as every container route.
+    let answer = harness
+        .call(Some(BETA), Method::GET, &fs("stat?path=/tmp"), None)
+        .await;
+    assert_eq!(answer.error(404)["code"], "not_found");
+    // A backend without files by path says so in an envelope.
+    let answer = harness.get(&fs("stat?path=/tmp")).await;
+    assert_eq!(answer.error(501)["code"], "not_supported");
+}

@@ -16,6 +16,7 @@ use shellgate_server::{Backend, EngineSetup, ServeError};
 pub(crate) struct EngineOptions {
     helper_binary: PathBuf,
     warm_containers: usize,
+    transfer_stall: std::time::Duration,
     expose_host_usr_local: bool,
     images_dir: Option<PathBuf>,
     memory_ceiling: Option<u64>,
@@ -28,6 +29,7 @@ impl EngineOptions {
         Ok(Self {
             helper_binary,
             warm_containers: config.warm_containers,
+            transfer_stall: std::time::Duration::from_secs(config.transfer_stall_secs.max(1)),
             expose_host_usr_local: config.expose_host_usr_local,
             images_dir: config.images_dir(),
             memory_ceiling: config.sandbox_memory_ceiling.bytes(),
@@ -43,6 +45,7 @@ impl EngineOptions {
         let mut engine_config = EngineConfig::new(setup.dir);
         engine_config.helper_binary = self.helper_binary;
         engine_config.warm_containers = self.warm_containers;
+        engine_config.transfer_stall = self.transfer_stall;
         engine_config.expose_host_usr_local = self.expose_host_usr_local;
         engine_config.images_dir = self.images_dir;
         engine_config.memory_ceiling = self.memory_ceiling;

@@ -134,6 +134,18 @@ fn files_round_trip_byte_exact_anywhere_the_sandbox_user_may_write() {
         .error(400)["param"],
         "depth"
     );
+    // A name that is not UTF-8 is counted, not dropped silently.
+    exec(
+        port,
+        &id,
+        &["mkdir /tmp/odd && touch /tmp/odd/ok $'/tmp/odd/\\xff'"],
+    );
+    let odd = ok_json(get(
+        port,
+        &format!("/v1/containers/{id}/fs/list?path=/tmp/odd"),
+    ));
+    assert_eq!(odd["data"].as_array().unwrap().len(), 1, "{odd}");
+    assert_eq!(odd["non_utf8_names"], 1, "{odd}");
 
     // mkdir, move, remove.
     let fs = |what: &str| format!("/v1/containers/{id}/fs/{what}");
@@ -488,4 +500,64 @@ fn a_gibibyte_streams_through_without_the_server_holding_it() {
         growth_mib < 64,
         "the server's peak memory grew by {growth_mib} MiB for a 1 GiB round trip"
     );
+}
+
+/// Starts a GET of `path` and reads its head and a little of its body,
+/// leaving the rest unread.
+fn start_download(port: u16, id: &str, path: &str) -> TcpStream {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    write!(
+        stream,
+        "GET /v1/containers/{id}/fs/content?path={path} HTTP/1.1\r\nHost: x\r\n\
+         Authorization: Bearer {KEY}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut head = [0u8; 4096];
+    let n = stream.read(&mut head).unwrap();
+    assert!(
+        head[..n].starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&head[..n])
+    );
+    stream
+}
+
+#[test]
+fn a_client_that_leaves_or_stops_reading_frees_the_container() {
+    let server = start(
+        "fs-stall",
+        &[
+            ("SHELLGATE_IDLE_SUSPEND_AFTER_SECS", "1"),
+            ("SHELLGATE_SWEEP_INTERVAL_SECS", "1"),
+            ("SHELLGATE_TRANSFER_STALL_SECS", "2"),
+        ],
+    );
+    let port = server.port;
+    let id = create_container(port, KEY);
+    let status = || get(port, &format!("/v1/containers/{id}")).json()["status"].clone();
+    // /tmp: read by a worker in the container (which keeps it busy while
+    // it sends); far more than the pipes and sockets between hold.
+    let payload = vec![1u8; 64_000_000];
+    for leaves in [true, false] {
+        ok_json(put(port, &id, "path=/tmp/big.bin", &payload));
+        let stream = start_download(port, &id, "/tmp/big.bin");
+        if leaves {
+            drop(stream);
+            assert!(
+                wait_until(|| status() == "suspended", Duration::from_secs(30)),
+                "a download whose client left kept the container busy"
+            );
+        } else {
+            // The client holds the connection open and reads nothing: the
+            // stalled transfer is ended, and the container is idle again.
+            assert!(
+                wait_until(|| status() == "suspended", Duration::from_secs(30)),
+                "a stalled download kept the container busy"
+            );
+            drop(stream);
+        }
+    }
 }

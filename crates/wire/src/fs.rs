@@ -41,6 +41,9 @@ pub struct FsEntryList {
     /// Names that are not UTF-8 (not listable in JSON), left out and
     /// counted here.
     pub non_utf8_names: u64,
+    /// Entries whose path holds one of the container's secret values,
+    /// left out and counted here (only commands reach them).
+    pub secret_names: u64,
 }
 
 /// `POST /v1/containers/{id}/fs/mkdir`.

@@ -12,9 +12,10 @@
 //! Bytes stream through pipes (1 MiB each): a download is read in chunks
 //! into a bounded channel the server turns into a body, an upload is
 //! written with back-pressure; no file is ever held whole. A transfer that
-//! moves no byte for [`TRANSFER_STALL`] (60 s: a client that stopped
-//! reading, a worker that stopped writing) is ended and its worker killed,
-//! so nobody can pin a worker for ever.
+//! moves no byte for `EngineConfig::transfer_stall` ([`TRANSFER_STALL`],
+//! 60 s, by default: a client that stopped reading, a worker that stopped
+//! writing) is ended and its worker killed, so nobody can pin a worker
+//! (and keep its container busy) for ever.
 
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
@@ -34,7 +35,8 @@ use crate::fs_ops::{self, Message, Output, Root, Task, TaskError, COMMIT, MAX_RE
 use crate::protocol::{Request, Status};
 use crate::sys;
 
-/// A transfer moving no byte for this long is ended, its worker killed.
+/// A transfer moving no byte for this long is ended, its worker killed
+/// (the default of `EngineConfig::transfer_stall`).
 pub const TRANSFER_STALL: Duration = Duration::from_secs(60);
 
 /// The longest a task may take apart from its stream (a stat, a listing, a
@@ -391,9 +393,10 @@ impl LocalEngine {
                     let length = fs_ops::read_length(&entry);
                     let (tx, rx) = tokio::sync::mpsc::channel(CHUNKS_BUFFERED);
                     let file = tokio::fs::File::from_std(file);
+                    let stall = self.inner.config.transfer_stall;
                     tokio::spawn(async move {
                         let _in_flight = in_flight;
-                        let _ = pump(file, length, &tx).await;
+                        let _ = pump(file, length, &tx, stall).await;
                     });
                     return Ok(FsDownload {
                         entry: Some(entry),
@@ -431,7 +434,7 @@ impl LocalEngine {
         Ok(FsDownload {
             entry: Some(entry),
             length,
-            body: stream_from_worker(worker, data, length),
+            body: stream_from_worker(worker, data, length, self.inner.config.transfer_stall),
         })
     }
 
@@ -460,6 +463,7 @@ impl LocalEngine {
                 Ok(()) => {
                     let (tx, rx) = tokio::sync::mpsc::channel(CHUNKS_BUFFERED);
                     let runtime = tokio::runtime::Handle::current();
+                    let stall = self.inner.config.transfer_stall;
                     let owned = path.to_owned();
                     tokio::task::spawn_blocking(move || {
                         let _in_flight = in_flight;
@@ -467,6 +471,7 @@ impl LocalEngine {
                             tx: tx.clone(),
                             runtime,
                             buf: Vec::with_capacity(CHUNK_BYTES),
+                            stall,
                         };
                         let exported = fs_ops::export(
                             Root::Beneath(data.descriptor()),
@@ -502,7 +507,7 @@ impl LocalEngine {
         Ok(FsDownload {
             entry: None,
             length: None,
-            body: stream_from_worker(worker, data, None),
+            body: stream_from_worker(worker, data, None, self.inner.config.transfer_stall),
         })
     }
 
@@ -520,6 +525,7 @@ impl LocalEngine {
             data: ends.upload,
             commit: ends.commit,
             expect,
+            stall: self.inner.config.transfer_stall,
         }))
     }
 }
@@ -542,12 +548,12 @@ fn unexpected(output: &Output) -> SandboxError {
     SandboxError::Setup(format!("a file worker answered out of turn: {output:?}"))
 }
 
-fn stalled() -> std::io::Error {
+fn stalled(stall: Duration) -> std::io::Error {
     std::io::Error::new(
         std::io::ErrorKind::TimedOut,
         format!(
             "the transfer moved no byte for {} s and was ended",
-            TRANSFER_STALL.as_secs()
+            stall.as_secs()
         ),
     )
 }
@@ -558,11 +564,12 @@ async fn pump(
     mut source: impl tokio::io::AsyncRead + Unpin,
     length: Option<u64>,
     tx: &tokio::sync::mpsc::Sender<std::io::Result<Vec<u8>>>,
+    stall: Duration,
 ) -> Result<u64, ()> {
     let mut sent = 0u64;
     loop {
         let mut chunk = Vec::with_capacity(CHUNK_BYTES);
-        let read = tokio::time::timeout(TRANSFER_STALL, source.read_buf(&mut chunk)).await;
+        let read = tokio::time::timeout(stall, source.read_buf(&mut chunk)).await;
         let n = match read {
             Ok(Ok(n)) => n,
             Ok(Err(e)) => {
@@ -570,7 +577,7 @@ async fn pump(
                 return Err(());
             }
             Err(_) => {
-                let _ = tx.send(Err(stalled())).await;
+                let _ = tx.send(Err(stalled(stall))).await;
                 return Err(());
             }
         };
@@ -587,7 +594,7 @@ async fn pump(
             return Ok(sent);
         }
         sent += n as u64;
-        match tokio::time::timeout(TRANSFER_STALL, tx.send(Ok(chunk))).await {
+        match tokio::time::timeout(stall, tx.send(Ok(chunk))).await {
             Ok(Ok(())) => {}
             // The reader left, or stopped reading: end (and kill the worker).
             _ => return Err(()),
@@ -601,10 +608,11 @@ fn stream_from_worker(
     mut worker: Worker,
     data: pipe::Receiver,
     length: Option<u64>,
+    stall: Duration,
 ) -> tokio::sync::mpsc::Receiver<std::io::Result<Vec<u8>>> {
     let (tx, rx) = tokio::sync::mpsc::channel(CHUNKS_BUFFERED);
     tokio::spawn(async move {
-        if pump(data, length, &tx).await.is_err() {
+        if pump(data, length, &tx, stall).await.is_err() {
             // Dropping the worker kills it.
             return;
         }
@@ -614,7 +622,7 @@ fn stream_from_worker(
                 let _ = tx.send(Err(std::io::Error::other(error.to_string()))).await;
             }
             Err(_) => {
-                let _ = tx.send(Err(stalled())).await;
+                let _ = tx.send(Err(stalled(stall))).await;
             }
         }
     });
@@ -628,6 +636,7 @@ struct ChannelWriter {
     tx: tokio::sync::mpsc::Sender<std::io::Result<Vec<u8>>>,
     runtime: tokio::runtime::Handle,
     buf: Vec<u8>,
+    stall: Duration,
 }
 
 impl ChannelWriter {
@@ -636,14 +645,13 @@ impl ChannelWriter {
             return Ok(());
         }
         let chunk = std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK_BYTES));
-        let sent = self.runtime.block_on(tokio::time::timeout(
-            TRANSFER_STALL,
-            self.tx.send(Ok(chunk)),
-        ));
+        let sent = self
+            .runtime
+            .block_on(tokio::time::timeout(self.stall, self.tx.send(Ok(chunk))));
         match sent {
             Ok(Ok(())) => Ok(()),
             Ok(Err(_)) => Err(std::io::Error::from(std::io::ErrorKind::BrokenPipe)),
-            Err(_) => Err(stalled()),
+            Err(_) => Err(stalled(self.stall)),
         }
     }
 }
@@ -670,6 +678,7 @@ struct WorkerUpload<T> {
     data: Option<pipe::Sender>,
     commit: Option<pipe::Sender>,
     expect: fn(Output) -> Result<T, SandboxError>,
+    stall: Duration,
 }
 
 #[async_trait]
@@ -679,10 +688,10 @@ impl<T: Send + 'static> Upload<T> for WorkerUpload<T> {
             .data
             .as_mut()
             .ok_or_else(|| SandboxError::Setup("the upload is closed".into()))?;
-        match tokio::time::timeout(TRANSFER_STALL, data.write_all(chunk)).await {
+        match tokio::time::timeout(self.stall, data.write_all(chunk)).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(SandboxError::io("send the upload", e)),
-            Err(_) => Err(SandboxError::io("send the upload", stalled())),
+            Err(_) => Err(SandboxError::io("send the upload", stalled(self.stall))),
         }
     }
 

@@ -95,6 +95,9 @@ pub struct EngineConfig {
     pub drain_grace: Duration,
     /// Host name inside containers.
     pub hostname: String,
+    /// A file transfer (files by path) that moves no byte for this long
+    /// is ended and its worker killed.
+    pub transfer_stall: Duration,
     /// Memory every sandbox together may use (the limit of the engine's
     /// parent cgroup); `None`: the host's memory less a reserve for the
     /// server and the host (see [`default_memory_ceiling`]). A container
@@ -133,6 +136,7 @@ impl EngineConfig {
             pool_disk_bytes: ContainerSpec::default().disk_bytes,
             drain_grace: Duration::from_millis(100),
             hostname: "sandbox".to_owned(),
+            transfer_stall: fs_paths::TRANSFER_STALL,
             memory_ceiling: None,
             expose_host_usr_local: false,
             egress: None,
