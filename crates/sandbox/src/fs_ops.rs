@@ -167,8 +167,9 @@ pub enum TaskError {
     /// The upload ended without the engine's commit: nothing was changed.
     #[error("the upload was cut off before its end; nothing was changed")]
     Cut,
-    /// An archive member refused (a hostile one, or past a limit).
-    #[error("archive member {member:?} refused: {reason}")]
+    /// An archive refused (a hostile member, past a limit, not a tar
+    /// stream); `reason` says it whole, naming the member.
+    #[error("{reason}")]
     Refused { member: String, reason: String },
     /// Resolving beneath the data directory, a link led out of it (only
     /// [`Root::Beneath`]: the container resolves such a path itself).
@@ -243,6 +244,7 @@ fn static_param(param: &str) -> &'static str {
         "from" => "from",
         "archive" => "archive",
         "depth" => "depth",
+        "exclude" => "exclude",
         "mode" => "mode",
         _ => "path",
     }
@@ -294,6 +296,13 @@ impl Root<'_> {
                 })
             }
         }
+    }
+}
+
+impl Root<'_> {
+    /// Opens a directory for reading (an export's, a listing's top).
+    pub fn open_directory(&self, path: &str) -> TaskResult<OwnedFd> {
+        self.open(path, libc::O_RDONLY | libc::O_DIRECTORY, 0)
     }
 }
 
@@ -863,7 +872,7 @@ pub fn export(
         // directory, never the path again.
         Root::Beneath(_) => std::path::PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd())),
     };
-    archive_export(&at, excludes, out).map_err(|message| TaskError::Other { message })
+    archive_export(path, &at, excludes, out)
 }
 
 fn import(
@@ -881,26 +890,61 @@ fn import(
     }
 }
 
-/// `crate::archive::export`, written by the `archive` branch; until it is
-/// merged, archives are refused.
-fn archive_export(
-    _dir: &std::path::Path,
-    _excludes: &[String],
-    _out: &mut dyn Write,
-) -> Result<u64, String> {
-    Err("archive export is not built into this server yet".into())
+/// An archive's failure as a task's: the archive's fault (a hostile
+/// member, a bomb, not a tar stream) is a refusal naming it; a full disk
+/// and a missing directory are the system's errors.
+fn archive_error(path: &str, error: crate::archive::ArchiveError) -> TaskError {
+    use crate::archive::ArchiveError;
+    match error {
+        ArchiveError::InvalidExclude { .. } => TaskError::Invalid {
+            param: "exclude".into(),
+            message: error.to_string(),
+        },
+        error if error.is_invalid_request() => TaskError::Refused {
+            member: error.member().unwrap_or_default().to_owned(),
+            reason: error.to_string(),
+        },
+        ArchiveError::QuotaExceeded { .. } => TaskError::Os {
+            op: "write".into(),
+            path: path.to_owned(),
+            errno: libc::ENOSPC,
+        },
+        ArchiveError::Directory { source, .. } => TaskError::os("open", path, source),
+        other => TaskError::Other {
+            message: other.to_string(),
+        },
+    }
 }
 
-/// `crate::archive::import` (see [`archive_export`]).
+/// `crate::archive::export` (the `archive` module), its errors as a task's.
+fn archive_export(
+    path: &str,
+    dir: &std::path::Path,
+    excludes: &[String],
+    out: &mut dyn Write,
+) -> TaskResult<u64> {
+    crate::archive::export(dir, excludes, out)
+        .map(|summary| summary.bytes)
+        .map_err(|e| archive_error(path, e))
+}
+
+/// `crate::archive::import`, its errors as a task's.
 fn archive_import(
-    _input: &mut dyn Read,
-    _dir: &std::path::Path,
-    _max_bytes: u64,
-    _max_entries: u64,
+    input: &mut dyn Read,
+    dir: &std::path::Path,
+    max_bytes: u64,
+    max_entries: u64,
 ) -> TaskResult<ArchiveImported> {
-    Err(TaskError::Other {
-        message: "archive import is not built into this server yet".into(),
-    })
+    let limits = crate::archive::ImportLimits {
+        max_bytes,
+        max_entries,
+    };
+    crate::archive::import(input, dir, &limits)
+        .map(|summary| ArchiveImported {
+            entries: summary.entries,
+            bytes: summary.bytes,
+        })
+        .map_err(|e| archive_error(&dir.display().to_string(), e))
 }
 
 /// The descriptors a worker was given beside its status pipe.

@@ -346,6 +346,13 @@ fn a_suspended_containers_data_is_read_without_waking_it() {
         ));
         assert_eq!(listing["data"].as_array().unwrap().len(), 2, "{listing}");
         assert_eq!(read(port, &id, "/mnt/data/none").status, 404);
+        // Its archive too, from the disk.
+        let archive = get(
+            port,
+            &format!("/v1/containers/{id}/fs/archive?path=/mnt/data"),
+        );
+        assert_eq!(archive.status, 200);
+        assert_eq!(tar_names(&archive.body), ["sub/", "sub/note.txt"]);
     }
     let after = get(port, &format!("/v1/containers/{id}")).json();
     assert_eq!(after["status"], "suspended");
@@ -353,6 +360,23 @@ fn a_suspended_containers_data_is_read_without_waking_it() {
     // Outside /mnt/data the container must answer: it is woken.
     ok_json(stat(port, &id, "/tmp"));
     assert_eq!(status(), "running");
+}
+
+/// The member names of a tar stream, as `tar -t` lists them.
+fn tar_names(archive: &[u8]) -> Vec<String> {
+    let mut child = std::process::Command::new("tar")
+        .arg("-t")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(archive).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "not a tar stream");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Sends a PUT of `length` pattern bytes in chunks, never holding them.

@@ -443,6 +443,53 @@ impl LocalEngine {
         excludes: Vec<String>,
     ) -> Result<FsDownload, SandboxError> {
         let container = self.container(id)?;
+        if let Some((data, in_flight)) = self.stopped_data(&container, path).await? {
+            // Checked first, so a path that leaves /mnt/data is asked of the
+            // container instead (and a missing one is a 404, not a cut stream).
+            let owned = path.to_owned();
+            let (checked, data) = super::blocking(move || {
+                let opened = Root::Beneath(data.descriptor())
+                    .open_directory(&owned)
+                    .map(drop);
+                Ok((opened, data))
+            })
+            .await?;
+            match checked {
+                Err(TaskError::Outside { .. }) => {}
+                Err(error) => return Err(error.into_sandbox()),
+                Ok(()) => {
+                    let (tx, rx) = tokio::sync::mpsc::channel(CHUNKS_BUFFERED);
+                    let runtime = tokio::runtime::Handle::current();
+                    let owned = path.to_owned();
+                    tokio::task::spawn_blocking(move || {
+                        let _in_flight = in_flight;
+                        let mut out = ChannelWriter {
+                            tx: tx.clone(),
+                            runtime,
+                            buf: Vec::with_capacity(CHUNK_BYTES),
+                        };
+                        let exported = fs_ops::export(
+                            Root::Beneath(data.descriptor()),
+                            &owned,
+                            &excludes,
+                            &mut out,
+                        );
+                        let flushed = std::io::Write::flush(&mut out);
+                        if let Err(error) = exported {
+                            let error = std::io::Error::other(error.to_string());
+                            let _ = out.runtime.block_on(tx.send(Err(error)));
+                        } else if let Err(error) = flushed {
+                            let _ = out.runtime.block_on(tx.send(Err(error)));
+                        }
+                    });
+                    return Ok(FsDownload {
+                        entry: None,
+                        length: None,
+                        body: rx,
+                    });
+                }
+            }
+        }
         let task = Task::ArchiveExport {
             path: path.to_owned(),
             excludes,
@@ -572,6 +619,47 @@ fn stream_from_worker(
         }
     });
     rx
+}
+
+/// A blocking writer into a download's channel (a stopped container's
+/// export, written on a blocking thread): chunks of [`CHUNK_BYTES`], each
+/// sent within [`TRANSFER_STALL`] or the export ends.
+struct ChannelWriter {
+    tx: tokio::sync::mpsc::Sender<std::io::Result<Vec<u8>>>,
+    runtime: tokio::runtime::Handle,
+    buf: Vec<u8>,
+}
+
+impl ChannelWriter {
+    fn send_chunk(&mut self) -> std::io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let chunk = std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK_BYTES));
+        let sent = self.runtime.block_on(tokio::time::timeout(
+            TRANSFER_STALL,
+            self.tx.send(Ok(chunk)),
+        ));
+        match sent {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err(std::io::Error::from(std::io::ErrorKind::BrokenPipe)),
+            Err(_) => Err(stalled()),
+        }
+    }
+}
+
+impl std::io::Write for ChannelWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(bytes);
+        if self.buf.len() >= CHUNK_BYTES {
+            self.send_chunk()?;
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.send_chunk()
+    }
 }
 
 /// An upload into a worker. Dropped unfinished, the worker is told (its
