@@ -111,7 +111,7 @@ def print_rows(result: dict) -> None:
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=20)
     args = parser.parse_args()
     data_dir = Path(tempfile.mkdtemp(prefix="shellgate-bench-archive-data-"))
     os.chmod(data_dir, 0o755)
