@@ -45,7 +45,8 @@
 //! the archive has a directory is replaced by it (a symlink is removed,
 //! never followed); an existing directory where the archive has a
 //! non-directory refuses the import before anything is moved (an import
-//! never deletes a directory). On any error the staging directory is
+//! never deletes a directory). Member names starting with the staging
+//! prefix are refused (export never writes one). On any error the staging directory is
 //! removed. It is locked (`flock`) while its import runs: one left by an
 //! import that died (a worker killed at its timeout) is unlocked, and the
 //! next import into the same directory removes it (export never includes
@@ -1191,6 +1192,16 @@ impl Extractor<'_> {
                 return Err(refuse("the archive's root must be a directory".into()));
             }
             return reader.data(member.size, &member.raw_path, &mut |_| Ok(()));
+        }
+        if path
+            .split(|b| *b == b'/')
+            .any(|part| part.starts_with(STAGING_PREFIX.as_bytes()))
+        {
+            // An import would take such a directory for a dead import's
+            // staging directory, and remove it.
+            return Err(refuse(format!(
+                "names starting with {STAGING_PREFIX:?} are reserved for imports in progress"
+            )));
         }
         for parent in parents(&path) {
             match self.members.get(parent) {

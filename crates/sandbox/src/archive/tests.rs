@@ -1046,9 +1046,12 @@ fn a_dead_imports_staging_directory_is_removed_by_the_next_one() {
     assert!(!dir.join(".shellgate-import-dead").exists());
     assert!(dir.join(".shellgate-import-alive/in-progress").exists());
     assert_eq!(std::fs::read(dir.join("new")).unwrap(), b"n");
-    // Export leaves staging directories out.
+    // Export leaves staging directories out, and import refuses their names.
     let (tar, _) = export_to_vec(dir.path(), &[]);
     assert_eq!(member_paths(&tar), ["new"]);
+    for name in [".shellgate-import-x/f", "a/.shellgate-import-y"] {
+        assert_refused(&refused(&archive(&[file(name, b"")])), "reserved");
+    }
 }
 
 #[test]
