@@ -45,16 +45,17 @@
 //! the archive has a directory is replaced by it (a symlink is removed,
 //! never followed); an existing directory where the archive has a
 //! non-directory refuses the import before anything is moved (an import
-//! never deletes a directory). Member names starting with the staging
-//! prefix are refused (export never writes one). On any error the staging directory is
+//! never deletes a directory). On any error the staging directory is
 //! removed. It is locked (`flock`) while its import runs: one left by an
 //! import that died (a worker killed at its timeout) is unlocked, and the
-//! next import into the same directory removes it (export never includes
-//! one). The names kept for the checks (paths and link targets) are bounded
-//! too (64 MiB together), whatever the member count. Permission bits (`0o777`; setuid, setgid and sticky are
-//! dropped) and mtimes are applied; owners are not (files belong to whoever
-//! imports). Directories' modes and mtimes are set last, once their
-//! contents are in place.
+//! next import into the same directory removes it. So export never writes
+//! such a directory and import refuses member names with its prefix.
+//!
+//! Permission bits (`0o777`; setuid, setgid and sticky are dropped) and
+//! mtimes are applied; owners are not (files belong to whoever imports).
+//! Directories' modes and mtimes are set last, once their contents are in
+//! place. The names kept for the checks (paths and link targets) are
+//! bounded (64 MiB together), whatever the member count.
 
 mod glob;
 
