@@ -258,6 +258,20 @@ fn open_beneath(
 // ---------------------------------------------------------------------------
 // Export
 
+/// Checks exclude patterns as [`export`] will, so a caller can refuse bad
+/// ones before it starts a response (an export's own refusal comes when
+/// its stream may have begun).
+pub fn check_excludes(excludes: &[String]) -> Result<(), ArchiveError> {
+    parse_excludes(excludes).map(drop)
+}
+
+fn parse_excludes(excludes: &[String]) -> Result<ExcludeSet, ArchiveError> {
+    ExcludeSet::parse(excludes).map_err(|e| ArchiveError::InvalidExclude {
+        pattern: e.pattern,
+        reason: e.reason.to_owned(),
+    })
+}
+
 /// Writes `dir`'s tree to `out` as a tar stream (see the module doc), minus
 /// what `excludes` match.
 pub fn export(
@@ -265,10 +279,7 @@ pub fn export(
     excludes: &[String],
     out: &mut dyn Write,
 ) -> Result<ExportSummary, ArchiveError> {
-    let excludes = ExcludeSet::parse(excludes).map_err(|e| ArchiveError::InvalidExclude {
-        pattern: e.pattern,
-        reason: e.reason.to_owned(),
-    })?;
+    let excludes = parse_excludes(excludes)?;
     let root = open_root(dir)?;
     let root_dev = rfs::fstat(&root)
         .map_err(io_error(format!("stat {}", dir.display())))?
