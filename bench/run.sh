@@ -39,6 +39,12 @@ if [[ " $* " == *" --quick "* ]]; then
 else
   python3 bench/images.py
 fi
+# A 10,000-file tree exported as tar through the API against the host's tar.
+if [[ " $* " == *" --quick "* ]]; then
+  python3 bench/archive.py --rounds 3
+else
+  python3 bench/archive.py
+fi
 # The baselines as whole commands, for a second opinion from hyperfine.
 table=$(mktemp)
 hyperfine -N --warmup 20 --runs 300 --style none --export-markdown "$table" \

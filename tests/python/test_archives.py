@@ -258,3 +258,17 @@ def test_another_projects_container_is_not_found(server, container):
     assert api(server, "GET", f"/containers/{container}/fs/archive", key=KEY_B).status_code == 404
     response = api(server, "POST", f"/containers/{container}/fs/archive", key=KEY_B, data=tar_of((member("x"), b"x")))
     assert response.status_code == 404
+
+
+def test_a_bad_exclude_pattern_is_a_400_naming_exclude(server, container):
+    response = api(server, "GET", f"/containers/{container}/fs/archive", params={"path": "/mnt/data", "exclude": "../x"})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == "exclude"
+
+
+def test_reserved_staging_names_are_refused(server, container):
+    path = seeded(server, container, "reserved")
+    before = listing(server, container, path)
+    response = import_tar(server, container, tar_of((member(".shellgate-import-0/x"), b"x")), path)
+    assert response.status_code == 400 and response.json()["error"]["param"] == "archive", response.text
+    assert listing(server, container, path) == before

@@ -46,10 +46,16 @@
 //! never followed); an existing directory where the archive has a
 //! non-directory refuses the import before anything is moved (an import
 //! never deletes a directory). On any error the staging directory is
-//! removed. Permission bits (`0o777`; setuid, setgid and sticky are
-//! dropped) and mtimes are applied; owners are not (files belong to whoever
-//! imports). Directories' modes and mtimes are set last, once their
-//! contents are in place.
+//! removed. It is locked (`flock`) while its import runs: one left by an
+//! import that died (a worker killed at its timeout) is unlocked, and the
+//! next import into the same directory removes it. So export never writes
+//! such a directory and import refuses member names with its prefix.
+//!
+//! Permission bits (`0o777`; setuid, setgid and sticky are dropped) and
+//! mtimes are applied; owners are not (files belong to whoever imports).
+//! Directories' modes and mtimes are set last, once their contents are in
+//! place. The names kept for the checks (paths and link targets) are
+//! bounded (64 MiB together), whatever the member count.
 
 mod glob;
 
@@ -79,6 +85,10 @@ const MAX_PAX_HEADER: u64 = 64 * 1024;
 /// What is read, and discarded, after the end-of-archive marker (its second
 /// block and the padding to a 10 KiB record), so the writer is not cut off.
 const MAX_TRAILER: u64 = 1 << 20;
+/// Most bytes of member names (paths and link targets) one import keeps in
+/// memory for its checks: far more than any real archive's, and bounding a
+/// hostile one's to this whatever its member count.
+const MAX_NAME_BYTES: usize = 64 << 20;
 /// The staging directory's name starts with this (and export skips such
 /// directories: they are an import's, not the user's).
 pub const STAGING_PREFIX: &str = ".shellgate-import-";
@@ -248,6 +258,20 @@ fn open_beneath(
 // ---------------------------------------------------------------------------
 // Export
 
+/// Checks exclude patterns as [`export`] will, so a caller can refuse bad
+/// ones before it starts a response (an export's own refusal comes when
+/// its stream may have begun).
+pub fn check_excludes(excludes: &[String]) -> Result<(), ArchiveError> {
+    parse_excludes(excludes).map(drop)
+}
+
+fn parse_excludes(excludes: &[String]) -> Result<ExcludeSet, ArchiveError> {
+    ExcludeSet::parse(excludes).map_err(|e| ArchiveError::InvalidExclude {
+        pattern: e.pattern,
+        reason: e.reason.to_owned(),
+    })
+}
+
 /// Writes `dir`'s tree to `out` as a tar stream (see the module doc), minus
 /// what `excludes` match.
 pub fn export(
@@ -255,10 +279,7 @@ pub fn export(
     excludes: &[String],
     out: &mut dyn Write,
 ) -> Result<ExportSummary, ArchiveError> {
-    let excludes = ExcludeSet::parse(excludes).map_err(|e| ArchiveError::InvalidExclude {
-        pattern: e.pattern,
-        reason: e.reason.to_owned(),
-    })?;
+    let excludes = parse_excludes(excludes)?;
     let root = open_root(dir)?;
     let root_dev = rfs::fstat(&root)
         .map_err(io_error(format!("stat {}", dir.display())))?
@@ -936,17 +957,73 @@ pub fn import(
     dir: &Path,
     limits: &ImportLimits,
 ) -> Result<ImportSummary, ArchiveError> {
+    import_bounded(input, dir, limits, MAX_NAME_BYTES)
+}
+
+/// [`import`], with the bound on the names kept given (tests use a small
+/// one).
+fn import_bounded(
+    input: &mut dyn Read,
+    dir: &Path,
+    limits: &ImportLimits,
+    max_name_bytes: usize,
+) -> Result<ImportSummary, ArchiveError> {
     let root = open_root(dir)?;
-    let (staging_name, staging) = make_staging(&root)?;
-    let result = import_via(input, &root, &staging, &staging_name, limits);
-    drop(staging);
-    if let Err(e) = remove_tree(root.as_fd(), &staging_name) {
+    remove_stale_staging(&root);
+    let staging = make_staging(&root)?;
+    let result = import_via(
+        input,
+        &root,
+        &staging.dir,
+        &staging.name,
+        limits,
+        max_name_bytes,
+    );
+    if let Err(e) = remove_tree(root.as_fd(), &staging.name) {
         tracing::warn!(error = %e, dir = %dir.display(), "import: the staging directory was not removed");
     }
+    // Only now is the lock released (with `staging`).
+    drop(staging);
     result
 }
 
-fn make_staging(root: &OwnedFd) -> Result<(Vec<u8>, OwnedFd), ArchiveError> {
+/// An import's staging directory, locked (`flock`) while the import runs.
+struct Staging {
+    name: Vec<u8>,
+    dir: OwnedFd,
+    /// Held for the import's life: a staging directory nobody holds locked
+    /// is an import's that died (its worker killed at a timeout), removed
+    /// by the next import into the same directory.
+    _lock: OwnedFd,
+}
+
+/// Removes staging directories of imports that died: those whose lock
+/// anyone may take. One in use (locked) is left alone.
+fn remove_stale_staging(root: &OwnedFd) {
+    let Ok(names) = list_names(root) else {
+        return;
+    };
+    for name in names {
+        if !name.starts_with(STAGING_PREFIX.as_bytes()) {
+            continue;
+        }
+        let Ok(dir) = open_beneath(
+            root.as_fd(),
+            &name,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW,
+            BENEATH,
+        ) else {
+            continue;
+        };
+        if rfs::flock(&dir, rfs::FlockOperation::NonBlockingLockExclusive).is_ok() {
+            if let Err(e) = remove_tree(root.as_fd(), &name) {
+                tracing::warn!(error = %e, "import: a dead import's staging directory was not removed");
+            }
+        }
+    }
+}
+
+fn make_staging(root: &OwnedFd) -> Result<Staging, ArchiveError> {
     let mut last = Errno::EXIST;
     for attempt in 0..16u32 {
         let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
@@ -957,17 +1034,8 @@ fn make_staging(root: &OwnedFd) -> Result<(Vec<u8>, OwnedFd), ArchiveError> {
         }
         let name = format!("{STAGING_PREFIX}{:016x}", hasher.finish()).into_bytes();
         match rfs::mkdirat(root, name.as_slice(), Mode::from_raw_mode(0o700)) {
-            Ok(()) => {
-                let fd = open_beneath(
-                    root.as_fd(),
-                    &name,
-                    OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW,
-                    BENEATH,
-                )
-                .map_err(io_error("open the staging directory"))?;
-                return Ok((name, fd));
-            }
-            Err(Errno::EXIST) => last = Errno::EXIST,
+            Ok(()) => {}
+            Err(Errno::EXIST) => continue,
             Err(e) if is_quota(e) => {
                 return Err(ArchiveError::QuotaExceeded {
                     member: STAGING_PREFIX.into(),
@@ -978,6 +1046,30 @@ fn make_staging(root: &OwnedFd) -> Result<(Vec<u8>, OwnedFd), ArchiveError> {
                 break;
             }
         }
+        let open = |flags| {
+            open_beneath(
+                root.as_fd(),
+                &name,
+                flags | OFlags::DIRECTORY | OFlags::NOFOLLOW,
+                BENEATH,
+            )
+            .map_err(io_error("open the staging directory"))
+        };
+        let lock = open(OFlags::RDONLY)?;
+        rfs::flock(&lock, rfs::FlockOperation::LockExclusive)
+            .map_err(io_error("lock the staging directory"))?;
+        // Another import may have taken it, between the mkdir and the lock,
+        // for a dead one's and removed it: then it is not ours any more.
+        let ours = rfs::fstat(&lock).map_err(io_error("stat the staging directory"))?;
+        let linked = rfs::statat(root, name.as_slice(), AtFlags::SYMLINK_NOFOLLOW);
+        if !matches!(linked, Ok(s) if s.st_ino == ours.st_ino && s.st_dev == ours.st_dev) {
+            continue;
+        }
+        return Ok(Staging {
+            dir: open(OFlags::PATH)?,
+            name,
+            _lock: lock,
+        });
     }
     Err(io_error("make the staging directory")(last))
 }
@@ -992,6 +1084,7 @@ fn import_via(
     staging: &OwnedFd,
     staging_name: &[u8],
     limits: &ImportLimits,
+    max_name_bytes: usize,
 ) -> Result<ImportSummary, ArchiveError> {
     let mut reader = TarReader {
         input,
@@ -1007,6 +1100,8 @@ fn import_via(
         parent: None,
         summary: ImportSummary::default(),
         seen: 0,
+        name_bytes: 0,
+        max_name_bytes,
     };
     while let Some(member) = reader.next(limits)? {
         extractor.member(member, &mut reader)?;
@@ -1078,6 +1173,9 @@ struct Extractor<'a> {
     summary: ImportSummary,
     /// Members read (the root's included).
     seen: u64,
+    /// Bytes of names kept, and their bound (see [`MAX_NAME_BYTES`]).
+    name_bytes: usize,
+    max_name_bytes: usize,
 }
 
 impl Extractor<'_> {
@@ -1107,6 +1205,16 @@ impl Extractor<'_> {
             }
             return reader.data(member.size, &member.raw_path, &mut |_| Ok(()));
         }
+        if path
+            .split(|b| *b == b'/')
+            .any(|part| part.starts_with(STAGING_PREFIX.as_bytes()))
+        {
+            // An import would take such a directory for a dead import's
+            // staging directory, and remove it.
+            return Err(refuse(format!(
+                "names starting with {STAGING_PREFIX:?} are reserved for imports in progress"
+            )));
+        }
         for parent in parents(&path) {
             match self.members.get(parent) {
                 Some(MemberKind::Symlink) => {
@@ -1123,6 +1231,13 @@ impl Extractor<'_> {
                 }
                 _ => {}
             }
+        }
+        self.name_bytes += path.len() + member.link.as_ref().map_or(0, Vec::len);
+        if self.name_bytes > self.max_name_bytes {
+            return Err(refuse(format!(
+                "the archive's member names exceed {} bytes together",
+                self.max_name_bytes
+            )));
         }
         let link = match member.kind {
             MemberKind::Symlink | MemberKind::HardLink => {

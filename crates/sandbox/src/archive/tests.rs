@@ -1033,3 +1033,34 @@ fn a_missing_directory_is_an_error() {
         ArchiveError::Directory { .. }
     ));
 }
+
+#[test]
+fn a_dead_imports_staging_directory_is_removed_by_the_next_one() {
+    let dir = TempDir::new("stale");
+    write(&dir, ".shellgate-import-dead/half/written", b"x", 0o644);
+    write(&dir, ".shellgate-import-alive/in-progress", b"y", 0o644);
+    // A running import holds its staging directory locked.
+    let alive = File::open(dir.join(".shellgate-import-alive")).unwrap();
+    rfs::flock(&alive, rfs::FlockOperation::LockExclusive).unwrap();
+    import_bytes(&archive(&[file("new", b"n")]), dir.path()).unwrap();
+    assert!(!dir.join(".shellgate-import-dead").exists());
+    assert!(dir.join(".shellgate-import-alive/in-progress").exists());
+    assert_eq!(std::fs::read(dir.join("new")).unwrap(), b"n");
+    // Export leaves staging directories out, and import refuses their names.
+    let (tar, _) = export_to_vec(dir.path(), &[]);
+    assert_eq!(member_paths(&tar), ["new"]);
+    for name in [".shellgate-import-x/f", "a/.shellgate-import-y"] {
+        assert_refused(&refused(&archive(&[file(name, b"")])), "reserved");
+    }
+}
+
+#[test]
+fn the_names_kept_for_the_checks_are_bounded() {
+    let dir = TempDir::new("names");
+    let before = snapshot(dir.path());
+    let tar = archive(&[file(&"a".repeat(60), b""), file(&"b".repeat(60), b"")]);
+    let error =
+        import_bounded(&mut &tar[..], dir.path(), &ImportLimits::default(), 100).unwrap_err();
+    assert_refused(&error, "member names exceed 100 bytes");
+    assert_eq!(snapshot(dir.path()), before);
+}

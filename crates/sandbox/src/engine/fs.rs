@@ -445,6 +445,11 @@ impl LocalEngine {
         path: &str,
         excludes: Vec<String>,
     ) -> Result<FsDownload, SandboxError> {
+        // A bad pattern is a 400 before the stream starts, not a cut one.
+        crate::archive::check_excludes(&excludes).map_err(|e| SandboxError::InvalidRequest {
+            param: "exclude",
+            message: e.to_string(),
+        })?;
         let container = self.container(id)?;
         if let Some((data, in_flight)) = self.stopped_data(&container, path).await? {
             // Checked first, so a path that leaves /mnt/data is asked of the
