@@ -6,7 +6,13 @@
     WebSocket (one byte to `cat` in raw mode, wait for its echo), against
     the same on a local pty (`os.openpty` with the same `cat`, no server).
 
-Usage: bench/interactive.py [--only pty] [--rounds N]. Needs root (the
+  * files: a 1 GiB file written and read through the API against `cat` on
+    the host (bench/files.py).
+  * archive: a 10,000-file tree exported as tar through the API against the
+    host's `tar -cf` (bench/archive.py).
+
+Usage: bench/interactive.py [--only pty|files|archive] [--rounds N] (each
+part has its own default number of rounds). Needs root (the
 server makes sandboxes) and the `websockets` package (scripts/test's venv:
 `.venv/bin/python bench/interactive.py`).
 """
@@ -147,13 +153,26 @@ def bench_pty(rounds):
           f"(p99: {remote['p99_us'] / local['p99_us']:.1f}x)")
 
 
-BENCHES = {"pty": bench_pty}
+def bench_files(rounds):
+    sys.path.insert(0, str(ROOT / "bench"))
+    import files  # noqa: E402 (bench/files.py, beside this script)
+
+    files.bench_files(rounds or 3)
+
+
+def bench_archive(rounds):
+    # Its own server and tree: bench/archive.py, as a script.
+    subprocess.run([sys.executable, str(ROOT / "bench" / "archive.py"), "--rounds", str(rounds or 20)],
+                   check=True)
+
+
+BENCHES = {"pty": lambda rounds: bench_pty(rounds or 2000), "files": bench_files, "archive": bench_archive}
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=sorted(BENCHES), action="append")
-    parser.add_argument("--rounds", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=None)
     args = parser.parse_args()
     for name in args.only or sorted(BENCHES):
         BENCHES[name](args.rounds)

@@ -39,11 +39,19 @@ if [[ " $* " == *" --quick "* ]]; then
 else
   python3 bench/images.py
 fi
-# A 10,000-file tree exported as tar through the API against the host's tar.
+# Interactive sandboxes (issue 19): a keystroke through the PTY WebSocket
+# against a local pty, a 1 GiB file through the API against cat, a
+# 10,000-file tree's tar export against the host's tar (the venv brings the
+# `websockets` client).
+if ! .venv/bin/python -c "import websockets" 2>/dev/null; then
+  python3 -m venv .venv && .venv/bin/pip install --quiet websockets
+fi
 if [[ " $* " == *" --quick "* ]]; then
-  python3 bench/archive.py --rounds 3
+  .venv/bin/python bench/interactive.py --only pty --rounds 200
+  .venv/bin/python bench/interactive.py --only files --rounds 1
+  .venv/bin/python bench/interactive.py --only archive --rounds 3
 else
-  python3 bench/archive.py
+  .venv/bin/python bench/interactive.py
 fi
 # The baselines as whole commands, for a second opinion from hyperfine.
 table=$(mktemp)
