@@ -8,9 +8,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::process::{
-    process_limits, OutputRead, ProcessError, ProcessInfo, ProcessOutput, ProcessSpec,
-};
+use crate::process::{process_limits, OutputRead, ProcessInfo, ProcessOutput, ProcessSpec};
 use serde::{Deserialize, Serialize};
 
 use crate::error::SandboxError;
@@ -491,15 +489,15 @@ pub trait SandboxBackend: Send + Sync {
         _process_id: &str,
         _spec: ProcessSpec,
     ) -> Result<ProcessInfo, SandboxError> {
-        Err(ProcessError::Unsupported.into())
+        Err(SandboxError::NotSupported("interactive processes"))
     }
     /// The container's live processes and the ended ones still kept.
     async fn list_processes(&self, _id: &str) -> Result<Vec<ProcessInfo>, SandboxError> {
-        Err(ProcessError::Unsupported.into())
+        Err(SandboxError::NotSupported("interactive processes"))
     }
     /// One process.
     async fn process(&self, _id: &str, _process_id: &str) -> Result<ProcessInfo, SandboxError> {
-        Err(ProcessError::Unsupported.into())
+        Err(SandboxError::NotSupported("interactive processes"))
     }
     /// Its output from an offset, waiting (bounded) for more or its end.
     async fn read_process_output(
@@ -508,7 +506,7 @@ pub trait SandboxBackend: Send + Sync {
         _process_id: &str,
         _read: OutputRead,
     ) -> Result<ProcessOutput, SandboxError> {
-        Err(ProcessError::Unsupported.into())
+        Err(SandboxError::NotSupported("interactive processes"))
     }
     /// Writes to its stdin (or terminal); with `eof`, closes it after.
     async fn write_process_stdin(
@@ -518,7 +516,7 @@ pub trait SandboxBackend: Send + Sync {
         _bytes: Vec<u8>,
         _eof: bool,
     ) -> Result<(), SandboxError> {
-        Err(ProcessError::Unsupported.into())
+        Err(SandboxError::NotSupported("interactive processes"))
     }
     /// Sends a signal to its process group (SIGKILL: every descendant).
     async fn signal_process(
@@ -527,7 +525,7 @@ pub trait SandboxBackend: Send + Sync {
         _process_id: &str,
         _signal: i32,
     ) -> Result<(), SandboxError> {
-        Err(ProcessError::Unsupported.into())
+        Err(SandboxError::NotSupported("interactive processes"))
     }
     /// Changes its terminal's size.
     async fn resize_process(
@@ -537,7 +535,7 @@ pub trait SandboxBackend: Send + Sync {
         _cols: u16,
         _rows: u16,
     ) -> Result<(), SandboxError> {
-        Err(ProcessError::Unsupported.into())
+        Err(SandboxError::NotSupported("interactive processes"))
     }
     /// Kills it and every descendant; returns it once it ended.
     async fn kill_process(
@@ -545,7 +543,7 @@ pub trait SandboxBackend: Send + Sync {
         _id: &str,
         _process_id: &str,
     ) -> Result<ProcessInfo, SandboxError> {
-        Err(ProcessError::Unsupported.into())
+        Err(SandboxError::NotSupported("interactive processes"))
     }
     /// Waits until it ended (it always does, at its timeout at the latest).
     async fn wait_process(
@@ -553,7 +551,7 @@ pub trait SandboxBackend: Send + Sync {
         _id: &str,
         _process_id: &str,
     ) -> Result<ProcessInfo, SandboxError> {
-        Err(ProcessError::Unsupported.into())
+        Err(SandboxError::NotSupported("interactive processes"))
     }
 
     // Ports (issue 19)

@@ -162,9 +162,6 @@ pub enum ProcessError {
     /// A process with that id exists already.
     #[error("a process with id {0:?} already exists")]
     AlreadyExists(String),
-    /// The backend has no processes.
-    #[error("this sandbox backend does not run interactive processes")]
-    Unsupported,
 }
 
 /// A signal by its name (`SIGINT`, `INT`) or number, as the API accepts

@@ -219,10 +219,6 @@ fn process_error(error: shellgate_sandbox_api::process::ProcessError) -> ApiErro
         ProcessError::Exited(_) => ApiError::conflict(message).with_code("process_exited"),
         ProcessError::TooMany { .. } => ApiError::quota("too_many_processes", message),
         ProcessError::AlreadyExists(_) => ApiError::conflict(message),
-        ProcessError::Unsupported => {
-            ApiError::new(StatusCode::NOT_IMPLEMENTED, "server_error", message)
-                .with_code("not_supported")
-        }
     }
 }
 
