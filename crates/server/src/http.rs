@@ -30,15 +30,9 @@ impl FromRequestParts<Arc<AppState>> for Project {
             parts.headers.get(header::AUTHORIZATION),
             parts.headers.get("x-api-key"),
         ) {
-            (Some(header), _) => header
-                .to_str()
-                .ok()
-                .and_then(|h| h.strip_prefix("Bearer "))
-                .map(str::trim)
-                .filter(|k| !k.is_empty())
-                .ok_or_else(|| {
-                    ApiError::unauthorized("The Authorization header must be 'Bearer YOUR_KEY'.")
-                })?,
+            (Some(_), _) => bearer_key(&parts.headers).ok_or_else(|| {
+                ApiError::unauthorized("The Authorization header must be 'Bearer YOUR_KEY'.")
+            })?,
             (None, Some(header)) => header
                 .to_str()
                 .ok()
@@ -53,6 +47,18 @@ impl FromRequestParts<Arc<AppState>> for Project {
         };
         project_of_key(state, key).await
     }
+}
+
+/// The key of an `Authorization: Bearer KEY` header, trimmed; `None`
+/// without one, or when it is empty or not a Bearer header.
+pub(crate) fn bearer_key(headers: &axum::http::HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)?
+        .to_str()
+        .ok()?
+        .strip_prefix("Bearer ")
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
 }
 
 /// The project of an API key (cached), rate limited; 401 for an unknown key.

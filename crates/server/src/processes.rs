@@ -18,7 +18,7 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -39,7 +39,7 @@ use tokio_stream::StreamExt;
 use crate::containers::{owned, prepare_exec, BillOnDrop};
 use crate::engine::engine_error;
 use crate::error::{ApiError, ApiResult};
-use crate::http::{project_of_key, to_completion, ApiJson, ApiQuery, Project};
+use crate::http::{bearer_key, project_of_key, to_completion, ApiJson, ApiQuery, Project};
 use crate::state::AppState;
 
 /// The most one output page (or SSE event, or WebSocket frame) carries.
@@ -432,13 +432,7 @@ pub async fn socket(
     upgrade: WebSocketUpgrade,
 ) -> ApiResult<Response> {
     // Every route's header, or the query's token; never both silently.
-    let bearer = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|h| h.to_str().ok())
-        .and_then(|h| h.strip_prefix("Bearer "))
-        .map(str::trim)
-        .filter(|k| !k.is_empty());
-    let key = match (bearer, query.access_token.as_deref()) {
+    let key = match (bearer_key(&headers), query.access_token.as_deref()) {
         (Some(key), _) => key.to_owned(),
         (None, Some(token)) if !token.is_empty() => token.to_owned(),
         _ => {

@@ -344,8 +344,8 @@ impl LocalEngine {
 
 /// `bytes` of a command's stream as they may leave: through its mask
 /// stream if it has one (less what the stream holds back; with `end`, the
-/// held tail too), else as they are.
-fn masked<'a>(
+/// held tail too), else as they are. Processes' pumps use it too.
+pub(super) fn masked<'a>(
     mask: &mut Option<MaskStream>,
     bytes: &'a [u8],
     end: bool,

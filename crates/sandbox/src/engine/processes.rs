@@ -34,6 +34,7 @@ use tokio::net::unix::pipe;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::command::masked;
 use super::container::{InFlight, Running};
 use super::{lock, LocalEngine};
 use crate::backend::Outcome;
@@ -366,21 +367,6 @@ fn set_nonblocking(fd: &OwnedFd) -> std::io::Result<()> {
     let flags = rustix::fs::fcntl_getfl(fd)?;
     rustix::fs::fcntl_setfl(fd, flags | rustix::fs::OFlags::NONBLOCK)?;
     Ok(())
-}
-
-/// Bytes through a mask stream, if the container has secrets.
-fn masked(mask: &mut Option<MaskStream>, bytes: &[u8], end: bool) -> Vec<u8> {
-    match mask {
-        None => bytes.to_vec(),
-        Some(mask) => {
-            let mut out = Vec::with_capacity(bytes.len());
-            mask.push(bytes, &mut out);
-            if end {
-                mask.finish(&mut out);
-            }
-            out
-        }
-    }
 }
 
 /// How the pump ends a process.
