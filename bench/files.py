@@ -17,57 +17,17 @@ sandboxes), curl and target/release/shellgate. `functions()` is the
 """
 
 import argparse
-import json
 import os
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-BINARY = Path(os.environ.get("SHELLGATE_BIN", ROOT / "target" / "release" / "shellgate"))
-KEY = "sk-bench-files"
-
-
-class Server:
-    """A `shellgate serve` on a temporary data directory."""
-
-    def __init__(self, work: Path):
-        self.dir = work / "data"
-        self.port = 19000 + os.getpid() % 1000
-        env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "SHELLGATE_API_KEYS": f"{KEY}:bench",
-            "SHELLGATE_BUILD_DEFAULT_IMAGE": "false",
-            "SHELLGATE_LOG": "warn",
-        }
-        self.process = subprocess.Popen(
-            [str(BINARY), "--data-dir", str(self.dir), "serve", "--listen", f"127.0.0.1:{self.port}"],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        self.base = f"http://127.0.0.1:{self.port}/v1"
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=1):
-                    return
-            except OSError:
-                time.sleep(0.1)
-        raise RuntimeError("server did not start")
-
-    def create(self):
-        request = urllib.request.Request(
-            f"{self.base}/containers", data=json.dumps({"name": "bench-files"}).encode(),
-            method="POST", headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return json.load(response)["id"]
-
-    def stop(self):
-        self.process.terminate()
-        self.process.wait(timeout=60)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sandbox_server import KEY, Server  # noqa: E402 (bench/sandbox_server.py, beside this script)
 
 
 def timed(argv):
@@ -92,9 +52,9 @@ def bench_files(rounds=3, mib=1024):
     work = Path(tempfile.mkdtemp(prefix="sg-bench-files-", dir=os.environ.get("BENCH_DIR", "/var/tmp")))
     # Sandboxes run as unprivileged host users: they must traverse it.
     work.chmod(0o711)
-    server = Server(work)
+    server = Server(work / "data")
     try:
-        cid = server.create()
+        cid = server.call("POST", "/containers", {"name": "bench-files"})["id"]
         source = work / "source.bin"
         with open(source, "wb") as out:
             chunk = os.urandom(1 << 20)

@@ -22,59 +22,16 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
-import json
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-BINARY = Path(os.environ.get("SHELLGATE_BIN", ROOT / "target" / "release" / "shellgate"))
-KEY = "sk-bench"
+sys.path.insert(0, str(ROOT / "bench"))
+from sandbox_server import KEY, Server  # noqa: E402 (bench/sandbox_server.py, beside this script)
+
 # Raw mode and no echo of its own: every byte goes to `cat` and comes
 # back only through it, in both measurements.
 CAT = "stty raw -echo; echo ready; exec cat"
-
-
-class Server:
-    """A `shellgate serve` on a temporary data directory."""
-
-    def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix="sg-bench-interactive-")
-        self.port = 18000 + os.getpid() % 1000
-        env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "SHELLGATE_API_KEYS": f"{KEY}:bench",
-            "SHELLGATE_BUILD_DEFAULT_IMAGE": "false",
-            "SHELLGATE_LOG": "warn",
-        }
-        self.process = subprocess.Popen(
-            [str(BINARY), "--data-dir", self.dir, "serve", "--listen", f"127.0.0.1:{self.port}"],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        self.base = f"http://127.0.0.1:{self.port}/v1"
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=1):
-                    return
-            except OSError:
-                time.sleep(0.1)
-        raise RuntimeError("server did not start")
-
-    def call(self, method, path, body=None):
-        request = urllib.request.Request(
-            self.base + path, method=method,
-            data=json.dumps(body).encode() if body is not None else None,
-            headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return json.loads(response.read() or b"null")
-
-    def stop(self):
-        self.process.terminate()
-        self.process.wait(timeout=30)
-        subprocess.run(["rm", "-rf", self.dir], check=False)
 
 
 def summary(samples):
@@ -154,8 +111,7 @@ def bench_pty(rounds):
 
 
 def bench_files(rounds):
-    sys.path.insert(0, str(ROOT / "bench"))
-    import files  # noqa: E402 (bench/files.py, beside this script)
+    import files  # bench/files.py, beside this script
 
     files.bench_files(rounds or 3)
 
