@@ -53,6 +53,15 @@ if [[ " $* " == *" --quick "* ]]; then
 else
   .venv/bin/python bench/interactive.py
 fi
+# E2B's SDKs (issue 20): Sandbox.create() to the first output through the
+# e2b SDK against the same through shellgate's API; run_code("1+1") in a
+# warm context against python3 -c through exec (scripts/test's venv has
+# both SDKs).
+if [[ " $* " == *" --quick "* ]]; then
+  .venv/bin/python bench/e2b.py --rounds 5
+else
+  .venv/bin/python bench/e2b.py
+fi
 # The baselines as whole commands, for a second opinion from hyperfine.
 table=$(mktemp)
 hyperfine -N --warmup 20 --runs 300 --style none --export-markdown "$table" \
