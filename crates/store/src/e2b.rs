@@ -138,7 +138,9 @@ impl Store {
         Ok(self
             .reader()
             .query_row(
-                &format!("SELECT {COLUMNS} FROM e2b_sandboxes WHERE container_id = ?1 AND project = ?2"),
+                &format!(
+                    "SELECT {COLUMNS} FROM e2b_sandboxes WHERE container_id = ?1 AND project = ?2"
+                ),
                 params![id, project],
                 sandbox_row,
             )

@@ -64,7 +64,10 @@ pub fn parse_rfc3339(text: &str) -> Option<i64> {
         let (clock, zone) = time.split_at(at);
         let sign = if zone.starts_with('-') { -1 } else { 1 };
         let (hours, minutes) = zone.get(1..)?.split_once(':')?;
-        (clock, sign * (number(hours)? * 3600 + number(minutes)? * 60))
+        (
+            clock,
+            sign * (number(hours)? * 3600 + number(minutes)? * 60),
+        )
     };
     let clock = clock.split_once('.').map_or(clock, |(whole, _)| whole);
     let mut clock_parts = clock.split(':');
