@@ -10,6 +10,8 @@ pub mod messages;
 pub mod param;
 
 pub mod chat;
+pub mod e2b;
+pub mod envd;
 pub mod fs;
 pub mod models;
 pub mod responses;
