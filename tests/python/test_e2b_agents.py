@@ -109,7 +109,11 @@ def test_a_sandbox_agent_writes_a_file_and_runs_a_command_through_e2b_sandbox_cl
                 tracing_disabled=True,
                 sandbox=SandboxRunConfig(
                     client=E2BSandboxClient(),
-                    options=E2BSandboxClientOptions(sandbox_type="e2b", timeout=300),
+                    # The SDK asks for the internet by default; shellgate's
+                    # default server lets no container reach any domain.
+                    options=E2BSandboxClientOptions(
+                        sandbox_type="e2b", timeout=300, allow_internet_access=False
+                    ),
                 ),
             ),
         )
@@ -129,7 +133,8 @@ def test_a_sandbox_agent_writes_a_file_and_runs_a_command_through_e2b_sandbox_cl
 
 
 def test_the_pinned_e2b_sdk_creates_runs_writes_reads_and_kills(e2b):
-    sandbox = Sandbox.create(timeout=120, metadata={"suite": "agents"})
+    # 2.31.0 sends `allow_internet_access: true` unless told otherwise.
+    sandbox = Sandbox.create(timeout=120, metadata={"suite": "agents"}, allow_internet_access=False)
     try:
         assert sandbox.sandbox_id in sandbox_ids(e2b["E2B_API_KEY"])
         # Another project does not see it.
