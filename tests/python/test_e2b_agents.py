@@ -109,10 +109,15 @@ def test_a_sandbox_agent_writes_a_file_and_runs_a_command_through_e2b_sandbox_cl
                 tracing_disabled=True,
                 sandbox=SandboxRunConfig(
                     client=E2BSandboxClient(),
-                    # The SDK asks for the internet by default; shellgate's
-                    # default server lets no container reach any domain.
+                    # The SDK asks for the internet by default, which shellgate's
+                    # default server lets no container reach; and for auto-resume
+                    # on a paused sandbox's traffic, which shellgate does not do
+                    # (`connect` resumes).
                     options=E2BSandboxClientOptions(
-                        sandbox_type="e2b", timeout=300, allow_internet_access=False
+                        sandbox_type="e2b",
+                        timeout=300,
+                        allow_internet_access=False,
+                        auto_resume=False,
                     ),
                 ),
             ),
@@ -122,7 +127,8 @@ def test_a_sandbox_agent_writes_a_file_and_runs_a_command_through_e2b_sandbox_cl
     calls = model.calls
     assert "notes/plan.txt" in tool_output(calls[1], "patch")
     ran = tool_output(calls[2], "run")
-    assert "written by apply_patch\nhello from the manifest\n" in ran, ran
+    # (The SDK's patch writes the added line without its newline.)
+    assert "written by apply_patchhello from the manifest\n" in ran, ran
     # The workspace is the command's cwd, as the E2B user of /home/user.
     assert "/home/user/workspace\nuser\n/home/user\n" in ran, ran
     assert "made.txt" in ran and "notes" in ran, ran
