@@ -131,13 +131,17 @@ async fn upload(
         .engine
         .fs_write(&id, &path, WriteOptions::default())
         .await
-        .map_err(|e| fs_error(&id, e))?;
+        .map_err(|e| upload_error(fs_error(&id, e)))?;
     let body = request.into_body();
     let entry = match encoding.as_str() {
-        "identity" | "" => stream_chunks_into(body.into_data_stream(), upload, id).await?,
+        "identity" | "" => stream_chunks_into(body.into_data_stream(), upload, id)
+            .await
+            .map_err(upload_error)?,
         "gzip" => {
             let limit = state.config.max_upload_bytes as u64;
-            stream_chunks_into(gunzip(body, limit), upload, id).await?
+            stream_chunks_into(gunzip(body, limit), upload, id)
+                .await
+                .map_err(upload_error)?
         }
         other => {
             return Err(E2bError::new(
@@ -147,6 +151,15 @@ async fn upload(
         }
     };
     Ok(Json(vec![written(entry)]))
+}
+
+/// An upload's error as envd gives it: a full disk is 507 (the SDK's
+/// `NotEnoughSpaceException`), everything else keeps its status.
+fn upload_error(error: crate::error::ApiError) -> E2bError {
+    if error.code == Some("quota_exceeded") {
+        return E2bError::new(StatusCode::INSUFFICIENT_STORAGE, error.message);
+    }
+    error.into()
 }
 
 fn written(entry: shellgate_sandbox_api::fs::FsEntry) -> WriteInfo {
@@ -200,9 +213,11 @@ async fn upload_multipart(
             .engine
             .fs_write(id, &path, WriteOptions::default())
             .await
-            .map_err(|e| fs_error(id, e))?;
+            .map_err(|e| upload_error(fs_error(id, e)))?;
         let field = std::pin::pin!(field);
-        let entry = stream_chunks_into(field, upload, id.to_owned()).await?;
+        let entry = stream_chunks_into(field, upload, id.to_owned())
+            .await
+            .map_err(upload_error)?;
         written_files.push(written(entry));
     }
     if written_files.is_empty() {

@@ -306,6 +306,9 @@ async fn remove(
 /// one JSON line per event on stdout — `{"ready":true}` once the watches
 /// are set, `{"e":kind,"n":name}` per event (`name` relative to the
 /// watched directory), `{"error":code,"message":…}` when it cannot watch.
+/// An upload's temporary file (`.shellgate-upload-…`, renamed over its
+/// path when whole) is not shown: its rename reads as the file's create
+/// and write, what a client watching for the file expects.
 pub const WATCH_SCRIPT: &str = r#"
 import ctypes, json, os, struct, sys
 root, recursive = sys.argv[1], sys.argv[2] == "1"
@@ -337,6 +340,7 @@ if recursive:
     for base, subdirs, _ in os.walk(root):
         for d in subdirs: add(os.path.join(base, d))
 say(ready=True)
+TEMP, uploads = ".shellgate-upload-", set()
 KINDS = ((0x100 | 0x80, "create"), (0x2, "write"), (0x200, "remove"), (0x40, "rename"), (0x4, "chmod"))
 while True:
     data = os.read(fd, 65536)
@@ -352,8 +356,16 @@ while True:
             if base == root: sys.exit(0)
             continue
         if not name: continue
-        full = os.path.join(base, os.fsdecode(name))
+        leaf = os.fsdecode(name)
+        if leaf.startswith(TEMP):
+            if mask & 0x40:
+                if len(uploads) > 1024: uploads.clear()
+                uploads.add(cookie)
+            continue
+        full = os.path.join(base, leaf)
         rel = os.path.relpath(full, root).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        if mask & 0x80 and cookie in uploads:
+            uploads.discard(cookie); say(e="create", n=rel); say(e="write", n=rel); continue
         for bit, kind in KINDS:
             if mask & bit: say(e=kind, n=rel)
         if recursive and mask & 0x40000000 and mask & (0x100 | 0x80): add_tree(full)
