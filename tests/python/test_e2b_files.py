@@ -38,6 +38,17 @@ def run(server, sandbox, command):
     return result["output"][0]["stdout"]
 
 
+def live_watchers(server, sandbox):
+    """The sandbox's running watcher processes (shellgate's process list)."""
+    r = requests.get(
+        f"{server.base_url}/containers/{sandbox.sandbox_id}/processes",
+        headers={"Authorization": f"Bearer {KEY_A}"},
+        timeout=30,
+    )
+    assert r.status_code == 200, r.text
+    return [p for p in r.json()["data"] if p["id"].startswith("e2b-watch-") and p["status"] == "running"]
+
+
 def test_write_read_and_list(sbx):
     info = sbx.files.write("/mnt/data/notes/a.txt", "hello")
     assert (info.name, info.path, info.type) == ("a.txt", "/mnt/data/notes/a.txt", FileType.FILE)
@@ -124,9 +135,12 @@ def test_watch_dir_polling_sees_a_command_write(server, sbx):
     sbx.files.write("/mnt/data/watched/uploaded.txt", "u")
     assert wait_until(lambda: seen.extend(handle.get_new_events()) or any(e.name == "uploaded.txt" for e in seen), 30), seen
     assert not any(e.name.startswith(".shellgate-upload") for e in seen)
+    assert len(live_watchers(server, sbx)) == 1
     handle.stop()
     with pytest.raises(SandboxException):
         handle.get_new_events()
+    # Its process in the sandbox ended with it.
+    assert wait_until(lambda: not live_watchers(server, sbx), 30)
 
 
 def test_watch_dir_stream_recursive(server, sbx, e2b):
@@ -149,6 +163,8 @@ def test_watch_dir_stream_recursive(server, sbx, e2b):
 
     events = asyncio.run(scenario())
     assert any(e.name == "sub/leaf.txt" for e in events)
+    # The stream closed: its process in the sandbox ended with it.
+    assert wait_until(lambda: not live_watchers(server, sbx), 30)
 
 
 def test_watching_a_missing_directory_is_not_found(sbx):

@@ -90,7 +90,12 @@ pub(crate) fn fs_error(id: &str, error: SandboxError) -> ApiError {
 }
 
 /// The project's container, woken first if the operation must run in it.
-pub(crate) async fn prepare(state: &AppState, project: &Project, id: &str, wakes: bool) -> ApiResult<()> {
+pub(crate) async fn prepare(
+    state: &AppState,
+    project: &Project,
+    id: &str,
+    wakes: bool,
+) -> ApiResult<()> {
     let row = owned(state, project, id).await?;
     if wakes {
         begin_activity(state, &row).await?;
@@ -163,7 +168,12 @@ fn mode(asked: Option<&str>, default: u32) -> ApiResult<u32> {
 /// A download as a response body, masked for a container with secrets
 /// (then without `Content-Length`: a placeholder need not be as long as
 /// its value).
-pub(crate) fn download_response(state: &AppState, id: &str, download: FsDownload, media: &str) -> Response {
+pub(crate) fn download_response(
+    state: &AppState,
+    id: &str,
+    download: FsDownload,
+    media: &str,
+) -> Response {
     let masker = state.engine.masker(id);
     let length = download.length.filter(|_| masker.is_none());
     let mut rx = download.body;

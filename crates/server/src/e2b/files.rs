@@ -117,7 +117,9 @@ async fn upload(
     let id = caller.container_id.clone();
     prepare(&state, &Project(caller.project.clone()), &id, true).await?;
     if content_type.starts_with("multipart/form-data") {
-        return upload_multipart(&state, &id, query, request).await.map(Json);
+        return upload_multipart(&state, &id, query, request)
+            .await
+            .map(Json);
     }
     let path = required_path(&query)?;
     let encoding = request
@@ -194,12 +196,10 @@ async fn upload_multipart(
         // filename is its path.
         let named = match (query_path.take(), field.file_name()) {
             (Some(path), _) if written_files.is_empty() => path,
-            (Some(_), _) => {
-                return Err(E2bError::new(
-                    StatusCode::BAD_REQUEST,
-                    "the path parameter names a single file; name several by their parts' filenames",
-                ))
-            }
+            (Some(_), _) => return Err(E2bError::new(
+                StatusCode::BAD_REQUEST,
+                "the path parameter names a single file; name several by their parts' filenames",
+            )),
             (None, Some(name)) => name.to_owned(),
             (None, None) => {
                 return Err(E2bError::new(
@@ -259,7 +259,10 @@ fn gunzip(
                         Some(Err(e)) => return Some((Err(e.to_string()), None)),
                         None => {
                             if let Err(e) = state.decoder.try_finish() {
-                                return Some((Err(format!("the gzip body is cut or corrupt: {e}")), None));
+                                return Some((
+                                    Err(format!("the gzip body is cut or corrupt: {e}")),
+                                    None,
+                                ));
                             }
                             let out = std::mem::take(state.decoder.get_mut());
                             if out.is_empty() {
@@ -282,7 +285,9 @@ fn gunzip(
                 state.total += out.len() as u64;
                 if state.total > limit {
                     return Some((
-                        Err(format!("the decompressed upload is over the limit of {limit} bytes")),
+                        Err(format!(
+                            "the decompressed upload is over the limit of {limit} bytes"
+                        )),
                         None,
                     ));
                 }
@@ -334,7 +339,10 @@ mod tests {
         let data = vec![7u8; 100_000];
         assert_eq!(decode(gzip(&data), 1 << 20).await.unwrap(), data);
         // A bomb stops at the limit.
-        assert!(decode(gzip(&data), 10_000).await.unwrap_err().contains("limit"));
+        assert!(decode(gzip(&data), 10_000)
+            .await
+            .unwrap_err()
+            .contains("limit"));
         // A cut body is an error, never a short file.
         let mut cut = gzip(&data);
         cut.truncate(cut.len() - 4);

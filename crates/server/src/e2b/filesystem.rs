@@ -170,7 +170,13 @@ async fn stat(
     Unary(request): Unary<StatRequest>,
 ) -> Result<UnaryReply<StatResponse>, ConnectError> {
     let path = e2b_path(&request.path, "path").map_err(path_error)?;
-    prepare(&state, &project(&caller), &caller.container_id, read_wakes(&path)).await?;
+    prepare(
+        &state,
+        &project(&caller),
+        &caller.container_id,
+        read_wakes(&path),
+    )
+    .await?;
     let entry = state
         .engine
         .fs_stat(&caller.container_id, &path)
@@ -195,7 +201,13 @@ async fn list_dir(
             "depth must be from 1 to {MAX_LIST_DEPTH}"
         )));
     }
-    prepare(&state, &project(&caller), &caller.container_id, read_wakes(&path)).await?;
+    prepare(
+        &state,
+        &project(&caller),
+        &caller.container_id,
+        read_wakes(&path),
+    )
+    .await?;
     let listing = state
         .engine
         .fs_list(&caller.container_id, &path, depth, MAX_LIST_ENTRIES)
@@ -382,13 +394,6 @@ struct WatchLine {
     message: Option<String>,
 }
 
-/// What a watcher's pump hands on.
-enum Watched {
-    Event(FilesystemEvent),
-    /// The watcher's process ended (its directory went, or its sandbox).
-    Ended,
-}
-
 /// A watcher's process in its container: killed when this is dropped.
 struct WatchProcess {
     state: Arc<AppState>,
@@ -424,7 +429,7 @@ async fn start_watching(
     caller: &SandboxCaller,
     path: String,
     recursive: bool,
-) -> Result<mpsc::Receiver<Watched>, ConnectError> {
+) -> Result<mpsc::Receiver<FilesystemEvent>, ConnectError> {
     prepare(state, &project(caller), &caller.container_id, true).await?;
     let mut process = launch(state, caller, &path, recursive).await?;
     let (tx, rx) = mpsc::channel(MAX_BUFFERED_EVENTS);
@@ -444,7 +449,7 @@ async fn start_watching(
                     continue;
                 }
             }
-            let _ = tx.send(Watched::Ended).await;
+            // Dropping `tx` tells the client the watcher ended.
             return;
         }
     });
@@ -594,7 +599,7 @@ fn event_type(kind: &str) -> Option<EventType> {
 async fn pump(
     state: &Arc<AppState>,
     process: &Launched,
-    tx: &mpsc::Sender<Watched>,
+    tx: &mpsc::Sender<FilesystemEvent>,
 ) -> Option<ProcessStatus> {
     let mut lines = LineReader {
         offset: process.1,
@@ -630,7 +635,7 @@ async fn pump(
                 entry: None,
             };
             // A full buffer (a slow client) loses this event, not the stream.
-            if tx.try_send(Watched::Event(event)).is_err() && tx.is_closed() {
+            if tx.try_send(event).is_err() && tx.is_closed() {
                 return None;
             }
         }
@@ -710,7 +715,11 @@ async fn watch_dir(
 ) -> Response {
     let path = match e2b_path(&request.path, "path") {
         Ok(path) => path,
-        Err(e) => return server_stream(tokio_stream::once(Err::<WatchDirResponse, _>(path_error(e)))),
+        Err(e) => {
+            return server_stream(tokio_stream::once(Err::<WatchDirResponse, _>(path_error(
+                e,
+            ))))
+        }
     };
     let mut events = match start_watching(&state, &caller, path, request.recursive).await {
         Ok(events) => events,
@@ -740,10 +749,10 @@ async fn watch_dir(
                 () = tx.closed() => return,
             };
             let message = match next {
-                Some(Watched::Event(event)) => Ok(WatchDirResponse {
+                Some(event) => Ok(WatchDirResponse {
                     event: Some(watch_dir_response::Event::Filesystem(event)),
                 }),
-                Some(Watched::Ended) | None => Err(ConnectError::not_found(
+                None => Err(ConnectError::not_found(
                     "the watched directory is gone (or the sandbox stopped)",
                 )),
             };
@@ -793,14 +802,14 @@ async fn create_watcher(
                 () = tokio::time::sleep(idle_left) => continue,
             };
             match next {
-                Some(Watched::Event(event)) => {
+                Some(event) => {
                     let mut buffer = watcher.events.lock().unwrap_or_else(|p| p.into_inner());
                     if buffer.len() >= MAX_BUFFERED_EVENTS {
                         buffer.pop_front();
                     }
                     buffer.push_back(event);
                 }
-                Some(Watched::Ended) | None => {
+                None => {
                     watcher
                         .ended
                         .store(true, std::sync::atomic::Ordering::SeqCst);
