@@ -308,10 +308,10 @@ async fn health(State(state): State<Arc<AppState>>, request: Request) -> Respons
     .await
     {
         Ok(_) => StatusCode::NO_CONTENT.into_response(),
-        Err(error) if error.status == StatusCode::NOT_FOUND => {
-            E2bError::new(StatusCode::BAD_GATEWAY, error.message).into_response()
+        Err(rejection) if rejection.error.status == StatusCode::NOT_FOUND => {
+            E2bError::new(StatusCode::BAD_GATEWAY, rejection.error.message).into_response()
         }
-        Err(error) => error.into_response(),
+        Err(rejection) => rejection.into_response(),
     }
 }
 
