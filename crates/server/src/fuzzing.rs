@@ -158,6 +158,7 @@ pub(crate) fn state_with(
         default_image_missing_said: Default::default(),
         default_image_build: Default::default(),
         clock,
+        e2b_watchers: Default::default(),
     })
 }
 

@@ -80,7 +80,8 @@ pub async fn sweep(state: &Arc<AppState>) -> Result<(), ApiError> {
         if row.status == shellgate_store::ContainerStatus::Creating {
             continue;
         }
-        let e2b = e2b_sandboxes.contains(&row.id);
+        let e2b = e2b_sandboxes.all.contains(&row.id);
+        let e2b_running = e2b_sandboxes.running.contains(&row.id);
         let idle = now - row.last_active_at;
         let expired = !e2b && idle >= row.expires_minutes as i64 * 60;
         let retained_too_long =
@@ -100,7 +101,7 @@ pub async fn sweep(state: &Arc<AppState>) -> Result<(), ApiError> {
             state.forget_owner(&id);
             state.e2b_access.forget(&id);
             state.db(move |s| s.delete_container(&id)).await?;
-        } else if !e2b
+        } else if !e2b_running
             && row.session_open
             && idle >= row.sleep_after_secs.map_or(idle_limit, |s| s as i64)
         {

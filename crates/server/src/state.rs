@@ -62,6 +62,8 @@ pub struct AppState {
     /// The time the lifecycle sweep judges idleness and expiry by (the
     /// system's; a manual one in tests).
     pub clock: crate::clock::Clock,
+    /// E2B's directory watchers (issue 20, `e2b::filesystem`).
+    pub(crate) e2b_watchers: crate::e2b::filesystem::Watchers,
 }
 
 impl AppState {

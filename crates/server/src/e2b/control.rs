@@ -837,20 +837,32 @@ async fn to_completion_e2b(
     })?
 }
 
+/// Which containers are E2B's sandboxes, for the rest of the sweep.
+#[derive(Debug, Default)]
+pub(crate) struct SweptSandboxes {
+    /// Every E2B sandbox: never idle-expired (it ends at `end_at`; a paused
+    /// one is retained as a suspended container is, `retention_days`).
+    pub all: std::collections::HashSet<String>,
+    /// The running ones: never idle-suspended before `end_at`. (A paused
+    /// one that the `/v1` API woke is suspended again when idle.)
+    pub running: std::collections::HashSet<String>,
+}
+
 /// The lifecycle sweeper's part for E2B's sandboxes: at `end_at` a
 /// running sandbox is killed, or paused when its create said `autoPause`.
-/// Returns the ids of every E2B sandbox, which the rest of the sweep
-/// leaves alone (no idle suspension or idle expiry before `end_at`; a
-/// paused one is kept as a suspended container is, `retention_days`).
 pub(crate) async fn sweep_sandboxes(
     state: &Arc<AppState>,
     now: i64,
-) -> Result<std::collections::HashSet<String>, ApiError> {
+) -> Result<SweptSandboxes, ApiError> {
     let rows = state.db(|s| s.all_e2b_sandboxes()).await?;
-    let mut ids = std::collections::HashSet::with_capacity(rows.len());
+    let mut swept = SweptSandboxes::default();
     for row in rows {
-        ids.insert(row.container_id.clone());
-        if row.paused || now < row.end_at {
+        swept.all.insert(row.container_id.clone());
+        if row.paused {
+            continue;
+        }
+        if now < row.end_at {
+            swept.running.insert(row.container_id.clone());
             continue;
         }
         if row.auto_pause {
@@ -865,7 +877,7 @@ pub(crate) async fn sweep_sandboxes(
             state.e2b_access.forget(&row.container_id);
         }
     }
-    Ok(ids)
+    Ok(swept)
 }
 
 #[cfg(test)]
