@@ -156,6 +156,7 @@ pub(crate) fn state_with(
         default_image_missing_said: Default::default(),
         default_image_build: Default::default(),
         clock,
+        e2b_processes: Default::default(),
     })
 }
 

@@ -202,6 +202,7 @@ where
         default_image_missing_said: Default::default(),
         default_image_build,
         clock: clock::Clock::system(),
+        e2b_processes: Default::default(),
     });
     if let Some(log) = egress_log {
         egress::spawn_log_writer(

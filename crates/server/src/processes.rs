@@ -129,9 +129,26 @@ pub async fn create(
     ApiJson(body): ApiJson<ProcessCreate>,
 ) -> ApiResult<Response> {
     let spec = process_spec(body)?;
-    let (permit, _) = prepare_exec(&state, &project.0, &id).await?;
-    let info = to_completion(async move {
-        let process_id = new_id("proc_");
+    let info = start(&state, &project.0, &id, new_id("proc_"), spec).await?;
+    Ok((StatusCode::CREATED, Json(process_object(&info))).into_response())
+}
+
+/// Starts a checked process in a project's container: admitted as an exec
+/// is (`prepare_exec`), it keeps its exec slot until it ends, and its end is
+/// awaited by a task of the server, not by any client, which then bills its
+/// time and writes it to the command audit. Every API that starts client
+/// processes (`/v1/.../processes`, E2B's `process.Process/Start`) comes
+/// through here.
+pub(crate) async fn start(
+    state: &Arc<AppState>,
+    project: &str,
+    id: &str,
+    process_id: String,
+    spec: ProcessSpec,
+) -> ApiResult<ProcessInfo> {
+    let (permit, _) = prepare_exec(state, project, id).await?;
+    let (state, project, id) = (Arc::clone(state), project.to_owned(), id.to_owned());
+    to_completion(async move {
         let command = spec.command.clone();
         let billing = BillOnDrop::start(&state, &id, 1);
         let info = state
@@ -157,13 +174,12 @@ pub async fn create(
                 };
                 state
                     .billing
-                    .audit(&project.0, &id, None, &[command], &[result]);
+                    .audit(&project, &id, None, &[command], &[result]);
             }
         });
         Ok(info)
     })
-    .await?;
-    Ok((StatusCode::CREATED, Json(process_object(&info))).into_response())
+    .await
 }
 
 /// `GET /v1/containers/{id}/processes`.

@@ -58,6 +58,8 @@ pub struct AppState {
     /// The time the lifecycle sweep judges idleness and expiry by (the
     /// system's; a manual one in tests).
     pub clock: crate::clock::Clock,
+    /// The processes started through E2B's envd API, by pid and tag.
+    pub(crate) e2b_processes: crate::e2b::process::Registry,
 }
 
 impl AppState {
