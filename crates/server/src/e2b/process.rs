@@ -34,10 +34,10 @@ use shellgate_sandbox_api::process::{
 use shellgate_sandbox_api::SandboxError;
 use shellgate_wire::envd::process::{
     process_event, process_input, process_selector, stream_input_request, CloseStdinRequest,
-    CloseStdinResponse, ConnectRequest, ConnectResponse, ListRequest, ListResponse,
-    ProcessConfig, ProcessEvent, ProcessInfo, ProcessInput, ProcessSelector, SendInputRequest,
-    SendInputResponse, SendSignalRequest, SendSignalResponse, Signal, StartRequest,
-    StartResponse, StreamInputRequest, StreamInputResponse, UpdateRequest, UpdateResponse,
+    CloseStdinResponse, ConnectRequest, ConnectResponse, ListRequest, ListResponse, ProcessConfig,
+    ProcessEvent, ProcessInfo, ProcessInput, ProcessSelector, SendInputRequest, SendInputResponse,
+    SendSignalRequest, SendSignalResponse, Signal, StartRequest, StartResponse, StreamInputRequest,
+    StreamInputResponse, UpdateRequest, UpdateResponse,
 };
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -142,9 +142,9 @@ impl Registry {
         let containers = self.lock();
         let live = containers.get(container);
         let found = match selector {
-            process_selector::Selector::Pid(pid) => live
-                .and_then(|l| l.get(pid))
-                .map(|t| (*pid, t.clone())),
+            process_selector::Selector::Pid(pid) => {
+                live.and_then(|l| l.get(pid)).map(|t| (*pid, t.clone()))
+            }
             process_selector::Selector::Tag(tag) => live.and_then(|l| {
                 l.iter()
                     .find(|(_, t)| t.tag.as_deref() == Some(tag.as_str()))
@@ -286,7 +286,8 @@ fn process_spec(
         Some(pty) => {
             let size = pty.size.unwrap_or_default();
             let side = |n: u32, name: &str| {
-                u16::try_from(n).map_err(|_| ConnectError::invalid(format!("pty.size.{name} is too large")))
+                u16::try_from(n)
+                    .map_err(|_| ConnectError::invalid(format!("pty.size.{name} is too large")))
             };
             let term = config
                 .envs
@@ -392,7 +393,9 @@ async fn follow(
         let page = match page {
             Ok(page) => page,
             Err(error) => {
-                let _ = events.send(Err(engine_connect_error(&container, error))).await;
+                let _ = events
+                    .send(Err(engine_connect_error(&container, error)))
+                    .await;
                 return;
             }
         };
@@ -438,13 +441,16 @@ where
     W: Fn(ProcessEvent) -> T + Send + 'static,
 {
     let (events, received) = tokio::sync::mpsc::channel(16);
-    let opened = event(process_event::Event::Start(process_event::StartEvent { pid }));
+    let opened = event(process_event::Event::Start(process_event::StartEvent {
+        pid,
+    }));
     // The queue is empty: the first event always fits.
     let _ = events.try_send(Ok(opened));
-    tokio::spawn(follow(state, container, process_id, after, keepalive, events));
-    let stream = tokio_stream::StreamExt::map(ReceiverStream::new(received), move |item| {
-        item.map(&wrap)
-    });
+    tokio::spawn(follow(
+        state, container, process_id, after, keepalive, events,
+    ));
+    let stream =
+        tokio_stream::StreamExt::map(ReceiverStream::new(received), move |item| item.map(&wrap));
     server_stream(stream)
 }
 
@@ -578,7 +584,11 @@ async fn write_input(
 ) -> Result<(), ConnectError> {
     let bytes = match input.and_then(|i| i.input) {
         Some(process_input::Input::Stdin(bytes) | process_input::Input::Pty(bytes)) => bytes,
-        None => return Err(ConnectError::invalid("input: stdin or pty bytes are required")),
+        None => {
+            return Err(ConnectError::invalid(
+                "input: stdin or pty bytes are required",
+            ))
+        }
     };
     for piece in bytes.chunks(process_limits::MAX_STDIN_WRITE) {
         state
@@ -597,7 +607,9 @@ async fn send_input(
     Unary(request): Unary<SendInputRequest>,
 ) -> Result<UnaryReply<SendInputResponse>, ConnectError> {
     let container = &caller.container_id;
-    let (_, tracked) = state.e2b_processes.find(container, request.process.as_ref())?;
+    let (_, tracked) = state
+        .e2b_processes
+        .find(container, request.process.as_ref())?;
     write_input(&state, container, &tracked.process_id, request.input).await?;
     Ok(UnaryReply(SendInputResponse {}))
 }
@@ -614,11 +626,16 @@ async fn stream_input(
     headers: HeaderMap,
     requests: ClientStream<StreamInputRequest>,
 ) -> Response {
-    let limit = deadline(&headers)
-        .map(|d| tokio::time::Instant::now() + d);
-    let result = read_input_stream(&state, &caller.container_id, requests, STREAM_INPUT_IDLE, limit)
-        .await
-        .map(|()| StreamInputResponse {});
+    let limit = deadline(&headers).map(|d| tokio::time::Instant::now() + d);
+    let result = read_input_stream(
+        &state,
+        &caller.container_id,
+        requests,
+        STREAM_INPUT_IDLE,
+        limit,
+    )
+    .await
+    .map(|()| StreamInputResponse {});
     client_stream_reply(result)
 }
 
@@ -676,10 +693,14 @@ async fn read_input_stream(
     };
     while let Some(message) = next_within(&mut requests, idle, limit).await? {
         match message.event {
-            Some(Event::Data(data)) => write_input(state, container, &process_id, data.input).await?,
+            Some(Event::Data(data)) => {
+                write_input(state, container, &process_id, data.input).await?
+            }
             Some(Event::Keepalive(_)) | None => {}
             Some(Event::Start(_)) => {
-                return Err(ConnectError::invalid("the input stream has already started"))
+                return Err(ConnectError::invalid(
+                    "the input stream has already started",
+                ))
             }
         }
     }
@@ -693,7 +714,9 @@ async fn close_stdin(
     Unary(request): Unary<CloseStdinRequest>,
 ) -> Result<UnaryReply<CloseStdinResponse>, ConnectError> {
     let container = &caller.container_id;
-    let (_, tracked) = state.e2b_processes.find(container, request.process.as_ref())?;
+    let (_, tracked) = state
+        .e2b_processes
+        .find(container, request.process.as_ref())?;
     state
         .engine
         .write_process_stdin(container, &tracked.process_id, Vec::new(), true)
@@ -710,7 +733,9 @@ async fn send_signal(
 ) -> Result<UnaryReply<SendSignalResponse>, ConnectError> {
     let container = &caller.container_id;
     let signal = Signal::try_from(request.signal).unwrap_or(Signal::Unspecified);
-    let (_, tracked) = state.e2b_processes.find(container, request.process.as_ref())?;
+    let (_, tracked) = state
+        .e2b_processes
+        .find(container, request.process.as_ref())?;
     let sent = match signal {
         Signal::Sigkill => state
             .engine
@@ -748,11 +773,294 @@ async fn update(
         u16::try_from(n).map_err(|_| ConnectError::invalid(format!("pty.size.{name} is too large")))
     };
     let (cols, rows) = (side(size.cols, "cols")?, side(size.rows, "rows")?);
-    let (_, tracked) = state.e2b_processes.find(container, request.process.as_ref())?;
+    let (_, tracked) = state
+        .e2b_processes
+        .find(container, request.process.as_ref())?;
     state
         .engine
         .resize_process(container, &tracked.process_id, cols, rows)
         .await
         .map_err(|e| engine_connect_error(container, e))?;
     Ok(UnaryReply(UpdateResponse {}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::extract::FromRequest;
+    use axum::http::HeaderValue;
+
+    fn config(cmd: &str, args: &[&str]) -> ProcessConfig {
+        ProcessConfig {
+            cmd: cmd.into(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn cmd_and_args_run_exactly_as_given() {
+        let line = command_line(&config(
+            "/bin/bash",
+            &["-l", "-c", "echo 'a' $HOME; rm -rf x"],
+        ));
+        assert_eq!(
+            line,
+            r#"exec '/bin/bash' '-l' '-c' 'echo '\''a'\'' $HOME; rm -rf x'"#
+        );
+        assert_eq!(command_line(&config("ls", &[""])), "exec 'ls' ''");
+    }
+
+    #[test]
+    fn the_user_is_read_from_basic_auth_and_only_user_is_served() {
+        let mut headers = HeaderMap::new();
+        assert!(check_user(&headers).is_ok());
+        let basic = |name: &str| {
+            let encoded = base64::engine::general_purpose::STANDARD.encode(format!("{name}:"));
+            HeaderValue::from_str(&format!("Basic {encoded}")).unwrap()
+        };
+        headers.insert("authorization", basic("user"));
+        assert!(check_user(&headers).is_ok());
+        headers.insert("authorization", basic("root"));
+        let refused = check_user(&headers).unwrap_err();
+        assert_eq!(refused.code, ConnectCode::PermissionDenied);
+        assert!(refused.message.contains("no privileges"));
+        headers.insert("authorization", HeaderValue::from_static("Basic !!"));
+        assert_eq!(
+            check_user(&headers).unwrap_err().code,
+            ConnectCode::InvalidArgument
+        );
+    }
+
+    #[test]
+    fn working_directories_default_to_the_home_and_relative_ones_are_in_it() {
+        assert_eq!(working_directory(None), "/home/user");
+        assert_eq!(working_directory(Some("")), "/home/user");
+        assert_eq!(working_directory(Some("/tmp")), "/tmp");
+        assert_eq!(working_directory(Some("./src")), "/home/user/src");
+    }
+
+    #[test]
+    fn a_start_becomes_a_checked_spec() {
+        let mut headers = HeaderMap::new();
+        headers.insert("connect-timeout-ms", HeaderValue::from_static("60000"));
+        let mut own = config("/bin/bash", &["-i"]);
+        own.envs.insert("A".into(), "mine".into());
+        let request = StartRequest {
+            process: Some(own.clone()),
+            pty: Some(shellgate_wire::envd::process::Pty {
+                size: Some(shellgate_wire::envd::process::pty::Size {
+                    cols: 100,
+                    rows: 30,
+                }),
+            }),
+            tag: None,
+            stdin: None,
+        };
+        let sandbox = [
+            ("A".to_owned(), "sandbox".to_owned()),
+            ("B".to_owned(), "2".to_owned()),
+        ];
+        let spec = process_spec(&request, &own, &sandbox, &headers).unwrap();
+        // The call's envs win over the sandbox's; stdin is on when not said.
+        assert_eq!(
+            spec.env,
+            [("B".into(), "2".into()), ("A".into(), "mine".into())]
+        );
+        assert!(spec.stdin);
+        assert_eq!(spec.timeout_ms, 60_000);
+        assert_eq!(spec.cwd.as_deref(), Some("/home/user"));
+        let pty = spec.pty.unwrap();
+        assert_eq!(
+            (pty.cols, pty.rows, pty.term.as_str()),
+            (100, 30, "xterm-256color")
+        );
+        // No deadline: no timeout; a huge one is capped at the engine's day.
+        assert_eq!(
+            process_spec(&request, &own, &[], &HeaderMap::new())
+                .unwrap()
+                .timeout_ms,
+            0
+        );
+        headers.insert(
+            "connect-timeout-ms",
+            HeaderValue::from_static("999999999999"),
+        );
+        assert_eq!(
+            process_spec(&request, &own, &[], &headers)
+                .unwrap()
+                .timeout_ms,
+            process_limits::MAX_TIMEOUT_MS
+        );
+        // Refused, naming what: no cmd, a terminal side past u16.
+        assert!(process_spec(&request, &config("", &[]), &[], &headers).is_err());
+        let mut wide = request.clone();
+        wide.pty = Some(shellgate_wire::envd::process::Pty {
+            size: Some(shellgate_wire::envd::process::pty::Size {
+                cols: 70_000,
+                rows: 1,
+            }),
+        });
+        assert!(process_spec(&wide, &own, &[], &headers)
+            .unwrap_err()
+            .message
+            .contains("cols"));
+    }
+
+    #[test]
+    fn keepalives_follow_the_client_s_interval_capped() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(keepalive_interval(&headers), MAX_KEEPALIVE);
+        headers.insert("keepalive-ping-interval", HeaderValue::from_static("5"));
+        assert_eq!(keepalive_interval(&headers), Duration::from_secs(5));
+        headers.insert("keepalive-ping-interval", HeaderValue::from_static("50"));
+        assert_eq!(keepalive_interval(&headers), MAX_KEEPALIVE);
+    }
+
+    fn engine_process(
+        status: ProcessStatus,
+        outcome: Option<shellgate_wire::Outcome>,
+    ) -> EngineProcess {
+        EngineProcess {
+            id: "proc_1".into(),
+            container_id: "cntr_1".into(),
+            command: "true".into(),
+            pid: Some(2),
+            status,
+            pty: None,
+            stdin: false,
+            created_at: 0,
+            ended_at: Some(1),
+            outcome,
+            output_bytes: 0,
+            duration: Duration::ZERO,
+        }
+    }
+
+    #[test]
+    fn ends_are_told_as_envd_tells_them() {
+        let exited = end_event(&engine_process(
+            ProcessStatus::Exited,
+            Some(shellgate_wire::Outcome::Exit { exit_code: 3 }),
+        ));
+        assert_eq!(
+            (exited.exit_code, exited.exited, exited.status.as_str()),
+            (3, true, "exit status 3")
+        );
+        let killed = end_event(&engine_process(
+            ProcessStatus::Killed,
+            Some(shellgate_wire::Outcome::Exit { exit_code: 137 }),
+        ));
+        assert_eq!(
+            (killed.exit_code, killed.exited, killed.status.as_str()),
+            (-1, false, "signal: killed")
+        );
+        let timed_out = end_event(&engine_process(
+            ProcessStatus::Timeout,
+            Some(shellgate_wire::Outcome::Timeout),
+        ));
+        assert_eq!(timed_out.status, "signal: killed");
+        assert!(timed_out.error.is_some());
+    }
+
+    #[test]
+    fn the_registry_finds_by_pid_and_tag_and_forgets_only_what_ended() {
+        let registry = Registry::default();
+        let tracked = |id: &str, tag: Option<&str>| Tracked {
+            process_id: id.into(),
+            tag: tag.map(Into::into),
+            config: config("/bin/sh", &[]),
+        };
+        registry.insert("c", 7, tracked("proc_a", Some("web")));
+        let by_pid = ProcessSelector {
+            selector: Some(process_selector::Selector::Pid(7)),
+        };
+        let by_tag = ProcessSelector {
+            selector: Some(process_selector::Selector::Tag("web".into())),
+        };
+        assert_eq!(
+            registry.find("c", Some(&by_pid)).unwrap().1.process_id,
+            "proc_a"
+        );
+        assert_eq!(registry.find("c", Some(&by_tag)).unwrap().0, 7);
+        assert!(registry.tag_taken("c", "web"));
+        // Another container sees none of it.
+        assert_eq!(
+            registry.find("d", Some(&by_pid)).unwrap_err().code,
+            ConnectCode::NotFound
+        );
+        assert_eq!(
+            registry.find("c", None).unwrap_err().code,
+            ConnectCode::InvalidArgument
+        );
+        // pid 7 reused by a new process: the old one's end leaves it.
+        registry.insert("c", 7, tracked("proc_b", None));
+        registry.remove("c", 7, "proc_a");
+        assert_eq!(registry.list("c").len(), 1);
+        registry.remove("c", 7, "proc_b");
+        assert!(registry.list("c").is_empty());
+        assert!(registry.lock().is_empty());
+    }
+
+    /// A client stream over a body that sends `sent` and then never ends.
+    async fn never_ending(
+        sent: Vec<u8>,
+    ) -> (
+        ClientStream<StreamInputRequest>,
+        tokio::sync::mpsc::Sender<()>,
+    ) {
+        let (keep, mut open) = tokio::sync::mpsc::channel::<()>(1);
+        let body = async_stream_body(sent, async move {
+            let _ = open.recv().await;
+        });
+        let request = axum::http::Request::builder()
+            .header("content-type", super::super::connect::STREAM_JSON)
+            .body(body)
+            .unwrap();
+        let stream = ClientStream::from_request(request, &()).await.ok().unwrap();
+        (stream, keep)
+    }
+
+    /// A body of `first`, then pending until `hold` completes.
+    fn async_stream_body(
+        first: Vec<u8>,
+        hold: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Body {
+        let head = futures_util::stream::once(async move {
+            Ok::<_, std::io::Error>(axum::body::Bytes::from(first))
+        });
+        let tail = futures_util::stream::once(async move {
+            hold.await;
+            Ok::<_, std::io::Error>(axum::body::Bytes::new())
+        });
+        Body::from_stream(futures_util::StreamExt::chain(head, tail))
+    }
+
+    #[tokio::test]
+    async fn a_quiet_input_stream_is_ended_at_its_idle_limit() {
+        let keepalive = br#"{"keepalive":{}}"#;
+        let mut sent = vec![0u8];
+        sent.extend_from_slice(&(keepalive.len() as u32).to_be_bytes());
+        sent.extend_from_slice(keepalive);
+        let (mut stream, _keep_open) = never_ending(sent).await;
+        let idle = Duration::from_millis(50);
+        let first = next_within(&mut stream, idle, None).await.unwrap();
+        assert!(matches!(
+            first,
+            Some(StreamInputRequest {
+                event: Some(stream_input_request::Event::Keepalive(_))
+            })
+        ));
+        // Then nothing comes, and the body never ends: the stream is ended.
+        let ended = next_within(&mut stream, idle, None).await.unwrap_err();
+        assert_eq!(ended.code, ConnectCode::DeadlineExceeded);
+        // A deadline sooner than the idle limit ends it too.
+        let (mut stream, _keep_open) = never_ending(Vec::new()).await;
+        let soon = tokio::time::Instant::now() + Duration::from_millis(20);
+        let ended = next_within(&mut stream, STREAM_INPUT_IDLE, Some(soon))
+            .await
+            .unwrap_err();
+        assert_eq!(ended.code, ConnectCode::DeadlineExceeded);
+    }
 }
