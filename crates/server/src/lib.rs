@@ -74,6 +74,13 @@ pub fn new_api_key() -> String {
     shellgate_wire::new_id("sg-")
 }
 
+/// A new API key of the shape E2B's SDKs check client-side (`e2b_` and 40
+/// hex digits, all from the kernel's CSPRNG): `shellgate keys create --e2b`.
+pub fn new_e2b_api_key() -> String {
+    let more = shellgate_wire::new_id("");
+    format!("{}{}", shellgate_wire::new_id("e2b_"), &more[..8])
+}
+
 /// What the server asks of whoever opens its sandbox backend (the CLI's
 /// `serve` opens the local engine): the server sees only the trait.
 pub struct EngineSetup {
@@ -96,6 +103,18 @@ pub struct Opened {
     /// The API key this start made, because the store had none (it is also
     /// in `initial-api-key`; the start-up summary shows it once).
     pub generated_key: Option<String>,
+}
+
+#[cfg(test)]
+#[test]
+fn e2b_keys_have_the_shape_e2bs_sdks_check() {
+    let key = new_e2b_api_key();
+    let hex = key.strip_prefix("e2b_").unwrap_or_default();
+    assert_eq!(hex.len(), 40, "{key}");
+    assert!(hex
+        .bytes()
+        .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+    assert_ne!(new_e2b_api_key(), key);
 }
 
 /// Opens the store, and the backend with `open_backend` (after the data
@@ -197,6 +216,8 @@ where
         skills_dir,
         metrics: Metrics::default(),
         sync_locks: Mutex::new(HashMap::new()),
+        e2b_access: Default::default(),
+        e2b_creates: Default::default(),
         egress,
         egress_counts: Default::default(),
         default_image_missing_said: Default::default(),
