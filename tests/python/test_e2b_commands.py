@@ -199,23 +199,43 @@ def test_a_stream_input_that_never_ends_is_ended_and_holds_nothing(sbx):
     assert handle.wait().stdout == "still here\n"
 
 
-def test_another_project_s_sandbox_is_not_found(sbx, server, monkeypatch):
+def test_another_project_s_sandbox_is_refused_and_nothing_revealed(sbx, server, monkeypatch):
     for name, value in e2b_environment(server, E2B_KEY_B).items():
         monkeypatch.setenv(name, value)
     theirs = Sandbox.create()
     try:
-        # Alpha's token with beta's sandbox id: nothing of it is revealed.
-        headers = {**envd_headers(sbx), "E2b-Sandbox-Id": theirs.sandbox_id}
-        for method in ("List", "SendInput"):
-            response = requests.post(
-                f"{sbx.envd_api_url}/process.Process/{method}",
-                headers={**headers, "content-type": "application/json"},
-                data="{}",
-                timeout=30,
-            )
-            assert response.status_code == 404, response.text
-        response = start_call(sbx, envelope(b'{"process":{"cmd":"/bin/true"}}'), **{"E2b-Sandbox-Id": theirs.sandbox_id})
-        assert response.status_code == 404
-        assert theirs.commands.list() == []
+        running = theirs.commands.run("sleep 600", background=True)
+        start = envelope(json.dumps({"process": {"cmd": "/bin/true"}}).encode())
+
+        def answers(sandbox_id: str, token: str) -> list:
+            """What List, SendSignal and Start answer for that id and token."""
+            headers = {**envd_headers(sbx), "E2b-Sandbox-Id": sandbox_id, "X-Access-Token": token}
+            unary = {**headers, "content-type": "application/json"}
+            kill = json.dumps({"process": {"pid": running.pid}, "signal": "SIGNAL_SIGKILL"})
+            return [
+                (r.status_code, r.content)
+                for r in (
+                    requests.post(f"{sbx.envd_api_url}/process.Process/List", headers=unary, data="{}", timeout=30),
+                    requests.post(f"{sbx.envd_api_url}/process.Process/SendSignal", headers=unary, data=kill, timeout=30),
+                    requests.post(
+                        f"{sbx.envd_api_url}/process.Process/Start",
+                        headers={**headers, "content-type": "application/connect+json"},
+                        data=start,
+                        timeout=30,
+                    ),
+                )
+            ]
+
+        # Alpha's token with beta's sandbox id: refused, exactly as a made-up
+        # token is (the access check's answer: 401 unauthenticated), so
+        # alpha learns nothing of beta's sandbox from its own token.
+        with_alphas = answers(theirs.sandbox_id, sbx.connection_config.sandbox_headers["X-Access-Token"])
+        assert with_alphas == answers(theirs.sandbox_id, "made-up")
+        assert {status for status, _ in with_alphas} == {401}
+        assert all(theirs.sandbox_id.encode() not in body for _, body in with_alphas)
+        # An id that names no sandbox at all: 404.
+        assert {status for status, _ in answers("i" + theirs.sandbox_id[1:], "made-up")} == {404}
+        # Beta's process was not touched.
+        assert [p.pid for p in theirs.commands.list()] == [running.pid]
     finally:
         theirs.kill()
