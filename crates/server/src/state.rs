@@ -63,7 +63,7 @@ pub struct AppState {
     /// system's; a manual one in tests).
     pub clock: crate::clock::Clock,
     /// The processes started through E2B's envd API, by pid and tag.
-    pub(crate) e2b_processes: crate::e2b::process::Registry,
+    pub(crate) e2b_processes: crate::e2b::process::registry::Registry,
 }
 
 impl AppState {

@@ -17,8 +17,7 @@
 //! - the user is E2B's `user`, the sandbox user: `root` is refused, since
 //!   shellgate's sandboxes have no privileges to give.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
@@ -33,13 +32,17 @@ use shellgate_sandbox_api::process::{
 };
 use shellgate_sandbox_api::SandboxError;
 use shellgate_wire::envd::process::{
-    process_event, process_input, process_selector, stream_input_request, CloseStdinRequest,
-    CloseStdinResponse, ConnectRequest, ConnectResponse, ListRequest, ListResponse, ProcessConfig,
-    ProcessEvent, ProcessInfo, ProcessInput, ProcessSelector, SendInputRequest, SendInputResponse,
-    SendSignalRequest, SendSignalResponse, Signal, StartRequest, StartResponse, StreamInputRequest,
-    StreamInputResponse, UpdateRequest, UpdateResponse,
+    process_event, process_input, stream_input_request, CloseStdinRequest, CloseStdinResponse,
+    ConnectRequest, ConnectResponse, ListRequest, ListResponse, ProcessConfig, ProcessEvent,
+    ProcessInput, SendInputRequest, SendInputResponse, SendSignalRequest, SendSignalResponse,
+    Signal, StartRequest, StartResponse, StreamInputRequest, StreamInputResponse, UpdateRequest,
+    UpdateResponse,
 };
 use tokio_stream::wrappers::ReceiverStream;
+
+pub(crate) mod registry;
+
+use registry::Tracked;
 
 use super::access::SandboxCaller;
 use super::connect::{
@@ -76,108 +79,6 @@ pub(super) fn routes(router: Router<Arc<AppState>>) -> Router<Arc<AppState>> {
         .route("/process.Process/CloseStdin", post(close_stdin))
         .route("/process.Process/SendSignal", post(send_signal))
         .route("/process.Process/Update", post(update))
-}
-
-/// What envd knows of a process that shellgate does not.
-#[derive(Debug, Clone)]
-struct Tracked {
-    process_id: String,
-    tag: Option<String>,
-    config: ProcessConfig,
-}
-
-/// The processes started through envd, by container and pid, while they
-/// live: each entry goes when its process ends (a task awaits it), so a
-/// container holds at most the engine's live processes
-/// ([`process_limits::MAX_LIVE`]).
-#[derive(Debug, Default)]
-pub struct Registry {
-    containers: Mutex<HashMap<String, HashMap<u32, Tracked>>>,
-}
-
-impl Registry {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, HashMap<u32, Tracked>>> {
-        // A panic elsewhere while holding it leaves plain data behind.
-        self.containers
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Whether a live process of the container carries `tag`.
-    fn tag_taken(&self, container: &str, tag: &str) -> bool {
-        self.lock()
-            .get(container)
-            .is_some_and(|live| live.values().any(|t| t.tag.as_deref() == Some(tag)))
-    }
-
-    fn insert(&self, container: &str, pid: u32, tracked: Tracked) {
-        self.lock()
-            .entry(container.to_owned())
-            .or_default()
-            .insert(pid, tracked);
-    }
-
-    /// Forgets a process that ended (only that one: its pid may be reused).
-    fn remove(&self, container: &str, pid: u32, process_id: &str) {
-        let mut containers = self.lock();
-        if let Some(live) = containers.get_mut(container) {
-            if live.get(&pid).is_some_and(|t| t.process_id == process_id) {
-                live.remove(&pid);
-            }
-            if live.is_empty() {
-                containers.remove(container);
-            }
-        }
-    }
-
-    /// The process a selector names: its pid and what is tracked of it.
-    fn find(
-        &self,
-        container: &str,
-        selector: Option<&ProcessSelector>,
-    ) -> Result<(u32, Tracked), ConnectError> {
-        let selector = selector
-            .and_then(|s| s.selector.as_ref())
-            .ok_or_else(|| ConnectError::invalid("process: a pid or a tag is required"))?;
-        let containers = self.lock();
-        let live = containers.get(container);
-        let found = match selector {
-            process_selector::Selector::Pid(pid) => {
-                live.and_then(|l| l.get(pid)).map(|t| (*pid, t.clone()))
-            }
-            process_selector::Selector::Tag(tag) => live.and_then(|l| {
-                l.iter()
-                    .find(|(_, t)| t.tag.as_deref() == Some(tag.as_str()))
-                    .map(|(pid, t)| (*pid, t.clone()))
-            }),
-        };
-        found.ok_or_else(|| match selector {
-            process_selector::Selector::Pid(pid) => {
-                ConnectError::not_found(format!("process with pid {pid} not found"))
-            }
-            process_selector::Selector::Tag(tag) => {
-                ConnectError::not_found(format!("process with tag {tag:?} not found"))
-            }
-        })
-    }
-
-    fn list(&self, container: &str) -> Vec<ProcessInfo> {
-        let containers = self.lock();
-        let mut processes: Vec<ProcessInfo> = containers
-            .get(container)
-            .map(|live| {
-                live.iter()
-                    .map(|(pid, t)| ProcessInfo {
-                        config: Some(t.config.clone()),
-                        pid: *pid,
-                        tag: t.tag.clone(),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        processes.sort_by_key(|p| p.pid);
-        processes
-    }
 }
 
 /// An engine error as a Connect error: a process that ended is gone for
@@ -786,10 +687,12 @@ async fn update(
 
 #[cfg(test)]
 mod tests {
+    use super::registry::Registry;
     use super::*;
     use axum::body::Body;
     use axum::extract::FromRequest;
     use axum::http::HeaderValue;
+    use shellgate_wire::envd::process::{process_selector, ProcessSelector};
 
     fn config(cmd: &str, args: &[&str]) -> ProcessConfig {
         ProcessConfig {
