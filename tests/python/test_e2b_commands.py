@@ -106,10 +106,15 @@ def test_stream_input_feeds_a_process(sbx):
 
 def test_pty_create_input_resize_and_kill(sbx):
     terminal = sbx.pty.create(PtySize(rows=24, cols=80))
+    output = iter(terminal)
+    # Typed once the shell shows its prompt, as a person would.
+    seen = b""
+    while b"$ " not in seen:
+        seen += next(output)[2] or b""
     sbx.pty.resize(terminal.pid, PtySize(rows=30, cols=100))
     sbx.pty.send_stdin(terminal.pid, b"stty size; echo term=$TERM\n")
     seen = b""
-    for _, _, pty in terminal:
+    for _, _, pty in output:
         seen += pty or b""
         if b"term=xterm-256color" in seen and b"30 100" in seen:
             break
