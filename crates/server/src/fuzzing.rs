@@ -159,6 +159,7 @@ pub(crate) fn state_with(
         default_image_build: Default::default(),
         clock,
         e2b_watchers: Default::default(),
+        e2b_processes: Default::default(),
     })
 }
 

@@ -224,6 +224,7 @@ where
         default_image_build,
         clock: clock::Clock::system(),
         e2b_watchers: Default::default(),
+        e2b_processes: Default::default(),
     });
     if let Some(log) = egress_log {
         egress::spawn_log_writer(

@@ -64,6 +64,8 @@ pub struct AppState {
     pub clock: crate::clock::Clock,
     /// E2B's directory watchers (issue 20, `e2b::filesystem`).
     pub(crate) e2b_watchers: crate::e2b::filesystem::Watchers,
+    /// The processes started through E2B's envd API, by pid and tag.
+    pub(crate) e2b_processes: crate::e2b::process::registry::Registry,
 }
 
 impl AppState {

@@ -495,6 +495,9 @@ async fn launch(
             ),
         ],
         cwd: None,
+        // A watch is no work of the container's: it must not keep an idle
+        // one awake (merge of `proc`'s engine change; the lead may judge).
+        keeps_awake: false,
     };
     state
         .engine
