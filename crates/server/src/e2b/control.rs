@@ -677,11 +677,9 @@ async fn kill(
 ) -> E2bResult<StatusCode> {
     owned(&state, &project, &id).await?;
     state.e2b_access.forget(&id);
-    crate::http::to_completion(async move {
-        crate::containers::remove_container(&state, &id).await?;
-        state.e2b_access.forget(&id);
-        Ok(())
-    })
+    crate::http::to_completion(
+        async move { crate::containers::remove_container(&state, &id).await },
+    )
     .await
     .map_err(e2b_error)?;
     Ok(StatusCode::NO_CONTENT)
@@ -872,9 +870,7 @@ pub(crate) async fn sweep_sandboxes(
             }
         } else {
             tracing::info!(sandbox = %row.container_id, "E2B sandbox timed out: killed");
-            state.e2b_access.forget(&row.container_id);
             crate::containers::remove_container(state, &row.container_id).await?;
-            state.e2b_access.forget(&row.container_id);
         }
     }
     Ok(swept)
@@ -1065,6 +1061,35 @@ mod handler_tests {
         );
         assert_eq!(
             harness.get(&format!("/v1/containers/{id}")).await.status,
+            404
+        );
+        // Deleted through /v1: its access ends as well.
+        let other = create(&harness, json!({"templateID": "base"})).await;
+        let (other_id, other_token) = (
+            other["sandboxID"].as_str().expect("id").to_owned(),
+            other["envdAccessToken"].as_str().expect("token").to_owned(),
+        );
+        assert_eq!(
+            probe(&harness, &other_id, Some(&other_token), "/health")
+                .await
+                .0,
+            200
+        );
+        assert_eq!(
+            harness
+                .delete(&format!("/v1/containers/{other_id}"))
+                .await
+                .status,
+            200
+        );
+        assert_eq!(
+            probe(&harness, &other_id, Some(&other_token), "/health")
+                .await
+                .0,
+            404
+        );
+        assert_eq!(
+            harness.get(&format!("/sandboxes/{other_id}")).await.status,
             404
         );
     }
