@@ -14,8 +14,10 @@
 //! - **Pause** = suspension: its processes end, its files stay (memory is not
 //!   kept); `connect` (or the older `resume`) wakes it and moves `end_at`.
 //! - **Network**: `allowOut` domains become the container's allowlist;
-//!   `allow_internet_access: true` alone allows any domain (if the operator
-//!   lets containers do so); no network field leaves shellgate's default
+//!   `allow_internet_access: true` alone allows any domain where the
+//!   operator lets containers do so, and is shellgate's default elsewhere
+//!   (older SDKs send it on every create; the info shows
+//!   `allowInternetAccess: false`); no network field leaves shellgate's default
 //!   (no network). What shellgate's egress proxy cannot express (IPs and
 //!   CIDRs, per-host transforms, an egress proxy, DNS servers) is refused
 //!   with a 400 naming it, never dropped.
@@ -268,6 +270,11 @@ fn network_policy(
     Ok(Some(allowlist(allowed)))
 }
 
+/// Whether a policy allows every domain (`*`).
+fn allows_any_domain(policy: &NetworkPolicy) -> bool {
+    matches!(policy, NetworkPolicy::Allowlist { allowed_domains, .. } if allowed_domains.iter().any(|d| d == "*"))
+}
+
 fn allowlist(allowed_domains: Vec<String>) -> NetworkPolicy {
     NetworkPolicy::Allowlist {
         allowed_domains,
@@ -387,7 +394,20 @@ async fn create(
     let env_vars = request.env_vars.clone().unwrap_or_default();
     check_env_vars(&env_vars)?;
     let timeout = timeout_secs(&state, request.timeout)?;
-    let network = network_policy(request.allow_internet_access, request.network.as_ref())?;
+    let mut network = network_policy(request.allow_internet_access, request.network.as_ref())?;
+    if network.as_ref().is_some_and(allows_any_domain)
+        && crate::egress::network_spec(&state.config, network.as_ref(), "network").is_err()
+    {
+        // Older SDKs send `allow_internet_access: true` on every create
+        // (their default): where the operator does not let containers reach
+        // any domain, the sandbox gets shellgate's default (no network),
+        // which its info shows (`allowInternetAccess: false`), rather than
+        // every create failing.
+        tracing::debug!(
+            "allow_internet_access: true, but any domain is not allowed here: no network"
+        );
+        network = None;
+    }
     let image = template_image(&state, &request.template_id).await?;
     let container = CreateContainer {
         name: format!("e2b:{}", request.template_id),
@@ -1203,6 +1223,22 @@ mod handler_tests {
         assert!(cidr.json["message"]
             .as_str()
             .is_some_and(|m| m.contains("allowOut[0]")));
+        // Older SDKs' default `allow_internet_access: true`, on a server
+        // that allows no domain: shellgate's default, shown in the info.
+        let open = harness
+            .post(
+                "/sandboxes",
+                json!({"templateID": "base", "allow_internet_access": true}),
+            )
+            .await;
+        assert_eq!(open.status, 201, "{}", open.json);
+        let info = harness
+            .get(&format!(
+                "/sandboxes/{}",
+                open.json["sandboxID"].as_str().expect("id")
+            ))
+            .await;
+        assert_eq!(info.ok()["allowInternetAccess"], false);
         let metrics = harness.get("/sandboxes/x/metrics").await;
         assert_eq!(metrics.status, 501);
         assert_eq!(metrics.json["code"], 501);
