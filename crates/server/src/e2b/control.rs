@@ -49,7 +49,7 @@ use shellgate_wire::e2b::{
 use shellgate_wire::time::{parse_rfc3339, rfc3339};
 use shellgate_wire::{CreateContainer, NetworkPolicy};
 
-use super::access::AccessEntry;
+use super::access_cache::AccessEntry;
 use super::E2bError;
 use crate::error::ApiError;
 use crate::http::Project;
@@ -120,7 +120,7 @@ fn read_body<T: DeserializeOwned>(body: &[u8]) -> E2bResult<T> {
 }
 
 /// The routes of E2B's control plane, at the root as E2B's API serves them.
-pub(crate) fn routes(table: crate::RouteTable) -> crate::RouteTable {
+pub(crate) fn routes(table: crate::route_table::RouteTable) -> crate::route_table::RouteTable {
     table
         .route("/v2/sandboxes", post(create).get(list))
         .route("/sandboxes", post(create).get(list))
@@ -370,7 +370,7 @@ async fn create(
         let (owner, wanted, since) = (
             project.clone(),
             key.clone(),
-            crate::now() - IDEMPOTENCY_WINDOW_SECS,
+            crate::time::now() - IDEMPOTENCY_WINDOW_SECS,
         );
         let earlier = state
             .db(move |s| s.e2b_sandbox_by_idempotency_key(&owner, &wanted, since))
@@ -432,7 +432,7 @@ async fn create(
             }
             e2b_error(e)
         })?;
-    let now = crate::now();
+    let now = crate::time::now();
     let row = E2bSandboxRow {
         container_id: made.id.clone(),
         project: project.clone(),
@@ -715,7 +715,7 @@ async fn set_timeout(
     let request: TimeoutRequest = read_body(&body)?;
     let timeout = timeout_secs(&state, Some(request.timeout))?;
     owned(&state, &project, &id).await?;
-    let end_at = crate::now() + timeout;
+    let end_at = crate::time::now() + timeout;
     state
         .db(move |s| s.set_e2b_end_at(&id, end_at))
         .await
@@ -777,7 +777,7 @@ async fn resume_sandbox(
         .start(&container.id)
         .await
         .map_err(E2bError::from)?;
-    let (id, now) = (container.id.clone(), crate::now());
+    let (id, now) = (container.id.clone(), crate::time::now());
     state
         .db(move |s| s.resume_e2b_sandbox(&id, now, end_at))
         .await
@@ -798,7 +798,7 @@ async fn connect(
     let request: ConnectRequest = read_body(&body)?;
     let timeout = timeout_secs(&state, request.timeout)?;
     let (sandbox, container) = owned(&state, &project, &id).await?;
-    let end_at = crate::now() + timeout;
+    let end_at = crate::time::now() + timeout;
     if !sandbox.paused {
         if end_at > sandbox.end_at {
             state
@@ -833,7 +833,7 @@ async fn resume(
             format!("sandbox \"{id}\" is already running"),
         ));
     }
-    let end_at = crate::now() + timeout;
+    let end_at = crate::time::now() + timeout;
     let worker = Arc::clone(&state);
     to_completion_e2b(async move { resume_sandbox(&worker, &container, end_at).await }).await?;
     Ok(with_status(
