@@ -221,7 +221,7 @@ def test_older_paths_answer_like_the_newer(server):
     headers = {"X-API-KEY": E2B_KEY_A}
     created = requests.post(
         f"{root(server)}/sandboxes",
-        json={"templateID": "base", "timeout": 60, "metadata": {"old": "yes"}, "secure": True},
+        json={"templateID": "base", "timeout": 60, "metadata": {"old": "yes"}, "secure": True, "allow_internet_access": True},
         headers=headers,
         timeout=60,
     )

@@ -38,6 +38,7 @@ pub(crate) mod ops;
 mod ports;
 mod processes;
 mod responses;
+mod route_table;
 mod running;
 mod skills;
 mod spool;
@@ -68,6 +69,8 @@ pub use error::ServeError;
 use metrics::Metrics;
 pub use state::AppState;
 pub use time::now;
+
+use route_table::RouteTable;
 
 /// A new API key (printed once by `shellgate keys create`; stored hashed).
 pub fn new_api_key() -> String {
@@ -313,41 +316,6 @@ pub(crate) struct ServedRoutes {
 /// `https://openrouter.ai/api/v1`). The OpenAPI document lists the `/v1`
 /// paths once and names this prefix as a second server.
 pub(crate) const OPENROUTER_PREFIX: &str = "/api/v1";
-
-/// Builds a router while recording each route's full path. Every route is
-/// added through it (never by `Router::route` directly), so that
-/// [`ServedRoutes::paths`] is the router's whole table.
-#[derive(Clone)]
-pub(crate) struct RouteTable {
-    router: Router<Arc<AppState>>,
-    paths: Vec<String>,
-}
-
-impl RouteTable {
-    fn new() -> Self {
-        Self {
-            router: Router::new(),
-            paths: Vec::new(),
-        }
-    }
-
-    pub(crate) fn route(
-        mut self,
-        path: &str,
-        methods: axum::routing::MethodRouter<Arc<AppState>>,
-    ) -> Self {
-        self.paths.push(path.to_owned());
-        self.router = self.router.route(path, methods);
-        self
-    }
-
-    pub(crate) fn nest(mut self, prefix: &str, inner: RouteTable) -> Self {
-        self.paths
-            .extend(inner.paths.iter().map(|path| format!("{prefix}{path}")));
-        self.router = self.router.nest(prefix, inner.router);
-        self
-    }
-}
 
 fn served_routes(state: Arc<AppState>) -> ServedRoutes {
     let uploads = DefaultBodyLimit::max(state.config.max_upload_bytes.saturating_add(64 * 1024));

@@ -49,7 +49,7 @@ pub struct AppState {
     /// One file sync at a time per container (see `containers::sync_files`).
     pub(crate) sync_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// What the in-sandbox API's access check knows of E2B's sandboxes.
-    pub(crate) e2b_access: crate::e2b::access::AccessCache,
+    pub(crate) e2b_access: crate::e2b::access_cache::AccessCache,
     /// One E2B create at a time per idempotency key (see `e2b::control`).
     pub(crate) e2b_creates: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// The egress proxy's settings (`None`: egress is off).

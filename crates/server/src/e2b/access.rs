@@ -7,25 +7,22 @@
 //! bytes, so nothing is revealed), then the token (missing or wrong: 401),
 //! then the state (paused: 502, as E2B answers; `connect` resumes it).
 //!
-//! What the check needs of a sandbox is cached ([`AccessCache`]), so that a
+//! What the check needs of a sandbox is cached (`access_cache`), so that a
 //! tenant's every call (10,000 `List`s in a loop) costs a map lookup and a
 //! hash, not a trip to SQLite that another tenant's commands would queue
 //! behind. The control plane keeps the cache true: it is the only writer of
 //! what the cache holds (pause, resume, kill; the sweeper's too).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use super::access_cache::{digest, same_digest, AccessEntry};
+use super::connect::{ConnectCode, ConnectError};
+use super::{E2bError, SANDBOX_ID_HEADER};
+use crate::state::AppState;
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use sha2::{Digest, Sha256};
-use shellgate_store::E2bSandboxRow;
-
-use super::connect::{ConnectCode, ConnectError};
-use super::{E2bError, SANDBOX_ID_HEADER};
-use crate::state::AppState;
 
 /// The header carrying the sandbox's access token.
 pub const ACCESS_TOKEN_HEADER: &str = "x-access-token";
@@ -38,82 +35,6 @@ pub struct SandboxCaller {
     pub project: String,
     pub container_id: String,
     pub env_vars: Vec<(String, String)>,
-}
-
-/// What the access check keeps of a sandbox.
-#[derive(Debug, Clone)]
-pub(crate) struct AccessEntry {
-    project: String,
-    token_digest: [u8; 32],
-    env_vars: Arc<Vec<(String, String)>>,
-    paused: bool,
-}
-
-impl AccessEntry {
-    pub(crate) fn of_row(row: &E2bSandboxRow) -> Self {
-        Self {
-            project: row.project.clone(),
-            token_digest: digest(&row.access_token),
-            env_vars: Arc::new(
-                row.env_vars
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect(),
-            ),
-            paused: row.paused,
-        }
-    }
-}
-
-/// The sandboxes the access check has seen, by container id.
-#[derive(Debug, Default)]
-pub struct AccessCache {
-    entries: Mutex<HashMap<String, AccessEntry>>,
-}
-
-/// Beyond this many entries the cache starts again (each entry is small;
-/// the bound only keeps a flood of distinct sandboxes from growing it).
-const CACHE_LIMIT: usize = 100_000;
-
-impl AccessCache {
-    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, AccessEntry>> {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn get(&self, id: &str) -> Option<AccessEntry> {
-        self.entries().get(id).cloned()
-    }
-
-    /// Keeps (or replaces) what is known of a sandbox.
-    pub(crate) fn remember(&self, id: &str, entry: AccessEntry) {
-        let mut entries = self.entries();
-        if entries.len() >= CACHE_LIMIT {
-            entries.clear();
-        }
-        entries.insert(id.to_owned(), entry);
-    }
-
-    /// A sandbox paused or resumed: its cached state follows.
-    pub(crate) fn set_paused(&self, id: &str, paused: bool) {
-        if let Some(entry) = self.entries().get_mut(id) {
-            entry.paused = paused;
-        }
-    }
-
-    /// A sandbox killed (or expired): it is no longer let in.
-    pub(crate) fn forget(&self, id: &str) {
-        self.entries().remove(id);
-    }
-}
-
-fn digest(token: &str) -> [u8; 32] {
-    Sha256::digest(token.as_bytes()).into()
-}
-
-/// Compares two digests in time independent of where they differ (the
-/// digests of the tokens, so their lengths say nothing either).
-fn same_digest(a: &[u8; 32], b: &[u8; 32]) -> bool {
-    a.iter().zip(b).fold(0u8, |diff, (x, y)| diff | (x ^ y)) == 0
 }
 
 /// Why a caller was refused, rendered as the route expects it: a Connect
@@ -238,17 +159,5 @@ impl FromRequestParts<Arc<AppState>> for SandboxCaller {
             container_id: id,
             env_vars: entry.env_vars.as_ref().clone(),
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn digests_compare_whole() {
-        let a = digest("token-a");
-        assert!(same_digest(&a, &digest("token-a")));
-        assert!(!same_digest(&a, &digest("token-b")));
     }
 }

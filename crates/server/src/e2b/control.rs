@@ -14,8 +14,10 @@
 //! - **Pause** = suspension: its processes end, its files stay (memory is not
 //!   kept); `connect` (or the older `resume`) wakes it and moves `end_at`.
 //! - **Network**: `allowOut` domains become the container's allowlist;
-//!   `allow_internet_access: true` alone allows any domain (if the operator
-//!   lets containers do so); no network field leaves shellgate's default
+//!   `allow_internet_access: true` alone allows any domain where the
+//!   operator lets containers do so, and is shellgate's default elsewhere
+//!   (older SDKs send it on every create; the info shows
+//!   `allowInternetAccess: false`); no network field leaves shellgate's default
 //!   (no network). What shellgate's egress proxy cannot express (IPs and
 //!   CIDRs, per-host transforms, an egress proxy, DNS servers) is refused
 //!   with a 400 naming it, never dropped.
@@ -47,7 +49,7 @@ use shellgate_wire::e2b::{
 use shellgate_wire::time::{parse_rfc3339, rfc3339};
 use shellgate_wire::{CreateContainer, NetworkPolicy};
 
-use super::access::AccessEntry;
+use super::access_cache::AccessEntry;
 use super::E2bError;
 use crate::error::ApiError;
 use crate::http::Project;
@@ -118,7 +120,7 @@ fn read_body<T: DeserializeOwned>(body: &[u8]) -> E2bResult<T> {
 }
 
 /// The routes of E2B's control plane, at the root as E2B's API serves them.
-pub(crate) fn routes(table: crate::RouteTable) -> crate::RouteTable {
+pub(crate) fn routes(table: crate::route_table::RouteTable) -> crate::route_table::RouteTable {
     table
         .route("/v2/sandboxes", post(create).get(list))
         .route("/sandboxes", post(create).get(list))
@@ -268,6 +270,11 @@ fn network_policy(
     Ok(Some(allowlist(allowed)))
 }
 
+/// Whether a policy allows every domain (`*`).
+fn allows_any_domain(policy: &NetworkPolicy) -> bool {
+    matches!(policy, NetworkPolicy::Allowlist { allowed_domains, .. } if allowed_domains.iter().any(|d| d == "*"))
+}
+
 fn allowlist(allowed_domains: Vec<String>) -> NetworkPolicy {
     NetworkPolicy::Allowlist {
         allowed_domains,
@@ -363,7 +370,7 @@ async fn create(
         let (owner, wanted, since) = (
             project.clone(),
             key.clone(),
-            crate::now() - IDEMPOTENCY_WINDOW_SECS,
+            crate::time::now() - IDEMPOTENCY_WINDOW_SECS,
         );
         let earlier = state
             .db(move |s| s.e2b_sandbox_by_idempotency_key(&owner, &wanted, since))
@@ -387,7 +394,20 @@ async fn create(
     let env_vars = request.env_vars.clone().unwrap_or_default();
     check_env_vars(&env_vars)?;
     let timeout = timeout_secs(&state, request.timeout)?;
-    let network = network_policy(request.allow_internet_access, request.network.as_ref())?;
+    let mut network = network_policy(request.allow_internet_access, request.network.as_ref())?;
+    if network.as_ref().is_some_and(allows_any_domain)
+        && crate::egress::network_spec(&state.config, network.as_ref(), "network").is_err()
+    {
+        // Older SDKs send `allow_internet_access: true` on every create
+        // (their default): where the operator does not let containers reach
+        // any domain, the sandbox gets shellgate's default (no network),
+        // which its info shows (`allowInternetAccess: false`), rather than
+        // every create failing.
+        tracing::debug!(
+            "allow_internet_access: true, but any domain is not allowed here: no network"
+        );
+        network = None;
+    }
     let image = template_image(&state, &request.template_id).await?;
     let container = CreateContainer {
         name: format!("e2b:{}", request.template_id),
@@ -412,7 +432,7 @@ async fn create(
             }
             e2b_error(e)
         })?;
-    let now = crate::now();
+    let now = crate::time::now();
     let row = E2bSandboxRow {
         container_id: made.id.clone(),
         project: project.clone(),
@@ -677,11 +697,9 @@ async fn kill(
 ) -> E2bResult<StatusCode> {
     owned(&state, &project, &id).await?;
     state.e2b_access.forget(&id);
-    crate::http::to_completion(async move {
-        crate::containers::remove_container(&state, &id).await?;
-        state.e2b_access.forget(&id);
-        Ok(())
-    })
+    crate::http::to_completion(
+        async move { crate::containers::remove_container(&state, &id).await },
+    )
     .await
     .map_err(e2b_error)?;
     Ok(StatusCode::NO_CONTENT)
@@ -697,7 +715,7 @@ async fn set_timeout(
     let request: TimeoutRequest = read_body(&body)?;
     let timeout = timeout_secs(&state, Some(request.timeout))?;
     owned(&state, &project, &id).await?;
-    let end_at = crate::now() + timeout;
+    let end_at = crate::time::now() + timeout;
     state
         .db(move |s| s.set_e2b_end_at(&id, end_at))
         .await
@@ -759,7 +777,7 @@ async fn resume_sandbox(
         .start(&container.id)
         .await
         .map_err(E2bError::from)?;
-    let (id, now) = (container.id.clone(), crate::now());
+    let (id, now) = (container.id.clone(), crate::time::now());
     state
         .db(move |s| s.resume_e2b_sandbox(&id, now, end_at))
         .await
@@ -780,7 +798,7 @@ async fn connect(
     let request: ConnectRequest = read_body(&body)?;
     let timeout = timeout_secs(&state, request.timeout)?;
     let (sandbox, container) = owned(&state, &project, &id).await?;
-    let end_at = crate::now() + timeout;
+    let end_at = crate::time::now() + timeout;
     if !sandbox.paused {
         if end_at > sandbox.end_at {
             state
@@ -815,7 +833,7 @@ async fn resume(
             format!("sandbox \"{id}\" is already running"),
         ));
     }
-    let end_at = crate::now() + timeout;
+    let end_at = crate::time::now() + timeout;
     let worker = Arc::clone(&state);
     to_completion_e2b(async move { resume_sandbox(&worker, &container, end_at).await }).await?;
     Ok(with_status(
@@ -872,9 +890,7 @@ pub(crate) async fn sweep_sandboxes(
             }
         } else {
             tracing::info!(sandbox = %row.container_id, "E2B sandbox timed out: killed");
-            state.e2b_access.forget(&row.container_id);
             crate::containers::remove_container(state, &row.container_id).await?;
-            state.e2b_access.forget(&row.container_id);
         }
     }
     Ok(swept)
@@ -1067,6 +1083,35 @@ mod handler_tests {
             harness.get(&format!("/v1/containers/{id}")).await.status,
             404
         );
+        // Deleted through /v1: its access ends as well.
+        let other = create(&harness, json!({"templateID": "base"})).await;
+        let (other_id, other_token) = (
+            other["sandboxID"].as_str().expect("id").to_owned(),
+            other["envdAccessToken"].as_str().expect("token").to_owned(),
+        );
+        assert_eq!(
+            probe(&harness, &other_id, Some(&other_token), "/health")
+                .await
+                .0,
+            200
+        );
+        assert_eq!(
+            harness
+                .delete(&format!("/v1/containers/{other_id}"))
+                .await
+                .status,
+            200
+        );
+        assert_eq!(
+            probe(&harness, &other_id, Some(&other_token), "/health")
+                .await
+                .0,
+            404
+        );
+        assert_eq!(
+            harness.get(&format!("/sandboxes/{other_id}")).await.status,
+            404
+        );
     }
 
     #[tokio::test]
@@ -1178,6 +1223,22 @@ mod handler_tests {
         assert!(cidr.json["message"]
             .as_str()
             .is_some_and(|m| m.contains("allowOut[0]")));
+        // Older SDKs' default `allow_internet_access: true`, on a server
+        // that allows no domain: shellgate's default, shown in the info.
+        let open = harness
+            .post(
+                "/sandboxes",
+                json!({"templateID": "base", "allow_internet_access": true}),
+            )
+            .await;
+        assert_eq!(open.status, 201, "{}", open.json);
+        let info = harness
+            .get(&format!(
+                "/sandboxes/{}",
+                open.json["sandboxID"].as_str().expect("id")
+            ))
+            .await;
+        assert_eq!(info.ok()["allowInternetAccess"], false);
         let metrics = harness.get("/sandboxes/x/metrics").await;
         assert_eq!(metrics.status, 501);
         assert_eq!(metrics.json["code"], 501);
