@@ -257,4 +257,4 @@ def test_pip_and_npm_install_work_as_the_unprivileged_user(container):
     assert out[0]["stdout"].endswith("hello from a user install\n"), out[0]
     assert out[1]["stdout"] == "hello from npm -g\n", out[1]
     uid, *paths = out[2]["stdout"].split()
-    assert uid != "0" and all(p.startswith("/home/sandbox/.local/bin/") for p in paths), out[2]
+    assert uid != "0" and all(p.startswith("/home/user/.local/bin/") for p in paths), out[2]

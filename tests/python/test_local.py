@@ -269,7 +269,7 @@ def test_sandbox_keeps_the_host_read_only_but_the_working_directory(server, work
         # The second command ran in the same container: the background
         # process is still there, the data directory is hidden (empty).
         assert [r["sandbox"] for r in records] == [True, True]
-        assert "1\nsandbox\ninside\n0\n" in done.stdout.replace("\\n", "\n"), done.stdout
+        assert "1\nuser\ninside\n0\n" in done.stdout.replace("\\n", "\n"), done.stdout
         # The sandbox is gone after the run.
         left = list((data_dir / "oneshot").glob("*/containers/*"))
         assert left == [], left
@@ -301,7 +301,7 @@ def test_sandbox_works_for_an_ordinary_user(server):
         # Written in the working directory, as that user, on the host.
         assert (work / "mine.txt").read_text() == "mine\n"
         assert (work / "mine.txt").stat().st_uid == 65534
-        assert "sandbox" in done.stdout.replace("\\n", "\n")
+        assert '"stdout":"user\\n"' in done.stdout, done.stdout
         # Nothing outside it: a read-only file system.
         assert not Path("/var/tmp/not-here").exists()
         assert "Read-only file system" in done.stderr

@@ -287,7 +287,7 @@ def test_messages_with_openrouter_bash_in_the_sandbox(server, streaming):
     assert call.input == {"command": "id -un; exit 3"}
     assert result.type == "bash_code_execution_tool_result"
     assert result.content.type == "bash_code_execution_result"
-    assert result.content.stdout.strip() in ("sandbox", "root", "nobody") or result.content.stdout
+    assert result.content.stdout.strip() in ("user", "root", "nobody") or result.content.stdout
     assert result.content.return_code == 3
     assert text.type == "text"
 

@@ -15,11 +15,16 @@
 //!   hash, snapshot, mirror and package lock).
 //!
 //! Both get generated `passwd`, `group`, `hosts` and `resolv.conf` files, so
-//! the sandbox user exists and no host name or resolver leaks in.
+//! the sandbox user (`user`, home `/home/user`, as in E2B's sandboxes)
+//! exists and no host name or resolver leaks in; and a generated `sudo` at
+//! `/usr/local/bin/sudo` (`image/sudo.sh`): the sandbox user has no
+//! privileges, so it says so and exits 1, except that `sudo -u user -- CMD`
+//! (the prefix agent frameworks add) runs CMD as it is.
 //!
 //! The host's `/usr/local` (tools installed by hand on the host, outside the
-//! package manager) is hidden behind an empty directory unless
-//! [`HostImageOptions::expose_usr_local`] asks for it.
+//! package manager) is hidden behind the generated one (`bin/sudo` alone)
+//! unless [`HostImageOptions::expose_usr_local`] asks for it (then the
+//! generated one lies over it).
 //!
 //! An imported image is hostile data written by root: a tarball may hold
 //! `etc -> /etc` or `etc/resolv.conf -> /etc/shadow`. Everything the store
@@ -44,8 +49,9 @@ pub mod runtimes;
 
 pub use recipe::{recipe, version_matches, Built, Expectations, Recipe, Wheel, WheelLock, RECIPES};
 
+use crate::engine::{SANDBOX_HOME, SANDBOX_UID, SANDBOX_USER};
 use crate::error::{IoContext, SandboxError};
-use crate::protocol::RootSpec;
+use crate::protocol::{Layer, RootSpec};
 use crate::sys::{
     openat2, RESOLVE_BENEATH, RESOLVE_IN_ROOT, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS,
 };
@@ -106,8 +112,13 @@ const HOST_SYSTEM_DIRS: &[&str] = &[
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
 ];
 
-/// Directories a container mounts over, relative to an image's root.
-const MOUNT_POINT_DIRS: &[&str] = &["proc", "dev", "tmp", "mnt/data", "home/sandbox", "etc"];
+/// Directories a container mounts over, relative to an image's root (the
+/// home directory is `SANDBOX_HOME`'s).
+const MOUNT_POINT_DIRS: &[&str] = &["proc", "dev", "tmp", "mnt/data", "home/user", "etc"];
+/// Mount points renamed since images were first prepared, (old, new): an
+/// image prepared with the old one (the home was `/home/sandbox` before
+/// issue 20) gets the new one when the store opens, so it keeps serving.
+const RENAMED_MOUNT_POINT_DIRS: &[(&str, &str)] = &[("home/sandbox", "home/user")];
 /// Mount points only some containers use (a container with skills): made
 /// at import and build, and added to images made before they existed when
 /// the store opens; not required by [`verify_mount_points`], so an image
@@ -117,17 +128,29 @@ const OPTIONAL_MOUNT_POINT_DIRS: &[&str] = &["mnt/skills"];
 /// Host directory whose contents the `host` image hides by default.
 const USR_LOCAL: &str = "/usr/local";
 
+/// shellgate's `sudo` (see the module documentation): says why there is no
+/// sudo, or runs a command asked to run as the sandbox user itself.
+const SUDO_SCRIPT: &str = include_str!("image/sudo.sh");
+/// Where every container has it: first on PATH after `~/.local/bin` (so it
+/// shadows an image's own, which could only fail on `nosuid` mounts).
+const SUDO_DIR: &str = "usr/local/bin";
+const SUDO_NAME: &str = "sudo";
+
 /// Identity files every image gets.
 fn identity_files(hostname: &str) -> [(&'static str, String); 4] {
     [
         (
             "passwd",
-            "root:x:0:0:root:/root:/bin/bash\n\
-             sandbox:x:1000:1000:sandbox:/home/sandbox:/bin/bash\n\
-             nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
-                .to_owned(),
+            format!(
+                "root:x:0:0:root:/root:/bin/bash\n\
+                 {SANDBOX_USER}:x:{SANDBOX_UID}:{SANDBOX_UID}:{SANDBOX_USER}:{SANDBOX_HOME}:/bin/bash\n\
+                 nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+            ),
         ),
-        ("group", "root:x:0:\nsandbox:x:1000:\nnogroup:x:65534:\n".to_owned()),
+        (
+            "group",
+            format!("root:x:0:\n{SANDBOX_USER}:x:{SANDBOX_UID}:\nnogroup:x:65534:\n"),
+        ),
         ("hosts", format!("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{hostname}\n")),
         ("resolv.conf", "# shellgate: no network unless a policy allows it\n".to_owned()),
     ]
@@ -156,6 +179,8 @@ pub struct ResolvedImage {
     pub root: RootSpec,
     /// Generated identity files bound over the image's own.
     pub file_binds: Vec<(PathBuf, String)>,
+    /// Generated programs bound over the image (executable: `sudo`).
+    pub program_binds: Vec<(PathBuf, String)>,
 }
 
 pub use shellgate_sandbox_api::image::{ImageDetails, ImageInfo};
@@ -244,6 +269,20 @@ impl ImageStore {
             let Ok(root) = open_image_root(&image.path) else {
                 continue;
             };
+            // An image prepared before a mount point was renamed gets the
+            // new one, if it is otherwise whole (so it was the store's).
+            for (old, new) in RENAMED_MOUNT_POINT_DIRS {
+                let before_rename = MOUNT_POINT_DIRS
+                    .iter()
+                    .map(|dir| if dir == new { old } else { dir });
+                if verify_mount_points(&root).is_err()
+                    && verify_mount_points_in(&root, before_rename).is_ok()
+                {
+                    if let Err(e) = make_dir_in(&root, new) {
+                        tracing::warn!(image = %image.name, "cannot add /{new}: {e}");
+                    }
+                }
+            }
             // Only images the store prepared (an image put in by hand is
             // refused at start, and never written to).
             if verify_mount_points(&root).is_err() {
@@ -254,6 +293,7 @@ impl ImageStore {
                     tracing::warn!(image = %image.name, "cannot add /{dir}: {e}");
                 }
             }
+            prepare_sudo_target(&root, &image.name);
         }
     }
 
@@ -263,6 +303,11 @@ impl ImageStore {
 
     fn host_etc(&self) -> PathBuf {
         self.root.join(HOST_IMAGE).join("etc")
+    }
+
+    /// The host image's generated `/usr/local` (`bin/sudo`).
+    fn host_usr_local(&self) -> PathBuf {
+        self.root.join(HOST_IMAGE).join("usr-local")
     }
 
     /// Builds the generated directories next to the old ones and swaps them
@@ -278,6 +323,7 @@ impl ImageStore {
         let stamp = self.root.join(HOST_IMAGE).join("etc.fingerprint");
         if self.host_etc().is_dir()
             && self.identity_dir().is_dir()
+            && self.host_usr_local().is_dir()
             && fs::read_to_string(&stamp).is_ok_and(|s| s == fingerprint)
         {
             return Ok(());
@@ -289,7 +335,18 @@ impl ImageStore {
         for (name, contents) in identity_files(hostname) {
             fs::write(staging.join(name), contents).context(|| format!("write {name}"))?;
         }
+        write_program(&staging.join(SUDO_NAME), SUDO_SCRIPT)?;
         replace_dir(&staging, &identity)?;
+
+        // The host image's /usr/local: shellgate's programs alone (over the
+        // host's own, when that is exposed).
+        let usr_local = self.host_usr_local();
+        let staging = self.root.join(HOST_IMAGE).join("usr-local.new");
+        let _ = fs::remove_dir_all(&staging);
+        let bin = staging.join("bin");
+        fs::create_dir_all(&bin).context(|| format!("create {}", bin.display()))?;
+        write_program(&bin.join(SUDO_NAME), SUDO_SCRIPT)?;
+        replace_dir(&staging, &usr_local)?;
 
         let etc = self.host_etc();
         let staging = self.root.join(HOST_IMAGE).join("etc.new");
@@ -393,20 +450,30 @@ impl ImageStore {
             symlinks.push(("/var/tmp".to_owned(), "/tmp".to_owned()));
             // /etc is a directory of the data directory: an overlay of it
             // (unlike a bind) does not print that path in the mount table.
-            let layers = vec![(self.host_etc(), "/etc".to_owned())];
-            let hidden = if self.host.expose_usr_local {
-                Vec::new()
-            } else {
-                vec![USR_LOCAL.to_owned()]
-            };
+            // So is /usr/local, which covers the host's (hidden) or lies
+            // over it (exposed): `sudo` is in every container's.
+            let mut usr_local = vec![self.host_usr_local()];
+            if self.host.expose_usr_local && Path::new(USR_LOCAL).is_dir() {
+                usr_local.push(PathBuf::from(USR_LOCAL));
+            }
+            let layers = vec![
+                Layer {
+                    sources: vec![self.host_etc()],
+                    target: "/etc".to_owned(),
+                },
+                Layer {
+                    sources: usr_local,
+                    target: USR_LOCAL.to_owned(),
+                },
+            ];
             return Ok(ResolvedImage {
                 root: RootSpec::HostBinds {
                     binds,
                     symlinks,
                     layers,
-                    hidden,
                 },
                 file_binds: Vec::new(),
+                program_binds: Vec::new(),
             });
         }
         let rootfs = self.revision_rootfs(name, revision)?;
@@ -433,6 +500,17 @@ impl ImageStore {
             .iter()
             .map(|(file, _)| (identity.join(file), format!("/etc/{file}")))
             .collect();
+        // `sudo` goes where the image has a real directory and a plain file
+        // (or nothing) for it; an image where a link is in the way (the
+        // bind would follow it) still serves, without.
+        let sudo = format!("{SUDO_DIR}/{SUDO_NAME}");
+        let program_binds = match verify_plain_file(&image, &sudo) {
+            Ok(()) => vec![(identity.join(SUDO_NAME), format!("/{sudo}"))],
+            Err(problem) => {
+                tracing::warn!(image = %name, "containers get no sudo: {problem}");
+                Vec::new()
+            }
+        };
         Ok(ResolvedImage {
             root: RootSpec::Overlay {
                 lower: rootfs,
@@ -440,6 +518,7 @@ impl ImageStore {
                 work: PathBuf::new(),
             },
             file_binds,
+            program_binds,
         })
     }
 
@@ -820,22 +899,22 @@ fn make_dir_in(image: &OwnedFd, path: &str) -> Result<OwnedFd, SandboxError> {
     Ok(current)
 }
 
-/// Makes `etc/<name>` a plain file (what a container binds its generated
+/// Makes `<dir>/<name>` a plain file (what a container binds its generated
 /// file over): a link, device, pipe or socket there is replaced by an empty
-/// file; a directory is refused.
-fn make_plain_file_in(etc: &OwnedFd, name: &str) -> Result<(), SandboxError> {
-    let shown = format!("/etc/{name}");
+/// file; a directory is refused. `dir_fd` is the image's `dir`.
+fn make_plain_file_in(dir_fd: &OwnedFd, dir: &str, name: &str) -> Result<(), SandboxError> {
+    let shown = format!("/{dir}/{name}");
     let c_name = CString::new(name)
         .map_err(|_| unsafe_image(&shown, "has a NUL byte in its name", "file"))?;
-    match stat_beneath(etc, name) {
+    match stat_beneath(dir_fd, name) {
         Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFREG => return Ok(()),
         Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {
             return Err(unsafe_image(&shown, "is a directory", "file"))
         }
         Ok(_) => {
             // SAFETY: `c_name` is a C string; unlinkat removes the entry
-            // itself (never what a link points to) right inside `etc`.
-            let removed = unsafe { libc::unlinkat(etc.as_raw_fd(), c_name.as_ptr(), 0) };
+            // itself (never what a link points to) right inside `dir_fd`.
+            let removed = unsafe { libc::unlinkat(dir_fd.as_raw_fd(), c_name.as_ptr(), 0) };
             if removed < 0 {
                 return Err(SandboxError::io(
                     format!("remove the image's {shown}"),
@@ -847,7 +926,7 @@ fn make_plain_file_in(etc: &OwnedFd, name: &str) -> Result<(), SandboxError> {
         Err(e) => return Err(SandboxError::io(format!("inspect the image's {shown}"), e)),
     }
     openat2(
-        etc.as_raw_fd(),
+        dir_fd.as_raw_fd(),
         name,
         libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
         0o644,
@@ -872,16 +951,43 @@ fn prepare_mount_points(root: &Path) -> Result<(), SandboxError> {
     }
     let etc = make_dir_in(&image, "etc")?;
     for (file, _) in identity_files("") {
-        make_plain_file_in(&etc, file)?;
+        make_plain_file_in(&etc, "etc", file)?;
     }
+    prepare_sudo_target(&image, &root.display().to_string());
     Ok(())
+}
+
+/// Makes the place `sudo` is bound over (a real `/usr/local/bin`, a plain
+/// file in it), if the image lets it: one whose `/usr/local` is a link
+/// serves without (said in the log; [`ImageStore::resolve`] checks again).
+fn prepare_sudo_target(image: &OwnedFd, shown: &str) {
+    let made =
+        make_dir_in(image, SUDO_DIR).and_then(|dir| make_plain_file_in(&dir, SUDO_DIR, SUDO_NAME));
+    if let Err(e) = made {
+        tracing::warn!(image = %shown, "no place for sudo: {e}");
+    }
+}
+
+/// Writes a generated program (world-readable and executable).
+fn write_program(path: &Path, contents: &str) -> Result<(), SandboxError> {
+    fs::write(path, contents)
+        .and_then(|()| fs::set_permissions(path, fs::Permissions::from_mode(0o755)))
+        .context(|| format!("write {}", path.display()))
 }
 
 /// Checks, without changing anything, that an image's mount points are
 /// real directories and its identity files plain files, reached without a
 /// symbolic link. Says what is wrong otherwise.
 fn verify_mount_points(image: &OwnedFd) -> Result<(), String> {
-    for dir in MOUNT_POINT_DIRS {
+    verify_mount_points_in(image, MOUNT_POINT_DIRS)
+}
+
+/// [`verify_mount_points`] with these mount point directories.
+fn verify_mount_points_in<'a>(
+    image: &OwnedFd,
+    dirs: impl IntoIterator<Item = &'a &'a str>,
+) -> Result<(), String> {
+    for dir in dirs {
         openat2(
             image.as_raw_fd(),
             dir,
@@ -892,26 +998,32 @@ fn verify_mount_points(image: &OwnedFd) -> Result<(), String> {
         .map_err(|e| format!("/{dir} is missing, a symbolic link or not a directory ({e})"))?;
     }
     for (file, _) in identity_files("") {
-        let path = format!("etc/{file}");
-        let fd = openat2(
-            image.as_raw_fd(),
-            &path,
-            libc::O_PATH | libc::O_NOFOLLOW,
-            0,
-            STRICTLY_BENEATH,
-        )
-        .map_err(|e| format!("/{path} is missing or reached through a link ({e})"))?;
-        let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
-        // SAFETY: `fd` is open and `st` has room for a stat.
-        let ret = unsafe { libc::fstat(fd.as_raw_fd(), st.as_mut_ptr()) };
-        if ret < 0 {
-            return Err(format!("stat /{path}: {}", io::Error::last_os_error()));
-        }
-        // SAFETY: fstat succeeded, so it filled `st`.
-        let st = unsafe { st.assume_init() };
-        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-            return Err(format!("/{path} is not a plain file"));
-        }
+        verify_plain_file(image, &format!("etc/{file}"))?;
+    }
+    Ok(())
+}
+
+/// Checks that `path` (relative to the image root) is a plain file reached
+/// without a symbolic link.
+fn verify_plain_file(image: &OwnedFd, path: &str) -> Result<(), String> {
+    let fd = openat2(
+        image.as_raw_fd(),
+        path,
+        libc::O_PATH | libc::O_NOFOLLOW,
+        0,
+        STRICTLY_BENEATH,
+    )
+    .map_err(|e| format!("/{path} is missing or reached through a link ({e})"))?;
+    let mut st = std::mem::MaybeUninit::<libc::stat>::zeroed();
+    // SAFETY: `fd` is open and `st` has room for a stat.
+    let ret = unsafe { libc::fstat(fd.as_raw_fd(), st.as_mut_ptr()) };
+    if ret < 0 {
+        return Err(format!("stat /{path}: {}", io::Error::last_os_error()));
+    }
+    // SAFETY: fstat succeeded, so it filled `st`.
+    let st = unsafe { st.assume_init() };
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(format!("/{path} is not a plain file"));
     }
     Ok(())
 }
@@ -1002,6 +1114,7 @@ fn host_etc_fingerprint(hostname: &str) -> String {
         hash.write(name.as_bytes());
         hash.write(contents.as_bytes());
     }
+    hash.write(SUDO_SCRIPT.as_bytes());
     for name in HOST_ETC_ALLOWLIST {
         let path = Path::new("/etc").join(name);
         if let Some(meta) = stat(&path, &mut hash) {
@@ -1060,12 +1173,48 @@ mod tests {
         assert!(!etc.join("sudoers").exists());
         assert!(!etc.join("ssh").exists());
         let passwd = fs::read_to_string(etc.join("passwd")).unwrap();
-        assert!(passwd.contains("sandbox:x:1000"));
-        assert!(
-            !passwd.contains("/root:/bin/bash\nuser"),
-            "host users must not leak"
+        // Exactly the generated accounts: no host user leaks in.
+        assert_eq!(
+            passwd.lines().collect::<Vec<_>>(),
+            [
+                "root:x:0:0:root:/root:/bin/bash",
+                "user:x:1000:1000:user:/home/user:/bin/bash",
+                "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin",
+            ]
         );
+        let group = fs::read_to_string(etc.join("group")).unwrap();
+        assert!(group.contains("\nuser:x:1000:\n"), "{group}");
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_home_mount_point_is_the_sandbox_users_home() {
+        let home = SANDBOX_HOME.trim_start_matches('/');
+        assert!(MOUNT_POINT_DIRS.contains(&home), "{MOUNT_POINT_DIRS:?}");
+        assert!(RENAMED_MOUNT_POINT_DIRS
+            .iter()
+            .all(|(_, new)| MOUNT_POINT_DIRS.contains(new)));
+    }
+
+    #[test]
+    fn an_image_prepared_with_the_old_home_gets_the_new_one_when_the_store_opens() {
+        let store_dir = Scratch::new("renamed-store");
+        let rootfs = store_dir.0.join("old").join("rootfs");
+        fs::create_dir_all(rootfs.join("bin")).unwrap();
+        fs::write(rootfs.join("bin/sh"), "").unwrap();
+        prepare_mount_points(&rootfs).unwrap();
+        // As an image prepared before the rename: /home/sandbox, no /home/user.
+        fs::rename(rootfs.join("home/user"), rootfs.join("home/sandbox")).unwrap();
+        assert!(verify(&rootfs).is_err());
+        // And an image put in by hand, missing more: left as it is.
+        let by_hand = store_dir.0.join("by-hand").join("rootfs");
+        fs::create_dir_all(by_hand.join("home/sandbox")).unwrap();
+
+        let store = ImageStore::open(&store_dir.0, "sandbox").unwrap();
+        assert_eq!(verify(&rootfs), Ok(()));
+        assert!(rootfs.join("home/user").is_dir());
+        assert!(store.resolve("old").is_ok());
+        assert!(!by_hand.join("home/user").exists());
     }
 
     /// A scratch image root with a shell, removed on drop.

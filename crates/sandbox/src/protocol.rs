@@ -50,13 +50,11 @@ pub enum RootSpec {
         symlinks: Vec<(String, String)>,
         /// Read-only host directories shown through an overlay of their own
         /// rather than a bind, so the container's mount table never names
-        /// where they live on the host: (host directory, path inside).
+        /// where they live on the host (the generated `/etc`, and
+        /// `/usr/local`: shellgate's `sudo`, over the host's own only if
+        /// it is exposed).
         #[serde(default)]
-        layers: Vec<(PathBuf, String)>,
-        /// Paths inside covered by an empty read-only directory (what a bind
-        /// of a host directory would otherwise expose, e.g. `/usr/local`).
-        #[serde(default)]
-        hidden: Vec<String>,
+        layers: Vec<Layer>,
     },
     /// An overlay of a read-only image root and a persistent writable layer.
     Overlay {
@@ -64,6 +62,15 @@ pub enum RootSpec {
         upper: PathBuf,
         work: PathBuf,
     },
+}
+
+/// A read-only overlay of host directories at one path inside.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Layer {
+    /// Host directories, the uppermost first (overlay's lower layers).
+    pub sources: Vec<PathBuf>,
+    /// Where it shows inside the container.
+    pub target: String,
 }
 
 /// The first message to a helper: it is in its cgroups (the engine moved
@@ -91,6 +98,10 @@ pub struct HelperSpec {
     pub root: RootSpec,
     /// Read-only files bound over the image: (host file, path inside).
     pub file_binds: Vec<(PathBuf, String)>,
+    /// Read-only *executable* files bound over the image, as `file_binds`
+    /// but without `noexec` (shellgate's `sudo`): (host file, path inside).
+    #[serde(default)]
+    pub program_binds: Vec<(PathBuf, String)>,
     /// Persistent writable directories: (host directory, path inside).
     pub data_binds: Vec<(PathBuf, String)>,
     pub tmp_bytes: u64,

@@ -432,6 +432,8 @@ pub async fn delete(
 /// first).
 pub(crate) async fn remove_container(state: &Arc<AppState>, id: &str) -> ApiResult<()> {
     state.forget_owner(id);
+    // An E2B sandbox's record goes with the row: its access check too.
+    state.e2b_access.forget(id);
     destroy_quietly(state.engine.as_ref(), id).await;
     state.billing.flush().await;
     let key = id.to_owned();

@@ -77,7 +77,7 @@ pub struct RemoveQuery {
 /// The engine's errors as this API answers them: a missing path is a 404
 /// `file_not_found`, what the sandbox user may not do a 403
 /// `permission_denied`.
-fn fs_error(id: &str, error: SandboxError) -> ApiError {
+pub(crate) fn fs_error(id: &str, error: SandboxError) -> ApiError {
     match error {
         SandboxError::FileNotFound(path) => ApiError::new(
             StatusCode::NOT_FOUND,
@@ -90,7 +90,12 @@ fn fs_error(id: &str, error: SandboxError) -> ApiError {
 }
 
 /// The project's container, woken first if the operation must run in it.
-async fn prepare(state: &AppState, project: &Project, id: &str, wakes: bool) -> ApiResult<()> {
+pub(crate) async fn prepare(
+    state: &AppState,
+    project: &Project,
+    id: &str,
+    wakes: bool,
+) -> ApiResult<()> {
     let row = owned(state, project, id).await?;
     if wakes {
         begin_activity(state, &row).await?;
@@ -99,7 +104,7 @@ async fn prepare(state: &AppState, project: &Project, id: &str, wakes: bool) -> 
 }
 
 /// Whether a read of `path` is served without waking the container.
-fn read_wakes(path: &str) -> bool {
+pub(crate) fn read_wakes(path: &str) -> bool {
     under_workdir(path).is_none()
 }
 
@@ -112,7 +117,7 @@ fn visible_entry(
     let Some(masker) = masker else {
         return Some(wire_entry(entry));
     };
-    if masker.mask(entry.path.as_bytes()) != entry.path.as_bytes() {
+    if holds_secret(&entry.path, masker) {
         return None;
     }
     let mut entry = wire_entry(entry);
@@ -120,7 +125,13 @@ fn visible_entry(
     Some(entry)
 }
 
-fn masked_text(masker: &Masker, text: &str) -> String {
+/// Whether a path holds a secret's value (a command can make one): such an
+/// entry is not shown at all.
+pub(crate) fn holds_secret(path: &str, masker: &Masker) -> bool {
+    masker.mask(path.as_bytes()) != path.as_bytes()
+}
+
+pub(crate) fn masked_text(masker: &Masker, text: &str) -> String {
     String::from_utf8_lossy(&masker.mask(text.as_bytes())).into_owned()
 }
 
@@ -157,7 +168,12 @@ fn mode(asked: Option<&str>, default: u32) -> ApiResult<u32> {
 /// A download as a response body, masked for a container with secrets
 /// (then without `Content-Length`: a placeholder need not be as long as
 /// its value).
-fn download_response(state: &AppState, id: &str, download: FsDownload, media: &str) -> Response {
+pub(crate) fn download_response(
+    state: &AppState,
+    id: &str,
+    download: FsDownload,
+    media: &str,
+) -> Response {
     let masker = state.engine.masker(id);
     let length = download.length.filter(|_| masker.is_none());
     let mut rx = download.body;
@@ -204,12 +220,26 @@ const UPLOAD_BATCH_BYTES: usize = 256 * 1024;
 /// Streams the request body into an upload; a body that fails (cut, too
 /// slow) abandons it, so nothing changes. The upload's own refusal (the
 /// worker stopped reading) ends the copy; `finish` then says why.
-async fn stream_into<T: Send + 'static>(
+pub(crate) async fn stream_into<T: Send + 'static>(
     body: Body,
-    mut upload: Box<dyn Upload<T>>,
+    upload: Box<dyn Upload<T>>,
     id: String,
 ) -> ApiResult<T> {
-    let mut stream = body.into_data_stream();
+    stream_chunks_into(body.into_data_stream(), upload, id).await
+}
+
+/// [`stream_into`] for any stream of a body's bytes (a multipart part, a
+/// decompressed body): its first error abandons the upload.
+pub(crate) async fn stream_chunks_into<T, E, S>(
+    mut stream: S,
+    mut upload: Box<dyn Upload<T>>,
+    id: String,
+) -> ApiResult<T>
+where
+    T: Send + 'static,
+    E: std::fmt::Display,
+    S: tokio_stream::Stream<Item = Result<axum::body::Bytes, E>> + Unpin,
+{
     // The body's frames are small (a read of the socket each); gathered
     // into larger writes, the worker is woken once per 256 KiB rather than
     // once per frame.

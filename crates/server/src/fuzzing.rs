@@ -151,11 +151,15 @@ pub(crate) fn state_with(
         store,
         metrics: Default::default(),
         sync_locks: Default::default(),
+        e2b_access: Default::default(),
+        e2b_creates: Default::default(),
         egress: None,
         egress_counts: Default::default(),
         default_image_missing_said: Default::default(),
         default_image_build: Default::default(),
         clock,
+        e2b_watchers: Default::default(),
+        e2b_processes: Default::default(),
     })
 }
 

@@ -38,6 +38,7 @@ pub(crate) mod ops;
 mod ports;
 mod processes;
 mod responses;
+mod route_table;
 mod running;
 mod skills;
 mod spool;
@@ -69,9 +70,18 @@ use metrics::Metrics;
 pub use state::AppState;
 pub use time::now;
 
+use route_table::RouteTable;
+
 /// A new API key (printed once by `shellgate keys create`; stored hashed).
 pub fn new_api_key() -> String {
     shellgate_wire::new_id("sg-")
+}
+
+/// A new API key of the shape E2B's SDKs check client-side (`e2b_` and 40
+/// hex digits, all from the kernel's CSPRNG): `shellgate keys create --e2b`.
+pub fn new_e2b_api_key() -> String {
+    let more = shellgate_wire::new_id("");
+    format!("{}{}", shellgate_wire::new_id("e2b_"), &more[..8])
 }
 
 /// What the server asks of whoever opens its sandbox backend (the CLI's
@@ -96,6 +106,18 @@ pub struct Opened {
     /// The API key this start made, because the store had none (it is also
     /// in `initial-api-key`; the start-up summary shows it once).
     pub generated_key: Option<String>,
+}
+
+#[cfg(test)]
+#[test]
+fn e2b_keys_have_the_shape_e2bs_sdks_check() {
+    let key = new_e2b_api_key();
+    let hex = key.strip_prefix("e2b_").unwrap_or_default();
+    assert_eq!(hex.len(), 40, "{key}");
+    assert!(hex
+        .bytes()
+        .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+    assert_ne!(new_e2b_api_key(), key);
 }
 
 /// Opens the store, and the backend with `open_backend` (after the data
@@ -197,11 +219,15 @@ where
         skills_dir,
         metrics: Metrics::default(),
         sync_locks: Mutex::new(HashMap::new()),
+        e2b_access: Default::default(),
+        e2b_creates: Default::default(),
         egress,
         egress_counts: Default::default(),
         default_image_missing_said: Default::default(),
         default_image_build,
         clock: clock::Clock::system(),
+        e2b_watchers: Default::default(),
+        e2b_processes: Default::default(),
     });
     if let Some(log) = egress_log {
         egress::spawn_log_writer(
@@ -290,41 +316,6 @@ pub(crate) struct ServedRoutes {
 /// `https://openrouter.ai/api/v1`). The OpenAPI document lists the `/v1`
 /// paths once and names this prefix as a second server.
 pub(crate) const OPENROUTER_PREFIX: &str = "/api/v1";
-
-/// Builds a router while recording each route's full path. Every route is
-/// added through it (never by `Router::route` directly), so that
-/// [`ServedRoutes::paths`] is the router's whole table.
-#[derive(Clone)]
-pub(crate) struct RouteTable {
-    router: Router<Arc<AppState>>,
-    paths: Vec<String>,
-}
-
-impl RouteTable {
-    fn new() -> Self {
-        Self {
-            router: Router::new(),
-            paths: Vec::new(),
-        }
-    }
-
-    pub(crate) fn route(
-        mut self,
-        path: &str,
-        methods: axum::routing::MethodRouter<Arc<AppState>>,
-    ) -> Self {
-        self.paths.push(path.to_owned());
-        self.router = self.router.route(path, methods);
-        self
-    }
-
-    pub(crate) fn nest(mut self, prefix: &str, inner: RouteTable) -> Self {
-        self.paths
-            .extend(inner.paths.iter().map(|path| format!("{prefix}{path}")));
-        self.router = self.router.nest(prefix, inner.router);
-        self
-    }
-}
 
 fn served_routes(state: Arc<AppState>) -> ServedRoutes {
     let uploads = DefaultBodyLimit::max(state.config.max_upload_bytes.saturating_add(64 * 1024));

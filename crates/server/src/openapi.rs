@@ -61,6 +61,9 @@ enum Answer {
     Text,
     /// Nothing: 204.
     NoContent,
+    /// JSON with these success statuses (E2B's create answers 201, its
+    /// connect 200 or 201).
+    JsonWith(&'static [&'static str], RefOr<Schema>),
     /// A WebSocket: 101 Switching Protocols, then its frames (described).
     WebSocket(&'static str),
 }
@@ -74,6 +77,8 @@ enum Errors {
     Anthropic,
     /// Only a failure of the server itself (no authentication).
     ServerOnly,
+    /// E2B's `{"code": <status>, "message"}` (its control plane).
+    E2b,
 }
 
 /// Which query parameters an operation takes: none, a list's (`limit`,
@@ -274,6 +279,21 @@ impl Builder {
                 built = built.response("204", ResponseBuilder::new().description("Done").build());
                 return self.finish(built, place);
             }
+            Answer::JsonWith(statuses, schema) => {
+                for status in statuses {
+                    built = built.response(
+                        *status,
+                        ResponseBuilder::new()
+                            .description(if *status == "201" { "Created" } else { "OK" })
+                            .content(
+                                "application/json",
+                                ContentBuilder::new().schema(Some(schema.clone())).build(),
+                            )
+                            .build(),
+                    );
+                }
+                return self.finish(built, place);
+            }
             Answer::WebSocket(frames) => {
                 built = built.response("101", ResponseBuilder::new().description(frames).build());
                 return self.finish(built, place);
@@ -298,6 +318,11 @@ impl Builder {
             Errors::Anthropic => {
                 for status in ["400", "401", "404", "429", "500"] {
                     built = built.response(status, Ref::from_response_name("AnthropicError"));
+                }
+            }
+            Errors::E2b => {
+                for status in ["400", "401", "404", "409", "429", "500", "501"] {
+                    built = built.response(status, Ref::from_response_name("E2bError"));
                 }
             }
             Errors::ServerOnly => {
@@ -706,6 +731,16 @@ fn build() -> (serde_json::Value, Vec<String>) {
     let anthropic_error = d.scoped::<messages::ErrorResponse>("messages", "ErrorResponse");
     let count_tokens = d.scoped::<messages::CountTokens>("messages", "CountTokens");
     let token_count = d.scoped::<messages::TokenCount>("messages", "TokenCount");
+    use wire::e2b;
+    let e2b_create = d.scoped::<e2b::NewSandbox>("e2b", "NewSandbox");
+    let e2b_sandbox = d.scoped::<e2b::Sandbox>("e2b", "Sandbox");
+    let e2b_detail = d.scoped::<e2b::SandboxDetail>("e2b", "SandboxDetail");
+    let e2b_listed = d.scoped::<Vec<e2b::ListedSandbox>>("e2b", "ListedSandboxList");
+    d.scoped::<e2b::ListedSandbox>("e2b", "ListedSandbox");
+    let e2b_timeout = d.scoped::<e2b::TimeoutRequest>("e2b", "TimeoutRequest");
+    let e2b_connect = d.scoped::<e2b::ConnectRequest>("e2b", "ConnectRequest");
+    let e2b_pause = d.scoped::<e2b::PauseRequest>("e2b", "PauseRequest");
+    let e2b_error = d.scoped::<e2b::E2bErrorBody>("e2b", "Error");
 
     let operation = |method, path, tag, summary, body, answer| Operation {
         method,
@@ -1258,6 +1293,127 @@ fn build() -> (serde_json::Value, Vec<String>) {
     for operation in table {
         d.add(operation);
     }
+    // E2B's control plane (issue 20), at the root as E2B serves it.
+    let e2b_op = |method, path, summary, body, answer| Operation {
+        method,
+        path,
+        tag: "E2B",
+        summary,
+        body,
+        answer,
+        query: Query::None,
+        errors: Errors::E2b,
+    };
+    const LIST_QUERY: &[(&str, &str, bool)] = &[
+        (
+            "metadata",
+            "Url-encoded `k=v` pairs joined by `&`: sandboxes whose metadata has them all",
+            false,
+        ),
+        (
+            "state",
+            "`running`, `paused`, or both, comma separated",
+            false,
+        ),
+        (
+            "limit",
+            "At most this many (1 to 100, 100 when omitted)",
+            false,
+        ),
+        (
+            "nextToken",
+            "The previous page's `x-next-token` response header",
+            false,
+        ),
+        (
+            "order",
+            "`asc` or `desc` (newest first, the default) by creation",
+            false,
+        ),
+        (
+            "startedAfter",
+            "RFC 3339: only sandboxes started at or after it",
+            false,
+        ),
+        ("template", "Only sandboxes of this `templateID`", false),
+    ];
+    let e2b_list = |path, summary| Operation {
+        query: Query::Named(LIST_QUERY),
+        ..e2b_op(
+            Get,
+            path,
+            summary,
+            Body::None,
+            Answer::Json(e2b_listed.clone()),
+        )
+    };
+    let unsupported =
+        |method, path, summary| e2b_op(method, path, summary, Body::None, Answer::NoContent);
+    for operation in [
+        e2b_op(
+            Post,
+            "/v2/sandboxes",
+            "Create a sandbox (a container): `templateID` names an image (`base`, `code-interpreter-v1`: the default); `Idempotency-Key` replays a create for 24 hours",
+            Body::Json(e2b_create.clone()),
+            Answer::JsonWith(&["201"], e2b_sandbox.clone()),
+        ),
+        e2b_op(
+            Post,
+            "/sandboxes",
+            "Create a sandbox (older SDKs)",
+            Body::Json(e2b_create),
+            Answer::JsonWith(&["201"], e2b_sandbox.clone()),
+        ),
+        e2b_list("/v2/sandboxes", "List the project's sandboxes (the next page's token in `x-next-token`)"),
+        e2b_list("/sandboxes", "List the project's sandboxes (older SDKs)"),
+        e2b_op(Get, "/sandboxes/{sandbox_id}", "A sandbox's state, times and resources", Body::None, Answer::Json(e2b_detail)),
+        e2b_op(Delete, "/sandboxes/{sandbox_id}", "Kill a sandbox (its container is deleted)", Body::None, Answer::NoContent),
+        e2b_op(
+            Post,
+            "/sandboxes/{sandbox_id}/timeout",
+            "Set the sandbox's timeout, in seconds from now",
+            Body::Json(e2b_timeout),
+            Answer::NoContent,
+        ),
+        e2b_op(
+            Post,
+            "/sandboxes/{sandbox_id}/pause",
+            "Pause: processes end, files stay (409 when paused already)",
+            Body::Json(e2b_pause),
+            Answer::NoContent,
+        ),
+        e2b_op(
+            Post,
+            "/v2/sandboxes/{sandbox_id}/connect",
+            "Connect: 200 running (timeout only extended), 201 resumed from a pause",
+            Body::Json(e2b_connect.clone()),
+            Answer::JsonWith(&["200", "201"], e2b_sandbox.clone()),
+        ),
+        e2b_op(
+            Post,
+            "/sandboxes/{sandbox_id}/connect",
+            "Connect (older SDKs)",
+            Body::Json(e2b_connect.clone()),
+            Answer::JsonWith(&["200", "201"], e2b_sandbox.clone()),
+        ),
+        e2b_op(
+            Post,
+            "/sandboxes/{sandbox_id}/resume",
+            "Resume a paused sandbox (older SDKs; 409 when running)",
+            Body::Json(e2b_connect),
+            Answer::JsonWith(&["201"], e2b_sandbox),
+        ),
+        unsupported(Get, "/sandboxes/{sandbox_id}/metrics", "Not supported: 501"),
+        unsupported(Get, "/sandboxes/metrics", "Not supported: 501"),
+        unsupported(Get, "/sandboxes/{sandbox_id}/logs", "Not supported: 501"),
+        unsupported(Get, "/v2/sandboxes/{sandbox_id}/logs", "Not supported: 501"),
+        unsupported(Post, "/sandboxes/{sandbox_id}/fork", "Not supported: 501"),
+        unsupported(Post, "/sandboxes/{sandbox_id}/snapshots", "Not supported: 501"),
+        unsupported(Post, "/sandboxes/{sandbox_id}/refreshes", "Not supported: 501"),
+        unsupported(Put, "/sandboxes/{sandbox_id}/network", "Not supported: 501"),
+    ] {
+        d.add(operation);
+    }
     // A container's exposed ports: every method, proxied as it comes.
     for (path, summary) in [
         (
@@ -1322,6 +1478,18 @@ fn build() -> (serde_json::Value, Vec<String>) {
                 .content(
                     "application/json",
                     ContentBuilder::new().schema(Some(anthropic_error)).build(),
+                )
+                .build(),
+        ),
+    );
+    components.responses.insert(
+        "E2bError".to_owned(),
+        RefOr::T(
+            ResponseBuilder::new()
+                .description("E2B's error body: `{\"code\": <status>, \"message\"}`")
+                .content(
+                    "application/json",
+                    ContentBuilder::new().schema(Some(e2b_error)).build(),
                 )
                 .build(),
         ),

@@ -48,6 +48,10 @@ pub struct AppState {
     pub(crate) running: crate::running::Running,
     /// One file sync at a time per container (see `containers::sync_files`).
     pub(crate) sync_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// What the in-sandbox API's access check knows of E2B's sandboxes.
+    pub(crate) e2b_access: crate::e2b::access_cache::AccessCache,
+    /// One E2B create at a time per idempotency key (see `e2b::control`).
+    pub(crate) e2b_creates: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// The egress proxy's settings (`None`: egress is off).
     pub(crate) egress: Option<Arc<shellgate_egress::proxy::Settings>>,
     pub(crate) egress_counts: Arc<EgressCounts>,
@@ -58,6 +62,10 @@ pub struct AppState {
     /// The time the lifecycle sweep judges idleness and expiry by (the
     /// system's; a manual one in tests).
     pub clock: crate::clock::Clock,
+    /// E2B's directory watchers (issue 20, `e2b::filesystem`).
+    pub(crate) e2b_watchers: crate::e2b::filesystem::Watchers,
+    /// The processes started through E2B's envd API, by pid and tag.
+    pub(crate) e2b_processes: crate::e2b::process::registry::Registry,
 }
 
 impl AppState {

@@ -105,6 +105,10 @@ enum KeysCommand {
         /// The project the key belongs to.
         #[arg(long, default_value = "default")]
         project: String,
+        /// Make the key of the shape E2B's SDKs insist on (`e2b_` and 40 hex
+        /// digits), for `E2B_API_KEY`.
+        #[arg(long)]
+        e2b: bool,
     },
 }
 
@@ -276,7 +280,9 @@ pub fn main() -> i32 {
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Serve(args) => serve(data_dir, args, json_logs).await,
-            Command::Keys(KeysCommand::Create { project }) => create_key(data_dir, &project),
+            Command::Keys(KeysCommand::Create { project, e2b }) => {
+                create_key(data_dir, &project, e2b)
+            }
             Command::Exec(_) | Command::Local(_) => Ok(()),
             Command::Image(command) => image(sandbox_dir(data_dir), command).await,
             Command::Audit(AuditCommand::Export { project }) => {
@@ -336,11 +342,15 @@ async fn serve(data_dir: Option<PathBuf>, args: ServeArgs, json_logs: bool) -> R
     Ok(())
 }
 
-fn create_key(data_dir: Option<PathBuf>, project: &str) -> Result<()> {
+fn create_key(data_dir: Option<PathBuf>, project: &str, e2b: bool) -> Result<()> {
     let config = server_config(data_dir, None)?;
     std::fs::create_dir_all(&config.data_dir)?;
     let store = shellgate_store::Store::open(&config.data_dir.join("shellgate.db"))?;
-    let key = shellgate_server::new_api_key();
+    let key = if e2b {
+        shellgate_server::new_e2b_api_key()
+    } else {
+        shellgate_server::new_api_key()
+    };
     store.add_key(&key, project, shellgate_server::now())?;
     println!("{key}");
     Ok(())

@@ -66,7 +66,7 @@ fn files_round_trip_byte_exact_anywhere_the_sandbox_user_may_write() {
     for path in [
         "/mnt/data/blob.bin",
         "/tmp/deep/er/blob.bin",
-        "/home/sandbox/blob.bin",
+        "/home/user/blob.bin",
     ] {
         let entry = ok_json(put(port, &id, &format!("path={path}"), &payload));
         assert_eq!(entry["object"], "container.fs_entry");
@@ -93,7 +93,7 @@ fn files_round_trip_byte_exact_anywhere_the_sandbox_user_may_write() {
     );
     assert_eq!(
         run.json()["output"][0]["stdout"],
-        "750 sandbox\nhi\n",
+        "750 user\nhi\n",
         "{}",
         run.json()
     );

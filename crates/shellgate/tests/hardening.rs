@@ -11,7 +11,7 @@ use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{TempDir, TestEngine, BINARY};
+use common::{exit_code, TempDir, TestEngine, BINARY};
 use shellgate_sandbox::backend::ContainerSpec;
 
 /// One syscall made for real inside a container, and the errno the
@@ -336,7 +336,7 @@ async fn nothing_inside_a_host_image_container_names_a_host_path() {
     );
     assert_eq!(etc.split_whitespace().nth(3), Some("/"), "{etc}");
     // The sandbox user still exists there.
-    assert!(t.ok("c1", "id -un").await.starts_with("sandbox"));
+    assert!(t.ok("c1", "id -un").await.starts_with("user"));
     // The kernel command line (the host's boot image and parameters) reads empty.
     assert_eq!(t.ok("c1", "wc -c < /proc/cmdline").await.trim(), "0");
     t.finish().await;
@@ -377,7 +377,7 @@ async fn nothing_inside_an_image_container_names_a_host_path() {
     assert!(t
         .ok("c1", "cat /etc/passwd")
         .await
-        .contains("sandbox:x:1000"));
+        .contains("user:x:1000:1000:user:/home/user:"));
     t.finish().await;
 }
 
@@ -465,7 +465,11 @@ async fn proc_is_masked_and_its_tunables_are_read_only() {
 async fn the_hosts_usr_local_is_hidden() {
     let t = TestEngine::new("usrlocal").await;
     t.create("c1").await;
-    assert_eq!(t.ok("c1", "ls -A /usr/local | wc -l").await.trim(), "0");
+    // Only shellgate's own /usr/local shows: `bin/sudo`.
+    assert_eq!(
+        t.ok("c1", "cd /usr/local && find . | sort").await,
+        ".\n./bin\n./bin/sudo\n"
+    );
     let host_entries = std::fs::read_dir("/usr/local").map_or(0, |d| d.count());
     assert!(
         host_entries > 0,
@@ -497,12 +501,23 @@ fn the_host_image_can_expose_usr_local_on_request() {
     use shellgate_sandbox::image::{HostImageOptions, ImageStore};
     use shellgate_sandbox::protocol::RootSpec;
     let dir = TempDir::new("usrlocal-option");
-    let hidden = |store: &ImageStore| match store.resolve("host").unwrap().root {
-        RootSpec::HostBinds { hidden, .. } => hidden,
+    // /usr/local is a layer: the generated one (`bin/sudo`) alone, or over
+    // the host's.
+    let usr_local = |store: &ImageStore| match store.resolve("host").unwrap().root {
+        RootSpec::HostBinds { layers, .. } => {
+            layers
+                .into_iter()
+                .find(|layer| layer.target == "/usr/local")
+                .expect("a /usr/local layer")
+                .sources
+        }
         other => panic!("host image resolved to {other:?}"),
     };
     let default = ImageStore::open(dir.path(), "sandbox").unwrap();
-    assert_eq!(hidden(&default), ["/usr/local"]);
+    let generated = usr_local(&default);
+    assert_eq!(generated.len(), 1, "{generated:?}");
+    assert!(generated[0].starts_with(dir.path()), "{generated:?}");
+    assert!(generated[0].join("bin/sudo").is_file());
     let exposed = ImageStore::open_with(
         dir.path(),
         "sandbox",
@@ -511,5 +526,140 @@ fn the_host_image_can_expose_usr_local_on_request() {
         },
     )
     .unwrap();
-    assert!(hidden(&exposed).is_empty());
+    assert_eq!(
+        usr_local(&exposed),
+        [generated[0].clone(), "/usr/local".into()]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_exposed_usr_local_shows_the_hosts_tools_under_shellgates_sudo() {
+    let t = TestEngine::with("usrlocal-exposed", |config| {
+        config.expose_host_usr_local = true
+    })
+    .await;
+    t.create("c1").await;
+    let host_bin: Vec<String> = std::fs::read_dir("/usr/local/bin")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    let inside = t.ok("c1", "ls -A /usr/local/bin").await;
+    for name in &host_bin {
+        assert!(
+            inside.lines().any(|l| l == name),
+            "{name} missing: {inside}"
+        );
+    }
+    assert!(t.run("c1", "sudo true").await.stderr.starts_with(NO_SUDO));
+    t.finish().await;
+}
+
+/// What the generated `sudo` prints when it refuses.
+const NO_SUDO: &str = "shellgate: the sandbox user has no privileges; sudo is not available.";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sudo_says_why_there_is_none_and_runs_a_command_as_the_sandbox_user_itself() {
+    let t = TestEngine::new("sudo").await;
+    t.create("c1").await;
+    assert_eq!(t.ok("c1", "command -v sudo").await, "/usr/local/bin/sudo\n");
+    // Anything that asks for another user, a shell, a listing or nothing.
+    for refused in [
+        "sudo id",
+        "sudo -u root id",
+        "sudo -uroot id",
+        "sudo --user=nobody id",
+        "sudo -i",
+        "sudo -s id",
+        "sudo -l",
+        "sudo -v",
+        "sudo -nEi id",
+        "sudo",
+        "sudo -u user",
+        "sudo -u user --",
+        "sudo -u",
+        "sudo apt-get install -y jq",
+    ] {
+        let result = t.run("c1", refused).await;
+        assert_eq!(exit_code(&result), 1, "{refused}: {result:?}");
+        assert!(result.stderr.starts_with(NO_SUDO), "{refused}: {result:?}");
+        assert!(
+            result.stderr.contains("/home/user"),
+            "{refused}: {result:?}"
+        );
+        assert_eq!(result.stdout, "", "{refused}: {result:?}");
+    }
+    // As the sandbox user itself (the Agents SDK's `sudo -u user -- CMD`):
+    // the command runs as it is, its arguments and exit status untouched.
+    for (allowed, stdout) in [
+        ("sudo -u user -- id -un", "user\n"),
+        ("sudo -u user id -u", "1000\n"),
+        (
+            "sudo -E -H -n -u user -- sh -c 'echo $HOME'",
+            "/home/user\n",
+        ),
+        ("sudo -nE --user=user printf '%s|' a 'b c' ''", "a|b c||"),
+        ("sudo -u '#1000' -- pwd", "/mnt/data\n"),
+        ("sudo -uuser -- sudo -u user -- echo nested", "nested\n"),
+    ] {
+        let result = t.run("c1", allowed).await;
+        assert_eq!(exit_code(&result), 0, "{allowed}: {result:?}");
+        assert_eq!(result.stdout, stdout, "{allowed}: {result:?}");
+    }
+    assert_eq!(
+        exit_code(&t.run("c1", "sudo -u user -- sh -c 'exit 7'").await),
+        7
+    );
+    // Nobody in the container can replace it or give it more.
+    let result = t
+        .run(
+            "c1",
+            "echo 'exit 0' > /usr/local/bin/sudo; rm -f /usr/local/bin/sudo; \
+             chmod u+s /usr/local/bin/sudo; stat -c '%a %U' /usr/local/bin/sudo",
+        )
+        .await;
+    // Read-only, and not the sandbox user's (host root's: `nobody` inside).
+    assert_eq!(result.stdout, "755 nobody\n", "{result:?}");
+    assert_eq!(
+        result.stderr.matches("Read-only file system").count(),
+        3,
+        "{result:?}"
+    );
+    assert!(t.run("c1", "sudo true").await.stderr.starts_with(NO_SUDO));
+    t.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_imported_image_gets_sudo_too_over_its_own() {
+    let t = TestEngine::new("imagesudo").await;
+    let rootfs = t.dir.path().join("rootfs");
+    busybox_rootfs(&rootfs);
+    // The image's own sudo (which could only fail on nosuid mounts) and a
+    // link where shellgate's goes: covered, never followed.
+    std::fs::create_dir_all(rootfs.join("usr/bin")).unwrap();
+    std::fs::write(rootfs.join("usr/bin/sudo"), "#!/bin/sh\necho image sudo\n").unwrap();
+    std::fs::create_dir_all(rootfs.join("usr/local/bin")).unwrap();
+    let victim = t.dir.path().join("victim");
+    std::fs::write(&victim, "host file").unwrap();
+    symlink(&victim, rootfs.join("usr/local/bin/sudo")).unwrap();
+    let tarball = t.dir.path().join("rootfs.tar.gz");
+    tarball_of(&rootfs, &tarball);
+    t.engine
+        .images()
+        .import("tiny", &tarball)
+        .await
+        .expect("import");
+    let spec = ContainerSpec {
+        image: "tiny".into(),
+        ..ContainerSpec::default()
+    };
+    t.create_with("c1", spec).await;
+    let result = t.run("c1", "sudo echo hi").await;
+    assert_eq!(exit_code(&result), 1, "{result:?}");
+    assert!(result.stderr.starts_with(NO_SUDO), "{result:?}");
+    assert_eq!(t.ok("c1", "sudo -u user -- echo hi").await, "hi\n");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "host file");
+    t.finish().await;
 }

@@ -542,6 +542,22 @@ fn health_metrics_openapi_and_keys() {
     let usage = request(port, "GET", "/v1/usage", Some(&key), &[], b"").json();
     assert_eq!(usage["project"], "gamma");
     assert_eq!(usage["sandbox_seconds"], 0.0);
+    // `--e2b` makes a key of the shape E2B's SDKs check, as good.
+    let output = Command::new(BINARY)
+        .arg("--data-dir")
+        .arg(server.dir.path())
+        .args(["keys", "create", "--project", "gamma", "--e2b"])
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let key = String::from_utf8(output.stdout).unwrap().trim().to_owned();
+    let hex = key.strip_prefix("e2b_").unwrap_or_default();
+    assert!(
+        hex.len() == 40 && hex.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{key}"
+    );
+    let usage = request(port, "GET", "/v1/usage", Some(&key), &[], b"").json();
+    assert_eq!(usage["project"], "gamma");
 }
 
 #[test]

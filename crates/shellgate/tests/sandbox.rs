@@ -33,7 +33,7 @@ async fn commands_run_in_order_as_an_unprivileged_user_in_mnt_data() {
     assert_eq!(results[2].stderr, "to-stderr\n");
     let who = &results[3].stdout;
     assert!(
-        who.starts_with("1000\nsandbox\n/mnt/data\n/home/sandbox\n"),
+        who.starts_with("1000\nuser\n/mnt/data\n/home/user\n"),
         "{who}"
     );
     assert!(who.contains("CapEff:\t0000000000000000"), "{who}");
@@ -55,12 +55,12 @@ async fn the_servers_environment_does_not_leak_in() {
     let env = t.ok("c1", "env").await;
     assert!(!env.contains("hunter2"), "{env}");
     assert!(
-        env.contains("PATH=/home/sandbox/.local/bin:/usr/local/sbin"),
+        env.contains("PATH=/home/user/.local/bin:/usr/local/sbin"),
         "{env}"
     );
     assert!(env.contains("PIP_BREAK_SYSTEM_PACKAGES=1"), "{env}");
     assert!(env.contains("LANG=C.UTF-8"), "{env}");
-    assert!(env.contains("HOME=/home/sandbox"), "{env}");
+    assert!(env.contains("HOME=/home/user"), "{env}");
     let processes = t
         .ok("c1", "cat /proc/1/environ 2>&1 | tr '\\0' '\\n'; true")
         .await;
@@ -489,7 +489,7 @@ async fn the_files_interface_stays_inside_mnt_data() {
         .unwrap();
     assert_eq!(
         t.ok("c1", "cat in/put.txt; stat -c %U in/put.txt").await,
-        "uploadedsandbox\n"
+        "uploadeduser\n"
     );
     t.ok("c1", "echo made > out.txt; ln -s /etc/hostname escape; ln -s ../../../../etc/passwd rel; ln -s out.txt alias").await;
     assert_eq!(
@@ -648,6 +648,35 @@ async fn suspension_never_cuts_a_running_command_short() {
     assert_eq!(
         t.engine.inspect("c1").await.unwrap().state,
         shellgate_sandbox::ContainerState::Stopped
+    );
+    t.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_home_directory_persists_across_suspension_like_mnt_data() {
+    let t = TestEngine::new("home").await;
+    t.create("c1").await;
+    t.ok(
+        "c1",
+        "cd && echo kept > notes && mkdir -p .local/bin && \
+         printf '#!/bin/sh\\necho tool\\n' > .local/bin/mytool && chmod +x .local/bin/mytool && \
+         echo data > /mnt/data/f && echo gone > /tmp/f",
+    )
+    .await;
+    assert!(t.engine.suspend_if_idle("c1").await.unwrap());
+    assert_eq!(
+        t.engine.inspect("c1").await.unwrap().state,
+        shellgate_sandbox::ContainerState::Stopped
+    );
+    // The next command wakes it: the home (and ~/.local/bin on PATH) is
+    // there as /mnt/data is; /tmp is not.
+    assert_eq!(
+        t.ok(
+            "c1",
+            "cat /home/user/notes /mnt/data/f; mytool; ls /tmp; stat -c '%U %a' ~"
+        )
+        .await,
+        "kept\ndata\ntool\nuser 750\n"
     );
     t.finish().await;
 }

@@ -44,7 +44,6 @@ impl LocalEngine {
                 mut binds,
                 mut symlinks,
                 layers,
-                hidden,
             } => {
                 // A host directory shown whole brings its own entries
                 // (`/var/tmp` with `/var`).
@@ -67,7 +66,6 @@ impl LocalEngine {
                     binds,
                     symlinks,
                     layers,
-                    hidden,
                 }
             }
         };
@@ -108,6 +106,7 @@ impl LocalEngine {
             root_mount: inner.config.data_dir.join("run/root"),
             root,
             file_binds,
+            program_binds: image.program_binds,
             data_binds: [
                 (
                     disk_root.join(disk::DATA_DIR),

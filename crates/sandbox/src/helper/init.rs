@@ -33,6 +33,7 @@ mod process;
 use super::network::{self, ProxySockets};
 use super::{mounts, report, report_with_fds, seccomp};
 use crate::backend::WORKDIR;
+use crate::engine::SANDBOX_USER;
 use crate::protocol::{HelperSpec, Report, Request, Status, MAX_MESSAGE};
 use crate::sys;
 use shellgate_sandbox_api::setup_error::{SetupError, SetupResult, SetupStep, StepContext};
@@ -443,8 +444,8 @@ fn command_env(home: &str, extra: &[(String, String)]) -> Vec<CString> {
         // install cannot break a read-only system, so the wall is lifted.
         "PIP_BREAK_SYSTEM_PACKAGES=1".to_owned(),
         format!("NPM_CONFIG_PREFIX={home}/.local"),
-        "USER=sandbox".to_owned(),
-        "LOGNAME=sandbox".to_owned(),
+        format!("USER={SANDBOX_USER}"),
+        format!("LOGNAME={SANDBOX_USER}"),
         "SHELL=/bin/bash".to_owned(),
         "LANG=C.UTF-8".to_owned(),
         "LC_ALL=C.UTF-8".to_owned(),

@@ -37,10 +37,12 @@
 //!               layer of read-only overlays
 //!   null        an empty file: masks for /proc files
 //!   file0 ...   copies of the (tiny) identity files bound over an image's
+//!   filex0 ...  copies of the generated programs bound over it (`sudo`)
 //! ```
 //!
 //! Binds of scratch entries inherit its read-only, `nosuid`, `nodev` and
-//! `noexec` flags, so each mask is a single `mount` call.
+//! `noexec` flags, so each mask is a single `mount` call; a program's bind
+//! is remounted without `noexec` (one more call).
 
 use std::fs;
 use std::io;
@@ -336,6 +338,21 @@ fn build_dev(root: &Path, shm_bytes: u64) -> StepResult<()> {
     )
 }
 
+/// The scratch names of a layer's sources: its name, then `<name>.1`,
+/// `<name>.2` for the lower ones.
+fn layer_names(target: &str, sources: &[PathBuf]) -> StepResult<Vec<String>> {
+    let name = layer_name(target)?;
+    Ok((0..sources.len())
+        .map(|i| {
+            if i == 0 {
+                name.clone()
+            } else {
+                format!("{name}.{i}")
+            }
+        })
+        .collect())
+}
+
 /// The name of the scratch link to a layer's host directory, checked to be
 /// usable in overlay options (which `,`, `:` and `\` would split or escape).
 fn layer_name(target: &str) -> StepResult<String> {
@@ -356,7 +373,8 @@ fn layer_name(target: &str) -> StepResult<String> {
 }
 
 /// Fills the scratch tmpfs (see the module documentation) and freezes it.
-/// Returns the copies of `spec.file_binds`' files, in order.
+/// Returns the copies of `spec.file_binds`' files, then of
+/// `spec.program_binds`', in order.
 fn fill_scratch(scratch: &Path, spec: &HelperSpec) -> StepResult<Vec<PathBuf>> {
     // Room for the identity files and a CA bundle (a few hundred KiB).
     tmpfs(scratch, "size=1m,nr_inodes=256,mode=700", libc::MS_NOEXEC)?;
@@ -382,8 +400,13 @@ fn fill_scratch(scratch: &Path, spec: &HelperSpec) -> StepResult<Vec<PathBuf>> {
     };
     match &spec.root {
         RootSpec::HostBinds { layers, .. } => {
-            for (source, target) in layers {
-                link(&layer_name(target)?, source)?;
+            for layer in layers {
+                for (name, source) in layer_names(&layer.target, &layer.sources)?
+                    .iter()
+                    .zip(&layer.sources)
+                {
+                    link(name, source)?;
+                }
             }
         }
         RootSpec::Overlay { lower, upper, work } => {
@@ -395,9 +418,14 @@ fn fill_scratch(scratch: &Path, spec: &HelperSpec) -> StepResult<Vec<PathBuf>> {
     // The identity files bound over an image are a few hundred bytes: a
     // copy here shows in the mount table as `/file0`, the original would
     // show its host path.
-    let mut copies = Vec::with_capacity(spec.file_binds.len());
-    for (i, (source, _)) in spec.file_binds.iter().enumerate() {
-        let copy = scratch.join(format!("file{i}"));
+    // Programs (`sudo`) are copied the same way, as `/filex0`, executable.
+    let files = spec.file_binds.iter().enumerate();
+    let files = files.map(|(i, (source, _))| (source, format!("file{i}"), 0o644));
+    let programs = spec.program_binds.iter().enumerate();
+    let programs = programs.map(|(i, (source, _))| (source, format!("filex{i}"), 0o755));
+    let mut copies = Vec::with_capacity(spec.file_binds.len() + spec.program_binds.len());
+    for (source, name, mode) in files.chain(programs) {
+        let copy = scratch.join(name);
         step(
             SetupStep::CopyFile,
             || format!("copy {}", source.display()),
@@ -406,7 +434,7 @@ fn fill_scratch(scratch: &Path, spec: &HelperSpec) -> StepResult<Vec<PathBuf>> {
         step(
             SetupStep::CopyFile,
             || format!("chmod {}", copy.display()),
-            fs::set_permissions(&copy, fs::Permissions::from_mode(0o644)),
+            fs::set_permissions(&copy, fs::Permissions::from_mode(mode)),
         )?;
         copies.push(copy);
     }
@@ -517,7 +545,6 @@ pub fn build_root(spec: &HelperSpec) -> StepResult<()> {
             binds,
             symlinks,
             layers,
-            hidden,
         } => {
             tmpfs(root, "size=1m,mode=755", 0)?;
             for (source, target) in binds {
@@ -525,19 +552,17 @@ pub fn build_root(spec: &HelperSpec) -> StepResult<()> {
                 mkdir_all(&target)?;
                 bind(source, &target, true)?;
             }
-            for (_, target) in layers {
-                // A read-only overlay needs two lower layers; the second
+            for layer in layers {
+                let mut lowers = layer_names(&layer.target, &layer.sources)?;
+                // A read-only overlay needs two lower layers; a second one
                 // is empty.
-                let options = format!(
-                    "lowerdir={}:{SCRATCH_EMPTY_DIR},userxattr",
-                    layer_name(target)?
-                );
-                let target = inside(root, target);
+                if lowers.len() < 2 {
+                    lowers.push(SCRATCH_EMPTY_DIR.to_owned());
+                }
+                let options = format!("lowerdir={},userxattr", lowers.join(":"));
+                let target = inside(root, &layer.target);
                 mkdir_all(&target)?;
                 overlay(&target, &options, libc::MS_RDONLY)?;
-            }
-            for path in hidden {
-                hide(root, scratch, path)?;
             }
             for (link, target) in symlinks {
                 let link = inside(root, link);
@@ -559,10 +584,33 @@ pub fn build_root(spec: &HelperSpec) -> StepResult<()> {
             )?;
         }
     }
-    for ((_, target), copy) in spec.file_binds.iter().zip(&file_copies) {
+    let (file_copies, program_copies) = file_copies.split_at(spec.file_binds.len());
+    for ((_, target), copy) in spec.file_binds.iter().zip(file_copies) {
         let target = inside(root, target);
         touch(&target)?;
         cover(copy, &target)?;
+    }
+    for ((_, target), copy) in spec.program_binds.iter().zip(program_copies) {
+        let target = inside(root, target);
+        touch(&target)?;
+        cover(copy, &target)?;
+        // The cover inherited the scratch's `noexec`: this one mount
+        // drops it (still read-only, `nosuid`, `nodev`).
+        step(
+            SetupStep::Remount,
+            || format!("remount {} executable", target.display()),
+            sys::mount(
+                None,
+                &target,
+                None,
+                libc::MS_BIND
+                    | libc::MS_REMOUNT
+                    | libc::MS_RDONLY
+                    | libc::MS_NOSUID
+                    | libc::MS_NODEV,
+                None,
+            ),
+        )?;
     }
     // /proc must be mounted while the host's /proc is still visible: the
     // kernel only lets a user namespace mount proc next to a fully visible one.

@@ -10,12 +10,12 @@ use std::time::{Duration, Instant};
 /// The environment a container command gets (`helper/init.rs`).
 fn container_env() -> Vec<CString> {
     [
-        "PATH=/home/sandbox/.local/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        "HOME=/home/sandbox",
+        "PATH=/home/user/.local/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "HOME=/home/user",
         "PIP_BREAK_SYSTEM_PACKAGES=1",
-        "NPM_CONFIG_PREFIX=/home/sandbox/.local",
-        "USER=sandbox",
-        "LOGNAME=sandbox",
+        "NPM_CONFIG_PREFIX=/home/user/.local",
+        "USER=user",
+        "LOGNAME=user",
         "SHELL=/bin/bash",
         "LANG=C.UTF-8",
         "LC_ALL=C.UTF-8",

@@ -37,8 +37,8 @@ const NOT_BOUND: &[&str] = &[
 ];
 
 /// Top-level directories the container has its own entries in
-/// (`/home/sandbox`, `/mnt/data`, `/mnt/skills`).
-const SHARED_PARENTS: &[(&str, &[&str])] = &[("home", &["sandbox"]), ("mnt", &["data", "skills"])];
+/// (`/home/user`: the engine's `SANDBOX_HOME`, `/mnt/data`, `/mnt/skills`).
+const SHARED_PARENTS: &[(&str, &[&str])] = &[("home", &["user"]), ("mnt", &["data", "skills"])];
 
 pub struct Sandbox {
     engine: LocalEngine,
@@ -177,4 +177,19 @@ impl Sandbox {
 /// The sandbox itself failed (125, as `exec` says it).
 fn failed(message: String) -> CommandResult {
     super::runner::not_run(format!("shellgate local: {message}\n"), 125)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SHARED_PARENTS;
+    use shellgate_sandbox::engine::SANDBOX_HOME;
+
+    #[test]
+    fn the_containers_own_home_is_not_shown_from_the_host() {
+        let own = SHARED_PARENTS
+            .iter()
+            .flat_map(|(parent, children)| children.iter().map(move |c| format!("/{parent}/{c}")))
+            .collect::<Vec<_>>();
+        assert!(own.iter().any(|dir| dir == SANDBOX_HOME), "{own:?}");
+    }
 }

@@ -1,0 +1,45 @@
+//! [`RouteTable`]: the router built route by route with each route's full
+//! path recorded (the OpenAPI test checks the document against them). Its
+//! own file so that the modules adding routes (`e2b::control`) need not
+//! import the crate root.
+
+use std::sync::Arc;
+
+use axum::Router;
+
+use crate::state::AppState;
+
+/// Builds a router while recording each route's full path. Every route is
+/// added through it (never by `Router::route` directly), so that
+/// `ServedRoutes::paths` is the router's whole table.
+#[derive(Clone)]
+pub(crate) struct RouteTable {
+    pub(crate) router: Router<Arc<AppState>>,
+    pub(crate) paths: Vec<String>,
+}
+
+impl RouteTable {
+    pub(crate) fn new() -> Self {
+        Self {
+            router: Router::new(),
+            paths: Vec::new(),
+        }
+    }
+
+    pub(crate) fn route(
+        mut self,
+        path: &str,
+        methods: axum::routing::MethodRouter<Arc<AppState>>,
+    ) -> Self {
+        self.paths.push(path.to_owned());
+        self.router = self.router.route(path, methods);
+        self
+    }
+
+    pub(crate) fn nest(mut self, prefix: &str, inner: RouteTable) -> Self {
+        self.paths
+            .extend(inner.paths.iter().map(|path| format!("{prefix}{path}")));
+        self.router = self.router.nest(prefix, inner.router);
+        self
+    }
+}

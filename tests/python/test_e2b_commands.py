@@ -1,0 +1,246 @@
+"""E2B's `commands` and `pty` (envd's `process.Process` service) through the
+unmodified `e2b` SDK against a real shellgate, and hostile Connect traffic
+against the same routes."""
+
+import json
+import socket
+import struct
+import threading
+
+import pytest
+import requests
+from e2b import CommandExitException, NotFoundException, PtySize, Sandbox
+
+from conftest import E2B_KEY_B, e2b_environment, wait_until
+
+
+@pytest.fixture
+def sbx(e2b):
+    sandbox = Sandbox.create()
+    yield sandbox
+    sandbox.kill()
+
+
+def envd_headers(sandbox: Sandbox) -> dict:
+    """What the SDK sends to name the sandbox and prove it may use it."""
+    return dict(sandbox.connection_config.sandbox_headers)
+
+
+def envelope(message: bytes, flags: int = 0) -> bytes:
+    return struct.pack(">BI", flags, len(message)) + message
+
+
+def frames(body: bytes) -> list:
+    """A Connect stream's envelopes as (flags, JSON)."""
+    out = []
+    while body:
+        flags, length = struct.unpack(">BI", body[:5])
+        out.append((flags, json.loads(body[5 : 5 + length])))
+        body = body[5 + length :]
+    return out
+
+
+def test_run_gives_output_callbacks_and_exit_codes(sbx):
+    seen_out, seen_err = [], []
+    result = sbx.commands.run(
+        "echo hi; echo oops >&2",
+        on_stdout=seen_out.append,
+        on_stderr=seen_err.append,
+    )
+    assert (result.exit_code, result.stdout, result.stderr) == (0, "hi\n", "oops\n")
+    assert "".join(seen_out) == "hi\n" and "".join(seen_err) == "oops\n"
+
+    with pytest.raises(CommandExitException) as failed:
+        sbx.commands.run("echo partial; exit 3")
+    assert failed.value.exit_code == 3
+    assert failed.value.stdout == "partial\n"
+
+
+def test_run_takes_envs_cwd_and_the_e2b_user(sbx):
+    result = sbx.commands.run("echo $GREETING; pwd; whoami", envs={"GREETING": "a 'quoted' $word"})
+    assert result.stdout.splitlines() == ["a 'quoted' $word", "/home/user", "user"]
+    assert sbx.commands.run("pwd", cwd="/tmp").stdout == "/tmp\n"
+    assert sbx.commands.run("whoami", user="user").stdout == "user\n"
+    # There is no root to give: refused, saying why.
+    with pytest.raises(Exception, match="no privileges"):
+        sbx.commands.run("id", user="root")
+
+
+def test_background_commands_take_stdin_and_outlive_their_client(sbx):
+    handle = sbx.commands.run("read line; echo got $line; cat", background=True, stdin=True)
+    sbx.commands.send_stdin(handle.pid, "first\n")
+    # The client leaves; the process does not.
+    handle.disconnect()
+    assert handle.pid in [p.pid for p in sbx.commands.list()]
+    again = sbx.commands.connect(handle.pid)
+    sbx.commands.send_stdin(again.pid, b"second\n")
+    sbx.commands.close_stdin(again.pid)
+    result = again.wait()
+    # Connect streams from when it attached: `got first` came before.
+    assert result.exit_code == 0
+    assert "second\n" in result.stdout
+
+
+def test_list_and_kill(sbx):
+    handle = sbx.commands.run("sleep 600", background=True, envs={"MARK": "1"}, cwd="/tmp")
+    listed = {p.pid: p for p in sbx.commands.list()}
+    assert handle.pid in listed
+    one = listed[handle.pid]
+    assert (one.cmd, one.args, one.envs, one.cwd) == ("/bin/bash", ["-l", "-c", "sleep 600"], {"MARK": "1"}, "/tmp")
+    assert sbx.commands.kill(handle.pid) is True
+    with pytest.raises(CommandExitException) as killed:
+        handle.wait()
+    assert killed.value.exit_code == -1
+    assert wait_until(lambda: handle.pid not in [p.pid for p in sbx.commands.list()], 10)
+    assert sbx.commands.kill(handle.pid) is False
+    with pytest.raises(NotFoundException):
+        sbx.commands.send_stdin(handle.pid, "x")
+
+
+def test_stream_input_feeds_a_process(sbx):
+    handle = sbx.commands.run("cat", background=True, stdin=True)
+    sbx.commands.stream_input(handle.pid, ["one\n", b"two\n"])
+    sbx.commands.close_stdin(handle.pid)
+    assert handle.wait().stdout == "one\ntwo\n"
+
+
+def test_pty_create_input_resize_and_kill(sbx):
+    terminal = sbx.pty.create(PtySize(rows=24, cols=80))
+    output = iter(terminal)
+    # Typed once the shell shows its prompt, as a person would.
+    seen = b""
+    while b"$ " not in seen:
+        seen += next(output)[2] or b""
+    sbx.pty.resize(terminal.pid, PtySize(rows=30, cols=100))
+    sbx.pty.send_stdin(terminal.pid, b"stty size; echo term=$TERM\n")
+    seen = b""
+    for _, _, pty in output:
+        seen += pty or b""
+        if b"term=xterm-256color" in seen and b"30 100" in seen:
+            break
+    assert b"30 100" in seen and b"term=xterm-256color" in seen
+    assert sbx.pty.kill(terminal.pid) is True
+
+
+def start_call(sandbox: Sandbox, body: bytes, **headers) -> requests.Response:
+    return requests.post(
+        f"{sandbox.envd_api_url}/process.Process/Start",
+        headers={**envd_headers(sandbox), "content-type": "application/connect+json", **headers},
+        data=body,
+        timeout=30,
+    )
+
+
+def test_malformed_connect_frames_are_refused_and_the_server_stays_fine(sbx):
+    start = json.dumps({"process": {"cmd": "/bin/echo", "args": ["x"]}}).encode()
+    cases = {
+        # A length of 4 GiB is refused on its prefix, nothing buffered.
+        "resource_exhausted": b"\x00\xff\xff\xff\xff" + b"{}",
+        # The body ends inside the envelope.
+        "invalid_argument": envelope(start)[:-3],
+        # Compression was never negotiated; 0x80 is no flag of a request.
+        "unimplemented": envelope(start, flags=1),
+    }
+    for code, body in cases.items():
+        response = start_call(sbx, body)
+        assert response.status_code == 200, response.text
+        (flags, end), = frames(response.content)
+        assert flags == 2 and end["error"]["code"] == code, (code, end)
+    response = start_call(sbx, envelope(start, flags=0x80))
+    assert frames(response.content)[-1][1]["error"]["code"] == "invalid_argument"
+    # Not a Connect stream at all.
+    response = start_call(sbx, b"garbage", **{"content-type": "application/json"})
+    assert response.status_code != 200
+    # And the process service still works.
+    response = start_call(sbx, envelope(start))
+    events = [message["event"] for flags, message in frames(response.content) if flags == 0]
+    # proto3 JSON leaves out zeros: an exit code of 0 is no field at all.
+    assert "start" in events[0] and events[-1]["end"]["exited"] is True
+    assert events[-1]["end"].get("exitCode", 0) == 0
+
+
+def test_a_stream_input_that_never_ends_is_ended_and_holds_nothing(sbx):
+    handle = sbx.commands.run("cat", background=True, stdin=True)
+    headers = envd_headers(sbx)
+    host, port = sbx.envd_api_url.removeprefix("http://").split(":")
+    start = envelope(json.dumps({"start": {"process": {"pid": handle.pid}}}).encode())
+    keepalive = envelope(b'{"keepalive":{}}')
+    request = (
+        "POST /process.Process/StreamInput HTTP/1.1\r\n"
+        f"Host: {host}:{port}\r\n"
+        "Content-Type: application/connect+json\r\n"
+        "Connect-Timeout-Ms: 2000\r\n"
+        "Transfer-Encoding: chunked\r\n"
+        + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        + "\r\n"
+    ).encode()
+    chunk = lambda data: f"{len(data):x}\r\n".encode() + data + b"\r\n"
+    with socket.create_connection((host, int(port)), timeout=30) as client:
+        # Start, keepalives, and never the end of the body.
+        client.sendall(request + chunk(start) + chunk(keepalive) + chunk(keepalive))
+        # Meanwhile the sandbox serves other calls.
+        assert sbx.commands.run("echo alive").stdout == "alive\n"
+        answer = b""
+        while b"\r\n0\r\n\r\n" not in answer:
+            data = client.recv(65536)
+            if not data:
+                break
+            answer += data
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200")
+    # The body is chunked: take the chunks' data.
+    payload, rest = b"", body
+    while rest:
+        size, _, rest = rest.partition(b"\r\n")
+        size = int(size, 16)
+        if size == 0:
+            break
+        payload, rest = payload + rest[:size], rest[size + 2 :]
+    (flags, end), = frames(payload)
+    assert flags == 2 and end["error"]["code"] == "deadline_exceeded"
+    # The process it wrote to is untouched.
+    sbx.commands.send_stdin(handle.pid, "still here\n")
+    sbx.commands.close_stdin(handle.pid)
+    assert handle.wait().stdout == "still here\n"
+
+
+def test_another_project_s_sandbox_is_refused_and_nothing_revealed(sbx, server, monkeypatch):
+    for name, value in e2b_environment(server, E2B_KEY_B).items():
+        monkeypatch.setenv(name, value)
+    theirs = Sandbox.create()
+    try:
+        running = theirs.commands.run("sleep 600", background=True)
+        start = envelope(json.dumps({"process": {"cmd": "/bin/true"}}).encode())
+
+        def answers(sandbox_id: str, token: str) -> list:
+            """What List, SendSignal and Start answer for that id and token."""
+            headers = {**envd_headers(sbx), "E2b-Sandbox-Id": sandbox_id, "X-Access-Token": token}
+            unary = {**headers, "content-type": "application/json"}
+            kill = json.dumps({"process": {"pid": running.pid}, "signal": "SIGNAL_SIGKILL"})
+            return [
+                (r.status_code, r.content)
+                for r in (
+                    requests.post(f"{sbx.envd_api_url}/process.Process/List", headers=unary, data="{}", timeout=30),
+                    requests.post(f"{sbx.envd_api_url}/process.Process/SendSignal", headers=unary, data=kill, timeout=30),
+                    requests.post(
+                        f"{sbx.envd_api_url}/process.Process/Start",
+                        headers={**headers, "content-type": "application/connect+json"},
+                        data=start,
+                        timeout=30,
+                    ),
+                )
+            ]
+
+        # Alpha's token with beta's sandbox id: refused, exactly as a made-up
+        # token is (the access check's answer: 401 unauthenticated), so
+        # alpha learns nothing of beta's sandbox from its own token.
+        with_alphas = answers(theirs.sandbox_id, sbx.connection_config.sandbox_headers["X-Access-Token"])
+        assert with_alphas == answers(theirs.sandbox_id, "made-up")
+        assert {status for status, _ in with_alphas} == {401}
+        assert all(theirs.sandbox_id.encode() not in body for _, body in with_alphas)
+        # An id that names no sandbox at all: 404.
+        assert {status for status, _ in answers("i" + theirs.sandbox_id[1:], "made-up")} == {404}
+        # Beta's process was not touched.
+        assert [p.pid for p in theirs.commands.list()] == [running.pid]
+    finally:
+        theirs.kill()

@@ -1,0 +1,273 @@
+"""E2B's filesystem API (issue 20): envd's `filesystem.Filesystem` service
+and `/files`, driven by the latest `e2b` SDK (`sbx.files.*`) against a real
+`shellgate serve`, plus the hostile cases by raw HTTP: unknown or foreign
+sandboxes, a 100 MiB upload that must stream, a cut upload."""
+
+import asyncio
+import socket
+from urllib.parse import quote
+
+import pytest
+import requests
+from e2b import AsyncSandbox, FileType, Sandbox
+from e2b.sandbox.filesystem.filesystem import WriteEntry
+from e2b.exceptions import FileNotFoundException, SandboxException
+
+from conftest import KEY_A, exec_commands, wait_until
+
+
+@pytest.fixture
+def sbx(e2b):
+    sandbox = Sandbox.create()
+    yield sandbox
+    sandbox.kill()
+
+
+def envd_headers(sandbox, token=None):
+    return {
+        "E2b-Sandbox-Id": sandbox.sandbox_id,
+        "X-Access-Token": token if token is not None else sandbox._envd_access_token,
+    }
+
+
+def run(server, sandbox, command):
+    """A command in the sandbox through shellgate's own exec (the sandbox
+    id is the container id), so this suite needs no other E2B service."""
+    result = exec_commands(server.client(KEY_A), sandbox.sandbox_id, [command])
+    assert result["output"][0]["outcome"]["exit_code"] == 0, result
+    return result["output"][0]["stdout"]
+
+
+def live_watchers(server, sandbox):
+    """The sandbox's running watcher processes (shellgate's process list)."""
+    r = requests.get(
+        f"{server.base_url}/containers/{sandbox.sandbox_id}/processes",
+        headers={"Authorization": f"Bearer {KEY_A}"},
+        timeout=30,
+    )
+    assert r.status_code == 200, r.text
+    return [p for p in r.json()["data"] if p["id"].startswith("e2b-watch-") and p["status"] == "running"]
+
+
+def test_write_read_and_list(sbx):
+    info = sbx.files.write("/mnt/data/notes/a.txt", "hello")
+    assert (info.name, info.path, info.type) == ("a.txt", "/mnt/data/notes/a.txt", FileType.FILE)
+    sbx.files.write("/mnt/data/notes/b.bin", b"\x00\x01\xff")
+    written = sbx.files.write_files(
+        [
+            WriteEntry(path="/mnt/data/notes/deep/c.txt", data="c"),
+            WriteEntry(path="/mnt/data/notes/d.txt", data=b"d"),
+        ]
+    )
+    assert [w.path for w in written] == ["/mnt/data/notes/deep/c.txt", "/mnt/data/notes/d.txt"]
+
+    assert sbx.files.read("/mnt/data/notes/a.txt") == "hello"
+    assert sbx.files.read("/mnt/data/notes/b.bin", format="bytes") == bytearray(b"\x00\x01\xff")
+    with sbx.files.read("/mnt/data/notes/deep/c.txt", format="stream") as stream:
+        assert b"".join(stream) == b"c"
+
+    top = {e.name: e for e in sbx.files.list("/mnt/data/notes")}
+    assert set(top) == {"a.txt", "b.bin", "deep", "d.txt"}
+    assert top["deep"].type == FileType.DIR and top["a.txt"].size == 5
+    assert top["a.txt"].permissions == "-rw-r--r--" and top["a.txt"].mode == 0o644
+    deep = {e.path for e in sbx.files.list("/mnt/data/notes", depth=2)}
+    assert "/mnt/data/notes/deep/c.txt" in deep
+
+
+def test_stat_make_rename_remove(sbx):
+    sbx.files.write("/mnt/data/s/f.txt", "x")
+    assert sbx.files.exists("/mnt/data/s/f.txt")
+    assert not sbx.files.exists("/mnt/data/s/none")
+    info = sbx.files.get_info("/mnt/data/s/f.txt")
+    assert (info.name, info.type, info.size) == ("f.txt", FileType.FILE, 1)
+    assert info.modified_time.year >= 2024
+
+    assert sbx.files.make_dir("/mnt/data/s/new/deeper") is True
+    assert sbx.files.make_dir("/mnt/data/s/new/deeper") is False
+    assert sbx.files.get_info("/mnt/data/s/new/deeper").type == FileType.DIR
+
+    moved = sbx.files.rename("/mnt/data/s/f.txt", "/mnt/data/s/new/g.txt")
+    assert moved.path == "/mnt/data/s/new/g.txt"
+    assert not sbx.files.exists("/mnt/data/s/f.txt")
+
+    sbx.files.remove("/mnt/data/s/new")  # a directory goes with its tree
+    assert not sbx.files.exists("/mnt/data/s/new")
+
+
+def test_relative_paths_are_in_the_users_home(sbx):
+    info = sbx.files.write("rel/x.txt", "home")
+    assert info.path == "/home/user/rel/x.txt"
+    assert sbx.files.read("~/rel/x.txt") == "home"
+
+
+def test_gzip_upload(sbx):
+    data = "compressible " * 10_000
+    sbx.files.write("/mnt/data/z.txt", data, gzip=True)
+    assert sbx.files.read("/mnt/data/z.txt") == data
+
+
+def test_missing_files_and_refused_paths(sbx):
+    with pytest.raises(FileNotFoundException):
+        sbx.files.read("/mnt/data/missing.txt")
+    with pytest.raises(FileNotFoundException):
+        sbx.files.get_info("/mnt/data/missing.txt")
+    with pytest.raises(FileNotFoundException):
+        sbx.files.list("/mnt/data/missing-dir")
+    # The sandbox user may not write there: the SDK's error, nothing written.
+    with pytest.raises(SandboxException) as refused:
+        sbx.files.write("/etc/e2b-was-here", "x")
+    assert "403" in str(refused.value) or "ermission" in str(refused.value) or "ead-only" in str(refused.value)
+    assert not sbx.files.exists("/etc/e2b-was-here")
+
+
+def test_watch_dir_polling_sees_a_command_write(server, sbx):
+    sbx.files.make_dir("/mnt/data/watched")
+    handle = sbx.files.watch_dir("/mnt/data/watched")
+    run(server, sbx, "echo hi > /mnt/data/watched/by-command.txt")
+    seen = []
+
+    def created():
+        seen.extend(handle.get_new_events())
+        return any(e.name == "by-command.txt" and e.type.value == "create" for e in seen)
+
+    assert wait_until(created, 30), seen
+    # An upload shows as its file, never its temporary name.
+    sbx.files.write("/mnt/data/watched/uploaded.txt", "u")
+    assert wait_until(lambda: seen.extend(handle.get_new_events()) or any(e.name == "uploaded.txt" for e in seen), 30), seen
+    assert not any(e.name.startswith(".shellgate-upload") for e in seen)
+    assert len(live_watchers(server, sbx)) == 1
+    handle.stop()
+    with pytest.raises(SandboxException):
+        handle.get_new_events()
+    # Its process in the sandbox ended with it.
+    assert wait_until(lambda: not live_watchers(server, sbx), 30)
+
+
+def test_watch_dir_stream_recursive(server, sbx, e2b):
+    async def scenario():
+        sandbox = await AsyncSandbox.connect(sbx.sandbox_id)
+        await sandbox.files.make_dir("/mnt/data/tree/sub")
+        events = []
+        got = asyncio.Event()
+
+        def on_event(event):
+            events.append(event)
+            if event.name == "sub/leaf.txt":
+                got.set()
+
+        handle = await sandbox.files.watch_dir("/mnt/data/tree", on_event, recursive=True)
+        await asyncio.to_thread(run, server, sbx, "echo x > /mnt/data/tree/sub/leaf.txt")
+        await asyncio.wait_for(got.wait(), 30)
+        await handle.stop()
+        return events
+
+    events = asyncio.run(scenario())
+    assert any(e.name == "sub/leaf.txt" for e in events)
+    # The stream closed: its process in the sandbox ended with it.
+    assert wait_until(lambda: not live_watchers(server, sbx), 30)
+
+
+def test_watching_a_missing_directory_is_not_found(sbx):
+    with pytest.raises(FileNotFoundException):
+        sbx.files.watch_dir("/mnt/data/not-there")
+
+
+def test_foreign_and_unknown_sandboxes_are_refused(server, e2b):
+    root = f"http://{server.host}:{server.port}"
+    mine = Sandbox.create()
+    theirs = Sandbox.create(api_key=server_e2b_key_b())
+    try:
+        mine.files.write("/mnt/data/secret.txt", "mine")
+        # An id nobody has: 404, on /files and on the RPCs.
+        unknown = {"E2b-Sandbox-Id": "sbx_doesnotexist", "X-Access-Token": mine._envd_access_token}
+        r = requests.get(f"{root}/files", params={"path": "/mnt/data/secret.txt"}, headers=unknown, timeout=30)
+        assert r.status_code == 404
+        r = requests.post(f"{root}/filesystem.Filesystem/Stat", json={"path": "/mnt/data"}, headers=unknown, timeout=30)
+        assert r.status_code == 404 and r.json()["code"] in ("not_found", 404)
+        # My sandbox with another project's sandbox's token: refused, nothing read.
+        crossed = envd_headers(mine, token=theirs._envd_access_token)
+        r = requests.get(f"{root}/files", params={"path": "/mnt/data/secret.txt"}, headers=crossed, timeout=30)
+        assert r.status_code in (401, 404) and "mine" not in r.text
+        # Watchers are the sandbox's own: another sandbox cannot read them.
+        handle = mine.files.watch_dir("/mnt/data")
+        r = requests.post(
+            f"{root}/filesystem.Filesystem/GetWatcherEvents",
+            json={"watcherId": handle._watcher_id},
+            headers=envd_headers(theirs),
+            timeout=30,
+        )
+        assert r.status_code == 404
+        handle.stop()
+    finally:
+        mine.kill()
+        theirs.kill()
+
+
+def server_e2b_key_b():
+    from conftest import E2B_KEY_B
+
+    return E2B_KEY_B
+
+
+def peak_rss_reset(pid):
+    with open(f"/proc/{pid}/clear_refs", "w") as f:
+        f.write("5")  # resets VmHWM, the peak resident set
+
+
+def peak_rss(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_a_100_mib_upload_and_download_stream(server, sbx):
+    size = 100 << 20
+    block = bytes(range(256)) * 4096  # 1 MiB
+
+    def chunks():
+        for _ in range(size // len(block)):
+            yield block
+
+    pid = server.process.pid
+    peak_rss_reset(pid)
+    before = peak_rss(pid)
+    sbx.files.write("/mnt/data/big.bin", chunks())
+    assert sbx.files.get_info("/mnt/data/big.bin").size == size
+    total = 0
+    with sbx.files.read("/mnt/data/big.bin", format="stream") as stream:
+        for piece in stream:
+            total += len(piece)
+    assert total == size
+    # Neither direction held the file: the server's peak grew by far less.
+    assert peak_rss(pid) - before < 48 << 20
+    sbx.files.remove("/mnt/data/big.bin")
+
+
+def test_a_cut_upload_leaves_no_file(server, sbx):
+    sbx.files.make_dir("/mnt/data/cut")
+    path = quote("/mnt/data/cut/part.bin")
+    head = (
+        f"POST /files?path={path} HTTP/1.1\r\n"
+        f"Host: {server.host}\r\n"
+        f"E2b-Sandbox-Id: {sbx.sandbox_id}\r\n"
+        f"X-Access-Token: {sbx._envd_access_token}\r\n"
+        "Content-Type: application/octet-stream\r\n"
+        "Content-Length: 10000000\r\n\r\n"
+    ).encode()
+    with socket.create_connection((server.host, server.port), timeout=30) as conn:
+        conn.sendall(head + b"x" * 1_000_000)
+    # Once the server dropped the upload, its temporary file is gone too,
+    # and the file never appeared.
+    def settled():
+        return not any(e.name.startswith(".shellgate-upload") for e in sbx.files.list("/mnt/data/cut"))
+
+    assert wait_until(settled, 30)
+    assert not sbx.files.exists("/mnt/data/cut/part.bin")
+
+
+def test_health(server, sbx):
+    root = f"http://{server.host}:{server.port}"
+    assert requests.get(f"{root}/health", headers=envd_headers(sbx), timeout=30).status_code == 204
+    gone = {"E2b-Sandbox-Id": "sbx_doesnotexist", "X-Access-Token": "x"}
+    assert requests.get(f"{root}/health", headers=gone, timeout=30).status_code == 502
