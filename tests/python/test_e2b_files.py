@@ -120,6 +120,22 @@ def test_missing_files_and_refused_paths(sbx):
     assert not sbx.files.exists("/etc/e2b-was-here")
 
 
+def test_only_the_sandbox_user_is_served(sbx):
+    sbx.files.write("/mnt/data/u.txt", "u", user="user")
+    assert sbx.files.read("/mnt/data/u.txt", user="user") == "u"
+    # There is no root to act as: refused, never done as someone else.
+    for call in (
+        lambda: sbx.files.read("/mnt/data/u.txt", user="root"),
+        lambda: sbx.files.write("/mnt/data/u.txt", "root was here", user="root"),
+        lambda: sbx.files.get_info("/mnt/data/u.txt", user="root"),
+        lambda: sbx.files.remove("/mnt/data/u.txt", user="root"),
+    ):
+        with pytest.raises(SandboxException) as refused:
+            call()
+        assert "no privileges" in str(refused.value)
+    assert sbx.files.read("/mnt/data/u.txt") == "u"
+
+
 def test_watch_dir_polling_sees_a_command_write(server, sbx):
     sbx.files.make_dir("/mnt/data/watched")
     handle = sbx.files.watch_dir("/mnt/data/watched")

@@ -8,8 +8,8 @@
 //! `application/octet-stream` to `?path=`, optionally gzipped
 //! (`Content-Encoding: gzip`, decoded as it streams and bounded to
 //! `max_upload_bytes` after decoding). Files are written as the sandbox
-//! user whatever `username` says (see `filesystem`), with mode 0644, their
-//! parents made. `X-Metadata-*` headers (extended attributes) are not
+//! user, E2B's `user` (another `username` is refused with 403, see
+//! `filesystem`), with mode 0644, their parents made. `X-Metadata-*` headers (extended attributes) are not
 //! kept: the backend's file layer has no extended attributes.
 
 use std::io::Write as _;
@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{FromRequest, Multipart, Query, Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -26,7 +26,7 @@ use shellgate_sandbox_api::fs::WriteOptions;
 use tokio_stream::StreamExt;
 
 use super::access::SandboxCaller;
-use super::filesystem::e2b_path;
+use super::filesystem::{basic_user, e2b_path, user_refusal};
 use super::E2bError;
 use crate::fs::{download_response, fs_error, prepare, read_wakes, stream_chunks_into};
 use crate::http::Project;
@@ -37,7 +37,6 @@ use crate::state::AppState;
 #[derive(Debug, Deserialize)]
 pub struct FilesQuery {
     pub path: Option<String>,
-    #[allow(dead_code)]
     pub username: Option<String>,
 }
 
@@ -64,6 +63,19 @@ fn bad_path(error: shellgate_sandbox_api::SandboxError) -> E2bError {
     E2bError::new(StatusCode::BAD_REQUEST, error.to_string())
 }
 
+/// The user a `/files` call names (`?username=`, else `Authorization:
+/// Basic`) must be E2B's `user`: 403 otherwise, as the RPCs refuse it.
+fn check_user(query: &FilesQuery, headers: &HeaderMap) -> Result<(), E2bError> {
+    let named = match query.username.clone() {
+        Some(name) => Some(name),
+        None => basic_user(headers).map_err(|why| E2bError::new(StatusCode::BAD_REQUEST, why))?,
+    };
+    match user_refusal(named.as_deref()) {
+        None => Ok(()),
+        Some(why) => Err(E2bError::new(StatusCode::FORBIDDEN, why)),
+    }
+}
+
 fn required_path(query: &FilesQuery) -> Result<String, E2bError> {
     let path = query
         .path
@@ -77,7 +89,9 @@ async fn download(
     State(state): State<Arc<AppState>>,
     caller: SandboxCaller,
     Query(query): Query<FilesQuery>,
+    headers: HeaderMap,
 ) -> Result<Response, E2bError> {
+    check_user(&query, &headers)?;
     let path = required_path(&query)?;
     let id = caller.container_id.clone();
     prepare(
@@ -108,6 +122,7 @@ async fn upload(
     Query(query): Query<FilesQuery>,
     request: Request,
 ) -> Result<Json<Vec<WriteInfo>>, E2bError> {
+    check_user(&query, request.headers())?;
     let content_type = request
         .headers()
         .get(header::CONTENT_TYPE)

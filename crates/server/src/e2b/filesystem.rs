@@ -4,9 +4,10 @@
 //! rules, masking, error mapping) — a dialect, not a second file layer.
 //!
 //! Paths are E2B's: a relative one (and `~`) is relative to `/home/user`,
-//! the E2B user's home. Every operation runs as the sandbox user, whatever
-//! user the request names (`Authorization: Basic root:` included): the
-//! sandbox user is the only one there is.
+//! the E2B user's home. Every operation runs as the sandbox user, E2B's
+//! `user`; a request naming another (`Authorization: Basic root:`) is
+//! refused with `permission_denied`, as envd-proc refuses it, rather than
+//! run with rights it did not ask for.
 //!
 //! Watching (`WatchDir`, and the polling trio `CreateWatcher`,
 //! `GetWatcherEvents`, `RemoveWatcher`) is inotify *inside* the container:
@@ -134,6 +135,63 @@ fn entry_info(
     }
 }
 
+/// E2B's user: the sandbox user, the only one there is.
+pub const E2B_USER: &str = "user";
+
+/// Why a call naming `name` as its user is refused (`None`: it is E2B's
+/// `user`, or no user is named).
+pub(super) fn user_refusal(name: Option<&str>) -> Option<String> {
+    match name.map(str::trim).filter(|n| !n.is_empty()) {
+        None => None,
+        Some(E2B_USER) => None,
+        Some(other) => Some(format!(
+            "user {other:?} is not available: shellgate's sandboxes do everything as {E2B_USER:?}, which has no privileges (there is no root or sudo)"
+        )),
+    }
+}
+
+/// The user an `Authorization: Basic base64("name:")` header names; an
+/// unreadable header names nobody we could serve (`Err`).
+pub(super) fn basic_user(headers: &HeaderMap) -> Result<Option<String>, String> {
+    use base64::Engine as _;
+    let Some(value) = headers.get(axum::http::header::AUTHORIZATION) else {
+        return Ok(None);
+    };
+    let bad = || "Authorization must be Basic base64(\"user:\")".to_owned();
+    let encoded = value
+        .to_str()
+        .ok()
+        .and_then(|v| v.strip_prefix("Basic "))
+        .ok_or_else(bad)?;
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded.trim())
+        .map_err(|_| bad())?;
+    let decoded = String::from_utf8(decoded).map_err(|_| bad())?;
+    Ok(decoded
+        .split(':')
+        .next()
+        .filter(|n| !n.is_empty())
+        .map(str::to_owned))
+}
+
+/// A filesystem RPC's user check: E2B's `user` or none.
+pub(super) struct AsSandboxUser;
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for AsSandboxUser {
+    type Rejection = ConnectError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, ConnectError> {
+        let name = basic_user(&parts.headers).map_err(ConnectError::invalid)?;
+        match user_refusal(name.as_deref()) {
+            None => Ok(Self),
+            Some(why) => Err(ConnectError::new(ConnectCode::PermissionDenied, why)),
+        }
+    }
+}
+
 fn project(caller: &SandboxCaller) -> Project {
     Project(caller.project.clone())
 }
@@ -167,6 +225,7 @@ pub(super) fn routes(router: Router<Arc<AppState>>) -> Router<Arc<AppState>> {
 async fn stat(
     State(state): State<Arc<AppState>>,
     caller: SandboxCaller,
+    _user: AsSandboxUser,
     Unary(request): Unary<StatRequest>,
 ) -> Result<UnaryReply<StatResponse>, ConnectError> {
     let path = e2b_path(&request.path, "path").map_err(path_error)?;
@@ -191,6 +250,7 @@ async fn stat(
 async fn list_dir(
     State(state): State<Arc<AppState>>,
     caller: SandboxCaller,
+    _user: AsSandboxUser,
     Unary(request): Unary<ListDirRequest>,
 ) -> Result<UnaryReply<ListDirResponse>, ConnectError> {
     let path = e2b_path(&request.path, "path").map_err(path_error)?;
@@ -240,6 +300,7 @@ async fn list_dir(
 async fn make_dir(
     State(state): State<Arc<AppState>>,
     caller: SandboxCaller,
+    _user: AsSandboxUser,
     Unary(request): Unary<MakeDirRequest>,
 ) -> Result<UnaryReply<MakeDirResponse>, ConnectError> {
     let path = e2b_path(&request.path, "path").map_err(path_error)?;
@@ -274,6 +335,7 @@ async fn make_dir(
 async fn move_entry(
     State(state): State<Arc<AppState>>,
     caller: SandboxCaller,
+    _user: AsSandboxUser,
     Unary(request): Unary<MoveRequest>,
 ) -> Result<UnaryReply<MoveResponse>, ConnectError> {
     let from = e2b_path(&request.source, "source").map_err(path_error)?;
@@ -294,6 +356,7 @@ async fn move_entry(
 async fn remove(
     State(state): State<Arc<AppState>>,
     caller: SandboxCaller,
+    _user: AsSandboxUser,
     Unary(request): Unary<RemoveRequest>,
 ) -> Result<UnaryReply<RemoveResponse>, ConnectError> {
     let path = e2b_path(&request.path, "path").map_err(path_error)?;
@@ -713,6 +776,7 @@ fn keepalive(headers: &HeaderMap) -> Duration {
 async fn watch_dir(
     State(state): State<Arc<AppState>>,
     caller: SandboxCaller,
+    _user: AsSandboxUser,
     headers: HeaderMap,
     StreamRequest(request): StreamRequest<WatchDirRequest>,
 ) -> Response {
@@ -771,6 +835,7 @@ async fn watch_dir(
 async fn create_watcher(
     State(state): State<Arc<AppState>>,
     caller: SandboxCaller,
+    _user: AsSandboxUser,
     Unary(request): Unary<CreateWatcherRequest>,
 ) -> Result<UnaryReply<CreateWatcherResponse>, ConnectError> {
     let path = e2b_path(&request.path, "path").map_err(path_error)?;
@@ -844,6 +909,7 @@ async fn create_watcher(
 async fn get_watcher_events(
     State(state): State<Arc<AppState>>,
     caller: SandboxCaller,
+    _user: AsSandboxUser,
     Unary(request): Unary<GetWatcherEventsRequest>,
 ) -> Result<UnaryReply<GetWatcherEventsResponse>, ConnectError> {
     let watcher = state
@@ -871,6 +937,7 @@ async fn get_watcher_events(
 async fn remove_watcher(
     State(state): State<Arc<AppState>>,
     caller: SandboxCaller,
+    _user: AsSandboxUser,
     Unary(request): Unary<RemoveWatcherRequest>,
 ) -> Result<UnaryReply<RemoveWatcherResponse>, ConnectError> {
     let watcher = state
@@ -895,6 +962,22 @@ mod tests {
         assert_eq!(e2b_path("", "path").unwrap(), "/home/user");
         assert_eq!(e2b_path("/tmp//y/", "path").unwrap(), "/tmp/y");
         assert!(e2b_path("a\0b", "path").is_err());
+    }
+
+    #[test]
+    fn only_the_sandbox_user_is_served() {
+        assert_eq!(user_refusal(None), None);
+        assert_eq!(user_refusal(Some("user")), None);
+        assert!(user_refusal(Some("root"))
+            .unwrap()
+            .contains("no privileges"));
+        let mut headers = HeaderMap::new();
+        assert_eq!(basic_user(&headers), Ok(None));
+        // base64("root:")
+        headers.insert("authorization", "Basic cm9vdDo=".parse().unwrap());
+        assert_eq!(basic_user(&headers), Ok(Some("root".to_owned())));
+        headers.insert("authorization", "Bearer x".parse().unwrap());
+        assert!(basic_user(&headers).is_err());
     }
 
     #[test]
