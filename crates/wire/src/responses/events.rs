@@ -150,6 +150,33 @@ pub enum Event {
         command_index: usize,
         delta: ShellOutputDelta,
     },
+    #[serde(rename = "response.code_interpreter_call.in_progress")]
+    CodeInterpreterCallInProgress {
+        item_id: String,
+        output_index: usize,
+    },
+    #[serde(rename = "response.code_interpreter_call_code.delta")]
+    CodeInterpreterCallCodeDelta {
+        item_id: String,
+        output_index: usize,
+        delta: String,
+    },
+    #[serde(rename = "response.code_interpreter_call_code.done")]
+    CodeInterpreterCallCodeDone {
+        item_id: String,
+        output_index: usize,
+        code: String,
+    },
+    #[serde(rename = "response.code_interpreter_call.interpreting")]
+    CodeInterpreterCallInterpreting {
+        item_id: String,
+        output_index: usize,
+    },
+    #[serde(rename = "response.code_interpreter_call.completed")]
+    CodeInterpreterCallCompleted {
+        item_id: String,
+        output_index: usize,
+    },
     #[serde(rename = "response.shell_call_output_content.done")]
     ShellCallOutputContentDone {
         item_id: String,
@@ -196,6 +223,19 @@ impl Event {
             Event::ShellCallCommandDone { .. } => "response.shell_call_command.done",
             Event::ShellCallOutputContentDelta { .. } => "response.shell_call_output_content.delta",
             Event::ShellCallOutputContentDone { .. } => "response.shell_call_output_content.done",
+            Event::CodeInterpreterCallInProgress { .. } => {
+                "response.code_interpreter_call.in_progress"
+            }
+            Event::CodeInterpreterCallCodeDelta { .. } => {
+                "response.code_interpreter_call_code.delta"
+            }
+            Event::CodeInterpreterCallCodeDone { .. } => "response.code_interpreter_call_code.done",
+            Event::CodeInterpreterCallInterpreting { .. } => {
+                "response.code_interpreter_call.interpreting"
+            }
+            Event::CodeInterpreterCallCompleted { .. } => {
+                "response.code_interpreter_call.completed"
+            }
         }
     }
 }
