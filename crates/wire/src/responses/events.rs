@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::items::{ContentPart, Item, ReasoningText, ShellResult};
+use super::items::{Annotation, ContentPart, Item, ReasoningText, ShellResult};
 use super::response::Response;
 
 /// One stream event.
@@ -72,6 +72,15 @@ pub enum Event {
         /// Always `[]`.
         #[schema(value_type = Vec<Object>)]
         logprobs: Vec<serde_json::Value>,
+    },
+    #[serde(rename = "response.output_text.annotation.added")]
+    OutputTextAnnotationAdded {
+        item_id: String,
+        output_index: usize,
+        content_index: usize,
+        annotation_index: usize,
+        #[schema(value_type = Object)]
+        annotation: Annotation,
     },
     #[serde(rename = "response.function_call_arguments.delta")]
     FunctionCallArgumentsDelta {
@@ -210,6 +219,7 @@ impl Event {
             Event::ContentPartDone { .. } => "response.content_part.done",
             Event::OutputTextDelta { .. } => "response.output_text.delta",
             Event::OutputTextDone { .. } => "response.output_text.done",
+            Event::OutputTextAnnotationAdded { .. } => "response.output_text.annotation.added",
             Event::FunctionCallArgumentsDelta { .. } => "response.function_call_arguments.delta",
             Event::FunctionCallArgumentsDone { .. } => "response.function_call_arguments.done",
             Event::CustomToolCallInputDelta { .. } => "response.custom_tool_call_input.delta",
