@@ -74,6 +74,7 @@ const HOST_ETC_ALLOWLIST: &[&str] = &[
     "localtime",
     "magic",
     "magic.mime",
+    "matplotlibrc",
     "mime.types",
     "netconfig",
     "networks",
