@@ -366,6 +366,38 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_replayed_code_interpreter_call_is_a_call_and_its_result() {
+        let items: Vec<Item> = serde_json::from_value(json!([
+            {"role": "user", "content": "plot it"},
+            {"type": "code_interpreter_call", "id": "ci_1", "status": "completed",
+             "code": "plot()", "container_id": "cntr_1", "outputs": [
+                {"type": "logs", "logs": "drawn\n"},
+                {"type": "image", "url": "data:image/png;base64,AAAA"}]},
+            {"type": "code_interpreter_call", "id": "ci_2", "status": "in_progress",
+             "code": null, "container_id": "cntr_1", "outputs": null},
+        ]))
+        .unwrap();
+        let messages = messages(None, &items);
+        let Message::Assistant { tool_calls, .. } = &messages[1] else {
+            panic!("{messages:?}")
+        };
+        assert_eq!(tool_calls[0].id, "ci_1");
+        assert_eq!(tool_calls[0].name, CODE_INTERPRETER);
+        assert_eq!(tool_calls[0].arguments, r#"{"code":"plot()"}"#);
+        assert_eq!(
+            messages[2],
+            Message::Tool {
+                call_id: "ci_1".into(),
+                output: "drawn\n\n[an image was shown to the user]".into()
+            }
+        );
+        // The image's bytes never reach the model; an item without outputs
+        // says it has none.
+        assert!(!format!("{messages:?}").contains("AAAA"));
+        assert!(matches!(&messages[4], Message::Tool { output, .. } if output == "[no output]"));
+    }
+
+    #[test]
     fn items_of_every_kind_become_a_conversation() {
         let items: Vec<Item> = serde_json::from_value(json!([
             json!({"role": "user", "content": "list files"}),

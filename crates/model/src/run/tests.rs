@@ -535,6 +535,35 @@ mod through_the_traits {
         );
     }
 
+    #[test]
+    fn citations_count_characters_and_cite_each_file_once() {
+        let file = |id: &str, path: &str| {
+            (
+                CONTAINER.to_owned(),
+                WrittenFile {
+                    file_id: id.into(),
+                    filename: path.rsplit('/').next().unwrap().into(),
+                    path: path.into(),
+                },
+            )
+        };
+        let text = "Voilà: résumé.txt";
+        let cited = citations(
+            text,
+            &[
+                file("cfile_old", "/mnt/data/résumé.txt"),
+                file("cfile_new", "/mnt/data/résumé.txt"),
+            ],
+        );
+        let [wire::Annotation::ContainerFileCitation(citation)] = cited.as_slice() else {
+            panic!("{cited:?}")
+        };
+        // The last write's id, and offsets in characters, not bytes.
+        assert_eq!(citation.file_id, "cfile_new");
+        assert_eq!((citation.start_index, citation.end_index), (7, 17));
+        assert!(citations(text, &[]).is_empty());
+    }
+
     #[tokio::test]
     async fn code_interpreter_calls_count_and_a_sandbox_without_one_fails_the_response() {
         let calls = (0..3).map(|i| Step::calls(vec![interpret(&format!("c{i}"), "1")]));
