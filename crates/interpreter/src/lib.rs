@@ -757,7 +757,7 @@ impl Interpreters {
                             Framed::Event(Event::Stderr { text }) => {
                                 ExecutionEvent::Stderr { text, timestamp_us: now_us() }
                             }
-                            Framed::Event(Event::Result(data)) => ExecutionEvent::Result(data),
+                            Framed::Event(Event::Result(data)) => ExecutionEvent::Result(*data),
                             Framed::Event(Event::Error { name, value, traceback }) => {
                                 summary.failed = true;
                                 ExecutionEvent::Error { name, value, traceback }

@@ -65,7 +65,7 @@ pub enum Event {
     Stderr {
         text: String,
     },
-    Result(DisplayData),
+    Result(Box<DisplayData>),
     Error {
         name: String,
         value: String,
