@@ -17,6 +17,10 @@ ROOT = Path(__file__).resolve().parents[2]
 BINARY = Path(os.environ.get("SHELLGATE_BIN", ROOT / "target" / "debug" / "shellgate"))
 KEY_A = "sk-test-project-a"
 KEY_B = "sk-test-project-b"
+# Keys of the shape E2B's older SDKs insist on (`e2b_` + hex, checked
+# client-side), for the same two projects.
+E2B_KEY_A = "e2b_" + "a1" * 20
+E2B_KEY_B = "e2b_" + "b2" * 20
 
 
 def wait_until(condition, timeout: float, interval: float = 0.05) -> bool:
@@ -80,7 +84,7 @@ class Server:
     def start(self) -> "Server":
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "SHELLGATE_API_KEYS": f"{KEY_A}:alpha,{KEY_B}:beta",
+            "SHELLGATE_API_KEYS": f"{KEY_A}:alpha,{KEY_B}:beta,{E2B_KEY_A}:alpha,{E2B_KEY_B}:beta",
             "SHELLGATE_LOG": "info",
             "SHELLGATE_WARM_CONTAINERS": "1",
             # Tests that want the first-start build turn it back on.
@@ -164,6 +168,24 @@ def fresh_server(upstream):
 @pytest.fixture
 def client(server):
     return server.client(KEY_A)
+
+
+def e2b_environment(server: "Server", key: str = E2B_KEY_A) -> dict:
+    """What E2B's SDKs need to use `server`: its root as the API and as
+    the one in-sandbox URL (sandboxes are named by header), and a key."""
+    root = f"http://{server.host}:{server.port}"
+    return {"E2B_API_URL": root, "E2B_SANDBOX_URL": root, "E2B_API_KEY": key}
+
+
+@pytest.fixture
+def e2b(server, monkeypatch):
+    """E2B's SDKs pointed at the session's server, as project alpha (the
+    environment variables a user sets); returns that environment."""
+    environment = e2b_environment(server)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("E2B_DEBUG", raising=False)
+    return environment
 
 
 def exec_commands(client: openai.OpenAI, container_id: str, commands, **options):

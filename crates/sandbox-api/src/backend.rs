@@ -480,6 +480,9 @@ pub trait SandboxBackend: Send + Sync {
     // Processes (issue 19): see `crate::process`. A process counts as in
     // flight in its container (busy: never suspended) until it ends, and
     // is killed at its timeout, with every descendant, whatever clients do.
+    // A service process (`keeps_awake: false`) is not counted, and
+    // `timeout_ms: 0` arms no timeout: it ends when it is killed or its
+    // container stops (idle suspension, expiry, destruction).
 
     /// Starts a process known from now on as `process_id` (chosen by the
     /// caller), waking a stopped container.
@@ -545,7 +548,7 @@ pub trait SandboxBackend: Send + Sync {
     ) -> Result<ProcessInfo, SandboxError> {
         Err(SandboxError::NotSupported("interactive processes"))
     }
-    /// Waits until it ended (it always does, at its timeout at the latest).
+    /// Waits until it ended (at its timeout at the latest, if it has one).
     async fn wait_process(
         &self,
         _id: &str,
@@ -673,8 +676,9 @@ pub fn check_memory(memory_bytes: u64, ceiling: u64) -> Result<(), SandboxError>
 }
 
 impl ProcessSpec {
-    /// Checks every field, naming the offending parameter (the same
-    /// command and timeout rules as exec's, `RunRequest::validate`).
+    /// Checks every field, naming the offending parameter (exec's command
+    /// rule; the timeout may be `0`, none, or up to a day: an API that
+    /// offers processes keeps its own tighter timeout rule).
     pub fn validate(&self) -> Result<(), SandboxError> {
         let invalid = |param: &'static str, message: String| {
             Err(SandboxError::InvalidRequest { param, message })
@@ -691,12 +695,12 @@ impl ProcessSpec {
         if self.command.contains('\0') {
             return invalid("command", "command must not contain NUL".into());
         }
-        if self.timeout_ms == 0 || self.timeout_ms > limits::MAX_TIMEOUT_MS {
+        if self.timeout_ms > process_limits::MAX_TIMEOUT_MS {
             return invalid(
                 "timeout_ms",
                 format!(
-                    "timeout_ms must be between 1 and {}",
-                    limits::MAX_TIMEOUT_MS
+                    "timeout_ms must be at most {} (0: no timeout)",
+                    process_limits::MAX_TIMEOUT_MS
                 ),
             );
         }

@@ -33,6 +33,9 @@ pub mod process_limits {
     pub const MAX_WAIT_MS: u64 = 30_000;
     /// Largest stdin write of one call.
     pub const MAX_STDIN_WRITE: usize = 1 << 20;
+    /// Longest timeout a process may ask for, in milliseconds (a day; `0`
+    /// is no timeout at all).
+    pub const MAX_TIMEOUT_MS: u64 = 86_400_000;
 }
 
 /// A terminal's size and type.
@@ -53,8 +56,18 @@ pub struct ProcessSpec {
     pub stdin: bool,
     /// A terminal as stdin, stdout and stderr (one stream, `pty`).
     pub pty: Option<PtySpec>,
-    /// Killed (with every descendant) when it passes, whatever clients do.
+    /// Killed (with every descendant) when it passes, whatever clients do;
+    /// `0` arms no timeout (a *service* process: it runs until it is killed
+    /// or its container stops, suspends or is destroyed). At most
+    /// [`process_limits::MAX_TIMEOUT_MS`]; each API keeps its own tighter
+    /// rule (`/v1/.../processes`: exec's 1 to 300 000).
     pub timeout_ms: u64,
+    /// Whether it holds its container awake: `true` counts it in flight
+    /// (the container is never idle-suspended while it runs, as a client's
+    /// command); `false` for a service (a kernel, a daemon) that must not
+    /// keep an idle container alive, and dies when idle suspension or
+    /// expiry stops the container.
+    pub keeps_awake: bool,
     /// Variables added to (or replacing in) the command's environment.
     pub env: Vec<(String, String)>,
     /// Working directory; `/mnt/data` when `None`.
@@ -206,6 +219,7 @@ mod tests {
                 term: "xterm-256color".into(),
             }),
             timeout_ms: 1000,
+            keeps_awake: true,
             env: vec![("A_1".into(), "x".into())],
             cwd: Some("/tmp".into()),
         }
@@ -215,10 +229,12 @@ mod tests {
     fn a_start_is_checked_naming_the_field() {
         assert!(spec().validate().is_ok());
         type Change = fn(&mut ProcessSpec);
-        let cases: [(Change, &str); 8] = [
+        let cases: [(Change, &str); 7] = [
             (|s| s.command.clear(), "command"),
-            (|s| s.timeout_ms = 0, "timeout_ms"),
-            (|s| s.timeout_ms = 300_001, "timeout_ms"),
+            (
+                |s| s.timeout_ms = process_limits::MAX_TIMEOUT_MS + 1,
+                "timeout_ms",
+            ),
             (|s| s.env = vec![("1A".into(), "x".into())], "env"),
             (|s| s.env = vec![("A=B".into(), "x".into())], "env"),
             (|s| s.cwd = Some("relative".into()), "cwd"),
@@ -235,6 +251,21 @@ mod tests {
                 other => panic!("{param}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn no_timeout_and_long_ones_are_a_service_s_to_ask() {
+        let service = ProcessSpec {
+            timeout_ms: 0,
+            keeps_awake: false,
+            ..spec()
+        };
+        assert!(service.validate().is_ok());
+        let long = ProcessSpec {
+            timeout_ms: process_limits::MAX_TIMEOUT_MS,
+            ..spec()
+        };
+        assert!(long.validate().is_ok());
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub mod config;
 mod container_egress;
 mod containers;
 mod db;
+mod e2b;
 pub mod egress;
 mod engine;
 pub mod error;
@@ -266,8 +267,13 @@ fn upstream_router(config: &Config) -> Result<shellgate_model::upstream::Router,
 /// that port instead (see `ports`).
 pub fn router(state: Arc<AppState>) -> Router {
     let api = served_routes(Arc::clone(&state)).router;
+    let sandbox_routers = Arc::new(e2b::SandboxRouters::new(&state));
     Router::new()
         .fallback_service(api)
+        .layer(axum::middleware::from_fn_with_state(
+            sandbox_routers,
+            e2b::by_header,
+        ))
         .layer(axum::middleware::from_fn_with_state(state, ports::by_host))
 }
 
@@ -289,7 +295,7 @@ pub(crate) const OPENROUTER_PREFIX: &str = "/api/v1";
 /// added through it (never by `Router::route` directly), so that
 /// [`ServedRoutes::paths`] is the router's whole table.
 #[derive(Clone)]
-struct RouteTable {
+pub(crate) struct RouteTable {
     router: Router<Arc<AppState>>,
     paths: Vec<String>,
 }
@@ -302,13 +308,17 @@ impl RouteTable {
         }
     }
 
-    fn route(mut self, path: &str, methods: axum::routing::MethodRouter<Arc<AppState>>) -> Self {
+    pub(crate) fn route(
+        mut self,
+        path: &str,
+        methods: axum::routing::MethodRouter<Arc<AppState>>,
+    ) -> Self {
         self.paths.push(path.to_owned());
         self.router = self.router.route(path, methods);
         self
     }
 
-    fn nest(mut self, prefix: &str, inner: RouteTable) -> Self {
+    pub(crate) fn nest(mut self, prefix: &str, inner: RouteTable) -> Self {
         self.paths
             .extend(inner.paths.iter().map(|path| format!("{prefix}{path}")));
         self.router = self.router.nest(prefix, inner.router);
@@ -477,6 +487,8 @@ fn served_routes(state: Arc<AppState>) -> ServedRoutes {
         .route("/healthz", get(ops::healthz))
         .route("/metrics", get(ops::metrics))
         .route("/openapi.json", get(openapi::serve));
+    // E2B's control plane answers at the root, as E2B's API does.
+    let table = e2b::control::routes(table);
     ServedRoutes {
         router: table
             .router

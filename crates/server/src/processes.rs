@@ -100,9 +100,23 @@ fn process_spec(body: ProcessCreate) -> ApiResult<ProcessSpec> {
             term: pty.term,
         }),
         timeout_ms: body.timeout_ms.unwrap_or(limits::DEFAULT_TIMEOUT_MS),
+        // A client's process is a command: it keeps its container awake.
+        keeps_awake: true,
         env: body.env.unwrap_or_default().into_iter().collect(),
         cwd: body.cwd,
     };
+    // The engine also takes service processes (no timeout, longer ones);
+    // this API keeps exec's rule.
+    if spec.timeout_ms == 0 || spec.timeout_ms > limits::MAX_TIMEOUT_MS {
+        return Err(shellgate_sandbox_api::SandboxError::InvalidRequest {
+            param: "timeout_ms",
+            message: format!(
+                "timeout_ms must be between 1 and {}",
+                limits::MAX_TIMEOUT_MS
+            ),
+        }
+        .into());
+    }
     spec.validate()?;
     Ok(spec)
 }
@@ -552,4 +566,35 @@ async fn control(state: &AppState, id: &str, process_id: &str, body: &str) -> Re
         }
     };
     done.map_err(|e| ApiError::from(e).message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn create(timeout_ms: Option<u64>) -> ProcessCreate {
+        ProcessCreate {
+            command: "true".into(),
+            stdin: false,
+            pty: None,
+            timeout_ms,
+            env: None,
+            cwd: None,
+        }
+    }
+
+    #[test]
+    fn this_api_keeps_exec_s_timeout_rule_and_starts_processes_that_keep_awake() {
+        // The engine takes 0 (no timeout) and up to a day; `/v1` does not.
+        for refused in [0, limits::MAX_TIMEOUT_MS + 1] {
+            let error = process_spec(create(Some(refused))).err();
+            assert!(
+                error.is_some_and(|e| e.param.as_deref() == Some("timeout_ms")),
+                "{refused}"
+            );
+        }
+        let spec = process_spec(create(None)).ok();
+        assert!(spec.as_ref().is_some_and(|s| s.keeps_awake));
+        assert_eq!(spec.map(|s| s.timeout_ms), Some(limits::DEFAULT_TIMEOUT_MS));
+    }
 }

@@ -22,6 +22,7 @@ fn spec(command: &str) -> ProcessSpec {
         stdin: true,
         pty: None,
         timeout_ms: 60_000,
+        keeps_awake: true,
         env: Vec::new(),
         cwd: None,
     }
@@ -251,5 +252,45 @@ async fn at_most_64_processes_live_in_a_container() {
     e.kill_process("c1", "p0").await.unwrap();
     e.start_process("c1", "p64", spec("true")).await.unwrap();
     assert_eq!(e.list_processes("c1").await.unwrap().len(), 65);
+    t.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_service_process_has_no_timeout_keeps_nothing_awake_and_dies_with_suspension() {
+    let t = TestEngine::new("proc-service").await;
+    t.create("c1").await;
+    let e = &t.engine;
+    // No timeout armed (0 would be refused by /v1's rule, not the engine's),
+    // not counted in flight.
+    let service = ProcessSpec {
+        timeout_ms: 0,
+        keeps_awake: false,
+        ..spec("echo up; exec sleep 1004")
+    };
+    e.start_process("c1", "svc", service).await.unwrap();
+    read_until(&t, "c1", "svc", 0, "up").await;
+    assert_eq!(
+        e.process("c1", "svc").await.unwrap().status,
+        ProcessStatus::Running
+    );
+    // A client's process keeps the container awake; once it ends, the
+    // service alone does not.
+    e.start_process("c1", "cmd", spec("exec sleep 1005"))
+        .await
+        .unwrap();
+    assert!(!e.suspend_if_idle("c1").await.unwrap());
+    e.kill_process("c1", "cmd").await.unwrap();
+    e.wait_process("c1", "cmd").await.unwrap();
+    assert!(e.suspend_if_idle("c1").await.unwrap());
+    // Suspension stopped the container, and the service with it.
+    let ended = e.wait_process("c1", "svc").await.unwrap();
+    assert_ne!(ended.status, ProcessStatus::Running);
+    assert_ne!(ended.status, ProcessStatus::Timeout);
+    assert!(
+        common::eventually(Duration::from_secs(10), || common::processes_matching(
+            "sleep 1004"
+        ) == 0)
+        .await
+    );
     t.finish().await;
 }

@@ -230,6 +230,7 @@ async fn a_processs_output_is_masked_through_a_pipe_and_a_terminal() {
             stdin: false,
             pty,
             timeout_ms: 30_000,
+            keeps_awake: true,
             env: Vec::new(),
             cwd: None,
         };

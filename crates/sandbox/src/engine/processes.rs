@@ -10,8 +10,11 @@
 //! dropped and counted: nobody reading never grows memory), kills it at its
 //! timeout whatever clients do, and records how it ended. The pump holds
 //! the container's `InFlight` until then, so a container with a live
-//! process is busy (never suspended). Readers wait on a `watch` of the
-//! buffer's version: no polling.
+//! process is busy (never suspended) — unless the process is a *service*
+//! (`keeps_awake: false`, a kernel or a daemon): it holds nothing, so idle
+//! suspension and expiry still happen, and stopping the container ends it
+//! with init. `timeout_ms: 0` arms no timeout. Readers wait on a `watch`
+//! of the buffer's version: no polling.
 //!
 //! Signals go through init (`Request::SignalCommand`: the engine has no pid
 //! in the container's namespace); a resize is `TIOCSWINSZ` on the master,
@@ -374,12 +377,15 @@ struct Pump {
     process: Arc<Process>,
     output: Output,
     status: pipe::Receiver,
-    timeout: Duration,
+    /// `None`: no timeout (a service runs until killed or its container
+    /// stops).
+    timeout: Option<Duration>,
     drain_grace: Duration,
     masks: [Option<MaskStream>; 2],
     /// Its container's table, pruned when it ends (ended output is capped).
     table: Arc<Table>,
-    _in_flight: InFlight,
+    /// The container counted busy while it runs (`None` for a service).
+    _in_flight: Option<InFlight>,
 }
 
 impl Pump {
@@ -390,9 +396,12 @@ impl Pump {
         let mut exit_status = None;
         let mut timed_out = false;
         let (mut out_open, mut err_open, mut status_open) = (true, true, true);
-        let deadline_sleep = tokio::time::sleep(self.timeout);
-        tokio::pin!(deadline_sleep);
         let far = Instant::now() + Duration::from_secs(86_400 * 365);
+        let deadline_sleep = tokio::time::sleep_until(match self.timeout {
+            Some(timeout) => Instant::now() + timeout,
+            None => far,
+        });
+        tokio::pin!(deadline_sleep);
         let stop_sleep = tokio::time::sleep_until(far);
         tokio::pin!(stop_sleep);
         let (mut stdout, mut stderr, master) = match self.output {
@@ -431,7 +440,7 @@ impl Pump {
                         stop_sleep.as_mut().reset(Instant::now() + self.drain_grace);
                     }
                 },
-                () = &mut deadline_sleep, if !timed_out && status_open => {
+                () = &mut deadline_sleep, if self.timeout.is_some() && !timed_out && status_open => {
                     timed_out = true;
                     if let Ok(running) = process.running() {
                         let _ = running.send(&Request::KillCommand { id: process.command_id }, &[]).await;
@@ -641,11 +650,13 @@ impl LocalEngine {
             process: Arc::clone(&process),
             output,
             status,
-            timeout: Duration::from_millis(spec.timeout_ms),
+            timeout: (spec.timeout_ms > 0).then(|| Duration::from_millis(spec.timeout_ms)),
             drain_grace: self.inner.config.drain_grace,
             masks,
             table: Arc::clone(&table),
-            _in_flight: in_flight,
+            // Held for the start either way (the container must not stop
+            // under it); a service lets go once it runs.
+            _in_flight: spec.keeps_awake.then_some(in_flight),
         };
         tokio::spawn(pump.run());
         Ok(process.info())

@@ -1,0 +1,201 @@
+//! E2B's API, served by shellgate (issue 20): E2B's SDKs work unchanged with
+//! `E2B_API_URL` and `E2B_SANDBOX_URL` pointing here. A sandbox *is* a
+//! shellgate container; this module only translates.
+//!
+//! - `control`: the REST control plane (`/v2/sandboxes`, `/sandboxes/…`),
+//!   normal routes authorised by the project's API key (`X-API-KEY`).
+//! - the in-sandbox API, what E2B calls envd (port 49983): `process`
+//!   (`process.Process`) and `filesystem` (`filesystem.Filesystem`) over
+//!   Connect-RPC (`connect`), `files` (`/files`, `/health`);
+//! - the code interpreter (port 49999): `interpreter` (`/execute`, `/contexts`).
+//!
+//! In-sandbox requests all come to one base URL and name their sandbox and
+//! port in headers (`E2b-Sandbox-Id`, `E2b-Sandbox-Port`): [`by_header`]
+//! sends them to the sandbox routes, where `access::SandboxCaller` checks
+//! the sandbox's access token.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use serde::Serialize;
+use tower_service::Service;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+pub(crate) mod access;
+// TODO(issue 20 merge): the services use all of it; remove the allow then.
+#[allow(dead_code)]
+pub(crate) mod connect;
+pub(crate) mod control;
+pub(crate) mod files;
+pub(crate) mod filesystem;
+pub(crate) mod interpreter;
+pub(crate) mod process;
+
+/// The header naming the sandbox of an in-sandbox request.
+pub const SANDBOX_ID_HEADER: &str = "e2b-sandbox-id";
+/// The header naming the port an in-sandbox request is for.
+pub const SANDBOX_PORT_HEADER: &str = "e2b-sandbox-port";
+/// envd's port.
+pub const ENVD_PORT: u16 = 49983;
+/// The code interpreter's port.
+pub const INTERPRETER_PORT: u16 = 49999;
+
+/// E2B's error body, `{"code": <HTTP status>, "message": …}`, with that
+/// status: the REST control plane's errors, and the in-sandbox API's plain
+/// (non-Connect) ones, which Connect clients read by their status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct E2bError {
+    pub status: StatusCode,
+    pub message: String,
+}
+
+impl E2bError {
+    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+        }
+    }
+
+    /// What every unknown, foreign or ended sandbox id gets: the same
+    /// bytes whatever the reason, so nothing is revealed.
+    #[allow(dead_code)]
+    pub fn sandbox_not_found(id: &str) -> Self {
+        Self::new(StatusCode::NOT_FOUND, format!("sandbox \"{id}\" not found"))
+    }
+}
+
+impl From<ApiError> for E2bError {
+    fn from(error: ApiError) -> Self {
+        Self::new(error.status, error.message)
+    }
+}
+
+impl From<shellgate_sandbox_api::SandboxError> for E2bError {
+    fn from(error: shellgate_sandbox_api::SandboxError) -> Self {
+        ApiError::from(error).into()
+    }
+}
+
+impl IntoResponse for E2bError {
+    fn into_response(self) -> Response {
+        #[derive(Serialize)]
+        struct Body<'a> {
+            code: u16,
+            message: &'a str,
+        }
+        let body = Body {
+            code: self.status.as_u16(),
+            message: &self.message,
+        };
+        (self.status, axum::Json(body)).into_response()
+    }
+}
+
+/// The in-sandbox port a request is for: its `E2b-Sandbox-Port` (envd's
+/// when absent), or `None` when it names no sandbox at all.
+fn sandbox_port(headers: &HeaderMap) -> Option<Result<u16, E2bError>> {
+    headers.get(SANDBOX_ID_HEADER)?;
+    let Some(port) = headers.get(SANDBOX_PORT_HEADER) else {
+        return Some(Ok(ENVD_PORT));
+    };
+    Some(
+        port.to_str()
+            .ok()
+            .and_then(|p| p.trim().parse::<u16>().ok())
+            .ok_or_else(|| {
+                E2bError::new(
+                    StatusCode::BAD_REQUEST,
+                    "E2b-Sandbox-Port must be a port number",
+                )
+            }),
+    )
+}
+
+/// The routes of envd's port.
+fn envd_routes() -> Router<Arc<AppState>> {
+    let router = Router::new();
+    let router = process::routes(router);
+    let router = filesystem::routes(router);
+    files::routes(router)
+}
+
+/// The routes of the code interpreter's port.
+fn interpreter_routes() -> Router<Arc<AppState>> {
+    interpreter::routes(Router::new())
+}
+
+/// The in-sandbox routes, by port, with their own body limit (uploads
+/// through `/files` are as large as the Files API's).
+pub(crate) struct SandboxRouters {
+    envd: Router,
+    interpreter: Router,
+}
+
+impl SandboxRouters {
+    pub(crate) fn new(state: &Arc<AppState>) -> Self {
+        let limit = axum::extract::DefaultBodyLimit::max(
+            state.config.max_upload_bytes.saturating_add(64 * 1024),
+        );
+        let finish = |router: Router<Arc<AppState>>| {
+            router
+                .fallback(not_served)
+                .layer(limit)
+                .with_state(Arc::clone(state))
+        };
+        Self {
+            envd: finish(envd_routes()),
+            interpreter: finish(interpreter_routes()),
+        }
+    }
+}
+
+async fn not_served(request: Request) -> E2bError {
+    E2bError::new(
+        StatusCode::NOT_FOUND,
+        format!(
+            "{} {} is not part of the sandbox API",
+            request.method(),
+            request.uri().path()
+        ),
+    )
+}
+
+/// The layer in front of the router: a request naming a sandbox in
+/// `E2b-Sandbox-Id` goes to that port's sandbox routes; every other request
+/// goes on to the API.
+pub async fn by_header(
+    State(routers): State<Arc<SandboxRouters>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let port = match sandbox_port(request.headers()) {
+        None => return next.run(request).await,
+        Some(Err(error)) => return error.into_response(),
+        Some(Ok(port)) => port,
+    };
+    let mut router = match port {
+        ENVD_PORT => routers.envd.clone(),
+        INTERPRETER_PORT => routers.interpreter.clone(),
+        other => {
+            // shellgate serves a container's other ports by host name
+            // (`{port}-{id}.{ports_base_domain}`, what `get_host()` gives),
+            // not through these headers.
+            return E2bError::new(
+                StatusCode::BAD_GATEWAY,
+                format!("port {other} is not served through E2b-Sandbox-Port; use the sandbox's host name"),
+            )
+            .into_response();
+        }
+    };
+    match router.call(request).await {
+        Ok(response) => response,
+        Err(never) => match never {},
+    }
+}
