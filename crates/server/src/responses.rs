@@ -231,8 +231,9 @@ fn echo_tools(tools: &[wire::Tool]) -> Vec<wire::Tool> {
             wire::Tool::CodeInterpreter(interpreter) => {
                 if let Some(wire::CodeInterpreterContainer::Auto(auto)) = &mut interpreter.container
                 {
-                    if let Some(shellgate_wire::NetworkPolicy::Allowlist { domain_secrets, .. }) =
-                        &mut auto.network_policy
+                    if let Some(shellgate_wire::NetworkPolicy::Allowlist {
+                        domain_secrets, ..
+                    }) = &mut auto.network_policy
                     {
                         for secret in domain_secrets {
                             secret.value = crate::egress::REDACTED.to_owned();
