@@ -35,7 +35,7 @@ use shellgate_wire::responses::{ContainerAuto, Item};
 use shellgate_wire::{CreateContainer, MountedSkill};
 
 use crate::containers::{create_container, prepare_exec, BillOnDrop};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{host_error, ApiError, ApiResult};
 use crate::state::AppState;
 
 /// How many trailing characters of a `session_id` name its container.
@@ -428,17 +428,6 @@ impl HostedShell {
                 Ok(winner)
             }
         }
-    }
-}
-
-pub fn host_error(error: ApiError) -> HostError {
-    HostError {
-        code: if error.status == axum::http::StatusCode::TOO_MANY_REQUESTS {
-            "rate_limit_exceeded"
-        } else {
-            "server_error"
-        },
-        message: error.message,
     }
 }
 

@@ -19,7 +19,7 @@ use shellgate_model::run::{HostError, Interpretation, WrittenFile};
 use shellgate_sandbox_api::backend::{limits, CommandResult, FileListing};
 
 use crate::containers::{prepare_exec, BillOnDrop};
-use crate::hosted::host_error;
+use crate::error::host_error;
 use crate::state::AppState;
 
 /// The working directory of the code interpreter's context (OpenAI's).
