@@ -20,6 +20,10 @@ Its script, from the conversation it is sent:
   namespace with INPUT (Codex CLI's code-mode `functions.exec`), or, where
   it is offered as the function NAMESPACE__NAME (Chat Completions), that
   function with `{"input": INPUT}`;
+- the last user message says "Interpret: CODE ||| CODE ..." with
+  `code_interpreter` offered: it calls it with each CODE in turn (one call
+  per turn, counting the tool results since that message), then answers
+  "Done: " and the last result;
 - "Search QUERY" with the hosted `web_search` offered (Responses only): a
   `web_search_call` item comes first, as a Responses upstream that ran it;
 - asked for `reasoning` (Responses only), it reasons first (a `reasoning`
@@ -68,6 +72,17 @@ def decide(body):
         done = len([m for m in messages if m.get("role") == "tool"])
         if done < len(steps):
             return shell_call(tools, [steps[done].strip()])
+    # "Interpret: A ||| B": a code_interpreter call per turn, A then B.
+    asked = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=None)
+    if asked is not None and "code_interpreter" in tools:
+        asked_text = messages[asked].get("content") or ""
+        if isinstance(asked_text, list):
+            asked_text = " ".join(p.get("text", "") for p in asked_text)
+        if asked_text.startswith("Interpret: "):
+            steps = asked_text[len("Interpret: "):].split(" ||| ")
+            done = len([m for m in messages[asked:] if m.get("role") == "tool"])
+            if done < len(steps):
+                return {"tool": ("code_interpreter", {"code": steps[done]})}
     if last.get("role") == "tool":
         return {"text": "Done: " + last.get("content", "")}
     text = last.get("content") or ""

@@ -176,6 +176,20 @@ impl BashArguments {
     }
 }
 
+/// The `code_interpreter` function's arguments: the code to run.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InterpreterArguments {
+    #[serde(default, deserialize_with = "lenient")]
+    pub code: String,
+}
+
+impl InterpreterArguments {
+    /// Reads a call's arguments.
+    pub fn read(arguments: &str) -> Self {
+        read(arguments)
+    }
+}
+
 /// The `local_shell` function's arguments (an argv the client runs).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LocalShellArguments {

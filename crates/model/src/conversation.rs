@@ -3,7 +3,10 @@
 //! Messages become messages; every kind of tool call (`function_call`,
 //! `shell_call`, `local_shell_call`) becomes a call of the matching function
 //! tool, and every output (`function_call_output`, `shell_call_output`,
-//! `local_shell_call_output`) that call's result. What a client replays is
+//! `local_shell_call_output`) that call's result; a `code_interpreter_call`
+//! is a call of `code_interpreter` (named by its item `id`, as it has no
+//! `call_id`) and its result, its logs and a note per image
+//! ([`interpreter_output_text`]). What a client replays is
 //! read tolerantly: a missing `status`, `exit_code: null`, an `id` instead of
 //! a `call_id` (legacy `local_shell_call_output`), extra keys. A
 //! `custom_tool_call` is a call whose arguments are its raw input, its
@@ -17,11 +20,12 @@
 //! protocol reads and leaves out the rest.
 
 use shellgate_wire::responses::{
-    ContentPart, Item, MessageContent, Role, ShellResult, TextOrJson, ToolOutput,
+    CodeInterpreterOutput, ContentPart, Item, MessageContent, Role, ShellResult, TextOrJson,
+    ToolOutput,
 };
 
-use crate::arguments::{BashArguments, LocalShellArguments, ShellArguments};
-use crate::tools::{namespaced_name, BASH, LOCAL_SHELL, SHELL};
+use crate::arguments::{BashArguments, InterpreterArguments, LocalShellArguments, ShellArguments};
+use crate::tools::{namespaced_name, BASH, CODE_INTERPRETER, LOCAL_SHELL, SHELL};
 use crate::upstream::{Message, NativeItem, Protocol, ToolCall};
 
 /// The text of a message's `content` (a string, or parts).
@@ -86,6 +90,24 @@ pub fn shell_output_text(output: &[ShellResult]) -> String {
         })
         .collect();
     serde_json::to_string(&entries).unwrap_or_else(|_| "[]".to_owned())
+}
+
+/// What a code interpreter call's outputs say, for the model: its logs as
+/// they are, and a note for each image (the model cannot see it; the user
+/// does).
+pub fn interpreter_output_text(outputs: Option<&[CodeInterpreterOutput]>) -> String {
+    let parts: Vec<&str> = outputs
+        .unwrap_or_default()
+        .iter()
+        .map(|output| match output {
+            CodeInterpreterOutput::Logs { logs, .. } => logs.as_str(),
+            CodeInterpreterOutput::Image { .. } => "[an image was shown to the user]",
+        })
+        .collect();
+    if parts.is_empty() {
+        return "[no output]".to_owned();
+    }
+    parts.join("\n")
 }
 
 /// The correlation id of a tool call or output item: its `call_id`, or
@@ -277,6 +299,23 @@ pub fn messages_offering<'a>(
                     output: shell_output_text(call.output.as_slice()),
                 });
             }
+            Item::CodeInterpreterCall(call) => {
+                let id = call_id(&None, &call.id);
+                push_call(
+                    &mut messages,
+                    ToolCall {
+                        id: id.clone(),
+                        name: CODE_INTERPRETER.to_owned(),
+                        arguments: arguments(&InterpreterArguments {
+                            code: call.code.clone().unwrap_or_default(),
+                        }),
+                    },
+                );
+                messages.push(Message::Tool {
+                    call_id: id,
+                    output: interpreter_output_text(call.outputs.as_deref()),
+                });
+            }
             Item::FunctionCallOutput(answer) => messages.push(Message::Tool {
                 call_id: call_id(&answer.call_id, &answer.id),
                 output: match &answer.output {
@@ -325,6 +364,38 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn a_replayed_code_interpreter_call_is_a_call_and_its_result() {
+        let items: Vec<Item> = serde_json::from_value(json!([
+            {"role": "user", "content": "plot it"},
+            {"type": "code_interpreter_call", "id": "ci_1", "status": "completed",
+             "code": "plot()", "container_id": "cntr_1", "outputs": [
+                {"type": "logs", "logs": "drawn\n"},
+                {"type": "image", "url": "data:image/png;base64,AAAA"}]},
+            {"type": "code_interpreter_call", "id": "ci_2", "status": "in_progress",
+             "code": null, "container_id": "cntr_1", "outputs": null},
+        ]))
+        .unwrap();
+        let messages = messages(None, &items);
+        let Message::Assistant { tool_calls, .. } = &messages[1] else {
+            panic!("{messages:?}")
+        };
+        assert_eq!(tool_calls[0].id, "ci_1");
+        assert_eq!(tool_calls[0].name, CODE_INTERPRETER);
+        assert_eq!(tool_calls[0].arguments, r#"{"code":"plot()"}"#);
+        assert_eq!(
+            messages[2],
+            Message::Tool {
+                call_id: "ci_1".into(),
+                output: "drawn\n\n[an image was shown to the user]".into()
+            }
+        );
+        // The image's bytes never reach the model; an item without outputs
+        // says it has none.
+        assert!(!format!("{messages:?}").contains("AAAA"));
+        assert!(matches!(&messages[4], Message::Tool { output, .. } if output == "[no output]"));
+    }
 
     #[test]
     fn items_of_every_kind_become_a_conversation() {

@@ -11,7 +11,12 @@
 //! stops at `max_tool_calls` hosted calls (`incomplete`), at the model's
 //! output limit (`incomplete`), or at an upstream error (`failed`).
 //! Dropping the future cancels the run; commands it started are killed (the
-//! engine's command path guarantees it).
+//! engine's command path guarantees it). A call of OpenAI's
+//! `code_interpreter` runs its code through [`Sandbox::interpret`] (the
+//! kernel, in the same container as the hosted shell's) and becomes one
+//! `code_interpreter_call` item (in progress, interpreting, completed; its
+//! logs and images); the files it wrote are cited on the response's final
+//! message as `container_file_citation` annotations ([`citations`]).
 //!
 //! Items are typed ([`shellgate_wire::responses::Item`]) from the request
 //! to the output: the loop builds each as the wire type, the server sends
@@ -29,9 +34,9 @@ use shellgate_wire::responses::{
     ShellCallOutput, ShellResult,
 };
 
-use crate::arguments::{BashArguments, LocalShellArguments, ShellArguments};
+use crate::arguments::{BashArguments, InterpreterArguments, LocalShellArguments, ShellArguments};
 use crate::conversation;
-use crate::tools::{Environment, ShellShape, Tools, BASH, LOCAL_SHELL, SHELL};
+use crate::tools::{Environment, ShellShape, Tools, BASH, CODE_INTERPRETER, LOCAL_SHELL, SHELL};
 use crate::upstream::{Delta, Finish, ToolCall, ToolChoice, Turn, Upstream, Usage};
 
 /// Most hosted tool calls in one response (also the default).
@@ -57,6 +62,55 @@ pub trait Sandbox: Send + Sync {
         request: RunRequest,
         deltas: Option<shellgate_sandbox_api::backend::DeltaSink>,
     ) -> Result<Vec<CommandResult>, HostError>;
+
+    /// Runs Python `code` in the container's code interpreter (its kernel
+    /// state kept between calls of one response and across responses on
+    /// the same container). A sandbox without one says so: the response
+    /// fails.
+    async fn interpret(&self, container: &str, code: &str) -> Result<Interpretation, HostError> {
+        let _ = (container, code);
+        Err(HostError {
+            code: "server_error",
+            message: "the code interpreter is not supported by this server's sandbox".into(),
+        })
+    }
+}
+
+/// What running code in the code interpreter gave.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Interpretation {
+    /// What it printed (stdout, stderr), its last expression's text and
+    /// its error's traceback, in order.
+    pub logs: String,
+    /// The PNG images it showed (matplotlib figures), base64.
+    pub images: Vec<String>,
+    /// The files it created or changed under `/mnt/data`, as container
+    /// files of the container it ran in.
+    pub files: Vec<WrittenFile>,
+}
+
+/// A file the code interpreter's code wrote: a container file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WrittenFile {
+    /// Its `cfile_...` id.
+    pub file_id: String,
+    /// Its name (the last part of its path).
+    pub filename: String,
+    /// Its path in the container (`/mnt/data/...`).
+    pub path: String,
+}
+
+/// A step of a `code_interpreter_call`, for streaming.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InterpreterStep {
+    /// Announced (after its item was added).
+    InProgress,
+    /// Its code, whole.
+    Code(String),
+    /// Its code is running.
+    Interpreting,
+    /// Its code ran (its item is done next).
+    Completed,
 }
 
 /// What happens in a response, for streaming.
@@ -125,6 +179,12 @@ pub enum Event {
         summary_index: usize,
         text: String,
     },
+    /// A step of the code interpreter call at `index`.
+    Interpreter {
+        index: usize,
+        item_id: String,
+        step: InterpreterStep,
+    },
     /// The output item at `index` is complete.
     ItemDone { index: usize, item: Item },
 }
@@ -185,13 +245,23 @@ pub use shellgate_wire::new_id as item_id;
 
 /// The assistant's message `id`: its `text` as one `output_text` part.
 fn message_item(id: &str, text: &str, status: ItemStatus) -> Item {
+    cited_message_item(id, text, status, Vec::new())
+}
+
+/// [`message_item`] with these annotations on its text.
+fn cited_message_item(
+    id: &str,
+    text: &str,
+    status: ItemStatus,
+    annotations: Vec<wire::Annotation>,
+) -> Item {
     // A message announced before its text has no part yet.
     let content = if text.is_empty() && status == ItemStatus::InProgress {
         Vec::new()
     } else {
         vec![wire::ContentPart::OutputText(OutputText {
             text: text.to_owned(),
-            annotations: Some(Vec::new()),
+            annotations: Some(annotations),
             extra: wire::Extra::new(),
         })]
     };
@@ -244,6 +314,9 @@ pub async fn run(
     };
     let mut tool_choice = request.tool_choice.clone();
     let mut answered = 0usize;
+    // The files the code interpreter wrote, with their container: cited on
+    // the final message.
+    let mut written: Vec<(String, WrittenFile)> = Vec::new();
     let output_guard = request
         .output_guardrail
         .as_deref()
@@ -432,7 +505,14 @@ pub async fn run(
                 // Every open reasoning was finished above.
                 Slot::Open => {}
                 Slot::Message => {
-                    let item = message_item(&message_id, &reply.text, ItemStatus::Completed);
+                    // The final answer (no call follows) cites the files.
+                    let cited = if reply.tool_calls.is_empty() {
+                        citations(&reply.text, &written)
+                    } else {
+                        Vec::new()
+                    };
+                    let item =
+                        cited_message_item(&message_id, &reply.text, ItemStatus::Completed, cited);
                     let index = output.len();
                     complete(&mut output, events, index, item);
                 }
@@ -472,6 +552,13 @@ pub async fn run(
                 tool_calls += 1;
                 let guardrail = output_guard.as_ref();
                 let ran = match (call.name.as_str(), request.tools.shell_shape) {
+                    (CODE_INTERPRETER, _) => {
+                        run_interpreter(sandbox, call, &mut output, events, guardrail)
+                            .await
+                            .map(|(container, files)| {
+                                written.extend(files.into_iter().map(|f| (container.clone(), f)))
+                            })
+                    }
                     (BASH, _) => {
                         run_hosted_bash(sandbox, call, &mut output, events, guardrail).await
                     }
@@ -1141,6 +1228,139 @@ async fn run_openrouter_shell(
     let item = Item::OpenRouterShell(item);
     complete(output, events, index, item);
     Ok(())
+}
+
+/// Runs one call of `code_interpreter`: one `code_interpreter_call` item
+/// (the code, the container, its logs and images) is added to `output`,
+/// told in progress, its code, interpreting, completed. Code the model did
+/// not give is answered as logs saying so, so it can correct itself.
+/// Returns the container and the files the code wrote there.
+async fn run_interpreter(
+    sandbox: &dyn Sandbox,
+    call: &ToolCall,
+    output: &mut Vec<Item>,
+    events: Option<&EventSink>,
+    guardrail: Option<&OutputGuard<'_>>,
+) -> Result<(String, Vec<WrittenFile>), Status> {
+    let code = InterpreterArguments::read(&call.arguments).code;
+    let container = sandbox.container().await.map_err(host_failed)?;
+    let id = item_id("ci_");
+    let mut item = wire::CodeInterpreterCall {
+        id: Some(id.clone()),
+        code: Some(String::new()),
+        container_id: Some(container.clone()),
+        outputs: None,
+        status: Some(wire::CodeInterpreterStatus::InProgress),
+        extra: wire::Extra::new(),
+    };
+    let index = output.len();
+    emit(
+        events,
+        Event::ItemAdded {
+            index,
+            item: Item::CodeInterpreterCall(item.clone()),
+        },
+    );
+    let step = |step| {
+        emit(
+            events,
+            Event::Interpreter {
+                index,
+                item_id: id.clone(),
+                step,
+            },
+        )
+    };
+    step(InterpreterStep::InProgress);
+    step(InterpreterStep::Code(code.clone()));
+    step(InterpreterStep::Interpreting);
+    let interpretation = if code.trim().is_empty() {
+        Interpretation {
+            logs: "shellgate: the code was not run: the code_interpreter needs code\n".into(),
+            ..Interpretation::default()
+        }
+    } else {
+        sandbox
+            .interpret(&container, &code)
+            .await
+            .map_err(host_failed)?
+    };
+    let logs = match guardrail {
+        // The logs are checked as a command's output is.
+        Some(guardrail) => guard_results(
+            guardrail,
+            vec![exited(&interpretation.logs, String::new(), 0)],
+        )
+        .into_iter()
+        .map(|result| result.stdout)
+        .collect(),
+        None => interpretation.logs,
+    };
+    let mut outputs = Vec::new();
+    if !logs.is_empty() {
+        outputs.push(wire::CodeInterpreterOutput::Logs {
+            logs,
+            extra: wire::Extra::new(),
+        });
+    }
+    outputs.extend(
+        interpretation
+            .images
+            .iter()
+            .map(|png| wire::CodeInterpreterOutput::Image {
+                url: format!("data:image/png;base64,{png}"),
+                extra: wire::Extra::new(),
+            }),
+    );
+    step(InterpreterStep::Completed);
+    item.code = Some(code);
+    item.outputs = Some(outputs);
+    item.status = Some(wire::CodeInterpreterStatus::Completed);
+    complete(output, events, index, Item::CodeInterpreterCall(item));
+    Ok((container, interpretation.files))
+}
+
+/// The annotations citing `files` (each with its container) on the final
+/// message's `text`, once each (the last write of a path wins). Indices
+/// count characters (as the SDKs' strings do): a file the text names —
+/// by its `sandbox:` link, its path or its name, the first found — is
+/// cited where the text names it; one it does not name is cited at the
+/// end of the text (an empty span), so every file written is cited.
+pub fn citations(text: &str, files: &[(String, WrittenFile)]) -> Vec<wire::Annotation> {
+    let mut cited: Vec<&(String, WrittenFile)> = Vec::new();
+    for entry in files.iter().rev() {
+        if !cited
+            .iter()
+            .any(|(container, file)| *container == entry.0 && file.path == entry.1.path)
+        {
+            cited.push(entry);
+        }
+    }
+    cited.reverse();
+    let chars = |bytes: usize| text[..bytes].chars().count() as u64;
+    let end = chars(text.len());
+    cited
+        .into_iter()
+        .map(|(container, file)| {
+            let link = format!("sandbox:{}", file.path);
+            let span = [link.as_str(), file.path.as_str(), file.filename.as_str()]
+                .into_iter()
+                .filter(|needle| !needle.is_empty())
+                .find_map(|needle| text.find(needle).map(|at| (at, at + needle.len())));
+            let (start_index, end_index) = match span {
+                Some((start, stop)) => (chars(start), chars(stop)),
+                None => (end, end),
+            };
+            wire::Annotation::ContainerFileCitation(wire::ContainerFileCitation {
+                container_id: container.clone(),
+                file_id: file.file_id.clone(),
+                filename: file.filename.clone(),
+                start_index,
+                end_index,
+                extra: wire::Extra::new(),
+            })
+        })
+        .collect()
 }
 
 /// What Anthropic's bash tool answers to `restart`: each command already

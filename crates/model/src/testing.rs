@@ -18,7 +18,7 @@ use shellgate_sandbox_api::backend::{
 };
 use shellgate_wire::Outcome as Exit;
 
-use crate::run::{HostError, Sandbox};
+use crate::run::{HostError, Interpretation, Sandbox};
 use crate::upstream::{Delta, Finish, ToolCall, Turn, Upstream, UpstreamError, Usage};
 
 /// Locks a fixture's state; a test that panicked while holding it has
@@ -226,6 +226,11 @@ pub struct RecordingSandbox {
     cancelled: AtomicUsize,
     /// Woken when a [`Run::Block`] run has started.
     blocked: tokio::sync::Notify,
+    /// What the code interpreter answers, in order (past the end: logs
+    /// `ran <code>`).
+    interpretations: Mutex<VecDeque<Result<Interpretation, HostError>>>,
+    /// Every code interpreted: the container and the code.
+    codes: Mutex<Vec<(String, String)>>,
 }
 
 impl Default for RecordingSandbox {
@@ -242,7 +247,23 @@ impl RecordingSandbox {
             runs: Mutex::new(Vec::new()),
             cancelled: AtomicUsize::new(0),
             blocked: tokio::sync::Notify::new(),
+            interpretations: Mutex::new(VecDeque::new()),
+            codes: Mutex::new(Vec::new()),
         }
+    }
+
+    /// This sandbox, its code interpreter answering these in order.
+    pub fn interpreting(
+        self,
+        answers: impl IntoIterator<Item = Result<Interpretation, HostError>>,
+    ) -> Self {
+        *lock(&self.interpretations) = answers.into_iter().collect();
+        self
+    }
+
+    /// Every code interpreted so far: the container and the code.
+    pub fn codes(&self) -> Vec<(String, String)> {
+        lock(&self.codes).clone()
     }
 
     /// A sandbox whose container cannot be had.
@@ -334,5 +355,16 @@ impl Sandbox for RecordingSandbox {
         };
         guard.answered = true;
         answer
+    }
+
+    async fn interpret(&self, container: &str, code: &str) -> Result<Interpretation, HostError> {
+        lock(&self.codes).push((container.to_owned(), code.to_owned()));
+        let answer = lock(&self.interpretations).pop_front();
+        answer.unwrap_or_else(|| {
+            Ok(Interpretation {
+                logs: format!("ran {code}"),
+                ..Interpretation::default()
+            })
+        })
     }
 }

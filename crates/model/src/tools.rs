@@ -30,6 +30,16 @@ pub const LOCAL_SHELL: &str = "local_shell";
 /// Name of the bash tool (`openrouter:bash`, Anthropic's `bash_*`) as a
 /// function tool.
 pub const BASH: &str = "bash";
+/// Name of OpenAI's `code_interpreter` as a function tool (taking `code`).
+pub const CODE_INTERPRETER: &str = "code_interpreter";
+
+/// What the model is told the code interpreter is.
+const CODE_INTERPRETER_DESCRIPTION: &str = "Runs Python code in a stateful kernel (like a Jupyter \
+     notebook) in an isolated Linux container: variables, imports and the working directory \
+     persist between calls. The value of the last expression is shown, as are printed output, \
+     errors with their traceback, and matplotlib figures (shown to the user as images). The \
+     working directory is /mnt/data: files the user provides are there, and files written there \
+     are given to the user. There is no network access unless the user allowed some.";
 
 /// Longest `sleep_after_seconds` (30 days).
 pub const MAX_SLEEP_AFTER_SECONDS: u64 = 2_592_000;
@@ -146,6 +156,9 @@ pub struct Tools {
     pub shell_shape: ShellShape,
     pub bash: Option<Bash>,
     pub local_shell: bool,
+    /// OpenAI's `code_interpreter`: the container its code runs in (one
+    /// container with the hosted shell's, if both are given).
+    pub code_interpreter: Option<Environment>,
     pub functions: Vec<Function>,
     /// `sleep_after_seconds` of an OpenRouter tool: the container sleeps
     /// after this long without a command.
@@ -327,6 +340,15 @@ impl Tools {
                     ))
                 }
                 wire::Tool::LocalShell(_) => parsed.local_shell = true,
+                wire::Tool::CodeInterpreter(tool) => {
+                    if parsed.code_interpreter.is_some() {
+                        return Err(invalid(
+                            &param,
+                            "only one code_interpreter tool may be given",
+                        ));
+                    }
+                    parsed.code_interpreter = Some(interpreter_container(tool, &param)?);
+                }
                 wire::Tool::Function(function) => parsed
                     .functions
                     .push(Function::from_tool(function, &param)?),
@@ -347,6 +369,18 @@ impl Tools {
                         tool: map.clone(),
                     });
                 }
+            }
+        }
+        if let (Some(shell), Some(interpreter)) = (
+            parsed.shell.as_ref().filter(|e| e.hosted()),
+            &parsed.code_interpreter,
+        ) {
+            if shell != interpreter {
+                return Err(invalid(
+                    "tools",
+                    "the shell and code_interpreter tools share one container: give the same \
+                     container to both (or the code_interpreter alone)",
+                ));
             }
         }
         parsed.check_names()?;
@@ -447,6 +481,7 @@ impl Tools {
             .as_ref()
             .filter(|e| e.hosted())
             .or_else(|| self.bash.as_ref().and_then(|b| b.hosted.as_ref()))
+            .or(self.code_interpreter.as_ref())
     }
 
     /// Whether a call of `name` runs in the sandbox.
@@ -454,6 +489,7 @@ impl Tools {
         match name {
             SHELL => self.shell.as_ref().is_some_and(Environment::hosted),
             BASH => self.bash.as_ref().is_some_and(|b| b.hosted.is_some()),
+            CODE_INTERPRETER => self.code_interpreter.is_some(),
             _ => false,
         }
     }
@@ -465,6 +501,7 @@ impl Tools {
             (parsed.shell.is_some(), SHELL),
             (parsed.local_shell, LOCAL_SHELL),
             (parsed.bash.is_some(), BASH),
+            (parsed.code_interpreter.is_some(), CODE_INTERPRETER),
         ];
         for (present, name) in reserved {
             if present && parsed.functions.iter().any(|f| f.name == name) {
@@ -564,6 +601,23 @@ impl Tools {
             ..Default::default()
 });
         }
+        if self.code_interpreter.is_some() {
+            specs.push(ToolSpec {
+                name: CODE_INTERPRETER.to_owned(),
+                description: CODE_INTERPRETER_DESCRIPTION.to_owned(),
+                parameters: json!({
+                    "type": "object",
+                    "properties": {
+                        "code": {
+                            "type": "string",
+                            "description": "The Python code to run.",
+                        },
+                    },
+                    "required": ["code"],
+                }),
+                ..Default::default()
+            });
+        }
         for function in &self.functions {
             specs.push(ToolSpec {
                 name: function.name.clone(),
@@ -616,6 +670,9 @@ impl Tools {
         }
         if !listed(wire::tool_type::LOCAL_SHELL) {
             self.local_shell = false;
+        }
+        if !listed(wire::tool_type::CODE_INTERPRETER) {
+            self.code_interpreter = None;
         }
         self.functions.retain(|function| {
             let kind = if function.custom.is_some() {
@@ -691,6 +748,9 @@ impl Tools {
                 named(SHELL, self.shell.is_some())
             }
             Some(wire::ToolChoice::LocalShell) => named(LOCAL_SHELL, self.local_shell),
+            Some(wire::ToolChoice::CodeInterpreter) => {
+                named(CODE_INTERPRETER, self.code_interpreter.is_some())
+            }
             Some(wire::ToolChoice::Function { name }) => self.named_user_tool(name, false),
             Some(wire::ToolChoice::Custom { name }) => self.named_user_tool(name, true),
             // Read by `choose`, which keeps these; alone, they leave the
@@ -763,6 +823,46 @@ fn environment(
             &format!("{param}.type"),
             "environment.type must be 'container_auto', 'container_reference' or 'local'",
         )),
+    }
+}
+
+/// A `code_interpreter`'s container: `auto` (a string, or the object
+/// whose `file_ids`, `memory_limit` and `network_policy` are a
+/// `container_auto`'s) or a container id of the project.
+fn interpreter_container(
+    tool: &wire::CodeInterpreterTool,
+    param: &str,
+) -> Result<Environment, RequestError> {
+    let param = format!("{param}.container");
+    match &tool.container {
+        None => Err(invalid(
+            &param,
+            "the code_interpreter tool needs a container",
+        )),
+        Some(wire::CodeInterpreterContainer::Id(id)) if id == "auto" => {
+            Ok(Environment::ContainerAuto(wire::ContainerAuto::default()))
+        }
+        Some(wire::CodeInterpreterContainer::Id(id)) if valid_name(id) => {
+            Ok(Environment::ContainerReference(id.clone()))
+        }
+        Some(wire::CodeInterpreterContainer::Id(_)) => Err(invalid(
+            &param,
+            "container is 'auto', {\"type\": \"auto\"} or a container id",
+        )),
+        Some(wire::CodeInterpreterContainer::Auto(auto)) => {
+            if auto.kind.as_deref() != Some("auto") {
+                return Err(invalid(
+                    &format!("{param}.type"),
+                    "container.type must be 'auto'",
+                ));
+            }
+            Ok(Environment::ContainerAuto(wire::ContainerAuto {
+                file_ids: auto.file_ids.clone(),
+                memory_limit: auto.memory_limit,
+                network_policy: auto.network_policy.clone(),
+                ..wire::ContainerAuto::default()
+            }))
+        }
     }
 }
 
@@ -896,6 +996,78 @@ mod tests {
         .is_err());
         let local = Tools::parse(&typed(&[json!({"type": "shell"})])).unwrap();
         assert_eq!(local.shell, Some(Environment::Local { skills: vec![] }));
+    }
+
+    #[test]
+    fn the_code_interpreter_is_a_hosted_function_taking_code() {
+        let tools = Tools::parse(&typed(&[
+            json!({"type": "code_interpreter", "container": {"type": "auto", "memory_limit": "4g"}}),
+        ]))
+        .unwrap();
+        let Some(Environment::ContainerAuto(auto)) = &tools.code_interpreter else {
+            panic!("{tools:?}")
+        };
+        assert_eq!(auto.memory_limit.map(|m| m.as_str()), Some("4g"));
+        assert!(tools.hosted(CODE_INTERPRETER) && !tools.hosted(SHELL));
+        assert_eq!(tools.hosted_environment(), tools.code_interpreter.as_ref());
+        let specs = tools.specs(&|_| "a container".into());
+        assert_eq!(specs[0].name, CODE_INTERPRETER);
+        assert_eq!(specs[0].parameters["required"], json!(["code"]));
+        assert_eq!(
+            tools.choice(Some(&choice(json!({"type": "code_interpreter"})))),
+            Ok(ToolChoice::Named(CODE_INTERPRETER.into()))
+        );
+        for auto in [json!("auto"), json!({"type": "auto"})] {
+            let tools = Tools::parse(&typed(&[
+                json!({"type": "code_interpreter", "container": auto}),
+            ]))
+            .unwrap();
+            assert!(matches!(
+                tools.code_interpreter,
+                Some(Environment::ContainerAuto(_))
+            ));
+        }
+        let by_id = Tools::parse(&typed(&[
+            json!({"type": "code_interpreter", "container": "cntr_1"}),
+        ]))
+        .unwrap();
+        assert_eq!(
+            by_id.code_interpreter,
+            Some(Environment::ContainerReference("cntr_1".into()))
+        );
+        // Beside a hosted shell, one container for both.
+        assert!(Tools::parse(&typed(&[
+            json!({"type": "shell", "environment": {"type": "container_auto"}}),
+            json!({"type": "code_interpreter", "container": "auto"}),
+        ]))
+        .is_ok());
+        let param = |tools: &[Value]| Tools::parse(&typed(tools)).unwrap_err().param;
+        assert_eq!(
+            param(&[
+                json!({"type": "shell", "environment": {"type": "container_auto"}}),
+                json!({"type": "code_interpreter", "container": "cntr_2"}),
+            ]),
+            "tools"
+        );
+        assert_eq!(
+            param(&[json!({"type": "code_interpreter"})]),
+            "tools[0].container"
+        );
+        assert_eq!(
+            param(&[json!({"type": "code_interpreter", "container": {"type": "manual"}})]),
+            "tools[0].container.type"
+        );
+        assert_eq!(
+            param(&[json!({"type": "code_interpreter", "container": "a b"})]),
+            "tools[0].container"
+        );
+        assert_eq!(
+            param(&[
+                json!({"type": "code_interpreter", "container": "auto"}),
+                json!({"type": "function", "name": "code_interpreter"}),
+            ]),
+            "tools"
+        );
     }
 
     #[test]

@@ -80,6 +80,7 @@ const HOST_ETC_ALLOWLIST: &[&str] = &[
     "localtime",
     "magic",
     "magic.mime",
+    "matplotlibrc",
     "mime.types",
     "netconfig",
     "networks",

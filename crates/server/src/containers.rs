@@ -781,7 +781,7 @@ fn incomplete(skipped: SkippedFiles, secret_names: usize) -> Option<ListIncomple
 /// Brings the store's rows of a container's files up to date: files commands
 /// made appear (source `assistant`), files that are gone disappear. One sync
 /// per container at a time (a second waits, then finds nothing to change).
-async fn sync_files(state: &AppState, id: &str) -> ApiResult<Option<ListIncomplete>> {
+pub(crate) async fn sync_files(state: &AppState, id: &str) -> ApiResult<Option<ListIncomplete>> {
     let lock = state.sync_lock(id);
     let _one_at_a_time = lock.lock().await;
     let listing = state

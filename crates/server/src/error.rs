@@ -255,3 +255,16 @@ pub(crate) fn listen_reason(error: &std::io::Error) -> String {
         _ => error.to_string(),
     }
 }
+
+/// An API error met while the model loop's hosted tools ran (a shell
+/// call, a code interpreter call): what the response fails with.
+pub fn host_error(error: ApiError) -> shellgate_model::run::HostError {
+    shellgate_model::run::HostError {
+        code: if error.status == StatusCode::TOO_MANY_REQUESTS {
+            "rate_limit_exceeded"
+        } else {
+            "server_error"
+        },
+        message: error.message,
+    }
+}

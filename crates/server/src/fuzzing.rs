@@ -132,6 +132,7 @@ pub(crate) fn state_with(
 ) -> Arc<AppState> {
     let store = crate::db::Db::new(store);
     Arc::new(AppState {
+        interpreters: shellgate_interpreter::Interpreters::new(Arc::clone(&engine)),
         limiter: crate::auth::RateLimiter::new(config.rate_limit_per_minute),
         keys: Default::default(),
         admission: crate::admission::Admission::new(&config, store.clone()),

@@ -17,20 +17,25 @@
 //!   most recent container of the replayed conversation, else a new one. A
 //!   session id keeps naming the same container until that container is
 //!   gone; then the next request makes a new one for it.
+//!
+//! OpenAI's `code_interpreter` uses the same container (`auto` is a
+//! `container_auto` of its `file_ids`, `memory_limit` and
+//! `network_policy`; an id a `container_reference`); its code runs on the
+//! container's kernel (`crate::interpreting`), billed as a command is.
 
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use serde::Deserialize as _;
 use serde_json::Value;
-use shellgate_model::run::{HostError, Sandbox};
+use shellgate_model::run::{HostError, Interpretation, Sandbox};
 use shellgate_model::tools::{Environment, Tools};
 use shellgate_sandbox_api::backend::{CommandResult, RunRequest};
 use shellgate_wire::responses::{ContainerAuto, Item};
 use shellgate_wire::{CreateContainer, MountedSkill};
 
 use crate::containers::{create_container, prepare_exec, BillOnDrop};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{host_error, ApiError, ApiResult};
 use crate::state::AppState;
 
 /// How many trailing characters of a `session_id` name its container.
@@ -426,17 +431,6 @@ impl HostedShell {
     }
 }
 
-pub fn host_error(error: ApiError) -> HostError {
-    HostError {
-        code: if error.status == axum::http::StatusCode::TOO_MANY_REQUESTS {
-            "rate_limit_exceeded"
-        } else {
-            "server_error"
-        },
-        message: error.message,
-    }
-}
-
 #[async_trait]
 impl Sandbox for HostedShell {
     async fn container(&self) -> Result<String, HostError> {
@@ -491,6 +485,20 @@ impl Sandbox for HostedShell {
             );
         }
         result.map_err(|e| host_error(crate::engine::engine_error(container, e)))
+    }
+
+    async fn interpret(&self, container: &str, code: &str) -> Result<Interpretation, HostError> {
+        let started = std::time::Instant::now();
+        let (interpretation, woke) = crate::interpreting::interpret(
+            &self.state,
+            &self.project,
+            &self.request,
+            container,
+            code,
+        )
+        .await?;
+        self.add(started.elapsed().as_secs_f64(), woke);
+        Ok(interpretation)
     }
 }
 

@@ -28,6 +28,7 @@ mod guardrails;
 mod handler_tests;
 mod hosted;
 mod http;
+mod interpreting;
 mod lifecycle;
 mod listener;
 mod messages;
@@ -200,6 +201,7 @@ where
     }
     let store = Db::new(store);
     let state = Arc::new(AppState {
+        interpreters: shellgate_interpreter::Interpreters::new(Arc::clone(&engine)),
         limiter: RateLimiter::new(config.rate_limit_per_minute),
         keys: KeyCache::default(),
         admission: Admission::new(&config, store.clone()),

@@ -228,6 +228,21 @@ fn echo_tools(tools: &[wire::Tool]) -> Vec<wire::Tool> {
                 group.tools = echo_tools(&group.tools);
                 extra(&mut group.extra);
             }
+            wire::Tool::CodeInterpreter(interpreter) => {
+                if let Some(wire::CodeInterpreterContainer::Auto(auto)) = &mut interpreter.container
+                {
+                    if let Some(shellgate_wire::NetworkPolicy::Allowlist {
+                        domain_secrets, ..
+                    }) = &mut auto.network_policy
+                    {
+                        for secret in domain_secrets {
+                            secret.value = crate::egress::REDACTED.to_owned();
+                        }
+                    }
+                    extra(&mut auto.extra);
+                }
+                extra(&mut interpreter.extra);
+            }
             wire::Tool::Other(map) => extra(map),
         }
     }
@@ -1361,6 +1376,40 @@ impl SseWriter {
                     output,
                 });
             }
+            run::Event::Interpreter {
+                index,
+                item_id,
+                step,
+            } => match step {
+                run::InterpreterStep::InProgress => {
+                    self.send(Event::CodeInterpreterCallInProgress {
+                        item_id,
+                        output_index: index,
+                    })
+                }
+                run::InterpreterStep::Code(code) => {
+                    self.send(Event::CodeInterpreterCallCodeDelta {
+                        item_id: item_id.clone(),
+                        output_index: index,
+                        delta: code.clone(),
+                    });
+                    self.send(Event::CodeInterpreterCallCodeDone {
+                        item_id,
+                        output_index: index,
+                        code,
+                    });
+                }
+                run::InterpreterStep::Interpreting => {
+                    self.send(Event::CodeInterpreterCallInterpreting {
+                        item_id,
+                        output_index: index,
+                    })
+                }
+                run::InterpreterStep::Completed => self.send(Event::CodeInterpreterCallCompleted {
+                    item_id,
+                    output_index: index,
+                }),
+            },
             run::Event::ItemDone { index, item } => {
                 if let Some(part) = first_part(&item).cloned() {
                     let item_id = id_of(&item);
@@ -1368,6 +1417,21 @@ impl SseWriter {
                         wire::ContentPart::OutputText(text) => text.text.clone(),
                         _ => String::new(),
                     };
+                    if let wire::ContentPart::OutputText(wire::OutputText {
+                        annotations: Some(annotations),
+                        ..
+                    }) = &part
+                    {
+                        for (annotation_index, annotation) in annotations.iter().enumerate() {
+                            self.send(Event::OutputTextAnnotationAdded {
+                                item_id: item_id.clone(),
+                                output_index: index,
+                                content_index: 0,
+                                annotation_index,
+                                annotation: annotation.clone(),
+                            });
+                        }
+                    }
                     self.send(Event::OutputTextDone {
                         item_id: item_id.clone(),
                         output_index: index,

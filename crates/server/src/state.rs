@@ -25,6 +25,9 @@ pub struct AppState {
     /// The sandbox backend, only through its trait: another backend
     /// (microVMs, Kubernetes) plugs in here without touching the API layer.
     pub engine: Arc<dyn SandboxBackend>,
+    /// The code interpreter's kernels, per container (E2B's `/execute` and
+    /// the Responses `code_interpreter` alike).
+    pub interpreters: shellgate_interpreter::Interpreters,
     pub(crate) store: Db,
     /// Where Files API blobs live.
     pub files_dir: PathBuf,

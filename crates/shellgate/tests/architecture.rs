@@ -21,7 +21,7 @@ const LAYERS: &[&[&str]] = &[
     &["wire"],
     &["egress", "store", "skills"],
     &["sandbox-api"],
-    &["sandbox", "model"],
+    &["sandbox", "model", "interpreter"],
     &["server"],
     &["shellgate"],
 ];

@@ -420,7 +420,193 @@ mod through_the_traits {
                 text,
                 ..
             } => format!("summary done {index}.{summary_index} {text}"),
+            Event::Interpreter { index, step, .. } => match step {
+                InterpreterStep::InProgress => format!("interpreter {index} in_progress"),
+                InterpreterStep::Code(code) => format!("interpreter {index} code {code}"),
+                InterpreterStep::Interpreting => format!("interpreter {index} interpreting"),
+                InterpreterStep::Completed => format!("interpreter {index} completed"),
+            },
         }
+    }
+
+    /// A call of the code interpreter running `code`.
+    fn interpret(id: &str, code: &str) -> crate::upstream::ToolCall {
+        call(id, CODE_INTERPRETER, json!({ "code": code }))
+    }
+
+    fn interpreter() -> Request {
+        request_with(json!([{"type": "code_interpreter", "container": {"type": "auto"}}]))
+    }
+
+    #[tokio::test]
+    async fn code_interpreter_calls_run_through_the_sandbox_and_go_back_to_the_model() {
+        let upstream = ScriptedUpstream::new([
+            Step::calls(vec![interpret("call_a", "x = 41")]),
+            Step::calls(vec![interpret("call_b", "plot(x + 1)")]),
+            Step::text("The chart is in /mnt/data/chart.png and sandbox:/mnt/data/data.csv."),
+        ]);
+        let chart = WrittenFile {
+            file_id: "cfile_chart".into(),
+            filename: "chart.png".into(),
+            path: "/mnt/data/chart.png".into(),
+        };
+        let unnamed = WrittenFile {
+            file_id: "cfile_notes".into(),
+            filename: "notes.txt".into(),
+            path: "/mnt/data/notes.txt".into(),
+        };
+        let data = WrittenFile {
+            file_id: "cfile_data".into(),
+            filename: "data.csv".into(),
+            path: "/mnt/data/data.csv".into(),
+        };
+        let sandbox = RecordingSandbox::default().interpreting([
+            Ok(Interpretation {
+                logs: String::new(),
+                files: vec![data.clone()],
+                ..Interpretation::default()
+            }),
+            Ok(Interpretation {
+                logs: "42\n".into(),
+                images: vec!["iVBORw0KGgo=".into()],
+                files: vec![chart, unnamed, data],
+            }),
+        ]);
+        let (outcome, events) = run_recording(&upstream, Some(&sandbox), &interpreter()).await;
+        assert_eq!(outcome.status, Status::Completed);
+        assert_eq!(outcome.tool_calls, 2);
+        assert_eq!(
+            sandbox.codes(),
+            [
+                (CONTAINER.to_owned(), "x = 41".to_owned()),
+                (CONTAINER.to_owned(), "plot(x + 1)".to_owned())
+            ]
+        );
+        let items = output(&outcome);
+        assert_eq!(
+            types(&outcome),
+            ["code_interpreter_call", "code_interpreter_call", "message"]
+        );
+        assert!(items[0]["id"].as_str().unwrap().starts_with("ci_"));
+        assert_eq!(items[0]["outputs"], json!([]));
+        assert_eq!(
+            items[1],
+            json!({"type": "code_interpreter_call", "id": items[1]["id"], "status": "completed",
+                   "code": "plot(x + 1)", "container_id": CONTAINER, "outputs": [
+                       {"type": "logs", "logs": "42\n"},
+                       {"type": "image", "url": "data:image/png;base64,iVBORw0KGgo="}]})
+        );
+        // Each file once, where the text names it (else at its end).
+        let text = items[2]["content"][0]["text"].as_str().unwrap();
+        let length = text.chars().count() as u64;
+        let citation = |file: &str, name: &str, start: u64, end: u64| {
+            json!({"type": "container_file_citation", "container_id": CONTAINER,
+                   "file_id": file, "filename": name, "start_index": start, "end_index": end})
+        };
+        let at = |needle: &str| text.find(needle).unwrap() as u64;
+        let (chart, link) = ("/mnt/data/chart.png", "sandbox:/mnt/data/data.csv");
+        assert_eq!(
+            items[2]["content"][0]["annotations"],
+            json!([
+                citation("cfile_chart", "chart.png", at(chart), at(chart) + 19),
+                citation("cfile_notes", "notes.txt", length, length),
+                citation("cfile_data", "data.csv", at(link), at(link) + 26),
+            ])
+        );
+        // The model read each result: the logs, and a note for the image.
+        let turns = upstream.turns();
+        let Message::Tool { output, call_id } = turns[2].messages.last().unwrap() else {
+            panic!("{:?}", turns[2].messages)
+        };
+        assert_eq!(output, "42\n\n[an image was shown to the user]");
+        assert_eq!(Some(call_id.as_str()), items[1]["id"].as_str());
+        assert!(turns[0].tools.iter().any(|t| t.name == CODE_INTERPRETER));
+        let events: Vec<String> = events.iter().map(summary).collect();
+        assert_eq!(
+            events[..6],
+            [
+                "added 0 code_interpreter_call in_progress",
+                "interpreter 0 in_progress",
+                "interpreter 0 code x = 41",
+                "interpreter 0 interpreting",
+                "interpreter 0 completed",
+                "done 0 code_interpreter_call completed",
+            ]
+        );
+    }
+
+    #[test]
+    fn citations_count_characters_and_cite_each_file_once() {
+        let file = |id: &str, path: &str| {
+            (
+                CONTAINER.to_owned(),
+                WrittenFile {
+                    file_id: id.into(),
+                    filename: path.rsplit('/').next().unwrap().into(),
+                    path: path.into(),
+                },
+            )
+        };
+        let text = "Voilà: résumé.txt";
+        let cited = citations(
+            text,
+            &[
+                file("cfile_old", "/mnt/data/résumé.txt"),
+                file("cfile_new", "/mnt/data/résumé.txt"),
+            ],
+        );
+        let [wire::Annotation::ContainerFileCitation(citation)] = cited.as_slice() else {
+            panic!("{cited:?}")
+        };
+        // The last write's id, and offsets in characters, not bytes.
+        assert_eq!(citation.file_id, "cfile_new");
+        assert_eq!((citation.start_index, citation.end_index), (7, 17));
+        assert!(citations(text, &[]).is_empty());
+    }
+
+    #[tokio::test]
+    async fn code_interpreter_calls_count_and_a_sandbox_without_one_fails_the_response() {
+        let calls = (0..3).map(|i| Step::calls(vec![interpret(&format!("c{i}"), "1")]));
+        let upstream = ScriptedUpstream::new(calls);
+        let sandbox = RecordingSandbox::default();
+        let mut request = interpreter();
+        request.max_tool_calls = 2;
+        let outcome = run(&upstream, Some(&sandbox), &request, None).await;
+        assert_eq!(outcome.status, Status::Incomplete("max_messages"));
+        assert_eq!(outcome.tool_calls, 2);
+        // Code the model left out is answered, not run.
+        let upstream = ScriptedUpstream::new([
+            Step::calls(vec![call("c", CODE_INTERPRETER, json!({}))]),
+            Step::text("ok"),
+        ]);
+        let outcome = run(&upstream, Some(&sandbox), &interpreter(), None).await;
+        assert_eq!(outcome.status, Status::Completed);
+        assert!(output(&outcome)[0]["outputs"][0]["logs"]
+            .as_str()
+            .unwrap()
+            .contains("needs code"));
+        // The trait's default: not supported.
+        struct Plain;
+        #[async_trait]
+        impl Sandbox for Plain {
+            async fn container(&self) -> Result<String, HostError> {
+                Ok("cntr_plain".into())
+            }
+            async fn run(
+                &self,
+                _: &str,
+                _: RunRequest,
+                _: Option<shellgate_sandbox_api::backend::DeltaSink>,
+            ) -> Result<Vec<CommandResult>, HostError> {
+                Ok(Vec::new())
+            }
+        }
+        let upstream = ScriptedUpstream::new([Step::calls(vec![interpret("c", "1")])]);
+        let outcome = run(&upstream, Some(&Plain), &interpreter(), None).await;
+        let Status::Failed { message, .. } = &outcome.status else {
+            panic!("{:?}", outcome.status)
+        };
+        assert!(message.contains("not supported"), "{message}");
     }
 
     #[tokio::test]

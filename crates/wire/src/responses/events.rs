@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::items::{ContentPart, Item, ReasoningText, ShellResult};
+use super::items::{Annotation, ContentPart, Item, ReasoningText, ShellResult};
 use super::response::Response;
 
 /// One stream event.
@@ -72,6 +72,15 @@ pub enum Event {
         /// Always `[]`.
         #[schema(value_type = Vec<Object>)]
         logprobs: Vec<serde_json::Value>,
+    },
+    #[serde(rename = "response.output_text.annotation.added")]
+    OutputTextAnnotationAdded {
+        item_id: String,
+        output_index: usize,
+        content_index: usize,
+        annotation_index: usize,
+        #[schema(value_type = Object)]
+        annotation: Annotation,
     },
     #[serde(rename = "response.function_call_arguments.delta")]
     FunctionCallArgumentsDelta {
@@ -150,6 +159,33 @@ pub enum Event {
         command_index: usize,
         delta: ShellOutputDelta,
     },
+    #[serde(rename = "response.code_interpreter_call.in_progress")]
+    CodeInterpreterCallInProgress {
+        item_id: String,
+        output_index: usize,
+    },
+    #[serde(rename = "response.code_interpreter_call_code.delta")]
+    CodeInterpreterCallCodeDelta {
+        item_id: String,
+        output_index: usize,
+        delta: String,
+    },
+    #[serde(rename = "response.code_interpreter_call_code.done")]
+    CodeInterpreterCallCodeDone {
+        item_id: String,
+        output_index: usize,
+        code: String,
+    },
+    #[serde(rename = "response.code_interpreter_call.interpreting")]
+    CodeInterpreterCallInterpreting {
+        item_id: String,
+        output_index: usize,
+    },
+    #[serde(rename = "response.code_interpreter_call.completed")]
+    CodeInterpreterCallCompleted {
+        item_id: String,
+        output_index: usize,
+    },
     #[serde(rename = "response.shell_call_output_content.done")]
     ShellCallOutputContentDone {
         item_id: String,
@@ -183,6 +219,7 @@ impl Event {
             Event::ContentPartDone { .. } => "response.content_part.done",
             Event::OutputTextDelta { .. } => "response.output_text.delta",
             Event::OutputTextDone { .. } => "response.output_text.done",
+            Event::OutputTextAnnotationAdded { .. } => "response.output_text.annotation.added",
             Event::FunctionCallArgumentsDelta { .. } => "response.function_call_arguments.delta",
             Event::FunctionCallArgumentsDone { .. } => "response.function_call_arguments.done",
             Event::CustomToolCallInputDelta { .. } => "response.custom_tool_call_input.delta",
@@ -196,6 +233,19 @@ impl Event {
             Event::ShellCallCommandDone { .. } => "response.shell_call_command.done",
             Event::ShellCallOutputContentDelta { .. } => "response.shell_call_output_content.delta",
             Event::ShellCallOutputContentDone { .. } => "response.shell_call_output_content.done",
+            Event::CodeInterpreterCallInProgress { .. } => {
+                "response.code_interpreter_call.in_progress"
+            }
+            Event::CodeInterpreterCallCodeDelta { .. } => {
+                "response.code_interpreter_call_code.delta"
+            }
+            Event::CodeInterpreterCallCodeDone { .. } => "response.code_interpreter_call_code.done",
+            Event::CodeInterpreterCallInterpreting { .. } => {
+                "response.code_interpreter_call.interpreting"
+            }
+            Event::CodeInterpreterCallCompleted { .. } => {
+                "response.code_interpreter_call.completed"
+            }
         }
     }
 }

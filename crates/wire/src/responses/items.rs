@@ -68,6 +68,9 @@ pub enum Item {
     OpenRouterShell(OpenRouterShell),
     /// `openrouter:bash`: OpenRouter's bash call and result in one item.
     OpenRouterBash(OpenRouterBash),
+    /// `code_interpreter_call`: code the `code_interpreter` tool ran, and
+    /// its outputs, in one item.
+    CodeInterpreterCall(CodeInterpreterCall),
     /// An item of another `type`, kept whole (its `type` included).
     #[schema(value_type = Object)]
     Other(Extra),
@@ -87,6 +90,7 @@ pub mod item_type {
     pub const CUSTOM_TOOL_CALL_OUTPUT: &str = "custom_tool_call_output";
     pub const OPENROUTER_SHELL: &str = "openrouter:shell";
     pub const OPENROUTER_BASH: &str = "openrouter:bash";
+    pub const CODE_INTERPRETER_CALL: &str = "code_interpreter_call";
 }
 
 impl Item {
@@ -106,6 +110,7 @@ impl Item {
             Item::CustomToolCallOutput(_) => CUSTOM_TOOL_CALL_OUTPUT,
             Item::OpenRouterShell(_) => OPENROUTER_SHELL,
             Item::OpenRouterBash(_) => OPENROUTER_BASH,
+            Item::CodeInterpreterCall(_) => CODE_INTERPRETER_CALL,
             Item::Other(map) => map.get("type").and_then(Value::as_str).unwrap_or(""),
         }
     }
@@ -125,6 +130,7 @@ impl Item {
             Item::CustomToolCallOutput(i) => i.id.as_deref(),
             Item::OpenRouterShell(i) => i.id.as_deref(),
             Item::OpenRouterBash(i) => i.id.as_deref(),
+            Item::CodeInterpreterCall(i) => i.id.as_deref(),
             Item::Other(map) => map.get("id").and_then(Value::as_str),
         }
     }
@@ -144,6 +150,7 @@ impl Item {
             Item::CustomToolCallOutput(i) => &mut i.id,
             Item::OpenRouterShell(i) => &mut i.id,
             Item::OpenRouterBash(i) => &mut i.id,
+            Item::CodeInterpreterCall(i) => &mut i.id,
             Item::Other(map) => {
                 map.entry("id").or_insert_with(|| Value::String(id()));
                 return;
@@ -168,6 +175,10 @@ impl Item {
             Item::OpenRouterShell(i) => &mut i.status,
             Item::OpenRouterBash(i) => &mut i.status,
             Item::Reasoning(i) => &mut i.status,
+            Item::CodeInterpreterCall(i) => {
+                i.status = Some(status.into());
+                return;
+            }
             Item::CustomToolCall(CustomToolCall { extra, .. })
             | Item::CustomToolCallOutput(CustomToolCallOutput { extra, .. })
             | Item::Other(extra) => {
@@ -185,6 +196,7 @@ impl Item {
         match self {
             Item::OpenRouterShell(i) => i.container_id.as_deref(),
             Item::OpenRouterBash(i) => i.container_id.as_deref(),
+            Item::CodeInterpreterCall(i) => i.container_id.as_deref(),
             Item::ShellCall(ShellCall {
                 environment: Some(CallEnvironment::ContainerReference { container_id }),
                 ..
@@ -236,6 +248,8 @@ enum TaggedItem<'a> {
     OpenRouterShell(&'a OpenRouterShell),
     #[serde(rename = "openrouter:bash")]
     OpenRouterBash(&'a OpenRouterBash),
+    #[serde(rename = "code_interpreter_call")]
+    CodeInterpreterCall(&'a CodeInterpreterCall),
 }
 
 impl Serialize for Item {
@@ -253,6 +267,7 @@ impl Serialize for Item {
             Item::CustomToolCallOutput(i) => TaggedItem::CustomToolCallOutput(i),
             Item::OpenRouterShell(i) => TaggedItem::OpenRouterShell(i),
             Item::OpenRouterBash(i) => TaggedItem::OpenRouterBash(i),
+            Item::CodeInterpreterCall(i) => TaggedItem::CodeInterpreterCall(i),
             Item::Other(map) => return map.serialize(serializer),
         };
         tagged.serialize(serializer)
@@ -298,6 +313,7 @@ impl<'de> Deserialize<'de> for Item {
             CUSTOM_TOOL_CALL_OUTPUT,
             OPENROUTER_SHELL,
             OPENROUTER_BASH,
+            CODE_INTERPRETER_CALL,
         ];
         if !known.contains(&kind.as_str()) {
             return Ok(Item::Other(map));
@@ -315,6 +331,7 @@ impl<'de> Deserialize<'de> for Item {
             CUSTOM_TOOL_CALL => Item::CustomToolCall(variant(map)?),
             CUSTOM_TOOL_CALL_OUTPUT => Item::CustomToolCallOutput(variant(map)?),
             OPENROUTER_SHELL => Item::OpenRouterShell(variant(map)?),
+            CODE_INTERPRETER_CALL => Item::CodeInterpreterCall(variant(map)?),
             _ => Item::OpenRouterBash(variant(map)?),
         })
     }
@@ -469,7 +486,7 @@ pub struct OutputText {
     pub text: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Vec<Object>>)]
-    pub annotations: Option<Vec<Value>>,
+    pub annotations: Option<Vec<Annotation>>,
     #[serde(flatten)]
     #[schema(value_type = Object)]
     pub extra: Extra,
@@ -908,6 +925,125 @@ pub struct OpenRouterBash {
     pub output: Option<ShellResult>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<ItemStatus>,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
+
+/// An annotation of an `output_text` part: a `container_file_citation`
+/// (a file the code interpreter wrote), or another kind kept whole.
+#[derive(Debug, Clone, PartialEq, utoipa::ToSchema)]
+pub enum Annotation {
+    /// `container_file_citation`.
+    ContainerFileCitation(ContainerFileCitation),
+    /// An annotation of another `type` (`url_citation`, `file_citation`,
+    /// ...), kept whole.
+    #[schema(value_type = Object)]
+    Other(Extra),
+}
+
+impl Serialize for Annotation {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        #[serde(tag = "type", rename_all = "snake_case")]
+        enum Tagged<'a> {
+            ContainerFileCitation(&'a ContainerFileCitation),
+        }
+        match self {
+            Annotation::ContainerFileCitation(c) => {
+                Tagged::ContainerFileCitation(c).serialize(serializer)
+            }
+            Annotation::Other(map) => map.serialize(serializer),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Annotation {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let mut map = Extra::deserialize(deserializer)?;
+        if map.get("type").and_then(Value::as_str) != Some(ContainerFileCitation::TYPE) {
+            return Ok(Annotation::Other(map));
+        }
+        map.remove("type");
+        Ok(Annotation::ContainerFileCitation(variant(map)?))
+    }
+}
+
+/// `container_file_citation`: a file of a container, cited by the text
+/// between `start_index` and `end_index` (character offsets).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct ContainerFileCitation {
+    pub container_id: String,
+    pub file_id: String,
+    pub filename: String,
+    pub start_index: u64,
+    pub end_index: u64,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
+
+impl ContainerFileCitation {
+    /// Its `type`.
+    pub const TYPE: &'static str = "container_file_citation";
+}
+
+/// The `status` of a `code_interpreter_call`: an item's, and
+/// `interpreting` (its code is running) and `failed`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CodeInterpreterStatus {
+    InProgress,
+    Interpreting,
+    Completed,
+    Incomplete,
+    Failed,
+}
+
+impl From<ItemStatus> for CodeInterpreterStatus {
+    fn from(status: ItemStatus) -> Self {
+        match status {
+            ItemStatus::InProgress => CodeInterpreterStatus::InProgress,
+            ItemStatus::Completed => CodeInterpreterStatus::Completed,
+            ItemStatus::Incomplete => CodeInterpreterStatus::Incomplete,
+        }
+    }
+}
+
+/// An output of a `code_interpreter_call`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum CodeInterpreterOutput {
+    /// What the code printed (stdout, stderr, its result's text, its error).
+    Logs {
+        logs: String,
+        #[serde(flatten)]
+        #[schema(value_type = Object)]
+        extra: Extra,
+    },
+    /// An image it showed: a `data:image/png;base64,...` URL.
+    Image {
+        url: String,
+        #[serde(flatten)]
+        #[schema(value_type = Object)]
+        extra: Extra,
+    },
+}
+
+/// `code_interpreter_call`: the code, the container it ran in, its outputs
+/// (`null` until it ran).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct CodeInterpreterCall {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default)]
+    pub code: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_id: Option<String>,
+    #[serde(default)]
+    pub outputs: Option<Vec<CodeInterpreterOutput>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<CodeInterpreterStatus>,
     #[serde(flatten)]
     #[schema(value_type = Object)]
     pub extra: Extra,

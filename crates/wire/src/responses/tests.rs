@@ -74,7 +74,6 @@ fn every_sdk_fixture_round_trips() {
                     "tool.file_search.json",
                     "tool.mcp.json",
                     "tool.image_generation.json",
-                    "tool.code_interpreter.json",
                 ]
                 .contains(&name.as_str());
                 assert_eq!(matches!(tool, Tool::Other(_)), other, "{name}");
@@ -155,4 +154,49 @@ fn unknown_keys_are_kept_and_unknown_parameters_refused() {
         from_value(serde_json::json!({"model": "m", "reasoning": {}, "bogus": 1})).unwrap();
     assert_eq!(request.refused(), Some("bogus"));
     assert!(request.carried.contains_key("reasoning"));
+}
+
+#[test]
+fn code_interpreter_shapes_are_typed() {
+    let tool: Tool =
+        from_value(serde_json::json!({"type": "code_interpreter", "container": "cntr_1"})).unwrap();
+    assert!(matches!(
+        tool,
+        Tool::CodeInterpreter(CodeInterpreterTool { container: Some(CodeInterpreterContainer::Id(ref id)), .. }) if id == "cntr_1"
+    ));
+    let bad = from_value::<Tool>(serde_json::json!({"type": "code_interpreter",
+        "container": {"type": "auto", "memory_limit": "3g"}}))
+    .unwrap_err();
+    assert_eq!(bad.param, "container.memory_limit");
+    let bad = from_value::<Tool>(serde_json::json!({"type": "code_interpreter", "container": 1}))
+        .unwrap_err();
+    assert_eq!(bad.param, "container");
+    let message: Item = from_value(serde_json::json!({"type": "message", "role": "assistant",
+        "content": [{"type": "output_text", "text": "see a.csv", "annotations": [
+            {"type": "container_file_citation", "container_id": "cntr_1", "file_id": "cfile_1",
+             "filename": "a.csv", "start_index": 4, "end_index": 9},
+            {"type": "url_citation", "url": "https://example.com"}]}]}))
+    .unwrap();
+    let Item::Message(Message {
+        content: MessageContent::Parts(parts),
+        ..
+    }) = message
+    else {
+        panic!("{message:?}")
+    };
+    let ContentPart::OutputText(OutputText {
+        annotations: Some(annotations),
+        ..
+    }) = &parts[0]
+    else {
+        panic!("{parts:?}")
+    };
+    assert!(matches!(&annotations[0], Annotation::ContainerFileCitation(c) if c.end_index == 9));
+    assert!(matches!(&annotations[1], Annotation::Other(_)));
+    let call: Item = from_value(
+        serde_json::json!({"type": "code_interpreter_call", "id": "ci_1",
+        "status": "interpreting", "code": "1", "container_id": "cntr_1", "outputs": null}),
+    )
+    .unwrap();
+    assert_eq!(call.container_id(), Some("cntr_1"));
 }

@@ -32,6 +32,8 @@ pub enum Tool {
     Custom(CustomTool),
     /// `namespace`: a named group of function and custom tools (Codex's).
     Namespace(NamespaceTool),
+    /// `code_interpreter`: OpenAI's hosted Python, run by shellgate's kernel.
+    CodeInterpreter(CodeInterpreterTool),
     /// A tool of another `type`, kept whole (a hosted tool shellgate does
     /// not run: passed to an upstream that does, else left out).
     #[schema(value_type = Object)]
@@ -47,6 +49,7 @@ pub mod tool_type {
     pub const OPENROUTER_BASH: &str = "openrouter:bash";
     pub const CUSTOM: &str = "custom";
     pub const NAMESPACE: &str = "namespace";
+    pub const CODE_INTERPRETER: &str = "code_interpreter";
 }
 
 impl Tool {
@@ -61,6 +64,7 @@ impl Tool {
             Tool::OpenRouterBash(_) => OPENROUTER_BASH,
             Tool::Custom(_) => CUSTOM,
             Tool::Namespace(_) => NAMESPACE,
+            Tool::CodeInterpreter(_) => CODE_INTERPRETER,
             Tool::Other(map) => return map.get("type").and_then(Value::as_str),
         })
     }
@@ -91,6 +95,8 @@ enum TaggedTool<'a> {
     Custom(&'a CustomTool),
     #[serde(rename = "namespace")]
     Namespace(&'a NamespaceTool),
+    #[serde(rename = "code_interpreter")]
+    CodeInterpreter(&'a CodeInterpreterTool),
 }
 
 impl Serialize for Tool {
@@ -103,6 +109,7 @@ impl Serialize for Tool {
             Tool::OpenRouterBash(t) => TaggedTool::OpenRouterBash(t),
             Tool::Custom(t) => TaggedTool::Custom(t),
             Tool::Namespace(t) => TaggedTool::Namespace(t),
+            Tool::CodeInterpreter(t) => TaggedTool::CodeInterpreter(t),
             Tool::Other(map) => return map.serialize(serializer),
         };
         tagged.serialize(serializer)
@@ -125,6 +132,7 @@ impl<'de> Deserialize<'de> for Tool {
             OPENROUTER_BASH,
             CUSTOM,
             NAMESPACE,
+            CODE_INTERPRETER,
         ]
         .contains(&kind.as_str())
         {
@@ -138,6 +146,7 @@ impl<'de> Deserialize<'de> for Tool {
             OPENROUTER_SHELL => Tool::OpenRouterShell(variant(map)?),
             CUSTOM => Tool::Custom(variant(map)?),
             NAMESPACE => Tool::Namespace(variant(map)?),
+            CODE_INTERPRETER => Tool::CodeInterpreter(variant(map)?),
             _ => Tool::OpenRouterBash(variant(map)?),
         })
     }
@@ -222,6 +231,71 @@ pub struct NamespaceTool {
     #[serde(default)]
     #[schema(value_type = Vec<Object>)]
     pub tools: Vec<Tool>,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
+
+/// `code_interpreter`: where its code runs.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct CodeInterpreterTool {
+    /// Omitted: refused by the server (OpenAI requires it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<CodeInterpreterContainer>,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
+
+/// A `code_interpreter`'s `container`: a container id (or `"auto"`), or
+/// `{"type": "auto", ...}` (another `type` is refused by the server).
+#[derive(Debug, Clone, PartialEq, utoipa::ToSchema)]
+pub enum CodeInterpreterContainer {
+    /// A string: `cntr_...` of the project, or `auto`.
+    Id(String),
+    /// An object.
+    Auto(CodeInterpreterAuto),
+}
+
+impl Serialize for CodeInterpreterContainer {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            CodeInterpreterContainer::Id(id) => serializer.serialize_str(id),
+            CodeInterpreterContainer::Auto(auto) => auto.serialize(serializer),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for CodeInterpreterContainer {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        match Value::deserialize(deserializer)? {
+            Value::String(id) => Ok(CodeInterpreterContainer::Id(id)),
+            object @ Value::Object(_) => {
+                Ok(CodeInterpreterContainer::Auto(super::nested("", object)?))
+            }
+            _ => Err(super::custom(
+                "",
+                "container must be a container id or {\"type\": \"auto\"}",
+            )),
+        }
+    }
+}
+
+/// `{"type": "auto", "file_ids"?, "memory_limit"?, "network_policy"?}`: a
+/// container made for the conversation, as `POST /v1/containers` makes one.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct CodeInterpreterAuto {
+    /// `auto` (anything else is refused by the server).
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_ids: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub memory_limit: Option<MemoryLimit>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub network_policy: Option<NetworkPolicy>,
     #[serde(flatten)]
     #[schema(value_type = Object)]
     pub extra: Extra,
@@ -373,6 +447,8 @@ pub enum ToolChoice {
     Function { name: String },
     /// `{"type": "custom", "name": ...}` (a missing name is `""`).
     Custom { name: String },
+    /// `{"type": "code_interpreter"}`.
+    CodeInterpreter,
     /// `{"type": "allowed_tools", "mode": "auto" | "required", "tools":
     /// [...]}`: the model may call only these tools.
     AllowedTools {
@@ -407,6 +483,7 @@ impl Serialize for ToolChoice {
             ToolChoice::Shell => ("shell", None),
             ToolChoice::OpenRouterShell => ("openrouter:shell", None),
             ToolChoice::LocalShell => ("local_shell", None),
+            ToolChoice::CodeInterpreter => ("code_interpreter", None),
             ToolChoice::Function { name } => ("function", Some(name)),
         };
         let mut map = serializer.serialize_map(None)?;
@@ -463,6 +540,7 @@ impl<'de> Deserialize<'de> for ToolChoice {
                 Some("shell") => Ok(ToolChoice::Shell),
                 Some("openrouter:shell") => Ok(ToolChoice::OpenRouterShell),
                 Some("local_shell") => Ok(ToolChoice::LocalShell),
+                Some("code_interpreter") => Ok(ToolChoice::CodeInterpreter),
                 Some("function") => Ok(ToolChoice::Function {
                     name: name_of(&object),
                 }),

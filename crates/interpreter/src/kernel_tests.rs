@@ -1,0 +1,248 @@
+//! kernel.py at the language level, run by the host's python3 (the
+//! container's is the same program; the engine path is tested in
+//! `crates/shellgate/tests/interpreter.rs`).
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+use crate::protocol::{self, Event, Framed, Lines, Request};
+
+struct HostKernel {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    lines: Lines,
+}
+
+impl HostKernel {
+    fn start() -> Self {
+        let mut child = Command::new("bash")
+            .arg("-c")
+            .arg(protocol::BOOTSTRAP)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        stdin.write_all(&protocol::boot_line()).unwrap();
+        let mut kernel = Self {
+            child,
+            stdin,
+            stdout,
+            lines: Lines::default(),
+        };
+        assert_eq!(kernel.next(), Event::Ready {});
+        kernel
+    }
+
+    fn next(&mut self) -> Event {
+        let mut line = Vec::new();
+        self.stdout.read_until(b'\n', &mut line).unwrap();
+        assert!(!line.is_empty(), "the kernel exited");
+        match self.lines.push(&line).pop() {
+            Some(Framed::Event(event)) => event,
+            other => panic!("{other:?} from {:?}", String::from_utf8_lossy(&line)),
+        }
+    }
+
+    /// Runs code; every event up to `done`.
+    fn run(&mut self, code: &str, env: &[(&str, &str)]) -> Vec<Event> {
+        let request = Request::Execute {
+            code,
+            env: env.iter().copied().collect(),
+        };
+        self.stdin.write_all(&request.line()).unwrap();
+        let mut events = Vec::new();
+        loop {
+            match self.next() {
+                Event::Done {} => return events,
+                event => events.push(event),
+            }
+        }
+    }
+}
+
+impl Drop for HostKernel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn main_text(events: &[Event]) -> Option<String> {
+    events.iter().find_map(|e| match e {
+        Event::Result(data) if data.is_main_result => data.text.clone(),
+        _ => None,
+    })
+}
+
+fn stdout(events: &[Event]) -> String {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Stdout { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn the_last_expression_is_the_main_result_and_state_persists() {
+    let mut kernel = HostKernel::start();
+    let events = kernel.run("1+1", &[]);
+    assert_eq!(main_text(&events).as_deref(), Some("2"));
+    assert!(events.contains(&Event::Count { n: 1 }));
+    // Variables, imports and the working directory stay.
+    kernel.run("import os\nx = 40\nos.chdir('/tmp')", &[]);
+    let events = kernel.run("x + 2, os.getcwd()", &[]);
+    assert_eq!(main_text(&events).as_deref(), Some("(42, '/tmp')"));
+    assert!(events.contains(&Event::Count { n: 3 }));
+    // A statement has no main result.
+    assert_eq!(main_text(&kernel.run("y = 1", &[])), None);
+}
+
+#[test]
+fn prints_shell_children_and_c_level_writes_are_stdout_and_stderr_in_order() {
+    let mut kernel = HostKernel::start();
+    let events = kernel.run(
+        "import os, sys\nprint('from-print')\nos.system('echo from-shell; echo oops >&2')\nos.write(1, b'from-fd\\n')\nsys.stdout.write('no-newline')\n'end'",
+        &[],
+    );
+    assert_eq!(
+        stdout(&events),
+        "from-print\nfrom-shell\nfrom-fd\nno-newline"
+    );
+    assert!(
+        events.contains(&Event::Stderr {
+            text: "oops\n".into()
+        }),
+        "{events:?}"
+    );
+    // Everything printed comes before the main result.
+    assert!(
+        matches!(events.iter().rev().nth(1), Some(Event::Result(_))),
+        "{events:?}"
+    );
+    // The code cannot read the protocol's stdin.
+    let events = kernel.run("input()", &[]);
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, Event::Error { name, .. } if name == "EOFError")));
+}
+
+#[test]
+fn an_exception_is_an_error_with_the_cell_s_traceback_and_the_context_stays() {
+    let mut kernel = HostKernel::start();
+    kernel.run("kept = 'yes'", &[]);
+    let events = kernel.run("def f():\n    return 1/0\nf()", &[]);
+    let error = events
+        .iter()
+        .find_map(|e| match e {
+            Event::Error {
+                name,
+                value,
+                traceback,
+            } => Some((name.clone(), value.clone(), traceback.clone())),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(error.0, "ZeroDivisionError");
+    assert_eq!(error.1, "division by zero");
+    assert!(
+        error.2.contains("line 2, in f") && error.2.contains("return 1/0"),
+        "{}",
+        error.2
+    );
+    assert!(
+        !error.2.contains("kernel"),
+        "the kernel's own frames are hidden: {}",
+        error.2
+    );
+    assert_eq!(
+        main_text(&kernel.run("kept", &[])).as_deref(),
+        Some("'yes'")
+    );
+    // A syntax error too.
+    let events = kernel.run("def (", &[]);
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, Event::Error { name, .. } if name == "SyntaxError")));
+}
+
+#[test]
+fn rich_reprs_and_display_become_results() {
+    let mut kernel = HostKernel::start();
+    let events = kernel.run(
+        "class T:\n    def _repr_html_(self): return '<b>t</b>'\n    def _repr_json_(self): return {'a': 1}\n    def __repr__(self): return 'T()'\ndisplay(T())\nT()",
+        &[],
+    );
+    let results: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Result(data) => Some(data.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results.len(), 2);
+    assert!(!results[0].is_main_result && results[1].is_main_result);
+    assert_eq!(results[1].html.as_deref(), Some("<b>t</b>"));
+    assert_eq!(results[1].json, Some(serde_json::json!({"a": 1})));
+    assert_eq!(results[1].text.as_deref(), Some("T()"));
+}
+
+#[test]
+fn env_vars_hold_for_one_execution_and_sigint_interrupts_without_ending_it() {
+    let mut kernel = HostKernel::start();
+    let events = kernel.run("import os\nos.environ.get('SG_ONE')", &[("SG_ONE", "1")]);
+    assert_eq!(main_text(&events).as_deref(), Some("'1'"));
+    assert_eq!(
+        main_text(&kernel.run("os.environ.get('SG_ONE')", &[])),
+        None
+    );
+    // SIGINT while the code runs: KeyboardInterrupt, the kernel stays.
+    let request = Request::Execute {
+        code: "import time\nprint('sleeping', flush=True)\ntime.sleep(100)",
+        env: Default::default(),
+    };
+    kernel.stdin.write_all(&request.line()).unwrap();
+    assert_eq!(
+        kernel.next(),
+        Event::Stdout {
+            text: "sleeping\n".into()
+        }
+    );
+    let pid = kernel.child.id();
+    assert!(Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let mut events = Vec::new();
+    loop {
+        match kernel.next() {
+            Event::Done {} => break,
+            event => events.push(event),
+        }
+    }
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Error { name, .. } if name == "KeyboardInterrupt")),
+        "{events:?}"
+    );
+    assert_eq!(
+        main_text(&kernel.run("'alive'", &[])).as_deref(),
+        Some("'alive'")
+    );
+}
+
+#[test]
+fn output_past_the_bound_is_dropped_and_said() {
+    let mut kernel = HostKernel::start();
+    let events = kernel.run("print('x' * 3_000_000)", &[]);
+    assert_eq!(stdout(&events).len(), 1 << 20);
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, Event::Stderr { text } if text.contains("were dropped"))));
+}

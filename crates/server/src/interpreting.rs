@@ -1,0 +1,425 @@
+//! The Responses API's `code_interpreter` on the container's kernel (the
+//! same `shellgate_interpreter::Interpreters` that serves E2B's `/execute`):
+//! one Python context per container, its working directory `/mnt/data`,
+//! kept across the calls of a response and across responses on the same
+//! container (it is found again by its working directory); each call's
+//! events become the call's logs and images; the files the code created or
+//! changed under `/mnt/data` become the container's files (`cfile_` ids),
+//! for the final message to cite.
+//!
+//! A call holds one of the project's exec slots, is billed for its time
+//! and audited with its code as the command, as an exec is.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use shellgate_interpreter::{ExecutionEvent, InterpreterError, Interruption, Language};
+use shellgate_model::run::{HostError, Interpretation, WrittenFile};
+use shellgate_sandbox_api::backend::{limits, CommandResult, FileListing};
+
+use crate::containers::{prepare_exec, BillOnDrop};
+use crate::error::host_error;
+use crate::state::AppState;
+
+/// The working directory of the code interpreter's context (OpenAI's).
+pub const WORKDIR: &str = "/mnt/data";
+
+/// Longest a call's code runs before it is interrupted (the kernel keeps
+/// its state): a shell command's longest timeout.
+pub const TIMEOUT: Duration = Duration::from_millis(limits::MAX_TIMEOUT_MS);
+
+/// Most bytes of logs a call keeps (head and tail, the middle named as
+/// left out): a shell command's most output.
+pub const MAX_LOGS: usize = limits::MAX_OUTPUT_LENGTH;
+
+/// Most images a call keeps.
+pub const MAX_IMAGES: usize = 16;
+
+/// Most bytes of images (base64) a call keeps together: a response holds
+/// its images inline, and is stored.
+pub const MAX_IMAGE_BYTES: usize = 16 << 20;
+
+/// Most files one call cites (a call writing more still writes them: they
+/// are the container's files; only the citations are bounded).
+pub const MAX_CITED_FILES: usize = 64;
+
+/// Runs `code` in `container`'s code interpreter for `request` of
+/// `project`. Returns what it gave, and whether the container was woken
+/// for it (a session begun).
+pub async fn interpret(
+    state: &Arc<AppState>,
+    project: &str,
+    request: &str,
+    container: &str,
+    code: &str,
+) -> Result<(Interpretation, bool), HostError> {
+    let (_permit, woke) = prepare_exec(state, project, container)
+        .await
+        .map_err(host_error)?;
+    // Dropped with the call (a cancelled response): the execution is
+    // interrupted and its time until then billed.
+    let mut billing = BillOnDrop::start(state, container, 1);
+    let before = listing(state, container).await?;
+    let ran = execute(state, container, code).await;
+    billing.ok = ran.is_ok();
+    let mut interpretation = ran?;
+    let after = listing(state, container).await?;
+    interpretation.files = written(state, container, &before, &after).await?;
+    let result = CommandResult {
+        stdout: interpretation.logs.clone(),
+        stderr: String::new(),
+        outcome: shellgate_wire::Outcome::Exit { exit_code: 0 },
+        duration_ms: 0,
+        bytes_out: interpretation.logs.len() as u64,
+    };
+    state.billing.audit(
+        project,
+        container,
+        Some(request),
+        &[code.to_owned()],
+        &[result],
+    );
+    Ok((interpretation, woke))
+}
+
+/// The container's code interpreter context: the Python one working in
+/// [`WORKDIR`], made if there is none (the first call, or after the
+/// container slept and its kernels ended).
+async fn context(state: &AppState, container: &str) -> Result<String, HostError> {
+    let interpreters = &state.interpreters;
+    if let Some(found) = interpreters
+        .contexts(container)
+        .await
+        .into_iter()
+        .find(|c| c.language == Language::Python && c.cwd == WORKDIR)
+    {
+        return Ok(found.id);
+    }
+    interpreters
+        .create_context(container, Language::Python, Some(WORKDIR), &[])
+        .await
+        .map(|info| info.id)
+        .map_err(interpreter_error)
+}
+
+fn interpreter_error(error: impl std::fmt::Display) -> HostError {
+    HostError {
+        code: "server_error",
+        message: format!("the code interpreter failed: {error}"),
+    }
+}
+
+/// Runs `code` in the container's context; its events become logs and
+/// images as they come. Code the kernel refuses (too large) is answered as
+/// logs saying why, for the model to correct; a context gone meanwhile
+/// (the container slept) is made again, once.
+async fn execute(
+    state: &AppState,
+    container: &str,
+    code: &str,
+) -> Result<Interpretation, HostError> {
+    let mut retried = false;
+    loop {
+        let context = context(state, container).await?;
+        let (sender, mut events) = tokio::sync::mpsc::channel(64);
+        let execute = shellgate_interpreter::Execute {
+            code: code.to_owned(),
+            context_id: Some(context),
+            language: None,
+            env_vars: Vec::new(),
+            timeout: TIMEOUT,
+        };
+        let ran = state.interpreters.execute(container, execute, sender);
+        let gather = async {
+            let mut gathered = Gathered::default();
+            while let Some(event) = events.recv().await {
+                gathered.add(event);
+            }
+            gathered
+        };
+        let (ran, mut gathered) = tokio::join!(ran, gather);
+        match ran {
+            Ok(summary) => {
+                if summary.restarted {
+                    gathered.logs.insert_str(
+                        0,
+                        "[the kernel was started again for this code: earlier variables and \
+                         imports are gone]\n",
+                    );
+                }
+                if summary.interrupted == Some(Interruption::TimedOut) {
+                    gathered.line(&format!(
+                        "[interrupted: the code ran longer than {} s; the kernel keeps its state]",
+                        TIMEOUT.as_secs()
+                    ));
+                }
+                return Ok(gathered.into_interpretation());
+            }
+            Err(InterpreterError::ContextNotFound(_)) if !retried => retried = true,
+            Err(InterpreterError::InvalidRequest { message, .. }) => {
+                gathered.line(&format!("shellgate: the code was not run: {message}"));
+                return Ok(gathered.into_interpretation());
+            }
+            Err(e) => return Err(interpreter_error(e)),
+        }
+    }
+}
+
+/// A call's events, gathered.
+#[derive(Debug, Default)]
+struct Gathered {
+    logs: String,
+    images: Vec<String>,
+    /// Bytes of `images`.
+    image_bytes: usize,
+    /// Images left out past [`MAX_IMAGES`] or [`MAX_IMAGE_BYTES`].
+    images_left_out: usize,
+}
+
+impl Gathered {
+    fn add(&mut self, event: ExecutionEvent) {
+        match event {
+            ExecutionEvent::Stdout { text, .. } | ExecutionEvent::Stderr { text, .. } => {
+                self.logs.push_str(&text)
+            }
+            ExecutionEvent::Result(data) => match data.png {
+                // A figure's text (`<Figure size ...>`) says nothing more.
+                Some(png)
+                    if self.images.len() < MAX_IMAGES
+                        && self.image_bytes + png.len() <= MAX_IMAGE_BYTES =>
+                {
+                    self.image_bytes += png.len();
+                    self.images.push(png);
+                }
+                Some(_) => self.images_left_out += 1,
+                None => {
+                    if let Some(text) = data.text {
+                        self.line(&text);
+                    }
+                }
+            },
+            ExecutionEvent::Error {
+                name,
+                value,
+                traceback,
+            } => {
+                if traceback.is_empty() {
+                    self.line(&format!("{name}: {value}"));
+                } else {
+                    self.line(&traceback);
+                }
+            }
+            ExecutionEvent::ExecutionCount(_) => {}
+        }
+    }
+
+    /// Appends `text` on a line of its own.
+    fn line(&mut self, text: &str) {
+        if !self.logs.is_empty() && !self.logs.ends_with('\n') {
+            self.logs.push('\n');
+        }
+        self.logs.push_str(text);
+    }
+
+    fn into_interpretation(mut self) -> Interpretation {
+        if self.images_left_out > 0 {
+            let note = format!(
+                "[{} more images were left out: a call shows at most {MAX_IMAGES}, {} MiB \
+                 together]",
+                self.images_left_out,
+                MAX_IMAGE_BYTES >> 20
+            );
+            self.line(&note);
+        }
+        Interpretation {
+            logs: bounded(self.logs, MAX_LOGS),
+            images: self.images,
+            files: Vec::new(),
+        }
+    }
+}
+
+/// `text` within `max` bytes: its head and its tail, the middle named as
+/// left out.
+fn bounded(text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    let half = max / 2;
+    let mut head = half;
+    while !text.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = text.len() - half;
+    while !text.is_char_boundary(tail) {
+        tail += 1;
+    }
+    format!(
+        "{}\n[... {} bytes left out ...]\n{}",
+        &text[..head],
+        tail - head,
+        &text[tail..]
+    )
+}
+
+/// The files under `/mnt/data`: path → (size, modification time).
+async fn listing(
+    state: &AppState,
+    container: &str,
+) -> Result<HashMap<String, (u64, i64)>, HostError> {
+    let FileListing { files, .. } = state
+        .engine
+        .list_files(container)
+        .await
+        .map_err(|e| host_error(crate::engine::engine_error(container, e)))?;
+    Ok(files
+        .into_iter()
+        .map(|f| (f.path, (f.bytes, f.modified_unix)))
+        .collect())
+}
+
+/// The paths created or changed between two listings (a size or a
+/// modification second that differs), in path order.
+fn changed(
+    before: &HashMap<String, (u64, i64)>,
+    after: &HashMap<String, (u64, i64)>,
+) -> Vec<String> {
+    let mut paths: Vec<String> = after
+        .iter()
+        .filter(|(path, seen)| before.get(*path) != Some(seen))
+        .map(|(path, _)| path.clone())
+        .collect();
+    paths.sort_unstable();
+    paths
+}
+
+/// The files a call wrote, as the container's files: the container's
+/// files synced (each gets its `cfile_` id, as listing them would give
+/// it), then each changed path's row (one whose name holds a secret has
+/// none: it is not cited).
+async fn written(
+    state: &Arc<AppState>,
+    container: &str,
+    before: &HashMap<String, (u64, i64)>,
+    after: &HashMap<String, (u64, i64)>,
+) -> Result<Vec<WrittenFile>, HostError> {
+    let mut paths = changed(before, after);
+    if paths.is_empty() {
+        return Ok(Vec::new());
+    }
+    if paths.len() > MAX_CITED_FILES {
+        tracing::info!(
+            container,
+            files = paths.len(),
+            "code interpreter call wrote more files than it cites: the first {MAX_CITED_FILES} by path are cited"
+        );
+        paths.truncate(MAX_CITED_FILES);
+    }
+    crate::containers::sync_files(state, container)
+        .await
+        .map_err(host_error)?;
+    let key = container.to_owned();
+    let rows = state
+        .db(move |s| {
+            paths
+                .iter()
+                .filter_map(|path| s.container_file_at(&key, path).transpose())
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .await
+        .map_err(host_error)?;
+    Ok(rows
+        .into_iter()
+        .map(|row| WrittenFile {
+            filename: row
+                .path
+                .rsplit('/')
+                .next()
+                .unwrap_or(row.path.as_str())
+                .to_owned(),
+            file_id: row.id,
+            path: row.path,
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn files(entries: &[(&str, u64, i64)]) -> HashMap<String, (u64, i64)> {
+        entries
+            .iter()
+            .map(|(path, bytes, at)| ((*path).to_owned(), (*bytes, *at)))
+            .collect()
+    }
+
+    #[test]
+    fn files_created_or_changed_are_found_and_the_rest_left_alone() {
+        let before = files(&[
+            ("/mnt/data/a", 1, 10),
+            ("/mnt/data/b", 2, 10),
+            ("/mnt/data/gone", 1, 1),
+        ]);
+        let after = files(&[
+            ("/mnt/data/a", 1, 10),
+            ("/mnt/data/b", 2, 11),
+            ("/mnt/data/c", 5, 12),
+        ]);
+        assert_eq!(changed(&before, &after), ["/mnt/data/b", "/mnt/data/c"]);
+        assert!(changed(&after, &after).is_empty());
+    }
+
+    #[test]
+    fn logs_gather_output_results_and_errors_in_order_within_bounds() {
+        let mut gathered = Gathered::default();
+        gathered.add(ExecutionEvent::Stdout {
+            text: "a".into(),
+            timestamp_us: 0,
+        });
+        gathered.add(ExecutionEvent::Result(shellgate_interpreter::DisplayData {
+            text: Some("2".into()),
+            is_main_result: true,
+            ..Default::default()
+        }));
+        gathered.add(ExecutionEvent::Result(shellgate_interpreter::DisplayData {
+            text: Some("<Figure>".into()),
+            png: Some("iVBO".into()),
+            ..Default::default()
+        }));
+        gathered.add(ExecutionEvent::Error {
+            name: "ValueError".into(),
+            value: "no".into(),
+            traceback: String::new(),
+        });
+        let interpretation = gathered.into_interpretation();
+        assert_eq!(interpretation.logs, "a\n2\nValueError: no");
+        assert_eq!(interpretation.images, ["iVBO"]);
+        let mut many = Gathered::default();
+        for _ in 0..=MAX_IMAGES {
+            many.add(ExecutionEvent::Result(shellgate_interpreter::DisplayData {
+                png: Some("iVBO".into()),
+                ..Default::default()
+            }));
+        }
+        many.add(ExecutionEvent::Result(shellgate_interpreter::DisplayData {
+            png: Some("x".repeat(MAX_IMAGE_BYTES)),
+            ..Default::default()
+        }));
+        let interpretation = many.into_interpretation();
+        assert_eq!(interpretation.images.len(), MAX_IMAGES);
+        assert!(
+            interpretation.logs.contains("2 more images were left out"),
+            "{}",
+            interpretation.logs
+        );
+        let long = "é".repeat(MAX_LOGS);
+        let kept = bounded(long.clone(), MAX_LOGS);
+        assert!(
+            kept.len() < long.len() && kept.contains("bytes left out"),
+            "{}",
+            kept.len()
+        );
+    }
+}
