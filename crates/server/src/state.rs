@@ -58,6 +58,9 @@ pub struct AppState {
     /// The time the lifecycle sweep judges idleness and expiry by (the
     /// system's; a manual one in tests).
     pub clock: crate::clock::Clock,
+    /// The code interpreter's kernels and contexts, per container (E2B's
+    /// `/execute`, the Responses `code_interpreter` tool).
+    pub interpreters: Arc<shellgate_interpreter::Interpreters>,
 }
 
 impl AppState {
