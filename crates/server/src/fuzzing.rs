@@ -152,6 +152,8 @@ pub(crate) fn state_with(
         store,
         metrics: Default::default(),
         sync_locks: Default::default(),
+        e2b_access: Default::default(),
+        e2b_creates: Default::default(),
         egress: None,
         egress_counts: Default::default(),
         default_image_missing_said: Default::default(),

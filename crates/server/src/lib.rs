@@ -198,6 +198,8 @@ where
         skills_dir,
         metrics: Metrics::default(),
         sync_locks: Mutex::new(HashMap::new()),
+        e2b_access: Default::default(),
+        e2b_creates: Default::default(),
         egress,
         egress_counts: Default::default(),
         default_image_missing_said: Default::default(),

@@ -8,6 +8,10 @@
 //!   processes end and its files stay; the next command wakes it (new
 //!   processes, same files).
 //! - **Retention**: a suspended container's files are kept `retention_days`.
+//! - **E2B's sandboxes** (`e2b::control::sweep_sandboxes`): at their
+//!   `end_at` killed, or paused (`autoPause`); never idle-suspended or
+//!   idle-expired before it; a paused one is retained like a suspended
+//!   container.
 //! - **Files API expiry**: a file uploaded with `expires_after` is deleted
 //!   when its `expires_at` passes.
 //! - **Egress log retention**: rows older than `egress_log_retention_secs`
@@ -69,12 +73,16 @@ pub async fn sweep(state: &Arc<AppState>) -> Result<(), ApiError> {
     let now = state.clock.now();
     let idle_limit = state.config.idle_suspend_after_secs as i64;
     let retention = state.config.retention_days as i64 * 86_400;
+    // E2B's sandboxes end at their own timeout (killed or paused), never
+    // idle: the rest of this pass only keeps a paused one `retention_days`.
+    let e2b_sandboxes = crate::e2b::control::sweep_sandboxes(state, now).await?;
     for row in state.db(|s| s.all_containers()).await? {
         if row.status == shellgate_store::ContainerStatus::Creating {
             continue;
         }
+        let e2b = e2b_sandboxes.contains(&row.id);
         let idle = now - row.last_active_at;
-        let expired = idle >= row.expires_minutes as i64 * 60;
+        let expired = !e2b && idle >= row.expires_minutes as i64 * 60;
         let retained_too_long =
             row.status == shellgate_store::ContainerStatus::Suspended && idle >= retention;
         let id = row.id.clone();
@@ -90,8 +98,11 @@ pub async fn sweep(state: &Arc<AppState>) -> Result<(), ApiError> {
             }
             tracing::info!(container = %row.id, idle, "container expired");
             state.forget_owner(&id);
+            state.e2b_access.forget(&id);
             state.db(move |s| s.delete_container(&id)).await?;
-        } else if row.session_open && idle >= row.sleep_after_secs.map_or(idle_limit, |s| s as i64)
+        } else if !e2b
+            && row.session_open
+            && idle >= row.sleep_after_secs.map_or(idle_limit, |s| s as i64)
         {
             match state.engine.suspend_if_idle(&row.id).await {
                 Ok(true) => {}

@@ -268,6 +268,10 @@ impl Store {
             params![id],
         )?;
         tx.execute("DELETE FROM sessions WHERE container_id = ?1", params![id])?;
+        tx.execute(
+            "DELETE FROM e2b_sandboxes WHERE container_id = ?1",
+            params![id],
+        )?;
         tx.execute("DELETE FROM containers WHERE id = ?1", params![id])?;
         tx.commit()?;
         Ok(())

@@ -198,4 +198,28 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     ALTER TABLE containers ADD COLUMN exposed_ports TEXT NOT NULL DEFAULT '';
     ALTER TABLE containers ADD COLUMN port_token TEXT;
 "#,
+    // Issue 20: E2B's sandboxes, each a container with E2B's own record
+    // (its token, metadata, timeout and pause state). Removed with its
+    // container (`delete_container`).
+    r#"
+    CREATE TABLE e2b_sandboxes (
+        container_id TEXT PRIMARY KEY,
+        project TEXT NOT NULL,
+        template_id TEXT NOT NULL,
+        -- JSON objects of strings, as given.
+        metadata TEXT NOT NULL,
+        env_vars TEXT NOT NULL,
+        access_token TEXT NOT NULL,
+        auto_pause INTEGER NOT NULL,
+        created_at INTEGER NOT NULL,
+        started_at INTEGER NOT NULL,
+        end_at INTEGER NOT NULL,
+        paused INTEGER NOT NULL DEFAULT 0,
+        idempotency_key TEXT,
+        request_hash TEXT
+    );
+    CREATE INDEX e2b_sandboxes_by_project ON e2b_sandboxes (project);
+    CREATE UNIQUE INDEX e2b_sandboxes_by_idempotency_key
+        ON e2b_sandboxes (project, idempotency_key) WHERE idempotency_key IS NOT NULL;
+"#,
 ];

@@ -1,3 +1,254 @@
 //! Who may use a sandbox's in-sandbox API: `E2b-Sandbox-Id` names it, and
-//! `X-Access-Token` must be the token its create issued (owned by the
-//! control-plane engineer; see /work/notes/i20/api.md "Access").
+//! `X-Access-Token` must be the token its create issued (see
+//! /work/notes/i20/api.md "Access").
+//!
+//! Order: the id is looked up first (unknown, another project's, a plain
+//! `/v1` container without an E2B record, or a killed one: the same 404
+//! bytes, so nothing is revealed), then the token (missing or wrong: 401),
+//! then the state (paused: 502, as E2B answers; `connect` resumes it).
+//!
+//! What the check needs of a sandbox is cached ([`AccessCache`]), so that a
+//! tenant's every call (10,000 `List`s in a loop) costs a map lookup and a
+//! hash, not a trip to SQLite that another tenant's commands would queue
+//! behind. The control plane keeps the cache true: it is the only writer of
+//! what the cache holds (pause, resume, kill; the sweeper's too).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use sha2::{Digest, Sha256};
+use shellgate_store::E2bSandboxRow;
+
+use super::connect::{ConnectCode, ConnectError};
+use super::{E2bError, SANDBOX_ID_HEADER};
+use crate::state::AppState;
+
+/// The header carrying the sandbox's access token.
+pub const ACCESS_TOKEN_HEADER: &str = "x-access-token";
+
+/// The caller of an in-sandbox route, checked: the sandbox's container, its
+/// project, and the environment its create asked for (added to every
+/// command and interpreter context; a call's own variables win).
+#[derive(Debug, Clone)]
+pub struct SandboxCaller {
+    pub project: String,
+    pub container_id: String,
+    pub env_vars: Vec<(String, String)>,
+}
+
+/// What the access check keeps of a sandbox.
+#[derive(Debug, Clone)]
+pub(crate) struct AccessEntry {
+    project: String,
+    token_digest: [u8; 32],
+    env_vars: Arc<Vec<(String, String)>>,
+    paused: bool,
+}
+
+impl AccessEntry {
+    pub(crate) fn of_row(row: &E2bSandboxRow) -> Self {
+        Self {
+            project: row.project.clone(),
+            token_digest: digest(&row.access_token),
+            env_vars: Arc::new(
+                row.env_vars
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            ),
+            paused: row.paused,
+        }
+    }
+}
+
+/// The sandboxes the access check has seen, by container id.
+#[derive(Debug, Default)]
+pub struct AccessCache {
+    entries: Mutex<HashMap<String, AccessEntry>>,
+}
+
+/// Beyond this many entries the cache starts again (each entry is small;
+/// the bound only keeps a flood of distinct sandboxes from growing it).
+const CACHE_LIMIT: usize = 100_000;
+
+impl AccessCache {
+    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, AccessEntry>> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn get(&self, id: &str) -> Option<AccessEntry> {
+        self.entries().get(id).cloned()
+    }
+
+    /// Keeps (or replaces) what is known of a sandbox.
+    pub(crate) fn remember(&self, id: &str, entry: AccessEntry) {
+        let mut entries = self.entries();
+        if entries.len() >= CACHE_LIMIT {
+            entries.clear();
+        }
+        entries.insert(id.to_owned(), entry);
+    }
+
+    /// A sandbox paused or resumed: its cached state follows.
+    pub(crate) fn set_paused(&self, id: &str, paused: bool) {
+        if let Some(entry) = self.entries().get_mut(id) {
+            entry.paused = paused;
+        }
+    }
+
+    /// A sandbox killed (or expired): it is no longer let in.
+    pub(crate) fn forget(&self, id: &str) {
+        self.entries().remove(id);
+    }
+}
+
+fn digest(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+/// Compares two digests in time independent of where they differ (the
+/// digests of the tokens, so their lengths say nothing either).
+fn same_digest(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    a.iter().zip(b).fold(0u8, |diff, (x, y)| diff | (x ^ y)) == 0
+}
+
+/// Why a caller was refused, rendered as the route expects it: a Connect
+/// error on the Connect-RPC services, E2B's plain error body elsewhere
+/// (`/files`, `/health`, `/execute`, `/contexts`).
+#[derive(Debug, Clone)]
+pub struct AccessRejection {
+    pub error: E2bError,
+    connect: bool,
+}
+
+impl AccessRejection {
+    fn new(parts: &Parts, status: StatusCode, message: String) -> Self {
+        let path = parts.uri.path();
+        Self {
+            error: E2bError::new(status, message),
+            connect: path.starts_with("/process.Process/")
+                || path.starts_with("/filesystem.Filesystem/"),
+        }
+    }
+}
+
+impl From<AccessRejection> for E2bError {
+    fn from(rejection: AccessRejection) -> Self {
+        rejection.error
+    }
+}
+
+impl From<AccessRejection> for ConnectError {
+    fn from(rejection: AccessRejection) -> Self {
+        let code = match rejection.error.status {
+            StatusCode::UNAUTHORIZED => ConnectCode::Unauthenticated,
+            status => ConnectCode::of_status(status),
+        };
+        ConnectError::new(code, rejection.error.message)
+    }
+}
+
+impl IntoResponse for AccessRejection {
+    fn into_response(self) -> Response {
+        if self.connect {
+            ConnectError::from(self).into_response()
+        } else {
+            self.error.into_response()
+        }
+    }
+}
+
+/// The message of a paused sandbox's refusal.
+pub const PAUSED_MESSAGE: &str = "sandbox is paused";
+
+impl FromRequestParts<Arc<AppState>> for SandboxCaller {
+    type Rejection = AccessRejection;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Self, AccessRejection> {
+        // The dispatch layer sent the request here for this header.
+        let id = parts
+            .headers
+            .get(SANDBOX_ID_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .unwrap_or_default()
+            .to_owned();
+        let not_found = |parts: &Parts| {
+            let E2bError { status, message } = E2bError::sandbox_not_found(&id);
+            AccessRejection::new(parts, status, message)
+        };
+        // Ids are shellgate's (`cntr_` and base62): anything else is no
+        // sandbox, without a trip to the store.
+        if id.is_empty()
+            || id.len() > 64
+            || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        {
+            return Err(not_found(parts));
+        }
+        let entry = match state.e2b_access.get(&id) {
+            Some(entry) => entry,
+            None => {
+                let key = id.clone();
+                let row = state
+                    .db(move |s| s.e2b_sandbox_by_id(&key))
+                    .await
+                    .map_err(|e| AccessRejection::new(parts, e.status, e.message))?;
+                let Some(row) = row else {
+                    return Err(not_found(parts));
+                };
+                let entry = AccessEntry::of_row(&row);
+                state.e2b_access.remember(&id, entry.clone());
+                entry
+            }
+        };
+        let given = parts
+            .headers
+            .get(ACCESS_TOKEN_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .unwrap_or_default();
+        if given.is_empty() || !same_digest(&digest(given), &entry.token_digest) {
+            return Err(AccessRejection::new(
+                parts,
+                StatusCode::UNAUTHORIZED,
+                if given.is_empty() {
+                    "the X-Access-Token header is missing".to_owned()
+                } else {
+                    "the X-Access-Token header is not this sandbox's access token".to_owned()
+                },
+            ));
+        }
+        if entry.paused {
+            return Err(AccessRejection::new(
+                parts,
+                StatusCode::BAD_GATEWAY,
+                PAUSED_MESSAGE.to_owned(),
+            ));
+        }
+        state.remember_owner(&id, &entry.project);
+        Ok(SandboxCaller {
+            project: entry.project,
+            container_id: id,
+            env_vars: entry.env_vars.as_ref().clone(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digests_compare_whole() {
+        let a = digest("token-a");
+        assert!(same_digest(&a, &digest("token-a")));
+        assert!(!same_digest(&a, &digest("token-b")));
+    }
+}

@@ -1,7 +1,1176 @@
 //! E2B's REST control plane: sandboxes created, listed, inspected, timed,
 //! paused, resumed and killed, each a shellgate container.
+//!
+//! A sandbox *is* a container: it is made by `containers::create_container`
+//! (the one path of `POST /v1/containers`: quotas, admission, billing,
+//! audit, network policy, image) and removed by `remove_container`; E2B's
+//! own record (`e2b_sandboxes`: token, metadata, envs, `end_at`, pause
+//! state) sits beside it and goes with it.
+//!
+//! - **Timeout**: `timeout` seconds from now is the sandbox's `end_at`; the
+//!   lifecycle sweeper kills it then, or pauses it when `autoPause`. Until
+//!   then it is exempt from shellgate's idle suspension and idle expiry
+//!   (`lifecycle::sweep` leaves E2B's sandboxes to `sweep_sandboxes`).
+//! - **Pause** = suspension: its processes end, its files stay (memory is not
+//!   kept); `connect` (or the older `resume`) wakes it and moves `end_at`.
+//! - **Network**: `allowOut` domains become the container's allowlist;
+//!   `allow_internet_access: true` alone allows any domain (if the operator
+//!   lets containers do so); no network field leaves shellgate's default
+//!   (no network). What shellgate's egress proxy cannot express (IPs and
+//!   CIDRs, per-host transforms, an egress proxy, DNS servers) is refused
+//!   with a 400 naming it, never dropped.
+//! - **Idempotency-Key**: the same key of the same project within 24 hours
+//!   answers the first create's sandbox again (201); the key with a
+//!   different body is a 409.
+//!
+//! Errors are E2B's body, `{"code": <status>, "message": …}`, which the
+//! SDK's generated client parses for every status.
 
-/// The control plane's routes, beside the API's.
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::Json;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use shellgate_store::{ContainerRow, E2bListFilter, E2bSandboxRow};
+use shellgate_wire::e2b::{
+    ConnectRequest, Lifecycle, ListedSandbox, NetworkConfig, NetworkInfo, NewSandbox, OnTimeout,
+    PauseRequest, Sandbox, SandboxDetail, SandboxState, TimeoutRequest,
+};
+use shellgate_wire::time::{parse_rfc3339, rfc3339};
+use shellgate_wire::{CreateContainer, NetworkPolicy};
+
+use super::access::AccessEntry;
+use super::E2bError;
+use crate::error::ApiError;
+use crate::http::Project;
+use crate::state::AppState;
+
+/// The envd version shellgate reports: every feature gate of the SDK
+/// (`e2b/envd/versions.py` of e2b 2.63.0, the highest 0.6.4) is met.
+pub const ENVD_VERSION: &str = "0.6.4";
+/// E2B's `clientID` (a legacy field the SDK requires).
+const CLIENT_ID: &str = "shellgate";
+/// E2B's default timeout, in seconds.
+const DEFAULT_TIMEOUT_SECS: i64 = 300;
+/// Templates that stand for the server's default image.
+const DEFAULT_TEMPLATES: [&str; 3] = ["base", "code-interpreter-v1", "code-interpreter"];
+/// How long an idempotency key replays its create.
+const IDEMPOTENCY_WINDOW_SECS: i64 = 24 * 3600;
+/// Metadata bounds: entries, key bytes, value bytes.
+const MAX_METADATA: (usize, usize, usize) = (64, 64, 1024);
+/// Environment bounds: entries, name bytes, value bytes.
+const MAX_ENV_VARS: (usize, usize, usize) = (256, 256, 32 * 1024);
+/// Longest listing page (E2B's own bound).
+const MAX_LIST_LIMIT: u32 = 100;
+
+type E2bResult<T> = Result<T, E2bError>;
+
+/// An `ApiError` as E2B's body, naming its parameter when the message does
+/// not already.
+fn e2b_error(error: ApiError) -> E2bError {
+    match &error.param {
+        Some(param) if !error.message.contains(param.as_str()) => {
+            E2bError::new(error.status, format!("{param}: {}", error.message))
+        }
+        _ => E2bError::new(error.status, error.message),
+    }
+}
+
+fn bad_request(message: impl Into<String>) -> E2bError {
+    E2bError::new(StatusCode::BAD_REQUEST, message)
+}
+
+/// The caller's project, as the `Project` extractor finds it (`X-API-KEY`
+/// is one of its headers), refused in E2B's body.
+pub(crate) struct E2bProject(pub String);
+
+impl FromRequestParts<Arc<AppState>> for E2bProject {
+    type Rejection = E2bError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Self, E2bError> {
+        Project::from_request_parts(parts, state)
+            .await
+            .map(|p| E2bProject(p.0))
+            .map_err(e2b_error)
+    }
+}
+
+/// A JSON body (an empty one reads as `{}`: the SDK's connect and pause
+/// bodies may be all optional fields).
+fn read_body<T: DeserializeOwned>(body: &[u8]) -> E2bResult<T> {
+    let body: &[u8] = if body.iter().all(u8::is_ascii_whitespace) {
+        b"{}"
+    } else {
+        body
+    };
+    serde_json::from_slice(body).map_err(|e| bad_request(format!("invalid request body: {e}")))
+}
+
+/// The routes of E2B's control plane, at the root as E2B's API serves them.
 pub(crate) fn routes(table: crate::RouteTable) -> crate::RouteTable {
     table
+        .route("/v2/sandboxes", post(create).get(list))
+        .route("/sandboxes", post(create).get(list))
+        .route("/sandboxes/{sandbox_id}", get(info).delete(kill))
+        .route("/sandboxes/{sandbox_id}/timeout", post(set_timeout))
+        .route("/sandboxes/{sandbox_id}/pause", post(pause))
+        .route("/v2/sandboxes/{sandbox_id}/connect", post(connect))
+        .route("/sandboxes/{sandbox_id}/connect", post(connect))
+        .route("/sandboxes/{sandbox_id}/resume", post(resume))
+        .route("/sandboxes/{sandbox_id}/metrics", get(not_supported))
+        .route("/sandboxes/metrics", get(not_supported))
+        .route("/sandboxes/{sandbox_id}/logs", get(not_supported))
+        .route("/v2/sandboxes/{sandbox_id}/logs", get(not_supported))
+        .route("/sandboxes/{sandbox_id}/fork", post(not_supported))
+        .route("/sandboxes/{sandbox_id}/snapshots", post(not_supported))
+        .route("/sandboxes/{sandbox_id}/refreshes", post(not_supported))
+        .route("/sandboxes/{sandbox_id}/network", put(not_supported))
+}
+
+/// E2B's calls shellgate does not carry: a clear error the SDK raises, not
+/// a crash of its parser.
+async fn not_supported(_project: E2bProject) -> E2bError {
+    E2bError::new(
+        StatusCode::NOT_IMPLEMENTED,
+        "not supported by shellgate's E2B API (metrics, logs, fork, snapshots, refreshes and \
+         network updates are not carried)",
+    )
+}
+
+/// The image a template names: E2B's default templates are the server's
+/// default image; a shellgate image is itself; anything else is 404.
+async fn template_image(state: &Arc<AppState>, template: &str) -> E2bResult<Option<String>> {
+    if DEFAULT_TEMPLATES.contains(&template) {
+        return Ok(None);
+    }
+    let engine = Arc::clone(&state.engine);
+    let images = tokio::task::spawn_blocking(move || engine.images())
+        .await
+        .map_err(|e| E2bError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    if images.iter().any(|image| image.name == template) {
+        return Ok(Some(template.to_owned()));
+    }
+    Err(E2bError::new(
+        StatusCode::NOT_FOUND,
+        format!("template '{template}' not found"),
+    ))
+}
+
+/// A timeout in seconds, checked against the server's longest container
+/// life.
+fn timeout_secs(state: &AppState, timeout: Option<i64>) -> E2bResult<i64> {
+    let max = i64::from(state.config.max_expires_minutes) * 60;
+    let timeout = timeout.unwrap_or(DEFAULT_TIMEOUT_SECS.min(max));
+    if timeout < 1 || timeout > max {
+        return Err(bad_request(format!(
+            "timeout must be between 1 and {max} seconds"
+        )));
+    }
+    Ok(timeout)
+}
+
+fn check_map(
+    name: &str,
+    map: &BTreeMap<String, String>,
+    (entries, key_bytes, value_bytes): (usize, usize, usize),
+) -> E2bResult<()> {
+    if map.len() > entries {
+        return Err(bad_request(format!("{name}: at most {entries} entries")));
+    }
+    for (key, value) in map {
+        if key.is_empty() || key.len() > key_bytes {
+            return Err(bad_request(format!(
+                "{name}: keys must be 1 to {key_bytes} bytes"
+            )));
+        }
+        if value.len() > value_bytes {
+            return Err(bad_request(format!(
+                "{name}.{key}: values must be at most {value_bytes} bytes"
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn check_env_vars(env: &BTreeMap<String, String>) -> E2bResult<()> {
+    check_map("envVars", env, MAX_ENV_VARS)?;
+    for (name, value) in env {
+        if name.contains(['=', '\0']) || value.contains('\0') {
+            return Err(bad_request(format!(
+                "envVars.{name}: names cannot hold '=' or NUL, values cannot hold NUL"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// E2B's network fields as a shellgate network policy (`None`: the
+/// server's default, no network).
+fn network_policy(
+    allow_internet_access: Option<bool>,
+    network: Option<&NetworkConfig>,
+) -> E2bResult<Option<NetworkPolicy>> {
+    let refuse = |field: &str, why: &str| {
+        Err(bad_request(format!(
+            "network.{field}: {why} (shellgate's egress proxy allows domains only)"
+        )))
+    };
+    let mut allowed = Vec::new();
+    if let Some(network) = network {
+        if network.egress_proxy.is_some() {
+            return refuse("egressProxy", "an egress proxy is not supported");
+        }
+        if network.rules.is_some() {
+            return refuse("rules", "per-host transforms are not supported");
+        }
+        if network.dns_servers.is_some() {
+            return refuse("dnsServers", "DNS servers cannot be chosen");
+        }
+        for (index, entry) in network.allow_out.iter().flatten().enumerate() {
+            let entry = entry.trim();
+            if entry.parse::<std::net::IpAddr>().is_ok() || entry.contains('/') {
+                return refuse(
+                    &format!("allowOut[{index}]"),
+                    &format!("{entry:?} is an IP address or CIDR range"),
+                );
+            }
+            allowed.push(entry.to_owned());
+        }
+        // Everything not allowed is denied already: `denyOut` adds nothing
+        // to an allowlist, except a domain it also allows.
+        for (index, entry) in network.deny_out.iter().flatten().enumerate() {
+            if allowed.iter().any(|a| a.eq_ignore_ascii_case(entry.trim())) {
+                return refuse(
+                    &format!("denyOut[{index}]"),
+                    &format!("{entry:?} is also in allowOut"),
+                );
+            }
+        }
+    }
+    if allowed.is_empty() {
+        return Ok(match allow_internet_access {
+            Some(true) => Some(allowlist(vec!["*".to_owned()])),
+            Some(false) => Some(NetworkPolicy::Disabled),
+            None => None,
+        });
+    }
+    Ok(Some(allowlist(allowed)))
+}
+
+fn allowlist(allowed_domains: Vec<String>) -> NetworkPolicy {
+    NetworkPolicy::Allowlist {
+        allowed_domains,
+        domain_secrets: Vec::new(),
+        tls_passthrough_domains: Vec::new(),
+    }
+}
+
+/// Checks the create's fields shellgate cannot honour.
+fn check_unsupported(body: &NewSandbox) -> E2bResult<()> {
+    let refuse = |field: &str| {
+        Err(bad_request(format!(
+            "{field} is not supported by shellgate's E2B API"
+        )))
+    };
+    if body.mcp.is_some() {
+        return refuse("mcp");
+    }
+    if body.iam.is_some() {
+        return refuse("iam");
+    }
+    if body.volume_mounts.as_ref().is_some_and(|v| !v.is_empty()) {
+        return refuse("volumeMounts");
+    }
+    if body.auto_resume.is_some_and(|a| a.enabled) {
+        return refuse("autoResume");
+    }
+    Ok(())
+}
+
+/// The `Idempotency-Key` header, checked as the SDK makes it (1 to 255
+/// lowercase letters, digits and hyphens).
+fn idempotency_key(headers: &HeaderMap) -> E2bResult<Option<String>> {
+    let Some(value) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let key = value.to_str().unwrap_or_default();
+    if key.is_empty()
+        || key.len() > 255
+        || !key
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    {
+        return Err(bad_request(
+            "Idempotency-Key must be 1 to 255 lowercase letters, digits or hyphens",
+        ));
+    }
+    Ok(Some(key.to_owned()))
+}
+
+fn domain(state: &AppState) -> Option<String> {
+    let domain = state.config.ports_base_domain.trim();
+    (!domain.is_empty()).then(|| domain.to_owned())
+}
+
+fn sandbox_body(state: &AppState, row: &E2bSandboxRow) -> Sandbox {
+    Sandbox {
+        template_id: row.template_id.clone(),
+        sandbox_id: row.container_id.clone(),
+        client_id: CLIENT_ID.to_owned(),
+        envd_version: ENVD_VERSION.to_owned(),
+        envd_access_token: row.access_token.clone(),
+        domain: domain(state),
+    }
+}
+
+fn with_status(status: StatusCode, sandbox: Sandbox) -> Response {
+    (status, Json(sandbox)).into_response()
+}
+
+/// `POST /v2/sandboxes`, `POST /sandboxes`.
+async fn create(
+    State(state): State<Arc<AppState>>,
+    E2bProject(project): E2bProject,
+    headers: HeaderMap,
+    body: Bytes,
+) -> E2bResult<Response> {
+    let request: NewSandbox = read_body(&body)?;
+    if request.template_id.trim().is_empty() {
+        return Err(bad_request("templateID is required"));
+    }
+    check_unsupported(&request)?;
+    let key = idempotency_key(&headers)?;
+    let request_hash = hex(&Sha256::digest(&body));
+    // One create per key at a time: a retry racing the first waits for it
+    // and replays it, rather than making a second sandbox.
+    let lock = key.as_ref().map(|key| create_lock(&state, &project, key));
+    let _guard = match &lock {
+        Some(lock) => Some(lock.lock().await),
+        None => None,
+    };
+    if let Some(key) = &key {
+        let (owner, wanted, since) = (
+            project.clone(),
+            key.clone(),
+            crate::now() - IDEMPOTENCY_WINDOW_SECS,
+        );
+        let earlier = state
+            .db(move |s| s.e2b_sandbox_by_idempotency_key(&owner, &wanted, since))
+            .await
+            .map_err(e2b_error)?;
+        if let Some(earlier) = earlier {
+            if earlier.request_hash.as_deref() != Some(request_hash.as_str()) {
+                return Err(E2bError::new(
+                    StatusCode::CONFLICT,
+                    format!("Idempotency-Key {key:?} was used by a different create request"),
+                ));
+            }
+            return Ok(with_status(
+                StatusCode::CREATED,
+                sandbox_body(&state, &earlier),
+            ));
+        }
+    }
+    let metadata = request.metadata.clone().unwrap_or_default();
+    check_map("metadata", &metadata, MAX_METADATA)?;
+    let env_vars = request.env_vars.clone().unwrap_or_default();
+    check_env_vars(&env_vars)?;
+    let timeout = timeout_secs(&state, request.timeout)?;
+    let network = network_policy(request.allow_internet_access, request.network.as_ref())?;
+    let image = template_image(&state, &request.template_id).await?;
+    let container = CreateContainer {
+        name: format!("e2b:{}", request.template_id),
+        file_ids: Vec::new(),
+        expires_after: None,
+        skills: Vec::new(),
+        memory_limit: None,
+        network_policy: network,
+        image,
+        exposed_ports: Vec::new(),
+    };
+    let made = crate::containers::create_container(&state, &project, container)
+        .await
+        .map_err(|e| {
+            // The policy was E2B's network fields.
+            let mut e = e;
+            if e.param
+                .as_deref()
+                .is_some_and(|p| p.starts_with("network_policy"))
+            {
+                e.param = Some("network".to_owned());
+            }
+            e2b_error(e)
+        })?;
+    let now = crate::now();
+    let row = E2bSandboxRow {
+        container_id: made.id.clone(),
+        project: project.clone(),
+        template_id: request.template_id.clone(),
+        metadata,
+        env_vars,
+        access_token: shellgate_wire::new_id("e2bat_"),
+        auto_pause: request.auto_pause.unwrap_or(false),
+        created_at: now,
+        started_at: now,
+        end_at: now + timeout,
+        paused: false,
+        idempotency_key: key,
+        request_hash: Some(request_hash),
+    };
+    let inserted = row.clone();
+    if let Err(error) = state.db(move |s| s.insert_e2b_sandbox(&inserted)).await {
+        // Not an E2B sandbox without its record: the container goes too.
+        let _ = crate::containers::remove_container(&state, &made.id).await;
+        return Err(e2b_error(error));
+    }
+    state
+        .e2b_access
+        .remember(&row.container_id, AccessEntry::of_row(&row));
+    Ok(with_status(StatusCode::CREATED, sandbox_body(&state, &row)))
+}
+
+fn create_lock(state: &AppState, project: &str, key: &str) -> Arc<tokio::sync::Mutex<()>> {
+    let mut locks = state.e2b_creates.lock().unwrap_or_else(|p| p.into_inner());
+    // Locks nobody holds are dropped as the map grows.
+    if locks.len() > 1024 {
+        locks.retain(|_, lock| Arc::strong_count(lock) > 1);
+    }
+    Arc::clone(locks.entry(format!("{project}\n{key}")).or_default())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The project's sandbox `id` and its container, or E2B's 404 (the same
+/// for an id that is not there, another project's, or a plain container).
+async fn owned(
+    state: &AppState,
+    project: &str,
+    id: &str,
+) -> E2bResult<(E2bSandboxRow, ContainerRow)> {
+    let (owner, key) = (project.to_owned(), id.to_owned());
+    let found = state
+        .db(move |s| {
+            let Some(sandbox) = s.e2b_sandbox(&owner, &key)? else {
+                return Ok(None);
+            };
+            Ok(s.container(&owner, &key)?.map(|c| (sandbox, c)))
+        })
+        .await
+        .map_err(e2b_error)?;
+    found.ok_or_else(|| E2bError::sandbox_not_found(id))
+}
+
+fn state_of(row: &E2bSandboxRow) -> SandboxState {
+    if row.paused {
+        SandboxState::Paused
+    } else {
+        SandboxState::Running
+    }
+}
+
+/// CPU, memory and disk (MiB) of a container, as its backend holds it.
+async fn resources(state: &AppState, container: &ContainerRow) -> (u32, u64, u64) {
+    const MIB: u64 = 1 << 20;
+    let info = state.engine.inspect(&container.id).await.ok();
+    let host_cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let cores = info
+        .as_ref()
+        .and_then(|i| i.spec.cpu_cores)
+        .or(state.config.container_cpu_ceiling())
+        .unwrap_or(host_cpus);
+    let disk = info.as_ref().map_or(
+        shellgate_sandbox_api::backend::ContainerSpec::default().disk_bytes,
+        |i| i.spec.disk_bytes,
+    );
+    (
+        cores.ceil().max(1.0) as u32,
+        container.memory_limit.bytes() / MIB,
+        disk / MIB,
+    )
+}
+
+/// `GET /sandboxes/{id}`.
+async fn info(
+    State(state): State<Arc<AppState>>,
+    E2bProject(project): E2bProject,
+    Path(id): Path<String>,
+) -> E2bResult<Json<SandboxDetail>> {
+    let (sandbox, container) = owned(&state, &project, &id).await?;
+    let (cpu_count, memory_mb, disk_size_mb) = resources(&state, &container).await;
+    let policy = crate::containers::network_policy(&container);
+    let (allow_internet_access, allow_out) = match policy {
+        NetworkPolicy::Disabled => (false, Vec::new()),
+        NetworkPolicy::Allowlist {
+            allowed_domains, ..
+        } => (allowed_domains.iter().any(|d| d == "*"), allowed_domains),
+    };
+    Ok(Json(SandboxDetail {
+        template_id: sandbox.template_id.clone(),
+        sandbox_id: sandbox.container_id.clone(),
+        client_id: CLIENT_ID.to_owned(),
+        started_at: rfc3339(sandbox.started_at),
+        end_at: rfc3339(sandbox.end_at),
+        envd_version: ENVD_VERSION.to_owned(),
+        cpu_count,
+        memory_mb,
+        disk_size_mb,
+        state: state_of(&sandbox),
+        envd_access_token: sandbox.access_token.clone(),
+        allow_internet_access,
+        domain: domain(&state),
+        metadata: sandbox.metadata.clone(),
+        network: NetworkInfo {
+            allow_out,
+            deny_out: Vec::new(),
+        },
+        lifecycle: Lifecycle {
+            auto_resume: false,
+            on_timeout: if sandbox.auto_pause {
+                OnTimeout::Pause
+            } else {
+                OnTimeout::Kill
+            },
+        },
+    }))
+}
+
+/// The list's query: `metadata` (url-encoded `k=v` pairs joined by `&`),
+/// `state` (comma separated), `limit`, `nextToken`, `order`,
+/// `startedAfter`, `template`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ListQuery {
+    metadata: Option<String>,
+    state: Option<String>,
+    limit: Option<u32>,
+    next_token: Option<String>,
+    order: Option<String>,
+    started_after: Option<String>,
+    template: Option<String>,
+}
+
+/// The header carrying the next page's token.
+const NEXT_TOKEN_HEADER: &str = "x-next-token";
+
+/// `GET /v2/sandboxes`, `GET /sandboxes`.
+async fn list(
+    State(state): State<Arc<AppState>>,
+    E2bProject(project): E2bProject,
+    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> E2bResult<Response> {
+    let Query(query) = query.map_err(|e| bad_request(e.body_text()))?;
+    let mut filter = E2bListFilter {
+        limit: query.limit.unwrap_or(MAX_LIST_LIMIT),
+        after: query.next_token.clone().filter(|t| !t.is_empty()),
+        template_id: query.template.clone(),
+        ..E2bListFilter::default()
+    };
+    if filter.limit == 0 || filter.limit > MAX_LIST_LIMIT {
+        return Err(bad_request(format!(
+            "limit must be between 1 and {MAX_LIST_LIMIT}"
+        )));
+    }
+    if let Some(metadata) = &query.metadata {
+        filter.metadata = form_urlencoded::parse(metadata.as_bytes())
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
+        if filter.metadata.len() > MAX_METADATA.0 {
+            return Err(bad_request("metadata: too many filters"));
+        }
+    }
+    if let Some(states) = &query.state {
+        let (mut running, mut paused) = (false, false);
+        for name in states.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            match name {
+                "running" => running = true,
+                "paused" => paused = true,
+                other => {
+                    return Err(bad_request(format!(
+                        "state: {other:?} is not running or paused"
+                    )))
+                }
+            }
+        }
+        filter.paused = match (running, paused) {
+            (true, false) => Some(false),
+            (false, true) => Some(true),
+            _ => None,
+        };
+    }
+    filter.ascending = match query.order.as_deref() {
+        None | Some("desc") => false,
+        Some("asc") => true,
+        Some(other) => return Err(bad_request(format!("order: {other:?} is not asc or desc"))),
+    };
+    if let Some(after) = &query.started_after {
+        filter.started_after = Some(
+            parse_rfc3339(after)
+                .ok_or_else(|| bad_request("startedAfter must be an RFC 3339 time"))?,
+        );
+    }
+    let owner = project.clone();
+    let listing = state
+        .db(move |s| {
+            let (rows, more) = s.list_e2b_sandboxes(&owner, &filter)?;
+            let containers = rows
+                .iter()
+                .map(|row| s.container(&owner, &row.container_id))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok((rows, containers, more))
+        })
+        .await
+        .map_err(|e| {
+            if e.status == StatusCode::BAD_REQUEST || e.message.contains("continue after") {
+                bad_request("nextToken is not a token of this listing")
+            } else {
+                e2b_error(e)
+            }
+        })?;
+    let (rows, containers, more) = listing;
+    let mut data = Vec::with_capacity(rows.len());
+    for (row, container) in rows.iter().zip(containers) {
+        let Some(container) = container else { continue };
+        let (cpu_count, memory_mb, disk_size_mb) = resources(&state, &container).await;
+        data.push(ListedSandbox {
+            template_id: row.template_id.clone(),
+            sandbox_id: row.container_id.clone(),
+            client_id: CLIENT_ID.to_owned(),
+            started_at: rfc3339(row.started_at),
+            end_at: rfc3339(row.end_at),
+            cpu_count,
+            memory_mb,
+            disk_size_mb,
+            state: state_of(row),
+            envd_version: ENVD_VERSION.to_owned(),
+            metadata: row.metadata.clone(),
+        });
+    }
+    let mut response = Json(data).into_response();
+    if more {
+        if let Some(last) = rows.last() {
+            if let Ok(token) = HeaderValue::from_str(&last.container_id) {
+                response.headers_mut().insert(NEXT_TOKEN_HEADER, token);
+            }
+        }
+    }
+    Ok(response)
+}
+
+/// `DELETE /sandboxes/{id}`: the container's delete.
+async fn kill(
+    State(state): State<Arc<AppState>>,
+    E2bProject(project): E2bProject,
+    Path(id): Path<String>,
+) -> E2bResult<StatusCode> {
+    owned(&state, &project, &id).await?;
+    state.e2b_access.forget(&id);
+    crate::http::to_completion(async move {
+        crate::containers::remove_container(&state, &id).await?;
+        state.e2b_access.forget(&id);
+        Ok(())
+    })
+    .await
+    .map_err(e2b_error)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /sandboxes/{id}/timeout`: `end_at` is `timeout` seconds from now.
+async fn set_timeout(
+    State(state): State<Arc<AppState>>,
+    E2bProject(project): E2bProject,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> E2bResult<StatusCode> {
+    let request: TimeoutRequest = read_body(&body)?;
+    let timeout = timeout_secs(&state, Some(request.timeout))?;
+    owned(&state, &project, &id).await?;
+    let end_at = crate::now() + timeout;
+    state
+        .db(move |s| s.set_e2b_end_at(&id, end_at))
+        .await
+        .map_err(e2b_error)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Pauses a sandbox: its processes end, its files stay, its session (and
+/// billing) closes. Shared by `pause` and the sweeper's auto-pause.
+pub(crate) async fn pause_sandbox(state: &Arc<AppState>, id: &str) -> Result<(), ApiError> {
+    // Refused from now on, before the processes go.
+    state.e2b_access.set_paused(id, true);
+    let key = id.to_owned();
+    state.db(move |s| s.pause_e2b_sandbox(&key)).await?;
+    match state.engine.stop(id).await {
+        Ok(()) | Err(shellgate_sandbox_api::SandboxError::NotFound(_)) => {}
+        Err(error) => return Err(error.into()),
+    }
+    state.billing.flush().await;
+    let key = id.to_owned();
+    state
+        .db(move |s| s.close_session(&key, shellgate_store::ContainerStatus::Suspended))
+        .await
+}
+
+/// `POST /sandboxes/{id}/pause`: 204, or 409 when it is paused already.
+async fn pause(
+    State(state): State<Arc<AppState>>,
+    E2bProject(project): E2bProject,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> E2bResult<StatusCode> {
+    let _: PauseRequest = read_body(&body)?;
+    let (sandbox, _) = owned(&state, &project, &id).await?;
+    if sandbox.paused {
+        return Err(E2bError::new(
+            StatusCode::CONFLICT,
+            format!("sandbox \"{id}\" is already paused"),
+        ));
+    }
+    crate::http::to_completion(async move { pause_sandbox(&state, &id).await })
+        .await
+        .map_err(e2b_error)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Wakes a paused sandbox (admitted against the project's quotas, a billed
+/// session opened, its processes started) and gives it `timeout` more.
+async fn resume_sandbox(
+    state: &Arc<AppState>,
+    container: &ContainerRow,
+    end_at: i64,
+) -> E2bResult<()> {
+    crate::containers::begin_activity(state, container)
+        .await
+        .map_err(e2b_error)?;
+    state
+        .engine
+        .start(&container.id)
+        .await
+        .map_err(E2bError::from)?;
+    let (id, now) = (container.id.clone(), crate::now());
+    state
+        .db(move |s| s.resume_e2b_sandbox(&id, now, end_at))
+        .await
+        .map_err(e2b_error)?;
+    state.e2b_access.set_paused(&container.id, false);
+    Ok(())
+}
+
+/// `POST /v2/sandboxes/{id}/connect`, `POST /sandboxes/{id}/connect`: 200
+/// with the sandbox when it runs (its timeout moved only later, never
+/// sooner), 201 when it was paused and is resumed.
+async fn connect(
+    State(state): State<Arc<AppState>>,
+    E2bProject(project): E2bProject,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> E2bResult<Response> {
+    let request: ConnectRequest = read_body(&body)?;
+    let timeout = timeout_secs(&state, request.timeout)?;
+    let (sandbox, container) = owned(&state, &project, &id).await?;
+    let end_at = crate::now() + timeout;
+    if !sandbox.paused {
+        if end_at > sandbox.end_at {
+            state
+                .db(move |s| s.set_e2b_end_at(&id, end_at))
+                .await
+                .map_err(e2b_error)?;
+        }
+        return Ok(with_status(StatusCode::OK, sandbox_body(&state, &sandbox)));
+    }
+    let worker = Arc::clone(&state);
+    let resumed = container.clone();
+    to_completion_e2b(async move { resume_sandbox(&worker, &resumed, end_at).await }).await?;
+    Ok(with_status(
+        StatusCode::CREATED,
+        sandbox_body(&state, &sandbox),
+    ))
+}
+
+/// `POST /sandboxes/{id}/resume` (older SDKs): 201, or 409 when it runs.
+async fn resume(
+    State(state): State<Arc<AppState>>,
+    E2bProject(project): E2bProject,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> E2bResult<Response> {
+    let request: ConnectRequest = read_body(&body)?;
+    let timeout = timeout_secs(&state, request.timeout)?;
+    let (sandbox, container) = owned(&state, &project, &id).await?;
+    if !sandbox.paused {
+        return Err(E2bError::new(
+            StatusCode::CONFLICT,
+            format!("sandbox \"{id}\" is already running"),
+        ));
+    }
+    let end_at = crate::now() + timeout;
+    let worker = Arc::clone(&state);
+    to_completion_e2b(async move { resume_sandbox(&worker, &container, end_at).await }).await?;
+    Ok(with_status(
+        StatusCode::CREATED,
+        sandbox_body(&state, &sandbox),
+    ))
+}
+
+/// Runs `work` to its end whether or not the client stays (a resume
+/// half-done would leave a session open with nothing to show for it).
+async fn to_completion_e2b(
+    work: impl std::future::Future<Output = E2bResult<()>> + Send + 'static,
+) -> E2bResult<()> {
+    tokio::spawn(work).await.map_err(|e| {
+        E2bError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the request's work failed: {e}"),
+        )
+    })?
+}
+
+/// The lifecycle sweeper's part for E2B's sandboxes: at `end_at` a
+/// running sandbox is killed, or paused when its create said `autoPause`.
+/// Returns the ids of every E2B sandbox, which the rest of the sweep
+/// leaves alone (no idle suspension or idle expiry before `end_at`; a
+/// paused one is kept as a suspended container is, `retention_days`).
+pub(crate) async fn sweep_sandboxes(
+    state: &Arc<AppState>,
+    now: i64,
+) -> Result<std::collections::HashSet<String>, ApiError> {
+    let rows = state.db(|s| s.all_e2b_sandboxes()).await?;
+    let mut ids = std::collections::HashSet::with_capacity(rows.len());
+    for row in rows {
+        ids.insert(row.container_id.clone());
+        if row.paused || now < row.end_at {
+            continue;
+        }
+        if row.auto_pause {
+            tracing::info!(sandbox = %row.container_id, "E2B sandbox timed out: paused");
+            if let Err(e) = pause_sandbox(state, &row.container_id).await {
+                tracing::warn!(sandbox = %row.container_id, "could not pause: {}", e.message);
+            }
+        } else {
+            tracing::info!(sandbox = %row.container_id, "E2B sandbox timed out: killed");
+            state.e2b_access.forget(&row.container_id);
+            crate::containers::remove_container(state, &row.container_id).await?;
+            state.e2b_access.forget(&row.container_id);
+        }
+    }
+    Ok(ids)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn network_fields_map_onto_an_allowlist_or_are_refused_by_name() {
+        assert_eq!(network_policy(None, None).ok(), Some(None));
+        assert_eq!(
+            network_policy(Some(false), None).ok(),
+            Some(Some(NetworkPolicy::Disabled))
+        );
+        assert_eq!(
+            network_policy(Some(true), None).ok(),
+            Some(Some(allowlist(vec!["*".into()])))
+        );
+        let allow = NetworkConfig {
+            allow_out: Some(vec!["example.com".into(), "*.pypi.org".into()]),
+            deny_out: Some(vec!["0.0.0.0/0".into()]),
+            ..NetworkConfig::default()
+        };
+        assert_eq!(
+            network_policy(Some(false), Some(&allow)).ok(),
+            Some(Some(allowlist(vec![
+                "example.com".into(),
+                "*.pypi.org".into()
+            ])))
+        );
+        let cidr = NetworkConfig {
+            allow_out: Some(vec!["example.com".into(), "10.0.0.0/8".into()]),
+            ..NetworkConfig::default()
+        };
+        let error = network_policy(None, Some(&cidr)).expect_err("refused");
+        assert_eq!(error.status, StatusCode::BAD_REQUEST);
+        assert!(
+            error.message.contains("network.allowOut[1]"),
+            "{}",
+            error.message
+        );
+        let ip = NetworkConfig {
+            allow_out: Some(vec!["1.1.1.1".into()]),
+            ..NetworkConfig::default()
+        };
+        assert!(network_policy(None, Some(&ip)).is_err());
+    }
+
+    #[test]
+    fn idempotency_keys_are_the_sdks_shape() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(idempotency_key(&headers).ok(), Some(None));
+        headers.insert("idempotency-key", HeaderValue::from_static("abc-123"));
+        assert_eq!(idempotency_key(&headers).ok(), Some(Some("abc-123".into())));
+        headers.insert("idempotency-key", HeaderValue::from_static("ABC"));
+        assert!(idempotency_key(&headers).is_err());
+    }
+
+    #[test]
+    fn metadata_is_bounded() {
+        let big = BTreeMap::from([("k".to_owned(), "v".repeat(2000))]);
+        assert!(check_map("metadata", &big, MAX_METADATA).is_err());
+        let many: BTreeMap<String, String> =
+            (0..65).map(|i| (format!("k{i}"), "v".into())).collect();
+        assert!(check_map("metadata", &many, MAX_METADATA).is_err());
+        let env = BTreeMap::from([("A=B".to_owned(), "v".into())]);
+        assert!(check_env_vars(&env).is_err());
+    }
+}
+
+/// The control plane and the access check through the real router, on the
+/// recording backend.
+#[cfg(test)]
+mod handler_tests {
+    use axum::body::Body;
+    use axum::http::{Method, Request};
+    use serde_json::json;
+    use tower::ServiceExt;
+
+    use crate::e2b::access::SandboxCaller;
+    use crate::testing::{Call, Harness, ALPHA, BETA};
+
+    async fn create(harness: &Harness, body: serde_json::Value) -> serde_json::Value {
+        let answer = harness.post("/v2/sandboxes", body).await;
+        assert_eq!(answer.status, 201, "{}", answer.json);
+        answer.json
+    }
+
+    /// An in-sandbox call through a route that only checks its caller.
+    async fn probe(harness: &Harness, id: &str, token: Option<&str>, path: &str) -> (u16, String) {
+        async fn who(caller: SandboxCaller) -> String {
+            format!(
+                "{} {} {:?}",
+                caller.project, caller.container_id, caller.env_vars
+            )
+        }
+        let router = axum::Router::new()
+            .route("/health", axum::routing::get(who))
+            .route("/process.Process/List", axum::routing::post(who))
+            .with_state(std::sync::Arc::clone(&harness.state));
+        let mut request = Request::builder()
+            .method(if path == "/health" {
+                Method::GET
+            } else {
+                Method::POST
+            })
+            .uri(path)
+            .header("e2b-sandbox-id", id);
+        if let Some(token) = token {
+            request = request.header("x-access-token", token);
+        }
+        let response = router
+            .oneshot(request.body(Body::empty()).expect("request"))
+            .await
+            .expect("answer");
+        let status = response.status().as_u16();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .expect("body");
+        (status, String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    #[tokio::test]
+    async fn a_sandbox_is_a_container_its_token_opens() {
+        let harness = Harness::new();
+        let sandbox = create(
+            &harness,
+            json!({"templateID": "base", "timeout": 60, "metadata": {"team": "x"}, "envVars": {"A": "1"}}),
+        )
+        .await;
+        let id = sandbox["sandboxID"].as_str().expect("id").to_owned();
+        let token = sandbox["envdAccessToken"]
+            .as_str()
+            .expect("token")
+            .to_owned();
+        assert_eq!(sandbox["envdVersion"], "0.6.4");
+        // Visible as a container of its project.
+        harness.get(&format!("/v1/containers/{id}")).await.ok();
+        let (status, body) = probe(&harness, &id, Some(&token), "/health").await;
+        assert_eq!(status, 200, "{body}");
+        assert!(body.starts_with(&format!("alpha {id}")), "{body}");
+        assert!(body.contains("(\"A\", \"1\")"), "{body}");
+        // Wrong or missing token: 401 (a Connect error on RPC paths).
+        assert_eq!(probe(&harness, &id, Some("nope"), "/health").await.0, 401);
+        let (status, body) = probe(&harness, &id, None, "/process.Process/List").await;
+        assert_eq!(status, 401);
+        assert!(body.contains("\"unauthenticated\""), "{body}");
+        // Unknown, plain and killed sandboxes: the same 404 bytes.
+        let plain = harness.container("plain").await;
+        let (unknown_status, unknown) = probe(&harness, "cntr_nope", Some(&token), "/health").await;
+        let (plain_status, plain_body) = probe(&harness, &plain, Some(&token), "/health").await;
+        assert_eq!((unknown_status, plain_status), (404, 404));
+        assert_eq!(
+            unknown.replace("cntr_nope", "ID"),
+            plain_body.replace(&plain, "ID")
+        );
+        // Another project's key sees nothing of it.
+        let foreign = harness
+            .call(Some(BETA), Method::GET, &format!("/sandboxes/{id}"), None)
+            .await;
+        assert_eq!(foreign.status, 404);
+        assert_eq!(foreign.json["code"], 404);
+        let kill = harness
+            .call(
+                Some(BETA),
+                Method::DELETE,
+                &format!("/sandboxes/{id}"),
+                None,
+            )
+            .await;
+        assert_eq!(kill.status, 404);
+        // Killed: gone everywhere.
+        assert_eq!(
+            harness.delete(&format!("/sandboxes/{id}")).await.status,
+            204
+        );
+        assert_eq!(
+            harness.delete(&format!("/sandboxes/{id}")).await.status,
+            404
+        );
+        let (status, killed) = probe(&harness, &id, Some(&token), "/health").await;
+        assert_eq!(status, 404);
+        assert_eq!(
+            killed.replace(&id, "ID"),
+            unknown.replace("cntr_nope", "ID")
+        );
+        assert_eq!(
+            harness.get(&format!("/v1/containers/{id}")).await.status,
+            404
+        );
+    }
+
+    #[tokio::test]
+    async fn pause_refuses_the_in_sandbox_api_until_connect_resumes() {
+        let harness = Harness::new();
+        let sandbox = create(&harness, json!({"templateID": "base"})).await;
+        let id = sandbox["sandboxID"].as_str().expect("id").to_owned();
+        let token = sandbox["envdAccessToken"]
+            .as_str()
+            .expect("token")
+            .to_owned();
+        let pause = format!("/sandboxes/{id}/pause");
+        assert_eq!(harness.post(&pause, json!({})).await.status, 204);
+        assert!(harness.backend.calls().contains(&Call::Stop(id.clone())));
+        assert_eq!(harness.post(&pause, json!({})).await.status, 409);
+        let (status, body) = probe(&harness, &id, Some(&token), "/health").await;
+        assert_eq!(status, 502, "{body}");
+        assert!(body.contains("sandbox is paused"));
+        let info = harness.get(&format!("/sandboxes/{id}")).await;
+        assert_eq!(info.ok()["state"], "paused");
+        let connect = harness
+            .post(
+                &format!("/v2/sandboxes/{id}/connect"),
+                json!({"timeout": 120}),
+            )
+            .await;
+        assert_eq!(connect.status, 201, "{}", connect.json);
+        assert_eq!(connect.json["envdAccessToken"], token.as_str());
+        assert_eq!(probe(&harness, &id, Some(&token), "/health").await.0, 200);
+        let again = harness
+            .post(&format!("/sandboxes/{id}/connect"), json!({"timeout": 120}))
+            .await;
+        assert_eq!(again.status, 200);
+    }
+
+    #[tokio::test]
+    async fn the_sweeper_kills_or_pauses_at_the_timeout_and_not_before() {
+        let harness = Harness::with_config(|c| c.idle_suspend_after_secs = 5);
+        let killed = create(&harness, json!({"templateID": "base", "timeout": 30})).await;
+        let paused = create(
+            &harness,
+            json!({"templateID": "base", "timeout": 30, "autoPause": true}),
+        )
+        .await;
+        let (killed, paused) = (
+            killed["sandboxID"].as_str().expect("id").to_owned(),
+            paused["sandboxID"].as_str().expect("id").to_owned(),
+        );
+        // Idle far past the server's idle suspension, not past the timeout:
+        // untouched.
+        harness.clock.advance(20);
+        crate::lifecycle::sweep(&harness.state)
+            .await
+            .expect("sweeps");
+        assert_eq!(
+            harness.get(&format!("/sandboxes/{killed}")).await.ok()["state"],
+            "running"
+        );
+        assert!(!harness
+            .backend
+            .calls()
+            .contains(&Call::Stop(killed.clone())));
+        harness.clock.advance(11);
+        crate::lifecycle::sweep(&harness.state)
+            .await
+            .expect("sweeps");
+        assert_eq!(
+            harness.get(&format!("/sandboxes/{killed}")).await.status,
+            404
+        );
+        assert_eq!(
+            harness.get(&format!("/sandboxes/{paused}")).await.ok()["state"],
+            "paused"
+        );
+    }
+
+    #[tokio::test]
+    async fn creates_replay_by_idempotency_key_and_refuse_what_cannot_be_carried() {
+        let harness = Harness::new();
+        let send = |body: serde_json::Value, key: &'static str| {
+            let request = Request::builder()
+                .method(Method::POST)
+                .uri("/v2/sandboxes")
+                .header("x-api-key", ALPHA)
+                .header("content-type", "application/json")
+                .header("idempotency-key", key)
+                .body(Body::from(body.to_string()))
+                .expect("request");
+            harness.send(request)
+        };
+        let first = send(json!({"templateID": "base"}), "key-1").await;
+        let again = send(json!({"templateID": "base"}), "key-1").await;
+        assert_eq!((first.status, again.status), (201, 201));
+        assert_eq!(first.json, again.json);
+        let other = send(json!({"templateID": "base", "timeout": 9}), "key-1").await;
+        assert_eq!(other.status, 409, "{}", other.json);
+        let template = harness
+            .post("/v2/sandboxes", json!({"templateID": "nope"}))
+            .await;
+        assert_eq!(template.status, 404);
+        assert_eq!(template.json["code"], 404);
+        let cidr = harness
+            .post(
+                "/v2/sandboxes",
+                json!({"templateID": "base", "network": {"allowOut": ["10.0.0.0/8"]}}),
+            )
+            .await;
+        assert_eq!(cidr.status, 400);
+        assert!(cidr.json["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("allowOut[0]")));
+        let metrics = harness.get("/sandboxes/x/metrics").await;
+        assert_eq!(metrics.status, 501);
+        assert_eq!(metrics.json["code"], 501);
+        let unauthorized = harness.call(None, Method::GET, "/v2/sandboxes", None).await;
+        assert_eq!(unauthorized.status, 401);
+        assert_eq!(unauthorized.json["code"], 401);
+    }
 }

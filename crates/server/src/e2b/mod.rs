@@ -27,6 +27,8 @@ use tower_service::Service;
 use crate::error::ApiError;
 use crate::state::AppState;
 
+// TODO(issue 20 merge): the envd and interpreter routes use it; remove the allow then.
+#[allow(dead_code)]
 pub(crate) mod access;
 // TODO(issue 20 merge): the services use all of it; remove the allow then.
 #[allow(dead_code)]

@@ -1,0 +1,250 @@
+//! E2B's control-plane REST shapes (issue 20), typed from the SDK's
+//! generated client (`e2b/api/client/models`, e2b 2.63.0 and 2.31.0):
+//! create and connect bodies, the `Sandbox`, `SandboxDetail` and
+//! `ListedSandbox` answers, and E2B's error body. Request fields the SDK
+//! may add later are ignored (no `deny_unknown_fields`), as E2B's API does;
+//! fields that would change what the sandbox is, and that shellgate cannot
+//! honour, are read so that the server can refuse them by name.
+
+use std::collections::BTreeMap;
+
+use serde::de::IgnoredAny;
+use serde::{Deserialize, Serialize};
+
+/// `POST /v2/sandboxes` (`NewSandboxV2`) and `POST /sandboxes`
+/// (`NewSandbox`, the same fields and `secure`).
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NewSandbox {
+    #[serde(rename = "templateID")]
+    pub template_id: String,
+    /// Seconds until the sandbox is killed (or paused, `autoPause`).
+    pub timeout: Option<i64>,
+    pub auto_pause: Option<bool>,
+    /// Whether an auto-pause keeps memory (shellgate's pause keeps files only).
+    pub auto_pause_memory: Option<bool>,
+    pub auto_resume: Option<AutoResume>,
+    /// The older API's flag: every sandbox's in-sandbox API is secured here.
+    pub secure: Option<bool>,
+    /// Spelled in snake_case by E2B's API.
+    #[serde(rename = "allow_internet_access")]
+    pub allow_internet_access: Option<bool>,
+    pub network: Option<NetworkConfig>,
+    pub metadata: Option<BTreeMap<String, String>>,
+    pub env_vars: Option<BTreeMap<String, String>>,
+    #[schema(value_type = Option<Object>)]
+    pub mcp: Option<IgnoredAny>,
+    #[schema(value_type = Option<Object>)]
+    pub iam: Option<IgnoredAny>,
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub volume_mounts: Option<Vec<IgnoredAny>>,
+}
+
+/// `autoResume`: resuming a paused sandbox when traffic reaches it.
+#[derive(Debug, Clone, Copy, Deserialize, utoipa::ToSchema)]
+pub struct AutoResume {
+    pub enabled: bool,
+}
+
+/// A create's `network` (`SandboxNetworkConfig`).
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkConfig {
+    pub allow_public_traffic: Option<bool>,
+    /// Destinations the sandbox may reach: domains, `*.domain`, IPs, CIDRs.
+    pub allow_out: Option<Vec<String>>,
+    pub deny_out: Option<Vec<String>>,
+    pub dns_servers: Option<Vec<String>>,
+    #[schema(value_type = Option<Object>)]
+    pub egress_proxy: Option<IgnoredAny>,
+    pub mask_request_host: Option<String>,
+    pub https_ports: Option<Vec<u16>>,
+    /// Per-host request transforms (header injection).
+    #[schema(value_type = Option<Object>)]
+    pub rules: Option<IgnoredAny>,
+}
+
+/// The network of a sandbox as `SandboxDetail` shows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkInfo {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_out: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny_out: Vec<String>,
+}
+
+/// `Sandbox`: what create and connect answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Sandbox {
+    #[serde(rename = "templateID")]
+    pub template_id: String,
+    #[serde(rename = "sandboxID")]
+    pub sandbox_id: String,
+    #[serde(rename = "clientID")]
+    pub client_id: String,
+    pub envd_version: String,
+    pub envd_access_token: String,
+    /// Where the sandbox's ports are reached by host name, if configured.
+    pub domain: Option<String>,
+}
+
+/// `running` or `paused`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SandboxState {
+    Running,
+    Paused,
+}
+
+/// What happens at the timeout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum OnTimeout {
+    Kill,
+    Pause,
+}
+
+/// `SandboxLifecycle`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Lifecycle {
+    pub auto_resume: bool,
+    pub on_timeout: OnTimeout,
+}
+
+/// `SandboxDetail`: `GET /sandboxes/{id}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxDetail {
+    #[serde(rename = "templateID")]
+    pub template_id: String,
+    #[serde(rename = "sandboxID")]
+    pub sandbox_id: String,
+    #[serde(rename = "clientID")]
+    pub client_id: String,
+    /// RFC 3339.
+    pub started_at: String,
+    /// RFC 3339: when the timeout ends it.
+    pub end_at: String,
+    pub envd_version: String,
+    pub cpu_count: u32,
+    #[serde(rename = "memoryMB")]
+    pub memory_mb: u64,
+    #[serde(rename = "diskSizeMB")]
+    pub disk_size_mb: u64,
+    pub state: SandboxState,
+    pub envd_access_token: String,
+    /// Whether it may reach the internet (its network policy allows any
+    /// destination).
+    pub allow_internet_access: bool,
+    pub domain: Option<String>,
+    pub metadata: BTreeMap<String, String>,
+    pub network: NetworkInfo,
+    pub lifecycle: Lifecycle,
+}
+
+/// `ListedSandbox`: an entry of `GET /v2/sandboxes`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ListedSandbox {
+    #[serde(rename = "templateID")]
+    pub template_id: String,
+    #[serde(rename = "sandboxID")]
+    pub sandbox_id: String,
+    #[serde(rename = "clientID")]
+    pub client_id: String,
+    pub started_at: String,
+    pub end_at: String,
+    pub cpu_count: u32,
+    #[serde(rename = "memoryMB")]
+    pub memory_mb: u64,
+    #[serde(rename = "diskSizeMB")]
+    pub disk_size_mb: u64,
+    pub state: SandboxState,
+    pub envd_version: String,
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// `POST /sandboxes/{id}/timeout`.
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+pub struct TimeoutRequest {
+    /// Seconds from now.
+    pub timeout: i64,
+}
+
+/// `POST /v2/sandboxes/{id}/connect`, `POST /sandboxes/{id}/connect` and
+/// the older `POST /sandboxes/{id}/resume` (which also names `autoPause`).
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConnectRequest {
+    /// Seconds from now until the timeout.
+    pub timeout: Option<i64>,
+    /// Resume with memory (shellgate's pause keeps files only).
+    pub memory: Option<bool>,
+    pub auto_pause: Option<bool>,
+}
+
+/// `POST /sandboxes/{id}/pause` (its fields change nothing here: a pause
+/// keeps files, never memory).
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PauseRequest {
+    pub memory: Option<bool>,
+    pub require_healthy_guest: Option<bool>,
+}
+
+/// E2B's error body: `{"code": <HTTP status>, "message": …}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct E2bErrorBody {
+    pub code: u16,
+    pub message: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_create_reads_the_sdks_fields_and_ignores_new_ones() {
+        let body: NewSandbox = serde_json::from_value(serde_json::json!({
+            "templateID": "base", "timeout": 60, "autoPause": true,
+            "allow_internet_access": false, "metadata": {"a": "b"},
+            "envVars": {"X": "1"}, "network": {"allowOut": ["example.com"]},
+            "mcp": null, "somethingNew": 1,
+        }))
+        .expect("reads");
+        assert_eq!(body.template_id, "base");
+        assert_eq!(body.timeout, Some(60));
+        assert_eq!(body.allow_internet_access, Some(false));
+        assert_eq!(body.env_vars.expect("env")["X"], "1");
+        assert!(body.mcp.is_none());
+        assert_eq!(
+            body.network.and_then(|n| n.allow_out),
+            Some(vec!["example.com".to_owned()])
+        );
+    }
+
+    #[test]
+    fn answers_use_e2bs_spelling() {
+        let sandbox = Sandbox {
+            template_id: "base".into(),
+            sandbox_id: "cntr_1".into(),
+            client_id: "shellgate".into(),
+            envd_version: "0.6.4".into(),
+            envd_access_token: "t".into(),
+            domain: None,
+        };
+        let json = serde_json::to_value(&sandbox).expect("serializes");
+        for key in [
+            "templateID",
+            "sandboxID",
+            "clientID",
+            "envdVersion",
+            "envdAccessToken",
+        ] {
+            assert!(json.get(key).is_some(), "{key} in {json}");
+        }
+    }
+}
