@@ -146,7 +146,9 @@ pub(crate) fn state_with(
         running: Default::default(),
         files_dir: config.data_dir.join("files"),
         skills_dir: config.data_dir.join("skills"),
-        interpreters: Arc::new(shellgate_interpreter::Interpreters::new(Arc::clone(&engine))),
+        interpreters: Arc::new(shellgate_interpreter::Interpreters::new(Arc::clone(
+            &engine,
+        ))),
         config,
         engine,
         store,

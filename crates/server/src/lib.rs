@@ -190,7 +190,9 @@ where
                 .map_err(|e| ServeError::Setup(e.to_string()))?,
         ),
         running: Default::default(),
-        interpreters: Arc::new(shellgate_interpreter::Interpreters::new(Arc::clone(&engine))),
+        interpreters: Arc::new(shellgate_interpreter::Interpreters::new(Arc::clone(
+            &engine,
+        ))),
         config,
         engine,
         store: store.clone(),

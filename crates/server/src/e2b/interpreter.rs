@@ -23,7 +23,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
+use axum::routing::{delete, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use shellgate_interpreter::{
@@ -118,7 +118,9 @@ fn ndjson(event: &ExecutionEvent) -> Bytes {
             value,
             traceback,
         },
-        ExecutionEvent::ExecutionCount(n) => Line::NumberOfExecutions { execution_count: *n },
+        ExecutionEvent::ExecutionCount(n) => Line::NumberOfExecutions {
+            execution_count: *n,
+        },
     };
     // Strings, numbers and DisplayData always serialise.
     let mut bytes = serde_json::to_vec(&line).unwrap_or_default();
@@ -172,8 +174,7 @@ async fn execute(
     caller: SandboxCaller,
     body: Result<Json<ExecuteBody>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Response, E2bError> {
-    let Json(body) =
-        body.map_err(|e| E2bError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
+    let Json(body) = body.map_err(|e| E2bError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
     let asked = Execute {
         code: body.code,
         language: language(body.language.as_deref())?,
@@ -330,7 +331,10 @@ mod tests {
             text: "hi\n".into(),
             timestamp_us: 2,
         });
-        assert_eq!(&line[..], b"{\"type\":\"stdout\",\"text\":\"hi\\n\",\"timestamp\":2000}\n");
+        assert_eq!(
+            &line[..],
+            b"{\"type\":\"stdout\",\"text\":\"hi\\n\",\"timestamp\":2000}\n"
+        );
         let result = ExecutionEvent::Result(DisplayData {
             text: Some("2".into()),
             is_main_result: true,
