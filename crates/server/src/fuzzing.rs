@@ -132,7 +132,6 @@ pub(crate) fn state_with(
 ) -> Arc<AppState> {
     let store = crate::db::Db::new(store);
     Arc::new(AppState {
-        interpreters: shellgate_interpreter::Interpreters::new(Arc::clone(&engine)),
         limiter: crate::auth::RateLimiter::new(config.rate_limit_per_minute),
         keys: Default::default(),
         admission: crate::admission::Admission::new(&config, store.clone()),
@@ -147,6 +146,9 @@ pub(crate) fn state_with(
         running: Default::default(),
         files_dir: config.data_dir.join("files"),
         skills_dir: config.data_dir.join("skills"),
+        interpreters: Arc::new(shellgate_interpreter::Interpreters::new(Arc::clone(
+            &engine,
+        ))),
         config,
         engine,
         store,

@@ -201,7 +201,6 @@ where
     }
     let store = Db::new(store);
     let state = Arc::new(AppState {
-        interpreters: shellgate_interpreter::Interpreters::new(Arc::clone(&engine)),
         limiter: RateLimiter::new(config.rate_limit_per_minute),
         keys: KeyCache::default(),
         admission: Admission::new(&config, store.clone()),
@@ -214,6 +213,9 @@ where
                 .map_err(|e| ServeError::Setup(e.to_string()))?,
         ),
         running: Default::default(),
+        interpreters: Arc::new(shellgate_interpreter::Interpreters::new(Arc::clone(
+            &engine,
+        ))),
         config,
         engine,
         store: store.clone(),

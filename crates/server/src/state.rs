@@ -25,9 +25,6 @@ pub struct AppState {
     /// The sandbox backend, only through its trait: another backend
     /// (microVMs, Kubernetes) plugs in here without touching the API layer.
     pub engine: Arc<dyn SandboxBackend>,
-    /// The code interpreter's kernels, per container (E2B's `/execute` and
-    /// the Responses `code_interpreter` alike).
-    pub interpreters: shellgate_interpreter::Interpreters,
     pub(crate) store: Db,
     /// Where Files API blobs live.
     pub files_dir: PathBuf,
@@ -69,6 +66,9 @@ pub struct AppState {
     pub(crate) e2b_watchers: crate::e2b::filesystem::Watchers,
     /// The processes started through E2B's envd API, by pid and tag.
     pub(crate) e2b_processes: crate::e2b::process::registry::Registry,
+    /// The code interpreter's kernels and contexts, per container (E2B's
+    /// `/execute`, the Responses `code_interpreter` tool).
+    pub interpreters: Arc<shellgate_interpreter::Interpreters>,
 }
 
 impl AppState {

@@ -93,6 +93,41 @@ impl FromRequestParts<Arc<AppState>> for SandboxCaller {
         parts: &mut Parts,
         state: &Arc<AppState>,
     ) -> Result<Self, AccessRejection> {
+        check(parts, state, Token::Required).await
+    }
+}
+
+/// The caller of a route E2B's SDK calls without the access token (the
+/// code interpreter's `/contexts`: the latest Python SDK sends none there,
+/// and E2B's own Jupyter port checks none): the same lookup and the same
+/// 404s; a token, if given, must be right (401 otherwise).
+#[derive(Debug, Clone)]
+pub struct SandboxCallerTokenOptional(pub SandboxCaller);
+
+impl FromRequestParts<Arc<AppState>> for SandboxCallerTokenOptional {
+    type Rejection = AccessRejection;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Self, AccessRejection> {
+        check(parts, state, Token::IfGiven).await.map(Self)
+    }
+}
+
+/// Whether a route needs the access token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Token {
+    Required,
+    IfGiven,
+}
+
+async fn check(
+    parts: &Parts,
+    state: &Arc<AppState>,
+    token: Token,
+) -> Result<SandboxCaller, AccessRejection> {
+    {
         // The dispatch layer sent the request here for this header.
         let id = parts
             .headers
@@ -135,7 +170,10 @@ impl FromRequestParts<Arc<AppState>> for SandboxCaller {
             .and_then(|v| v.to_str().ok())
             .map(str::trim)
             .unwrap_or_default();
-        if given.is_empty() || !same_digest(&digest(given), &entry.token_digest) {
+        let absent_allowed = given.is_empty() && token == Token::IfGiven;
+        if !absent_allowed
+            && (given.is_empty() || !same_digest(&digest(given), &entry.token_digest))
+        {
             return Err(AccessRejection::new(
                 parts,
                 StatusCode::UNAUTHORIZED,

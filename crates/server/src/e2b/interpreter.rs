@@ -1,11 +1,371 @@
-//! The code interpreter's port: `POST /execute` (newline-delimited JSON) and its contexts.
+//! The code interpreter's port (49999 by `E2b-Sandbox-Port`): `POST
+//! /execute`, answered as newline-delimited JSON as E2B's code interpreter
+//! answers it, and its contexts (`POST`/`GET /contexts`, `DELETE
+//! /contexts/{id}`, `POST /contexts/{id}/restart`). A dialect over
+//! `shellgate_interpreter::Interpreters` (the kernels live there).
+//!
+//! Access: `/execute` needs the sandbox's access token (`SandboxCaller`).
+//! The contexts routes take it when given, but let a caller without it in
+//! on the sandbox id alone (`SandboxCallerTokenOptional`): E2B's latest
+//! Python SDK sends no token there (E2B's own Jupyter port checks none);
+//! the id is 128 random bits, and another project's gets the same 404.
+//!
+//! An execution holds one of the project's concurrent exec slots until it
+//! ends, and is billed and audited as one exec command. E2B's SDK sends no
+//! timeout (it gives up on the request itself, and a client that leaves
+//! interrupts the execution); [`EXECUTION_BOUND`] is the server's.
 
+use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Duration;
 
-use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use shellgate_interpreter::{
+    ContextInfo, DisplayData, Execute, ExecutionEvent, InterpreterError, Interruption, Language,
+};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt;
 
+use super::access::{SandboxCaller, SandboxCallerTokenOptional};
+use super::E2bError;
+use crate::containers::{prepare_exec, BillOnDrop};
 use crate::state::AppState;
+
+/// The longest one execution runs on the server's side.
+pub const EXECUTION_BOUND: Duration = Duration::from_secs(3600);
+
+/// Events buffered toward a slow client before the kernel's reader waits.
+const EVENTS_BUFFERED: usize = 64;
 
 pub(super) fn routes(router: Router<Arc<AppState>>) -> Router<Arc<AppState>> {
     router
+        .route("/execute", post(execute))
+        .route("/contexts", post(create_context).get(list_contexts))
+        .route("/contexts/{id}", delete(remove_context))
+        .route("/contexts/{id}/restart", post(restart_context))
+}
+
+/// `POST /execute`'s body (both SDK versions send every field, `null` when
+/// unset).
+#[derive(Debug, Deserialize)]
+struct ExecuteBody {
+    code: String,
+    #[serde(default)]
+    context_id: Option<String>,
+    #[serde(default)]
+    language: Option<String>,
+    #[serde(default)]
+    env_vars: Option<std::collections::BTreeMap<String, String>>,
+}
+
+/// `POST /contexts`'s body.
+#[derive(Debug, Default, Deserialize)]
+struct ContextBody {
+    #[serde(default)]
+    language: Option<String>,
+    #[serde(default)]
+    cwd: Option<String>,
+}
+
+/// One line of `/execute`'s answer (E2B's `parse_output` reads `type`).
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Line<'a> {
+    Stdout {
+        text: &'a str,
+        /// Unix nanoseconds.
+        timestamp: i64,
+    },
+    Stderr {
+        text: &'a str,
+        timestamp: i64,
+    },
+    Result(&'a DisplayData),
+    Error {
+        name: &'a str,
+        value: &'a str,
+        traceback: &'a str,
+    },
+    NumberOfExecutions {
+        execution_count: u32,
+    },
+}
+
+fn ndjson(event: &ExecutionEvent) -> Bytes {
+    let line = match event {
+        ExecutionEvent::Stdout { text, timestamp_us } => Line::Stdout {
+            text,
+            timestamp: timestamp_us.saturating_mul(1000),
+        },
+        ExecutionEvent::Stderr { text, timestamp_us } => Line::Stderr {
+            text,
+            timestamp: timestamp_us.saturating_mul(1000),
+        },
+        ExecutionEvent::Result(data) => Line::Result(data),
+        ExecutionEvent::Error {
+            name,
+            value,
+            traceback,
+        } => Line::Error {
+            name,
+            value,
+            traceback,
+        },
+        ExecutionEvent::ExecutionCount(n) => Line::NumberOfExecutions {
+            execution_count: *n,
+        },
+    };
+    // Strings, numbers and DisplayData always serialise.
+    let mut bytes = serde_json::to_vec(&line).unwrap_or_default();
+    bytes.push(b'\n');
+    Bytes::from(bytes)
+}
+
+fn interpreter_error(error: InterpreterError) -> E2bError {
+    match error {
+        InterpreterError::ContextNotFound(id) => {
+            E2bError::new(StatusCode::NOT_FOUND, format!("context {id:?} not found"))
+        }
+        InterpreterError::InvalidRequest { .. } | InterpreterError::UnsupportedLanguage(_) => {
+            E2bError::new(StatusCode::BAD_REQUEST, error.to_string())
+        }
+        InterpreterError::TooManyContexts { .. } => {
+            E2bError::new(StatusCode::TOO_MANY_REQUESTS, error.to_string())
+        }
+        InterpreterError::KernelFailed(_) => {
+            E2bError::new(StatusCode::INTERNAL_SERVER_ERROR, error.to_string())
+        }
+        InterpreterError::Sandbox(error) => error.into(),
+    }
+}
+
+fn language(name: Option<&str>) -> Result<Option<Language>, E2bError> {
+    match name {
+        None => Ok(None),
+        Some(name) => Language::parse(name).map(Some).ok_or_else(|| {
+            E2bError::new(
+                StatusCode::BAD_REQUEST,
+                format!("language {name:?} is not supported (python is)"),
+            )
+        }),
+    }
+}
+
+/// The sandbox's variables, then the call's (which win).
+fn merged_env(
+    sandbox: &[(String, String)],
+    call: Option<std::collections::BTreeMap<String, String>>,
+) -> Vec<(String, String)> {
+    let mut env: std::collections::BTreeMap<String, String> = sandbox.iter().cloned().collect();
+    env.extend(call.unwrap_or_default());
+    env.into_iter().collect()
+}
+
+/// `POST /execute` → 200 `application/x-ndjson`, one event a line.
+async fn execute(
+    State(state): State<Arc<AppState>>,
+    caller: SandboxCaller,
+    body: Result<Json<ExecuteBody>, axum::extract::rejection::JsonRejection>,
+) -> Result<Response, E2bError> {
+    let Json(body) = body.map_err(|e| E2bError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
+    let asked = Execute {
+        code: body.code,
+        language: language(body.language.as_deref())?,
+        env_vars: merged_env(&caller.env_vars, body.env_vars),
+        timeout: EXECUTION_BOUND,
+        context_id: body.context_id,
+    };
+    if asked.code.len() > shellgate_interpreter::MAX_CODE_BYTES {
+        return Err(interpreter_error(InterpreterError::InvalidRequest {
+            param: "code",
+            message: format!(
+                "code must be at most {} bytes",
+                shellgate_interpreter::MAX_CODE_BYTES
+            ),
+        }));
+    }
+    let container = caller.container_id.clone();
+    // A context asked for by id must exist: a 404 now, not a stream.
+    if let Some(id) = &asked.context_id {
+        let known = state.interpreters.contexts(&container).await;
+        if !known.iter().any(|c| &c.id == id) {
+            return Err(interpreter_error(InterpreterError::ContextNotFound(
+                id.clone(),
+            )));
+        }
+    }
+    let (permit, _) = prepare_exec(&state, &caller.project, &container).await?;
+    let (sender, receiver) = mpsc::channel::<ExecutionEvent>(EVENTS_BUFFERED);
+    let (lines, body) = mpsc::channel::<Bytes>(EVENTS_BUFFERED);
+    let code = asked.code.clone();
+    tokio::spawn(async move {
+        let _permit = permit;
+        let mut billing = BillOnDrop::start(&state, &container, 1);
+        let started = std::time::Instant::now();
+        // Events become lines; the client leaving closes `lines`, which
+        // drops `receiver`, which interrupts the execution.
+        let forward = forward_lines(receiver, lines.clone());
+        let run = state.interpreters.execute(&container, asked, sender);
+        let (summary, ()) = tokio::join!(run, forward);
+        let outcome = match &summary {
+            Ok(summary) if summary.interrupted == Some(Interruption::TimedOut) => {
+                shellgate_wire::Outcome::Timeout
+            }
+            Ok(summary) => shellgate_wire::Outcome::Exit {
+                exit_code: i32::from(summary.failed || summary.interrupted.is_some()),
+            },
+            Err(_) => shellgate_wire::Outcome::Exit { exit_code: 1 },
+        };
+        if let Err(error) = &summary {
+            // Past the status line: the failure is the stream's last line.
+            let failed = ExecutionEvent::Error {
+                name: "ExecutionFailed".into(),
+                value: error.to_string(),
+                traceback: String::new(),
+            };
+            let _ = lines.send(ndjson(&failed)).await;
+        }
+        billing.ok = summary.is_ok();
+        drop(billing);
+        let result = shellgate_sandbox_api::CommandResult {
+            stdout: String::new(),
+            stderr: String::new(),
+            outcome,
+            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            bytes_out: 0,
+        };
+        state
+            .billing
+            .audit(&caller.project, &container, None, &[code], &[result]);
+    });
+    let stream = ReceiverStream::new(body).map(Ok::<Bytes, Infallible>);
+    Ok((
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
+        Body::from_stream(stream),
+    )
+        .into_response())
+}
+
+/// Sends each event as a line until the events end or the client leaves.
+async fn forward_lines(mut events: mpsc::Receiver<ExecutionEvent>, lines: mpsc::Sender<Bytes>) {
+    while let Some(event) = events.recv().await {
+        if lines.send(ndjson(&event)).await.is_err() {
+            // The client left: dropping `events` tells the execution.
+            return;
+        }
+    }
+}
+
+/// `POST /contexts` → 200 the context (`{"id", "language", "cwd"}`).
+async fn create_context(
+    State(state): State<Arc<AppState>>,
+    SandboxCallerTokenOptional(caller): SandboxCallerTokenOptional,
+    body: Option<Json<ContextBody>>,
+) -> Result<Json<ContextInfo>, E2bError> {
+    let body = body.map(|Json(b)| b).unwrap_or_default();
+    let language = language(body.language.as_deref())?.unwrap_or(Language::Python);
+    let info = state
+        .interpreters
+        .create_context(
+            &caller.container_id,
+            language,
+            body.cwd.as_deref(),
+            &caller.env_vars,
+        )
+        .await
+        .map_err(interpreter_error)?;
+    Ok(Json(info))
+}
+
+/// `GET /contexts` → the sandbox's contexts.
+async fn list_contexts(
+    State(state): State<Arc<AppState>>,
+    SandboxCallerTokenOptional(caller): SandboxCallerTokenOptional,
+) -> Json<Vec<ContextInfo>> {
+    Json(state.interpreters.contexts(&caller.container_id).await)
+}
+
+/// `DELETE /contexts/{id}` → 204.
+async fn remove_context(
+    State(state): State<Arc<AppState>>,
+    SandboxCallerTokenOptional(caller): SandboxCallerTokenOptional,
+    Path(id): Path<String>,
+) -> Result<StatusCode, E2bError> {
+    state
+        .interpreters
+        .remove_context(&caller.container_id, &id)
+        .await
+        .map_err(interpreter_error)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /contexts/{id}/restart` → 204.
+async fn restart_context(
+    State(state): State<Arc<AppState>>,
+    SandboxCallerTokenOptional(caller): SandboxCallerTokenOptional,
+    Path(id): Path<String>,
+) -> Result<StatusCode, E2bError> {
+    state
+        .interpreters
+        .restart_context(&caller.container_id, &id)
+        .await
+        .map_err(interpreter_error)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_e2b_s() {
+        let line = ndjson(&ExecutionEvent::Stdout {
+            text: "hi\n".into(),
+            timestamp_us: 2,
+        });
+        assert_eq!(
+            &line[..],
+            b"{\"type\":\"stdout\",\"text\":\"hi\\n\",\"timestamp\":2000}\n"
+        );
+        let result = ExecutionEvent::Result(DisplayData {
+            text: Some("2".into()),
+            is_main_result: true,
+            ..Default::default()
+        });
+        assert_eq!(
+            &ndjson(&result)[..],
+            b"{\"type\":\"result\",\"text\":\"2\",\"is_main_result\":true}\n"
+        );
+        assert_eq!(
+            &ndjson(&ExecutionEvent::ExecutionCount(3))[..],
+            b"{\"type\":\"number_of_executions\",\"execution_count\":3}\n"
+        );
+        let error = ExecutionEvent::Error {
+            name: "E".into(),
+            value: "v".into(),
+            traceback: "t".into(),
+        };
+        assert_eq!(
+            &ndjson(&error)[..],
+            b"{\"type\":\"error\",\"name\":\"E\",\"value\":\"v\",\"traceback\":\"t\"}\n"
+        );
+    }
+
+    #[test]
+    fn the_call_s_variables_win_over_the_sandbox_s() {
+        let sandbox = vec![("A".to_owned(), "1".to_owned()), ("B".into(), "2".into())];
+        let call = [("B".to_owned(), "3".to_owned())].into_iter().collect();
+        assert_eq!(
+            merged_env(&sandbox, Some(call)),
+            vec![("A".into(), "1".into()), ("B".into(), "3".into())]
+        );
+    }
 }

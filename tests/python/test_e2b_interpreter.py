@@ -1,0 +1,141 @@
+"""E2B's code interpreter (issue 20) through the unmodified latest
+`e2b_code_interpreter` SDK against a real `shellgate serve`: `run_code`
+results, state, imports and the working directory across calls, a pandas
+DataFrame (html), a matplotlib chart (png), an exception, a timeout that
+keeps the context, contexts created/listed/removed/restarted, and the
+stdout/stderr callbacks."""
+import base64
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+import requests
+
+from conftest import BINARY, Server, e2b_environment
+from e2b_code_interpreter import Sandbox
+from e2b.exceptions import NotFoundException, TimeoutException
+
+# The cached debian-12 build (pandas, matplotlib), shared with the curated
+# skills' test: built once per machine, a no-op when up to date.
+IMAGE_CACHE = Path(os.environ.get("SHELLGATE_TEST_IMAGE_CACHE", "/var/cache/shellgate-test/images-data"))
+
+
+@pytest.fixture(scope="module")
+def server(upstream):
+    """A server whose default image (E2B's code-interpreter template) is
+    debian-12, as a deployment serving E2B's code interpreter would have."""
+    built = subprocess.run([str(BINARY), "--data-dir", str(IMAGE_CACHE), "image", "build", "debian-12"],
+                           capture_output=True, text=True, timeout=3600)
+    assert built.returncode == 0, built.stderr[-3000:]
+    data_dir = Path(tempfile.mkdtemp(prefix="shellgate-e2b-interp-"))
+    os.chmod(data_dir, 0o755)
+    server = Server(data_dir, upstream_url=upstream.url, default_image="debian-12",
+                    images_dir=str(IMAGE_CACHE / "sandbox" / "images"), warm_containers="0").start()
+    yield server
+    server.stop()
+    subprocess.run(["rm", "-rf", str(data_dir)], check=False)
+
+
+@pytest.fixture
+def sandbox(server, monkeypatch):
+    for name, value in e2b_environment(server).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("E2B_DEBUG", raising=False)
+    sandbox = Sandbox.create()
+    yield sandbox
+    sandbox.kill()
+
+
+def test_run_code_keeps_state_imports_and_cwd_in_its_context(sandbox):
+    execution = sandbox.run_code("1+1")
+    assert execution.text == "2", execution
+    assert execution.error is None
+    assert execution.execution_count == 1
+    sandbox.run_code("import os, json\nx = 41\nos.chdir('/tmp')")
+    execution = sandbox.run_code("json.dumps({'x': x + 1}), os.getcwd()")
+    assert execution.text == "('{\"x\": 42}', '/tmp')", execution
+    # stdout and stderr, as logs and through the callbacks, in order.
+    seen = []
+    execution = sandbox.run_code(
+        "import sys\nprint('out-1')\nprint('err-1', file=sys.stderr)\nos.system('echo from-shell')",
+        on_stdout=lambda m: seen.append(("out", m.line)),
+        on_stderr=lambda m: seen.append(("err", m.line)),
+    )
+    assert "".join(execution.logs.stdout) == "out-1\nfrom-shell\n", execution.logs
+    assert execution.logs.stderr == ["err-1\n"], execution.logs
+    assert ("err", "err-1\n") in seen and any(kind == "out" for kind, _ in seen), seen
+
+
+def test_a_dataframe_is_html_a_chart_is_png_an_exception_is_an_error(sandbox):
+    execution = sandbox.run_code("import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': [3, 4]})")
+    assert execution.error is None, execution.error
+    main = [r for r in execution.results if r.is_main_result]
+    assert len(main) == 1 and "<table" in main[0].html and "a" in main[0].text, execution
+
+    execution = sandbox.run_code(
+        "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.title('squares')\nplt.show()"
+    )
+    assert execution.error is None, execution.error
+    charts = [r for r in execution.results if r.png]
+    assert len(charts) == 1, execution
+    assert base64.b64decode(charts[0].png).startswith(b"\x89PNG\r\n\x1a\n")
+
+    errors = []
+    execution = sandbox.run_code("def f():\n    raise ValueError('bad value')\nf()", on_error=errors.append)
+    assert execution.error.name == "ValueError"
+    assert execution.error.value == "bad value"
+    assert "raise ValueError('bad value')" in execution.error.traceback
+    assert errors and errors[0].name == "ValueError"
+
+
+def test_a_timeout_interrupts_and_the_context_keeps_its_variables(sandbox):
+    sandbox.run_code("kept = 'still here'")
+    with pytest.raises(TimeoutException):
+        sandbox.run_code("import time\ntime.sleep(100)", timeout=2)
+    # The interrupted execution ends (SIGINT) and the next one runs in
+    # the same kernel, its variables intact.
+    execution = sandbox.run_code("kept")
+    assert execution.text == "'still here'", execution
+
+
+def test_contexts_are_created_listed_restarted_and_removed(sandbox):
+    context = sandbox.create_code_context(cwd="/tmp")
+    assert context.language == "python" and context.cwd == "/tmp"
+    sandbox.run_code("y = 5", context=context)
+    assert sandbox.run_code("y * 2", context=context).text == "10"
+    # Other contexts (the default one) do not share its variables.
+    assert sandbox.run_code("'y' in globals()").text == "False"
+    ids = [c.id for c in sandbox.list_code_contexts()]
+    assert context.id in ids and len(ids) == 2, ids
+    sandbox.restart_code_context(context)
+    assert sandbox.run_code("'y' in globals()", context=context).text == "False"
+    sandbox.remove_code_context(context.id)
+    assert context.id not in [c.id for c in sandbox.list_code_contexts()]
+    with pytest.raises(NotFoundException):
+        sandbox.run_code("1", context=context)
+
+
+def test_execute_needs_the_sandbox_s_token_and_another_project_sees_nothing(sandbox, server):
+    root = f"http://{server.host}:{server.port}"
+    headers = {"E2b-Sandbox-Id": sandbox.sandbox_id, "E2b-Sandbox-Port": "49999"}
+    refused = requests.post(f"{root}/execute", json={"code": "1"}, headers=headers, timeout=30)
+    assert refused.status_code == 401, refused.text
+    wrong = requests.post(f"{root}/execute", json={"code": "1"},
+                          headers={**headers, "X-Access-Token": "not-it"}, timeout=30)
+    assert wrong.status_code == 401, wrong.text
+    # A token given on the contexts routes must be right too.
+    wrong = requests.get(f"{root}/contexts", headers={**headers, "X-Access-Token": "not-it"}, timeout=30)
+    assert wrong.status_code == 401, wrong.text
+    unknown = requests.get(f"{root}/contexts", headers={**headers, "E2b-Sandbox-Id": "cntr_" + "0" * 32},
+                           timeout=30)
+    assert unknown.status_code == 404, unknown.text
+    # Bad input is a 400 before anything runs.
+    token = {"X-Access-Token": sandbox._envd_access_token}
+    bad = requests.post(f"{root}/execute", json={"code": "1", "language": "cobol"},
+                        headers={**headers, **token}, timeout=30)
+    assert bad.status_code == 400, bad.text
+    lines = requests.post(f"{root}/execute", json={"code": "6*7"}, headers={**headers, **token}, timeout=60)
+    assert lines.status_code == 200 and lines.headers["content-type"] == "application/x-ndjson"
+    assert '{"type":"result","text":"42","is_main_result":true}' in lines.text.splitlines(), lines.text
