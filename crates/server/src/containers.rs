@@ -433,6 +433,7 @@ pub async fn delete(
 pub(crate) async fn remove_container(state: &Arc<AppState>, id: &str) -> ApiResult<()> {
     state.forget_owner(id);
     destroy_quietly(state.engine.as_ref(), id).await;
+    state.interpreters.forget_container(id);
     state.billing.flush().await;
     let key = id.to_owned();
     state.db(move |s| s.delete_container(&key)).await
