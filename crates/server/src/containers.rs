@@ -435,6 +435,7 @@ pub(crate) async fn remove_container(state: &Arc<AppState>, id: &str) -> ApiResu
     // An E2B sandbox's record goes with the row: its access check too.
     state.e2b_access.forget(id);
     destroy_quietly(state.engine.as_ref(), id).await;
+    state.interpreters.forget_container(id);
     state.billing.flush().await;
     let key = id.to_owned();
     state.db(move |s| s.delete_container(&key)).await

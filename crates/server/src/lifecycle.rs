@@ -100,6 +100,7 @@ pub async fn sweep(state: &Arc<AppState>) -> Result<(), ApiError> {
             tracing::info!(container = %row.id, idle, "container expired");
             state.forget_owner(&id);
             state.e2b_access.forget(&id);
+            state.interpreters.forget_container(&id);
             state.db(move |s| s.delete_container(&id)).await?;
         } else if !e2b_running
             && row.session_open
@@ -114,6 +115,8 @@ pub async fn sweep(state: &Arc<AppState>) -> Result<(), ApiError> {
                 }
             }
             tracing::info!(container = %row.id, idle, "suspended an idle container");
+            // Its kernels ended with it.
+            state.interpreters.forget_container(&id);
             state
                 .db(move |s| s.close_session(&id, shellgate_store::ContainerStatus::Suspended))
                 .await?;

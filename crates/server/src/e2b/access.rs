@@ -127,75 +127,69 @@ async fn check(
     state: &Arc<AppState>,
     token: Token,
 ) -> Result<SandboxCaller, AccessRejection> {
+    // The dispatch layer sent the request here for this header.
+    let id = parts
+        .headers
+        .get(SANDBOX_ID_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .unwrap_or_default()
+        .to_owned();
+    let not_found = |parts: &Parts| {
+        let E2bError { status, message } = E2bError::sandbox_not_found(&id);
+        AccessRejection::new(parts, status, message)
+    };
+    // Ids are shellgate's (`cntr_` and base62): anything else is no
+    // sandbox, without a trip to the store.
+    if id.is_empty() || id.len() > 64 || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
     {
-        // The dispatch layer sent the request here for this header.
-        let id = parts
-            .headers
-            .get(SANDBOX_ID_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-            .unwrap_or_default()
-            .to_owned();
-        let not_found = |parts: &Parts| {
-            let E2bError { status, message } = E2bError::sandbox_not_found(&id);
-            AccessRejection::new(parts, status, message)
-        };
-        // Ids are shellgate's (`cntr_` and base62): anything else is no
-        // sandbox, without a trip to the store.
-        if id.is_empty()
-            || id.len() > 64
-            || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-        {
-            return Err(not_found(parts));
-        }
-        let entry = match state.e2b_access.get(&id) {
-            Some(entry) => entry,
-            None => {
-                let key = id.clone();
-                let row = state
-                    .db(move |s| s.e2b_sandbox_by_id(&key))
-                    .await
-                    .map_err(|e| AccessRejection::new(parts, e.status, e.message))?;
-                let Some(row) = row else {
-                    return Err(not_found(parts));
-                };
-                let entry = AccessEntry::of_row(&row);
-                state.e2b_access.remember(&id, entry.clone());
-                entry
-            }
-        };
-        let given = parts
-            .headers
-            .get(ACCESS_TOKEN_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-            .unwrap_or_default();
-        let absent_allowed = given.is_empty() && token == Token::IfGiven;
-        if !absent_allowed
-            && (given.is_empty() || !same_digest(&digest(given), &entry.token_digest))
-        {
-            return Err(AccessRejection::new(
-                parts,
-                StatusCode::UNAUTHORIZED,
-                if given.is_empty() {
-                    "the X-Access-Token header is missing".to_owned()
-                } else {
-                    "the X-Access-Token header is not this sandbox's access token".to_owned()
-                },
-            ));
-        }
-        if entry.paused {
-            return Err(AccessRejection::new(
-                parts,
-                StatusCode::BAD_GATEWAY,
-                PAUSED_MESSAGE.to_owned(),
-            ));
-        }
-        state.remember_owner(&id, &entry.project);
-        Ok(SandboxCaller {
-            project: entry.project,
-            container_id: id,
-            env_vars: entry.env_vars.as_ref().clone(),
-        })
+        return Err(not_found(parts));
     }
+    let entry = match state.e2b_access.get(&id) {
+        Some(entry) => entry,
+        None => {
+            let key = id.clone();
+            let row = state
+                .db(move |s| s.e2b_sandbox_by_id(&key))
+                .await
+                .map_err(|e| AccessRejection::new(parts, e.status, e.message))?;
+            let Some(row) = row else {
+                return Err(not_found(parts));
+            };
+            let entry = AccessEntry::of_row(&row);
+            state.e2b_access.remember(&id, entry.clone());
+            entry
+        }
+    };
+    let given = parts
+        .headers
+        .get(ACCESS_TOKEN_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .unwrap_or_default();
+    let absent_allowed = given.is_empty() && token == Token::IfGiven;
+    if !absent_allowed && (given.is_empty() || !same_digest(&digest(given), &entry.token_digest)) {
+        return Err(AccessRejection::new(
+            parts,
+            StatusCode::UNAUTHORIZED,
+            if given.is_empty() {
+                "the X-Access-Token header is missing".to_owned()
+            } else {
+                "the X-Access-Token header is not this sandbox's access token".to_owned()
+            },
+        ));
+    }
+    if entry.paused {
+        return Err(AccessRejection::new(
+            parts,
+            StatusCode::BAD_GATEWAY,
+            PAUSED_MESSAGE.to_owned(),
+        ));
+    }
+    state.remember_owner(&id, &entry.project);
+    Ok(SandboxCaller {
+        project: entry.project,
+        container_id: id,
+        env_vars: entry.env_vars.as_ref().clone(),
+    })
 }

@@ -734,6 +734,8 @@ pub(crate) async fn pause_sandbox(state: &Arc<AppState>, id: &str) -> Result<(),
         Ok(()) | Err(shellgate_sandbox_api::SandboxError::NotFound(_)) => {}
         Err(error) => return Err(error.into()),
     }
+    // Its code interpreter's kernels ended with its processes.
+    state.interpreters.forget_container(id);
     state.billing.flush().await;
     let key = id.to_owned();
     state
