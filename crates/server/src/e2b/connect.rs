@@ -39,7 +39,9 @@ const FLAG_COMPRESSED: u8 = 0x01;
 /// The last envelope of a server stream.
 const FLAG_END_STREAM: u8 = 0x02;
 
-/// Connect's error codes (connectrpc.com/docs/protocol#error-codes).
+/// Connect's error codes (connectrpc.com/docs/protocol#error-codes), the
+/// protocol's whole table, though envd's handlers answer only some of them.
+#[allow(dead_code)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ConnectCode {

@@ -27,12 +27,8 @@ use tower_service::Service;
 use crate::error::ApiError;
 use crate::state::AppState;
 
-// TODO(issue 20 merge): the envd and interpreter routes use it; remove the allow then.
-#[allow(dead_code)]
 pub(crate) mod access;
 pub(crate) mod access_cache;
-// TODO(issue 20 merge): the services use all of it; remove the allow then.
-#[allow(dead_code)]
 pub(crate) mod connect;
 pub(crate) mod control;
 pub(crate) mod files;
@@ -68,7 +64,6 @@ impl E2bError {
 
     /// What every unknown, foreign or ended sandbox id gets: the same
     /// bytes whatever the reason, so nothing is revealed.
-    #[allow(dead_code)]
     pub fn sandbox_not_found(id: &str) -> Self {
         Self::new(StatusCode::NOT_FOUND, format!("sandbox \"{id}\" not found"))
     }
