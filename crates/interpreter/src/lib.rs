@@ -36,6 +36,7 @@ use shellgate_sandbox_api::{SandboxBackend, SandboxError};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+pub use protocol::DisplayData;
 use protocol::{Event, Framed, Lines, Request};
 
 /// Contexts one container may have at once (each is a python process).
@@ -112,34 +113,6 @@ pub struct Execute {
     pub env_vars: Vec<(String, String)>,
     /// Interrupted when it passes.
     pub timeout: Duration,
-}
-
-/// What a result carries, by format (E2B's `Result`): binary formats are
-/// base64.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct DisplayData {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub text: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub html: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub markdown: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub svg: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub png: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub jpeg: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pdf: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub latex: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub javascript: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub json: Option<serde_json::Value>,
-    #[serde(default)]
-    pub is_main_result: bool,
 }
 
 /// What an execution produces, in order.

@@ -49,9 +49,9 @@ pub mod runtimes;
 
 pub use recipe::{recipe, version_matches, Built, Expectations, Recipe, Wheel, WheelLock, RECIPES};
 
-use crate::engine::{SANDBOX_HOME, SANDBOX_UID, SANDBOX_USER};
 use crate::error::{IoContext, SandboxError};
 use crate::protocol::{Layer, RootSpec};
+use crate::sandbox_user::{SANDBOX_HOME, SANDBOX_UID, SANDBOX_USER};
 use crate::sys::{
     openat2, RESOLVE_BENEATH, RESOLVE_IN_ROOT, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS,
 };

@@ -22,6 +22,7 @@ pub mod image;
 mod launcher;
 pub mod output;
 pub mod protocol;
+pub mod sandbox_user;
 pub mod sys;
 
 pub use backend::{

@@ -65,14 +65,7 @@ use shellgate_sandbox_api::fs::{
 use shellgate_sandbox_api::process::{OutputRead, ProcessInfo, ProcessOutput, ProcessSpec};
 use slots::IdSlots;
 
-/// The sandbox user inside every container.
-pub const SANDBOX_UID: u32 = 1000;
-/// Its name: `user`, as E2B's sandboxes call theirs (code written for E2B
-/// assumes it, and `/home/user`).
-pub const SANDBOX_USER: &str = "user";
-/// Its home directory inside every container (the container's persistent
-/// `home` directory of its disk, kept across suspension like `/mnt/data`).
-pub const SANDBOX_HOME: &str = "/home/user";
+pub use crate::sandbox_user::{SANDBOX_HOME, SANDBOX_UID, SANDBOX_USER};
 
 /// How the local engine is set up.
 #[derive(Debug, Clone)]

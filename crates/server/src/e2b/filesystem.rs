@@ -13,11 +13,13 @@
 //! `GetWatcherEvents`, `RemoveWatcher`) is inotify *inside* the container:
 //! a small Python script ([`WATCH_SCRIPT`]) run through the backend's
 //! process API, one process per watcher, printing one JSON line per event;
-//! the host never polls anything. A sandbox has at most [`MAX_WATCHERS`]
+//! the host never polls anything. A sandbox has at most [`watchers::MAX_WATCHERS`]
 //! watchers; each buffers at most [`MAX_BUFFERED_EVENTS`] events (past
 //! that the oldest are dropped). A watcher ends with its client (the
 //! stream closed, `RemoveWatcher`, or a polling watcher not polled for
 //! [`POLLING_IDLE`]) or with its sandbox (the process dies with it).
+
+pub(crate) mod watchers;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -46,11 +48,10 @@ use super::connect::{server_stream, ConnectCode, ConnectError, StreamRequest, Un
 use crate::fs::{fs_error, holds_secret, masked_text, prepare, read_wakes};
 use crate::http::{to_completion, Project};
 use crate::state::AppState;
+use watchers::PollingWatcher;
 
 /// E2B's user's home: where relative paths (and `~`) start.
 pub const E2B_HOME: &str = "/home/user";
-/// Most watchers one sandbox may have at once (each is a process of it).
-pub const MAX_WATCHERS: usize = 16;
 /// Most events one watcher holds for its client (a polling watcher between
 /// two polls, a stream behind a slow reader); past that the oldest go.
 pub const MAX_BUFFERED_EVENTS: usize = 1024;
@@ -713,56 +714,6 @@ async fn pump(
     }
 }
 
-/// The sandbox's live watchers (their processes), bounded per sandbox, and
-/// the polling watchers' buffers.
-#[derive(Default)]
-pub struct Watchers {
-    live: Mutex<HashMap<String, Vec<String>>>,
-    polling: Mutex<HashMap<String, Arc<PollingWatcher>>>,
-}
-
-/// A `CreateWatcher` watcher: events buffered until polled.
-struct PollingWatcher {
-    container_id: String,
-    events: Mutex<VecDeque<FilesystemEvent>>,
-    ended: std::sync::atomic::AtomicBool,
-    last_poll: Mutex<Instant>,
-    stop: tokio::sync::Notify,
-}
-
-impl Watchers {
-    fn claim(&self, container: &str, process: &str) -> Result<(), ConnectError> {
-        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
-        let list = live.entry(container.to_owned()).or_default();
-        if list.len() >= MAX_WATCHERS {
-            return Err(ConnectError::new(
-                ConnectCode::ResourceExhausted,
-                format!("the sandbox already has {MAX_WATCHERS} directory watchers (its limit); stop one first"),
-            ));
-        }
-        list.push(process.to_owned());
-        Ok(())
-    }
-
-    fn release(&self, container: &str, process: &str) {
-        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(list) = live.get_mut(container) {
-            list.retain(|p| p != process);
-            if list.is_empty() {
-                live.remove(container);
-            }
-        }
-    }
-
-    fn polling(&self, container: &str, id: &str) -> Option<Arc<PollingWatcher>> {
-        let polling = self.polling.lock().unwrap_or_else(|p| p.into_inner());
-        polling
-            .get(id)
-            .filter(|w| w.container_id == container)
-            .cloned()
-    }
-}
-
 fn keepalive(headers: &HeaderMap) -> Duration {
     headers
         .get("keepalive-ping-interval")
@@ -999,8 +950,8 @@ mod tests {
 
     #[test]
     fn watchers_are_bounded_per_sandbox() {
-        let watchers = Watchers::default();
-        for i in 0..MAX_WATCHERS {
+        let watchers = watchers::Watchers::default();
+        for i in 0..watchers::MAX_WATCHERS {
             watchers.claim("c", &i.to_string()).unwrap();
         }
         assert_eq!(
