@@ -56,6 +56,9 @@ use crate::state::AppState;
 pub const E2B_USER: &str = "user";
 pub const E2B_HOME: &str = "/home/user";
 /// The terminal type of a PTY whose envs name none.
+/// The variable a terminal's type is read from (the call's `envs` map,
+/// not a JSON value).
+const TERM_VARIABLE: &str = "TERM";
 const DEFAULT_TERM: &str = "xterm-256color";
 /// Longest tag.
 const MAX_TAG_BYTES: usize = 256;
@@ -192,7 +195,7 @@ fn process_spec(
             };
             let term = config
                 .envs
-                .get("TERM")
+                .get(TERM_VARIABLE)
                 .cloned()
                 .unwrap_or_else(|| DEFAULT_TERM.to_owned());
             Some(PtySpec {
