@@ -176,8 +176,11 @@ def test_the_access_token_is_required_in_the_sandbox(server, e2b):
         wrong = requests.get(url, headers={**base, "X-Access-Token": "not-the-token"}, timeout=30)
         assert wrong.status_code == 401
         assert wrong.json()["code"] == 401
+        # An unknown id is 404 (on /health it is 502, E2B's "not running",
+        # which the SDK's is_running() reads as False).
         unknown = requests.get(
-            url,
+            f"{root(server)}/files",
+            params={"path": "/home/user/x"},
             headers={**base, "E2b-Sandbox-Id": "cntr_doesnotexist", "X-Access-Token": sandbox._envd_access_token},
             timeout=30,
         )

@@ -55,10 +55,10 @@ use crate::state::AppState;
 /// E2B's user, and its home: the default working directory.
 pub const E2B_USER: &str = "user";
 pub const E2B_HOME: &str = "/home/user";
-/// The terminal type of a PTY whose envs name none.
 /// The variable a terminal's type is read from (the call's `envs` map,
 /// not a JSON value).
 const TERM_VARIABLE: &str = "TERM";
+/// The terminal type of a PTY whose envs name none.
 const DEFAULT_TERM: &str = "xterm-256color";
 /// Longest tag.
 const MAX_TAG_BYTES: usize = 256;
