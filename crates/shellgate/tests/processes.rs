@@ -281,7 +281,14 @@ async fn a_service_process_has_no_timeout_keeps_nothing_awake_and_dies_with_susp
     assert!(!e.suspend_if_idle("c1").await.unwrap());
     e.kill_process("c1", "cmd").await.unwrap();
     e.wait_process("c1", "cmd").await.unwrap();
-    assert!(e.suspend_if_idle("c1").await.unwrap());
+    // The ended process's pump lets go of the container just after its end
+    // is seen: await that, then the service alone keeps nothing awake.
+    assert!(
+        common::eventually_async(Duration::from_secs(10), || async {
+            e.suspend_if_idle("c1").await.unwrap()
+        })
+        .await
+    );
     // Suspension stopped the container, and the service with it.
     let ended = e.wait_process("c1", "svc").await.unwrap();
     assert_ne!(ended.status, ProcessStatus::Running);
