@@ -26,7 +26,8 @@ use shellgate_sandbox_api::fs::WriteOptions;
 use tokio_stream::StreamExt;
 
 use super::access::SandboxCaller;
-use super::filesystem::{basic_user, e2b_path, user_refusal};
+use super::filesystem::e2b_path;
+use super::user::{basic_user, user_refusal};
 use super::E2bError;
 use crate::fs::{download_response, fs_error, prepare, read_wakes, stream_chunks_into};
 use crate::http::Project;

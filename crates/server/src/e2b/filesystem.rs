@@ -45,13 +45,12 @@ use tokio::sync::mpsc;
 
 use super::access::SandboxCaller;
 use super::connect::{server_stream, ConnectCode, ConnectError, StreamRequest, Unary, UnaryReply};
+use super::user::{AsSandboxUser, E2B_HOME};
 use crate::fs::{fs_error, holds_secret, masked_text, prepare, read_wakes};
 use crate::http::{to_completion, Project};
 use crate::state::AppState;
 use watchers::PollingWatcher;
 
-/// E2B's user's home: where relative paths (and `~`) start.
-pub const E2B_HOME: &str = "/home/user";
 /// Most events one watcher holds for its client (a polling watcher between
 /// two polls, a stream behind a slow reader); past that the oldest go.
 pub const MAX_BUFFERED_EVENTS: usize = 1024;
@@ -133,63 +132,6 @@ fn entry_info(
             None => target,
         }),
         metadata: HashMap::new(),
-    }
-}
-
-/// E2B's user: the sandbox user, the only one there is.
-pub const E2B_USER: &str = "user";
-
-/// Why a call naming `name` as its user is refused (`None`: it is E2B's
-/// `user`, or no user is named).
-pub(super) fn user_refusal(name: Option<&str>) -> Option<String> {
-    match name.map(str::trim).filter(|n| !n.is_empty()) {
-        None => None,
-        Some(E2B_USER) => None,
-        Some(other) => Some(format!(
-            "user {other:?} is not available: shellgate's sandboxes do everything as {E2B_USER:?}, which has no privileges (there is no root or sudo)"
-        )),
-    }
-}
-
-/// The user an `Authorization: Basic base64("name:")` header names; an
-/// unreadable header names nobody we could serve (`Err`).
-pub(super) fn basic_user(headers: &HeaderMap) -> Result<Option<String>, String> {
-    use base64::Engine as _;
-    let Some(value) = headers.get(axum::http::header::AUTHORIZATION) else {
-        return Ok(None);
-    };
-    let bad = || "Authorization must be Basic base64(\"user:\")".to_owned();
-    let encoded = value
-        .to_str()
-        .ok()
-        .and_then(|v| v.strip_prefix("Basic "))
-        .ok_or_else(bad)?;
-    let decoded = base64::engine::general_purpose::STANDARD
-        .decode(encoded.trim())
-        .map_err(|_| bad())?;
-    let decoded = String::from_utf8(decoded).map_err(|_| bad())?;
-    Ok(decoded
-        .split(':')
-        .next()
-        .filter(|n| !n.is_empty())
-        .map(str::to_owned))
-}
-
-/// A filesystem RPC's user check: E2B's `user` or none.
-pub(super) struct AsSandboxUser;
-
-impl<S: Send + Sync> axum::extract::FromRequestParts<S> for AsSandboxUser {
-    type Rejection = ConnectError;
-
-    async fn from_request_parts(
-        parts: &mut axum::http::request::Parts,
-        _state: &S,
-    ) -> Result<Self, ConnectError> {
-        let name = basic_user(&parts.headers).map_err(ConnectError::invalid)?;
-        match user_refusal(name.as_deref()) {
-            None => Ok(Self),
-            Some(why) => Err(ConnectError::new(ConnectCode::PermissionDenied, why)),
-        }
     }
 }
 
@@ -913,22 +855,6 @@ mod tests {
         assert_eq!(e2b_path("", "path").unwrap(), "/home/user");
         assert_eq!(e2b_path("/tmp//y/", "path").unwrap(), "/tmp/y");
         assert!(e2b_path("a\0b", "path").is_err());
-    }
-
-    #[test]
-    fn only_the_sandbox_user_is_served() {
-        assert_eq!(user_refusal(None), None);
-        assert_eq!(user_refusal(Some("user")), None);
-        assert!(user_refusal(Some("root"))
-            .unwrap()
-            .contains("no privileges"));
-        let mut headers = HeaderMap::new();
-        assert_eq!(basic_user(&headers), Ok(None));
-        // base64("root:")
-        headers.insert("authorization", "Basic cm9vdDo=".parse().unwrap());
-        assert_eq!(basic_user(&headers), Ok(Some("root".to_owned())));
-        headers.insert("authorization", "Bearer x".parse().unwrap());
-        assert!(basic_user(&headers).is_err());
     }
 
     #[test]

@@ -35,6 +35,7 @@ pub(crate) mod files;
 pub(crate) mod filesystem;
 pub(crate) mod interpreter;
 pub(crate) mod process;
+pub(crate) mod user;
 
 /// The header naming the sandbox of an in-sandbox request.
 pub const SANDBOX_ID_HEADER: &str = "e2b-sandbox-id";

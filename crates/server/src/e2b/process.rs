@@ -25,7 +25,6 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::routing::post;
 use axum::Router;
-use base64::Engine as _;
 use shellgate_sandbox_api::process::{
     process_limits, OutputRead, ProcessError, ProcessInfo as EngineProcess, ProcessSpec,
     ProcessStatus, ProcessStream, PtySpec,
@@ -49,12 +48,10 @@ use super::connect::{
     client_stream_reply, deadline, server_stream, ClientStream, ConnectCode, ConnectError,
     StreamRequest, Unary, UnaryReply,
 };
+use super::user::{check_rpc_user, E2B_HOME};
 use crate::engine::engine_error;
 use crate::state::AppState;
 
-/// E2B's user, and its home: the default working directory.
-pub const E2B_USER: &str = "user";
-pub const E2B_HOME: &str = "/home/user";
 /// The variable a terminal's type is read from (the call's `envs` map,
 /// not a JSON value).
 const TERM_VARIABLE: &str = "TERM";
@@ -110,37 +107,6 @@ fn command_line(config: &ProcessConfig) -> String {
         line.push_str(&shell_quote(arg));
     }
     line
-}
-
-/// The user a call names in `Authorization: Basic base64("name:")`, if any.
-fn username(headers: &HeaderMap) -> Result<Option<String>, ConnectError> {
-    let Some(value) = headers.get(axum::http::header::AUTHORIZATION) else {
-        return Ok(None);
-    };
-    let bad = || ConnectError::invalid("Authorization must be Basic base64(\"user:\")");
-    let value = value.to_str().map_err(|_| bad())?;
-    let encoded = value.strip_prefix("Basic ").ok_or_else(bad)?;
-    let decoded = base64::engine::general_purpose::STANDARD
-        .decode(encoded.trim())
-        .map_err(|_| bad())?;
-    let decoded = String::from_utf8(decoded).map_err(|_| bad())?;
-    let name = decoded.split(':').next().unwrap_or("");
-    Ok(Some(name.to_owned()).filter(|n| !n.is_empty()))
-}
-
-/// Refuses any user but E2B's `user` (the sandbox user).
-fn check_user(headers: &HeaderMap) -> Result<(), ConnectError> {
-    match username(headers)? {
-        None => Ok(()),
-        Some(name) if name == E2B_USER => Ok(()),
-        Some(name) => Err(ConnectError::new(
-            ConnectCode::PermissionDenied,
-            format!(
-                "user {name:?} is not available: shellgate's sandboxes run every command as \
-                 {E2B_USER:?}, which has no privileges (there is no root or sudo)"
-            ),
-        )),
-    }
 }
 
 /// A working directory as envd takes it: absolute, or relative to the home.
@@ -391,7 +357,7 @@ async fn start_process(
     headers: &HeaderMap,
     request: StartRequest,
 ) -> Result<(u32, String), ConnectError> {
-    check_user(headers)?;
+    check_rpc_user(headers)?;
     let config = request
         .process
         .clone()
@@ -716,27 +682,6 @@ mod tests {
             r#"exec '/bin/bash' '-l' '-c' 'echo '\''a'\'' $HOME; rm -rf x'"#
         );
         assert_eq!(command_line(&config("ls", &[""])), "exec 'ls' ''");
-    }
-
-    #[test]
-    fn the_user_is_read_from_basic_auth_and_only_user_is_served() {
-        let mut headers = HeaderMap::new();
-        assert!(check_user(&headers).is_ok());
-        let basic = |name: &str| {
-            let encoded = base64::engine::general_purpose::STANDARD.encode(format!("{name}:"));
-            HeaderValue::from_str(&format!("Basic {encoded}")).unwrap()
-        };
-        headers.insert("authorization", basic("user"));
-        assert!(check_user(&headers).is_ok());
-        headers.insert("authorization", basic("root"));
-        let refused = check_user(&headers).unwrap_err();
-        assert_eq!(refused.code, ConnectCode::PermissionDenied);
-        assert!(refused.message.contains("no privileges"));
-        headers.insert("authorization", HeaderValue::from_static("Basic !!"));
-        assert_eq!(
-            check_user(&headers).unwrap_err().code,
-            ConnectCode::InvalidArgument
-        );
     }
 
     #[test]
