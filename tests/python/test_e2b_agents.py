@@ -93,10 +93,8 @@ def test_a_sandbox_agent_writes_a_file_and_runs_a_command_through_e2b_sandbox_cl
         name="e2b",
         instructions="Use the shell.",
         model=model,
-        # Under the sandbox user's home: shellgate's file calls run as that
-        # user (E2B's envd, root, can make a directory anywhere; see README).
+        # The SDK's default root, /workspace: shellgate's user owns it.
         default_manifest=Manifest(
-            root="/home/user/workspace",
             entries={"notes/hello.txt": File(content=b"hello from the manifest\n")},
         ),
     )
@@ -109,16 +107,10 @@ def test_a_sandbox_agent_writes_a_file_and_runs_a_command_through_e2b_sandbox_cl
                 tracing_disabled=True,
                 sandbox=SandboxRunConfig(
                     client=E2BSandboxClient(),
-                    # The SDK asks for the internet by default, which shellgate's
-                    # default server lets no container reach; and for auto-resume
-                    # on a paused sandbox's traffic, which shellgate does not do
-                    # (`connect` resumes).
-                    options=E2BSandboxClientOptions(
-                        sandbox_type="e2b",
-                        timeout=300,
-                        allow_internet_access=False,
-                        auto_resume=False,
-                    ),
+                    # The SDK's defaults: the internet asked for (shellgate's
+                    # default server lets no container reach it, and says so
+                    # in the info), pause on timeout with auto-resume.
+                    options=E2BSandboxClientOptions(sandbox_type="e2b", timeout=300),
                 ),
             ),
         )
@@ -130,7 +122,7 @@ def test_a_sandbox_agent_writes_a_file_and_runs_a_command_through_e2b_sandbox_cl
     # (The SDK's patch writes the added line without its newline.)
     assert "written by apply_patchhello from the manifest\n" in ran, ran
     # The workspace is the command's cwd, as the E2B user of /home/user.
-    assert "/home/user/workspace\nuser\n/home/user\n" in ran, ran
+    assert "/workspace\nuser\n/home/user\n" in ran, ran
     assert "made.txt" in ran and "notes" in ran, ran
     assert "Process exited with code 0" in ran, ran
     # The session's sandbox was shellgate's, and the run ended it (the

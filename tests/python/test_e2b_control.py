@@ -7,6 +7,8 @@ huge metadata, a bad template)."""
 import time
 import uuid
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 import requests
 
@@ -112,6 +114,31 @@ def test_pause_then_connect_keeps_files(server, e2b):
         assert Sandbox.get_info(sandbox.sandbox_id).state == SandboxState.RUNNING
         read = v1(server, "GET", f"/containers/{sandbox.sandbox_id}/fs/content", params={"path": path})
         assert read.status_code == 200 and read.content == b"kept"
+    finally:
+        Sandbox.kill(sandbox.sandbox_id)
+
+
+def test_auto_resume_wakes_a_paused_sandbox_on_its_next_call(server, e2b):
+    sandbox = Sandbox.create(timeout=120, lifecycle={"on_timeout": "pause", "auto_resume": True})
+    try:
+        sandbox.files.write("/home/user/kept.txt", "kept\n")
+        assert Sandbox.get_info(sandbox.sandbox_id).lifecycle["auto_resume"] is True
+        assert sandbox.pause() is True
+        assert Sandbox.get_info(sandbox.sandbox_id).state == SandboxState.PAUSED
+        # Calls racing to wake it resume it once, and every one is served.
+        with ThreadPoolExecutor(4) as pool:
+            reads = list(pool.map(lambda _: sandbox.commands.run("cat ~/kept.txt").stdout, range(4)))
+        assert reads == ["kept\n"] * 4
+        assert Sandbox.get_info(sandbox.sandbox_id).state == SandboxState.RUNNING
+        # Without autoResume a paused sandbox stays paused until connect.
+        plain = Sandbox.create(timeout=120)
+        try:
+            assert plain.pause() is True
+            with pytest.raises(Exception):
+                plain.commands.run("true")
+            assert Sandbox.get_info(plain.sandbox_id).state == SandboxState.PAUSED
+        finally:
+            Sandbox.kill(plain.sandbox_id)
     finally:
         Sandbox.kill(sandbox.sandbox_id)
 

@@ -30,6 +30,7 @@ use shellgate_sandbox_api::setup_error::{SetupError, SetupResult, SetupStep, Ste
 /// Where the image's directories are, relative to its root.
 pub const DATA_DIR: &str = "data";
 pub const HOME_DIR: &str = "home";
+pub const WORKSPACE_DIR: &str = "workspace";
 pub const UPPER_DIR: &str = "upper";
 pub const WORK_DIR: &str = "work";
 
@@ -262,6 +263,7 @@ pub fn prepare_layout(
     for (name, owner, mode) in [
         (DATA_DIR, sandbox, 0o755),
         (HOME_DIR, sandbox, 0o750),
+        (WORKSPACE_DIR, sandbox, 0o755),
         (UPPER_DIR, container_root, 0o755),
         (WORK_DIR, container_root, 0o700),
     ] {

@@ -124,7 +124,10 @@ const RENAMED_MOUNT_POINT_DIRS: &[(&str, &str)] = &[("home/sandbox", "home/user"
 /// at import and build, and added to images made before they existed when
 /// the store opens; not required by [`verify_mount_points`], so an image
 /// without one still serves every container that does not need it.
-const OPTIONAL_MOUNT_POINT_DIRS: &[&str] = &["mnt/skills"];
+const OPTIONAL_MOUNT_POINT_DIRS: &[&str] = &["mnt/skills", WORKSPACE_MOUNT_POINT];
+/// `SANDBOX_WORKSPACE`'s mount point: an image without it (made by hand,
+/// or where a link is in the way) serves containers without `/workspace`.
+const WORKSPACE_MOUNT_POINT: &str = "workspace";
 
 /// Host directory whose contents the `host` image hides by default.
 const USR_LOCAL: &str = "/usr/local";
@@ -182,6 +185,8 @@ pub struct ResolvedImage {
     pub file_binds: Vec<(PathBuf, String)>,
     /// Generated programs bound over the image (executable: `sudo`).
     pub program_binds: Vec<(PathBuf, String)>,
+    /// Whether containers of the image get `SANDBOX_WORKSPACE`.
+    pub workspace: bool,
 }
 
 pub use shellgate_sandbox_api::image::{ImageDetails, ImageInfo};
@@ -475,6 +480,8 @@ impl ImageStore {
                 },
                 file_binds: Vec::new(),
                 program_binds: Vec::new(),
+                // Its root is a tmpfs the helper makes the mount point in.
+                workspace: true,
             });
         }
         let rootfs = self.revision_rootfs(name, revision)?;
@@ -512,6 +519,7 @@ impl ImageStore {
                 Vec::new()
             }
         };
+        let workspace = verify_mount_points_in(&image, &[WORKSPACE_MOUNT_POINT]).is_ok();
         Ok(ResolvedImage {
             root: RootSpec::Overlay {
                 lower: rootfs,
@@ -520,6 +528,7 @@ impl ImageStore {
             },
             file_binds,
             program_binds,
+            workspace,
         })
     }
 
@@ -1192,6 +1201,10 @@ mod tests {
     fn the_home_mount_point_is_the_sandbox_users_home() {
         let home = SANDBOX_HOME.trim_start_matches('/');
         assert!(MOUNT_POINT_DIRS.contains(&home), "{MOUNT_POINT_DIRS:?}");
+        assert_eq!(
+            crate::sandbox_user::SANDBOX_WORKSPACE.trim_start_matches('/'),
+            WORKSPACE_MOUNT_POINT
+        );
         assert!(RENAMED_MOUNT_POINT_DIRS
             .iter()
             .all(|(_, new)| MOUNT_POINT_DIRS.contains(new)));

@@ -9,3 +9,8 @@ pub const SANDBOX_USER: &str = "user";
 /// Its home directory inside every container (the container's persistent
 /// `home` directory of its disk, kept across suspension like `/mnt/data`).
 pub const SANDBOX_HOME: &str = "/home/user";
+/// A writable, persistent directory the user owns at the root: the default
+/// workspace root of the OpenAI Agents SDK's sandboxes (its `Manifest`),
+/// which E2B's root-run envd makes and shellgate's unprivileged user could
+/// not (the container's `workspace` directory of its disk, like the home).
+pub const SANDBOX_WORKSPACE: &str = "/workspace";

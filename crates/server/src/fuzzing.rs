@@ -155,7 +155,7 @@ pub(crate) fn state_with(
         metrics: Default::default(),
         sync_locks: Default::default(),
         e2b_access: Default::default(),
-        e2b_creates: Default::default(),
+        e2b_locks: Default::default(),
         egress: None,
         egress_counts: Default::default(),
         default_image_missing_said: Default::default(),

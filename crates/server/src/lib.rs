@@ -224,7 +224,7 @@ where
         metrics: Metrics::default(),
         sync_locks: Mutex::new(HashMap::new()),
         e2b_access: Default::default(),
-        e2b_creates: Default::default(),
+        e2b_locks: Default::default(),
         egress,
         egress_counts: Default::default(),
         default_image_missing_said: Default::default(),

@@ -50,8 +50,9 @@ pub struct AppState {
     pub(crate) sync_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// What the in-sandbox API's access check knows of E2B's sandboxes.
     pub(crate) e2b_access: crate::e2b::access_cache::AccessCache,
-    /// One E2B create at a time per idempotency key (see `e2b::control`).
-    pub(crate) e2b_creates: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// One E2B create at a time per idempotency key, one resume at a time per
+    /// sandbox (see `e2b::control`).
+    pub(crate) e2b_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// The egress proxy's settings (`None`: egress is off).
     pub(crate) egress: Option<Arc<shellgate_egress::proxy::Settings>>,
     pub(crate) egress_counts: Arc<EgressCounts>,

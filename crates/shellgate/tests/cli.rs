@@ -563,9 +563,7 @@ fn serve_logged(
 fn wait_healthy(child: &mut std::process::Child, port: u16) {
     let up = common::wait_until(
         || {
-            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-                && common::server::request(port, "GET", "/healthz", None, &[], b"").status == 200
-                || matches!(child.try_wait(), Ok(Some(_)))
+            common::server::healthy(port) || matches!(child.try_wait(), Ok(Some(_)))
         },
         Duration::from_secs(60),
     );
@@ -674,6 +672,9 @@ fn serve_logs_json_off_a_terminal_with_a_summary_and_no_upstream_answers_503() {
         "{fields}"
     );
     // The next start made no key: it says where the first one is, not what.
+    // On a port of its own: the first one, let go, may since have been
+    // handed to another test's listener.
+    let port = free_port();
     let mut child = serve_logged(&dir, port, &[], &[]);
     wait_healthy(&mut child, port);
     stop(child);

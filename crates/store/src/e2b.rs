@@ -29,6 +29,9 @@ pub struct E2bSandboxRow {
     pub access_token: String,
     /// At `end_at`: pause (true) or kill (false).
     pub auto_pause: bool,
+    /// Paused, it is resumed by the next call of its in-sandbox API
+    /// (`autoResume`), not only by `connect`.
+    pub auto_resume: bool,
     pub created_at: i64,
     /// When it last started (create or resume).
     pub started_at: i64,
@@ -59,7 +62,7 @@ fn map_text(map: &BTreeMap<String, String>, column: &'static str) -> Result<Stri
 }
 
 const COLUMNS: &str = "container_id, project, template_id, metadata, env_vars, access_token, \
-     auto_pause, created_at, started_at, end_at, paused, idempotency_key, request_hash";
+     auto_pause, created_at, started_at, end_at, paused, idempotency_key, request_hash, auto_resume";
 
 fn sandbox_row(row: &Row) -> rusqlite::Result<E2bSandboxRow> {
     Ok(E2bSandboxRow {
@@ -76,6 +79,7 @@ fn sandbox_row(row: &Row) -> rusqlite::Result<E2bSandboxRow> {
         paused: row.get(10)?,
         idempotency_key: row.get(11)?,
         request_hash: row.get(12)?,
+        auto_resume: row.get(13)?,
     })
 }
 
@@ -111,7 +115,7 @@ impl Store {
         }
         tx.execute(
             &format!(
-                "INSERT INTO e2b_sandboxes ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
+                "INSERT INTO e2b_sandboxes ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
             ),
             params![
                 row.container_id,
@@ -127,6 +131,7 @@ impl Store {
                 row.paused,
                 row.idempotency_key,
                 row.request_hash,
+                row.auto_resume,
             ],
         )?;
         tx.commit()?;
@@ -157,6 +162,19 @@ impl Store {
                 &format!("SELECT {COLUMNS} FROM e2b_sandboxes WHERE container_id = ?1"),
                 params![id],
                 sandbox_row,
+            )
+            .optional()?)
+    }
+
+    /// The project of the sandbox whose access token is `token`, if any: the
+    /// access check asks it of a token that is not the named sandbox's.
+    pub fn e2b_project_of_access_token(&self, token: &str) -> Result<Option<String>> {
+        Ok(self
+            .reader()
+            .query_row(
+                "SELECT project FROM e2b_sandboxes WHERE access_token = ?1",
+                params![token],
+                |row| row.get(0),
             )
             .optional()?)
     }
@@ -299,6 +317,7 @@ mod tests {
             env_vars: BTreeMap::from([("A".into(), "1".into())]),
             access_token: format!("tok-{id}"),
             auto_pause: false,
+            auto_resume: false,
             created_at: 10,
             started_at: 10,
             end_at: 310,
@@ -316,6 +335,11 @@ mod tests {
         assert_eq!(store.e2b_sandbox("alpha", "cntr_a")?, Some(row.clone()));
         assert_eq!(store.e2b_sandbox("beta", "cntr_a")?, None);
         assert_eq!(store.e2b_sandbox_by_id("cntr_a")?, Some(row));
+        assert_eq!(
+            store.e2b_project_of_access_token("tok-cntr_a")?.as_deref(),
+            Some("alpha")
+        );
+        assert_eq!(store.e2b_project_of_access_token("tok-other")?, None);
         store.set_e2b_end_at("cntr_a", 999)?;
         store.pause_e2b_sandbox("cntr_a")?;
         let paused = store.e2b_sandbox("alpha", "cntr_a")?.expect("kept");

@@ -222,4 +222,11 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     CREATE UNIQUE INDEX e2b_sandboxes_by_idempotency_key
         ON e2b_sandboxes (project, idempotency_key) WHERE idempotency_key IS NOT NULL;
 "#,
+    // Issue 20: whose an access token is, so that a token of one project's
+    // sandbox with another project's sandbox id is answered as an unknown id;
+    // and `autoResume`, a paused sandbox woken by its in-sandbox traffic.
+    r#"
+    CREATE INDEX e2b_sandboxes_by_access_token ON e2b_sandboxes (access_token);
+    ALTER TABLE e2b_sandboxes ADD COLUMN auto_resume INTEGER NOT NULL DEFAULT 0;
+"#,
 ];

@@ -65,7 +65,7 @@ use shellgate_sandbox_api::fs::{
 use shellgate_sandbox_api::process::{OutputRead, ProcessInfo, ProcessOutput, ProcessSpec};
 use slots::IdSlots;
 
-pub use crate::sandbox_user::{SANDBOX_HOME, SANDBOX_UID, SANDBOX_USER};
+pub use crate::sandbox_user::{SANDBOX_HOME, SANDBOX_UID, SANDBOX_USER, SANDBOX_WORKSPACE};
 
 /// How the local engine is set up.
 #[derive(Debug, Clone)]

@@ -3,7 +3,7 @@
 
 use super::container::Container;
 use super::slots::ID_RANGE;
-use super::{LocalEngine, SANDBOX_HOME, SANDBOX_UID};
+use super::{LocalEngine, SANDBOX_HOME, SANDBOX_UID, SANDBOX_WORKSPACE};
 use crate::disk::{self, DiskKind};
 use crate::error::SandboxError;
 use crate::protocol::{HelperSpec, IdRange, RootSpec};
@@ -115,6 +115,12 @@ impl LocalEngine {
                 (disk_root.join(disk::HOME_DIR), SANDBOX_HOME.to_owned()),
             ]
             .into_iter()
+            .chain(image.workspace.then(|| {
+                (
+                    disk_root.join(disk::WORKSPACE_DIR),
+                    SANDBOX_WORKSPACE.to_owned(),
+                )
+            }))
             .chain(
                 container
                     .spec

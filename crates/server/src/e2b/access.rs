@@ -1,11 +1,12 @@
 //! Who may use a sandbox's in-sandbox API: `E2b-Sandbox-Id` names it, and
-//! `X-Access-Token` must be the token its create issued (see
-//! /work/notes/i20/api.md "Access").
+//! `X-Access-Token` must be the token its create issued .
 //!
-//! Order: the id is looked up first (unknown, another project's, a plain
-//! `/v1` container without an E2B record, or a killed one: the same 404
-//! bytes, so nothing is revealed), then the token (missing or wrong: 401),
-//! then the state (paused: 502, as E2B answers; `connect` resumes it).
+//! Order: the id is looked up first (unknown, a plain `/v1` container
+//! without an E2B record, or a killed one: the same 404 bytes), then the
+//! token (missing or wrong: 401; the token of another project's sandbox:
+//! the unknown id's 404, so that project learns nothing of this one), then
+//! the state (paused: 502, as E2B answers; `connect` resumes it, and so
+//! does this check when the sandbox's create said `autoResume`).
 //!
 //! What the check needs of a sandbox is cached (`access_cache`), so that a
 //! tenant's every call (10,000 `List`s in a loop) costs a map lookup and a
@@ -169,6 +170,18 @@ async fn check(
         .unwrap_or_default();
     let absent_allowed = given.is_empty() && token == Token::IfGiven;
     if !absent_allowed && (given.is_empty() || !same_digest(&digest(given), &entry.token_digest)) {
+        // A token of another project's sandbox names a caller who may not
+        // know this id exists: answered as an unknown id, byte for byte.
+        if !given.is_empty() {
+            let token = given.to_owned();
+            let owner = state
+                .db(move |s| s.e2b_project_of_access_token(&token))
+                .await
+                .map_err(|e| AccessRejection::new(parts, e.status, e.message))?;
+            if owner.is_some_and(|owner| owner != entry.project) {
+                return Err(not_found(parts));
+            }
+        }
         return Err(AccessRejection::new(
             parts,
             StatusCode::UNAUTHORIZED,
@@ -179,7 +192,11 @@ async fn check(
             },
         ));
     }
-    if entry.paused {
+    if entry.paused && entry.auto_resume {
+        super::control::resume_on_traffic(state, &entry.project, &id)
+            .await
+            .map_err(|e| AccessRejection::new(parts, e.status, e.message))?;
+    } else if entry.paused {
         return Err(AccessRejection::new(
             parts,
             StatusCode::BAD_GATEWAY,

@@ -18,6 +18,8 @@ pub(crate) struct AccessEntry {
     pub(crate) token_digest: [u8; 32],
     pub(crate) env_vars: Arc<Vec<(String, String)>>,
     pub(crate) paused: bool,
+    /// Paused, the next in-sandbox call wakes it (`autoResume`).
+    pub(crate) auto_resume: bool,
 }
 
 impl AccessEntry {
@@ -32,6 +34,7 @@ impl AccessEntry {
                     .collect(),
             ),
             paused: row.paused,
+            auto_resume: row.auto_resume,
         }
     }
 }

@@ -12,7 +12,8 @@
 //!   then it is exempt from shellgate's idle suspension and idle expiry
 //!   (`lifecycle::sweep` leaves E2B's sandboxes to `sweep_sandboxes`).
 //! - **Pause** = suspension: its processes end, its files stay (memory is not
-//!   kept); `connect` (or the older `resume`) wakes it and moves `end_at`.
+//!   kept); `connect` (or the older `resume`) wakes it and moves `end_at`,
+//!   and so does the next in-sandbox call when its create said `autoResume`.
 //! - **Network**: `allowOut` domains become the container's allowlist;
 //!   `allow_internet_access: true` alone allows any domain where the
 //!   operator lets containers do so, and is shellgate's default elsewhere
@@ -299,9 +300,6 @@ fn check_unsupported(body: &NewSandbox) -> E2bResult<()> {
     if body.volume_mounts.as_ref().is_some_and(|v| !v.is_empty()) {
         return refuse("volumeMounts");
     }
-    if body.auto_resume.is_some_and(|a| a.enabled) {
-        return refuse("autoResume");
-    }
     Ok(())
 }
 
@@ -361,7 +359,9 @@ async fn create(
     let request_hash = hex(&Sha256::digest(&body));
     // One create per key at a time: a retry racing the first waits for it
     // and replays it, rather than making a second sandbox.
-    let lock = key.as_ref().map(|key| create_lock(&state, &project, key));
+    let lock = key
+        .as_ref()
+        .map(|key| e2b_lock(&state, &format!("create\n{project}\n{key}")));
     let _guard = match &lock {
         Some(lock) => Some(lock.lock().await),
         None => None,
@@ -441,6 +441,7 @@ async fn create(
         env_vars,
         access_token: shellgate_wire::new_id("e2bat_"),
         auto_pause: request.auto_pause.unwrap_or(false),
+        auto_resume: request.auto_resume.is_some_and(|a| a.enabled),
         created_at: now,
         started_at: now,
         end_at: now + timeout,
@@ -460,13 +461,14 @@ async fn create(
     Ok(with_status(StatusCode::CREATED, sandbox_body(&state, &row)))
 }
 
-fn create_lock(state: &AppState, project: &str, key: &str) -> Arc<tokio::sync::Mutex<()>> {
-    let mut locks = state.e2b_creates.lock().unwrap_or_else(|p| p.into_inner());
+/// The lock of one create's idempotency key or of one sandbox's resume.
+fn e2b_lock(state: &AppState, name: &str) -> Arc<tokio::sync::Mutex<()>> {
+    let mut locks = state.e2b_locks.lock().unwrap_or_else(|p| p.into_inner());
     // Locks nobody holds are dropped as the map grows.
     if locks.len() > 1024 {
         locks.retain(|_, lock| Arc::strong_count(lock) > 1);
     }
-    Arc::clone(locks.entry(format!("{project}\n{key}")).or_default())
+    Arc::clone(locks.entry(name.to_owned()).or_default())
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -557,7 +559,7 @@ async fn info(
             deny_out: Vec::new(),
         },
         lifecycle: Lifecycle {
-            auto_resume: false,
+            auto_resume: sandbox.auto_resume,
             on_timeout: if sandbox.auto_pause {
                 OnTimeout::Pause
             } else {
@@ -765,13 +767,18 @@ async fn pause(
 }
 
 /// Wakes a paused sandbox (admitted against the project's quotas, a billed
-/// session opened, its processes started) and gives it `timeout` more.
-async fn resume_sandbox(
-    state: &Arc<AppState>,
-    container: &ContainerRow,
-    end_at: i64,
-) -> E2bResult<()> {
-    crate::containers::begin_activity(state, container)
+/// session opened, its processes started) and gives it until `end_at`;
+/// `false` when it was running already. One resume of a sandbox at a time:
+/// a `connect` racing another, or the in-sandbox calls an `autoResume` wakes
+/// it for, find it running and resume nothing twice.
+async fn resume_sandbox(state: &Arc<AppState>, project: &str, id: &str, end_at: i64) -> E2bResult<bool> {
+    let lock = e2b_lock(state, &format!("resume\n{id}"));
+    let _guard = lock.lock().await;
+    let (sandbox, container) = owned(state, project, id).await?;
+    if !sandbox.paused {
+        return Ok(false);
+    }
+    crate::containers::begin_activity(state, &container)
         .await
         .map_err(e2b_error)?;
     state
@@ -779,12 +786,42 @@ async fn resume_sandbox(
         .start(&container.id)
         .await
         .map_err(E2bError::from)?;
-    let (id, now) = (container.id.clone(), crate::time::now());
+    let (key, now) = (container.id.clone(), crate::time::now());
     state
-        .db(move |s| s.resume_e2b_sandbox(&id, now, end_at))
+        .db(move |s| s.resume_e2b_sandbox(&key, now, end_at))
         .await
         .map_err(e2b_error)?;
     state.e2b_access.set_paused(&container.id, false);
+    Ok(true)
+}
+
+/// [`resume_sandbox`] run to its end whether or not the client stays (a
+/// resume half-done would leave a session open with nothing to show for it).
+async fn resume_to_completion(state: &Arc<AppState>, project: &str, id: &str, end_at: i64) -> E2bResult<bool> {
+    let (state, project, id) = (Arc::clone(state), project.to_owned(), id.to_owned());
+    tokio::spawn(async move { resume_sandbox(&state, &project, &id, end_at).await })
+        .await
+        .map_err(|e| {
+            E2bError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("the request's work failed: {e}"),
+            )
+        })?
+}
+
+/// `autoResume`: a paused sandbox whose create asked for it is woken by a
+/// call of its in-sandbox API (the access check's), for as long as its
+/// last timeout gave it (at least the default).
+pub(crate) async fn resume_on_traffic(state: &Arc<AppState>, project: &str, id: &str) -> E2bResult<()> {
+    let (owner, key) = (project.to_owned(), id.to_owned());
+    let sandbox = state
+        .db(move |s| s.e2b_sandbox(&owner, &key))
+        .await
+        .map_err(e2b_error)?
+        .ok_or_else(|| E2bError::sandbox_not_found(id))?;
+    let timeout = (sandbox.end_at - sandbox.started_at).max(DEFAULT_TIMEOUT_SECS);
+    let end_at = crate::time::now() + timeout;
+    resume_to_completion(state, project, id, end_at).await?;
     Ok(())
 }
 
@@ -799,9 +836,9 @@ async fn connect(
 ) -> E2bResult<Response> {
     let request: ConnectRequest = read_body(&body)?;
     let timeout = timeout_secs(&state, request.timeout)?;
-    let (sandbox, container) = owned(&state, &project, &id).await?;
+    let (sandbox, _) = owned(&state, &project, &id).await?;
     let end_at = crate::time::now() + timeout;
-    if !sandbox.paused {
+    if !sandbox.paused || !resume_to_completion(&state, &project, &id, end_at).await? {
         if end_at > sandbox.end_at {
             state
                 .db(move |s| s.set_e2b_end_at(&id, end_at))
@@ -810,9 +847,6 @@ async fn connect(
         }
         return Ok(with_status(StatusCode::OK, sandbox_body(&state, &sandbox)));
     }
-    let worker = Arc::clone(&state);
-    let resumed = container.clone();
-    to_completion_e2b(async move { resume_sandbox(&worker, &resumed, end_at).await }).await?;
     Ok(with_status(
         StatusCode::CREATED,
         sandbox_body(&state, &sandbox),
@@ -828,33 +862,18 @@ async fn resume(
 ) -> E2bResult<Response> {
     let request: ConnectRequest = read_body(&body)?;
     let timeout = timeout_secs(&state, request.timeout)?;
-    let (sandbox, container) = owned(&state, &project, &id).await?;
-    if !sandbox.paused {
+    let (sandbox, _) = owned(&state, &project, &id).await?;
+    let end_at = crate::time::now() + timeout;
+    if !sandbox.paused || !resume_to_completion(&state, &project, &id, end_at).await? {
         return Err(E2bError::new(
             StatusCode::CONFLICT,
             format!("sandbox \"{id}\" is already running"),
         ));
     }
-    let end_at = crate::time::now() + timeout;
-    let worker = Arc::clone(&state);
-    to_completion_e2b(async move { resume_sandbox(&worker, &container, end_at).await }).await?;
     Ok(with_status(
         StatusCode::CREATED,
         sandbox_body(&state, &sandbox),
     ))
-}
-
-/// Runs `work` to its end whether or not the client stays (a resume
-/// half-done would leave a session open with nothing to show for it).
-async fn to_completion_e2b(
-    work: impl std::future::Future<Output = E2bResult<()>> + Send + 'static,
-) -> E2bResult<()> {
-    tokio::spawn(work).await.map_err(|e| {
-        E2bError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("the request's work failed: {e}"),
-        )
-    })?
 }
 
 /// Which containers are E2B's sandboxes, for the rest of the sweep.

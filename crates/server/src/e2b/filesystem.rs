@@ -45,7 +45,7 @@ use tokio::sync::mpsc;
 
 use super::access::SandboxCaller;
 use super::connect::{server_stream, ConnectCode, ConnectError, StreamRequest, Unary, UnaryReply};
-use super::user::{AsSandboxUser, E2B_HOME};
+use super::user::{AsSandboxUser, E2B_HOME, E2B_WORKSPACE};
 use crate::fs::{fs_error, holds_secret, masked_text, prepare, read_wakes};
 use crate::http::{to_completion, Project};
 use crate::state::AppState;
@@ -109,7 +109,7 @@ fn entry_info(
         FsKind::Symlink => FileType::Symlink,
         FsKind::Other => FileType::Unspecified,
     };
-    let owned_by_user = [E2B_HOME, shellgate_sandbox_api::fs::WORKDIR]
+    let owned_by_user = [E2B_HOME, shellgate_sandbox_api::fs::WORKDIR, E2B_WORKSPACE]
         .iter()
         .any(|root| entry.path.starts_with(&format!("{root}/")));
     let owner = if owned_by_user { "user" } else { "" }.to_owned();

@@ -12,6 +12,11 @@ use super::connect::{ConnectCode, ConnectError};
 /// paths (and `~`) start.
 pub const E2B_HOME: &str = "/home/user";
 
+/// The writable directory at the root the OpenAI Agents SDK's E2B
+/// sandboxes use as their workspace by default (the engine's
+/// `SANDBOX_WORKSPACE`).
+pub const E2B_WORKSPACE: &str = "/workspace";
+
 /// E2B's user: the sandbox user, the only one there is.
 pub const E2B_USER: &str = "user";
 

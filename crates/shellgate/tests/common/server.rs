@@ -99,7 +99,7 @@ impl Response {
 
 /// Whether `/healthz` answers 200 yet: while the server starts, a refused
 /// or reset connection only means "not yet" (unlike in [`request`]).
-fn healthy(port: u16) -> bool {
+pub fn healthy(port: u16) -> bool {
     let probe = || -> std::io::Result<bool> {
         let mut stream = TcpStream::connect(("127.0.0.1", port))?;
         stream.set_read_timeout(Some(Duration::from_secs(10)))?;
