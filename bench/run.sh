@@ -58,9 +58,9 @@ fi
 # warm context against python3 -c through exec (scripts/test's venv has
 # both SDKs).
 if [[ " $* " == *" --quick "* ]]; then
-  .venv/bin/python bench/e2b.py --rounds 5
+  .venv/bin/python bench/e2b_sdks.py --rounds 5
 else
-  .venv/bin/python bench/e2b.py
+  .venv/bin/python bench/e2b_sdks.py
 fi
 # The baselines as whole commands, for a second opinion from hyperfine.
 table=$(mktemp)

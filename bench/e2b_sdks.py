@@ -8,13 +8,19 @@ each measured in the same run as its baseline, against one `shellgate serve`
     against the same work through shellgate's own API (`POST
     /v1/containers`, then `POST /v1/containers/{id}/exec` of `echo hi`) on
     a kept-alive HTTP connection (httpx, the HTTP client E2B's SDK uses).
-    The sandbox or container is removed after each round, untimed; the two
-    alternate, so the warm pool serves both alike.
+    The sandbox or container is removed after each round, untimed; the
+    series alternate, so the warm pool serves them alike. Two more series
+    split the SDK's figure: the SDK's own two requests sent by hand (httpx,
+    kept-alive: `POST /v2/sandboxes`, then `process.Process/Start` of the
+    `/bin/bash -l -c "echo hi"` the SDK asks for), and the same with
+    `bash -c`. SDK minus wire is the SDK's client-side cost; wire minus
+    wire-without-login is the login shell E2B's SDK asks for; what is left
+    against shellgate's API is the compatibility layer.
   * run_code: `run_code("1+1")` in a warm context (the `e2b_code_interpreter`
     SDK), against `python3 -c 'print(1+1)'` through exec in the same
     container: the interpreter's round trip against starting Python.
 
-Usage: .venv/bin/python bench/e2b.py [--rounds N]. Needs root (the server
+Usage: .venv/bin/python bench/e2b_sdks.py [--rounds N]. Needs root (the server
 makes sandboxes) and scripts/test's venv (`e2b`, `e2b-code-interpreter`,
 `httpx`).
 """
@@ -74,6 +80,34 @@ def shellgate_create_to_output(http):
     return elapsed
 
 
+def e2b_wire_create_to_output(api, envd, login):
+    """Seconds from the SDK's create request to the first stdout frame of
+    its Start, the two requests sent by hand (`login`: `bash -l`, as the
+    SDK sends)."""
+    started = time.perf_counter()
+    sandbox = api.post("/v2/sandboxes", json={"templateID": "base", "metadata": {}, "envVars": {}})
+    sandbox = sandbox.raise_for_status().json()
+    args = ["-l", "-c", "echo hi"] if login else ["-c", "echo hi"]
+    body = json.dumps({"process": {"cmd": "/bin/bash", "args": args}, "stdin": False}).encode()
+    headers = {
+        "E2b-Sandbox-Id": sandbox["sandboxID"],
+        "E2b-Sandbox-Port": "49983",
+        "X-Access-Token": sandbox["envdAccessToken"],
+        "Content-Type": "application/connect+json",
+        "Connect-Protocol-Version": "1",
+    }
+    frame = b"\0" + len(body).to_bytes(4, "big") + body
+    elapsed, seen = None, b""
+    with envd.stream("POST", "/process.Process/Start", content=frame, headers=headers) as stream:
+        for chunk in stream.iter_raw():
+            seen += chunk
+            if elapsed is None and b'"stdout"' in seen:
+                elapsed = time.perf_counter() - started
+    assert elapsed is not None, seen
+    api.delete(f"/sandboxes/{sandbox['sandboxID']}").raise_for_status()
+    return elapsed
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=30)
@@ -93,17 +127,27 @@ def main():
         )
         # One of each first: the SDK's imports and connection set-up, the
         # warm pool's first fill.
-        e2b_create_to_output(Sandbox)
-        shellgate_create_to_output(http)
-        through_e2b, through_api = [], []
+        api = httpx.Client(base_url=root, headers={"X-API-KEY": KEY}, timeout=300)
+        envd = httpx.Client(base_url=root, timeout=300)
+        series = {
+            "e2b_sdk": lambda: e2b_create_to_output(Sandbox),
+            "e2b_wire": lambda: e2b_wire_create_to_output(api, envd, login=True),
+            "e2b_wire_without_login": lambda: e2b_wire_create_to_output(api, envd, login=False),
+            "shellgate_api": lambda: shellgate_create_to_output(http),
+        }
+        for run in series.values():
+            run()
+        samples = {name: [] for name in series}
         for _ in range(args.rounds):
-            through_e2b.append(e2b_create_to_output(Sandbox))
-            through_api.append(shellgate_create_to_output(http))
-        e2b_stats, api_stats = summary(through_e2b), summary(through_api)
+            for name, run in series.items():
+                samples[name].append(run())
+        stats = {name: summary(values) for name, values in samples.items()}
+        api_median = stats["shellgate_api"]["median_ms"]
         results["create_to_first_output"] = {
-            "e2b_sdk": e2b_stats,
-            "shellgate_api": api_stats,
-            "ratio": e2b_stats["median_ms"] / api_stats["median_ms"],
+            **stats,
+            "ratio": stats["e2b_sdk"]["median_ms"] / api_median,
+            "wire_ratio": stats["e2b_wire"]["median_ms"] / api_median,
+            "layer_ratio": stats["e2b_wire_without_login"]["median_ms"] / api_median,
         }
 
         sandbox = CodeSandbox.create()
