@@ -281,6 +281,14 @@ fn emit(events: Option<&EventSink>, event: Event) {
     }
 }
 
+/// An output item starts: it is told added, in progress, at the index it
+/// will have in `output` once complete, which this returns.
+fn announce(output: &[Item], events: Option<&EventSink>, item: Item) -> usize {
+    let index = output.len();
+    emit(events, Event::ItemAdded { index, item });
+    index
+}
+
 /// The output item at `index` is complete: it is told done (a copy for the
 /// listeners, only when there are any) and becomes part of `output`.
 fn complete(output: &mut Vec<Item>, events: Option<&EventSink>, index: usize, item: Item) {
@@ -574,15 +582,8 @@ pub async fn run(
                 }
             } else {
                 handed_back = true;
-                let index = output.len();
                 let item = client_call(call, &request.tools, ItemStatus::Completed);
-                emit(
-                    events,
-                    Event::ItemAdded {
-                        index,
-                        item: in_progress(&item),
-                    },
-                );
+                let index = announce(&output, events, in_progress(&item));
                 match &item {
                     Item::FunctionCall(function) => emit(
                         events,
@@ -1211,14 +1212,7 @@ async fn run_openrouter_shell(
         status: Some(ItemStatus::InProgress),
         extra: wire::Extra::new(),
     };
-    let index = output.len();
-    emit(
-        events,
-        Event::ItemAdded {
-            index,
-            item: Item::OpenRouterShell(item.clone()),
-        },
-    );
+    let index = announce(output, events, Item::OpenRouterShell(item.clone()));
     item.output = execute(sandbox, &container, checked, None, guardrail)
         .await?
         .iter()
@@ -1253,14 +1247,7 @@ async fn run_interpreter(
         status: Some(wire::CodeInterpreterStatus::InProgress),
         extra: wire::Extra::new(),
     };
-    let index = output.len();
-    emit(
-        events,
-        Event::ItemAdded {
-            index,
-            item: Item::CodeInterpreterCall(item.clone()),
-        },
-    );
+    let index = announce(output, events, Item::CodeInterpreterCall(item.clone()));
     let step = |step| {
         emit(
             events,
@@ -1393,14 +1380,7 @@ async fn run_hosted_bash(
         status: Some(ItemStatus::InProgress),
         extra: wire::Extra::new(),
     };
-    let index = output.len();
-    emit(
-        events,
-        Event::ItemAdded {
-            index,
-            item: Item::OpenRouterBash(item.clone()),
-        },
-    );
+    let index = announce(output, events, Item::OpenRouterBash(item.clone()));
     let result = if arguments.restart {
         Some(exited(BASH_RESTARTED, String::new(), 0))
     } else {

@@ -280,15 +280,26 @@ pub async fn read(
     ApiQuery(query): ApiQuery<PathQuery>,
 ) -> ApiResult<Response> {
     let path = container_path(&query.path, "path")?;
-    prepare(&state, &project, &id, read_wakes(&path)).await?;
+    file_download(&state, &project, &id, &path).await
+}
+
+/// A regular file's bytes as a download (the container woken first when it
+/// sleeps): `GET .../fs/content` here, E2B's `GET /files`.
+pub(crate) async fn file_download(
+    state: &Arc<AppState>,
+    project: &Project,
+    id: &str,
+    path: &str,
+) -> ApiResult<Response> {
+    prepare(state, project, id, read_wakes(path)).await?;
     let download = state
         .engine
-        .fs_read(&id, &path)
+        .fs_read(id, path)
         .await
-        .map_err(|e| fs_error(&id, e))?;
+        .map_err(|e| fs_error(id, e))?;
     Ok(download_response(
-        &state,
-        &id,
+        state,
+        id,
         download,
         "application/octet-stream",
     ))

@@ -562,9 +562,7 @@ fn serve_logged(
 /// said before it serves), or its process ends.
 fn wait_healthy(child: &mut std::process::Child, port: u16) {
     let up = common::wait_until(
-        || {
-            common::server::healthy(port) || matches!(child.try_wait(), Ok(Some(_)))
-        },
+        || common::server::healthy(port) || matches!(child.try_wait(), Ok(Some(_))),
         Duration::from_secs(60),
     );
     assert!(

@@ -114,10 +114,11 @@ pub struct Lifecycle {
     pub on_timeout: OnTimeout,
 }
 
-/// `SandboxDetail`: `GET /sandboxes/{id}`.
+/// `ListedSandbox`: an entry of `GET /v2/sandboxes`, and the first part of
+/// a `SandboxDetail`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct SandboxDetail {
+pub struct ListedSandbox {
     #[serde(rename = "templateID")]
     pub template_id: String,
     #[serde(rename = "sandboxID")]
@@ -128,43 +129,30 @@ pub struct SandboxDetail {
     pub started_at: String,
     /// RFC 3339: when the timeout ends it.
     pub end_at: String,
-    pub envd_version: String,
     pub cpu_count: u32,
     #[serde(rename = "memoryMB")]
     pub memory_mb: u64,
     #[serde(rename = "diskSizeMB")]
     pub disk_size_mb: u64,
     pub state: SandboxState,
+    pub envd_version: String,
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// `SandboxDetail`: `GET /sandboxes/{id}`, a listed sandbox and what only
+/// its owner's detail tells.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxDetail {
+    #[serde(flatten)]
+    pub listed: ListedSandbox,
     pub envd_access_token: String,
     /// Whether it may reach the internet (its network policy allows any
     /// destination).
     pub allow_internet_access: bool,
     pub domain: Option<String>,
-    pub metadata: BTreeMap<String, String>,
     pub network: NetworkInfo,
     pub lifecycle: Lifecycle,
-}
-
-/// `ListedSandbox`: an entry of `GET /v2/sandboxes`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ListedSandbox {
-    #[serde(rename = "templateID")]
-    pub template_id: String,
-    #[serde(rename = "sandboxID")]
-    pub sandbox_id: String,
-    #[serde(rename = "clientID")]
-    pub client_id: String,
-    pub started_at: String,
-    pub end_at: String,
-    pub cpu_count: u32,
-    #[serde(rename = "memoryMB")]
-    pub memory_mb: u64,
-    #[serde(rename = "diskSizeMB")]
-    pub disk_size_mb: u64,
-    pub state: SandboxState,
-    pub envd_version: String,
-    pub metadata: BTreeMap<String, String>,
 }
 
 /// `POST /sandboxes/{id}/timeout`.

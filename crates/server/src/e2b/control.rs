@@ -524,6 +524,27 @@ async fn resources(state: &AppState, container: &ContainerRow) -> (u32, u64, u64
     )
 }
 
+/// A sandbox as its listing shows it, with its `(cpu, memory MiB, disk
+/// MiB)` from `resources`.
+fn listed(
+    row: &E2bSandboxRow,
+    (cpu_count, memory_mb, disk_size_mb): (u32, u64, u64),
+) -> ListedSandbox {
+    ListedSandbox {
+        template_id: row.template_id.clone(),
+        sandbox_id: row.container_id.clone(),
+        client_id: CLIENT_ID.to_owned(),
+        started_at: rfc3339(row.started_at),
+        end_at: rfc3339(row.end_at),
+        cpu_count,
+        memory_mb,
+        disk_size_mb,
+        state: state_of(row),
+        envd_version: ENVD_VERSION.to_owned(),
+        metadata: row.metadata.clone(),
+    }
+}
+
 /// `GET /sandboxes/{id}`.
 async fn info(
     State(state): State<Arc<AppState>>,
@@ -531,7 +552,6 @@ async fn info(
     Path(id): Path<String>,
 ) -> E2bResult<Json<SandboxDetail>> {
     let (sandbox, container) = owned(&state, &project, &id).await?;
-    let (cpu_count, memory_mb, disk_size_mb) = resources(&state, &container).await;
     let policy = crate::containers::network_policy(&container);
     let (allow_internet_access, allow_out) = match policy {
         NetworkPolicy::Disabled => (false, Vec::new()),
@@ -540,20 +560,10 @@ async fn info(
         } => (allowed_domains.iter().any(|d| d == "*"), allowed_domains),
     };
     Ok(Json(SandboxDetail {
-        template_id: sandbox.template_id.clone(),
-        sandbox_id: sandbox.container_id.clone(),
-        client_id: CLIENT_ID.to_owned(),
-        started_at: rfc3339(sandbox.started_at),
-        end_at: rfc3339(sandbox.end_at),
-        envd_version: ENVD_VERSION.to_owned(),
-        cpu_count,
-        memory_mb,
-        disk_size_mb,
-        state: state_of(&sandbox),
+        listed: listed(&sandbox, resources(&state, &container).await),
         envd_access_token: sandbox.access_token.clone(),
         allow_internet_access,
         domain: domain(&state),
-        metadata: sandbox.metadata.clone(),
         network: NetworkInfo {
             allow_out,
             deny_out: Vec::new(),
@@ -665,20 +675,7 @@ async fn list(
     let mut data = Vec::with_capacity(rows.len());
     for (row, container) in rows.iter().zip(containers) {
         let Some(container) = container else { continue };
-        let (cpu_count, memory_mb, disk_size_mb) = resources(&state, &container).await;
-        data.push(ListedSandbox {
-            template_id: row.template_id.clone(),
-            sandbox_id: row.container_id.clone(),
-            client_id: CLIENT_ID.to_owned(),
-            started_at: rfc3339(row.started_at),
-            end_at: rfc3339(row.end_at),
-            cpu_count,
-            memory_mb,
-            disk_size_mb,
-            state: state_of(row),
-            envd_version: ENVD_VERSION.to_owned(),
-            metadata: row.metadata.clone(),
-        });
+        data.push(listed(row, resources(&state, &container).await));
     }
     let mut response = Json(data).into_response();
     if more {
@@ -771,7 +768,12 @@ async fn pause(
 /// `false` when it was running already. One resume of a sandbox at a time:
 /// a `connect` racing another, or the in-sandbox calls an `autoResume` wakes
 /// it for, find it running and resume nothing twice.
-async fn resume_sandbox(state: &Arc<AppState>, project: &str, id: &str, end_at: i64) -> E2bResult<bool> {
+async fn resume_sandbox(
+    state: &Arc<AppState>,
+    project: &str,
+    id: &str,
+    end_at: i64,
+) -> E2bResult<bool> {
     let lock = e2b_lock(state, &format!("resume\n{id}"));
     let _guard = lock.lock().await;
     let (sandbox, container) = owned(state, project, id).await?;
@@ -797,7 +799,12 @@ async fn resume_sandbox(state: &Arc<AppState>, project: &str, id: &str, end_at: 
 
 /// [`resume_sandbox`] run to its end whether or not the client stays (a
 /// resume half-done would leave a session open with nothing to show for it).
-async fn resume_to_completion(state: &Arc<AppState>, project: &str, id: &str, end_at: i64) -> E2bResult<bool> {
+async fn resume_to_completion(
+    state: &Arc<AppState>,
+    project: &str,
+    id: &str,
+    end_at: i64,
+) -> E2bResult<bool> {
     let (state, project, id) = (Arc::clone(state), project.to_owned(), id.to_owned());
     tokio::spawn(async move { resume_sandbox(&state, &project, &id, end_at).await })
         .await
@@ -812,7 +819,11 @@ async fn resume_to_completion(state: &Arc<AppState>, project: &str, id: &str, en
 /// `autoResume`: a paused sandbox whose create asked for it is woken by a
 /// call of its in-sandbox API (the access check's), for as long as its
 /// last timeout gave it (at least the default).
-pub(crate) async fn resume_on_traffic(state: &Arc<AppState>, project: &str, id: &str) -> E2bResult<()> {
+pub(crate) async fn resume_on_traffic(
+    state: &Arc<AppState>,
+    project: &str,
+    id: &str,
+) -> E2bResult<()> {
     let (owner, key) = (project.to_owned(), id.to_owned());
     let sandbox = state
         .db(move |s| s.e2b_sandbox(&owner, &key))
@@ -825,6 +836,23 @@ pub(crate) async fn resume_on_traffic(state: &Arc<AppState>, project: &str, id: 
     Ok(())
 }
 
+/// Connect's and resume's common part: the caller's sandbox `id`, resumed
+/// with the body's timeout when paused: the sandbox as it was, the end it
+/// was given, and whether this call resumed it.
+async fn resume_if_paused(
+    state: &Arc<AppState>,
+    project: &str,
+    id: &str,
+    body: &Bytes,
+) -> E2bResult<(E2bSandboxRow, i64, bool)> {
+    let request: ConnectRequest = read_body(body)?;
+    let timeout = timeout_secs(state, request.timeout)?;
+    let (sandbox, _) = owned(state, project, id).await?;
+    let end_at = crate::time::now() + timeout;
+    let resumed = sandbox.paused && resume_to_completion(state, project, id, end_at).await?;
+    Ok((sandbox, end_at, resumed))
+}
+
 /// `POST /v2/sandboxes/{id}/connect`, `POST /sandboxes/{id}/connect`: 200
 /// with the sandbox when it runs (its timeout moved only later, never
 /// sooner), 201 when it was paused and is resumed.
@@ -834,11 +862,8 @@ async fn connect(
     Path(id): Path<String>,
     body: Bytes,
 ) -> E2bResult<Response> {
-    let request: ConnectRequest = read_body(&body)?;
-    let timeout = timeout_secs(&state, request.timeout)?;
-    let (sandbox, _) = owned(&state, &project, &id).await?;
-    let end_at = crate::time::now() + timeout;
-    if !sandbox.paused || !resume_to_completion(&state, &project, &id, end_at).await? {
+    let (sandbox, end_at, resumed) = resume_if_paused(&state, &project, &id, &body).await?;
+    if !resumed {
         if end_at > sandbox.end_at {
             state
                 .db(move |s| s.set_e2b_end_at(&id, end_at))
@@ -860,11 +885,8 @@ async fn resume(
     Path(id): Path<String>,
     body: Bytes,
 ) -> E2bResult<Response> {
-    let request: ConnectRequest = read_body(&body)?;
-    let timeout = timeout_secs(&state, request.timeout)?;
-    let (sandbox, _) = owned(&state, &project, &id).await?;
-    let end_at = crate::time::now() + timeout;
-    if !sandbox.paused || !resume_to_completion(&state, &project, &id, end_at).await? {
+    let (sandbox, _, resumed) = resume_if_paused(&state, &project, &id, &body).await?;
+    if !resumed {
         return Err(E2bError::new(
             StatusCode::CONFLICT,
             format!("sandbox \"{id}\" is already running"),

@@ -29,7 +29,7 @@ use super::access::SandboxCaller;
 use super::filesystem::e2b_path;
 use super::user::{basic_user, user_refusal};
 use super::E2bError;
-use crate::fs::{download_response, fs_error, prepare, read_wakes, stream_chunks_into};
+use crate::fs::{file_download, fs_error, prepare, stream_chunks_into};
 use crate::http::Project;
 use crate::state::AppState;
 
@@ -94,25 +94,8 @@ async fn download(
 ) -> Result<Response, E2bError> {
     check_user(&query, &headers)?;
     let path = required_path(&query)?;
-    let id = caller.container_id.clone();
-    prepare(
-        &state,
-        &Project(caller.project.clone()),
-        &id,
-        read_wakes(&path),
-    )
-    .await?;
-    let download = state
-        .engine
-        .fs_read(&id, &path)
-        .await
-        .map_err(|e| fs_error(&id, e))?;
-    Ok(download_response(
-        &state,
-        &id,
-        download,
-        "application/octet-stream",
-    ))
+    let project = Project(caller.project.clone());
+    Ok(file_download(&state, &project, &caller.container_id, &path).await?)
 }
 
 /// `POST /files`: multipart parts or one octet-stream body, each file

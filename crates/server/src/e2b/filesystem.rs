@@ -799,18 +799,25 @@ async fn create_watcher(
     Ok(UnaryReply(CreateWatcherResponse { watcher_id }))
 }
 
+/// The caller's polling watcher `watcher_id`, or not_found.
+fn polling_watcher(
+    state: &AppState,
+    caller: &SandboxCaller,
+    watcher_id: &str,
+) -> Result<Arc<PollingWatcher>, ConnectError> {
+    state
+        .e2b_watchers
+        .polling(&caller.container_id, watcher_id)
+        .ok_or_else(|| ConnectError::not_found(format!("no watcher with id {watcher_id:?}")))
+}
+
 async fn get_watcher_events(
     State(state): State<Arc<AppState>>,
     caller: SandboxCaller,
     _user: AsSandboxUser,
     Unary(request): Unary<GetWatcherEventsRequest>,
 ) -> Result<UnaryReply<GetWatcherEventsResponse>, ConnectError> {
-    let watcher = state
-        .e2b_watchers
-        .polling(&caller.container_id, &request.watcher_id)
-        .ok_or_else(|| {
-            ConnectError::not_found(format!("no watcher with id {:?}", request.watcher_id))
-        })?;
+    let watcher = polling_watcher(&state, &caller, &request.watcher_id)?;
     *watcher.last_poll.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
     let events: Vec<FilesystemEvent> = watcher
         .events
@@ -833,12 +840,7 @@ async fn remove_watcher(
     _user: AsSandboxUser,
     Unary(request): Unary<RemoveWatcherRequest>,
 ) -> Result<UnaryReply<RemoveWatcherResponse>, ConnectError> {
-    let watcher = state
-        .e2b_watchers
-        .polling(&caller.container_id, &request.watcher_id)
-        .ok_or_else(|| {
-            ConnectError::not_found(format!("no watcher with id {:?}", request.watcher_id))
-        })?;
+    let watcher = polling_watcher(&state, &caller, &request.watcher_id)?;
     watcher.stop.notify_one();
     Ok(UnaryReply(RemoveWatcherResponse {}))
 }
