@@ -6,7 +6,9 @@ with `exec_command`; and the basics of the e2b SDK that `openai-agents[e2b]` pin
 
 Run with `.venv-e2b-agents` (scripts/test makes it: `openai-agents[e2b]` and
 pytest), whose e2b is the pinned one; the main venv has the latest e2b instead,
-so there this module skips."""
+so there this module skips. scripts/test also runs the sandbox SDK's own suites
+(test_e2b_control, _commands, _files) in that venv, against the pinned e2b;
+what that version lacks (an idempotency key, `commands.stream_input`) skips."""
 
 from __future__ import annotations
 

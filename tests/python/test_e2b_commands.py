@@ -10,6 +10,7 @@ import threading
 import pytest
 import requests
 from e2b import CommandExitException, NotFoundException, PtySize, Sandbox
+from e2b.sandbox_sync.commands.command import Commands
 
 from conftest import E2B_KEY_B, e2b_environment, wait_until
 
@@ -97,6 +98,9 @@ def test_list_and_kill(sbx):
         sbx.commands.send_stdin(handle.pid, "x")
 
 
+@pytest.mark.skipif(
+    not hasattr(Commands, "stream_input"), reason="this e2b SDK has no commands.stream_input"
+)
 def test_stream_input_feeds_a_process(sbx):
     handle = sbx.commands.run("cat", background=True, stdin=True)
     sbx.commands.stream_input(handle.pid, ["one\n", b"two\n"])

@@ -4,6 +4,7 @@ and `/files`, driven by the latest `e2b` SDK (`sbx.files.*`) against a real
 sandboxes, a 100 MiB upload that must stream, a cut upload."""
 
 import asyncio
+import io
 import socket
 from urllib.parse import quote
 
@@ -242,14 +243,27 @@ def test_a_100_mib_upload_and_download_stream(server, sbx):
     size = 100 << 20
     block = bytes(range(256)) * 4096  # 1 MiB
 
-    def chunks():
-        for _ in range(size // len(block)):
-            yield block
+    class Blocks(io.RawIOBase):
+        """`size` bytes of `block`s, made as they are read: a file object,
+        which every SDK version streams (the older one takes no iterator)."""
+
+        sent = 0
+
+        def readable(self):
+            return True
+
+        def readinto(self, buffer):
+            count = min(len(buffer), size - self.sent, len(block))
+            start = self.sent % len(block)
+            piece = (block[start:] + block[:start])[:count]
+            buffer[:count] = piece
+            self.sent += count
+            return count
 
     pid = server.process.pid
     peak_rss_reset(pid)
     before = peak_rss(pid)
-    sbx.files.write("/mnt/data/big.bin", chunks())
+    sbx.files.write("/mnt/data/big.bin", io.BufferedReader(Blocks()))
     assert sbx.files.get_info("/mnt/data/big.bin").size == size
     total = 0
     with sbx.files.read("/mnt/data/big.bin", format="stream") as stream:
