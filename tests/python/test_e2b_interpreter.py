@@ -2,7 +2,7 @@
 `e2b_code_interpreter` SDK against a real `shellgate serve`: `run_code`
 results, state, imports and the working directory across calls, a pandas
 DataFrame (html), a matplotlib chart (png), an exception, a timeout that
-keeps the context, contexts created/listed/removed/restarted, and the
+keeps the context, a bash context, contexts created/listed/removed/restarted, and the
 stdout/stderr callbacks."""
 import base64
 import os
@@ -98,6 +98,24 @@ def test_a_timeout_interrupts_and_the_context_keeps_its_variables(sandbox):
     # the same kernel, its variables intact.
     execution = sandbox.run_code("kept")
     assert execution.text == "'still here'", execution
+
+
+def test_a_bash_context_keeps_its_shell_state_and_survives_a_timeout(sandbox):
+    context = sandbox.create_code_context(language="bash")
+    assert context.language == "bash"
+    execution = sandbox.run_code("x=41; cd /tmp", context=context)
+    assert execution.error is None, execution
+    execution = sandbox.run_code("echo $((x + 1)); pwd; whoami", context=context)
+    assert "".join(execution.logs.stdout) == "42\n/tmp\nuser\n", execution
+    # A failed cell is an error carrying its exit status.
+    execution = sandbox.run_code("ls /nonexistent", context=context)
+    assert execution.error is not None and execution.error.value == "2", execution
+    with pytest.raises(TimeoutException):
+        sandbox.run_code("sleep 100", context=context, timeout=2)
+    assert "".join(sandbox.run_code("echo $x", context=context).logs.stdout) == "41\n"
+    # language="bash" alone runs in the sandbox's default bash context.
+    sandbox.run_code("y=7", language="bash")
+    assert "".join(sandbox.run_code("echo $y", language="bash").logs.stdout) == "7\n"
 
 
 def test_contexts_are_created_listed_restarted_and_removed(sandbox):

@@ -331,11 +331,113 @@ def run_cell(code):
         _executing = False
 
 
+# --- bash contexts ------------------------------------------------------
+
+# A bash context's kernel (SHELLGATE_KERNEL_LANGUAGE=bash, popped at start)
+# keeps one bash alive: each cell is sourced by it, so variables, functions
+# and `cd` carry to the next, as in E2B's bash contexts.
+_LANGUAGE = os.environ.pop("SHELLGATE_KERNEL_LANGUAGE", "python")
+
+
+class Bash:
+    """One long-lived bash fed cells: each is a file it sources with its
+    stdin on /dev/null (the kernel's requests are never the cell's input),
+    then writes the cell's exit status on a pipe of its own. An interrupt
+    (SIGINT to bash's process group) stops the foreground command, and the
+    INT trap returns from the sourced cell, so bash and its state live on."""
+
+    def __init__(self):
+        import subprocess
+        import tempfile
+
+        self.cells = tempfile.mkdtemp(prefix="shellgate-bash-")
+        status_read, status_write = os.pipe()
+        self.status_fd = status_write
+        self.status = os.fdopen(status_read, "rb", buffering=0)
+        self.commands_read, commands_write = os.pipe()
+        self.commands = os.fdopen(commands_write, "wb", buffering=0)
+        self.process = subprocess.Popen(
+            ["bash", "--norc", "--noprofile"],
+            stdin=self.commands_read,
+            pass_fds=(status_write,),
+            start_new_session=True,
+        )
+        os.close(self.commands_read)
+        os.close(status_write)
+        self.send("trap 'return 130 2>/dev/null' INT\n")
+
+    def send(self, text):
+        self.commands.write(text.encode())
+
+    def run(self, code, env):
+        import shlex
+
+        path = os.path.join(self.cells, "cell-%d.sh" % _count)
+        with open(path, "w", encoding="utf-8") as cell:
+            cell.write(code + "\n")
+        assignments = " ".join(
+            "%s=%s" % (name, shlex.quote(str(value)))
+            for name, value in env.items()
+            if str(name).isidentifier()
+        )
+        self.send(
+            "%s . %s </dev/null; printf '%%d\\n' \"$?\" >&%d\n"
+            % (assignments, shlex.quote(path), self.status_fd)
+        )
+        try:
+            while True:
+                try:
+                    line = self.status.readline()
+                    break
+                except KeyboardInterrupt:
+                    os.killpg(self.process.pid, signal.SIGINT)
+        finally:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        if not line:
+            return None  # bash ended (the cell ran `exit`)
+        return int(line.strip() or b"1")
+
+
+_bash = None
+
+
+def run_bash_cell(code, env):
+    global _bash, _count, _executing
+    _count += 1
+    if _bash is None or _bash.process.poll() is not None:
+        _bash = Bash()
+    _executing = True
+    try:
+        status = _bash.run(code, env)
+    finally:
+        _executing = False
+    sync_streams()
+    if status is None:
+        _bash = None
+        emit({"ev": "error", "name": "", "value": "bash exited (the next cell starts a new one)", "traceback": ""})
+    elif status == 130:
+        emit({"ev": "error", "name": "KeyboardInterrupt", "value": "interrupted", "traceback": ""})
+    elif status:
+        # As Jupyter's bash kernel says a failed cell: its exit status.
+        emit({"ev": "error", "name": "", "value": str(status), "traceback": ""})
+
+
 def execute(request):
     global _turn
     with _turn_lock:
         _turn = Turn()
     env = request.get("env") or {}
+    if _LANGUAGE == "bash":
+        try:
+            run_bash_cell(request.get("code", ""), env)
+        finally:
+            sync_streams()
+        emit({"ev": "count", "n": _count})
+        emit({"ev": "done"})
+        return
     saved = {name: os.environ.get(name) for name in env}
     os.environ.update({str(k): str(v) for k, v in env.items()})
     try:

@@ -16,9 +16,14 @@ struct HostKernel {
 
 impl HostKernel {
     fn start() -> Self {
+        Self::start_as(crate::Language::Python)
+    }
+
+    fn start_as(language: crate::Language) -> Self {
         let mut child = Command::new("bash")
             .arg("-c")
             .arg(protocol::BOOTSTRAP)
+            .env(crate::KERNEL_LANGUAGE_ENV, language.name())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -235,6 +240,75 @@ fn env_vars_hold_for_one_execution_and_sigint_interrupts_without_ending_it() {
         main_text(&kernel.run("'alive'", &[])).as_deref(),
         Some("'alive'")
     );
+}
+
+fn error_of(events: &[Event]) -> Option<(String, String)> {
+    events.iter().find_map(|e| match e {
+        Event::Error { name, value, .. } => Some((name.clone(), value.clone())),
+        _ => None,
+    })
+}
+
+#[test]
+fn a_bash_context_keeps_variables_functions_and_cwd_and_survives_an_interrupt() {
+    let mut kernel = HostKernel::start_as(crate::Language::Bash);
+    let events = kernel.run("x=41; greet() { echo \"hi $1\"; }; cd /tmp", &[]);
+    assert_eq!(error_of(&events), None, "{events:?}");
+    let events = kernel.run(
+        "echo $((x + 1)) \"$SG_ONE\"; greet you; pwd; echo oops >&2",
+        &[("SG_ONE", "1")],
+    );
+    assert_eq!(stdout(&events), "42 1\nhi you\n/tmp\n");
+    assert!(
+        events.contains(&Event::Stderr {
+            text: "oops\n".into()
+        }),
+        "{events:?}"
+    );
+    // The cell's variables held for that cell only; the kernel's own is gone.
+    let events = kernel.run("echo \"[$SG_ONE][$SHELLGATE_KERNEL_LANGUAGE]\"; cat", &[]);
+    assert_eq!(stdout(&events), "[][]\n", "the cell's stdin is /dev/null");
+    // A failed cell's error is its exit status, as Jupyter's bash kernel says it.
+    assert_eq!(
+        error_of(&kernel.run("false", &[])),
+        Some((String::new(), "1".into()))
+    );
+    // SIGINT while a command runs: the cell stops, bash and its state stay.
+    let request = Request::Execute {
+        code: "echo sleeping; sleep 100; echo not-reached",
+        env: Default::default(),
+    };
+    kernel.stdin.write_all(&request.line()).unwrap();
+    assert_eq!(
+        kernel.next(),
+        Event::Stdout {
+            text: "sleeping\n".into()
+        }
+    );
+    let pid = kernel.child.id();
+    assert!(Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let mut events = Vec::new();
+    loop {
+        match kernel.next() {
+            Event::Done {} => break,
+            event => events.push(event),
+        }
+    }
+    assert_eq!(
+        error_of(&events).map(|(name, _)| name).as_deref(),
+        Some("KeyboardInterrupt"),
+        "{events:?}"
+    );
+    assert_eq!(stdout(&events), "", "{events:?}");
+    assert_eq!(stdout(&kernel.run("echo $x; pwd", &[])), "41\n/tmp\n");
+    // `exit` ends that bash: said, and the next cell has a new one.
+    let events = kernel.run("exit 3", &[]);
+    assert!(error_of(&events).is_some_and(|(_, value)| value.contains("bash exited")));
+    assert_eq!(stdout(&kernel.run("echo \"[$x]\"", &[])), "[]\n");
 }
 
 #[test]

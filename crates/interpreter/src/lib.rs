@@ -8,7 +8,9 @@
 //! stdin; events come back as JSON lines on its stdout, read by offset from
 //! the engine's bounded output buffer ([`protocol`]). The code's own
 //! stdout/stderr never mix with that channel: the kernel reads them from
-//! pipes and sends them as events.
+//! pipes and sends them as events. A bash context is the same kernel
+//! hosting one long-lived `bash` that sources each cell (variables,
+//! functions and `cd` carry over; a failed cell's exit status is its error).
 //!
 //! Bounds: [`MAX_CONTEXTS`] contexts per container, [`MAX_CODE_BYTES`] of
 //! code, one execution at a time per context (a second *waits* for the
@@ -62,7 +64,12 @@ const READ_WAIT: Duration = Duration::from_secs(30);
 /// The most of a failed kernel's own stderr quoted in its error.
 const STDERR_KEPT: usize = 2048;
 
-/// A context's language.
+/// The variable telling kernel.py its context's language (`python` or
+/// `bash`); the kernel removes it before any user code runs.
+const KERNEL_LANGUAGE_ENV: &str = "SHELLGATE_KERNEL_LANGUAGE";
+
+/// A context's language: Python, or bash (one long-lived bash sourcing each
+/// cell). JavaScript is named so it is refused by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Language {
@@ -170,7 +177,7 @@ pub enum InterpreterError {
     },
     #[error("the sandbox already has {limit} code contexts (its limit); remove one first")]
     TooManyContexts { limit: usize },
-    #[error("{0} contexts are not supported (python is)")]
+    #[error("{0} contexts are not supported (python and bash are)")]
     UnsupportedLanguage(&'static str),
     #[error("the code interpreter's kernel failed: {0}")]
     KernelFailed(String),
@@ -353,7 +360,7 @@ impl Interpreters {
         cwd: Option<&str>,
         env: &[(String, String)],
     ) -> Result<Arc<Context>> {
-        if language != Language::Python {
+        if language == Language::JavaScript {
             return Err(InterpreterError::UnsupportedLanguage(language.name()));
         }
         if let Some(cwd) = cwd {
@@ -375,14 +382,15 @@ impl Interpreters {
             language,
             cwd: cwd.unwrap_or(DEFAULT_CWD).to_owned(),
         };
-        let kernel = match self.start_kernel(container, &info.cwd, env).await {
+        let kernel = match self.start_kernel(container, language, &info.cwd, env).await {
             // An image without E2B's home: the default context runs where
             // commands do.
             Err(InterpreterError::Sandbox(SandboxError::InvalidRequest {
                 param: "cwd", ..
             })) if cwd.is_none() => {
                 info.cwd = FALLBACK_CWD.to_owned();
-                self.start_kernel(container, &info.cwd, env).await?
+                self.start_kernel(container, language, &info.cwd, env)
+                    .await?
             }
             other => other?,
         };
@@ -400,17 +408,21 @@ impl Interpreters {
     async fn start_kernel(
         &self,
         container: &str,
+        language: Language,
         cwd: &str,
         env: &[(String, String)],
     ) -> Result<Kernel> {
         let process_id = shellgate_wire::new_id("kernel_");
+        // kernel.py reads (and forgets) its language from its environment.
+        let mut kernel_env = vec![(KERNEL_LANGUAGE_ENV.to_owned(), language.name().to_owned())];
+        kernel_env.extend_from_slice(env);
         let spec = ProcessSpec {
             command: protocol::BOOTSTRAP.to_owned(),
             stdin: true,
             pty: None,
             timeout_ms: 0,
             keeps_awake: false,
-            env: env.to_vec(),
+            env: kernel_env,
             cwd: Some(cwd.to_owned()),
         };
         self.backend
@@ -514,7 +526,12 @@ impl Interpreters {
         let mut kernel = context.kernel.lock().await;
         *kernel = None;
         let fresh = self
-            .start_kernel(container, &context.info.cwd, &context.env)
+            .start_kernel(
+                container,
+                context.info.language,
+                &context.info.cwd,
+                &context.env,
+            )
             .await?;
         *lock(&context.process_id) = Some(fresh.process_id.clone());
         *kernel = Some(fresh);
@@ -604,7 +621,12 @@ impl Interpreters {
         if !self.send(container, kernel.as_mut(), &request).await {
             *lock(&context.process_id) = None;
             let fresh = self
-                .start_kernel(container, &context.info.cwd, &context.env)
+                .start_kernel(
+                    container,
+                    context.info.language,
+                    &context.info.cwd,
+                    &context.env,
+                )
                 .await?;
             *lock(&context.process_id) = Some(fresh.process_id.clone());
             let fresh = kernel.insert(fresh);
@@ -635,7 +657,12 @@ impl Interpreters {
                     .await;
                 *lock(&context.process_id) = None;
                 let fresh = self
-                    .start_kernel(container, &context.info.cwd, &context.env)
+                    .start_kernel(
+                        container,
+                        context.info.language,
+                        &context.info.cwd,
+                        &context.env,
+                    )
                     .await?;
                 *lock(&context.process_id) = Some(fresh.process_id.clone());
                 *kernel = Some(fresh);

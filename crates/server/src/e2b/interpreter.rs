@@ -152,7 +152,7 @@ fn language(name: Option<&str>) -> Result<Option<Language>, E2bError> {
         Some(name) => Language::parse(name).map(Some).ok_or_else(|| {
             E2bError::new(
                 StatusCode::BAD_REQUEST,
-                format!("language {name:?} is not supported (python is)"),
+                format!("language {name:?} is not supported (python and bash are)"),
             )
         }),
     }
