@@ -196,12 +196,12 @@ async fn contexts_are_created_listed_restarted_removed_and_bounded() {
         interpreters.remove_context("c1", &context.id).await,
         Err(InterpreterError::ContextNotFound(_))
     ));
-    // Other languages are refused by name, and contexts are bounded.
+    // JavaScript is refused by name, and contexts are bounded.
     assert!(matches!(
         interpreters
-            .create_context("c1", Language::Bash, None, &[])
+            .create_context("c1", Language::JavaScript, None, &[])
             .await,
-        Err(InterpreterError::UnsupportedLanguage("bash"))
+        Err(InterpreterError::UnsupportedLanguage("javascript"))
     ));
     for _ in 1..shellgate_interpreter::MAX_CONTEXTS {
         interpreters
