@@ -4,33 +4,43 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use shellgate_store::KeyGrant;
 
 use crate::error::ApiError;
 
-/// Keys already seen, by hash, and their projects: a key is never changed or
-/// removed once made, so a hit needs no trip to the store. Only keys that
-/// exist are remembered (a wrong key always asks the store), and the cache
-/// is bounded.
+/// Keys already seen, by hash, with their grants, each for at most
+/// [`KEY_CACHE_TTL`]: a hit needs no trip to the store, and a key revoked
+/// anywhere (`shellgate keys revoke`, another process on the same database)
+/// stops opening anything within that time. Only keys that exist are
+/// remembered (a wrong key always asks the store), and the cache is bounded.
 #[derive(Debug, Default)]
-pub struct KeyCache(Mutex<HashMap<String, String>>);
+pub struct KeyCache(Mutex<HashMap<String, (KeyGrant, Instant)>>);
 
 /// Most keys remembered.
 const KEY_CACHE_ENTRIES: usize = 10_000;
+/// How long a key's grant is trusted without asking the store again.
+pub const KEY_CACHE_TTL: Duration = Duration::from_secs(5);
 
 impl KeyCache {
-    pub fn get(&self, key: &str) -> Option<String> {
+    pub fn get(&self, key: &str) -> Option<KeyGrant> {
         let hash = shellgate_store::hash_key(key);
         let keys = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        keys.get(&hash).cloned()
+        keys.get(&hash)
+            .filter(|(_, at)| at.elapsed() < KEY_CACHE_TTL)
+            .map(|(grant, _)| grant.clone())
     }
 
-    pub fn insert(&self, key: &str, project: &str) {
+    pub fn insert(&self, key: &str, grant: &KeyGrant) {
         let mut keys = self.0.lock().unwrap_or_else(|p| p.into_inner());
         if keys.len() >= KEY_CACHE_ENTRIES {
-            keys.clear();
+            keys.retain(|_, (_, at)| at.elapsed() < KEY_CACHE_TTL);
+            if keys.len() >= KEY_CACHE_ENTRIES {
+                keys.clear();
+            }
         }
-        keys.insert(shellgate_store::hash_key(key), project.to_owned());
+        keys.insert(shellgate_store::hash_key(key), (grant.clone(), Instant::now()));
     }
 }
 

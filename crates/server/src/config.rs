@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use shellgate_store::KeyRole;
 pub use shellgate_model::upstream::Protocol;
 
 /// Every setting of `shellgate serve`.
@@ -15,7 +16,9 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Where the database, files and sandboxes live.
     pub data_dir: PathBuf,
-    /// Keys to seed, comma separated: `KEY` or `KEY:PROJECT` (project `default`).
+    /// Keys to seed, comma separated: `KEY`, `KEY:PROJECT` (project
+    /// `default`) or `KEY:PROJECT:admin` (a key that also sees every
+    /// project in the console).
     pub api_keys: String,
     /// Default `expires_after.minutes` of a container.
     pub default_expires_minutes: u32,
@@ -684,15 +687,21 @@ impl Config {
         (self.container_cpus > 0.0).then_some(self.container_cpus)
     }
 
-    /// The seeded keys as (key, project) pairs.
-    pub fn seeded_keys(&self) -> Vec<(String, String)> {
+    /// The seeded keys: (key, project, role).
+    pub fn seeded_keys(&self) -> Vec<(String, String, KeyRole)> {
         self.api_keys
             .split(',')
             .map(str::trim)
             .filter(|k| !k.is_empty())
-            .map(|entry| match entry.split_once(':') {
-                Some((key, project)) => (key.to_owned(), project.to_owned()),
-                None => (entry.to_owned(), "default".to_owned()),
+            .map(|entry| {
+                let mut parts = entry.splitn(3, ':');
+                let key = parts.next().unwrap_or_default().to_owned();
+                let project = parts.next().filter(|p| !p.is_empty()).unwrap_or("default");
+                let role = match parts.next() {
+                    Some("admin") => KeyRole::Admin,
+                    _ => KeyRole::Member,
+                };
+                (key, project.to_owned(), role)
             })
             .collect()
     }
@@ -710,7 +719,7 @@ mod tests {
         std::fs::write(&file, "listen = \"127.0.0.1:9999\"\nretention_days = 7\n").unwrap();
         let env = vec![
             ("SHELLGATE_RETENTION_DAYS".to_owned(), "3".to_owned()),
-            ("SHELLGATE_API_KEYS".to_owned(), "k1,k2:team".to_owned()),
+            ("SHELLGATE_API_KEYS".to_owned(), "k1,k2:team,k3:ops:admin".to_owned()),
             ("SHELLGATE_LOG".to_owned(), "debug".to_owned()),
             ("HOME".to_owned(), "/x".to_owned()),
         ];
@@ -721,8 +730,9 @@ mod tests {
         assert_eq!(
             config.seeded_keys(),
             vec![
-                ("k1".into(), "default".into()),
-                ("k2".into(), "team".into())
+                ("k1".into(), "default".into(), KeyRole::Member),
+                ("k2".into(), "team".into(), KeyRole::Member),
+                ("k3".into(), "ops".into(), KeyRole::Admin)
             ]
         );
         std::fs::remove_dir_all(&dir).unwrap();

@@ -9,6 +9,7 @@ use axum::extract::{FromRequest, FromRequestParts, Query, Request};
 use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
 use serde::de::DeserializeOwned;
+use shellgate_store::KeyGrant;
 
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -63,20 +64,24 @@ pub(crate) fn bearer_key(headers: &axum::http::HeaderMap) -> Option<&str> {
 
 /// The project of an API key (cached), rate limited; 401 for an unknown key.
 pub(crate) async fn project_of_key(state: &AppState, key: &str) -> Result<Project, ApiError> {
-    let project = match state.keys.get(key) {
-        Some(project) => project,
-        None => {
-            let owned = key.to_owned();
-            let project = state
-                .db(move |s| s.project_for_key(&owned))
-                .await?
-                .ok_or_else(|| ApiError::unauthorized("Incorrect API key provided."))?;
-            state.keys.insert(key, &project);
-            project
-        }
-    };
-    state.limiter.check(&project)?;
-    Ok(Project(project))
+    let grant = key_grant(state, key).await?;
+    state.limiter.check(&grant.project)?;
+    Ok(Project(grant.project))
+}
+
+/// A live key's project and role (cached for a few seconds); 401 for an
+/// unknown or revoked key.
+pub(crate) async fn key_grant(state: &AppState, key: &str) -> Result<KeyGrant, ApiError> {
+    if let Some(grant) = state.keys.get(key) {
+        return Ok(grant);
+    }
+    let owned = key.to_owned();
+    let grant = state
+        .db(move |s| s.grant_for_key(&owned))
+        .await?
+        .ok_or_else(|| ApiError::unauthorized("Incorrect API key provided."))?;
+    state.keys.insert(key, &grant);
+    Ok(grant)
 }
 
 /// A JSON body; malformed JSON, wrong types and unknown fields or enum

@@ -170,9 +170,9 @@ where
         egress: egress.clone(),
     })
     .await?;
-    for (key, project) in config.seeded_keys() {
+    for (key, project, role) in config.seeded_keys() {
         store
-            .add_key(&key, &project, now())
+            .add_key_with_role(&key, &project, role, now())
             .map_err(|e| ServeError::Setup(e.to_string()))?;
     }
     let mut generated_key = None;

@@ -1049,35 +1049,12 @@ async fn container(state: &AppState, prepared: &Prepared) -> Option<wire::Contai
         .flatten();
     let expires_at = row
         .map(|r| r.last_active_at + i64::from(r.expires_minutes) * 60)
-        .map(rfc3339_utc);
+        .map(shellgate_wire::time::rfc3339);
     Some(wire::Container {
         id,
         expires_at,
         extra: Default::default(),
     })
-}
-
-/// `t` (Unix seconds) as an RFC 3339 time in UTC.
-fn rfc3339_utc(t: i64) -> String {
-    let days = t.div_euclid(86_400);
-    let secs = t.rem_euclid(86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = if m <= 2 { y + 1 } else { y };
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        secs / 3600,
-        secs % 3600 / 60,
-        secs % 60
-    )
 }
 
 /// Records the tokens and turns an outcome into the Message object (or the
@@ -1523,8 +1500,8 @@ mod tests {
             tool_calls: 1,
         };
         assert_eq!(stop_reason(&outcome, &typed), StopReason::ToolUse);
-        assert_eq!(rfc3339_utc(1_796_083_200), "2026-12-01T00:00:00Z");
-        assert_eq!(rfc3339_utc(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(shellgate_wire::time::rfc3339(1_796_083_200), "2026-12-01T00:00:00Z");
+        assert_eq!(shellgate_wire::time::rfc3339(951_782_400), "2000-02-29T00:00:00Z");
     }
 
     #[test]

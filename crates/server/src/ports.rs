@@ -385,16 +385,11 @@ async fn authorize(
         )));
     }
     let project = match &credentials.key {
-        Some(key) => match state.keys.get(key) {
-            Some(project) => Some(project),
-            None => {
-                let owned = key.clone();
-                let found = state.db(move |s| s.project_for_key(&owned)).await?;
-                if let Some(project) = &found {
-                    state.keys.insert(key, project);
-                }
-                found
-            }
+        // An unknown key is no project here (a port token may still open it).
+        Some(key) => match crate::http::key_grant(state, key).await {
+            Ok(grant) => Some(grant.project),
+            Err(error) if error.status == StatusCode::UNAUTHORIZED => None,
+            Err(error) => return Err(error),
         },
         None => None,
     };

@@ -109,6 +109,22 @@ enum KeysCommand {
         /// digits), for `E2B_API_KEY`.
         #[arg(long)]
         e2b: bool,
+        /// An admin key: its own project through the API, and every
+        /// project in the web console.
+        #[arg(long)]
+        admin: bool,
+    },
+    /// List the keys (their ids, never the keys), oldest first.
+    List {
+        /// Only this project's keys.
+        #[arg(long)]
+        project: Option<String>,
+    },
+    /// Revoke a key by its id (as `keys list` shows it): it opens nothing
+    /// from then on (a running server stops taking it within 5 seconds).
+    Revoke {
+        /// The key's id, `key_` and 16 hex digits.
+        id: String,
     },
 }
 
@@ -280,9 +296,13 @@ pub fn main() -> i32 {
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Serve(args) => serve(data_dir, args, json_logs).await,
-            Command::Keys(KeysCommand::Create { project, e2b }) => {
-                create_key(data_dir, &project, e2b)
-            }
+            Command::Keys(KeysCommand::Create {
+                project,
+                e2b,
+                admin,
+            }) => create_key(data_dir, &project, e2b, admin),
+            Command::Keys(KeysCommand::List { project }) => list_keys(data_dir, project.as_deref()),
+            Command::Keys(KeysCommand::Revoke { id }) => revoke_key(data_dir, &id),
             Command::Exec(_) | Command::Local(_) => Ok(()),
             Command::Image(command) => image(sandbox_dir(data_dir), command).await,
             Command::Audit(AuditCommand::Export { project }) => {
@@ -342,7 +362,8 @@ async fn serve(data_dir: Option<PathBuf>, args: ServeArgs, json_logs: bool) -> R
     Ok(())
 }
 
-fn create_key(data_dir: Option<PathBuf>, project: &str, e2b: bool) -> Result<()> {
+fn create_key(data_dir: Option<PathBuf>, project: &str, e2b: bool, admin: bool) -> Result<()> {
+    anyhow::ensure!(!project.trim().is_empty(), "--project must not be empty");
     let config = server_config(data_dir, None)?;
     std::fs::create_dir_all(&config.data_dir)?;
     let store = shellgate_store::Store::open(&config.data_dir.join("shellgate.db"))?;
@@ -351,14 +372,25 @@ fn create_key(data_dir: Option<PathBuf>, project: &str, e2b: bool) -> Result<()>
     } else {
         shellgate_server::new_api_key()
     };
-    store.add_key(&key, project, shellgate_server::now())?;
+    let role = if admin {
+        shellgate_store::KeyRole::Admin
+    } else {
+        shellgate_store::KeyRole::Member
+    };
+    store.add_key_with_role(&key, project, role, shellgate_server::now())?;
+    // The key itself is shown this once; the store keeps only its hash.
     println!("{key}");
+    eprintln!(
+        "{} ({} of project {project:?}): shown once, stored hashed",
+        shellgate_store::key_id(&shellgate_store::hash_key(&key)),
+        role.as_str()
+    );
     Ok(())
 }
 
-/// Writes the command audit to stdout, one JSON object a line.
-fn export_audit(data_dir: Option<PathBuf>, project: Option<&str>) -> Result<()> {
-    use std::io::Write;
+/// The store of an existing data directory (a listing or a revocation on a
+/// directory that has none is a mistake, not an empty answer).
+fn existing_store(data_dir: Option<PathBuf>) -> Result<shellgate_store::Store> {
     let config = server_config(data_dir, None)?;
     let database = config.data_dir.join("shellgate.db");
     anyhow::ensure!(
@@ -366,7 +398,44 @@ fn export_audit(data_dir: Option<PathBuf>, project: Option<&str>) -> Result<()> 
         "no database at {} (is --data-dir right?)",
         database.display()
     );
-    let store = shellgate_store::Store::open(&database)?;
+    Ok(shellgate_store::Store::open(&database)?)
+}
+
+/// `keys list`: a line per key, `id project role created [revoked]`.
+fn list_keys(data_dir: Option<PathBuf>, project: Option<&str>) -> Result<()> {
+    let store = existing_store(data_dir)?;
+    println!("ID\tPROJECT\tROLE\tCREATED\tREVOKED");
+    for key in store.list_keys(project)? {
+        let revoked = key
+            .revoked_at
+            .map(shellgate_wire::time::rfc3339)
+            .unwrap_or_else(|| "-".to_owned());
+        println!(
+            "{}\t{}\t{}\t{}\t{revoked}",
+            key.id,
+            key.project,
+            key.role.as_str(),
+            shellgate_wire::time::rfc3339(key.created_at)
+        );
+    }
+    Ok(())
+}
+
+/// `keys revoke ID`.
+fn revoke_key(data_dir: Option<PathBuf>, id: &str) -> Result<()> {
+    let store = existing_store(data_dir)?;
+    if store.revoke_key(id, shellgate_server::now())? {
+        eprintln!("{id} revoked");
+    } else {
+        eprintln!("{id} was already revoked");
+    }
+    Ok(())
+}
+
+/// Writes the command audit to stdout, one JSON object a line.
+fn export_audit(data_dir: Option<PathBuf>, project: Option<&str>) -> Result<()> {
+    use std::io::Write;
+    let store = existing_store(data_dir)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     store.each_command(project, |row| {

@@ -4,7 +4,7 @@
 use rusqlite::{params, OptionalExtension, Row};
 
 use crate::connection::Store;
-use crate::error::Result;
+use crate::error::{Result, StoreError};
 use crate::paging::{page_of, Page};
 use crate::usage::session_cost;
 use crate::values::{column, ContainerStatus};
@@ -45,6 +45,29 @@ pub struct ContainerRow {
     /// project's keys, so kept as it is: it opens nothing else). `None` for
     /// containers made before ports existed.
     pub port_token: Option<String>,
+}
+
+/// What the web console's container list asks for.
+#[derive(Debug, Clone, Default)]
+pub struct ContainerSearch {
+    /// `None`: every project's (an admin's view).
+    pub project: Option<String>,
+    pub status: Option<ContainerStatus>,
+    /// Part of the id or the name.
+    pub text: Option<String>,
+    pub image: Option<String>,
+    /// The id of the last container of the previous page.
+    pub after: Option<String>,
+    pub limit: u32,
+}
+
+/// A page of [`Store::search_containers`].
+#[derive(Debug, Clone)]
+pub struct ContainerPage {
+    pub rows: Vec<ContainerRow>,
+    pub has_more: bool,
+    /// How many containers match the search, on every page together.
+    pub total: u64,
 }
 
 /// `exposed_ports` as stored: port numbers, comma separated.
@@ -186,6 +209,60 @@ impl Store {
             page,
             container_row,
         )
+    }
+
+    /// A page of containers for the web console, newest first, filtered in
+    /// SQL (a project with 10,000 containers is never read whole), with
+    /// how many match in all.
+    pub fn search_containers(&self, search: &ContainerSearch) -> Result<ContainerPage> {
+        let conn = self.reader();
+        let cursor = match &search.after {
+            Some(after) => Some(
+                conn.query_row(
+                    "SELECT seq FROM containers WHERE id = ?1 AND (?2 IS NULL OR project = ?2)",
+                    params![after, search.project],
+                    |row| row.get::<_, i64>(0),
+                )
+                .optional()?
+                .ok_or_else(|| StoreError::UnknownCursor(after.clone()))?,
+            ),
+            None => None,
+        };
+        // `instr`, not LIKE: the text is matched as given, `%` and `_`
+        // included.
+        const FILTER: &str = "(?1 IS NULL OR project = ?1) AND (?2 IS NULL OR status = ?2)
+             AND (?3 IS NULL OR instr(id, ?3) > 0 OR instr(name, ?3) > 0)
+             AND (?4 IS NULL OR image = ?4)";
+        let status = search.status.map(ContainerStatus::as_str);
+        let total: u64 = conn.query_row(
+            &format!("SELECT COUNT(*) FROM containers WHERE {FILTER}"),
+            params![search.project, status, search.text, search.image],
+            |row| row.get(0),
+        )?;
+        let mut statement = conn.prepare(&format!(
+            "SELECT {CONTAINER_COLUMNS} FROM containers WHERE {FILTER}
+             AND (?5 IS NULL OR seq < ?5) ORDER BY seq DESC LIMIT ?6"
+        ))?;
+        let mut rows = statement
+            .query_map(
+                params![
+                    search.project,
+                    status,
+                    search.text,
+                    search.image,
+                    cursor,
+                    i64::from(search.limit) + 1
+                ],
+                container_row,
+            )?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        let has_more = rows.len() > search.limit as usize;
+        rows.truncate(search.limit as usize);
+        Ok(ContainerPage {
+            rows,
+            has_more,
+            total,
+        })
     }
 
     /// Records activity: `last_active_at` and command time in the session.

@@ -26,6 +26,9 @@ pub enum StoreError {
     /// A pagination cursor names no row of this listing.
     #[error("no object with id {0:?} in this listing to continue after")]
     UnknownCursor(String),
+    /// A key id (`key_` and 16 hex digits) that names no key.
+    #[error("no API key with id {0:?}")]
+    UnknownKey(String),
     #[error("cannot prepare the database file: {0}")]
     Io(#[from] std::io::Error),
 }

@@ -14,6 +14,7 @@
 
 mod commands;
 mod connection;
+mod console_sessions;
 mod container_files;
 mod containers;
 mod e2b;
@@ -31,13 +32,14 @@ mod values;
 
 pub use commands::CommandRow;
 pub use connection::Store;
+pub use console_sessions::{ConsoleSessionRow, SESSIONS_PER_KEY};
 pub use container_files::{ContainerFileRow, PresentFile};
-pub use containers::ContainerRow;
+pub use containers::{ContainerPage, ContainerRow, ContainerSearch};
 pub use e2b::{E2bListFilter, E2bSandboxRow};
 pub use egress::EgressRow;
 pub use error::{Result, StoreError};
 pub use files::FileRow;
-pub use keys::hash_key;
+pub use keys::{hash_key, key_id, KeyGrant, KeyRecord, KeyRole};
 pub use paging::Page;
 pub use responses::ResponseRow;
 pub use skills::{SkillRow, SkillVersionDelete, SkillVersionRow};

@@ -229,4 +229,20 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     CREATE INDEX e2b_sandboxes_by_access_token ON e2b_sandboxes (access_token);
     ALTER TABLE e2b_sandboxes ADD COLUMN auto_resume INTEGER NOT NULL DEFAULT 0;
 "#,
+    // Issue 21: a key's role (`member`, or `admin`: every project in the
+    // console) and its revocation (a revoked key opens nothing, and its
+    // console sessions end).
+    r#"
+    ALTER TABLE api_keys ADD COLUMN role TEXT NOT NULL DEFAULT 'member';
+    ALTER TABLE api_keys ADD COLUMN revoked_at INTEGER;
+    CREATE TABLE console_sessions (
+        -- SHA-256 of the cookie's token: a copy of the database opens no session.
+        token_hash TEXT PRIMARY KEY,
+        key_hash TEXT NOT NULL,
+        csrf_token TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        expires_at INTEGER NOT NULL
+    );
+    CREATE INDEX console_sessions_by_key ON console_sessions (key_hash, created_at);
+"#,
 ];
