@@ -1,0 +1,127 @@
+// Usage: sandbox time and cost per day and per container, tokens per model,
+// quota use against the project's limits.
+
+import * as api from '../api.js';
+import { h, fill, money, seconds, bytes, count, notice, debounce, table, empty } from '../dom.js';
+import { columns, bars } from '../charts.js';
+
+let days = 30;
+let metric = 'sandbox_seconds';
+
+const METRICS = {
+  sandbox_seconds: ['Sandbox time', seconds],
+  cost: ['Cost', money],
+};
+
+export function render(main) {
+  const abort = new AbortController();
+  const slot = h('div', { class: 'slot' });
+  const dayChart = h('div', { class: 'chart-box' });
+  const containerChart = h('div', { class: 'chart-box' });
+  const models = h('div');
+  const quota = h('div', { class: 'quota', 'data-testid': 'quota' });
+  const totals = h('p', { class: 'totals' });
+  let data = null;
+
+  const range = h('select', {
+    id: 'usage-days',
+    onchange: () => {
+      days = Number(range.value);
+      load();
+    },
+  }, [7, 30, 90].map((d) => h('option', { value: d, selected: d === days }, `${d} days`)));
+  const which = h('select', {
+    id: 'usage-metric',
+    onchange: () => {
+      metric = which.value;
+      draw();
+    },
+  }, Object.entries(METRICS).map(([k, [label]]) => h('option', { value: k, selected: k === metric }, label)));
+
+  fill(main,
+    h('div', { class: 'page-head' }, h('h1', null, 'Usage'), h('span', { class: 'spacer' }),
+      h('div', { class: 'field inline' }, h('label', { for: 'usage-metric' }, 'Show'), which),
+      h('div', { class: 'field inline' }, h('label', { for: 'usage-days' }, 'Over'), range)),
+    slot, totals,
+    h('div', { class: 'grid2' },
+      h('section', { class: 'card wide' }, h('h2', null, 'Per day'), dayChart),
+      h('section', { class: 'card' }, h('h2', null, 'Per container'), containerChart),
+      h('section', { class: 'card' }, h('h2', null, 'Quota'), quota),
+      h('section', { class: 'card wide' }, h('h2', null, 'Tokens per model'), models)));
+
+  function draw() {
+    if (!data) return;
+    const [label, format] = METRICS[metric];
+    const dayData = (data.days ?? []).map((d) => ({
+      label: d.date, value: Number(d[metric] ?? 0),
+      title: `${d.date}: ${seconds(d.sandbox_seconds)}, ${money(d.cost)}`,
+    }));
+    fill(dayChart, columns(dayData, {
+      testid: 'chart-days', label: `${label} per day`, format, tick: (l) => String(l).slice(5),
+    }));
+    const containers = (data.containers ?? []).slice().sort((a, b) => (b[metric] ?? 0) - (a[metric] ?? 0)).slice(0, 15);
+    fill(containerChart, containers.length
+      ? bars(containers.map((c) => ({
+        label: c.name || c.container_id, value: Number(c[metric] ?? 0),
+        title: `${c.name || ''} ${c.container_id}: ${seconds(c.sandbox_seconds)}, ${money(c.cost)}`,
+      })), { testid: 'chart-containers', label: `${label} per container`, format })
+      : [bars([], { testid: 'chart-containers', label: `${label} per container`, format }), h('p', { class: 'muted' }, 'No container used sandbox time in this period.')]);
+    const sum = (key) => (data.days ?? []).reduce((acc, d) => acc + Number(d[key] ?? 0), 0);
+    fill(totals, `${seconds(sum('sandbox_seconds'))} of sandbox time, ${money(sum('cost'))} over ${days} days`,
+      data.price_per_second ? ` (at ${money(data.price_per_second)} a second)` : '', '.');
+  }
+
+  function drawModels() {
+    const list = data.models ?? [];
+    const max = Math.max(1, ...list.map((m) => (m.input_tokens ?? 0) + (m.output_tokens ?? 0)));
+    fill(models, table({ class: 'list', 'data-testid': 'models' }, ['Model', 'Responses', 'Input tokens', 'Output tokens', ''],
+      list.length ? list.map((m) => {
+        const total = (m.input_tokens ?? 0) + (m.output_tokens ?? 0);
+        const meter = h('span', { class: 'hbar', 'aria-hidden': 'true' },
+          h('span', { class: 'hbar-in' }), h('span', { class: 'hbar-out' }));
+        // Widths are set through the CSSOM (CSP allows it; style="" it does not).
+        meter.firstChild.style.width = `${(100 * (m.input_tokens ?? 0)) / max}%`;
+        meter.lastChild.style.width = `${(100 * (m.output_tokens ?? 0)) / max}%`;
+        return h('tr', null, h('td', null, m.model), h('td', { class: 'num' }, count(m.responses)),
+          h('td', { class: 'num' }, count(m.input_tokens)), h('td', { class: 'num' }, count(m.output_tokens)),
+          h('td', { class: 'bar-cell', title: `${count(total)} tokens` }, meter));
+      }) : empty(5, 'No responses in this period.')));
+  }
+
+  function drawQuota() {
+    const q = data.quota ?? {};
+    const rows = [
+      ['Running containers', q.running_containers, count],
+      ['Memory', q.memory_bytes, bytes],
+      ['Concurrent commands', q.concurrent_execs, count],
+    ];
+    fill(quota, rows.filter(([, v]) => v).map(([label, v, format]) => {
+      const limit = v.limit ?? 0;
+      const meterId = `quota-${label.replace(/\W/g, '').toLowerCase()}`;
+      return h('div', { class: 'meter-row' },
+        h('label', { for: meterId }, label),
+        h('meter', { id: meterId, min: 0, max: limit || 1, value: v.used ?? 0, high: (limit || 1) * 0.8, optimum: 0 }),
+        h('span', { class: 'num' }, `${format(v.used)} of ${limit ? format(limit) : 'no limit'}`));
+    }));
+  }
+
+  async function load() {
+    try {
+      data = await api.get('/console/api/usage', { days }, { signal: abort.signal });
+      fill(slot);
+      draw();
+      drawModels();
+      drawQuota();
+    } catch (error) {
+      if (error.name !== 'AbortError') fill(slot, notice(error.message));
+    }
+  }
+  const refresh = debounce(load, 1000);
+  const offs = [api.subscribe('response', refresh), api.subscribe('container', refresh)];
+  load();
+  return () => {
+    abort.abort();
+    refresh.cancel();
+    offs.forEach((off) => off());
+  };
+}
