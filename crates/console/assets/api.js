@@ -193,9 +193,12 @@ export function connectEvents() {
       for (const fn of listeners.get(name) ?? []) fn(data);
     });
   }
-  source.addEventListener('open', () => {
+  // (Re)connected, or told it fell behind: every page refetches.
+  const resync = () => {
     for (const fn of listeners.get('open') ?? []) fn();
-  });
+  };
+  source.addEventListener('open', resync);
+  source.addEventListener('resync', resync);
 }
 
 export function disconnectEvents() {

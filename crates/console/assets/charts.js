@@ -49,7 +49,7 @@ export function columns(data, { format = String, testid, label, width = 720, hei
 
 // Horizontal bars, one row per item (containers, models). data: [{label, value, title}].
 export function bars(data, { format = String, testid, label, width = 720, row = 26 }) {
-  const m = { top: 6, right: 90, bottom: 6, left: 200 };
+  const m = { top: 6, right: 80, bottom: 6, left: Math.min(200, Math.round(width * 0.32)) };
   const height = m.top + m.bottom + Math.max(1, data.length) * row;
   const plotW = width - m.left - m.right;
   const max = Math.max(0, ...data.map((d) => d.value)) || 1;
@@ -60,7 +60,8 @@ export function bars(data, { format = String, testid, label, width = 720, row = 
   data.forEach((d, i) => {
     const y = m.top + i * row;
     const w = (plotW * Math.max(0, d.value)) / max;
-    const name = d.label.length > 28 ? `${d.label.slice(0, 27)}…` : d.label;
+    const fit = Math.max(8, Math.floor((m.left - 12) / 7));
+    const name = d.label.length > fit ? `${d.label.slice(0, fit - 1)}…` : d.label;
     svg.append(
       s('text', { class: 'label', x: m.left - 8, y: y + row / 2 + 4, 'text-anchor': 'end' }, name, s('title', null, d.label)),
       s('rect', {

@@ -103,27 +103,34 @@ export async function render(main, [id, tab]) {
     slot, tabs, panel);
   header();
 
+  // Its row again when it changed (or was deleted: then a 404).
+  const reload = debounce(async () => {
+    try {
+      row = await api.get(`/console/api/containers/${api.enc(id)}`, null, { signal: abort.signal });
+    } catch (error) {
+      if (error.name === 'AbortError') return;
+      if (error.status !== 404) return;
+      row = { ...row, status: 'deleted' };
+      fill(slot, notice('This container was deleted.', 'warn'));
+      del.disabled = true;
+    }
+    header();
+    if (current === 'overview') {
+      fill(panel);
+      overview(panel, { id, base, row: () => row, signal: abort.signal });
+    }
+  }, 250);
   const offs = [
     api.subscribe('container', (data) => {
-      if (data.id !== id) return;
-      if (data.deleted) {
-        row = { ...row, status: 'deleted' };
-        fill(slot, notice('This container was deleted.', 'warn'));
-        del.disabled = true;
-      } else {
-        row = data;
-      }
-      header();
-      if (current === 'overview') {
-        fill(panel);
-        overview(panel, { id, base, row: () => row, signal: abort.signal });
-      }
+      if (data.id === id || data.container_id === id) reload();
     }),
+    api.subscribe('open', reload),
   ];
 
   await select(tab ?? 'overview', false);
   return () => {
     abort.abort();
+    reload.cancel();
     offs.forEach((off) => off());
     if (close) close();
   };
@@ -148,7 +155,7 @@ function overview(panel, { row, base, signal }) {
       ? h('ul', { class: 'plain' }, (policy.allowed_domains ?? []).map((d) => h('li', null, h('code', null, d))))
       : 'disabled (no network)'),
     item('Exposed ports', (c.exposed_ports ?? []).length ? (c.exposed_ports ?? []).map((p) => (typeof p === 'object' ? p.port : p)).join(', ') : 'none'),
-    item('Skills', (c.skills ?? []).length ? c.skills.join(', ') : 'none'),
+    item('Skills', (c.skills ?? []).length ? c.skills.map((s) => (typeof s === 'object' ? s.name : s)).join(', ') : 'none'),
     item('Sandbox time', seconds(c.sandbox_seconds)),
     item('Cost so far', money(c.cost))),
   extra);

@@ -98,12 +98,12 @@ export function render(main) {
       h('td', null, h('a', { href: route('containers', c.id) }, c.name || c.id), h('div', { class: 'id' }, c.id)),
       showProject() ? h('td', null, c.project) : null,
       h('td', null, statusBadge(c.status)),
-      h('td', null, c.image ?? '—'),
+      h('td', { class: 'nowrap' }, c.image ?? '—'),
       h('td', null, c.memory_limit ?? '—'),
       h('td', null, when(c.created_at)),
       h('td', null, when(c.last_active_at)),
       h('td', null, when(c.expires_at)),
-      h('td', { class: 'net' }, networkText(c.network_policy)),
+      h('td', { class: 'net', title: networkText(c.network_policy) }, networkText(c.network_policy)),
       h('td', { class: 'num', title: `${seconds(c.sandbox_seconds)} of sandbox time` }, money(c.cost)));
   }
 
@@ -147,11 +147,9 @@ export function render(main) {
   const refresh = debounce(load, 250);
   const offs = [
     api.subscribe('container', (data) => {
-      if (data.deleted) {
-        if (shown.has(data.id)) refresh();
-        return;
-      }
-      if (!showProject() && data.project && data.project !== api.currentProject()) return;
+      // Another project's change matters only when every project is shown
+      // (a deleted row of this page is its own project's change).
+      if (!showProject() && data.project && data.project !== api.currentProject() && !shown.has(data.id)) return;
       refresh();
     }),
     api.subscribe('open', refresh),

@@ -11,7 +11,7 @@ export function render(main) {
     fill(main, h('h1', null, 'Operator'), notice('Only an admin key sees this page.'));
     return undefined;
   }
-  const health = h('section', { class: 'card', 'data-testid': 'health', 'aria-labelledby': 'health-title' }, h('h2', { id: 'health-title' }, 'Server'));
+  const health = h('section', { class: 'card wide', 'data-testid': 'health', 'aria-labelledby': 'health-title' }, h('h2', { id: 'health-title' }, 'Server'));
   const images = h('section', { class: 'card wide', 'data-testid': 'images', 'aria-labelledby': 'images-title' }, h('h2', { id: 'images-title' }, 'Images'));
   const keys = h('section', { class: 'card wide', 'data-testid': 'keys', 'aria-labelledby': 'keys-title' }, h('h2', { id: 'keys-title' }, 'API keys'));
   const healthBody = h('div');
@@ -32,9 +32,12 @@ export function render(main) {
       fill(healthBody,
         h('dl', { class: 'facts' },
           h('dt', null, 'Version'), h('dd', null, data.version ?? '—'),
-          h('dt', null, 'Engine'), h('dd', null, badge(engine.state ?? 'unknown', engine.state === 'ready' || engine.state === 'ok' ? 'ok' : engine.state)),
+          h('dt', null, 'Engine'), h('dd', null, badge(engine.state ?? 'unknown', engine.state === 'ready' || engine.state === 'ok' ? 'ok' : 'fail')),
           h('dt', null, 'cgroup mode'), h('dd', null, engine.cgroup_mode ?? '—'),
-          h('dt', null, 'Containers'), h('dd', null, count(engine.containers)),
+          h('dt', null, 'Containers'), h('dd', null, Array.isArray(engine.containers)
+            ? (engine.containers.length ? engine.containers.map((c) => `${count(c.count)} ${c.status}`).join(', ') : 'none')
+            : count(engine.containers)),
+          engine.egress === undefined ? null : [h('dt', null, 'Egress'), h('dd', null, engine.egress ? 'on (through the egress proxy)' : 'off: containers have no network')],
           h('dt', null, 'Default image'), h('dd', { 'data-testid': 'default-image' }, img.name ?? '—', ' ',
             badge(img.state ?? 'unknown', img.state === 'ready' ? 'ok' : img.state === 'failed' || img.state === 'missing' ? 'fail' : 'running'),
             img.progress ? h('div', { class: 'muted progress-text', 'data-testid': 'build-progress' }, img.progress) : null)),

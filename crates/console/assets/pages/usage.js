@@ -51,21 +51,33 @@ export function render(main) {
 
   function draw() {
     if (!data) return;
-    const [label, format] = METRICS[metric];
+    const [label, exact] = METRICS[metric];
+    // Sandbox time is charted in the unit its largest day reads best in.
+    let format = exact;
+    let per = 1;
+    if (metric === 'sandbox_seconds') {
+      const most = Math.max(0, ...(data.days ?? []).map((d) => Number(d.sandbox_seconds ?? 0)));
+      const [unit, size] = most >= 7200 ? ['h', 3600] : most >= 120 ? ['min', 60] : ['s', 1];
+      per = size;
+      format = (v) => `${Number((v).toFixed(2))} ${unit}`;
+    }
     const dayData = (data.days ?? []).map((d) => ({
-      label: d.date, value: Number(d[metric] ?? 0),
+      label: d.date, value: Number(d[metric] ?? 0) / per,
       title: `${d.date}: ${seconds(d.sandbox_seconds)}, ${money(d.cost)}`,
     }));
+    // Drawn at the box's own width: text at its real size.
+    const width = Math.max(360, Math.round(dayChart.clientWidth || 720));
     fill(dayChart, columns(dayData, {
-      testid: 'chart-days', label: `${label} per day`, format, tick: (l) => String(l).slice(5),
+      testid: 'chart-days', label: `${label} per day`, format, tick: (l) => String(l).slice(5), width, height: 240,
     }));
+    const barWidth = Math.max(320, Math.round(containerChart.clientWidth || 560));
     const containers = (data.containers ?? []).slice().sort((a, b) => (b[metric] ?? 0) - (a[metric] ?? 0)).slice(0, 15);
     fill(containerChart, containers.length
       ? bars(containers.map((c) => ({
         label: c.name || c.container_id, value: Number(c[metric] ?? 0),
         title: `${c.name || ''} ${c.container_id}: ${seconds(c.sandbox_seconds)}, ${money(c.cost)}`,
-      })), { testid: 'chart-containers', label: `${label} per container`, format })
-      : [bars([], { testid: 'chart-containers', label: `${label} per container`, format }), h('p', { class: 'muted' }, 'No container used sandbox time in this period.')]);
+      })), { testid: 'chart-containers', label: `${label} per container`, format: exact, width: barWidth })
+      : [bars([], { testid: 'chart-containers', label: `${label} per container`, format: exact, width: barWidth }), h('p', { class: 'muted' }, 'No container used sandbox time in this period.')]);
     const sum = (key) => (data.days ?? []).reduce((acc, d) => acc + Number(d[key] ?? 0), 0);
     fill(totals, `${seconds(sum('sandbox_seconds'))} of sandbox time, ${money(sum('cost'))} over ${days} days`,
       data.price_per_second ? ` (at ${money(data.price_per_second)} a second)` : '', '.');
@@ -74,7 +86,7 @@ export function render(main) {
   function drawModels() {
     const list = data.models ?? [];
     const max = Math.max(1, ...list.map((m) => (m.input_tokens ?? 0) + (m.output_tokens ?? 0)));
-    fill(models, table({ class: 'list', 'data-testid': 'models' }, ['Model', 'Responses', 'Input tokens', 'Output tokens', ''],
+    fill(models, h('p', { class: 'legend muted' }, h('span', { class: 'key key-in' }), 'input ', h('span', { class: 'key key-out' }), 'output'), table({ class: 'list', 'data-testid': 'models' }, ['Model', 'Responses', 'Input tokens', 'Output tokens', ''],
       list.length ? list.map((m) => {
         const total = (m.input_tokens ?? 0) + (m.output_tokens ?? 0);
         const meter = h('span', { class: 'hbar', 'aria-hidden': 'true' },
@@ -117,11 +129,15 @@ export function render(main) {
     }
   }
   const refresh = debounce(load, 1000);
-  const offs = [api.subscribe('response', refresh), api.subscribe('container', refresh)];
+  const offs = [api.subscribe('response', refresh), api.subscribe('container', refresh), api.subscribe('open', refresh)];
+  const resized = debounce(draw, 150);
+  window.addEventListener('resize', resized);
   load();
   return () => {
     abort.abort();
     refresh.cancel();
+    resized.cancel();
+    window.removeEventListener('resize', resized);
     offs.forEach((off) => off());
   };
 }
