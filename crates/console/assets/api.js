@@ -148,10 +148,10 @@ export async function stream(path, onEvent, signal) {
     const { value, done } = await reader.read();
     if (done) break;
     buffer += value;
-    let end;
-    while ((end = buffer.search(/\r?\n\r?\n/)) >= 0) {
-      const block = buffer.slice(0, end);
-      buffer = buffer.slice(end + (buffer[end] === '\r' ? 4 : 2));
+    let found;
+    while ((found = /\r?\n\r?\n/.exec(buffer))) {
+      const block = buffer.slice(0, found.index);
+      buffer = buffer.slice(found.index + found[0].length);
       let name = 'message';
       const data = [];
       for (const line of block.split(/\r?\n/)) {
@@ -199,6 +199,24 @@ export function connectEvents() {
   };
   source.addEventListener('open', resync);
   source.addEventListener('resync', resync);
+  // The browser reconnects by itself after a dropped stream; a refused one
+  // (401: the session ended, signed out elsewhere or its key revoked) it
+  // gives up on. Then the session is asked: gone → sign-in; still there
+  // (the server restarted) → one new stream a little later.
+  const mine = source;
+  source.addEventListener('error', () => {
+    if (mine.readyState !== EventSource.CLOSED || source !== mine) return;
+    source = null;
+    const again = () => setTimeout(() => {
+      if (!source && state.session) connectEvents();
+    }, 3000);
+    request('/console/session').then(again, (error) => {
+      if (error.status !== 401) return again();
+      state.session = null;
+      onUnauthorized();
+      return undefined;
+    });
+  });
 }
 
 export function disconnectEvents() {

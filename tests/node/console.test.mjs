@@ -1,0 +1,413 @@
+// The web console (issue 21) in a real headless browser: Debian's chromium
+// (apt, /usr/bin/chromium; nothing downloaded at test time), driven by
+// playwright-core, against a real `shellgate serve` with a scripted model
+// upstream. Each test signs in with a key in a fresh browser context and
+// waits for what the page shows, never for a time. Screenshots of each page
+// go to docs/console/ (the README shows them).
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { chromium } from 'playwright-core';
+
+import { here, root, startScriptedUpstream, startServer } from './harness.mjs';
+
+const ADMIN = 'sk-console-admin';
+const MEMBER = 'sk-console-member';
+// An admin key of project `alpha`, a member key of project `beta`: the
+// admin sees both projects, the member its own.
+const KEYS = `${ADMIN}:alpha:admin,${MEMBER}:beta`;
+// Hostile text: were it parsed as HTML, its handler would set window.__xss.
+const XSS = '<img src=x onerror=window.__xss=1>';
+const SHOTS = join(root, 'docs', 'console');
+const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
+
+let server;
+let upstream;
+let origin;
+let browser;
+
+// The scripted model: "Execute: CMD" → a call of the shell tool; a tool
+// result → "Done: <result>".
+function decide(body) {
+  const messages = body.messages ?? [];
+  const last = messages[messages.length - 1] ?? {};
+  const tools = (body.tools ?? []).map((t) => t.function.name);
+  if (last.role === 'tool') return { text: `Done: ${last.content}` };
+  const text = typeof last.content === 'string' ? last.content : '';
+  if (text.includes('Execute: ') && tools.includes('shell')) {
+    return { tool: ['shell', { commands: [text.split('Execute: ')[1].split('\n')[0].trim()] }] };
+  }
+  return { text: 'Hello from the scripted model.' };
+}
+
+before(async () => {
+  upstream = await startScriptedUpstream(decide);
+  server = await startServer({ key: KEYS, name: 'console', env: { SHELLGATE_UPSTREAM_URL: upstream.url } });
+  origin = server.baseURL.replace(/\/v1$/, '');
+  mkdirSync(SHOTS, { recursive: true });
+  // Playwright starts the browser with a fresh temporary profile
+  // (--user-data-dir) of its own each launch.
+  browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  });
+});
+
+after(async () => {
+  await browser?.close();
+  await server?.stop();
+  upstream?.close();
+});
+
+// The API as a client calls it (setup the console then shows).
+async function api(key, method, path, body) {
+  const response = await fetch(`${origin}/v1${path}`, {
+    method,
+    headers: { authorization: `Bearer ${key}`, ...(body ? { 'content-type': 'application/json' } : {}) },
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  const text = await response.text();
+  assert.ok(response.ok, `${method} ${path}: ${response.status} ${text}`);
+  return text ? JSON.parse(text) : null;
+}
+
+// A fresh browser context (its own cookies) on a 1280x800 page, watching
+// for page errors.
+async function open() {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 800 }, acceptDownloads: true });
+  const page = await context.newPage();
+  page.errors = [];
+  page.on('pageerror', (error) => page.errors.push(error.message));
+  page.on('dialog', (dialog) => dialog.accept());
+  return page;
+}
+
+async function signIn(page, key) {
+  await page.goto(`${origin}/console`);
+  await page.locator('[data-testid=signin-key]').fill(key);
+  await page.locator('[data-testid=signin-submit]').click();
+  await page.locator('[data-testid=signout]').waitFor();
+}
+
+async function shot(page, name) {
+  await page.screenshot({ path: join(SHOTS, `${name}.png`) });
+}
+
+// Nothing hostile ran, and the page raised no error.
+async function inert(page) {
+  assert.equal(await page.evaluate(() => window.__xss), undefined, 'hostile text ran as HTML');
+  assert.deepEqual(page.errors, []);
+}
+
+async function done(page) {
+  await inert(page);
+  await page.context().close();
+}
+
+test('console: /console cannot be framed and runs only its own scripts', async () => {
+  for (const path of ['/console', '/console/assets/app.js', '/console/api/projects']) {
+    const response = await fetch(`${origin}${path}`);
+    assert.equal(response.headers.get('x-frame-options'), 'DENY', path);
+    assert.match(response.headers.get('content-security-policy') ?? '', /frame-ancestors 'none'/, path);
+  }
+  const page = (await fetch(`${origin}/console`)).headers.get('content-security-policy');
+  assert.match(page, /script-src 'self'(;|$)/);
+  assert.doesNotMatch(page, /unsafe-inline|unsafe-eval/);
+  // A page of another origin framing the console gets nothing in its frame.
+  const other = await open();
+  await other.setContent(`<iframe src="${origin}/console"></iframe>`);
+  const frame = other.frames().find((f) => f !== other.mainFrame());
+  const framed = await frame?.evaluate(() => document.querySelector('[data-testid=signin-key]') !== null).catch(() => false);
+  assert.notEqual(framed, true, 'the console rendered inside a frame');
+  await other.context().close();
+});
+
+test('console: the vendored xterm.js is the pinned npm package, byte for byte', () => {
+  const pkg = JSON.parse(readFileSync(join(here, 'package.json'), 'utf8'));
+  const vendor = join(root, 'crates', 'console', 'assets', 'vendor');
+  const pairs = [
+    ['@xterm/xterm', 'lib/xterm.mjs', 'xterm/xterm.mjs'],
+    ['@xterm/xterm', 'css/xterm.css', 'xterm/xterm.css'],
+    ['@xterm/xterm', 'LICENSE', 'xterm/LICENSE'],
+    ['@xterm/addon-fit', 'lib/addon-fit.mjs', 'xterm-addon-fit/addon-fit.mjs'],
+    ['@xterm/addon-fit', 'LICENSE', 'xterm-addon-fit/LICENSE'],
+  ];
+  for (const [name, from, to] of pairs) {
+    const installed = join(here, 'node_modules', name);
+    const version = JSON.parse(readFileSync(join(installed, 'package.json'), 'utf8')).version;
+    assert.equal(version, pkg.devDependencies[name], `${name}: installed ${version}, pinned ${pkg.devDependencies[name]}`);
+    assert.ok(readFileSync(join(installed, from)).equals(readFileSync(join(vendor, to))), `${to} differs from ${name}@${version} ${from}`);
+    const recorded = readFileSync(join(vendor, to.split('/')[0], 'VERSION.txt'), 'utf8');
+    assert.ok(recorded.includes(`${name} ${version}`), `VERSION.txt names ${name} ${version}`);
+  }
+});
+
+test('console: a wrong key is refused, a key signs in, and signing out ends the session', async () => {
+  const page = await open();
+  await page.goto(`${origin}/console`);
+  await page.locator('[data-testid=signin-key]').waitFor();
+  await shot(page, 'signin');
+  await page.locator('[data-testid=signin-key]').fill('sk-not-a-key');
+  await page.locator('[data-testid=signin-submit]').click();
+  await page.locator('[data-testid=signin-error]', { hasText: 'not accepted' }).waitFor();
+  await page.locator('[data-testid=signin-key]').fill(MEMBER);
+  await page.locator('[data-testid=signin-submit]').click();
+  await page.locator('[data-testid=project]', { hasText: 'beta' }).waitFor();
+  const cookies = await page.context().cookies();
+  assert.ok(cookies.length > 0 && cookies.every((c) => c.httpOnly && c.sameSite === 'Strict'), JSON.stringify(cookies));
+  const cookie = cookies.map((c) => `${c.name}=${c.value}`).join('; ');
+  assert.equal((await fetch(`${origin}/console/session`, { headers: { cookie } })).status, 200);
+  await page.locator('[data-testid=signout]').click();
+  await page.locator('[data-testid=signin-key]').waitFor();
+  // The cookie, kept by a thief, opens nothing any more.
+  assert.equal((await fetch(`${origin}/console/session`, { headers: { cookie } })).status, 401);
+  assert.equal((await fetch(`${origin}/console/api/containers`, { headers: { cookie } })).status, 401);
+  // A reload stays signed out.
+  await page.reload();
+  await page.locator('[data-testid=signin-key]').waitFor();
+  await done(page);
+});
+
+test('console: a container created in the form shows in the live list', async () => {
+  const page = await open();
+  await signIn(page, MEMBER);
+  await page.locator('[data-testid=containers]').waitFor();
+  await page.locator('[data-testid=create-name]').fill('console-made');
+  await page.locator('[data-testid=create-memory]').selectOption('4g');
+  await page.locator('[data-testid=create-allowlist]').fill('example.org, pypi.org');
+  await page.locator('[data-testid=create-submit]').click();
+  const row = page.locator('[data-testid=containers] tr[data-id]', { hasText: 'console-made' });
+  await row.waitFor();
+  const id = await row.getAttribute('data-id');
+  const made = await api(MEMBER, 'GET', `/containers/${id}`);
+  assert.equal(made.memory_limit, '4g');
+  assert.deepEqual(made.network_policy.allowed_domains, ['example.org', 'pypi.org']);
+  // Made elsewhere (the API): the open list shows it too, told by the events stream.
+  const other = await api(MEMBER, 'POST', '/containers', { name: 'made-by-the-api' });
+  await page.locator(`[data-testid=containers] tr[data-id="${other.id}"]`).waitFor();
+  // Filtered on the server.
+  await page.locator('[data-testid=filter-q]').fill('console-made');
+  await page.locator(`[data-testid=containers] tr[data-id="${other.id}"]`).waitFor({ state: 'detached' });
+  await page.locator('[data-testid=filter-q]').fill('');
+  await page.locator(`[data-testid=containers] tr[data-id="${other.id}"]`).waitFor();
+  await shot(page, 'containers');
+  // Deleted from its page: gone from the list.
+  await page.goto(`${origin}/console#/containers/${other.id}`);
+  await page.locator('[data-testid=delete-container]').click();
+  await page.locator('[data-testid=containers]').waitFor();
+  await page.locator(`[data-testid=containers] tr[data-id="${other.id}"]`).waitFor({ state: 'detached' });
+  await done(page);
+});
+
+test('console: a command typed in the terminal runs and its output shows', async () => {
+  const container = await api(MEMBER, 'POST', '/containers', { name: 'console-terminal' });
+  const page = await open();
+  await signIn(page, MEMBER);
+  await page.goto(`${origin}/console#/containers/${container.id}`);
+  await page.locator('[data-testid=tab-terminal]').click();
+  await page.locator('[data-testid=terminal-start]').click();
+  const rows = page.locator('[data-testid=terminal] .xterm-rows');
+  await page.locator('[data-testid=terminal-status]', { hasText: 'Connected' }).waitFor();
+  await rows.filter({ hasText: /\$\s*$/m }).waitFor();
+  await page.locator('[data-testid=terminal]').click();
+  await page.keyboard.type('echo "sum: $((6 * 7))"; printf "%s\\n" \'' + XSS + '\'\n');
+  await rows.filter({ hasText: 'sum: 42' }).waitFor();
+  await rows.filter({ hasText: `${XSS}` }).waitFor();
+  await shot(page, 'container-terminal');
+  await page.keyboard.type('exit\n');
+  await page.locator('[data-testid=terminal-status]', { hasText: 'ended' }).waitFor();
+  await done(page);
+});
+
+test('console: files upload, list, preview and download; a hostile file name stays text', async () => {
+  const container = await api(MEMBER, 'POST', '/containers', { name: 'console-files' });
+  const page = await open();
+  await signIn(page, MEMBER);
+  await page.goto(`${origin}/console#/containers/${container.id}/files`);
+  await page.locator('[data-testid=files]').waitFor();
+  const name = `${XSS}.txt`;
+  const body = `first line ${XSS}\nsecond line\n`;
+  await page.locator('[data-testid=upload]').setInputFiles([
+    { name, mimeType: 'text/plain', buffer: Buffer.from(body) },
+    { name: 'notes.md', mimeType: 'text/markdown', buffer: Buffer.from('# notes\n') },
+  ]);
+  const row = page.locator(`[data-testid=files] tr[data-path="/mnt/data/${name}"]`);
+  await row.waitFor();
+  assert.equal(await row.locator('[data-testid=open-file]').textContent(), name);
+  // What the container holds is what was uploaded.
+  const listed = await api(MEMBER, 'GET', `/containers/${container.id}/fs/list?path=/mnt/data`);
+  assert.ok(listed.data.some((e) => e.name === name), JSON.stringify(listed.data));
+  // Preview: the text, as text.
+  await row.locator('[data-testid=open-file]').click();
+  await page.locator('[data-testid=preview] pre', { hasText: 'second line' }).waitFor();
+  assert.equal(await page.locator('[data-testid=preview] pre').textContent(), body);
+  await shot(page, 'container-files');
+  // Download: the same bytes.
+  const [download] = await Promise.all([page.waitForEvent('download'), row.locator('a[data-testid=download]').click()]);
+  assert.equal(download.suggestedFilename().includes('.txt'), true);
+  const saved = await download.path();
+  assert.equal(readFileSync(saved, 'utf8'), body);
+  // Delete.
+  const notes = page.locator('[data-testid=files] tr[data-path="/mnt/data/notes.md"]');
+  await notes.locator('[data-testid=delete-file]').click();
+  await notes.waitFor({ state: 'detached' });
+  await done(page);
+});
+
+test('console: a command\'s live output and its history show hostile output as text', async () => {
+  const container = await api(MEMBER, 'POST', '/containers', { name: 'console-commands' });
+  await api(MEMBER, 'POST', `/containers/${container.id}/exec`, { commands: [`echo '${XSS}'`] });
+  const page = await open();
+  await signIn(page, MEMBER);
+  await page.goto(`${origin}/console#/containers/${container.id}/commands`);
+  await page.locator('[data-testid=commands] tr[data-id]', { hasText: XSS }).waitFor();
+  await page.locator('[data-testid=run-command]').fill(`for i in 1 2 3; do echo "tick $i"; done; echo '${XSS}' >&2`);
+  await page.locator('[data-testid=run-submit]').click();
+  const live = page.locator('[data-testid=live-output]');
+  await live.filter({ hasText: 'tick 3' }).waitFor();
+  await page.locator('[data-testid=live-exit]').waitFor();
+  assert.match(await live.textContent(), new RegExp(`tick 1\\ntick 2\\ntick 3\\n[^]*${XSS.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}`));
+  await done(page);
+});
+
+test('console: a denied connection shows in the egress log, its host name as text', async () => {
+  const container = await api(MEMBER, 'POST', '/containers', {
+    name: 'console-egress', network_policy: { type: 'allowlist', allowed_domains: ['example.org'] },
+  });
+  const result = await api(MEMBER, 'POST', `/containers/${container.id}/exec`, {
+    commands: ['curl -sS --max-time 20 https://denied.example.net/ 2>&1; true'],
+    timeout_ms: 60_000,
+  });
+  void result;
+  const page = await open();
+  await signIn(page, MEMBER);
+  await page.goto(`${origin}/console#/containers/${container.id}/egress`);
+  const denied = page.locator('[data-testid=egress] tr[data-verdict=denied]', { hasText: 'denied.example.net' });
+  await denied.first().waitFor();
+  assert.match(await denied.first().textContent(), /not in this container's allowlist/);
+  await shot(page, 'egress');
+  await done(page);
+});
+
+test('console: a response opens as its conversation, with its shell call, hostile text inert', async () => {
+  const response = await api(MEMBER, 'POST', '/responses', {
+    model: 'scripted',
+    tools: [{ type: 'shell', environment: { type: 'container_auto' } }],
+    input: `Execute: echo '${XSS}'`,
+  });
+  assert.equal(response.status, 'completed');
+  const page = await open();
+  await signIn(page, MEMBER);
+  await page.goto(`${origin}/console#/responses`);
+  await page.locator(`[data-testid=responses] tr[data-id="${response.id}"] a`).first().click();
+  const conversation = page.locator('[data-testid=conversation]');
+  await conversation.waitFor();
+  await conversation.locator('[data-kind=shell_call] [data-testid=shell-command]', { hasText: `echo '${XSS}'` }).waitFor();
+  await conversation.locator('[data-kind=shell_call_output]', { hasText: XSS }).waitFor();
+  await conversation.locator('[data-kind=message][data-phase=output]', { hasText: `Done: ${XSS}` }).waitFor();
+  await conversation.locator('[data-kind=message][data-phase=input]', { hasText: 'Execute:' }).waitFor();
+  await shot(page, 'response');
+  await done(page);
+});
+
+test('console: usage is drawn as bar charts', async () => {
+  const container = await api(MEMBER, 'POST', '/containers', { name: 'console-usage' });
+  await api(MEMBER, 'POST', `/containers/${container.id}/exec`, { commands: ['echo busy'] });
+  const page = await open();
+  await signIn(page, MEMBER);
+  await page.goto(`${origin}/console#/usage`);
+  const days = page.locator('svg[data-testid=chart-days]');
+  await days.waitFor();
+  assert.ok(await days.locator('rect.bar').count() >= 1);
+  // Today's bar has height: the command above used sandbox time.
+  await page.waitForFunction(() => [...document.querySelectorAll('svg[data-testid=chart-days] rect.bar')]
+    .some((bar) => Number(bar.getAttribute('height')) > 0));
+  await page.locator('svg[data-testid=chart-containers] rect.bar').first().waitFor();
+  await page.locator('[data-testid=quota] meter').first().waitFor();
+  await page.locator('[data-testid=models]').waitFor();
+  await shot(page, 'usage');
+  await done(page);
+});
+
+test('console: an admin key sees two projects and the operator page; a member key sees one', async () => {
+  const alpha = await api(ADMIN, 'POST', '/containers', { name: 'alpha-only' });
+  const beta = await api(MEMBER, 'POST', '/containers', { name: 'beta-only' });
+  const admin = await open();
+  await signIn(admin, ADMIN);
+  await admin.locator('[data-testid=project]', { hasText: 'alpha' }).waitFor();
+  const options = admin.locator('[data-testid=project-switch] option');
+  assert.deepEqual((await options.allTextContents()).map((t) => t.split(' ')[0]).sort(), ['alpha', 'beta']);
+  await admin.locator(`[data-testid=containers] tr[data-id="${alpha.id}"]`).waitFor();
+  await admin.locator('[data-testid=project-switch]').selectOption('beta');
+  await admin.locator('[data-testid=project]', { hasText: 'beta' }).waitFor();
+  await admin.locator(`[data-testid=containers] tr[data-id="${beta.id}"]`).waitFor();
+  await admin.locator(`[data-testid=containers] tr[data-id="${alpha.id}"]`).waitFor({ state: 'detached' });
+  // The admin acts on beta: its container page opens.
+  await admin.goto(`${origin}/console#/containers/${beta.id}`);
+  await admin.locator('[data-testid=tab-overview][aria-selected=true]').waitFor();
+  await admin.goto(`${origin}/console#/operator`);
+  await admin.locator('[data-testid=health] dl').waitFor();
+  await admin.locator('[data-testid=keys] tr[data-id]').first().waitFor();
+  await admin.locator('[data-testid=images]').waitFor();
+  await shot(admin, 'operator');
+  await done(admin);
+
+  const member = await open();
+  await signIn(member, MEMBER);
+  await member.locator('[data-testid=project]', { hasText: 'beta' }).waitFor();
+  assert.equal(await member.locator('[data-testid=project-switch]').count(), 0);
+  await member.locator(`[data-testid=containers] tr[data-id="${beta.id}"]`).waitFor();
+  assert.equal(await member.locator(`[data-testid=containers] tr[data-id="${alpha.id}"]`).count(), 0);
+  assert.equal(await member.locator('nav a[href="#/operator"]').count(), 0);
+  // Another project's container id in the URL: not found.
+  await member.goto(`${origin}/console#/containers/${alpha.id}`);
+  await member.locator('h1', { hasText: 'No such container' }).waitFor();
+  await done(member);
+});
+
+test('console: a state-changing call without the session\'s CSRF token is refused', async () => {
+  const page = await open();
+  await signIn(page, MEMBER);
+  const statuses = await page.evaluate(async () => {
+    const post = (headers) => fetch('/console/api/v1/containers', {
+      method: 'POST', credentials: 'same-origin',
+      headers: { 'content-type': 'application/json', ...headers },
+      body: JSON.stringify({ name: 'csrf-probe' }),
+    }).then((r) => r.status);
+    const session = await (await fetch('/console/session')).json();
+    return {
+      none: await post({}),
+      wrong: await post({ 'X-CSRF-Token': 'not-the-token' }),
+      right: await post({ 'X-CSRF-Token': session.csrf_token }),
+    };
+  });
+  assert.equal(statuses.none, 403);
+  assert.equal(statuses.wrong, 403);
+  assert.equal(statuses.right, 200);
+  await done(page);
+});
+
+test('console: a key made on the operator page is shown once, and revoking it ends its sessions', async () => {
+  const admin = await open();
+  await signIn(admin, ADMIN);
+  await admin.goto(`${origin}/console#/operator`);
+  await admin.locator('[data-testid=key-project]').fill('gamma');
+  await admin.locator('[data-testid=key-create]').click();
+  const key = (await admin.locator('[data-testid=new-key]').textContent()).trim();
+  assert.match(key, /^sk-/);
+  const user = await open();
+  await signIn(user, key);
+  await user.locator('[data-testid=project]', { hasText: 'gamma' }).waitFor();
+  // Revoked: the open console goes back to sign-in, and the key signs in no more.
+  const row = admin.locator('[data-testid=keys] tr[data-id]', { hasText: 'gamma' });
+  await row.locator('[data-testid=revoke-key]').click();
+  await row.locator('[data-testid=revoke-key]').waitFor({ state: 'detached' });
+  await user.locator('[data-testid=signin-key]').waitFor();
+  await user.locator('[data-testid=signin-key]').fill(key);
+  await user.locator('[data-testid=signin-submit]').click();
+  await user.locator('[data-testid=signin-error]', { hasText: 'not accepted' }).waitFor();
+  await done(user);
+  await done(admin);
+});
