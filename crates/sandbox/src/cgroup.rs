@@ -197,6 +197,17 @@ impl Cgroups {
         ids
     }
 
+    /// The layout's name, as the console's health page shows it: `v2`,
+    /// `v1` (which includes hybrid hosts: v1 controllers beside an empty
+    /// unified hierarchy), or `disabled`.
+    pub fn layout(&self) -> &'static str {
+        match self {
+            Cgroups::V2 { .. } => "v2",
+            Cgroups::V1 { .. } => "v1",
+            Cgroups::Disabled => "disabled",
+        }
+    }
+
     /// Whether limits are enforced at all.
     pub fn enabled(&self) -> bool {
         !matches!(self, Cgroups::Disabled)

@@ -126,4 +126,26 @@ impl Admission {
         }
         Ok(permit)
     }
+
+    /// How much of its limits `project` uses now (the console's usage page).
+    pub async fn quota(&self, project: &str) -> ApiResult<shellgate_wire::console::Quota> {
+        use shellgate_wire::console::{Meter, Quota};
+        let execs = self.with_gate(project, |gate| gate.execs.load(Ordering::SeqCst));
+        let owner = project.to_owned();
+        let limits = self.db.run(move |s| s.active_memory_limits(&owner)).await?;
+        Ok(Quota {
+            running_containers: Meter {
+                used: limits.len() as u64,
+                limit: u64::from(self.max_running),
+            },
+            memory_bytes: Meter {
+                used: limits.iter().map(|limit| limit.bytes()).sum(),
+                limit: self.max_memory,
+            },
+            concurrent_execs: Meter {
+                used: u64::from(execs),
+                limit: u64::from(self.max_execs),
+            },
+        })
+    }
 }

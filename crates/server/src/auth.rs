@@ -10,6 +10,12 @@ use shellgate_store::KeyGrant;
 
 use crate::error::ApiError;
 
+/// A new API key (printed once by `shellgate keys create`, shown once by the
+/// console's operator page; stored hashed).
+pub fn new_api_key() -> String {
+    shellgate_wire::new_id("sg-")
+}
+
 /// Keys already seen, by hash, with their grants, each for at most
 /// [`KEY_CACHE_TTL`]: a hit needs no trip to the store, and a key revoked
 /// anywhere (`shellgate keys revoke`, another process on the same database)
@@ -40,7 +46,10 @@ impl KeyCache {
                 keys.clear();
             }
         }
-        keys.insert(shellgate_store::hash_key(key), (grant.clone(), Instant::now()));
+        keys.insert(
+            shellgate_store::hash_key(key),
+            (grant.clone(), Instant::now()),
+        );
     }
 }
 

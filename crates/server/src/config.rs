@@ -5,8 +5,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use shellgate_store::KeyRole;
 pub use shellgate_model::upstream::Protocol;
+use shellgate_store::KeyRole;
 
 /// Every setting of `shellgate serve`.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -719,7 +719,10 @@ mod tests {
         std::fs::write(&file, "listen = \"127.0.0.1:9999\"\nretention_days = 7\n").unwrap();
         let env = vec![
             ("SHELLGATE_RETENTION_DAYS".to_owned(), "3".to_owned()),
-            ("SHELLGATE_API_KEYS".to_owned(), "k1,k2:team,k3:ops:admin".to_owned()),
+            (
+                "SHELLGATE_API_KEYS".to_owned(),
+                "k1,k2:team,k3:ops:admin".to_owned(),
+            ),
             ("SHELLGATE_LOG".to_owned(), "debug".to_owned()),
             ("HOME".to_owned(), "/x".to_owned()),
         ];

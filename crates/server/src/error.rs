@@ -155,6 +155,7 @@ impl From<StoreError> for ApiError {
                 ),
             )
             .with_code("invalid_cursor"),
+            StoreError::UnknownKey(id) => ApiError::not_found("API key", &id),
             other => ApiError::internal(format!("metadata store: {other}")),
         }
     }

@@ -160,6 +160,8 @@ pub(crate) fn state_with(
         egress_counts: Default::default(),
         default_image_missing_said: Default::default(),
         default_image_build: Default::default(),
+        host: Default::default(),
+        live: Default::default(),
         clock,
         e2b_watchers: Default::default(),
         e2b_processes: Default::default(),

@@ -18,6 +18,26 @@ use crate::state::AppState;
 #[derive(Debug, Clone)]
 pub struct Project(pub String);
 
+/// The project a request acts for when the web console forwards it to the
+/// API (`console::forward`), its session already checked there. It is a
+/// request *extension*: only the server's own code can set it, nothing a
+/// client sends can.
+#[derive(Debug, Clone)]
+pub(crate) struct ActingProject(pub String);
+
+impl ActingProject {
+    /// The project of a forwarded request, rate limited like a key's.
+    pub(crate) fn of(parts: &Parts, state: &AppState) -> Result<Option<Project>, ApiError> {
+        match parts.extensions.get::<Self>() {
+            Some(Self(project)) => {
+                state.limiter.check(project)?;
+                Ok(Some(Project(project.clone())))
+            }
+            None => Ok(None),
+        }
+    }
+}
+
 impl FromRequestParts<Arc<AppState>> for Project {
     type Rejection = ApiError;
 
@@ -25,6 +45,9 @@ impl FromRequestParts<Arc<AppState>> for Project {
         parts: &mut Parts,
         state: &Arc<AppState>,
     ) -> Result<Self, ApiError> {
+        if let Some(project) = ActingProject::of(parts, state)? {
+            return Ok(project);
+        }
         // `Authorization: Bearer KEY` (OpenAI's SDKs, and Anthropic's
         // current one), or `x-api-key: KEY` (Anthropic's API and older SDKs).
         let key = match (

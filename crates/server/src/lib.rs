@@ -12,6 +12,7 @@ mod catalog;
 mod chat;
 pub mod clock;
 pub mod config;
+mod console;
 mod container_egress;
 mod containers;
 mod db;
@@ -26,6 +27,7 @@ pub mod fuzzing;
 mod guardrails;
 #[cfg(test)]
 mod handler_tests;
+mod host;
 mod hosted;
 mod http;
 mod interpreting;
@@ -67,16 +69,14 @@ use billing::Billing;
 pub use config::Config;
 use db::Db;
 pub use error::ServeError;
+pub use host::HostReport;
 use metrics::Metrics;
 pub use state::AppState;
 pub use time::now;
 
 use route_table::RouteTable;
 
-/// A new API key (printed once by `shellgate keys create`; stored hashed).
-pub fn new_api_key() -> String {
-    shellgate_wire::new_id("sg-")
-}
+pub use auth::new_api_key;
 
 /// A new API key of the shape E2B's SDKs check client-side (`e2b_` and 40
 /// hex digits, all from the kernel's CSPRNG): `shellgate keys create --e2b`.
@@ -99,6 +99,8 @@ pub struct Backend {
     pub engine: Arc<dyn SandboxBackend>,
     /// The default image's background build, if one was started.
     pub default_image_build: SharedBuildStatus,
+    /// The host as the backend found it (the console's health page).
+    pub host: HostReport,
 }
 
 /// A server opened by [`open`], not yet serving.
@@ -165,6 +167,7 @@ where
     let Backend {
         engine,
         default_image_build,
+        host,
     } = open_backend(EngineSetup {
         dir: config.data_dir.join("sandbox"),
         egress: egress.clone(),
@@ -229,6 +232,8 @@ where
         egress_counts: Default::default(),
         default_image_missing_said: Default::default(),
         default_image_build,
+        host,
+        live: console::live::Live::default(),
         clock: clock::Clock::system(),
         e2b_watchers: Default::default(),
         e2b_processes: Default::default(),
@@ -241,6 +246,11 @@ where
             log,
         );
     }
+    state
+        .live
+        .start(state.store.clone())
+        .await
+        .map_err(|e| ServeError::Setup(format!("console live updates: {}", e.message)))?;
     lifecycle::recover(&state)
         .await
         .map_err(|e| ServeError::Setup(format!("recovery: {}", e.message)))?;
@@ -298,7 +308,9 @@ fn upstream_router(config: &Config) -> Result<shellgate_model::upstream::Router,
 pub fn router(state: Arc<AppState>) -> Router {
     let api = served_routes(Arc::clone(&state)).router;
     let sandbox_routers = Arc::new(e2b::SandboxRouters::new(&state));
-    Router::new()
+    // The web console under /console (its own auth: a session cookie),
+    // forwarding its API calls to the same router.
+    console::router(Arc::clone(&state), api.clone())
         .fallback_service(api)
         .layer(axum::middleware::from_fn_with_state(
             sandbox_routers,

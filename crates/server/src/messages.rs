@@ -1500,8 +1500,14 @@ mod tests {
             tool_calls: 1,
         };
         assert_eq!(stop_reason(&outcome, &typed), StopReason::ToolUse);
-        assert_eq!(shellgate_wire::time::rfc3339(1_796_083_200), "2026-12-01T00:00:00Z");
-        assert_eq!(shellgate_wire::time::rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(
+            shellgate_wire::time::rfc3339(1_796_083_200),
+            "2026-12-01T00:00:00Z"
+        );
+        assert_eq!(
+            shellgate_wire::time::rfc3339(951_782_400),
+            "2000-02-29T00:00:00Z"
+        );
     }
 
     #[test]

@@ -39,7 +39,9 @@ use tokio_stream::StreamExt;
 use crate::containers::{owned, prepare_exec, BillOnDrop};
 use crate::engine::engine_error;
 use crate::error::{ApiError, ApiResult};
-use crate::http::{bearer_key, project_of_key, to_completion, ApiJson, ApiQuery, Project};
+use crate::http::{
+    bearer_key, project_of_key, to_completion, ActingProject, ApiJson, ApiQuery, Project,
+};
 use crate::state::AppState;
 
 /// The most one output page (or SSE event, or WebSocket frame) carries.
@@ -459,20 +461,28 @@ pub async fn socket(
     Path((id, process_id)): Path<(String, String)>,
     ApiQuery(query): ApiQuery<SocketQuery>,
     headers: HeaderMap,
+    acting: Option<axum::Extension<ActingProject>>,
     upgrade: WebSocketUpgrade,
 ) -> ApiResult<Response> {
-    // Every route's header, or the query's token; never both silently.
-    let key = match (bearer_key(&headers), query.access_token.as_deref()) {
-        (Some(key), _) => key.to_owned(),
-        (None, Some(token)) if !token.is_empty() => token.to_owned(),
-        _ => {
-            return Err(ApiError::unauthorized(
-                "You didn't provide an API key: an 'Authorization: Bearer YOUR_KEY' header, \
-                 or '?access_token=YOUR_KEY' on this WebSocket route.",
-            ))
+    // The web console's session (checked where it forwarded the request),
+    // else every route's header, or the query's token; never both silently.
+    let project = match acting {
+        Some(axum::Extension(ActingProject(project))) => {
+            state.limiter.check(&project)?;
+            Project(project)
+        }
+        None => {
+            let key = match (bearer_key(&headers), query.access_token.as_deref()) {
+                (Some(key), _) => key.to_owned(),
+                (None, Some(token)) if !token.is_empty() => token.to_owned(),
+                _ => return Err(ApiError::unauthorized(
+                    "You didn't provide an API key: an 'Authorization: Bearer YOUR_KEY' header, \
+                         or '?access_token=YOUR_KEY' on this WebSocket route.",
+                )),
+            };
+            project_of_key(&state, &key).await?
         }
     };
-    let project = project_of_key(&state, &key).await?;
     owned(&state, &project, &id).await?;
     state
         .engine

@@ -58,6 +58,10 @@ pub struct AppState {
     pub(crate) egress_counts: Arc<EgressCounts>,
     /// The default image's background build, if one was started.
     pub default_image_build: shellgate_sandbox_api::image::SharedBuildStatus,
+    /// The host as the backend found it (the console's health page).
+    pub host: crate::host::HostReport,
+    /// The console's live updates: what changed, told to its open streams.
+    pub(crate) live: crate::console::live::Live,
     /// Whether the log already said that the default image is missing.
     pub(crate) default_image_missing_said: std::sync::atomic::AtomicBool,
     /// The time the lifecycle sweep judges idleness and expiry by (the

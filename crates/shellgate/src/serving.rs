@@ -54,9 +54,13 @@ impl EngineOptions {
             .await
             .map_err(|e| ServeError::Setup(format!("sandbox engine: {e}")))?;
         warnings.extend(host_warnings());
-        for warning in warnings {
+        for warning in &warnings {
             tracing::warn!("{warning}");
         }
+        let host = shellgate_server::HostReport {
+            cgroups: engine.cgroup_layout().to_owned(),
+            warnings,
+        };
         let engine = Arc::new(engine);
         let default_image_build = match &self.build {
             Some(image) => default_build::start_if_missing(Arc::clone(&engine), image),
@@ -66,6 +70,7 @@ impl EngineOptions {
         Ok(Backend {
             engine,
             default_image_build,
+            host,
         })
     }
 }

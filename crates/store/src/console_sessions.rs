@@ -142,7 +142,9 @@ mod tests {
         assert!(store.console_session(&newest, 100).unwrap().is_some());
         let count: i64 = store
             .reader()
-            .query_row("SELECT COUNT(*) FROM console_sessions", [], |row| row.get(0))
+            .query_row("SELECT COUNT(*) FROM console_sessions", [], |row| {
+                row.get(0)
+            })
             .unwrap();
         assert_eq!(count, SESSIONS_PER_KEY);
     }

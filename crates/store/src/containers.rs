@@ -325,6 +325,13 @@ impl Store {
                  ON CONFLICT (project) DO UPDATE SET billed_seconds = billed_seconds + excluded.billed_seconds",
                 params![project, cost],
             )?;
+            tx.execute(
+                "INSERT INTO usage_daily (project, day, container_id, billed_seconds)
+                 VALUES (?1, date('now'), ?2, ?3)
+                 ON CONFLICT (project, day, container_id)
+                 DO UPDATE SET billed_seconds = billed_seconds + excluded.billed_seconds",
+                params![project, id, cost],
+            )?;
         }
         tx.execute(
             "UPDATE containers SET status = ?2 WHERE id = ?1",

@@ -205,13 +205,22 @@ mod tests {
         assert!(store.revoke_key(&keys[0].id, 9).unwrap());
         assert!(!store.revoke_key(&keys[0].id, 10).unwrap());
         assert_eq!(store.project_for_key("sk-member").unwrap(), None);
-        assert_eq!(store.list_keys(Some("alpha")).unwrap()[0].revoked_at, Some(9));
+        assert_eq!(
+            store.list_keys(Some("alpha")).unwrap()[0].revoked_at,
+            Some(9)
+        );
         assert_eq!(store.key_count().unwrap(), 2);
         for bad in ["key_0000000000000000", "key_zz", "sk-member", ""] {
-            assert!(matches!(store.revoke_key(bad, 11), Err(StoreError::UnknownKey(_))), "{bad}");
+            assert!(
+                matches!(store.revoke_key(bad, 11), Err(StoreError::UnknownKey(_))),
+                "{bad}"
+            );
         }
         // The same key given again is live again.
         store.add_key("sk-member", "alpha", 12).unwrap();
-        assert_eq!(store.project_for_key("sk-member").unwrap().as_deref(), Some("alpha"));
+        assert_eq!(
+            store.project_for_key("sk-member").unwrap().as_deref(),
+            Some("alpha")
+        );
     }
 }

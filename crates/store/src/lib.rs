@@ -14,6 +14,7 @@
 
 mod commands;
 mod connection;
+mod console_changes;
 mod console_sessions;
 mod container_files;
 mod containers;
@@ -32,6 +33,7 @@ mod values;
 
 pub use commands::CommandRow;
 pub use connection::Store;
+pub use console_changes::Change;
 pub use console_sessions::{ConsoleSessionRow, SESSIONS_PER_KEY};
 pub use container_files::{ContainerFileRow, PresentFile};
 pub use containers::{ContainerPage, ContainerRow, ContainerSearch};
@@ -41,11 +43,12 @@ pub use error::{Result, StoreError};
 pub use files::FileRow;
 pub use keys::{hash_key, key_id, KeyGrant, KeyRecord, KeyRole};
 pub use paging::Page;
-pub use responses::ResponseRow;
+pub use responses::{ResponseRow, ResponseSummary};
 pub use skills::{SkillRow, SkillVersionDelete, SkillVersionRow};
-pub use usage::{session_cost, SESSION_MINIMUM_SECONDS};
+pub use usage::{session_cost, ProjectSummary, SESSION_MINIMUM_SECONDS};
 pub use values::{
-    CommandOutcome, ContainerStatus, CorruptValue, EgressVerdict, FileSource, ResponseStatus,
+    ChangeTopic, CommandOutcome, ContainerStatus, CorruptValue, EgressVerdict, FileSource,
+    ResponseStatus,
 };
 
 #[cfg(test)]

@@ -244,5 +244,54 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         expires_at INTEGER NOT NULL
     );
     CREATE INDEX console_sessions_by_key ON console_sessions (key_hash, created_at);
+    -- Billed seconds by the UTC day their session closed, per container:
+    -- the console's usage per day (the project's total stays in `usage`).
+    CREATE TABLE usage_daily (
+        project TEXT NOT NULL,
+        day TEXT NOT NULL,
+        container_id TEXT NOT NULL,
+        billed_seconds REAL NOT NULL,
+        PRIMARY KEY (project, day, container_id)
+    ) WITHOUT ROWID;
+    CREATE INDEX containers_by_project_seq ON containers (project, seq);
+    -- What changed, for the console's live updates (`console_changes.rs`):
+    -- written by triggers in the same transaction as the change itself, so
+    -- no write path can forget to say it, and read and pruned by the server.
+    CREATE TABLE console_changes (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        project TEXT NOT NULL,
+        topic TEXT NOT NULL,
+        object_id TEXT NOT NULL,
+        container_id TEXT
+    );
+    CREATE TRIGGER console_container_inserted AFTER INSERT ON containers BEGIN
+        INSERT INTO console_changes (project, topic, object_id, container_id)
+        VALUES (NEW.project, 'container', NEW.id, NEW.id);
+    END;
+    CREATE TRIGGER console_container_updated
+    AFTER UPDATE OF status, session_open, last_active_at, billed_seconds ON containers BEGIN
+        INSERT INTO console_changes (project, topic, object_id, container_id)
+        VALUES (NEW.project, 'container', NEW.id, NEW.id);
+    END;
+    CREATE TRIGGER console_container_deleted AFTER DELETE ON containers BEGIN
+        INSERT INTO console_changes (project, topic, object_id, container_id)
+        VALUES (OLD.project, 'container', OLD.id, OLD.id);
+    END;
+    CREATE TRIGGER console_command_inserted AFTER INSERT ON commands BEGIN
+        INSERT INTO console_changes (project, topic, object_id, container_id)
+        VALUES (NEW.project, 'command', NEW.id, NEW.container_id);
+    END;
+    CREATE TRIGGER console_egress_inserted AFTER INSERT ON egress BEGIN
+        INSERT INTO console_changes (project, topic, object_id, container_id)
+        VALUES (NEW.project, 'egress', NEW.id, NEW.container_id);
+    END;
+    CREATE TRIGGER console_response_inserted AFTER INSERT ON responses BEGIN
+        INSERT INTO console_changes (project, topic, object_id, container_id)
+        VALUES (NEW.project, 'response', NEW.id, NULL);
+    END;
+    CREATE TRIGGER console_response_updated AFTER UPDATE OF status, deleted ON responses BEGIN
+        INSERT INTO console_changes (project, topic, object_id, container_id)
+        VALUES (NEW.project, 'response', NEW.id, NULL);
+    END;
 "#,
 ];

@@ -38,6 +38,19 @@ pub struct ResponseRow {
     pub conversation: String,
 }
 
+/// A stored response as the web console lists it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResponseSummary {
+    pub id: String,
+    pub created_at: i64,
+    pub status: ResponseStatus,
+    pub model: String,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// Its hosted tools' sandbox time (0 without any).
+    pub sandbox_seconds: f64,
+}
+
 /// How far back a conversation is followed at most: far beyond any real
 /// chain, it only stops a corrupt link loop from running forever (a chain
 /// cut there fails the read's completeness check).
@@ -239,6 +252,56 @@ impl Store {
         };
         row.conversation = conversation(&conn, &row.id)?;
         Ok(Some(row))
+    }
+
+    /// A page of `project`'s stored responses, newest first, as the web
+    /// console lists them (the numbers read from each stored object in
+    /// SQL; no conversation is read).
+    pub fn response_summaries(
+        &self,
+        project: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<(Vec<ResponseSummary>, bool)> {
+        let conn = self.reader();
+        let cursor = match after {
+            Some(after) => Some(
+                conn.query_row(
+                    "SELECT seq FROM responses WHERE id = ?1 AND project = ?2",
+                    params![after, project],
+                    |row| row.get::<_, i64>(0),
+                )
+                .optional()?
+                .ok_or_else(|| StoreError::UnknownCursor(after.to_owned()))?,
+            ),
+            None => None,
+        };
+        let mut statement = conn.prepare(
+            "SELECT id, created_at, status,
+                    COALESCE(json_extract(body, '$.model'), ''),
+                    COALESCE(json_extract(body, '$.usage.input_tokens'), 0),
+                    COALESCE(json_extract(body, '$.usage.output_tokens'), 0),
+                    COALESCE(json_extract(body, '$.usage.sandbox_seconds'), 0.0)
+             FROM responses
+             WHERE project = ?1 AND deleted = 0 AND (?2 IS NULL OR seq < ?2) AND json_valid(body)
+             ORDER BY seq DESC LIMIT ?3",
+        )?;
+        let mut rows = statement
+            .query_map(params![project, cursor, i64::from(limit) + 1], |row| {
+                Ok(ResponseSummary {
+                    id: row.get(0)?,
+                    created_at: row.get(1)?,
+                    status: column(row, 2, "responses", "status")?,
+                    model: row.get(3)?,
+                    input_tokens: number(row, 4, "responses", "usage.input_tokens")?,
+                    output_tokens: number(row, 5, "responses", "usage.output_tokens")?,
+                    sandbox_seconds: row.get(6)?,
+                })
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        let has_more = rows.len() > limit as usize;
+        rows.truncate(limit as usize);
+        Ok((rows, has_more))
     }
 
     /// Responses with one of `statuses` (to settle runs a crash

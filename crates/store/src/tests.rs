@@ -4,10 +4,15 @@
 #[allow(unused_imports)]
 use crate::*;
 
+/// A running container's row, for tests of other files.
+pub(crate) fn container_row(id: &str, project: &str) -> ContainerRow {
+    tables::container(id, project, id)
+}
+
 mod tables {
     use super::*;
 
-    fn container(id: &str, project: &str, name: &str) -> ContainerRow {
+    pub(super) fn container(id: &str, project: &str, name: &str) -> ContainerRow {
         ContainerRow {
             id: id.into(),
             project: project.into(),

@@ -94,4 +94,85 @@ impl Store {
         )?;
         Ok(closed + open)
     }
+
+    /// Billed seconds per UTC day (`YYYY-MM-DD`) from `since_day` on, oldest
+    /// first: closed sessions by the day they closed, open ones today.
+    pub fn daily_usage(&self, project: &str, since_day: &str) -> Result<Vec<(String, f64)>> {
+        let conn = self.reader();
+        let mut statement = conn.prepare(
+            "SELECT day, SUM(seconds) FROM (
+                 SELECT day, billed_seconds AS seconds FROM usage_daily
+                 WHERE project = ?1 AND day >= ?2
+                 UNION ALL
+                 SELECT date('now'), MAX(session_seconds, ?3) FROM containers
+                 WHERE project = ?1 AND session_open = 1)
+             GROUP BY day ORDER BY day",
+        )?;
+        let rows = statement
+            .query_map(
+                params![project, since_day, SESSION_MINIMUM_SECONDS],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
+    /// Each model's tokens and responses over the project's stored
+    /// responses: (model, input, output, responses), most tokens first.
+    pub fn tokens_by_model(&self, project: &str) -> Result<Vec<(String, u64, u64, u64)>> {
+        let conn = self.reader();
+        let mut statement = conn.prepare(
+            "SELECT COALESCE(json_extract(body, '$.model'), ''),
+                    COALESCE(SUM(json_extract(body, '$.usage.input_tokens')), 0),
+                    COALESCE(SUM(json_extract(body, '$.usage.output_tokens')), 0),
+                    COUNT(*)
+             FROM responses WHERE project = ?1 AND deleted = 0 AND json_valid(body)
+             GROUP BY 1 ORDER BY 2 + 3 DESC, 1",
+        )?;
+        let rows = statement
+            .query_map(params![project], |row| {
+                Ok((
+                    row.get(0)?,
+                    number(row, 1, "responses", "usage.input_tokens")?,
+                    number(row, 2, "responses", "usage.output_tokens")?,
+                    number(row, 3, "responses", "count")?,
+                ))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+
+    /// Every project the store knows (of a key or a container), with its
+    /// containers, running containers and live keys.
+    pub fn projects(&self) -> Result<Vec<ProjectSummary>> {
+        let conn = self.reader();
+        let mut statement = conn.prepare(
+            "SELECT p.project,
+                    (SELECT COUNT(*) FROM containers c WHERE c.project = p.project),
+                    (SELECT COUNT(*) FROM containers c WHERE c.project = p.project AND c.status = 'running'),
+                    (SELECT COUNT(*) FROM api_keys k WHERE k.project = p.project AND k.revoked_at IS NULL)
+             FROM (SELECT project FROM api_keys UNION SELECT project FROM containers) p
+             ORDER BY p.project",
+        )?;
+        let rows = statement
+            .query_map([], |row| {
+                Ok(ProjectSummary {
+                    project: row.get(0)?,
+                    containers: number(row, 1, "containers", "count")?,
+                    running: number(row, 2, "containers", "count")?,
+                    keys: number(row, 3, "api_keys", "count")?,
+                })
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok(rows)
+    }
+}
+
+/// A project as the console's project list shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProjectSummary {
+    pub project: String,
+    pub containers: u64,
+    pub running: u64,
+    pub keys: u64,
 }

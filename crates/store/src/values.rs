@@ -126,6 +126,20 @@ macro_rules! stored_enum {
 }
 
 stored_enum! {
+    /// What a row of `console_changes` says changed (written by triggers).
+    ChangeTopic {
+        /// A container was made, changed state or was used, or went.
+        Container => "container",
+        /// A command was written to the audit.
+        Command => "command",
+        /// A connection was written to the egress log.
+        Egress => "egress",
+        /// A response was stored or changed status.
+        Response => "response",
+    }
+}
+
+stored_enum! {
     /// Where a container is in its life.
     ContainerStatus {
         /// Its row exists, its sandbox is being made.

@@ -260,6 +260,12 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl LocalEngine {
+    /// The host's cgroup layout as the engine uses it (`v2`, `v1`,
+    /// `disabled`).
+    pub fn cgroup_layout(&self) -> &'static str {
+        self.inner.cgroups.layout()
+    }
+
     /// Opens (or creates) an engine on `config.data_dir`, cleaning up whatever
     /// a crashed predecessor left. Returns warnings about limits this host
     /// cannot enforce.

@@ -1,0 +1,328 @@
+//! What only the console reads: containers searched and paged in SQL
+//! (10,000 containers are never read whole), the project's stored
+//! responses, its usage by day, container and model, and the projects a
+//! session may see.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::Json;
+use serde::Deserialize;
+use shellgate_store::{session_cost, ContainerRow, ContainerSearch, ContainerStatus};
+use shellgate_wire::console::{
+    ConsoleContainer, ConsoleList, ConsoleResponse, ConsoleUsage, ContainerCost, DayUsage,
+    ModelTokens, ProjectEntry,
+};
+
+use super::session::Signed;
+use super::Console;
+use crate::containers::container_object;
+use crate::error::{ApiError, ApiResult};
+use crate::http::ApiQuery;
+
+/// The most rows a page holds.
+const MAX_PAGE: u32 = 200;
+const DEFAULT_PAGE: u32 = 50;
+/// The most days the usage page covers.
+const MAX_DAYS: u32 = 366;
+
+fn page_size(limit: Option<u32>) -> ApiResult<u32> {
+    match limit {
+        None => Ok(DEFAULT_PAGE),
+        Some(n) if (1..=MAX_PAGE).contains(&n) => Ok(n),
+        Some(_) => Err(ApiError::invalid(
+            "limit",
+            format!("limit must be between 1 and {MAX_PAGE}"),
+        )),
+    }
+}
+
+/// A container row as the console shows it.
+fn console_container(console: &Console, row: &ContainerRow) -> ApiResult<ConsoleContainer> {
+    let sandbox_seconds = row.billed_seconds
+        + if row.session_open {
+            session_cost(row.session_seconds)
+        } else {
+            0.0
+        };
+    Ok(ConsoleContainer {
+        container: container_object(row)?,
+        project: row.project.clone(),
+        expires_at: row.last_active_at + i64::from(row.expires_minutes) * 60,
+        sandbox_seconds,
+        cost: sandbox_seconds * console.app.config.sandbox_price_per_second,
+    })
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ContainerQuery {
+    status: Option<String>,
+    q: Option<String>,
+    image: Option<String>,
+    after: Option<String>,
+    limit: Option<u32>,
+    /// A project, or `*` (admins): every project.
+    project: Option<String>,
+}
+
+/// `GET /console/api/containers`.
+pub(super) async fn containers(
+    State(console): State<Arc<Console>>,
+    signed: Signed,
+    headers: HeaderMap,
+    ApiQuery(query): ApiQuery<ContainerQuery>,
+) -> ApiResult<Json<ConsoleList<ConsoleContainer>>> {
+    let asked = query.project.clone().or_else(|| header_project(&headers));
+    let search = ContainerSearch {
+        project: signed.scope(asked.as_deref())?,
+        status: match query.status.as_deref().filter(|s| !s.is_empty()) {
+            None => None,
+            Some(status) => Some(ContainerStatus::parse(status).ok_or_else(|| {
+                ApiError::invalid(
+                    "status",
+                    "status must be one of creating, running, suspended, deleted",
+                )
+            })?),
+        },
+        text: query.q.filter(|q| !q.trim().is_empty()),
+        image: query.image.filter(|i| !i.is_empty()),
+        after: query.after.filter(|a| !a.is_empty()),
+        limit: page_size(query.limit)?,
+    };
+    let page = console
+        .app
+        .db(move |s| s.search_containers(&search))
+        .await?;
+    let data = page
+        .rows
+        .iter()
+        .map(|row| console_container(&console, row))
+        .collect::<ApiResult<Vec<_>>>()?;
+    Ok(Json(ConsoleList::new(
+        data,
+        page.has_more,
+        Some(page.total),
+        |c: &ConsoleContainer| c.container.id.clone(),
+    )))
+}
+
+fn header_project(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get(super::session::PROJECT_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+/// `GET /console/api/containers/{id}`: one container, of a project the
+/// session may see (another's is a 404, as the API answers).
+pub(super) async fn container(
+    State(console): State<Arc<Console>>,
+    signed: Signed,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<Json<ConsoleContainer>> {
+    let project = signed.project_of(&headers)?;
+    let key = id.clone();
+    let row = console
+        .app
+        .db(move |s| s.container(&project, &key))
+        .await?
+        .ok_or_else(|| ApiError::not_found("container", &id))?;
+    Ok(Json(console_container(&console, &row)?))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct PageQuery {
+    after: Option<String>,
+    limit: Option<u32>,
+}
+
+/// `GET /console/api/responses`: the project's stored responses, newest
+/// first.
+pub(super) async fn responses(
+    State(console): State<Arc<Console>>,
+    signed: Signed,
+    headers: HeaderMap,
+    ApiQuery(query): ApiQuery<PageQuery>,
+) -> ApiResult<Json<ConsoleList<ConsoleResponse>>> {
+    let project = signed.project_of(&headers)?;
+    let limit = page_size(query.limit)?;
+    let after = query.after.filter(|a| !a.is_empty());
+    let (rows, has_more) = console
+        .app
+        .db(move |s| s.response_summaries(&project, after.as_deref(), limit))
+        .await?;
+    let price = console.app.config.sandbox_price_per_second;
+    let data = rows
+        .into_iter()
+        .map(|row| ConsoleResponse {
+            cost: row.sandbox_seconds * price,
+            id: row.id,
+            model: row.model,
+            status: row.status.as_str().to_owned(),
+            created_at: row.created_at,
+            input_tokens: row.input_tokens,
+            output_tokens: row.output_tokens,
+            sandbox_seconds: row.sandbox_seconds,
+        })
+        .collect();
+    Ok(Json(ConsoleList::new(
+        data,
+        has_more,
+        None,
+        |r: &ConsoleResponse| r.id.clone(),
+    )))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct UsageQuery {
+    days: Option<u32>,
+}
+
+/// The most containers the usage page ranks.
+const USAGE_CONTAINERS: usize = 50;
+
+/// `GET /console/api/usage`: sandbox time and cost per day (every day of
+/// the range, zeros included) and per container, tokens per model, and the
+/// project's limits in use.
+pub(super) async fn usage(
+    State(console): State<Arc<Console>>,
+    signed: Signed,
+    headers: HeaderMap,
+    ApiQuery(query): ApiQuery<UsageQuery>,
+) -> ApiResult<Json<ConsoleUsage>> {
+    let project = signed.project_of(&headers)?;
+    let days = match query.days {
+        None => 30,
+        Some(n) if (1..=MAX_DAYS).contains(&n) => n,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "days",
+                format!("days must be between 1 and {MAX_DAYS}"),
+            ))
+        }
+    };
+    let today = crate::time::now().div_euclid(86_400);
+    let dates: Vec<String> = (0..i64::from(days))
+        .rev()
+        .map(|back| day_name(today - back))
+        .collect();
+    let since = dates.first().cloned().unwrap_or_default();
+    let owner = project.clone();
+    let (daily, (_, per_container), models) = console
+        .app
+        .db(move |s| {
+            Ok((
+                s.daily_usage(&owner, &since)?,
+                s.project_usage(&owner)?,
+                s.tokens_by_model(&owner)?,
+            ))
+        })
+        .await?;
+    let price = console.app.config.sandbox_price_per_second;
+    let days = dates
+        .into_iter()
+        .map(|date| {
+            let seconds = daily
+                .iter()
+                .filter(|(day, _)| *day == date)
+                .fold(0.0, |total, (_, seconds)| total + seconds);
+            DayUsage {
+                date,
+                sandbox_seconds: seconds,
+                cost: seconds * price,
+            }
+        })
+        .collect();
+    let mut containers: Vec<ContainerCost> = per_container
+        .into_iter()
+        .filter(|(_, seconds)| *seconds > 0.0)
+        .map(|(container_id, seconds)| ContainerCost {
+            container_id,
+            sandbox_seconds: seconds,
+            cost: seconds * price,
+        })
+        .collect();
+    containers.sort_by(|a, b| b.sandbox_seconds.total_cmp(&a.sandbox_seconds));
+    containers.truncate(USAGE_CONTAINERS);
+    Ok(Json(ConsoleUsage {
+        object: "console.usage",
+        quota: console.app.admission.quota(&project).await?,
+        project,
+        days,
+        containers,
+        models: models
+            .into_iter()
+            .map(
+                |(model, input_tokens, output_tokens, responses)| ModelTokens {
+                    model,
+                    input_tokens,
+                    output_tokens,
+                    responses,
+                },
+            )
+            .collect(),
+        price_per_second: price,
+    }))
+}
+
+/// Day `day` (days since 1970-01-01) as `YYYY-MM-DD`.
+fn day_name(day: i64) -> String {
+    let time = shellgate_wire::time::rfc3339(day * 86_400);
+    time.get(..10).unwrap_or_default().to_owned()
+}
+
+/// `GET /console/api/projects`: the projects the session may see.
+pub(super) async fn projects(
+    State(console): State<Arc<Console>>,
+    signed: Signed,
+) -> ApiResult<Json<ConsoleList<ProjectEntry>>> {
+    let all = console.app.db(|s| s.projects()).await?;
+    let own = signed.session.grant.project.clone();
+    let admin = signed.is_admin();
+    let mut data: Vec<ProjectEntry> = all
+        .into_iter()
+        .filter(|p| admin || p.project == own)
+        .map(|p| ProjectEntry {
+            project: p.project,
+            containers: p.containers,
+            running: p.running,
+            keys: p.keys,
+        })
+        .collect();
+    if data.is_empty() {
+        data.push(ProjectEntry {
+            project: own,
+            containers: 0,
+            running: 0,
+            keys: 0,
+        });
+    }
+    Ok(Json(ConsoleList::new(
+        data,
+        false,
+        None,
+        |p: &ProjectEntry| p.project.clone(),
+    )))
+}
+
+/// Any other `/console/api/...` path: a 404 after the session check (an
+/// unsigned caller learns nothing of what exists).
+pub(super) async fn unknown(_signed: Signed) -> ApiError {
+    crate::ops::not_found().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn days_are_named_in_utc() {
+        assert_eq!(day_name(0), "1970-01-01");
+        assert_eq!(day_name(20_788), "2026-12-01");
+    }
+}
