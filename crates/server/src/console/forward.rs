@@ -21,26 +21,37 @@ use crate::http::ActingProject;
 pub(super) async fn forward(
     State(console): State<Arc<Console>>,
     signed: Signed,
-    mut request: Request,
+    request: Request,
 ) -> Response {
-    let project = match signed.project_of(request.headers()) {
-        Ok(project) => project,
-        Err(error) => return error.into_response(),
-    };
-    let Some(path_and_query) = request
-        .uri()
+    match forwarded(&signed, request) {
+        Ok(request) => match console.api.clone().oneshot(request).await {
+            Ok(response) => response,
+            Err(never) => match never {},
+        },
+        Err(error) => error.into_response(),
+    }
+}
+
+/// The API request a console request stands for: its method, version,
+/// headers (less the console's own and any credential) and body, at the
+/// path without `/console/api`, acting for the session's project. A new
+/// request, not the old one changed: the console router's own extensions
+/// (its path parameters) must not reach the API's router; only the
+/// connection's upgrade (a WebSocket) and the client's address go along.
+fn forwarded(signed: &Signed, request: Request) -> Result<Request, ApiError> {
+    let project = signed.project_of(request.headers())?;
+    let (mut parts, body) = request.into_parts();
+    let uri = parts
+        .uri
         .path_and_query()
         .map(|p| p.as_str())
         .and_then(|p| p.strip_prefix("/console/api"))
-    else {
-        return ApiError::bad_request("not a console API path").into_response();
-    };
-    let uri = match path_and_query.parse::<Uri>() {
-        Ok(uri) => uri,
-        Err(_) => return ApiError::bad_request("malformed path").into_response(),
-    };
-    *request.uri_mut() = uri;
-    let headers = request.headers_mut();
+        .and_then(|p| p.parse::<Uri>().ok())
+        .ok_or_else(|| ApiError::bad_request("not a console API path"))?;
+    let mut forwarded = Request::new(body);
+    *forwarded.method_mut() = parts.method;
+    *forwarded.uri_mut() = uri;
+    *forwarded.version_mut() = parts.version;
     for name in [
         header::COOKIE,
         header::AUTHORIZATION,
@@ -48,11 +59,16 @@ pub(super) async fn forward(
         header::HeaderName::from_static("x-csrf-token"),
         header::HeaderName::from_static(PROJECT_HEADER),
     ] {
-        headers.remove(name);
+        parts.headers.remove(name);
     }
-    request.extensions_mut().insert(ActingProject(project));
-    match console.api.clone().oneshot(request).await {
-        Ok(response) => response,
-        Err(never) => match never {},
+    *forwarded.headers_mut() = parts.headers;
+    let extensions = forwarded.extensions_mut();
+    if let Some(upgrade) = parts.extensions.remove::<hyper::upgrade::OnUpgrade>() {
+        extensions.insert(upgrade);
     }
+    if let Some(address) = parts.extensions.remove::<crate::listener::ClientAddr>() {
+        extensions.insert(address);
+    }
+    extensions.insert(ActingProject(project));
+    Ok(forwarded)
 }

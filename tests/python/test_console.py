@@ -1,0 +1,304 @@
+"""The web console's server side from outside, as an attacker sees it: its
+sessions (cookie, CSRF, sign-out, revocation), its project walls, its
+headers, and its live updates. The browser-side tests (rendering, XSS) are
+`tests/node/console.test.mjs`."""
+
+import hashlib
+import json
+import threading
+
+import pytest
+import requests
+
+from conftest import KEY_A, KEY_B, wait_until
+
+ADMIN_KEY = "sk-test-console-admin"
+SPARE_KEY = "sk-test-console-spare"
+
+
+@pytest.fixture
+def console(fresh_server):
+    """A server with two projects' keys, an admin key (project ops) and a
+    spare key of project alpha (to revoke)."""
+    return fresh_server(api_keys=f"{KEY_A}:alpha,{KEY_B}:beta,{ADMIN_KEY}:ops:admin,{SPARE_KEY}:alpha")
+
+
+def root(server) -> str:
+    return f"http://{server.host}:{server.port}"
+
+
+class Session:
+    """A browser's view of the console: a cookie jar and the CSRF token."""
+
+    def __init__(self, server, key: str):
+        self.base = root(server)
+        self.http = requests.Session()
+        answer = self.http.post(f"{self.base}/console/session", json={"key": key}, timeout=10)
+        assert answer.status_code == 200, answer.text
+        self.session = answer.json()
+        self.csrf = self.session["csrf_token"]
+
+    def get(self, path: str, **kw):
+        return self.http.get(self.base + path, timeout=30, **kw)
+
+    def send(self, method: str, path: str, csrf=True, **kw):
+        headers = kw.pop("headers", {})
+        if csrf:
+            headers["X-CSRF-Token"] = self.csrf if csrf is True else csrf
+        return self.http.request(method, self.base + path, headers=headers, timeout=60, **kw)
+
+    def create(self, name: str) -> str:
+        answer = self.send("POST", "/console/api/v1/containers", json={"name": name})
+        assert answer.status_code == 200, answer.text
+        return answer.json()["id"]
+
+
+def test_sign_in_gives_a_strict_http_only_cookie_and_refuses_wrong_keys(console):
+    base = root(console)
+    answer = requests.post(f"{base}/console/session", json={"key": KEY_A}, timeout=10)
+    assert answer.status_code == 200
+    cookie = answer.headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/console" in cookie
+    assert "Secure" not in cookie  # plain HTTP here
+    body = answer.json()
+    assert body["project"] == "alpha" and body["role"] == "member" and len(body["csrf_token"]) >= 32
+    behind_tls = requests.post(
+        f"{base}/console/session", json={"key": KEY_A}, headers={"X-Forwarded-Proto": "https"}, timeout=10
+    )
+    assert "Secure" in behind_tls.headers["set-cookie"]
+
+    for bad in [{"key": "sk-nope"}, {"key": ""}]:
+        refused = requests.post(f"{base}/console/session", json=bad, timeout=10)
+        assert refused.status_code == 401, refused.text
+        assert "set-cookie" not in refused.headers
+        assert refused.json()["error"]["type"] == "invalid_request_error"
+    malformed = requests.post(f"{base}/console/session", data="key=sk", timeout=10)
+    assert malformed.status_code in (400, 415)
+    assert "error" in malformed.json()
+    # Without a session nothing under /console/api answers, not even a 404.
+    for path in ["/console/api/containers", "/console/api/nothing", "/console/api/v1/containers"]:
+        assert requests.get(base + path, timeout=10).status_code == 401
+    # The API's bearer auth is unchanged, and the cookie opens nothing there.
+    signed = Session(console, KEY_A)
+    assert signed.http.get(f"{base}/v1/containers", timeout=10).status_code == 401
+    assert requests.get(f"{base}/v1/containers", headers={"Authorization": f"Bearer {KEY_A}"}, timeout=10).ok
+
+
+def test_every_state_changing_call_needs_the_sessions_csrf_token(console):
+    alpha = Session(console, KEY_A)
+    other = Session(console, KEY_A)  # another session of the same key: another token
+    admin = Session(console, ADMIN_KEY)
+    container = alpha.create("csrf")
+    process = alpha.send(
+        "POST", f"/console/api/v1/containers/{container}/processes", json={"command": "sleep 60"}
+    ).json()["id"]
+    alpha.send(
+        "PUT", f"/console/api/v1/containers/{container}/fs/content", params={"path": "/mnt/data/keep.txt"}, data=b"x"
+    ).raise_for_status()
+    calls = [
+        (alpha, "POST", "/console/api/v1/containers", {"json": {"name": "forged"}}),
+        (alpha, "DELETE", f"/console/api/v1/containers/{container}", {}),
+        (alpha, "PUT", f"/console/api/v1/containers/{container}/fs/content",
+         {"params": {"path": "/mnt/data/forged.txt"}, "data": b"forged"}),
+        (alpha, "DELETE", f"/console/api/v1/containers/{container}/fs", {"params": {"path": "/mnt/data/keep.txt"}}),
+        (alpha, "POST", f"/console/api/v1/containers/{container}/fs/mkdir", {"json": {"path": "/mnt/data/forged"}}),
+        (alpha, "POST", f"/console/api/v1/containers/{container}/processes", {"json": {"command": "true"}}),
+        (alpha, "DELETE", f"/console/api/v1/containers/{container}/processes/{process}", {}),
+        (alpha, "POST", f"/console/api/v1/containers/{container}/exec", {"json": {"commands": ["touch /mnt/data/forged"]}}),
+        (admin, "POST", "/console/api/operator/keys", {"json": {"project": "forged"}}),
+        (admin, "DELETE", "/console/api/operator/keys/key_0123456789abcdef", {}),
+        (alpha, "DELETE", "/console/session", {}),
+    ]
+    for who, method, path, kw in calls:
+        for token in (False, "0" * 32, other.csrf):
+            answer = who.send(method, path, csrf=token, **kw)
+            assert answer.status_code == 403, (method, path, token, answer.status_code, answer.text)
+            assert answer.headers.get("content-type", "").startswith("application/json"), (method, path, answer.headers)
+            assert answer.json()["error"]["code"] == "csrf_failed", answer.text
+    # Nothing happened: the container, its file and its process are there,
+    # nothing forged exists, no key was made, the session lives.
+    listing = alpha.get("/console/api/containers").json()
+    assert [c["id"] for c in listing["data"]] == [container]
+    files = alpha.get(f"/console/api/v1/containers/{container}/fs/list", params={"path": "/mnt/data"}).json()
+    assert sorted(entry["name"] for entry in files["data"]) == ["keep.txt"]
+    assert alpha.get(f"/console/api/v1/containers/{container}/processes/{process}").json()["status"] == "running"
+    keys = admin.get("/console/api/operator/keys").json()["data"]
+    assert {k["project"] for k in keys} == {"alpha", "beta", "ops"}
+    assert alpha.get("/console/session").status_code == 200
+    # With the token, the same calls work.
+    assert alpha.send("POST", f"/console/api/v1/containers/{container}/fs/mkdir",
+                      json={"path": "/mnt/data/made"}).status_code == 200
+    assert alpha.send("DELETE", f"/console/api/v1/containers/{container}").status_code == 200
+
+
+def test_cross_site_requests_are_refused_even_with_the_cookie(console):
+    alpha = Session(console, KEY_A)
+    base = root(console)
+    for headers in ({"Origin": "http://evil.example"}, {"Sec-Fetch-Site": "cross-site"},
+                    {"Origin": f"http://127.0.0.1:{console.port + 1}"}, {"Origin": "null"}):
+        assert requests.post(f"{base}/console/session", json={"key": KEY_A}, headers=headers, timeout=10).status_code == 403
+        # (Refused before its body is read, so the server closes the
+        # connection after: the next call opens another.)
+        answer = alpha.send("POST", "/console/api/v1/containers", json={"name": "x"},
+                            headers={**headers, "Connection": "close"})
+        assert answer.status_code == 403, answer.text
+        assert alpha.get("/console/api/containers", headers=headers).status_code == 403
+    # The same origin is fine (what the app's own fetches send).
+    same = alpha.send("POST", "/console/api/v1/containers", json={"name": "ok"}, headers={"Origin": base})
+    assert same.status_code == 200, same.text
+
+
+def test_another_projects_containers_are_404_and_members_cannot_switch_project(console):
+    alpha = Session(console, KEY_A)
+    beta = Session(console, KEY_B)
+    theirs = beta.create("beta-only")
+    beta.send("PUT", f"/console/api/v1/containers/{theirs}/fs/content",
+              params={"path": "/mnt/data/secret.txt"}, data=b"beta's").raise_for_status()
+    for path in [
+        f"/console/api/containers/{theirs}",
+        f"/console/api/v1/containers/{theirs}",
+        f"/console/api/v1/containers/{theirs}/fs/content?path=/mnt/data/secret.txt",
+        f"/console/api/v1/containers/{theirs}/fs/list?path=/mnt/data",
+        f"/console/api/v1/containers/{theirs}/commands",
+        f"/console/api/v1/containers/{theirs}/egress",
+        f"/console/api/v1/containers/{theirs}/processes",
+    ]:
+        answer = alpha.get(path)
+        assert answer.status_code == 404, (path, answer.status_code, answer.text)
+        assert "beta" not in answer.text
+    assert alpha.send("DELETE", f"/console/api/v1/containers/{theirs}").status_code == 404
+    assert theirs not in alpha.get("/console/api/containers").text
+    # A member naming another project is refused, by header or query.
+    assert alpha.get("/console/api/containers", headers={"X-Shellgate-Project": "beta"}).status_code == 403
+    assert alpha.get("/console/api/containers", params={"project": "beta"}).status_code == 403
+    assert alpha.get("/console/api/containers", params={"project": "*"}).status_code == 403
+    assert alpha.get(f"/console/api/v1/containers/{theirs}", headers={"X-Shellgate-Project": "beta"}).status_code == 403
+    assert alpha.get("/console/api/events", params={"project": "beta"}).status_code == 403
+    assert alpha.get("/console/api/operator/keys").status_code == 403
+    assert alpha.get("/console/api/operator/health").status_code == 403
+    # The admin sees every project and acts for the one it names.
+    admin = Session(console, ADMIN_KEY)
+    projects = [p["project"] for p in admin.get("/console/api/projects").json()["data"]]
+    assert {"alpha", "beta", "ops"} <= set(projects)
+    assert [p["project"] for p in alpha.get("/console/api/projects").json()["data"]] == ["alpha"]
+    every = admin.get("/console/api/containers", params={"project": "*"}).json()
+    assert theirs in [c["id"] for c in every["data"]]
+    as_beta = admin.get(f"/console/api/v1/containers/{theirs}/fs/content",
+                        params={"path": "/mnt/data/secret.txt"}, headers={"X-Shellgate-Project": "beta"})
+    assert as_beta.status_code == 200 and as_beta.content == b"beta's"
+
+
+def test_a_cookie_opens_nothing_after_sign_out(console):
+    alpha = Session(console, KEY_A)
+    stolen = alpha.http.cookies.get("shellgate_console")
+    assert stolen
+    assert alpha.send("DELETE", "/console/session").status_code == 204
+    thief = requests.Session()
+    thief.cookies.set("shellgate_console", stolen)
+    base = root(console)
+    for path in ["/console/session", "/console/api/containers", "/console/api/v1/containers", "/console/api/events"]:
+        assert thief.get(base + path, timeout=10).status_code == 401, path
+    answer = thief.post(f"{base}/console/api/v1/containers", json={"name": "x"},
+                        headers={"X-CSRF-Token": alpha.csrf}, timeout=10)
+    assert answer.status_code == 401
+
+
+def test_a_revoked_keys_sessions_end_and_its_live_stream_closes(console):
+    spare = Session(console, SPARE_KEY)
+    admin = Session(console, ADMIN_KEY)
+    stream = spare.http.get(spare.base + "/console/api/events", stream=True, timeout=30)
+    assert stream.status_code == 200
+    ended = threading.Event()
+
+    def drain():
+        for _ in stream.iter_lines():
+            pass
+        ended.set()
+
+    threading.Thread(target=drain, daemon=True).start()
+    # A key's id is `key_` and the start of its SHA-256 (never the key).
+    revoked = "key_" + hashlib.sha256(SPARE_KEY.encode()).hexdigest()[:16]
+    assert revoked in admin.get("/console/api/operator/keys").text
+    assert admin.send("DELETE", f"/console/api/operator/keys/{revoked}").status_code == 204
+    # At once: the session is gone.
+    assert spare.get("/console/session").status_code == 401
+    assert spare.get("/console/api/containers").status_code == 401
+    assert wait_until(ended.is_set, 15), "the revoked session's event stream stayed open"
+    # The API stops taking the key too (its cache holds grants for 5 s).
+    base = root(console)
+    assert wait_until(lambda: requests.get(f"{base}/v1/containers", timeout=5,
+                                           headers={"Authorization": f"Bearer {SPARE_KEY}"}).status_code == 401, 15)
+    # And the revoked key cannot sign in again.
+    assert requests.post(f"{base}/console/session", json={"key": SPARE_KEY}, timeout=10).status_code == 401
+    listed = admin.get("/console/api/operator/keys").json()["data"]
+    assert next(k for k in listed if k["id"] == revoked)["revoked_at"]
+    # Unknown ids are a 404.
+    assert admin.send("DELETE", "/console/api/operator/keys/key_ffffffffffffffff").status_code == 404
+
+
+def test_keys_made_on_the_operator_page_are_shown_once_and_work(console):
+    admin = Session(console, ADMIN_KEY)
+    made = admin.send("POST", "/console/api/operator/keys", json={"project": "gamma"})
+    assert made.status_code == 201, made.text
+    key = made.json()["key"]
+    listed = admin.get("/console/api/operator/keys").text
+    assert key not in listed and made.json()["id"] in listed
+    assert Session(console, key).session["project"] == "gamma"
+    for bad in [{"project": ""}, {"project": "*"}, {"project": "x", "role": "root"}, {"project": "a\nb"}]:
+        answer = admin.send("POST", "/console/api/operator/keys", json=bad)
+        assert answer.status_code == 400, (bad, answer.text)
+
+
+def test_clickjacking_and_content_headers(console):
+    base = root(console)
+    page = requests.get(f"{base}/console", timeout=10)
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+    assert page.headers["x-frame-options"] == "DENY"
+    policy = page.headers["content-security-policy"]
+    assert "frame-ancestors 'none'" in policy and "script-src 'self'" in policy and "unsafe-inline" not in policy
+    assert page.headers["x-content-type-options"] == "nosniff"
+    # Assets revalidate by ETag.
+    asset = requests.get(f"{base}/console/assets/app.js", timeout=10)
+    assert asset.status_code == 200 and "javascript" in asset.headers["content-type"]
+    again = requests.get(f"{base}/console/assets/app.js", headers={"If-None-Match": asset.headers["etag"]}, timeout=10)
+    assert again.status_code == 304
+    assert requests.get(f"{base}/console/assets/../Cargo.toml", timeout=10).status_code == 404
+    assert requests.get(f"{base}/console/assets/%2e%2e/build.rs", timeout=10).status_code == 404
+    # A file a sandbox wrote is data: never a page of this origin.
+    alpha = Session(console, KEY_A)
+    container = alpha.create("headers")
+    alpha.send("PUT", f"/console/api/v1/containers/{container}/fs/content",
+               params={"path": "/mnt/data/evil.html"},
+               data=b"<script>parent.document.title='pwned'</script>").raise_for_status()
+    download = alpha.get(f"/console/api/v1/containers/{container}/fs/content", params={"path": "/mnt/data/evil.html"})
+    assert download.status_code == 200
+    assert "sandbox" in download.headers["content-security-policy"]
+    assert download.headers["x-content-type-options"] == "nosniff"
+    assert download.headers["x-frame-options"] == "DENY"
+    assert download.headers["cache-control"] == "no-store"
+
+
+def test_live_updates_tell_a_project_its_own_changes_only(console):
+    alpha = Session(console, KEY_A)
+    beta = Session(console, KEY_B)
+    seen = []
+    stream = alpha.http.get(alpha.base + "/console/api/events", stream=True, timeout=60)
+    assert stream.status_code == 200 and stream.headers["content-type"].startswith("text/event-stream")
+
+    def read():
+        event = None
+        for line in stream.iter_lines(decode_unicode=True):
+            if line.startswith("event: "):
+                event = line[len("event: "):]
+            elif line.startswith("data: ") and event:
+                seen.append((event, json.loads(line[len("data: "):])))
+
+    threading.Thread(target=read, daemon=True).start()
+    theirs = beta.create("beta-live")
+    mine = alpha.create("alpha-live")
+    alpha.send("POST", f"/console/api/v1/containers/{mine}/exec", json={"commands": ["echo hi"]}).raise_for_status()
+    assert wait_until(lambda: any(e == "command" and d["container_id"] == mine for e, d in seen), 15), seen
+    assert any(e == "container" and d["id"] == mine for e, d in seen)
+    assert all(d["project"] == "alpha" for _, d in seen)
+    assert not any(theirs in json.dumps(d) for _, d in seen)
+    stream.close()
