@@ -35,7 +35,7 @@ use crate::state::AppState;
 /// Reconciles the store with the engine after a (possibly unclean) stop.
 pub async fn recover(state: &Arc<AppState>) -> Result<(), ApiError> {
     let rows = state.db(|s| s.all_containers()).await?;
-    let engine_ids: Vec<String> = state
+    let engine_ids: std::collections::HashSet<String> = state
         .engine
         .list()
         .await?
@@ -57,8 +57,9 @@ pub async fn recover(state: &Arc<AppState>) -> Result<(), ApiError> {
                 .await?;
         }
     }
+    let known: std::collections::HashSet<&str> = rows.iter().map(|r| r.id.as_str()).collect();
     for id in engine_ids {
-        if !rows.iter().any(|r| r.id == id) {
+        if !known.contains(id.as_str()) {
             tracing::info!(container = %id, "removing a container the store does not know");
             destroy_quietly(state.engine.as_ref(), &id).await;
         }
