@@ -161,6 +161,7 @@ pub(crate) fn state_with(
         default_image_missing_said: Default::default(),
         default_image_build: Default::default(),
         host: Default::default(),
+        build_default_image: None,
         live: Default::default(),
         clock,
         e2b_watchers: Default::default(),

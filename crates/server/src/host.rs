@@ -9,3 +9,8 @@ pub struct HostReport {
     /// What containers miss on this host (each also logged at start-up).
     pub warnings: Vec<String>,
 }
+
+/// Starts building the default image now (the console's build button):
+/// false when no recipe makes it or a build is already running. Its
+/// progress is the backend's build status (`Backend::default_image_build`).
+pub type ImageBuilder = std::sync::Arc<dyn Fn() -> bool + Send + Sync>;

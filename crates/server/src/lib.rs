@@ -69,7 +69,7 @@ use billing::Billing;
 pub use config::Config;
 use db::Db;
 pub use error::ServeError;
-pub use host::HostReport;
+pub use host::{HostReport, ImageBuilder};
 use metrics::Metrics;
 pub use state::AppState;
 pub use time::now;
@@ -99,6 +99,8 @@ pub struct Backend {
     pub engine: Arc<dyn SandboxBackend>,
     /// The default image's background build, if one was started.
     pub default_image_build: SharedBuildStatus,
+    /// Builds the default image on demand (the console's build button).
+    pub build_default_image: Option<ImageBuilder>,
     /// The host as the backend found it (the console's health page).
     pub host: HostReport,
 }
@@ -167,6 +169,7 @@ where
     let Backend {
         engine,
         default_image_build,
+        build_default_image,
         host,
     } = open_backend(EngineSetup {
         dir: config.data_dir.join("sandbox"),
@@ -233,6 +236,7 @@ where
         default_image_missing_said: Default::default(),
         default_image_build,
         host,
+        build_default_image,
         live: console::live::Live::default(),
         clock: clock::Clock::system(),
         e2b_watchers: Default::default(),

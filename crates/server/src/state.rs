@@ -60,6 +60,8 @@ pub struct AppState {
     pub default_image_build: shellgate_sandbox_api::image::SharedBuildStatus,
     /// The host as the backend found it (the console's health page).
     pub host: crate::host::HostReport,
+    /// Builds the default image on demand (`None`: this backend cannot).
+    pub(crate) build_default_image: Option<crate::host::ImageBuilder>,
     /// The console's live updates: what changed, told to its open streams.
     pub(crate) live: crate::console::live::Live,
     /// Whether the log already said that the default image is missing.

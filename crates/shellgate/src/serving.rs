@@ -22,6 +22,8 @@ pub(crate) struct EngineOptions {
     memory_ceiling: Option<u64>,
     /// The default image, when it is to be built if missing.
     build: Option<String>,
+    /// The default image (the console's build button builds it).
+    default_image: String,
 }
 
 impl EngineOptions {
@@ -36,6 +38,7 @@ impl EngineOptions {
             build: config
                 .build_default_image
                 .then(|| config.default_image.clone()),
+            default_image: config.default_image.clone(),
         })
     }
 
@@ -66,10 +69,19 @@ impl EngineOptions {
             Some(image) => default_build::start_if_missing(Arc::clone(&engine), image),
             None => Default::default(),
         };
+        let build_default_image: shellgate_server::ImageBuilder = {
+            let (engine, status, image) = (
+                Arc::clone(&engine),
+                Arc::clone(&default_image_build),
+                self.default_image,
+            );
+            Arc::new(move || default_build::start_now(Arc::clone(&engine), &image, &status))
+        };
         let engine: Arc<dyn SandboxBackend> = engine;
         Ok(Backend {
             engine,
             default_image_build,
+            build_default_image: Some(build_default_image),
             host,
         })
     }

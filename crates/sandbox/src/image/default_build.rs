@@ -129,7 +129,44 @@ pub fn start_if_missing(engine: Arc<LocalEngine>, image: &str) -> SharedBuildSta
              it; set build_default_image = false to turn this off)"
         ),
     }
-    let (name, shared) = (image.to_owned(), Arc::clone(&status));
+    spawn_build(engine, image, Arc::clone(&status), need);
+    status
+}
+
+/// Builds `image` now, whatever its state (the web console's build button),
+/// reporting into `status` (the one [`start_if_missing`] returned, which
+/// `/healthz` and the console show). False, and nothing started, when no
+/// recipe makes it or a build is already running.
+pub fn start_now(engine: Arc<LocalEngine>, image: &str, status: &SharedBuildStatus) -> bool {
+    if image == HOST_IMAGE || RECIPES.iter().all(|r| r.name != image) {
+        return false;
+    }
+    {
+        let mut current = status.lock().unwrap_or_else(|p| p.into_inner());
+        if current.as_ref().is_some_and(|s| s.status == "building") {
+            return false;
+        }
+        *current = Some(BuildStatus {
+            image: image.to_owned(),
+            status: "building",
+            progress: 0.0,
+            message: "starting".to_owned(),
+        });
+    }
+    let installed = engine.images().list().into_iter().any(|i| i.name == image);
+    let need = if installed {
+        Need::Stale
+    } else {
+        Need::Missing
+    };
+    tracing::info!("building image {image:?} (asked for from the console)");
+    spawn_build(engine, image, Arc::clone(status), need);
+    true
+}
+
+/// Runs the build of `image` on a blocking thread, reporting into `status`.
+fn spawn_build(engine: Arc<LocalEngine>, image: &str, status: SharedBuildStatus, need: Need) {
+    let (name, shared) = (image.to_owned(), status);
     let runtime = tokio::runtime::Handle::current();
     // A thread of its own: the build ends with a walk of the new tree
     // (blocking), and must never hold an async worker.
@@ -194,5 +231,4 @@ pub fn start_if_missing(engine: Arc<LocalEngine>, image: &str) -> SharedBuildSta
             }
         }
     });
-    status
 }

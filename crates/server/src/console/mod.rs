@@ -59,6 +59,10 @@ pub(crate) fn router(app: Arc<AppState>, api: Router) -> Router {
         .route("/console/api/events", get(live::events))
         .route("/console/api/operator/health", get(operator::health))
         .route(
+            "/console/api/operator/images/default/build",
+            post(operator::build_default_image),
+        )
+        .route(
             "/console/api/operator/keys",
             get(operator::keys).post(operator::create_key),
         )

@@ -83,6 +83,32 @@ pub(super) async fn health(
     }))
 }
 
+/// `POST /console/api/operator/images/default/build`: starts building the
+/// default image (202); its progress is on the health page. 409 while a
+/// build runs, or where this backend cannot build it.
+pub(super) async fn build_default_image(
+    State(console): State<Arc<Console>>,
+    signed: Signed,
+) -> ApiResult<StatusCode> {
+    signed.require_admin()?;
+    let Some(build) = console.app.build_default_image.clone() else {
+        return Err(ApiError::conflict(
+            "This server's sandbox backend does not build images.",
+        ));
+    };
+    let started = tokio::task::spawn_blocking(move || build())
+        .await
+        .map_err(|e| ApiError::internal(format!("image build failed to start: {e}")))?;
+    if started {
+        Ok(StatusCode::ACCEPTED)
+    } else {
+        Err(ApiError::conflict(format!(
+            "The default image {:?} is being built already, or no recipe makes it.",
+            console.app.config.default_image
+        )))
+    }
+}
+
 /// `GET /console/api/operator/keys`: every key, by id.
 pub(super) async fn keys(
     State(console): State<Arc<Console>>,
