@@ -23,6 +23,14 @@ def console(fresh_server):
     return fresh_server(api_keys=f"{KEY_A}:alpha,{KEY_B}:beta,{ADMIN_KEY}:ops:admin,{SPARE_KEY}:alpha")
 
 
+def lines_of(stream):
+    """An SSE stream's lines until the test closes it."""
+    try:
+        yield from stream.iter_lines(decode_unicode=True)
+    except (requests.exceptions.RequestException, AttributeError, ValueError):
+        return
+
+
 def root(server) -> str:
     return f"http://{server.host}:{server.port}"
 
@@ -45,6 +53,10 @@ class Session:
         headers = kw.pop("headers", {})
         if csrf:
             headers["X-CSRF-Token"] = self.csrf if csrf is True else csrf
+        if csrf is not True:
+            # Refused before its body is read, the server closes the
+            # connection after answering: the next call opens another.
+            headers["Connection"] = "close"
         return self.http.request(method, self.base + path, headers=headers, timeout=60, **kw)
 
     def create(self, name: str) -> str:
@@ -287,7 +299,7 @@ def test_live_updates_tell_a_project_its_own_changes_only(console):
 
     def read():
         event = None
-        for line in stream.iter_lines(decode_unicode=True):
+        for line in lines_of(stream):
             if line.startswith("event: "):
                 event = line[len("event: "):]
             elif line.startswith("data: ") and event:
@@ -301,4 +313,54 @@ def test_live_updates_tell_a_project_its_own_changes_only(console):
     assert any(e == "container" and d["id"] == mine for e, d in seen)
     assert all(d["project"] == "alpha" for _, d in seen)
     assert not any(theirs in json.dumps(d) for _, d in seen)
+    stream.close()
+
+
+def test_a_running_exec_commands_output_is_seen_live_and_ends(console):
+    alpha = Session(console, KEY_A)
+    beta = Session(console, KEY_B)
+    container = alpha.create("live-output")
+    assert beta.get(f"/console/api/containers/{container}/output").status_code == 404
+    events = []
+    stream = alpha.http.get(f"{alpha.base}/console/api/containers/{container}/output", stream=True, timeout=60)
+    assert stream.status_code == 200
+
+    def read():
+        event = None
+        for line in lines_of(stream):
+            if line.startswith("event: "):
+                event = line[len("event: "):]
+            elif line.startswith("data: ") and event:
+                events.append((event, json.loads(line[len("data: "):])))
+
+    threading.Thread(target=read, daemon=True).start()
+    # A command that prints, then waits for a file before it ends: its
+    # output must be seen while it still runs.
+    script = "echo first-line; while [ ! -e /mnt/data/go ]; do sleep 0.05; done; echo second-line"
+    done = {}
+
+    def run():
+        done["answer"] = alpha.send("POST", f"/console/api/v1/containers/{container}/exec",
+                                    json={"commands": [script]})
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    assert wait_until(lambda: any(e == "output" and "first-line" in d["text"] for e, d in events), 20), events
+    started = next(d for e, d in events if e == "run")
+    assert started["commands"] == [script] and started["container_id"] == container
+    assert "answer" not in done  # still running
+    # A watcher arriving now gets the run and its output so far.
+    late = alpha.http.get(f"{alpha.base}/console/api/containers/{container}/output", stream=True, timeout=30)
+    lines = late.iter_lines(decode_unicode=True)
+    first = [next(lines) for _ in range(6)]
+    assert any(line.startswith("event: run") for line in first), first
+    assert any("first-line" in line for line in first), first
+    late.close()
+    # Another session's exec through the API ends it.
+    requests.post(f"{alpha.base}/v1/containers/{container}/exec", json={"commands": ["touch /mnt/data/go"]},
+                  headers={"Authorization": f"Bearer {KEY_A}"}, timeout=30).raise_for_status()
+    runner.join(30)
+    assert done["answer"].status_code == 200, done["answer"].text
+    assert wait_until(lambda: any(e == "end" and d["run_id"] == started["id"] for e, d in events), 20), events
+    assert any(e == "output" and "second-line" in d["text"] for e, d in events)
     stream.close()

@@ -563,7 +563,9 @@ pub async fn exec(
             let _permit = permit;
             let mut billing = BillOnDrop::start(&state, &id, commands);
             let lines = request.commands.clone();
-            let result = state.engine.run(&id, request).await;
+            let (sink, tap) = state.live_output.tap(&id, &lines, None);
+            let result = state.engine.run_streaming(&id, request, sink).await;
+            tap.finish().await;
             billing.ok = result.is_ok();
             if let Ok(results) = &result {
                 state.billing.audit(&project, &id, None, &lines, results);
@@ -604,7 +606,9 @@ pub async fn exec(
         let _permit = permit;
         let mut billing = BillOnDrop::start(&state, &id, commands);
         let lines = request.commands.clone();
-        let result = state.engine.run_streaming(&id, request, delta_tx).await;
+        let (sink, tap) = state.live_output.tap(&id, &lines, Some(delta_tx));
+        let result = state.engine.run_streaming(&id, request, sink).await;
+        tap.finish().await;
         billing.ok = result.is_ok();
         drop(billing);
         if let Ok(results) = &result {

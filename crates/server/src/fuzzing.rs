@@ -163,6 +163,7 @@ pub(crate) fn state_with(
         host: Default::default(),
         build_default_image: None,
         live: Default::default(),
+        live_output: Default::default(),
         clock,
         e2b_watchers: Default::default(),
         e2b_processes: Default::default(),

@@ -469,10 +469,9 @@ impl Sandbox for HostedShell {
         // killed and their time until then billed.
         let mut billing = BillOnDrop::start(state, container, request.commands.len());
         let lines = request.commands.clone();
-        let result = match deltas {
-            Some(deltas) => state.engine.run_streaming(container, request, deltas).await,
-            None => state.engine.run(container, request).await,
-        };
+        let (sink, tap) = state.live_output.tap(container, &lines, deltas);
+        let result = state.engine.run_streaming(container, request, sink).await;
+        tap.finish().await;
         billing.ok = result.is_ok();
         self.add(started.elapsed().as_secs_f64(), woke);
         if let Ok(results) = &result {

@@ -33,6 +33,7 @@ mod http;
 mod interpreting;
 mod lifecycle;
 mod listener;
+mod live_output;
 mod messages;
 mod metrics;
 mod models;
@@ -238,6 +239,7 @@ where
         host,
         build_default_image,
         live: console::live::Live::default(),
+        live_output: Default::default(),
         clock: clock::Clock::system(),
         e2b_watchers: Default::default(),
         e2b_processes: Default::default(),

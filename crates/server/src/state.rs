@@ -64,6 +64,9 @@ pub struct AppState {
     pub(crate) build_default_image: Option<crate::host::ImageBuilder>,
     /// The console's live updates: what changed, told to its open streams.
     pub(crate) live: crate::console::live::Live,
+    /// The exec commands running now, their output as it comes (the
+    /// console's container page).
+    pub(crate) live_output: Arc<crate::live_output::LiveOutput>,
     /// Whether the log already said that the default image is missing.
     pub(crate) default_image_missing_said: std::sync::atomic::AtomicBool,
     /// The time the lifecycle sweep judges idleness and expiry by (the

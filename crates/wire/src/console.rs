@@ -218,3 +218,33 @@ pub struct LiveChange {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub container_id: Option<String>,
 }
+
+/// An exec command running now (the container page's live output).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct LiveRun {
+    pub id: String,
+    pub container_id: String,
+    /// The exec's commands, run one after another.
+    pub commands: Vec<String>,
+    pub started_at: i64,
+}
+
+/// A piece of a running exec's output.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct LiveRunOutput {
+    pub run_id: String,
+    /// The command's index in the exec.
+    pub command: usize,
+    /// `stdout` or `stderr`.
+    pub stream: &'static str,
+    pub text: String,
+}
+
+/// What a container's live-output stream tells (SSE events `run`,
+/// `output`, `end`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LiveRunEvent {
+    Started(LiveRun),
+    Output(LiveRunOutput),
+    Ended { run_id: String },
+}

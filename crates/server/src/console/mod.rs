@@ -5,7 +5,8 @@
 //! OpenAI-compatible API forwarded as the session's project (`forward`),
 //! the views only the console needs (`views`: container search, responses,
 //! usage, projects; `operator`: health and keys, for admin keys), and live
-//! updates over SSE (`live`). `headers` keeps the console out of frames and
+//! updates over SSE (`live`: what changed; `output`: running commands'
+//! output). `headers` keeps the console out of frames and
 //! its page's scripts to its own files.
 //!
 //! The API's bearer auth is untouched: the console's cookie opens only
@@ -17,6 +18,7 @@ mod forward;
 mod headers;
 pub(crate) mod live;
 mod operator;
+mod output;
 mod session;
 mod views;
 
@@ -53,6 +55,10 @@ pub(crate) fn router(app: Arc<AppState>, api: Router) -> Router {
         .route(
             "/console/api/containers/{container_id}",
             get(views::container),
+        )
+        .route(
+            "/console/api/containers/{container_id}/output",
+            get(output::output),
         )
         .route("/console/api/responses", get(views::responses))
         .route("/console/api/usage", get(views::usage))

@@ -1,0 +1,274 @@
+//! [`LiveOutput`]: the output of the exec commands running now, as it
+//! comes, for the console's container page. Every exec (the API's `exec`,
+//! the hosted shell tools of the Responses and Messages APIs) runs with a
+//! tap ([`LiveOutput::tap`]) between the engine and wherever its output
+//! was going: the tap keeps the last [`TAIL_BYTES`] of each run's output
+//! and tells the container's watchers of each piece, and the run is
+//! forgotten when it ends. (Processes keep their own output; the audit
+//! keeps every command once it ended.)
+//!
+//! Bounded: a run keeps at most [`TAIL_BYTES`]; a watcher that falls more
+//! than [`EVENTS`] pieces behind is told to start over (`Lagged`), never
+//! waited for: the commands' speed never depends on who watches.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use shellgate_sandbox_api::backend::{DeltaSink, OutputDelta, StreamKind};
+use shellgate_wire::console::{LiveRun, LiveRunEvent, LiveRunOutput};
+use tokio::sync::broadcast;
+
+/// The most of a run's output kept for a watcher arriving late.
+pub(crate) const TAIL_BYTES: usize = 64 * 1024;
+/// Pieces held for a container's watchers.
+const EVENTS: usize = 256;
+
+/// One running exec.
+struct Run {
+    run: LiveRun,
+    /// Its latest output, at most `TAIL_BYTES` (cut at a character).
+    tail: String,
+}
+
+/// A container's running execs and its watchers' channel.
+struct ContainerRuns {
+    runs: Vec<Run>,
+    events: broadcast::Sender<Arc<LiveRunEvent>>,
+}
+
+/// The running execs of every container.
+#[derive(Default)]
+pub(crate) struct LiveOutput {
+    containers: Mutex<HashMap<String, ContainerRuns>>,
+}
+
+/// A run's registration: ends it (for its watchers) when finished or
+/// dropped.
+pub(crate) struct Tap {
+    live: Arc<LiveOutput>,
+    container: String,
+    id: String,
+    forwarder: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Tap {
+    /// Waits until every piece of output the engine sent (it dropped its
+    /// sink when the run returned) went on to where it was going, so that
+    /// whatever follows the run (an `exec.completed` event) comes after
+    /// its output; then ends the run.
+    pub(crate) async fn finish(mut self) {
+        if let Some(forwarder) = self.forwarder.take() {
+            let _ = forwarder.await;
+        }
+    }
+}
+
+impl Drop for Tap {
+    fn drop(&mut self) {
+        self.live.end(&self.container, &self.id);
+    }
+}
+
+/// A watcher of a container's runs: the runs going on when it started
+/// watching, with their output so far, and every event after that.
+pub(crate) struct Watch {
+    pub(crate) running: Vec<(LiveRun, String)>,
+    pub(crate) events: broadcast::Receiver<Arc<LiveRunEvent>>,
+}
+
+impl LiveOutput {
+    fn containers(&self) -> std::sync::MutexGuard<'_, HashMap<String, ContainerRuns>> {
+        self.containers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers an exec of `commands` in `container`: returns the sink to
+    /// run it with (what it receives also goes on to `onward`) and the tap
+    /// to finish when the run returned.
+    pub(crate) fn tap(
+        self: &Arc<Self>,
+        container: &str,
+        commands: &[String],
+        onward: Option<DeltaSink>,
+    ) -> (DeltaSink, Tap) {
+        let run = LiveRun {
+            id: shellgate_wire::new_id("run_"),
+            container_id: container.to_owned(),
+            commands: commands.to_vec(),
+            started_at: crate::time::now(),
+        };
+        let id = run.id.clone();
+        {
+            let mut containers = self.containers();
+            let entry = containers
+                .entry(container.to_owned())
+                .or_insert_with(|| ContainerRuns {
+                    runs: Vec::new(),
+                    events: broadcast::channel(EVENTS).0,
+                });
+            let _ = entry
+                .events
+                .send(Arc::new(LiveRunEvent::Started(run.clone())));
+            entry.runs.push(Run {
+                run,
+                tail: String::new(),
+            });
+        }
+        let (sink, mut deltas) = tokio::sync::mpsc::unbounded_channel::<OutputDelta>();
+        let (live, owner, run_id) = (Arc::clone(self), container.to_owned(), id.clone());
+        let forwarder = tokio::spawn(async move {
+            while let Some(delta) = deltas.recv().await {
+                live.append(&owner, &run_id, &delta);
+                if let Some(onward) = &onward {
+                    let _ = onward.send(delta);
+                }
+            }
+        });
+        let tap = Tap {
+            live: Arc::clone(self),
+            container: container.to_owned(),
+            id,
+            forwarder: Some(forwarder),
+        };
+        (sink, tap)
+    }
+
+    fn append(&self, container: &str, id: &str, delta: &OutputDelta) {
+        let mut containers = self.containers();
+        let Some(entry) = containers.get_mut(container) else {
+            return;
+        };
+        if let Some(run) = entry.runs.iter_mut().find(|r| r.run.id == id) {
+            run.tail.push_str(&delta.text);
+            if run.tail.len() > TAIL_BYTES {
+                let mut cut = run.tail.len() - TAIL_BYTES;
+                while !run.tail.is_char_boundary(cut) {
+                    cut += 1;
+                }
+                run.tail.drain(..cut);
+            }
+        }
+        let _ = entry
+            .events
+            .send(Arc::new(LiveRunEvent::Output(LiveRunOutput {
+                run_id: id.to_owned(),
+                command: delta.command,
+                stream: match delta.stream {
+                    StreamKind::Stdout => "stdout",
+                    StreamKind::Stderr => "stderr",
+                },
+                text: delta.text.clone(),
+            })));
+    }
+
+    fn end(&self, container: &str, id: &str) {
+        let mut containers = self.containers();
+        let Some(entry) = containers.get_mut(container) else {
+            return;
+        };
+        entry.runs.retain(|r| r.run.id != id);
+        let _ = entry.events.send(Arc::new(LiveRunEvent::Ended {
+            run_id: id.to_owned(),
+        }));
+        if entry.runs.is_empty() && entry.events.receiver_count() == 0 {
+            containers.remove(container);
+        }
+    }
+
+    /// Starts watching `container`'s runs (the snapshot and the
+    /// subscription taken together: nothing is missed or told twice).
+    pub(crate) fn watch(&self, container: &str) -> Watch {
+        let mut containers = self.containers();
+        let entry = containers
+            .entry(container.to_owned())
+            .or_insert_with(|| ContainerRuns {
+                runs: Vec::new(),
+                events: broadcast::channel(EVENTS).0,
+            });
+        Watch {
+            running: entry
+                .runs
+                .iter()
+                .map(|r| (r.run.clone(), r.tail.clone()))
+                .collect(),
+            events: entry.events.subscribe(),
+        }
+    }
+
+    /// Forgets a container nobody watches and nothing runs in (a watcher
+    /// that left).
+    pub(crate) fn unwatch(&self, container: &str) {
+        let mut containers = self.containers();
+        if containers
+            .get(container)
+            .is_some_and(|e| e.runs.is_empty() && e.events.receiver_count() == 0)
+        {
+            containers.remove(container);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn delta(text: &str) -> OutputDelta {
+        OutputDelta {
+            command: 0,
+            stream: StreamKind::Stdout,
+            text: text.to_owned(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_watcher_sees_runs_start_their_output_and_their_end_and_output_goes_on() {
+        let live = Arc::new(LiveOutput::default());
+        let mut early = live.watch("c1");
+        let (onward, mut received) = tokio::sync::mpsc::unbounded_channel();
+        let (sink, tap) = live.tap("c1", &["echo hi".to_owned()], Some(onward));
+        sink.send(delta("hi\n")).unwrap();
+        // A watcher arriving now gets the output so far.
+        let late = {
+            // The forwarder runs on the runtime: wait until it passed it on.
+            let first = received.recv().await.unwrap();
+            assert_eq!(first.text, "hi\n");
+            live.watch("c1")
+        };
+        assert_eq!(late.running.len(), 1);
+        assert_eq!(late.running[0].1, "hi\n");
+        drop(sink);
+        tap.finish().await;
+        let mut seen = Vec::new();
+        while let Ok(event) = early.events.try_recv() {
+            seen.push(event);
+        }
+        assert!(matches!(*seen[0], LiveRunEvent::Started(_)));
+        assert!(matches!(&*seen[1], LiveRunEvent::Output(o) if o.text == "hi\n"));
+        assert!(matches!(*seen[2], LiveRunEvent::Ended { .. }));
+        assert!(live.watch("c1").running.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_runs_tail_is_bounded_and_cut_at_a_character() {
+        let live = Arc::new(LiveOutput::default());
+        let (sink, tap) = live.tap("c1", &["yes".to_owned()], None);
+        let piece = "é".repeat(1000);
+        for _ in 0..100 {
+            sink.send(delta(&piece)).unwrap();
+        }
+        drop(sink);
+        let forwarder = {
+            let mut tap = tap;
+            let handle = tap.forwarder.take();
+            if let Some(handle) = handle {
+                handle.await.unwrap();
+            }
+            tap
+        };
+        let watch = live.watch("c1");
+        let tail = &watch.running[0].1;
+        assert!(tail.len() <= TAIL_BYTES && tail.len() > TAIL_BYTES - 4);
+        assert!(tail.chars().all(|c| c == 'é'));
+        drop(forwarder);
+        assert!(live.watch("c1").running.is_empty());
+    }
+}
