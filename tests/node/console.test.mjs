@@ -28,12 +28,19 @@ let origin;
 let browser;
 
 // The scripted model: "Execute: CMD" → a call of the shell tool; a tool
-// result → "Done: <result>".
+// result → "Done: <its first command's stdout>" (the model's text then
+// carries whatever the command printed).
 function decide(body) {
   const messages = body.messages ?? [];
   const last = messages[messages.length - 1] ?? {};
   const tools = (body.tools ?? []).map((t) => t.function.name);
-  if (last.role === 'tool') return { text: `Done: ${last.content}` };
+  if (last.role === 'tool') {
+    let stdout = last.content;
+    try {
+      stdout = JSON.parse(last.content)[0].stdout.trim();
+    } catch {}
+    return { text: `Done: ${stdout}` };
+  }
   const text = typeof last.content === 'string' ? last.content : '';
   if (text.includes('Execute: ') && tools.includes('shell')) {
     return { tool: ['shell', { commands: [text.split('Execute: ')[1].split('\n')[0].trim()] }] };
@@ -192,6 +199,7 @@ test('console: a container created in the form shows in the live list', async ()
   await page.locator(`[data-testid=containers] tr[data-id="${other.id}"]`).waitFor({ state: 'detached' });
   await page.locator('[data-testid=filter-q]').fill('');
   await page.locator(`[data-testid=containers] tr[data-id="${other.id}"]`).waitFor();
+  await page.locator('[data-testid=filter-q]').blur();
   await shot(page, 'containers');
   // Deleted from its page: gone from the list.
   await page.goto(`${origin}/console#/containers/${other.id}`);
@@ -268,25 +276,35 @@ test('console: a command\'s live output and its history show hostile output as t
   const live = page.locator('[data-testid=live-output]');
   await live.filter({ hasText: 'tick 3' }).waitFor();
   await page.locator('[data-testid=live-exit]').waitFor();
-  assert.match(await live.textContent(), new RegExp(`tick 1\\ntick 2\\ntick 3\\n[^]*${XSS.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}`));
+  // stdout in order; stderr (its own stream, so anywhere around it) as text.
+  assert.match(await live.textContent(), /tick 1\ntick 2\ntick 3\n/);
+  assert.equal(await live.locator('.stderr').first().textContent(), `${XSS}\n`);
   await done(page);
 });
 
-test('console: a denied connection shows in the egress log, its host name as text', async () => {
+test('console: a denied connection shows in the egress log, a hostile host name as text', async () => {
   const container = await api(MEMBER, 'POST', '/containers', {
     name: 'console-egress', network_policy: { type: 'allowlist', allowed_domains: ['example.org'] },
   });
-  const result = await api(MEMBER, 'POST', `/containers/${container.id}/exec`, {
-    commands: ['curl -sS --max-time 20 https://denied.example.net/ 2>&1; true'],
-    timeout_ms: 60_000,
-  });
-  void result;
   const page = await open();
   await signIn(page, MEMBER);
   await page.goto(`${origin}/console#/containers/${container.id}/egress`);
+  await page.locator('[data-testid=egress]').waitFor();
+  // Run while the page is open: the rows arrive over the events stream.
+  // The proxy checks a name before it looks it up, and names a host it
+  // refuses in its reason: a Host header of markup reaches the log as is.
+  await api(MEMBER, 'POST', `/containers/${container.id}/exec`, {
+    commands: [
+      'curl -sS --max-time 20 https://denied.example.net/ 2>&1; true',
+      `curl -sS --max-time 20 -H 'Host: ${XSS}' http://denied.example.net/ 2>&1; true`,
+    ],
+    timeout_ms: 60_000,
+  });
   const denied = page.locator('[data-testid=egress] tr[data-verdict=denied]', { hasText: 'denied.example.net' });
   await denied.first().waitFor();
-  assert.match(await denied.first().textContent(), /not in this container's allowlist/);
+  assert.match(await denied.first().textContent(), /denied\.example\.net is not in this container's allowlist/);
+  const hostile = page.locator('[data-testid=egress] tr[data-verdict=denied] .reason', { hasText: XSS });
+  await hostile.first().waitFor();
   await shot(page, 'egress');
   await done(page);
 });
@@ -396,7 +414,7 @@ test('console: a key made on the operator page is shown once, and revoking it en
   await admin.locator('[data-testid=key-project]').fill('gamma');
   await admin.locator('[data-testid=key-create]').click();
   const key = (await admin.locator('[data-testid=new-key]').textContent()).trim();
-  assert.match(key, /^sk-/);
+  assert.match(key, /^\S{20,}$/);
   const user = await open();
   await signIn(user, key);
   await user.locator('[data-testid=project]', { hasText: 'gamma' }).waitFor();

@@ -60,7 +60,7 @@ export function bars(data, { format = String, testid, label, width = 720, row = 
   data.forEach((d, i) => {
     const y = m.top + i * row;
     const w = (plotW * Math.max(0, d.value)) / max;
-    const fit = Math.max(8, Math.floor((m.left - 12) / 7));
+    const fit = Math.max(8, Math.floor((m.left - 12) / 7.6));
     const name = d.label.length > fit ? `${d.label.slice(0, fit - 1)}…` : d.label;
     svg.append(
       s('text', { class: 'label', x: m.left - 8, y: y + row / 2 + 4, 'text-anchor': 'end' }, name, s('title', null, d.label)),

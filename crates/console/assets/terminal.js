@@ -57,13 +57,21 @@ function mirrorStyles(box) {
 export function render(panel, { id, base, signal }) {
   const slot = h('div', { class: 'slot' });
   const state = h('span', { class: 'muted', role: 'status', 'data-testid': 'terminal-status' }, 'Not started.');
-  const box = h('div', { class: 'terminal', 'data-testid': 'terminal' });
+  const box = h('div', { class: 'term-box', 'data-testid': 'terminal' });
   const start = h('button', { type: 'button', class: 'btn btn-primary', 'data-testid': 'terminal-start', onclick: () => open(null) }, 'Start terminal');
+  // Ends the shell (SIGHUP, as closing a terminal window does); leaving the
+  // tab only detaches (the shell keeps running until its timeout).
+  const end = h('button', {
+    type: 'button', class: 'btn btn-danger', 'data-testid': 'terminal-end', hidden: true,
+    onclick: () => {
+      if (socket?.readyState === WebSocket.OPEN) socket.send(JSON.stringify({ type: 'signal', signal: 'SIGHUP' }));
+    },
+  }, 'End shell');
   const attachBody = h('tbody');
   const attach = h('details', { class: 'attach' }, h('summary', null, 'Running terminals'),
     h('table', { class: 'list' }, h('thead', null, h('tr', null, ['Process', 'Command', 'Started', ''].map((c) => h('th', { scope: 'col' }, c)))), attachBody));
   fill(panel,
-    h('div', { class: 'toolbar' }, start, state, h('span', { class: 'spacer' }),
+    h('div', { class: 'toolbar' }, start, end, state, h('span', { class: 'spacer' }),
       h('span', { class: 'muted' }, 'bash -l as the sandbox user; ends after 5 minutes.')),
     slot, box, attach);
 
@@ -113,7 +121,7 @@ export function render(panel, { id, base, signal }) {
       fill(box);
       unmirror = mirrorStyles(box);
       term = new Terminal({
-        cursorBlink: true, convertEol: false, scrollback: 5000, fontSize: 14,
+        cursorBlink: true, convertEol: false, scrollback: 5000, fontSize: 14, lineHeight: 1.2,
         fontFamily: 'ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, monospace',
         theme: { background: '#0f1419', foreground: '#e6e1cf', cursor: '#f29718' },
       });
@@ -151,6 +159,14 @@ export function render(panel, { id, base, signal }) {
     };
     ws.onopen = () => {
       state.textContent = `Connected to ${proc.id}.`;
+      start.hidden = true;
+      end.hidden = false;
+      // Measured again once the page settled (fonts, layout).
+      requestAnimationFrame(() => {
+        try {
+          fit?.fit();
+        } catch {}
+      });
       box.dataset.process = proc.id;
       sendResize();
       term.focus();
@@ -182,6 +198,8 @@ export function render(panel, { id, base, signal }) {
       socket = null;
       if (!state.textContent.startsWith('The shell ended')) state.textContent = 'Disconnected.';
       start.disabled = false;
+      start.hidden = false;
+      end.hidden = true;
       start.textContent = 'Start a new terminal';
       listRunning();
     };

@@ -81,7 +81,8 @@ export function render(main) {
   });
 
   fill(main,
-    h('div', { class: 'page-head' }, h('h1', null, 'Containers'), totalText),
+    h('div', { class: 'page-head' }, h('h1', null, 'Containers'), totalText, h('span', { class: 'spacer' }),
+      h('button', { type: 'button', class: 'btn', onclick: () => main.querySelector('#create-name')?.focus() }, 'New container')),
     h('div', { class: 'columns' },
       h('section', { class: 'grow', 'aria-label': 'Container list' },
         filterBar, slot, h('div', { class: 'scroll' }, list),
