@@ -192,6 +192,8 @@ test('console: a container created in the form shows in the live list', async ()
   assert.equal(made.memory_limit, '4g');
   assert.deepEqual(made.network_policy.allowed_domains, ['example.org', 'pypi.org']);
   // Made elsewhere (the API): the open list shows it too, told by the events stream.
+  await api(MEMBER, 'POST', '/containers', { name: 'data-pipeline', network_policy: { type: 'allowlist', allowed_domains: ['pypi.org', 'files.pythonhosted.org'] } });
+  await api(MEMBER, 'POST', '/containers', { name: 'scratch', memory_limit: '16g' });
   const other = await api(MEMBER, 'POST', '/containers', { name: 'made-by-the-api' });
   await page.locator(`[data-testid=containers] tr[data-id="${other.id}"]`).waitFor();
   // Filtered on the server.

@@ -163,7 +163,7 @@ async function show({ focus = true } = {}) {
   const params = match.slice(1).map((p) => (p === undefined ? undefined : decodeURIComponent(p)));
   const page = await load();
   if (mine !== generation) return;
-  const done = await page.render(main, params, { signedIn });
+  const done = await page.render(main, params, { signedIn, rerender: () => show() });
   if (mine !== generation) {
     if (typeof done === 'function') done();
     return;

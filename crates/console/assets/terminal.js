@@ -119,6 +119,7 @@ export function render(panel, { id, base, signal }) {
       if (disposed) return;
       teardown();
       fill(box);
+      delete box.dataset.process;
       unmirror = mirrorStyles(box);
       term = new Terminal({
         cursorBlink: true, convertEol: false, scrollback: 5000, fontSize: 14, lineHeight: 1.2,
@@ -193,9 +194,12 @@ export function render(panel, { id, base, signal }) {
         term?.write(`\r\n\x1b[2m[${message.bytes} bytes of output no longer held]\x1b[0m\r\n`);
       }
     };
-    ws.onclose = () => {
+    ws.onclose = (event) => {
       if (socket !== ws) return;
       socket = null;
+      if (!box.dataset.process || box.dataset.process !== proc.id) {
+        fill(slot, notice(`The terminal could not connect to ${proc.id}${event.code === 1006 ? ' (the server refused the connection)' : ''}.`));
+      }
       if (!state.textContent.startsWith('The shell ended')) state.textContent = 'Disconnected.';
       start.disabled = false;
       start.hidden = false;

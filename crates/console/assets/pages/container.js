@@ -14,7 +14,7 @@ const TABS = [
   ['skills', 'Skills'],
 ];
 
-export async function render(main, [id, tab]) {
+export async function render(main, [id, tab], { rerender }) {
   const abort = new AbortController();
   const base = api.v1(`/containers/${api.enc(id)}`);
   let row;
@@ -22,6 +22,17 @@ export async function render(main, [id, tab]) {
     row = await api.get(`/console/api/containers/${api.enc(id)}`, null, { signal: abort.signal });
   } catch (error) {
     if (error.name === 'AbortError') return;
+    // An admin's link into another project (a shared URL, a response's
+    // container): found across projects, the page switches to its project.
+    if (error.status === 404 && api.isAdmin()) {
+      const found = await api.get('/console/api/containers', { project: '*', q: id, limit: 5 }, { signal: abort.signal }).catch(() => null);
+      const match = found?.data?.find((c) => c.id === id);
+      if (match && match.project !== api.currentProject()) {
+        api.chooseProject(match.project);
+        rerender();
+        return;
+      }
+    }
     fill(main,
       h('p', { class: 'crumbs' }, h('a', { href: '#/containers' }, 'Containers')),
       h('h1', null, error.status === 404 ? 'No such container' : 'Container'),

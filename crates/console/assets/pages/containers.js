@@ -96,7 +96,13 @@ export function render(main) {
 
   function row(c) {
     return h('tr', { dataset: { id: c.id } },
-      h('td', null, h('a', { href: route('containers', c.id) }, c.name || c.id), h('div', { class: 'id' }, c.id)),
+      h('td', null, h('a', {
+        href: route('containers', c.id),
+        // From the every-project list: the container's page acts for its project.
+        onclick: () => {
+          if (c.project && c.project !== api.currentProject()) api.chooseProject(c.project);
+        },
+      }, c.name || c.id), h('div', { class: 'id' }, c.id)),
       showProject() ? h('td', null, c.project) : null,
       h('td', null, statusBadge(c.status)),
       h('td', { class: 'nowrap' }, c.image ?? '—'),

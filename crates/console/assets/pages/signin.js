@@ -7,7 +7,7 @@ export function render(main, _params, { signedIn }) {
   const error = h('div', { 'data-testid': 'signin-error', class: 'signin-error' });
   const key = h('input', {
     id: 'signin-key', name: 'key', type: 'password', required: true, autocomplete: 'off',
-    spellcheck: 'false', placeholder: 'sk-…', 'data-testid': 'signin-key',
+    spellcheck: 'false', 'data-testid': 'signin-key',
   });
   const submit = h('button', { type: 'submit', class: 'btn btn-primary', 'data-testid': 'signin-submit' }, 'Sign in');
   const form = h('form', {
