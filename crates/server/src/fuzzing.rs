@@ -162,7 +162,7 @@ pub(crate) fn state_with(
         default_image_build: Default::default(),
         host: Default::default(),
         build_default_image: None,
-        live: Default::default(),
+        changes: Default::default(),
         live_output: Default::default(),
         clock,
         e2b_watchers: Default::default(),

@@ -9,6 +9,7 @@ mod admission;
 mod auth;
 mod billing;
 mod catalog;
+mod changes;
 mod chat;
 pub mod clock;
 pub mod config;
@@ -238,7 +239,7 @@ where
         default_image_build,
         host,
         build_default_image,
-        live: console::live::Live::default(),
+        changes: Default::default(),
         live_output: Default::default(),
         clock: clock::Clock::system(),
         e2b_watchers: Default::default(),
@@ -253,7 +254,7 @@ where
         );
     }
     state
-        .live
+        .changes
         .start(state.store.clone())
         .await
         .map_err(|e| ServeError::Setup(format!("console live updates: {}", e.message)))?;

@@ -62,8 +62,8 @@ pub struct AppState {
     pub host: crate::host::HostReport,
     /// Builds the default image on demand (`None`: this backend cannot).
     pub(crate) build_default_image: Option<crate::host::ImageBuilder>,
-    /// The console's live updates: what changed, told to its open streams.
-    pub(crate) live: crate::console::live::Live,
+    /// What changed in the store, told to the console's open pages.
+    pub(crate) changes: crate::changes::Changes,
     /// The exec commands running now, their output as it comes (the
     /// console's container page).
     pub(crate) live_output: Arc<crate::live_output::LiveOutput>,

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 /// The layers, lowest first: a crate may depend only on crates of a lower
 /// layer (its Cargo.toml's `[dependencies]` are the edges checked).
 const LAYERS: &[&[&str]] = &[
-    &["wire"],
+    &["wire", "console"],
     &["egress", "store", "skills"],
     &["sandbox-api"],
     &["sandbox", "model", "interpreter"],

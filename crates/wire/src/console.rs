@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::Container;
+use crate::containers::Container;
 
 /// `POST /console/session`'s body.
 #[derive(Debug, Clone, Deserialize)]

@@ -16,7 +16,7 @@
 mod assets;
 mod forward;
 mod headers;
-pub(crate) mod live;
+mod live;
 mod operator;
 mod output;
 mod session;
