@@ -201,6 +201,11 @@ test('console: a container created in the form shows in the live list', async ()
   await page.locator(`[data-testid=containers] tr[data-id="${other.id}"]`).waitFor({ state: 'detached' });
   await page.locator('[data-testid=filter-q]').fill('');
   await page.locator(`[data-testid=containers] tr[data-id="${other.id}"]`).waitFor();
+  // The status filter, on the server too (suspended: none of these).
+  await page.locator('[data-testid=filter-status]').selectOption('suspended');
+  await page.locator(`[data-testid=containers] tr[data-id="${other.id}"]`).waitFor({ state: 'detached' });
+  await page.locator('[data-testid=filter-status]').selectOption('');
+  await page.locator(`[data-testid=containers] tr[data-id="${other.id}"]`).waitFor();
   await page.locator('[data-testid=filter-q]').blur();
   await shot(page, 'containers');
   // Deleted from its page: gone from the list.
@@ -430,4 +435,26 @@ test('console: a key made on the operator page is shown once, and revoking it en
   await user.locator('[data-testid=signin-error]', { hasText: 'not accepted' }).waitFor();
   await done(user);
   await done(admin);
+});
+
+test('console: the containers list pages on the server', async () => {
+  // A project of its own (the admin acts for it): 52 containers, pages of 50.
+  const ids = [];
+  for (let i = 0; i < 52; i += 1) ids.push((await api(ADMIN, 'POST', '/containers', { name: `bulk-${i}` })).id);
+  const page = await open();
+  await signIn(page, ADMIN);
+  await page.locator('[data-testid=filter-q]').fill('bulk-');
+  const rows = page.locator('[data-testid=containers] tr[data-id]');
+  // Newest first: the last made heads the first page.
+  await page.locator(`[data-testid=containers] tr[data-id="${ids[51]}"]`).waitFor();
+  await page.locator('[data-testid=total]', { hasText: '52 in all' }).waitFor();
+  assert.equal(await rows.count(), 50);
+  await page.locator('[data-testid=next-page]').click();
+  await page.locator(`[data-testid=containers] tr[data-id="${ids[0]}"]`).waitFor();
+  assert.deepEqual(await rows.evaluateAll((trs) => trs.map((tr) => tr.dataset.id)), [ids[1], ids[0]]);
+  assert.equal(await page.locator('[data-testid=next-page]').isDisabled(), true);
+  await page.locator('[data-testid=prev-page]').click();
+  await page.locator(`[data-testid=containers] tr[data-id="${ids[51]}"]`).waitFor();
+  assert.equal(await rows.count(), 50);
+  await done(page);
 });

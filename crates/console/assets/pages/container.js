@@ -154,7 +154,7 @@ function overview(panel, { row, base, signal }) {
   const item = (term, value) => [h('dt', null, term), h('dd', null, value)];
   const policy = c.network_policy ?? { type: 'disabled' };
   const extra = h('div');
-  fill(panel, h('dl', { class: 'facts', 'data-testid': 'overview' },
+  fill(panel, h('dl', { class: 'facts card', 'data-testid': 'overview' },
     item('Id', h('code', null, c.id)),
     item('Status', statusBadge(c.status)),
     item('Image', c.image ?? '—'),

@@ -49,7 +49,7 @@ export function render(main) {
       cursors = [];
       load();
     },
-  }, ['', 'running', 'stopped', 'suspended', 'paused', 'expired'].map((v) => h('option', { value: v, selected: v === filters.status }, v || 'any')));
+  }, ['', 'running', 'suspended', 'creating'].map((v) => h('option', { value: v, selected: v === filters.status }, v || 'any')));
   const image = h('select', {
     id: 'filter-image', 'data-testid': 'filter-image',
     onchange: () => {

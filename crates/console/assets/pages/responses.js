@@ -13,14 +13,13 @@ export function render(main) {
   const prev = h('button', { type: 'button', class: 'btn', onclick: () => page(-1) }, '← Newer');
   const next = h('button', { type: 'button', class: 'btn', 'data-testid': 'next-page', onclick: () => page(1) }, 'Older →');
   let lastId = null;
+  let withContainer = false;
+  const head = h('thead');
 
   fill(main,
     h('div', { class: 'page-head' }, h('h1', null, 'Responses')),
     slot,
-    h('div', { class: 'scroll' }, h('table', { class: 'list', 'data-testid': 'responses' },
-      h('thead', null, h('tr', null, ['Response', 'Model', 'Status', 'Created', 'Input tokens', 'Output tokens', 'Sandbox time', 'Cost', 'Container']
-        .map((c) => h('th', { scope: 'col' }, c)))),
-      body)),
+    h('div', { class: 'scroll' }, h('table', { class: 'list', 'data-testid': 'responses' }, head, body)),
     h('div', { class: 'pager' }, prev, next));
 
   function row(r) {
@@ -33,13 +32,16 @@ export function render(main) {
       h('td', { class: 'num' }, count(r.output_tokens)),
       h('td', { class: 'num' }, seconds(r.sandbox_seconds)),
       h('td', { class: 'num' }, money(r.cost)),
-      h('td', null, r.container_id ? h('a', { href: route('containers', r.container_id) }, r.container_id) : h('span', { class: 'muted' }, '—')));
+      withContainer ? h('td', null, r.container_id ? h('a', { href: route('containers', r.container_id) }, r.container_id) : h('span', { class: 'muted' }, '—')) : null);
   }
 
   async function load() {
     try {
       const list = await api.get('/console/api/responses', { limit: PAGE, after: cursors.at(-1) }, { signal: abort.signal });
       const data = list?.data ?? [];
+      withContainer = data.some((r) => r.container_id);
+      fill(head, h('tr', null, ['Response', 'Model', 'Status', 'Created', 'Input tokens', 'Output tokens', 'Sandbox time', 'Cost', withContainer ? 'Container' : null]
+        .filter(Boolean).map((c) => h('th', { scope: 'col' }, c))));
       fill(slot);
       fill(body, data.length ? data.map(row) : empty(9, 'No responses yet.'));
       lastId = list?.last_id ?? data.at(-1)?.id ?? null;
