@@ -260,3 +260,63 @@ pub(super) async fn sign_out(
     );
     Ok(response)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(*name, HeaderValue::from_str(value).unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn the_session_cookie_is_found_among_others_and_never_by_prefix() {
+        let found = headers(&[("cookie", "a=1; shellgate_console=sgc_x ; b=2")]);
+        assert_eq!(cookie(&found).as_deref(), Some("sgc_x"));
+        let split = headers(&[("cookie", "a=1"), ("cookie", "shellgate_console=sgc_y")]);
+        assert_eq!(cookie(&split).as_deref(), Some("sgc_y"));
+        for none in [
+            "shellgate_console_x=1",
+            "xshellgate_console=1",
+            "shellgate_console=",
+            "",
+        ] {
+            assert_eq!(cookie(&headers(&[("cookie", none)])), None, "{none}");
+        }
+    }
+
+    #[test]
+    fn requests_from_another_site_are_refused() {
+        let host = ("host", "127.0.0.1:8080");
+        assert!(same_site(&headers(&[host])).is_ok());
+        assert!(same_site(&headers(&[host, ("origin", "http://127.0.0.1:8080")])).is_ok());
+        assert!(same_site(&headers(&[host, ("origin", "https://127.0.0.1:8080")])).is_ok());
+        assert!(same_site(&headers(&[host, ("sec-fetch-site", "same-origin")])).is_ok());
+        for origin in [
+            "http://evil.example",
+            "http://127.0.0.1:8081",
+            "http://127.0.0.1:8080.evil.example",
+            "null",
+            "file://",
+        ] {
+            assert!(
+                same_site(&headers(&[host, ("origin", origin)])).is_err(),
+                "{origin}"
+            );
+        }
+        assert!(same_site(&headers(&[host, ("sec-fetch-site", "cross-site")])).is_err());
+        // No Host to compare with: any Origin is refused.
+        assert!(same_site(&headers(&[("origin", "http://127.0.0.1:8080")])).is_err());
+    }
+
+    #[test]
+    fn secure_cookies_behind_tls_only() {
+        assert!(over_tls(&headers(&[("x-forwarded-proto", "https")])));
+        assert!(!over_tls(&headers(&[("x-forwarded-proto", "http")])));
+        assert!(!over_tls(&headers(&[])));
+    }
+}
