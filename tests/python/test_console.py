@@ -364,3 +364,36 @@ def test_a_running_exec_commands_output_is_seen_live_and_ends(console):
     assert wait_until(lambda: any(e == "end" and d["run_id"] == started["id"] for e, d in events), 20), events
     assert any(e == "output" and "second-line" in d["text"] for e, d in events)
     stream.close()
+
+
+def test_a_project_has_a_bounded_number_of_live_streams(console):
+    alpha = Session(console, KEY_A)
+    beta = Session(console, KEY_B)
+    opened = []
+    try:
+        for _ in range(64):
+            stream = requests.get(f"{alpha.base}/console/api/events", cookies=alpha.http.cookies, stream=True, timeout=30)
+            assert stream.status_code == 200
+            opened.append(stream)
+        refused = requests.get(f"{alpha.base}/console/api/events", cookies=alpha.http.cookies, timeout=30)
+        assert refused.status_code == 429, refused.text
+        assert refused.json()["error"]["code"] == "too_many_console_streams"
+        # Another project is not affected.
+        other = requests.get(f"{beta.base}/console/api/events", cookies=beta.http.cookies, stream=True, timeout=30)
+        assert other.status_code == 200
+        other.close()
+        # A closed stream frees its slot (once the server sees it gone).
+        opened.pop().close()
+
+        def reopened():
+            answer = requests.get(f"{alpha.base}/console/api/events", cookies=alpha.http.cookies, stream=True, timeout=30)
+            if answer.status_code == 200:
+                opened.append(answer)
+                return True
+            answer.close()
+            return False
+
+        assert wait_until(reopened, 20)
+    finally:
+        for stream in opened:
+            stream.close()

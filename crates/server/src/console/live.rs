@@ -44,10 +44,12 @@ pub(super) async fn events(
     ApiQuery(query): ApiQuery<EventsQuery>,
 ) -> ApiResult<Response> {
     let scope = signed.scope(query.project.as_deref())?;
+    let slot = console.streams.open(&signed.session.grant.project)?;
     let mut changes = console.app.changes.subscribe();
     let (sender, receiver) = tokio::sync::mpsc::channel::<Event>(64);
     let token = signed.token.clone();
     tokio::spawn(async move {
+        let _slot = slot;
         let mut check = tokio::time::interval(SESSION_CHECK);
         check.tick().await;
         loop {

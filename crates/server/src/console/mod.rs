@@ -20,6 +20,7 @@ mod live;
 mod operator;
 mod output;
 mod session;
+mod streams;
 mod views;
 
 use std::sync::Arc;
@@ -34,12 +35,18 @@ use crate::state::AppState;
 pub(crate) struct Console {
     pub(crate) app: Arc<AppState>,
     pub(crate) api: Router,
+    /// The live streams each project has open (bounded).
+    streams: streams::Streams,
 }
 
 /// The console's routes (every path under `/console`), for merging beside
 /// the API's; `api` is the router forwarded calls go to.
 pub(crate) fn router(app: Arc<AppState>, api: Router) -> Router {
-    let console = Arc::new(Console { app, api });
+    let console = Arc::new(Console {
+        app,
+        api,
+        streams: Default::default(),
+    });
     Router::new()
         .route("/console", get(assets::index))
         .route("/console/", get(assets::index))

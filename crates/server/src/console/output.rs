@@ -51,10 +51,12 @@ pub(super) async fn output(
         .db(move |s| s.container(&project, &key))
         .await?
         .ok_or_else(|| ApiError::not_found("container", &id))?;
+    let slot = console.streams.open(&signed.session.grant.project)?;
     let mut watch = console.app.live_output.watch(&id);
     let (sender, receiver) = tokio::sync::mpsc::channel::<Event>(64);
     let token = signed.token.clone();
     tokio::spawn(async move {
+        let _slot = slot;
         let mut first = Vec::new();
         for (run, tail) in std::mem::take(&mut watch.running) {
             first.extend(event("run", &run));
