@@ -3,13 +3,14 @@
 
 import { s } from './dom.js';
 
-function niceMax(value) {
-  if (!(value > 0)) return 1;
-  const power = 10 ** Math.floor(Math.log10(value));
-  for (const step of [1, 2, 2.5, 5, 10]) {
-    if (value <= step * power) return step * power;
-  }
-  return 10 * power;
+// A round tick step (1, 2 or 5 times a power of ten) giving about four
+// ticks up to `value`, and the axis top it makes.
+function niceAxis(value) {
+  if (!(value > 0)) return { step: 0.25, max: 1 };
+  const rough = value / 4;
+  const power = 10 ** Math.floor(Math.log10(rough));
+  const step = [1, 2, 5, 10].map((m) => m * power).find((s) => s >= rough);
+  return { step, max: step * Math.ceil(value / step - 1e-9) };
 }
 
 // Vertical bars over a category axis (days). data: [{label, value, title}].
@@ -17,16 +18,16 @@ export function columns(data, { format = String, testid, label, width = 720, hei
   const m = { top: 12, right: 8, bottom: 30, left: 64 };
   const plotW = width - m.left - m.right;
   const plotH = height - m.top - m.bottom;
-  const max = niceMax(Math.max(0, ...data.map((d) => d.value)));
+  const { step, max } = niceAxis(Math.max(0, ...data.map((d) => d.value)));
   const svg = s('svg', {
     class: 'chart', viewBox: `0 0 ${width} ${height}`, role: 'img', 'aria-label': label, 'data-testid': testid,
     preserveAspectRatio: 'xMidYMid meet',
   }, s('title', null, label));
-  for (let i = 0; i <= 4; i += 1) {
-    const y = m.top + plotH - (plotH * i) / 4;
+  for (let tick = 0; tick <= max + step / 2; tick += step) {
+    const y = m.top + plotH - (plotH * tick) / max;
     svg.append(
       s('line', { class: 'grid', x1: m.left, x2: width - m.right, y1: y, y2: y }),
-      s('text', { class: 'axis', x: m.left - 6, y: y + 4, 'text-anchor': 'end' }, format((max * i) / 4)));
+      s('text', { class: 'axis', x: m.left - 6, y: y + 4, 'text-anchor': 'end' }, format(Number(tick.toPrecision(12)))));
   }
   const band = plotW / Math.max(1, data.length);
   const every = Math.max(1, Math.ceil(data.length / 10));

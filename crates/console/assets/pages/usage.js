@@ -119,7 +119,15 @@ export function render(main) {
 
   async function load() {
     try {
-      data = await api.get('/console/api/usage', { days }, { signal: abort.signal });
+      // Names for the ranked containers (usage gives ids): those of the
+      // newest page of the list, one request.
+      const [usage, recent] = await Promise.all([
+        api.get('/console/api/usage', { days }, { signal: abort.signal }),
+        api.get('/console/api/containers', { limit: 50 }, { signal: abort.signal }).catch(() => null),
+      ]);
+      const names = new Map((recent?.data ?? []).map((c) => [c.id, c.name]));
+      for (const c of usage.containers ?? []) c.name ??= names.get(c.container_id);
+      data = usage;
       fill(slot);
       draw();
       drawModels();
