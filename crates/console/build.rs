@@ -1,6 +1,8 @@
 //! Embeds every file under `assets/` in the binary: generates `assets.rs`,
-//! a sorted table of (path, content type, ETag, bytes) with `include_bytes!`,
-//! so a file dropped into `assets/` is served without a line of Rust.
+//! a sorted table of (path, content type, ETag, bytes, gzipped bytes) with
+//! `include_bytes!`, so a file dropped into `assets/` is served without a
+//! line of Rust. Text files are also gzipped here (best compression, once,
+//! at build time), kept where that saves something.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -13,13 +15,28 @@ fn main() {
     collect(&root, &root, &mut files);
     files.sort();
     let mut table = String::from("&[\n");
-    for (relative, absolute) in &files {
+    let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").unwrap_or_default());
+    for (index, (relative, absolute)) in files.iter().enumerate() {
         println!("cargo:rerun-if-changed={}", absolute.display());
         let bytes = std::fs::read(absolute).unwrap_or_default();
+        let kind = content_type(relative);
+        let gzip = if kind.starts_with("text/") || kind.ends_with("json") || kind.ends_with("xml") {
+            gzipped(&bytes)
+                .filter(|packed| packed.len() < bytes.len())
+                .and_then(|packed| {
+                    let path = out_dir.join(format!("asset-{index}.gz"));
+                    std::fs::write(&path, packed).ok().map(|()| path)
+                })
+        } else {
+            None
+        };
+        let gzip = match gzip {
+            Some(path) => format!("Some(include_bytes!({:?}))", path.display().to_string()),
+            None => "None".to_owned(),
+        };
         let _ = writeln!(
             table,
-            "    Asset {{ path: {relative:?}, content_type: {:?}, etag: \"\\\"{:016x}\\\"\", bytes: include_bytes!({:?}) }},",
-            content_type(relative),
+            "    Asset {{ path: {relative:?}, content_type: {kind:?}, etag: \"\\\"{:016x}\\\"\", bytes: include_bytes!({:?}), gzip: {gzip} }},",
             fnv1a(&bytes),
             absolute.display().to_string(),
         );
@@ -67,6 +84,14 @@ fn content_type(path: &str) -> &'static str {
         "txt" | "md" => "text/plain; charset=utf-8",
         _ => "application/octet-stream",
     }
+}
+
+/// `bytes` gzipped at the best level (`None` if the encoder failed).
+fn gzipped(bytes: &[u8]) -> Option<Vec<u8>> {
+    use std::io::Write as _;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    encoder.write_all(bytes).ok()?;
+    encoder.finish().ok()
 }
 
 /// FNV-1a, 64 bits: a content hash for the ETag (not a security boundary:

@@ -198,6 +198,14 @@ def test_another_projects_containers_are_404_and_members_cannot_switch_project(c
     as_beta = admin.get(f"/console/api/v1/containers/{theirs}/fs/content",
                         params={"path": "/mnt/data/secret.txt"}, headers={"X-Shellgate-Project": "beta"})
     assert as_beta.status_code == 200 and as_beta.content == b"beta's"
+    # Where a browser cannot send the header (a WebSocket), `?project=`
+    # says it; it does not reach the API (whose queries refuse unknown
+    # fields), and a member cannot use it either.
+    by_query = admin.get(f"/console/api/v1/containers/{theirs}/fs/content",
+                         params={"path": "/mnt/data/secret.txt", "project": "beta"})
+    assert by_query.status_code == 200 and by_query.content == b"beta's"
+    assert alpha.get(f"/console/api/v1/containers/{theirs}/fs/content",
+                     params={"path": "/mnt/data/secret.txt", "project": "beta"}).status_code == 403
 
 
 def test_a_cookie_opens_nothing_after_sign_out(console):

@@ -9,8 +9,9 @@ import { h, fill, notice, when, empty } from './dom.js';
 const XTERM = './vendor/xterm/xterm.mjs';
 const FIT = './vendor/xterm-addon-fit/addon-fit.mjs';
 const CSS = '/console/assets/vendor/xterm/xterm.css';
-// The longest a process may run through /v1 (its timeout_ms bound).
-const TIMEOUT_MS = 300_000;
+// The longest a terminal may run through /v1 (its timeout_ms bound for
+// a process with a pty).
+const TIMEOUT_MS = 3_600_000;
 
 let loaded = null;
 function loadXterm() {
@@ -72,7 +73,7 @@ export function render(panel, { id, base, signal }) {
     h('table', { class: 'list' }, h('thead', null, h('tr', null, ['Process', 'Command', 'Started', ''].map((c) => h('th', { scope: 'col' }, c)))), attachBody));
   fill(panel,
     h('div', { class: 'toolbar' }, start, end, state, h('span', { class: 'spacer' }),
-      h('span', { class: 'muted' }, 'bash -l as the sandbox user; ends after 5 minutes.')),
+      h('span', { class: 'muted' }, 'bash -l as the sandbox user; ends after an hour.')),
     slot, box, attach);
 
   let term = null;

@@ -13,6 +13,9 @@ pub struct Asset {
     /// A quoted content hash, for `ETag` and `If-None-Match`.
     pub etag: &'static str,
     pub bytes: &'static [u8],
+    /// The same bytes gzipped, for a browser that takes gzip (text files
+    /// only, where it saves something).
+    pub gzip: Option<&'static [u8]>,
 }
 
 /// Every embedded file, sorted by path.
@@ -44,5 +47,10 @@ mod tests {
         }
         assert!(super::asset("../Cargo.toml").is_none());
         assert!(index().is_some(), "assets/index.html is the app");
+        for asset in ASSETS.iter().filter(|a| a.gzip.is_some()) {
+            assert!(asset
+                .gzip
+                .is_some_and(|g| g.len() < asset.bytes.len() && g.starts_with(&[0x1f, 0x8b])));
+        }
     }
 }

@@ -92,6 +92,9 @@ fn chunk_object(chunk: &shellgate_sandbox_api::process::OutputChunk) -> ProcessC
 
 /// A create body as the engine's spec (the limits are the engine's, and
 /// exec's timeout rule: the default when omitted, refused out of range).
+/// The longest a terminal (a process with a `pty`) may run: one hour.
+const MAX_TERMINAL_TIMEOUT_MS: u64 = 3_600_000;
+
 fn process_spec(body: ProcessCreate) -> ApiResult<ProcessSpec> {
     let spec = ProcessSpec {
         command: body.command,
@@ -108,14 +111,17 @@ fn process_spec(body: ProcessCreate) -> ApiResult<ProcessSpec> {
         cwd: body.cwd,
     };
     // The engine also takes service processes (no timeout, longer ones);
-    // this API keeps exec's rule.
-    if spec.timeout_ms == 0 || spec.timeout_ms > limits::MAX_TIMEOUT_MS {
+    // this API keeps exec's rule, but for a terminal: someone works in it
+    // (the console's), and an hour is a working session.
+    let max = if spec.pty.is_some() {
+        MAX_TERMINAL_TIMEOUT_MS
+    } else {
+        limits::MAX_TIMEOUT_MS
+    };
+    if spec.timeout_ms == 0 || spec.timeout_ms > max {
         return Err(shellgate_sandbox_api::SandboxError::InvalidRequest {
             param: "timeout_ms",
-            message: format!(
-                "timeout_ms must be between 1 and {}",
-                limits::MAX_TIMEOUT_MS
-            ),
+            message: format!("timeout_ms must be between 1 and {max}"),
         }
         .into());
     }
@@ -622,5 +628,20 @@ mod tests {
         let spec = process_spec(create(None)).ok();
         assert!(spec.as_ref().is_some_and(|s| s.keeps_awake));
         assert_eq!(spec.map(|s| s.timeout_ms), Some(limits::DEFAULT_TIMEOUT_MS));
+    }
+
+    #[test]
+    fn a_terminal_may_run_for_an_hour() {
+        let terminal = |timeout_ms| ProcessCreate {
+            pty: Some(shellgate_wire::ProcessPty {
+                cols: 80,
+                rows: 24,
+                term: "xterm".into(),
+            }),
+            ..create(Some(timeout_ms))
+        };
+        assert!(process_spec(terminal(MAX_TERMINAL_TIMEOUT_MS)).is_ok());
+        assert!(process_spec(terminal(MAX_TERMINAL_TIMEOUT_MS + 1)).is_err());
+        assert!(process_spec(create(Some(MAX_TERMINAL_TIMEOUT_MS))).is_err());
     }
 }

@@ -265,6 +265,24 @@ impl Store {
         })
     }
 
+    /// The names of `project`'s containers `ids` (those that exist), in
+    /// the order asked.
+    pub fn container_names(&self, project: &str, ids: &[String]) -> Result<Vec<(String, String)>> {
+        let conn = self.reader();
+        let mut statement =
+            conn.prepare_cached("SELECT name FROM containers WHERE id = ?1 AND project = ?2")?;
+        let mut names = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Some(name) = statement
+                .query_row(params![id, project], |row| row.get::<_, String>(0))
+                .optional()?
+            {
+                names.push((id.clone(), name));
+            }
+        }
+        Ok(names)
+    }
+
     /// Records activity: `last_active_at` and command time in the session.
     pub fn record_activity(&self, id: &str, now: i64, command_seconds: f64) -> Result<()> {
         self.conn().execute(

@@ -117,6 +117,8 @@ pub struct DayUsage {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ContainerCost {
     pub container_id: String,
+    /// Its name, while it exists (a deleted container keeps its time).
+    pub name: Option<String>,
     pub sandbox_seconds: f64,
     pub cost: f64,
 }

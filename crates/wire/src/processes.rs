@@ -47,7 +47,8 @@ pub struct ProcessCreate {
     /// A terminal as stdin, stdout and stderr (one output stream, `pty`).
     #[serde(default)]
     pub pty: Option<ProcessPty>,
-    /// Killed with every descendant when it passes: 1 to 300000 (120000 when omitted).
+    /// Killed with every descendant when it passes: 1 to 300000, or to
+    /// 3600000 for a terminal (`pty`); 120000 when omitted.
     pub timeout_ms: Option<u64>,
     /// Variables added to its environment (at most 64).
     #[serde(default)]

@@ -3,7 +3,7 @@
 //! its path's `/console/api` taken off and its project set as a request
 //! extension (`http::ActingProject`), so every handler, check and limit is
 //! the API's own; the cookie, the CSRF token and any key the request
-//! carries are taken off first. A WebSocket upgrade (the terminal) passes
+//! carries are taken off first (and `?project=`, the console's own). A WebSocket upgrade (the terminal) passes
 //! through: the upgrade travels with the request.
 
 use std::sync::Arc;
@@ -39,15 +39,36 @@ pub(super) async fn forward(
 /// (its path parameters) must not reach the API's router; only the
 /// connection's upgrade (a WebSocket) and the client's address go along.
 fn forwarded(signed: &Signed, request: Request) -> Result<Request, ApiError> {
-    let project = signed.project_of(request.headers())?;
     let (mut parts, body) = request.into_parts();
-    let uri = parts
+    let path = parts
         .uri
-        .path_and_query()
-        .map(|p| p.as_str())
-        .and_then(|p| p.strip_prefix("/console/api"))
-        .and_then(|p| p.parse::<Uri>().ok())
+        .path()
+        .strip_prefix("/console/api")
         .ok_or_else(|| ApiError::bad_request("not a console API path"))?;
+    // `?project=` names the project where a browser cannot send the header
+    // (a WebSocket); it is the console's, and does not reach the API.
+    let mut asked = None;
+    let mut query = form_urlencoded::Serializer::new(String::new());
+    for (name, value) in form_urlencoded::parse(parts.uri.query().unwrap_or_default().as_bytes()) {
+        if name == "project" {
+            asked = Some(value.into_owned());
+        } else {
+            query.append_pair(&name, &value);
+        }
+    }
+    let project = match parts.headers.get(PROJECT_HEADER) {
+        Some(_) => signed.project_of(&parts.headers)?,
+        None => signed.project(asked.as_deref())?,
+    };
+    let query = query.finish();
+    let target = if query.is_empty() {
+        path.to_owned()
+    } else {
+        format!("{path}?{query}")
+    };
+    let uri = target
+        .parse::<Uri>()
+        .map_err(|_| ApiError::bad_request("not a console API path"))?;
     let mut forwarded = Request::new(body);
     *forwarded.method_mut() = parts.method;
     *forwarded.uri_mut() = uri;

@@ -243,12 +243,30 @@ pub(super) async fn usage(
         .filter(|(_, seconds)| *seconds > 0.0)
         .map(|(container_id, seconds)| ContainerCost {
             container_id,
+            name: None,
             sandbox_seconds: seconds,
             cost: seconds * price,
         })
         .collect();
     containers.sort_by(|a, b| b.sandbox_seconds.total_cmp(&a.sandbox_seconds));
     containers.truncate(USAGE_CONTAINERS);
+    let (owner, ids) = (
+        project.clone(),
+        containers
+            .iter()
+            .map(|c| c.container_id.clone())
+            .collect::<Vec<_>>(),
+    );
+    let names = console
+        .app
+        .db(move |s| s.container_names(&owner, &ids))
+        .await?;
+    for container in &mut containers {
+        container.name = names
+            .iter()
+            .find(|(id, _)| *id == container.container_id)
+            .map(|(_, name)| name.clone());
+    }
     Ok(Json(ConsoleUsage {
         object: "console.usage",
         quota: console.app.admission.quota(&project).await?,
