@@ -292,6 +292,110 @@ test('console: a command\'s live output and its history show hostile output as t
   await done(page);
 });
 
+// An exec through the API that prints, then waits for /mnt/data/<go>
+// (made by another exec) before its last line; not awaited: it returns
+// when it ended.
+function waitingExec(key, id, first, go, last) {
+  return api(key, 'POST', `/containers/${id}/exec`, {
+    commands: [`${first}; while [ ! -e /mnt/data/${go} ]; do sleep 0.05; done; ${last}`],
+    timeout_ms: 60_000,
+  });
+}
+
+test('console: an exec command running through the API shows live, then leaves for the history', async () => {
+  const container = await api(MEMBER, 'POST', '/containers', { name: 'console-live-runs' });
+  const page = await open();
+  await signIn(page, MEMBER);
+  await page.goto(`${origin}/console#/containers/${container.id}/commands`);
+  const block = page.locator('[data-testid=live-runs]');
+  await block.waitFor();
+  const running = waitingExec(MEMBER, container.id, 'echo live-marker-1; echo live-err-1 >&2', 'go', 'echo after-go');
+  // Its output while it runs (whether the stream saw it start or found it going).
+  const run = block.locator('[data-run-id]', { has: page.locator('[data-testid=run-output]', { hasText: 'live-marker-1' }) });
+  await run.waitFor();
+  const output = run.locator('[data-testid=run-output]');
+  await output.locator('.stderr', { hasText: 'live-err-1' }).waitFor();
+  const runId = await run.getAttribute('data-run-id');
+  assert.match(runId, /^run_/);
+  assert.equal(await run.getAttribute('data-state'), 'running');
+  assert.match(await run.locator('.run-commands').textContent(), /echo live-marker-1; echo live-err-1 >&2; while/);
+  assert.equal(await output.locator('.stdout').first().textContent(), 'live-marker-1\n');
+  assert.doesNotMatch(await output.textContent(), /after-go/);
+  // Its elapsed time counts.
+  await run.locator('.run-time', { hasText: /^[1-9]\d* s$/ }).waitFor();
+  await shot(page, 'container-commands');
+  // Still running, so not in the history yet.
+  assert.equal(await page.locator('[data-testid=commands] tr[data-id]', { hasText: 'live-marker-1' }).count(), 0);
+  // Let it go: its last line comes (caught by an observer of the block,
+  // as the DOM changes: the run leaves soon after), then it ends, leaves
+  // the block, and is history.
+  await block.evaluate((el, id) => {
+    new MutationObserver(() => {
+      if (el.querySelector(`[data-run-id="${id}"] [data-testid=run-output]`)?.textContent.includes('after-go')) window.sawLast = true;
+    }).observe(el, { subtree: true, childList: true, characterData: true });
+  }, runId);
+  await api(MEMBER, 'POST', `/containers/${container.id}/exec`, { commands: ['touch /mnt/data/go'] });
+  await page.waitForFunction(() => window.sawLast === true);
+  const result = await running;
+  assert.match(result.output[0].stdout, /live-marker-1\nafter-go\n/);
+  await block.locator(`[data-run-id="${runId}"]`).waitFor({ state: 'detached' });
+  await page.locator('[data-testid=commands] tr[data-id]', { hasText: 'live-marker-1' }).waitFor();
+  await block.locator('.runs-none').waitFor();
+  await done(page);
+});
+
+test('console: a running command\'s hostile output stays text, and the page keeps only its last 64 KiB', async () => {
+  const container = await api(MEMBER, 'POST', '/containers', { name: 'console-live-xss' });
+  const page = await open();
+  await signIn(page, MEMBER);
+  await page.goto(`${origin}/console#/containers/${container.id}/commands`);
+  await page.locator('[data-testid=live-runs]').waitFor();
+  // 96 KiB of output first (the exec streams up to its max_output_length,
+  // 64 KiB, of a command), then the markup, on both streams.
+  const running = api(MEMBER, 'POST', `/containers/${container.id}/exec`, {
+    commands: [
+      'head -c 98304 /dev/zero | tr "\\0" x; echo',
+      `printf '%s\\n' '${XSS}'; printf '%s\\n' '${XSS}' >&2; while [ ! -e /mnt/data/go ]; do sleep 0.05; done`,
+    ],
+    max_output_length: 65536,
+    timeout_ms: 60_000,
+  });
+  const run = page.locator('[data-testid=live-runs] [data-run-id]', { hasText: 'printf' });
+  const output = run.locator('[data-testid=run-output]');
+  await output.locator('.stderr', { hasText: XSS }).waitFor();
+  await output.locator('.stdout', { hasText: XSS }).waitFor();
+  assert.equal(await output.locator('.stderr').last().textContent(), `${XSS}\n`);
+  assert.ok((await output.locator('.stdout').last().textContent()).endsWith(`${XSS}\n`));
+  assert.equal(await run.locator('img').count(), 0);
+  assert.match(await run.locator('.run-commands').textContent(), /<img src=x onerror=window.__xss=1>/);
+  // The oldest output went; the page says so.
+  const kept = await output.evaluate((el) => el.textContent.length);
+  assert.ok(kept > 60_000 && kept <= 64 * 1024, `${kept} characters kept`);
+  assert.equal(await run.locator('.run-dropped').isVisible(), true);
+  await inert(page);
+  await api(MEMBER, 'POST', `/containers/${container.id}/exec`, { commands: ['touch /mnt/data/go'] });
+  await running;
+  await run.waitFor({ state: 'detached' });
+  await done(page);
+});
+
+test('console: an admin acting for another project sees its running commands', async () => {
+  const beta = await api(MEMBER, 'POST', '/containers', { name: 'console-live-admin' });
+  const admin = await open();
+  await signIn(admin, ADMIN);
+  await admin.locator('[data-testid=project-switch]').selectOption('beta');
+  await admin.locator('[data-testid=project]', { hasText: 'beta' }).waitFor();
+  await admin.goto(`${origin}/console#/containers/${beta.id}/commands`);
+  await admin.locator('[data-testid=live-runs]').waitFor();
+  const running = waitingExec(MEMBER, beta.id, 'echo admin-sees-this', 'go', 'true');
+  await admin.locator('[data-testid=live-runs] [data-testid=run-output]', { hasText: 'admin-sees-this' }).waitFor();
+  await api(MEMBER, 'POST', `/containers/${beta.id}/exec`, { commands: ['touch /mnt/data/go'] });
+  await running;
+  await admin.locator('[data-testid=commands] tr[data-id]', { hasText: 'admin-sees-this' }).waitFor();
+  await admin.locator('[data-testid=live-runs] [data-run-id]').first().waitFor({ state: 'detached' });
+  await done(admin);
+});
+
 test('console: a denied connection shows in the egress log, a hostile host name as text', async () => {
   const container = await api(MEMBER, 'POST', '/containers', {
     name: 'console-egress', network_policy: { type: 'allowlist', allowed_domains: ['example.org'] },

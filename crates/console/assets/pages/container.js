@@ -4,6 +4,7 @@
 import * as api from '../api.js';
 import { h, fill, route, bytes, money, seconds, duration, when, badge, notice, debounce, table, empty, count } from '../dom.js';
 import { statusBadge } from './containers.js';
+import { liveRuns } from '../live-runs.js';
 
 const TABS = [
   ['overview', 'Overview'],
@@ -178,7 +179,7 @@ function overview(panel, { row, base, signal }) {
   }, () => {});
 }
 
-// --- commands: the audit and the processes --------------------------------
+// --- commands: the exec commands running now, the processes, the audit -----
 
 function outcomeText(outcome) {
   if (!outcome) return '—';
@@ -197,6 +198,9 @@ function commands(panel, { id, base, signal }) {
   const outputBox = h('section', { class: 'live', hidden: true }, outputTitle, output);
   let lastId = null;
   let watching = null; // AbortController of the output stream
+  // The exec commands running now; one that ended leaves once the
+  // history (refreshed when it ends) shows it.
+  const live = liveRuns({ id, onEnd: () => refresh() });
 
   const command = h('input', { id: 'run-command', 'data-testid': 'run-command', required: true, autocomplete: 'off', spellcheck: 'false', placeholder: 'ls -la /mnt/data' });
   const run = h('form', {
@@ -222,6 +226,7 @@ function commands(panel, { id, base, signal }) {
       h('thead', null, h('tr', null, ['Process', 'Command', 'Status', 'Started', 'Output', ''].map((c) => h('th', { scope: 'col' }, c)))),
       procBody)),
     outputBox,
+    live.element,
     h('h2', null, 'Command history'),
     h('div', { class: 'scroll' }, h('table', { class: 'list', 'data-testid': 'commands' },
       h('thead', null, h('tr', null, ['When', 'Command', 'Outcome', 'Duration', 'Output', 'Response'].map((c) => h('th', { scope: 'col' }, c)))),
@@ -302,7 +307,10 @@ function commands(panel, { id, base, signal }) {
         h('td', { class: 'num' }, bytes(c.bytes_out)),
         h('td', null, c.response_id ? h('a', { href: route('responses', c.response_id) }, c.response_id) : h('span', { class: 'muted' }, 'exec'))));
       if (older) cmdBody.append(...rows);
-      else fill(cmdBody, rows.length ? rows : empty(6, 'No commands yet.'));
+      else {
+        fill(cmdBody, rows.length ? rows : empty(6, 'No commands yet.'));
+        live.seen(data);
+      }
       lastId = list?.last_id ?? data.at(-1)?.id ?? lastId;
       more.hidden = !list?.has_more;
     } catch (error) {
@@ -318,6 +326,7 @@ function commands(panel, { id, base, signal }) {
   loadCommands(false);
   return () => {
     watching?.abort();
+    live.close();
     refresh.cancel();
     off();
   };
