@@ -563,7 +563,10 @@ pub async fn exec(
             let _permit = permit;
             let mut billing = BillOnDrop::start(&state, &id, commands);
             let lines = request.commands.clone();
-            let (sink, tap) = state.live_output.tap(&id, &lines, None);
+            let (sink, tap) =
+                state
+                    .live_output
+                    .tap(&id, &lines, state.engine.masker(&id).as_deref(), None);
             let result = state.engine.run_streaming(&id, request, sink).await;
             tap.finish().await;
             billing.ok = result.is_ok();
@@ -606,7 +609,12 @@ pub async fn exec(
         let _permit = permit;
         let mut billing = BillOnDrop::start(&state, &id, commands);
         let lines = request.commands.clone();
-        let (sink, tap) = state.live_output.tap(&id, &lines, Some(delta_tx));
+        let (sink, tap) = state.live_output.tap(
+            &id,
+            &lines,
+            state.engine.masker(&id).as_deref(),
+            Some(delta_tx),
+        );
         let result = state.engine.run_streaming(&id, request, sink).await;
         tap.finish().await;
         billing.ok = result.is_ok();

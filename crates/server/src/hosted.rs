@@ -469,7 +469,12 @@ impl Sandbox for HostedShell {
         // killed and their time until then billed.
         let mut billing = BillOnDrop::start(state, container, request.commands.len());
         let lines = request.commands.clone();
-        let (sink, tap) = state.live_output.tap(container, &lines, deltas);
+        let (sink, tap) = state.live_output.tap(
+            container,
+            &lines,
+            state.engine.masker(container).as_deref(),
+            deltas,
+        );
         let result = state.engine.run_streaming(container, request, sink).await;
         tap.finish().await;
         billing.ok = result.is_ok();

@@ -84,16 +84,27 @@ impl LiveOutput {
     /// Registers an exec of `commands` in `container`: returns the sink to
     /// run it with (what it receives also goes on to `onward`) and the tap
     /// to finish when the run returned.
+    ///
+    /// A command that spells a secret's value out is shown masked by
+    /// `masker` (the container's), as the audit keeps it; the output comes
+    /// from the engine masked already.
     pub(crate) fn tap(
         self: &Arc<Self>,
         container: &str,
         commands: &[String],
+        masker: Option<&shellgate_egress::secrets::Masker>,
         onward: Option<DeltaSink>,
     ) -> (DeltaSink, Tap) {
         let run = LiveRun {
             id: shellgate_wire::new_id("run_"),
             container_id: container.to_owned(),
-            commands: commands.to_vec(),
+            commands: commands
+                .iter()
+                .map(|command| match masker {
+                    Some(masker) => masker.mask_str(command),
+                    None => command.clone(),
+                })
+                .collect(),
             started_at: crate::time::now(),
         };
         let id = run.id.clone();
@@ -224,7 +235,7 @@ mod tests {
         let live = Arc::new(LiveOutput::default());
         let mut early = live.watch("c1");
         let (onward, mut received) = tokio::sync::mpsc::unbounded_channel();
-        let (sink, tap) = live.tap("c1", &["echo hi".to_owned()], Some(onward));
+        let (sink, tap) = live.tap("c1", &["echo hi".to_owned()], None, Some(onward));
         sink.send(delta("hi\n")).unwrap();
         // A watcher arriving now gets the output so far.
         let late = {
@@ -248,9 +259,34 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_command_that_spells_a_secret_out_is_shown_masked() {
+        use shellgate_egress::secrets::{DomainSecret, Masker, SecretValue};
+        let value = "sk-live-real-secret-value-4242";
+        let masker = Masker::new(&[DomainSecret {
+            domain: "api.example.com".into(),
+            name: "TOKEN".into(),
+            placeholder: "[TOKEN]".into(),
+            value: Some(SecretValue::new(value)),
+            ..DomainSecret::default()
+        }])
+        .unwrap();
+        let live = Arc::new(LiveOutput::default());
+        let (sink, tap) = live.tap(
+            "c1",
+            &[format!("curl -H 'x: {value}' x")],
+            Some(&masker),
+            None,
+        );
+        let watch = live.watch("c1");
+        assert_eq!(watch.running[0].0.commands, ["curl -H 'x: [TOKEN]' x"]);
+        drop(sink);
+        tap.finish().await;
+    }
+
+    #[tokio::test]
     async fn a_runs_tail_is_bounded_and_cut_at_a_character() {
         let live = Arc::new(LiveOutput::default());
-        let (sink, tap) = live.tap("c1", &["yes".to_owned()], None);
+        let (sink, tap) = live.tap("c1", &["yes".to_owned()], None, None);
         let piece = "é".repeat(1000);
         for _ in 0..100 {
             sink.send(delta(&piece)).unwrap();
