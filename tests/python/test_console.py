@@ -31,6 +31,21 @@ def lines_of(stream):
         return
 
 
+def collect_events(stream, into: list) -> None:
+    """Appends each (event, data) of an SSE stream to `into`, from a thread
+    of its own, until the stream is closed."""
+
+    def read():
+        event = None
+        for line in lines_of(stream):
+            if line.startswith("event: "):
+                event = line[len("event: "):]
+            elif line.startswith("data: ") and event:
+                into.append((event, json.loads(line[len("data: "):])))
+
+    threading.Thread(target=read, daemon=True).start()
+
+
 def root(server) -> str:
     return f"http://{server.host}:{server.port}"
 
@@ -305,15 +320,7 @@ def test_live_updates_tell_a_project_its_own_changes_only(console):
     stream = alpha.http.get(alpha.base + "/console/api/events", stream=True, timeout=60)
     assert stream.status_code == 200 and stream.headers["content-type"].startswith("text/event-stream")
 
-    def read():
-        event = None
-        for line in lines_of(stream):
-            if line.startswith("event: "):
-                event = line[len("event: "):]
-            elif line.startswith("data: ") and event:
-                seen.append((event, json.loads(line[len("data: "):])))
-
-    threading.Thread(target=read, daemon=True).start()
+    collect_events(stream, seen)
     theirs = beta.create("beta-live")
     mine = alpha.create("alpha-live")
     alpha.send("POST", f"/console/api/v1/containers/{mine}/exec", json={"commands": ["echo hi"]}).raise_for_status()
@@ -333,15 +340,7 @@ def test_a_running_exec_commands_output_is_seen_live_and_ends(console):
     stream = alpha.http.get(f"{alpha.base}/console/api/containers/{container}/output", stream=True, timeout=60)
     assert stream.status_code == 200
 
-    def read():
-        event = None
-        for line in lines_of(stream):
-            if line.startswith("event: "):
-                event = line[len("event: "):]
-            elif line.startswith("data: ") and event:
-                events.append((event, json.loads(line[len("data: "):])))
-
-    threading.Thread(target=read, daemon=True).start()
+    collect_events(stream, events)
     # A command that prints, then waits for a file before it ends: its
     # output must be seen while it still runs.
     script = "echo first-line; while [ ! -e /mnt/data/go ]; do sleep 0.05; done; echo second-line"

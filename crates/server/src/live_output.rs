@@ -36,6 +36,15 @@ struct ContainerRuns {
     events: broadcast::Sender<Arc<LiveRunEvent>>,
 }
 
+impl ContainerRuns {
+    fn new() -> Self {
+        Self {
+            runs: Vec::new(),
+            events: broadcast::channel(EVENTS).0,
+        }
+    }
+}
+
 /// The running execs of every container.
 #[derive(Default)]
 pub(crate) struct LiveOutput {
@@ -112,10 +121,7 @@ impl LiveOutput {
             let mut containers = self.containers();
             let entry = containers
                 .entry(container.to_owned())
-                .or_insert_with(|| ContainerRuns {
-                    runs: Vec::new(),
-                    events: broadcast::channel(EVENTS).0,
-                });
+                .or_insert_with(ContainerRuns::new);
             let _ = entry
                 .events
                 .send(Arc::new(LiveRunEvent::Started(run.clone())));
@@ -191,10 +197,7 @@ impl LiveOutput {
         let mut containers = self.containers();
         let entry = containers
             .entry(container.to_owned())
-            .or_insert_with(|| ContainerRuns {
-                runs: Vec::new(),
-                events: broadcast::channel(EVENTS).0,
-            });
+            .or_insert_with(ContainerRuns::new);
         Watch {
             running: entry
                 .runs

@@ -4,8 +4,8 @@
 use rusqlite::{params, OptionalExtension, Row};
 
 use crate::connection::Store;
-use crate::error::{Result, StoreError};
-use crate::paging::{page_of, Page};
+use crate::error::Result;
+use crate::paging::{cursor_seq, page_of, Page};
 use crate::usage::session_cost;
 use crate::values::{column, ContainerStatus};
 use shellgate_wire::MemoryLimit;
@@ -216,18 +216,13 @@ impl Store {
     /// how many match in all.
     pub fn search_containers(&self, search: &ContainerSearch) -> Result<ContainerPage> {
         let conn = self.reader();
-        let cursor = match &search.after {
-            Some(after) => Some(
-                conn.query_row(
-                    "SELECT seq FROM containers WHERE id = ?1 AND (?2 IS NULL OR project = ?2)",
-                    params![after, search.project],
-                    |row| row.get::<_, i64>(0),
-                )
-                .optional()?
-                .ok_or_else(|| StoreError::UnknownCursor(after.clone()))?,
-            ),
-            None => None,
-        };
+        let cursor = cursor_seq(
+            &conn,
+            "containers",
+            "project",
+            search.project.as_deref(),
+            search.after.as_deref(),
+        )?;
         // `instr`, not LIKE: the text is matched as given, `%` and `_`
         // included.
         const FILTER: &str = "(?1 IS NULL OR project = ?1) AND (?2 IS NULL OR status = ?2)

@@ -61,3 +61,28 @@ pub(crate) fn page_of<T>(
     rows.truncate(page.limit as usize);
     Ok((rows, has_more))
 }
+
+/// The `seq` of the row `after` names in `table`, within `scope_column` =
+/// `scope` when given (`None`: every scope, an admin's listing): where a
+/// page after it starts. A cursor of another listing, or of a deleted row,
+/// is an error, never a silent end of the data. Table and column names are
+/// the callers' constants, never input.
+pub(crate) fn cursor_seq(
+    conn: &Connection,
+    table: &str,
+    scope_column: &str,
+    scope: Option<&str>,
+    after: Option<&str>,
+) -> Result<Option<i64>> {
+    let Some(after) = after else {
+        return Ok(None);
+    };
+    conn.query_row(
+        &format!("SELECT seq FROM {table} WHERE id = ?1 AND (?2 IS NULL OR {scope_column} = ?2)"),
+        params![after, scope],
+        |row| row.get::<_, i64>(0),
+    )
+    .optional()?
+    .map(Some)
+    .ok_or_else(|| StoreError::UnknownCursor(after.to_owned()))
+}

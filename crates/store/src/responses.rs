@@ -17,6 +17,7 @@ use rusqlite::{params, Connection, OptionalExtension, Row, Transaction};
 
 use crate::connection::Store;
 use crate::error::{Result, StoreError};
+use crate::paging::cursor_seq;
 use crate::values::{column, number, ResponseStatus};
 
 /// A stored response of the Responses API.
@@ -264,18 +265,7 @@ impl Store {
         limit: u32,
     ) -> Result<(Vec<ResponseSummary>, bool)> {
         let conn = self.reader();
-        let cursor = match after {
-            Some(after) => Some(
-                conn.query_row(
-                    "SELECT seq FROM responses WHERE id = ?1 AND project = ?2",
-                    params![after, project],
-                    |row| row.get::<_, i64>(0),
-                )
-                .optional()?
-                .ok_or_else(|| StoreError::UnknownCursor(after.to_owned()))?,
-            ),
-            None => None,
-        };
+        let cursor = cursor_seq(&conn, "responses", "project", Some(project), after)?;
         let mut statement = conn.prepare(
             "SELECT id, created_at, status,
                     COALESCE(json_extract(body, '$.model'), ''),

@@ -6,7 +6,6 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::State;
 use axum::response::sse::{Event, Sse};
@@ -17,14 +16,10 @@ use tokio::sync::broadcast;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt as _;
 
-use super::session::Signed;
+use super::session::{self, Signed};
 use super::Console;
 use crate::error::ApiResult;
 use crate::http::ApiQuery;
-use crate::time::now;
-
-/// How often a stream re-checks that its session still lives.
-const SESSION_CHECK: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -50,19 +45,12 @@ pub(super) async fn events(
     let token = signed.token.clone();
     tokio::spawn(async move {
         let _slot = slot;
-        let mut check = tokio::time::interval(SESSION_CHECK);
-        check.tick().await;
+        let ended = session::ended(&console, &token);
+        tokio::pin!(ended);
         loop {
             let event = tokio::select! {
                 () = sender.closed() => return,
-                _ = check.tick() => {
-                    let lookup = token.clone();
-                    match console.app.db(move |s| s.console_session(&lookup, now())).await {
-                        Ok(Some(_)) => continue,
-                        // Ended (or the store failed): the stream ends.
-                        _ => return,
-                    }
-                }
+                () = &mut ended => return,
                 change = changes.recv() => match change {
                     Ok(change) => {
                         if scope.as_deref().is_some_and(|p| p != change.project) {

@@ -7,7 +7,6 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
@@ -19,13 +18,9 @@ use tokio::sync::broadcast;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt as _;
 
-use super::session::Signed;
+use super::session::{self, Signed};
 use super::Console;
 use crate::error::{ApiError, ApiResult};
-use crate::time::now;
-
-/// How often a stream re-checks that its session still lives.
-const SESSION_CHECK: Duration = Duration::from_secs(5);
 
 /// The `end` event's data.
 #[derive(Serialize)]
@@ -76,18 +71,12 @@ pub(super) async fn output(
                 return;
             }
         }
-        let mut check = tokio::time::interval(SESSION_CHECK);
-        check.tick().await;
+        let ended = session::ended(&console, &token);
+        tokio::pin!(ended);
         loop {
             let next = tokio::select! {
                 () = sender.closed() => break,
-                _ = check.tick() => {
-                    let lookup = token.clone();
-                    match console.app.db(move |s| s.console_session(&lookup, now())).await {
-                        Ok(Some(_)) => continue,
-                        _ => break,
-                    }
-                }
+                () = &mut ended => break,
                 received = watch.events.recv() => match received {
                     Ok(change) => match &*change {
                         LiveRunEvent::Started(run) => event("run", run),

@@ -90,7 +90,7 @@ fn forbidden(message: &str) -> ApiError {
     ApiError::new(StatusCode::FORBIDDEN, "invalid_request_error", message).with_code("forbidden")
 }
 
-fn ended() -> ApiError {
+fn no_session() -> ApiError {
     ApiError::unauthorized("No console session: sign in with an API key.")
         .with_code("console_session_required")
 }
@@ -103,13 +103,13 @@ impl FromRequestParts<Arc<Console>> for Signed {
         console: &Arc<Console>,
     ) -> Result<Self, ApiError> {
         same_site(&parts.headers)?;
-        let token = cookie(&parts.headers).ok_or_else(ended)?;
+        let token = cookie(&parts.headers).ok_or_else(no_session)?;
         let lookup = token.clone();
         let session = console
             .app
             .db(move |s| s.console_session(&lookup, now()))
             .await?
-            .ok_or_else(ended)?;
+            .ok_or_else(no_session)?;
         if !matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS) {
             let sent = parts
                 .headers
@@ -186,6 +186,27 @@ fn session_object(session: &ConsoleSessionRow) -> ConsoleSession {
         role: session.grant.role.as_str(),
         csrf_token: session.csrf_token.clone(),
         expires_at: session.expires_at,
+    }
+}
+
+/// How often a live stream re-checks that its session still lives.
+const SESSION_CHECK: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Resolves once the session of cookie `token` has ended (signed out,
+/// expired, its key revoked) or the store cannot say: a live stream ends
+/// with it. Pinned once per stream (each poll continues the same wait).
+pub(super) async fn ended(console: &Console, token: &str) {
+    loop {
+        tokio::time::sleep(SESSION_CHECK).await;
+        let lookup = token.to_owned();
+        match console
+            .app
+            .db(move |s| s.console_session(&lookup, now()))
+            .await
+        {
+            Ok(Some(_)) => continue,
+            _ => return,
+        }
     }
 }
 
