@@ -558,6 +558,69 @@ fn health_metrics_openapi_and_keys() {
     );
     let usage = request(port, "GET", "/v1/usage", Some(&key), &[], b"").json();
     assert_eq!(usage["project"], "gamma");
+
+    // `keys create --admin` says the key's id and role (on stderr; the key
+    // alone on stdout); `keys list` shows ids, never keys; `keys revoke`
+    // ends a key for a running server within its key cache's 5 seconds.
+    let keys = |args: &[&str]| {
+        let output = Command::new(BINARY)
+            .arg("--data-dir")
+            .arg(server.dir.path())
+            .arg("keys")
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            output.status.success(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let (ok, admin_key, said) = keys(&["create", "--project", "ops", "--admin"]);
+    assert!(ok, "{said}");
+    let admin_key = admin_key.trim().to_owned();
+    assert!(said.contains("admin") && said.contains("key_"), "{said}");
+    let (ok, listed, said) = keys(&["list"]);
+    assert!(ok, "{said}");
+    assert!(
+        !listed.contains(&admin_key) && !listed.contains(&key),
+        "{listed}"
+    );
+    let admin_line = listed
+        .lines()
+        .find(|line| line.contains("\tops\tadmin\t"))
+        .unwrap_or_else(|| panic!("{listed}"));
+    // A key's id is `key_` and the start of its hash.
+    let gamma_id = shellgate_store::key_id(&shellgate_store::hash_key(&key));
+    assert!(
+        listed.contains(&format!("{gamma_id}\tgamma\tmember\t")),
+        "{listed}"
+    );
+    assert!(admin_line.starts_with("key_"));
+    let (ok, _, said) = keys(&["list", "--project", "ops"]);
+    assert!(ok, "{said}");
+    // Revoke the e2b-shaped key of gamma.
+    let (ok, _, said) = keys(&["revoke", &gamma_id]);
+    assert!(ok, "{said}");
+    let (ok, _, said) = keys(&["revoke", &gamma_id]);
+    assert!(ok && said.contains("already"), "{said}");
+    let (ok, _, said) = keys(&["revoke", "key_0000000000000000"]);
+    assert!(!ok && said.contains("no API key"), "{said}");
+    let revoked = key.clone();
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while request(port, "GET", "/v1/usage", Some(&revoked), &[], b"").status != 401 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a revoked key still opens the API"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (_, listed, _) = keys(&["list"]);
+    let line = listed.lines().find(|l| l.starts_with(&gamma_id)).unwrap();
+    assert!(!line.ends_with("\t-"), "{line}");
+    // The admin key works for its own project through the API.
+    let usage = request(port, "GET", "/v1/usage", Some(&admin_key), &[], b"").json();
+    assert_eq!(usage["project"], "ops");
 }
 
 #[test]
