@@ -62,6 +62,16 @@ if [[ " $* " == *" --quick "* ]]; then
 else
   .venv/bin/python bench/e2b_sdks.py
 fi
+# The web console (issue 21): bytes per first page load and time to the
+# containers list's first render at 1,000 and 10,000 real containers
+# (~22 GB of disk for a while), in Debian's headless chromium, against
+# fetching the same page from the API in the same browser (bench/console.sh
+# installs chromium and playwright-core if missing).
+if [[ " $* " == *" --quick "* ]]; then
+  bench/console.sh --counts 200,1000 --rounds 5
+else
+  bench/console.sh
+fi
 # The baselines as whole commands, for a second opinion from hyperfine.
 table=$(mktemp)
 hyperfine -N --warmup 20 --runs 300 --style none --export-markdown "$table" \
