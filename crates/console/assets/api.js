@@ -193,11 +193,17 @@ export function connectEvents() {
       for (const fn of listeners.get(name) ?? []) fn(data);
     });
   }
-  // (Re)connected, or told it fell behind: every page refetches.
+  // Reconnected, or told it fell behind: every page refetches. Not on the
+  // first open: the page has just read what it shows (refetching then
+  // fetched every list twice on a cold load).
   const resync = () => {
     for (const fn of listeners.get('open') ?? []) fn();
   };
-  source.addEventListener('open', resync);
+  let opened = false;
+  source.addEventListener('open', () => {
+    if (opened) resync();
+    opened = true;
+  });
   source.addEventListener('resync', resync);
   // The browser reconnects by itself after a dropped stream; a refused one
   // (401: the session ended, signed out elsewhere or its key revoked) it

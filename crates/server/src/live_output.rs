@@ -3,7 +3,8 @@
 //! the hosted shell tools of the Responses and Messages APIs) runs with a
 //! tap ([`LiveOutput::tap`]) between the engine and wherever its output
 //! was going: the tap keeps the last [`TAIL_BYTES`] of each run's output
-//! and tells the container's watchers of each piece, and the run is
+//! (piece by piece, so a late watcher still tells stdout from stderr) and
+//! tells the container's watchers of each piece, and the run is
 //! forgotten when it ends. (Processes keep their own output; the audit
 //! keeps every command once it ended.)
 //!
@@ -26,8 +27,36 @@ const EVENTS: usize = 256;
 /// One running exec.
 struct Run {
     run: LiveRun,
-    /// Its latest output, at most `TAIL_BYTES` (cut at a character).
-    tail: String,
+    /// Its latest output, piece by piece (each with its command and
+    /// stream), at most `TAIL_BYTES` of text together (the oldest piece cut
+    /// at a character).
+    tail: std::collections::VecDeque<LiveRunOutput>,
+    /// The text bytes in `tail`.
+    tail_bytes: usize,
+}
+
+impl Run {
+    fn keep(&mut self, piece: LiveRunOutput) {
+        self.tail_bytes += piece.text.len();
+        self.tail.push_back(piece);
+        while self.tail_bytes > TAIL_BYTES {
+            let excess = self.tail_bytes - TAIL_BYTES;
+            let Some(oldest) = self.tail.front_mut() else {
+                break;
+            };
+            if oldest.text.len() <= excess {
+                self.tail_bytes -= oldest.text.len();
+                self.tail.pop_front();
+            } else {
+                let mut cut = excess;
+                while !oldest.text.is_char_boundary(cut) {
+                    cut += 1;
+                }
+                oldest.text.drain(..cut);
+                self.tail_bytes -= cut;
+            }
+        }
+    }
 }
 
 /// A container's running execs and its watchers' channel.
@@ -81,7 +110,7 @@ impl Drop for Tap {
 /// A watcher of a container's runs: the runs going on when it started
 /// watching, with their output so far, and every event after that.
 pub(crate) struct Watch {
-    pub(crate) running: Vec<(LiveRun, String)>,
+    pub(crate) running: Vec<(LiveRun, Vec<LiveRunOutput>)>,
     pub(crate) events: broadcast::Receiver<Arc<LiveRunEvent>>,
 }
 
@@ -127,7 +156,8 @@ impl LiveOutput {
                 .send(Arc::new(LiveRunEvent::Started(run.clone())));
             entry.runs.push(Run {
                 run,
-                tail: String::new(),
+                tail: Default::default(),
+                tail_bytes: 0,
             });
         }
         let (sink, mut deltas) = tokio::sync::mpsc::unbounded_channel::<OutputDelta>();
@@ -154,27 +184,19 @@ impl LiveOutput {
         let Some(entry) = containers.get_mut(container) else {
             return;
         };
+        let piece = LiveRunOutput {
+            run_id: id.to_owned(),
+            command: delta.command,
+            stream: match delta.stream {
+                StreamKind::Stdout => "stdout",
+                StreamKind::Stderr => "stderr",
+            },
+            text: delta.text.clone(),
+        };
         if let Some(run) = entry.runs.iter_mut().find(|r| r.run.id == id) {
-            run.tail.push_str(&delta.text);
-            if run.tail.len() > TAIL_BYTES {
-                let mut cut = run.tail.len() - TAIL_BYTES;
-                while !run.tail.is_char_boundary(cut) {
-                    cut += 1;
-                }
-                run.tail.drain(..cut);
-            }
+            run.keep(piece.clone());
         }
-        let _ = entry
-            .events
-            .send(Arc::new(LiveRunEvent::Output(LiveRunOutput {
-                run_id: id.to_owned(),
-                command: delta.command,
-                stream: match delta.stream {
-                    StreamKind::Stdout => "stdout",
-                    StreamKind::Stderr => "stderr",
-                },
-                text: delta.text.clone(),
-            })));
+        let _ = entry.events.send(Arc::new(LiveRunEvent::Output(piece)));
     }
 
     fn end(&self, container: &str, id: &str) {
@@ -202,7 +224,7 @@ impl LiveOutput {
             running: entry
                 .runs
                 .iter()
-                .map(|r| (r.run.clone(), r.tail.clone()))
+                .map(|r| (r.run.clone(), r.tail.iter().cloned().collect()))
                 .collect(),
             events: entry.events.subscribe(),
         }
@@ -240,15 +262,27 @@ mod tests {
         let (onward, mut received) = tokio::sync::mpsc::unbounded_channel();
         let (sink, tap) = live.tap("c1", &["echo hi".to_owned()], None, Some(onward));
         sink.send(delta("hi\n")).unwrap();
-        // A watcher arriving now gets the output so far.
+        sink.send(OutputDelta {
+            command: 0,
+            stream: StreamKind::Stderr,
+            text: "oops\n".to_owned(),
+        })
+        .unwrap();
+        // A watcher arriving now gets the output so far, streams apart.
         let late = {
-            // The forwarder runs on the runtime: wait until it passed it on.
+            // The forwarder runs on the runtime: wait until it passed both on.
             let first = received.recv().await.unwrap();
             assert_eq!(first.text, "hi\n");
+            assert_eq!(received.recv().await.unwrap().text, "oops\n");
             live.watch("c1")
         };
         assert_eq!(late.running.len(), 1);
-        assert_eq!(late.running[0].1, "hi\n");
+        let pieces: Vec<_> = late.running[0]
+            .1
+            .iter()
+            .map(|p| (p.stream, p.text.as_str()))
+            .collect();
+        assert_eq!(pieces, [("stdout", "hi\n"), ("stderr", "oops\n")]);
         drop(sink);
         tap.finish().await;
         let mut seen = Vec::new();
@@ -257,7 +291,8 @@ mod tests {
         }
         assert!(matches!(*seen[0], LiveRunEvent::Started(_)));
         assert!(matches!(&*seen[1], LiveRunEvent::Output(o) if o.text == "hi\n"));
-        assert!(matches!(*seen[2], LiveRunEvent::Ended { .. }));
+        assert!(matches!(&*seen[2], LiveRunEvent::Output(o) if o.stream == "stderr"));
+        assert!(matches!(*seen[3], LiveRunEvent::Ended { .. }));
         assert!(live.watch("c1").running.is_empty());
     }
 
@@ -304,7 +339,7 @@ mod tests {
             tap
         };
         let watch = live.watch("c1");
-        let tail = &watch.running[0].1;
+        let tail: String = watch.running[0].1.iter().map(|p| p.text.as_str()).collect();
         assert!(tail.len() <= TAIL_BYTES && tail.len() > TAIL_BYTES - 4);
         assert!(tail.chars().all(|c| c == 'é'));
         drop(forwarder);

@@ -75,7 +75,9 @@ export function render(main) {
     h('div', { class: 'field' }, h('label', { for: 'filter-image' }, 'Image'), image),
     all);
 
-  const create = createForm(abort.signal, () => {
+  const images = api.get(api.v1('/images'), null, { signal: abort.signal });
+  images.catch(() => {});
+  const create = createForm(abort.signal, images, () => {
     cursors = [];
     load();
   });
@@ -146,8 +148,8 @@ export function render(main) {
     load();
   }
 
-  // Images for the filter and the create form.
-  api.get(api.v1('/images'), null, { signal: abort.signal }).then((images) => {
+  // Images for the filter and the create form (one request for both).
+  images.then((images) => {
     for (const img of images?.data ?? []) {
       image.append(h('option', { value: img.name, selected: img.name === filters.image }, img.name));
     }
@@ -180,7 +182,7 @@ export function render(main) {
   };
 }
 
-function createForm(signal, created) {
+function createForm(signal, imageList, created) {
   const slot = h('div', { class: 'slot' });
   const name = h('input', { id: 'create-name', name: 'name', required: true, 'data-testid': 'create-name', autocomplete: 'off', placeholder: 'my-sandbox' });
   const image = h('select', { id: 'create-image', 'data-testid': 'create-image' }, h('option', { value: '' }, 'server default'));
@@ -192,7 +194,7 @@ function createForm(signal, created) {
   const skills = h('fieldset', { class: 'skills', hidden: true }, h('legend', null, 'Skills'));
   const submit = h('button', { type: 'submit', class: 'btn btn-primary', 'data-testid': 'create-submit' }, 'Create container');
 
-  api.get(api.v1('/images'), null, { signal }).then((images) => {
+  imageList.then((images) => {
     for (const img of images?.data ?? []) {
       image.append(h('option', { value: img.name }, img.default ? `${img.name} (default)` : img.name));
     }

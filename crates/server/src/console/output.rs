@@ -1,7 +1,7 @@
 //! `GET /console/api/containers/{id}/output`: the output of the container's
 //! running exec commands as it comes, as SSE: a `run` event for each run
-//! (those already running first, each followed by its output so far as one
-//! `output` event), `output` events as pieces arrive, `end` when a run
+//! (those already running first, each followed by its output so far as
+//! `output` events, stdout and stderr apart), `output` events as pieces arrive, `end` when a run
 //! ended, `resync` when this stream fell too far behind (the app reopens
 //! it). The stream ends when its session does, as the change stream does.
 
@@ -13,7 +13,7 @@ use axum::http::HeaderMap;
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use shellgate_wire::console::{LiveRunEvent, LiveRunOutput};
+use shellgate_wire::console::LiveRunEvent;
 use tokio::sync::broadcast;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt as _;
@@ -55,14 +55,8 @@ pub(super) async fn output(
         let mut first = Vec::new();
         for (run, tail) in std::mem::take(&mut watch.running) {
             first.extend(event("run", &run));
-            if !tail.is_empty() {
-                let output = LiveRunOutput {
-                    run_id: run.id.clone(),
-                    command: 0,
-                    stream: "stdout",
-                    text: tail,
-                };
-                first.extend(event("output", &output));
+            for piece in &tail {
+                first.extend(event("output", piece));
             }
         }
         for event in first {
