@@ -78,6 +78,7 @@ async fn tell_forever(
     loop {
         wake.notified().await;
         tokio::time::sleep(GATHER).await;
+        let pruned = last;
         loop {
             let after = last;
             let batch = match db.run(move |s| s.changes_after(after, BATCH)).await {
@@ -97,8 +98,12 @@ async fn tell_forever(
             }
             last = newest;
         }
-        if let Err(error) = db.run(move |s| s.forget_changes(last)).await {
-            tracing::warn!("console live updates: {}", error.message);
+        // Only what was read is pruned (a wake that found nothing new,
+        // as a stale permit can be, writes nothing).
+        if last > pruned {
+            if let Err(error) = db.run(move |s| s.forget_changes(last)).await {
+                tracing::warn!("console live updates: {}", error.message);
+            }
         }
     }
 }

@@ -109,14 +109,23 @@ pub fn shown_container(
     Ok(container)
 }
 
+/// The engine's images, read on a blocking thread (the listing walks the
+/// image store).
+pub(crate) async fn image_list(
+    state: &AppState,
+) -> ApiResult<Vec<shellgate_sandbox_api::image::ImageInfo>> {
+    let engine = Arc::clone(&state.engine);
+    tokio::task::spawn_blocking(move || engine.images())
+        .await
+        .map_err(|e| ApiError::internal(format!("image listing failed: {e}")))
+}
+
 /// The image a new container is made from: the one asked for (a 400
 /// naming the available ones if it is not there), else the server's
 /// default, else (the default not built yet) `host`.
 pub(crate) async fn choose_image(state: &Arc<AppState>, asked: Option<&str>) -> ApiResult<String> {
-    let engine = Arc::clone(&state.engine);
-    let available: Vec<String> = tokio::task::spawn_blocking(move || engine.images())
-        .await
-        .map_err(|e| ApiError::internal(format!("image listing failed: {e}")))?
+    let available: Vec<String> = image_list(state)
+        .await?
         .into_iter()
         .map(|image| image.name)
         .collect();
@@ -655,10 +664,7 @@ pub async fn images(
     State(state): State<Arc<AppState>>,
     _project: Project,
 ) -> ApiResult<Json<shellgate_wire::ImageList>> {
-    let engine = Arc::clone(&state.engine);
-    let images = tokio::task::spawn_blocking(move || engine.images())
-        .await
-        .map_err(|e| ApiError::internal(format!("image listing failed: {e}")))?;
+    let images = image_list(&state).await?;
     let default = &state.config.default_image;
     let data: Vec<shellgate_wire::Image> = images
         .into_iter()

@@ -28,13 +28,17 @@ pub(crate) struct ActingProject(pub String);
 impl ActingProject {
     /// The project of a forwarded request, rate limited like a key's.
     pub(crate) fn of(parts: &Parts, state: &AppState) -> Result<Option<Project>, ApiError> {
-        match parts.extensions.get::<Self>() {
-            Some(Self(project)) => {
-                state.limiter.check(project)?;
-                Ok(Some(Project(project.clone())))
-            }
-            None => Ok(None),
-        }
+        parts
+            .extensions
+            .get::<Self>()
+            .map(|acting| acting.project(state))
+            .transpose()
+    }
+
+    /// This project, rate limited like a key's.
+    pub(crate) fn project(&self, state: &AppState) -> Result<Project, ApiError> {
+        state.limiter.check(&self.0)?;
+        Ok(Project(self.0.clone()))
     }
 }
 

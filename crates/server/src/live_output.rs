@@ -59,18 +59,31 @@ impl Run {
     }
 }
 
-/// A container's running execs and its watchers' channel.
+/// A container's running execs and its watchers' channel, made when the
+/// first watcher comes (an exec nobody watches allocates no channel).
+#[derive(Default)]
 struct ContainerRuns {
     runs: Vec<Run>,
-    events: broadcast::Sender<Arc<LiveRunEvent>>,
+    events: Option<broadcast::Sender<Arc<LiveRunEvent>>>,
 }
 
 impl ContainerRuns {
-    fn new() -> Self {
-        Self {
-            runs: Vec::new(),
-            events: broadcast::channel(EVENTS).0,
+    /// Tells the watchers, if there are any (`event` is made only then).
+    fn tell(&self, event: impl FnOnce() -> LiveRunEvent) {
+        if let Some(events) = self.events.as_ref().filter(|e| e.receiver_count() > 0) {
+            let _ = events.send(Arc::new(event()));
         }
+    }
+
+    fn subscribe(&mut self) -> broadcast::Receiver<Arc<LiveRunEvent>> {
+        self.events
+            .get_or_insert_with(|| broadcast::channel(EVENTS).0)
+            .subscribe()
+    }
+
+    /// Nothing runs and nobody watches: the entry can go.
+    fn idle(&self) -> bool {
+        self.runs.is_empty() && self.events.as_ref().is_none_or(|e| e.receiver_count() == 0)
     }
 }
 
@@ -148,12 +161,8 @@ impl LiveOutput {
         let id = run.id.clone();
         {
             let mut containers = self.containers();
-            let entry = containers
-                .entry(container.to_owned())
-                .or_insert_with(ContainerRuns::new);
-            let _ = entry
-                .events
-                .send(Arc::new(LiveRunEvent::Started(run.clone())));
+            let entry = containers.entry(container.to_owned()).or_default();
+            entry.tell(|| LiveRunEvent::Started(run.clone()));
             entry.runs.push(Run {
                 run,
                 tail: Default::default(),
@@ -193,10 +202,10 @@ impl LiveOutput {
             },
             text: delta.text.clone(),
         };
+        entry.tell(|| LiveRunEvent::Output(piece.clone()));
         if let Some(run) = entry.runs.iter_mut().find(|r| r.run.id == id) {
-            run.keep(piece.clone());
+            run.keep(piece);
         }
-        let _ = entry.events.send(Arc::new(LiveRunEvent::Output(piece)));
     }
 
     fn end(&self, container: &str, id: &str) {
@@ -205,10 +214,10 @@ impl LiveOutput {
             return;
         };
         entry.runs.retain(|r| r.run.id != id);
-        let _ = entry.events.send(Arc::new(LiveRunEvent::Ended {
+        entry.tell(|| LiveRunEvent::Ended {
             run_id: id.to_owned(),
-        }));
-        if entry.runs.is_empty() && entry.events.receiver_count() == 0 {
+        });
+        if entry.idle() {
             containers.remove(container);
         }
     }
@@ -217,16 +226,14 @@ impl LiveOutput {
     /// subscription taken together: nothing is missed or told twice).
     pub(crate) fn watch(&self, container: &str) -> Watch {
         let mut containers = self.containers();
-        let entry = containers
-            .entry(container.to_owned())
-            .or_insert_with(ContainerRuns::new);
+        let entry = containers.entry(container.to_owned()).or_default();
         Watch {
             running: entry
                 .runs
                 .iter()
                 .map(|r| (r.run.clone(), r.tail.iter().cloned().collect()))
                 .collect(),
-            events: entry.events.subscribe(),
+            events: entry.subscribe(),
         }
     }
 
@@ -234,10 +241,7 @@ impl LiveOutput {
     /// that left).
     pub(crate) fn unwatch(&self, container: &str) {
         let mut containers = self.containers();
-        if containers
-            .get(container)
-            .is_some_and(|e| e.runs.is_empty() && e.events.receiver_count() == 0)
-        {
+        if containers.get(container).is_some_and(ContainerRuns::idle) {
             containers.remove(container);
         }
     }

@@ -473,10 +473,7 @@ pub async fn socket(
     // The web console's session (checked where it forwarded the request),
     // else every route's header, or the query's token; never both silently.
     let project = match acting {
-        Some(axum::Extension(ActingProject(project))) => {
-            state.limiter.check(&project)?;
-            Project(project)
-        }
+        Some(axum::Extension(acting)) => acting.project(&state)?,
         None => {
             let key = match (bearer_key(&headers), query.access_token.as_deref()) {
                 (Some(key), _) => key.to_owned(),

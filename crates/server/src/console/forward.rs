@@ -13,7 +13,7 @@ use axum::http::{header, Uri};
 use axum::response::{IntoResponse, Response};
 use tower::ServiceExt as _;
 
-use super::session::{Signed, PROJECT_HEADER};
+use super::session::{named_project, Signed, PROJECT_HEADER};
 use super::Console;
 use crate::error::ApiError;
 use crate::http::ActingProject;
@@ -56,10 +56,7 @@ fn forwarded(signed: &Signed, request: Request) -> Result<Request, ApiError> {
             query.append_pair(&name, &value);
         }
     }
-    let project = match parts.headers.get(PROJECT_HEADER) {
-        Some(_) => signed.project_of(&parts.headers)?,
-        None => signed.project(asked.as_deref())?,
-    };
+    let project = signed.project(named_project(&parts.headers).or(asked.as_deref()))?;
     let query = query.finish();
     let target = if query.is_empty() {
         path.to_owned()

@@ -26,10 +26,7 @@ pub(super) async fn health(
     signed.require_admin()?;
     let app = &console.app;
     let by_status = app.db(|s| s.containers_by_status()).await?;
-    let engine = Arc::clone(&app.engine);
-    let images = tokio::task::spawn_blocking(move || engine.images())
-        .await
-        .map_err(|e| ApiError::internal(format!("image listing failed: {e}")))?;
+    let images = crate::containers::image_list(app).await?;
     let name = app.config.default_image.clone();
     let build = app
         .default_image_build

@@ -20,7 +20,9 @@ use tokio_stream::StreamExt as _;
 
 use super::session::{self, Signed};
 use super::Console;
-use crate::error::{ApiError, ApiResult};
+use crate::containers::owned;
+use crate::error::ApiResult;
+use crate::http::Project;
 
 /// The `end` event's data.
 #[derive(Serialize)]
@@ -39,13 +41,8 @@ pub(super) async fn output(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
-    let project = signed.project_of(&headers)?;
-    let key = id.clone();
-    console
-        .app
-        .db(move |s| s.container(&project, &key))
-        .await?
-        .ok_or_else(|| ApiError::not_found("container", &id))?;
+    let project = Project(signed.project_of(&headers)?);
+    owned(&console.app, &project, &id).await?;
     let slot = console.streams.open(&signed.session.grant.project)?;
     let mut watch = console.app.live_output.watch(&id);
     let (sender, receiver) = tokio::sync::mpsc::channel::<Event>(64);

@@ -19,7 +19,7 @@ use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use shellgate_store::{ConsoleSessionRow, KeyRole};
+use shellgate_store::{ConsoleSessionRow, KeyGrant, KeyRole};
 use shellgate_wire::console::{ConsoleSession, SignIn};
 
 use super::Console;
@@ -62,7 +62,7 @@ impl Signed {
 
     /// The project named by the request's `X-Shellgate-Project` header.
     pub(super) fn project_of(&self, headers: &HeaderMap) -> ApiResult<String> {
-        self.project(headers.get(PROJECT_HEADER).and_then(|v| v.to_str().ok()))
+        self.project(named_project(headers))
     }
 
     /// For a listing: one project, or (an admin asking for `*`) every one.
@@ -84,6 +84,11 @@ impl Signed {
             Err(forbidden("This page is for admin keys only."))
         }
     }
+}
+
+/// The project a request names in `X-Shellgate-Project`, if any.
+pub(super) fn named_project(headers: &HeaderMap) -> Option<&str> {
+    headers.get(PROJECT_HEADER).and_then(|v| v.to_str().ok())
 }
 
 fn forbidden(message: &str) -> ApiError {
@@ -179,13 +184,13 @@ fn over_tls(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https"))
 }
 
-fn session_object(session: &ConsoleSessionRow) -> ConsoleSession {
+fn session_object(grant: &KeyGrant, csrf_token: &str, expires_at: i64) -> ConsoleSession {
     ConsoleSession {
         object: "console.session",
-        project: session.grant.project.clone(),
-        role: session.grant.role.as_str(),
-        csrf_token: session.csrf_token.clone(),
-        expires_at: session.expires_at,
+        project: grant.project.clone(),
+        role: grant.role.as_str(),
+        csrf_token: csrf_token.to_owned(),
+        expires_at,
     }
 }
 
@@ -242,14 +247,7 @@ pub(super) async fn sign_in(
     let cookie = format!(
         "{COOKIE}={token}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={SESSION_SECONDS}{secure}"
     );
-    let body = ConsoleSession {
-        object: "console.session",
-        project: grant.project,
-        role: grant.role.as_str(),
-        csrf_token: csrf,
-        expires_at: expires,
-    };
-    let mut response = Json(body).into_response();
+    let mut response = Json(session_object(&grant, &csrf, expires)).into_response();
     if let Ok(value) = HeaderValue::from_str(&cookie) {
         response.headers_mut().insert(header::SET_COOKIE, value);
     }
@@ -258,7 +256,12 @@ pub(super) async fn sign_in(
 
 /// `GET /console/session`: the session the cookie opens.
 pub(super) async fn current(signed: Signed) -> Json<ConsoleSession> {
-    Json(session_object(&signed.session))
+    let session = &signed.session;
+    Json(session_object(
+        &session.grant,
+        &session.csrf_token,
+        session.expires_at,
+    ))
 }
 
 /// `DELETE /console/session`: signs out (the cookie opens nothing after,

@@ -15,11 +15,11 @@ use shellgate_wire::console::{
     ModelTokens, ProjectEntry,
 };
 
-use super::session::Signed;
+use super::session::{named_project, Signed};
 use super::Console;
-use crate::containers::container_object;
+use crate::containers::{container_object, owned};
 use crate::error::{ApiError, ApiResult};
-use crate::http::ApiQuery;
+use crate::http::{ApiQuery, Project};
 
 /// The most rows a page holds.
 const MAX_PAGE: u32 = 200;
@@ -74,9 +74,9 @@ pub(super) async fn containers(
     headers: HeaderMap,
     ApiQuery(query): ApiQuery<ContainerQuery>,
 ) -> ApiResult<Json<ConsoleList<ConsoleContainer>>> {
-    let asked = query.project.clone().or_else(|| header_project(&headers));
+    let asked = query.project.as_deref().or(named_project(&headers));
     let search = ContainerSearch {
-        project: signed.scope(asked.as_deref())?,
+        project: signed.scope(asked)?,
         status: match query.status.as_deref().filter(|s| !s.is_empty()) {
             None => None,
             Some(status) => Some(ContainerStatus::parse(status).ok_or_else(|| {
@@ -108,13 +108,6 @@ pub(super) async fn containers(
     )))
 }
 
-fn header_project(headers: &HeaderMap) -> Option<String> {
-    headers
-        .get(super::session::PROJECT_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
-}
-
 /// `GET /console/api/containers/{id}`: one container, of a project the
 /// session may see (another's is a 404, as the API answers).
 pub(super) async fn container(
@@ -123,13 +116,8 @@ pub(super) async fn container(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> ApiResult<Json<ConsoleContainer>> {
-    let project = signed.project_of(&headers)?;
-    let key = id.clone();
-    let row = console
-        .app
-        .db(move |s| s.container(&project, &key))
-        .await?
-        .ok_or_else(|| ApiError::not_found("container", &id))?;
+    let project = Project(signed.project_of(&headers)?);
+    let row = owned(&console.app, &project, &id).await?;
     Ok(Json(console_container(&console, &row)?))
 }
 
