@@ -1,11 +1,10 @@
 //! The command audit (the `commands` table).
 
-use rusqlite::{params, Row};
-
 use crate::connection::Store;
 use crate::error::{Result, StoreError};
 use crate::paging::{page_of, Page};
-use crate::values::{column, number, CommandOutcome};
+use crate::sql::Row;
+use crate::values::CommandOutcome;
 
 /// One command run in a container (the command audit).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,17 +24,17 @@ pub struct CommandRow {
 
 const COMMAND_COLUMNS: &str = "id, project, container_id, response_id, command, outcome, exit_code, duration_ms, bytes_out, created_at";
 
-fn command_row(row: &Row) -> rusqlite::Result<CommandRow> {
+fn command_row(row: &Row) -> Result<CommandRow> {
     Ok(CommandRow {
         id: row.get(0)?,
         project: row.get(1)?,
         container_id: row.get(2)?,
         response_id: row.get(3)?,
         command: row.get(4)?,
-        outcome: column(row, 5, "commands", "outcome")?,
+        outcome: row.text(5, "commands", "outcome")?,
         exit_code: row.get(6)?,
-        duration_ms: number(row, 7, "commands", "duration_ms")?,
-        bytes_out: number(row, 8, "commands", "bytes_out")?,
+        duration_ms: row.number(7, "commands", "duration_ms")?,
+        bytes_out: row.number(8, "commands", "bytes_out")?,
         created_at: row.get(9)?,
     })
 }
@@ -43,29 +42,29 @@ fn command_row(row: &Row) -> rusqlite::Result<CommandRow> {
 impl Store {
     /// Records commands, in one transaction.
     pub fn record_commands(&self, rows: &[CommandRow]) -> Result<()> {
-        let mut conn = self.conn();
-        let tx = conn.transaction()?;
-        {
-            let mut insert = tx.prepare_cached(&format!(
-                "INSERT INTO commands ({COMMAND_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
-            ))?;
+        let insert = format!(
+            "INSERT INTO commands ({COMMAND_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
+        );
+        self.transaction(|sql| {
             for row in rows {
-                insert.execute(params![
-                    row.id,
-                    row.project,
-                    row.container_id,
-                    row.response_id,
-                    row.command,
-                    row.outcome,
-                    row.exit_code,
-                    row.duration_ms as i64,
-                    row.bytes_out as i64,
-                    row.created_at
-                ])?;
+                sql.execute(
+                    &insert,
+                    &[
+                        &row.id,
+                        &row.project,
+                        &row.container_id,
+                        &row.response_id,
+                        &row.command,
+                        &row.outcome,
+                        &row.exit_code,
+                        &row.duration_ms,
+                        &row.bytes_out,
+                        &row.created_at,
+                    ],
+                )?;
             }
-        }
-        tx.commit()?;
-        Ok(())
+            Ok(())
+        })
     }
 
     /// A page of a container's commands.
@@ -74,17 +73,19 @@ impl Store {
         container_id: &str,
         page: &Page,
     ) -> Result<(Vec<CommandRow>, bool)> {
-        page_of(
-            &self.reader(),
-            "commands",
-            COMMAND_COLUMNS,
-            "container_id",
-            container_id,
-            "project",
-            None,
-            page,
-            command_row,
-        )
+        self.read(|sql| {
+            page_of(
+                sql,
+                "commands",
+                COMMAND_COLUMNS,
+                "container_id",
+                container_id,
+                "project",
+                None,
+                page,
+                command_row,
+            )
+        })
     }
 
     /// Every command (of `project`, if given), oldest first, to `each`.
@@ -93,13 +94,14 @@ impl Store {
         project: Option<&str>,
         mut each: impl FnMut(CommandRow) -> std::result::Result<(), String>,
     ) -> Result<()> {
-        let conn = self.reader();
-        let mut statement = conn.prepare(&format!(
-            "SELECT {COMMAND_COLUMNS} FROM commands WHERE (?1 IS NULL OR project = ?1) ORDER BY seq"
-        ))?;
-        for row in statement.query_map(params![project], command_row)? {
-            each(row?).map_err(StoreError::Consumer)?;
-        }
-        Ok(())
+        let query = format!(
+            "SELECT {COMMAND_COLUMNS} FROM commands
+             WHERE (CAST(?1 AS TEXT) IS NULL OR project = ?1) ORDER BY seq"
+        );
+        self.read(|sql| {
+            sql.each_row(&query, &[&project], &mut |row| {
+                each(command_row(&row)?).map_err(StoreError::Consumer)
+            })
+        })
     }
 }

@@ -3,8 +3,6 @@
 //! key does, so revoking a key ends its sessions at once; the cookie's token
 //! is stored as its SHA-256 only.
 
-use rusqlite::{params, OptionalExtension};
-
 use crate::connection::Store;
 use crate::error::Result;
 use crate::keys::{hash_key, KeyGrant, KeyRole};
@@ -38,43 +36,45 @@ impl Store {
         now: i64,
         expires_at: i64,
     ) -> Result<()> {
-        let mut conn = self.conn();
-        let tx = conn.transaction()?;
-        tx.execute(
-            "DELETE FROM console_sessions WHERE expires_at <= ?1",
-            params![now],
-        )?;
-        tx.execute(
-            "INSERT INTO console_sessions (token_hash, key_hash, csrf_token, created_at, expires_at)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![hash_key(token), key_hash, csrf_token, now, expires_at],
-        )?;
-        tx.execute(
-            "DELETE FROM console_sessions WHERE key_hash = ?1 AND token_hash NOT IN (
-                 SELECT token_hash FROM console_sessions WHERE key_hash = ?1
-                 ORDER BY created_at DESC, rowid DESC LIMIT ?2)",
-            params![key_hash, SESSIONS_PER_KEY],
-        )?;
-        tx.commit()?;
-        Ok(())
+        let token_hash = hash_key(token);
+        self.transaction(|sql| {
+            // Two replicas signing the same key in at once count its
+            // sessions one after the other.
+            sql.lock(&format!("console-sessions:{key_hash}"))?;
+            sql.execute(
+                "DELETE FROM console_sessions WHERE expires_at <= ?1",
+                &[&now],
+            )?;
+            sql.execute(
+                "INSERT INTO console_sessions (token_hash, key_hash, csrf_token, created_at, expires_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                &[&token_hash, &key_hash, &csrf_token, &now, &expires_at],
+            )?;
+            sql.execute(
+                "DELETE FROM console_sessions WHERE key_hash = ?1 AND token_hash NOT IN (
+                     SELECT token_hash FROM console_sessions WHERE key_hash = ?1
+                     ORDER BY created_at DESC, rowid DESC LIMIT ?2)",
+                &[&key_hash, &SESSIONS_PER_KEY],
+            )?;
+            Ok(())
+        })
     }
 
     /// The session of cookie `token`, if it is unexpired and its key is
     /// live.
     pub fn console_session(&self, token: &str, now: i64) -> Result<Option<ConsoleSessionRow>> {
-        Ok(self
-            .reader()
-            .query_row(
+        let token_hash = hash_key(token);
+        self.read(|sql| {
+            sql.query_opt(
                 "SELECT k.project, k.role, s.csrf_token, s.created_at, s.expires_at, s.key_hash
                  FROM console_sessions s JOIN api_keys k ON k.hash = s.key_hash
                  WHERE s.token_hash = ?1 AND s.expires_at > ?2 AND k.revoked_at IS NULL",
-                params![hash_key(token), now],
+                &[&token_hash, &now],
                 |row| {
                     Ok(ConsoleSessionRow {
                         grant: KeyGrant {
                             project: row.get(0)?,
-                            role: KeyRole::parse(&row.get::<_, String>(1)?)
-                                .unwrap_or(KeyRole::Member),
+                            role: KeyRole::parse(&row.get::<String>(1)?).unwrap_or(KeyRole::Member),
                         },
                         csrf_token: row.get(2)?,
                         created_at: row.get(3)?,
@@ -83,15 +83,18 @@ impl Store {
                     })
                 },
             )
-            .optional()?)
+        })
     }
 
     /// Ends the session of cookie `token` (signing out); true if there was one.
     pub fn close_console_session(&self, token: &str) -> Result<bool> {
-        Ok(self.conn().execute(
-            "DELETE FROM console_sessions WHERE token_hash = ?1",
-            params![hash_key(token)],
-        )? > 0)
+        let token_hash = hash_key(token);
+        Ok(self.write(|sql| {
+            sql.execute(
+                "DELETE FROM console_sessions WHERE token_hash = ?1",
+                &[&token_hash],
+            )
+        })? > 0)
     }
 }
 
@@ -101,51 +104,54 @@ mod tests {
 
     #[test]
     fn a_session_lives_while_its_key_does_and_until_it_expires_or_signs_out() {
-        let store = Store::in_memory().unwrap();
-        store.add_key("sk-one", "alpha", 1).unwrap();
-        let key = hash_key("sk-one");
-        store
-            .open_console_session("cookie-1", &key, "csrf-1", 10, 100)
-            .unwrap();
-        let session = store.console_session("cookie-1", 50).unwrap().unwrap();
-        assert_eq!(session.grant.project, "alpha");
-        assert_eq!(session.csrf_token, "csrf-1");
-        // Expired, unknown, and signed out.
-        assert_eq!(store.console_session("cookie-1", 100).unwrap(), None);
-        assert_eq!(store.console_session("cookie-2", 50).unwrap(), None);
-        assert!(store.close_console_session("cookie-1").unwrap());
-        assert_eq!(store.console_session("cookie-1", 50).unwrap(), None);
-        assert!(!store.close_console_session("cookie-1").unwrap());
+        for store in crate::testing::stores() {
+            store.add_key("sk-one", "alpha", 1).unwrap();
+            let key = hash_key("sk-one");
+            store
+                .open_console_session("cookie-1", &key, "csrf-1", 10, 100)
+                .unwrap();
+            let session = store.console_session("cookie-1", 50).unwrap().unwrap();
+            assert_eq!(session.grant.project, "alpha");
+            assert_eq!(session.csrf_token, "csrf-1");
+            // Expired, unknown, and signed out.
+            assert_eq!(store.console_session("cookie-1", 100).unwrap(), None);
+            assert_eq!(store.console_session("cookie-2", 50).unwrap(), None);
+            assert!(store.close_console_session("cookie-1").unwrap());
+            assert_eq!(store.console_session("cookie-1", 50).unwrap(), None);
+            assert!(!store.close_console_session("cookie-1").unwrap());
 
-        // Revoking the key ends its sessions.
-        store
-            .open_console_session("cookie-3", &key, "csrf-3", 20, 1000)
-            .unwrap();
-        assert!(store.console_session("cookie-3", 30).unwrap().is_some());
-        let id = store.list_keys(None).unwrap()[0].id.clone();
-        store.revoke_key(&id, 40).unwrap();
-        assert_eq!(store.console_session("cookie-3", 50).unwrap(), None);
+            // Revoking the key ends its sessions.
+            store
+                .open_console_session("cookie-3", &key, "csrf-3", 20, 1000)
+                .unwrap();
+            assert!(store.console_session("cookie-3", 30).unwrap().is_some());
+            let id = store.list_keys(None).unwrap()[0].id.clone();
+            store.revoke_key(&id, 40).unwrap();
+            assert_eq!(store.console_session("cookie-3", 50).unwrap(), None);
+        }
     }
 
     #[test]
     fn a_key_keeps_a_bounded_number_of_sessions() {
-        let store = Store::in_memory().unwrap();
-        store.add_key("sk-one", "alpha", 1).unwrap();
-        let key = hash_key("sk-one");
-        for n in 0..(SESSIONS_PER_KEY + 5) {
-            store
-                .open_console_session(&format!("cookie-{n}"), &key, "csrf", n, 10_000)
+        for store in crate::testing::stores() {
+            store.add_key("sk-one", "alpha", 1).unwrap();
+            let key = hash_key("sk-one");
+            for n in 0..(SESSIONS_PER_KEY + 5) {
+                store
+                    .open_console_session(&format!("cookie-{n}"), &key, "csrf", n, 10_000)
+                    .unwrap();
+            }
+            assert!(store.console_session("cookie-0", 100).unwrap().is_none());
+            let newest = format!("cookie-{}", SESSIONS_PER_KEY + 4);
+            assert!(store.console_session(&newest, 100).unwrap().is_some());
+            let count: i64 = store
+                .read(|sql| {
+                    sql.query_one("SELECT COUNT(*) FROM console_sessions", &[], |row| {
+                        row.get(0)
+                    })
+                })
                 .unwrap();
+            assert_eq!(count, SESSIONS_PER_KEY);
         }
-        assert!(store.console_session("cookie-0", 100).unwrap().is_none());
-        let newest = format!("cookie-{}", SESSIONS_PER_KEY + 4);
-        assert!(store.console_session(&newest, 100).unwrap().is_some());
-        let count: i64 = store
-            .reader()
-            .query_row("SELECT COUNT(*) FROM console_sessions", [], |row| {
-                row.get(0)
-            })
-            .unwrap();
-        assert_eq!(count, SESSIONS_PER_KEY);
     }
 }

@@ -3,12 +3,11 @@
 
 use std::collections::HashMap;
 
-use rusqlite::{params, OptionalExtension, Row};
-
 use crate::connection::Store;
 use crate::error::Result;
 use crate::paging::{page_of, Page};
-use crate::values::{column, FileSource};
+use crate::sql::Row;
+use crate::values::FileSource;
 
 /// A container file's row.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,13 +35,13 @@ const SYNC_BATCH: usize = 2_000;
 
 const CONTAINER_FILE_COLUMNS: &str = "id, container_id, path, bytes, source, created_at";
 
-fn container_file_row(row: &Row) -> rusqlite::Result<ContainerFileRow> {
+fn container_file_row(row: &Row) -> Result<ContainerFileRow> {
     Ok(ContainerFileRow {
         id: row.get(0)?,
         container_id: row.get(1)?,
         path: row.get(2)?,
-        bytes: row.get(3)?,
-        source: column(row, 4, "container_files", "source")?,
+        bytes: row.number(3, "container_files", "bytes")?,
+        source: row.text(4, "container_files", "source")?,
         created_at: row.get(5)?,
     })
 }
@@ -50,42 +49,40 @@ fn container_file_row(row: &Row) -> rusqlite::Result<ContainerFileRow> {
 impl Store {
     /// Inserts or updates the file at (`container_id`, `path`); returns its row.
     pub fn upsert_container_file(&self, row: &ContainerFileRow) -> Result<ContainerFileRow> {
-        let conn = self.conn();
-        conn.execute(
-            &format!(
-                "INSERT INTO container_files ({CONTAINER_FILE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-                 ON CONFLICT (container_id, path) DO UPDATE SET bytes = excluded.bytes"
-            ),
-            params![row.id, row.container_id, row.path, row.bytes, row.source, row.created_at],
-        )?;
-        Ok(conn.query_row(
-            &format!("SELECT {CONTAINER_FILE_COLUMNS} FROM container_files WHERE container_id = ?1 AND path = ?2"),
-            params![row.container_id, row.path],
-            container_file_row,
-        )?)
+        self.write(|sql| {
+            sql.query_one(
+                &format!(
+                    "INSERT INTO container_files ({CONTAINER_FILE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                     ON CONFLICT (container_id, path) DO UPDATE SET bytes = excluded.bytes
+                     RETURNING {CONTAINER_FILE_COLUMNS}"
+                ),
+                &[&row.id, &row.container_id, &row.path, &row.bytes, &row.source, &row.created_at],
+                container_file_row,
+            )
+        })
     }
 
     pub fn container_file(&self, container_id: &str, id: &str) -> Result<Option<ContainerFileRow>> {
-        Ok(self
-            .reader()
-            .query_row(
+        self.read(|sql| {
+            sql.query_opt(
                 &format!("SELECT {CONTAINER_FILE_COLUMNS} FROM container_files WHERE id = ?1 AND container_id = ?2"),
-                params![id, container_id],
+                &[&id, &container_id],
                 container_file_row,
             )
-            .optional()?)
+        })
     }
 
     /// Every file row of a container, oldest first.
     pub fn container_files(&self, container_id: &str) -> Result<Vec<ContainerFileRow>> {
-        let conn = self.reader();
-        let mut statement = conn.prepare(&format!(
-            "SELECT {CONTAINER_FILE_COLUMNS} FROM container_files WHERE container_id = ?1 ORDER BY seq"
-        ))?;
-        let rows = statement
-            .query_map(params![container_id], container_file_row)?
-            .collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
+        self.read(|sql| {
+            sql.query(
+                &format!(
+                    "SELECT {CONTAINER_FILE_COLUMNS} FROM container_files WHERE container_id = ?1 ORDER BY seq"
+                ),
+                &[&container_id],
+                container_file_row,
+            )
+        })
     }
 
     /// A page of a container's files in creation order (`seq`).
@@ -94,17 +91,19 @@ impl Store {
         container_id: &str,
         page: &Page,
     ) -> Result<(Vec<ContainerFileRow>, bool)> {
-        page_of(
-            &self.reader(),
-            "container_files",
-            CONTAINER_FILE_COLUMNS,
-            "container_id",
-            container_id,
-            "path",
-            None,
-            page,
-            container_file_row,
-        )
+        self.read(|sql| {
+            page_of(
+                sql,
+                "container_files",
+                CONTAINER_FILE_COLUMNS,
+                "container_id",
+                container_id,
+                "path",
+                None,
+                page,
+                container_file_row,
+            )
+        })
     }
 
     /// Brings a container's file rows in line with what is in it: one pass
@@ -118,17 +117,21 @@ impl Store {
         present: &[PresentFile],
         mut new_id: impl FnMut() -> String,
     ) -> Result<usize> {
-        let known: HashMap<String, (String, u64)> = {
-            let conn = self.reader();
-            let mut statement = conn
-                .prepare("SELECT path, id, bytes FROM container_files WHERE container_id = ?1")?;
-            let rows = statement
-                .query_map(params![container_id], |row| {
-                    Ok((row.get::<_, String>(0)?, (row.get(1)?, row.get(2)?)))
-                })?
-                .collect::<rusqlite::Result<_>>()?;
-            rows
-        };
+        let known: HashMap<String, (String, u64)> = self
+            .read(|sql| {
+                sql.query(
+                    "SELECT path, id, bytes FROM container_files WHERE container_id = ?1",
+                    &[&container_id],
+                    |row| {
+                        Ok((
+                            row.get::<String>(0)?,
+                            (row.get(1)?, row.number(2, "container_files", "bytes")?),
+                        ))
+                    },
+                )
+            })?
+            .into_iter()
+            .collect();
         enum Change<'a> {
             Upsert(&'a PresentFile),
             Delete(&'a str),
@@ -147,35 +150,36 @@ impl Store {
                 changes.push(Change::Delete(id));
             }
         }
+        let upsert = format!(
+            "INSERT INTO container_files ({CONTAINER_FILE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, 'assistant', ?5)
+             ON CONFLICT (container_id, path) DO UPDATE SET bytes = excluded.bytes"
+        );
         for batch in changes.chunks(SYNC_BATCH) {
-            let mut conn = self.conn();
-            let tx = conn.transaction()?;
-            {
-                let mut upsert = tx.prepare_cached(&format!(
-                    "INSERT INTO container_files ({CONTAINER_FILE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, 'assistant', ?5)
-                     ON CONFLICT (container_id, path) DO UPDATE SET bytes = excluded.bytes"
-                ))?;
-                let mut delete = tx.prepare_cached(
-                    "DELETE FROM container_files WHERE id = ?1 AND container_id = ?2",
-                )?;
+            self.transaction(|sql| {
                 for change in batch {
                     match change {
                         Change::Upsert(file) => {
-                            upsert.execute(params![
-                                new_id(),
-                                container_id,
-                                file.path,
-                                file.bytes,
-                                file.modified_unix
-                            ])?;
+                            sql.execute(
+                                &upsert,
+                                &[
+                                    &new_id(),
+                                    &container_id,
+                                    &file.path,
+                                    &file.bytes,
+                                    &file.modified_unix,
+                                ],
+                            )?;
                         }
                         Change::Delete(id) => {
-                            delete.execute(params![id, container_id])?;
+                            sql.execute(
+                                "DELETE FROM container_files WHERE id = ?1 AND container_id = ?2",
+                                &[id, &container_id],
+                            )?;
                         }
                     }
                 }
-            }
-            tx.commit()?;
+                Ok(())
+            })?;
         }
         Ok(changes.len())
     }
@@ -186,21 +190,22 @@ impl Store {
         container_id: &str,
         path: &str,
     ) -> Result<Option<ContainerFileRow>> {
-        Ok(self
-            .reader()
-            .query_row(
+        self.read(|sql| {
+            sql.query_opt(
                 &format!("SELECT {CONTAINER_FILE_COLUMNS} FROM container_files WHERE container_id = ?1 AND path = ?2"),
-                params![container_id, path],
+                &[&container_id, &path],
                 container_file_row,
             )
-            .optional()?)
+        })
     }
 
     pub fn delete_container_file(&self, container_id: &str, id: &str) -> Result<bool> {
-        let deleted = self.conn().execute(
-            "DELETE FROM container_files WHERE id = ?1 AND container_id = ?2",
-            params![id, container_id],
-        )?;
+        let deleted = self.write(|sql| {
+            sql.execute(
+                "DELETE FROM container_files WHERE id = ?1 AND container_id = ?2",
+                &[&id, &container_id],
+            )
+        })?;
         Ok(deleted > 0)
     }
 }

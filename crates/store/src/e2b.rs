@@ -5,12 +5,10 @@
 
 use std::collections::BTreeMap;
 
-use rusqlite::types::Value;
-use rusqlite::{params, params_from_iter, OptionalExtension, Row};
-
 use crate::connection::Store;
 use crate::error::{Result, StoreError};
-use crate::values::{column, StoredText};
+use crate::sql::{Row, ToParam};
+use crate::values::StoredText;
 
 /// An E2B sandbox's record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,13 +62,13 @@ fn map_text(map: &BTreeMap<String, String>, column: &'static str) -> Result<Stri
 const COLUMNS: &str = "container_id, project, template_id, metadata, env_vars, access_token, \
      auto_pause, created_at, started_at, end_at, paused, idempotency_key, request_hash, auto_resume";
 
-fn sandbox_row(row: &Row) -> rusqlite::Result<E2bSandboxRow> {
+fn sandbox_row(row: &Row) -> Result<E2bSandboxRow> {
     Ok(E2bSandboxRow {
         container_id: row.get(0)?,
         project: row.get(1)?,
         template_id: row.get(2)?,
-        metadata: column::<StringMap>(row, 3, "e2b_sandboxes", "metadata")?.0,
-        env_vars: column::<StringMap>(row, 4, "e2b_sandboxes", "env_vars")?.0,
+        metadata: row.text::<StringMap>(3, "e2b_sandboxes", "metadata")?.0,
+        env_vars: row.text::<StringMap>(4, "e2b_sandboxes", "env_vars")?.0,
         access_token: row.get(5)?,
         auto_pause: row.get(6)?,
         created_at: row.get(7)?,
@@ -105,78 +103,76 @@ impl Store {
     /// older sandbox of the project that still holds it (the caller looked
     /// for a recent one first: an older one no longer replays).
     pub fn insert_e2b_sandbox(&self, row: &E2bSandboxRow) -> Result<()> {
-        let mut conn = self.conn();
-        let tx = conn.transaction()?;
-        if let Some(key) = &row.idempotency_key {
-            tx.execute(
-                "UPDATE e2b_sandboxes SET idempotency_key = NULL WHERE project = ?1 AND idempotency_key = ?2",
-                params![row.project, key],
+        let metadata = map_text(&row.metadata, "metadata")?;
+        let env_vars = map_text(&row.env_vars, "env_vars")?;
+        self.transaction(|sql| {
+            if let Some(key) = &row.idempotency_key {
+                sql.execute(
+                    "UPDATE e2b_sandboxes SET idempotency_key = NULL WHERE project = ?1 AND idempotency_key = ?2",
+                    &[&row.project, key],
+                )?;
+            }
+            sql.execute(
+                &format!(
+                    "INSERT INTO e2b_sandboxes ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
+                ),
+                &[
+                    &row.container_id,
+                    &row.project,
+                    &row.template_id,
+                    &metadata,
+                    &env_vars,
+                    &row.access_token,
+                    &row.auto_pause,
+                    &row.created_at,
+                    &row.started_at,
+                    &row.end_at,
+                    &row.paused,
+                    &row.idempotency_key,
+                    &row.request_hash,
+                    &row.auto_resume,
+                ],
             )?;
-        }
-        tx.execute(
-            &format!(
-                "INSERT INTO e2b_sandboxes ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
-            ),
-            params![
-                row.container_id,
-                row.project,
-                row.template_id,
-                map_text(&row.metadata, "metadata")?,
-                map_text(&row.env_vars, "env_vars")?,
-                row.access_token,
-                row.auto_pause,
-                row.created_at,
-                row.started_at,
-                row.end_at,
-                row.paused,
-                row.idempotency_key,
-                row.request_hash,
-                row.auto_resume,
-            ],
-        )?;
-        tx.commit()?;
-        Ok(())
+            Ok(())
+        })
     }
 
     /// A sandbox of `project`.
     pub fn e2b_sandbox(&self, project: &str, id: &str) -> Result<Option<E2bSandboxRow>> {
-        Ok(self
-            .reader()
-            .query_row(
+        self.read(|sql| {
+            sql.query_opt(
                 &format!(
                     "SELECT {COLUMNS} FROM e2b_sandboxes WHERE container_id = ?1 AND project = ?2"
                 ),
-                params![id, project],
+                &[&id, &project],
                 sandbox_row,
             )
-            .optional()?)
+        })
     }
 
     /// A sandbox whatever its project, for the in-sandbox API's access
     /// check (which compares the project's token, and answers the same 404
     /// for a sandbox that is not there and one whose token is not given).
     pub fn e2b_sandbox_by_id(&self, id: &str) -> Result<Option<E2bSandboxRow>> {
-        Ok(self
-            .reader()
-            .query_row(
+        self.read(|sql| {
+            sql.query_opt(
                 &format!("SELECT {COLUMNS} FROM e2b_sandboxes WHERE container_id = ?1"),
-                params![id],
+                &[&id],
                 sandbox_row,
             )
-            .optional()?)
+        })
     }
 
     /// The project of the sandbox whose access token is `token`, if any: the
     /// access check asks it of a token that is not the named sandbox's.
     pub fn e2b_project_of_access_token(&self, token: &str) -> Result<Option<String>> {
-        Ok(self
-            .reader()
-            .query_row(
+        self.read(|sql| {
+            sql.query_opt(
                 "SELECT project FROM e2b_sandboxes WHERE access_token = ?1",
-                params![token],
+                &[&token],
                 |row| row.get(0),
             )
-            .optional()?)
+        })
     }
 
     /// The project's sandbox created with idempotency key `key` at or after
@@ -187,26 +183,26 @@ impl Store {
         key: &str,
         since: i64,
     ) -> Result<Option<E2bSandboxRow>> {
-        Ok(self
-            .reader()
-            .query_row(
+        self.read(|sql| {
+            sql.query_opt(
                 &format!(
                     "SELECT {COLUMNS} FROM e2b_sandboxes WHERE project = ?1 AND idempotency_key = ?2 AND created_at >= ?3"
                 ),
-                params![project, key, since],
+                &[&project, &key, &since],
                 sandbox_row,
             )
-            .optional()?)
+        })
     }
 
     /// Every sandbox (for the lifecycle sweeper).
     pub fn all_e2b_sandboxes(&self) -> Result<Vec<E2bSandboxRow>> {
-        let conn = self.reader();
-        let mut statement = conn.prepare(&format!("SELECT {COLUMNS} FROM e2b_sandboxes"))?;
-        let rows = statement
-            .query_map([], sandbox_row)?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        Ok(rows)
+        self.read(|sql| {
+            sql.query(
+                &format!("SELECT {COLUMNS} FROM e2b_sandboxes"),
+                &[],
+                sandbox_row,
+            )
+        })
     }
 
     /// A page of the project's sandboxes that pass `filter`, in creation
@@ -216,87 +212,94 @@ impl Store {
         project: &str,
         filter: &E2bListFilter,
     ) -> Result<(Vec<E2bSandboxRow>, bool)> {
-        let conn = self.reader();
-        let cursor = match &filter.after {
-            Some(after) => Some(
-                conn.query_row(
-                    "SELECT rowid FROM e2b_sandboxes WHERE container_id = ?1 AND project = ?2",
-                    params![after, project],
-                    |row| row.get::<_, i64>(0),
-                )
-                .optional()?
-                // A token of another listing, or of a sandbox gone since:
-                // ending the listing silently would look like its end.
-                .ok_or_else(|| StoreError::UnknownCursor(after.clone()))?,
-            ),
-            None => None,
-        };
-        let (comparison, order) = if filter.ascending {
-            (">", "ASC")
-        } else {
-            ("<", "DESC")
-        };
-        // Only placeholders carry input; the SQL around them is constant.
-        let mut sql = format!("SELECT {COLUMNS} FROM e2b_sandboxes WHERE project = ?");
-        let mut values: Vec<Value> = vec![Value::Text(project.to_owned())];
-        for (key, value) in &filter.metadata {
-            sql.push_str(
-                " AND EXISTS (SELECT 1 FROM json_each(metadata) m WHERE m.key = ? AND m.value = ?)",
-            );
-            values.push(Value::Text(key.clone()));
-            values.push(Value::Text(value.clone()));
-        }
-        if let Some(paused) = filter.paused {
-            sql.push_str(" AND paused = ?");
-            values.push(Value::Integer(paused.into()));
-        }
-        if let Some(after) = filter.started_after {
-            sql.push_str(" AND started_at >= ?");
-            values.push(Value::Integer(after));
-        }
-        if let Some(template) = &filter.template_id {
-            sql.push_str(" AND template_id = ?");
-            values.push(Value::Text(template.clone()));
-        }
-        if let Some(cursor) = cursor {
-            sql.push_str(&format!(" AND rowid {comparison} ?"));
-            values.push(Value::Integer(cursor));
-        }
-        sql.push_str(&format!(" ORDER BY rowid {order} LIMIT ?"));
-        values.push(Value::Integer(i64::from(filter.limit) + 1));
-        let mut statement = conn.prepare(&sql)?;
-        let mut rows = statement
-            .query_map(params_from_iter(values), sandbox_row)?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        let has_more = rows.len() > filter.limit as usize;
-        rows.truncate(filter.limit as usize);
-        Ok((rows, has_more))
+        self.read(|sql| {
+            let cursor = match &filter.after {
+                Some(after) => Some(
+                    sql.query_opt(
+                        "SELECT rowid FROM e2b_sandboxes WHERE container_id = ?1 AND project = ?2",
+                        &[after, &project],
+                        |row| row.get::<i64>(0),
+                    )?
+                    // A token of another listing, or of a sandbox gone
+                    // since: ending the listing silently would look like
+                    // its end.
+                    .ok_or_else(|| StoreError::UnknownCursor(after.clone()))?,
+                ),
+                None => None,
+            };
+            let (comparison, order) = if filter.ascending {
+                (">", "ASC")
+            } else {
+                ("<", "DESC")
+            };
+            let d = sql.dialect();
+            // Only placeholders carry input; the SQL around them is
+            // constant.
+            let mut query = format!("SELECT {COLUMNS} FROM e2b_sandboxes WHERE project = ?");
+            let mut values: Vec<&dyn ToParam> = vec![&project];
+            for (key, value) in &filter.metadata {
+                query.push_str(" AND ");
+                query.push_str(&d.json_has_entry("metadata", "?", "?"));
+                values.push(key);
+                values.push(value);
+            }
+            let paused = filter.paused;
+            if let Some(paused) = &paused {
+                query.push_str(" AND paused = ?");
+                values.push(paused);
+            }
+            if let Some(after) = &filter.started_after {
+                query.push_str(" AND started_at >= ?");
+                values.push(after);
+            }
+            if let Some(template) = &filter.template_id {
+                query.push_str(" AND template_id = ?");
+                values.push(template);
+            }
+            if let Some(cursor) = &cursor {
+                query.push_str(&format!(" AND rowid {comparison} ?"));
+                values.push(cursor);
+            }
+            query.push_str(&format!(" ORDER BY rowid {order} LIMIT ?"));
+            let limit = i64::from(filter.limit) + 1;
+            values.push(&limit);
+            let mut rows = sql.query(&query, &values, sandbox_row)?;
+            let has_more = rows.len() > filter.limit as usize;
+            rows.truncate(filter.limit as usize);
+            Ok((rows, has_more))
+        })
     }
 
     /// Moves a sandbox's timeout.
     pub fn set_e2b_end_at(&self, id: &str, end_at: i64) -> Result<()> {
-        self.conn().execute(
-            "UPDATE e2b_sandboxes SET end_at = ?2 WHERE container_id = ?1",
-            params![id, end_at],
-        )?;
+        self.write(|sql| {
+            sql.execute(
+                "UPDATE e2b_sandboxes SET end_at = ?2 WHERE container_id = ?1",
+                &[&id, &end_at],
+            )
+        })?;
         Ok(())
     }
 
     /// Marks a sandbox paused.
     pub fn pause_e2b_sandbox(&self, id: &str) -> Result<()> {
-        self.conn().execute(
-            "UPDATE e2b_sandboxes SET paused = 1 WHERE container_id = ?1",
-            params![id],
-        )?;
+        self.write(|sql| {
+            sql.execute(
+                "UPDATE e2b_sandboxes SET paused = 1 WHERE container_id = ?1",
+                &[&id],
+            )
+        })?;
         Ok(())
     }
 
     /// Marks a sandbox running again, started at `now`, ending at `end_at`.
     pub fn resume_e2b_sandbox(&self, id: &str, now: i64, end_at: i64) -> Result<()> {
-        self.conn().execute(
-            "UPDATE e2b_sandboxes SET paused = 0, started_at = ?2, end_at = ?3 WHERE container_id = ?1",
-            params![id, now, end_at],
-        )?;
+        self.write(|sql| {
+            sql.execute(
+                "UPDATE e2b_sandboxes SET paused = 0, started_at = ?2, end_at = ?3 WHERE container_id = ?1",
+                &[&id, &now, &end_at],
+            )
+        })?;
         Ok(())
     }
 }
@@ -329,84 +332,91 @@ mod tests {
 
     #[test]
     fn sandboxes_are_kept_per_project() -> Result<()> {
-        let store = Store::in_memory()?;
-        let row = sandbox("cntr_a", "alpha", &[("team", "x")]);
-        store.insert_e2b_sandbox(&row)?;
-        assert_eq!(store.e2b_sandbox("alpha", "cntr_a")?, Some(row.clone()));
-        assert_eq!(store.e2b_sandbox("beta", "cntr_a")?, None);
-        assert_eq!(store.e2b_sandbox_by_id("cntr_a")?, Some(row));
-        assert_eq!(
-            store.e2b_project_of_access_token("tok-cntr_a")?.as_deref(),
-            Some("alpha")
-        );
-        assert_eq!(store.e2b_project_of_access_token("tok-other")?, None);
-        store.set_e2b_end_at("cntr_a", 999)?;
-        store.pause_e2b_sandbox("cntr_a")?;
-        let paused = store.e2b_sandbox("alpha", "cntr_a")?.expect("kept");
-        assert!(paused.paused);
-        assert_eq!(paused.end_at, 999);
-        store.resume_e2b_sandbox("cntr_a", 50, 350)?;
-        let resumed = store.e2b_sandbox("alpha", "cntr_a")?.expect("kept");
-        assert!(!resumed.paused);
-        assert_eq!((resumed.started_at, resumed.end_at), (50, 350));
+        for store in crate::testing::stores() {
+            let row = sandbox("cntr_a", "alpha", &[("team", "x")]);
+            store.insert_e2b_sandbox(&row)?;
+            assert_eq!(store.e2b_sandbox("alpha", "cntr_a")?, Some(row.clone()));
+            assert_eq!(store.e2b_sandbox("beta", "cntr_a")?, None);
+            assert_eq!(store.e2b_sandbox_by_id("cntr_a")?, Some(row));
+            assert_eq!(
+                store.e2b_project_of_access_token("tok-cntr_a")?.as_deref(),
+                Some("alpha")
+            );
+            assert_eq!(store.e2b_project_of_access_token("tok-other")?, None);
+            store.set_e2b_end_at("cntr_a", 999)?;
+            store.pause_e2b_sandbox("cntr_a")?;
+            let paused = store.e2b_sandbox("alpha", "cntr_a")?.expect("kept");
+            assert!(paused.paused);
+            assert_eq!(paused.end_at, 999);
+            store.resume_e2b_sandbox("cntr_a", 50, 350)?;
+            let resumed = store.e2b_sandbox("alpha", "cntr_a")?.expect("kept");
+            assert!(!resumed.paused);
+            assert_eq!((resumed.started_at, resumed.end_at), (50, 350));
+        }
         Ok(())
     }
 
     #[test]
     fn listings_filter_by_metadata_and_state_and_page() -> Result<()> {
-        let store = Store::in_memory()?;
-        for (i, team) in ["x", "y", "x", "x"].iter().enumerate() {
-            store.insert_e2b_sandbox(&sandbox(&format!("cntr_{i}"), "alpha", &[("team", team)]))?;
+        for store in crate::testing::stores() {
+            for (i, team) in ["x", "y", "x", "x"].iter().enumerate() {
+                store.insert_e2b_sandbox(&sandbox(
+                    &format!("cntr_{i}"),
+                    "alpha",
+                    &[("team", team)],
+                ))?;
+            }
+            store.insert_e2b_sandbox(&sandbox("cntr_other", "beta", &[("team", "x")]))?;
+            store.pause_e2b_sandbox("cntr_3")?;
+            let mut filter = E2bListFilter {
+                metadata: vec![("team".into(), "x".into())],
+                limit: 1,
+                ascending: true,
+                ..E2bListFilter::default()
+            };
+            let (first, more) = store.list_e2b_sandboxes("alpha", &filter)?;
+            assert_eq!(first[0].container_id, "cntr_0");
+            assert!(more);
+            filter.after = Some("cntr_0".into());
+            filter.limit = 10;
+            let (rest, more) = store.list_e2b_sandboxes("alpha", &filter)?;
+            let ids: Vec<_> = rest.iter().map(|r| r.container_id.as_str()).collect();
+            assert_eq!(ids, ["cntr_2", "cntr_3"]);
+            assert!(!more);
+            filter.after = None;
+            filter.paused = Some(false);
+            let (running, _) = store.list_e2b_sandboxes("alpha", &filter)?;
+            assert_eq!(running.len(), 2);
+            // Another project's sandbox is no cursor here.
+            filter.after = Some("cntr_other".into());
+            assert!(store.list_e2b_sandboxes("alpha", &filter).is_err());
         }
-        store.insert_e2b_sandbox(&sandbox("cntr_other", "beta", &[("team", "x")]))?;
-        store.pause_e2b_sandbox("cntr_3")?;
-        let mut filter = E2bListFilter {
-            metadata: vec![("team".into(), "x".into())],
-            limit: 1,
-            ascending: true,
-            ..E2bListFilter::default()
-        };
-        let (first, more) = store.list_e2b_sandboxes("alpha", &filter)?;
-        assert_eq!(first[0].container_id, "cntr_0");
-        assert!(more);
-        filter.after = Some("cntr_0".into());
-        filter.limit = 10;
-        let (rest, more) = store.list_e2b_sandboxes("alpha", &filter)?;
-        let ids: Vec<_> = rest.iter().map(|r| r.container_id.as_str()).collect();
-        assert_eq!(ids, ["cntr_2", "cntr_3"]);
-        assert!(!more);
-        filter.after = None;
-        filter.paused = Some(false);
-        let (running, _) = store.list_e2b_sandboxes("alpha", &filter)?;
-        assert_eq!(running.len(), 2);
-        // Another project's sandbox is no cursor here.
-        filter.after = Some("cntr_other".into());
-        assert!(store.list_e2b_sandboxes("alpha", &filter).is_err());
         Ok(())
     }
 
     #[test]
     fn an_idempotency_key_replays_only_while_recent() -> Result<()> {
-        let store = Store::in_memory()?;
-        let mut first = sandbox("cntr_a", "alpha", &[]);
-        first.idempotency_key = Some("key-1".into());
-        store.insert_e2b_sandbox(&first)?;
-        assert!(store
-            .e2b_sandbox_by_idempotency_key("alpha", "key-1", 5)?
-            .is_some());
-        assert!(store
-            .e2b_sandbox_by_idempotency_key("beta", "key-1", 5)?
-            .is_none());
-        assert!(store
-            .e2b_sandbox_by_idempotency_key("alpha", "key-1", 11)?
-            .is_none());
-        // An old holder of the key gives it up to the new sandbox.
-        let mut second = sandbox("cntr_b", "alpha", &[]);
-        second.idempotency_key = Some("key-1".into());
-        second.created_at = 100;
-        store.insert_e2b_sandbox(&second)?;
-        let holder = store.e2b_sandbox_by_idempotency_key("alpha", "key-1", 0)?;
-        assert_eq!(holder.map(|r| r.container_id), Some("cntr_b".into()));
+        for store in crate::testing::stores() {
+            let mut first = sandbox("cntr_a", "alpha", &[]);
+            first.idempotency_key = Some("key-1".into());
+            store.insert_e2b_sandbox(&first)?;
+            assert!(store
+                .e2b_sandbox_by_idempotency_key("alpha", "key-1", 5)?
+                .is_some());
+            assert!(store
+                .e2b_sandbox_by_idempotency_key("beta", "key-1", 5)?
+                .is_none());
+            assert!(store
+                .e2b_sandbox_by_idempotency_key("alpha", "key-1", 11)?
+                .is_none());
+            // An old holder of the key gives it up to the new sandbox.
+            let mut second = sandbox("cntr_b", "alpha", &[]);
+            second.idempotency_key = Some("key-1".into());
+            second.created_at = 100;
+            store.insert_e2b_sandbox(&second)?;
+            let holder = store.e2b_sandbox_by_idempotency_key("alpha", "key-1", 0)?;
+            assert_eq!(holder.map(|r| r.container_id), Some("cntr_b".into()));
+        }
         Ok(())
     }
 }

@@ -1,11 +1,10 @@
 //! The egress log (the `egress` table).
 
-use rusqlite::{params, OptionalExtension, Row};
-
 use crate::connection::Store;
 use crate::error::Result;
 use crate::paging::{page_of, Page};
-use crate::values::{column, number, EgressVerdict};
+use crate::sql::Row;
+use crate::values::EgressVerdict;
 
 /// One attempt to leave a container (the egress log).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,7 +32,7 @@ pub struct EgressRow {
 
 const EGRESS_COLUMNS: &str = "id, project, container_id, created_at, kind, requested_name, server_name, address, port, verdict, reason, bytes_out, bytes_in, duration_ms, aggregated";
 
-fn egress_row(row: &Row) -> rusqlite::Result<EgressRow> {
+fn egress_row(row: &Row) -> Result<EgressRow> {
     Ok(EgressRow {
         id: row.get(0)?,
         project: row.get(1)?,
@@ -43,13 +42,13 @@ fn egress_row(row: &Row) -> rusqlite::Result<EgressRow> {
         requested_name: row.get(5)?,
         server_name: row.get(6)?,
         address: row.get(7)?,
-        port: number(row, 8, "egress", "port")?,
-        verdict: column(row, 9, "egress", "verdict")?,
+        port: row.number(8, "egress", "port")?,
+        verdict: row.text(9, "egress", "verdict")?,
         reason: row.get(10)?,
-        bytes_out: number(row, 11, "egress", "bytes_out")?,
-        bytes_in: number(row, 12, "egress", "bytes_in")?,
-        duration_ms: number(row, 13, "egress", "duration_ms")?,
-        aggregated: number(row, 14, "egress", "aggregated")?,
+        bytes_out: row.number(11, "egress", "bytes_out")?,
+        bytes_in: row.number(12, "egress", "bytes_in")?,
+        duration_ms: row.number(13, "egress", "duration_ms")?,
+        aggregated: row.number(14, "egress", "aggregated")?,
     })
 }
 
@@ -59,55 +58,54 @@ impl Store {
     /// dropped). An aggregate row's count is added to its container's
     /// total of events not logged one by one ([`Self::egress_unlogged`]).
     pub fn record_egress(&self, rows: &[EgressRow]) -> Result<usize> {
-        let mut conn = self.conn();
-        let tx = conn.transaction()?;
-        let mut written = 0;
-        {
-            let mut insert = tx.prepare_cached(&format!(
-                "INSERT INTO egress ({EGRESS_COLUMNS})
-                 SELECT ?1, project, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14
-                 FROM containers WHERE id = ?2"
-            ))?;
-            let mut count_unlogged = tx.prepare_cached(
-                "UPDATE containers SET egress_unlogged = egress_unlogged + ?2 WHERE id = ?1",
-            )?;
+        let insert = format!(
+            "INSERT INTO egress ({EGRESS_COLUMNS})
+             SELECT ?1, project, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14
+             FROM containers WHERE id = ?2"
+        );
+        self.transaction(|sql| {
+            let mut written = 0;
             for row in rows {
                 if row.aggregated > 0 {
-                    count_unlogged.execute(params![row.container_id, row.aggregated as i64])?;
+                    sql.execute(
+                        "UPDATE containers SET egress_unlogged = egress_unlogged + ?2 WHERE id = ?1",
+                        &[&row.container_id, &row.aggregated],
+                    )?;
                 }
-                written += insert.execute(params![
-                    row.id,
-                    row.container_id,
-                    row.created_at,
-                    row.kind,
-                    row.requested_name,
-                    row.server_name,
-                    row.address,
-                    row.port as i64,
-                    row.verdict,
-                    row.reason,
-                    row.bytes_out as i64,
-                    row.bytes_in as i64,
-                    row.duration_ms as i64,
-                    row.aggregated as i64
-                ])?;
+                written += sql.execute(
+                    &insert,
+                    &[
+                        &row.id,
+                        &row.container_id,
+                        &row.created_at,
+                        &row.kind,
+                        &row.requested_name,
+                        &row.server_name,
+                        &row.address,
+                        &row.port,
+                        &row.verdict,
+                        &row.reason,
+                        &row.bytes_out,
+                        &row.bytes_in,
+                        &row.duration_ms,
+                        &row.aggregated,
+                    ],
+                )?;
             }
-        }
-        tx.commit()?;
-        Ok(written)
+            Ok(written)
+        })
     }
 
     /// How many of a container's egress events were not logged one row
     /// each (counted in its aggregate rows), since it was created.
     pub fn egress_unlogged(&self, container_id: &str) -> Result<u64> {
-        let count: Option<i64> = self
-            .reader()
-            .query_row(
+        let count: Option<i64> = self.read(|sql| {
+            sql.query_opt(
                 "SELECT egress_unlogged FROM containers WHERE id = ?1",
-                params![container_id],
+                &[&container_id],
                 |row| row.get(0),
             )
-            .optional()?;
+        })?;
         Ok(count.unwrap_or(0).max(0) as u64)
     }
 
@@ -117,28 +115,30 @@ impl Store {
     /// (rows are written in time order), so a call costs the same on a
     /// table of any size and holds the writer briefly.
     pub fn delete_egress_before(&self, cutoff: i64, batch: usize) -> Result<usize> {
-        Ok(self.conn().execute(
-            "DELETE FROM egress WHERE seq IN (
-                 SELECT seq FROM (SELECT seq, created_at FROM egress ORDER BY seq LIMIT ?2)
-                 WHERE created_at < ?1)",
-            params![cutoff, batch as i64],
-        )?)
+        self.write(|sql| {
+            sql.execute(
+                "DELETE FROM egress WHERE seq IN (
+                     SELECT seq FROM (SELECT seq, created_at FROM egress ORDER BY seq LIMIT ?2) oldest
+                     WHERE created_at < ?1)",
+                &[&cutoff, &batch],
+            )
+        })
     }
 
     /// A page of a container's egress log.
     pub fn list_egress(&self, container_id: &str, page: &Page) -> Result<(Vec<EgressRow>, bool)> {
-        page_of(
-            &self.reader(),
-            "egress",
-            EGRESS_COLUMNS,
-            "container_id",
-            container_id,
-            "project",
-            None,
-            page,
-            egress_row,
-        )
+        self.read(|sql| {
+            page_of(
+                sql,
+                "egress",
+                EGRESS_COLUMNS,
+                "container_id",
+                container_id,
+                "project",
+                None,
+                page,
+                egress_row,
+            )
+        })
     }
-
-    // --- responses --------------------------------------------------------
 }

@@ -1,5 +1,5 @@
-//! What the store fails with: SQLite's errors, a stored value outside its
-//! type, a broken response chain, a stale cursor.
+//! What the store fails with: the database's errors, a stored value outside
+//! its type, a broken response chain, a stale cursor.
 
 use crate::values;
 
@@ -8,6 +8,21 @@ use crate::values;
 pub enum StoreError {
     #[error("database error: {0}")]
     Sqlite(rusqlite::Error),
+    #[error("database error: {}", crate::sql::describe_postgres(.0))]
+    Postgres(#[from] postgres::Error),
+    /// The database settings cannot be used.
+    #[error("database settings: {0}")]
+    Config(String),
+    /// Every pooled connection stayed busy for the pool's whole wait.
+    #[error("database busy: all {0} connections stayed in use")]
+    PoolExhausted(usize),
+    /// A query's column is not what its reader expects (a query and its
+    /// mapper disagree: a bug, never input).
+    #[error("result column {index} {problem}")]
+    Column { index: usize, problem: &'static str },
+    /// A query that always returns a row returned none.
+    #[error("query returned no row: {0}")]
+    NoRow(String),
     /// A row's column holds a value its type does not have (an unknown
     /// status, a memory limit that is none of the offered ones...).
     #[error("stored data is corrupt: column {table}.{column} holds {value:?}")]
@@ -35,22 +50,16 @@ pub enum StoreError {
 
 impl From<rusqlite::Error> for StoreError {
     fn from(error: rusqlite::Error) -> Self {
-        // A row mapper's typed column that failed comes back out as what it
-        // is (the mapper can only return rusqlite's error).
-        match error {
-            rusqlite::Error::FromSqlConversionFailure(index, kind, inner) => {
-                match inner.downcast::<values::CorruptValue>() {
-                    Ok(corrupt) => StoreError::Corrupt {
-                        table: corrupt.table,
-                        column: corrupt.column,
-                        value: corrupt.value,
-                    },
-                    Err(inner) => StoreError::Sqlite(rusqlite::Error::FromSqlConversionFailure(
-                        index, kind, inner,
-                    )),
-                }
-            }
-            other => StoreError::Sqlite(other),
+        StoreError::Sqlite(error)
+    }
+}
+
+impl From<values::CorruptValue> for StoreError {
+    fn from(corrupt: values::CorruptValue) -> Self {
+        StoreError::Corrupt {
+            table: corrupt.table,
+            column: corrupt.column,
+            value: corrupt.value,
         }
     }
 }

@@ -1,10 +1,9 @@
 //! Files API files (the `files` table).
 
-use rusqlite::{params, OptionalExtension, Row};
-
 use crate::connection::Store;
 use crate::error::Result;
 use crate::paging::{page_of, Page};
+use crate::sql::Row;
 
 /// A Files API file's row.
 #[derive(Debug, Clone, PartialEq)]
@@ -21,13 +20,13 @@ pub struct FileRow {
 
 const FILE_COLUMNS: &str = "id, project, filename, purpose, bytes, created_at, expires_at";
 
-fn file_row(row: &Row) -> rusqlite::Result<FileRow> {
+fn file_row(row: &Row) -> Result<FileRow> {
     Ok(FileRow {
         id: row.get(0)?,
         project: row.get(1)?,
         filename: row.get(2)?,
         purpose: row.get(3)?,
-        bytes: row.get(4)?,
+        bytes: row.number(4, "files", "bytes")?,
         created_at: row.get(5)?,
         expires_at: row.get(6)?,
     })
@@ -35,42 +34,44 @@ fn file_row(row: &Row) -> rusqlite::Result<FileRow> {
 
 impl Store {
     pub fn insert_file(&self, row: &FileRow) -> Result<()> {
-        self.conn().execute(
-            &format!("INSERT INTO files ({FILE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"),
-            params![
-                row.id,
-                row.project,
-                row.filename,
-                row.purpose,
-                row.bytes,
-                row.created_at,
-                row.expires_at
-            ],
-        )?;
+        self.write(|sql| {
+            sql.execute(
+                &format!("INSERT INTO files ({FILE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"),
+                &[
+                    &row.id,
+                    &row.project,
+                    &row.filename,
+                    &row.purpose,
+                    &row.bytes,
+                    &row.created_at,
+                    &row.expires_at,
+                ],
+            )
+        })?;
         Ok(())
     }
 
     /// Files whose `expires_at` has passed.
     pub fn expired_files(&self, now: i64) -> Result<Vec<FileRow>> {
-        let conn = self.reader();
-        let mut statement = conn.prepare(&format!(
-            "SELECT {FILE_COLUMNS} FROM files WHERE expires_at IS NOT NULL AND expires_at <= ?1"
-        ))?;
-        let rows = statement
-            .query_map(params![now], file_row)?
-            .collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
+        self.read(|sql| {
+            sql.query(
+                &format!(
+                    "SELECT {FILE_COLUMNS} FROM files WHERE expires_at IS NOT NULL AND expires_at <= ?1"
+                ),
+                &[&now],
+                file_row,
+            )
+        })
     }
 
     pub fn file(&self, project: &str, id: &str) -> Result<Option<FileRow>> {
-        Ok(self
-            .reader()
-            .query_row(
+        self.read(|sql| {
+            sql.query_opt(
                 &format!("SELECT {FILE_COLUMNS} FROM files WHERE id = ?1 AND project = ?2"),
-                params![id, project],
+                &[&id, &project],
                 file_row,
             )
-            .optional()?)
+        })
     }
 
     pub fn list_files(
@@ -79,24 +80,28 @@ impl Store {
         purpose: Option<&str>,
         page: &Page,
     ) -> Result<(Vec<FileRow>, bool)> {
-        page_of(
-            &self.reader(),
-            "files",
-            FILE_COLUMNS,
-            "project",
-            project,
-            "purpose",
-            purpose,
-            page,
-            file_row,
-        )
+        self.read(|sql| {
+            page_of(
+                sql,
+                "files",
+                FILE_COLUMNS,
+                "project",
+                project,
+                "purpose",
+                purpose,
+                page,
+                file_row,
+            )
+        })
     }
 
     pub fn delete_file(&self, project: &str, id: &str) -> Result<bool> {
-        let deleted = self.conn().execute(
-            "DELETE FROM files WHERE id = ?1 AND project = ?2",
-            params![id, project],
-        )?;
+        let deleted = self.write(|sql| {
+            sql.execute(
+                "DELETE FROM files WHERE id = ?1 AND project = ?2",
+                &[&id, &project],
+            )
+        })?;
         Ok(deleted > 0)
     }
 }

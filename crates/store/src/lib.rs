@@ -28,6 +28,9 @@ mod paging;
 mod responses;
 mod sessions;
 mod skills;
+mod sql;
+#[cfg(test)]
+mod testing;
 mod usage;
 mod values;
 
@@ -45,6 +48,7 @@ pub use keys::{hash_key, key_id, KeyGrant, KeyRecord, KeyRole};
 pub use paging::Page;
 pub use responses::{ResponseRow, ResponseSummary};
 pub use skills::{SkillRow, SkillVersionDelete, SkillVersionRow};
+pub use sql::{Dialect, PostgresOptions};
 pub use usage::{session_cost, ProjectSummary, SESSION_MINIMUM_SECONDS};
 pub use values::{
     ChangeTopic, CommandOutcome, ContainerStatus, CorruptValue, EgressVerdict, FileSource,

@@ -1,8 +1,18 @@
-//! The schema: numbered migrations, applied in order, one transaction each
-//! (the index + 1 is the schema version, kept in `PRAGMA user_version`).
+//! The schema: numbered migrations for each database, applied in order,
+//! one transaction each (the index + 1 is the schema version, kept in
+//! SQLite's `PRAGMA user_version` and Postgres's `shellgate_schema`).
+//!
+//! Postgres's list starts at the schema SQLite's sixteen migrations had
+//! reached when the store learnt Postgres; from there on, a change to the
+//! schema is a migration in both lists. The Postgres tables have the same
+//! columns with the same meaning: integers are `BIGINT` (booleans too, 0 or
+//! 1, so that one query text serves both), reals `DOUBLE PRECISION`, JSON
+//! kept as text, and the tables SQLite pages by its implicit `rowid` have a
+//! `rowid` column of their own.
 
-/// Schema migrations, applied in order; the index + 1 is the schema version.
-pub(crate) const MIGRATIONS: &[&str] = &[
+/// SQLite's migrations, applied in order; the index + 1 is the schema
+/// version.
+pub(crate) const SQLITE_MIGRATIONS: &[&str] = &[
     r#"
     CREATE TABLE api_keys (
         hash TEXT PRIMARY KEY,
@@ -295,3 +305,236 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     END;
 "#,
 ];
+
+/// Postgres's migrations, applied in order; the index + 1 is the schema
+/// version.
+pub(crate) const POSTGRES_MIGRATIONS: &[&str] = &[r#"
+    CREATE TABLE api_keys (
+        hash TEXT PRIMARY KEY,
+        project TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        role TEXT NOT NULL DEFAULT 'member',
+        revoked_at BIGINT
+    );
+    CREATE TABLE containers (
+        seq BIGSERIAL PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        project TEXT NOT NULL,
+        name TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        last_active_at BIGINT NOT NULL,
+        status TEXT NOT NULL,
+        memory_limit TEXT NOT NULL,
+        expires_minutes BIGINT NOT NULL,
+        network_policy TEXT NOT NULL,
+        skills TEXT NOT NULL,
+        file_ids TEXT NOT NULL,
+        billed_seconds DOUBLE PRECISION NOT NULL DEFAULT 0,
+        session_seconds DOUBLE PRECISION NOT NULL DEFAULT 0,
+        session_open BIGINT NOT NULL DEFAULT 0,
+        image TEXT NOT NULL DEFAULT 'host',
+        sleep_after_secs BIGINT,
+        egress_unlogged BIGINT NOT NULL DEFAULT 0,
+        exposed_ports TEXT NOT NULL DEFAULT '',
+        port_token TEXT
+    );
+    CREATE INDEX containers_by_project ON containers (project, seq);
+    CREATE INDEX containers_by_status ON containers (status);
+    CREATE TABLE files (
+        seq BIGSERIAL PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        project TEXT NOT NULL,
+        filename TEXT NOT NULL,
+        purpose TEXT NOT NULL,
+        bytes BIGINT NOT NULL,
+        created_at BIGINT NOT NULL,
+        expires_at BIGINT
+    );
+    CREATE INDEX files_by_project ON files (project, seq);
+    CREATE INDEX files_by_expiry ON files (expires_at) WHERE expires_at IS NOT NULL;
+    CREATE TABLE container_files (
+        seq BIGSERIAL PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        container_id TEXT NOT NULL,
+        path TEXT NOT NULL,
+        bytes BIGINT NOT NULL,
+        source TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        UNIQUE (container_id, path)
+    );
+    CREATE INDEX container_files_by_container ON container_files (container_id, seq);
+    CREATE TABLE usage (
+        project TEXT PRIMARY KEY,
+        billed_seconds DOUBLE PRECISION NOT NULL,
+        input_tokens BIGINT NOT NULL DEFAULT 0,
+        output_tokens BIGINT NOT NULL DEFAULT 0,
+        responses BIGINT NOT NULL DEFAULT 0
+    );
+    CREATE TABLE responses (
+        seq BIGSERIAL PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        project TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        status TEXT NOT NULL,
+        previous_response_id TEXT,
+        body TEXT NOT NULL,
+        input_items TEXT NOT NULL,
+        parent_id TEXT,
+        conversation_len BIGINT NOT NULL DEFAULT 0,
+        deleted BIGINT NOT NULL DEFAULT 0
+    );
+    CREATE INDEX responses_by_project ON responses (project, seq);
+    CREATE INDEX responses_by_status ON responses (status);
+    CREATE INDEX responses_by_parent ON responses (parent_id) WHERE parent_id IS NOT NULL;
+    CREATE TABLE response_items (
+        response_id TEXT NOT NULL,
+        position BIGINT NOT NULL,
+        item TEXT NOT NULL,
+        PRIMARY KEY (response_id, position)
+    );
+    CREATE TABLE commands (
+        seq BIGSERIAL PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        project TEXT NOT NULL,
+        container_id TEXT NOT NULL,
+        response_id TEXT,
+        command TEXT NOT NULL,
+        outcome TEXT NOT NULL,
+        exit_code BIGINT,
+        duration_ms BIGINT NOT NULL,
+        bytes_out BIGINT NOT NULL,
+        created_at BIGINT NOT NULL
+    );
+    CREATE INDEX commands_by_container ON commands (container_id, seq);
+    CREATE TABLE egress (
+        seq BIGSERIAL PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        project TEXT NOT NULL,
+        container_id TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        kind TEXT NOT NULL,
+        requested_name TEXT,
+        server_name TEXT,
+        address TEXT,
+        port BIGINT NOT NULL,
+        verdict TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        bytes_out BIGINT NOT NULL,
+        bytes_in BIGINT NOT NULL,
+        duration_ms BIGINT NOT NULL,
+        aggregated BIGINT NOT NULL DEFAULT 0
+    );
+    CREATE INDEX egress_by_container ON egress (container_id, seq);
+    CREATE TABLE skills (
+        seq BIGSERIAL PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        project TEXT NOT NULL,
+        name TEXT NOT NULL,
+        description TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        default_version BIGINT NOT NULL,
+        latest_version BIGINT NOT NULL,
+        last_number BIGINT NOT NULL
+    );
+    CREATE INDEX skills_by_project ON skills (project, seq);
+    CREATE TABLE skill_versions (
+        seq BIGSERIAL PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        skill_id TEXT NOT NULL,
+        project TEXT NOT NULL,
+        version BIGINT NOT NULL,
+        name TEXT NOT NULL,
+        description TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        bytes BIGINT NOT NULL,
+        UNIQUE (skill_id, version)
+    );
+    CREATE TABLE sessions (
+        project TEXT NOT NULL,
+        session TEXT NOT NULL,
+        container_id TEXT NOT NULL,
+        PRIMARY KEY (project, session)
+    );
+    CREATE INDEX sessions_by_container ON sessions (container_id);
+    CREATE TABLE e2b_sandboxes (
+        rowid BIGSERIAL UNIQUE,
+        container_id TEXT PRIMARY KEY,
+        project TEXT NOT NULL,
+        template_id TEXT NOT NULL,
+        metadata TEXT NOT NULL,
+        env_vars TEXT NOT NULL,
+        access_token TEXT NOT NULL,
+        auto_pause BIGINT NOT NULL,
+        created_at BIGINT NOT NULL,
+        started_at BIGINT NOT NULL,
+        end_at BIGINT NOT NULL,
+        paused BIGINT NOT NULL DEFAULT 0,
+        idempotency_key TEXT,
+        request_hash TEXT,
+        auto_resume BIGINT NOT NULL DEFAULT 0
+    );
+    CREATE INDEX e2b_sandboxes_by_project ON e2b_sandboxes (project);
+    CREATE UNIQUE INDEX e2b_sandboxes_by_idempotency_key
+        ON e2b_sandboxes (project, idempotency_key) WHERE idempotency_key IS NOT NULL;
+    CREATE INDEX e2b_sandboxes_by_access_token ON e2b_sandboxes (access_token);
+    CREATE TABLE console_sessions (
+        rowid BIGSERIAL UNIQUE,
+        token_hash TEXT PRIMARY KEY,
+        key_hash TEXT NOT NULL,
+        csrf_token TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        expires_at BIGINT NOT NULL
+    );
+    CREATE INDEX console_sessions_by_key ON console_sessions (key_hash, created_at);
+    CREATE TABLE usage_daily (
+        project TEXT NOT NULL,
+        day TEXT NOT NULL,
+        container_id TEXT NOT NULL,
+        billed_seconds DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (project, day, container_id)
+    );
+    CREATE TABLE console_changes (
+        seq BIGSERIAL PRIMARY KEY,
+        project TEXT NOT NULL,
+        topic TEXT NOT NULL,
+        object_id TEXT NOT NULL,
+        container_id TEXT
+    );
+    -- One function writes the change row of every trigger below (its
+    -- arguments: the topic, and whether the object is a container, whose
+    -- id is then also its container's) and tells the listeners.
+    CREATE FUNCTION shellgate_console_change() RETURNS trigger AS $body$
+    DECLARE
+        changed RECORD;
+        container TEXT;
+    BEGIN
+        IF TG_OP = 'DELETE' THEN changed := OLD; ELSE changed := NEW; END IF;
+        IF TG_ARGV[0] = 'container' THEN
+            container := changed.id;
+        ELSIF TG_ARGV[0] = 'response' THEN
+            container := NULL;
+        ELSE
+            container := changed.container_id;
+        END IF;
+        INSERT INTO console_changes (project, topic, object_id, container_id)
+        VALUES (changed.project, TG_ARGV[0], changed.id, container);
+        PERFORM pg_notify('shellgate_changes', '');
+        RETURN NULL;
+    END
+    $body$ LANGUAGE plpgsql;
+    CREATE TRIGGER console_container_inserted AFTER INSERT ON containers
+        FOR EACH ROW EXECUTE FUNCTION shellgate_console_change('container');
+    CREATE TRIGGER console_container_updated
+        AFTER UPDATE OF status, session_open, last_active_at, billed_seconds ON containers
+        FOR EACH ROW EXECUTE FUNCTION shellgate_console_change('container');
+    CREATE TRIGGER console_container_deleted AFTER DELETE ON containers
+        FOR EACH ROW EXECUTE FUNCTION shellgate_console_change('container');
+    CREATE TRIGGER console_command_inserted AFTER INSERT ON commands
+        FOR EACH ROW EXECUTE FUNCTION shellgate_console_change('command');
+    CREATE TRIGGER console_egress_inserted AFTER INSERT ON egress
+        FOR EACH ROW EXECUTE FUNCTION shellgate_console_change('egress');
+    CREATE TRIGGER console_response_inserted AFTER INSERT ON responses
+        FOR EACH ROW EXECUTE FUNCTION shellgate_console_change('response');
+    CREATE TRIGGER console_response_updated AFTER UPDATE OF status, deleted ON responses
+        FOR EACH ROW EXECUTE FUNCTION shellgate_console_change('response');
+"#];

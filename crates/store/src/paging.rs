@@ -1,8 +1,7 @@
 //! Cursor pagination over any table with a `seq` and an `id` column.
 
-use rusqlite::{params, Connection, OptionalExtension, Row};
-
 use crate::error::{Result, StoreError};
+use crate::sql::{Row, Sql};
 
 /// Cursor pagination: `limit` rows after the row with id `after`.
 #[derive(Debug, Clone, Default)]
@@ -19,7 +18,7 @@ pub struct Page {
 /// constants, never input.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn page_of<T>(
-    conn: &Connection,
+    sql: &mut dyn Sql,
     table: &str,
     columns: &str,
     scope_column: &str,
@@ -27,36 +26,23 @@ pub(crate) fn page_of<T>(
     filter_column: &str,
     filter: Option<&str>,
     page: &Page,
-    map: fn(&Row) -> rusqlite::Result<T>,
+    map: fn(&Row) -> Result<T>,
 ) -> Result<(Vec<T>, bool)> {
-    let cursor = match &page.after {
-        Some(after) => Some(
-            conn.query_row(
-                &format!("SELECT seq FROM {table} WHERE id = ?1 AND {scope_column} = ?2"),
-                params![after, scope],
-                |row| row.get::<_, i64>(0),
-            )
-            .optional()?
-            // A cursor from another listing, or of a deleted row, cannot
-            // say where to go on: silently ending the listing would look
-            // like the end of the data.
-            .ok_or_else(|| StoreError::UnknownCursor(after.clone()))?,
-        ),
-        None => None,
-    };
+    let cursor = cursor_seq(sql, table, scope_column, Some(scope), page.after.as_deref())?;
     let (comparison, order) = if page.ascending {
         (">", "ASC")
     } else {
         ("<", "DESC")
     };
-    let sql = format!(
-        "SELECT {columns} FROM {table} WHERE {scope_column} = ?1 AND (?2 IS NULL OR {filter_column} = ?2)
-         AND (?3 IS NULL OR seq {comparison} ?3) ORDER BY seq {order} LIMIT ?4"
-    );
-    let mut statement = conn.prepare(&sql)?;
-    let mut rows = statement
-        .query_map(params![scope, filter, cursor, page.limit as i64 + 1], map)?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let mut rows = sql.query(
+        &format!(
+            "SELECT {columns} FROM {table} WHERE {scope_column} = ?1
+             AND (CAST(?2 AS TEXT) IS NULL OR {filter_column} = ?2)
+             AND (CAST(?3 AS BIGINT) IS NULL OR seq {comparison} ?3) ORDER BY seq {order} LIMIT ?4"
+        ),
+        &[&scope, &filter, &cursor, &(i64::from(page.limit) + 1)],
+        map,
+    )?;
     let has_more = rows.len() > page.limit as usize;
     rows.truncate(page.limit as usize);
     Ok((rows, has_more))
@@ -65,10 +51,11 @@ pub(crate) fn page_of<T>(
 /// The `seq` of the row `after` names in `table`, within `scope_column` =
 /// `scope` when given (`None`: every scope, an admin's listing): where a
 /// page after it starts. A cursor of another listing, or of a deleted row,
-/// is an error, never a silent end of the data. Table and column names are
-/// the callers' constants, never input.
+/// is an error, never a silent end of the data (silently ending the
+/// listing would look like the end of the data). Table and column names
+/// are the callers' constants, never input.
 pub(crate) fn cursor_seq(
-    conn: &Connection,
+    sql: &mut dyn Sql,
     table: &str,
     scope_column: &str,
     scope: Option<&str>,
@@ -77,12 +64,14 @@ pub(crate) fn cursor_seq(
     let Some(after) = after else {
         return Ok(None);
     };
-    conn.query_row(
-        &format!("SELECT seq FROM {table} WHERE id = ?1 AND (?2 IS NULL OR {scope_column} = ?2)"),
-        params![after, scope],
-        |row| row.get::<_, i64>(0),
-    )
-    .optional()?
+    sql.query_opt(
+        &format!(
+            "SELECT seq FROM {table} WHERE id = ?1
+             AND (CAST(?2 AS TEXT) IS NULL OR {scope_column} = ?2)"
+        ),
+        &[&after, &scope],
+        |row| row.get::<i64>(0),
+    )?
     .map(Some)
     .ok_or_else(|| StoreError::UnknownCursor(after.to_owned()))
 }

@@ -13,12 +13,11 @@
 //! needs them; deleting the last response of a branch also removes the
 //! tombstones above it that nothing continues any more.
 
-use rusqlite::{params, Connection, OptionalExtension, Row, Transaction};
-
 use crate::connection::Store;
 use crate::error::{Result, StoreError};
 use crate::paging::cursor_seq;
-use crate::values::{column, number, ResponseStatus};
+use crate::sql::{Row, Sql};
+use crate::values::ResponseStatus;
 
 /// A stored response of the Responses API.
 #[derive(Debug, Clone, PartialEq)]
@@ -61,12 +60,12 @@ const RESPONSE_COLUMNS: &str =
     "id, project, created_at, status, previous_response_id, body, input_items";
 
 /// A response's row without its conversation (read separately).
-fn response_row(row: &Row) -> rusqlite::Result<ResponseRow> {
+fn response_row(row: &Row) -> Result<ResponseRow> {
     Ok(ResponseRow {
         id: row.get(0)?,
         project: row.get(1)?,
         created_at: row.get(2)?,
-        status: column(row, 3, "responses", "status")?,
+        status: row.text(3, "responses", "status")?,
         previous_response_id: row.get(4)?,
         body: row.get(5)?,
         input_items: row.get(6)?,
@@ -81,29 +80,30 @@ struct Link {
     conversation_len: usize,
 }
 
-fn link(conn: &Connection, id: &str) -> Result<Option<Link>> {
-    // Cached: every save of a response asks it (a statement prepared anew
-    // each time costs more than the lookup).
-    Ok(conn
-        .prepare_cached("SELECT parent_id, conversation_len FROM responses WHERE id = ?1")?
-        .query_row(params![id], |row| {
+fn link(sql: &mut dyn Sql, id: &str) -> Result<Option<Link>> {
+    sql.query_opt(
+        "SELECT parent_id, conversation_len FROM responses WHERE id = ?1",
+        &[&id],
+        |row| {
             Ok(Link {
                 parent: row.get(0)?,
-                conversation_len: number(row, 1, "responses", "conversation_len")?,
+                conversation_len: row.number(1, "responses", "conversation_len")?,
             })
-        })
-        .optional()?)
+        },
+    )
 }
 
 /// The whole conversation of response `id`, a JSON array: its items and
 /// every ancestor's, in order. Every position from the first to the
 /// conversation's length must be there exactly once, or the chain is
 /// broken (a missing link, a loop).
-fn conversation(conn: &Connection, id: &str) -> Result<String> {
-    let Some(head) = link(conn, id)? else {
+fn conversation(sql: &mut dyn Sql, id: &str) -> Result<String> {
+    let Some(head) = link(sql, id)? else {
         return Err(StoreError::BrokenChain { id: id.to_owned() });
     };
-    let mut statement = conn.prepare_cached(
+    let mut text = String::from("[");
+    let mut expected = 0usize;
+    sql.each_row(
         "WITH RECURSIVE chain(id, parent, depth) AS (
              SELECT id, parent_id, 0 FROM responses WHERE id = ?1
              UNION ALL
@@ -112,21 +112,20 @@ fn conversation(conn: &Connection, id: &str) -> Result<String> {
          )
          SELECT i.position, i.item FROM chain c JOIN response_items i ON i.response_id = c.id
          ORDER BY i.position",
+        &[&id, &MAX_CHAIN],
+        &mut |row| {
+            let position: usize = row.number(0, "response_items", "position")?;
+            if position != expected {
+                return Err(StoreError::BrokenChain { id: id.to_owned() });
+            }
+            if expected > 0 {
+                text.push(',');
+            }
+            text.push_str(&row.get::<String>(1)?);
+            expected += 1;
+            Ok(())
+        },
     )?;
-    let mut text = String::from("[");
-    let mut expected = 0usize;
-    let mut rows = statement.query(params![id, MAX_CHAIN])?;
-    while let Some(row) = rows.next()? {
-        let position: usize = number(row, 0, "response_items", "position")?;
-        if position != expected {
-            return Err(StoreError::BrokenChain { id: id.to_owned() });
-        }
-        if expected > 0 {
-            text.push(',');
-        }
-        text.push_str(&row.get::<_, String>(1)?);
-        expected += 1;
-    }
     if expected != head.conversation_len {
         return Err(StoreError::BrokenChain { id: id.to_owned() });
     }
@@ -135,20 +134,19 @@ fn conversation(conn: &Connection, id: &str) -> Result<String> {
 }
 
 /// Removes a response's row and its own items.
-fn remove(tx: &Transaction, id: &str) -> Result<()> {
-    tx.execute(
-        "DELETE FROM response_items WHERE response_id = ?1",
-        params![id],
-    )?;
-    tx.execute("DELETE FROM responses WHERE id = ?1", params![id])?;
+fn remove(sql: &mut dyn Sql, id: &str) -> Result<()> {
+    sql.execute("DELETE FROM response_items WHERE response_id = ?1", &[&id])?;
+    sql.execute("DELETE FROM responses WHERE id = ?1", &[&id])?;
     Ok(())
 }
 
-fn has_descendants(conn: &Connection, id: &str) -> Result<bool> {
-    Ok(conn
-        .prepare_cached("SELECT 1 FROM responses WHERE parent_id = ?1 LIMIT 1")?
-        .query_row(params![id], |_| Ok(()))
-        .optional()?
+fn has_descendants(sql: &mut dyn Sql, id: &str) -> Result<bool> {
+    Ok(sql
+        .query_opt(
+            "SELECT 1 FROM responses WHERE parent_id = ?1 LIMIT 1",
+            &[&id],
+            |_| Ok(()),
+        )?
         .is_some())
 }
 
@@ -160,99 +158,101 @@ impl Store {
     pub fn save_response(&self, row: &ResponseRow) -> Result<()> {
         let items: Vec<serde_json::Value> = serde_json::from_str(&row.conversation)
             .map_err(|_| StoreError::BrokenChain { id: row.id.clone() })?;
-        let mut conn = self.conn();
-        let tx = conn.transaction()?;
-        // The link is made once, when the row is first written: a later
-        // save (the same run moving on) continues from the same response.
-        let existing = link(&tx, &row.id)?;
-        // Items others continue from never change under them (only a
-        // finished response is continued, and a finished one's items are
-        // final; this holds it even for a save that says otherwise).
-        if existing.is_some() && has_descendants(&tx, &row.id)? {
-            tx.execute(
-                "UPDATE responses SET status = ?2, body = ?3 WHERE id = ?1",
-                params![row.id, row.status, row.body],
-            )?;
-            tx.commit()?;
-            return Ok(());
-        }
-        let saved_before = existing.is_some();
-        let parent = match existing {
-            Some(existing) => existing.parent,
-            None => match &row.previous_response_id {
-                Some(previous) => tx
-                    .prepare_cached("SELECT id FROM responses WHERE id = ?1 AND project = ?2")?
-                    .query_row(params![previous, row.project], |found| {
-                        found.get::<_, String>(0)
-                    })
-                    .optional()?,
-                None => None,
-            },
-        };
-        let first_own = match &parent {
-            Some(parent) => link(&tx, parent)?
-                .map(|parent| parent.conversation_len)
-                .unwrap_or(0),
-            None => 0,
-        };
-        if items.len() < first_own {
-            return Err(StoreError::BrokenChain { id: row.id.clone() });
-        }
-        // Every statement of a save is cached: a response is saved once or
-        // more per run, and preparing SQL costs more than running it.
-        tx.prepare_cached(&format!(
-            "INSERT INTO responses ({RESPONSE_COLUMNS}, parent_id, conversation_len)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
-             ON CONFLICT (id) DO UPDATE SET status = excluded.status, body = excluded.body,
-             conversation_len = excluded.conversation_len"
-        ))?
-        .execute(params![
-            row.id,
-            row.project,
-            row.created_at,
-            row.status,
-            row.previous_response_id,
-            row.body,
-            row.input_items,
-            parent,
-            items.len() as i64
-        ])?;
-        // A response saved before (the same run moving on) has items to
-        // replace; a new one has none.
-        if saved_before {
-            tx.prepare_cached("DELETE FROM response_items WHERE response_id = ?1")?
-                .execute(params![row.id])?;
-        }
-        {
-            let mut insert = tx.prepare_cached(
-                "INSERT INTO response_items (response_id, position, item) VALUES (?1, ?2, ?3)",
-            )?;
-            for (position, item) in items.iter().enumerate().skip(first_own) {
-                insert.execute(params![row.id, position as i64, item.to_string()])?;
+        let items: Vec<String> = items.iter().map(serde_json::Value::to_string).collect();
+        self.transaction(|sql| {
+            // Saves of one response by two servers at once (a run and its
+            // cancellation) follow one another.
+            sql.lock(&format!("response:{}", row.id))?;
+            // The link is made once, when the row is first written: a
+            // later save (the same run moving on) continues from the same
+            // response.
+            let existing = link(sql, &row.id)?;
+            // Items others continue from never change under them (only a
+            // finished response is continued, and a finished one's items
+            // are final; this holds it even for a save that says
+            // otherwise).
+            if existing.is_some() && has_descendants(sql, &row.id)? {
+                sql.execute(
+                    "UPDATE responses SET status = ?2, body = ?3 WHERE id = ?1",
+                    &[&row.id, &row.status, &row.body],
+                )?;
+                return Ok(());
             }
-        }
-        tx.commit()?;
-        Ok(())
+            let saved_before = existing.is_some();
+            let parent: Option<String> = match existing {
+                Some(existing) => existing.parent,
+                None => match &row.previous_response_id {
+                    Some(previous) => sql.query_opt(
+                        "SELECT id FROM responses WHERE id = ?1 AND project = ?2",
+                        &[previous, &row.project],
+                        |found| found.get::<String>(0),
+                    )?,
+                    None => None,
+                },
+            };
+            let first_own = match &parent {
+                Some(parent) => link(sql, parent)?
+                    .map(|parent| parent.conversation_len)
+                    .unwrap_or(0),
+                None => 0,
+            };
+            if items.len() < first_own {
+                return Err(StoreError::BrokenChain { id: row.id.clone() });
+            }
+            sql.execute(
+                &format!(
+                    "INSERT INTO responses ({RESPONSE_COLUMNS}, parent_id, conversation_len)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+                     ON CONFLICT (id) DO UPDATE SET status = excluded.status, body = excluded.body,
+                     conversation_len = excluded.conversation_len"
+                ),
+                &[
+                    &row.id,
+                    &row.project,
+                    &row.created_at,
+                    &row.status,
+                    &row.previous_response_id,
+                    &row.body,
+                    &row.input_items,
+                    &parent,
+                    &items.len(),
+                ],
+            )?;
+            // A response saved before (the same run moving on) has items
+            // to replace; a new one has none.
+            if saved_before {
+                sql.execute(
+                    "DELETE FROM response_items WHERE response_id = ?1",
+                    &[&row.id],
+                )?;
+            }
+            for (position, item) in items.iter().enumerate().skip(first_own) {
+                sql.execute(
+                    "INSERT INTO response_items (response_id, position, item) VALUES (?1, ?2, ?3)",
+                    &[&row.id, &position, item],
+                )?;
+            }
+            Ok(())
+        })
     }
 
     /// A response of `project`, with its whole conversation.
     pub fn response(&self, project: &str, id: &str) -> Result<Option<ResponseRow>> {
-        let conn = self.reader();
-        let Some(mut row) = conn
-            .query_row(
+        self.read(|sql| {
+            let Some(mut row) = sql.query_opt(
                 &format!(
                     "SELECT {RESPONSE_COLUMNS} FROM responses
                      WHERE id = ?1 AND project = ?2 AND deleted = 0"
                 ),
-                params![id, project],
+                &[&id, &project],
                 response_row,
-            )
-            .optional()?
-        else {
-            return Ok(None);
-        };
-        row.conversation = conversation(&conn, &row.id)?;
-        Ok(Some(row))
+            )?
+            else {
+                return Ok(None);
+            };
+            row.conversation = conversation(sql, &row.id)?;
+            Ok(Some(row))
+        })
     }
 
     /// A page of `project`'s stored responses, newest first, as the web
@@ -264,100 +264,104 @@ impl Store {
         after: Option<&str>,
         limit: u32,
     ) -> Result<(Vec<ResponseSummary>, bool)> {
-        let conn = self.reader();
-        let cursor = cursor_seq(&conn, "responses", "project", Some(project), after)?;
-        let mut statement = conn.prepare(
-            "SELECT id, created_at, status,
-                    COALESCE(json_extract(body, '$.model'), ''),
-                    COALESCE(json_extract(body, '$.usage.input_tokens'), 0),
-                    COALESCE(json_extract(body, '$.usage.output_tokens'), 0),
-                    COALESCE(json_extract(body, '$.usage.sandbox_seconds'), 0.0)
-             FROM responses
-             WHERE project = ?1 AND deleted = 0 AND (?2 IS NULL OR seq < ?2) AND json_valid(body)
-             ORDER BY seq DESC LIMIT ?3",
-        )?;
-        let mut rows = statement
-            .query_map(params![project, cursor, i64::from(limit) + 1], |row| {
-                Ok(ResponseSummary {
-                    id: row.get(0)?,
-                    created_at: row.get(1)?,
-                    status: column(row, 2, "responses", "status")?,
-                    model: row.get(3)?,
-                    input_tokens: number(row, 4, "responses", "usage.input_tokens")?,
-                    output_tokens: number(row, 5, "responses", "usage.output_tokens")?,
-                    sandbox_seconds: row.get(6)?,
-                })
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        let has_more = rows.len() > limit as usize;
-        rows.truncate(limit as usize);
-        Ok((rows, has_more))
+        self.read(|sql| {
+            let cursor = cursor_seq(sql, "responses", "project", Some(project), after)?;
+            let d = sql.dialect();
+            let query = format!(
+                "SELECT id, created_at, status,
+                        COALESCE({model}, ''),
+                        COALESCE({input}, 0),
+                        COALESCE({output}, 0),
+                        COALESCE({seconds}, 0.0)
+                 FROM responses
+                 WHERE project = ?1 AND deleted = 0 AND (CAST(?2 AS BIGINT) IS NULL OR seq < ?2)
+                 ORDER BY seq DESC LIMIT ?3",
+                model = d.json_text("body", "model"),
+                input = d.json_number("body", &["usage", "input_tokens"], true),
+                output = d.json_number("body", &["usage", "output_tokens"], true),
+                seconds = d.json_number("body", &["usage", "sandbox_seconds"], false),
+            );
+            let mut rows = sql.query(
+                &query,
+                &[&project, &cursor, &(i64::from(limit) + 1)],
+                |row| {
+                    Ok(ResponseSummary {
+                        id: row.get(0)?,
+                        created_at: row.get(1)?,
+                        status: row.text(2, "responses", "status")?,
+                        model: row.get(3)?,
+                        input_tokens: row.number(4, "responses", "usage.input_tokens")?,
+                        output_tokens: row.number(5, "responses", "usage.output_tokens")?,
+                        sandbox_seconds: row.get(6)?,
+                    })
+                },
+            )?;
+            let has_more = rows.len() > limit as usize;
+            rows.truncate(limit as usize);
+            Ok((rows, has_more))
+        })
     }
 
     /// Responses with one of `statuses` (to settle runs a crash
     /// interrupted), with their conversations.
     pub fn responses_with_status(&self, statuses: &[ResponseStatus]) -> Result<Vec<ResponseRow>> {
-        let conn = self.reader();
-        let mut statement = conn.prepare(&format!(
-            "SELECT {RESPONSE_COLUMNS} FROM responses WHERE status = ?1 AND deleted = 0"
-        ))?;
-        let mut rows = Vec::new();
-        for status in statuses {
-            rows.extend(
-                statement
-                    .query_map(params![status], response_row)?
-                    .collect::<rusqlite::Result<Vec<_>>>()?,
-            );
-        }
-        for row in &mut rows {
-            row.conversation = conversation(&conn, &row.id)?;
-        }
-        Ok(rows)
+        self.read(|sql| {
+            let mut rows = Vec::new();
+            for status in statuses {
+                rows.extend(sql.query(
+                    &format!(
+                        "SELECT {RESPONSE_COLUMNS} FROM responses WHERE status = ?1 AND deleted = 0"
+                    ),
+                    &[status],
+                    response_row,
+                )?);
+            }
+            for row in &mut rows {
+                row.conversation = conversation(sql, &row.id)?;
+            }
+            Ok(rows)
+        })
     }
 
     /// Deletes a response of `project`. One that others continue becomes a
     /// hidden tombstone keeping only its items; one that nothing continues
     /// goes, with the tombstones above it that then serve nothing.
     pub fn delete_response(&self, project: &str, id: &str) -> Result<bool> {
-        let mut conn = self.conn();
-        let tx = conn.transaction()?;
-        let found = tx
-            .query_row(
+        self.transaction(|sql| {
+            sql.lock(&format!("response:{id}"))?;
+            let found: Option<Option<String>> = sql.query_opt(
                 "SELECT parent_id FROM responses WHERE id = ?1 AND project = ?2 AND deleted = 0",
-                params![id, project],
-                |row| row.get::<_, Option<String>>(0),
-            )
-            .optional()?;
-        let Some(mut parent) = found else {
-            return Ok(false);
-        };
-        if has_descendants(&tx, id)? {
-            tx.execute(
-                "UPDATE responses SET deleted = 1, body = '{}', input_items = '[]' WHERE id = ?1",
-                params![id],
+                &[&id, &project],
+                |row| row.get(0),
             )?;
-        } else {
-            remove(&tx, id)?;
-            // Each step removes one row: the walk ends.
-            while let Some(ancestor) = parent {
-                let tombstone: Option<Option<String>> = tx
-                    .query_row(
+            let Some(mut parent) = found else {
+                return Ok(false);
+            };
+            if has_descendants(sql, id)? {
+                sql.execute(
+                    "UPDATE responses SET deleted = 1, body = '{}', input_items = '[]' WHERE id = ?1",
+                    &[&id],
+                )?;
+            } else {
+                remove(sql, id)?;
+                // Each step removes one row: the walk ends.
+                while let Some(ancestor) = parent {
+                    let tombstone: Option<Option<String>> = sql.query_opt(
                         "SELECT parent_id FROM responses WHERE id = ?1 AND deleted = 1",
-                        params![ancestor],
+                        &[&ancestor],
                         |row| row.get(0),
-                    )
-                    .optional()?;
-                match tombstone {
-                    Some(next) if !has_descendants(&tx, &ancestor)? => {
-                        remove(&tx, &ancestor)?;
-                        parent = next;
+                    )?;
+                    match tombstone {
+                        Some(next) if !has_descendants(sql, &ancestor)? => {
+                            remove(sql, &ancestor)?;
+                            parent = next;
+                        }
+                        _ => break,
                     }
-                    _ => break,
                 }
             }
-        }
-        tx.commit()?;
-        Ok(true)
+            Ok(true)
+        })
     }
 }
 
@@ -391,8 +395,7 @@ mod tests {
 
     fn item_rows(store: &Store) -> i64 {
         store
-            .conn()
-            .query_row("SELECT COUNT(*) FROM response_items", [], |row| row.get(0))
+            .read(|sql| sql.query_one("SELECT COUNT(*) FROM response_items", &[], |row| row.get(0)))
             .unwrap()
     }
 
@@ -426,97 +429,102 @@ mod tests {
 
     #[test]
     fn a_chain_stores_each_item_once_and_reads_back_whole() {
-        let store = Store::in_memory().unwrap();
-        let conversation = chain(&store, 200);
-        // Two items a response: linear, not the 40,200 rows of a copy each.
-        assert_eq!(item_rows(&store), 400);
-        assert_eq!(conversation_of(&store, "p", "r199"), conversation);
-        assert_eq!(conversation_of(&store, "p", "r0"), conversation[..2]);
-        assert_eq!(conversation_of(&store, "p", "r100"), conversation[..202]);
-        // Another project sees none of it.
-        assert_eq!(store.response("q", "r199").unwrap(), None);
+        for store in crate::testing::stores() {
+            let conversation = chain(&store, 200);
+            // Two items a response: linear, not the 40,200 rows of a copy each.
+            assert_eq!(item_rows(&store), 400);
+            assert_eq!(conversation_of(&store, "p", "r199"), conversation);
+            assert_eq!(conversation_of(&store, "p", "r0"), conversation[..2]);
+            assert_eq!(conversation_of(&store, "p", "r100"), conversation[..202]);
+            // Another project sees none of it.
+            assert_eq!(store.response("q", "r199").unwrap(), None);
+        }
     }
 
     #[test]
     fn deleting_inside_a_chain_keeps_what_descendants_need() {
-        let store = Store::in_memory().unwrap();
-        let conversation = chain(&store, 10);
-        assert!(store.delete_response("p", "r5").unwrap());
-        // Gone for the API, its items kept for the responses after it.
-        assert_eq!(store.response("p", "r5").unwrap(), None);
-        assert!(!store.delete_response("p", "r5").unwrap());
-        assert_eq!(conversation_of(&store, "p", "r9"), conversation);
-        assert_eq!(item_rows(&store), 20);
-        // A new branch from a descendant still reads through the tombstone.
-        let mut branch = conversation[..14].to_vec();
-        branch.push(message("branch".into()));
-        store
-            .save_response(&saved("b", "p", Some("r6"), &branch))
-            .unwrap();
-        assert_eq!(conversation_of(&store, "p", "b"), branch);
-        // Deleting the descendants from the end: once nothing continues the
-        // tombstone, it goes too.
-        for id in ["r9", "r8", "r7", "b"] {
-            assert!(store.delete_response("p", id).unwrap());
+        for store in crate::testing::stores() {
+            let conversation = chain(&store, 10);
+            assert!(store.delete_response("p", "r5").unwrap());
+            // Gone for the API, its items kept for the responses after it.
+            assert_eq!(store.response("p", "r5").unwrap(), None);
+            assert!(!store.delete_response("p", "r5").unwrap());
+            assert_eq!(conversation_of(&store, "p", "r9"), conversation);
+            assert_eq!(item_rows(&store), 20);
+            // A new branch from a descendant still reads through the tombstone.
+            let mut branch = conversation[..14].to_vec();
+            branch.push(message("branch".into()));
+            store
+                .save_response(&saved("b", "p", Some("r6"), &branch))
+                .unwrap();
+            assert_eq!(conversation_of(&store, "p", "b"), branch);
+            // Deleting the descendants from the end: once nothing continues the
+            // tombstone, it goes too.
+            for id in ["r9", "r8", "r7", "b"] {
+                assert!(store.delete_response("p", id).unwrap());
+            }
+            assert_eq!(item_rows(&store), 14);
+            assert!(store.delete_response("p", "r6").unwrap());
+            assert_eq!(item_rows(&store), 10);
+            assert_eq!(conversation_of(&store, "p", "r4"), conversation[..10]);
         }
-        assert_eq!(item_rows(&store), 14);
-        assert!(store.delete_response("p", "r6").unwrap());
-        assert_eq!(item_rows(&store), 10);
-        assert_eq!(conversation_of(&store, "p", "r4"), conversation[..10]);
     }
 
     #[test]
     fn a_response_whose_previous_is_gone_or_foreign_keeps_its_whole_conversation() {
-        let store = Store::in_memory().unwrap();
-        let first = vec![message("a".into()), message("b".into())];
-        store.save_response(&saved("a", "p", None, &first)).unwrap();
-        store.delete_response("p", "a").unwrap();
-        let mut second = first.clone();
-        second.push(message("c".into()));
-        store
-            .save_response(&saved("b", "p", Some("a"), &second))
-            .unwrap();
-        assert_eq!(conversation_of(&store, "p", "b"), second);
-        // Another project's response of the same id is never continued.
-        store.save_response(&saved("x", "q", None, &first)).unwrap();
-        store
-            .save_response(&saved("y", "p", Some("x"), &second))
-            .unwrap();
-        assert_eq!(conversation_of(&store, "p", "y"), second);
-        // A conversation shorter than the one it continues is refused.
-        assert!(matches!(
-            store.save_response(&saved("z", "p", Some("b"), &first)),
-            Err(StoreError::BrokenChain { .. })
-        ));
+        for store in crate::testing::stores() {
+            let first = vec![message("a".into()), message("b".into())];
+            store.save_response(&saved("a", "p", None, &first)).unwrap();
+            store.delete_response("p", "a").unwrap();
+            let mut second = first.clone();
+            second.push(message("c".into()));
+            store
+                .save_response(&saved("b", "p", Some("a"), &second))
+                .unwrap();
+            assert_eq!(conversation_of(&store, "p", "b"), second);
+            // Another project's response of the same id is never continued.
+            store.save_response(&saved("x", "q", None, &first)).unwrap();
+            store
+                .save_response(&saved("y", "p", Some("x"), &second))
+                .unwrap();
+            assert_eq!(conversation_of(&store, "p", "y"), second);
+            // A conversation shorter than the one it continues is refused.
+            assert!(matches!(
+                store.save_response(&saved("z", "p", Some("b"), &first)),
+                Err(StoreError::BrokenChain { .. })
+            ));
+        }
     }
 
     #[test]
     fn a_lost_item_is_a_broken_chain_not_a_shorter_conversation() {
-        let store = Store::in_memory().unwrap();
-        chain(&store, 3);
-        store
-            .conn()
-            .execute(
-                "DELETE FROM response_items WHERE response_id = 'r1' AND position = 2",
-                [],
-            )
-            .unwrap();
-        assert!(matches!(
-            store.response("p", "r2"),
-            Err(StoreError::BrokenChain { .. })
-        ));
+        for store in crate::testing::stores() {
+            chain(&store, 3);
+            store
+                .write(|sql| {
+                    sql.execute(
+                        "DELETE FROM response_items WHERE response_id = 'r1' AND position = 2",
+                        &[],
+                    )
+                })
+                .unwrap();
+            assert!(matches!(
+                store.response("p", "r2"),
+                Err(StoreError::BrokenChain { .. })
+            ));
+        }
     }
 
     #[test]
     fn the_migration_turns_whole_conversations_into_own_items() {
-        let mut conn = Connection::open_in_memory().unwrap();
+        let mut conn = rusqlite::Connection::open_in_memory().unwrap();
         // The schema as it was just before the migration that made items
         // (later migrations follow it in `Store::setup`).
-        let before = crate::migrations::MIGRATIONS
+        let before = crate::migrations::SQLITE_MIGRATIONS
             .iter()
             .position(|m| m.contains("CREATE TABLE response_items"))
             .unwrap();
-        for migration in &crate::migrations::MIGRATIONS[..before] {
+        for migration in &crate::migrations::SQLITE_MIGRATIONS[..before] {
             conn.execute_batch(migration).unwrap();
         }
         conn.pragma_update(None, "user_version", before as i64)
@@ -544,13 +552,13 @@ mod tests {
                 tx.execute(
                     "INSERT INTO responses (id, project, created_at, status, previous_response_id, body, input_items, conversation)
                      VALUES (?1, 'p', 1, 'completed', ?2, '{}', '[]', ?3)",
-                    params![id, previous, Value::Array(conversation.clone()).to_string()],
+                    rusqlite::params![id, previous, Value::Array(conversation.clone()).to_string()],
                 )
                 .unwrap();
             }
             tx.commit().unwrap();
         }
-        let store = Store::setup(conn).unwrap();
+        let store = Store::from_sqlite_connection(conn).unwrap();
         for (id, _, conversation) in &legacy {
             assert_eq!(&conversation_of(&store, "p", id), conversation, "{id}");
         }

@@ -37,470 +37,478 @@ mod tables {
 
     #[test]
     fn exposed_ports_and_the_port_token_are_kept_and_found_by_id_alone() {
-        let store = Store::in_memory().unwrap();
-        let mut row = container("c1", "alpha", "x");
-        row.exposed_ports = vec![8000, 3000];
-        row.port_token = Some("sgpt_1".into());
-        store.insert_container(&row).unwrap();
-        store
-            .insert_container(&container("c2", "alpha", "y"))
-            .unwrap();
-        assert_eq!(store.container("alpha", "c1").unwrap(), Some(row.clone()));
-        assert_eq!(store.container_by_id("c1").unwrap(), Some(row));
-        let plain = store.container_by_id("c2").unwrap().unwrap();
-        assert_eq!((plain.exposed_ports, plain.port_token), (vec![], None));
-        assert_eq!(store.container_by_id("c3").unwrap(), None);
+        for store in crate::testing::stores() {
+            let mut row = container("c1", "alpha", "x");
+            row.exposed_ports = vec![8000, 3000];
+            row.port_token = Some("sgpt_1".into());
+            store.insert_container(&row).unwrap();
+            store
+                .insert_container(&container("c2", "alpha", "y"))
+                .unwrap();
+            assert_eq!(store.container("alpha", "c1").unwrap(), Some(row.clone()));
+            assert_eq!(store.container_by_id("c1").unwrap(), Some(row));
+            let plain = store.container_by_id("c2").unwrap().unwrap();
+            assert_eq!((plain.exposed_ports, plain.port_token), (vec![], None));
+            assert_eq!(store.container_by_id("c3").unwrap(), None);
+        }
     }
 
     #[test]
     fn a_row_with_an_unknown_status_or_limit_is_corrupt_not_a_default() {
-        let store = Store::in_memory().unwrap();
-        store
-            .insert_container(&container("c1", "alpha", "x"))
-            .unwrap();
-        store.open_session("c1").unwrap();
-        for (column, value) in [
-            ("status", "sleeping"),
-            ("memory_limit", "2g"),
-            ("exposed_ports", "8000,http"),
-        ] {
+        for store in crate::testing::stores() {
             store
-                .conn()
-                .execute(
-                    &format!("UPDATE containers SET {column} = ?1 WHERE id = 'c1'"),
-                    rusqlite::params![value],
-                )
+                .insert_container(&container("c1", "alpha", "x"))
                 .unwrap();
-            match store.container("alpha", "c1") {
-                Err(StoreError::Corrupt {
-                    table: "containers",
-                    column: named,
-                    value: held,
-                }) => {
-                    assert_eq!((named, held.as_str()), (column, value));
+            store.open_session("c1").unwrap();
+            for (column, value) in [
+                ("status", "sleeping"),
+                ("memory_limit", "2g"),
+                ("exposed_ports", "8000,http"),
+            ] {
+                store
+                    .write(|sql| {
+                        sql.execute(
+                            &format!("UPDATE containers SET {column} = ?1 WHERE id = 'c1'"),
+                            &[&value],
+                        )
+                    })
+                    .unwrap();
+                match store.container("alpha", "c1") {
+                    Err(StoreError::Corrupt {
+                        table: "containers",
+                        column: named,
+                        value: held,
+                    }) => {
+                        assert_eq!((named, held.as_str()), (column, value));
+                    }
+                    other => panic!("{column} = {value:?} read as {other:?}"),
                 }
-                other => panic!("{column} = {value:?} read as {other:?}"),
-            }
-            assert!(matches!(
-                store.all_containers(),
-                Err(StoreError::Corrupt { .. })
-            ));
-            if column == "memory_limit" {
                 assert!(matches!(
-                    store.active_memory_limits("alpha"),
+                    store.all_containers(),
                     Err(StoreError::Corrupt { .. })
                 ));
+                if column == "memory_limit" {
+                    assert!(matches!(
+                        store.active_memory_limits("alpha"),
+                        Err(StoreError::Corrupt { .. })
+                    ));
+                }
+                store
+                .write(|sql| {
+                    sql.execute(
+                        "UPDATE containers SET status = 'running', memory_limit = '1g', exposed_ports = '' WHERE id = 'c1'",
+                        &[],
+                    )
+                })
+                .unwrap();
             }
+            // A negative size is corrupt too, not wrapped around.
             store
-                .conn()
-                .execute(
-                    "UPDATE containers SET status = 'running', memory_limit = '1g' WHERE id = 'c1'",
-                    [],
+                .record_egress(&[EgressRow {
+                    id: "e1".into(),
+                    project: String::new(),
+                    container_id: "c1".into(),
+                    created_at: 1,
+                    kind: "dns".into(),
+                    requested_name: None,
+                    server_name: None,
+                    address: None,
+                    port: 53,
+                    verdict: EgressVerdict::Allowed,
+                    reason: String::new(),
+                    bytes_out: 0,
+                    bytes_in: 0,
+                    duration_ms: 0,
+                    aggregated: 0,
+                }])
+                .unwrap();
+            store
+                .write(|sql| sql.execute("UPDATE egress SET port = 70000", &[]))
+                .unwrap();
+            let page = Page {
+                limit: 10,
+                ascending: true,
+                after: None,
+            };
+            assert!(matches!(
+                store.list_egress("c1", &page),
+                Err(StoreError::Corrupt {
+                    table: "egress",
+                    column: "port",
+                    ..
+                })
+            ));
+            store
+                .write(|sql| sql.execute("UPDATE egress SET port = 53, verdict = 'maybe'", &[]))
+                .unwrap();
+            assert!(matches!(
+                store.list_egress("c1", &page),
+                Err(StoreError::Corrupt {
+                    table: "egress",
+                    column: "verdict",
+                    ..
+                })
+            ));
+        }
+    }
+
+    #[test]
+    fn session_ids_map_to_one_container_and_follow_a_replacement() {
+        for store in crate::testing::stores() {
+            store
+                .insert_container(&container("c1", "alpha", "x"))
+                .unwrap();
+            assert_eq!(store.session_container("alpha", "s").unwrap(), None);
+            assert_eq!(store.claim_session("alpha", "s", "c1", None).unwrap(), "c1");
+            // A racing request that made its own container loses.
+            assert_eq!(store.claim_session("alpha", "s", "c2", None).unwrap(), "c1");
+            // Another project's same session id is another session.
+            assert_eq!(store.claim_session("beta", "s", "c9", None).unwrap(), "c9");
+            // The container went away: the next one replaces it, once.
+            assert_eq!(
+                store.claim_session("alpha", "s", "c3", Some("c1")).unwrap(),
+                "c3"
+            );
+            assert_eq!(
+                store.claim_session("alpha", "s", "c4", Some("c1")).unwrap(),
+                "c3"
+            );
+            // Deleting a container forgets the sessions that pointed at it.
+            store
+                .insert_container(&container("c3", "alpha", "y"))
+                .unwrap();
+            store.set_sleep_after("c3", Some(60)).unwrap();
+            assert_eq!(
+                store
+                    .container("alpha", "c3")
+                    .unwrap()
+                    .unwrap()
+                    .sleep_after_secs,
+                Some(60)
+            );
+            store.delete_container("c3").unwrap();
+            assert_eq!(store.session_container("alpha", "s").unwrap(), None);
+        }
+    }
+
+    #[test]
+    fn egress_rows_take_their_containers_project_and_page() {
+        for store in crate::testing::stores() {
+            store
+                .insert_container(&container("c1", "alpha", "x"))
+                .unwrap();
+            let row = |i: u32, container: &str| EgressRow {
+                id: format!("eg{i}"),
+                project: String::new(),
+                container_id: container.into(),
+                created_at: i as i64,
+                kind: "dns".into(),
+                requested_name: Some("a.test".into()),
+                server_name: None,
+                address: Some("203.0.113.7".into()),
+                port: 53,
+                verdict: EgressVerdict::Allowed,
+                reason: "allowed".into(),
+                bytes_out: 0,
+                bytes_in: 0,
+                duration_ms: 1,
+                aggregated: 0,
+            };
+            let rows: Vec<EgressRow> = (0..5)
+                .map(|i| row(i, "c1"))
+                .chain([row(9, "gone")])
+                .collect();
+            assert_eq!(
+                store.record_egress(&rows).unwrap(),
+                5,
+                "unknown containers are dropped"
+            );
+            let page = Page {
+                limit: 3,
+                ascending: true,
+                after: None,
+            };
+            let (first, more) = store.list_egress("c1", &page).unwrap();
+            assert!(more);
+            assert_eq!(first.len(), 3);
+            assert!(first.iter().all(|r| r.project == "alpha"));
+            let (rest, more) = store
+                .list_egress(
+                    "c1",
+                    &Page {
+                        after: Some(first[2].id.clone()),
+                        ..page
+                    },
                 )
                 .unwrap();
+            assert!(!more);
+            assert_eq!(
+                rest.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+                ["eg3", "eg4"]
+            );
         }
-        // A negative size is corrupt too, not wrapped around.
-        store
-            .record_egress(&[EgressRow {
-                id: "e1".into(),
+    }
+
+    #[test]
+    fn aggregate_egress_rows_count_per_container_and_old_rows_go_in_batches() {
+        for store in crate::testing::stores() {
+            store
+                .insert_container(&container("c1", "alpha", "x"))
+                .unwrap();
+            let row = |i: u32, created_at: i64, aggregated: u64| EgressRow {
+                id: format!("eg{i}"),
                 project: String::new(),
                 container_id: "c1".into(),
-                created_at: 1,
+                created_at,
                 kind: "dns".into(),
                 requested_name: None,
                 server_name: None,
                 address: None,
                 port: 53,
-                verdict: EgressVerdict::Allowed,
-                reason: String::new(),
+                verdict: if aggregated > 0 {
+                    EgressVerdict::Aggregated
+                } else {
+                    EgressVerdict::Allowed
+                },
+                reason: "r".into(),
                 bytes_out: 0,
                 bytes_in: 0,
                 duration_ms: 0,
-                aggregated: 0,
-            }])
-            .unwrap();
-        store
-            .conn()
-            .execute("UPDATE egress SET port = 70000", [])
-            .unwrap();
-        let page = Page {
-            limit: 10,
-            ascending: true,
-            after: None,
-        };
-        assert!(matches!(
-            store.list_egress("c1", &page),
-            Err(StoreError::Corrupt {
-                table: "egress",
-                column: "port",
-                ..
-            })
-        ));
-        store
-            .conn()
-            .execute("UPDATE egress SET port = 53, verdict = 'maybe'", [])
-            .unwrap();
-        assert!(matches!(
-            store.list_egress("c1", &page),
-            Err(StoreError::Corrupt {
-                table: "egress",
-                column: "verdict",
-                ..
-            })
-        ));
-    }
-
-    #[test]
-    fn session_ids_map_to_one_container_and_follow_a_replacement() {
-        let store = Store::in_memory().unwrap();
-        store
-            .insert_container(&container("c1", "alpha", "x"))
-            .unwrap();
-        assert_eq!(store.session_container("alpha", "s").unwrap(), None);
-        assert_eq!(store.claim_session("alpha", "s", "c1", None).unwrap(), "c1");
-        // A racing request that made its own container loses.
-        assert_eq!(store.claim_session("alpha", "s", "c2", None).unwrap(), "c1");
-        // Another project's same session id is another session.
-        assert_eq!(store.claim_session("beta", "s", "c9", None).unwrap(), "c9");
-        // The container went away: the next one replaces it, once.
-        assert_eq!(
-            store.claim_session("alpha", "s", "c3", Some("c1")).unwrap(),
-            "c3"
-        );
-        assert_eq!(
-            store.claim_session("alpha", "s", "c4", Some("c1")).unwrap(),
-            "c3"
-        );
-        // Deleting a container forgets the sessions that pointed at it.
-        store
-            .insert_container(&container("c3", "alpha", "y"))
-            .unwrap();
-        store.set_sleep_after("c3", Some(60)).unwrap();
-        assert_eq!(
-            store
-                .container("alpha", "c3")
-                .unwrap()
-                .unwrap()
-                .sleep_after_secs,
-            Some(60)
-        );
-        store.delete_container("c3").unwrap();
-        assert_eq!(store.session_container("alpha", "s").unwrap(), None);
-    }
-
-    #[test]
-    fn egress_rows_take_their_containers_project_and_page() {
-        let store = Store::in_memory().unwrap();
-        store
-            .insert_container(&container("c1", "alpha", "x"))
-            .unwrap();
-        let row = |i: u32, container: &str| EgressRow {
-            id: format!("eg{i}"),
-            project: String::new(),
-            container_id: container.into(),
-            created_at: i as i64,
-            kind: "dns".into(),
-            requested_name: Some("a.test".into()),
-            server_name: None,
-            address: Some("203.0.113.7".into()),
-            port: 53,
-            verdict: EgressVerdict::Allowed,
-            reason: "allowed".into(),
-            bytes_out: 0,
-            bytes_in: 0,
-            duration_ms: 1,
-            aggregated: 0,
-        };
-        let rows: Vec<EgressRow> = (0..5)
-            .map(|i| row(i, "c1"))
-            .chain([row(9, "gone")])
-            .collect();
-        assert_eq!(
-            store.record_egress(&rows).unwrap(),
-            5,
-            "unknown containers are dropped"
-        );
-        let page = Page {
-            limit: 3,
-            ascending: true,
-            after: None,
-        };
-        let (first, more) = store.list_egress("c1", &page).unwrap();
-        assert!(more);
-        assert_eq!(first.len(), 3);
-        assert!(first.iter().all(|r| r.project == "alpha"));
-        let (rest, more) = store
-            .list_egress(
-                "c1",
-                &Page {
-                    after: Some(first[2].id.clone()),
-                    ..page
-                },
-            )
-            .unwrap();
-        assert!(!more);
-        assert_eq!(
-            rest.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
-            ["eg3", "eg4"]
-        );
-    }
-
-    #[test]
-    fn aggregate_egress_rows_count_per_container_and_old_rows_go_in_batches() {
-        let store = Store::in_memory().unwrap();
-        store
-            .insert_container(&container("c1", "alpha", "x"))
-            .unwrap();
-        let row = |i: u32, created_at: i64, aggregated: u64| EgressRow {
-            id: format!("eg{i}"),
-            project: String::new(),
-            container_id: "c1".into(),
-            created_at,
-            kind: "dns".into(),
-            requested_name: None,
-            server_name: None,
-            address: None,
-            port: 53,
-            verdict: if aggregated > 0 {
-                EgressVerdict::Aggregated
-            } else {
-                EgressVerdict::Allowed
-            },
-            reason: "r".into(),
-            bytes_out: 0,
-            bytes_in: 0,
-            duration_ms: 0,
-            aggregated,
-        };
-        // Five old rows (two aggregate ones), three recent ones.
-        let rows: Vec<EgressRow> = (0..8)
-            .map(|i| {
-                row(
-                    i,
-                    if i < 5 { 100 } else { 1_000 },
-                    [0, 7, 0, 3, 0, 0, 0, 0][i as usize],
-                )
-            })
-            .collect();
-        store.record_egress(&rows).unwrap();
-        assert_eq!(store.egress_unlogged("c1").unwrap(), 10);
-        assert_eq!(store.egress_unlogged("gone").unwrap(), 0);
-        let all = Page {
-            limit: 100,
-            ascending: true,
-            after: None,
-        };
-        assert_eq!(store.list_egress("c1", &all).unwrap().0[1].aggregated, 7);
-        assert_eq!(store.delete_egress_before(500, 2).unwrap(), 2);
-        assert_eq!(store.delete_egress_before(500, 2).unwrap(), 2);
-        assert_eq!(store.delete_egress_before(500, 2).unwrap(), 1);
-        assert_eq!(store.delete_egress_before(500, 2).unwrap(), 0);
-        let left = store.list_egress("c1", &all).unwrap().0;
-        assert_eq!(
-            left.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
-            ["eg5", "eg6", "eg7"]
-        );
-        // The container's total outlives the rows.
-        assert_eq!(store.egress_unlogged("c1").unwrap(), 10);
+                aggregated,
+            };
+            // Five old rows (two aggregate ones), three recent ones.
+            let rows: Vec<EgressRow> = (0..8)
+                .map(|i| {
+                    row(
+                        i,
+                        if i < 5 { 100 } else { 1_000 },
+                        [0, 7, 0, 3, 0, 0, 0, 0][i as usize],
+                    )
+                })
+                .collect();
+            store.record_egress(&rows).unwrap();
+            assert_eq!(store.egress_unlogged("c1").unwrap(), 10);
+            assert_eq!(store.egress_unlogged("gone").unwrap(), 0);
+            let all = Page {
+                limit: 100,
+                ascending: true,
+                after: None,
+            };
+            assert_eq!(store.list_egress("c1", &all).unwrap().0[1].aggregated, 7);
+            assert_eq!(store.delete_egress_before(500, 2).unwrap(), 2);
+            assert_eq!(store.delete_egress_before(500, 2).unwrap(), 2);
+            assert_eq!(store.delete_egress_before(500, 2).unwrap(), 1);
+            assert_eq!(store.delete_egress_before(500, 2).unwrap(), 0);
+            let left = store.list_egress("c1", &all).unwrap().0;
+            assert_eq!(
+                left.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+                ["eg5", "eg6", "eg7"]
+            );
+            // The container's total outlives the rows.
+            assert_eq!(store.egress_unlogged("c1").unwrap(), 10);
+        }
     }
 
     #[test]
     fn skill_versions_number_up_and_never_reuse_a_number() {
-        let store = Store::in_memory().unwrap();
-        let version = |id: &str, name: &str| SkillVersionRow {
-            id: id.into(),
-            skill_id: "skill_1".into(),
-            project: "alpha".into(),
-            version: 1,
-            name: name.into(),
-            description: format!("{name} does things"),
-            created_at: 1,
-            bytes: 10,
-        };
-        let skill = SkillRow {
-            id: "skill_1".into(),
-            project: "alpha".into(),
-            name: "one".into(),
-            description: "one does things".into(),
-            created_at: 1,
-            default_version: 1,
-            latest_version: 1,
-        };
-        store.insert_skill(&skill, &version("v1", "one")).unwrap();
-        let mut second = version("v2", "two");
-        let updated = store
-            .add_skill_version("alpha", &mut second, false)
-            .unwrap()
-            .unwrap();
-        assert_eq!(
-            (
-                second.version,
-                updated.latest_version,
-                updated.default_version
-            ),
-            (2, 2, 1)
-        );
-        assert_eq!(updated.name, "one");
-        let mut third = version("v3", "three");
-        let updated = store
-            .add_skill_version("alpha", &mut third, true)
-            .unwrap()
-            .unwrap();
-        assert_eq!((updated.latest_version, updated.default_version), (3, 3));
-        assert_eq!(updated.name, "three");
-        // Not another project's; not the default.
-        assert!(store
-            .add_skill_version("beta", &mut version("v9", "x"), false)
-            .unwrap()
-            .is_none());
-        assert_eq!(
-            store.delete_skill_version("alpha", "skill_1", 3).unwrap(),
-            Err(SkillVersionDelete::IsDefault)
-        );
-        store
-            .set_default_skill_version("alpha", "skill_1", 1)
-            .unwrap()
-            .unwrap();
-        assert_eq!(
+        for store in crate::testing::stores() {
+            let version = |id: &str, name: &str| SkillVersionRow {
+                id: id.into(),
+                skill_id: "skill_1".into(),
+                project: "alpha".into(),
+                version: 1,
+                name: name.into(),
+                description: format!("{name} does things"),
+                created_at: 1,
+                bytes: 10,
+            };
+            let skill = SkillRow {
+                id: "skill_1".into(),
+                project: "alpha".into(),
+                name: "one".into(),
+                description: "one does things".into(),
+                created_at: 1,
+                default_version: 1,
+                latest_version: 1,
+            };
+            store.insert_skill(&skill, &version("v1", "one")).unwrap();
+            let mut second = version("v2", "two");
+            let updated = store
+                .add_skill_version("alpha", &mut second, false)
+                .unwrap()
+                .unwrap();
+            assert_eq!(
+                (
+                    second.version,
+                    updated.latest_version,
+                    updated.default_version
+                ),
+                (2, 2, 1)
+            );
+            assert_eq!(updated.name, "one");
+            let mut third = version("v3", "three");
+            let updated = store
+                .add_skill_version("alpha", &mut third, true)
+                .unwrap()
+                .unwrap();
+            assert_eq!((updated.latest_version, updated.default_version), (3, 3));
+            assert_eq!(updated.name, "three");
+            // Not another project's; not the default.
+            assert!(store
+                .add_skill_version("beta", &mut version("v9", "x"), false)
+                .unwrap()
+                .is_none());
+            assert_eq!(
+                store.delete_skill_version("alpha", "skill_1", 3).unwrap(),
+                Err(SkillVersionDelete::IsDefault)
+            );
             store
-                .delete_skill_version("alpha", "skill_1", 3)
+                .set_default_skill_version("alpha", "skill_1", 1)
                 .unwrap()
-                .unwrap()
-                .id,
-            "v3"
-        );
-        assert_eq!(
+                .unwrap();
+            assert_eq!(
+                store
+                    .delete_skill_version("alpha", "skill_1", 3)
+                    .unwrap()
+                    .unwrap()
+                    .id,
+                "v3"
+            );
+            assert_eq!(
+                store
+                    .skill("alpha", "skill_1")
+                    .unwrap()
+                    .unwrap()
+                    .latest_version,
+                2
+            );
+            let mut fourth = version("v4", "four");
             store
-                .skill("alpha", "skill_1")
-                .unwrap()
-                .unwrap()
-                .latest_version,
-            2
-        );
-        let mut fourth = version("v4", "four");
-        store
-            .add_skill_version("alpha", &mut fourth, false)
-            .unwrap();
-        assert_eq!(fourth.version, 4, "3 is never given again");
-        let page = Page {
-            limit: 10,
-            ascending: true,
-            after: None,
-        };
-        let (versions, _) = store.list_skill_versions("skill_1", &page).unwrap();
-        assert_eq!(
-            versions.iter().map(|v| v.version).collect::<Vec<_>>(),
-            [1, 2, 4]
-        );
-        assert_eq!(
-            store
-                .delete_skill("alpha", "skill_1")
-                .unwrap()
-                .unwrap()
-                .len(),
-            3
-        );
-        assert!(store.skill("alpha", "skill_1").unwrap().is_none());
-        assert!(store.delete_skill("alpha", "skill_1").unwrap().is_none());
+                .add_skill_version("alpha", &mut fourth, false)
+                .unwrap();
+            assert_eq!(fourth.version, 4, "3 is never given again");
+            let page = Page {
+                limit: 10,
+                ascending: true,
+                after: None,
+            };
+            let (versions, _) = store.list_skill_versions("skill_1", &page).unwrap();
+            assert_eq!(
+                versions.iter().map(|v| v.version).collect::<Vec<_>>(),
+                [1, 2, 4]
+            );
+            assert_eq!(
+                store
+                    .delete_skill("alpha", "skill_1")
+                    .unwrap()
+                    .unwrap()
+                    .len(),
+                3
+            );
+            assert!(store.skill("alpha", "skill_1").unwrap().is_none());
+            assert!(store.delete_skill("alpha", "skill_1").unwrap().is_none());
+        }
     }
 
     #[test]
     fn keys_are_hashed_and_map_to_projects() {
-        let store = Store::in_memory().unwrap();
-        store.add_key("sk-one", "alpha", 0).unwrap();
-        assert_eq!(
-            store.project_for_key("sk-one").unwrap().as_deref(),
-            Some("alpha")
-        );
-        assert_eq!(store.project_for_key("sk-two").unwrap(), None);
-        let stored: String = store
-            .conn()
-            .query_row("SELECT hash FROM api_keys", [], |row| row.get(0))
-            .unwrap();
-        assert!(!stored.contains("sk-one"));
+        for store in crate::testing::stores() {
+            store.add_key("sk-one", "alpha", 0).unwrap();
+            assert_eq!(
+                store.project_for_key("sk-one").unwrap().as_deref(),
+                Some("alpha")
+            );
+            assert_eq!(store.project_for_key("sk-two").unwrap(), None);
+            let stored: String = store
+                .read(|sql| sql.query_one("SELECT hash FROM api_keys", &[], |row| row.get(0)))
+                .unwrap();
+            assert!(!stored.contains("sk-one"));
+        }
     }
 
     #[test]
     fn pagination_walks_every_row_once_in_both_orders() {
-        let store = Store::in_memory().unwrap();
-        for i in 0..25 {
-            store
-                .insert_container(&container(
-                    &format!("c{i}"),
-                    "p",
-                    if i % 2 == 0 { "even" } else { "odd" },
-                ))
-                .unwrap();
-        }
-        store
-            .insert_container(&container("other", "q", "even"))
-            .unwrap();
-        for ascending in [true, false] {
-            let mut seen = Vec::new();
-            let mut after = None;
-            loop {
-                let (rows, more) = store
-                    .list_containers(
+        for store in crate::testing::stores() {
+            for i in 0..25 {
+                store
+                    .insert_container(&container(
+                        &format!("c{i}"),
                         "p",
-                        None,
-                        &Page {
-                            limit: 7,
-                            ascending,
-                            after,
-                        },
-                    )
+                        if i % 2 == 0 { "even" } else { "odd" },
+                    ))
                     .unwrap();
-                seen.extend(rows.iter().map(|r| r.id.clone()));
-                if !more {
-                    break;
+            }
+            store
+                .insert_container(&container("other", "q", "even"))
+                .unwrap();
+            for ascending in [true, false] {
+                let mut seen = Vec::new();
+                let mut after = None;
+                loop {
+                    let (rows, more) = store
+                        .list_containers(
+                            "p",
+                            None,
+                            &Page {
+                                limit: 7,
+                                ascending,
+                                after,
+                            },
+                        )
+                        .unwrap();
+                    seen.extend(rows.iter().map(|r| r.id.clone()));
+                    if !more {
+                        break;
+                    }
+                    after = rows.last().map(|r| r.id.clone());
                 }
-                after = rows.last().map(|r| r.id.clone());
+                assert_eq!(seen.len(), 25);
+                assert!(!seen.contains(&"other".to_string()));
+                if !ascending {
+                    assert_eq!(seen[0], "c24");
+                }
             }
-            assert_eq!(seen.len(), 25);
-            assert!(!seen.contains(&"other".to_string()));
-            if !ascending {
-                assert_eq!(seen[0], "c24");
-            }
+            let (named, _) = store
+                .list_containers(
+                    "p",
+                    Some("even"),
+                    &Page {
+                        limit: 100,
+                        ..Page::default()
+                    },
+                )
+                .unwrap();
+            assert_eq!(named.len(), 13);
+            assert!(
+                store.container("q", "c1").unwrap().is_none(),
+                "another project's container is invisible"
+            );
         }
-        let (named, _) = store
-            .list_containers(
-                "p",
-                Some("even"),
-                &Page {
-                    limit: 100,
-                    ..Page::default()
-                },
-            )
-            .unwrap();
-        assert_eq!(named.len(), 13);
-        assert!(
-            store.container("q", "c1").unwrap().is_none(),
-            "another project's container is invisible"
-        );
     }
 
     #[test]
     fn sessions_bill_at_least_the_minimum() {
-        let store = Store::in_memory().unwrap();
-        store.insert_container(&container("c1", "p", "n")).unwrap();
-        store.open_session("c1").unwrap();
-        store.record_activity("c1", 5, 2.5).unwrap();
-        assert_eq!(store.project_usage("p").unwrap().0, 30.0);
-        store
-            .close_session("c1", ContainerStatus::Suspended)
-            .unwrap();
-        store.open_session("c1").unwrap();
-        store.record_activity("c1", 6, 45.0).unwrap();
-        store
-            .close_session("c1", ContainerStatus::Suspended)
-            .unwrap();
-        assert_eq!(store.project_usage("p").unwrap().0, 75.0);
-        store.delete_container("c1").unwrap();
-        assert_eq!(
-            store.project_usage("p").unwrap().0,
-            75.0,
-            "usage outlives the container"
-        );
+        for store in crate::testing::stores() {
+            store.insert_container(&container("c1", "p", "n")).unwrap();
+            store.open_session("c1").unwrap();
+            store.record_activity("c1", 5, 2.5).unwrap();
+            assert_eq!(store.project_usage("p").unwrap().0, 30.0);
+            store
+                .close_session("c1", ContainerStatus::Suspended)
+                .unwrap();
+            store.open_session("c1").unwrap();
+            store.record_activity("c1", 6, 45.0).unwrap();
+            store
+                .close_session("c1", ContainerStatus::Suspended)
+                .unwrap();
+            assert_eq!(store.project_usage("p").unwrap().0, 75.0);
+            store.delete_container("c1").unwrap();
+            assert_eq!(
+                store.project_usage("p").unwrap().0,
+                75.0,
+                "usage outlives the container"
+            );
+        }
     }
 }
 

@@ -1,11 +1,8 @@
 //! Usage (the `usage` table): billed sandbox seconds and upstream tokens
 //! per project.
 
-use rusqlite::{params, OptionalExtension};
-
 use crate::connection::Store;
 use crate::error::Result;
-use crate::values::number;
 
 /// The minimum a session is billed (seeds: 30 seconds each time a new or
 /// suspended container starts).
@@ -16,29 +13,58 @@ pub fn session_cost(session_seconds: f64) -> f64 {
     session_seconds.max(SESSION_MINIMUM_SECONDS)
 }
 
+/// Today's date in UTC, `YYYY-MM-DD`: the day a session closing now is
+/// billed to (computed here, not by the database, so both databases and
+/// every replica's clock agree on its form).
+pub(crate) fn utc_day() -> String {
+    let seconds = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_secs());
+    day_of(i64::try_from(seconds / 86_400).unwrap_or(0))
+}
+
+/// The civil date `days` after 1970-01-01 (Howard Hinnant's algorithm).
+fn day_of(days: i64) -> String {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}")
+}
+
+/// An open session's cost so far, in SQL: its seconds, at least the
+/// minimum (placeholder `minimum`).
+fn open_cost(minimum: &str) -> String {
+    format!("CASE WHEN session_seconds > {minimum} THEN session_seconds ELSE {minimum} END")
+}
+
 impl Store {
     /// Billed seconds of a project: closed sessions plus open ones so far.
     pub fn project_usage(&self, project: &str) -> Result<(f64, Vec<(String, f64)>)> {
-        let conn = self.reader();
-        let closed: f64 = conn
-            .query_row(
+        let (closed, containers) = self.read(|sql| {
+            let closed: Option<f64> = sql.query_opt(
                 "SELECT billed_seconds FROM usage WHERE project = ?1",
-                params![project],
+                &[&project],
                 |row| row.get(0),
-            )
-            .optional()?
-            .unwrap_or(0.0);
-        let mut statement = conn.prepare(
-            "SELECT id, billed_seconds, session_seconds, session_open FROM containers WHERE project = ?1 ORDER BY seq",
-        )?;
+            )?;
+            let containers = sql.query(
+                "SELECT id, billed_seconds, session_seconds, session_open FROM containers WHERE project = ?1 ORDER BY seq",
+                &[&project],
+                |row| {
+                    let (id, billed, session, open): (String, f64, f64, bool) =
+                        (row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?);
+                    Ok((id, billed, if open { session_cost(session) } else { 0.0 }))
+                },
+            )?;
+            Ok((closed.unwrap_or(0.0), containers))
+        })?;
         let mut open_total = 0.0;
-        let per_container = statement
-            .query_map(params![project], |row| {
-                let (id, billed, session, open): (String, f64, f64, bool) =
-                    (row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?);
-                Ok((id, billed, if open { session_cost(session) } else { 0.0 }))
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()?
+        let per_container = containers
             .into_iter()
             .map(|(id, billed, open)| {
                 open_total += open;
@@ -50,121 +76,130 @@ impl Store {
 
     /// Adds one response's upstream token counts to its project's usage.
     pub fn record_tokens(&self, project: &str, input: u64, output: u64) -> Result<()> {
-        self.conn().execute(
-            "INSERT INTO usage (project, billed_seconds, input_tokens, output_tokens, responses)
-             VALUES (?1, 0, ?2, ?3, 1)
-             ON CONFLICT (project) DO UPDATE SET input_tokens = input_tokens + excluded.input_tokens,
-             output_tokens = output_tokens + excluded.output_tokens, responses = responses + 1",
-            params![project, input as i64, output as i64],
-        )?;
+        self.write(|sql| {
+            sql.execute(
+                "INSERT INTO usage (project, billed_seconds, input_tokens, output_tokens, responses)
+                 VALUES (?1, 0, ?2, ?3, 1)
+                 ON CONFLICT (project) DO UPDATE SET input_tokens = usage.input_tokens + excluded.input_tokens,
+                 output_tokens = usage.output_tokens + excluded.output_tokens, responses = usage.responses + 1",
+                &[&project, &input, &output],
+            )
+        })?;
         Ok(())
     }
 
     /// A project's upstream token counts and responses: (input, output, responses).
     pub fn project_tokens(&self, project: &str) -> Result<(u64, u64, u64)> {
         Ok(self
-            .reader()
-            .query_row(
-                "SELECT input_tokens, output_tokens, responses FROM usage WHERE project = ?1",
-                params![project],
-                |row| {
-                    Ok((
-                        number(row, 0, "usage", "input_tokens")?,
-                        number(row, 1, "usage", "output_tokens")?,
-                        number(row, 2, "usage", "responses")?,
-                    ))
-                },
-            )
-            .optional()?
+            .read(|sql| {
+                sql.query_opt(
+                    "SELECT input_tokens, output_tokens, responses FROM usage WHERE project = ?1",
+                    &[&project],
+                    |row| {
+                        Ok((
+                            row.number(0, "usage", "input_tokens")?,
+                            row.number(1, "usage", "output_tokens")?,
+                            row.number(2, "usage", "responses")?,
+                        ))
+                    },
+                )
+            })?
             .unwrap_or((0, 0, 0)))
     }
 
     /// Total billed seconds over every project (for metrics).
     pub fn total_usage(&self) -> Result<f64> {
-        let conn = self.reader();
-        let closed: f64 = conn.query_row(
-            "SELECT COALESCE(SUM(billed_seconds), 0) FROM usage",
-            [],
-            |row| row.get(0),
-        )?;
-        let open: f64 = conn.query_row(
-            "SELECT COALESCE(SUM(MAX(session_seconds, ?1)), 0) FROM containers WHERE session_open = 1",
-            params![SESSION_MINIMUM_SECONDS],
-            |row| row.get(0),
-        )?;
-        Ok(closed + open)
+        self.read(|sql| {
+            let closed: f64 = sql.query_one(
+                "SELECT COALESCE(SUM(billed_seconds), 0) FROM usage",
+                &[],
+                |row| row.get(0),
+            )?;
+            let open: f64 = sql.query_one(
+                &format!(
+                    "SELECT COALESCE(SUM({}), 0) FROM containers WHERE session_open = 1",
+                    open_cost("?1")
+                ),
+                &[&SESSION_MINIMUM_SECONDS],
+                |row| row.get(0),
+            )?;
+            Ok(closed + open)
+        })
     }
 
     /// Billed seconds per UTC day (`YYYY-MM-DD`) from `since_day` on, oldest
     /// first: closed sessions by the day they closed, open ones today.
     pub fn daily_usage(&self, project: &str, since_day: &str) -> Result<Vec<(String, f64)>> {
-        let conn = self.reader();
-        let mut statement = conn.prepare(
-            "SELECT day, SUM(seconds) FROM (
-                 SELECT day, billed_seconds AS seconds FROM usage_daily
-                 WHERE project = ?1 AND day >= ?2
-                 UNION ALL
-                 SELECT date('now'), MAX(session_seconds, ?3) FROM containers
-                 WHERE project = ?1 AND session_open = 1)
-             GROUP BY day ORDER BY day",
-        )?;
-        let rows = statement
-            .query_map(
-                params![project, since_day, SESSION_MINIMUM_SECONDS],
+        let today = utc_day();
+        self.read(|sql| {
+            sql.query(
+                &format!(
+                    "SELECT day, SUM(seconds) FROM (
+                         SELECT day, billed_seconds AS seconds FROM usage_daily
+                         WHERE project = ?1 AND day >= ?2
+                         UNION ALL
+                         SELECT CAST(?4 AS TEXT), {} FROM containers
+                         WHERE project = ?1 AND session_open = 1) AS days
+                     GROUP BY day ORDER BY day",
+                    open_cost("?3")
+                ),
+                &[&project, &since_day, &SESSION_MINIMUM_SECONDS, &today],
                 |row| Ok((row.get(0)?, row.get(1)?)),
-            )?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        Ok(rows)
+            )
+        })
     }
 
     /// Each model's tokens and responses over the project's stored
     /// responses: (model, input, output, responses), most tokens first.
     pub fn tokens_by_model(&self, project: &str) -> Result<Vec<(String, u64, u64, u64)>> {
-        let conn = self.reader();
-        let mut statement = conn.prepare(
-            "SELECT COALESCE(json_extract(body, '$.model'), ''),
-                    COALESCE(SUM(json_extract(body, '$.usage.input_tokens')), 0),
-                    COALESCE(SUM(json_extract(body, '$.usage.output_tokens')), 0),
-                    COUNT(*)
-             FROM responses WHERE project = ?1 AND deleted = 0 AND json_valid(body)
-             GROUP BY 1 ORDER BY 2 + 3 DESC, 1",
-        )?;
-        let rows = statement
-            .query_map(params![project], |row| {
+        self.read(|sql| {
+            let d = sql.dialect();
+            let query = format!(
+                "SELECT model, input, output, responses FROM (
+                     SELECT COALESCE({model}, '') AS model,
+                            CAST(COALESCE(SUM({input}), 0) AS BIGINT) AS input,
+                            CAST(COALESCE(SUM({output}), 0) AS BIGINT) AS output,
+                            COUNT(*) AS responses
+                     FROM responses WHERE project = ?1 AND deleted = 0
+                     GROUP BY 1) AS models
+                 ORDER BY input + output DESC, model",
+                model = d.json_text("body", "model"),
+                input = d.json_number("body", &["usage", "input_tokens"], true),
+                output = d.json_number("body", &["usage", "output_tokens"], true),
+            );
+            sql.query(&query, &[&project], |row| {
                 Ok((
                     row.get(0)?,
-                    number(row, 1, "responses", "usage.input_tokens")?,
-                    number(row, 2, "responses", "usage.output_tokens")?,
-                    number(row, 3, "responses", "count")?,
+                    row.number(1, "responses", "usage.input_tokens")?,
+                    row.number(2, "responses", "usage.output_tokens")?,
+                    row.number(3, "responses", "count")?,
                 ))
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        Ok(rows)
+            })
+        })
     }
 
     /// Every project the store knows (of a key or a container), with its
     /// containers, running containers and live keys.
     pub fn projects(&self) -> Result<Vec<ProjectSummary>> {
-        let conn = self.reader();
-        let mut statement = conn.prepare(
-            "SELECT p.project,
-                    (SELECT COUNT(*) FROM containers c WHERE c.project = p.project),
-                    (SELECT COUNT(*) FROM containers c WHERE c.project = p.project AND c.status = 'running'),
-                    (SELECT COUNT(*) FROM api_keys k WHERE k.project = p.project AND k.revoked_at IS NULL)
-             FROM (SELECT project FROM api_keys UNION SELECT project FROM containers) p
-             ORDER BY p.project",
-        )?;
-        let rows = statement
-            .query_map([], |row| {
-                Ok(ProjectSummary {
-                    project: row.get(0)?,
-                    containers: number(row, 1, "containers", "count")?,
-                    running: number(row, 2, "containers", "count")?,
-                    keys: number(row, 3, "api_keys", "count")?,
-                })
-            })?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        Ok(rows)
+        self.read(|sql| {
+            sql.query(
+                "SELECT p.project,
+                        (SELECT COUNT(*) FROM containers c WHERE c.project = p.project),
+                        (SELECT COUNT(*) FROM containers c WHERE c.project = p.project AND c.status = 'running'),
+                        (SELECT COUNT(*) FROM api_keys k WHERE k.project = p.project AND k.revoked_at IS NULL)
+                 FROM (SELECT project FROM api_keys UNION SELECT project FROM containers) p
+                 ORDER BY p.project",
+                &[],
+                |row| {
+                    Ok(ProjectSummary {
+                        project: row.get(0)?,
+                        containers: row.number(1, "containers", "count")?,
+                        running: row.number(2, "containers", "count")?,
+                        keys: row.number(3, "api_keys", "count")?,
+                    })
+                },
+            )
+        })
     }
 }
 
@@ -175,4 +210,17 @@ pub struct ProjectSummary {
     pub containers: u64,
     pub running: u64,
     pub keys: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::day_of;
+
+    #[test]
+    fn days_are_civil_dates() {
+        assert_eq!(day_of(0), "1970-01-01");
+        assert_eq!(day_of(59), "1970-03-01");
+        assert_eq!(day_of(11_016), "2000-02-29");
+        assert_eq!(day_of(20_790), "2026-12-03");
+    }
 }

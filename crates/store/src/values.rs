@@ -3,15 +3,12 @@
 //! value outside its type is an error naming the table, the column and the
 //! value ([`crate::StoreError::Corrupt`]), never a silent default.
 
-use rusqlite::types::{ToSqlOutput, Type};
-use rusqlite::{Row, ToSql};
 use shellgate_wire::MemoryLimit;
 
+use crate::sql::{Param, ToParam};
+
 /// A column's value that is not one of its type's: what
-/// [`crate::StoreError::Corrupt`] is made from. It travels inside
-/// `rusqlite::Error::FromSqlConversionFailure` out of a row-mapping closure
-/// (which can only return rusqlite's error) and is taken back out by the
-/// conversion into `StoreError`.
+/// [`crate::StoreError::Corrupt`] is made from.
 #[derive(Debug, thiserror::Error)]
 #[error("column {table}.{column} holds {value:?}")]
 pub struct CorruptValue {
@@ -24,49 +21,6 @@ pub struct CorruptValue {
 pub(crate) trait StoredText: Sized {
     /// The value a stored text stands for, if it stands for one.
     fn from_text(text: &str) -> Option<Self>;
-}
-
-/// Column `index` of `row` (named `table`.`column` in the error) read as a
-/// `T`.
-pub(crate) fn column<T: StoredText>(
-    row: &Row,
-    index: usize,
-    table: &'static str,
-    column: &'static str,
-) -> rusqlite::Result<T> {
-    let text: String = row.get(index)?;
-    T::from_text(&text).ok_or_else(|| corrupt(index, table, column, text))
-}
-
-/// Column `index` of `row`, an integer, as a `T` (a count, a size, a
-/// port): a value outside `T` is corrupt, not wrapped around.
-pub(crate) fn number<T: TryFrom<i64>>(
-    row: &Row,
-    index: usize,
-    table: &'static str,
-    column: &'static str,
-) -> rusqlite::Result<T> {
-    let value: i64 = row.get(index)?;
-    T::try_from(value).map_err(|_| corrupt(index, table, column, value.to_string()))
-}
-
-/// The error for column `index` holding `value`, which its type does not
-/// have.
-pub(crate) fn corrupt(
-    index: usize,
-    table: &'static str,
-    column: &'static str,
-    value: String,
-) -> rusqlite::Error {
-    rusqlite::Error::FromSqlConversionFailure(
-        index,
-        Type::Text,
-        Box::new(CorruptValue {
-            table,
-            column,
-            value,
-        }),
-    )
 }
 
 /// Defines a text-stored enum: its variants, their stored text, and the
@@ -102,9 +56,9 @@ macro_rules! stored_enum {
             }
         }
 
-        impl ToSql for $name {
-            fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
-                Ok(ToSqlOutput::from(self.as_str()))
+        impl ToParam for $name {
+            fn to_param(&self) -> Param<'_> {
+                Param::Text(self.as_str())
             }
         }
 
