@@ -8,24 +8,26 @@
 //! engine). These quotas bound what one tenant may claim, so one tenant can
 //! never take every container slot or exec worker from the others.
 //!
-//! Starting a container (create, or waking a suspended one) is decided
-//! under a per-project lock held until its row says it holds processes, so
-//! two concurrent starts cannot both take the last slot.
+//! Starting a container (create, or waking a suspended one) is decided by
+//! the store, which counts and writes the new state in one transaction
+//! under the project's lock: two concurrent starts, on one server or on
+//! two API replicas sharing a Postgres store, cannot both take the last
+//! slot.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
+use shellgate_store::{ContainerRow, Quotas, Refusal};
 use shellgate_wire::MemoryLimit;
 
 use crate::config::Config;
 use crate::db::Db;
 use crate::error::{ApiError, ApiResult};
 
-/// One project's admission state.
+/// One project's admission state on this server.
 #[derive(Default)]
 struct Gate {
-    starting: Arc<tokio::sync::Mutex<()>>,
     execs: Arc<AtomicU32>,
 }
 
@@ -37,9 +39,6 @@ pub struct Admission {
     max_execs: u32,
     projects: Mutex<HashMap<String, Gate>>,
 }
-
-/// Held while a container of the project is being started.
-pub type StartPermit = tokio::sync::OwnedMutexGuard<()>;
 
 /// Counts one exec request of a project until dropped.
 pub struct ExecPermit(Arc<AtomicU32>);
@@ -91,17 +90,45 @@ impl Admission {
         Ok(permit)
     }
 
-    /// Admits starting a container of `memory` for `project` (a create, or
-    /// waking a suspended one), or refuses with a 429 naming the limit. The
-    /// permit must be held until the container's row shows it running.
-    pub async fn admit_start(&self, project: &str, memory: MemoryLimit) -> ApiResult<StartPermit> {
-        let lock = self.with_gate(project, |gate| Arc::clone(&gate.starting));
-        let permit = lock.lock_owned().await;
-        let owner = project.to_owned();
-        let limits = self.db.run(move |s| s.active_memory_limits(&owner)).await?;
-        let running = limits.len() as u32;
-        if running >= self.max_running {
-            return Err(ApiError::quota(
+    fn quotas(&self) -> Quotas {
+        Quotas {
+            max_running: self.max_running,
+            max_memory_bytes: self.max_memory,
+        }
+    }
+
+    /// Writes a new container's row (status `creating`) if its project's
+    /// quotas admit it, or refuses with a 429 naming the limit.
+    pub async fn insert_container(&self, row: ContainerRow) -> ApiResult<()> {
+        let quotas = self.quotas();
+        let (project, memory) = (row.project.clone(), row.memory_limit);
+        let decision = self
+            .db
+            .run(move |s| s.insert_container_within(&row, quotas))
+            .await?;
+        decision.map_err(|refusal| self.refused(&project, memory, refusal))
+    }
+
+    /// Opens a session of suspended container `id` (of `memory`) if its
+    /// project's quotas admit it, or refuses with a 429 naming the limit.
+    pub async fn open_session(
+        &self,
+        project: &str,
+        id: &str,
+        memory: MemoryLimit,
+    ) -> ApiResult<()> {
+        let quotas = self.quotas();
+        let (owner, key) = (project.to_owned(), id.to_owned());
+        let decision = self
+            .db
+            .run(move |s| s.open_session_within(&owner, &key, memory, quotas))
+            .await?;
+        decision.map_err(|refusal| self.refused(project, memory, refusal))
+    }
+
+    fn refused(&self, project: &str, memory: MemoryLimit, refusal: Refusal) -> ApiError {
+        match refusal {
+            Refusal::Running { running } => ApiError::quota(
                 "too_many_running_containers",
                 format!(
                     "Project '{project}' has {running} running containers; the limit \
@@ -109,11 +136,8 @@ impl Admission {
                      suspended.",
                     self.max_running
                 ),
-            ));
-        }
-        let claimed: u64 = limits.iter().map(|limit| limit.bytes()).sum();
-        if claimed.saturating_add(memory.bytes()) > self.max_memory {
-            return Err(ApiError::quota(
+            ),
+            Refusal::Memory { claimed } => ApiError::quota(
                 "project_memory_exceeded",
                 format!(
                     "Project '{project}' has running containers with memory limits of {} in \
@@ -122,9 +146,8 @@ impl Admission {
                     memory.as_str(),
                     gib(self.max_memory)
                 ),
-            ));
+            ),
         }
-        Ok(permit)
     }
 
     /// How much of its limits `project` uses now (the console's usage page).

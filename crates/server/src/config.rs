@@ -16,6 +16,15 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Where the database, files and sandboxes live.
     pub data_dir: PathBuf,
+    /// The metadata store: empty for SQLite in the data directory (the
+    /// embedded default), or `postgres://user:password@host:port/database`:
+    /// the store a cluster's API replicas and nodes share (issue 22).
+    pub database_url: Secret,
+    /// The Postgres schema the tables live in (created if missing; empty:
+    /// the connection's default, `public`).
+    pub database_schema: String,
+    /// Postgres connections this server keeps open at most.
+    pub database_pool_size: usize,
     /// Keys to seed, comma separated: `KEY`, `KEY:PROJECT` (project
     /// `default`) or `KEY:PROJECT:admin` (a key that also sees every
     /// project in the console).
@@ -417,6 +426,9 @@ impl Default for Config {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             data_dir: default_data_dir(),
+            database_url: Secret::default(),
+            database_schema: String::new(),
+            database_pool_size: 16,
             api_keys: String::new(),
             default_expires_minutes: 20,
             max_expires_minutes: 30 * 24 * 60,
@@ -489,6 +501,27 @@ pub fn comma_list(text: &str) -> Vec<String> {
 }
 
 /// The default data directory: system-wide for root, per user otherwise.
+impl Config {
+    /// Opens (creating and migrating) the metadata store these settings
+    /// name: Postgres if `database_url` is set, else SQLite in the data
+    /// directory.
+    pub fn open_store(&self) -> Result<shellgate_store::Store, shellgate_store::StoreError> {
+        match self.database_url.get() {
+            Some(url) => shellgate_store::Store::open_postgres(&shellgate_store::PostgresOptions {
+                url: url.to_owned(),
+                schema: (!self.database_schema.is_empty()).then(|| self.database_schema.clone()),
+                pool_size: self.database_pool_size.max(1),
+            }),
+            None => shellgate_store::Store::open(&self.sqlite_path()),
+        }
+    }
+
+    /// Where the embedded SQLite database lives.
+    pub fn sqlite_path(&self) -> PathBuf {
+        self.data_dir.join("shellgate.db")
+    }
+}
+
 pub fn default_data_dir() -> PathBuf {
     // SAFETY: geteuid cannot fail.
     if unsafe { libc::geteuid() } == 0 {

@@ -313,19 +313,16 @@ pub(crate) async fn create_container(
     };
     // Impossible on this host (400) before over this project's quota (429).
     shellgate_sandbox_api::backend::check_memory(memory.bytes(), state.engine.memory_ceiling())?;
-    let permit = state.admission.admit_start(&project.0, memory).await?;
     // Run to completion whether or not the client stays: a create either
     // finishes (the container is listed) or cleans up after itself.
     let worker = Arc::clone(state);
     let id = row.id.clone();
     to_completion(async move {
         let state = worker;
-        let _permit = permit;
-        // The row first (status `creating`): a crash from here on is cleaned
-        // up at the next start, never leaving a container the store does
-        // not know.
-        let inserted = row.clone();
-        state.db(move |s| s.insert_container(&inserted)).await?;
+        // The row first (status `creating`), written only if the project's
+        // quotas admit it: a crash from here on is cleaned up at the next
+        // start, never leaving a container the store does not know.
+        state.admission.insert_container(row.clone()).await?;
         // Unpacked beside the engine's directory; the engine adopts it.
         let skills_dir = state.config.data_dir.join("skill-mounts").join(&row.id);
         let made = async {
@@ -468,9 +465,10 @@ pub(crate) fn run_request(body: &ExecRequest, deadline_secs: u64) -> ApiResult<R
 pub(crate) async fn begin_activity(state: &AppState, row: &ContainerRow) -> ApiResult<()> {
     let id = row.id.clone();
     if !row.session_open {
-        let memory = row.memory_limit;
-        let _permit = state.admission.admit_start(&row.project, memory).await?;
-        state.db(move |s| s.open_session(&id)).await?;
+        state
+            .admission
+            .open_session(&row.project, &id, row.memory_limit)
+            .await?;
         return Ok(());
     }
     let now = now();

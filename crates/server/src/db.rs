@@ -6,7 +6,8 @@ use shellgate_store::{Store, StoreError};
 
 use crate::error::{ApiError, ApiResult};
 
-/// The SQLite store, shared by every component that reads or writes it.
+/// The store (SQLite, or a cluster's Postgres), shared by every component
+/// that reads or writes it.
 #[derive(Clone)]
 pub struct Db(Arc<Store>);
 
@@ -15,7 +16,7 @@ impl Db {
         Self(Arc::new(store))
     }
 
-    /// Runs store work on a blocking thread: SQLite never runs on (and so
+    /// Runs store work on a blocking thread: the database never runs on (and so
     /// never stalls) the async workers that serve every other request.
     pub async fn run<T: Send + 'static>(
         &self,

@@ -63,7 +63,6 @@ use axum::routing::{any, delete, get, post};
 use axum::Router;
 use shellgate_sandbox_api::image::SharedBuildStatus;
 use shellgate_sandbox_api::SandboxBackend;
-use shellgate_store::Store;
 
 use admission::Admission;
 use auth::{KeyCache, RateLimiter};
@@ -162,8 +161,9 @@ where
     let _ = std::fs::remove_dir_all(&mounts);
     std::fs::create_dir_all(&mounts)?;
     std::fs::set_permissions(&mounts, std::fs::Permissions::from_mode(0o711))?;
-    let database = config.data_dir.join("shellgate.db");
-    let store = Store::open(&database).map_err(|e| ServeError::Setup(e.to_string()))?;
+    let store = config
+        .open_store()
+        .map_err(|e| ServeError::Setup(e.to_string()))?;
     let (egress, egress_log) = match egress::settings(&config)? {
         Some((settings, log)) => (Some(settings), Some(log)),
         None => (None, None),

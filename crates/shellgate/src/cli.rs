@@ -366,7 +366,7 @@ fn create_key(data_dir: Option<PathBuf>, project: &str, e2b: bool, admin: bool) 
     anyhow::ensure!(!project.trim().is_empty(), "--project must not be empty");
     let config = server_config(data_dir, None)?;
     std::fs::create_dir_all(&config.data_dir)?;
-    let store = shellgate_store::Store::open(&config.data_dir.join("shellgate.db"))?;
+    let store = config.open_store()?;
     let key = if e2b {
         shellgate_server::new_e2b_api_key()
     } else {
@@ -392,13 +392,15 @@ fn create_key(data_dir: Option<PathBuf>, project: &str, e2b: bool, admin: bool) 
 /// directory that has none is a mistake, not an empty answer).
 fn existing_store(data_dir: Option<PathBuf>) -> Result<shellgate_store::Store> {
     let config = server_config(data_dir, None)?;
-    let database = config.data_dir.join("shellgate.db");
-    anyhow::ensure!(
-        database.exists(),
-        "no database at {} (is --data-dir right?)",
-        database.display()
-    );
-    Ok(shellgate_store::Store::open(&database)?)
+    if config.database_url.get().is_none() {
+        let database = config.sqlite_path();
+        anyhow::ensure!(
+            database.exists(),
+            "no database at {} (is --data-dir right?)",
+            database.display()
+        );
+    }
+    Ok(config.open_store()?)
 }
 
 /// `keys list`: a line per key, `id project role created [revoked]`.

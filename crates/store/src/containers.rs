@@ -69,6 +69,24 @@ pub struct ContainerPage {
     pub total: u64,
 }
 
+/// A project's limits on containers that hold processes (running, or
+/// being created): how many, and their memory limits together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quotas {
+    pub max_running: u32,
+    pub max_memory_bytes: u64,
+}
+
+/// Why a container was not let start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// The project already has `running` containers holding processes.
+    Running { running: u32 },
+    /// The project's containers holding processes claim `claimed` bytes;
+    /// another would pass the limit.
+    Memory { claimed: u64 },
+}
+
 /// `exposed_ports` as stored: port numbers, comma separated.
 struct PortList(Vec<u16>);
 
@@ -128,35 +146,49 @@ pub(crate) fn container_row(row: &Row) -> Result<ContainerRow> {
 
 impl Store {
     pub fn insert_container(&self, row: &ContainerRow) -> Result<()> {
-        let ports = port_list(&row.exposed_ports);
-        self.write(|sql| {
+        self.write(|sql| insert_row(sql, row))
+    }
+
+    /// Inserts a new container's row (status `creating`) if its project
+    /// stays within `quotas` with it. Counted and inserted in one
+    /// transaction under the project's lock, so two API replicas creating
+    /// at once can never both take the last slot.
+    pub fn insert_container_within(
+        &self,
+        row: &ContainerRow,
+        quotas: Quotas,
+    ) -> Result<std::result::Result<(), Refusal>> {
+        self.transaction(|sql| {
+            if let Err(refusal) = admit(sql, &row.project, row.memory_limit, quotas)? {
+                return Ok(Err(refusal));
+            }
+            insert_row(sql, row)?;
+            Ok(Ok(()))
+        })
+    }
+
+    /// Opens a session of suspended container `id` (waking it) if its
+    /// project stays within `quotas`, in one transaction under the
+    /// project's lock (as [`Self::insert_container_within`]). A session
+    /// already open is left as it is.
+    pub fn open_session_within(
+        &self,
+        project: &str,
+        id: &str,
+        memory: MemoryLimit,
+        quotas: Quotas,
+    ) -> Result<std::result::Result<(), Refusal>> {
+        self.transaction(|sql| {
+            if let Err(refusal) = admit(sql, project, memory, quotas)? {
+                return Ok(Err(refusal));
+            }
             sql.execute(
-                &format!(
-                    "INSERT INTO containers ({CONTAINER_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"
-                ),
-                &[
-                    &row.id,
-                    &row.project,
-                    &row.name,
-                    &row.created_at,
-                    &row.last_active_at,
-                    &row.status,
-                    &row.memory_limit,
-                    &row.expires_minutes,
-                    &row.network_policy,
-                    &row.skills,
-                    &row.file_ids,
-                    &row.billed_seconds,
-                    &row.session_seconds,
-                    &row.session_open,
-                    &row.image,
-                    &row.sleep_after_secs,
-                    &ports,
-                    &row.port_token,
-                ],
-            )
-        })?;
-        Ok(())
+                "UPDATE containers SET session_open = 1, session_seconds = 0, status = 'running'
+                 WHERE id = ?1 AND project = ?2 AND session_open = 0",
+                &[&id, &project],
+            )?;
+            Ok(Ok(()))
+        })
     }
 
     /// A container of `project`.
@@ -368,14 +400,71 @@ impl Store {
     /// or being created), for admission control.
     pub fn active_memory_limits(&self, project: &str) -> Result<Vec<MemoryLimit>> {
         self.read(|sql| {
-            sql.query(
-                "SELECT memory_limit FROM containers WHERE project = ?1 AND (session_open = 1 OR status = 'creating')",
-                &[&project],
-                |row| row.text(0, "containers", "memory_limit"),
-            )
+            sql.query(ACTIVE_MEMORY_LIMITS, &[&project], |row| {
+                row.text(0, "containers", "memory_limit")
+            })
         })
     }
 }
+
+/// Writes a container's row.
+fn insert_row(sql: &mut dyn crate::sql::Sql, row: &ContainerRow) -> Result<()> {
+    sql.execute(
+        &format!(
+            "INSERT INTO containers ({CONTAINER_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"
+        ),
+        &[
+            &row.id,
+            &row.project,
+            &row.name,
+            &row.created_at,
+            &row.last_active_at,
+            &row.status,
+            &row.memory_limit,
+            &row.expires_minutes,
+            &row.network_policy,
+            &row.skills,
+            &row.file_ids,
+            &row.billed_seconds,
+            &row.session_seconds,
+            &row.session_open,
+            &row.image,
+            &row.sleep_after_secs,
+            &port_list(&row.exposed_ports),
+            &row.port_token,
+        ],
+    )?;
+    Ok(())
+}
+
+/// Whether `project` may start one more container of `memory` within
+/// `quotas`, decided under the project's lock (held until the calling
+/// transaction ends, which writes the container's new state).
+fn admit(
+    sql: &mut dyn crate::sql::Sql,
+    project: &str,
+    memory: MemoryLimit,
+    quotas: Quotas,
+) -> Result<std::result::Result<(), Refusal>> {
+    sql.lock(&format!("admission:{project}"))?;
+    let limits: Vec<MemoryLimit> = sql.query(ACTIVE_MEMORY_LIMITS, &[&project], |row| {
+        row.text(0, "containers", "memory_limit")
+    })?;
+    let running = u32::try_from(limits.len()).unwrap_or(u32::MAX);
+    if running >= quotas.max_running {
+        return Ok(Err(Refusal::Running { running }));
+    }
+    let claimed: u64 = limits.iter().map(|limit| limit.bytes()).sum();
+    if claimed.saturating_add(memory.bytes()) > quotas.max_memory_bytes {
+        return Ok(Err(Refusal::Memory { claimed }));
+    }
+    Ok(Ok(()))
+}
+
+/// The memory limits of a project's containers that hold processes
+/// (running, or being created).
+const ACTIVE_MEMORY_LIMITS: &str = "SELECT memory_limit FROM containers
+     WHERE project = ?1 AND (session_open = 1 OR status = 'creating')";
 
 /// A command's activity: the latest use, and its time in the session.
 const RECORD_ACTIVITY: &str = "UPDATE containers SET

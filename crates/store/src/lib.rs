@@ -39,7 +39,7 @@ pub use connection::Store;
 pub use console_changes::Change;
 pub use console_sessions::{ConsoleSessionRow, SESSIONS_PER_KEY};
 pub use container_files::{ContainerFileRow, PresentFile};
-pub use containers::{ContainerPage, ContainerRow, ContainerSearch};
+pub use containers::{ContainerPage, ContainerRow, ContainerSearch, Quotas, Refusal};
 pub use e2b::{E2bListFilter, E2bSandboxRow};
 pub use egress::EgressRow;
 pub use error::{Result, StoreError};

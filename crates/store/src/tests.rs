@@ -617,3 +617,90 @@ mod file_tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
+
+mod admission_tests {
+    use std::sync::Arc;
+
+    use crate::testing::TestStore;
+    use crate::{Quotas, Refusal};
+
+    /// A new container's row, as a create writes it.
+    fn creating(id: &str, project: &str) -> crate::ContainerRow {
+        crate::ContainerRow {
+            status: crate::ContainerStatus::Creating,
+            ..super::container_row(id, project)
+        }
+    }
+
+    /// Sixteen creates at once, from as many threads (on Postgres, as many
+    /// connections: what two API replicas admitting together look like),
+    /// against a quota of five: exactly five are admitted.
+    fn concurrent_creates_never_pass_the_quota(store: TestStore) {
+        let store = Arc::new(store);
+        let quotas = Quotas {
+            max_running: 5,
+            max_memory_bytes: 64 << 30,
+        };
+        let admitted: Vec<String> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..16)
+                .map(|n| {
+                    let store = Arc::clone(&store);
+                    scope.spawn(move || {
+                        let row = creating(&format!("c{n}"), "alpha");
+                        store
+                            .insert_container_within(&row, quotas)
+                            .unwrap()
+                            .map(|()| row.id)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .filter_map(|handle| handle.join().unwrap().ok())
+                .collect()
+        });
+        assert_eq!(admitted.len(), 5, "{admitted:?}");
+        assert_eq!(store.active_memory_limits("alpha").unwrap().len(), 5);
+        // Another project has its own quota; memory counts too.
+        let tight = Quotas {
+            max_running: 10,
+            max_memory_bytes: 1 << 30,
+        };
+        let row = creating("b1", "beta");
+        assert_eq!(store.insert_container_within(&row, tight).unwrap(), Ok(()));
+        let row = creating("b2", "beta");
+        assert_eq!(
+            store.insert_container_within(&row, tight).unwrap(),
+            Err(Refusal::Memory { claimed: 1 << 30 })
+        );
+        // Waking counts the same way.
+        let first = &admitted[0];
+        store
+            .close_session(first, crate::ContainerStatus::Suspended)
+            .unwrap();
+        assert!(matches!(
+            store.open_session_within("alpha", first, shellgate_wire::MemoryLimit::OneGb, quotas),
+            Ok(Ok(()))
+        ));
+        let row = creating("c99", "alpha");
+        assert_eq!(
+            store.insert_container_within(&row, quotas).unwrap(),
+            Err(Refusal::Running { running: 5 })
+        );
+    }
+
+    #[test]
+    fn concurrent_creates_never_pass_the_quota_on_sqlite() {
+        let store = crate::testing::stores().into_iter().next().unwrap();
+        concurrent_creates_never_pass_the_quota(store);
+    }
+
+    #[test]
+    fn concurrent_creates_never_pass_the_quota_on_postgres() {
+        let Some(url) = crate::testing::postgres_url() else {
+            eprintln!("SHELLGATE_TEST_POSTGRES_URL is not set: the Postgres run is skipped");
+            return;
+        };
+        concurrent_creates_never_pass_the_quota(crate::testing::postgres_store(&url, 16));
+    }
+}
