@@ -44,6 +44,8 @@ pub struct ContainerRow {
     /// project's keys, so kept as it is: it opens nothing else). `None` for
     /// containers made before ports existed.
     pub port_token: Option<String>,
+    /// The cluster node it lives on (issue 22); empty on a single box.
+    pub node_id: String,
 }
 
 /// What the web console's container list asks for.
@@ -112,7 +114,7 @@ fn port_list(ports: &[u16]) -> String {
 
 const CONTAINER_COLUMNS: &str = "id, project, name, created_at, last_active_at, status, memory_limit, \
      expires_minutes, network_policy, skills, file_ids, billed_seconds, session_seconds, session_open, image, \
-     sleep_after_secs, exposed_ports, port_token";
+     sleep_after_secs, exposed_ports, port_token, node_id";
 
 pub(crate) fn container_row(row: &Row) -> Result<ContainerRow> {
     Ok(ContainerRow {
@@ -141,6 +143,7 @@ pub(crate) fn container_row(row: &Row) -> Result<ContainerRow> {
             .transpose()?,
         exposed_ports: row.text::<PortList>(16, "containers", "exposed_ports")?.0,
         port_token: row.get(17)?,
+        node_id: row.get(18)?,
     })
 }
 
@@ -224,6 +227,20 @@ impl Store {
             sql.query(
                 &format!("SELECT {CONTAINER_COLUMNS} FROM containers ORDER BY seq"),
                 &[],
+                container_row,
+            )
+        })
+    }
+
+    /// Every container on cluster node `node` ('' on a single box): what
+    /// its lifecycle sweeper and its recovery look after.
+    pub fn containers_on_node(&self, node: &str) -> Result<Vec<ContainerRow>> {
+        self.read(|sql| {
+            sql.query(
+                &format!(
+                    "SELECT {CONTAINER_COLUMNS} FROM containers WHERE node_id = ?1 ORDER BY seq"
+                ),
+                &[&node],
                 container_row,
             )
         })
@@ -411,7 +428,7 @@ impl Store {
 fn insert_row(sql: &mut dyn crate::sql::Sql, row: &ContainerRow) -> Result<()> {
     sql.execute(
         &format!(
-            "INSERT INTO containers ({CONTAINER_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"
+            "INSERT INTO containers ({CONTAINER_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)"
         ),
         &[
             &row.id,
@@ -432,6 +449,7 @@ fn insert_row(sql: &mut dyn crate::sql::Sql, row: &ContainerRow) -> Result<()> {
             &row.sleep_after_secs,
             &port_list(&row.exposed_ports),
             &row.port_token,
+            &row.node_id,
         ],
     )?;
     Ok(())
@@ -478,7 +496,7 @@ const RECORD_ACTIVITY: &str = "UPDATE containers SET
 /// update, so when two servers close it at once (a node's idle sweep and a
 /// replica's delete) the second finds it closed and bills nothing: billed
 /// exactly once.
-fn close_session(
+pub(crate) fn close_session(
     sql: &mut dyn crate::sql::Sql,
     id: &str,
     status: ContainerStatus,

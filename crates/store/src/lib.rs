@@ -24,6 +24,7 @@ mod error;
 mod files;
 mod keys;
 mod migrations;
+mod nodes;
 mod paging;
 mod responses;
 mod sessions;
@@ -45,6 +46,7 @@ pub use egress::EgressRow;
 pub use error::{Result, StoreError};
 pub use files::FileRow;
 pub use keys::{hash_key, key_id, KeyGrant, KeyRecord, KeyRole};
+pub use nodes::{NodeLoad, NodeRow};
 pub use paging::Page;
 pub use responses::{ResponseRow, ResponseSummary};
 pub use skills::{SkillRow, SkillVersionDelete, SkillVersionRow};
@@ -52,7 +54,7 @@ pub use sql::{Dialect, PostgresOptions};
 pub use usage::{session_cost, ProjectSummary, SESSION_MINIMUM_SECONDS};
 pub use values::{
     ChangeTopic, CommandOutcome, ContainerStatus, CorruptValue, EgressVerdict, FileSource,
-    ResponseStatus,
+    NodeStatus, ResponseStatus,
 };
 
 #[cfg(test)]

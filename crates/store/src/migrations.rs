@@ -304,11 +304,32 @@ pub(crate) const SQLITE_MIGRATIONS: &[&str] = &[
         VALUES (NEW.project, 'response', NEW.id, NULL);
     END;
 "#,
+    // Issue 22: the nodes of a cluster (each registers itself and
+    // heart-beats), and the node each container lives on ('' on a single
+    // box).
+    r#"
+    ALTER TABLE containers ADD COLUMN node_id TEXT NOT NULL DEFAULT '';
+    CREATE INDEX containers_by_node ON containers (node_id, status);
+    CREATE TABLE nodes (
+        id TEXT PRIMARY KEY,
+        address TEXT NOT NULL,
+        status TEXT NOT NULL,
+        memory_bytes INTEGER NOT NULL,
+        max_containers INTEGER NOT NULL,
+        -- JSON array of image names.
+        images TEXT NOT NULL,
+        cgroup_layout TEXT NOT NULL,
+        version TEXT NOT NULL,
+        started_at INTEGER NOT NULL,
+        heartbeat_at INTEGER NOT NULL
+    );
+"#,
 ];
 
 /// Postgres's migrations, applied in order; the index + 1 is the schema
 /// version.
-pub(crate) const POSTGRES_MIGRATIONS: &[&str] = &[r#"
+pub(crate) const POSTGRES_MIGRATIONS: &[&str] = &[
+    r#"
     CREATE TABLE api_keys (
         hash TEXT PRIMARY KEY,
         project TEXT NOT NULL,
@@ -537,4 +558,22 @@ pub(crate) const POSTGRES_MIGRATIONS: &[&str] = &[r#"
         FOR EACH ROW EXECUTE FUNCTION shellgate_console_change('response');
     CREATE TRIGGER console_response_updated AFTER UPDATE OF status, deleted ON responses
         FOR EACH ROW EXECUTE FUNCTION shellgate_console_change('response');
-"#];
+"#,
+    // Issue 22: as SQLite's migration 17.
+    r#"
+    ALTER TABLE containers ADD COLUMN node_id TEXT NOT NULL DEFAULT '';
+    CREATE INDEX containers_by_node ON containers (node_id, status);
+    CREATE TABLE nodes (
+        id TEXT PRIMARY KEY,
+        address TEXT NOT NULL,
+        status TEXT NOT NULL,
+        memory_bytes BIGINT NOT NULL,
+        max_containers BIGINT NOT NULL,
+        images TEXT NOT NULL,
+        cgroup_layout TEXT NOT NULL,
+        version TEXT NOT NULL,
+        started_at BIGINT NOT NULL,
+        heartbeat_at BIGINT NOT NULL
+    );
+"#,
+];

@@ -32,6 +32,7 @@ mod tables {
             sleep_after_secs: None,
             exposed_ports: Vec::new(),
             port_token: None,
+            node_id: String::new(),
         }
     }
 

@@ -105,6 +105,21 @@ stored_enum! {
         /// Being deleted (the status a closing session leaves just before
         /// the row goes).
         Deleted => "deleted",
+        /// Its node stopped heart-beating (issue 22): its files are out of
+        /// reach, and it is never made again elsewhere without them.
+        Lost => "lost",
+    }
+}
+
+stored_enum! {
+    /// Where a cluster's node is (issue 22).
+    NodeStatus {
+        /// Heart-beating and taking new containers.
+        Ready => "ready",
+        /// Heart-beating, keeping its containers, taking no new ones.
+        Draining => "draining",
+        /// Stopped heart-beating: its containers are lost.
+        Lost => "lost",
     }
 }
 
