@@ -25,6 +25,29 @@ pub struct Config {
     pub database_schema: String,
     /// Postgres connections this server keeps open at most.
     pub database_pool_size: usize,
+    /// What this server is in a cluster (issue 22): `all` (a single box:
+    /// the API and the engine), `node` (the engine, registered in the
+    /// shared store, taking requests only from API replicas) or `api` (a
+    /// stateless API replica that places containers on nodes and routes
+    /// each request to its container's node).
+    pub role: Role,
+    /// A node's name in the cluster (default: the host name).
+    pub node_id: String,
+    /// Where API replicas reach this node (`http://10.0.0.7:8080`;
+    /// default: `http://` and the listen address).
+    pub node_address: String,
+    /// The secret API replicas show nodes (`X-Shellgate-Cluster-Secret`):
+    /// at least 32 characters, the same on every replica and node.
+    pub cluster_secret: Secret,
+    /// How often a node heart-beats.
+    pub node_heartbeat_secs: u64,
+    /// A node silent this long is lost, with its containers.
+    pub node_lost_after_secs: u64,
+    /// Containers a node holds at most (placement's count of room).
+    pub max_containers_per_node: u64,
+    /// The first host uid of the sandboxes' id ranges (nodes sharing one
+    /// host, as in the tests, each need ranges of their own).
+    pub sandbox_uid_base: u32,
     /// Keys to seed, comma separated: `KEY`, `KEY:PROJECT` (project
     /// `default`) or `KEY:PROJECT:admin` (a key that also sees every
     /// project in the console).
@@ -233,6 +256,22 @@ fn default_protocol() -> Protocol {
     Protocol::Chat
 }
 
+/// `role`: what this server is in a cluster.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// A single box: the API and the engine in one process.
+    #[default]
+    All,
+    /// A cluster's node: the engine, behind the cluster secret.
+    Node,
+    /// A cluster's stateless API replica.
+    Api,
+}
+
+/// The shortest cluster secret accepted.
+pub const MIN_CLUSTER_SECRET: usize = 32;
+
 /// `log_format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -429,6 +468,14 @@ impl Default for Config {
             database_url: Secret::default(),
             database_schema: String::new(),
             database_pool_size: 16,
+            role: Role::All,
+            node_id: String::new(),
+            node_address: String::new(),
+            cluster_secret: Secret::default(),
+            node_heartbeat_secs: 2,
+            node_lost_after_secs: 15,
+            max_containers_per_node: 5_000,
+            sandbox_uid_base: 3_000_000_000,
             api_keys: String::new(),
             default_expires_minutes: 20,
             max_expires_minutes: 30 * 24 * 60,
@@ -513,6 +560,58 @@ impl Config {
                 pool_size: self.database_pool_size.max(1),
             }),
             None => shellgate_store::Store::open(&self.sqlite_path()),
+        }
+    }
+
+    /// A cluster role's settings: a shared store and a long enough secret.
+    fn check_cluster(&self) -> Result<(), ConfigError> {
+        if self.role == Role::All {
+            return Ok(());
+        }
+        if self.database_url.get().is_none() {
+            return Err(ConfigError(
+                "role = node or api needs database_url: a cluster's replicas and nodes share one \
+                 Postgres store"
+                    .into(),
+            ));
+        }
+        let secret = self.cluster_secret.get().unwrap_or_default();
+        if secret.len() < MIN_CLUSTER_SECRET {
+            return Err(ConfigError(format!(
+                "role = node or api needs cluster_secret of at least {MIN_CLUSTER_SECRET} \
+                 characters (it is {})",
+                secret.len()
+            )));
+        }
+        if self.node_heartbeat_secs == 0 || self.node_lost_after_secs <= self.node_heartbeat_secs {
+            return Err(ConfigError(
+                "node_lost_after_secs must be longer than node_heartbeat_secs (and that above 0)"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// This server's node name: empty on a single box (its containers'
+    /// `node_id`), the configured one (or the host name) on a node.
+    pub fn node_name(&self) -> String {
+        match self.role {
+            Role::All | Role::Api => String::new(),
+            Role::Node if !self.node_id.is_empty() => self.node_id.clone(),
+            Role::Node => std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|name| name.trim().to_owned())
+                .ok()
+                .filter(|name| !name.is_empty())
+                .unwrap_or_else(|| "node".to_owned()),
+        }
+    }
+
+    /// Where API replicas reach this node.
+    pub fn node_url(&self) -> String {
+        if self.node_address.is_empty() {
+            format!("http://{}", self.listen)
+        } else {
+            self.node_address.trim_end_matches('/').to_owned()
         }
     }
 
@@ -609,6 +708,7 @@ impl Config {
         }
         self.egress_org_allowlist()?;
         self.public_base()?;
+        self.check_cluster()?;
         let domain = &self.ports_base_domain;
         if domain.is_empty()
             || domain.starts_with('.')

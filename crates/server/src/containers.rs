@@ -310,6 +310,7 @@ pub(crate) async fn create_container(
         sleep_after_secs: None,
         exposed_ports,
         port_token,
+        node_id: state.node_name.clone(),
     };
     // Impossible on this host (400) before over this project's quota (429).
     shellgate_sandbox_api::backend::check_memory(memory.bytes(), state.engine.memory_ceiling())?;
@@ -1142,6 +1143,7 @@ mod tests {
             sleep_after_secs: None,
             exposed_ports: Vec::new(),
             port_token: None,
+            node_id: String::new(),
         }
     }
 

@@ -132,6 +132,7 @@ pub(crate) fn state_with(
 ) -> Arc<AppState> {
     let store = crate::db::Db::new(store);
     Arc::new(AppState {
+        node_name: config.node_name(),
         limiter: crate::auth::RateLimiter::new(config.rate_limit_per_minute),
         keys: Default::default(),
         admission: crate::admission::Admission::new(&config, store.clone()),

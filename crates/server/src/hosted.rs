@@ -792,6 +792,7 @@ mod tests {
             sleep_after_secs: None,
             exposed_ports: Vec::new(),
             port_token: None,
+            node_id: String::new(),
         }
     }
 

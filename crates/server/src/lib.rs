@@ -12,6 +12,7 @@ mod catalog;
 mod changes;
 mod chat;
 pub mod clock;
+pub mod cluster;
 pub mod config;
 mod console;
 mod container_egress;
@@ -184,10 +185,13 @@ where
             .map_err(|e| ServeError::Setup(e.to_string()))?;
     }
     let mut generated_key = None;
-    if store
-        .key_count()
-        .map_err(|e| ServeError::Setup(e.to_string()))?
-        == 0
+    // A cluster's keys are its operator's to make (`shellgate keys create`
+    // against the shared store); a node never mints one.
+    if config.role == config::Role::All
+        && store
+            .key_count()
+            .map_err(|e| ServeError::Setup(e.to_string()))?
+            == 0
     {
         // A first start on the embedded defaults: make one key so the API is
         // usable at once; the start-up summary says it (shown once, stored
@@ -224,6 +228,7 @@ where
         interpreters: Arc::new(shellgate_interpreter::Interpreters::new(Arc::clone(
             &engine,
         ))),
+        node_name: config.node_name(),
         config,
         engine,
         store: store.clone(),
@@ -533,18 +538,68 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
 ) -> Result<(), ServeError> {
     let sweeper = tokio::spawn(lifecycle::sweep_forever(Arc::clone(&state)));
+    let mut app = router(Arc::clone(&state));
+    let mut heartbeat = None;
+    if state.config.role == config::Role::Node {
+        // A cluster's node: registered before it serves, heart-beating,
+        // and behind the gate that lets in only the cluster's replicas.
+        cluster::node::register(&state)
+            .await
+            .map_err(|e| ServeError::Setup(format!("node registration: {}", e.message)))?;
+        heartbeat = Some(tokio::spawn(cluster::node::heartbeat_forever(Arc::clone(
+            &state,
+        ))));
+        app = app.merge(cluster::node::routes(Arc::clone(&state))).layer(
+            axum::middleware::from_fn_with_state(Arc::clone(&state), cluster::node::gate),
+        );
+    }
     listener::serve(
         listener,
-        router(Arc::clone(&state)),
+        app,
         listener::Limits::from_config(&state.config),
         shutdown_signal(),
     )
     .await?;
     sweeper.abort();
+    if let Some(heartbeat) = heartbeat {
+        heartbeat.abort();
+    }
     state.billing.flush().await;
     tracing::info!("shutting down: stopping containers");
     lifecycle::suspend_all(&state).await;
     state.engine.shutdown().await;
+    Ok(())
+}
+
+/// Serves an API replica of a cluster (issue 22) on `listener` until a
+/// shutdown signal: no engine, the shared store, the configured keys
+/// seeded, silent nodes marked lost.
+pub async fn serve_replica(
+    config: Config,
+    listener: tokio::net::TcpListener,
+) -> Result<(), ServeError> {
+    config
+        .validate()
+        .map_err(|e| ServeError::Setup(e.to_string()))?;
+    let store = config
+        .open_store()
+        .map_err(|e| ServeError::Setup(e.to_string()))?;
+    for (key, project, role) in config.seeded_keys() {
+        store
+            .add_key_with_role(&key, &project, role, now())
+            .map_err(|e| ServeError::Setup(e.to_string()))?;
+    }
+    let limits = listener::Limits::from_config(&config);
+    let replica = cluster::replica::Replica::new(config, Db::new(store))?;
+    let sweeper = tokio::spawn(cluster::replica::sweep_lost_nodes(Arc::clone(&replica)));
+    listener::serve(
+        listener,
+        cluster::replica::router(replica),
+        limits,
+        shutdown_signal(),
+    )
+    .await?;
+    sweeper.abort();
     Ok(())
 }
 

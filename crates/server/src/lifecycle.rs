@@ -21,6 +21,11 @@
 //! - **Recovery**: after a crash (even `kill -9` mid-command) the store and
 //!   the engine are reconciled before serving.
 //!
+//! - **A cluster's node** (issue 22) looks after its own containers only
+//!   (`containers_on_node`); one its replicas declared lost (it was silent
+//!   too long) has its processes and disk removed here, its row kept, so
+//!   it is never served again without its files.
+//!
 //! Whether a container is busy is the engine's to say: suspension and
 //! expiry use `suspend_if_idle` / `destroy_if_idle`, which decide atomically
 //! with the engine's count of commands and file operations in flight.
@@ -34,7 +39,8 @@ use crate::state::AppState;
 
 /// Reconciles the store with the engine after a (possibly unclean) stop.
 pub async fn recover(state: &Arc<AppState>) -> Result<(), ApiError> {
-    let rows = state.db(|s| s.all_containers()).await?;
+    let node = state.node_name.clone();
+    let rows = state.db(move |s| s.containers_on_node(&node)).await?;
     let engine_ids: std::collections::HashSet<String> = state
         .engine
         .list()
@@ -44,7 +50,11 @@ pub async fn recover(state: &Arc<AppState>) -> Result<(), ApiError> {
         .collect();
     for row in &rows {
         let id = row.id.clone();
-        if row.status == shellgate_store::ContainerStatus::Creating || !engine_ids.contains(&row.id)
+        if row.status == shellgate_store::ContainerStatus::Lost {
+            // Declared lost while this node was away: never served again.
+            destroy_quietly(state.engine.as_ref(), &row.id).await;
+        } else if row.status == shellgate_store::ContainerStatus::Creating
+            || !engine_ids.contains(&row.id)
         {
             // Half-made, or its directory is gone: nothing to keep.
             tracing::info!(container = %row.id, "removing a container a crash left unfinished");
@@ -76,9 +86,21 @@ pub async fn sweep(state: &Arc<AppState>) -> Result<(), ApiError> {
     let retention = state.config.retention_days as i64 * 86_400;
     // E2B's sandboxes end at their own timeout (killed or paused), never
     // idle: the rest of this pass only keeps a paused one `retention_days`.
-    let e2b_sandboxes = crate::e2b::control::sweep_sandboxes(state, now).await?;
-    for row in state.db(|s| s.all_containers()).await? {
+    let node = state.node_name.clone();
+    let rows = state.db(move |s| s.containers_on_node(&node)).await?;
+    let local: std::collections::HashSet<String> = rows.iter().map(|r| r.id.clone()).collect();
+    let e2b_sandboxes = crate::e2b::control::sweep_sandboxes(state, now, &local).await?;
+    for row in rows {
         if row.status == shellgate_store::ContainerStatus::Creating {
+            continue;
+        }
+        if row.status == shellgate_store::ContainerStatus::Lost {
+            // Declared lost (this node was silent too long): its processes
+            // and disk go; its row stays, saying so, until deleted.
+            if state.engine.inspect(&row.id).await.is_ok() {
+                tracing::warn!(container = %row.id, "removing a container declared lost");
+                destroy_quietly(state.engine.as_ref(), &row.id).await;
+            }
             continue;
         }
         let e2b = e2b_sandboxes.all.contains(&row.id);
@@ -150,7 +172,8 @@ pub async fn sweep_forever(state: Arc<AppState>) {
 /// Closes every open session (the processes are about to end).
 pub async fn suspend_all(state: &Arc<AppState>) {
     state.billing.flush().await;
-    let Ok(rows) = state.db(|s| s.all_containers()).await else {
+    let node = state.node_name.clone();
+    let Ok(rows) = state.db(move |s| s.containers_on_node(&node)).await else {
         return;
     };
     for row in rows.into_iter().filter(|r| r.session_open) {

@@ -22,6 +22,9 @@ use crate::metrics::Metrics;
 /// Everything a handler needs.
 pub struct AppState {
     pub config: Config,
+    /// This server's node in a cluster (its containers' `node_id`); empty
+    /// on a single box.
+    pub node_name: String,
     /// The sandbox backend, only through its trait: another backend
     /// (microVMs, Kubernetes) plugs in here without touching the API layer.
     pub engine: Arc<dyn SandboxBackend>,

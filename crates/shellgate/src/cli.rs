@@ -45,6 +45,11 @@ enum Command {
     /// Read the command audit.
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// Drain this cluster node (issue 22): it takes no new containers, and
+    /// the command waits until its containers have ended (or the timeout).
+    /// Run beside the node (a Kubernetes preStop hook): it reads the same
+    /// settings (`listen`, `cluster_secret`).
+    Drain(DrainArgs),
     /// Run an agent on this machine: a model (any Responses API) calls the
     /// shell, each command is approved (by you or a policy), run here, and
     /// its output sent back, until the model answers.
@@ -53,6 +58,19 @@ enum Command {
     /// answered but the policy rejected a command it asked for; 1 when the
     /// run failed.
     Local(crate::local::LocalArgs),
+}
+
+#[derive(clap::Args)]
+struct DrainArgs {
+    /// A TOML config file, as `serve` reads it.
+    #[arg(long, env = "SHELLGATE_CONFIG")]
+    config: Option<PathBuf>,
+    /// Seconds to wait for the containers to end (0: do not wait).
+    #[arg(long, default_value_t = 3600)]
+    timeout: u64,
+    /// Take the node back instead (ready for containers again).
+    #[arg(long)]
+    cancel: bool,
 }
 
 #[derive(Subcommand)]
@@ -304,6 +322,7 @@ pub fn main() -> i32 {
             Command::Keys(KeysCommand::List { project }) => list_keys(data_dir, project.as_deref()),
             Command::Keys(KeysCommand::Revoke { id }) => revoke_key(data_dir, &id),
             Command::Exec(_) | Command::Local(_) => Ok(()),
+            Command::Drain(args) => drain(data_dir, args).await,
             Command::Image(command) => image(sandbox_dir(data_dir), command).await,
             Command::Audit(AuditCommand::Export { project }) => {
                 export_audit(data_dir, project.as_deref())
@@ -316,6 +335,69 @@ pub fn main() -> i32 {
             eprintln!("shellgate: {e:#}");
             1
         }
+    }
+}
+
+/// `drain`: tells the node on this machine to take no new containers,
+/// then waits for its containers to end.
+async fn drain(data_dir: Option<PathBuf>, args: DrainArgs) -> Result<()> {
+    let config = server_config(data_dir, args.config.as_deref())?;
+    let secret = config
+        .cluster_secret
+        .get()
+        .context("drain needs cluster_secret (SHELLGATE_CLUSTER_SECRET), as the node has")?
+        .to_owned();
+    // The node listens on its own address; a wildcard is reached locally.
+    let mut addr = config.listen;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    let base = format!("http://{addr}/internal/v1");
+    let client = reqwest::Client::new();
+    let secret_header = shellgate_server::cluster::SECRET_HEADER;
+    let request = if args.cancel {
+        client.delete(format!("{base}/drain"))
+    } else {
+        client.post(format!("{base}/drain"))
+    };
+    let answer = request.header(secret_header, &secret).send().await?;
+    anyhow::ensure!(
+        answer.status().is_success(),
+        "the node refused: {} {}",
+        answer.status(),
+        answer.text().await.unwrap_or_default()
+    );
+    if args.cancel {
+        eprintln!("node taken back: ready for containers");
+        return Ok(());
+    }
+    #[derive(serde::Deserialize)]
+    struct NodeState {
+        containers: u64,
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(args.timeout);
+    loop {
+        let state: NodeState = client
+            .get(format!("{base}/node"))
+            .header(secret_header, &secret)
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
+        if state.containers == 0 {
+            eprintln!("node drained: no containers left");
+            return Ok(());
+        }
+        if std::time::Instant::now() >= deadline {
+            eprintln!(
+                "drain timed out with {} containers still on the node",
+                state.containers
+            );
+            return Ok(());
+        }
+        eprintln!("draining: {} containers left", state.containers);
+        tokio::time::sleep(std::time::Duration::from_secs(5)).await;
     }
 }
 
@@ -345,6 +427,12 @@ async fn serve(data_dir: Option<PathBuf>, args: ServeArgs, json_logs: bool) -> R
     // Before anything is made or started (the data directory, the engine,
     // an image build): a taken address fails at once, naming it.
     let listener = shellgate_server::bind(config.listen).await?;
+    if config.role == shellgate_server::config::Role::Api {
+        // A cluster's API replica: no engine, nothing on this machine.
+        tracing::info!(listen = %listener.local_addr()?, "shellgate API replica serving");
+        shellgate_server::serve_replica(config, listener).await?;
+        return Ok(());
+    }
     let engine = crate::serving::EngineOptions::of(&config, helper)?;
     let opened = shellgate_server::open(config, |setup| engine.open(setup)).await?;
     let summary = shellgate_server::startup::Summary::gather(

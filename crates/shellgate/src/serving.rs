@@ -24,6 +24,8 @@ pub(crate) struct EngineOptions {
     build: Option<String>,
     /// The default image (the console's build button builds it).
     default_image: String,
+    /// The first host uid of the sandboxes' id ranges.
+    uid_base: u32,
 }
 
 impl EngineOptions {
@@ -39,6 +41,7 @@ impl EngineOptions {
                 .build_default_image
                 .then(|| config.default_image.clone()),
             default_image: config.default_image.clone(),
+            uid_base: config.sandbox_uid_base,
         })
     }
 
@@ -53,6 +56,7 @@ impl EngineOptions {
         engine_config.images_dir = self.images_dir;
         engine_config.memory_ceiling = self.memory_ceiling;
         engine_config.egress = setup.egress;
+        engine_config.uid_base = self.uid_base;
         let (engine, mut warnings) = LocalEngine::open(engine_config)
             .await
             .map_err(|e| ServeError::Setup(format!("sandbox engine: {e}")))?;

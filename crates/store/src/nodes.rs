@@ -50,6 +50,14 @@ impl StoredText for ImageList {
     }
 }
 
+fn image_list(images: &[String]) -> Result<String> {
+    serde_json::to_string(images).map_err(|e| crate::error::StoreError::Corrupt {
+        table: "nodes",
+        column: "images",
+        value: e.to_string(),
+    })
+}
+
 const NODE_COLUMNS: &str = "id, address, status, memory_bytes, max_containers, images, \
      cgroup_layout, version, started_at, heartbeat_at";
 
@@ -105,13 +113,16 @@ impl Store {
         Ok(())
     }
 
-    /// A node's heartbeat: false if it was declared lost meanwhile (its
-    /// containers with it), which it must then act on.
-    pub fn heartbeat(&self, id: &str, now: i64) -> Result<bool> {
+    /// A node's heartbeat (with its images now, if given): false if it
+    /// was declared lost meanwhile (its containers with it), which it must
+    /// then act on.
+    pub fn heartbeat(&self, id: &str, now: i64, images: Option<&[String]>) -> Result<bool> {
+        let images = images.map(image_list).transpose()?;
         let changed = self.write(|sql| {
             sql.execute(
-                "UPDATE nodes SET heartbeat_at = ?2 WHERE id = ?1 AND status != 'lost'",
-                &[&id, &now],
+                "UPDATE nodes SET heartbeat_at = ?2, images = COALESCE(?3, images)
+                 WHERE id = ?1 AND status != 'lost'",
+                &[&id, &now, &images],
             )
         })?;
         Ok(changed > 0)
@@ -248,7 +259,7 @@ mod tests {
                 store.insert_container(&row).unwrap();
             }
             store.open_session("c1").unwrap();
-            assert!(store.heartbeat("n2", 200).unwrap());
+            assert!(store.heartbeat("n2", 200, None).unwrap());
             let loads = store.nodes().unwrap();
             assert_eq!(loads[0].containers, 2);
             assert_eq!(loads[0].claimed_memory, 1 << 30);
@@ -270,10 +281,17 @@ mod tests {
             );
             // A lost node's heartbeat says so; registering again makes it
             // ready, its old containers stay lost.
-            assert!(!store.heartbeat("n1", 300).unwrap());
+            assert!(!store.heartbeat("n1", 300, None).unwrap());
             store.register_node(&node("n1", 300)).unwrap();
-            assert!(store.heartbeat("n1", 301).unwrap());
+            assert!(store
+                .heartbeat(
+                    "n1",
+                    301,
+                    Some(&["host".to_owned(), "debian-12".to_owned()])
+                )
+                .unwrap());
             assert_eq!(store.nodes().unwrap()[0].containers, 0);
+            assert_eq!(store.nodes().unwrap()[0].node.images.len(), 2);
             assert!(store.set_node_status("n2", NodeStatus::Draining).unwrap());
             assert_eq!(
                 store.node("n2").unwrap().unwrap().status,

@@ -10,6 +10,7 @@ pub mod messages;
 pub mod param;
 
 pub mod chat;
+pub mod cluster;
 pub mod console;
 pub mod e2b;
 pub mod envd;

@@ -911,13 +911,19 @@ pub(crate) struct SweptSandboxes {
 
 /// The lifecycle sweeper's part for E2B's sandboxes: at `end_at` a
 /// running sandbox is killed, or paused when its create said `autoPause`.
+/// Only this server's own (`local`: a cluster node's containers; the
+/// others are their nodes' to sweep).
 pub(crate) async fn sweep_sandboxes(
     state: &Arc<AppState>,
     now: i64,
+    local: &std::collections::HashSet<String>,
 ) -> Result<SweptSandboxes, ApiError> {
     let rows = state.db(|s| s.all_e2b_sandboxes()).await?;
     let mut swept = SweptSandboxes::default();
-    for row in rows {
+    for row in rows
+        .into_iter()
+        .filter(|row| local.contains(&row.container_id))
+    {
         swept.all.insert(row.container_id.clone());
         if row.paused {
             continue;

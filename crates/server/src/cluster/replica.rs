@@ -1,0 +1,485 @@
+//! An API replica (issue 22): no engine and no state of its own. It sends
+//! each request to a node: the node of the container it names, a node
+//! placement picks for a create, or any live node (the store is shared,
+//! so any node answers the rest). Bodies stream both ways, and a PTY's
+//! WebSocket is joined end to end. Tenants are authenticated by the node
+//! (its keys are the shared store's), so a replica answers for a request
+//! only what no node can: the nodes list, a lost container, no node.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use shellgate_store::{ContainerStatus, KeyRole, NodeLoad, NodeRow};
+use shellgate_wire::cluster::ClusterNode;
+use shellgate_wire::List;
+
+use super::placement::{alive, Placements};
+use super::routing::{container_ids, target, Target};
+use super::SECRET_HEADER;
+use crate::config::Config;
+use crate::db::Db;
+use crate::error::{ApiError, ApiResult};
+use crate::time::now;
+
+/// A replica's parts.
+pub struct Replica {
+    config: Config,
+    store: Db,
+    client: reqwest::Client,
+    placements: Placements,
+}
+
+/// Containers a model request's body is looked through for, at most.
+const BODY_IDS: usize = 16;
+
+/// Nodes a request that reached none is tried on, at most.
+const ATTEMPTS: usize = 3;
+
+/// Headers that belong to one hop, never forwarded (an upgrade keeps
+/// `connection` and `upgrade`, which carry it).
+const HOP_BY_HOP: &[&str] = &[
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+];
+
+impl Replica {
+    /// A replica over `store`, forwarding with a pooled client.
+    pub fn new(config: Config, store: Db) -> Result<Arc<Self>, crate::ServeError> {
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .pool_idle_timeout(Duration::from_secs(60))
+            .build()
+            .map_err(|e| crate::ServeError::Setup(format!("replica client: {e}")))?;
+        Ok(Arc::new(Self {
+            config,
+            store,
+            client,
+            placements: Placements::default(),
+        }))
+    }
+
+    fn lost_after(&self) -> i64 {
+        i64::try_from(self.config.node_lost_after_secs).unwrap_or(i64::MAX)
+    }
+
+    async fn loads(&self) -> ApiResult<Vec<NodeLoad>> {
+        self.store.run(|s| s.nodes()).await
+    }
+}
+
+/// The replica's routes: its health, the nodes list, and everything else
+/// forwarded.
+pub fn router(replica: Arc<Replica>) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/v1/cluster/nodes", get(nodes))
+        .route("/api/v1/cluster/nodes", get(nodes))
+        .fallback(forward)
+        .with_state(replica)
+}
+
+/// Marks silent nodes lost every heartbeat interval, until aborted (every
+/// replica does; the store marks each node once).
+pub async fn sweep_lost_nodes(replica: Arc<Replica>) {
+    let interval = Duration::from_secs(replica.config.node_heartbeat_secs.max(1));
+    loop {
+        tokio::time::sleep(interval).await;
+        let cutoff = now() - replica.lost_after();
+        match replica.store.run(move |s| s.mark_lost_nodes(cutoff)).await {
+            Ok(lost) => {
+                for node in lost {
+                    tracing::warn!(node = %node, "node lost (silent too long): its containers are lost");
+                }
+            }
+            Err(error) => tracing::error!("lost-node sweep failed: {}", error.message),
+        }
+    }
+}
+
+async fn healthz(State(replica): State<Arc<Replica>>) -> ApiResult<impl IntoResponse> {
+    // Healthy means the store answers (a replica without it serves nothing).
+    replica.store.run(|s| s.key_count()).await?;
+    Ok(Json(serde_json::json!({"status": "ok", "role": "api"})))
+}
+
+/// The bearer key's grant, if the request shows a live one.
+async fn grant(
+    replica: &Replica,
+    headers: &HeaderMap,
+) -> ApiResult<Option<shellgate_store::KeyGrant>> {
+    let Some(key) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "))
+        .map(str::to_owned)
+    else {
+        return Ok(None);
+    };
+    replica.store.run(move |s| s.grant_for_key(&key)).await
+}
+
+async fn nodes(
+    State(replica): State<Arc<Replica>>,
+    headers: HeaderMap,
+) -> ApiResult<Json<List<ClusterNode>>> {
+    match grant(&replica, &headers).await? {
+        Some(grant) if grant.role == KeyRole::Admin => {}
+        Some(_) => {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "invalid_request_error",
+                "The cluster's nodes are shown to admin keys only.",
+            ))
+        }
+        None => return Err(ApiError::unauthorized("Missing or unknown API key.")),
+    }
+    let (now, lost_after) = (now(), replica.lost_after());
+    let data = replica
+        .loads()
+        .await?
+        .into_iter()
+        .map(|load| {
+            let node = load.node;
+            // A node past its heartbeat that no sweep marked yet is lost
+            // all the same.
+            let status = if alive(&node, now, lost_after) {
+                node.status.as_str()
+            } else {
+                "lost"
+            };
+            ClusterNode {
+                object: "cluster.node".to_owned(),
+                status: status.to_owned(),
+                address: node.address,
+                heartbeat_at: node.heartbeat_at,
+                started_at: node.started_at,
+                containers: load.containers,
+                max_containers: node.max_containers,
+                memory_bytes: node.memory_bytes,
+                claimed_memory_bytes: load.claimed_memory,
+                images: node.images,
+                cgroup_layout: node.cgroup_layout,
+                version: node.version,
+                id: node.id,
+            }
+        })
+        .collect();
+    Ok(Json(List::page(data, false, |node: &ClusterNode| {
+        node.id.clone()
+    })))
+}
+
+/// The error for a container whose node was lost: to its project's keys
+/// a 409 saying so; to anyone else the 404 any unknown id gets.
+async fn lost(replica: &Replica, headers: &HeaderMap, id: &str) -> ApiError {
+    let key = id.to_owned();
+    let project = replica
+        .store
+        .run(move |s| s.container_by_id(&key))
+        .await
+        .ok()
+        .flatten()
+        .map(|row| row.project);
+    let granted = grant(replica, headers).await.ok().flatten();
+    match (project, granted) {
+        (Some(project), Some(grant)) if grant.project == project => {
+            let mut error = ApiError::conflict(format!(
+                "Container '{id}' is lost: the node it ran on stopped answering. Its files \
+                 are gone with it; delete it and create another."
+            ));
+            error.code = Some("container_lost");
+            error
+        }
+        _ => ApiError::not_found("container", id),
+    }
+}
+
+/// Sends a request on to the node that serves it.
+async fn forward(State(replica): State<Arc<Replica>>, request: Request) -> Response {
+    match route(&replica, request).await {
+        Ok(response) => response,
+        Err(error) => error.into_response(),
+    }
+}
+
+async fn route(replica: &Arc<Replica>, mut request: Request) -> ApiResult<Response> {
+    // Only a replica may show the secret; a tenant's copy goes.
+    request.headers_mut().remove(SECRET_HEADER);
+    let goes = target(
+        request.method(),
+        request.uri().path(),
+        request.headers(),
+        &replica.config.ports_base_domain,
+    );
+    match goes {
+        Target::Container(id) => {
+            let key = id.clone();
+            let found = replica
+                .store
+                .run(move |s| {
+                    let Some((node, status)) = s.container_node(&key)? else {
+                        return Ok(None);
+                    };
+                    Ok(Some((s.node(&node)?, status)))
+                })
+                .await?;
+            match found {
+                // Unknown here: any node answers it (a 404 in the API's words).
+                None => send_anywhere(replica, request).await,
+                Some((_, ContainerStatus::Lost)) | Some((None, _)) => {
+                    Err(lost(replica, request.headers(), &id).await)
+                }
+                Some((Some(node), _)) if !alive(&node, now(), replica.lost_after()) => {
+                    Err(lost(replica, request.headers(), &id).await)
+                }
+                Some((Some(node), _)) => send(replica, &node, request).await.map_err(|(e, _)| e),
+            }
+        }
+        Target::Create => place(replica, request, None).await,
+        Target::ModelRequest => {
+            // The body is read (bounded like every request) to find the
+            // containers it names; it is sent on whole.
+            let (parts, body) = request.into_parts();
+            let bytes = axum::body::to_bytes(body, replica.config.max_request_bytes)
+                .await
+                .map_err(|_| {
+                    ApiError::too_large(format!(
+                        "Request body is larger than {} bytes.",
+                        replica.config.max_request_bytes
+                    ))
+                })?;
+            let ids = container_ids(&bytes, BODY_IDS);
+            let home = replica
+                .store
+                .run(move |s| {
+                    for id in &ids {
+                        if let Some((node, ContainerStatus::Running | ContainerStatus::Suspended)) =
+                            s.container_node(id)?
+                        {
+                            if let Some(node) = s.node(&node)? {
+                                return Ok(Some(node));
+                            }
+                        }
+                    }
+                    Ok(None)
+                })
+                .await?
+                .filter(|node| alive(node, now(), replica.lost_after()));
+            let request = Request::from_parts(parts, Body::from(bytes.clone()));
+            match home {
+                Some(node) => send(replica, &node, request).await.map_err(|(e, _)| e),
+                // A new container, if the model asks for one: placed.
+                None => place(replica, request, Some(bytes)).await,
+            }
+        }
+        Target::Any => send_anywhere(replica, request).await,
+    }
+}
+
+/// Sends a create to the node placement picks, trying another when one
+/// cannot be reached (the request never arrived, so it is not made twice).
+async fn place(
+    replica: &Arc<Replica>,
+    request: Request,
+    buffered: Option<axum::body::Bytes>,
+) -> ApiResult<Response> {
+    let (parts, body) = request.into_parts();
+    let bytes = match buffered {
+        Some(bytes) => bytes,
+        None => axum::body::to_bytes(body, replica.config.max_request_bytes)
+            .await
+            .map_err(|_| ApiError::too_large("Request body is too large."))?,
+    };
+    let image = serde_json::from_slice::<serde_json::Value>(&bytes)
+        .ok()
+        .and_then(|body| {
+            body.get("image")
+                .and_then(|i| i.as_str())
+                .map(str::to_owned)
+        });
+    let mut tried = Vec::new();
+    loop {
+        let loads = replica.loads().await?;
+        let Some((node, placed)) = replica.placements.choose(
+            &loads,
+            image.as_deref(),
+            &tried,
+            now(),
+            replica.lost_after(),
+        ) else {
+            return Err(no_room(image.as_deref()));
+        };
+        let request = Request::from_parts(parts.clone(), Body::from(bytes.clone()));
+        let sent = send(replica, &node, request).await;
+        drop(placed);
+        match sent {
+            Err((_, true)) if tried.len() + 1 < ATTEMPTS => tried.push(node.id),
+            other => return other.map_err(|(e, _)| e),
+        }
+    }
+}
+
+fn no_room(image: Option<&str>) -> ApiError {
+    let mut error = ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "server_error",
+        match image {
+            Some(image) => format!(
+                "No node of this cluster has room for another container of image '{image}' \
+                 now (every node is full, draining, lost, or lacks the image)."
+            ),
+            None => "No node of this cluster has room for another container now (every node \
+                     is full, draining or lost)."
+                .to_owned(),
+        },
+    );
+    error.code = Some("no_node_available");
+    error.retry_after = Some(5);
+    error
+}
+
+/// Sends a request any node can answer to a live node (another one when
+/// the first cannot be reached and the request has no body to lose).
+async fn send_anywhere(replica: &Arc<Replica>, request: Request) -> ApiResult<Response> {
+    let (parts, body) = request.into_parts();
+    let mut body = Some(body);
+    let mut tried = Vec::new();
+    loop {
+        let loads = replica.loads().await?;
+        let Some(node) = Placements::any(&loads, &tried, now(), replica.lost_after()) else {
+            let mut error = ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                "No node of this cluster is reachable now.",
+            );
+            error.code = Some("no_node_available");
+            error.retry_after = Some(5);
+            return Err(error);
+        };
+        // Only a request without a body is tried again: a streamed body
+        // sent once cannot be sent twice.
+        let bodiless = parts.method == axum::http::Method::GET
+            || parts.method == axum::http::Method::HEAD
+            || parts.method == axum::http::Method::DELETE;
+        let this_body = if bodiless {
+            Body::empty()
+        } else {
+            body.take().unwrap_or_else(Body::empty)
+        };
+        let request = Request::from_parts(parts.clone(), this_body);
+        match send(replica, &node, request).await {
+            Err((_, true)) if bodiless && tried.len() + 1 < ATTEMPTS => tried.push(node.id),
+            other => return other.map_err(|(e, _)| e),
+        }
+    }
+}
+
+/// Forwards `request` to `node`: its method, path, headers (with the
+/// cluster's secret; without the hop's own) and body, streamed; the
+/// answer comes back the same way, and an upgrade (a PTY's WebSocket) is
+/// joined end to end. An error says whether the node was never reached.
+async fn send(
+    replica: &Arc<Replica>,
+    node: &NodeRow,
+    mut request: Request,
+) -> Result<Response, (ApiError, bool)> {
+    let upgrade = request
+        .headers()
+        .get(header::UPGRADE)
+        .is_some()
+        .then(|| hyper::upgrade::on(&mut request));
+    let path = request
+        .uri()
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_owned();
+    let url = format!("{}{}", node.address, path);
+    let (parts, body) = request.into_parts();
+    let mut headers = parts.headers.clone();
+    for name in HOP_BY_HOP {
+        headers.remove(*name);
+    }
+    if upgrade.is_none() {
+        headers.remove(header::CONNECTION);
+        headers.remove(header::UPGRADE);
+    }
+    let secret = replica.config.cluster_secret.get().unwrap_or_default();
+    if let Ok(value) = HeaderValue::from_str(secret) {
+        headers.insert(HeaderName::from_static(SECRET_HEADER), value);
+    }
+    if let Some(addr) = parts.extensions.get::<crate::listener::ClientAddr>() {
+        if let Ok(value) = HeaderValue::from_str(&addr.0.ip().to_string()) {
+            headers.insert(HeaderName::from_static("x-forwarded-for"), value);
+        }
+    }
+    let sent = replica
+        .client
+        .request(parts.method.clone(), &url)
+        .headers(headers)
+        .body(reqwest::Body::wrap_stream(body.into_data_stream()))
+        .send()
+        .await;
+    let answer = match sent {
+        Ok(answer) => answer,
+        Err(error) => {
+            let unreached = error.is_connect();
+            tracing::warn!(node = %node.id, "forwarding failed: {error}");
+            let mut failure = ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                "server_error",
+                format!(
+                    "The node serving this request (\"{}\") did not answer.",
+                    node.id
+                ),
+            );
+            failure.code = Some("node_unreachable");
+            return Err((failure, unreached));
+        }
+    };
+    let status = answer.status();
+    let mut response_headers = answer.headers().clone();
+    for name in HOP_BY_HOP {
+        response_headers.remove(*name);
+    }
+    if status == StatusCode::SWITCHING_PROTOCOLS {
+        let Some(client_side) = upgrade else {
+            return Err((ApiError::internal("a node upgraded a plain request"), false));
+        };
+        let node_id = node.id.clone();
+        tokio::spawn(async move {
+            let (node_side, client_side) = match (answer.upgrade().await, client_side.await) {
+                (Ok(node_side), Ok(client_side)) => (node_side, client_side),
+                _ => return,
+            };
+            let mut node_side = node_side;
+            let mut client_side = hyper_util::rt::TokioIo::new(client_side);
+            if let Err(error) =
+                tokio::io::copy_bidirectional(&mut client_side, &mut node_side).await
+            {
+                tracing::debug!(node = %node_id, "upgraded connection ended: {error}");
+            }
+        });
+        let mut response = Response::new(Body::empty());
+        *response.status_mut() = status;
+        *response.headers_mut() = response_headers;
+        return Ok(response);
+    }
+    response_headers.remove(header::CONNECTION);
+    let mut response = Response::new(Body::from_stream(answer.bytes_stream()));
+    *response.status_mut() = status;
+    *response.headers_mut() = response_headers;
+    Ok(response)
+}
