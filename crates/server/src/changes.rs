@@ -53,7 +53,7 @@ impl Changes {
             .run(move |s| {
                 s.on_change(move || wake.notify_one());
                 let last = s.last_change()?;
-                s.forget_changes(last)?;
+                s.forget_changes(last.saturating_sub(KEPT))?;
                 Ok(last)
             })
             .await?;
@@ -66,6 +66,11 @@ impl Changes {
         self.changes.subscribe()
     }
 }
+
+/// Changes kept after they were read: a cluster's servers each read every
+/// change (their own consoles' streams), so none prunes what another may
+/// not have read yet; one that falls this far behind resyncs its pages.
+const KEPT: i64 = 10_000;
 
 /// Reads the changes after `last` whenever the store says there are some,
 /// tells them, and prunes them.
@@ -99,9 +104,12 @@ async fn tell_forever(
             last = newest;
         }
         // Only what was read is pruned (a wake that found nothing new,
-        // as a stale permit can be, writes nothing).
+        // as a stale permit can be, writes nothing), and only beyond the
+        // newest `KEPT`: the other servers of a cluster read the same rows
+        // at their own pace.
         if last > pruned {
-            if let Err(error) = db.run(move |s| s.forget_changes(last)).await {
+            let through = last.saturating_sub(KEPT);
+            if let Err(error) = db.run(move |s| s.forget_changes(through)).await {
                 tracing::warn!("console live updates: {}", error.message);
             }
         }

@@ -73,6 +73,7 @@ use db::Db;
 pub use error::ServeError;
 pub use host::{HostReport, ImageBuilder};
 use metrics::Metrics;
+use shellgate_store::Store;
 pub use state::AppState;
 pub use time::now;
 
@@ -137,7 +138,7 @@ pub async fn open<OpenBackend>(
 where
     OpenBackend: std::future::Future<Output = Result<Backend, ServeError>>,
 {
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    use std::os::unix::fs::PermissionsExt;
     config
         .validate()
         .map_err(|e| ServeError::Setup(e.to_string()))?;
@@ -162,9 +163,7 @@ where
     let _ = std::fs::remove_dir_all(&mounts);
     std::fs::create_dir_all(&mounts)?;
     std::fs::set_permissions(&mounts, std::fs::Permissions::from_mode(0o711))?;
-    let store = config
-        .open_store()
-        .map_err(|e| ServeError::Setup(e.to_string()))?;
+    let (store, generated_key) = open_seeded_store(&config).await?;
     let (egress, egress_log) = match egress::settings(&config)? {
         Some((settings, log)) => (Some(settings), Some(log)),
         None => (None, None),
@@ -179,38 +178,6 @@ where
         egress: egress.clone(),
     })
     .await?;
-    for (key, project, role) in config.seeded_keys() {
-        store
-            .add_key_with_role(&key, &project, role, now())
-            .map_err(|e| ServeError::Setup(e.to_string()))?;
-    }
-    let mut generated_key = None;
-    // A cluster's keys are its operator's to make (`shellgate keys create`
-    // against the shared store); a node never mints one.
-    if config.role == config::Role::All
-        && store
-            .key_count()
-            .map_err(|e| ServeError::Setup(e.to_string()))?
-            == 0
-    {
-        // A first start on the embedded defaults: make one key so the API is
-        // usable at once; the start-up summary says it (shown once, stored
-        // hashed, and kept in a file for whoever missed it).
-        let key = new_api_key();
-        store
-            .add_key(&key, "default", now())
-            .map_err(|e| ServeError::Setup(e.to_string()))?;
-        let file = config.data_dir.join(startup::INITIAL_KEY_FILE);
-        // Private from its first byte: created 0600, never chmod-ed after.
-        let _ = std::fs::remove_file(&file);
-        let mut handle = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&file)?;
-        std::io::Write::write_all(&mut handle, format!("{key}\n").as_bytes())?;
-        generated_key = Some(key);
-    }
     let store = Db::new(store);
     let state = Arc::new(AppState {
         limiter: RateLimiter::new(config.rate_limit_per_minute),
@@ -273,6 +240,43 @@ where
         state,
         generated_key,
     })
+}
+
+/// Opens the store the configuration names and seeds its keys, on a
+/// blocking thread (the Postgres client blocks on a runtime of its own).
+/// A single box whose store has no key yet gets one, made here: returned,
+/// and written to `initial-api-key` (0600) for whoever missed the start-up
+/// summary. A cluster's keys are its operator's to make (`shellgate keys
+/// create` against the shared store); nodes and replicas never mint one.
+async fn open_seeded_store(config: &Config) -> Result<(Store, Option<String>), ServeError> {
+    let config = config.clone();
+    tokio::task::spawn_blocking(move || {
+        use std::os::unix::fs::OpenOptionsExt;
+        let setup = |e: shellgate_store::StoreError| ServeError::Setup(e.to_string());
+        let store = config.open_store().map_err(setup)?;
+        for (key, project, role) in config.seeded_keys() {
+            store
+                .add_key_with_role(&key, &project, role, now())
+                .map_err(setup)?;
+        }
+        if config.role != config::Role::All || store.key_count().map_err(setup)? > 0 {
+            return Ok((store, None));
+        }
+        let key = new_api_key();
+        store.add_key(&key, "default", now()).map_err(setup)?;
+        let file = config.data_dir.join(startup::INITIAL_KEY_FILE);
+        // Private from its first byte: created 0600, never chmod-ed after.
+        let _ = std::fs::remove_file(&file);
+        let mut handle = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&file)?;
+        std::io::Write::write_all(&mut handle, format!("{key}\n").as_bytes())?;
+        Ok((store, Some(key)))
+    })
+    .await
+    .map_err(|e| ServeError::Setup(format!("opening the store: {e}")))?
 }
 
 /// The upstream models of the configuration.
@@ -581,14 +585,7 @@ pub async fn serve_replica(
     config
         .validate()
         .map_err(|e| ServeError::Setup(e.to_string()))?;
-    let store = config
-        .open_store()
-        .map_err(|e| ServeError::Setup(e.to_string()))?;
-    for (key, project, role) in config.seeded_keys() {
-        store
-            .add_key_with_role(&key, &project, role, now())
-            .map_err(|e| ServeError::Setup(e.to_string()))?;
-    }
+    let (store, _) = open_seeded_store(&config).await?;
     let limits = listener::Limits::from_config(&config);
     let replica = cluster::replica::Replica::new(config, Db::new(store))?;
     let sweeper = tokio::spawn(cluster::replica::sweep_lost_nodes(Arc::clone(&replica)));

@@ -318,14 +318,18 @@ pub fn main() -> i32 {
                 project,
                 e2b,
                 admin,
-            }) => create_key(data_dir, &project, e2b, admin),
-            Command::Keys(KeysCommand::List { project }) => list_keys(data_dir, project.as_deref()),
-            Command::Keys(KeysCommand::Revoke { id }) => revoke_key(data_dir, &id),
+            }) => blocking(move || create_key(data_dir, &project, e2b, admin)).await,
+            Command::Keys(KeysCommand::List { project }) => {
+                blocking(move || list_keys(data_dir, project.as_deref())).await
+            }
+            Command::Keys(KeysCommand::Revoke { id }) => {
+                blocking(move || revoke_key(data_dir, &id)).await
+            }
             Command::Exec(_) | Command::Local(_) => Ok(()),
             Command::Drain(args) => drain(data_dir, args).await,
             Command::Image(command) => image(sandbox_dir(data_dir), command).await,
             Command::Audit(AuditCommand::Export { project }) => {
-                export_audit(data_dir, project.as_deref())
+                blocking(move || export_audit(data_dir, project.as_deref())).await
             }
         }
     });
@@ -399,6 +403,12 @@ async fn drain(data_dir: Option<PathBuf>, args: DrainArgs) -> Result<()> {
         eprintln!("draining: {} containers left", state.containers);
         tokio::time::sleep(std::time::Duration::from_secs(5)).await;
     }
+}
+
+/// Runs store work off the runtime's workers (the Postgres client blocks
+/// on a runtime of its own, which a worker thread may not do).
+async fn blocking(work: impl FnOnce() -> Result<()> + Send + 'static) -> Result<()> {
+    tokio::task::spawn_blocking(work).await?
 }
 
 fn server_config(

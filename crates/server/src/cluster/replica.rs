@@ -207,6 +207,63 @@ async fn lost(replica: &Replica, headers: &HeaderMap, id: &str) -> ApiError {
     }
 }
 
+/// Deletes a lost container's row for its project's key (its node is gone,
+/// so no node can): the container object's deletion, or `None` when the
+/// request is not its owner's (it gets the 404 any unknown id gets).
+async fn delete_lost(
+    replica: &Replica,
+    headers: &HeaderMap,
+    id: &str,
+) -> ApiResult<Option<Response>> {
+    let key = id.to_owned();
+    let Some(row) = replica.store.run(move |s| s.container_by_id(&key)).await? else {
+        return Ok(None);
+    };
+    match grant(replica, headers).await? {
+        Some(grant) if grant.project == row.project => {}
+        _ => return Ok(None),
+    }
+    let key = id.to_owned();
+    replica.store.run(move |s| s.delete_container(&key)).await?;
+    tracing::info!(container = %id, "lost container deleted");
+    Ok(Some(
+        Json(shellgate_wire::Deleted::new(id, "container")).into_response(),
+    ))
+}
+
+/// A lost container's object (`"status": "lost"`) for its project's key,
+/// read from the store (its node is gone); `None` when the request is not
+/// its owner's.
+async fn show_lost(
+    replica: &Replica,
+    headers: &HeaderMap,
+    id: &str,
+) -> ApiResult<Option<Response>> {
+    let key = id.to_owned();
+    let Some(row) = replica.store.run(move |s| s.container_by_id(&key)).await? else {
+        return Ok(None);
+    };
+    match grant(replica, headers).await? {
+        Some(grant) if grant.project == row.project => {}
+        _ => return Ok(None),
+    }
+    Ok(Some(
+        Json(crate::containers::container_object(&row)?).into_response(),
+    ))
+}
+
+/// Whether a request with `method` names the container `id` itself (its
+/// object: the API's or E2B's), not something inside it.
+fn names_container(request: &Request, method: &axum::http::Method, id: &str) -> bool {
+    if request.method() != method {
+        return false;
+    }
+    let path = request.uri().path();
+    ["/v1/containers/", "/api/v1/containers/", "/sandboxes/"]
+        .iter()
+        .any(|prefix| path.strip_prefix(prefix) == Some(id))
+}
+
 /// Sends a request on to the node that serves it.
 async fn forward(State(replica): State<Arc<Replica>>, request: Request) -> Response {
     match route(&replica, request).await {
@@ -239,6 +296,22 @@ async fn route(replica: &Arc<Replica>, mut request: Request) -> ApiResult<Respon
             match found {
                 // Unknown here: any node answers it (a 404 in the API's words).
                 None => send_anywhere(replica, request).await,
+                Some((_, ContainerStatus::Lost))
+                    if names_container(&request, &axum::http::Method::DELETE, &id) =>
+                {
+                    match delete_lost(replica, request.headers(), &id).await? {
+                        Some(deleted) => Ok(deleted),
+                        None => Err(ApiError::not_found("container", &id)),
+                    }
+                }
+                Some((_, ContainerStatus::Lost))
+                    if names_container(&request, &axum::http::Method::GET, &id) =>
+                {
+                    match show_lost(replica, request.headers(), &id).await? {
+                        Some(shown) => Ok(shown),
+                        None => Err(ApiError::not_found("container", &id)),
+                    }
+                }
                 Some((_, ContainerStatus::Lost)) | Some((None, _)) => {
                     Err(lost(replica, request.headers(), &id).await)
                 }
