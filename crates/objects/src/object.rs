@@ -151,3 +151,95 @@ async fn spool(
     file.rewind().await.map_err(io)?;
     Ok(file.into_std().await)
 }
+
+/// How much a [`BodyWriter`] gathers before it sends a chunk.
+const WRITE_CHUNK: usize = 64 * 1024;
+
+/// A body written by blocking code (`io::Write`) while a put reads it.
+/// Chunks wait in a short queue: the writer blocks while the store
+/// catches up, so nothing piles up in memory. The body ends only at
+/// [`BodyWriter::finish`]; a writer dropped before (its producer failed)
+/// or [`BodyWriter::fail`]ed ends it in an error, and nothing is stored.
+pub fn blocking_body() -> (BodyWriter, ByteStream<'static>) {
+    let (sender, receiver) = tokio::sync::mpsc::channel::<Piece>(4);
+    let body = futures_util::stream::unfold(Some(receiver), |receiver| async move {
+        let mut receiver = receiver?;
+        match receiver.recv().await {
+            Some(Piece::Chunk(bytes)) => Some((Ok(bytes), Some(receiver))),
+            Some(Piece::Failed(error)) => Some((Err(error), None)),
+            Some(Piece::End) => None,
+            None => Some((
+                Err(std::io::Error::other(
+                    "the body's writer stopped before its end",
+                )),
+                None,
+            )),
+        }
+    });
+    let writer = BodyWriter {
+        sender,
+        buffer: Vec::with_capacity(WRITE_CHUNK),
+    };
+    (writer, Box::pin(body))
+}
+
+enum Piece {
+    Chunk(Bytes),
+    Failed(std::io::Error),
+    End,
+}
+
+/// The writing end of [`blocking_body`]: for blocking threads only (it
+/// waits for the put to take each chunk).
+pub struct BodyWriter {
+    sender: tokio::sync::mpsc::Sender<Piece>,
+    buffer: Vec<u8>,
+}
+
+impl BodyWriter {
+    fn send(&mut self, piece: Piece) -> std::io::Result<()> {
+        self.sender.blocking_send(piece).map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::BrokenPipe,
+                "the object store stopped reading the body",
+            )
+        })
+    }
+
+    fn send_buffer(&mut self) -> std::io::Result<()> {
+        if self.buffer.is_empty() {
+            return Ok(());
+        }
+        let chunk = Bytes::from(std::mem::replace(
+            &mut self.buffer,
+            Vec::with_capacity(WRITE_CHUNK),
+        ));
+        self.send(Piece::Chunk(chunk))
+    }
+
+    /// Ends the body: the put may commit it.
+    pub fn finish(mut self) -> std::io::Result<()> {
+        self.send_buffer()?;
+        self.send(Piece::End)
+    }
+
+    /// Ends the body in `error`: the put stores nothing.
+    pub fn fail(mut self, error: std::io::Error) {
+        let _ = self.send(Piece::Failed(error));
+    }
+}
+
+impl std::io::Write for BodyWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.buffer.extend_from_slice(bytes);
+        if self.buffer.len() >= WRITE_CHUNK {
+            self.send_buffer()?;
+        }
+        Ok(bytes.len())
+    }
+
+    /// Sends what was gathered (the body does not end).
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.send_buffer()
+    }
+}

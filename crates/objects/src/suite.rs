@@ -380,3 +380,46 @@ fn local_objects_are_private_and_crash_leftovers_go() {
     assert!(runtime.block_on(store.get(&key("files/link"))).is_err());
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+#[tokio::test]
+async fn a_body_written_by_blocking_code_is_stored_only_when_finished() {
+    each_backend("blocking", |backend| async move {
+        let store = backend.store();
+        let lines = key("audit/export.jsonl");
+        let (writer, body) = crate::blocking_body();
+        let producer = tokio::task::spawn_blocking(move || {
+            use std::io::Write;
+            let mut writer = writer;
+            for i in 0..20_000 {
+                writeln!(writer, "{{\"line\":{i}}}").unwrap();
+            }
+            writer.finish().unwrap();
+        });
+        let size = store.put(&lines, body).await.unwrap();
+        producer.await.unwrap();
+        let read = read_all(store, &lines).await;
+        assert_eq!(read.len() as u64, size);
+        let text = String::from_utf8(read).unwrap();
+        assert_eq!(text.lines().count(), 20_000);
+        assert!(text.ends_with("{\"line\":19999}\n"));
+        // A producer that gives up (or fails) stores nothing.
+        for fails in [false, true] {
+            let partial = key(&format!("audit/partial-{fails}"));
+            let (writer, body) = crate::blocking_body();
+            let producer = tokio::task::spawn_blocking(move || {
+                use std::io::Write;
+                let mut writer = writer;
+                writer.write_all(&pattern(200_000)).unwrap();
+                if fails {
+                    writer.fail(std::io::Error::other("the store's read failed"));
+                }
+            });
+            let put = store.put(&partial, body).await;
+            producer.await.unwrap();
+            assert!(matches!(put, Err(ObjectError::Body { .. })), "{put:?}");
+            assert_eq!(store.size(&partial).await.unwrap(), None);
+        }
+        wait_for_no_leftovers(&backend).await;
+    })
+    .await;
+}
