@@ -144,6 +144,18 @@ impl ObjectStore for LocalStore {
         format!("local directory {}", self.root.display())
     }
 
+    async fn check(&self) -> Result<(), ObjectError> {
+        let io = |source| ObjectError::Io {
+            key: self.partial.display().to_string(),
+            source,
+        };
+        let meta = tokio::fs::metadata(&self.partial).await.map_err(io)?;
+        if !meta.is_dir() {
+            return Err(io(std::io::Error::other("not a directory")));
+        }
+        Ok(())
+    }
+
     async fn put(&self, key: &Key, mut body: ByteStream<'_>) -> Result<u64, ObjectError> {
         use std::os::unix::fs::DirBuilderExt;
         use tokio::io::AsyncWriteExt;

@@ -32,6 +32,11 @@ pub trait ObjectStore: Send + Sync + fmt::Debug {
     /// a credential).
     fn describe(&self) -> String;
 
+    /// Asks the backend whether the store can be used at all (the
+    /// directory is there; the bucket exists and these credentials may
+    /// list it), so a wrong setting fails a start, not the first upload.
+    async fn check(&self) -> Result<(), ObjectError>;
+
     /// Stores `body` under `key`, replacing what was there, once the whole
     /// body arrived; answers its size. A body that ends in an error
     /// ([`ObjectError::Body`]), a failed write, or this future dropped

@@ -318,6 +318,26 @@ impl ObjectStore for S3Store {
         }
     }
 
+    /// One listing of the prefix's top level (a few names: `files/`,
+    /// `skills/`, `audit/`): a missing bucket, a wrong endpoint or
+    /// credentials that may not list fail here.
+    async fn check(&self) -> Result<(), ObjectError> {
+        use object_store::ObjectStore as _;
+        let prefix = if self.location.prefix.is_empty() {
+            None
+        } else {
+            Some(
+                ObjectPath::parse(&self.location.prefix)
+                    .map_err(|e| ObjectError::Settings(e.to_string()))?,
+            )
+        };
+        self.client
+            .list_with_delimiter(prefix.as_ref())
+            .await
+            .map(drop)
+            .map_err(|e| ObjectError::Remote(e.to_string()))
+    }
+
     async fn put(&self, key: &Key, mut body: ByteStream<'_>) -> Result<u64, ObjectError> {
         let path = self.path(key)?;
         let mut buffer = BytesMut::new();

@@ -190,6 +190,7 @@ async fn wait_for_no_leftovers(backend: &Backend) {
 async fn put_get_size_delete() {
     each_backend("basics", |backend| async move {
         let store = backend.store();
+        store.check().await.unwrap();
         let k = key("files/file-abc");
         assert_eq!(store.size(&k).await.unwrap(), None);
         assert!(matches!(store.get(&k).await, Err(ObjectError::NotFound(_))));
@@ -422,4 +423,32 @@ async fn a_body_written_by_blocking_code_is_stored_only_when_finished() {
         wait_for_no_leftovers(&backend).await;
     })
     .await;
+}
+
+#[tokio::test]
+async fn a_store_that_cannot_be_used_fails_its_check() {
+    let root = std::env::temp_dir().join(format!("shellgate-objects-{}", unique("check")));
+    let store = LocalStore::open(&root).unwrap();
+    store.check().await.unwrap();
+    std::fs::remove_dir_all(&root).unwrap();
+    assert!(store.check().await.is_err());
+    let Ok(endpoint) = std::env::var("SHELLGATE_TEST_S3_ENDPOINT") else {
+        eprintln!("S3 skipped (SHELLGATE_TEST_S3_ENDPOINT is not set)");
+        return;
+    };
+    // A bucket that is not there.
+    let location = S3Location::parse(&format!("s3://{}/x", unique("missing"))).unwrap();
+    let store = S3Store::new(
+        location,
+        S3Settings {
+            endpoint: Some(endpoint),
+            region: Some("us-east-1".to_owned()),
+            access_key_id: Some("test".to_owned()),
+            secret_access_key: Some("test".to_owned()),
+            allow_http: true,
+        },
+    )
+    .unwrap();
+    let error = store.check().await.unwrap_err();
+    assert!(error.to_string().contains("NoSuchBucket"), "{error}");
 }

@@ -51,11 +51,22 @@ pub fn open(config: &Config) -> Result<Arc<dyn ObjectStore>, ConfigError> {
     }
 }
 
-/// Asks the store about one key, so a bucket that is missing, unreachable
-/// or closed to these credentials fails the start, not the first upload.
+/// How long the start waits for the store's answer (the S3 client retries
+/// an unreachable service for minutes).
+const CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Asks the store whether it can be used, so a bucket that is missing,
+/// unreachable or closed to these credentials fails the start, not the
+/// first upload.
 pub async fn check(objects: &dyn ObjectStore) -> Result<(), ObjectError> {
-    objects.size(&Key::new("shellgate-start-check")?).await?;
-    Ok(())
+    tokio::time::timeout(CHECK_TIMEOUT, objects.check())
+        .await
+        .map_err(|_| {
+            ObjectError::Remote(format!(
+                "no answer within {} seconds",
+                CHECK_TIMEOUT.as_secs()
+            ))
+        })?
 }
 
 /// An object store failure as the API's error (a 500: the server's
