@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 pub use shellgate_model::upstream::Protocol;
+use shellgate_objects::{S3Location, S3Settings};
 use shellgate_store::KeyRole;
 
 /// Every setting of `shellgate serve`.
@@ -213,6 +214,22 @@ pub struct Config {
     /// Longest silence (nothing either way) on a proxied port connection,
     /// waiting for the container's answer included, before it is closed.
     pub ports_idle_timeout_secs: u64,
+    /// Where blobs that outlive a node live (Files API uploads, skill
+    /// bundles, audit exports): empty, the data directory (`files/`,
+    /// `skills/`, `audit/` in it); `s3://bucket/prefix`, an S3-compatible
+    /// bucket (see the `s3_*` settings).
+    pub object_store: String,
+    /// The S3 service's URL (`https://minio.internal:9000`), addressed
+    /// path-style; empty: AWS's for `s3_region`.
+    pub s3_endpoint: String,
+    /// Empty: `AWS_REGION` / `AWS_DEFAULT_REGION`, else `us-east-1`.
+    pub s3_region: String,
+    /// Empty (both): the environment's credentials as AWS's tools read them
+    /// (`AWS_ACCESS_KEY_ID`, a web identity token, the instance's role).
+    pub s3_access_key_id: String,
+    pub s3_secret_access_key: Secret,
+    /// Whether `s3_endpoint` may be plain `http://` (a trusted network only).
+    pub s3_allow_http: bool,
 }
 
 /// A prompt-injection rule of the config file.
@@ -534,6 +551,12 @@ impl Default for Config {
             public_url: String::new(),
             ports_base_domain: "localhost".to_owned(),
             ports_idle_timeout_secs: 300,
+            object_store: String::new(),
+            s3_endpoint: String::new(),
+            s3_region: String::new(),
+            s3_access_key_id: String::new(),
+            s3_secret_access_key: Secret::default(),
+            s3_allow_http: false,
         }
     }
 }
@@ -731,6 +754,7 @@ impl Config {
                 self.egress_dns_server
             )));
         }
+        self.object_location()?;
         for (name, value) in [
             ("upstream_timeout_secs", self.upstream_timeout_secs),
             (
@@ -783,6 +807,47 @@ impl Config {
             format!("/{path}")
         };
         Ok(Some((scheme.to_owned(), host.to_owned(), prefix)))
+    }
+
+    /// Where objects live: `None`, the data directory; else the S3 bucket
+    /// and how to reach it.
+    pub fn object_location(&self) -> Result<Option<(S3Location, S3Settings)>, ConfigError> {
+        if self.object_store.is_empty() {
+            return Ok(None);
+        }
+        let location = S3Location::parse(&self.object_store)
+            .map_err(|e| ConfigError(format!("object_store: {e}")))?;
+        let endpoint = &self.s3_endpoint;
+        if !endpoint.is_empty() {
+            if endpoint.starts_with("http://") && !self.s3_allow_http {
+                return Err(ConfigError(format!(
+                    "s3_endpoint = {endpoint:?} is plain http: set s3_allow_http = true \
+                     to send the objects and credentials unencrypted"
+                )));
+            }
+            if !endpoint.starts_with("http://") && !endpoint.starts_with("https://") {
+                return Err(ConfigError(format!(
+                    "s3_endpoint = {endpoint:?} is not a URL such as https://s3.example.com"
+                )));
+            }
+        }
+        if self.s3_access_key_id.is_empty() != self.s3_secret_access_key.0.is_empty() {
+            return Err(ConfigError(
+                "s3_access_key_id and s3_secret_access_key go together: set both or neither"
+                    .to_owned(),
+            ));
+        }
+        let set = |value: &str| (!value.is_empty()).then(|| value.to_owned());
+        Ok(Some((
+            location,
+            S3Settings {
+                endpoint: set(endpoint),
+                region: set(&self.s3_region),
+                access_key_id: set(&self.s3_access_key_id),
+                secret_access_key: self.s3_secret_access_key.get().map(str::to_owned),
+                allow_http: self.s3_allow_http,
+            },
+        )))
     }
 
     /// The organization allowlist.
@@ -872,6 +937,76 @@ mod tests {
             ]
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn object_store_settings_are_read_and_the_secret_never_shows() {
+        let env = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<Vec<_>>()
+                .into_iter()
+        };
+        let config = Config::load(None, env(&[])).unwrap();
+        assert!(config.object_location().unwrap().is_none());
+        let config = Config::load(
+            None,
+            env(&[
+                ("SHELLGATE_OBJECT_STORE", "s3://blobs/prod"),
+                ("SHELLGATE_S3_ENDPOINT", "http://127.0.0.1:9000"),
+                ("SHELLGATE_S3_REGION", "eu-west-1"),
+                ("SHELLGATE_S3_ACCESS_KEY_ID", "AKIDEXAMPLE"),
+                ("SHELLGATE_S3_SECRET_ACCESS_KEY", "wJalrXUtnFEMI"),
+                ("SHELLGATE_S3_ALLOW_HTTP", "true"),
+            ]),
+        )
+        .unwrap();
+        config.validate().unwrap();
+        let (location, settings) = config.object_location().unwrap().unwrap();
+        assert_eq!(
+            (location.bucket.as_str(), location.prefix.as_str()),
+            ("blobs", "prod")
+        );
+        assert_eq!(settings.endpoint.as_deref(), Some("http://127.0.0.1:9000"));
+        assert_eq!(settings.region.as_deref(), Some("eu-west-1"));
+        assert_eq!(settings.secret_access_key.as_deref(), Some("wJalrXUtnFEMI"));
+        assert!(settings.allow_http);
+        assert!(!format!("{config:?}").contains("wJalrXUtnFEMI"));
+        assert!(!format!("{settings:?}").contains("wJalrXUtnFEMI"));
+        for (broken, says) in [
+            (
+                Config {
+                    object_store: "bucket/prod".into(),
+                    ..Config::default()
+                },
+                "object_store",
+            ),
+            (
+                Config {
+                    s3_allow_http: false,
+                    ..config.clone()
+                },
+                "s3_allow_http",
+            ),
+            (
+                Config {
+                    s3_endpoint: "minio:9000".into(),
+                    ..config.clone()
+                },
+                "s3_endpoint",
+            ),
+            (
+                Config {
+                    s3_secret_access_key: Secret::default(),
+                    ..config.clone()
+                },
+                "s3_secret_access_key",
+            ),
+        ] {
+            let error = broken.validate().unwrap_err().0;
+            assert!(error.contains(says), "{error}");
+        }
     }
 
     #[test]

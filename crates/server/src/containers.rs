@@ -343,10 +343,10 @@ pub(crate) async fn create_container(
             state.engine.create(&row.id, spec).await?;
             for file in &files {
                 let path = format!("/mnt/data/{}", safe_file_name(&file.filename));
-                let bytes = state
-                    .engine
-                    .write_file_from(&row.id, &path, open_blob(&state, &file.id)?)
-                    .await?;
+                let blob =
+                    crate::blobs::open_file(state.objects.as_ref(), &state.spool_dir, &file.id)
+                        .await?;
+                let bytes = state.engine.write_file_from(&row.id, &path, blob).await?;
                 let file_row = ContainerFileRow {
                     id: new_id("cfile_"),
                     container_id: row.id.clone(),
@@ -747,16 +747,6 @@ fn container_file_object(row: &ContainerFileRow) -> ContainerFile {
     }
 }
 
-/// The stored blob of a Files API file, opened. A file deleted (or
-/// expired) since its row was read is gone, as if it had never been: a
-/// 404, not a `server_error`.
-fn open_blob(state: &AppState, file_id: &str) -> ApiResult<std::fs::File> {
-    std::fs::File::open(state.files_dir.join(file_id)).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => ApiError::not_found("file", file_id),
-        _ => ApiError::internal(format!("read file {file_id}: {e}")),
-    })
-}
-
 /// What a listing had to leave out, said in the list (never silently).
 fn incomplete(skipped: SkippedFiles, secret_names: usize) -> Option<ListIncomplete> {
     if !skipped.any() && secret_names == 0 {
@@ -858,7 +848,7 @@ pub async fn upload_file(
             if field.name() == Some("file") {
                 let name = safe_file_name(field.file_name().unwrap_or("upload"));
                 let spooled =
-                    spool(&mut field, &state.files_dir, state.config.max_upload_bytes).await?;
+                    spool(&mut field, &state.spool_dir, state.config.max_upload_bytes).await?;
                 upload = Some((name, spooled.file));
             }
         }
@@ -871,7 +861,9 @@ pub async fn upload_file(
             .db(move |s| s.file(&owner, &key))
             .await?
             .ok_or_else(|| ApiError::not_found("file", &body.file_id))?;
-        (safe_file_name(&file.filename), open_blob(&state, &file.id)?)
+        let blob =
+            crate::blobs::open_file(state.objects.as_ref(), &state.spool_dir, &file.id).await?;
+        (safe_file_name(&file.filename), blob)
     } else {
         return Err(ApiError::unsupported_media_type(
             "Send the file as multipart/form-data (field 'file') or JSON {\"file_id\": ...}.",
@@ -1027,42 +1019,20 @@ pub async fn promote_file(
     };
     to_completion(async move {
         let promoted = new_id("file-");
-        let blob = state.files_dir.join(&promoted);
-        let partial = state.files_dir.join(format!(".promote-{promoted}"));
+        let key = crate::blobs::file_key(&promoted)?;
         let limit = state.config.max_upload_bytes as u64;
-        let (target, scratch) = (blob.clone(), partial.clone());
         // Masked as downloads are: promote is no way around the masker.
-        let masker = state.engine.masker(&id);
-        let copied = tokio::task::spawn_blocking(move || -> std::io::Result<Option<u64>> {
-            let mut file = file;
-            let mut out = std::fs::File::create(&scratch)?;
-            let Some(copied) =
-                crate::files::copy_masked(&mut file, &mut out, masker.as_ref(), limit)?
-            else {
-                drop(out);
-                let _ = std::fs::remove_file(&scratch);
-                return Ok(None);
-            };
-            out.sync_all()?;
-            std::fs::rename(&scratch, &target)?;
-            Ok(Some(copied))
-        })
-        .await
-        .map_err(|e| ApiError::internal(format!("promote: {e}")))?;
-        let bytes = match copied {
-            Ok(Some(bytes)) => bytes,
-            Ok(None) => {
-                return Err(ApiError::new(
-                    axum::http::StatusCode::PAYLOAD_TOO_LARGE,
-                    "invalid_request_error",
-                    format!("The file is larger than the {limit} bytes a file may have."),
-                ))
-            }
-            Err(e) => {
-                let _ = std::fs::remove_file(&partial);
-                return Err(ApiError::internal(format!("promote: {e}")));
-            }
-        };
+        let chunks = crate::files::masked_file_stream(
+            tokio::fs::File::from_std(file),
+            state.engine.masker(&id),
+        );
+        let failure = crate::blobs::BodyFailure::default();
+        let bytes = state
+            .objects
+            .put(&key, crate::blobs::capped_body(chunks, limit, &failure))
+            .await
+            .map_err(|e| failure.explain(e))?;
+        let blob = crate::blobs::Unrecorded::new(&state.objects, key);
         let filename = safe_file_name(row.path.rsplit('/').next().unwrap_or("file"));
         let file_row = shellgate_store::FileRow {
             id: promoted,
@@ -1074,10 +1044,9 @@ pub async fn promote_file(
             expires_at: None,
         };
         let inserted = file_row.clone();
-        if let Err(e) = state.db(move |s| s.insert_file(&inserted)).await {
-            let _ = tokio::fs::remove_file(&blob).await;
-            return Err(e);
-        }
+        // A failed insert drops `blob`, which removes it.
+        state.db(move |s| s.insert_file(&inserted)).await?;
+        blob.recorded();
         Ok(Json(crate::files::file_object(&file_row)))
     })
     .await

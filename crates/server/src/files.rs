@@ -1,5 +1,6 @@
 //! `/v1/files`: upload, list, retrieve, content, delete. Blobs live in the
-//! data directory under their id (never a user-chosen name).
+//! object store under their id (`files/<id>`, never a user-chosen name),
+//! streamed in and out: an upload is never held in memory.
 
 use std::sync::Arc;
 
@@ -13,10 +14,10 @@ use shellgate_store::FileRow;
 use shellgate_wire::new_id;
 use shellgate_wire::{Deleted, FileObject, List, FILE_PURPOSES};
 
+use crate::blobs::{field_body, file_key, BodyFailure, Unrecorded};
 use crate::error::{ApiError, ApiResult};
 use crate::http::multipart_error;
 use crate::http::{ApiQuery, ListParams, Project};
-use crate::spool::{spool, Spooled};
 use crate::state::AppState;
 use crate::time::now;
 
@@ -81,7 +82,11 @@ fn expiry(anchor: Option<String>, seconds: Option<String>) -> ApiResult<Option<i
 pub(crate) async fn remove(state: &AppState, project: &str, id: &str) -> ApiResult<bool> {
     let (owner, key) = (project.to_owned(), id.to_owned());
     let deleted = state.db(move |s| s.delete_file(&owner, &key)).await?;
-    let _ = tokio::fs::remove_file(state.files_dir.join(id)).await;
+    // The row is gone: a blob that cannot be removed is an orphan, never
+    // a file the API shows.
+    if let Err(e) = state.objects.delete(&file_key(id)?).await {
+        tracing::warn!(file = %id, "could not remove the file's blob: {e}");
+    }
     Ok(deleted)
 }
 
@@ -99,7 +104,9 @@ pub async fn upload(
     let id = new_id("file-");
     let mut purpose = None;
     let (mut anchor, mut seconds) = (None, None);
-    let mut stored: Option<(String, Spooled)> = None;
+    // The blob is streamed into the object store as it arrives, and
+    // removed again unless its row is written.
+    let mut stored: Option<(String, u64, Unrecorded)> = None;
     while let Some(mut field) = multipart.next_field().await.map_err(multipart_error)? {
         match field.name() {
             Some("purpose") => purpose = Some(field.text().await.map_err(multipart_error)?),
@@ -109,11 +116,23 @@ pub async fn upload(
             Some("expires_after[seconds]") => {
                 seconds = Some(field.text().await.map_err(multipart_error)?)
             }
-            Some("file") => {
+            Some("file") if stored.is_none() => {
                 let name = safe_file_name(field.file_name().unwrap_or("upload"));
-                let spooled =
-                    spool(&mut field, &state.files_dir, state.config.max_upload_bytes).await?;
-                stored = Some((name, spooled));
+                let key = file_key(&id)?;
+                let failure = BodyFailure::default();
+                let cap = state.config.max_upload_bytes as u64;
+                let bytes = state
+                    .objects
+                    .put(&key, field_body(&mut field, cap, &failure))
+                    .await
+                    .map_err(|e| failure.explain(e))?;
+                stored = Some((name, bytes, Unrecorded::new(&state.objects, key)));
+            }
+            Some("file") => {
+                return Err(ApiError::invalid(
+                    "file",
+                    "only one 'file' field may be sent",
+                ))
             }
             _ => {}
         }
@@ -127,17 +146,14 @@ pub async fn upload(
         ));
     }
     let expires_in = expiry(anchor, seconds)?;
-    let (filename, spooled) =
+    let (filename, bytes, blob) =
         stored.ok_or_else(|| ApiError::invalid("file", "a 'file' field is required"))?;
-    // Named only once complete and valid; the row only once it is named.
-    let blob = state.files_dir.join(&id);
-    spooled.persist(&blob)?;
     let row = FileRow {
         id,
         project: project.0.clone(),
         filename,
         purpose,
-        bytes: spooled.bytes,
+        bytes,
         created_at: now(),
         expires_at: None,
     };
@@ -146,10 +162,9 @@ pub async fn upload(
         ..row
     };
     let inserted = row.clone();
-    if let Err(e) = state.db(move |s| s.insert_file(&inserted)).await {
-        let _ = tokio::fs::remove_file(&blob).await;
-        return Err(e);
-    }
+    // A failed insert drops `blob`, which removes it.
+    state.db(move |s| s.insert_file(&inserted)).await?;
+    blob.recorded();
     Ok(Json(file_object(&row)))
 }
 
@@ -190,18 +205,22 @@ pub async fn content(
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
     let row = owned(&state, &project, &id).await?;
-    let file = tokio::fs::File::open(state.files_dir.join(&row.id))
-        .await
-        .map_err(|e| ApiError::internal(format!("open file {}: {e}", row.id)))?;
-    let body = Body::from_stream(file_stream(file));
-    Ok(([(header::CONTENT_TYPE, "application/octet-stream")], body).into_response())
-}
-
-/// Streams a file in chunks, without loading it whole.
-pub(crate) fn file_stream(
-    file: tokio::fs::File,
-) -> impl tokio_stream::Stream<Item = std::io::Result<Vec<u8>>> {
-    masked_file_stream(file, None)
+    let object = match state.objects.get(&file_key(&row.id)?).await {
+        Ok(object) => object,
+        // Deleted (or expired) since its row was read.
+        Err(shellgate_objects::ObjectError::NotFound(_)) => {
+            return Err(ApiError::not_found("file", &id))
+        }
+        Err(e) => return Err(crate::blobs::internal(e)),
+    };
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/octet-stream".to_owned()),
+            (header::CONTENT_LENGTH, object.size.to_string()),
+        ],
+        Body::from_stream(object.body),
+    )
+        .into_response())
 }
 
 /// Streams a file in chunks, without loading it whole, through `masker`
@@ -259,37 +278,6 @@ pub async fn delete(
     owned(&state, &project, &id).await?;
     remove(&state, &project.0, &id).await?;
     Ok(Json(Deleted::new(id, "file")))
-}
-
-/// Copies `reader` to `writer` through `masker` (if any); `None` if more
-/// than `limit` bytes would be written.
-pub(crate) fn copy_masked(
-    reader: &mut impl std::io::Read,
-    writer: &mut impl std::io::Write,
-    masker: Option<&Arc<Masker>>,
-    limit: u64,
-) -> std::io::Result<Option<u64>> {
-    let mut mask = masker.map(|m| m.stream());
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut out = Vec::with_capacity(64 * 1024);
-    let mut written = 0u64;
-    loop {
-        let n = reader.read(&mut buf)?;
-        out.clear();
-        match mask.as_mut() {
-            Some(mask) if n == 0 => mask.finish(&mut out),
-            Some(mask) => mask.push(&buf[..n], &mut out),
-            None => out.extend_from_slice(&buf[..n]),
-        }
-        written += out.len() as u64;
-        if written > limit {
-            return Ok(None);
-        }
-        writer.write_all(&out)?;
-        if n == 0 {
-            return Ok(Some(written));
-        }
-    }
 }
 
 /// A file name safe to place in `/mnt/data`: its last path component.

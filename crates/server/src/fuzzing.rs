@@ -113,10 +113,13 @@ pub fn state() -> Result<Arc<AppState>, crate::error::ServeError> {
     store
         .add_key(KEY, "fuzz", 0)
         .map_err(|e| crate::error::ServeError::Setup(e.to_string()))?;
+    let objects = shellgate_objects::LocalStore::open(&config.data_dir)
+        .map_err(|e| crate::error::ServeError::Setup(e.to_string()))?;
     Ok(state_with(
         config,
         store,
         Arc::new(NoContainers),
+        Arc::new(objects),
         crate::clock::Clock::system(),
     ))
 }
@@ -128,6 +131,7 @@ pub(crate) fn state_with(
     config: Config,
     store: Store,
     engine: Arc<dyn SandboxBackend>,
+    objects: Arc<dyn shellgate_objects::ObjectStore>,
     clock: crate::clock::Clock,
 ) -> Arc<AppState> {
     let store = crate::db::Db::new(store);
@@ -145,8 +149,8 @@ pub(crate) fn state_with(
         models: Default::default(),
         guardrails: Default::default(),
         running: Default::default(),
-        files_dir: config.data_dir.join("files"),
-        skills_dir: config.data_dir.join("skills"),
+        spool_dir: config.data_dir.join("spool"),
+        objects,
         interpreters: Arc::new(shellgate_interpreter::Interpreters::new(Arc::clone(
             &engine,
         ))),

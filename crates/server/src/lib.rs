@@ -8,6 +8,7 @@
 mod admission;
 mod auth;
 mod billing;
+pub mod blobs;
 mod catalog;
 mod changes;
 mod chat;
@@ -151,12 +152,19 @@ where
         &config.data_dir,
         std::fs::Permissions::from_mode(mode | 0o001),
     )?;
-    let files_dir = config.data_dir.join("files");
-    std::fs::create_dir_all(&files_dir)?;
-    std::fs::set_permissions(&files_dir, std::fs::Permissions::from_mode(0o700))?;
-    let skills_dir = config.data_dir.join("skills");
-    std::fs::create_dir_all(&skills_dir)?;
-    std::fs::set_permissions(&skills_dir, std::fs::Permissions::from_mode(0o700))?;
+    // Blobs: the data directory's `files/` and `skills/` (as before there
+    // was an object store), or an S3 bucket, checked before anything else
+    // starts.
+    let objects = blobs::open(&config).map_err(|e| ServeError::Setup(e.to_string()))?;
+    blobs::check(objects.as_ref()).await.map_err(|e| {
+        ServeError::Setup(format!(
+            "the object store ({}) cannot be used: {e}",
+            objects.describe()
+        ))
+    })?;
+    let spool_dir = config.data_dir.join("spool");
+    std::fs::create_dir_all(&spool_dir)?;
+    std::fs::set_permissions(&spool_dir, std::fs::Permissions::from_mode(0o700))?;
     // Containers' skills, unpacked before the engine adopts them (the
     // sandboxes' host users must traverse it); leftovers of a crash go.
     let mounts = config.data_dir.join("skill-mounts");
@@ -199,8 +207,8 @@ where
         config,
         engine,
         store: store.clone(),
-        files_dir,
-        skills_dir,
+        objects,
+        spool_dir,
         metrics: Metrics::default(),
         sync_locks: Mutex::new(HashMap::new()),
         e2b_access: Default::default(),

@@ -367,12 +367,18 @@ async fn attachments(
                 add(&param, file.bytes)?;
                 // A file deleted (or expired) since its row was read is
                 // gone, as if it had never been.
-                let bytes = tokio::fs::read(state.files_dir.join(&file.id))
-                    .await
-                    .map_err(|e| match e.kind() {
-                        std::io::ErrorKind::NotFound => ApiError::not_found("file", id),
-                        _ => ApiError::internal(format!("read file {}: {e}", file.id)),
-                    })?;
+                // Read whole, bounded by the size its row gave the budget.
+                let key = crate::blobs::file_key(&file.id)?;
+                let bytes =
+                    match shellgate_objects::read_to_vec(state.objects.as_ref(), &key, file.bytes)
+                        .await
+                    {
+                        Ok(bytes) => bytes,
+                        Err(shellgate_objects::ObjectError::NotFound(_)) => {
+                            return Err(ApiError::not_found("file", id))
+                        }
+                        Err(e) => return Err(crate::blobs::internal(e)),
+                    };
                 (file.filename, bytes)
             } else if let Some(data) = file_part.file_data.as_deref() {
                 let bytes = data_url(data).ok_or_else(|| {

@@ -2,9 +2,9 @@
 //! skills a container gets (by reference or inline), unpacked read-only.
 //!
 //! A version's bundle is checked whole (see `shellgate_skills::bundle`)
-//! before anything is stored; it is kept as a normalized zip blob named
-//! after the version's id, beside the Files API's blobs. Zip work and blob
-//! I/O run on blocking threads.
+//! before anything is stored; it is kept as a normalized zip in the object
+//! store (`skills/<version id>.zip`), beside the Files API's blobs. Zip work
+//! runs on blocking threads.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -24,6 +24,7 @@ use shellgate_wire::{
     SkillVersionDeleted, UpdateSkill, VersionRef,
 };
 
+use crate::blobs::skill_key;
 use crate::error::{ApiError, ApiResult};
 use crate::http::multipart_error;
 use crate::http::{ApiJson, ApiQuery, ListParams, Project};
@@ -64,8 +65,10 @@ fn version_object(row: &SkillVersionRow) -> SkillVersion {
     }
 }
 
-fn blob_path(state: &AppState, version_id: &str) -> PathBuf {
-    state.skills_dir.join(format!("{version_id}.zip"))
+/// Most bytes a stored bundle's zip is read with: the normalized zip of a
+/// bundle within the limits is far smaller (deflated, a header a file).
+fn max_stored_zip_bytes() -> u64 {
+    2 * Limits::default().max_total_bytes + (1 << 20)
 }
 
 fn bundle_error(error: shellgate_skills::BundleError) -> ApiError {
@@ -156,31 +159,34 @@ fn guard_bundle(state: &AppState, project: &str, bundle: &Bundle) -> ApiResult<(
     )
 }
 
-/// Writes a version's normalized zip (named only once complete).
-async fn store_blob(state: &AppState, version_id: &str, bundle: &Bundle) -> ApiResult<u64> {
-    let zip = bundle.to_zip();
-    let path = blob_path(state, version_id);
-    let bytes = bundle.bytes();
-    tokio::task::spawn_blocking(move || {
-        let staging = path.with_extension("zip.new");
-        std::fs::write(&staging, &zip).and_then(|()| std::fs::rename(&staging, &path))
-    })
-    .await
-    .map_err(|e| ApiError::internal(e.to_string()))?
-    .map_err(|e| ApiError::internal(format!("cannot store the skill: {e}")))?;
-    Ok(bytes)
+/// Writes a version's normalized zip (an object only once complete); the
+/// bundle comes back with its size (zipped off the async workers).
+async fn store_blob(
+    state: &AppState,
+    version_id: &str,
+    bundle: Bundle,
+) -> ApiResult<(u64, Bundle)> {
+    let (zip, bundle) = tokio::task::spawn_blocking(move || (bundle.to_zip(), bundle))
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    shellgate_objects::put_bytes(state.objects.as_ref(), &skill_key(version_id)?, zip)
+        .await
+        .map_err(|e| ApiError::internal(format!("cannot store the skill: {e}")))?;
+    Ok((bundle.bytes(), bundle))
 }
 
-/// Removes versions' blobs (after their rows are gone), off the async
-/// workers.
+/// Removes versions' blobs (after their rows are gone: one that cannot be
+/// removed is an orphan, never a version the API shows).
 async fn remove_blobs(state: &AppState, ids: Vec<String>) {
-    let paths: Vec<PathBuf> = ids.iter().map(|id| blob_path(state, id)).collect();
-    let _ = tokio::task::spawn_blocking(move || {
-        for path in paths {
-            let _ = std::fs::remove_file(path);
+    for id in ids {
+        let removed = match skill_key(&id) {
+            Ok(key) => state.objects.delete(&key).await.map_err(|e| e.to_string()),
+            Err(e) => Err(e.message),
+        };
+        if let Err(e) = removed {
+            tracing::warn!(version = %id, "could not remove the skill's bundle: {e}");
         }
-    })
-    .await;
+    }
 }
 
 fn version_row(
@@ -216,7 +222,7 @@ pub async fn create(
     crate::http::to_completion(async move {
         let skill_id = new_id("skill_");
         let version_id = new_id("skillver_");
-        let bytes = store_blob(&state, &version_id, &bundle).await?;
+        let (bytes, bundle) = store_blob(&state, &version_id, bundle).await?;
         let version = version_row(&bundle, version_id.clone(), &skill_id, &project.0, bytes);
         let skill = SkillRow {
             id: skill_id,
@@ -337,10 +343,10 @@ pub async fn delete(
 }
 
 async fn zip_response(state: &AppState, version: &SkillVersionRow) -> ApiResult<Response> {
-    let path = blob_path(state, &version.id);
-    let bytes = tokio::task::spawn_blocking(move || std::fs::read(path))
+    let object = state
+        .objects
+        .get(&skill_key(&version.id)?)
         .await
-        .map_err(|e| ApiError::internal(e.to_string()))?
         .map_err(|e| ApiError::internal(format!("the skill's bundle is missing: {e}")))?;
     Ok((
         [
@@ -349,8 +355,9 @@ async fn zip_response(state: &AppState, version: &SkillVersionRow) -> ApiResult<
                 header::CONTENT_DISPOSITION,
                 format!("attachment; filename=\"{}.zip\"", version.name),
             ),
+            (header::CONTENT_LENGTH, object.size.to_string()),
         ],
-        Body::from(bytes),
+        Body::from_stream(object.body),
     )
         .into_response())
 }
@@ -405,7 +412,7 @@ pub async fn create_version(
     guard_bundle(&state, &project.0, &bundle)?;
     crate::http::to_completion(async move {
         let version_id = new_id("skillver_");
-        let bytes = store_blob(&state, &version_id, &bundle).await?;
+        let (bytes, bundle) = store_blob(&state, &version_id, bundle).await?;
         let mut row = version_row(&bundle, version_id.clone(), &id, &project.0, bytes);
         let owner = project.0.clone();
         let added = state
@@ -616,9 +623,14 @@ async fn reference(
     let row = owned_version(state, &project_key, &skill, version)
         .await
         .map_err(|_| ApiError::invalid(format!("{at}.version"), format!("no version {version}")))?;
-    let path = blob_path(state, &row.id);
+    let bytes = shellgate_objects::read_to_vec(
+        state.objects.as_ref(),
+        &skill_key(&row.id)?,
+        max_stored_zip_bytes(),
+    )
+    .await
+    .map_err(|e| ApiError::internal(format!("the skill's bundle: {e}")))?;
     let bundle = tokio::task::spawn_blocking(move || {
-        let bytes = std::fs::read(path).map_err(|e| ApiError::internal(e.to_string()))?;
         shellgate_skills::from_zip(&bytes, &Limits::default()).map_err(bundle_error)
     })
     .await

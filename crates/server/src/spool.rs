@@ -1,12 +1,11 @@
-//! Uploads are spooled to an anonymous file (`O_TMPFILE`) while they
-//! arrive, with the size cap enforced chunk by chunk: an upload never sits
-//! in memory, and a crash mid-upload leaves no file behind. A Files API
-//! upload is then linked into place; a container file is copied into the
-//! container by the engine.
+//! A container file's upload is spooled to an anonymous file (`O_TMPFILE`)
+//! while it arrives, with the size cap enforced chunk by chunk: an upload
+//! never sits in memory, and a crash mid-upload leaves no file behind. The
+//! engine then copies it into the container. (A Files API upload streams
+//! into the object store instead: `blobs`.)
 
 use std::fs::File;
 use std::io::{Seek, SeekFrom};
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
@@ -19,7 +18,6 @@ use crate::http::multipart_error;
 /// An upload on disk, not yet named.
 pub struct Spooled {
     pub file: File,
-    pub bytes: u64,
 }
 
 fn internal(what: &str, error: std::io::Error) -> ApiError {
@@ -58,30 +56,5 @@ pub async fn spool(field: &mut Field<'_>, dir: &Path, cap: usize) -> ApiResult<S
     let mut file = file;
     file.seek(SeekFrom::Start(0))
         .map_err(|e| internal("spool upload", e))?;
-    Ok(Spooled { file, bytes })
-}
-
-impl Spooled {
-    /// Gives the anonymous file a name (it must not exist yet).
-    pub fn persist(&self, path: &Path) -> ApiResult<()> {
-        let source = std::ffi::CString::new(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
-            .map_err(|e| ApiError::internal(e.to_string()))?;
-        let target = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
-            .map_err(|e| ApiError::internal(e.to_string()))?;
-        // SAFETY: both are valid C strings; linkat with AT_SYMLINK_FOLLOW
-        // resolves the magic link to the anonymous file and names it.
-        let ret = unsafe {
-            libc::linkat(
-                libc::AT_FDCWD,
-                source.as_ptr(),
-                libc::AT_FDCWD,
-                target.as_ptr(),
-                libc::AT_SYMLINK_FOLLOW,
-            )
-        };
-        if ret != 0 {
-            return Err(internal("store upload", std::io::Error::last_os_error()));
-        }
-        Ok(())
-    }
+    Ok(Spooled { file })
 }

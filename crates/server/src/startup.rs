@@ -70,6 +70,8 @@ pub struct Summary {
     pub listen: SocketAddr,
     pub api_keys: ApiKeys,
     pub data_dir: PathBuf,
+    /// Where blobs live (the object store, described without credentials).
+    pub objects: String,
     pub upstreams: Vec<Route>,
     pub default_image: String,
     pub image_status: ImageStatus,
@@ -133,6 +135,7 @@ impl Summary {
             listen,
             api_keys,
             data_dir: config.data_dir.clone(),
+            objects: state.objects.describe(),
             upstreams: routes(config),
             default_image,
             image_status,
@@ -147,6 +150,7 @@ impl Summary {
         )];
         lines.push(format!("  API key:       {}", self.keys_text()));
         lines.push(format!("  data dir:      {}", self.data_dir.display()));
+        lines.push(format!("  objects:       {}", self.objects));
         match self.upstreams.as_slice() {
             [] => lines.push(format!("  upstreams:     {NO_UPSTREAM}")),
             routes => {
@@ -180,6 +184,7 @@ impl Summary {
             listen = %self.listen,
             api_key = %self.keys_text(),
             data_dir = %self.data_dir.display(),
+            objects = %self.objects,
             upstreams = %upstreams,
             default_image = %self.default_image,
             default_image_status = %self.image_text(),
@@ -315,6 +320,7 @@ mod tests {
             listen: "127.0.0.1:8080".parse().unwrap_or_else(|_| unreachable!()),
             api_keys,
             data_dir: PathBuf::from("/var/lib/shellgate"),
+            objects: "s3://blobs/prod at https://minio.internal".to_owned(),
             upstreams,
             default_image: "debian-12".to_owned(),
             image_status: ImageStatus::Building {
@@ -347,6 +353,10 @@ mod tests {
         assert!(text.contains("http://127.0.0.1:8080/v1"), "{text}");
         assert!(text.contains("2 from the configuration"), "{text}");
         assert!(text.contains("data dir:      /var/lib/shellgate"), "{text}");
+        assert!(
+            text.contains("objects:       s3://blobs/prod at https://minio.internal"),
+            "{text}"
+        );
         assert!(
             text.contains("none configured: the model APIs will answer 503"),
             "{text}"

@@ -29,10 +29,12 @@ pub struct AppState {
     /// (microVMs, Kubernetes) plugs in here without touching the API layer.
     pub engine: Arc<dyn SandboxBackend>,
     pub(crate) store: Db,
-    /// Where Files API blobs live.
-    pub files_dir: PathBuf,
-    /// Where skill versions' bundles live (normalized zips).
-    pub skills_dir: PathBuf,
+    /// Where Files API blobs and skill bundles live (`blobs` names their
+    /// keys): the data directory or an S3 bucket.
+    pub objects: Arc<dyn shellgate_objects::ObjectStore>,
+    /// Where uploads and blobs the engine needs as files are spooled
+    /// (anonymous files, gone when closed).
+    pub spool_dir: PathBuf,
     pub(crate) metrics: Metrics,
     pub(crate) limiter: RateLimiter,
     pub(crate) keys: KeyCache,

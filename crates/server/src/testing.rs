@@ -360,7 +360,7 @@ impl Harness {
             ..Config::default()
         };
         adjust(&mut config);
-        for sub in ["files", "skills", "skill-mounts", "scratch"] {
+        for sub in ["spool", "skill-mounts", "scratch"] {
             std::fs::create_dir_all(dir.path().join(sub)).unwrap();
         }
         let store = Store::open(&dir.path().join("shellgate.db")).unwrap();
@@ -372,6 +372,7 @@ impl Harness {
             config,
             store,
             Arc::clone(&backend) as Arc<dyn SandboxBackend>,
+            Arc::new(shellgate_objects::LocalStore::open(dir.path()).unwrap()),
             clock.clone(),
         );
         Self {

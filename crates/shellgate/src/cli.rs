@@ -80,6 +80,15 @@ enum AuditCommand {
         /// Only this project's commands.
         #[arg(long)]
         project: Option<String>,
+        /// Write the export to the object store as `audit/NAME` (the
+        /// configured `object_store`: the data directory or an S3 bucket),
+        /// streamed, instead of to stdout. Stored only once complete.
+        #[arg(long, value_name = "NAME")]
+        to_object: Option<String>,
+        /// A TOML config file (the object store's settings); `SHELLGATE_*`
+        /// variables override it.
+        #[arg(long, env = "SHELLGATE_CONFIG")]
+        config: Option<PathBuf>,
     },
 }
 
@@ -328,9 +337,19 @@ pub fn main() -> i32 {
             Command::Exec(_) | Command::Local(_) => Ok(()),
             Command::Drain(args) => drain(data_dir, args).await,
             Command::Image(command) => image(sandbox_dir(data_dir), command).await,
-            Command::Audit(AuditCommand::Export { project }) => {
-                blocking(move || export_audit(data_dir, project.as_deref())).await
+            Command::Audit(AuditCommand::Export {
+                project,
+                to_object: None,
+                config,
+            }) => {
+                blocking(move || export_audit(data_dir, config.as_deref(), project.as_deref()))
+                    .await
             }
+            Command::Audit(AuditCommand::Export {
+                project,
+                to_object: Some(name),
+                config,
+            }) => export_audit_to_object(data_dir, config.as_deref(), project, &name).await,
         }
     });
     match result {
@@ -489,7 +508,12 @@ fn create_key(data_dir: Option<PathBuf>, project: &str, e2b: bool, admin: bool) 
 /// The store of an existing data directory (a listing or a revocation on a
 /// directory that has none is a mistake, not an empty answer).
 fn existing_store(data_dir: Option<PathBuf>) -> Result<shellgate_store::Store> {
-    let config = server_config(data_dir, None)?;
+    store_of(&server_config(data_dir, None)?)
+}
+
+/// The store `config` names: its Postgres, or the data directory's SQLite
+/// database, which must exist.
+fn store_of(config: &shellgate_server::Config) -> Result<shellgate_store::Store> {
     if config.database_url.get().is_none() {
         let database = config.sqlite_path();
         anyhow::ensure!(
@@ -533,11 +557,72 @@ fn revoke_key(data_dir: Option<PathBuf>, id: &str) -> Result<()> {
 }
 
 /// Writes the command audit to stdout, one JSON object a line.
-fn export_audit(data_dir: Option<PathBuf>, project: Option<&str>) -> Result<()> {
+fn export_audit(
+    data_dir: Option<PathBuf>,
+    config_file: Option<&std::path::Path>,
+    project: Option<&str>,
+) -> Result<()> {
     use std::io::Write;
-    let store = existing_store(data_dir)?;
+    let store = store_of(&server_config(data_dir, config_file)?)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
+    write_audit(&store, project, &mut out)?;
+    out.flush()?;
+    Ok(())
+}
+
+/// Writes the command audit to the object store as `audit/NAME`: read
+/// from the store on a blocking thread and streamed into the object as it
+/// is read (never whole in memory); the object exists only once complete.
+async fn export_audit_to_object(
+    data_dir: Option<PathBuf>,
+    config_file: Option<&std::path::Path>,
+    project: Option<String>,
+    name: &str,
+) -> Result<()> {
+    let config = server_config(data_dir, config_file)?;
+    let key = shellgate_server::blobs::audit_key(name)
+        .with_context(|| format!("--to-object {name:?}"))?;
+    let objects = shellgate_server::blobs::open(&config)?;
+    let (writer, body) = shellgate_objects::blocking_body();
+    // The store too is opened off the runtime's workers (Postgres's client
+    // blocks on a runtime of its own).
+    let producer = tokio::task::spawn_blocking(move || -> Result<u64> {
+        let mut writer = writer;
+        let written = store_of(&config)
+            .and_then(|store| write_audit(&store, project.as_deref(), &mut writer));
+        match written {
+            Ok(lines) => {
+                writer.finish()?;
+                Ok(lines)
+            }
+            Err(e) => {
+                writer.fail(std::io::Error::other(e.to_string()));
+                Err(e)
+            }
+        }
+    });
+    let put = objects.put(&key, body).await;
+    let produced = producer.await.context("the audit reader failed")?;
+    // The store's error first: a reader that stopped because the put
+    // failed says only that nobody read on.
+    let bytes = put.with_context(|| format!("cannot write {key} to {}", objects.describe()))?;
+    let lines = produced?;
+    eprintln!(
+        "{lines} commands ({bytes} bytes) written to {key} in {}",
+        objects.describe()
+    );
+    Ok(())
+}
+
+/// Writes the command audit to `out`, one JSON object a line; answers
+/// the number of lines.
+fn write_audit(
+    store: &shellgate_store::Store,
+    project: Option<&str>,
+    out: &mut impl std::io::Write,
+) -> Result<u64> {
+    let mut lines = 0u64;
     store.each_command(project, |row| {
         let line = serde_json::json!({
             "id": row.id,
@@ -551,10 +636,10 @@ fn export_audit(data_dir: Option<PathBuf>, project: Option<&str>) -> Result<()> 
             "bytes_out": row.bytes_out,
             "created_at": row.created_at,
         });
+        lines += 1;
         writeln!(out, "{line}").map_err(|e| e.to_string())
     })?;
-    out.flush()?;
-    Ok(())
+    Ok(lines)
 }
 
 /// Runs the commands in a throwaway container; returns the exit status

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 /// layer (its Cargo.toml's `[dependencies]` are the edges checked).
 const LAYERS: &[&[&str]] = &[
     &["wire", "console"],
-    &["egress", "store", "skills"],
+    &["egress", "store", "objects", "skills"],
     &["sandbox-api"],
     &["sandbox", "model", "interpreter"],
     &["server"],

@@ -1,0 +1,738 @@
+"""A shellgate cluster on this one machine (issue 22), for test_cluster.py.
+
+Three nodes, each in a network namespace of its own (`sg-n1`..`sg-n3`,
+10.77.0.11-13, joined by veth pairs to the bridge `sgbr0`, 10.77.0.1/24 in
+the root namespace), two stateless API replicas in the root namespace on
+free loopback ports, one Postgres (Debian's postgresql-15, a throwaway
+cluster in a temp directory, listening on 127.0.0.1 and 10.77.0.1) and one
+S3-compatible object store (moto's server, from the venv) on 10.77.0.1, so
+a file uploaded through one replica is there for every node.
+
+    cluster = Cluster({"max_running_containers_per_project": 5}).start()
+    cluster.client(0, MEMBER_KEYS["alpha"])   # the OpenAI SDK through replica 1
+    cluster.nodes["n2"].kill9()               # its whole process group
+    cluster.stop()
+
+or, in a test module, the fixtures at the end: `cluster` (the shared one)
+and `clusters` (one with other settings; `taint()` after breaking it).
+
+Everything the cluster makes is removed by `stop`, and a run that crashed
+before its `stop` is cleaned up by the next one's `start` (the fixed
+namespace and bridge names, and the temp directories' prefix, say what is
+ours). Processes run in sessions of their own, so a "kill -9" takes the
+whole process group.
+
+The servers are started with `nsenter --net=/run/netns/NAME`, not `ip netns
+exec NAME`: the latter also unshares the mount namespace and mounts a fresh
+sysfs on /sys, which hides /sys/fs/cgroup from the sandbox engine (its
+containers would run without memory, pids or cpu limits).
+"""
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import openai
+import pytest
+import requests
+
+from conftest import BINARY, free_port, wait_until
+
+NODE_NAMES = ["n1", "n2", "n3"]
+NETNS = {name: f"sg-{name}" for name in NODE_NAMES}
+BRIDGE = "sgbr0"
+GATEWAY = "10.77.0.1"
+SUBNET = "10.77.0.0/24"
+NODE_ADDRESS = {"n1": "10.77.0.11", "n2": "10.77.0.12", "n3": "10.77.0.13"}
+NODE_PORT = 8080
+UID_BASE = {"n1": 3_000_000_000, "n2": 3_200_000_000, "n3": 3_400_000_000}
+# The host end of each node's veth pair (the namespace end is its eth0).
+HOST_VETH = {name: f"sgv{name}" for name in NODE_NAMES}
+TMP_PREFIX = "shellgate-cluster-"
+POSTGRES_BIN = Path("/usr/lib/postgresql/15/bin")
+MOTO_SERVER = Path(sys.executable).parent / "moto_server"
+BUCKET = "shellgate-cluster"
+
+# Tenants: one admin key (project `ops`) and member keys of projects of
+# their own, so each test counts its own project's containers.
+ADMIN_KEY = "sk-cluster-admin"
+MEMBER_KEYS = {
+    "alpha": "sk-cluster-alpha",
+    "beta": "sk-cluster-beta",
+    "bulk": "sk-cluster-bulk",
+    "quota": "sk-cluster-quota",
+    "chaos": "sk-cluster-chaos",
+}
+API_KEYS = ",".join([f"{ADMIN_KEY}:ops:admin"] + [f"{key}:{project}" for project, key in MEMBER_KEYS.items()])
+SECRET_HEADER = "X-Shellgate-Cluster-Secret"
+
+HEARTBEAT_SECS = 1
+LOST_AFTER_SECS = 5
+
+
+def sh(*args, check=True, netns=None):
+    """Runs a command (in `netns` if given), returning its stdout; raises
+    with its stderr when it fails and `check`."""
+    enter = ["nsenter", f"--net=/run/netns/{netns}"] if netns else []
+    done = subprocess.run(enter + [str(a) for a in args], capture_output=True, text=True)
+    if check and done.returncode != 0:
+        raise RuntimeError(f"{' '.join(map(str, args))}: exit {done.returncode}: {done.stderr.strip()}")
+    return done.stdout
+
+
+def can_run() -> str:
+    """Why a cluster cannot be made here, or "" if it can."""
+    if os.geteuid() != 0:
+        return "the cluster tests need root (network namespaces, a bridge, the sandbox engine)"
+    for tool in ["ip", "nsenter", "runuser"]:
+        if shutil.which(tool) is None:
+            return f"the cluster tests need `{tool}`"
+    if not (POSTGRES_BIN / "postgres").exists():
+        return f"the cluster tests need Debian's postgresql-15 ({POSTGRES_BIN})"
+    if not BINARY.exists():
+        return f"no shellgate binary at {BINARY}"
+    return ""
+
+
+# --- leftovers --------------------------------------------------------------
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _pids_whose_cmdline_has(needle: str) -> list:
+    return [int(p) for p in os.listdir("/proc")
+            if p.isdigit() and int(p) != os.getpid() and needle in _cmdline(int(p))]
+
+
+def _start_time(pid: int):
+    """A process's start time (clock ticks since boot), which tells it
+    from a later process given the same pid."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _kill_recorded(pid_dir: Path) -> None:
+    """Kills the process groups a run recorded in `pid_dir` (pid and start
+    time, one file each) that still run."""
+    for record in pid_dir.glob("*") if pid_dir.is_dir() else []:
+        try:
+            pid, started = (int(x) for x in record.read_text().split())
+        except ValueError:
+            continue
+        if _start_time(pid) == started:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _kill_pids(pids) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def remove_network() -> None:
+    """Deletes the namespaces, the bridge and the veths, killing whatever
+    still runs in a namespace (a previous run's servers included)."""
+    for name in NODE_NAMES:
+        netns = NETNS[name]
+        if Path(f"/run/netns/{netns}").exists():
+            pids = sh("ip", "netns", "pids", netns, check=False).split()
+            _kill_pids(int(p) for p in pids)
+            sh("ip", "netns", "del", netns, check=False)
+        # Gone with its peer when the namespace goes; a half-made pair not.
+        sh("ip", "link", "del", HOST_VETH[name], check=False)
+    sh("ip", "link", "del", BRIDGE, check=False)
+
+
+def _unmount_under(directory: Path) -> None:
+    """Lazily unmounts anything still mounted below `directory` (deepest
+    first), so removing it never walks into a mounted file system."""
+    prefix = str(directory.resolve()) + "/"
+    try:
+        with open("/proc/self/mountinfo") as f:
+            points = [line.split()[4] for line in f]
+    except OSError:
+        return
+    for point in sorted((p for p in points if p.startswith(prefix)), key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True)
+
+
+def _cgroup_group_name(data_dir: Path) -> str:
+    """The cgroup folder of the engine of a server's data directory:
+    `shellgate-` and the low 48 bits of the FNV-1a hash of the engine's
+    directory, `<data dir>/sandbox` (crates/sandbox/src/engine,
+    group_name)."""
+    value = 0xCBF29CE484222325
+    for byte in str(data_dir / "sandbox").encode():
+        value ^= byte
+        value = (value * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return f"shellgate-{value & 0xFFFFFFFFFFFF:012x}"
+
+
+def _cgroup_mounts() -> list:
+    mounts = []
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                fields = line.split()
+                fstype = fields[fields.index("-") + 1]
+                if fstype in ("cgroup", "cgroup2"):
+                    mounts.append(Path(fields[4]))
+    except (OSError, ValueError, IndexError):
+        pass
+    return mounts
+
+
+def kill_cgroups(group: str) -> None:
+    """Kills every process in the cgroups named `group` (an engine's base,
+    in each hierarchy) and removes them: the sandboxes of a node killed
+    with -9 outlive it (they are not in its process group), and nothing
+    else would end them."""
+    found = []
+    for mount in _cgroup_mounts():
+        for directory, subdirs, _ in os.walk(mount):
+            if Path(directory).name == group:
+                found.append(Path(directory))
+                subdirs.clear()
+            elif len(Path(directory).relative_to(mount).parts) >= 6:
+                subdirs.clear()
+    for base in found:
+        for _ in range(50):
+            pids = []
+            for directory, _, _ in os.walk(base):
+                try:
+                    pids += [int(p) for p in Path(directory, "cgroup.procs").read_text().split()]
+                except OSError:
+                    pass
+            if not pids:
+                break
+            _kill_pids(pids)
+            time.sleep(0.1)
+        for directory, _, _ in sorted(os.walk(base), key=lambda w: len(w[0]), reverse=True):
+            try:
+                os.rmdir(directory)
+            except OSError:
+                pass
+
+
+def remove_leftovers() -> None:
+    """What a crashed run left: its processes (the process groups it
+    recorded, and any whose command line names one of its directories),
+    its namespaces and bridge, its sandboxes' cgroups, its Postgres, and
+    its directories."""
+    tmp = Path(tempfile.gettempdir())
+    stale = [d for d in tmp.glob(f"{TMP_PREFIX}*") if d.is_dir()]
+    for directory in stale:
+        _kill_recorded(directory / "pids")
+        data = directory / "postgres" / "data"
+        if (data / "postmaster.pid").exists():
+            sh("runuser", "-u", "postgres", "--", POSTGRES_BIN / "pg_ctl", "-D", data,
+               "-m", "immediate", "-w", "stop", check=False)
+        _kill_pids(_pids_whose_cmdline_has(str(directory)))
+    remove_network()
+    for directory in stale:
+        for data_dir in directory.glob("node-*"):
+            kill_cgroups(_cgroup_group_name(data_dir))
+        _unmount_under(directory)
+        subprocess.run(["rm", "-rf", "--one-file-system", str(directory)], capture_output=True)
+
+
+# --- the parts --------------------------------------------------------------
+
+
+def make_network() -> None:
+    sh("ip", "link", "add", BRIDGE, "type", "bridge")
+    sh("ip", "addr", "add", f"{GATEWAY}/24", "dev", BRIDGE)
+    sh("ip", "link", "set", BRIDGE, "up")
+    for name in NODE_NAMES:
+        netns, veth = NETNS[name], HOST_VETH[name]
+        sh("ip", "netns", "add", netns)
+        sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", netns)
+        sh("ip", "link", "set", veth, "master", BRIDGE)
+        sh("ip", "link", "set", veth, "up")
+        ns = ["ip", "-n", netns]
+        sh(*ns, "link", "set", "lo", "up")
+        sh(*ns, "addr", "add", f"{NODE_ADDRESS[name]}/24", "dev", "eth0")
+        sh(*ns, "link", "set", "eth0", "up")
+        sh(*ns, "route", "add", "default", "via", GATEWAY)
+
+
+class Postgres:
+    """A throwaway postgresql-15 cluster, as scripts/lib/postgres.sh makes
+    one, reachable from the root namespace and from the nodes'."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self.port = free_port()
+
+    def start(self) -> "Postgres":
+        self.directory.mkdir()
+        shutil.chown(self.directory, "postgres", "postgres")
+        data = self.directory / "data"
+        as_postgres = ["runuser", "-u", "postgres", "--"]
+        sh(*as_postgres, POSTGRES_BIN / "initdb", "-D", data, "-U", "postgres",
+           "--auth=trust", "--no-sync", "-E", "UTF8")
+        with open(data / "pg_hba.conf", "a") as f:
+            f.write(f"host all all {SUBNET} trust\n")
+        options = (f"-p {self.port} -k {self.directory} -c listen_addresses=127.0.0.1,{GATEWAY} "
+                   "-c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off")
+        sh(*as_postgres, POSTGRES_BIN / "pg_ctl", "-D", data, "-l", self.directory / "log", "-w",
+           "-o", options, "start")
+        self.psql("CREATE DATABASE shellgate")
+        return self
+
+    def url(self, host: str = GATEWAY, database: str = "shellgate") -> str:
+        return f"postgres://postgres@{host}:{self.port}/{database}"
+
+    def psql(self, sql: str, host: str = "127.0.0.1", database: str = "postgres", netns: str = None) -> str:
+        return sh("psql", "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", host, "-p", self.port,
+                  "-U", "postgres", "-d", database, "-c", sql, netns=netns)
+
+    def stop(self) -> None:
+        data = self.directory / "data"
+        if data.exists():
+            sh("runuser", "-u", "postgres", "--", POSTGRES_BIN / "pg_ctl", "-D", data,
+               "-m", "immediate", "-w", "stop", check=False)
+
+
+class Process:
+    """One long-running process of the cluster, in a session (and process
+    group) of its own, its output in `log`."""
+
+    def __init__(self, name: str, command: list, env: dict, log: Path, netns: str = None):
+        # Recorded (pid, start time) where the next run finds them if this
+        # one dies before its teardown.
+        self.pid_dir = log.parent.parent / "pids"
+        self.name = name
+        self.command = command
+        self.env = env
+        self.log = log
+        self.netns = netns
+        self.popen = None
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def start(self) -> "Process":
+        enter = ["nsenter", f"--net=/run/netns/{self.netns}"] if self.netns else []
+        with open(self.log, "ab") as log:
+            self.popen = subprocess.Popen(
+                enter + [str(c) for c in self.command], env=self.env, stdout=log, stderr=log,
+                stdin=subprocess.DEVNULL, start_new_session=True,
+            )
+        self.pid_dir.mkdir(exist_ok=True)
+        (self.pid_dir / f"{self.popen.pid}").write_text(f"{self.popen.pid} {_start_time(self.popen.pid)}\n")
+        return self
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def log_tail(self, chars: int = 3000) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def kill9(self) -> None:
+        """SIGKILL to the whole process group, then reaped."""
+        if self.popen is None:
+            return
+        try:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.popen.wait()
+
+    def stop(self, patience: float = 30) -> None:
+        if not self.alive():
+            if self.popen is not None:
+                self.popen.wait()
+                # Its group may outlive it (children it left).
+                try:
+                    os.killpg(self.popen.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            return
+        try:
+            os.killpg(self.popen.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            self.popen.wait(timeout=patience)
+        except subprocess.TimeoutExpired:
+            pass
+        self.kill9()
+
+
+class Server(Process):
+    """A `shellgate serve`: a node (in its namespace) or an API replica."""
+
+    def __init__(self, name: str, role, data_dir: Path, host: str, port: int, settings: dict,
+                 netns: str = None, secret: str = ""):
+        data_dir.mkdir(parents=True, exist_ok=True)
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "SHELLGATE_LOG": os.environ.get("SHELLGATE_CLUSTER_LOG", "info"),
+            "SHELLGATE_DATA_DIR": str(data_dir),
+            "SHELLGATE_LISTEN": f"{host}:{port}",
+            "SHELLGATE_BUILD_DEFAULT_IMAGE": "false",
+        }
+        if role:
+            env["SHELLGATE_ROLE"] = role
+        env.update({f"SHELLGATE_{k.upper()}": str(v) for k, v in settings.items()})
+        # The data directory on the command line as well: it names the
+        # process as one of this run's (see remove_leftovers).
+        super().__init__(name, [BINARY, "--data-dir", data_dir, "serve"], env, data_dir / "server.log", netns)
+        self.settings = settings
+        self.role = role
+        self.data_dir = data_dir
+        self.host = host
+        self.port = port
+        self.secret = secret
+
+    @property
+    def root(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.root}/v1"
+
+    def healthy(self) -> bool:
+        if not self.alive():
+            raise RuntimeError(f"{self.name} exited ({self.popen.returncode}): {self.log_tail()}")
+        try:
+            headers = {SECRET_HEADER: self.secret} if self.secret else {}
+            return requests.get(f"{self.root}/healthz", headers=headers, timeout=2).status_code == 200
+        except requests.RequestException:
+            return False
+
+    def wait_healthy(self, timeout: float = 60) -> "Server":
+        if not wait_until(self.healthy, timeout, 0.1):
+            raise RuntimeError(f"{self.name} did not become healthy at {self.root}: {self.log_tail()}")
+        return self
+
+
+class ObjectStore(Process):
+    """moto's S3-compatible server (a registry package, not a fake of our
+    own) on the bridge's address, with one bucket."""
+
+    def __init__(self, directory: Path):
+        self.port = free_port()
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(directory)}
+        super().__init__("s3", [sys.executable, MOTO_SERVER, "-H", GATEWAY, "-p", str(self.port)],
+                         env, directory / "moto.log")
+        self.directory = directory
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{GATEWAY}:{self.port}"
+
+    def start(self) -> "ObjectStore":
+        self.directory.mkdir(exist_ok=True)
+        super().start()
+
+        def up():
+            if not self.alive():
+                raise RuntimeError(f"moto_server exited: {self.log_tail()}")
+            try:
+                requests.get(self.endpoint, timeout=1)
+                return True
+            except requests.RequestException:
+                return False
+
+        if not wait_until(up, 30, 0.1):
+            raise RuntimeError(f"moto_server did not answer: {self.log_tail()}")
+        created = requests.put(f"{self.endpoint}/{BUCKET}", timeout=10)
+        if created.status_code != 200:
+            raise RuntimeError(f"bucket {BUCKET}: {created.status_code} {created.text}")
+        return self
+
+    def settings(self) -> dict:
+        return {
+            "object_store": f"s3://{BUCKET}/objects",
+            "s3_endpoint": self.endpoint,
+            "s3_region": "us-east-1",
+            "s3_access_key_id": "test",
+            "s3_secret_access_key": "test",
+            "s3_allow_http": "true",
+        }
+
+
+# --- the cluster ------------------------------------------------------------
+
+
+class Cluster:
+    """Three nodes, two replicas, Postgres and S3. `settings` go to every
+    server (as `SHELLGATE_<NAME>`); `roles=False` starts the nodes as plain
+    single boxes (no `SHELLGATE_ROLE`) and no replica: the harness's own
+    check, for a binary without the roles."""
+
+    def __init__(self, settings: dict = None, roles: bool = True, replicas: int = 2):
+        self.settings = {
+            "warm_containers": "0",
+            "node_heartbeat_secs": str(HEARTBEAT_SECS),
+            "node_lost_after_secs": str(LOST_AFTER_SECS),
+            **(settings or {}),
+        }
+        self.roles = roles
+        self.replica_count = replicas if roles else 0
+        self.secret = "cluster-" + secrets.token_hex(24)
+        self.directory = None
+        self.postgres = None
+        self.objects = None
+        self.nodes = {}
+        self.replicas = []
+        self.extra = []
+
+    # Starting and stopping.
+
+    def start(self) -> "Cluster":
+        remove_leftovers()
+        self.directory = Path(tempfile.mkdtemp(prefix=TMP_PREFIX))
+        os.chmod(self.directory, 0o755)
+        try:
+            make_network()
+            self.postgres = Postgres(self.directory / "postgres").start()
+            if MOTO_SERVER.exists():
+                self.objects = ObjectStore(self.directory / "s3").start()
+            elif self.roles:
+                raise RuntimeError(f"no {MOTO_SERVER}: a cluster's nodes share their blobs through S3 "
+                                   "(`pip install 'moto[server]'` into the venv)")
+            for name in NODE_NAMES:
+                self.nodes[name] = self._node(name).start()
+            for index in range(self.replica_count):
+                self.replicas.append(self._replica(f"replica-{index + 1}").start())
+            for server in list(self.nodes.values()) + self.replicas:
+                server.wait_healthy()
+            if self.roles:
+                self.wait_nodes(lambda nodes: sorted(n["id"] for n in nodes if n["status"] == "ready")
+                                == NODE_NAMES, 60, "all three nodes ready")
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def common_settings(self) -> dict:
+        settings = {"database_url": self.postgres.url(), **(self.objects.settings() if self.objects else {})}
+        if self.roles:
+            settings["cluster_secret"] = self.secret
+        return {**settings, **self.settings}
+
+    def _node(self, name: str) -> Server:
+        settings = self.common_settings()
+        if self.roles:
+            settings.update(node_id=name, node_address=f"http://{NODE_ADDRESS[name]}:{NODE_PORT}")
+        else:
+            settings["api_keys"] = API_KEYS
+        settings["sandbox_uid_base"] = str(UID_BASE[name])
+        return Server(f"node {name}", "node" if self.roles else None, self.directory / f"node-{name}",
+                      NODE_ADDRESS[name], NODE_PORT, settings, netns=NETNS[name],
+                      secret=self.secret if self.roles else "")
+
+    def _replica(self, name: str, **overrides) -> Server:
+        settings = {**self.common_settings(), "api_keys": API_KEYS, **overrides}
+        return Server(name, "api", self.directory / name, "127.0.0.1", free_port(), settings)
+
+    def add_replica(self, **overrides) -> Server:
+        """One more replica (e.g. with other quotas), stopped with the rest."""
+        replica = self._replica(f"replica-x{len(self.extra) + 1}", **overrides).start()
+        self.extra.append(replica)
+        return replica.wait_healthy()
+
+    def restart_replica(self, index: int) -> Server:
+        """A replica killed by a test, started again on a new port (the
+        same settings: it keeps nothing of its own)."""
+        old = self.replicas[index]
+        old.stop()
+        replica = Server(old.name, old.role, old.data_dir, old.host, free_port(), old.settings)
+        self.replicas[index] = replica.start().wait_healthy()
+        return replica
+
+    def stop(self) -> None:
+        """Everything down and removed, whatever state it is in."""
+        for server in self.extra + self.replicas:
+            server.stop()
+        for node in self.nodes.values():
+            node.stop()
+        for node in self.nodes.values():
+            kill_cgroups(_cgroup_group_name(node.data_dir))
+        if self.objects:
+            self.objects.stop()
+        if self.postgres:
+            self.postgres.stop()
+        remove_network()
+        if self.directory:
+            _unmount_under(self.directory)
+            subprocess.run(["rm", "-rf", "--one-file-system", str(self.directory)], capture_output=True)
+
+    def all_alive(self) -> bool:
+        return all(server.alive() for server in list(self.nodes.values()) + self.replicas)
+
+    def logs(self, chars: int = 2000) -> str:
+        """Each server's last lines, for a failure's message."""
+        parts = []
+        for server in list(self.nodes.values()) + self.replicas + self.extra:
+            parts.append(f"--- {server.name} ({'alive' if server.alive() else 'dead'}) ---\n"
+                         f"{server.log_tail(chars)}")
+        return "\n".join(parts)
+
+    # Using it.
+
+    @property
+    def replica_urls(self) -> list:
+        """Each replica's API base (`http://127.0.0.1:PORT/v1`)."""
+        return [replica.base_url for replica in self.replicas]
+
+    @property
+    def node_pids(self) -> dict:
+        """Each node's pid (its process group's too: `os.killpg`), by id."""
+        return {name: node.pid for name, node in self.nodes.items()}
+
+    def client(self, replica=0, key: str = MEMBER_KEYS["alpha"], **options) -> openai.OpenAI:
+        """The OpenAI SDK pointed at a replica (an index or a Server)."""
+        server = self.replicas[replica] if isinstance(replica, int) else replica
+        options = {"max_retries": 0, "timeout": 120, **options}
+        return openai.OpenAI(base_url=server.base_url, api_key=key, **options)
+
+    def session(self, replica=0, key: str = MEMBER_KEYS["alpha"]) -> requests.Session:
+        """A requests session with the key; `session.base` is the replica's
+        `/v1` URL."""
+        server = self.replicas[replica] if isinstance(replica, int) else replica
+        session = requests.Session()
+        session.headers["Authorization"] = f"Bearer {key}"
+        session.base = server.base_url
+        return session
+
+    def node_list(self, replica=0) -> list:
+        """`GET /v1/cluster/nodes` as the admin (from a live replica)."""
+        candidates = [self.replicas[replica]] + self.replicas if isinstance(replica, int) else [replica]
+        for server in candidates:
+            if not server.alive():
+                continue
+            response = requests.get(f"{server.base_url}/cluster/nodes", timeout=10,
+                                    headers={"Authorization": f"Bearer {ADMIN_KEY}"})
+            if response.status_code == 404:
+                raise RuntimeError(f"{server.name} has no /v1/cluster/nodes (a binary without the "
+                                   f"cluster roles?): {response.text[:300]}")
+            if response.status_code != 200:
+                raise AssertionError(f"GET /v1/cluster/nodes: {response.status_code} {response.text}")
+            body = response.json()
+            assert body["object"] == "list", body
+            return body["data"]
+        raise AssertionError("no live replica")
+
+    def node_counts(self) -> dict:
+        """Containers per node id, as the cluster reports them."""
+        return {n["id"]: n["containers"] for n in self.node_list()}
+
+    def node_status(self) -> dict:
+        return {n["id"]: n["status"] for n in self.node_list()}
+
+    def wait_nodes(self, condition, timeout: float, what: str) -> list:
+        """Polls the node list until `condition(nodes)`; fails saying `what`
+        was awaited and what the list was."""
+        seen = []
+
+        def check():
+            nonlocal seen
+            try:
+                seen = self.node_list()
+            except (requests.RequestException, AssertionError):
+                return False
+            return condition(seen)
+
+        if not wait_until(check, timeout, 0.2):
+            raise AssertionError(f"waited {timeout}s for {what}; nodes: {json.dumps(seen)}\n{self.logs()}")
+        return seen
+
+    def node_holding(self, container_id: str):
+        """Which node's engine has the container's directory (the engine
+        keeps `sandbox/containers/<id>` in its data directory), or None:
+        what the harness can tell beside the API."""
+        for name, node in self.nodes.items():
+            if (node.data_dir / "sandbox" / "containers" / container_id).exists():
+                return name
+        return None
+
+
+# --- fixtures ---------------------------------------------------------------
+
+
+def binary_has_roles() -> bool:
+    """Whether the binary knows the cluster roles (it carries the error
+    code its nodes answer tenants with); one without them would start five
+    single boxes and fail every test for want of `/v1/cluster/nodes`."""
+    import mmap
+
+    with open(BINARY, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as image:
+        return image.find(b"cluster_secret_required") >= 0
+
+
+class Clusters:
+    """The one cluster there can be at a time (the namespace names are
+    fixed), started on demand with the settings a test asks for and kept
+    for the next test that asks for the same; a test that breaks it (kills
+    a node or a replica) taints it, and the next test gets a new one."""
+
+    def __init__(self):
+        self.current = None
+        self.settings = None
+        self.tainted = False
+
+    def get(self, **settings) -> Cluster:
+        settings = {k: str(v) for k, v in settings.items()}
+        if (self.current is not None and self.settings == settings and not self.tainted
+                and self.current.all_alive()):
+            return self.current
+        self.stop()
+        self.current = Cluster(settings).start()
+        self.settings, self.tainted = settings, False
+        return self.current
+
+    def taint(self) -> None:
+        self.tainted = True
+
+    def stop(self) -> None:
+        if self.current is not None:
+            self.current.stop()
+        self.current = None
+
+
+# What every cluster test but the quota one runs with: room for the
+# thousand containers of one project (1g each, the smallest limit).
+ROOMY = {"max_running_containers_per_project": 2000, "max_memory_per_project": "4t"}
+
+
+@pytest.fixture(scope="module")
+def clusters():
+    made = Clusters()
+    yield made
+    made.stop()
+
+
+@pytest.fixture
+def cluster(clusters) -> Cluster:
+    """The shared cluster (three nodes, two replicas), healthy."""
+    return clusters.get(**ROOMY)

@@ -1,0 +1,453 @@
+"""shellgate as a cluster (issue 22): three nodes in network namespaces of
+their own, two stateless API replicas, one Postgres and one S3 (see
+cluster.py), driven through the official OpenAI SDK and plain HTTP.
+
+What is checked: the SDK works through either replica (containers, exec,
+streamed exec, processes on a terminal over the WebSocket, Files API and
+`file_ids`, container files, files by path); a container is found by its
+id through any replica; a thousand containers spread over the nodes;
+quotas hold when two replicas admit at once; a node killed with -9 has its
+containers reported lost (409 `container_lost` on exec), the others
+untouched and new ones placed on the survivors; a replica killed
+mid-request loses nothing another replica cannot redo, and leaves no
+half-made container. Every wait is for a condition, with a deadline.
+"""
+
+import collections
+import concurrent.futures
+import io
+import json
+import threading
+import time
+
+import openai
+import pytest
+import requests
+
+from cluster import (LOST_AFTER_SECS, MEMBER_KEYS, NODE_ADDRESS, NODE_NAMES, NODE_PORT, ROOMY,
+                     SECRET_HEADER, binary_has_roles, can_run, cluster, clusters)  # noqa: F401 (fixtures)
+from conftest import exec_commands, processes_matching, wait_until
+
+_why_not = can_run()
+if not _why_not and not binary_has_roles():
+    _why_not = "this shellgate binary has no cluster roles yet (SHELLGATE_ROLE, issue 22)"
+pytestmark = pytest.mark.skipif(bool(_why_not), reason=_why_not)
+
+ALPHA, BETA = MEMBER_KEYS["alpha"], MEMBER_KEYS["beta"]
+# How long after its last heartbeat a killed node must read lost, beyond
+# `node_lost_after_secs`: a sweep interval and a loaded machine's delays.
+LOST_SLACK_SECS = 10
+
+
+def run(client, container_id, command, **options):
+    """One command's (stdout, stderr, exit code)."""
+    output = exec_commands(client, container_id, [command], **options)["output"][0]
+    outcome = output["outcome"]
+    return output["stdout"], output["stderr"], outcome.get("exit_code")
+
+
+def in_parallel(function, items, workers=16):
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(function, items))
+
+
+def delete_all(clients, ids):
+    """Deletes containers, spread over the clients (replicas), in parallel."""
+    def delete(pair):
+        index, container_id = pair
+        clients[index % len(clients)].containers.delete(container_id)
+    in_parallel(delete, list(enumerate(ids)))
+
+
+def sse_events(response):
+    """The JSON `data:` of a server-sent event stream, as they come."""
+    for line in response.iter_lines(decode_unicode=True):
+        if line and line.startswith("data:"):
+            yield json.loads(line[5:])
+
+
+# --- the cluster as such ----------------------------------------------------
+
+
+def test_the_nodes_are_listed_ready_to_admins_and_answer_only_the_cluster(cluster):
+    nodes = {n["id"]: n for n in cluster.node_list()}
+    assert sorted(nodes) == NODE_NAMES, nodes
+    for name, node in nodes.items():
+        assert node["object"] == "cluster.node"
+        assert node["address"] == f"http://{NODE_ADDRESS[name]}:{NODE_PORT}"
+        assert node["status"] == "ready"
+        assert abs(node["heartbeat_at"] - time.time()) < 10, node
+        assert isinstance(node["containers"], int)
+    # Through the other replica too; never to a member key or no key.
+    assert sorted(n["id"] for n in cluster.node_list(1)) == NODE_NAMES
+    for headers in [{"Authorization": f"Bearer {ALPHA}"}, {}]:
+        refused = requests.get(f"{cluster.replicas[0].base_url}/cluster/nodes", headers=headers, timeout=10)
+        assert refused.status_code in (401, 403), refused.text
+    # A node answers a tenant's key with 401 unless the cluster's secret
+    # comes along; its health check needs nothing.
+    node = cluster.nodes["n1"]
+    for secret in [None, "not-the-" + cluster.secret[8:]]:
+        headers = {"Authorization": f"Bearer {ALPHA}", **({SECRET_HEADER: secret} if secret else {})}
+        direct = requests.get(f"{node.base_url}/containers", headers=headers, timeout=10)
+        assert direct.status_code == 401, direct.text
+        assert direct.json()["error"]["code"] == "cluster_secret_required", direct.text
+        made = requests.post(f"{node.base_url}/containers", headers=headers, json={"name": "sneak"}, timeout=10)
+        assert made.status_code == 401, made.text
+    assert requests.get(f"{node.root}/healthz", timeout=10).status_code == 200
+    for replica in cluster.replicas:
+        assert requests.get(f"{replica.root}/healthz", timeout=10).status_code == 200
+
+
+# --- the SDK through each replica ------------------------------------------
+
+
+@pytest.mark.parametrize("replica", [0, 1])
+def test_containers_exec_files_through_each_replica(cluster, replica):
+    client = cluster.client(replica)
+    container = client.containers.create(name=f"sdk-{replica}", memory_limit="1g")
+    assert container.id.startswith("cntr_") and container.status == "running"
+    assert client.containers.retrieve(container.id).name == f"sdk-{replica}"
+    assert container.id in [c.id for c in client.containers.list(name=f"sdk-{replica}")]
+
+    result = exec_commands(client, container.id, ["echo hi", "python3 -c 'print(6*7)' > answer.txt", "exit 3"])
+    assert result["output"][0] == {"stdout": "hi\n", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}
+    assert result["output"][2]["outcome"] == {"type": "exit", "exit_code": 3}
+    made = [f for f in client.containers.files.list(container.id) if f.path == "/mnt/data/answer.txt"]
+    assert len(made) == 1 and made[0].source == "assistant" and made[0].bytes == 3
+    assert client.containers.files.content.retrieve(made[0].id, container_id=container.id).read() == b"42\n"
+
+    uploaded = client.containers.files.create(container.id, file=("notes.txt", io.BytesIO(b"uploaded bytes")))
+    assert uploaded.path == "/mnt/data/notes.txt" and uploaded.bytes == 14
+    assert run(client, container.id, "cat /mnt/data/notes.txt")[0] == "uploaded bytes"
+    assert uploaded.id in [f.id for f in client.containers.files.list(container.id)]
+    client.containers.files.delete(uploaded.id, container_id=container.id)
+    assert "notes.txt" not in run(client, container.id, "ls /mnt/data")[0]
+
+    # A Files API upload (on whichever node took it) reaches containers on
+    # other nodes: three containers made in a row spread over the nodes.
+    file = client.files.create(file=("data.csv", io.BytesIO(b"a,b\n1,2\n")), purpose="user_data")
+    assert client.files.content(file.id).read() == b"a,b\n1,2\n"
+    assert cluster.client(1 - replica).files.retrieve(file.id).bytes == 8
+    with_files = [client.containers.create(name=f"sdk-files-{replica}", file_ids=[file.id]) for _ in range(3)]
+    for made in with_files:
+        assert run(client, made.id, "cat /mnt/data/data.csv")[0] == "a,b\n1,2\n"
+        copied = client.containers.files.create(made.id, file_id=file.id)
+        assert copied.path == "/mnt/data/data.csv"
+    holders = {cluster.node_holding(c.id) for c in with_files}
+    assert None in holders or len(holders) >= 2, holders
+
+    for made in with_files + [container]:
+        client.containers.delete(made.id)
+        with pytest.raises(openai.NotFoundError):
+            client.containers.retrieve(made.id)
+    client.files.delete(file.id)
+    with pytest.raises(openai.NotFoundError):
+        client.files.retrieve(file.id)
+
+
+@pytest.mark.parametrize("replica", [0, 1])
+def test_streamed_exec_and_files_by_path_through_each_replica(cluster, replica):
+    client, http = cluster.client(replica), cluster.session(replica)
+    container = client.containers.create(name=f"stream-{replica}")
+    reply = http.post(f"{http.base}/containers/{container.id}/exec", timeout=60, stream=True,
+                      json={"commands": ["for i in 1 2 3; do echo line$i; sleep 0.1; done"], "stream": True})
+    assert reply.status_code == 200, reply.text
+    events = list(sse_events(reply))
+    streamed = "".join(e["delta"] for e in events if e["type"] == "exec.output.delta" and e["stream"] == "stdout")
+    assert streamed == "line1\nline2\nline3\n", events
+    completed = [e for e in events if e["type"] == "exec.completed"]
+    assert len(completed) == 1 and completed[0]["shell_call_output"]["output"][0]["stdout"] == streamed
+
+    payload = bytes(range(256)) * 4096  # 1 MiB, every byte value
+    put = http.put(f"{http.base}/containers/{container.id}/fs/content", timeout=60,
+                   params={"path": "/home/user/deep/blob.bin", "parents": "true"}, data=payload)
+    assert put.status_code in (200, 201), put.text
+    got = http.get(f"{http.base}/containers/{container.id}/fs/content", timeout=60,
+                   params={"path": "/home/user/deep/blob.bin"})
+    assert got.status_code == 200 and got.content == payload
+    assert run(client, container.id, "sha256sum < /home/user/deep/blob.bin | cut -c1-16")[0].strip() \
+        == __import__("hashlib").sha256(payload).hexdigest()[:16]
+    client.containers.delete(container.id)
+
+
+@pytest.mark.parametrize("replica", [0, 1])
+def test_a_terminal_over_the_websocket_through_each_replica(cluster, replica):
+    connect = pytest.importorskip("websockets.sync.client").connect
+    http = cluster.session(replica)
+    made = http.post(f"{http.base}/containers", json={"name": f"pty-{replica}"}, timeout=60)
+    assert made.status_code == 200, made.text
+    cid = made.json()["id"]
+    started = http.post(f"{http.base}/containers/{cid}/processes", timeout=60,
+                        json={"command": "bash --norc -i", "pty": {"cols": 100, "rows": 30}})
+    assert started.status_code == 201, started.text
+    pid = started.json()["id"]
+    url = f"{http.base.replace('http://', 'ws://')}/containers/{cid}/processes/{pid}/ws?access_token={ALPHA}"
+
+    def read_until(socket, needle):
+        text = b""
+        while needle.encode() not in text:
+            frame = socket.recv(timeout=30)
+            assert isinstance(frame, bytes), frame
+            text += frame
+        return text.decode(errors="replace")
+
+    with connect(url) as socket:
+        socket.send(b"test -t 0 && echo tty-$((1+1)); stty size; echo through-$((6*7))\n")
+        text = read_until(socket, "through-42")
+        assert "tty-2" in text and "30 100" in text, text
+        socket.send(json.dumps({"type": "resize", "cols": 120, "rows": 40}))
+        socket.send(b"stty size\n")
+        read_until(socket, "40 120")
+        socket.send(b"exit 0\n")
+        while isinstance(frame := socket.recv(timeout=30), bytes):
+            pass
+        assert json.loads(frame)["type"] == "exit", frame
+    assert http.delete(f"{http.base}/containers/{cid}", timeout=60).status_code in (200, 204)
+
+
+def test_a_container_is_found_by_its_id_through_either_replica(cluster):
+    a, b = cluster.client(0), cluster.client(1)
+    for maker, user in [(a, b), (b, a)]:
+        container = maker.containers.create(name="roaming")
+        assert run(user, container.id, "echo from-the-other > here.txt; cat here.txt")[0] == "from-the-other\n"
+        assert maker.containers.retrieve(container.id).status == "running"
+        listed = {f.path for f in maker.containers.files.list(container.id)}
+        assert "/mnt/data/here.txt" in listed
+        assert container.id in [c.id for c in user.containers.list(name="roaming")]
+        # Another project sees nothing of it, through either replica.
+        for replica in [0, 1]:
+            with pytest.raises(openai.NotFoundError):
+                cluster.client(replica, BETA).containers.retrieve(container.id)
+            with pytest.raises(openai.NotFoundError):
+                exec_commands(cluster.client(replica, BETA), container.id, ["true"])
+        user.containers.delete(container.id)
+        with pytest.raises(openai.NotFoundError):
+            maker.containers.retrieve(container.id)
+
+
+# --- scale -----------------------------------------------------------------
+
+
+def test_a_thousand_containers_spread_across_the_nodes(cluster):
+    total = 1000
+    clients = [cluster.client(0, MEMBER_KEYS["bulk"]), cluster.client(1, MEMBER_KEYS["bulk"])]
+    before = cluster.node_counts()
+    started = time.monotonic()
+    ids = in_parallel(lambda i: clients[i % 2].containers.create(name="bulk").id, range(total))
+    made_secs = time.monotonic() - started
+    assert len(set(ids)) == total
+    after = cluster.node_counts()
+    spread = {name: after[name] - before.get(name, 0) for name in NODE_NAMES}
+    print(f"\n{total} containers made in {made_secs:.1f}s ({total / made_secs:.0f}/s) "
+          f"through two replicas, 16 at a time; per node: {spread}")
+    assert sum(spread.values()) == total, (before, after)
+    for name, count in spread.items():
+        assert count >= total // 5, f"{name} holds {count} of {total}: {spread}"
+    listed = [c.id for c in clients[1].containers.list(name="bulk", limit=100)]
+    assert len(listed) == total and set(listed) == set(ids)
+    # Any of them answers, wherever it is.
+    for container_id in ids[:: total // 10]:
+        assert run(clients[0], container_id, "echo ok")[0] == "ok\n"
+    started = time.monotonic()
+    delete_all(clients, ids)
+    print(f"{total} deleted in {time.monotonic() - started:.1f}s")
+    assert wait_until(lambda: cluster.node_counts() == before, 60, 0.5), (before, cluster.node_counts())
+    assert list(clients[0].containers.list(name="bulk")) == []
+
+
+# --- failures ----------------------------------------------------------------
+
+
+def test_a_replica_killed_mid_request(clusters):
+    cluster = clusters.get(**ROOMY)
+    clusters.taint()
+    key = MEMBER_KEYS["chaos"]
+    a = cluster.client(0, key)
+    container = a.containers.create(name="survivor")
+    run(a, container.id, "echo before > kept.txt")
+
+    # An exec through replica B, B killed while the command runs.
+    b = cluster.client(1, key)
+    marker = "sleep 5.4321"
+    command = f"{marker}; echo done"
+    failure = {}
+
+    def long_exec():
+        try:
+            failure["result"] = exec_commands(b, container.id, [command])
+        except Exception as error:  # what the client sees is the point
+            failure["error"] = error
+
+    thread = threading.Thread(target=long_exec)
+    thread.start()
+    assert wait_until(lambda: processes_matching(marker), 30), "the command never started"
+    cluster.replicas[1].kill9()
+    thread.join(60)
+    assert not thread.is_alive()
+    assert isinstance(failure.get("error"), openai.APIConnectionError), failure
+    # The same request through the other replica succeeds; the container
+    # is whole and usable.
+    assert run(a, container.id, command)[0] == "done\n"
+    assert run(a, container.id, "cat kept.txt")[0] == "before\n"
+    assert a.containers.retrieve(container.id).status == "running"
+    assert "/mnt/data/kept.txt" in {f.path for f in a.containers.files.list(container.id)}
+
+    # Creates through a new replica B, which is killed while they come;
+    # each one that failed is retried through A. Every container listed
+    # then is a whole one, and the nodes hold no other.
+    b = cluster.client(cluster.restart_replica(1), key)
+    before_total = sum(cluster.node_counts().values())
+    creates, done = 160, []
+    lock = threading.Lock()
+
+    def create(i):
+        try:
+            made = (b.containers.create(name="retry").id, "b")
+        except openai.APIConnectionError:
+            made = (a.containers.create(name="retry").id, "a")
+        with lock:
+            done.append(made)
+        return made
+
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        futures = [pool.submit(create, i) for i in range(creates)]
+        assert wait_until(lambda: len(done) >= 30, 60), "creates through B never came back"
+        cluster.replicas[1].kill9()
+        results = [f.result(timeout=120) for f in futures]
+    ids = [container_id for container_id, _ in results]
+    through = collections.Counter(via for _, via in results)
+    assert len(set(ids)) == creates and through["a"] > 0 and through["b"] >= 30, through
+
+    def listed():
+        return {c.id: c for c in a.containers.list(name="retry", limit=100)}
+
+    # Settled: what the nodes count is what the list shows (no container
+    # made but unlisted, none stuck half-made).
+    def settled():
+        return sum(cluster.node_counts().values()) == before_total + len(listed())
+
+    assert wait_until(settled, 60, 0.5), (before_total, cluster.node_counts(), len(listed()))
+    shown = listed()
+    assert set(ids) <= set(shown), set(ids) - set(shown)
+    # Made by B with the answer lost on the way: whole, at most one per
+    # create in flight when B died.
+    orphans = set(shown) - set(ids)
+    assert len(orphans) <= 16, orphans
+    assert all(c.status == "running" for c in shown.values()), {i: c.status for i, c in shown.items()}
+    outputs = in_parallel(lambda cid: run(a, cid, "echo whole")[0], sorted(shown))
+    assert outputs == ["whole\n"] * len(shown)
+    delete_all([a], list(shown) + [container.id])
+
+
+def test_a_node_killed_with_minus_9(clusters):
+    cluster = clusters.get(**ROOMY)
+    clusters.taint()
+    key = MEMBER_KEYS["chaos"]
+    clients = [cluster.client(0, key), cluster.client(1, key)]
+    before = cluster.node_counts()
+    ids = [clients[i % 2].containers.create(name="doomed").id for i in range(12)]
+    for i, container_id in enumerate(ids):
+        run(clients[i % 2], container_id, f"echo {i} > mine.txt")
+    placed = cluster.node_counts()
+    delta = {name: placed[name] - before.get(name, 0) for name in NODE_NAMES}
+    assert sum(delta.values()) == 12 and min(delta.values()) >= 1, delta
+    holding = {cid: cluster.node_holding(cid) for cid in ids}
+    known = None not in holding.values()
+    if known:
+        # The harness's own view (engine directories) agrees with the API's.
+        assert collections.Counter(holding.values()) == collections.Counter(
+            {n: c for n, c in delta.items() if c}), (holding, delta)
+
+    victim = "n3"
+    killed_at = time.monotonic()
+    cluster.nodes[victim].kill9()
+    cluster.wait_nodes(lambda nodes: {n["id"]: n["status"] for n in nodes}.get(victim) == "lost",
+                       LOST_AFTER_SECS + LOST_SLACK_SECS, f"{victim} lost")
+
+    def statuses():
+        try:
+            return {cid: clients[0].containers.retrieve(cid).status for cid in ids}
+        except openai.ConflictError as error:
+            pytest.fail("a lost container must still be retrievable (200, status \"lost\"), "
+                        f"not {error.status_code} {error.body}")
+
+    seen = {}
+
+    def lost_ones_read_lost():
+        seen.update(statuses())
+        return collections.Counter(seen.values()) == {"lost": delta[victim], "running": 12 - delta[victim]}
+
+    assert wait_until(lost_ones_read_lost, LOST_AFTER_SECS + LOST_SLACK_SECS, 0.25), seen
+    lost_secs = time.monotonic() - killed_at
+    assert lost_secs <= LOST_AFTER_SECS + LOST_SLACK_SECS
+    lost = [cid for cid, status in seen.items() if status == "lost"]
+    alive = [cid for cid, status in seen.items() if status == "running"]
+    if known:
+        assert {holding[cid] for cid in lost} == {victim}, holding
+    # Through either replica: an exec on a lost one is a 409 saying so...
+    for client in clients:
+        for container_id in lost[:2]:
+            with pytest.raises(openai.ConflictError) as refused:
+                exec_commands(client, container_id, ["true"])
+            assert refused.value.code == "container_lost", refused.value.body
+    # ... and the others are untouched.
+    for i, container_id in enumerate(alive):
+        stdout = run(clients[i % 2], container_id, "cat mine.txt")[0]
+        assert stdout == f"{ids.index(container_id)}\n"
+
+    # New containers go to the survivors only.
+    now = cluster.node_counts()
+    fresh = [clients[i % 2].containers.create(name="after").id for i in range(9)]
+    for i, container_id in enumerate(fresh):
+        assert run(clients[i % 2], container_id, "echo fine")[0] == "fine\n"
+    later = cluster.node_counts()
+    assert later[victim] <= now[victim], (now, later)
+    assert sum(later[n] - now[n] for n in NODE_NAMES if n != victim) == 9, (now, later)
+    if known:
+        assert victim not in {cluster.node_holding(cid) for cid in fresh}
+    # Lost ones stay lost: never made again elsewhere.
+    assert all(clients[1].containers.retrieve(cid).status == "lost" for cid in lost)
+    if known:
+        assert all(cluster.node_holding(cid) == victim for cid in lost)
+    # What the error tells the user to do works: delete it.
+    clients[0].containers.delete(lost[0])
+    with pytest.raises(openai.NotFoundError):
+        clients[1].containers.retrieve(lost[0])
+    delete_all(clients, alive + fresh)
+
+
+# --- quotas ------------------------------------------------------------------
+
+
+def test_a_quota_holds_when_two_replicas_admit_at_once(clusters):
+    # Replicas and nodes alike run with the quota (a cluster of its own;
+    # last in this file, so the shared one is made once).
+    cluster = clusters.get(max_running_containers_per_project=5)
+    key = MEMBER_KEYS["quota"]
+    sessions = [cluster.session(0, key), cluster.session(1, key)]
+    attempts = 20
+    barrier = threading.Barrier(attempts)
+
+    def create(i):
+        http = sessions[i % 2]
+        barrier.wait(timeout=30)
+        # (Not through the shared session: one connection each, at once.)
+        return requests.post(f"{http.base}/containers", headers=http.headers, json={"name": "quota"},
+                             timeout=120)
+
+    answers = in_parallel(create, range(attempts), workers=attempts)
+    made = [r.json()["id"] for r in answers if r.status_code == 200]
+    refused = [r for r in answers if r.status_code != 200]
+    assert len(made) == 5, [(r.status_code, r.text[:200]) for r in answers]
+    for answer in refused:
+        assert answer.status_code == 429, answer.text
+        assert answer.json()["error"]["code"] == "too_many_running_containers", answer.text
+    client = cluster.client(0, key)
+    assert sorted(c.id for c in client.containers.list(name="quota")) == sorted(made)
+    # A slot freed is a slot for the next create, once.
+    client.containers.delete(made.pop())
+    barrier = threading.Barrier(4)
+    again = in_parallel(create, range(4), workers=4)
+    assert sorted(r.status_code for r in again) == [200, 429, 429, 429], [r.text[:200] for r in again]
+    made += [r.json()["id"] for r in again if r.status_code == 200]
+    delete_all([client, cluster.client(1, key)], made)
