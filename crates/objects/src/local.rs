@@ -3,7 +3,8 @@
 //! A put writes a temporary file in `<root>/.partial` (0600), syncs it,
 //! renames it into place and syncs the directory: a reader sees the old
 //! object or the whole new one, never part of one, and a crash leaves at
-//! worst a file in `.partial`, which [`LocalStore::open`] empties. A put
+//! worst a file in `.partial`, which the next [`LocalStore::open`] removes
+//! (its name holds the pid of the process that wrote it). A put
 //! that fails, or whose future is dropped, removes its temporary file.
 //! Directories are made 0700: the objects are the server's alone.
 
@@ -46,16 +47,12 @@ impl LocalStore {
             .create(root)
             .map_err(io)?;
         let partial = root.join(PARTIAL);
-        // Leftovers of a put that never finished (a crash): never objects.
-        match std::fs::remove_dir_all(&partial) {
+        match std::fs::DirBuilder::new().mode(0o700).create(&partial) {
             Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(io(e)),
         }
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&partial)
-            .map_err(io)?;
+        remove_leftovers(&partial).map_err(io)?;
         Ok(Self {
             root: root.to_owned(),
             partial,
@@ -99,6 +96,30 @@ impl LocalStore {
         self.partial
             .join(format!("{}-{n}.part", std::process::id()))
     }
+}
+
+/// Removes what puts of processes that are gone left in `partial` (a
+/// crash mid-put: never objects). Another process sharing the directory
+/// (`shellgate audit export` beside a running server) may be writing its
+/// own temporary files there: those, named after a live pid, stay.
+fn remove_leftovers(partial: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(partial)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let pid = name
+            .to_str()
+            .and_then(|name| name.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<u32>().ok());
+        let alive = pid.is_some_and(|pid| Path::new("/proc").join(pid.to_string()).exists());
+        if !alive {
+            match std::fs::remove_file(entry.path()) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(())
 }
 
 fn io_error(key: &Key) -> impl Fn(std::io::Error) -> ObjectError + '_ {

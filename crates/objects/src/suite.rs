@@ -365,11 +365,26 @@ fn local_objects_are_private_and_crash_leftovers_go() {
     assert_eq!(mode(root.join("files")), 0o700);
     assert_eq!(mode(root.join("files/nested")), 0o700);
     assert_eq!(mode(root.join(".partial")), 0o700);
-    // A put a crash interrupted: gone at the next open; objects stay.
-    std::fs::write(root.join(".partial/123-0.part"), b"half").unwrap();
+    // A put a crash interrupted (its process gone): removed at the next
+    // open; a live process's put in progress (a server beside the CLI)
+    // stays; objects stay.
+    let dead = std::process::Command::new("true").spawn().unwrap();
+    let dead_pid = dead.id();
+    let mut dead = dead;
+    dead.wait().unwrap();
+    let crashed = root.join(format!(".partial/{dead_pid}-0.part"));
+    let writing = root.join(format!(".partial/{}-7.part", std::process::id()));
+    std::fs::write(&crashed, b"half").unwrap();
+    std::fs::write(&writing, b"in progress").unwrap();
+    std::fs::write(root.join(".partial/stray"), b"?").unwrap();
     drop(store);
     let store = LocalStore::open(&root).unwrap();
-    assert_eq!(std::fs::read_dir(root.join(".partial")).unwrap().count(), 0);
+    let left: Vec<PathBuf> = std::fs::read_dir(root.join(".partial"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(left, vec![writing.clone()]);
+    std::fs::remove_file(writing).unwrap();
     assert_eq!(
         runtime
             .block_on(store.size(&key("files/nested/file-1")))

@@ -439,6 +439,74 @@ async fn a_file_upload_without_a_valid_purpose_names_it() {
     answer.error(415);
 }
 
+/// The blobs in the data directory's `files/` (the local object store), and
+/// what its puts left in `.partial`.
+fn blobs_on_disk(harness: &Harness) -> (Vec<String>, usize) {
+    let dir = &harness.state.config.data_dir;
+    let names = |sub: &str| -> Vec<String> {
+        std::fs::read_dir(dir.join(sub))
+            .map(|entries| {
+                entries
+                    .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    (names("files"), names(".partial").len())
+}
+
+#[tokio::test]
+async fn a_file_is_a_private_blob_at_its_old_path_and_a_failed_upload_leaves_none() {
+    use std::os::unix::fs::PermissionsExt;
+    let harness = Harness::with_config(|config| config.max_upload_bytes = 1000);
+    let answer = harness
+        .upload("/v1/files", "a.txt", b"kept", &[("purpose", "user_data")])
+        .await;
+    let id = answer.ok()["id"].as_str().unwrap().to_owned();
+    // Where a Files API blob always was: an upgraded box finds its blobs.
+    let blob = harness.state.config.data_dir.join("files").join(&id);
+    assert_eq!(std::fs::read(&blob).unwrap(), b"kept");
+    assert_eq!(
+        std::fs::metadata(&blob).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    // Refused after the blob was stored (the purpose comes after the
+    // file), and too large: no blob stays, no partial file either.
+    let bad_purpose = async {
+        use axum::body::Body;
+        let body = "--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"x\"\r\n\r\n\
+                    data\r\n--b\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\n\
+                    mischief\r\n--b--\r\n";
+        let request = axum::http::Request::post("/v1/files")
+            .header("authorization", format!("Bearer {ALPHA}"))
+            .header("content-type", "multipart/form-data; boundary=b")
+            .body(Body::from(body))
+            .unwrap();
+        harness.send(request).await
+    };
+    assert_eq!(bad_purpose.await.error(400)["param"], "purpose");
+    let too_large = harness
+        .upload(
+            "/v1/files",
+            "big.bin",
+            &[7u8; 5000],
+            &[("purpose", "user_data")],
+        )
+        .await;
+    too_large.error(413);
+    let only_the_kept = || blobs_on_disk(&harness) == (vec![id.clone()], 0);
+    for _ in 0..100 {
+        if only_the_kept() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(blobs_on_disk(&harness), (vec![id.clone()], 0));
+    // Row first, then blob.
+    harness.delete(&format!("/v1/files/{id}")).await.ok();
+    assert_eq!(blobs_on_disk(&harness), (vec![], 0));
+}
+
 #[tokio::test]
 async fn container_files_uploaded_or_made_by_commands_are_listed() {
     let harness = Harness::new();
