@@ -25,12 +25,10 @@ import pytest
 import requests
 
 from cluster import (LOST_AFTER_SECS, MEMBER_KEYS, NODE_ADDRESS, NODE_NAMES, NODE_PORT, ROOMY,
-                     SECRET_HEADER, binary_has_roles, can_run, cluster, clusters)  # noqa: F401 (fixtures)
+                     SECRET_HEADER, can_run, cluster, clusters)  # noqa: F401 (fixtures)
 from conftest import exec_commands, processes_matching, wait_until
 
 _why_not = can_run()
-if not _why_not and not binary_has_roles():
-    _why_not = "this shellgate binary has no cluster roles yet (SHELLGATE_ROLE, issue 22)"
 pytestmark = pytest.mark.skipif(bool(_why_not), reason=_why_not)
 
 ALPHA, BETA = MEMBER_KEYS["alpha"], MEMBER_KEYS["beta"]

@@ -247,9 +247,9 @@ async fn show_lost(
         Some(grant) if grant.project == row.project => {}
         _ => return Ok(None),
     }
-    Ok(Some(
-        Json(crate::containers::container_object(&row)?).into_response(),
-    ))
+    let mut container = crate::containers::container_object(&row)?;
+    container.status = ContainerStatus::Lost.as_str().to_owned();
+    Ok(Some(Json(container).into_response()))
 }
 
 /// Whether a request with `method` names the container `id` itself (its
@@ -293,32 +293,30 @@ async fn route(replica: &Arc<Replica>, mut request: Request) -> ApiResult<Respon
                     Ok(Some((s.node(&node)?, status)))
                 })
                 .await?;
-            match found {
+            let Some((node, status)) = found else {
                 // Unknown here: any node answers it (a 404 in the API's words).
-                None => send_anywhere(replica, request).await,
-                Some((_, ContainerStatus::Lost))
-                    if names_container(&request, &axum::http::Method::DELETE, &id) =>
-                {
+                return send_anywhere(replica, request).await;
+            };
+            // Lost: marked so, or its node is gone or silent past the limit
+            // (the sweep marks it at its next pass).
+            let live = node.filter(|node| {
+                status != ContainerStatus::Lost && alive(node, now(), replica.lost_after())
+            });
+            match live {
+                Some(node) => send(replica, &node, request).await.map_err(|(e, _)| e),
+                None if names_container(&request, &axum::http::Method::DELETE, &id) => {
                     match delete_lost(replica, request.headers(), &id).await? {
                         Some(deleted) => Ok(deleted),
                         None => Err(ApiError::not_found("container", &id)),
                     }
                 }
-                Some((_, ContainerStatus::Lost))
-                    if names_container(&request, &axum::http::Method::GET, &id) =>
-                {
+                None if names_container(&request, &axum::http::Method::GET, &id) => {
                     match show_lost(replica, request.headers(), &id).await? {
                         Some(shown) => Ok(shown),
                         None => Err(ApiError::not_found("container", &id)),
                     }
                 }
-                Some((_, ContainerStatus::Lost)) | Some((None, _)) => {
-                    Err(lost(replica, request.headers(), &id).await)
-                }
-                Some((Some(node), _)) if !alive(&node, now(), replica.lost_after()) => {
-                    Err(lost(replica, request.headers(), &id).await)
-                }
-                Some((Some(node), _)) => send(replica, &node, request).await.map_err(|(e, _)| e),
+                None => Err(lost(replica, request.headers(), &id).await),
             }
         }
         Target::Create => place(replica, request, None).await,
