@@ -72,6 +72,15 @@ if [[ " $* " == *" --quick "* ]]; then
 else
   bench/console.sh
 fi
+# The cluster (issue 22): exec through an API replica to a node in a network
+# namespace of its own against exec on a single box, and creates per second
+# with one node and with three (the test harness builds the cluster: Postgres,
+# moto's S3 and the namespaces; the test venv has moto and requests).
+if [[ " $* " == *" --quick "* ]]; then
+  SHELLGATE_BIN="$PWD/target/release/shellgate" .venv/bin/python bench/cluster.py --rounds 2 --per-round 50 --creates 100
+else
+  SHELLGATE_BIN="$PWD/target/release/shellgate" .venv/bin/python bench/cluster.py
+fi
 # The baselines as whole commands, for a second opinion from hyperfine.
 table=$(mktemp)
 hyperfine -N --warmup 20 --runs 300 --style none --export-markdown "$table" \

@@ -1598,6 +1598,13 @@ pub async fn input_items(
 /// At start-up: responses a crash interrupted are failed, never left
 /// `in_progress`.
 pub async fn settle_interrupted(state: &AppState) -> ApiResult<()> {
+    if state.config.role != crate::config::Role::All {
+        // A cluster's running responses are other nodes' too, and the
+        // store does not say which node runs which: a node starting must
+        // not fail them (a crashed node's stay in progress; see
+        // ARCHITECTURE.md's Scaling out).
+        return Ok(());
+    }
     let rows = state
         .db(|s| s.responses_with_status(&[ResponseStatus::Queued, ResponseStatus::InProgress]))
         .await?;

@@ -55,14 +55,14 @@ const HOP_BY_HOP: &[&str] = &[
 
 impl Replica {
     /// A replica over `store`, forwarding with a pooled client.
-    pub fn new(config: Config, store: Db) -> Result<Arc<Self>, crate::ServeError> {
+    pub fn new(config: Config, store: Db) -> Result<Arc<Self>, crate::error::ServeError> {
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
             .pool_idle_timeout(Duration::from_secs(60))
             .build()
-            .map_err(|e| crate::ServeError::Setup(format!("replica client: {e}")))?;
+            .map_err(|e| crate::error::ServeError::Setup(format!("replica client: {e}")))?;
         Ok(Arc::new(Self {
             config,
             store,
