@@ -806,6 +806,12 @@ async fn prepare(
     .await?;
     items.extend(input.iter().cloned());
     let response_id = new_id("resp_");
+    if !state.node_name.is_empty() {
+        // A cluster's replicas send this response's later requests (its
+        // live events, its cancel) to this node, which holds them.
+        let (id, node) = (response_id.clone(), state.node_name.clone());
+        state.db(move |s| s.set_response_node(&id, &node)).await?;
+    }
     let reuse = crate::hosted::Reuse::pick(&tools, body.session_id.as_deref(), &items);
     let hosted = crate::hosted::prepare(state, &project.0, &tools, reuse, &response_id).await?;
     let (sandbox, environment_description) = (hosted.sandbox, hosted.description);

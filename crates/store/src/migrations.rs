@@ -323,6 +323,12 @@ pub(crate) const SQLITE_MIGRATIONS: &[&str] = &[
         started_at INTEGER NOT NULL,
         heartbeat_at INTEGER NOT NULL
     );
+    -- The node running a response (in a cluster): where its live events
+    -- and its cancel are.
+    CREATE TABLE response_nodes (
+        response_id TEXT PRIMARY KEY,
+        node_id TEXT NOT NULL
+    );
 "#,
 ];
 
@@ -574,6 +580,10 @@ pub(crate) const POSTGRES_MIGRATIONS: &[&str] = &[
         version TEXT NOT NULL,
         started_at BIGINT NOT NULL,
         heartbeat_at BIGINT NOT NULL
+    );
+    CREATE TABLE response_nodes (
+        response_id TEXT PRIMARY KEY,
+        node_id TEXT NOT NULL
     );
 "#,
 ];

@@ -151,6 +151,17 @@ impl Store {
         })
     }
 
+    /// Every node (without its load: what routing needs), by id.
+    pub fn node_rows(&self) -> Result<Vec<NodeRow>> {
+        self.read(|sql| {
+            sql.query(
+                &format!("SELECT {NODE_COLUMNS} FROM nodes ORDER BY id"),
+                &[],
+                node_row,
+            )
+        })
+    }
+
     /// Every node with its load, by id.
     pub fn nodes(&self) -> Result<Vec<NodeLoad>> {
         self.read(|sql| {
@@ -213,6 +224,38 @@ impl Store {
                 )?;
             }
             Ok(lost)
+        })
+    }
+
+    /// Records that cluster node `node` runs response `id` (its live
+    /// events and its cancel are there).
+    pub fn set_response_node(&self, id: &str, node: &str) -> Result<()> {
+        self.write(|sql| {
+            sql.execute(
+                "INSERT INTO response_nodes (response_id, node_id) VALUES (?1, ?2)
+                 ON CONFLICT (response_id) DO UPDATE SET node_id = excluded.node_id",
+                &[&id, &node],
+            )
+        })?;
+        Ok(())
+    }
+
+    /// The live node that runs (or ran) response `id`, if one recorded it.
+    pub fn response_node(&self, id: &str) -> Result<Option<NodeRow>> {
+        self.read(|sql| {
+            sql.query_opt(
+                &format!(
+                    "SELECT {} FROM response_nodes r JOIN nodes n ON n.id = r.node_id
+                     WHERE r.response_id = ?1",
+                    NODE_COLUMNS
+                        .split(", ")
+                        .map(|column| format!("n.{column}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                &[&id],
+                node_row,
+            )
         })
     }
 
@@ -298,6 +341,9 @@ mod tests {
                 NodeStatus::Draining
             );
             assert_eq!(store.containers_on_node("n2").unwrap().len(), 1);
+            store.set_response_node("resp_1", "n2").unwrap();
+            assert_eq!(store.response_node("resp_1").unwrap().unwrap().id, "n2");
+            assert_eq!(store.response_node("resp_2").unwrap(), None);
         }
     }
 }

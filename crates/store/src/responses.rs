@@ -137,6 +137,7 @@ fn conversation(sql: &mut dyn Sql, id: &str) -> Result<String> {
 fn remove(sql: &mut dyn Sql, id: &str) -> Result<()> {
     sql.execute("DELETE FROM response_items WHERE response_id = ?1", &[&id])?;
     sql.execute("DELETE FROM responses WHERE id = ?1", &[&id])?;
+    sql.execute("DELETE FROM response_nodes WHERE response_id = ?1", &[&id])?;
     Ok(())
 }
 

@@ -7,6 +7,7 @@
 //! nodes lost. Quotas, billing and the audit are the store's, written by
 //! whichever node runs the container, once.
 
+mod directory;
 pub mod node;
 mod placement;
 pub mod replica;

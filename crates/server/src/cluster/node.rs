@@ -16,6 +16,7 @@ use shellgate_store::{NodeRow, NodeStatus};
 
 use super::{secret_matches, SECRET_HEADER};
 use crate::error::{ApiError, ApiResult};
+use crate::listener::ClientAddr;
 use crate::state::AppState;
 use crate::time::now;
 
@@ -43,6 +44,23 @@ pub async fn gate(
     }
     // Handlers never see it (nor could echo it anywhere).
     request.headers_mut().remove(SECRET_HEADER);
+    // The client's address is the one the replica saw (it sets the header,
+    // replacing any the client sent), not the replica's: what the node
+    // forwards on (a port's `X-Forwarded-For`) names the client.
+    let client = request
+        .headers()
+        .get("x-forwarded-for")
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.trim().parse::<std::net::IpAddr>().ok());
+    if let Some(ip) = client {
+        let port = request
+            .extensions()
+            .get::<ClientAddr>()
+            .map_or(0, |peer| peer.0.port());
+        request
+            .extensions_mut()
+            .insert(ClientAddr(std::net::SocketAddr::new(ip, port)));
+    }
     next.run(request).await
 }
 

@@ -19,6 +19,7 @@ use shellgate_store::{ContainerStatus, KeyRole, NodeLoad, NodeRow};
 use shellgate_wire::cluster::ClusterNode;
 use shellgate_wire::List;
 
+use super::directory::{Directory, Whereabouts};
 use super::placement::{alive, Placements};
 use super::routing::{container_ids, target, Target};
 use super::SECRET_HEADER;
@@ -33,10 +34,30 @@ pub struct Replica {
     store: Db,
     client: reqwest::Client,
     placements: Placements,
+    directory: Directory,
 }
 
 /// Containers a model request's body is looked through for, at most.
 const BODY_IDS: usize = 16;
+
+/// What a request's body says that routing reads: the image a create
+/// asks for, and what a model request continues (its `session_id`, as
+/// OpenRouter's API and Anthropic's Messages carry it, and a stored
+/// response). The rest is the node's to read.
+#[derive(Default, serde::Deserialize)]
+struct Routed {
+    image: Option<String>,
+    session_id: Option<String>,
+    previous_response_id: Option<String>,
+}
+
+impl Routed {
+    /// A body that does not read so (not JSON, a field of another type)
+    /// says nothing here; the node answers it.
+    fn of(body: &[u8]) -> Self {
+        serde_json::from_slice(body).unwrap_or_default()
+    }
+}
 
 /// Nodes a request that reached none is tried on, at most.
 const ATTEMPTS: usize = 3;
@@ -68,6 +89,7 @@ impl Replica {
             store,
             client,
             placements: Placements::default(),
+            directory: Directory::default(),
         }))
     }
 
@@ -115,7 +137,9 @@ async fn healthz(State(replica): State<Arc<Replica>>) -> ApiResult<impl IntoResp
     Ok(Json(serde_json::json!({"status": "ok", "role": "api"})))
 }
 
-/// The bearer key's grant, if the request shows a live one.
+/// The grant of the request's key (`Authorization: Bearer KEY`, or
+/// `x-api-key: KEY` as Anthropic's and E2B's SDKs send it), if it shows a
+/// live one.
 async fn grant(
     replica: &Replica,
     headers: &HeaderMap,
@@ -124,6 +148,13 @@ async fn grant(
         .get(header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.strip_prefix("Bearer "))
+        .or_else(|| {
+            headers
+                .get("x-api-key")
+                .and_then(|value| value.to_str().ok())
+        })
+        .map(str::trim)
+        .filter(|key| !key.is_empty())
         .map(str::to_owned)
     else {
         return Ok(None);
@@ -283,25 +314,16 @@ async fn route(replica: &Arc<Replica>, mut request: Request) -> ApiResult<Respon
     );
     match goes {
         Target::Container(id) => {
-            let key = id.clone();
-            let found = replica
-                .store
-                .run(move |s| {
-                    let Some((node, status)) = s.container_node(&key)? else {
-                        return Ok(None);
-                    };
-                    Ok(Some((s.node(&node)?, status)))
-                })
-                .await?;
-            let Some((node, status)) = found else {
-                // Unknown here: any node answers it (a 404 in the API's words).
-                return send_anywhere(replica, request).await;
-            };
             // Lost: marked so, or its node is gone or silent past the limit
             // (the sweep marks it at its next pass).
-            let live = node.filter(|node| {
-                status != ContainerStatus::Lost && alive(node, now(), replica.lost_after())
-            });
+            let live = match replica.directory.locate(&replica.store, &id).await? {
+                // Unknown here: any node answers it (a 404 in the API's words).
+                Whereabouts::Unknown => return send_anywhere(replica, request).await,
+                Whereabouts::On(node) => {
+                    Some(node).filter(|node| alive(node, now(), replica.lost_after()))
+                }
+                Whereabouts::Lost => None,
+            };
             match live {
                 Some(node) => send(replica, &node, request).await.map_err(|(e, _)| e),
                 None if names_container(&request, &axum::http::Method::DELETE, &id) => {
@@ -319,6 +341,19 @@ async fn route(replica: &Arc<Replica>, mut request: Request) -> ApiResult<Respon
                 None => Err(lost(replica, request.headers(), &id).await),
             }
         }
+        Target::Response(id) => {
+            let home = replica
+                .store
+                .run(move |s| s.response_node(&id))
+                .await?
+                .filter(|node| alive(node, now(), replica.lost_after()));
+            match home {
+                Some(node) => send(replica, &node, request).await.map_err(|(e, _)| e),
+                // Not recorded, or its node is gone: the stored object is
+                // any node's to show.
+                None => send_anywhere(replica, request).await,
+            }
+        }
         Target::Create => place(replica, request, None).await,
         Target::ModelRequest => {
             // The body is read (bounded like every request) to find the
@@ -333,10 +368,40 @@ async fn route(replica: &Arc<Replica>, mut request: Request) -> ApiResult<Respon
                     ))
                 })?;
             let ids = container_ids(&bytes, BODY_IDS);
+            let routed = Routed::of(&bytes);
+            // A session's container and a stored response's are the key's
+            // project's.
+            let project = if routed.session_id.is_some() || routed.previous_response_id.is_some() {
+                grant(replica, &parts.headers)
+                    .await?
+                    .map(|grant| grant.project)
+            } else {
+                None
+            };
             let home = replica
                 .store
                 .run(move |s| {
-                    for id in &ids {
+                    // In the order the node continues a container
+                    // (hosted::Reuse::pick): the session's, those the body
+                    // names, then the stored conversation's, newest first.
+                    let mut candidates = Vec::new();
+                    if let Some(project) = &project {
+                        if let Some(key) = crate::hosted::session_key(routed.session_id.as_deref())
+                        {
+                            candidates.extend(s.session_container(project, &key)?);
+                        }
+                    }
+                    candidates.extend(ids);
+                    if let (Some(project), Some(previous)) =
+                        (&project, &routed.previous_response_id)
+                    {
+                        if let Some(row) = s.response(project, previous)? {
+                            let mut stored = container_ids(row.conversation.as_bytes(), usize::MAX);
+                            stored.reverse();
+                            candidates.extend(stored);
+                        }
+                    }
+                    for id in &candidates {
                         if let Some((node, ContainerStatus::Running | ContainerStatus::Suspended)) =
                             s.container_node(id)?
                         {
@@ -374,13 +439,7 @@ async fn place(
             .await
             .map_err(|_| ApiError::too_large("Request body is too large."))?,
     };
-    let image = serde_json::from_slice::<serde_json::Value>(&bytes)
-        .ok()
-        .and_then(|body| {
-            body.get("image")
-                .and_then(|i| i.as_str())
-                .map(str::to_owned)
-        });
+    let image = Routed::of(&bytes).image;
     let mut tried = Vec::new();
     loop {
         let loads = replica.loads().await?;

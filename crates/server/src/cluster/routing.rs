@@ -10,6 +10,9 @@ use axum::http::{HeaderMap, Method};
 pub(crate) enum Target {
     /// It concerns this container (or E2B sandbox).
     Container(String),
+    /// It concerns this stored response (its live events and its cancel
+    /// are held by the node that runs it).
+    Response(String),
     /// It makes a new container (or E2B sandbox).
     Create,
     /// A model request: the containers its body names say where it runs.
@@ -19,8 +22,9 @@ pub(crate) enum Target {
 }
 
 /// The API prefixes a container path may come under: the API, OpenRouter's
-/// base, and the web console's forward of the API and its own views.
-const PREFIXES: &[&str] = &["/console/api/v1", "/console/api", "/api/v1", "/v1"];
+/// base, the web console's forward of the API and its own views, and
+/// E2B's second version (`/v2/sandboxes`: the SDK's create, list, connect).
+const PREFIXES: &[&str] = &["/console/api/v1", "/console/api", "/api/v1", "/v1", "/v2"];
 
 /// The model APIs, whose requests may name containers in their bodies.
 const MODEL_PATHS: &[&str] = &["/responses", "/messages", "/chat/completions"];
@@ -55,6 +59,7 @@ pub(crate) fn target(
             Target::Container(id.to_owned())
         }
         ("containers" | "sandboxes", None) if method == Method::POST => Target::Create,
+        ("responses", Some(id)) if !id.is_empty() => Target::Response(id.to_owned()),
         _ if method == Method::POST && MODEL_PATHS.contains(&rest) => Target::ModelRequest,
         _ => Target::Any,
     }
@@ -139,6 +144,13 @@ mod tests {
             ),
             (Method::POST, "/v1/containers", Target::Create),
             (Method::POST, "/sandboxes", Target::Create),
+            (Method::POST, "/v2/sandboxes", Target::Create),
+            (
+                Method::POST,
+                "/v2/sandboxes/cntr_g/connect",
+                Target::Container("cntr_g".into()),
+            ),
+            (Method::GET, "/v2/sandboxes", Target::Any),
             (Method::GET, "/v1/containers", Target::Any),
             (Method::POST, "/v1/responses", Target::ModelRequest),
             (
@@ -147,6 +159,11 @@ mod tests {
                 Target::ModelRequest,
             ),
             (Method::GET, "/v1/responses", Target::Any),
+            (
+                Method::POST,
+                "/v1/responses/resp_1/cancel",
+                Target::Response("resp_1".into()),
+            ),
             (Method::POST, "/v1/files", Target::Any),
             (Method::GET, "/healthz", Target::Any),
         ];
