@@ -28,11 +28,14 @@ struct Home {
     started_at: i64,
 }
 
+/// The nodes by id, as read at an instant.
+type NodesCopy = (Instant, Arc<HashMap<String, NodeRow>>);
+
 /// The replica's directory of containers and nodes.
 #[derive(Default)]
 pub(crate) struct Directory {
     homes: Mutex<HashMap<String, Home>>,
-    nodes: Mutex<Option<(Instant, Arc<HashMap<String, NodeRow>>)>>,
+    nodes: Mutex<Option<NodesCopy>>,
 }
 
 /// Where a container is, as far as routing needs to know.
