@@ -24,12 +24,24 @@ start_postgres() {
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   runuser -u postgres -- "$POSTGRES_BIN/initdb" -D "$POSTGRES_DIR/data" -U postgres \
     --auth=trust --no-sync -E UTF8 >/dev/null
+  # TLS offered (the store tests connect with sslmode=require too), with a
+  # certificate for 127.0.0.1 signed by a CA of this run's own.
+  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=shellgate test CA" \
+    -keyout "$POSTGRES_DIR/ca.key" -out "$POSTGRES_DIR/ca.pem" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" \
+    -keyout "$POSTGRES_DIR/data/server.key" -out "$POSTGRES_DIR/server.csr" 2>/dev/null
+  printf 'subjectAltName=IP:127.0.0.1\n' >"$POSTGRES_DIR/san.ext"
+  openssl x509 -req -in "$POSTGRES_DIR/server.csr" -CA "$POSTGRES_DIR/ca.pem" -CAkey "$POSTGRES_DIR/ca.key" \
+    -CAcreateserial -days 2 -extfile "$POSTGRES_DIR/san.ext" -out "$POSTGRES_DIR/data/server.crt" 2>/dev/null
+  chown postgres:postgres "$POSTGRES_DIR/data/server.key" "$POSTGRES_DIR/data/server.crt"
+  chmod 600 "$POSTGRES_DIR/data/server.key"
   # Enough connections for three nodes and two replicas of the cluster
   # tests, each with its pool, and the store's own tests.
   runuser -u postgres -- "$POSTGRES_BIN/pg_ctl" -D "$POSTGRES_DIR/data" -l "$POSTGRES_DIR/log" -w \
-    -o "-p $port -k $POSTGRES_DIR -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off -c synchronous_commit=off" \
+    -o "-p $port -k $POSTGRES_DIR -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=off -c synchronous_commit=off -c ssl=on" \
     start >/dev/null
   export SHELLGATE_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$port/postgres"
+  export SHELLGATE_TEST_POSTGRES_CA="$POSTGRES_DIR/ca.pem"
   export POSTGRES_DIR
 }
 

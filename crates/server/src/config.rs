@@ -26,6 +26,10 @@ pub struct Config {
     pub database_schema: String,
     /// Postgres connections this server keeps open at most.
     pub database_pool_size: usize,
+    /// A PEM file of the CA that signed the Postgres server's certificate
+    /// (a private CA), trusted beside the host's roots. TLS is used as the
+    /// URL's `sslmode` says (`prefer` by default, `require`, `disable`).
+    pub database_ca_file: String,
     /// What this server is in a cluster (issue 22): `all` (a single box:
     /// the API and the engine), `node` (the engine, registered in the
     /// shared store, taking requests only from API replicas) or `api` (a
@@ -485,6 +489,7 @@ impl Default for Config {
             database_url: Secret::default(),
             database_schema: String::new(),
             database_pool_size: 16,
+            database_ca_file: String::new(),
             role: Role::All,
             node_id: String::new(),
             node_address: String::new(),
@@ -581,6 +586,8 @@ impl Config {
                 url: url.to_owned(),
                 schema: (!self.database_schema.is_empty()).then(|| self.database_schema.clone()),
                 pool_size: self.database_pool_size.max(1),
+                ca_file: (!self.database_ca_file.is_empty())
+                    .then(|| PathBuf::from(&self.database_ca_file)),
             }),
             None => shellgate_store::Store::open(&self.sqlite_path()),
         }

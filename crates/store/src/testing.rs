@@ -38,6 +38,18 @@ pub(crate) fn postgres_url() -> Option<String> {
 
 /// A Postgres store in a new, empty schema.
 pub(crate) fn postgres_store(url: &str, pool_size: usize) -> TestStore {
+    // The test server offers TLS with a certificate of its own CA
+    // (scripts/lib/postgres.sh): the store verifies it as it would any.
+    let ca = std::env::var("SHELLGATE_TEST_POSTGRES_CA").ok().map(Into::into);
+    postgres_store_with(url, pool_size, ca).expect("the test store opens")
+}
+
+/// A Postgres store in a new, empty schema, trusting `ca_file` too.
+pub(crate) fn postgres_store_with(
+    url: &str,
+    pool_size: usize,
+    ca_file: Option<std::path::PathBuf>,
+) -> crate::Result<TestStore> {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     let schema = format!(
         "test_{}_{}",
@@ -48,12 +60,13 @@ pub(crate) fn postgres_store(url: &str, pool_size: usize) -> TestStore {
         url: url.to_owned(),
         schema: Some(schema),
         pool_size,
+        ca_file,
     };
-    let owner = PostgresDatabase::open(&options).expect("the test schema is made");
-    TestStore {
-        store: Store::open_postgres(&options).expect("the test store opens"),
+    let owner = PostgresDatabase::open(&options)?;
+    Ok(TestStore {
+        store: Store::open_postgres(&options)?,
         schema_owner: Some(owner),
-    }
+    })
 }
 
 /// One store per database the tests run on.

@@ -705,3 +705,32 @@ mod admission_tests {
         concurrent_creates_never_pass_the_quota(crate::testing::postgres_store(&url, 16));
     }
 }
+
+mod tls_tests {
+    /// With `sslmode=require`, the store talks to Postgres over TLS only,
+    /// verifying the server's certificate: against the CA given, it works;
+    /// without it (the test CA is no host root), the connection is refused.
+    #[test]
+    fn postgres_over_tls_verifies_the_server() {
+        let (Some(url), Ok(ca)) = (
+            crate::testing::postgres_url(),
+            std::env::var("SHELLGATE_TEST_POSTGRES_CA"),
+        ) else {
+            eprintln!("SHELLGATE_TEST_POSTGRES_CA is not set: the TLS run is skipped");
+            return;
+        };
+        let required = format!("{url}?sslmode=require");
+        let store =
+            crate::testing::postgres_store_with(&required, 2, Some(ca.into())).expect("TLS opens");
+        store.add_key("sk-tls", "alpha", 1).unwrap();
+        assert_eq!(
+            store.project_for_key("sk-tls").unwrap().as_deref(),
+            Some("alpha")
+        );
+        let refused = crate::testing::postgres_store_with(&required, 2, None);
+        assert!(
+            matches!(refused, Err(crate::StoreError::Postgres(_))),
+            "an unknown CA must be refused"
+        );
+    }
+}

@@ -13,6 +13,7 @@ mod params;
 mod postgres;
 mod row;
 mod sqlite;
+mod tls;
 
 pub use self::postgres::PostgresOptions;
 pub(crate) use self::postgres::{describe_postgres, PostgresDatabase};

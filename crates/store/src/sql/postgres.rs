@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::types::{IsNull, ToSql, Type};
-use postgres::{Client, Config, NoTls, Statement};
+use postgres::{Client, Config, Statement};
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::row::{Cell, Row};
 use super::{numbered_placeholders, Database, Dialect, Param, Sql, ToParam, Work};
@@ -31,6 +32,9 @@ pub struct PostgresOptions {
     pub schema: Option<String>,
     /// Connections open at most at once.
     pub pool_size: usize,
+    /// A PEM file of the CA that signed the server's certificate, beside
+    /// the host's trusted roots (a private CA's).
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 /// How long a caller waits for a free connection before the request fails.
@@ -77,6 +81,7 @@ struct PoolState {
 /// The Postgres database.
 pub(crate) struct PostgresDatabase {
     config: Config,
+    tls: MakeRustlsConnect,
     schema: Option<String>,
     pool_size: usize,
     state: Mutex<PoolState>,
@@ -135,6 +140,7 @@ impl PostgresDatabase {
         }
         let database = Self {
             config,
+            tls: super::tls::connector(options.ca_file.as_deref())?,
             schema: options.schema.clone(),
             pool_size: options.pool_size.max(1),
             state: Mutex::new(PoolState {
@@ -155,7 +161,7 @@ impl PostgresDatabase {
     }
 
     fn connect(&self) -> Result<PgConnection> {
-        let mut client = self.config.connect(NoTls)?;
+        let mut client = self.config.connect(self.tls.clone())?;
         if let Some(schema) = &self.schema {
             // The name was checked to be a plain identifier.
             client.batch_execute(&format!("SET search_path TO {schema}"))?;
@@ -202,7 +208,7 @@ impl PostgresDatabase {
     }
 
     fn migrate(&self) -> Result<()> {
-        let mut client = self.config.connect(NoTls)?;
+        let mut client = self.config.connect(self.tls.clone())?;
         client.execute("SELECT pg_advisory_lock($1)", &[&MIGRATION_LOCK])?;
         let result = (|| -> Result<()> {
             if let Some(schema) = &self.schema {
@@ -243,7 +249,7 @@ impl PostgresDatabase {
     #[cfg(test)]
     pub(crate) fn drop_schema(&self) -> Result<()> {
         if let Some(schema) = &self.schema {
-            let mut client = self.config.connect(NoTls)?;
+            let mut client = self.config.connect(self.tls.clone())?;
             client.batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))?;
         }
         Ok(())
@@ -315,11 +321,11 @@ impl Database for PostgresDatabase {
     }
 
     fn on_change(&self, wake: Box<dyn Fn() + Send + Sync>) {
-        let config = self.config.clone();
+        let (config, tls) = (self.config.clone(), self.tls.clone());
         let closed = Arc::clone(&self.closed);
         let spawned = std::thread::Builder::new()
             .name("store-changes".into())
-            .spawn(move || listen_for_changes(config, closed, wake));
+            .spawn(move || listen_for_changes(config, tls, closed, wake));
         if let Err(error) = spawned {
             tracing_free_warning(&format!("cannot start the change listener: {error}"));
         }
@@ -329,9 +335,14 @@ impl Database for PostgresDatabase {
 /// Holds a connection that listens on the changes channel and wakes the
 /// reader on each notification, reconnecting (and waking once, since
 /// changes may have been missed) when the connection breaks.
-fn listen_for_changes(config: Config, closed: Arc<AtomicBool>, wake: Box<dyn Fn() + Send + Sync>) {
+fn listen_for_changes(
+    config: Config,
+    tls: MakeRustlsConnect,
+    closed: Arc<AtomicBool>,
+    wake: Box<dyn Fn() + Send + Sync>,
+) {
     while !closed.load(Ordering::Relaxed) {
-        let listening = config.connect(NoTls).and_then(|mut client| {
+        let listening = config.connect(tls.clone()).and_then(|mut client| {
             client.batch_execute(&format!("LISTEN {CHANGES_CHANNEL}"))?;
             Ok(client)
         });
