@@ -213,20 +213,28 @@ async fn nodes(
     })))
 }
 
+/// A lost container's row, if the request shows its project's key (else
+/// `None`: anyone else gets the 404 any unknown id gets).
+async fn owned_row(
+    replica: &Replica,
+    headers: &HeaderMap,
+    id: &str,
+) -> ApiResult<Option<shellgate_store::ContainerRow>> {
+    let key = id.to_owned();
+    let Some(row) = replica.store.run(move |s| s.container_by_id(&key)).await? else {
+        return Ok(None);
+    };
+    Ok(match grant(replica, headers).await? {
+        Some(grant) if grant.project == row.project => Some(row),
+        _ => None,
+    })
+}
+
 /// The error for a container whose node was lost: to its project's keys
 /// a 409 saying so; to anyone else the 404 any unknown id gets.
 async fn lost(replica: &Replica, headers: &HeaderMap, id: &str) -> ApiError {
-    let key = id.to_owned();
-    let project = replica
-        .store
-        .run(move |s| s.container_by_id(&key))
-        .await
-        .ok()
-        .flatten()
-        .map(|row| row.project);
-    let granted = grant(replica, headers).await.ok().flatten();
-    match (project, granted) {
-        (Some(project), Some(grant)) if grant.project == project => {
+    match owned_row(replica, headers, id).await {
+        Ok(Some(_)) => {
             let mut error = ApiError::conflict(format!(
                 "Container '{id}' is lost: the node it ran on stopped answering. Its files \
                  are gone with it; delete it and create another."
@@ -240,19 +248,14 @@ async fn lost(replica: &Replica, headers: &HeaderMap, id: &str) -> ApiError {
 
 /// Deletes a lost container's row for its project's key (its node is gone,
 /// so no node can): the container object's deletion, or `None` when the
-/// request is not its owner's (it gets the 404 any unknown id gets).
+/// request is not its owner's.
 async fn delete_lost(
     replica: &Replica,
     headers: &HeaderMap,
     id: &str,
 ) -> ApiResult<Option<Response>> {
-    let key = id.to_owned();
-    let Some(row) = replica.store.run(move |s| s.container_by_id(&key)).await? else {
+    if owned_row(replica, headers, id).await?.is_none() {
         return Ok(None);
-    };
-    match grant(replica, headers).await? {
-        Some(grant) if grant.project == row.project => {}
-        _ => return Ok(None),
     }
     let key = id.to_owned();
     replica.store.run(move |s| s.delete_container(&key)).await?;
@@ -270,14 +273,9 @@ async fn show_lost(
     headers: &HeaderMap,
     id: &str,
 ) -> ApiResult<Option<Response>> {
-    let key = id.to_owned();
-    let Some(row) = replica.store.run(move |s| s.container_by_id(&key)).await? else {
+    let Some(row) = owned_row(replica, headers, id).await? else {
         return Ok(None);
     };
-    match grant(replica, headers).await? {
-        Some(grant) if grant.project == row.project => {}
-        _ => return Ok(None),
-    }
     let mut container = crate::containers::container_object(&row)?;
     container.status = ContainerStatus::Lost.as_str().to_owned();
     Ok(Some(Json(container).into_response()))
