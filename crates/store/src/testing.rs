@@ -40,7 +40,9 @@ pub(crate) fn postgres_url() -> Option<String> {
 pub(crate) fn postgres_store(url: &str, pool_size: usize) -> TestStore {
     // The test server offers TLS with a certificate of its own CA
     // (scripts/lib/postgres.sh): the store verifies it as it would any.
-    let ca = std::env::var("SHELLGATE_TEST_POSTGRES_CA").ok().map(Into::into);
+    let ca = std::env::var("SHELLGATE_TEST_POSTGRES_CA")
+        .ok()
+        .map(Into::into);
     postgres_store_with(url, pool_size, ca).expect("the test store opens")
 }
 
