@@ -19,8 +19,10 @@ and `clusters` (one with other settings; `taint()` after breaking it).
 Everything the cluster makes is removed by `stop`, and a run that crashed
 before its `stop` is cleaned up by the next one's `start` (the fixed
 namespace and bridge names, and the temp directories' prefix, say what is
-ours). Processes run in sessions of their own, so a "kill -9" takes the
-whole process group.
+ours). Since those names are fixed, one cluster is up at a time on a
+machine: a `start` waits for the lock another run's cluster holds (a test
+run beside a benchmark's, say). Processes run in sessions of their own, so
+a "kill -9" takes the whole process group.
 
 The servers are started with `nsenter --net=/run/netns/NAME`, not `ip netns
 exec NAME`: the latter also unshares the mount namespace and mounts a fresh
@@ -76,6 +78,13 @@ SECRET_HEADER = "X-Shellgate-Cluster-Secret"
 HEARTBEAT_SECS = 1
 LOST_AFTER_SECS = 5
 
+# One cluster at a time on a machine (the names above are fixed, and a
+# start removes what another run left): a start waits for this lock, held
+# while its cluster is up and let go with its process however it ends.
+LOCK_FILE = (Path("/run/lock") if Path("/run/lock").is_dir() else Path(tempfile.gettempdir())) \
+    / "shellgate-cluster.lock"
+LOCK_WAIT_SECS = 1800
+
 
 def sh(*args, check=True, netns=None):
     """Runs a command (in `netns` if given), returning its stdout; raises
@@ -99,6 +108,35 @@ def can_run() -> str:
     if not BINARY.exists():
         return f"no shellgate binary at {BINARY}"
     return ""
+
+
+_held = []
+
+
+def take_lock():
+    """The machine's cluster lock (an open file holding it), waited for
+    up to LOCK_WAIT_SECS while another run's cluster is up. A second
+    cluster of this process fails at once: it would wait for itself."""
+    import fcntl
+
+    if any(not f.closed for f in _held):
+        raise RuntimeError("this process's cluster is already up (one at a time: the names are fixed)")
+    held = open(LOCK_FILE, "a")
+    _held[:] = [held]
+    deadline = time.monotonic() + LOCK_WAIT_SECS
+    said = False
+    while True:
+        try:
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return held
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                held.close()
+                raise RuntimeError(f"another run's cluster held {LOCK_FILE} for {LOCK_WAIT_SECS}s")
+            if not said:
+                print(f"cluster.py: another run's cluster is up; waiting for {LOCK_FILE}", file=sys.stderr)
+                said = True
+            time.sleep(1)
 
 
 # --- leftovers --------------------------------------------------------------
@@ -507,10 +545,12 @@ class Cluster:
         self.nodes = {}
         self.replicas = []
         self.extra = []
+        self.lock = None
 
     # Starting and stopping.
 
     def start(self) -> "Cluster":
+        self.lock = take_lock()
         remove_leftovers()
         self.directory = Path(tempfile.mkdtemp(prefix=TMP_PREFIX))
         os.chmod(self.directory, 0o755)
@@ -588,6 +628,9 @@ class Cluster:
         if self.directory:
             _unmount_under(self.directory)
             subprocess.run(["rm", "-rf", "--one-file-system", str(self.directory)], capture_output=True)
+        if self.lock is not None:
+            self.lock.close()
+            self.lock = None
 
     def all_alive(self) -> bool:
         return all(server.alive() for server in list(self.nodes.values()) + self.replicas)

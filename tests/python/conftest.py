@@ -1,5 +1,15 @@
-"""Runs a real `shellgate serve` for the official `openai` SDK to talk to."""
+"""Runs a real `shellgate serve` for the official `openai` SDK to talk to.
 
+With `SHELLGATE_TEST_CLUSTER=1` the session's `server` is a cluster
+instead (issue 22; cluster.py): three nodes in network namespaces of their
+own, two API replicas, Postgres and S3, with the same keys and projects,
+behind a facade (`ClusterServer`) whose clients and URLs alternate between
+the two replicas, so the suites run through both. Tests that need one box
+(its data directory, its process, a server of their own) are marked
+`single_box("why")` and skipped in that mode; `fresh_server` skips itself.
+"""
+
+import itertools
 import os
 import signal
 import socket
@@ -21,6 +31,27 @@ KEY_B = "sk-test-project-b"
 # client-side), for the same two projects.
 E2B_KEY_A = "e2b_" + "a1" * 20
 E2B_KEY_B = "e2b_" + "b2" * 20
+API_KEYS = f"{KEY_A}:alpha,{KEY_B}:beta,{E2B_KEY_A}:alpha,{E2B_KEY_B}:beta"
+# The suites against a cluster rather than one server (see above).
+CLUSTER_MODE = os.environ.get("SHELLGATE_TEST_CLUSTER") == "1"
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "single_box(reason): the test needs one shellgate server (its data directory, its "
+        "process, its internals); skipped with SHELLGATE_TEST_CLUSTER=1, saying `reason`",
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    if not CLUSTER_MODE:
+        return
+    for item in items:
+        marker = item.get_closest_marker("single_box")
+        if marker is not None:
+            reason = marker.args[0] if marker.args else marker.kwargs.get("reason", "")
+            item.add_marker(pytest.mark.skip(reason=f"single box only: {reason}"))
 
 
 def wait_until(condition, timeout: float, interval: float = 0.05) -> bool:
@@ -84,7 +115,7 @@ class Server:
     def start(self) -> "Server":
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "SHELLGATE_API_KEYS": f"{KEY_A}:alpha,{KEY_B}:beta,{E2B_KEY_A}:alpha,{E2B_KEY_B}:beta",
+            "SHELLGATE_API_KEYS": API_KEYS,
             "SHELLGATE_LOG": "info",
             "SHELLGATE_WARM_CONTAINERS": "1",
             # Tests that want the first-start build turn it back on.
@@ -116,6 +147,17 @@ class Server:
     def client(self, key: str = KEY_A) -> openai.OpenAI:
         return openai.OpenAI(base_url=self.base_url, api_key=key, max_retries=0, timeout=120)
 
+    @property
+    def pids(self) -> list:
+        """The server's processes (one; a cluster's are its replicas and
+        nodes): what a test measures the memory of."""
+        return [self.process.pid]
+
+    def run_cli(self, *args: str) -> subprocess.CompletedProcess:
+        """`shellgate ARGS` on this server's data directory (its store)."""
+        return subprocess.run([str(BINARY), "--data-dir", str(self.data_dir), *args],
+                              capture_output=True, text=True, check=True)
+
     def kill9(self) -> None:
         self.process.send_signal(signal.SIGKILL)
         self.process.wait()
@@ -129,27 +171,179 @@ class Server:
                 self.kill9()
 
 
+class ClusterLogs:
+    """Every server's log of a cluster, read as one (what a test's failure
+    message quotes as `server.log.read_text()`)."""
+
+    def __init__(self, cluster):
+        self.cluster = cluster
+
+    def read_text(self) -> str:
+        parts = []
+        for server in self.cluster.replicas + list(self.cluster.nodes.values()):
+            try:
+                parts.append(f"--- {server.name} ---\n{server.log.read_text(errors='replace')}")
+            except OSError:
+                pass
+        return "\n".join(parts)
+
+
+class ClusterServer:
+    """The session's cluster as the suites see a `Server`. Each test has a
+    replica of its own, the next in turn (`next_test`): `port` and
+    `base_url` name it for the whole test (URLs a server builds from the
+    request's Host stay comparable). `client()` alternates: a test's first
+    client is its replica's, the next one the other replica's, and so on,
+    so what one makes another reads (the `client` fixture is the first).
+    What exists on one box only (a data directory, a process) is not here:
+    the tests using it are single_box."""
+
+    host = "127.0.0.1"
+
+    def __init__(self, cluster):
+        self.cluster = cluster
+        self.tests = itertools.count()
+        self.current = 0
+        self.clients = itertools.count()
+        self.log = ClusterLogs(cluster)
+
+    def next_test(self) -> None:
+        self.current = next(self.tests) % len(self.cluster.replicas)
+        self.clients = itertools.count()
+
+    @property
+    def replica(self):
+        return self.cluster.replicas[self.current]
+
+    @property
+    def port(self) -> int:
+        return self.replica.port
+
+    @property
+    def base_url(self) -> str:
+        return self.replica.base_url
+
+    @property
+    def pids(self) -> list:
+        """Every replica's and node's process (what a request crosses)."""
+        return [server.pid for server in self.cluster.replicas + list(self.cluster.nodes.values())]
+
+    def run_cli(self, *args: str) -> subprocess.CompletedProcess:
+        """`shellgate ARGS` on the cluster's store (its Postgres and S3,
+        as a replica has them)."""
+        replica = self.cluster.replicas[0]
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+               **{f"SHELLGATE_{k.upper()}": str(v) for k, v in self.cluster.common_settings().items()}}
+        return subprocess.run([str(BINARY), "--data-dir", str(replica.data_dir), *args],
+                              capture_output=True, text=True, check=True, env=env)
+
+    def s3(self):
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.cluster.objects.endpoint, region_name="us-east-1",
+                            aws_access_key_id="test", aws_secret_access_key="test")
+
+    def object_names(self, prefix: str) -> set:
+        """The names (last path segment) of the objects stored under
+        `prefix` in the cluster's S3 bucket (where a single box keeps
+        `<data dir>/<prefix>`)."""
+        from cluster import BUCKET
+
+        names = set()
+        for page in self.s3().get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=f"objects/{prefix}"):
+            names |= {entry["Key"].rsplit("/", 1)[-1] for entry in page.get("Contents", [])}
+        return names
+
+    def remove_object(self, key: str) -> None:
+        """Removes a stored object (`files/<id>`: a single box's
+        `<data dir>/files/<id>`) from the cluster's S3 bucket."""
+        from cluster import BUCKET
+
+        self.s3().head_object(Bucket=BUCKET, Key=f"objects/{key}")  # there, or this raises
+        self.s3().delete_object(Bucket=BUCKET, Key=f"objects/{key}")
+
+    def client(self, key: str = KEY_A) -> openai.OpenAI:
+        replicas = self.cluster.replicas
+        replica = replicas[(self.current + next(self.clients)) % len(replicas)]
+        return openai.OpenAI(base_url=replica.base_url, api_key=key, max_retries=0, timeout=120)
+
+    def __getattr__(self, name):
+        if name in ("data_dir", "process", "kill9", "stop", "start", "settings"):
+            raise AttributeError(f"a cluster has no single server's `{name}`: mark the test "
+                                 f"@pytest.mark.single_box(...)")
+        raise AttributeError(name)
+
+
+def start_cluster(upstream, **settings):
+    """The cluster of SHELLGATE_TEST_CLUSTER=1: the replicas take the
+    suites' keys (and cluster.py's admin key, which it lists nodes with);
+    `settings` go to every server, the nodes running the model loops."""
+    import cluster as harness
+
+    why_not = harness.can_run()
+    if why_not:
+        raise RuntimeError(f"SHELLGATE_TEST_CLUSTER=1, but {why_not}")
+
+    class SuiteCluster(harness.Cluster):
+        def _replica(self, name, **overrides):
+            keys = f"{API_KEYS},{harness.ADMIN_KEY}:ops:admin"
+            return super()._replica(name, **{"api_keys": keys, **overrides})
+
+    return SuiteCluster({
+        "upstream_url": upstream.url,
+        "warm_containers": "1",
+        # A node is lost after a silence far beyond a loaded machine's
+        # stalls: the suites check the API, not the failure detector.
+        "node_lost_after_secs": "30",
+        **settings,
+    }).start()
+
+
 @pytest.fixture(scope="session")
 def upstream():
-    """A scripted Chat Completions model server (a fixture, not a product part)."""
+    """A scripted Chat Completions model server (a fixture, not a product
+    part). In cluster mode the nodes, each in its network namespace, call
+    it: it listens on every address and is named by the bridge's."""
     from scripted_upstream import ScriptedUpstream
 
-    scripted = ScriptedUpstream()
+    if CLUSTER_MODE:
+        from cluster import GATEWAY
+
+        scripted = ScriptedUpstream(host="0.0.0.0", advertise=GATEWAY)
+    else:
+        scripted = ScriptedUpstream()
     yield scripted
     scripted.stop()
 
 
 @pytest.fixture(scope="session")
 def server(upstream):
+    if CLUSTER_MODE:
+        cluster = start_cluster(upstream, upstream_timeout_secs=3)
+        try:
+            yield ClusterServer(cluster)
+        finally:
+            cluster.stop()
+        return
     with tempfile.TemporaryDirectory(prefix="shellgate-py-") as tmp:
         server = Server(Path(tmp), upstream_url=upstream.url, upstream_timeout_secs=3).start()
         yield server
         server.stop()
 
 
+@pytest.fixture(autouse=True)
+def _cluster_replica_turn(request):
+    """In cluster mode, each test that uses the session's server gets the
+    next replica (see ClusterServer); nothing otherwise."""
+    if CLUSTER_MODE and "server" in request.fixturenames:
+        request.getfixturevalue("server").next_test()
+
+
 @pytest.fixture
 def fresh_server(upstream):
     """A server of its own with short lifecycle settings, for lifecycle tests."""
+    if CLUSTER_MODE:
+        pytest.skip("single box only: starts a server of its own with other settings (fresh_server)")
     servers = []
 
     def make(**settings):

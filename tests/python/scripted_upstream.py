@@ -358,8 +358,10 @@ class Handler(BaseHTTPRequestHandler):
 
 
 class ScriptedUpstream:
-    def __init__(self, host="127.0.0.1"):
-        self.host = host
+    def __init__(self, host="127.0.0.1", advertise=None):
+        """Listens on `host`; its `url` names `advertise` if given (the
+        address clients use when `host` is a wildcard)."""
+        self.host = advertise or host
         self.server = ThreadingHTTPServer((host, 0), Handler)
         self.server.requests = []
         # Each request's headers, in order (GETs too).

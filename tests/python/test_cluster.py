@@ -26,10 +26,11 @@ import requests
 
 from cluster import (LOST_AFTER_SECS, MEMBER_KEYS, NODE_ADDRESS, NODE_NAMES, NODE_PORT, ROOMY,
                      SECRET_HEADER, can_run, cluster, clusters)  # noqa: F401 (fixtures)
-from conftest import exec_commands, processes_matching, wait_until
+from conftest import CLUSTER_MODE, exec_commands, processes_matching, wait_until
 
-_why_not = can_run()
-pytestmark = pytest.mark.skipif(bool(_why_not), reason=_why_not)
+_why_not = can_run() or (CLUSTER_MODE and "the session's cluster is up (SHELLGATE_TEST_CLUSTER=1); "
+                                         "these tests start clusters of their own")
+pytestmark = pytest.mark.skipif(bool(_why_not), reason=_why_not or "")
 
 ALPHA, BETA = MEMBER_KEYS["alpha"], MEMBER_KEYS["beta"]
 # How long after its last heartbeat a killed node must read lost, beyond

@@ -157,12 +157,15 @@ def app(server):
 
 
 def test_the_container_object_shows_its_ports_and_token(server, client, app):
-    ports = app["exposed_ports"]
-    assert [p["port"] for p in ports] == [8000, 8001]
+    assert [p["port"] for p in app["exposed_ports"]] == [8000, 8001]
+    assert app["port_token"].startswith("sgpt_")
     cid = app["id"]
+    # The URLs name the server asked (its Host): `client`'s is `server`'s
+    # (in a cluster, each replica names itself).
+    shown = client.containers.retrieve(cid).model_dump()
+    ports = shown["exposed_ports"]
     assert ports[0]["url"] == f"http://8000-{cid}.localhost:{server.port}/"
     assert ports[0]["path_url"] == f"http://{server.host}:{server.port}/v1/containers/{cid}/ports/8000/"
-    assert app["port_token"].startswith("sgpt_")
     again = client.containers.retrieve(cid).model_dump()
     assert again["exposed_ports"] == ports and again["port_token"] == app["port_token"]
     plain = create(client)

@@ -228,13 +228,17 @@ def test_background_runs_and_cancel(client):
     response = client.responses.create(
         model="scripted",
         tools=[{"type": "shell", "environment": {"type": "container_auto"}}],
-        input="Execute: sleep 60",
+        input="Execute: sleep 64",
         background=True,
     )
     assert response.status in ("queued", "in_progress")
+    assert wait_until(lambda: processes_matching("sleep 64"), 30), "the command never started"
     cancelled = client.responses.cancel(response.id)
     assert cancelled.status == "cancelled"
     assert client.responses.retrieve(response.id).status == "cancelled"
+    # The run stopped, its command with it (in a cluster: on the node that
+    # runs it, whichever replica and node took the cancel).
+    assert wait_until(lambda: not processes_matching("sleep 64"), 10), "the cancelled run's command kept running"
     quick = client.responses.create(model="scripted", input="hi", background=True)
     wait_until(lambda: client.responses.retrieve(quick.id).status == "completed", 10)
     done = client.responses.retrieve(quick.id)
@@ -298,9 +302,8 @@ def test_other_upstream_protocols_run_the_same_loop(fresh_server, protocol):
 
 def test_every_command_is_audited_and_exported(server, client):
     import json
-    import subprocess
 
-    from conftest import BINARY, exec_commands
+    from conftest import exec_commands
 
     response = client.responses.create(
         model="scripted",
@@ -319,10 +322,7 @@ def test_every_command_is_audited_and_exported(server, client):
     assert first["outcome"] == {"type": "exit", "exit_code": 0} and first["bytes_out"] == len("audited")
     assert second["command"] == "exit 3" and second["response_id"] is None
     assert second["outcome"]["exit_code"] == 3 and second["duration_ms"] >= 0
-    exported = subprocess.run(
-        [str(BINARY), "--data-dir", str(server.data_dir), "audit", "export", "--project", "alpha"],
-        capture_output=True, text=True, check=True,
-    ).stdout
+    exported = server.run_cli("audit", "export", "--project", "alpha").stdout
     lines = [json.loads(line) for line in exported.splitlines()]
     assert {"printf audited", "exit 3"} <= {line["command"] for line in lines}
     assert all(line["project"] == "alpha" for line in lines)

@@ -53,7 +53,20 @@ def special_entry(path: str, mode: int) -> zipfile.ZipInfo:
 
 
 def blobs(server) -> set:
+    """The names of the stored skill bundles: in the server's data
+    directory, or a cluster's object store."""
+    if hasattr(server, "cluster"):
+        return server.object_names("skills/")
     return {p.name for p in (server.data_dir / "skills").iterdir()}
+
+
+def no_skill_mounts(server) -> bool:
+    """Whether no container's skills are mounted any more: in the server's
+    data directory, or any node's of a cluster."""
+    data_dirs = [n.data_dir for n in server.cluster.nodes.values()] if hasattr(server, "cluster") \
+        else [server.data_dir]
+    mounts = [d / "skill-mounts" for d in data_dirs]
+    return not any(m.exists() and any(m.iterdir()) for m in mounts)
 
 
 def test_skill_lifecycle_through_every_endpoint(server):
@@ -247,8 +260,7 @@ def test_hostile_bundles_are_refused_and_leave_nothing(server, case):
         client.containers.create(name="hostile", skills=[inline])
     assert inline_refused.value.body["param"] == "skills[0].source.data"
     assert {c.id for c in client.containers.list(limit=100)} == before_containers
-    mounts = server.data_dir / "skill-mounts"
-    assert not mounts.exists() or not any(mounts.iterdir())
+    assert no_skill_mounts(server)
 
 
 def test_directory_uploads_are_checked_too(server):
@@ -335,8 +347,7 @@ def test_a_container_runs_a_referenced_and_an_inline_skill(server):
     again = exec_commands(client, container.id, ["python3 /mnt/skills/adder/scripts/run.py 1 1"])["output"]
     assert again[0]["stdout"] == "adder says 2\n"
     client.containers.delete(container.id)
-    mounts = server.data_dir / "skill-mounts"
-    assert not mounts.exists() or not any(mounts.iterdir())
+    assert no_skill_mounts(server)
 
 
 def test_skills_stay_across_suspension_and_wake(fresh_server):
