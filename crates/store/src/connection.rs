@@ -63,7 +63,7 @@ impl Store {
         self.db.dialect()
     }
 
-    /// Runs `work` with a connection for reading.
+    /// Runs `work` with a connection for reading, on one snapshot.
     pub(crate) fn read<T>(&self, work: impl FnMut(&mut dyn Sql) -> Result<T>) -> Result<T> {
         through(|w| self.db.read(w), work)
     }

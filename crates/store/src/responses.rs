@@ -497,6 +497,34 @@ mod tests {
         }
     }
 
+    /// A response read while its run saves it again reads whole (its
+    /// length and its items from one snapshot), never as a broken chain.
+    #[test]
+    fn a_response_read_while_it_is_saved_reads_whole() {
+        for store in crate::testing::stores() {
+            let store = std::sync::Arc::new(store);
+            let mut conversation = vec![message("start".into())];
+            store
+                .save_response(&saved("r", "p", None, &conversation))
+                .unwrap();
+            let reader = {
+                let store = std::sync::Arc::clone(&store);
+                std::thread::spawn(move || {
+                    for _ in 0..200 {
+                        store.response("p", "r").unwrap().unwrap();
+                    }
+                })
+            };
+            for i in 0..200 {
+                conversation.push(message(format!("item {i}")));
+                store
+                    .save_response(&saved("r", "p", None, &conversation))
+                    .unwrap();
+            }
+            reader.join().unwrap();
+        }
+    }
+
     #[test]
     fn a_lost_item_is_a_broken_chain_not_a_shorter_conversation() {
         for store in crate::testing::stores() {

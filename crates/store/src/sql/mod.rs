@@ -158,8 +158,8 @@ pub(crate) type Work<'a> = &'a mut dyn FnMut(&mut dyn Sql) -> Result<()>;
 pub(crate) trait Database: Send + Sync {
     fn dialect(&self) -> Dialect;
 
-    /// Runs `work` with a connection for reading (statements may still
-    /// write; each commits on its own).
+    /// Runs `work` with a connection for reading, its statements all
+    /// seeing one snapshot of the database (a read-only transaction).
     fn read(&self, work: Work<'_>) -> Result<()>;
 
     /// Runs `work` with the connection for writing, each statement

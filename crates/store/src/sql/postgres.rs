@@ -281,7 +281,20 @@ impl Database for PostgresDatabase {
     }
 
     fn read(&self, work: Work<'_>) -> Result<()> {
-        self.write(work)
+        // One snapshot for all of the work's statements (a response's
+        // length and its items, read while a save commits, agree).
+        let mut pooled = self.get()?;
+        let Some(connection) = pooled.connection.as_mut() else {
+            return Err(StoreError::PoolExhausted(self.pool_size));
+        };
+        connection
+            .client
+            .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")?;
+        let result = work(connection);
+        if connection.client.batch_execute("COMMIT").is_err() {
+            pooled.connection = None;
+        }
+        result
     }
 
     fn write(&self, work: Work<'_>) -> Result<()> {

@@ -134,7 +134,13 @@ impl Database for SqliteDatabase {
     }
 
     fn read(&self, work: Work<'_>) -> Result<()> {
-        work(&mut *self.reader())
+        // One snapshot for all of the work's statements (WAL: a read
+        // transaction sees the database as of its first read).
+        let mut conn = self.reader();
+        conn.execute_batch("BEGIN")?;
+        let result = work(&mut *conn);
+        let _ = conn.execute_batch("COMMIT");
+        result
     }
 
     fn write(&self, work: Work<'_>) -> Result<()> {
