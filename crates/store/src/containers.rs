@@ -92,7 +92,7 @@ pub enum Refusal {
 /// `exposed_ports` as stored: port numbers, comma separated.
 struct PortList(Vec<u16>);
 
-impl crate::values::StoredText for PortList {
+impl crate::sql::StoredText for PortList {
     fn from_text(text: &str) -> Option<Self> {
         if text.is_empty() {
             return Some(Self(Vec::new()));

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 
 use crate::connection::Store;
 use crate::error::{Result, StoreError};
+use crate::sql::StoredText;
 use crate::sql::{Row, ToParam};
-use crate::values::StoredText;
 
 /// An E2B sandbox's record.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,14 +1,14 @@
 //! What the store fails with: the database's errors, a stored value outside
 //! its type, a broken response chain, a stale cursor.
 
-use crate::values;
+use std::error::Error as _;
 
 /// Store errors.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("database error: {0}")]
     Sqlite(rusqlite::Error),
-    #[error("database error: {}", crate::sql::describe_postgres(.0))]
+    #[error("database error: {}", describe_postgres(.0))]
     Postgres(#[from] postgres::Error),
     /// The database settings cannot be used.
     #[error("database settings: {0}")]
@@ -54,8 +54,30 @@ impl From<rusqlite::Error> for StoreError {
     }
 }
 
-impl From<values::CorruptValue> for StoreError {
-    fn from(corrupt: values::CorruptValue) -> Self {
+/// A column's value that is not one of its type's: what
+/// [`StoreError::Corrupt`] is made from.
+#[derive(Debug, thiserror::Error)]
+#[error("column {table}.{column} holds {value:?}")]
+pub struct CorruptValue {
+    pub table: &'static str,
+    pub column: &'static str,
+    pub value: String,
+}
+
+/// The message of a Postgres error, with its server-side detail when
+/// there is one (the client's `Display` says only "db error").
+fn describe_postgres(error: &postgres::Error) -> String {
+    match error.as_db_error() {
+        Some(db) => format!("{}: {}", db.code().code(), db.message()),
+        None => match error.source() {
+            Some(source) => format!("{error}: {source}"),
+            None => error.to_string(),
+        },
+    }
+}
+
+impl From<CorruptValue> for StoreError {
+    fn from(corrupt: CorruptValue) -> Self {
         StoreError::Corrupt {
             table: corrupt.table,
             column: corrupt.column,

@@ -43,7 +43,7 @@ pub use container_files::{ContainerFileRow, PresentFile};
 pub use containers::{ContainerPage, ContainerRow, ContainerSearch, Quotas, Refusal};
 pub use e2b::{E2bListFilter, E2bSandboxRow};
 pub use egress::EgressRow;
-pub use error::{Result, StoreError};
+pub use error::{CorruptValue, Result, StoreError};
 pub use files::FileRow;
 pub use keys::{hash_key, key_id, KeyGrant, KeyRecord, KeyRole};
 pub use nodes::{NodeLoad, NodeRow};
@@ -53,8 +53,8 @@ pub use skills::{SkillRow, SkillVersionDelete, SkillVersionRow};
 pub use sql::{Dialect, PostgresOptions};
 pub use usage::{session_cost, ProjectSummary, SESSION_MINIMUM_SECONDS};
 pub use values::{
-    ChangeTopic, CommandOutcome, ContainerStatus, CorruptValue, EgressVerdict, FileSource,
-    NodeStatus, ResponseStatus,
+    ChangeTopic, CommandOutcome, ContainerStatus, EgressVerdict, FileSource, NodeStatus,
+    ResponseStatus,
 };
 
 #[cfg(test)]

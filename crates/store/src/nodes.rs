@@ -7,8 +7,9 @@ use crate::connection::Store;
 use crate::containers::close_session;
 use crate::error::Result;
 use crate::sql::Row;
+use crate::sql::StoredText;
 use crate::usage::utc_day;
-use crate::values::{ContainerStatus, NodeStatus, StoredText};
+use crate::values::{ContainerStatus, NodeStatus};
 
 /// A node as it registered and last heart-beat.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,23 +5,7 @@
 
 use shellgate_wire::MemoryLimit;
 
-use crate::sql::{Param, ToParam};
-
-/// A column's value that is not one of its type's: what
-/// [`crate::StoreError::Corrupt`] is made from.
-#[derive(Debug, thiserror::Error)]
-#[error("column {table}.{column} holds {value:?}")]
-pub struct CorruptValue {
-    pub table: &'static str,
-    pub column: &'static str,
-    pub value: String,
-}
-
-/// A value kept as text in one column.
-pub(crate) trait StoredText: Sized {
-    /// The value a stored text stands for, if it stands for one.
-    fn from_text(text: &str) -> Option<Self>;
-}
+use crate::sql::{Param, StoredText, ToParam};
 
 /// Defines a text-stored enum: its variants, their stored text, and the
 /// conversions both ways.

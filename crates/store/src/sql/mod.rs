@@ -15,10 +15,10 @@ mod row;
 mod sqlite;
 mod tls;
 
+pub(crate) use self::postgres::PostgresDatabase;
 pub use self::postgres::PostgresOptions;
-pub(crate) use self::postgres::{describe_postgres, PostgresDatabase};
 pub(crate) use params::{Param, ToParam};
-pub(crate) use row::{corrupt, Row};
+pub(crate) use row::{corrupt, Row, StoredText};
 pub(crate) use sqlite::SqliteDatabase;
 
 use crate::error::{Result, StoreError};

@@ -6,7 +6,6 @@
 //! `LISTEN`/`NOTIFY`, so every replica's console hears every node's writes.
 
 use std::collections::HashMap;
-use std::error::Error as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
@@ -530,17 +529,5 @@ impl Sql for PgConnection {
             &[&key],
         )?;
         Ok(())
-    }
-}
-
-/// The message of a Postgres error, with its server-side detail when
-/// there is one (the client's `Display` says only "db error").
-pub(crate) fn describe_postgres(error: &postgres::Error) -> String {
-    match error.as_db_error() {
-        Some(db) => format!("{}: {}", db.code().code(), db.message()),
-        None => match error.source() {
-            Some(source) => format!("{error}: {source}"),
-            None => error.to_string(),
-        },
     }
 }

@@ -1,8 +1,7 @@
 //! A row as read from either database, and its cells as Rust values: a
 //! column holding a value its type does not have is an error naming it.
 
-use crate::error::{Result, StoreError};
-use crate::values::{CorruptValue, StoredText};
+use crate::error::{CorruptValue, Result, StoreError};
 
 /// One value of a row.
 #[derive(Debug, Clone, PartialEq)]
@@ -22,6 +21,13 @@ impl Cell {
             Cell::Text(_) => "text",
         }
     }
+}
+
+/// A value kept as text in one column (a status, a memory limit, a JSON
+/// map): how [`Row::text`] reads it.
+pub(crate) trait StoredText: Sized {
+    /// The value a stored text stands for, if it stands for one.
+    fn from_text(text: &str) -> Option<Self>;
 }
 
 /// A row of a query's result.
