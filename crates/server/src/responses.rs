@@ -1602,17 +1602,35 @@ pub async fn input_items(
 }
 
 /// At start-up: responses a crash interrupted are failed, never left
-/// `in_progress`.
+/// `in_progress`: all of them on a single box, a cluster node's own.
 pub async fn settle_interrupted(state: &AppState) -> ApiResult<()> {
-    if state.config.role != crate::config::Role::All {
-        // A cluster's running responses are other nodes' too, and the
-        // store does not say which node runs which: a node starting must
-        // not fail them (a crashed node's stay in progress; see
-        // ARCHITECTURE.md's Scaling out).
-        return Ok(());
-    }
-    let rows = state
-        .db(|s| s.responses_with_status(&[ResponseStatus::Queued, ResponseStatus::InProgress]))
+    let node = match state.config.role {
+        crate::config::Role::All => None,
+        _ => Some(state.node_name.clone()),
+    };
+    fail_running(
+        &state.store,
+        node,
+        "The server stopped while this response was running; it did not finish.",
+    )
+    .await
+}
+
+/// Fails the responses still queued or in progress on cluster node `node`
+/// (`None`: every one), saying `why`: a restarted server's, or a lost
+/// node's (an API replica's sweep).
+pub(crate) async fn fail_running(
+    db: &crate::db::Db,
+    node: Option<String>,
+    why: &str,
+) -> ApiResult<()> {
+    let rows = db
+        .run(move |s| {
+            s.responses_with_status_on(
+                &[ResponseStatus::Queued, ResponseStatus::InProgress],
+                node.as_deref(),
+            )
+        })
         .await?;
     for row in rows {
         // A body that does not read is kept as it is; the row is failed.
@@ -1621,9 +1639,7 @@ pub async fn settle_interrupted(state: &AppState) -> ApiResult<()> {
                 body.status = wire::ResponseStatus::Failed;
                 body.error = Some(wire::ResponseError {
                     code: "server_error".to_owned(),
-                    message: "The server stopped while this response was running; it did \
-                              not finish."
-                        .to_owned(),
+                    message: why.to_owned(),
                 });
                 serde_json::to_string(&body).unwrap_or_else(|_| row.body.clone())
             }
@@ -1634,7 +1650,7 @@ pub async fn settle_interrupted(state: &AppState) -> ApiResult<()> {
             body,
             ..row
         };
-        state.db(move |s| s.save_response(&row)).await?;
+        db.run(move |s| s.save_response(&row)).await?;
     }
     Ok(())
 }

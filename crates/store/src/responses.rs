@@ -306,14 +306,27 @@ impl Store {
     /// Responses with one of `statuses` (to settle runs a crash
     /// interrupted), with their conversations.
     pub fn responses_with_status(&self, statuses: &[ResponseStatus]) -> Result<Vec<ResponseRow>> {
+        self.responses_with_status_on(statuses, None)
+    }
+
+    /// Responses with one of `statuses` that cluster node `node` runs (as
+    /// `response_nodes` records), or every one (`None`), with their
+    /// conversations: a node's own interrupted runs, or a lost node's.
+    pub fn responses_with_status_on(
+        &self,
+        statuses: &[ResponseStatus],
+        node: Option<&str>,
+    ) -> Result<Vec<ResponseRow>> {
         self.read(|sql| {
             let mut rows = Vec::new();
             for status in statuses {
                 rows.extend(sql.query(
                     &format!(
-                        "SELECT {RESPONSE_COLUMNS} FROM responses WHERE status = ?1 AND deleted = 0"
+                        "SELECT {RESPONSE_COLUMNS} FROM responses WHERE status = ?1 AND deleted = 0
+                         AND (CAST(?2 AS TEXT) IS NULL OR id IN
+                             (SELECT response_id FROM response_nodes WHERE node_id = ?2))"
                     ),
-                    &[status],
+                    &[status, &node],
                     response_row,
                 )?);
             }
@@ -494,6 +507,39 @@ mod tests {
                 store.save_response(&saved("z", "p", Some("b"), &first)),
                 Err(StoreError::BrokenChain { .. })
             ));
+        }
+    }
+
+    /// A node's running responses are found by the node that runs them
+    /// (a restarted node's own, a lost node's for the replica's sweep).
+    #[test]
+    fn running_responses_are_found_by_their_node() {
+        for store in crate::testing::stores() {
+            for (id, status) in [
+                ("a", ResponseStatus::InProgress),
+                ("b", ResponseStatus::Completed),
+            ] {
+                let mut row = saved(id, "p", None, &[message(id.into())]);
+                row.status = status;
+                store.save_response(&row).unwrap();
+                store.set_response_node(id, "n1").unwrap();
+            }
+            let mut elsewhere = saved("c", "p", None, &[message("c".into())]);
+            elsewhere.status = ResponseStatus::Queued;
+            store.save_response(&elsewhere).unwrap();
+            let running = [ResponseStatus::Queued, ResponseStatus::InProgress];
+            let on_n1 = store
+                .responses_with_status_on(&running, Some("n1"))
+                .unwrap();
+            assert_eq!(
+                on_n1.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+                ["a"]
+            );
+            assert_eq!(store.responses_with_status(&running).unwrap().len(), 2);
+            assert!(store
+                .responses_with_status_on(&running, Some("n2"))
+                .unwrap()
+                .is_empty());
         }
     }
 

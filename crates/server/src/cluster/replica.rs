@@ -124,6 +124,16 @@ pub async fn sweep_lost_nodes(replica: Arc<Replica>) {
             Ok(lost) => {
                 for node in lost {
                     tracing::warn!(node = %node, "node lost (silent too long): its containers are lost");
+                    // Its running responses ended with it.
+                    let failed = crate::responses::fail_running(
+                        &replica.store,
+                        Some(node.clone()),
+                        "The node running this response stopped answering; it did not finish.",
+                    )
+                    .await;
+                    if let Err(error) = failed {
+                        tracing::error!(node = %node, "failing its responses: {}", error.message);
+                    }
                 }
             }
             Err(error) => tracing::error!("lost-node sweep failed: {}", error.message),
