@@ -303,6 +303,15 @@ fn names_container(request: &Request, method: &axum::http::Method, id: &str) -> 
         .any(|prefix| path.strip_prefix(prefix) == Some(id))
 }
 
+/// Whether `path` is one of a node's own routes (`/internal/...`, however
+/// spelled: the node's router would normalize `//internal` or `/./internal`
+/// no differently, but a replica refuses anything that could reach them).
+fn is_internal(path: &str) -> bool {
+    path.split('/')
+        .find(|segment| !segment.is_empty() && *segment != ".")
+        .is_some_and(|first| first.eq_ignore_ascii_case("internal"))
+}
+
 /// Sends a request on to the node that serves it.
 async fn forward(State(replica): State<Arc<Replica>>, request: Request) -> Response {
     match route(&replica, request).await {
@@ -314,6 +323,15 @@ async fn forward(State(replica): State<Arc<Replica>>, request: Request) -> Respo
 async fn route(replica: &Arc<Replica>, mut request: Request) -> ApiResult<Response> {
     // Only a replica may show the secret; a tenant's copy goes.
     request.headers_mut().remove(SECRET_HEADER);
+    // A node's own routes (its drain) are the operator's, on the node:
+    // never forwarded with the secret on a tenant's behalf.
+    if is_internal(request.uri().path()) {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            format!("No route for {}.", request.uri().path()),
+        ));
+    }
     let goes = target(
         request.method(),
         request.uri().path(),
@@ -620,4 +638,25 @@ async fn send(
     *response.status_mut() = status;
     *response.headers_mut() = response_headers;
     Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_internal;
+
+    #[test]
+    fn a_nodes_own_routes_are_never_forwarded() {
+        for path in [
+            "/internal/v1/drain",
+            "//internal/v1/drain",
+            "/./internal/v1/node",
+            "/INTERNAL/v1/drain",
+            "/internal",
+        ] {
+            assert!(is_internal(path), "{path}");
+        }
+        for path in ["/v1/containers", "/v1/internal", "/internals/x", "/"] {
+            assert!(!is_internal(path), "{path}");
+        }
+    }
 }
