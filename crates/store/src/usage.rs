@@ -20,21 +20,7 @@ pub(crate) fn utc_day() -> String {
     let seconds = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.as_secs());
-    day_of(i64::try_from(seconds / 86_400).unwrap_or(0))
-}
-
-/// The civil date `days` after 1970-01-01 (Howard Hinnant's algorithm).
-fn day_of(days: i64) -> String {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}")
+    shellgate_wire::time::utc_date(i64::try_from(seconds).unwrap_or(0))
 }
 
 /// An open session's cost so far, in SQL: its seconds, at least the
@@ -210,17 +196,4 @@ pub struct ProjectSummary {
     pub containers: u64,
     pub running: u64,
     pub keys: u64,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::day_of;
-
-    #[test]
-    fn days_are_civil_dates() {
-        assert_eq!(day_of(0), "1970-01-01");
-        assert_eq!(day_of(59), "1970-03-01");
-        assert_eq!(day_of(11_016), "2000-02-29");
-        assert_eq!(day_of(20_790), "2026-12-03");
-    }
 }

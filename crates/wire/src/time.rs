@@ -33,6 +33,12 @@ fn civil(t: i64) -> (i64, i64, i64, i64, i64, i64) {
     (year, month, day, rest / 3600, rest % 3600 / 60, rest % 60)
 }
 
+/// The UTC date of unix seconds `t`, `YYYY-MM-DD`.
+pub fn utc_date(t: i64) -> String {
+    let (year, month, day, ..) = civil(t);
+    format!("{year:04}-{month:02}-{day:02}")
+}
+
 /// Unix seconds as RFC 3339 in UTC (`2026-12-01T21:30:00Z`), the way E2B's
 /// API writes its times.
 pub fn rfc3339(t: i64) -> String {
@@ -88,6 +94,15 @@ pub fn parse_rfc3339(text: &str) -> Option<i64> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn dates_are_civil_dates() {
+        use super::utc_date;
+        assert_eq!(utc_date(0), "1970-01-01");
+        assert_eq!(utc_date(59 * 86_400), "1970-03-01");
+        assert_eq!(utc_date(11_016 * 86_400 + 86_399), "2000-02-29");
+        assert_eq!(utc_date(20_790 * 86_400), "2026-12-03");
+    }
+
     use super::*;
 
     #[test]
