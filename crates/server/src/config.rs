@@ -946,15 +946,17 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// An environment of `pairs`, as `Config::load` reads one.
+    fn env(pairs: &[(&str, &str)]) -> std::vec::IntoIter<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect::<Vec<_>>()
+            .into_iter()
+    }
+
     #[test]
     fn object_store_settings_are_read_and_the_secret_never_shows() {
-        let env = |pairs: &[(&str, &str)]| {
-            pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect::<Vec<_>>()
-                .into_iter()
-        };
         let config = Config::load(None, env(&[])).unwrap();
         assert!(config.object_location().unwrap().is_none());
         let config = Config::load(
@@ -1041,13 +1043,6 @@ mod tests {
 
     #[test]
     fn typed_settings_are_read_and_bad_values_refused_at_load_naming_the_key() {
-        let env = |pairs: &[(&str, &str)]| {
-            pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect::<Vec<_>>()
-                .into_iter()
-        };
         let config = Config::load(
             None,
             env(&[

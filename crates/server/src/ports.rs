@@ -62,7 +62,7 @@ const PATH_FORM_POLICY: &str =
 
 /// Headers that belong to one connection, not to the request (RFC 9110
 /// 7.6.1), and the proxy's own: never forwarded either way.
-const HOP_BY_HOP: [&str; 9] = [
+pub(crate) const HOP_BY_HOP: [&str; 9] = [
     "connection",
     "keep-alive",
     "proxy-connection",

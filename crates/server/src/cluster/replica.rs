@@ -62,17 +62,15 @@ impl Routed {
 /// Nodes a request that reached none is tried on, at most.
 const ATTEMPTS: usize = 3;
 
-/// Headers that belong to one hop, never forwarded (an upgrade keeps
-/// `connection` and `upgrade`, which carry it).
-const HOP_BY_HOP: &[&str] = &[
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-];
+/// Removes the headers that belong to one hop (the port proxy's list),
+/// but for an upgrade's `connection` and `upgrade`, which carry it on.
+fn drop_hop_headers(headers: &mut HeaderMap, upgrading: bool) {
+    for name in crate::ports::HOP_BY_HOP {
+        if !(upgrading && (name == "connection" || name == "upgrade")) {
+            headers.remove(name);
+        }
+    }
+}
 
 impl Replica {
     /// A replica over `store`, forwarding with a pooled client.
@@ -385,16 +383,10 @@ async fn route(replica: &Arc<Replica>, mut request: Request) -> ApiResult<Respon
             // The body is read (bounded like every request) to find the
             // containers it names; it is sent on whole.
             let (parts, body) = request.into_parts();
-            let bytes = axum::body::to_bytes(body, replica.config.max_request_bytes)
-                .await
-                .map_err(|_| {
-                    ApiError::too_large(format!(
-                        "Request body is larger than {} bytes.",
-                        replica.config.max_request_bytes
-                    ))
-                })?;
+            let bytes = read_body(replica, body).await?;
             let ids = container_ids(&bytes, BODY_IDS);
             let routed = Routed::of(&bytes);
+            let image = routed.image.clone();
             // A session's container and a stored response's are the key's
             // project's.
             let project = if routed.session_id.is_some() || routed.previous_response_id.is_some() {
@@ -444,28 +436,42 @@ async fn route(replica: &Arc<Replica>, mut request: Request) -> ApiResult<Respon
             match home {
                 Some(node) => send(replica, &node, request).await.map_err(|(e, _)| e),
                 // A new container, if the model asks for one: placed.
-                None => place(replica, request, Some(bytes)).await,
+                None => place(replica, request, Some((bytes, image))).await,
             }
         }
         Target::Any => send_anywhere(replica, request).await,
     }
 }
 
+/// A request's whole body, bounded like every request's.
+async fn read_body(replica: &Replica, body: Body) -> ApiResult<axum::body::Bytes> {
+    axum::body::to_bytes(body, replica.config.max_request_bytes)
+        .await
+        .map_err(|_| {
+            ApiError::too_large(format!(
+                "Request body is larger than {} bytes.",
+                replica.config.max_request_bytes
+            ))
+        })
+}
+
 /// Sends a create to the node placement picks, trying another when one
 /// cannot be reached (the request never arrived, so it is not made twice).
+/// `read`: the body and the image it names, when the caller read them.
 async fn place(
     replica: &Arc<Replica>,
     request: Request,
-    buffered: Option<axum::body::Bytes>,
+    read: Option<(axum::body::Bytes, Option<String>)>,
 ) -> ApiResult<Response> {
     let (parts, body) = request.into_parts();
-    let bytes = match buffered {
-        Some(bytes) => bytes,
-        None => axum::body::to_bytes(body, replica.config.max_request_bytes)
-            .await
-            .map_err(|_| ApiError::too_large("Request body is too large."))?,
+    let (bytes, image) = match read {
+        Some(read) => read,
+        None => {
+            let bytes = read_body(replica, body).await?;
+            let image = Routed::of(&bytes).image;
+            (bytes, image)
+        }
     };
-    let image = Routed::of(&bytes).image;
     let mut tried = Vec::new();
     loop {
         let loads = replica.loads().await?;
@@ -565,13 +571,7 @@ async fn send(
     let url = format!("{}{}", node.address, path);
     let (parts, body) = request.into_parts();
     let mut headers = parts.headers.clone();
-    for name in HOP_BY_HOP {
-        headers.remove(*name);
-    }
-    if upgrade.is_none() {
-        headers.remove(header::CONNECTION);
-        headers.remove(header::UPGRADE);
-    }
+    drop_hop_headers(&mut headers, upgrade.is_some());
     let secret = replica.config.cluster_secret.get().unwrap_or_default();
     if let Ok(value) = HeaderValue::from_str(secret) {
         headers.insert(HeaderName::from_static(SECRET_HEADER), value);
@@ -607,9 +607,10 @@ async fn send(
     };
     let status = answer.status();
     let mut response_headers = answer.headers().clone();
-    for name in HOP_BY_HOP {
-        response_headers.remove(*name);
-    }
+    drop_hop_headers(
+        &mut response_headers,
+        status == StatusCode::SWITCHING_PROTOCOLS,
+    );
     if status == StatusCode::SWITCHING_PROTOCOLS {
         let Some(client_side) = upgrade else {
             return Err((ApiError::internal("a node upgraded a plain request"), false));
@@ -633,7 +634,6 @@ async fn send(
         *response.headers_mut() = response_headers;
         return Ok(response);
     }
-    response_headers.remove(header::CONNECTION);
     let mut response = Response::new(Body::from_stream(answer.bytes_stream()));
     *response.status_mut() = status;
     *response.headers_mut() = response_headers;
