@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::Router;
-use http_body::{Frame, SizeHint};
+use http_body::{Body as _, Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
@@ -255,28 +255,41 @@ pub async fn serve(
     Ok(())
 }
 
-/// A request body with an idle timeout and a minimum average rate.
+/// Most bytes of a request body its handler left unread (an early refusal:
+/// 401, 403, 413) that are still read after the answer, and for how long.
+/// hyper closes a connection whose body is unread, and a client still
+/// writing that body then sees a broken pipe instead of the answer.
+const DRAIN_UNREAD_BYTES: u64 = 1 << 20;
+const DRAIN_UNREAD_FOR: Duration = Duration::from_secs(5);
+
+/// A request body with an idle timeout and a minimum average rate; what
+/// its handler leaves unread is drained (within bounds) when it is dropped.
 struct TimedBody {
-    inner: Incoming,
+    /// Always there but in `drop`, which hands it to the drain.
+    inner: Option<Incoming>,
     idle: Duration,
     started: Instant,
     received: u64,
     timer: Pin<Box<Sleep>>,
+    /// It was cut off as too slow: not worth draining.
+    cut_off: bool,
 }
 
 impl TimedBody {
     fn new(inner: Incoming, limits: Limits) -> Self {
         let idle = limits.body_read_timeout;
         Self {
-            inner,
+            inner: Some(inner),
             idle,
             started: Instant::now(),
             received: 0,
             timer: Box::pin(tokio::time::sleep(idle)),
+            cut_off: false,
         }
     }
 
-    fn too_slow(&self) -> axum::BoxError {
+    fn too_slow(&mut self) -> axum::BoxError {
+        self.cut_off = true;
         format!(
             "{BODY_TIMEOUT} ({} bytes in {} s; at least {MIN_BODY_RATE} bytes/s is needed, and no \
              pause over {} s)",
@@ -297,7 +310,10 @@ impl http_body::Body for TimedBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = self.get_mut();
-        match Pin::new(&mut this.inner).poll_frame(cx) {
+        let Some(inner) = this.inner.as_mut() else {
+            return Poll::Ready(None);
+        };
+        match Pin::new(inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
                     this.received += data.len() as u64;
@@ -323,10 +339,45 @@ impl http_body::Body for TimedBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.inner.as_ref().is_none_or(Incoming::is_end_stream)
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        self.inner
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), Incoming::size_hint)
+    }
+}
+
+impl Drop for TimedBody {
+    fn drop(&mut self) {
+        let Some(mut unread) = self.inner.take() else {
+            return;
+        };
+        if self.cut_off || unread.is_end_stream() {
+            return;
+        }
+        // A body declared longer than the bound is not read: the
+        // connection closes, as it would have.
+        if unread.size_hint().lower() > DRAIN_UNREAD_BYTES {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            let drained = async {
+                let mut read = 0u64;
+                while let Some(Ok(frame)) =
+                    std::future::poll_fn(|cx| Pin::new(&mut unread).poll_frame(cx)).await
+                {
+                    read += frame.data_ref().map_or(0, |data| data.len() as u64);
+                    if read > DRAIN_UNREAD_BYTES {
+                        return;
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(DRAIN_UNREAD_FOR, drained).await;
+        });
     }
 }

@@ -128,6 +128,70 @@ fn slow_headers_and_slow_bodies_are_cut_off() {
     assert_eq!(container_count(port), 0);
 }
 
+/// One HTTP/1.1 response read off `stream` (its body by Content-Length):
+/// its status line and body, or `None` if the connection ended first.
+fn read_response(stream: &mut TcpStream) -> Option<(String, String)> {
+    let mut seen = Vec::new();
+    let mut byte = [0u8; 1];
+    while !seen.ends_with(b"\r\n\r\n") {
+        match stream.read(&mut byte) {
+            Ok(1) => seen.push(byte[0]),
+            _ => return None,
+        }
+    }
+    let head = String::from_utf8_lossy(&seen).into_owned();
+    let length: usize = head
+        .lines()
+        .find_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse().ok())?
+        })
+        .unwrap_or(0);
+    let mut body = vec![0u8; length];
+    stream.read_exact(&mut body).ok()?;
+    let status = head.lines().next().unwrap_or_default().to_owned();
+    Some((status, String::from_utf8_lossy(&body).into_owned()))
+}
+
+#[test]
+fn a_refusal_sent_before_the_body_arrives_still_reaches_the_client() {
+    let server = start("http-early-refusal", &[]);
+    let port = server.port;
+    let (content_type, body) = multipart_file("notes.txt", &[b'x'; 64 * 1024]);
+    for key in ["not-a-key", KEY] {
+        let mut client = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        client
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        // The head alone: a refusal (401 for a bad key, 404 for a container
+        // that does not exist) is answered before any of the body is read.
+        client
+            .write_all(
+                format!(
+                    "POST /v1/containers/cntr_missing/files HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n",
+                    body.len()
+                )
+                .as_bytes(),
+            )
+            .unwrap();
+        let (status, answer) = read_response(&mut client).expect("the refusal");
+        assert!(
+            status.contains(if key == KEY { "404" } else { "401" }),
+            "{status} {answer}"
+        );
+        assert!(answer.contains("\"error\""), "{answer}");
+        // The client, still sending its body, is not cut off: the body is
+        // read, and the connection serves its next request.
+        client.write_all(&body).unwrap();
+        client
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let (status, _) = read_response(&mut client).expect("the connection was kept");
+        assert!(status.contains("200"), "{status}");
+    }
+}
+
 #[test]
 fn quotas_refuse_with_a_429_naming_the_limit() {
     let server = start(
