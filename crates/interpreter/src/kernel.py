@@ -12,6 +12,7 @@ import ast
 import base64
 import json
 import os
+import queue
 import secrets
 import signal
 import sys
@@ -426,6 +427,24 @@ def run_bash_cell(code, env):
 
 
 def execute(request):
+    global _current
+    with _current_lock:
+        _current = request.get("id")
+    try:
+        _run(request)
+    finally:
+        # No interrupt for this execution is taken past here: the one the
+        # request reader is sending (under the lock) lands before this.
+        with _current_lock:
+            _current = None
+    if _turn.log_dropped:
+        emit({"ev": "stderr", "text": "[shellgate: %d bytes of output past this execution's %d-byte bound were dropped]\n"
+              % (_turn.log_dropped, MAX_LOG_BYTES)})
+    emit({"ev": "count", "n": _count})
+    emit({"ev": "done"})
+
+
+def _run(request):
     global _turn
     with _turn_lock:
         _turn = Turn()
@@ -435,8 +454,6 @@ def execute(request):
             run_bash_cell(request.get("code", ""), env)
         finally:
             sync_streams()
-        emit({"ev": "count", "n": _count})
-        emit({"ev": "done"})
         return
     saved = {name: os.environ.get(name) for name in env}
     os.environ.update({str(k): str(v) for k, v in env.items()})
@@ -454,11 +471,52 @@ def execute(request):
                 break
             except KeyboardInterrupt:
                 continue
-    if _turn.log_dropped:
-        emit({"ev": "stderr", "text": "[shellgate: %d bytes of output past this execution's %d-byte bound were dropped]\n"
-              % (_turn.log_dropped, MAX_LOG_BYTES)})
-    emit({"ev": "count", "n": _count})
-    emit({"ev": "done"})
+
+
+# --- requests -------------------------------------------------------------
+
+# Requests are read by a thread of their own, so an interrupt is taken while
+# the main thread runs code. {"op": "interrupt", "id"} stops the execution
+# with that id and no other: one that comes late, its execution ended, is
+# dropped, where a bare SIGINT sent then would land in the next execution.
+_pending = queue.Queue()
+_current_lock = threading.Lock()
+_current = None  # the id of the execution running, if any
+
+
+def _interrupt(execution):
+    with _current_lock:
+        if _current is None or _current != execution:
+            return
+        group = os.getpgrp()
+        if group == os.getpid():
+            # The code's children (os.system's) are interrupted too.
+            os.killpg(group, signal.SIGINT)
+        else:
+            os.kill(os.getpid(), signal.SIGINT)
+
+
+class RequestReader(threading.Thread):
+    def __init__(self):
+        super().__init__(daemon=True)
+
+    def run(self):
+        # The SIGINT it sends is the main thread's to take.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        for line in _requests:
+            try:
+                request = json.loads(line)
+            except ValueError:
+                request = _NOT_JSON
+            if isinstance(request, dict) and request.get("op") == "interrupt":
+                _interrupt(request.get("id"))
+            else:
+                _pending.put(request)
+        _pending.put(_ENDED)
+
+
+_NOT_JSON = object()
+_ENDED = object()
 
 
 def main():
@@ -469,18 +527,17 @@ def main():
 
     warnings.filterwarnings("ignore", message=".*non-interactive.*")
     signal.signal(signal.SIGINT, _on_sigint)
+    RequestReader().start()
     emit({"ev": "ready", "pid": os.getpid()})
     while True:
         try:
-            line = _requests.readline()
+            request = _pending.get()
         except KeyboardInterrupt:
             continue
-        if not line:
+        if request is _ENDED:
             return
-        try:
-            request = json.loads(line)
-        except ValueError:
-            emit({"ev": "error", "name": "ProtocolError", "value": "not a JSON line", "traceback": ""})
+        if not isinstance(request, dict):
+            emit({"ev": "error", "name": "ProtocolError", "value": "not a JSON object", "traceback": ""})
             emit({"ev": "done"})
             continue
         if request.get("op") == "execute":

@@ -12,6 +12,7 @@ struct HostKernel {
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
     lines: Lines,
+    executions: u64,
 }
 
 impl HostKernel {
@@ -36,6 +37,7 @@ impl HostKernel {
             stdin,
             stdout,
             lines: Lines::default(),
+            executions: 0,
         };
         assert_eq!(kernel.next(), Event::Ready {});
         kernel
@@ -51,13 +53,25 @@ impl HostKernel {
         }
     }
 
-    /// Runs code; every event up to `done`.
-    fn run(&mut self, code: &str, env: &[(&str, &str)]) -> Vec<Event> {
+    /// Starts code; its execution's id.
+    fn start_execution(&mut self, code: &str, env: &[(&str, &str)]) -> u64 {
+        self.executions += 1;
         let request = Request::Execute {
+            id: self.executions,
             code,
             env: env.iter().copied().collect(),
         };
         self.stdin.write_all(&request.line()).unwrap();
+        self.executions
+    }
+
+    fn interrupt(&mut self, execution: u64) {
+        let request = Request::Interrupt { id: execution };
+        self.stdin.write_all(&request.line()).unwrap();
+    }
+
+    /// Every event up to `done`.
+    fn until_done(&mut self) -> Vec<Event> {
         let mut events = Vec::new();
         loop {
             match self.next() {
@@ -65,6 +79,12 @@ impl HostKernel {
                 event => events.push(event),
             }
         }
+    }
+
+    /// Runs code; every event up to `done`.
+    fn run(&mut self, code: &str, env: &[(&str, &str)]) -> Vec<Event> {
+        self.start_execution(code, env);
+        self.until_done()
     }
 }
 
@@ -206,11 +226,10 @@ fn env_vars_hold_for_one_execution_and_sigint_interrupts_without_ending_it() {
         None
     );
     // SIGINT while the code runs: KeyboardInterrupt, the kernel stays.
-    let request = Request::Execute {
-        code: "import time\nprint('sleeping', flush=True)\ntime.sleep(100)",
-        env: Default::default(),
-    };
-    kernel.stdin.write_all(&request.line()).unwrap();
+    kernel.start_execution(
+        "import time\nprint('sleeping', flush=True)\ntime.sleep(100)",
+        &[],
+    );
     assert_eq!(
         kernel.next(),
         Event::Stdout {
@@ -223,13 +242,7 @@ fn env_vars_hold_for_one_execution_and_sigint_interrupts_without_ending_it() {
         .status()
         .unwrap()
         .success());
-    let mut events = Vec::new();
-    loop {
-        match kernel.next() {
-            Event::Done {} => break,
-            event => events.push(event),
-        }
-    }
+    let events = kernel.until_done();
     assert!(
         events
             .iter()
@@ -240,6 +253,38 @@ fn env_vars_hold_for_one_execution_and_sigint_interrupts_without_ending_it() {
         main_text(&kernel.run("'alive'", &[])).as_deref(),
         Some("'alive'")
     );
+}
+
+#[test]
+fn an_interrupt_stops_only_the_execution_it_names() {
+    let mut kernel = HostKernel::start();
+    kernel.run("kept = 'still here'", &[]);
+    let sleeping = kernel.start_execution(
+        "import time\nprint('sleeping', flush=True)\ntime.sleep(100)",
+        &[],
+    );
+    assert_eq!(
+        kernel.next(),
+        Event::Stdout {
+            text: "sleeping\n".into()
+        }
+    );
+    // Another execution's id (one that ended, or is yet to come) is not it.
+    kernel.interrupt(sleeping - 1);
+    kernel.interrupt(sleeping + 1);
+    kernel.interrupt(sleeping);
+    let events = kernel.until_done();
+    assert_eq!(
+        error_of(&events).map(|(name, _)| name).as_deref(),
+        Some("KeyboardInterrupt"),
+        "{events:?}"
+    );
+    // A late interrupt, for the execution that just ended, arriving before
+    // the next: dropped, never that next one's KeyboardInterrupt.
+    kernel.interrupt(sleeping);
+    let events = kernel.run("import time\ntime.sleep(0.5)\nkept", &[]);
+    assert_eq!(error_of(&events), None, "{events:?}");
+    assert_eq!(main_text(&events).as_deref(), Some("'still here'"));
 }
 
 fn error_of(events: &[Event]) -> Option<(String, String)> {
@@ -273,31 +318,16 @@ fn a_bash_context_keeps_variables_functions_and_cwd_and_survives_an_interrupt() 
         error_of(&kernel.run("false", &[])),
         Some((String::new(), "1".into()))
     );
-    // SIGINT while a command runs: the cell stops, bash and its state stay.
-    let request = Request::Execute {
-        code: "echo sleeping; sleep 100; echo not-reached",
-        env: Default::default(),
-    };
-    kernel.stdin.write_all(&request.line()).unwrap();
+    // Interrupted while a command runs: the cell stops, bash and its state stay.
+    let execution = kernel.start_execution("echo sleeping; sleep 100; echo not-reached", &[]);
     assert_eq!(
         kernel.next(),
         Event::Stdout {
             text: "sleeping\n".into()
         }
     );
-    let pid = kernel.child.id();
-    assert!(Command::new("kill")
-        .args(["-INT", &pid.to_string()])
-        .status()
-        .unwrap()
-        .success());
-    let mut events = Vec::new();
-    loop {
-        match kernel.next() {
-            Event::Done {} => break,
-            event => events.push(event),
-        }
-    }
+    kernel.interrupt(execution);
+    let events = kernel.until_done();
     assert_eq!(
         error_of(&events).map(|(name, _)| name).as_deref(),
         Some("KeyboardInterrupt"),

@@ -18,9 +18,11 @@
 //! (kernel.py: 1 MiB of stdout+stderr, 64 results of at most 768 KiB each).
 //!
 //! An execution ends at its `done` event; at its timeout, or when the
-//! caller's events receiver is dropped (the client left), the kernel gets
-//! SIGINT (a `KeyboardInterrupt` in the code; the context and its variables
-//! stay); if the execution has not ended [`INTERRUPT_GRACE`] later, the
+//! caller's events receiver is dropped (the client left), the kernel is
+//! asked to interrupt that execution and sends itself SIGINT (a
+//! `KeyboardInterrupt` in the code; the context and its variables stay),
+//! only while that execution runs, so a late interrupt never lands in the
+//! next; if the execution has not ended [`INTERRUPT_GRACE`] later, the
 //! kernel is killed and started again (its state is lost, and the caller is
 //! told so).
 
@@ -315,6 +317,8 @@ struct Contexts {
 pub struct Interpreters {
     backend: Arc<dyn SandboxBackend>,
     containers: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Contexts>>>>,
+    /// Numbers executions, so an interrupt names the one it is for.
+    executions: std::sync::atomic::AtomicU64,
 }
 
 impl Interpreters {
@@ -322,6 +326,7 @@ impl Interpreters {
         Self {
             backend,
             containers: Mutex::new(HashMap::new()),
+            executions: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -612,7 +617,11 @@ impl Interpreters {
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
+        let execution = self
+            .executions
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let request = Request::Execute {
+            id: execution,
             code: &asked.code,
             env,
         }
@@ -645,7 +654,14 @@ impl Interpreters {
             return Err(InterpreterError::KernelFailed("no kernel".into()));
         };
         let ended = self
-            .follow(container, running, &events, deadline, &mut summary)
+            .follow(
+                container,
+                running,
+                execution,
+                &events,
+                deadline,
+                &mut summary,
+            )
             .await;
         match ended {
             Ok(true) => {}
@@ -721,6 +737,7 @@ impl Interpreters {
         &self,
         container: &str,
         kernel: &mut Kernel,
+        execution: u64,
         events: &mpsc::Sender<ExecutionEvent>,
         deadline: Instant,
         summary: &mut ExecutionSummary,
@@ -738,7 +755,7 @@ impl Interpreters {
             let read = match read {
                 None => {
                     summary.interrupted = Some(Interruption::CallerLeft);
-                    give_up = Some(self.interrupt(container, kernel).await);
+                    give_up = Some(self.interrupt(container, kernel, execution).await);
                     continue;
                 }
                 Some(Ok(read)) => read,
@@ -783,19 +800,19 @@ impl Interpreters {
                     return Ok(false);
                 }
                 summary.interrupted = Some(Interruption::TimedOut);
-                give_up = Some(self.interrupt(container, kernel).await);
+                give_up = Some(self.interrupt(container, kernel, execution).await);
             }
         }
     }
 
-    /// SIGINT to the kernel (and the code's children); returns when to
-    /// give up on it.
-    async fn interrupt(&self, container: &str, kernel: &Kernel) -> Instant {
-        const SIGINT: i32 = 2;
-        let _ = self
-            .backend
-            .signal_process(container, &kernel.process_id, SIGINT)
-            .await;
+    /// Asks the kernel to interrupt `execution` (a SIGINT to it and the
+    /// code's children, sent by the kernel itself only while that execution
+    /// runs: one that ended meanwhile is not hit, nor the next); returns
+    /// when to give up on it.
+    async fn interrupt(&self, container: &str, kernel: &mut Kernel, execution: u64) -> Instant {
+        let request = Request::Interrupt { id: execution }.line();
+        // A kernel gone is seen by the next read.
+        let _ = self.send(container, Some(kernel), &request).await;
         Instant::now() + INTERRUPT_GRACE
     }
 }

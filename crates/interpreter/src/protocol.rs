@@ -35,10 +35,15 @@ pub fn boot_line() -> Vec<u8> {
 #[derive(Debug, Serialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Request<'a> {
+    /// Runs code; `id` names this execution for an interrupt.
     Execute {
+        id: u64,
         code: &'a str,
         env: BTreeMap<&'a str, &'a str>,
     },
+    /// Interrupts execution `id` if it is the one running (SIGINT, the
+    /// code's `KeyboardInterrupt`); a late one is dropped by the kernel.
+    Interrupt { id: u64 },
 }
 
 impl Request<'_> {

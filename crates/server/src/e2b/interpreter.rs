@@ -256,7 +256,14 @@ async fn execute(
 
 /// Sends each event as a line until the events end or the client leaves.
 async fn forward_lines(mut events: mpsc::Receiver<ExecutionEvent>, lines: mpsc::Sender<Bytes>) {
-    while let Some(event) = events.recv().await {
+    loop {
+        // The client may leave while the code is silent (a sleep): the
+        // closed stream is watched, not only found at the next event.
+        let event = tokio::select! {
+            event = events.recv() => event,
+            () = lines.closed() => return,
+        };
+        let Some(event) = event else { return };
         if lines.send(ndjson(&event)).await.is_err() {
             // The client left: dropping `events` tells the execution.
             return;
