@@ -781,3 +781,84 @@ def clusters():
 def cluster(clusters) -> Cluster:
     """The shared cluster (three nodes, two replicas), healthy."""
     return clusters.get(**ROOMY)
+
+
+# --- the command line -------------------------------------------------------
+
+
+def serve(settings: dict, api_keys: str) -> None:
+    """A cluster for a test run of another language (tests/node/harness.mjs
+    with SHELLGATE_TEST_CLUSTER=1): started with `settings` (every server)
+    and `api_keys` (the replicas'), announced as ONE JSON line on stdout
+    once every part is healthy, and stopped (everything removed) when stdin
+    reaches EOF, on SIGTERM, SIGHUP or SIGINT, or if starting fails. The
+    nodes are listed with the first admin key of `api_keys`; only without
+    one is cluster.py's own added (its project `ops` then exists too, which
+    a suite counting the projects an admin sees would notice)."""
+    entries = [entry.split(":") for entry in api_keys.split(",") if entry]
+    admins = [fields[0] for fields in entries if len(fields) > 2 and fields[2] == "admin"]
+    admin = admins[0] if admins else ADMIN_KEY
+    keys = api_keys if admins else ",".join(k for k in [api_keys, f"{ADMIN_KEY}:ops:admin"] if k)
+
+    class ServedCluster(Cluster):
+        def _replica(self, name, **overrides):
+            return super()._replica(name, **{"api_keys": keys, **overrides})
+
+        def node_list(self, replica=0) -> list:
+            for server in self.replicas:
+                if server.alive():
+                    response = requests.get(f"{server.base_url}/cluster/nodes", timeout=10,
+                                            headers={"Authorization": f"Bearer {admin}"})
+                    if response.status_code != 200:
+                        raise AssertionError(f"GET /v1/cluster/nodes: {response.status_code} {response.text}")
+                    return response.json()["data"]
+            raise AssertionError("no live replica")
+
+    def terminate(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminate)
+    signal.signal(signal.SIGHUP, terminate)
+    cluster = ServedCluster(settings)
+    try:
+        cluster.start()
+        print(json.dumps({
+            "replicas": [replica.root for replica in cluster.replicas],
+            "gateway": GATEWAY,
+            "directory": str(cluster.directory),
+        }), flush=True)
+        # Until whoever started it closes our stdin (or dies: the same EOF).
+        while sys.stdin.buffer.read(65536):
+            pass
+    finally:
+        # Not interrupted by a second signal while it tears down.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        cluster.stop()
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="A shellgate cluster on this machine (see the module's docstring).")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serving = commands.add_parser(
+        "serve", help="start a cluster, print its replicas' URLs as one JSON line, stop it at stdin's EOF")
+    serving.add_argument("--settings", default="{}",
+                         help='a JSON object of settings for every server, e.g. {"upstream_url": "http://..."}')
+    serving.add_argument("--api-keys", default="", help="the replicas' api_keys (KEY:PROJECT[:admin],...)")
+    args = parser.parse_args(argv)
+    settings = json.loads(args.settings)
+    if not isinstance(settings, dict):
+        parser.error("--settings must be a JSON object")
+    why_not = can_run()
+    if why_not:
+        print(f"cluster.py: {why_not}", file=sys.stderr)
+        return 2
+    serve({str(k): str(v) for k, v in settings.items()}, args.api_keys)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
