@@ -171,28 +171,34 @@ impl Store {
                 &[],
                 node_row,
             )?;
-            let mut loads = Vec::with_capacity(nodes.len());
-            for node in nodes {
-                let (containers, limits): (u64, Vec<shellgate_wire::MemoryLimit>) = (
-                    sql.query_one(
-                        "SELECT COUNT(*) FROM containers
-                         WHERE node_id = ?1 AND status NOT IN ('deleted', 'lost')",
-                        &[&node.id],
-                        |row| row.get(0),
-                    )?,
-                    sql.query(
-                        "SELECT memory_limit FROM containers
-                         WHERE node_id = ?1 AND (session_open = 1 OR status = 'creating')",
-                        &[&node.id],
-                        |row| row.text(0, "containers", "memory_limit"),
-                    )?,
-                );
-                loads.push(NodeLoad {
-                    node,
-                    containers,
-                    claimed_memory: limits.iter().map(|limit| limit.bytes()).sum(),
-                });
+            // Two queries for every node (not two per node): the live
+            // containers by node, and the memory claimed on each.
+            let counts: Vec<(String, u64)> = sql.query(
+                "SELECT node_id, COUNT(*) FROM containers
+                 WHERE node_id IS NOT NULL AND status NOT IN ('deleted', 'lost')
+                 GROUP BY node_id",
+                &[],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )?;
+            let claims: Vec<(String, shellgate_wire::MemoryLimit)> = sql.query(
+                "SELECT node_id, memory_limit FROM containers
+                 WHERE node_id IS NOT NULL AND (session_open = 1 OR status = 'creating')",
+                &[],
+                |row| Ok((row.get(0)?, row.text(1, "containers", "memory_limit")?)),
+            )?;
+            let counts: std::collections::HashMap<String, u64> = counts.into_iter().collect();
+            let mut claimed = std::collections::HashMap::<String, u64>::new();
+            for (node, limit) in claims {
+                *claimed.entry(node).or_default() += limit.bytes();
             }
+            let loads = nodes
+                .into_iter()
+                .map(|node| NodeLoad {
+                    containers: counts.get(&node.id).copied().unwrap_or(0),
+                    claimed_memory: claimed.get(&node.id).copied().unwrap_or(0),
+                    node,
+                })
+                .collect();
             Ok(loads)
         })
     }
@@ -308,6 +314,7 @@ mod tests {
             assert_eq!(loads[0].containers, 2);
             assert_eq!(loads[0].claimed_memory, 1 << 30);
             assert_eq!(loads[0].node.images, vec!["host".to_owned()]);
+            assert_eq!((loads[1].containers, loads[1].claimed_memory), (1, 0));
 
             assert_eq!(store.mark_lost_nodes(150).unwrap(), vec!["n1".to_owned()]);
             // Once: a second replica finds nothing left to mark.
