@@ -4,7 +4,7 @@
 // upstream. Each test signs in with a key in a fresh browser context and
 // waits for what the page shows, never for a time. Screenshots of each page
 // go to docs/console/ (the README shows them).
-import { test, before, after } from 'node:test';
+import { test, before, beforeEach, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -51,7 +51,6 @@ function decide(body) {
 before(async () => {
   upstream = await startScriptedUpstream(decide);
   server = await startServer({ key: KEYS, name: 'console', env: { SHELLGATE_UPSTREAM_URL: upstream.url } });
-  origin = server.baseURL.replace(/\/v1$/, '');
   mkdirSync(SHOTS, { recursive: true });
   // Playwright starts the browser with a fresh temporary profile
   // (--user-data-dir) of its own each launch.
@@ -62,6 +61,13 @@ before(async () => {
   });
 });
 
+// The console's origin: in cluster mode each test's is the next replica
+// (harness.mjs), and what the test sets up through the API (`api`, each
+// call through the next replica) the page shows through either.
+beforeEach(() => {
+  origin = server.baseURL.replace(/\/v1$/, '');
+});
+
 after(async () => {
   await browser?.close();
   await server?.stop();
@@ -70,7 +76,7 @@ after(async () => {
 
 // The API as a client calls it (setup the console then shows).
 async function api(key, method, path, body) {
-  const response = await fetch(`${origin}/v1${path}`, {
+  const response = await server.fetch(`${origin}/v1${path}`, {
     method,
     headers: { authorization: `Bearer ${key}`, ...(body ? { 'content-type': 'application/json' } : {}) },
     body: body ? JSON.stringify(body) : undefined,
@@ -118,11 +124,11 @@ async function done(page) {
 
 test('console: /console cannot be framed and runs only its own scripts', async () => {
   for (const path of ['/console', '/console/assets/app.js', '/console/api/projects']) {
-    const response = await fetch(`${origin}${path}`);
+    const response = await server.fetch(`${origin}${path}`);
     assert.equal(response.headers.get('x-frame-options'), 'DENY', path);
     assert.match(response.headers.get('content-security-policy') ?? '', /frame-ancestors 'none'/, path);
   }
-  const page = (await fetch(`${origin}/console`)).headers.get('content-security-policy');
+  const page = (await server.fetch(`${origin}/console`)).headers.get('content-security-policy');
   assert.match(page, /script-src 'self'(;|$)/);
   assert.doesNotMatch(page, /unsafe-inline|unsafe-eval/);
   // A page of another origin framing the console gets nothing in its frame.
@@ -168,12 +174,12 @@ test('console: a wrong key is refused, a key signs in, and signing out ends the 
   const cookies = await page.context().cookies();
   assert.ok(cookies.length > 0 && cookies.every((c) => c.httpOnly && c.sameSite === 'Strict'), JSON.stringify(cookies));
   const cookie = cookies.map((c) => `${c.name}=${c.value}`).join('; ');
-  assert.equal((await fetch(`${origin}/console/session`, { headers: { cookie } })).status, 200);
+  assert.equal((await server.fetch(`${origin}/console/session`, { headers: { cookie } })).status, 200);
   await page.locator('[data-testid=signout]').click();
   await page.locator('[data-testid=signin-key]').waitFor();
   // The cookie, kept by a thief, opens nothing any more.
-  assert.equal((await fetch(`${origin}/console/session`, { headers: { cookie } })).status, 401);
-  assert.equal((await fetch(`${origin}/console/api/containers`, { headers: { cookie } })).status, 401);
+  assert.equal((await server.fetch(`${origin}/console/session`, { headers: { cookie } })).status, 401);
+  assert.equal((await server.fetch(`${origin}/console/api/containers`, { headers: { cookie } })).status, 401);
   // A reload stays signed out.
   await page.reload();
   await page.locator('[data-testid=signin-key]').waitFor();

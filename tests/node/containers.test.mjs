@@ -12,7 +12,8 @@ let client;
 
 before(async () => {
   server = await startServer({ key: KEY, name: 'containers' });
-  client = new OpenAI({ apiKey: KEY, baseURL: server.baseURL, maxRetries: 0 });
+  // Each request through the next replica in cluster mode (harness.mjs).
+  client = new OpenAI({ apiKey: KEY, baseURL: server.baseURL, fetch: server.fetch, maxRetries: 0 });
 });
 
 after(() => server.stop());
@@ -60,6 +61,8 @@ test('errors arrive as the SDK error classes with OpenAI fields', async () => {
   assert.ok(error instanceof OpenAI.BadRequestError);
   assert.equal(error.param, 'memory_limit');
   assert.equal(error.type, 'invalid_request_error');
-  const wrong = new OpenAI({ apiKey: 'wrong', baseURL: client.baseURL, maxRetries: 0 });
+  // Twice: in cluster mode, once through each replica.
+  const wrong = new OpenAI({ apiKey: 'wrong', baseURL: client.baseURL, fetch: server.fetch, maxRetries: 0 });
+  await assert.rejects(wrong.containers.list(), OpenAI.AuthenticationError);
   await assert.rejects(wrong.containers.list(), OpenAI.AuthenticationError);
 });

@@ -2,7 +2,7 @@
 // pinned in package.json), against a real `shellgate serve`: pointed at it by
 // the two environment variables a user sets (E2B_API_URL, E2B_SANDBOX_URL)
 // and a shellgate key of E2B's shape.
-import { test, before, after } from 'node:test';
+import { test, before, beforeEach, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { CommandExitError, FilesystemEventType, Sandbox } from 'e2b';
 import { Sandbox as CodeInterpreter } from '@e2b/code-interpreter';
@@ -41,11 +41,20 @@ async function listIds(opts = {}) {
 
 before(async () => {
   server = await startServer({ key: `${KEY}:alpha,${OTHER_KEY}:beta`, name: 'e2b' });
-  const root = server.baseURL.replace(/\/v1$/, '');
-  process.env.E2B_API_URL = root;
-  process.env.E2B_SANDBOX_URL = root;
   process.env.E2B_API_KEY = KEY;
   delete process.env.E2B_DEBUG;
+});
+
+// The server's root as the API and as the one in-sandbox URL (sandboxes
+// are named by header). In cluster mode two replicas: each test makes its
+// sandboxes through one and works in them through the other, the next test
+// the other way round.
+let turn = 0;
+beforeEach(() => {
+  const roots = server.baseURLs.map((url) => url.replace(/\/v1$/, ''));
+  process.env.E2B_API_URL = roots[turn % roots.length];
+  process.env.E2B_SANDBOX_URL = roots[(turn + 1) % roots.length];
+  turn += 1;
 });
 
 after(async () => {

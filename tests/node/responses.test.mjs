@@ -31,7 +31,8 @@ before(async () => {
   server = await startServer({
     key: KEY, name: 'responses', env: { SHELLGATE_UPSTREAM_URL: upstream.url },
   });
-  client = new OpenAI({ apiKey: KEY, baseURL: server.baseURL, maxRetries: 0 });
+  // Each request through the next replica in cluster mode (harness.mjs).
+  client = new OpenAI({ apiKey: KEY, baseURL: server.baseURL, fetch: server.fetch, maxRetries: 0 });
 });
 
 after(async () => {

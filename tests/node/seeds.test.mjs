@@ -105,7 +105,8 @@ function decide(body) {
 
 // Runs an example as a program of its own (an ES module resolving `openai`
 // from this directory's node_modules); its standard output. Not spawnSync:
-// the scripted upstream answering it runs in this process's event loop.
+// the scripted upstream answering it runs in this process's event loop. In
+// cluster mode each example goes through the next replica (`baseURL`).
 async function runExample(code) {
   const child = spawn(process.execPath, ['--input-type=module', '-e', code], {
     cwd: here,
@@ -142,7 +143,8 @@ before(async () => {
       SHELLGATE_DEFAULT_IMAGE: 'debian-12', SHELLGATE_IMAGES_DIR: join(imageCache, 'sandbox', 'images'),
     },
   });
-  client = new OpenAI({ apiKey: KEY, baseURL: server.baseURL, maxRetries: 0 });
+  // Each request through the next replica in cluster mode (harness.mjs).
+  client = new OpenAI({ apiKey: KEY, baseURL: server.baseURL, fetch: server.fetch, maxRetries: 0 });
 });
 
 after(async () => {
