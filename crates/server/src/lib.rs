@@ -241,6 +241,13 @@ where
     lifecycle::recover(&state)
         .await
         .map_err(|e| ServeError::Setup(format!("recovery: {}", e.message)))?;
+    // What this node held open before (its console streams' leases) ended
+    // with its last run.
+    let node = state.node_name.clone();
+    state
+        .db(move |store| store.release_leases_of(&node))
+        .await
+        .map_err(|e| ServeError::Setup(format!("recovery: {}", e.message)))?;
     responses::settle_interrupted(&state)
         .await
         .map_err(|e| ServeError::Setup(format!("recovery: {}", e.message)))?;

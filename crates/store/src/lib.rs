@@ -23,6 +23,7 @@ mod egress;
 mod error;
 mod files;
 mod keys;
+mod leases;
 mod migrations;
 mod nodes;
 mod paging;

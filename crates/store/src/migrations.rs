@@ -330,6 +330,19 @@ pub(crate) const SQLITE_MIGRATIONS: &[&str] = &[
         node_id TEXT NOT NULL
     );
 "#,
+    // Issue 22: leases, what a project holds open anywhere in a cluster
+    // (the console's live streams), counted across nodes (leases.rs).
+    r#"
+    CREATE TABLE leases (
+        id TEXT PRIMARY KEY,
+        kind TEXT NOT NULL,
+        project TEXT NOT NULL,
+        node_id TEXT NOT NULL,
+        taken_at INTEGER NOT NULL
+    );
+    CREATE INDEX leases_by_project ON leases (kind, project);
+    CREATE INDEX leases_by_node ON leases (node_id);
+"#,
 ];
 
 /// Postgres's migrations, applied in order; the index + 1 is the schema
@@ -585,5 +598,17 @@ pub(crate) const POSTGRES_MIGRATIONS: &[&str] = &[
         response_id TEXT PRIMARY KEY,
         node_id TEXT NOT NULL
     );
+"#,
+    // Issue 22: as SQLite's migration 18.
+    r#"
+    CREATE TABLE leases (
+        id TEXT PRIMARY KEY,
+        kind TEXT NOT NULL,
+        project TEXT NOT NULL,
+        node_id TEXT NOT NULL,
+        taken_at BIGINT NOT NULL
+    );
+    CREATE INDEX leases_by_project ON leases (kind, project);
+    CREATE INDEX leases_by_node ON leases (node_id);
 "#,
 ];

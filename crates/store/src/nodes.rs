@@ -229,6 +229,8 @@ impl Store {
                     "UPDATE containers SET status = 'lost' WHERE node_id = ?1 AND status != 'deleted'",
                     &[node],
                 )?;
+                // What it held open (leases.rs) ended with it.
+                sql.execute("DELETE FROM leases WHERE node_id = ?1", &[node])?;
             }
             Ok(lost)
         })

@@ -39,7 +39,7 @@ pub(super) async fn events(
     ApiQuery(query): ApiQuery<EventsQuery>,
 ) -> ApiResult<Response> {
     let scope = signed.scope(query.project.as_deref())?;
-    let slot = console.streams.open(&signed.session.grant.project)?;
+    let slot = console.streams.open(&signed.session.grant.project).await?;
     let mut changes = console.app.changes.subscribe();
     let (sender, receiver) = tokio::sync::mpsc::channel::<Event>(64);
     let token = signed.token.clone();

@@ -43,9 +43,9 @@ pub(crate) struct Console {
 /// the API's; `api` is the router forwarded calls go to.
 pub(crate) fn router(app: Arc<AppState>, api: Router) -> Router {
     let console = Arc::new(Console {
+        streams: streams::Streams::new(app.store.clone(), &app.node_name),
         app,
         api,
-        streams: Default::default(),
     });
     Router::new()
         .route("/console", get(assets::index))

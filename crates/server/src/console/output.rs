@@ -43,7 +43,7 @@ pub(super) async fn output(
 ) -> ApiResult<Response> {
     let project = Project(signed.project_of(&headers)?);
     owned(&console.app, &project, &id).await?;
-    let slot = console.streams.open(&signed.session.grant.project)?;
+    let slot = console.streams.open(&signed.session.grant.project).await?;
     let mut watch = console.app.live_output.watch(&id);
     let (sender, receiver) = tokio::sync::mpsc::channel::<Event>(64);
     let token = signed.token.clone();

@@ -2,31 +2,59 @@
 //! console, bounded: a stream holds a task and a subscription for as long
 //! as it is open, so one tenant opening thousands must not hold the
 //! server's memory or its other tenants' share of the change broadcast.
+//! Counted in the store's leases (one per open stream), so the bound is
+//! the project's across every node of a cluster, not each node's; a node's
+//! leases are dropped when it starts again or is lost.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-
+use crate::db::Db;
 use crate::error::{ApiError, ApiResult};
 
 /// The most live streams one project keeps open (every tab of every
 /// member's console: two or three streams a tab).
-pub(super) const STREAMS_PER_PROJECT: usize = 64;
+pub(super) const STREAMS_PER_PROJECT: u32 = 64;
 
-#[derive(Default)]
-pub(crate) struct Streams(Arc<Mutex<HashMap<String, usize>>>);
+/// The leases' kind.
+const STREAM_LEASE: &str = "console_stream";
+
+pub(crate) struct Streams {
+    store: Db,
+    /// This server's node (its leases' holder).
+    node: String,
+}
 
 /// One open stream, counted until dropped.
 pub(super) struct StreamSlot {
-    counts: Arc<Mutex<HashMap<String, usize>>>,
-    project: String,
+    store: Db,
+    lease: String,
 }
 
 impl Streams {
+    pub(crate) fn new(store: Db, node: &str) -> Self {
+        Self {
+            store,
+            node: node.to_owned(),
+        }
+    }
+
     /// A slot for a new stream of `project`, or a 429 past the bound.
-    pub(super) fn open(&self, project: &str) -> ApiResult<StreamSlot> {
-        let mut counts = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let count = counts.entry(project.to_owned()).or_default();
-        if *count >= STREAMS_PER_PROJECT {
+    pub(super) async fn open(&self, project: &str) -> ApiResult<StreamSlot> {
+        let lease = shellgate_wire::new_id("lease_");
+        let taken = {
+            let (lease, project, node) = (lease.clone(), project.to_owned(), self.node.clone());
+            self.store
+                .run(move |store| {
+                    store.take_lease(
+                        &lease,
+                        STREAM_LEASE,
+                        &project,
+                        &node,
+                        STREAMS_PER_PROJECT,
+                        crate::time::now(),
+                    )
+                })
+                .await?
+        };
+        if !taken {
             return Err(ApiError::quota(
                 "too_many_console_streams",
                 format!(
@@ -34,23 +62,29 @@ impl Streams {
                 ),
             ));
         }
-        *count += 1;
         Ok(StreamSlot {
-            counts: Arc::clone(&self.0),
-            project: project.to_owned(),
+            store: self.store.clone(),
+            lease,
         })
     }
 }
 
 impl Drop for StreamSlot {
     fn drop(&mut self) {
-        let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(count) = counts.get_mut(&self.project) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                counts.remove(&self.project);
+        // Given back on a blocking thread; without a runtime (the server
+        // is ending), the node's next start drops it.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (store, lease) = (self.store.clone(), std::mem::take(&mut self.lease));
+        runtime.spawn(async move {
+            if let Err(error) = store.run(move |store| store.release_lease(&lease)).await {
+                tracing::warn!(
+                    "a console stream's lease was not given back: {}",
+                    error.message
+                );
             }
-        }
+        });
     }
 }
 
@@ -58,28 +92,56 @@ impl Drop for StreamSlot {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_project_has_a_bounded_number_of_streams_and_closing_frees_one() {
-        let streams = Streams::default();
-        let mut open: Vec<_> = (0..STREAMS_PER_PROJECT)
-            .map(|_| streams.open("alpha").unwrap())
-            .collect();
-        assert_eq!(
-            streams.open("alpha").err().map(|e| e.status.as_u16()),
-            Some(429)
+    fn store(dir: &crate::testing::TempDir) -> Db {
+        Db::new(shellgate_store::Store::open(&dir.path().join("shellgate.db")).unwrap())
+    }
+
+    /// Closes `slot`, then opens another in its place (the lease is given
+    /// back on another task: awaited as a condition).
+    async fn reopened(slot: StreamSlot, streams: &Streams, project: &str) -> StreamSlot {
+        drop(slot);
+        for _ in 0..1000 {
+            if let Ok(slot) = streams.open(project).await {
+                return slot;
+            }
+            tokio::task::yield_now().await;
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        panic!("the closed stream's slot never came back")
+    }
+
+    #[tokio::test]
+    async fn a_project_has_a_bounded_number_of_streams_across_nodes_and_closing_frees_one() {
+        let dir = crate::testing::TempDir::new();
+        let store = store(&dir);
+        // Two nodes of one cluster share the bound.
+        let (one, two) = (
+            Streams::new(store.clone(), "n1"),
+            Streams::new(store.clone(), "n2"),
         );
+        let mut open = Vec::new();
+        for n in 0..STREAMS_PER_PROJECT {
+            let streams = if n % 2 == 0 { &one } else { &two };
+            open.push(streams.open("alpha").await.unwrap());
+        }
+        for streams in [&one, &two] {
+            let refused = streams.open("alpha").await.err().unwrap();
+            assert_eq!(refused.status.as_u16(), 429);
+            assert_eq!(refused.code, Some("too_many_console_streams"));
+        }
         assert!(
-            streams.open("beta").is_ok(),
+            two.open("beta").await.is_ok(),
             "another project is not affected"
         );
-        open.pop();
-        assert!(streams.open("alpha").is_ok());
-        drop(open);
-        assert!(streams
-            .0
-            .lock()
-            .unwrap()
-            .get("alpha")
-            .is_none_or(|c| *c <= 1));
+        // One of n2's closes: n1 takes its place.
+        let last = open.pop().unwrap();
+        let _taken = reopened(last, &one, "alpha").await;
+        // A node that starts again drops what it held.
+        let dropped = store
+            .run(|store| store.release_leases_of("n1"))
+            .await
+            .unwrap();
+        assert_eq!(dropped, u64::from(STREAMS_PER_PROJECT / 2 + 1));
+        assert!(one.open("alpha").await.is_ok());
     }
 }
