@@ -527,7 +527,16 @@ class Cluster:
     single boxes (no `SHELLGATE_ROLE`) and no replica: the harness's own
     check, for a binary without the roles."""
 
-    def __init__(self, settings: dict = None, roles: bool = True, replicas: int = 2, nodes: int = 3):
+    def __init__(self, settings: dict = None, roles: bool = True, replicas: int = 2, nodes: int = 3,
+                 api_keys: str = API_KEYS):
+        # The replicas' keys; the nodes are listed with the first admin key
+        # among them, and only without one is this module's own added (its
+        # project `ops` then exists too, which a suite counting the
+        # projects an admin sees would notice).
+        entries = [entry.split(":") for entry in api_keys.split(",") if entry]
+        admins = [fields[0] for fields in entries if len(fields) > 2 and fields[2] == "admin"]
+        self.admin_key = admins[0] if admins else ADMIN_KEY
+        self.api_keys = api_keys if admins else ",".join(k for k in [api_keys, f"{ADMIN_KEY}:ops:admin"] if k)
         self.settings = {
             "warm_containers": "0",
             "node_heartbeat_secs": str(HEARTBEAT_SECS),
@@ -594,7 +603,7 @@ class Cluster:
                       secret=self.secret if self.roles else "")
 
     def _replica(self, name: str, **overrides) -> Server:
-        settings = {**self.common_settings(), "api_keys": API_KEYS, **overrides}
+        settings = {**self.common_settings(), "api_keys": self.api_keys, **overrides}
         return Server(name, "api", self.directory / name, "127.0.0.1", free_port(), settings)
 
     def add_replica(self, **overrides) -> Server:
@@ -611,6 +620,23 @@ class Cluster:
         replica = Server(old.name, old.role, old.data_dir, old.host, free_port(), old.settings)
         self.replicas[index] = replica.start().wait_healthy()
         return replica
+
+    def stop_servers(self) -> None:
+        """Every node and replica stopped (an upgrade's first half); the
+        store, the objects and the data directories stay."""
+        for server in self.extra + self.replicas + list(self.nodes.values()):
+            server.stop()
+
+    def start_servers(self) -> None:
+        """Every node and replica started again as they were (the same
+        data directories, addresses and ports), and ready."""
+        for server in list(self.nodes.values()) + self.replicas + self.extra:
+            server.start()
+        for server in list(self.nodes.values()) + self.replicas + self.extra:
+            server.wait_healthy()
+        if self.roles:
+            self.wait_nodes(lambda nodes: sorted(n["id"] for n in nodes if n["status"] == "ready")
+                            == self.node_names, 60, "every node ready")
 
     def stop(self) -> None:
         """Everything down and removed, whatever state it is in."""
@@ -677,7 +703,7 @@ class Cluster:
             if not server.alive():
                 continue
             response = requests.get(f"{server.base_url}/cluster/nodes", timeout=10,
-                                    headers={"Authorization": f"Bearer {ADMIN_KEY}"})
+                                    headers={"Authorization": f"Bearer {self.admin_key}"})
             if response.status_code == 404:
                 raise RuntimeError(f"{server.name} has no /v1/cluster/nodes (a binary without the "
                                    f"cluster roles?): {response.text[:300]}")
@@ -791,35 +817,13 @@ def serve(settings: dict, api_keys: str) -> None:
     with SHELLGATE_TEST_CLUSTER=1): started with `settings` (every server)
     and `api_keys` (the replicas'), announced as ONE JSON line on stdout
     once every part is healthy, and stopped (everything removed) when stdin
-    reaches EOF, on SIGTERM, SIGHUP or SIGINT, or if starting fails. The
-    nodes are listed with the first admin key of `api_keys`; only without
-    one is cluster.py's own added (its project `ops` then exists too, which
-    a suite counting the projects an admin sees would notice)."""
-    entries = [entry.split(":") for entry in api_keys.split(",") if entry]
-    admins = [fields[0] for fields in entries if len(fields) > 2 and fields[2] == "admin"]
-    admin = admins[0] if admins else ADMIN_KEY
-    keys = api_keys if admins else ",".join(k for k in [api_keys, f"{ADMIN_KEY}:ops:admin"] if k)
-
-    class ServedCluster(Cluster):
-        def _replica(self, name, **overrides):
-            return super()._replica(name, **{"api_keys": keys, **overrides})
-
-        def node_list(self, replica=0) -> list:
-            for server in self.replicas:
-                if server.alive():
-                    response = requests.get(f"{server.base_url}/cluster/nodes", timeout=10,
-                                            headers={"Authorization": f"Bearer {admin}"})
-                    if response.status_code != 200:
-                        raise AssertionError(f"GET /v1/cluster/nodes: {response.status_code} {response.text}")
-                    return response.json()["data"]
-            raise AssertionError("no live replica")
-
+    reaches EOF, on SIGTERM, SIGHUP or SIGINT, or if starting fails."""
     def terminate(signum, _frame):
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, terminate)
     signal.signal(signal.SIGHUP, terminate)
-    cluster = ServedCluster(settings)
+    cluster = Cluster(settings, api_keys=api_keys)
     try:
         cluster.start()
         print(json.dumps({

@@ -5,10 +5,14 @@ instead (issue 22; cluster.py): three nodes in network namespaces of their
 own, two API replicas, Postgres and S3, with the same keys and projects,
 behind a facade (`ClusterServer`) whose clients and URLs alternate between
 the two replicas, so the suites run through both. Tests that need one box
-(its data directory, its process, a server of their own) are marked
-`single_box("why")` and skipped in that mode; `fresh_server` skips itself.
+(its data directory, its process) are marked `single_box("why")` and
+skipped in that mode. A `fresh_server` is a cluster of its own with the
+test's settings; since one cluster is up at a time on a machine, the tests
+using it run in a pytest run of their own (`-m fresh_server`; marked so at
+collection), and the session's cluster in another (`-m "not fresh_server"`).
 """
 
+import contextlib
 import itertools
 import os
 import signal
@@ -42,12 +46,19 @@ def pytest_configure(config):
         "single_box(reason): the test needs one shellgate server (its data directory, its "
         "process, its internals); skipped with SHELLGATE_TEST_CLUSTER=1, saying `reason`",
     )
+    config.addinivalue_line(
+        "markers",
+        "fresh_server: the test starts a server (a cluster) of its own; with "
+        "SHELLGATE_TEST_CLUSTER=1 such tests run apart from the session's cluster",
+    )
 
 
 def pytest_collection_modifyitems(config, items):
     if not CLUSTER_MODE:
         return
     for item in items:
+        if "fresh_server" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.fresh_server)
         marker = item.get_closest_marker("single_box")
         if marker is not None:
             reason = marker.args[0] if marker.args else marker.kwargs.get("reason", "")
@@ -153,6 +164,10 @@ class Server:
         nodes): what a test measures the memory of."""
         return [self.process.pid]
 
+    def store_bytes(self) -> bytes:
+        """Everything its store holds, as bytes (the SQLite files)."""
+        return b"".join(file.read_bytes() for file in sorted(self.data_dir.glob("shellgate.db*")))
+
     def run_cli(self, *args: str) -> subprocess.CompletedProcess:
         """`shellgate ARGS` on this server's data directory (its store)."""
         return subprocess.run([str(BINARY), "--data-dir", str(self.data_dir), *args],
@@ -228,6 +243,17 @@ class ClusterServer:
         """Every replica's and node's process (what a request crosses)."""
         return [server.pid for server in self.cluster.replicas + list(self.cluster.nodes.values())]
 
+    def store_bytes(self) -> bytes:
+        """Everything its store holds, as bytes (a dump of its Postgres
+        database's rows)."""
+        from cluster import POSTGRES_BIN
+
+        postgres = self.cluster.postgres
+        return subprocess.run(
+            [str(POSTGRES_BIN / "pg_dump"), "--data-only", "-h", "127.0.0.1", "-p", str(postgres.port),
+             "-U", "postgres", "shellgate"],
+            capture_output=True, check=True).stdout
+
     def run_cli(self, *args: str) -> subprocess.CompletedProcess:
         """`shellgate ARGS` on the cluster's store (its Postgres and S3,
         as a replica has them)."""
@@ -267,8 +293,17 @@ class ClusterServer:
         replica = replicas[(self.current + next(self.clients)) % len(replicas)]
         return openai.OpenAI(base_url=replica.base_url, api_key=key, max_retries=0, timeout=120)
 
+    def stop(self) -> None:
+        """Every node and replica stopped (with `start`, a restart of the
+        whole cluster, as an upgrade makes)."""
+        self.cluster.stop_servers()
+
+    def start(self) -> "ClusterServer":
+        self.cluster.start_servers()
+        return self
+
     def __getattr__(self, name):
-        if name in ("data_dir", "process", "kill9", "stop", "start", "settings"):
+        if name in ("data_dir", "process", "kill9", "settings"):
             raise AttributeError(f"a cluster has no single server's `{name}`: mark the test "
                                  f"@pytest.mark.single_box(...)")
         raise AttributeError(name)
@@ -276,7 +311,8 @@ class ClusterServer:
 
 def start_cluster(upstream, **settings):
     """The cluster of SHELLGATE_TEST_CLUSTER=1: the replicas take the
-    suites' keys (and cluster.py's admin key, which it lists nodes with);
+    suites' keys or the test's `api_keys` (cluster.py lists the nodes with
+    their first admin key, adding its own when they have none); the other
     `settings` go to every server, the nodes running the model loops."""
     import cluster as harness
 
@@ -284,19 +320,15 @@ def start_cluster(upstream, **settings):
     if why_not:
         raise RuntimeError(f"SHELLGATE_TEST_CLUSTER=1, but {why_not}")
 
-    class SuiteCluster(harness.Cluster):
-        def _replica(self, name, **overrides):
-            keys = f"{API_KEYS},{harness.ADMIN_KEY}:ops:admin"
-            return super()._replica(name, **{"api_keys": keys, **overrides})
-
-    return SuiteCluster({
+    api_keys = settings.pop("api_keys", API_KEYS)
+    return harness.Cluster({
         "upstream_url": upstream.url,
         "warm_containers": "1",
         # A node is lost after a silence far beyond a loaded machine's
         # stalls: the suites check the API, not the failure detector.
         "node_lost_after_secs": "30",
         **settings,
-    }).start()
+    }, api_keys=api_keys).start()
 
 
 @pytest.fixture(scope="session")
@@ -319,10 +351,13 @@ def upstream():
 @pytest.fixture(scope="session")
 def server(upstream):
     if CLUSTER_MODE:
+        global _session_cluster_up
         cluster = start_cluster(upstream, upstream_timeout_secs=3)
+        _session_cluster_up = True
         try:
             yield ClusterServer(cluster)
         finally:
+            _session_cluster_up = False
             cluster.stop()
         return
     with tempfile.TemporaryDirectory(prefix="shellgate-py-") as tmp:
@@ -343,7 +378,8 @@ def _cluster_replica_turn(request):
 def fresh_server(upstream):
     """A server of its own with short lifecycle settings, for lifecycle tests."""
     if CLUSTER_MODE:
-        pytest.skip("single box only: starts a server of its own with other settings (fresh_server)")
+        yield from _fresh_clusters(upstream)
+        return
     servers = []
 
     def make(**settings):
@@ -357,6 +393,63 @@ def fresh_server(upstream):
     for server in servers:
         server.stop()
         subprocess.run(["rm", "-rf", str(server.data_dir)], check=False)
+
+
+_session_cluster_up = False
+
+
+def _fresh_clusters(upstream):
+    """fresh_server in cluster mode: each call a cluster of its own (three
+    nodes, two replicas, its own Postgres and S3, ~2 s), seen as a
+    ClusterServer whose first test turn is replica 1's."""
+    if _session_cluster_up:
+        pytest.skip("a fresh_server cluster cannot start beside the session's cluster (one "
+                    "cluster at a time): run the fresh_server tests apart (-m fresh_server)")
+    clusters = []
+
+    def make(**settings):
+        if clusters:
+            # One at a time: the one before is done with.
+            clusters[-1].stop()
+        cluster = start_cluster(upstream, **settings)
+        clusters.append(cluster)
+        server = ClusterServer(cluster)
+        server.next_test()
+        return server
+
+    try:
+        yield make
+    finally:
+        for cluster in clusters:
+            cluster.stop()
+
+
+@contextlib.contextmanager
+def own_server(upstream, **settings):
+    """A server of a module's own, with its settings: one box, or in
+    cluster mode a cluster of its own (the module is then marked
+    `fresh_server`, to run apart from the session's cluster)."""
+    if CLUSTER_MODE:
+        if _session_cluster_up:
+            pytest.skip("a cluster of its own cannot start beside the session's cluster (one "
+                        "cluster at a time): run the fresh_server tests apart (-m fresh_server)")
+        cluster = start_cluster(upstream, **settings)
+        try:
+            server = ClusterServer(cluster)
+            server.next_test()
+            yield server
+        finally:
+            cluster.stop()
+        return
+    data_dir = Path(tempfile.mkdtemp(prefix="shellgate-py-own-"))
+    # Traversable by every user, as a deployment's is (images kept outside).
+    os.chmod(data_dir, 0o755)
+    server = Server(data_dir, **settings).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        subprocess.run(["rm", "-rf", str(data_dir)], check=False)
 
 
 @pytest.fixture

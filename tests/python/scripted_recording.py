@@ -114,7 +114,17 @@ class Handler(BaseHTTPRequestHandler):
 
 class RecordingUpstream:
     def __init__(self, script):
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        from conftest import CLUSTER_MODE
+
+        # In cluster mode the nodes, in network namespaces of their own,
+        # call it: it listens on every address, named by the bridge's.
+        if CLUSTER_MODE:
+            from cluster import GATEWAY
+
+            host, self.host = "0.0.0.0", GATEWAY
+        else:
+            host = self.host = "127.0.0.1"
+        self.server = ThreadingHTTPServer((host, 0), Handler)
         self.server.requests = []
         self.server.script = script
         self.server.daemon_threads = True
@@ -123,7 +133,7 @@ class RecordingUpstream:
 
     @property
     def url(self):
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        return f"http://{self.host}:{self.server.server_address[1]}/v1"
 
     @property
     def requests(self):

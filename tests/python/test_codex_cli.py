@@ -37,18 +37,21 @@ from pathlib import Path
 
 import pytest
 
-from conftest import KEY_A, Server
+from conftest import KEY_A, own_server
 
 CODEX = Path(__file__).resolve().parents[1] / "node" / "node_modules" / ".bin" / "codex"
 
 
-@pytest.fixture(scope="module")
+# Each test's server is its own (a cluster of its own in cluster mode,
+# run apart from the session's: one cluster at a time).
+pytestmark = pytest.mark.fresh_server
+
+
+@pytest.fixture
 def codex_server(upstream):
-    with tempfile.TemporaryDirectory(prefix="shellgate-py-codex-") as tmp:
-        server = Server(Path(tmp), upstream_url=upstream.url, upstream_protocol="responses",
-                        upstream_timeout_secs=10).start()
+    with own_server(upstream, upstream_url=upstream.url, upstream_protocol="responses",
+                    upstream_timeout_secs=10) as server:
         yield server
-        server.stop()
 
 
 def codex_home(root: Path, base_url: str, model) -> Path:
@@ -128,13 +131,11 @@ def test_codex_exec_runs_its_local_command_through_shellgate(codex_server, upstr
     assert token in json.dumps(output["output"]), report
 
 
-@pytest.fixture(scope="module", params=["chat", "anthropic"])
+@pytest.fixture(params=["chat", "anthropic"])
 def codex_other_server(request, upstream):
-    with tempfile.TemporaryDirectory(prefix="shellgate-py-codex-other-") as tmp:
-        server = Server(Path(tmp), upstream_url=upstream.url, upstream_protocol=request.param,
-                        upstream_timeout_secs=10).start()
+    with own_server(upstream, upstream_url=upstream.url, upstream_protocol=request.param,
+                    upstream_timeout_secs=10) as server:
         yield server, request.param
-        server.stop()
 
 
 def test_codex_default_model_before_another_upstream_is_offered_its_additional_tools(codex_other_server,

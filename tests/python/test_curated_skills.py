@@ -10,14 +10,13 @@ import os
 import random
 import struct
 import subprocess
-import tempfile
 import zipfile
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
-from conftest import BINARY, Server, exec_commands
+from conftest import BINARY, exec_commands, own_server
 
 # The cached debian-12 build (shared with the Rust image test): built once
 # per machine, a no-op when up to date.
@@ -26,18 +25,19 @@ ANALYST = "/mnt/skills/spreadsheet-analyst/scripts/analyze.py"
 WRITER = "/mnt/skills/report-writer/scripts/render.py"
 
 
+# The module's server is its own (a cluster of its own in cluster mode, run
+# apart from the session's: one cluster at a time).
+pytestmark = pytest.mark.fresh_server
+
+
 @pytest.fixture(scope="module")
 def debian(upstream):
     built = subprocess.run([str(BINARY), "--data-dir", str(IMAGE_CACHE), "image", "build", "debian-12"],
                            capture_output=True, text=True, timeout=3600)
     assert built.returncode == 0, built.stderr[-3000:]
-    data_dir = Path(tempfile.mkdtemp(prefix="shellgate-curated-"))
-    os.chmod(data_dir, 0o755)
-    server = Server(data_dir, upstream_url=upstream.url, default_image="debian-12",
-                    images_dir=str(IMAGE_CACHE / "sandbox" / "images"), warm_containers="0").start()
-    yield server
-    server.stop()
-    subprocess.run(["rm", "-rf", str(data_dir)], check=False)
+    with own_server(upstream, upstream_url=upstream.url, default_image="debian-12",
+                    images_dir=str(IMAGE_CACHE / "sandbox" / "images"), warm_containers="0") as server:
+        yield server
 
 
 def sales_csv() -> bytes:

@@ -7,19 +7,23 @@ stdout/stderr callbacks."""
 import base64
 import os
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
 import requests
 
-from conftest import BINARY, Server, e2b_environment
+from conftest import BINARY, e2b_environment, own_server
 from e2b_code_interpreter import Sandbox
 from e2b.exceptions import NotFoundException, TimeoutException
 
 # The cached debian-12 build (pandas, matplotlib), shared with the curated
 # skills' test: built once per machine, a no-op when up to date.
 IMAGE_CACHE = Path(os.environ.get("SHELLGATE_TEST_IMAGE_CACHE", "/var/cache/shellgate-test/images-data"))
+
+
+# The module's server is its own (a cluster of its own in cluster mode, run
+# apart from the session's: one cluster at a time).
+pytestmark = pytest.mark.fresh_server
 
 
 @pytest.fixture(scope="module")
@@ -29,13 +33,9 @@ def server(upstream):
     built = subprocess.run([str(BINARY), "--data-dir", str(IMAGE_CACHE), "image", "build", "debian-12"],
                            capture_output=True, text=True, timeout=3600)
     assert built.returncode == 0, built.stderr[-3000:]
-    data_dir = Path(tempfile.mkdtemp(prefix="shellgate-e2b-interp-"))
-    os.chmod(data_dir, 0o755)
-    server = Server(data_dir, upstream_url=upstream.url, default_image="debian-12",
-                    images_dir=str(IMAGE_CACHE / "sandbox" / "images"), warm_containers="0").start()
-    yield server
-    server.stop()
-    subprocess.run(["rm", "-rf", str(data_dir)], check=False)
+    with own_server(upstream, upstream_url=upstream.url, default_image="debian-12",
+                    images_dir=str(IMAGE_CACHE / "sandbox" / "images"), warm_containers="0") as server:
+        yield server
 
 
 @pytest.fixture

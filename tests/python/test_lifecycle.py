@@ -26,6 +26,7 @@ def test_idle_containers_suspend_and_wake_with_their_files(fresh_server):
     assert usage["sandbox_seconds"] >= 60
 
 
+@pytest.mark.single_box("reads the container's disk in its one server's data directory")
 def test_expired_containers_and_their_files_are_deleted(fresh_server):
     server = fresh_server(sweep_interval_secs=1)
     client = server.client()
@@ -77,6 +78,7 @@ def sandbox_inits(parent=None):
     return pids
 
 
+@pytest.mark.single_box("kills its one server with -9 (a cluster's node killed so is test_cluster.py's)")
 def test_kill_9_mid_command_loses_nothing(fresh_server):
     server = fresh_server()
     client = server.client()
@@ -166,6 +168,7 @@ def test_files_expire_after_what_the_upload_asked(server, client):
     client.files.delete(file.id)
 
 
+@pytest.mark.single_box("kills its one server with -9 (a cluster's node killed so is test_cluster.py's)")
 def test_kill_9_mid_response_leaves_it_failed_never_in_progress(fresh_server):
     server = fresh_server()
     client = server.client()

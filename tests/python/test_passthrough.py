@@ -7,12 +7,10 @@ Driven through the `openai` SDK against a real `shellgate serve` whose
 upstream is the scripted Responses model (a fixture)."""
 
 import json
-import tempfile
-from pathlib import Path
 
 import pytest
 
-from conftest import Server
+from conftest import own_server
 
 ASKED = dict(
     reasoning={"effort": "low", "summary": "auto"},
@@ -25,13 +23,16 @@ ASKED = dict(
 )
 
 
+# The module's server is its own (a cluster of its own in cluster mode, run
+# apart from the session's: one cluster at a time).
+pytestmark = pytest.mark.fresh_server
+
+
 @pytest.fixture(scope="module")
 def responses_server(upstream):
-    with tempfile.TemporaryDirectory(prefix="shellgate-py-passthrough-") as tmp:
-        server = Server(Path(tmp), upstream_url=upstream.url, upstream_protocol="responses",
-                        upstream_timeout_secs=3).start()
+    with own_server(upstream, upstream_url=upstream.url, upstream_protocol="responses",
+                    upstream_timeout_secs=3) as server:
         yield server
-        server.stop()
 
 
 def sent_after(upstream, before):

@@ -15,12 +15,11 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
-from conftest import BINARY, KEY_A, KEY_B, Server
+from conftest import BINARY, KEY_A, KEY_B, own_server
 
 # The cached debian-12 build (shared with the Rust image test and the
 # curated skills' suite): built once per machine, a no-op when up to date,
@@ -131,18 +130,19 @@ def continuing(example: str, response_id: str, container_id: str = None) -> str:
     return text
 
 
+# The module's server is its own (a cluster of its own in cluster mode, run
+# apart from the session's: one cluster at a time).
+pytestmark = pytest.mark.fresh_server
+
+
 @pytest.fixture(scope="module")
 def debian(upstream):
     built = subprocess.run([str(BINARY), "--data-dir", str(IMAGE_CACHE), "image", "build", "debian-12"],
                            capture_output=True, text=True, timeout=3600)
     assert built.returncode == 0, built.stderr[-3000:]
-    data_dir = Path(tempfile.mkdtemp(prefix="shellgate-seeds-"))
-    os.chmod(data_dir, 0o755)
-    server = Server(data_dir, upstream_url=upstream.url, default_image="debian-12",
-                    images_dir=str(IMAGE_CACHE / "sandbox" / "images"), warm_containers="0").start()
-    yield server
-    server.stop()
-    subprocess.run(["rm", "-rf", str(data_dir)], check=False)
+    with own_server(upstream, upstream_url=upstream.url, default_image="debian-12",
+                    images_dir=str(IMAGE_CACHE / "sandbox" / "images"), warm_containers="0") as server:
+        yield server
 
 
 def environment(server, key=KEY_A):
