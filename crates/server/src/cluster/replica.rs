@@ -72,6 +72,16 @@ fn drop_hop_headers(headers: &mut HeaderMap, upgrading: bool) {
     }
 }
 
+/// How long an idle connection to a node is kept for reuse: half the time
+/// a node keeps an idle keep-alive connection open (its
+/// `header_read_timeout_secs`, the cluster's one setting), so a request
+/// is never sent on a connection the node is closing at that moment (a
+/// 502 for a request the node never saw).
+fn pool_idle_timeout(config: &Config) -> Duration {
+    Duration::from_millis(config.header_read_timeout_secs.saturating_mul(500))
+        .max(Duration::from_millis(500))
+}
+
 impl Replica {
     /// A replica over `store`, forwarding with a pooled client.
     pub fn new(config: Config, store: Db) -> Result<Arc<Self>, crate::error::ServeError> {
@@ -79,7 +89,7 @@ impl Replica {
             .connect_timeout(Duration::from_secs(5))
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
-            .pool_idle_timeout(Duration::from_secs(60))
+            .pool_idle_timeout(pool_idle_timeout(&config))
             .build()
             .map_err(|e| crate::error::ServeError::Setup(format!("replica client: {e}")))?;
         Ok(Arc::new(Self {
@@ -642,7 +652,23 @@ async fn send(
 
 #[cfg(test)]
 mod tests {
-    use super::is_internal;
+    use super::{is_internal, pool_idle_timeout};
+    use crate::config::Config;
+
+    #[test]
+    fn an_idle_connection_to_a_node_is_dropped_well_before_the_node_drops_it() {
+        for secs in [1, 10, 300] {
+            let config = Config {
+                header_read_timeout_secs: secs,
+                ..Config::default()
+            };
+            let kept = pool_idle_timeout(&config);
+            assert!(
+                kept < std::time::Duration::from_secs(secs),
+                "{secs} s: {kept:?}"
+            );
+        }
+    }
 
     #[test]
     fn a_nodes_own_routes_are_never_forwarded() {
