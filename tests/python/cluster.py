@@ -332,12 +332,24 @@ class Postgres:
            "--auth=trust", "--no-sync", "-E", "UTF8")
         with open(data / "pg_hba.conf", "a") as f:
             f.write(f"host all all {SUBNET} trust\n")
-        options = (f"-p {self.port} -k {self.directory} -c listen_addresses=127.0.0.1,{GATEWAY} "
-                   "-c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off")
-        sh(*as_postgres, POSTGRES_BIN / "pg_ctl", "-D", data, "-l", self.directory / "log", "-w",
-           "-o", options, "start")
+        self._run()
         self.psql("CREATE DATABASE shellgate")
         return self
+
+    def _run(self) -> None:
+        options = (f"-p {self.port} -k {self.directory} -c listen_addresses=127.0.0.1,{GATEWAY} "
+                   "-c max_connections=300 -c fsync=off -c synchronous_commit=off -c full_page_writes=off")
+        sh("runuser", "-u", "postgres", "--", POSTGRES_BIN / "pg_ctl", "-D", self.directory / "data",
+           "-l", self.directory / "log", "-w", "-o", options, "start")
+
+    def outage(self) -> None:
+        """Stops the server, as an outage would (its data stays):
+        `recover` starts it again on the same port."""
+        sh("runuser", "-u", "postgres", "--", POSTGRES_BIN / "pg_ctl", "-D", self.directory / "data",
+           "-m", "fast", "-w", "stop")
+
+    def recover(self) -> None:
+        self._run()
 
     def url(self, host: str = GATEWAY, database: str = "shellgate") -> str:
         return f"postgres://postgres@{host}:{self.port}/{database}"

@@ -458,3 +458,38 @@ def test_a_quota_holds_when_two_replicas_admit_at_once(clusters):
     assert sorted(r.status_code for r in again) == [200, 429, 429, 429], [r.text[:200] for r in again]
     made += [r.json()["id"] for r in again if r.status_code == 200]
     delete_all([client, cluster.client(1, key)], made)
+
+
+def test_a_database_outage_fails_readiness_not_liveness_and_passes(clusters):
+    """Postgres stopped: every server's `/healthz` (readiness) fails, its
+    `/livez` (what an orchestrator restarts on) still answers, so no node
+    is restarted and no container lost for it; a container's running
+    command carries on. Postgres back: the same servers serve again."""
+    cluster = clusters.get(**ROOMY)
+    clusters.taint()
+    client = cluster.client(0)
+    container = client.containers.create(name="outage")
+    servers = cluster.replicas + list(cluster.nodes.values())
+
+    def probe(server, path):
+        headers = {SECRET_HEADER: server.secret} if server.secret else {}
+        try:
+            return requests.get(f"{server.root}{path}", headers=headers, timeout=10).status_code
+        except requests.RequestException:
+            return None
+
+    cluster.postgres.outage()
+    try:
+        assert wait_until(lambda: all(probe(s, "/healthz") not in (200, None) for s in servers), 60), \
+            [probe(s, "/healthz") for s in servers]
+        assert [probe(s, "/livez") for s in servers] == [200] * len(servers)
+    finally:
+        cluster.postgres.recover()
+    assert wait_until(lambda: all(probe(s, "/healthz") == 200 for s in servers), 60), \
+        [probe(s, "/healthz") for s in servers]
+    assert cluster.all_alive()
+    # The pools reconnected: the container is served again, by either replica.
+    for replica in (0, 1):
+        output = exec_commands(cluster.client(replica), container.id, ["echo back"])["output"]
+        assert output[0]["stdout"] == "back\n", output
+

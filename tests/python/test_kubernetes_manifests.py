@@ -6,8 +6,10 @@ Kubernetes API's JSON schemas of each supported version (PyPI's
 `kubernetes-validate`, which bundles them), and then what no schema sees is
 checked: that Services, NetworkPolicies, the PodDisruptionBudget and the
 HorizontalPodAutoscaler point at what exists, that every Secret and
-ConfigMap reference names a real key, that the probes hit `/healthz` on the
-port the server listens on, and the node DaemonSet's and API pods'
+ConfigMap reference names a real key, that the probes hit the port the
+server listens on (readiness on `/healthz`, which asks the store; liveness on
+`/livez`, which does not: a database outage must not restart every node and
+end its containers), and the node DaemonSet's and API pods'
 privileges. Needs no server and no root."""
 
 import base64
@@ -242,7 +244,7 @@ def test_strict_validation_refuses_what_kubernetes_would(rendered):
     kubernetes_validate.validate(daemonset, version, strict=True)
 
     misspelt = copy.deepcopy(daemonset)
-    misspelt["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["httpGet"]["pth"] = "/healthz"
+    misspelt["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["httpGet"]["pth"] = "/livez"
     with pytest.raises(kubernetes_validate.ValidationError, match="pth"):
         kubernetes_validate.validate(misspelt, version, strict=True)
 
@@ -396,14 +398,19 @@ def test_network_policies(docs):
                for rule in api_rules)
 
 
-def test_probes_hit_healthz_on_the_listening_port(docs):
+# Readiness (and start-up) ask the store; liveness does not (a database
+# outage takes pods out of service, it does not restart them).
+PROBE_PATHS = {"startupProbe": "/healthz", "readinessProbe": "/healthz", "livenessProbe": "/livez"}
+
+
+def test_probes_hit_the_health_routes_on_the_listening_port(docs):
     for workload, template in shellgate_templates(docs):
         for container in template["spec"]["containers"]:
             port = listen_port(container)
-            for probe_name in ("startupProbe", "readinessProbe", "livenessProbe"):
+            for probe_name, path in PROBE_PATHS.items():
                 probe = container.get(probe_name)
                 assert probe, f"{workload['metadata']['name']}: no {probe_name}"
-                assert probe["httpGet"]["path"] == "/healthz"
+                assert probe["httpGet"]["path"] == path, f"{workload['metadata']['name']}: {probe_name}"
                 assert container_port(container, probe["httpGet"]["port"]) == port, (
                     f"{workload['metadata']['name']}: {probe_name} is not on the listening port {port}"
                 )

@@ -523,6 +523,7 @@ fn served_routes(state: Arc<AppState>) -> ServedRoutes {
         .nest("/v1", api.clone())
         .nest(OPENROUTER_PREFIX, api)
         .route("/healthz", get(ops::healthz))
+        .route("/livez", get(ops::livez))
         .route("/metrics", get(ops::metrics))
         .route("/openapi.json", get(openapi::serve));
     // E2B's control plane answers at the root, as E2B's API does.

@@ -1280,6 +1280,12 @@ fn build() -> (serde_json::Value, Vec<String>) {
             )),
         ),
         public(
+            "/livez",
+            "Liveness: the process serves (the store is not asked: a probe that restarts on it \
+             would end a node's containers when only its database is away)",
+            Answer::Json(any_object("`{\"status\": \"alive\"}`")),
+        ),
+        public(
             "/metrics",
             "Prometheus metrics (with `metrics_token` set, only for a scraper that presents it)",
             Answer::Text,

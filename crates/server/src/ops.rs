@@ -29,6 +29,13 @@ pub async fn healthz(State(state): State<Arc<AppState>>) -> ApiResult<impl IntoR
     Ok(Json(body))
 }
 
+/// Liveness: the process serves requests. Nothing else is asked (not the
+/// store): an orchestrator restarting a node because its database is
+/// unreachable would end every process in its containers for nothing.
+pub async fn livez() -> impl IntoResponse {
+    Json(serde_json::json!({"status": "alive"}))
+}
+
 /// Server-wide counters only (nothing per project). With `metrics_token`
 /// set, only a scraper that presents it may read them.
 pub async fn metrics(

@@ -500,6 +500,10 @@ fn health_metrics_openapi_and_keys() {
         request(port, "GET", "/healthz", None, &[], b"").json()["status"],
         "ok"
     );
+    assert_eq!(
+        request(port, "GET", "/livez", None, &[], b"").json()["status"],
+        "alive"
+    );
     let openapi = request(port, "GET", "/openapi.json", None, &[], b"").json();
     assert_eq!(openapi["openapi"], "3.1.0");
     for path in [

@@ -20,14 +20,14 @@ use crate::listener::ClientAddr;
 use crate::state::AppState;
 use crate::time::now;
 
-/// Lets through requests showing the cluster's secret (and the health
-/// probe); answers anything else 401, before any handler reads it.
+/// Lets through requests showing the cluster's secret (and the health and
+/// liveness probes); answers anything else 401, before any handler reads it.
 pub async fn gate(
     State(state): State<Arc<AppState>>,
     mut request: Request,
     next: Next,
 ) -> Response {
-    if request.uri().path() == "/healthz" {
+    if matches!(request.uri().path(), "/healthz" | "/livez") {
         return next.run(request).await;
     }
     let secret = state.config.cluster_secret.get().unwrap_or_default();

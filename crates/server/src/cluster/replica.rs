@@ -115,6 +115,7 @@ impl Replica {
 pub fn router(replica: Arc<Replica>) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
+        .route("/livez", get(crate::ops::livez))
         .route("/v1/cluster/nodes", get(nodes))
         .route("/api/v1/cluster/nodes", get(nodes))
         .fallback(forward)
