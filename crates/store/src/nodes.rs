@@ -318,7 +318,14 @@ mod tests {
             assert_eq!(loads[0].node.images, vec!["host".to_owned()]);
             assert_eq!((loads[1].containers, loads[1].claimed_memory), (1, 0));
 
+            assert!(store
+                .take_lease("l1", "stream", "alpha", "n1", 1, 100)
+                .unwrap());
             assert_eq!(store.mark_lost_nodes(150).unwrap(), vec!["n1".to_owned()]);
+            // What the lost node held open ended with it.
+            assert!(store
+                .take_lease("l2", "stream", "alpha", "n2", 1, 160)
+                .unwrap());
             // Once: a second replica finds nothing left to mark.
             assert!(store.mark_lost_nodes(150).unwrap().is_empty());
             assert_eq!(
