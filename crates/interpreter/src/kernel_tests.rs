@@ -53,6 +53,14 @@ impl HostKernel {
         }
     }
 
+    /// Starts code whose first output is the line `first` and waits for
+    /// it (the code is running then); its execution's id.
+    fn start_until_stdout(&mut self, code: &str, first: &str) -> u64 {
+        let execution = self.start_execution(code, &[]);
+        assert_eq!(self.next(), Event::Stdout { text: first.into() });
+        execution
+    }
+
     /// Starts code; its execution's id.
     fn start_execution(&mut self, code: &str, env: &[(&str, &str)]) -> u64 {
         self.executions += 1;
@@ -226,15 +234,9 @@ fn env_vars_hold_for_one_execution_and_sigint_interrupts_without_ending_it() {
         None
     );
     // SIGINT while the code runs: KeyboardInterrupt, the kernel stays.
-    kernel.start_execution(
+    kernel.start_until_stdout(
         "import time\nprint('sleeping', flush=True)\ntime.sleep(100)",
-        &[],
-    );
-    assert_eq!(
-        kernel.next(),
-        Event::Stdout {
-            text: "sleeping\n".into()
-        }
+        "sleeping\n",
     );
     let pid = kernel.child.id();
     assert!(Command::new("kill")
@@ -259,15 +261,9 @@ fn env_vars_hold_for_one_execution_and_sigint_interrupts_without_ending_it() {
 fn an_interrupt_stops_only_the_execution_it_names() {
     let mut kernel = HostKernel::start();
     kernel.run("kept = 'still here'", &[]);
-    let sleeping = kernel.start_execution(
+    let sleeping = kernel.start_until_stdout(
         "import time\nprint('sleeping', flush=True)\ntime.sleep(100)",
-        &[],
-    );
-    assert_eq!(
-        kernel.next(),
-        Event::Stdout {
-            text: "sleeping\n".into()
-        }
+        "sleeping\n",
     );
     // Another execution's id (one that ended, or is yet to come) is not it.
     kernel.interrupt(sleeping - 1);
@@ -319,13 +315,8 @@ fn a_bash_context_keeps_variables_functions_and_cwd_and_survives_an_interrupt() 
         Some((String::new(), "1".into()))
     );
     // Interrupted while a command runs: the cell stops, bash and its state stay.
-    let execution = kernel.start_execution("echo sleeping; sleep 100; echo not-reached", &[]);
-    assert_eq!(
-        kernel.next(),
-        Event::Stdout {
-            text: "sleeping\n".into()
-        }
-    );
+    let execution =
+        kernel.start_until_stdout("echo sleeping; sleep 100; echo not-reached", "sleeping\n");
     kernel.interrupt(execution);
     let events = kernel.until_done();
     assert_eq!(
