@@ -587,11 +587,7 @@ class Cluster:
                 self.nodes[name] = self._node(name).start()
             for index in range(self.replica_count):
                 self.replicas.append(self._replica(f"replica-{index + 1}").start())
-            for server in list(self.nodes.values()) + self.replicas:
-                server.wait_healthy()
-            if self.roles:
-                self.wait_nodes(lambda nodes: sorted(n["id"] for n in nodes if n["status"] == "ready")
-                                == self.node_names, 60, "every node ready")
+            self._wait_ready()
         except BaseException:
             self.stop()
             raise
@@ -644,6 +640,10 @@ class Cluster:
         data directories, addresses and ports), and ready."""
         for server in list(self.nodes.values()) + self.replicas + self.extra:
             server.start()
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        """Every server healthy, and (with roles) every node ready."""
         for server in list(self.nodes.values()) + self.replicas + self.extra:
             server.wait_healthy()
         if self.roles:

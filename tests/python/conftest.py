@@ -398,30 +398,34 @@ def fresh_server(upstream):
 _session_cluster_up = False
 
 
-def _fresh_clusters(upstream):
-    """fresh_server in cluster mode: each call a cluster of its own (three
-    nodes, two replicas, its own Postgres and S3, ~2 s), seen as a
-    ClusterServer whose first test turn is replica 1's."""
+def _own_cluster(upstream, **settings) -> "ClusterServer":
+    """A cluster of a test's own (three nodes, two replicas, its own
+    Postgres and S3, ~2 s), seen as a ClusterServer whose first test turn
+    is replica 1's; skipped beside the session's cluster."""
     if _session_cluster_up:
-        pytest.skip("a fresh_server cluster cannot start beside the session's cluster (one "
+        pytest.skip("a cluster of its own cannot start beside the session's cluster (one "
                     "cluster at a time): run the fresh_server tests apart (-m fresh_server)")
-    clusters = []
+    server = ClusterServer(start_cluster(upstream, **settings))
+    server.next_test()
+    return server
+
+
+def _fresh_clusters(upstream):
+    """fresh_server in cluster mode: each call a cluster of its own."""
+    servers = []
 
     def make(**settings):
-        if clusters:
+        if servers:
             # One at a time: the one before is done with.
-            clusters[-1].stop()
-        cluster = start_cluster(upstream, **settings)
-        clusters.append(cluster)
-        server = ClusterServer(cluster)
-        server.next_test()
-        return server
+            servers[-1].cluster.stop()
+        servers.append(_own_cluster(upstream, **settings))
+        return servers[-1]
 
     try:
         yield make
     finally:
-        for cluster in clusters:
-            cluster.stop()
+        for server in servers:
+            server.cluster.stop()
 
 
 @contextlib.contextmanager
@@ -430,16 +434,11 @@ def own_server(upstream, **settings):
     cluster mode a cluster of its own (the module is then marked
     `fresh_server`, to run apart from the session's cluster)."""
     if CLUSTER_MODE:
-        if _session_cluster_up:
-            pytest.skip("a cluster of its own cannot start beside the session's cluster (one "
-                        "cluster at a time): run the fresh_server tests apart (-m fresh_server)")
-        cluster = start_cluster(upstream, **settings)
+        server = _own_cluster(upstream, **settings)
         try:
-            server = ClusterServer(cluster)
-            server.next_test()
             yield server
         finally:
-            cluster.stop()
+            server.cluster.stop()
         return
     data_dir = Path(tempfile.mkdtemp(prefix="shellgate-py-own-"))
     # Traversable by every user, as a deployment's is (images kept outside).
