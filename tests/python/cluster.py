@@ -73,7 +73,10 @@ MEMBER_KEYS = {
     "chaos": "sk-cluster-chaos",
 }
 API_KEYS = ",".join([f"{ADMIN_KEY}:ops:admin"] + [f"{key}:{project}" for project, key in MEMBER_KEYS.items()])
+# The operator's credential (every route of a node), and the one a replica
+# forwards tenants' requests with (the API alone).
 SECRET_HEADER = "X-Shellgate-Cluster-Secret"
+FORWARD_HEADER = "X-Shellgate-Cluster-Forward"
 
 HEARTBEAT_SECS = 1
 LOST_AFTER_SECS = 5
@@ -413,6 +416,16 @@ class Process:
         except ProcessLookupError:
             pass
         self.popen.wait()
+
+    def terminate(self, patience: float = 60) -> int:
+        """SIGTERM to the process alone (as a rollout, a drain or `kubectl
+        delete pod` sends it), and its exit status once it ended."""
+        self.popen.send_signal(signal.SIGTERM)
+        try:
+            return self.popen.wait(timeout=patience)
+        except subprocess.TimeoutExpired:
+            self.kill9()
+            raise AssertionError(f"{self.name} still ran {patience}s after SIGTERM: {self.log_tail()}")
 
     def stop(self, patience: float = 30) -> None:
         if not self.alive():

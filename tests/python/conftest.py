@@ -99,6 +99,28 @@ def processes_matching(needle: str) -> list:
     return pids
 
 
+def raw_request(host: str, port: int, method: str, target: str, headers: dict = None,
+                host_header: bool = True, body: bytes = b"") -> tuple:
+    """One HTTP/1.1 request written byte for byte, its target exactly as
+    given (HTTP clients resolve `..` and `%2e%2e` before sending, curl
+    unless `--path-as-is`), on a connection of its own; returns the
+    answer's status (0 when the server closed without one) and its whole
+    text, head and body."""
+    lines = [f"{method} {target} HTTP/1.1"]
+    if host_header:
+        lines.append(f"Host: {host}:{port}")
+    lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
+    lines += ["Connection: close", f"Content-Length: {len(body)}", "", ""]
+    with socket.create_connection((host, port), timeout=60) as connection:
+        connection.sendall("\r\n".join(lines).encode("utf-8") + body)
+        answer = b""
+        while chunk := connection.recv(65536):
+            answer += chunk
+    status_line = answer.split(b"\r\n", 1)[0].split()
+    status = int(status_line[1]) if len(status_line) > 1 and status_line[1].isdigit() else 0
+    return status, answer.decode("utf-8", errors="replace")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

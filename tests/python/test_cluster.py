@@ -24,9 +24,9 @@ import openai
 import pytest
 import requests
 
-from cluster import (LOST_AFTER_SECS, MEMBER_KEYS, NODE_ADDRESS, NODE_NAMES, NODE_PORT, ROOMY,
-                     SECRET_HEADER, can_run, cluster, clusters)  # noqa: F401 (fixtures)
-from conftest import CLUSTER_MODE, exec_commands, processes_matching, wait_until
+from cluster import (FORWARD_HEADER, LOST_AFTER_SECS, MEMBER_KEYS, NODE_ADDRESS, NODE_NAMES, NODE_PORT,
+                     ROOMY, SECRET_HEADER, Server, can_run, cluster, clusters)  # noqa: F401 (fixtures)
+from conftest import CLUSTER_MODE, exec_commands, free_port, processes_matching, raw_request, wait_until
 
 _why_not = can_run() or (CLUSTER_MODE and "the session's cluster is up (SHELLGATE_TEST_CLUSTER=1); "
                                          "these tests start clusters of their own")
@@ -95,14 +95,127 @@ def test_the_nodes_are_listed_ready_to_admins_and_answer_only_the_cluster(cluste
     assert requests.get(f"{node.root}/healthz", timeout=10).status_code == 200
     for replica in cluster.replicas:
         assert requests.get(f"{replica.root}/healthz", timeout=10).status_code == 200
-    # A node's own routes (its drain) are never forwarded for a tenant, with
-    # or without a key, however the path is spelled; every node stays ready.
-    for path in ["/internal/v1/drain", "//internal/v1/drain", "/./internal/v1/drain", "/INTERNAL/v1/drain"]:
-        for method in (requests.post, requests.delete):
-            answer = method(f"{cluster.replicas[0].root}{path}",
-                            headers={"Authorization": f"Bearer {ALPHA}"}, timeout=10)
-            assert answer.status_code == 404, (path, answer.status_code, answer.text)
-    assert all(n["status"] == "ready" for n in cluster.node_list()), cluster.node_list()
+
+
+# --- the replica/node trust boundary -----------------------------------------
+
+# A node's own routes: its operator's, never a tenant's.
+NODE_ONLY = [("GET", "internal/v1/node"), ("POST", "internal/v1/drain"), ("DELETE", "internal/v1/drain"),
+             ("GET", "metrics")]
+
+
+def spellings(tail: str, container_id: str) -> list:
+    """Request targets that name `tail` (a node's own route) to some
+    reader: raw, dot segments plain and percent-encoded, backslashes,
+    empty segments, `;` parameters, letter case, double encoding, under
+    every prefix the replica routes by and under a container that exists
+    (which picks its node)."""
+    first, _, rest = tail.partition("/")
+    return [
+        f"/{tail}", f"//{tail}", f"/./{tail}", f"/{tail.upper()}", f"/{tail.capitalize()}",
+        f"/{first};x/{rest}" if rest else f"/{first};x",
+        f"/v1/../{tail}", f"/v1/./../{tail}", f"/v1/../{tail.upper()}", f"/V1/../{tail}",
+        f"/v1/%2e%2e/{tail}", f"/v1/%2E%2e/{tail}", f"/v1/.%2e/{tail}", f"/v1/%2e./{tail}", f"/%2e/{tail}",
+        f"/v1/%2e%2e%2f{tail}", f"/v1/..%2f{tail}", f"/v1/..%2F{tail}", f"/v1%2f..%2f{tail}",
+        f"/v1/%252e%252e/{tail}", f"/v1/..%00/{tail}",
+        f"/v1\\..\\{tail}", f"/v1/..\\{tail}", f"/v1/%5c..%5c{tail}", f"/v1/..%5C{tail}",
+        f"/v1/..;/{tail}", f"/v1/;/../{tail}",
+        f"/api/v1/../../{tail}", f"/console/api/../../{tail}", f"/console/api/v1/../../../{tail}",
+        f"/console/../{tail}", f"/v2/sandboxes/../../{tail}",
+        f"/v1/containers/{container_id}/../../../{tail}",
+        f"/v1/containers/{container_id}/%2e%2e/%2e%2e/%2e%2e/{tail}",
+        f"/v1/containers/{container_id}/..%2f..%2f..%2f{tail}",
+        f"/api/v1/containers/{container_id}/../../../../{tail}",
+        f"/v1/containers/{container_id}/ports/8000/../../../../../{tail}",
+        f"/v1/containers/{container_id}/files/../../../../{tail}",
+        f"/sandboxes/{container_id}/../../{tail}",
+        f"/v1/responses/resp_x/../../../{tail}",
+    ]
+
+
+def leaked(text: str) -> bool:
+    """Whether an answer shows a node's state or its metrics."""
+    return any(mark in text for mark in ['"status":"ready"', '"status":"draining"', "shellgate_", "# TYPE"])
+
+
+def undrain_every_node(cluster) -> None:
+    """Every node taken back by its operator (a test that drained one
+    leaves the cluster as it found it)."""
+    for name in cluster.node_names:
+        requests.delete(f"http://{NODE_ADDRESS[name]}:{NODE_PORT}/internal/v1/drain",
+                        headers={SECRET_HEADER: cluster.secret}, timeout=10)
+
+
+def test_no_spelling_of_a_nodes_own_routes_passes_a_replica(cluster):
+    """A replica refuses a path some reader would resolve (400) and never
+    forwards a node's own routes (404), with or without a key, by path,
+    by E2B's sandbox header or as an absolute-form target; no node drains,
+    nothing of a node's state or metrics comes back."""
+    container = cluster.client().containers.create(name="walls", memory_limit="1g")
+    replica = cluster.replicas[0]
+    node_host = f"{NODE_ADDRESS['n1']}:{NODE_PORT}"
+    try:
+        for method, tail in NODE_ONLY:
+            for key in [None, ALPHA, cluster.admin_key]:
+                headers = {"Authorization": f"Bearer {key}"} if key else {}
+                cases = [(target, headers, True) for target in spellings(tail, container.id)]
+                cases += [(f"/x/../{tail}", {**headers, "E2b-Sandbox-Id": container.id}, True),
+                          (f"/{tail}", {**headers, "E2b-Sandbox-Id": container.id}, True),
+                          (f"http://{node_host}/{tail}", headers, False),
+                          (f"http://{node_host}/{tail}", headers, True),
+                          (f"http://{node_host}/v1/../{tail}", headers, False),
+                          (f"http://{replica.host}:{replica.port}/v1/../{tail}", headers, False),
+                          (f"http://{replica.host}:{replica.port}/{tail}", headers, False)]
+                for target, sent, host_header in cases:
+                    status, text = raw_request(replica.host, replica.port, method, target, sent,
+                                               host_header=host_header)
+                    assert status >= 400, (method, target, status, text)
+                    assert not leaked(text), (method, target, text)
+        assert cluster.node_status() == {name: "ready" for name in cluster.node_names}, cluster.node_list()
+        # Through the other replica, the spellings the review found.
+        other = cluster.replicas[1]
+        for target in ["/v1/../internal/v1/drain", "/console/api/../../internal/v1/drain",
+                       "/v1/%2e%2e/internal/v1/drain", f"/v1/containers/{container.id}/../../../internal/v1/drain"]:
+            status, text = raw_request(other.host, other.port, "POST", target, {"Authorization": f"Bearer {ALPHA}"})
+            assert status == 400, (target, status, text)
+        assert cluster.node_status() == {name: "ready" for name in cluster.node_names}, cluster.node_list()
+    finally:
+        undrain_every_node(cluster)
+        cluster.client().containers.delete(container.id)
+
+
+def test_a_node_serves_a_forwarded_request_the_api_alone(cluster):
+    """The node's own wall, whatever a replica lets through: a request
+    with the forwarding credential (the one a replica shows for a tenant)
+    reaches the API, never the node's state, drain or metrics, even beside
+    the operator's credential; the operator's credential alone reaches
+    them."""
+    node = cluster.nodes["n1"]
+    forwarded = {FORWARD_HEADER: cluster.secret}
+    operator = {SECRET_HEADER: cluster.secret}
+    try:
+        listed = requests.get(f"{node.base_url}/containers", timeout=10,
+                              headers={**forwarded, "Authorization": f"Bearer {ALPHA}"})
+        assert listed.status_code == 200 and listed.json()["object"] == "list", listed.text
+        for headers in [forwarded, {**forwarded, **operator}, {FORWARD_HEADER: "not-the-secret", **operator},
+                        {**forwarded, "Authorization": f"Bearer {cluster.admin_key}"}]:
+            for method, tail in NODE_ONLY:
+                for target in [f"/{tail}", f"/{tail.upper()}", f"/{tail}/"]:
+                    status, text = raw_request(NODE_ADDRESS["n1"], NODE_PORT, method, target, headers)
+                    assert status in (401, 404), (headers.keys(), method, target, status, text)
+                    assert not leaked(text), (method, target, text)
+        assert cluster.node_status()["n1"] == "ready", cluster.node_list()
+        # The operator (`shellgate drain`) still reaches them, and only it.
+        state = requests.get(f"{node.root}/internal/v1/node", headers=operator, timeout=10)
+        assert state.status_code == 200 and state.json()["status"] == "ready", state.text
+        metrics = requests.get(f"{node.root}/metrics", headers=operator, timeout=10)
+        assert metrics.status_code == 200 and "shellgate_" in metrics.text, metrics.text
+        # Through a replica, `/metrics` is no node's either.
+        through = requests.get(f"{cluster.replicas[0].root}/metrics", timeout=10, headers={
+            "Authorization": f"Bearer {cluster.admin_key}", SECRET_HEADER: cluster.secret})
+        assert through.status_code == 404 and not leaked(through.text), through.text
+    finally:
+        undrain_every_node(cluster)
 
 
 # --- the SDK through each replica ------------------------------------------
@@ -493,3 +606,28 @@ def test_a_database_outage_fails_readiness_not_liveness_and_passes(clusters):
         output = exec_commands(cluster.client(replica), container.id, ["echo back"])["output"]
         assert output[0]["stdout"] == "back\n", output
 
+
+
+def test_servers_on_postgres_exit_cleanly_on_sigterm(clusters):
+    """SIGTERM (every rollout, drain and `kubectl delete pod`) to a server
+    on Postgres (a replica, a node, and a single box with `database_url`)
+    ends it with status 0: its store's connections are closed off the async
+    runtime, in order; none panics."""
+    cluster = clusters.get(**ROOMY)
+    clusters.taint()
+    # A single box (no role) on the cluster's Postgres, in a schema of its own.
+    single = Server("single box", None, cluster.directory / "single-box", "127.0.0.1", free_port(), {
+        "database_url": cluster.postgres.url("127.0.0.1"), "database_schema": "single_box",
+        "api_keys": f"{ALPHA}:alpha", "warm_containers": "0", "sandbox_uid_base": "3600000000"})
+    single.start().wait_healthy()
+    cluster.extra.append(single)
+    # Every one of them has used its pool (a container made on a node through
+    # a replica; the single box's own).
+    made = cluster.client(0).containers.create(name="sigterm", memory_limit="1g")
+    holder = cluster.node_holding(made.id)
+    alone = openai.OpenAI(base_url=single.base_url, api_key=ALPHA, max_retries=0, timeout=120)
+    assert alone.containers.list().object == "list"
+    for server in [cluster.replicas[0], cluster.nodes[holder], single]:
+        status = server.terminate()
+        log = server.log.read_text(errors="replace")
+        assert status == 0 and "panicked" not in log, f"{server.name}: exit {status}\n{log[-4000:]}"

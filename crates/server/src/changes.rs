@@ -5,7 +5,7 @@
 //! broadcasts them, and prunes them.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use shellgate_store::Change;
@@ -28,6 +28,8 @@ pub(crate) struct Changes {
     changes: broadcast::Sender<Arc<Change>>,
     wake: Arc<Notify>,
     started: AtomicBool,
+    /// The task reading them, once started.
+    reader: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Default for Changes {
@@ -36,6 +38,7 @@ impl Default for Changes {
             changes: broadcast::channel(BACKLOG).0,
             wake: Arc::new(Notify::new()),
             started: AtomicBool::new(false),
+            reader: Mutex::new(None),
         }
     }
 }
@@ -58,8 +61,17 @@ impl Changes {
             })
             .await?;
         let (changes, wake) = (self.changes.clone(), Arc::clone(&self.wake));
-        tokio::spawn(tell_forever(db, changes, wake, last));
+        let reader = tokio::spawn(tell_forever(db, changes, wake, last));
+        *self.reader.lock().unwrap_or_else(|p| p.into_inner()) = Some(reader);
         Ok(())
+    }
+
+    /// Stops reading changes (the server is stopping; its store closes
+    /// next).
+    pub(crate) fn stop(&self) {
+        if let Some(reader) = self.reader.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            reader.abort();
+        }
     }
 
     pub(crate) fn subscribe(&self) -> broadcast::Receiver<Arc<Change>> {

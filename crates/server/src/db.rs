@@ -28,4 +28,33 @@ impl Db {
             .map_err(|e| ApiError::internal(format!("store worker failed: {e}")))?
             .map_err(ApiError::from)
     }
+
+    /// Closes the store's connections (`Store::close`) on a thread of its
+    /// own, waiting for it at most [`CLOSE_WAIT`]: not on a blocking
+    /// thread of the runtime, which the runtime would wait for without
+    /// bound as it ends, should a database that stopped answering hold a
+    /// goodbye up.
+    pub async fn close(&self) {
+        let store = Arc::clone(&self.0);
+        let (done, closed) = tokio::sync::oneshot::channel();
+        let spawned = std::thread::Builder::new()
+            .name("store-close".into())
+            .spawn(move || {
+                store.close();
+                let _ = done.send(());
+            });
+        if let Err(error) = spawned {
+            tracing::warn!("the store's connections were not closed: {error}");
+            return;
+        }
+        if tokio::time::timeout(CLOSE_WAIT, closed).await.is_err() {
+            tracing::warn!(
+                "the store's connections did not close within {} s; left to the process's end",
+                CLOSE_WAIT.as_secs()
+            );
+        }
+    }
 }
+
+/// How long a server that stops waits for its store's connections to close.
+const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);

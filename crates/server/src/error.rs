@@ -156,6 +156,15 @@ impl From<StoreError> for ApiError {
             )
             .with_code("invalid_cursor"),
             StoreError::UnknownKey(id) => ApiError::not_found("API key", &id),
+            StoreError::Closed => {
+                let mut error = ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "server_error",
+                    "This server is shutting down; send the request again.",
+                );
+                error.retry_after = Some(1);
+                error
+            }
             other => ApiError::internal(format!("metadata store: {other}")),
         }
     }

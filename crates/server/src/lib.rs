@@ -9,6 +9,7 @@ mod admission;
 mod auth;
 mod billing;
 pub mod blobs;
+mod canonical;
 mod catalog;
 mod changes;
 mod chat;
@@ -337,7 +338,20 @@ fn upstream_router(config: &Config) -> Result<shellgate_model::upstream::Router,
 /// container's port by host name (`{port}-{id}.{ports_base_domain}`) to
 /// that port instead (see `ports`).
 pub fn router(state: Arc<AppState>) -> Router {
-    let api = served_routes(Arc::clone(&state)).router;
+    router_for(state, Audience::Everyone)
+}
+
+/// Whom a router serves: a server's own clients (a single box's), with
+/// every route; or the tenants whose requests a cluster's replicas forward
+/// to a node, without what only the node's operator may read (`/metrics`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Audience {
+    Everyone,
+    Tenants,
+}
+
+fn router_for(state: Arc<AppState>, audience: Audience) -> Router {
+    let api = served_routes_for(Arc::clone(&state), audience).router;
     let sandbox_routers = Arc::new(e2b::SandboxRouters::new(&state));
     // The web console under /console (its own auth: a session cookie),
     // forwarding its API calls to the same router.
@@ -364,7 +378,12 @@ pub(crate) struct ServedRoutes {
 /// paths once and names this prefix as a second server.
 pub(crate) const OPENROUTER_PREFIX: &str = "/api/v1";
 
+#[cfg(test)]
 fn served_routes(state: Arc<AppState>) -> ServedRoutes {
+    served_routes_for(state, Audience::Everyone)
+}
+
+fn served_routes_for(state: Arc<AppState>, audience: Audience) -> ServedRoutes {
     let uploads = DefaultBodyLimit::max(state.config.max_upload_bytes.saturating_add(64 * 1024));
     let api = RouteTable::new()
         .route(
@@ -524,8 +543,11 @@ fn served_routes(state: Arc<AppState>) -> ServedRoutes {
         .nest(OPENROUTER_PREFIX, api)
         .route("/healthz", get(ops::healthz))
         .route("/livez", get(ops::livez))
-        .route("/metrics", get(ops::metrics))
         .route("/openapi.json", get(openapi::serve));
+    let table = match audience {
+        Audience::Everyone => table.route("/metrics", get(ops::metrics)),
+        Audience::Tenants => table,
+    };
     // E2B's control plane answers at the root, as E2B's API does.
     let table = e2b::control::routes(table);
     ServedRoutes {
@@ -558,21 +580,24 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
 ) -> Result<(), ServeError> {
     let sweeper = tokio::spawn(lifecycle::sweep_forever(Arc::clone(&state)));
-    let mut app = router(Arc::clone(&state));
     let mut heartbeat = None;
-    if state.config.role == config::Role::Node {
+    let app = if state.config.role == config::Role::Node {
         // A cluster's node: registered before it serves, heart-beating,
-        // and behind the gate that lets in only the cluster's replicas.
+        // and behind the front that lets in only the cluster's replicas
+        // (to the tenants' router) and its operator (to its own routes
+        // too).
         cluster::node::register(&state)
             .await
             .map_err(|e| ServeError::Setup(format!("node registration: {}", e.message)))?;
         heartbeat = Some(tokio::spawn(cluster::node::heartbeat_forever(Arc::clone(
             &state,
         ))));
-        app = app.merge(cluster::node::routes(Arc::clone(&state))).layer(
-            axum::middleware::from_fn_with_state(Arc::clone(&state), cluster::node::gate),
-        );
-    }
+        let tenants = router_for(Arc::clone(&state), Audience::Tenants);
+        let operator = cluster::node::operator_routes(Arc::clone(&state), tenants.clone());
+        cluster::node::front(Arc::clone(&state), tenants, operator)
+    } else {
+        router(Arc::clone(&state))
+    };
     listener::serve(
         listener,
         app,
@@ -588,6 +613,10 @@ pub async fn serve(
     tracing::info!("shutting down: stopping containers");
     lifecycle::suspend_all(&state).await;
     state.engine.shutdown().await;
+    // Last, once nothing writes any more: the store's connections closed
+    // off the runtime (a Postgres client blocks to say goodbye).
+    state.changes.stop();
+    state.store.close().await;
     Ok(())
 }
 
@@ -602,8 +631,9 @@ pub async fn serve_replica(
         .validate()
         .map_err(|e| ServeError::Setup(e.to_string()))?;
     let (store, _) = open_seeded_store(&config).await?;
+    let store = Db::new(store);
     let limits = listener::Limits::from_config(&config);
-    let replica = cluster::replica::Replica::new(config, Db::new(store))?;
+    let replica = cluster::replica::Replica::new(config, store.clone())?;
     let sweeper = tokio::spawn(cluster::replica::sweep_lost_nodes(Arc::clone(&replica)));
     listener::serve(
         listener,
@@ -613,6 +643,7 @@ pub async fn serve_replica(
     )
     .await?;
     sweeper.abort();
+    store.close().await;
     Ok(())
 }
 

@@ -17,6 +17,8 @@
 //! - Upgrades (`101 Switching Protocols`: WebSockets, a container's ports'
 //!   relayed upgrades) are served; each request carries the client's
 //!   address ([`ClientAddr`], for `X-Forwarded-For`).
+//! - Every request's target is checked before the router sees it
+//!   (`canonical::guard`: one spelling of each path, for every role).
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -163,6 +165,9 @@ pub async fn serve(
             "max_connections lowered to {cap}: the open-file limit cannot hold more"
         );
     }
+    // Checked before any routing: no router (nor a replica's client)
+    // reads a path differently from what was checked.
+    let router = tower::Layer::layer(&axum::middleware::from_fn(crate::canonical::guard), router);
     let slots = Arc::new(Semaphore::new(cap));
     let unserved = Arc::new(Unserved::default());
     // Graceful shutdown by hand (hyper-util's watcher cannot take a

@@ -88,4 +88,15 @@ impl Store {
     pub fn on_change(&self, wake: impl Fn() + Send + Sync + 'static) {
         self.db.on_change(Box::new(wake));
     }
+
+    /// Closes the store's connections in order: each Postgres connection
+    /// says goodbye to the server and the change listener stops; what is
+    /// asked of a Postgres store afterwards fails with
+    /// [`StoreError::Closed`] (SQLite's connections are files, closed when
+    /// the store is dropped, on any thread). A server calls it last, when
+    /// it stops. It blocks, like every store call: off an async runtime's
+    /// workers.
+    pub fn close(&self) {
+        self.db.close();
+    }
 }

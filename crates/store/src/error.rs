@@ -46,6 +46,10 @@ pub enum StoreError {
     UnknownKey(String),
     #[error("cannot prepare the database file: {0}")]
     Io(#[from] std::io::Error),
+    /// The store was closed ([`crate::Store::close`]): its server is
+    /// shutting down.
+    #[error("the store is closed (the server is shutting down)")]
+    Closed,
 }
 
 impl From<rusqlite::Error> for StoreError {

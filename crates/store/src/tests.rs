@@ -734,3 +734,105 @@ mod tls_tests {
         );
     }
 }
+
+mod close_tests {
+    use std::time::{Duration, Instant};
+
+    use crate::sql::{PostgresDatabase, PostgresOptions};
+    use crate::{Store, StoreError};
+
+    /// A store of the test's own: its schema, and its connections named so
+    /// the server's activity view tells them from everyone else's.
+    fn options(url: &str, name: &str) -> PostgresOptions {
+        let separator = if url.contains('?') { '&' } else { '?' };
+        PostgresOptions {
+            url: format!("{url}{separator}application_name={name}"),
+            schema: Some(name.to_owned()),
+            pool_size: 4,
+            ca_file: std::env::var("SHELLGATE_TEST_POSTGRES_CA")
+                .ok()
+                .map(Into::into),
+        }
+    }
+
+    /// The connections named `name` the server holds, read until there
+    /// are `expected` (or half a minute passed: a backend leaves the view
+    /// a moment after its client said goodbye).
+    fn connections(observer: &Store, name: &str, expected: i64) -> i64 {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let count = observer
+                .read(|sql| {
+                    sql.query_one(
+                        "SELECT count(*) FROM pg_stat_activity WHERE application_name = ?1",
+                        &[&name],
+                        |row| row.get::<i64>(0),
+                    )
+                })
+                .unwrap();
+            if count == expected || Instant::now() > deadline {
+                return count;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn drop_schema(options: &PostgresOptions) {
+        PostgresDatabase::open(options)
+            .and_then(|database| database.drop_schema())
+            .unwrap();
+    }
+
+    /// A closed store has said goodbye on every connection (the server
+    /// holds none of its), and refuses what is asked of it afterwards.
+    #[test]
+    fn a_closed_postgres_store_lets_its_connections_go_and_refuses_work() {
+        let Some(url) = crate::testing::postgres_url() else {
+            eprintln!("SHELLGATE_TEST_POSTGRES_URL is not set: the Postgres run is skipped");
+            return;
+        };
+        let observer = crate::testing::postgres_store(&url, 1);
+        let name = format!("close_{}", std::process::id());
+        let options = options(&url, &name);
+        let store = Store::open_postgres(&options).unwrap();
+        store.add_key("sk-close", "alpha", 1).unwrap();
+        assert_eq!(
+            store.project_for_key("sk-close").unwrap().as_deref(),
+            Some("alpha")
+        );
+        assert!(connections(&observer, &name, 1) >= 1);
+        store.close();
+        assert_eq!(connections(&observer, &name, 0), 0);
+        assert!(matches!(
+            store.project_for_key("sk-close"),
+            Err(StoreError::Closed)
+        ));
+        drop(store);
+        drop_schema(&options);
+    }
+
+    /// A server's tasks end with its runtime, so its store's last owner
+    /// may be dropped on a thread that drives an async runtime, where the
+    /// blocking client cannot close a connection in place (it would start
+    /// a runtime inside the runtime and panic): the connections are still
+    /// closed, elsewhere, and nothing panics.
+    #[test]
+    fn a_postgres_store_dropped_on_an_async_runtime_closes_its_connections_quietly() {
+        let Some(url) = crate::testing::postgres_url() else {
+            eprintln!("SHELLGATE_TEST_POSTGRES_URL is not set: the Postgres run is skipped");
+            return;
+        };
+        let observer = crate::testing::postgres_store(&url, 1);
+        let name = format!("dropped_{}", std::process::id());
+        let options = options(&url, &name);
+        let store = Store::open_postgres(&options).unwrap();
+        store.add_key("sk-dropped", "alpha", 1).unwrap();
+        assert!(connections(&observer, &name, 1) >= 1);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        runtime.block_on(async move { drop(store) });
+        assert_eq!(connections(&observer, &name, 0), 0);
+        drop_schema(&options);
+    }
+}

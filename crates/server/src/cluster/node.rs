@@ -1,49 +1,98 @@
 //! A cluster's node: it registers itself (address, capacity, images, cgroup
-//! layout) and heart-beats; the gate in front of its router lets in only
-//! requests that show the cluster's secret (tenants never reach a node
-//! directly), and its drain endpoints stop new placements.
+//! layout) and heart-beats; the front of its router lets in only requests
+//! that show the cluster's secret (tenants never reach a node directly),
+//! and serves a replica's forwarded requests the API alone: its own routes
+//! (state, drain, metrics) answer its operator only.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Request, State};
-use axum::middleware::Next;
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Serialize;
 use shellgate_store::{NodeRow, NodeStatus};
 
-use super::{secret_matches, SECRET_HEADER};
+use tower::ServiceExt as _;
+
+use super::{secret_matches, FORWARD_HEADER, SECRET_HEADER};
 use crate::error::{ApiError, ApiResult};
 use crate::listener::ClientAddr;
 use crate::state::AppState;
 use crate::time::now;
 
-/// Lets through requests showing the cluster's secret (and the health and
-/// liveness probes); answers anything else 401, before any handler reads it.
-pub async fn gate(
-    State(state): State<Arc<AppState>>,
-    mut request: Request,
-    next: Next,
-) -> Response {
-    if matches!(request.uri().path(), "/healthz" | "/livez") {
-        return next.run(request).await;
+/// Who a request to a node comes from, by the credential it shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Caller {
+    /// A replica forwarding a tenant's request (`FORWARD_HEADER`).
+    Tenant,
+    /// The cluster's operator (`SECRET_HEADER` alone).
+    Operator,
+    /// Neither: only the health and liveness probes answer it.
+    Nobody,
+}
+
+/// Reads the request's credential. A forwarding credential decides even
+/// beside the operator's (least privilege), and one that does not match
+/// lets nothing in.
+fn caller(headers: &HeaderMap, secret: &str) -> Caller {
+    let shown = |name: &str| {
+        headers
+            .get(name)
+            .map(|value| secret_matches(value.as_bytes(), secret))
+    };
+    match (shown(FORWARD_HEADER), shown(SECRET_HEADER)) {
+        (Some(true), _) => Caller::Tenant,
+        (None, Some(true)) => Caller::Operator,
+        _ => Caller::Nobody,
     }
-    let secret = state.config.cluster_secret.get().unwrap_or_default();
-    let shown = request
-        .headers()
-        .get(SECRET_HEADER)
-        .is_some_and(|value| secret_matches(value.as_bytes(), secret));
-    if !shown {
-        let mut error = ApiError::unauthorized(
-            "This is a shellgate cluster node: it serves the cluster's API replicas only.",
-        );
-        error.code = Some("cluster_secret_required");
-        return error.into_response();
-    }
-    // Handlers never see it (nor could echo it anywhere).
+}
+
+/// What a node serves, by caller: `tenants` (the API, without a node's own
+/// routes) for requests replicas forward and for the probes; `operator`
+/// (the same, with `/metrics` and `/internal/...`) for the cluster's
+/// operator.
+struct Front {
+    state: Arc<AppState>,
+    tenants: Router,
+    operator: Router,
+}
+
+/// A node's router: every request meets [`admit`] first.
+pub fn front(state: Arc<AppState>, tenants: Router, operator: Router) -> Router {
+    Router::new().fallback(admit).with_state(Arc::new(Front {
+        state,
+        tenants,
+        operator,
+    }))
+}
+
+/// Hands a request to the router its credential opens: a replica's
+/// forwarded request to the tenants' (a node's own routes are not in it,
+/// so no spelling of a path reaches them), the operator's call to the
+/// operator's; anything else but the probes is answered 401, before any
+/// handler reads it.
+async fn admit(State(front): State<Arc<Front>>, mut request: Request) -> Response {
+    let secret = front.state.config.cluster_secret.get().unwrap_or_default();
+    let router = match caller(request.headers(), secret) {
+        Caller::Tenant => front.tenants.clone(),
+        Caller::Operator => front.operator.clone(),
+        Caller::Nobody if matches!(request.uri().path(), "/healthz" | "/livez") => {
+            front.tenants.clone()
+        }
+        Caller::Nobody => {
+            let mut error = ApiError::unauthorized(
+                "This is a shellgate cluster node: it serves the cluster's API replicas only.",
+            );
+            error.code = Some("cluster_secret_required");
+            return error.into_response();
+        }
+    };
+    // Handlers never see them (nor could echo them anywhere).
     request.headers_mut().remove(SECRET_HEADER);
+    request.headers_mut().remove(FORWARD_HEADER);
     // The client's address is the one the replica saw (it sets the header,
     // replacing any the client sent), not the replica's: what the node
     // forwards on (a port's `X-Forwarded-For`) names the client.
@@ -61,15 +110,22 @@ pub async fn gate(
             .extensions_mut()
             .insert(ClientAddr(std::net::SocketAddr::new(ip, port)));
     }
-    next.run(request).await
+    match router.oneshot(request).await {
+        Ok(response) => response,
+        Err(never) => match never {},
+    }
 }
 
-/// The node's own routes, behind the gate: its state, and its drain.
-pub fn routes(state: Arc<AppState>) -> Router {
+/// The operator's router: the node's own routes (its state, its drain,
+/// `/metrics`), and everything else as the tenants' router (`rest`)
+/// serves it.
+pub fn operator_routes(state: Arc<AppState>, rest: Router) -> Router {
     Router::new()
         .route("/internal/v1/node", get(describe))
         .route("/internal/v1/drain", post(drain).delete(undrain))
+        .route("/metrics", get(crate::ops::metrics))
         .with_state(state)
+        .fallback_service(rest)
 }
 
 /// What `GET /internal/v1/node` answers (and `shellgate drain` waits on).

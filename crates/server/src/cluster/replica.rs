@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -22,7 +22,7 @@ use shellgate_wire::List;
 use super::directory::{Directory, Whereabouts};
 use super::placement::{alive, Placements};
 use super::routing::{container_ids, target, Target};
-use super::SECRET_HEADER;
+use super::{FORWARD_HEADER, SECRET_HEADER};
 use crate::config::Config;
 use crate::db::Db;
 use crate::error::{ApiError, ApiResult};
@@ -307,18 +307,27 @@ fn names_container(request: &Request, method: &axum::http::Method, id: &str) -> 
         return false;
     }
     let path = request.uri().path();
+    // The id read as routing read it (percent-decoded).
     ["/v1/containers/", "/api/v1/containers/", "/sandboxes/"]
         .iter()
-        .any(|prefix| path.strip_prefix(prefix) == Some(id))
+        .filter_map(|prefix| path.strip_prefix(prefix))
+        .any(|rest| {
+            !rest.contains('/') && crate::canonical::decoded(rest.as_bytes()) == id.as_bytes()
+        })
 }
 
-/// Whether `path` is one of a node's own routes (`/internal/...`, however
-/// spelled: the node's router would normalize `//internal` or `/./internal`
-/// no differently, but a replica refuses anything that could reach them).
-fn is_internal(path: &str) -> bool {
-    path.split('/')
-        .find(|segment| !segment.is_empty() && *segment != ".")
-        .is_some_and(|first| first.eq_ignore_ascii_case("internal"))
+/// Whether `path` is one of a node's own routes (`/internal/...`,
+/// `/metrics`), in any letter case: a replica never forwards them (and a
+/// node would not serve them to a forwarded request either).
+fn node_only(path: &str) -> bool {
+    let mut segments = path
+        .split('/')
+        .filter(|segment| !segment.is_empty() && *segment != ".");
+    match (segments.next(), segments.next()) {
+        (Some(first), _) if first.eq_ignore_ascii_case("internal") => true,
+        (Some(first), None) => first.eq_ignore_ascii_case("metrics"),
+        _ => false,
+    }
 }
 
 /// Sends a request on to the node that serves it.
@@ -330,16 +339,13 @@ async fn forward(State(replica): State<Arc<Replica>>, request: Request) -> Respo
 }
 
 async fn route(replica: &Arc<Replica>, mut request: Request) -> ApiResult<Response> {
-    // Only a replica may show the secret; a tenant's copy goes.
+    // Only a replica may show the secret; a tenant's copies go.
     request.headers_mut().remove(SECRET_HEADER);
-    // A node's own routes (its drain) are the operator's, on the node:
-    // never forwarded with the secret on a tenant's behalf.
-    if is_internal(request.uri().path()) {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "invalid_request_error",
-            format!("No route for {}.", request.uri().path()),
-        ));
+    request.headers_mut().remove(FORWARD_HEADER);
+    // A node's own routes (its state, drain, metrics) are the operator's,
+    // on the node: never forwarded on a tenant's behalf.
+    if node_only(request.uri().path()) {
+        return Err(crate::ops::not_found().await);
     }
     let goes = target(
         request.method(),
@@ -560,10 +566,29 @@ async fn send_anywhere(replica: &Arc<Replica>, request: Request) -> ApiResult<Re
     }
 }
 
-/// Forwards `request` to `node`: its method, path, headers (with the
-/// cluster's secret; without the hop's own) and body, streamed; the
-/// answer comes back the same way, and an upgrade (a PTY's WebSocket) is
-/// joined end to end. An error says whether the node was never reached.
+/// The URL a request with `target` (its path and query) is sent to on the
+/// node at `address`. The path was checked as received (`canonical`), and
+/// the node must see exactly that path: a URL parser that would read it
+/// otherwise (resolve a dot segment, take `\` for `/`) is never given the
+/// last word, the request is refused instead.
+fn forwarded_url(address: &str, target: &Uri) -> Result<reqwest::Url, ApiError> {
+    let path_and_query = target.path_and_query().map_or("/", |p| p.as_str());
+    let refused = || {
+        ApiError::bad_request("The request path cannot be forwarded as it is spelled.")
+            .with_code("invalid_request_path")
+    };
+    let url = reqwest::Url::parse(&format!("{address}{path_and_query}")).map_err(|_| refused())?;
+    if url.path() != target.path() {
+        return Err(refused());
+    }
+    Ok(url)
+}
+
+/// Forwards `request` to `node`: its method, path (as it was checked),
+/// headers (with the cluster's forwarding credential; without the hop's
+/// own) and body, streamed; the answer comes back the same way, and an
+/// upgrade (a PTY's WebSocket) is joined end to end. An error says
+/// whether the node was never reached.
 async fn send(
     replica: &Arc<Replica>,
     node: &NodeRow,
@@ -574,18 +599,16 @@ async fn send(
         .get(header::UPGRADE)
         .is_some()
         .then(|| hyper::upgrade::on(&mut request));
-    let path = request
-        .uri()
-        .path_and_query()
-        .map_or("/", |p| p.as_str())
-        .to_owned();
-    let url = format!("{}{}", node.address, path);
+    let url = forwarded_url(&node.address, request.uri()).map_err(|error| (error, false))?;
     let (parts, body) = request.into_parts();
     let mut headers = parts.headers.clone();
     drop_hop_headers(&mut headers, upgrade.is_some());
+    // The forwarding credential, never the operator's: the node serves
+    // this request the API alone.
+    headers.remove(SECRET_HEADER);
     let secret = replica.config.cluster_secret.get().unwrap_or_default();
     if let Ok(value) = HeaderValue::from_str(secret) {
-        headers.insert(HeaderName::from_static(SECRET_HEADER), value);
+        headers.insert(HeaderName::from_static(FORWARD_HEADER), value);
     }
     if let Some(addr) = parts.extensions.get::<crate::listener::ClientAddr>() {
         if let Ok(value) = HeaderValue::from_str(&addr.0.ip().to_string()) {
@@ -594,7 +617,7 @@ async fn send(
     }
     let sent = replica
         .client
-        .request(parts.method.clone(), &url)
+        .request(parts.method.clone(), url)
         .headers(headers)
         .body(reqwest::Body::wrap_stream(body.into_data_stream()))
         .send()
@@ -653,8 +676,14 @@ async fn send(
 
 #[cfg(test)]
 mod tests {
-    use super::{is_internal, pool_idle_timeout};
-    use crate::config::Config;
+    use super::{forwarded_url, node_only, pool_idle_timeout, send, Replica};
+    use crate::config::{Config, Secret};
+    use crate::db::Db;
+    use axum::body::Body;
+    use axum::extract::Request;
+    use axum::http::Uri;
+    use shellgate_store::{NodeRow, NodeStatus, Store};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     #[test]
     fn an_idle_connection_to_a_node_is_dropped_well_before_the_node_drops_it() {
@@ -679,11 +708,113 @@ mod tests {
             "/./internal/v1/node",
             "/INTERNAL/v1/drain",
             "/internal",
+            "/metrics",
+            "/Metrics/",
         ] {
-            assert!(is_internal(path), "{path}");
+            assert!(node_only(path), "{path}");
         }
-        for path in ["/v1/containers", "/v1/internal", "/internals/x", "/"] {
-            assert!(!is_internal(path), "{path}");
+        for path in [
+            "/v1/containers",
+            "/v1/internal",
+            "/internals/x",
+            "/",
+            "/v1/metrics",
+            "/metrics/x",
+        ] {
+            assert!(!node_only(path), "{path}");
+        }
+    }
+
+    #[test]
+    fn a_path_a_url_parser_would_read_otherwise_is_never_forwarded() {
+        let address = "http://10.0.0.7:8080";
+        for target in [
+            "/v1/../internal/v1/drain",
+            "/v1/%2e%2e/internal/v1/drain",
+            "/v1/.%2E/metrics",
+            "/v1/./metrics",
+            "/v1\\..\\internal/v1/node",
+        ] {
+            let uri: Uri = target.parse().unwrap();
+            let error = forwarded_url(address, &uri).unwrap_err();
+            assert_eq!(error.code, Some("invalid_request_path"), "{target}");
+        }
+        for target in [
+            "/v1/containers/cntr_a/ports/8000/a%2Fb;c/%252e%252e/?x=1&y=%20",
+            "/v1/files",
+            "/",
+        ] {
+            let uri: Uri = target.parse().unwrap();
+            let url = forwarded_url(address, &uri).unwrap();
+            assert_eq!(&url.as_str()[address.len()..], target);
+        }
+    }
+
+    /// What a node received: the request line and the head, as bytes on
+    /// the wire.
+    async fn received_by_a_node(target: &str) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = format!("http://{}", listener.local_addr().unwrap());
+        let node = NodeRow {
+            id: "n1".into(),
+            address,
+            status: NodeStatus::Ready,
+            memory_bytes: 1 << 30,
+            max_containers: 10,
+            images: Vec::new(),
+            cgroup_layout: "v2".into(),
+            version: "test".into(),
+            started_at: 0,
+            heartbeat_at: 0,
+        };
+        let config = Config {
+            cluster_secret: Secret("s".repeat(32)),
+            ..Config::default()
+        };
+        let replica = Replica::new(config, Db::new(Store::in_memory().unwrap())).unwrap();
+        let node_side = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut head = Vec::new();
+            while !head.ends_with(b"\r\n\r\n") {
+                let mut byte = [0u8; 1];
+                if socket.read(&mut byte).await.unwrap() == 0 {
+                    break;
+                }
+                head.push(byte[0]);
+            }
+            socket
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                .await
+                .unwrap();
+            String::from_utf8(head).unwrap()
+        });
+        let request = Request::builder()
+            .uri(target)
+            .header(super::SECRET_HEADER, "s".repeat(32))
+            .body(Body::empty())
+            .unwrap();
+        let answer = send(&replica, &node, request).await.map_err(|(e, _)| e);
+        assert_eq!(answer.unwrap().status(), 200);
+        node_side.await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_node_receives_the_path_as_it_was_checked_with_the_forwarding_credential() {
+        for target in [
+            "/v1/containers/cntr_a/ports/8000/a%2Fb;c/%252e%252e/x?y=%20&z=1",
+            "/v1/containers/cntr_a/files",
+        ] {
+            let head = received_by_a_node(target).await.to_ascii_lowercase();
+            let line = head.lines().next().unwrap_or_default().to_owned();
+            assert_eq!(
+                line,
+                format!("get {} http/1.1", target.to_ascii_lowercase())
+            );
+            assert!(
+                head.contains(&format!("{}: {}", super::FORWARD_HEADER, "s".repeat(32))),
+                "{head}"
+            );
+            assert!(!head.contains(super::SECRET_HEADER), "{head}");
         }
     }
 }

@@ -55,14 +55,18 @@ pub(crate) fn target(
     let first = segments.next().unwrap_or_default();
     let second = segments.next();
     match (first, second) {
-        ("containers" | "sandboxes", Some(id)) if !id.is_empty() => {
-            Target::Container(id.to_owned())
-        }
+        ("containers" | "sandboxes", Some(id)) if !id.is_empty() => Target::Container(segment(id)),
         ("containers" | "sandboxes", None) if method == Method::POST => Target::Create,
-        ("responses", Some(id)) if !id.is_empty() => Target::Response(id.to_owned()),
+        ("responses", Some(id)) if !id.is_empty() => Target::Response(segment(id)),
         _ if method == Method::POST && MODEL_PATHS.contains(&rest) => Target::ModelRequest,
         _ => Target::Any,
     }
+}
+
+/// A path segment as the node's router reads it into a path parameter:
+/// percent-decoded (`cntr%5Fa` is `cntr_a` there, so it is here too).
+fn segment(raw: &str) -> String {
+    String::from_utf8_lossy(&crate::canonical::decoded(raw.as_bytes())).into_owned()
 }
 
 /// The container a port's host name names (`{port}-{id}.{domain}`).
@@ -166,6 +170,16 @@ mod tests {
             ),
             (Method::POST, "/v1/files", Target::Any),
             (Method::GET, "/healthz", Target::Any),
+            (
+                Method::POST,
+                "/v1/containers/cntr%5Fh/exec",
+                Target::Container("cntr_h".into()),
+            ),
+            (
+                Method::GET,
+                "/v1/responses/resp%5F2",
+                Target::Response("resp_2".into()),
+            ),
         ];
         for (method, path, expected) in cases {
             assert_eq!(

@@ -175,6 +175,12 @@ pub(crate) trait Database: Send + Sync {
     /// Calls `wake` whenever a row is written to `console_changes` (it must
     /// only signal: SQLite calls it inside the writing transaction).
     fn on_change(&self, wake: Box<dyn Fn() + Send + Sync>);
+
+    /// Closes the connections that have a server to say goodbye to
+    /// (Postgres's), waiting for each; work asked of such a database
+    /// afterwards fails with `StoreError::Closed`. It blocks: never call
+    /// it on a thread that drives an async runtime.
+    fn close(&self);
 }
 
 /// Rewrites SQLite's placeholders for Postgres: `?N` becomes `$N`, and a

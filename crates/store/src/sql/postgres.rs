@@ -4,6 +4,10 @@
 //! starting at once apply each migration once); transactions retried when
 //! Postgres picked them as a deadlock's victim; changes told through
 //! `LISTEN`/`NOTIFY`, so every replica's console hears every node's writes.
+//! The client is `postgres`'s blocking one, which runs a runtime of its own
+//! even to close a connection: connections are closed by `close` on the
+//! caller's (blocking) thread, or, when the pool is dropped on a thread that
+//! drives an async runtime, on a thread of their own.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -85,8 +89,11 @@ pub(crate) struct PostgresDatabase {
     pool_size: usize,
     state: Mutex<PoolState>,
     freed: Condvar,
-    /// Set when the database is dropped: the change listener's thread ends.
+    /// Set when the database is closed or dropped: no connection is lent
+    /// any more, and the change listener's thread ends.
     closed: Arc<AtomicBool>,
+    /// The change listeners' threads, joined by `close`.
+    listeners: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
 /// A connection borrowed from the pool, given back when dropped (or
@@ -99,12 +106,54 @@ struct Pooled<'a> {
 impl Drop for Pooled<'_> {
     fn drop(&mut self) {
         let mut state = self.database.lock_state();
-        match self.connection.take() {
-            Some(connection) if !connection.client.is_closed() => state.idle.push(connection),
-            _ => state.open = state.open.saturating_sub(1),
-        }
+        let closed = self.database.closed.load(Ordering::SeqCst);
+        let ended = match self.connection.take() {
+            Some(connection) if !connection.client.is_closed() && !closed => {
+                state.idle.push(connection);
+                None
+            }
+            ended => {
+                state.open = state.open.saturating_sub(1);
+                ended
+            }
+        };
         drop(state);
         self.database.freed.notify_one();
+        close_connections(ended.into_iter().collect());
+    }
+}
+
+/// Closes `connections` (each tells the server it leaves, and waits for
+/// its socket to close). The blocking client does it on a runtime of its
+/// own, which a thread driving an async runtime may not start: there, it
+/// is done on a thread of its own.
+fn close_connections(connections: Vec<PgConnection>) {
+    if connections.is_empty() {
+        return;
+    }
+    if tokio::runtime::Handle::try_current().is_err() {
+        for connection in connections {
+            // A connection that fails to say goodbye is gone all the same.
+            let _ = connection.client.close();
+        }
+        return;
+    }
+    let (hand, take) = std::sync::mpsc::channel::<Vec<PgConnection>>();
+    let spawned = std::thread::Builder::new()
+        .name("store-close".into())
+        .spawn(move || {
+            if let Ok(connections) = take.recv() {
+                close_connections(connections);
+            }
+        });
+    let handed = match spawned {
+        Ok(_) => hand.send(connections).map_err(|unsent| unsent.0),
+        Err(_) => Err(connections),
+    };
+    if let Err(connections) = handed {
+        // No thread to close them on: dropped here they would panic this
+        // runtime's thread, so their sockets are left to the process's end.
+        std::mem::forget(connections);
     }
 }
 
@@ -148,6 +197,7 @@ impl PostgresDatabase {
             }),
             freed: Condvar::new(),
             closed: Arc::new(AtomicBool::new(false)),
+            listeners: Mutex::new(Vec::new()),
         };
         database.migrate()?;
         Ok(database)
@@ -174,6 +224,9 @@ impl PostgresDatabase {
     fn get(&self) -> Result<Pooled<'_>> {
         let mut state = self.lock_state();
         loop {
+            if self.closed.load(Ordering::SeqCst) {
+                return Err(StoreError::Closed);
+            }
             if let Some(connection) = state.idle.pop() {
                 return Ok(Pooled {
                     database: self,
@@ -255,9 +308,25 @@ impl PostgresDatabase {
     }
 }
 
+impl PostgresDatabase {
+    /// Marks the database closed and hands back its idle connections.
+    fn shut(&self) -> Vec<PgConnection> {
+        self.closed.store(true, Ordering::SeqCst);
+        let mut state = self.lock_state();
+        let idle = std::mem::take(&mut state.idle);
+        state.open = state.open.saturating_sub(idle.len());
+        drop(state);
+        // Callers waiting for a connection learn it is closed.
+        self.freed.notify_all();
+        idle
+    }
+}
+
 impl Drop for PostgresDatabase {
     fn drop(&mut self) {
-        self.closed.store(true, Ordering::Relaxed);
+        // Wherever the last owner let go (an async task ended by its
+        // runtime's shutdown, say), the connections are closed safely.
+        close_connections(self.shut());
     }
 }
 
@@ -338,8 +407,30 @@ impl Database for PostgresDatabase {
         let spawned = std::thread::Builder::new()
             .name("store-changes".into())
             .spawn(move || listen_for_changes(config, tls, closed, wake));
-        if let Err(error) = spawned {
-            tracing_free_warning(&format!("cannot start the change listener: {error}"));
+        match spawned {
+            Ok(listener) => self
+                .listeners
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .push(listener),
+            Err(error) => {
+                tracing_free_warning(&format!("cannot start the change listener: {error}"))
+            }
+        }
+    }
+
+    fn close(&self) {
+        close_connections(self.shut());
+        // The listeners see the flag within their wait (a second) and close
+        // their own connections as they end.
+        let listeners = std::mem::take(
+            &mut *self
+                .listeners
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        );
+        for listener in listeners {
+            let _ = listener.join();
         }
     }
 }

@@ -176,6 +176,10 @@ impl Database for SqliteDatabase {
                 }
             }));
     }
+
+    /// Nothing to say goodbye to: the connections are closed with the
+    /// store, wherever it is dropped.
+    fn close(&self) {}
 }
 
 /// A parameter as SQLite takes it.
