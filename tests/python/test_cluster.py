@@ -10,13 +10,18 @@ quotas hold when two replicas admit at once; a node killed with -9 has its
 containers reported lost (409 `container_lost` on exec), the others
 untouched and new ones placed on the survivors; a replica killed
 mid-request loses nothing another replica cannot redo, and leaves no
-half-made container. Every wait is for a condition, with a deadline.
+half-made container; no spelling of a node's own routes passes a replica,
+and a node serves a forwarded request the API alone; a node, a replica
+and a single box on Postgres exit 0 on SIGTERM. Every wait is for a
+condition, with a deadline.
 """
 
 import collections
 import concurrent.futures
 import io
 import json
+import os
+import subprocess
 import threading
 import time
 
@@ -24,9 +29,10 @@ import openai
 import pytest
 import requests
 
-from cluster import (FORWARD_HEADER, LOST_AFTER_SECS, MEMBER_KEYS, NODE_ADDRESS, NODE_NAMES, NODE_PORT,
+from cluster import (FORWARD_HEADER, LOST_AFTER_SECS, MEMBER_KEYS, NETNS, NODE_ADDRESS, NODE_NAMES, NODE_PORT,
                      ROOMY, SECRET_HEADER, Server, can_run, cluster, clusters)  # noqa: F401 (fixtures)
-from conftest import CLUSTER_MODE, exec_commands, free_port, processes_matching, raw_request, wait_until
+from conftest import (BINARY, CLUSTER_MODE, exec_commands, free_port, processes_matching, raw_request,
+                      wait_until)
 
 _why_not = can_run() or (CLUSTER_MODE and "the session's cluster is up (SHELLGATE_TEST_CLUSTER=1); "
                                          "these tests start clusters of their own")
@@ -210,6 +216,14 @@ def test_a_node_serves_a_forwarded_request_the_api_alone(cluster):
         assert state.status_code == 200 and state.json()["status"] == "ready", state.text
         metrics = requests.get(f"{node.root}/metrics", headers=operator, timeout=10)
         assert metrics.status_code == 200 and "shellgate_" in metrics.text, metrics.text
+        # `shellgate drain`, as the node's preStop hook runs it, on its machine.
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "SHELLGATE_CLUSTER_SECRET": cluster.secret,
+               "SHELLGATE_LISTEN": f"{NODE_ADDRESS['n1']}:{NODE_PORT}"}
+        for args, status in [(["--timeout", "0"], "draining"), (["--cancel"], "ready")]:
+            done = subprocess.run(["nsenter", f"--net=/run/netns/{NETNS['n1']}", str(BINARY), "--data-dir",
+                                   str(node.data_dir), "drain", *args], env=env, capture_output=True, text=True)
+            assert done.returncode == 0, done.stderr
+            assert cluster.node_status()["n1"] == status, (args, cluster.node_list())
         # Through a replica, `/metrics` is no node's either.
         through = requests.get(f"{cluster.replicas[0].root}/metrics", timeout=10, headers={
             "Authorization": f"Bearer {cluster.admin_key}", SECRET_HEADER: cluster.secret})
