@@ -6,8 +6,8 @@
 //! `LISTEN`/`NOTIFY`, so every replica's console hears every node's writes.
 //! The client is `postgres`'s blocking one, which runs a runtime of its own
 //! even to close a connection: connections are closed by `close` on the
-//! caller's (blocking) thread, or, when the pool is dropped on a thread that
-//! drives an async runtime, on a thread of their own.
+//! caller's (blocking) thread, or, when the pool is dropped inside an async
+//! runtime (a server's tasks end with it), on a thread of their own.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -123,10 +123,15 @@ impl Drop for Pooled<'_> {
     }
 }
 
+/// How long a thread that may not close connections itself waits for the
+/// thread that does (a database that stopped answering cannot hold it).
+const CLOSE_WAIT: Duration = Duration::from_secs(5);
+
 /// Closes `connections` (each tells the server it leaves, and waits for
 /// its socket to close). The blocking client does it on a runtime of its
-/// own, which a thread driving an async runtime may not start: there, it
-/// is done on a thread of its own.
+/// own, which a thread inside an async runtime's context may not start
+/// (a worker would panic): there, a thread of their own closes them, and
+/// this one waits for it at most [`CLOSE_WAIT`].
 fn close_connections(connections: Vec<PgConnection>) {
     if connections.is_empty() {
         return;
@@ -139,21 +144,26 @@ fn close_connections(connections: Vec<PgConnection>) {
         return;
     }
     let (hand, take) = std::sync::mpsc::channel::<Vec<PgConnection>>();
+    let (done, closed) = std::sync::mpsc::channel::<()>();
     let spawned = std::thread::Builder::new()
         .name("store-close".into())
         .spawn(move || {
             if let Ok(connections) = take.recv() {
                 close_connections(connections);
             }
+            let _ = done.send(());
         });
     let handed = match spawned {
         Ok(_) => hand.send(connections).map_err(|unsent| unsent.0),
         Err(_) => Err(connections),
     };
-    if let Err(connections) = handed {
+    match handed {
+        Ok(()) => {
+            let _ = closed.recv_timeout(CLOSE_WAIT);
+        }
         // No thread to close them on: dropped here they would panic this
         // runtime's thread, so their sockets are left to the process's end.
-        std::mem::forget(connections);
+        Err(connections) => std::mem::forget(connections),
     }
 }
 
