@@ -204,3 +204,25 @@ test('code interpreter: runCode keeps state, returns results and errors', async 
   // The context survived the error.
   assert.equal((await sandbox.runCode('math.floor(x / 2)')).results[0].text, '20');
 });
+
+test('code interpreter: contexts open with the traffic token the SDK sends, never the id alone', async () => {
+  const sandbox = await create(CodeInterpreter);
+  // Its contexts calls carry E2B-Traffic-Access-Token and no access token.
+  assert.ok(sandbox.trafficAccessToken);
+  const context = await sandbox.createCodeContext({ cwd: '/tmp' });
+  assert.equal(context.cwd, '/tmp');
+  assert.equal((await sandbox.runCode('y = 6\ny * 7', { context })).results[0].text, '42');
+  assert.ok((await sandbox.listCodeContexts()).some((c) => c.id === context.id));
+  // The sandbox id alone opens nothing (E2B's envelope), and changes nothing.
+  const bare = await fetch(`${process.env.E2B_SANDBOX_URL}/contexts/${context.id}/restart`, {
+    method: 'POST',
+    headers: { 'E2b-Sandbox-Id': sandbox.sandboxId, 'E2b-Sandbox-Port': '49999' },
+  });
+  assert.equal(bare.status, 401);
+  assert.equal((await bare.json()).code, 401);
+  assert.equal((await sandbox.runCode('y', { context })).results[0].text, '6');
+  await sandbox.restartCodeContext(context);
+  assert.equal((await sandbox.runCode("'y' in globals()", { context })).results[0].text, 'False');
+  await sandbox.removeCodeContext(context);
+  assert.ok(!(await sandbox.listCodeContexts()).some((c) => c.id === context.id));
+});

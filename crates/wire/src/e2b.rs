@@ -86,6 +86,9 @@ pub struct Sandbox {
     pub client_id: String,
     pub envd_version: String,
     pub envd_access_token: String,
+    /// The token E2B's SDKs send as `E2B-Traffic-Access-Token` (the code
+    /// interpreter's contexts routes take it in place of the access token).
+    pub traffic_access_token: String,
     /// Where the sandbox's ports are reached by host name, if configured.
     pub domain: Option<String>,
 }
@@ -222,6 +225,7 @@ mod tests {
             client_id: "shellgate".into(),
             envd_version: "0.6.4".into(),
             envd_access_token: "t".into(),
+            traffic_access_token: "tt".into(),
             domain: None,
         };
         let json = serde_json::to_value(&sandbox).expect("serializes");
@@ -231,6 +235,7 @@ mod tests {
             "clientID",
             "envdVersion",
             "envdAccessToken",
+            "trafficAccessToken",
         ] {
             assert!(json.get(key).is_some(), "{key} in {json}");
         }

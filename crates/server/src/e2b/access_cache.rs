@@ -1,6 +1,7 @@
 //! What the in-sandbox API's access check keeps of E2B's sandboxes, by
-//! container id (`AppState::e2b_access`): the project, the token's digest,
-//! the create's environment and whether it is paused. Written only by the
+//! container id (`AppState::e2b_access`): the project, the digests of its
+//! access token and of the traffic token derived from it, the create's
+//! environment and whether it is paused. Written only by the
 //! control plane and the sweeper (create, pause, resume, kill, removal), read
 //! by `access::SandboxCaller` on every in-sandbox call. (Its own file: the
 //! state holds it, and it needs nothing of the server.)
@@ -16,6 +17,8 @@ use shellgate_store::E2bSandboxRow;
 pub(crate) struct AccessEntry {
     pub(crate) project: String,
     pub(crate) token_digest: [u8; 32],
+    /// The digest of [`traffic_token`] of the access token.
+    pub(crate) traffic_digest: [u8; 32],
     pub(crate) env_vars: Arc<Vec<(String, String)>>,
     pub(crate) paused: bool,
     /// Paused, the next in-sandbox call wakes it (`autoResume`).
@@ -27,6 +30,7 @@ impl AccessEntry {
         Self {
             project: row.project.clone(),
             token_digest: digest(&row.access_token),
+            traffic_digest: digest(&traffic_token(&row.access_token)),
             env_vars: Arc::new(
                 row.env_vars
                     .iter()
@@ -80,6 +84,25 @@ impl AccessCache {
     }
 }
 
+/// The traffic access token of the sandbox whose access token is
+/// `access_token` (E2B's `trafficAccessToken`, given with the access token
+/// by create and connect). E2B's SDKs send it as `E2B-Traffic-Access-Token`
+/// where they send no access token: the code interpreter's contexts. It is
+/// derived one way (SHA-256 under a label of its own), so nothing needs
+/// storing, it opens only the routes that take it, and it never gives the
+/// access token away.
+pub(crate) fn traffic_token(access_token: &str) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(b"shellgate e2b traffic access token\0");
+    hasher.update(access_token.as_bytes());
+    let hex: String = hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("e2btt_{hex}")
+}
+
 pub(crate) fn digest(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
@@ -99,5 +122,14 @@ mod tests {
         let a = digest("token-a");
         assert!(same_digest(&a, &digest("token-a")));
         assert!(!same_digest(&a, &digest("token-b")));
+    }
+
+    #[test]
+    fn a_traffic_token_is_the_access_token_s_own_and_not_the_access_token() {
+        let traffic = traffic_token("e2bat_one");
+        assert_eq!(traffic, traffic_token("e2bat_one"));
+        assert_ne!(traffic, traffic_token("e2bat_two"));
+        assert!(!traffic.contains("one"));
+        assert!(traffic.starts_with("e2btt_") && traffic.len() == 6 + 64);
     }
 }

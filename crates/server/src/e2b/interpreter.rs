@@ -4,11 +4,11 @@
 //! /contexts/{id}`, `POST /contexts/{id}/restart`). A dialect over
 //! `shellgate_interpreter::Interpreters` (the kernels live there).
 //!
-//! Access: `/execute` needs the sandbox's access token (`SandboxCaller`).
-//! The contexts routes take it when given, but let a caller without it in
-//! on the sandbox id alone (`SandboxCallerTokenOptional`): E2B's latest
-//! Python SDK sends no token there (E2B's own Jupyter port checks none);
-//! the id is 128 random bits, and another project's gets the same 404.
+//! Access: `/execute` needs the sandbox's access token or the project's key
+//! (`SandboxCaller`). The contexts routes take the sandbox's traffic token
+//! too (`ContextsCaller`): E2B's SDKs (Python's sync and async, JavaScript's)
+//! send no access token there, only `E2B-Traffic-Access-Token`, which
+//! create and connect hand out. None opens on the sandbox id alone.
 //!
 //! An execution holds one of the project's concurrent exec slots until it
 //! ends, and is billed and audited as one exec command. E2B's SDK sends no
@@ -33,7 +33,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
 
-use super::access::{SandboxCaller, SandboxCallerTokenOptional};
+use super::access::{ContextsCaller, SandboxCaller};
 use super::E2bError;
 use crate::containers::{prepare_exec, BillOnDrop};
 use crate::state::AppState;
@@ -274,7 +274,7 @@ async fn forward_lines(mut events: mpsc::Receiver<ExecutionEvent>, lines: mpsc::
 /// `POST /contexts` → 200 the context (`{"id", "language", "cwd"}`).
 async fn create_context(
     State(state): State<Arc<AppState>>,
-    SandboxCallerTokenOptional(caller): SandboxCallerTokenOptional,
+    ContextsCaller(caller): ContextsCaller,
     body: Option<Json<ContextBody>>,
 ) -> Result<Json<ContextInfo>, E2bError> {
     let body = body.map(|Json(b)| b).unwrap_or_default();
@@ -295,7 +295,7 @@ async fn create_context(
 /// `GET /contexts` → the sandbox's contexts.
 async fn list_contexts(
     State(state): State<Arc<AppState>>,
-    SandboxCallerTokenOptional(caller): SandboxCallerTokenOptional,
+    ContextsCaller(caller): ContextsCaller,
 ) -> Json<Vec<ContextInfo>> {
     Json(state.interpreters.contexts(&caller.container_id).await)
 }
@@ -303,7 +303,7 @@ async fn list_contexts(
 /// `DELETE /contexts/{id}` → 204.
 async fn remove_context(
     State(state): State<Arc<AppState>>,
-    SandboxCallerTokenOptional(caller): SandboxCallerTokenOptional,
+    ContextsCaller(caller): ContextsCaller,
     Path(id): Path<String>,
 ) -> Result<StatusCode, E2bError> {
     state
@@ -317,7 +317,7 @@ async fn remove_context(
 /// `POST /contexts/{id}/restart` → 204.
 async fn restart_context(
     State(state): State<Arc<AppState>>,
-    SandboxCallerTokenOptional(caller): SandboxCallerTokenOptional,
+    ContextsCaller(caller): ContextsCaller,
     Path(id): Path<String>,
 ) -> Result<StatusCode, E2bError> {
     state

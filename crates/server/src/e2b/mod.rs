@@ -12,7 +12,8 @@
 //! In-sandbox requests all come to one base URL and name their sandbox and
 //! port in headers (`E2b-Sandbox-Id`, `E2b-Sandbox-Port`): [`by_header`]
 //! sends them to the sandbox routes, where `access::SandboxCaller` checks
-//! the sandbox's access token.
+//! the caller's credentials (the sandbox's access token or the project's
+//! key; never the id alone).
 
 use std::sync::Arc;
 
