@@ -95,6 +95,32 @@ def test_stat_make_rename_remove(sbx):
     assert not sbx.files.exists("/mnt/data/s/new")
 
 
+def test_removing_what_cannot_be_removed_whole_changes_nothing(server, sbx):
+    """envd's Remove takes a directory's whole tree: a mount point (the
+    sandbox's disk, its home), or a tree holding an entry the sandbox user
+    may not remove, is refused before anything in it goes."""
+    sbx.files.write("/mnt/data/kept.txt", "kept")
+    sbx.files.write("/home/user/home.txt", "home")
+    sbx.files.write("/mnt/data/tree/locked/inner", "x")
+    for i in range(20):
+        sbx.files.write(f"/mnt/data/tree/f{i}", str(i))
+    run(server, sbx, "chmod 555 /mnt/data/tree/locked")
+    listing = "find /mnt/data /home/user -mindepth 1 | sort"
+    before = run(server, sbx, listing)
+    for path in ("/mnt/data", "/home/user", "~"):
+        with pytest.raises(SandboxException) as refused:
+            sbx.files.remove(path)
+        assert "mount point" in str(refused.value) and "nothing was removed" in str(refused.value)
+    with pytest.raises(SandboxException) as refused:
+        sbx.files.remove("/mnt/data/tree")
+    assert "/mnt/data/tree/locked" in str(refused.value)
+    assert run(server, sbx, listing) == before
+    run(server, sbx, "chmod 755 /mnt/data/tree/locked")
+    sbx.files.remove("/mnt/data/tree")
+    assert not sbx.files.exists("/mnt/data/tree")
+    assert sbx.files.read("/mnt/data/kept.txt") == "kept"
+
+
 def test_relative_paths_are_in_the_users_home(sbx):
     info = sbx.files.write("rel/x.txt", "home")
     assert info.path == "/home/user/rel/x.txt"

@@ -628,7 +628,10 @@ pub trait SandboxBackend: Send + Sync {
         Err(SandboxError::NotSupported("moving files by path"))
     }
     /// Removes a file, link or empty directory; a directory's whole tree
-    /// with `recursive`.
+    /// with `recursive`, which is refused before anything is removed when
+    /// the tree cannot be removed whole (a mount point in it or at it, an
+    /// entry the sandbox user may not remove): a failed remove changed
+    /// nothing, or says what it removed.
     async fn fs_remove(
         &self,
         _id: &str,
@@ -638,7 +641,9 @@ pub trait SandboxBackend: Send + Sync {
         Err(SandboxError::NotSupported("removing files by path"))
     }
     /// Streams a directory as a tar archive, leaving out what `excludes`
-    /// (globs relative to it) match.
+    /// (globs relative to it) match. The directory is opened and checked
+    /// before this returns: a path that is missing, unreadable or not a
+    /// directory is an error here, never a stream that ends in one.
     async fn fs_export(
         &self,
         _id: &str,

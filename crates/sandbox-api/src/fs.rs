@@ -93,7 +93,8 @@ pub struct ArchiveImported {
 /// with an error if the transfer failed part way (the client must not take
 /// a cut stream for the whole file).
 pub struct FsDownload {
-    /// The file read (`None` for an archive).
+    /// The file read, or the directory an archive is of (`None` where a
+    /// backend cannot tell).
     pub entry: Option<FsEntry>,
     /// The exact number of bytes the stream carries, when known.
     pub length: Option<u64>,

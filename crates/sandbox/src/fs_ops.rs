@@ -30,6 +30,7 @@ use serde::{Deserialize, Serialize};
 use shellgate_sandbox_api::fs::{under_workdir, ArchiveImported, FsEntry, FsKind, FsListing};
 
 use crate::error::SandboxError;
+use crate::fs_remove::{self, RemoveError};
 use crate::sys::{self, RESOLVE_BENEATH, RESOLVE_NO_MAGICLINKS};
 
 /// The byte the engine writes on the commit pipe once an upload's body
@@ -44,10 +45,6 @@ pub const MAX_RESULT_BYTES: usize = 16 << 20;
 /// add up to this much, well within what the engine reads of a result
 /// ([`MAX_RESULT_BYTES`]) however long the names.
 const MAX_LISTING_TEXT_BYTES: usize = 8 << 20;
-
-/// Deepest directory tree a recursive remove descends (each level holds a
-/// descriptor and a stack frame).
-const MAX_REMOVE_DEPTH: usize = 1024;
 
 /// A zero-size regular file (`/proc` shows its files so) is read until its
 /// end, but at most this much.
@@ -121,7 +118,8 @@ impl Task {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Message {
-    /// A read's file is open and checked; its bytes follow on the data pipe.
+    /// A read's file (an export's directory) is open and checked; its
+    /// bytes (the archive) follow on the data pipe.
     Opened { entry: FsEntry },
     /// The task succeeded.
     Done { output: Output },
@@ -163,6 +161,9 @@ pub enum TaskError {
     /// Not a regular file where one is needed (a read).
     #[error("{path} is {what}; only a regular file can be read")]
     NotRegular { path: String, what: String },
+    /// Not a directory where one is needed (an archive export).
+    #[error("{path} is {what}; only a directory can be exported as an archive")]
+    NotDirectory { path: String, what: String },
     /// Something is in the way (an existing entry of another kind).
     #[error("{message}")]
     Conflict { message: String },
@@ -176,6 +177,27 @@ pub enum TaskError {
     /// stream); `reason` says it whole, naming the member.
     #[error("{reason}")]
     Refused { member: String, reason: String },
+    /// A recursive remove refused before anything was removed: `path`
+    /// (the directory or an entry inside it) cannot be removed; `errno` is
+    /// what the kernel would have answered.
+    #[error("{path} cannot be removed: {reason}; nothing was removed")]
+    Unremovable {
+        path: String,
+        reason: String,
+        errno: i32,
+    },
+    /// A recursive remove that stopped part way (the tree changed after it
+    /// was checked): `removed` entries inside the directory are gone.
+    #[error(
+        "removing {directory} stopped at {path} ({}) after {removed} entries inside it were removed",
+        io::Error::from_raw_os_error(*errno)
+    )]
+    Partial {
+        directory: String,
+        path: String,
+        errno: i32,
+        removed: u64,
+    },
     /// Resolving beneath the data directory, a link led out of it (only
     /// [`Root::Beneath`]: the container resolves such a path itself).
     #[error("{path} leads out of /mnt/data through a link")]
@@ -204,26 +226,34 @@ impl TaskError {
     pub fn into_sandbox(self) -> SandboxError {
         let message = self.to_string();
         match self {
-            TaskError::Os { errno, path, .. } => match errno {
-                libc::ENOENT | libc::ENOTDIR => SandboxError::FileNotFound(path),
-                libc::EACCES | libc::EPERM | libc::EROFS => SandboxError::PermissionDenied(message),
-                libc::EEXIST | libc::ENOTEMPTY | libc::EISDIR | libc::EBUSY | libc::ETXTBSY => {
-                    SandboxError::Conflict(message)
-                }
-                libc::ENOSPC | libc::EDQUOT => SandboxError::QuotaExceeded,
-                libc::ELOOP | libc::ENAMETOOLONG | libc::EINVAL | libc::ENXIO | libc::EXDEV => {
-                    SandboxError::InvalidRequest {
-                        param: "path",
-                        message,
+            TaskError::Os { errno, path, .. } | TaskError::Unremovable { errno, path, .. } => {
+                match errno {
+                    libc::ENOENT | libc::ENOTDIR => SandboxError::FileNotFound(path),
+                    libc::EACCES | libc::EPERM | libc::EROFS => {
+                        SandboxError::PermissionDenied(message)
                     }
+                    libc::EEXIST | libc::ENOTEMPTY | libc::EISDIR | libc::EBUSY | libc::ETXTBSY => {
+                        SandboxError::Conflict(message)
+                    }
+                    libc::ENOSPC | libc::EDQUOT => SandboxError::QuotaExceeded,
+                    libc::ELOOP | libc::ENAMETOOLONG | libc::EINVAL | libc::ENXIO | libc::EXDEV => {
+                        SandboxError::InvalidRequest {
+                            param: "path",
+                            message,
+                        }
+                    }
+                    _ => SandboxError::io(message, io::Error::from_raw_os_error(errno)),
                 }
-                _ => SandboxError::io(message, io::Error::from_raw_os_error(errno)),
-            },
-            TaskError::NotRegular { .. } => SandboxError::InvalidRequest {
-                param: "path",
-                message,
-            },
-            TaskError::Conflict { .. } => SandboxError::Conflict(message),
+            }
+            TaskError::NotRegular { .. } | TaskError::NotDirectory { .. } => {
+                SandboxError::InvalidRequest {
+                    param: "path",
+                    message,
+                }
+            }
+            TaskError::Conflict { .. } | TaskError::Partial { .. } => {
+                SandboxError::Conflict(message)
+            }
             TaskError::Invalid { param, .. } => SandboxError::InvalidRequest {
                 param: static_param(&param),
                 message,
@@ -301,13 +331,6 @@ impl Root<'_> {
                 })
             }
         }
-    }
-}
-
-impl Root<'_> {
-    /// Opens a directory for reading (an export's, a listing's top).
-    pub fn open_directory(&self, path: &str) -> TaskResult<OwnedFd> {
-        self.open(path, libc::O_RDONLY | libc::O_DIRECTORY, 0)
     }
 }
 
@@ -817,7 +840,35 @@ fn remove(path: &str, recursive: bool) -> TaskResult<()> {
             .map_err(|e| TaskError::os("remove", path, e));
     }
     if recursive {
-        empty_tree(&dir, &c, path, 0)?;
+        // Whole or refused before anything goes (`fs_remove`).
+        return fs_remove::remove_tree(dir.as_fd(), parent, &c, path).map_err(
+            |error| match error {
+                RemoveError::Refused {
+                    path,
+                    reason,
+                    errno,
+                } => TaskError::Unremovable {
+                    path,
+                    reason,
+                    errno: errno.raw_os_error(),
+                },
+                RemoveError::Stopped {
+                    path: at,
+                    errno,
+                    removed: 0,
+                } => TaskError::os("remove", &at, errno),
+                RemoveError::Stopped {
+                    path: at,
+                    errno,
+                    removed,
+                } => TaskError::Partial {
+                    directory: path.to_owned(),
+                    path: at,
+                    errno: errno.raw_os_error(),
+                    removed,
+                },
+            },
+        );
     }
     rustix::fs::unlinkat(&dir, c.as_c_str(), AtFlags::REMOVEDIR).map_err(|e| match e {
         rustix::io::Errno::NOTEMPTY => TaskError::Conflict {
@@ -827,59 +878,43 @@ fn remove(path: &str, recursive: bool) -> TaskResult<()> {
     })
 }
 
-/// Removes everything inside the directory `name` of `parent`, never
-/// following a link.
-fn empty_tree(parent: &OwnedFd, name: &CStr, path: &str, depth: usize) -> TaskResult<()> {
-    if depth >= MAX_REMOVE_DEPTH {
-        return Err(TaskError::Invalid {
-            param: "path".into(),
-            message: format!("{path} is nested deeper than {MAX_REMOVE_DEPTH} directories"),
+/// Opens the directory an export walks, through the root's rules, and
+/// checks it before a byte of the archive is written: a missing path, one
+/// the sandbox user may not read, a magic link, and anything but a
+/// directory (a regular file, a FIFO, a device) are refused here, so the
+/// answer is an error rather than a stream cut after its status line. The
+/// path is first opened `O_PATH` (which opens no FIFO or device) and its
+/// type read from that descriptor; only a directory is then opened for
+/// reading, through it.
+pub fn open_export_directory(root: Root<'_>, path: &str) -> TaskResult<(OwnedFd, FsEntry)> {
+    let at = root.open(path, libc::O_PATH, 0)?;
+    let stat = rustix::fs::fstat(&at).map_err(|e| TaskError::os("stat", path, e))?;
+    if FileType::from_raw_mode(stat.st_mode) != FileType::Directory {
+        return Err(TaskError::NotDirectory {
+            path: path.to_owned(),
+            what: kind_name(stat.st_mode).to_owned(),
         });
     }
     let dir = rustix::fs::openat(
-        parent,
-        name,
-        rustix::fs::OFlags::RDONLY
-            | rustix::fs::OFlags::DIRECTORY
-            | rustix::fs::OFlags::NOFOLLOW
-            | rustix::fs::OFlags::CLOEXEC,
+        &at,
+        c".",
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
         Mode::empty(),
     )
     .map_err(|e| TaskError::os("open", path, e))?;
-    let names: Vec<CString> = rustix::fs::Dir::read_from(&dir)
-        .map_err(|e| TaskError::os("list", path, e))?
-        .filter_map(Result::ok)
-        .map(|entry| entry.file_name().to_owned())
-        .filter(|n| n.as_bytes() != b"." && n.as_bytes() != b"..")
-        .collect();
-    for child in names {
-        let child_path = format!("{path}/{}", String::from_utf8_lossy(child.as_bytes()));
-        let is_dir = rustix::fs::statat(&dir, child.as_c_str(), AtFlags::SYMLINK_NOFOLLOW)
-            .is_ok_and(|s| FileType::from_raw_mode(s.st_mode) == FileType::Directory);
-        if is_dir {
-            empty_tree(&dir, &child, &child_path, depth + 1)?;
-            rustix::fs::unlinkat(&dir, child.as_c_str(), AtFlags::REMOVEDIR)
-        } else {
-            rustix::fs::unlinkat(&dir, child.as_c_str(), AtFlags::empty())
-        }
-        .or_else(|e| match e {
-            rustix::io::Errno::NOENT => Ok(()),
-            other => Err(TaskError::os("remove", &child_path, other)),
-        })?;
-    }
-    Ok(())
+    let name = split(path).map_or("/", |(_, name)| name);
+    Ok((dir, entry_of(path, name, &stat, at.as_fd(), c".")))
 }
 
-/// Writes a tar stream of `path` to `out`.
+/// Writes a tar stream of `path`, opened and checked as `dir` by
+/// [`open_export_directory`], to `out`.
 pub fn export(
     root: Root<'_>,
     path: &str,
+    dir: &OwnedFd,
     excludes: &[String],
     out: &mut dyn Write,
 ) -> TaskResult<u64> {
-    // The directory is opened (and checked) through the root's rules; the
-    // archive is then walked beneath that descriptor.
-    let dir = root.open(path, libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
     let at = match root {
         // The worker's own rights: the path as the sandbox user sees it
         // (its /proc/self is not its own to read: it is not dumpable).
@@ -1037,7 +1072,9 @@ pub fn run_in_worker(task: Task, pipes: WorkerPipes) {
         Task::Remove { path, recursive } => remove(&path, recursive).map(|()| Output::Removed),
         Task::ArchiveExport { path, excludes } => {
             let mut out = std::fs::File::from(data.ok_or_else(missing)?);
-            let bytes = export(root, &path, &excludes, &mut out)?;
+            let (dir, entry) = open_export_directory(root, &path)?;
+            send(&result, &Message::Opened { entry });
+            let bytes = export(root, &path, &dir, &excludes, &mut out)?;
             Ok(Output::Sent { bytes })
         }
         Task::ArchiveImport {

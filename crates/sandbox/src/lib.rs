@@ -17,6 +17,7 @@ pub mod engine;
 pub mod error;
 pub mod files;
 pub mod fs_ops;
+pub mod fs_remove;
 pub mod helper;
 pub mod image;
 mod launcher;

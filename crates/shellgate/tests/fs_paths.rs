@@ -1,7 +1,9 @@
 //! Files by path (issue 19) over a real `shellgate serve`: byte-exact round
 //! trips anywhere the sandbox user may write, a gibibyte streamed through
 //! without the server holding it, the hostile paths refused (host files,
-//! init's root, FIFOs, devices, magic links, read-only paths), a cut upload
+//! init's root, FIFOs, devices, magic links, read-only paths), an archive
+//! export that cannot be made refused before its first byte, a recursive
+//! delete that cannot finish refused before anything goes, a cut upload
 //! leaving the old file, the disk quota, and a suspended container's
 //! `/mnt/data` read without waking it.
 // Test code: a failed unwrap is a failed test, with its message.
@@ -289,6 +291,153 @@ fn hostile_paths_are_refused_and_nothing_hangs() {
     );
 }
 
+fn export(port: u16, id: &str, path: &str) -> Response {
+    get(port, &format!("/v1/containers/{id}/fs/archive?path={path}"))
+}
+
+fn remove(port: u16, id: &str, path: &str, recursive: bool) -> Response {
+    request(
+        port,
+        "DELETE",
+        &format!("/v1/containers/{id}/fs?path={path}&recursive={recursive}"),
+        Some(KEY),
+        &[],
+        b"",
+    )
+}
+
+/// An archive export that cannot be made is an error answer, in the API's
+/// envelope and with the status `fs/content` gives the same path, before
+/// the first byte: never a 200 whose stream is then cut.
+#[test]
+fn an_export_that_cannot_be_made_is_refused_before_its_first_byte() {
+    let server = start("fs-export-refused", &[]);
+    let port = server.port;
+    let id = create_container(port, KEY);
+    exec(
+        port,
+        &id,
+        &[
+            "mkdir -p /mnt/data/dir /mnt/data/closed && echo hi > /mnt/data/dir/f.txt && \
+           mkfifo /mnt/data/fifo /tmp/fifo && chmod 000 /mnt/data/closed && \
+           ln -s /proc/self/root /mnt/data/magic && ln -s dir /mnt/data/plain",
+        ],
+    );
+    let refused = |path: &str, status: u16| {
+        let answer = export(port, &id, path);
+        let error = answer.error(status);
+        assert!(
+            !answer
+                .headers
+                .to_ascii_lowercase()
+                .contains("application/x-tar"),
+            "{path}: {}",
+            answer.headers
+        );
+        error
+    };
+    for path in ["/mnt/data/none", "/nowhere", "/mnt/data/dir/none"] {
+        assert_eq!(refused(path, 404)["code"], "file_not_found", "{path}");
+        assert_eq!(read(port, &id, path).status, 404, "{path}");
+    }
+    // Not a directory: a regular file, a FIFO (which is not opened), a
+    // device, a magic link; 400 naming the path.
+    for path in [
+        "/mnt/data/dir/f.txt",
+        "/etc/hostname",
+        "/mnt/data/fifo",
+        "/tmp/fifo",
+        "/dev/zero",
+        "/mnt/data/magic",
+    ] {
+        let error = refused(path, 400);
+        assert_eq!(error["param"], "path", "{path}");
+    }
+    assert!(refused("/dev/zero", 400)["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("only a directory")));
+    // Where the sandbox user may not look: 403, as for a read.
+    for path in ["/proc/1/root", "/proc/1/root/etc", "/mnt/data/closed"] {
+        assert_eq!(refused(path, 403)["code"], "permission_denied", "{path}");
+    }
+    assert_eq!(read(port, &id, "/proc/1/root/etc/hostname").status, 403);
+    // A directory, through an ordinary link too, still exports.
+    for path in ["/mnt/data/dir", "/mnt/data/plain"] {
+        let archive = export(port, &id, path);
+        assert_eq!(archive.status, 200, "{path}");
+        assert_eq!(tar_names(&archive.body), ["f.txt"], "{path}");
+    }
+    // Nothing above left a worker behind.
+    assert_eq!(
+        exec(port, &id, &["echo alive"]).json()["output"][0]["stdout"],
+        "alive\n"
+    );
+}
+
+/// A recursive delete that cannot finish (a mount point, an entry the
+/// sandbox user may not remove, deep in the tree) is refused before
+/// anything is removed: the client is never told "refused" about a tree
+/// that lost part of its contents.
+#[test]
+fn a_delete_that_cannot_finish_is_refused_before_anything_is_removed() {
+    let server = start("fs-remove-whole", &[]);
+    let port = server.port;
+    let id = create_container(port, KEY);
+    exec(
+        port,
+        &id,
+        &[
+            "mkdir -p /mnt/data/sub /mnt/data/tree/locked && echo a > /mnt/data/a.txt && \
+           echo b > /mnt/data/sub/b.txt && echo h > /home/user/h.txt && \
+           echo w > /workspace/w.txt && echo t > /tmp/t.txt && \
+           for i in $(seq 30); do echo $i > /mnt/data/tree/f$i; done && \
+           echo x > /mnt/data/tree/locked/inner && chmod 555 /mnt/data/tree/locked",
+        ],
+    );
+    let everything = || {
+        exec(
+            port,
+            &id,
+            &["find /mnt/data /home/user /workspace /tmp -mindepth 1 | sort"],
+        )
+        .json()["output"][0]["stdout"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let before = everything();
+    assert!(before.contains("/mnt/data/tree/f30\n"), "{before}");
+    // Mount points: the container's disk and home, /tmp.
+    for path in ["/mnt/data", "/home/user", "/workspace", "/tmp"] {
+        let error = remove(port, &id, path, true).error(409);
+        let message = error["message"].as_str().unwrap();
+        assert!(
+            message.contains("mount point") && message.contains("nothing was removed"),
+            "{path}: {message}"
+        );
+    }
+    // A directory the sandbox user may not empty, among 30 files it may.
+    let error = remove(port, &id, "/mnt/data/tree", true).error(403);
+    assert_eq!(error["code"], "permission_denied");
+    assert!(
+        error["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("/mnt/data/tree/locked")),
+        "{error}"
+    );
+    // Read-only places: refused, nothing removed.
+    assert_eq!(remove(port, &id, "/usr/share", true).status, 403);
+    assert_eq!(remove(port, &id, "/proc/1", true).status, 403);
+    assert_eq!(everything(), before);
+    // Once it can be removed whole, it is.
+    exec(port, &id, &["chmod 755 /mnt/data/tree/locked"]);
+    ok_json(remove(port, &id, "/mnt/data/tree", true));
+    ok_json(remove(port, &id, "/mnt/data/sub", true));
+    let after = everything();
+    assert!(!after.contains("/mnt/data/tree") && !after.contains("/mnt/data/sub"));
+    assert!(after.contains("/mnt/data/a.txt") && after.contains("/tmp/t.txt"));
+}
+
 #[test]
 fn a_cut_upload_leaves_the_old_file_and_a_full_disk_is_a_413() {
     let server = start("fs-cut", &[]);
@@ -340,6 +489,7 @@ fn a_suspended_containers_data_is_read_without_waking_it() {
     let port = server.port;
     let id = create_container(port, KEY);
     ok_json(put(port, &id, "path=/mnt/data/sub/note.txt", b"kept\n"));
+    exec(port, &id, &["mkfifo /mnt/data/sub/fifo"]);
     let status = || get(port, &format!("/v1/containers/{id}")).json()["status"].clone();
     assert!(
         wait_until(|| status() == "suspended", Duration::from_secs(30)),
@@ -356,15 +506,20 @@ fn a_suspended_containers_data_is_read_without_waking_it() {
             port,
             &format!("/v1/containers/{id}/fs/list?path=/mnt/data&depth=2"),
         ));
-        assert_eq!(listing["data"].as_array().unwrap().len(), 2, "{listing}");
+        assert_eq!(listing["data"].as_array().unwrap().len(), 3, "{listing}");
         assert_eq!(read(port, &id, "/mnt/data/none").status, 404);
-        // Its archive too, from the disk.
-        let archive = get(
-            port,
-            &format!("/v1/containers/{id}/fs/archive?path=/mnt/data"),
-        );
+        // Its archive too, from the disk (the FIFO left out); what cannot
+        // be exported is an error answer, as for a running container.
+        let archive = export(port, &id, "/mnt/data");
         assert_eq!(archive.status, 200);
         assert_eq!(tar_names(&archive.body), ["sub/", "sub/note.txt"]);
+        assert_eq!(
+            export(port, &id, "/mnt/data/none").error(404)["code"],
+            "file_not_found"
+        );
+        for path in ["/mnt/data/sub/note.txt", "/mnt/data/sub/fifo"] {
+            assert_eq!(export(port, &id, path).error(400)["param"], "path");
+        }
     }
     let after = get(port, &format!("/v1/containers/{id}")).json();
     assert_eq!(after["status"], "suspended");

@@ -131,6 +131,25 @@ impl Worker {
         }
     }
 
+    /// A download's first message: what it opened and checked (then its
+    /// bytes follow), or why it opened nothing. Awaited before a response
+    /// starts, so a failure is an error answer, never a cut stream.
+    async fn opened(&mut self) -> Result<FsEntry, SandboxError> {
+        match tokio::time::timeout(TASK_TIMEOUT, self.results.next()).await {
+            Ok(Ok(Some(Message::Opened { entry }))) => Ok(entry),
+            Ok(Ok(Some(Message::Failed { error }))) => {
+                self.ended = true;
+                Err(error.into_sandbox())
+            }
+            Ok(Ok(Some(Message::Done { output }))) => Err(unexpected(&output)),
+            Ok(Ok(None)) => Err(self.died().await),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(SandboxError::Setup(
+                "the path could not be opened in time".into(),
+            )),
+        }
+    }
+
     /// Why a worker ended without a result: it could not start, or it was
     /// killed (the container's memory limit, a stop).
     async fn died(&mut self) -> SandboxError {
@@ -411,21 +430,7 @@ impl LocalEngine {
             max_bytes,
         };
         let (mut worker, mut ends) = self.start_worker(&container, &task).await?;
-        let entry = match tokio::time::timeout(TASK_TIMEOUT, worker.results.next()).await {
-            Ok(Ok(Some(Message::Opened { entry }))) => entry,
-            Ok(Ok(Some(Message::Failed { error }))) => {
-                worker.ended = true;
-                return Err(error.into_sandbox());
-            }
-            Ok(Ok(Some(Message::Done { output }))) => return Err(unexpected(&output)),
-            Ok(Ok(None)) => return Err(worker.died().await),
-            Ok(Err(e)) => return Err(e),
-            Err(_) => {
-                return Err(SandboxError::Setup(
-                    "the file could not be opened in time".into(),
-                ))
-            }
-        };
+        let entry = worker.opened().await?;
         let length = fs_ops::read_length(&entry);
         let data = ends
             .download
@@ -452,20 +457,20 @@ impl LocalEngine {
         })?;
         let container = self.container(id)?;
         if let Some((data, in_flight)) = self.stopped_data(&container, path).await? {
-            // Checked first, so a path that leaves /mnt/data is asked of the
-            // container instead (and a missing one is a 404, not a cut stream).
+            // Opened and checked first, so a path that leaves /mnt/data is
+            // asked of the container instead, and anything but a readable
+            // directory is an error answer, not a cut stream.
             let owned = path.to_owned();
             let (checked, data) = super::blocking(move || {
-                let opened = Root::Beneath(data.descriptor())
-                    .open_directory(&owned)
-                    .map(drop);
+                let opened =
+                    fs_ops::open_export_directory(Root::Beneath(data.descriptor()), &owned);
                 Ok((opened, data))
             })
             .await?;
             match checked {
                 Err(TaskError::Outside { .. }) => {}
                 Err(error) => return Err(error.into_sandbox()),
-                Ok(()) => {
+                Ok((dir, entry)) => {
                     let (tx, rx) = tokio::sync::mpsc::channel(CHUNKS_BUFFERED);
                     let runtime = tokio::runtime::Handle::current();
                     let stall = self.inner.config.transfer_stall;
@@ -481,6 +486,7 @@ impl LocalEngine {
                         let exported = fs_ops::export(
                             Root::Beneath(data.descriptor()),
                             &owned,
+                            &dir,
                             &excludes,
                             &mut out,
                         );
@@ -493,7 +499,7 @@ impl LocalEngine {
                         }
                     });
                     return Ok(FsDownload {
-                        entry: None,
+                        entry: Some(entry),
                         length: None,
                         body: rx,
                     });
@@ -504,13 +510,14 @@ impl LocalEngine {
             path: path.to_owned(),
             excludes,
         };
-        let (worker, mut ends) = self.start_worker(&container, &task).await?;
+        let (mut worker, mut ends) = self.start_worker(&container, &task).await?;
+        let entry = worker.opened().await?;
         let data = ends
             .download
             .take()
             .ok_or_else(|| SandboxError::Setup("no data pipe".into()))?;
         Ok(FsDownload {
-            entry: None,
+            entry: Some(entry),
             length: None,
             body: stream_from_worker(worker, data, None, self.inner.config.transfer_stall),
         })
