@@ -277,8 +277,16 @@ _executing = False
 
 def _on_sigint(_signum, _frame):
     # SIGINT is the interrupt: it stops the user's code, never the kernel.
-    if _executing:
-        raise KeyboardInterrupt
+    if not _executing:
+        return
+    if _LANGUAGE == "bash":
+        # Forwarded to the cell's bash, never raised here: this thread only
+        # waits for bash, and an exception at any point of that wait (even
+        # before bash started the cell) would end the execution unreported.
+        if _bash is not None:
+            _bash.interrupt()
+        return
+    raise KeyboardInterrupt
 
 
 def _user_traceback(error):
@@ -345,7 +353,16 @@ class Bash:
     stdin on /dev/null (the kernel's requests are never the cell's input),
     then writes the cell's exit status on a pipe of its own. An interrupt
     (SIGINT to bash's process group) stops the foreground command, and the
-    INT trap returns from the sourced cell, so bash and its state live on."""
+    INT trap returns from the sourced cell, so bash and its state live on.
+
+    The trap can only return from a cell bash is inside: a SIGINT that
+    reached bash before it began sourcing the cell would be spent at the
+    top level and the cell would run whole. So the cell's first command
+    says `started` on the status pipe, and an interrupt is sent to bash
+    only once that line was read (one asked for earlier waits for it), and
+    never after the status line: bash gets SIGINT only inside the cell."""
+
+    STARTED = b"started\n"
 
     def __init__(self):
         import subprocess
@@ -366,16 +383,51 @@ class Bash:
         os.close(self.commands_read)
         os.close(status_write)
         self.send("trap 'return 130 2>/dev/null' INT\n")
+        # The running cell's interrupt state; changed only on the main
+        # thread (by `run` and by the SIGINT handler, which runs there).
+        self.inside = False
+        self.interrupt_wanted = False
+        self.interrupt_sent = False
 
     def send(self, text):
         self.commands.write(text.encode())
 
+    def interrupt(self):
+        """The running cell is to stop (called by the SIGINT handler)."""
+        self.interrupt_wanted = True
+        if self.inside:
+            self._forward()
+
+    def _forward(self):
+        if self.interrupt_sent:
+            return
+        self.interrupt_sent = True
+        try:
+            os.killpg(self.process.pid, signal.SIGINT)
+        except OSError:
+            pass  # bash already ended: the status read says so
+
+    def _entered(self):
+        # With SIGINT held, the handler cannot run between the two lines
+        # below: the interrupt is sent exactly once, by one of them.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            self.inside = True
+            if self.interrupt_wanted:
+                self._forward()
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
     def run(self, code, env):
         import shlex
 
+        self.inside = False
+        self.interrupt_wanted = False
+        self.interrupt_sent = False
         path = os.path.join(self.cells, "cell-%d.sh" % _count)
         with open(path, "w", encoding="utf-8") as cell:
-            cell.write(code + "\n")
+            # On the cell's first line, so its line numbers stay the user's.
+            cell.write("printf 'started\\n' >&%d; %s\n" % (self.status_fd, code))
         assignments = " ".join(
             "%s=%s" % (name, shlex.quote(str(value)))
             for name, value in env.items()
@@ -386,13 +438,12 @@ class Bash:
             % (assignments, shlex.quote(path), self.status_fd)
         )
         try:
-            while True:
-                try:
-                    line = self.status.readline()
-                    break
-                except KeyboardInterrupt:
-                    os.killpg(self.process.pid, signal.SIGINT)
+            line = self.status.readline()
+            if line == self.STARTED:
+                self._entered()
+                line = self.status.readline()
         finally:
+            self.inside = False
             try:
                 os.unlink(path)
             except OSError:
