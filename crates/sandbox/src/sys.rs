@@ -40,6 +40,62 @@ pub fn is_tmpfs(path: &Path) -> bool {
     rustix::fs::statfs(path).is_ok_and(|stat| stat.f_type == TMPFS_MAGIC)
 }
 
+/// Puts every signal's disposition back to the default and empties the
+/// signal mask: the state a program expects to start in, and the one
+/// container runtimes give what they run. Both would otherwise outlive
+/// `execve` (a handler does not, but "ignored" does, and so does the mask):
+/// a server started with SIGINT ignored (`nohup`, a background job of a
+/// non-interactive shell) would hand that on to every sandboxed program,
+/// whose ^C, `SIGINT` through the API and interpreter interrupts then did
+/// nothing. The dispositions go first, so no signal unblocked by the mask
+/// meets an inherited one.
+///
+/// Raw system calls, not the C library's wrappers: glibc refuses to touch
+/// its two internal real-time signals (32 and 33), and its `posix_spawn`
+/// leaves exactly those two ignored in the program it starts (the helper,
+/// when it is not born in its cgroup), so only the kernel's own call puts
+/// every one back. SIGKILL and SIGSTOP cannot be changed and are skipped.
+///
+/// Only system calls on the stack, no allocation, async-signal-safe: it
+/// runs in a child that shares its parent's memory until `execve`.
+pub fn reset_signals() {
+    /// The kernel's signal set: 64 signals on every architecture shellgate
+    /// builds for (`_NSIG` / 8).
+    const KERNEL_SIGSET_BYTES: usize = 8;
+    const LAST_SIGNAL: libc::c_int = 64;
+    // The kernel's `struct sigaction` all zero, whatever its layout on the
+    // architecture (handler, flags, restorer where there is one, mask):
+    // SIG_DFL (0), no flags, nothing blocked while a handler runs.
+    let default = [0u64; 4];
+    let empty: u64 = 0;
+    for signal in 1..=LAST_SIGNAL {
+        if signal == libc::SIGKILL || signal == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: rt_sigaction reads a zeroed buffer at least as large as
+        // the kernel's struct sigaction, and writes nothing (old is null).
+        unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                signal,
+                default.as_ptr(),
+                std::ptr::null_mut::<libc::c_void>(),
+                KERNEL_SIGSET_BYTES,
+            );
+        }
+    }
+    // SAFETY: rt_sigprocmask reads one empty kernel signal set.
+    unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_SETMASK,
+            &empty as *const u64,
+            std::ptr::null_mut::<libc::c_void>(),
+            KERNEL_SIGSET_BYTES,
+        );
+    }
+}
+
 /// `clone3`'s flag that starts the child in the cgroup (v2) `cgroup` names.
 const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use common::{exit_code, process_alive, TestEngine};
 use shellgate_sandbox::backend::{ContainerSpec, Outcome, RunRequest, SandboxBackend};
 use shellgate_sandbox::SandboxError;
+use shellgate_sandbox_api::process::{OutputRead, ProcessSpec, ProcessStatus, PtySpec};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn commands_run_in_order_as_an_unprivileged_user_in_mnt_data() {
@@ -76,6 +77,154 @@ async fn a_signal_death_reports_128_plus_the_signal_and_the_container_survives()
     assert_eq!(exit_code(&t.run("c1", "kill -SEGV $$").await), 139);
     assert_eq!(t.ok("c1", "echo still-here").await, "still-here\n");
     t.finish().await;
+}
+
+/// Set in the copy of this test binary that
+/// `programs_start_with_default_signals_whatever_the_server_inherited` starts.
+const INHERITED_SIGNALS: &str = "SHELLGATE_TEST_INHERITED_SIGNALS";
+
+/// The signals a background job or `nohup` leaves ignored (and here blocked
+/// too) in the process that starts the engine.
+const INHERITED: [libc::c_int; 3] = [libc::SIGINT, libc::SIGQUIT, libc::SIGHUP];
+
+/// `SigIgn` and `SigBlk` as `/proc/<pid>/status` shows them, one line each.
+const SIGNAL_STATE: &str = "grep -E '^Sig(Ign|Blk):' /proc/self/status";
+
+/// Whether Python found SIGINT at its default (it installs
+/// `KeyboardInterrupt` only then).
+const PYTHON_SIGINT: &str =
+    "python3 -c 'import signal; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)'";
+
+#[test]
+fn programs_start_with_default_signals_whatever_the_server_inherited() {
+    if std::env::var_os(INHERITED_SIGNALS).is_some() {
+        return tokio::runtime::Runtime::new()
+            .unwrap()
+            .block_on(default_signals_in_every_program());
+    }
+    // Signal dispositions are the whole process's: a copy of this binary,
+    // started with them ignored and blocked, runs the engine, so no other
+    // test here inherits them.
+    let mut copy = std::process::Command::new(std::env::current_exe().unwrap());
+    copy.args([
+        "--exact",
+        "programs_start_with_default_signals_whatever_the_server_inherited",
+        "--nocapture",
+    ])
+    .env(INHERITED_SIGNALS, "1");
+    // SAFETY: between fork and exec, only sigaction and sigprocmask on
+    // values on the stack (async-signal-safe).
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut copy, || {
+            let mut ignore: libc::sigaction = std::mem::zeroed();
+            ignore.sa_sigaction = libc::SIG_IGN;
+            let mut blocked: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut blocked);
+            for signal in INHERITED {
+                libc::sigaction(signal, &ignore, std::ptr::null_mut());
+                libc::sigaddset(&mut blocked, signal);
+            }
+            libc::sigprocmask(libc::SIG_BLOCK, &blocked, std::ptr::null_mut());
+            Ok(())
+        });
+    }
+    let output = copy.output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // The copy ran the test (and did not filter it out).
+    assert!(stdout.contains("1 passed"), "{stdout}");
+}
+
+/// In the copy: it holds the inherited signals, and nothing it starts in a
+/// container does.
+async fn default_signals_in_every_program() {
+    let own = std::fs::read_to_string("/proc/self/status").unwrap();
+    let mask = |field: &str| {
+        own.lines()
+            .find_map(|line| line.strip_prefix(field))
+            .map(|hex| u64::from_str_radix(hex.trim(), 16).unwrap())
+            .unwrap()
+    };
+    let inherited: u64 = INHERITED.iter().map(|s| 1u64 << (s - 1)).sum();
+    assert_eq!(mask("SigIgn:") & inherited, inherited, "{own}");
+    assert_eq!(mask("SigBlk:") & inherited, inherited, "{own}");
+
+    let t = TestEngine::new("inherited-signals").await;
+    t.create("c1").await;
+    let defaults = "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n";
+    // A command.
+    let command = t
+        .ok("c1", &format!("{SIGNAL_STATE}; {PYTHON_SIGINT}"))
+        .await;
+    assert_eq!(command, format!("{defaults}True\n"));
+    // A process with a terminal, and SIGINT sent to it ends it.
+    let e = &t.engine;
+    let mut spec = ProcessSpec {
+        command: format!("{SIGNAL_STATE}; {PYTHON_SIGINT}; echo waiting; exec sleep 600"),
+        stdin: true,
+        pty: Some(PtySpec {
+            cols: 80,
+            rows: 24,
+            term: "xterm".into(),
+        }),
+        timeout_ms: 60_000,
+        keeps_awake: true,
+        env: Vec::new(),
+        cwd: None,
+    };
+    e.start_process("c1", "tty", spec.clone()).await.unwrap();
+    let text = read_process_until(e, "tty", "waiting").await;
+    assert_eq!(
+        text.replace("\r\n", "\n"),
+        format!("{defaults}True\nwaiting\n")
+    );
+    e.signal_process("c1", "tty", libc::SIGINT).await.unwrap();
+    let ended = e.wait_process("c1", "tty").await.unwrap();
+    assert_eq!(ended.exit_code(), Some(128 + libc::SIGINT), "{ended:?}");
+    // A process on pipes too.
+    spec.pty = None;
+    e.start_process("c1", "pipe", spec).await.unwrap();
+    let text = read_process_until(e, "pipe", "waiting").await;
+    assert_eq!(text, format!("{defaults}True\nwaiting\n"));
+    e.signal_process("c1", "pipe", libc::SIGINT).await.unwrap();
+    let ended = e.wait_process("c1", "pipe").await.unwrap();
+    assert_eq!(ended.exit_code(), Some(128 + libc::SIGINT), "{ended:?}");
+    t.finish().await;
+}
+
+/// A process's output (in container `c1`) until `needle` shows.
+async fn read_process_until(
+    engine: &shellgate_sandbox::LocalEngine,
+    process: &str,
+    needle: &str,
+) -> String {
+    let mut text = String::new();
+    let mut after = 0;
+    while !text.contains(needle) {
+        let read = OutputRead {
+            after,
+            max_bytes: 1 << 20,
+            wait: Duration::from_secs(20),
+        };
+        let output = engine
+            .read_process_output("c1", process, read)
+            .await
+            .unwrap();
+        for chunk in &output.chunks {
+            text.push_str(&String::from_utf8_lossy(&chunk.data));
+        }
+        after = output.next_offset;
+        assert!(
+            text.contains(needle) || output.process.status == ProcessStatus::Running,
+            "ended before {needle:?}: {text:?} {:?}",
+            output.process
+        );
+    }
+    text
 }
 
 #[tokio::test(flavor = "multi_thread")]

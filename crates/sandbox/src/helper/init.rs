@@ -20,7 +20,9 @@
 //! Each command is then forked: its own session and process group, stdin
 //! `/dev/null` (a process's: a pipe, or a terminal that becomes its
 //! controlling one, see [`process`]), the unprivileged sandbox user with no capabilities, a clean
-//! environment, `/mnt/data` as working directory, `bash -c` (or `sh -c`).
+//! environment, every signal's disposition default and none blocked (as
+//! container runtimes start what they run, whatever the server inherited),
+//! `/mnt/data` as working directory, `bash -c` (or `sh -c`).
 //! When the control socket closes (the server stopped the container, or
 //! died), init exits and the kernel kills everything in its pid namespace.
 
@@ -909,9 +911,8 @@ fn exec_command(
 /// The steps that make a child of init the sandbox user, shared by a
 /// command (before `execve`) and a file worker (before its task): its own
 /// session, init's OOM immunity undone, the marker as its only
-/// supplementary group, the sandbox user's ids, no capabilities, and the
-/// signal dispositions init changed for itself (blocked SIGCHLD, ignored
-/// SIGPIPE) restored. Never allocates: a command's child shares init's
+/// supplementary group, the sandbox user's ids, no capabilities, and every
+/// signal's disposition default with none blocked. Never allocates: a command's child shares init's
 /// memory until `execve`. Returns the errno of the step that failed.
 fn become_sandbox_user(launcher: &Launcher, marker: Option<u32>) -> Result<(), i32> {
     let errno = || {
@@ -922,12 +923,11 @@ fn become_sandbox_user(launcher: &Launcher, marker: Option<u32>) -> Result<(), i
     // SAFETY: each call below is a plain syscall with valid arguments, made
     // in a single-threaded child of init.
     unsafe {
-        // Undo what init set up for itself: blocked SIGCHLD and Rust's ignored
-        // SIGPIPE would both be inherited across exec.
-        let mut empty: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut empty);
-        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        // Every disposition default and nothing blocked: what init set up
+        // for itself (blocked SIGCHLD, Rust's ignored SIGPIPE), and whatever
+        // the server's own parent ignored or blocked, would be inherited
+        // across exec.
+        sys::reset_signals();
 
         if libc::setsid() < 0 {
             return Err(errno());

@@ -52,6 +52,15 @@ pub const HELPER_ARG: &str = "__sandbox-helper";
 
 /// Entry point of the helper process. Never returns.
 pub fn helper_main() -> ! {
+    // The helper, and so every container's init (a clone of it), starts
+    // from default signal dispositions and an empty mask, not from what the
+    // server inherited: a SIGCHLD its parent ignored, say, would have the
+    // kernel reap init's children before init could read their status.
+    // SIGPIPE stays ignored, as Rust's runtime set it for this process: a
+    // write to a closed socket is an error here, never the helper's death.
+    sys::reset_signals();
+    // SAFETY: signal() with a valid signal number and SIG_IGN.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
     let code = match run_helper(CONTROL_FD) {
         Ok(()) => 0,
         Err(error) => {
