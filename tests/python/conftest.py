@@ -130,10 +130,13 @@ def free_port() -> int:
 class Server:
     """A shellgate server process on its own data directory and port."""
 
-    def __init__(self, data_dir: Path, netns: str = None, host: str = "127.0.0.1", **settings: str):
+    def __init__(self, data_dir: Path, netns: str = None, host: str = "127.0.0.1",
+                 preexec_fn=None, **settings: str):
         """With `netns`, the server runs in that (test-made) network
-        namespace and listens on `host`, an address of it."""
+        namespace and listens on `host`, an address of it; `preexec_fn`
+        runs in its process before the exec (what it inherits)."""
         self.data_dir = data_dir
+        self.preexec_fn = preexec_fn
         self.port = free_port()
         self.settings = settings
         self.netns = netns
@@ -163,6 +166,7 @@ class Server:
             stdout=log,
             stderr=log,
             stdin=subprocess.DEVNULL,
+            preexec_fn=self.preexec_fn,
         )
         def healthy():
             if self.process.poll() is not None:
