@@ -600,8 +600,14 @@ fn eventually(limit: std::time::Duration, check: impl FnMut() -> bool) -> bool {
 }
 
 /// `shellgate serve` on `data`, building `debian-12-slim` as its default
-/// image if `build`; returns once `/healthz` answers.
+/// image if `build`, its log appended to [`server_log`]; returns once
+/// `/healthz` answers.
 fn serve(data: &std::path::Path, build: bool) -> std::process::Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(server_log(data))
+        .unwrap();
     let port = {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.local_addr().unwrap().port()
@@ -617,6 +623,7 @@ fn serve(data: &std::path::Path, build: bool) -> std::process::Child {
         .env("SHELLGATE_BUILD_DEFAULT_IMAGE", build.to_string())
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
+        .stderr(log)
         .spawn()
         .unwrap();
     let up = eventually(std::time::Duration::from_secs(60), || {
@@ -628,6 +635,11 @@ fn serve(data: &std::path::Path, build: bool) -> std::process::Child {
         panic!("the server did not start");
     }
     child
+}
+
+/// Where [`serve`] on `data` logs: beside the data directory.
+fn server_log(data: &std::path::Path) -> std::path::PathBuf {
+    data.with_file_name("server.log")
 }
 
 /// Whatever a failed run of the test below left: builders killed, mounts
@@ -722,6 +734,17 @@ fn a_server_stopped_or_killed_mid_build_leaves_no_mount_and_no_builder() {
             builders_into(&data),
             mounts_under("self", &data)
         );
+
+        // Stopped, a build says so, and that it did not fail: the server's
+        // runtime ending under it is no failure of the image.
+        let log = std::fs::read_to_string(server_log(&data)).unwrap();
+        if signal == libc::SIGTERM {
+            assert!(
+                log.contains("building image debian-12-slim stopped: the server is stopping"),
+                "{log}"
+            );
+        }
+        assert!(!log.contains("failed"), "signal {signal}: {log}");
 
         // The next start removes the half-made tree (and builds nothing).
         if signal == libc::SIGKILL {

@@ -11,7 +11,10 @@ use std::sync::{Arc, Mutex};
 
 use shellgate_sandbox_api::image::{BuildStatus, SharedBuildStatus};
 
+use tokio::sync::oneshot;
+
 use crate::engine::LocalEngine;
+use crate::error::SandboxError;
 use crate::image::{runtimes, HOST_IMAGE, RECIPES};
 
 fn set(status: &SharedBuildStatus, update: impl FnOnce(&mut BuildStatus)) {
@@ -165,9 +168,19 @@ pub fn start_now(engine: Arc<LocalEngine>, image: &str, status: &SharedBuildStat
 }
 
 /// Runs the build of `image` on a blocking thread, reporting into `status`.
+///
+/// The build runs on a runtime of that thread's own, not the server's: when
+/// the server stops, its runtime shuts its I/O down before it lets go of
+/// this thread, and a build still reading mmdebstrap's output there would
+/// fail halfway (and say so as an error). Instead it learns that the
+/// server's runtime is stopping ([`stopping`]) and stops as a killed server's
+/// build does: the future dropped, so the builder is killed with its
+/// namespaces (its mounts go with them), and the half-made tree is left to
+/// the next start, which removes it and builds the image again.
 fn spawn_build(engine: Arc<LocalEngine>, image: &str, status: SharedBuildStatus, need: Need) {
     let (name, shared) = (image.to_owned(), status);
-    let runtime = tokio::runtime::Handle::current();
+    let server = tokio::runtime::Handle::current();
+    let mut stopping = stopping(&server);
     // A thread of its own: the build ends with a walk of the new tree
     // (blocking), and must never hold an async worker.
     tokio::task::spawn_blocking(move || {
@@ -185,17 +198,36 @@ fn spawn_build(engine: Arc<LocalEngine>, image: &str, status: SharedBuildStatus,
                 );
             }
         };
-        let built = match install_build_tools() {
-            Ok(()) => runtime.block_on(engine.images().build(&name, &mut progress)),
-            Err(e) => Err(crate::error::SandboxError::Setup(e)),
+        let own = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build();
+        let built = match (&own, install_build_tools()) {
+            (Ok(own), Ok(())) => own.block_on(async {
+                tokio::select! {
+                    built = engine.images().build(&name, &mut progress) => built.map(Some),
+                    _ = &mut stopping => Ok(None),
+                }
+            }),
+            (Err(e), _) => Err(SandboxError::Setup(format!(
+                "cannot start its runtime: {e}"
+            ))),
+            (_, Err(e)) => Err(SandboxError::Setup(e)),
         };
         match built {
-            Ok(_) => {
+            Ok(Some(_)) => {
                 // Before it is said ready: `GET /v1/images` then shows
                 // its runtimes at once, not after an `image verify`.
                 set(&shared, |s| s.message = "finding its runtimes".to_owned());
-                match runtime.block_on(runtimes::record(&engine, &name)) {
-                    Ok(found) => tracing::info!(
+                // On the server's runtime, whose engine it uses: a task
+                // there, dropped (not failed) if that runtime stops.
+                let recording = {
+                    let (engine, name) = (Arc::clone(&engine), name.clone());
+                    server.spawn(async move { runtimes::record(&engine, &name).await })
+                };
+                // (A build ran: the runtime was made.)
+                let Ok(own) = &own else { return };
+                match own.block_on(recording) {
+                    Ok(Ok(found)) => tracing::info!(
                         "image {name} has {}",
                         found
                             .iter()
@@ -203,9 +235,13 @@ fn spawn_build(engine: Arc<LocalEngine>, image: &str, status: SharedBuildStatus,
                             .collect::<Vec<_>>()
                             .join(", ")
                     ),
-                    Err(e) => tracing::warn!(
+                    Ok(Err(e)) => tracing::warn!(
                         "image {name}: its runtimes could not be found (`shellgate image verify \
                          {name}` retries): {e}"
+                    ),
+                    Err(_) => tracing::warn!(
+                        "image {name}: the server stopped before its runtimes were found \
+                         (`shellgate image verify {name}` finds them)"
                     ),
                 }
                 set(&shared, |s| {
@@ -214,6 +250,15 @@ fn spawn_build(engine: Arc<LocalEngine>, image: &str, status: SharedBuildStatus,
                     s.message = "built".to_owned();
                 });
                 tracing::info!("image {name} is built: new containers use it");
+            }
+            Ok(None) => {
+                set(&shared, |s| {
+                    s.message = "stopped with the server".to_owned()
+                });
+                tracing::warn!(
+                    "building image {name} stopped: the server is stopping (the next start \
+                     removes what the build made and builds it again)"
+                );
             }
             Err(e) => {
                 set(&shared, |s| {
@@ -231,4 +276,17 @@ fn spawn_build(engine: Arc<LocalEngine>, image: &str, status: SharedBuildStatus,
             }
         }
     });
+}
+
+/// A receiver that completes once `runtime` is stopping: a task there
+/// holds its sender until the receiver goes, and a runtime that shuts down
+/// drops its tasks (before its I/O and timers stop), so the sender with
+/// them.
+fn stopping(runtime: &tokio::runtime::Handle) -> oneshot::Receiver<()> {
+    let (held, stopped) = oneshot::channel();
+    runtime.spawn(async move {
+        let mut held: oneshot::Sender<()> = held;
+        held.closed().await;
+    });
+    stopped
 }
