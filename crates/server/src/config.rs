@@ -665,6 +665,129 @@ pub fn default_data_dir() -> PathBuf {
     home.join(".local/share/shellgate")
 }
 
+/// `SHELLGATE_*` environment variables that are not settings but are read
+/// by shellgate or its tools, so never reported as unknown.
+pub const NOT_SETTINGS: &[&str] = &[
+    // The command line's own: `--config`, `--data-dir`, the log filter.
+    "SHELLGATE_CONFIG",
+    "SHELLGATE_DATA_DIR",
+    "SHELLGATE_LOG",
+    // Clients': the agents SDK packages' server and key.
+    "SHELLGATE_BASE_URL",
+    "SHELLGATE_API_KEY",
+    // Set by the server for programs inside containers (an interpreter
+    // kernel's language, E2B's directory watch).
+    "SHELLGATE_KERNEL_LANGUAGE",
+    "SHELLGATE_WATCH_PATH",
+    "SHELLGATE_WATCH_RECURSIVE",
+    "SHELLGATE_WATCH_SCRIPT",
+    // The test suites' and benchmarks' (and every `SHELLGATE_TEST_*`).
+    "SHELLGATE_BIN",
+    "SHELLGATE_FUZZ_SECONDS",
+    "SHELLGATE_FUZZ_SEED",
+    "SHELLGATE_SCREENSHOTS",
+    "SHELLGATE_CLUSTER_LOG",
+];
+
+/// The prefix of the test suites' own variables (`SHELLGATE_TEST_CLUSTER`,
+/// `SHELLGATE_TEST_POSTGRES_URL`, ...): not settings either.
+const TEST_PREFIX: &str = "SHELLGATE_TEST_";
+
+/// A `SHELLGATE_*` environment variable that names no setting: ignored,
+/// and said at start with the setting it is closest to (a mistyped
+/// `SHELLGATE_MAX_CONTAINER` would otherwise change nothing, silently).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownVariable {
+    pub name: String,
+    /// The variable of the setting closest to it, if one is close.
+    pub closest: Option<String>,
+}
+
+impl std::fmt::Display for UnknownVariable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} is not a setting and is ignored", self.name)?;
+        match &self.closest {
+            Some(closest) => write!(f, "; did you mean {closest}?"),
+            None => write!(f, " (the README's Configuration lists the settings)"),
+        }
+    }
+}
+
+/// The `SHELLGATE_*` names among `names` (an environment's) that are
+/// neither a setting nor one of [`NOT_SETTINGS`], in the order given.
+pub fn unknown_variables(names: impl IntoIterator<Item = String>) -> Vec<UnknownVariable> {
+    let Ok(defaults) = toml::Table::try_from(Config::default()) else {
+        return Vec::new();
+    };
+    names
+        .into_iter()
+        .filter(|name| {
+            name.strip_prefix("SHELLGATE_").is_some_and(|setting| {
+                !defaults.contains_key(&setting.to_ascii_lowercase())
+                    && !NOT_SETTINGS.contains(&name.as_str())
+                    && !name.starts_with(TEST_PREFIX)
+            })
+        })
+        .map(|name| {
+            let setting = name
+                .strip_prefix("SHELLGATE_")
+                .unwrap_or(&name)
+                .to_ascii_lowercase();
+            let closest = closest(&setting, defaults.keys().map(String::as_str))
+                .map(|found| format!("SHELLGATE_{}", found.to_ascii_uppercase()));
+            UnknownVariable { name, closest }
+        })
+        .collect()
+}
+
+/// The candidate closest to `typed` if one is close enough to be what was
+/// meant: the least edit distance (ties: the first in order), where one
+/// name inside the other (`max_container` in `max_containers_per_node`)
+/// counts as near whatever the length of the rest, and at most a third of
+/// the typed name's length may differ otherwise.
+fn closest<'a>(typed: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let limit = (typed.chars().count() / 3).max(1);
+    candidates
+        .map(|candidate| (name_distance(typed, candidate), candidate))
+        .filter(|(distance, _)| *distance <= limit)
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, candidate)| candidate)
+}
+
+/// How far apart two names are: their edit distance, with the part their
+/// difference in length accounts for halved when one is at least half the
+/// other (so a name that is a part of the other is 1 away).
+fn name_distance(a: &str, b: &str) -> usize {
+    let (n, m) = (a.chars().count(), b.chars().count());
+    let length_gap = n.abs_diff(m);
+    let distance = edit_distance(a, b);
+    if n * 2 < m || m * 2 < n {
+        return distance;
+    }
+    // The edit distance is never less than the difference in length.
+    match distance.saturating_sub(length_gap) {
+        0 if length_gap > 0 => 1,
+        beyond => beyond + length_gap.div_ceil(2),
+    }
+}
+
+/// Levenshtein's distance: the fewest insertions, deletions and
+/// substitutions of one character that turn `a` into `b`.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut previous: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut current = Vec::with_capacity(b.len() + 1);
+        current.push(i + 1);
+        for (j, cb) in b.iter().enumerate() {
+            let substitution = previous[j] + usize::from(ca != *cb);
+            current.push(substitution.min(previous[j + 1] + 1).min(current[j] + 1));
+        }
+        previous = current;
+    }
+    previous[b.len()]
+}
+
 /// A setting that could not be read.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -686,6 +809,8 @@ impl Config {
         file: Option<&Path>,
         env: impl Iterator<Item = (String, String)>,
     ) -> Result<Self, ConfigError> {
+        let defaults =
+            toml::Table::try_from(Config::default()).map_err(|e| ConfigError(e.to_string()))?;
         let mut table = toml::Table::new();
         if let Some(file) = file {
             let text = std::fs::read_to_string(file)
@@ -693,9 +818,19 @@ impl Config {
             table = text
                 .parse::<toml::Table>()
                 .map_err(|e| ConfigError(format!("{}: {e}", file.display())))?;
+            // The file is shellgate's own: a key it does not know is a
+            // mistake, refused with the setting it is closest to.
+            if let Some(key) = table.keys().find(|key| !defaults.contains_key(*key)) {
+                let hint = match closest(key, defaults.keys().map(String::as_str)) {
+                    Some(setting) => format!("did you mean {setting}?"),
+                    None => "the README's Configuration lists the settings".to_owned(),
+                };
+                return Err(ConfigError(format!(
+                    "{}: {key} is not a setting ({hint})",
+                    file.display()
+                )));
+            }
         }
-        let defaults =
-            toml::Table::try_from(Config::default()).map_err(|e| ConfigError(e.to_string()))?;
         for (key, value) in env {
             let Some(name) = key.strip_prefix("SHELLGATE_") else {
                 continue;
@@ -942,6 +1077,72 @@ mod tests {
                 ("k2".into(), "team".into(), KeyRole::Member),
                 ("k3".into(), "ops".into(), KeyRole::Admin)
             ]
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_unknown_shellgate_variable_is_named_with_the_closest_setting() {
+        let names = [
+            "SHELLGATE_MAX_CONTAINER",
+            "SHELLGATE_WARM_CONTAINERS",
+            "SHELLGATE_RETENTION_DAY",
+            "SHELLGATE_IDLE_SUSPEND_SECS",
+            "SHELLGATE_NOTHING_LIKE_IT",
+            "SHELLGATE_LOG",
+            "SHELLGATE_BIN",
+            "SHELLGATE_TEST_CLUSTER",
+            "HOME",
+        ];
+        let unknown = unknown_variables(names.iter().map(|name| name.to_string()));
+        let found: Vec<(&str, Option<&str>)> = unknown
+            .iter()
+            .map(|u| (u.name.as_str(), u.closest.as_deref()))
+            .collect();
+        assert_eq!(
+            found,
+            vec![
+                (
+                    "SHELLGATE_MAX_CONTAINER",
+                    Some("SHELLGATE_MAX_CONTAINERS_PER_NODE")
+                ),
+                ("SHELLGATE_RETENTION_DAY", Some("SHELLGATE_RETENTION_DAYS")),
+                (
+                    "SHELLGATE_IDLE_SUSPEND_SECS",
+                    Some("SHELLGATE_IDLE_SUSPEND_AFTER_SECS")
+                ),
+                ("SHELLGATE_NOTHING_LIKE_IT", None),
+            ]
+        );
+        assert_eq!(
+            unknown[0].to_string(),
+            "SHELLGATE_MAX_CONTAINER is not a setting and is ignored; \
+             did you mean SHELLGATE_MAX_CONTAINERS_PER_NODE?"
+        );
+        // The closest by edit distance, a name inside another counting as near.
+        let settings = [
+            "warm_containers",
+            "max_connections",
+            "max_containers_per_node",
+        ];
+        let closest_of = |typed| closest(typed, settings.iter().copied());
+        assert_eq!(closest_of("max_container"), Some("max_containers_per_node"));
+        assert_eq!(closest_of("warm_containres"), Some("warm_containers"));
+        assert_eq!(closest_of("max_conections"), Some("max_connections"));
+        assert_eq!(closest_of("log"), None);
+    }
+
+    #[test]
+    fn an_unknown_key_in_the_config_file_is_refused_naming_the_closest_setting() {
+        let dir =
+            std::env::temp_dir().join(format!("shellgate-config-unknown-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("shellgate.toml");
+        std::fs::write(&file, "retention_days = 7\nwarm_container = 2\n").unwrap();
+        let error = Config::load(Some(&file), env(&[])).unwrap_err().to_string();
+        assert!(
+            error.ends_with("warm_container is not a setting (did you mean warm_containers?)"),
+            "{error}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }

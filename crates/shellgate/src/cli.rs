@@ -285,6 +285,11 @@ pub fn main() -> i32 {
         _ => Logging::tool(),
     };
     logging.init();
+    // A mistyped setting would otherwise change nothing, silently.
+    let names = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
+    for unknown in shellgate_server::config::unknown_variables(names) {
+        tracing::warn!(variable = %unknown.name, "{unknown}");
+    }
     let json_logs = logging.json;
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

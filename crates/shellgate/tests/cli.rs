@@ -615,6 +615,44 @@ fn serve_on_a_taken_address_fails_at_once_naming_it_and_starts_nothing() {
 }
 
 #[test]
+fn serve_warns_of_an_unknown_shellgate_variable_naming_the_closest_setting() {
+    let dir = TempDir::new("cli-unknown-variable");
+    let port = free_port();
+    let mut child = serve_logged(
+        &dir,
+        port,
+        &["--log-format", "text"],
+        &[
+            ("SHELLGATE_MAX_CONTAINER", "3"),
+            // Not settings, but read by shellgate's tools and tests.
+            ("SHELLGATE_BIN", "/usr/bin/true"),
+            ("SHELLGATE_TEST_ANYTHING", "1"),
+        ],
+    );
+    wait_healthy(&mut child, port);
+    stop(child);
+    let stderr = std::fs::read_to_string(dir.path().join("stderr")).unwrap();
+    let warned = |name: &str| {
+        stderr
+            .lines()
+            .filter(|line| line.contains(&format!("{name} is not a setting")))
+            .collect::<Vec<_>>()
+    };
+    let mistyped = warned("SHELLGATE_MAX_CONTAINER");
+    assert_eq!(mistyped.len(), 1, "{stderr}");
+    assert!(
+        mistyped[0].contains("WARN")
+            && mistyped[0].contains(
+                "SHELLGATE_MAX_CONTAINER is not a setting and is ignored; \
+                 did you mean SHELLGATE_MAX_CONTAINERS_PER_NODE?"
+            ),
+        "{stderr}"
+    );
+    assert!(warned("SHELLGATE_BIN").is_empty(), "{stderr}");
+    assert!(warned("SHELLGATE_TEST_ANYTHING").is_empty(), "{stderr}");
+}
+
+#[test]
 fn serve_logs_json_off_a_terminal_with_a_summary_and_no_upstream_answers_503() {
     let dir = TempDir::new("cli-summary-json");
     let port = free_port();
