@@ -18,9 +18,15 @@ Before a Chat Completions or Anthropic upstream (the last cases), which
 cannot read the `additional_tools` item, shellgate offers the item's tools as it would the
 request's: `exec` as the function `functions__exec` of one string, whose
 call goes back to Codex as the `custom_tool_call` of `functions.exec`.
-Codex's sandbox for local commands is left at its default (read-only: the
-command reads a file, it cannot write one), so the proof that it ran is
-what it read, seen by the upstream and in Codex's final answer.
+The command reads a file, so the proof that it ran is what it read, seen by
+the upstream and in Codex's final answer. Codex's own sandbox for local
+commands is set, not left to the machine: off (`sandbox_mode =
+"danger-full-access"`), since what runs is the script's `cat note.txt` and
+what is tested is the traffic through shellgate, not Codex's sandbox. Its
+default (read-only) depends on the host: with bubblewrap installed Codex
+runs commands through `bwrap` and helper links in its home, which it refuses
+to make under `/tmp`, where these tests' homes are, and every command then
+fails.
 
 What reaches the upstream is checked too: Codex's `reasoning`, `include`,
 `prompt_cache_key` and `client_metadata` verbatim, its tools as Codex wrote
@@ -55,13 +61,14 @@ def codex_server(upstream):
 
 
 def codex_home(root: Path, base_url: str, model) -> Path:
-    """CODEX_HOME with Codex's defaults but for the provider: shellgate's
-    URL, the key from an environment variable, the Responses wire API (and
-    the model, when one is given)."""
+    """CODEX_HOME with Codex's defaults but for the provider (shellgate's
+    URL, the key from an environment variable, the Responses wire API), the
+    model when one is given, and its local sandbox off (see above)."""
     home = root / "codex-home"
     home.mkdir()
     (home / "config.toml").write_text(
         (f'model = "{model}"\n' if model else "")
+        + 'sandbox_mode = "danger-full-access"\n'
         + 'model_provider = "shellgate"\n'
         "\n"
         "[model_providers.shellgate]\n"
@@ -174,7 +181,7 @@ def test_codex_default_model_before_another_upstream_is_offered_its_additional_t
 
 def run_codex(server, model, prompt, token) -> str:
     """Runs `codex exec` with its default configuration but the provider
-    (shellgate at `server`) and `model`, in a folder whose note.txt holds
+    (shellgate at `server`), `model` and its sandbox, in a folder whose note.txt holds
     `token`; asserts it exits 0 with the note in its final answer, and
     returns what it printed (for failure messages)."""
     assert CODEX.exists(), "scripts/test installs Codex CLI (npm ci in tests/node)"
@@ -198,6 +205,7 @@ def run_codex(server, model, prompt, token) -> str:
         )
     report = f"exit {ran.returncode}\nstdout:\n{ran.stdout}\nstderr:\n{ran.stderr[-4000:]}"
     assert ran.returncode == 0, report
+    assert "sandbox: danger-full-access" in ran.stderr, report
     # The final answer, streamed by the second turn, holds what the command read.
     assert f"the note says {token}" in ran.stdout, report
     return report
