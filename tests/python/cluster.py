@@ -54,7 +54,10 @@ GATEWAY = "10.77.0.1"
 SUBNET = "10.77.0.0/24"
 NODE_ADDRESS = {"n1": "10.77.0.11", "n2": "10.77.0.12", "n3": "10.77.0.13"}
 NODE_PORT = 8080
-UID_BASE = {"n1": 3_000_000_000, "n2": 3_200_000_000, "n3": 3_400_000_000}
+# Each node's sandboxes' host ids, a range of its own: none starts at the
+# engine's default (3,000,000,000), which every single box on the machine
+# uses (the test run's own server is up beside the cluster).
+UID_BASE = {"n1": 3_200_000_000, "n2": 3_400_000_000, "n3": 3_600_000_000}
 # The host end of each node's veth pair (the namespace end is its eth0).
 HOST_VETH = {name: f"sgv{name}" for name in NODE_NAMES}
 TMP_PREFIX = "shellgate-cluster-"
