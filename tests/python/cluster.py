@@ -11,6 +11,8 @@ a file uploaded through one replica is there for every node.
     cluster = Cluster({"max_running_containers_per_project": 5}).start()
     cluster.client(0, MEMBER_KEYS["alpha"])   # the OpenAI SDK through replica 1
     cluster.nodes["n2"].kill9()               # its whole process group
+    cluster.nodes["n3"].stall()               # SIGSTOP: a stall (its sandboxes run on)
+    cluster.nodes["n3"].resume()              # SIGCONT
     cluster.stop()
 
 or, in a test module, the fixtures at the end: `cluster` (the shared one)
@@ -410,6 +412,20 @@ class Process:
         except OSError:
             return ""
 
+    def stall(self) -> None:
+        """SIGSTOP to the whole process group: the process stops as in a
+        long pause (its kernel still accepts connections for it, which
+        nobody answers), while what runs outside its group (a node's
+        sandboxes) carries on. `resume` ends it (and so does `stop`)."""
+        os.killpg(self.popen.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT to the whole process group (after `stall`)."""
+        try:
+            os.killpg(self.popen.pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
     def kill9(self) -> None:
         """SIGKILL to the whole process group, then reaped."""
         if self.popen is None:
@@ -442,6 +458,8 @@ class Process:
             return
         try:
             os.killpg(self.popen.pid, signal.SIGTERM)
+            # A stalled one (`stall`) acts on it once continued.
+            os.killpg(self.popen.pid, signal.SIGCONT)
         except ProcessLookupError:
             pass
         try:
@@ -644,6 +662,16 @@ class Cluster:
         replica = Server(old.name, old.role, old.data_dir, old.host, free_port(), old.settings)
         self.replicas[index] = replica.start().wait_healthy()
         return replica
+
+    def restart_node(self, name: str) -> Server:
+        """A node killed by a test started again as it was (its id,
+        address and data directory), and ready."""
+        node = self.nodes[name]
+        node.stop()
+        node.start().wait_healthy()
+        self.wait_nodes(lambda nodes: {n["id"]: n["status"] for n in nodes}.get(name) == "ready",
+                        60, f"{name} ready again")
+        return node
 
     def stop_servers(self) -> None:
         """Every node and replica stopped (an upgrade's first half); the

@@ -8,12 +8,15 @@ streamed exec, processes on a terminal over the WebSocket, Files API and
 id through any replica; a thousand containers spread over the nodes;
 quotas hold when two replicas admit at once; a node killed with -9 has its
 containers reported lost (409 `container_lost` on exec), the others
-untouched and new ones placed on the survivors; a replica killed
-mid-request loses nothing another replica cannot redo, and leaves no
-half-made container; no spelling of a node's own routes passes a replica,
-and a node serves a forwarded request the API alone; a node, a replica
-and a single box on Postgres exit 0 on SIGTERM. Every wait is for a
-condition, with a deadline.
+untouched and new ones placed on the survivors; a node stalled (SIGSTOP)
+past the lost limit is answered for at once while it hangs, and gets its
+containers back, files and processes, when it continues, as does a node
+restarted after it was lost, while one deleted meanwhile leaves its disk;
+a replica killed mid-request loses nothing another replica cannot redo,
+and leaves no half-made container; no spelling of a node's own routes
+passes a replica, and a node serves a forwarded request the API alone; a
+node, a replica and a single box on Postgres exit 0 on SIGTERM. Every wait
+is for a condition, with a deadline.
 """
 
 import collections
@@ -42,6 +45,10 @@ ALPHA, BETA = MEMBER_KEYS["alpha"], MEMBER_KEYS["beta"]
 # How long after its last heartbeat a killed node must read lost, beyond
 # `node_lost_after_secs`: a sweep interval and a loaded machine's delays.
 LOST_SLACK_SECS = 10
+# What a request sent while a node hangs is given to come back at all: the
+# client's own timeout, far beyond what a replica takes to give up on the
+# node, and short of forever (what it took when nothing gave up).
+HANG_TIMEOUT_SECS = 90
 
 
 def run(client, container_id, command, **options):
@@ -548,6 +555,210 @@ def test_a_node_killed_with_minus_9(clusters):
     with pytest.raises(openai.NotFoundError):
         clients[1].containers.retrieve(lost[0])
     delete_all(clients, alive + fresh)
+
+
+def on_node(cluster, client, node, count, name):
+    """Creates containers until `count` of them are on `node` (the
+    harness's view: the engine's directories) and one is elsewhere:
+    (those on it, those elsewhere)."""
+    on, elsewhere = [], []
+    while len(on) < count or not elsewhere:
+        assert len(on) + len(elsewhere) < 60, f"placement never chose {node}: {on}, {elsewhere}"
+        container_id = client.containers.create(name=name).id
+        (on if cluster.node_holding(container_id) == node else elsewhere).append(container_id)
+    return on, elsewhere
+
+
+def wait_lost(cluster, client, node, ids):
+    cluster.wait_nodes(lambda nodes: {n["id"]: n["status"] for n in nodes}.get(node) == "lost",
+                       LOST_AFTER_SECS + LOST_SLACK_SECS, f"{node} lost")
+    seen = {}
+
+    def all_lost():
+        seen.update({cid: client.containers.retrieve(cid).status for cid in ids})
+        return set(seen.values()) == {"lost"}
+
+    assert wait_until(all_lost, LOST_AFTER_SECS + LOST_SLACK_SECS, 0.25), seen
+
+
+def test_a_stalled_node_is_answered_for_at_once_and_gets_its_containers_back(clusters):
+    """A node's process stopped (SIGSTOP: a long pause; its sandboxes run
+    on) past `node_lost_after_secs`, then continued. While it hangs,
+    requests for its containers come back (409 `container_lost` or 502
+    `node_unreachable`), and requests any node answers are answered by
+    the others, all before it continues. Back, it has its containers as
+    they were: the running one running (its process too), the paused E2B
+    sandbox suspended, files intact, through either replica; the one its
+    tenant deleted while it was lost is gone from its disk."""
+    cluster = clusters.get(**ROOMY)
+    clusters.taint()
+    key = MEMBER_KEYS["chaos"]
+    client, http = cluster.client(0, key), cluster.session(0, key)
+    root, e2b = cluster.replicas[0].root, {"X-API-Key": key}
+    made = requests.post(f"{root}/sandboxes", headers=e2b, json={"templateID": "base", "timeout": 3600},
+                         timeout=120)
+    assert made.status_code == 201, made.text
+    asleep = made.json()["sandboxID"]
+    victim = cluster.node_holding(asleep)
+    assert victim is not None, "the harness cannot see which node holds the sandbox"
+    (kept, doomed), elsewhere = on_node(cluster, client, victim, 2, "stalled")
+    for container_id in [asleep, kept, doomed] + elsewhere:
+        assert run(client, container_id, f"echo {container_id} > /mnt/data/mine.txt")[2] == 0
+    started = http.post(f"{http.base}/containers/{kept}/processes", json={"command": "sleep 3600"}, timeout=60)
+    assert started.status_code == 201, started.text
+    process = started.json()["id"]
+    paused = requests.post(f"{root}/sandboxes/{asleep}/pause", headers=e2b, timeout=60)
+    assert paused.status_code == 204, paused.text
+    assert client.containers.retrieve(asleep).status == "suspended"
+
+    node = cluster.nodes[victim]
+    node.stall()
+    try:
+        def exec_on_kept(replica):
+            session = cluster.session(replica, key)
+            return session.post(f"{session.base}/containers/{kept}/exec", json={"commands": ["true"]},
+                                timeout=HANG_TIMEOUT_SECS)
+
+        def any_node(replica):
+            session = cluster.session(replica, key)
+            return session.get(f"{session.base}/containers", params={"limit": 1}, timeout=HANG_TIMEOUT_SECS)
+
+        # At once, before it is declared lost: sent to it, and given up on.
+        calls = [lambda: exec_on_kept(0), lambda: exec_on_kept(1)] + \
+            [lambda i=i: any_node(i % 2) for i in range(16)]
+        stalled_at = time.monotonic()
+        answers = in_parallel(lambda call: call(), calls, workers=len(calls))
+        print(f"\nwhile {victim} hangs: {len(calls)} requests answered within "
+              f"{time.monotonic() - stalled_at:.1f}s "
+              f"({[a.json()['error']['code'] for a in answers[:2]]} for its container)")
+        for answer in answers[:2]:
+            assert answer.status_code in (409, 502), (answer.status_code, answer.text)
+            assert answer.json()["error"]["code"] in ("container_lost", "node_unreachable"), answer.text
+        assert [a.status_code for a in answers[2:]] == [200] * 16, [a.text[:200] for a in answers[2:]]
+
+        # Declared lost: its containers read lost, an exec is refused by the
+        # replica, and its tenant deletes one.
+        wait_lost(cluster, client, victim, [asleep, kept, doomed])
+        refused = exec_on_kept(1)
+        assert refused.status_code == 409 and refused.json()["error"]["code"] == "container_lost", refused.text
+        client.containers.delete(doomed)
+        with pytest.raises(openai.NotFoundError):
+            client.containers.retrieve(doomed)
+        assert node.alive()
+    finally:
+        node.resume()
+    resumed_at = time.monotonic()
+
+    # Back: registered again, its containers as they were.
+    cluster.wait_nodes(lambda nodes: {n["id"]: n["status"] for n in nodes}.get(victim) == "ready",
+                       60, f"{victim} ready again")
+    seen = {}
+
+    def back():
+        seen.update({cid: client.containers.retrieve(cid).status for cid in (kept, asleep)})
+        return seen == {kept: "running", asleep: "suspended"}
+
+    assert wait_until(back, 60, 0.25), seen
+    print(f"its containers back {time.monotonic() - resumed_at:.1f}s after it continued")
+    other = cluster.client(1, key)
+    assert run(other, kept, "cat /mnt/data/mine.txt")[0] == f"{kept}\n"
+    shown = cluster.session(1, key).get(f"{http.base}/containers/{kept}/processes/{process}", timeout=60)
+    assert shown.status_code == 200 and shown.json()["status"] == "running", shown.text
+    read = cluster.session(1, key).get(f"{cluster.replicas[1].base_url}/containers/{asleep}/fs/content",
+                                       params={"path": "/mnt/data/mine.txt"}, timeout=60)
+    assert read.status_code == 200 and read.text == f"{asleep}\n", read.text
+    info = requests.get(f"{root}/sandboxes/{asleep}", headers=e2b, timeout=60)
+    assert info.status_code == 200 and info.json()["state"] == "paused", info.text
+    # What its tenant deleted while it was lost: its disk is gone too.
+    assert wait_until(lambda: cluster.node_holding(doomed) is None, 60, 0.25), node.log_tail(20000)
+    for container_id in elsewhere:
+        assert run(other, container_id, "cat /mnt/data/mine.txt")[0] == f"{container_id}\n"
+    delete_all([client, other], [kept, asleep] + elsewhere)
+
+
+def test_a_hung_node_not_yet_lost_is_given_up_on_when_it_answers_no_probe(clusters):
+    """A node that hangs where no sweep will declare it lost for ten
+    minutes: a request for its container is given up on once the node
+    answers neither it (within `node_answer_timeout_secs`) nor its liveness
+    probe (502 `node_unreachable`); reads any node answers are answered by
+    another; creates go to the others; all while it hangs. Continued, it
+    serves its container again. While it is live, an exec whose answer
+    begins later than that timeout is waited for."""
+    cluster = clusters.get(**ROOMY, node_lost_after_secs=600, node_answer_timeout_secs=2)
+    clusters.taint()
+    key = MEMBER_KEYS["chaos"]
+    client = cluster.client(0, key)
+    first = client.containers.create(name="hung").id
+    victim = cluster.node_holding(first)
+    assert victim is not None, "the harness cannot see which node holds the container"
+    assert run(client, first, "echo before > /mnt/data/mine.txt")[2] == 0
+    # A live node is waited for however long its answer takes to begin (a
+    # synchronous exec longer than the timeout, twice over).
+    assert run(cluster.client(1, key), first, "sleep 5; echo slept")[0] == "slept\n"
+    node = cluster.nodes[victim]
+    node.stall()
+    made = []
+    try:
+        session = cluster.session(1, key)
+        hung_at = time.monotonic()
+        refused = session.post(f"{session.base}/containers/{first}/exec", json={"commands": ["true"]},
+                               timeout=HANG_TIMEOUT_SECS)
+        print(f"\n{victim} hangs: its container's exec answered {refused.status_code} in "
+              f"{time.monotonic() - hung_at:.1f}s")
+        assert refused.status_code == 502, refused.text
+        assert refused.json()["error"]["code"] == "node_unreachable", refused.text
+
+        def any_node(replica):
+            http = cluster.session(replica, key)
+            return http.get(f"{http.base}/containers", params={"limit": 1}, timeout=HANG_TIMEOUT_SECS)
+
+        answers = in_parallel(any_node, [i % 2 for i in range(16)])
+        assert [a.status_code for a in answers] == [200] * 16, [a.text[:200] for a in answers]
+        for i in range(6):
+            made.append(cluster.client(i % 2, key, timeout=HANG_TIMEOUT_SECS).containers.create(name="hung").id)
+        assert victim not in {cluster.node_holding(cid) for cid in made}
+        assert {n["id"]: n["status"] for n in cluster.node_list()}[victim] == "ready"
+        assert node.alive()
+    finally:
+        node.resume()
+    assert run(client, first, "cat /mnt/data/mine.txt")[0] == "before\n"
+    delete_all([client], [first] + made)
+
+
+def test_a_node_restarted_after_it_was_declared_lost_gets_its_containers_back(clusters):
+    """A node killed with -9, declared lost, then started again with its
+    data directory: its containers come back suspended (their processes
+    ended with it), files intact, and wake on the next command; the one its
+    tenant deleted while it was lost is gone from its disk."""
+    cluster = clusters.get(**ROOMY)
+    clusters.taint()
+    key = MEMBER_KEYS["chaos"]
+    client = cluster.client(0, key)
+    first = client.containers.create(name="restarted").id
+    victim = cluster.node_holding(first)
+    assert victim is not None, "the harness cannot see which node holds the container"
+    (kept, doomed), elsewhere = on_node(cluster, client, victim, 2, "restarted")
+    for container_id in [kept, doomed]:
+        assert run(client, container_id, f"echo {container_id} > /mnt/data/mine.txt")[2] == 0
+
+    cluster.nodes[victim].kill9()
+    wait_lost(cluster, client, victim, [kept, doomed])
+    client.containers.delete(doomed)
+    cluster.restart_node(victim)
+    seen = {}
+
+    def back():
+        seen[kept] = client.containers.retrieve(kept).status
+        return seen[kept] == "suspended"
+
+    assert wait_until(back, 60, 0.25), seen
+    other = cluster.client(1, key)
+    assert run(other, kept, "cat /mnt/data/mine.txt")[0] == f"{kept}\n"
+    assert other.containers.retrieve(kept).status == "running"
+    assert cluster.node_holding(doomed) is None
+    with pytest.raises(openai.NotFoundError):
+        other.containers.retrieve(doomed)
+    delete_all([client, other], [first, kept] + elsewhere)
 
 
 # --- quotas ------------------------------------------------------------------

@@ -90,7 +90,8 @@ impl Admission {
         Ok(permit)
     }
 
-    fn quotas(&self) -> Quotas {
+    /// The running-container quotas, as the store decides them.
+    pub(crate) fn quotas(&self) -> Quotas {
         Quotas {
             max_running: self.max_running,
             max_memory_bytes: self.max_memory,
@@ -101,12 +102,12 @@ impl Admission {
     /// quotas admit it, or refuses with a 429 naming the limit.
     pub async fn insert_container(&self, row: ContainerRow) -> ApiResult<()> {
         let quotas = self.quotas();
-        let (project, memory) = (row.project.clone(), row.memory_limit);
+        let (project, id, memory) = (row.project.clone(), row.id.clone(), row.memory_limit);
         let decision = self
             .db
             .run(move |s| s.insert_container_within(&row, quotas))
             .await?;
-        decision.map_err(|refusal| self.refused(&project, memory, refusal))
+        decision.map_err(|refusal| self.refused(&project, &id, memory, refusal))
     }
 
     /// Opens a session of suspended container `id` (of `memory`) if its
@@ -123,11 +124,12 @@ impl Admission {
             .db
             .run(move |s| s.open_session_within(&owner, &key, memory, quotas))
             .await?;
-        decision.map_err(|refusal| self.refused(project, memory, refusal))
+        decision.map_err(|refusal| self.refused(project, id, memory, refusal))
     }
 
-    fn refused(&self, project: &str, memory: MemoryLimit, refusal: Refusal) -> ApiError {
+    fn refused(&self, project: &str, id: &str, memory: MemoryLimit, refusal: Refusal) -> ApiError {
         match refusal {
+            Refusal::Lost => ApiError::container_lost(id),
             Refusal::Running { running } => ApiError::quota(
                 "too_many_running_containers",
                 format!(

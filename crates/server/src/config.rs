@@ -48,6 +48,14 @@ pub struct Config {
     pub node_heartbeat_secs: u64,
     /// A node silent this long is lost, with its containers.
     pub node_lost_after_secs: u64,
+    /// An API replica waits this long for a node to begin its answer to a
+    /// forwarded request before it asks the node whether it is alive at
+    /// all (its `/livez`, given as long to answer): a node that answers
+    /// that is waited for again (a long exec, a create building an image,
+    /// a model's turn), one that does not is given up on (502
+    /// `node_unreachable`; a safe request any node can answer is tried on
+    /// another). A node declared lost meanwhile ends the wait at once.
+    pub node_answer_timeout_secs: u64,
     /// Containers a node holds at most (placement's count of room).
     pub max_containers_per_node: u64,
     /// The first host uid of the sandboxes' id ranges (nodes sharing one
@@ -496,6 +504,7 @@ impl Default for Config {
             cluster_secret: Secret::default(),
             node_heartbeat_secs: 2,
             node_lost_after_secs: 15,
+            node_answer_timeout_secs: 5,
             max_containers_per_node: 5_000,
             sandbox_uid_base: 3_000_000_000,
             api_keys: String::new(),
@@ -912,6 +921,7 @@ impl Config {
             ("request_deadline_secs", self.request_deadline_secs),
             ("header_read_timeout_secs", self.header_read_timeout_secs),
             ("body_read_timeout_secs", self.body_read_timeout_secs),
+            ("node_answer_timeout_secs", self.node_answer_timeout_secs),
             ("max_connections", self.max_connections as u64),
             ("ports_idle_timeout_secs", self.ports_idle_timeout_secs),
         ] {

@@ -360,7 +360,19 @@ pub(crate) async fn create_container(
                     .await?;
             }
             let id = row.id.clone();
-            state.db(move |s| s.open_session(&id)).await?;
+            if !state.db(move |s| s.finish_creating(&id)).await? {
+                // Its node (this one) was declared lost meanwhile: a
+                // create the replicas gave up on is undone, not finished.
+                let mut error = ApiError::new(
+                    axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                    "server_error",
+                    "The node making this container stopped answering for a while; nothing \
+                     was made. Try again.",
+                );
+                error.code = Some("node_unreachable");
+                error.retry_after = Some(5);
+                return Err(error);
+            }
             Ok::<_, ApiError>(())
         }
         .await;

@@ -77,6 +77,19 @@ impl ApiError {
         Self::new(StatusCode::CONFLICT, "invalid_request_error", message)
     }
 
+    /// 409 `container_lost`: the container's node was declared lost (it
+    /// stopped answering). Lost is not gone: a node that comes back with
+    /// the container's disk gives it back.
+    pub fn container_lost(id: &str) -> Self {
+        let mut error = Self::conflict(format!(
+            "Container '{id}' is lost: the node it runs on stopped answering. If that node \
+             comes back with its disk, the container comes back as it was, files and all; \
+             delete it to give it up and create another."
+        ));
+        error.code = Some("container_lost");
+        error
+    }
+
     /// 429 for a quota: which limit, and its value, are in the message.
     pub fn quota(code: &'static str, message: impl Into<String>) -> Self {
         let mut error = Self::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", message);

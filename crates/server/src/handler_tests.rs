@@ -957,6 +957,102 @@ async fn a_file_expires_when_the_clock_reaches_its_expires_at() {
     harness.get(&format!("/v1/files/{id}")).await.error(404);
 }
 
+/// A cluster's node whose replicas declared it lost (the harness's single
+/// box stands for it: its containers are on its node, registered under its
+/// name): while lost, its sweep keeps every container it has and wakes
+/// none; a suspension its stall finished late leaves the row lost. Back
+/// (registered again), it gets them back as its engine holds them, its
+/// idle one suspended and its running one running, and removes the one its
+/// tenant deleted meanwhile, nothing else.
+#[tokio::test]
+async fn a_node_back_from_lost_gets_its_containers_back_and_removes_the_deleted_one() {
+    use shellgate_store::{ContainerStatus, LostDeletion};
+    let harness = Harness::new();
+    let (kept, asleep, doomed) = (
+        harness.container("kept").await,
+        harness.container("asleep").await,
+        harness.container("doomed").await,
+    );
+    let key = asleep.clone();
+    harness.state.engine.stop(&asleep).await.unwrap();
+    harness
+        .state
+        .db(move |s| s.close_session(&key, ContainerStatus::Suspended))
+        .await
+        .unwrap();
+    crate::cluster::node::register(&harness.state)
+        .await
+        .unwrap();
+    let now = crate::now();
+    harness
+        .state
+        .db(move |s| s.mark_lost_nodes(i64::MAX, now))
+        .await
+        .unwrap();
+    let status = |id: &str| {
+        let id = id.to_owned();
+        let state = std::sync::Arc::clone(&harness.state);
+        async move {
+            state
+                .db(move |s| s.container_node(&id))
+                .await
+                .unwrap()
+                .map(|(_, status)| status)
+        }
+    };
+
+    // Lost: swept, woken, suspended late, and still all there.
+    harness.clock.set(now + 3600);
+    crate::lifecycle::sweep(&harness.state).await.unwrap();
+    let answer = harness
+        .post(
+            &format!("/v1/containers/{asleep}/exec"),
+            json!({"commands": ["true"]}),
+        )
+        .await;
+    assert_eq!(answer.error(409)["code"], "container_lost");
+    let key = kept.clone();
+    harness
+        .state
+        .db(move |s| s.close_session(&key, ContainerStatus::Suspended))
+        .await
+        .unwrap();
+    for id in [&kept, &asleep, &doomed] {
+        assert_eq!(status(id).await, Some(ContainerStatus::Lost), "{id}");
+        assert!(!harness.backend.calls().contains(&Call::Destroy(id.clone())));
+    }
+    let key = doomed.clone();
+    let deleted = harness
+        .state
+        .db(move |s| s.delete_lost_container(&key))
+        .await;
+    assert_eq!(deleted.unwrap(), LostDeletion::Deleted);
+
+    // Back.
+    crate::cluster::node::register(&harness.state)
+        .await
+        .unwrap();
+    assert_eq!(status(&kept).await, Some(ContainerStatus::Running));
+    assert_eq!(status(&asleep).await, Some(ContainerStatus::Suspended));
+    let destroyed: Vec<Call> = harness
+        .backend
+        .calls()
+        .into_iter()
+        .filter(|call| matches!(call, Call::Destroy(_)))
+        .collect();
+    assert_eq!(destroyed, vec![Call::Destroy(doomed)]);
+    let answer = harness
+        .post(
+            &format!("/v1/containers/{kept}/exec"),
+            json!({"commands": ["true"]}),
+        )
+        .await;
+    answer.ok();
+    // Still idle as long as when it was lost: not expired by the blind time.
+    crate::lifecycle::sweep(&harness.state).await.unwrap();
+    harness.get(&format!("/v1/containers/{asleep}")).await.ok();
+}
+
 // --- files by path (issue 19) ------------------------------------------------
 
 #[tokio::test]

@@ -21,10 +21,14 @@
 //! - **Recovery**: after a crash (even `kill -9` mid-command) the store and
 //!   the engine are reconciled before serving.
 //!
-//! - **A cluster's node** (issue 22) looks after its own containers only
-//!   (`containers_on_node`); one its replicas declared lost (it was silent
-//!   too long) has its processes and disk removed here, its row kept, so
-//!   it is never served again without its files.
+//! - **A cluster's node** looks after its own containers only
+//!   (`containers_on_node`). Those its replicas declared lost (it was
+//!   silent too long: a stall, a partition, a restart) are left alone
+//!   while it is lost, and given back when it is live again
+//!   ([`reclaim_lost`]): each one whose disk it still has, running or
+//!   suspended as its engine holds it; one its tenant deleted meanwhile
+//!   has its processes and disk removed. Nothing else is removed: a lost
+//!   container without its disk here stays lost until deleted.
 //!
 //! Whether a container is busy is the engine's to say: suspension and
 //! expiry use `suspend_if_idle` / `destroy_if_idle`, which decide atomically
@@ -48,11 +52,24 @@ pub async fn recover(state: &Arc<AppState>) -> Result<(), ApiError> {
         .into_iter()
         .map(|c| c.id)
         .collect();
+    let node = state.node_name.clone();
+    let cut_short: std::collections::HashSet<String> = state
+        .db(move |s| s.lost_while_creating(&node))
+        .await?
+        .into_iter()
+        .collect();
     for row in &rows {
         let id = row.id.clone();
         if row.status == shellgate_store::ContainerStatus::Lost {
-            // Declared lost while this node was away: never served again.
-            destroy_quietly(state.engine.as_ref(), &row.id).await;
+            if cut_short.contains(&row.id) {
+                // Declared lost while being made, and its create ended
+                // with the previous process: half-made, nothing to keep.
+                tracing::info!(container = %row.id, "removing a container lost while being made");
+                destroy_quietly(state.engine.as_ref(), &row.id).await;
+                state.db(move |s| s.delete_container(&id)).await?;
+            }
+            // The others are given back once this node is registered
+            // again (`reclaim_lost`), if their disks are here.
         } else if row.status == shellgate_store::ContainerStatus::Creating
             || !engine_ids.contains(&row.id)
         {
@@ -77,6 +94,74 @@ pub async fn recover(state: &Arc<AppState>) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// Gives this node, registered and live again after its replicas declared
+/// it lost, back the lost containers whose disks it still has (as its
+/// engine holds them: running, or suspended), stops the processes of one
+/// its project's quotas no longer admit running, and removes the
+/// processes and disk of every container whose row is gone (deleted by
+/// its tenant while this node was lost). A no-op while the store still
+/// says this node is lost.
+///
+/// Called when the node registers (at its start, and when a heartbeat
+/// finds it was declared lost) and by the sweep while a lost container's
+/// disk is here. The engine is listed before the rows are read: a
+/// container being made has its row written before its disk, so a disk
+/// without a row is one deleted, never one being made.
+pub async fn reclaim_lost(state: &Arc<AppState>) -> Result<(), ApiError> {
+    let held: Vec<shellgate_store::HeldContainer> = state
+        .engine
+        .list()
+        .await?
+        .into_iter()
+        .map(|info| shellgate_store::HeldContainer {
+            running: info.state == shellgate_sandbox_api::ContainerState::Running,
+            id: info.id,
+        })
+        .collect();
+    let (node, now, quotas) = (
+        state.node_name.clone(),
+        state.clock.now(),
+        state.admission.quotas(),
+    );
+    let disks = held.clone();
+    let restored = state
+        .db(move |s| s.restore_lost_containers(&node, now, &disks, quotas))
+        .await?;
+    for container in restored.iter().flatten() {
+        tracing::info!(
+            container = %container.id,
+            status = container.status.as_str(),
+            "a lost container is back (its node is live again, its disk intact)"
+        );
+        let running = held
+            .iter()
+            .any(|disk| disk.id == container.id && disk.running);
+        if running && container.status != shellgate_store::ContainerStatus::Running {
+            // Its project's quotas are full now: back suspended, its
+            // processes stopped (its files stay).
+            if let Err(e) = state.engine.stop(&container.id).await {
+                tracing::warn!(container = %container.id, "could not suspend: {e}");
+            }
+            state.interpreters.forget_container(&container.id);
+        }
+    }
+    let node = state.node_name.clone();
+    let rows: std::collections::HashSet<String> = state
+        .db(move |s| s.containers_on_node(&node))
+        .await?
+        .into_iter()
+        .map(|row| row.id)
+        .collect();
+    for disk in held.iter().filter(|disk| !rows.contains(&disk.id)) {
+        tracing::info!(container = %disk.id, "removing a container deleted while its node was lost");
+        state.forget_owner(&disk.id);
+        state.e2b_access.forget(&disk.id);
+        state.interpreters.forget_container(&disk.id);
+        destroy_quietly(state.engine.as_ref(), &disk.id).await;
+    }
+    Ok(())
+}
+
 /// One pass of expiry, suspension, retention and file expiry.
 pub async fn sweep(state: &Arc<AppState>) -> Result<(), ApiError> {
     // Sessions may end below: their command time is written first.
@@ -88,19 +173,30 @@ pub async fn sweep(state: &Arc<AppState>) -> Result<(), ApiError> {
     // idle: the rest of this pass only keeps a paused one `retention_days`.
     let node = state.node_name.clone();
     let rows = state.db(move |s| s.containers_on_node(&node)).await?;
+    // A lost container is not this pass's (nor is its E2B sandbox's
+    // timeout): it is given back, or removed once deleted, by
+    // `reclaim_lost`, tried again here while one whose disk is here is
+    // still lost (a restore that failed, or this node still lost).
+    let mut lost_here = false;
+    for row in rows
+        .iter()
+        .filter(|row| row.status == shellgate_store::ContainerStatus::Lost)
+    {
+        lost_here |= state.engine.inspect(&row.id).await.is_ok();
+    }
+    if lost_here {
+        if let Err(e) = reclaim_lost(state).await {
+            tracing::error!("taking back lost containers failed: {}", e.message);
+        }
+    }
+    let rows: Vec<_> = rows
+        .into_iter()
+        .filter(|row| row.status != shellgate_store::ContainerStatus::Lost)
+        .collect();
     let local: std::collections::HashSet<String> = rows.iter().map(|r| r.id.clone()).collect();
     let e2b_sandboxes = crate::e2b::control::sweep_sandboxes(state, now, &local).await?;
     for row in rows {
         if row.status == shellgate_store::ContainerStatus::Creating {
-            continue;
-        }
-        if row.status == shellgate_store::ContainerStatus::Lost {
-            // Declared lost (this node was silent too long): its processes
-            // and disk go; its row stays, saying so, until deleted.
-            if state.engine.inspect(&row.id).await.is_ok() {
-                tracing::warn!(container = %row.id, "removing a container declared lost");
-                destroy_quietly(state.engine.as_ref(), &row.id).await;
-            }
             continue;
         }
         let e2b = e2b_sandboxes.all.contains(&row.id);

@@ -87,6 +87,9 @@ pub enum Refusal {
     /// The project's containers holding processes claim `claimed` bytes;
     /// another would pass the limit.
     Memory { claimed: u64 },
+    /// The container is lost (its node was declared lost): it is not
+    /// woken until its node, back, restores it.
+    Lost,
 }
 
 /// `exposed_ports` as stored: port numbers, comma separated.
@@ -173,7 +176,9 @@ impl Store {
     /// Opens a session of suspended container `id` (waking it) if its
     /// project stays within `quotas`, in one transaction under the
     /// project's lock (as [`Self::insert_container_within`]). A session
-    /// already open is left as it is.
+    /// already open is left as it is; a lost container is not woken (a
+    /// request that read its row just before its node was declared lost
+    /// must not make it running again behind the replicas' back).
     pub fn open_session_within(
         &self,
         project: &str,
@@ -184,6 +189,16 @@ impl Store {
         self.transaction(|sql| {
             if let Err(refusal) = admit(sql, project, memory, quotas)? {
                 return Ok(Err(refusal));
+            }
+            let lost = sql
+                .query_opt(
+                    "SELECT status FROM containers WHERE id = ?1 AND project = ?2",
+                    &[&id, &project],
+                    |row| row.text::<ContainerStatus>(0, "containers", "status"),
+                )?
+                .is_some_and(|status| status == ContainerStatus::Lost);
+            if lost {
+                return Ok(Err(Refusal::Lost));
             }
             sql.execute(
                 "UPDATE containers SET session_open = 1, session_seconds = 0, status = 'running'
@@ -356,11 +371,28 @@ impl Store {
         })
     }
 
-    /// Marks the start of a session (a new or woken container).
+    /// Ends a container's creation: its first session opens and it is
+    /// running. False when its row no longer says `creating` (deleted, or
+    /// declared lost with its node meanwhile): the create must be undone,
+    /// not finished behind the replicas' back.
+    pub fn finish_creating(&self, id: &str) -> Result<bool> {
+        let changed = self.write(|sql| {
+            sql.execute(
+                "UPDATE containers SET session_open = 1, session_seconds = 0, status = 'running'
+                 WHERE id = ?1 AND status = 'creating'",
+                &[&id],
+            )
+        })?;
+        Ok(changed > 0)
+    }
+
+    /// Marks the start of a session (a new or woken container; not a lost
+    /// one).
     pub fn open_session(&self, id: &str) -> Result<()> {
         self.write(|sql| {
             sql.execute(
-                "UPDATE containers SET session_open = 1, session_seconds = 0, status = 'running' WHERE id = ?1 AND session_open = 0",
+                "UPDATE containers SET session_open = 1, session_seconds = 0, status = 'running'
+                 WHERE id = ?1 AND session_open = 0 AND status != 'lost'",
                 &[&id],
             )
         })?;
@@ -378,17 +410,7 @@ impl Store {
     /// into the project's usage first).
     pub fn delete_container(&self, id: &str) -> Result<()> {
         let day = utc_day();
-        self.transaction(|sql| {
-            close_session(sql, id, ContainerStatus::Deleted, &day)?;
-            for table in ["container_files", "sessions", "e2b_sandboxes"] {
-                sql.execute(
-                    &format!("DELETE FROM {table} WHERE container_id = ?1"),
-                    &[&id],
-                )?;
-            }
-            sql.execute("DELETE FROM containers WHERE id = ?1", &[&id])?;
-            Ok(())
-        })
+        self.transaction(|sql| delete_rows(sql, id, &day))
     }
 
     /// Sets a container's own idle time before suspension.
@@ -455,10 +477,24 @@ fn insert_row(sql: &mut dyn crate::sql::Sql, row: &ContainerRow) -> Result<()> {
     Ok(())
 }
 
+/// Deletes a container's row and its files' rows inside a transaction,
+/// closing its session into the project's usage first.
+pub(crate) fn delete_rows(sql: &mut dyn crate::sql::Sql, id: &str, day: &str) -> Result<()> {
+    close_session(sql, id, ContainerStatus::Deleted, day)?;
+    for table in ["container_files", "sessions", "e2b_sandboxes"] {
+        sql.execute(
+            &format!("DELETE FROM {table} WHERE container_id = ?1"),
+            &[&id],
+        )?;
+    }
+    sql.execute("DELETE FROM containers WHERE id = ?1", &[&id])?;
+    Ok(())
+}
+
 /// Whether `project` may start one more container of `memory` within
 /// `quotas`, decided under the project's lock (held until the calling
 /// transaction ends, which writes the container's new state).
-fn admit(
+pub(crate) fn admit(
     sql: &mut dyn crate::sql::Sql,
     project: &str,
     memory: MemoryLimit,
@@ -509,27 +545,42 @@ pub(crate) fn close_session(
         |row| Ok((row.get(0)?, row.get(1)?)),
     )?;
     if let Some((project, seconds)) = session {
-        let cost = session_cost(seconds);
-        sql.execute(
-            "UPDATE containers SET billed_seconds = billed_seconds + ?2, session_seconds = 0 WHERE id = ?1",
-            &[&id, &cost],
-        )?;
-        sql.execute(
-            "INSERT INTO usage (project, billed_seconds) VALUES (?1, ?2)
-             ON CONFLICT (project) DO UPDATE SET billed_seconds = usage.billed_seconds + excluded.billed_seconds",
-            &[&project, &cost],
-        )?;
-        sql.execute(
-            "INSERT INTO usage_daily (project, day, container_id, billed_seconds)
-             VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT (project, day, container_id)
-             DO UPDATE SET billed_seconds = usage_daily.billed_seconds + excluded.billed_seconds",
-            &[&project, &day, &id, &cost],
-        )?;
+        bill(sql, &project, id, session_cost(seconds), day)?;
     }
+    // A lost container stays lost (a suspension its stalled node finishes
+    // late must not make it look served): only its node's restore, or its
+    // deletion, ends that.
     sql.execute(
-        "UPDATE containers SET status = ?2 WHERE id = ?1",
+        "UPDATE containers SET status = ?2 WHERE id = ?1 AND (status != 'lost' OR ?2 = 'deleted')",
         &[&id, &status],
+    )?;
+    Ok(())
+}
+
+/// Moves `cost` seconds of container `id` (of `project`) out of its
+/// session into what it and its project were billed (by `day`).
+pub(crate) fn bill(
+    sql: &mut dyn crate::sql::Sql,
+    project: &str,
+    id: &str,
+    cost: f64,
+    day: &str,
+) -> Result<()> {
+    sql.execute(
+        "UPDATE containers SET billed_seconds = billed_seconds + ?2, session_seconds = 0 WHERE id = ?1",
+        &[&id, &cost],
+    )?;
+    sql.execute(
+        "INSERT INTO usage (project, billed_seconds) VALUES (?1, ?2)
+         ON CONFLICT (project) DO UPDATE SET billed_seconds = usage.billed_seconds + excluded.billed_seconds",
+        &[&project, &cost],
+    )?;
+    sql.execute(
+        "INSERT INTO usage_daily (project, day, container_id, billed_seconds)
+         VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (project, day, container_id)
+         DO UPDATE SET billed_seconds = usage_daily.billed_seconds + excluded.billed_seconds",
+        &[&project, &day, &id, &cost],
     )?;
     Ok(())
 }

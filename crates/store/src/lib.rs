@@ -47,7 +47,7 @@ pub use egress::EgressRow;
 pub use error::{CorruptValue, Result, StoreError};
 pub use files::FileRow;
 pub use keys::{hash_key, key_id, KeyGrant, KeyRecord, KeyRole};
-pub use nodes::{NodeLoad, NodeRow};
+pub use nodes::{HeldContainer, LostDeletion, NodeLoad, NodeRow, Restored};
 pub use paging::Page;
 pub use responses::{ResponseRow, ResponseSummary};
 pub use skills::{SkillRow, SkillVersionDelete, SkillVersionRow};

@@ -343,6 +343,13 @@ pub(crate) const SQLITE_MIGRATIONS: &[&str] = &[
     CREATE INDEX leases_by_project ON leases (kind, project);
     CREATE INDEX leases_by_node ON leases (node_id);
 "#,
+    // A lost container's status when its node was declared lost, and
+    // when: its node, back with its disk, restores it from these
+    // (`Store::restore_lost_containers`).
+    r#"
+    ALTER TABLE containers ADD COLUMN lost_from TEXT;
+    ALTER TABLE containers ADD COLUMN lost_at INTEGER;
+"#,
 ];
 
 /// Postgres's migrations, applied in order; the index + 1 is the schema
@@ -610,5 +617,10 @@ pub(crate) const POSTGRES_MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX leases_by_project ON leases (kind, project);
     CREATE INDEX leases_by_node ON leases (node_id);
+"#,
+    // As SQLite's migration 19.
+    r#"
+    ALTER TABLE containers ADD COLUMN lost_from TEXT;
+    ALTER TABLE containers ADD COLUMN lost_at BIGINT;
 "#,
 ];

@@ -1,10 +1,15 @@
 //! A cluster's nodes (the `nodes` table, issue 22): each node registers
 //! itself when it starts and heart-beats; API replicas read them to place
 //! new containers and mark those that went silent lost, with their
-//! containers, exactly once.
+//! containers, exactly once. Lost is reversible: a node that comes back
+//! with a lost container's disk restores it, unless its tenant deleted it
+//! meanwhile; a node's liveness is decided under its row's lock, so a
+//! restore and a replica's delete of a lost container never both win.
+
+use shellgate_wire::MemoryLimit;
 
 use crate::connection::Store;
-use crate::containers::close_session;
+use crate::containers::{admit, bill, close_session, delete_rows, Quotas};
 use crate::error::Result;
 use crate::sql::Row;
 use crate::sql::StoredText;
@@ -40,6 +45,59 @@ pub struct NodeLoad {
     pub containers: u64,
     /// Memory limits of its containers that hold processes.
     pub claimed_memory: u64,
+}
+
+/// A container a node's engine holds (its disk is there), as the node
+/// reports it when it restores its lost containers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldContainer {
+    pub id: String,
+    /// Whether its processes run (a node that only stalled kept them; one
+    /// that restarted did not).
+    pub running: bool,
+}
+
+/// A lost container given back to its node, and the status it has again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Restored {
+    pub id: String,
+    /// `running` (its processes run, a session is open again) or
+    /// `suspended` (no processes, or its project's quotas are full now:
+    /// the node stops them).
+    pub status: ContainerStatus,
+}
+
+/// What became of a replica's delete of a container it found lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LostDeletion {
+    /// Its row is gone (its node, if it comes back, removes its disk).
+    Deleted,
+    /// Its node is live again: the node deletes it (processes and disk).
+    NodeIsLive,
+    /// No such container.
+    Unknown,
+}
+
+/// What a lost container's row says, as a restore reads it.
+struct LostRow {
+    id: String,
+    project: String,
+    memory_limit: MemoryLimit,
+    lost_from: Option<ContainerStatus>,
+    lost_at: Option<i64>,
+    last_active_at: i64,
+    session_seconds: f64,
+}
+
+/// Locks node `id`'s row until the transaction ends and reads its status
+/// (`None`: no such node): a restore and a delete of a lost container
+/// decide on the same row, one after the other.
+fn lock_node(sql: &mut dyn crate::sql::Sql, id: &str) -> Result<Option<NodeStatus>> {
+    sql.query_opt(
+        "UPDATE nodes SET status = status WHERE id = ?1 RETURNING status",
+        &[&id],
+        |row| row.text(0, "nodes", "status"),
+    )
 }
 
 /// `images` as stored: a JSON array of names.
@@ -204,10 +262,12 @@ impl Store {
     }
 
     /// Marks lost every live node whose last heartbeat is older than
-    /// `cutoff`, and their containers with them (open sessions billed up
-    /// to what was recorded): each node and container once, whichever
-    /// replica gets there first. Returns the nodes it marked.
-    pub fn mark_lost_nodes(&self, cutoff: i64) -> Result<Vec<String>> {
+    /// `cutoff`, and their containers with them at `now` (each keeping the
+    /// status it had, for its node to restore it from if it comes back;
+    /// open sessions closed and billed up to what was recorded): each node
+    /// and container once, whichever replica gets there first. Returns the
+    /// nodes it marked.
+    pub fn mark_lost_nodes(&self, cutoff: i64, now: i64) -> Result<Vec<String>> {
         let day = utc_day();
         self.transaction(|sql| {
             let lost: Vec<String> = sql.query(
@@ -217,6 +277,11 @@ impl Store {
                 |row| row.get(0),
             )?;
             for node in &lost {
+                sql.execute(
+                    "UPDATE containers SET lost_from = status, lost_at = ?2, status = 'lost'
+                     WHERE node_id = ?1 AND status NOT IN ('deleted', 'lost')",
+                    &[node, &now],
+                )?;
                 let open: Vec<String> = sql.query(
                     "SELECT id FROM containers WHERE node_id = ?1 AND session_open = 1",
                     &[node],
@@ -225,14 +290,136 @@ impl Store {
                 for id in &open {
                     close_session(sql, id, ContainerStatus::Lost, &day)?;
                 }
-                sql.execute(
-                    "UPDATE containers SET status = 'lost' WHERE node_id = ?1 AND status != 'deleted'",
-                    &[node],
-                )?;
                 // What it held open (leases.rs) ended with it.
                 sql.execute("DELETE FROM leases WHERE node_id = ?1", &[node])?;
             }
             Ok(lost)
+        })
+    }
+
+    /// Gives node `node`, live again, back its lost containers whose disks
+    /// it still `held`: each as it is now (running, with a session open
+    /// again, if its processes run and its project's `quotas` admit it;
+    /// else suspended), its idle time as it was when it was lost (the
+    /// blind time is not held against its expiry). Containers whose loss
+    /// cut their creation short are left to whoever ends that creation.
+    /// `None` while the node is still lost (it must register first). The
+    /// node's row is locked first: a replica deleting one of them (which
+    /// decides on the same row) comes wholly before or wholly after.
+    ///
+    /// Billing: the session open when the node was lost was closed and
+    /// billed then; the blind time is not billed. A container back running
+    /// opens a new session, which starts with the command time its node
+    /// recorded while it was lost; one back suspended is billed that time
+    /// as it is.
+    pub fn restore_lost_containers(
+        &self,
+        node: &str,
+        now: i64,
+        held: &[HeldContainer],
+        quotas: Quotas,
+    ) -> Result<Option<Vec<Restored>>> {
+        let day = utc_day();
+        self.transaction(|sql| {
+            let live = lock_node(sql, node)?.is_some_and(|status| status != NodeStatus::Lost);
+            if !live {
+                return Ok(None);
+            }
+            let mut lost: Vec<LostRow> = sql
+                .query(
+                    "SELECT id, project, memory_limit, lost_from, lost_at, last_active_at, session_seconds
+                     FROM containers WHERE node_id = ?1 AND status = 'lost'",
+                    &[&node],
+                    |row| {
+                        Ok(LostRow {
+                            id: row.get(0)?,
+                            project: row.get(1)?,
+                            memory_limit: row.text(2, "containers", "memory_limit")?,
+                            lost_from: row
+                                .get::<Option<String>>(3)?
+                                .map(|text| {
+                                    ContainerStatus::parse(&text).ok_or_else(|| {
+                                        crate::sql::corrupt("containers", "lost_from", text)
+                                    })
+                                })
+                                .transpose()?,
+                            lost_at: row.get(4)?,
+                            last_active_at: row.get(5)?,
+                            session_seconds: row.get(6)?,
+                        })
+                    },
+                )?
+                .into_iter()
+                .filter(|row| row.lost_from != Some(ContainerStatus::Creating))
+                .collect();
+            // Projects' admission locks always taken in one order.
+            lost.sort_by(|a, b| (&a.project, &a.id).cmp(&(&b.project, &b.id)));
+            let mut restored = Vec::new();
+            for row in lost {
+                let Some(disk) = held.iter().find(|held| held.id == row.id) else {
+                    continue;
+                };
+                let idle_when_lost = row
+                    .lost_at
+                    .map_or(0, |lost_at| (lost_at - row.last_active_at).max(0));
+                let last_active_at = (now - idle_when_lost).max(row.last_active_at);
+                let admitted = disk.running
+                    && admit(sql, &row.project, row.memory_limit, quotas)?.is_ok();
+                let status = if admitted {
+                    ContainerStatus::Running
+                } else {
+                    // What its node recorded after the loss, as it is.
+                    if row.session_seconds > 0.0 {
+                        bill(sql, &row.project, &row.id, row.session_seconds, &day)?;
+                    }
+                    ContainerStatus::Suspended
+                };
+                sql.execute(
+                    "UPDATE containers SET status = ?2, session_open = ?3, last_active_at = ?4,
+                     lost_from = NULL, lost_at = NULL WHERE id = ?1",
+                    &[&row.id, &status, &admitted, &last_active_at],
+                )?;
+                restored.push(Restored { id: row.id, status });
+            }
+            Ok(Some(restored))
+        })
+    }
+
+    /// Deletes container `id` for a replica that found it lost, if its node
+    /// is declared lost (a replica marks a silent node lost first: a node
+    /// that comes back unmarked would never look for what was deleted),
+    /// else leaves it to the node, live again. Decided under the node's
+    /// row lock, as a restore is.
+    pub fn delete_lost_container(&self, id: &str) -> Result<LostDeletion> {
+        let day = utc_day();
+        self.transaction(|sql| {
+            let Some(node) = sql.query_opt(
+                "SELECT node_id FROM containers WHERE id = ?1",
+                &[&id],
+                |row| row.get::<String>(0),
+            )?
+            else {
+                return Ok(LostDeletion::Unknown);
+            };
+            let live = lock_node(sql, &node)?.is_some_and(|status| status != NodeStatus::Lost);
+            if live {
+                return Ok(LostDeletion::NodeIsLive);
+            }
+            delete_rows(sql, id, &day)?;
+            Ok(LostDeletion::Deleted)
+        })
+    }
+
+    /// The lost containers of `node` whose loss cut their creation short:
+    /// what a node starting again removes (no process of it finishes them).
+    pub fn lost_while_creating(&self, node: &str) -> Result<Vec<String>> {
+        self.read(|sql| {
+            sql.query(
+                "SELECT id FROM containers
+                 WHERE node_id = ?1 AND status = 'lost' AND lost_from = 'creating'",
+                &[&node],
+                |row| row.get(0),
+            )
         })
     }
 
@@ -321,13 +508,16 @@ mod tests {
             assert!(store
                 .take_lease("l1", "stream", "alpha", "n1", 1, 100)
                 .unwrap());
-            assert_eq!(store.mark_lost_nodes(150).unwrap(), vec!["n1".to_owned()]);
+            assert_eq!(
+                store.mark_lost_nodes(150, 150).unwrap(),
+                vec!["n1".to_owned()]
+            );
             // What the lost node held open ended with it.
             assert!(store
                 .take_lease("l2", "stream", "alpha", "n2", 1, 160)
                 .unwrap());
             // Once: a second replica finds nothing left to mark.
-            assert!(store.mark_lost_nodes(150).unwrap().is_empty());
+            assert!(store.mark_lost_nodes(150, 150).unwrap().is_empty());
             assert_eq!(
                 store.container_node("c1").unwrap(),
                 Some(("n1".into(), ContainerStatus::Lost))
@@ -361,6 +551,187 @@ mod tests {
             store.set_response_node("resp_1", "n2").unwrap();
             assert_eq!(store.response_node("resp_1").unwrap().unwrap().id, "n2");
             assert_eq!(store.response_node("resp_2").unwrap(), None);
+        }
+    }
+
+    fn held(id: &str, running: bool) -> HeldContainer {
+        HeldContainer {
+            id: id.into(),
+            running,
+        }
+    }
+
+    fn status(store: &Store, id: &str) -> Option<ContainerStatus> {
+        store.container_node(id).unwrap().map(|(_, status)| status)
+    }
+
+    const ROOMY: Quotas = Quotas {
+        max_running: 100,
+        max_memory_bytes: 1 << 40,
+    };
+
+    #[test]
+    fn a_lost_node_back_with_its_disks_gets_its_containers_back_as_they_were() {
+        for store in crate::testing::stores() {
+            store.register_node(&node("n1", 100)).unwrap();
+            store.register_node(&node("n2", 100)).unwrap();
+            for (id, status) in [
+                ("running", ContainerStatus::Running),
+                ("asleep", ContainerStatus::Suspended),
+                ("deleted", ContainerStatus::Running),
+                ("diskless", ContainerStatus::Running),
+                ("creating", ContainerStatus::Creating),
+            ] {
+                let mut row = crate::tests::container_row(id, "alpha");
+                (row.node_id, row.status, row.last_active_at) = ("n1".into(), status, 90);
+                store.insert_container(&row).unwrap();
+            }
+            for id in ["running", "deleted", "diskless"] {
+                store.open_session(id).unwrap();
+            }
+            store.record_activity("running", 95, 4.0).unwrap();
+            // Silent, not yet declared lost: a delete is not the replica's.
+            assert_eq!(
+                store.delete_lost_container("deleted").unwrap(),
+                LostDeletion::NodeIsLive
+            );
+            // n2 heart-beats; n1 went silent at 100 and is lost at 160.
+            assert!(store.heartbeat("n2", 155, None).unwrap());
+            assert_eq!(
+                store.mark_lost_nodes(150, 160).unwrap(),
+                vec!["n1".to_owned()]
+            );
+            let lost = store.container("alpha", "running").unwrap().unwrap();
+            assert_eq!(lost.status, ContainerStatus::Lost);
+            assert!(!lost.session_open);
+            assert_eq!(lost.billed_seconds, crate::SESSION_MINIMUM_SECONDS);
+
+            // Still lost: nothing is given back, nothing woken or finished.
+            assert_eq!(
+                store
+                    .restore_lost_containers("n1", 170, &[held("running", true)], ROOMY)
+                    .unwrap(),
+                None
+            );
+            assert_eq!(
+                store
+                    .open_session_within("alpha", "asleep", MemoryLimit::OneGb, ROOMY)
+                    .unwrap(),
+                Err(crate::Refusal::Lost)
+            );
+            assert!(!store.finish_creating("creating").unwrap());
+            // A suspension the stalled node finishes late leaves it lost.
+            store
+                .close_session("asleep", ContainerStatus::Suspended)
+                .unwrap();
+            assert_eq!(status(&store, "asleep"), Some(ContainerStatus::Lost));
+            // The node, stalled, still writes the time of a command that
+            // ran on; the tenant deletes one while its node is lost.
+            store.record_activity("running", 96, 2.0).unwrap();
+            assert_eq!(
+                store.delete_lost_container("deleted").unwrap(),
+                LostDeletion::Deleted
+            );
+            assert_eq!(status(&store, "deleted"), None);
+            assert_eq!(
+                store.delete_lost_container("nothing").unwrap(),
+                LostDeletion::Unknown
+            );
+
+            // Back: registered (live), then its containers restored. From
+            // its registration on, a replica's delete goes to the node.
+            store.register_node(&node("n1", 300)).unwrap();
+            assert_eq!(
+                store.delete_lost_container("diskless").unwrap(),
+                LostDeletion::NodeIsLive
+            );
+            let disks = [
+                held("running", true),
+                held("asleep", false),
+                held("deleted", true),
+                held("creating", true),
+            ];
+            let restored = store
+                .restore_lost_containers("n1", 300, &disks, ROOMY)
+                .unwrap()
+                .unwrap();
+            assert_eq!(
+                restored,
+                vec![
+                    Restored {
+                        id: "asleep".into(),
+                        status: ContainerStatus::Suspended
+                    },
+                    Restored {
+                        id: "running".into(),
+                        status: ContainerStatus::Running
+                    },
+                ]
+            );
+            let running = store.container("alpha", "running").unwrap().unwrap();
+            assert_eq!(running.status, ContainerStatus::Running);
+            assert!(running.session_open);
+            // Billed once for the session the loss closed; the time its
+            // node recorded since is the new session's.
+            assert_eq!(running.billed_seconds, crate::SESSION_MINIMUM_SECONDS);
+            assert_eq!(running.session_seconds, 2.0);
+            // Idle as long as when it was lost (since 96: 64 s), not for
+            // the blind time.
+            assert_eq!(running.last_active_at, 300 - 64);
+            let asleep = store.container("alpha", "asleep").unwrap().unwrap();
+            assert_eq!(
+                (asleep.status, asleep.session_open),
+                (ContainerStatus::Suspended, false)
+            );
+            // No disk here: lost it stays; its creation's end is not ours.
+            assert_eq!(status(&store, "diskless"), Some(ContainerStatus::Lost));
+            assert_eq!(status(&store, "creating"), Some(ContainerStatus::Lost));
+            assert_eq!(
+                store.lost_while_creating("n1").unwrap(),
+                vec!["creating".to_owned()]
+            );
+            // Given back once.
+            assert_eq!(
+                store
+                    .restore_lost_containers("n1", 301, &disks, ROOMY)
+                    .unwrap(),
+                Some(Vec::new())
+            );
+            assert_eq!(store.nodes().unwrap()[0].containers, 2);
+        }
+    }
+
+    #[test]
+    fn a_restored_container_past_its_projects_quota_comes_back_suspended() {
+        for store in crate::testing::stores() {
+            store.register_node(&node("n1", 100)).unwrap();
+            for id in ["a", "b"] {
+                let mut row = crate::tests::container_row(id, "alpha");
+                row.node_id = "n1".into();
+                store.insert_container(&row).unwrap();
+                store.open_session(id).unwrap();
+            }
+            assert_eq!(store.mark_lost_nodes(150, 160).unwrap().len(), 1);
+            // While it was lost, the project started another elsewhere.
+            let mut other = crate::tests::container_row("elsewhere", "alpha");
+            other.node_id = "n2".into();
+            store.insert_container(&other).unwrap();
+            store.open_session("elsewhere").unwrap();
+            store.register_node(&node("n1", 300)).unwrap();
+            let quotas = Quotas {
+                max_running: 2,
+                max_memory_bytes: 1 << 40,
+            };
+            let restored = store
+                .restore_lost_containers("n1", 300, &[held("a", true), held("b", true)], quotas)
+                .unwrap()
+                .unwrap();
+            let statuses: Vec<ContainerStatus> = restored.iter().map(|r| r.status).collect();
+            assert_eq!(
+                statuses,
+                vec![ContainerStatus::Running, ContainerStatus::Suspended]
+            );
+            assert_eq!(store.active_memory_limits("alpha").unwrap().len(), 2);
         }
     }
 }

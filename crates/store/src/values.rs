@@ -90,7 +90,8 @@ stored_enum! {
         /// the row goes).
         Deleted => "deleted",
         /// Its node stopped heart-beating (issue 22): its files are out of
-        /// reach, and it is never made again elsewhere without them.
+        /// reach, and it is never made again elsewhere without them; its
+        /// node, back with its disk, gives it back.
         Lost => "lost",
     }
 }

@@ -3,7 +3,9 @@
 //! the node's incarnation, its `started_at`: a node that registered again
 //! since has declared its old containers lost, and those are read again);
 //! the nodes themselves (address, status, heartbeat) are re-read when the
-//! copy is older than a second, which is also how soon a lost node is seen.
+//! copy is older than a second, which is also how soon a lost node is seen
+//! (by one request at a time: the many waiting on a node's answer, which
+//! look at its row twice a second, share one read).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -36,6 +38,8 @@ type NodesCopy = (Instant, Arc<HashMap<String, NodeRow>>);
 pub(crate) struct Directory {
     homes: Mutex<HashMap<String, Home>>,
     nodes: Mutex<Option<NodesCopy>>,
+    /// Held by the request re-reading the nodes.
+    reading: tokio::sync::Mutex<()>,
 }
 
 /// Where a container is, as far as routing needs to know.
@@ -49,17 +53,25 @@ pub(crate) enum Whereabouts {
 }
 
 impl Directory {
-    /// The nodes, re-read when the copy is older than [`NODES_FRESH`].
-    async fn nodes(&self, store: &Db) -> ApiResult<Arc<HashMap<String, NodeRow>>> {
-        if let Some((read_at, nodes)) = self
-            .nodes
+    /// The copy of the nodes, if it is fresh.
+    fn fresh_nodes(&self) -> Option<Arc<HashMap<String, NodeRow>>> {
+        self.nodes
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .as_ref()
-        {
-            if read_at.elapsed() < NODES_FRESH {
-                return Ok(Arc::clone(nodes));
-            }
+            .filter(|(read_at, _)| read_at.elapsed() < NODES_FRESH)
+            .map(|(_, nodes)| Arc::clone(nodes))
+    }
+
+    /// The nodes, re-read when the copy is older than [`NODES_FRESH`].
+    async fn nodes(&self, store: &Db) -> ApiResult<Arc<HashMap<String, NodeRow>>> {
+        if let Some(nodes) = self.fresh_nodes() {
+            return Ok(nodes);
+        }
+        let _reading = self.reading.lock().await;
+        // Read meanwhile by the request this one waited for.
+        if let Some(nodes) = self.fresh_nodes() {
+            return Ok(nodes);
         }
         let rows = store.run(|s| s.node_rows()).await?;
         let nodes: Arc<HashMap<String, NodeRow>> =
@@ -70,6 +82,24 @@ impl Directory {
             .unwrap_or_else(|poisoned| poisoned.into_inner()) =
             Some((Instant::now(), Arc::clone(&nodes)));
         Ok(nodes)
+    }
+
+    /// Node `id` as last read (at most a second ago; read again if the
+    /// copy does not have it: it registered since), if it is registered.
+    pub(crate) async fn node(&self, store: &Db, id: &str) -> ApiResult<Option<NodeRow>> {
+        if let Some(node) = self.nodes(store).await?.get(id) {
+            return Ok(Some(node.clone()));
+        }
+        self.forget_nodes();
+        Ok(self.nodes(store).await?.get(id).cloned())
+    }
+
+    /// Drops the copy of the nodes: the next look reads them again.
+    fn forget_nodes(&self) {
+        *self
+            .nodes
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
     }
 
     /// Where container `id` is.
@@ -97,10 +127,7 @@ impl Directory {
         let nodes = match nodes.get(&node_id) {
             Some(_) => nodes,
             None => {
-                *self
-                    .nodes
-                    .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
+                self.forget_nodes();
                 self.nodes(store).await?
             }
         };

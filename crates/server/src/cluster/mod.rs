@@ -10,6 +10,7 @@
 //! whichever node runs the container, once.
 
 mod directory;
+mod liveness;
 pub mod node;
 mod placement;
 pub mod replica;

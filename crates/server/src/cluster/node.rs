@@ -201,17 +201,25 @@ async fn registration(state: &Arc<AppState>) -> ApiResult<NodeRow> {
     })
 }
 
-/// Registers this node (ready for containers).
+/// Registers this node (ready for containers), then takes back what it
+/// had when it was declared lost (`lifecycle::reclaim_lost`): the lost
+/// containers whose disks it has, and the removal of those deleted
+/// meanwhile. A failed reclaim is logged and tried again by the sweep.
 pub async fn register(state: &Arc<AppState>) -> ApiResult<()> {
     let row = registration(state).await?;
     tracing::info!(node = %row.id, address = %row.address, "node registered");
-    state.db(move |s| s.register_node(&row)).await
+    state.db(move |s| s.register_node(&row)).await?;
+    if let Err(error) = crate::lifecycle::reclaim_lost(state).await {
+        tracing::error!("taking back lost containers failed: {}", error.message);
+    }
+    Ok(())
 }
 
 /// Heart-beats every `node_heartbeat_secs` until aborted. A node told it
-/// was declared lost (it was silent too long: a pause, a partition)
-/// registers again; its containers stay lost, and its sweeper removes
-/// their processes and disks.
+/// was declared lost (it was silent too long: a stall, a partition)
+/// registers again, and with that gets back its lost containers whose
+/// disks it has (running ones running still), and removes those their
+/// tenants deleted meanwhile.
 pub async fn heartbeat_forever(state: Arc<AppState>) {
     let interval = Duration::from_secs(state.config.node_heartbeat_secs.max(1));
     loop {

@@ -4,7 +4,10 @@
 //! so any node answers the rest). Bodies stream both ways, and a PTY's
 //! WebSocket is joined end to end. Tenants are authenticated by the node
 //! (its keys are the shared store's), so a replica answers for a request
-//! only what no node can: the nodes list, a lost container, no node.
+//! only what no node can: the nodes list, a lost container, no node. It
+//! never holds a request for as long as a node hangs: a wait for a node's
+//! answer ends when the node is declared lost or, once the answer is late,
+//! answers no liveness probe (`liveness`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,11 +18,12 @@ use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use shellgate_store::{ContainerStatus, KeyRole, NodeLoad, NodeRow};
+use shellgate_store::{ContainerStatus, KeyRole, LostDeletion, NodeLoad, NodeRow};
 use shellgate_wire::cluster::ClusterNode;
 use shellgate_wire::List;
 
 use super::directory::{Directory, Whereabouts};
+use super::liveness::{Liveness, Silence};
 use super::placement::{alive, Placements};
 use super::routing::{container_ids, target, Target};
 use super::{FORWARD_HEADER, SECRET_HEADER};
@@ -35,6 +39,7 @@ pub struct Replica {
     client: reqwest::Client,
     placements: Placements,
     directory: Directory,
+    liveness: Liveness,
 }
 
 /// Containers a model request's body is looked through for, at most.
@@ -92,17 +97,26 @@ impl Replica {
             .pool_idle_timeout(pool_idle_timeout(&config))
             .build()
             .map_err(|e| crate::error::ServeError::Setup(format!("replica client: {e}")))?;
+        let liveness = Liveness::new(Duration::from_secs(config.node_answer_timeout_secs));
         Ok(Arc::new(Self {
             config,
             store,
             client,
             placements: Placements::default(),
             directory: Directory::default(),
+            liveness,
         }))
     }
 
     fn lost_after(&self) -> i64 {
         i64::try_from(self.config.node_lost_after_secs).unwrap_or(i64::MAX)
+    }
+
+    /// Nodes to send nothing new to while others answer: those that failed
+    /// to answer lately and have answered nothing since.
+    fn suspects(&self) -> Vec<String> {
+        self.liveness
+            .suspects(Duration::from_secs(self.config.node_lost_after_secs))
     }
 
     async fn loads(&self) -> ApiResult<Vec<NodeLoad>> {
@@ -128,26 +142,38 @@ pub async fn sweep_lost_nodes(replica: Arc<Replica>) {
     let interval = Duration::from_secs(replica.config.node_heartbeat_secs.max(1));
     loop {
         tokio::time::sleep(interval).await;
-        let cutoff = now() - replica.lost_after();
-        match replica.store.run(move |s| s.mark_lost_nodes(cutoff)).await {
-            Ok(lost) => {
-                for node in lost {
-                    tracing::warn!(node = %node, "node lost (silent too long): its containers are lost");
-                    // Its running responses ended with it.
-                    let failed = crate::responses::fail_running(
-                        &replica.store,
-                        Some(node.clone()),
-                        "The node running this response stopped answering; it did not finish.",
-                    )
-                    .await;
-                    if let Err(error) = failed {
-                        tracing::error!(node = %node, "failing its responses: {}", error.message);
-                    }
-                }
-            }
-            Err(error) => tracing::error!("lost-node sweep failed: {}", error.message),
+        if let Err(error) = mark_lost_nodes(&replica).await {
+            tracing::error!("lost-node sweep failed: {}", error.message);
         }
     }
+}
+
+/// Marks the nodes silent past `node_lost_after_secs` lost, with their
+/// containers, and fails the responses they were running.
+async fn mark_lost_nodes(replica: &Replica) -> ApiResult<()> {
+    let now = now();
+    let cutoff = now - replica.lost_after();
+    let lost = replica
+        .store
+        .run(move |s| s.mark_lost_nodes(cutoff, now))
+        .await?;
+    for node in lost {
+        tracing::warn!(
+            node = %node,
+            "node lost (silent too long): its containers are lost until it comes back"
+        );
+        // Its running responses ended with it.
+        let failed = crate::responses::fail_running(
+            &replica.store,
+            Some(node.clone()),
+            "The node running this response stopped answering; it did not finish.",
+        )
+        .await;
+        if let Err(error) = failed {
+            tracing::error!(node = %node, "failing its responses: {}", error.message);
+        }
+    }
+    Ok(())
 }
 
 async fn healthz(State(replica): State<Arc<Replica>>) -> ApiResult<impl IntoResponse> {
@@ -253,35 +279,47 @@ async fn owned_row(
 /// a 409 saying so; to anyone else the 404 any unknown id gets.
 async fn lost(replica: &Replica, headers: &HeaderMap, id: &str) -> ApiError {
     match owned_row(replica, headers, id).await {
-        Ok(Some(_)) => {
-            let mut error = ApiError::conflict(format!(
-                "Container '{id}' is lost: the node it ran on stopped answering. Its files \
-                 are gone with it; delete it and create another."
-            ));
-            error.code = Some("container_lost");
-            error
-        }
+        Ok(Some(_)) => ApiError::container_lost(id),
         _ => ApiError::not_found("container", id),
     }
 }
 
-/// Deletes a lost container's row for its project's key (its node is gone,
-/// so no node can): the container object's deletion, or `None` when the
-/// request is not its owner's.
-async fn delete_lost(
-    replica: &Replica,
-    headers: &HeaderMap,
-    id: &str,
-) -> ApiResult<Option<Response>> {
-    if owned_row(replica, headers, id).await?.is_none() {
-        return Ok(None);
-    }
+/// What a replica's delete of a lost container came to.
+enum LostDelete {
+    /// Deleted (the object to answer with).
+    Done(Response),
+    /// Not its owner's request (404).
+    NotOwner,
+    /// Its node is live again, on this node: the node deletes it.
+    NodeIsLive(String),
+}
+
+/// Deletes a lost container's row for its project's key while its node is
+/// lost (no node can: a node that comes back removes its disk). A node
+/// silent past the limit that no sweep marked yet is marked lost first, so
+/// that, back, it learns it was and looks for what was deleted. Decided in
+/// the store under the node's row lock against the node's return: once
+/// the node is live again, the node deletes it.
+async fn delete_lost(replica: &Replica, headers: &HeaderMap, id: &str) -> ApiResult<LostDelete> {
+    let Some(row) = owned_row(replica, headers, id).await? else {
+        return Ok(LostDelete::NotOwner);
+    };
+    mark_lost_nodes(replica).await?;
     let key = id.to_owned();
-    replica.store.run(move |s| s.delete_container(&key)).await?;
-    tracing::info!(container = %id, "lost container deleted");
-    Ok(Some(
-        Json(shellgate_wire::Deleted::new(id, "container")).into_response(),
-    ))
+    match replica
+        .store
+        .run(move |s| s.delete_lost_container(&key))
+        .await?
+    {
+        LostDeletion::Deleted => {
+            tracing::info!(container = %id, "lost container deleted");
+            Ok(LostDelete::Done(
+                Json(shellgate_wire::Deleted::new(id, "container")).into_response(),
+            ))
+        }
+        LostDeletion::NodeIsLive => Ok(LostDelete::NodeIsLive(row.node_id)),
+        LostDeletion::Unknown => Ok(LostDelete::NotOwner),
+    }
 }
 
 /// A lost container's object (`"status": "lost"`) for its project's key,
@@ -365,21 +403,36 @@ async fn route(replica: &Arc<Replica>, mut request: Request) -> ApiResult<Respon
                 }
                 Whereabouts::Lost => None,
             };
+            let asks = Asks::of(&request, &id);
             match live {
-                Some(node) => send(replica, &node, request).await.map_err(|(e, _)| e),
-                None if names_container(&request, &axum::http::Method::DELETE, &id) => {
-                    match delete_lost(replica, request.headers(), &id).await? {
-                        Some(deleted) => Ok(deleted),
-                        None => Err(ApiError::not_found("container", &id)),
+                Some(node) => {
+                    let headers = request.headers().clone();
+                    match send(replica, &node, request).await {
+                        // Declared lost while it was sent there: answered
+                        // as any request for a lost container is. (A
+                        // delete the node, back that very moment, is to
+                        // do: it has the request; 502, and a retry goes
+                        // to it.)
+                        Err((_, Unanswered::GaveUp(Silence::Lost))) => {
+                            match answer_lost(replica, &headers, &id, asks).await? {
+                                Answered::Here(response) => Ok(response),
+                                Answered::NodeIsLive(_) => Err(node_unreachable(&node.id)),
+                            }
+                        }
+                        sent => sent.map_err(|(e, _)| e),
                     }
                 }
-                None if names_container(&request, &axum::http::Method::GET, &id) => {
-                    match show_lost(replica, request.headers(), &id).await? {
-                        Some(shown) => Ok(shown),
-                        None => Err(ApiError::not_found("container", &id)),
+                None => match answer_lost(replica, request.headers(), &id, asks).await? {
+                    Answered::Here(response) => Ok(response),
+                    // Its node came back before the delete: its to do.
+                    Answered::NodeIsLive(node_id) => {
+                        let key = node_id.clone();
+                        match replica.store.run(move |s| s.node(&key)).await? {
+                            Some(node) => send(replica, &node, request).await.map_err(|(e, _)| e),
+                            None => Err(node_unreachable(&node_id)),
+                        }
                     }
-                }
-                None => Err(lost(replica, request.headers(), &id).await),
+                },
             }
         }
         Target::Response(id) => {
@@ -389,7 +442,16 @@ async fn route(replica: &Arc<Replica>, mut request: Request) -> ApiResult<Respon
                 .await?
                 .filter(|node| alive(node, now(), replica.lost_after()));
             match home {
-                Some(node) => send(replica, &node, request).await.map_err(|(e, _)| e),
+                Some(node) => {
+                    // A read is any node's to answer when its own does not.
+                    let again = safe(request.method()).then(|| request_again(&request));
+                    match (send(replica, &node, request).await, again) {
+                        (Err((_, Unanswered::GaveUp(_) | Unanswered::Broke)), Some(again)) => {
+                            send_anywhere(replica, again).await
+                        }
+                        (sent, _) => sent.map_err(|(e, _)| e),
+                    }
+                }
                 // Not recorded, or its node is gone: the stored object is
                 // any node's to show.
                 None => send_anywhere(replica, request).await,
@@ -460,6 +522,86 @@ async fn route(replica: &Arc<Replica>, mut request: Request) -> ApiResult<Respon
     }
 }
 
+/// What a request for a container asks of the container itself.
+#[derive(Clone, Copy)]
+struct Asks {
+    /// `GET` of its object.
+    object: bool,
+    /// `DELETE` of it.
+    deletion: bool,
+}
+
+impl Asks {
+    fn of(request: &Request, id: &str) -> Self {
+        Self {
+            object: names_container(request, &axum::http::Method::GET, id),
+            deletion: names_container(request, &axum::http::Method::DELETE, id),
+        }
+    }
+}
+
+/// How a request for a lost container was answered.
+enum Answered {
+    Here(Response),
+    /// A delete of one whose node is live again (on this node): the node
+    /// is the one to delete it.
+    NodeIsLive(String),
+}
+
+/// The answer for a container whose node is lost or silent: its object
+/// (`"status": "lost"`) and its deletion for its project's key, 409
+/// `container_lost` for anything else, 404 to anyone else.
+async fn answer_lost(
+    replica: &Replica,
+    headers: &HeaderMap,
+    id: &str,
+    asks: Asks,
+) -> ApiResult<Answered> {
+    if asks.deletion {
+        return match delete_lost(replica, headers, id).await? {
+            LostDelete::Done(deleted) => Ok(Answered::Here(deleted)),
+            LostDelete::NodeIsLive(node) => Ok(Answered::NodeIsLive(node)),
+            LostDelete::NotOwner => Err(ApiError::not_found("container", id)),
+        };
+    }
+    if asks.object {
+        return match show_lost(replica, headers, id).await? {
+            Some(shown) => Ok(Answered::Here(shown)),
+            None => Err(ApiError::not_found("container", id)),
+        };
+    }
+    Err(lost(replica, headers, id).await)
+}
+
+/// Whether a request only reads (sent twice, it does nothing twice).
+fn safe(method: &axum::http::Method) -> bool {
+    method == axum::http::Method::GET || method == axum::http::Method::HEAD
+}
+
+/// A bodiless copy of `request`, to send to another node.
+fn request_again(request: &Request) -> Request {
+    let mut again = Request::new(Body::empty());
+    *again.method_mut() = request.method().clone();
+    *again.uri_mut() = request.uri().clone();
+    *again.headers_mut() = request.headers().clone();
+    if let Some(addr) = request.extensions().get::<crate::listener::ClientAddr>() {
+        again.extensions_mut().insert(*addr);
+    }
+    again
+}
+
+/// The 502 for a node that did not answer.
+fn node_unreachable(node: &str) -> ApiError {
+    let mut failure = ApiError::new(
+        StatusCode::BAD_GATEWAY,
+        "server_error",
+        format!("The node serving this request (\"{node}\") did not answer."),
+    );
+    failure.code = Some("node_unreachable");
+    failure.retry_after = Some(5);
+    failure
+}
+
 /// A request's whole body, bounded like every request's.
 async fn read_body(replica: &Replica, body: Body) -> ApiResult<axum::body::Bytes> {
     axum::body::to_bytes(body, replica.config.max_request_bytes)
@@ -492,20 +634,21 @@ async fn place(
     let mut tried = Vec::new();
     loop {
         let loads = replica.loads().await?;
-        let Some((node, placed)) = replica.placements.choose(
-            &loads,
-            image.as_deref(),
-            &tried,
-            now(),
-            replica.lost_after(),
-        ) else {
+        // A node that failed to answer lately only when no other has room.
+        let avoid = [tried.clone(), replica.suspects()].concat();
+        let choose = |skip: &[String]| {
+            replica
+                .placements
+                .choose(&loads, image.as_deref(), skip, now(), replica.lost_after())
+        };
+        let Some((node, placed)) = choose(&avoid).or_else(|| choose(&tried)) else {
             return Err(no_room(image.as_deref()));
         };
         let request = Request::from_parts(parts.clone(), Body::from(bytes.clone()));
         let sent = send(replica, &node, request).await;
         drop(placed);
         match sent {
-            Err((_, true)) if tried.len() + 1 < ATTEMPTS => tried.push(node.id),
+            Err((_, Unanswered::NeverReached)) if tried.len() + 1 < ATTEMPTS => tried.push(node.id),
             other => return other.map_err(|(e, _)| e),
         }
     }
@@ -530,15 +673,20 @@ fn no_room(image: Option<&str>) -> ApiError {
     error
 }
 
-/// Sends a request any node can answer to a live node (another one when
-/// the first cannot be reached and the request has no body to lose).
+/// Sends a request any node can answer to a live node (one that answered
+/// lately first), and to another when the first cannot be reached and the
+/// request has no body to lose, or gave no answer (or broke off) and the
+/// request only reads (one that writes, a `DELETE` included, may have been
+/// done: never twice).
 async fn send_anywhere(replica: &Arc<Replica>, request: Request) -> ApiResult<Response> {
     let (parts, body) = request.into_parts();
     let mut body = Some(body);
     let mut tried = Vec::new();
     loop {
         let loads = replica.loads().await?;
-        let Some(node) = Placements::any(&loads, &tried, now(), replica.lost_after()) else {
+        let avoid = [tried.clone(), replica.suspects()].concat();
+        let any = |skip: &[String]| Placements::any(&loads, skip, now(), replica.lost_after());
+        let Some(node) = any(&avoid).or_else(|| any(&tried)) else {
             let mut error = ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "server_error",
@@ -559,8 +707,12 @@ async fn send_anywhere(replica: &Arc<Replica>, request: Request) -> ApiResult<Re
             body.take().unwrap_or_else(Body::empty)
         };
         let request = Request::from_parts(parts.clone(), this_body);
+        let again = tried.len() + 1 < ATTEMPTS;
         match send(replica, &node, request).await {
-            Err((_, true)) if bodiless && tried.len() + 1 < ATTEMPTS => tried.push(node.id),
+            Err((_, Unanswered::NeverReached)) if bodiless && again => tried.push(node.id),
+            Err((_, Unanswered::GaveUp(_) | Unanswered::Broke)) if safe(&parts.method) && again => {
+                tried.push(node.id)
+            }
             other => return other.map_err(|(e, _)| e),
         }
     }
@@ -584,22 +736,38 @@ fn forwarded_url(address: &str, target: &Uri) -> Result<reqwest::Url, ApiError> 
     Ok(url)
 }
 
+/// Why a forwarded request has no answer from its node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unanswered {
+    /// The node was never reached (the request never arrived).
+    NeverReached,
+    /// The replica stopped waiting for the node (it may have the request).
+    GaveUp(Silence),
+    /// The exchange broke off after the request was sent.
+    Broke,
+    /// Not sent: it cannot be forwarded as it is (its path).
+    Refused,
+}
+
 /// Forwards `request` to `node`: its method, path (as it was checked),
 /// headers (with the cluster's forwarding credential; without the hop's
 /// own) and body, streamed; the answer comes back the same way, and an
-/// upgrade (a PTY's WebSocket) is joined end to end. An error says
-/// whether the node was never reached.
+/// upgrade (a PTY's WebSocket) is joined end to end. Until the answer
+/// begins, the wait is raced against the node's liveness
+/// (`Liveness::watch`); once it began, a stream runs as long as it runs.
+/// An error says why there is no answer.
 async fn send(
     replica: &Arc<Replica>,
     node: &NodeRow,
     mut request: Request,
-) -> Result<Response, (ApiError, bool)> {
+) -> Result<Response, (ApiError, Unanswered)> {
     let upgrade = request
         .headers()
         .get(header::UPGRADE)
         .is_some()
         .then(|| hyper::upgrade::on(&mut request));
-    let url = forwarded_url(&node.address, request.uri()).map_err(|error| (error, false))?;
+    let url = forwarded_url(&node.address, request.uri())
+        .map_err(|error| (error, Unanswered::Refused))?;
     let (parts, body) = request.into_parts();
     let mut headers = parts.headers.clone();
     drop_hop_headers(&mut headers, upgrade.is_some());
@@ -615,28 +783,40 @@ async fn send(
             headers.insert(HeaderName::from_static("x-forwarded-for"), value);
         }
     }
-    let sent = replica
+    let sending = replica
         .client
         .request(parts.method.clone(), url)
         .headers(headers)
         .body(reqwest::Body::wrap_stream(body.into_data_stream()))
-        .send()
-        .await;
+        .send();
+    let silence = replica.liveness.watch(
+        &replica.client,
+        &replica.directory,
+        &replica.store,
+        node,
+        replica.lost_after(),
+    );
+    let sent = tokio::select! {
+        sent = sending => sent,
+        silence = silence => {
+            tracing::warn!(node = %node.id, ?silence, "gave up waiting for the node's answer");
+            return Err((node_unreachable(&node.id), Unanswered::GaveUp(silence)));
+        }
+    };
     let answer = match sent {
-        Ok(answer) => answer,
+        Ok(answer) => {
+            replica.liveness.answered(&node.id);
+            answer
+        }
         Err(error) => {
-            let unreached = error.is_connect();
             tracing::warn!(node = %node.id, "forwarding failed: {error}");
-            let mut failure = ApiError::new(
-                StatusCode::BAD_GATEWAY,
-                "server_error",
-                format!(
-                    "The node serving this request (\"{}\") did not answer.",
-                    node.id
-                ),
-            );
-            failure.code = Some("node_unreachable");
-            return Err((failure, unreached));
+            let why = if error.is_connect() {
+                replica.liveness.failed(&node.id);
+                Unanswered::NeverReached
+            } else {
+                Unanswered::Broke
+            };
+            return Err((node_unreachable(&node.id), why));
         }
     };
     let status = answer.status();
@@ -647,7 +827,10 @@ async fn send(
     );
     if status == StatusCode::SWITCHING_PROTOCOLS {
         let Some(client_side) = upgrade else {
-            return Err((ApiError::internal("a node upgraded a plain request"), false));
+            return Err((
+                ApiError::internal("a node upgraded a plain request"),
+                Unanswered::Broke,
+            ));
         };
         let node_id = node.id.clone();
         tokio::spawn(async move {
