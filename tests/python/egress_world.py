@@ -21,7 +21,11 @@ httpbin does), framed as the path asks: /chunked (in small chunks), /gzip
 echo last), /close (no length: until the connection closes), /b64 (the echo
 in base64), /reflect-header (the Authorization header echoed in a response
 header), /range (honours a `Range: bytes=first-last` request header over
-the echo with a 206, as a file server does). Request bodies may be chunked. A WebSocket handshake (to any path)
+the echo with a 206, as a file server does), /reflect/SCHEME (the
+Authorization header's token alone, as `token=...`, written as SCHEME says:
+upper, percent (every byte `%XX`), percent-some, json-u (every character
+`\\uXXXX`), mixed (percent, `\\u`, HTML and plain by turns), html, utf16le,
+base32; chunked 5 bytes a chunk). Request bodies may be chunked. A WebSocket handshake (to any path)
 gets its 101 and then every byte echoed back, raw. `notlisted.test` is a
 second virtual host on the same address as `a.allowed.test`: its requests
 are logged with their Host like every other.
@@ -149,6 +153,18 @@ def make_handler(tag, log_path):
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
+            if "/reflect/" in url.path:
+                token = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
+                data = b"token=" + reflected(token, url.path.rsplit("/", 1)[-1]) + b"\n"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for at in range(0, len(data), 5):
+                    piece = data[at : at + 5]
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                self.wfile.write(b"0\r\n\r\n")
+                return
             echo = dict(entry, headers=dict(self.headers.items()))
             data = json.dumps(echo).encode()
             kind = url.path.rsplit("/", 1)[-1]
@@ -196,6 +212,29 @@ def make_handler(tag, log_path):
         do_GET = do_POST = do_PUT = do_HEAD = answer
 
     return Handler
+
+
+def reflected(token, scheme):
+    """`token` as a reflecting server might write it back."""
+    raw = token.encode()
+    if scheme == "upper":
+        return raw.upper()
+    if scheme == "percent":
+        return b"".join(b"%%%02X" % b for b in raw)
+    if scheme == "percent-some":
+        return b"".join(b"%%%02x" % b if i % 2 else bytes([b]) for i, b in enumerate(raw))
+    if scheme == "json-u":
+        return b"".join(b"\\u%04x" % b for b in raw)
+    if scheme == "mixed":
+        forms = [lambda b: b"%%%02X" % b, lambda b: b"\\u%04X" % b, lambda b: b"&#%d;" % b, lambda b: bytes([b])]
+        return b"".join(forms[i % 4](b) for i, b in enumerate(raw))
+    if scheme == "html":
+        return b"".join(b"&#x%x;" % b for b in raw)
+    if scheme == "utf16le":
+        return token.encode("utf-16-le")
+    if scheme == "base32":
+        return base64.b32encode(raw).rstrip(b"=")
+    raise ValueError(scheme)
 
 
 def serve(address, port, tag, log_path, tls=None):

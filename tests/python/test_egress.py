@@ -816,6 +816,52 @@ def test_every_answer_is_masked_whatever_its_framing(client, world, secret_box, 
     assert got["accept_encoding"] == "identity"
 
 
+# Every reading of a text a client could make to find a value in it: as it
+# is, any case, escapes undone (once and twice), UTF-16, base32 runs.
+READINGS_CHECK = r"""
+import base64, codecs, html, re, sys, urllib.parse
+value = base64.b64decode(sys.argv[1]).decode().lower()
+body = open(sys.argv[2], "rb").read()
+text = body.decode("latin-1")
+def unescape(t):
+    t = re.sub(r"\\u([0-9a-fA-F]{4})", lambda m: chr(int(m.group(1), 16)), t)
+    return html.unescape(urllib.parse.unquote(t))
+readings = [text, unescape(text), unescape(unescape(text)),
+            body.decode("utf-16-le", "ignore"), body.decode("utf-16-be", "ignore")]
+for run in re.findall(r"[A-Z2-7]{16,}", text.upper()):
+    for cut in range(8):
+        piece = run[cut:]
+        piece = piece[: len(piece) // 8 * 8]
+        try:
+            readings.append(base64.b32decode(piece).decode("latin-1"))
+        except Exception:
+            pass
+print("LEAKED" if any(value in r.lower() for r in readings) else "clean")
+"""
+
+
+@pytest.mark.parametrize("scheme", ["upper", "percent", "percent-some", "json-u", "mixed", "html",
+                                    "utf16le", "base32"])
+def test_a_value_reflected_in_another_spelling_is_masked(client, world, secret_box, scheme):
+    """A server that writes the value back upper-cased, escaped a character at
+    a time (percent, JSON \\u, HTML, mixed), as UTF-16 or base32, chunked in
+    5-byte pieces: the container reads its placeholder, and no reading of
+    the answer gives the value."""
+    container, placeholder, _ = secret_box
+    secret = base64.b64encode(SECRET.encode()).decode()
+    out, err, code = run(client, container,
+                         f'curl -sS -m 30 -o /tmp/reflected -H "Authorization: Bearer $API_TOKEN" '
+                         f'https://api.secret.test/mask/reflect/{scheme}; echo "curl: $?"; '
+                         f'python3 -c \'{READINGS_CHECK}\' {secret} /tmp/reflected; '
+                         f'grep -c "$API_TOKEN" /tmp/reflected')
+    lines = out.split()
+    assert "curl: 0" in out, (out, err)
+    assert "clean" in lines and "LEAKED" not in lines, (out, err)
+    assert lines[-1] == "1", "the placeholder came back instead"
+    got = [e for e in world.requests("a") if e["path"] == f"/mask/reflect/{scheme}"][-1]
+    assert got["authorization"] == f"Bearer {SECRET}"
+
+
 def test_a_value_cannot_be_fetched_in_pieces_with_range_requests(client, world, secret_box):
     # Each 16-byte piece is shorter than the value, so no masker can see
     # the value in it: fetched piece by piece and put together, the pieces
@@ -1073,7 +1119,9 @@ def test_only_websocket_upgrades_pass_and_not_beside_secrets(client, networked, 
 def test_malformed_connect_targets_are_refused(client, networked, world):
     script = SMUGGLE
     targets = ["a.allowed.test:65536", "a.allowed.test:443abc", "443@a.allowed.test",
-               "notlisted.test:443@a.allowed.test:443", "a.allowed.test:+443", "a.allowed.test"]
+               "notlisted.test:443@a.allowed.test:443", "a.allowed.test:+443", "a.allowed.test",
+               # One spelling per name and port: no empty label, no leading zero.
+               "a.allowed.test..:443", "a.allowed.test:0443", "a..allowed.test:443"]
     for target in targets:
         script += f"send(b'CONNECT {target} HTTP/1.1\\r\\n\\r\\n', address='127.0.0.1')\n"
     out, err, code = run(client, networked, f"python3 -c \"$(cat <<'EOF'\n{script}EOF\n)\"")
@@ -1282,6 +1330,7 @@ def test_weak_values_and_dangerous_names_are_refused_on_every_path(client):
         ("PATH", SECRET, "reserved"), ("LD_PRELOAD", SECRET, "reserved"), ("BASH_ENV", SECRET, "reserved"),
         ("https_proxy", SECRET, "reserved"), ("SSL_CERT_FILE", SECRET, "reserved"),
         ("PYTHONSTARTUP", SECRET, "reserved"), ("GIT_SSH_COMMAND", SECRET, "reserved"),
+        ("LOCPATH", SECRET, "C library"), ("GCONV_PATH", SECRET, "reserved"),
     ]:
         with pytest.raises(openai.BadRequestError) as refused:
             client.containers.create(name="weak", network_policy=policy(name, value))

@@ -17,10 +17,12 @@
 //! container's resolver), [`proxy`] (serving one container's sockets),
 //! `exchange` (one request forwarded by its framing, its answer masked),
 //! [`intercept`] (TLS terminated, `Host` checked against the SNI, secrets
-//! put in), [`secrets`] (values that never print, and their masker).
+//! put in), [`secrets`] (values that never print, and their masker), `escapes`
+//! (the escapes of reflected text, undone for the masker).
 
 pub mod budget;
 mod connection;
+pub(crate) mod escapes;
 pub mod denials;
 pub mod dns;
 pub(crate) mod exchange;

@@ -27,9 +27,12 @@ pub enum Pattern {
 #[error("{0}")]
 pub struct PatternError(pub String);
 
-/// A name as compared: lowercase, no trailing dot.
+/// A name as compared: lowercase, without the one trailing dot of its
+/// absolute form (`a.test.` is `a.test`; `a.test..` keeps a dot, so it
+/// matches no pattern and is no valid name).
 pub fn normalize(name: &str) -> String {
-    name.trim().trim_end_matches('.').to_ascii_lowercase()
+    let name = name.trim();
+    name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase()
 }
 
 /// Whether `name` is a syntactically valid host name (not an IP literal).
@@ -52,7 +55,10 @@ pub fn valid_host_name(name: &str) -> bool {
 impl Pattern {
     /// Reads a pattern; `*` is refused unless `allow_any`.
     pub fn parse(text: &str, allow_any: bool) -> Result<Self, PatternError> {
-        let text = normalize(text);
+        // Checked as given (`valid_host_name` takes off the one trailing
+        // dot itself), kept normalized.
+        let given = text.trim();
+        let text = normalize(given);
         if text == "*" {
             return if allow_any {
                 Ok(Pattern::Any)
@@ -60,11 +66,11 @@ impl Pattern {
                 Err(PatternError("'*' (every domain) is not allowed".into()))
             };
         }
-        if let Some(suffix) = text.strip_prefix("*.") {
+        if let Some(suffix) = given.strip_prefix("*.") {
             if valid_host_name(suffix) {
-                return Ok(Pattern::Subdomains(suffix.to_owned()));
+                return Ok(Pattern::Subdomains(normalize(suffix)));
             }
-        } else if valid_host_name(&text) {
+        } else if valid_host_name(given) {
             return Ok(Pattern::Exact(text));
         }
         Err(PatternError(format!(
@@ -418,6 +424,11 @@ mod tests {
             Allowlist::parse(&["*.allowed.test".into(), "pypi.org".into()], &org_any()).unwrap();
         assert!(list.allows("a.allowed.test"));
         assert!(list.allows("A.B.Allowed.Test."));
+        // One trailing dot is the absolute form of the name; two are no
+        // name at all.
+        assert!(!list.allows("a.allowed.test.."));
+        assert!(!list.allows("pypi.org.."));
+        assert!(list.allows("pypi.org."));
         assert!(!list.allows("allowed.test"));
         assert!(!list.allows("allowed.test.evil.test"));
         assert!(!list.allows("evilallowed.test"));
@@ -431,6 +442,9 @@ mod tests {
             "1.2.3.4",
             "[::1]",
             "a..b",
+            "a.b..",
+            "*.a.b..",
+            ".a.b",
             "exa mple.com",
             "-x.com",
             "*.1.2.3.4",

@@ -10,9 +10,14 @@
 //! Whatever comes back towards the container, the command output the
 //! engine returns and the files the API hands out go through a [`Masker`]:
 //! every value, and the forms a reflecting server or a command most easily
-//! turns it into (base64 at each alignment, hex, percent- and
-//! JSON-escaping), becomes its placeholder again, in one pass or as a
-//! stream that holds back only as many bytes as the longest form.
+//! turns it into (base64 at each alignment, base32, hex, UTF-16, in any
+//! case, and any of these escaped a character at a time: percent, JSON
+//! `\u`, backslash and HTML escapes, mixed, up to twice over), becomes its
+//! placeholder again, in one pass or as a stream that holds back only as
+//! many bytes as the longest form needs. What a server computes from a
+//! value (reversed, cut in pieces, encrypted) is not a form of it: masking
+//! cannot see it, and only a secret's domain, methods and paths bound
+//! which servers get the value at all.
 //!
 //! What may be a secret is decided here, once, for every path that accepts
 //! one ([`check_secret`]): a value long and varied enough that masking it
@@ -31,6 +36,8 @@ use std::sync::Arc;
 use aho_corasick::{AhoCorasick, MatchKind};
 use sha2::{Digest, Sha256};
 
+use crate::escapes;
+
 /// Shortest value accepted: shorter ones would make masking an oracle (a
 /// 4-digit value is found by printing every 4-digit number and watching
 /// which one becomes the placeholder) and garble ordinary output.
@@ -41,68 +48,166 @@ pub const MIN_DISTINCT_BYTES: usize = 6;
 /// Largest value accepted (the seeds' limit).
 pub const MAX_VALUE_BYTES: usize = 10 * 1024 * 1024;
 
-/// Names no secret may take, compared without regard to case: what the
-/// shell, the dynamic loader, interpreters, git or the engine's own proxy
-/// and CA settings read.
-const RESERVED_NAMES: &[&str] = &[
-    "PATH",
-    "HOME",
-    "SHELL",
-    "USER",
-    "LOGNAME",
-    "IFS",
-    "ENV",
-    "BASH_ENV",
-    "CDPATH",
-    "GLOBIGNORE",
-    "SHELLOPTS",
-    "BASHOPTS",
-    "PS1",
-    "PS2",
-    "PS3",
-    "PS4",
-    "PROMPT_COMMAND",
-    "HISTFILE",
-    "INPUTRC",
-    "PWD",
-    "OLDPWD",
-    "SHLVL",
-    "HOSTNAME",
-    "TERM",
-    "TMPDIR",
-    "LANG",
-    "LANGUAGE",
-    "TZ",
-    "MAIL",
-    "NODE_OPTIONS",
-    "NODE_PATH",
-    "PERL5OPT",
-    "PERL5LIB",
-    "PERLLIB",
-    "RUBYOPT",
-    "RUBYLIB",
-    "JAVA_TOOL_OPTIONS",
-    "_JAVA_OPTIONS",
-    "JDK_JAVA_OPTIONS",
-    "CLASSPATH",
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "NO_PROXY",
-    "ALL_PROXY",
-    "FTP_PROXY",
-    "SSL_CERT_DIR",
-    "OPENSSL_CONF",
-    "SSLKEYLOGFILE",
-    "GCONV_PATH",
-    "GLIBC_TUNABLES",
-    "HOSTALIASES",
-    "LOCALDOMAIN",
-    "RES_OPTIONS",
-    "CURL_HOME",
-    "WGETRC",
-    "EDITOR",
-    "VISUAL",
-    "PAGER",
+/// Who reads a class of reserved names (the refusal says it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReservedClass {
+    /// Who reads these variables, for the refusal's message ("read by
+    /// ...").
+    pub read_by: &'static str,
+    /// Whole names (compared without regard to case).
+    pub names: &'static [&'static str],
+    /// Name prefixes: whole families of variables.
+    pub prefixes: &'static [&'static str],
+}
+
+/// The names no secret may take, by who reads them: a secret's variable
+/// holds its placeholder in every command the container runs, so a name
+/// that steers the shell, the dynamic loader, the C library, an
+/// interpreter, a tool's configuration or the engine's own proxy and CA
+/// settings would let a secret change what runs (or break it). Reviewed
+/// class by class against what each reader documents; a name is checked
+/// without regard to case (`https_proxy` is read as well as `HTTPS_PROXY`).
+pub const RESERVED_CLASSES: &[ReservedClass] = &[
+    ReservedClass {
+        read_by: "the dynamic loader and the C library",
+        // glibc's list of variables it drops for setuid programs (its
+        // "unsecure" variables), the locale and time zone ones, the
+        // resolver's and the allocator's.
+        names: &[
+            "GCONV_PATH",
+            "GETCONF_DIR",
+            "GLIBC_TUNABLES",
+            "HOSTALIASES",
+            "LOCALDOMAIN",
+            "LOCPATH",
+            "NIS_PATH",
+            "NLSPATH",
+            "RESOLV_HOST_CONF",
+            "RES_OPTIONS",
+            "TMPDIR",
+            "TZ",
+            "TZDIR",
+            "LANG",
+            "LANGUAGE",
+            "POSIXLY_CORRECT",
+        ],
+        prefixes: &["LD_", "MALLOC_", "LC_", "DYLD_"],
+    },
+    ReservedClass {
+        read_by: "the shell",
+        names: &[
+            "PATH",
+            "HOME",
+            "SHELL",
+            "USER",
+            "LOGNAME",
+            "IFS",
+            "ENV",
+            "CDPATH",
+            "FPATH",
+            "GLOBIGNORE",
+            "EXECIGNORE",
+            "SHELLOPTS",
+            "BASHOPTS",
+            "PS1",
+            "PS2",
+            "PS3",
+            "PS4",
+            "PROMPT_COMMAND",
+            "HISTFILE",
+            "HISTFILESIZE",
+            "INPUTRC",
+            "PWD",
+            "OLDPWD",
+            "SHLVL",
+            "HOSTNAME",
+            "MAIL",
+            "MAILPATH",
+            "TMOUT",
+            "ZDOTDIR",
+        ],
+        // `BASH_ENV`, `BASH_FUNC_name%%` (exported functions),
+        // `BASH_XTRACEFD`, `BASH_LOADABLES_PATH`, ...
+        prefixes: &["BASH_"],
+    },
+    ReservedClass {
+        read_by: "terminals and the programs a shell starts for the user",
+        names: &[
+            "TERM",
+            "TERMINFO",
+            "TERMINFO_DIRS",
+            "TERMCAP",
+            "EDITOR",
+            "VISUAL",
+            "PAGER",
+            "MANPAGER",
+            "LESSOPEN",
+            "LESSCLOSE",
+            "BROWSER",
+            "SSH_ASKPASS",
+            "SUDO_ASKPASS",
+        ],
+        // Where tools look for their configuration.
+        prefixes: &["XDG_"],
+    },
+    ReservedClass {
+        read_by: "an interpreter",
+        names: &[
+            "JAVA_TOOL_OPTIONS",
+            "_JAVA_OPTIONS",
+            "JDK_JAVA_OPTIONS",
+            "CLASSPATH",
+            "PHPRC",
+            "PHP_INI_SCAN_DIR",
+            "TCLLIBPATH",
+            "GEM_HOME",
+            "GEM_PATH",
+            // Node's own variables, by name: `NODE_AUTH_TOKEN` (which an
+            // `.npmrc` sends to a registry) is a secret like any other.
+            "NODE_OPTIONS",
+            "NODE_PATH",
+            "NODE_TLS_REJECT_UNAUTHORIZED",
+            "NODE_REPL_EXTERNAL_MODULE",
+            "NODE_REPL_HISTORY",
+            "NODE_REDIRECT_WARNINGS",
+            "NODE_V8_COVERAGE",
+            "NODE_ICU_DATA",
+            "NODE_PRESERVE_SYMLINKS",
+            "NODE_COMPILE_CACHE",
+            "NODE_USE_ENV_PROXY",
+            "NODE_DEBUG",
+            "NODE_DEBUG_NATIVE",
+        ],
+        // `PYTHONPATH`, `PYTHONSTARTUP`; `PERL5OPT`, `PERL5LIB`, `PERLLIB`,
+        // `PERL_UNICODE`; `RUBYOPT`, `RUBYLIB`; `LUA_INIT`, `LUA_PATH`.
+        prefixes: &["PYTHON", "PERL", "RUBY", "LUA_"],
+    },
+    ReservedClass {
+        read_by: "git, a package manager or a download tool",
+        names: &["CURL_HOME", "WGETRC"],
+        prefixes: &["GIT_", "NPM_CONFIG_", "PIP_"],
+    },
+    ReservedClass {
+        read_by: "the container's proxy and CA settings",
+        names: &[
+            "HTTP_PROXY",
+            "HTTPS_PROXY",
+            "NO_PROXY",
+            "ALL_PROXY",
+            "FTP_PROXY",
+            "SSL_CERT_DIR",
+            "OPENSSL_CONF",
+            "OPENSSL_MODULES",
+            "OPENSSL_ENGINES",
+            "SSLKEYLOGFILE",
+        ],
+        prefixes: &[],
+    },
+    ReservedClass {
+        read_by: "shellgate itself",
+        names: &[],
+        prefixes: &["SHELLGATE_"],
+    },
 ];
 
 /// Variables the engine sets in every networked container to name its CA
@@ -118,20 +223,20 @@ pub const CA_BUNDLE_VARIABLES: [&str; 6] = [
     "GIT_SSL_CAINFO",
 ];
 
-/// Name prefixes no secret may take (case-insensitive): whole families of
-/// variables that load code or configuration.
-const RESERVED_PREFIXES: &[&str] = &[
-    "BASH_FUNC_",
-    "LD_",
-    "PYTHON",
-    "GIT_",
-    "NPM_CONFIG_",
-    "PIP_",
-    "LC_",
-    "MALLOC_",
-    "SHELLGATE_",
-    "DYLD_",
-];
+/// Who reads `name` (any case), if a secret may not take it.
+pub fn reserved_by(name: &str) -> Option<&'static str> {
+    let upper = name.to_ascii_uppercase();
+    if CA_BUNDLE_VARIABLES.contains(&upper.as_str()) {
+        return Some("the container's proxy and CA settings");
+    }
+    RESERVED_CLASSES
+        .iter()
+        .find(|class| {
+            class.names.contains(&upper.as_str())
+                || class.prefixes.iter().any(|p| upper.starts_with(p))
+        })
+        .map(|class| class.read_by)
+}
 
 /// Why a `domain_secrets` entry is refused (the message names the secret).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -141,11 +246,8 @@ pub enum SecretRefused {
          digit, at most 128 characters)"
     )]
     InvalidName(String),
-    #[error(
-        "{0} is a reserved variable name (the shell, the loader, interpreters, git or the \
-         container's proxy and CA settings read it); give the secret another name"
-    )]
-    ReservedName(String),
+    #[error("{name} is a reserved variable name (read by {read_by}); give the secret another name")]
+    ReservedName { name: String, read_by: &'static str },
     #[error(
         "the value of secret {name} is {length} bytes; at least {MIN_VALUE_BYTES} are required \
          (a shorter value would be revealed by the masking of command output)"
@@ -169,14 +271,13 @@ pub fn check_name(name: &str) -> Result<(), SecretRefused> {
     if !valid_name(name) {
         return Err(SecretRefused::InvalidName(name.to_owned()));
     }
-    let upper = name.to_ascii_uppercase();
-    if RESERVED_NAMES.contains(&upper.as_str())
-        || CA_BUNDLE_VARIABLES.contains(&upper.as_str())
-        || RESERVED_PREFIXES.iter().any(|p| upper.starts_with(p))
-    {
-        return Err(SecretRefused::ReservedName(name.to_owned()));
+    match reserved_by(name) {
+        Some(read_by) => Err(SecretRefused::ReservedName {
+            name: name.to_owned(),
+            read_by,
+        }),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// The one rule for every path that accepts a secret (the Containers API,
@@ -341,15 +442,16 @@ fn fill_random(buffer: &mut [u8]) {
 /// placeholder. Cheap to share: the engine, the proxy and the file
 /// downloads of one container use the same one.
 pub struct Masker {
-    /// The values this process holds and their forms; `None` when it
-    /// holds none (only verifiers).
+    /// The values this process holds and their forms, matched without
+    /// regard to ASCII case; `None` when it holds none (only verifiers).
     automaton: Option<AhoCorasick>,
     /// What replaces each pattern, by pattern index (the automaton's
     /// patterns first, then the verifiers' forms).
     replacements: Vec<Arc<[u8]>>,
     /// Forms of values this process no longer holds, by their digests.
     digests: Vec<DigestForm>,
-    /// The longest pattern: what a stream holds back.
+    /// The longest pattern: a stream holds back one byte less than it, in
+    /// every reading of its text.
     longest: usize,
 }
 
@@ -363,6 +465,8 @@ pub struct SecretVerifier {
     pub salt: String,
     /// Odd multiplier of the rolling hashes (random per secret).
     pub base: u64,
+    /// The value itself first (exact: [`SecretVerifier::matches`] reads
+    /// it), then its forms.
     pub forms: Vec<FormDigest>,
 }
 
@@ -388,6 +492,10 @@ pub struct FormDigest {
     /// the digest a rare check (one window in a million).
     pub rolling: u64,
     pub sha256: String,
+    /// Hashed with ASCII letters in lower case, and so matched whatever
+    /// their case (a verifier written before forms were folded has none).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub folded: bool,
 }
 
 /// Bits of a form's rolling hash that persist (see [`FormDigest::rolling`]).
@@ -408,6 +516,8 @@ struct DigestForm {
     rolling: u64,
     salt: Vec<u8>,
     sha256: [u8; 32],
+    /// Compared with the text's letters in lower case.
+    folded: bool,
     /// Index into `Masker::replacements`.
     replacement: usize,
 }
@@ -421,18 +531,18 @@ impl SecretVerifier {
         let mut base_bytes = [0u8; 8];
         fill_random(&mut base_bytes);
         let base = u64::from_le_bytes(base_bytes) | 1;
-        let mut forms: Vec<FormDigest> = Vec::new();
+        let digest = |form: &[u8], folded: bool| FormDigest {
+            length: form.len(),
+            rolling: prefilter(rolling_hash(form, base)),
+            sha256: to_hex(&salted_sha256(&salt, form)),
+            folded,
+        };
+        let mut forms = vec![digest(value.expose().as_bytes(), false)];
         for form in encoded_forms(value.expose().as_bytes()) {
-            if form.is_empty() {
-                continue;
-            }
-            let digest = FormDigest {
-                length: form.len(),
-                rolling: prefilter(rolling_hash(&form, base)),
-                sha256: to_hex(&salted_sha256(&salt, &form)),
-            };
-            if !forms.contains(&digest) {
-                forms.push(digest);
+            let form = form.to_ascii_lowercase();
+            let folded = digest(&form, true);
+            if !form.is_empty() && !forms.contains(&folded) {
+                forms.push(folded);
             }
         }
         Some(Self {
@@ -451,7 +561,7 @@ impl SecretVerifier {
         let digest = to_hex(&salted_sha256(&salt, value.as_bytes()));
         self.forms
             .first()
-            .is_some_and(|f| f.length == value.len() && f.sha256 == digest)
+            .is_some_and(|f| !f.folded && f.length == value.len() && f.sha256 == digest)
     }
 }
 
@@ -491,6 +601,17 @@ impl std::fmt::Debug for Masker {
     }
 }
 
+/// How many times over a text's escapes are undone (see [`escapes`]): a
+/// value percent-encoded in a URL that is percent-encoded again in a
+/// query (`%2573`), or JSON inside a JSON string (`\\u0073`), is found.
+const DECODING_ROUNDS: usize = 2;
+
+/// How much of a text [`Masker::mask`] reads at a time.
+const ONE_PASS_PIECE: usize = 64 * 1024;
+
+/// A match: the raw span it covers and its replacement's index.
+type Found = (usize, usize, usize);
+
 impl Masker {
     /// A masker for the secrets that have values; `None` when none has
     /// (nothing to mask).
@@ -508,6 +629,8 @@ impl Masker {
             let Some(value) = &secret.value else { continue };
             let placeholder: Arc<[u8]> = Arc::from(secret.placeholder.as_bytes());
             for form in encoded_forms(value.expose().as_bytes()) {
+                // Matched without regard to case: one pattern a spelling.
+                let form = form.to_ascii_lowercase();
                 if form.is_empty() || patterns.contains(&form) {
                     continue;
                 }
@@ -541,6 +664,7 @@ impl Masker {
                     rolling: prefilter(form.rolling),
                     salt: salt.clone(),
                     sha256,
+                    folded: form.folded,
                     replacement: replacements.len(),
                 });
                 replacements.push(Arc::clone(&placeholder));
@@ -558,11 +682,13 @@ impl Masker {
         let automaton = if patterns.is_empty() {
             None
         } else {
-            // Leftmost-longest: where a value and a longer one start at the
-            // same byte, the longer is masked whole (no tail of it survives).
+            // Every match, overlapping ones too: the masked spans are
+            // their union (where a value and a longer one start at the
+            // same byte, the longer is masked whole).
             Some(
                 AhoCorasick::builder()
-                    .match_kind(MatchKind::LeftmostLongest)
+                    .match_kind(MatchKind::Standard)
+                    .ascii_case_insensitive(true)
                     .build(&patterns)
                     .ok()?,
             )
@@ -577,8 +703,16 @@ impl Masker {
 
     /// `bytes` with every value masked.
     pub fn mask(&self, bytes: &[u8]) -> Vec<u8> {
+        // Read as a stream of pieces: the readings with escapes undone
+        // are made of one piece at a time, not of the whole text.
         let mut out = Vec::with_capacity(bytes.len());
-        self.mask_into(bytes, bytes.len(), &mut out);
+        let (mut pending, mut masked) = (Vec::new(), 0);
+        for piece in bytes.chunks(ONE_PASS_PIECE) {
+            pending.extend_from_slice(piece);
+            let consumed = self.mask_into(&pending, false, &mut masked, &mut out);
+            pending.drain(..consumed);
+        }
+        self.mask_into(&pending, true, &mut masked, &mut out);
         out
     }
 
@@ -594,79 +728,140 @@ impl Masker {
         MaskStream {
             masker: Arc::clone(self),
             pending: Vec::new(),
+            masked: 0,
         }
     }
 
-    /// Masks `bytes[..]`, deciding only matches that start before `safe`
-    /// (every pattern starting there lies whole inside `bytes`, so the
-    /// leftmost-longest choice is final); writes the decided part to `out`
-    /// and returns how many bytes of `bytes` it consumed.
-    fn mask_into(&self, bytes: &[u8], safe: usize, out: &mut Vec<u8>) -> usize {
-        // (start, end, replacement) of every match starting before `safe`.
-        let mut found: Vec<(usize, usize, usize)> = Vec::new();
-        if let Some(automaton) = &self.automaton {
-            for m in automaton.find_iter(bytes) {
-                if m.start() >= safe {
-                    break;
-                }
-                found.push((m.start(), m.end(), m.pattern().as_usize()));
+    /// Masks the start of `pending` (all of it at the stream's `end`):
+    /// writes the decided part to `out` and returns how many bytes of
+    /// `pending` that was. `masked` is how many of its first bytes a match
+    /// decided earlier already covers (given out as nothing: the match's
+    /// placeholder went before them); it is left as the count for what
+    /// remains.
+    ///
+    /// The text is read as it is and with its escapes undone
+    /// ([`DECODING_ROUNDS`] times over); a match in any reading masks the
+    /// raw bytes it came from. What is decided is every match starting
+    /// before a point behind which each reading holds at least the
+    /// longest pattern less one byte (so every match starting before it
+    /// lies whole in what has arrived), and which starts an escape in
+    /// every reading (so the next push reads the rest as this one did).
+    fn mask_into(&self, pending: &[u8], end: bool, masked: &mut usize, out: &mut Vec<u8>) -> usize {
+        let hold = if end {
+            0
+        } else {
+            self.longest.saturating_sub(1)
+        };
+        let mut found: Vec<Found> = Vec::new();
+        self.find(pending, None, &mut found);
+        let mut safe = pending.len().saturating_sub(hold);
+        let mut reading: Option<escapes::Decoded> = None;
+        for _ in 0..DECODING_ROUNDS {
+            let (bytes, starts, decided) = match &reading {
+                None => (pending, None, pending.len()),
+                Some(r) => (r.bytes.as_slice(), Some(r.starts.as_slice()), r.end),
+            };
+            if !escapes::has_escapes(bytes) {
+                break;
             }
+            let decoded = escapes::decode(bytes, starts, decided, end);
+            if !end {
+                // Each reading's bytes come from at least as many raw
+                // ones, so a deeper reading's point is never after a
+                // shallower one's: the smallest starts an escape in all.
+                let count = decoded.bytes.len();
+                safe = safe.min(if count > hold {
+                    decoded.starts[count - hold]
+                } else {
+                    0
+                });
+            }
+            self.find(&decoded.bytes, Some(&decoded), &mut found);
+            reading = Some(decoded);
         }
-        if !self.digests.is_empty() {
-            self.digest_matches(bytes, safe, &mut found);
-            found.sort_by_key(|&(start, end, _)| (start, std::cmp::Reverse(end)));
-        }
+        found.retain(|&(start, _, _)| start < safe);
+        found.sort_unstable_by_key(|&(start, end, _)| (start, std::cmp::Reverse(end)));
         let mut at = 0;
-        for (start, end, replacement) in found {
-            if end <= at {
-                continue;
+        let plain = |at: &mut usize, masked: usize, to: usize, out: &mut Vec<u8>| {
+            let from = (*at).max(masked);
+            if from < to {
+                out.extend_from_slice(&pending[from..to]);
             }
-            // A match overlapping the one before (two secrets' forms, one
-            // held and one known by digest) is masked up to its end: no
-            // tail of it survives.
-            if start >= at {
-                out.extend_from_slice(&bytes[at..start]);
+            *at = (*at).max(to);
+        };
+        for (start, end, replacement) in found {
+            plain(&mut at, *masked, start, out);
+            // A match overlapping the one before (a value's form inside
+            // another's, two secrets' forms) is masked up to its end: no
+            // tail of it survives, and one placeholder stands for both.
+            if start >= *masked {
                 out.extend_from_slice(&self.replacements[replacement]);
             }
-            at = end;
+            *masked = (*masked).max(end);
         }
-        let decided = safe.max(at);
-        if at < decided {
-            out.extend_from_slice(&bytes[at..decided]);
-        }
-        decided
+        plain(&mut at, *masked, safe, out);
+        *masked = masked.saturating_sub(safe);
+        safe
     }
 
-    /// Windows of `bytes` (starting before `safe`, lying whole inside it)
-    /// that are a form known only by its digest: a rolling hash finds the
-    /// candidates, the salted SHA-256 confirms them.
-    fn digest_matches(&self, bytes: &[u8], safe: usize, found: &mut Vec<(usize, usize, usize)>) {
-        for form in &self.digests {
-            if bytes.len() < form.length {
-                continue;
-            }
-            if safe == 0 {
-                continue;
-            }
-            let last_start = (bytes.len() - form.length).min(safe - 1);
-            let mut hash = rolling_hash(&bytes[..form.length], form.base);
-            let mut start = 0;
-            loop {
-                if prefilter(hash) == form.rolling
-                    && salted_sha256(&form.salt, &bytes[start..start + form.length]) == form.sha256
-                {
-                    found.push((start, start + form.length, form.replacement));
-                }
-                if start >= last_start {
-                    break;
-                }
-                hash = hash
-                    .wrapping_sub(u64::from(bytes[start]).wrapping_mul(form.top))
-                    .wrapping_mul(form.base)
-                    .wrapping_add(u64::from(bytes[start + form.length]));
-                start += 1;
+    /// Every match in one reading of a text (`reading` maps its bytes back
+    /// to the raw text; `None`: `bytes` is the raw text), as raw spans.
+    fn find(&self, bytes: &[u8], reading: Option<&escapes::Decoded>, found: &mut Vec<Found>) {
+        let raw = |from: usize, to: usize| match reading {
+            Some(reading) => reading.raw_span(from, to),
+            None => (from, to),
+        };
+        if let Some(automaton) = &self.automaton {
+            for m in automaton.find_overlapping_iter(bytes) {
+                let (start, end) = raw(m.start(), m.end());
+                found.push((start, end, m.pattern().as_usize()));
             }
         }
+        if self.digests.is_empty() {
+            return;
+        }
+        let lower = self
+            .digests
+            .iter()
+            .any(|d| d.folded)
+            .then(|| bytes.to_ascii_lowercase());
+        for form in &self.digests {
+            let text = match (&lower, form.folded) {
+                (Some(lower), true) => lower.as_slice(),
+                _ => bytes,
+            };
+            for start in digest_windows(text, form) {
+                let (from, to) = raw(start, start + form.length);
+                found.push((from, to, form.replacement));
+            }
+        }
+    }
+}
+
+/// Where in `text` a window is the form known by its digest: a rolling
+/// hash finds the candidates, the salted SHA-256 confirms them.
+fn digest_windows(text: &[u8], form: &DigestForm) -> Vec<usize> {
+    let mut starts = Vec::new();
+    if text.len() < form.length {
+        return starts;
+    }
+    let last_start = text.len() - form.length;
+    let mut hash = rolling_hash(&text[..form.length], form.base);
+    let mut start = 0;
+    loop {
+        if prefilter(hash) == form.rolling
+            && salted_sha256(&form.salt, &text[start..start + form.length]) == form.sha256
+        {
+            starts.push(start);
+        }
+        if start >= last_start {
+            return starts;
+        }
+        hash = hash
+            .wrapping_sub(u64::from(text[start]).wrapping_mul(form.top))
+            .wrapping_mul(form.base)
+            .wrapping_add(u64::from(text[start + form.length]));
+        start += 1;
     }
 }
 
@@ -674,25 +869,24 @@ impl Masker {
 pub struct MaskStream {
     masker: Arc<Masker>,
     pending: Vec<u8>,
+    /// How many of `pending`'s first bytes a decided match covers.
+    masked: usize,
 }
 
 impl MaskStream {
     /// Masks what `input` decides and appends it to `out`.
     pub fn push(&mut self, input: &[u8], out: &mut Vec<u8>) {
         self.pending.extend_from_slice(input);
-        let hold = self.masker.longest.saturating_sub(1);
-        let safe = self.pending.len().saturating_sub(hold);
-        if safe == 0 {
-            return;
-        }
-        let consumed = self.masker.mask_into(&self.pending, safe, out);
+        let consumed = self
+            .masker
+            .mask_into(&self.pending, false, &mut self.masked, out);
         self.pending.drain(..consumed);
     }
 
     /// The held-back tail, masked: the stream's end.
     pub fn finish(&mut self, out: &mut Vec<u8>) {
         let pending = std::mem::take(&mut self.pending);
-        self.masker.mask_into(&pending, pending.len(), out);
+        self.masker.mask_into(&pending, true, &mut self.masked, out);
     }
 
     /// Bytes pushed but not yet given out.
@@ -704,8 +898,11 @@ impl MaskStream {
 /// The forms of `value` a reflecting server or a one-line command most
 /// easily makes: itself, base64 (standard and URL alphabets, at each of the
 /// three alignments it can have inside a longer encoded string, so that
-/// `base64("user:" + value)` is caught too), hex (both cases),
-/// percent-encoding and JSON escaping.
+/// `base64("user:" + value)` is caught too), base32 (at each of its five
+/// alignments), hex, UTF-16 (either byte order), percent-encoding and JSON
+/// escaping. Each is matched whatever the case of its letters; escapes
+/// applied a character at a time (`%73`, `\u0073`, `&#115;`) are undone in
+/// the text rather than listed here.
 fn encoded_forms(value: &[u8]) -> Vec<Vec<u8>> {
     let mut forms = vec![value.to_vec()];
     for skip in 0..3 {
@@ -721,16 +918,23 @@ fn encoded_forms(value: &[u8]) -> Vec<Vec<u8>> {
         }
         forms.push(standard);
     }
-    let lower: Vec<u8> = value
-        .iter()
-        .flat_map(|b| hex_pair(*b, b"0123456789abcdef"))
-        .collect();
-    let upper: Vec<u8> = value
-        .iter()
-        .flat_map(|b| hex_pair(*b, b"0123456789ABCDEF"))
-        .collect();
-    forms.push(lower);
-    forms.push(upper);
+    for skip in 0..5 {
+        if value.len() < skip + 5 {
+            break;
+        }
+        let whole = (value.len() - skip) / 5 * 5;
+        forms.push(base32(&value[skip..skip + whole]));
+    }
+    forms.push(
+        value
+            .iter()
+            .flat_map(|b| hex_pair(*b, b"0123456789abcdef"))
+            .collect(),
+    );
+    if let Ok(text) = std::str::from_utf8(value) {
+        forms.push(text.encode_utf16().flat_map(u16::to_le_bytes).collect());
+        forms.push(text.encode_utf16().flat_map(u16::to_be_bytes).collect());
+    }
     let percent = percent_encoded(value);
     if percent != value {
         forms.push(percent);
@@ -769,6 +973,18 @@ fn base64(bytes: &[u8], last_two: &[u8; 2]) -> Vec<u8> {
     for group in bytes.chunks_exact(3) {
         let n = u32::from(group[0]) << 16 | u32::from(group[1]) << 8 | u32::from(group[2]);
         out.extend([symbol(n >> 18), symbol(n >> 12), symbol(n >> 6), symbol(n)]);
+    }
+    out
+}
+
+/// Base32 (RFC 4648's alphabet) without padding of `bytes` (whose length is
+/// a multiple of 5).
+fn base32(bytes: &[u8]) -> Vec<u8> {
+    const ALPHABET: &[u8; 32] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+    let mut out = Vec::with_capacity(bytes.len() / 5 * 8);
+    for group in bytes.chunks_exact(5) {
+        let n = group.iter().fold(0u64, |n, &b| n << 8 | u64::from(b));
+        out.extend((0..8).rev().map(|i| ALPHABET[((n >> (i * 5)) & 31) as usize]));
     }
     out
 }
@@ -855,6 +1071,223 @@ mod tests {
         .is_none());
     }
 
+    /// Every spelling of `value` in scope, as a reflecting server writes
+    /// it: case changed, escaped a character at a time (all of it or some,
+    /// in one scheme or several), escaped twice, UTF-16, base32.
+    fn reflected_spellings(value: &str) -> Vec<(&'static str, String)> {
+        let every = |f: &dyn Fn(u8) -> String| value.bytes().map(f).collect::<String>();
+        let some = |f: &dyn Fn(u8) -> String| {
+            value
+                .bytes()
+                .enumerate()
+                .map(|(i, b)| if i % 3 == 1 { f(b) } else { char::from(b).to_string() })
+                .collect::<String>()
+        };
+        let utf16 = |le: bool| {
+            value
+                .encode_utf16()
+                .flat_map(|u| if le { u.to_le_bytes() } else { u.to_be_bytes() })
+                .map(char::from)
+                .collect::<String>()
+        };
+        vec![
+            ("upper case", value.to_uppercase()),
+            (
+                "mixed case",
+                value
+                    .chars()
+                    .enumerate()
+                    .map(|(i, c)| if i % 2 == 0 { c.to_ascii_uppercase() } else { c })
+                    .collect(),
+            ),
+            ("percent, all", every(&|b| format!("%{b:02X}"))),
+            ("percent, lower hex", every(&|b| format!("%{b:02x}"))),
+            ("percent, some", some(&|b| format!("%{b:02X}"))),
+            ("JSON \\u, all", every(&|b| format!("\\u{b:04x}"))),
+            ("JSON \\u, some", some(&|b| format!("\\u{b:04X}"))),
+            ("\\x", every(&|b| format!("\\x{b:02x}"))),
+            ("HTML decimal", every(&|b| format!("&#{b};"))),
+            ("HTML hex", some(&|b| format!("&#x{b:x};"))),
+            (
+                "schemes mixed",
+                value
+                    .bytes()
+                    .enumerate()
+                    .map(|(i, b)| match i % 4 {
+                        0 => format!("%{b:02x}"),
+                        1 => format!("\\u{b:04x}"),
+                        2 => format!("&#{b};"),
+                        _ => char::from(b).to_string(),
+                    })
+                    .collect(),
+            ),
+            ("percent, twice", every(&|b| format!("%25{b:02X}"))),
+            ("JSON in JSON", every(&|b| format!("\\\\u{b:04x}"))),
+            ("upper-cased escapes", every(&|b| format!("%{b:02X}")).to_uppercase()),
+            ("UTF-16LE", utf16(true)),
+            ("UTF-16BE", utf16(false)),
+            ("base32", String::from_utf8(base32(&value.as_bytes()[..value.len() / 5 * 5])).unwrap()),
+            (
+                "base32, lower case",
+                String::from_utf8(base32(&value.as_bytes()[..value.len() / 5 * 5]))
+                    .unwrap()
+                    .to_lowercase(),
+            ),
+            (
+                "base64, upper case",
+                String::from_utf8(base64(&value.as_bytes()[..value.len() / 3 * 3], b"+/"))
+                    .unwrap()
+                    .to_uppercase(),
+            ),
+        ]
+    }
+
+    /// `text` read every way the masker reads it, lower case: a value in
+    /// none of these readings reached no one.
+    fn readings(text: &[u8]) -> Vec<String> {
+        let mut readings = vec![String::from_utf8_lossy(text).to_lowercase()];
+        let once = escapes::decode(text, None, text.len(), true);
+        let twice = escapes::decode(&once.bytes, Some(&once.starts), once.end, true);
+        for reading in [once.bytes, twice.bytes] {
+            readings.push(String::from_utf8_lossy(&reading).to_lowercase());
+        }
+        readings
+    }
+
+    #[test]
+    fn reflected_spellings_are_masked_whole_and_split_anywhere() {
+        let value = "sk-live-real-secret-value-4242";
+        let masker = Arc::new(Masker::new(&[secret(value, "[P]")]).unwrap());
+        for (name, spelling) in reflected_spellings(value) {
+            let text = format!("{{\"echo\": \"{spelling}\", \"then\": 100%}}");
+            let whole = masker.mask_str(&text);
+            assert_eq!(whole, "{\"echo\": \"[P]\", \"then\": 100%}", "{name}");
+            for split in (1..=13).chain([64, 1000]) {
+                let mut stream = masker.stream();
+                let mut out = Vec::new();
+                for piece in text.as_bytes().chunks(split) {
+                    stream.push(piece, &mut out);
+                    // Bounded: the longest form less one byte, in the
+                    // deepest reading, plus the piece.
+                    assert!(stream.held() < 18 * masker.longest + split, "{name}");
+                }
+                stream.finish(&mut out);
+                assert_eq!(String::from_utf8_lossy(&out), whole, "{name}, pieces of {split}");
+            }
+        }
+        // Inside a longer base32 text, at each alignment.
+        for prefix in ["", "u", "us", "use", "user"] {
+            let whole = format!("{prefix}:{value}");
+            let encoded = String::from_utf8(base32(&whole.as_bytes()[..whole.len() / 5 * 5])).unwrap();
+            let masked = masker.mask_str(&encoded);
+            assert!(masked.contains("[P]"), "{prefix}: {masked}");
+        }
+    }
+
+    #[test]
+    fn escaped_text_without_a_value_is_left_byte_for_byte() {
+        let value = "sk-live-real-secret-value-4242";
+        let masker = Arc::new(Masker::new(&[secret(value, "[P]")]).unwrap());
+        let text = "GET /a%20b?q=%73k-live&x=\\u0041 &amp; &#x263a; \\\\ 100% \\uD83D\\uDE00 \
+                    \\uD83D %2 & \\u12 SK-LIVE-REAL-SECRET-VALUE-424 tail";
+        assert_eq!(masker.mask_str(text), text);
+        for split in 1..=9 {
+            let mut stream = masker.stream();
+            let mut out = Vec::new();
+            for piece in text.as_bytes().chunks(split) {
+                stream.push(piece, &mut out);
+            }
+            stream.finish(&mut out);
+            assert_eq!(String::from_utf8_lossy(&out), text, "pieces of {split}");
+        }
+    }
+
+    #[test]
+    fn no_mixture_of_spellings_and_splits_lets_a_value_through() {
+        // Random texts of noise, values in every spelling, and partial
+        // escapes; streamed in random pieces, they come out as in one pass,
+        // and no reading of what comes out holds the value.
+        let value = "Tok3n-with-MiXed_case/and+plus~";
+        let masker = Arc::new(Masker::new(&[secret(value, "<P>")]).unwrap());
+        let spellings: Vec<String> = reflected_spellings(value)
+            .into_iter()
+            .map(|(_, s)| s)
+            .chain([value.to_owned()])
+            .collect();
+        let noise = ["%", "\\", "&", "\\u00", "%7", "&#", "x", " ", "\\\\", "%25", "T", "Tok3n"];
+        let mut seed = 0x5eed_u64;
+        let mut next = |bound: usize| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) as usize % bound
+        };
+        for _ in 0..300 {
+            let mut text = String::new();
+            for _ in 0..1 + next(6) {
+                if next(3) == 0 {
+                    text.push_str(&spellings[next(spellings.len())]);
+                } else {
+                    text.push_str(noise[next(noise.len())]);
+                }
+            }
+            let whole = masker.mask(text.as_bytes());
+            for reading in readings(&whole) {
+                assert!(!reading.contains(&value.to_lowercase()), "{text:?} -> {reading:?}");
+            }
+            let mut stream = masker.stream();
+            let mut out = Vec::new();
+            let mut rest = text.as_bytes();
+            while !rest.is_empty() {
+                let (piece, tail) = rest.split_at((1 + next(12)).min(rest.len()));
+                stream.push(piece, &mut out);
+                rest = tail;
+            }
+            stream.finish(&mut out);
+            assert_eq!(out, whole, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn a_verifier_masks_reflected_spellings_too() {
+        let value = "sk-live-real-secret-value-4242";
+        let held = secret(value, "[P]");
+        let verifier = SecretVerifier::of(&held).unwrap();
+        let gone = DomainSecret {
+            value: None,
+            ..held
+        };
+        let masker =
+            Arc::new(Masker::with_verifiers(std::slice::from_ref(&gone), &[verifier]).unwrap());
+        for (name, spelling) in reflected_spellings(value) {
+            let text = format!("<{spelling}>");
+            assert_eq!(masker.mask_str(&text), "<[P]>", "{name}");
+            let mut stream = masker.stream();
+            let mut out = Vec::new();
+            for piece in text.as_bytes().chunks(5) {
+                stream.push(piece, &mut out);
+            }
+            stream.finish(&mut out);
+            assert_eq!(String::from_utf8_lossy(&out), "<[P]>", "{name}");
+        }
+        // A verifier stored before forms were folded still masks the exact
+        // forms it has.
+        let mut old = SecretVerifier::of(&secret(value, "[P]")).unwrap();
+        let salt = from_hex(&old.salt).unwrap();
+        old.forms = vec![FormDigest {
+            length: value.len(),
+            rolling: prefilter(rolling_hash(value.as_bytes(), old.base)),
+            sha256: to_hex(&salted_sha256(&salt, value.as_bytes())),
+            folded: false,
+        }];
+        let stored = serde_json::to_string(&old).unwrap();
+        assert!(!stored.contains("folded"));
+        let old: SecretVerifier = serde_json::from_str(&stored).unwrap();
+        assert!(old.matches(value));
+        let masker = Masker::with_verifiers(std::slice::from_ref(&gone), &[old]).unwrap();
+        assert_eq!(masker.mask_str(&format!("a {value} b")), "a [P] b");
+    }
+
     #[test]
     fn values_never_print() {
         let value = SecretValue::new("hunter2");
@@ -933,13 +1366,55 @@ mod tests {
             "NODE_EXTRA_CA_CERTS",
             "PIP_CERT",
             "GIT_SSL_CAINFO",
+            // The loader's and the C library's, by class.
+            "LOCPATH",
+            "locpath",
+            "GCONV_PATH",
+            "NLSPATH",
+            "HOSTALIASES",
+            "RESOLV_HOST_CONF",
+            "RES_OPTIONS",
+            "LOCALDOMAIN",
+            "TZDIR",
+            "GLIBC_TUNABLES",
+            "MALLOC_ARENA_MAX",
+            "LC_ALL",
+            "LD_AUDIT",
+            // The shell's.
+            "BASH_XTRACEFD",
+            "SHELLOPTS",
+            "BASHOPTS",
+            "CDPATH",
+            "FPATH",
+            "ZDOTDIR",
+            // Programs started for the user, and where tools read their
+            // configuration.
+            "LESSOPEN",
+            "PAGER",
+            "SSH_ASKPASS",
+            "XDG_CONFIG_HOME",
+            "TERMINFO",
+            // Interpreters'.
+            "PERL5LIB",
+            "PERL_UNICODE",
+            "RUBYLIB",
+            "LUA_INIT",
+            "PHPRC",
+            "NODE_PATH",
+            "GEM_PATH",
+            "SHELLGATE_TOKEN",
         ] {
-            assert_eq!(
-                check_secret(name, good),
-                Err(SecretRefused::ReservedName(name.into())),
+            assert!(
+                matches!(check_secret(name, good), Err(SecretRefused::ReservedName { .. })),
                 "{name}"
             );
         }
+        // The refusal says who reads the name.
+        assert_eq!(
+            check_secret("LOCPATH", good).unwrap_err().to_string(),
+            "LOCPATH is a reserved variable name (read by the dynamic loader and the C \
+             library); give the secret another name"
+        );
         assert!(matches!(
             check_secret("1X", good),
             Err(SecretRefused::InvalidName(_))
@@ -949,6 +1424,10 @@ mod tests {
             "OPENAI_API_KEY",
             "API_TOKEN",
             "PATHFINDER_KEY",
+            "NODE_AUTH_TOKEN",
+            "GEM_HOST_API_KEY",
+            "NPM_TOKEN",
+            "HOMEBREW_GITHUB_API_TOKEN",
         ] {
             assert_eq!(check_secret(name, good), Ok(()), "{name}");
         }

@@ -142,9 +142,10 @@ pub enum Framing {
     Close,
 }
 
-/// A checked `host[:port]`: a reg-name (letters, digits, `-`, `.`, `_`)
-/// or a bracketed IPv6 literal; no userinfo; a port of 1 to 65535 in
-/// digits only.
+/// A checked `host[:port]`: a reg-name (letters, digits, `-`, `.`, `_`;
+/// no empty label, one trailing dot at most) or a bracketed IPv6 literal;
+/// no userinfo; a port of 1 to 65535 in digits only, without a leading
+/// zero.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Authority {
     /// Lowercase, no trailing dot, brackets removed.
@@ -168,7 +169,8 @@ impl std::fmt::Display for Authority {
 }
 
 /// Reads an authority strictly: anything a server might read differently
-/// (`a:443@b`, `:443abc`, `:65536`, two colons, percent-escapes) is refused.
+/// (`a:443@b`, `:443abc`, `:65536`, `:0443`, `a..b`, two colons,
+/// percent-escapes) is refused.
 pub fn parse_authority(text: &str) -> Result<Authority, String> {
     let refuse = |why: &str| Err(format!("{text:?} is not a valid host[:port] ({why})"));
     if text.is_empty() {
@@ -203,12 +205,32 @@ pub fn parse_authority(text: &str) -> Result<Authority, String> {
         {
             return refuse("a host name is letters, digits, '-', '.' and '_'");
         }
+        // One spelling per name: `a.test.` (the absolute form) is
+        // `a.test`, but `a.test..`, `a..test` or `.a.test` are no names
+        // at all, and a resolver or server may read them as another.
+        let labels = host.strip_suffix('.').unwrap_or(host);
+        if labels.len() > 253
+            || labels
+                .split('.')
+                .any(|label| label.is_empty() || label.len() > 63)
+        {
+            return refuse(
+                "a host name is labels of 1 to 63 characters, 253 in all, with one trailing \
+                 dot at most",
+            );
+        }
         (host, port)
     };
     let port = match port {
         None => None,
         Some(port) => {
-            if port.is_empty() || port.len() > 5 || !port.bytes().all(|b| b.is_ascii_digit()) {
+            // Digits only and no leading zero: `0443` is read as 443 by
+            // some and as octal or refused by others.
+            if port.is_empty()
+                || port.len() > 5
+                || port.starts_with('0')
+                || !port.bytes().all(|b| b.is_ascii_digit())
+            {
                 return refuse("the port is 1 to 65535, digits only");
             }
             match port.parse::<u16>() {
@@ -1252,9 +1274,28 @@ pub(crate) mod tests {
             "[::1]x",
             "a test",
             "a.test:00000443",
+            // One spelling per name and per port: no empty label, one
+            // trailing dot at most, no leading zero.
+            "a.test..:443",
+            "a.test..",
+            "a..test:443",
+            ".a.test:443",
+            ".",
+            "a.test:0443",
+            "a.test:0",
+            "a.test:00",
+            "[::1]:080",
+            &format!("{}.test", "a".repeat(64)),
+            &format!("{}test", "a.".repeat(127)),
         ] {
             assert!(parse_authority(bad).is_err(), "{bad:?}");
         }
+        // The absolute form (one trailing dot) is the same name.
+        assert_eq!(
+            parse_authority("a.test.:443").unwrap(),
+            parse_authority("a.test:443").unwrap()
+        );
+        assert_eq!(parse_authority("a.test:8080").unwrap().port, Some(8080));
     }
 
     fn encode_chunked(data: &[u8], size: usize) -> Vec<u8> {
