@@ -41,11 +41,26 @@ def test_never_ask_runs_the_command_here_and_the_model_answers(server, workdir):
     # The model's answer on stdout; the command and its live output on stderr.
     assert done.stdout.startswith("Done: ") and "made here" in done.stdout, done.stdout
     assert "$ echo made here" in done.stderr and str(workdir) in done.stderr
-    [record] = records
+    # The decision is written before the command runs, its outcome after.
+    decided, record = records
+    assert decided["stage"] == "decided" and "outcome" not in decided
+    assert decided["decision"] == "approved" and decided["command"] == record["command"]
+    assert record["stage"] == "done"
     assert record["decision"] == "approved" and record["by"] == "never-ask"
     assert record["outcome"] == {"type": "exit", "exit_code": 0}
     assert record["command"].startswith("echo made here") and record["cwd"] == str(workdir)
     assert record["response_id"].startswith("resp_") and record["call_id"]
+
+
+def test_a_command_is_on_record_before_it_runs(server, workdir):
+    """A command that ends `shellgate local` itself (here it kills its
+    parent; `kill -9 -1` or a reboot do as much) still has its audit line:
+    the decision is written before the command starts."""
+    done, records = local(server, workdir, "Execute: kill -KILL $PPID", "--approve", "never-ask")
+    assert done.returncode == -9, (done.returncode, done.stderr)
+    [record] = records
+    assert record["stage"] == "decided" and record["decision"] == "approved"
+    assert record["command"].startswith("kill -KILL $PPID") and record["by"] == "never-ask"
 
 
 def test_auto_runs_what_the_policy_allows_and_rejects_the_rest(server, workdir):
@@ -268,7 +283,7 @@ def test_sandbox_keeps_the_host_read_only_but_the_working_directory(server, work
         assert "Network is unreachable" in first or "Connection refused" in first or "denied" in first, first
         # The second command ran in the same container: the background
         # process is still there, the data directory is hidden (empty).
-        assert [r["sandbox"] for r in records] == [True, True]
+        assert [r["sandbox"] for r in records if r["stage"] == "done"] == [True, True]
         assert "1\nuser\ninside\n0\n" in done.stdout.replace("\\n", "\n"), done.stdout
         # The sandbox is gone after the run.
         left = list((data_dir / "oneshot").glob("*/containers/*"))

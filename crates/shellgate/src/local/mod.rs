@@ -461,6 +461,26 @@ async fn run_loop(
             for command in &call.commands {
                 let shown = command.display();
                 let decision = judge.decide(&shown)?;
+                let entry = |stage: &str| {
+                    json!({
+                        "time": unix_seconds(),
+                        "stage": stage,
+                        "base_url": args.base_url,
+                        "model": args.model,
+                        "response_id": response_id,
+                        "call_id": call.call_id,
+                        "command": shown,
+                        "cwd": cwd.to_string_lossy(),
+                        "sandbox": sandbox.is_some(),
+                        "decision": if decision.approved { "approved" } else { "denied" },
+                        "by": decision.by,
+                    })
+                };
+                if decision.approved {
+                    // Written before the command runs: one that ends this
+                    // process (`kill -9 -1`, a reboot) is still on record.
+                    audit.record(entry("decided"))?;
+                }
                 let result = if decision.approved {
                     if !args.json {
                         // Dimmed on a terminal; a pipe or a file gets no
@@ -514,20 +534,16 @@ async fn run_loop(
                         1,
                     )
                 };
-                audit.record(json!({
-                    "time": unix_seconds(),
-                    "base_url": args.base_url,
-                    "model": args.model,
-                    "response_id": response_id,
-                    "call_id": call.call_id,
-                    "command": shown,
-                    "cwd": cwd.to_string_lossy(),
-                    "sandbox": sandbox.is_some(),
-                    "decision": if decision.approved { "approved" } else { "denied" },
-                    "by": decision.by,
-                    "outcome": if decision.approved { outcome_json(&result) } else { json!({"type": "not_run"}) },
-                    "duration_ms": result.duration_ms,
-                }))?;
+                // An approved command's outcome follows its decision; a
+                // denied one's decision is its only line.
+                let mut done = entry(if decision.approved { "done" } else { "decided" });
+                done["outcome"] = if decision.approved {
+                    outcome_json(&result)
+                } else {
+                    json!({"type": "not_run"})
+                };
+                done["duration_ms"] = json!(result.duration_ms);
+                audit.record(done)?;
                 results.push(result);
             }
             outputs.push(if args.legacy {

@@ -10,6 +10,7 @@
 //! not parse is never allowed.
 
 mod destructive;
+mod inline_code;
 pub mod syntax;
 
 use std::path::Path;
@@ -19,6 +20,103 @@ use regex::Regex;
 use serde::Deserialize;
 
 use syntax::{Script, SimpleCommand, Word, WordKind};
+
+/// How many scripts inside interpreters' code inside scripts the deny
+/// list reads.
+const MAX_CODE_NESTING: usize = 4;
+
+/// The words `command` runs from its word `start` on, when the words
+/// before it are wrappers: as many lists as the wrappers make of it. After
+/// `find`, `{}` is each starting point (`find / -exec rm -rf {} +` runs
+/// `rm -rf /`); after `xargs`, the items of its known input are appended
+/// (or put for its `-I` string): `echo / | xargs rm -rf` runs `rm -rf /`.
+fn run_as(command: &SimpleCommand, start: usize) -> Vec<Vec<Word>> {
+    let words = &command.words;
+    let mut lists = vec![words[start..].to_vec()];
+    let before = &words[..start];
+    if let Some(find) = before
+        .iter()
+        .position(|w| destructive::basename(&w.text) == "find")
+    {
+        let args: Vec<&str> = words[find + 1..].iter().map(|w| w.text.as_str()).collect();
+        let starts = destructive::find_starts(&args);
+        lists = lists
+            .iter()
+            .flat_map(|list| starts.iter().map(move |s| replaced(list, "{}", s)))
+            .collect();
+    }
+    if let (Some(xargs), Some(input)) = (
+        before
+            .iter()
+            .position(|w| destructive::basename(&w.text) == "xargs"),
+        command.input.as_deref(),
+    ) {
+        let items: Vec<&str> = input
+            .split(|c: char| c.is_whitespace() || c == '\0')
+            .map(|item| item.trim_matches(['\'', '"']))
+            .filter(|item| !item.is_empty())
+            .collect();
+        let options: Vec<&str> = words[xargs + 1..start].iter().map(|w| w.text.as_str()).collect();
+        lists = match xargs_replace(&options) {
+            Some(pattern) => lists
+                .iter()
+                .flat_map(|list| items.iter().map(move |item| replaced(list, pattern, item)))
+                .collect(),
+            None => lists
+                .into_iter()
+                .map(|mut list| {
+                    list.extend(items.iter().map(|item| literal_word(item)));
+                    list
+                })
+                .collect(),
+        };
+    }
+    lists
+}
+
+/// `xargs`'s replace string, if its options set one (`-I R`, `-IR`, `-i`,
+/// `--replace[=R]`).
+fn xargs_replace<'a>(options: &[&'a str]) -> Option<&'a str> {
+    let mut options = options.iter();
+    while let Some(&option) = options.next() {
+        match option {
+            "-I" => return options.next().copied(),
+            "-i" | "--replace" => return Some("{}"),
+            _ => {
+                if let Some(pattern) = option
+                    .strip_prefix("--replace=")
+                    .or_else(|| option.strip_prefix("-I"))
+                    .or_else(|| option.strip_prefix("-i"))
+                {
+                    return Some(pattern);
+                }
+            }
+        }
+    }
+    None
+}
+
+/// `list` with `pattern` in every word's text replaced by `with`.
+fn replaced(list: &[Word], pattern: &str, with: &str) -> Vec<Word> {
+    list.iter()
+        .map(|word| {
+            if word.text.contains(pattern) {
+                literal_word(&word.text.replace(pattern, with))
+            } else {
+                word.clone()
+            }
+        })
+        .collect()
+}
+
+/// A word whose value is its text (one the deny list made).
+fn literal_word(text: &str) -> Word {
+    Word {
+        text: text.to_owned(),
+        canonical: crate::quote::shell_quote(text),
+        kind: WordKind::Literal,
+    }
+}
 
 /// A rule: the command's first words are `prefix`'s, or its normalised
 /// line matches `regex`.
@@ -176,7 +274,7 @@ impl Policy {
             Ok(script) => script,
             Err(unparsable) => return Verdict::Unparsable(unparsable.to_string()),
         };
-        if let Some(rule) = self.denial(&script) {
+        if let Some(rule) = self.denial(&script, 0) {
             return Verdict::Denied(rule);
         }
         match self.vouch(&script) {
@@ -186,9 +284,11 @@ impl Policy {
     }
 
     /// The first deny rule any part of the script breaks: its structure
-    /// (a fork bomb), or any simple command, also past wrappers
-    /// (`sudo`, `env`, ...) and inside the scripts it runs (`bash -c`).
-    fn denial(&self, script: &Script) -> Option<String> {
+    /// (a fork bomb), or any simple command, also past wrappers (`sudo`,
+    /// `env`, `xargs`, `find -exec`, ...) as the command they run, inside
+    /// the scripts it runs (`bash -c`) and the code an interpreter is
+    /// given (`python3 -c`), `depth` scripts deep.
+    fn denial(&self, script: &Script, depth: usize) -> Option<String> {
         if let Some(rule) = script.destructive.first() {
             return Some((*rule).to_owned());
         }
@@ -203,12 +303,18 @@ impl Policy {
                 .is_some_and(|w| syntax::WRAPPERS.contains(&destructive::basename(&w.text)));
             let starts = if wrapped { command.words.len() } else { 1 };
             (0..starts.min(command.words.len()))
-                .find_map(|start| self.denial_of(&command.words[start..]))
-                .or_else(|| command.inner.as_ref().and_then(|i| self.denial(&i.script)))
+                .flat_map(|start| run_as(command, start))
+                .find_map(|words| self.denial_of(&words, command.input.as_deref(), depth))
+                .or_else(|| {
+                    command
+                        .inner
+                        .as_ref()
+                        .and_then(|i| self.denial(&i.script, depth))
+                })
         })
     }
 
-    fn denial_of(&self, words: &[Word]) -> Option<String> {
+    fn denial_of(&self, words: &[Word], input: Option<&str>, depth: usize) -> Option<String> {
         // The words bash runs: a pattern's braces expanded (`rm -rf
         // /{usr,etc}`), its globs matched against system paths later.
         let expanded: Vec<String> = words
@@ -222,10 +328,22 @@ impl Policy {
         if let Some(rule) = destructive::check(&texts) {
             return Some(rule.to_owned());
         }
-        self.deny
+        if let Some(rule) = self.deny.iter().find(|r| r.denies(words)) {
+            return Some(rule.name.clone());
+        }
+        // Code an interpreter runs: its calls, and the command lines it
+        // hands to a shell, judged as commands.
+        let code = inline_code::code_of(&texts, input)?;
+        if let Some(rule) = inline_code::check(&code) {
+            return Some(rule.to_owned());
+        }
+        if depth >= MAX_CODE_NESTING {
+            return None;
+        }
+        inline_code::shell_lines(&code)
             .iter()
-            .find(|r| r.denies(words))
-            .map(|r| r.name.clone())
+            .filter_map(|line| syntax::parse(line).ok())
+            .find_map(|script| self.denial(&script, depth + 1))
     }
 
     /// The rules that vouch for every part of the script, or why none
@@ -539,6 +657,111 @@ mod tests {
             "rm -rf ./u*",
             "a() { b; }; b() { a; }",
             "a() { b | b & }; b() { ls; }",
+        ] {
+            assert!(!denied(&p, command), "{command:?}: {:?}", p.judge(command));
+        }
+    }
+
+    #[test]
+    fn commands_run_through_pipes_wrappers_and_interpreters_are_judged_as_what_they_run() {
+        let p = Policy::load(None).unwrap();
+        let rule = |command: &str| match p.judge(command) {
+            Verdict::Denied(rule) => rule,
+            other => panic!("{command:?} was not denied: {other:?}"),
+        };
+        for (command, expected) in [
+            // xargs runs its command with the items it reads.
+            ("xargs rm -rf <<< /", destructive::REMOVE_TREE),
+            ("echo / | xargs rm -rf", destructive::REMOVE_TREE),
+            ("echo /usr /tmp | xargs -n1 rm -rf", destructive::REMOVE_TREE),
+            ("printf '/\n' | xargs rm -r", destructive::REMOVE_TREE),
+            ("echo / | sudo xargs rm -rf", destructive::REMOVE_TREE),
+            ("echo /etc | xargs -I{} rm -rf {}", destructive::REMOVE_TREE),
+            ("echo /etc | xargs -I % rm -rf %", destructive::REMOVE_TREE),
+            ("xargs rm -rf <<EOF
+/
+EOF", destructive::REMOVE_TREE),
+            ("xargs -0 rm -rf <<< \"$HOME\"", destructive::REMOVE_TREE),
+            ("echo ~root | xargs rm -rf", destructive::REMOVE_TREE),
+            // find runs `-exec`'s command with `{}` as what it found, and
+            // `-delete` removes the tree.
+            ("find / -delete", destructive::REMOVE_TREE),
+            ("find /usr -name '*' -delete", destructive::REMOVE_TREE),
+            ("find -L ~ -delete", destructive::REMOVE_TREE),
+            ("find / -exec rm -rf {} +", destructive::REMOVE_TREE),
+            ("find / -mindepth 1 -execdir rm -rf {} \\;", destructive::REMOVE_TREE),
+            ("sudo find /etc -exec rm -r {} +", destructive::REMOVE_TREE),
+            ("find /dev/sda -exec shred {} +", destructive::DISK_WRITE),
+            // Another user's home is a home.
+            ("rm -rf ~root", destructive::REMOVE_TREE),
+            ("rm -rf ~alice/", destructive::REMOVE_TREE),
+            // Interpreters' inline code.
+            ("perl -MFile::Path -e 'rmtree(\"/\")'", destructive::REMOVE_TREE),
+            ("perl -e 'use File::Path; rmtree \"/\"'", destructive::REMOVE_TREE),
+            ("python3 -c 'import shutil; shutil.rmtree(\"/\")'", destructive::REMOVE_TREE),
+            ("python3 -c \"import shutil,os; shutil.rmtree(os.path.expanduser('~'))\"", destructive::REMOVE_TREE),
+            ("ruby -rfileutils -e 'FileUtils.rm_rf(\"/\")'", destructive::REMOVE_TREE),
+            ("node -e 'require(\"fs\").rmSync(\"/\", {recursive: true})'", destructive::REMOVE_TREE),
+            ("python3 <<'EOF'\nimport shutil\nshutil.rmtree('/etc')\nEOF", destructive::REMOVE_TREE),
+            ("echo 'import shutil; shutil.rmtree(\"/\")' | python3", destructive::REMOVE_TREE),
+            ("python3 -c 'import os; os.system(\"rm -rf /\")'", destructive::REMOVE_TREE),
+            ("python3 -c 'import subprocess; subprocess.run([\"rm\", \"-rf\", \"/\"])'", destructive::REMOVE_TREE),
+            ("perl -e 'system(\"mkfs.ext4 /dev/sda1\")'", destructive::MAKE_FS),
+            ("awk 'BEGIN { system(\"rm -rf /\") }'", destructive::REMOVE_TREE),
+            ("bash -c \"python3 -c 'import shutil; shutil.rmtree(\\\"/\\\")'\"", destructive::REMOVE_TREE),
+            ("python3 -c 'import os\nwhile True:\n    os.fork()'", destructive::FORK_BOMB),
+            ("python3 -c 'import os\nwhile 1: os.fork()'", destructive::FORK_BOMB),
+            ("perl -e 'fork while fork'", destructive::FORK_BOMB),
+            ("ruby -e 'loop { fork }'", destructive::FORK_BOMB),
+            ("python3 -c 'import os; os.kill(-1, 9)'", destructive::KILL_ALL),
+            // Disks and the kernel's controls.
+            ("shred /dev/sda", destructive::DISK_WRITE),
+            ("shred -n 1 -z /dev/nvme0n1", destructive::DISK_WRITE),
+            ("blkdiscard /dev/sdb", destructive::DISK_WRITE),
+            ("echo c > /proc/sysrq-trigger", destructive::KERNEL_CONTROL),
+            ("echo b >/proc//sysrq-trigger", destructive::KERNEL_CONTROL),
+            ("echo o | sudo tee /proc/sysrq-trigger", destructive::KERNEL_CONTROL),
+            ("dd if=/dev/zero of=/dev/mem", destructive::KERNEL_CONTROL),
+            ("python3 -c 'open(\"/proc/sysrq-trigger\", \"w\").write(\"c\")'", destructive::KERNEL_CONTROL),
+            // init, and every process.
+            ("kill -9 1", destructive::KILL_ALL),
+            ("kill -9 -1", destructive::KILL_ALL),
+            ("kill -KILL -1", destructive::KILL_ALL),
+            ("kill -s KILL 1", destructive::KILL_ALL),
+            ("kill -- -1", destructive::KILL_ALL),
+            ("kill 1", destructive::KILL_ALL),
+            ("sudo kill -9 1", destructive::KILL_ALL),
+            ("killall5 -9", destructive::KILL_ALL),
+            ("pkill -9 systemd", destructive::KILL_ALL),
+        ] {
+            assert_eq!(rule(command), expected, "{command:?}");
+        }
+        // Near misses: ordinary commands that look alike stay allowed.
+        for command in [
+            "rm -rf ./build",
+            "rm -rf ~/project/target",
+            "rm -rf ~root/.cache/pip",
+            "find . -name '*.pyc' -delete",
+            "find . -name node_modules -type d -prune -exec rm -rf {} +",
+            "find /tmp/work -delete",
+            "find / -name core",
+            "echo ./build | xargs rm -rf",
+            "find . -name '*.o' | xargs rm -f",
+            "xargs rm -rf < dirs.txt",
+            "echo / | xargs ls",
+            "kill -9 1234",
+            "kill -0 1",
+            "kill -TERM %1",
+            "kill -l",
+            "kill -9 -1234",
+            "python3 -c 'import shutil; shutil.rmtree(\"build\")'",
+            "python3 -c 'import os; print(os.getpid())'",
+            "python3 -c 'print(open(\"/dev/sda\", \"rb\").read(512))'",
+            "perl -e 'print \"hello\\n\"'",
+            "python3 script.py -c 'shutil.rmtree(\"/\")'",
+            "cat /proc/sysrq-trigger",
+            "shred secret.txt",
+            "echo / ; xargs rm -rf < list",
         ] {
             assert!(!denied(&p, command), "{command:?}: {:?}", p.judge(command));
         }

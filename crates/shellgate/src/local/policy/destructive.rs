@@ -2,7 +2,11 @@
 //! allowed, in every approval mode, matched on a simple command's words
 //! after quote removal (`rm -rf "/"` is `rm -rf /`, `mk""fs` is `mkfs`),
 //! with long and short options alike (`rm --recursive --force /` is
-//! `rm -rf /`). A guard against accidents, not a boundary: a command that
+//! `rm -rf /`): a recursive removal of `/`, a home (`~`, `~root`) or a
+//! system directory (by `rm -r` or `find -delete`), `mkfs`, writes to
+//! disks (`dd`, `shred`, ...) and to the kernel's controls
+//! (`/proc/sysrq-trigger`), a kill of init or of every process, shutdown,
+//! recursive `chmod`/`chown` of system paths. A guard against accidents, not a boundary: a command that
 //! builds its words at run time (`$(echo rm) ...`) is not seen here, and
 //! `--approve auto` never runs such a command unasked anyway.
 
@@ -13,12 +17,32 @@ pub const DISK_WRITE: &str = "builtin:write-to-disk";
 pub const FORK_BOMB: &str = "builtin:fork-bomb";
 pub const POWER: &str = "builtin:shutdown";
 pub const PERMISSIONS: &str = "builtin:chmod-chown-system-path";
+pub const KILL_ALL: &str = "builtin:kill-init-or-every-process";
+pub const KERNEL_CONTROL: &str = "builtin:write-to-kernel-control";
 
 /// Top-level directories whose removal (or recursive re-permissioning)
 /// wrecks the machine.
 const SYSTEM_DIRS: &[&str] = &[
     "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/opt", "/proc", "/root",
     "/sbin", "/srv", "/sys", "/usr", "/var",
+];
+
+/// Files whose writing drives the kernel (or the hardware) directly:
+/// `echo c > /proc/sysrq-trigger` crashes the machine, `echo o` powers it
+/// off; `/dev/mem` and `/dev/port` are the machine's memory and I/O ports.
+const KERNEL_CONTROLS: &[&str] = &[
+    "/proc/sysrq-trigger",
+    "/proc/sys/kernel/sysrq",
+    "/dev/mem",
+    "/dev/kmem",
+    "/dev/port",
+    "/sys/power/state",
+    "/sys/kernel/kexec_load",
+];
+
+/// Programs that overwrite or discard what a device holds.
+const DEVICE_WIPERS: &[&str] = &[
+    "shred", "blkdiscard", "sgdisk", "sfdisk", "fdisk", "parted", "hdparm", "badblocks", "cryptsetup",
 ];
 
 /// The built-in rule a command's words (assignments left out) break.
@@ -29,6 +53,18 @@ pub fn check(words: &[&str]) -> Option<&'static str> {
         "rm" if has_option(args, 'r', "recursive") || has_option(args, 'R', "recursive") => {
             operands(args).any(is_system_path).then_some(REMOVE_TREE)
         }
+        // `find / -delete` removes the tree under each starting point, as
+        // `rm -r` would (what `-exec` runs is judged by the caller with
+        // `{}` as each starting point).
+        "find" if args.contains(&"-delete") => find_starts(args)
+            .into_iter()
+            .any(is_system_path)
+            .then_some(REMOVE_TREE),
+        "kill" | "pkill" | "killall" | "killall5" => kills_everything(name, args).then_some(KILL_ALL),
+        _ if DEVICE_WIPERS.contains(&name) => args
+            .iter()
+            .any(|a| is_disk(a) || a.split_once('=').is_some_and(|(_, v)| is_disk(v)))
+            .then_some(DISK_WRITE),
         "shutdown" | "reboot" | "halt" | "poweroff" => Some(POWER),
         "systemctl" | "init" | "telinit"
             if args
@@ -37,14 +73,23 @@ pub fn check(words: &[&str]) -> Option<&'static str> {
         {
             Some(POWER)
         }
-        "dd" => args
-            .iter()
-            .any(|a| {
-                a.strip_prefix("of=")
+        "dd" => {
+            let target = args.iter().find_map(|a| a.strip_prefix("of="));
+            if target.is_some_and(is_kernel_control) {
+                Some(KERNEL_CONTROL)
+            } else {
+                target
                     .is_some_and(|t| t.starts_with("/dev/"))
-            })
-            .then_some(DD_DEVICE),
-        "tee" | "cp" => args.iter().any(|a| is_disk(a)).then_some(DISK_WRITE),
+                    .then_some(DD_DEVICE)
+            }
+        }
+        "tee" | "cp" => {
+            if operands(args).any(is_kernel_control) {
+                Some(KERNEL_CONTROL)
+            } else {
+                args.iter().any(|a| is_disk(a)).then_some(DISK_WRITE)
+            }
+        }
         "chmod" | "chown" | "chgrp" => {
             let recursive = has_option(args, 'R', "recursive");
             operands(args)
@@ -55,6 +100,69 @@ pub fn check(words: &[&str]) -> Option<&'static str> {
             Some(MAKE_FS)
         }
         _ => None,
+    }
+}
+
+/// `find`'s starting points: the words before its first expression (an
+/// option, a test, `(` or `!`), past its own `-H`, `-L`, `-P`, `-D opts`
+/// and `-Olevel`; `.` when there are none.
+pub fn find_starts<'a>(args: &[&'a str]) -> Vec<&'a str> {
+    let mut rest = args;
+    loop {
+        match rest.first() {
+            Some(&"-H" | &"-L" | &"-P") => rest = &rest[1..],
+            Some(&"-D") => rest = rest.get(2..).unwrap_or_default(),
+            Some(option) if option.starts_with("-O") => rest = &rest[1..],
+            _ => break,
+        }
+    }
+    let starts: Vec<&str> = rest
+        .iter()
+        .copied()
+        .take_while(|a| !(a.starts_with('-') || matches!(*a, "(" | "!" | ",")))
+        .collect();
+    if starts.is_empty() {
+        vec!["."]
+    } else {
+        starts
+    }
+}
+
+/// Whether a `kill` (or `pkill`, `killall`) sends a signal to init or to
+/// every process: a pid of 1 or -1 (`kill -9 -1`, `kill -- -1`, `kill -s
+/// KILL 1`), `killall5`, or a name of init's (`pkill systemd`). Signal 0
+/// only asks whether a process exists.
+fn kills_everything(name: &str, args: &[&str]) -> bool {
+    match name {
+        "killall5" => !args.contains(&"-0"),
+        "pkill" | "killall" => operands(args).any(|a| matches!(a, "init" | "systemd" | "1")),
+        _ => {
+            let mut signal_zero = false;
+            let mut pids = Vec::new();
+            let mut signal_given = false;
+            let mut after_dashes = false;
+            let mut words = args.iter();
+            while let Some(&word) = words.next() {
+                if after_dashes {
+                    pids.push(word);
+                } else if word == "--" {
+                    after_dashes = true;
+                } else if matches!(word, "-s" | "-n") {
+                    signal_zero |= words.next().is_some_and(|s| *s == "0");
+                    signal_given = true;
+                } else if matches!(word, "-l" | "-L" | "--list" | "--table") {
+                    return false;
+                } else if let Some(signal) = word.strip_prefix('-').filter(|_| !signal_given) {
+                    // The first `-X` is the signal (`-9`, `-KILL`, `-0`);
+                    // after it, `-1` is a pid (every process).
+                    signal_zero |= signal == "0";
+                    signal_given = true;
+                } else {
+                    pids.push(word);
+                }
+            }
+            !signal_zero && pids.iter().any(|p| matches!(*p, "1" | "-1"))
+        }
     }
 }
 
@@ -89,13 +197,14 @@ fn operands<'a>(args: &'a [&'a str]) -> impl Iterator<Item = &'a str> + 'a {
 }
 
 /// A path with `//`, `/./`, `/..` and a trailing `/` folded, and `$HOME`
-/// written as `~`.
+/// or another user's home (`~root`, `~alice`) written as `~`.
 fn normalise(path: &str) -> String {
     let (root, rest) = if let Some(rest) = path.strip_prefix('/') {
         ("/", rest)
-    } else if let Some(rest) = ["~", "$HOME", "${HOME}"]
+    } else if let Some(rest) = ["$HOME", "${HOME}"]
         .iter()
         .find_map(|home| path.strip_prefix(home))
+        .or_else(|| home_of_a_user(path))
         .filter(|rest| rest.is_empty() || rest.starts_with('/'))
     {
         ("~", rest)
@@ -120,9 +229,30 @@ fn normalise(path: &str) -> String {
     }
 }
 
-/// `/`, `~`, a top-level system directory, or everything in one (`/*`);
-/// a glob is one if it can match one (`/u*`, `/[e]tc`, `/??r`).
-fn is_system_path(path: &str) -> bool {
+/// What follows `~` or `~USER` (a user name as bash reads one in a tilde
+/// prefix), if `path` starts with one: a home directory, the current
+/// user's or another's (`~root` is `/root`).
+fn home_of_a_user(path: &str) -> Option<&str> {
+    let rest = path.strip_prefix('~')?;
+    let name_end = rest.find('/').unwrap_or(rest.len());
+    let name = &rest[..name_end];
+    name.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+        .then_some(&rest[name_end..])
+        // `~+` and `~-` are the current and the previous directory.
+        .filter(|_| !name.starts_with(['-', '+']))
+}
+
+/// A file whose writing drives the kernel or the hardware directly.
+pub fn is_kernel_control(path: &str) -> bool {
+    let path = normalise(path);
+    KERNEL_CONTROLS.contains(&path.as_str())
+}
+
+/// `/`, `~` (or a user's home), a top-level system directory, or
+/// everything in one (`/*`); a glob is one if it can match one (`/u*`,
+/// `/[e]tc`, `/??r`).
+pub fn is_system_path(path: &str) -> bool {
     let path = normalise(path);
     let dir = match path.strip_suffix("/*") {
         Some("") => "/",
@@ -309,6 +439,46 @@ mod tests {
         assert_eq!(check(&words("chown -R me ./x")), None);
         assert_eq!(check(&words("tee /dev/nvme0n1")), Some(DISK_WRITE));
         assert!(is_disk("/dev/sda") && !is_disk("/dev/null"));
+    }
+
+    #[test]
+    fn kills_homes_devices_and_kernel_controls() {
+        for (command, rule) in [
+            ("kill -9 1", KILL_ALL),
+            ("kill -9 -1", KILL_ALL),
+            ("kill -HUP -- -1", KILL_ALL),
+            ("kill -n 9 1", KILL_ALL),
+            ("/bin/kill 1", KILL_ALL),
+            ("rm -rf ~root", REMOVE_TREE),
+            ("rm -rf ~bob/.", REMOVE_TREE),
+            ("chown -R me ~root", PERMISSIONS),
+            ("shred /dev/sda", DISK_WRITE),
+            ("sgdisk --zap-all /dev/nvme0n1", DISK_WRITE),
+            ("cp /dev/zero /dev/sda", DISK_WRITE),
+            ("tee /proc/sysrq-trigger", KERNEL_CONTROL),
+            ("dd of=/dev/port", KERNEL_CONTROL),
+            ("find / -delete", REMOVE_TREE),
+            ("find -H /etc -delete", REMOVE_TREE),
+        ] {
+            assert_eq!(check(&words(command)), Some(rule), "{command}");
+        }
+        for command in [
+            "kill -9 1234",
+            "kill -1",
+            "kill -0 1",
+            "kill -s 0 -1",
+            "kill -l 1",
+            "rm -rf ~+",
+            "rm -rf ~root/.cache",
+            "shred ./secret",
+            "find . -delete",
+            "find / -name x",
+        ] {
+            assert_eq!(check(&words(command)), None, "{command}");
+        }
+        assert_eq!(find_starts(&["-L", "/a", "b", "-name", "x"]), ["/a", "b"]);
+        assert_eq!(find_starts(&["-name", "x"]), ["."]);
+        assert!(is_kernel_control("/proc/./sysrq-trigger") && !is_kernel_control("/proc/cpuinfo"));
     }
 
     #[test]

@@ -4,8 +4,11 @@
 //! conditionals, substitutions and `bash -c` scripts), each word after
 //! quote removal, with every part a rule cannot vouch for (expansions,
 //! substitutions, writes to files, function definitions, constructs this
-//! module does not handle) noted as a concern, and the structurally
-//! destructive ones (fork bombs, writes to disks) noted for the deny list.
+//! module does not handle) noted as a concern, the structurally
+//! destructive ones (fork bombs, writes to disks and to the kernel's
+//! controls) noted for the deny list, and what a command's standard input
+//! is known to carry (a here-string, a literal here-document, an `echo`
+//! before it in a pipeline) kept for the deny list to read.
 //!
 //! Anything tree-sitter cannot read completely, and anything it reads
 //! differently from bash as far as this module can tell (text between
@@ -83,6 +86,11 @@ pub struct SimpleCommand {
     pub words: Vec<Word>,
     /// The script it runs, when it is a shell's `-c SCRIPT` (or `eval`).
     pub inner: Option<Box<Inner>>,
+    /// What its standard input is known to carry, for the deny list (what
+    /// `xargs` appends, the code an interpreter reads): a here-string or a
+    /// here-document that expands nothing, or the words of an `echo` or
+    /// `printf` before it in a pipeline.
+    pub input: Option<String>,
 }
 
 /// A script a command runs (`bash -c SCRIPT`), read as a script.
@@ -156,6 +164,7 @@ fn parse_nested(source: &str, nesting: usize) -> Result<Script, Unparsable> {
         script: Script::default(),
         functions: Vec::new(),
         defined: Vec::new(),
+        piped: None,
     };
     walker.walk(root)?;
     if forks_without_end(&walker.defined) {
@@ -306,6 +315,9 @@ struct Walker<'s> {
     functions: Vec<FunctionScan>,
     /// Every function defined, once its body is walked.
     defined: Vec<FunctionScan>,
+    /// What the command about to be walked reads from the pipe before it
+    /// (see [`SimpleCommand::input`]).
+    piped: Option<String>,
 }
 
 /// The tokens of compound commands and lists that need no judging.
@@ -355,7 +367,9 @@ impl<'s> Walker<'s> {
             | "do_group" => self.structure(node),
             "command" => self.command(node),
             "function_definition" => self.function(node),
-            "file_redirect" | "heredoc_redirect" | "herestring_redirect" => self.redirect(node),
+            "file_redirect" | "heredoc_redirect" | "herestring_redirect" => {
+                self.redirect(node).map(|_| ())
+            }
             "comment" => Ok(()),
             "variable_assignment" | "variable_assignments" => {
                 self.concern("it sets a shell variable".into());
@@ -421,8 +435,33 @@ impl<'s> Walker<'s> {
     fn structure(&mut self, node: Node) -> Result<(), Unparsable> {
         let mut cursor = node.walk();
         let children: Vec<Node> = node.children(&mut cursor).collect();
+        let pipeline = node.kind() == "pipeline";
+        // The simple command a redirected statement's body is (its
+        // here-document is that command's input).
+        let mut body: Option<usize> = None;
+        // What the last stage of a pipeline writes to the next, if known.
+        let mut output: Option<String> = None;
         for child in children {
+            if pipeline && child.is_named() {
+                self.piped = output.take();
+            }
             match child.kind() {
+                "heredoc_redirect" | "herestring_redirect" if node.kind() == "redirected_statement" => {
+                    let input = self.redirect(child)?;
+                    if let (Some(input), Some(body)) = (input, body) {
+                        if let Some(command) = self.script.commands.get_mut(body) {
+                            command.input = Some(input);
+                        }
+                    }
+                }
+                "command" => {
+                    self.walk(child)?;
+                    let last = self.script.commands.len().checked_sub(1);
+                    body = last;
+                    output = last
+                        .and_then(|i| self.script.commands.get(i))
+                        .and_then(known_output);
+                }
                 // The loop variable of `for NAME in ...` is assigned
                 // like `NAME=...` (`for HOME in ./x; do git status; done`
                 // points git at another config), and its value can only
@@ -438,11 +477,13 @@ impl<'s> Walker<'s> {
                 }
                 _ => self.walk(child)?,
             }
+            self.piped = None;
         }
         Ok(())
     }
 
     fn command(&mut self, node: Node) -> Result<(), Unparsable> {
+        let mut input = self.piped.take();
         let mut assignments = Vec::new();
         let mut words = Vec::new();
         let mut cursor = node.walk();
@@ -461,7 +502,13 @@ impl<'s> Walker<'s> {
                     words.push(self.word(name)?);
                 }
                 "file_redirect" | "heredoc_redirect" | "herestring_redirect" => {
-                    self.redirect(child)?
+                    // A redirection of standard input replaces the pipe.
+                    let reads = matches!(child.kind(), "heredoc_redirect" | "herestring_redirect")
+                        || self.text(child).starts_with('<');
+                    let known = self.redirect(child)?;
+                    if reads {
+                        input = known;
+                    }
                 }
                 "comment" => {}
                 _ => words.push(self.word(child)?),
@@ -475,6 +522,7 @@ impl<'s> Walker<'s> {
             assignments,
             words,
             inner,
+            input,
         });
         Ok(())
     }
@@ -586,7 +634,10 @@ impl<'s> Walker<'s> {
         Ok(())
     }
 
-    fn redirect(&mut self, node: Node) -> Result<(), Unparsable> {
+    /// Judges a redirection; returns what it gives the command's standard
+    /// input, when that is known (a here-string or here-document that
+    /// expands nothing).
+    fn redirect(&mut self, node: Node) -> Result<Option<String>, Unparsable> {
         if let Some(name) = named_descriptor(self.source, node.start_byte()) {
             // `{NAME}>FILE` opens a descriptor and stores its number in
             // NAME (for a builtin, in the shell itself): an assignment,
@@ -594,10 +645,11 @@ impl<'s> Walker<'s> {
             self.concern(format!("it sets the shell variable {name}"));
         }
         match node.kind() {
-            "file_redirect" => self.file_redirect(node),
+            "file_redirect" => self.file_redirect(node).map(|_| None),
             "herestring_redirect" => {
                 let mut cursor = node.walk();
                 let children: Vec<Node> = node.named_children(&mut cursor).collect();
+                let mut input = String::new();
                 for child in children {
                     if child.kind() == "file_descriptor" {
                         continue;
@@ -606,8 +658,12 @@ impl<'s> Walker<'s> {
                     if word.kind == WordKind::Dynamic {
                         self.concern(format!("it expands `{}`", self.text(child)));
                     }
+                    // As written, expansions too: `$HOME` is read as the
+                    // home directory it names.
+                    input.push_str(&word.text);
                 }
-                Ok(())
+                input.push('\n');
+                Ok(Some(input))
             }
             _ => self.heredoc(node),
         }
@@ -637,6 +693,11 @@ impl<'s> Walker<'s> {
                     if super::destructive::is_disk(&word.text) {
                         self.script.destructive.push(super::destructive::DISK_WRITE);
                     }
+                    if super::destructive::is_kernel_control(&word.text) {
+                        self.script
+                            .destructive
+                            .push(super::destructive::KERNEL_CONTROL);
+                    }
                     let discarded = word.kind == WordKind::Literal
                         && matches!(
                             word.text.as_str(),
@@ -661,7 +722,7 @@ impl<'s> Walker<'s> {
     /// `<<WORD` / `<<-WORD`: a body with expansions (the delimiter not
     /// quoted) is a concern, and its substitutions are walked. tree-sitter
     /// hangs the rest of the line (`cat <<EOF | wc`) under the redirect.
-    fn heredoc(&mut self, node: Node) -> Result<(), Unparsable> {
+    fn heredoc(&mut self, node: Node) -> Result<Option<String>, Unparsable> {
         let mut cursor = node.walk();
         let children: Vec<Node> = node.children(&mut cursor).collect();
         // A quoted delimiter (`<<'EOF'`, `<<"EOF"`, `<<E\OF`) keeps the
@@ -675,6 +736,7 @@ impl<'s> Walker<'s> {
             .iter()
             .find(|c| c.kind() == "heredoc_start")
             .map(|start| self.text(*start).replace(['\'', '"', '\\'], ""));
+        let mut input = None;
         for child in children {
             match child.kind() {
                 "<<" | "<<-" | "heredoc_start" => {}
@@ -702,6 +764,9 @@ impl<'s> Walker<'s> {
                     if !quoted && has_expansion(self.text(child)) {
                         self.concern("the here-document expands its text".into());
                     }
+                    // As written (expansions and all): what the command
+                    // reads, for the deny list.
+                    input = Some(self.text(child).to_owned());
                     let mut body_cursor = child.walk();
                     let parts: Vec<Node> = child.named_children(&mut body_cursor).collect();
                     for part in parts {
@@ -717,7 +782,7 @@ impl<'s> Walker<'s> {
                 _ => self.walk(child)?,
             }
         }
-        Ok(())
+        Ok(input)
     }
 
     /// `NAME=VALUE` as one word.
@@ -820,6 +885,31 @@ impl<'s> Walker<'s> {
         } else {
             word.literal(&unescape_double_quoted(content));
         }
+    }
+}
+
+/// What a simple command writes to its standard output, when its words
+/// tell (`echo` and `printf`, their words as written, `printf`'s `\n`
+/// made line breaks): what the next command of a pipeline reads.
+fn known_output(command: &SimpleCommand) -> Option<String> {
+    let (name, args) = command.words.split_first()?;
+    let words = || args.iter().map(|w| w.text.as_str());
+    match basename(&name.text) {
+        "echo" => Some(
+            words()
+                .skip_while(|w| matches!(*w, "-n" | "-e" | "-E" | "-ne" | "-en"))
+                .collect::<Vec<_>>()
+                .join(" ")
+                + "\n",
+        ),
+        "printf" => Some(
+            words()
+                .filter(|w| *w != "--")
+                .collect::<Vec<_>>()
+                .join(" ")
+                .replace("\\n", "\n"),
+        ),
+        _ => None,
     }
 }
 
@@ -1101,3 +1191,4 @@ fn digits(
     }
     (count > 0 || radix == 8).then_some(value)
 }
+
