@@ -145,7 +145,8 @@ def test_auto_runs_a_compound_line_whose_every_command_is_allowed(server, workdi
     done, records = local(server, workdir, "Execute: git status >/dev/null 2>&1; cat notes.txt | cat - && ls",
                           "--approve", "auto", "--policy", str(policy))
     assert done.returncode == 0, done.stderr
-    [record] = records
+    decided, record = records
+    assert decided["stage"] == "decided" and record["stage"] == "done"
     assert record["decision"] == "approved", record
     assert record["by"] == "policy allow prefix:git status, regex:^cat [^;&|]+$, prefix:ls"
     assert "a note" in done.stdout and "notes.txt" in done.stdout
