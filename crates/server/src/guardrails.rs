@@ -63,6 +63,8 @@ impl Guardrails {
                 },
                 pattern,
                 action,
+                // An operator's rule means every match it makes.
+                exempt_mentions: false,
             }]);
             let slot = if rule.project == "*" {
                 guardrails.everyone.entry(target).or_default()
