@@ -56,7 +56,11 @@ enum Escape {
     /// The text ends inside what may be an escape.
     Cut,
     /// An escape of `length` input bytes meaning `bytes` (at most 4).
-    Decoded { length: usize, bytes: [u8; 4], count: usize },
+    Decoded {
+        length: usize,
+        bytes: [u8; 4],
+        count: usize,
+    },
 }
 
 /// `input` (a raw text, or an earlier reading whose byte `i` came from raw
@@ -294,8 +298,19 @@ mod tests {
     #[test]
     fn what_is_no_escape_stays_as_it_is() {
         for raw in [
-            "100% sure", "%zz", "\\n\\q", "\\uZZZZ", "\\uDE00x", "\\uD83Dx", "\\uD83D\\u0041",
-            "&#;", "&#xZ;", "&nbsp;", "& then", "&#12345678901234;", "\\U00110000",
+            "100% sure",
+            "%zz",
+            "\\n\\q",
+            "\\uZZZZ",
+            "\\uDE00x",
+            "\\uD83Dx",
+            "\\uD83D\\u0041",
+            "&#;",
+            "&#xZ;",
+            "&nbsp;",
+            "& then",
+            "&#12345678901234;",
+            "\\U00110000",
         ] {
             let decoded = decode(raw.as_bytes(), None, raw.len(), true);
             assert!(
@@ -310,7 +325,19 @@ mod tests {
 
     #[test]
     fn an_escape_cut_by_the_end_of_a_piece_waits_for_the_rest() {
-        for raw in ["ab%7", "ab%", "ab\\", "ab\\u00", "ab\\uD83D", "ab\\uD83D\\", "ab\\uD83D\\uDE", "ab&#1", "ab&am", "ab&", "ab\\x"] {
+        for raw in [
+            "ab%7",
+            "ab%",
+            "ab\\",
+            "ab\\u00",
+            "ab\\uD83D",
+            "ab\\uD83D\\",
+            "ab\\uD83D\\uDE",
+            "ab&#1",
+            "ab&am",
+            "ab&",
+            "ab\\x",
+        ] {
             let decoded = decode(raw.as_bytes(), None, raw.len(), false);
             assert_eq!(text(&decoded), "ab", "{raw:?}");
             assert_eq!(decoded.end, 2, "{raw:?}");

@@ -22,9 +22,9 @@
 
 pub mod budget;
 mod connection;
-pub(crate) mod escapes;
 pub mod denials;
 pub mod dns;
+pub(crate) mod escapes;
 pub(crate) mod exchange;
 pub mod intercept;
 pub mod policy;

@@ -246,7 +246,9 @@ pub enum SecretRefused {
          digit, at most 128 characters)"
     )]
     InvalidName(String),
-    #[error("{name} is a reserved variable name (read by {read_by}); give the secret another name")]
+    #[error(
+        "{name} is a reserved variable name (read by {read_by}); give the secret another name"
+    )]
     ReservedName { name: String, read_by: &'static str },
     #[error(
         "the value of secret {name} is {length} bytes; at least {MIN_VALUE_BYTES} are required \
@@ -984,7 +986,11 @@ fn base32(bytes: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(bytes.len() / 5 * 8);
     for group in bytes.chunks_exact(5) {
         let n = group.iter().fold(0u64, |n, &b| n << 8 | u64::from(b));
-        out.extend((0..8).rev().map(|i| ALPHABET[((n >> (i * 5)) & 31) as usize]));
+        out.extend(
+            (0..8)
+                .rev()
+                .map(|i| ALPHABET[((n >> (i * 5)) & 31) as usize]),
+        );
     }
     out
 }
@@ -1080,7 +1086,13 @@ mod tests {
             value
                 .bytes()
                 .enumerate()
-                .map(|(i, b)| if i % 3 == 1 { f(b) } else { char::from(b).to_string() })
+                .map(|(i, b)| {
+                    if i % 3 == 1 {
+                        f(b)
+                    } else {
+                        char::from(b).to_string()
+                    }
+                })
                 .collect::<String>()
         };
         let utf16 = |le: bool| {
@@ -1097,7 +1109,13 @@ mod tests {
                 value
                     .chars()
                     .enumerate()
-                    .map(|(i, c)| if i % 2 == 0 { c.to_ascii_uppercase() } else { c })
+                    .map(|(i, c)| {
+                        if i % 2 == 0 {
+                            c.to_ascii_uppercase()
+                        } else {
+                            c
+                        }
+                    })
                     .collect(),
             ),
             ("percent, all", every(&|b| format!("%{b:02X}"))),
@@ -1123,10 +1141,16 @@ mod tests {
             ),
             ("percent, twice", every(&|b| format!("%25{b:02X}"))),
             ("JSON in JSON", every(&|b| format!("\\\\u{b:04x}"))),
-            ("upper-cased escapes", every(&|b| format!("%{b:02X}")).to_uppercase()),
+            (
+                "upper-cased escapes",
+                every(&|b| format!("%{b:02X}")).to_uppercase(),
+            ),
             ("UTF-16LE", utf16(true)),
             ("UTF-16BE", utf16(false)),
-            ("base32", String::from_utf8(base32(&value.as_bytes()[..value.len() / 5 * 5])).unwrap()),
+            (
+                "base32",
+                String::from_utf8(base32(&value.as_bytes()[..value.len() / 5 * 5])).unwrap(),
+            ),
             (
                 "base32, lower case",
                 String::from_utf8(base32(&value.as_bytes()[..value.len() / 5 * 5]))
@@ -1172,13 +1196,18 @@ mod tests {
                     assert!(stream.held() < 18 * masker.longest + split, "{name}");
                 }
                 stream.finish(&mut out);
-                assert_eq!(String::from_utf8_lossy(&out), whole, "{name}, pieces of {split}");
+                assert_eq!(
+                    String::from_utf8_lossy(&out),
+                    whole,
+                    "{name}, pieces of {split}"
+                );
             }
         }
         // Inside a longer base32 text, at each alignment.
         for prefix in ["", "u", "us", "use", "user"] {
             let whole = format!("{prefix}:{value}");
-            let encoded = String::from_utf8(base32(&whole.as_bytes()[..whole.len() / 5 * 5])).unwrap();
+            let encoded =
+                String::from_utf8(base32(&whole.as_bytes()[..whole.len() / 5 * 5])).unwrap();
             let masked = masker.mask_str(&encoded);
             assert!(masked.contains("[P]"), "{prefix}: {masked}");
         }
@@ -1214,7 +1243,9 @@ mod tests {
             .map(|(_, s)| s)
             .chain([value.to_owned()])
             .collect();
-        let noise = ["%", "\\", "&", "\\u00", "%7", "&#", "x", " ", "\\\\", "%25", "T", "Tok3n"];
+        let noise = [
+            "%", "\\", "&", "\\u00", "%7", "&#", "x", " ", "\\\\", "%25", "T", "Tok3n",
+        ];
         let mut seed = 0x5eed_u64;
         let mut next = |bound: usize| {
             seed = seed
@@ -1233,7 +1264,10 @@ mod tests {
             }
             let whole = masker.mask(text.as_bytes());
             for reading in readings(&whole) {
-                assert!(!reading.contains(&value.to_lowercase()), "{text:?} -> {reading:?}");
+                assert!(
+                    !reading.contains(&value.to_lowercase()),
+                    "{text:?} -> {reading:?}"
+                );
             }
             let mut stream = masker.stream();
             let mut out = Vec::new();
@@ -1405,7 +1439,10 @@ mod tests {
             "SHELLGATE_TOKEN",
         ] {
             assert!(
-                matches!(check_secret(name, good), Err(SecretRefused::ReservedName { .. })),
+                matches!(
+                    check_secret(name, good),
+                    Err(SecretRefused::ReservedName { .. })
+                ),
                 "{name}"
             );
         }

@@ -33,7 +33,10 @@ fn decode(line: &str) -> String {
             rest = after;
         } else if let Some(after) = rest.strip_prefix("{tags:") {
             let (text, after) = after.split_once('}').unwrap();
-            out.extend(text.chars().map(|c| char::from_u32(0xE0000 + u32::from(c)).unwrap()));
+            out.extend(
+                text.chars()
+                    .map(|c| char::from_u32(0xE0000 + u32::from(c)).unwrap()),
+            );
             rest = after;
         } else if let Some(after) = rest.strip_prefix("{reversed:") {
             let (text, after) = after.split_once('}').unwrap();
@@ -89,7 +92,10 @@ fn the_built_in_rules_on_the_benign_and_attack_corpora() {
         detected,
         attacks.len(),
         percent(detected, attacks.len()),
-        attacks.iter().filter(|(marked, text)| *marked && blocked(text)).count(),
+        attacks
+            .iter()
+            .filter(|(marked, text)| *marked && blocked(text))
+            .count(),
         attacks.iter().filter(|(marked, _)| *marked).count(),
     );
     for text in &false_positives {
@@ -105,7 +111,10 @@ fn the_built_in_rules_on_the_benign_and_attack_corpora() {
         .filter(|(marked, _)| *marked)
         .map(|(_, text)| text)
         .collect();
-    assert!(missed_marked.is_empty(), "marked injections passed: {missed_marked:#?}");
+    assert!(
+        missed_marked.is_empty(),
+        "marked injections passed: {missed_marked:#?}"
+    );
     assert!(
         detected >= DETECTED_AT_LEAST,
         "{detected} injections blocked, fewer than {DETECTED_AT_LEAST}"

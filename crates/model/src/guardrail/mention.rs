@@ -91,7 +91,9 @@ pub(super) fn is_mention(text: &str, start: usize, end: usize) -> bool {
 }
 
 /// Words before a full stop that do not end a sentence.
-const ABBREVIATIONS: &[&str] = &["e.g", "i.e", "etc", "vs", "cf", "eg", "ie", "mr", "mrs", "dr"];
+const ABBREVIATIONS: &[&str] = &[
+    "e.g", "i.e", "etc", "vs", "cf", "eg", "ie", "mr", "mrs", "dr",
+];
 
 /// Whether a sentence ends at byte `at` of `text` (a `.`, `!`, `?` before
 /// white space or the end, not after an abbreviation or a lone letter; or
@@ -181,7 +183,10 @@ fn opening(before: &str, open: char, close: char) -> Option<usize> {
 }
 
 fn word_char_before(text: &str, at: usize) -> bool {
-    text[..at].chars().next_back().is_some_and(char::is_alphanumeric)
+    text[..at]
+        .chars()
+        .next_back()
+        .is_some_and(char::is_alphanumeric)
 }
 
 fn word_char_after(text: &str, at: usize) -> bool {

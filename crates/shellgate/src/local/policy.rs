@@ -56,7 +56,10 @@ fn run_as(command: &SimpleCommand, start: usize) -> Vec<Vec<Word>> {
             .map(|item| item.trim_matches(['\'', '"']))
             .filter(|item| !item.is_empty())
             .collect();
-        let options: Vec<&str> = words[xargs + 1..start].iter().map(|w| w.text.as_str()).collect();
+        let options: Vec<&str> = words[xargs + 1..start]
+            .iter()
+            .map(|w| w.text.as_str())
+            .collect();
         lists = match xargs_replace(&options) {
             Some(pattern) => lists
                 .iter()
@@ -673,14 +676,20 @@ mod tests {
             // xargs runs its command with the items it reads.
             ("xargs rm -rf <<< /", destructive::REMOVE_TREE),
             ("echo / | xargs rm -rf", destructive::REMOVE_TREE),
-            ("echo /usr /tmp | xargs -n1 rm -rf", destructive::REMOVE_TREE),
+            (
+                "echo /usr /tmp | xargs -n1 rm -rf",
+                destructive::REMOVE_TREE,
+            ),
             ("printf '/\n' | xargs rm -r", destructive::REMOVE_TREE),
             ("echo / | sudo xargs rm -rf", destructive::REMOVE_TREE),
             ("echo /etc | xargs -I{} rm -rf {}", destructive::REMOVE_TREE),
             ("echo /etc | xargs -I % rm -rf %", destructive::REMOVE_TREE),
-            ("xargs rm -rf <<EOF
+            (
+                "xargs rm -rf <<EOF
 /
-EOF", destructive::REMOVE_TREE),
+EOF",
+                destructive::REMOVE_TREE,
+            ),
             ("xargs -0 rm -rf <<< \"$HOME\"", destructive::REMOVE_TREE),
             ("echo ~root | xargs rm -rf", destructive::REMOVE_TREE),
             // find runs `-exec`'s command with `{}` as what it found, and
@@ -689,40 +698,97 @@ EOF", destructive::REMOVE_TREE),
             ("find /usr -name '*' -delete", destructive::REMOVE_TREE),
             ("find -L ~ -delete", destructive::REMOVE_TREE),
             ("find / -exec rm -rf {} +", destructive::REMOVE_TREE),
-            ("find / -mindepth 1 -execdir rm -rf {} \\;", destructive::REMOVE_TREE),
+            (
+                "find / -mindepth 1 -execdir rm -rf {} \\;",
+                destructive::REMOVE_TREE,
+            ),
             ("sudo find /etc -exec rm -r {} +", destructive::REMOVE_TREE),
             ("find /dev/sda -exec shred {} +", destructive::DISK_WRITE),
             // Another user's home is a home.
             ("rm -rf ~root", destructive::REMOVE_TREE),
             ("rm -rf ~alice/", destructive::REMOVE_TREE),
             // Interpreters' inline code.
-            ("perl -MFile::Path -e 'rmtree(\"/\")'", destructive::REMOVE_TREE),
-            ("perl -e 'use File::Path; rmtree \"/\"'", destructive::REMOVE_TREE),
-            ("python3 -c 'import shutil; shutil.rmtree(\"/\")'", destructive::REMOVE_TREE),
-            ("python3 -c \"import shutil,os; shutil.rmtree(os.path.expanduser('~'))\"", destructive::REMOVE_TREE),
-            ("ruby -rfileutils -e 'FileUtils.rm_rf(\"/\")'", destructive::REMOVE_TREE),
-            ("node -e 'require(\"fs\").rmSync(\"/\", {recursive: true})'", destructive::REMOVE_TREE),
-            ("python3 <<'EOF'\nimport shutil\nshutil.rmtree('/etc')\nEOF", destructive::REMOVE_TREE),
-            ("echo 'import shutil; shutil.rmtree(\"/\")' | python3", destructive::REMOVE_TREE),
-            ("python3 -c 'import os; os.system(\"rm -rf /\")'", destructive::REMOVE_TREE),
-            ("python3 -c 'import subprocess; subprocess.run([\"rm\", \"-rf\", \"/\"])'", destructive::REMOVE_TREE),
-            ("perl -e 'system(\"mkfs.ext4 /dev/sda1\")'", destructive::MAKE_FS),
-            ("awk 'BEGIN { system(\"rm -rf /\") }'", destructive::REMOVE_TREE),
-            ("bash -c \"python3 -c 'import shutil; shutil.rmtree(\\\"/\\\")'\"", destructive::REMOVE_TREE),
-            ("python3 -c 'import os\nwhile True:\n    os.fork()'", destructive::FORK_BOMB),
-            ("python3 -c 'import os\nwhile 1: os.fork()'", destructive::FORK_BOMB),
+            (
+                "perl -MFile::Path -e 'rmtree(\"/\")'",
+                destructive::REMOVE_TREE,
+            ),
+            (
+                "perl -e 'use File::Path; rmtree \"/\"'",
+                destructive::REMOVE_TREE,
+            ),
+            (
+                "python3 -c 'import shutil; shutil.rmtree(\"/\")'",
+                destructive::REMOVE_TREE,
+            ),
+            (
+                "python3 -c \"import shutil,os; shutil.rmtree(os.path.expanduser('~'))\"",
+                destructive::REMOVE_TREE,
+            ),
+            (
+                "ruby -rfileutils -e 'FileUtils.rm_rf(\"/\")'",
+                destructive::REMOVE_TREE,
+            ),
+            (
+                "node -e 'require(\"fs\").rmSync(\"/\", {recursive: true})'",
+                destructive::REMOVE_TREE,
+            ),
+            (
+                "python3 <<'EOF'\nimport shutil\nshutil.rmtree('/etc')\nEOF",
+                destructive::REMOVE_TREE,
+            ),
+            (
+                "echo 'import shutil; shutil.rmtree(\"/\")' | python3",
+                destructive::REMOVE_TREE,
+            ),
+            (
+                "python3 -c 'import os; os.system(\"rm -rf /\")'",
+                destructive::REMOVE_TREE,
+            ),
+            (
+                "python3 -c 'import subprocess; subprocess.run([\"rm\", \"-rf\", \"/\"])'",
+                destructive::REMOVE_TREE,
+            ),
+            (
+                "perl -e 'system(\"mkfs.ext4 /dev/sda1\")'",
+                destructive::MAKE_FS,
+            ),
+            (
+                "awk 'BEGIN { system(\"rm -rf /\") }'",
+                destructive::REMOVE_TREE,
+            ),
+            (
+                "bash -c \"python3 -c 'import shutil; shutil.rmtree(\\\"/\\\")'\"",
+                destructive::REMOVE_TREE,
+            ),
+            (
+                "python3 -c 'import os\nwhile True:\n    os.fork()'",
+                destructive::FORK_BOMB,
+            ),
+            (
+                "python3 -c 'import os\nwhile 1: os.fork()'",
+                destructive::FORK_BOMB,
+            ),
             ("perl -e 'fork while fork'", destructive::FORK_BOMB),
             ("ruby -e 'loop { fork }'", destructive::FORK_BOMB),
-            ("python3 -c 'import os; os.kill(-1, 9)'", destructive::KILL_ALL),
+            (
+                "python3 -c 'import os; os.kill(-1, 9)'",
+                destructive::KILL_ALL,
+            ),
             // Disks and the kernel's controls.
             ("shred /dev/sda", destructive::DISK_WRITE),
             ("shred -n 1 -z /dev/nvme0n1", destructive::DISK_WRITE),
             ("blkdiscard /dev/sdb", destructive::DISK_WRITE),
             ("echo c > /proc/sysrq-trigger", destructive::KERNEL_CONTROL),
             ("echo b >/proc//sysrq-trigger", destructive::KERNEL_CONTROL),
-            ("echo o | sudo tee /proc/sysrq-trigger", destructive::KERNEL_CONTROL),
+            (
+                "echo o | sudo tee /proc/sysrq-trigger",
+                destructive::KERNEL_CONTROL,
+            ),
             ("dd if=/dev/zero of=/dev/mem", destructive::KERNEL_CONTROL),
-            ("python3 -c 'open(\"/proc/sysrq-trigger\", \"w\").write(\"c\")'", destructive::KERNEL_CONTROL),
+            (
+                "python3 -c 'open(\"/proc/sysrq-trigger\", \"w\").write(\"c\")'",
+                destructive::KERNEL_CONTROL,
+            ),
             // init, and every process.
             ("kill -9 1", destructive::KILL_ALL),
             ("kill -9 -1", destructive::KILL_ALL),

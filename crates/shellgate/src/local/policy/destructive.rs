@@ -42,7 +42,15 @@ const KERNEL_CONTROLS: &[&str] = &[
 
 /// Programs that overwrite or discard what a device holds.
 const DEVICE_WIPERS: &[&str] = &[
-    "shred", "blkdiscard", "sgdisk", "sfdisk", "fdisk", "parted", "hdparm", "badblocks", "cryptsetup",
+    "shred",
+    "blkdiscard",
+    "sgdisk",
+    "sfdisk",
+    "fdisk",
+    "parted",
+    "hdparm",
+    "badblocks",
+    "cryptsetup",
 ];
 
 /// The built-in rule a command's words (assignments left out) break.
@@ -60,7 +68,9 @@ pub fn check(words: &[&str]) -> Option<&'static str> {
             .into_iter()
             .any(is_system_path)
             .then_some(REMOVE_TREE),
-        "kill" | "pkill" | "killall" | "killall5" => kills_everything(name, args).then_some(KILL_ALL),
+        "kill" | "pkill" | "killall" | "killall5" => {
+            kills_everything(name, args).then_some(KILL_ALL)
+        }
         _ if DEVICE_WIPERS.contains(&name) => args
             .iter()
             .any(|a| is_disk(a) || a.split_once('=').is_some_and(|(_, v)| is_disk(v)))

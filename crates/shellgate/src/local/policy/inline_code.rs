@@ -213,8 +213,7 @@ static TREE_REMOVAL: LazyLock<Option<Regex>> =
 
 /// A process-creating call, and a loop that does not end: together, a
 /// fork bomb (every child runs the same loop).
-static FORK_CALL: LazyLock<Option<Regex>> =
-    LazyLock::new(|| Regex::new(r"\bfork\b").ok());
+static FORK_CALL: LazyLock<Option<Regex>> = LazyLock::new(|| Regex::new(r"\bfork\b").ok());
 static ENDLESS_LOOP: LazyLock<Option<Regex>> = LazyLock::new(|| {
     Regex::new(
         r"(?x)
@@ -276,9 +275,7 @@ pub fn check(code: &str) -> Option<&'static str> {
                 .filter(|a| !a.is_empty())
                 .collect();
             // Signal 0 only asks whether a process exists.
-            if arguments.iter().any(|a| matches!(*a, "1" | "-1"))
-                && !arguments.contains(&"0")
-            {
+            if arguments.iter().any(|a| matches!(*a, "1" | "-1")) && !arguments.contains(&"0") {
                 return Some(destructive::KILL_ALL);
             }
         }
@@ -342,10 +339,8 @@ pub fn shell_lines(code: &str) -> Vec<String> {
     let mut argv: Vec<&str> = Vec::new();
     let mut last_end = None;
     for (start, end, literal) in &found {
-        let adjacent = last_end.is_some_and(|last: usize| {
-            code.get(last..*start)
-                .is_some_and(|gap| gap.trim() == ",")
-        });
+        let adjacent = last_end
+            .is_some_and(|last: usize| code.get(last..*start).is_some_and(|gap| gap.trim() == ","));
         if !adjacent && argv.len() > 1 {
             lines.push(quoted(&argv));
         }
@@ -478,9 +473,16 @@ mod tests {
         let lines = shell_lines("import os, subprocess; os.system('rm -rf /'); subprocess.run([\"rm\", \"-rf\", \"/\"]); print(\"a\\\"b\")");
         assert!(lines.contains(&"rm -rf /".to_owned()), "{lines:?}");
         assert!(lines.contains(&"rm -rf /".to_owned()));
-        assert!(lines.iter().any(|l| l == "rm -rf /" || l == "rm '-rf' /"), "{lines:?}");
+        assert!(
+            lines.iter().any(|l| l == "rm -rf /" || l == "rm '-rf' /"),
+            "{lines:?}"
+        );
         assert!(lines.contains(&"a\"b".to_owned()), "{lines:?}");
         let argv = shell_lines("system('rm', '-rf', '/etc')");
-        assert!(argv.iter().any(|l| l.contains("rm") && l.contains("/etc") && l.contains("-rf")), "{argv:?}");
+        assert!(
+            argv.iter()
+                .any(|l| l.contains("rm") && l.contains("/etc") && l.contains("-rf")),
+            "{argv:?}"
+        );
     }
 }

@@ -446,7 +446,9 @@ impl<'s> Walker<'s> {
                 self.piped = output.take();
             }
             match child.kind() {
-                "heredoc_redirect" | "herestring_redirect" if node.kind() == "redirected_statement" => {
+                "heredoc_redirect" | "herestring_redirect"
+                    if node.kind() == "redirected_statement" =>
+                {
                     let input = self.redirect(child)?;
                     if let (Some(input), Some(body)) = (input, body) {
                         if let Some(command) = self.script.commands.get_mut(body) {
@@ -1191,4 +1193,3 @@ fn digits(
     }
     (count > 0 || radix == 8).then_some(value)
 }
-
