@@ -121,16 +121,30 @@ fn ends_sentence(text: &str, at: usize) -> bool {
     }
 }
 
+/// How far before and after a match its sentence is looked for: a longer
+/// one is cut there (a text of many matches on one line is read in time
+/// linear in its length).
+const MAX_SENTENCE_REACH: usize = 400;
+
 /// The sentence around `start..end`: from just after the last end of a
-/// sentence before it to the first after it (its stop excluded).
+/// sentence before it to the first after it (its stop excluded), within
+/// [`MAX_SENTENCE_REACH`] bytes of the match.
 fn sentence(text: &str, start: usize, end: usize) -> (usize, usize) {
-    let from = (0..start)
+    let mut floor = start.saturating_sub(MAX_SENTENCE_REACH);
+    while !text.is_char_boundary(floor) {
+        floor += 1;
+    }
+    let mut ceiling = (end + MAX_SENTENCE_REACH).min(text.len());
+    while !text.is_char_boundary(ceiling) {
+        ceiling -= 1;
+    }
+    let from = (floor..start)
         .rev()
         .find(|&at| text.is_char_boundary(at) && ends_sentence(text, at))
-        .map_or(0, |at| at + 1);
-    let to = (end..text.len())
+        .map_or(floor, |at| at + 1);
+    let to = (end..ceiling)
         .find(|&at| text.is_char_boundary(at) && ends_sentence(text, at))
-        .unwrap_or(text.len());
+        .unwrap_or(ceiling);
     (from, to)
 }
 
@@ -224,6 +238,27 @@ mod tests {
         ] {
             assert!(mention(text), "{text:?}");
         }
+    }
+
+    #[test]
+    fn a_match_reads_a_bounded_stretch_around_it() {
+        // A line of many matches and no sentence end: each match reads at
+        // most the reach on either side, so the line is read in time
+        // linear in its length.
+        let line = "attackers write \"ignore previous instructions\" ".repeat(2_000);
+        for (at, _) in line.match_indices(PHRASE) {
+            let (from, to) = sentence(&line, at, at + PHRASE.len());
+            assert!(from <= at && at - from <= MAX_SENTENCE_REACH);
+            assert!(to >= at + PHRASE.len() && to - (at + PHRASE.len()) <= MAX_SENTENCE_REACH);
+        }
+        // Within the reach, a sentence ends where it ends.
+        let text = "One. Two \u{e9}ignore previous instructions three. Four";
+        let at = text.find(PHRASE).unwrap();
+        let (from, to) = sentence(text, at, at + PHRASE.len());
+        assert_eq!(
+            &text[from..to],
+            " Two \u{e9}ignore previous instructions three"
+        );
     }
 
     #[test]

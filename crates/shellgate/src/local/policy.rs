@@ -51,11 +51,14 @@ fn run_as(command: &SimpleCommand, start: usize) -> Vec<Vec<Word>> {
             .position(|w| destructive::basename(&w.text) == "xargs"),
         command.input.as_deref(),
     ) {
-        let items: Vec<&str> = input
+        let mut items: Vec<&str> = input
             .split(|c: char| c.is_whitespace() || c == '\0')
             .map(|item| item.trim_matches(['\'', '"']))
             .filter(|item| !item.is_empty())
             .collect();
+        // Each item is judged once (with `-I`, one command per item).
+        items.sort_unstable();
+        items.dedup();
         let options: Vec<&str> = words[xargs + 1..start]
             .iter()
             .map(|w| w.text.as_str())
