@@ -734,7 +734,8 @@ impl Masker {
         }
     }
 
-    /// Masks the start of `pending` (all of it at the stream's `end`):
+    /// Masks the start of `pending` (all of it once the stream is
+    /// `finished`):
     /// writes the decided part to `out` and returns how many bytes of
     /// `pending` that was. `masked` is how many of its first bytes a match
     /// decided earlier already covers (given out as nothing: the match's
@@ -748,8 +749,14 @@ impl Masker {
     /// longest pattern less one byte (so every match starting before it
     /// lies whole in what has arrived), and which starts an escape in
     /// every reading (so the next push reads the rest as this one did).
-    fn mask_into(&self, pending: &[u8], end: bool, masked: &mut usize, out: &mut Vec<u8>) -> usize {
-        let hold = if end {
+    fn mask_into(
+        &self,
+        pending: &[u8],
+        finished: bool,
+        masked: &mut usize,
+        out: &mut Vec<u8>,
+    ) -> usize {
+        let hold = if finished {
             0
         } else {
             self.longest.saturating_sub(1)
@@ -766,8 +773,8 @@ impl Masker {
             if !escapes::has_escapes(bytes) {
                 break;
             }
-            let decoded = escapes::decode(bytes, starts, decided, end);
-            if !end {
+            let decoded = escapes::decode(bytes, starts, decided, finished);
+            if !finished {
                 // Each reading's bytes come from at least as many raw
                 // ones, so a deeper reading's point is never after a
                 // shallower one's: the smallest starts an escape in all.
