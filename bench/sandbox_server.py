@@ -28,7 +28,8 @@ class Server:
     """The server, healthy once constructed; `data_dir` (else a temporary
     directory, removed by `stop`) holds its data."""
 
-    def __init__(self, data_dir: Path = None):
+    def __init__(self, data_dir: Path = None, **settings: str):
+        """`settings` are further server settings (`SHELLGATE_<NAME>`)."""
         self.own_dir = data_dir is None
         self.dir = Path(tempfile.mkdtemp(prefix="sg-bench-")) if data_dir is None else data_dir
         self.port = free_port()
@@ -38,6 +39,7 @@ class Server:
             "SHELLGATE_BUILD_DEFAULT_IMAGE": "false",
             "SHELLGATE_LOG": "warn",
         }
+        env.update({f"SHELLGATE_{name.upper()}": str(value) for name, value in settings.items()})
         self.process = subprocess.Popen(
             [str(BINARY), "--data-dir", str(self.dir), "serve", "--listen", f"127.0.0.1:{self.port}"],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

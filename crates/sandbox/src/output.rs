@@ -58,12 +58,18 @@ impl CappedOutput {
             self.tail_start = 0;
             return;
         }
-        for &byte in chunk {
+        // Into the ring, a slice at a time: first what fills it, then over
+        // its oldest bytes from `tail_start` on, wrapping at its end.
+        while !chunk.is_empty() {
             if self.tail.len() < self.limit {
-                self.tail.push(byte);
+                let take = chunk.len().min(self.limit - self.tail.len());
+                self.tail.extend_from_slice(&chunk[..take]);
+                chunk = &chunk[take..];
             } else {
-                self.tail[self.tail_start] = byte;
-                self.tail_start = (self.tail_start + 1) % self.limit;
+                let take = chunk.len().min(self.limit - self.tail_start);
+                self.tail[self.tail_start..self.tail_start + take].copy_from_slice(&chunk[..take]);
+                self.tail_start = (self.tail_start + take) % self.limit;
+                chunk = &chunk[take..];
             }
         }
     }

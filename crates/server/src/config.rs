@@ -99,6 +99,12 @@ pub struct Config {
     pub max_memory_per_project: ByteSize,
     /// Exec requests a project may have running at once (429 beyond).
     pub max_execs_per_project: u32,
+    /// Streams of one process's output (server-sent events, WebSockets,
+    /// E2B's `Start` and `Connect`) open at once (429 beyond).
+    pub max_streams_per_process: u32,
+    /// Streams of process output a project may have open at once, on all
+    /// its processes (429 beyond).
+    pub max_streams_per_project: u32,
     /// CPU ceiling of each container, in cores (0: none).
     pub container_cpus: f64,
     /// Most time one exec request may take, whatever its commands'
@@ -525,6 +531,8 @@ impl Default for Config {
                 bytes: 1 << 40,
             },
             max_execs_per_project: 64,
+            max_streams_per_process: 32,
+            max_streams_per_project: 256,
             container_cpus: 1.0,
             request_deadline_secs: 600,
             sandbox_memory_ceiling: MemoryCeiling::Auto,

@@ -140,6 +140,7 @@ pub(crate) fn state_with(
         limiter: crate::auth::RateLimiter::new(config.rate_limit_per_minute),
         keys: Default::default(),
         admission: crate::admission::Admission::new(&config, store.clone()),
+        output_streams: crate::output_streams::StreamBudgets::new(&config),
         billing: Arc::new(crate::billing::Billing::new(
             store.clone(),
             Arc::clone(&engine),

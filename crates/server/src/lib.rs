@@ -6,6 +6,7 @@
 //! every row and container belongs to one project, and a foreign id is a 404.
 
 mod admission;
+mod allocator;
 mod auth;
 mod billing;
 pub mod blobs;
@@ -42,6 +43,7 @@ mod messages;
 mod metrics;
 mod models;
 mod openapi;
+mod output_streams;
 pub(crate) mod ops;
 mod ports;
 mod processes;
@@ -192,6 +194,7 @@ where
         limiter: RateLimiter::new(config.rate_limit_per_minute),
         keys: KeyCache::default(),
         admission: Admission::new(&config, store.clone()),
+        output_streams: output_streams::StreamBudgets::new(&config),
         billing: Arc::new(Billing::new(store.clone(), Arc::clone(&engine))),
         owners: Mutex::new(HashMap::new()),
         upstreams: upstream_router(&config)?,

@@ -43,6 +43,13 @@ use crate::config::Config;
 /// `body_read_timeout_secs` have passed.
 pub const MIN_BODY_RATE: u64 = 1024;
 
+/// The most a connection buffers each way: a request's head must fit (a
+/// larger one is refused with 431), and a response body's pieces are taken
+/// from it only while less than this waits to be written. So a client that
+/// stops reading a stream (a process's output, a model's events) holds this
+/// much of the server's memory, not hyper's default of ~400 KiB.
+const CONNECTION_BUFFER_BYTES: usize = 64 * 1024;
+
 /// Text of the error a cut-off body reports (mapped to 408 by the extractors).
 pub const BODY_TIMEOUT: &str = "the request body arrived too slowly";
 
@@ -174,12 +181,15 @@ pub async fn serve(
     // connection with upgrades): each connection task holds an `alive`
     // sender and watches `stop`; at shutdown they finish their requests,
     // and the last sender dropped ends the wait.
+    // Memory the connections freed goes back to the kernel (see `allocator`).
+    let trimmer = crate::allocator::spawn_trimmer();
     let (stop, stopping) = tokio::sync::watch::channel(false);
     let (alive, mut all_done) = tokio::sync::mpsc::channel::<()>(1);
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(CONNECTION_BUFFER_BYTES)
         .keep_alive(true);
     tokio::pin!(shutdown);
     loop {
@@ -246,6 +256,7 @@ pub async fn serve(
                 }
             }
             drop(permit);
+            crate::allocator::trim_soon();
         });
     }
     drop(listener);
@@ -257,6 +268,7 @@ pub async fn serve(
     {
         tracing::warn!("requests still running after 30 s of shutdown were cut off");
     }
+    trimmer.abort();
     Ok(())
 }
 

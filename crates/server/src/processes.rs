@@ -11,6 +11,7 @@
 //! process at its timeout, and this task then bills its time and writes it
 //! to the command audit, as an exec command's.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,8 +34,6 @@ use shellgate_wire::{
     new_id, List, Process, ProcessChunk, ProcessClientMessage, ProcessCreate, ProcessDropped,
     ProcessOutput, ProcessPty, ProcessResize, ProcessServerMessage, ProcessSignal, SignalName,
 };
-use tokio_stream::wrappers::ReceiverStream;
-use tokio_stream::StreamExt;
 
 use crate::containers::{owned, prepare_exec, BillOnDrop};
 use crate::engine::engine_error;
@@ -42,10 +41,16 @@ use crate::error::{ApiError, ApiResult};
 use crate::http::{
     bearer_key, project_of_key, to_completion, ActingProject, ApiJson, ApiQuery, Project,
 };
+use crate::output_streams::StreamSlot;
 use crate::state::AppState;
 
-/// The most one output page (or SSE event, or WebSocket frame) carries.
+/// The most one output page carries.
 const PAGE_BYTES: usize = 1 << 20;
+/// The most output a stream reads at once (one SSE event's chunks, one
+/// WebSocket frame): a stream reads its next page only when its client
+/// took the last, so a client that never reads pins this much and its
+/// connection's write buffer, not a queue of pages.
+pub(crate) const STREAM_PAGE_BYTES: usize = 16 * 1024;
 /// How long a stream's reader waits for output before it looks again
 /// whether its client is still there.
 const STREAM_WAIT: Duration = Duration::from_secs(15);
@@ -300,12 +305,18 @@ pub async fn output(
         })
         .into_response());
     }
-    let (events, received) = tokio::sync::mpsc::channel::<Event>(16);
-    tokio::spawn(stream_events(
-        state, id, process_id, after, max_bytes, events,
-    ));
-    let stream = ReceiverStream::new(received).map(Ok::<_, Infallible>);
-    Ok(Sse::new(stream)
+    let slot = state.output_streams.open(&project.0, &id, &process_id)?;
+    let follower = Follower {
+        state,
+        id,
+        process_id,
+        after,
+        max_bytes: max_bytes.min(STREAM_PAGE_BYTES),
+        pending: VecDeque::new(),
+        done: false,
+        _slot: slot,
+    };
+    Ok(Sse::new(follower.events())
         .keep_alive(crate::http::sse_keep_alive())
         .into_response())
 }
@@ -316,56 +327,72 @@ fn event(name: &str, data: &impl serde::Serialize) -> Event {
         .data(serde_json::to_string(data).unwrap_or_default())
 }
 
-/// Follows a process's output into SSE events until it ended and all was
-/// told, or the client left.
-async fn stream_events(
+/// A process's output followed as SSE events (`output`, `dropped`, then
+/// `exit`), read from its buffer one page at a time, and only when the
+/// client took the events of the page before: what a client that does not
+/// read holds is one page, and the process itself is held back at its
+/// buffer's end rather than read for nobody (see the engine's pump).
+struct Follower {
     state: Arc<AppState>,
     id: String,
     process_id: String,
-    mut after: u64,
+    after: u64,
     max_bytes: usize,
-    events: tokio::sync::mpsc::Sender<Event>,
-) {
-    loop {
-        let read = OutputRead {
-            after,
-            max_bytes,
-            wait: STREAM_WAIT,
-        };
-        let page = tokio::select! {
-            page = state.engine.read_process_output(&id, &process_id, read) => page,
-            () = events.closed() => return,
-        };
-        let Ok(page) = page else {
-            return;
-        };
-        let mut batch = Vec::new();
-        if page.dropped_bytes > 0 {
-            batch.push(event(
-                "dropped",
-                &ProcessDropped {
-                    bytes: page.dropped_bytes,
-                },
-            ));
-        }
-        batch.extend(
-            page.chunks
-                .iter()
-                .map(|chunk| event("output", &chunk_object(chunk))),
-        );
-        after = page.next_offset;
-        let done = page.process.status != ProcessStatus::Running
-            && page.next_offset >= page.process.output_bytes;
-        if done {
-            batch.push(event("exit", &process_object(&page.process)));
-        }
-        for one in batch {
-            if events.send(one).await.is_err() {
-                return;
+    /// The events of the page read last, not yet taken.
+    pending: VecDeque<Event>,
+    /// The process ended and all its output was read.
+    done: bool,
+    /// Counted among the process's and the project's streams until dropped.
+    _slot: StreamSlot,
+}
+
+impl Follower {
+    fn events(self) -> impl futures_util::Stream<Item = Result<Event, Infallible>> + Send {
+        futures_util::stream::unfold(self, |mut follower| async move {
+            let event = follower.next().await?;
+            Some((Ok(event), follower))
+        })
+    }
+
+    async fn next(&mut self) -> Option<Event> {
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                return Some(event);
             }
-        }
-        if done {
-            return;
+            if self.done {
+                return None;
+            }
+            let read = OutputRead {
+                after: self.after,
+                max_bytes: self.max_bytes,
+                wait: STREAM_WAIT,
+            };
+            let page = self
+                .state
+                .engine
+                .read_process_output(&self.id, &self.process_id, read)
+                .await
+                .ok()?;
+            if page.dropped_bytes > 0 {
+                self.pending.push_back(event(
+                    "dropped",
+                    &ProcessDropped {
+                        bytes: page.dropped_bytes,
+                    },
+                ));
+            }
+            self.pending.extend(
+                page.chunks
+                    .iter()
+                    .map(|chunk| event("output", &chunk_object(chunk))),
+            );
+            self.after = page.next_offset;
+            self.done = page.process.status != ProcessStatus::Running
+                && page.next_offset >= page.process.output_bytes;
+            if self.done {
+                self.pending
+                    .push_back(event("exit", &process_object(&page.process)));
+            }
         }
     }
 }
@@ -492,15 +519,26 @@ pub async fn socket(
         .process(&id, &process_id)
         .await
         .map_err(|e| engine_error(&id, e))?;
+    let slot = state.output_streams.open(&project.0, &id, &process_id)?;
     let after = query.after.unwrap_or(0);
     // A client's frame is stdin (or a small control message): at most what
-    // one stdin call takes.
+    // one stdin call takes. Output goes out one frame at a time, each
+    // written through before the next page is read: the socket's buffers
+    // hold a frame, not a queue (and its reads are made in small pieces).
     Ok(upgrade
         .max_message_size(process_limits::MAX_STDIN_WRITE)
         .max_frame_size(process_limits::MAX_STDIN_WRITE)
-        .on_upgrade(move |socket| serve_socket(state, id, process_id, after, socket))
+        .read_buffer_size(SOCKET_READ_BYTES)
+        .write_buffer_size(0)
+        .on_upgrade(move |socket| async move {
+            let _slot = slot;
+            serve_socket(state, id, process_id, after, socket).await
+        })
         .into_response())
 }
+
+/// How much a process WebSocket reads from its connection at once.
+const SOCKET_READ_BYTES: usize = 8 * 1024;
 
 fn text(message: &ProcessServerMessage) -> Message {
     Message::Text(serde_json::to_string(message).unwrap_or_default().into())
@@ -520,7 +558,7 @@ async fn serve_socket(
     loop {
         let read = OutputRead {
             after,
-            max_bytes: PAGE_BYTES,
+            max_bytes: STREAM_PAGE_BYTES,
             wait: STREAM_WAIT,
         };
         tokio::select! {

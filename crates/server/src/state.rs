@@ -39,6 +39,8 @@ pub struct AppState {
     pub(crate) limiter: RateLimiter,
     pub(crate) keys: KeyCache,
     pub(crate) admission: Admission,
+    /// Open streams of process output, bounded per process and project.
+    pub(crate) output_streams: crate::output_streams::StreamBudgets,
     pub(crate) billing: Arc<Billing>,
     /// Which project owns a container, for containers already looked up
     /// (ownership never changes).

@@ -23,6 +23,7 @@ use tokio::net::unix::pipe;
 use tokio::time::Instant;
 
 use super::container::{Container, Running};
+use super::unread::{DrainRate, COMMAND_BURST, UNREAD_RATE};
 use super::{lock, LocalEngine};
 use crate::backend::{CommandResult, DeltaSink, Outcome, OutputDelta, RunRequest, StreamKind};
 use crate::error::{IoContext, SandboxError};
@@ -45,6 +46,18 @@ impl Drop for KillOnDrop<'_> {
             self.running.send_now(&Request::KillCommand { id: self.id });
         }
     }
+}
+
+/// The most one read of a command's pipe takes.
+const READ_BYTES: usize = 64 * 1024;
+
+/// Reads at most `limit` bytes into `buf`'s spare capacity.
+async fn read_at_most(
+    pipe: &mut pipe::Receiver,
+    buf: &mut Vec<u8>,
+    limit: usize,
+) -> std::io::Result<usize> {
+    pipe.take(limit as u64).read_buf(buf).await
 }
 
 fn note(text: &str) -> String {
@@ -199,8 +212,8 @@ impl LocalEngine {
         // Read into spare capacity (never zeroed): most commands print
         // nothing, and zeroing 128 KiB per command showed in profiles.
         let (mut out_buf, mut err_buf) = (
-            Vec::<u8>::with_capacity(64 * 1024),
-            Vec::<u8>::with_capacity(64 * 1024),
+            Vec::<u8>::with_capacity(READ_BYTES),
+            Vec::<u8>::with_capacity(READ_BYTES),
         );
         let mut status_bytes = Vec::with_capacity(Status::SIZE * 4);
         let mut status_buf = [0u8; Status::SIZE * 4];
@@ -222,10 +235,24 @@ impl LocalEngine {
         tokio::pin!(deadline_sleep);
         let stop_sleep = tokio::time::sleep_until(stop_reading_at);
         tokio::pin!(stop_sleep);
+        // Past its first COMMAND_BURST bytes, a command's output is read at
+        // the unread rate: its result keeps a head and a tail and its
+        // deltas are spent long before, so the rest would only be thrown
+        // away on the server's CPU (see `unread`). Once it ended, what its
+        // pipes still hold is read at once.
+        let mut unread = DrainRate::new(UNREAD_RATE, COMMAND_BURST, Instant::now());
         while out_open || err_open || status_open {
+            let allowed = if status_open {
+                unread.allowance(Instant::now()).min(READ_BYTES)
+            } else {
+                READ_BYTES
+            };
+            let paused = allowed == 0;
+            let resume_at = unread.ready_at();
             tokio::select! {
-                read = stdout.read_buf(&mut out_buf), if out_open => match read {
+                read = read_at_most(&mut stdout, &mut out_buf, allowed), if out_open && !paused => match read {
                     Ok(n) if n > 0 => {
+                        unread.spend(n);
                         let bytes = masked(&mut out_mask, &out_buf, false);
                         out.push(&bytes);
                         emit(&mut out_deltas, StreamKind::Stdout, &bytes);
@@ -234,8 +261,9 @@ impl LocalEngine {
                     }
                     _ => out_open = false,
                 },
-                read = stderr.read_buf(&mut err_buf), if err_open => match read {
+                read = read_at_most(&mut stderr, &mut err_buf, allowed), if err_open && !paused => match read {
                     Ok(n) if n > 0 => {
+                        unread.spend(n);
                         let bytes = masked(&mut err_mask, &err_buf, false);
                         err.push(&bytes);
                         emit(&mut err_deltas, StreamKind::Stderr, &bytes);
@@ -268,6 +296,7 @@ impl LocalEngine {
                         stop_sleep.as_mut().reset(stop_reading_at);
                     }
                 },
+                () = tokio::time::sleep_until(resume_at), if paused => {}
                 () = &mut deadline_sleep, if !timed_out && status_open => {
                     timed_out = true;
                     let _ = running.send(&Request::KillCommand { id }, &[]).await;

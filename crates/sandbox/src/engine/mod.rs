@@ -22,7 +22,8 @@
 //! and warm containers made ahead of demand), [`slots`] (host id ranges),
 //! [`spec`] (what the helper is told), [`network`] (a container's way out
 //! through the egress proxy), [`recovery`] (start-up after a crash),
-//! [`ports`] (a container's port reached from outside, through its init).
+//! [`ports`] (a container's port reached from outside, through its init),
+//! [`unread`] (how fast output nobody waits for is read).
 
 mod command;
 mod container;
@@ -36,6 +37,7 @@ mod processes;
 mod recovery;
 mod slots;
 mod spec;
+mod unread;
 
 use std::collections::HashMap;
 use std::fs;

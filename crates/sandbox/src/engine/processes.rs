@@ -7,7 +7,11 @@
 //! *pump*) owns its output pipes or terminal master and its status pipe:
 //! it reads everything the process writes, through the container's secret
 //! masker, into a buffer of at most `OUTPUT_BUFFER` bytes (older bytes are
-//! dropped and counted: nobody reading never grows memory), kills it at its
+//! dropped and counted: nobody reading never grows memory); once the buffer
+//! holds that much that no reader was given, it reads only at the unread
+//! rate (`super::unread`): the process's writes block instead of the server
+//! spinning on output nobody reads, and a reader (or a client waiting at
+//! the end) lets it go on at once. It kills the process at its
 //! timeout whatever clients do, and records how it ended. The pump holds
 //! the container's `InFlight` until then, so a container with a live
 //! process is busy (never suspended) — unless the process is a *service*
@@ -34,11 +38,12 @@ use shellgate_sandbox_api::process::{
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use super::command::masked;
 use super::container::{InFlight, Running};
+use super::unread::{DrainRate, STEP, UNREAD_RATE};
 use super::{lock, LocalEngine};
 use crate::backend::Outcome;
 use crate::error::{IoContext, SandboxError};
@@ -70,6 +75,9 @@ struct Buffer {
     start: u64,
     /// Offset past the newest byte (= bytes produced).
     end: u64,
+    /// The furthest offset a reader has been given: bytes past it are
+    /// unread (see `room`).
+    read_mark: u64,
 }
 
 impl Buffer {
@@ -99,6 +107,26 @@ impl Buffer {
                 self.start += excess as u64;
             }
         }
+    }
+
+    /// Bytes that may still come before the buffer holds a whole
+    /// `OUTPUT_BUFFER` nobody has read: while there are, the pump reads at
+    /// full speed; once there are none, only at the unread rate (see
+    /// `unread`), so output nobody reads does not spin the server.
+    fn room(&self) -> usize {
+        let unread = self.end - self.read_mark.max(self.start);
+        process_limits::OUTPUT_BUFFER.saturating_sub(unread as usize)
+    }
+
+    /// A reader was given everything before `offset`; whether that moved
+    /// the mark (and so made room).
+    fn mark_read(&mut self, offset: u64) -> bool {
+        let offset = offset.min(self.end);
+        if offset > self.read_mark {
+            self.read_mark = offset;
+            return true;
+        }
+        false
     }
 
     /// At most `max` bytes from `after` (clamped to what is kept), and how
@@ -166,6 +194,9 @@ pub(super) struct Process {
     state: Mutex<State>,
     /// Bumped on every new output and at the end: readers wait on it.
     version: watch::Sender<u64>,
+    /// Told when a reader moved the read mark: a pump paused on a full
+    /// buffer reads again.
+    demand: Notify,
     input: tokio::sync::Mutex<Input>,
     master: Option<Arc<AsyncFd<OwnedFd>>>,
 }
@@ -412,23 +443,50 @@ impl Pump {
         if terminal {
             err_open = false;
         }
+        // Output read while the buffer holds a whole OUTPUT_BUFFER nobody
+        // has read: at the unread rate (see `unread`).
+        let mut unread = DrainRate::new(UNREAD_RATE, STEP, Instant::now());
         while out_open || err_open || status_open {
+            // What may be read now: up to the buffer's room (a reader that
+            // read or waits makes room), or once the process ended, what its
+            // pipes still hold (for the drain grace); else what the unread
+            // rate allows. With nothing allowed, the pipe fills and the
+            // process blocks on its next write until a reader comes or the
+            // rate allows another step.
+            let room = lock(&process.state).buffer.room();
+            let (allowed, leaking) = if !status_open {
+                (CHUNK, false)
+            } else if room > 0 {
+                (room.min(CHUNK), false)
+            } else {
+                (unread.allowance(Instant::now()).min(CHUNK), true)
+            };
+            let paused = allowed == 0;
+            let resume_at = unread.ready_at();
             tokio::select! {
-                read = read_first(stdout.as_mut(), master.as_deref(), &mut out_buf), if out_open => match read {
+                read = read_first(stdout.as_mut(), master.as_deref(), &mut out_buf[..allowed]), if out_open && !paused => match read {
                     Ok(n) if n > 0 => {
+                        if leaking {
+                            unread.spend(n);
+                        }
                         let stream = if terminal { ProcessStream::Pty } else { ProcessStream::Stdout };
                         let bytes = masked(&mut self.masks[0], &out_buf[..n], false);
                         process.push(stream, &bytes);
                     }
                     _ => out_open = false,
                 },
-                read = read_pipe(stderr.as_mut(), &mut err_buf), if err_open => match read {
+                read = read_pipe(stderr.as_mut(), &mut err_buf[..allowed]), if err_open && !paused => match read {
                     Ok(n) if n > 0 => {
+                        if leaking {
+                            unread.spend(n);
+                        }
                         let bytes = masked(&mut self.masks[1], &err_buf[..n], false);
                         process.push(ProcessStream::Stderr, &bytes);
                     }
                     _ => err_open = false,
                 },
+                () = process.demand.notified(), if paused => {}
+                () = tokio::time::sleep_until(resume_at), if paused => {}
                 read = self.status.read_exact(&mut status_buf), if status_open => match read {
                     Ok(_) => {
                         if let Some(Status::Exited(s)) = Status::decode(status_buf) {
@@ -638,6 +696,7 @@ impl LocalEngine {
                 kill_asked: false,
             }),
             version: watch::channel(0).0,
+            demand: Notify::new(),
             input: tokio::sync::Mutex::new(input),
             master,
         });
@@ -704,10 +763,16 @@ impl LocalEngine {
         loop {
             version.mark_unchanged();
             {
-                let state = lock(&process.state);
+                let mut state = lock(&process.state);
                 let ended = state.status != ProcessStatus::Running;
                 let (chunks, next_offset, dropped_bytes) =
                     state.buffer.read(read.after, read.max_bytes.max(1));
+                // This reader has everything before `next_offset` (a
+                // reader waiting at the end, all of it): a pump paused for
+                // want of readers goes on.
+                if state.buffer.mark_read(next_offset) {
+                    process.demand.notify_one();
+                }
                 let something = !chunks.is_empty() || dropped_bytes > 0;
                 if something || ended || Instant::now() >= give_up {
                     return Ok(ProcessOutput {

@@ -5,6 +5,7 @@
 //! ended, `resync` when this stream fell too far behind (the app reopens
 //! it). The stream ends when its session does, as the change stream does.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
 
@@ -15,10 +16,9 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use shellgate_wire::console::LiveRunEvent;
 use tokio::sync::broadcast;
-use tokio_stream::wrappers::ReceiverStream;
-use tokio_stream::StreamExt as _;
 
 use super::session::{self, Signed};
+use super::streams::StreamSlot;
 use super::Console;
 use crate::containers::owned;
 use crate::error::ApiResult;
@@ -45,54 +45,92 @@ pub(super) async fn output(
     owned(&console.app, &project, &id).await?;
     let slot = console.streams.open(&signed.session.grant.project).await?;
     let mut watch = console.app.live_output.watch(&id);
-    let (sender, receiver) = tokio::sync::mpsc::channel::<Event>(64);
-    let token = signed.token.clone();
-    tokio::spawn(async move {
-        let _slot = slot;
-        let mut first = Vec::new();
-        for (run, tail) in std::mem::take(&mut watch.running) {
-            first.extend(event("run", &run));
-            for piece in &tail {
-                first.extend(event("output", piece));
-            }
+    let mut first = VecDeque::new();
+    for (run, tail) in std::mem::take(&mut watch.running) {
+        first.extend(event("run", &run));
+        for piece in &tail {
+            first.extend(event("output", piece));
         }
-        for event in first {
-            if sender.send(event).await.is_err() {
-                console.app.live_output.unwatch(&id);
-                return;
-            }
-        }
-        let ended = session::ended(&console, &token);
-        tokio::pin!(ended);
-        loop {
-            let next = tokio::select! {
-                () = sender.closed() => break,
-                () = &mut ended => break,
-                received = watch.events.recv() => match received {
-                    Ok(change) => match &*change {
-                        LiveRunEvent::Started(run) => event("run", run),
-                        LiveRunEvent::Output(output) => event("output", output),
-                        LiveRunEvent::Ended { run_id } => {
-                            event("end", &Ended { run_id })
-                        }
-                    },
-                    Err(broadcast::error::RecvError::Lagged(_)) => {
-                        Some(Event::default().event("resync").data("{}"))
-                    }
-                    Err(broadcast::error::RecvError::Closed) => break,
-                },
-            };
-            if let Some(next) = next {
-                if sender.send(next).await.is_err() {
-                    break;
-                }
-            }
-        }
-        drop(watch);
-        console.app.live_output.unwatch(&id);
+    }
+    let ended = {
+        let (console, token) = (Arc::clone(&console), signed.token.clone());
+        Box::pin(async move { session::ended(&console, &token).await })
+    };
+    let watcher = Watcher {
+        pending: first,
+        events: watch.events,
+        ended,
+        _unwatch: Unwatch {
+            console,
+            container: id,
+        },
+        _slot: slot,
+    };
+    let stream = futures_util::stream::unfold(watcher, |mut watcher| async move {
+        let event = watcher.next().await?;
+        Some((Ok::<_, Infallible>(event), watcher))
     });
-    let stream = ReceiverStream::new(receiver).map(Ok::<_, Infallible>);
     Ok(Sse::new(stream)
         .keep_alive(crate::http::sse_keep_alive())
         .into_response())
+}
+
+/// One output stream: the runs going on when it opened (with their output
+/// so far), then the container's events, each made into an SSE event only
+/// when the client took the one before. The events wait in the
+/// container's broadcast channel, shared by every watcher (a stream that
+/// fell too far behind is told `resync`), so a client that does not read
+/// holds no queue of its own.
+struct Watcher {
+    /// The opening snapshot's events, not yet taken.
+    pending: VecDeque<Event>,
+    events: broadcast::Receiver<Arc<LiveRunEvent>>,
+    /// Completes when the session ended (signed out, expired, revoked).
+    ended: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+    /// After `events` (fields drop in order): the container's entry is
+    /// idle only once this stream's receiver is gone.
+    _unwatch: Unwatch,
+    /// Counted among the project's console streams until dropped.
+    _slot: StreamSlot,
+}
+
+impl Watcher {
+    async fn next(&mut self) -> Option<Event> {
+        if let Some(event) = self.pending.pop_front() {
+            return Some(event);
+        }
+        loop {
+            let received = tokio::select! {
+                () = &mut self.ended => return None,
+                received = self.events.recv() => received,
+            };
+            let next = match received {
+                Ok(change) => match &*change {
+                    LiveRunEvent::Started(run) => event("run", run),
+                    LiveRunEvent::Output(output) => event("output", output),
+                    LiveRunEvent::Ended { run_id } => event("end", &Ended { run_id }),
+                },
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    Some(Event::default().event("resync").data("{}"))
+                }
+                Err(broadcast::error::RecvError::Closed) => return None,
+            };
+            if next.is_some() {
+                return next;
+            }
+        }
+    }
+}
+
+/// Forgets the container's watch entry, if nothing else needs it, when
+/// its stream is dropped (it ended, or its client left).
+struct Unwatch {
+    console: Arc<Console>,
+    container: String,
+}
+
+impl Drop for Unwatch {
+    fn drop(&mut self) {
+        self.console.app.live_output.unwatch(&self.container);
+    }
 }

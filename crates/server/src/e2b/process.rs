@@ -17,6 +17,7 @@
 //! - the user is E2B's `user`, the sandbox user: `root` is refused, since
 //!   shellgate's sandboxes have no privileges to give.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,7 +38,6 @@ use shellgate_wire::envd::process::{
     Signal, StartRequest, StartResponse, StreamInputRequest, StreamInputResponse, UpdateRequest,
     UpdateResponse,
 };
-use tokio_stream::wrappers::ReceiverStream;
 
 pub(crate) mod registry;
 
@@ -50,6 +50,7 @@ use super::connect::{
 };
 use super::user::{check_rpc_user, E2B_HOME};
 use crate::engine::engine_error;
+use crate::output_streams::StreamSlot;
 use crate::state::AppState;
 
 /// The variable a terminal's type is read from (the call's `envs` map,
@@ -59,8 +60,9 @@ const TERM_VARIABLE: &str = "TERM";
 const DEFAULT_TERM: &str = "xterm-256color";
 /// Longest tag.
 const MAX_TAG_BYTES: usize = 256;
-/// The most output one data event carries.
-const DATA_EVENT_BYTES: usize = 64 * 1024;
+/// The most output one data event carries (one page of the process's
+/// buffer: what a stream whose client does not read holds).
+const DATA_EVENT_BYTES: usize = crate::processes::STREAM_PAGE_BYTES;
 /// Keepalives on a quiet stream: the client's `keepalive-ping-interval`
 /// (seconds; E2B's SDKs ask 50), at most this (the engine's longest wait,
 /// which also bounds how late a reader sees that its client left).
@@ -235,93 +237,96 @@ fn data_event(stream: ProcessStream, data: Vec<u8>) -> ProcessEvent {
     }))
 }
 
-/// Where a process's events go (a stream's bounded queue).
-type Events = tokio::sync::mpsc::Sender<Result<ProcessEvent, ConnectError>>;
-
-/// Follows a process's output from `after` into `events`: data as it
-/// comes (each read waits on the process's buffer), a keepalive when a wait
-/// saw nothing, and the end once it ended and all was told — or stops when
-/// the client left (its process goes on).
-async fn follow(
+/// Follows a process's output from `after`: data as it comes (each read
+/// waits on the process's buffer), a keepalive when a wait saw nothing, and
+/// the end once it ended and all was told. A page is read only when the
+/// client took the events of the one before, so a client that does not read
+/// holds one page (and its connection's write buffer), never a queue; and
+/// it holds the process back at its buffer's end rather than have it read
+/// for nobody (see the engine's pump). A client that leaves drops the
+/// stream (its process goes on).
+struct Follower {
     state: Arc<AppState>,
     container: String,
     process_id: String,
-    mut after: u64,
+    after: u64,
     keepalive: Duration,
-    events: Events,
-) {
-    loop {
-        let read = OutputRead {
-            after,
-            max_bytes: DATA_EVENT_BYTES,
-            wait: keepalive,
-        };
-        let page = tokio::select! {
-            page = state.engine.read_process_output(&container, &process_id, read) => page,
-            () = events.closed() => return,
-        };
-        let page = match page {
-            Ok(page) => page,
-            Err(error) => {
-                let _ = events
-                    .send(Err(engine_connect_error(&container, error)))
-                    .await;
-                return;
+    /// The events read last, not yet taken (the first: the start event).
+    pending: VecDeque<Result<ProcessEvent, ConnectError>>,
+    /// The process ended and all was told, or the stream failed.
+    done: bool,
+    /// Counted among the process's and the project's streams until dropped.
+    _slot: StreamSlot,
+}
+
+impl Follower {
+    async fn next(&mut self) -> Option<Result<ProcessEvent, ConnectError>> {
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                return Some(event);
             }
-        };
-        let done = page.process.status != ProcessStatus::Running
-            && page.next_offset >= page.process.output_bytes;
-        let mut batch: Vec<ProcessEvent> = page
-            .chunks
-            .into_iter()
-            .map(|chunk| data_event(chunk.stream, chunk.data))
-            .collect();
-        if done {
-            batch.push(event(process_event::Event::End(end_event(&page.process))));
-        } else if batch.is_empty() && page.next_offset == after {
-            batch.push(event(process_event::Event::Keepalive(
-                process_event::KeepAlive {},
-            )));
-        }
-        after = page.next_offset;
-        for one in batch {
-            if events.send(Ok(one)).await.is_err() {
-                return;
+            if self.done {
+                return None;
             }
-        }
-        if done {
-            return;
+            let read = OutputRead {
+                after: self.after,
+                max_bytes: DATA_EVENT_BYTES,
+                wait: self.keepalive,
+            };
+            let page = match self
+                .state
+                .engine
+                .read_process_output(&self.container, &self.process_id, read)
+                .await
+            {
+                Ok(page) => page,
+                Err(error) => {
+                    self.done = true;
+                    return Some(Err(engine_connect_error(&self.container, error)));
+                }
+            };
+            self.done = page.process.status != ProcessStatus::Running
+                && page.next_offset >= page.process.output_bytes;
+            let keepalive = page.chunks.is_empty() && page.next_offset == self.after;
+            self.pending.extend(
+                page.chunks
+                    .into_iter()
+                    .map(|chunk| Ok(data_event(chunk.stream, chunk.data))),
+            );
+            if self.done {
+                self.pending.push_back(Ok(event(process_event::Event::End(end_event(
+                    &page.process,
+                )))));
+            } else if keepalive {
+                self.pending.push_back(Ok(event(process_event::Event::Keepalive(
+                    process_event::KeepAlive {},
+                ))));
+            }
+            self.after = page.next_offset;
         }
     }
 }
 
 /// A stream of a process's events, opened by `start{pid}`, then what
-/// [`follow`] tells, each wrapped as the call's response message.
-fn process_stream<T, W>(
-    state: Arc<AppState>,
-    container: String,
-    process_id: String,
-    pid: u32,
-    after: u64,
-    keepalive: Duration,
-    wrap: W,
-) -> Response
+/// [`Follower`] tells, each wrapped as the call's response message.
+fn process_stream<T, W>(follower: Follower, pid: u32, wrap: W) -> Response
 where
     T: serde::Serialize + Send + 'static,
     W: Fn(ProcessEvent) -> T + Send + 'static,
 {
-    let (events, received) = tokio::sync::mpsc::channel(16);
-    let opened = event(process_event::Event::Start(process_event::StartEvent {
-        pid,
-    }));
-    // The queue is empty: the first event always fits.
-    let _ = events.try_send(Ok(opened));
-    tokio::spawn(follow(
-        state, container, process_id, after, keepalive, events,
-    ));
-    let stream =
-        tokio_stream::StreamExt::map(ReceiverStream::new(received), move |item| item.map(&wrap));
-    server_stream(stream)
+    let mut follower = follower;
+    follower
+        .pending
+        .push_front(Ok(event(process_event::Event::Start(
+            process_event::StartEvent { pid },
+        ))));
+    let events = futures_util::stream::unfold(follower, |mut follower| async move {
+        let event = follower.next().await?;
+        Some((event, follower))
+    });
+    server_stream(tokio_stream::StreamExt::map(events, move |item| {
+        item.map(&wrap)
+    }))
 }
 
 /// A streaming call's error: HTTP 200 and the error in the end envelope.
@@ -336,27 +341,43 @@ async fn start(
     headers: HeaderMap,
     StreamRequest(request): StreamRequest<StartRequest>,
 ) -> Response {
-    match start_process(&state, &caller, &headers, request).await {
-        Ok((pid, process_id)) => process_stream(
-            state,
-            caller.container_id,
-            process_id,
+    // The stream's slot first: a start refused for it starts nothing.
+    let process_id = shellgate_wire::new_id("proc_");
+    let slot = match state
+        .output_streams
+        .open(&caller.project, &caller.container_id, &process_id)
+    {
+        Ok(slot) => slot,
+        Err(error) => return stream_error(error.into()),
+    };
+    match start_process(&state, &caller, &headers, request, process_id.clone()).await {
+        Ok(pid) => process_stream(
+            Follower {
+                state,
+                container: caller.container_id,
+                process_id,
+                after: 0,
+                keepalive: keepalive_interval(&headers),
+                pending: VecDeque::new(),
+                done: false,
+                _slot: slot,
+            },
             pid,
-            0,
-            keepalive_interval(&headers),
             |event| StartResponse { event: Some(event) },
         ),
         Err(error) => stream_error(error),
     }
 }
 
-/// Starts a Start's process and tracks it until it ends: its pid and id.
+/// Starts a Start's process as `process_id` and tracks it until it ends:
+/// its pid.
 async fn start_process(
     state: &Arc<AppState>,
     caller: &SandboxCaller,
     headers: &HeaderMap,
     request: StartRequest,
-) -> Result<(u32, String), ConnectError> {
+    process_id: String,
+) -> Result<u32, ConnectError> {
     check_rpc_user(headers)?;
     let config = request
         .process
@@ -378,7 +399,6 @@ async fn start_process(
             ));
         }
     }
-    let process_id = shellgate_wire::new_id("proc_");
     let info = crate::processes::start(state, &caller.project, container, process_id.clone(), spec)
         .await
         .map_err(ConnectError::from)?;
@@ -401,7 +421,7 @@ async fn start_process(
         let _ = waiter.engine.wait_process(&key, &id).await;
         waiter.e2b_processes.remove(&key, pid, &id);
     });
-    Ok((pid, process_id))
+    Ok(pid)
 }
 
 /// `Connect`: reattaches to a running process, streaming from now on.
@@ -411,7 +431,7 @@ async fn connect(
     headers: HeaderMap,
     StreamRequest(request): StreamRequest<ConnectRequest>,
 ) -> Response {
-    let container = caller.container_id;
+    let container = caller.container_id.clone();
     let found = state
         .e2b_processes
         .find(&container, request.process.as_ref());
@@ -423,13 +443,25 @@ async fn connect(
         Ok(info) => info.output_bytes,
         Err(error) => return stream_error(engine_connect_error(&container, error)),
     };
+    let slot = match state
+        .output_streams
+        .open(&caller.project, &container, &tracked.process_id)
+    {
+        Ok(slot) => slot,
+        Err(error) => return stream_error(error.into()),
+    };
     process_stream(
-        state,
-        container,
-        tracked.process_id,
+        Follower {
+            state,
+            container,
+            process_id: tracked.process_id,
+            after: now,
+            keepalive: keepalive_interval(&headers),
+            pending: VecDeque::new(),
+            done: false,
+            _slot: slot,
+        },
         pid,
-        now,
-        keepalive_interval(&headers),
         |event| ConnectResponse { event: Some(event) },
     )
 }
