@@ -168,6 +168,9 @@ pub(crate) async fn open_engine(
     config.prune_images = false;
     config.map_invoking_user = map_invoking_user;
     config.uid_base = ONESHOT_UID_BASE + lane.index * LANE_SLOTS * 65_536;
+    // Its output is read as fast as it comes: the reading is its own
+    // user's CPU, on a machine no other tenant shares.
+    config.unread_output_rate = None;
     // A one-shot command has no use for anything made ahead.
     config.pool_size = 0;
     config.spare_helpers = 0;

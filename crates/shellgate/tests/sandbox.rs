@@ -297,21 +297,32 @@ async fn output_is_capped_keeping_head_and_tail() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_10_gb_flood_returns_capped_in_bounded_time_and_memory() {
+async fn a_flood_returns_capped_in_bounded_memory_and_past_its_burst_is_read_slowly() {
     let t = TestEngine::new("flood").await;
     t.create("c1").await;
     let peak_before = common::peak_rss_kib("self");
+    // Within the burst read at full speed (16 MiB): to its end, whole.
     let result = t
-        .run_with(
-            "c1",
-            "head -c 10000000000 /dev/zero; echo done >&2",
-            300_000,
-        )
+        .run_with("c1", "head -c 12000000 /dev/zero; echo done >&2", 120_000)
         .await;
     assert_eq!(result.outcome, Outcome::Exit { exit_code: 0 });
+    assert_eq!(result.bytes_out, 12_000_000 + 5);
+    assert_eq!(result.stderr, "done\n");
+    // A 10 GB flood: past the burst its output is read at the unread rate
+    // (1 MiB/s; the writer blocks in between, the server does not spin),
+    // so its timeout ends it with the burst and a few seconds' worth read,
+    // not gigabytes; the result is capped as ever, head and tail.
+    let result = t
+        .run_with("c1", "head -c 10000000000 /dev/zero; echo done >&2", 3_000)
+        .await;
+    assert_eq!(result.outcome, Outcome::Timeout);
     assert!(result.stdout.chars().count() <= 16_384);
     assert!(result.stdout.contains("characters truncated"));
-    assert_eq!(result.stderr, "done\n");
+    assert!(
+        result.bytes_out > 16 << 20 && result.bytes_out < 24 << 20,
+        "{} bytes read",
+        result.bytes_out
+    );
     // Memory: capture is O(cap), so the peak may only grow by buffers.
     let growth_mib = (common::peak_rss_kib("self") - peak_before) / 1024;
     assert!(growth_mib < 64, "peak RSS grew by {growth_mib} MiB");

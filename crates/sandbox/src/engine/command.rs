@@ -23,7 +23,7 @@ use tokio::net::unix::pipe;
 use tokio::time::Instant;
 
 use super::container::{Container, Running};
-use super::unread::{DrainRate, COMMAND_BURST, UNREAD_RATE};
+use super::unread::{DrainRate, COMMAND_BURST};
 use super::{lock, LocalEngine};
 use crate::backend::{CommandResult, DeltaSink, Outcome, OutputDelta, RunRequest, StreamKind};
 use crate::error::{IoContext, SandboxError};
@@ -240,7 +240,11 @@ impl LocalEngine {
         // deltas are spent long before, so the rest would only be thrown
         // away on the server's CPU (see `unread`). Once it ended, what its
         // pipes still hold is read at once.
-        let mut unread = DrainRate::new(UNREAD_RATE, COMMAND_BURST, Instant::now());
+        let mut unread = DrainRate::new(
+            self.inner.config.unread_output_rate,
+            COMMAND_BURST,
+            Instant::now(),
+        );
         while out_open || err_open || status_open {
             let allowed = if status_open {
                 unread.allowance(Instant::now()).min(READ_BYTES)

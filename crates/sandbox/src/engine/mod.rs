@@ -92,6 +92,10 @@ pub struct EngineConfig {
     /// How long to keep reading output after a command ends while a
     /// background process still holds its pipes.
     pub drain_grace: Duration,
+    /// Bytes a second of output nobody waits for that are read, per
+    /// process or command (see `unread`); `None`: all of it, as fast as it
+    /// comes (a one-shot command line, whose reading is its own user's CPU).
+    pub unread_output_rate: Option<u64>,
     /// Host name inside containers.
     pub hostname: String,
     /// A file transfer (files by path) that moves no byte for this long
@@ -134,6 +138,7 @@ impl EngineConfig {
             warm_containers: 2,
             pool_disk_bytes: ContainerSpec::default().disk_bytes,
             drain_grace: Duration::from_millis(100),
+            unread_output_rate: Some(unread::UNREAD_RATE),
             hostname: "sandbox".to_owned(),
             transfer_stall: fs_paths::TRANSFER_STALL,
             memory_ceiling: None,

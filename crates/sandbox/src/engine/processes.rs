@@ -43,7 +43,7 @@ use tokio::time::Instant;
 
 use super::command::masked;
 use super::container::{InFlight, Running};
-use super::unread::{DrainRate, STEP, UNREAD_RATE};
+use super::unread::{DrainRate, STEP};
 use super::{lock, LocalEngine};
 use crate::backend::Outcome;
 use crate::error::{IoContext, SandboxError};
@@ -412,6 +412,9 @@ struct Pump {
     /// stops).
     timeout: Option<Duration>,
     drain_grace: Duration,
+    /// Bytes a second read while the buffer holds a whole OUTPUT_BUFFER
+    /// nobody read (`None`: no bound).
+    unread_rate: Option<u64>,
     masks: [Option<MaskStream>; 2],
     /// Its container's table, pruned when it ends (ended output is capped).
     table: Arc<Table>,
@@ -445,7 +448,7 @@ impl Pump {
         }
         // Output read while the buffer holds a whole OUTPUT_BUFFER nobody
         // has read: at the unread rate (see `unread`).
-        let mut unread = DrainRate::new(UNREAD_RATE, STEP, Instant::now());
+        let mut unread = DrainRate::new(self.unread_rate, STEP, Instant::now());
         while out_open || err_open || status_open {
             // What may be read now: up to the buffer's room (a reader that
             // read or waits makes room), or once the process ended, what its
@@ -711,6 +714,7 @@ impl LocalEngine {
             status,
             timeout: (spec.timeout_ms > 0).then(|| Duration::from_millis(spec.timeout_ms)),
             drain_grace: self.inner.config.drain_grace,
+            unread_rate: self.inner.config.unread_output_rate,
             masks,
             table: Arc::clone(&table),
             // Held for the start either way (the container must not stop

@@ -7,7 +7,9 @@
 //! holds [`process_limits::OUTPUT_BUFFER`] bytes nobody read, or an exec
 //! command past its first [`COMMAND_BURST`] bytes (its result keeps only a
 //! head and a tail, and its streamed deltas are long spent). Such output is
-//! read at most at [`UNREAD_RATE`]: in between, the pipe (or terminal)
+//! read at most at the engine's `unread_output_rate` (by default
+//! [`UNREAD_RATE`]; a one-shot command line, whose reading is its own
+//! user's CPU, sets none): in between, the pipe (or terminal)
 //! fills and the writer blocks, so a program flooding its output costs the
 //! server next to nothing, while one that writes at a human or log rate (a
 //! background server's access log) never notices. Nothing that is read is
@@ -22,7 +24,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// Bytes per second of output nobody waits for that are read, per process
-/// or exec command.
+/// or exec command (the engine's default `unread_output_rate`).
 pub(super) const UNREAD_RATE: u64 = 1 << 20;
 
 /// The output of an exec command read at full speed before [`UNREAD_RATE`]
@@ -35,10 +37,12 @@ pub(super) const COMMAND_BURST: u64 = 16 << 20;
 /// many small ones.
 pub(super) const STEP: u64 = 64 * 1024;
 
-/// A token bucket of bytes: `rate` a second, at most `burst` saved up.
+/// A token bucket of bytes: `rate` a second, at most `burst` saved up;
+/// or, without a rate, no bound at all.
 #[derive(Debug)]
 pub(super) struct DrainRate {
-    rate: u64,
+    /// `None`: unbounded.
+    rate: Option<u64>,
     burst: u64,
     /// Bytes that may be read now.
     tokens: u64,
@@ -47,25 +51,25 @@ pub(super) struct DrainRate {
 }
 
 impl DrainRate {
-    /// Full at `now`: the first `burst` bytes go at once.
-    pub(super) fn new(rate: u64, burst: u64, now: Instant) -> Self {
+    /// Full at `now`: the first `burst` bytes go at once, then `rate` a
+    /// second (`None`: everything, always).
+    pub(super) fn new(rate: Option<u64>, burst: u64, now: Instant) -> Self {
         Self {
-            rate: rate.max(1),
+            rate: rate.map(|rate| rate.max(1)),
             burst: burst.max(STEP),
             tokens: burst.max(STEP),
             at: now,
         }
     }
 
-    fn refill(&mut self, now: Instant) {
+    fn refill(&mut self, rate: u64, now: Instant) {
         let elapsed = now.saturating_duration_since(self.at);
-        let earned = (elapsed.as_nanos() * u128::from(self.rate) / 1_000_000_000) as u64;
+        let earned = (elapsed.as_nanos() * u128::from(rate) / 1_000_000_000) as u64;
         if earned > 0 {
             self.tokens = self.tokens.saturating_add(earned).min(self.burst);
             // Only the time that earned whole bytes is used up.
-            let used = Duration::from_nanos(
-                (u128::from(earned) * 1_000_000_000 / u128::from(self.rate)) as u64,
-            );
+            let used =
+                Duration::from_nanos((u128::from(earned) * 1_000_000_000 / u128::from(rate)) as u64);
             self.at = if self.tokens == self.burst {
                 now
             } else {
@@ -74,11 +78,14 @@ impl DrainRate {
         }
     }
 
-    /// How many bytes may be read now: none until at least a [`STEP`] (or
-    /// the whole burst, if smaller) has been saved up.
+    /// How many bytes may be read now: none until at least a [`STEP`] has
+    /// been saved up.
     pub(super) fn allowance(&mut self, now: Instant) -> usize {
-        self.refill(now);
-        if self.tokens < STEP.min(self.burst) {
+        let Some(rate) = self.rate else {
+            return usize::MAX;
+        };
+        self.refill(rate, now);
+        if self.tokens < STEP {
             return 0;
         }
         usize::try_from(self.tokens).unwrap_or(usize::MAX)
@@ -91,11 +98,11 @@ impl DrainRate {
 
     /// When [`Self::allowance`] is next above zero.
     pub(super) fn ready_at(&self) -> Instant {
-        let missing = STEP.min(self.burst).saturating_sub(self.tokens);
-        self.at
-            + Duration::from_nanos(
-                (u128::from(missing) * 1_000_000_000 / u128::from(self.rate)) as u64,
-            )
+        let Some(rate) = self.rate else {
+            return self.at;
+        };
+        let missing = STEP.saturating_sub(self.tokens);
+        self.at + Duration::from_nanos((u128::from(missing) * 1_000_000_000 / u128::from(rate)) as u64)
     }
 }
 
@@ -106,7 +113,7 @@ mod tests {
     #[test]
     fn a_burst_goes_at_once_then_the_rate_holds() {
         let start = Instant::now();
-        let mut rate = DrainRate::new(1 << 20, 4 << 20, start);
+        let mut rate = DrainRate::new(Some(1 << 20), 4 << 20, start);
         assert_eq!(rate.allowance(start), 4 << 20);
         rate.spend(4 << 20);
         assert_eq!(rate.allowance(start), 0);
@@ -131,9 +138,12 @@ mod tests {
     }
 
     #[test]
-    fn a_small_burst_is_a_step() {
+    fn a_small_burst_is_a_step_and_no_rate_no_bound() {
         let start = Instant::now();
-        let mut rate = DrainRate::new(1000, 10, start);
+        let mut rate = DrainRate::new(Some(1000), 10, start);
         assert_eq!(rate.allowance(start), STEP as usize);
+        let mut unbounded = DrainRate::new(None, STEP, start);
+        unbounded.spend(usize::MAX);
+        assert_eq!(unbounded.allowance(start), usize::MAX);
     }
 }
