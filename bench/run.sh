@@ -81,6 +81,14 @@ if [[ " $* " == *" --quick "* ]]; then
 else
   SHELLGATE_BIN="$PWD/target/release/shellgate" .venv/bin/python bench/cluster.py
 fi
+# Output nobody reads: the server's RSS with 500 streams of each kind whose
+# clients never read, and after they closed; its CPU with a process and a
+# streamed exec nobody reads (stdlib only).
+if [[ " $* " == *" --quick "* ]]; then
+  SHELLGATE_BIN="$PWD/target/release/shellgate" python3 bench/streams.py --streams 100
+else
+  SHELLGATE_BIN="$PWD/target/release/shellgate" python3 bench/streams.py
+fi
 # The baselines as whole commands, for a second opinion from hyperfine.
 table=$(mktemp)
 hyperfine -N --warmup 20 --runs 300 --style none --export-markdown "$table" \

@@ -19,7 +19,11 @@ allocator kept of another's). It also reports the server's CPU time
 answers one stream past its bound (429, or E2B's `resource_exhausted`: the
 bounds on streams per process and per project).
 
-Usage: bench/streams.py [--streams 500] [--kinds sse,ws,e2b]. Needs root
+  * cpu: the server's CPU share over 5 s with a `yes` process nobody reads,
+    the same while `curl` reads its SSE stream, and with a streamed exec of
+    `yes` whose client never reads.
+
+Usage: bench/streams.py [--streams 500] [--kinds sse,ws,e2b,cpu]. Needs root
 (the server makes sandboxes); stdlib only. The server is the release binary
 (or SHELLGATE_BIN), with its stream bounds raised to let N streams in.
 """
@@ -32,6 +36,7 @@ import re
 import resource
 import socket
 import struct
+import subprocess
 import sys
 import time
 import urllib.request
@@ -181,10 +186,78 @@ def measure(server, kind: str, streams: int) -> dict:
     }
 
 
+def cpu_share(pid: int, seconds: float) -> float:
+    """The server's CPU time over the next `seconds`, as a share of a core."""
+    cpu, wall = cpu_seconds(pid), time.monotonic()
+    time.sleep(seconds)
+    return (cpu_seconds(pid) - cpu) / (time.monotonic() - wall)
+
+
+def written(needle: str) -> int:
+    """What the sandboxed processes whose command line holds `needle` wrote
+    (their `wchar`, as the host sees them)."""
+    total = 0
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if needle.encode() not in f.read():
+                    continue
+            with open(f"/proc/{entry}/io") as f:
+                total += int(next(line for line in f if line.startswith("wchar:")).split()[1])
+        except (OSError, StopIteration, ValueError):
+            pass
+    return total
+
+
+def wait_written(needle: str, at_least: int, limit: float = 60.0):
+    deadline = time.monotonic() + limit
+    while written(needle) < at_least and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def measure_cpu(server, seconds: float = 5.0) -> dict:
+    """The server's CPU share while output goes unread: a `yes` process
+    nobody reads (once its first MiB is buffered), the same with a reader
+    (`curl` of its SSE stream, to /dev/null), and a streamed exec of `yes`
+    whose client never reads (past its first 16 MiB)."""
+    pid = server.process.pid
+    container = server.call("POST", "/containers", {"name": "streams-cpu"})["id"]
+    process = server.call("POST", f"/containers/{container}/processes",
+                          {"command": "exec yes streams-cpu-process", "timeout_ms": 120_000})["id"]
+    wait_written("streams-cpu-process", 2 << 20)
+    unread = cpu_share(pid, seconds)
+    reader = subprocess.Popen(
+        ["curl", "-sN", "-H", f"Authorization: Bearer {KEY}",
+         f"{server.base}/containers/{container}/processes/{process}/output?stream=true"],
+        stdout=subprocess.DEVNULL)
+    try:
+        time.sleep(1)
+        reading = cpu_share(pid, seconds)
+    finally:
+        reader.kill()
+        reader.wait()
+    server.call("DELETE", f"/containers/{container}/processes/{process}")
+    body = json.dumps({"commands": ["yes streams-cpu-exec"], "timeout_ms": 120_000, "stream": True}).encode()
+    client = raw_request(server.port, (
+        f"POST /v1/containers/{container}/exec HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"
+        f"Authorization: Bearer {KEY}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"), body)
+    wait_written("streams-cpu-exec", 20 << 20)
+    streamed = cpu_share(pid, seconds)
+    client.close()
+    server.call("DELETE", f"/containers/{container}")
+    return {
+        "kind": "cpu",
+        "process_unread": round(unread, 3),
+        "process_read": round(reading, 3),
+        "streamed_exec_unread": round(streamed, 3),
+    }
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--streams", type=int, default=500)
-    parser.add_argument("--kinds", default="sse,ws,e2b")
+    parser.add_argument("--kinds", default="sse,ws,e2b,cpu")
     args = parser.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4 * args.streams + 1024)), hard))
@@ -193,7 +266,8 @@ def main():
         # allocator kept would otherwise serve the next.
         server = Server(max_streams_per_process=args.streams, max_streams_per_project=args.streams)
         try:
-            print(json.dumps(measure(server, kind, args.streams)), flush=True)
+            result = measure_cpu(server) if kind == "cpu" else measure(server, kind, args.streams)
+            print(json.dumps(result), flush=True)
         finally:
             server.stop()
 
