@@ -57,11 +57,12 @@ fn trim() {
     }
 }
 
-#[cfg(all(test, target_env = "gnu"))]
+#[cfg(test)]
 mod tests {
     use super::*;
 
     /// The resident anonymous memory of this process, in KiB.
+    #[cfg(target_env = "gnu")]
     fn anonymous_kib() -> u64 {
         let rollup = std::fs::read_to_string("/proc/self/smaps_rollup").unwrap();
         rollup
@@ -73,6 +74,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(target_env = "gnu")]
     fn a_trim_gives_freed_fragmented_memory_back() {
         // Many small blocks, every other one kept: freeing the rest leaves
         // holes no heap top can give back, the shape streams leave.

@@ -68,8 +68,9 @@ impl DrainRate {
         if earned > 0 {
             self.tokens = self.tokens.saturating_add(earned).min(self.burst);
             // Only the time that earned whole bytes is used up.
-            let used =
-                Duration::from_nanos((u128::from(earned) * 1_000_000_000 / u128::from(rate)) as u64);
+            let used = Duration::from_nanos(
+                (u128::from(earned) * 1_000_000_000 / u128::from(rate)) as u64,
+            );
             self.at = if self.tokens == self.burst {
                 now
             } else {
@@ -102,7 +103,8 @@ impl DrainRate {
             return self.at;
         };
         let missing = STEP.saturating_sub(self.tokens);
-        self.at + Duration::from_nanos((u128::from(missing) * 1_000_000_000 / u128::from(rate)) as u64)
+        self.at
+            + Duration::from_nanos((u128::from(missing) * 1_000_000_000 / u128::from(rate)) as u64)
     }
 }
 
@@ -119,7 +121,10 @@ mod tests {
         assert_eq!(rate.allowance(start), 0);
         // Nothing until a step is saved up, and exactly then.
         let ready = rate.ready_at();
-        assert_eq!(ready - start, Duration::from_millis(62) + Duration::from_micros(500));
+        assert_eq!(
+            ready - start,
+            Duration::from_millis(62) + Duration::from_micros(500)
+        );
         assert_eq!(rate.allowance(ready - Duration::from_millis(1)), 0);
         assert_eq!(rate.allowance(ready), STEP as usize);
         rate.spend(STEP as usize);

@@ -294,13 +294,15 @@ impl Follower {
                     .map(|chunk| Ok(data_event(chunk.stream, chunk.data))),
             );
             if self.done {
-                self.pending.push_back(Ok(event(process_event::Event::End(end_event(
-                    &page.process,
-                )))));
+                self.pending
+                    .push_back(Ok(event(process_event::Event::End(end_event(
+                        &page.process,
+                    )))));
             } else if keepalive {
-                self.pending.push_back(Ok(event(process_event::Event::Keepalive(
-                    process_event::KeepAlive {},
-                ))));
+                self.pending
+                    .push_back(Ok(event(process_event::Event::Keepalive(
+                        process_event::KeepAlive {},
+                    ))));
             }
             self.after = page.next_offset;
         }
