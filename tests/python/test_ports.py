@@ -21,7 +21,7 @@ import requests
 from conftest import KEY_A, KEY_B, exec_commands, wait_until
 
 PORT_APP = r'''
-import base64, hashlib, http.server, json, socketserver, struct, sys
+import base64, hashlib, http.server, json, socketserver, struct, sys, urllib.parse
 
 GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
@@ -44,6 +44,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 body += chunk
         if self.headers.get("Upgrade", "").lower() == "websocket":
             return self.websocket()
+        if self.path.startswith("/answer"):
+            return self.answer_as_asked()
         if self.path.startswith("/echo"):
             payload, kind = body, "application/octet-stream"
         else:
@@ -62,6 +64,18 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(payload)
 
     do_GET = do_POST = do_PUT = do_DELETE = answer
+
+    def answer_as_asked(self):
+        """/answer?status=N&h=Name: value&...: that status and those headers."""
+        asked = urllib.parse.parse_qsl(urllib.parse.urlsplit(self.path).query)
+        self.send_response(int(dict(asked).get("status", "200")))
+        for key, value in asked:
+            if key == "h":
+                name, _, value = value.partition(":")
+                self.send_header(name.strip(), value.strip())
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
 
     def websocket(self):
         key = self.headers["Sec-WebSocket-Key"]
@@ -198,7 +212,9 @@ def test_http_by_path_strips_the_prefix_and_the_credentials(server, app):
     assert headers["x-forwarded-for"] == "127.0.0.1", "the client's own claim is replaced"
     assert headers["x-forwarded-prefix"] == f"/v1/containers/{cid}/ports/8000"
     assert headers["x-forwarded-proto"] == "http"
-    assert headers["cookie"] == "mine=1"
+    # The cookies a browser sends there are the server's origin's (the
+    # console's session among them), never the container's.
+    assert "cookie" not in headers
     # The server's origin is not the container's to write on.
     assert "set-cookie" not in answer.headers
     assert answer.headers["content-security-policy"].startswith("sandbox")
@@ -208,6 +224,126 @@ def test_http_by_path_strips_the_prefix_and_the_credentials(server, app):
         f"http://{server.host}:{server.port}/api/v1/containers/{cid}/ports/8000/x", headers=bearer(), timeout=30
     )
     assert alias.json()["path"] == "/x"
+
+
+# Headers that would act on the origin serving them, beyond the one answer.
+ORIGIN_WIDE = [
+    ("Set-Cookie", "toss=1; Path=/"),
+    ("Clear-Site-Data", '"*"'),
+    ("Service-Worker-Allowed", "/"),
+    ("Access-Control-Allow-Origin", "https://evil.example"),
+    ("Access-Control-Allow-Credentials", "true"),
+    ("Access-Control-Allow-Headers", "authorization"),
+    ("Strict-Transport-Security", "max-age=31536000; includeSubDomains"),
+    ("Alt-Svc", 'h2="evil.example:443"; ma=86400'),
+    ("NEL", '{"report_to":"e","max_age":86400}'),
+    ("Report-To", '{"group":"e","max_age":86400,"endpoints":[{"url":"https://evil.example/r"}]}'),
+    ("Origin-Agent-Cluster", "?1"),
+    ("Accept-CH", "Sec-CH-UA-Full-Version-List"),
+    ("Timing-Allow-Origin", "*"),
+    ("WWW-Authenticate", 'Basic realm="shellgate"'),
+    ("Link", '</sw.js>; rel="serviceworker"'),
+    ("Link", "<https://evil.example/x.js>; rel=preload; as=script"),
+    ("Refresh", "0; url=https://evil.example/"),
+]
+# Headers that act on the one answer only.
+PER_ANSWER = [
+    ("X-App", "1"),
+    ("Cache-Control", "no-store"),
+    ("X-Frame-Options", "SAMEORIGIN"),
+    ("Link", '<?page=2>; rel="next"'),
+]
+
+
+def asked_answer(status, headers):
+    return [("status", str(status))] + [("h", f"{name}: {value}") for name, value in headers]
+
+
+def test_the_path_form_keeps_nothing_that_acts_on_the_servers_origin(server, app):
+    cid = app["id"]
+    params = asked_answer(200, ORIGIN_WIDE + PER_ANSWER)
+    by_path = requests.get(path_url(server, cid, 8000, "answer"), params=params, headers=bearer(), timeout=30)
+    assert by_path.status_code == 200, by_path.text
+    for name, _ in ORIGIN_WIDE:
+        if name != "Link":
+            assert name not in by_path.headers, (name, by_path.headers)
+    for name, value in PER_ANSWER:
+        assert by_path.headers[name] == value, (name, by_path.headers)
+    assert by_path.headers["content-security-policy"].startswith("sandbox")
+    # The host form is the port's own origin: the same answer passes whole,
+    # but a cookie stays the port host's.
+    by_host = requests.get(
+        host_url(server, "answer"),
+        params=asked_answer(200, ORIGIN_WIDE + [("Set-Cookie", "wide=1; Domain=localhost; Path=/")]),
+        headers=host_headers(server, cid, 8000, **bearer()),
+        timeout=30,
+    )
+    assert by_host.status_code == 200, by_host.text
+    for name, value in ORIGIN_WIDE:
+        if name not in ("Link", "Set-Cookie"):
+            assert by_host.headers[name] == value, (name, by_host.headers)
+    assert by_host.headers["set-cookie"] == "toss=1; Path=/, wide=1; Path=/"
+
+
+@pytest.mark.parametrize(
+    "location, kept",
+    [
+        ("/login", "{prefix}/login"),
+        ("{prefix}/already/there", "{prefix}/already/there"),
+        ("next?page=2", "next?page=2"),
+        ("{origin}{prefix}/absolute", "{origin}{prefix}/absolute"),
+        ("https://evil.example/", None),
+        ("//evil.example/", None),
+        ("/\\evil.example/", None),
+        ("{origin}/console", None),
+        ("../../../../console", None),
+        ("/%2e%2e/%2e%2e/%2e%2e/%2e%2e/console", None),
+        ("javascript:alert(document.domain)", None),
+    ],
+)
+def test_a_redirect_on_the_path_form_stays_under_the_port(server, app, location, kept):
+    cid = app["id"]
+    origin = f"http://{server.host}:{server.port}"
+    prefix = f"/v1/containers/{cid}/ports/8000"
+    fill = lambda text: text.format(origin=origin, prefix=prefix)  # noqa: E731
+    answer = requests.get(
+        path_url(server, cid, 8000, "answer"),
+        params=asked_answer(302, [("Location", fill(location)), ("Refresh", f"0; url={fill(location)}")]),
+        headers=bearer(),
+        allow_redirects=False,
+        timeout=30,
+    )
+    assert answer.status_code == 302, answer.text
+    if kept is None:
+        assert "location" not in answer.headers and "refresh" not in answer.headers, answer.headers
+    else:
+        assert answer.headers["location"] == fill(kept)
+        assert answer.headers["refresh"] == f"0; url={fill(kept)}"
+
+
+def raw_request(server, lines):
+    """Sends a request's head as written (stdlib only) and returns the status
+    line of the answer."""
+    with socket.create_connection((server.host, server.port), timeout=30) as conn:
+        conn.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+        head = b""
+        while b"\r\n" not in head:
+            chunk = conn.recv(4096)
+            if not chunk:
+                break
+            head += chunk
+        return head.split(b"\r\n", 1)[0].decode()
+
+
+def test_a_request_with_two_host_headers_is_refused(server, app):
+    port_host = host_headers(server, app["id"], 8000)["Host"]
+    api_host = f"{server.host}:{server.port}"
+    auth = f"Authorization: Bearer {KEY_A}"
+    for hosts in [(port_host, api_host), (api_host, port_host), (port_host, port_host)]:
+        status = raw_request(server, ["GET /v1/containers HTTP/1.1", *(f"Host: {h}" for h in hosts), auth, "Connection: close"])
+        assert status.startswith("HTTP/1.1 400"), (hosts, status)
+    one = raw_request(server, ["GET /v1/containers HTTP/1.1", f"Host: {port_host}", auth, "Connection: close"])
+    assert one.startswith("HTTP/1.1 200"), one
 
 
 def test_bodies_stream_both_ways(server, app):

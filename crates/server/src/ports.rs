@@ -20,8 +20,12 @@
 //!
 //! The path form serves the container's pages from the server's own origin:
 //! they are sandboxed there (`Content-Security-Policy: sandbox`, an opaque
-//! origin) and may not set cookies on it. Browsers use the host form, each
-//! port an origin of its own.
+//! origin), get none of the origin's cookies, and nothing of their answer
+//! may act on that origin (`answer`). Browsers use the host form, each port
+//! an origin of its own, whose cookies are kept to its own host.
+//!
+//! A request with more than one `Host` is refused (400) before anything
+//! reads it: which one a proxy in front honoured cannot be known.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -42,6 +46,8 @@ use shellgate_store::ContainerRow;
 use shellgate_wire::ExposedPort;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
+
+mod answer;
 
 use crate::engine::engine_error;
 use crate::error::{ApiError, ApiResult};
@@ -166,6 +172,9 @@ struct Target {
     path_and_query: String,
     /// The path form's prefix (`X-Forwarded-Prefix`); `None` on the host form.
     prefix: Option<String>,
+    /// The path form's request path as the client wrote it (what a
+    /// `Location` in the answer is resolved against).
+    client_path: String,
 }
 
 /// `ANY /v1/containers/{id}/ports/{port}` (and `.../{port}/`): the
@@ -227,6 +236,7 @@ async fn path_form(
         port,
         path_and_query,
         prefix: Some(prefix.unwrap_or_default()),
+        client_path: original,
     };
     proxy(state, target, request)
         .await
@@ -237,6 +247,18 @@ async fn path_form(
 /// `{port}-{id}.{ports_base_domain}` (any port of this server) goes to that
 /// container's port, whole; every other request to the API.
 pub async fn by_host(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    if request
+        .headers()
+        .get_all(header::HOST)
+        .iter()
+        .nth(1)
+        .is_some()
+    {
+        return ApiError::bad_request(
+            "The request has more than one Host header (RFC 9112, section 3.2).",
+        )
+        .into_response();
+    }
     let Some((port, container_id)) =
         host_target(&state.config.ports_base_domain, request.headers())
     else {
@@ -251,6 +273,7 @@ pub async fn by_host(State(state): State<Arc<AppState>>, request: Request, next:
         port,
         path_and_query,
         prefix: None,
+        client_path: String::new(),
     };
     proxy(state, target, request)
         .await
@@ -458,8 +481,10 @@ fn connection_named(headers: &HeaderMap) -> Vec<String> {
 
 /// The request's headers as the container gets them: hop-by-hop ones,
 /// credentials and forwarded claims the client made removed; the token
-/// cookie taken out of `Cookie`.
-fn forwarded_headers(headers: &HeaderMap) -> HeaderMap {
+/// cookie taken out of `Cookie`, and on the path form `Cookie` itself (the
+/// cookies a browser sends there are the server's origin's, the console's
+/// session among them: the container can set none there).
+fn forwarded_headers(headers: &HeaderMap, path_form: bool) -> HeaderMap {
     let named = connection_named(headers);
     let mut out = HeaderMap::with_capacity(headers.len() + 4);
     for (name, value) in headers {
@@ -475,6 +500,9 @@ fn forwarded_headers(headers: &HeaderMap) -> HeaderMap {
             || lower == "forwarded"
             || lower.starts_with("x-forwarded-");
         if dropped {
+            continue;
+        }
+        if name == header::COOKIE && path_form {
             continue;
         }
         if name == header::COOKIE {
@@ -557,7 +585,7 @@ async fn proxy(state: Arc<AppState>, target: Target, mut request: Request) -> Ap
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut request));
     let client_addr = request.extensions().get::<ClientAddr>().map(|a| a.0);
     let (parts, body) = request.into_parts();
-    let mut headers = forwarded_headers(&parts.headers);
+    let mut headers = forwarded_headers(&parts.headers, target.prefix.is_some());
     if upgrade {
         if let Some(protocol) = parts.headers.get(header::UPGRADE) {
             headers.insert(header::UPGRADE, protocol.clone());
@@ -644,23 +672,39 @@ async fn proxy(state: Arc<AppState>, target: Target, mut request: Request) -> Ap
         }
     }
     match &target.prefix {
-        Some(_) => {
-            // The server's origin is not the container's to write on.
-            headers.remove(header::SET_COOKIE);
+        Some(prefix) => {
+            // The server's origin is not the container's to act on.
+            let authority = parts
+                .headers
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .filter(|h| valid_authority(h))
+                .unwrap_or("localhost");
+            let request_url =
+                url::Url::parse(&format!("{scheme}://{authority}{}", target.client_path)).ok();
+            answer::path_form(
+                &mut headers,
+                &answer::PathForm {
+                    request_url: request_url.as_ref(),
+                    prefix,
+                },
+            );
             headers.insert(
                 header::CONTENT_SECURITY_POLICY,
                 HeaderValue::from_static(PATH_FORM_POLICY),
             );
         }
-        None if credentials.token_in_query => {
-            if let Some(token) = &credentials.token {
-                let cookie = format!("{TOKEN_COOKIE}={token}; Path=/; HttpOnly; SameSite=Lax");
-                if let Ok(value) = HeaderValue::from_str(&cookie) {
-                    headers.append(header::SET_COOKIE, value);
+        None => {
+            answer::host_form(&mut headers, TOKEN_COOKIE);
+            if credentials.token_in_query {
+                if let Some(token) = &credentials.token {
+                    let cookie = format!("{TOKEN_COOKIE}={token}; Path=/; HttpOnly; SameSite=Lax");
+                    if let Ok(value) = HeaderValue::from_str(&cookie) {
+                        headers.append(header::SET_COOKIE, value);
+                    }
                 }
             }
         }
-        None => {}
     }
     answer_parts.headers = headers;
     let body = if parts.method == Method::HEAD {
@@ -808,12 +852,18 @@ mod tests {
             ("accept", "text/html"),
             ("host", "localhost:8080"),
         ]);
-        let out = forwarded_headers(&given);
+        let out = forwarded_headers(&given, false);
         let names: Vec<&str> = out.keys().map(|n| n.as_str()).collect();
         assert_eq!(names, ["cookie", "accept", "host"], "{out:?}");
         assert_eq!(out[header::COOKIE], "a=1; b=2");
         let only_token = headers(&[("cookie", "shellgate_port_token=sgpt_1")]);
-        assert!(forwarded_headers(&only_token).is_empty());
+        assert!(forwarded_headers(&only_token, false).is_empty());
+        // On the path form no cookie is the container's.
+        let names: Vec<String> = forwarded_headers(&given, true)
+            .keys()
+            .map(|n| n.to_string())
+            .collect();
+        assert_eq!(names, ["accept", "host"]);
     }
 
     #[test]
