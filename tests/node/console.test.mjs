@@ -20,6 +20,11 @@ const KEYS = `${ADMIN}:alpha:admin,${MEMBER}:beta`;
 // Hostile text: were it parsed as HTML, its handler would set window.__xss.
 const XSS = '<img src=x onerror=window.__xss=1>';
 const SHOTS = join(root, 'docs', 'console');
+// The parent domain the console and the containers' ports share in the
+// cookie-tossing test: browsers resolve every *.localhost name to this
+// machine, and count it a registrable domain (a page of one subdomain may
+// set a cookie for all of them).
+const PARENT = 'example.localhost';
 const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
 
 let server;
@@ -50,7 +55,10 @@ function decide(body) {
 
 before(async () => {
   upstream = await startScriptedUpstream(decide);
-  server = await startServer({ key: KEYS, name: 'console', env: { SHELLGATE_UPSTREAM_URL: upstream.url } });
+  server = await startServer({
+    key: KEYS, name: 'console',
+    env: { SHELLGATE_UPSTREAM_URL: upstream.url, SHELLGATE_PORTS_BASE_DOMAIN: PARENT },
+  });
   mkdirSync(SHOTS, { recursive: true });
   // Playwright starts the browser with a fresh temporary profile
   // (--user-data-dir) of its own each launch.
@@ -97,8 +105,8 @@ async function open() {
   return page;
 }
 
-async function signIn(page, key) {
-  await page.goto(`${origin}/console`);
+async function signIn(page, key, at = origin) {
+  await page.goto(`${at}/console`);
   await page.locator('[data-testid=signin-key]').fill(key);
   await page.locator('[data-testid=signin-submit]').click();
   await page.locator('[data-testid=signout]').waitFor();
@@ -548,6 +556,89 @@ test('console: a key made on the operator page is shown once, and revoking it en
   await user.locator('[data-testid=signin-error]', { hasText: 'not accepted' }).waitFor();
   await done(user);
   await done(admin);
+});
+
+// A container's page that tosses a console session of its own project (the
+// cookie's name and value given) onto every host of the parent domain: by
+// `Set-Cookie` with `Domain=` on each path the console uses, and by script.
+const TOSSING_APP = String.raw`
+import http.server, json, sys
+port, name, value, parent = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+names = sorted({name, "shellgate_console", "__Host-shellgate_console", "__Secure-shellgate_console"})
+paths = ["/", "/console", "/console/session", "/console/api", "/console/api/v1"]
+tossed = [f"{n}={value}; Domain={parent}; Path={p}" + extra for n in names for p in paths for extra in ("", "; Secure")]
+page = "<!doctype html><title>a page</title><script>for (const c of " + json.dumps(tossed) + ") document.cookie = c; document.title = 'tossed';</script>"
+class Handler(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+    def do_GET(self):
+        body = page.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        for cookie in tossed:
+            self.send_header("Set-Cookie", cookie)
+        self.end_headers()
+        self.wfile.write(body)
+http.server.ThreadingHTTPServer(("127.0.0.1", int(port)), Handler).serve_forever()
+`;
+
+test('console: a container page of a sibling host cannot plant its session in the console', { timeout: 180_000 }, async () => {
+  // The console and the ports on hosts of one parent domain.
+  const port = new URL(origin).port;
+  const consoleOrigin = `http://console.${PARENT}:${port}`;
+  // Another project's session (the admin's own, alpha), whose cookie its
+  // container's page then tosses at every host of the parent domain.
+  const attacker = await open();
+  await signIn(attacker, ADMIN, consoleOrigin);
+  const [session] = await attacker.context().cookies(`${consoleOrigin}/console/api/`);
+  assert.ok(session, 'the attacker has a session cookie');
+  const container = await api(ADMIN, 'POST', '/containers', { name: 'tossing-page', exposed_ports: [8000] });
+  await api(ADMIN, 'POST', `/containers/${container.id}/exec`, {
+    commands: [
+      `cat > /tmp/toss.py <<'EOF'\n${TOSSING_APP}\nEOF`,
+      `nohup python3 /tmp/toss.py 8000 '${session.name}' '${session.value}' ${PARENT} >/tmp/toss.log 2>&1 &`,
+    ],
+  });
+  const pathForm = `${origin}/v1/containers/${container.id}/ports/8000/`;
+  for (;;) {
+    const answer = await server.fetch(pathForm, { headers: { authorization: `Bearer ${ADMIN}` } });
+    if (answer.status === 200) break;
+    // 502 until the app listens.
+    assert.equal(answer.status, 502, await answer.text());
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  await attacker.context().close();
+
+  // The victim signs in to the console (project beta), opens the page the
+  // attacker linked, and comes back to make a container.
+  const victim = await open();
+  await signIn(victim, MEMBER, consoleOrigin);
+  await victim.locator('[data-testid=project]', { hasText: 'beta' }).waitFor();
+  const link = `http://8000-${container.id}.${PARENT}:${port}/?shellgate_port_token=${container.port_token}`;
+  await victim.goto(link);
+  await victim.waitForFunction(() => document.title === 'tossed');
+  await victim.goto(`${consoleOrigin}/console`);
+  await victim.locator('[data-testid=containers]').waitFor();
+  await victim.locator('[data-testid=create-name]').fill('victims-own');
+  await victim.locator('[data-testid=create-submit]').click();
+  // Made in the victim's project, not the attacker's (looked for in both
+  // until it is made).
+  const madeIn = async (key) => (await api(key, 'GET', '/containers?limit=100')).data.some((c) => c.name === 'victims-own');
+  for (;;) {
+    const [inBeta, inAlpha] = [await madeIn(MEMBER), await madeIn(ADMIN)];
+    assert.equal(inAlpha, false, 'the victim\'s container was made in the attacker\'s project');
+    if (inBeta) break;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  await victim.locator('[data-testid=containers] tr[data-id]', { hasText: 'victims-own' }).waitFor();
+  await victim.locator('[data-testid=project]', { hasText: 'beta' }).waitFor();
+  // The console's cookie stayed the console host's own, alone.
+  const cookies = await victim.context().cookies(`${consoleOrigin}/console/api/v1/containers`);
+  const sessions = cookies.filter((c) => c.name === session.name);
+  assert.equal(sessions.length, 1, JSON.stringify(cookies));
+  assert.notEqual(sessions[0].value, session.value);
+  await done(victim);
 });
 
 test('console: the containers list pages on the server', async () => {

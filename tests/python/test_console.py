@@ -4,6 +4,7 @@ headers, and its live updates. The browser-side tests (rendering, XSS) are
 `tests/node/console.test.mjs`."""
 
 import hashlib
+import http.client
 import json
 import threading
 
@@ -14,6 +15,7 @@ from conftest import KEY_A, KEY_B, wait_until
 
 ADMIN_KEY = "sk-test-console-admin"
 SPARE_KEY = "sk-test-console-spare"
+COOKIE = "__Host-shellgate_console"
 
 
 @pytest.fixture
@@ -60,6 +62,11 @@ class Session:
         assert answer.status_code == 200, answer.text
         self.session = answer.json()
         self.csrf = self.session["csrf_token"]
+        # A browser sends a Secure cookie to a loopback address over plain
+        # HTTP (a secure context); requests' jar keeps Secure cookies for
+        # https:// only, so its copy is told what a browser does.
+        for cookie in self.http.cookies:
+            cookie.secure = False
 
     def get(self, path: str, **kw):
         return self.http.get(self.base + path, timeout=30, **kw)
@@ -85,14 +92,26 @@ def test_sign_in_gives_a_strict_http_only_cookie_and_refuses_wrong_keys(console)
     answer = requests.post(f"{base}/console/session", json={"key": KEY_A}, timeout=10)
     assert answer.status_code == 200
     cookie = answer.headers["set-cookie"]
-    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/console" in cookie
-    assert "Secure" not in cookie  # plain HTTP here
+    # `__Host-`: a browser takes it only from this host, Secure, for `/`,
+    # with no Domain, so no other host can plant one (a loopback address is
+    # a secure context over plain HTTP).
+    assert cookie.startswith(f"{COOKIE}=sgc_"), cookie
+    attributes = {part.strip().split("=")[0].lower() for part in cookie.split(";")[1:]}
+    assert {"httponly", "secure", "path"} <= attributes and "domain" not in attributes, cookie
+    assert "SameSite=Strict" in cookie and "Path=/;" in cookie
     body = answer.json()
     assert body["project"] == "alpha" and body["role"] == "member" and len(body["csrf_token"]) >= 32
-    behind_tls = requests.post(
-        f"{base}/console/session", json={"key": KEY_A}, headers={"X-Forwarded-Proto": "https"}, timeout=10
-    )
-    assert "Secure" in behind_tls.headers["set-cookie"]
+    # Elsewhere over plain HTTP no browser would keep it: refused, saying so;
+    # behind a TLS proxy that says so, given.
+    for host in ["console.example.com", "10.1.2.3:8080"]:
+        plain = requests.post(f"{base}/console/session", json={"key": KEY_A}, headers={"Host": host}, timeout=10)
+        assert plain.status_code == 400, plain.text
+        assert plain.json()["error"]["code"] == "console_needs_https" and "set-cookie" not in plain.headers
+        behind_tls = requests.post(
+            f"{base}/console/session", json={"key": KEY_A}, headers={"Host": host, "X-Forwarded-Proto": "https"}, timeout=10
+        )
+        assert behind_tls.status_code == 200, behind_tls.text
+        assert "Secure" in behind_tls.headers["set-cookie"]
 
     for bad in [{"key": "sk-nope"}, {"key": ""}]:
         refused = requests.post(f"{base}/console/session", json=bad, timeout=10)
@@ -175,6 +194,54 @@ def test_cross_site_requests_are_refused_even_with_the_cookie(console):
     assert same.status_code == 200, same.text
 
 
+def test_an_origin_of_another_scheme_is_another_site(console):
+    alpha = Session(console, KEY_A)
+    base = root(console)
+    host = base.split("://", 1)[1]
+    tls = {"X-Forwarded-Proto": "https"}
+    # Plain HTTP here: an https:// page of the same host is another origin...
+    for headers in ({"Origin": f"https://{host}"}, {"Origin": f"ws://{host}"}):
+        assert requests.post(f"{base}/console/session", json={"key": KEY_A}, headers=headers, timeout=10).status_code == 403
+        assert alpha.get("/console/api/containers", headers=headers).status_code == 403
+    # ...and behind a TLS proxy (which says so), an http:// page is.
+    insecure_page = {**tls, "Origin": f"http://{host}"}
+    assert requests.post(f"{base}/console/session", json={"key": KEY_A}, headers=insecure_page, timeout=10).status_code == 403
+    assert alpha.get("/console/api/containers", headers=insecure_page).status_code == 403
+    secure_page = {**tls, "Origin": f"https://{host}"}
+    assert requests.post(f"{base}/console/session", json={"key": KEY_A}, headers=secure_page, timeout=10).status_code == 200
+    assert alpha.get("/console/api/containers", headers=secure_page).status_code == 200
+
+
+def test_a_request_with_two_session_cookies_is_refused(console):
+    alpha = Session(console, KEY_A)
+    beta = Session(console, KEY_B)
+    base = root(console)
+    mine, planted = alpha.http.cookies.get(COOKIE), beta.http.cookies.get(COOKIE)
+    for cookie in [f"{COOKIE}={mine}; {COOKIE}={planted}", f"{COOKIE}={planted}; {COOKIE}={mine}",
+                   f"{COOKIE}={mine}; {COOKIE}={mine}"]:
+        for path in ["/console/session", "/console/api/containers", "/console/api/v1/containers"]:
+            answer = requests.get(base + path, headers={"Cookie": cookie}, timeout=10)
+            assert answer.status_code == 400, (cookie, path, answer.text)
+            assert answer.json()["error"]["code"] == "console_cookie_conflict"
+        made = requests.post(f"{base}/console/api/v1/containers", json={"name": "planted"},
+                             headers={"Cookie": cookie, "X-CSRF-Token": beta.csrf, "Connection": "close"}, timeout=10)
+        assert made.status_code == 400, made.text
+    assert "planted" not in beta.get("/console/api/containers").text
+    # Two Cookie headers are one cookie list (HTTP/2 sends it so).
+    conn = http.client.HTTPConnection(console.host, console.port, timeout=10)
+    conn.putrequest("GET", "/console/session")
+    conn.putheader("Cookie", f"{COOKIE}={mine}")
+    conn.putheader("Cookie", f"{COOKIE}={planted}")
+    conn.endheaders()
+    assert conn.getresponse().status == 400
+    conn.close()
+    assert alpha.get("/console/session").json()["project"] == "alpha"
+    # A cookie of another name (one a sibling host could set for the whole
+    # parent domain) opens nothing.
+    for name in ["shellgate_console", "__host-shellgate_console", "__Secure-shellgate_console"]:
+        assert requests.get(f"{base}/console/session", headers={"Cookie": f"{name}={mine}"}, timeout=10).status_code == 401
+
+
 def test_another_projects_containers_are_404_and_members_cannot_switch_project(console):
     alpha = Session(console, KEY_A)
     beta = Session(console, KEY_B)
@@ -225,11 +292,11 @@ def test_another_projects_containers_are_404_and_members_cannot_switch_project(c
 
 def test_a_cookie_opens_nothing_after_sign_out(console):
     alpha = Session(console, KEY_A)
-    stolen = alpha.http.cookies.get("shellgate_console")
+    stolen = alpha.http.cookies.get(COOKIE)
     assert stolen
     assert alpha.send("DELETE", "/console/session").status_code == 204
     thief = requests.Session()
-    thief.cookies.set("shellgate_console", stolen)
+    thief.cookies.set(COOKIE, stolen)
     base = root(console)
     for path in ["/console/session", "/console/api/containers", "/console/api/v1/containers", "/console/api/events"]:
         assert thief.get(base + path, timeout=10).status_code == 401, path

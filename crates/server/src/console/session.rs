@@ -1,13 +1,25 @@
 //! Signing in to the console: an API key exchanged for a session cookie
-//! (HttpOnly, SameSite=Strict, `Secure` behind TLS, 12 hours), and
-//! [`Signed`], the extractor every console call goes through.
+//! (`__Host-shellgate_console`: HttpOnly, SameSite=Strict, Secure, Path=/,
+//! 12 hours), and [`Signed`], the extractor every console call goes
+//! through.
+//!
+//! The cookie's `__Host-` prefix is what keeps another host from choosing
+//! the session a browser uses here: a browser takes a cookie of that name
+//! only from this very host, over a secure connection, with no `Domain`
+//! (so no page of a sibling host, such as a container's port under a
+//! shared parent domain, can toss one in with `Domain=` or
+//! `document.cookie`), and a request carrying more than one is refused. A
+//! browser keeps a `Secure` cookie only from a secure context: HTTPS (the
+//! server behind a TLS proxy that says so with `X-Forwarded-Proto: https`)
+//! or a loopback host (`localhost`, `*.localhost`, `127.0.0.0/8`, `[::1]`,
+//! over plain HTTP too). Anywhere else sign-in is refused, saying so.
 //!
 //! What a session may do is checked on every request, in this order:
-//! a cross-site request is refused (its `Origin` names another host, or the
-//! browser says `Sec-Fetch-Site: cross-site`); the cookie must name a live
-//! session of a live key (signing out, expiry and revoking the key end it,
-//! at once: the store joins the session to the key on every lookup); a
-//! state-changing method must carry the session's CSRF token in
+//! a cross-site request is refused (its `Origin` is not this scheme and
+//! host, or the browser says `Sec-Fetch-Site: cross-site`); the cookie must
+//! name a live session of a live key (signing out, expiry and revoking the
+//! key end it, at once: the store joins the session to the key on every
+//! lookup); a state-changing method must carry the session's CSRF token in
 //! `X-CSRF-Token`. An admin key's session may act for another project
 //! (`X-Shellgate-Project`, or `?project=` where a browser cannot set
 //! headers: EventSource); a member's only for its own.
@@ -27,8 +39,8 @@ use crate::error::{ApiError, ApiResult};
 use crate::http::ApiJson;
 use crate::time::now;
 
-/// The session cookie's name.
-pub(super) const COOKIE: &str = "shellgate_console";
+/// The session cookie's name (see the module doc for its prefix).
+pub(super) const COOKIE: &str = "__Host-shellgate_console";
 /// How long a session lasts.
 const SESSION_SECONDS: i64 = 12 * 3600;
 /// The header an admin names the project it acts for in.
@@ -108,7 +120,7 @@ impl FromRequestParts<Arc<Console>> for Signed {
         console: &Arc<Console>,
     ) -> Result<Self, ApiError> {
         same_site(&parts.headers)?;
-        let token = cookie(&parts.headers).ok_or_else(no_session)?;
+        let token = cookie(&parts.headers)?.ok_or_else(no_session)?;
         let lookup = token.clone();
         let session = console
             .app
@@ -133,11 +145,11 @@ impl FromRequestParts<Arc<Console>> for Signed {
     }
 }
 
-/// Refuses a request a browser sent from another site: its `Origin` names
-/// another host than the one it was sent to, or `Sec-Fetch-Site` says
-/// `cross-site`. (SameSite=Strict already keeps the cookie off such
-/// requests; this also covers sign-in, which has no cookie yet, and
-/// WebSocket handshakes.)
+/// Refuses a request a browser sent from another site: its `Origin` is not
+/// the scheme and host it was sent to (an `http://` page is another origin
+/// than the `https://` console), or `Sec-Fetch-Site` says `cross-site`.
+/// (SameSite=Strict already keeps the cookie off such requests; this also
+/// covers sign-in, which has no cookie yet, and WebSocket handshakes.)
 fn same_site(headers: &HeaderMap) -> ApiResult<()> {
     let refuse = || forbidden("Cross-site requests to the console are refused.");
     if headers
@@ -152,10 +164,11 @@ fn same_site(headers: &HeaderMap) -> ApiResult<()> {
             .get(header::HOST)
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default();
+        let scheme = browser_scheme(headers);
         let origin_host = origin
-            .strip_prefix("http://")
-            .or_else(|| origin.strip_prefix("https://"))
-            .unwrap_or_default();
+            .split_once("://")
+            .filter(|(origin_scheme, _)| origin_scheme.eq_ignore_ascii_case(scheme))
+            .map_or("", |(_, rest)| rest);
         if origin_host.is_empty() || !origin_host.eq_ignore_ascii_case(host) {
             return Err(refuse());
         }
@@ -163,25 +176,74 @@ fn same_site(headers: &HeaderMap) -> ApiResult<()> {
     Ok(())
 }
 
-/// The session cookie's value, if the request carries one.
-pub(super) fn cookie(headers: &HeaderMap) -> Option<String> {
-    headers
+/// The session cookie's value, if the request carries one; more than one
+/// is refused (400): which of them the browser meant cannot be known, and
+/// a second one is what a page of another host would have planted.
+pub(super) fn cookie(headers: &HeaderMap) -> ApiResult<Option<String>> {
+    let mut found = headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == COOKIE)
-        .map(|(_, value)| value.trim().to_owned())
-        .filter(|value| !value.is_empty())
+        .filter(|(name, _)| *name == COOKIE)
+        .map(|(_, value)| value.trim());
+    let first = found.next();
+    if found.next().is_some() {
+        return Err(ApiError::bad_request(format!(
+            "The request carries more than one {COOKIE} cookie: clear this site's cookies and \
+             sign in again."
+        ))
+        .with_code("console_cookie_conflict"));
+    }
+    Ok(first.filter(|value| !value.is_empty()).map(str::to_owned))
 }
 
-/// Whether the browser reached the server over TLS (through a proxy that
-/// says so): the cookie is then `Secure`.
-fn over_tls(headers: &HeaderMap) -> bool {
-    headers
+/// The scheme the browser used, as this server can tell: `https` when a
+/// proxy in front says so (`X-Forwarded-Proto`, its first entry), else
+/// `http`. The one answer the cookie's and the `Origin` check's reading
+/// of the connection share.
+fn browser_scheme(headers: &HeaderMap) -> &'static str {
+    let forwarded = headers
         .get("x-forwarded-proto")
-        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https"))
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(',').next())
+        .map(str::trim);
+    match forwarded {
+        Some(proto) if proto.eq_ignore_ascii_case("https") => "https",
+        _ => "http",
+    }
+}
+
+/// Whether `host` (a `Host` value, `name[:port]`) names this machine's
+/// loopback, which browsers count as a secure context over plain HTTP.
+fn loopback_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split_once(']').map_or("", |(address, _)| address),
+        None => host.rsplit_once(':').map_or(host, |(name, port)| {
+            if port.chars().all(|c| c.is_ascii_digit()) {
+                name
+            } else {
+                host
+            }
+        }),
+    };
+    let name = name.to_ascii_lowercase();
+    name == "localhost"
+        || name.ends_with(".localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|address| address.is_loopback())
+}
+
+/// Whether the browser will keep the `Secure` session cookie: it reached
+/// this server over HTTPS or on a loopback host.
+fn secure_context(headers: &HeaderMap) -> bool {
+    browser_scheme(headers) == "https"
+        || headers
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(loopback_host)
 }
 
 fn session_object(grant: &KeyGrant, csrf_token: &str, expires_at: i64) -> ConsoleSession {
@@ -222,6 +284,15 @@ pub(super) async fn sign_in(
     ApiJson(body): ApiJson<SignIn>,
 ) -> ApiResult<Response> {
     same_site(&headers)?;
+    if !secure_context(&headers) {
+        return Err(ApiError::bad_request(
+            "The console signs in over HTTPS only (behind a TLS proxy that sends \
+             'X-Forwarded-Proto: https'), or on a loopback address such as \
+             http://127.0.0.1 or http://localhost: its session cookie is Secure, and a \
+             browser keeps none from this address over plain HTTP.",
+        )
+        .with_code("console_needs_https"));
+    }
     let key = body.key.trim().to_owned();
     // From the store, not the key cache: a key revoked a moment ago opens
     // no new session.
@@ -243,9 +314,8 @@ pub(super) async fn sign_in(
             s.open_console_session(&cookie_token, &key_hash, &csrf_token, created, expires)
         })
         .await?;
-    let secure = if over_tls(&headers) { "; Secure" } else { "" };
     let cookie = format!(
-        "{COOKIE}={token}; Path=/console; HttpOnly; SameSite=Strict; Max-Age={SESSION_SECONDS}{secure}"
+        "{COOKIE}={token}; Path=/; Secure; HttpOnly; SameSite=Strict; Max-Age={SESSION_SECONDS}"
     );
     let mut response = Json(session_object(&grant, &csrf, expires)).into_response();
     if let Ok(value) = HeaderValue::from_str(&cookie) {
@@ -276,12 +346,10 @@ pub(super) async fn sign_out(
         .db(move |s| s.close_console_session(&token))
         .await?;
     let mut response = StatusCode::NO_CONTENT.into_response();
-    response.headers_mut().insert(
-        header::SET_COOKIE,
-        HeaderValue::from_static(
-            "shellgate_console=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0",
-        ),
-    );
+    let expired = format!("{COOKIE}=; Path=/; Secure; HttpOnly; SameSite=Strict; Max-Age=0");
+    if let Ok(value) = HeaderValue::from_str(&expired) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
     Ok(response)
 }
 
@@ -299,17 +367,47 @@ mod tests {
 
     #[test]
     fn the_session_cookie_is_found_among_others_and_never_by_prefix() {
-        let found = headers(&[("cookie", "a=1; shellgate_console=sgc_x ; b=2")]);
-        assert_eq!(cookie(&found).as_deref(), Some("sgc_x"));
-        let split = headers(&[("cookie", "a=1"), ("cookie", "shellgate_console=sgc_y")]);
-        assert_eq!(cookie(&split).as_deref(), Some("sgc_y"));
+        let found = headers(&[("cookie", "a=1; __Host-shellgate_console=sgc_x ; b=2")]);
+        assert_eq!(cookie(&found).unwrap().as_deref(), Some("sgc_x"));
+        let split = headers(&[
+            ("cookie", "a=1"),
+            ("cookie", "__Host-shellgate_console=sgc_y"),
+        ]);
+        assert_eq!(cookie(&split).unwrap().as_deref(), Some("sgc_y"));
         for none in [
-            "shellgate_console_x=1",
-            "xshellgate_console=1",
-            "shellgate_console=",
+            "__Host-shellgate_console_x=1",
+            "x__Host-shellgate_console=1",
+            "__host-shellgate_console=1",
+            "shellgate_console=1",
+            "__Host-shellgate_console=",
             "",
         ] {
-            assert_eq!(cookie(&headers(&[("cookie", none)])), None, "{none}");
+            assert_eq!(
+                cookie(&headers(&[("cookie", none)])).unwrap(),
+                None,
+                "{none}"
+            );
+        }
+    }
+
+    #[test]
+    fn two_session_cookies_are_refused() {
+        for pairs in [
+            vec![(
+                "cookie",
+                "__Host-shellgate_console=sgc_a; __Host-shellgate_console=sgc_b",
+            )],
+            vec![
+                ("cookie", "__Host-shellgate_console=sgc_a"),
+                ("cookie", "x=1; __Host-shellgate_console=sgc_a"),
+            ],
+            vec![(
+                "cookie",
+                "__Host-shellgate_console=sgc_a;__Host-shellgate_console=",
+            )],
+        ] {
+            let refused = cookie(&headers(&pairs)).unwrap_err();
+            assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{pairs:?}");
         }
     }
 
@@ -318,12 +416,13 @@ mod tests {
         let host = ("host", "127.0.0.1:8080");
         assert!(same_site(&headers(&[host])).is_ok());
         assert!(same_site(&headers(&[host, ("origin", "http://127.0.0.1:8080")])).is_ok());
-        assert!(same_site(&headers(&[host, ("origin", "https://127.0.0.1:8080")])).is_ok());
         assert!(same_site(&headers(&[host, ("sec-fetch-site", "same-origin")])).is_ok());
         for origin in [
             "http://evil.example",
             "http://127.0.0.1:8081",
             "http://127.0.0.1:8080.evil.example",
+            "https://127.0.0.1:8080",
+            "ws://127.0.0.1:8080",
             "null",
             "file://",
         ] {
@@ -335,12 +434,60 @@ mod tests {
         assert!(same_site(&headers(&[host, ("sec-fetch-site", "cross-site")])).is_err());
         // No Host to compare with: any Origin is refused.
         assert!(same_site(&headers(&[("origin", "http://127.0.0.1:8080")])).is_err());
+        // Behind a TLS proxy the console's origin is https://, and an
+        // http:// page of the same host is another origin.
+        let tls = ("x-forwarded-proto", "https");
+        let public = ("host", "console.example.com");
+        assert!(same_site(&headers(&[
+            public,
+            tls,
+            ("origin", "https://console.example.com")
+        ]))
+        .is_ok());
+        assert!(same_site(&headers(&[
+            public,
+            tls,
+            ("origin", "http://console.example.com")
+        ]))
+        .is_err());
+        assert!(same_site(&headers(&[
+            public,
+            ("origin", "https://console.example.com")
+        ]))
+        .is_err());
     }
 
     #[test]
-    fn secure_cookies_behind_tls_only() {
-        assert!(over_tls(&headers(&[("x-forwarded-proto", "https")])));
-        assert!(!over_tls(&headers(&[("x-forwarded-proto", "http")])));
-        assert!(!over_tls(&headers(&[])));
+    fn the_cookie_is_offered_only_where_a_browser_keeps_it() {
+        for host in [
+            "127.0.0.1:8080",
+            "127.1.2.3",
+            "localhost:8080",
+            "LOCALHOST",
+            "console.example.localhost:8080",
+            "[::1]:8080",
+            "[::1]",
+        ] {
+            assert!(secure_context(&headers(&[("host", host)])), "{host}");
+        }
+        for host in [
+            "10.0.0.5:8080",
+            "console.example.com",
+            "localhost.example.com",
+            "[::2]:8080",
+            "",
+        ] {
+            assert!(!secure_context(&headers(&[("host", host)])), "{host}");
+        }
+        for proto in ["https", "HTTPS", "https, http"] {
+            assert!(secure_context(&headers(&[
+                ("host", "console.example.com"),
+                ("x-forwarded-proto", proto)
+            ])));
+        }
+        assert!(!secure_context(&headers(&[
+            ("host", "console.example.com"),
+            ("x-forwarded-proto", "http")
+        ])));
     }
 }
