@@ -8,6 +8,7 @@ import http.client
 import json
 import threading
 
+import anthropic
 import pytest
 import requests
 
@@ -472,3 +473,45 @@ def test_a_project_has_a_bounded_number_of_live_streams(console):
     finally:
         for stream in opened:
             stream.close()
+
+
+def test_every_view_of_usage_adds_up_to_the_billed_totals(console):
+    """Usage has one source: the console's views (per day, per container,
+    per model) and /v1/usage add up to the same totals, whichever model API
+    was called (Responses stored or not, Messages, Chat Completions) and
+    whether the container still exists."""
+    client = console.client(KEY_A)
+    stored = client.responses.create(model="scripted", input="hello")
+    unstored = client.responses.create(model="scripted", input="hello", store=False)
+    chat = client.chat.completions.create(model="scripted", messages=[{"role": "user", "content": "hello"}])
+    messages = anthropic.Anthropic(base_url=console.base_url.removesuffix("/v1"), api_key=KEY_A, max_retries=0)
+    message = messages.messages.create(model="scripted", max_tokens=64, messages=[{"role": "user", "content": "hello"}])
+    input_tokens = (stored.usage.input_tokens + unstored.usage.input_tokens + chat.usage.prompt_tokens
+                    + message.usage.input_tokens)
+    output_tokens = (stored.usage.output_tokens + unstored.usage.output_tokens + chat.usage.completion_tokens
+                     + message.usage.output_tokens)
+    # Sandbox time: a container still there, and one used then deleted.
+    kept = client.containers.create(name="usage-kept")
+    gone = client.containers.create(name="usage-gone")
+    for container in (kept, gone):
+        client.post(f"/containers/{container.id}/exec", body={"commands": ["true"]}, cast_to=object)
+    client.containers.delete(gone.id)
+
+    billed = client.get("/usage", cast_to=object)
+    assert (billed["input_tokens"], billed["output_tokens"], billed["responses"]) == (input_tokens, output_tokens, 4)
+    per_container = {c["container_id"]: c["sandbox_seconds"] for c in billed["containers"]}
+    assert per_container[gone.id] > 0 and per_container[kept.id] > 0
+    assert sum(per_container.values()) == pytest.approx(billed["sandbox_seconds"])
+
+    shown = Session(console, KEY_A).get("/console/api/usage").json()
+    total = billed["sandbox_seconds"]
+    assert shown["sandbox_seconds"] == pytest.approx(total)
+    assert sum(d["sandbox_seconds"] for d in shown["days"]) == pytest.approx(total)
+    containers = {c["container_id"]: c["sandbox_seconds"] for c in shown["containers"]}
+    assert containers[gone.id] == pytest.approx(per_container[gone.id])
+    assert sum(containers.values()) + shown["other_containers"]["sandbox_seconds"] == pytest.approx(total)
+    models = shown["models"]
+    assert [m["model"] for m in models] == ["scripted"]
+    assert sum(m["input_tokens"] for m in models) == shown["input_tokens"] == billed["input_tokens"]
+    assert sum(m["output_tokens"] for m in models) == shown["output_tokens"] == billed["output_tokens"]
+    assert sum(m["responses"] for m in models) == shown["responses"] == billed["responses"]

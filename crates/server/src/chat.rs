@@ -262,21 +262,22 @@ pub async fn create(
             .map_err(|e| ApiError::internal(format!("the request: {e}")))?;
         if let Some(forwarded) = checked.upstream.forward_chat(bytes).await {
             let forwarded = forwarded.map_err(upstream_error)?;
-            return pass_through(state, project.0, forwarded).await;
+            return pass_through(state, project.0, checked.model, forwarded).await;
         }
     }
     translated(state, project.0, checked).await
 }
 
-/// Records tokens the upstream reported for `project` (a failure is
-/// logged: the answer is the client's whatever the store says).
-async fn bill(state: &AppState, project: &str, usage: Usage) {
+/// Records tokens the upstream reported for `project`, under the model the
+/// request named (a failure is logged: the answer is the client's whatever
+/// the store says).
+async fn bill(state: &AppState, project: &str, model: &str, usage: Usage) {
     if usage == Usage::default() {
         return;
     }
-    let project = project.to_owned();
+    let (project, model) = (project.to_owned(), model.to_owned());
     if let Err(e) = state
-        .db(move |s| s.record_tokens(&project, usage.input_tokens, usage.output_tokens))
+        .db(move |s| s.record_tokens(&project, &model, usage.input_tokens, usage.output_tokens))
         .await
     {
         tracing::error!("could not record token usage: {}", e.message);
@@ -288,6 +289,7 @@ async fn bill(state: &AppState, project: &str, usage: Usage) {
 struct StreamMeter {
     state: Arc<AppState>,
     project: String,
+    model: String,
     reader: Option<EventReader>,
     usage: Usage,
 }
@@ -322,13 +324,14 @@ impl StreamMeter {
 
 impl Drop for StreamMeter {
     fn drop(&mut self) {
-        let (state, project, usage) = (
+        let (state, project, model, usage) = (
             Arc::clone(&self.state),
             std::mem::take(&mut self.project),
+            std::mem::take(&mut self.model),
             self.usage,
         );
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move { bill(&state, &project, usage).await });
+            runtime.spawn(async move { bill(&state, &project, &model, usage).await });
         }
     }
 }
@@ -381,6 +384,7 @@ fn error_event(error: ApiError) -> String {
 async fn pass_through(
     state: Arc<AppState>,
     project: String,
+    model: String,
     forwarded: Forwarded,
 ) -> ApiResult<Response> {
     let Forwarded {
@@ -408,7 +412,7 @@ async fn pass_through(
                 output_tokens: counted.completion_tokens,
                 ..Usage::default()
             };
-            bill(&state, &project, usage).await;
+            bill(&state, &project, &model, usage).await;
         }
         return Ok((
             [(header::CONTENT_TYPE, "application/json")],
@@ -420,6 +424,7 @@ async fn pass_through(
     let mut meter = StreamMeter {
         state,
         project,
+        model,
         reader: Some(EventReader::new(SseLimits {
             max_line_bytes: most,
             max_event_bytes: most,
@@ -1037,7 +1042,7 @@ async fn translated(
                 })
             })?
             .map_err(upstream_error)?;
-        bill(&state, &project, reply.usage).await;
+        bill(&state, &project, &answering.model, reply.usage).await;
         Json(answering.completion(&reply)).into_response()
     };
     if let Some(value) = crate::uncarried::header_value(&dropped) {
@@ -1100,7 +1105,7 @@ fn stream_translated(
                 return;
             }
         };
-        bill(&state, &project, reply.usage).await;
+        bill(&state, &project, &answering.model, reply.usage).await;
         for delta in chunker.rest(&reply, &answering.custom) {
             let _ = tx.send(data(&answering.chunk(delta, None)));
         }

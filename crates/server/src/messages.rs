@@ -1064,9 +1064,13 @@ async fn finish(
     prepared: &Prepared,
     outcome: &Outcome,
 ) -> Result<wire::Message, ApiError> {
-    let (project, tokens) = (prepared.project.clone(), outcome.usage);
+    let (project, model, tokens) = (
+        prepared.project.clone(),
+        prepared.model.clone(),
+        outcome.usage,
+    );
     if let Err(e) = state
-        .db(move |s| s.record_tokens(&project, tokens.input_tokens, tokens.output_tokens))
+        .db(move |s| s.record_tokens(&project, &model, tokens.input_tokens, tokens.output_tokens))
         .await
     {
         tracing::error!("could not record token usage: {}", e.message);

@@ -74,20 +74,25 @@ pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// `GET /v1/usage`: the project's billed totals, each the sum of its parts
+/// (the containers listed, deleted ones included).
 pub async fn usage(State(state): State<Arc<AppState>>, project: Project) -> ApiResult<Json<Usage>> {
     let owner = project.0.clone();
-    let ((total, per_container), (input_tokens, output_tokens, responses)) = state
-        .db(move |s| Ok((s.project_usage(&owner)?, s.project_tokens(&owner)?)))
+    let ledger = state
+        .db(move |s| s.usage_ledger(&owner, None, true))
         .await?;
+    let total = ledger.sandbox_seconds();
+    let tokens = ledger.tokens();
     Ok(Json(Usage {
         object: "usage".to_owned(),
         project: project.0,
         sandbox_seconds: total,
         server_tool_cost: total * state.config.sandbox_price_per_second,
-        input_tokens,
-        output_tokens,
-        responses,
-        containers: per_container
+        input_tokens: tokens.input_tokens,
+        output_tokens: tokens.output_tokens,
+        responses: tokens.responses,
+        containers: ledger
+            .containers
             .into_iter()
             .map(|(container_id, sandbox_seconds)| ContainerUsage {
                 container_id,

@@ -1000,9 +1000,9 @@ impl Prepared {
             usage.sandbox_seconds = Some(seconds);
             usage.server_tool_cost = Some(seconds * state.config.sandbox_price_per_second);
         }
-        let (project, usage) = (self.project.clone(), outcome.usage);
+        let (project, model, usage) = (self.project.clone(), body.model.clone(), outcome.usage);
         if let Err(e) = state
-            .db(move |s| s.record_tokens(&project, usage.input_tokens, usage.output_tokens))
+            .db(move |s| s.record_tokens(&project, &model, usage.input_tokens, usage.output_tokens))
             .await
         {
             tracing::error!("could not record token usage: {}", e.message);

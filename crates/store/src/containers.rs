@@ -527,7 +527,7 @@ const RECORD_ACTIVITY: &str = "UPDATE containers SET
      WHERE id = ?1";
 
 /// Ends a container's session inside a transaction: its cost moves to
-/// `billed_seconds` (and to the project's totals, by `day`), and the
+/// `billed_seconds` (and to the usage ledger, by `day`), and the
 /// container takes `status`. The session is closed by one conditional
 /// update, so when two servers close it at once (a node's idle sweep and a
 /// replica's delete) the second finds it closed and bills nothing: billed
@@ -558,7 +558,7 @@ pub(crate) fn close_session(
 }
 
 /// Moves `cost` seconds of container `id` (of `project`) out of its
-/// session into what it and its project were billed (by `day`).
+/// session into what it was billed and into the usage ledger (by `day`).
 pub(crate) fn bill(
     sql: &mut dyn crate::sql::Sql,
     project: &str,
@@ -569,11 +569,6 @@ pub(crate) fn bill(
     sql.execute(
         "UPDATE containers SET billed_seconds = billed_seconds + ?2, session_seconds = 0 WHERE id = ?1",
         &[&id, &cost],
-    )?;
-    sql.execute(
-        "INSERT INTO usage (project, billed_seconds) VALUES (?1, ?2)
-         ON CONFLICT (project) DO UPDATE SET billed_seconds = usage.billed_seconds + excluded.billed_seconds",
-        &[&project, &cost],
     )?;
     sql.execute(
         "INSERT INTO usage_daily (project, day, container_id, billed_seconds)

@@ -52,7 +52,7 @@ pub use paging::Page;
 pub use responses::{ResponseRow, ResponseSummary};
 pub use skills::{SkillRow, SkillVersionDelete, SkillVersionRow};
 pub use sql::{Dialect, PostgresOptions};
-pub use usage::{session_cost, ProjectSummary, SESSION_MINIMUM_SECONDS};
+pub use usage::{session_cost, ModelTokens, ProjectSummary, UsageLedger, SESSION_MINIMUM_SECONDS};
 pub use values::{
     ChangeTopic, CommandOutcome, ContainerStatus, EgressVerdict, FileSource, NodeStatus,
     ResponseStatus,

@@ -350,6 +350,40 @@ pub(crate) const SQLITE_MIGRATIONS: &[&str] = &[
     ALTER TABLE containers ADD COLUMN lost_from TEXT;
     ALTER TABLE containers ADD COLUMN lost_at INTEGER;
 "#,
+    // Usage from one ledger per kind: billed seconds by (day, container) in
+    // `usage_daily`, upstream tokens by (day, model) in `usage_tokens`; every
+    // total and view (`/v1/usage`, the console, metrics) is a sum of their
+    // rows. What was counted before them is carried over: tokens under day
+    // and model '', seconds of each container not yet in `usage_daily` under
+    // day '', and the rest of each project's total (containers deleted
+    // before) under day and container ''. `usage` is then gone.
+    r#"
+    CREATE TABLE usage_tokens (
+        project TEXT NOT NULL,
+        day TEXT NOT NULL,
+        model TEXT NOT NULL,
+        input_tokens INTEGER NOT NULL,
+        output_tokens INTEGER NOT NULL,
+        responses INTEGER NOT NULL,
+        PRIMARY KEY (project, day, model)
+    ) WITHOUT ROWID;
+    INSERT INTO usage_tokens (project, day, model, input_tokens, output_tokens, responses)
+        SELECT project, '', '', input_tokens, output_tokens, responses FROM usage
+        WHERE input_tokens > 0 OR output_tokens > 0 OR responses > 0;
+    INSERT INTO usage_daily (project, day, container_id, billed_seconds)
+        SELECT c.project, '', c.id, c.billed_seconds - COALESCE(d.seconds, 0)
+        FROM containers c LEFT JOIN (
+            SELECT container_id, SUM(billed_seconds) AS seconds FROM usage_daily GROUP BY container_id
+        ) d ON d.container_id = c.id
+        WHERE c.billed_seconds - COALESCE(d.seconds, 0) > 0.000001;
+    INSERT INTO usage_daily (project, day, container_id, billed_seconds)
+        SELECT u.project, '', '', u.billed_seconds - COALESCE(d.seconds, 0)
+        FROM usage u LEFT JOIN (
+            SELECT project, SUM(billed_seconds) AS seconds FROM usage_daily GROUP BY project
+        ) d ON d.project = u.project
+        WHERE u.billed_seconds - COALESCE(d.seconds, 0) > 0.000001;
+    DROP TABLE usage;
+"#,
 ];
 
 /// Postgres's migrations, applied in order; the index + 1 is the schema
@@ -622,5 +656,33 @@ pub(crate) const POSTGRES_MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE containers ADD COLUMN lost_from TEXT;
     ALTER TABLE containers ADD COLUMN lost_at BIGINT;
+"#,
+    // Usage from one ledger per kind (see SQLite's migration that makes usage_tokens).
+    r#"
+    CREATE TABLE usage_tokens (
+        project TEXT NOT NULL,
+        day TEXT NOT NULL,
+        model TEXT NOT NULL,
+        input_tokens BIGINT NOT NULL,
+        output_tokens BIGINT NOT NULL,
+        responses BIGINT NOT NULL,
+        PRIMARY KEY (project, day, model)
+    );
+    INSERT INTO usage_tokens (project, day, model, input_tokens, output_tokens, responses)
+        SELECT project, '', '', input_tokens, output_tokens, responses FROM usage
+        WHERE input_tokens > 0 OR output_tokens > 0 OR responses > 0;
+    INSERT INTO usage_daily (project, day, container_id, billed_seconds)
+        SELECT c.project, '', c.id, c.billed_seconds - COALESCE(d.seconds, 0)
+        FROM containers c LEFT JOIN (
+            SELECT container_id, SUM(billed_seconds) AS seconds FROM usage_daily GROUP BY container_id
+        ) d ON d.container_id = c.id
+        WHERE c.billed_seconds - COALESCE(d.seconds, 0) > 0.000001;
+    INSERT INTO usage_daily (project, day, container_id, billed_seconds)
+        SELECT u.project, '', '', u.billed_seconds - COALESCE(d.seconds, 0)
+        FROM usage u LEFT JOIN (
+            SELECT project, SUM(billed_seconds) AS seconds FROM usage_daily GROUP BY project
+        ) d ON d.project = u.project
+        WHERE u.billed_seconds - COALESCE(d.seconds, 0) > 0.000001;
+    DROP TABLE usage;
 "#,
 ];

@@ -490,10 +490,16 @@ mod tables {
     #[test]
     fn sessions_bill_at_least_the_minimum() {
         for store in crate::testing::stores() {
+            let billed = |store: &Store| {
+                store
+                    .usage_ledger("p", None, true)
+                    .unwrap()
+                    .sandbox_seconds()
+            };
             store.insert_container(&container("c1", "p", "n")).unwrap();
             store.open_session("c1").unwrap();
             store.record_activity("c1", 5, 2.5).unwrap();
-            assert_eq!(store.project_usage("p").unwrap().0, 30.0);
+            assert_eq!(billed(&store), 30.0);
             store
                 .close_session("c1", ContainerStatus::Suspended)
                 .unwrap();
@@ -502,13 +508,79 @@ mod tables {
             store
                 .close_session("c1", ContainerStatus::Suspended)
                 .unwrap();
-            assert_eq!(store.project_usage("p").unwrap().0, 75.0);
+            assert_eq!(billed(&store), 75.0);
             store.delete_container("c1").unwrap();
+            assert_eq!(billed(&store), 75.0, "usage outlives the container");
+        }
+    }
+
+    #[test]
+    fn every_view_of_usage_is_a_sum_of_the_same_rows() {
+        for store in crate::testing::stores() {
+            for id in ["c1", "c2", "c3"] {
+                store.insert_container(&container(id, "p", id)).unwrap();
+                store.open_session(id).unwrap();
+            }
+            store
+                .insert_container(&container("idle", "p", "idle"))
+                .unwrap();
+            store.insert_container(&container("q1", "q", "q1")).unwrap();
+            store.open_session("q1").unwrap();
+            store.record_activity("c1", 5, 42.5).unwrap();
+            store.record_activity("c2", 5, 61.0).unwrap();
+            store
+                .close_session("c1", ContainerStatus::Suspended)
+                .unwrap();
+            // c2 deleted, c3 still open (its cost so far counts).
+            store.delete_container("c2").unwrap();
+            for (model, input, output) in [("gpt-a", 10, 3), ("claude-b", 7, 2), ("gpt-a", 1, 1)] {
+                store.record_tokens("p", model, input, output).unwrap();
+            }
+            store.record_tokens("q", "gpt-a", 100, 100).unwrap();
+            let all = store.usage_ledger("p", None, true).unwrap();
             assert_eq!(
-                store.project_usage("p").unwrap().0,
-                75.0,
-                "usage outlives the container"
+                all.containers,
+                vec![
+                    ("c1".to_owned(), 42.5),
+                    ("c2".to_owned(), 61.0),
+                    ("c3".to_owned(), 30.0),
+                    ("idle".to_owned(), 0.0),
+                ]
             );
+            assert_eq!(all.sandbox_seconds(), 42.5 + 61.0 + 30.0);
+            let names: Vec<_> = all
+                .models
+                .iter()
+                .map(|m| {
+                    (
+                        m.model.as_str(),
+                        m.input_tokens,
+                        m.output_tokens,
+                        m.responses,
+                    )
+                })
+                .collect();
+            assert_eq!(names, [("claude-b", 7, 2, 1), ("gpt-a", 11, 4, 2)]);
+            assert_eq!(
+                all.tokens(),
+                ModelTokens {
+                    model: String::new(),
+                    input_tokens: 18,
+                    output_tokens: 6,
+                    responses: 3
+                }
+            );
+            // Today's range is the same usage; the days add up to it.
+            let today = crate::usage::utc_day();
+            let ranged = store.usage_ledger("p", Some(&today), false).unwrap();
+            assert_eq!(ranged.sandbox_seconds(), all.sandbox_seconds());
+            assert_eq!(ranged.models, all.models);
+            let days = store.daily_usage("p", &today).unwrap();
+            assert_eq!(days, vec![(today.clone(), all.sandbox_seconds())]);
+            // A later range holds nothing of it.
+            let later = store.usage_ledger("p", Some("9999-01-01"), false).unwrap();
+            assert_eq!(later, UsageLedger::default());
+            assert_eq!(store.total_usage().unwrap(), all.sandbox_seconds() + 30.0);
         }
     }
 }

@@ -97,13 +97,33 @@ pub struct ConsoleResponse {
 pub struct ConsoleUsage {
     pub object: &'static str,
     pub project: String,
+    /// The range's sandbox time and its cost: what `days`, `containers`
+    /// with `other_containers`, each add up to.
+    pub sandbox_seconds: f64,
+    pub cost: f64,
+    /// The range's upstream tokens and answers (Responses, Messages and
+    /// Chat Completions alike): what `models` adds up to.
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub responses: u64,
     /// Per UTC day, oldest first, every day of the asked range.
     pub days: Vec<DayUsage>,
-    /// Per container, most used first.
+    /// Per container, most used first (deleted ones too), the first few.
     pub containers: Vec<ContainerCost>,
+    /// The containers after those, together.
+    pub other_containers: OtherContainers,
+    /// Per model as the requests named it, most tokens first.
     pub models: Vec<ModelTokens>,
     pub quota: Quota,
     pub price_per_second: f64,
+}
+
+/// Containers the usage page does not list one by one, together.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct OtherContainers {
+    pub containers: u64,
+    pub sandbox_seconds: f64,
+    pub cost: f64,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -116,6 +136,7 @@ pub struct DayUsage {
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ContainerCost {
+    /// `''`: time billed before it was recorded per container.
     pub container_id: String,
     /// Its name, while it exists (a deleted container keeps its time).
     pub name: Option<String>,

@@ -1,5 +1,6 @@
-// Usage: sandbox time and cost per day and per container, tokens per model,
-// quota use against the project's limits.
+// Usage: sandbox time and cost per day and per container, tokens per model
+// (every model API's calls), all over the chosen period and adding up to its
+// totals, and quota use against the project's limits.
 
 import * as api from '../api.js';
 import { h, fill, money, seconds, bytes, count, notice, debounce, table, empty } from '../dom.js';
@@ -71,22 +72,40 @@ export function render(main) {
       testid: 'chart-days', label: `${label} per day`, format, tick: (l) => String(l).slice(5), width, height: 240,
     }));
     const barWidth = Math.max(320, Math.round(containerChart.clientWidth || 560));
-    const containers = (data.containers ?? []).slice().sort((a, b) => (b[metric] ?? 0) - (a[metric] ?? 0)).slice(0, 15);
-    fill(containerChart, containers.length
-      ? bars(containers.map((c) => ({
-        label: c.name || c.container_id, value: Number(c[metric] ?? 0),
-        title: `${c.name || ''} ${c.container_id}: ${seconds(c.sandbox_seconds)}, ${money(c.cost)}`,
-      })), { testid: 'chart-containers', label: `${label} per container`, format: exact, width: barWidth })
+    // The first 14 containers, and every other one together in a last bar,
+    // so the bars add up to the period's total.
+    const ranked = (data.containers ?? []).slice().sort((a, b) => (b[metric] ?? 0) - (a[metric] ?? 0));
+    const shown = ranked.length > 15 ? ranked.slice(0, 14) : ranked;
+    const rest = ranked.slice(shown.length);
+    const other = data.other_containers ?? { containers: 0, sandbox_seconds: 0, cost: 0 };
+    const others = {
+      containers: rest.length + Number(other.containers ?? 0),
+      sandbox_seconds: rest.reduce((acc, c) => acc + Number(c.sandbox_seconds ?? 0), Number(other.sandbox_seconds ?? 0)),
+      cost: rest.reduce((acc, c) => acc + Number(c.cost ?? 0), Number(other.cost ?? 0)),
+    };
+    const containerLabel = (c) => c.name || (c.container_id ? `${c.container_id} (deleted)` : '(before per-container records)');
+    const containerBars = shown.map((c) => ({
+      label: containerLabel(c), value: Number(c[metric] ?? 0),
+      title: `${c.name || ''} ${c.container_id}: ${seconds(c.sandbox_seconds)}, ${money(c.cost)}`,
+    }));
+    if (others.containers > 0) {
+      containerBars.push({
+        label: `${count(others.containers)} others`, value: Number(others[metric] ?? 0),
+        title: `${count(others.containers)} other containers: ${seconds(others.sandbox_seconds)}, ${money(others.cost)}`,
+      });
+    }
+    fill(containerChart, containerBars.length
+      ? bars(containerBars, { testid: 'chart-containers', label: `${label} per container`, format: exact, width: barWidth })
       : [bars([], { testid: 'chart-containers', label: `${label} per container`, format: exact, width: barWidth }), h('p', { class: 'muted' }, 'No container used sandbox time in this period.')]);
-    const sum = (key) => (data.days ?? []).reduce((acc, d) => acc + Number(d[key] ?? 0), 0);
-    fill(totals, `${seconds(sum('sandbox_seconds'))} of sandbox time, ${money(sum('cost'))} over ${days} days`,
+    fill(totals, `${seconds(data.sandbox_seconds ?? 0)} of sandbox time, ${money(data.cost ?? 0)}, `,
+      `${count(data.input_tokens ?? 0)} input and ${count(data.output_tokens ?? 0)} output tokens over ${days} days`,
       data.price_per_second ? ` (at ${money(data.price_per_second)} a second)` : '', '.');
   }
 
   function drawModels() {
     const list = data.models ?? [];
     const max = Math.max(1, ...list.map((m) => (m.input_tokens ?? 0) + (m.output_tokens ?? 0)));
-    fill(models, h('p', { class: 'legend muted' }, h('span', { class: 'key key-in' }), 'input ', h('span', { class: 'key key-out' }), 'output'), table({ class: 'list', 'data-testid': 'models' }, ['Model', 'Responses', 'Input tokens', 'Output tokens', ''],
+    fill(models, h('p', { class: 'legend muted' }, h('span', { class: 'key key-in' }), 'input ', h('span', { class: 'key key-out' }), 'output'), table({ class: 'list', 'data-testid': 'models' }, ['Model', 'Calls', 'Input tokens', 'Output tokens', ''],
       list.length ? list.map((m) => {
         const total = (m.input_tokens ?? 0) + (m.output_tokens ?? 0);
         const meter = h('span', { class: 'hbar', 'aria-hidden': 'true' },
@@ -94,10 +113,10 @@ export function render(main) {
         // Widths are set through the CSSOM (CSP allows it; style="" it does not).
         meter.firstChild.style.width = `${(100 * (m.input_tokens ?? 0)) / max}%`;
         meter.lastChild.style.width = `${(100 * (m.output_tokens ?? 0)) / max}%`;
-        return h('tr', null, h('td', null, m.model), h('td', { class: 'num' }, count(m.responses)),
+        return h('tr', null, h('td', null, m.model || '(before per-model records)'), h('td', { class: 'num' }, count(m.responses)),
           h('td', { class: 'num' }, count(m.input_tokens)), h('td', { class: 'num' }, count(m.output_tokens)),
           h('td', { class: 'bar-cell', title: `${count(total)} tokens` }, meter));
-      }) : empty(5, 'No responses in this period.')));
+      }) : empty(5, 'No model calls in this period.')));
   }
 
   function drawQuota() {

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use shellgate_store::{session_cost, ContainerRow, ContainerSearch, ContainerStatus};
 use shellgate_wire::console::{
     ConsoleContainer, ConsoleList, ConsoleResponse, ConsoleUsage, ContainerCost, DayUsage,
-    ModelTokens, ProjectEntry,
+    ModelTokens, OtherContainers, ProjectEntry,
 };
 
 use super::session::{named_project, Signed};
@@ -171,12 +171,15 @@ pub(super) struct UsageQuery {
     days: Option<u32>,
 }
 
-/// The most containers the usage page ranks.
+/// The most containers the usage page lists one by one.
 const USAGE_CONTAINERS: usize = 50;
 
-/// `GET /console/api/usage`: sandbox time and cost per day (every day of
-/// the range, zeros included) and per container, tokens per model, and the
-/// project's limits in use.
+/// `GET /console/api/usage`: over the asked range, sandbox time and cost
+/// per day (every day of the range, zeros included) and per container
+/// (deleted ones too), tokens per model (every model API's calls), their
+/// totals, and the project's limits in use. Every view is a sum of the same
+/// ledger rows (`Store::usage_ledger`), so they add up to the same totals,
+/// and over all time to `/v1/usage`'s.
 pub(super) async fn usage(
     State(console): State<Arc<Console>>,
     signed: Signed,
@@ -201,17 +204,18 @@ pub(super) async fn usage(
         .collect();
     let since = dates.first().cloned().unwrap_or_default();
     let owner = project.clone();
-    let (daily, (_, per_container), models) = console
+    let (daily, ledger) = console
         .app
         .db(move |s| {
             Ok((
                 s.daily_usage(&owner, &since)?,
-                s.project_usage(&owner)?,
-                s.tokens_by_model(&owner)?,
+                s.usage_ledger(&owner, Some(&since), false)?,
             ))
         })
         .await?;
     let price = console.app.config.sandbox_price_per_second;
+    let sandbox_seconds = ledger.sandbox_seconds();
+    let tokens = ledger.tokens();
     let days = dates
         .into_iter()
         .map(|date| {
@@ -226,7 +230,8 @@ pub(super) async fn usage(
             }
         })
         .collect();
-    let mut containers: Vec<ContainerCost> = per_container
+    let mut containers: Vec<ContainerCost> = ledger
+        .containers
         .into_iter()
         .filter(|(_, seconds)| *seconds > 0.0)
         .map(|(container_id, seconds)| ContainerCost {
@@ -237,7 +242,13 @@ pub(super) async fn usage(
         })
         .collect();
     containers.sort_by(|a, b| b.sandbox_seconds.total_cmp(&a.sandbox_seconds));
-    containers.truncate(USAGE_CONTAINERS);
+    let rest = containers.split_off(containers.len().min(USAGE_CONTAINERS));
+    let others = rest.iter().map(|c| c.sandbox_seconds).sum::<f64>();
+    let other_containers = OtherContainers {
+        containers: u64::try_from(rest.len()).unwrap_or(u64::MAX),
+        sandbox_seconds: others,
+        cost: others * price,
+    };
     let (owner, ids) = (
         project.clone(),
         containers
@@ -255,23 +266,34 @@ pub(super) async fn usage(
             .find(|(id, _)| *id == container.container_id)
             .map(|(_, name)| name.clone());
     }
+    let mut models: Vec<ModelTokens> = ledger
+        .models
+        .into_iter()
+        .map(|m| ModelTokens {
+            model: m.model,
+            input_tokens: m.input_tokens,
+            output_tokens: m.output_tokens,
+            responses: m.responses,
+        })
+        .collect();
+    models.sort_by(|a, b| {
+        (b.input_tokens + b.output_tokens)
+            .cmp(&(a.input_tokens + a.output_tokens))
+            .then_with(|| a.model.cmp(&b.model))
+    });
     Ok(Json(ConsoleUsage {
         object: "console.usage",
         quota: console.app.admission.quota(&project).await?,
         project,
+        sandbox_seconds,
+        cost: sandbox_seconds * price,
+        input_tokens: tokens.input_tokens,
+        output_tokens: tokens.output_tokens,
+        responses: tokens.responses,
         days,
         containers,
-        models: models
-            .into_iter()
-            .map(
-                |(model, input_tokens, output_tokens, responses)| ModelTokens {
-                    model,
-                    input_tokens,
-                    output_tokens,
-                    responses,
-                },
-            )
-            .collect(),
+        other_containers,
+        models,
         price_per_second: price,
     }))
 }
