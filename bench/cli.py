@@ -20,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BINARY = Path(os.environ.get("SHELLGATE_BIN", ROOT / "target" / "release" / "shellgate"))
-KEY = "sk-bench-cli"
+KEY = "sk-bench-cli-project"
 BWRAP = ("bwrap --unshare-all --ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/lib /lib "
          "--symlink usr/lib64 /lib64 --proc /proc --dev /dev --tmpfs /tmp true")
 

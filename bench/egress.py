@@ -39,7 +39,7 @@ NETNS = f"sg-egress-bench-{os.getpid()}"
 HOST_IF, NS_IF = f"sgbh{os.getpid() % 10000}", f"sgbn{os.getpid() % 10000}"
 HOST_ADDR, NS_ADDR, PORT = "198.18.78.1", "198.18.78.2", 18080
 SERVER_ADDR = "203.0.113.10"
-KEY = "sk-bench"
+KEY = "sk-bench-project-a"
 
 
 def sh(*args, **kwargs):

@@ -29,7 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BINARY = Path(os.environ.get("SHELLGATE_BIN", ROOT / "target" / "release" / "shellgate"))
-KEY = "sk-bench-images"
+KEY = "sk-bench-images-project"
 
 
 def free_port():

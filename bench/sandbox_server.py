@@ -15,7 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BINARY = Path(os.environ.get("SHELLGATE_BIN", ROOT / "target" / "release" / "shellgate"))
-KEY = "sk-bench"
+KEY = "sk-bench-project-a"
 
 
 def free_port() -> int:

@@ -5,7 +5,7 @@ import OpenAI, { toFile } from 'openai';
 
 import { startServer } from './harness.mjs';
 
-const KEY = 'sk-node-test';
+const KEY = 'sk-node-test-project';
 
 let server;
 let client;

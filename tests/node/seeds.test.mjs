@@ -18,7 +18,7 @@ import { binary, here, startScriptedUpstream, startServer } from './harness.mjs'
 // Python suites): built once per machine, a no-op when up to date, rebuilt
 // when the recipe changed.
 const imageCache = process.env.SHELLGATE_TEST_IMAGE_CACHE ?? '/var/cache/shellgate-test/images-data';
-const KEY = 'sk-node-seeds';
+const KEY = 'sk-node-seeds-project';
 
 // seeds/000 (and 001): "container_auto", JavaScript.
 const FIRST = `import OpenAI from "openai";

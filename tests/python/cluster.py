@@ -72,8 +72,8 @@ BUCKET = "shellgate-cluster"
 ADMIN_KEY = "sk-cluster-admin"
 MEMBER_KEYS = {
     "alpha": "sk-cluster-alpha",
-    "beta": "sk-cluster-beta",
-    "bulk": "sk-cluster-bulk",
+    "beta": "sk-cluster-beta-project",
+    "bulk": "sk-cluster-bulk-project",
     "quota": "sk-cluster-quota",
     "chaos": "sk-cluster-chaos",
 }

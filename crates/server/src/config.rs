@@ -9,6 +9,11 @@ pub use shellgate_model::upstream::Protocol;
 use shellgate_objects::{S3Location, S3Settings};
 use shellgate_store::KeyRole;
 
+/// The fewest characters a configured key (`api_keys`) may have: a key
+/// short enough to guess is refused at start. (`shellgate keys create`
+/// makes keys of 35.)
+pub const MIN_KEY_CHARS: usize = 16;
+
 /// Every setting of `shellgate serve`.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -63,7 +68,7 @@ pub struct Config {
     pub sandbox_uid_base: u32,
     /// Keys to seed, comma separated: `KEY`, `KEY:PROJECT` (project
     /// `default`) or `KEY:PROJECT:admin` (a key that also sees every
-    /// project in the console).
+    /// project in the console); each at least [`MIN_KEY_CHARS`] long.
     pub api_keys: String,
     /// Default `expires_after.minutes` of a container.
     pub default_expires_minutes: u32,
@@ -914,6 +919,7 @@ impl Config {
             )));
         }
         self.object_location()?;
+        self.check_keys()?;
         for (name, value) in [
             ("upstream_timeout_secs", self.upstream_timeout_secs),
             (
@@ -1043,6 +1049,23 @@ impl Config {
     /// The CPU ceiling of a container (`None`: none).
     pub fn container_cpu_ceiling(&self) -> Option<f64> {
         (self.container_cpus > 0.0).then_some(self.container_cpus)
+    }
+
+    /// Refuses a configured key short enough to guess, naming its project
+    /// (never the key).
+    fn check_keys(&self) -> Result<(), ConfigError> {
+        for (index, (key, project, _)) in self.seeded_keys().iter().enumerate() {
+            let length = key.chars().count();
+            if length < MIN_KEY_CHARS {
+                return Err(ConfigError(format!(
+                    "api_keys: key {} (project {project:?}) has {length} characters; a key \
+                     needs at least {MIN_KEY_CHARS} (`shellgate keys create` makes one, as \
+                     does `openssl rand -hex 24`)",
+                    index + 1
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// The seeded keys: (key, project, role).
@@ -1234,6 +1257,40 @@ mod tests {
         ] {
             let error = broken.validate().unwrap_err().0;
             assert!(error.contains(says), "{error}");
+        }
+    }
+
+    #[test]
+    fn configured_keys_shorter_than_the_minimum_are_refused() {
+        let with_keys = |keys: &str| Config {
+            api_keys: keys.to_owned(),
+            ..Config::default()
+        };
+        assert!(
+            with_keys("sk-0123456789abcd:alpha,sg-0123456789abcdef0123:ops:admin")
+                .validate()
+                .is_ok()
+        );
+        for (keys, says) in [
+            (
+                "sk-short:alpha",
+                "key 1 (project \"alpha\") has 8 characters",
+            ),
+            (
+                "sk-0123456789abcd,k2:beta",
+                "key 2 (project \"beta\") has 2",
+            ),
+            (":alpha", "key 1 (project \"alpha\") has 0"),
+        ] {
+            let error = with_keys(keys).validate().unwrap_err().0;
+            assert!(
+                error.contains(says) && error.contains("at least 16"),
+                "{error}"
+            );
+            assert!(
+                !error.contains("sk-short"),
+                "the key itself is never printed: {error}"
+            );
         }
     }
 

@@ -139,6 +139,7 @@ pub(crate) fn state_with(
         node_name: config.node_name(),
         limiter: crate::auth::RateLimiter::new(config.rate_limit_per_minute),
         keys: Default::default(),
+        key_throttle: Default::default(),
         admission: crate::admission::Admission::new(&config, store.clone()),
         output_streams: crate::output_streams::StreamBudgets::new(&config),
         billing: Arc::new(crate::billing::Billing::new(

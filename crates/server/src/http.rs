@@ -73,8 +73,17 @@ impl FromRequestParts<Arc<AppState>> for Project {
                 ))
             }
         };
-        project_of_key(state, key).await
+        project_of_key(state, key, client_address(parts)).await
     }
+}
+
+/// The address of the client a request came from (on a cluster's node, the
+/// one its replica names), if the listener recorded one.
+pub(crate) fn client_address(parts: &Parts) -> Option<std::net::IpAddr> {
+    parts
+        .extensions
+        .get::<crate::listener::ClientAddr>()
+        .map(|address| address.0.ip())
 }
 
 /// The key of an `Authorization: Bearer KEY` header, trimmed; `None`
@@ -90,24 +99,41 @@ pub(crate) fn bearer_key(headers: &axum::http::HeaderMap) -> Option<&str> {
 }
 
 /// The project of an API key (cached), rate limited; 401 for an unknown key.
-pub(crate) async fn project_of_key(state: &AppState, key: &str) -> Result<Project, ApiError> {
-    let grant = key_grant(state, key).await?;
+pub(crate) async fn project_of_key(
+    state: &AppState,
+    key: &str,
+    client: Option<std::net::IpAddr>,
+) -> Result<Project, ApiError> {
+    let grant = key_grant(state, key, client).await?;
     state.limiter.check(&grant.project)?;
     Ok(Project(grant.project))
 }
 
 /// A live key's project and role (cached for a few seconds); 401 for an
-/// unknown or revoked key.
-pub(crate) async fn key_grant(state: &AppState, key: &str) -> Result<KeyGrant, ApiError> {
-    if let Some(grant) = state.keys.get(key) {
-        return Ok(grant);
-    }
-    let owned = key.to_owned();
-    let grant = state
-        .db(move |s| s.grant_for_key(&owned))
-        .await?
-        .ok_or_else(|| ApiError::unauthorized("Incorrect API key provided."))?;
-    state.keys.insert(key, &grant);
+/// unknown or revoked key, 429 while the client (or the key's prefix) is
+/// throttled for wrong keys (`auth::KeyThrottle`).
+pub(crate) async fn key_grant(
+    state: &AppState,
+    key: &str,
+    client: Option<std::net::IpAddr>,
+) -> Result<KeyGrant, ApiError> {
+    let attempt = crate::auth::KeyAttempt::new(client, key);
+    state.key_throttle.admit(&attempt)?;
+    let cached = state.keys.get(attempt.hash());
+    let grant = match cached {
+        Some(grant) => grant,
+        None => {
+            let owned = key.to_owned();
+            let found = state.db(move |s| s.grant_for_key(&owned)).await?;
+            let Some(grant) = found else {
+                state.key_throttle.failed(&attempt);
+                return Err(ApiError::unauthorized("Incorrect API key provided."));
+            };
+            state.keys.insert(attempt.hash(), &grant);
+            grant
+        }
+    };
+    state.key_throttle.succeeded(&attempt);
     Ok(grant)
 }
 

@@ -193,6 +193,7 @@ where
     let state = Arc::new(AppState {
         limiter: RateLimiter::new(config.rate_limit_per_minute),
         keys: KeyCache::default(),
+        key_throttle: Default::default(),
         admission: Admission::new(&config, store.clone()),
         output_streams: output_streams::StreamBudgets::new(&config),
         billing: Arc::new(Billing::new(store.clone(), Arc::clone(&engine))),

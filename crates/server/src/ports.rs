@@ -399,6 +399,7 @@ async fn authorize(
     state: &Arc<AppState>,
     container_id: &str,
     credentials: &Credentials,
+    client: Option<std::net::IpAddr>,
 ) -> ApiResult<ContainerRow> {
     if !credentials.any() {
         return Err(ApiError::unauthorized(format!(
@@ -409,7 +410,7 @@ async fn authorize(
     }
     let project = match &credentials.key {
         // An unknown key is no project here (a port token may still open it).
-        Some(key) => match crate::http::key_grant(state, key).await {
+        Some(key) => match crate::http::key_grant(state, key, client).await {
             Ok(grant) => Some(grant.project),
             Err(error) if error.status == StatusCode::UNAUTHORIZED => None,
             Err(error) => return Err(error),
@@ -549,7 +550,8 @@ fn without_token(path_and_query: &str) -> String {
 
 async fn proxy(state: Arc<AppState>, target: Target, mut request: Request) -> ApiResult<Response> {
     let credentials = Credentials::of(request.headers(), request.uri().query());
-    let row = authorize(&state, &target.container_id, &credentials).await?;
+    let client = request.extensions().get::<ClientAddr>().map(|a| a.0.ip());
+    let row = authorize(&state, &target.container_id, &credentials, client).await?;
     let not_exposed = || {
         let mut error = ApiError::not_found("exposed port", &target.port);
         error.message = format!(

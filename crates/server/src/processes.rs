@@ -495,6 +495,7 @@ pub async fn socket(
     ApiQuery(query): ApiQuery<SocketQuery>,
     headers: HeaderMap,
     acting: Option<axum::Extension<ActingProject>>,
+    client: Option<axum::Extension<crate::listener::ClientAddr>>,
     upgrade: WebSocketUpgrade,
 ) -> ApiResult<Response> {
     // The web console's session (checked where it forwarded the request),
@@ -510,7 +511,7 @@ pub async fn socket(
                          or '?access_token=YOUR_KEY' on this WebSocket route.",
                 )),
             };
-            project_of_key(&state, &key).await?
+            project_of_key(&state, &key, client.map(|c| c.0 .0.ip())).await?
         }
     };
     owned(&state, &project, &id).await?;

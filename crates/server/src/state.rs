@@ -11,7 +11,7 @@ use shellgate_sandbox_api::SandboxBackend;
 use shellgate_store::{Store, StoreError};
 
 use crate::admission::Admission;
-use crate::auth::{KeyCache, RateLimiter};
+use crate::auth::{KeyCache, KeyThrottle, RateLimiter};
 use crate::billing::Billing;
 use crate::config::Config;
 use crate::db::Db;
@@ -38,6 +38,8 @@ pub struct AppState {
     pub(crate) metrics: Metrics,
     pub(crate) limiter: RateLimiter,
     pub(crate) keys: KeyCache,
+    /// Wrong keys, throttled per client address and key prefix.
+    pub(crate) key_throttle: KeyThrottle,
     pub(crate) admission: Admission,
     /// Open streams of process output, bounded per process and project.
     pub(crate) output_streams: crate::output_streams::StreamBudgets,

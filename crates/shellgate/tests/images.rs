@@ -616,7 +616,7 @@ fn serve(data: &std::path::Path, build: bool) -> std::process::Child {
         .arg("--data-dir")
         .arg(data)
         .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        .env("SHELLGATE_API_KEYS", "sk-images:alpha")
+        .env("SHELLGATE_API_KEYS", "sk-images-project-alpha:alpha")
         .env("SHELLGATE_LOG", "warn")
         .env("SHELLGATE_WARM_CONTAINERS", "0")
         .env("SHELLGATE_DEFAULT_IMAGE", "debian-12-slim")

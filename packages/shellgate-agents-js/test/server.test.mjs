@@ -15,7 +15,7 @@ import { ScriptedModel, functionCall, assistantMessage, modelResponder } from '@
 import { startServer } from '../../../tests/node/harness.mjs';
 import { ShellgateSandboxClient } from '../src/index.mjs';
 
-const KEY = 'sk-agents-js';
+const KEY = 'sk-agents-js-project';
 let server;
 let missing = [];
 setTracingDisabled(true);

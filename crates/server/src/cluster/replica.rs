@@ -40,6 +40,9 @@ pub struct Replica {
     placements: Placements,
     directory: Directory,
     liveness: Liveness,
+    /// Wrong keys of the checks a replica makes itself (the nodes list, a
+    /// lost container), throttled as a node throttles its own.
+    key_throttle: crate::auth::KeyThrottle,
 }
 
 /// Containers a model request's body is looked through for, at most.
@@ -105,6 +108,7 @@ impl Replica {
             placements: Placements::default(),
             directory: Directory::default(),
             liveness,
+            key_throttle: crate::auth::KeyThrottle::default(),
         }))
     }
 
@@ -184,10 +188,19 @@ async fn healthz(State(replica): State<Arc<Replica>>) -> ApiResult<impl IntoResp
 
 /// The grant of the request's key (`Authorization: Bearer KEY`, or
 /// `x-api-key: KEY` as Anthropic's and E2B's SDKs send it), if it shows a
-/// live one.
+/// live one; wrong keys throttled by their prefix.
 async fn grant(
     replica: &Replica,
     headers: &HeaderMap,
+) -> ApiResult<Option<shellgate_store::KeyGrant>> {
+    client_grant(replica, headers, None).await
+}
+
+/// [`grant`], throttled by the client's address too.
+async fn client_grant(
+    replica: &Replica,
+    headers: &HeaderMap,
+    client: Option<std::net::IpAddr>,
 ) -> ApiResult<Option<shellgate_store::KeyGrant>> {
     let Some(key) = headers
         .get(header::AUTHORIZATION)
@@ -204,14 +217,23 @@ async fn grant(
     else {
         return Ok(None);
     };
-    replica.store.run(move |s| s.grant_for_key(&key)).await
+    let attempt = crate::auth::KeyAttempt::new(client, &key);
+    replica.key_throttle.admit(&attempt)?;
+    let found = replica.store.run(move |s| s.grant_for_key(&key)).await?;
+    match &found {
+        Some(_) => replica.key_throttle.succeeded(&attempt),
+        None => replica.key_throttle.failed(&attempt),
+    }
+    Ok(found)
 }
 
 async fn nodes(
     State(replica): State<Arc<Replica>>,
     headers: HeaderMap,
+    client: Option<axum::Extension<crate::listener::ClientAddr>>,
 ) -> ApiResult<Json<List<ClusterNode>>> {
-    match grant(&replica, &headers).await? {
+    let client = client.map(|c| c.0 .0.ip());
+    match client_grant(&replica, &headers, client).await? {
         Some(grant) if grant.role == KeyRole::Admin => {}
         Some(_) => {
             return Err(ApiError::new(

@@ -281,6 +281,7 @@ pub(super) async fn ended(console: &Console, token: &str) {
 pub(super) async fn sign_in(
     State(console): State<Arc<Console>>,
     headers: HeaderMap,
+    client: Option<axum::Extension<crate::listener::ClientAddr>>,
     ApiJson(body): ApiJson<SignIn>,
 ) -> ApiResult<Response> {
     same_site(&headers)?;
@@ -294,14 +295,19 @@ pub(super) async fn sign_in(
         .with_code("console_needs_https"));
     }
     let key = body.key.trim().to_owned();
+    // Wrong keys are throttled here as on the API (`auth::KeyThrottle`).
+    let attempt = crate::auth::KeyAttempt::new(client.map(|c| c.0 .0.ip()), &key);
+    let throttle = &console.app.key_throttle;
+    throttle.admit(&attempt)?;
     // From the store, not the key cache: a key revoked a moment ago opens
     // no new session.
     let lookup = key.clone();
-    let grant = console
-        .app
-        .db(move |s| s.grant_for_key(&lookup))
-        .await?
-        .ok_or_else(|| ApiError::unauthorized("Incorrect API key provided."))?;
+    let found = console.app.db(move |s| s.grant_for_key(&lookup)).await?;
+    let Some(grant) = found else {
+        throttle.failed(&attempt);
+        return Err(ApiError::unauthorized("Incorrect API key provided."));
+    };
+    throttle.succeeded(&attempt);
     console.app.limiter.check(&grant.project)?;
     let token = shellgate_wire::new_id("sgc_");
     let csrf = shellgate_wire::new_id("");

@@ -256,7 +256,7 @@ async fn check(
         }
     }
     if let Some(key) = presented.key {
-        let project = project_of_key(state, key)
+        let project = project_of_key(state, key, crate::http::client_address(parts))
             .await
             .map_err(|e| AccessRejection::new(parts, e.status, e.message))?;
         if project.0 != entry.project {
@@ -388,8 +388,11 @@ mod tests {
         let harness = Harness::new();
         let (id, token, traffic) = create(&harness, json!({"templateID": "base"})).await;
         assert_ne!(token, traffic);
-        for &route in ROUTES {
+        for (n, &route) in ROUTES.iter().enumerate() {
             let (_, _, path) = route;
+            // A wrong key of its own per route: wrong keys of one prefix are
+            // throttled after a few (`auth::KeyThrottle`).
+            let nobody = format!("sk-{n:03}-nobody");
             // The id alone, or with a header that is no credential.
             assert_refused(&call(&harness, &id, route, &[]).await, 401, path);
             let basic = [("authorization", "Basic dXNlcjo=")];
@@ -420,7 +423,7 @@ mod tests {
             assert_refused(&call(&harness, &id, route, &wrong).await, 401, path);
             let wrong = [("e2b-traffic-access-token", "e2btt_wrong")];
             assert_refused(&call(&harness, &id, route, &wrong).await, 401, path);
-            let unknown_key = [("x-api-key", "sk-nobody")];
+            let unknown_key = [("x-api-key", nobody.as_str())];
             assert_refused(&call(&harness, &id, route, &unknown_key).await, 401, path);
             // (`/health` tells a sandbox it does not find as E2B's "not
             // running", 502.)
@@ -430,7 +433,7 @@ mod tests {
             // A right credential beside a wrong one is still refused.
             let mixed = [
                 ("x-access-token", token.as_str()),
-                ("x-api-key", "sk-nobody"),
+                ("x-api-key", nobody.as_str()),
             ];
             assert_refused(&call(&harness, &id, route, &mixed).await, 401, path);
         }

@@ -7,7 +7,7 @@ use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub const KEY: &str = "sk-bench";
+pub const KEY: &str = "sk-bench-project-a";
 
 pub struct Server {
     child: Child,

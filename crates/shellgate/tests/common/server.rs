@@ -10,8 +10,8 @@ use serde_json::{json, Value};
 
 use super::{TempDir, BINARY};
 
-pub const KEY: &str = "sk-http-a";
-pub const OTHER_KEY: &str = "sk-http-b";
+pub const KEY: &str = "sk-http-project-a";
+pub const OTHER_KEY: &str = "sk-http-project-b";
 
 pub struct Server {
     pub child: Child,
