@@ -253,6 +253,37 @@ test('console: a command typed in the terminal runs and its output shows', async
   await done(page);
 });
 
+test('console: a reloaded page attaches again to its terminal, which kept its shell', async () => {
+  const container = await api(MEMBER, 'POST', '/containers', { name: 'console-reattach' });
+  const page = await open();
+  await signIn(page, MEMBER);
+  await page.goto(`${origin}/console#/containers/${container.id}`);
+  await page.locator('[data-testid=tab-terminal]').click();
+  await page.locator('[data-testid=terminal-start]').click();
+  const status = page.locator('[data-testid=terminal-status]', { hasText: 'Connected' });
+  await status.waitFor();
+  const first = await page.locator('[data-testid=terminal]').getAttribute('data-process');
+  const rows = page.locator('[data-testid=terminal] .xterm-rows');
+  await rows.filter({ hasText: /\$\s*$/m }).waitFor();
+  await page.locator('[data-testid=terminal]').click();
+  await page.keyboard.type('MARK=kept-$((6 * 7))\n');
+  // The reload closes the page's socket: the server keeps the shell for
+  // its grace, and the page attaches to the same one again by itself.
+  await page.reload();
+  await status.waitFor();
+  assert.equal(await page.locator('[data-testid=terminal]').getAttribute('data-process'), first);
+  await page.locator('[data-testid=terminal]').click();
+  await page.keyboard.type('echo "mark: $MARK"\n');
+  await rows.filter({ hasText: 'mark: kept-42' }).waitFor();
+  await page.keyboard.type('exit\n');
+  await page.locator('[data-testid=terminal-status]', { hasText: 'ended' }).waitFor();
+  // A shell that ended is not attached to again.
+  await page.reload();
+  await page.locator('[data-testid=terminal-start]').waitFor();
+  assert.equal(await page.locator('[data-testid=terminal-status]').textContent(), 'Not started.');
+  await done(page);
+});
+
 test('console: files upload, list, preview and download; a hostile file name stays text', async () => {
   const container = await api(MEMBER, 'POST', '/containers', { name: 'console-files' });
   const page = await open();

@@ -515,3 +515,118 @@ def test_every_view_of_usage_adds_up_to_the_billed_totals(console):
     assert sum(m["input_tokens"] for m in models) == shown["input_tokens"] == billed["input_tokens"]
     assert sum(m["output_tokens"] for m in models) == shown["output_tokens"] == billed["output_tokens"]
     assert sum(m["responses"] for m in models) == shown["responses"] == billed["responses"]
+
+
+# --- terminals ------------------------------------------------------------------
+
+
+def start_terminal(session: Session, container: str):
+    """A terminal (a PTY process) started the way the console's terminal
+    tab starts one; the answer."""
+    return session.send("POST", f"/console/api/v1/containers/{container}/processes", json={
+        "command": "bash --norc -i", "pty": {"cols": 100, "rows": 30}, "timeout_ms": 3_600_000,
+    })
+
+
+def terminal_socket(session: Session, container: str, process: str):
+    """The terminal's WebSocket as the console's page opens it: the
+    session's cookie, the page's origin."""
+    connect = pytest.importorskip("websockets.sync.client").connect
+    url = session.base.replace("http://", "ws://", 1) + \
+        f"/console/api/v1/containers/{container}/processes/{process}/ws"
+    cookie = "; ".join(f"{c.name}={c.value}" for c in session.http.cookies)
+    return connect(url, additional_headers={"Cookie": cookie, "Origin": session.base}, open_timeout=30)
+
+
+def typed(socket, line: str, needle: str) -> str:
+    """Sends `line` to a terminal and reads its output until `needle`."""
+    socket.send(line.encode() + b"\n")
+    text = b""
+    while needle.encode() not in text:
+        frame = socket.recv(timeout=60)
+        if isinstance(frame, bytes):
+            text += frame
+    return text.decode(errors="replace")
+
+
+def process_status(session: Session, container: str, process: str) -> str:
+    answer = session.get(f"/console/api/v1/containers/{container}/processes/{process}")
+    assert answer.status_code == 200, answer.text
+    return answer.json()["status"]
+
+
+# A grace short enough to wait for in a test, long enough to reattach in.
+TERMINAL_GRACE_SECS = 4
+
+
+def test_a_console_terminal_nobody_looks_at_ends_after_the_grace_and_one_reattached_lives(fresh_server):
+    server = fresh_server(api_keys=f"{KEY_A}:alpha", console_terminal_grace_secs=str(TERMINAL_GRACE_SECS))
+    alpha = Session(server, KEY_A)
+    container = alpha.create("terminals")
+    # One started and never attached to (its tab closed at once).
+    orphan = start_terminal(alpha, container)
+    assert orphan.status_code == 201, orphan.text
+    worked = start_terminal(alpha, container).json()["id"]
+    # Attached: it lives past the grace (the shell's own sleep is the wait).
+    with terminal_socket(alpha, container, worked) as socket:
+        typed(socket, f"sleep {TERMINAL_GRACE_SECS + 1}; echo attached-$((6*7))", "attached-42")
+    # Left and attached to again within the grace: it lives past the first
+    # grace's end, and keeps its shell's state.
+    with terminal_socket(alpha, container, worked) as socket:
+        typed(socket, f"MARK=kept; sleep {TERMINAL_GRACE_SECS + 1}; echo reattached-$((6*7))", "reattached-42")
+    with terminal_socket(alpha, container, worked) as socket:
+        assert "still-kept" in typed(socket, "echo still-$MARK", "still-kept")
+    assert process_status(alpha, container, worked) == "running"
+    # Left for good: it ends after the grace, as does the one nobody saw.
+    for process in [worked, orphan.json()["id"]]:
+        assert wait_until(lambda: process_status(alpha, container, process) != "running", 60), process
+        assert process_status(alpha, container, process) == "killed"
+
+
+def test_console_terminals_have_their_own_bound_apart_from_the_exec_quota(fresh_server):
+    limit = 64
+    server = fresh_server(api_keys=f"{KEY_A}:alpha,{KEY_B}:beta", max_execs_per_project=str(limit),
+                          max_console_terminals_per_project=str(limit), console_terminal_grace_secs="600")
+    alpha = Session(server, KEY_A)
+    # Two containers (a container runs at most 64 live processes).
+    containers = [alpha.create("terminals-a"), alpha.create("terminals-b")]
+    opened = []
+    for n in range(limit):
+        answer = start_terminal(alpha, containers[n % 2])
+        assert answer.status_code == 201, (n, answer.text)
+        opened.append((containers[n % 2], answer.json()["id"]))
+    # The project's API execs and processes are not touched by them.
+    api = requests.Session()
+    api.headers["Authorization"] = f"Bearer {KEY_A}"
+    ran = api.post(f"{alpha.base}/v1/containers/{containers[0]}/exec", json={"commands": ["echo ran"]}, timeout=60)
+    assert ran.status_code == 200, ran.text
+    assert ran.json()["output"][0]["stdout"] == "ran\n"
+    made = api.post(f"{alpha.base}/v1/containers/{containers[1]}/processes",
+                    json={"command": "echo process"}, timeout=60)
+    assert made.status_code == 201, made.text
+    # One more terminal: refused with the terminals' own error.
+    refused = start_terminal(alpha, containers[0])
+    assert refused.status_code == 429, refused.text
+    error = refused.json()["error"]
+    assert error["code"] == "too_many_console_terminals", error
+    assert "max_console_terminals_per_project" in error["message"] and str(limit) in error["message"], error
+    # Another project's console is not affected.
+    beta = Session(server, KEY_B)
+    beta_terminal = start_terminal(beta, beta.create("beta-terminal"))
+    assert beta_terminal.status_code == 201, beta_terminal.text
+    # A terminal ended frees its place.
+    container, process = opened.pop()
+    ended = alpha.send("DELETE", f"/console/api/v1/containers/{container}/processes/{process}")
+    assert ended.status_code == 200, ended.text
+
+    def another():
+        answer = start_terminal(alpha, containers[0])
+        if answer.status_code == 201:
+            opened.append((containers[0], answer.json()["id"]))
+            return True
+        assert answer.status_code == 429, answer.text
+        return False
+
+    assert wait_until(another, 30)
+    for container in containers:
+        assert alpha.send("DELETE", f"/console/api/v1/containers/{container}").status_code == 200

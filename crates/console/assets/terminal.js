@@ -1,7 +1,9 @@
 // The terminal tab: xterm.js (vendored, unmodified, loaded on demand) on a
 // PTY process, over the process WebSocket: binary frames are the
 // terminal's bytes both ways, text frames resizes (ours) and exit/error
-// (the server's).
+// (the server's). The server ends a console terminal a short grace after
+// its last viewer left, so this tab remembers its terminal (per tab, in
+// sessionStorage) and attaches to it again when the page is reloaded.
 
 import * as api from './api.js';
 import { h, fill, notice, when, empty } from './dom.js';
@@ -61,7 +63,8 @@ export function render(panel, { id, base, signal }) {
   const box = h('div', { class: 'term-box', 'data-testid': 'terminal' });
   const start = h('button', { type: 'button', class: 'btn btn-primary', 'data-testid': 'terminal-start', onclick: () => open(null) }, 'Start terminal');
   // Ends the shell (SIGHUP, as closing a terminal window does); leaving the
-  // tab only detaches (the shell keeps running until its timeout).
+  // tab only detaches (the server ends the shell shortly after, unless
+  // this tab or another attaches again).
   const end = h('button', {
     type: 'button', class: 'btn btn-danger', 'data-testid': 'terminal-end', hidden: true,
     onclick: () => {
@@ -73,7 +76,7 @@ export function render(panel, { id, base, signal }) {
     h('table', { class: 'list' }, h('thead', null, h('tr', null, ['Process', 'Command', 'Started', ''].map((c) => h('th', { scope: 'col' }, c)))), attachBody));
   fill(panel,
     h('div', { class: 'toolbar' }, start, end, state, h('span', { class: 'spacer' }),
-      h('span', { class: 'muted' }, 'bash -l as the sandbox user; ends after an hour.')),
+      h('span', { class: 'muted' }, 'bash -l as the sandbox user; ends after an hour, or soon after no tab shows it.')),
     slot, box, attach);
 
   let term = null;
@@ -82,7 +85,23 @@ export function render(panel, { id, base, signal }) {
   let unmirror = null;
   let observer = null;
   let disposed = false;
+  // This tab's terminal of this container, kept across reloads.
+  const remembered = `shellgate.terminal.${id}`;
+  const remember = (proc) => {
+    try {
+      if (proc) sessionStorage.setItem(remembered, proc);
+      else sessionStorage.removeItem(remembered);
+    } catch {}
+  };
+  const recalled = () => {
+    try {
+      return sessionStorage.getItem(remembered);
+    } catch {
+      return null;
+    }
+  };
 
+  // The container's running terminals (listed to attach to), or null.
   async function listRunning() {
     try {
       const list = await api.get(`${base}/processes`, null, { signal });
@@ -92,9 +111,21 @@ export function render(panel, { id, base, signal }) {
         h('td', null, h('code', null, p.command)),
         h('td', null, when(p.created_at)),
         h('td', null, h('button', { type: 'button', class: 'btn btn-small', onclick: () => open(p) }, 'Attach')))) : empty(4, 'None.'));
+      return ptys;
     } catch (error) {
       if (error.name !== 'AbortError') fill(attachBody, empty(4, error.message));
+      return null;
     }
+  }
+
+  // Attaches again to the terminal this tab had open, if it still runs.
+  async function resume() {
+    const ptys = await listRunning();
+    const mine = recalled();
+    if (!mine || !ptys || disposed) return;
+    const proc = ptys.find((p) => p.id === mine);
+    if (proc) open(proc);
+    else remember(null);
   }
 
   function teardown() {
@@ -170,6 +201,7 @@ export function render(panel, { id, base, signal }) {
         } catch {}
       });
       box.dataset.process = proc.id;
+      remember(proc.id);
       sendResize();
       term.focus();
     };
@@ -189,6 +221,7 @@ export function render(panel, { id, base, signal }) {
         const code = p.exit_code ?? p.outcome?.exit_code;
         term?.write(`\r\n\x1b[2m[${p.status ?? 'exited'}${code !== undefined && code !== null ? ` with code ${code}` : ''}]\x1b[0m\r\n`);
         state.textContent = 'The shell ended.';
+        remember(null);
       } else if (message.type === 'error') {
         fill(slot, notice(message.message ?? 'The terminal reported an error.'));
       } else if (message.type === 'dropped') {
@@ -223,7 +256,7 @@ export function render(panel, { id, base, signal }) {
     observer.observe(box);
   }
 
-  listRunning();
+  resume();
   return () => {
     disposed = true;
     teardown();

@@ -13,6 +13,10 @@
 //! under the project's lock: two concurrent starts, on one server or on
 //! two API replicas sharing a Postgres store, cannot both take the last
 //! slot.
+//!
+//! Execs at once are counted here on a single box; a cluster's node spends
+//! credits of the project's quota shared through the store
+//! (`exec_credits`), so the limit holds across every node, not per node.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -21,9 +25,10 @@ use std::sync::{Arc, Mutex};
 use shellgate_store::{ContainerRow, Quotas, Refusal};
 use shellgate_wire::MemoryLimit;
 
-use crate::config::Config;
+use crate::config::{Config, Role};
 use crate::db::Db;
 use crate::error::{ApiError, ApiResult};
+use crate::exec_credits::{Credit, ExecCredits};
 
 /// One project's admission state on this server.
 #[derive(Default)]
@@ -38,14 +43,34 @@ pub struct Admission {
     max_memory: u64,
     max_execs: u32,
     projects: Mutex<HashMap<String, Gate>>,
+    /// A cluster node's share of the quotas (`None` on a single box).
+    credits: Option<Arc<ExecCredits>>,
 }
 
-/// Counts one exec request of a project until dropped.
-pub struct ExecPermit(Arc<AtomicU32>);
+/// Counts one exec request of a project until released or dropped.
+pub enum ExecPermit {
+    /// Counted on this server (a single box).
+    Counted(Counted),
+    /// A credit of the cluster-wide count (a node).
+    Credit(Credit),
+}
 
-impl Drop for ExecPermit {
+pub struct Counted(Arc<AtomicU32>);
+
+impl Drop for Counted {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl ExecPermit {
+    /// Gives the slot back, waiting until every server would see it free:
+    /// a client told its exec ended may start another at once.
+    pub async fn release(self) {
+        match self {
+            Self::Counted(counted) => drop(counted),
+            Self::Credit(credit) => credit.release().await,
+        }
     }
 }
 
@@ -57,12 +82,36 @@ fn gib(bytes: u64) -> String {
 impl Admission {
     pub fn new(config: &Config, db: Db) -> Self {
         Self {
-            db,
             max_running: config.max_running_containers_per_project,
             // Validated at start-up; an unparsable value cannot reach here.
             max_memory: config.max_memory_per_project.bytes(),
             max_execs: config.max_execs_per_project,
             projects: Mutex::new(HashMap::new()),
+            credits: (config.role == Role::Node).then(|| {
+                ExecCredits::new(
+                    db.clone(),
+                    &config.node_name(),
+                    config.max_execs_per_project,
+                )
+            }),
+            db,
+        }
+    }
+
+    /// The task that tends a node's exec credits (giving spares back when
+    /// idle or wanted elsewhere), for as long as the node serves; `None`
+    /// on a single box.
+    pub(crate) fn credit_keeper(&self) -> Option<impl std::future::Future<Output = ()>> {
+        self.credits
+            .as_ref()
+            .map(|credits| Arc::clone(credits).keep())
+    }
+
+    /// Writes this node's exec credits to the store again (its rows were
+    /// dropped when it was declared lost; the execs it runs still count).
+    pub(crate) fn rewrite_credits(&self) {
+        if let Some(credits) = &self.credits {
+            credits.rewrite_all();
         }
     }
 
@@ -73,21 +122,31 @@ impl Admission {
 
     /// Admits one more exec request of `project`, or refuses with a 429
     /// naming the limit.
-    pub fn exec(&self, project: &str) -> ApiResult<ExecPermit> {
+    pub async fn exec(&self, project: &str) -> ApiResult<ExecPermit> {
+        if let Some(credits) = &self.credits {
+            return match credits.acquire(project).await? {
+                Some(credit) => Ok(ExecPermit::Credit(credit)),
+                None => Err(self.too_many_execs(project, self.max_execs, " across the cluster")),
+            };
+        }
         let counter = self.with_gate(project, |gate| Arc::clone(&gate.execs));
         let before = counter.fetch_add(1, Ordering::SeqCst);
-        let permit = ExecPermit(counter);
+        let permit = ExecPermit::Counted(Counted(counter));
         if before >= self.max_execs {
-            return Err(ApiError::quota(
-                "too_many_concurrent_execs",
-                format!(
-                    "Project '{project}' already has {before} exec requests running; the limit \
-                     (max_execs_per_project) is {}. Wait for one to finish.",
-                    self.max_execs
-                ),
-            ));
+            return Err(self.too_many_execs(project, before, ""));
         }
         Ok(permit)
+    }
+
+    fn too_many_execs(&self, project: &str, running: u32, where_: &str) -> ApiError {
+        ApiError::quota(
+            "too_many_concurrent_execs",
+            format!(
+                "Project '{project}' already has {running} exec requests running{where_}; the \
+                 limit (max_execs_per_project) is {}. Wait for one to finish.",
+                self.max_execs
+            ),
+        )
     }
 
     /// The running-container quotas, as the store decides them.
@@ -155,7 +214,10 @@ impl Admission {
     /// How much of its limits `project` uses now (the console's usage page).
     pub async fn quota(&self, project: &str) -> ApiResult<shellgate_wire::console::Quota> {
         use shellgate_wire::console::{Meter, Quota};
-        let execs = self.with_gate(project, |gate| gate.execs.load(Ordering::SeqCst));
+        let execs = match &self.credits {
+            Some(credits) => credits.in_use(project).await?,
+            None => u64::from(self.with_gate(project, |gate| gate.execs.load(Ordering::SeqCst))),
+        };
         let owner = project.to_owned();
         let limits = self.db.run(move |s| s.active_memory_limits(&owner)).await?;
         Ok(Quota {
@@ -168,7 +230,7 @@ impl Admission {
                 limit: self.max_memory,
             },
             concurrent_execs: Meter {
-                used: u64::from(execs),
+                used: execs,
                 limit: u64::from(self.max_execs),
             },
         })

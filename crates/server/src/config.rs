@@ -102,7 +102,8 @@ pub struct Config {
     /// beyond). Limits are ceilings, not reservations: the host is protected
     /// by `sandbox_memory_ceiling`, this bounds one tenant's claim.
     pub max_memory_per_project: ByteSize,
-    /// Exec requests a project may have running at once (429 beyond).
+    /// Exec requests a project may have running at once (429 beyond); a
+    /// cluster's nodes share it. The console's terminals are not counted.
     pub max_execs_per_project: u32,
     /// Streams of one process's output (server-sent events, WebSockets,
     /// E2B's `Start` and `Connect`) open at once (429 beyond).
@@ -110,6 +111,12 @@ pub struct Config {
     /// Streams of process output a project may have open at once, on all
     /// its processes (429 beyond).
     pub max_streams_per_project: u32,
+    /// Terminals a project may have open in the web console at once (429
+    /// beyond), apart from `max_execs_per_project`.
+    pub max_console_terminals_per_project: u32,
+    /// A console terminal nobody is attached to (its tab closed) ends
+    /// after this many seconds; attaching again within them keeps it.
+    pub console_terminal_grace_secs: u64,
     /// CPU ceiling of each container, in cores (0: none).
     pub container_cpus: f64,
     /// Most time one exec request may take, whatever its commands'
@@ -538,6 +545,8 @@ impl Default for Config {
             max_execs_per_project: 64,
             max_streams_per_process: 32,
             max_streams_per_project: 256,
+            max_console_terminals_per_project: 32,
+            console_terminal_grace_secs: 60,
             container_cpus: 1.0,
             request_deadline_secs: 600,
             sandbox_memory_ceiling: MemoryCeiling::Auto,
@@ -938,6 +947,10 @@ impl Config {
             ("node_answer_timeout_secs", self.node_answer_timeout_secs),
             ("max_connections", self.max_connections as u64),
             ("ports_idle_timeout_secs", self.ports_idle_timeout_secs),
+            (
+                "console_terminal_grace_secs",
+                self.console_terminal_grace_secs,
+            ),
         ] {
             if value == 0 {
                 return Err(ConfigError(format!("{name} must be positive")));

@@ -500,8 +500,21 @@ pub(crate) async fn prepare_exec(
     project: &str,
     id: &str,
 ) -> ApiResult<(crate::admission::ExecPermit, bool)> {
+    let permit = state.admission.exec(project).await?;
+    let woke = prepare_command(state, project, id).await?;
+    Ok((permit, woke))
+}
+
+/// Before a command in a project's container (once it was admitted):
+/// ownership (404 otherwise), and a suspended container woken (a billed
+/// session opened, under the running-container quotas). True if a session
+/// began.
+pub(crate) async fn prepare_command(
+    state: &Arc<AppState>,
+    project: &str,
+    id: &str,
+) -> ApiResult<bool> {
     let mut woke = false;
-    let permit = state.admission.exec(project)?;
     // A container this project was already seen to own, whose processes
     // run (so its session is open), needs no trip to the store before its
     // commands: the time they take is billed, and the expiry renewed, after.
@@ -532,7 +545,7 @@ pub(crate) async fn prepare_exec(
         }
         state.remember_owner(id, project);
     }
-    Ok((permit, woke))
+    Ok(woke)
 }
 
 /// Bills the time of a run of commands when dropped, whether it finished
@@ -580,7 +593,6 @@ pub async fn exec(
         // killed at their timeout and their time is billed.
         let project = project.0.clone();
         let results = to_completion(async move {
-            let _permit = permit;
             let mut billing = BillOnDrop::start(&state, &id, commands);
             let lines = request.commands.clone();
             let (sink, tap) =
@@ -589,6 +601,8 @@ pub async fn exec(
                     .tap(&id, &lines, state.engine.masker(&id).as_deref(), None);
             let result = state.engine.run_streaming(&id, request, sink).await;
             tap.finish().await;
+            // Free before the answer: its client may start the next at once.
+            permit.release().await;
             billing.ok = result.is_ok();
             if let Ok(results) = &result {
                 state.billing.audit(&project, &id, None, &lines, results);
@@ -626,7 +640,6 @@ pub async fn exec(
     });
     // Also run to completion: a stream whose client left only stops sending.
     tokio::spawn(async move {
-        let _permit = permit;
         let mut billing = BillOnDrop::start(&state, &id, commands);
         let lines = request.commands.clone();
         let (sink, tap) = state.live_output.tap(
@@ -637,6 +650,7 @@ pub async fn exec(
         );
         let result = state.engine.run_streaming(&id, request, sink).await;
         tap.finish().await;
+        permit.release().await;
         billing.ok = result.is_ok();
         drop(billing);
         if let Ok(results) = &result {

@@ -142,6 +142,7 @@ pub(crate) fn state_with(
         key_throttle: Default::default(),
         admission: crate::admission::Admission::new(&config, store.clone()),
         output_streams: crate::output_streams::StreamBudgets::new(&config),
+        terminals: crate::terminals::Terminals::new(&config, Arc::clone(&engine), store.clone()),
         billing: Arc::new(crate::billing::Billing::new(
             store.clone(),
             Arc::clone(&engine),

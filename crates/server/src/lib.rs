@@ -25,6 +25,7 @@ mod e2b;
 pub mod egress;
 mod engine;
 pub mod error;
+mod exec_credits;
 mod files;
 mod fs;
 #[cfg(any(test, feature = "fuzzing"))]
@@ -36,6 +37,7 @@ mod host;
 mod hosted;
 mod http;
 mod interpreting;
+mod lease;
 mod lifecycle;
 mod listener;
 mod live_output;
@@ -54,6 +56,7 @@ mod skills;
 mod spool;
 pub mod startup;
 mod state;
+mod terminals;
 #[cfg(test)]
 mod testing;
 mod time;
@@ -196,6 +199,7 @@ where
         key_throttle: Default::default(),
         admission: Admission::new(&config, store.clone()),
         output_streams: output_streams::StreamBudgets::new(&config),
+        terminals: terminals::Terminals::new(&config, Arc::clone(&engine), store.clone()),
         billing: Arc::new(Billing::new(store.clone(), Arc::clone(&engine))),
         owners: Mutex::new(HashMap::new()),
         upstreams: upstream_router(&config)?,
@@ -246,11 +250,14 @@ where
     lifecycle::recover(&state)
         .await
         .map_err(|e| ServeError::Setup(format!("recovery: {}", e.message)))?;
-    // What this node held open before (its console streams' leases) ended
-    // with its last run.
+    // What this node held open before (its console streams' leases) and
+    // the execs it ran (their credits) ended with its last run.
     let node = state.node_name.clone();
     state
-        .db(move |store| store.release_leases_of(&node))
+        .db(move |store| {
+            store.release_leases_of(&node)?;
+            store.release_exec_credits_of(&node)
+        })
         .await
         .map_err(|e| ServeError::Setup(format!("recovery: {}", e.message)))?;
     responses::settle_interrupted(&state)
@@ -585,6 +592,7 @@ pub async fn serve(
 ) -> Result<(), ServeError> {
     let sweeper = tokio::spawn(lifecycle::sweep_forever(Arc::clone(&state)));
     let mut heartbeat = None;
+    let mut credit_keeper = None;
     let app = if state.config.role == config::Role::Node {
         // A cluster's node: registered before it serves, heart-beating,
         // and behind the front that lets in only the cluster's replicas
@@ -596,6 +604,7 @@ pub async fn serve(
         heartbeat = Some(tokio::spawn(cluster::node::heartbeat_forever(Arc::clone(
             &state,
         ))));
+        credit_keeper = state.admission.credit_keeper().map(tokio::spawn);
         let tenants = router_for(Arc::clone(&state), Audience::Tenants);
         let operator = cluster::node::operator_routes(Arc::clone(&state), tenants.clone());
         cluster::node::front(Arc::clone(&state), tenants, operator)
@@ -617,6 +626,9 @@ pub async fn serve(
     tracing::info!("shutting down: stopping containers");
     lifecycle::suspend_all(&state).await;
     state.engine.shutdown().await;
+    if let Some(keeper) = credit_keeper {
+        keeper.abort();
+    }
     // Last, once nothing writes any more: the store's connections closed
     // off the runtime (a Postgres client blocks to say goodbye).
     state.changes.stop();

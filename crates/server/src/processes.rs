@@ -5,11 +5,14 @@
 //!
 //! A process is admitted as an exec is (`containers::prepare_exec`: the
 //! project's concurrent-exec quota, a suspended container woken and
-//! billed), and it keeps its exec slot until it ends. The end is awaited
-//! by a task of the server, not by any client: whatever clients do (a
-//! reader that hangs up, nobody reading at all), the engine kills the
-//! process at its timeout, and this task then bills its time and writes it
-//! to the command audit, as an exec command's.
+//! billed), and it keeps its exec slot until it ends. A terminal started
+//! through the web console is a console terminal instead (`terminals`):
+//! counted in its own bound, not the exec quota, and ended a grace after
+//! its last viewer left. The end is awaited by a task of the server, not
+//! by any client: whatever clients do (a reader that hangs up, nobody
+//! reading at all), the engine kills the process at its timeout, and this
+//! task then bills its time and writes it to the command audit, as an exec
+//! command's.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -35,7 +38,7 @@ use shellgate_wire::{
     ProcessOutput, ProcessPty, ProcessResize, ProcessServerMessage, ProcessSignal, SignalName,
 };
 
-use crate::containers::{owned, prepare_exec, BillOnDrop};
+use crate::containers::{owned, prepare_command, prepare_exec, BillOnDrop};
 use crate::engine::engine_error;
 use crate::error::{ApiError, ApiResult};
 use crate::http::{
@@ -134,32 +137,63 @@ fn process_spec(body: ProcessCreate) -> ApiResult<ProcessSpec> {
     Ok(spec)
 }
 
-/// `POST /v1/containers/{id}/processes` → 201 the process.
+/// `POST /v1/containers/{id}/processes` → 201 the process. A terminal
+/// (`pty`) the web console starts (its session acts for the project) is a
+/// console terminal.
 pub async fn create(
     State(state): State<Arc<AppState>>,
     project: Project,
+    acting: Option<axum::Extension<ActingProject>>,
     Path(id): Path<String>,
     ApiJson(body): ApiJson<ProcessCreate>,
 ) -> ApiResult<Response> {
     let spec = process_spec(body)?;
-    let info = start(&state, &project.0, &id, new_id("proc_"), spec).await?;
+    let kind = if acting.is_some() && spec.pty.is_some() {
+        Kind::ConsoleTerminal
+    } else {
+        Kind::Exec
+    };
+    let info = start(&state, &project.0, &id, new_id("proc_"), spec, kind).await?;
     Ok((StatusCode::CREATED, Json(process_object(&info))).into_response())
 }
 
-/// Starts a checked process in a project's container: admitted as an exec
-/// is (`prepare_exec`), it keeps its exec slot until it ends, and its end is
-/// awaited by a task of the server, not by any client, which then bills its
-/// time and writes it to the command audit. Every API that starts client
-/// processes (`/v1/.../processes`, E2B's `process.Process/Start`) comes
-/// through here.
+/// What a process is admitted as.
+pub(crate) enum Kind {
+    /// A command of the API: under the project's concurrent-exec quota.
+    Exec,
+    /// A terminal of the web console: under the console terminals' own
+    /// bound, ended a grace after its last viewer left.
+    ConsoleTerminal,
+}
+
+/// What a running process holds until it ends.
+enum Slot {
+    Exec(crate::admission::ExecPermit),
+    ConsoleTerminal(crate::terminals::TerminalSlot),
+}
+
+/// Starts a checked process in a project's container: admitted as its
+/// `kind` says (an exec as `prepare_exec` admits one), it keeps its slot
+/// until it ends, and its end is awaited by a task of the server, not by
+/// any client, which then bills its time and writes it to the command
+/// audit. Every API that starts client processes (`/v1/.../processes`, the
+/// console's terminals, E2B's `process.Process/Start`) comes through here.
 pub(crate) async fn start(
     state: &Arc<AppState>,
     project: &str,
     id: &str,
     process_id: String,
     spec: ProcessSpec,
+    kind: Kind,
 ) -> ApiResult<ProcessInfo> {
-    let (permit, _) = prepare_exec(state, project, id).await?;
+    let slot = match kind {
+        Kind::Exec => Slot::Exec(prepare_exec(state, project, id).await?.0),
+        Kind::ConsoleTerminal => {
+            let slot = state.terminals.admit(project).await?;
+            prepare_command(state, project, id).await?;
+            Slot::ConsoleTerminal(slot)
+        }
+    };
     let (state, project, id) = (Arc::clone(state), project.to_owned(), id.to_owned());
     to_completion(async move {
         let command = spec.command.clone();
@@ -169,12 +203,22 @@ pub(crate) async fn start(
             .start_process(&id, &process_id, spec)
             .await
             .map_err(|e| engine_error(&id, e))?;
+        let terminal = matches!(slot, Slot::ConsoleTerminal(_));
+        if terminal {
+            state.terminals.started(&id, &process_id);
+        }
         // Its end, awaited here rather than by a client: it keeps its
-        // exec slot until then, and is billed and audited then.
+        // slot until then, and is billed and audited then.
         tokio::spawn(async move {
-            let _permit = permit;
             let mut billing = billing;
             let ended = state.engine.wait_process(&id, &process_id).await;
+            if terminal {
+                state.terminals.ended(&id, &process_id);
+            }
+            match slot {
+                Slot::Exec(permit) => permit.release().await,
+                Slot::ConsoleTerminal(lease) => drop(lease),
+            }
             billing.ok = ended.is_ok();
             drop(billing);
             if let Ok(ended) = ended {
@@ -306,6 +350,8 @@ pub async fn output(
         .into_response());
     }
     let slot = state.output_streams.open(&project.0, &id, &process_id)?;
+    // A console terminal's reader is one of its viewers while it reads.
+    let viewer = state.terminals.viewer(&id, &process_id);
     let follower = Follower {
         state,
         id,
@@ -315,6 +361,7 @@ pub async fn output(
         pending: VecDeque::new(),
         done: false,
         _slot: slot,
+        _viewer: viewer,
     };
     Ok(Sse::new(follower.events())
         .keep_alive(crate::http::sse_keep_alive())
@@ -344,6 +391,8 @@ struct Follower {
     done: bool,
     /// Counted among the process's and the project's streams until dropped.
     _slot: StreamSlot,
+    /// Counted among a console terminal's viewers until dropped.
+    _viewer: Option<crate::terminals::Viewer>,
 }
 
 impl Follower {
@@ -556,6 +605,8 @@ async fn serve_socket(
     mut socket: WebSocket,
 ) {
     let engine = Arc::clone(&state.engine);
+    // A console terminal's socket is one of its viewers while it is open.
+    let _viewer = state.terminals.viewer(&id, &process_id);
     loop {
         let read = OutputRead {
             after,

@@ -43,6 +43,9 @@ pub struct AppState {
     pub(crate) admission: Admission,
     /// Open streams of process output, bounded per process and project.
     pub(crate) output_streams: crate::output_streams::StreamBudgets,
+    /// The web console's terminals: their own bound, and their end once
+    /// nobody looks at them.
+    pub(crate) terminals: Arc<crate::terminals::Terminals>,
     pub(crate) billing: Arc<Billing>,
     /// Which project owns a container, for containers already looked up
     /// (ownership never changes).

@@ -21,6 +21,7 @@ mod containers;
 mod e2b;
 mod egress;
 mod error;
+mod exec_credits;
 mod files;
 mod keys;
 mod leases;
@@ -45,6 +46,7 @@ pub use containers::{ContainerPage, ContainerRow, ContainerSearch, Quotas, Refus
 pub use e2b::{E2bListFilter, E2bSandboxRow};
 pub use egress::EgressRow;
 pub use error::{CorruptValue, Result, StoreError};
+pub use exec_credits::{CreditAsk, CreditTake};
 pub use files::FileRow;
 pub use keys::{hash_key, key_id, KeyGrant, KeyRecord, KeyRole};
 pub use nodes::{HeldContainer, LostDeletion, NodeLoad, NodeRow, Restored};

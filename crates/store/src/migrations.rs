@@ -384,6 +384,23 @@ pub(crate) const SQLITE_MIGRATIONS: &[&str] = &[
         WHERE u.billed_seconds - COALESCE(d.seconds, 0) > 0.000001;
     DROP TABLE usage;
 "#,
+    // The exec credits a cluster's nodes hold of each project's
+    // concurrent-exec quota, and the projects that ran out of them lately
+    // (exec_credits.rs).
+    r#"
+    CREATE TABLE exec_credits (
+        project TEXT NOT NULL,
+        node_id TEXT NOT NULL,
+        held INTEGER NOT NULL,
+        exact INTEGER NOT NULL,
+        PRIMARY KEY (project, node_id)
+    );
+    CREATE INDEX exec_credits_by_node ON exec_credits (node_id);
+    CREATE TABLE exec_credit_wants (
+        project TEXT PRIMARY KEY,
+        wanted_at INTEGER NOT NULL
+    );
+"#,
 ];
 
 /// Postgres's migrations, applied in order; the index + 1 is the schema
@@ -652,7 +669,6 @@ pub(crate) const POSTGRES_MIGRATIONS: &[&str] = &[
     CREATE INDEX leases_by_project ON leases (kind, project);
     CREATE INDEX leases_by_node ON leases (node_id);
 "#,
-    // As SQLite's migration 19.
     r#"
     ALTER TABLE containers ADD COLUMN lost_from TEXT;
     ALTER TABLE containers ADD COLUMN lost_at BIGINT;
@@ -684,5 +700,20 @@ pub(crate) const POSTGRES_MIGRATIONS: &[&str] = &[
         ) d ON d.project = u.project
         WHERE u.billed_seconds - COALESCE(d.seconds, 0) > 0.000001;
     DROP TABLE usage;
+"#,
+    // The exec credits (see SQLite's migration that makes exec_credits).
+    r#"
+    CREATE TABLE exec_credits (
+        project TEXT NOT NULL,
+        node_id TEXT NOT NULL,
+        held BIGINT NOT NULL,
+        exact BIGINT NOT NULL,
+        PRIMARY KEY (project, node_id)
+    );
+    CREATE INDEX exec_credits_by_node ON exec_credits (node_id);
+    CREATE TABLE exec_credit_wants (
+        project TEXT PRIMARY KEY,
+        wanted_at BIGINT NOT NULL
+    );
 "#,
 ];

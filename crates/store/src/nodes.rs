@@ -290,8 +290,10 @@ impl Store {
                 for id in &open {
                     close_session(sql, id, ContainerStatus::Lost, &day)?;
                 }
-                // What it held open (leases.rs) ended with it.
+                // What it held open (leases.rs) and the execs it ran
+                // (exec_credits.rs) ended with it.
                 sql.execute("DELETE FROM leases WHERE node_id = ?1", &[node])?;
+                sql.execute("DELETE FROM exec_credits WHERE node_id = ?1", &[node])?;
             }
             Ok(lost)
         })
@@ -508,14 +510,30 @@ mod tests {
             assert!(store
                 .take_lease("l1", "stream", "alpha", "n1", 1, 100)
                 .unwrap());
+            let ask = |node, held| crate::CreditAsk {
+                project: "alpha",
+                node,
+                held,
+                batch: 8,
+                limit: 2,
+                now: 100,
+                contended_since: 0,
+            };
+            let all = crate::CreditTake::Granted {
+                granted: 2,
+                contended: false,
+            };
+            assert_eq!(store.take_exec_credits(ask("n1", 0)).unwrap(), all);
             assert_eq!(
                 store.mark_lost_nodes(150, 150).unwrap(),
                 vec!["n1".to_owned()]
             );
-            // What the lost node held open ended with it.
+            // What the lost node held open, and the execs it ran, ended
+            // with it.
             assert!(store
                 .take_lease("l2", "stream", "alpha", "n2", 1, 160)
                 .unwrap());
+            assert_eq!(store.take_exec_credits(ask("n2", 0)).unwrap(), all);
             // Once: a second replica finds nothing left to mark.
             assert!(store.mark_lost_nodes(150, 150).unwrap().is_empty());
             assert_eq!(

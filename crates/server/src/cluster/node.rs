@@ -248,6 +248,9 @@ pub async fn heartbeat_forever(state: Arc<AppState>) {
                 if let Err(error) = register(&state).await {
                     tracing::error!("node registration failed: {}", error.message);
                 }
+                // Its exec credits were dropped with it; what still runs
+                // here counts again.
+                state.admission.rewrite_credits();
             }
             Err(error) => tracing::error!("heartbeat failed: {}", error.message),
         }

@@ -8,6 +8,7 @@
 
 use crate::db::Db;
 use crate::error::{ApiError, ApiResult};
+use crate::lease::Lease;
 
 /// The most live streams one project keeps open (every tab of every
 /// member's console: two or three streams a tab).
@@ -23,10 +24,7 @@ pub(crate) struct Streams {
 }
 
 /// One open stream, counted until dropped.
-pub(super) struct StreamSlot {
-    store: Db,
-    lease: String,
-}
+pub(super) type StreamSlot = Lease;
 
 impl Streams {
     pub(crate) fn new(store: Db, node: &str) -> Self {
@@ -38,53 +36,22 @@ impl Streams {
 
     /// A slot for a new stream of `project`, or a 429 past the bound.
     pub(super) async fn open(&self, project: &str) -> ApiResult<StreamSlot> {
-        let lease = shellgate_wire::new_id("lease_");
-        let taken = {
-            let (lease, project, node) = (lease.clone(), project.to_owned(), self.node.clone());
-            self.store
-                .run(move |store| {
-                    store.take_lease(
-                        &lease,
-                        STREAM_LEASE,
-                        &project,
-                        &node,
-                        STREAMS_PER_PROJECT,
-                        crate::time::now(),
-                    )
-                })
-                .await?
-        };
-        if !taken {
-            return Err(ApiError::quota(
+        let lease = Lease::take(
+            &self.store,
+            STREAM_LEASE,
+            project,
+            &self.node,
+            STREAMS_PER_PROJECT,
+        )
+        .await?;
+        lease.ok_or_else(|| {
+            ApiError::quota(
                 "too_many_console_streams",
                 format!(
                     "Project '{project}' has {STREAMS_PER_PROJECT} console live streams open; close a console tab."
                 ),
-            ));
-        }
-        Ok(StreamSlot {
-            store: self.store.clone(),
-            lease,
+            )
         })
-    }
-}
-
-impl Drop for StreamSlot {
-    fn drop(&mut self) {
-        // Given back on a blocking thread; without a runtime (the server
-        // is ending), the node's next start drops it.
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let (store, lease) = (self.store.clone(), std::mem::take(&mut self.lease));
-        runtime.spawn(async move {
-            if let Err(error) = store.run(move |store| store.release_lease(&lease)).await {
-                tracing::warn!(
-                    "a console stream's lease was not given back: {}",
-                    error.message
-                );
-            }
-        });
     }
 }
 

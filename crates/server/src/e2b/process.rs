@@ -401,9 +401,16 @@ async fn start_process(
             ));
         }
     }
-    let info = crate::processes::start(state, &caller.project, container, process_id.clone(), spec)
-        .await
-        .map_err(ConnectError::from)?;
+    let info = crate::processes::start(
+        state,
+        &caller.project,
+        container,
+        process_id.clone(),
+        spec,
+        crate::processes::Kind::Exec,
+    )
+    .await
+    .map_err(ConnectError::from)?;
     let pid = info
         .pid
         .and_then(|p| u32::try_from(p).ok())
