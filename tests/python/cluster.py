@@ -75,6 +75,7 @@ MEMBER_KEYS = {
     "beta": "sk-cluster-beta-project",
     "bulk": "sk-cluster-bulk-project",
     "quota": "sk-cluster-quota",
+    "execs": "sk-cluster-execs",
     "chaos": "sk-cluster-chaos",
 }
 API_KEYS = ",".join([f"{ADMIN_KEY}:ops:admin"] + [f"{key}:{project}" for project, key in MEMBER_KEYS.items()])

@@ -764,10 +764,13 @@ def test_a_node_restarted_after_it_was_declared_lost_gets_its_containers_back(cl
 # --- quotas ------------------------------------------------------------------
 
 
+# The quota tests' cluster (its own; last in this file, so the shared one
+# is made once): replicas and nodes alike run with the quotas.
+QUOTAS = {"max_running_containers_per_project": 5, "max_execs_per_project": 4}
+
+
 def test_a_quota_holds_when_two_replicas_admit_at_once(clusters):
-    # Replicas and nodes alike run with the quota (a cluster of its own;
-    # last in this file, so the shared one is made once).
-    cluster = clusters.get(max_running_containers_per_project=5)
+    cluster = clusters.get(**QUOTAS)
     key = MEMBER_KEYS["quota"]
     sessions = [cluster.session(0, key), cluster.session(1, key)]
     attempts = 20
@@ -796,6 +799,103 @@ def test_a_quota_holds_when_two_replicas_admit_at_once(clusters):
     assert sorted(r.status_code for r in again) == [200, 429, 429, 429], [r.text[:200] for r in again]
     made += [r.json()["id"] for r in again if r.status_code == 200]
     delete_all([client, cluster.client(1, key)], made)
+
+
+def test_the_exec_quota_is_the_projects_across_every_node(clusters):
+    """max_execs_per_project holds across the cluster, not per node:
+    execs through both replicas into containers on every node, at once,
+    run exactly the limit (the rest 429); once they end the limit runs
+    again; a node killed holding some gives them back once it is lost."""
+    cluster = clusters.get(**QUOTAS)
+    limit = QUOTAS["max_execs_per_project"]
+    key = MEMBER_KEYS["execs"]
+    sessions = [cluster.session(0, key), cluster.session(1, key)]
+    client = cluster.client(0, key)
+    containers = [client.containers.create(name="execs").id for _ in NODE_NAMES]
+    placed = {cid: cluster.node_holding(cid) for cid in containers}
+    assert len(set(placed.values())) >= 2, placed
+
+    def execute(job):
+        """(container, gate, replica): an exec through that replica that
+        runs until the gate file exists in the container; its answer."""
+        cid, gate, replica = job
+        http = sessions[replica]
+        command = f"until [ -e /mnt/data/{gate} ]; do sleep 0.05; done; echo through-{gate}"
+        return requests.post(f"{http.base}/containers/{cid}/exec", headers=http.headers, timeout=180,
+                             json={"commands": [command], "timeout_ms": 120_000})
+
+    def open_gate(gate):
+        for cid in containers:
+            put = sessions[0].put(f"{sessions[0].base}/containers/{cid}/fs/content", timeout=60,
+                                  params={"path": f"/mnt/data/{gate}"}, data=b"")
+            assert put.status_code in (200, 201), put.text
+
+    def contend(gate, count):
+        """`count` execs at once, spread over the containers (nodes) and
+        both replicas; the gate opens once all but `limit` have answered.
+        Returns (ran, refused)."""
+        jobs = [(containers[i % len(containers)], gate, i % 2) for i in range(count)]
+        with concurrent.futures.ThreadPoolExecutor(count) as pool:
+            futures = [pool.submit(execute, job) for job in jobs]
+            wait_until(lambda: sum(f.done() for f in futures) >= count - limit, 60, 0.1)
+            open_gate(gate)
+            answers = [f.result() for f in futures]
+        ran = [a for a in answers if a.status_code == 200]
+        refused = [a for a in answers if a.status_code != 200]
+        for answer in ran:
+            assert answer.json()["output"][0]["stdout"] == f"through-{gate}\n", answer.text
+        for answer in refused:
+            assert answer.status_code == 429, answer.text
+            assert answer.json()["error"]["code"] == "too_many_concurrent_execs", answer.text
+        return ran, refused
+
+    ran, refused = contend("gate-1", 2 * limit + 1)
+    assert (len(ran), len(refused)) == (limit, limit + 1), [(a.status_code, a.text[:200]) for a in ran + refused]
+    # They ended: the limit runs again.
+    ran, refused = contend("gate-2", limit + 1)
+    assert (len(ran), len(refused)) == (limit, 1), [(a.status_code, a.text[:200]) for a in ran + refused]
+
+    # A node killed while it runs one of them: once it is lost, its
+    # credits are the project's again.
+    victim_container = containers[-1]
+    victim = placed[victim_container]
+    survivors = [cid for cid in containers if placed[cid] != victim]
+
+    def credits_of(node):
+        held = cluster.postgres.psql(f"SELECT COALESCE(SUM(held), 0) FROM exec_credits WHERE node_id = '{node}'",
+                                     database="shellgate")
+        return int(held.strip())
+
+    def running(gate):
+        # Each running exec is a shell whose command line names its gate.
+        return len(processes_matching(f"/mnt/data/{gate} ]"))
+
+    with concurrent.futures.ThreadPoolExecutor(limit) as pool:
+        doomed = pool.submit(execute, (victim_container, "gate-3", 0))
+        assert wait_until(lambda: running("gate-3") == 1 or doomed.done(), 60, 0.1), doomed.result().text
+        assert credits_of(victim) >= 1
+        others = [pool.submit(execute, (survivors[i % len(survivors)], "gate-3", i % 2)) for i in range(limit - 1)]
+        assert wait_until(lambda: running("gate-3") == limit or any(f.done() for f in others), 60, 0.1), \
+            [f.result().text for f in others if f.done()]
+        full = requests.post(f"{sessions[1].base}/containers/{survivors[0]}/exec", headers=sessions[1].headers,
+                             json={"commands": ["true"]}, timeout=60)
+        assert full.status_code == 429, full.text
+        assert not doomed.done() and not any(f.done() for f in others), [f.result().text for f in others if f.done()]
+        cluster.nodes[victim].kill9()
+        clusters.taint()
+        # Marked lost by a replica's sweep, its credits dropped with it.
+        assert wait_until(lambda: credits_of(victim) == 0, LOST_AFTER_SECS + LOST_SLACK_SECS, 0.2), \
+            cluster.logs()
+        back = requests.post(f"{sessions[1].base}/containers/{survivors[0]}/exec", headers=sessions[1].headers,
+                             json={"commands": ["echo back"]}, timeout=60)
+        assert back.status_code == 200, back.text
+        assert back.json()["output"][0]["stdout"] == "back\n"
+        for cid in survivors:
+            put = sessions[0].put(f"{sessions[0].base}/containers/{cid}/fs/content", timeout=60,
+                                  params={"path": "/mnt/data/gate-3"}, data=b"")
+            assert put.status_code in (200, 201), put.text
+        assert [f.result().status_code for f in others] == [200] * (limit - 1)
+        assert doomed.result().status_code != 200
 
 
 def test_a_database_outage_fails_readiness_not_liveness_and_passes(clusters):
