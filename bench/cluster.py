@@ -10,6 +10,10 @@
    sets a target for (<= 1.2x).
 2. Creates per second: containers made by 16 concurrent clients through a
    replica, with one node and with three.
+3. With `--versus OTHER_BINARY` (another build, e.g. main's before a
+   change): exec through a replica on a cluster of each binary, the two
+   alternating round by round in the same run (one cluster at a time on
+   a machine), and the ratio of their medians.
 
 Runs the cluster harness of the tests (tests/python/cluster.py: network
 namespaces, Postgres, moto's S3), so it needs root and the test venv:
@@ -29,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "pytho
 import requests  # noqa: E402
 
 import cluster  # noqa: E402
-from conftest import KEY_A, Server  # noqa: E402
+from conftest import BINARY, KEY_A, Server  # noqa: E402
 
 KEY = cluster.MEMBER_KEYS["alpha"]
 
@@ -89,6 +93,36 @@ def exec_latency(rounds: int, per_round: int) -> dict:
     return {name: times for name, times in samples.items()}
 
 
+def exec_through_replica(binary: str, per_round: int) -> list:
+    """Exec times of `true` through a replica to the node holding the
+    container, on a cluster of `binary` started for this round."""
+    # The harness starts the servers of the binary its module names.
+    cluster.BINARY = Path(binary)
+    the_cluster = cluster.Cluster(replicas=1).start()
+    try:
+        s = session(KEY)
+        root = the_cluster.replicas[0].root
+        container = create(s, root)
+        exec_times(s, root, container, 20)  # warm-up: connections, caches
+        return exec_times(s, root, container, per_round)
+    finally:
+        the_cluster.stop()
+
+
+def versus(other: str, rounds: int, per_round: int) -> dict:
+    """This build (SHELLGATE_BIN) against `other`, round by round."""
+    print(f"exec through a replica: {rounds} rounds of {per_round}, {other} against {BINARY}", flush=True)
+    builds = {"other": other, "this": str(BINARY)}
+    samples = {name: [] for name in builds}
+    try:
+        for _ in range(rounds):
+            for name, binary in builds.items():
+                samples[name].extend(exec_through_replica(binary, per_round))
+    finally:
+        cluster.BINARY = BINARY
+    return samples
+
+
 def creates_per_second(nodes: int, count: int, clients: int) -> float:
     the_cluster = cluster.Cluster(replicas=1, nodes=nodes, settings={
         "max_running_containers_per_project": "100000",
@@ -117,9 +151,21 @@ def main() -> None:
     parser.add_argument("--per-round", type=int, default=100)
     parser.add_argument("--creates", type=int, default=300)
     parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--versus", metavar="OTHER_BINARY",
+                        help="only exec through a replica, this build against another, alternating")
     args = parser.parse_args()
     if why := cluster.can_run():
         sys.exit(f"bench/cluster.py: {why}")
+
+    if args.versus:
+        samples = versus(args.versus, args.rounds, args.per_round)
+        medians = {name: statistics.median(times) for name, times in samples.items()}
+        print("\nexec of `true` through a replica, median (p90) per request:")
+        for name, times in samples.items():
+            p90 = statistics.quantiles(times, n=10)[-1]
+            print(f"  {name:6} {medians[name] * 1000:6.2f} ms ({p90 * 1000:6.2f} ms)")
+        print(f"  this / other: {medians['this'] / medians['other']:4.2f}x")
+        return
 
     samples = exec_latency(args.rounds, args.per_round)
     base = statistics.median(samples["single box"])

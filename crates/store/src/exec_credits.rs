@@ -68,7 +68,8 @@ fn write_row(sql: &mut dyn Sql, project: &str, node: &str, held: u32, exact: boo
         sql.execute(
             "INSERT INTO exec_credits (project, node_id, held, exact) VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT (project, node_id)
-             DO UPDATE SET held = excluded.held, exact = excluded.exact",
+             DO UPDATE SET held = excluded.held, exact = excluded.exact
+             WHERE exec_credits.held != excluded.held OR exec_credits.exact != excluded.exact",
             &[&project, &node, &held, &exact],
         )?;
     }
@@ -119,9 +120,12 @@ impl Store {
             // This node keeps nothing spare from now on (it asks because it
             // uses all it holds).
             write_row(sql, project, node, held, true)?;
+            // (A refusal at the limit writes nothing it already holds: a
+            // row unchanged, a want of the same second.)
             sql.execute(
                 "INSERT INTO exec_credit_wants (project, wanted_at) VALUES (?1, ?2)
-                 ON CONFLICT (project) DO UPDATE SET wanted_at = excluded.wanted_at",
+                 ON CONFLICT (project) DO UPDATE SET wanted_at = excluded.wanted_at
+                 WHERE exec_credit_wants.wanted_at < excluded.wanted_at",
                 &[&project, &now],
             )?;
             let loose = sql.query_opt(
