@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Archives (issue 19): a 10,000-file tree exported as a tar stream through
+"""Archives: a 10,000-file tree exported as a tar stream through
 the API, against the host's `tar -cf` of the same tree, in the same run.
 
 `python3 bench/archive.py` (needs root and the release build,

@@ -1,4 +1,4 @@
-"""The cluster (issue 22) against a single box, in the same run.
+"""The cluster against a single box, in the same run.
 
 1. Exec latency: `POST /v1/containers/{id}/exec` of `true`, one after
    another on a kept-alive connection, (a) on a single box (`shellgate
@@ -6,8 +6,8 @@
    container, in a network namespace of its own across a veth (Postgres
    store); (c) straight to that node with the cluster's secret, which
    shows what the replica's hop costs. Rounds alternate a, b, c; the
-   median of every request is reported, and b/a is the ratio the issue
-   sets a target for (<= 1.2x).
+   median of every request is reported, and b/a is the ratio with a target
+   of at most 1.2x.
 2. Creates per second: containers made by 16 concurrent clients through a
    replica, with one node and with three.
 3. With `--versus OTHER_BINARY` (another build, e.g. main's before a

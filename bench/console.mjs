@@ -1,6 +1,6 @@
 #!/usr/bin/env node
-// The web console's page weight and speed (BENCHMARKS.md, "Web console
-// (issue 21)"), against one release `shellgate serve` holding real
+// The web console's page weight and speed (BENCHMARKS.md, "Web console"),
+// against one release `shellgate serve` holding real
 // containers, in Debian's headless chromium driven by playwright-core
 // (tests/node/node_modules; nothing downloaded).
 //

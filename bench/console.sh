@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The web console's page weight and speed (BENCHMARKS.md, "Web console
-# (issue 21)"): installs what bench/console.mjs needs if it is missing
+# The web console's page weight and speed (BENCHMARKS.md, "Web console"):
+# installs what bench/console.mjs needs if it is missing
 # (Debian's chromium; playwright-core from tests/node's lockfile; no browser
 # is downloaded), builds the release binary if there is none, then runs it.
 # Arguments go to bench/console.mjs (--counts 1000,10000 --rounds 15 ...).

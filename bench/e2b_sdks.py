@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""E2B compatibility's benchmarks (BENCHMARKS.md, "E2B's SDKs (issue 20)"),
+"""E2B compatibility's benchmarks (BENCHMARKS.md, "E2B's SDKs"),
 each measured in the same run as its baseline, against one `shellgate serve`
 (the release binary, bench/sandbox_server.py).
 

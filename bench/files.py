@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Files by path (issue 19; BENCHMARKS.md, "Interactive sandboxes (issue
-19)"): a 1 GiB file written into a container and read back through the API
-as a user times it (`curl -T file` and `curl -o file` against
+"""Files by path (BENCHMARKS.md, "Interactive sandboxes"): a 1 GiB file
+written into a container and read back through the API as a user times it
+(`curl -T file` and `curl -o file` against
 `/v1/containers/{id}/fs/content`), against `cat` on the host moving the same
 bytes file to file, in the same run, on this machine.
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Interactive sandboxes' benchmarks (BENCHMARKS.md, "Interactive sandboxes
-(issue 19)"), each measured in the same run as its baseline, on this machine.
+"""Interactive sandboxes' benchmarks (BENCHMARKS.md, "Interactive sandboxes"),
+each measured in the same run as its baseline, on this machine.
 
   * pty: a keystroke's round trip through a process's terminal over the
     WebSocket (one byte to `cat` in raw mode, wait for its echo), against

@@ -39,7 +39,7 @@ if [[ " $* " == *" --quick "* ]]; then
 else
   python3 bench/images.py
 fi
-# Interactive sandboxes (issue 19): a keystroke through the PTY WebSocket
+# Interactive sandboxes: a keystroke through the PTY WebSocket
 # against a local pty, a 1 GiB file through the API against cat, a
 # 10,000-file tree's tar export against the host's tar (the venv brings the
 # `websockets` client).
@@ -53,7 +53,7 @@ if [[ " $* " == *" --quick "* ]]; then
 else
   .venv/bin/python bench/interactive.py
 fi
-# E2B's SDKs (issue 20): Sandbox.create() to the first output through the
+# E2B's SDKs: Sandbox.create() to the first output through the
 # e2b SDK against the same through shellgate's API; run_code("1+1") in a
 # warm context against python3 -c through exec (scripts/test's venv has
 # both SDKs).
@@ -62,7 +62,7 @@ if [[ " $* " == *" --quick "* ]]; then
 else
   .venv/bin/python bench/e2b_sdks.py
 fi
-# The web console (issue 21): bytes per first page load and time to the
+# The web console: bytes per first page load and time to the
 # containers list's first render at 1,000 and 10,000 real containers
 # (~22 GB of disk for a while), in Debian's headless chromium, against
 # fetching the same page from the API in the same browser (bench/console.sh
@@ -72,7 +72,7 @@ if [[ " $* " == *" --quick "* ]]; then
 else
   bench/console.sh
 fi
-# The cluster (issue 22): exec through an API replica to a node in a network
+# The cluster: exec through an API replica to a node in a network
 # namespace of its own against exec on a single box, and creates per second
 # with one node and with three (the test harness builds the cluster: Postgres,
 # moto's S3 and the namespaces; the test venv has moto and requests).

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Output streams nobody reads (BENCHMARKS.md, "Output streams nobody
+"""Output streams nobody reads (BENCHMARKS.md, "Output nobody
 reads"): the server's resident memory while N clients hold a busy
 process's output stream open without reading a byte, and after they
 closed, for each kind of stream:

@@ -1,4 +1,4 @@
-//! Generates envd's message types (E2B's in-sandbox protocol, issue 20)
+//! Generates envd's message types (E2B's in-sandbox protocol)
 //! from the descriptors the E2B SDK ships, committed as
 //! `proto/envd.binpb` (`scripts/envd-descriptors.py` extracts them and the
 //! test suite checks they still match the installed SDK): prost structs for

@@ -1,4 +1,4 @@
-# Postgres for the tests (issue 22): Debian's postgresql-15 server, as a
+# Postgres for the tests: Debian's postgresql-15 server, as a
 # throwaway cluster of its own (not the system's service) in a temp
 # directory, on a free loopback port, owned by the `postgres` user (the
 # server refuses to run as root), trusting loopback connections. Sourced by

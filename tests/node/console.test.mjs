@@ -1,4 +1,4 @@
-// The web console (issue 21) in a real headless browser: Debian's chromium
+// The web console in a real headless browser: Debian's chromium
 // (apt, /usr/bin/chromium; nothing downloaded at test time), driven by
 // playwright-core, against a real `shellgate serve` with a scripted model
 // upstream. Each test signs in with a key in a fresh browser context and

@@ -3,7 +3,7 @@
 // `decide(body)` function, streamed when asked). Not a test file itself
 // (`node --test` runs `*.test.mjs`).
 //
-// With SHELLGATE_TEST_CLUSTER=1 the server is a cluster instead (issue 22):
+// With SHELLGATE_TEST_CLUSTER=1 the server is a cluster instead:
 // tests/python/cluster.py's three nodes in network namespaces of their own,
 // two API replicas, Postgres and S3, with the same settings and keys, and
 // the suites run through both replicas (see `startServer`). One cluster is

@@ -1,4 +1,4 @@
-"""A shellgate cluster on this one machine (issue 22), for test_cluster.py.
+"""A shellgate cluster on this one machine, for test_cluster.py.
 
 Three nodes, each in a network namespace of its own (`sg-n1`..`sg-n3`,
 10.77.0.11-13, joined by veth pairs to the bridge `sgbr0`, 10.77.0.1/24 in

@@ -1,7 +1,7 @@
 """Runs a real `shellgate serve` for the official `openai` SDK to talk to.
 
 With `SHELLGATE_TEST_CLUSTER=1` the session's `server` is a cluster
-instead (issue 22; cluster.py): three nodes in network namespaces of their
+instead (cluster.py): three nodes in network namespaces of their
 own, two API replicas, Postgres and S3, with the same keys and projects,
 behind a facade (`ClusterServer`) whose clients and URLs alternate between
 the two replicas, so the suites run through both. Tests that need one box

@@ -1,4 +1,4 @@
-"""Archives (issue 19): a container directory exported as a tar stream and a
+"""Archives: a container directory exported as a tar stream and a
 tar stream imported into one, over a real `shellgate serve`.
 
 The hostile archives are the classic ones (`..`, absolute paths, symlink and

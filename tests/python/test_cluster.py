@@ -1,4 +1,4 @@
-"""shellgate as a cluster (issue 22): three nodes in network namespaces of
+"""shellgate as a cluster: three nodes in network namespaces of
 their own, two stateless API replicas, one Postgres and one S3 (see
 cluster.py), driven through the official OpenAI SDK and plain HTTP.
 

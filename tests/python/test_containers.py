@@ -136,7 +136,7 @@ def test_errors_use_openai_envelopes(server, client):
 
 
 def test_a_file_gone_since_its_row_was_read_is_a_404(server, client):
-    """Red team (after issue 16, item 12): a Files API file deleted or
+    """Adversarial: a Files API file deleted or
     expired between the check of `file_ids` and its copy into the container
     (here: its stored blob removed) is a 404 naming the file, not a
     server_error; no half-made container is left."""

@@ -2,7 +2,9 @@
 book under docs/ and the top-level Markdown files resolves to a file in the
 tree (and its `#anchor` to a heading of that file), the book's SUMMARY.md
 lists every page of the book, README.md stays a page a newcomer reads in a
-few minutes (at most 10 KiB).
+few minutes (at most 10 KiB), and no document or code comment points at
+the project's history (the word "issue" and a number) instead of saying
+what holds.
 
 Nothing here starts a server: the checks read the tree as a reader (or
 mdBook, or a repository's web view) would follow it."""
@@ -140,6 +142,37 @@ def test_summary_lists_every_page_of_the_book():
 def test_readme_stays_within_ten_kib():
     size = (ROOT / "README.md").stat().st_size
     assert size <= README_LIMIT, f"README.md is {size} bytes; the limit is {README_LIMIT}"
+
+
+# Where history would be told instead of what holds: the documents, and
+# the code's comments and tests.
+HISTORY_PLACES = ["README.md", "ARCHITECTURE.md", "BENCHMARKS.md", "Cargo.toml", "docs", "crates",
+                  "scripts", "tests", "bench", "deploy", "packages", "fuzz", ".ci"]
+HISTORY = re.compile(r"\bissues? #?\d+", re.I)
+# What is installed or generated there, not written: dependencies, build
+# output, fuzzing's corpora.
+SKIPPED_DIRS = {"node_modules", "target", "corpus", "artifacts", "__pycache__"}
+TEXT_SUFFIXES = {".md", ".rs", ".py", ".sh", ".mjs", ".js", ".toml", ".yaml", ".yml", ".example",
+                 ".txt", ".json", ".css", ".html", ""}
+
+
+def test_no_document_or_comment_points_at_an_issue_number():
+    found = []
+    for place in HISTORY_PLACES:
+        root = ROOT / place
+        files = [root] if root.is_file() else root.rglob("*")
+        for path in files:
+            if (not path.is_file() or path.suffix not in TEXT_SUFFIXES
+                    or SKIPPED_DIRS.intersection(path.parts) or path.name == "package-lock.json"):
+                continue
+            try:
+                text = path.read_text()
+            except UnicodeDecodeError:
+                continue
+            for number, line in enumerate(text.splitlines(), 1):
+                if HISTORY.search(line):
+                    found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert found == []
 
 
 if __name__ == "__main__":

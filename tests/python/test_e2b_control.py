@@ -1,4 +1,4 @@
-"""E2B's control plane through the unmodified `e2b` SDK (issue 20):
+"""E2B's control plane through the unmodified `e2b` SDK:
 sandboxes created, inspected, listed, timed, paused, resumed and killed
 against a real `shellgate serve`, each a shellgate container; and the
 hostile cases (another project's key, a wrong or missing access token, a

@@ -1,4 +1,4 @@
-"""E2B's filesystem API (issue 20): envd's `filesystem.Filesystem` service
+"""E2B's filesystem API: envd's `filesystem.Filesystem` service
 and `/files`, driven by the latest `e2b` SDK (`sbx.files.*`) against a real
 `shellgate serve`, plus the hostile cases by raw HTTP: unknown or foreign
 sandboxes, a 100 MiB upload that must stream, a cut upload."""

@@ -1,4 +1,4 @@
-"""E2B's code interpreter (issue 20) through the unmodified latest
+"""E2B's code interpreter through the unmodified latest
 `e2b_code_interpreter` SDK against a real `shellgate serve`: `run_code`
 results, state, imports and the working directory across calls, a pandas
 DataFrame (html), a matplotlib chart (png), an exception, a timeout that

@@ -287,7 +287,7 @@ def test_names_outside_the_list_are_refused_with_a_reason(client, networked, wor
 
 
 
-# --- denials explained where the program and the model read (issue 18 item 7) ---
+# --- denials explained where the program and the model read ---
 
 DENIED = "shellgate: egress denied: "
 
@@ -1245,7 +1245,7 @@ def test_cli_exec_allow(world):
     assert refused.returncode != 0 and "outside.example" in refused.stderr
 
 
-# --- issue 16: secrets never stored, shown or misused ---
+# --- secrets never stored, shown or misused ---
 
 # The value, assembled by the sandbox from its parts (a command never
 # spells it out, and the container's output is the realistic leak).
@@ -1398,7 +1398,7 @@ def test_a_value_in_a_container_is_masked_in_output_streams_downloads_and_promot
         blob = raw(server, "GET", f"/files/{promoted.json()['id']}/content").content
         assert SECRET.encode() not in blob and placeholder.encode() in blob
     assert uploaded.id in {f.id for f in files.values()}
-    # Files by path (issue 19) too; an archive, whose sizes masking would
+    # Files by path too; an archive, whose sizes masking would
     # break, is refused.
     by_path = raw(server, "GET", f"/containers/{container.id}/fs/content?path=/mnt/data/made.txt")
     assert by_path.status_code == 200 and SECRET.encode() not in by_path.content
@@ -1452,7 +1452,7 @@ def test_a_session_reused_with_another_policy_gets_a_new_container_and_the_truth
 
 
 def test_a_session_reused_with_a_narrower_secret_scope_gets_a_new_container(client, world):
-    """Red team (after issue 16, item 9): the same domains, names and values
+    """Adversarial: the same domains, names and values
     but a secret scoped more narrowly (methods, paths, where it goes) is
     another policy: the session's container, which puts the value in
     everywhere, is not reused for it."""

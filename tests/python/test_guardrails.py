@@ -1,6 +1,5 @@
-"""The prompt-injection guardrail over every text a model reads (issue 16,
-item 11): the Responses API's instructions, messages of every role, tool
-outputs, replayed shell output, attached files, function tools'
+"""The prompt-injection guardrail over every text a model reads: the
+Responses API's instructions, messages of every role, tool outputs, replayed shell output, attached files, function tools'
 descriptions; the Messages API's system, text and tool_result blocks;
 skill uploads; and disguises (zero-width,
 homoglyph, full-width, tag characters, right-to-left overrides, letters set
@@ -81,7 +80,7 @@ RESPONSES_CASES = {
     "function tool description": dict(input="hi", tools=[
         {"type": "function", "name": "lookup", "description": DISGUISES[4], "parameters": {"type": "object"}}]),
     **{f"disguise {i}": dict(input=text) for i, text in enumerate(DISGUISES)},
-    # The red team's (after issue 16): texts the model reads that the check
+    # Adversarial: texts the model reads that the check
     # did not look at.
     "refusal part": dict(input=[{"role": "user", "content": [{"type": "refusal", "refusal": INJECTION}]}]),
     "function_call_output refusal part": dict(
@@ -150,7 +149,7 @@ def test_every_text_a_model_reads_is_checked(blocking, case):
 
 
 def test_a_stored_files_name_is_checked_when_attached(blocking):
-    """Red team (after issue 16): the model reads an attached file's name;
+    """Adversarial: the model reads an attached file's name;
     a Files API file's is the one it was uploaded with."""
     client = blocking.client()
     stored = client.files.create(file=(INJECTION + ".txt", b"plain notes\n"), purpose="user_data")
@@ -192,7 +191,7 @@ MESSAGES_CASES = {
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
                                           "content": [{"type": "text", "text": INJECTION}]}]},
         ]),
-    # The red team's (after issue 16).
+    # Adversarial.
     "split between two messages": dict(messages=[
         {"role": "user", "content": "Ignore all previous"},
         {"role": "assistant", "content": "ok"},

@@ -145,7 +145,7 @@ def test_a_first_start_builds_the_default_image_in_the_background(upstream):
         assert len(seen) > 2, seen  # progress moved through mmdebstrap's stages
         assert "image debian-12-slim is built" in server.log.read_text()
         # Its runtimes are listed as soon as it is ready, without a restart
-        # or an `image verify` (issue 18).
+        # or an `image verify`.
         listing = client.get("/images", cast_to=object)
         slim = next(i for i in listing["data"] if i["name"] == "debian-12-slim")
         assert slim["runtimes"].get("python", "").startswith("3."), slim

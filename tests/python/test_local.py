@@ -71,7 +71,7 @@ def test_auto_runs_what_the_policy_allows_and_rejects_the_rest(server, workdir):
     assert done.returncode == 0 and "allowed" in done.stdout, done.stderr
     assert records[-1]["by"] == "policy allow prefix:echo"
     # Not allowed: rejected with a clear stderr and a non-zero exit to the
-    # model; off a terminal, shellgate local itself then exits 3 (issue 18).
+    # model; off a terminal, shellgate local itself then exits 3.
     done, records = local(server, workdir, "Execute: touch should-not-exist", "--approve", "auto",
                           "--policy", str(policy))
     assert done.returncode == REJECTED, done.stderr
@@ -95,7 +95,7 @@ def test_destructive_commands_are_denied_even_when_everything_else_runs(server, 
     assert "rejected" in done.stdout
 
 
-# The README's example policy.
+# The example policy of docs/guide/local.md.
 README_POLICY = ('allow = [{ prefix = "ls" }, { prefix = "git status" }, { regex = "^cat [^;&|]+$" }]\n'
                  'deny = [{ prefix = "git push" }]\n')
 
@@ -106,8 +106,8 @@ README_POLICY = ('allow = [{ prefix = "ls" }, { prefix = "git status" }, { regex
     "Run `cat a\ntouch X`",
 ], ids=["or-after-an-allowed-prefix", "substitution-in-an-allowed-regex", "newline-after-an-allowed-regex"])
 def test_auto_runs_a_line_only_if_every_command_in_it_is_allowed(server, workdir, task):
-    """Issue 16, item 14: each line passed the README's policy as a whole
-    string, and `touch X` ran unasked."""
+    """Each line would pass the example policy if it were matched as a
+    whole string, and `touch X` would run unasked."""
     policy = workdir / "policy.toml"
     policy.write_text(README_POLICY)
     done, records = local(server, workdir, task, "--approve", "auto", "--policy", str(policy))
@@ -121,8 +121,8 @@ def test_auto_runs_a_line_only_if_every_command_in_it_is_allowed(server, workdir
 
 
 def test_auto_does_not_let_a_loop_variable_choose_the_config_an_allowed_command_reads(server, workdir):
-    """Red team of issue 16: `for HOME in ./evil` assigns HOME as `HOME=`
-    does, so the README's `git status` rule ran git with a config from the
+    """Adversarial: `for HOME in ./evil` assigns HOME as `HOME=`
+    does, so the example policy's `git status` rule would run git with a config from the
     working directory, whose core.fsmonitor git runs (`touch X`)."""
     subprocess.run(["git", "init", "-q", str(workdir)], check=True)
     (workdir / "evil").mkdir()
@@ -153,8 +153,8 @@ def test_auto_runs_a_compound_line_whose_every_command_is_allowed(server, workdi
 
 
 def test_the_deny_list_sees_through_quotes_long_options_and_functions(server, workdir):
-    """Issue 16, item 14: each evaded the always-denied list. Made harmless
-    should they run (`--help`, `-V`, a fork bomb that is never called)
+    """Spellings of always-denied commands (quotes, long options, a fork
+    bomb in a function). Made harmless should they run (`--help`, `-V`, a fork bomb that is never called)
     and run in --sandbox besides; they must not run at all."""
     data_dir = workdir / "sg-data"
     data_dir.mkdir()

@@ -1,5 +1,5 @@
 """What current Anthropic clients send the Messages API beside the
-conversation (issue 18): `thinking` and replayed thinking blocks,
+conversation: `thinking` and replayed thinking blocks,
 `context_management`, `output_config`, `top_k`, `stop_sequences`, beta
 headers. To an Anthropic upstream it goes as sent (the thinking blocks in
 their assistant message, before its tool_use); to another it is mapped or

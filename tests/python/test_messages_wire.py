@@ -1,4 +1,4 @@
-"""The Messages API on typed wire (issue 17): a request is read into its
+"""The Messages API on typed wire: a request is read into its
 type once, so a field of the wrong type or a key it does not have is a 400
 that names the field, in Anthropic's envelope; what the server streams and
 answers is what the SDK's own models read, with no key they do not know

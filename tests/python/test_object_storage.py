@@ -1,4 +1,4 @@
-"""Object storage (issue 22, item 2) through the official `openai` SDK: a
+"""Object storage through the official `openai` SDK: a
 real `shellgate serve` keeping its blobs in an S3 bucket
 (`SHELLGATE_OBJECT_STORE=s3://...`) of a real S3-compatible server (moto's,
 from PyPI; `scripts/test` starts it and names it in

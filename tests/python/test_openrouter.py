@@ -1,4 +1,4 @@
-"""OpenRouter's server tools and Anthropic's Messages API (issue 11):
+"""OpenRouter's server tools and Anthropic's Messages API:
 `openrouter:shell` on the Responses and Messages APIs, `openrouter:bash` on
 the Messages API (run in the sandbox, or handed to the client), stable
 session ids, promote, sleep after `sleep_after_seconds`, billing. Clients:
@@ -362,7 +362,7 @@ def test_messages_errors_use_anthropics_envelope_and_exceptions(server):
     assert bad.value.body["type"] == "error"
     assert bad.value.body["error"]["type"] == "invalid_request_error"
     assert "max_tokens" in bad.value.body["error"]["message"]
-    # Anthropic's server tools are the upstream's to run (issue 18): this
+    # Anthropic's server tools are the upstream's to run: this
     # Chat upstream cannot, so the tool is left out and named, not refused.
     raw = client.messages.with_raw_response.create(
         model="scripted", max_tokens=10, messages=[{"role": "user", "content": "hi"}],
@@ -404,7 +404,7 @@ def test_a_client_that_hangs_up_ends_its_messages_commands(server, stream):
 
 
 def test_a_session_reused_with_other_skills_runs_where_the_model_is_told(server):
-    """Red team (after issue 16, item 9): a session whose next request asks
+    """Adversarial: a session whose next request asks
     for other skills gets a container holding those skills (the tool
     description lists the request's), not the first one's."""
     import base64

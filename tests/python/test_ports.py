@@ -1,5 +1,5 @@
-"""A container's exposed ports reached through a real `shellgate serve`
-(issue 19): HTTP and WebSocket by path and by host name, the API key or the
+"""A container's exposed ports reached through a real `shellgate serve`:
+HTTP and WebSocket by path and by host name, the API key or the
 container's port token (header, query, cookie), and the hostile cases: no
 credentials, another project's container, another container's token, a
 port not exposed, nothing listening, the host's own services, a suspended

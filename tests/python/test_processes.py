@@ -1,4 +1,4 @@
-"""Processes (issue 19) over HTTP against a real `shellgate serve`: stdin
+"""Processes over HTTP against a real `shellgate serve`: stdin
 through a pipe and a terminal, JSON pages, server-sent events and the
 WebSocket, reattaching by offset, signals, resizes, kills of every
 descendant, the live limit, and the hostile cases: a terminal nobody reads,

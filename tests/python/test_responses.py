@@ -211,7 +211,7 @@ def test_upstream_failures_become_failed_responses(client, model):
     ("scripted-huge-call", "more than the limit of 1048576 bytes of arguments"),
 ])
 def test_an_upstream_answer_out_of_bounds_fails_the_response(fresh_server, model, says):
-    # Issue 16, item 10: an answer without end, one trickling a byte at a
+    # An answer without end, one trickling a byte at a
     # time (each piece well within the per-read timeout) and a huge tool
     # call each end the response `failed`, at the operator's bounds.
     server = fresh_server(upstream_max_answer_bytes=8 * 1024 * 1024, upstream_max_tool_call_bytes=1024 * 1024,
@@ -513,8 +513,8 @@ def test_a_rate_limited_upstream_is_retried_then_surfaced(client, upstream):
 
 
 def test_input_files_are_bounded_in_count_and_bytes(fresh_server):
-    # Issue 16, item 12: 20,000 input_file parts took 90 s of server work;
-    # now the count and the total size are checked before files are read.
+    # 20,000 input_file parts would take 90 s of server work: the count
+    # and the total size are checked before files are read.
     import base64
 
     server = fresh_server(max_input_files=3, max_input_file_bytes=1000)
@@ -544,8 +544,8 @@ def test_input_files_are_bounded_in_count_and_bytes(fresh_server):
 
 
 def test_another_projects_file_ids_are_a_404_not_a_server_error(server):
-    # Issue 16, item 12: a container_auto's file_ids of another project
-    # failed the container at its first command (server_error).
+    # A container_auto's file_ids of another project must be refused up
+    # front, not fail the container at its first command (server_error).
     theirs = server.client(KEY_B).files.create(file=("theirs.txt", io.BytesIO(b"secret")), purpose="user_data")
     client = server.client()
     for input_ in ["Execute: cat /mnt/data/theirs.txt",
@@ -564,7 +564,7 @@ def test_another_projects_file_ids_are_a_404_not_a_server_error(server):
 
 
 def test_a_response_past_its_deadline_fails_naming_the_limit_and_its_commands_stop(fresh_server):
-    """Issue 17: a response has an overall deadline of its own
+    """A response has an overall deadline of its own
     (`response_timeout_secs`); past it the response is `failed` with a
     message naming the limit, and the command it was running is killed."""
     server = fresh_server(response_timeout_secs="3")
@@ -593,7 +593,7 @@ def post_responses(server, body):
 
 
 def test_request_fields_are_typed_carried_or_refused(server):
-    """Issue 17: each top-level field is consumed (a wrong type is a 400
+    """Each top-level field is consumed (a wrong type is a 400
     naming it: a non-boolean `stream` no longer means false), carried (the
     SDK's fields shellgate does not act on are accepted) or refused."""
     for field, value in [("stream", "yes"), ("store", 1), ("parallel_tool_calls", "no"),
@@ -621,7 +621,7 @@ def test_request_fields_are_typed_carried_or_refused(server):
     body = reply.json()
     assert body["metadata"]["a"] == "b" and body["user"] == "u"
     assert body["text"] == {"format": {"type": "text"}} and body["truncation"] == "disabled"
-    # Issue 18: carried fields now reach the upstream as its protocol allows;
+    # Carried fields reach the upstream as its protocol allows;
     # those a Chat Completions upstream has no place for are reported, not
     # dropped silently.
     reported = body["metadata"]["shellgate_uncarried"].split(", ")
@@ -630,7 +630,7 @@ def test_request_fields_are_typed_carried_or_refused(server):
 
 
 def test_an_additional_tools_item_is_offered_to_a_chat_upstream_never_refused(server, upstream):
-    """Issue 18: Codex CLI's default model declares its tools in an
+    """Codex CLI's default model declares its tools in an
     `additional_tools` input item. A Chat Completions upstream cannot read
     the item, so its tools are offered as the request's `tools` would be (a
     namespace flattened, the call handed back by the name the client
@@ -655,7 +655,7 @@ def test_an_additional_tools_item_is_offered_to_a_chat_upstream_never_refused(se
 
 
 def test_a_model_shell_call_over_the_timeout_limit_is_answered_not_clamped(client):
-    """Issue 17: one `timeout_ms` rule for exec and a model's shell call: out
+    """One `timeout_ms` rule for exec and a model's shell call: out
     of range is refused (exec: a 400; the model: the call's answer says why,
     so it can ask again), never silently clamped."""
     response = client.responses.create(

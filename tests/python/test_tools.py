@@ -1,4 +1,4 @@
-"""Every Responses tool type (issue 18, item 1), through the official
+"""Every Responses tool type, through the official
 `openai` SDK: Codex CLI's own tool list (captured from `codex exec`,
 `codex_request_tools.json`: functions, a `namespace` group and the hosted
 `web_search`) is accepted before a Chat Completions upstream, the group

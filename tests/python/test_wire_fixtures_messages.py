@@ -27,7 +27,7 @@ def test_every_create_param_of_the_sdk_is_consumed_or_carried():
     """Each key of the SDK's MessageCreateParams (and the beta's) is a typed
     field of CreateMessage or in its CARRIED list, and each of
     MessageCountTokensParams one of CountTokens or COUNT_CARRIED: what the
-    SDK can send is never refused (issue 18). `betas` is no body field: the
+    SDK can send is never refused. `betas` is no body field: the
     SDK sends it as the `anthropic-beta` header."""
     from anthropic.types import message_count_tokens_params as count
     from anthropic.types import message_create_params as create

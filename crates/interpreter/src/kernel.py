@@ -1,4 +1,4 @@
-# shellgate's code interpreter kernel (issue 20): one per context, run by the
+# shellgate's code interpreter kernel: one per context, run by the
 # image's python3 as a service process. Protocol, one JSON object per line:
 # requests on stdin ({"op": "execute", "code", "env"}), events on a private
 # copy of the original stdout (fd 1 and 2 are pipes this kernel reads, so

@@ -1,5 +1,5 @@
 //! A stateful code interpreter run inside a container: the kernel, its
-//! contexts, its executions (issue 20).
+//! contexts, its executions.
 //!
 //! A *context* is one kernel process — the image's `python3` running the
 //! embedded `kernel.py` — started through the backend's process API as a

@@ -830,7 +830,7 @@ mod tests {
             .is_some_and(|a| a == Action::Block));
     }
 
-    /// Issue 16, item 11: spellings that render as an injection but were
+    /// Spellings that render as an injection but were
     /// not read as one.
     #[test]
     fn disguised_injections_are_read_as_what_they_render() {
@@ -874,7 +874,7 @@ mod tests {
         assert_eq!(fold("\u{1b}[1mbold\u{1b}[0m\tx\u{7}"), "bold\tx");
     }
 
-    /// The red team's spellings (after issue 16): blanks that are not white
+    /// Adversarial spellings: blanks that are not white
     /// space, invisible characters as the only separator, dotted and
     /// accented capitals (Turkish `İ`), Cherokee, small-capital, enclosed
     /// and parenthesised letters, interlinear annotation characters.

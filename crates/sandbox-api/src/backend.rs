@@ -477,7 +477,7 @@ pub trait SandboxBackend: Send + Sync {
     /// backend's background work.
     async fn shutdown(&self);
 
-    // Processes (issue 19): see `crate::process`. A process counts as in
+    // Processes: see `crate::process`. A process counts as in
     // flight in its container (busy: never suspended) until it ends, and
     // is killed at its timeout, with every descendant, whatever clients do.
     // A service process (`keeps_awake: false`) is not counted, and
@@ -557,7 +557,7 @@ pub trait SandboxBackend: Send + Sync {
         Err(SandboxError::NotSupported("interactive processes"))
     }
 
-    // Ports (issue 19)
+    // Ports
 
     /// A TCP connection to `127.0.0.1:port` inside the running container,
     /// made from within its own network (never the host's). A stopped
@@ -573,7 +573,7 @@ pub trait SandboxBackend: Send + Sync {
         ))
     }
 
-    // Files by path (issue 19). Absolute container paths (see
+    // Files by path. Absolute container paths (see
     // `fs::container_path`); each runs with the sandbox user's rights.
     // A stopped container is started, except for reads (`fs_read`,
     // `fs_stat`, `fs_list`, `fs_export`) of `/mnt/data`, served from its

@@ -57,10 +57,10 @@ pub enum SandboxError {
         bytes: u64,
         limit: u64,
     },
-    /// A process of a container (issue 19): missing, ended, over the limit.
+    /// A process of a container: missing, ended, over the limit.
     #[error(transparent)]
     Process(#[from] crate::process::ProcessError),
-    /// A container's port could not be reached (issue 19's ports).
+    /// A container's exposed port could not be reached.
     #[error("port {port} of the container cannot be reached: {failure}")]
     Port {
         port: u16,

@@ -1,4 +1,4 @@
-//! Files by path (issue 19): the values the backend's file operations take
+//! Files by path: the values the backend's file operations take
 //! and give — an entry (`lstat`), a listing, a download's stream, an
 //! upload's sink.
 //!

@@ -1,4 +1,4 @@
-//! A container's TCP port reached from outside (issue 19): the connection
+//! A container's TCP port reached from outside: the connection
 //! a backend hands the server, and why one could not be made.
 //!
 //! The server proxies HTTP and WebSocket traffic over a [`PortConnection`];

@@ -1,4 +1,4 @@
-//! Processes (issue 19): a command started in a container with optional
+//! Processes: a command started in a container with optional
 //! stdin and an optional terminal, whose output is kept in a bounded buffer
 //! and read by byte offset, and which can be written to, signalled, resized
 //! and killed while it runs. The values that cross [`crate::SandboxBackend`]'s

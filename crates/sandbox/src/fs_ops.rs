@@ -1,4 +1,4 @@
-//! The file tasks of files by path (issue 19): read, write, stat, list,
+//! The file tasks of files by path: read, write, stat, list,
 //! mkdir, move, remove, archive export and import, as one typed [`Task`].
 //!
 //! A task runs in a *worker* (`helper::worker`): a child of the container's

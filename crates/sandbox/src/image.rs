@@ -135,7 +135,8 @@ const HOST_SYSTEM_DIRS: &[&str] = &[
 const MOUNT_POINT_DIRS: &[&str] = &["proc", "dev", "tmp", "mnt/data", "home/user", "etc"];
 /// Mount points renamed since images were first prepared, (old, new): an
 /// image prepared with the old one (the home was `/home/sandbox` before
-/// issue 20) gets the new one when the store opens, so it keeps serving.
+/// it became E2B's `/home/user`) gets the new one when the store opens, so
+/// it keeps serving.
 const RENAMED_MOUNT_POINT_DIRS: &[(&str, &str)] = &[("home/sandbox", "home/user")];
 /// Mount points only some containers use (a container with skills): made
 /// at import and build, and added to images made before they existed when

@@ -215,7 +215,7 @@ pub enum Request {
     /// wherever they went (`setsid`, double forks): they all carry the
     /// command's marker.
     KillCommand { id: u32 },
-    /// Start a process (issue 19): a command as `Run` starts one, with what
+    /// Start a process: a command as `Run` starts one, with what
     /// an interactive one needs (see [`StartProcess`]). The message carries
     /// its status pipe first; then, with a terminal, one end of a seqpacket
     /// pair on which init sends the terminal's master back (or an errno

@@ -24,7 +24,7 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// The metadata store: empty for SQLite in the data directory (the
     /// embedded default), or `postgres://user:password@host:port/database`:
-    /// the store a cluster's API replicas and nodes share (issue 22).
+    /// the store a cluster's API replicas and nodes share.
     pub database_url: Secret,
     /// The Postgres schema the tables live in (created if missing; empty:
     /// the connection's default, `public`).
@@ -35,7 +35,7 @@ pub struct Config {
     /// (a private CA), trusted beside the host's roots. TLS is used as the
     /// URL's `sslmode` says (`prefer` by default, `require`, `disable`).
     pub database_ca_file: String,
-    /// What this server is in a cluster (issue 22): `all` (a single box:
+    /// What this server is in a cluster: `all` (a single box:
     /// the API and the engine), `node` (the engine, registered in the
     /// shared store, taking requests only from API replicas) or `api` (a
     /// stateless API replica that places containers on nodes and routes
@@ -88,7 +88,7 @@ pub struct Config {
     pub rate_limit_per_minute: u32,
     /// Containers started ahead of demand (see the sandbox engine).
     pub warm_containers: usize,
-    /// A file transfer by path (issue 19) that moves no byte for this
+    /// A file transfer by path that moves no byte for this
     /// many seconds is ended (its worker killed): a client that stops
     /// reading cannot keep a container busy for ever.
     pub transfer_stall_secs: u64,
@@ -739,7 +739,7 @@ impl std::fmt::Display for UnknownVariable {
         write!(f, "{} is not a setting and is ignored", self.name)?;
         match &self.closest {
             Some(closest) => write!(f, "; did you mean {closest}?"),
-            None => write!(f, " (the README's Configuration lists the settings)"),
+            None => write!(f, " (docs/operator/configuration.md lists the settings)"),
         }
     }
 }
@@ -854,7 +854,7 @@ impl Config {
             if let Some(key) = table.keys().find(|key| !defaults.contains_key(*key)) {
                 let hint = match closest(key, defaults.keys().map(String::as_str)) {
                     Some(setting) => format!("did you mean {setting}?"),
-                    None => "the README's Configuration lists the settings".to_owned(),
+                    None => "docs/operator/configuration.md lists the settings".to_owned(),
                 };
                 return Err(ConfigError(format!(
                     "{}: {key} is not a setting ({hint})",

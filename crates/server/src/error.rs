@@ -231,7 +231,7 @@ impl From<SandboxError> for ApiError {
     }
 }
 
-/// A process's errors (issue 19): 404 for one this container does not
+/// A process's errors: 404 for one this container does not
 /// have, 409 `process_exited` for what needs it alive, 429
 /// `too_many_processes` past the container's live limit.
 fn process_error(error: shellgate_sandbox_api::process::ProcessError) -> ApiError {

@@ -1,4 +1,4 @@
-//! `/v1/containers/{id}/fs/...` (issue 19, our extension): a container's
+//! `/v1/containers/{id}/fs/...` (our extension): a container's
 //! files by path — content (read, write), stat, list, mkdir, move, delete,
 //! and archives (a directory as a tar stream, out and in).
 //!

@@ -1053,7 +1053,7 @@ async fn a_node_back_from_lost_gets_its_containers_back_and_removes_the_deleted_
     harness.get(&format!("/v1/containers/{asleep}")).await.ok();
 }
 
-// --- files by path (issue 19) ------------------------------------------------
+// --- files by path ------------------------------------------------
 
 #[tokio::test]
 async fn files_by_path_check_their_input_before_the_backend_and_say_what_it_lacks() {

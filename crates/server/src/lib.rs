@@ -504,7 +504,7 @@ fn served_routes_for(state: Arc<AppState>, audience: Audience) -> ServedRoutes {
             "/containers/{container_id}/files/{file_id}/content",
             get(containers::file_content),
         )
-        // Files by path (issue 19): `fs.rs`.
+        // Files by path: `fs.rs`.
         .route(
             "/containers/{container_id}/fs/content",
             get(fs::read).put(fs::write),
@@ -636,7 +636,7 @@ pub async fn serve(
     Ok(())
 }
 
-/// Serves an API replica of a cluster (issue 22) on `listener` until a
+/// Serves an API replica of a cluster on `listener` until a
 /// shutdown signal: no engine, the shared store, the configured keys
 /// seeded, silent nodes marked lost.
 pub async fn serve_replica(

@@ -234,7 +234,7 @@ pub async fn serve(
                 tower_service::Service::call(&mut router, request)
             })
         };
-        // With upgrades: a process's WebSocket (issue 19) takes over its
+        // With upgrades: a process's WebSocket takes over its
         // connection after the 101.
         let served = builder
             .serve_connection(TokioIo::new(stream), service)

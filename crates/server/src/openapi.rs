@@ -998,7 +998,7 @@ fn build() -> (serde_json::Value, Vec<String>) {
             Body::None,
             Answer::Json(file.clone()),
         ),
-        // Files by path (issue 19, shellgate extension).
+        // Files by path (shellgate extension).
         Operation {
             query: Query::Named(FS_PATH),
             ..operation(
@@ -1299,7 +1299,7 @@ fn build() -> (serde_json::Value, Vec<String>) {
     for operation in table {
         d.add(operation);
     }
-    // E2B's control plane (issue 20), at the root as E2B serves it.
+    // E2B's control plane, at the root as E2B serves it.
     let e2b_op = |method, path, summary, body, answer| Operation {
         method,
         path,

@@ -1,4 +1,4 @@
-//! A container's exposed ports reached through the server (issue 19):
+//! A container's exposed ports reached through the server:
 //! `ANY /v1/containers/{id}/ports/{port}/{*rest}` (the prefix stripped) and
 //! host names `{port}-{id}.{ports_base_domain}` (the whole path forwarded),
 //! proxied over HTTP/1.1 to `127.0.0.1:{port}` inside the container, with

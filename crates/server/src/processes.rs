@@ -1,4 +1,4 @@
-//! `/v1/containers/{id}/processes` (issue 19, shellgate's extension):
+//! `/v1/containers/{id}/processes` (shellgate's extension):
 //! processes with stdin and a terminal, their output as JSON pages, as
 //! server-sent events and over a WebSocket, and stdin, signals, resizes
 //! and kills.

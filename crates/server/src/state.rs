@@ -84,7 +84,7 @@ pub struct AppState {
     /// The time the lifecycle sweep judges idleness and expiry by (the
     /// system's; a manual one in tests).
     pub clock: crate::clock::Clock,
-    /// E2B's directory watchers (issue 20, `e2b::filesystem`).
+    /// E2B's directory watchers (`e2b::filesystem`).
     pub(crate) e2b_watchers: crate::e2b::filesystem::watchers::Watchers,
     /// The processes started through E2B's envd API, by pid and tag.
     pub(crate) e2b_processes: crate::e2b::process::registry::Registry,

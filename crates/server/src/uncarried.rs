@@ -6,8 +6,7 @@
 //! comma-separated, as the client wrote them: `tools[7] (web_search)`,
 //! `reasoning`) and one log line.
 
-// Its users (the Responses, Messages and Chat Completions handlers) land
-// with issue 18's branches.
+// Its users are the Responses, Messages and Chat Completions handlers.
 #![allow(dead_code)]
 
 use axum::http::HeaderValue;

@@ -45,7 +45,7 @@ enum Command {
     /// Read the command audit.
     #[command(subcommand)]
     Audit(AuditCommand),
-    /// Drain this cluster node (issue 22): it takes no new containers, and
+    /// Drain this cluster node: it takes no new containers, and
     /// the command waits until its containers have ended (or the timeout).
     /// Run beside the node (a Kubernetes preStop hook): it reads the same
     /// settings (`listen`, `cluster_secret`).

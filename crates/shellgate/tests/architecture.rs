@@ -1,4 +1,4 @@
-//! The architecture, checked (issue 17): no import circle among a crate's
+//! The architecture, checked: no import circle among a crate's
 //! files, and no crate depending on one of its own layer or a higher one.
 //!
 //! It reads the sources, not the compiler's view: every path a file names

@@ -516,7 +516,7 @@ fn one_shot_state_lives_on_a_ram_file_system_not_in_the_data_directory() {
     assert_eq!((owner.uid(), owner.mode() & 0o777), (0, 0o711));
 }
 
-// --- the first run (issue 18, item 8) ------------------------------------------
+// --- the first run ---------------------------------------------------------
 
 /// A port nobody listens on (taken, then let go).
 fn free_port() -> u16 {

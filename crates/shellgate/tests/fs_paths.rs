@@ -1,4 +1,4 @@
-//! Files by path (issue 19) over a real `shellgate serve`: byte-exact round
+//! Files by path over a real `shellgate serve`: byte-exact round
 //! trips anywhere the sandbox user may write, a gibibyte streamed through
 //! without the server holding it, the hostile paths refused (host files,
 //! init's root, FIFOs, devices, magic links, read-only paths), an archive

@@ -1,4 +1,4 @@
-//! The code interpreter (issue 20) over the real engine: kernels as service
+//! The code interpreter over the real engine: kernels as service
 //! processes in a container, contexts, state, interrupts at a timeout and
 //! when the caller leaves, restarts, and a kernel that died with its
 //! container's suspension. (The kernel's language-level behaviour is

@@ -1,4 +1,4 @@
-//! Processes (issue 19) driven through the real engine and helper binary:
+//! Processes driven through the real engine and helper binary:
 //! stdin pipes and terminals, signals, resizes, kills of every descendant,
 //! the live limit and the bounded output buffer. (HTTP-level tests, SSE and
 //! the WebSocket are in `tests/python/test_processes.py`.)

@@ -127,7 +127,7 @@ async fn the_command_after_a_fork_bomb_is_answered_at_once() {
     t.finish().await;
 }
 
-/// Red team of issue 16: bombs of other shapes, and a bomb beside a
+/// Adversarial: bombs of other shapes, and a bomb beside a
 /// bigger crowd of quiet leftovers (which the recovery must not take for
 /// the runaway while the bomb refills what it frees).
 #[tokio::test(flavor = "multi_thread")]

@@ -899,7 +899,7 @@ async fn each_container_maps_to_host_ids_of_its_own() {
     again.finish().await;
 }
 
-/// Issue 19's ports: a connection made by init inside the container's
+/// Ports: a connection made by init inside the container's
 /// network namespace reaches only the container's own loopback.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_port_is_reached_inside_the_container_only_and_keeps_it_busy() {
@@ -964,7 +964,7 @@ async fn a_port_is_reached_inside_the_container_only_and_keeps_it_busy() {
     t.finish().await;
 }
 
-/// Issue 19's ports: a container has at most `MAX_PORT_CONNECTIONS` proxied
+/// Ports: a container has at most `MAX_PORT_CONNECTIONS` proxied
 /// connections open at once; a closed one frees its place.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_containers_port_connections_are_capped() {

@@ -1,4 +1,4 @@
-//! A container's secrets in the engine (issue 16): a value its commands
+//! A container's secrets in the engine: a value its commands
 //! print is masked however the output is cut (stream deltas, reads), and
 //! after the engine restarts without the values the container's network is
 //! off and its output is still masked (by the values' verifiers), until the
@@ -153,7 +153,7 @@ async fn values_are_masked_across_deltas_and_after_a_restart_the_network_is_off(
     t.finish().await;
 }
 
-/// Issue 18 item 7: what the container's egress proxy refused while a
+/// What the container's egress proxy refused while a
 /// command ran is told in that command's stderr (host, port, reason),
 /// masked like its output, and only in the command it overlapped.
 #[tokio::test(flavor = "multi_thread")]

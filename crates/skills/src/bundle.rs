@@ -897,7 +897,7 @@ mod tests {
                 ("s/LIB/x.py", b"2", 0o644),
             ],
             vec![manifest, ("s/data/", b"", 0o755), ("s/data", b"2", 0o644)],
-            // Red team (after issue 16): the same name in NFC and NFD.
+            // Adversarial: the same name in NFC and NFD.
             vec![
                 manifest,
                 ("s/caf\u{e9}.txt", b"1", 0o644),

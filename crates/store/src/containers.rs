@@ -37,14 +37,14 @@ pub struct ContainerRow {
     /// Its own idle time before suspension (`sleep_after_seconds` of
     /// OpenRouter's tools); `None`: the server's.
     pub sleep_after_secs: Option<u64>,
-    /// The TCP ports reachable from outside through the server (issue 19),
+    /// The TCP ports reachable from outside through the server,
     /// as created.
     pub exposed_ports: Vec<u16>,
     /// The secret that authorizes requests to its ports (shown to the
     /// project's keys, so kept as it is: it opens nothing else). `None` for
     /// containers made before ports existed.
     pub port_token: Option<String>,
-    /// The cluster node it lives on (issue 22); empty on a single box.
+    /// The cluster node it lives on; empty on a single box.
     pub node_id: String,
 }
 

@@ -1,4 +1,4 @@
-//! E2B's sandboxes (the `e2b_sandboxes` table, issue 20): the record E2B's
+//! E2B's sandboxes (the `e2b_sandboxes` table): the record E2B's
 //! API keeps beside a container — its access token, metadata, environment,
 //! timeout (`end_at`) and pause state, and the create's idempotency key.
 //! The row goes with its container (`delete_container`).

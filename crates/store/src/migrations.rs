@@ -202,13 +202,13 @@ pub(crate) const SQLITE_MIGRATIONS: &[&str] = &[
     WHERE j.key >= COALESCE((SELECT p.conversation_len FROM responses p WHERE p.id = r.parent_id), 0);
     ALTER TABLE responses DROP COLUMN conversation;
 "#,
-    // Issue 19: a container's ports reachable through the server, and the
+    // A container's ports reachable through the server, and the
     // token that opens them (none for containers made before).
     r#"
     ALTER TABLE containers ADD COLUMN exposed_ports TEXT NOT NULL DEFAULT '';
     ALTER TABLE containers ADD COLUMN port_token TEXT;
 "#,
-    // Issue 20: E2B's sandboxes, each a container with E2B's own record
+    // E2B's sandboxes, each a container with E2B's own record
     // (its token, metadata, timeout and pause state). Removed with its
     // container (`delete_container`).
     r#"
@@ -232,14 +232,14 @@ pub(crate) const SQLITE_MIGRATIONS: &[&str] = &[
     CREATE UNIQUE INDEX e2b_sandboxes_by_idempotency_key
         ON e2b_sandboxes (project, idempotency_key) WHERE idempotency_key IS NOT NULL;
 "#,
-    // Issue 20: whose an access token is, so that a token of one project's
+    // Whose an access token is, so that a token of one project's
     // sandbox with another project's sandbox id is answered as an unknown id;
     // and `autoResume`, a paused sandbox woken by its in-sandbox traffic.
     r#"
     CREATE INDEX e2b_sandboxes_by_access_token ON e2b_sandboxes (access_token);
     ALTER TABLE e2b_sandboxes ADD COLUMN auto_resume INTEGER NOT NULL DEFAULT 0;
 "#,
-    // Issue 21: a key's role (`member`, or `admin`: every project in the
+    // A key's role (`member`, or `admin`: every project in the
     // console) and its revocation (a revoked key opens nothing, and its
     // console sessions end).
     r#"
@@ -304,7 +304,7 @@ pub(crate) const SQLITE_MIGRATIONS: &[&str] = &[
         VALUES (NEW.project, 'response', NEW.id, NULL);
     END;
 "#,
-    // Issue 22: the nodes of a cluster (each registers itself and
+    // The nodes of a cluster (each registers itself and
     // heart-beats), and the node each container lives on ('' on a single
     // box).
     r#"
@@ -330,7 +330,7 @@ pub(crate) const SQLITE_MIGRATIONS: &[&str] = &[
         node_id TEXT NOT NULL
     );
 "#,
-    // Issue 22: leases, what a project holds open anywhere in a cluster
+    // Leases, what a project holds open anywhere in a cluster
     // (the console's live streams), counted across nodes (leases.rs).
     r#"
     CREATE TABLE leases (
@@ -636,7 +636,7 @@ pub(crate) const POSTGRES_MIGRATIONS: &[&str] = &[
     CREATE TRIGGER console_response_updated AFTER UPDATE OF status, deleted ON responses
         FOR EACH ROW EXECUTE FUNCTION shellgate_console_change('response');
 "#,
-    // Issue 22: as SQLite's migration 17.
+    // The nodes of a cluster: as SQLite's migration 17.
     r#"
     ALTER TABLE containers ADD COLUMN node_id TEXT NOT NULL DEFAULT '';
     CREATE INDEX containers_by_node ON containers (node_id, status);
@@ -657,7 +657,7 @@ pub(crate) const POSTGRES_MIGRATIONS: &[&str] = &[
         node_id TEXT NOT NULL
     );
 "#,
-    // Issue 22: as SQLite's migration 18.
+    // Leases: as SQLite's migration 18.
     r#"
     CREATE TABLE leases (
         id TEXT PRIMARY KEY,

@@ -1,4 +1,4 @@
-//! A cluster's nodes (the `nodes` table, issue 22): each node registers
+//! A cluster's nodes (the `nodes` table): each node registers
 //! itself when it starts and heart-beats; API replicas read them to place
 //! new containers and mark those that went silent lost, with their
 //! containers, exactly once. Lost is reversible: a node that comes back

@@ -89,7 +89,7 @@ stored_enum! {
         /// Being deleted (the status a closing session leaves just before
         /// the row goes).
         Deleted => "deleted",
-        /// Its node stopped heart-beating (issue 22): its files are out of
+        /// Its node stopped heart-beating: its files are out of
         /// reach, and it is never made again elsewhere without them; its
         /// node, back with its disk, gives it back.
         Lost => "lost",
@@ -97,7 +97,7 @@ stored_enum! {
 }
 
 stored_enum! {
-    /// Where a cluster's node is (issue 22).
+    /// Where a cluster's node is.
     NodeStatus {
         /// Heart-beating and taking new containers.
         Ready => "ready",

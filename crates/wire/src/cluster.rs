@@ -1,5 +1,5 @@
 //! A cluster's nodes as an API replica shows them to admin keys
-//! (`GET /v1/cluster/nodes`, issue 22).
+//! (`GET /v1/cluster/nodes`).
 
 use serde::{Deserialize, Serialize};
 

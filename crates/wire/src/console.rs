@@ -1,4 +1,4 @@
-//! The web console's JSON (issue 21): what the console's own routes
+//! The web console's JSON: what the console's own routes
 //! (`/console/session`, `/console/api/...`) send and take. The app is
 //! shellgate's own, so these are shellgate's shapes; everything else the
 //! console shows comes from the OpenAI-compatible API's types.

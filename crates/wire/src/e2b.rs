@@ -1,4 +1,4 @@
-//! E2B's control-plane REST shapes (issue 20), typed from the SDK's
+//! E2B's control-plane REST shapes, typed from the SDK's
 //! generated client (`e2b/api/client/models`, e2b 2.63.0 and 2.31.0):
 //! create and connect bodies, the `Sandbox`, `SandboxDetail` and
 //! `ListedSandbox` answers, and E2B's error body. Request fields the SDK

@@ -1,4 +1,4 @@
-//! Files by path (issue 19, our extension): a container's file system
+//! Files by path (our extension): a container's file system
 //! entry, a directory's listing, and the bodies of `mkdir` and `move`.
 
 use serde::{Deserialize, Serialize};

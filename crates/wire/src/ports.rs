@@ -1,4 +1,4 @@
-//! A container's exposed ports (issue 19): what the container object shows
+//! A container's exposed ports: what the container object shows
 //! of each port it was created with, reachable through the server.
 
 use serde::{Deserialize, Serialize};

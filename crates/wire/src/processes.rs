@@ -1,4 +1,4 @@
-//! Processes (issue 19, shellgate's extension): `POST
+//! Processes (shellgate's extension): `POST
 //! /v1/containers/{id}/processes` and the objects, output pages, stream
 //! events and WebSocket messages of a process started in a container.
 

@@ -4,7 +4,7 @@
  * with `create`/`resume`/`delete`, a session with the methods the runtime and the
  * built-in capabilities call).
  *
- * One container per session, driven through shellgate's HTTP API (issue 19):
+ * One container per session, driven through shellgate's HTTP API:
  * processes (exec, and the interactive `exec_command`/`write_stdin` tools, with a PTY
  * when `tty` is asked for), files by path, the workspace as a tar stream, and exposed
  * ports. The workspace is `/mnt/data`, the one directory the container's user owns.

@@ -1,8 +1,8 @@
 // The provider against a real `shellgate serve` (the repository's Node harness): a
 // SandboxAgent run with the SDK's own ScriptedModel through its own tools (exec,
 // tty, write_stdin), files written and read back, and a workspace persisted from one
-// container and hydrated into another. Skipped while the server lacks the issue 19
-// routes it needs (an older shellgate answers them 404 `unknown_url`).
+// container and hydrated into another. Skipped while the server lacks the processes,
+// files-by-path and archive routes it needs (an older shellgate answers them 404 `unknown_url`).
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';

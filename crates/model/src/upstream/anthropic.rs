@@ -817,7 +817,7 @@ impl Upstream for Anthropic {
         Ok(Some(count.input_tokens))
     }
 
-    // The model list and the start-up summary (issue 18's `chat` branch).
+    // The model list and the start-up summary.
     fn url(&self) -> Option<&str> {
         Some(&self.endpoint.config.url)
     }

@@ -944,7 +944,7 @@ impl Upstream for Responses {
             .await
     }
 
-    // The model list and the start-up summary (issue 18's `chat` branch).
+    // The model list and the start-up summary.
     fn url(&self) -> Option<&str> {
         Some(&self.endpoint.config.url)
     }

@@ -1,4 +1,4 @@
-//! Files by path (issue 19): each operation is one task for a file worker
+//! Files by path: each operation is one task for a file worker
 //! in the container (see `helper::worker` and `fs_ops`), counted in flight
 //! like a command (the container is busy, so neither suspended nor expired
 //! under it), killed like one when its caller goes.

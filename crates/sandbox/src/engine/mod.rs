@@ -175,7 +175,7 @@ pub(crate) struct Inner {
     images: ImageStore,
     memory_ceiling: u64,
     containers: Mutex<HashMap<String, Arc<Container>>>,
-    /// Each container's processes (issue 19), live and recently ended;
+    /// Each container's processes, live and recently ended;
     /// gone with the container.
     processes: Mutex<HashMap<String, Arc<processes::Table>>>,
     slots: IdSlots,
@@ -858,7 +858,7 @@ impl SandboxBackend for LocalEngine {
         }
     }
 
-    // Processes (issue 19): `processes`.
+    // Processes: `processes`.
     async fn start_process(
         &self,
         id: &str,
@@ -922,7 +922,7 @@ impl SandboxBackend for LocalEngine {
         LocalEngine::wait_process(self, id, process_id).await
     }
 
-    // Files by path (issue 19): see `engine/fs.rs`.
+    // Files by path: see `engine/fs.rs`.
 
     async fn fs_read(&self, id: &str, path: &str) -> Result<FsDownload, SandboxError> {
         self.fs_read_path(id, path).await

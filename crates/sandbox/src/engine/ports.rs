@@ -1,4 +1,4 @@
-//! A container's TCP port reached from outside (issue 19): the engine asks
+//! A container's TCP port reached from outside: the engine asks
 //! the container's init for a socket connected (or connecting) to
 //! `127.0.0.1:<port>` inside the container's own network namespace, awaits
 //! the connection and hands it to the server as a [`PortConnection`].

@@ -1,4 +1,4 @@
-//! Processes (issue 19): commands that stay attached after they start —
+//! Processes: commands that stay attached after they start —
 //! a stdin pipe or a terminal, output kept in a bounded buffer and read by
 //! byte offset, signals, resizes, kills — beside one-shot commands.
 //!

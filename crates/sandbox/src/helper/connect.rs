@@ -1,4 +1,4 @@
-//! Init's part of reaching a container's port from outside (issue 19):
+//! Init's part of reaching a container's port from outside:
 //! a TCP connection to `127.0.0.1:<port>` started from inside the
 //! container's network namespace, its socket handed to the engine.
 //!

@@ -269,7 +269,7 @@ fn touch(path: &Path) -> StepResult<()> {
 /// (`script`, `tmux`, `expect`).
 const MAX_TERMINALS: u32 = 128;
 
-/// The container's own terminals (issue 19's processes): a *new* devpts
+/// The container's own terminals (its processes' PTYs): a *new* devpts
 /// instance at `/dev/pts`, never the host's (whose terminals a container
 /// must not see or open), `/dev/ptmx` pointing at its `ptmx`. Mounted
 /// `nosuid,noexec`; its nodes are the instance's own pairs. A kernel that

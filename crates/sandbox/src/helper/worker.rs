@@ -1,4 +1,4 @@
-//! The file worker (issue 19): one file task ([`crate::fs_ops::Task`]) run
+//! The file worker: one file task ([`crate::fs_ops::Task`]) run
 //! inside the container by a child of init that became the sandbox user.
 //!
 //! Init `fork`s (it is single-threaded, so the child may allocate). The

@@ -162,7 +162,7 @@ mod tests {
         );
     }
 
-    /// Red team of issue 16: a recursive bind (a stand-in for the host's
+    /// Adversarial: a recursive bind (a stand-in for the host's
     /// `/`, with a mount of its own inside), shared propagation, and links
     /// in the tree pointing outside; the cleanup removes none of what
     /// they reach.

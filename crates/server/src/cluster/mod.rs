@@ -1,4 +1,4 @@
-//! shellgate as a cluster (issue 22). A **node** runs the sandbox engine,
+//! shellgate as a cluster. A **node** runs the sandbox engine,
 //! registers itself in the shared Postgres store and heart-beats; it takes
 //! requests only from API replicas forwarding tenants' requests and from
 //! the cluster's operator, each showing the cluster's secret in a header

@@ -1,4 +1,4 @@
-//! An API replica (issue 22): no engine and no state of its own. It sends
+//! An API replica: no engine and no state of its own. It sends
 //! each request to a node: the node of the container it names, a node
 //! placement picks for a create, or any live node (the store is shared,
 //! so any node answers the rest). Bodies stream both ways, and a PTY's

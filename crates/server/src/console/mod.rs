@@ -1,4 +1,4 @@
-//! The web console (issue 21), served by `serve` itself under `/console`:
+//! The web console, served by `serve` itself under `/console`:
 //! the app's embedded files (`assets`, from `shellgate-console`), sign-in
 //! sessions (`session`: an API key exchanged for an HttpOnly cookie, every
 //! state-changing call checked against the session's CSRF token), the

@@ -1,6 +1,6 @@
 //! envd's plain HTTP routes: `GET`/`POST /files` (download, upload) and
-//! `GET /health`, over the container's files by path (issue 19's
-//! `fs_read`/`fs_write` and the `/v1/.../fs/content` helpers: wake rules,
+//! `GET /health`, over the container's files by path
+//! (`fs_read`/`fs_write` and the `/v1/.../fs/content` helpers: wake rules,
 //! masking, streaming both ways, a cut upload leaving nothing).
 //!
 //! Uploads come as `multipart/form-data` (one or more `file` parts, each

@@ -1,6 +1,6 @@
 //! envd's `filesystem.Filesystem` service: stat, list, make, move, remove
-//! and watch, over the container's files by path (issue 19's
-//! `SandboxBackend::fs_*`, with the same helpers as `/v1/.../fs`: wake
+//! and watch, over the container's files by path
+//! (`SandboxBackend::fs_*`, with the same helpers as `/v1/.../fs`: wake
 //! rules, masking, error mapping) — a dialect, not a second file layer.
 //!
 //! Paths are E2B's: a relative one (and `~`) is relative to `/home/user`,

@@ -1,4 +1,4 @@
-//! E2B's API, served by shellgate (issue 20): E2B's SDKs work unchanged with
+//! E2B's API, served by shellgate: E2B's SDKs work unchanged with
 //! `E2B_API_URL` and `E2B_SANDBOX_URL` pointing here. A sandbox *is* a
 //! shellgate container; this module only translates.
 //!

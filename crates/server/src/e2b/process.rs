@@ -1,6 +1,6 @@
 //! envd's `process.Process` service: processes started, streamed, written
-//! to, signalled and resized, over the container's processes (issue 19's
-//! `SandboxBackend::start_process` & co, started through
+//! to, signalled and resized, over the container's processes
+//! (`SandboxBackend::start_process` & co, started through
 //! [`crate::processes::start`] so that they are admitted, billed and
 //! audited as every client process is). This is a dialect, not a second
 //! process manager: all it keeps is what E2B names that shellgate does not —

@@ -397,7 +397,7 @@ mod tests {
         policy
     }
 
-    /// The README's example policy.
+    /// The example policy of docs/guide/local.md.
     fn readme() -> Policy {
         policy(
             "allow = [{ prefix = \"ls\" }, { prefix = \"git status\" }, { regex = \"^cat [^;&|]+$\" }]\n\
@@ -415,7 +415,8 @@ mod tests {
 
     #[test]
     fn every_simple_command_must_match_a_rule() {
-        // Issue 16, item 14: each passed the README's policy before.
+        // Each would pass the example policy (docs/guide/local.md) if the
+        // line were matched as a whole string rather than command by command.
         let p = readme();
         for command in [
             "git status >/dev/null || touch X",

@@ -1,6 +1,6 @@
 //! The two databases behind the store, and the one interface its queries
 //! are written against: SQLite (the embedded default, one file in the data
-//! directory) and Postgres (a cluster's shared store, issue 22).
+//! directory) and Postgres (a cluster's shared store).
 //!
 //! Every query is written once, in the SQL both speak, with SQLite's
 //! numbered placeholders (`?1`; Postgres gets `$1`). Where the two differ

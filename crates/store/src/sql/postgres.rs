@@ -1,5 +1,5 @@
-//! A cluster's database: Postgres, shared by every API replica and node
-//! (issue 22). A bounded pool of connections, each keeping its prepared
+//! A cluster's database: Postgres, shared by every API replica and node.
+//! A bounded pool of connections, each keeping its prepared
 //! statements; the schema migrated under an advisory lock (two replicas
 //! starting at once apply each migration once); transactions retried when
 //! Postgres picked them as a deadlock's victim; changes told through

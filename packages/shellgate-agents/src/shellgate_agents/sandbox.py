@@ -417,7 +417,7 @@ class ShellgateSandboxSession(BaseSandboxSession):
                 message = (
                     f"shellgate at {self._api.base_url} does not serve {error.operation}: "
                     "shellgate-agents needs a server with the processes, files and archive "
-                    "routes (issue 19)"
+                    "routes"
                 )
         else:
             context["provider_error"] = f"{type(error).__name__}: {error}"

@@ -1,4 +1,4 @@
-//! Init's side of processes (issue 19): a command started with a stdin pipe
+//! Init's side of processes: a command started with a stdin pipe
 //! or a terminal, its own environment additions and working directory, and
 //! signals sent to a running command's process group.
 //!
