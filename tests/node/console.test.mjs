@@ -3,7 +3,7 @@
 // playwright-core, against a real `shellgate serve` with a scripted model
 // upstream. Each test signs in with a key in a fresh browser context and
 // waits for what the page shows, never for a time. Screenshots of each page
-// go to docs/console/ (the README shows them).
+// go to docs/console/ (docs/guide/console.md shows them).
 import { test, before, beforeEach, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync, readFileSync } from 'node:fs';

@@ -108,7 +108,7 @@ pub enum NetworkPolicy {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         domain_secrets: Vec<DomainSecret>,
         /// shellgate's extension: names whose TLS is not terminated (the
-        /// SNI alone is checked; see the README's trade-off).
+        /// SNI alone is checked; docs/operator/egress.md says what that gives up).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         tls_passthrough_domains: Vec<String>,
     },

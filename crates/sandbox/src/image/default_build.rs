@@ -26,7 +26,7 @@ fn set(status: &SharedBuildStatus, update: impl FnOnce(&mut BuildStatus)) {
 /// What building an image needs on the host, by Debian package.
 const BUILD_TOOLS: &[(&str, &str)] = &[("mmdebstrap", "mmdebstrap"), ("curl", "curl")];
 
-/// Installs the build's host tools that are missing, as the README's serve
+/// Installs the build's host tools that are missing, as README.md's serve
 /// command promises a fresh machine the default image with no other step:
 /// only as root on a host with apt; otherwise says what to install.
 fn install_build_tools() -> Result<(), String> {
