@@ -4,7 +4,6 @@
 use std::convert::Infallible;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::{FromRequest, Multipart, Path, Request, State};
@@ -13,7 +12,7 @@ use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use shellgate_sandbox_api::backend::{limits, ContainerSpec, RunRequest, SkippedFiles, StreamKind};
-use shellgate_sandbox_api::{ContainerState, SandboxError};
+use shellgate_sandbox_api::SandboxError;
 use shellgate_store::{ContainerFileRow, ContainerRow, ContainerStatus, FileSource, PresentFile};
 use shellgate_wire::new_id;
 use shellgate_wire::{
@@ -31,6 +30,7 @@ use crate::files::safe_file_name;
 use crate::http::to_completion;
 use crate::http::{multipart_error, ApiJson, ApiQuery, ListParams, Project};
 use crate::ports::PublicBase;
+use crate::sandboxes::exec::Exec;
 use crate::spool::spool;
 use crate::state::AppState;
 use crate::time::now;
@@ -471,113 +471,6 @@ pub(crate) fn run_request(body: &ExecRequest, deadline_secs: u64) -> ApiResult<R
     )?)
 }
 
-/// Before a command: a suspended container is woken, which opens a billed
-/// session and is admitted against the project's quotas; activity renews
-/// the expiry (at most once a second: `last_active_at` has second
-/// resolution).
-pub(crate) async fn begin_activity(state: &AppState, row: &ContainerRow) -> ApiResult<()> {
-    let id = row.id.clone();
-    if !row.session_open {
-        state
-            .admission
-            .open_session(&row.project, &id, row.memory_limit)
-            .await?;
-        return Ok(());
-    }
-    let now = now();
-    if now > row.last_active_at {
-        state.db(move |s| s.record_activity(&id, now, 0.0)).await?;
-    }
-    Ok(())
-}
-
-/// Admits an exec in a project's container: the project's concurrent-exec
-/// quota, ownership (404 otherwise), and a suspended container woken (a
-/// billed session opened, under the running-container quotas). The permit
-/// counts the exec until dropped; the flag says whether a session began.
-pub(crate) async fn prepare_exec(
-    state: &Arc<AppState>,
-    project: &str,
-    id: &str,
-) -> ApiResult<(crate::admission::ExecPermit, bool)> {
-    let permit = state.admission.exec(project).await?;
-    let woke = prepare_command(state, project, id).await?;
-    Ok((permit, woke))
-}
-
-/// Before a command in a project's container (once it was admitted):
-/// ownership (404 otherwise), and a suspended container woken (a billed
-/// session opened, under the running-container quotas). True if a session
-/// began.
-pub(crate) async fn prepare_command(
-    state: &Arc<AppState>,
-    project: &str,
-    id: &str,
-) -> ApiResult<bool> {
-    let mut woke = false;
-    // A container this project was already seen to own, whose processes
-    // run (so its session is open), needs no trip to the store before its
-    // commands: the time they take is billed, and the expiry renewed, after.
-    let known_running = state.owner_of(id).is_some_and(|owner| owner == project)
-        && state
-            .engine
-            .inspect(id)
-            .await
-            .is_ok_and(|info| info.state == ContainerState::Running);
-    if !known_running {
-        // One trip: the row, and the activity of a running one.
-        let (owner, key, started_at) = (project.to_owned(), id.to_owned(), now());
-        let row = state
-            .db(move |s| {
-                let row = s.container(&owner, &key)?;
-                if let Some(row) = row.as_ref().filter(|r| r.session_open) {
-                    if started_at > row.last_active_at {
-                        s.record_activity(&row.id, started_at, 0.0)?;
-                    }
-                }
-                Ok(row)
-            })
-            .await?
-            .ok_or_else(|| ApiError::not_found("container", id))?;
-        if !row.session_open {
-            begin_activity(state, &row).await?;
-            woke = true;
-        }
-        state.remember_owner(id, project);
-    }
-    Ok(woke)
-}
-
-/// Bills the time of a run of commands when dropped, whether it finished
-/// or was cut short (its commands are killed then, the time until is billed).
-pub(crate) struct BillOnDrop {
-    state: Arc<AppState>,
-    id: String,
-    commands: usize,
-    started: Instant,
-    pub ok: bool,
-}
-
-impl BillOnDrop {
-    pub(crate) fn start(state: &Arc<AppState>, id: &str, commands: usize) -> Self {
-        Self {
-            state: Arc::clone(state),
-            id: id.to_owned(),
-            commands,
-            started: Instant::now(),
-            ok: false,
-        }
-    }
-}
-
-impl Drop for BillOnDrop {
-    fn drop(&mut self) {
-        let seconds = self.started.elapsed().as_secs_f64();
-        self.state.metrics.exec(self.commands, seconds, self.ok);
-        self.state.billing.bill(&self.id, seconds);
-    }
-}
-
 pub async fn exec(
     State(state): State<Arc<AppState>>,
     project: Project,
@@ -585,31 +478,12 @@ pub async fn exec(
     ApiJson(body): ApiJson<ExecRequest>,
 ) -> ApiResult<Response> {
     let request = run_request(&body, state.config.request_deadline_secs)?;
-    let (permit, _) = prepare_exec(&state, &project.0, &id).await?;
-    let commands = request.commands.len();
+    let exec = Exec::admit(&state, &project.0, &id).await?;
     let max_output_length = request.max_output_length;
     if !body.stream {
         // Run to completion: if the client hangs up, the commands are still
         // killed at their timeout and their time is billed.
-        let project = project.0.clone();
-        let results = to_completion(async move {
-            let mut billing = BillOnDrop::start(&state, &id, commands);
-            let lines = request.commands.clone();
-            let (sink, tap) =
-                state
-                    .live_output
-                    .tap(&id, &lines, state.engine.masker(&id).as_deref(), None);
-            let result = state.engine.run_streaming(&id, request, sink).await;
-            tap.finish().await;
-            // Free before the answer: its client may start the next at once.
-            permit.release().await;
-            billing.ok = result.is_ok();
-            if let Ok(results) = &result {
-                state.billing.audit(&project, &id, None, &lines, results);
-            }
-            result.map_err(|e| engine_error(&id, e))
-        })
-        .await?;
+        let results = to_completion(exec.run(request, None)).await?;
         return Ok(Json(ShellCallOutput::completed(results, max_output_length)).into_response());
     }
     // Streaming: deltas as they come, then the whole result.
@@ -640,22 +514,7 @@ pub async fn exec(
     });
     // Also run to completion: a stream whose client left only stops sending.
     tokio::spawn(async move {
-        let mut billing = BillOnDrop::start(&state, &id, commands);
-        let lines = request.commands.clone();
-        let (sink, tap) = state.live_output.tap(
-            &id,
-            &lines,
-            state.engine.masker(&id).as_deref(),
-            Some(delta_tx),
-        );
-        let result = state.engine.run_streaming(&id, request, sink).await;
-        tap.finish().await;
-        permit.release().await;
-        billing.ok = result.is_ok();
-        drop(billing);
-        if let Ok(results) = &result {
-            state.billing.audit(&project.0, &id, None, &lines, results);
-        }
+        let result = exec.run(request, Some(delta_tx)).await;
         let event = match result {
             Ok(results) => {
                 let output = ShellCallOutput::completed(results, max_output_length);
@@ -666,7 +525,6 @@ pub async fn exec(
                     .data(data.to_string())
             }
             Err(error) => {
-                let error = engine_error(&id, error);
                 let data = serde_json::json!({
                     "type": "error", "code": error.code, "message": error.message, "param": error.param,
                 });

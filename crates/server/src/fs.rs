@@ -35,10 +35,11 @@ use shellgate_wire::fs::{
 };
 use tokio_stream::StreamExt;
 
-use crate::containers::{begin_activity, owned};
+use crate::containers::owned;
 use crate::engine::engine_error;
 use crate::error::{ApiError, ApiResult};
 use crate::http::{body_error, to_completion, ApiJson, ApiQuery, Project};
+use crate::sandboxes::exec::begin_activity;
 use crate::state::AppState;
 
 /// `?path=` alone.

@@ -34,8 +34,9 @@ use shellgate_sandbox_api::backend::{CommandResult, RunRequest};
 use shellgate_wire::responses::{ContainerAuto, Item};
 use shellgate_wire::{CreateContainer, MountedSkill};
 
-use crate::containers::{create_container, prepare_exec, BillOnDrop};
+use crate::containers::create_container;
 use crate::error::{host_error, ApiError, ApiResult};
+use crate::sandboxes::exec::Exec;
 use crate::state::AppState;
 
 /// How many trailing characters of a `session_id` name its container.
@@ -461,34 +462,17 @@ impl Sandbox for HostedShell {
     ) -> Result<Vec<CommandResult>, HostError> {
         let state = &self.state;
         request.deadline_ms = Some(state.config.request_deadline_secs.saturating_mul(1000));
-        let (_permit, woke) = prepare_exec(state, &self.project, container)
+        let exec = Exec::admit(state, &self.project, container)
             .await
-            .map_err(host_error)?;
+            .map_err(host_error)?
+            .in_response(&self.request);
+        let woke = exec.woke();
         let started = std::time::Instant::now();
-        // Dropped with the run (a cancelled request): the commands are
-        // killed and their time until then billed.
-        let mut billing = BillOnDrop::start(state, container, request.commands.len());
-        let lines = request.commands.clone();
-        let (sink, tap) = state.live_output.tap(
-            container,
-            &lines,
-            state.engine.masker(container).as_deref(),
-            deltas,
-        );
-        let result = state.engine.run_streaming(container, request, sink).await;
-        tap.finish().await;
-        billing.ok = result.is_ok();
+        // Cancelled with the request: the commands are killed and their
+        // time until then billed.
+        let result = exec.run(request, deltas).await;
         self.add(started.elapsed().as_secs_f64(), woke);
-        if let Ok(results) = &result {
-            state.billing.audit(
-                &self.project,
-                container,
-                Some(&self.request),
-                &lines,
-                results,
-            );
-        }
-        result.map_err(|e| host_error(crate::engine::engine_error(container, e)))
+        result.map_err(host_error)
     }
 
     async fn interpret(&self, container: &str, code: &str) -> Result<Interpretation, HostError> {

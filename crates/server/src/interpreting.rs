@@ -18,8 +18,8 @@ use shellgate_interpreter::{ExecutionEvent, InterpreterError, Interruption, Lang
 use shellgate_model::run::{HostError, Interpretation, WrittenFile};
 use shellgate_sandbox_api::backend::{limits, CommandResult, FileListing};
 
-use crate::containers::{prepare_exec, BillOnDrop};
 use crate::error::host_error;
+use crate::sandboxes::exec::Exec;
 use crate::state::AppState;
 
 /// The working directory of the code interpreter's context (OpenAI's).
@@ -54,15 +54,17 @@ pub async fn interpret(
     container: &str,
     code: &str,
 ) -> Result<(Interpretation, bool), HostError> {
-    let (_permit, woke) = prepare_exec(state, project, container)
+    let exec = Exec::admit(state, project, container)
         .await
-        .map_err(host_error)?;
+        .map_err(host_error)?
+        .in_response(request);
+    let woke = exec.woke();
     // Dropped with the call (a cancelled response): the execution is
     // interrupted and its time until then billed.
-    let mut billing = BillOnDrop::start(state, container, 1);
+    let mut running = exec.begin(vec![code.to_owned()]);
     let before = listing(state, container).await?;
     let ran = execute(state, container, code).await;
-    billing.ok = ran.is_ok();
+    running.succeeded(ran.is_ok());
     let mut interpretation = ran?;
     let after = listing(state, container).await?;
     interpretation.files = written(state, container, &before, &after).await?;
@@ -73,13 +75,7 @@ pub async fn interpret(
         duration_ms: 0,
         bytes_out: interpretation.logs.len() as u64,
     };
-    state.billing.audit(
-        project,
-        container,
-        Some(request),
-        &[code.to_owned()],
-        &[result],
-    );
+    running.end(Some(&[result])).await;
     Ok((interpretation, woke))
 }
 

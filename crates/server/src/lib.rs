@@ -52,6 +52,7 @@ mod processes;
 mod responses;
 mod route_table;
 mod running;
+mod sandboxes;
 mod skills;
 mod spool;
 pub mod startup;

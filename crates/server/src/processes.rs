@@ -3,7 +3,7 @@
 //! server-sent events and over a WebSocket, and stdin, signals, resizes
 //! and kills.
 //!
-//! A process is admitted as an exec is (`containers::prepare_exec`: the
+//! A process is admitted as an exec is (`sandboxes::exec::Exec`: the
 //! project's concurrent-exec quota, a suspended container woken and
 //! billed), and it keeps its exec slot until it ends. A terminal started
 //! through the web console is a console terminal instead (`terminals`):
@@ -38,13 +38,14 @@ use shellgate_wire::{
     ProcessOutput, ProcessPty, ProcessResize, ProcessServerMessage, ProcessSignal, SignalName,
 };
 
-use crate::containers::{owned, prepare_command, prepare_exec, BillOnDrop};
+use crate::containers::owned;
 use crate::engine::engine_error;
 use crate::error::{ApiError, ApiResult};
 use crate::http::{
     bearer_key, project_of_key, to_completion, ActingProject, ApiJson, ApiQuery, Project,
 };
 use crate::output_streams::StreamSlot;
+use crate::sandboxes::exec::Exec;
 use crate::state::AppState;
 
 /// The most one output page carries.
@@ -166,14 +167,8 @@ pub(crate) enum Kind {
     ConsoleTerminal,
 }
 
-/// What a running process holds until it ends.
-enum Slot {
-    Exec(crate::admission::ExecPermit),
-    ConsoleTerminal(crate::terminals::TerminalSlot),
-}
-
 /// Starts a checked process in a project's container: admitted as its
-/// `kind` says (an exec as `prepare_exec` admits one), it keeps its slot
+/// `kind` says (an exec as `Exec::admit` admits one), it keeps its slot
 /// until it ends, and its end is awaited by a task of the server, not by
 /// any client, which then bills its time and writes it to the command
 /// audit. Every API that starts client processes (`/v1/.../processes`, the
@@ -186,53 +181,47 @@ pub(crate) async fn start(
     spec: ProcessSpec,
     kind: Kind,
 ) -> ApiResult<ProcessInfo> {
-    let slot = match kind {
-        Kind::Exec => Slot::Exec(prepare_exec(state, project, id).await?.0),
+    // A console terminal holds its own bound's slot; an exec, the
+    // project's exec slot (in the exec).
+    let (exec, terminal_slot) = match kind {
+        Kind::Exec => (Exec::admit(state, project, id).await?, None),
         Kind::ConsoleTerminal => {
             let slot = state.terminals.admit(project).await?;
-            prepare_command(state, project, id).await?;
-            Slot::ConsoleTerminal(slot)
+            (Exec::admitted(state, project, id).await?, Some(slot))
         }
     };
-    let (state, project, id) = (Arc::clone(state), project.to_owned(), id.to_owned());
+    let (state, id) = (Arc::clone(state), id.to_owned());
     to_completion(async move {
-        let command = spec.command.clone();
-        let billing = BillOnDrop::start(&state, &id, 1);
+        let running = exec.begin(vec![spec.command.clone()]);
         let info = state
             .engine
             .start_process(&id, &process_id, spec)
             .await
             .map_err(|e| engine_error(&id, e))?;
-        let terminal = matches!(slot, Slot::ConsoleTerminal(_));
+        let terminal = terminal_slot.is_some();
         if terminal {
             state.terminals.started(&id, &process_id);
         }
         // Its end, awaited here rather than by a client: it keeps its
         // slot until then, and is billed and audited then.
         tokio::spawn(async move {
-            let mut billing = billing;
+            let mut running = running;
             let ended = state.engine.wait_process(&id, &process_id).await;
             if terminal {
                 state.terminals.ended(&id, &process_id);
             }
-            match slot {
-                Slot::Exec(permit) => permit.release().await,
-                Slot::ConsoleTerminal(lease) => drop(lease),
-            }
-            billing.ok = ended.is_ok();
-            drop(billing);
-            if let Ok(ended) = ended {
-                let result = shellgate_sandbox_api::CommandResult {
+            drop(terminal_slot);
+            running.succeeded(ended.is_ok());
+            let result = ended
+                .ok()
+                .map(|ended| shellgate_sandbox_api::CommandResult {
                     stdout: String::new(),
                     stderr: String::new(),
                     outcome: ended.outcome.unwrap_or(shellgate_wire::Outcome::Timeout),
                     duration_ms: ended.duration.as_millis() as u64,
                     bytes_out: ended.output_bytes,
-                };
-                state
-                    .billing
-                    .audit(&project, &id, None, &[command], &[result]);
-            }
+                });
+            running.end(result.as_ref().map(std::slice::from_ref)).await;
         });
         Ok(info)
     })

@@ -781,7 +781,7 @@ async fn resume_sandbox(
     if !sandbox.paused {
         return Ok(false);
     }
-    crate::containers::begin_activity(state, &container)
+    crate::sandboxes::exec::begin_activity(state, &container)
         .await
         .map_err(e2b_error)?;
     state

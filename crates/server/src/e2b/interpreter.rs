@@ -35,7 +35,7 @@ use tokio_stream::StreamExt;
 
 use super::access::{ContextsCaller, SandboxCaller};
 use super::E2bError;
-use crate::containers::{prepare_exec, BillOnDrop};
+use crate::sandboxes::exec::Exec;
 use crate::state::AppState;
 
 /// The longest one execution runs on the server's side.
@@ -201,13 +201,12 @@ async fn execute(
             )));
         }
     }
-    let (permit, _) = prepare_exec(&state, &caller.project, &container).await?;
+    let exec = Exec::admit(&state, &caller.project, &container).await?;
     let (sender, receiver) = mpsc::channel::<ExecutionEvent>(EVENTS_BUFFERED);
     let (lines, body) = mpsc::channel::<Bytes>(EVENTS_BUFFERED);
     let code = asked.code.clone();
     tokio::spawn(async move {
-        let _permit = permit;
-        let mut billing = BillOnDrop::start(&state, &container, 1);
+        let mut running = exec.begin(vec![code]);
         let started = std::time::Instant::now();
         // Events become lines; the client leaving closes `lines`, which
         // drops `receiver`, which interrupts the execution.
@@ -232,8 +231,7 @@ async fn execute(
             };
             let _ = lines.send(ndjson(&failed)).await;
         }
-        billing.ok = summary.is_ok();
-        drop(billing);
+        running.succeeded(summary.is_ok());
         let result = shellgate_sandbox_api::CommandResult {
             stdout: String::new(),
             stderr: String::new(),
@@ -241,9 +239,7 @@ async fn execute(
             duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
             bytes_out: 0,
         };
-        state
-            .billing
-            .audit(&caller.project, &container, None, &[code], &[result]);
+        running.end(Some(&[result])).await;
     });
     let stream = ReceiverStream::new(body).map(Ok::<Bytes, Infallible>);
     Ok((
