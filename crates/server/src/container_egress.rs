@@ -34,7 +34,7 @@ pub async fn supply(
     Path(id): Path<String>,
     ApiJson(body): ApiJson<SupplySecrets>,
 ) -> ApiResult<Json<shellgate_wire::Container>> {
-    let row = crate::containers::owned(&state, &project, &id).await?;
+    let row = crate::sandboxes::containers::owned(&state, &project, &id).await?;
     let mut supplied = Vec::with_capacity(body.domain_secrets.len());
     for secret in &body.domain_secrets {
         secrets::check_secret(&secret.name, &secret.value)
@@ -64,7 +64,7 @@ pub async fn supply(
             .db(move |s| s.container(&owner, &key))
             .await?
             .ok_or_else(|| ApiError::not_found("container", &id))?;
-        Ok(Json(crate::containers::shown_container(
+        Ok(Json(crate::sandboxes::containers::shown_container(
             &state, &row, &base,
         )?))
     })
@@ -122,7 +122,7 @@ pub async fn list(
     Path(id): Path<String>,
     ApiQuery(params): ApiQuery<ListParams>,
 ) -> ApiResult<Json<EgressPage>> {
-    crate::containers::owned(&state, &project, &id).await?;
+    crate::sandboxes::containers::owned(&state, &project, &id).await?;
     let page = params.page()?;
     let key = id.clone();
     let ((rows, has_more), dropped) = state

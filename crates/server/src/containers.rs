@@ -2,7 +2,6 @@
 //! container's files.
 
 use std::convert::Infallible;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -11,233 +10,30 @@ use axum::http::{header, HeaderMap};
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use shellgate_sandbox_api::backend::{limits, ContainerSpec, RunRequest, SkippedFiles, StreamKind};
+use shellgate_sandbox_api::backend::StreamKind;
 use shellgate_sandbox_api::SandboxError;
-use shellgate_store::{ContainerFileRow, ContainerRow, ContainerStatus, FileSource, PresentFile};
+use shellgate_store::{ContainerFileRow, ContainerStatus, FileSource};
 use shellgate_wire::new_id;
 use shellgate_wire::{
     Container, ContainerFile, CreateContainer, CreateContainerFileFromId, Deleted, ExecRequest,
-    ExpiresAfter, ExpiresAnchor, List, ListIncomplete, MountedSkill, NetworkPolicy,
-    ShellCallOutput, StoredSkill,
+    List, ShellCallOutput,
 };
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::StreamExt;
 
-use crate::engine::destroy_quietly;
 use crate::engine::engine_error;
 use crate::error::{ApiError, ApiResult};
-use crate::files::safe_file_name;
 use crate::http::to_completion;
 use crate::http::{multipart_error, ApiJson, ApiQuery, ListParams, Project};
 use crate::ports::PublicBase;
-use crate::sandboxes::exec::Exec;
+use crate::sandboxes::containers::{
+    create_container, image_list, owned, remove_container, shown_container,
+};
+use crate::sandboxes::exec::{run_request, Exec};
+use crate::sandboxes::files::{file_object, masked_file_stream, safe_file_name, sync_files};
 use crate::spool::spool;
 use crate::state::AppState;
 use crate::time::now;
-
-/// Longest container name.
-const MAX_NAME: usize = 256;
-
-/// The network policy a container row keeps (secret values left out).
-pub fn network_policy(row: &ContainerRow) -> NetworkPolicy {
-    serde_json::from_str(&row.network_policy).unwrap_or(NetworkPolicy::Disabled)
-}
-
-/// The skills a container row keeps. Rows from before skills were mounted
-/// hold the request's entries (no `path`): those were never in the
-/// container, and are left out on purpose; any other entry that does not
-/// read as a mounted skill is a corrupt row (an error, not a skill less).
-pub fn mounted_skills(row: &ContainerRow) -> ApiResult<Vec<MountedSkill>> {
-    let stored: Vec<StoredSkill> = serde_json::from_str(&row.skills)
-        .map_err(|e| ApiError::internal(format!("container {}: its stored skills: {e}", row.id)))?;
-    Ok(stored
-        .into_iter()
-        .filter_map(|skill| match skill {
-            StoredSkill::Mounted(skill) => Some(skill),
-            StoredSkill::NeverMounted => None,
-        })
-        .collect())
-}
-
-/// The container object of a row.
-pub fn container_object(row: &ContainerRow) -> ApiResult<Container> {
-    Ok(Container {
-        id: row.id.clone(),
-        object: "container".to_owned(),
-        name: row.name.clone(),
-        created_at: row.created_at,
-        status: row.status.as_str().to_owned(),
-        last_active_at: row.last_active_at,
-        expires_after: ExpiresAfter {
-            anchor: ExpiresAnchor::LastActiveAt,
-            minutes: row.expires_minutes,
-        },
-        memory_limit: row.memory_limit,
-        network_policy: network_policy(row),
-        image: row.image.clone(),
-        skills: mounted_skills(row)?,
-        secrets_missing: Vec::new(),
-        exposed_ports: Vec::new(),
-        port_token: None,
-    })
-}
-
-/// The container object of a row as the API shows it: with the secrets
-/// whose values this server no longer holds (its network is off), and its
-/// exposed ports where `base` says clients reach this server.
-pub fn shown_container(
-    state: &AppState,
-    row: &ContainerRow,
-    base: &PublicBase,
-) -> ApiResult<Container> {
-    let mut container = container_object(row)?;
-    container.exposed_ports = row
-        .exposed_ports
-        .iter()
-        .map(|port| base.exposed(&state.config.ports_base_domain, &row.id, *port))
-        .collect();
-    if !row.exposed_ports.is_empty() {
-        container.port_token = row.port_token.clone();
-    }
-    container.secrets_missing = state
-        .engine
-        .secret_status(&row.id)
-        .into_iter()
-        .filter(|s| !s.held)
-        .map(|s| s.name)
-        .collect();
-    Ok(container)
-}
-
-/// The engine's images, read on a blocking thread (the listing walks the
-/// image store).
-pub(crate) async fn image_list(
-    state: &AppState,
-) -> ApiResult<Vec<shellgate_sandbox_api::image::ImageInfo>> {
-    let engine = Arc::clone(&state.engine);
-    tokio::task::spawn_blocking(move || engine.images())
-        .await
-        .map_err(|e| ApiError::internal(format!("image listing failed: {e}")))
-}
-
-/// The image a new container is made from: the one asked for (a 400
-/// naming the available ones if it is not there), else the server's
-/// default, else (the default not built yet) `host`.
-pub(crate) async fn choose_image(state: &Arc<AppState>, asked: Option<&str>) -> ApiResult<String> {
-    let available: Vec<String> = image_list(state)
-        .await?
-        .into_iter()
-        .map(|image| image.name)
-        .collect();
-    let host = shellgate_sandbox_api::image::HOST_IMAGE;
-    match asked {
-        Some(name) if available.iter().any(|a| a == name) => Ok(name.to_owned()),
-        Some(name) => Err(ApiError::invalid(
-            "image",
-            format!(
-                "no image named {name:?}; available: {}",
-                available.join(", ")
-            ),
-        )),
-        None => {
-            let default = &state.config.default_image;
-            if available.iter().any(|a| a == default) {
-                return Ok(default.clone());
-            }
-            if default != host
-                && !state
-                    .default_image_missing_said
-                    .swap(true, Ordering::Relaxed)
-            {
-                tracing::warn!(
-                    "the default image {default:?} is not there yet: containers use {host:?} until \
-                     it is (`shellgate image build {default}`)"
-                );
-            }
-            Ok(host.to_owned())
-        }
-    }
-}
-
-/// The project's container `id`, or 404.
-pub(crate) async fn owned(
-    state: &AppState,
-    project: &Project,
-    id: &str,
-) -> ApiResult<ContainerRow> {
-    let (project, key) = (project.0.clone(), id.to_owned());
-    state
-        .db(move |s| s.container(&project, &key))
-        .await?
-        .ok_or_else(|| ApiError::not_found("container", id))
-}
-
-/// The rows of `project`'s files `ids`; one missing (or another project's)
-/// is a 404 naming `param` (`param[i]`).
-pub(crate) async fn project_files(
-    state: &AppState,
-    project: &str,
-    ids: &[String],
-    param: &str,
-) -> ApiResult<Vec<shellgate_store::FileRow>> {
-    let (owner, keys) = (project.to_owned(), ids.to_vec());
-    let rows = state
-        .db(move |s| {
-            keys.iter()
-                .map(|key| s.file(&owner, key))
-                .collect::<Result<Vec<_>, _>>()
-        })
-        .await?;
-    rows.into_iter()
-        .zip(ids)
-        .enumerate()
-        .map(|(index, (row, id))| {
-            row.ok_or_else(|| {
-                let mut error = ApiError::not_found("file", id);
-                error.param = Some(format!("{param}[{index}]"));
-                error
-            })
-        })
-        .collect()
-}
-
-pub(crate) fn validate_create(
-    config: &crate::config::Config,
-    body: &CreateContainer,
-) -> ApiResult<()> {
-    if body.name.trim().is_empty() || body.name.chars().count() > MAX_NAME {
-        return Err(ApiError::invalid(
-            "name",
-            format!("name must be 1 to {MAX_NAME} characters"),
-        ));
-    }
-    if let Some(expires) = body.expires_after {
-        if expires.minutes == 0 || expires.minutes > config.max_expires_minutes {
-            return Err(ApiError::invalid(
-                "expires_after.minutes",
-                format!(
-                    "expires_after.minutes must be between 1 and {}",
-                    config.max_expires_minutes
-                ),
-            ));
-        }
-    }
-    if body.file_ids.len() > 50 {
-        return Err(ApiError::invalid(
-            "file_ids",
-            "at most 50 file_ids are allowed",
-        ));
-    }
-    if body.skills.len() > 200 {
-        return Err(ApiError::invalid(
-            "skills",
-            "at most 200 skills are allowed",
-        ));
-    }
-    shellgate_wire::ports::check_exposed_ports(&body.exposed_ports)
-        .map_err(|message| ApiError::invalid("exposed_ports", message))?;
-    Ok(())
-}
 
 pub async fn create(
     State(state): State<Arc<AppState>>,
@@ -247,150 +43,6 @@ pub async fn create(
 ) -> ApiResult<Json<Container>> {
     let row = create_container(&state, &project.0, body).await?;
     Ok(Json(shown_container(&state, &row, &base)?))
-}
-
-/// Makes a container for `project`: the one path of `POST /v1/containers`
-/// and of the Responses API's `container_auto` (same validation, quotas,
-/// expiry and metering). Runs to completion once admitted.
-pub(crate) async fn create_container(
-    state: &Arc<AppState>,
-    project: &str,
-    body: CreateContainer,
-) -> ApiResult<ContainerRow> {
-    let project = Project(project.to_owned());
-    validate_create(&state.config, &body)?;
-    let network = crate::egress::network_spec(
-        &state.config,
-        body.network_policy.as_ref(),
-        "network_policy",
-    )?;
-    // Every file must exist (in this project) before anything is made.
-    let files = project_files(state, &project.0, &body.file_ids, "file_ids").await?;
-    let memory = body.memory_limit.unwrap_or_default();
-    let image = choose_image(state, body.image.as_deref()).await?;
-    let skills = crate::skills::resolve(state, &project.0, &body.skills, "skills").await?;
-    let exposed_ports = shellgate_wire::ports::check_exposed_ports(&body.exposed_ports)
-        .map_err(|message| ApiError::invalid("exposed_ports", message))?;
-    // A token only where there are ports for it to open.
-    let port_token = (!exposed_ports.is_empty()).then(|| new_id("sgpt_"));
-    let now = now();
-    let row = ContainerRow {
-        id: new_id("cntr_"),
-        project: project.0.clone(),
-        name: body.name.clone(),
-        created_at: now,
-        last_active_at: now,
-        status: ContainerStatus::Creating,
-        memory_limit: memory,
-        expires_minutes: body
-            .expires_after
-            .map(|e| e.minutes)
-            .unwrap_or(state.config.default_expires_minutes),
-        network_policy: serde_json::to_string(
-            &body
-                .network_policy
-                .as_ref()
-                .map(NetworkPolicy::without_secrets)
-                .unwrap_or(NetworkPolicy::Disabled),
-        )
-        .map_err(|e| ApiError::internal(e.to_string()))?,
-        skills: serde_json::to_string(
-            &skills
-                .iter()
-                .map(crate::skills::Mounted::summary)
-                .collect::<Vec<_>>(),
-        )
-        .map_err(|e| ApiError::internal(e.to_string()))?,
-        file_ids: serde_json::to_string(&body.file_ids)
-            .map_err(|e| ApiError::internal(e.to_string()))?,
-        billed_seconds: 0.0,
-        session_seconds: 0.0,
-        session_open: false,
-        image: image.clone(),
-        sleep_after_secs: None,
-        exposed_ports,
-        port_token,
-        node_id: state.node_name.clone(),
-    };
-    // Impossible on this host (400) before over this project's quota (429).
-    shellgate_sandbox_api::backend::check_memory(memory.bytes(), state.engine.memory_ceiling())?;
-    // Run to completion whether or not the client stays: a create either
-    // finishes (the container is listed) or cleans up after itself.
-    let worker = Arc::clone(state);
-    let id = row.id.clone();
-    to_completion(async move {
-        let state = worker;
-        // The row first (status `creating`), written only if the project's
-        // quotas admit it: a crash from here on is cleaned up at the next
-        // start, never leaving a container the store does not know.
-        state.admission.insert_container(row.clone()).await?;
-        // Unpacked beside the engine's directory; the engine adopts it.
-        let skills_dir = state.config.data_dir.join("skill-mounts").join(&row.id);
-        let made = async {
-            let spec = ContainerSpec {
-                memory_bytes: memory.bytes(),
-                cpu_cores: state.config.container_cpu_ceiling(),
-                network,
-                image,
-                skills: if skills.is_empty() {
-                    None
-                } else {
-                    crate::skills::unpack(&skills, skills_dir.clone()).await?;
-                    Some(skills_dir.clone())
-                },
-                ..ContainerSpec::default()
-            };
-            state.engine.create(&row.id, spec).await?;
-            for file in &files {
-                let path = format!("/mnt/data/{}", safe_file_name(&file.filename));
-                let blob =
-                    crate::blobs::open_file(state.objects.as_ref(), &state.spool_dir, &file.id)
-                        .await?;
-                let bytes = state.engine.write_file_from(&row.id, &path, blob).await?;
-                let file_row = ContainerFileRow {
-                    id: new_id("cfile_"),
-                    container_id: row.id.clone(),
-                    path,
-                    bytes,
-                    source: FileSource::User,
-                    created_at: now,
-                };
-                state
-                    .db(move |s| s.upsert_container_file(&file_row))
-                    .await?;
-            }
-            let id = row.id.clone();
-            if !state.db(move |s| s.finish_creating(&id)).await? {
-                // Its node (this one) was declared lost meanwhile: a
-                // create the replicas gave up on is undone, not finished.
-                let mut error = ApiError::new(
-                    axum::http::StatusCode::SERVICE_UNAVAILABLE,
-                    "server_error",
-                    "The node making this container stopped answering for a while; nothing \
-                     was made. Try again.",
-                );
-                error.code = Some("node_unreachable");
-                error.retry_after = Some(5);
-                return Err(error);
-            }
-            Ok::<_, ApiError>(())
-        }
-        .await;
-        if made.is_err() {
-            // Not adopted by the engine: still the server's to remove.
-            let dir = skills_dir.clone();
-            let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir)).await;
-        }
-        if let Err(error) = made {
-            destroy_quietly(state.engine.as_ref(), &row.id).await;
-            let id = row.id.clone();
-            let _ = state.db(move |s| s.delete_container(&id)).await;
-            return Err(error);
-        }
-        Ok(())
-    })
-    .await?;
-    owned(state, &project, &id).await
 }
 
 pub async fn list(
@@ -445,30 +97,6 @@ pub async fn delete(
         Ok(Json(Deleted::new(id, "container.deleted")))
     })
     .await
-}
-
-/// Removes a container: its processes, its files, its row (its time billed
-/// first).
-pub(crate) async fn remove_container(state: &Arc<AppState>, id: &str) -> ApiResult<()> {
-    state.forget_owner(id);
-    // An E2B sandbox's record goes with the row: its access check too.
-    state.e2b_access.forget(id);
-    destroy_quietly(state.engine.as_ref(), id).await;
-    state.interpreters.forget_container(id);
-    state.billing.flush().await;
-    let key = id.to_owned();
-    state.db(move |s| s.delete_container(&key)).await
-}
-
-/// Checks an exec body against the limits, naming the offending `param`.
-/// (`RunRequest::from_parts`: the same rule as a model's shell call.)
-pub(crate) fn run_request(body: &ExecRequest, deadline_secs: u64) -> ApiResult<RunRequest> {
-    Ok(RunRequest::from_parts(
-        body.commands.clone(),
-        body.timeout_ms,
-        body.max_output_length.map(|n| n as u64),
-        Some(deadline_secs.saturating_mul(1000)),
-    )?)
 }
 
 pub async fn exec(
@@ -631,84 +259,6 @@ fn container_file_object(row: &ContainerFileRow) -> ContainerFile {
     }
 }
 
-/// What a listing had to leave out, said in the list (never silently).
-fn incomplete(skipped: SkippedFiles, secret_names: usize) -> Option<ListIncomplete> {
-    if !skipped.any() && secret_names == 0 {
-        return None;
-    }
-    let mut reasons = Vec::new();
-    if secret_names > 0 {
-        reasons.push(format!("{secret_names} names hold a secret's value"));
-    }
-    if skipped.entry_limit_reached {
-        reasons.push(format!(
-            "it holds more than the {} files a listing walks",
-            limits::MAX_LISTED_FILES
-        ));
-    }
-    if skipped.too_deep_directories > 0 {
-        reasons.push(format!(
-            "{} directories are nested deeper than {} levels",
-            skipped.too_deep_directories,
-            limits::MAX_LISTED_DEPTH
-        ));
-    }
-    if skipped.non_utf8_names > 0 {
-        reasons.push(format!(
-            "{} names are not valid UTF-8",
-            skipped.non_utf8_names
-        ));
-    }
-    Some(ListIncomplete {
-        message: format!(
-            "This listing is incomplete: {}. Reach the rest with commands.",
-            reasons.join("; ")
-        ),
-        non_utf8_names: skipped.non_utf8_names,
-        too_deep_directories: skipped.too_deep_directories,
-        entry_limit_reached: skipped.entry_limit_reached,
-    })
-}
-
-/// Brings the store's rows of a container's files up to date: files commands
-/// made appear (source `assistant`), files that are gone disappear. One sync
-/// per container at a time (a second waits, then finds nothing to change).
-pub(crate) async fn sync_files(state: &AppState, id: &str) -> ApiResult<Option<ListIncomplete>> {
-    let lock = state.sync_lock(id);
-    let _one_at_a_time = lock.lock().await;
-    let listing = state
-        .engine
-        .list_files(id)
-        .await
-        .map_err(|e| engine_error(id, e))?;
-    let skipped = listing.skipped;
-    // A name that holds a secret's value (a command can make one) is
-    // neither stored nor shown: only commands reach such a file.
-    let masker = state.engine.masker(id);
-    let mut secret_names = 0;
-    let present: Vec<PresentFile> = listing
-        .files
-        .into_iter()
-        .filter(|f| {
-            let clean = masker
-                .as_ref()
-                .is_none_or(|m| m.mask(f.path.as_bytes()) == f.path.as_bytes());
-            secret_names += usize::from(!clean);
-            clean
-        })
-        .map(|f| PresentFile {
-            path: f.path,
-            bytes: f.bytes,
-            modified_unix: f.modified_unix,
-        })
-        .collect();
-    let key = id.to_owned();
-    state
-        .db(move |s| s.sync_container_files(&key, &present, || new_id("cfile_")))
-        .await?;
-    Ok(incomplete(skipped, secret_names))
-}
-
 pub async fn upload_file(
     State(state): State<Arc<AppState>>,
     project: Project,
@@ -858,7 +408,7 @@ pub async fn file_content(
     };
     // A container with secrets: the download goes through its masker, as
     // its commands' output does.
-    let body = Body::from_stream(crate::files::masked_file_stream(
+    let body = Body::from_stream(masked_file_stream(
         tokio::fs::File::from_std(file),
         state.engine.masker(&id),
     ));
@@ -906,10 +456,7 @@ pub async fn promote_file(
         let key = crate::blobs::file_key(&promoted)?;
         let limit = state.config.max_upload_bytes as u64;
         // Masked as downloads are: promote is no way around the masker.
-        let chunks = crate::files::masked_file_stream(
-            tokio::fs::File::from_std(file),
-            state.engine.masker(&id),
-        );
+        let chunks = masked_file_stream(tokio::fs::File::from_std(file), state.engine.masker(&id));
         let failure = crate::blobs::BodyFailure::default();
         let bytes = state
             .objects
@@ -931,95 +478,7 @@ pub async fn promote_file(
         // A failed insert drops `blob`, which removes it.
         state.db(move |s| s.insert_file(&inserted)).await?;
         blob.recorded();
-        Ok(Json(crate::files::file_object(&file_row)))
+        Ok(Json(file_object(&file_row)))
     })
     .await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn uploaded_names_stay_in_mnt_data() {
-        assert_eq!(safe_file_name("../../etc/passwd"), "passwd");
-        assert_eq!(safe_file_name("a\\b.txt"), "b.txt");
-        assert_eq!(safe_file_name(".."), "upload");
-        assert_eq!(safe_file_name(""), "upload");
-        assert_eq!(safe_file_name("report.csv"), "report.csv");
-    }
-
-    #[test]
-    fn exec_limits_name_their_param() {
-        let body = |json: &str| serde_json::from_str::<ExecRequest>(json).unwrap();
-        let param = |r: ApiResult<RunRequest>| r.err().and_then(|e| e.param);
-        let run_request = |body: &ExecRequest| run_request(body, 600);
-        assert_eq!(
-            param(run_request(&body(
-                r#"{"commands":["true"],"timeout_ms":300001}"#
-            )))
-            .as_deref(),
-            Some("timeout_ms")
-        );
-        assert_eq!(
-            param(run_request(&body(
-                r#"{"commands":["true"],"max_output_length":65537}"#
-            )))
-            .as_deref(),
-            Some("max_output_length")
-        );
-        let many = format!(r#"{{"commands":[{}]}}"#, vec!["\"x\""; 101].join(","));
-        assert_eq!(
-            param(run_request(&body(&many))).as_deref(),
-            Some("commands")
-        );
-        assert!(run_request(&body(r#"{"commands":["true"]}"#)).is_ok());
-    }
-
-    fn row_with_skills(skills: &str) -> ContainerRow {
-        ContainerRow {
-            id: "cntr_1".to_owned(),
-            project: "p".to_owned(),
-            name: "x".to_owned(),
-            created_at: 0,
-            last_active_at: 0,
-            status: ContainerStatus::Running,
-            memory_limit: shellgate_wire::MemoryLimit::OneGb,
-            expires_minutes: 20,
-            network_policy: r#"{"type":"disabled"}"#.to_owned(),
-            skills: skills.to_owned(),
-            file_ids: "[]".to_owned(),
-            billed_seconds: 0.0,
-            session_seconds: 0.0,
-            session_open: false,
-            image: "host".to_owned(),
-            sleep_after_secs: None,
-            exposed_ports: Vec::new(),
-            port_token: None,
-            node_id: String::new(),
-        }
-    }
-
-    #[test]
-    fn a_rows_skills_are_its_mounted_ones_and_a_corrupt_row_is_an_error() {
-        let row = row_with_skills(
-            r#"[{"type":"inline","name":"old"},
-                {"description":"d","name":"n","path":"/mnt/skills/n","skill_id":"skill_1","version":"2"}]"#,
-        );
-        let skills = container_object(&row).expect("the row reads").skills;
-        assert_eq!(
-            skills,
-            vec![MountedSkill {
-                description: "d".to_owned(),
-                name: "n".to_owned(),
-                path: "/mnt/skills/n".to_owned(),
-                skill_id: Some("skill_1".to_owned()),
-                version: Some("2".to_owned()),
-            }]
-        );
-        // Mounted (it has a path) but not a mounted skill: not skipped.
-        assert!(mounted_skills(&row_with_skills(r#"[{"path":"/mnt/skills/n"}]"#)).is_err());
-        assert!(mounted_skills(&row_with_skills("not json")).is_err());
-        assert!(mounted_skills(&row_with_skills("[]")).is_ok_and(|s| s.is_empty()));
-    }
 }

@@ -9,7 +9,6 @@ use axum::extract::{Multipart, Path, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use shellgate_egress::secrets::Masker;
 use shellgate_store::FileRow;
 use shellgate_wire::new_id;
 use shellgate_wire::{Deleted, FileObject, List, FILE_PURPOSES};
@@ -18,22 +17,9 @@ use crate::blobs::{field_body, file_key, BodyFailure, Unrecorded};
 use crate::error::{ApiError, ApiResult};
 use crate::http::multipart_error;
 use crate::http::{ApiQuery, ListParams, Project};
+use crate::sandboxes::files::{file_object, safe_file_name};
 use crate::state::AppState;
 use crate::time::now;
-
-pub(crate) fn file_object(row: &FileRow) -> FileObject {
-    FileObject {
-        id: row.id.clone(),
-        object: "file".to_owned(),
-        bytes: row.bytes,
-        created_at: row.created_at,
-        filename: row.filename.clone(),
-        purpose: row.purpose.clone(),
-        status: "processed".to_owned(),
-        expires_at: row.expires_at,
-        status_details: None,
-    }
-}
 
 async fn owned(state: &AppState, project: &Project, id: &str) -> ApiResult<FileRow> {
     let (owner, key) = (project.0.clone(), id.to_owned());
@@ -223,53 +209,6 @@ pub async fn content(
         .into_response())
 }
 
-/// Streams a file in chunks, without loading it whole, through `masker`
-/// if it has one (a file of a container with secrets: a value it holds,
-/// whole or in one of its encodings, becomes its placeholder, wherever it
-/// falls across the chunks).
-pub(crate) fn masked_file_stream(
-    mut file: tokio::fs::File,
-    masker: Option<Arc<Masker>>,
-) -> impl tokio_stream::Stream<Item = std::io::Result<Vec<u8>>> {
-    use tokio::io::AsyncReadExt;
-    let (tx, rx) = tokio::sync::mpsc::channel(4);
-    let mut mask = masker.map(|m| m.stream());
-    tokio::spawn(async move {
-        loop {
-            let mut buf = vec![0u8; 64 * 1024];
-            let chunk = match file.read(&mut buf).await {
-                Ok(0) => {
-                    if let Some(mask) = mask.as_mut() {
-                        let mut tail = Vec::new();
-                        mask.finish(&mut tail);
-                        if !tail.is_empty() {
-                            let _ = tx.send(Ok(tail)).await;
-                        }
-                    }
-                    return;
-                }
-                Ok(n) => {
-                    buf.truncate(n);
-                    match mask.as_mut() {
-                        Some(mask) => {
-                            let mut out = Vec::with_capacity(n);
-                            mask.push(&buf, &mut out);
-                            Ok(out)
-                        }
-                        None => Ok(buf),
-                    }
-                }
-                Err(e) => Err(e),
-            };
-            let failed = chunk.is_err();
-            if tx.send(chunk).await.is_err() || failed {
-                return;
-            }
-        }
-    });
-    tokio_stream::wrappers::ReceiverStream::new(rx)
-}
-
 pub async fn delete(
     State(state): State<Arc<AppState>>,
     project: Project,
@@ -278,13 +217,4 @@ pub async fn delete(
     owned(&state, &project, &id).await?;
     remove(&state, &project.0, &id).await?;
     Ok(Json(Deleted::new(id, "file")))
-}
-
-/// A file name safe to place in `/mnt/data`: its last path component.
-pub fn safe_file_name(name: &str) -> String {
-    let base = name.rsplit(['/', '\\']).next().unwrap_or("").trim();
-    match base {
-        "" | "." | ".." => "upload".to_owned(),
-        other => other.chars().filter(|c| *c != '\0').take(255).collect(),
-    }
 }

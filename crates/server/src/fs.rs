@@ -35,10 +35,10 @@ use shellgate_wire::fs::{
 };
 use tokio_stream::StreamExt;
 
-use crate::containers::owned;
 use crate::engine::engine_error;
 use crate::error::{ApiError, ApiResult};
 use crate::http::{body_error, to_completion, ApiJson, ApiQuery, Project};
+use crate::sandboxes::containers::owned;
 use crate::sandboxes::exec::begin_activity;
 use crate::state::AppState;
 

@@ -34,8 +34,8 @@ use shellgate_sandbox_api::backend::{CommandResult, RunRequest};
 use shellgate_wire::responses::{ContainerAuto, Item};
 use shellgate_wire::{CreateContainer, MountedSkill};
 
-use crate::containers::create_container;
 use crate::error::{host_error, ApiError, ApiResult};
+use crate::sandboxes::containers::create_container;
 use crate::sandboxes::exec::Exec;
 use crate::state::AppState;
 
@@ -197,7 +197,7 @@ pub async fn prepare(
                 .db(move |s| s.container(&owner, &key))
                 .await?
                 .ok_or_else(|| ApiError::not_found("container", id))?;
-            skills = crate::containers::mounted_skills(&row)?;
+            skills = crate::sandboxes::containers::mounted_skills(&row)?;
             network = ContainerPolicy::of_container(state, &row).view();
         }
         Some(Environment::ContainerAuto(params)) => {
@@ -211,10 +211,10 @@ pub async fn prepare(
                 "tools.environment.network_policy",
             )?;
             network = ContainerPolicy::of_request(body.network_policy.as_ref()).view();
-            crate::containers::validate_create(&state.config, &body)?;
+            crate::sandboxes::containers::validate_create(&state.config, &body)?;
             // Files too: one that is not this project's is this request's
             // 404, not a `server_error` when the container is made.
-            crate::containers::project_files(
+            crate::sandboxes::containers::project_files(
                 state,
                 project,
                 &body.file_ids,
@@ -222,7 +222,7 @@ pub async fn prepare(
             )
             .await?;
             if body.image.is_some() {
-                crate::containers::choose_image(state, body.image.as_deref()).await?;
+                crate::sandboxes::containers::choose_image(state, body.image.as_deref()).await?;
             }
             // Skills are checked now (a malformed entry or a hostile
             // bundle is this request's 400) and listed for the model.
@@ -325,7 +325,7 @@ impl HostedShell {
             return Ok(false);
         }
         // Nor other skills than the model is told of.
-        let held = crate::containers::mounted_skills(&row).map_err(host_error)?;
+        let held = crate::sandboxes::containers::mounted_skills(&row).map_err(host_error)?;
         if skill_keys(&held) != skill_keys(&self.skills) {
             return Ok(false);
         }
@@ -424,7 +424,8 @@ impl HostedShell {
                 if winner != made {
                     // A concurrent request of the same session made its
                     // container first: use that one, drop ours.
-                    let _ = crate::containers::remove_container(&self.state, &made).await;
+                    let _ =
+                        crate::sandboxes::containers::remove_container(&self.state, &made).await;
                 }
                 Ok(winner)
             }
@@ -583,7 +584,7 @@ impl ContainerPolicy {
     }
 
     fn of_container(state: &AppState, row: &shellgate_store::ContainerRow) -> Self {
-        let shown = crate::containers::network_policy(row);
+        let shown = crate::sandboxes::containers::network_policy(row);
         let mut policy = Self::of_request(Some(&shown));
         for secret in state.engine.secret_status(&row.id) {
             policy

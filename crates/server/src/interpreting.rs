@@ -312,7 +312,7 @@ async fn written(
         );
         paths.truncate(MAX_CITED_FILES);
     }
-    crate::containers::sync_files(state, container)
+    crate::sandboxes::files::sync_files(state, container)
         .await
         .map_err(host_error)?;
     let key = container.to_owned();

@@ -38,13 +38,13 @@ use shellgate_wire::{
     ProcessOutput, ProcessPty, ProcessResize, ProcessServerMessage, ProcessSignal, SignalName,
 };
 
-use crate::containers::owned;
 use crate::engine::engine_error;
 use crate::error::{ApiError, ApiResult};
 use crate::http::{
     bearer_key, project_of_key, to_completion, ActingProject, ApiJson, ApiQuery, Project,
 };
 use crate::output_streams::StreamSlot;
+use crate::sandboxes::containers::owned;
 use crate::sandboxes::exec::Exec;
 use crate::state::AppState;
 

@@ -401,7 +401,7 @@ async fn attachments(
             let filename = state.guardrails.guard_text(
                 project,
                 "input_file name",
-                &crate::files::safe_file_name(&filename),
+                &crate::sandboxes::files::safe_file_name(&filename),
             )?;
             // A text file is read by the model (inline, or from /mnt/data):
             // the input rules check it, and a redaction is what it reads.

@@ -58,7 +58,7 @@ pub struct AppState {
     pub(crate) guardrails: Arc<crate::guardrails::Guardrails>,
     /// Background responses still running, to cancel them.
     pub(crate) running: crate::running::Running,
-    /// One file sync at a time per container (see `containers::sync_files`).
+    /// One file sync at a time per container (see `sandboxes::files::sync_files`).
     pub(crate) sync_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// What the in-sandbox API's access check knows of E2B's sandboxes.
     pub(crate) e2b_access: crate::e2b::access_cache::AccessCache,

@@ -176,7 +176,7 @@ async fn undrain(State(state): State<Arc<AppState>>) -> ApiResult<Json<NodeState
 
 /// The images this node can make containers of now.
 async fn images(state: &Arc<AppState>) -> ApiResult<Vec<String>> {
-    Ok(crate::containers::image_list(state)
+    Ok(crate::sandboxes::containers::image_list(state)
         .await?
         .into_iter()
         .map(|image| image.name)

@@ -355,7 +355,7 @@ async fn show_lost(
     let Some(row) = owned_row(replica, headers, id).await? else {
         return Ok(None);
     };
-    let mut container = crate::containers::container_object(&row)?;
+    let mut container = crate::sandboxes::containers::container_object(&row)?;
     container.status = ContainerStatus::Lost.as_str().to_owned();
     Ok(Some(Json(container).into_response()))
 }

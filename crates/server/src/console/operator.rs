@@ -26,7 +26,7 @@ pub(super) async fn health(
     signed.require_admin()?;
     let app = &console.app;
     let by_status = app.db(|s| s.containers_by_status()).await?;
-    let images = crate::containers::image_list(app).await?;
+    let images = crate::sandboxes::containers::image_list(app).await?;
     let name = app.config.default_image.clone();
     let build = app
         .default_image_build

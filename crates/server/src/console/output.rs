@@ -20,9 +20,9 @@ use tokio::sync::broadcast;
 use super::session::{self, Signed};
 use super::streams::StreamSlot;
 use super::Console;
-use crate::containers::owned;
 use crate::error::ApiResult;
 use crate::http::Project;
+use crate::sandboxes::containers::owned;
 
 /// The `end` event's data.
 #[derive(Serialize)]

@@ -17,9 +17,9 @@ use shellgate_wire::console::{
 
 use super::session::{named_project, Signed};
 use super::Console;
-use crate::containers::{container_object, owned};
 use crate::error::{ApiError, ApiResult};
 use crate::http::{ApiQuery, Project};
+use crate::sandboxes::containers::{container_object, owned};
 
 /// The most rows a page holds.
 const MAX_PAGE: u32 = 200;

@@ -420,7 +420,7 @@ async fn create(
         image,
         exposed_ports: Vec::new(),
     };
-    let made = crate::containers::create_container(&state, &project, container)
+    let made = crate::sandboxes::containers::create_container(&state, &project, container)
         .await
         .map_err(|e| {
             // The policy was E2B's network fields.
@@ -453,7 +453,7 @@ async fn create(
     let inserted = row.clone();
     if let Err(error) = state.db(move |s| s.insert_e2b_sandbox(&inserted)).await {
         // Not an E2B sandbox without its record: the container goes too.
-        let _ = crate::containers::remove_container(&state, &made.id).await;
+        let _ = crate::sandboxes::containers::remove_container(&state, &made.id).await;
         return Err(e2b_error(error));
     }
     state
@@ -553,7 +553,7 @@ async fn info(
     Path(id): Path<String>,
 ) -> E2bResult<Json<SandboxDetail>> {
     let (sandbox, container) = owned(&state, &project, &id).await?;
-    let policy = crate::containers::network_policy(&container);
+    let policy = crate::sandboxes::containers::network_policy(&container);
     let (allow_internet_access, allow_out) = match policy {
         NetworkPolicy::Disabled => (false, Vec::new()),
         NetworkPolicy::Allowlist {
@@ -697,9 +697,9 @@ async fn kill(
 ) -> E2bResult<StatusCode> {
     owned(&state, &project, &id).await?;
     state.e2b_access.forget(&id);
-    crate::http::to_completion(
-        async move { crate::containers::remove_container(&state, &id).await },
-    )
+    crate::http::to_completion(async move {
+        crate::sandboxes::containers::remove_container(&state, &id).await
+    })
     .await
     .map_err(e2b_error)?;
     Ok(StatusCode::NO_CONTENT)
@@ -940,7 +940,7 @@ pub(crate) async fn sweep_sandboxes(
             }
         } else {
             tracing::info!(sandbox = %row.container_id, "E2B sandbox timed out: killed");
-            crate::containers::remove_container(state, &row.container_id).await?;
+            crate::sandboxes::containers::remove_container(state, &row.container_id).await?;
         }
     }
     Ok(swept)

@@ -17,6 +17,7 @@ use std::time::Instant;
 use shellgate_sandbox_api::backend::{CommandResult, DeltaSink, RunRequest};
 use shellgate_sandbox_api::ContainerState;
 use shellgate_store::ContainerRow;
+use shellgate_wire::ExecRequest;
 
 use crate::admission::ExecPermit;
 use crate::engine::engine_error;
@@ -24,6 +25,17 @@ use crate::error::{ApiError, ApiResult};
 use crate::live_output::Tap;
 use crate::state::AppState;
 use crate::time::now;
+
+/// Checks an exec body against the limits, naming the offending `param`.
+/// (`RunRequest::from_parts`: the same rule as a model's shell call.)
+pub(crate) fn run_request(body: &ExecRequest, deadline_secs: u64) -> ApiResult<RunRequest> {
+    Ok(RunRequest::from_parts(
+        body.commands.clone(),
+        body.timeout_ms,
+        body.max_output_length.map(|n| n as u64),
+        Some(deadline_secs.saturating_mul(1000)),
+    )?)
+}
 
 /// An exec admitted in a project's container, not started yet.
 pub(crate) struct Exec {
@@ -241,4 +253,36 @@ async fn prepare_command(state: &Arc<AppState>, project: &str, id: &str) -> ApiR
         state.remember_owner(id, project);
     }
     Ok(woke)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exec_limits_name_their_param() {
+        let body = |json: &str| serde_json::from_str::<ExecRequest>(json).unwrap();
+        let param = |r: ApiResult<RunRequest>| r.err().and_then(|e| e.param);
+        let run_request = |body: &ExecRequest| run_request(body, 600);
+        assert_eq!(
+            param(run_request(&body(
+                r#"{"commands":["true"],"timeout_ms":300001}"#
+            )))
+            .as_deref(),
+            Some("timeout_ms")
+        );
+        assert_eq!(
+            param(run_request(&body(
+                r#"{"commands":["true"],"max_output_length":65537}"#
+            )))
+            .as_deref(),
+            Some("max_output_length")
+        );
+        let many = format!(r#"{{"commands":[{}]}}"#, vec!["\"x\""; 101].join(","));
+        assert_eq!(
+            param(run_request(&body(&many))).as_deref(),
+            Some("commands")
+        );
+        assert!(run_request(&body(r#"{"commands":["true"]}"#)).is_ok());
+    }
 }

@@ -5,4 +5,6 @@
 //! output tap. The handlers translate their wire into these calls; none of
 //! them owns a step of it.
 
+pub(crate) mod containers;
 pub(crate) mod exec;
+pub(crate) mod files;
