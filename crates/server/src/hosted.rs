@@ -21,7 +21,7 @@
 //! OpenAI's `code_interpreter` uses the same container (`auto` is a
 //! `container_auto` of its `file_ids`, `memory_limit` and
 //! `network_policy`; an id a `container_reference`); its code runs on the
-//! container's kernel (`crate::interpreting`), billed as a command is.
+//! container's kernel (`crate::sandboxes::interpreting`), billed as a command is.
 
 use std::sync::{Arc, Mutex};
 
@@ -478,7 +478,7 @@ impl Sandbox for HostedShell {
 
     async fn interpret(&self, container: &str, code: &str) -> Result<Interpretation, HostError> {
         let started = std::time::Instant::now();
-        let (interpretation, woke) = crate::interpreting::interpret(
+        let (interpretation, woke) = crate::sandboxes::interpreting::interpret(
             &self.state,
             &self.project,
             &self.request,

@@ -36,7 +36,6 @@ mod handler_tests;
 mod host;
 mod hosted;
 mod http;
-mod interpreting;
 mod lease;
 mod lifecycle;
 mod listener;

@@ -8,3 +8,4 @@
 pub(crate) mod containers;
 pub(crate) mod exec;
 pub(crate) mod files;
+pub(crate) mod interpreting;
