@@ -29,8 +29,8 @@ use super::access::SandboxCaller;
 use super::filesystem::e2b_path;
 use super::user::{basic_user, user_refusal};
 use super::E2bError;
-use crate::fs::{file_download, fs_error, prepare, stream_chunks_into};
 use crate::http::Project;
+use crate::sandboxes::fs::{file_download, fs_error, prepare, stream_chunks_into};
 use crate::state::AppState;
 
 /// `?path=&username=` (and whatever else a client adds, such as a signed

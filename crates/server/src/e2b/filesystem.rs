@@ -46,8 +46,8 @@ use tokio::sync::mpsc;
 use super::access::SandboxCaller;
 use super::connect::{server_stream, ConnectCode, ConnectError, StreamRequest, Unary, UnaryReply};
 use super::user::{AsSandboxUser, E2B_HOME, E2B_WORKSPACE};
-use crate::fs::{fs_error, holds_secret, masked_text, prepare, read_wakes};
 use crate::http::{to_completion, Project};
+use crate::sandboxes::fs::{fs_error, holds_secret, masked_text, prepare, read_wakes};
 use crate::state::AppState;
 use watchers::PollingWatcher;
 

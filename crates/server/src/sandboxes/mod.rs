@@ -8,4 +8,5 @@
 pub(crate) mod containers;
 pub(crate) mod exec;
 pub(crate) mod files;
+pub(crate) mod fs;
 pub(crate) mod interpreting;
