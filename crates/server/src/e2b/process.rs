@@ -1,7 +1,7 @@
 //! envd's `process.Process` service: processes started, streamed, written
 //! to, signalled and resized, over the container's processes
 //! (`SandboxBackend::start_process` & co, started through
-//! [`crate::processes::start`] so that they are admitted, billed and
+//! [`crate::sandboxes::processes::start`] so that they are admitted, billed and
 //! audited as every client process is). This is a dialect, not a second
 //! process manager: all it keeps is what E2B names that shellgate does not —
 //! a process's pid and tag, and the config it was started with — in a
@@ -62,7 +62,7 @@ const DEFAULT_TERM: &str = "xterm-256color";
 const MAX_TAG_BYTES: usize = 256;
 /// The most output one data event carries (one page of the process's
 /// buffer: what a stream whose client does not read holds).
-const DATA_EVENT_BYTES: usize = crate::processes::STREAM_PAGE_BYTES;
+const DATA_EVENT_BYTES: usize = crate::sandboxes::processes::STREAM_PAGE_BYTES;
 /// Keepalives on a quiet stream: the client's `keepalive-ping-interval`
 /// (seconds; E2B's SDKs ask 50), at most this (the engine's longest wait,
 /// which also bounds how late a reader sees that its client left).
@@ -401,13 +401,13 @@ async fn start_process(
             ));
         }
     }
-    let info = crate::processes::start(
+    let info = crate::sandboxes::processes::start(
         state,
         &caller.project,
         container,
         process_id.clone(),
         spec,
-        crate::processes::Kind::Exec,
+        crate::sandboxes::processes::Kind::Exec,
     )
     .await
     .map_err(ConnectError::from)?;

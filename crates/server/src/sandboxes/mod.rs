@@ -10,3 +10,4 @@ pub(crate) mod exec;
 pub(crate) mod files;
 pub(crate) mod fs;
 pub(crate) mod interpreting;
+pub(crate) mod processes;
