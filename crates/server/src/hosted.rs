@@ -226,12 +226,16 @@ pub async fn prepare(
             }
             // Skills are checked now (a malformed entry or a hostile
             // bundle is this request's 400) and listed for the model.
-            skills =
-                crate::skills::resolve(state, project, &body.skills, "tools.environment.skills")
-                    .await?
-                    .iter()
-                    .map(crate::skills::Mounted::summary)
-                    .collect();
+            skills = crate::sandboxes::skills::resolve(
+                state,
+                project,
+                &body.skills,
+                "tools.environment.skills",
+            )
+            .await?
+            .iter()
+            .map(crate::sandboxes::skills::Mounted::summary)
+            .collect();
             auto = Some(body);
         }
         Some(Environment::Local { .. }) | None => {}

@@ -244,7 +244,8 @@ pub(crate) async fn create_container(
     let files = project_files(state, &project.0, &body.file_ids, "file_ids").await?;
     let memory = body.memory_limit.unwrap_or_default();
     let image = choose_image(state, body.image.as_deref()).await?;
-    let skills = crate::skills::resolve(state, &project.0, &body.skills, "skills").await?;
+    let skills =
+        crate::sandboxes::skills::resolve(state, &project.0, &body.skills, "skills").await?;
     let exposed_ports = shellgate_wire::ports::check_exposed_ports(&body.exposed_ports)
         .map_err(|message| ApiError::invalid("exposed_ports", message))?;
     // A token only where there are ports for it to open.
@@ -273,7 +274,7 @@ pub(crate) async fn create_container(
         skills: serde_json::to_string(
             &skills
                 .iter()
-                .map(crate::skills::Mounted::summary)
+                .map(crate::sandboxes::skills::Mounted::summary)
                 .collect::<Vec<_>>(),
         )
         .map_err(|e| ApiError::internal(e.to_string()))?,
@@ -311,7 +312,7 @@ pub(crate) async fn create_container(
                 skills: if skills.is_empty() {
                     None
                 } else {
-                    crate::skills::unpack(&skills, skills_dir.clone()).await?;
+                    crate::sandboxes::skills::unpack(&skills, skills_dir.clone()).await?;
                     Some(skills_dir.clone())
                 },
                 ..ContainerSpec::default()

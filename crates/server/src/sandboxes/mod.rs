@@ -11,3 +11,4 @@ pub(crate) mod files;
 pub(crate) mod fs;
 pub(crate) mod interpreting;
 pub(crate) mod processes;
+pub(crate) mod skills;
