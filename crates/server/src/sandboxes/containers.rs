@@ -225,35 +225,23 @@ pub(crate) fn validate_create(
     Ok(())
 }
 
-/// Makes a container for `project`: the one path of `POST /v1/containers`
-/// and of the Responses API's `container_auto` (same validation, quotas,
-/// expiry and metering). Runs to completion once admitted.
-pub(crate) async fn create_container(
-    state: &Arc<AppState>,
+/// The row of a container about to be made (status `creating`): what the
+/// request asked, with the server's defaults, and no secret values.
+fn new_row(
+    state: &AppState,
     project: &str,
-    body: CreateContainer,
+    body: &CreateContainer,
+    memory: shellgate_wire::MemoryLimit,
+    image: &str,
+    skills: &[crate::sandboxes::skills::Mounted],
+    exposed_ports: Vec<u16>,
 ) -> ApiResult<ContainerRow> {
-    let project = Project(project.to_owned());
-    validate_create(&state.config, &body)?;
-    let network = crate::egress::network_spec(
-        &state.config,
-        body.network_policy.as_ref(),
-        "network_policy",
-    )?;
-    // Every file must exist (in this project) before anything is made.
-    let files = project_files(state, &project.0, &body.file_ids, "file_ids").await?;
-    let memory = body.memory_limit.unwrap_or_default();
-    let image = choose_image(state, body.image.as_deref()).await?;
-    let skills =
-        crate::sandboxes::skills::resolve(state, &project.0, &body.skills, "skills").await?;
-    let exposed_ports = shellgate_wire::ports::check_exposed_ports(&body.exposed_ports)
-        .map_err(|message| ApiError::invalid("exposed_ports", message))?;
     // A token only where there are ports for it to open.
     let port_token = (!exposed_ports.is_empty()).then(|| new_id("sgpt_"));
     let now = now();
-    let row = ContainerRow {
+    Ok(ContainerRow {
         id: new_id("cntr_"),
-        project: project.0.clone(),
+        project: project.to_owned(),
         name: body.name.clone(),
         created_at: now,
         last_active_at: now,
@@ -283,12 +271,75 @@ pub(crate) async fn create_container(
         billed_seconds: 0.0,
         session_seconds: 0.0,
         session_open: false,
-        image: image.clone(),
+        image: image.to_owned(),
         sleep_after_secs: None,
         exposed_ports,
         port_token,
         node_id: state.node_name.clone(),
-    };
+    })
+}
+
+/// Copies the project's `files` into a new container's `/mnt/data`, each a
+/// row of the container's files (source `user`).
+async fn put_files(
+    state: &AppState,
+    id: &str,
+    files: &[shellgate_store::FileRow],
+    now: i64,
+) -> ApiResult<()> {
+    for file in files {
+        let path = format!("/mnt/data/{}", safe_file_name(&file.filename));
+        let blob =
+            crate::blobs::open_file(state.objects.as_ref(), &state.spool_dir, &file.id).await?;
+        let bytes = state.engine.write_file_from(id, &path, blob).await?;
+        let file_row = ContainerFileRow {
+            id: new_id("cfile_"),
+            container_id: id.to_owned(),
+            path,
+            bytes,
+            source: FileSource::User,
+            created_at: now,
+        };
+        state
+            .db(move |s| s.upsert_container_file(&file_row))
+            .await?;
+    }
+    Ok(())
+}
+
+/// Makes a container for `project`: the one path of `POST /v1/containers`
+/// and of the Responses API's `container_auto` (same validation, quotas,
+/// expiry and metering). Runs to completion once admitted.
+pub(crate) async fn create_container(
+    state: &Arc<AppState>,
+    project: &str,
+    body: CreateContainer,
+) -> ApiResult<ContainerRow> {
+    let project = Project(project.to_owned());
+    validate_create(&state.config, &body)?;
+    let network = crate::egress::network_spec(
+        &state.config,
+        body.network_policy.as_ref(),
+        "network_policy",
+    )?;
+    // Every file must exist (in this project) before anything is made.
+    let files = project_files(state, &project.0, &body.file_ids, "file_ids").await?;
+    let memory = body.memory_limit.unwrap_or_default();
+    let image = choose_image(state, body.image.as_deref()).await?;
+    let skills =
+        crate::sandboxes::skills::resolve(state, &project.0, &body.skills, "skills").await?;
+    let exposed_ports = shellgate_wire::ports::check_exposed_ports(&body.exposed_ports)
+        .map_err(|message| ApiError::invalid("exposed_ports", message))?;
+    let row = new_row(
+        state,
+        &project.0,
+        &body,
+        memory,
+        &image,
+        &skills,
+        exposed_ports,
+    )?;
+    let now = row.created_at;
     // Impossible on this host (400) before over this project's quota (429).
     shellgate_sandbox_api::backend::check_memory(memory.bytes(), state.engine.memory_ceiling())?;
     // Run to completion whether or not the client stays: a create either
@@ -318,24 +369,7 @@ pub(crate) async fn create_container(
                 ..ContainerSpec::default()
             };
             state.engine.create(&row.id, spec).await?;
-            for file in &files {
-                let path = format!("/mnt/data/{}", safe_file_name(&file.filename));
-                let blob =
-                    crate::blobs::open_file(state.objects.as_ref(), &state.spool_dir, &file.id)
-                        .await?;
-                let bytes = state.engine.write_file_from(&row.id, &path, blob).await?;
-                let file_row = ContainerFileRow {
-                    id: new_id("cfile_"),
-                    container_id: row.id.clone(),
-                    path,
-                    bytes,
-                    source: FileSource::User,
-                    created_at: now,
-                };
-                state
-                    .db(move |s| s.upsert_container_file(&file_row))
-                    .await?;
-            }
+            put_files(&state, &row.id, &files, now).await?;
             let id = row.id.clone();
             if !state.db(move |s| s.finish_creating(&id)).await? {
                 // Its node (this one) was declared lost meanwhile: a
