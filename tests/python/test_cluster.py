@@ -5,7 +5,8 @@ cluster.py), driven through the official OpenAI SDK and plain HTTP.
 What is checked: the SDK works through either replica (containers, exec,
 streamed exec, processes on a terminal over the WebSocket, Files API and
 `file_ids`, container files, files by path); a container is found by its
-id through any replica; a thousand containers spread over the nodes;
+id through any replica; a conversation that switched containers across
+nodes continues the last one it names through either replica; a thousand containers spread over the nodes;
 quotas hold when two replicas admit at once; a node killed with -9 has its
 containers reported lost (409 `container_lost` on exec), the others
 untouched and new ones placed on the survivors; a node stalled (SIGSTOP)
@@ -32,8 +33,8 @@ import openai
 import pytest
 import requests
 
-from cluster import (FORWARD_HEADER, LOST_AFTER_SECS, MEMBER_KEYS, NETNS, NODE_ADDRESS, NODE_NAMES, NODE_PORT,
-                     ROOMY, SECRET_HEADER, Server, can_run, cluster, clusters)  # noqa: F401 (fixtures)
+from cluster import (FORWARD_HEADER, GATEWAY, LOST_AFTER_SECS, MEMBER_KEYS, NETNS, NODE_ADDRESS, NODE_NAMES,
+                     NODE_PORT, ROOMY, SECRET_HEADER, Server, can_run, cluster, clusters)  # noqa: F401 (fixtures)
 from conftest import (BINARY, CLUSTER_MODE, exec_commands, free_port, processes_matching, raw_request,
                       wait_until)
 
@@ -364,6 +365,64 @@ def test_a_container_is_found_by_its_id_through_either_replica(cluster):
         user.containers.delete(container.id)
         with pytest.raises(openai.NotFoundError):
             maker.containers.retrieve(container.id)
+
+
+@pytest.fixture(scope="module")
+def scripted():
+    """A scripted model (a fixture, not a product part) that the nodes, each
+    in its network namespace, reach at the bridge's address."""
+    from scripted_upstream import ScriptedUpstream
+
+    upstream = ScriptedUpstream(host="0.0.0.0", advertise=GATEWAY)
+    yield upstream
+    upstream.stop()
+
+
+def replayed_shell_turn(container_id: str, command: str, stdout: str) -> list:
+    """A shell call the model made in `container_id` and its output, as a
+    client replays them in a Responses request's `input`."""
+    call_id = f"call_{container_id[-8:]}_{len(stdout)}"
+    return [
+        {"type": "shell_call", "call_id": call_id, "status": "completed", "action": {"commands": [command]},
+         "environment": {"type": "container_reference", "container_id": container_id}},
+        {"type": "shell_call_output", "call_id": call_id,
+         "output": [{"stdout": stdout, "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}]},
+    ]
+
+
+@pytest.mark.parametrize("replica", [0, 1])
+def test_a_conversation_that_switched_nodes_continues_its_last_container(clusters, scripted, replica):
+    # The node continues the last container a conversation names; the
+    # replica must send the request to that container's node, not to the
+    # node of an older container the replayed items name first.
+    cluster = clusters.get(**ROOMY, upstream_url=scripted.url)
+    client = cluster.client(replica)
+    older = client.containers.create(name="switched").id
+    made = [older]
+    while True:
+        assert len(made) < 30, f"placement never chose another node than {cluster.node_holding(older)}"
+        newer = client.containers.create(name="switched").id
+        made.append(newer)
+        if cluster.node_holding(newer) != cluster.node_holding(older):
+            break
+    assert run(client, older, "echo older > /mnt/data/which")[2] == 0
+    assert run(client, newer, "echo newer > /mnt/data/which")[2] == 0
+    conversation = [
+        {"role": "user", "content": "Execute: cat /mnt/data/which"},
+        *replayed_shell_turn(older, "cat /mnt/data/which", "older\n"),
+        {"role": "user", "content": "Execute: cat /mnt/data/which"},
+        *replayed_shell_turn(newer, "cat /mnt/data/which", "newer\n"),
+        {"role": "user", "content": "Execute: cat /mnt/data/which"},
+    ]
+    response = client.responses.create(
+        model="scripted", tools=[{"type": "shell", "environment": {"type": "container_auto"}}],
+        input=conversation)
+    assert response.status == "completed", response
+    call = next(item for item in response.output if item.type == "shell_call")
+    assert call.environment.container_id == newer, (older, newer, call)
+    result = next(item for item in response.output if item.type == "shell_call_output")
+    assert result.output[0].stdout == "newer\n", result
+    delete_all([client], made)
 
 
 # --- scale -----------------------------------------------------------------

@@ -2,7 +2,9 @@
 book under docs/ and the top-level Markdown files resolves to a file in the
 tree (and its `#anchor` to a heading of that file), the book's SUMMARY.md
 lists every page of the book, README.md stays a page a newcomer reads in a
-few minutes (at most 10 KiB), and no document or code comment points at
+few minutes (at most 10 KiB), ARCHITECTURE.md stays a map read in one
+sitting (at most 35 KiB; its layers of defence name every layer the
+threat model details), and no document or code comment points at
 the project's history (the word "issue" and a number) instead of saying
 what holds.
 
@@ -17,6 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 BOOK = ROOT / "docs"
 README_LIMIT = 10 * 1024
+ARCHITECTURE_LIMIT = 35 * 1024
 
 # The Markdown a reader follows: the top-level documents, the book's pages
 # and the READMEs of the parts the book links into.
@@ -142,6 +145,35 @@ def test_summary_lists_every_page_of_the_book():
 def test_readme_stays_within_ten_kib():
     size = (ROOT / "README.md").stat().st_size
     assert size <= README_LIMIT, f"README.md is {size} bytes; the limit is {README_LIMIT}"
+
+
+def test_architecture_stays_within_thirty_five_kib():
+    size = (ROOT / "ARCHITECTURE.md").stat().st_size
+    assert size <= ARCHITECTURE_LIMIT, (
+        f"ARCHITECTURE.md is {size} bytes; the limit is {ARCHITECTURE_LIMIT}: "
+        "move detail into the book's developer or security pages")
+
+
+def section(path: Path, title: str) -> str:
+    """The text under a `## title` heading of a Markdown file, up to the
+    next heading of that level or higher."""
+    lines = path.read_text().splitlines()
+    start = lines.index(f"## {title}") + 1
+    end = next((i for i in range(start, len(lines)) if re.match(r"^#{1,2} ", lines[i])), len(lines))
+    return "\n".join(lines[start:end])
+
+
+BOLD_LAYER = re.compile(r"^\s*\d+\.\s+\*\*(.+?)\*\*", re.M)
+
+
+def test_architecture_names_every_layer_of_defence_the_threat_model_details():
+    # The summary and the detail list the same layers, in the same order,
+    # the stream budgets and the replica/node boundary among them.
+    summary = section(ROOT / "ARCHITECTURE.md", "Layers of defence")
+    detail = section(BOOK / "security" / "threat-model.md", "Layers of defence")
+    assert BOLD_LAYER.findall(summary) == BOLD_LAYER.findall(detail)
+    assert "The replica/node boundary." in BOLD_LAYER.findall(summary)
+    assert "**Stream budgets**" in summary and "**Stream budgets.**" in detail
 
 
 # Where history would be told instead of what holds: the documents, and

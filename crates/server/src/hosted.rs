@@ -31,73 +31,14 @@ use serde_json::Value;
 use shellgate_model::run::{HostError, Interpretation, Sandbox};
 use shellgate_model::tools::{Environment, Tools};
 use shellgate_sandbox_api::backend::{CommandResult, RunRequest};
-use shellgate_wire::responses::{ContainerAuto, Item};
+use shellgate_wire::responses::ContainerAuto;
 use shellgate_wire::{CreateContainer, MountedSkill};
 
 use crate::error::{host_error, ApiError, ApiResult};
 use crate::sandboxes::containers::create_container;
 use crate::sandboxes::exec::Exec;
+use crate::sandboxes::reuse::Reuse;
 use crate::state::AppState;
-
-/// How many trailing characters of a `session_id` name its container.
-pub const SESSION_ID_CHARS: usize = 20;
-
-/// A request's `session_id`, as OpenRouter reads it: only letters, digits,
-/// `_` and `-` (anything else: ignored, `None`), the last 20 characters.
-pub fn session_key(id: Option<&str>) -> Option<String> {
-    let id = id?;
-    if id.is_empty()
-        || !id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-    {
-        return None;
-    }
-    Some(id[id.len().saturating_sub(SESSION_ID_CHARS)..].to_owned())
-}
-
-/// The most recent container a replayed conversation names: the
-/// `container_id` of an OpenRouter item, or a `shell_call`'s referenced
-/// container.
-pub fn replayed_container(items: &[Item]) -> Option<String> {
-    items
-        .iter()
-        .rev()
-        .find_map(|item| item.container_id().map(str::to_owned))
-}
-
-/// Which existing container a `container_auto` tool continues.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Reuse {
-    /// None: a new container.
-    Fresh,
-    /// The container of this session key (made and recorded if none).
-    Session(String),
-    /// This container (OpenRouter's tools), if it is still there with the
-    /// request's network policy and skills.
-    Replayed(String),
-    /// This container (OpenAI's `shell`), if it is still there and was made
-    /// with all of the request's `container_auto` parameters
-    /// ([`made_alike`]).
-    Continued(String),
-}
-
-impl Reuse {
-    /// What these tools, this `session_id` and this conversation (the
-    /// stored chain of `previous_response_id` and the replayed `input`)
-    /// continue: a session's container, else the last container the
-    /// conversation used, else none.
-    pub fn pick(tools: &Tools, session: Option<&str>, items: &[Item]) -> Reuse {
-        if let Some(key) = session_key(session) {
-            return Reuse::Session(key);
-        }
-        match replayed_container(items) {
-            Some(id) if tools.openrouter() => Reuse::Replayed(id),
-            Some(id) => Reuse::Continued(id),
-            None => Reuse::Fresh,
-        }
-    }
-}
 
 /// Whether a container was made with what a `container_auto` asks (the
 /// network policy and skills are compared by [`HostedShell::reusable`]):
@@ -398,6 +339,8 @@ impl HostedShell {
     async fn find_or_make(&self) -> Result<String, HostError> {
         match &self.reuse {
             Reuse::Fresh => self.make().await,
+            // Not a `container_auto`: the reference is the container.
+            Reuse::Referenced(id) => Ok(id.clone()),
             Reuse::Replayed(id) | Reuse::Continued(id) => {
                 let all_parameters = matches!(self.reuse, Reuse::Continued(_));
                 if self.reusable(id, all_parameters).await? {
@@ -703,6 +646,7 @@ fn list_skills<'a>(text: &mut String, skills: impl IntoIterator<Item = SkillList
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shellgate_wire::responses::Item;
 
     fn mounted(name: &str, version: Option<&str>) -> MountedSkill {
         MountedSkill {

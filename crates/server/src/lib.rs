@@ -49,6 +49,7 @@ mod output_streams;
 mod ports;
 mod processes;
 mod responses;
+mod route_grammar;
 mod route_table;
 mod running;
 mod sandboxes;
@@ -395,7 +396,22 @@ fn served_routes(state: Arc<AppState>) -> ServedRoutes {
 }
 
 fn served_routes_for(state: Arc<AppState>, audience: Audience) -> ServedRoutes {
-    let uploads = DefaultBodyLimit::max(state.config.max_upload_bytes.saturating_add(64 * 1024));
+    let table = route_table(&state.config, audience);
+    ServedRoutes {
+        router: table
+            .router
+            .fallback(ops::not_found)
+            .method_not_allowed_fallback(ops::method_not_allowed)
+            .layer(DefaultBodyLimit::max(state.config.max_request_bytes))
+            .with_state(state),
+        paths: table.paths,
+    }
+}
+
+/// The router's table: every route, its path recorded (the grammar a
+/// cluster's replica reads paths with, `route_grammar`).
+pub(crate) fn route_table(config: &config::Config, audience: Audience) -> RouteTable {
+    let uploads = DefaultBodyLimit::max(config.max_upload_bytes.saturating_add(64 * 1024));
     let api = RouteTable::new()
         .route(
             "/containers",
@@ -528,13 +544,13 @@ fn served_routes_for(state: Arc<AppState>, audience: Audience) -> ServedRoutes {
         )
         .route("/files/{file_id}/content", get(files::content))
         .route("/usage", get(ops::usage))
-        .route("/responses", post(responses::create))
-        .route("/chat/completions", post(chat::create))
+        .route(route_grammar::RESPONSES, post(responses::create))
+        .route(route_grammar::CHAT_COMPLETIONS, post(chat::create))
         .route("/models", get(models::list_models))
         .route("/models/{model}", get(models::retrieve_model))
         // Anthropic's Messages API; the second path serves Anthropic SDKs
         // given a base URL that ends in /v1, as OpenAI SDKs are.
-        .route("/messages", post(messages::create))
+        .route(route_grammar::MESSAGES, post(messages::create))
         .route("/v1/messages", post(messages::create))
         .route("/messages/count_tokens", post(messages::count_tokens))
         .route("/v1/messages/count_tokens", post(messages::count_tokens))
@@ -560,16 +576,7 @@ fn served_routes_for(state: Arc<AppState>, audience: Audience) -> ServedRoutes {
         Audience::Tenants => table,
     };
     // E2B's control plane answers at the root, as E2B's API does.
-    let table = e2b::control::routes(table);
-    ServedRoutes {
-        router: table
-            .router
-            .fallback(ops::not_found)
-            .method_not_allowed_fallback(ops::method_not_allowed)
-            .layer(DefaultBodyLimit::max(state.config.max_request_bytes))
-            .with_state(state),
-        paths: table.paths,
-    }
+    e2b::control::routes(table)
 }
 
 /// Takes the address to listen on. `serve` binds first, before it opens

@@ -477,6 +477,20 @@ fn carry(
     Ok((carry, uncarried))
 }
 
+/// The container a request continues, read as [`prepare`] reads it (a
+/// cluster's replica routes the request by it). `None` for a request
+/// `prepare` refuses (its node answers the 400).
+pub(crate) fn continued(body: &CreateMessage) -> Option<crate::sandboxes::reuse::Reuse> {
+    let (kept, _, _) = set_apart(body.tools.as_deref().unwrap_or_default());
+    let tools = Tools::parse_messages(&kept).ok()?;
+    let items = conversation(&body.messages).ok()?;
+    Some(crate::sandboxes::reuse::Reuse::pick(
+        &tools,
+        body.session_id.as_deref(),
+        &items,
+    ))
+}
+
 /// The cross-field and range checks a deserialized request still needs,
 /// and the loop's request it becomes.
 async fn prepare(
@@ -508,7 +522,7 @@ async fn prepare(
         crate::guardrails::guard_request(&state.guardrails, &project.0, items, instructions, tools)
             .await?;
     let id = new_id("msg_");
-    let reuse = crate::hosted::Reuse::pick(&tools, body.session_id.as_deref(), &items);
+    let reuse = crate::sandboxes::reuse::Reuse::pick(&tools, body.session_id.as_deref(), &items);
     let hosted = crate::hosted::prepare(state, &project.0, &tools, reuse, &id).await?;
     Ok(Prepared {
         id,
@@ -1423,7 +1437,7 @@ mod tests {
         assert_eq!(items[3]["arguments"], r#"{"command":"pwd"}"#);
         assert_eq!(items[4]["output"], "/home");
         assert_eq!(
-            crate::hosted::replayed_container(&typed).as_deref(),
+            crate::sandboxes::reuse::replayed_container(&typed).as_deref(),
             Some("cntr_1")
         );
         // A bash server tool's call and result are the one item they were.

@@ -732,10 +732,28 @@ fn positive(value: Option<u64>, key: &str) -> ApiResult<Option<u32>> {
 
 /// Items of the stored conversation: what shellgate stored reads; an item
 /// an older version stored that does not is kept whole.
-fn stored_items(text: &str) -> ApiResult<Vec<wire::Item>> {
+pub(crate) fn stored_items(text: &str) -> ApiResult<Vec<wire::Item>> {
     let values: Vec<Value> = serde_json::from_str(text)
         .map_err(|e| ApiError::internal(format!("stored conversation: {e}")))?;
     Ok(values.iter().map(typed_item).collect())
+}
+
+/// The container a request continues, read as [`prepare`] reads it (a
+/// cluster's replica routes the request by it): `stored` is the
+/// conversation of its `previous_response_id`, if any. `None` for a
+/// request whose tools `prepare` refuses (its node answers the 400).
+pub(crate) fn continued(
+    body: &wire::CreateResponse,
+    stored: Vec<wire::Item>,
+) -> Option<crate::sandboxes::reuse::Reuse> {
+    let tools = Tools::parse(body.tools.as_deref().unwrap_or_default()).ok()?;
+    let mut items = stored;
+    items.extend(normalize_input(body.input.clone()));
+    Some(crate::sandboxes::reuse::Reuse::pick(
+        &tools,
+        body.session_id.as_deref(),
+        &items,
+    ))
 }
 
 async fn prepare(
@@ -812,7 +830,7 @@ async fn prepare(
         let (id, node) = (response_id.clone(), state.node_name.clone());
         state.db(move |s| s.set_response_node(&id, &node)).await?;
     }
-    let reuse = crate::hosted::Reuse::pick(&tools, body.session_id.as_deref(), &items);
+    let reuse = crate::sandboxes::reuse::Reuse::pick(&tools, body.session_id.as_deref(), &items);
     let hosted = crate::hosted::prepare(state, &project.0, &tools, reuse, &response_id).await?;
     let (sandbox, environment_description) = (hosted.sandbox, hosted.description);
     // Attached files go into the container's /mnt/data (which is then made

@@ -116,14 +116,20 @@ async fn admit(State(front): State<Arc<Front>>, mut request: Request) -> Respons
     }
 }
 
+/// The node's own routes: its state, its drain, its metrics (a replica
+/// never forwards a path that reaches them, `route_grammar::NodeRoutes`).
+pub(crate) const OPERATOR_ROUTES: [&str; 3] =
+    ["/internal/v1/node", "/internal/v1/drain", "/metrics"];
+
 /// The operator's router: the node's own routes (its state, its drain,
 /// `/metrics`), and everything else as the tenants' router (`rest`)
 /// serves it.
 pub fn operator_routes(state: Arc<AppState>, rest: Router) -> Router {
+    let [node, drains, metrics] = OPERATOR_ROUTES;
     Router::new()
-        .route("/internal/v1/node", get(describe))
-        .route("/internal/v1/drain", post(drain).delete(undrain))
-        .route("/metrics", get(crate::ops::metrics))
+        .route(node, get(describe))
+        .route(drains, post(drain).delete(undrain))
+        .route(metrics, get(crate::ops::metrics))
         .with_state(state)
         .fallback_service(rest)
 }

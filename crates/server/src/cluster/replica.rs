@@ -25,11 +25,12 @@ use shellgate_wire::List;
 use super::directory::{Directory, Whereabouts};
 use super::liveness::{Liveness, Silence};
 use super::placement::{alive, Placements};
-use super::routing::{container_ids, target, Target};
+use super::routing::{ModelApi, Routes, Target};
 use super::{FORWARD_HEADER, SECRET_HEADER};
 use crate::config::Config;
 use crate::db::Db;
 use crate::error::{ApiError, ApiResult};
+use crate::sandboxes::reuse::Reuse;
 use crate::time::now;
 
 /// A replica's parts.
@@ -40,13 +41,12 @@ pub struct Replica {
     placements: Placements,
     directory: Directory,
     liveness: Liveness,
+    /// The node's URL grammar, read from its router's table.
+    routes: Routes,
     /// Wrong keys of the checks a replica makes itself (the nodes list, a
     /// lost container), throttled as a node throttles its own.
     key_throttle: crate::auth::KeyThrottle,
 }
-
-/// Containers a model request's body is looked through for, at most.
-const BODY_IDS: usize = 16;
 
 /// What a request's body says that routing reads: the image a create
 /// asks for, and what a model request continues (its `session_id`, as
@@ -101,6 +101,7 @@ impl Replica {
             .build()
             .map_err(|e| crate::error::ServeError::Setup(format!("replica client: {e}")))?;
         let liveness = Liveness::new(Duration::from_secs(config.node_answer_timeout_secs));
+        let routes = Routes::new(&config);
         Ok(Arc::new(Self {
             config,
             store,
@@ -108,6 +109,7 @@ impl Replica {
             placements: Placements::default(),
             directory: Directory::default(),
             liveness,
+            routes,
             key_throttle: crate::auth::KeyThrottle::default(),
         }))
     }
@@ -362,32 +364,14 @@ async fn show_lost(
 
 /// Whether a request with `method` names the container `id` itself (its
 /// object: the API's or E2B's), not something inside it.
-fn names_container(request: &Request, method: &axum::http::Method, id: &str) -> bool {
-    if request.method() != method {
-        return false;
-    }
-    let path = request.uri().path();
-    // The id read as routing read it (percent-decoded).
-    ["/v1/containers/", "/api/v1/containers/", "/sandboxes/"]
-        .iter()
-        .filter_map(|prefix| path.strip_prefix(prefix))
-        .any(|rest| {
-            !rest.contains('/') && crate::canonical::decoded(rest.as_bytes()) == id.as_bytes()
-        })
-}
-
-/// Whether `path` is one of a node's own routes (`/internal/...`,
-/// `/metrics`), in any letter case: a replica never forwards them (and a
-/// node would not serve them to a forwarded request either).
-fn node_only(path: &str) -> bool {
-    let mut segments = path
-        .split('/')
-        .filter(|segment| !segment.is_empty() && *segment != ".");
-    match (segments.next(), segments.next()) {
-        (Some(first), _) if first.eq_ignore_ascii_case("internal") => true,
-        (Some(first), None) => first.eq_ignore_ascii_case("metrics"),
-        _ => false,
-    }
+fn names_container(
+    routes: &Routes,
+    request: &Request,
+    method: &axum::http::Method,
+    id: &str,
+) -> bool {
+    request.method() == method
+        && routes.container_object(request.uri().path()).as_deref() == Some(id)
 }
 
 /// Sends a request on to the node that serves it.
@@ -404,10 +388,10 @@ async fn route(replica: &Arc<Replica>, mut request: Request) -> ApiResult<Respon
     request.headers_mut().remove(FORWARD_HEADER);
     // A node's own routes (its state, drain, metrics) are the operator's,
     // on the node: never forwarded on a tenant's behalf.
-    if node_only(request.uri().path()) {
+    if replica.routes.node_only(request.uri().path()) {
         return Err(crate::ops::not_found().await);
     }
-    let goes = target(
+    let goes = replica.routes.target(
         request.method(),
         request.uri().path(),
         request.headers(),
@@ -425,7 +409,7 @@ async fn route(replica: &Arc<Replica>, mut request: Request) -> ApiResult<Respon
                 }
                 Whereabouts::Lost => None,
             };
-            let asks = Asks::of(&request, &id);
+            let asks = Asks::of(&replica.routes, &request, &id);
             match live {
                 Some(node) => {
                     let headers = request.headers().clone();
@@ -480,57 +464,13 @@ async fn route(replica: &Arc<Replica>, mut request: Request) -> ApiResult<Respon
             }
         }
         Target::Create => place(replica, request, None).await,
-        Target::ModelRequest => {
+        Target::ModelRequest(api) => {
             // The body is read (bounded like every request) to find the
-            // containers it names; it is sent on whole.
+            // container it continues; it is sent on whole.
             let (parts, body) = request.into_parts();
             let bytes = read_body(replica, body).await?;
-            let ids = container_ids(&bytes, BODY_IDS);
-            let routed = Routed::of(&bytes);
-            let image = routed.image.clone();
-            // A session's container and a stored response's are the key's
-            // project's.
-            let project = if routed.session_id.is_some() || routed.previous_response_id.is_some() {
-                grant(replica, &parts.headers)
-                    .await?
-                    .map(|grant| grant.project)
-            } else {
-                None
-            };
-            let home = replica
-                .store
-                .run(move |s| {
-                    // In the order the node continues a container
-                    // (hosted::Reuse::pick): the session's, those the body
-                    // names, then the stored conversation's, newest first.
-                    let mut candidates = Vec::new();
-                    if let Some(project) = &project {
-                        if let Some(key) = crate::hosted::session_key(routed.session_id.as_deref())
-                        {
-                            candidates.extend(s.session_container(project, &key)?);
-                        }
-                    }
-                    candidates.extend(ids);
-                    if let (Some(project), Some(previous)) =
-                        (&project, &routed.previous_response_id)
-                    {
-                        if let Some(row) = s.response(project, previous)? {
-                            let mut stored = container_ids(row.conversation.as_bytes(), usize::MAX);
-                            stored.reverse();
-                            candidates.extend(stored);
-                        }
-                    }
-                    for id in &candidates {
-                        if let Some((node, ContainerStatus::Running | ContainerStatus::Suspended)) =
-                            s.container_node(id)?
-                        {
-                            if let Some(node) = s.node(&node)? {
-                                return Ok(Some(node));
-                            }
-                        }
-                    }
-                    Ok(None)
-                })
+            let image = Routed::of(&bytes).image;
+            let home = continued_node(replica, api, &parts.headers, &bytes)
                 .await?
                 .filter(|node| alive(node, now(), replica.lost_after()));
             let request = Request::from_parts(parts, Body::from(bytes.clone()));
@@ -544,6 +484,75 @@ async fn route(replica: &Arc<Replica>, mut request: Request) -> ApiResult<Respon
     }
 }
 
+/// The node of the container a model request continues: the container
+/// the node itself picks ([`Reuse::pick`] over the typed request, its
+/// stored conversation first), while it runs or sleeps. `None`: a new
+/// container (placed), or a body the node refuses (any node answers it).
+async fn continued_node(
+    replica: &Replica,
+    api: ModelApi,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> ApiResult<Option<NodeRow>> {
+    let routed = Routed::of(body);
+    let value = || serde_json::from_slice::<serde_json::Value>(body).ok();
+    // A session's container and a stored response's are the key's
+    // project's.
+    let project = if routed.session_id.is_some() || routed.previous_response_id.is_some() {
+        grant(replica, headers).await?.map(|grant| grant.project)
+    } else {
+        None
+    };
+    let reuse = match api {
+        ModelApi::Chat => None,
+        ModelApi::Messages => value()
+            .and_then(|value| shellgate_wire::messages::CreateMessage::read(&value).ok())
+            .and_then(|request| crate::messages::continued(&request)),
+        ModelApi::Responses => {
+            let Some(request) = value().and_then(|v| crate::responses::read_request(v).ok()) else {
+                return Ok(None);
+            };
+            let stored = match (&project, &request.previous_response_id) {
+                (Some(project), Some(previous)) => {
+                    let (project, previous) = (project.clone(), previous.clone());
+                    replica
+                        .store
+                        .run(move |s| s.response(&project, &previous))
+                        .await?
+                        .and_then(|row| crate::responses::stored_items(&row.conversation).ok())
+                        .unwrap_or_default()
+                }
+                _ => Vec::new(),
+            };
+            crate::responses::continued(&request, stored)
+        }
+    };
+    let container = match (reuse, project) {
+        (Some(Reuse::Session(key)), Some(project)) => {
+            match replica
+                .store
+                .run(move |s| s.session_container(&project, &key))
+                .await?
+            {
+                Some(id) => id,
+                None => return Ok(None),
+            }
+        }
+        (Some(reuse), _) => match reuse.container() {
+            Some(id) => id.to_owned(),
+            None => return Ok(None),
+        },
+        (None, _) => return Ok(None),
+    };
+    replica
+        .store
+        .run(move |s| match s.container_node(&container)? {
+            Some((node, ContainerStatus::Running | ContainerStatus::Suspended)) => s.node(&node),
+            _ => Ok(None),
+        })
+        .await
+}
+
 /// What a request for a container asks of the container itself.
 #[derive(Clone, Copy)]
 struct Asks {
@@ -554,10 +563,10 @@ struct Asks {
 }
 
 impl Asks {
-    fn of(request: &Request, id: &str) -> Self {
+    fn of(routes: &Routes, request: &Request, id: &str) -> Self {
         Self {
-            object: names_container(request, &axum::http::Method::GET, id),
-            deletion: names_container(request, &axum::http::Method::DELETE, id),
+            object: names_container(routes, request, &axum::http::Method::GET, id),
+            deletion: names_container(routes, request, &axum::http::Method::DELETE, id),
         }
     }
 }
@@ -881,7 +890,7 @@ async fn send(
 
 #[cfg(test)]
 mod tests {
-    use super::{forwarded_url, node_only, pool_idle_timeout, send, Replica};
+    use super::{forwarded_url, pool_idle_timeout, send, Replica};
     use crate::config::{Config, Secret};
     use crate::db::Db;
     use axum::body::Body;
@@ -903,6 +912,10 @@ mod tests {
                 "{secs} s: {kept:?}"
             );
         }
+    }
+
+    fn node_only(path: &str) -> bool {
+        super::Routes::new(&Config::default()).node_only(path)
     }
 
     #[test]

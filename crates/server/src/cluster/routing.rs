@@ -1,9 +1,12 @@
 //! Where an API replica sends a request: to the node of the container it
-//! names (by path, by E2B's `E2b-Sandbox-Id` header, by a port's host
-//! name, or inside a model request's body), to a node placement picks (a
-//! create), or to any live node (everything else: the store is shared).
+//! names (by path, read with the node's own URL grammar, by E2B's
+//! `E2b-Sandbox-Id` header, or by a port's host name) or a model request
+//! continues, to a node placement picks (a create), or to any live node
+//! (everything else: the store is shared).
 
 use axum::http::{HeaderMap, Method};
+
+use crate::route_grammar::{self, Grammar, NodeRoutes};
 
 /// What a request asks of the cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,58 +18,108 @@ pub(crate) enum Target {
     Response(String),
     /// It makes a new container (or E2B sandbox).
     Create,
-    /// A model request: the containers its body names say where it runs.
-    ModelRequest,
+    /// A model request of this API: the container it continues
+    /// (`sandboxes::reuse`, read from its typed body) says where it runs.
+    ModelRequest(ModelApi),
     /// Any node can answer it.
     Any,
 }
 
-/// The API prefixes a container path may come under: the API, OpenRouter's
-/// base, the web console's forward of the API and its own views, and
-/// E2B's second version (`/v2/sandboxes`: the SDK's create, list, connect).
-const PREFIXES: &[&str] = &["/console/api/v1", "/console/api", "/api/v1", "/v1", "/v2"];
-
-/// The model APIs, whose requests may name containers in their bodies.
-const MODEL_PATHS: &[&str] = &["/responses", "/messages", "/chat/completions"];
-
-/// Where `method path` with `headers` goes; `ports_base_domain` is the
-/// domain under which `{port}-{id}.{domain}` names a container's port.
-pub(crate) fn target(
-    method: &Method,
-    path: &str,
-    headers: &HeaderMap,
-    ports_base_domain: &str,
-) -> Target {
-    if let Some(id) = headers
-        .get("e2b-sandbox-id")
-        .and_then(|value| value.to_str().ok())
-        .filter(|id| !id.is_empty())
-    {
-        return Target::Container(id.to_owned());
-    }
-    if let Some(id) = port_host(headers, ports_base_domain) {
-        return Target::Container(id);
-    }
-    let rest = PREFIXES
-        .iter()
-        .find_map(|prefix| path.strip_prefix(prefix).filter(|r| r.starts_with('/')))
-        .unwrap_or(path);
-    let mut segments = rest.trim_start_matches('/').split('/');
-    let first = segments.next().unwrap_or_default();
-    let second = segments.next();
-    match (first, second) {
-        ("containers" | "sandboxes", Some(id)) if !id.is_empty() => Target::Container(segment(id)),
-        ("containers" | "sandboxes", None) if method == Method::POST => Target::Create,
-        ("responses", Some(id)) if !id.is_empty() => Target::Response(segment(id)),
-        _ if method == Method::POST && MODEL_PATHS.contains(&rest) => Target::ModelRequest,
-        _ => Target::Any,
-    }
+/// The model APIs whose requests may continue a container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ModelApi {
+    Responses,
+    Messages,
+    /// Chat Completions: it runs no hosted tool, so it continues none.
+    Chat,
 }
 
-/// A path segment as the node's router reads it into a path parameter:
-/// percent-decoded (`cntr%5Fa` is `cntr_a` there, so it is here too).
-fn segment(raw: &str) -> String {
-    String::from_utf8_lossy(&crate::canonical::decoded(raw.as_bytes())).into_owned()
+/// The model APIs' routes, by how their paths end.
+const MODEL_ROUTES: &[(&str, ModelApi)] = &[
+    (route_grammar::RESPONSES, ModelApi::Responses),
+    (route_grammar::MESSAGES, ModelApi::Messages),
+    (route_grammar::CHAT_COMPLETIONS, ModelApi::Chat),
+];
+
+/// The URL grammar a replica routes by: the node's router's own table
+/// (the tenants' API, the console's views and its forward of the API) and
+/// the node's own routes, read once when the replica starts.
+pub(crate) struct Routes {
+    grammar: Grammar,
+    node_only: NodeRoutes,
+}
+
+impl Routes {
+    pub(crate) fn new(config: &crate::config::Config) -> Self {
+        let api = crate::route_table(config, crate::Audience::Tenants).paths;
+        let console = crate::console::table().paths;
+        // The console's forward serves the API's `/v1` routes below it.
+        let forwarded: Vec<String> = api
+            .iter()
+            .filter_map(|path| path.strip_prefix("/v1/"))
+            .map(|rest| format!("{}/{rest}", crate::console::API_FORWARD))
+            .collect();
+        Self {
+            grammar: Grammar::new(api.iter().chain(&console).chain(&forwarded)),
+            node_only: NodeRoutes::new(&super::node::OPERATOR_ROUTES),
+        }
+    }
+
+    /// Whether `path`, in any spelling, reaches one of a node's own routes
+    /// (`/internal/...`, `/metrics`): a replica never forwards them (and a
+    /// node would not serve them to a forwarded request either).
+    pub(crate) fn node_only(&self, path: &str) -> bool {
+        self.node_only.reached_by(path)
+    }
+
+    /// Where `method path` with `headers` goes; `ports_base_domain` is the
+    /// domain under which `{port}-{id}.{domain}` names a container's port.
+    pub(crate) fn target(
+        &self,
+        method: &Method,
+        path: &str,
+        headers: &HeaderMap,
+        ports_base_domain: &str,
+    ) -> Target {
+        if let Some(id) = headers
+            .get("e2b-sandbox-id")
+            .and_then(|value| value.to_str().ok())
+            .filter(|id| !id.is_empty())
+        {
+            return Target::Container(id.to_owned());
+        }
+        if let Some(id) = port_host(headers, ports_base_domain) {
+            return Target::Container(id);
+        }
+        let Some((route, captures)) = self.grammar.route(path) else {
+            return Target::Any;
+        };
+        if let Some(id) = captures.container() {
+            return Target::Container(id.to_owned());
+        }
+        if let Some(id) = captures.response() {
+            return Target::Response(id.to_owned());
+        }
+        if method != Method::POST {
+            return Target::Any;
+        }
+        if self.grammar.holds_containers(route) {
+            return Target::Create;
+        }
+        MODEL_ROUTES
+            .iter()
+            .find(|(suffix, _)| route.path().ends_with(suffix))
+            .map_or(Target::Any, |(_, api)| Target::ModelRequest(*api))
+    }
+
+    /// The container whose object itself (the API's or E2B's, not the
+    /// console's view of it) `path` names.
+    pub(crate) fn container_object(&self, path: &str) -> Option<String> {
+        let (route, captures) = self.grammar.route(path)?;
+        (route.ends_with_container() && !route.path().starts_with("/console/"))
+            .then(|| captures.container().map(str::to_owned))
+            .flatten()
+    }
 }
 
 /// The container a port's host name names (`{port}-{id}.{domain}`).
@@ -81,35 +134,6 @@ fn port_host(headers: &HeaderMap, domain: &str) -> Option<String> {
     (port.parse::<u16>().is_ok() && !id.is_empty() && !id.contains('.')).then(|| id.to_owned())
 }
 
-/// The container ids a model request's body names (its `container`
-/// references, a shell call's container), at most `limit`, in order.
-pub(crate) fn container_ids(body: &[u8], limit: usize) -> Vec<String> {
-    const PREFIX: &[u8] = b"cntr_";
-    let mut ids: Vec<String> = Vec::new();
-    let mut at = 0;
-    while ids.len() < limit {
-        let Some(found) = body[at..]
-            .windows(PREFIX.len())
-            .position(|window| window == PREFIX)
-        else {
-            break;
-        };
-        let start = at + found;
-        let end = body[start + PREFIX.len()..]
-            .iter()
-            .position(|b| !(b.is_ascii_alphanumeric() || *b == b'_' || *b == b'-'))
-            .map_or(body.len(), |n| start + PREFIX.len() + n);
-        if end > start + PREFIX.len() {
-            let id = String::from_utf8_lossy(&body[start..end]).into_owned();
-            if !ids.contains(&id) {
-                ids.push(id);
-            }
-        }
-        at = end;
-    }
-    ids
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,6 +144,14 @@ mod tests {
             map.insert(*name, value.parse().unwrap());
         }
         map
+    }
+
+    fn routes() -> Routes {
+        Routes::new(&crate::config::Config::default())
+    }
+
+    fn target(method: &Method, path: &str, headers: &HeaderMap, domain: &str) -> Target {
+        routes().target(method, path, headers, domain)
     }
 
     #[test]
@@ -156,11 +188,20 @@ mod tests {
             ),
             (Method::GET, "/v2/sandboxes", Target::Any),
             (Method::GET, "/v1/containers", Target::Any),
-            (Method::POST, "/v1/responses", Target::ModelRequest),
+            (
+                Method::POST,
+                "/v1/responses",
+                Target::ModelRequest(ModelApi::Responses),
+            ),
+            (
+                Method::POST,
+                "/v1/messages",
+                Target::ModelRequest(ModelApi::Messages),
+            ),
             (
                 Method::POST,
                 "/api/v1/chat/completions",
-                Target::ModelRequest,
+                Target::ModelRequest(ModelApi::Chat),
             ),
             (Method::GET, "/v1/responses", Target::Any),
             (
@@ -206,10 +247,63 @@ mod tests {
     }
 
     #[test]
-    fn a_model_requests_containers_are_found_in_its_body() {
-        let body = br#"{"tools":[{"type":"shell","environment":{"type":"container_reference","container_id":"cntr_abc123"}}],"input":"cntr_abc123 and cntr_x9"}"#;
-        assert_eq!(container_ids(body, 8), vec!["cntr_abc123", "cntr_x9"]);
-        assert_eq!(container_ids(body, 1), vec!["cntr_abc123"]);
-        assert!(container_ids(b"cntr_ {}", 8).is_empty());
+    fn every_route_of_a_container_or_a_response_is_routed_to_it() {
+        let routes = routes();
+        let config = crate::config::Config::default();
+        let api = crate::route_table(&config, crate::Audience::Tenants).paths;
+        let console = crate::console::table().paths;
+        let mut containers = 0;
+        for path in api.iter().chain(&console) {
+            let concrete = path
+                .replace("{container_id}", "cntr_x")
+                .replace("{sandbox_id}", "cntr_x")
+                .replace("{response_id}", "resp_x")
+                .replace("{*path}", "a/b")
+                .replace("{*rest}", "a/b");
+            let concrete = concrete
+                .split('/')
+                .map(|segment| {
+                    if segment.starts_with('{') {
+                        "p"
+                    } else {
+                        segment
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("/");
+            let expected = if path.contains("{container_id}") || path.contains("{sandbox_id}") {
+                containers += 1;
+                Target::Container("cntr_x".into())
+            } else if path.contains("{response_id}") {
+                Target::Response("resp_x".into())
+            } else {
+                continue;
+            };
+            assert_eq!(
+                routes.target(&Method::GET, &concrete, &HeaderMap::new(), ""),
+                expected,
+                "{path}"
+            );
+        }
+        assert!(containers > 20, "{containers} container routes");
+        // The console's forward of the API too.
+        assert_eq!(
+            routes.target(
+                &Method::POST,
+                "/console/api/v1/containers/cntr_y/exec",
+                &HeaderMap::new(),
+                ""
+            ),
+            Target::Container("cntr_y".into())
+        );
+        assert_eq!(
+            routes.container_object("/v1/containers/cntr_z").as_deref(),
+            Some("cntr_z")
+        );
+        assert_eq!(routes.container_object("/v1/containers/cntr_z/exec"), None);
+        assert_eq!(
+            routes.container_object("/console/api/containers/cntr_z"),
+            None
+        );
     }
 }

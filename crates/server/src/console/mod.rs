@@ -28,6 +28,7 @@ use std::sync::Arc;
 use axum::routing::{any, delete, get, post};
 use axum::Router;
 
+use crate::route_table::RouteTable;
 use crate::state::AppState;
 
 /// What the console's handlers share: the server's state, and the API's
@@ -47,7 +48,20 @@ pub(crate) fn router(app: Arc<AppState>, api: Router) -> Router {
         app,
         api,
     });
-    Router::new()
+    table()
+        .router
+        .layer(axum::middleware::from_fn(headers::secure))
+        .with_state(console)
+}
+
+/// Where the console forwards the API (`/console/api/v1/...` is the
+/// API's `/v1/...`).
+pub(crate) const API_FORWARD: &str = "/console/api/v1";
+
+/// The console's routes, each path recorded (the URL grammar,
+/// `route_grammar`, reads them).
+pub(crate) fn table() -> RouteTable<Arc<Console>> {
+    RouteTable::new()
         .route("/console", get(assets::index))
         .route("/console/", get(assets::index))
         .route("/console/assets/{*path}", get(assets::file))
@@ -83,8 +97,6 @@ pub(crate) fn router(app: Arc<AppState>, api: Router) -> Router {
             "/console/api/operator/keys/{key_id}",
             delete(operator::revoke_key),
         )
-        .route("/console/api/v1/{*rest}", any(forward::forward))
+        .route(&format!("{API_FORWARD}/{{*rest}}"), any(forward::forward))
         .route("/console/api/{*rest}", any(views::unknown))
-        .layer(axum::middleware::from_fn(headers::secure))
-        .with_state(console)
 }
