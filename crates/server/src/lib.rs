@@ -34,7 +34,6 @@ mod guardrails;
 #[cfg(test)]
 mod handler_tests;
 mod host;
-mod hosted;
 mod http;
 mod lease;
 mod lifecycle;

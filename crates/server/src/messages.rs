@@ -64,8 +64,8 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::StreamExt;
 
 use crate::error::ApiError;
-use crate::hosted::HostedShell;
 use crate::http::{ApiJson, Project};
+use crate::sandboxes::hosted::HostedShell;
 use crate::state::AppState;
 
 /// An error in Anthropic's envelope, with the status the SDK maps to its
@@ -523,7 +523,7 @@ async fn prepare(
             .await?;
     let id = new_id("msg_");
     let reuse = crate::sandboxes::reuse::Reuse::pick(&tools, body.session_id.as_deref(), &items);
-    let hosted = crate::hosted::prepare(state, &project.0, &tools, reuse, &id).await?;
+    let hosted = crate::sandboxes::hosted::prepare(state, &project.0, &tools, reuse, &id).await?;
     Ok(Prepared {
         id,
         model: model.clone(),

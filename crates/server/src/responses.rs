@@ -506,7 +506,7 @@ struct Prepared {
     previous: Option<String>,
     store: bool,
     upstream: Arc<dyn shellgate_model::upstream::Upstream>,
-    sandbox: Option<Arc<crate::hosted::HostedShell>>,
+    sandbox: Option<Arc<crate::sandboxes::hosted::HostedShell>>,
     /// What of the request the upstream is not sent, as the client named
     /// it (reported: header, metadata, log).
     uncarried: Vec<String>,
@@ -831,7 +831,8 @@ async fn prepare(
         state.db(move |s| s.set_response_node(&id, &node)).await?;
     }
     let reuse = crate::sandboxes::reuse::Reuse::pick(&tools, body.session_id.as_deref(), &items);
-    let hosted = crate::hosted::prepare(state, &project.0, &tools, reuse, &response_id).await?;
+    let hosted =
+        crate::sandboxes::hosted::prepare(state, &project.0, &tools, reuse, &response_id).await?;
     let (sandbox, environment_description) = (hosted.sandbox, hosted.description);
     // Attached files go into the container's /mnt/data (which is then made
     // now, not at the first command); the model reads where they are.

@@ -10,6 +10,7 @@ pub(crate) mod containers;
 pub(crate) mod exec;
 pub(crate) mod files;
 pub(crate) mod fs;
+pub(crate) mod hosted;
 pub(crate) mod interpreting;
 pub(crate) mod processes;
 pub mod reuse;
