@@ -1360,7 +1360,7 @@ mod tests {
         assert_eq!(turn.carry.output_format, Some(OutputFormat::JsonObject));
         assert_eq!(turn.carry.stop, ["END"]);
         // Left out, and said so.
-        let response = crate::router(Arc::clone(&harness.state))
+        let response = crate::routes::router(Arc::clone(&harness.state))
             .oneshot_post(
                 json!({"model": "m", "seed": 3, "messages": [{"role": "user", "content": "hi"}],
                                  "tools": [{"type": "web_search"}]}),

@@ -180,7 +180,7 @@ pub(crate) fn state_with(
 
 /// The real router over [`state`].
 pub fn router() -> Result<Router, crate::error::ServeError> {
-    Ok(crate::router(state()?))
+    Ok(crate::routes::router(state()?))
 }
 
 /// Inputs to start from: a body for each route [`check_request`] picks.

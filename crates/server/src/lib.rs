@@ -50,6 +50,7 @@ mod processes;
 mod responses;
 mod route_grammar;
 mod route_table;
+mod routes;
 mod running;
 mod sandboxes;
 mod skills;
@@ -66,9 +67,6 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use axum::extract::DefaultBodyLimit;
-use axum::routing::{any, delete, get, post};
-use axum::Router;
 use shellgate_sandbox_api::image::SharedBuildStatus;
 use shellgate_sandbox_api::SandboxBackend;
 
@@ -84,7 +82,8 @@ use shellgate_store::Store;
 pub use state::AppState;
 pub use time::now;
 
-use route_table::RouteTable;
+pub use routes::router;
+use routes::{router_for, Audience};
 
 pub use auth::new_api_key;
 
@@ -343,239 +342,6 @@ fn upstream_router(config: &Config) -> Result<shellgate_model::upstream::Router,
         );
     }
     Ok(router)
-}
-
-/// The HTTP routes, behind the layer that sends a request for a
-/// container's port by host name (`{port}-{id}.{ports_base_domain}`) to
-/// that port instead (see `ports`).
-pub fn router(state: Arc<AppState>) -> Router {
-    router_for(state, Audience::Everyone)
-}
-
-/// Whom a router serves: a server's own clients (a single box's), with
-/// every route; or the tenants whose requests a cluster's replicas forward
-/// to a node, without what only the node's operator may read (`/metrics`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Audience {
-    Everyone,
-    Tenants,
-}
-
-fn router_for(state: Arc<AppState>, audience: Audience) -> Router {
-    let api = served_routes_for(Arc::clone(&state), audience).router;
-    let sandbox_routers = Arc::new(e2b::SandboxRouters::new(&state));
-    // The web console under /console (its own auth: a session cookie),
-    // forwarding its API calls to the same router.
-    console::router(Arc::clone(&state), api.clone())
-        .fallback_service(api)
-        .layer(axum::middleware::from_fn_with_state(
-            sandbox_routers,
-            e2b::by_header,
-        ))
-        .layer(axum::middleware::from_fn_with_state(state, ports::by_host))
-}
-
-/// The router and the path of every route it serves, recorded as the
-/// routes are added (the OpenAPI test checks the document against them).
-pub(crate) struct ServedRoutes {
-    pub(crate) router: Router,
-    // Read by the OpenAPI test only.
-    #[cfg_attr(not(test), allow(dead_code))]
-    pub(crate) paths: Vec<String>,
-}
-
-/// Where every `/v1` route is served again (OpenRouter's base URL is
-/// `https://openrouter.ai/api/v1`). The OpenAPI document lists the `/v1`
-/// paths once and names this prefix as a second server.
-pub(crate) const OPENROUTER_PREFIX: &str = "/api/v1";
-
-#[cfg(test)]
-fn served_routes(state: Arc<AppState>) -> ServedRoutes {
-    served_routes_for(state, Audience::Everyone)
-}
-
-fn served_routes_for(state: Arc<AppState>, audience: Audience) -> ServedRoutes {
-    let table = route_table(&state.config, audience);
-    ServedRoutes {
-        router: table
-            .router
-            .fallback(ops::not_found)
-            .method_not_allowed_fallback(ops::method_not_allowed)
-            .layer(DefaultBodyLimit::max(state.config.max_request_bytes))
-            .with_state(state),
-        paths: table.paths,
-    }
-}
-
-/// The router's table: every route, its path recorded (the grammar a
-/// cluster's replica reads paths with, `route_grammar`).
-pub(crate) fn route_table(config: &config::Config, audience: Audience) -> RouteTable {
-    let uploads = DefaultBodyLimit::max(config.max_upload_bytes.saturating_add(64 * 1024));
-    let api = RouteTable::new()
-        .route(
-            "/containers",
-            post(containers::create).get(containers::list),
-        )
-        .route(
-            "/containers/{container_id}",
-            get(containers::retrieve).delete(containers::delete),
-        )
-        .route("/containers/{container_id}/exec", post(containers::exec))
-        .route(
-            "/containers/{container_id}/processes",
-            post(processes::create).get(processes::list),
-        )
-        .route(
-            "/containers/{container_id}/processes/{process_id}",
-            get(processes::retrieve).delete(processes::kill),
-        )
-        .route(
-            "/containers/{container_id}/processes/{process_id}/output",
-            get(processes::output),
-        )
-        .route(
-            "/containers/{container_id}/processes/{process_id}/stdin",
-            post(processes::stdin),
-        )
-        .route(
-            "/containers/{container_id}/processes/{process_id}/signal",
-            post(processes::signal),
-        )
-        .route(
-            "/containers/{container_id}/processes/{process_id}/resize",
-            post(processes::resize),
-        )
-        .route(
-            "/containers/{container_id}/processes/{process_id}/ws",
-            get(processes::socket),
-        )
-        .route(
-            "/containers/{container_id}/commands",
-            get(containers::commands),
-        )
-        .route(
-            "/containers/{container_id}/egress",
-            get(container_egress::list),
-        )
-        .route(
-            "/containers/{container_id}/secrets",
-            post(container_egress::supply),
-        )
-        // A container's exposed ports, proxied (any method; the prefix is
-        // stripped). The bare path and `.../{port}/` are the port's `/`.
-        .route(
-            "/containers/{container_id}/ports/{port}",
-            any(ports::by_path_root),
-        )
-        .route(
-            "/containers/{container_id}/ports/{port}/",
-            any(ports::by_path_root),
-        )
-        .route(
-            "/containers/{container_id}/ports/{port}/{*rest}",
-            any(ports::by_path),
-        )
-        .route("/images", get(containers::images))
-        .route(
-            "/skills",
-            post(skills::create).get(skills::list).layer(uploads),
-        )
-        .route(
-            "/skills/{skill_id}",
-            get(skills::retrieve)
-                .post(skills::update)
-                .delete(skills::delete),
-        )
-        .route("/skills/{skill_id}/content", get(skills::content))
-        .route(
-            "/skills/{skill_id}/versions",
-            post(skills::create_version)
-                .get(skills::list_versions)
-                .layer(uploads),
-        )
-        .route(
-            "/skills/{skill_id}/versions/{version}",
-            get(skills::retrieve_version).delete(skills::delete_version),
-        )
-        .route(
-            "/skills/{skill_id}/versions/{version}/content",
-            get(skills::version_content),
-        )
-        .route(
-            "/containers/{container_id}/files",
-            post(containers::upload_file)
-                .get(containers::list_files)
-                .layer(uploads),
-        )
-        .route(
-            "/containers/{container_id}/files/{file_id}",
-            get(containers::retrieve_file).delete(containers::delete_file),
-        )
-        .route(
-            "/containers/{container_id}/files/{file_id}/promote",
-            post(containers::promote_file),
-        )
-        .route(
-            "/containers/{container_id}/files/{file_id}/content",
-            get(containers::file_content),
-        )
-        // Files by path: `fs.rs`.
-        .route(
-            "/containers/{container_id}/fs/content",
-            get(fs::read).put(fs::write),
-        )
-        .route("/containers/{container_id}/fs/stat", get(fs::stat))
-        .route("/containers/{container_id}/fs/list", get(fs::list))
-        .route("/containers/{container_id}/fs/mkdir", post(fs::mkdir))
-        .route("/containers/{container_id}/fs/move", post(fs::rename))
-        .route("/containers/{container_id}/fs", delete(fs::remove))
-        .route(
-            "/containers/{container_id}/fs/archive",
-            get(fs::export).post(fs::import),
-        )
-        .route(
-            "/files",
-            post(files::upload).get(files::list).layer(uploads),
-        )
-        .route(
-            "/files/{file_id}",
-            get(files::retrieve).delete(files::delete),
-        )
-        .route("/files/{file_id}/content", get(files::content))
-        .route("/usage", get(ops::usage))
-        .route(route_grammar::RESPONSES, post(responses::create))
-        .route(route_grammar::CHAT_COMPLETIONS, post(chat::create))
-        .route("/models", get(models::list_models))
-        .route("/models/{model}", get(models::retrieve_model))
-        // Anthropic's Messages API; the second path serves Anthropic SDKs
-        // given a base URL that ends in /v1, as OpenAI SDKs are.
-        .route(route_grammar::MESSAGES, post(messages::create))
-        .route("/v1/messages", post(messages::create))
-        .route("/messages/count_tokens", post(messages::count_tokens))
-        .route("/v1/messages/count_tokens", post(messages::count_tokens))
-        .route(
-            "/responses/{response_id}",
-            get(responses::retrieve).delete(responses::delete),
-        )
-        .route("/responses/{response_id}/cancel", post(responses::cancel))
-        .route(
-            "/responses/{response_id}/input_items",
-            get(responses::input_items),
-        );
-    // OpenRouter's base URL ends in /api/v1: the same API answers there
-    // too, so a client configured for OpenRouter needs only the host.
-    let table = RouteTable::new()
-        .nest("/v1", api.clone())
-        .nest(OPENROUTER_PREFIX, api)
-        .route("/healthz", get(ops::healthz))
-        .route("/livez", get(ops::livez))
-        .route("/openapi.json", get(openapi::serve));
-    let table = match audience {
-        Audience::Everyone => table.route("/metrics", get(ops::metrics)),
-        Audience::Tenants => table,
-    };
-    // E2B's control plane answers at the root, as E2B's API does.
-    e2b::control::routes(table)
 }
 
 /// Takes the address to listen on. `serve` binds first, before it opens

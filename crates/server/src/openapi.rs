@@ -1566,7 +1566,7 @@ mod tests {
     /// probed with every method (a method it does not serve is a 405 from
     /// the router itself, before any handler or authentication).
     async fn served() -> BTreeSet<(String, String)> {
-        let routes = crate::served_routes(crate::fuzzing::state().unwrap());
+        let routes = crate::routes::served_routes(crate::fuzzing::state().unwrap());
         let mut served = BTreeSet::new();
         for path in &routes.paths {
             let concrete: Vec<&str> = path
@@ -1631,11 +1631,11 @@ mod tests {
         // them once, with a second server): each must be served both ways.
         let (aliases, served): (BTreeSet<_>, BTreeSet<_>) = served
             .into_iter()
-            .partition(|(_, path)| path.starts_with(crate::OPENROUTER_PREFIX));
+            .partition(|(_, path)| path.starts_with(crate::routes::OPENROUTER_PREFIX));
         let unaliased: BTreeSet<_> = aliases
             .iter()
             .map(|(method, path)| {
-                let rest = &path[crate::OPENROUTER_PREFIX.len()..];
+                let rest = &path[crate::routes::OPENROUTER_PREFIX.len()..];
                 (method.clone(), format!("/v1{rest}"))
             })
             .collect();

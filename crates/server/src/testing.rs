@@ -403,7 +403,7 @@ impl Harness {
 
     /// Sends one request through the real router.
     pub async fn send(&self, request: Request<Body>) -> Answer {
-        let response = crate::router(Arc::clone(&self.state))
+        let response = crate::routes::router(Arc::clone(&self.state))
             .oneshot(request)
             .await
             .unwrap();

@@ -51,7 +51,7 @@ pub(crate) struct Routes {
 
 impl Routes {
     pub(crate) fn new(config: &crate::config::Config) -> Self {
-        let api = crate::route_table(config, crate::Audience::Tenants).paths;
+        let api = crate::routes::route_table(config, crate::routes::Audience::Tenants).paths;
         let console = crate::console::table().paths;
         // The console's forward serves the API's `/v1` routes below it.
         let forwarded: Vec<String> = api
@@ -250,7 +250,7 @@ mod tests {
     fn every_route_of_a_container_or_a_response_is_routed_to_it() {
         let routes = routes();
         let config = crate::config::Config::default();
-        let api = crate::route_table(&config, crate::Audience::Tenants).paths;
+        let api = crate::routes::route_table(&config, crate::routes::Audience::Tenants).paths;
         let console = crate::console::table().paths;
         let mut containers = 0;
         for path in api.iter().chain(&console) {
