@@ -19,6 +19,7 @@ pub mod run;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod tools;
+pub mod turn;
 pub mod upstream;
 
 pub use error::RequestError;

@@ -14,7 +14,7 @@
 
 use shellgate_wire::responses::{Reasoning as ReasoningItem, ReasoningText};
 
-use crate::upstream::{Reasoning, Sealed};
+use crate::turn::{Reasoning, Sealed};
 
 /// The prefix of an Anthropic `thinking` block's signature.
 const SIGNATURE: &str = "anthropic-signature:";

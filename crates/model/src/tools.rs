@@ -19,9 +19,7 @@ use crate::error::RequestError;
 use shellgate_wire::messages;
 use shellgate_wire::responses as wire;
 
-use crate::upstream::{
-    Carry, CustomFormat, NativeItem, Protocol, ToolChoice, ToolNamespace, ToolSpec,
-};
+use crate::turn::{Carry, CustomFormat, NativeItem, Protocol, ToolChoice, ToolNamespace, ToolSpec};
 
 /// Name of the hosted (and `local`) shell as a function tool.
 pub const SHELL: &str = "shell";

@@ -5,9 +5,16 @@
 //! that starts at `crate::`, `super::`, `self::` or one of its own child
 //! modules is an edge from that file to the file of the module it names (the
 //! longest prefix that is a module). A circle among those edges means two
-//! rooms reach into each other, so neither can be read or changed alone. A
-//! failure names the files of the circle with the line of each import, or the
-//! crate and the dependency that runs upward. Rerun with
+//! rooms reach into each other, so neither can be read or changed alone.
+//! Circles are looked for in two views of the edges: with a module's uses of
+//! the modules above it (a child standing on its parent, `super::X`), and
+//! with a module's uses of the modules below it (a parent wiring its
+//! children, `child::X`). A parent and its children using each other is the
+//! module tree itself, so neither view holds both directions; a circle that
+//! leaves the subtree (a child of one folder taking a name from another
+//! folder's parent, which reaches back through its own children) shows in
+//! one of them. A failure names the files of the circle with the line of
+//! each import, or the crate and the dependency that runs upward. Rerun with
 //! `cargo test -p shellgate --test architecture`.
 // Test code: a failed unwrap is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -147,7 +154,8 @@ fn the_checker_sees_a_circle_through_nested_and_bare_paths() {
         "state.rs",
         "use crate::{engine::{pools::Pool, Engine}};\nconst S: &str = \"crate::Thing\";\n",
     );
-    // A module using its own children is no edge; a child reaching the root is.
+    // A module using its own children closes no circle with their uses of
+    // it; a child reaching the root is a root import.
     write(
         "engine/mod.rs",
         "mod pools;\npub struct Engine(pools::Pool, crate::Thing);\n",
@@ -178,11 +186,78 @@ fn the_checker_sees_a_circle_through_nested_and_bare_paths() {
     );
 }
 
+#[test]
+fn the_checker_sees_a_circle_through_a_parents_use_of_its_children() {
+    // A name the helper takes from the engine's parent module, which reaches
+    // the helper back through its child: the circle passes through two
+    // parents' uses of their own children.
+    let files = |init: &'static str| -> [(&'static str, &'static str); 7] {
+        [
+            ("lib.rs", "mod engine;\nmod helper;\nmod launcher;\nmod user;\n"),
+            ("user.rs", "pub const USER: &str = \"user\";\n"),
+            (
+                "engine/mod.rs",
+                "mod container;\npub use crate::user::USER;\npub struct Engine(container::Running);\n",
+            ),
+            (
+                "engine/container.rs",
+                "use super::Engine;\nuse crate::launcher::Helper;\npub struct Running;\n",
+            ),
+            ("launcher.rs", "use crate::helper::ARG;\npub struct Helper;\n"),
+            ("helper/mod.rs", "mod init;\npub const ARG: &str = init::NAME;\n"),
+            ("helper/init.rs", init),
+        ]
+    };
+    let tangled = graph_of("through-parent", &files("use crate::engine::USER;\n"));
+    let circles = tangled.circles();
+    assert_eq!(circles.len(), 1, "{circles:?}");
+    assert!(
+        circles[0].contains("helper/init.rs:1 imports engine/mod.rs"),
+        "{}",
+        circles[0]
+    );
+    assert!(
+        circles[0].contains("helper/mod.rs:2 imports helper/init.rs"),
+        "{}",
+        circles[0]
+    );
+    // The engine's parent and its child using each other is the module tree.
+    let untangled = graph_of("through-parent-fixed", &files("use crate::user::USER;\n"));
+    assert_eq!(untangled.circles(), Vec::<String>::new());
+}
+
+/// The graph of a crate made of `files` (path under `src/`, text) in a
+/// scratch directory.
+fn graph_of(name: &str, files: &[(&str, &str)]) -> Graph {
+    let dir =
+        std::env::temp_dir().join(format!("architecture-check-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    for (path, text) in files {
+        let path = dir.join(path);
+        std::fs::create_dir_all(path.parent().expect("a file has a folder")).expect("temp dir");
+        std::fs::write(path, text).expect("write");
+    }
+    let graph = Graph::of(&dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    graph
+}
+
+/// Which of a module's uses of its own ancestors and descendants a view of
+/// the graph holds (uses of every other module are in both).
+#[derive(Clone, Copy)]
+enum View {
+    /// A module's uses of the modules above it: `super::X`, `crate::a::X` in `a/b.rs`.
+    UpTheTree,
+    /// A module's uses of the modules below it: `child::X` in the parent.
+    DownTheTree,
+}
+
 /// A crate's files and the imports among them.
 struct Graph {
     /// Module path (`["engine", "pools"]`) → the file that holds it, relative to `src/`.
     modules: BTreeMap<Vec<String>, String>,
-    /// File → (file it imports → the first line that does).
+    /// File → (file it imports → the first line that does), its own
+    /// ancestors and descendants included (each view drops one direction).
     edges: BTreeMap<String, BTreeMap<String, usize>>,
 }
 
@@ -208,10 +283,7 @@ impl Graph {
             }));
             for (line, target) in imports(&text, &own, &modules) {
                 if let Some(to) = resolve(&target, &modules) {
-                    // A module using what it contains is the module tree,
-                    // not an import that ties two rooms together.
-                    let owned = module_path(to).starts_with(&own);
-                    if !owned {
+                    if to != file {
                         edges
                             .entry(file.clone())
                             .or_default()
@@ -237,9 +309,44 @@ impl Graph {
         }
     }
 
-    /// Each strongly connected set of more than one file, shown as one
-    /// circle through it with the line of each import.
+    /// Each strongly connected set of more than one file in either view
+    /// (see the crate doc), shown as one circle through it with the line of
+    /// each import; a set that shares a file with one already shown is the
+    /// same tangle seen from the other view, and is not shown again.
     fn circles(&self) -> Vec<String> {
+        let mut shown: Vec<BTreeSet<String>> = Vec::new();
+        let mut found = Vec::new();
+        for view in [View::UpTheTree, View::DownTheTree] {
+            for (component, circle) in self.view(view).circles_among_edges() {
+                if shown.iter().all(|other| other.is_disjoint(&component)) {
+                    shown.push(component);
+                    found.push(circle);
+                }
+            }
+        }
+        found
+    }
+
+    /// The graph without the edges the other view holds.
+    fn view(&self, view: View) -> Graph {
+        let mut edges = self.edges.clone();
+        for (from, targets) in &mut edges {
+            let from = module_path(from);
+            targets.retain(|to, _| {
+                let to = module_path(to);
+                match view {
+                    View::UpTheTree => !to.starts_with(&from),
+                    View::DownTheTree => !from.starts_with(&to),
+                }
+            });
+        }
+        Graph {
+            modules: self.modules.clone(),
+            edges,
+        }
+    }
+
+    fn circles_among_edges(&self) -> Vec<(BTreeSet<String>, String)> {
         let nodes: Vec<&String> = self.modules.values().collect();
         let mut seen = BTreeSet::new();
         let mut found = Vec::new();
@@ -254,7 +361,8 @@ impl Graph {
                 .collect();
             seen.extend(component.iter().cloned());
             if component.len() > 1 {
-                found.push(self.describe(start, &component));
+                let circle = self.describe(start, &component);
+                found.push((component, circle));
             }
         }
         found

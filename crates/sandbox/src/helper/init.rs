@@ -35,8 +35,8 @@ mod process;
 use super::network::{self, ProxySockets};
 use super::{mounts, report, report_with_fds, seccomp};
 use crate::backend::WORKDIR;
-use crate::engine::SANDBOX_USER;
 use crate::protocol::{HelperSpec, Report, Request, Status, MAX_MESSAGE};
+use crate::sandbox_user::SANDBOX_USER;
 use crate::sys;
 use shellgate_sandbox_api::setup_error::{SetupError, SetupResult, SetupStep, StepContext};
 
