@@ -1,5 +1,7 @@
-//! The command path: one command sent to init, its output read as it comes,
-//! its end (exit, timeout, deadline) and the limits it ran into reported.
+//! The command path: one command sent to init, its output read as it comes
+//! (by the engine's one output pump, `super::pump`, into the command's
+//! result and deltas), its end (exit, timeout, deadline) and the limits it
+//! ran into reported.
 //!
 //! Whatever happens to the caller, a started command never outlives its
 //! timeout: if the future running it is dropped (a caller gave up), a guard
@@ -17,12 +19,11 @@
 
 use std::time::Duration;
 
-use shellgate_egress::secrets::MaskStream;
-use tokio::io::AsyncReadExt;
 use tokio::net::unix::pipe;
 use tokio::time::Instant;
 
 use super::container::{Container, Running};
+use super::pump::{masked, Pump, Pumped, Sink, Source};
 use super::unread::{DrainRate, COMMAND_BURST};
 use super::{lock, LocalEngine};
 use crate::backend::{CommandResult, DeltaSink, Outcome, OutputDelta, RunRequest, StreamKind};
@@ -48,16 +49,67 @@ impl Drop for KillOnDrop<'_> {
     }
 }
 
-/// The most one read of a command's pipe takes.
-const READ_BYTES: usize = 64 * 1024;
+/// A command's output goes to its result (a head and a tail of each
+/// stream) and, when the caller streams, out as deltas.
+struct CommandSink<'a> {
+    /// stdout, stderr.
+    captured: [CappedOutput; 2],
+    encoders: [DeltaEncoder; 2],
+    /// The command's index in its request, and where its deltas go.
+    deltas: Option<(usize, &'a DeltaSink)>,
+    exit_status: Option<i32>,
+    spawn_error: Option<i32>,
+    reclaimed: i32,
+    guard: KillOnDrop<'a>,
+}
 
-/// Reads at most `limit` bytes into `buf`'s spare capacity.
-async fn read_at_most(
-    pipe: &mut pipe::Receiver,
-    buf: &mut Vec<u8>,
-    limit: usize,
-) -> std::io::Result<usize> {
-    pipe.take(limit as u64).read_buf(buf).await
+impl Sink for CommandSink<'_> {
+    fn room(&self) -> Option<usize> {
+        None
+    }
+
+    async fn demand(&self) {
+        std::future::pending().await
+    }
+
+    fn output(&mut self, stream: usize, bytes: &[u8]) {
+        self.captured[stream].push(bytes);
+        if let Some((command, sink)) = self.deltas {
+            let text = self.encoders[stream].push(bytes);
+            if !text.is_empty() {
+                let _ = sink.send(OutputDelta {
+                    command,
+                    stream: if stream == 0 {
+                        StreamKind::Stdout
+                    } else {
+                        StreamKind::Stderr
+                    },
+                    text,
+                });
+            }
+        }
+    }
+
+    fn status(&mut self, status: Status) {
+        match status {
+            Status::Exited(status) => {
+                self.exit_status = Some(status);
+                self.guard.ended = true;
+            }
+            Status::SpawnFailed(errno) => self.spawn_error = Some(errno),
+            Status::Reclaimed(count) => self.reclaimed = count,
+            // Only processes announce their pid.
+            Status::Spawned(_) => {}
+        }
+    }
+
+    async fn kill(&mut self) {
+        let _ = self
+            .guard
+            .running
+            .send(&Request::KillCommand { id: self.guard.id }, &[])
+            .await;
+    }
 }
 
 fn note(text: &str) -> String {
@@ -133,28 +185,14 @@ impl LocalEngine {
         max_output_length: usize,
         deltas: Option<(usize, &DeltaSink)>,
     ) -> Result<CommandResult, SandboxError> {
-        let mut out_deltas = DeltaEncoder::new(max_output_length);
-        let mut err_deltas = DeltaEncoder::new(max_output_length);
-        let emit = |encoder: &mut DeltaEncoder, stream: StreamKind, bytes: &[u8]| {
-            if let Some((command, sink)) = deltas {
-                let text = encoder.push(bytes);
-                if !text.is_empty() {
-                    let _ = sink.send(OutputDelta {
-                        command,
-                        stream,
-                        text,
-                    });
-                }
-            }
-        };
         // A secret's value never reaches the container, but a server may
         // echo it back and a command may assemble it: each stream of the
         // command goes through one mask stream before anything (the
         // capture, its head/tail cut, the deltas) sees it, so a value
         // split across reads, deltas or the cut is still masked whole.
-        let (mut out_mask, mut err_mask) = match container.masker() {
-            Some(masker) => (Some(masker.stream()), Some(masker.stream())),
-            None => (None, None),
+        let masks = match container.masker() {
+            Some(masker) => [Some(masker.stream()), Some(masker.stream())],
+            None => [None, None],
         };
 
         let pids_max = container.spec.pids_max;
@@ -195,130 +233,55 @@ impl LocalEngine {
             .await?;
         drop((stdout_write, stderr_write, status_write));
 
-        let mut stdout =
-            pipe::Receiver::from_owned_fd(stdout_read).context(|| "stdout pipe".into())?;
-        let mut stderr =
-            pipe::Receiver::from_owned_fd(stderr_read).context(|| "stderr pipe".into())?;
-        let mut status =
-            pipe::Receiver::from_owned_fd(status_read).context(|| "status pipe".into())?;
-        // Declared after the pipes, so dropped before them.
-        let mut guard = KillOnDrop {
-            running,
-            id,
-            ended: false,
-        };
-        let mut out = CappedOutput::new(max_output_length);
-        let mut err = CappedOutput::new(max_output_length);
-        // Read into spare capacity (never zeroed): most commands print
-        // nothing, and zeroing 128 KiB per command showed in profiles.
-        let (mut out_buf, mut err_buf) = (
-            Vec::<u8>::with_capacity(READ_BYTES),
-            Vec::<u8>::with_capacity(READ_BYTES),
-        );
-        let mut status_bytes = Vec::with_capacity(Status::SIZE * 4);
-        let mut status_buf = [0u8; Status::SIZE * 4];
-        let (mut out_open, mut err_open, mut status_open) = (true, true, true);
-        let mut exit_status = None;
-        let mut spawn_error = None;
-        let mut reclaimed = 0;
-        let mut timed_out = false;
+        let stdout = pipe::Receiver::from_owned_fd(stdout_read).context(|| "stdout pipe".into())?;
+        let stderr = pipe::Receiver::from_owned_fd(stderr_read).context(|| "stderr pipe".into())?;
+        let status = pipe::Receiver::from_owned_fd(status_read).context(|| "status pipe".into())?;
         let started = Instant::now();
-        let far = Instant::now() + Duration::from_secs(86_400 * 365);
-        let deadline = Instant::now() + timeout;
-        // Set once the command ended (or was killed): how long pipes held
-        // by leftover background processes may keep us.
-        let mut stop_reading_at = far;
-
-        // Two timers for the whole command, reset rather than made anew on
-        // every wake-up.
-        let deadline_sleep = tokio::time::sleep_until(deadline);
-        tokio::pin!(deadline_sleep);
-        let stop_sleep = tokio::time::sleep_until(stop_reading_at);
-        tokio::pin!(stop_sleep);
-        // Past its first COMMAND_BURST bytes, a command's output is read at
-        // the unread rate: its result keeps a head and a tail and its
-        // deltas are spent long before, so the rest would only be thrown
-        // away on the server's CPU (see `unread`). Once it ended, what its
-        // pipes still hold is read at once.
-        let mut unread = DrainRate::new(
-            self.inner.config.unread_output_rate,
-            COMMAND_BURST,
-            Instant::now(),
-        );
-        while out_open || err_open || status_open {
-            let allowed = if status_open {
-                unread.allowance(Instant::now()).min(READ_BYTES)
-            } else {
-                READ_BYTES
-            };
-            let paused = allowed == 0;
-            let resume_at = unread.ready_at();
-            tokio::select! {
-                read = read_at_most(&mut stdout, &mut out_buf, allowed), if out_open && !paused => match read {
-                    Ok(n) if n > 0 => {
-                        unread.spend(n);
-                        let bytes = masked(&mut out_mask, &out_buf, false);
-                        out.push(&bytes);
-                        emit(&mut out_deltas, StreamKind::Stdout, &bytes);
-                        drop(bytes);
-                        out_buf.clear();
-                    }
-                    _ => out_open = false,
-                },
-                read = read_at_most(&mut stderr, &mut err_buf, allowed), if err_open && !paused => match read {
-                    Ok(n) if n > 0 => {
-                        unread.spend(n);
-                        let bytes = masked(&mut err_mask, &err_buf, false);
-                        err.push(&bytes);
-                        emit(&mut err_deltas, StreamKind::Stderr, &bytes);
-                        drop(bytes);
-                        err_buf.clear();
-                    }
-                    _ => err_open = false,
-                },
-                read = status.read(&mut status_buf), if status_open => match read {
-                    Ok(n) if n > 0 => {
-                        status_bytes.extend_from_slice(&status_buf[..n]);
-                        while status_bytes.len() >= Status::SIZE {
-                            let record: [u8; Status::SIZE] = status_bytes[..Status::SIZE].try_into().unwrap_or_default();
-                            status_bytes.drain(..Status::SIZE);
-                            match Status::decode(record) {
-                                Some(Status::Exited(s)) => {
-                                    exit_status = Some(s);
-                                    guard.ended = true;
-                                }
-                                Some(Status::SpawnFailed(e)) => spawn_error = Some(e),
-                                Some(Status::Reclaimed(n)) => reclaimed = n,
-                                // Only processes announce their pid.
-                                Some(Status::Spawned(_)) | None => {}
-                            }
-                        }
-                    }
-                    _ => {
-                        status_open = false;
-                        stop_reading_at = Instant::now() + self.inner.config.drain_grace;
-                        stop_sleep.as_mut().reset(stop_reading_at);
-                    }
-                },
-                () = tokio::time::sleep_until(resume_at), if paused => {}
-                () = &mut deadline_sleep, if !timed_out && status_open => {
-                    timed_out = true;
-                    let _ = running.send(&Request::KillCommand { id }, &[]).await;
-                    // If init never reports the exit (it died), give up after a while.
-                    stop_reading_at = Instant::now() + Duration::from_secs(5);
-                    stop_sleep.as_mut().reset(stop_reading_at);
-                },
-                () = &mut stop_sleep => break,
-            }
-        }
-        guard.ended = true;
-        // The tails the mask streams held back.
-        let tail = masked(&mut out_mask, &[], true);
-        out.push(&tail);
-        emit(&mut out_deltas, StreamKind::Stdout, &tail);
-        let tail = masked(&mut err_mask, &[], true);
-        err.push(&tail);
-        emit(&mut err_deltas, StreamKind::Stderr, &tail);
+        let pump = Pump {
+            streams: [Source::Pipe(stdout), Source::Pipe(stderr)],
+            masks,
+            status,
+            deadline: Some(Instant::now() + timeout),
+            drain_grace: self.inner.config.drain_grace,
+            // Past its first COMMAND_BURST bytes, a command's output is
+            // read at the unread rate: its result keeps a head and a tail
+            // and its deltas are spent long before, so the rest would only
+            // be thrown away on the server's CPU (see `unread`). Once it
+            // ended, what its pipes still hold is read at once.
+            unread: DrainRate::new(
+                self.inner.config.unread_output_rate,
+                COMMAND_BURST,
+                Instant::now(),
+            ),
+        };
+        let mut sink = CommandSink {
+            captured: [
+                CappedOutput::new(max_output_length),
+                CappedOutput::new(max_output_length),
+            ],
+            encoders: [
+                DeltaEncoder::new(max_output_length),
+                DeltaEncoder::new(max_output_length),
+            ],
+            deltas,
+            exit_status: None,
+            spawn_error: None,
+            reclaimed: 0,
+            guard: KillOnDrop {
+                running,
+                id,
+                ended: false,
+            },
+        };
+        let Pumped { timed_out } = pump.run(&mut sink).await;
+        sink.guard.ended = true;
+        let CommandSink {
+            captured: [out, err],
+            exit_status,
+            spawn_error,
+            reclaimed,
+            ..
+        } = sink;
         let mut stderr_text = String::new();
         if reclaimed > 0 {
             stderr_text.push_str(&note(&format!(
@@ -372,27 +335,6 @@ impl LocalEngine {
             stderr: stderr_text,
             outcome,
         })
-    }
-}
-
-/// `bytes` of a command's stream as they may leave: through its mask
-/// stream if it has one (less what the stream holds back; with `end`, the
-/// held tail too), else as they are. Processes' pumps use it too.
-pub(super) fn masked<'a>(
-    mask: &mut Option<MaskStream>,
-    bytes: &'a [u8],
-    end: bool,
-) -> std::borrow::Cow<'a, [u8]> {
-    match mask {
-        None => std::borrow::Cow::Borrowed(bytes),
-        Some(mask) => {
-            let mut out = Vec::with_capacity(bytes.len());
-            mask.push(bytes, &mut out);
-            if end {
-                mask.finish(&mut out);
-            }
-            std::borrow::Cow::Owned(out)
-        }
     }
 }
 

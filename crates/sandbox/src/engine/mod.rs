@@ -34,6 +34,7 @@ mod network;
 mod pools;
 mod ports;
 mod processes;
+mod pump;
 mod recovery;
 mod slots;
 mod spec;

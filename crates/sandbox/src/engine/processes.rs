@@ -4,21 +4,22 @@
 //!
 //! A process is started as a command is (`Request::Start`: init's marker,
 //! status pipe and kill), and from then on one task of the engine (its
-//! *pump*) owns its output pipes or terminal master and its status pipe:
-//! it reads everything the process writes, through the container's secret
-//! masker, into a buffer of at most `OUTPUT_BUFFER` bytes (older bytes are
-//! dropped and counted: nobody reading never grows memory); once the buffer
-//! holds that much that no reader was given, it reads only at the unread
-//! rate (`super::unread`): the process's writes block instead of the server
-//! spinning on output nobody reads, and a reader (or a client waiting at
-//! the end) lets it go on at once. It kills the process at its
-//! timeout whatever clients do, and records how it ended. The pump holds
-//! the container's `InFlight` until then, so a container with a live
-//! process is busy (never suspended) — unless the process is a *service*
-//! (`keeps_awake: false`, a kernel or a daemon): it holds nothing, so idle
-//! suspension and expiry still happen, and stopping the container ends it
-//! with init. `timeout_ms: 0` arms no timeout. Readers wait on a `watch`
-//! of the buffer's version: no polling.
+//! *pump*: the engine's one output pump, `super::pump`, with the process's
+//! buffer as its sink) owns its output pipes or terminal master and its
+//! status pipe: it reads everything the process writes, through the
+//! container's secret masker, into a buffer of at most `OUTPUT_BUFFER`
+//! bytes (older bytes are dropped and counted: nobody reading never grows
+//! memory); once the buffer holds that much that no reader was given, it
+//! reads only at the unread rate (`super::unread`): the process's writes
+//! block instead of the server spinning on output nobody reads, and a
+//! reader (or a client waiting at the end) lets it go on at once. It kills
+//! the process at its timeout whatever clients do, and records how it
+//! ended. The pump holds the container's `InFlight` until then, so a
+//! container with a live process is busy (never suspended) — unless the
+//! process is a *service* (`keeps_awake: false`, a kernel or a daemon): it
+//! holds nothing, so idle suspension and expiry still happen, and stopping
+//! the container ends it with init. `timeout_ms: 0` arms no timeout.
+//! Readers wait on a `watch` of the buffer's version: no polling.
 //!
 //! Signals go through init (`Request::SignalCommand`: the engine has no pid
 //! in the container's namespace); a resize is `TIOCSWINSZ` on the master,
@@ -41,8 +42,8 @@ use tokio::net::unix::pipe;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
-use super::command::masked;
 use super::container::{InFlight, Running};
+use super::pump::{Pump, Pumped, Sink, Source};
 use super::unread::{DrainRate, STEP};
 use super::{lock, LocalEngine};
 use crate::backend::Outcome;
@@ -372,19 +373,6 @@ enum Output {
     Terminal(Arc<AsyncFd<OwnedFd>>),
 }
 
-/// Reads from a terminal master; its end (every slave closed) reads as
-/// `EIO`, told as end-of-file.
-async fn read_terminal(master: &AsyncFd<OwnedFd>, buf: &mut [u8]) -> std::io::Result<usize> {
-    loop {
-        let mut guard = master.readable().await?;
-        match guard.try_io(|fd| rustix::io::read(fd.get_ref(), &mut *buf).map_err(Into::into)) {
-            Ok(Err(e)) if e.raw_os_error() == Some(libc::EIO) => return Ok(0),
-            Ok(result) => return result,
-            Err(_would_block) => continue,
-        }
-    }
-}
-
 async fn write_terminal(master: &AsyncFd<OwnedFd>, mut bytes: &[u8]) -> std::io::Result<()> {
     while !bytes.is_empty() {
         let mut guard = master.writable().await?;
@@ -404,7 +392,7 @@ fn set_nonblocking(fd: &OwnedFd) -> std::io::Result<()> {
 }
 
 /// How the pump ends a process.
-struct Pump {
+struct ProcessPump {
     process: Arc<Process>,
     output: Output,
     status: pipe::Receiver,
@@ -419,108 +407,45 @@ struct Pump {
     /// Its container's table, pruned when it ends (ended output is capped).
     table: Arc<Table>,
     /// The container counted busy while it runs (`None` for a service).
-    _in_flight: Option<InFlight>,
+    in_flight: Option<InFlight>,
 }
 
-impl Pump {
-    async fn run(mut self) {
-        let process = Arc::clone(&self.process);
-        let (mut out_buf, mut err_buf) = (vec![0u8; CHUNK], vec![0u8; CHUNK]);
-        let mut status_buf = [0u8; Status::SIZE];
-        let mut exit_status = None;
-        let mut timed_out = false;
-        let (mut out_open, mut err_open, mut status_open) = (true, true, true);
-        let far = Instant::now() + Duration::from_secs(86_400 * 365);
-        let deadline_sleep = tokio::time::sleep_until(match self.timeout {
-            Some(timeout) => Instant::now() + timeout,
-            None => far,
-        });
-        tokio::pin!(deadline_sleep);
-        let stop_sleep = tokio::time::sleep_until(far);
-        tokio::pin!(stop_sleep);
-        let (mut stdout, mut stderr, master) = match self.output {
-            Output::Pipes { stdout, stderr } => (Some(stdout), Some(stderr), None),
-            Output::Terminal(master) => (None, None, Some(master)),
-        };
-        let terminal = master.is_some();
-        if terminal {
-            err_open = false;
-        }
-        // Output read while the buffer holds a whole OUTPUT_BUFFER nobody
-        // has read: at the unread rate (see `unread`).
-        let mut unread = DrainRate::new(self.unread_rate, STEP, Instant::now());
-        while out_open || err_open || status_open {
-            // What may be read now: up to the buffer's room (a reader that
-            // read or waits makes room), or once the process ended, what its
-            // pipes still hold (for the drain grace); else what the unread
-            // rate allows. With nothing allowed, the pipe fills and the
-            // process blocks on its next write until a reader comes or the
-            // rate allows another step.
-            let room = lock(&process.state).buffer.room();
-            let (allowed, leaking) = if !status_open {
-                (CHUNK, false)
-            } else if room > 0 {
-                (room.min(CHUNK), false)
-            } else {
-                (unread.allowance(Instant::now()).min(CHUNK), true)
-            };
-            let paused = allowed == 0;
-            let resume_at = unread.ready_at();
-            tokio::select! {
-                read = read_first(stdout.as_mut(), master.as_deref(), &mut out_buf[..allowed]), if out_open && !paused => match read {
-                    Ok(n) if n > 0 => {
-                        if leaking {
-                            unread.spend(n);
-                        }
-                        let stream = if terminal { ProcessStream::Pty } else { ProcessStream::Stdout };
-                        let bytes = masked(&mut self.masks[0], &out_buf[..n], false);
-                        process.push(stream, &bytes);
-                    }
-                    _ => out_open = false,
-                },
-                read = read_pipe(stderr.as_mut(), &mut err_buf[..allowed]), if err_open && !paused => match read {
-                    Ok(n) if n > 0 => {
-                        if leaking {
-                            unread.spend(n);
-                        }
-                        let bytes = masked(&mut self.masks[1], &err_buf[..n], false);
-                        process.push(ProcessStream::Stderr, &bytes);
-                    }
-                    _ => err_open = false,
-                },
-                () = process.demand.notified(), if paused => {}
-                () = tokio::time::sleep_until(resume_at), if paused => {}
-                read = self.status.read_exact(&mut status_buf), if status_open => match read {
-                    Ok(_) => {
-                        if let Some(Status::Exited(s)) = Status::decode(status_buf) {
-                            exit_status = Some(s);
-                        }
-                    }
-                    Err(_) => {
-                        status_open = false;
-                        stop_sleep.as_mut().reset(Instant::now() + self.drain_grace);
-                    }
-                },
-                () = &mut deadline_sleep, if self.timeout.is_some() && !timed_out && status_open => {
-                    timed_out = true;
-                    if let Ok(running) = process.running() {
-                        let _ = running.send(&Request::KillCommand { id: process.command_id }, &[]).await;
-                    }
-                    // If init never reports the exit (it died), give up after a while.
-                    stop_sleep.as_mut().reset(Instant::now() + Duration::from_secs(5));
-                },
-                () = &mut stop_sleep => break,
+impl ProcessPump {
+    async fn run(self) {
+        let ProcessPump {
+            process,
+            output,
+            status,
+            timeout,
+            drain_grace,
+            unread_rate,
+            masks,
+            table,
+            in_flight,
+        } = self;
+        let (streams, terminal) = match output {
+            Output::Pipes { stdout, stderr } => {
+                ([Source::Pipe(stdout), Source::Pipe(stderr)], false)
             }
-        }
-        let first = if terminal {
-            ProcessStream::Pty
-        } else {
-            ProcessStream::Stdout
+            Output::Terminal(master) => ([Source::Terminal(master), Source::Absent], true),
         };
-        let tail = masked(&mut self.masks[0], &[], true);
-        process.push(first, &tail);
-        let tail = masked(&mut self.masks[1], &[], true);
-        process.push(ProcessStream::Stderr, &tail);
+        let pump = Pump {
+            streams,
+            masks,
+            status,
+            deadline: timeout.map(|timeout| Instant::now() + timeout),
+            drain_grace,
+            // Output read while the buffer holds a whole OUTPUT_BUFFER
+            // nobody has read: at the unread rate (see `unread`).
+            unread: DrainRate::new(unread_rate, STEP, Instant::now()),
+        };
+        let mut sink = ProcessSink {
+            process: &process,
+            terminal,
+            exit_status: None,
+        };
+        let Pumped { timed_out } = pump.run(&mut sink).await;
+        let exit_status = sink.exit_status;
         {
             let mut state = lock(&process.state);
             let (status, outcome) = if timed_out {
@@ -540,33 +465,60 @@ impl Pump {
             state.ended = Some(Instant::now());
         }
         lock(&process.running).take();
-        lock(&self.table.processes).prune();
+        lock(&table.processes).prune();
         // Writers see the end (a pipe's reader may be a leftover process).
         if let Ok(mut input) = process.input.try_lock() {
             *input = Input::None;
         }
         process.bump();
+        drop(in_flight);
     }
 }
 
-/// The first stream: stdout, or the terminal.
-async fn read_first(
-    pipe: Option<&mut pipe::Receiver>,
-    master: Option<&AsyncFd<OwnedFd>>,
-    buf: &mut [u8],
-) -> std::io::Result<usize> {
-    match (pipe, master) {
-        (Some(pipe), _) => pipe.read(buf).await,
-        (None, Some(master)) => read_terminal(master, buf).await,
-        (None, None) => Ok(0),
-    }
+/// A process's output goes to its buffer, whose room paces the pump.
+struct ProcessSink<'a> {
+    process: &'a Process,
+    /// Its one stream is a terminal's.
+    terminal: bool,
+    exit_status: Option<i32>,
 }
 
-/// Stderr (never ready with a terminal, which has one stream).
-async fn read_pipe(pipe: Option<&mut pipe::Receiver>, buf: &mut [u8]) -> std::io::Result<usize> {
-    match pipe {
-        Some(pipe) => pipe.read(buf).await,
-        None => std::future::pending().await,
+impl Sink for ProcessSink<'_> {
+    fn room(&self) -> Option<usize> {
+        Some(lock(&self.process.state).buffer.room())
+    }
+
+    async fn demand(&self) {
+        self.process.demand.notified().await;
+    }
+
+    fn output(&mut self, stream: usize, bytes: &[u8]) {
+        let stream = match (stream, self.terminal) {
+            (0, true) => ProcessStream::Pty,
+            (0, false) => ProcessStream::Stdout,
+            _ => ProcessStream::Stderr,
+        };
+        self.process.push(stream, bytes);
+    }
+
+    fn status(&mut self, status: Status) {
+        // Only the end: the pid came before the pump started.
+        if let Status::Exited(status) = status {
+            self.exit_status = Some(status);
+        }
+    }
+
+    async fn kill(&mut self) {
+        if let Ok(running) = self.process.running() {
+            let _ = running
+                .send(
+                    &Request::KillCommand {
+                        id: self.process.command_id,
+                    },
+                    &[],
+                )
+                .await;
+        }
     }
 }
 
@@ -708,7 +660,7 @@ impl LocalEngine {
             table.kept.push(Arc::clone(&process));
         }
         drop(reserved);
-        let pump = Pump {
+        let pump = ProcessPump {
             process: Arc::clone(&process),
             output,
             status,
@@ -719,7 +671,7 @@ impl LocalEngine {
             table: Arc::clone(&table),
             // Held for the start either way (the container must not stop
             // under it); a service lets go once it runs.
-            _in_flight: spec.keeps_awake.then_some(in_flight),
+            in_flight: spec.keeps_awake.then_some(in_flight),
         };
         tokio::spawn(pump.run());
         Ok(process.info())
