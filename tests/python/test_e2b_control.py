@@ -191,6 +191,34 @@ def test_another_projects_key_finds_nothing(server, e2b):
         sandbox.kill()
 
 
+def test_a_404_is_in_e2bs_envelope_which_the_sdk_reads(server, e2b):
+    """Every E2B route answers its errors in E2B's envelope (`{"code":
+    <status>, "message"}`), the body E2B's SDK parses before it raises (one
+    without `code` fails its parser with a KeyError): an id no sandbox has,
+    and a URL of E2B's API that shellgate does not serve (templates by
+    alias, which the SDK reads as "no such template")."""
+    from e2b import Template
+
+    missing = f"cntr_{uuid.uuid4().hex}"
+    with pytest.raises(NotFoundException, match=missing):
+        Sandbox.get_info(missing)
+    with pytest.raises(NotFoundException, match=missing):
+        Sandbox.connect(missing)
+    assert Template.exists("no-such-template") is False
+    headers = {"X-API-KEY": E2B_KEY_A}
+    for method, path in [
+        ("GET", f"/sandboxes/{missing}"),
+        ("POST", f"/sandboxes/{missing}/connect"),
+        ("GET", "/templates/aliases/no-such-template"),
+        ("GET", f"/v2/sandboxes/{missing}/no-such-thing"),
+    ]:
+        response = requests.request(method, f"{root(server)}{path}", headers=headers, json={}, timeout=30)
+        assert response.status_code == 404, (path, response.text)
+        body = response.json()
+        assert set(body) == {"code", "message"} and body["code"] == 404, (path, body)
+        assert body["message"], (path, body)
+
+
 def test_the_access_token_is_required_in_the_sandbox(server, e2b):
     sandbox = Sandbox.create(timeout=120)
     try:

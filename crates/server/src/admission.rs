@@ -29,6 +29,7 @@ use crate::config::{Config, Role};
 use crate::db::Db;
 use crate::error::{ApiError, ApiResult};
 use crate::exec_credits::{Credit, ExecCredits};
+use shellgate_wire::ErrorCode;
 
 /// One project's admission state on this server.
 #[derive(Default)]
@@ -140,7 +141,7 @@ impl Admission {
 
     fn too_many_execs(&self, project: &str, running: u32, where_: &str) -> ApiError {
         ApiError::quota(
-            "too_many_concurrent_execs",
+            ErrorCode::TooManyConcurrentExecs,
             format!(
                 "Project '{project}' already has {running} exec requests running{where_}; the \
                  limit (max_execs_per_project) is {}. Wait for one to finish.",
@@ -190,7 +191,7 @@ impl Admission {
         match refusal {
             Refusal::Lost => ApiError::container_lost(id),
             Refusal::Running { running } => ApiError::quota(
-                "too_many_running_containers",
+                ErrorCode::TooManyRunningContainers,
                 format!(
                     "Project '{project}' has {running} running containers; the limit \
                      (max_running_containers_per_project) is {}. Delete one, or let idle ones be \
@@ -199,7 +200,7 @@ impl Admission {
                 ),
             ),
             Refusal::Memory { claimed } => ApiError::quota(
-                "project_memory_exceeded",
+                ErrorCode::ProjectMemoryExceeded,
                 format!(
                     "Project '{project}' has running containers with memory limits of {} in \
                      all; another of {} would pass the limit (max_memory_per_project) of {}.",

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use shellgate_store::KeyGrant;
 
 use crate::error::ApiError;
+use shellgate_wire::ErrorCode;
 
 /// A new API key (printed once by `shellgate keys create`, shown once by the
 /// console's operator page; stored hashed): 35 characters, 128 random bits.
@@ -231,13 +232,14 @@ impl KeyThrottle {
         if known {
             return Ok(());
         }
-        let mut error = ApiError::rate_limited(wait);
-        error.message = format!(
-            "Too many wrong API keys from this address or for keys like this one: retry in \
-             {wait} s."
-        );
-        error.code = Some("too_many_failed_keys");
-        Err(error)
+        Err(ApiError::of(
+            ErrorCode::TooManyFailedKeys,
+            format!(
+                "Too many wrong API keys from this address or for keys like this one: retry in \
+                 {wait} s."
+            ),
+        )
+        .with_retry_after(wait))
     }
 
     fn failed_at(&self, attempt: &KeyAttempt, now: Instant) {

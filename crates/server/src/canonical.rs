@@ -26,6 +26,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::error::ApiError;
+use shellgate_wire::ErrorCode;
 
 /// Why a request's path is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -156,7 +157,7 @@ fn refused(why: Refusal) -> ApiError {
         "The request path is refused: {}. Send the path it stands for, spelled plainly.",
         why.explain()
     ))
-    .with_code("invalid_request_path")
+    .with_code(ErrorCode::InvalidRequestPath)
 }
 
 /// Brings `request`'s target to origin form (`/path?query`), checked:
@@ -173,7 +174,7 @@ fn settle(request: &mut Request) -> Result<(), ApiError> {
                 return Err(ApiError::bad_request(
                     "The request names two hosts: its target's and a different Host header.",
                 )
-                .with_code("invalid_request_path"));
+                .with_code(ErrorCode::InvalidRequestPath));
             }
             Some(_) => {}
             None => {
@@ -303,6 +304,6 @@ mod tests {
         );
         let mut dotted = request("http://api.example/v1/../internal/v1/drain", None);
         let error = settle(&mut dotted).unwrap_err();
-        assert_eq!(error.code, Some("invalid_request_path"));
+        assert_eq!(error.code.code(), Some("invalid_request_path"));
     }
 }

@@ -49,6 +49,7 @@ use tokio_stream::StreamExt;
 use crate::error::{ApiError, ApiResult};
 use crate::http::{ApiJson, Project};
 use crate::state::AppState;
+use shellgate_wire::ErrorCode;
 
 /// The tool types shellgate runs as hosted tools: never here.
 const SHELL_TOOLS: &[&str] = &[
@@ -88,14 +89,14 @@ fn upstream_error(error: UpstreamError) -> ApiError {
             if (400..500).contains(&status) && ![401, 403, 429].contains(&status) =>
         {
             let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
-            ApiError::new(status, "invalid_request_error", message)
+            ApiError::of(ErrorCode::UpstreamRejected, message).with_status(status)
         }
-        UpstreamError::RateLimited { .. } => ApiError::quota("rate_limit_exceeded", message),
+        UpstreamError::RateLimited { .. } => ApiError::quota(ErrorCode::RateLimitExceeded, message),
         UpstreamError::Timeout { .. } | UpstreamError::TurnTimeout { .. } => {
-            ApiError::new(StatusCode::GATEWAY_TIMEOUT, "server_error", message)
+            ApiError::of(ErrorCode::UpstreamTimeout, message)
         }
         UpstreamError::NotConfigured(_) => invalid("model", message),
-        _ => ApiError::new(StatusCode::BAD_GATEWAY, "server_error", message),
+        _ => ApiError::of(ErrorCode::UpstreamFailed, message),
     }
 }
 

@@ -9,6 +9,8 @@ pub use shellgate_model::upstream::Protocol;
 use shellgate_objects::{S3Location, S3Settings};
 use shellgate_store::KeyRole;
 
+pub mod reference;
+
 /// The fewest characters a configured key (`api_keys`) may have: a key
 /// short enough to guess is refused at start. (`shellgate keys create`
 /// makes keys of 35.)
@@ -68,7 +70,8 @@ pub struct Config {
     pub sandbox_uid_base: u32,
     /// Keys to seed, comma separated: `KEY`, `KEY:PROJECT` (project
     /// `default`) or `KEY:PROJECT:admin` (a key that also sees every
-    /// project in the console); each at least [`MIN_KEY_CHARS`] long.
+    /// project in the console); each at least [`MIN_KEY_CHARS`] characters
+    /// long (a shorter one is refused at start).
     pub api_keys: String,
     /// Default `expires_after.minutes` of a container.
     pub default_expires_minutes: u32,
@@ -252,11 +255,15 @@ pub struct Config {
     /// The S3 service's URL (`https://minio.internal:9000`), addressed
     /// path-style; empty: AWS's for `s3_region`.
     pub s3_endpoint: String,
-    /// Empty: `AWS_REGION` / `AWS_DEFAULT_REGION`, else `us-east-1`.
+    /// The S3 region; empty: `AWS_REGION` / `AWS_DEFAULT_REGION`, else
+    /// `us-east-1`.
     pub s3_region: String,
-    /// Empty (both): the environment's credentials as AWS's tools read them
-    /// (`AWS_ACCESS_KEY_ID`, a web identity token, the instance's role).
+    /// The S3 access key's id, with `s3_secret_access_key` (both or
+    /// neither); empty (both): the environment's credentials as AWS's tools
+    /// read them (`AWS_ACCESS_KEY_ID`, a web identity token, the instance's
+    /// role).
     pub s3_access_key_id: String,
+    /// The secret of `s3_access_key_id` (both or neither; never printed).
     pub s3_secret_access_key: Secret,
     /// Whether `s3_endpoint` may be plain `http://` (a trusted network only).
     pub s3_allow_http: bool,

@@ -154,7 +154,7 @@ pub async fn exec(
             }
             Err(error) => {
                 let data = serde_json::json!({
-                    "type": "error", "code": error.code, "message": error.message, "param": error.param,
+                    "type": "error", "code": error.code.code(), "message": error.message, "param": error.param,
                 });
                 Event::default().event("error").data(data.to_string())
             }

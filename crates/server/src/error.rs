@@ -1,144 +1,274 @@
-//! API errors: OpenAI's envelope with all four keys and the right status.
+//! API errors: an entry of the wire crate's catalogue ([`ErrorCode`]: code,
+//! status, type) with its message, rendered in the envelope of the dialect
+//! the route speaks ([`Dialect`]): OpenAI's with all four keys, Anthropic's
+//! or E2B's.
 
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::extract::Request;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use shellgate_sandbox_api::SandboxError;
 use shellgate_store::StoreError;
-use shellgate_wire::{ErrorBody, ErrorEnvelope};
+use shellgate_wire::e2b::E2bErrorBody;
+use shellgate_wire::messages::{ErrorKind, ErrorResponse};
+use shellgate_wire::{ErrorBody, ErrorCode, ErrorEnvelope};
 
 /// An error a handler returns.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ApiError {
+    /// `code`'s status, except where an upstream's own status is relayed.
     pub status: StatusCode,
-    pub kind: &'static str,
+    pub code: ErrorCode,
     pub message: String,
     pub param: Option<String>,
-    pub code: Option<&'static str>,
     pub retry_after: Option<u64>,
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
+    /// The catalogue's `code`, with its status.
+    pub fn of(code: ErrorCode, message: impl Into<String>) -> Self {
         Self {
-            status,
-            kind,
+            status: StatusCode::from_u16(code.status())
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            code,
             message: message.into(),
             param: None,
-            code: None,
             retry_after: None,
         }
     }
 
     /// 400 naming the offending parameter.
     pub fn invalid(param: impl Into<String>, message: impl Into<String>) -> Self {
-        let mut error = Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", message);
-        error.param = Some(param.into());
-        error
+        Self::of(ErrorCode::BadRequest, message).with_param(param)
     }
 
     pub fn bad_request(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
+        Self::of(ErrorCode::BadRequest, message)
     }
 
     /// 404: also what a foreign project's id gets, so ids leak nothing.
     pub fn not_found(what: &str, id: &str) -> Self {
-        let mut error = Self::new(
-            StatusCode::NOT_FOUND,
-            "invalid_request_error",
+        Self::of(
+            ErrorCode::NotFound,
             format!("No {what} found with id '{id}'."),
-        );
-        error.code = Some("not_found");
-        error
+        )
     }
 
     pub fn unauthorized(message: impl Into<String>) -> Self {
-        let mut error = Self::new(StatusCode::UNAUTHORIZED, "invalid_request_error", message);
-        error.code = Some("invalid_api_key");
-        error
+        Self::of(ErrorCode::InvalidApiKey, message)
     }
 
     pub fn too_large(message: impl Into<String>) -> Self {
-        Self::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "invalid_request_error",
-            message,
-        )
+        Self::of(ErrorCode::PayloadTooLarge, message)
     }
 
     pub fn unsupported_media_type(message: impl Into<String>) -> Self {
-        Self::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "invalid_request_error",
-            message,
-        )
+        Self::of(ErrorCode::UnsupportedMediaType, message)
     }
 
     pub fn conflict(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::CONFLICT, "invalid_request_error", message)
+        Self::of(ErrorCode::Conflict, message)
     }
 
     /// 409 `container_lost`: the container's node was declared lost (it
     /// stopped answering). Lost is not gone: a node that comes back with
     /// the container's disk gives it back.
     pub fn container_lost(id: &str) -> Self {
-        let mut error = Self::conflict(format!(
-            "Container '{id}' is lost: the node it runs on stopped answering. If that node \
-             comes back with its disk, the container comes back as it was, files and all; \
-             delete it to give it up and create another."
-        ));
-        error.code = Some("container_lost");
-        error
+        Self::of(
+            ErrorCode::ContainerLost,
+            format!(
+                "Container '{id}' is lost: the node it runs on stopped answering. If that node \
+                 comes back with its disk, the container comes back as it was, files and all; \
+                 delete it to give it up and create another."
+            ),
+        )
     }
 
     /// 429 for a quota: which limit, and its value, are in the message.
-    pub fn quota(code: &'static str, message: impl Into<String>) -> Self {
-        let mut error = Self::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", message);
-        error.code = Some(code);
-        error
+    pub fn quota(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self::of(code, message)
     }
 
     pub fn rate_limited(retry_after: u64) -> Self {
-        let mut error = Self::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "rate_limit_error",
+        Self::of(
+            ErrorCode::RateLimitExceeded,
             "Rate limit reached; retry later.",
-        );
-        error.code = Some("rate_limit_exceeded");
-        error.retry_after = Some(retry_after);
-        error
+        )
+        .with_retry_after(retry_after)
     }
 
     pub fn internal(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
+        Self::of(ErrorCode::Internal, message)
     }
 
     /// 503: no upstream model is configured at all, so no model API can
     /// answer (the operator sets `upstream_url` or `[[upstreams]]`).
     pub fn no_upstream() -> Self {
-        let mut error = Self::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "server_error",
+        Self::of(
+            ErrorCode::UpstreamNotConfigured,
             "No upstream model is configured on this server: its operator sets \
              upstream_url (SHELLGATE_UPSTREAM_URL) or [[upstreams]] in the config.",
-        );
-        error.code = Some("upstream_not_configured");
-        error
+        )
     }
 
-    pub fn with_code(mut self, code: &'static str) -> Self {
-        self.code = Some(code);
+    /// The same error as another entry of the catalogue (a more precise
+    /// code), with that entry's status.
+    pub fn with_code(self, code: ErrorCode) -> Self {
+        Self {
+            code,
+            ..Self::of(code, self.message)
+        }
+        .keeping(self.param, self.retry_after)
+    }
+
+    fn keeping(mut self, param: Option<String>, retry_after: Option<u64>) -> Self {
+        self.param = param;
+        self.retry_after = retry_after;
         self
     }
 
+    pub fn with_param(mut self, param: impl Into<String>) -> Self {
+        self.param = Some(param.into());
+        self
+    }
+
+    pub fn with_retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after = Some(seconds);
+        self
+    }
+
+    /// An upstream's own status, relayed to the client.
+    pub fn with_status(mut self, status: StatusCode) -> Self {
+        self.status = status;
+        self
+    }
+
+    /// OpenAI's `error.type`.
+    pub fn kind(&self) -> &'static str {
+        self.code.error_type().as_str()
+    }
+
+    /// OpenAI's envelope.
     pub fn envelope(&self) -> ErrorEnvelope {
         ErrorEnvelope {
             error: ErrorBody {
                 message: self.message.clone(),
-                kind: self.kind.to_owned(),
+                kind: self.kind().to_owned(),
                 param: self.param.clone(),
-                code: self.code.map(str::to_owned),
+                code: self.code.code().map(str::to_owned),
             },
         }
+    }
+
+    /// The message with the parameter at fault named first, for the
+    /// envelopes that have no `param` of their own.
+    fn message_naming_param(&self) -> String {
+        match &self.param {
+            Some(param) if !self.message.contains(param.as_str()) => {
+                format!("{param}: {}", self.message)
+            }
+            _ => self.message.clone(),
+        }
+    }
+
+    /// Anthropic's envelope, with the type the SDK maps to its exception
+    /// classes (by status).
+    pub fn anthropic(&self) -> ErrorResponse {
+        let kind = match self.status.as_u16() {
+            400 | 415 | 422 => ErrorKind::InvalidRequestError,
+            401 => ErrorKind::AuthenticationError,
+            403 => ErrorKind::PermissionError,
+            404 => ErrorKind::NotFoundError,
+            413 => ErrorKind::RequestTooLarge,
+            429 => ErrorKind::RateLimitError,
+            529 => ErrorKind::OverloadedError,
+            _ => ErrorKind::ApiError,
+        };
+        ErrorResponse::new(kind, self.message_naming_param())
+    }
+
+    /// E2B's envelope.
+    pub fn e2b(&self) -> E2bErrorBody {
+        E2bErrorBody {
+            code: self.status.as_u16(),
+            message: self.message_naming_param(),
+        }
+    }
+
+    /// The response in `dialect`'s envelope, with `Retry-After` when set.
+    pub fn render(&self, dialect: Dialect) -> Response {
+        let mut response = match dialect {
+            Dialect::OpenAi => (self.status, axum::Json(self.envelope())).into_response(),
+            Dialect::Anthropic => (self.status, axum::Json(self.anthropic())).into_response(),
+            Dialect::E2b => (self.status, axum::Json(self.e2b())).into_response(),
+        };
+        if let Some(seconds) = self.retry_after {
+            if let Ok(value) = HeaderValue::from_str(&seconds.to_string()) {
+                response.headers_mut().insert(header::RETRY_AFTER, value);
+            }
+        }
+        response
+    }
+}
+
+/// The error envelope a route's clients parse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// OpenAI's (and OpenRouter's): every route not below.
+    OpenAi,
+    /// Anthropic's Messages API (`/v1/messages...`).
+    Anthropic,
+    /// E2B's control plane (`/sandboxes...`, `/v2/sandboxes...`,
+    /// `/templates...`) and the in-sandbox API (a request naming its
+    /// sandbox in `E2b-Sandbox-Id`).
+    E2b,
+}
+
+impl Dialect {
+    /// The dialect of a request to `path` with `headers`.
+    pub fn of(path: &str, headers: &HeaderMap) -> Self {
+        if headers.contains_key(shellgate_wire::e2b::SANDBOX_ID_HEADER) {
+            return Dialect::E2b;
+        }
+        let mut segments = path.split('/').filter(|s| !s.is_empty());
+        let first = (
+            segments.next(),
+            segments.next(),
+            segments.next(),
+            segments.next(),
+        );
+        match first {
+            (Some("sandboxes" | "templates"), ..)
+            | (Some("v2"), Some("sandboxes" | "templates"), ..) => Dialect::E2b,
+            // `/v1` and OpenRouter's `/api/v1`, each also with Anthropic's
+            // own `/v1` after it (an SDK given a base URL ending in /v1).
+            (Some("v1"), Some("messages"), ..)
+            | (Some("v1"), Some("v1"), Some("messages"), _)
+            | (Some("api"), Some("v1"), Some("messages"), _)
+            | (Some("api"), Some("v1"), Some("v1"), Some("messages")) => Dialect::Anthropic,
+            _ => Dialect::OpenAi,
+        }
+    }
+}
+
+/// Marks a response as an [`ApiError`]'s, so that [`in_dialect`] can
+/// render it again in the route's envelope.
+#[derive(Clone)]
+struct Rendered(std::sync::Arc<ApiError>);
+
+/// The layer that answers each route's errors in its dialect's envelope
+/// ([`Dialect::of`]): handlers, extractors and fallbacks return an
+/// [`ApiError`] whatever the route, and this re-renders the ones that
+/// reach a non-OpenAI route.
+pub async fn in_dialect(request: Request, next: Next) -> Response {
+    let dialect = Dialect::of(request.uri().path(), request.headers());
+    let response = next.run(request).await;
+    if dialect == Dialect::OpenAi {
+        return response;
+    }
+    match response.extensions().get::<Rendered>() {
+        Some(Rendered(error)) => error.render(dialect),
+        None => response,
     }
 }
 
@@ -147,12 +277,10 @@ impl IntoResponse for ApiError {
         if self.status.is_server_error() {
             tracing::error!(status = self.status.as_u16(), "{}", self.message);
         }
-        let mut response = (self.status, axum::Json(self.envelope())).into_response();
-        if let Some(seconds) = self.retry_after {
-            if let Ok(value) = HeaderValue::from_str(&seconds.to_string()) {
-                response.headers_mut().insert(header::RETRY_AFTER, value);
-            }
-        }
+        let mut response = self.render(Dialect::OpenAi);
+        response
+            .extensions_mut()
+            .insert(Rendered(std::sync::Arc::new(self)));
         response
     }
 }
@@ -167,17 +295,13 @@ impl From<StoreError> for ApiError {
                      an earlier page of the same listing."
                 ),
             )
-            .with_code("invalid_cursor"),
+            .with_code(ErrorCode::InvalidCursor),
             StoreError::UnknownKey(id) => ApiError::not_found("API key", &id),
-            StoreError::Closed => {
-                let mut error = ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "server_error",
-                    "This server is shutting down; send the request again.",
-                );
-                error.retry_after = Some(1);
-                error
-            }
+            StoreError::Closed => ApiError::of(
+                ErrorCode::ShuttingDown,
+                "This server is shutting down; send the request again.",
+            )
+            .with_retry_after(1),
             other => ApiError::internal(format!("metadata store: {other}")),
         }
     }
@@ -192,13 +316,7 @@ impl From<SandboxError> for ApiError {
                 ApiError::conflict(format!("container {id} already exists"))
             }
             SandboxError::FileNotFound(path) => {
-                let mut error = ApiError::new(
-                    StatusCode::NOT_FOUND,
-                    "invalid_request_error",
-                    format!("No file at {path}."),
-                );
-                error.code = Some("not_found");
-                error
+                ApiError::of(ErrorCode::NotFound, format!("No file at {path}."))
             }
             SandboxError::Conflict(message) => ApiError::conflict(message),
             SandboxError::ImageNotFound(name) => {
@@ -207,25 +325,21 @@ impl From<SandboxError> for ApiError {
             SandboxError::Deleted(id) => ApiError::conflict(format!(
                 "Container '{id}' was deleted while the request ran; its commands were stopped."
             ))
-            .with_code("container_deleted"),
+            .with_code(ErrorCode::ContainerDeleted),
             error @ SandboxError::FileTooLarge { .. } => {
-                ApiError::invalid("file_id", error.to_string()).with_code("file_too_large")
+                ApiError::invalid("file_id", error.to_string()).with_code(ErrorCode::FileTooLarge)
             }
             SandboxError::Process(error) => process_error(error),
             SandboxError::PermissionDenied(message) => {
-                ApiError::new(StatusCode::FORBIDDEN, "permission_error", message)
-                    .with_code("permission_denied")
+                ApiError::of(ErrorCode::PermissionDenied, message)
             }
-            error @ SandboxError::NotSupported(_) => ApiError::new(
-                StatusCode::NOT_IMPLEMENTED,
-                "invalid_request_error",
-                error.to_string(),
-            )
-            .with_code("not_supported"),
-            SandboxError::QuotaExceeded => {
-                ApiError::too_large("The container's disk quota is full.")
-                    .with_code("quota_exceeded")
+            error @ SandboxError::NotSupported(_) => {
+                ApiError::of(ErrorCode::NotSupported, error.to_string())
             }
+            SandboxError::QuotaExceeded => ApiError::of(
+                ErrorCode::QuotaExceeded,
+                "The container's disk quota is full.",
+            ),
             other => ApiError::internal(format!("sandbox: {other}")),
         }
     }
@@ -239,8 +353,8 @@ fn process_error(error: shellgate_sandbox_api::process::ProcessError) -> ApiErro
     let message = error.to_string();
     match error {
         ProcessError::NotFound(id) => ApiError::not_found("process", &id),
-        ProcessError::Exited(_) => ApiError::conflict(message).with_code("process_exited"),
-        ProcessError::TooMany { .. } => ApiError::quota("too_many_processes", message),
+        ProcessError::Exited(_) => ApiError::conflict(message).with_code(ErrorCode::ProcessExited),
+        ProcessError::TooMany { .. } => ApiError::quota(ErrorCode::TooManyProcesses, message),
         ProcessError::AlreadyExists(_) => ApiError::conflict(message),
     }
 }
@@ -289,5 +403,95 @@ pub fn host_error(error: ApiError) -> shellgate_model::run::HostError {
             "server_error"
         },
         message: error.message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn body(response: Response) -> serde_json::Value {
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .expect("the body");
+        serde_json::from_slice(&bytes).expect("a JSON body")
+    }
+
+    #[test]
+    fn the_route_chooses_the_dialect() {
+        let none = HeaderMap::new();
+        for (path, dialect) in [
+            ("/v1/containers/cntr_a", Dialect::OpenAi),
+            ("/api/v1/responses", Dialect::OpenAi),
+            ("/v1/messages", Dialect::Anthropic),
+            ("/v1/messages/count_tokens", Dialect::Anthropic),
+            ("/v1/v1/messages", Dialect::Anthropic),
+            ("/api/v1/messages", Dialect::Anthropic),
+            ("/api/v1/v1/messages/count_tokens", Dialect::Anthropic),
+            ("/sandboxes", Dialect::E2b),
+            ("/sandboxes/cntr_a/connect", Dialect::E2b),
+            ("/v2/sandboxes", Dialect::E2b),
+            ("/templates/aliases/base", Dialect::E2b),
+            ("/v2/templates", Dialect::E2b),
+            ("/v1/sandboxes", Dialect::OpenAi),
+            ("/healthz", Dialect::OpenAi),
+            ("/", Dialect::OpenAi),
+        ] {
+            assert_eq!(Dialect::of(path, &none), dialect, "{path}");
+        }
+        let mut in_sandbox = HeaderMap::new();
+        in_sandbox.insert(
+            shellgate_wire::e2b::SANDBOX_ID_HEADER,
+            HeaderValue::from_static("cntr_a"),
+        );
+        assert_eq!(
+            Dialect::of("/process.Process/Start", &in_sandbox),
+            Dialect::E2b
+        );
+    }
+
+    #[tokio::test]
+    async fn one_error_in_each_envelope() {
+        let error = ApiError::invalid("image", "unknown name x").with_retry_after(3);
+        let openai = error.render(Dialect::OpenAi);
+        assert_eq!(openai.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(openai.headers()[header::RETRY_AFTER], "3");
+        assert_eq!(
+            body(openai).await,
+            serde_json::json!({"error": {"message": "unknown name x",
+                "type": "invalid_request_error", "param": "image", "code": null}})
+        );
+        assert_eq!(
+            body(error.render(Dialect::Anthropic)).await,
+            serde_json::json!({"type": "error", "error": {"type": "invalid_request_error",
+                "message": "image: unknown name x"}})
+        );
+        let e2b = error.render(Dialect::E2b);
+        assert_eq!(e2b.headers()[header::RETRY_AFTER], "3");
+        assert_eq!(
+            body(e2b).await,
+            serde_json::json!({"code": 400, "message": "image: unknown name x"})
+        );
+        let missing = ApiError::not_found("container", "cntr_a");
+        assert_eq!(
+            body(missing.render(Dialect::OpenAi)).await["error"]["code"],
+            "not_found"
+        );
+        assert_eq!(
+            body(missing.render(Dialect::E2b)).await,
+            serde_json::json!({"code": 404, "message": "No container found with id 'cntr_a'."})
+        );
+    }
+
+    #[test]
+    fn a_more_precise_code_keeps_the_parameter_and_takes_its_status() {
+        let error = ApiError::invalid("after", "unknown").with_code(ErrorCode::InvalidCursor);
+        assert_eq!(error.param.as_deref(), Some("after"));
+        assert_eq!(error.status, StatusCode::BAD_REQUEST);
+        let error = ApiError::conflict("gone").with_code(ErrorCode::ContainerDeleted);
+        assert_eq!(
+            (error.status, error.kind()),
+            (StatusCode::CONFLICT, "invalid_request_error")
+        );
     }
 }

@@ -39,6 +39,7 @@ use crate::sandboxes::fs::{
     stream_into,
 };
 use crate::state::AppState;
+use shellgate_wire::ErrorCode;
 
 /// `?path=` alone.
 #[derive(Debug, Deserialize)]
@@ -346,7 +347,7 @@ pub async fn export(
              out, which would break a tar stream's sizes, so it cannot be exported as an \
              archive. Read its files one by one (fs/content) instead.",
         )
-        .with_code("archive_unmaskable"));
+        .with_code(ErrorCode::ArchiveUnmaskable));
     }
     let download = state
         .engine

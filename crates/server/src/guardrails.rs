@@ -15,6 +15,7 @@ use shellgate_wire::responses::{
 
 use crate::config::{Config, ConfigError, GuardrailTarget};
 use crate::error::{ApiError, ApiResult};
+use shellgate_wire::ErrorCode;
 
 /// What a guardrail reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -215,15 +216,13 @@ fn model_groups(item: &mut Item) -> Vec<(Vec<&mut String>, bool)> {
 
 /// The 403 of input the guardrail blocks.
 fn blocked(rules: &[String]) -> ApiError {
-    ApiError::new(
-        axum::http::StatusCode::FORBIDDEN,
-        "invalid_request_error",
+    ApiError::of(
+        ErrorCode::PromptInjectionDetected,
         format!(
             "The input was blocked by the prompt-injection guardrail (rules: {}).",
             rules.join(", ")
         ),
     )
-    .with_code("prompt_injection_detected")
 }
 
 /// Checks one group of texts read together (`what` says what, for the

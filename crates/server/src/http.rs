@@ -13,6 +13,7 @@ use shellgate_store::KeyGrant;
 
 use crate::error::ApiError;
 use crate::state::AppState;
+use shellgate_wire::ErrorCode;
 
 /// The project of the API key that signed the request.
 #[derive(Debug, Clone)]
@@ -186,8 +187,7 @@ fn json_rejection(rejection: JsonRejection) -> ApiError {
 /// A body that could not be read: too slow (408, see `listener`) or broken.
 pub fn body_error(text: String) -> ApiError {
     if text.contains(crate::listener::BODY_TIMEOUT) {
-        ApiError::new(StatusCode::REQUEST_TIMEOUT, "invalid_request_error", text)
-            .with_code("request_timeout")
+        ApiError::of(ErrorCode::RequestTimeout, text)
     } else {
         ApiError::bad_request(text)
     }

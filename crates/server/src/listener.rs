@@ -175,6 +175,9 @@ pub async fn serve(
     // Checked before any routing: no router (nor a replica's client)
     // reads a path differently from what was checked.
     let router = tower::Layer::layer(&axum::middleware::from_fn(crate::canonical::guard), router);
+    // Outermost: every error, the path guard's too, in the envelope of the
+    // dialect the request's route speaks.
+    let router = tower::Layer::layer(&axum::middleware::from_fn(crate::error::in_dialect), router);
     let slots = Arc::new(Semaphore::new(cap));
     let unserved = Arc::new(Unserved::default());
     // Graceful shutdown by hand (hyper-util's watcher cannot take a

@@ -49,8 +49,8 @@ use shellgate_model::upstream::{
 };
 use shellgate_wire::messages::{
     self as wire, BashResult, BashToolInput, BashToolResultBlock, BashToolResultContent,
-    ContentBlock, CreateMessage, Delta, ErrorKind, ErrorObject, ErrorResponse, MessageParam, Role,
-    ShellToolInput, ShellToolResultBlock, StopReason, StreamEvent, TextOrBlocks, ToolUseBlock,
+    ContentBlock, CreateMessage, Delta, ErrorKind, ErrorObject, MessageParam, Role, ShellToolInput,
+    ShellToolResultBlock, StopReason, StreamEvent, TextOrBlocks, ToolUseBlock,
 };
 use shellgate_wire::new_id;
 use shellgate_wire::responses as wire_items;
@@ -67,35 +67,12 @@ use crate::error::ApiError;
 use crate::http::{ApiJson, Project};
 use crate::sandboxes::hosted::HostedShell;
 use crate::state::AppState;
+use shellgate_wire::ErrorCode;
 
 /// An error in Anthropic's envelope, with the status the SDK maps to its
 /// exception classes.
 fn anthropic_error(error: ApiError) -> Response {
-    let kind = match error.status.as_u16() {
-        400 | 415 | 422 => ErrorKind::InvalidRequestError,
-        401 => ErrorKind::AuthenticationError,
-        403 => ErrorKind::PermissionError,
-        404 => ErrorKind::NotFoundError,
-        413 => ErrorKind::RequestTooLarge,
-        429 => ErrorKind::RateLimitError,
-        529 => ErrorKind::OverloadedError,
-        _ => ErrorKind::ApiError,
-    };
-    let message = match &error.param {
-        Some(param) if !error.message.contains(param.as_str()) => {
-            format!("{param}: {}", error.message)
-        }
-        _ => error.message.clone(),
-    };
-    let mut response = (error.status, Json(ErrorResponse::new(kind, message))).into_response();
-    if let Some(seconds) = error.retry_after {
-        if let Ok(value) = axum::http::HeaderValue::from_str(&seconds.to_string()) {
-            response
-                .headers_mut()
-                .insert(axum::http::header::RETRY_AFTER, value);
-        }
-    }
-    response
+    error.render(crate::error::Dialect::Anthropic)
 }
 
 fn invalid(param: &str, message: impl Into<String>) -> ApiError {
@@ -1111,7 +1088,7 @@ async fn finish(
 /// anything else a 500.
 fn failure(code: &str, message: &str) -> ApiError {
     if code == "rate_limit_exceeded" {
-        ApiError::quota("rate_limit_exceeded", message.to_owned())
+        ApiError::quota(ErrorCode::RateLimitExceeded, message.to_owned())
     } else {
         ApiError::internal(message.to_owned())
     }

@@ -5,7 +5,6 @@
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
 use axum::Json;
 use shellgate_wire::models::{Model, ModelList};
 
@@ -13,6 +12,7 @@ use crate::catalog::owner;
 use crate::error::{ApiError, ApiResult};
 use crate::http::Project;
 use crate::state::AppState;
+use shellgate_wire::ErrorCode;
 
 /// `GET /v1/models`.
 pub async fn list_models(
@@ -39,14 +39,11 @@ pub async fn retrieve_model(
         let protocol = state.upstreams.pick(&id).ok().and_then(|u| u.protocol());
         return Ok(Json(Model::new(id, 0, owner(protocol))));
     }
-    let mut error = ApiError::new(
-        StatusCode::NOT_FOUND,
-        "invalid_request_error",
+    Err(ApiError::of(
+        ErrorCode::ModelNotFound,
         format!("The model '{id}' does not exist or you do not have access to it."),
     )
-    .with_code("model_not_found");
-    error.param = Some("model".to_owned());
-    Err(error)
+    .with_param("model"))
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::header;
 use axum::response::IntoResponse;
 use axum::Json;
 use shellgate_wire::{ContainerUsage, Usage};
@@ -11,6 +11,7 @@ use shellgate_wire::{ContainerUsage, Usage};
 use crate::error::{ApiError, ApiResult};
 use crate::http::Project;
 use crate::state::AppState;
+use shellgate_wire::ErrorCode;
 
 pub async fn healthz(State(state): State<Arc<AppState>>) -> ApiResult<impl IntoResponse> {
     // Healthy means the store answers.
@@ -103,19 +104,12 @@ pub async fn usage(State(state): State<Arc<AppState>>, project: Project) -> ApiR
 }
 
 pub async fn not_found() -> ApiError {
-    let mut error = ApiError::new(
-        StatusCode::NOT_FOUND,
-        "invalid_request_error",
-        "Unknown request URL.",
-    );
-    error.code = Some("unknown_url");
-    error
+    ApiError::of(ErrorCode::UnknownUrl, "Unknown request URL.")
 }
 
 pub async fn method_not_allowed() -> ApiError {
-    ApiError::new(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "invalid_request_error",
+    ApiError::of(
+        ErrorCode::MethodNotAllowed,
         "Method not allowed for this URL.",
     )
 }

@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::config::Config;
 use crate::error::{ApiError, ApiResult};
+use shellgate_wire::ErrorCode;
 
 /// The streams open now, per process and per project.
 #[derive(Default)]
@@ -88,7 +89,7 @@ impl StreamBudgets {
         let of_process = open.processes.get(&key).copied().unwrap_or(0);
         if of_process >= self.per_process {
             return Err(ApiError::quota(
-                "too_many_process_streams",
+                ErrorCode::TooManyProcessStreams,
                 format!(
                     "Process '{process}' already has {of_process} output streams open; the limit \
                      (max_streams_per_process) is {}. Close one.",
@@ -99,7 +100,7 @@ impl StreamBudgets {
         let of_project = open.projects.get(project).copied().unwrap_or(0);
         if of_project >= self.per_project {
             return Err(ApiError::quota(
-                "too_many_output_streams",
+                ErrorCode::TooManyOutputStreams,
                 format!(
                     "Project '{project}' already has {of_project} process output streams open; \
                      the limit (max_streams_per_project) is {}. Close one.",
@@ -143,11 +144,11 @@ mod tests {
         let _two = budgets.open("alpha", "c1", "p1").unwrap();
         let refused = budgets.open("alpha", "c1", "p1").err().unwrap();
         assert_eq!(refused.status.as_u16(), 429);
-        assert_eq!(refused.code, Some("too_many_process_streams"));
+        assert_eq!(refused.code.code(), Some("too_many_process_streams"));
         // Another process of the project, up to the project's bound.
         let _three = budgets.open("alpha", "c1", "p2").unwrap();
         let refused = budgets.open("alpha", "c2", "p9").err().unwrap();
-        assert_eq!(refused.code, Some("too_many_output_streams"));
+        assert_eq!(refused.code.code(), Some("too_many_output_streams"));
         assert!(refused.message.contains("max_streams_per_project"));
         // Another project is not affected.
         let _other = budgets.open("beta", "c3", "p1").unwrap();

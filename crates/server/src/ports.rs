@@ -53,6 +53,7 @@ use crate::engine::engine_error;
 use crate::error::{ApiError, ApiResult};
 use crate::listener::ClientAddr;
 use crate::state::AppState;
+use shellgate_wire::ErrorCode;
 
 /// The header a port token may come in.
 pub const TOKEN_HEADER: &str = "x-shellgate-port-token";
@@ -444,18 +445,15 @@ fn port_error(container_id: &str, error: SandboxError) -> ApiError {
         SandboxError::Port {
             failure: PortFailure::TooManyConnections { .. },
             ..
-        } => ApiError::quota("too_many_port_connections", error.to_string()),
-        SandboxError::Port { .. } => {
-            ApiError::new(StatusCode::BAD_GATEWAY, "server_error", error.to_string())
-                .with_code("port_not_listening")
-        }
+        } => ApiError::quota(ErrorCode::TooManyPortConnections, error.to_string()),
+        SandboxError::Port { .. } => ApiError::of(ErrorCode::PortNotListening, error.to_string()),
         SandboxError::Deleted(_) => ApiError::not_found("container", container_id),
         other => engine_error(container_id, other),
     }
 }
 
 fn bad_gateway(message: String) -> ApiError {
-    ApiError::new(StatusCode::BAD_GATEWAY, "server_error", message).with_code("bad_gateway")
+    ApiError::of(ErrorCode::BadGateway, message)
 }
 
 fn wants_upgrade(headers: &HeaderMap) -> bool {

@@ -39,6 +39,7 @@ use crate::http::{ApiJson, ApiQuery, ListParams, Project};
 use crate::running::EventLog;
 use crate::state::AppState;
 use crate::time::now;
+use shellgate_wire::ErrorCode;
 
 fn invalid(param: &str, message: impl Into<String>) -> ApiError {
     ApiError::invalid(param, message)
@@ -711,9 +712,8 @@ pub(crate) fn read_request(body: Value) -> ApiResult<wire::CreateResponse> {
     let request: wire::CreateResponse =
         wire::from_value(body).map_err(|e| invalid(&e.param, e.message))?;
     if let Some(key) = request.refused() {
-        return Err(
-            invalid(key, format!("Unknown parameter: '{key}'.")).with_code("unknown_parameter")
-        );
+        return Err(invalid(key, format!("Unknown parameter: '{key}'."))
+            .with_code(ErrorCode::UnknownParameter));
     }
     Ok(request)
 }
@@ -848,7 +848,7 @@ async fn prepare(
         let container = sandbox.container().await.map_err(|e| {
             let mut error = ApiError::internal(e.message);
             if e.code == "rate_limit_exceeded" {
-                error = ApiError::quota("rate_limit_exceeded", error.message);
+                error = ApiError::quota(ErrorCode::RateLimitExceeded, error.message);
             }
             error
         })?;
@@ -1680,7 +1680,7 @@ mod tests {
 
     #[test]
     fn fields_are_consumed_carried_or_refused() {
-        let read = |body: Value| read_request(body).map_err(|e| (e.param, e.code));
+        let read = |body: Value| read_request(body).map_err(|e| (e.param, e.code.code()));
         assert!(read(serde_json::json!({"model": "m", "reasoning": {}, "include": []})).is_ok());
         assert_eq!(
             read(serde_json::json!({"model": "m", "bogus": 1})).unwrap_err(),

@@ -26,6 +26,7 @@ use crate::config::Config;
 use crate::db::Db;
 use crate::error::{ApiError, ApiResult};
 use crate::lease::Lease;
+use shellgate_wire::ErrorCode;
 
 /// The leases' kind.
 const TERMINAL_LEASE: &str = "console_terminal";
@@ -83,7 +84,7 @@ impl Terminals {
             Lease::take(&self.store, TERMINAL_LEASE, project, &self.node, self.limit).await?;
         lease.ok_or_else(|| {
             ApiError::quota(
-                "too_many_console_terminals",
+                ErrorCode::TooManyConsoleTerminals,
                 format!(
                     "Project '{project}' has {} console terminals open; the limit \
                      (max_console_terminals_per_project) is {}. End one (End shell), or close \

@@ -58,6 +58,22 @@ enum Command {
     /// answered but the policy rejected a command it asked for; 1 when the
     /// run failed.
     Local(crate::local::LocalArgs),
+    /// The server's settings.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Print the configuration reference: every setting, its environment
+    /// variable, default and meaning (a Markdown table, made from the
+    /// server's own declaration of its settings).
+    Reference {
+        /// Write it into this page instead (between its settings markers,
+        /// as docs/operator/configuration.md has them).
+        #[arg(long, value_name = "PAGE")]
+        update: Option<PathBuf>,
+    },
 }
 
 #[derive(clap::Args)]
@@ -340,6 +356,9 @@ pub fn main() -> i32 {
                 blocking(move || revoke_key(data_dir, &id)).await
             }
             Command::Exec(_) | Command::Local(_) => Ok(()),
+            Command::Config(ConfigCommand::Reference { update }) => {
+                config_reference(update.as_deref())
+            }
             Command::Drain(args) => drain(data_dir, args).await,
             Command::Image(command) => image(sandbox_dir(data_dir), command).await,
             Command::Audit(AuditCommand::Export {
@@ -364,6 +383,22 @@ pub fn main() -> i32 {
             1
         }
     }
+}
+
+/// `config reference`: the settings table, printed or written into a page.
+fn config_reference(page: Option<&std::path::Path>) -> Result<()> {
+    use shellgate_server::config::reference;
+    let Some(page) = page else {
+        print!("{}", reference::table());
+        return Ok(());
+    };
+    let text =
+        std::fs::read_to_string(page).with_context(|| format!("reading {}", page.display()))?;
+    let updated = reference::updated(&text).with_context(|| page.display().to_string())?;
+    if updated != text {
+        std::fs::write(page, updated).with_context(|| format!("writing {}", page.display()))?;
+    }
+    Ok(())
 }
 
 /// `drain`: tells the node on this machine to take no new containers,

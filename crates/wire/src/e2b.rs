@@ -11,6 +11,10 @@ use std::collections::BTreeMap;
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 
+/// The header naming the sandbox of an in-sandbox request (E2B's
+/// in-sandbox API comes to one base URL and names its sandbox here).
+pub const SANDBOX_ID_HEADER: &str = "e2b-sandbox-id";
+
 /// `POST /v2/sandboxes` (`NewSandboxV2`) and `POST /sandboxes`
 /// (`NewSandbox`, the same fields and `secure`).
 #[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]

@@ -1,4 +1,6 @@
-//! The error envelope every failure is answered in.
+//! OpenAI's error envelope, what every route but Anthropic's and E2B's
+//! answers failures in (theirs: `messages::ErrorResponse`,
+//! `e2b::E2bErrorBody`).
 
 use serde::{Deserialize, Serialize};
 

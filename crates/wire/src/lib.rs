@@ -6,6 +6,7 @@
 //! and `shared/reference/openai-wire.md`. Request types reject unknown enum
 //! values; response types always carry every required key.
 
+pub mod catalogue;
 pub mod messages;
 pub mod param;
 
@@ -32,6 +33,7 @@ mod processes;
 mod skills;
 mod usage;
 
+pub use catalogue::{ErrorCode, ErrorType};
 pub use containers::{
     Container, CreateContainer, DomainSecret, ExpiresAfter, ExpiresAnchor, InjectInto, MemoryLimit,
     NetworkPolicy,

@@ -22,6 +22,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::listener::ClientAddr;
 use crate::state::AppState;
 use crate::time::now;
+use shellgate_wire::ErrorCode;
 
 /// Who a request to a node comes from, by the credential it shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,11 +84,11 @@ async fn admit(State(front): State<Arc<Front>>, mut request: Request) -> Respons
             front.tenants.clone()
         }
         Caller::Nobody => {
-            let mut error = ApiError::unauthorized(
+            return ApiError::of(
+                ErrorCode::ClusterSecretRequired,
                 "This is a shellgate cluster node: it serves the cluster's API replicas only.",
-            );
-            error.code = Some("cluster_secret_required");
-            return error.into_response();
+            )
+            .into_response();
         }
     };
     // Handlers never see them (nor could echo them anywhere).

@@ -32,6 +32,7 @@ use crate::db::Db;
 use crate::error::{ApiError, ApiResult};
 use crate::sandboxes::reuse::Reuse;
 use crate::time::now;
+use shellgate_wire::ErrorCode;
 
 /// A replica's parts.
 pub struct Replica {
@@ -238,9 +239,8 @@ async fn nodes(
     match client_grant(&replica, &headers, client).await? {
         Some(grant) if grant.role == KeyRole::Admin => {}
         Some(_) => {
-            return Err(ApiError::new(
-                StatusCode::FORBIDDEN,
-                "invalid_request_error",
+            return Err(ApiError::of(
+                ErrorCode::AdminOnly,
                 "The cluster's nodes are shown to admin keys only.",
             ))
         }
@@ -623,14 +623,11 @@ fn request_again(request: &Request) -> Request {
 
 /// The 502 for a node that did not answer.
 fn node_unreachable(node: &str) -> ApiError {
-    let mut failure = ApiError::new(
-        StatusCode::BAD_GATEWAY,
-        "server_error",
+    ApiError::of(
+        ErrorCode::NodeUnreachable,
         format!("The node serving this request (\"{node}\") did not answer."),
-    );
-    failure.code = Some("node_unreachable");
-    failure.retry_after = Some(5);
-    failure
+    )
+    .with_retry_after(5)
 }
 
 /// A request's whole body, bounded like every request's.
@@ -686,9 +683,8 @@ async fn place(
 }
 
 fn no_room(image: Option<&str>) -> ApiError {
-    let mut error = ApiError::new(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "server_error",
+    ApiError::of(
+        ErrorCode::NoNodeAvailable,
         match image {
             Some(image) => format!(
                 "No node of this cluster has room for another container of image '{image}' \
@@ -698,10 +694,8 @@ fn no_room(image: Option<&str>) -> ApiError {
                      is full, draining or lost)."
                 .to_owned(),
         },
-    );
-    error.code = Some("no_node_available");
-    error.retry_after = Some(5);
-    error
+    )
+    .with_retry_after(5)
 }
 
 /// Sends a request any node can answer to a live node (one that answered
@@ -718,14 +712,11 @@ async fn send_anywhere(replica: &Arc<Replica>, request: Request) -> ApiResult<Re
         let avoid = [tried.clone(), replica.suspects()].concat();
         let any = |skip: &[String]| Placements::any(&loads, skip, now(), replica.lost_after());
         let Some(node) = any(&avoid).or_else(|| any(&tried)) else {
-            let mut error = ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "server_error",
+            return Err(ApiError::of(
+                ErrorCode::NoNodeAvailable,
                 "No node of this cluster is reachable now.",
-            );
-            error.code = Some("no_node_available");
-            error.retry_after = Some(5);
-            return Err(error);
+            )
+            .with_retry_after(5));
         };
         // Only a request without a body is tried again: a streamed body
         // sent once cannot be sent twice.
@@ -758,7 +749,7 @@ fn forwarded_url(address: &str, target: &Uri) -> Result<reqwest::Url, ApiError> 
     let path_and_query = target.path_and_query().map_or("/", |p| p.as_str());
     let refused = || {
         ApiError::bad_request("The request path cannot be forwarded as it is spelled.")
-            .with_code("invalid_request_path")
+            .with_code(ErrorCode::InvalidRequestPath)
     };
     let url = reqwest::Url::parse(&format!("{address}{path_and_query}")).map_err(|_| refused())?;
     if url.path() != target.path() {
@@ -955,7 +946,7 @@ mod tests {
         ] {
             let uri: Uri = target.parse().unwrap();
             let error = forwarded_url(address, &uri).unwrap_err();
-            assert_eq!(error.code, Some("invalid_request_path"), "{target}");
+            assert_eq!(error.code.code(), Some("invalid_request_path"), "{target}");
         }
         for target in [
             "/v1/containers/cntr_a/ports/8000/a%2Fb;c/%252e%252e/?x=1&y=%20",

@@ -38,6 +38,7 @@ use super::Console;
 use crate::error::{ApiError, ApiResult};
 use crate::http::ApiJson;
 use crate::time::now;
+use shellgate_wire::ErrorCode;
 
 /// The session cookie's name (see the module doc for its prefix).
 pub(super) const COOKIE: &str = "__Host-shellgate_console";
@@ -104,12 +105,12 @@ pub(super) fn named_project(headers: &HeaderMap) -> Option<&str> {
 }
 
 fn forbidden(message: &str) -> ApiError {
-    ApiError::new(StatusCode::FORBIDDEN, "invalid_request_error", message).with_code("forbidden")
+    ApiError::of(ErrorCode::Forbidden, message)
 }
 
 fn no_session() -> ApiError {
     ApiError::unauthorized("No console session: sign in with an API key.")
-        .with_code("console_session_required")
+        .with_code(ErrorCode::ConsoleSessionRequired)
 }
 
 impl FromRequestParts<Arc<Console>> for Signed {
@@ -137,7 +138,7 @@ impl FromRequestParts<Arc<Console>> for Signed {
                 return Err(forbidden(
                     "Missing or wrong X-CSRF-Token: state-changing console requests must carry the session's token.",
                 )
-                .with_code("csrf_failed"));
+                .with_code(ErrorCode::CsrfFailed));
             }
         }
         console.app.limiter.check(&session.grant.project)?;
@@ -194,7 +195,7 @@ pub(super) fn cookie(headers: &HeaderMap) -> ApiResult<Option<String>> {
             "The request carries more than one {COOKIE} cookie: clear this site's cookies and \
              sign in again."
         ))
-        .with_code("console_cookie_conflict"));
+        .with_code(ErrorCode::ConsoleCookieConflict));
     }
     Ok(first.filter(|value| !value.is_empty()).map(str::to_owned))
 }
@@ -292,7 +293,7 @@ pub(super) async fn sign_in(
              http://127.0.0.1 or http://localhost: its session cookie is Secure, and a \
              browser keeps none from this address over plain HTTP.",
         )
-        .with_code("console_needs_https"));
+        .with_code(ErrorCode::ConsoleNeedsHttps));
     }
     let key = body.key.trim().to_owned();
     // Wrong keys are throttled here as on the API (`auth::KeyThrottle`).

@@ -9,6 +9,7 @@
 use crate::db::Db;
 use crate::error::{ApiError, ApiResult};
 use crate::lease::Lease;
+use shellgate_wire::ErrorCode;
 
 /// The most live streams one project keeps open (every tab of every
 /// member's console: two or three streams a tab).
@@ -46,7 +47,7 @@ impl Streams {
         .await?;
         lease.ok_or_else(|| {
             ApiError::quota(
-                "too_many_console_streams",
+                ErrorCode::TooManyConsoleStreams,
                 format!(
                     "Project '{project}' has {STREAMS_PER_PROJECT} console live streams open; close a console tab."
                 ),
@@ -94,7 +95,7 @@ mod tests {
         for streams in [&one, &two] {
             let refused = streams.open("alpha").await.err().unwrap();
             assert_eq!(refused.status.as_u16(), 429);
-            assert_eq!(refused.code, Some("too_many_console_streams"));
+            assert_eq!(refused.code.code(), Some("too_many_console_streams"));
         }
         assert!(
             two.open("beta").await.is_ok(),

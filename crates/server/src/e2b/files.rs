@@ -12,6 +12,7 @@
 //! `filesystem`), with mode 0644, their parents made. `X-Metadata-*` headers (extended attributes) are not
 //! kept: the backend's file layer has no extended attributes.
 
+use shellgate_wire::ErrorCode;
 use std::io::Write as _;
 use std::sync::Arc;
 
@@ -157,7 +158,7 @@ async fn upload(
 /// An upload's error as envd gives it: a full disk is 507 (the SDK's
 /// `NotEnoughSpaceException`), everything else keeps its status.
 fn upload_error(error: crate::error::ApiError) -> E2bError {
-    if error.code == Some("quota_exceeded") {
+    if error.code == ErrorCode::QuotaExceeded {
         return E2bError::new(StatusCode::INSUFFICIENT_STORAGE, error.message);
     }
     error.into()

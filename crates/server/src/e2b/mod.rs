@@ -22,7 +22,6 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
-use serde::Serialize;
 use tower_service::Service;
 
 use crate::error::ApiError;
@@ -38,8 +37,7 @@ pub(crate) mod interpreter;
 pub(crate) mod process;
 pub(crate) mod user;
 
-/// The header naming the sandbox of an in-sandbox request.
-pub const SANDBOX_ID_HEADER: &str = "e2b-sandbox-id";
+pub use shellgate_wire::e2b::SANDBOX_ID_HEADER;
 /// The header naming the port an in-sandbox request is for.
 pub const SANDBOX_PORT_HEADER: &str = "e2b-sandbox-port";
 /// envd's port.
@@ -85,14 +83,9 @@ impl From<shellgate_sandbox_api::SandboxError> for E2bError {
 
 impl IntoResponse for E2bError {
     fn into_response(self) -> Response {
-        #[derive(Serialize)]
-        struct Body<'a> {
-            code: u16,
-            message: &'a str,
-        }
-        let body = Body {
+        let body = shellgate_wire::e2b::E2bErrorBody {
             code: self.status.as_u16(),
-            message: &self.message,
+            message: self.message,
         };
         (self.status, axum::Json(body)).into_response()
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use shellgate_sandbox_api::backend::ContainerSpec;
 use shellgate_store::{ContainerFileRow, ContainerRow, ContainerStatus, FileSource};
-use shellgate_wire::new_id;
+use shellgate_wire::{new_id, ErrorCode};
 use shellgate_wire::{
     Container, CreateContainer, ExpiresAfter, ExpiresAnchor, MountedSkill, NetworkPolicy,
     StoredSkill,
@@ -374,15 +374,12 @@ pub(crate) async fn create_container(
             if !state.db(move |s| s.finish_creating(&id)).await? {
                 // Its node (this one) was declared lost meanwhile: a
                 // create the replicas gave up on is undone, not finished.
-                let mut error = ApiError::new(
-                    axum::http::StatusCode::SERVICE_UNAVAILABLE,
-                    "server_error",
+                return Err(ApiError::of(
+                    ErrorCode::NodeStoppedAnswering,
                     "The node making this container stopped answering for a while; nothing \
                      was made. Try again.",
-                );
-                error.code = Some("node_unreachable");
-                error.retry_after = Some(5);
-                return Err(error);
+                )
+                .with_retry_after(5));
             }
             Ok::<_, ApiError>(())
         }

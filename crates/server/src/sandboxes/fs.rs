@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 use shellgate_egress::secrets::Masker;
 use shellgate_sandbox_api::fs::{under_workdir, FsDownload, Upload};
 use shellgate_sandbox_api::SandboxError;
+use shellgate_wire::ErrorCode;
 use tokio_stream::StreamExt;
 
 use crate::engine::engine_error;
@@ -27,12 +28,10 @@ use crate::state::AppState;
 /// `permission_denied`.
 pub(crate) fn fs_error(id: &str, error: SandboxError) -> ApiError {
     match error {
-        SandboxError::FileNotFound(path) => ApiError::new(
-            StatusCode::NOT_FOUND,
-            "invalid_request_error",
+        SandboxError::FileNotFound(path) => ApiError::of(
+            ErrorCode::FileNotFound,
             format!("No file or directory at {path}."),
-        )
-        .with_code("file_not_found"),
+        ),
         other => engine_error(id, other),
     }
 }
