@@ -212,7 +212,8 @@ def test_a_404_is_in_e2bs_envelope_which_the_sdk_reads(server, e2b):
         ("GET", "/templates/aliases/no-such-template"),
         ("GET", f"/v2/sandboxes/{missing}/no-such-thing"),
     ]:
-        response = requests.request(method, f"{root(server)}{path}", headers=headers, json={}, timeout=30)
+        payload = {} if method == "POST" else None
+        response = requests.request(method, f"{root(server)}{path}", headers=headers, json=payload, timeout=30)
         assert response.status_code == 404, (path, response.text)
         body = response.json()
         assert set(body) == {"code", "message"} and body["code"] == 404, (path, body)
