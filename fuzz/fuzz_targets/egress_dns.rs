@@ -3,7 +3,7 @@
 //! answered with exactly the addresses of its type.
 //!
 //! `RUSTC_BOOTSTRAP=1 cargo fuzz run egress_dns` (from the repository root); on
-//! stable, `cargo test -p shellgate --features fuzzing --test fuzz egress_dns`.
+//! stable, `cargo test -p shellgate --features fuzzing --test it fuzz::egress_dns`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

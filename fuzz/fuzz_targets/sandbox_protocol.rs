@@ -3,7 +3,7 @@
 //! records) and the requests init reads never panic, and round-trip.
 //!
 //! `RUSTC_BOOTSTRAP=1 cargo fuzz run sandbox_protocol` (from the repository root); on
-//! stable, `cargo test -p shellgate --features fuzzing --test fuzz sandbox_protocol`.
+//! stable, `cargo test -p shellgate --features fuzzing --test it fuzz::sandbox_protocol`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

@@ -3,7 +3,7 @@
 //! reads the same events however the bytes are cut.
 //!
 //! `RUSTC_BOOTSTRAP=1 cargo fuzz run sse` (from the repository root); on
-//! stable, `cargo test -p shellgate --features fuzzing --test fuzz sse`.
+//! stable, `cargo test -p shellgate --features fuzzing --test it fuzz::sse`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

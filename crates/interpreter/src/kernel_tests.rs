@@ -1,6 +1,6 @@
 //! kernel.py at the language level, run by the host's python3 (the
 //! container's is the same program; the engine path is tested in
-//! `crates/shellgate/tests/interpreter.rs`).
+//! `crates/shellgate/tests/it/interpreter.rs`).
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};

@@ -3,7 +3,7 @@
 // Test code: a failed unwrap is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::net::TcpListener;
@@ -105,13 +105,16 @@ fn programs_start_with_default_signals_whatever_the_server_inherited() {
     // Signal dispositions are the whole process's: a copy of this binary,
     // started with them ignored and blocked, runs the engine, so no other
     // test here inherits them.
+    // The test's full name in this binary: its module path without the
+    // binary's own name.
+    let module = module_path!()
+        .split_once("::")
+        .map_or("", |(_, module)| module);
+    let name =
+        format!("{module}::programs_start_with_default_signals_whatever_the_server_inherited");
     let mut copy = std::process::Command::new(std::env::current_exe().unwrap());
-    copy.args([
-        "--exact",
-        "programs_start_with_default_signals_whatever_the_server_inherited",
-        "--nocapture",
-    ])
-    .env(INHERITED_SIGNALS, "1");
+    copy.args(["--exact", &name, "--nocapture"])
+        .env(INHERITED_SIGNALS, "1");
     // SAFETY: between fork and exec, only sigaction and sigprocmask on
     // values on the stack (async-signal-safe).
     unsafe {

@@ -1,9 +1,9 @@
 //! The built-in guardrail rules measured on the two small corpora beside
-//! this test (`guardrail_corpus/`): ordinary texts a model reads, texts
+//! the tests (`tests/guardrail_corpus/`): ordinary texts a model reads, texts
 //! about prompt injection among them (`benign.txt`), and injections in
 //! plain and disguised spellings (`attacks.txt`). It prints the
 //! false-positive and detection rates (`cargo test -p shellgate-model
-//! --test guardrail_corpus -- --nocapture`; BENCHMARKS.md has them) and
+//! --test it guardrail_corpus:: -- --nocapture`; BENCHMARKS.md has them) and
 //! fails on a regression: an injection marked `!` that is not blocked,
 //! fewer injections blocked than [`DETECTED_AT_LEAST`], or more ordinary
 //! texts blocked than [`FALSE_POSITIVES_AT_MOST`].
@@ -73,13 +73,13 @@ fn the_built_in_rules_on_the_benign_and_attack_corpora() {
     let guardrail = Guardrail::defaults(Action::Block);
     let blocked = |text: &str| guardrail.check(text).action == Some(Action::Block);
 
-    let benign = corpus(include_str!("guardrail_corpus/benign.txt"));
+    let benign = corpus(include_str!("../guardrail_corpus/benign.txt"));
     let false_positives: Vec<&String> = benign
         .iter()
         .map(|(_, text)| text)
         .filter(|text| blocked(text))
         .collect();
-    let attacks = corpus(include_str!("guardrail_corpus/attacks.txt"));
+    let attacks = corpus(include_str!("../guardrail_corpus/attacks.txt"));
     let missed: Vec<&(bool, String)> = attacks.iter().filter(|(_, text)| !blocked(text)).collect();
     let detected = attacks.len() - missed.len();
 

@@ -6,7 +6,7 @@
 // Test code: a failed unwrap is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::{TempDir, TestEngine, BINARY};
 use shellgate_egress::secrets::{DomainSecret, SecretValue};

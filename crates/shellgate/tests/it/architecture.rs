@@ -15,7 +15,7 @@
 //! folder's parent, which reaches back through its own children) shows in
 //! one of them. A failure names the files of the circle with the line of
 //! each import, or the crate and the dependency that runs upward. Rerun with
-//! `cargo test -p shellgate --test architecture`.
+//! `cargo test -p shellgate --test it architecture::`.
 // Test code: a failed unwrap is a failed test, with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -6,7 +6,7 @@
 //! `SHELLGATE_FUZZ_SECONDS` (5 by default). `fuzz/` holds the same checks
 //! as cargo-fuzz targets for coverage-guided runs on nightly.
 //!
-//! `cargo test -p shellgate --features fuzzing --test fuzz` (`scripts/test`
+//! `cargo test -p shellgate --features fuzzing --test it fuzz::` (`scripts/test`
 //! runs it with the workspace's tests, all built with the feature). A failing input is written to `target/fuzz-failures/` and
 //! named in the failure; `SHELLGATE_FUZZ_SEED` replays a run's mutations.
 // Test code: a failed unwrap is a failed test, with its message.
