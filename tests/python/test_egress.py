@@ -918,10 +918,14 @@ def test_secrets_go_only_where_their_scope_says(client, world, secret_box):
         f'curl -sS -m 30 -H "Transfer-Encoding: chunked" --data-binary @/tmp/large '
         f'https://api.secret.test/v1/chunked-{marker}',
     ]
-    out, err, code = run(client, container, "; ".join(f"{c} > /dev/null" for c in commands), timeout_ms=90_000)
+    # Each request must have gone through: the first that did not ends
+    # the command, and its curl error is the failure's message.
+    out, err, code = run(client, container, " && ".join(f"{c} > /dev/null" for c in commands), timeout_ms=90_000)
     assert code == 0, err
     got = {e["path"].split("?")[0].split("-" + marker)[0]: e for e in world.requests("a")
            if marker in e["path"]}
+    assert sorted(got) == sorted(["/default", "/v1/small", "/v1/put", "/v2/other", "/v1/../dots",
+                                  "/v1/header", "/v1/large", "/v1/chunked"]), (sorted(got), err)
     default = got["/default"]
     assert default["authorization"] == f"Bearer {SECRET}"
     assert default["path"].endswith(f"?token={placeholder}") and default["body"] == f"k={placeholder}"
