@@ -1,7 +1,7 @@
 //! E2B's REST control plane: sandboxes created, listed, inspected, timed,
 //! paused, resumed and killed, each a shellgate container.
 //!
-//! A sandbox *is* a container: it is made by `containers::create_container`
+//! A sandbox *is* a container: it is made by `sandboxes::containers::create_container`
 //! (the one path of `POST /v1/containers`: quotas, admission, billing,
 //! audit, network policy, image) and removed by `remove_container`; E2B's
 //! own record (`e2b_sandboxes`: token, metadata, envs, `end_at`, pause
