@@ -118,7 +118,7 @@ fn check(state: &AppState, body: &Value) -> ApiResult<Checked> {
     }
     let request: ChatCompletionRequest =
         shellgate_wire::param::parse(body).map_err(|e| invalid(&e.param, e.message))?;
-    let (model, upstream) = crate::responses::upstream_for(state, request.model.as_deref())?;
+    let (model, upstream) = crate::turns::upstream_for(state, request.model.as_deref())?;
     if request.messages.is_empty() {
         return Err(invalid(
             "messages",
@@ -1125,7 +1125,7 @@ fn stream_translated(
         }
         let _ = tx.send(SseEvent::default().data("[DONE]"));
     });
-    let guard = crate::responses::AbortOnDrop(Some(task));
+    let guard = crate::turns::AbortOnDrop(Some(task));
     let body = UnboundedReceiverStream::new(rx).map(move |event| {
         let _keep = &guard;
         Ok::<_, Infallible>(event)

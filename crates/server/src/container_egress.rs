@@ -30,7 +30,7 @@ pub struct SupplySecrets {
 pub async fn supply(
     State(state): State<Arc<AppState>>,
     project: Project,
-    base: crate::ports::PublicBase,
+    base: crate::public_base::PublicBase,
     Path(id): Path<String>,
     ApiJson(body): ApiJson<SupplySecrets>,
 ) -> ApiResult<Json<shellgate_wire::Container>> {

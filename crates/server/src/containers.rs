@@ -25,7 +25,7 @@ use crate::engine::engine_error;
 use crate::error::{ApiError, ApiResult};
 use crate::http::to_completion;
 use crate::http::{multipart_error, ApiJson, ApiQuery, ListParams, Project};
-use crate::ports::PublicBase;
+use crate::public_base::PublicBase;
 use crate::sandboxes::containers::{
     create_container, image_list, owned, remove_container, shown_container,
 };

@@ -47,6 +47,7 @@ pub(crate) mod ops;
 mod output_streams;
 mod ports;
 mod processes;
+mod public_base;
 mod responses;
 mod route_grammar;
 mod route_table;
@@ -61,6 +62,7 @@ mod terminals;
 #[cfg(test)]
 mod testing;
 mod time;
+mod turns;
 mod uncarried;
 
 use std::collections::HashMap;

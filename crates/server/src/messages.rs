@@ -159,7 +159,7 @@ pub async fn count_tokens(
             ));
         }
         let request = wire::CountTokens::read(&body).map_err(|e| invalid(&e.param, e.message))?;
-        let (model, upstream) = crate::responses::upstream_for(&state, Some(&request.model))?;
+        let (model, upstream) = crate::turns::upstream_for(&state, Some(&request.model))?;
         let turn = counted_turn(request, &headers, upstream.protocol())?;
         let input_tokens = match upstream.count_tokens(&turn).await {
             Ok(Some(tokens)) => tokens,
@@ -476,7 +476,7 @@ async fn prepare(
     headers: &HeaderMap,
     body: CreateMessage,
 ) -> Result<Prepared, ApiError> {
-    let (model, upstream) = crate::responses::upstream_for(state, Some(&body.model))?;
+    let (model, upstream) = crate::turns::upstream_for(state, Some(&body.model))?;
     if body.max_tokens == 0 {
         return Err(invalid(
             "max_tokens",
@@ -1003,7 +1003,7 @@ fn stop_reason(outcome: &Outcome, output: &[Item]) -> StopReason {
 /// response (`response_timeout_secs`).
 async fn run_loop(prepared: &Prepared, events: Option<&run::EventSink>) -> Outcome {
     let sandbox = prepared.sandbox.as_deref().map(|s| s as &dyn Sandbox);
-    crate::responses::run_within(
+    crate::turns::run_within(
         prepared.deadline,
         prepared.upstream.as_ref(),
         sandbox,
@@ -1183,7 +1183,7 @@ fn stream_message(
             let _ = tx.send(event);
         }
     });
-    let guard = crate::responses::AbortOnDrop(Some(task));
+    let guard = crate::turns::AbortOnDrop(Some(task));
     let body = UnboundedReceiverStream::new(rx).map(move |event| {
         let _keep = &guard;
         Ok::<_, Infallible>(event)

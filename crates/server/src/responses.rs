@@ -39,6 +39,7 @@ use crate::http::{ApiJson, ApiQuery, ListParams, Project};
 use crate::running::EventLog;
 use crate::state::AppState;
 use crate::time::now;
+use crate::turns::{run_within, upstream_for, AbortOnDrop};
 use shellgate_wire::ErrorCode;
 
 fn invalid(param: &str, message: impl Into<String>) -> ApiError {
@@ -679,27 +680,6 @@ fn with_uncarried(mut response: Response, names: &[String]) -> Response {
     response
 }
 
-/// The upstream that serves `model` (both APIs): a model is required.
-pub(crate) fn upstream_for(
-    state: &AppState,
-    model: Option<&str>,
-) -> ApiResult<(String, Arc<dyn shellgate_model::upstream::Upstream>)> {
-    let model = model
-        .filter(|m| !m.is_empty())
-        .ok_or_else(|| invalid("model", "a model is required"))?
-        .to_owned();
-    if state.upstreams.is_empty() {
-        // The server's set-up, not the request, is what is wrong: a 503 (as
-        // the start-up summary says), not a 400 the client would "fix".
-        return Err(ApiError::no_upstream());
-    }
-    let upstream = state
-        .upstreams
-        .pick(&model)
-        .map_err(|e| invalid("model", e.to_string()))?;
-    Ok((model, upstream))
-}
-
 /// The request body, read: every top-level field consumed (typed), carried
 /// (`wire::CARRIED`) or refused (`unknown_parameter`); a field of the wrong
 /// type is a 400 naming it.
@@ -932,35 +912,6 @@ async fn prepare(
     Ok(prepared)
 }
 
-/// Runs the loop within `deadline` (`response_timeout_secs`): past it the
-/// run is dropped, which kills its commands (the engine's command path
-/// guarantees it), and it ends `failed`, naming the limit. What it had made
-/// is not kept (a streaming client saw it go by).
-pub(crate) async fn run_within(
-    deadline: std::time::Duration,
-    upstream: &dyn shellgate_model::upstream::Upstream,
-    sandbox: Option<&dyn Sandbox>,
-    request: &run::Request,
-    events: Option<&EventSink>,
-) -> Outcome {
-    match tokio::time::timeout(deadline, run::run(upstream, sandbox, request, events)).await {
-        Ok(outcome) => outcome,
-        Err(_) => Outcome {
-            output: Vec::new(),
-            usage: Usage::default(),
-            status: Status::Failed {
-                code: "server_error",
-                message: format!(
-                    "the response took longer than its limit of {} seconds \
-                     (response_timeout_secs); its commands were stopped",
-                    deadline.as_secs()
-                ),
-            },
-            tool_calls: 0,
-        },
-    }
-}
-
 impl Prepared {
     /// The stored row for this response in `status`, its object `body`.
     fn row(&self, body: &wire::Response, output: &[wire::Item]) -> ResponseRow {
@@ -1107,17 +1058,6 @@ async fn start(state: Arc<AppState>, prepared: Arc<Prepared>, stream: bool) -> R
         })
     };
     read(log, 0, Some(task)).into_response()
-}
-
-/// Aborts a foreground run when its event stream is dropped (the client left).
-pub(crate) struct AbortOnDrop(pub(crate) Option<tokio::task::JoinHandle<()>>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        if let Some(task) = &self.0 {
-            task.abort();
-        }
-    }
 }
 
 /// Writes a run's stream events into a log: `response.created`,

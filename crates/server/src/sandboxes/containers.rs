@@ -16,7 +16,7 @@ use shellgate_wire::{
 use crate::engine::destroy_quietly;
 use crate::error::{ApiError, ApiResult};
 use crate::http::{to_completion, Project};
-use crate::ports::PublicBase;
+use crate::public_base::PublicBase;
 use crate::sandboxes::files::safe_file_name;
 use crate::state::AppState;
 use crate::time::now;

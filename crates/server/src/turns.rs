@@ -1,0 +1,73 @@
+//! What every model API (Responses, Messages, Chat Completions) shares to
+//! run a turn: the upstream a model names, the loop run within the
+//! response's deadline, and a run aborted when its client leaves. The
+//! handlers translate their wire around these; none imports another's.
+
+use std::sync::Arc;
+
+use shellgate_model::run::{self, EventSink, Outcome, Sandbox, Status};
+use shellgate_model::upstream::Usage;
+
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+
+/// The upstream that serves `model` (both APIs): a model is required.
+pub(crate) fn upstream_for(
+    state: &AppState,
+    model: Option<&str>,
+) -> ApiResult<(String, Arc<dyn shellgate_model::upstream::Upstream>)> {
+    let model = model
+        .filter(|m| !m.is_empty())
+        .ok_or_else(|| ApiError::invalid("model", "a model is required"))?
+        .to_owned();
+    if state.upstreams.is_empty() {
+        // The server's set-up, not the request, is what is wrong: a 503 (as
+        // the start-up summary says), not a 400 the client would "fix".
+        return Err(ApiError::no_upstream());
+    }
+    let upstream = state
+        .upstreams
+        .pick(&model)
+        .map_err(|e| ApiError::invalid("model", e.to_string()))?;
+    Ok((model, upstream))
+}
+
+/// Runs the loop within `deadline` (`response_timeout_secs`): past it the
+/// run is dropped, which kills its commands (the engine's command path
+/// guarantees it), and it ends `failed`, naming the limit. What it had made
+/// is not kept (a streaming client saw it go by).
+pub(crate) async fn run_within(
+    deadline: std::time::Duration,
+    upstream: &dyn shellgate_model::upstream::Upstream,
+    sandbox: Option<&dyn Sandbox>,
+    request: &run::Request,
+    events: Option<&EventSink>,
+) -> Outcome {
+    match tokio::time::timeout(deadline, run::run(upstream, sandbox, request, events)).await {
+        Ok(outcome) => outcome,
+        Err(_) => Outcome {
+            output: Vec::new(),
+            usage: Usage::default(),
+            status: Status::Failed {
+                code: "server_error",
+                message: format!(
+                    "the response took longer than its limit of {} seconds \
+                     (response_timeout_secs); its commands were stopped",
+                    deadline.as_secs()
+                ),
+            },
+            tool_calls: 0,
+        },
+    }
+}
+
+/// Aborts a foreground run when its event stream is dropped (the client left).
+pub(crate) struct AbortOnDrop(pub(crate) Option<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(task) = &self.0 {
+            task.abort();
+        }
+    }
+}
