@@ -91,7 +91,6 @@ fn auto_container(params: &ContainerAuto) -> CreateContainer {
 pub struct HostedShell {
     state: Arc<AppState>,
     project: String,
-    environment: Environment,
     auto: Option<CreateContainer>,
     /// The skills the model is told of (`Mounted::summary`): a container
     /// continued must hold these.
@@ -181,11 +180,10 @@ pub async fn prepare(
         }
         Some(Environment::Local { .. }) | None => {}
     }
-    let sandbox = tools.hosted_environment().map(|environment| {
+    let sandbox = tools.hosted_environment().is_some().then(|| {
         Arc::new(HostedShell {
             state: Arc::clone(state),
             project: project.to_owned(),
-            environment: environment.clone(),
             auto,
             skills: skills.clone(),
             reuse,
@@ -335,7 +333,8 @@ impl HostedShell {
         Ok(made.id)
     }
 
-    /// The `container_auto` container, continued as [`Reuse`] says.
+    /// The container the commands run in, as [`Reuse`] says: the
+    /// referenced one, or a `container_auto` container continued or made.
     async fn find_or_make(&self) -> Result<String, HostError> {
         match &self.reuse {
             Reuse::Fresh => self.make().await,
@@ -387,10 +386,7 @@ impl Sandbox for HostedShell {
         if let Some(id) = container.as_ref() {
             return Ok(id.clone());
         }
-        let id = match &self.environment {
-            Environment::ContainerReference(id) => id.clone(),
-            _ => self.find_or_make().await?,
-        };
+        let id = self.find_or_make().await?;
         if let Some(seconds) = self.sleep_after {
             let key = id.clone();
             self.state
