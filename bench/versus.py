@@ -11,7 +11,10 @@ build's `shellgate serve`:
 
 The builds alternate within each round (A then B, then B then A), so a
 machine's load falls on both alike. Prints each build's median, the spread
-(10th to 90th percentile) and the ratio of the medians B/A.
+(10th to 90th percentile) and the ratio of the medians B/A, and the
+server's own CPU time per request (the sum over its threads' run time,
+/proc/PID/task/*/schedstat), which a loaded machine disturbs far less than
+the wall time.
 
     python3 bench/versus.py A_BINARY B_BINARY [--rounds N]
 
@@ -94,10 +97,25 @@ class Server:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def timed(f):
+def cpu_ms(pid):
+    """The run time of a process's threads so far, in ms."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except OSError:  # the thread ended
+            pass
+    return total / 1e6
+
+
+def timed(server, f):
+    """(wall ms, server CPU ms) of `f`."""
+    cpu = cpu_ms(server.child.pid)
     start = time.perf_counter()
     f()
-    return (time.perf_counter() - start) * 1000
+    wall = (time.perf_counter() - start) * 1000
+    return wall, cpu_ms(server.child.pid) - cpu
 
 
 def spread(samples):
@@ -127,19 +145,25 @@ def main():
             s.post(f"/v1/containers/{cid}/exec", exec_body)
             s.post("/v1/responses", call)
     kinds = ["exec", "response with a shell call", "response, one model turn"]
-    samples = {n: {kind: [] for kind in kinds} for n in servers}
+    wall = {n: {kind: [] for kind in kinds} for n in servers}
+    cpu = {n: {kind: [] for kind in kinds} for n in servers}
     for i in range(args.rounds):
         for n in (["A", "B"] if i % 2 == 0 else ["B", "A"]):
             s, cid, exec_body, call, answer = work[n]
-            samples[n]["exec"].append(timed(lambda: s.post(f"/v1/containers/{cid}/exec", exec_body)))
-            samples[n]["response with a shell call"].append(timed(lambda: s.post("/v1/responses", call)))
-            samples[n]["response, one model turn"].append(timed(lambda: s.post("/v1/responses", answer)))
+            for kind, path, body in [("exec", f"/v1/containers/{cid}/exec", exec_body),
+                                     ("response with a shell call", "/v1/responses", call),
+                                     ("response, one model turn", "/v1/responses", answer)]:
+                w, c = timed(s, lambda: s.post(path, body))
+                wall[n][kind].append(w)
+                cpu[n][kind].append(c)
         upstream.server.requests.clear()
     print(f"A = {args.a}\nB = {args.b}\n{args.rounds} rounds, alternating; median (p10–p90) in ms")
-    for kind in kinds:
-        a, b = samples["A"][kind], samples["B"][kind]
-        ma, mb = statistics.median(a), statistics.median(b)
-        print(f"{kind:28s} A {ma:7.3f} ({spread(a):>15s})  B {mb:7.3f} ({spread(b):>15s})  B/A {mb / ma:.3f}")
+    for title, samples in [("wall time", wall), ("server CPU", cpu)]:
+        print(title)
+        for kind in kinds:
+            a, b = samples["A"][kind], samples["B"][kind]
+            ma, mb = statistics.median(a), statistics.median(b)
+            print(f"  {kind:28s} A {ma:7.3f} ({spread(a):>15s})  B {mb:7.3f} ({spread(b):>15s})  B/A {mb / ma:.3f}")
     for s in servers.values():
         s.stop()
     upstream.stop()
