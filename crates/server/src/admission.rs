@@ -83,16 +83,16 @@ fn gib(bytes: u64) -> String {
 impl Admission {
     pub fn new(config: &Config, db: Db) -> Self {
         Self {
-            max_running: config.max_running_containers_per_project,
+            max_running: config.sandbox.max_running_containers_per_project,
             // Validated at start-up; an unparsable value cannot reach here.
-            max_memory: config.max_memory_per_project.bytes(),
-            max_execs: config.max_execs_per_project,
+            max_memory: config.sandbox.max_memory_per_project.bytes(),
+            max_execs: config.sandbox.max_execs_per_project,
             projects: Mutex::new(HashMap::new()),
-            credits: (config.role == Role::Node).then(|| {
+            credits: (config.cluster.role == Role::Node).then(|| {
                 ExecCredits::new(
                     db.clone(),
-                    &config.node_name(),
-                    config.max_execs_per_project,
+                    &config.cluster.node_name(),
+                    config.sandbox.max_execs_per_project,
                 )
             }),
             db,

@@ -41,8 +41,8 @@ pub fn audit_key(name: &str) -> Result<Key, ObjectError> {
 /// The object store of `config`: the data directory, or the S3 bucket it
 /// names. Nothing is asked of a remote service yet ([`check`] does).
 pub fn open(config: &Config) -> Result<Arc<dyn ObjectStore>, ConfigError> {
-    match config.object_location()? {
-        None => LocalStore::open(&config.data_dir)
+    match config.store.object_location()? {
+        None => LocalStore::open(&config.server.data_dir)
             .map(|store| Arc::new(store) as Arc<dyn ObjectStore>)
             .map_err(|e| ConfigError(format!("the data directory's objects: {e}"))),
         Some((location, settings)) => S3Store::new(location, settings)

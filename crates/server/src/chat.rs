@@ -421,7 +421,7 @@ async fn pass_through(
         )
             .into_response());
     }
-    let most = usize::try_from(state.config.upstream_max_answer_bytes).unwrap_or(usize::MAX);
+    let most = usize::try_from(state.config.model.upstream_max_answer_bytes).unwrap_or(usize::MAX);
     let mut meter = StreamMeter {
         state,
         project,
@@ -1017,7 +1017,7 @@ async fn translated(
             .map(|tool| tool.name.clone())
             .collect(),
     };
-    let deadline = std::time::Duration::from_secs(state.config.response_timeout_secs);
+    let deadline = std::time::Duration::from_secs(state.config.model.response_timeout_secs);
     let include_usage = request
         .stream_options
         .as_ref()
@@ -1412,9 +1412,10 @@ mod tests {
                 turns: Mutex::new(Vec::new()),
             });
             let router = Router::new(Some(Arc::clone(&scripted) as Arc<dyn Upstream>));
-            let harness = Harness::with_config(|config| config.guardrail_input_default = setting)
-                .with_guardrails()
-                .with_upstreams(router);
+            let harness =
+                Harness::with_config(|config| config.model.guardrail_input_default = setting)
+                    .with_guardrails()
+                    .with_upstreams(router);
             let answer = harness.post("/v1/chat/completions", request.clone()).await;
             let turns = scripted.turns.lock().unwrap().clone();
             if blocked {

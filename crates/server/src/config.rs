@@ -6,267 +6,49 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 pub use shellgate_model::upstream::Protocol;
-use shellgate_objects::{S3Location, S3Settings};
-use shellgate_store::KeyRole;
 
+mod cluster;
+mod console;
+mod egress;
+mod model;
 pub mod reference;
+mod sandbox;
+mod server;
+mod store;
+
+pub use cluster::ClusterSettings;
+pub use console::ConsoleSettings;
+pub use egress::EgressSettings;
+pub use model::ModelSettings;
+pub use sandbox::SandboxSettings;
+pub use server::ServerSettings;
+pub use store::StoreSettings;
 
 /// The fewest characters a configured key (`api_keys`) may have: a key
 /// short enough to guess is refused at start. (`shellgate keys create`
 /// makes keys of 35.)
 pub const MIN_KEY_CHARS: usize = 16;
 
-/// Every setting of `shellgate serve`.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
+/// Every setting of `shellgate serve`, grouped by concern. Each group's
+/// fields are named as the config file's keys and the environment's
+/// variables (`SHELLGATE_` and the name in capitals): the file and the
+/// environment are flat, so every name is unique across groups.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct Config {
-    /// Address to listen on.
-    pub listen: SocketAddr,
-    /// Where the database, files and sandboxes live.
-    pub data_dir: PathBuf,
-    /// The metadata store: empty for SQLite in the data directory (the
-    /// embedded default), or `postgres://user:password@host:port/database`:
-    /// the store a cluster's API replicas and nodes share.
-    pub database_url: Secret,
-    /// The Postgres schema the tables live in (created if missing; empty:
-    /// the connection's default, `public`).
-    pub database_schema: String,
-    /// Postgres connections this server keeps open at most.
-    pub database_pool_size: usize,
-    /// A PEM file of the CA that signed the Postgres server's certificate
-    /// (a private CA), trusted beside the host's roots. TLS is used as the
-    /// URL's `sslmode` says (`prefer` by default, `require`, `disable`).
-    pub database_ca_file: String,
-    /// What this server is in a cluster: `all` (a single box:
-    /// the API and the engine), `node` (the engine, registered in the
-    /// shared store, taking requests only from API replicas) or `api` (a
-    /// stateless API replica that places containers on nodes and routes
-    /// each request to its container's node).
-    pub role: Role,
-    /// A node's name in the cluster (default: the host name).
-    pub node_id: String,
-    /// Where API replicas reach this node (`http://10.0.0.7:8080`;
-    /// default: `http://` and the listen address).
-    pub node_address: String,
-    /// The secret API replicas show nodes (`X-Shellgate-Cluster-Secret`):
-    /// at least 32 characters, the same on every replica and node.
-    pub cluster_secret: Secret,
-    /// How often a node heart-beats.
-    pub node_heartbeat_secs: u64,
-    /// A node silent this long is lost, with its containers.
-    pub node_lost_after_secs: u64,
-    /// An API replica waits this long for a node to begin its answer to a
-    /// forwarded request before it asks the node whether it is alive at
-    /// all (its `/livez`, given as long to answer): a node that answers
-    /// that is waited for again (a long exec, a create building an image,
-    /// a model's turn), one that does not is given up on (502
-    /// `node_unreachable`; a safe request any node can answer is tried on
-    /// another). A node declared lost meanwhile ends the wait at once.
-    pub node_answer_timeout_secs: u64,
-    /// Containers a node holds at most (placement's count of room).
-    pub max_containers_per_node: u64,
-    /// The first host uid of the sandboxes' id ranges (nodes sharing one
-    /// host, as in the tests, each need ranges of their own).
-    pub sandbox_uid_base: u32,
-    /// Keys to seed, comma separated: `KEY`, `KEY:PROJECT` (project
-    /// `default`) or `KEY:PROJECT:admin` (a key that also sees every
-    /// project in the console); each at least [`MIN_KEY_CHARS`] characters
-    /// long (a shorter one is refused at start).
-    pub api_keys: String,
-    /// Default `expires_after.minutes` of a container.
-    pub default_expires_minutes: u32,
-    /// Largest `expires_after.minutes` accepted (default 30 days).
-    pub max_expires_minutes: u32,
-    /// Idle time after which a container's processes end (its files stay).
-    pub idle_suspend_after_secs: u64,
-    /// How long a suspended container's files are kept.
-    pub retention_days: u64,
-    /// How often expiry, suspension and retention are checked.
-    pub sweep_interval_secs: u64,
-    /// Largest JSON request body.
-    pub max_request_bytes: usize,
-    /// Largest uploaded file.
-    pub max_upload_bytes: usize,
-    /// Requests per minute per project (0: unlimited).
-    pub rate_limit_per_minute: u32,
-    /// Containers started ahead of demand (see the sandbox engine).
-    pub warm_containers: usize,
-    /// A file transfer by path that moves no byte for this
-    /// many seconds is ended (its worker killed): a client that stops
-    /// reading cannot keep a container busy for ever.
-    pub transfer_stall_secs: u64,
-    /// Log format: `auto` (text on a terminal, JSON elsewhere), `json` or
-    /// `text`; `serve --log-format` overrides it.
-    pub log_format: LogFormat,
-    /// Containers holding processes (running or being created) a project
-    /// may have at once; suspended ones do not count (429 beyond).
-    pub max_running_containers_per_project: u32,
-    /// Sum of the `memory_limit`s of a project's running containers (429
-    /// beyond). Limits are ceilings, not reservations: the host is protected
-    /// by `sandbox_memory_ceiling`, this bounds one tenant's claim.
-    pub max_memory_per_project: ByteSize,
-    /// Exec requests a project may have running at once (429 beyond); a
-    /// cluster's nodes share it. The console's terminals are not counted.
-    pub max_execs_per_project: u32,
-    /// Streams of one process's output (server-sent events, WebSockets,
-    /// E2B's `Start` and `Connect`) open at once (429 beyond).
-    pub max_streams_per_process: u32,
-    /// Streams of process output a project may have open at once, on all
-    /// its processes (429 beyond).
-    pub max_streams_per_project: u32,
-    /// Terminals a project may have open in the web console at once (429
-    /// beyond), apart from `max_execs_per_project`.
-    pub max_console_terminals_per_project: u32,
-    /// A console terminal nobody is attached to (its tab closed) ends
-    /// after this many seconds; attaching again within them keeps it.
-    pub console_terminal_grace_secs: u64,
-    /// CPU ceiling of each container, in cores (0: none).
-    pub container_cpus: f64,
-    /// Most time one exec request may take, whatever its commands'
-    /// timeouts; commands still pending then get a `timeout` outcome.
-    pub request_deadline_secs: u64,
-    /// Memory all sandboxes together may use (their parent cgroup's limit):
-    /// `auto` (the host's memory less a tenth, at least 1 GiB and at most
-    /// 8 GiB kept for the server and the host) or a size such as `16g`. A
-    /// container whose `memory_limit` is larger is refused (400).
-    pub sandbox_memory_ceiling: MemoryCeiling,
-    /// Open connections at most; past it, the oldest connection that has
-    /// not yet sent a request is closed to make room.
-    pub max_connections: usize,
-    /// A connection must send a complete request header within this many
-    /// seconds of opening or of its previous response: this bounds both
-    /// slow (slow-loris) headers and idle keep-alive connections.
-    pub header_read_timeout_secs: u64,
-    /// A request body that sends nothing for this long, or less than
-    /// 1 KiB/s on average after it, is cut off (408).
-    pub body_read_timeout_secs: u64,
-    /// If set, `GET /metrics` needs `Authorization: Bearer <token>`.
-    pub metrics_token: String,
-    /// Show the host's `/usr/local` inside `host`-image containers (off by
-    /// default: host-installed tools are not vetted for sandboxes).
-    pub expose_host_usr_local: bool,
-    /// The default upstream model server's base URL (e.g.
-    /// `https://api.openai.com/v1`, `http://localhost:11434/v1`); empty: none.
-    pub upstream_url: String,
-    /// Its API key (sent as a Bearer token; never logged or echoed).
-    pub upstream_api_key: Secret,
-    /// Its protocol: `chat` (OpenAI Chat Completions), `responses` or
-    /// `anthropic`.
-    pub upstream_protocol: Protocol,
-    /// Longest wait for an upstream's answer to begin, and between its pieces.
-    pub upstream_timeout_secs: u64,
-    /// Attempts at a rate-limited (429) upstream request before it fails.
-    pub upstream_attempts: u32,
-    /// Most `input_file` parts in one Responses API request.
-    pub max_input_files: usize,
-    /// Most bytes of a request's `input_file` parts together.
-    pub max_input_file_bytes: u64,
-    /// Longest time for one whole upstream turn (request, retries and every
-    /// piece of the answer): a model trickling its answer is cut off here.
-    pub upstream_turn_timeout_secs: u64,
-    /// Longest time one response (a Responses or Messages run: every turn
-    /// and command) may take: past it the run ends `failed`, its commands
-    /// killed.
-    pub response_timeout_secs: u64,
-    /// Most bytes of one upstream answer, and of the model's answers over
-    /// every turn of one response together (over it the response fails).
-    pub upstream_max_answer_bytes: u64,
-    /// Most bytes of one tool call's arguments in an upstream answer.
-    pub upstream_max_tool_call_bytes: u64,
-    /// A request's tools the picked upstream cannot carry (a hosted tool
-    /// such as `web_search` before a non-Responses upstream): `drop` (left
-    /// out, reported in the `x-shellgate-uncarried` header, the response's
-    /// metadata and the log) or `reject` (a 400 naming the tool).
-    pub unsupported_tools: UnsupportedTools,
-    /// The built-in prompt-injection rules over user input: `off`, `flag`
-    /// (logged), `redact` or `block` (403).
-    pub guardrail_input_default: GuardrailDefault,
-    /// The same rules over shell output before the model reads it: `off`,
-    /// `flag`, `redact` or `block` (the output is withheld).
-    pub guardrail_tool_output_default: GuardrailDefault,
-    /// More rules (config file only): `[[guardrails]] project = "*" or a
-    /// project, target = "input" or "tool_output", pattern = "regex",
-    /// action = "flag" | "redact" | "block"`.
-    pub guardrails: Vec<GuardrailRule>,
-    /// Price of a second of sandbox time (`server_tool_cost`).
-    pub sandbox_price_per_second: f64,
-    /// Upstreams for models by name prefix (config file only):
-    /// `[[upstreams]] prefix = "llama", url = "...", api_key = "...", protocol = "chat"`.
-    pub upstreams: Vec<UpstreamRoute>,
-    /// The image containers are made from when a request names none; while
-    /// it is not there (not built yet), `host` is used and the log says so.
-    pub default_image: String,
-    /// Build the default image in the background on a start that finds it
-    /// missing (progress in the log and in `/healthz`); off, e.g. for tests,
-    /// containers use `host` until `shellgate image build` is run.
-    pub build_default_image: bool,
-    /// Where images live; empty: `<data_dir>/sandbox/images`. Servers on
-    /// one host may share a directory of built images.
-    pub images_dir: String,
-    /// Where the command line's short-lived engines (`exec`, `image`,
-    /// `local --sandbox`) keep their state; empty: a RAM file system
-    /// (`/run`, `$XDG_RUNTIME_DIR` or `/dev/shm`), else
-    /// `<data_dir>/sandbox/oneshot`.
-    pub oneshot_dir: String,
-    /// Whether containers may have network access at all (through the
-    /// egress proxy, by allowlist). Off: every `network_policy` allowlist
-    /// is refused (400).
-    pub egress: bool,
-    /// The organization allowlist: the host names and `*.domain` patterns
-    /// any container may be allowed (comma separated); a container's list
-    /// must stay within it. `*`: any name.
-    pub egress_allowed_domains: String,
-    /// Whether a container's own list may be `*` (every name); off by
-    /// default even when the organization list is `*`.
-    pub egress_allow_any_domain: bool,
-    /// Exceptions to the forbidden addresses, comma separated: host names
-    /// that may resolve to private, loopback, link-local or reserved
-    /// addresses (an internal package mirror, say), and address ranges
-    /// (`10.20.0.0/16`, `fd00:1::/64`, or one address) any allowed name
-    /// may resolve to.
-    pub egress_private_exceptions: String,
-    /// How long egress log rows are kept (seconds); older ones are deleted
-    /// by the lifecycle sweeper. 0: kept forever.
-    pub egress_log_retention_secs: u64,
-    /// The DNS server the proxy asks (`IP:port`); empty: the host's resolver.
-    pub egress_dns_server: String,
-    /// More trusted roots (PEM files, comma separated) for the servers the
-    /// proxy forwards intercepted TLS to, besides the host's.
-    pub egress_trusted_roots: String,
-    /// Fixed addresses for names (config file only), like `/etc/hosts`:
-    /// `[egress_hosts] "mirror.internal" = ["10.0.0.5"]`.
-    pub egress_hosts: std::collections::BTreeMap<String, Vec<std::net::IpAddr>>,
-    /// Where clients reach this server (`https://sandbox.example.com`), for
-    /// the URLs the API shows (a container's exposed ports); empty: the
-    /// `Host` a request came with, over `http`.
-    pub public_url: String,
-    /// The domain under which a container's exposed port is reached by host
-    /// name: `{port}-{container_id}.{ports_base_domain}` (`*.localhost`
-    /// resolves to loopback in browsers, without DNS).
-    pub ports_base_domain: String,
-    /// Longest silence (nothing either way) on a proxied port connection,
-    /// waiting for the container's answer included, before it is closed.
-    pub ports_idle_timeout_secs: u64,
-    /// Where blobs that outlive a node live (Files API uploads, skill
-    /// bundles, audit exports): empty, the data directory (`files/`,
-    /// `skills/`, `audit/` in it); `s3://bucket/prefix`, an S3-compatible
-    /// bucket (see the `s3_*` settings).
-    pub object_store: String,
-    /// The S3 service's URL (`https://minio.internal:9000`), addressed
-    /// path-style; empty: AWS's for `s3_region`.
-    pub s3_endpoint: String,
-    /// The S3 region; empty: `AWS_REGION` / `AWS_DEFAULT_REGION`, else
-    /// `us-east-1`.
-    pub s3_region: String,
-    /// The S3 access key's id, with `s3_secret_access_key` (both or
-    /// neither); empty (both): the environment's credentials as AWS's tools
-    /// read them (`AWS_ACCESS_KEY_ID`, a web identity token, the instance's
-    /// role).
-    pub s3_access_key_id: String,
-    /// The secret of `s3_access_key_id` (both or neither; never printed).
-    pub s3_secret_access_key: Secret,
-    /// Whether `s3_endpoint` may be plain `http://` (a trusted network only).
-    pub s3_allow_http: bool,
+    #[serde(flatten)]
+    pub server: ServerSettings,
+    #[serde(flatten)]
+    pub store: StoreSettings,
+    #[serde(flatten)]
+    pub cluster: ClusterSettings,
+    #[serde(flatten)]
+    pub sandbox: SandboxSettings,
+    #[serde(flatten)]
+    pub console: ConsoleSettings,
+    #[serde(flatten)]
+    pub model: ModelSettings,
+    #[serde(flatten)]
+    pub egress: EgressSettings,
 }
 
 /// A prompt-injection rule of the config file.
@@ -514,96 +296,6 @@ impl Secret {
     }
 }
 
-impl Default for Config {
-    fn default() -> Self {
-        Self {
-            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
-            data_dir: default_data_dir(),
-            database_url: Secret::default(),
-            database_schema: String::new(),
-            database_pool_size: 16,
-            database_ca_file: String::new(),
-            role: Role::All,
-            node_id: String::new(),
-            node_address: String::new(),
-            cluster_secret: Secret::default(),
-            node_heartbeat_secs: 2,
-            node_lost_after_secs: 15,
-            node_answer_timeout_secs: 5,
-            max_containers_per_node: 5_000,
-            sandbox_uid_base: 3_000_000_000,
-            api_keys: String::new(),
-            default_expires_minutes: 20,
-            max_expires_minutes: 30 * 24 * 60,
-            idle_suspend_after_secs: 5 * 60,
-            retention_days: 30,
-            sweep_interval_secs: 10,
-            max_request_bytes: 16 << 20,
-            max_upload_bytes: 512 << 20,
-            rate_limit_per_minute: 0,
-            warm_containers: 2,
-            transfer_stall_secs: 60,
-            log_format: LogFormat::Auto,
-            max_running_containers_per_project: 1000,
-            max_memory_per_project: ByteSize {
-                text: "1t".to_owned(),
-                bytes: 1 << 40,
-            },
-            max_execs_per_project: 64,
-            max_streams_per_process: 32,
-            max_streams_per_project: 256,
-            max_console_terminals_per_project: 32,
-            console_terminal_grace_secs: 60,
-            container_cpus: 1.0,
-            request_deadline_secs: 600,
-            sandbox_memory_ceiling: MemoryCeiling::Auto,
-            max_connections: 10_000,
-            header_read_timeout_secs: 10,
-            body_read_timeout_secs: 30,
-            metrics_token: String::new(),
-            expose_host_usr_local: false,
-            upstream_url: String::new(),
-            upstream_api_key: Secret::default(),
-            upstream_protocol: default_protocol(),
-            upstream_timeout_secs: 120,
-            upstream_attempts: 3,
-            upstream_turn_timeout_secs: 600,
-            response_timeout_secs: 3600,
-            max_input_files: 50,
-            max_input_file_bytes: 64 << 20,
-            upstream_max_answer_bytes: 32 * 1024 * 1024,
-            upstream_max_tool_call_bytes: 4 * 1024 * 1024,
-            unsupported_tools: UnsupportedTools::Drop,
-            upstreams: Vec::new(),
-            sandbox_price_per_second: 0.0001,
-            guardrail_input_default: GuardrailDefault::Flag,
-            guardrail_tool_output_default: GuardrailDefault::Off,
-            guardrails: Vec::new(),
-            default_image: "debian-12".to_owned(),
-            build_default_image: true,
-            images_dir: String::new(),
-            oneshot_dir: String::new(),
-            egress: true,
-            egress_allowed_domains: "*".to_owned(),
-            egress_allow_any_domain: false,
-            egress_private_exceptions: String::new(),
-            egress_log_retention_secs: 30 * 86_400,
-            egress_dns_server: String::new(),
-            egress_trusted_roots: String::new(),
-            egress_hosts: Default::default(),
-            public_url: String::new(),
-            ports_base_domain: "localhost".to_owned(),
-            ports_idle_timeout_secs: 300,
-            object_store: String::new(),
-            s3_endpoint: String::new(),
-            s3_region: String::new(),
-            s3_access_key_id: String::new(),
-            s3_secret_access_key: Secret::default(),
-            s3_allow_http: false,
-        }
-    }
-}
-
 /// The entries of a comma-separated setting.
 pub fn comma_list(text: &str) -> Vec<String> {
     text.split(',')
@@ -613,19 +305,19 @@ pub fn comma_list(text: &str) -> Vec<String> {
         .collect()
 }
 
-/// The default data directory: system-wide for root, per user otherwise.
 impl Config {
     /// Opens (creating and migrating) the metadata store these settings
     /// name: Postgres if `database_url` is set, else SQLite in the data
     /// directory.
     pub fn open_store(&self) -> Result<shellgate_store::Store, shellgate_store::StoreError> {
-        match self.database_url.get() {
+        let store = &self.store;
+        match store.database_url.get() {
             Some(url) => shellgate_store::Store::open_postgres(&shellgate_store::PostgresOptions {
                 url: url.to_owned(),
-                schema: (!self.database_schema.is_empty()).then(|| self.database_schema.clone()),
-                pool_size: self.database_pool_size.max(1),
-                ca_file: (!self.database_ca_file.is_empty())
-                    .then(|| PathBuf::from(&self.database_ca_file)),
+                schema: (!store.database_schema.is_empty()).then(|| store.database_schema.clone()),
+                pool_size: store.database_pool_size.max(1),
+                ca_file: (!store.database_ca_file.is_empty())
+                    .then(|| PathBuf::from(&store.database_ca_file)),
             }),
             None => shellgate_store::Store::open(&self.sqlite_path()),
         }
@@ -633,17 +325,18 @@ impl Config {
 
     /// A cluster role's settings: a shared store and a long enough secret.
     fn check_cluster(&self) -> Result<(), ConfigError> {
-        if self.role == Role::All {
+        let cluster = &self.cluster;
+        if cluster.role == Role::All {
             return Ok(());
         }
-        if self.database_url.get().is_none() {
+        if self.store.database_url.get().is_none() {
             return Err(ConfigError(
                 "role = node or api needs database_url: a cluster's replicas and nodes share one \
                  Postgres store"
                     .into(),
             ));
         }
-        let secret = self.cluster_secret.get().unwrap_or_default();
+        let secret = cluster.cluster_secret.get().unwrap_or_default();
         if secret.len() < MIN_CLUSTER_SECRET {
             return Err(ConfigError(format!(
                 "role = node or api needs cluster_secret of at least {MIN_CLUSTER_SECRET} \
@@ -651,7 +344,9 @@ impl Config {
                 secret.len()
             )));
         }
-        if self.node_heartbeat_secs == 0 || self.node_lost_after_secs <= self.node_heartbeat_secs {
+        if cluster.node_heartbeat_secs == 0
+            || cluster.node_lost_after_secs <= cluster.node_heartbeat_secs
+        {
             return Err(ConfigError(
                 "node_lost_after_secs must be longer than node_heartbeat_secs (and that above 0)"
                     .into(),
@@ -660,35 +355,23 @@ impl Config {
         Ok(())
     }
 
-    /// This server's node name: empty on a single box (its containers'
-    /// `node_id`), the configured one (or the host name) on a node.
-    pub fn node_name(&self) -> String {
-        match self.role {
-            Role::All | Role::Api => String::new(),
-            Role::Node if !self.node_id.is_empty() => self.node_id.clone(),
-            Role::Node => std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .map(|name| name.trim().to_owned())
-                .ok()
-                .filter(|name| !name.is_empty())
-                .unwrap_or_else(|| "node".to_owned()),
-        }
-    }
-
     /// Where API replicas reach this node.
     pub fn node_url(&self) -> String {
-        if self.node_address.is_empty() {
-            format!("http://{}", self.listen)
+        let address = &self.cluster.node_address;
+        if address.is_empty() {
+            format!("http://{}", self.server.listen)
         } else {
-            self.node_address.trim_end_matches('/').to_owned()
+            address.trim_end_matches('/').to_owned()
         }
     }
 
     /// Where the embedded SQLite database lives.
     pub fn sqlite_path(&self) -> PathBuf {
-        self.data_dir.join("shellgate.db")
+        self.server.data_dir.join("shellgate.db")
     }
 }
 
+/// The default data directory: system-wide for root, per user otherwise.
 pub fn default_data_dir() -> PathBuf {
     // SAFETY: geteuid cannot fail.
     if unsafe { libc::geteuid() } == 0 {
@@ -826,22 +509,27 @@ fn edit_distance(a: &str, b: &str) -> usize {
     previous[b.len()]
 }
 
+/// The group `T` of `table`'s settings: its keys taken out of `table` and
+/// read (an error names the key).
+fn group<T: Default + Serialize + serde::de::DeserializeOwned>(
+    table: &mut toml::Table,
+) -> Result<T, ConfigError> {
+    let keys = toml::Table::try_from(T::default()).map_err(|e| ConfigError(e.to_string()))?;
+    let own: toml::Table = keys
+        .keys()
+        .filter_map(|key| table.remove_entry(key))
+        .collect();
+    toml::Value::Table(own)
+        .try_into()
+        .map_err(|e: toml::de::Error| ConfigError(format!("invalid setting: {e}")))
+}
+
 /// A setting that could not be read.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct ConfigError(pub String);
 
 impl Config {
-    /// The image store's directory, when set apart from the data directory.
-    pub fn images_dir(&self) -> Option<PathBuf> {
-        (!self.images_dir.is_empty()).then(|| PathBuf::from(&self.images_dir))
-    }
-
-    /// Where the command line's one-shot engines live, when set.
-    pub fn oneshot_dir(&self) -> Option<PathBuf> {
-        (!self.oneshot_dir.is_empty()).then(|| PathBuf::from(&self.oneshot_dir))
-    }
-
     /// Defaults, overlaid with `file` (if any) and the environment.
     pub fn load(
         file: Option<&Path>,
@@ -896,23 +584,43 @@ impl Config {
             };
             table.insert(name, parsed);
         }
-        toml::Value::Table(table)
-            .try_into()
-            .map_err(|e: toml::de::Error| ConfigError(format!("invalid setting: {e}")))
+        Config::from_table(table)
+    }
+
+    /// The settings of a flat table (the file's keys and the environment's
+    /// names), each group read from its own keys.
+    fn from_table(mut table: toml::Table) -> Result<Self, ConfigError> {
+        let config = Config {
+            server: group(&mut table)?,
+            store: group(&mut table)?,
+            cluster: group(&mut table)?,
+            sandbox: group(&mut table)?,
+            console: group(&mut table)?,
+            model: group(&mut table)?,
+            egress: group(&mut table)?,
+        };
+        match table.keys().next() {
+            Some(key) => Err(ConfigError(format!(
+                "invalid setting: {key} is not a setting"
+            ))),
+            None => Ok(config),
+        }
     }
 
     /// Checks the settings that are not checked by their types.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if !(self.container_cpus >= 0.0 && self.container_cpus <= 1024.0) {
+        let (server, sandbox, model, egress) =
+            (&self.server, &self.sandbox, &self.model, &self.egress);
+        if !(sandbox.container_cpus >= 0.0 && sandbox.container_cpus <= 1024.0) {
             return Err(ConfigError(format!(
                 "container_cpus = {} must be between 0 (no ceiling) and 1024",
-                self.container_cpus
+                sandbox.container_cpus
             )));
         }
-        self.egress_org_allowlist()?;
-        self.public_base()?;
+        egress.org_allowlist()?;
+        server.public_base()?;
         self.check_cluster()?;
-        let domain = &self.ports_base_domain;
+        let domain = &server.ports_base_domain;
         if domain.is_empty()
             || domain.starts_with('.')
             || domain.ends_with('.')
@@ -924,39 +632,42 @@ impl Config {
                 "ports_base_domain = {domain:?} is not a domain such as localhost or ports.example.com"
             )));
         }
-        shellgate_egress::policy::Exceptions::parse(&comma_list(&self.egress_private_exceptions))
+        shellgate_egress::policy::Exceptions::parse(&comma_list(&egress.egress_private_exceptions))
             .map_err(|e| ConfigError(format!("egress_private_exceptions: {e}")))?;
-        if !self.egress_dns_server.is_empty()
-            && self.egress_dns_server.parse::<SocketAddr>().is_err()
+        if !egress.egress_dns_server.is_empty()
+            && egress.egress_dns_server.parse::<SocketAddr>().is_err()
         {
             return Err(ConfigError(format!(
                 "egress_dns_server = {:?} is not an address such as 192.0.2.53:53",
-                self.egress_dns_server
+                egress.egress_dns_server
             )));
         }
-        self.object_location()?;
-        self.check_keys()?;
+        self.store.object_location()?;
+        server.check_keys()?;
         for (name, value) in [
-            ("upstream_timeout_secs", self.upstream_timeout_secs),
+            ("upstream_timeout_secs", model.upstream_timeout_secs),
             (
                 "upstream_turn_timeout_secs",
-                self.upstream_turn_timeout_secs,
+                model.upstream_turn_timeout_secs,
             ),
-            ("upstream_max_answer_bytes", self.upstream_max_answer_bytes),
-            ("response_timeout_secs", self.response_timeout_secs),
+            ("upstream_max_answer_bytes", model.upstream_max_answer_bytes),
+            ("response_timeout_secs", model.response_timeout_secs),
             (
                 "upstream_max_tool_call_bytes",
-                self.upstream_max_tool_call_bytes,
+                model.upstream_max_tool_call_bytes,
             ),
-            ("request_deadline_secs", self.request_deadline_secs),
-            ("header_read_timeout_secs", self.header_read_timeout_secs),
-            ("body_read_timeout_secs", self.body_read_timeout_secs),
-            ("node_answer_timeout_secs", self.node_answer_timeout_secs),
-            ("max_connections", self.max_connections as u64),
-            ("ports_idle_timeout_secs", self.ports_idle_timeout_secs),
+            ("request_deadline_secs", sandbox.request_deadline_secs),
+            ("header_read_timeout_secs", server.header_read_timeout_secs),
+            ("body_read_timeout_secs", server.body_read_timeout_secs),
+            (
+                "node_answer_timeout_secs",
+                self.cluster.node_answer_timeout_secs,
+            ),
+            ("max_connections", server.max_connections as u64),
+            ("ports_idle_timeout_secs", server.ports_idle_timeout_secs),
             (
                 "console_terminal_grace_secs",
-                self.console_terminal_grace_secs,
+                self.console.console_terminal_grace_secs,
             ),
         ] {
             if value == 0 {
@@ -965,152 +676,12 @@ impl Config {
         }
         Ok(())
     }
-
-    /// The configured `public_url` read, if set: (scheme, host[:port],
-    /// path prefix without its trailing slash).
-    pub fn public_base(&self) -> Result<Option<(String, String, String)>, ConfigError> {
-        if self.public_url.is_empty() {
-            return Ok(None);
-        }
-        let bad = || {
-            ConfigError(format!(
-                "public_url = {:?} is not a URL such as https://sandbox.example.com",
-                self.public_url
-            ))
-        };
-        let (scheme, rest) = self.public_url.split_once("://").ok_or_else(bad)?;
-        if scheme != "http" && scheme != "https" {
-            return Err(bad());
-        }
-        let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
-        if host.is_empty() || host.contains(['?', '#', '@', ' ']) || path.contains(['?', '#']) {
-            return Err(bad());
-        }
-        let path = path.trim_end_matches('/');
-        let prefix = if path.is_empty() {
-            String::new()
-        } else {
-            format!("/{path}")
-        };
-        Ok(Some((scheme.to_owned(), host.to_owned(), prefix)))
-    }
-
-    /// Where objects live: `None`, the data directory; else the S3 bucket
-    /// and how to reach it.
-    pub fn object_location(&self) -> Result<Option<(S3Location, S3Settings)>, ConfigError> {
-        if self.object_store.is_empty() {
-            return Ok(None);
-        }
-        let location = S3Location::parse(&self.object_store)
-            .map_err(|e| ConfigError(format!("object_store: {e}")))?;
-        let endpoint = &self.s3_endpoint;
-        if !endpoint.is_empty() {
-            if endpoint.starts_with("http://") && !self.s3_allow_http {
-                return Err(ConfigError(format!(
-                    "s3_endpoint = {endpoint:?} is plain http: set s3_allow_http = true \
-                     to send the objects and credentials unencrypted"
-                )));
-            }
-            if !endpoint.starts_with("http://") && !endpoint.starts_with("https://") {
-                return Err(ConfigError(format!(
-                    "s3_endpoint = {endpoint:?} is not a URL such as https://s3.example.com"
-                )));
-            }
-        }
-        if self.s3_access_key_id.is_empty() != self.s3_secret_access_key.0.is_empty() {
-            return Err(ConfigError(
-                "s3_access_key_id and s3_secret_access_key go together: set both or neither"
-                    .to_owned(),
-            ));
-        }
-        let set = |value: &str| (!value.is_empty()).then(|| value.to_owned());
-        Ok(Some((
-            location,
-            S3Settings {
-                endpoint: set(endpoint),
-                region: set(&self.s3_region),
-                access_key_id: set(&self.s3_access_key_id),
-                secret_access_key: self.s3_secret_access_key.get().map(str::to_owned),
-                allow_http: self.s3_allow_http,
-            },
-        )))
-    }
-
-    /// The organization allowlist.
-    pub fn egress_org_allowlist(&self) -> Result<shellgate_egress::policy::Allowlist, ConfigError> {
-        shellgate_egress::policy::Allowlist::operator(&comma_list(&self.egress_allowed_domains))
-            .map_err(|e| ConfigError(format!("egress_allowed_domains: {e}")))
-    }
-
-    /// What the operator allows containers' networks: the rule a request's
-    /// `network_policy` (and the CLI's `--allow`) is held to.
-    pub fn egress_rules(&self) -> Result<shellgate_sandbox_api::network::EgressRules, ConfigError> {
-        Ok(shellgate_sandbox_api::network::EgressRules {
-            enabled: self.egress,
-            allow_any_domain: self.egress_allow_any_domain,
-            org_allowlist: self.egress_org_allowlist()?,
-        })
-    }
-
-    /// The egress proxy's own options (trusted roots, DNS server, fixed
-    /// hosts, private exceptions), for `Settings::configure`.
-    pub fn proxy_options(&self) -> shellgate_egress::proxy::ProxyOptions {
-        shellgate_egress::proxy::ProxyOptions {
-            trusted_roots: comma_list(&self.egress_trusted_roots)
-                .into_iter()
-                .map(PathBuf::from)
-                .collect(),
-            dns_server: self.egress_dns_server.clone(),
-            hosts: self.egress_hosts.clone(),
-            private_exceptions: comma_list(&self.egress_private_exceptions),
-        }
-    }
-
-    /// The CPU ceiling of a container (`None`: none).
-    pub fn container_cpu_ceiling(&self) -> Option<f64> {
-        (self.container_cpus > 0.0).then_some(self.container_cpus)
-    }
-
-    /// Refuses a configured key short enough to guess, naming its project
-    /// (never the key).
-    fn check_keys(&self) -> Result<(), ConfigError> {
-        for (index, (key, project, _)) in self.seeded_keys().iter().enumerate() {
-            let length = key.chars().count();
-            if length < MIN_KEY_CHARS {
-                return Err(ConfigError(format!(
-                    "api_keys: key {} (project {project:?}) has {length} characters; a key \
-                     needs at least {MIN_KEY_CHARS} (`shellgate keys create` makes one, as \
-                     does `openssl rand -hex 24`)",
-                    index + 1
-                )));
-            }
-        }
-        Ok(())
-    }
-
-    /// The seeded keys: (key, project, role).
-    pub fn seeded_keys(&self) -> Vec<(String, String, KeyRole)> {
-        self.api_keys
-            .split(',')
-            .map(str::trim)
-            .filter(|k| !k.is_empty())
-            .map(|entry| {
-                let mut parts = entry.splitn(3, ':');
-                let key = parts.next().unwrap_or_default().to_owned();
-                let project = parts.next().filter(|p| !p.is_empty()).unwrap_or("default");
-                let role = match parts.next() {
-                    Some("admin") => KeyRole::Admin,
-                    _ => KeyRole::Member,
-                };
-                (key, project.to_owned(), role)
-            })
-            .collect()
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shellgate_store::KeyRole;
 
     #[test]
     fn env_overrides_file_overrides_defaults() {
@@ -1128,11 +699,11 @@ mod tests {
             ("HOME".to_owned(), "/x".to_owned()),
         ];
         let config = Config::load(Some(&file), env.into_iter()).unwrap();
-        assert_eq!(config.listen.port(), 9999);
-        assert_eq!(config.retention_days, 3);
-        assert_eq!(config.idle_suspend_after_secs, 300);
+        assert_eq!(config.server.listen.port(), 9999);
+        assert_eq!(config.sandbox.retention_days, 3);
+        assert_eq!(config.sandbox.idle_suspend_after_secs, 300);
         assert_eq!(
-            config.seeded_keys(),
+            config.server.seeded_keys(),
             vec![
                 ("k1".into(), "default".into(), KeyRole::Member),
                 ("k2".into(), "team".into(), KeyRole::Member),
@@ -1220,7 +791,7 @@ mod tests {
     #[test]
     fn object_store_settings_are_read_and_the_secret_never_shows() {
         let config = Config::load(None, env(&[])).unwrap();
-        assert!(config.object_location().unwrap().is_none());
+        assert!(config.store.object_location().unwrap().is_none());
         let config = Config::load(
             None,
             env(&[
@@ -1234,7 +805,7 @@ mod tests {
         )
         .unwrap();
         config.validate().unwrap();
-        let (location, settings) = config.object_location().unwrap().unwrap();
+        let (location, settings) = config.store.object_location().unwrap().unwrap();
         assert_eq!(
             (location.bucket.as_str(), location.prefix.as_str()),
             ("blobs", "prod")
@@ -1248,28 +819,40 @@ mod tests {
         for (broken, says) in [
             (
                 Config {
-                    object_store: "bucket/prod".into(),
+                    store: StoreSettings {
+                        object_store: "bucket/prod".into(),
+                        ..StoreSettings::default()
+                    },
                     ..Config::default()
                 },
                 "object_store",
             ),
             (
                 Config {
-                    s3_allow_http: false,
+                    store: StoreSettings {
+                        s3_allow_http: false,
+                        ..config.store.clone()
+                    },
                     ..config.clone()
                 },
                 "s3_allow_http",
             ),
             (
                 Config {
-                    s3_endpoint: "minio:9000".into(),
+                    store: StoreSettings {
+                        s3_endpoint: "minio:9000".into(),
+                        ..config.store.clone()
+                    },
                     ..config.clone()
                 },
                 "s3_endpoint",
             ),
             (
                 Config {
-                    s3_secret_access_key: Secret::default(),
+                    store: StoreSettings {
+                        s3_secret_access_key: Secret::default(),
+                        ..config.store.clone()
+                    },
                     ..config.clone()
                 },
                 "s3_secret_access_key",
@@ -1283,7 +866,10 @@ mod tests {
     #[test]
     fn configured_keys_shorter_than_the_minimum_are_refused() {
         let with_keys = |keys: &str| Config {
-            api_keys: keys.to_owned(),
+            server: ServerSettings {
+                api_keys: keys.to_owned(),
+                ..ServerSettings::default()
+            },
             ..Config::default()
         };
         assert!(
@@ -1320,7 +906,7 @@ mod tests {
         assert!(Config::load(None, env.into_iter()).is_err());
         let env = vec![("SHELLGATE_CONTAINER_CPUS".to_owned(), "2.5".to_owned())];
         let config = Config::load(None, env.into_iter()).unwrap();
-        assert_eq!(config.container_cpu_ceiling(), Some(2.5));
+        assert_eq!(config.sandbox.container_cpu_ceiling(), Some(2.5));
         assert!(Config::default().validate().is_ok());
         for (exceptions, valid) in [
             ("mirror.internal, 10.20.0.0/16, fd00:1::/64", true),
@@ -1329,12 +915,18 @@ mod tests {
             ("not a name", false),
         ] {
             let config = Config {
-                egress_private_exceptions: exceptions.into(),
+                egress: EgressSettings {
+                    egress_private_exceptions: exceptions.into(),
+                    ..EgressSettings::default()
+                },
                 ..Config::default()
             };
             assert_eq!(config.validate().is_ok(), valid, "{exceptions}");
         }
-        assert_eq!(Config::default().egress_log_retention_secs, 30 * 86_400);
+        assert_eq!(
+            Config::default().egress.egress_log_retention_secs,
+            30 * 86_400
+        );
     }
 
     #[test]
@@ -1350,18 +942,21 @@ mod tests {
             ]),
         )
         .unwrap();
-        assert_eq!(config.upstream_protocol, Protocol::Anthropic);
-        assert_eq!(config.max_memory_per_project.bytes(), 64 << 30);
-        assert_eq!(config.sandbox_memory_ceiling.bytes(), Some(16 << 30));
+        assert_eq!(config.model.upstream_protocol, Protocol::Anthropic);
+        assert_eq!(config.sandbox.max_memory_per_project.bytes(), 64 << 30);
         assert_eq!(
-            config.guardrail_input_default.action(),
+            config.sandbox.sandbox_memory_ceiling.bytes(),
+            Some(16 << 30)
+        );
+        assert_eq!(
+            config.model.guardrail_input_default.action(),
             Some(shellgate_model::guardrail::Action::Block)
         );
-        assert_eq!(config.log_format, LogFormat::Text);
+        assert_eq!(config.server.log_format, LogFormat::Text);
         let defaults = Config::load(None, env(&[])).unwrap();
         assert_eq!(defaults, Config::default());
-        assert_eq!(defaults.max_memory_per_project.bytes(), 1 << 40);
-        assert_eq!(defaults.sandbox_memory_ceiling.bytes(), None);
+        assert_eq!(defaults.sandbox.max_memory_per_project.bytes(), 1 << 40);
+        assert_eq!(defaults.sandbox.sandbox_memory_ceiling.bytes(), None);
         for (key, value) in [
             ("SHELLGATE_UPSTREAM_PROTOCOL", "grpc"),
             ("SHELLGATE_MAX_MEMORY_PER_PROJECT", "lots"),

@@ -105,7 +105,7 @@ pub async fn exec(
     Path(id): Path<String>,
     ApiJson(body): ApiJson<ExecRequest>,
 ) -> ApiResult<Response> {
-    let request = run_request(&body, state.config.request_deadline_secs)?;
+    let request = run_request(&body, state.config.sandbox.request_deadline_secs)?;
     let exec = Exec::admit(&state, &project.0, &id).await?;
     let max_output_length = request.max_output_length;
     if !body.stream {
@@ -176,7 +176,7 @@ pub async fn images(
     _project: Project,
 ) -> ApiResult<Json<shellgate_wire::ImageList>> {
     let images = image_list(&state).await?;
-    let default = &state.config.default_image;
+    let default = &state.config.sandbox.default_image;
     let data: Vec<shellgate_wire::Image> = images
         .into_iter()
         .map(|image| shellgate_wire::Image {
@@ -281,8 +281,12 @@ pub async fn upload_file(
         while let Some(mut field) = multipart.next_field().await.map_err(multipart_error)? {
             if field.name() == Some("file") {
                 let name = safe_file_name(field.file_name().unwrap_or("upload"));
-                let spooled =
-                    spool(&mut field, &state.spool_dir, state.config.max_upload_bytes).await?;
+                let spooled = spool(
+                    &mut field,
+                    &state.spool_dir,
+                    state.config.server.max_upload_bytes,
+                )
+                .await?;
                 upload = Some((name, spooled.file));
             }
         }
@@ -454,7 +458,7 @@ pub async fn promote_file(
     to_completion(async move {
         let promoted = new_id("file-");
         let key = crate::blobs::file_key(&promoted)?;
-        let limit = state.config.max_upload_bytes as u64;
+        let limit = state.config.server.max_upload_bytes as u64;
         // Masked as downloads are: promote is no way around the masker.
         let chunks = masked_file_stream(tokio::fs::File::from_std(file), state.engine.masker(&id));
         let failure = crate::blobs::BodyFailure::default();

@@ -50,11 +50,11 @@ pub type Egress = (Arc<Settings>, mpsc::Receiver<Attempt>);
 /// The proxy's settings from the configuration, and the receiving end of
 /// its log; `None` when egress is off.
 pub fn settings(config: &Config) -> Result<Option<Egress>, ServeError> {
-    if !config.egress {
+    if !config.egress.egress {
         return Ok(None);
     }
     let (settings, log) =
-        Settings::configure(&config.proxy_options()).map_err(ServeError::Setup)?;
+        Settings::configure(&config.egress.proxy_options()).map_err(ServeError::Setup)?;
     Ok(Some((Arc::new(settings), log)))
 }
 
@@ -68,7 +68,8 @@ pub fn network_spec(
 ) -> ApiResult<NetworkSpec> {
     // Checked at start-up (`Config::validate`): an error cannot reach here.
     let rules = config
-        .egress_rules()
+        .egress
+        .rules()
         .map_err(|e| ApiError::internal(e.to_string()))?;
     network::network_spec(&rules, policy, param).map_err(|e| ApiError::invalid(e.param, e.message))
 }

@@ -106,7 +106,7 @@ pub async fn upload(
                 let name = safe_file_name(field.file_name().unwrap_or("upload"));
                 let key = file_key(&id)?;
                 let failure = BodyFailure::default();
-                let cap = state.config.max_upload_bytes as u64;
+                let cap = state.config.server.max_upload_bytes as u64;
                 let bytes = state
                     .objects
                     .put(&key, field_body(&mut field, cap, &failure))

@@ -102,18 +102,16 @@ impl SandboxBackend for NoContainers {
 
 /// A server state on an in-memory store, with [`KEY`] for project `fuzz`.
 pub fn state() -> Result<Arc<AppState>, crate::error::ServeError> {
-    let config = Config {
-        data_dir: std::env::temp_dir().join("shellgate-fuzzing"),
-        // A create that passes validation is refused by the quota (429)
-        // before it could reach the backend.
-        max_running_containers_per_project: 0,
-        ..Config::default()
-    };
+    let mut config = Config::default();
+    config.server.data_dir = std::env::temp_dir().join("shellgate-fuzzing");
+    // A create that passes validation is refused by the quota (429)
+    // before it could reach the backend.
+    config.sandbox.max_running_containers_per_project = 0;
     let store = Store::in_memory().map_err(|e| crate::error::ServeError::Setup(e.to_string()))?;
     store
         .add_key(KEY, "fuzz", 0)
         .map_err(|e| crate::error::ServeError::Setup(e.to_string()))?;
-    let objects = shellgate_objects::LocalStore::open(&config.data_dir)
+    let objects = shellgate_objects::LocalStore::open(&config.server.data_dir)
         .map_err(|e| crate::error::ServeError::Setup(e.to_string()))?;
     Ok(state_with(
         config,
@@ -136,12 +134,12 @@ pub(crate) fn state_with(
 ) -> Arc<AppState> {
     let store = crate::db::Db::new(store);
     Arc::new(AppState {
-        node_name: config.node_name(),
-        limiter: crate::auth::RateLimiter::new(config.rate_limit_per_minute),
+        node_name: config.cluster.node_name(),
+        limiter: crate::auth::RateLimiter::new(config.server.rate_limit_per_minute),
         keys: Default::default(),
         key_throttle: Default::default(),
         admission: crate::admission::Admission::new(&config, store.clone()),
-        output_streams: crate::output_streams::StreamBudgets::new(&config),
+        output_streams: crate::output_streams::StreamBudgets::new(&config.sandbox),
         terminals: crate::terminals::Terminals::new(&config, Arc::clone(&engine), store.clone()),
         billing: Arc::new(crate::billing::Billing::new(
             store.clone(),
@@ -152,7 +150,7 @@ pub(crate) fn state_with(
         models: Default::default(),
         guardrails: Default::default(),
         running: Default::default(),
-        spool_dir: config.data_dir.join("spool"),
+        spool_dir: config.server.data_dir.join("spool"),
         objects,
         interpreters: Arc::new(shellgate_interpreter::Interpreters::new(Arc::clone(
             &engine,

@@ -39,8 +39,11 @@ impl Guardrails {
     pub fn from_config(config: &Config) -> Result<Self, ConfigError> {
         let mut guardrails = Guardrails::default();
         for (target, setting) in [
-            (Target::Input, config.guardrail_input_default),
-            (Target::ToolOutput, config.guardrail_tool_output_default),
+            (Target::Input, config.model.guardrail_input_default),
+            (
+                Target::ToolOutput,
+                config.model.guardrail_tool_output_default,
+            ),
         ] {
             if let Some(action) = setting.action() {
                 guardrails
@@ -48,7 +51,7 @@ impl Guardrails {
                     .insert(target, Guardrail::defaults(action));
             }
         }
-        for rule in &config.guardrails {
+        for rule in &config.model.guardrails {
             let target = match rule.target {
                 GuardrailTarget::Input => Target::Input,
                 GuardrailTarget::ToolOutput => Target::ToolOutput,

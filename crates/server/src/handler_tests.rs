@@ -224,7 +224,8 @@ async fn list_limits_and_orders_out_of_range_name_their_param() {
 
 #[tokio::test]
 async fn the_running_container_quota_is_a_429_naming_the_limit() {
-    let harness = Harness::with_config(|config| config.max_running_containers_per_project = 1);
+    let harness =
+        Harness::with_config(|config| config.sandbox.max_running_containers_per_project = 1);
     harness.container("first").await;
     let answer = harness
         .post("/v1/containers", json!({"name": "second"}))
@@ -380,7 +381,7 @@ async fn exec_without_commands_is_a_400() {
 
 #[tokio::test]
 async fn the_exec_quota_is_a_429() {
-    let harness = Harness::with_config(|config| config.max_execs_per_project = 0);
+    let harness = Harness::with_config(|config| config.sandbox.max_execs_per_project = 0);
     let id = harness.container("worker").await;
     let answer = harness
         .post(
@@ -442,7 +443,7 @@ async fn a_file_upload_without_a_valid_purpose_names_it() {
 /// The blobs in the data directory's `files/` (the local object store), and
 /// what its puts left in `.partial`.
 fn blobs_on_disk(harness: &Harness) -> (Vec<String>, usize) {
-    let dir = &harness.state.config.data_dir;
+    let dir = &harness.state.config.server.data_dir;
     let names = |sub: &str| -> Vec<String> {
         std::fs::read_dir(dir.join(sub))
             .map(|entries| {
@@ -458,13 +459,13 @@ fn blobs_on_disk(harness: &Harness) -> (Vec<String>, usize) {
 #[tokio::test]
 async fn a_file_is_a_private_blob_at_its_old_path_and_a_failed_upload_leaves_none() {
     use std::os::unix::fs::PermissionsExt;
-    let harness = Harness::with_config(|config| config.max_upload_bytes = 1000);
+    let harness = Harness::with_config(|config| config.server.max_upload_bytes = 1000);
     let answer = harness
         .upload("/v1/files", "a.txt", b"kept", &[("purpose", "user_data")])
         .await;
     let id = answer.ok()["id"].as_str().unwrap().to_owned();
     // Where a Files API blob always was: an upgraded box finds its blobs.
-    let blob = harness.state.config.data_dir.join("files").join(&id);
+    let blob = harness.state.config.server.data_dir.join("files").join(&id);
     assert_eq!(std::fs::read(&blob).unwrap(), b"kept");
     assert_eq!(
         std::fs::metadata(&blob).unwrap().permissions().mode() & 0o777,
@@ -871,7 +872,10 @@ async fn images_are_listed_with_the_default() {
     let images = images.ok();
     assert_eq!(images["object"], "list");
     assert_eq!(images["has_more"], false);
-    assert_eq!(images["default_image"], harness.state.config.default_image);
+    assert_eq!(
+        images["default_image"],
+        harness.state.config.sandbox.default_image
+    );
 }
 
 // --- lifecycle, on the manual clock ------------------------------------------------

@@ -150,13 +150,16 @@ where
     config
         .validate()
         .map_err(|e| ServeError::Setup(e.to_string()))?;
-    std::fs::create_dir_all(&config.data_dir)?;
+    std::fs::create_dir_all(&config.server.data_dir)?;
     // Sandboxes (unprivileged host uids) must traverse the data directory to
     // reach their engine's mounts; nothing else in it is theirs: the
     // database and uploaded files are private to the server.
-    let mode = std::fs::metadata(&config.data_dir)?.permissions().mode() & 0o7777;
+    let mode = std::fs::metadata(&config.server.data_dir)?
+        .permissions()
+        .mode()
+        & 0o7777;
     std::fs::set_permissions(
-        &config.data_dir,
+        &config.server.data_dir,
         std::fs::Permissions::from_mode(mode | 0o001),
     )?;
     // Blobs: the data directory's `files/` and `skills/` (as before there
@@ -169,12 +172,12 @@ where
             objects.describe()
         ))
     })?;
-    let spool_dir = config.data_dir.join("spool");
+    let spool_dir = config.server.data_dir.join("spool");
     std::fs::create_dir_all(&spool_dir)?;
     std::fs::set_permissions(&spool_dir, std::fs::Permissions::from_mode(0o700))?;
     // Containers' skills, unpacked before the engine adopts them (the
     // sandboxes' host users must traverse it); leftovers of a crash go.
-    let mounts = config.data_dir.join("skill-mounts");
+    let mounts = config.server.data_dir.join("skill-mounts");
     let _ = std::fs::remove_dir_all(&mounts);
     std::fs::create_dir_all(&mounts)?;
     std::fs::set_permissions(&mounts, std::fs::Permissions::from_mode(0o711))?;
@@ -189,17 +192,17 @@ where
         build_default_image,
         host,
     } = open_backend(EngineSetup {
-        dir: config.data_dir.join("sandbox"),
+        dir: config.server.data_dir.join("sandbox"),
         egress: egress.clone(),
     })
     .await?;
     let store = Db::new(store);
     let state = Arc::new(AppState {
-        limiter: RateLimiter::new(config.rate_limit_per_minute),
+        limiter: RateLimiter::new(config.server.rate_limit_per_minute),
         keys: KeyCache::default(),
         key_throttle: Default::default(),
         admission: Admission::new(&config, store.clone()),
-        output_streams: output_streams::StreamBudgets::new(&config),
+        output_streams: output_streams::StreamBudgets::new(&config.sandbox),
         terminals: terminals::Terminals::new(&config, Arc::clone(&engine), store.clone()),
         billing: Arc::new(Billing::new(store.clone(), Arc::clone(&engine))),
         owners: Mutex::new(HashMap::new()),
@@ -213,7 +216,7 @@ where
         interpreters: Arc::new(shellgate_interpreter::Interpreters::new(Arc::clone(
             &engine,
         ))),
-        node_name: config.node_name(),
+        node_name: config.cluster.node_name(),
         config,
         engine,
         store: store.clone(),
@@ -282,17 +285,17 @@ async fn open_seeded_store(config: &Config) -> Result<(Store, Option<String>), S
         use std::os::unix::fs::OpenOptionsExt;
         let setup = |e: shellgate_store::StoreError| ServeError::Setup(e.to_string());
         let store = config.open_store().map_err(setup)?;
-        for (key, project, role) in config.seeded_keys() {
+        for (key, project, role) in config.server.seeded_keys() {
             store
                 .add_key_with_role(&key, &project, role, now())
                 .map_err(setup)?;
         }
-        if config.role != config::Role::All || store.key_count().map_err(setup)? > 0 {
+        if config.cluster.role != config::Role::All || store.key_count().map_err(setup)? > 0 {
             return Ok((store, None));
         }
         let key = new_api_key();
         store.add_key(&key, "default", now()).map_err(setup)?;
-        let file = config.data_dir.join(startup::INITIAL_KEY_FILE);
+        let file = config.server.data_dir.join(startup::INITIAL_KEY_FILE);
         // Private from its first byte: created 0600, never chmod-ed after.
         let _ = std::fs::remove_file(&file);
         let mut handle = std::fs::OpenOptions::new()
@@ -311,33 +314,34 @@ async fn open_seeded_store(config: &Config) -> Result<(Store, Option<String>), S
 fn upstream_router(config: &Config) -> Result<shellgate_model::upstream::Router, ServeError> {
     use shellgate_model::upstream::{connect, Protocol, Router, TurnLimits, UpstreamConfig};
     let limits = TurnLimits {
-        max_answer_bytes: usize::try_from(config.upstream_max_answer_bytes).unwrap_or(usize::MAX),
-        max_tool_call_bytes: usize::try_from(config.upstream_max_tool_call_bytes)
+        max_answer_bytes: usize::try_from(config.model.upstream_max_answer_bytes)
             .unwrap_or(usize::MAX),
-        turn_timeout: std::time::Duration::from_secs(config.upstream_turn_timeout_secs),
+        max_tool_call_bytes: usize::try_from(config.model.upstream_max_tool_call_bytes)
+            .unwrap_or(usize::MAX),
+        turn_timeout: std::time::Duration::from_secs(config.model.upstream_turn_timeout_secs),
     };
     let make = |url: &str, key: &config::Secret, protocol: Protocol| {
         connect(UpstreamConfig {
             url: url.to_owned(),
             api_key: key.get().map(str::to_owned),
             protocol,
-            timeout: std::time::Duration::from_secs(config.upstream_timeout_secs),
-            attempts: config.upstream_attempts,
+            timeout: std::time::Duration::from_secs(config.model.upstream_timeout_secs),
+            attempts: config.model.upstream_attempts,
             limits,
         })
         .map_err(|e| ServeError::Setup(e.to_string()))
     };
-    let default = if config.upstream_url.is_empty() {
+    let default = if config.model.upstream_url.is_empty() {
         None
     } else {
         Some(make(
-            &config.upstream_url,
-            &config.upstream_api_key,
-            config.upstream_protocol,
+            &config.model.upstream_url,
+            &config.model.upstream_api_key,
+            config.model.upstream_protocol,
         )?)
     };
     let mut router = Router::new(default);
-    for route in &config.upstreams {
+    for route in &config.model.upstreams {
         router.route(
             &route.prefix,
             make(&route.url, &route.api_key, route.protocol)?,
@@ -367,7 +371,7 @@ pub async fn serve(
     let sweeper = tokio::spawn(lifecycle::sweep_forever(Arc::clone(&state)));
     let mut heartbeat = None;
     let mut credit_keeper = None;
-    let app = if state.config.role == config::Role::Node {
+    let app = if state.config.cluster.role == config::Role::Node {
         // A cluster's node: registered before it serves, heart-beating,
         // and behind the front that lets in only the cluster's replicas
         // (to the tenants' router) and its operator (to its own routes

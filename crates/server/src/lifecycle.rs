@@ -167,8 +167,8 @@ pub async fn sweep(state: &Arc<AppState>) -> Result<(), ApiError> {
     // Sessions may end below: their command time is written first.
     state.billing.flush().await;
     let now = state.clock.now();
-    let idle_limit = state.config.idle_suspend_after_secs as i64;
-    let retention = state.config.retention_days as i64 * 86_400;
+    let idle_limit = state.config.sandbox.idle_suspend_after_secs as i64;
+    let retention = state.config.sandbox.retention_days as i64 * 86_400;
     // E2B's sandboxes end at their own timeout (killed or paused), never
     // idle: the rest of this pass only keeps a paused one `retention_days`.
     let node = state.node_name.clone();
@@ -245,9 +245,12 @@ pub async fn sweep(state: &Arc<AppState>) -> Result<(), ApiError> {
         tracing::info!(file = %file.id, "file expired");
         crate::files::remove(state, &file.project, &file.id).await?;
     }
-    let old_egress =
-        crate::egress::sweep_old_rows(&state.store, state.config.egress_log_retention_secs, now)
-            .await?;
+    let old_egress = crate::egress::sweep_old_rows(
+        &state.store,
+        state.config.egress.egress_log_retention_secs,
+        now,
+    )
+    .await?;
     if old_egress > 0 {
         tracing::info!(rows = old_egress, "old egress log rows deleted");
     }
@@ -256,7 +259,7 @@ pub async fn sweep(state: &Arc<AppState>) -> Result<(), ApiError> {
 
 /// Sweeps every `sweep_interval_secs` until the task is aborted.
 pub async fn sweep_forever(state: Arc<AppState>) {
-    let interval = Duration::from_secs(state.config.sweep_interval_secs.max(1));
+    let interval = Duration::from_secs(state.config.sandbox.sweep_interval_secs.max(1));
     loop {
         tokio::time::sleep(interval).await;
         if let Err(e) = sweep(&state).await {

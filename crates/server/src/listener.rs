@@ -64,9 +64,9 @@ pub struct Limits {
 impl Limits {
     pub fn from_config(config: &Config) -> Self {
         Self {
-            max_connections: config.max_connections,
-            header_read_timeout: Duration::from_secs(config.header_read_timeout_secs),
-            body_read_timeout: Duration::from_secs(config.body_read_timeout_secs),
+            max_connections: config.server.max_connections,
+            header_read_timeout: Duration::from_secs(config.server.header_read_timeout_secs),
+            body_read_timeout: Duration::from_secs(config.server.body_read_timeout_secs),
         }
     }
 }

@@ -521,12 +521,12 @@ async fn prepare(
             output_guardrail: state
                 .guardrails
                 .for_project(&project.0, crate::guardrails::Target::ToolOutput),
-            max_answer_bytes: usize::try_from(state.config.upstream_max_answer_bytes)
+            max_answer_bytes: usize::try_from(state.config.model.upstream_max_answer_bytes)
                 .unwrap_or(usize::MAX),
         },
         upstream,
         sandbox: hosted.sandbox,
-        deadline: std::time::Duration::from_secs(state.config.response_timeout_secs),
+        deadline: std::time::Duration::from_secs(state.config.model.response_timeout_secs),
         uncarried,
     })
 }
@@ -1024,7 +1024,7 @@ fn usage(state: &AppState, prepared: &Prepared, outcome: &Outcome) -> wire::Usag
         input_tokens: outcome.usage.input_tokens,
         output_tokens: outcome.usage.output_tokens,
         sandbox_seconds: Some(seconds),
-        server_tool_cost: Some(seconds * state.config.sandbox_price_per_second),
+        server_tool_cost: Some(seconds * state.config.sandbox.sandbox_price_per_second),
         ..Default::default()
     }
 }

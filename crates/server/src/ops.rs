@@ -43,7 +43,7 @@ pub async fn metrics(
     State(state): State<Arc<AppState>>,
     headers: axum::http::HeaderMap,
 ) -> ApiResult<impl IntoResponse> {
-    let token = &state.config.metrics_token;
+    let token = &state.config.server.metrics_token;
     if !token.is_empty() {
         let presented = headers
             .get(header::AUTHORIZATION)
@@ -88,7 +88,7 @@ pub async fn usage(State(state): State<Arc<AppState>>, project: Project) -> ApiR
         object: "usage".to_owned(),
         project: project.0,
         sandbox_seconds: total,
-        server_tool_cost: total * state.config.sandbox_price_per_second,
+        server_tool_cost: total * state.config.sandbox.sandbox_price_per_second,
         input_tokens: tokens.input_tokens,
         output_tokens: tokens.output_tokens,
         responses: tokens.responses,

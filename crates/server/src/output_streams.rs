@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use crate::config::Config;
+use crate::config::SandboxSettings;
 use crate::error::{ApiError, ApiResult};
 use shellgate_wire::ErrorCode;
 
@@ -68,7 +68,7 @@ impl Drop for StreamSlot {
 }
 
 impl StreamBudgets {
-    pub(crate) fn new(config: &Config) -> Self {
+    pub(crate) fn new(config: &SandboxSettings) -> Self {
         Self {
             per_process: config.max_streams_per_process,
             per_project: config.max_streams_per_project,
@@ -130,10 +130,10 @@ mod tests {
     use super::*;
 
     fn budgets(per_process: u32, per_project: u32) -> StreamBudgets {
-        StreamBudgets::new(&Config {
+        StreamBudgets::new(&SandboxSettings {
             max_streams_per_process: per_process,
             max_streams_per_project: per_project,
-            ..Config::default()
+            ..SandboxSettings::default()
         })
     }
 

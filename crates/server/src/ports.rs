@@ -178,7 +178,7 @@ pub async fn by_host(State(state): State<Arc<AppState>>, request: Request, next:
         .into_response();
     }
     let Some((port, container_id)) =
-        host_target(&state.config.ports_base_domain, request.headers())
+        host_target(&state.config.server.ports_base_domain, request.headers())
     else {
         return next.run(request).await;
     };
@@ -487,7 +487,7 @@ async fn proxy(state: Arc<AppState>, target: Target, mut request: Request) -> Ap
     // Traffic to a port is activity: its expiry is renewed (no command
     // time is billed).
     state.billing.bill(&row.id, 0.0);
-    let idle = Duration::from_secs(state.config.ports_idle_timeout_secs);
+    let idle = Duration::from_secs(state.config.server.ports_idle_timeout_secs);
     let io = TokioIo::new(IdleTimeout::new(connection, idle));
     let (mut sender, connection) = hyper::client::conn::http1::Builder::new()
         .handshake::<_, Body>(io)

@@ -37,7 +37,7 @@ impl FromRequestParts<Arc<AppState>> for PublicBase {
 impl PublicBase {
     pub fn of(state: &AppState, headers: &HeaderMap) -> Self {
         // Checked at start-up (`Config::validate`).
-        if let Ok(Some((scheme, authority, prefix))) = state.config.public_base() {
+        if let Ok(Some((scheme, authority, prefix))) = state.config.server.public_base() {
             return Self {
                 scheme,
                 authority,
@@ -49,7 +49,7 @@ impl PublicBase {
             .and_then(|h| h.to_str().ok())
             .filter(|h| valid_authority(h))
             .map(str::to_owned)
-            .unwrap_or_else(|| state.config.listen.to_string());
+            .unwrap_or_else(|| state.config.server.listen.to_string());
         Self {
             scheme: "http".to_owned(),
             authority,

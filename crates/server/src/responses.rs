@@ -308,7 +308,7 @@ fn count_input_files(state: &AppState, input: &[wire::Item]) -> ApiResult<()> {
         .flat_map(message_parts)
         .filter(|part| matches!(part, wire::ContentPart::InputFile(_)))
         .count();
-    let most = state.config.max_input_files;
+    let most = state.config.model.max_input_files;
     if count > most {
         return Err(invalid(
             "input",
@@ -329,7 +329,7 @@ async fn attachments(
     items: &mut [wire::Item],
     in_container: bool,
 ) -> ApiResult<Vec<Attachment>> {
-    let most_bytes = state.config.max_input_file_bytes;
+    let most_bytes = state.config.model.max_input_file_bytes;
     let mut total: u64 = 0;
     let mut add = |param: &str, bytes: u64| -> ApiResult<()> {
         total = total.saturating_add(bytes);
@@ -532,7 +532,7 @@ fn check_unsupported_tools(
     upstream: &dyn shellgate_model::upstream::Upstream,
 ) -> ApiResult<()> {
     use shellgate_model::upstream::Protocol;
-    if state.config.unsupported_tools != crate::config::UnsupportedTools::Reject {
+    if state.config.model.unsupported_tools != crate::config::UnsupportedTools::Reject {
         return Ok(());
     }
     let protocol = upstream.protocol();
@@ -898,7 +898,7 @@ async fn prepare(
             output_guardrail: state
                 .guardrails
                 .for_project(&project.0, crate::guardrails::Target::ToolOutput),
-            max_answer_bytes: usize::try_from(state.config.upstream_max_answer_bytes)
+            max_answer_bytes: usize::try_from(state.config.model.upstream_max_answer_bytes)
                 .unwrap_or(usize::MAX),
         },
         input,
@@ -949,7 +949,7 @@ impl Prepared {
     /// Runs the loop, stores the result and returns the final object.
     async fn run(&self, state: &AppState, events: Option<&EventSink>) -> wire::Response {
         let sandbox = self.sandbox.as_deref().map(|s| s as &dyn Sandbox);
-        let deadline = std::time::Duration::from_secs(state.config.response_timeout_secs);
+        let deadline = std::time::Duration::from_secs(state.config.model.response_timeout_secs);
         let outcome = run_within(
             deadline,
             self.upstream.as_ref(),
@@ -968,7 +968,7 @@ impl Prepared {
             .unwrap_or(0.0);
         if let Some(usage) = &mut body.usage {
             usage.sandbox_seconds = Some(seconds);
-            usage.server_tool_cost = Some(seconds * state.config.sandbox_price_per_second);
+            usage.server_tool_cost = Some(seconds * state.config.sandbox.sandbox_price_per_second);
         }
         let (project, model, usage) = (self.project.clone(), body.model.clone(), outcome.usage);
         if let Err(e) = state
@@ -1563,7 +1563,7 @@ pub async fn input_items(
 /// At start-up: responses a crash interrupted are failed, never left
 /// `in_progress`: all of them on a single box, a cluster node's own.
 pub async fn settle_interrupted(state: &AppState) -> ApiResult<()> {
-    let node = match state.config.role {
+    let node = match state.config.cluster.role {
         crate::config::Role::All => None,
         _ => Some(state.node_name.clone()),
     };

@@ -72,7 +72,7 @@ pub(crate) fn served_routes_for(state: Arc<AppState>, audience: Audience) -> Ser
             .router
             .fallback(ops::not_found)
             .method_not_allowed_fallback(ops::method_not_allowed)
-            .layer(DefaultBodyLimit::max(state.config.max_request_bytes))
+            .layer(DefaultBodyLimit::max(state.config.server.max_request_bytes))
             .with_state(state),
         paths: table.paths,
     }
@@ -81,7 +81,7 @@ pub(crate) fn served_routes_for(state: Arc<AppState>, audience: Audience) -> Ser
 /// The router's table: every route, its path recorded (the grammar a
 /// cluster's replica reads paths with, `route_grammar`).
 pub(crate) fn route_table(config: &config::Config, audience: Audience) -> RouteTable {
-    let uploads = DefaultBodyLimit::max(config.max_upload_bytes.saturating_add(64 * 1024));
+    let uploads = DefaultBodyLimit::max(config.server.max_upload_bytes.saturating_add(64 * 1024));
     let api = RouteTable::new()
         .route(
             "/containers",

@@ -90,8 +90,8 @@ impl Summary {
         generated_key: Option<String>,
     ) -> Self {
         let config = &state.config;
-        let key_file = config.data_dir.join(INITIAL_KEY_FILE);
-        let configured = config.seeded_keys().len();
+        let key_file = config.server.data_dir.join(INITIAL_KEY_FILE);
+        let configured = config.server.seeded_keys().len();
         // The file system is read on a blocking thread, as the store is.
         let engine = Arc::clone(&state.engine);
         let file = key_file.clone();
@@ -117,7 +117,7 @@ impl Summary {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        let default_image = config.default_image.clone();
+        let default_image = config.sandbox.default_image.clone();
         let present = default_image == HOST_IMAGE || images.iter().any(|i| i.name == default_image);
         let image_status = match build {
             Some(build) if build.status == "building" => ImageStatus::Building {
@@ -134,7 +134,7 @@ impl Summary {
         Self {
             listen,
             api_keys,
-            data_dir: config.data_dir.clone(),
+            data_dir: config.server.data_dir.clone(),
             objects: state.objects.describe(),
             upstreams: routes(config),
             default_image,
@@ -245,6 +245,7 @@ fn fallback(previous: bool) -> &'static str {
 /// router tries them), then the default.
 fn routes(config: &Config) -> Vec<Route> {
     let mut routes: Vec<Route> = config
+        .model
         .upstreams
         .iter()
         .map(|route| Route {
@@ -254,12 +255,12 @@ fn routes(config: &Config) -> Vec<Route> {
         })
         .collect();
     routes.sort_by_key(|route| std::cmp::Reverse(route.prefix.as_ref().map(String::len)));
-    if !config.upstream_url.is_empty() {
+    if !config.model.upstream_url.is_empty() {
         // What the router picks when no prefix matches.
         routes.push(Route {
             prefix: None,
-            url: without_credentials(&config.upstream_url),
-            protocol: config.upstream_protocol,
+            url: without_credentials(&config.model.upstream_url),
+            protocol: config.model.upstream_protocol,
         });
     }
     routes

@@ -67,9 +67,9 @@ impl Terminals {
         Arc::new(Self {
             engine,
             store,
-            node: config.node_name(),
-            grace: Duration::from_secs(config.console_terminal_grace_secs),
-            limit: config.max_console_terminals_per_project,
+            node: config.cluster.node_name(),
+            grace: Duration::from_secs(config.console.console_terminal_grace_secs),
+            limit: config.console.max_console_terminals_per_project,
             open: Mutex::new(HashMap::new()),
         })
     }

@@ -355,10 +355,8 @@ impl Harness {
     /// A harness whose configuration `adjust` changes first.
     pub fn with_config(adjust: impl FnOnce(&mut Config)) -> Self {
         let dir = TempDir::new();
-        let mut config = Config {
-            data_dir: dir.path().to_owned(),
-            ..Config::default()
-        };
+        let mut config = Config::default();
+        config.server.data_dir = dir.path().to_owned();
         adjust(&mut config);
         for sub in ["spool", "skill-mounts", "scratch"] {
             std::fs::create_dir_all(dir.path().join(sub)).unwrap();

@@ -294,7 +294,7 @@ pub fn main() -> i32 {
                 .or_else(|| {
                     server_config(cli.data_dir.clone(), args.config.as_deref())
                         .ok()
-                        .map(|config| config.log_format)
+                        .map(|config| config.server.log_format)
                 })
                 .unwrap_or(shellgate_server::config::LogFormat::Auto),
         ),
@@ -406,12 +406,13 @@ fn config_reference(page: Option<&std::path::Path>) -> Result<()> {
 async fn drain(data_dir: Option<PathBuf>, args: DrainArgs) -> Result<()> {
     let config = server_config(data_dir, args.config.as_deref())?;
     let secret = config
+        .cluster
         .cluster_secret
         .get()
         .context("drain needs cluster_secret (SHELLGATE_CLUSTER_SECRET), as the node has")?
         .to_owned();
     // The node listens on its own address; a wildcard is reached locally.
-    let mut addr = config.listen;
+    let mut addr = config.server.listen;
     if addr.ip().is_unspecified() {
         addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
     }
@@ -476,7 +477,7 @@ fn server_config(
 ) -> Result<shellgate_server::Config> {
     let mut config = shellgate_server::Config::load(config_file, std::env::vars())?;
     if let Some(data_dir) = data_dir {
-        config.data_dir = data_dir;
+        config.server.data_dir = data_dir;
     }
     Ok(config)
 }
@@ -487,7 +488,7 @@ fn server_config(
 async fn serve(data_dir: Option<PathBuf>, args: ServeArgs, json_logs: bool) -> Result<()> {
     let mut config = server_config(data_dir, args.config.as_deref())?;
     if let Some(listen) = args.listen {
-        config.listen = listen;
+        config.server.listen = listen;
     }
     let helper = std::env::current_exe().context("cannot find the shellgate binary")?;
     // Checked first, as `open` checks it, so a bad setting is reported as
@@ -495,8 +496,8 @@ async fn serve(data_dir: Option<PathBuf>, args: ServeArgs, json_logs: bool) -> R
     config.validate()?;
     // Before anything is made or started (the data directory, the engine,
     // an image build): a taken address fails at once, naming it.
-    let listener = shellgate_server::bind(config.listen).await?;
-    if config.role == shellgate_server::config::Role::Api {
+    let listener = shellgate_server::bind(config.server.listen).await?;
+    if config.cluster.role == shellgate_server::config::Role::Api {
         // A cluster's API replica: no engine, nothing on this machine.
         tracing::info!(listen = %listener.local_addr()?, "shellgate API replica serving");
         shellgate_server::serve_replica(config, listener).await?;
@@ -522,7 +523,7 @@ async fn serve(data_dir: Option<PathBuf>, args: ServeArgs, json_logs: bool) -> R
 fn create_key(data_dir: Option<PathBuf>, project: &str, e2b: bool, admin: bool) -> Result<()> {
     anyhow::ensure!(!project.trim().is_empty(), "--project must not be empty");
     let config = server_config(data_dir, None)?;
-    std::fs::create_dir_all(&config.data_dir)?;
+    std::fs::create_dir_all(&config.server.data_dir)?;
     let store = config.open_store()?;
     let key = if e2b {
         shellgate_server::new_e2b_api_key()
@@ -554,7 +555,7 @@ fn existing_store(data_dir: Option<PathBuf>) -> Result<shellgate_store::Store> {
 /// The store `config` names: its Postgres, or the data directory's SQLite
 /// database, which must exist.
 fn store_of(config: &shellgate_server::Config) -> Result<shellgate_store::Store> {
-    if config.database_url.get().is_none() {
+    if config.store.database_url.get().is_none() {
         let database = config.sqlite_path();
         anyhow::ensure!(
             database.exists(),

@@ -61,7 +61,7 @@ fn lanes_root(
     sandbox_dir: &std::path::Path,
     settings: &shellgate_server::Config,
 ) -> (PathBuf, PathBuf) {
-    if let Some(dir) = settings.oneshot_dir() {
+    if let Some(dir) = settings.sandbox.oneshot_dir() {
         let parent = dir.parent().map(PathBuf::from).unwrap_or_default();
         return (dir, parent);
     }
@@ -140,6 +140,7 @@ pub(crate) fn images_dir(
     settings: &shellgate_server::Config,
 ) -> PathBuf {
     settings
+        .sandbox
         .images_dir()
         .unwrap_or_else(|| sandbox_dir.join("images"))
 }
@@ -206,17 +207,17 @@ pub(crate) fn egress_for(
     };
     // The rule the API's network_policy follows, from the crate that owns it.
     let network = shellgate_sandbox_api::network::network_spec(
-        &config.egress_rules()?,
+        &config.egress.rules()?,
         Some(&policy),
         "--allow",
     )
     .map_err(|e| anyhow::anyhow!("--allow: {}", e.message))?;
     anyhow::ensure!(
-        config.egress,
+        config.egress.egress,
         "egress is off in the configuration (egress = false)"
     );
     let (settings, mut attempts) =
-        shellgate_egress::proxy::Settings::configure(&config.proxy_options())
+        shellgate_egress::proxy::Settings::configure(&config.egress.proxy_options())
             .map_err(anyhow::Error::msg)?;
     let settings = std::sync::Arc::new(settings);
     // No store to keep the log in: it is drained. Each refusal is told in

@@ -32,16 +32,19 @@ impl EngineOptions {
     pub(crate) fn of(config: &shellgate_server::Config, helper_binary: PathBuf) -> Result<Self> {
         Ok(Self {
             helper_binary,
-            warm_containers: config.warm_containers,
-            transfer_stall: std::time::Duration::from_secs(config.transfer_stall_secs.max(1)),
-            expose_host_usr_local: config.expose_host_usr_local,
-            images_dir: config.images_dir(),
-            memory_ceiling: config.sandbox_memory_ceiling.bytes(),
+            warm_containers: config.sandbox.warm_containers,
+            transfer_stall: std::time::Duration::from_secs(
+                config.sandbox.transfer_stall_secs.max(1),
+            ),
+            expose_host_usr_local: config.sandbox.expose_host_usr_local,
+            images_dir: config.sandbox.images_dir(),
+            memory_ceiling: config.sandbox.sandbox_memory_ceiling.bytes(),
             build: config
+                .sandbox
                 .build_default_image
-                .then(|| config.default_image.clone()),
-            default_image: config.default_image.clone(),
-            uid_base: config.sandbox_uid_base,
+                .then(|| config.sandbox.default_image.clone()),
+            default_image: config.sandbox.default_image.clone(),
+            uid_base: config.sandbox.sandbox_uid_base,
         })
     }
 

@@ -76,7 +76,13 @@ pub fn front(state: Arc<AppState>, tenants: Router, operator: Router) -> Router 
 /// operator's; anything else but the probes is answered 401, before any
 /// handler reads it.
 async fn admit(State(front): State<Arc<Front>>, mut request: Request) -> Response {
-    let secret = front.state.config.cluster_secret.get().unwrap_or_default();
+    let secret = front
+        .state
+        .config
+        .cluster
+        .cluster_secret
+        .get()
+        .unwrap_or_default();
     let router = match caller(request.headers(), secret) {
         Caller::Tenant => front.tenants.clone(),
         Caller::Operator => front.operator.clone(),
@@ -199,7 +205,7 @@ async fn registration(state: &Arc<AppState>) -> ApiResult<NodeRow> {
         address: state.config.node_url(),
         status: NodeStatus::Ready,
         memory_bytes: state.engine.memory_ceiling(),
-        max_containers: state.config.max_containers_per_node,
+        max_containers: state.config.cluster.max_containers_per_node,
         images,
         cgroup_layout: state.host.cgroups.clone(),
         version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -228,7 +234,7 @@ pub async fn register(state: &Arc<AppState>) -> ApiResult<()> {
 /// disks it has (running ones running still), and removes those their
 /// tenants deleted meanwhile.
 pub async fn heartbeat_forever(state: Arc<AppState>) {
-    let interval = Duration::from_secs(state.config.node_heartbeat_secs.max(1));
+    let interval = Duration::from_secs(state.config.cluster.node_heartbeat_secs.max(1));
     loop {
         tokio::time::sleep(interval).await;
         let id = state.node_name.clone();

@@ -87,7 +87,7 @@ fn drop_hop_headers(headers: &mut HeaderMap, upgrading: bool) {
 /// is never sent on a connection the node is closing at that moment (a
 /// 502 for a request the node never saw).
 fn pool_idle_timeout(config: &Config) -> Duration {
-    Duration::from_millis(config.header_read_timeout_secs.saturating_mul(500))
+    Duration::from_millis(config.server.header_read_timeout_secs.saturating_mul(500))
         .max(Duration::from_millis(500))
 }
 
@@ -101,7 +101,7 @@ impl Replica {
             .pool_idle_timeout(pool_idle_timeout(&config))
             .build()
             .map_err(|e| crate::error::ServeError::Setup(format!("replica client: {e}")))?;
-        let liveness = Liveness::new(Duration::from_secs(config.node_answer_timeout_secs));
+        let liveness = Liveness::new(Duration::from_secs(config.cluster.node_answer_timeout_secs));
         let routes = Routes::new(&config);
         Ok(Arc::new(Self {
             config,
@@ -116,14 +116,15 @@ impl Replica {
     }
 
     fn lost_after(&self) -> i64 {
-        i64::try_from(self.config.node_lost_after_secs).unwrap_or(i64::MAX)
+        i64::try_from(self.config.cluster.node_lost_after_secs).unwrap_or(i64::MAX)
     }
 
     /// Nodes to send nothing new to while others answer: those that failed
     /// to answer lately and have answered nothing since.
     fn suspects(&self) -> Vec<String> {
-        self.liveness
-            .suspects(Duration::from_secs(self.config.node_lost_after_secs))
+        self.liveness.suspects(Duration::from_secs(
+            self.config.cluster.node_lost_after_secs,
+        ))
     }
 
     async fn loads(&self) -> ApiResult<Vec<NodeLoad>> {
@@ -146,7 +147,7 @@ pub fn router(replica: Arc<Replica>) -> Router {
 /// Marks silent nodes lost every heartbeat interval, until aborted (every
 /// replica does; the store marks each node once).
 pub async fn sweep_lost_nodes(replica: Arc<Replica>) {
-    let interval = Duration::from_secs(replica.config.node_heartbeat_secs.max(1));
+    let interval = Duration::from_secs(replica.config.cluster.node_heartbeat_secs.max(1));
     loop {
         tokio::time::sleep(interval).await;
         if let Err(error) = mark_lost_nodes(&replica).await {
@@ -395,7 +396,7 @@ async fn route(replica: &Arc<Replica>, mut request: Request) -> ApiResult<Respon
         request.method(),
         request.uri().path(),
         request.headers(),
-        &replica.config.ports_base_domain,
+        &replica.config.server.ports_base_domain,
     );
     match goes {
         Target::Container(id) => {
@@ -632,12 +633,12 @@ fn node_unreachable(node: &str) -> ApiError {
 
 /// A request's whole body, bounded like every request's.
 async fn read_body(replica: &Replica, body: Body) -> ApiResult<axum::body::Bytes> {
-    axum::body::to_bytes(body, replica.config.max_request_bytes)
+    axum::body::to_bytes(body, replica.config.server.max_request_bytes)
         .await
         .map_err(|_| {
             ApiError::too_large(format!(
                 "Request body is larger than {} bytes.",
-                replica.config.max_request_bytes
+                replica.config.server.max_request_bytes
             ))
         })
 }
@@ -796,7 +797,12 @@ async fn send(
     // The forwarding credential, never the operator's: the node serves
     // this request the API alone.
     headers.remove(SECRET_HEADER);
-    let secret = replica.config.cluster_secret.get().unwrap_or_default();
+    let secret = replica
+        .config
+        .cluster
+        .cluster_secret
+        .get()
+        .unwrap_or_default();
     if let Ok(value) = HeaderValue::from_str(secret) {
         headers.insert(HeaderName::from_static(FORWARD_HEADER), value);
     }
@@ -882,7 +888,7 @@ async fn send(
 #[cfg(test)]
 mod tests {
     use super::{forwarded_url, pool_idle_timeout, send, Replica};
-    use crate::config::{Config, Secret};
+    use crate::config::{ClusterSettings, Config, Secret, ServerSettings};
     use crate::db::Db;
     use axum::body::Body;
     use axum::extract::Request;
@@ -894,7 +900,10 @@ mod tests {
     fn an_idle_connection_to_a_node_is_dropped_well_before_the_node_drops_it() {
         for secs in [1, 10, 300] {
             let config = Config {
-                header_read_timeout_secs: secs,
+                server: ServerSettings {
+                    header_read_timeout_secs: secs,
+                    ..ServerSettings::default()
+                },
                 ..Config::default()
             };
             let kept = pool_idle_timeout(&config);
@@ -977,7 +986,10 @@ mod tests {
             heartbeat_at: 0,
         };
         let config = Config {
-            cluster_secret: Secret("s".repeat(32)),
+            cluster: ClusterSettings {
+                cluster_secret: Secret("s".repeat(32)),
+                ..ClusterSettings::default()
+            },
             ..Config::default()
         };
         let replica = Replica::new(config, Db::new(Store::in_memory().unwrap())).unwrap();

@@ -27,7 +27,7 @@ pub(super) async fn health(
     let app = &console.app;
     let by_status = app.db(|s| s.containers_by_status()).await?;
     let images = crate::sandboxes::containers::image_list(app).await?;
-    let name = app.config.default_image.clone();
+    let name = app.config.sandbox.default_image.clone();
     let build = app
         .default_image_build
         .lock()
@@ -101,7 +101,7 @@ pub(super) async fn build_default_image(
     } else {
         Err(ApiError::conflict(format!(
             "The default image {:?} is being built already, or no recipe makes it.",
-            console.app.config.default_image
+            console.app.config.sandbox.default_image
         )))
     }
 }

@@ -51,7 +51,7 @@ fn console_container(console: &Console, row: &ContainerRow) -> ApiResult<Console
         project: row.project.clone(),
         expires_at: row.last_active_at + i64::from(row.expires_minutes) * 60,
         sandbox_seconds,
-        cost: sandbox_seconds * console.app.config.sandbox_price_per_second,
+        cost: sandbox_seconds * console.app.config.sandbox.sandbox_price_per_second,
     })
 }
 
@@ -143,7 +143,7 @@ pub(super) async fn responses(
         .app
         .db(move |s| s.response_summaries(&project, after.as_deref(), limit))
         .await?;
-    let price = console.app.config.sandbox_price_per_second;
+    let price = console.app.config.sandbox.sandbox_price_per_second;
     let data = rows
         .into_iter()
         .map(|row| ConsoleResponse {
@@ -213,7 +213,7 @@ pub(super) async fn usage(
             ))
         })
         .await?;
-    let price = console.app.config.sandbox_price_per_second;
+    let price = console.app.config.sandbox.sandbox_price_per_second;
     let sandbox_seconds = ledger.sandbox_seconds();
     let tokens = ledger.tokens();
     let days = dates

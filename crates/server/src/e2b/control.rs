@@ -173,7 +173,7 @@ async fn template_image(state: &Arc<AppState>, template: &str) -> E2bResult<Opti
 /// A timeout in seconds, checked against the server's longest container
 /// life.
 fn timeout_secs(state: &AppState, timeout: Option<i64>) -> E2bResult<i64> {
-    let max = i64::from(state.config.max_expires_minutes) * 60;
+    let max = i64::from(state.config.sandbox.max_expires_minutes) * 60;
     let timeout = timeout.unwrap_or(DEFAULT_TIMEOUT_SECS.min(max));
     if timeout < 1 || timeout > max {
         return Err(bad_request(format!(
@@ -324,7 +324,7 @@ fn idempotency_key(headers: &HeaderMap) -> E2bResult<Option<String>> {
 }
 
 fn domain(state: &AppState) -> Option<String> {
-    let domain = state.config.ports_base_domain.trim();
+    let domain = state.config.server.ports_base_domain.trim();
     (!domain.is_empty()).then(|| domain.to_owned())
 }
 
@@ -512,7 +512,7 @@ async fn resources(state: &AppState, container: &ContainerRow) -> (u32, u64, u64
     let cores = info
         .as_ref()
         .and_then(|i| i.spec.cpu_cores)
-        .or(state.config.container_cpu_ceiling())
+        .or(state.config.sandbox.container_cpu_ceiling())
         .unwrap_or(host_cpus);
     let disk = info.as_ref().map_or(
         shellgate_sandbox_api::backend::ContainerSpec::default().disk_bytes,
@@ -1199,7 +1199,7 @@ mod handler_tests {
 
     #[tokio::test]
     async fn the_sweeper_kills_or_pauses_at_the_timeout_and_not_before() {
-        let harness = Harness::with_config(|c| c.idle_suspend_after_secs = 5);
+        let harness = Harness::with_config(|c| c.sandbox.idle_suspend_after_secs = 5);
         let killed = create(&harness, json!({"templateID": "base", "timeout": 30})).await;
         let paused = create(
             &harness,

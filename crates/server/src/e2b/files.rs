@@ -140,7 +140,7 @@ async fn upload(
             .await
             .map_err(upload_error)?,
         "gzip" => {
-            let limit = state.config.max_upload_bytes as u64;
+            let limit = state.config.server.max_upload_bytes as u64;
             stream_chunks_into(gunzip(body, limit), upload, id)
                 .await
                 .map_err(upload_error)?

@@ -134,7 +134,11 @@ pub(crate) struct SandboxRouters {
 impl SandboxRouters {
     pub(crate) fn new(state: &Arc<AppState>) -> Self {
         let limit = axum::extract::DefaultBodyLimit::max(
-            state.config.max_upload_bytes.saturating_add(64 * 1024),
+            state
+                .config
+                .server
+                .max_upload_bytes
+                .saturating_add(64 * 1024),
         );
         let finish = |router: Router<Arc<AppState>>| {
             router

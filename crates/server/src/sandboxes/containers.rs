@@ -80,7 +80,7 @@ pub fn shown_container(
     container.exposed_ports = row
         .exposed_ports
         .iter()
-        .map(|port| base.exposed(&state.config.ports_base_domain, &row.id, *port))
+        .map(|port| base.exposed(&state.config.server.ports_base_domain, &row.id, *port))
         .collect();
     if !row.exposed_ports.is_empty() {
         container.port_token = row.port_token.clone();
@@ -126,7 +126,7 @@ pub(crate) async fn choose_image(state: &Arc<AppState>, asked: Option<&str>) -> 
             ),
         )),
         None => {
-            let default = &state.config.default_image;
+            let default = &state.config.sandbox.default_image;
             if available.iter().any(|a| a == default) {
                 return Ok(default.clone());
             }
@@ -198,12 +198,12 @@ pub(crate) fn validate_create(
         ));
     }
     if let Some(expires) = body.expires_after {
-        if expires.minutes == 0 || expires.minutes > config.max_expires_minutes {
+        if expires.minutes == 0 || expires.minutes > config.sandbox.max_expires_minutes {
             return Err(ApiError::invalid(
                 "expires_after.minutes",
                 format!(
                     "expires_after.minutes must be between 1 and {}",
-                    config.max_expires_minutes
+                    config.sandbox.max_expires_minutes
                 ),
             ));
         }
@@ -250,7 +250,7 @@ fn new_row(
         expires_minutes: body
             .expires_after
             .map(|e| e.minutes)
-            .unwrap_or(state.config.default_expires_minutes),
+            .unwrap_or(state.config.sandbox.default_expires_minutes),
         network_policy: serde_json::to_string(
             &body
                 .network_policy
@@ -353,11 +353,16 @@ pub(crate) async fn create_container(
         // start, never leaving a container the store does not know.
         state.admission.insert_container(row.clone()).await?;
         // Unpacked beside the engine's directory; the engine adopts it.
-        let skills_dir = state.config.data_dir.join("skill-mounts").join(&row.id);
+        let skills_dir = state
+            .config
+            .server
+            .data_dir
+            .join("skill-mounts")
+            .join(&row.id);
         let made = async {
             let spec = ContainerSpec {
                 memory_bytes: memory.bytes(),
-                cpu_cores: state.config.container_cpu_ceiling(),
+                cpu_cores: state.config.sandbox.container_cpu_ceiling(),
                 network,
                 image,
                 skills: if skills.is_empty() {

@@ -405,7 +405,13 @@ impl Sandbox for HostedShell {
         deltas: Option<shellgate_sandbox_api::backend::DeltaSink>,
     ) -> Result<Vec<CommandResult>, HostError> {
         let state = &self.state;
-        request.deadline_ms = Some(state.config.request_deadline_secs.saturating_mul(1000));
+        request.deadline_ms = Some(
+            state
+                .config
+                .sandbox
+                .request_deadline_secs
+                .saturating_mul(1000),
+        );
         let exec = Exec::admit(state, &self.project, container)
             .await
             .map_err(host_error)?
@@ -786,8 +792,8 @@ mod tests {
     #[tokio::test]
     async fn container_auto_continues_the_projects_living_container_only() {
         let harness = crate::testing::Harness::with_config(|config| {
-            config.egress = true;
-            config.egress_allowed_domains = "*.example.com".into();
+            config.egress.egress = true;
+            config.egress.egress_allowed_domains = "*.example.com".into();
         });
         let mine = harness.container("mine").await;
         let shell = auto_shell(serde_json::json!({}));

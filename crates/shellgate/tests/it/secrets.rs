@@ -16,10 +16,8 @@ use shellgate_sandbox::{EngineConfig, LocalEngine};
 const VALUE: &str = "sk-live-real-secret-value-4242";
 
 fn config(dir: &TempDir) -> EngineConfig {
-    let server = shellgate_server::Config {
-        egress: true,
-        ..Default::default()
-    };
+    let mut server = shellgate_server::Config::default();
+    server.egress.egress = true;
     let (settings, _log) = shellgate_server::egress::settings(&server)
         .expect("egress settings")
         .expect("egress on");
