@@ -124,7 +124,7 @@ impl LocalEngine {
         deltas: Option<DeltaSink>,
     ) -> Result<Vec<CommandResult>, SandboxError> {
         request.validate()?;
-        let container = self.container(id)?;
+        let container = self.inner.containers.get(id)?;
         let timeout = Duration::from_millis(request.timeout_ms);
         let deadline = request
             .deadline_ms
@@ -210,11 +210,7 @@ impl LocalEngine {
         // start (bash's fork retries sleep), and is there all the same. A
         // container merely busy near its limit (no failed forks) is left
         // alone.
-        let failed_forks = running.counters.events().pids_max;
-        let reclaim = failed_forks
-            > running
-                .forks_failed_at_last_start
-                .swap(failed_forks, std::sync::atomic::Ordering::Relaxed);
+        let reclaim = running.reclaim_due();
         let (stdout_read, stdout_write) = sys::pipe().context(|| "pipe".into())?;
         let (stderr_read, stderr_write) = sys::pipe().context(|| "pipe".into())?;
         let (status_read, status_write) = sys::pipe().context(|| "pipe".into())?;

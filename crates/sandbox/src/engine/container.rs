@@ -5,6 +5,7 @@
 //! state lock, and so does everything that counts a command or file
 //! operation in flight: "busy" has exactly one meaning.
 
+use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
@@ -68,6 +69,18 @@ impl Running {
         self.commands
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
             .wrapping_add(1)
+    }
+
+    /// Whether init should first end what no running command holds before
+    /// the next command or process starts: forks failed at the process
+    /// limit since the last start (see `command`'s `reclaim`). Counts this
+    /// start as the last one.
+    pub fn reclaim_due(&self) -> bool {
+        let failed_forks = self.counters.events().pids_max;
+        failed_forks
+            > self
+                .forks_failed_at_last_start
+                .swap(failed_forks, std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Sends one request, with descriptors attached.
@@ -147,6 +160,46 @@ pub(super) struct Container {
     /// Masks its secrets' values (held, or known by their verifiers) in
     /// whatever of it reaches a client: command output, downloads.
     masker: Mutex<Option<Arc<Masker>>>,
+}
+
+/// The engine's containers, by id.
+#[derive(Default)]
+pub(super) struct Containers(Mutex<HashMap<String, Arc<Container>>>);
+
+impl Containers {
+    pub fn get(&self, id: &str) -> Result<Arc<Container>, SandboxError> {
+        lock(&self.0)
+            .get(id)
+            .cloned()
+            .ok_or_else(|| SandboxError::NotFound(id.to_owned()))
+    }
+
+    /// Adds a container whose id is not taken.
+    pub fn add(&self, container: &Arc<Container>) -> Result<(), SandboxError> {
+        let mut containers = lock(&self.0);
+        if containers.contains_key(&container.id) {
+            return Err(SandboxError::AlreadyExists(container.id.clone()));
+        }
+        containers.insert(container.id.clone(), Arc::clone(container));
+        Ok(())
+    }
+
+    pub fn remove(&self, id: &str) {
+        lock(&self.0).remove(id);
+    }
+
+    pub fn all(&self) -> Vec<Arc<Container>> {
+        lock(&self.0).values().cloned().collect()
+    }
+
+    pub fn ids(&self) -> Vec<String> {
+        lock(&self.0).keys().cloned().collect()
+    }
+
+    /// Those a previous engine left (see `recovery`).
+    pub fn replace_all(&self, containers: HashMap<String, Arc<Container>>) {
+        *lock(&self.0) = containers;
+    }
 }
 
 /// Marks a command or file operation as in flight until dropped.
@@ -317,7 +370,10 @@ impl LocalEngine {
         // container's own mount is the one way in (downloads still open keep
         // the old file system alive, and `reuse_loop` shares it).
         lock(&container.view).take();
-        self.prepare_network(container).await?;
+        self.inner
+            .networks
+            .prepare(container, &self.inner.images)
+            .await?;
         let spec = self.helper_spec(container)?;
         let spec = serde_json::to_vec(&crate::protocol::HelperTask::Container(Box::new(spec)))
             .map_err(|e| SandboxError::Setup(format!("encode spec: {e}")))?;
@@ -345,7 +401,7 @@ impl LocalEngine {
             tracing::debug!(container = %id, "init exited");
             let _ = exited_tx.send(true);
         });
-        let egress = match self.serve_egress(container, started.proxy) {
+        let egress = match self.inner.networks.serve(container, started.proxy) {
             Ok(egress) => egress,
             Err(e) => {
                 let _ = sys::pidfd_kill(pidfd.get_ref(), libc::SIGKILL);
@@ -407,7 +463,7 @@ impl LocalEngine {
         id: &str,
         wake: Wake,
     ) -> Result<(DataDir, InFlight), SandboxError> {
-        let container = self.container(id)?;
+        let container = self.inner.containers.get(id)?;
         let mut state = container.state.lock().await;
         if container.destroyed() {
             return Err(SandboxError::NotFound(id.to_owned()));

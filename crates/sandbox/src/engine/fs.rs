@@ -259,7 +259,7 @@ impl LocalEngine {
 
     /// Runs a task without a data stream to its end.
     async fn run_task(&self, id: &str, task: Task) -> Result<Output, SandboxError> {
-        let container = self.container(id)?;
+        let container = self.inner.containers.get(id)?;
         let (mut worker, _) = self.start_worker(&container, &task).await?;
         match tokio::time::timeout(TASK_TIMEOUT, worker.outcome()).await {
             Ok(outcome) => outcome,
@@ -293,7 +293,7 @@ impl LocalEngine {
     }
 
     pub(super) async fn fs_stat_path(&self, id: &str, path: &str) -> Result<FsEntry, SandboxError> {
-        let container = self.container(id)?;
+        let container = self.inner.containers.get(id)?;
         if let Some((data, in_flight)) = self.stopped_data(&container, path).await? {
             let owned = path.to_owned();
             let served = super::blocking(move || {
@@ -327,7 +327,7 @@ impl LocalEngine {
         depth: u32,
         limit: u32,
     ) -> Result<FsListing, SandboxError> {
-        let container = self.container(id)?;
+        let container = self.inner.containers.get(id)?;
         if let Some((data, in_flight)) = self.stopped_data(&container, path).await? {
             let owned = path.to_owned();
             let served = super::blocking(move || {
@@ -389,7 +389,7 @@ impl LocalEngine {
         id: &str,
         path: &str,
     ) -> Result<FsDownload, SandboxError> {
-        let container = self.container(id)?;
+        let container = self.inner.containers.get(id)?;
         // Only a sparse file claims more than the container could hold.
         let max_bytes = container
             .spec
@@ -455,7 +455,7 @@ impl LocalEngine {
             param: "exclude",
             message: e.to_string(),
         })?;
-        let container = self.container(id)?;
+        let container = self.inner.containers.get(id)?;
         if let Some((data, in_flight)) = self.stopped_data(&container, path).await? {
             // Opened and checked first, so a path that leaves /mnt/data is
             // asked of the container instead, and anything but a readable
@@ -530,7 +530,7 @@ impl LocalEngine {
         task: Task,
         expect: fn(Output) -> Result<T, SandboxError>,
     ) -> Result<Box<dyn Upload<T>>, SandboxError> {
-        let container = self.container(id)?;
+        let container = self.inner.containers.get(id)?;
         let (worker, ends) = self.start_worker(&container, &task).await?;
         Ok(Box::new(WorkerUpload {
             worker: Some(worker),

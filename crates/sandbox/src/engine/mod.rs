@@ -40,7 +40,6 @@ mod slots;
 mod spec;
 mod unread;
 
-use std::collections::HashMap;
 use std::fs;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -59,9 +58,11 @@ use crate::disk::{self, DiskKind};
 use crate::error::{IoContext, SandboxError};
 use crate::fs_ops::Task;
 use crate::image::ImageStore;
-use container::{Container, Wake};
+use container::{Container, Containers, Wake};
 pub use network::EgressSettings;
+use network::Networks;
 use pools::{FormattedDisk, Pool, SpareHelper, WarmContainer};
+use processes::Processes;
 use shellgate_sandbox_api::fs::{
     ArchiveImported, FsDownload, FsEntry, FsListing, Upload, WriteOptions,
 };
@@ -175,10 +176,11 @@ pub(crate) struct Inner {
     rootless: bool,
     images: ImageStore,
     memory_ceiling: u64,
-    containers: Mutex<HashMap<String, Arc<Container>>>,
+    networks: Networks,
+    containers: Containers,
     /// Each container's processes, live and recently ended;
     /// gone with the container.
-    processes: Mutex<HashMap<String, Arc<processes::Table>>>,
+    processes: Processes,
     slots: IdSlots,
     disks: Pool<FormattedDisk>,
     spares: Pool<SpareHelper>,
@@ -306,7 +308,7 @@ impl LocalEngine {
                     .context(|| format!("chmod {sub}"))?;
             }
         }
-        Self::write_network_files(&data_dir)?;
+        let networks = Networks::open(&data_dir, config.egress.clone())?;
         let mut warnings = Vec::new();
         let (cgroups, cgroup_warnings) = Cgroups::setup(&group_name(&data_dir));
         warnings.extend(cgroup_warnings);
@@ -336,14 +338,15 @@ impl LocalEngine {
                 disks: Pool::new(config.pool_size),
                 spares: Pool::new(config.spare_helpers),
                 warm: Pool::new(config.warm_containers),
+                processes: Processes::new(config.drain_grace, config.unread_output_rate),
                 config,
                 cgroups,
                 disk_kind,
                 rootless,
                 images,
                 memory_ceiling,
-                containers: Mutex::new(HashMap::new()),
-                processes: Mutex::new(HashMap::new()),
+                networks,
+                containers: Containers::default(),
                 closing: AtomicBool::new(false),
                 counter: AtomicU64::new(0),
                 teardowns: Mutex::new(Vec::new()),
@@ -364,8 +367,11 @@ impl LocalEngine {
         if !self.inner.config.prune_images {
             return;
         }
-        let in_use: std::collections::HashSet<(String, String)> = lock(&self.inner.containers)
-            .values()
+        let in_use: std::collections::HashSet<(String, String)> = self
+            .inner
+            .containers
+            .all()
+            .iter()
             .filter_map(|c| {
                 let revision = c.spec.image_revision.clone()?;
                 Some((c.spec.image.clone(), revision))
@@ -383,16 +389,9 @@ impl LocalEngine {
 
     /// Host pid of a running container's init (for tests and reports).
     pub async fn init_pid(&self, id: &str) -> Result<Option<i32>, SandboxError> {
-        let container = self.container(id)?;
+        let container = self.inner.containers.get(id)?;
         let state = container.state.lock().await;
         Ok(state.as_ref().filter(|r| r.alive()).map(|r| r.init_pid))
-    }
-
-    fn container(&self, id: &str) -> Result<Arc<Container>, SandboxError> {
-        lock(&self.inner.containers)
-            .get(id)
-            .cloned()
-            .ok_or_else(|| SandboxError::NotFound(id.to_owned()))
     }
 
     fn closing(&self) -> bool {
@@ -411,7 +410,7 @@ impl LocalEngine {
     /// Refuses a spec no container may have on this host.
     fn admit(&self, spec: &ContainerSpec) -> Result<(), SandboxError> {
         crate::backend::check_memory(spec.memory_bytes, self.inner.memory_ceiling)?;
-        self.check_network(spec)
+        self.inner.networks.check(spec)
     }
 
     /// Removes a container's processes, cgroup and directory; the caller
@@ -440,8 +439,8 @@ impl LocalEngine {
             }
         }
         container.mark_destroyed();
-        lock(&self.inner.containers).remove(&container.id);
-        lock(&self.inner.processes).remove(&container.id);
+        self.inner.containers.remove(&container.id);
+        self.inner.processes.forget(&container.id);
         let running = state.take();
         drop(state);
         let slot = container.id_slot();
@@ -506,15 +505,8 @@ impl SandboxBackend for LocalEngine {
         if adopt.is_some() {
             spec.skills = Some(dir.join("skills"));
         }
-        let container = {
-            let mut containers = lock(&self.inner.containers);
-            if containers.contains_key(id) {
-                return Err(SandboxError::AlreadyExists(id.to_owned()));
-            }
-            let container = Arc::new(Container::new(id.to_owned(), spec.clone(), dir.clone(), 0));
-            containers.insert(id.to_owned(), Arc::clone(&container));
-            container
-        };
+        let container = Arc::new(Container::new(id.to_owned(), spec.clone(), dir.clone(), 0));
+        self.inner.containers.add(&container)?;
         let spec_json =
             serde_json::to_vec_pretty(&spec).map_err(|e| SandboxError::Setup(e.to_string()))?;
         let mut state = container.state.lock().await;
@@ -562,7 +554,7 @@ impl SandboxBackend for LocalEngine {
         .await;
         drop(state);
         if let Err(e) = made {
-            lock(&self.inner.containers).remove(id);
+            self.inner.containers.remove(id);
             let _ = fs::remove_dir_all(&staging);
             let _ = fs::remove_dir_all(&dir);
             let slot = container.id_slot();
@@ -600,11 +592,11 @@ impl SandboxBackend for LocalEngine {
     }
 
     fn masker(&self, id: &str) -> Option<Arc<shellgate_egress::secrets::Masker>> {
-        self.container(id).ok()?.masker()
+        self.inner.containers.get(id).ok()?.masker()
     }
 
     fn secrets_match(&self, id: &str, asked: &[shellgate_egress::secrets::DomainSecret]) -> bool {
-        let Ok(container) = self.container(id) else {
+        let Ok(container) = self.inner.containers.get(id) else {
             return false;
         };
         let held = container.secrets();
@@ -627,7 +619,7 @@ impl SandboxBackend for LocalEngine {
     }
 
     fn secret_status(&self, id: &str) -> Vec<crate::backend::SecretStatus> {
-        let Ok(container) = self.container(id) else {
+        let Ok(container) = self.inner.containers.get(id) else {
             return Vec::new();
         };
         container
@@ -647,7 +639,7 @@ impl SandboxBackend for LocalEngine {
         id: &str,
         supplied: Vec<shellgate_egress::secrets::DomainSecret>,
     ) -> Result<(), SandboxError> {
-        let container = self.container(id)?;
+        let container = self.inner.containers.get(id)?;
         let mut state = container.state.lock().await;
         if container.destroyed() {
             return Err(SandboxError::NotFound(id.to_owned()));
@@ -704,14 +696,14 @@ impl SandboxBackend for LocalEngine {
     }
 
     async fn stop(&self, id: &str) -> Result<(), SandboxError> {
-        let container = self.container(id)?;
+        let container = self.inner.containers.get(id)?;
         let mut state = container.state.lock().await;
         self.stop_locked(&container, &mut state).await;
         Ok(())
     }
 
     async fn suspend_if_idle(&self, id: &str) -> Result<bool, SandboxError> {
-        let container = self.container(id)?;
+        let container = self.inner.containers.get(id)?;
         let mut state = container.state.lock().await;
         if container.busy() {
             return Ok(false);
@@ -721,12 +713,12 @@ impl SandboxBackend for LocalEngine {
     }
 
     async fn start(&self, id: &str) -> Result<(), SandboxError> {
-        let container = self.container(id)?;
+        let container = self.inner.containers.get(id)?;
         self.ensure_running(&container).await.map(drop)
     }
 
     async fn destroy(&self, id: &str) -> Result<(), SandboxError> {
-        let container = self.container(id)?;
+        let container = self.inner.containers.get(id)?;
         let state = container.state.lock().await;
         if container.destroyed() {
             return Err(SandboxError::NotFound(id.to_owned()));
@@ -735,7 +727,7 @@ impl SandboxBackend for LocalEngine {
     }
 
     async fn destroy_if_idle(&self, id: &str) -> Result<bool, SandboxError> {
-        let container = self.container(id)?;
+        let container = self.inner.containers.get(id)?;
         let state = container.state.lock().await;
         if container.destroyed() {
             return Err(SandboxError::NotFound(id.to_owned()));
@@ -749,7 +741,7 @@ impl SandboxBackend for LocalEngine {
     }
 
     async fn inspect(&self, id: &str) -> Result<ContainerInfo, SandboxError> {
-        let container = self.container(id)?;
+        let container = self.inner.containers.get(id)?;
         let state = container.state.lock().await;
         let running = state.as_ref().is_some_and(|r| r.alive());
         Ok(ContainerInfo {
@@ -764,7 +756,7 @@ impl SandboxBackend for LocalEngine {
     }
 
     async fn list(&self) -> Result<Vec<ContainerInfo>, SandboxError> {
-        let ids: Vec<String> = lock(&self.inner.containers).keys().cloned().collect();
+        let ids = self.inner.containers.ids();
         let mut infos = Vec::with_capacity(ids.len());
         for id in ids {
             if let Ok(info) = self.inspect(&id).await {
@@ -780,7 +772,7 @@ impl SandboxBackend for LocalEngine {
     }
 
     async fn read_file(&self, id: &str, path: &str) -> Result<Vec<u8>, SandboxError> {
-        let limit = self.container(id)?.spec.disk_bytes;
+        let limit = self.inner.containers.get(id)?.spec.disk_bytes;
         let (data, in_flight) = self.files(id, Wake::No).await?;
         let path = path.to_owned();
         blocking(move || {
@@ -791,7 +783,7 @@ impl SandboxBackend for LocalEngine {
     }
 
     async fn open_file(&self, id: &str, path: &str) -> Result<std::fs::File, SandboxError> {
-        let limit = self.container(id)?.spec.disk_bytes;
+        let limit = self.inner.containers.get(id)?.spec.disk_bytes;
         let (data, in_flight) = self.files(id, Wake::No).await?;
         let path = path.to_owned();
         blocking(move || {
@@ -859,22 +851,22 @@ impl SandboxBackend for LocalEngine {
         }
     }
 
-    // Processes: `processes`.
     async fn start_process(
         &self,
         id: &str,
         process_id: &str,
         spec: ProcessSpec,
     ) -> Result<ProcessInfo, SandboxError> {
-        LocalEngine::start_process(self, id, process_id, spec).await
+        self.inner.processes.start(self, id, process_id, spec).await
     }
 
     async fn list_processes(&self, id: &str) -> Result<Vec<ProcessInfo>, SandboxError> {
-        LocalEngine::list_processes(self, id)
+        self.inner.processes.list(&self.inner.containers, id)
     }
 
     async fn process(&self, id: &str, process_id: &str) -> Result<ProcessInfo, SandboxError> {
-        self.process_info(id, process_id)
+        let containers = &self.inner.containers;
+        self.inner.processes.info(containers, id, process_id)
     }
 
     async fn read_process_output(
@@ -883,7 +875,11 @@ impl SandboxBackend for LocalEngine {
         process_id: &str,
         read: OutputRead,
     ) -> Result<ProcessOutput, SandboxError> {
-        LocalEngine::read_process_output(self, id, process_id, read).await
+        let containers = &self.inner.containers;
+        let processes = &self.inner.processes;
+        processes
+            .read_output(containers, id, process_id, read)
+            .await
     }
 
     async fn write_process_stdin(
@@ -893,7 +889,11 @@ impl SandboxBackend for LocalEngine {
         bytes: Vec<u8>,
         eof: bool,
     ) -> Result<(), SandboxError> {
-        LocalEngine::write_process_stdin(self, id, process_id, bytes, eof).await
+        let containers = &self.inner.containers;
+        let processes = &self.inner.processes;
+        processes
+            .write_stdin(containers, id, process_id, bytes, eof)
+            .await
     }
 
     async fn signal_process(
@@ -902,7 +902,9 @@ impl SandboxBackend for LocalEngine {
         process_id: &str,
         signal: i32,
     ) -> Result<(), SandboxError> {
-        LocalEngine::signal_process(self, id, process_id, signal).await
+        let containers = &self.inner.containers;
+        let processes = &self.inner.processes;
+        processes.signal(containers, id, process_id, signal).await
     }
 
     async fn resize_process(
@@ -912,15 +914,19 @@ impl SandboxBackend for LocalEngine {
         cols: u16,
         rows: u16,
     ) -> Result<(), SandboxError> {
-        LocalEngine::resize_process(self, id, process_id, cols, rows)
+        let containers = &self.inner.containers;
+        let processes = &self.inner.processes;
+        processes.resize(containers, id, process_id, cols, rows)
     }
 
     async fn kill_process(&self, id: &str, process_id: &str) -> Result<ProcessInfo, SandboxError> {
-        LocalEngine::kill_process(self, id, process_id).await
+        let containers = &self.inner.containers;
+        self.inner.processes.kill(containers, id, process_id).await
     }
 
     async fn wait_process(&self, id: &str, process_id: &str) -> Result<ProcessInfo, SandboxError> {
-        LocalEngine::wait_process(self, id, process_id).await
+        let containers = &self.inner.containers;
+        self.inner.processes.wait(containers, id, process_id).await
     }
 
     // Files by path: see `engine/fs.rs`.
@@ -1005,7 +1011,7 @@ impl SandboxBackend for LocalEngine {
         id: &str,
         path: &str,
     ) -> Result<Box<dyn Upload<ArchiveImported>>, SandboxError> {
-        let disk = self.container(id)?.spec.disk_bytes;
+        let disk = self.inner.containers.get(id)?.spec.disk_bytes;
         let task = Task::ArchiveImport {
             path: path.to_owned(),
             max_bytes: fs_paths::IMPORT_MAX_BYTES.min(disk),
@@ -1020,9 +1026,7 @@ impl SandboxBackend for LocalEngine {
         self.drain::<FormattedDisk>().await;
         self.settle().await;
         self.drain::<WarmContainer>().await;
-        let containers: Vec<Arc<Container>> =
-            lock(&self.inner.containers).values().cloned().collect();
-        for container in containers {
+        for container in self.inner.containers.all() {
             let mut state = container.state.lock().await;
             if state.is_some() {
                 self.stop_locked(&container, &mut state).await;

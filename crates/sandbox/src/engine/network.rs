@@ -10,7 +10,7 @@
 //! too.
 
 use std::os::fd::OwnedFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use shellgate_egress::intercept::Interceptor;
@@ -18,8 +18,9 @@ use shellgate_egress::policy::Allowlist;
 use shellgate_egress::proxy::{ContainerEgress, Serving, Sockets};
 
 use super::container::Container;
-use super::{lock, LocalEngine};
+use super::lock;
 use crate::error::{IoContext, SandboxError};
+use crate::image::ImageStore;
 
 /// The resolver every networked container uses: the proxy's DNS socket.
 const RESOLV_CONF: &str = "# shellgate: names are answered by the egress proxy\n\
@@ -47,16 +48,40 @@ pub(super) struct NetworkSetup {
     pub file_binds: Vec<(PathBuf, String)>,
 }
 
-impl LocalEngine {
+/// The engine's networks: the egress proxy's settings every networked
+/// container is served with, and the files their network namespaces see.
+pub(super) struct Networks {
+    /// `None`: no container may have network access.
+    egress: Option<EgressSettings>,
+    /// The networked containers' `resolv.conf` (see [`Networks::open`]).
+    resolv_conf: PathBuf,
+}
+
+impl Networks {
+    /// The networks of an engine on `data_dir`, writing the networked
+    /// containers' `resolv.conf` there.
+    pub fn open(data_dir: &Path, egress: Option<EgressSettings>) -> Result<Self, SandboxError> {
+        let dir = data_dir.join("network");
+        std::fs::create_dir_all(&dir).context(|| format!("create {}", dir.display()))?;
+        // Written only when it differs: running containers have it bound,
+        // and an engine opens on every one-shot `exec`.
+        let resolv_conf = dir.join("resolv.conf");
+        if !std::fs::read(&resolv_conf).is_ok_and(|current| current == RESOLV_CONF.as_bytes()) {
+            std::fs::write(&resolv_conf, RESOLV_CONF)
+                .context(|| "write network/resolv.conf".into())?;
+        }
+        Ok(Self {
+            egress,
+            resolv_conf,
+        })
+    }
+
     /// Refuses a network policy this engine cannot enforce.
-    pub(super) fn check_network(
-        &self,
-        spec: &crate::backend::ContainerSpec,
-    ) -> Result<(), SandboxError> {
+    pub fn check(&self, spec: &crate::backend::ContainerSpec) -> Result<(), SandboxError> {
         if spec.network.is_disabled() {
             return Ok(());
         }
-        if self.inner.config.egress.is_none() {
+        if self.egress.is_none() {
             return Err(SandboxError::InvalidRequest {
                 param: "network_policy",
                 message: "this server's egress proxy is off, so containers cannot have network \
@@ -72,9 +97,12 @@ impl LocalEngine {
             })
     }
 
-    pub(super) fn network_setup(
+    /// What init is told of the container's network (`images`: whether
+    /// its image lets the trust store be bound over its own).
+    pub fn setup(
         &self,
         container: &Container,
+        images: &ImageStore,
     ) -> Result<NetworkSetup, SandboxError> {
         let network = &container.spec.network;
         if container.network_off() {
@@ -100,16 +128,11 @@ impl LocalEngine {
         for secret in &network.secrets {
             env.push((secret.name.clone(), secret.placeholder.clone()));
         }
-        let mut file_binds = vec![(self.resolv_conf(), "/etc/resolv.conf".to_owned())];
-        // Made by `prepare_network` for this start.
+        let mut file_binds = vec![(self.resolv_conf.clone(), "/etc/resolv.conf".to_owned())];
+        // Made by `prepare` for this start.
         if lock(&container.interceptor).is_some() {
             let bundle = container.dir.join(BUNDLE_FILE);
-            if bundle.exists()
-                && self
-                    .inner
-                    .images
-                    .can_cover_etc_file(&container.spec.image, SYSTEM_BUNDLE)
-            {
+            if bundle.exists() && images.can_cover_etc_file(&container.spec.image, SYSTEM_BUNDLE) {
                 file_binds.push((bundle, SYSTEM_BUNDLE.to_owned()));
                 for name in shellgate_egress::secrets::CA_BUNDLE_VARIABLES {
                     env.push((name.to_owned(), SYSTEM_BUNDLE.to_owned()));
@@ -130,16 +153,17 @@ impl LocalEngine {
     /// Before a start: the container's interceptor (made at its first
     /// start in this process, for every networked container) and the trust
     /// stores that hold its CA, written off the async workers.
-    pub(super) async fn prepare_network(&self, container: &Container) -> Result<(), SandboxError> {
+    pub async fn prepare(
+        &self,
+        container: &Container,
+        images: &ImageStore,
+    ) -> Result<(), SandboxError> {
         let Some((interceptor, new)) = self.interceptor(container)? else {
             return Ok(());
         };
         let dir = container.dir.clone();
         let java = container.spec.image == crate::image::HOST_IMAGE
-            && self
-                .inner
-                .images
-                .can_cover_etc_file(&container.spec.image, JAVA_STORE);
+            && images.can_cover_etc_file(&container.spec.image, JAVA_STORE);
         tokio::task::spawn_blocking(move || {
             write_trust_stores(
                 &dir,
@@ -167,7 +191,7 @@ impl LocalEngine {
         if let Some(interceptor) = slot.as_ref() {
             return Ok(Some((Arc::clone(interceptor), false)));
         }
-        let settings = self.inner.config.egress.as_ref().ok_or_else(|| {
+        let settings = self.egress.as_ref().ok_or_else(|| {
             SandboxError::Setup("the container has a network policy but egress is off".into())
         })?;
         let interceptor =
@@ -178,26 +202,9 @@ impl LocalEngine {
         Ok(Some((interceptor, true)))
     }
 
-    /// Writes the networked containers' `resolv.conf` (at engine start).
-    pub(super) fn write_network_files(data_dir: &std::path::Path) -> Result<(), SandboxError> {
-        let dir = data_dir.join("network");
-        std::fs::create_dir_all(&dir).context(|| format!("create {}", dir.display()))?;
-        // Written only when it differs: running containers have it bound,
-        // and an engine opens on every one-shot `exec`.
-        let path = dir.join("resolv.conf");
-        if std::fs::read(&path).is_ok_and(|current| current == RESOLV_CONF.as_bytes()) {
-            return Ok(());
-        }
-        std::fs::write(&path, RESOLV_CONF).context(|| "write network/resolv.conf".into())
-    }
-
-    fn resolv_conf(&self) -> PathBuf {
-        self.inner.config.data_dir.join("network/resolv.conf")
-    }
-
     /// Serves a started container's proxy sockets (HTTP, HTTPS, DNS, as
     /// init sent them); `None` for a container without network.
-    pub(super) fn serve_egress(
+    pub fn serve(
         &self,
         container: &Container,
         sockets: Vec<OwnedFd>,
@@ -211,7 +218,7 @@ impl LocalEngine {
             self.note_network_off(container, &missing);
             return Ok(None);
         }
-        let settings = self.inner.config.egress.clone().ok_or_else(|| {
+        let settings = self.egress.clone().ok_or_else(|| {
             SandboxError::Setup("the container has a network policy but egress is off".into())
         })?;
         let [http, https, dns]: [OwnedFd; 3] = sockets
@@ -239,12 +246,10 @@ impl LocalEngine {
             .map(Some)
             .context(|| "serve the egress proxy's sockets".into())
     }
-}
 
-impl LocalEngine {
     /// Tells the container's egress log why it has no network this start.
     fn note_network_off(&self, container: &Container, missing: &[String]) {
-        let Some(settings) = &self.inner.config.egress else {
+        let Some(settings) = &self.egress else {
             return;
         };
         let time = std::time::SystemTime::now()

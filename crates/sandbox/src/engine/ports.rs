@@ -77,7 +77,7 @@ impl LocalEngine {
                 ),
             });
         }
-        let container = self.container(id)?;
+        let container = self.inner.containers.get(id)?;
         let (running, in_flight) = {
             let state = container.state.lock().await;
             if container.destroyed() {

@@ -26,7 +26,7 @@
 //! here. A container that stops or is destroyed ends its processes with
 //! init: their pipes close, the pump sees the end, readers are told.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -42,7 +42,7 @@ use tokio::net::unix::pipe;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
-use super::container::{InFlight, Running};
+use super::container::{Containers, InFlight, Running};
 use super::pump::{Pump, Pumped, Sink, Source};
 use super::unread::{DrainRate, STEP};
 use super::{lock, LocalEngine};
@@ -522,102 +522,49 @@ impl Sink for ProcessSink<'_> {
     }
 }
 
-impl LocalEngine {
-    pub(super) async fn start_process(
+/// The engine's processes: each container's table of them (made at its
+/// first process, gone with the container), and how their output is read.
+pub(super) struct Processes {
+    tables: Mutex<HashMap<String, Arc<Table>>>,
+    drain_grace: Duration,
+    /// Bytes a second read while a buffer holds a whole OUTPUT_BUFFER
+    /// nobody read (`None`: no bound).
+    unread_rate: Option<u64>,
+}
+
+impl Processes {
+    pub fn new(drain_grace: Duration, unread_rate: Option<u64>) -> Self {
+        Self {
+            tables: Mutex::new(HashMap::new()),
+            drain_grace,
+            unread_rate,
+        }
+    }
+
+    /// Starts a process in container `id` (starting the container if it is
+    /// stopped) and hands its output to a pump task.
+    pub async fn start(
         &self,
+        engine: &LocalEngine,
         id: &str,
         process_id: &str,
         spec: ProcessSpec,
     ) -> Result<ProcessInfo, SandboxError> {
         spec.validate()?;
-        let container = self.container(id)?;
+        let container = engine.inner.containers.get(id)?;
         let table = self.table(id);
         let reserved = table.reserve(process_id)?;
-        let (running, in_flight) = self.enter(&container).await?;
-        let (status_read, status_write) = sys::pipe().context(|| "pipe".into())?;
-        let failed_forks = running.counters.events().pids_max;
-        let reclaim = failed_forks
-            > running
-                .forks_failed_at_last_start
-                .swap(failed_forks, std::sync::atomic::Ordering::Relaxed);
-        let start = StartProcess {
-            command: spec.command.as_bytes().to_vec(),
-            stdin: spec.stdin,
-            pty: spec
-                .pty
-                .as_ref()
-                .map(|p| (p.cols, p.rows, p.term.as_bytes().to_vec())),
-            cwd: spec.cwd.clone().unwrap_or_default().into_bytes(),
-            env: spec
-                .env
-                .iter()
-                .map(|(name, value)| format!("{name}={value}").into_bytes())
-                .collect(),
-            reclaim,
-        };
+        let (running, in_flight) = engine.enter(&container).await?;
         let command_id = running.next_command();
         let request = Request::Start {
             id: command_id,
-            start,
+            start: start_request(&spec, running.reclaim_due()),
         };
-        let (output, input) = if spec.pty.is_some() {
-            let (ours, theirs) = sys::seqpacket_pair().context(|| "socketpair".into())?;
-            running.send(&request, &[&status_write, &theirs]).await?;
-            drop((status_write, theirs));
-            let master = receive_master(ours).await?;
-            set_nonblocking(&master).context(|| "terminal master".into())?;
-            let master =
-                Arc::new(crate::launcher::register(master).context(|| "terminal master".into())?);
-            (
-                Output::Terminal(Arc::clone(&master)),
-                Input::Terminal(master),
-            )
-        } else {
-            let (stdout_read, stdout_write) = sys::pipe().context(|| "pipe".into())?;
-            let (stderr_read, stderr_write) = sys::pipe().context(|| "pipe".into())?;
-            let stdin = if spec.stdin {
-                Some(sys::pipe().context(|| "pipe".into())?)
-            } else {
-                None
-            };
-            let mut fds = vec![&status_write, &stdout_write, &stderr_write];
-            if let Some((read, _)) = &stdin {
-                fds.push(read);
-            }
-            running.send(&request, &fds).await?;
-            drop((status_write, stdout_write, stderr_write));
-            let input = match stdin {
-                Some((read, write)) => {
-                    drop(read);
-                    Input::Pipe(pipe::Sender::from_owned_fd(write).context(|| "stdin pipe".into())?)
-                }
-                None => Input::None,
-            };
-            let output = Output::Pipes {
-                stdout: pipe::Receiver::from_owned_fd(stdout_read)
-                    .context(|| "stdout pipe".into())?,
-                stderr: pipe::Receiver::from_owned_fd(stderr_read)
-                    .context(|| "stderr pipe".into())?,
-            };
-            (output, input)
-        };
-        let mut status =
-            pipe::Receiver::from_owned_fd(status_read).context(|| "status pipe".into())?;
+        let (output, input, mut status) = send_start(&running, &request, &spec).await?;
         // Init tells at once whether it started: its pid, or why not.
         let pid = match tokio::time::timeout(START_PATIENCE, spawned(&mut status)).await {
             Ok(Ok(pid)) => pid,
-            Ok(Err(errno)) => {
-                let reason = std::io::Error::from_raw_os_error(errno);
-                return Err(match &spec.cwd {
-                    Some(cwd) if matches!(errno, libc::ENOENT | libc::ENOTDIR | libc::EACCES) => {
-                        SandboxError::InvalidRequest {
-                            param: "cwd",
-                            message: format!("cannot start the process in {cwd}: {reason}"),
-                        }
-                    }
-                    _ => SandboxError::io("start the process", reason),
-                });
-            }
+            Ok(Err(errno)) => return Err(start_error(errno, spec.cwd.as_deref())),
             Err(_) => {
                 running.send_now(&Request::KillCommand { id: command_id });
                 return Err(SandboxError::ContainerGone);
@@ -655,20 +602,17 @@ impl LocalEngine {
             input: tokio::sync::Mutex::new(input),
             master,
         });
-        {
-            let mut table = lock(&table.processes);
-            table.kept.push(Arc::clone(&process));
-        }
+        lock(&table.processes).kept.push(Arc::clone(&process));
         drop(reserved);
         let pump = ProcessPump {
             process: Arc::clone(&process),
             output,
             status,
             timeout: (spec.timeout_ms > 0).then(|| Duration::from_millis(spec.timeout_ms)),
-            drain_grace: self.inner.config.drain_grace,
-            unread_rate: self.inner.config.unread_output_rate,
+            drain_grace: self.drain_grace,
+            unread_rate: self.unread_rate,
             masks,
-            table: Arc::clone(&table),
+            table,
             // Held for the start either way (the container must not stop
             // under it); a service lets go once it runs.
             in_flight: spec.keeps_awake.then_some(in_flight),
@@ -677,43 +621,55 @@ impl LocalEngine {
         Ok(process.info())
     }
 
-    /// A container's table of processes (made at its first process).
-    fn table(&self, id: &str) -> Arc<Table> {
-        Arc::clone(
-            lock(&self.inner.processes)
-                .entry(id.to_owned())
-                .or_default(),
-        )
+    /// Forgets a destroyed container's processes.
+    pub fn forget(&self, id: &str) {
+        lock(&self.tables).remove(id);
     }
 
-    fn process_of(&self, id: &str, process_id: &str) -> Result<Arc<Process>, SandboxError> {
-        self.container(id)?;
+    /// A container's table of processes (made at its first process).
+    fn table(&self, id: &str) -> Arc<Table> {
+        Arc::clone(lock(&self.tables).entry(id.to_owned()).or_default())
+    }
+
+    fn process_of(
+        &self,
+        containers: &Containers,
+        id: &str,
+        process_id: &str,
+    ) -> Result<Arc<Process>, SandboxError> {
+        containers.get(id)?;
         self.table(id).find(process_id)
     }
 
-    pub(super) fn list_processes(&self, id: &str) -> Result<Vec<ProcessInfo>, SandboxError> {
-        self.container(id)?;
+    pub fn list(
+        &self,
+        containers: &Containers,
+        id: &str,
+    ) -> Result<Vec<ProcessInfo>, SandboxError> {
+        containers.get(id)?;
         let table = self.table(id);
         let mut table = lock(&table.processes);
         table.prune();
         Ok(table.kept.iter().map(|p| p.info()).collect())
     }
 
-    pub(super) fn process_info(
+    pub fn info(
         &self,
+        containers: &Containers,
         id: &str,
         process_id: &str,
     ) -> Result<ProcessInfo, SandboxError> {
-        Ok(self.process_of(id, process_id)?.info())
+        Ok(self.process_of(containers, id, process_id)?.info())
     }
 
-    pub(super) async fn read_process_output(
+    pub async fn read_output(
         &self,
+        containers: &Containers,
         id: &str,
         process_id: &str,
         read: OutputRead,
     ) -> Result<ProcessOutput, SandboxError> {
-        let process = self.process_of(id, process_id)?;
+        let process = self.process_of(containers, id, process_id)?;
         let mut version = process.version.subscribe();
         let give_up = Instant::now() + read.wait;
         loop {
@@ -748,14 +704,15 @@ impl LocalEngine {
         }
     }
 
-    pub(super) async fn write_process_stdin(
+    pub async fn write_stdin(
         &self,
+        containers: &Containers,
         id: &str,
         process_id: &str,
         bytes: Vec<u8>,
         eof: bool,
     ) -> Result<(), SandboxError> {
-        let process = self.process_of(id, process_id)?;
+        let process = self.process_of(containers, id, process_id)?;
         if !process.stdin {
             return Err(SandboxError::InvalidRequest {
                 param: "stdin",
@@ -813,8 +770,9 @@ impl LocalEngine {
         }
     }
 
-    pub(super) async fn signal_process(
+    pub async fn signal(
         &self,
+        containers: &Containers,
         id: &str,
         process_id: &str,
         signal: i32,
@@ -825,7 +783,7 @@ impl LocalEngine {
                 message: format!("signal {signal} is not one that may be sent (1 to 31)"),
             });
         }
-        let process = self.process_of(id, process_id)?;
+        let process = self.process_of(containers, id, process_id)?;
         let running = process.running()?;
         if signal == libc::SIGKILL {
             lock(&process.state).kill_asked = true;
@@ -841,15 +799,16 @@ impl LocalEngine {
             .await
     }
 
-    pub(super) fn resize_process(
+    pub fn resize(
         &self,
+        containers: &Containers,
         id: &str,
         process_id: &str,
         cols: u16,
         rows: u16,
     ) -> Result<(), SandboxError> {
         crate::backend::check_terminal_size(cols, rows)?;
-        let process = self.process_of(id, process_id)?;
+        let process = self.process_of(containers, id, process_id)?;
         let Some(master) = &process.master else {
             return Err(SandboxError::InvalidRequest {
                 param: "pty",
@@ -880,12 +839,13 @@ impl LocalEngine {
         Ok(())
     }
 
-    pub(super) async fn kill_process(
+    pub async fn kill(
         &self,
+        containers: &Containers,
         id: &str,
         process_id: &str,
     ) -> Result<ProcessInfo, SandboxError> {
-        let process = self.process_of(id, process_id)?;
+        let process = self.process_of(containers, id, process_id)?;
         if let Ok(running) = process.running() {
             lock(&process.state).kill_asked = true;
             running
@@ -900,12 +860,98 @@ impl LocalEngine {
         Ok(process.ended().await)
     }
 
-    pub(super) async fn wait_process(
+    pub async fn wait(
         &self,
+        containers: &Containers,
         id: &str,
         process_id: &str,
     ) -> Result<ProcessInfo, SandboxError> {
-        Ok(self.process_of(id, process_id)?.ended().await)
+        Ok(self.process_of(containers, id, process_id)?.ended().await)
+    }
+}
+
+/// What init is told to start.
+fn start_request(spec: &ProcessSpec, reclaim: bool) -> StartProcess {
+    StartProcess {
+        command: spec.command.as_bytes().to_vec(),
+        stdin: spec.stdin,
+        pty: spec
+            .pty
+            .as_ref()
+            .map(|p| (p.cols, p.rows, p.term.as_bytes().to_vec())),
+        cwd: spec.cwd.clone().unwrap_or_default().into_bytes(),
+        env: spec
+            .env
+            .iter()
+            .map(|(name, value)| format!("{name}={value}").into_bytes())
+            .collect(),
+        reclaim,
+    }
+}
+
+/// Sends the start with the process's ends (a terminal's, got back from
+/// init, or pipes) and its status pipe: the output the pump reads, where
+/// stdin goes, and the status pipe.
+async fn send_start(
+    running: &Running,
+    request: &Request,
+    spec: &ProcessSpec,
+) -> Result<(Output, Input, pipe::Receiver), SandboxError> {
+    let (status_read, status_write) = sys::pipe().context(|| "pipe".into())?;
+    let (output, input) = if spec.pty.is_some() {
+        let (ours, theirs) = sys::seqpacket_pair().context(|| "socketpair".into())?;
+        running.send(request, &[&status_write, &theirs]).await?;
+        drop((status_write, theirs));
+        let master = receive_master(ours).await?;
+        set_nonblocking(&master).context(|| "terminal master".into())?;
+        let master =
+            Arc::new(crate::launcher::register(master).context(|| "terminal master".into())?);
+        (
+            Output::Terminal(Arc::clone(&master)),
+            Input::Terminal(master),
+        )
+    } else {
+        let (stdout_read, stdout_write) = sys::pipe().context(|| "pipe".into())?;
+        let (stderr_read, stderr_write) = sys::pipe().context(|| "pipe".into())?;
+        let stdin = if spec.stdin {
+            Some(sys::pipe().context(|| "pipe".into())?)
+        } else {
+            None
+        };
+        let mut fds = vec![&status_write, &stdout_write, &stderr_write];
+        if let Some((read, _)) = &stdin {
+            fds.push(read);
+        }
+        running.send(request, &fds).await?;
+        drop((status_write, stdout_write, stderr_write));
+        let input = match stdin {
+            Some((read, write)) => {
+                drop(read);
+                Input::Pipe(pipe::Sender::from_owned_fd(write).context(|| "stdin pipe".into())?)
+            }
+            None => Input::None,
+        };
+        let output = Output::Pipes {
+            stdout: pipe::Receiver::from_owned_fd(stdout_read).context(|| "stdout pipe".into())?,
+            stderr: pipe::Receiver::from_owned_fd(stderr_read).context(|| "stderr pipe".into())?,
+        };
+        (output, input)
+    };
+    let status = pipe::Receiver::from_owned_fd(status_read).context(|| "status pipe".into())?;
+    Ok((output, input, status))
+}
+
+/// Why a process did not start: its working directory, or another errno.
+fn start_error(errno: i32, cwd: Option<&str>) -> SandboxError {
+    let reason = std::io::Error::from_raw_os_error(errno);
+    match cwd {
+        Some(cwd) if matches!(errno, libc::ENOENT | libc::ENOTDIR | libc::EACCES) => {
+            SandboxError::InvalidRequest {
+                param: "cwd",
+                message: format!("cannot start the process in {cwd}: {reason}"),
+            }
+        }
+        _ => SandboxError::io("start the process", reason),
     }
 }
 

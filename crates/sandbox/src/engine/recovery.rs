@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use super::container::Container;
 use super::pools::FormattedDisk;
-use super::{lock, LocalEngine};
+use super::LocalEngine;
 use crate::backend::{validate_container_id, ContainerSpec};
 use crate::error::{IoContext, SandboxError};
 
@@ -88,7 +88,7 @@ impl LocalEngine {
                 }
             }
         }
-        *lock(&inner.containers) = loaded;
+        inner.containers.replace_all(loaded);
         Ok(())
     }
 }

@@ -70,7 +70,7 @@ impl LocalEngine {
             }
         };
         let ids_rootless = inner.rootless || inner.config.map_invoking_user;
-        let network = self.network_setup(container)?;
+        let network = inner.networks.setup(container, &inner.images)?;
         let mut file_binds = image.file_binds;
         file_binds.extend(network.file_binds);
         let slot = container.id_slot();
