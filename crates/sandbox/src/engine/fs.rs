@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use shellgate_sandbox_api::fs::{
-    under_workdir, ArchiveImported, FsDownload, FsEntry, FsListing, Upload,
+    under_workdir, ArchiveImported, FsDownload, FsEntry, FsListing, Upload, WriteOptions,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
@@ -191,15 +191,28 @@ fn pipe_pair() -> Result<(OwnedFd, OwnedFd), SandboxError> {
     sys::pipe().context(|| "pipe".into())
 }
 
-impl LocalEngine {
+/// The engine's file workers: each operation on files by path is one task
+/// of a worker in the container (or, for a read of a stopped container's
+/// `/mnt/data`, served from its disk), and a transfer that stalls is ended.
+pub(super) struct FileWorkers {
+    /// How long a transfer may move no byte (see [`TRANSFER_STALL`]).
+    transfer_stall: Duration,
+}
+
+impl FileWorkers {
+    pub fn new(transfer_stall: Duration) -> Self {
+        Self { transfer_stall }
+    }
+
     /// Starts a worker for `task` in the container (starting it if it is
     /// stopped), counted in flight until the worker is dropped.
     async fn start_worker(
         &self,
+        engine: &LocalEngine,
         container: &Container,
         task: &Task,
     ) -> Result<(Worker, DataEnds), SandboxError> {
-        let (running, in_flight) = self.enter(container).await?;
+        let (running, in_flight) = engine.enter(container).await?;
         let (status_read, status_write) = pipe_pair()?;
         let (result_read, result_write) = pipe_pair()?;
         let mut passed = vec![status_write, result_write];
@@ -258,9 +271,14 @@ impl LocalEngine {
     }
 
     /// Runs a task without a data stream to its end.
-    async fn run_task(&self, id: &str, task: Task) -> Result<Output, SandboxError> {
-        let container = self.inner.containers.get(id)?;
-        let (mut worker, _) = self.start_worker(&container, &task).await?;
+    async fn run_task(
+        &self,
+        engine: &LocalEngine,
+        id: &str,
+        task: Task,
+    ) -> Result<Output, SandboxError> {
+        let container = engine.inner.containers.get(id)?;
+        let (mut worker, _) = self.start_worker(engine, &container, &task).await?;
         match tokio::time::timeout(TASK_TIMEOUT, worker.outcome()).await {
             Ok(outcome) => outcome,
             Err(_) => Err(SandboxError::Setup(format!(
@@ -274,6 +292,7 @@ impl LocalEngine {
     /// `None`: the container runs (or the path is elsewhere), ask it.
     async fn stopped_data(
         &self,
+        engine: &LocalEngine,
         container: &Container,
         path: &str,
     ) -> Result<Option<(crate::files::DataDir, InFlight)>, SandboxError> {
@@ -289,12 +308,17 @@ impl LocalEngine {
         if running {
             return Ok(None);
         }
-        self.files(&container.id, Wake::No).await.map(Some)
+        engine.files(&container.id, Wake::No).await.map(Some)
     }
 
-    pub(super) async fn fs_stat_path(&self, id: &str, path: &str) -> Result<FsEntry, SandboxError> {
-        let container = self.inner.containers.get(id)?;
-        if let Some((data, in_flight)) = self.stopped_data(&container, path).await? {
+    pub async fn stat(
+        &self,
+        engine: &LocalEngine,
+        id: &str,
+        path: &str,
+    ) -> Result<FsEntry, SandboxError> {
+        let container = engine.inner.containers.get(id)?;
+        if let Some((data, in_flight)) = self.stopped_data(engine, &container, path).await? {
             let owned = path.to_owned();
             let served = super::blocking(move || {
                 let _in_flight = in_flight;
@@ -308,6 +332,7 @@ impl LocalEngine {
         }
         match self
             .run_task(
+                engine,
                 id,
                 Task::Stat {
                     path: path.to_owned(),
@@ -320,15 +345,16 @@ impl LocalEngine {
         }
     }
 
-    pub(super) async fn fs_list_path(
+    pub async fn list(
         &self,
+        engine: &LocalEngine,
         id: &str,
         path: &str,
         depth: u32,
         limit: u32,
     ) -> Result<FsListing, SandboxError> {
-        let container = self.inner.containers.get(id)?;
-        if let Some((data, in_flight)) = self.stopped_data(&container, path).await? {
+        let container = engine.inner.containers.get(id)?;
+        if let Some((data, in_flight)) = self.stopped_data(engine, &container, path).await? {
             let owned = path.to_owned();
             let served = super::blocking(move || {
                 let _in_flight = in_flight;
@@ -350,25 +376,27 @@ impl LocalEngine {
             depth,
             limit,
         };
-        match self.run_task(id, task).await? {
+        match self.run_task(engine, id, task).await? {
             Output::Listing { listing } => Ok(listing),
             other => Err(unexpected(&other)),
         }
     }
 
-    pub(super) async fn fs_entry_task(
+    async fn entry_task(
         &self,
+        engine: &LocalEngine,
         id: &str,
         task: Task,
     ) -> Result<FsEntry, SandboxError> {
-        match self.run_task(id, task).await? {
+        match self.run_task(engine, id, task).await? {
             Output::Entry { entry } => Ok(entry),
             other => Err(unexpected(&other)),
         }
     }
 
-    pub(super) async fn fs_remove_path(
+    pub async fn remove(
         &self,
+        engine: &LocalEngine,
         id: &str,
         path: &str,
         recursive: bool,
@@ -377,25 +405,92 @@ impl LocalEngine {
             path: path.to_owned(),
             recursive,
         };
-        match self.run_task(id, task).await? {
+        match self.run_task(engine, id, task).await? {
             Output::Removed => Ok(()),
             other => Err(unexpected(&other)),
         }
     }
 
-    /// Streams a regular file.
-    pub(super) async fn fs_read_path(
+    /// Creates a directory.
+    pub async fn mkdir(
         &self,
+        engine: &LocalEngine,
+        id: &str,
+        path: &str,
+        parents: bool,
+        mode: u32,
+    ) -> Result<FsEntry, SandboxError> {
+        let task = Task::Mkdir {
+            path: path.to_owned(),
+            parents,
+            mode,
+        };
+        self.entry_task(engine, id, task).await
+    }
+
+    /// Moves (renames) an entry.
+    pub async fn rename(
+        &self,
+        engine: &LocalEngine,
+        id: &str,
+        from: &str,
+        to: &str,
+        overwrite: bool,
+    ) -> Result<FsEntry, SandboxError> {
+        let task = Task::Move {
+            from: from.to_owned(),
+            to: to.to_owned(),
+            overwrite,
+        };
+        self.entry_task(engine, id, task).await
+    }
+
+    /// Starts an upload of a regular file.
+    pub async fn write(
+        &self,
+        engine: &LocalEngine,
+        id: &str,
+        path: &str,
+        options: WriteOptions,
+    ) -> Result<Box<dyn Upload<FsEntry>>, SandboxError> {
+        let task = Task::Write {
+            path: path.to_owned(),
+            mode: options.mode,
+            parents: options.parents,
+        };
+        self.upload(engine, id, task, expect_entry).await
+    }
+
+    /// Starts an upload of a tar archive unpacked into a directory.
+    pub async fn import(
+        &self,
+        engine: &LocalEngine,
+        id: &str,
+        path: &str,
+    ) -> Result<Box<dyn Upload<ArchiveImported>>, SandboxError> {
+        let disk = engine.inner.containers.get(id)?.spec.disk_bytes;
+        let task = Task::ArchiveImport {
+            path: path.to_owned(),
+            max_bytes: IMPORT_MAX_BYTES.min(disk),
+            max_entries: IMPORT_MAX_ENTRIES,
+        };
+        self.upload(engine, id, task, expect_imported).await
+    }
+
+    /// Streams a regular file.
+    pub async fn read(
+        &self,
+        engine: &LocalEngine,
         id: &str,
         path: &str,
     ) -> Result<FsDownload, SandboxError> {
-        let container = self.inner.containers.get(id)?;
+        let container = engine.inner.containers.get(id)?;
         // Only a sparse file claims more than the container could hold.
         let max_bytes = container
             .spec
             .disk_bytes
             .saturating_add(container.spec.memory_bytes);
-        if let Some((data, in_flight)) = self.stopped_data(&container, path).await? {
+        if let Some((data, in_flight)) = self.stopped_data(engine, &container, path).await? {
             let owned = path.to_owned();
             let opened = super::blocking(move || {
                 Ok(fs_ops::open_regular(
@@ -412,7 +507,7 @@ impl LocalEngine {
                     let length = fs_ops::read_length(&entry);
                     let (tx, rx) = tokio::sync::mpsc::channel(CHUNKS_BUFFERED);
                     let file = tokio::fs::File::from_std(file);
-                    let stall = self.inner.config.transfer_stall;
+                    let stall = self.transfer_stall;
                     tokio::spawn(async move {
                         let _in_flight = in_flight;
                         let _ = pump(file, length, &tx, stall).await;
@@ -429,7 +524,7 @@ impl LocalEngine {
             path: path.to_owned(),
             max_bytes,
         };
-        let (mut worker, mut ends) = self.start_worker(&container, &task).await?;
+        let (mut worker, mut ends) = self.start_worker(engine, &container, &task).await?;
         let entry = worker.opened().await?;
         let length = fs_ops::read_length(&entry);
         let data = ends
@@ -439,13 +534,14 @@ impl LocalEngine {
         Ok(FsDownload {
             entry: Some(entry),
             length,
-            body: stream_from_worker(worker, data, length, self.inner.config.transfer_stall),
+            body: stream_from_worker(worker, data, length, self.transfer_stall),
         })
     }
 
     /// Streams a directory as a tar archive.
-    pub(super) async fn fs_export_path(
+    pub async fn export(
         &self,
+        engine: &LocalEngine,
         id: &str,
         path: &str,
         excludes: Vec<String>,
@@ -455,8 +551,8 @@ impl LocalEngine {
             param: "exclude",
             message: e.to_string(),
         })?;
-        let container = self.inner.containers.get(id)?;
-        if let Some((data, in_flight)) = self.stopped_data(&container, path).await? {
+        let container = engine.inner.containers.get(id)?;
+        if let Some((data, in_flight)) = self.stopped_data(engine, &container, path).await? {
             // Opened and checked first, so a path that leaves /mnt/data is
             // asked of the container instead, and anything but a readable
             // directory is an error answer, not a cut stream.
@@ -473,7 +569,7 @@ impl LocalEngine {
                 Ok((dir, entry)) => {
                     let (tx, rx) = tokio::sync::mpsc::channel(CHUNKS_BUFFERED);
                     let runtime = tokio::runtime::Handle::current();
-                    let stall = self.inner.config.transfer_stall;
+                    let stall = self.transfer_stall;
                     let owned = path.to_owned();
                     tokio::task::spawn_blocking(move || {
                         let _in_flight = in_flight;
@@ -510,7 +606,7 @@ impl LocalEngine {
             path: path.to_owned(),
             excludes,
         };
-        let (mut worker, mut ends) = self.start_worker(&container, &task).await?;
+        let (mut worker, mut ends) = self.start_worker(engine, &container, &task).await?;
         let entry = worker.opened().await?;
         let data = ends
             .download
@@ -519,37 +615,38 @@ impl LocalEngine {
         Ok(FsDownload {
             entry: Some(entry),
             length: None,
-            body: stream_from_worker(worker, data, None, self.inner.config.transfer_stall),
+            body: stream_from_worker(worker, data, None, self.transfer_stall),
         })
     }
 
     /// Starts an upload into a worker (a file written, an archive imported).
-    pub(super) async fn fs_upload<T: Send + 'static>(
+    async fn upload<T: Send + 'static>(
         &self,
+        engine: &LocalEngine,
         id: &str,
         task: Task,
         expect: fn(Output) -> Result<T, SandboxError>,
     ) -> Result<Box<dyn Upload<T>>, SandboxError> {
-        let container = self.inner.containers.get(id)?;
-        let (worker, ends) = self.start_worker(&container, &task).await?;
+        let container = engine.inner.containers.get(id)?;
+        let (worker, ends) = self.start_worker(engine, &container, &task).await?;
         Ok(Box::new(WorkerUpload {
             worker: Some(worker),
             data: ends.upload,
             commit: ends.commit,
             expect,
-            stall: self.inner.config.transfer_stall,
+            stall: self.transfer_stall,
         }))
     }
 }
 
-pub(super) fn expect_entry(output: Output) -> Result<FsEntry, SandboxError> {
+fn expect_entry(output: Output) -> Result<FsEntry, SandboxError> {
     match output {
         Output::Entry { entry } => Ok(entry),
         other => Err(unexpected(&other)),
     }
 }
 
-pub(super) fn expect_imported(output: Output) -> Result<ArchiveImported, SandboxError> {
+fn expect_imported(output: Output) -> Result<ArchiveImported, SandboxError> {
     match output {
         Output::Imported { imported } => Ok(imported),
         other => Err(unexpected(&other)),

@@ -56,9 +56,9 @@ use crate::backend::{
 use crate::cgroup::Cgroups;
 use crate::disk::{self, DiskKind};
 use crate::error::{IoContext, SandboxError};
-use crate::fs_ops::Task;
 use crate::image::ImageStore;
 use container::{Container, Containers, Wake};
+use fs_paths::FileWorkers;
 pub use network::EgressSettings;
 use network::Networks;
 use pools::{FormattedDisk, Pool, SpareHelper, WarmContainer};
@@ -181,6 +181,7 @@ pub(crate) struct Inner {
     /// Each container's processes, live and recently ended;
     /// gone with the container.
     processes: Processes,
+    file_workers: FileWorkers,
     slots: IdSlots,
     disks: Pool<FormattedDisk>,
     spares: Pool<SpareHelper>,
@@ -339,6 +340,7 @@ impl LocalEngine {
                 spares: Pool::new(config.spare_helpers),
                 warm: Pool::new(config.warm_containers),
                 processes: Processes::new(config.drain_grace, config.unread_output_rate),
+                file_workers: FileWorkers::new(config.transfer_stall),
                 config,
                 cgroups,
                 disk_kind,
@@ -929,10 +931,8 @@ impl SandboxBackend for LocalEngine {
         self.inner.processes.wait(containers, id, process_id).await
     }
 
-    // Files by path: see `engine/fs.rs`.
-
     async fn fs_read(&self, id: &str, path: &str) -> Result<FsDownload, SandboxError> {
-        self.fs_read_path(id, path).await
+        self.inner.file_workers.read(self, id, path).await
     }
 
     async fn fs_write(
@@ -941,16 +941,11 @@ impl SandboxBackend for LocalEngine {
         path: &str,
         options: WriteOptions,
     ) -> Result<Box<dyn Upload<FsEntry>>, SandboxError> {
-        let task = Task::Write {
-            path: path.to_owned(),
-            mode: options.mode,
-            parents: options.parents,
-        };
-        self.fs_upload(id, task, fs_paths::expect_entry).await
+        self.inner.file_workers.write(self, id, path, options).await
     }
 
     async fn fs_stat(&self, id: &str, path: &str) -> Result<FsEntry, SandboxError> {
-        self.fs_stat_path(id, path).await
+        self.inner.file_workers.stat(self, id, path).await
     }
 
     async fn fs_list(
@@ -960,7 +955,8 @@ impl SandboxBackend for LocalEngine {
         depth: u32,
         limit: u32,
     ) -> Result<FsListing, SandboxError> {
-        self.fs_list_path(id, path, depth, limit).await
+        let workers = &self.inner.file_workers;
+        workers.list(self, id, path, depth, limit).await
     }
 
     async fn fs_mkdir(
@@ -970,12 +966,8 @@ impl SandboxBackend for LocalEngine {
         parents: bool,
         mode: u32,
     ) -> Result<FsEntry, SandboxError> {
-        let task = Task::Mkdir {
-            path: path.to_owned(),
-            parents,
-            mode,
-        };
-        self.fs_entry_task(id, task).await
+        let workers = &self.inner.file_workers;
+        workers.mkdir(self, id, path, parents, mode).await
     }
 
     async fn fs_move(
@@ -985,16 +977,13 @@ impl SandboxBackend for LocalEngine {
         to: &str,
         overwrite: bool,
     ) -> Result<FsEntry, SandboxError> {
-        let task = Task::Move {
-            from: from.to_owned(),
-            to: to.to_owned(),
-            overwrite,
-        };
-        self.fs_entry_task(id, task).await
+        let workers = &self.inner.file_workers;
+        workers.rename(self, id, from, to, overwrite).await
     }
 
     async fn fs_remove(&self, id: &str, path: &str, recursive: bool) -> Result<(), SandboxError> {
-        self.fs_remove_path(id, path, recursive).await
+        let workers = &self.inner.file_workers;
+        workers.remove(self, id, path, recursive).await
     }
 
     async fn fs_export(
@@ -1003,7 +992,8 @@ impl SandboxBackend for LocalEngine {
         path: &str,
         excludes: Vec<String>,
     ) -> Result<FsDownload, SandboxError> {
-        self.fs_export_path(id, path, excludes).await
+        let workers = &self.inner.file_workers;
+        workers.export(self, id, path, excludes).await
     }
 
     async fn fs_import(
@@ -1011,13 +1001,7 @@ impl SandboxBackend for LocalEngine {
         id: &str,
         path: &str,
     ) -> Result<Box<dyn Upload<ArchiveImported>>, SandboxError> {
-        let disk = self.inner.containers.get(id)?.spec.disk_bytes;
-        let task = Task::ArchiveImport {
-            path: path.to_owned(),
-            max_bytes: fs_paths::IMPORT_MAX_BYTES.min(disk),
-            max_entries: fs_paths::IMPORT_MAX_ENTRIES,
-        };
-        self.fs_upload(id, task, fs_paths::expect_imported).await
+        self.inner.file_workers.import(self, id, path).await
     }
 
     async fn shutdown(&self) {
