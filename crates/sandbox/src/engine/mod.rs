@@ -30,6 +30,7 @@ mod container;
 // Files by path (`engine/fs.rs`; `fs` here is `std::fs`).
 #[path = "fs.rs"]
 mod fs_paths;
+mod lifecycle;
 mod network;
 mod pools;
 mod ports;
@@ -355,7 +356,7 @@ impl LocalEngine {
                 _lock: lock,
             }),
         };
-        engine.recover().await?;
+        recovery::recover(&engine.inner).await?;
         let pruning = engine.clone();
         let _ = tokio::task::spawn_blocking(move || pruning.prune_retired_images()).await;
         engine.refill::<FormattedDisk>();
@@ -581,7 +582,7 @@ impl SandboxBackend for LocalEngine {
         id: &str,
         port: u16,
     ) -> Result<shellgate_sandbox_api::PortConnection, SandboxError> {
-        self.connect_port_of(id, port).await
+        ports::connect(&self.inner.containers, id, port).await
     }
 
     async fn run_streaming(

@@ -15,8 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::container::InFlight;
-use super::LocalEngine;
+use super::container::{Containers, InFlight};
 use crate::error::{IoContext, SandboxError};
 use crate::launcher::register;
 use crate::protocol::{ConnectReply, Request};
@@ -63,73 +62,72 @@ struct Held {
     _slot: PortSlot,
 }
 
-impl LocalEngine {
-    pub(super) async fn connect_port_of(
-        &self,
-        id: &str,
-        port: u16,
-    ) -> Result<PortConnection, SandboxError> {
-        if port < MIN_EXPOSED_PORT {
-            return Err(SandboxError::InvalidRequest {
-                param: "port",
-                message: format!(
-                    "port {port} is privileged: only ports {MIN_EXPOSED_PORT} to 65535 can be reached"
-                ),
-            });
+/// A connection to `port` in running container `id`, counted in flight
+/// and against its cap until dropped.
+pub(super) async fn connect(
+    containers: &Containers,
+    id: &str,
+    port: u16,
+) -> Result<PortConnection, SandboxError> {
+    if port < MIN_EXPOSED_PORT {
+        return Err(SandboxError::InvalidRequest {
+            param: "port",
+            message: format!(
+                "port {port} is privileged: only ports {MIN_EXPOSED_PORT} to 65535 can be reached"
+            ),
+        });
+    }
+    let container = containers.get(id)?;
+    let (running, in_flight) = {
+        let state = container.state.lock().await;
+        if container.destroyed() {
+            return Err(SandboxError::NotFound(id.to_owned()));
         }
-        let container = self.inner.containers.get(id)?;
-        let (running, in_flight) = {
-            let state = container.state.lock().await;
-            if container.destroyed() {
-                return Err(SandboxError::NotFound(id.to_owned()));
+        match state.as_ref() {
+            // Counted under the state lock, so a suspension decided
+            // after this sees the container busy.
+            Some(running) if running.alive() => (Arc::clone(running), container.begin()),
+            _ => {
+                return Err(SandboxError::Port {
+                    port,
+                    failure: PortFailure::Suspended,
+                })
             }
-            match state.as_ref() {
-                // Counted under the state lock, so a suspension decided
-                // after this sees the container busy.
-                Some(running) if running.alive() => (Arc::clone(running), container.begin()),
-                _ => {
-                    return Err(SandboxError::Port {
-                        port,
-                        failure: PortFailure::Suspended,
-                    })
-                }
-            }
-        };
-        let slot = PortSlot::take(container.port_connections(), port)?;
-        let (ours, theirs) = sys::seqpacket_pair().context(|| "socketpair".into())?;
-        running.send(&Request::Connect { port }, &[&theirs]).await?;
-        // Only init holds the other end now: its exit (or an init that
-        // does not know the request) shows as end of stream, never a hang.
-        drop(theirs);
-        let reply = register(ours).context(|| "register the connect reply socket".into())?;
-        let mut record = [0u8; ConnectReply::SIZE + 1];
-        let (length, mut fds) = loop {
-            let mut guard = reply
-                .readable()
-                .await
-                .context(|| "wait for init's connect reply".into())?;
-            match guard
-                .try_io(|fd| sys::recv_with_fds(fd.as_raw_fd(), &mut record, libc::MSG_DONTWAIT))
-            {
-                Ok(Ok(received)) => break received,
-                Ok(Err(e)) => return Err(SandboxError::io("read init's connect reply", e)),
-                Err(_would_block) => continue,
-            }
-        };
-        let answer = ConnectReply::decode(&record[..length]).ok_or(SandboxError::ContainerGone)?;
-        match (answer.errno, fds.pop()) {
-            (0, Some(socket)) if fds.is_empty() => {
-                let held = Held {
-                    _in_flight: in_flight,
-                    _slot: slot,
-                };
-                finish_connect(socket, port, held).await
-            }
-            (0, _) => Err(SandboxError::Setup(
-                "init's connect reply came without exactly one socket".into(),
-            )),
-            (errno, _) => Err(connect_error(port, errno)),
         }
+    };
+    let slot = PortSlot::take(container.port_connections(), port)?;
+    let (ours, theirs) = sys::seqpacket_pair().context(|| "socketpair".into())?;
+    running.send(&Request::Connect { port }, &[&theirs]).await?;
+    // Only init holds the other end now: its exit (or an init that
+    // does not know the request) shows as end of stream, never a hang.
+    drop(theirs);
+    let reply = register(ours).context(|| "register the connect reply socket".into())?;
+    let mut record = [0u8; ConnectReply::SIZE + 1];
+    let (length, mut fds) = loop {
+        let mut guard = reply
+            .readable()
+            .await
+            .context(|| "wait for init's connect reply".into())?;
+        match guard.try_io(|fd| sys::recv_with_fds(fd.as_raw_fd(), &mut record, libc::MSG_DONTWAIT))
+        {
+            Ok(Ok(received)) => break received,
+            Ok(Err(e)) => return Err(SandboxError::io("read init's connect reply", e)),
+            Err(_would_block) => continue,
+        }
+    };
+    let answer = ConnectReply::decode(&record[..length]).ok_or(SandboxError::ContainerGone)?;
+    match (answer.errno, fds.pop()) {
+        (0, Some(socket)) if fds.is_empty() => {
+            let held = Held {
+                _in_flight: in_flight,
+                _slot: slot,
+            };
+            finish_connect(socket, port, held).await
+        }
+        (0, _) => Err(SandboxError::Setup(
+            "init's connect reply came without exactly one socket".into(),
+        )),
+        (errno, _) => Err(connect_error(port, errno)),
     }
 }
 

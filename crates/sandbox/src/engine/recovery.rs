@@ -10,85 +10,82 @@ use std::time::Duration;
 
 use super::container::Container;
 use super::pools::FormattedDisk;
-use super::LocalEngine;
+use super::Inner;
 use crate::backend::{validate_container_id, ContainerSpec};
 use crate::error::{IoContext, SandboxError};
 
-impl LocalEngine {
-    /// Kills and removes leftover cgroups, drops half-made containers and
-    /// pool images, and loads every container as stopped.
-    pub(super) async fn recover(&self) -> Result<(), SandboxError> {
-        let inner = &self.inner;
-        for id in inner.cgroups.existing() {
-            tracing::info!(container = %id, "removing cgroup left by a previous run");
-            if let Err(e) = inner.cgroups.remove(&id, Duration::from_secs(5)).await {
-                tracing::warn!(container = %id, "could not remove leftover cgroup: {e}");
-            }
+/// Kills and removes leftover cgroups, drops half-made containers and
+/// pool images, and loads every container as stopped.
+pub(super) async fn recover(inner: &Inner) -> Result<(), SandboxError> {
+    for id in inner.cgroups.existing() {
+        tracing::info!(container = %id, "removing cgroup left by a previous run");
+        if let Err(e) = inner.cgroups.remove(&id, Duration::from_secs(5)).await {
+            tracing::warn!(container = %id, "could not remove leftover cgroup: {e}");
         }
-        let pool_dir = inner.config.data_dir.join("pool");
-        let mut pool = Vec::new();
-        for entry in fs::read_dir(&pool_dir)
-            .context(|| "read pool".into())?
-            .flatten()
-        {
-            let path = entry.path();
-            if path.extension().is_some_and(|e| e == "img") {
-                pool.push(FormattedDisk(path));
-            } else {
-                let _ = fs::remove_file(&path);
-            }
+    }
+    let pool_dir = inner.config.data_dir.join("pool");
+    let mut pool = Vec::new();
+    for entry in fs::read_dir(&pool_dir)
+        .context(|| "read pool".into())?
+        .flatten()
+    {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "img") {
+            pool.push(FormattedDisk(path));
+        } else {
+            let _ = fs::remove_file(&path);
         }
-        inner.disks.replace_all(pool);
-        let containers_dir = inner.config.data_dir.join("containers");
-        let mut loaded = HashMap::new();
-        for entry in fs::read_dir(&containers_dir)
-            .context(|| "read containers".into())?
-            .flatten()
-        {
-            let dir = entry.path();
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name.starts_with(".quarantine-") {
+    }
+    inner.disks.replace_all(pool);
+    let containers_dir = inner.config.data_dir.join("containers");
+    let mut loaded = HashMap::new();
+    for entry in fs::read_dir(&containers_dir)
+        .context(|| "read containers".into())?
+        .flatten()
+    {
+        let dir = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with(".quarantine-") {
+            continue;
+        }
+        let spec: Option<ContainerSpec> = fs::read(dir.join("spec.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok());
+        let spec = match (validate_container_id(&name), spec) {
+            (Ok(()), Some(spec)) if !spec.ephemeral => spec,
+            _ => {
+                tracing::info!(dir = %dir.display(), "removing a half-created, destroyed or throwaway container");
+                let _ = fs::remove_dir_all(&dir);
                 continue;
             }
-            let spec: Option<ContainerSpec> = fs::read(dir.join("spec.json"))
-                .ok()
-                .and_then(|b| serde_json::from_slice(&b).ok());
-            let spec = match (validate_container_id(&name), spec) {
-                (Ok(()), Some(spec)) if !spec.ephemeral => spec,
-                _ => {
-                    tracing::info!(dir = %dir.display(), "removing a half-created, destroyed or throwaway container");
-                    let _ = fs::remove_dir_all(&dir);
-                    continue;
-                }
-            };
-            let slot = inner
-                .slots
-                .read(&dir)
-                .and_then(|slot| match inner.slots.claim(slot) {
-                    true => Ok(slot),
-                    false => Err(format!("its id slot {slot} belongs to another container")),
-                });
-            match slot {
-                Ok(slot) => {
-                    loaded.insert(
-                        name.clone(),
-                        Arc::new(Container::new(name, spec, dir, slot)),
-                    );
-                }
-                Err(why) => {
-                    // Its files are owned by an id range we cannot name:
-                    // keep them for the operator, out of the engine's way.
-                    let quarantine = containers_dir.join(format!(".quarantine-{name}"));
-                    tracing::error!(
-                        container = %name,
-                        "refusing container: {why}; moved to {}",
-                        quarantine.display()
-                    );
-                    let _ = fs::rename(&dir, &quarantine);
-                }
+        };
+        let slot = inner
+            .slots
+            .read(&dir)
+            .and_then(|slot| match inner.slots.claim(slot) {
+                true => Ok(slot),
+                false => Err(format!("its id slot {slot} belongs to another container")),
+            });
+        match slot {
+            Ok(slot) => {
+                loaded.insert(
+                    name.clone(),
+                    Arc::new(Container::new(name, spec, dir, slot)),
+                );
+            }
+            Err(why) => {
+                // Its files are owned by an id range we cannot name:
+                // keep them for the operator, out of the engine's way.
+                let quarantine = containers_dir.join(format!(".quarantine-{name}"));
+                tracing::error!(
+                    container = %name,
+                    "refusing container: {why}; moved to {}",
+                    quarantine.display()
+                );
+                let _ = fs::rename(&dir, &quarantine);
             }
         }
-        inner.containers.replace_all(loaded);
-        Ok(())
     }
+    inner.containers.replace_all(loaded);
+    Ok(())
 }

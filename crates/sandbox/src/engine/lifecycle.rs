@@ -1,0 +1,234 @@
+//! A container's life: started when something enters it (a command, a
+//! file operation, a process), stopped and torn down, and its files
+//! reached while it runs or through a view of its disk while it is stopped.
+//! Each step decides under the container's state lock (see `container`).
+
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::container::{Container, InFlight, Running, Wake, VIEW_LIFETIME};
+use super::{lock, spec, LocalEngine, SANDBOX_UID};
+use crate::disk::{self, DiskKind};
+use crate::error::{IoContext, SandboxError};
+use crate::files::DataDir;
+use crate::launcher::{register, wait_exit, Helper};
+use crate::protocol::FileViewSpec;
+use crate::sys;
+
+impl LocalEngine {
+    /// The running handle of a container, counted in flight, starting it if
+    /// it is stopped or its processes died.
+    pub(super) async fn enter(
+        &self,
+        container: &Container,
+    ) -> Result<(Arc<Running>, InFlight), SandboxError> {
+        let mut state = container.state.lock().await;
+        if container.destroyed() {
+            return Err(SandboxError::Deleted(container.id.clone()));
+        }
+        let guard = container.begin();
+        let running = self.ensure_running_locked(container, &mut state).await?;
+        Ok((running, guard))
+    }
+
+    /// The running handle, starting the container if needed.
+    pub(super) async fn ensure_running(
+        &self,
+        container: &Container,
+    ) -> Result<Arc<Running>, SandboxError> {
+        let mut state = container.state.lock().await;
+        if container.destroyed() {
+            return Err(SandboxError::NotFound(container.id.clone()));
+        }
+        self.ensure_running_locked(container, &mut state).await
+    }
+
+    async fn ensure_running_locked(
+        &self,
+        container: &Container,
+        state: &mut Option<Arc<Running>>,
+    ) -> Result<Arc<Running>, SandboxError> {
+        if let Some(running) = state.as_ref() {
+            if running.alive() {
+                return Ok(Arc::clone(running));
+            }
+            tracing::warn!(container = %container.id, "init died; starting the container again");
+            self.stop_locked(container, state).await;
+        }
+        let running = self.launch(container).await?;
+        *state = Some(Arc::clone(&running));
+        Ok(running)
+    }
+
+    /// Starts a container's processes; the caller holds its state lock.
+    pub(super) async fn launch(&self, container: &Container) -> Result<Arc<Running>, SandboxError> {
+        // A file view must not outlive the stop it served: from here on the
+        // container's own mount is the one way in (downloads still open keep
+        // the old file system alive, and `reuse_loop` shares it).
+        lock(&container.view).take();
+        self.inner
+            .networks
+            .prepare(container, &self.inner.images)
+            .await?;
+        let spec = spec::helper_spec(&self.inner, container)?;
+        let spec = serde_json::to_vec(&crate::protocol::HelperTask::Container(Box::new(spec)))
+            .map_err(|e| SandboxError::Setup(format!("encode spec: {e}")))?;
+        let helper = self.helper_for(&container.spec).await?;
+        let slot = helper.slot.clone();
+        let started = match helper.start(&spec).await {
+            Ok(started) => started,
+            Err(e) => {
+                let _ = self
+                    .inner
+                    .cgroups
+                    .remove(&slot, Duration::from_secs(2))
+                    .await;
+                return Err(e);
+            }
+        };
+        container.set_last_loop(started.loop_device);
+        let pidfd = sys::pidfd_open(started.init_pid).context(|| "pidfd of init".into())?;
+        let pidfd = Arc::new(register(pidfd).context(|| "register pidfd".into())?);
+        let (exited_tx, exited) = watch::channel(false);
+        let watched = Arc::clone(&pidfd);
+        let id = container.id.clone();
+        tokio::spawn(async move {
+            wait_exit(&watched).await;
+            tracing::debug!(container = %id, "init exited");
+            let _ = exited_tx.send(true);
+        });
+        let egress = match self.inner.networks.serve(container, started.proxy) {
+            Ok(egress) => egress,
+            Err(e) => {
+                let _ = sys::pidfd_kill(pidfd.get_ref(), libc::SIGKILL);
+                let _ = self
+                    .inner
+                    .cgroups
+                    .remove(&started.slot, Duration::from_secs(2))
+                    .await;
+                return Err(e);
+            }
+        };
+        let counters = self.inner.cgroups.counters(&started.slot);
+        let limits_seen = Mutex::new(counters.events());
+        let forks_failed_at_last_start =
+            std::sync::atomic::AtomicU64::new(counters.events().pids_max);
+        Ok(Arc::new(Running {
+            control: started.control,
+            init_pid: started.init_pid,
+            slot: started.slot,
+            pidfd,
+            exited,
+            data: started.data,
+            counters,
+            limits_seen,
+            forks_failed_at_last_start,
+            egress,
+            commands: std::sync::atomic::AtomicU32::new(0),
+        }))
+    }
+
+    pub(super) async fn stop_locked(
+        &self,
+        container: &Container,
+        state: &mut Option<Arc<Running>>,
+    ) {
+        if let Some(running) = state.take() {
+            self.tear_down(&container.id, &running).await;
+        }
+    }
+
+    /// Ends a container's processes and removes its cgroup.
+    pub(super) async fn tear_down(&self, id: &str, running: &Running) {
+        running.shut_down(Duration::from_secs(2)).await;
+        if let Err(e) = self
+            .inner
+            .cgroups
+            .remove(&running.slot, Duration::from_secs(5))
+            .await
+        {
+            tracing::warn!(container = %id, "could not remove cgroup {}: {e}", running.slot);
+        }
+    }
+
+    /// A container's `/mnt/data`, counted in flight while the caller uses
+    /// it. A stopped container is started (`Wake::Yes`) or read through a
+    /// file view of its disk (`Wake::No`).
+    pub(super) async fn files(
+        &self,
+        id: &str,
+        wake: Wake,
+    ) -> Result<(DataDir, InFlight), SandboxError> {
+        let container = self.inner.containers.get(id)?;
+        let mut state = container.state.lock().await;
+        if container.destroyed() {
+            return Err(SandboxError::NotFound(id.to_owned()));
+        }
+        let guard = container.begin();
+        let owner = self
+            .inner
+            .slots
+            .host_ids(container.id_slot(), SANDBOX_UID)
+            .0;
+        let running = match state.as_ref() {
+            Some(running) if running.alive() => Some(Arc::clone(running)),
+            _ if wake == Wake::Yes => {
+                Some(self.ensure_running_locked(&container, &mut state).await?)
+            }
+            _ => None,
+        };
+        let dir = match running {
+            Some(running) => running.data.try_clone(),
+            None => self.file_view(&container).await?.try_clone(),
+        }
+        .context(|| "duplicate the /mnt/data descriptor".into())?;
+        Ok((DataDir::from_dir(dir, owner), guard))
+    }
+
+    /// A stopped container's `data` directory; the caller holds its state
+    /// lock, so it cannot start meanwhile.
+    async fn file_view(&self, container: &Arc<Container>) -> Result<Arc<OwnedFd>, SandboxError> {
+        if let Some(view) = lock(&container.view).as_ref() {
+            return Ok(Arc::clone(view));
+        }
+        let view = match self.inner.disk_kind {
+            DiskKind::Directory => {
+                let data = container.dir.join("disk").join(disk::DATA_DIR);
+                OwnedFd::from(
+                    std::fs::File::open(&data).context(|| format!("open {}", data.display()))?,
+                )
+            }
+            DiskKind::Image => {
+                let spec = FileViewSpec {
+                    disk_image: container.dir.join("disk.img"),
+                    mount_point: self.inner.config.data_dir.join("run/disk"),
+                    reuse_loop: container.last_loop(),
+                };
+                let (dir, loop_device) =
+                    Helper::open_view(&self.inner.config.helper_binary, &spec).await?;
+                container.set_last_loop(loop_device);
+                dir
+            }
+        };
+        let view = Arc::new(view);
+        *lock(&container.view) = Some(Arc::clone(&view));
+        // Dropped after a while, so thousands of polled suspended containers
+        // do not each keep a mounted file system.
+        let container = Arc::clone(container);
+        let kept = Arc::downgrade(&view);
+        tokio::spawn(async move {
+            tokio::time::sleep(VIEW_LIFETIME).await;
+            let mut slot = lock(&container.view);
+            if slot
+                .as_ref()
+                .is_some_and(|v| kept.upgrade().is_some_and(|k| Arc::ptr_eq(v, &k)))
+            {
+                slot.take();
+            }
+        });
+        Ok(view)
+    }
+}
