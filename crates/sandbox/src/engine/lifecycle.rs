@@ -76,7 +76,7 @@ impl LocalEngine {
         let spec = spec::helper_spec(&self.inner, container)?;
         let spec = serde_json::to_vec(&crate::protocol::HelperTask::Container(Box::new(spec)))
             .map_err(|e| SandboxError::Setup(format!("encode spec: {e}")))?;
-        let helper = self.helper_for(&container.spec).await?;
+        let helper = self.inner.pools.helper_for(self, &container.spec).await?;
         let slot = helper.slot.clone();
         let started = match helper.start(&spec).await {
             Ok(started) => started,

@@ -62,7 +62,7 @@ use container::{Container, Containers, Wake};
 use fs_paths::FileWorkers;
 pub use network::EgressSettings;
 use network::Networks;
-use pools::{FormattedDisk, Pool, SpareHelper, WarmContainer};
+use pools::{FormattedDisk, Pools, SpareHelper, WarmContainer};
 use processes::Processes;
 use shellgate_sandbox_api::fs::{
     ArchiveImported, FsDownload, FsEntry, FsListing, Upload, WriteOptions,
@@ -184,9 +184,7 @@ pub(crate) struct Inner {
     processes: Processes,
     file_workers: FileWorkers,
     slots: IdSlots,
-    disks: Pool<FormattedDisk>,
-    spares: Pool<SpareHelper>,
-    warm: Pool<WarmContainer>,
+    pools: Pools,
     /// Set by `shutdown`: background refills stop and nothing is kept.
     closing: AtomicBool,
     /// Makes names unique (cgroup slots, warm and trash directories).
@@ -337,9 +335,11 @@ impl LocalEngine {
         let engine = LocalEngine {
             inner: Arc::new(Inner {
                 slots: IdSlots::new(config.uid_base, rootless || config.map_invoking_user),
-                disks: Pool::new(config.pool_size),
-                spares: Pool::new(config.spare_helpers),
-                warm: Pool::new(config.warm_containers),
+                pools: Pools::new(
+                    config.pool_size,
+                    config.spare_helpers,
+                    config.warm_containers,
+                ),
                 processes: Processes::new(config.drain_grace, config.unread_output_rate),
                 file_workers: FileWorkers::new(config.transfer_stall),
                 config,
@@ -359,9 +359,7 @@ impl LocalEngine {
         recovery::recover(&engine.inner).await?;
         let pruning = engine.clone();
         let _ = tokio::task::spawn_blocking(move || pruning.prune_retired_images()).await;
-        engine.refill::<FormattedDisk>();
-        engine.refill::<SpareHelper>();
-        engine.refill::<WarmContainer>();
+        engine.inner.pools.refill_all(&engine);
         Ok((engine, warnings))
     }
 
@@ -514,7 +512,7 @@ impl SandboxBackend for LocalEngine {
             serde_json::to_vec_pretty(&spec).map_err(|e| SandboxError::Setup(e.to_string()))?;
         let mut state = container.state.lock().await;
         let made = async {
-            if let Some((warm_dir, running, slot)) = self.take_warm(&spec).await {
+            if let Some((warm_dir, running, slot)) = self.inner.pools.take_warm(self, &spec).await {
                 // A started container of the same shape: give it this id
                 // (it keeps its id slot, already written in its directory).
                 container.set_id_slot(slot);
@@ -540,7 +538,9 @@ impl SandboxBackend for LocalEngine {
             IdSlots::write(&staging, slot)?;
             // A throwaway container's disk is a tmpfs its helper mounts.
             if !(spec.ephemeral && self.inner.disk_kind == DiskKind::Image) {
-                self.provision_disk(&staging, spec.disk_bytes).await?;
+                (self.inner.pools)
+                    .provision_disk(self, &staging, spec.disk_bytes)
+                    .await?;
             }
             fs::write(staging.join("spec.json"), &spec_json)
                 .context(|| "write spec.json".into())?;
@@ -1007,10 +1007,11 @@ impl SandboxBackend for LocalEngine {
 
     async fn shutdown(&self) {
         self.inner.closing.store(true, Ordering::SeqCst);
-        self.drain::<SpareHelper>().await;
-        self.drain::<FormattedDisk>().await;
+        let pools = &self.inner.pools;
+        pools.drain::<SpareHelper>(self).await;
+        pools.drain::<FormattedDisk>(self).await;
         self.settle().await;
-        self.drain::<WarmContainer>().await;
+        pools.drain::<WarmContainer>(self).await;
         for container in self.inner.containers.all() {
             let mut state = container.state.lock().await;
             if state.is_some() {

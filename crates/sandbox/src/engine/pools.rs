@@ -16,7 +16,7 @@ use async_trait::async_trait;
 
 use super::container::{Container, Running};
 use super::slots::IdSlots;
-use super::{lock, Inner, LocalEngine};
+use super::{lock, LocalEngine};
 use crate::backend::ContainerSpec;
 use crate::disk::{self, DiskKind};
 use crate::error::{IoContext, SandboxError};
@@ -71,7 +71,7 @@ pub(super) trait Pooled: Sized + Send + 'static {
     /// How long a refill waits after a take: a warm container's refill
     /// would compete with the first command of the one just handed out.
     const DELAY: Duration = Duration::ZERO;
-    fn pool(inner: &Inner) -> &Pool<Self>;
+    fn pool(pools: &Pools) -> &Pool<Self>;
     /// Whether this host can make them at all.
     fn possible(_engine: &LocalEngine) -> bool {
         true
@@ -80,18 +80,46 @@ pub(super) trait Pooled: Sized + Send + 'static {
     async fn discard(self, engine: &LocalEngine);
 }
 
-impl LocalEngine {
+/// The engine's pools: formatted disks, spare helpers, warm containers.
+pub(super) struct Pools {
+    disks: Pool<FormattedDisk>,
+    spares: Pool<SpareHelper>,
+    warm: Pool<WarmContainer>,
+}
+
+impl Pools {
+    /// Empty pools that refills top up to these sizes.
+    pub fn new(disks: usize, spares: usize, warm: usize) -> Self {
+        Self {
+            disks: Pool::new(disks),
+            spares: Pool::new(spares),
+            warm: Pool::new(warm),
+        }
+    }
+
+    /// The formatted disks a previous engine left (see `recovery`).
+    pub fn adopt_disks(&self, disks: Vec<FormattedDisk>) {
+        self.disks.replace_all(disks);
+    }
+
+    /// Tops every pool up in the background.
+    pub fn refill_all(&self, engine: &LocalEngine) {
+        self.refill::<FormattedDisk>(engine);
+        self.refill::<SpareHelper>(engine);
+        self.refill::<WarmContainer>(engine);
+    }
+
     /// Tops a pool up in the background (one refill at a time).
-    pub(super) fn refill<T: Pooled>(&self) {
-        if T::pool(&self.inner).target == 0 || !T::possible(self) {
+    pub fn refill<T: Pooled>(&self, engine: &LocalEngine) {
+        if T::pool(self).target == 0 || !T::possible(engine) {
             return;
         }
-        let engine = self.clone();
+        let engine = engine.clone();
         tokio::spawn(async move {
             if !T::DELAY.is_zero() {
                 tokio::time::sleep(T::DELAY).await;
             }
-            let pool = T::pool(&engine.inner);
+            let pool = T::pool(&engine.inner.pools);
             let Ok(_filling) = pool.filling.try_lock() else {
                 return;
             };
@@ -109,33 +137,39 @@ impl LocalEngine {
     }
 
     /// Waits for a refill in progress, then discards everything pooled.
-    pub(super) async fn drain<T: Pooled>(&self) {
-        let pool = T::pool(&self.inner);
+    pub async fn drain<T: Pooled>(&self, engine: &LocalEngine) {
+        let pool = T::pool(self);
         let _filling = pool.filling.lock().await;
         let items: Vec<T> = lock(&pool.items).drain(..).collect();
         for item in items {
-            item.discard(self).await;
+            item.discard(engine).await;
         }
     }
 
     /// Gives `dir` a disk of `bytes`: a pooled image when one fits.
-    pub(super) async fn provision_disk(&self, dir: &Path, bytes: u64) -> Result<(), SandboxError> {
-        match self.inner.disk_kind {
+    pub async fn provision_disk(
+        &self,
+        engine: &LocalEngine,
+        dir: &Path,
+        bytes: u64,
+    ) -> Result<(), SandboxError> {
+        let inner = &engine.inner;
+        match inner.disk_kind {
             DiskKind::Directory => {
                 fs::create_dir(dir.join("disk")).context(|| "create disk directory".into())
             }
             DiskKind::Image => {
                 let target = dir.join("disk.img");
-                if bytes == self.inner.config.pool_disk_bytes {
-                    let pooled = self.inner.disks.pop();
-                    self.refill::<FormattedDisk>();
+                if bytes == inner.config.pool_disk_bytes {
+                    let pooled = self.disks.pop();
+                    self.refill::<FormattedDisk>(engine);
                     if let Some(FormattedDisk(image)) = pooled {
                         if fs::rename(&image, &target).is_ok() {
                             return Ok(());
                         }
                     }
                 }
-                let (_, root_ids) = self.inner.slots.host_ids(0, super::SANDBOX_UID);
+                let (_, root_ids) = inner.slots.host_ids(0, super::SANDBOX_UID);
                 disk::format_image(&target, bytes, root_ids)
                     .await
                     .context(|| "format the container's disk".into())
@@ -145,10 +179,14 @@ impl LocalEngine {
 
     /// A helper enrolled in a cgroup with `spec`'s limits: a spare if one is
     /// ready, else a new one.
-    pub(super) async fn helper_for(&self, spec: &ContainerSpec) -> Result<Helper, SandboxError> {
-        let inner = &self.inner;
-        if let Some(SpareHelper(helper)) = inner.spares.pop() {
-            self.refill::<SpareHelper>();
+    pub async fn helper_for(
+        &self,
+        engine: &LocalEngine,
+        spec: &ContainerSpec,
+    ) -> Result<Helper, SandboxError> {
+        let inner = &engine.inner;
+        if let Some(SpareHelper(helper)) = self.spares.pop() {
+            self.refill::<SpareHelper>(engine);
             match inner.cgroups.apply(&helper.slot, spec) {
                 Ok(()) => return Ok(helper),
                 Err(e) => {
@@ -160,7 +198,7 @@ impl LocalEngine {
         Helper::spawn(
             &inner.config.helper_binary,
             &inner.cgroups,
-            self.next_name("s"),
+            engine.next_name("s"),
             spec,
         )
         .await
@@ -169,27 +207,29 @@ impl LocalEngine {
     /// A warm container whose fixed properties (image, `/tmp` size, disk)
     /// match `spec`, with `spec`'s limits applied: its directory, its
     /// processes and its id slot.
-    pub(super) async fn take_warm(
+    pub async fn take_warm(
         &self,
+        engine: &LocalEngine,
         spec: &ContainerSpec,
     ) -> Option<(PathBuf, Arc<Running>, u32)> {
+        let inner = &engine.inner;
         let effective_tmp = |s: &ContainerSpec| s.tmp_bytes.min(s.memory_bytes / 2);
-        let WarmContainer(warm) = self.inner.warm.take(|WarmContainer(w)| {
+        let WarmContainer(warm) = self.warm.take(|WarmContainer(w)| {
             spec.network.is_disabled()
                 && spec.skills.is_none()
                 && w.spec.image == spec.image
                 && w.spec.disk_bytes == spec.disk_bytes
                 && effective_tmp(&w.spec) == effective_tmp(spec)
         })?;
-        self.refill::<WarmContainer>();
+        self.refill::<WarmContainer>(engine);
         let running = warm.state.lock().await.take()?;
-        if running.alive() && self.inner.cgroups.apply(&running.slot, spec).is_ok() {
+        if running.alive() && inner.cgroups.apply(&running.slot, spec).is_ok() {
             let slot = warm.id_slot();
             return Some((warm.dir.clone(), running, slot));
         }
-        self.tear_down(&warm.id, &running).await;
+        engine.tear_down(&warm.id, &running).await;
         let _ = fs::remove_dir_all(&warm.dir);
-        self.inner.slots.release(warm.id_slot());
+        inner.slots.release(warm.id_slot());
         None
     }
 }
@@ -201,8 +241,8 @@ pub(super) struct FormattedDisk(pub PathBuf);
 impl Pooled for FormattedDisk {
     const KIND: &'static str = "a disk for the pool";
 
-    fn pool(inner: &Inner) -> &Pool<Self> {
-        &inner.disks
+    fn pool(pools: &Pools) -> &Pool<Self> {
+        &pools.disks
     }
 
     fn possible(engine: &LocalEngine) -> bool {
@@ -236,8 +276,8 @@ pub(super) struct SpareHelper(pub Helper);
 impl Pooled for SpareHelper {
     const KIND: &'static str = "a spare sandbox helper";
 
-    fn pool(inner: &Inner) -> &Pool<Self> {
-        &inner.spares
+    fn pool(pools: &Pools) -> &Pool<Self> {
+        &pools.spares
     }
 
     async fn make(engine: &LocalEngine) -> Result<Self, SandboxError> {
@@ -265,8 +305,8 @@ impl Pooled for WarmContainer {
     const KIND: &'static str = "a warm container";
     const DELAY: Duration = Duration::from_millis(20);
 
-    fn pool(inner: &Inner) -> &Pool<Self> {
-        &inner.warm
+    fn pool(pools: &Pools) -> &Pool<Self> {
+        &pools.warm
     }
 
     async fn make(engine: &LocalEngine) -> Result<Self, SandboxError> {
@@ -278,7 +318,9 @@ impl Pooled for WarmContainer {
         let made = async {
             fs::create_dir(&dir).context(|| format!("create {}", dir.display()))?;
             IdSlots::write(&dir, slot)?;
-            engine.provision_disk(&dir, warm.spec.disk_bytes).await?;
+            (inner.pools)
+                .provision_disk(engine, &dir, warm.spec.disk_bytes)
+                .await?;
             engine.launch(&warm).await
         }
         .await;

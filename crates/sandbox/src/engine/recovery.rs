@@ -36,7 +36,7 @@ pub(super) async fn recover(inner: &Inner) -> Result<(), SandboxError> {
             let _ = fs::remove_file(&path);
         }
     }
-    inner.disks.replace_all(pool);
+    inner.pools.adopt_disks(pool);
     let containers_dir = inner.config.data_dir.join("containers");
     let mut loaded = HashMap::new();
     for entry in fs::read_dir(&containers_dir)
