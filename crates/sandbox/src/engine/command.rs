@@ -116,15 +116,34 @@ fn note(text: &str) -> String {
     format!("shellgate: {text}\n")
 }
 
-impl LocalEngine {
-    pub(super) async fn run_all(
+/// The engine's command path, and how it reads a command's output.
+pub(super) struct Commands {
+    drain_grace: Duration,
+    /// Bytes a second of a command's output read past its first
+    /// `COMMAND_BURST` (`None`: no bound).
+    unread_rate: Option<u64>,
+}
+
+impl Commands {
+    pub fn new(drain_grace: Duration, unread_rate: Option<u64>) -> Self {
+        Self {
+            drain_grace,
+            unread_rate,
+        }
+    }
+
+    /// Runs a request's commands one after another in container `id`
+    /// (starting it if it is stopped), each within its timeout and the
+    /// request's deadline.
+    pub async fn run(
         &self,
+        engine: &LocalEngine,
         id: &str,
         request: RunRequest,
         deltas: Option<DeltaSink>,
     ) -> Result<Vec<CommandResult>, SandboxError> {
         request.validate()?;
-        let container = self.inner.containers.get(id)?;
+        let container = engine.inner.containers.get(id)?;
         let timeout = Duration::from_millis(request.timeout_ms);
         let deadline = request
             .deadline_ms
@@ -145,7 +164,7 @@ impl LocalEngine {
                 });
                 continue;
             }
-            let (running, _in_flight) = self.enter(&container).await?;
+            let (running, _in_flight) = engine.enter(&container).await?;
             let cut_by_deadline = remaining.is_some_and(|r| r < timeout);
             let limit = remaining.map_or(timeout, |r| r.min(timeout));
             let stream = deltas.as_ref().map(|sink| (index, sink));
@@ -194,61 +213,20 @@ impl LocalEngine {
             Some(masker) => [Some(masker.stream()), Some(masker.stream())],
             None => [None, None],
         };
-
-        let pids_max = container.spec.pids_max;
-        // Forks failed at the process limit since the last command
-        // started: what it or an earlier one left running may still hold
-        // the container at its limit (a fork bomb), and this command could
-        // not start bash's pipelines. Init first ends what no running
-        // command holds (see init's `reclaim`). The kernel's count of
-        // failed forks only grows, so this does not depend on when the
-        // container's process count is sampled: a bomb's count dips below
-        // its limit between forks, and a command started in such a dip
-        // would retry its own forks until it timed out. Counted from the
-        // last start, not its end: a bomb that reached the limit while its
-        // own command still ran may fail no fork between that end and this
-        // start (bash's fork retries sleep), and is there all the same. A
-        // container merely busy near its limit (no failed forks) is left
-        // alone.
-        let reclaim = running.reclaim_due();
-        let (stdout_read, stdout_write) = sys::pipe().context(|| "pipe".into())?;
-        let (stderr_read, stderr_write) = sys::pipe().context(|| "pipe".into())?;
-        let (status_read, status_write) = sys::pipe().context(|| "pipe".into())?;
-        let id = running.next_command();
-        // Taken before the command can start: its refusals come after.
-        let denial_mark = running.denials().map(|denials| denials.mark());
-        running
-            .send(
-                &Request::Run {
-                    id,
-                    command: command.as_bytes().to_vec(),
-                    reclaim,
-                },
-                &[&stdout_write, &stderr_write, &status_write],
-            )
-            .await?;
-        drop((stdout_write, stderr_write, status_write));
-
-        let stdout = pipe::Receiver::from_owned_fd(stdout_read).context(|| "stdout pipe".into())?;
-        let stderr = pipe::Receiver::from_owned_fd(stderr_read).context(|| "stderr pipe".into())?;
-        let status = pipe::Receiver::from_owned_fd(status_read).context(|| "status pipe".into())?;
+        let sent = send(running, command).await?;
         let started = Instant::now();
         let pump = Pump {
-            streams: [Source::Pipe(stdout), Source::Pipe(stderr)],
+            streams: sent.streams,
             masks,
-            status,
+            status: sent.status,
             deadline: Some(Instant::now() + timeout),
-            drain_grace: self.inner.config.drain_grace,
+            drain_grace: self.drain_grace,
             // Past its first COMMAND_BURST bytes, a command's output is
             // read at the unread rate: its result keeps a head and a tail
             // and its deltas are spent long before, so the rest would only
             // be thrown away on the server's CPU (see `unread`). Once it
             // ended, what its pipes still hold is read at once.
-            unread: DrainRate::new(
-                self.inner.config.unread_output_rate,
-                COMMAND_BURST,
-                Instant::now(),
-            ),
+            unread: DrainRate::new(self.unread_rate, COMMAND_BURST, Instant::now()),
         };
         let mut sink = CommandSink {
             captured: [
@@ -265,7 +243,7 @@ impl LocalEngine {
             reclaimed: 0,
             guard: KillOnDrop {
                 running,
-                id,
+                id: sent.id,
                 ended: false,
             },
         };
@@ -278,6 +256,7 @@ impl LocalEngine {
             reclaimed,
             ..
         } = sink;
+        let pids_max = container.spec.pids_max;
         let mut stderr_text = String::new();
         if reclaimed > 0 {
             stderr_text.push_str(&note(&format!(
@@ -287,42 +266,14 @@ impl LocalEngine {
         }
         let bytes_out = out.total_bytes() + err.total_bytes();
         stderr_text.push_str(&err.finish());
-        if let (Some(denials), Some(mark)) = (running.denials(), denial_mark) {
-            let report = denials.since(mark).report();
-            if !report.is_empty() {
-                if !stderr_text.is_empty() && !stderr_text.ends_with('\n') {
-                    stderr_text.push('\n');
-                }
-                // A name or reason may quote what the program sent; it goes
-                // through the container's masker like the program's output.
-                let mut mask = container.masker().map(|masker| masker.stream());
-                let report = masked(&mut mask, report.as_bytes(), true);
-                stderr_text.push_str(&String::from_utf8_lossy(&report));
-            }
-        }
-        let outcome = match (exit_status, spawn_error) {
-            _ if timed_out => Outcome::Timeout,
-            (Some(status), None) => Outcome::Exit {
-                exit_code: sys::exit_code_of(status),
-            },
-            (status, Some(errno)) => {
-                if errno == libc::EAGAIN {
-                    stderr_text.push_str(&note(&format!(
-                        "cannot start the command: the container is at its process limit \
-                         ({pids_max} processes and threads) and no earlier command's processes \
-                         could be ended to make room. Delete the container and create another, \
-                         or let it be suspended when idle (its files stay, its processes end)"
-                    )));
-                } else {
-                    let reason = std::io::Error::from_raw_os_error(errno);
-                    stderr_text.push_str(&note(&format!("could not start the command: {reason}")));
-                }
-                Outcome::Exit {
-                    exit_code: status.map(sys::exit_code_of).unwrap_or(126),
-                }
-            }
-            (None, None) => return Err(SandboxError::ContainerGone),
-        };
+        report_denials(container, running, sent.denial_mark, &mut stderr_text);
+        let outcome = outcome(
+            timed_out,
+            exit_status,
+            spawn_error,
+            pids_max,
+            &mut stderr_text,
+        )?;
         report_limits(container, running, &mut stderr_text);
         Ok(CommandResult {
             duration_ms: started.elapsed().as_millis() as u64,
@@ -332,6 +283,105 @@ impl LocalEngine {
             outcome,
         })
     }
+}
+
+/// A command sent to init: its number, the ends of its output and status
+/// pipes, and where its egress refusals start.
+struct Sent {
+    id: u32,
+    streams: [Source; 2],
+    status: pipe::Receiver,
+    denial_mark: Option<shellgate_egress::denials::DenialMark>,
+}
+
+/// Sends `command` to init with its pipes.
+async fn send(running: &Running, command: &str) -> Result<Sent, SandboxError> {
+    let reclaim = running.reclaim_due();
+    let (stdout_read, stdout_write) = sys::pipe().context(|| "pipe".into())?;
+    let (stderr_read, stderr_write) = sys::pipe().context(|| "pipe".into())?;
+    let (status_read, status_write) = sys::pipe().context(|| "pipe".into())?;
+    let id = running.next_command();
+    // Taken before the command can start: its refusals come after.
+    let denial_mark = running.denials().map(|denials| denials.mark());
+    running
+        .send(
+            &Request::Run {
+                id,
+                command: command.as_bytes().to_vec(),
+                reclaim,
+            },
+            &[&stdout_write, &stderr_write, &status_write],
+        )
+        .await?;
+    drop((stdout_write, stderr_write, status_write));
+    let stdout = pipe::Receiver::from_owned_fd(stdout_read).context(|| "stdout pipe".into())?;
+    let stderr = pipe::Receiver::from_owned_fd(stderr_read).context(|| "stderr pipe".into())?;
+    let status = pipe::Receiver::from_owned_fd(status_read).context(|| "status pipe".into())?;
+    Ok(Sent {
+        id,
+        streams: [Source::Pipe(stdout), Source::Pipe(stderr)],
+        status,
+        denial_mark,
+    })
+}
+
+/// Adds to a command's stderr what the container's egress proxy refused
+/// since `mark` (see the module's doc).
+fn report_denials(
+    container: &Container,
+    running: &Running,
+    mark: Option<shellgate_egress::denials::DenialMark>,
+    stderr: &mut String,
+) {
+    let (Some(denials), Some(mark)) = (running.denials(), mark) else {
+        return;
+    };
+    let report = denials.since(mark).report();
+    if report.is_empty() {
+        return;
+    }
+    if !stderr.is_empty() && !stderr.ends_with('\n') {
+        stderr.push('\n');
+    }
+    // A name or reason may quote what the program sent; it goes
+    // through the container's masker like the program's output.
+    let mut mask = container.masker().map(|masker| masker.stream());
+    let report = masked(&mut mask, report.as_bytes(), true);
+    stderr.push_str(&String::from_utf8_lossy(&report));
+}
+
+/// How a command ended, from what init reported; why it could not start
+/// goes to its stderr.
+fn outcome(
+    timed_out: bool,
+    exit_status: Option<i32>,
+    spawn_error: Option<i32>,
+    pids_max: u64,
+    stderr: &mut String,
+) -> Result<Outcome, SandboxError> {
+    Ok(match (exit_status, spawn_error) {
+        _ if timed_out => Outcome::Timeout,
+        (Some(status), None) => Outcome::Exit {
+            exit_code: sys::exit_code_of(status),
+        },
+        (status, Some(errno)) => {
+            if errno == libc::EAGAIN {
+                stderr.push_str(&note(&format!(
+                    "cannot start the command: the container is at its process limit \
+                     ({pids_max} processes and threads) and no earlier command's processes \
+                     could be ended to make room. Delete the container and create another, \
+                     or let it be suspended when idle (its files stay, its processes end)"
+                )));
+            } else {
+                let reason = std::io::Error::from_raw_os_error(errno);
+                stderr.push_str(&note(&format!("could not start the command: {reason}")));
+            }
+            Outcome::Exit {
+                exit_code: status.map(sys::exit_code_of).unwrap_or(126),
+            }
+        }
+        (None, None) => return Err(SandboxError::ContainerGone),
+    })
 }
 
 /// Adds to a command's stderr the limits the container ran into while it

@@ -68,10 +68,22 @@ impl Running {
             .wrapping_add(1)
     }
 
-    /// Whether init should first end what no running command holds before
-    /// the next command or process starts: forks failed at the process
-    /// limit since the last start (see `command`'s `reclaim`). Counts this
-    /// start as the last one.
+    /// Whether init should first end what no running command holds (see
+    /// init's `reclaim`) before the next command or process starts; counts
+    /// this start as the last one.
+    ///
+    /// Forks failed at the process limit since the last command started:
+    /// what it or an earlier one left running may still hold the container
+    /// at its limit (a fork bomb), and this command could not start bash's
+    /// pipelines. The kernel's count of failed forks only grows, so this
+    /// does not depend on when the container's process count is sampled: a
+    /// bomb's count dips below its limit between forks, and a command
+    /// started in such a dip would retry its own forks until it timed out.
+    /// Counted from the last start, not its end: a bomb that reached the
+    /// limit while its own command still ran may fail no fork between that
+    /// end and this start (bash's fork retries sleep), and is there all the
+    /// same. A container merely busy near its limit (no failed forks) is
+    /// left alone.
     pub fn reclaim_due(&self) -> bool {
         let failed_forks = self.counters.events().pids_max;
         failed_forks

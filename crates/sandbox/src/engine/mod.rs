@@ -58,6 +58,7 @@ use crate::cgroup::Cgroups;
 use crate::disk::{self, DiskKind};
 use crate::error::{IoContext, SandboxError};
 use crate::image::ImageStore;
+use command::Commands;
 use container::{Container, Containers, Wake};
 use fs_paths::FileWorkers;
 pub use network::EgressSettings;
@@ -181,6 +182,7 @@ pub(crate) struct Inner {
     containers: Containers,
     /// Each container's processes, live and recently ended;
     /// gone with the container.
+    commands: Commands,
     processes: Processes,
     file_workers: FileWorkers,
     slots: IdSlots,
@@ -340,6 +342,7 @@ impl LocalEngine {
                     config.spare_helpers,
                     config.warm_containers,
                 ),
+                commands: Commands::new(config.drain_grace, config.unread_output_rate),
                 processes: Processes::new(config.drain_grace, config.unread_output_rate),
                 file_workers: FileWorkers::new(config.transfer_stall),
                 config,
@@ -574,7 +577,7 @@ impl SandboxBackend for LocalEngine {
     }
 
     async fn run(&self, id: &str, request: RunRequest) -> Result<Vec<CommandResult>, SandboxError> {
-        self.run_all(id, request, None).await
+        self.inner.commands.run(self, id, request, None).await
     }
 
     async fn connect_port(
@@ -591,7 +594,8 @@ impl SandboxBackend for LocalEngine {
         request: RunRequest,
         deltas: DeltaSink,
     ) -> Result<Vec<CommandResult>, SandboxError> {
-        self.run_all(id, request, Some(deltas)).await
+        let commands = &self.inner.commands;
+        commands.run(self, id, request, Some(deltas)).await
     }
 
     fn masker(&self, id: &str) -> Option<Arc<shellgate_egress::secrets::Masker>> {
