@@ -264,6 +264,88 @@ impl Container {
         lock(&self.masker).clone()
     }
 
+    /// Whether it holds exactly the secrets `asked` (a value it no longer
+    /// holds is checked against its verifier).
+    pub fn secrets_match(&self, asked: &[DomainSecret]) -> bool {
+        let held = self.secrets();
+        held.len() == asked.len()
+            && asked.iter().all(|asked| {
+                let value = asked.value.as_ref().map(|v| v.expose()).unwrap_or_default();
+                held.iter()
+                    .find(|s| s.name == asked.name && s.domain == asked.domain)
+                    .is_some_and(|secret| match &secret.value {
+                        Some(held) => held.expose() == value,
+                        None => self
+                            .spec
+                            .network
+                            .verifiers
+                            .iter()
+                            .find(|v| v.name == secret.name)
+                            .is_some_and(|v| v.matches(value)),
+                    })
+            })
+    }
+
+    /// Its secrets as a client may see them: names, domains, whether held.
+    pub fn secret_status(&self) -> Vec<crate::backend::SecretStatus> {
+        self.secrets()
+            .iter()
+            .map(|s| crate::backend::SecretStatus {
+                domain: s.domain.clone(),
+                name: s.name.clone(),
+                held: s.value.is_some(),
+                scope: s.scope_key(),
+            })
+            .collect()
+    }
+
+    /// Its secrets with the values `supplied` again, each checked against
+    /// what persists of the value it was made with; every secret is needed.
+    pub fn with_supplied(
+        &self,
+        supplied: &[DomainSecret],
+    ) -> Result<Vec<DomainSecret>, SandboxError> {
+        let invalid = |message: String| SandboxError::InvalidRequest {
+            param: "domain_secrets",
+            message,
+        };
+        let mut secrets = self.secrets();
+        for given in supplied {
+            let Some(secret) = secrets
+                .iter_mut()
+                .find(|s| s.name == given.name && s.domain == given.domain)
+            else {
+                return Err(invalid(format!(
+                    "the container has no secret {} for {}",
+                    given.name, given.domain
+                )));
+            };
+            let value = given.value.as_ref().map(|v| v.expose()).unwrap_or_default();
+            // Checked against what persists of the value the container was
+            // made with: a different value is a new container's.
+            let verifier = self
+                .spec
+                .network
+                .verifiers
+                .iter()
+                .find(|v| v.name == secret.name);
+            if !verifier.is_some_and(|v| v.matches(value)) {
+                return Err(invalid(format!(
+                    "the value of secret {} is not the one the container was made with (a \
+                     different value needs a new container)",
+                    given.name
+                )));
+            }
+            secret.value = given.value.clone();
+        }
+        if let Some(name) = secrets.iter().find(|s| s.value.is_none()).map(|s| &s.name) {
+            return Err(invalid(format!(
+                "secret {name} is not supplied: every secret of the container is needed"
+            )));
+        }
+        Ok(secrets)
+    }
+
     /// Takes the secrets' values supplied again; the caller holds the state
     /// lock with the container stopped (its next start has its network).
     pub fn set_secrets(&self, secrets: Vec<DomainSecret>) {

@@ -17,13 +17,20 @@
 //! server (see `helper`). The engine talks to it over a `SOCK_SEQPACKET`
 //! socket and reaps it through a pidfd; a watcher task notices when it dies.
 //!
-//! Modules: [`container`] (state, in-flight accounting, start and stop, file
-//! access), [`command`] (the command path), [`pools`] (disks, spare helpers
-//! and warm containers made ahead of demand), [`slots`] (host id ranges),
-//! [`spec`] (what the helper is told), [`network`] (a container's way out
-//! through the egress proxy), [`recovery`] (start-up after a crash),
-//! [`ports`] (a container's port reached from outside, through its init),
-//! [`unread`] (how fast output nobody waits for is read).
+//! [`LocalEngine`] composes components that each own their state and
+//! methods, and its trait methods each call into one of them:
+//! [`container`] (one container's state, and `Containers`, the engine's by
+//! id), [`lifecycle`] (a container started, stopped and torn down, its
+//! files reached), [`command`] (`Commands`: the command path),
+//! [`processes`] (`Processes`: each container's processes, their output in
+//! an [`output_buffer`]), [`fs_paths`] (`FileWorkers`: files by path),
+//! [`network`] (`Networks`: a container's way out through the egress
+//! proxy), [`pools`] (`Pools`: disks, spare helpers and warm containers
+//! made ahead of demand), [`ports`] (a container's port reached from
+//! outside, through its init), [`pump`] (the one output pump of commands
+//! and processes), [`slots`] (host id ranges), [`spec`] (what the helper
+//! is told), [`recovery`] (start-up after a crash), [`unread`] (how fast
+//! output nobody waits for is read).
 
 mod command;
 mod container;
@@ -32,6 +39,7 @@ mod container;
 mod fs_paths;
 mod lifecycle;
 mod network;
+mod output_buffer;
 mod pools;
 mod ports;
 mod processes;
@@ -603,42 +611,11 @@ impl SandboxBackend for LocalEngine {
     }
 
     fn secrets_match(&self, id: &str, asked: &[shellgate_egress::secrets::DomainSecret]) -> bool {
-        let Ok(container) = self.inner.containers.get(id) else {
-            return false;
-        };
-        let held = container.secrets();
-        held.len() == asked.len()
-            && asked.iter().all(|asked| {
-                let value = asked.value.as_ref().map(|v| v.expose()).unwrap_or_default();
-                held.iter()
-                    .find(|s| s.name == asked.name && s.domain == asked.domain)
-                    .is_some_and(|secret| match &secret.value {
-                        Some(held) => held.expose() == value,
-                        None => container
-                            .spec
-                            .network
-                            .verifiers
-                            .iter()
-                            .find(|v| v.name == secret.name)
-                            .is_some_and(|v| v.matches(value)),
-                    })
-            })
+        (self.inner.containers.get(id)).is_ok_and(|container| container.secrets_match(asked))
     }
 
     fn secret_status(&self, id: &str) -> Vec<crate::backend::SecretStatus> {
-        let Ok(container) = self.inner.containers.get(id) else {
-            return Vec::new();
-        };
-        container
-            .secrets()
-            .iter()
-            .map(|s| crate::backend::SecretStatus {
-                domain: s.domain.clone(),
-                name: s.name.clone(),
-                held: s.value.is_some(),
-                scope: s.scope_key(),
-            })
-            .collect()
+        (self.inner.containers.get(id)).map_or_else(|_| Vec::new(), |c| c.secret_status())
     }
 
     async fn supply_secrets(
@@ -651,44 +628,7 @@ impl SandboxBackend for LocalEngine {
         if container.destroyed() {
             return Err(SandboxError::NotFound(id.to_owned()));
         }
-        let invalid = |message: String| SandboxError::InvalidRequest {
-            param: "domain_secrets",
-            message,
-        };
-        let mut secrets = container.secrets();
-        for given in &supplied {
-            let Some(secret) = secrets
-                .iter_mut()
-                .find(|s| s.name == given.name && s.domain == given.domain)
-            else {
-                return Err(invalid(format!(
-                    "the container has no secret {} for {}",
-                    given.name, given.domain
-                )));
-            };
-            let value = given.value.as_ref().map(|v| v.expose()).unwrap_or_default();
-            // Checked against what persists of the value the container was
-            // made with: a different value is a new container's.
-            let verifier = container
-                .spec
-                .network
-                .verifiers
-                .iter()
-                .find(|v| v.name == secret.name);
-            if !verifier.is_some_and(|v| v.matches(value)) {
-                return Err(invalid(format!(
-                    "the value of secret {} is not the one the container was made with (a \
-                     different value needs a new container)",
-                    given.name
-                )));
-            }
-            secret.value = given.value.clone();
-        }
-        if let Some(name) = secrets.iter().find(|s| s.value.is_none()).map(|s| &s.name) {
-            return Err(invalid(format!(
-                "secret {name} is not supplied: every secret of the container is needed"
-            )));
-        }
+        let secrets = container.with_supplied(&supplied)?;
         if container.busy() {
             return Err(SandboxError::Conflict(
                 "the container is running commands; supply its secrets when they end".into(),
