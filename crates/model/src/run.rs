@@ -37,7 +37,7 @@ use shellgate_wire::responses::{
 use crate::arguments::{BashArguments, InterpreterArguments, LocalShellArguments, ShellArguments};
 use crate::conversation;
 use crate::tools::{Environment, ShellShape, Tools, BASH, CODE_INTERPRETER, LOCAL_SHELL, SHELL};
-use crate::upstream::{Delta, Finish, ToolCall, ToolChoice, Turn, Upstream, Usage};
+use crate::upstream::{Delta, Finish, Reply, ToolCall, ToolChoice, Turn, Upstream, Usage};
 
 /// Most hosted tool calls in one response (also the default).
 pub const MAX_TOOL_CALLS: u32 = 30;
@@ -308,129 +308,120 @@ pub async fn run(
     request: &Request,
     events: Option<&EventSink>,
 ) -> Outcome {
-    let mut output: Vec<Item> = Vec::new();
-    let mut usage = Usage::default();
-    let mut tool_calls = 0u32;
-    let specs = request
-        .tools
-        .specs(&|_: &Environment| request.environment_description.clone());
-    let end = |output: Vec<Item>, usage, tool_calls, status| Outcome {
-        output,
-        usage,
-        status,
-        tool_calls,
+    let mut run = Run {
+        request,
+        events,
+        output: Vec::new(),
+        usage: Usage::default(),
+        tool_calls: 0,
+        answered: 0,
+        written: Vec::new(),
     };
-    let mut tool_choice = request.tool_choice.clone();
-    let mut answered = 0usize;
-    // The files the code interpreter wrote, with their container: cited on
-    // the final message.
-    let mut written: Vec<(String, WrittenFile)> = Vec::new();
-    let output_guard = request
-        .output_guardrail
-        .as_deref()
-        .map(|rules| OutputGuard {
-            rules,
-            earlier: std::sync::Mutex::new(String::new()),
-        });
-    loop {
-        let turn = Turn {
-            model: request.model.clone(),
-            messages: conversation::messages_offering(
-                request.instructions.as_deref(),
-                request.items.iter().chain(&output),
-                &|name| request.tools.function(name).is_some(),
-            ),
-            tools: specs.clone(),
-            tool_choice: tool_choice.clone(),
-            temperature: request.temperature,
-            top_p: request.top_p,
-            max_output_tokens: request.max_output_tokens,
-            parallel_tool_calls: request.parallel_tool_calls,
-            carry: request.tools.carry(request.carry.clone()),
-        };
-        // Text streams out as the upstream writes it; a reasoning or an
-        // item of the upstream's own is told whole as soon as it is done.
-        // Each takes the next index of the output (the message its index
-        // when its text begins).
-        let base = output.len();
-        let message_id = item_id("msg_");
-        let (delta_tx, mut delta_rx) = tokio::sync::mpsc::unbounded_channel::<Delta>();
-        let forward = async {
-            let mut slots: Vec<Slot> = Vec::new();
-            let mut message_index = None;
-            // The reasoning whose summary is streaming, announced.
-            let mut open: Option<OpenReasoning> = None;
-            while let Some(delta) = delta_rx.recv().await {
-                match delta {
-                    Delta::Text(text) => {
-                        let index = *message_index.get_or_insert_with(|| {
-                            slots.push(Slot::Message);
-                            let index = base + slots.len() - 1;
-                            emit(
-                                events,
-                                Event::ItemAdded {
-                                    index,
-                                    item: message_item(&message_id, "", ItemStatus::InProgress),
-                                },
-                            );
-                            index
-                        });
-                        emit(
-                            events,
-                            Event::TextDelta {
-                                index,
-                                item_id: message_id.clone(),
-                                delta: text,
-                            },
-                        );
+    let status = run.turns(upstream, sandbox).await;
+    Outcome {
+        output: run.output,
+        usage: run.usage,
+        status,
+        tool_calls: run.tool_calls,
+    }
+}
+
+/// A run under way: what it made so far.
+struct Run<'a> {
+    request: &'a Request,
+    events: Option<&'a EventSink>,
+    output: Vec<Item>,
+    usage: Usage,
+    /// Hosted tool calls run.
+    tool_calls: u32,
+    /// Bytes the model wrote over the turns so far (see
+    /// `Request::max_answer_bytes`).
+    answered: usize,
+    /// The files the code interpreter wrote, with their container: cited on
+    /// the final message.
+    written: Vec<(String, WrittenFile)>,
+}
+
+impl Run<'_> {
+    /// Turns until one ends the response: how it ended.
+    async fn turns(&mut self, upstream: &dyn Upstream, sandbox: Option<&dyn Sandbox>) -> Status {
+        let request = self.request;
+        let specs = request
+            .tools
+            .specs(&|_: &Environment| request.environment_description.clone());
+        let mut tool_choice = request.tool_choice.clone();
+        let output_guard = request
+            .output_guardrail
+            .as_deref()
+            .map(|rules| OutputGuard {
+                rules,
+                earlier: std::sync::Mutex::new(String::new()),
+            });
+        loop {
+            let turn = Turn {
+                model: request.model.clone(),
+                messages: conversation::messages_offering(
+                    request.instructions.as_deref(),
+                    request.items.iter().chain(&self.output),
+                    &|name| request.tools.function(name).is_some(),
+                ),
+                tools: specs.clone(),
+                tool_choice: tool_choice.clone(),
+                temperature: request.temperature,
+                top_p: request.top_p,
+                max_output_tokens: request.max_output_tokens,
+                parallel_tool_calls: request.parallel_tool_calls,
+                carry: request.tools.carry(request.carry.clone()),
+            };
+            let base = self.output.len();
+            let message_id = item_id("msg_");
+            let (reply, slots, open) =
+                stream_turn(upstream, &turn, self.events, base, &message_id).await;
+            let reply = match reply {
+                Ok(reply) => reply,
+                Err(e) => {
+                    return Status::Failed {
+                        code: e.code(),
+                        message: e.to_string(),
                     }
-                    Delta::ReasoningSummary {
-                        id,
-                        summary_index,
-                        delta,
-                    } => {
-                        let open = open.get_or_insert_with(|| {
-                            OpenReasoning::announce(events, &mut slots, base, id)
-                        });
-                        open.summary(events, base, summary_index, delta);
-                    }
-                    Delta::Reasoning(reasoning) => match open.take() {
-                        Some(open) => open.finish(events, &mut slots, base, &reasoning),
-                        None => {
-                            let slot = Slot::Reasoning(reasoning_output(&reasoning));
-                            slot.tell(events, base + slots.len());
-                            slots.push(slot);
-                        }
-                    },
-                    Delta::Native(native) => {
-                        let slot = Slot::Native(native_output(&native));
-                        slot.tell(events, base + slots.len());
-                        slots.push(slot);
-                    }
-                    Delta::ToolCall { .. } | Delta::ToolArguments { .. } => {}
                 }
+            };
+            self.usage += reply.usage;
+            if let Err(status) = self.count_answer(&reply) {
+                return status;
             }
-            (slots, open)
-        };
-        let ask = async {
-            let reply = upstream.complete(&turn, Some(&delta_tx)).await;
-            drop(delta_tx);
-            reply
-        };
-        let (reply, (mut slots, open)) = tokio::join!(ask, forward);
-        let started = slots.contains(&Slot::Message);
-        let reply = match reply {
-            Ok(reply) => reply,
-            Err(e) => {
-                let status = Status::Failed {
-                    code: e.code(),
-                    message: e.to_string(),
+            self.place_reply(&reply, slots, open, base, &message_id);
+            // A call of a tool shellgate does not know (the upstream's own
+            // item) is the client's to answer: the response ends with it.
+            let foreign_call = self.output[base..]
+                .iter()
+                .any(|item| matches!(item, Item::FunctionCall(_) | Item::CustomToolCall(_)));
+            if reply.tool_calls.is_empty() {
+                return match reply.finish {
+                    Finish::Length => Status::Incomplete("max_output_tokens"),
+                    Finish::ContentFilter => Status::Incomplete("content_filter"),
+                    Finish::Stop => Status::Completed,
                 };
-                return end(output, usage, tool_calls, status);
             }
-        };
-        usage += reply.usage;
-        answered = reply
+            match self
+                .tool_round(&reply.tool_calls, sandbox, output_guard.as_ref())
+                .await
+            {
+                Err(status) => return status,
+                Ok(handed_back) if handed_back || foreign_call => return Status::Completed,
+                Ok(_) => {}
+            }
+            // After a forced first call, the model must be free to answer.
+            if matches!(tool_choice, ToolChoice::Required | ToolChoice::Named(_)) {
+                tool_choice = ToolChoice::Auto;
+            }
+        }
+    }
+
+    /// Adds what the model wrote this turn to what it wrote before: past
+    /// `max_answer_bytes` the run fails.
+    fn count_answer(&mut self, reply: &Reply) -> Result<(), Status> {
+        self.answered = reply
             .tool_calls
             .iter()
             .map(|call| call.id.len() + call.name.len() + call.arguments.len())
@@ -442,20 +433,35 @@ pub async fn run(
                     .map(|native| native.item.to_string().len()),
             )
             .fold(
-                answered.saturating_add(reply.text.len()),
+                self.answered.saturating_add(reply.text.len()),
                 usize::saturating_add,
             );
-        if answered > request.max_answer_bytes {
-            let status = Status::Failed {
+        if self.answered > self.request.max_answer_bytes {
+            return Err(Status::Failed {
                 code: "server_error",
                 message: format!(
                     "the upstream model's answers in this response are larger than the limit \
                      of {} bytes together",
-                    request.max_answer_bytes
+                    self.request.max_answer_bytes
                 ),
-            };
-            return end(output, usage, tool_calls, status);
+            });
         }
+        Ok(())
+    }
+
+    /// Puts a turn's items in the output, in the order the upstream told
+    /// them, telling done what was not yet: a reasoning still open, what
+    /// the upstream did not stream, the message.
+    fn place_reply(
+        &mut self,
+        reply: &Reply,
+        mut slots: Vec<Slot>,
+        open: Option<OpenReasoning>,
+        base: usize,
+        message_id: &str,
+    ) {
+        let events = self.events;
+        let started = slots.contains(&Slot::Message);
         // A reasoning whose summary streamed but that was not told done:
         // done with the reply's reasoning in its place.
         if let Some(open) = open {
@@ -503,117 +509,186 @@ pub async fn run(
                 events,
                 Event::ItemAdded {
                     index: base + slots.len() - 1,
-                    item: message_item(&message_id, "", ItemStatus::InProgress),
+                    item: message_item(message_id, "", ItemStatus::InProgress),
                 },
             );
         }
         for slot in slots {
             match slot {
-                Slot::Reasoning(item) | Slot::Native(item) => output.push(item),
+                Slot::Reasoning(item) | Slot::Native(item) => self.output.push(item),
                 // Every open reasoning was finished above.
                 Slot::Open => {}
                 Slot::Message => {
                     // The final answer (no call follows) cites the files.
                     let cited = if reply.tool_calls.is_empty() {
-                        citations(&reply.text, &written)
+                        citations(&reply.text, &self.written)
                     } else {
                         Vec::new()
                     };
                     let item =
-                        cited_message_item(&message_id, &reply.text, ItemStatus::Completed, cited);
-                    let index = output.len();
-                    complete(&mut output, events, index, item);
+                        cited_message_item(message_id, &reply.text, ItemStatus::Completed, cited);
+                    let index = self.output.len();
+                    complete(&mut self.output, events, index, item);
                 }
             }
-        }
-        // A call of a tool shellgate does not know (the upstream's own
-        // item) is the client's to answer: the response ends with it.
-        let foreign_call = output[base..]
-            .iter()
-            .any(|item| matches!(item, Item::FunctionCall(_) | Item::CustomToolCall(_)));
-        if reply.tool_calls.is_empty() {
-            let status = match reply.finish {
-                Finish::Length => Status::Incomplete("max_output_tokens"),
-                Finish::ContentFilter => Status::Incomplete("content_filter"),
-                Finish::Stop => Status::Completed,
-            };
-            return end(output, usage, tool_calls, status);
-        }
-        let mut handed_back = foreign_call;
-        for call in &reply.tool_calls {
-            if request.tools.hosted(&call.name) {
-                if tool_calls >= request.max_tool_calls {
-                    return end(
-                        output,
-                        usage,
-                        tool_calls,
-                        Status::Incomplete("max_messages"),
-                    );
-                }
-                let Some(sandbox) = sandbox else {
-                    let status = Status::Failed {
-                        code: "server_error",
-                        message: "the hosted shell has no sandbox".into(),
-                    };
-                    return end(output, usage, tool_calls, status);
-                };
-                tool_calls += 1;
-                let guardrail = output_guard.as_ref();
-                let ran = match (call.name.as_str(), request.tools.shell_shape) {
-                    (CODE_INTERPRETER, _) => {
-                        run_interpreter(sandbox, call, &mut output, events, guardrail)
-                            .await
-                            .map(|(container, files)| {
-                                written.extend(files.into_iter().map(|f| (container.clone(), f)))
-                            })
-                    }
-                    (BASH, _) => {
-                        run_hosted_bash(sandbox, call, &mut output, events, guardrail).await
-                    }
-                    (_, ShellShape::OpenRouter) => {
-                        run_openrouter_shell(sandbox, call, &mut output, events, guardrail).await
-                    }
-                    (_, ShellShape::OpenAi) => {
-                        run_hosted(sandbox, call, &mut output, events, guardrail).await
-                    }
-                };
-                if let Err(status) = ran {
-                    return end(output, usage, tool_calls, status);
-                }
-            } else {
-                handed_back = true;
-                let item = client_call(call, &request.tools, ItemStatus::Completed);
-                let index = announce(&output, events, in_progress(&item));
-                match &item {
-                    Item::FunctionCall(function) => emit(
-                        events,
-                        Event::Arguments {
-                            index,
-                            item_id: function.id.clone().unwrap_or_default(),
-                            arguments: call.arguments.clone(),
-                        },
-                    ),
-                    Item::CustomToolCall(custom) => emit(
-                        events,
-                        Event::CustomInput {
-                            index,
-                            item_id: custom.id.clone().unwrap_or_default(),
-                            input: call.arguments.clone(),
-                        },
-                    ),
-                    _ => {}
-                }
-                complete(&mut output, events, index, item);
-            }
-        }
-        if handed_back {
-            return end(output, usage, tool_calls, Status::Completed);
-        }
-        // After a forced first call, the model must be free to answer.
-        if matches!(tool_choice, ToolChoice::Required | ToolChoice::Named(_)) {
-            tool_choice = ToolChoice::Auto;
         }
     }
+
+    /// Runs a turn's tool calls in order: the hosted ones here, the others
+    /// told as the client's to answer. Whether any was handed back; the
+    /// run's end if a hosted call ended it.
+    async fn tool_round(
+        &mut self,
+        calls: &[ToolCall],
+        sandbox: Option<&dyn Sandbox>,
+        guardrail: Option<&OutputGuard<'_>>,
+    ) -> Result<bool, Status> {
+        let (request, events) = (self.request, self.events);
+        let mut handed_back = false;
+        for call in calls {
+            if !request.tools.hosted(&call.name) {
+                handed_back = true;
+                self.hand_back(call);
+                continue;
+            }
+            if self.tool_calls >= request.max_tool_calls {
+                return Err(Status::Incomplete("max_messages"));
+            }
+            let Some(sandbox) = sandbox else {
+                return Err(Status::Failed {
+                    code: "server_error",
+                    message: "the hosted shell has no sandbox".into(),
+                });
+            };
+            self.tool_calls += 1;
+            let output = &mut self.output;
+            match (call.name.as_str(), request.tools.shell_shape) {
+                (CODE_INTERPRETER, _) => {
+                    let (container, files) =
+                        run_interpreter(sandbox, call, output, events, guardrail).await?;
+                    (self.written).extend(files.into_iter().map(|f| (container.clone(), f)));
+                }
+                (BASH, _) => run_hosted_bash(sandbox, call, output, events, guardrail).await?,
+                (_, ShellShape::OpenRouter) => {
+                    run_openrouter_shell(sandbox, call, output, events, guardrail).await?
+                }
+                (_, ShellShape::OpenAi) => {
+                    run_hosted(sandbox, call, output, events, guardrail).await?
+                }
+            }
+        }
+        Ok(handed_back)
+    }
+
+    /// A call the client answers: told whole, and part of the output.
+    fn hand_back(&mut self, call: &ToolCall) {
+        let events = self.events;
+        let item = client_call(call, &self.request.tools, ItemStatus::Completed);
+        let index = announce(&self.output, events, in_progress(&item));
+        match &item {
+            Item::FunctionCall(function) => emit(
+                events,
+                Event::Arguments {
+                    index,
+                    item_id: function.id.clone().unwrap_or_default(),
+                    arguments: call.arguments.clone(),
+                },
+            ),
+            Item::CustomToolCall(custom) => emit(
+                events,
+                Event::CustomInput {
+                    index,
+                    item_id: custom.id.clone().unwrap_or_default(),
+                    input: call.arguments.clone(),
+                },
+            ),
+            _ => {}
+        }
+        complete(&mut self.output, events, index, item);
+    }
+}
+
+/// Asks the upstream for one turn. Text streams out as the upstream writes
+/// it; a reasoning or an item of the upstream's own is told whole as soon
+/// as it is done. Each takes the next index of the output from `base` (the
+/// message its index when its text begins). The reply, and the items told
+/// so far in their order (with the reasoning still open, if any).
+async fn stream_turn(
+    upstream: &dyn Upstream,
+    turn: &Turn,
+    events: Option<&EventSink>,
+    base: usize,
+    message_id: &str,
+) -> (
+    Result<Reply, crate::upstream::UpstreamError>,
+    Vec<Slot>,
+    Option<OpenReasoning>,
+) {
+    let (delta_tx, mut delta_rx) = tokio::sync::mpsc::unbounded_channel::<Delta>();
+    let forward = async {
+        let mut slots: Vec<Slot> = Vec::new();
+        let mut message_index = None;
+        // The reasoning whose summary is streaming, announced.
+        let mut open: Option<OpenReasoning> = None;
+        while let Some(delta) = delta_rx.recv().await {
+            match delta {
+                Delta::Text(text) => {
+                    let index = *message_index.get_or_insert_with(|| {
+                        slots.push(Slot::Message);
+                        let index = base + slots.len() - 1;
+                        emit(
+                            events,
+                            Event::ItemAdded {
+                                index,
+                                item: message_item(message_id, "", ItemStatus::InProgress),
+                            },
+                        );
+                        index
+                    });
+                    emit(
+                        events,
+                        Event::TextDelta {
+                            index,
+                            item_id: message_id.to_owned(),
+                            delta: text,
+                        },
+                    );
+                }
+                Delta::ReasoningSummary {
+                    id,
+                    summary_index,
+                    delta,
+                } => {
+                    let open = open.get_or_insert_with(|| {
+                        OpenReasoning::announce(events, &mut slots, base, id)
+                    });
+                    open.summary(events, base, summary_index, delta);
+                }
+                Delta::Reasoning(reasoning) => match open.take() {
+                    Some(open) => open.finish(events, &mut slots, base, &reasoning),
+                    None => {
+                        let slot = Slot::Reasoning(reasoning_output(&reasoning));
+                        slot.tell(events, base + slots.len());
+                        slots.push(slot);
+                    }
+                },
+                Delta::Native(native) => {
+                    let slot = Slot::Native(native_output(&native));
+                    slot.tell(events, base + slots.len());
+                    slots.push(slot);
+                }
+                Delta::ToolCall { .. } | Delta::ToolArguments { .. } => {}
+            }
+        }
+        (slots, open)
+    };
+    let ask = async {
+        let reply = upstream.complete(turn, Some(&delta_tx)).await;
+        drop(delta_tx);
+        reply
+    };
+    let (reply, (slots, open)) = tokio::join!(ask, forward);
+    (reply, slots, open)
 }
 
 /// An output item of one turn, in the order the upstream told them.
