@@ -566,7 +566,8 @@ impl Run<'_> {
                 (CODE_INTERPRETER, _) => {
                     let (container, files) =
                         run_interpreter(sandbox, call, output, events, guardrail).await?;
-                    (self.written).extend(files.into_iter().map(|f| (container.clone(), f)));
+                    self.written
+                        .extend(files.into_iter().map(|f| (container.clone(), f)));
                 }
                 (BASH, _) => run_hosted_bash(sandbox, call, output, events, guardrail).await?,
                 (_, ShellShape::OpenRouter) => {

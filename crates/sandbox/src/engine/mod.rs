@@ -549,7 +549,8 @@ impl SandboxBackend for LocalEngine {
             IdSlots::write(&staging, slot)?;
             // A throwaway container's disk is a tmpfs its helper mounts.
             if !(spec.ephemeral && self.inner.disk_kind == DiskKind::Image) {
-                (self.inner.pools)
+                self.inner
+                    .pools
                     .provision_disk(self, &staging, spec.disk_bytes)
                     .await?;
             }
@@ -611,11 +612,13 @@ impl SandboxBackend for LocalEngine {
     }
 
     fn secrets_match(&self, id: &str, asked: &[shellgate_egress::secrets::DomainSecret]) -> bool {
-        (self.inner.containers.get(id)).is_ok_and(|container| container.secrets_match(asked))
+        let container = self.inner.containers.get(id);
+        container.is_ok_and(|container| container.secrets_match(asked))
     }
 
     fn secret_status(&self, id: &str) -> Vec<crate::backend::SecretStatus> {
-        (self.inner.containers.get(id)).map_or_else(|_| Vec::new(), |c| c.secret_status())
+        let container = self.inner.containers.get(id);
+        container.map_or_else(|_| Vec::new(), |container| container.secret_status())
     }
 
     async fn supply_secrets(

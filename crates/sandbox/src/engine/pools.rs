@@ -318,7 +318,8 @@ impl Pooled for WarmContainer {
         let made = async {
             fs::create_dir(&dir).context(|| format!("create {}", dir.display()))?;
             IdSlots::write(&dir, slot)?;
-            (inner.pools)
+            inner
+                .pools
                 .provision_disk(engine, &dir, warm.spec.disk_bytes)
                 .await?;
             engine.launch(&warm).await
