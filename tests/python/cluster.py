@@ -32,6 +32,7 @@ sysfs on /sys, which hides /sys/fs/cgroup from the sandbox engine (its
 containers would run without memory, pids or cpu limits).
 """
 
+import itertools
 import json
 import os
 import secrets
@@ -200,6 +201,13 @@ def _kill_pids(pids) -> None:
 def remove_network() -> None:
     """Deletes the namespaces, the bridge and the veths, killing whatever
     still runs in a namespace (a previous run's servers included)."""
+    remove_namespaces()
+    sh("ip", "link", "del", BRIDGE, check=False)
+
+
+def remove_namespaces() -> None:
+    """Deletes the nodes' namespaces and veths (the bridge stays), killing
+    whatever still runs in them."""
     for name in NODE_NAMES:
         netns = NETNS[name]
         if Path(f"/run/netns/{netns}").exists():
@@ -208,7 +216,6 @@ def remove_network() -> None:
             sh("ip", "netns", "del", netns, check=False)
         # Gone with its peer when the namespace goes; a half-made pair not.
         sh("ip", "link", "del", HOST_VETH[name], check=False)
-    sh("ip", "link", "del", BRIDGE, check=False)
 
 
 def _unmount_under(directory: Path) -> None:
@@ -308,9 +315,18 @@ def remove_leftovers() -> None:
 
 
 def make_network() -> None:
+    make_bridge()
+    make_namespaces()
+
+
+def make_bridge() -> None:
     sh("ip", "link", "add", BRIDGE, "type", "bridge")
     sh("ip", "addr", "add", f"{GATEWAY}/24", "dev", BRIDGE)
     sh("ip", "link", "set", BRIDGE, "up")
+
+
+def make_namespaces() -> None:
+    """Each node's namespace, joined to the bridge (made before)."""
     for name in NODE_NAMES:
         netns, veth = NETNS[name], HOST_VETH[name]
         sh("ip", "netns", "add", netns)
@@ -388,6 +404,7 @@ class Process:
         self.log = log
         self.netns = netns
         self.popen = None
+        self.stopping = False
 
     @property
     def pid(self) -> int:
@@ -395,6 +412,7 @@ class Process:
 
     def start(self) -> "Process":
         enter = ["nsenter", f"--net=/run/netns/{self.netns}"] if self.netns else []
+        self.stopping = False
         with open(self.log, "ab") as log:
             self.popen = subprocess.Popen(
                 enter + [str(c) for c in self.command], env=self.env, stdout=log, stderr=log,
@@ -447,6 +465,19 @@ class Process:
             self.kill9()
             raise AssertionError(f"{self.name} still ran {patience}s after SIGTERM: {self.log_tail()}")
 
+    def begin_stop(self) -> None:
+        """SIGTERM to its group, without waiting: `stop` then waits for it
+        (several begun first end together, not one after another)."""
+        if not self.alive() or self.stopping:
+            return
+        self.stopping = True
+        try:
+            os.killpg(self.popen.pid, signal.SIGTERM)
+            # A stalled one (`stall`) acts on it once continued.
+            os.killpg(self.popen.pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
     def stop(self, patience: float = 30) -> None:
         if not self.alive():
             if self.popen is not None:
@@ -457,12 +488,7 @@ class Process:
                 except ProcessLookupError:
                     pass
             return
-        try:
-            os.killpg(self.popen.pid, signal.SIGTERM)
-            # A stalled one (`stall`) acts on it once continued.
-            os.killpg(self.popen.pid, signal.SIGCONT)
-        except ProcessLookupError:
-            pass
+        self.begin_stop()
         try:
             self.popen.wait(timeout=patience)
         except subprocess.TimeoutExpired:
@@ -549,14 +575,17 @@ class ObjectStore(Process):
 
         if not wait_until(up, 30, 0.1):
             raise RuntimeError(f"moto_server did not answer: {self.log_tail()}")
-        created = requests.put(f"{self.endpoint}/{BUCKET}", timeout=10)
-        if created.status_code != 200:
-            raise RuntimeError(f"bucket {BUCKET}: {created.status_code} {created.text}")
+        self.create_bucket(BUCKET)
         return self
 
-    def settings(self) -> dict:
+    def create_bucket(self, bucket: str) -> None:
+        created = requests.put(f"{self.endpoint}/{bucket}", timeout=10)
+        if created.status_code != 200:
+            raise RuntimeError(f"bucket {bucket}: {created.status_code} {created.text}")
+
+    def settings(self, bucket: str = BUCKET) -> dict:
         return {
-            "object_store": f"s3://{BUCKET}/objects",
+            "object_store": f"s3://{bucket}/objects",
             "s3_endpoint": self.endpoint,
             "s3_region": "us-east-1",
             "s3_access_key_id": "test",
@@ -568,14 +597,82 @@ class ObjectStore(Process):
 # --- the cluster ------------------------------------------------------------
 
 
+class Services:
+    """What the clusters of one test run can share: the machine's cluster
+    lock, the bridge, one Postgres and one S3 server. A cluster on them
+    (`Cluster(services=...)`) has a database and a bucket of its own and
+    its own namespaces, so a suite that starts a cluster per test pays for
+    a Postgres and a moto start once, not per test. One cluster at a time
+    still: the namespaces' names are fixed."""
+
+    def __init__(self):
+        self.lock = None
+        self.directory = None
+        self.postgres = None
+        self.objects = None
+        self.stores = itertools.count(1)
+        self.removals = []
+
+    def start(self) -> "Services":
+        self.lock = take_lock()
+        remove_leftovers()
+        self.directory = Path(tempfile.mkdtemp(prefix=TMP_PREFIX))
+        os.chmod(self.directory, 0o755)
+        try:
+            make_bridge()
+            self.postgres = Postgres(self.directory / "postgres").start()
+            if MOTO_SERVER.exists():
+                self.objects = ObjectStore(self.directory / "s3").start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def new_store(self) -> tuple:
+        """A fresh database and bucket: (database, bucket)."""
+        number = next(self.stores)
+        database, bucket = f"shellgate_{number}", f"{BUCKET}-{number}"
+        self.postgres.psql(f"CREATE DATABASE {database}")
+        if self.objects:
+            self.objects.create_bucket(bucket)
+        return database, bucket
+
+    def drop_database(self, database: str) -> None:
+        self.postgres.psql(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+
+    def remove_later(self, directory: Path) -> None:
+        """A stopped cluster's directory removed in the background (its
+        containers' trees take seconds to delete, which the next cluster
+        need not wait for); `stop` waits for every removal."""
+        self.removals.append(subprocess.Popen(["rm", "-rf", "--one-file-system", str(directory)],
+                                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
+    def stop(self) -> None:
+        for removal in self.removals:
+            removal.wait()
+        self.removals.clear()
+        if self.objects:
+            self.objects.stop()
+        if self.postgres:
+            self.postgres.stop()
+        remove_network()
+        if self.directory:
+            subprocess.run(["rm", "-rf", "--one-file-system", str(self.directory)], capture_output=True)
+        if self.lock is not None:
+            self.lock.close()
+            self.lock = None
+
+
 class Cluster:
     """Three nodes, two replicas, Postgres and S3. `settings` go to every
     server (as `SHELLGATE_<NAME>`); `roles=False` starts the nodes as plain
     single boxes (no `SHELLGATE_ROLE`) and no replica: the harness's own
-    check, for a binary without the roles."""
+    check, for a binary without the roles. With `services` (started), the
+    cluster runs on theirs (a database and a bucket of its own) instead of
+    starting its own."""
 
     def __init__(self, settings: dict = None, roles: bool = True, replicas: int = 2, nodes: int = 3,
-                 api_keys: str = API_KEYS):
+                 api_keys: str = API_KEYS, services: Services = None):
         # The replicas' keys; the nodes are listed with the first admin key
         # among them, and only without one is this module's own added (its
         # project `ops` then exists too, which a suite counting the
@@ -595,9 +692,12 @@ class Cluster:
         self.node_names = NODE_NAMES[:nodes]
         self.replica_count = replicas if roles else 0
         self.secret = "cluster-" + secrets.token_hex(24)
+        self.services = services
         self.directory = None
         self.postgres = None
         self.objects = None
+        self.database = "shellgate"
+        self.bucket = BUCKET
         self.nodes = {}
         self.replicas = []
         self.extra = []
@@ -606,16 +706,22 @@ class Cluster:
     # Starting and stopping.
 
     def start(self) -> "Cluster":
-        self.lock = take_lock()
-        remove_leftovers()
+        if self.services is None:
+            self.lock = take_lock()
+            remove_leftovers()
         self.directory = Path(tempfile.mkdtemp(prefix=TMP_PREFIX))
         os.chmod(self.directory, 0o755)
         try:
-            make_network()
-            self.postgres = Postgres(self.directory / "postgres").start()
-            if MOTO_SERVER.exists():
-                self.objects = ObjectStore(self.directory / "s3").start()
-            elif self.roles:
+            if self.services is not None:
+                make_namespaces()
+                self.database, self.bucket = self.services.new_store()
+                self.postgres, self.objects = self.services.postgres, self.services.objects
+            else:
+                make_network()
+                self.postgres = Postgres(self.directory / "postgres").start()
+                if MOTO_SERVER.exists():
+                    self.objects = ObjectStore(self.directory / "s3").start()
+            if self.objects is None and self.roles:
                 raise RuntimeError(f"no {MOTO_SERVER}: a cluster's nodes share their blobs through S3 "
                                    "(`pip install 'moto[server]'` into the venv)")
             for name in self.node_names:
@@ -629,7 +735,8 @@ class Cluster:
         return self
 
     def common_settings(self) -> dict:
-        settings = {"database_url": self.postgres.url(), **(self.objects.settings() if self.objects else {})}
+        settings = {"database_url": self.postgres.url(database=self.database),
+                    **(self.objects.settings(self.bucket) if self.objects else {})}
         if self.roles:
             settings["cluster_secret"] = self.secret
         return {**settings, **self.settings}
@@ -696,21 +803,34 @@ class Cluster:
                             == self.node_names, 60, "every node ready")
 
     def stop(self) -> None:
-        """Everything down and removed, whatever state it is in."""
+        """Everything down and removed, whatever state it is in (on
+        shared services: its database; they stay up)."""
         for server in self.extra + self.replicas:
             server.stop()
+        # The nodes all told first, then awaited: they drain together.
+        for node in self.nodes.values():
+            node.begin_stop()
         for node in self.nodes.values():
             node.stop()
         for node in self.nodes.values():
             kill_cgroups(_cgroup_group_name(node.data_dir))
-        if self.objects:
-            self.objects.stop()
-        if self.postgres:
-            self.postgres.stop()
-        remove_network()
+        if self.services is not None:
+            remove_namespaces()
+            if self.postgres:
+                self.services.drop_database(self.database)
+            self.postgres = self.objects = None
+        else:
+            if self.objects:
+                self.objects.stop()
+            if self.postgres:
+                self.postgres.stop()
+            remove_network()
         if self.directory:
             _unmount_under(self.directory)
-            subprocess.run(["rm", "-rf", "--one-file-system", str(self.directory)], capture_output=True)
+            if self.services is not None:
+                self.services.remove_later(self.directory)
+            else:
+                subprocess.run(["rm", "-rf", "--one-file-system", str(self.directory)], capture_output=True)
         if self.lock is not None:
             self.lock.close()
             self.lock = None

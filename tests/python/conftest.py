@@ -7,7 +7,8 @@ behind a facade (`ClusterServer`) whose clients and URLs alternate between
 the two replicas, so the suites run through both. Tests that need one box
 (its data directory, its process) are marked `single_box("why")` and
 skipped in that mode. A `fresh_server` is a cluster of its own with the
-test's settings; since one cluster is up at a time on a machine, the tests
+test's settings (on the run's one Postgres and S3 server, which every
+cluster of the run shares: a database and a bucket each); since one cluster is up at a time on a machine, the tests
 using it run in a pytest run of their own (`-m fresh_server`; marked so at
 collection), and the session's cluster in another (`-m "not fresh_server"`).
 """
@@ -277,7 +278,7 @@ class ClusterServer:
         postgres = self.cluster.postgres
         return subprocess.run(
             [str(POSTGRES_BIN / "pg_dump"), "--data-only", "-h", "127.0.0.1", "-p", str(postgres.port),
-             "-U", "postgres", "shellgate"],
+             "-U", "postgres", self.cluster.database],
             capture_output=True, check=True).stdout
 
     def run_cli(self, *args: str) -> subprocess.CompletedProcess:
@@ -299,20 +300,18 @@ class ClusterServer:
         """The names (last path segment) of the objects stored under
         `prefix` in the cluster's S3 bucket (where a single box keeps
         `<data dir>/<prefix>`)."""
-        from cluster import BUCKET
-
         names = set()
-        for page in self.s3().get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=f"objects/{prefix}"):
+        pages = self.s3().get_paginator("list_objects_v2").paginate(Bucket=self.cluster.bucket,
+                                                                    Prefix=f"objects/{prefix}")
+        for page in pages:
             names |= {entry["Key"].rsplit("/", 1)[-1] for entry in page.get("Contents", [])}
         return names
 
     def remove_object(self, key: str) -> None:
         """Removes a stored object (`files/<id>`: a single box's
         `<data dir>/files/<id>`) from the cluster's S3 bucket."""
-        from cluster import BUCKET
-
-        self.s3().head_object(Bucket=BUCKET, Key=f"objects/{key}")  # there, or this raises
-        self.s3().delete_object(Bucket=BUCKET, Key=f"objects/{key}")
+        self.s3().head_object(Bucket=self.cluster.bucket, Key=f"objects/{key}")  # there, or this raises
+        self.s3().delete_object(Bucket=self.cluster.bucket, Key=f"objects/{key}")
 
     def client(self, key: str = KEY_A) -> openai.OpenAI:
         replicas = self.cluster.replicas
@@ -347,6 +346,9 @@ def start_cluster(upstream, **settings):
         raise RuntimeError(f"SHELLGATE_TEST_CLUSTER=1, but {why_not}")
 
     api_keys = settings.pop("api_keys", API_KEYS)
+    global _cluster_services
+    if _cluster_services is None:
+        _cluster_services = harness.Services().start()
     return harness.Cluster({
         "upstream_url": upstream.url,
         "warm_containers": "1",
@@ -354,7 +356,20 @@ def start_cluster(upstream, **settings):
         # stalls: the suites check the API, not the failure detector.
         "node_lost_after_secs": "30",
         **settings,
-    }, api_keys=api_keys).start()
+    }, api_keys=api_keys, services=_cluster_services).start()
+
+
+# The run's Postgres, S3 server and bridge, which every cluster it starts
+# shares (each with a database and a bucket of its own): started with the
+# first cluster, stopped when the run ends.
+_cluster_services = None
+
+
+def pytest_sessionfinish(session, exitstatus):
+    global _cluster_services
+    if _cluster_services is not None:
+        _cluster_services.stop()
+        _cluster_services = None
 
 
 @pytest.fixture(scope="session")
@@ -425,8 +440,9 @@ _session_cluster_up = False
 
 
 def _own_cluster(upstream, **settings) -> "ClusterServer":
-    """A cluster of a test's own (three nodes, two replicas, its own
-    Postgres and S3, ~2 s), seen as a ClusterServer whose first test turn
+    """A cluster of a test's own (three nodes, two replicas, a database
+    and a bucket of its own on the run's Postgres and S3), seen as a
+    ClusterServer whose first test turn
     is replica 1's; skipped beside the session's cluster."""
     if _session_cluster_up:
         pytest.skip("a cluster of its own cannot start beside the session's cluster (one "
