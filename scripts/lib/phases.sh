@@ -35,7 +35,9 @@ phase() {
   local log
   log="$PHASES_LOG_DIR/$(printf '%02d' "$index")-${name//[^A-Za-z0-9]/-}.log"
   printf '\n== %s (%ds into the run)\n' "$name" "$SECONDS" >&2
-  local started=$SECONDS status
+  local started=$SECONDS status cpu_before cpu_after
+  children_cpu_seconds >"$PHASES_LOG_DIR/.cpu"
+  cpu_before=$(<"$PHASES_LOG_DIR/.cpu")
   # In a subshell with errexit on, so the first failing command inside a
   # function phase ends that phase (as a failure), not the caller's run;
   # the caller's errexit is off meanwhile, and the status is the command's
@@ -44,6 +46,11 @@ phase() {
   ( set -e; "$@" ) 2>&1 | tee "$log"
   status=${PIPESTATUS[0]}
   set -e
+  # Its CPU time beside its wall time: what a quiet machine would take.
+  children_cpu_seconds >"$PHASES_LOG_DIR/.cpu"
+  cpu_after=$(<"$PHASES_LOG_DIR/.cpu")
+  printf '== %s: %ds, %ss of CPU (user and system)\n' "$name" $((SECONDS - started)) \
+    "$(awk -v a="$cpu_before" -v b="$cpu_after" 'BEGIN { printf "%.0f", b - a }')" >&2
   PHASE_NAMES+=("$name")
   PHASE_SECONDS+=($((SECONDS - started)))
   PHASE_LOGS+=("$log")
@@ -53,6 +60,19 @@ phase() {
     PHASE_RESULTS+=("FAILED (exit $status)")
   fi
   return 0
+}
+
+# The CPU seconds (user and system) of this shell's finished children so
+# far (bash's `times`: its second line, as "1m2.500s 0m3.250s").
+# `times` writes to a file, not a pipe: in a pipeline or a command
+# substitution it would run in a subshell, which has no children yet.
+children_cpu_seconds() {
+  times >"$PHASES_LOG_DIR/.times"
+  awk 'NR == 2 {
+    total = 0
+    for (i = 1; i <= 2; i++) { split($i, part, "m"); total += part[1] * 60 + part[2] }
+    printf "%.1f", total
+  }' "$PHASES_LOG_DIR/.times"
 }
 
 # The failing tests a phase's log names, one line each.

@@ -10,6 +10,7 @@ mod serving;
 mod terminal;
 
 fn main() {
+    abort_on_panic();
     // The helper must run before anything else starts: no threads, no
     // runtime, nothing but the spec it is sent.
     if std::env::args_os()
@@ -19,4 +20,17 @@ fn main() {
         shellgate_sandbox::helper::helper_main();
     }
     std::process::exit(cli::main());
+}
+
+/// A panic ends the process, wherever it happens and in every build:
+/// release builds are compiled with `panic = "abort"`, and the dev profile
+/// unwinds (so the binary and the test builds, which always unwind, share
+/// their compiled dependencies), so this hook ends a dev build the same
+/// way, after the usual report.
+fn abort_on_panic() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        std::process::abort();
+    }));
 }
