@@ -16,6 +16,7 @@ pub mod console;
 pub mod e2b;
 pub mod envd;
 pub mod fs;
+pub mod gemini;
 pub mod models;
 pub mod responses;
 pub mod time;
