@@ -1,7 +1,7 @@
 //! API errors: an entry of the wire crate's catalogue ([`ErrorCode`]: code,
 //! status, type) with its message, rendered in the envelope of the dialect
-//! the route speaks ([`Dialect`]): OpenAI's with all four keys, Anthropic's
-//! or E2B's.
+//! the route speaks ([`Dialect`]): OpenAI's with all four keys, Anthropic's,
+//! E2B's or Google's.
 
 use axum::extract::Request;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -187,6 +187,15 @@ impl ApiError {
         ErrorResponse::new(kind, self.message_naming_param())
     }
 
+    /// Google's envelope (the Gemini API's): the status, the message and
+    /// the status's `google.rpc.Code` name.
+    pub fn google(&self) -> shellgate_wire::gemini::ErrorResponse {
+        shellgate_wire::gemini::ErrorResponse::new(
+            self.status.as_u16(),
+            self.message_naming_param(),
+        )
+    }
+
     /// E2B's envelope.
     pub fn e2b(&self) -> E2bErrorBody {
         E2bErrorBody {
@@ -201,6 +210,7 @@ impl ApiError {
             Dialect::OpenAi => (self.status, axum::Json(self.envelope())).into_response(),
             Dialect::Anthropic => (self.status, axum::Json(self.anthropic())).into_response(),
             Dialect::E2b => (self.status, axum::Json(self.e2b())).into_response(),
+            Dialect::Google => (self.status, axum::Json(self.google())).into_response(),
         };
         if let Some(seconds) = self.retry_after {
             if let Ok(value) = HeaderValue::from_str(&seconds.to_string()) {
@@ -222,6 +232,9 @@ pub enum Dialect {
     /// `/templates...`) and the in-sandbox API (a request naming its
     /// sandbox in `E2b-Sandbox-Id`).
     E2b,
+    /// Google's Gemini API: `/v1beta/...`, and a model's method
+    /// (`/v1/models/{model}:generateContent`...).
+    Google,
 }
 
 impl Dialect {
@@ -246,6 +259,13 @@ impl Dialect {
             | (Some("v1"), Some("v1"), Some("messages"), _)
             | (Some("api"), Some("v1"), Some("messages"), _)
             | (Some("api"), Some("v1"), Some("v1"), Some("messages")) => Dialect::Anthropic,
+            (Some("v1beta"), ..) => Dialect::Google,
+            (Some("v1"), Some("models"), Some(name), _)
+            | (Some("api"), Some("v1"), Some("models"), Some(name))
+                if name.contains(':') =>
+            {
+                Dialect::Google
+            }
             _ => Dialect::OpenAi,
         }
     }
@@ -434,6 +454,11 @@ mod tests {
             ("/templates/aliases/base", Dialect::E2b),
             ("/v2/templates", Dialect::E2b),
             ("/v1/sandboxes", Dialect::OpenAi),
+            ("/v1beta/models", Dialect::Google),
+            ("/v1beta/models/m:generateContent", Dialect::Google),
+            ("/v1/models/m:streamGenerateContent", Dialect::Google),
+            ("/api/v1/models/m:countTokens", Dialect::Google),
+            ("/v1/models/gpt-4o", Dialect::OpenAi),
             ("/healthz", Dialect::OpenAi),
             ("/", Dialect::OpenAi),
         ] {
@@ -471,6 +496,11 @@ mod tests {
         assert_eq!(
             body(e2b).await,
             serde_json::json!({"code": 400, "message": "image: unknown name x"})
+        );
+        assert_eq!(
+            body(error.render(Dialect::Google)).await,
+            serde_json::json!({"error": {"code": 400, "message": "image: unknown name x",
+                "status": "INVALID_ARGUMENT"}})
         );
         let missing = ApiError::not_found("container", "cntr_a");
         assert_eq!(

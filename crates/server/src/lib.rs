@@ -30,6 +30,7 @@ mod files;
 mod fs;
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
+mod gemini;
 mod guardrails;
 #[cfg(test)]
 mod handler_tests;

@@ -79,6 +79,8 @@ enum Errors {
     ServerOnly,
     /// E2B's `{"code": <status>, "message"}` (its control plane).
     E2b,
+    /// Google's `{"error": {"code", "message", "status"}}` (the Gemini API).
+    Google,
 }
 
 /// Which query parameters an operation takes: none, a list's (`limit`,
@@ -323,6 +325,11 @@ impl Builder {
             Errors::E2b => {
                 for status in ["400", "401", "404", "409", "429", "500", "501"] {
                     built = built.response(status, Ref::from_response_name("E2bError"));
+                }
+            }
+            Errors::Google => {
+                for status in ["400", "401", "404", "429", "500"] {
+                    built = built.response(status, Ref::from_response_name("GoogleError"));
                 }
             }
             Errors::ServerOnly => {
@@ -731,6 +738,16 @@ fn build() -> (serde_json::Value, Vec<String>) {
     let anthropic_error = d.scoped::<messages::ErrorResponse>("messages", "ErrorResponse");
     let count_tokens = d.scoped::<messages::CountTokens>("messages", "CountTokens");
     let token_count = d.scoped::<messages::TokenCount>("messages", "TokenCount");
+    use wire::gemini;
+    let generate_content =
+        d.scoped::<gemini::GenerateContentRequest>("gemini", "GenerateContentRequest");
+    let generated =
+        d.scoped::<gemini::GenerateContentResponse>("gemini", "GenerateContentResponse");
+    d.scoped::<gemini::CountTokensRequest>("gemini", "CountTokensRequest");
+    d.scoped::<gemini::CountTokensResponse>("gemini", "CountTokensResponse");
+    let gemini_model = d.scoped::<gemini::Model>("gemini", "Model");
+    let gemini_models = d.scoped::<gemini::ListModelsResponse>("gemini", "ListModelsResponse");
+    let google_error = d.scoped::<gemini::ErrorResponse>("gemini", "ErrorResponse");
     use wire::e2b;
     let e2b_create = d.scoped::<e2b::NewSandbox>("e2b", "NewSandbox");
     let e2b_sandbox = d.scoped::<e2b::Sandbox>("e2b", "Sandbox");
@@ -789,6 +806,21 @@ fn build() -> (serde_json::Value, Vec<String>) {
             summary,
             Body::Json(create_message.clone()),
             Answer::JsonOrEvents(message.clone()),
+        )
+    };
+    let gemini_call = |path| Operation {
+        errors: Errors::Google,
+        ..operation(
+            Post,
+            path,
+            "Gemini",
+            "Gemini's methods on a model, named after a colon: `{model}:generateContent`, \
+             `:streamGenerateContent` (`?alt=sse`: events), `:countTokens` (its body a \
+             CountTokensRequest, its answer a CountTokensResponse), over any upstream; \
+             `codeExecution` runs in a shellgate container (header `x-shellgate-container` \
+             names one to reuse)",
+            Body::Json(generate_content.clone()),
+            Answer::JsonOrEvents(generated.clone()),
         )
     };
     let count = |path, summary| Operation {
@@ -1247,6 +1279,27 @@ fn build() -> (serde_json::Value, Vec<String>) {
             &models,
         ),
         get("/v1/models/{model}", "Models", "Retrieve a model", &model),
+        // Gemini's API.
+        gemini_call("/v1/models/{model}"),
+        gemini_call("/v1beta/models/{model}"),
+        Operation {
+            errors: Errors::Google,
+            ..get(
+                "/v1beta/models",
+                "Gemini",
+                "List the models the configured upstreams serve (Gemini's shape)",
+                &gemini_models,
+            )
+        },
+        Operation {
+            errors: Errors::Google,
+            ..get(
+                "/v1beta/models/{model}",
+                "Gemini",
+                "Retrieve a model (Gemini's shape)",
+                &gemini_model,
+            )
+        },
         // Messages.
         messages(
             "/v1/messages",
@@ -1484,6 +1537,21 @@ fn build() -> (serde_json::Value, Vec<String>) {
                 .content(
                     "application/json",
                     ContentBuilder::new().schema(Some(anthropic_error)).build(),
+                )
+                .build(),
+        ),
+    );
+    components.responses.insert(
+        "GoogleError".to_owned(),
+        RefOr::T(
+            ResponseBuilder::new()
+                .description(
+                    "Google's error envelope (the Gemini API): `{\"error\": {\"code\", \
+                     \"message\", \"status\"}}`",
+                )
+                .content(
+                    "application/json",
+                    ContentBuilder::new().schema(Some(google_error)).build(),
                 )
                 .build(),
         ),

@@ -12,8 +12,8 @@ use axum::Router;
 use crate::route_table::RouteTable;
 use crate::state::AppState;
 use crate::{
-    chat, config, console, container_egress, containers, e2b, files, fs, messages, models, openapi,
-    ops, ports, processes, responses, route_grammar, skills,
+    chat, config, console, container_egress, containers, e2b, files, fs, gemini, messages, models,
+    openapi, ops, ports, processes, responses, route_grammar, skills,
 };
 
 /// The HTTP routes, behind the layer that sends a request for a
@@ -59,6 +59,9 @@ pub(crate) struct ServedRoutes {
 /// `https://openrouter.ai/api/v1`). The OpenAPI document lists the `/v1`
 /// paths once and names this prefix as a second server.
 pub(crate) const OPENROUTER_PREFIX: &str = "/api/v1";
+
+/// Gemini's models, at the version prefix Gemini CLI uses.
+const GEMINI_MODELS: &str = "/v1beta/models";
 
 #[cfg(test)]
 pub(crate) fn served_routes(state: Arc<AppState>) -> ServedRoutes {
@@ -217,7 +220,12 @@ pub(crate) fn route_table(config: &config::Config, audience: Audience) -> RouteT
         .route(route_grammar::RESPONSES, post(responses::create))
         .route(route_grammar::CHAT_COMPLETIONS, post(chat::create))
         .route("/models", get(models::list_models))
-        .route("/models/{model}", get(models::retrieve_model))
+        // OpenAI's model, and Gemini's methods on it (`{model}` is then
+        // `name:generateContent`...: `gemini::call` reads the verb).
+        .route(
+            "/models/{model}",
+            get(models::retrieve_model).post(gemini::call),
+        )
         // Anthropic's Messages API; the second path serves Anthropic SDKs
         // given a base URL that ends in /v1, as OpenAI SDKs are.
         .route(route_grammar::MESSAGES, post(messages::create))
@@ -240,7 +248,13 @@ pub(crate) fn route_table(config: &config::Config, audience: Audience) -> RouteT
         .nest(OPENROUTER_PREFIX, api)
         .route("/healthz", get(ops::healthz))
         .route("/livez", get(ops::livez))
-        .route("/openapi.json", get(openapi::serve));
+        .route("/openapi.json", get(openapi::serve))
+        // Gemini's API at Google's own version prefix (its `/v1` is above).
+        .route(GEMINI_MODELS, get(gemini::list_models))
+        .route(
+            "/v1beta/models/{model}",
+            get(gemini::get_model).post(gemini::call),
+        );
     let table = match audience {
         Audience::Everyone => table.route("/metrics", get(ops::metrics)),
         Audience::Tenants => table,

@@ -1,6 +1,7 @@
 //! Where an API replica sends a request: to the node of the container it
 //! names (by path, read with the node's own URL grammar, by E2B's
-//! `E2b-Sandbox-Id` header, or by a port's host name) or a model request
+//! `E2b-Sandbox-Id` header, a Gemini request's `x-shellgate-container`, or
+//! by a port's host name) or a model request
 //! continues, to a node placement picks (a create), or to any live node
 //! (everything else: the store is shared).
 
@@ -84,6 +85,16 @@ impl Routes {
         if let Some(id) = headers
             .get("e2b-sandbox-id")
             .and_then(|value| value.to_str().ok())
+            .filter(|id| !id.is_empty())
+        {
+            return Target::Container(id.to_owned());
+        }
+        // A Gemini request's code runs in the container it names
+        // (shellgate's extension header).
+        if let Some(id) = headers
+            .get(shellgate_wire::gemini::CONTAINER_HEADER)
+            .and_then(|value| value.to_str().ok())
+            .map(str::trim)
             .filter(|id| !id.is_empty())
         {
             return Target::Container(id.to_owned());

@@ -206,6 +206,28 @@ pub async fn prepare(
 }
 
 impl HostedShell {
+    /// Runs `code` on `container`'s kernel, interrupted after `timeout`
+    /// (`interpreting::interpret_within`), its time added to this request's.
+    pub async fn interpret_within(
+        &self,
+        container: &str,
+        code: &str,
+        timeout: std::time::Duration,
+    ) -> Result<(Interpretation, crate::sandboxes::interpreting::Ended), HostError> {
+        let started = std::time::Instant::now();
+        let (interpretation, ended, woke) = crate::sandboxes::interpreting::interpret_within(
+            &self.state,
+            &self.project,
+            &self.request,
+            container,
+            code,
+            timeout,
+        )
+        .await?;
+        self.add(started.elapsed().as_secs_f64(), woke);
+        Ok((interpretation, ended))
+    }
+
     /// Sandbox seconds to bill for this request.
     pub fn billed_seconds(&self) -> f64 {
         let (seconds, sessions) = *self.time.lock().unwrap_or_else(|p| p.into_inner());

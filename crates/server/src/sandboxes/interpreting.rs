@@ -54,6 +54,31 @@ pub async fn interpret(
     container: &str,
     code: &str,
 ) -> Result<(Interpretation, bool), HostError> {
+    interpret_within(state, project, request, container, code, TIMEOUT)
+        .await
+        .map(|(interpretation, _, woke)| (interpretation, woke))
+}
+
+/// How a call's code ended, for the dialects that tell it apart from its
+/// logs (Gemini's `outcome`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Ended {
+    /// It raised (its traceback is in the logs).
+    pub raised: bool,
+    /// It ran past its time and was interrupted.
+    pub timed_out: bool,
+}
+
+/// [`interpret`], the code interrupted after `timeout` (a dialect with a
+/// documented limit of its own), and how it ended.
+pub async fn interpret_within(
+    state: &Arc<AppState>,
+    project: &str,
+    request: &str,
+    container: &str,
+    code: &str,
+    timeout: Duration,
+) -> Result<(Interpretation, Ended, bool), HostError> {
     let exec = Exec::admit(state, project, container)
         .await
         .map_err(host_error)?
@@ -63,9 +88,9 @@ pub async fn interpret(
     // interrupted and its time until then billed.
     let mut running = exec.begin(vec![code.to_owned()]);
     let before = listing(state, container).await?;
-    let ran = execute(state, container, code).await;
+    let ran = execute(state, container, code, timeout).await;
     running.succeeded(ran.is_ok());
-    let mut interpretation = ran?;
+    let (mut interpretation, ended) = ran?;
     let after = listing(state, container).await?;
     interpretation.files = written(state, container, &before, &after).await?;
     let result = CommandResult {
@@ -76,7 +101,7 @@ pub async fn interpret(
         bytes_out: interpretation.logs.len() as u64,
     };
     running.end(Some(&[result])).await;
-    Ok((interpretation, woke))
+    Ok((interpretation, ended, woke))
 }
 
 /// The container's code interpreter context: the Python one working in
@@ -114,7 +139,8 @@ async fn execute(
     state: &AppState,
     container: &str,
     code: &str,
-) -> Result<Interpretation, HostError> {
+    timeout: Duration,
+) -> Result<(Interpretation, Ended), HostError> {
     let mut retried = false;
     loop {
         let context = context(state, container).await?;
@@ -124,7 +150,7 @@ async fn execute(
             context_id: Some(context),
             language: None,
             env_vars: Vec::new(),
-            timeout: TIMEOUT,
+            timeout,
         };
         let ran = state.interpreters.execute(container, execute, sender);
         let gather = async {
@@ -144,18 +170,27 @@ async fn execute(
                          imports are gone]\n",
                     );
                 }
-                if summary.interrupted == Some(Interruption::TimedOut) {
+                let timed_out = summary.interrupted == Some(Interruption::TimedOut);
+                if timed_out {
                     gathered.line(&format!(
                         "[interrupted: the code ran longer than {} s; the kernel keeps its state]",
-                        TIMEOUT.as_secs()
+                        timeout.as_secs()
                     ));
                 }
-                return Ok(gathered.into_interpretation());
+                let ended = Ended {
+                    raised: gathered.raised,
+                    timed_out,
+                };
+                return Ok((gathered.into_interpretation(), ended));
             }
             Err(InterpreterError::ContextNotFound(_)) if !retried => retried = true,
             Err(InterpreterError::InvalidRequest { message, .. }) => {
                 gathered.line(&format!("shellgate: the code was not run: {message}"));
-                return Ok(gathered.into_interpretation());
+                let ended = Ended {
+                    raised: true,
+                    timed_out: false,
+                };
+                return Ok((gathered.into_interpretation(), ended));
             }
             Err(e) => return Err(interpreter_error(e)),
         }
@@ -171,6 +206,8 @@ struct Gathered {
     image_bytes: usize,
     /// Images left out past [`MAX_IMAGES`] or [`MAX_IMAGE_BYTES`].
     images_left_out: usize,
+    /// The code raised.
+    raised: bool,
 }
 
 impl Gathered {
@@ -200,6 +237,7 @@ impl Gathered {
                 value,
                 traceback,
             } => {
+                self.raised = true;
                 if traceback.is_empty() {
                     self.line(&format!("{name}: {value}"));
                 } else {
