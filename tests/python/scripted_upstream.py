@@ -21,7 +21,8 @@ Its script, from the conversation it is sent:
   it is offered as the function NAMESPACE__NAME (Chat Completions), that
   function with `{"input": INPUT}`;
 - the last user message says "Interpret: CODE ||| CODE ..." with
-  `code_interpreter` offered: it calls it with each CODE in turn (one call
+  `code_interpreter` (or Gemini's, `code_execution`, as shellgate offers it)
+  offered: it calls it with each CODE in turn (one call
   per turn, counting the tool results since that message), then answers
   "Done: " and the last result;
 - "Search QUERY" with the hosted `web_search` offered (Responses only): a
@@ -74,7 +75,8 @@ def decide(body):
             return shell_call(tools, [steps[done].strip()])
     # "Interpret: A ||| B": a code_interpreter call per turn, A then B.
     asked = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=None)
-    if asked is not None and "code_interpreter" in tools:
+    interpreter = next((t for t in ("code_interpreter", "code_execution") if t in tools), None)
+    if asked is not None and interpreter:
         asked_text = messages[asked].get("content") or ""
         if isinstance(asked_text, list):
             asked_text = " ".join(p.get("text", "") for p in asked_text)
@@ -82,7 +84,7 @@ def decide(body):
             steps = asked_text[len("Interpret: "):].split(" ||| ")
             done = len([m for m in messages[asked:] if m.get("role") == "tool"])
             if done < len(steps):
-                return {"tool": ("code_interpreter", {"code": steps[done]})}
+                return {"tool": (interpreter, {"code": steps[done]})}
     if last.get("role") == "tool":
         return {"text": "Done: " + last.get("content", "")}
     text = last.get("content") or ""

@@ -1,0 +1,194 @@
+"""Google's Gemini API through its official Python SDK (`google-genai`), its
+base URL shellgate's, over the scripted upstream (scripted_upstream.py): text
+answers, function calls answered by the client (by hand and by the SDK's
+automatic function calling), streaming, `codeExecution` run in a shellgate
+container (its output, a figure, a failure, the container reused by
+shellgate's `x-shellgate-container` header), countTokens, the models list,
+and errors in Google's envelope."""
+
+import pytest
+import requests
+from google import genai
+from google.genai import errors, types
+
+from conftest import KEY_A
+
+CODE = [types.Tool(code_execution=types.ToolCodeExecution())]
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def root(server):
+    return server.base_url[: -len("/v1")]
+
+
+# A `genai.Client` closes its HTTP client when it is collected, so each is
+# kept for the session (a test's `gemini(server).models...` would otherwise
+# lose it mid-call).
+CLIENTS = []
+
+
+def gemini(server, version="v1beta", key=KEY_A, headers=None):
+    client = genai.Client(api_key=key, http_options=types.HttpOptions(
+        base_url=root(server), api_version=version, headers=headers or {}))
+    CLIENTS.append(client)
+    return client
+
+
+def parts(response):
+    return response.candidates[0].content.parts
+
+
+def test_a_text_answer_with_its_usage_at_either_version(server):
+    for version in ("v1beta", "v1"):
+        response = gemini(server, version).models.generate_content(
+            model="scripted", contents="hi",
+            config=types.GenerateContentConfig(system_instruction="be brief", temperature=0.3))
+        assert response.text == "Hello from the scripted model."
+        assert response.candidates[0].finish_reason == types.FinishReason.STOP
+        usage = response.usage_metadata
+        assert usage.prompt_token_count > 0 and usage.candidates_token_count > 0
+        assert usage.total_token_count == usage.prompt_token_count + usage.candidates_token_count
+        assert response.model_version == "scripted"
+
+
+def test_what_cannot_reach_the_upstream_is_named(server):
+    response = requests.post(
+        f"{root(server)}/v1beta/models/scripted:generateContent", params={"key": KEY_A},
+        json={"contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+              "tools": [{"googleSearch": {}}], "safetySettings": []})
+    assert response.status_code == 200, response.text
+    assert response.headers["x-shellgate-uncarried"] == "safetySettings, tools[0] (googleSearch)"
+    assert response.json()["candidates"][0]["content"]["parts"] == [
+        {"text": "Hello from the scripted model."}]
+
+
+def test_a_function_call_round_trip(server):
+    client = gemini(server)
+    weather = types.FunctionDeclaration(
+        name="get_weather", description="The weather in a city",
+        parameters=types.Schema(type="OBJECT", properties={"city": types.Schema(type="STRING")}))
+    config = types.GenerateContentConfig(tools=[types.Tool(function_declarations=[weather])])
+    asked = types.Content(role="user", parts=[types.Part(text='Call get_weather: {"city": "Oslo"}')])
+    first = client.models.generate_content(model="scripted", contents=[asked], config=config)
+    (call,) = first.function_calls
+    assert (call.name, call.args) == ("get_weather", {"city": "Oslo"}) and call.id
+    answer = types.Content(role="user", parts=[types.Part(function_response=types.FunctionResponse(
+        id=call.id, name="get_weather", response={"temperature": 3}))])
+    second = client.models.generate_content(
+        model="scripted", contents=[asked, first.candidates[0].content, answer], config=config)
+    assert second.text == 'Done: {"temperature":3}'
+
+
+def test_the_sdks_automatic_function_calling(server):
+    def get_weather(city: str) -> dict:
+        """The weather in a city."""
+        return {"city": city, "temperature": 3}
+
+    response = gemini(server).models.generate_content(
+        model="scripted", contents='Call get_weather: {"city": "Oslo"}',
+        config=types.GenerateContentConfig(tools=[get_weather]))
+    assert response.text == 'Done: {"result":{"city":"Oslo","temperature":3}}'
+    assert len(response.automatic_function_calling_history) == 3
+
+
+def test_a_stream_of_chunks_ends_with_the_finish_and_the_usage(server):
+    chunks = list(gemini(server).models.generate_content_stream(model="scripted", contents="hi"))
+    assert "".join(chunk.text or "" for chunk in chunks) == "Hello from the scripted model."
+    assert len(chunks) > 2
+    assert chunks[-1].candidates[0].finish_reason == types.FinishReason.STOP
+    assert chunks[-1].usage_metadata.total_token_count > 0
+
+
+def test_code_runs_in_a_container_whose_kernel_a_later_request_can_reuse(server):
+    response = gemini(server).models.generate_content(
+        model="scripted", contents="Interpret: x = 40 ||| x += 1\nprint(x)",
+        config=types.GenerateContentConfig(tools=CODE))
+    got = parts(response)
+    codes = [part.executable_code for part in got if part.executable_code]
+    results = [part.code_execution_result for part in got if part.code_execution_result]
+    assert [code.code for code in codes] == ["x = 40", "x += 1\nprint(x)"]
+    assert all(code.language == types.Language.PYTHON for code in codes)
+    assert [result.outcome for result in results] == [types.Outcome.OUTCOME_OK] * 2
+    assert results[1].output == "41\n"
+    assert [code.id for code in codes] == [result.id for result in results]
+    assert response.text == "Done: OUTCOME_OK\n41\n"
+    container = response.sdk_http_response.headers["x-shellgate-container"]
+    assert container.startswith("cntr_")
+    # shellgate's extension: the same container, its kernel's variables kept.
+    again = gemini(server, headers={"x-shellgate-container": container}).models.generate_content(
+        model="scripted", contents="Interpret: print(x * 2)",
+        config=types.GenerateContentConfig(tools=CODE))
+    (result,) = [part.code_execution_result for part in parts(again) if part.code_execution_result]
+    assert result.output == "82\n"
+    assert again.sdk_http_response.headers["x-shellgate-container"] == container
+    # Without it, a request's code starts afresh.
+    fresh = gemini(server).models.generate_content(
+        model="scripted", contents="Interpret: print('x' in globals())",
+        config=types.GenerateContentConfig(tools=CODE))
+    assert fresh.code_execution_result == "False\n"
+    assert fresh.sdk_http_response.headers["x-shellgate-container"] != container
+
+
+def test_a_figure_is_an_inline_png_and_a_failure_is_outcome_failed(server):
+    code = "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.show()"
+    response = gemini(server).models.generate_content(
+        model="scripted", contents="Interpret: " + code, config=types.GenerateContentConfig(tools=CODE))
+    images = [part.inline_data for part in parts(response) if part.inline_data]
+    assert len(images) == 1 and images[0].mime_type == "image/png"
+    assert images[0].data.startswith(PNG)
+    failed = gemini(server).models.generate_content(
+        model="scripted", contents="Interpret: 1 / 0", config=types.GenerateContentConfig(tools=CODE))
+    (result,) = [part.code_execution_result for part in parts(failed) if part.code_execution_result]
+    assert result.outcome == types.Outcome.OUTCOME_FAILED
+    assert "ZeroDivisionError" in result.output
+
+
+def test_code_execution_streams_its_parts_whole(server):
+    chunks = list(gemini(server).models.generate_content_stream(
+        model="scripted", contents="Interpret: print(6 * 7)",
+        config=types.GenerateContentConfig(tools=CODE)))
+    got = [part for chunk in chunks for part in (chunk.candidates[0].content.parts or [])]
+    assert [part.executable_code.code for part in got if part.executable_code] == ["print(6 * 7)"]
+    (result,) = [part.code_execution_result for part in got if part.code_execution_result]
+    assert (result.outcome, result.output) == (types.Outcome.OUTCOME_OK, "42\n")
+    assert "".join(part.text or "" for part in got) == "Done: OUTCOME_OK\n42\n"
+
+
+def test_count_tokens_and_the_models_list(server):
+    client = gemini(server)
+    assert client.models.count_tokens(model="scripted", contents="hello there").total_tokens > 0
+    names = {model.name for model in client.models.list()}
+    assert "models/scripted" in names
+    assert client.models.get(model="scripted").name == "models/scripted"
+
+
+def test_errors_are_googles(server):
+    with pytest.raises(errors.ClientError) as refused:
+        gemini(server, key="sk-wrong").models.generate_content(model="scripted", contents="hi")
+    assert refused.value.code == 401 and refused.value.status == "UNAUTHENTICATED"
+    with pytest.raises(errors.APIError) as failed:
+        gemini(server).models.generate_content(model="scripted-500", contents="hi")
+    assert failed.value.code >= 500 and "crashed" in failed.value.message
+    with pytest.raises(errors.ClientError) as missing:
+        gemini(server, headers={"x-shellgate-container": "cntr_nope"}).models.generate_content(
+            model="scripted", contents="hi", config=types.GenerateContentConfig(tools=CODE))
+    assert missing.value.code == 404 and missing.value.status == "NOT_FOUND"
+    # OpenAI's model route is unchanged beside Gemini's methods.
+    listed = requests.get(f"{server.base_url}/models/scripted",
+                          headers={"Authorization": f"Bearer {KEY_A}"})
+    assert listed.json()["object"] == "model"
+
+
+@pytest.mark.parametrize("protocol", ["responses", "anthropic"])
+def test_every_upstream_protocol(fresh_server, protocol):
+    server = fresh_server(upstream_protocol=protocol)
+    client = gemini(server)
+    assert client.models.generate_content(model="scripted", contents="hi").text == \
+        "Hello from the scripted model."
+    response = client.models.generate_content(
+        model="scripted", contents="Interpret: print(2 + 3)", config=types.GenerateContentConfig(tools=CODE))
+    assert response.code_execution_result == "5\n"
+    assert response.text == "Done: OUTCOME_OK\n5\n"
+    streamed = "".join(chunk.text or "" for chunk in client.models.generate_content_stream(
+        model="scripted", contents="hi"))
+    assert streamed == "Hello from the scripted model."
