@@ -365,7 +365,7 @@ mod tests {
         }
         let next = attempt("192.0.2.1", "99-guess-xxxxxxxx");
         let refused = throttle.admit_at(&next, now).unwrap_err();
-        assert_eq!(refused.status, axum::http::StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(refused.status(), axum::http::StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(refused.retry_after, Some(3));
         // A key never seen from there waits too, right or wrong: the
         // refusal says nothing of the key.

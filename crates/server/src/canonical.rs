@@ -299,7 +299,7 @@ mod tests {
             Some("api.example"),
         );
         assert_eq!(
-            settle(&mut two_hosts).unwrap_err().status,
+            settle(&mut two_hosts).unwrap_err().status(),
             StatusCode::BAD_REQUEST
         );
         let mut dotted = request("http://api.example/v1/../internal/v1/drain", None);

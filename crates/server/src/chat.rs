@@ -89,7 +89,7 @@ fn upstream_error(error: UpstreamError) -> ApiError {
             if (400..500).contains(&status) && ![401, 403, 429].contains(&status) =>
         {
             let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
-            ApiError::of(ErrorCode::UpstreamRejected, message).with_status(status)
+            ApiError::upstream_rejected(status, message)
         }
         UpstreamError::RateLimited { .. } => ApiError::quota(ErrorCode::RateLimitExceeded, message),
         UpstreamError::Timeout { .. } | UpstreamError::TurnTimeout { .. } => {

@@ -13,28 +13,47 @@ use shellgate_wire::e2b::E2bErrorBody;
 use shellgate_wire::messages::{ErrorKind, ErrorResponse};
 use shellgate_wire::{ErrorBody, ErrorCode, ErrorEnvelope};
 
-/// An error a handler returns.
+/// An error a handler returns. Its status is its `code`'s
+/// ([`ApiError::status`]), but for [`ApiError::upstream_rejected`]'s.
 #[derive(Debug, Clone)]
 pub struct ApiError {
-    /// `code`'s status, except where an upstream's own status is relayed.
-    pub status: StatusCode,
     pub code: ErrorCode,
     pub message: String,
     pub param: Option<String>,
     pub retry_after: Option<u64>,
+    /// An upstream's own status, relayed in place of `code`'s.
+    relayed_status: Option<StatusCode>,
 }
 
 impl ApiError {
     /// The catalogue's `code`, with its status.
     pub fn of(code: ErrorCode, message: impl Into<String>) -> Self {
         Self {
-            status: StatusCode::from_u16(code.status())
-                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
             code,
             message: message.into(),
             param: None,
             retry_after: None,
+            relayed_status: None,
         }
+    }
+
+    /// An upstream's refusal of the request it was given (`upstream_rejected`),
+    /// answered with the upstream's own `status` (a 4xx), which says more
+    /// to the client than the catalogue's one status for the code: the only
+    /// error whose status is not its code's.
+    pub fn upstream_rejected(status: StatusCode, message: impl Into<String>) -> Self {
+        Self {
+            relayed_status: Some(status),
+            ..Self::of(ErrorCode::UpstreamRejected, message)
+        }
+    }
+
+    /// The HTTP status: the catalogue's for `code`, or an upstream's
+    /// relayed one.
+    pub fn status(&self) -> StatusCode {
+        self.relayed_status.unwrap_or_else(|| {
+            StatusCode::from_u16(self.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+        })
     }
 
     /// 400 naming the offending parameter.
@@ -137,12 +156,6 @@ impl ApiError {
         self
     }
 
-    /// An upstream's own status, relayed to the client.
-    pub fn with_status(mut self, status: StatusCode) -> Self {
-        self.status = status;
-        self
-    }
-
     /// OpenAI's `error.type`.
     pub fn kind(&self) -> &'static str {
         self.code.error_type().as_str()
@@ -174,7 +187,7 @@ impl ApiError {
     /// Anthropic's envelope, with the type the SDK maps to its exception
     /// classes (by status).
     pub fn anthropic(&self) -> ErrorResponse {
-        let kind = match self.status.as_u16() {
+        let kind = match self.status().as_u16() {
             400 | 415 | 422 => ErrorKind::InvalidRequestError,
             401 => ErrorKind::AuthenticationError,
             403 => ErrorKind::PermissionError,
@@ -191,7 +204,7 @@ impl ApiError {
     /// the status's `google.rpc.Code` name.
     pub fn google(&self) -> shellgate_wire::gemini::ErrorResponse {
         shellgate_wire::gemini::ErrorResponse::new(
-            self.status.as_u16(),
+            self.status().as_u16(),
             self.message_naming_param(),
         )
     }
@@ -199,7 +212,7 @@ impl ApiError {
     /// E2B's envelope.
     pub fn e2b(&self) -> E2bErrorBody {
         E2bErrorBody {
-            code: self.status.as_u16(),
+            code: self.status().as_u16(),
             message: self.message_naming_param(),
         }
     }
@@ -207,10 +220,10 @@ impl ApiError {
     /// The response in `dialect`'s envelope, with `Retry-After` when set.
     pub fn render(&self, dialect: Dialect) -> Response {
         let mut response = match dialect {
-            Dialect::OpenAi => (self.status, axum::Json(self.envelope())).into_response(),
-            Dialect::Anthropic => (self.status, axum::Json(self.anthropic())).into_response(),
-            Dialect::E2b => (self.status, axum::Json(self.e2b())).into_response(),
-            Dialect::Google => (self.status, axum::Json(self.google())).into_response(),
+            Dialect::OpenAi => (self.status(), axum::Json(self.envelope())).into_response(),
+            Dialect::Anthropic => (self.status(), axum::Json(self.anthropic())).into_response(),
+            Dialect::E2b => (self.status(), axum::Json(self.e2b())).into_response(),
+            Dialect::Google => (self.status(), axum::Json(self.google())).into_response(),
         };
         if let Some(seconds) = self.retry_after {
             if let Ok(value) = HeaderValue::from_str(&seconds.to_string()) {
@@ -294,8 +307,8 @@ pub async fn in_dialect(request: Request, next: Next) -> Response {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        if self.status.is_server_error() {
-            tracing::error!(status = self.status.as_u16(), "{}", self.message);
+        if self.status().is_server_error() {
+            tracing::error!(status = self.status().as_u16(), "{}", self.message);
         }
         let mut response = self.render(Dialect::OpenAi);
         response
@@ -417,7 +430,7 @@ pub(crate) fn listen_reason(error: &std::io::Error) -> String {
 /// call, a code interpreter call): what the response fails with.
 pub fn host_error(error: ApiError) -> shellgate_model::run::HostError {
     shellgate_model::run::HostError {
-        code: if error.status == StatusCode::TOO_MANY_REQUESTS {
+        code: if error.status() == StatusCode::TOO_MANY_REQUESTS {
             "rate_limit_exceeded"
         } else {
             "server_error"
@@ -517,11 +530,28 @@ mod tests {
     fn a_more_precise_code_keeps_the_parameter_and_takes_its_status() {
         let error = ApiError::invalid("after", "unknown").with_code(ErrorCode::InvalidCursor);
         assert_eq!(error.param.as_deref(), Some("after"));
-        assert_eq!(error.status, StatusCode::BAD_REQUEST);
+        assert_eq!(error.status(), StatusCode::BAD_REQUEST);
         let error = ApiError::conflict("gone").with_code(ErrorCode::ContainerDeleted);
         assert_eq!(
-            (error.status, error.kind()),
+            (error.status(), error.kind()),
             (StatusCode::CONFLICT, "invalid_request_error")
         );
+    }
+
+    #[test]
+    fn only_an_upstreams_refusal_relays_a_status_of_its_own() {
+        let relayed =
+            ApiError::upstream_rejected(StatusCode::UNPROCESSABLE_ENTITY, "model says no");
+        assert_eq!(relayed.code, ErrorCode::UpstreamRejected);
+        assert_eq!(relayed.status(), StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(
+            ApiError::of(ErrorCode::UpstreamRejected, "no")
+                .status()
+                .as_u16(),
+            ErrorCode::UpstreamRejected.status()
+        );
+        // Another code is that code's status, whatever was relayed.
+        let recoded = relayed.with_code(ErrorCode::Internal);
+        assert_eq!(recoded.status(), StatusCode::INTERNAL_SERVER_ERROR);
     }
 }

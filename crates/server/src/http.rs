@@ -279,7 +279,7 @@ pub fn multipart_error(error: axum::extract::multipart::MultipartError) -> ApiEr
     } else {
         let text = error.body_text();
         match body_error(text.clone()) {
-            timeout if timeout.status == axum::http::StatusCode::REQUEST_TIMEOUT => timeout,
+            timeout if timeout.status() == axum::http::StatusCode::REQUEST_TIMEOUT => timeout,
             _ => ApiError::bad_request(format!("Invalid multipart body: {text}")),
         }
     }

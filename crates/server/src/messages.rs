@@ -1123,7 +1123,7 @@ fn closing_events(end: Result<wire::Message, ApiError>) -> Vec<Event> {
             sse(&StreamEvent::MessageStop),
         ],
         Err(error) => {
-            let kind = if error.status == StatusCode::TOO_MANY_REQUESTS {
+            let kind = if error.status() == StatusCode::TOO_MANY_REQUESTS {
                 ErrorKind::RateLimitError
             } else {
                 ErrorKind::ApiError

@@ -143,7 +143,7 @@ mod tests {
         let one = budgets.open("alpha", "c1", "p1").unwrap();
         let _two = budgets.open("alpha", "c1", "p1").unwrap();
         let refused = budgets.open("alpha", "c1", "p1").err().unwrap();
-        assert_eq!(refused.status.as_u16(), 429);
+        assert_eq!(refused.status().as_u16(), 429);
         assert_eq!(refused.code.code(), Some("too_many_process_streams"));
         // Another process of the project, up to the project's bound.
         let _three = budgets.open("alpha", "c1", "p2").unwrap();

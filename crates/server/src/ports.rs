@@ -330,7 +330,7 @@ async fn authorize(
         // An unknown key is no project here (a port token may still open it).
         Some(key) => match crate::http::key_grant(state, key, client).await {
             Ok(grant) => Some(grant.project),
-            Err(error) if error.status == StatusCode::UNAUTHORIZED => None,
+            Err(error) if error.status() == StatusCode::UNAUTHORIZED => None,
             Err(error) => return Err(error),
         },
         None => None,

@@ -718,22 +718,19 @@ pub(crate) fn stored_items(text: &str) -> ApiResult<Vec<wire::Item>> {
     Ok(values.iter().map(typed_item).collect())
 }
 
-/// The container a request continues, read as [`prepare`] reads it (a
-/// cluster's replica routes the request by it): `stored` is the
-/// conversation of its `previous_response_id`, if any. `None` for a
-/// request whose tools `prepare` refuses (its node answers the 400).
+/// The container a request continues: [`prepare`] runs its hosted tools
+/// there, and a cluster's replica routes the request by it, so both read
+/// the request the same way. `tools` are the request's own (as parsed,
+/// before any a conversation adds or a guardrail rewrites), `stored` the
+/// conversation of its `previous_response_id`, if any; its `input` follows.
 pub(crate) fn continued(
     body: &wire::CreateResponse,
-    stored: Vec<wire::Item>,
-) -> Option<crate::sandboxes::reuse::Reuse> {
-    let tools = Tools::parse(body.tools.as_deref().unwrap_or_default()).ok()?;
-    let mut items = stored;
+    tools: &Tools,
+    stored: &[wire::Item],
+) -> crate::sandboxes::reuse::Reuse {
+    let mut items = stored.to_vec();
     items.extend(normalize_input(body.input.clone()));
-    Some(crate::sandboxes::reuse::Reuse::pick(
-        &tools,
-        body.session_id.as_deref(),
-        &items,
-    ))
+    crate::sandboxes::reuse::Reuse::pick(tools, body.session_id.as_deref(), &items)
 }
 
 async fn prepare(
@@ -788,6 +785,7 @@ async fn prepare(
         }
         items = stored_items(&row.conversation)?;
     }
+    let reuse = continued(&body, &tools, &items);
     let mut not_offered = Vec::new();
     if upstream.protocol() != Some(shellgate_model::upstream::Protocol::Responses) {
         not_offered = offer_additional_tools(&mut tools, &items, &input);
@@ -810,7 +808,6 @@ async fn prepare(
         let (id, node) = (response_id.clone(), state.node_name.clone());
         state.db(move |s| s.set_response_node(&id, &node)).await?;
     }
-    let reuse = crate::sandboxes::reuse::Reuse::pick(&tools, body.session_id.as_deref(), &items);
     let hosted =
         crate::sandboxes::hosted::prepare(state, &project.0, &tools, reuse, &response_id).await?;
     let (sandbox, environment_description) = (hosted.sandbox, hosted.description);

@@ -525,7 +525,11 @@ async fn continued_node(
                 }
                 _ => Vec::new(),
             };
-            crate::responses::continued(&request, stored)
+            // A request whose tools the node refuses is any node's to
+            // answer (its 400).
+            shellgate_model::tools::Tools::parse(request.tools.as_deref().unwrap_or_default())
+                .ok()
+                .map(|tools| crate::responses::continued(&request, &tools, &stored))
         }
     };
     let container = match (reuse, project) {

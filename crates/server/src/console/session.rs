@@ -414,7 +414,7 @@ mod tests {
             )],
         ] {
             let refused = cookie(&headers(&pairs)).unwrap_err();
-            assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{pairs:?}");
+            assert_eq!(refused.status(), StatusCode::BAD_REQUEST, "{pairs:?}");
         }
     }
 

@@ -94,7 +94,7 @@ mod tests {
         }
         for streams in [&one, &two] {
             let refused = streams.open("alpha").await.err().unwrap();
-            assert_eq!(refused.status.as_u16(), 429);
+            assert_eq!(refused.status().as_u16(), 429);
             assert_eq!(refused.code.code(), Some("too_many_console_streams"));
         }
         assert!(

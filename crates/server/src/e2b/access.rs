@@ -202,7 +202,7 @@ async fn check(
             let row = state
                 .db(move |s| s.e2b_sandbox_by_id(&key))
                 .await
-                .map_err(|e| AccessRejection::new(parts, e.status, e.message))?;
+                .map_err(|e| AccessRejection::new(parts, e.status(), e.message))?;
             let Some(row) = row else {
                 return Err(not_found(parts));
             };
@@ -237,7 +237,7 @@ async fn check(
             let owner = state
                 .db(move |s| s.e2b_project_of_access_token(&token))
                 .await
-                .map_err(|e| AccessRejection::new(parts, e.status, e.message))?;
+                .map_err(|e| AccessRejection::new(parts, e.status(), e.message))?;
             if owner.is_some_and(|owner| owner != entry.project) {
                 return Err(not_found(parts));
             }
@@ -258,7 +258,7 @@ async fn check(
     if let Some(key) = presented.key {
         let project = project_of_key(state, key, crate::http::client_address(parts))
             .await
-            .map_err(|e| AccessRejection::new(parts, e.status, e.message))?;
+            .map_err(|e| AccessRejection::new(parts, e.status(), e.message))?;
         if project.0 != entry.project {
             return Err(not_found(parts));
         }

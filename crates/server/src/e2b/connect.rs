@@ -140,7 +140,7 @@ impl std::fmt::Display for ConnectError {
 
 impl From<ApiError> for ConnectError {
     fn from(error: ApiError) -> Self {
-        Self::new(ConnectCode::of_status(error.status), error.message)
+        Self::new(ConnectCode::of_status(error.status()), error.message)
     }
 }
 

@@ -81,9 +81,9 @@ type E2bResult<T> = Result<T, E2bError>;
 fn e2b_error(error: ApiError) -> E2bError {
     match &error.param {
         Some(param) if !error.message.contains(param.as_str()) => {
-            E2bError::new(error.status, format!("{param}: {}", error.message))
+            E2bError::new(error.status(), format!("{param}: {}", error.message))
         }
-        _ => E2bError::new(error.status, error.message),
+        _ => E2bError::new(error.status(), error.message),
     }
 }
 
@@ -666,7 +666,7 @@ async fn list(
         })
         .await
         .map_err(|e| {
-            if e.status == StatusCode::BAD_REQUEST || e.message.contains("continue after") {
+            if e.status() == StatusCode::BAD_REQUEST || e.message.contains("continue after") {
                 bad_request("nextToken is not a token of this listing")
             } else {
                 e2b_error(e)

@@ -71,7 +71,7 @@ impl E2bError {
 
 impl From<ApiError> for E2bError {
     fn from(error: ApiError) -> Self {
-        Self::new(error.status, error.message)
+        Self::new(error.status(), error.message)
     }
 }
 

@@ -513,7 +513,7 @@ impl Run {
                 }
                 Err(error) => {
                     let body = shellgate_wire::gemini::ErrorResponse::new(
-                        error.status.as_u16(),
+                        error.status().as_u16(),
                         error.message,
                     );
                     let _ = tx.send(
