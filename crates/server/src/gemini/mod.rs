@@ -262,7 +262,7 @@ async fn generate(
         upstream,
         sandbox,
         include_thoughts,
-        deadline: std::time::Duration::from_secs(state.config.response_timeout_secs),
+        deadline: std::time::Duration::from_secs(state.config.model.response_timeout_secs),
     };
     let container = match &run.sandbox {
         Some(sandbox) if mode == Mode::Events => sandbox.container_id().await,
@@ -424,7 +424,7 @@ fn upstream_error(error: UpstreamError) -> ApiError {
         {
             let status = axum::http::StatusCode::from_u16(status)
                 .unwrap_or(axum::http::StatusCode::BAD_REQUEST);
-            ApiError::of(ErrorCode::UpstreamRejected, message).with_status(status)
+            ApiError::upstream_rejected(status, message)
         }
         UpstreamError::RateLimited { .. } => ApiError::quota(ErrorCode::RateLimitExceeded, message),
         UpstreamError::Timeout { .. } | UpstreamError::TurnTimeout { .. } => {
