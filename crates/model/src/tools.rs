@@ -3,7 +3,9 @@
 //! (OpenAI's `shell`, or OpenRouter's `openrouter:shell`) is a function
 //! `shell` taking a `commands` array, whose description says what the
 //! environment is; OpenRouter's `openrouter:bash` (Anthropic's bash tool
-//! shape, Messages API only) is a function `bash` taking one `command`; the
+//! shape, Messages API only) is a function `bash` taking one `command`;
+//! Anthropic's text editor (`text_editor_*`) is a function of its name
+//! taking its documented commands, run by the client; the
 //! legacy `local_shell` is a function `local_shell` taking an argv
 //! `command`; user functions pass through, and so do user `custom`
 //! (freeform) tools, as freeform [`ToolSpec`]s each adapter says its own
@@ -187,6 +189,60 @@ impl Function {
             name: tool.name.clone(),
             description: tool.description.clone().unwrap_or_default(),
             parameters: Value::Object(tool.input_schema.clone()),
+            custom: None,
+            namespace: None,
+        })
+    }
+
+    /// Anthropic's text editor tool (`text_editor_*`), a function the
+    /// client runs: its documented commands and their inputs.
+    fn from_text_editor(
+        tool: &messages::TextEditorTool,
+        param: &str,
+    ) -> Result<Self, RequestError> {
+        let default = if tool.has_undo() {
+            "str_replace_editor"
+        } else {
+            messages::TEXT_EDITOR_NAME
+        };
+        let name = tool_name(Some(tool.name.as_deref().unwrap_or(default)), param)?;
+        let mut commands = vec!["view", "create", "str_replace", "insert"];
+        if tool.has_undo() {
+            commands.push("undo_edit");
+        }
+        let mut description = "Views, creates and edits text files on the user's machine; the \
+                               user's client runs each command and returns its result. `view` \
+                               shows a file (with line numbers) or lists a directory; `create` \
+                               writes `file_text` to a new file; `str_replace` replaces \
+                               `old_str`, which must occur exactly once, with `new_str`; \
+                               `insert` puts `insert_text` after line `insert_line`."
+            .to_owned();
+        if tool.has_undo() {
+            description.push_str(" `undo_edit` reverts the last edit of `path`.");
+        }
+        if let Some(max) = tool.max_characters {
+            description.push_str(&format!(" A view shows at most {max} characters."));
+        }
+        Ok(Function {
+            name: name.to_owned(),
+            description,
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "command": {"type": "string", "enum": commands},
+                    "path": {"type": "string", "description": "The file or directory's absolute path."},
+                    "file_text": {"type": "string", "description": "`create`: the new file's content."},
+                    "old_str": {"type": "string", "description": "`str_replace`: the text to replace (exactly once in the file)."},
+                    "new_str": {"type": "string", "description": "`str_replace`: the text to put in its place."},
+                    "insert_line": {"type": "integer", "description": "`insert`: the line after which to insert (0: at the start)."},
+                    "insert_text": {"type": "string", "description": "`insert`: the text to insert."},
+                    "view_range": {
+                        "type": "array", "items": {"type": "integer"},
+                        "description": "`view`: the first and last line to show (-1: to the end).",
+                    },
+                },
+                "required": ["command", "path"],
+            }),
             custom: None,
             namespace: None,
         })
@@ -415,13 +471,16 @@ impl Tools {
                 messages::Tool::Custom(tool) => {
                     parsed.functions.push(Function::from_custom(tool, &param)?)
                 }
+                messages::Tool::TextEditor(tool) => parsed
+                    .functions
+                    .push(Function::from_text_editor(tool, &param)?),
                 messages::Tool::Unknown(_) => {
                     return Err(invalid(
                         &format!("{param}.type"),
                         format!(
                             "tool type '{}' is not supported here; use a tool with an \
-                             input_schema, 'openrouter:shell', 'openrouter:bash' or \
-                             'bash_20250124'",
+                             input_schema, 'openrouter:shell', 'openrouter:bash', \
+                             'bash_20250124' or 'text_editor_20250728'",
                             tool.kind().unwrap_or_default()
                         ),
                     ))
@@ -1237,5 +1296,31 @@ mod tests {
         );
         assert!(valid_reference(&"a".repeat(40)) && !valid_reference(&"a".repeat(41)));
         assert!(!valid_reference("has space"));
+    }
+    #[test]
+    fn the_text_editor_is_a_client_function_of_its_version() {
+        let tools = messages_tools(&[
+            json!({"type": "text_editor_20250728", "name": "str_replace_based_edit_tool",
+                   "max_characters": 500}),
+        ])
+        .unwrap();
+        let [editor] = tools.functions.as_slice() else {
+            panic!("one function: {:?}", tools.functions)
+        };
+        assert_eq!(editor.name, "str_replace_based_edit_tool");
+        assert!(editor.description.contains("500 characters"));
+        assert_eq!(
+            editor.parameters["properties"]["command"]["enum"],
+            json!(["view", "create", "str_replace", "insert"])
+        );
+        assert!(!tools.hosted(&editor.name));
+        // The first version is named otherwise and can undo an edit.
+        let first = messages_tools(&[json!({"type": "text_editor_20250124"})]).unwrap();
+        assert_eq!(first.functions[0].name, "str_replace_editor");
+        assert!(
+            first.functions[0].parameters["properties"]["command"]["enum"]
+                .as_array()
+                .is_some_and(|commands| commands.contains(&json!("undo_edit")))
+        );
     }
 }

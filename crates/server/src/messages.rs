@@ -8,7 +8,10 @@
 //! client replays become the calls they were. Tools: user tools
 //! (`input_schema`) pass through to the model and come back as `tool_use`;
 //! Anthropic's own bash tool (`bash_*`) and `openrouter:bash` with `engine`
-//! `auto` or `native` come back as a `bash` `tool_use` for the client to run;
+//! `auto` or `native` come back as a `bash` `tool_use` for the client to run,
+//! and Anthropic's text editor tool (`text_editor_*`) as a `tool_use` of its
+//! name (an Anthropic upstream gets its declaration as written, any other a
+//! function of the same name and commands);
 //! `openrouter:shell` and `openrouter:bash` with `engine: openrouter` run in
 //! the sandbox within the request. Their calls and results come back as
 //! content blocks:
@@ -210,7 +213,8 @@ fn counted_turn(
         carried: request.carried,
     };
     let instructions = system_text(body.system.as_ref())?;
-    let (kept, positions, native_tools) = set_apart(body.tools.as_deref().unwrap_or_default());
+    let (kept, positions, native_tools) =
+        set_apart(body.tools.as_deref().unwrap_or_default(), protocol);
     let tools = Tools::parse_messages(&kept)
         .map_err(|e| invalid(&client_param(&e.param, &positions), e.message))?;
     let (tool_choice, parallel) = tool_choice(&tools, body.tool_choice.as_ref())?;
@@ -271,14 +275,25 @@ fn betas(headers: &HeaderMap) -> Vec<String> {
         .collect()
 }
 
+/// The tools kept, their indices in the request, and the tools set apart
+/// with theirs.
+type Split<'a> = (Vec<wire::Tool>, Vec<usize>, Vec<(usize, &'a wire::Tool)>);
+
 /// `tools` split: the ones shellgate runs or hands back (with each one's
 /// index in the request, for errors), and Anthropic's server tools
 /// (`web_search_20250305` and the like, with their index), which are the
-/// upstream's to run.
-fn set_apart(tools: &[wire::Tool]) -> (Vec<wire::Tool>, Vec<usize>, Vec<(usize, &wire::Tool)>) {
+/// upstream's to run. Anthropic's text editor tool is the client's: an
+/// Anthropic upstream gets its own declaration (the model knows it by
+/// it), any other a function of the same name and commands.
+fn set_apart(tools: &[wire::Tool], protocol: Option<Protocol>) -> Split<'_> {
     let (mut kept, mut positions, mut apart) = (Vec::new(), Vec::new(), Vec::new());
     for (index, tool) in tools.iter().enumerate() {
-        if matches!(tool, wire::Tool::Unknown(_)) {
+        let native = match tool {
+            wire::Tool::Unknown(_) => true,
+            wire::Tool::TextEditor(_) => protocol == Some(Protocol::Anthropic),
+            _ => false,
+        };
+        if native {
             apart.push((index, tool));
         } else {
             kept.push(tool.clone());
@@ -458,7 +473,7 @@ fn carry(
 /// cluster's replica routes the request by it). `None` for a request
 /// `prepare` refuses (its node answers the 400).
 pub(crate) fn continued(body: &CreateMessage) -> Option<crate::sandboxes::reuse::Reuse> {
-    let (kept, _, _) = set_apart(body.tools.as_deref().unwrap_or_default());
+    let (kept, _, _) = set_apart(body.tools.as_deref().unwrap_or_default(), None);
     let tools = Tools::parse_messages(&kept).ok()?;
     let items = conversation(&body.messages).ok()?;
     Some(crate::sandboxes::reuse::Reuse::pick(
@@ -484,7 +499,10 @@ async fn prepare(
         ));
     }
     let instructions = system_text(body.system.as_ref())?;
-    let (kept, positions, native_tools) = set_apart(body.tools.as_deref().unwrap_or_default());
+    let (kept, positions, native_tools) = set_apart(
+        body.tools.as_deref().unwrap_or_default(),
+        upstream.protocol(),
+    );
     let tools = Tools::parse_messages(&kept)
         .map_err(|e| invalid(&client_param(&e.param, &positions), e.message))?;
     let (carry, mut uncarried) = carry(&body, headers, &native_tools, upstream.protocol())?;
@@ -1583,7 +1601,7 @@ mod tests {
         headers.append("anthropic-beta", "a-1, b-2".parse().unwrap());
         headers.append("anthropic-beta", "c-3".parse().unwrap());
         let tools = body.tools.clone().unwrap();
-        let (_, positions, native) = set_apart(&tools);
+        let (_, positions, native) = set_apart(&tools, Some(Protocol::Chat));
         assert_eq!(positions, [0]);
         assert_eq!(
             client_param("tools[0].input_schema", &[2]),

@@ -316,6 +316,9 @@ pub enum Tool {
     /// Anthropic's bash tool (`bash_20250124`, any `bash_*`): run by the
     /// client.
     Bash(BashTool),
+    /// Anthropic's text editor tool (`text_editor_20250728`, any
+    /// `text_editor_*`): run by the client.
+    TextEditor(TextEditorTool),
     /// `openrouter:shell`: run in the sandbox (the same shape as the
     /// Responses API's).
     OpenRouterShell(OpenRouterTool),
@@ -332,6 +335,7 @@ impl Tool {
         match self {
             Tool::Custom(tool) => tool.kind.map(|_| "custom"),
             Tool::Bash(tool) => Some(&tool.kind),
+            Tool::TextEditor(tool) => Some(&tool.kind),
             Tool::OpenRouterShell(_) => Some(OPENROUTER_SHELL),
             Tool::OpenRouterBash(_) => Some(OPENROUTER_BASH),
             Tool::Unknown(raw) => Some(raw.kind()).filter(|kind| !kind.is_empty()),
@@ -345,6 +349,7 @@ impl Tool {
         match self {
             Tool::Custom(tool) => tool.extra.get(super::blocks::CACHE_CONTROL),
             Tool::Bash(tool) => tool.extra.get(super::blocks::CACHE_CONTROL),
+            Tool::TextEditor(tool) => tool.extra.get(super::blocks::CACHE_CONTROL),
             Tool::Unknown(raw) => raw.0.get(super::blocks::CACHE_CONTROL),
             Tool::OpenRouterShell(_) | Tool::OpenRouterBash(_) => None,
         }
@@ -393,6 +398,7 @@ impl Serialize for Tool {
         match self {
             Tool::Custom(tool) => tool.serialize(serializer),
             Tool::Bash(tool) => tool.serialize(serializer),
+            Tool::TextEditor(tool) => tool.serialize(serializer),
             Tool::OpenRouterShell(tool) => TaggedTool::OpenRouterShell(tool).serialize(serializer),
             Tool::OpenRouterBash(tool) => TaggedTool::OpenRouterBash(tool).serialize(serializer),
             Tool::Unknown(raw) => raw.serialize(serializer),
@@ -409,6 +415,7 @@ impl<'de> Deserialize<'de> for Tool {
             Some(OPENROUTER_SHELL) => Tool::OpenRouterShell(tool.variant()?),
             Some(OPENROUTER_BASH) => Tool::OpenRouterBash(tool.variant()?),
             Some(kind) if kind.starts_with("bash_") => Tool::Bash(tool.whole()?),
+            Some(kind) if kind.starts_with(TEXT_EDITOR_PREFIX) => Tool::TextEditor(tool.whole()?),
             Some(_) => Tool::Unknown(Raw(tool.object)),
         })
     }
@@ -447,4 +454,38 @@ pub struct BashTool {
     #[serde(flatten)]
     #[schema(value_type = Object)]
     pub extra: Extra,
+}
+
+/// The `type` prefix of Anthropic's text editor tools.
+pub const TEXT_EDITOR_PREFIX: &str = "text_editor_";
+
+/// The name Anthropic's text editor tool is called by (since
+/// `text_editor_20250429`; `text_editor_20250124`'s is
+/// `str_replace_editor`).
+pub const TEXT_EDITOR_NAME: &str = "str_replace_based_edit_tool";
+
+/// Anthropic's text editor tool (`{"type": "text_editor_20250728", "name":
+/// "str_replace_based_edit_tool"}`): the model views and edits files on
+/// the client's machine, the client runs each call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct TextEditorTool {
+    /// `text_editor_` and a version date.
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Most characters of a file a `view` shows (`text_editor_20250728`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_characters: Option<u64>,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
+
+impl TextEditorTool {
+    /// Whether this version has `undo_edit` (`text_editor_20250124`'s
+    /// `str_replace_editor` does; later versions do not).
+    pub fn has_undo(&self) -> bool {
+        self.kind.as_str() <= "text_editor_20250124"
+    }
 }
