@@ -442,14 +442,28 @@ pub async fn serve_replica(
     Ok(())
 }
 
-async fn shutdown_signal() {
+/// Resolves on SIGINT or SIGTERM. The handlers are installed here, when
+/// the server starts, not when the future is first polled: a server
+/// started with SIGINT ignored (`nohup`, a background job) answers its
+/// first request already stopping on SIGINT, not a moment later.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut terminate) = signal(SignalKind::terminate()) else {
-        let _ = tokio::signal::ctrl_c().await;
-        return;
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {},
-        _ = terminate.recv() => {},
+    let interrupt = signal(SignalKind::interrupt());
+    let terminate = signal(SignalKind::terminate());
+    async move {
+        match (interrupt, terminate) {
+            (Ok(mut interrupt), Ok(mut terminate)) => {
+                tokio::select! {
+                    _ = interrupt.recv() => {},
+                    _ = terminate.recv() => {},
+                }
+            }
+            (Ok(mut only), Err(_)) | (Err(_), Ok(mut only)) => {
+                only.recv().await;
+            }
+            // No handler could be installed: the default dispositions
+            // still end the process on either signal.
+            (Err(_), Err(_)) => std::future::pending().await,
+        }
     }
 }
