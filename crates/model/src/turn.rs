@@ -257,6 +257,36 @@ pub struct Turn {
     pub carry: Carry,
 }
 
+impl Turn {
+    /// An estimate of the input tokens of this turn, for an upstream that
+    /// cannot count them: a token per four bytes of its text (the system
+    /// prompt, every message, each tool's name, description and schema),
+    /// rounded up — the usual rule of thumb for English text and code with
+    /// BPE tokenizers; it is not any model's count.
+    pub fn estimated_input_tokens(&self) -> u64 {
+        let mut bytes = 0usize;
+        for message in &self.messages {
+            bytes += match message {
+                Message::System(text) | Message::User(text) => text.len(),
+                Message::Assistant { text, tool_calls } => {
+                    text.len()
+                        + tool_calls
+                            .iter()
+                            .map(|c| c.name.len() + c.arguments.len())
+                            .sum::<usize>()
+                }
+                Message::Tool { output, .. } => output.len(),
+                Message::Reasoning(reasoning) => reasoning.text.len(),
+                Message::Native(native) => native.item.to_string().len(),
+            };
+        }
+        for tool in &self.tools {
+            bytes += tool.name.len() + tool.description.len() + tool.parameters.to_string().len();
+        }
+        u64::try_from(bytes.div_ceil(4)).unwrap_or(u64::MAX)
+    }
+}
+
 /// Tokens an upstream counted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {

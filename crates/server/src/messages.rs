@@ -145,7 +145,7 @@ pub async fn create(
 /// Anthropic upstream counts them itself (the request as the loop would
 /// send it, with the client's carried fields and beta header); for any
 /// other upstream, or when the upstream's count fails, the answer is an
-/// estimate ([`estimate_tokens`]): a client asking (Claude Code does,
+/// estimate (`Turn::estimated_input_tokens`): a client asking (Claude Code does,
 /// to budget its context) always gets a number for a valid request.
 pub async fn count_tokens(
     State(state): State<Arc<AppState>>,
@@ -166,13 +166,13 @@ pub async fn count_tokens(
         let turn = counted_turn(request, &headers, upstream.protocol())?;
         let input_tokens = match upstream.count_tokens(&turn).await {
             Ok(Some(tokens)) => tokens,
-            Ok(None) => estimate_tokens(&turn),
+            Ok(None) => turn.estimated_input_tokens(),
             Err(e) => {
                 tracing::warn!(
                     model,
                     "the upstream could not count tokens ({e}); estimated"
                 );
-                estimate_tokens(&turn)
+                turn.estimated_input_tokens()
             }
         };
         Ok(wire::TokenCount { input_tokens })
@@ -230,35 +230,6 @@ fn counted_turn(
         carry,
         ..Default::default()
     })
-}
-
-/// An honest estimate of a turn's input tokens where no upstream counts
-/// them: a token per four bytes of its text (the system prompt, every
-/// message, each tool's name, description and schema), rounded up — the
-/// usual rule of thumb for English text and code with BPE tokenizers; it
-/// is not any model's count.
-pub fn estimate_tokens(turn: &shellgate_model::upstream::Turn) -> u64 {
-    use shellgate_model::upstream::Message as M;
-    let mut bytes = 0usize;
-    for message in &turn.messages {
-        bytes += match message {
-            M::System(text) | M::User(text) => text.len(),
-            M::Assistant { text, tool_calls } => {
-                text.len()
-                    + tool_calls
-                        .iter()
-                        .map(|c| c.name.len() + c.arguments.len())
-                        .sum::<usize>()
-            }
-            M::Tool { output, .. } => output.len(),
-            M::Reasoning(reasoning) => reasoning.text.len(),
-            M::Native(native) => native.item.to_string().len(),
-        };
-    }
-    for tool in &turn.tools {
-        bytes += tool.name.len() + tool.description.len() + tool.parameters.to_string().len();
-    }
-    u64::try_from(bytes.div_ceil(4)).unwrap_or(u64::MAX)
 }
 
 /// The client's `anthropic-beta` values (one header of comma-separated

@@ -377,40 +377,16 @@ async fn count_tokens(state: Arc<AppState>, model: &str, body: &Value) -> ApiRes
     let turn = translate::turn_of(&request, &model)?.turn;
     let total_tokens = match upstream.count_tokens(&turn).await {
         Ok(Some(count)) => count,
-        Ok(None) => estimate_tokens(&turn),
+        Ok(None) => turn.estimated_input_tokens(),
         Err(e) => {
             tracing::info!(
                 model,
                 "the upstream could not count tokens ({e}); estimated"
             );
-            estimate_tokens(&turn)
+            turn.estimated_input_tokens()
         }
     };
     Ok(Json(CountTokensResponse { total_tokens }).into_response())
-}
-
-/// About a token per four bytes of what the model reads.
-fn estimate_tokens(turn: &Turn) -> u64 {
-    let mut bytes = 0usize;
-    for message in &turn.messages {
-        bytes += match message {
-            Message::System(text) | Message::User(text) => text.len(),
-            Message::Assistant { text, tool_calls } => {
-                text.len()
-                    + tool_calls
-                        .iter()
-                        .map(|c| c.name.len() + c.arguments.len())
-                        .sum::<usize>()
-            }
-            Message::Tool { output, .. } => output.len(),
-            Message::Reasoning(reasoning) => reasoning.text.len(),
-            Message::Native(native) => native.item.to_string().len(),
-        };
-    }
-    for tool in &turn.tools {
-        bytes += tool.name.len() + tool.description.len() + tool.parameters.to_string().len();
-    }
-    u64::try_from(bytes.div_ceil(4)).unwrap_or(u64::MAX)
 }
 
 /// The error an upstream's failure is for the client: its refusal of the
