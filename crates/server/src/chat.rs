@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::header;
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -49,7 +49,7 @@ use tokio_stream::StreamExt;
 use crate::error::{ApiError, ApiResult};
 use crate::http::{ApiJson, Project};
 use crate::state::AppState;
-use shellgate_wire::ErrorCode;
+use crate::turns::upstream_error;
 
 /// The tool types shellgate runs as hosted tools: never here.
 const SHELL_TOOLS: &[&str] = &[
@@ -77,27 +77,6 @@ const RESPONSES_SAME_NAME: &[&str] = &[
 
 fn invalid(param: &str, message: impl Into<String>) -> ApiError {
     ApiError::invalid(param, message)
-}
-
-/// The error an upstream's failure is for the client: its own refusal of
-/// the request (a 4xx but for its key or its rate) is the client's 400s;
-/// anything else is the gateway's (502, 504, a rate limit's 429).
-fn upstream_error(error: UpstreamError) -> ApiError {
-    let message = error.to_string();
-    match error {
-        UpstreamError::Status { status, .. }
-            if (400..500).contains(&status) && ![401, 403, 429].contains(&status) =>
-        {
-            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
-            ApiError::upstream_rejected(status, message)
-        }
-        UpstreamError::RateLimited { .. } => ApiError::quota(ErrorCode::RateLimitExceeded, message),
-        UpstreamError::Timeout { .. } | UpstreamError::TurnTimeout { .. } => {
-            ApiError::of(ErrorCode::UpstreamTimeout, message)
-        }
-        UpstreamError::NotConfigured(_) => invalid("model", message),
-        _ => ApiError::of(ErrorCode::UpstreamFailed, message),
-    }
 }
 
 /// The request, read and checked: what every path needs.

@@ -1,12 +1,15 @@
 //! What every model API (Responses, Messages, Chat Completions) shares to
 //! run a turn: the upstream a model names, the loop run within the
-//! response's deadline, and a run aborted when its client leaves. The
+//! response's deadline, a run aborted when its client leaves, and what an
+//! upstream's failure is for the client. The
 //! handlers translate their wire around these; none imports another's.
 
 use std::sync::Arc;
 
+use axum::http::StatusCode;
 use shellgate_model::run::{self, EventSink, Outcome, Sandbox, Status};
-use shellgate_model::upstream::Usage;
+use shellgate_model::upstream::{UpstreamError, Usage};
+use shellgate_wire::catalogue::ErrorCode;
 
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
@@ -69,5 +72,28 @@ impl Drop for AbortOnDrop {
         if let Some(task) = &self.0 {
             task.abort();
         }
+    }
+}
+
+/// The error an upstream's failure is for the client: its own refusal of
+/// the request (a 4xx but for its key or its rate) is the client's 400s;
+/// anything else is the gateway's (502, 504, a rate limit's 429). For
+/// the APIs that answer a failed turn as an HTTP error (Chat Completions,
+/// Gemini); Responses and Messages fail the response instead.
+pub fn upstream_error(error: UpstreamError) -> ApiError {
+    let message = error.to_string();
+    match error {
+        UpstreamError::Status { status, .. }
+            if (400..500).contains(&status) && ![401, 403, 429].contains(&status) =>
+        {
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
+            ApiError::upstream_rejected(status, message)
+        }
+        UpstreamError::RateLimited { .. } => ApiError::quota(ErrorCode::RateLimitExceeded, message),
+        UpstreamError::Timeout { .. } | UpstreamError::TurnTimeout { .. } => {
+            ApiError::of(ErrorCode::UpstreamTimeout, message)
+        }
+        UpstreamError::NotConfigured(_) => ApiError::invalid("model", message),
+        _ => ApiError::of(ErrorCode::UpstreamFailed, message),
     }
 }

@@ -41,7 +41,7 @@ use axum::Json;
 use serde::Deserialize;
 use serde_json::Value;
 use shellgate_model::run::Sandbox as _;
-use shellgate_model::upstream::{Delta, Finish, Message, Turn, Upstream, UpstreamError, Usage};
+use shellgate_model::upstream::{Delta, Finish, Message, Turn, Upstream, Usage};
 use shellgate_wire::gemini::{
     Blob, Candidate, CodeExecutionResult, Content, CountTokensRequest, CountTokensResponse,
     ExecutableCode, FinishReason, FunctionCall, GenerateContentRequest, GenerateContentResponse,
@@ -55,6 +55,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::http::{ApiJson, Project};
 use crate::sandboxes::hosted::HostedShell;
 use crate::state::AppState;
+use crate::turns::upstream_error;
 use translate::{Translated, CODE_TOOL};
 
 /// Google's documented limit on one run of code.
@@ -387,28 +388,6 @@ async fn count_tokens(state: Arc<AppState>, model: &str, body: &Value) -> ApiRes
         }
     };
     Ok(Json(CountTokensResponse { total_tokens }).into_response())
-}
-
-/// The error an upstream's failure is for the client: its refusal of the
-/// request (a 4xx but for its key or its rate) is the client's, anything
-/// else the gateway's.
-fn upstream_error(error: UpstreamError) -> ApiError {
-    let message = error.to_string();
-    match error {
-        UpstreamError::Status { status, .. }
-            if (400..500).contains(&status) && ![401, 403, 429].contains(&status) =>
-        {
-            let status = axum::http::StatusCode::from_u16(status)
-                .unwrap_or(axum::http::StatusCode::BAD_REQUEST);
-            ApiError::upstream_rejected(status, message)
-        }
-        UpstreamError::RateLimited { .. } => ApiError::quota(ErrorCode::RateLimitExceeded, message),
-        UpstreamError::Timeout { .. } | UpstreamError::TurnTimeout { .. } => {
-            ApiError::of(ErrorCode::UpstreamTimeout, message)
-        }
-        UpstreamError::NotConfigured(_) => ApiError::invalid("model", message),
-        _ => ApiError::of(ErrorCode::UpstreamFailed, message),
-    }
 }
 
 /// The arguments of a call of the code tool.
