@@ -164,17 +164,7 @@ pub async fn count_tokens(
         let request = wire::CountTokens::read(&body).map_err(|e| invalid(&e.param, e.message))?;
         let (model, upstream) = crate::turns::upstream_for(&state, Some(&request.model))?;
         let turn = counted_turn(request, &headers, upstream.protocol())?;
-        let input_tokens = match upstream.count_tokens(&turn).await {
-            Ok(Some(tokens)) => tokens,
-            Ok(None) => turn.estimated_input_tokens(),
-            Err(e) => {
-                tracing::warn!(
-                    model,
-                    "the upstream could not count tokens ({e}); estimated"
-                );
-                turn.estimated_input_tokens()
-            }
-        };
+        let input_tokens = crate::turns::input_tokens(upstream.as_ref(), &turn, &model).await;
         Ok(wire::TokenCount { input_tokens })
     }
     .await;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use axum::http::StatusCode;
 use shellgate_model::run::{self, EventSink, Outcome, Sandbox, Status};
-use shellgate_model::upstream::{UpstreamError, Usage};
+use shellgate_model::upstream::{Turn, Upstream, UpstreamError, Usage};
 use shellgate_wire::catalogue::ErrorCode;
 
 use crate::error::{ApiError, ApiResult};
@@ -95,5 +95,22 @@ pub fn upstream_error(error: UpstreamError) -> ApiError {
         }
         UpstreamError::NotConfigured(_) => ApiError::invalid("model", message),
         _ => ApiError::of(ErrorCode::UpstreamFailed, message),
+    }
+}
+
+/// The input tokens of `turn`: the upstream's own count where its protocol
+/// has one, else (or when counting fails) the estimate, so a client asking
+/// (Claude Code does, to budget its context) always gets a number.
+pub async fn input_tokens(upstream: &dyn Upstream, turn: &Turn, model: &str) -> u64 {
+    match upstream.count_tokens(turn).await {
+        Ok(Some(tokens)) => tokens,
+        Ok(None) => turn.estimated_input_tokens(),
+        Err(e) => {
+            tracing::warn!(
+                model,
+                "the upstream could not count tokens ({e}); estimated"
+            );
+            turn.estimated_input_tokens()
+        }
     }
 }

@@ -376,17 +376,7 @@ async fn count_tokens(state: Arc<AppState>, model: &str, body: &Value) -> ApiRes
         },
     };
     let turn = translate::turn_of(&request, &model)?.turn;
-    let total_tokens = match upstream.count_tokens(&turn).await {
-        Ok(Some(count)) => count,
-        Ok(None) => turn.estimated_input_tokens(),
-        Err(e) => {
-            tracing::info!(
-                model,
-                "the upstream could not count tokens ({e}); estimated"
-            );
-            turn.estimated_input_tokens()
-        }
-    };
+    let total_tokens = crate::turns::input_tokens(upstream.as_ref(), &turn, &model).await;
     Ok(Json(CountTokensResponse { total_tokens }).into_response())
 }
 
