@@ -1,0 +1,204 @@
+//! The document's model APIs: Responses, Chat Completions and models,
+//! Gemini's, and Anthropic's Messages.
+
+use utoipa::openapi::path::HttpMethod;
+
+use super::{
+    delete, get, list, operation, Answer, Body, Builder, Errors, Operation, Query, Schemas,
+};
+
+/// The Responses API.
+pub(super) fn responses(d: &mut Builder, s: &Schemas) {
+    use HttpMethod::{Get, Post};
+    let Schemas {
+        response,
+        create_response,
+        response_deleted,
+        input_items,
+        ..
+    } = s;
+    for operation in [
+        operation(
+            Post,
+            "/v1/responses",
+            "Responses",
+            "Create a response (OpenAI's Responses API over any upstream model, the hosted \
+             `shell` tool run in shellgate's containers)",
+            Body::Json(create_response.clone()),
+            Answer::JsonOrEvents(response.clone()),
+        ),
+        Operation {
+            query: Query::ResumeStream,
+            ..operation(
+                Get,
+                "/v1/responses/{response_id}",
+                "Responses",
+                "Retrieve a response; with `stream=true`, its events again (live while it runs)",
+                Body::None,
+                Answer::JsonOrEvents(response.clone()),
+            )
+        },
+        delete(
+            "/v1/responses/{response_id}",
+            "Responses",
+            "Delete a response",
+            response_deleted,
+        ),
+        operation(
+            Post,
+            "/v1/responses/{response_id}/cancel",
+            "Responses",
+            "Cancel a background response",
+            Body::None,
+            Answer::Json(response.clone()),
+        ),
+        list(
+            "/v1/responses/{response_id}/input_items",
+            "Responses",
+            "List a response's input items",
+            input_items,
+            Query::List,
+        ),
+    ] {
+        d.add(operation);
+    }
+}
+
+/// Chat Completions and the models the upstreams serve.
+pub(super) fn chat_and_models(d: &mut Builder, s: &Schemas) {
+    use HttpMethod::Post;
+    let Schemas {
+        chat_request,
+        chat_completion,
+        model,
+        models,
+        ..
+    } = s;
+    for operation in [
+        operation(
+            Post,
+            "/v1/chat/completions",
+            "Chat",
+            "Create a chat completion (passed through to the model's upstream: verbatim to a \
+             Chat Completions upstream, translated for others; the shell tools are refused \
+             here, they run on /v1/responses and /v1/messages)",
+            Body::Json(chat_request.clone()),
+            Answer::JsonOrEvents(chat_completion.clone()),
+        ),
+        get(
+            "/v1/models",
+            "Models",
+            "List the models the configured upstreams serve, per route",
+            models,
+        ),
+        get("/v1/models/{model}", "Models", "Retrieve a model", model),
+    ] {
+        d.add(operation);
+    }
+}
+
+/// Gemini's API: a model's methods, and its models.
+pub(super) fn gemini(d: &mut Builder, s: &Schemas) {
+    use HttpMethod::Post;
+    let Schemas {
+        generate_content,
+        generated,
+        gemini_model,
+        gemini_models,
+        ..
+    } = s;
+    let gemini_call = |path| Operation {
+        errors: Errors::Google,
+        ..operation(
+            Post,
+            path,
+            "Gemini",
+            "Gemini's methods on a model, named after a colon: `{model}:generateContent`, \
+             `:streamGenerateContent` (`?alt=sse`: events), `:countTokens` (its body a \
+             CountTokensRequest, its answer a CountTokensResponse), over any upstream; \
+             `codeExecution` runs in a shellgate container (header `x-shellgate-container` \
+             names one to reuse)",
+            Body::Json(generate_content.clone()),
+            Answer::JsonOrEvents(generated.clone()),
+        )
+    };
+    for operation in [
+        gemini_call("/v1/models/{model}"),
+        gemini_call("/v1beta/models/{model}"),
+        Operation {
+            errors: Errors::Google,
+            ..get(
+                "/v1beta/models",
+                "Gemini",
+                "List the models the configured upstreams serve (Gemini's shape)",
+                gemini_models,
+            )
+        },
+        Operation {
+            errors: Errors::Google,
+            ..get(
+                "/v1beta/models/{model}",
+                "Gemini",
+                "Retrieve a model (Gemini's shape)",
+                gemini_model,
+            )
+        },
+    ] {
+        d.add(operation);
+    }
+}
+
+/// Anthropic's Messages API and its token count.
+pub(super) fn messages(d: &mut Builder, s: &Schemas) {
+    use HttpMethod::Post;
+    let Schemas {
+        create_message,
+        message,
+        count_tokens,
+        token_count,
+        ..
+    } = s;
+    let messages = |path, summary| Operation {
+        errors: Errors::Anthropic,
+        ..operation(
+            Post,
+            path,
+            "Messages",
+            summary,
+            Body::Json(create_message.clone()),
+            Answer::JsonOrEvents(message.clone()),
+        )
+    };
+    let count = |path, summary| Operation {
+        errors: Errors::Anthropic,
+        ..operation(
+            Post,
+            path,
+            "Messages",
+            summary,
+            Body::Json(count_tokens.clone()),
+            Answer::Json(token_count.clone()),
+        )
+    };
+    for operation in [
+        messages(
+            "/v1/messages",
+            "Create a message (Anthropic's Messages API)",
+        ),
+        messages(
+            "/v1/v1/messages",
+            "Create a message (the same, for Anthropic SDKs given a base URL that ends in /v1)",
+        ),
+        count(
+            "/v1/messages/count_tokens",
+            "Count a message's input tokens (the upstream's count for an Anthropic upstream, \
+             else an estimate)",
+        ),
+        count(
+            "/v1/v1/messages/count_tokens",
+            "Count a message's input tokens (the same, for a base URL that ends in /v1)",
+        ),
+    ] {
+        d.add(operation);
+    }
+}

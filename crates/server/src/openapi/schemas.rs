@@ -1,0 +1,179 @@
+//! The schemas the document's operations refer to, registered once.
+
+use shellgate_wire as wire;
+use utoipa::openapi::{RefOr, Schema};
+
+use super::Builder;
+use crate::container_egress::{EgressPage, SupplySecrets};
+
+/// The schemas the operations refer to, each registered once.
+pub(super) struct Schemas {
+    pub(super) container: RefOr<Schema>,
+    pub(super) container_list: RefOr<Schema>,
+    pub(super) create_container: RefOr<Schema>,
+    pub(super) deleted: RefOr<Schema>,
+    pub(super) exec: RefOr<Schema>,
+    pub(super) process: RefOr<Schema>,
+    pub(super) processes: RefOr<Schema>,
+    pub(super) process_create: RefOr<Schema>,
+    pub(super) process_output: RefOr<Schema>,
+    pub(super) process_signal: RefOr<Schema>,
+    pub(super) process_resize: RefOr<Schema>,
+    pub(super) shell_call_output: RefOr<Schema>,
+    pub(super) commands: RefOr<Schema>,
+    pub(super) egress: RefOr<Schema>,
+    pub(super) supply: RefOr<Schema>,
+    pub(super) images: RefOr<Schema>,
+    pub(super) container_file: RefOr<Schema>,
+    pub(super) container_files: RefOr<Schema>,
+    pub(super) from_file_id: RefOr<Schema>,
+    pub(super) fs_entry: RefOr<Schema>,
+    pub(super) fs_list: RefOr<Schema>,
+    pub(super) fs_mkdir: RefOr<Schema>,
+    pub(super) fs_move: RefOr<Schema>,
+    pub(super) fs_deleted: RefOr<Schema>,
+    pub(super) fs_archive: RefOr<Schema>,
+    pub(super) file: RefOr<Schema>,
+    pub(super) files: RefOr<Schema>,
+    pub(super) usage: RefOr<Schema>,
+    pub(super) skill: RefOr<Schema>,
+    pub(super) skills: RefOr<Schema>,
+    pub(super) update_skill: RefOr<Schema>,
+    pub(super) version: RefOr<Schema>,
+    pub(super) versions: RefOr<Schema>,
+    pub(super) version_deleted: RefOr<Schema>,
+    pub(super) error: RefOr<Schema>,
+    pub(super) chat_request: RefOr<Schema>,
+    pub(super) chat_completion: RefOr<Schema>,
+    pub(super) model: RefOr<Schema>,
+    pub(super) models: RefOr<Schema>,
+    pub(super) response: RefOr<Schema>,
+    pub(super) create_response: RefOr<Schema>,
+    pub(super) response_deleted: RefOr<Schema>,
+    pub(super) input_items: RefOr<Schema>,
+    pub(super) create_message: RefOr<Schema>,
+    pub(super) message: RefOr<Schema>,
+    pub(super) anthropic_error: RefOr<Schema>,
+    pub(super) count_tokens: RefOr<Schema>,
+    pub(super) token_count: RefOr<Schema>,
+    pub(super) generate_content: RefOr<Schema>,
+    pub(super) generated: RefOr<Schema>,
+    pub(super) gemini_model: RefOr<Schema>,
+    pub(super) gemini_models: RefOr<Schema>,
+    pub(super) google_error: RefOr<Schema>,
+    pub(super) e2b_create: RefOr<Schema>,
+    pub(super) e2b_sandbox: RefOr<Schema>,
+    pub(super) e2b_detail: RefOr<Schema>,
+    pub(super) e2b_listed: RefOr<Schema>,
+    pub(super) e2b_timeout: RefOr<Schema>,
+    pub(super) e2b_connect: RefOr<Schema>,
+    pub(super) e2b_pause: RefOr<Schema>,
+    pub(super) e2b_error: RefOr<Schema>,
+}
+
+impl Schemas {
+    /// Registers every schema with `d`. The order matters (a dialect's
+    /// references are rewritten by the names it has so far), and a struct's
+    /// fields are evaluated in the order written. A schema no operation's body
+    /// or answer refers to is registered beside the one it goes with: a
+    /// process's events and WebSocket frames, a completion's streamed chunks,
+    /// Gemini's `:countTokens` bodies (that method shares generateContent's
+    /// path), a generic's parameter (its `schemas` leaves that out).
+    pub(super) fn register(d: &mut Builder) -> Self {
+        use wire::{chat::served, e2b, gemini, messages, responses};
+        Self {
+            container: d.schema::<wire::Container>(),
+            container_list: d.list::<wire::Container>("ContainerList"),
+            create_container: d.schema::<wire::CreateContainer>(),
+            deleted: d.schema::<wire::Deleted>(),
+            exec: d.schema::<wire::ExecRequest>(),
+            process: d.schema::<wire::Process>(),
+            processes: d.list::<wire::Process>("ProcessList"),
+            process_create: d.schema::<wire::ProcessCreate>(),
+            process_output: d.schema::<wire::ProcessOutput>(),
+            process_signal: d.schema::<wire::ProcessSignal>(),
+            process_resize: {
+                let schema = d.schema::<wire::ProcessResize>();
+                d.schema::<wire::ProcessDropped>();
+                d.schema::<wire::ProcessClientMessage>();
+                d.schema::<wire::ProcessServerMessage>();
+                schema
+            },
+            shell_call_output: d.schema::<wire::ShellCallOutput>(),
+            commands: d.list::<wire::ContainerCommand>("ContainerCommandList"),
+            egress: d.schema::<EgressPage>(),
+            supply: d.schema::<SupplySecrets>(),
+            images: d.schema::<wire::ImageList>(),
+            container_file: d.schema::<wire::ContainerFile>(),
+            container_files: d.list::<wire::ContainerFile>("ContainerFileList"),
+            from_file_id: d.schema::<wire::CreateContainerFileFromId>(),
+            fs_entry: d.schema::<wire::fs::FsEntry>(),
+            fs_list: d.schema::<wire::fs::FsEntryList>(),
+            fs_mkdir: d.schema::<wire::fs::FsMkdir>(),
+            fs_move: d.schema::<wire::fs::FsMove>(),
+            fs_deleted: d.schema::<wire::fs::FsDeleted>(),
+            fs_archive: d.schema::<wire::fs::FsArchive>(),
+            file: d.schema::<wire::FileObject>(),
+            files: d.list::<wire::FileObject>("FileList"),
+            usage: d.schema::<wire::Usage>(),
+            skill: d.schema::<wire::Skill>(),
+            skills: d.list::<wire::Skill>("SkillList"),
+            update_skill: d.schema::<wire::UpdateSkill>(),
+            version: d.schema::<wire::SkillVersion>(),
+            versions: d.list::<wire::SkillVersion>("SkillVersionList"),
+            version_deleted: d.schema::<wire::SkillVersionDeleted>(),
+            error: d.schema::<wire::ErrorEnvelope>(),
+            chat_request: d
+                .scoped::<served::ChatCompletionRequest>("chat", "ChatCompletionRequest"),
+            chat_completion: {
+                let schema = d.scoped::<served::Completion>("chat", "Completion");
+                d.scoped::<served::CompletionChunk>("chat", "CompletionChunk");
+                schema
+            },
+            model: d.schema::<wire::models::Model>(),
+            models: d.schema::<wire::models::ModelList>(),
+            response: {
+                let schema = d.scoped::<responses::Response>("responses", "Response");
+                // `input`'s schema is referred to but not collected by the derive.
+                d.scoped::<responses::Input>("responses", "Input");
+                schema
+            },
+            create_response: d.scoped::<responses::CreateResponse>("responses", "CreateResponse"),
+            response_deleted: d
+                .scoped::<responses::ResponseDeleted>("responses", "ResponseDeleted"),
+            input_items: {
+                d.scoped::<responses::Item>("responses", "Item");
+                d.scoped::<wire::List<responses::Item>>("responses", "ItemList")
+            },
+            create_message: d.scoped::<messages::CreateMessage>("messages", "CreateMessage"),
+            message: d.scoped::<messages::Message>("messages", "Message"),
+            anthropic_error: d.scoped::<messages::ErrorResponse>("messages", "ErrorResponse"),
+            count_tokens: d.scoped::<messages::CountTokens>("messages", "CountTokens"),
+            token_count: d.scoped::<messages::TokenCount>("messages", "TokenCount"),
+            generate_content: d
+                .scoped::<gemini::GenerateContentRequest>("gemini", "GenerateContentRequest"),
+            generated: {
+                let schema = d
+                    .scoped::<gemini::GenerateContentResponse>("gemini", "GenerateContentResponse");
+                d.scoped::<gemini::CountTokensRequest>("gemini", "CountTokensRequest");
+                d.scoped::<gemini::CountTokensResponse>("gemini", "CountTokensResponse");
+                schema
+            },
+            gemini_model: d.scoped::<gemini::Model>("gemini", "Model"),
+            gemini_models: d.scoped::<gemini::ListModelsResponse>("gemini", "ListModelsResponse"),
+            google_error: d.scoped::<gemini::ErrorResponse>("gemini", "ErrorResponse"),
+            e2b_create: d.scoped::<e2b::NewSandbox>("e2b", "NewSandbox"),
+            e2b_sandbox: d.scoped::<e2b::Sandbox>("e2b", "Sandbox"),
+            e2b_detail: d.scoped::<e2b::SandboxDetail>("e2b", "SandboxDetail"),
+            e2b_listed: {
+                let schema = d.scoped::<Vec<e2b::ListedSandbox>>("e2b", "ListedSandboxList");
+                d.scoped::<e2b::ListedSandbox>("e2b", "ListedSandbox");
+                schema
+            },
+            e2b_timeout: d.scoped::<e2b::TimeoutRequest>("e2b", "TimeoutRequest"),
+            e2b_connect: d.scoped::<e2b::ConnectRequest>("e2b", "ConnectRequest"),
+            e2b_pause: d.scoped::<e2b::PauseRequest>("e2b", "PauseRequest"),
+            e2b_error: d.scoped::<e2b::E2bErrorBody>("e2b", "Error"),
+        }
+    }
+}
