@@ -216,97 +216,8 @@ impl Builder {
         for parameter in query_parameters(operation.query) {
             built = built.parameter(parameter);
         }
-        let body = match operation.body {
-            Body::None => None,
-            Body::Json(schema) => Some(
-                RequestBodyBuilder::new()
-                    .required(Some(Required::True))
-                    .content(
-                        "application/json",
-                        ContentBuilder::new().schema(Some(schema)).build(),
-                    )
-                    .build(),
-            ),
-            Body::Multipart(schema) => Some(
-                RequestBodyBuilder::new()
-                    .required(Some(Required::True))
-                    .content(
-                        "multipart/form-data",
-                        ContentBuilder::new().schema(Some(schema)).build(),
-                    )
-                    .build(),
-            ),
-            Body::MultipartOrJson(multipart, json) => Some(
-                RequestBodyBuilder::new()
-                    .required(Some(Required::True))
-                    .content(
-                        "multipart/form-data",
-                        ContentBuilder::new().schema(Some(multipart)).build(),
-                    )
-                    .content(
-                        "application/json",
-                        ContentBuilder::new().schema(Some(json)).build(),
-                    )
-                    .build(),
-            ),
-            Body::Bytes(media_type) => Some(
-                RequestBodyBuilder::new()
-                    .content(
-                        media_type,
-                        ContentBuilder::new().schema(Some(binary())).build(),
-                    )
-                    .build(),
-            ),
-        };
-        built = built.request_body(body);
-        let ok = match operation.answer {
-            Answer::Json(schema) => ResponseBuilder::new().description("OK").content(
-                "application/json",
-                ContentBuilder::new().schema(Some(schema)).build(),
-            ),
-            Answer::JsonOrEvents(schema) => ResponseBuilder::new()
-                .description("OK: the object, or its server-sent events with `stream: true`")
-                .content(
-                    "application/json",
-                    ContentBuilder::new().schema(Some(schema)).build(),
-                )
-                .content(
-                    "text/event-stream",
-                    ContentBuilder::new().schema(Some(string())).build(),
-                ),
-            Answer::Bytes(media_type) => ResponseBuilder::new().description("OK").content(
-                media_type,
-                ContentBuilder::new().schema(Some(binary())).build(),
-            ),
-            Answer::Text => ResponseBuilder::new().description("OK").content(
-                "text/plain",
-                ContentBuilder::new().schema(Some(string())).build(),
-            ),
-            Answer::NoContent => {
-                built = built.response("204", ResponseBuilder::new().description("Done").build());
-                return self.finish(built, place);
-            }
-            Answer::JsonWith(statuses, schema) => {
-                for status in statuses {
-                    built = built.response(
-                        *status,
-                        ResponseBuilder::new()
-                            .description(if *status == "201" { "Created" } else { "OK" })
-                            .content(
-                                "application/json",
-                                ContentBuilder::new().schema(Some(schema.clone())).build(),
-                            )
-                            .build(),
-                    );
-                }
-                return self.finish(built, place);
-            }
-            Answer::WebSocket(frames) => {
-                built = built.response("101", ResponseBuilder::new().description(frames).build());
-                return self.finish(built, place);
-            }
-        };
-        built = built.response("200", ok.build());
+        built = built.request_body(request_body(operation.body));
+        built = answered(built, operation.answer);
         self.finish(built, place)
     }
 
@@ -403,6 +314,103 @@ fn operation_id(method: HttpMethod, path: &str) -> String {
 fn path_parameters(path: &str) -> impl Iterator<Item = &str> {
     path.split('/')
         .filter_map(|segment| segment.strip_prefix('{')?.strip_suffix('}'))
+}
+
+/// What an operation takes, as its request body.
+fn request_body(body: Body) -> Option<utoipa::openapi::request_body::RequestBody> {
+    match body {
+        Body::None => None,
+        Body::Json(schema) => Some(
+            RequestBodyBuilder::new()
+                .required(Some(Required::True))
+                .content(
+                    "application/json",
+                    ContentBuilder::new().schema(Some(schema)).build(),
+                )
+                .build(),
+        ),
+        Body::Multipart(schema) => Some(
+            RequestBodyBuilder::new()
+                .required(Some(Required::True))
+                .content(
+                    "multipart/form-data",
+                    ContentBuilder::new().schema(Some(schema)).build(),
+                )
+                .build(),
+        ),
+        Body::MultipartOrJson(multipart, json) => Some(
+            RequestBodyBuilder::new()
+                .required(Some(Required::True))
+                .content(
+                    "multipart/form-data",
+                    ContentBuilder::new().schema(Some(multipart)).build(),
+                )
+                .content(
+                    "application/json",
+                    ContentBuilder::new().schema(Some(json)).build(),
+                )
+                .build(),
+        ),
+        Body::Bytes(media_type) => Some(
+            RequestBodyBuilder::new()
+                .content(
+                    media_type,
+                    ContentBuilder::new().schema(Some(binary())).build(),
+                )
+                .build(),
+        ),
+    }
+}
+
+/// `built` with the answers of `answer`: 200 with its content, or the
+/// statuses an answer of its kind has (204, 101, E2B's 201).
+fn answered(mut built: OperationBuilder, answer: Answer) -> OperationBuilder {
+    let ok = match answer {
+        Answer::Json(schema) => ResponseBuilder::new().description("OK").content(
+            "application/json",
+            ContentBuilder::new().schema(Some(schema)).build(),
+        ),
+        Answer::JsonOrEvents(schema) => ResponseBuilder::new()
+            .description("OK: the object, or its server-sent events with `stream: true`")
+            .content(
+                "application/json",
+                ContentBuilder::new().schema(Some(schema)).build(),
+            )
+            .content(
+                "text/event-stream",
+                ContentBuilder::new().schema(Some(string())).build(),
+            ),
+        Answer::Bytes(media_type) => ResponseBuilder::new().description("OK").content(
+            media_type,
+            ContentBuilder::new().schema(Some(binary())).build(),
+        ),
+        Answer::Text => ResponseBuilder::new().description("OK").content(
+            "text/plain",
+            ContentBuilder::new().schema(Some(string())).build(),
+        ),
+        Answer::NoContent => {
+            return built.response("204", ResponseBuilder::new().description("Done").build())
+        }
+        Answer::JsonWith(statuses, schema) => {
+            for status in statuses {
+                built = built.response(
+                    *status,
+                    ResponseBuilder::new()
+                        .description(if *status == "201" { "Created" } else { "OK" })
+                        .content(
+                            "application/json",
+                            ContentBuilder::new().schema(Some(schema.clone())).build(),
+                        )
+                        .build(),
+                );
+            }
+            return built;
+        }
+        Answer::WebSocket(frames) => {
+            return built.response("101", ResponseBuilder::new().description(frames).build())
+        }
+    };
+    built.response("200", ok.build())
 }
 
 /// An operation's query parameters, by the kind its row names.
