@@ -344,6 +344,54 @@ fn with_status(status: StatusCode, sandbox: Sandbox) -> Response {
     (status, Json(sandbox)).into_response()
 }
 
+/// The sandbox an earlier create with this `Idempotency-Key` made (within
+/// the replay window), to answer again; a conflict when that create's body
+/// was a different one.
+async fn earlier_create(
+    state: &AppState,
+    project: &str,
+    key: &str,
+    request_hash: &str,
+) -> E2bResult<Option<E2bSandboxRow>> {
+    let (owner, wanted, since) = (
+        project.to_owned(),
+        key.to_owned(),
+        crate::time::now() - IDEMPOTENCY_WINDOW_SECS,
+    );
+    let earlier = state
+        .db(move |s| s.e2b_sandbox_by_idempotency_key(&owner, &wanted, since))
+        .await
+        .map_err(e2b_error)?;
+    match earlier {
+        Some(earlier) if earlier.request_hash.as_deref() != Some(request_hash) => {
+            Err(E2bError::new(
+                StatusCode::CONFLICT,
+                format!("Idempotency-Key {key:?} was used by a different create request"),
+            ))
+        }
+        earlier => Ok(earlier),
+    }
+}
+
+/// The network a create's fields ask for, as the container's policy.
+fn sandbox_network(state: &AppState, request: &NewSandbox) -> E2bResult<Option<NetworkPolicy>> {
+    let network = network_policy(request.allow_internet_access, request.network.as_ref())?;
+    if network.as_ref().is_some_and(allows_any_domain)
+        && crate::egress::network_spec(&state.config, network.as_ref(), "network").is_err()
+    {
+        // Older SDKs send `allow_internet_access: true` on every create
+        // (their default): where the operator does not let containers reach
+        // any domain, the sandbox gets shellgate's default (no network),
+        // which its info shows (`allowInternetAccess: false`), rather than
+        // every create failing.
+        tracing::debug!(
+            "allow_internet_access: true, but any domain is not allowed here: no network"
+        );
+        return Ok(None);
+    }
+    Ok(network)
+}
+
 /// `POST /v2/sandboxes`, `POST /sandboxes`.
 async fn create(
     State(state): State<Arc<AppState>>,
@@ -368,22 +416,7 @@ async fn create(
         None => None,
     };
     if let Some(key) = &key {
-        let (owner, wanted, since) = (
-            project.clone(),
-            key.clone(),
-            crate::time::now() - IDEMPOTENCY_WINDOW_SECS,
-        );
-        let earlier = state
-            .db(move |s| s.e2b_sandbox_by_idempotency_key(&owner, &wanted, since))
-            .await
-            .map_err(e2b_error)?;
-        if let Some(earlier) = earlier {
-            if earlier.request_hash.as_deref() != Some(request_hash.as_str()) {
-                return Err(E2bError::new(
-                    StatusCode::CONFLICT,
-                    format!("Idempotency-Key {key:?} was used by a different create request"),
-                ));
-            }
+        if let Some(earlier) = earlier_create(&state, &project, key, &request_hash).await? {
             return Ok(with_status(
                 StatusCode::CREATED,
                 sandbox_body(&state, &earlier),
@@ -395,20 +428,7 @@ async fn create(
     let env_vars = request.env_vars.clone().unwrap_or_default();
     check_env_vars(&env_vars)?;
     let timeout = timeout_secs(&state, request.timeout)?;
-    let mut network = network_policy(request.allow_internet_access, request.network.as_ref())?;
-    if network.as_ref().is_some_and(allows_any_domain)
-        && crate::egress::network_spec(&state.config, network.as_ref(), "network").is_err()
-    {
-        // Older SDKs send `allow_internet_access: true` on every create
-        // (their default): where the operator does not let containers reach
-        // any domain, the sandbox gets shellgate's default (no network),
-        // which its info shows (`allowInternetAccess: false`), rather than
-        // every create failing.
-        tracing::debug!(
-            "allow_internet_access: true, but any domain is not allowed here: no network"
-        );
-        network = None;
-    }
+    let network = sandbox_network(&state, &request)?;
     let image = template_image(&state, &request.template_id).await?;
     let container = CreateContainer {
         name: format!("e2b:{}", request.template_id),
