@@ -174,6 +174,53 @@ pub(super) struct UsageQuery {
 /// The most containers the usage page lists one by one.
 const USAGE_CONTAINERS: usize = 50;
 
+/// Each date's sandbox seconds (`daily`'s rows of that date, summed) and
+/// their cost, in the order of `dates`.
+fn daily_costs(dates: Vec<String>, daily: &[(String, f64)], price: f64) -> Vec<DayUsage> {
+    dates
+        .into_iter()
+        .map(|date| {
+            let seconds = daily
+                .iter()
+                .filter(|(day, _)| *day == date)
+                .fold(0.0, |total, (_, seconds)| total + seconds);
+            DayUsage {
+                date,
+                sandbox_seconds: seconds,
+                cost: seconds * price,
+            }
+        })
+        .collect()
+}
+
+/// The containers that cost most, most first (at most `USAGE_CONTAINERS`,
+/// their names not yet filled in), and the rest summed: a page shows the
+/// few that matter and still adds up.
+fn costliest_containers(
+    seconds_by_container: Vec<(String, f64)>,
+    price: f64,
+) -> (Vec<ContainerCost>, OtherContainers) {
+    let mut containers: Vec<ContainerCost> = seconds_by_container
+        .into_iter()
+        .filter(|(_, seconds)| *seconds > 0.0)
+        .map(|(container_id, seconds)| ContainerCost {
+            container_id,
+            name: None,
+            sandbox_seconds: seconds,
+            cost: seconds * price,
+        })
+        .collect();
+    containers.sort_by(|a, b| b.sandbox_seconds.total_cmp(&a.sandbox_seconds));
+    let rest = containers.split_off(containers.len().min(USAGE_CONTAINERS));
+    let others = rest.iter().map(|c| c.sandbox_seconds).sum::<f64>();
+    let other_containers = OtherContainers {
+        containers: u64::try_from(rest.len()).unwrap_or(u64::MAX),
+        sandbox_seconds: others,
+        cost: others * price,
+    };
+    (containers, other_containers)
+}
+
 /// `GET /console/api/usage`: over the asked range, sandbox time and cost
 /// per day (every day of the range, zeros included) and per container
 /// (deleted ones too), tokens per model (every model API's calls), their
@@ -216,39 +263,8 @@ pub(super) async fn usage(
     let price = console.app.config.sandbox.sandbox_price_per_second;
     let sandbox_seconds = ledger.sandbox_seconds();
     let tokens = ledger.tokens();
-    let days = dates
-        .into_iter()
-        .map(|date| {
-            let seconds = daily
-                .iter()
-                .filter(|(day, _)| *day == date)
-                .fold(0.0, |total, (_, seconds)| total + seconds);
-            DayUsage {
-                date,
-                sandbox_seconds: seconds,
-                cost: seconds * price,
-            }
-        })
-        .collect();
-    let mut containers: Vec<ContainerCost> = ledger
-        .containers
-        .into_iter()
-        .filter(|(_, seconds)| *seconds > 0.0)
-        .map(|(container_id, seconds)| ContainerCost {
-            container_id,
-            name: None,
-            sandbox_seconds: seconds,
-            cost: seconds * price,
-        })
-        .collect();
-    containers.sort_by(|a, b| b.sandbox_seconds.total_cmp(&a.sandbox_seconds));
-    let rest = containers.split_off(containers.len().min(USAGE_CONTAINERS));
-    let others = rest.iter().map(|c| c.sandbox_seconds).sum::<f64>();
-    let other_containers = OtherContainers {
-        containers: u64::try_from(rest.len()).unwrap_or(u64::MAX),
-        sandbox_seconds: others,
-        cost: others * price,
-    };
+    let days = daily_costs(dates, &daily, price);
+    let (mut containers, other_containers) = costliest_containers(ledger.containers, price);
     let (owner, ids) = (
         project.clone(),
         containers
