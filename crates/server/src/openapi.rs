@@ -320,24 +320,8 @@ fn path_parameters(path: &str) -> impl Iterator<Item = &str> {
 fn request_body(body: Body) -> Option<utoipa::openapi::request_body::RequestBody> {
     match body {
         Body::None => None,
-        Body::Json(schema) => Some(
-            RequestBodyBuilder::new()
-                .required(Some(Required::True))
-                .content(
-                    "application/json",
-                    ContentBuilder::new().schema(Some(schema)).build(),
-                )
-                .build(),
-        ),
-        Body::Multipart(schema) => Some(
-            RequestBodyBuilder::new()
-                .required(Some(Required::True))
-                .content(
-                    "multipart/form-data",
-                    ContentBuilder::new().schema(Some(schema)).build(),
-                )
-                .build(),
-        ),
+        Body::Json(schema) => Some(required_body("application/json", schema)),
+        Body::Multipart(schema) => Some(required_body("multipart/form-data", schema)),
         Body::MultipartOrJson(multipart, json) => Some(
             RequestBodyBuilder::new()
                 .required(Some(Required::True))
@@ -360,6 +344,20 @@ fn request_body(body: Body) -> Option<utoipa::openapi::request_body::RequestBody
                 .build(),
         ),
     }
+}
+
+/// A required body of one media type, its schema `schema`.
+fn required_body(
+    media_type: &str,
+    schema: RefOr<Schema>,
+) -> utoipa::openapi::request_body::RequestBody {
+    RequestBodyBuilder::new()
+        .required(Some(Required::True))
+        .content(
+            media_type,
+            ContentBuilder::new().schema(Some(schema)).build(),
+        )
+        .build()
 }
 
 /// `built` with the answers of `answer`: 200 with its content, or the
