@@ -49,12 +49,31 @@ def pytest_configure(config):
     )
     config.addinivalue_line(
         "markers",
+        "serial: the test measures the server's memory or CPU, or one tenant's share beside "
+        "another's: it runs alone, after the suites run in parallel (scripts/test runs "
+        "`-n 2 -m \"not serial\"`, then `-m serial`), so another test's load is not in its numbers",
+    )
+    config.addinivalue_line(
+        "markers",
         "fresh_server: the test starts a server (a cluster) of its own; with "
         "SHELLGATE_TEST_CLUSTER=1 such tests run apart from the session's cluster",
     )
 
 
+# The files whose tests take longest (a whole image build; clusters started,
+# killed and stalled; a minute's expiry), collected first: on parallel
+# workers (`--dist loadfile` hands out files in the order collected) they
+# start at once instead of being the run's tail.
+LONGEST_FIRST = ["test_images.py", "test_cluster.py", "test_lifecycle.py"]
+
+
 def pytest_collection_modifyitems(config, items):
+    def rank(item):
+        name = item.path.name
+        return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    # Stable: each file's tests keep their order, and stay together.
+    items.sort(key=rank)
     if not CLUSTER_MODE:
         return
     for item in items:
@@ -389,11 +408,18 @@ def upstream():
     scripted.stop()
 
 
+# The session server's wait for the scripted upstream's answer to begin:
+# what a model that never answers (`scripted-slow`) costs a test, and long
+# enough for the scripted upstream (a thread of the test's own process) to
+# answer on a loaded machine running the suites in parallel.
+UPSTREAM_TIMEOUT_SECS = 10
+
+
 @pytest.fixture(scope="session")
 def server(upstream):
     if CLUSTER_MODE:
         global _session_cluster_up
-        cluster = start_cluster(upstream, upstream_timeout_secs=3)
+        cluster = start_cluster(upstream, upstream_timeout_secs=UPSTREAM_TIMEOUT_SECS)
         _session_cluster_up = True
         try:
             yield ClusterServer(cluster)
@@ -402,7 +428,7 @@ def server(upstream):
             cluster.stop()
         return
     with tempfile.TemporaryDirectory(prefix="shellgate-py-") as tmp:
-        server = Server(Path(tmp), upstream_url=upstream.url, upstream_timeout_secs=3).start()
+        server = Server(Path(tmp), upstream_url=upstream.url, upstream_timeout_secs=UPSTREAM_TIMEOUT_SECS).start()
         yield server
         server.stop()
 

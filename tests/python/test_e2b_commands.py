@@ -254,6 +254,7 @@ def test_another_project_s_sandbox_is_refused_and_nothing_revealed(sbx, server, 
         theirs.kill()
 
 
+@pytest.mark.serial
 def test_ten_thousand_lists_from_one_tenant_while_another_runs_commands(sbx, server):
     """Alpha calls `List` 10,000 times in a loop on one keep-alive
     connection; beta runs commands all the while. Every List is answered

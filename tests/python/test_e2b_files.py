@@ -265,6 +265,7 @@ def peak_rss(pid):
     raise AssertionError("no VmHWM")
 
 
+@pytest.mark.serial
 def test_a_100_mib_upload_and_download_stream(server, sbx):
     size = 100 << 20
     block = bytes(range(256)) * 4096  # 1 MiB

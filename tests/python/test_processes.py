@@ -210,6 +210,7 @@ def test_sse_follows_a_process_and_a_reader_reattaches_at_its_offset(server):
     assert name == "exit" and process["status"] == "exited" and process["output_bytes"] == last + len(rest)
 
 
+@pytest.mark.serial
 def test_a_terminal_nobody_reads_stays_bounded_and_dies_at_its_timeout(server):
     s = api(server)
     cid = container(s)

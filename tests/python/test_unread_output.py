@@ -21,10 +21,14 @@ import threading
 import time
 from urllib.parse import urlsplit
 
+import pytest
 import requests
 from e2b import Sandbox
 
 from conftest import CLUSTER_MODE, E2B_KEY_B, KEY_A, e2b_environment, processes_matching, wait_until
+
+# It measures the server's memory and CPU: alone, with no other test's load.
+pytestmark = pytest.mark.serial
 
 TICKS = os.sysconf("SC_CLK_TCK")
 # Non-reading streams of each kind (the E2B process gets twice as many).
