@@ -32,6 +32,7 @@ sysfs on /sys, which hides /sys/fs/cgroup from the sandbox engine (its
 containers would run without memory, pids or cpu limits).
 """
 
+import concurrent.futures
 import itertools
 import json
 import os
@@ -325,19 +326,32 @@ def make_bridge() -> None:
     sh("ip", "link", "set", BRIDGE, "up")
 
 
+def ip_batch(commands: list, netns: str = None) -> None:
+    """`ip` commands (each without the `ip`) run by one `ip -batch` (in
+    `netns` if given), in order, stopping at the first that fails: a
+    fresh cluster's namespaces are a few processes, not dozens."""
+    enter = ["nsenter", f"--net=/run/netns/{netns}"] if netns else []
+    done = subprocess.run(enter + ["ip", "-batch", "-"], input="\n".join(commands) + "\n",
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"ip -batch ({'; '.join(commands)}): exit {done.returncode}: {done.stderr.strip()}")
+
+
 def make_namespaces() -> None:
     """Each node's namespace, joined to the bridge (made before)."""
+    host = []
     for name in NODE_NAMES:
         netns, veth = NETNS[name], HOST_VETH[name]
-        sh("ip", "netns", "add", netns)
-        sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", netns)
-        sh("ip", "link", "set", veth, "master", BRIDGE)
-        sh("ip", "link", "set", veth, "up")
-        ns = ["ip", "-n", netns]
-        sh(*ns, "link", "set", "lo", "up")
-        sh(*ns, "addr", "add", f"{NODE_ADDRESS[name]}/24", "dev", "eth0")
-        sh(*ns, "link", "set", "eth0", "up")
-        sh(*ns, "route", "add", "default", "via", GATEWAY)
+        host += [f"netns add {netns}",
+                 f"link add {veth} type veth peer name eth0 netns {netns}",
+                 f"link set {veth} master {BRIDGE}",
+                 f"link set {veth} up"]
+    ip_batch(host)
+    for name in NODE_NAMES:
+        ip_batch(["link set lo up",
+                  f"addr add {NODE_ADDRESS[name]}/24 dev eth0",
+                  "link set eth0 up",
+                  f"route add default via {GATEWAY}"], netns=NETNS[name])
 
 
 class Postgres:
@@ -612,6 +626,13 @@ class Services:
         self.objects = None
         self.stores = itertools.count(1)
         self.removals = []
+        # Making and dropping a database (and making a bucket) happen on
+        # this one thread, beside the tests: the next cluster's store is
+        # made while the one before runs (`spare`), and a stopped
+        # cluster's database is dropped while the next starts.
+        self.chores = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="cluster-stores")
+        self.spare = None
+        self.drops = []
 
     def start(self) -> "Services":
         self.lock = take_lock()
@@ -629,7 +650,14 @@ class Services:
         return self
 
     def new_store(self) -> tuple:
-        """A fresh database and bucket: (database, bucket)."""
+        """A fresh database and bucket, never used before: (database,
+        bucket). The one made beside the cluster before, if any; the
+        next is begun at once."""
+        spare = self.spare or self.chores.submit(self._make_store)
+        self.spare = self.chores.submit(self._make_store)
+        return spare.result()
+
+    def _make_store(self) -> tuple:
         number = next(self.stores)
         database, bucket = f"shellgate_{number}", f"{BUCKET}-{number}"
         self.postgres.psql(f"CREATE DATABASE {database}")
@@ -638,7 +666,10 @@ class Services:
         return database, bucket
 
     def drop_database(self, database: str) -> None:
-        self.postgres.psql(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+        """Drops a stopped cluster's database, beside whatever runs next
+        (`stop` waits for it)."""
+        self.drops.append(self.chores.submit(
+            self.postgres.psql, f"DROP DATABASE IF EXISTS {database} WITH (FORCE)"))
 
     def remove_later(self, directory: Path) -> None:
         """A stopped cluster's directory removed in the background (its
@@ -651,6 +682,11 @@ class Services:
         for removal in self.removals:
             removal.wait()
         self.removals.clear()
+        # The spare store and the drops finished (a failed one is of no
+        # matter now: the whole Postgres goes).
+        self.chores.shutdown(wait=True)
+        self.spare = None
+        self.drops.clear()
         if self.objects:
             self.objects.stop()
         if self.postgres:
