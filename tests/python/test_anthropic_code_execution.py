@@ -1,6 +1,10 @@
 """Anthropic's tool family on `POST /v1/messages`, for any upstream model:
 the client tools (`bash_20250124`, `text_editor_2025*`) offered to the
-model and handed back as `tool_use`, as the Anthropic API does. Clients: the
+model and handed back as `tool_use`, as the Anthropic API does; and code
+execution (`code_execution_20250825`), whose two sub-tools
+(`bash_code_execution`, `text_editor_code_execution`) shellgate runs in a
+container, answering with Anthropic's blocks, streamed as Anthropic streams
+them, the request's `container` continuing a container. Clients: the
 official `anthropic` SDK; the model is the scripted upstream (a fixture),
 once per upstream protocol (Chat Completions, Responses, Anthropic).
 """
@@ -14,12 +18,20 @@ from conftest import KEY_A, own_server
 
 PROTOCOLS = ["chat", "responses", "anthropic"]
 
+# Servers of the module's own (one per upstream protocol): in cluster mode,
+# clusters of their own, run apart from the session's.
+pytestmark = pytest.mark.fresh_server
+
+
+# How long a command may run: short, so a command past it is quick to see.
+DEADLINE_SECS = 2
+
 
 @pytest.fixture(scope="module", params=PROTOCOLS)
 def served(request, upstream):
     """A server whose upstream speaks `request.param`, and that protocol."""
     with own_server(upstream, upstream_url=upstream.url, upstream_protocol=request.param,
-                    upstream_timeout_secs=10) as server:
+                    upstream_timeout_secs=10, request_deadline_secs=DEADLINE_SECS) as server:
         yield server, request.param
 
 
@@ -87,3 +99,115 @@ def test_the_bash_tool_is_handed_back(served, upstream):
     [call] = message.content
     assert (call.type, call.name, call.input) == ("tool_use", "bash", {"command": "uname -a"})
     assert message.stop_reason == "tool_use"
+
+
+CODE_EXECUTION = {"type": "code_execution_20250825", "name": "code_execution"}
+
+
+def execute(client, name, arguments, container=None, stream=False):
+    """A message whose model calls code execution's sub-tool `name` once."""
+    request = dict(model="scripted", max_tokens=256, tools=[CODE_EXECUTION],
+                   messages=[{"role": "user", "content": f"Call {name}: {json.dumps(arguments)}"}])
+    if container is not None:
+        request["container"] = container
+    if stream:
+        with client.messages.stream(**request) as events:
+            kinds = [(event.type, getattr(getattr(event, "content_block", None), "type", None))
+                     for event in events]
+            return events.get_final_message(), kinds
+    return client.messages.create(**request)
+
+
+def test_a_bash_command_runs_in_the_container(served, upstream):
+    server, protocol = served
+    client = anthropic_client(server)
+    before = len(upstream.requests)
+    message = execute(client, "bash_code_execution", {"command": "echo out; echo err >&2; exit 3"})
+    assert offered_names(upstream.requests[before], protocol) == [
+        "bash_code_execution", "text_editor_code_execution"]
+    call, result, text = message.content
+    assert (call.type, call.name, call.input) == (
+        "server_tool_use", "bash_code_execution", {"command": "echo out; echo err >&2; exit 3"})
+    assert result.type == "bash_code_execution_tool_result" and result.tool_use_id == call.id
+    assert result.content.model_dump() == {"type": "bash_code_execution_result", "stdout": "out\n",
+                                           "stderr": "err\n", "return_code": 3, "content": []}
+    assert text.text.startswith("Done: out")
+    assert message.stop_reason == "end_turn"
+    assert message.container.id.startswith("cntr_") and message.container.expires_at is not None
+
+
+def test_the_editor_creates_replaces_and_views_in_one_container(served):
+    server, _ = served
+    client = anthropic_client(server)
+    created = execute(client, "text_editor_code_execution",
+                      {"command": "create", "path": "notes.txt", "file_text": "alpha\nbeta\n"})
+    container = created.container.id
+    call, result, _ = created.content
+    assert (call.type, call.name) == ("server_tool_use", "text_editor_code_execution")
+    assert result.type == "text_editor_code_execution_tool_result"
+    assert result.content.model_dump() == {"type": "text_editor_code_execution_create_result",
+                                           "is_file_update": False}
+    replaced = execute(client, "text_editor_code_execution",
+                       {"command": "str_replace", "path": "notes.txt", "old_str": "beta", "new_str": "gamma"},
+                       container=container)
+    assert replaced.container.id == container
+    diff = replaced.content[1].content
+    assert diff.type == "text_editor_code_execution_str_replace_result"
+    assert (diff.old_start, diff.old_lines, diff.new_start, diff.new_lines, diff.lines) == (
+        2, 1, 2, 1, ["-beta", "+gamma"])
+    # The object form of `container` names it too.
+    viewed = execute(client, "text_editor_code_execution", {"command": "view", "path": "notes.txt"},
+                     container={"id": container})
+    view = viewed.content[1].content
+    assert view.model_dump(exclude_none=True) == {
+        "type": "text_editor_code_execution_view_result", "file_type": "text",
+        "content": "alpha\ngamma\n", "num_lines": 2, "start_line": 1, "total_lines": 2}
+    again = execute(client, "text_editor_code_execution",
+                    {"command": "create", "path": "notes.txt", "file_text": "new"}, container=container)
+    assert again.content[1].content.is_file_update is True
+
+
+def test_editor_errors_are_anthropic_error_objects(served):
+    server, _ = served
+    client = anthropic_client(server)
+    missing = execute(client, "text_editor_code_execution", {"command": "view", "path": "/no/such/file"})
+    error = missing.content[1].content
+    assert (error.type, error.error_code) == ("text_editor_code_execution_tool_result_error", "file_not_found")
+    assert "/no/such/file" in error.error_message
+    # The model reads the error.
+    assert missing.content[2].text.startswith("Done: Error: file_not_found")
+    twice = execute(client, "text_editor_code_execution",
+                    {"command": "create", "path": "twice.txt", "file_text": "a a"})
+    ambiguous = execute(client, "text_editor_code_execution",
+                        {"command": "str_replace", "path": "twice.txt", "old_str": "a", "new_str": "b"},
+                        container=twice.container.id)
+    assert ambiguous.content[1].content.error_code == "invalid_tool_input"
+
+
+def test_code_execution_streams_as_anthropic_streams_it(served):
+    server, _ = served
+    client = anthropic_client(server)
+    message, kinds = execute(client, "bash_code_execution", {"command": "echo streamed"}, stream=True)
+    starts = [block for kind, block in kinds if kind == "content_block_start"]
+    assert starts == ["server_tool_use", "bash_code_execution_tool_result", "text"]
+    # The call's input comes as a JSON delta (the SDK builds `input` from it).
+    assert ("input_json", None) in kinds
+    call, result, _ = message.content
+    assert call.input == {"command": "echo streamed"}
+    assert result.content.stdout == "streamed\n"
+    assert message.container.id.startswith("cntr_")
+
+
+def test_an_unknown_container_is_a_404(served):
+    server, _ = served
+    with pytest.raises(anthropic.NotFoundError):
+        execute(anthropic_client(server), "bash_code_execution", {"command": "true"},
+                container="cntr_none")
+
+
+def test_a_command_past_its_time_is_execution_time_exceeded(served):
+    server, _ = served
+    message = execute(anthropic_client(server), "bash_code_execution",
+                      {"command": f"sleep {DEADLINE_SECS * 15}"})
+    error = message.content[1].content
+    assert (error.type, error.error_code) == ("bash_code_execution_tool_result_error", "execution_time_exceeded")

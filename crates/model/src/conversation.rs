@@ -19,6 +19,7 @@
 //! `compaction`...) the Responses API's own: each adapter replays what its
 //! protocol reads and leaves out the rest.
 
+use shellgate_wire::code_execution::CodeExecutionResult;
 use shellgate_wire::responses::{
     CodeInterpreterOutput, ContentPart, Item, MessageContent, Role, ShellResult, TextOrJson,
     ToolOutput,
@@ -145,6 +146,54 @@ fn push_call(messages: &mut Vec<Message>, call: ToolCall) {
         text: String::new(),
         tool_calls: vec![call],
     });
+}
+
+/// A code execution sub-tool's result as the model reads it: a command's
+/// output and exit code, a file's text, what an edit did, or the error.
+pub fn code_execution_output_text(result: Option<&CodeExecutionResult>) -> String {
+    use shellgate_wire::code_execution::{
+        BashToolResultContent as B, TextEditorToolResultContent as T,
+    };
+    match result {
+        None => String::new(),
+        Some(CodeExecutionResult::Bash(B::BashCodeExecutionResult(done))) => {
+            let mut text = done.stdout.clone();
+            if !done.stderr.is_empty() {
+                text.push_str(&format!("\nstderr:\n{}", done.stderr));
+            }
+            if let Some(code) = done.return_code.filter(|code| *code != 0) {
+                text.push_str(&format!("\nexit code: {code}"));
+            }
+            text
+        }
+        Some(CodeExecutionResult::Bash(B::BashCodeExecutionToolResultError(error))) => {
+            format!("Error: {}", error.error_code)
+        }
+        Some(CodeExecutionResult::TextEditor(T::TextEditorCodeExecutionViewResult(view))) => {
+            view.content.clone()
+        }
+        Some(CodeExecutionResult::TextEditor(T::TextEditorCodeExecutionCreateResult(made))) => {
+            if made.is_file_update {
+                "The file was overwritten.".to_owned()
+            } else {
+                "The file was created.".to_owned()
+            }
+        }
+        Some(CodeExecutionResult::TextEditor(T::TextEditorCodeExecutionStrReplaceResult(diff))) => {
+            let mut text = "The text was replaced.".to_owned();
+            for line in diff.lines.iter().flatten() {
+                text.push('\n');
+                text.push_str(line);
+            }
+            text
+        }
+        Some(CodeExecutionResult::TextEditor(T::TextEditorCodeExecutionToolResultError(error))) => {
+            match &error.error_message {
+                Some(message) => format!("Error: {}: {message}", error.error_code),
+                None => format!("Error: {}", error.error_code),
+            }
+        }
+    }
 }
 
 /// The conversation for `items`, after the `instructions`.
@@ -314,6 +363,22 @@ pub fn messages_offering<'a>(
                 messages.push(Message::Tool {
                     call_id: id,
                     output: interpreter_output_text(call.outputs.as_deref()),
+                });
+            }
+            // A code execution sub-tool's call and its result, together.
+            Item::CodeExecutionCall(call) => {
+                let id = call_id(&call.call_id, &call.id);
+                push_call(
+                    &mut messages,
+                    ToolCall {
+                        id: id.clone(),
+                        name: call.name.clone(),
+                        arguments: serde_json::Value::Object(call.input.clone()).to_string(),
+                    },
+                );
+                messages.push(Message::Tool {
+                    call_id: id,
+                    output: code_execution_output_text(call.result.as_ref()),
                 });
             }
             Item::FunctionCallOutput(answer) => messages.push(Message::Tool {

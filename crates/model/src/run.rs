@@ -36,7 +36,10 @@ use shellgate_wire::responses::{
 
 use crate::arguments::{BashArguments, InterpreterArguments, LocalShellArguments, ShellArguments};
 use crate::conversation;
-use crate::tools::{Environment, ShellShape, Tools, BASH, CODE_INTERPRETER, LOCAL_SHELL, SHELL};
+use crate::tools::{
+    Environment, ShellShape, Tools, BASH, BASH_CODE_EXECUTION, CODE_INTERPRETER, LOCAL_SHELL,
+    SHELL, TEXT_EDITOR_CODE_EXECUTION,
+};
 use crate::upstream::{Delta, Finish, Reply, ToolCall, ToolChoice, Turn, Upstream, Usage};
 
 /// Most hosted tool calls in one response (also the default).
@@ -570,6 +573,9 @@ impl Run<'_> {
                         .extend(files.into_iter().map(|f| (container.clone(), f)));
                 }
                 (BASH, _) => run_hosted_bash(sandbox, call, output, events, guardrail).await?,
+                (BASH_CODE_EXECUTION | TEXT_EDITOR_CODE_EXECUTION, _) => {
+                    code_execution::run(sandbox, call, output, events, guardrail).await?
+                }
                 (_, ShellShape::OpenRouter) => {
                     run_openrouter_shell(sandbox, call, output, events, guardrail).await?
                 }
@@ -1480,6 +1486,8 @@ async fn run_hosted_bash(
     complete(output, events, index, item);
     Ok(())
 }
+
+mod code_execution;
 
 #[cfg(test)]
 mod tests;

@@ -30,6 +30,14 @@ pub const LOCAL_SHELL: &str = "local_shell";
 /// Name of the bash tool (`openrouter:bash`, Anthropic's `bash_*`) as a
 /// function tool.
 pub const BASH: &str = "bash";
+/// Name of Anthropic's code execution's command tool (taking `command`).
+pub const BASH_CODE_EXECUTION: &str = "bash_code_execution";
+/// Name of Anthropic's code execution's file editor (taking `command`
+/// `view`, `create` or `str_replace`, and `path`).
+pub const TEXT_EDITOR_CODE_EXECUTION: &str = "text_editor_code_execution";
+/// The code execution version whose sub-tools are the two above.
+pub const CODE_EXECUTION_20250825: &str = "code_execution_20250825";
+
 /// Name of OpenAI's `code_interpreter` as a function tool (taking `code`).
 pub const CODE_INTERPRETER: &str = "code_interpreter";
 
@@ -63,6 +71,14 @@ pub struct Bash {
     /// Where its commands run: `None` hands each call back to the client
     /// (`engine` `auto` or `native`, and Anthropic's own bash tool).
     pub hosted: Option<Environment>,
+}
+
+/// Anthropic's code execution of a Messages request
+/// (`code_execution_20250825`): its sub-tools run in the sandbox.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CodeExecution {
+    /// Its container: the request's `container`, else a new one.
+    pub environment: Environment,
 }
 
 /// Where the `shell` tool's commands run.
@@ -159,6 +175,8 @@ pub struct Tools {
     /// OpenAI's `code_interpreter`: the container its code runs in (one
     /// container with the hosted shell's, if both are given).
     pub code_interpreter: Option<Environment>,
+    /// Anthropic's code execution (Messages API).
+    pub code_execution: Option<CodeExecution>,
     pub functions: Vec<Function>,
     /// `sleep_after_seconds` of an OpenRouter tool: the container sleeps
     /// after this long without a command.
@@ -474,6 +492,23 @@ impl Tools {
                 messages::Tool::TextEditor(tool) => parsed
                     .functions
                     .push(Function::from_text_editor(tool, &param)?),
+                messages::Tool::CodeExecution(tool) => {
+                    if tool.kind != CODE_EXECUTION_20250825 {
+                        return Err(invalid(
+                            &format!("{param}.type"),
+                            format!(
+                                "tool type '{}' is not run here; use '{CODE_EXECUTION_20250825}'",
+                                tool.kind
+                            ),
+                        ));
+                    }
+                    if parsed.code_execution.is_some() {
+                        return Err(invalid(&param, "only one code execution tool may be given"));
+                    }
+                    parsed.code_execution = Some(CodeExecution {
+                        environment: Environment::ContainerAuto(wire::ContainerAuto::default()),
+                    });
+                }
                 messages::Tool::Unknown(_) => {
                     return Err(invalid(
                         &format!("{param}.type"),
@@ -539,6 +574,7 @@ impl Tools {
             .filter(|e| e.hosted())
             .or_else(|| self.bash.as_ref().and_then(|b| b.hosted.as_ref()))
             .or(self.code_interpreter.as_ref())
+            .or(self.code_execution.as_ref().map(|c| &c.environment))
     }
 
     /// Whether a call of `name` runs in the sandbox.
@@ -547,6 +583,7 @@ impl Tools {
             SHELL => self.shell.as_ref().is_some_and(Environment::hosted),
             BASH => self.bash.as_ref().is_some_and(|b| b.hosted.is_some()),
             CODE_INTERPRETER => self.code_interpreter.is_some(),
+            BASH_CODE_EXECUTION | TEXT_EDITOR_CODE_EXECUTION => self.code_execution.is_some(),
             _ => false,
         }
     }
@@ -559,6 +596,8 @@ impl Tools {
             (parsed.local_shell, LOCAL_SHELL),
             (parsed.bash.is_some(), BASH),
             (parsed.code_interpreter.is_some(), CODE_INTERPRETER),
+            (parsed.code_execution.is_some(), BASH_CODE_EXECUTION),
+            (parsed.code_execution.is_some(), TEXT_EDITOR_CODE_EXECUTION),
         ];
         for (present, name) in reserved {
             if present && parsed.functions.iter().any(|f| f.name == name) {
@@ -671,6 +710,44 @@ impl Tools {
                         },
                     },
                     "required": ["code"],
+                }),
+                ..Default::default()
+            });
+        }
+        if let Some(execution) = &self.code_execution {
+            specs.push(ToolSpec {
+                name: BASH_CODE_EXECUTION.to_owned(),
+                description: format!(
+                    "Runs a bash command in the code execution container and returns its \
+                     stdout, stderr and exit code. {}",
+                    describe(&execution.environment)
+                ),
+                parameters: json!({
+                    "type": "object",
+                    "properties": {
+                        "command": {"type": "string", "description": "The bash command to run."},
+                    },
+                    "required": ["command"],
+                }),
+                ..Default::default()
+            });
+            specs.push(ToolSpec {
+                name: TEXT_EDITOR_CODE_EXECUTION.to_owned(),
+                description: "Views, creates and edits text files in the code execution \
+                              container. `view` shows a file's text; `create` writes `file_text` \
+                              to a file (made or replaced); `str_replace` replaces `old_str`, \
+                              which must occur exactly once in the file, with `new_str`."
+                    .to_owned(),
+                parameters: json!({
+                    "type": "object",
+                    "properties": {
+                        "command": {"type": "string", "enum": ["view", "create", "str_replace"]},
+                        "path": {"type": "string", "description": "The file's path (relative to the working directory, or absolute)."},
+                        "file_text": {"type": "string", "description": "`create`: the file's content."},
+                        "old_str": {"type": "string", "description": "`str_replace`: the text to replace."},
+                        "new_str": {"type": "string", "description": "`str_replace`: the text to put in its place."},
+                    },
+                    "required": ["command", "path"],
                 }),
                 ..Default::default()
             });

@@ -21,6 +21,11 @@
 //! | `openrouter:shell` | `server_tool_use` (`name: "shell"`, `input: {commands}`) | `openrouter_shell_tool_result` (`tool_use_id`, `container_id`, `content: [{stdout, stderr, outcome}]`) |
 //! | `openrouter:bash`, `engine: openrouter` | `server_tool_use` (`name: "bash_code_execution"`, `input: {command}`) | `bash_code_execution_tool_result` (`tool_use_id`, `container_id`, `content: {type: "bash_code_execution_result", stdout, stderr, return_code, content: []}`; a timeout is `return_code` 124) |
 //!
+//! | `code_execution_20250825` | `server_tool_use` (`name: "bash_code_execution"`, `input: {command}`) | `bash_code_execution_tool_result` (`tool_use_id`, `content`: the result, or an error object such as `execution_time_exceeded`) |
+//! | `code_execution_20250825` | `server_tool_use` (`name: "text_editor_code_execution"`, `input: {command, path, ...}`) | `text_editor_code_execution_tool_result` (a view, create or str_replace result, or an error object such as `file_not_found`) |
+//!
+//! Code execution's container is the request's `container` (an id, or
+//! `{id}`) when it names one, else a new one.
 //! `bash_code_execution_tool_result` is a block the SDK knows;
 //! `openrouter_shell_tool_result` is not, and the SDK keeps it as a raw
 //! block (all its fields readable), as it does any block it does not know.
@@ -45,7 +50,10 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::Value;
 use shellgate_model::run::{self, Outcome, Sandbox, Status};
-use shellgate_model::tools::{Tools, BASH, SHELL};
+use shellgate_model::tools::{
+    CodeExecution, Environment, Tools, BASH, CODE_EXECUTION_20250825, SHELL,
+    TEXT_EDITOR_CODE_EXECUTION,
+};
 use shellgate_model::upstream::{
     anthropic, Carry, NativeItem, OutputFormat, Protocol, Reasoning, ReasoningRequest, Sealed,
     ToolChoice,
@@ -205,8 +213,7 @@ fn counted_turn(
     let instructions = system_text(body.system.as_ref())?;
     let (kept, positions, native_tools) =
         set_apart(body.tools.as_deref().unwrap_or_default(), protocol);
-    let tools = Tools::parse_messages(&kept)
-        .map_err(|e| invalid(&client_param(&e.param, &positions), e.message))?;
+    let tools = read_tools(&kept, &positions, &body)?;
     let (tool_choice, parallel) = tool_choice(&tools, body.tool_choice.as_ref())?;
     let items = conversation(&body.messages)?;
     let (carry, _) = carry(&body, headers, &native_tools, protocol)?;
@@ -252,6 +259,9 @@ fn set_apart(tools: &[wire::Tool], protocol: Option<Protocol>) -> Split<'_> {
         let native = match tool {
             wire::Tool::Unknown(_) => true,
             wire::Tool::TextEditor(_) => protocol == Some(Protocol::Anthropic),
+            // Other versions of code execution than the one run here are
+            // the upstream's.
+            wire::Tool::CodeExecution(tool) => tool.kind != CODE_EXECUTION_20250825,
             _ => false,
         };
         if native {
@@ -276,6 +286,32 @@ fn client_param(param: &str, positions: &[usize]) -> String {
         Some(original) => format!("tools[{original}]{tail}"),
         None => param.to_owned(),
     }
+}
+
+/// The tools of a request (`kept` of `body`'s), read, with code
+/// execution's container the request's `container` when it names one.
+fn read_tools(
+    kept: &[wire::Tool],
+    positions: &[usize],
+    body: &CreateMessage,
+) -> Result<Tools, ApiError> {
+    let mut tools = Tools::parse_messages(kept)
+        .map_err(|e| invalid(&client_param(&e.param, positions), e.message))?;
+    if let Some(CodeExecution { environment }) = tools.code_execution.as_mut() {
+        let container = body.container().map_err(|e| invalid(&e.param, e.message))?;
+        if let Some(id) = container.as_ref().and_then(|c| c.id()) {
+            *environment = Environment::ContainerReference(id.to_owned());
+        }
+    }
+    Ok(tools)
+}
+
+/// Whether the request's tools include the code execution shellgate runs
+/// (which consumes its `container`).
+fn runs_code_execution(body: &CreateMessage) -> bool {
+    body.tools.iter().flatten().any(
+        |tool| matches!(tool, wire::Tool::CodeExecution(t) if t.kind == CODE_EXECUTION_20250825),
+    )
 }
 
 /// What a Messages request asks beyond the loop's fields, for the
@@ -303,6 +339,10 @@ fn carry(
             return Err(ApiError::internal("the request could not be written back"));
         };
         fields.retain(|key, _| !anthropic::OWN.contains(&key.as_str()));
+        // The container code execution runs in is shellgate's.
+        if runs_code_execution(body) {
+            fields.remove("container");
+        }
         // The blocks' own cache breakpoints cannot be carried (the loop's
         // conversation is text): the API's automatic caching, marked as the
         // request's last breakpoint was, keeps the prompt cached.
@@ -426,7 +466,13 @@ fn carry(
             uncarried.push(key.into());
         }
     }
-    uncarried.extend(body.carried.keys().cloned());
+    let consumed = runs_code_execution(body);
+    uncarried.extend(
+        body.carried
+            .keys()
+            .filter(|key| !(consumed && key.as_str() == "container"))
+            .cloned(),
+    );
     Ok((carry, uncarried))
 }
 
@@ -434,8 +480,8 @@ fn carry(
 /// cluster's replica routes the request by it). `None` for a request
 /// `prepare` refuses (its node answers the 400).
 pub(crate) fn continued(body: &CreateMessage) -> Option<crate::sandboxes::reuse::Reuse> {
-    let (kept, _, _) = set_apart(body.tools.as_deref().unwrap_or_default(), None);
-    let tools = Tools::parse_messages(&kept).ok()?;
+    let (kept, positions, _) = set_apart(body.tools.as_deref().unwrap_or_default(), None);
+    let tools = read_tools(&kept, &positions, body).ok()?;
     let items = conversation(&body.messages).ok()?;
     Some(crate::sandboxes::reuse::Reuse::pick(
         &tools,
@@ -464,8 +510,7 @@ async fn prepare(
         body.tools.as_deref().unwrap_or_default(),
         upstream.protocol(),
     );
-    let tools = Tools::parse_messages(&kept)
-        .map_err(|e| invalid(&client_param(&e.param, &positions), e.message))?;
+    let tools = read_tools(&kept, &positions, &body)?;
     let (carry, mut uncarried) = carry(&body, headers, &native_tools, upstream.protocol())?;
     for name in upstream.uncarried(&carry) {
         if !uncarried.contains(&name) {
@@ -697,7 +742,10 @@ fn conversation(messages: &[MessageParam]) -> Result<Vec<Item>, ApiError> {
                 // block: the two are one item.
                 ContentBlock::ServerToolUse(call)
                     if role == Role::Assistant
-                        && matches!(call.name.as_str(), "shell" | "bash_code_execution") =>
+                        && matches!(
+                            call.name.as_str(),
+                            "shell" | "bash_code_execution" | "text_editor_code_execution"
+                        ) =>
                 {
                     flush(&mut parts, &mut items);
                     calls.insert(required(&call.id, &param, "id")?, call);
@@ -765,6 +813,21 @@ fn conversation(messages: &[MessageParam]) -> Result<Vec<Item>, ApiError> {
                             }),
                             extra: Default::default(),
                         }),
+                        status: Some(ItemStatus::Completed),
+                        extra: Default::default(),
+                    }));
+                }
+                ContentBlock::TextEditorCodeExecutionToolResult(result) => {
+                    flush(&mut parts, &mut items);
+                    let call_id = required(&result.tool_use_id, &param, "tool_use_id")?;
+                    let input = calls.remove(&call_id).map(|call| call.input);
+                    items.push(Item::CodeExecutionCall(wire_items::CodeExecutionCall {
+                        id: None,
+                        call_id: Some(call_id),
+                        container_id: None,
+                        name: TEXT_EDITOR_CODE_EXECUTION.to_owned(),
+                        input: input.unwrap_or_default(),
+                        result: Some(wire::CodeExecutionResult::TextEditor(result.content)),
                         status: Some(ItemStatus::Completed),
                         extra: Default::default(),
                     }));
@@ -953,6 +1016,32 @@ fn blocks(item: &Item) -> Vec<ContentBlock> {
                     extra: Default::default(),
                 }),
             ]
+        }
+        Item::CodeExecutionCall(call) => {
+            let call_id = call.call_id.clone().unwrap_or_default();
+            let mut blocks = vec![server_call(&call_id, &call.name, call.input.clone())];
+            match &call.result {
+                Some(wire::CodeExecutionResult::Bash(content)) => blocks.push(
+                    ContentBlock::BashCodeExecutionToolResult(BashToolResultBlock {
+                        tool_use_id: call_id,
+                        container_id: None,
+                        content: content.clone(),
+                        extra: Default::default(),
+                    }),
+                ),
+                Some(wire::CodeExecutionResult::TextEditor(content)) => {
+                    blocks.push(ContentBlock::TextEditorCodeExecutionToolResult(
+                        wire::TextEditorToolResultBlock {
+                            tool_use_id: call_id,
+                            content: content.clone(),
+                            extra: Default::default(),
+                        },
+                    ))
+                }
+                // Still running: its call alone.
+                None => {}
+            }
+            blocks
         }
         _ => Vec::new(),
     }
@@ -1224,6 +1313,29 @@ impl BlockIndex {
                 // result follows when they are done.
                 // A thinking block is given whole when it is done.
                 Item::Reasoning(_) => Vec::new(),
+                // Code execution's call streams as Anthropic's does: its
+                // input as one JSON delta.
+                Item::CodeExecutionCall(call) => {
+                    let block = self.take();
+                    let input = Value::Object(call.input.clone()).to_string();
+                    vec![
+                        StreamEvent::ContentBlockStart {
+                            index: block,
+                            content_block: server_call(
+                                &call.call_id.unwrap_or_default(),
+                                &call.name,
+                                Default::default(),
+                            ),
+                        },
+                        StreamEvent::ContentBlockDelta {
+                            index: block,
+                            delta: Delta::InputJsonDelta {
+                                partial_json: input,
+                            },
+                        },
+                        StreamEvent::ContentBlockStop { index: block },
+                    ]
+                }
                 item @ (Item::OpenRouterShell(_) | Item::OpenRouterBash(_)) => blocks(&item)
                     .into_iter()
                     .take(1)
@@ -1544,6 +1656,99 @@ mod tests {
 
     fn request(body: Value) -> CreateMessage {
         CreateMessage::read(&body).unwrap()
+    }
+
+    #[test]
+    fn code_execution_calls_are_anthropic_blocks_and_replay_as_they_were() {
+        let edit = item(json!({
+            "type": "code_execution_call", "call_id": "srvtoolu_1", "container_id": "cntr_1",
+            "name": "text_editor_code_execution", "input": {"command": "view", "path": "a.txt"},
+            "result": {"type": "text_editor_code_execution_tool_result_error",
+                       "error_code": "file_not_found", "error_message": "File not found: a.txt"},
+        }));
+        let written = json_of(&blocks(&edit));
+        assert_eq!(
+            written[0],
+            json!({"type": "server_tool_use", "id": "srvtoolu_1", "name": "text_editor_code_execution",
+                   "input": {"command": "view", "path": "a.txt"}})
+        );
+        assert_eq!(
+            written[1],
+            json!({"type": "text_editor_code_execution_tool_result", "tool_use_id": "srvtoolu_1",
+                   "content": {"type": "text_editor_code_execution_tool_result_error",
+                               "error_code": "file_not_found", "error_message": "File not found: a.txt"}})
+        );
+        // Replayed, the two blocks are the call and its result again.
+        let replayed =
+            typed_conversation(json!([{"role": "assistant", "content": written}])).unwrap();
+        let Item::CodeExecutionCall(call) = &replayed[0] else {
+            panic!("{replayed:?}")
+        };
+        assert_eq!(call.input["path"], "a.txt");
+        assert!(call.result.is_some());
+        let bash = item(json!({
+            "type": "code_execution_call", "call_id": "srvtoolu_2", "name": "bash_code_execution",
+            "input": {"command": "sleep 9"},
+            "result": {"type": "bash_code_execution_tool_result_error", "error_code": "execution_time_exceeded"},
+        }));
+        let written = json_of(&blocks(&bash));
+        assert_eq!(
+            written[1],
+            json!({"type": "bash_code_execution_tool_result", "tool_use_id": "srvtoolu_2",
+                   "content": {"type": "bash_code_execution_tool_result_error",
+                               "error_code": "execution_time_exceeded"}})
+        );
+        // Streamed: the call starts empty, its input one JSON delta.
+        let mut index = BlockIndex::default();
+        let started = index.translate(run::Event::ItemAdded {
+            index: 0,
+            item: bash,
+        });
+        let started: Vec<Value> = started
+            .iter()
+            .map(|e| serde_json::to_value(e).unwrap())
+            .collect();
+        assert_eq!(started[0]["content_block"]["input"], json!({}));
+        assert_eq!(
+            started[1]["delta"],
+            json!({"type": "input_json_delta", "partial_json": r#"{"command":"sleep 9"}"#})
+        );
+        assert_eq!(started[2]["type"], "content_block_stop");
+    }
+
+    #[test]
+    fn code_execution_consumes_the_container_and_other_requests_carry_it() {
+        let headers = HeaderMap::new();
+        let running = request(json!({"model": "m", "max_tokens": 5, "messages": [],
+            "container": "cntr_7", "tools": [{"type": "code_execution_20250825", "name": "code_execution"}]}));
+        let (kept, positions, native) = set_apart(running.tools.as_deref().unwrap(), None);
+        assert!(native.is_empty());
+        let tools = read_tools(&kept, &positions, &running).unwrap();
+        assert_eq!(
+            tools.code_execution.map(|c| c.environment),
+            Some(Environment::ContainerReference("cntr_7".into()))
+        );
+        let (to_anthropic, _) = carry(&running, &headers, &[], Some(Protocol::Anthropic)).unwrap();
+        assert!(!to_anthropic.anthropic.contains_key("container"));
+        let (_, uncarried) = carry(&running, &headers, &[], Some(Protocol::Chat)).unwrap();
+        assert!(uncarried.is_empty(), "{uncarried:?}");
+        // Without code execution run here, `container` is Anthropic's.
+        let other = request(json!({"model": "m", "max_tokens": 5, "messages": [],
+            "container": {"id": "container_x"},
+            "tools": [{"type": "code_execution_20250522", "name": "code_execution"}]}));
+        let (_, _, native) = set_apart(other.tools.as_deref().unwrap(), None);
+        assert_eq!(native.len(), 1);
+        let (to_anthropic, _) =
+            carry(&other, &headers, &native, Some(Protocol::Anthropic)).unwrap();
+        assert_eq!(
+            to_anthropic.anthropic["container"],
+            json!({"id": "container_x"})
+        );
+        let (_, uncarried) = carry(&other, &headers, &native, Some(Protocol::Chat)).unwrap();
+        assert_eq!(
+            uncarried,
+            ["tools[0] (code_execution_20250522)", "container"]
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! values; response types always carry every required key.
 
 pub mod catalogue;
+pub mod code_execution;
 pub mod messages;
 pub mod param;
 

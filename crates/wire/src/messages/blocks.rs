@@ -12,6 +12,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
+pub use crate::code_execution::{
+    BashOutputFile, BashOutputKind, BashResult, BashToolError, BashToolResultContent,
+    CodeExecutionResult, CreateResult, StrReplaceResult, TextEditorToolError,
+    TextEditorToolResultContent, ViewResult,
+};
 use crate::param::{unknown_type, Tagged};
 use crate::responses::ShellResult;
 
@@ -75,6 +80,8 @@ pub enum ContentBlock {
     OpenrouterShellToolResult(ShellToolResultBlock),
     /// The result of a `bash_code_execution` call.
     BashCodeExecutionToolResult(BashToolResultBlock),
+    /// The result of a `text_editor_code_execution` call.
+    TextEditorCodeExecutionToolResult(TextEditorToolResultBlock),
     /// A block of another `type`, whole (its `type` included).
     #[serde(untagged)]
     Unknown(Raw),
@@ -94,6 +101,9 @@ impl ContentBlock {
             ContentBlock::ServerToolUse(_) => "server_tool_use",
             ContentBlock::OpenrouterShellToolResult(_) => "openrouter_shell_tool_result",
             ContentBlock::BashCodeExecutionToolResult(_) => "bash_code_execution_tool_result",
+            ContentBlock::TextEditorCodeExecutionToolResult(_) => {
+                "text_editor_code_execution_tool_result"
+            }
             ContentBlock::Unknown(raw) => raw.kind(),
         }
     }
@@ -110,6 +120,7 @@ impl ContentBlock {
             ContentBlock::ToolResult(block) => &block.extra,
             ContentBlock::OpenrouterShellToolResult(block) => &block.extra,
             ContentBlock::BashCodeExecutionToolResult(block) => &block.extra,
+            ContentBlock::TextEditorCodeExecutionToolResult(block) => &block.extra,
             ContentBlock::Unknown(raw) => &raw.0,
         };
         extra.get(CACHE_CONTROL)
@@ -142,6 +153,9 @@ impl<'de> Deserialize<'de> for ContentBlock {
             }
             Some("bash_code_execution_tool_result") => {
                 ContentBlock::BashCodeExecutionToolResult(block.variant()?)
+            }
+            Some("text_editor_code_execution_tool_result") => {
+                ContentBlock::TextEditorCodeExecutionToolResult(block.variant()?)
             }
             Some(_) => ContentBlock::Unknown(Raw(block.object)),
             None => return Err(unknown_type(None, "a content block type")),
@@ -302,8 +316,9 @@ pub struct ShellToolResultBlock {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct BashToolResultBlock {
     pub tool_use_id: String,
-    /// shellgate's container (a key the SDK keeps as an extra).
-    #[serde(default)]
+    /// shellgate's container (a key the SDK keeps as an extra), given for
+    /// `openrouter:bash`; Anthropic's code execution has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container_id: Option<String>,
     pub content: BashToolResultContent,
     #[serde(flatten)]
@@ -311,44 +326,11 @@ pub struct BashToolResultBlock {
     pub extra: Extra,
 }
 
+/// A `text_editor_code_execution` call's result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum BashToolResultContent {
-    BashCodeExecutionResult(BashResult),
-    BashCodeExecutionToolResultError(BashToolError),
-}
-
-/// The command's output and exit code (124: it timed out).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct BashResult {
-    pub stdout: String,
-    pub stderr: String,
-    /// `null` when it is not known (a replayed result without one).
-    pub return_code: Option<i64>,
-    /// Files the command made (none here).
-    #[serde(default)]
-    pub content: Vec<BashOutputFile>,
-    #[serde(flatten)]
-    #[schema(value_type = Object)]
-    pub extra: Extra,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct BashOutputFile {
-    pub file_id: String,
-    #[serde(rename = "type")]
-    pub kind: BashOutputKind,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub enum BashOutputKind {
-    #[serde(rename = "bash_code_execution_output")]
-    BashCodeExecutionOutput,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
-pub struct BashToolError {
-    pub error_code: String,
+pub struct TextEditorToolResultBlock {
+    pub tool_use_id: String,
+    pub content: TextEditorToolResultContent,
     #[serde(flatten)]
     #[schema(value_type = Object)]
     pub extra: Extra,

@@ -106,6 +106,21 @@ impl CreateMessage {
         refuse(&request.carried, CARRIED)?;
         Ok(request)
     }
+
+    /// Its `container` (carried as given: Anthropic's, unless shellgate
+    /// runs the code execution it is for), read; a malformed one is an
+    /// error naming it.
+    pub fn container(&self) -> Result<Option<ContainerParam>, ParamError> {
+        self.carried
+            .get("container")
+            .map(|value| {
+                crate::param::parse(value).map_err(|e| ParamError {
+                    param: format!("container{}", e.param),
+                    message: e.message,
+                })
+            })
+            .transpose()
+    }
 }
 
 /// Fields of the SDK's `MessageCountTokensParams` (and the beta's) that
@@ -325,6 +340,9 @@ pub enum Tool {
     /// `openrouter:bash`: run in the sandbox with `engine: openrouter`,
     /// else by the client.
     OpenRouterBash(OpenRouterTool),
+    /// Anthropic's code execution (`code_execution_20250825`, any
+    /// `code_execution_*`): run in the sandbox.
+    CodeExecution(CodeExecutionTool),
     /// A tool of another `type`, whole (the handler refuses it).
     Unknown(Raw),
 }
@@ -336,6 +354,7 @@ impl Tool {
             Tool::Custom(tool) => tool.kind.map(|_| "custom"),
             Tool::Bash(tool) => Some(&tool.kind),
             Tool::TextEditor(tool) => Some(&tool.kind),
+            Tool::CodeExecution(tool) => Some(&tool.kind),
             Tool::OpenRouterShell(_) => Some(OPENROUTER_SHELL),
             Tool::OpenRouterBash(_) => Some(OPENROUTER_BASH),
             Tool::Unknown(raw) => Some(raw.kind()).filter(|kind| !kind.is_empty()),
@@ -350,6 +369,7 @@ impl Tool {
             Tool::Custom(tool) => tool.extra.get(super::blocks::CACHE_CONTROL),
             Tool::Bash(tool) => tool.extra.get(super::blocks::CACHE_CONTROL),
             Tool::TextEditor(tool) => tool.extra.get(super::blocks::CACHE_CONTROL),
+            Tool::CodeExecution(tool) => tool.extra.get(super::blocks::CACHE_CONTROL),
             Tool::Unknown(raw) => raw.0.get(super::blocks::CACHE_CONTROL),
             Tool::OpenRouterShell(_) | Tool::OpenRouterBash(_) => None,
         }
@@ -399,6 +419,7 @@ impl Serialize for Tool {
             Tool::Custom(tool) => tool.serialize(serializer),
             Tool::Bash(tool) => tool.serialize(serializer),
             Tool::TextEditor(tool) => tool.serialize(serializer),
+            Tool::CodeExecution(tool) => tool.serialize(serializer),
             Tool::OpenRouterShell(tool) => TaggedTool::OpenRouterShell(tool).serialize(serializer),
             Tool::OpenRouterBash(tool) => TaggedTool::OpenRouterBash(tool).serialize(serializer),
             Tool::Unknown(raw) => raw.serialize(serializer),
@@ -416,6 +437,9 @@ impl<'de> Deserialize<'de> for Tool {
             Some(OPENROUTER_BASH) => Tool::OpenRouterBash(tool.variant()?),
             Some(kind) if kind.starts_with("bash_") => Tool::Bash(tool.whole()?),
             Some(kind) if kind.starts_with(TEXT_EDITOR_PREFIX) => Tool::TextEditor(tool.whole()?),
+            Some(kind) if kind.starts_with(CODE_EXECUTION_PREFIX) => {
+                Tool::CodeExecution(tool.whole()?)
+            }
             Some(_) => Tool::Unknown(Raw(tool.object)),
         })
     }
@@ -488,4 +512,66 @@ impl TextEditorTool {
     pub fn has_undo(&self) -> bool {
         self.kind.as_str() <= "text_editor_20250124"
     }
+}
+
+/// The `type` prefix of Anthropic's code execution tools.
+pub const CODE_EXECUTION_PREFIX: &str = "code_execution_";
+
+/// Anthropic's code execution tool (`{"type": "code_execution_20250825",
+/// "name": "code_execution"}`): the model runs commands and edits files in
+/// a container the server keeps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct CodeExecutionTool {
+    /// `code_execution_` and a version date.
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
+
+/// A request's `container`: a container's id, or its id and skills.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum ContainerParam {
+    Id(String),
+    Params(ContainerParams),
+}
+
+impl ContainerParam {
+    /// The container's id, if the request names one.
+    pub fn id(&self) -> Option<&str> {
+        match self {
+            ContainerParam::Id(id) => Some(id),
+            ContainerParam::Params(params) => params.id.as_deref(),
+        }
+    }
+}
+
+/// `container` as an object.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ContainerParams {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skills: Option<Vec<SkillParam>>,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
+
+/// A skill a container is to hold (`container.skills[i]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct SkillParam {
+    pub skill_id: String,
+    /// `anthropic` or `custom`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
 }

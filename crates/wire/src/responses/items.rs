@@ -71,6 +71,10 @@ pub enum Item {
     /// `code_interpreter_call`: code the `code_interpreter` tool ran, and
     /// its outputs, in one item.
     CodeInterpreterCall(CodeInterpreterCall),
+    /// `code_execution_call`: a call of a sub-tool of Anthropic's code
+    /// execution (`bash_code_execution`, `text_editor_code_execution`) and
+    /// its result, in one item (the Messages API's).
+    CodeExecutionCall(CodeExecutionCall),
     /// An item of another `type`, kept whole (its `type` included).
     #[schema(value_type = Object)]
     Other(Extra),
@@ -91,6 +95,7 @@ pub mod item_type {
     pub const OPENROUTER_SHELL: &str = "openrouter:shell";
     pub const OPENROUTER_BASH: &str = "openrouter:bash";
     pub const CODE_INTERPRETER_CALL: &str = "code_interpreter_call";
+    pub const CODE_EXECUTION_CALL: &str = "code_execution_call";
 }
 
 impl Item {
@@ -111,6 +116,7 @@ impl Item {
             Item::OpenRouterShell(_) => OPENROUTER_SHELL,
             Item::OpenRouterBash(_) => OPENROUTER_BASH,
             Item::CodeInterpreterCall(_) => CODE_INTERPRETER_CALL,
+            Item::CodeExecutionCall(_) => CODE_EXECUTION_CALL,
             Item::Other(map) => map.get("type").and_then(Value::as_str).unwrap_or(""),
         }
     }
@@ -131,6 +137,7 @@ impl Item {
             Item::OpenRouterShell(i) => i.id.as_deref(),
             Item::OpenRouterBash(i) => i.id.as_deref(),
             Item::CodeInterpreterCall(i) => i.id.as_deref(),
+            Item::CodeExecutionCall(i) => i.id.as_deref(),
             Item::Other(map) => map.get("id").and_then(Value::as_str),
         }
     }
@@ -151,6 +158,7 @@ impl Item {
             Item::OpenRouterShell(i) => &mut i.id,
             Item::OpenRouterBash(i) => &mut i.id,
             Item::CodeInterpreterCall(i) => &mut i.id,
+            Item::CodeExecutionCall(i) => &mut i.id,
             Item::Other(map) => {
                 map.entry("id").or_insert_with(|| Value::String(id()));
                 return;
@@ -174,6 +182,7 @@ impl Item {
             Item::LocalShellCallOutput(i) => &mut i.status,
             Item::OpenRouterShell(i) => &mut i.status,
             Item::OpenRouterBash(i) => &mut i.status,
+            Item::CodeExecutionCall(i) => &mut i.status,
             Item::Reasoning(i) => &mut i.status,
             Item::CodeInterpreterCall(i) => {
                 i.status = Some(status.into());
@@ -197,6 +206,7 @@ impl Item {
             Item::OpenRouterShell(i) => i.container_id.as_deref(),
             Item::OpenRouterBash(i) => i.container_id.as_deref(),
             Item::CodeInterpreterCall(i) => i.container_id.as_deref(),
+            Item::CodeExecutionCall(i) => i.container_id.as_deref(),
             Item::ShellCall(ShellCall {
                 environment: Some(CallEnvironment::ContainerReference { container_id }),
                 ..
@@ -250,6 +260,8 @@ enum TaggedItem<'a> {
     OpenRouterBash(&'a OpenRouterBash),
     #[serde(rename = "code_interpreter_call")]
     CodeInterpreterCall(&'a CodeInterpreterCall),
+    #[serde(rename = "code_execution_call")]
+    CodeExecutionCall(&'a CodeExecutionCall),
 }
 
 impl Serialize for Item {
@@ -268,6 +280,7 @@ impl Serialize for Item {
             Item::OpenRouterShell(i) => TaggedItem::OpenRouterShell(i),
             Item::OpenRouterBash(i) => TaggedItem::OpenRouterBash(i),
             Item::CodeInterpreterCall(i) => TaggedItem::CodeInterpreterCall(i),
+            Item::CodeExecutionCall(i) => TaggedItem::CodeExecutionCall(i),
             Item::Other(map) => return map.serialize(serializer),
         };
         tagged.serialize(serializer)
@@ -314,6 +327,7 @@ impl<'de> Deserialize<'de> for Item {
             OPENROUTER_SHELL,
             OPENROUTER_BASH,
             CODE_INTERPRETER_CALL,
+            CODE_EXECUTION_CALL,
         ];
         if !known.contains(&kind.as_str()) {
             return Ok(Item::Other(map));
@@ -332,6 +346,7 @@ impl<'de> Deserialize<'de> for Item {
             CUSTOM_TOOL_CALL_OUTPUT => Item::CustomToolCallOutput(variant(map)?),
             OPENROUTER_SHELL => Item::OpenRouterShell(variant(map)?),
             CODE_INTERPRETER_CALL => Item::CodeInterpreterCall(variant(map)?),
+            CODE_EXECUTION_CALL => Item::CodeExecutionCall(variant(map)?),
             _ => Item::OpenRouterBash(variant(map)?),
         })
     }
@@ -923,6 +938,30 @@ pub struct OpenRouterBash {
     pub action: OpenRouterBashAction,
     #[serde(default)]
     pub output: Option<ShellResult>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<ItemStatus>,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
+
+/// `code_execution_call`: a code execution sub-tool's call (its name and
+/// input, as the model gave them) and its result (`null` while it runs).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct CodeExecutionCall {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_id: Option<String>,
+    /// `bash_code_execution` or `text_editor_code_execution`.
+    pub name: String,
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub input: Extra,
+    #[serde(default)]
+    pub result: Option<crate::code_execution::CodeExecutionResult>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<ItemStatus>,
     #[serde(flatten)]

@@ -1,0 +1,309 @@
+//! Anthropic's code execution sub-tools, run in the sandbox:
+//! `bash_code_execution` (a command) and `text_editor_code_execution`
+//! (`view`, `create` or `str_replace` of a file). Each call is one
+//! `code_execution_call` item holding the call and its result in
+//! Anthropic's shapes, told in progress and done as the hosted bash's is.
+//!
+//! The sandbox runs commands only, so the editor's file operations are
+//! commands too (the text an edit writes is a quoted argument, within the
+//! sandbox's longest command). Errors are Anthropic's error objects, which
+//! the model reads and can correct: `invalid_tool_input` (no command, an
+//! `old_str` not found exactly once), `file_not_found`,
+//! `execution_time_exceeded` (the command ran past its time).
+
+use serde::Deserialize;
+use shellgate_wire::code_execution::{
+    BashResult, BashToolError, BashToolResultContent, CodeExecutionResult, CreateResult,
+    StrReplaceResult, TextEditorToolError, TextEditorToolResultContent, ViewResult,
+};
+use shellgate_wire::responses::{self as wire, CodeExecutionCall, Item, ItemStatus};
+use shellgate_wire::Outcome;
+
+use super::{
+    announce, complete, execute, host_failed, item_id, EventSink, OutputGuard, Sandbox, Status,
+};
+use crate::arguments::ShellArguments;
+use crate::tools::BASH_CODE_EXECUTION;
+use crate::upstream::ToolCall;
+
+/// The exit code the editor's commands give for a path that is not a file.
+const NOT_FOUND: i32 = 44;
+/// The exit code of a `str_replace` whose file is larger than it edits.
+const TOO_LARGE: i32 = 45;
+/// Largest file `str_replace` edits: the most a command's output keeps.
+const EDITABLE_BYTES: usize = shellgate_sandbox_api::backend::limits::MAX_OUTPUT_LENGTH;
+
+/// The `bash_code_execution` input.
+#[derive(Debug, Default, Deserialize)]
+struct BashInput {
+    #[serde(default)]
+    command: Option<String>,
+}
+
+/// The `text_editor_code_execution` input.
+#[derive(Debug, Default, Deserialize)]
+struct EditorInput {
+    #[serde(default)]
+    command: Option<String>,
+    #[serde(default)]
+    path: Option<String>,
+    #[serde(default)]
+    file_text: Option<String>,
+    #[serde(default)]
+    old_str: Option<String>,
+    #[serde(default)]
+    new_str: Option<String>,
+}
+
+/// Runs one call of a code execution sub-tool: one `code_execution_call`
+/// item is added to `output`, in progress (its result `null`), then done.
+pub(super) async fn run(
+    sandbox: &dyn Sandbox,
+    call: &ToolCall,
+    output: &mut Vec<Item>,
+    events: Option<&EventSink>,
+    guardrail: Option<&OutputGuard<'_>>,
+) -> Result<(), Status> {
+    // Arguments that are not a JSON object (a model's slip) are no input.
+    let input: wire::Extra = serde_json::from_str(&call.arguments).unwrap_or_default();
+    let container = sandbox.container().await.map_err(host_failed)?;
+    let mut item = CodeExecutionCall {
+        id: Some(item_id("cex_")),
+        call_id: Some(call.id.clone()),
+        container_id: Some(container.clone()),
+        name: call.name.clone(),
+        input: input.clone(),
+        result: None,
+        status: Some(ItemStatus::InProgress),
+        extra: wire::Extra::new(),
+    };
+    let index = announce(output, events, Item::CodeExecutionCall(item.clone()));
+    let input = serde_json::Value::Object(input);
+    let result = if call.name == BASH_CODE_EXECUTION {
+        let input = BashInput::deserialize(&input).unwrap_or_default();
+        CodeExecutionResult::Bash(bash(sandbox, &container, input, guardrail).await?)
+    } else {
+        let input = EditorInput::deserialize(&input).unwrap_or_default();
+        CodeExecutionResult::TextEditor(edit(sandbox, &container, input, guardrail).await?)
+    };
+    item.result = Some(result);
+    item.status = Some(ItemStatus::Completed);
+    complete(output, events, index, Item::CodeExecutionCall(item));
+    Ok(())
+}
+
+fn bash_error(code: &str) -> BashToolResultContent {
+    BashToolResultContent::BashCodeExecutionToolResultError(BashToolError {
+        error_code: code.to_owned(),
+        extra: wire::Extra::new(),
+    })
+}
+
+fn editor_error(code: &str, message: impl Into<String>) -> TextEditorToolResultContent {
+    TextEditorToolResultContent::TextEditorCodeExecutionToolResultError(TextEditorToolError {
+        error_code: code.to_owned(),
+        error_message: Some(message.into()),
+        extra: wire::Extra::new(),
+    })
+}
+
+/// One command's result (a call the sandbox refused is exit code 2 with
+/// the problem in stderr, as the hosted shell answers).
+async fn command(
+    sandbox: &dyn Sandbox,
+    container: &str,
+    command: String,
+    max_output_length: Option<usize>,
+    guardrail: Option<&OutputGuard<'_>>,
+) -> Result<shellgate_sandbox_api::backend::CommandResult, Status> {
+    let checked = ShellArguments {
+        commands: vec![command],
+        ..ShellArguments::default()
+    }
+    .run_request()
+    .map(|mut request| {
+        if let Some(max) = max_output_length {
+            request.max_output_length = max;
+        }
+        request
+    });
+    let results = execute(sandbox, container, checked, None, guardrail).await?;
+    results.into_iter().next().ok_or_else(|| Status::Failed {
+        code: "server_error",
+        message: "the sandbox gave no result for the command".into(),
+    })
+}
+
+async fn bash(
+    sandbox: &dyn Sandbox,
+    container: &str,
+    input: BashInput,
+    guardrail: Option<&OutputGuard<'_>>,
+) -> Result<BashToolResultContent, Status> {
+    let Some(line) = input.command.filter(|c| !c.trim().is_empty()) else {
+        return Ok(bash_error("invalid_tool_input"));
+    };
+    let result = command(sandbox, container, line, None, guardrail).await?;
+    Ok(match result.outcome {
+        Outcome::Timeout => bash_error("execution_time_exceeded"),
+        Outcome::Exit { exit_code } => BashToolResultContent::BashCodeExecutionResult(BashResult {
+            stdout: result.stdout,
+            stderr: result.stderr,
+            return_code: Some(i64::from(exit_code)),
+            content: Vec::new(),
+            extra: wire::Extra::new(),
+        }),
+    })
+}
+
+/// `text` as one bash word.
+fn quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
+}
+
+/// How many lines `text` has (a last line without its newline counts).
+fn line_count(text: &str) -> u64 {
+    text.lines().count() as u64
+}
+
+async fn edit(
+    sandbox: &dyn Sandbox,
+    container: &str,
+    input: EditorInput,
+    guardrail: Option<&OutputGuard<'_>>,
+) -> Result<TextEditorToolResultContent, Status> {
+    let Some(path) = input.path.filter(|p| !p.is_empty()) else {
+        return Ok(editor_error("invalid_tool_input", "a path is required"));
+    };
+    let quoted = quote(&path);
+    let missing = || editor_error("file_not_found", format!("File not found: {path}"));
+    let failed = |result: &shellgate_sandbox_api::backend::CommandResult| match result.outcome {
+        Outcome::Timeout => editor_error("execution_time_exceeded", "the command timed out"),
+        Outcome::Exit { .. } => editor_error("invalid_tool_input", result.stderr.trim()),
+    };
+    match input.command.as_deref() {
+        Some("view") => {
+            let script = format!(
+                "[ -e {quoted} ] || exit {NOT_FOUND}; if [ -d {quoted} ]; then ls -1A -- {quoted}; \
+                 else cat -- {quoted}; fi"
+            );
+            let result = command(sandbox, container, script, None, guardrail).await?;
+            Ok(match result.outcome {
+                Outcome::Exit { exit_code: 0 } => {
+                    let lines = line_count(&result.stdout);
+                    TextEditorToolResultContent::TextEditorCodeExecutionViewResult(ViewResult {
+                        file_type: "text".to_owned(),
+                        content: result.stdout,
+                        num_lines: Some(lines),
+                        start_line: Some(1),
+                        total_lines: Some(lines),
+                        extra: wire::Extra::new(),
+                    })
+                }
+                Outcome::Exit { exit_code } if exit_code == NOT_FOUND => missing(),
+                _ => failed(&result),
+            })
+        }
+        Some("create") => {
+            let Some(text) = input.file_text else {
+                return Ok(editor_error("invalid_tool_input", "create needs file_text"));
+            };
+            let script = format!(
+                "if [ -e {quoted} ]; then existed=1; else existed=0; fi; \
+                 mkdir -p -- \"$(dirname -- {quoted})\" && printf %s {} > {quoted} && echo $existed",
+                quote(&text)
+            );
+            let result = command(sandbox, container, script, None, None).await?;
+            Ok(match result.outcome {
+                Outcome::Exit { exit_code: 0 } => {
+                    TextEditorToolResultContent::TextEditorCodeExecutionCreateResult(CreateResult {
+                        is_file_update: result.stdout.trim() == "1",
+                        extra: wire::Extra::new(),
+                    })
+                }
+                _ => failed(&result),
+            })
+        }
+        Some("str_replace") => {
+            let (Some(old), new) = (input.old_str, input.new_str.unwrap_or_default()) else {
+                return Ok(editor_error(
+                    "invalid_tool_input",
+                    "str_replace needs old_str",
+                ));
+            };
+            let script = format!(
+                "[ -f {quoted} ] || exit {NOT_FOUND}; \
+                 [ \"$(wc -c < {quoted})\" -le {EDITABLE_BYTES} ] || exit {TOO_LARGE}; cat -- {quoted}"
+            );
+            let read = command(sandbox, container, script, Some(EDITABLE_BYTES), None).await?;
+            let text = match read.outcome {
+                Outcome::Exit { exit_code: 0 } => read.stdout,
+                Outcome::Exit { exit_code } if exit_code == NOT_FOUND => return Ok(missing()),
+                Outcome::Exit { exit_code } if exit_code == TOO_LARGE => {
+                    return Ok(editor_error(
+                        "invalid_tool_input",
+                        format!("{path} is larger than the editor edits ({EDITABLE_BYTES} bytes)"),
+                    ))
+                }
+                _ => return Ok(failed(&read)),
+            };
+            let found = if old.is_empty() {
+                0
+            } else {
+                text.matches(old.as_str()).count()
+            };
+            if found != 1 {
+                return Ok(editor_error(
+                    "invalid_tool_input",
+                    format!("old_str must occur exactly once in {path}; it occurs {found} times"),
+                ));
+            }
+            let at = text.find(old.as_str()).unwrap_or_default();
+            let start = 1 + text[..at].matches('\n').count() as u64;
+            let edited = text.replacen(old.as_str(), &new, 1);
+            let script = format!("printf %s {} > {quoted}", quote(&edited));
+            let written = command(sandbox, container, script, None, None).await?;
+            if !matches!(written.outcome, Outcome::Exit { exit_code: 0 }) {
+                return Ok(failed(&written));
+            }
+            let lines = old
+                .lines()
+                .map(|line| format!("-{line}"))
+                .chain(new.lines().map(|line| format!("+{line}")))
+                .collect();
+            Ok(
+                TextEditorToolResultContent::TextEditorCodeExecutionStrReplaceResult(
+                    StrReplaceResult {
+                        old_start: Some(start),
+                        old_lines: Some(line_count(&old).max(1)),
+                        new_start: Some(start),
+                        new_lines: Some(line_count(&new)),
+                        lines: Some(lines),
+                        extra: wire::Extra::new(),
+                    },
+                ),
+            )
+        }
+        other => Ok(editor_error(
+            "invalid_tool_input",
+            format!(
+                "unknown command {:?}: use view, create or str_replace",
+                other.unwrap_or_default()
+            ),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_quoted_word_keeps_every_character() {
+        assert_eq!(quote("a b"), "'a b'");
+        assert_eq!(quote("it's"), r"'it'\''s'");
+        assert_eq!(line_count("a\nb"), 2);
+        assert_eq!(line_count("a\nb\n"), 2);
+        assert_eq!(line_count(""), 0);
+    }
+}
