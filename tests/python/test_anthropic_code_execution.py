@@ -1,10 +1,12 @@
 """Anthropic's tool family on `POST /v1/messages`, for any upstream model:
 the client tools (`bash_20250124`, `text_editor_2025*`) offered to the
 model and handed back as `tool_use`, as the Anthropic API does; and code
-execution (`code_execution_20250825`), whose two sub-tools
-(`bash_code_execution`, `text_editor_code_execution`) shellgate runs in a
-container, answering with Anthropic's blocks, streamed as Anthropic streams
-them, the request's `container` continuing a container. Clients: the
+execution (`code_execution_20250522`, `_20250825`, `_20260120`,
+`_20260521`), whose sub-tools (`bash_code_execution`,
+`text_editor_code_execution`, the Python `code_execution`) shellgate runs in
+a container, answering with Anthropic's blocks, streamed as Anthropic
+streams them, the request's `container` continuing a container (its Python
+variables too). Clients: the
 official `anthropic` SDK; the model is the scripted upstream (a fixture),
 once per upstream protocol (Chat Completions, Responses, Anthropic).
 """
@@ -104,9 +106,9 @@ def test_the_bash_tool_is_handed_back(served, upstream):
 CODE_EXECUTION = {"type": "code_execution_20250825", "name": "code_execution"}
 
 
-def execute(client, name, arguments, container=None, stream=False):
+def execute(client, name, arguments, container=None, stream=False, tool=CODE_EXECUTION):
     """A message whose model calls code execution's sub-tool `name` once."""
-    request = dict(model="scripted", max_tokens=256, tools=[CODE_EXECUTION],
+    request = dict(model="scripted", max_tokens=256, tools=[tool],
                    messages=[{"role": "user", "content": f"Call {name}: {json.dumps(arguments)}"}])
     if container is not None:
         request["container"] = container
@@ -211,3 +213,61 @@ def test_a_command_past_its_time_is_execution_time_exceeded(served):
                       {"command": f"sleep {DEADLINE_SECS * 15}"})
     error = message.content[1].content
     assert (error.type, error.error_code) == ("bash_code_execution_tool_result_error", "execution_time_exceeded")
+
+
+VERSIONS = [
+    ("code_execution_20250522", ["code_execution"]),
+    ("code_execution_20250825", ["bash_code_execution", "text_editor_code_execution"]),
+    ("code_execution_20260120", ["bash_code_execution", "text_editor_code_execution", "code_execution"]),
+    ("code_execution_20260521", ["bash_code_execution", "text_editor_code_execution", "code_execution"]),
+]
+
+
+@pytest.mark.parametrize("kind,names", VERSIONS)
+def test_each_version_offers_its_sub_tools(served, upstream, kind, names):
+    server, protocol = served
+    before = len(upstream.requests)
+    raw = anthropic_client(server).messages.with_raw_response.create(
+        model="scripted", max_tokens=64, tools=[{"type": kind, "name": "code_execution"}],
+        messages=[{"role": "user", "content": "Hello"}])
+    assert raw.headers.get("x-shellgate-uncarried") is None
+    assert offered_names(upstream.requests[before], protocol) == names
+
+
+@pytest.mark.parametrize("kind", ["code_execution_20260120", "code_execution_20260521"])
+def test_a_python_variable_survives_into_the_next_request_on_the_container(served, kind):
+    server, _ = served
+    client = anthropic_client(server)
+    tool = {"type": kind, "name": "code_execution"}
+    code = "total = 6 * 7\nprint(total)"
+    first = execute(client, "code_execution", {"code": code}, tool=tool)
+    call, result, text = first.content
+    assert (call.type, call.name, call.input) == ("server_tool_use", "code_execution", {"code": code})
+    assert result.type == "code_execution_tool_result" and result.tool_use_id == call.id
+    assert result.content.model_dump() == {"type": "code_execution_result", "stdout": "42\n",
+                                           "stderr": "", "return_code": 0, "content": []}
+    assert text.text.startswith("Done: 42")
+    later = execute(client, "code_execution", {"code": "print(total + 1)"}, tool=tool,
+                    container=first.container.id)
+    assert later.container.id == first.container.id
+    assert later.content[1].content.stdout == "43\n"
+
+
+def test_a_python_cell_that_raises_has_return_code_1(served):
+    server, _ = served
+    message = execute(anthropic_client(server), "code_execution", {"code": "1 / 0"},
+                      tool={"type": "code_execution_20250522", "name": "code_execution"})
+    content = message.content[1].content
+    assert (content.type, content.return_code) == ("code_execution_result", 1)
+    assert "ZeroDivisionError" in content.stdout
+
+
+def test_a_python_cell_streams_as_anthropic_streams_it(served):
+    server, _ = served
+    message, kinds = execute(anthropic_client(server), "code_execution", {"code": "print('streamed')"},
+                             tool={"type": "code_execution_20260120", "name": "code_execution"}, stream=True)
+    starts = [block for kind, block in kinds if kind == "content_block_start"]
+    assert starts == ["server_tool_use", "code_execution_tool_result", "text"]
+    call, result, _ = message.content
+    assert call.input == {"code": "print('streamed')"}
+    assert result.content.stdout == "streamed\n"

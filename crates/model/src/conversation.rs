@@ -152,7 +152,7 @@ fn push_call(messages: &mut Vec<Message>, call: ToolCall) {
 /// output and exit code, a file's text, what an edit did, or the error.
 pub fn code_execution_output_text(result: Option<&CodeExecutionResult>) -> String {
     use shellgate_wire::code_execution::{
-        BashToolResultContent as B, TextEditorToolResultContent as T,
+        BashToolResultContent as B, PythonToolResultContent as P, TextEditorToolResultContent as T,
     };
     match result {
         None => String::new(),
@@ -186,6 +186,19 @@ pub fn code_execution_output_text(result: Option<&CodeExecutionResult>) -> Strin
                 text.push_str(line);
             }
             text
+        }
+        Some(CodeExecutionResult::Python(P::CodeExecutionResult(done))) => {
+            let mut text = done.stdout.clone();
+            if !done.stderr.is_empty() {
+                text.push_str(&format!("\nstderr:\n{}", done.stderr));
+            }
+            if done.return_code != 0 {
+                text.push_str(&format!("\nreturn code: {}", done.return_code));
+            }
+            text
+        }
+        Some(CodeExecutionResult::Python(P::CodeExecutionToolResultError(error))) => {
+            format!("Error: {}", error.error_code)
         }
         Some(CodeExecutionResult::TextEditor(T::TextEditorCodeExecutionToolResultError(error))) => {
             match &error.error_message {

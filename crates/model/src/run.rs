@@ -37,8 +37,8 @@ use shellgate_wire::responses::{
 use crate::arguments::{BashArguments, InterpreterArguments, LocalShellArguments, ShellArguments};
 use crate::conversation;
 use crate::tools::{
-    Environment, ShellShape, Tools, BASH, BASH_CODE_EXECUTION, CODE_INTERPRETER, LOCAL_SHELL,
-    SHELL, TEXT_EDITOR_CODE_EXECUTION,
+    Environment, ShellShape, Tools, BASH, BASH_CODE_EXECUTION, CODE_EXECUTION, CODE_INTERPRETER,
+    LOCAL_SHELL, SHELL, TEXT_EDITOR_CODE_EXECUTION,
 };
 use crate::upstream::{Delta, Finish, Reply, ToolCall, ToolChoice, Turn, Upstream, Usage};
 
@@ -90,6 +90,11 @@ pub struct Interpretation {
     /// The files it created or changed under `/mnt/data`, as container
     /// files of the container it ran in.
     pub files: Vec<WrittenFile>,
+    /// It raised (its traceback is in the logs).
+    pub raised: bool,
+    /// It ran past its time and was interrupted (the kernel keeps its
+    /// state).
+    pub timed_out: bool,
 }
 
 /// A file the code interpreter's code wrote: a container file.
@@ -573,7 +578,7 @@ impl Run<'_> {
                         .extend(files.into_iter().map(|f| (container.clone(), f)));
                 }
                 (BASH, _) => run_hosted_bash(sandbox, call, output, events, guardrail).await?,
-                (BASH_CODE_EXECUTION | TEXT_EDITOR_CODE_EXECUTION, _) => {
+                (BASH_CODE_EXECUTION | TEXT_EDITOR_CODE_EXECUTION | CODE_EXECUTION, _) => {
                     code_execution::run(sandbox, call, output, events, guardrail).await?
                 }
                 (_, ShellShape::OpenRouter) => {

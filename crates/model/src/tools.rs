@@ -35,8 +35,8 @@ pub const BASH_CODE_EXECUTION: &str = "bash_code_execution";
 /// Name of Anthropic's code execution's file editor (taking `command`
 /// `view`, `create` or `str_replace`, and `path`).
 pub const TEXT_EDITOR_CODE_EXECUTION: &str = "text_editor_code_execution";
-/// The code execution version whose sub-tools are the two above.
-pub const CODE_EXECUTION_20250825: &str = "code_execution_20250825";
+/// Name of Anthropic's code execution's Python tool (taking `code`).
+pub const CODE_EXECUTION: &str = "code_execution";
 
 /// Name of OpenAI's `code_interpreter` as a function tool (taking `code`).
 pub const CODE_INTERPRETER: &str = "code_interpreter";
@@ -73,12 +73,50 @@ pub struct Bash {
     pub hosted: Option<Environment>,
 }
 
-/// Anthropic's code execution of a Messages request
-/// (`code_execution_20250825`): its sub-tools run in the sandbox.
+/// Anthropic's code execution of a Messages request: its sub-tools run
+/// in the sandbox.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CodeExecution {
+    pub version: CodeExecutionVersion,
     /// Its container: the request's `container`, else a new one.
     pub environment: Environment,
+}
+
+/// A version of Anthropic's code execution tool, by the sub-tools the
+/// model sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CodeExecutionVersion {
+    /// `code_execution_20250522`: Python cells (`code_execution`).
+    Python,
+    /// `code_execution_20250825`: commands and the file editor
+    /// (`bash_code_execution`, `text_editor_code_execution`).
+    Commands,
+    /// `code_execution_20260120` and `_20260521`: the commands, the file
+    /// editor and Python cells.
+    CommandsAndPython,
+}
+
+impl CodeExecutionVersion {
+    /// The version a tool `type` names, if it is one run here.
+    pub fn of(kind: &str) -> Option<Self> {
+        match kind {
+            "code_execution_20250522" => Some(Self::Python),
+            "code_execution_20250825" => Some(Self::Commands),
+            "code_execution_20260120" | "code_execution_20260521" => Some(Self::CommandsAndPython),
+            _ => None,
+        }
+    }
+
+    /// Whether the model sees `bash_code_execution` and
+    /// `text_editor_code_execution`.
+    pub fn commands(self) -> bool {
+        self != Self::Python
+    }
+
+    /// Whether the model sees `code_execution` (Python).
+    pub fn python(self) -> bool {
+        self != Self::Commands
+    }
 }
 
 /// Where the `shell` tool's commands run.
@@ -493,19 +531,21 @@ impl Tools {
                     .functions
                     .push(Function::from_text_editor(tool, &param)?),
                 messages::Tool::CodeExecution(tool) => {
-                    if tool.kind != CODE_EXECUTION_20250825 {
+                    let Some(version) = CodeExecutionVersion::of(&tool.kind) else {
                         return Err(invalid(
                             &format!("{param}.type"),
                             format!(
-                                "tool type '{}' is not run here; use '{CODE_EXECUTION_20250825}'",
+                                "tool type '{}' is not run here; use 'code_execution_20250522', \
+                                 '_20250825', '_20260120' or '_20260521'",
                                 tool.kind
                             ),
                         ));
-                    }
+                    };
                     if parsed.code_execution.is_some() {
                         return Err(invalid(&param, "only one code execution tool may be given"));
                     }
                     parsed.code_execution = Some(CodeExecution {
+                        version,
                         environment: Environment::ContainerAuto(wire::ContainerAuto::default()),
                     });
                 }
@@ -583,7 +623,14 @@ impl Tools {
             SHELL => self.shell.as_ref().is_some_and(Environment::hosted),
             BASH => self.bash.as_ref().is_some_and(|b| b.hosted.is_some()),
             CODE_INTERPRETER => self.code_interpreter.is_some(),
-            BASH_CODE_EXECUTION | TEXT_EDITOR_CODE_EXECUTION => self.code_execution.is_some(),
+            BASH_CODE_EXECUTION | TEXT_EDITOR_CODE_EXECUTION => self
+                .code_execution
+                .as_ref()
+                .is_some_and(|c| c.version.commands()),
+            CODE_EXECUTION => self
+                .code_execution
+                .as_ref()
+                .is_some_and(|c| c.version.python()),
             _ => false,
         }
     }
@@ -598,6 +645,7 @@ impl Tools {
             (parsed.code_interpreter.is_some(), CODE_INTERPRETER),
             (parsed.code_execution.is_some(), BASH_CODE_EXECUTION),
             (parsed.code_execution.is_some(), TEXT_EDITOR_CODE_EXECUTION),
+            (parsed.code_execution.is_some(), CODE_EXECUTION),
         ];
         for (present, name) in reserved {
             if present && parsed.functions.iter().any(|f| f.name == name) {
@@ -714,7 +762,11 @@ impl Tools {
                 ..Default::default()
             });
         }
-        if let Some(execution) = &self.code_execution {
+        if let Some(execution) = self
+            .code_execution
+            .as_ref()
+            .filter(|c| c.version.commands())
+        {
             specs.push(ToolSpec {
                 name: BASH_CODE_EXECUTION.to_owned(),
                 description: format!(
@@ -748,6 +800,26 @@ impl Tools {
                         "new_str": {"type": "string", "description": "`str_replace`: the text to put in its place."},
                     },
                     "required": ["command", "path"],
+                }),
+                ..Default::default()
+            });
+        }
+        if let Some(execution) = self.code_execution.as_ref().filter(|c| c.version.python()) {
+            specs.push(ToolSpec {
+                name: CODE_EXECUTION.to_owned(),
+                description: format!(
+                    "Runs Python code in a stateful kernel in the code execution container: \
+                     variables, imports and functions stay defined for the next call, in this \
+                     request and in later requests on the same container. Returns what it \
+                     printed; a raised exception's traceback comes back with return code 1. {}",
+                    describe(&execution.environment)
+                ),
+                parameters: json!({
+                    "type": "object",
+                    "properties": {
+                        "code": {"type": "string", "description": "The Python code to run."},
+                    },
+                    "required": ["code"],
                 }),
                 ..Default::default()
             });

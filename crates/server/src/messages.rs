@@ -20,12 +20,14 @@
 //! |---|---|---|
 //! | `openrouter:shell` | `server_tool_use` (`name: "shell"`, `input: {commands}`) | `openrouter_shell_tool_result` (`tool_use_id`, `container_id`, `content: [{stdout, stderr, outcome}]`) |
 //! | `openrouter:bash`, `engine: openrouter` | `server_tool_use` (`name: "bash_code_execution"`, `input: {command}`) | `bash_code_execution_tool_result` (`tool_use_id`, `container_id`, `content: {type: "bash_code_execution_result", stdout, stderr, return_code, content: []}`; a timeout is `return_code` 124) |
-//!
-//! | `code_execution_20250825` | `server_tool_use` (`name: "bash_code_execution"`, `input: {command}`) | `bash_code_execution_tool_result` (`tool_use_id`, `content`: the result, or an error object such as `execution_time_exceeded`) |
-//! | `code_execution_20250825` | `server_tool_use` (`name: "text_editor_code_execution"`, `input: {command, path, ...}`) | `text_editor_code_execution_tool_result` (a view, create or str_replace result, or an error object such as `file_not_found`) |
+//! | `code_execution_20250825`, `_20260120`, `_20260521` | `server_tool_use` (`name: "bash_code_execution"`, `input: {command}`) | `bash_code_execution_tool_result` (`tool_use_id`, `content`: the result, or an error object such as `execution_time_exceeded`) |
+//! | `code_execution_20250825`, `_20260120`, `_20260521` | `server_tool_use` (`name: "text_editor_code_execution"`, `input: {command, path, ...}`) | `text_editor_code_execution_tool_result` (a view, create or str_replace result, or an error object such as `file_not_found`) |
+//! | `code_execution_20250522`, `_20260120`, `_20260521` | `server_tool_use` (`name: "code_execution"`, `input: {code}`) | `code_execution_tool_result` (`content: {type: "code_execution_result", stdout, stderr, return_code, content: []}`, or an error object such as `execution_time_exceeded`) |
 //!
 //! Code execution's container is the request's `container` (an id, or
-//! `{id}`) when it names one, else a new one.
+//! `{id}`) when it names one, else a new one. Its Python cells run in the
+//! container's stateful kernel (the code interpreter's), so a variable
+//! outlives the request, for the next one on the same container.
 //! `bash_code_execution_tool_result` is a block the SDK knows;
 //! `openrouter_shell_tool_result` is not, and the SDK keeps it as a raw
 //! block (all its fields readable), as it does any block it does not know.
@@ -51,7 +53,7 @@ use axum::Json;
 use serde_json::Value;
 use shellgate_model::run::{self, Outcome, Sandbox, Status};
 use shellgate_model::tools::{
-    CodeExecution, Environment, Tools, BASH, CODE_EXECUTION_20250825, SHELL,
+    CodeExecution, CodeExecutionVersion, Environment, Tools, BASH, CODE_EXECUTION, SHELL,
     TEXT_EDITOR_CODE_EXECUTION,
 };
 use shellgate_model::upstream::{
@@ -259,9 +261,8 @@ fn set_apart(tools: &[wire::Tool], protocol: Option<Protocol>) -> Split<'_> {
         let native = match tool {
             wire::Tool::Unknown(_) => true,
             wire::Tool::TextEditor(_) => protocol == Some(Protocol::Anthropic),
-            // Other versions of code execution than the one run here are
-            // the upstream's.
-            wire::Tool::CodeExecution(tool) => tool.kind != CODE_EXECUTION_20250825,
+            // Versions of code execution not run here are the upstream's.
+            wire::Tool::CodeExecution(tool) => CodeExecutionVersion::of(&tool.kind).is_none(),
             _ => false,
         };
         if native {
@@ -297,7 +298,7 @@ fn read_tools(
 ) -> Result<Tools, ApiError> {
     let mut tools = Tools::parse_messages(kept)
         .map_err(|e| invalid(&client_param(&e.param, positions), e.message))?;
-    if let Some(CodeExecution { environment }) = tools.code_execution.as_mut() {
+    if let Some(CodeExecution { environment, .. }) = tools.code_execution.as_mut() {
         let container = body.container().map_err(|e| invalid(&e.param, e.message))?;
         if let Some(id) = container.as_ref().and_then(|c| c.id()) {
             *environment = Environment::ContainerReference(id.to_owned());
@@ -309,9 +310,9 @@ fn read_tools(
 /// Whether the request's tools include the code execution shellgate runs
 /// (which consumes its `container`).
 fn runs_code_execution(body: &CreateMessage) -> bool {
-    body.tools.iter().flatten().any(
-        |tool| matches!(tool, wire::Tool::CodeExecution(t) if t.kind == CODE_EXECUTION_20250825),
-    )
+    body.tools.iter().flatten().any(|tool| {
+        matches!(tool, wire::Tool::CodeExecution(t) if CodeExecutionVersion::of(&t.kind).is_some())
+    })
 }
 
 /// What a Messages request asks beyond the loop's fields, for the
@@ -744,7 +745,10 @@ fn conversation(messages: &[MessageParam]) -> Result<Vec<Item>, ApiError> {
                     if role == Role::Assistant
                         && matches!(
                             call.name.as_str(),
-                            "shell" | "bash_code_execution" | "text_editor_code_execution"
+                            "shell"
+                                | "bash_code_execution"
+                                | "text_editor_code_execution"
+                                | "code_execution"
                         ) =>
                 {
                     flush(&mut parts, &mut items);
@@ -828,6 +832,21 @@ fn conversation(messages: &[MessageParam]) -> Result<Vec<Item>, ApiError> {
                         name: TEXT_EDITOR_CODE_EXECUTION.to_owned(),
                         input: input.unwrap_or_default(),
                         result: Some(wire::CodeExecutionResult::TextEditor(result.content)),
+                        status: Some(ItemStatus::Completed),
+                        extra: Default::default(),
+                    }));
+                }
+                ContentBlock::CodeExecutionToolResult(result) => {
+                    flush(&mut parts, &mut items);
+                    let call_id = required(&result.tool_use_id, &param, "tool_use_id")?;
+                    let input = calls.remove(&call_id).map(|call| call.input);
+                    items.push(Item::CodeExecutionCall(wire_items::CodeExecutionCall {
+                        id: None,
+                        call_id: Some(call_id),
+                        container_id: None,
+                        name: CODE_EXECUTION.to_owned(),
+                        input: input.unwrap_or_default(),
+                        result: Some(wire::CodeExecutionResult::Python(result.content)),
                         status: Some(ItemStatus::Completed),
                         extra: Default::default(),
                     }));
@@ -1038,6 +1057,13 @@ fn blocks(item: &Item) -> Vec<ContentBlock> {
                         },
                     ))
                 }
+                Some(wire::CodeExecutionResult::Python(content)) => blocks.push(
+                    ContentBlock::CodeExecutionToolResult(wire::PythonToolResultBlock {
+                        tool_use_id: call_id,
+                        content: content.clone(),
+                        extra: Default::default(),
+                    }),
+                ),
                 // Still running: its call alone.
                 None => {}
             }
@@ -1717,6 +1743,44 @@ mod tests {
     }
 
     #[test]
+    fn a_python_cell_is_a_code_execution_tool_result_and_replays_as_it_was() {
+        let cell = item(json!({
+            "type": "code_execution_call", "call_id": "srvtoolu_3", "name": "code_execution",
+            "input": {"code": "print(6 * 7)"},
+            "result": {"type": "code_execution_result", "stdout": "42\n", "stderr": "",
+                       "return_code": 0, "content": []},
+        }));
+        let written = json_of(&blocks(&cell));
+        assert_eq!(
+            written[0],
+            json!({"type": "server_tool_use", "id": "srvtoolu_3", "name": "code_execution",
+                   "input": {"code": "print(6 * 7)"}})
+        );
+        assert_eq!(
+            written[1],
+            json!({"type": "code_execution_tool_result", "tool_use_id": "srvtoolu_3",
+                   "content": {"type": "code_execution_result", "stdout": "42\n", "stderr": "",
+                               "return_code": 0, "content": []}})
+        );
+        let replayed =
+            typed_conversation(json!([{"role": "assistant", "content": written}])).unwrap();
+        let (Item::CodeExecutionCall(again), Item::CodeExecutionCall(cell)) = (&replayed[0], &cell)
+        else {
+            panic!("{replayed:?}")
+        };
+        assert_eq!(
+            (&again.name, &again.input, &again.result),
+            (&cell.name, &cell.input, &cell.result)
+        );
+        let body = request(json!({"model": "m", "max_tokens": 5, "messages": [],
+            "tools": [{"type": "code_execution_20250522", "name": "code_execution"}]}));
+        let (kept, positions, native) = set_apart(body.tools.as_deref().unwrap(), None);
+        assert!(native.is_empty());
+        let tools = read_tools(&kept, &positions, &body).unwrap();
+        assert!(tools.hosted("code_execution") && !tools.hosted("bash_code_execution"));
+    }
+
+    #[test]
     fn code_execution_consumes_the_container_and_other_requests_carry_it() {
         let headers = HeaderMap::new();
         let running = request(json!({"model": "m", "max_tokens": 5, "messages": [],
@@ -1735,7 +1799,7 @@ mod tests {
         // Without code execution run here, `container` is Anthropic's.
         let other = request(json!({"model": "m", "max_tokens": 5, "messages": [],
             "container": {"id": "container_x"},
-            "tools": [{"type": "code_execution_20250522", "name": "code_execution"}]}));
+            "tools": [{"type": "code_execution_20240101", "name": "code_execution"}]}));
         let (_, _, native) = set_apart(other.tools.as_deref().unwrap(), None);
         assert_eq!(native.len(), 1);
         let (to_anthropic, _) =
@@ -1747,7 +1811,7 @@ mod tests {
         let (_, uncarried) = carry(&other, &headers, &native, Some(Protocol::Chat)).unwrap();
         assert_eq!(
             uncarried,
-            ["tools[0] (code_execution_20250522)", "container"]
+            ["tools[0] (code_execution_20240101)", "container"]
         );
     }
 

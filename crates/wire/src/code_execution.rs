@@ -1,7 +1,8 @@
 //! What Anthropic's code execution sub-tools give, in Anthropic's shapes:
-//! a `bash_code_execution` command's result and a
+//! a `bash_code_execution` command's result, a
 //! `text_editor_code_execution` command's (`view`, `create`,
-//! `str_replace`), or their error objects.
+//! `str_replace`) and a `code_execution` Python cell's, or their error
+//! objects.
 //!
 //! Two APIs carry them: the Messages API as the `content` of its
 //! `*_tool_result` blocks, and the loop's `code_execution_call` item (the
@@ -128,11 +129,58 @@ pub struct TextEditorToolError {
     pub extra: Extra,
 }
 
-/// What a code execution sub-tool's call gave: a command's or an editor
-/// command's result (the two sets of `type`s are apart).
+/// What a `code_execution` Python cell gave, by its `type`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum PythonToolResultContent {
+    CodeExecutionResult(PythonResult),
+    CodeExecutionToolResultError(PythonToolError),
+}
+
+/// The cell's output and whether it raised (`return_code` 1).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct PythonResult {
+    pub stdout: String,
+    pub stderr: String,
+    pub return_code: i64,
+    /// Files the cell made.
+    #[serde(default)]
+    pub content: Vec<PythonOutputFile>,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct PythonOutputFile {
+    pub file_id: String,
+    #[serde(rename = "type")]
+    pub kind: PythonOutputKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub enum PythonOutputKind {
+    #[serde(rename = "code_execution_output")]
+    CodeExecutionOutput,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct PythonToolError {
+    /// `invalid_tool_input`, `unavailable`, `too_many_requests` or
+    /// `execution_time_exceeded`.
+    pub error_code: String,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
+
+/// What a code execution sub-tool's call gave: a command's, an editor
+/// command's or a Python cell's result (the three sets of `type`s are
+/// apart).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub enum CodeExecutionResult {
     Bash(BashToolResultContent),
     TextEditor(TextEditorToolResultContent),
+    Python(PythonToolResultContent),
 }

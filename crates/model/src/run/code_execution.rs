@@ -1,6 +1,8 @@
 //! Anthropic's code execution sub-tools, run in the sandbox:
-//! `bash_code_execution` (a command) and `text_editor_code_execution`
-//! (`view`, `create` or `str_replace` of a file). Each call is one
+//! `bash_code_execution` (a command), `text_editor_code_execution`
+//! (`view`, `create` or `str_replace` of a file) and `code_execution` (a
+//! Python cell, in the container's stateful kernel: the code
+//! interpreter's, so its variables outlive the request). Each call is one
 //! `code_execution_call` item holding the call and its result in
 //! Anthropic's shapes, told in progress and done as the hosted bash's is.
 //!
@@ -14,16 +16,18 @@
 use serde::Deserialize;
 use shellgate_wire::code_execution::{
     BashResult, BashToolError, BashToolResultContent, CodeExecutionResult, CreateResult,
-    StrReplaceResult, TextEditorToolError, TextEditorToolResultContent, ViewResult,
+    PythonResult, PythonToolError, PythonToolResultContent, StrReplaceResult, TextEditorToolError,
+    TextEditorToolResultContent, ViewResult,
 };
 use shellgate_wire::responses::{self as wire, CodeExecutionCall, Item, ItemStatus};
 use shellgate_wire::Outcome;
 
 use super::{
-    announce, complete, execute, host_failed, item_id, EventSink, OutputGuard, Sandbox, Status,
+    announce, complete, execute, exited, guard_results, host_failed, item_id, EventSink,
+    OutputGuard, Sandbox, Status,
 };
 use crate::arguments::ShellArguments;
-use crate::tools::BASH_CODE_EXECUTION;
+use crate::tools::{BASH_CODE_EXECUTION, CODE_EXECUTION};
 use crate::upstream::ToolCall;
 
 /// The exit code the editor's commands give for a path that is not a file.
@@ -38,6 +42,13 @@ const EDITABLE_BYTES: usize = shellgate_sandbox_api::backend::limits::MAX_OUTPUT
 struct BashInput {
     #[serde(default)]
     command: Option<String>,
+}
+
+/// The `code_execution` input.
+#[derive(Debug, Default, Deserialize)]
+struct PythonInput {
+    #[serde(default)]
+    code: Option<String>,
 }
 
 /// The `text_editor_code_execution` input.
@@ -82,6 +93,9 @@ pub(super) async fn run(
     let result = if call.name == BASH_CODE_EXECUTION {
         let input = BashInput::deserialize(&input).unwrap_or_default();
         CodeExecutionResult::Bash(bash(sandbox, &container, input, guardrail).await?)
+    } else if call.name == CODE_EXECUTION {
+        let input = PythonInput::deserialize(&input).unwrap_or_default();
+        CodeExecutionResult::Python(python(sandbox, &container, input, guardrail).await?)
     } else {
         let input = EditorInput::deserialize(&input).unwrap_or_default();
         CodeExecutionResult::TextEditor(edit(sandbox, &container, input, guardrail).await?)
@@ -154,6 +168,47 @@ async fn bash(
             extra: wire::Extra::new(),
         }),
     })
+}
+
+/// One Python cell's result: what it printed (its traceback too, with
+/// `return_code` 1 when it raised), or `execution_time_exceeded`.
+async fn python(
+    sandbox: &dyn Sandbox,
+    container: &str,
+    input: PythonInput,
+    guardrail: Option<&OutputGuard<'_>>,
+) -> Result<PythonToolResultContent, Status> {
+    let error = |code: &str| {
+        PythonToolResultContent::CodeExecutionToolResultError(PythonToolError {
+            error_code: code.to_owned(),
+            extra: wire::Extra::new(),
+        })
+    };
+    let Some(code) = input.code.filter(|c| !c.trim().is_empty()) else {
+        return Ok(error("invalid_tool_input"));
+    };
+    let ran = sandbox
+        .interpret(container, &code)
+        .await
+        .map_err(host_failed)?;
+    if ran.timed_out {
+        return Ok(error("execution_time_exceeded"));
+    }
+    let logs = match guardrail {
+        // The logs are checked as a command's output is.
+        Some(guardrail) => guard_results(guardrail, vec![exited(&ran.logs, String::new(), 0)])
+            .into_iter()
+            .map(|result| result.stdout)
+            .collect(),
+        None => ran.logs,
+    };
+    Ok(PythonToolResultContent::CodeExecutionResult(PythonResult {
+        stdout: logs,
+        stderr: String::new(),
+        return_code: i64::from(ran.raised),
+        content: Vec::new(),
+        extra: wire::Extra::new(),
+    }))
 }
 
 /// `text` as one bash word.

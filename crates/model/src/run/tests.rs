@@ -470,6 +470,7 @@ mod through_the_traits {
                 logs: "42\n".into(),
                 images: vec!["iVBORw0KGgo=".into()],
                 files: vec![chart, unnamed, data],
+                ..Interpretation::default()
             }),
         ]);
         let (outcome, events) = run_recording(&upstream, Some(&sandbox), &interpreter()).await;

@@ -91,6 +91,8 @@ pub async fn interpret_within(
     let ran = execute(state, container, code, timeout).await;
     running.succeeded(ran.is_ok());
     let (mut interpretation, ended) = ran?;
+    interpretation.raised = ended.raised;
+    interpretation.timed_out = ended.timed_out;
     let after = listing(state, container).await?;
     interpretation.files = written(state, container, &before, &after).await?;
     let result = CommandResult {
@@ -269,7 +271,7 @@ impl Gathered {
         Interpretation {
             logs: bounded(self.logs, MAX_LOGS),
             images: self.images,
-            files: Vec::new(),
+            ..Interpretation::default()
         }
     }
 }

@@ -14,7 +14,8 @@ use utoipa::ToSchema;
 
 pub use crate::code_execution::{
     BashOutputFile, BashOutputKind, BashResult, BashToolError, BashToolResultContent,
-    CodeExecutionResult, CreateResult, StrReplaceResult, TextEditorToolError,
+    CodeExecutionResult, CreateResult, PythonOutputFile, PythonOutputKind, PythonResult,
+    PythonToolError, PythonToolResultContent, StrReplaceResult, TextEditorToolError,
     TextEditorToolResultContent, ViewResult,
 };
 use crate::param::{unknown_type, Tagged};
@@ -82,6 +83,8 @@ pub enum ContentBlock {
     BashCodeExecutionToolResult(BashToolResultBlock),
     /// The result of a `text_editor_code_execution` call.
     TextEditorCodeExecutionToolResult(TextEditorToolResultBlock),
+    /// The result of a `code_execution` (Python) call.
+    CodeExecutionToolResult(PythonToolResultBlock),
     /// A block of another `type`, whole (its `type` included).
     #[serde(untagged)]
     Unknown(Raw),
@@ -104,6 +107,7 @@ impl ContentBlock {
             ContentBlock::TextEditorCodeExecutionToolResult(_) => {
                 "text_editor_code_execution_tool_result"
             }
+            ContentBlock::CodeExecutionToolResult(_) => "code_execution_tool_result",
             ContentBlock::Unknown(raw) => raw.kind(),
         }
     }
@@ -121,6 +125,7 @@ impl ContentBlock {
             ContentBlock::OpenrouterShellToolResult(block) => &block.extra,
             ContentBlock::BashCodeExecutionToolResult(block) => &block.extra,
             ContentBlock::TextEditorCodeExecutionToolResult(block) => &block.extra,
+            ContentBlock::CodeExecutionToolResult(block) => &block.extra,
             ContentBlock::Unknown(raw) => &raw.0,
         };
         extra.get(CACHE_CONTROL)
@@ -156,6 +161,9 @@ impl<'de> Deserialize<'de> for ContentBlock {
             }
             Some("text_editor_code_execution_tool_result") => {
                 ContentBlock::TextEditorCodeExecutionToolResult(block.variant()?)
+            }
+            Some("code_execution_tool_result") => {
+                ContentBlock::CodeExecutionToolResult(block.variant()?)
             }
             Some(_) => ContentBlock::Unknown(Raw(block.object)),
             None => return Err(unknown_type(None, "a content block type")),
@@ -331,6 +339,16 @@ pub struct BashToolResultBlock {
 pub struct TextEditorToolResultBlock {
     pub tool_use_id: String,
     pub content: TextEditorToolResultContent,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
+
+/// A `code_execution` (Python) call's result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct PythonToolResultBlock {
+    pub tool_use_id: String,
+    pub content: PythonToolResultContent,
     #[serde(flatten)]
     #[schema(value_type = Object)]
     pub extra: Extra,
