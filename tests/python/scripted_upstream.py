@@ -196,6 +196,9 @@ class Handler(BaseHTTPRequestHandler):
             return self.without_end(model == "scripted-trickle")
         if model == "scripted-huge-call":
             return self.stream({"tool": ("shell", {"commands": ["echo " + "x" * (5 * 1024 * 1024)]})})
+        if self.path.endswith("/responses/input_tokens"):
+            # The Responses API's own count: a number no estimate makes.
+            return self.reply(200, {"object": "response.input_tokens", "input_tokens": 4242})
         decision = decide(as_chat(self.path, body))
         if self.path.endswith("/responses"):
             return self.openai_responses(decision, body)

@@ -629,6 +629,105 @@ def test_request_fields_are_typed_carried_or_refused(server):
     assert "include" in reported and "reasoning" not in reported, reported
 
 
+@pytest.mark.parametrize("protocol", ["chat", "responses", "anthropic"])
+def test_the_response_object_has_every_field_of_the_reference(fresh_server, upstream, protocol):
+    """Every key of the API reference's response object, in the final
+    object and the streamed snapshots: the request's settings, else the
+    defaults the API reports; what the upstream can take of them reaches it
+    and the rest is reported."""
+    server = fresh_server(upstream_protocol=protocol)
+    client = server.client()
+    tool = {"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}
+    plain = strict(client.responses.create(model="scripted", input="hi", tools=[tool]))
+    assert plain.completed_at >= plain.created_at
+    body = plain.model_dump()
+    assert (body["temperature"], body["top_p"], body["service_tier"], body["top_logprobs"]) == (1, 1, "default", 0)
+    assert (body["presence_penalty"], body["frequency_penalty"]) == (0, 0)
+    assert body["reasoning"] == {"effort": None, "summary": None} or body["reasoning"]["effort"] is None
+    assert body["safety_identifier"] is None and body["prompt_cache_key"] is None
+    assert body["tools"][0]["strict"] is True
+    before = len(upstream.requests)
+    given = {"temperature": 0.5, "top_p": 0.9, "presence_penalty": 0.25, "frequency_penalty": -0.5,
+             "top_logprobs": 3, "reasoning": {"effort": "low", "generate_summary": "concise"},
+             "service_tier": "flex", "safety_identifier": "end-user-1", "prompt_cache_key": "cache-1",
+             "tools": [dict(tool, strict=False)]}
+    reply = post_responses(server, {"model": "scripted", "input": "hi", **given})
+    assert reply.status_code == 200, reply.text
+    body = reply.json()
+    strict(Response.model_validate(body))
+    for key in ["temperature", "top_p", "presence_penalty", "frequency_penalty", "top_logprobs",
+                "service_tier", "safety_identifier", "prompt_cache_key"]:
+        assert body[key] == given[key], key
+    assert body["reasoning"] == {"effort": "low", "summary": "concise"}
+    assert body["tools"][0]["strict"] is False
+    # The streamed snapshots have them too, `completed_at` once completed.
+    with client.responses.stream(model="scripted", input="hi", temperature=0.5) as stream:
+        snapshots = [event.response for event in stream if event.type.startswith("response.") and
+                     event.type.count(".") == 1]
+    assert [s.completed_at is None for s in snapshots] == [True] * (len(snapshots) - 1) + [False]
+    assert {s.temperature for s in snapshots} == {0.5} and {s.top_p for s in snapshots} == {1}
+    # Carried upstream as its protocol allows; the rest is named.
+    sent = upstream.requests[before]
+    reported = set(reply.headers.get("x-shellgate-uncarried", "").split(", ")) - {""}
+    if protocol == "chat":
+        assert sent["tools"][0]["function"]["strict"] is False
+        assert (sent["presence_penalty"], sent["frequency_penalty"]) == (0.25, -0.5)
+        assert (sent["prompt_cache_key"], sent["safety_identifier"], sent["service_tier"]) == \
+            ("cache-1", "end-user-1", "flex")
+        assert reported == {"top_logprobs", "reasoning.summary"}, reported
+    elif protocol == "responses":
+        assert sent["tools"][0]["strict"] is False
+        for key in ["presence_penalty", "frequency_penalty", "top_logprobs", "reasoning", "service_tier",
+                    "safety_identifier", "prompt_cache_key"]:
+            assert sent[key] == given[key], key
+        assert not reported, reported
+    else:
+        assert sent["tools"][0]["strict"] is False
+        assert sent["metadata"]["user_id"] == "end-user-1"
+        assert {"presence_penalty", "frequency_penalty", "top_logprobs", "service_tier",
+                "prompt_cache_key"} <= reported, reported
+
+
+@pytest.mark.parametrize("protocol", ["chat", "responses", "anthropic"])
+def test_input_tokens_are_counted_by_the_upstream_or_estimated(fresh_server, protocol):
+    """`responses.input_tokens.count`: a Responses upstream's own count
+    (the scripted one answers 4242), else the estimate, which grows with
+    the input, a previous response's conversation included."""
+    client = fresh_server(upstream_protocol=protocol).client()
+    tool = {"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}
+    short = client.responses.input_tokens.count(model="scripted", input="hi", tools=[tool])
+    assert short.object == "response.input_tokens"
+    longer = client.responses.input_tokens.count(model="scripted", input="hi " * 400, instructions="be brief",
+                                                 reasoning={"effort": "low"}, truncation="disabled")
+    if protocol == "responses":
+        assert short.input_tokens == longer.input_tokens == 4242
+    else:
+        assert 0 < short.input_tokens < longer.input_tokens
+        first = client.responses.create(model="scripted", input="hi " * 400)
+        continued = client.responses.input_tokens.count(model="scripted", input="and?",
+                                                        previous_response_id=first.id)
+        assert continued.input_tokens > short.input_tokens
+    with pytest.raises(openai.NotFoundError):
+        client.responses.input_tokens.count(model="scripted", input="x", previous_response_id="resp_none")
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.input_tokens.count(model="scripted", input="x", extra_body={"frobnicate": 1})
+    assert refused.value.body["param"] == "frobnicate"
+
+
+def test_input_items_take_include(client):
+    """`include` is accepted (the items are listed whole, whatever it
+    names); a value the API does not have is a 400 naming it."""
+    response = client.responses.create(model="scripted", input="hi")
+    items = client.responses.input_items.list(
+        response.id, include=["message.input_image.image_url", "reasoning.encrypted_content"])
+    assert [item.type for item in items] == ["message"]
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.input_items.list(response.id, include=["everything"])
+    assert refused.value.body["param"] == "include[0]"
+    with pytest.raises(openai.BadRequestError):
+        client.responses.input_items.list(response.id, extra_query={"frobnicate": "1"})
+
+
 def test_an_additional_tools_item_is_offered_to_a_chat_upstream_never_refused(server, upstream):
     """Codex CLI's default model declares its tools in an
     `additional_tools` input item. A Chat Completions upstream cannot read

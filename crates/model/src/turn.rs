@@ -118,6 +118,11 @@ pub struct Carry {
     /// and schema (`strict`, `defer_loading`, `input_examples`...), by tool
     /// name: to an Anthropic upstream, on the same tools.
     pub anthropic_tool_extras: std::collections::BTreeMap<String, Map<String, Value>>,
+    /// A Responses client's `strict` on its function tools, by tool name:
+    /// to every upstream, on the same tools (Responses' and Chat
+    /// Completions' `strict`, Anthropic's `strict` where the Messages
+    /// client's own keys do not already say it).
+    pub tool_strict: std::collections::BTreeMap<String, bool>,
     /// How the client named each of `native_tools` (same order:
     /// `tools[7] (web_search)`), for [`Upstream::uncarried`].
     pub native_tool_names: Vec<String>,

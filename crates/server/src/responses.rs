@@ -35,7 +35,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::StreamExt;
 
 use crate::error::{ApiError, ApiResult};
-use crate::http::{ApiJson, ApiQuery, ListParams, Project};
+use crate::http::{ApiJson, ListParams, Project};
 use crate::running::EventLog;
 use crate::state::AppState;
 use crate::time::now;
@@ -57,6 +57,13 @@ struct Echo {
     parallel_tool_calls: bool,
     temperature: Option<f64>,
     top_p: Option<f64>,
+    presence_penalty: Option<f64>,
+    frequency_penalty: Option<f64>,
+    top_logprobs: Option<u64>,
+    reasoning: wire::ResponseReasoning,
+    service_tier: Option<String>,
+    safety_identifier: Option<String>,
+    prompt_cache_key: Option<String>,
     tool_choice: wire::ToolChoice,
     tools: Vec<wire::Tool>,
     max_output_tokens: Option<u64>,
@@ -103,6 +110,7 @@ fn response_object(
         id: id.to_owned(),
         object: "response".to_owned(),
         created_at,
+        completed_at: None,
         status,
         background: echo.background,
         model: echo.model.clone(),
@@ -114,8 +122,18 @@ fn response_object(
         instructions: echo.instructions.clone(),
         metadata: echo.metadata.clone(),
         parallel_tool_calls: echo.parallel_tool_calls,
-        temperature: echo.temperature,
-        top_p: echo.top_p,
+        temperature: echo.temperature.unwrap_or(1.0),
+        top_p: echo.top_p.unwrap_or(1.0),
+        presence_penalty: echo.presence_penalty.unwrap_or(0.0),
+        frequency_penalty: echo.frequency_penalty.unwrap_or(0.0),
+        top_logprobs: echo.top_logprobs.unwrap_or(0),
+        reasoning: Some(echo.reasoning.clone()),
+        service_tier: echo
+            .service_tier
+            .clone()
+            .unwrap_or_else(|| wire::DEFAULT_SERVICE_TIER.to_owned()),
+        safety_identifier: echo.safety_identifier.clone(),
+        prompt_cache_key: echo.prompt_cache_key.clone(),
         tool_choice: echo.tool_choice.clone(),
         tools: echo.tools.clone(),
         max_output_tokens: echo.max_output_tokens,
@@ -153,7 +171,7 @@ fn finished_object(id: &str, created_at: i64, echo: &Echo, outcome: &Outcome) ->
             None,
         ),
     };
-    response_object(
+    let mut body = response_object(
         id,
         created_at,
         echo,
@@ -164,7 +182,11 @@ fn finished_object(id: &str, created_at: i64, echo: &Echo, outcome: &Outcome) ->
             error,
             incomplete,
         },
-    )
+    );
+    if status == S::Completed {
+        body.completed_at = Some(now());
+    }
+    body
 }
 
 /// The tools as the response object echoes them: secret values replaced
@@ -219,6 +241,9 @@ fn echo_tools(tools: &[wire::Tool]) -> Vec<wire::Tool> {
             }
             wire::Tool::LocalShell(local) => extra(&mut local.extra),
             wire::Tool::Function(function) => {
+                // Unset, a function's schema is strict (the API's default,
+                // which it reports).
+                function.strict.get_or_insert(true);
                 function
                     .parameters
                     .iter_mut()
@@ -482,9 +507,26 @@ fn carry_of(body: &wire::CreateResponse) -> (Carry, Vec<String>) {
         }),
         wire::TextFormatParam::JsonObject => Some(OutputFormat::JsonObject),
     });
+    // A function's `strict`, on the same function upstream (tools of a
+    // namespace are offered by flattened names, and keep the upstream's
+    // default).
+    let tool_strict = body
+        .tools
+        .iter()
+        .flatten()
+        .filter_map(|tool| match tool {
+            wire::Tool::Function(wire::FunctionTool {
+                name: Some(name),
+                strict: Some(strict),
+                ..
+            }) => Some((name.clone(), *strict)),
+            _ => None,
+        })
+        .collect();
     let carry = Carry {
         reasoning,
         output_format,
+        tool_strict,
         responses: kept
             .into_iter()
             .map(|(key, value)| (key.clone(), value.clone()))
@@ -733,6 +775,92 @@ pub(crate) fn continued(
     crate::sandboxes::reuse::Reuse::pick(tools, body.session_id.as_deref(), &items)
 }
 
+/// The conversation a request continues: that of its
+/// `previous_response_id` (none without one; a 404 naming the parameter
+/// for a response this project does not have; a 400 for one still
+/// running).
+async fn previous_conversation(
+    state: &AppState,
+    project: &Project,
+    previous: Option<&str>,
+) -> ApiResult<Vec<wire::Item>> {
+    let Some(previous) = previous else {
+        return Ok(Vec::new());
+    };
+    let (owner, key) = (project.0.clone(), previous.to_owned());
+    let row = state
+        .db(move |s| s.response(&owner, &key))
+        .await?
+        .ok_or_else(|| {
+            let mut error = ApiError::not_found("response", previous);
+            error.message = format!("Previous response with id '{previous}' not found.");
+            error.param = Some("previous_response_id".into());
+            error
+        })?;
+    if row.status.is_running() {
+        return Err(invalid(
+            "previous_response_id",
+            format!("Previous response '{previous}' is still running."),
+        ));
+    }
+    stored_items(&row.conversation)
+}
+
+/// `POST /v1/responses/input_tokens`: the input tokens a create request of
+/// these fields would send its model, first turn. A Responses upstream
+/// counts them itself (its `responses/input_tokens`), as an Anthropic one
+/// does (`messages/count_tokens`); for any other upstream, or when the
+/// upstream's count fails, the answer is the estimate
+/// (`Turn::estimated_input_tokens`), as for Messages' and Gemini's counts.
+pub async fn input_tokens(
+    State(state): State<Arc<AppState>>,
+    project: Project,
+    ApiJson(body): ApiJson<Value>,
+) -> ApiResult<Json<wire::InputTokenCount>> {
+    if !body.is_object() {
+        return Err(ApiError::bad_request(
+            "The request body must be a JSON object.",
+        ));
+    }
+    let request: wire::InputTokensRequest =
+        wire::from_value(body).map_err(|e| invalid(&e.param, e.message))?;
+    if let Some(key) = request.refused() {
+        return Err(invalid(key, format!("Unknown parameter: '{key}'."))
+            .with_code(ErrorCode::UnknownParameter));
+    }
+    let body = request.into_create();
+    let (model, upstream) = upstream_for(&state, body.model.as_deref())?;
+    let mut tools = Tools::parse(body.tools.as_deref().unwrap_or_default())
+        .map_err(|e| invalid(&e.param, e.message))?;
+    let tool_choice = tools
+        .choose(body.tool_choice.as_ref())
+        .map_err(|e| invalid(&e.param, e.message))?;
+    let mut items =
+        previous_conversation(&state, &project, body.previous_response_id.as_deref()).await?;
+    let input = normalize_input(body.input.clone());
+    if upstream.protocol() != Some(shellgate_model::upstream::Protocol::Responses) {
+        offer_additional_tools(&mut tools, &items, &input);
+    }
+    items.extend(input);
+    let (carry, _) = carry_of(&body);
+    let turn = shellgate_model::upstream::Turn {
+        model: model.clone(),
+        messages: shellgate_model::conversation::messages_offering(
+            body.instructions.as_deref(),
+            items.iter(),
+            &|name| tools.function(name).is_some(),
+        ),
+        // The shell's description names its container, unknown here.
+        tools: tools.specs(&|_| String::new()),
+        tool_choice,
+        parallel_tool_calls: body.parallel_tool_calls,
+        carry: tools.carry(carry),
+        ..Default::default()
+    };
+    let input_tokens = crate::turns::input_tokens(upstream.as_ref(), &turn, &model).await;
+    Ok(Json(wire::InputTokenCount::new(input_tokens)))
+}
+
 async fn prepare(
     state: &Arc<AppState>,
     project: &Project,
@@ -765,26 +893,7 @@ async fn prepare(
     let input = normalize_input(body.input.clone());
     count_input_files(state, &input)?;
     let previous = body.previous_response_id.clone();
-    let mut items = Vec::new();
-    if let Some(previous) = &previous {
-        let (owner, key) = (project.0.clone(), previous.clone());
-        let row = state
-            .db(move |s| s.response(&owner, &key))
-            .await?
-            .ok_or_else(|| {
-                let mut error = ApiError::not_found("response", previous);
-                error.message = format!("Previous response with id '{previous}' not found.");
-                error.param = Some("previous_response_id".into());
-                error
-            })?;
-        if row.status.is_running() {
-            return Err(invalid(
-                "previous_response_id",
-                format!("Previous response '{previous}' is still running."),
-            ));
-        }
-        items = stored_items(&row.conversation)?;
-    }
+    let mut items = previous_conversation(state, project, previous.as_deref()).await?;
     let reuse = continued(&body, &tools, &items);
     let mut not_offered = Vec::new();
     if upstream.protocol() != Some(shellgate_model::upstream::Protocol::Responses) {
@@ -865,11 +974,18 @@ async fn prepare(
             model: model.clone(),
             background,
             max_tool_calls,
-            instructions: body.instructions,
+            instructions: body.instructions.clone(),
             metadata,
             parallel_tool_calls: body.parallel_tool_calls.unwrap_or(true),
             temperature: body.temperature,
             top_p: body.top_p,
+            presence_penalty: body.carried_number("presence_penalty"),
+            frequency_penalty: body.carried_number("frequency_penalty"),
+            top_logprobs: body.carried_count("top_logprobs"),
+            reasoning: body.reasoning_echo().unwrap_or_default(),
+            service_tier: body.carried_string("service_tier"),
+            safety_identifier: body.carried_string("safety_identifier"),
+            prompt_cache_key: body.carried_string("prompt_cache_key"),
             tool_choice: body.tool_choice.unwrap_or(wire::ToolChoice::Auto),
             tools: echo_tools(&request_tools),
             max_output_tokens: body.max_output_tokens,
@@ -1528,12 +1644,62 @@ pub async fn cancel(
     Ok(Json(body))
 }
 
+/// What `include` may name (the SDK's `ResponseIncludable`).
+const INCLUDABLE: &[&str] = &[
+    "file_search_call.results",
+    "web_search_call.results",
+    "web_search_call.action.sources",
+    "message.input_image.image_url",
+    "computer_call_output.output.image_url",
+    "code_interpreter_call.outputs",
+    "reasoning.encrypted_content",
+    "message.output_text.logprobs",
+];
+
+/// The query of `GET /v1/responses/{id}/input_items`: the list's page, and
+/// `include` (`include=a&include=b`, or the SDK's `include[]=a`). Input
+/// items are listed whole, as the client sent them, so every value it may
+/// name is already there; a value it may not is a 400 naming it.
+fn input_items_query(query: Option<&str>) -> ApiResult<ListParams> {
+    let pairs: Vec<(String, String)> = form_urlencoded::parse(query.unwrap_or("").as_bytes())
+        .map(|(key, value)| (key.into_owned(), value.into_owned()))
+        .collect();
+    let (included, rest): (Vec<_>, Vec<_>) = pairs
+        .into_iter()
+        .partition(|(key, _)| key == "include" || key == "include[]");
+    for (index, (_, value)) in included.iter().enumerate() {
+        if !INCLUDABLE.contains(&value.as_str()) {
+            return Err(invalid(
+                &format!("include[{index}]"),
+                format!(
+                    "Invalid value: '{value}'. Supported values are: {}.",
+                    INCLUDABLE
+                        .iter()
+                        .map(|v| format!("'{v}'"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
+        }
+    }
+    let rest = form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(rest)
+        .finish();
+    let uri: axum::http::Uri = format!("/?{rest}")
+        .parse()
+        .map_err(|_| ApiError::bad_request("Invalid query."))?;
+    axum::extract::Query::<ListParams>::try_from_uri(&uri)
+        .map(|axum::extract::Query(params)| params)
+        .map_err(|e| ApiError::bad_request(format!("Invalid query: {}", e.body_text())))
+}
+
 pub async fn input_items(
     State(state): State<Arc<AppState>>,
     project: Project,
     Path(id): Path<String>,
-    ApiQuery(params): ApiQuery<ListParams>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
 ) -> ApiResult<Json<shellgate_wire::List<wire::Item>>> {
+    let params = input_items_query(query.as_deref())?;
     let row = owned(&state, &project, &id).await?;
     let page = params.page()?;
     let mut items = stored_items(&row.input_items)?;
@@ -1630,6 +1796,25 @@ mod tests {
             Some("stream".into())
         );
         assert!(read(serde_json::json!(["not", "an", "object"])).is_err());
+    }
+
+    #[test]
+    fn input_items_take_include_in_either_spelling_and_refuse_unknown_values() {
+        let params = input_items_query(Some(
+            "limit=5&include%5B%5D=reasoning.encrypted_content&include=code_interpreter_call.outputs&order=asc",
+        ))
+        .unwrap();
+        assert_eq!(
+            (params.limit, params.order.as_deref()),
+            (Some(5), Some("asc"))
+        );
+        let refused = input_items_query(Some(
+            "include[]=message.input_image.image_url&include[]=all",
+        ))
+        .unwrap_err();
+        assert_eq!(refused.param.as_deref(), Some("include[1]"));
+        assert!(input_items_query(Some("frobnicate=1")).is_err());
+        assert!(input_items_query(None).is_ok());
     }
 
     #[test]

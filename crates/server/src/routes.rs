@@ -236,6 +236,9 @@ pub(crate) fn route_table(config: &config::Config, audience: Audience) -> RouteT
             "/responses/{response_id}",
             get(responses::retrieve).delete(responses::delete),
         )
+        // Beside `/responses/{response_id}` (which has no POST): a
+        // literal segment wins over a parameter.
+        .route("/responses/input_tokens", post(responses::input_tokens))
         .route("/responses/{response_id}/cancel", post(responses::cancel))
         .route(
             "/responses/{response_id}/input_items",

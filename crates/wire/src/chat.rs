@@ -121,6 +121,10 @@ pub struct FunctionDefinition {
     /// A JSON schema, sent as the tool's definition gave it.
     #[schema(value_type = Object)]
     pub parameters: Value,
+    /// Whether the arguments must match `parameters` exactly (unset: the
+    /// server's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strict: Option<bool>,
 }
 
 /// `tool_choice`: a mode, or one function by name.

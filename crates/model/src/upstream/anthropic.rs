@@ -309,12 +309,7 @@ pub fn request_body(turn: &Turn, stream: bool) -> Result<CreateMessage, Upstream
                         Value::Object(schema) => schema.clone(),
                         _ => Map::new(),
                     },
-                    extra: turn
-                        .carry
-                        .anthropic_tool_extras
-                        .get(&tool.name)
-                        .cloned()
-                        .unwrap_or_default(),
+                    extra: tool_extras(&turn.carry, &tool.name),
                 })
             })
             .chain(native_tools)
@@ -398,6 +393,20 @@ impl ResponsesFields {
     fn of(carry: &Carry) -> Self {
         serde_json::from_value(Value::Object(carry.responses.clone())).unwrap_or_default()
     }
+}
+
+/// A client tool's own keys: a Messages client's as it wrote them, with
+/// a Responses client's `strict`.
+fn tool_extras(carry: &Carry, name: &str) -> Map<String, Value> {
+    let mut extras = carry
+        .anthropic_tool_extras
+        .get(name)
+        .cloned()
+        .unwrap_or_default();
+    if let Some(strict) = carry.tool_strict.get(name) {
+        extras.entry("strict").or_insert(Value::Bool(*strict));
+    }
+    extras
 }
 
 /// What of `carry` this adapter has no place for, as the client named it.
@@ -1021,6 +1030,16 @@ mod tests {
         }];
         let body = serde_json::to_value(request_body(&tooled, false).unwrap()).unwrap();
         assert_eq!(body["tools"][0]["strict"], true);
+        // A Responses client's `strict` too, where the Messages client's own
+        // keys do not say it.
+        tooled.carry.tool_strict = [("Bash".to_owned(), false), ("Read".to_owned(), true)].into();
+        tooled.tools.push(super::super::ToolSpec {
+            name: "Read".into(),
+            ..Default::default()
+        });
+        let body = serde_json::to_value(request_body(&tooled, false).unwrap()).unwrap();
+        assert_eq!(body["tools"][0]["strict"], true);
+        assert_eq!(body["tools"][1]["strict"], true);
         // The client's server tools, and their blocks replayed, go as given.
         let carry = Carry {
             native_tools: vec![NativeItem {

@@ -88,6 +88,7 @@ pub fn request_body(turn: &Turn, stream: bool) -> ChatRequest {
                     name: tool.name.clone(),
                     description: tool.description.clone(),
                     parameters: tool.parameters.clone(),
+                    strict: turn.carry.tool_strict.get(&tool.name).copied(),
                 },
             })
             .collect(),
@@ -116,7 +117,9 @@ pub fn request_body(turn: &Turn, stream: bool) -> ChatRequest {
 /// Keys of the Responses request's carried fields that Chat Completions
 /// takes under the same name and meaning.
 const SAME_NAME: &[&str] = &[
+    "frequency_penalty",
     "metadata",
+    "presence_penalty",
     "prompt_cache_key",
     "safety_identifier",
     "service_tier",
@@ -506,6 +509,25 @@ mod tests {
         assert_eq!(body["tool_choice"], "required");
         assert_eq!(body["max_tokens"], 100);
         assert_eq!(body["stream_options"]["include_usage"], true);
+    }
+
+    #[test]
+    fn a_functions_strict_and_the_penalties_are_carried() {
+        let mut turn = turn();
+        turn.carry.tool_strict = [("shell".to_owned(), false)].into();
+        turn.carry.responses = serde_json::from_value(
+            json!({"presence_penalty": 0.5, "frequency_penalty": -1, "top_logprobs": 2}),
+        )
+        .unwrap();
+        let body = serde_json::to_value(request_body(&turn, true)).unwrap();
+        assert_eq!(body["tools"][0]["function"]["strict"], false);
+        assert_eq!(body["presence_penalty"], 0.5);
+        assert_eq!(body["frequency_penalty"], -1);
+        assert!(body.get("top_logprobs").is_none());
+        assert_eq!(uncarried_fields(&turn.carry), ["top_logprobs"]);
+        // Unset, it is the server's default.
+        let plain = serde_json::to_value(request_body(&self::turn(), true)).unwrap();
+        assert!(plain["tools"][0]["function"].get("strict").is_none());
     }
 
     #[test]

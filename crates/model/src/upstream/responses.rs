@@ -17,10 +17,12 @@ use async_trait::async_trait;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 use shellgate_wire::chat::ApiError;
+use shellgate_wire::responses::INPUT_TOKENS_CARRIED;
 use shellgate_wire::responses::{
     CustomTool, CustomToolCall, CustomToolCallOutput, CustomToolFormat, FunctionCall,
-    FunctionCallOutput, FunctionTool, IncompleteDetails, Item, Message as MessageItem,
-    MessageContent, NamespaceTool, Role, Tool, ToolChoice as ResponsesToolChoice, ToolOutput,
+    FunctionCallOutput, FunctionTool, IncompleteDetails, InputTokenCount, Item,
+    Message as MessageItem, MessageContent, NamespaceTool, Role, Tool,
+    ToolChoice as ResponsesToolChoice, ToolOutput,
 };
 
 use super::transport::{excerpt, Auth, Dialect, Endpoint, Route};
@@ -100,6 +102,44 @@ pub const OWN_FIELDS: &[&str] = &[
     "max_output_tokens",
     "stream",
 ];
+
+/// The body of `responses/input_tokens`: the request's fields that make
+/// the model's input (the endpoint takes no sampling, output, storage or
+/// stream fields), its carried ones among them too.
+#[derive(Serialize)]
+struct CountBody<'a> {
+    model: &'a str,
+    input: &'a [Item],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    instructions: Option<&'a str>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    tools: &'a [Tool],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<&'a ResponsesToolChoice>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parallel_tool_calls: Option<bool>,
+    #[serde(flatten)]
+    carried: Map<String, Value>,
+}
+
+impl<'a> CountBody<'a> {
+    fn of(request: &'a Request) -> Self {
+        CountBody {
+            model: &request.model,
+            input: &request.input,
+            instructions: request.instructions.as_deref(),
+            tools: &request.tools,
+            tool_choice: request.tool_choice.as_ref(),
+            parallel_tool_calls: request.parallel_tool_calls,
+            carried: request
+                .carried
+                .iter()
+                .filter(|(key, _)| INPUT_TOKENS_CARRIED.contains(&key.as_str()))
+                .map(|(key, value)| (key.clone(), value.clone()))
+                .collect(),
+        }
+    }
+}
 
 /// `reasoning` as shellgate writes it from the neutral request (a client
 /// of another protocol: a Messages client's thinking, mapped).
@@ -265,10 +305,10 @@ fn request_tools(turn: &Turn) -> Vec<Tool> {
     let mut tools: Vec<Tool> = Vec::new();
     for spec in &turn.tools {
         let Some(group) = &spec.namespace else {
-            tools.push(own_tool(spec, &spec.name));
+            tools.push(own_tool(spec, &spec.name, &turn.carry));
             continue;
         };
-        let tool = own_tool(spec, &group.name);
+        let tool = own_tool(spec, &group.name, &turn.carry);
         let existing = tools.iter_mut().find_map(|tool| match tool {
             Tool::Namespace(namespace) if namespace.name.as_deref() == Some(&group.namespace) => {
                 Some(namespace)
@@ -293,8 +333,9 @@ fn request_tools(turn: &Turn) -> Vec<Tool> {
     tools
 }
 
-/// One function or freeform tool, named `name`.
-fn own_tool(spec: &ToolSpec, name: &str) -> Tool {
+/// One function or freeform tool, named `name` (a function with the
+/// client's `strict`, if it said).
+fn own_tool(spec: &ToolSpec, name: &str, carry: &Carry) -> Tool {
     match &spec.custom {
         Some(format) => Tool::Custom(CustomTool {
             name: Some(name.to_owned()),
@@ -319,7 +360,7 @@ fn own_tool(spec: &ToolSpec, name: &str) -> Tool {
             name: Some(name.to_owned()),
             description: Some(spec.description.clone()),
             parameters: Some(spec.parameters.clone()),
-            strict: None,
+            strict: carry.tool_strict.get(&spec.name).copied(),
             extra: Map::new(),
         }),
     }
@@ -944,6 +985,17 @@ impl Upstream for Responses {
             .await
     }
 
+    /// The Responses API's own count (`POST {url}/responses/input_tokens`)
+    /// of the turn's input, without what only generating takes.
+    async fn count_tokens(&self, turn: &Turn) -> Result<Option<u64>, UpstreamError> {
+        let request = request_body(turn, false);
+        let count: InputTokenCount = self
+            .endpoint
+            .post_json("responses/input_tokens", &CountBody::of(&request), &[])
+            .await?;
+        Ok(Some(count.input_tokens))
+    }
+
     // The model list and the start-up summary.
     fn url(&self) -> Option<&str> {
         Some(&self.endpoint.config.url)
@@ -1035,8 +1087,11 @@ mod tests {
             parallel_tool_calls: None,
             ..Default::default()
         };
+        let mut turn = turn;
+        turn.carry.tool_strict = [("shell".to_owned(), false)].into();
         let body = serde_json::to_value(request_body(&turn, false)).unwrap();
         assert_eq!(body["instructions"], "sys");
+        assert_eq!(body["tools"][0]["strict"], false);
         assert_eq!(body["input"][1]["type"], "function_call");
         assert_eq!(body["input"][2]["type"], "function_call_output");
         assert_eq!(body["tool_choice"]["name"], "shell");

@@ -221,6 +221,8 @@ mod tests {
                 Target::Response("resp_1".into()),
             ),
             (Method::POST, "/v1/files", Target::Any),
+            // A count, not a response: any node answers it.
+            (Method::POST, "/v1/responses/input_tokens", Target::Any),
             (Method::GET, "/healthz", Target::Any),
             (
                 Method::POST,

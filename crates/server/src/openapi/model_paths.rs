@@ -15,6 +15,8 @@ pub(super) fn responses(d: &mut Builder, s: &Schemas) {
         create_response,
         response_deleted,
         input_items,
+        input_tokens_request,
+        input_token_count,
         ..
     } = s;
     for operation in [
@@ -26,6 +28,16 @@ pub(super) fn responses(d: &mut Builder, s: &Schemas) {
              `shell` tool run in shellgate's containers)",
             Body::Json(create_response.clone()),
             Answer::JsonOrEvents(response.clone()),
+        ),
+        operation(
+            Get,
+            "/v1/responses",
+            "Responses",
+            "The Responses API's WebSocket mode: text frames `response.create` in (a create \
+             request with its `type`), one response at a time; out, the events a stream sends, \
+             or an `error` event for a request that cannot start",
+            Body::None,
+            Answer::WebSocket("Switching Protocols: a WebSocket session of responses"),
         ),
         Operation {
             query: Query::ResumeStream,
@@ -55,9 +67,19 @@ pub(super) fn responses(d: &mut Builder, s: &Schemas) {
         list(
             "/v1/responses/{response_id}/input_items",
             "Responses",
-            "List a response's input items",
+            "List a response's input items (`include` values are accepted: the items are \
+             listed whole)",
             input_items,
             Query::List,
+        ),
+        operation(
+            Post,
+            "/v1/responses/input_tokens",
+            "Responses",
+            "Count the input tokens of a request (the upstream's count where its protocol has \
+             one, else an estimate)",
+            Body::Json(input_tokens_request.clone()),
+            Answer::Json(input_token_count.clone()),
         ),
     ] {
         d.add(operation);
@@ -88,10 +110,17 @@ pub(super) fn chat_and_models(d: &mut Builder, s: &Schemas) {
         get(
             "/v1/models",
             "Models",
-            "List the models the configured upstreams serve, per route",
+            "List the models the configured upstreams serve, per route (Anthropic's shape, \
+             paged by `after_id`/`before_id`/`limit`, when the request sends \
+             `anthropic-version`)",
             models,
         ),
-        get("/v1/models/{model}", "Models", "Retrieve a model", model),
+        get(
+            "/v1/models/{model}",
+            "Models",
+            "Retrieve a model (Anthropic's shape when the request sends `anthropic-version`)",
+            model,
+        ),
     ] {
         d.add(operation);
     }

@@ -51,6 +51,8 @@ pub(super) struct Schemas {
     pub(super) create_response: RefOr<Schema>,
     pub(super) response_deleted: RefOr<Schema>,
     pub(super) input_items: RefOr<Schema>,
+    pub(super) input_tokens_request: RefOr<Schema>,
+    pub(super) input_token_count: RefOr<Schema>,
     pub(super) create_message: RefOr<Schema>,
     pub(super) message: RefOr<Schema>,
     pub(super) anthropic_error: RefOr<Schema>,
@@ -145,6 +147,10 @@ impl Schemas {
                 d.scoped::<responses::Item>("responses", "Item");
                 d.scoped::<wire::List<responses::Item>>("responses", "ItemList")
             },
+            input_tokens_request: d
+                .scoped::<responses::InputTokensRequest>("responses", "InputTokensRequest"),
+            input_token_count: d
+                .scoped::<responses::InputTokenCount>("responses", "InputTokenCount"),
             create_message: d.scoped::<messages::CreateMessage>("messages", "CreateMessage"),
             message: d.scoped::<messages::Message>("messages", "Message"),
             anthropic_error: d.scoped::<messages::ErrorResponse>("messages", "ErrorResponse"),

@@ -20,7 +20,10 @@ pub mod tools;
 
 pub use events::{Event, ShellOutputDelta, StreamEvent};
 pub use items::*;
-pub use request::{CreateResponse, Input, ReasoningParam, TextFormatParam, TextParam, CARRIED};
+pub use request::{
+    CreateResponse, Input, InputTokenCount, InputTokensRequest, ReasoningParam, TextFormatParam,
+    TextParam, CARRIED, INPUT_TOKENS_CARRIED,
+};
 pub use response::*;
 pub use tools::*;
 

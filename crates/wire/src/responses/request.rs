@@ -25,9 +25,13 @@ pub const CARRIED: &[&str] = &[
     "client_metadata",
     "context_management",
     "conversation",
+    // Not in the SDK, as `presence_penalty` is not: the Open Responses
+    // specification has both (as Chat Completions does).
+    "frequency_penalty",
     "image",
     "include",
     "moderation",
+    "presence_penalty",
     "prompt",
     "prompt_cache_key",
     "prompt_cache_options",
@@ -99,6 +103,89 @@ impl CreateResponse {
             .map(String::as_str)
             .find(|key| !CARRIED.contains(key))
     }
+}
+
+/// Fields of the SDK's `InputTokenCountParams` that are accepted and
+/// carried as given (to a Responses upstream's own count), not acted on.
+pub const INPUT_TOKENS_CARRIED: &[&str] = &[
+    "conversation",
+    "personality",
+    "reasoning",
+    "text",
+    "truncation",
+];
+
+/// `POST /v1/responses/input_tokens`: the parts of a create request that
+/// make the model's input. Fields are consumed, carried
+/// ([`INPUT_TOKENS_CARRIED`]) or refused, as for [`CreateResponse`].
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct InputTokensRequest {
+    /// Which upstream model counts (required, checked by the server).
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<Input>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<Tool>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<ToolChoice>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel_tool_calls: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_response_id: Option<String>,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub carried: Map<String, Value>,
+}
+
+impl InputTokensRequest {
+    /// The first key that is neither consumed nor carried.
+    pub fn refused(&self) -> Option<&str> {
+        self.carried
+            .keys()
+            .map(String::as_str)
+            .find(|key| !INPUT_TOKENS_CARRIED.contains(key))
+    }
+
+    /// The create request whose input this counts.
+    pub fn into_create(self) -> CreateResponse {
+        CreateResponse {
+            model: self.model,
+            input: self.input,
+            instructions: self.instructions,
+            tools: self.tools,
+            tool_choice: self.tool_choice,
+            parallel_tool_calls: self.parallel_tool_calls,
+            previous_response_id: self.previous_response_id,
+            carried: self.carried,
+            ..CreateResponse::default()
+        }
+    }
+}
+
+/// The answer of `POST /v1/responses/input_tokens` (a Responses upstream's
+/// too).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
+pub struct InputTokenCount {
+    /// Always `response.input_tokens`.
+    #[serde(default = "input_tokens_object")]
+    pub object: String,
+    pub input_tokens: u64,
+}
+
+impl InputTokenCount {
+    pub fn new(input_tokens: u64) -> Self {
+        InputTokenCount {
+            object: input_tokens_object(),
+            input_tokens,
+        }
+    }
+}
+
+fn input_tokens_object() -> String {
+    "response.input_tokens".to_owned()
 }
 
 /// `input`: a string (one user message) or items.
@@ -192,6 +279,36 @@ impl CreateResponse {
     pub fn text_echo(&self) -> Option<super::ResponseText> {
         let value = self.carried.get("text")?;
         serde_json::from_value(value.clone()).ok()
+    }
+
+    /// The carried `reasoning` as the response object echoes it (`None`:
+    /// not given, or not an object).
+    pub fn reasoning_echo(&self) -> Option<super::ResponseReasoning> {
+        let mut echo: super::ResponseReasoning =
+            serde_json::from_value(self.carried.get("reasoning")?.clone()).ok()?;
+        // The older name of `summary` is reported by the newer one.
+        if let Some(Value::String(summary)) = echo.extra.remove("generate_summary") {
+            echo.summary.get_or_insert(summary);
+        }
+        Some(echo)
+    }
+
+    /// A carried number (`presence_penalty`, ...) as the response object
+    /// echoes it (`None`: not given, or not a number).
+    pub fn carried_number(&self, key: &str) -> Option<f64> {
+        self.carried.get(key)?.as_f64()
+    }
+
+    /// A carried whole number (`top_logprobs`) as the response object
+    /// echoes it (`None`: not given, or not a whole number).
+    pub fn carried_count(&self, key: &str) -> Option<u64> {
+        self.carried.get(key)?.as_u64()
+    }
+
+    /// A carried string (`service_tier`, `safety_identifier`, ...) as the
+    /// response object echoes it (`None`: not given, or not a string).
+    pub fn carried_string(&self, key: &str) -> Option<String> {
+        self.carried.get(key)?.as_str().map(str::to_owned)
     }
 
     /// The carried `truncation`, read (`None`: not given, or unknown).

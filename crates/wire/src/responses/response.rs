@@ -3,7 +3,11 @@
 //! Every key is always written (`null` when unset), as the API does; what
 //! the request gave is echoed (`instructions`, `metadata`, `tools`, `text`,
 //! `truncation`, ...; the last two as given when they are of a shape this
-//! module knows, else their defaults: plain text, no truncation).
+//! module knows, else their defaults: plain text, no truncation). Sampling
+//! settings the request left out are the defaults the API reports
+//! (`temperature` and `top_p` 1, penalties 0, `service_tier` `default`).
+//! A stored object that lacks a key, or has `null` for a number, reads
+//! with that default.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -145,6 +149,10 @@ pub struct Response {
     /// Whole seconds (the SDK reads a float; one with no fraction is read).
     #[serde(deserialize_with = "whole_seconds")]
     pub created_at: i64,
+    /// When it completed (whole seconds); `null` until then, and for a
+    /// response that did not complete.
+    #[serde(default, deserialize_with = "optional_whole_seconds")]
+    pub completed_at: Option<i64>,
     pub status: ResponseStatus,
     pub background: bool,
     pub model: String,
@@ -155,8 +163,24 @@ pub struct Response {
     #[schema(value_type = Object)]
     pub metadata: Map<String, Value>,
     pub parallel_tool_calls: bool,
-    pub temperature: Option<f64>,
-    pub top_p: Option<f64>,
+    #[serde(default = "one", deserialize_with = "number_or_one")]
+    pub temperature: f64,
+    #[serde(default = "one", deserialize_with = "number_or_one")]
+    pub top_p: f64,
+    #[serde(default, deserialize_with = "number_or_zero")]
+    pub presence_penalty: f64,
+    #[serde(default, deserialize_with = "number_or_zero")]
+    pub frequency_penalty: f64,
+    #[serde(default, deserialize_with = "count_or_zero")]
+    pub top_logprobs: u64,
+    #[serde(default)]
+    pub reasoning: Option<ResponseReasoning>,
+    #[serde(default = "default_service_tier", deserialize_with = "tier_or_default")]
+    pub service_tier: String,
+    #[serde(default)]
+    pub safety_identifier: Option<String>,
+    #[serde(default)]
+    pub prompt_cache_key: Option<String>,
     pub tool_choice: ToolChoice,
     pub tools: Vec<Tool>,
     pub max_output_tokens: Option<u64>,
@@ -167,6 +191,44 @@ pub struct Response {
     pub text: ResponseText,
     pub truncation: Truncation,
     pub usage: Option<ResponseUsage>,
+}
+
+/// `reasoning`: the effort and summary asked for (`null` each when the
+/// request named none), and its other keys as given.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct ResponseReasoning {
+    pub effort: Option<String>,
+    pub summary: Option<String>,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Map<String, Value>,
+}
+
+/// The service tier the API reports when none was asked for.
+pub const DEFAULT_SERVICE_TIER: &str = "default";
+
+fn default_service_tier() -> String {
+    DEFAULT_SERVICE_TIER.to_owned()
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+fn number_or_one<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(deserializer)?.unwrap_or(1.0))
+}
+
+fn number_or_zero<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(deserializer)?.unwrap_or(0.0))
+}
+
+fn count_or_zero<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+    Ok(Option::<u64>::deserialize(deserializer)?.unwrap_or(0))
+}
+
+fn tier_or_default<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    Ok(Option::<String>::deserialize(deserializer)?.unwrap_or_else(default_service_tier))
 }
 
 /// `DELETE /v1/responses/{id}`.
@@ -188,6 +250,15 @@ fn whole_seconds<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<i6
     }
     match number.as_f64() {
         Some(float) if float.fract() == 0.0 && float.abs() < 9.0e15 => Ok(float as i64),
-        _ => Err(D::Error::custom("created_at must be whole seconds")),
+        _ => Err(D::Error::custom("a time must be whole seconds")),
     }
+}
+
+/// [`whole_seconds`], or `null`.
+fn optional_whole_seconds<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<i64>, D::Error> {
+    #[derive(Deserialize)]
+    struct Seconds(#[serde(deserialize_with = "whole_seconds")] i64);
+    Ok(Option::<Seconds>::deserialize(deserializer)?.map(|Seconds(seconds)| seconds))
 }
