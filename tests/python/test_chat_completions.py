@@ -34,6 +34,37 @@ def test_models_list_through_the_sdk(server, client, upstream):
     assert "scripted" in {model.id for model in openrouter.models.list()}
 
 
+def test_models_in_anthropics_shape_to_the_anthropic_sdk(server):
+    """A request that sends `anthropic-version` (every Anthropic SDK does)
+    gets Anthropic's model objects and pages, which the SDK's strict mode
+    validates; errors come in Anthropic's envelope."""
+    import anthropic
+
+    claude = anthropic.Anthropic(base_url=server.base_url.removesuffix("/v1"), api_key=KEY_A,
+                                 max_retries=0, _strict_response_validation=True)
+    listed = list(claude.models.list())
+    ids = [model.id for model in listed]
+    assert {"scripted", "scripted-500"} <= set(ids)
+    scripted = next(model for model in listed if model.id == "scripted")
+    assert (scripted.type, scripted.display_name) == ("model", "scripted")
+    assert scripted.created_at.timestamp() == 1700000000
+    # Paged as Anthropic pages: after an id, before one.
+    first = claude.models.list(limit=1)
+    assert [m.id for m in first.data] == ids[:1] and first.has_more and first.last_id == ids[0]
+    after = claude.models.list(limit=1, after_id=ids[0])
+    assert [m.id for m in after.data] == ids[1:2] and after.first_id == ids[1]
+    before = claude.models.list(limit=5, before_id=ids[1])
+    assert [m.id for m in before.data] == ids[:1] and not before.has_more
+    assert claude.models.retrieve("scripted").id == "scripted"
+    with pytest.raises(anthropic.NotFoundError) as missing:
+        claude.models.retrieve("no-such-model")
+    assert missing.value.body["type"] == "error"
+    # Without the header, OpenAI's shape, unchanged.
+    import requests
+    plain = requests.get(f"{server.base_url}/models", headers={"Authorization": f"Bearer {KEY_A}"}, timeout=30)
+    assert plain.json()["object"] == "list" and "has_more" not in plain.json()
+
+
 def test_a_chat_completion_reaches_a_chat_upstream_verbatim_with_its_own_key(fresh_server, upstream):
     server = fresh_server(upstream_api_key="sk-upstream-only")
     client = server.client()

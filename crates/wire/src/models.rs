@@ -1,6 +1,7 @@
 //! The Models API (`GET /v1/models`, `GET /v1/models/{id}`): what shellgate
 //! answers (OpenAI's shapes, as the `openai` SDK's `types/model.py` has
-//! them), and what it reads of an upstream's own list (OpenAI's, or
+//! them; Anthropic's, as the `anthropic` SDK's `types/model_info.py` has
+//! them, to a client that sends `anthropic-version`), and what it reads of an upstream's own list (OpenAI's, or
 //! Anthropic's `{"data": [{"id", "created_at", ...}]}`), leniently: an
 //! upstream's list only has to name its models.
 
@@ -44,6 +45,68 @@ impl ModelList {
             data,
         }
     }
+}
+
+/// One model in Anthropic's shape: `{"type": "model", "id",
+/// "display_name", "created_at", "lifecycle"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct AnthropicModel {
+    /// Always `model`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub id: String,
+    /// The id (shellgate has no other name for a model).
+    pub display_name: String,
+    /// RFC 3339 (the Unix epoch when the upstream does not say).
+    pub created_at: String,
+    /// Always `active`: a model shellgate lists is served.
+    pub lifecycle: String,
+}
+
+impl From<&Model> for AnthropicModel {
+    fn from(model: &Model) -> Self {
+        AnthropicModel {
+            kind: "model".to_owned(),
+            id: model.id.clone(),
+            display_name: model.id.clone(),
+            created_at: crate::time::rfc3339(model.created),
+            lifecycle: "active".to_owned(),
+        }
+    }
+}
+
+/// Anthropic's page of models: `{"data", "has_more", "first_id",
+/// "last_id"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct AnthropicModelList {
+    pub data: Vec<AnthropicModel>,
+    pub has_more: bool,
+    pub first_id: Option<String>,
+    pub last_id: Option<String>,
+}
+
+impl AnthropicModelList {
+    /// A page of `data` (`has_more`: models follow it).
+    pub fn page(data: Vec<AnthropicModel>, has_more: bool) -> Self {
+        AnthropicModelList {
+            first_id: data.first().map(|model| model.id.clone()),
+            last_id: data.last().map(|model| model.id.clone()),
+            data,
+            has_more,
+        }
+    }
+}
+
+/// The query of Anthropic's `GET /v1/models`: a page of `limit` models
+/// (1 to 1000, default 20) after `after_id` or before `before_id`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct AnthropicModelsQuery {
+    #[serde(default)]
+    pub limit: Option<String>,
+    #[serde(default)]
+    pub after_id: Option<String>,
+    #[serde(default)]
+    pub before_id: Option<String>,
 }
 
 /// An upstream's answer to `GET {url}/models` (OpenAI's, Anthropic's and
