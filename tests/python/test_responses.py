@@ -769,3 +769,35 @@ def test_a_model_shell_call_over_the_timeout_limit_is_answered_not_clamped(clien
         tools=[{"type": "shell", "environment": {"type": "container_auto"}}])
     [result] = [i for i in ran.output if i.type == "shell_call_output"]
     assert result.output[0].stdout == "ran\n"
+
+
+def test_the_websocket_mode_streams_each_response_create(client):
+    """`client.responses.connect()`: each `response.create` event is
+    answered by the events a stream sends, one response at a time on one
+    socket; one that cannot start is an `error` event, and the socket goes
+    on."""
+    tools = [{"type": "shell", "environment": {"type": "container_auto"}}]
+    with client.responses.connect() as connection:
+        connection.send({"type": "response.create", "model": "scripted", "tools": tools,
+                         "input": "Execute: echo over-a-socket"})
+        kinds, final = [], None
+        for event in connection:
+            kinds.append(event.type)
+            if event.type == "response.completed":
+                final = event.response
+                break
+        assert kinds[:2] == ["response.created", "response.in_progress"], kinds
+        assert "response.output_text.delta" in kinds
+        result = next(i for i in final.output if i.type == "shell_call_output")
+        assert result.output[0].stdout == "over-a-socket\n"
+        connection.send({"type": "response.create", "model": "scripted", "input": "hi", "frobnicate": 1})
+        error = connection.recv()
+        assert (error.type, error.param, error.code) == ("error", "frobnicate", "unknown_parameter"), error
+        # The next response continues the first, on the same socket.
+        connection.send({"type": "response.create", "model": "scripted", "previous_response_id": final.id,
+                         "input": "hi"})
+        for event in connection:
+            if event.type == "response.completed":
+                assert event.response.previous_response_id == final.id
+                break
+    assert client.responses.retrieve(final.id).status == "completed"

@@ -19,6 +19,7 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
+use axum::extract::ws::{Message as WsMessage, WebSocket};
 use axum::extract::{Path, State};
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
@@ -1125,27 +1126,8 @@ pub async fn create(
 
 /// Runs a prepared response: in the background, streamed, or to its end.
 async fn start(state: Arc<AppState>, prepared: Arc<Prepared>, stream: bool) -> Response {
-    use wire::ResponseStatus as S;
     if prepared.echo.background {
-        let queued = prepared.in_progress(S::Queued);
-        prepared.save(&state, &queued, &[]).await;
-        let (events, receiver) = tokio::sync::mpsc::unbounded_channel();
-        let (done_tx, done) = tokio::sync::oneshot::channel();
-        let log = record(Arc::clone(&prepared), receiver, done);
-        let task = {
-            let (state, prepared) = (Arc::clone(&state), Arc::clone(&prepared));
-            tokio::spawn(async move {
-                let running = prepared.in_progress(S::InProgress);
-                prepared.save(&state, &running, &[]).await;
-                let body = prepared.run(&state, Some(&events)).await;
-                drop(events);
-                state.running.remove(&prepared.id);
-                let _ = done_tx.send(body);
-            })
-        };
-        state
-            .running
-            .insert(&prepared.id, task.abort_handle(), Arc::clone(&log));
+        let (queued, log) = launch_background(&state, &prepared).await;
         return if stream {
             // Streaming a background response: a client that leaves the
             // stream does not stop it.
@@ -1159,18 +1141,145 @@ async fn start(state: Arc<AppState>, prepared: Arc<Prepared>, stream: bool) -> R
         // it the run and its commands.
         return Json(prepared.run(&state, None).await).into_response();
     }
+    let (log, task) = launch_streamed(&state, &prepared);
+    read(log, 0, Some(task)).into_response()
+}
+
+/// Starts a background response (stored queued, then run by a task of its
+/// own that `cancel` can stop): its queued object and its events' log.
+async fn launch_background(
+    state: &Arc<AppState>,
+    prepared: &Arc<Prepared>,
+) -> (wire::Response, Arc<EventLog>) {
+    use wire::ResponseStatus as S;
+    let queued = prepared.in_progress(S::Queued);
+    prepared.save(state, &queued, &[]).await;
     let (events, receiver) = tokio::sync::mpsc::unbounded_channel();
     let (done_tx, done) = tokio::sync::oneshot::channel();
-    let log = record(Arc::clone(&prepared), receiver, done);
+    let log = record(Arc::clone(prepared), receiver, done);
     let task = {
-        let (state, prepared) = (Arc::clone(&state), Arc::clone(&prepared));
+        let (state, prepared) = (Arc::clone(state), Arc::clone(prepared));
+        tokio::spawn(async move {
+            let running = prepared.in_progress(S::InProgress);
+            prepared.save(&state, &running, &[]).await;
+            let body = prepared.run(&state, Some(&events)).await;
+            drop(events);
+            state.running.remove(&prepared.id);
+            let _ = done_tx.send(body);
+        })
+    };
+    state
+        .running
+        .insert(&prepared.id, task.abort_handle(), Arc::clone(&log));
+    (queued, log)
+}
+
+/// Starts a streamed foreground response: its events' log, and its task
+/// (the caller stops it when its client leaves).
+fn launch_streamed(
+    state: &Arc<AppState>,
+    prepared: &Arc<Prepared>,
+) -> (Arc<EventLog>, tokio::task::JoinHandle<()>) {
+    let (events, receiver) = tokio::sync::mpsc::unbounded_channel();
+    let (done_tx, done) = tokio::sync::oneshot::channel();
+    let log = record(Arc::clone(prepared), receiver, done);
+    let task = {
+        let (state, prepared) = (Arc::clone(state), Arc::clone(prepared));
         tokio::spawn(async move {
             let body = prepared.run(&state, Some(&events)).await;
             drop(events);
             let _ = done_tx.send(body);
         })
     };
-    read(log, 0, Some(task)).into_response()
+    (log, task)
+}
+
+/// `GET /v1/responses` upgraded to a WebSocket: the Responses API's
+/// WebSocket mode. Each `response.create` client event is a create request
+/// (as `POST /v1/responses` takes it, always streamed), answered by the
+/// same events a stream sends, as text messages, one response at a time
+/// (the next event is read once one ends). A request that cannot start is
+/// an `error` event, and the socket stays open. A client that leaves stops
+/// a foreground response, as leaving a stream does.
+pub async fn socket(
+    State(state): State<Arc<AppState>>,
+    project: Project,
+    upgrade: axum::extract::ws::WebSocketUpgrade,
+) -> Response {
+    upgrade
+        .on_upgrade(move |socket| serve_socket(state, project, socket))
+        .into_response()
+}
+
+async fn serve_socket(state: Arc<AppState>, project: Project, mut socket: WebSocket) {
+    while let Some(Ok(message)) = socket.recv().await {
+        let text = match message {
+            WsMessage::Text(text) => text.to_string(),
+            WsMessage::Binary(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            WsMessage::Close(_) => return,
+            WsMessage::Ping(_) | WsMessage::Pong(_) => continue,
+        };
+        let (log, task) = match socket_response(&state, &project, &text).await {
+            Ok(started) => started,
+            Err(error) => {
+                let event = wire::ErrorEvent {
+                    kind: "error".to_owned(),
+                    code: error.code.code().map(str::to_owned),
+                    message: error.message,
+                    param: error.param,
+                    sequence_number: 0,
+                };
+                let text = serde_json::to_string(&event).unwrap_or_default();
+                if socket.send(WsMessage::Text(text.into())).await.is_err() {
+                    return;
+                }
+                continue;
+            }
+        };
+        let _guard = AbortOnDrop(task);
+        let mut cursor = 0;
+        while let Some(event) = log.next(cursor).await {
+            cursor += 1;
+            let text = serde_json::to_string(&event).unwrap_or_default();
+            if socket.send(WsMessage::Text(text.into())).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// Starts the response a client event of the WebSocket mode asks for: its
+/// events' log, and its task when it runs in the foreground.
+async fn socket_response(
+    state: &Arc<AppState>,
+    project: &Project,
+    text: &str,
+) -> ApiResult<(Arc<EventLog>, Option<tokio::task::JoinHandle<()>>)> {
+    let mut body: Value = serde_json::from_str(text)
+        .map_err(|e| ApiError::bad_request(format!("The event is not JSON: {e}.")))?;
+    let kind: wire::ClientEventType = serde_json::from_value(body.clone())
+        .map_err(|_| invalid("type", "An event needs a type."))?;
+    if kind.kind != wire::RESPONSE_CREATE {
+        return Err(invalid(
+            "type",
+            format!(
+                "Unsupported event type '{}': this socket takes '{}'.",
+                kind.kind,
+                wire::RESPONSE_CREATE
+            ),
+        ));
+    }
+    if let Some(fields) = body.as_object_mut() {
+        fields.remove("type");
+    }
+    let request = read_request(body)?;
+    let prepared = Arc::new(prepare(state, project, request).await?);
+    if prepared.echo.background {
+        let (_, log) = launch_background(state, &prepared).await;
+        return Ok((log, None));
+    }
+    let (log, task) = launch_streamed(state, &prepared);
+    Ok((log, Some(task)))
 }
 
 /// Writes a run's stream events into a log: `response.created`,

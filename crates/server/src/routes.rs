@@ -217,7 +217,10 @@ pub(crate) fn route_table(config: &config::Config, audience: Audience) -> RouteT
         )
         .route("/files/{file_id}/content", get(files::content))
         .route("/usage", get(ops::usage))
-        .route(route_grammar::RESPONSES, post(responses::create))
+        .route(
+            route_grammar::RESPONSES,
+            post(responses::create).get(responses::socket),
+        )
         .route(route_grammar::CHAT_COMPLETIONS, post(chat::create))
         .route("/models", get(models::list_models))
         // OpenAI's model, and Gemini's methods on it (`{model}` is then

@@ -21,6 +21,32 @@ impl StreamEvent {
     }
 }
 
+/// The `error` event of the WebSocket mode: a client event that could not
+/// start a response (the HTTP API's 4xx, as an event; the socket stays
+/// open for the next one).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct ErrorEvent {
+    /// Always `error`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub code: Option<String>,
+    pub message: String,
+    pub param: Option<String>,
+    pub sequence_number: u64,
+}
+
+/// The `type` of a client event of the WebSocket mode: `response.create`
+/// (the rest of the event is a create request, as `POST /v1/responses`
+/// takes it) is the one shellgate answers.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+pub struct ClientEventType {
+    #[serde(rename = "type")]
+    pub kind: String,
+}
+
+/// The `type` of the client event that creates a response.
+pub const RESPONSE_CREATE: &str = "response.create";
+
 /// What a stream event says, by `type`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 #[serde(tag = "type")]

@@ -18,7 +18,9 @@ pub mod request;
 pub mod response;
 pub mod tools;
 
-pub use events::{Event, ShellOutputDelta, StreamEvent};
+pub use events::{
+    ClientEventType, ErrorEvent, Event, ShellOutputDelta, StreamEvent, RESPONSE_CREATE,
+};
 pub use items::*;
 pub use request::{
     CreateResponse, Input, InputTokenCount, InputTokensRequest, ReasoningParam, TextFormatParam,
