@@ -121,3 +121,52 @@ def test_a_failing_command_inside_a_function_phase_fails_that_phase_only(tmp_pat
     assert (tmp_path / "after-ran").exists()
     summary = summary_of(result.stdout)
     assert "error: could not compile `x`" in summary, summary
+
+
+def test_lanes_run_side_by_side_and_the_summary_names_every_failure(tmp_path):
+    # Each lane's first phase waits for the other's to have started: were
+    # the lanes one after another, the first would wait in vain and fail.
+    result = run_script(tmp_path, """
+        await_file() { for _ in $(seq 600); do [ -e "$1" ] && return 0; sleep 0.1; done; return 1; }
+        left() {
+          phase "left starts" sh -c 'touch left-started'
+          phase "left sees right" await_file right-started
+          phase "left fails" sh -c 'echo "test left::fails ... FAILED"; exit 101'
+          phase "left ends" touch left-ended
+        }
+        right() {
+          phase "right sees left" sh -c 'touch right-started; for _ in $(seq 600); do [ -e left-started ] && exit 0; sleep 0.1; done; exit 1'
+          phase "right prints" echo "right's own output"
+          # A command between phases that fails ends its lane: the summary
+          # says so, as its later phases never ran.
+          false
+          phase "right never" touch right-never
+        }
+        phase "before" true
+        lane "left" left
+        lane "right" right
+        lanes_wait
+        phase "after" touch after-ran
+        phases_summary
+    """)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert (tmp_path / "left-ended").exists() and (tmp_path / "after-ran").exists()
+    assert not (tmp_path / "right-never").exists()
+    summary = summary_of(result.stdout)
+    lines = summary.splitlines()
+    for name in ("before", "left starts", "left sees right", "right sees left", "right prints",
+                 "left ends", "after"):
+        assert any(line.split()[1:] == name.split() + ["ok"] for line in lines), (name, summary)
+    assert any("left fails" in line and "FAILED (exit 101)" in line for line in lines), summary
+    assert "test left::fails ... FAILED" in summary, summary
+    assert any("lane right ended early" in line and "FAILED" in line for line in lines), summary
+    # A lane's phase prints its own output whole, between its start and its
+    # times (wall and CPU).
+    output = result.stdout + result.stderr
+    assert "right's own output" in result.stdout, output
+    assert "== right prints starts (lane right," in result.stderr, output
+    assert "== right prints: " in result.stderr and "s of CPU (user and system)" in result.stderr, output
+    # Its log is its own.
+    logs = sorted(p.name for p in (tmp_path / "logs").glob("*.log"))
+    assert "right-01-right-prints.log" in logs, logs
+    assert (tmp_path / "logs" / "right-01-right-prints.log").read_text() == "right's own output\n"
