@@ -39,9 +39,10 @@ mkdir -p "$PHASES_LOG_DIR"
 # result, its name and its log, separated by tabs.
 PHASES_RESULTS="$PHASES_LOG_DIR/results.tsv"
 : >"$PHASES_RESULTS"
-# The lane this shell is (empty: the caller's), its phases so far, and the
-# lanes it started.
+# The lane this shell is (empty: the caller's; as in file names, and as
+# given), its phases so far, and the lanes it started.
 PHASES_LANE=
+PHASES_LANE_NAME=
 PHASES_COUNT=0
 PHASES_LANE_PIDS=()
 PHASES_LANE_NAMES=()
@@ -53,7 +54,7 @@ phase() {
   local log="$PHASES_LOG_DIR/${PHASES_LANE:+$PHASES_LANE-}$(printf '%02d' "$PHASES_COUNT")-${name//[^A-Za-z0-9]/-}.log"
   PHASES_COUNT=$((PHASES_COUNT + 1))
   local started=$SECONDS status cpu_before cpu_after seconds cpu
-  local where="${PHASES_LANE:+lane $PHASES_LANE, }${started}s into the run"
+  local where="${PHASES_LANE:+lane $PHASES_LANE_NAME, }${started}s into the run"
   local cpu_file="$PHASES_LOG_DIR/.cpu${PHASES_LANE:+-$PHASES_LANE}"
   children_cpu_seconds >"$cpu_file"
   cpu_before=$(<"$cpu_file")
@@ -105,6 +106,7 @@ lane() {
   shift
   (
     PHASES_LANE=${name//[^A-Za-z0-9]/-}
+    PHASES_LANE_NAME=$name
     PHASES_COUNT=0
     PHASES_LANE_PIDS=()
     "$@"
