@@ -2,8 +2,8 @@
 base URL shellgate's, over the scripted upstream (scripted_upstream.py): text
 answers, function calls answered by the client (by hand and by the SDK's
 automatic function calling), streaming, `codeExecution` run in a shellgate
-container (its output, a figure, a failure, the container reused by
-shellgate's `x-shellgate-container` header), countTokens, the models list,
+container (its output, a figure, a failure, code past its time, the
+container reused by shellgate's `x-shellgate-container` header), countTokens, the models list,
 and errors in Google's envelope."""
 
 import pytest
@@ -141,6 +141,23 @@ def test_a_figure_is_an_inline_png_and_a_failure_is_outcome_failed(server):
     (result,) = [part.code_execution_result for part in parts(failed) if part.code_execution_result]
     assert result.outcome == types.Outcome.OUTCOME_FAILED
     assert "ZeroDivisionError" in result.output
+
+
+def test_code_past_its_time_is_outcome_deadline_exceeded(fresh_server):
+    # Google's limit is 30 seconds; the setting makes it one for the test.
+    server = fresh_server(gemini_code_execution_timeout_secs="1")
+    response = gemini(server).models.generate_content(
+        model="scripted", contents="Interpret: import time\ntime.sleep(600)",
+        config=types.GenerateContentConfig(tools=CODE))
+    (result,) = [part.code_execution_result for part in parts(response) if part.code_execution_result]
+    assert result.outcome == types.Outcome.OUTCOME_DEADLINE_EXCEEDED
+    # The model read the outcome, and the kernel is free for the next code.
+    assert response.text.startswith("Done: OUTCOME_DEADLINE_EXCEEDED\n")
+    container = response.sdk_http_response.headers["x-shellgate-container"]
+    again = gemini(server, headers={"x-shellgate-container": container}).models.generate_content(
+        model="scripted", contents="Interpret: print('free')",
+        config=types.GenerateContentConfig(tools=CODE))
+    assert again.code_execution_result == "free\n"
 
 
 def test_code_execution_streams_its_parts_whole(server):

@@ -26,7 +26,9 @@ use shellgate_wire::responses::{
 };
 
 use crate::arguments::{BashArguments, InterpreterArguments, LocalShellArguments, ShellArguments};
-use crate::tools::{namespaced_name, BASH, CODE_INTERPRETER, LOCAL_SHELL, SHELL};
+use crate::tools::{
+    namespaced_name, BASH, CODE_INTERPRETER, GOOGLE_CODE_EXECUTION, LOCAL_SHELL, SHELL,
+};
 use crate::upstream::{Message, NativeItem, Protocol, ToolCall};
 
 /// The text of a message's `content` (a string, or parts).
@@ -359,6 +361,28 @@ pub fn messages_offering<'a>(
                 messages.push(Message::Tool {
                     call_id: id,
                     output: shell_output_text(call.output.as_slice()),
+                });
+            }
+            // A turn that offers Google's code execution and not OpenAI's
+            // code interpreter ran its calls' code on the same kernel: the
+            // model knows the tool by Google's name and reads the outcome.
+            Item::CodeInterpreterCall(call)
+                if offered(GOOGLE_CODE_EXECUTION) && !offered(CODE_INTERPRETER) =>
+            {
+                let id = call_id(&None, &call.id);
+                push_call(
+                    &mut messages,
+                    ToolCall {
+                        id: id.clone(),
+                        name: GOOGLE_CODE_EXECUTION.to_owned(),
+                        arguments: arguments(&InterpreterArguments {
+                            code: call.code.clone().unwrap_or_default(),
+                        }),
+                    },
+                );
+                messages.push(Message::Tool {
+                    call_id: id,
+                    output: crate::google_outcome::told(call),
                 });
             }
             Item::CodeInterpreterCall(call) => {

@@ -13,6 +13,7 @@
 pub mod arguments;
 pub mod conversation;
 mod error;
+pub mod google_outcome;
 pub mod guardrail;
 pub mod reasoning;
 pub mod run;

@@ -38,7 +38,7 @@ use crate::arguments::{BashArguments, InterpreterArguments, LocalShellArguments,
 use crate::conversation;
 use crate::tools::{
     Environment, ShellShape, Tools, BASH, BASH_CODE_EXECUTION, CODE_EXECUTION, CODE_INTERPRETER,
-    LOCAL_SHELL, SHELL, TEXT_EDITOR_CODE_EXECUTION,
+    GOOGLE_CODE_EXECUTION, LOCAL_SHELL, SHELL, TEXT_EDITOR_CODE_EXECUTION,
 };
 use crate::upstream::{Delta, Finish, Reply, ToolCall, ToolChoice, Turn, Upstream, Usage};
 
@@ -77,6 +77,32 @@ pub trait Sandbox: Send + Sync {
             message: "the code interpreter is not supported by this server's sandbox".into(),
         })
     }
+
+    /// Runs Python `code` as [`Sandbox::interpret`] does, interrupted after
+    /// `timeout` (a tool with a documented limit of its own: Google's code
+    /// execution), and tells how it ended.
+    async fn interpret_within(
+        &self,
+        container: &str,
+        code: &str,
+        timeout: std::time::Duration,
+    ) -> Result<(Interpretation, Ended), HostError> {
+        let _ = (container, code, timeout);
+        Err(HostError {
+            code: "server_error",
+            message: "code execution is not supported by this server's sandbox".into(),
+        })
+    }
+}
+
+/// How a call's code ended, for the tools that tell it apart from its logs
+/// (Google's `outcome`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Ended {
+    /// It raised (its traceback is in the logs).
+    pub raised: bool,
+    /// It ran past its time and was interrupted.
+    pub timed_out: bool,
 }
 
 /// What running code in the code interpreter gave.
@@ -371,7 +397,7 @@ impl Run<'_> {
                 messages: conversation::messages_offering(
                     request.instructions.as_deref(),
                     request.items.iter().chain(&self.output),
-                    &|name| request.tools.function(name).is_some(),
+                    &|name| request.tools.function(name).is_some() || request.tools.hosted(name),
                 ),
                 tools: specs.clone(),
                 tool_choice: tool_choice.clone(),
@@ -578,6 +604,16 @@ impl Run<'_> {
                         .extend(files.into_iter().map(|f| (container.clone(), f)));
                 }
                 (BASH, _) => run_hosted_bash(sandbox, call, output, events, guardrail).await?,
+                // Google's tool shares its name with Anthropic's Python tool; a
+                // request offers one or the other (its dialect's).
+                (GOOGLE_CODE_EXECUTION, _) if request.tools.google_code_execution.is_some() => {
+                    let timeout = request
+                        .tools
+                        .google_code_execution
+                        .as_ref()
+                        .map_or(crate::tools::GOOGLE_CODE_TIMEOUT, |tool| tool.timeout);
+                    google_code::run(sandbox, call, timeout, output, events, guardrail).await?
+                }
                 (BASH_CODE_EXECUTION | TEXT_EDITOR_CODE_EXECUTION | CODE_EXECUTION, _) => {
                     code_execution::run(sandbox, call, output, events, guardrail).await?
                 }
@@ -1493,6 +1529,7 @@ async fn run_hosted_bash(
 }
 
 mod code_execution;
+pub mod google_code;
 
 #[cfg(test)]
 mod tests;

@@ -18,7 +18,7 @@ use shellgate_sandbox_api::backend::{
 };
 use shellgate_wire::Outcome as Exit;
 
-use crate::run::{HostError, Interpretation, Sandbox};
+use crate::run::{Ended, HostError, Interpretation, Sandbox};
 use crate::upstream::{Delta, Finish, ToolCall, Turn, Upstream, UpstreamError, Usage};
 
 /// Locks a fixture's state; a test that panicked while holding it has
@@ -231,6 +231,10 @@ pub struct RecordingSandbox {
     interpretations: Mutex<VecDeque<Result<Interpretation, HostError>>>,
     /// Every code interpreted: the container and the code.
     codes: Mutex<Vec<(String, String)>>,
+    /// How code run within a time ends, in order (past the end: it ran).
+    endings: Mutex<VecDeque<Ended>>,
+    /// The time each code run within a time was given.
+    timeouts: Mutex<Vec<std::time::Duration>>,
 }
 
 impl Default for RecordingSandbox {
@@ -249,6 +253,8 @@ impl RecordingSandbox {
             blocked: tokio::sync::Notify::new(),
             interpretations: Mutex::new(VecDeque::new()),
             codes: Mutex::new(Vec::new()),
+            endings: Mutex::new(VecDeque::new()),
+            timeouts: Mutex::new(Vec::new()),
         }
     }
 
@@ -259,6 +265,17 @@ impl RecordingSandbox {
     ) -> Self {
         *lock(&self.interpretations) = answers.into_iter().collect();
         self
+    }
+
+    /// This sandbox, code run within a time ending as these say, in order.
+    pub fn ending(self, endings: impl IntoIterator<Item = Ended>) -> Self {
+        *lock(&self.endings) = endings.into_iter().collect();
+        self
+    }
+
+    /// The time each code run within a time was given, so far.
+    pub fn timeouts(&self) -> Vec<std::time::Duration> {
+        lock(&self.timeouts).clone()
     }
 
     /// Every code interpreted so far: the container and the code.
@@ -355,6 +372,18 @@ impl Sandbox for RecordingSandbox {
         };
         guard.answered = true;
         answer
+    }
+
+    async fn interpret_within(
+        &self,
+        container: &str,
+        code: &str,
+        timeout: std::time::Duration,
+    ) -> Result<(Interpretation, Ended), HostError> {
+        lock(&self.timeouts).push(timeout);
+        let interpretation = self.interpret(container, code).await?;
+        let ended = lock(&self.endings).pop_front().unwrap_or_default();
+        Ok((interpretation, ended))
     }
 
     async fn interpret(&self, container: &str, code: &str) -> Result<Interpretation, HostError> {

@@ -40,6 +40,9 @@ pub const CODE_EXECUTION: &str = "code_execution";
 
 /// Name of OpenAI's `code_interpreter` as a function tool (taking `code`).
 pub const CODE_INTERPRETER: &str = "code_interpreter";
+/// Name of Google's code execution (Gemini's `codeExecution` tool) as a
+/// function tool (taking `code`).
+pub const GOOGLE_CODE_EXECUTION: &str = "code_execution";
 
 /// What the model is told the code interpreter is.
 const CODE_INTERPRETER_DESCRIPTION: &str = "Runs Python code in a stateful kernel (like a Jupyter \
@@ -48,6 +51,34 @@ const CODE_INTERPRETER_DESCRIPTION: &str = "Runs Python code in a stateful kerne
      errors with their traceback, and matplotlib figures (shown to the user as images). The \
      working directory is /mnt/data: files the user provides are there, and files written there \
      are given to the user. There is no network access unless the user allowed some.";
+
+/// Google's documented limit on one run of code execution's code.
+pub const GOOGLE_CODE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Google's code execution: Python cells run on the container's kernel
+/// (the code interpreter's), each interrupted after `timeout`, its outcome
+/// told apart (ok, raised, out of time).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GoogleCodeExecution {
+    /// The container its code runs in.
+    pub environment: Environment,
+    /// How long one call's code may run.
+    pub timeout: std::time::Duration,
+}
+
+impl GoogleCodeExecution {
+    /// What the model is told of the tool.
+    fn description(&self) -> String {
+        format!(
+            "Runs Python code in a sandbox and returns its outcome and what it printed (stdout, \
+             and the traceback when it raises). Variables persist between calls in the same \
+             request. Matplotlib figures it shows are returned as images. The code is stopped \
+             after {} seconds. Common scientific libraries (numpy, pandas, matplotlib, sympy...) \
+             are available; print the values you need.",
+            self.timeout.as_secs_f64()
+        )
+    }
+}
 
 /// Longest `sleep_after_seconds` (30 days).
 pub const MAX_SLEEP_AFTER_SECONDS: u64 = 2_592_000;
@@ -215,6 +246,8 @@ pub struct Tools {
     pub code_interpreter: Option<Environment>,
     /// Anthropic's code execution (Messages API).
     pub code_execution: Option<CodeExecution>,
+    /// Google's code execution (a Gemini request's `codeExecution`).
+    pub google_code_execution: Option<GoogleCodeExecution>,
     pub functions: Vec<Function>,
     /// `sleep_after_seconds` of an OpenRouter tool: the container sleeps
     /// after this long without a command.
@@ -615,6 +648,10 @@ impl Tools {
             .or_else(|| self.bash.as_ref().and_then(|b| b.hosted.as_ref()))
             .or(self.code_interpreter.as_ref())
             .or(self.code_execution.as_ref().map(|c| &c.environment))
+            .or(self
+                .google_code_execution
+                .as_ref()
+                .map(|tool| &tool.environment))
     }
 
     /// Whether a call of `name` runs in the sandbox.
@@ -627,16 +664,19 @@ impl Tools {
                 .code_execution
                 .as_ref()
                 .is_some_and(|c| c.version.commands()),
-            CODE_EXECUTION => self
-                .code_execution
-                .as_ref()
-                .is_some_and(|c| c.version.python()),
+            // One name, two vendors' Python tools (a request offers one).
+            CODE_EXECUTION => {
+                self.code_execution
+                    .as_ref()
+                    .is_some_and(|c| c.version.python())
+                    || self.google_code_execution.is_some()
+            }
             _ => false,
         }
     }
 
     /// Refuses user functions named like a built-in tool, and twins.
-    fn check_names(&self) -> Result<(), RequestError> {
+    pub fn check_names(&self) -> Result<(), RequestError> {
         let parsed = self;
         let reserved = [
             (parsed.shell.is_some(), SHELL),
@@ -646,6 +686,10 @@ impl Tools {
             (parsed.code_execution.is_some(), BASH_CODE_EXECUTION),
             (parsed.code_execution.is_some(), TEXT_EDITOR_CODE_EXECUTION),
             (parsed.code_execution.is_some(), CODE_EXECUTION),
+            (
+                parsed.google_code_execution.is_some(),
+                GOOGLE_CODE_EXECUTION,
+            ),
         ];
         for (present, name) in reserved {
             if present && parsed.functions.iter().any(|f| f.name == name) {
@@ -818,6 +862,20 @@ impl Tools {
                     "type": "object",
                     "properties": {
                         "code": {"type": "string", "description": "The Python code to run."},
+                    },
+                    "required": ["code"],
+                }),
+                ..Default::default()
+            });
+        }
+        if let Some(tool) = &self.google_code_execution {
+            specs.push(ToolSpec {
+                name: GOOGLE_CODE_EXECUTION.to_owned(),
+                description: tool.description(),
+                parameters: json!({
+                    "type": "object",
+                    "properties": {
+                        "code": {"type": "string", "description": "The Python code to run"},
                     },
                     "required": ["code"],
                 }),

@@ -653,6 +653,10 @@ impl Config {
             ("upstream_max_answer_bytes", model.upstream_max_answer_bytes),
             ("response_timeout_secs", model.response_timeout_secs),
             (
+                "gemini_code_execution_timeout_secs",
+                model.gemini_code_execution_timeout_secs,
+            ),
+            (
                 "upstream_max_tool_call_bytes",
                 model.upstream_max_tool_call_bytes,
             ),

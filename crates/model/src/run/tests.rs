@@ -536,6 +536,83 @@ mod through_the_traits {
         );
     }
 
+    #[tokio::test]
+    async fn google_code_execution_runs_within_its_time_and_the_model_reads_the_outcome() {
+        let upstream = ScriptedUpstream::new([
+            Step::calls(vec![call(
+                "call_a",
+                crate::tools::GOOGLE_CODE_EXECUTION,
+                json!({"code": "1 / 0"}),
+            )]),
+            Step::calls(vec![call(
+                "call_b",
+                crate::tools::GOOGLE_CODE_EXECUTION,
+                json!({"code": "while True: pass"}),
+            )]),
+            Step::text("done"),
+        ]);
+        let sandbox = RecordingSandbox::default()
+            .interpreting([
+                Ok(Interpretation {
+                    logs: "ZeroDivisionError\n".into(),
+                    images: vec!["iVBORw0KGgo=".into()],
+                    ..Interpretation::default()
+                }),
+                Ok(Interpretation::default()),
+            ])
+            .ending([
+                Ended {
+                    raised: true,
+                    timed_out: false,
+                },
+                Ended {
+                    raised: false,
+                    timed_out: true,
+                },
+            ]);
+        let timeout = std::time::Duration::from_millis(1500);
+        let mut request = request_with(json!([]));
+        request.tools.google_code_execution = Some(crate::tools::GoogleCodeExecution {
+            environment: crate::tools::Environment::ContainerAuto(Default::default()),
+            timeout,
+        });
+        let (outcome, _) = run_recording(&upstream, Some(&sandbox), &request).await;
+        assert_eq!(outcome.status, Status::Completed);
+        assert_eq!(outcome.tool_calls, 2);
+        assert_eq!(sandbox.timeouts(), [timeout, timeout]);
+        let items = output(&outcome);
+        assert_eq!(
+            items[0],
+            json!({"type": "code_interpreter_call", "id": "call_a", "status": "failed",
+                   "code": "1 / 0", "container_id": CONTAINER, "outputs": [
+                       {"type": "logs", "logs": "ZeroDivisionError\n"},
+                       {"type": "image", "url": "data:image/png;base64,iVBORw0KGgo="}]})
+        );
+        assert_eq!(items[1]["status"], "incomplete");
+        let turns = upstream.turns();
+        let spec = turns[0]
+            .tools
+            .iter()
+            .find(|t| t.name == crate::tools::GOOGLE_CODE_EXECUTION)
+            .expect("offered");
+        assert!(spec.description.contains("stopped after 1.5 seconds"));
+        let told: Vec<_> = turns[2]
+            .messages
+            .iter()
+            .filter_map(|m| match m {
+                Message::Tool { output, .. } => Some(output.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            told,
+            [
+                "OUTCOME_FAILED\nZeroDivisionError\n\n[1 figure(s) shown to the user]",
+                "OUTCOME_DEADLINE_EXCEEDED\n"
+            ]
+        );
+    }
+
     #[test]
     fn citations_count_characters_and_cite_each_file_once() {
         let file = |id: &str, path: &str| {

@@ -31,6 +31,10 @@ pub struct ModelSettings {
     /// and command) may take: past it the run ends `failed`, its commands
     /// killed.
     pub response_timeout_secs: u64,
+    /// Longest time one call of Gemini's code execution (`codeExecution`)
+    /// may run its code: past it the code is interrupted and its result is
+    /// `OUTCOME_DEADLINE_EXCEEDED` (Google documents 30 seconds).
+    pub gemini_code_execution_timeout_secs: u64,
     /// Most bytes of one upstream answer, and of the model's answers over
     /// every turn of one response together (over it the response fails).
     pub upstream_max_answer_bytes: u64,
@@ -70,6 +74,7 @@ impl Default for ModelSettings {
             upstream_attempts: 3,
             upstream_turn_timeout_secs: 600,
             response_timeout_secs: 3600,
+            gemini_code_execution_timeout_secs: 30,
             upstream_max_answer_bytes: 32 * 1024 * 1024,
             upstream_max_tool_call_bytes: 4 * 1024 * 1024,
             max_input_files: 50,

@@ -10,16 +10,21 @@
 //! ids for the client to answer with `functionResponse`s). Errors are in
 //! Google's envelope (`error::Dialect::Google`).
 //!
-//! `tools: [{"codeExecution": {}}]` offers the model a Python tool that
-//! shellgate runs, in one request, turn after turn, as Google does: each
-//! call's code runs on a container's kernel (`sandboxes::interpreting`,
-//! the code interpreter's: admitted, billed and audited as an exec), for at
-//! most Google's documented 30 seconds, and is answered with an
-//! `executableCode` part, a `codeExecutionResult` part (`OUTCOME_OK`,
-//! `OUTCOME_FAILED` with the traceback, `OUTCOME_DEADLINE_EXCEEDED`) and
-//! the figures it showed as `inlineData` `image/png` parts. Google's tool
-//! keeps nothing between requests, and neither does a request here by
-//! default (a new container); shellgate's extension is the request header
+//! A request is the loop's request (`translate`: its contents the loop's
+//! items, its function declarations and `codeExecution` the loop's tools),
+//! run by the one model loop (`shellgate_model::run`) as every model API's
+//! is: its bounds, guardrails, billing and audit are the loop's.
+//! `tools: [{"codeExecution": {}}]` is the loop's hosted tool
+//! `code_execution` (`shellgate_model::run::google_code`): each call's
+//! Python runs on a container's kernel (`sandboxes::interpreting`, the code
+//! interpreter's) for at most Google's documented 30 seconds
+//! (`gemini_code_execution_timeout_secs`), and its
+//! `code_interpreter_call` item is answered as an `executableCode` part, a
+//! `codeExecutionResult` part (`OUTCOME_OK`, `OUTCOME_FAILED` with the
+//! traceback, `OUTCOME_DEADLINE_EXCEEDED`) and the figures it showed as
+//! `inlineData` `image/png` parts. Google's tool keeps nothing between
+//! requests, and neither does a request here by default (a new container);
+//! shellgate's extension is the request header
 //! `x-shellgate-container: cntr_...`, which runs the code in that container
 //! of the project, its kernel's variables kept. Every answer that ran code
 //! names its container in the same response header.
@@ -40,13 +45,16 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::Value;
-use shellgate_model::run::Sandbox as _;
-use shellgate_model::upstream::{Delta, Finish, Message, Turn, Upstream, Usage};
+use shellgate_model::google_outcome;
+use shellgate_model::run::{self, Outcome, Sandbox, Status};
+use shellgate_model::tools::Environment;
+use shellgate_model::upstream::{Upstream, Usage};
 use shellgate_wire::gemini::{
     Blob, Candidate, CodeExecutionResult, Content, CountTokensRequest, CountTokensResponse,
     ExecutableCode, FinishReason, FunctionCall, GenerateContentRequest, GenerateContentResponse,
-    ListModelsResponse, Model, Outcome, Part, UsageMetadata,
+    ListModelsResponse, Model, Part, UsageMetadata,
 };
+use shellgate_wire::responses::{CodeInterpreterCall, CodeInterpreterOutput, Item};
 use shellgate_wire::{new_id, ErrorCode};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::StreamExt;
@@ -55,16 +63,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::http::{ApiJson, Project};
 use crate::sandboxes::hosted::HostedShell;
 use crate::state::AppState;
-use crate::turns::upstream_error;
-use translate::{Translated, CODE_TOOL};
-
-/// Google's documented limit on one run of code.
-pub(crate) const CODE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// Most model turns one request takes while the model runs code (Google's
-/// model retries failing code up to 5 times; this bounds a model that never
-/// stops).
-const MAX_TURNS: usize = 12;
+use translate::Translated;
 
 /// What Gemini's clients may call on a model.
 const METHODS: &[&str] = &["generateContent", "streamGenerateContent", "countTokens"];
@@ -209,7 +208,7 @@ fn read(body: &Value) -> ApiResult<GenerateContentRequest> {
     shellgate_wire::param::parse(body).map_err(|e| ApiError::invalid(e.param, e.message))
 }
 
-/// The request's answer: its model turns and the code it ran.
+/// The request's answer: the loop run over its items and tools.
 async fn generate(
     state: Arc<AppState>,
     project: String,
@@ -225,71 +224,34 @@ async fn generate(
             "contents is not specified: give at least one content",
         ));
     }
-    let (model, upstream) = crate::turns::upstream_for(&state, Some(model))?;
-    let Translated {
-        mut turn,
-        mut uncarried,
-        code_execution,
-        include_thoughts,
-    } = translate::turn_of(&request, &model)?;
-    guard(&state, &project, &mut turn).await?;
-    for name in upstream.uncarried(&turn.carry) {
-        if !uncarried.contains(&name) {
-            uncarried.push(name);
-        }
-    }
-    crate::uncarried::log("gemini.generateContent", &model, &uncarried);
-    let id = new_id("gen_");
-    let sandbox = if code_execution {
-        Some(sandbox(&state, &project, headers, &id).await?)
-    } else {
-        None
-    };
+    let (run, uncarried) = prepare(&state, project, model, headers, &request).await?;
     // A stream's headers go first: the container it will use is known
     // before (made now if the request names none).
     if mode == Mode::Events {
-        if let Some(sandbox) = &sandbox {
+        if let Some(sandbox) = &run.sandbox {
             sandbox
                 .container()
                 .await
                 .map_err(|e| ApiError::of(ErrorCode::Internal, e.message))?;
         }
     }
-    let run = Run {
-        state: Arc::clone(&state),
-        project,
-        model,
-        id,
-        upstream,
-        sandbox,
-        include_thoughts,
-        deadline: std::time::Duration::from_secs(state.config.model.response_timeout_secs),
-    };
     let container = match &run.sandbox {
         Some(sandbox) if mode == Mode::Events => sandbox.container_id().await,
         _ => None,
     };
     let mut response = match mode {
-        Mode::Events => run.stream(turn).into_response(),
+        Mode::Events => run.stream().into_response(),
         Mode::Whole | Mode::Array => {
-            let (answer, container) = run.whole(turn).await?;
+            let (answer, container) = run.whole().await?;
             let mut response = match mode {
                 Mode::Array => Json(vec![answer]).into_response(),
                 _ => Json(answer).into_response(),
             };
-            if let Some(value) = container.and_then(|id| HeaderValue::from_str(&id).ok()) {
-                response
-                    .headers_mut()
-                    .insert(shellgate_wire::gemini::CONTAINER_HEADER, value);
-            }
+            name_container(&mut response, container);
             response
         }
     };
-    if let Some(value) = container.and_then(|id| HeaderValue::from_str(&id).ok()) {
-        response
-            .headers_mut()
-            .insert(shellgate_wire::gemini::CONTAINER_HEADER, value);
-    }
+    name_container(&mut response, container);
     if let Some(value) = crate::uncarried::header_value(&uncarried) {
         response
             .headers_mut()
@@ -298,17 +260,94 @@ async fn generate(
     Ok(response)
 }
 
-/// The container the request's code runs in: the one `x-shellgate-container`
-/// names (the project's, else a 404), else a new one made at the first
-/// call; through the sandbox service's hosted container, as the code
-/// interpreter's.
-async fn sandbox(
+/// Says the container the answer's code ran in (`x-shellgate-container`).
+fn name_container(response: &mut Response, container: Option<String>) {
+    if let Some(value) = container.and_then(|id| HeaderValue::from_str(&id).ok()) {
+        response
+            .headers_mut()
+            .insert(shellgate_wire::gemini::CONTAINER_HEADER, value);
+    }
+}
+
+/// The run a request asks (its items and tools checked by the project's
+/// guardrails, its code's container set up), and what of it the upstream
+/// will not get.
+async fn prepare(
     state: &Arc<AppState>,
-    project: &str,
+    project: String,
+    model: &str,
     headers: &HeaderMap,
-    request: &str,
-) -> ApiResult<Arc<HostedShell>> {
-    use shellgate_wire::responses::{CodeInterpreterContainer, CodeInterpreterTool, Tool};
+    request: &GenerateContentRequest,
+) -> ApiResult<(Run, Vec<String>)> {
+    let (model, upstream) = crate::turns::upstream_for(state, Some(model))?;
+    let Translated {
+        instructions,
+        items,
+        mut tools,
+        tool_choice,
+        temperature,
+        top_p,
+        max_output_tokens,
+        carry,
+        mut uncarried,
+        include_thoughts,
+    } = translate::turn_of(request)?;
+    if let Some(code) = &mut tools.google_code_execution {
+        code.environment = code_environment(headers)?;
+        code.timeout =
+            std::time::Duration::from_secs(state.config.model.gemini_code_execution_timeout_secs);
+    }
+    for name in upstream.uncarried(&tools.carry(carry.clone())) {
+        if !uncarried.contains(&name) {
+            uncarried.push(name);
+        }
+    }
+    crate::uncarried::log("gemini.generateContent", &model, &uncarried);
+    let (items, instructions, tools) =
+        crate::guardrails::guard_request(&state.guardrails, &project, items, instructions, tools)
+            .await?;
+    let id = new_id("gen_");
+    // Google's tool keeps nothing between requests: a container is reused
+    // only when the extension header names it.
+    let reuse = crate::sandboxes::reuse::Reuse::pick(&tools, None, &[]);
+    let hosted = crate::sandboxes::hosted::prepare(state, &project, &tools, reuse, &id).await?;
+    let request = run::Request {
+        model: model.clone(),
+        instructions,
+        items,
+        tools,
+        tool_choice,
+        max_tool_calls: run::MAX_TOOL_CALLS,
+        temperature,
+        top_p,
+        max_output_tokens,
+        parallel_tool_calls: None,
+        environment_description: hosted.description,
+        carry,
+        output_guardrail: state
+            .guardrails
+            .for_project(&project, crate::guardrails::Target::ToolOutput),
+        max_answer_bytes: usize::try_from(state.config.model.upstream_max_answer_bytes)
+            .unwrap_or(usize::MAX),
+    };
+    let run = Run {
+        state: Arc::clone(state),
+        project,
+        model,
+        id,
+        upstream,
+        sandbox: hosted.sandbox,
+        include_thoughts,
+        deadline: std::time::Duration::from_secs(state.config.model.response_timeout_secs),
+        request,
+    };
+    Ok((run, uncarried))
+}
+
+/// The container the request's code runs in: the one
+/// `x-shellgate-container` names (the project's, else a 404 when the
+/// sandbox is set up), else a new one made at the first call.
+fn code_environment(headers: &HeaderMap) -> ApiResult<Environment> {
     let named = headers
         .get(shellgate_wire::gemini::CONTAINER_HEADER)
         .map(|value| {
@@ -321,45 +360,10 @@ async fn sandbox(
         })
         .transpose()?
         .filter(|id| !id.is_empty());
-    let container = CodeInterpreterContainer::Id(named.unwrap_or_else(|| "auto".to_owned()));
-    let tool = Tool::CodeInterpreter(CodeInterpreterTool {
-        container: Some(container),
-        extra: Default::default(),
-    });
-    let tools = shellgate_model::tools::Tools::parse(&[tool])
-        .map_err(|e| ApiError::invalid(shellgate_wire::gemini::CONTAINER_HEADER, e.message))?;
-    let reuse = crate::sandboxes::reuse::Reuse::pick(&tools, None, &[]);
-    let hosted = crate::sandboxes::hosted::prepare(state, project, &tools, reuse, request).await?;
-    hosted
-        .sandbox
-        .ok_or_else(|| ApiError::internal("code execution has no sandbox"))
-}
-
-/// Checks the texts the model will read (system, user and tool messages)
-/// against the project's input guardrails, on a blocking thread: a block
-/// is refused, a redaction rewrites the text.
-async fn guard(state: &AppState, project: &str, turn: &mut Turn) -> ApiResult<()> {
-    let target = crate::guardrails::Target::Input;
-    if state.guardrails.for_project(project, target).is_none() {
-        return Ok(());
-    }
-    let (guardrails, owner) = (Arc::clone(&state.guardrails), project.to_owned());
-    let mut messages = std::mem::take(&mut turn.messages);
-    let messages = tokio::task::spawn_blocking(move || {
-        for message in &mut messages {
-            let text = match message {
-                Message::System(text) | Message::User(text) => text,
-                Message::Tool { output, .. } => output,
-                _ => continue,
-            };
-            *text = guardrails.guard_text(&owner, "input", text)?;
-        }
-        Ok::<_, ApiError>(messages)
+    Ok(match named {
+        Some(id) => Environment::ContainerReference(id),
+        None => Environment::ContainerAuto(Default::default()),
     })
-    .await
-    .map_err(|e| ApiError::internal(format!("guardrail: {e}")))??;
-    turn.messages = messages;
-    Ok(())
 }
 
 /// `:countTokens`: the upstream's count where its protocol has one, else
@@ -375,20 +379,12 @@ async fn count_tokens(state: Arc<AppState>, model: &str, body: &Value) -> ApiRes
             ..Default::default()
         },
     };
-    let turn = translate::turn_of(&request, &model)?.turn;
+    let turn = translate::turn_of(&request)?.turn(&model);
     let total_tokens = crate::turns::input_tokens(upstream.as_ref(), &turn, &model).await;
     Ok(Json(CountTokensResponse { total_tokens }).into_response())
 }
 
-/// The arguments of a call of the code tool.
-#[derive(Debug, Deserialize)]
-struct CodeArguments {
-    #[serde(default)]
-    code: String,
-}
-
-/// One request's run: the upstream's turns, and the code the model asks
-/// run between them.
+/// One request's run of the loop, and how its answer is told.
 struct Run {
     state: Arc<AppState>,
     project: String,
@@ -398,74 +394,88 @@ struct Run {
     sandbox: Option<Arc<HostedShell>>,
     include_thoughts: bool,
     deadline: std::time::Duration,
+    request: run::Request,
 }
-
-/// What a run gave: its parts in order, why it ended, its tokens.
-#[derive(Debug, Default)]
-struct Ran {
-    parts: Vec<Part>,
-    finish: Option<FinishReason>,
-    usage: Usage,
-}
-
-/// Where a streamed run's parts go as they are made (`None`: gathered).
-type PartSink = tokio::sync::mpsc::UnboundedSender<Part>;
 
 impl Run {
+    /// Runs the loop within the response's deadline
+    /// (`response_timeout_secs`), telling `events` what happens; records
+    /// its tokens.
+    async fn run(&self, events: Option<&run::EventSink>) -> Outcome {
+        let sandbox = self.sandbox.as_deref().map(|s| s as &dyn Sandbox);
+        let outcome = crate::turns::run_within(
+            self.deadline,
+            self.upstream.as_ref(),
+            sandbox,
+            &self.request,
+            events,
+        )
+        .await;
+        self.bill(outcome.usage).await;
+        outcome
+    }
+
     /// The whole answer, and the container its code ran in.
-    async fn whole(self, turn: Turn) -> ApiResult<(GenerateContentResponse, Option<String>)> {
-        let ran = self.within(turn, None).await?;
+    async fn whole(self) -> ApiResult<(GenerateContentResponse, Option<String>)> {
+        let outcome = self.run(None).await;
+        if let Status::Failed { code, message } = &outcome.status {
+            return Err(failure(code, message));
+        }
         let container = match &self.sandbox {
             Some(sandbox) => sandbox.container_id().await,
             None => None,
         };
-        self.bill(ran.usage).await;
-        Ok((
-            self.answer(ran.parts, ran.finish, Some(ran.usage)),
-            container,
-        ))
+        let parts = outcome
+            .output
+            .iter()
+            .flat_map(|item| self.parts(item))
+            .collect();
+        let answer = self.answer(parts, Some(finish_reason(&outcome)), Some(outcome.usage));
+        Ok((answer, container))
     }
 
     /// The answer as events: a chunk for each piece as it comes (text as it
-    /// streams, each code part whole), the last with the finish and the
+    /// streams, each other part whole), the last with the finish and the
     /// usage; a failure ends it with an event of Google's error envelope.
     /// The client leaving cancels the run.
-    fn stream(
-        self,
-        turn: Turn,
-    ) -> Sse<impl tokio_stream::Stream<Item = Result<SseEvent, Infallible>>> {
+    fn stream(self) -> Sse<impl tokio_stream::Stream<Item = Result<SseEvent, Infallible>>> {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<SseEvent>();
         let task = tokio::spawn(async move {
-            let (parts, mut incoming) = tokio::sync::mpsc::unbounded_channel::<Part>();
-            let event = |answer: &GenerateContentResponse| {
+            let chunk = |answer: &GenerateContentResponse| {
                 SseEvent::default().data(serde_json::to_string(answer).unwrap_or_default())
             };
+            let (events, mut incoming) = tokio::sync::mpsc::unbounded_channel::<run::Event>();
             let forward = async {
-                while let Some(part) = incoming.recv().await {
-                    let _ = tx.send(event(&self.answer(vec![part], None, None)));
+                // The messages whose text went out as it streamed.
+                let mut streamed = std::collections::HashSet::new();
+                while let Some(event) = incoming.recv().await {
+                    for part in self.streamed_parts(event, &mut streamed) {
+                        let _ = tx.send(chunk(&self.answer(vec![part], None, None)));
+                    }
                 }
             };
             let work = async {
-                let ran = self.within(turn, Some(&parts)).await;
-                drop(parts);
-                ran
+                let outcome = self.run(Some(&events)).await;
+                drop(events);
+                outcome
             };
-            let (ran, ()) = tokio::join!(work, forward);
-            match ran {
-                Ok(ran) => {
-                    self.bill(ran.usage).await;
-                    let _ = tx.send(event(&self.answer(Vec::new(), ran.finish, Some(ran.usage))));
-                }
-                Err(error) => {
+            let (outcome, ()) = tokio::join!(work, forward);
+            let last = match &outcome.status {
+                Status::Failed { code, message } => {
+                    let error = failure(code, message);
                     let body = shellgate_wire::gemini::ErrorResponse::new(
                         error.status().as_u16(),
                         error.message,
                     );
-                    let _ = tx.send(
-                        SseEvent::default().data(serde_json::to_string(&body).unwrap_or_default()),
-                    );
+                    SseEvent::default().data(serde_json::to_string(&body).unwrap_or_default())
                 }
-            }
+                _ => chunk(&self.answer(
+                    Vec::new(),
+                    Some(finish_reason(&outcome)),
+                    Some(outcome.usage),
+                )),
+            };
+            let _ = tx.send(last);
         });
         let guard = crate::turns::AbortOnDrop(Some(task));
         let body = UnboundedReceiverStream::new(rx).map(move |event| {
@@ -473,6 +483,77 @@ impl Run {
             Ok::<_, Infallible>(event)
         });
         Sse::new(body).keep_alive(crate::http::sse_keep_alive())
+    }
+
+    /// The parts an event of the loop gives a stream: a message's text as
+    /// it comes (the message's index kept in `streamed`), every other item
+    /// whole when it is done.
+    fn streamed_parts(
+        &self,
+        event: run::Event,
+        streamed: &mut std::collections::HashSet<usize>,
+    ) -> Vec<Part> {
+        match event {
+            run::Event::TextDelta { index, delta, .. } => {
+                streamed.insert(index);
+                vec![Part::text(delta)]
+            }
+            run::Event::ItemDone { index, item } => match item {
+                Item::Message(_) if streamed.contains(&index) => Vec::new(),
+                item => self.parts(&item),
+            },
+            _ => Vec::new(),
+        }
+    }
+
+    /// The parts an output item of the loop is: a message its text, a
+    /// reasoning a thought (when the client asked them), a function call a
+    /// `functionCall`, a code call its `executableCode`, its
+    /// `codeExecutionResult` and its figures as `inlineData`.
+    fn parts(&self, item: &Item) -> Vec<Part> {
+        match item {
+            Item::Message(message) => {
+                let text = shellgate_model::conversation::content_text(&message.content);
+                if text.is_empty() {
+                    Vec::new()
+                } else {
+                    vec![Part::text(text)]
+                }
+            }
+            Item::Reasoning(reasoning) if self.include_thoughts => {
+                let reasoning = shellgate_model::reasoning::from_item(reasoning);
+                let text = if reasoning.text.is_empty() {
+                    reasoning.summary.join("\n")
+                } else {
+                    reasoning.text
+                };
+                if text.is_empty() {
+                    Vec::new()
+                } else {
+                    vec![Part {
+                        thought: Some(true),
+                        ..Part::text(text)
+                    }]
+                }
+            }
+            Item::FunctionCall(call) => {
+                let args = serde_json::from_str::<Value>(&call.arguments)
+                    .ok()
+                    .filter(Value::is_object)
+                    .unwrap_or_else(|| Value::Object(Default::default()));
+                vec![Part {
+                    function_call: Some(FunctionCall {
+                        id: call.call_id.clone(),
+                        name: call.name.clone(),
+                        args: Some(args),
+                        extra: Default::default(),
+                    }),
+                    ..Default::default()
+                }]
+            }
+            Item::CodeInterpreterCall(call) => code_parts(call),
+            _ => Vec::new(),
+        }
     }
 
     /// A `GenerateContentResponse` of `parts`.
@@ -513,239 +594,73 @@ impl Run {
             tracing::error!("could not record token usage: {}", e.message);
         }
     }
+}
 
-    /// [`Run::turns`] within the response's deadline
-    /// (`response_timeout_secs`): past it the run is dropped (its code
-    /// interrupted) and the answer is an error naming the limit.
-    async fn within(&self, turn: Turn, sink: Option<&PartSink>) -> ApiResult<Ran> {
-        tokio::time::timeout(self.deadline, self.turns(turn, sink))
-            .await
-            .unwrap_or_else(|_| {
-                Err(ApiError::of(
-                    ErrorCode::UpstreamTimeout,
-                    format!(
-                        "the answer took longer than its limit of {} seconds \
-                         (response_timeout_secs); its code was stopped",
-                        self.deadline.as_secs()
-                    ),
-                ))
-            })
-    }
-
-    /// Asks the upstream, runs the code it calls and asks again, until it
-    /// answers without code (or calls a client's function).
-    async fn turns(&self, mut turn: Turn, sink: Option<&PartSink>) -> ApiResult<Ran> {
-        let mut ran = Ran::default();
-        for _ in 0..MAX_TURNS {
-            let (reply, streamed_text) = self.ask(&turn, sink).await?;
-            ran.usage += reply.usage;
-            let mut emit = |part: Part, streamed: bool| {
-                if let (Some(sink), false) = (sink, streamed) {
-                    let _ = sink.send(part.clone());
+/// A code call's parts: its `executableCode`, its `codeExecutionResult`
+/// (the outcome its status says) and the figures it showed.
+fn code_parts(call: &CodeInterpreterCall) -> Vec<Part> {
+    let id = call.id.clone();
+    let mut logs = String::new();
+    let mut figures = Vec::new();
+    for output in call.outputs.iter().flatten() {
+        match output {
+            CodeInterpreterOutput::Logs { logs: text, .. } => logs.push_str(text),
+            CodeInterpreterOutput::Image { url, .. } => {
+                if let Some(png) = url.strip_prefix("data:image/png;base64,") {
+                    figures.push(png.to_owned());
                 }
-                ran.parts.push(part);
-            };
-            if self.include_thoughts {
-                for reasoning in &reply.reasoning {
-                    let text = if reasoning.text.is_empty() {
-                        reasoning.summary.join("\n")
-                    } else {
-                        reasoning.text.clone()
-                    };
-                    if !text.is_empty() {
-                        emit(
-                            Part {
-                                thought: Some(true),
-                                ..Part::text(text)
-                            },
-                            false,
-                        );
-                    }
-                }
-            }
-            if !reply.text.is_empty() {
-                emit(Part::text(reply.text.clone()), streamed_text);
-            }
-            let code_calls: Vec<_> = reply
-                .tool_calls
-                .iter()
-                .filter(|call| self.sandbox.is_some() && call.name == CODE_TOOL)
-                .collect();
-            let client_calls = reply.tool_calls.len() - code_calls.len();
-            let mut outputs = Vec::new();
-            for call in &code_calls {
-                let code = serde_json::from_str::<CodeArguments>(&call.arguments)
-                    .map(|arguments| arguments.code)
-                    .unwrap_or_default();
-                emit(
-                    Part {
-                        executable_code: Some(ExecutableCode {
-                            language: shellgate_wire::gemini::LANGUAGE_PYTHON.to_owned(),
-                            code: code.clone(),
-                            id: Some(call.id.clone()),
-                            extra: Default::default(),
-                        }),
-                        ..Default::default()
-                    },
-                    false,
-                );
-                let (result, images, told) = self.execute(&code).await?;
-                emit(
-                    Part {
-                        code_execution_result: Some(CodeExecutionResult {
-                            id: Some(call.id.clone()),
-                            ..result
-                        }),
-                        ..Default::default()
-                    },
-                    false,
-                );
-                for png in images {
-                    emit(
-                        Part {
-                            inline_data: Some(Blob {
-                                mime_type: "image/png".to_owned(),
-                                data: png,
-                                extra: Default::default(),
-                            }),
-                            ..Default::default()
-                        },
-                        false,
-                    );
-                }
-                outputs.push((call.id.clone(), told));
-            }
-            for call in reply
-                .tool_calls
-                .iter()
-                .filter(|call| !code_calls.iter().any(|code| std::ptr::eq(*code, *call)))
-            {
-                let args = serde_json::from_str::<Value>(&call.arguments)
-                    .ok()
-                    .filter(Value::is_object)
-                    .unwrap_or_else(|| Value::Object(Default::default()));
-                emit(
-                    Part {
-                        function_call: Some(FunctionCall {
-                            id: Some(call.id.clone()),
-                            name: call.name.clone(),
-                            args: Some(args),
-                            extra: Default::default(),
-                        }),
-                        ..Default::default()
-                    },
-                    false,
-                );
-            }
-            if code_calls.is_empty() || client_calls > 0 {
-                ran.finish = Some(finish_reason(reply.finish));
-                return Ok(ran);
-            }
-            // The model reads its code's results and goes on.
-            turn.messages
-                .extend(reply.reasoning.iter().cloned().map(Message::Reasoning));
-            turn.messages
-                .extend(reply.native.iter().cloned().map(Message::Native));
-            turn.messages.push(Message::Assistant {
-                text: reply.text.clone(),
-                tool_calls: reply.tool_calls.clone(),
-            });
-            for (call_id, output) in outputs {
-                turn.messages.push(Message::Tool { call_id, output });
             }
         }
-        ran.finish = Some(FinishReason::TooManyToolCalls);
-        Ok(ran)
     }
-
-    /// One upstream turn; with a sink, its text goes there as it comes
-    /// (and `true` says it went).
-    async fn ask(
-        &self,
-        turn: &Turn,
-        sink: Option<&PartSink>,
-    ) -> ApiResult<(shellgate_model::upstream::Reply, bool)> {
-        let Some(sink) = sink else {
-            let reply = self
-                .upstream
-                .complete(turn, None)
-                .await
-                .map_err(upstream_error)?;
-            return Ok((reply, false));
-        };
-        let (deltas, mut incoming) = tokio::sync::mpsc::unbounded_channel();
-        let forward = async {
-            let mut streamed = false;
-            while let Some(delta) = incoming.recv().await {
-                if let Delta::Text(text) = delta {
-                    streamed = true;
-                    let _ = sink.send(Part::text(text));
-                }
-            }
-            streamed
-        };
-        let ask = async {
-            let reply = self.upstream.complete(turn, Some(&deltas)).await;
-            drop(deltas);
-            reply
-        };
-        let (reply, streamed) = tokio::join!(ask, forward);
-        Ok((reply.map_err(upstream_error)?, streamed))
-    }
-
-    /// Runs `code` on the container's kernel within [`CODE_TIMEOUT`]: the
-    /// result part, the figures (base64 PNG), and what the model is told.
-    async fn execute(&self, code: &str) -> ApiResult<(CodeExecutionResult, Vec<String>, String)> {
-        let Some(sandbox) = &self.sandbox else {
-            return Err(ApiError::internal("code execution has no sandbox"));
-        };
-        let failed = |e: shellgate_model::run::HostError| {
-            let code = if e.code == "rate_limit_exceeded" {
-                ErrorCode::RateLimitExceeded
-            } else {
-                ErrorCode::Internal
-            };
-            ApiError::of(code, e.message)
-        };
-        let container = sandbox.container().await.map_err(failed)?;
-        let (interpretation, ended) = sandbox
-            .interpret_within(&container, code, CODE_TIMEOUT)
-            .await
-            .map_err(failed)?;
-        let outcome = if ended.timed_out {
-            Outcome::OutcomeDeadlineExceeded
-        } else if ended.raised {
-            Outcome::OutcomeFailed
-        } else {
-            Outcome::OutcomeOk
-        };
-        let mut told = format!(
-            "{}\n{}",
-            translate::outcome_name(outcome),
-            interpretation.logs
-        );
-        if !interpretation.images.is_empty() {
-            told.push_str(&format!(
-                "\n[{} figure(s) shown to the user]",
-                interpretation.images.len()
-            ));
-        }
-        let result = CodeExecutionResult {
-            outcome,
-            output: Some(interpretation.logs),
-            id: None,
+    let mut parts = vec![
+        Part {
+            executable_code: Some(ExecutableCode {
+                language: shellgate_wire::gemini::LANGUAGE_PYTHON.to_owned(),
+                code: call.code.clone().unwrap_or_default(),
+                id: id.clone(),
+                extra: Default::default(),
+            }),
+            ..Default::default()
+        },
+        Part {
+            code_execution_result: Some(CodeExecutionResult {
+                outcome: google_outcome::outcome(call.status),
+                output: Some(logs),
+                id,
+                extra: Default::default(),
+            }),
+            ..Default::default()
+        },
+    ];
+    parts.extend(figures.into_iter().map(|png| Part {
+        inline_data: Some(Blob {
+            mime_type: "image/png".to_owned(),
+            data: png,
             extra: Default::default(),
-        };
-        Ok((result, interpretation.images, told))
+        }),
+        ..Default::default()
+    }));
+    parts
+}
+
+/// The error a failed run is for the client (Google's envelope is made
+/// of it).
+fn failure(code: &str, message: &str) -> ApiError {
+    match code {
+        "rate_limit_exceeded" => ApiError::quota(ErrorCode::RateLimitExceeded, message.to_owned()),
+        "invalid_prompt" => ApiError::invalid("model", message.to_owned()),
+        _ => ApiError::internal(message.to_owned()),
     }
 }
 
 /// Why the candidate ended, in Google's words.
-fn finish_reason(finish: Finish) -> FinishReason {
-    match finish {
-        Finish::Stop => FinishReason::Stop,
-        Finish::Length => FinishReason::MaxTokens,
-        Finish::ContentFilter => FinishReason::Safety,
+fn finish_reason(outcome: &Outcome) -> FinishReason {
+    match outcome.status {
+        Status::Incomplete("max_output_tokens") => FinishReason::MaxTokens,
+        Status::Incomplete("content_filter") => FinishReason::Safety,
+        Status::Incomplete("max_messages") => FinishReason::TooManyToolCalls,
+        Status::Incomplete(_) => FinishReason::Other,
+        Status::Completed | Status::Failed { .. } => FinishReason::Stop,
     }
 }
 

@@ -1,124 +1,155 @@
-//! A Gemini request as the neutral turn (contents and parts → messages,
-//! function declarations and `codeExecution` → tools, `toolConfig`,
-//! `generationConfig` → sampling and the carry), and what it leaves out,
-//! named as the client wrote it.
+//! A Gemini request as the loop's request (contents and parts → the
+//! loop's items, function declarations and `codeExecution` → tools,
+//! `toolConfig`, `generationConfig` → sampling and the carry), and what it
+//! leaves out, named as the client wrote it.
 
 use base64::Engine as _;
 use serde_json::Value;
-use shellgate_model::upstream::{
-    Message, OutputFormat, ReasoningRequest, ToolCall, ToolChoice, ToolSpec, Turn,
+use shellgate_model::google_outcome;
+use shellgate_model::tools::{
+    Environment, Function, GoogleCodeExecution, Tools, GOOGLE_CODE_TIMEOUT,
 };
-use shellgate_wire::gemini::{Content, FunctionDeclaration, GenerateContentRequest, Part};
+use shellgate_model::turn::Carry;
+use shellgate_model::upstream::{OutputFormat, ReasoningRequest, ToolChoice, Turn};
+use shellgate_wire::gemini::{
+    Content, FunctionDeclaration, GenerateContentRequest, GenerationConfig, Part,
+};
+use shellgate_wire::responses::{
+    self as items, CodeInterpreterCall, CodeInterpreterOutput, CodeInterpreterStatus, ContentPart,
+    Item, ItemStatus, MessageContent, Role, ToolOutput,
+};
 
 use crate::error::{ApiError, ApiResult};
 
-/// The name of the code execution tool as the model sees it: a function
-/// taking `code`.
-pub(super) const CODE_TOOL: &str = "code_execution";
-
-/// What the model is told of the code execution tool.
-const CODE_TOOL_DESCRIPTION: &str = "Runs Python code in a sandbox and returns what it printed \
-     (stdout, and the traceback when it raises). Variables persist between calls in the same \
-     request. Matplotlib figures it shows are returned as images. The code is stopped after 30 \
-     seconds. Common scientific libraries (numpy, pandas, matplotlib, sympy...) are available; \
-     print the values you need.";
-
-/// The turn of a request and what of it the upstream will not get.
+/// A request as the loop takes it, and what of it the upstream will not
+/// get.
+#[derive(Debug)]
 pub(super) struct Translated {
-    pub(super) turn: Turn,
+    pub(super) instructions: Option<String>,
+    pub(super) items: Vec<Item>,
+    /// The function declarations, and Google's code execution (in a new
+    /// container, for Google's 30 seconds, until the handler says
+    /// otherwise).
+    pub(super) tools: Tools,
+    pub(super) tool_choice: ToolChoice,
+    pub(super) temperature: Option<f64>,
+    pub(super) top_p: Option<f64>,
+    pub(super) max_output_tokens: Option<u32>,
+    pub(super) carry: Carry,
     pub(super) uncarried: Vec<String>,
-    /// The request offers the code execution tool.
-    pub(super) code_execution: bool,
     /// The client asked for the model's thoughts (`includeThoughts`).
     pub(super) include_thoughts: bool,
 }
 
-/// The neutral turn of `request` for `model`.
-pub(super) fn turn_of(request: &GenerateContentRequest, model: &str) -> ApiResult<Translated> {
-    let mut uncarried: Vec<String> = request.extra.keys().cloned().collect();
-    let (tools, code_execution) = tools(request, &mut uncarried);
-    let mut messages = Vec::new();
-    if let Some(system) = &request.system_instruction {
-        let text = texts(&system.parts, "systemInstruction", &mut uncarried);
-        if !text.is_empty() {
-            messages.push(Message::System(text));
+impl Translated {
+    /// The one turn the request is for the upstream (counting its tokens).
+    pub(super) fn turn(&self, model: &str) -> Turn {
+        let tools = &self.tools;
+        Turn {
+            model: model.to_owned(),
+            messages: shellgate_model::conversation::messages_offering(
+                self.instructions.as_deref(),
+                &self.items,
+                &|name| tools.function(name).is_some() || tools.hosted(name),
+            ),
+            tools: tools.specs(&|_: &Environment| String::new()),
+            tool_choice: self.tool_choice.clone(),
+            temperature: self.temperature,
+            top_p: self.top_p,
+            max_output_tokens: self.max_output_tokens,
+            parallel_tool_calls: None,
+            carry: tools.carry(self.carry.clone()),
         }
     }
-    messages.extend(conversation(
-        &request.contents,
-        code_execution,
-        &mut uncarried,
-    )?);
+}
+
+/// The loop's request of `request`.
+pub(super) fn turn_of(request: &GenerateContentRequest) -> ApiResult<Translated> {
+    let mut uncarried: Vec<String> = request.extra.keys().cloned().collect();
+    let tools = tools(request, &mut uncarried)?;
+    let instructions = request
+        .system_instruction
+        .as_ref()
+        .map(|system| texts(&system.parts, "systemInstruction", &mut uncarried))
+        .filter(|text| !text.is_empty());
+    let code_execution = tools.google_code_execution.is_some();
+    let items = conversation(&request.contents, code_execution, &mut uncarried)?;
     let tool_choice = tool_choice(request, &tools, &mut uncarried)?;
-    let mut turn = Turn {
-        model: model.to_owned(),
-        messages,
+    let mut translated = Translated {
+        instructions,
+        items,
         tools,
         tool_choice,
-        ..Default::default()
+        temperature: None,
+        top_p: None,
+        max_output_tokens: None,
+        carry: Carry::default(),
+        uncarried,
+        include_thoughts: false,
     };
-    let mut include_thoughts = false;
     if let Some(config) = &request.generation_config {
-        turn.temperature = config.temperature;
-        turn.top_p = config.top_p;
-        turn.max_output_tokens = config.max_output_tokens;
-        turn.carry.stop = config.stop_sequences.clone().unwrap_or_default();
-        turn.carry.top_k = config.top_k.filter(|k| *k >= 1.0).map(|k| k.round() as u64);
-        let schema = config
-            .response_json_schema
-            .clone()
-            .or_else(|| config.response_schema.clone().map(json_schema));
-        turn.carry.output_format = match (schema, config.response_mime_type.as_deref()) {
-            (Some(schema), _) => Some(OutputFormat::JsonSchema {
-                name: "response".to_owned(),
-                description: None,
-                schema,
-                strict: None,
-            }),
-            (None, Some("application/json")) => Some(OutputFormat::JsonObject),
-            _ => None,
-        };
-        if config.candidate_count.is_some_and(|n| n > 1) {
-            uncarried.push("generationConfig.candidateCount".to_owned());
-        }
-        if let Some(thinking) = &config.thinking_config {
-            include_thoughts = thinking.include_thoughts.unwrap_or(false);
-            let effort = thinking
-                .thinking_level
-                .as_deref()
-                .map(str::to_ascii_lowercase)
-                .or_else(|| (thinking.thinking_budget == Some(0)).then(|| "minimal".to_owned()));
-            let budget_tokens = thinking
-                .thinking_budget
-                .and_then(|budget| u64::try_from(budget).ok())
-                .filter(|budget| *budget > 0);
-            if effort.is_some() || budget_tokens.is_some() {
-                turn.carry.reasoning = Some(ReasoningRequest {
-                    effort,
-                    summary: None,
-                    budget_tokens,
-                });
-            }
-            uncarried.extend(
-                thinking
-                    .extra
-                    .keys()
-                    .map(|key| format!("generationConfig.thinkingConfig.{key}")),
-            );
+        generation(config, &mut translated);
+    }
+    Ok(translated)
+}
+
+/// `generationConfig`: sampling, stops, the output's format, thinking.
+fn generation(config: &GenerationConfig, translated: &mut Translated) {
+    let carry = &mut translated.carry;
+    translated.temperature = config.temperature;
+    translated.top_p = config.top_p;
+    translated.max_output_tokens = config.max_output_tokens;
+    carry.stop = config.stop_sequences.clone().unwrap_or_default();
+    carry.top_k = config.top_k.filter(|k| *k >= 1.0).map(|k| k.round() as u64);
+    let schema = config
+        .response_json_schema
+        .clone()
+        .or_else(|| config.response_schema.clone().map(json_schema));
+    carry.output_format = match (schema, config.response_mime_type.as_deref()) {
+        (Some(schema), _) => Some(OutputFormat::JsonSchema {
+            name: "response".to_owned(),
+            description: None,
+            schema,
+            strict: None,
+        }),
+        (None, Some("application/json")) => Some(OutputFormat::JsonObject),
+        _ => None,
+    };
+    let uncarried = &mut translated.uncarried;
+    if config.candidate_count.is_some_and(|n| n > 1) {
+        uncarried.push("generationConfig.candidateCount".to_owned());
+    }
+    if let Some(thinking) = &config.thinking_config {
+        translated.include_thoughts = thinking.include_thoughts.unwrap_or(false);
+        let effort = thinking
+            .thinking_level
+            .as_deref()
+            .map(str::to_ascii_lowercase)
+            .or_else(|| (thinking.thinking_budget == Some(0)).then(|| "minimal".to_owned()));
+        let budget_tokens = thinking
+            .thinking_budget
+            .and_then(|budget| u64::try_from(budget).ok())
+            .filter(|budget| *budget > 0);
+        if effort.is_some() || budget_tokens.is_some() {
+            carry.reasoning = Some(ReasoningRequest {
+                effort,
+                summary: None,
+                budget_tokens,
+            });
         }
         uncarried.extend(
-            config
+            thinking
                 .extra
                 .keys()
-                .map(|key| format!("generationConfig.{key}")),
+                .map(|key| format!("generationConfig.thinkingConfig.{key}")),
         );
     }
-    Ok(Translated {
-        turn,
-        uncarried,
-        code_execution,
-        include_thoughts,
-    })
+    uncarried.extend(
+        config
+            .extra
+            .keys()
+            .map(|key| format!("generationConfig.{key}")),
+    );
 }
 
 /// The text of `parts` (a system instruction's), one a line; a part that
@@ -160,145 +191,64 @@ fn synthesized_id(content: usize, part: usize) -> String {
     format!("call_{content}_{part}")
 }
 
-/// The contents as the turn's messages. A model content is one assistant
-/// message (its text, its function calls and its code as calls of
-/// [`CODE_TOOL`], each code's result the tool message after it); a user
-/// content's function responses are tool messages (paired with their call
-/// by `id`, else by name with the earliest call unanswered), its text a
-/// user message.
+/// A message item of `role` saying `text`.
+fn message(role: Role, text: String) -> Item {
+    let part = match role {
+        Role::Assistant => ContentPart::OutputText(items::OutputText {
+            text,
+            annotations: None,
+            extra: Default::default(),
+        }),
+        _ => ContentPart::InputText(items::InputText {
+            text,
+            extra: Default::default(),
+        }),
+    };
+    Item::Message(items::Message {
+        id: None,
+        role,
+        status: Some(ItemStatus::Completed),
+        content: MessageContent::Parts(vec![part]),
+        extra: Default::default(),
+    })
+}
+
+/// The calls of the model content before the one being read that are not
+/// answered yet: (id, name).
+type Pending = Vec<(String, String)>;
+
+/// The contents as the loop's items. A model content's parts become items
+/// in their order: its text an assistant message, its function calls
+/// `function_call`s, its code (when the request offers code execution)
+/// `code_interpreter_call`s holding the result and the figures after it;
+/// a user content's function responses become `function_call_output`s
+/// (paired with their call by `id`, else by name with the earliest call
+/// unanswered), its text one user message after them.
 fn conversation(
     contents: &[Content],
     code_execution: bool,
     uncarried: &mut Vec<String>,
-) -> ApiResult<Vec<Message>> {
-    let mut messages = Vec::new();
-    // Calls of the last model content not answered yet: (id, name).
-    let mut pending: Vec<(String, String)> = Vec::new();
+) -> ApiResult<Vec<Item>> {
+    let mut items = Vec::new();
+    let mut pending = Pending::new();
     for (at, content) in contents.iter().enumerate() {
         let param = format!("contents[{at}]");
         uncarried.extend(content.extra.keys().map(|key| format!("{param}.{key}")));
         match content.role.as_deref() {
             Some("model") => {
-                let mut text = Vec::new();
-                let mut tool_calls = Vec::new();
-                let mut results = Vec::new();
                 pending.clear();
-                for (index, part) in content.parts.iter().enumerate() {
-                    if part.thought == Some(true) {
-                        // The model's own reasoning: no protocol but
-                        // Google's can take it back.
-                        continue;
-                    }
-                    if let Some(piece) = &part.text {
-                        text.push(piece.clone());
-                    } else if let Some(call) = &part.function_call {
-                        let id = call
-                            .id
-                            .clone()
-                            .filter(|id| !id.is_empty())
-                            .unwrap_or_else(|| synthesized_id(at, index));
-                        pending.push((id.clone(), call.name.clone()));
-                        tool_calls.push(ToolCall {
-                            id,
-                            name: call.name.clone(),
-                            arguments: call
-                                .args
-                                .as_ref()
-                                .map_or_else(|| "{}".to_owned(), Value::to_string),
-                        });
-                    } else if let Some(code) = &part.executable_code {
-                        if code_execution {
-                            let id = code
-                                .id
-                                .clone()
-                                .filter(|id| !id.is_empty())
-                                .unwrap_or_else(|| synthesized_id(at, index));
-                            tool_calls.push(ToolCall {
-                                id: id.clone(),
-                                name: CODE_TOOL.to_owned(),
-                                arguments: serde_json::json!({ "code": code.code }).to_string(),
-                            });
-                            results.push((id, None));
-                        } else {
-                            text.push(format!("```python\n{}\n```", code.code));
-                        }
-                    } else if let Some(result) = &part.code_execution_result {
-                        let output = format!(
-                            "{}\n{}",
-                            outcome_name(result.outcome),
-                            result.output.clone().unwrap_or_default()
-                        );
-                        // The result of the code it follows (by id, else
-                        // the last code without one).
-                        let slot = results
-                            .iter_mut()
-                            .rev()
-                            .find(|(id, out)| {
-                                out.is_none() && result.id.as_ref().is_none_or(|r| r == id)
-                            })
-                            .filter(|_| code_execution);
-                        match slot {
-                            Some((_, out)) => *out = Some(output),
-                            None => text.push(format!("Output:\n{output}")),
-                        }
-                    } else if part.inline_data.is_some() {
-                        // A figure its code showed: the model was told of
-                        // it in the code's result.
-                    } else {
-                        uncarried.push(format!("{param}.parts[{index}] ({})", part.kind()));
-                    }
-                }
-                messages.push(Message::Assistant {
-                    text: text.join("\n"),
-                    tool_calls,
-                });
-                for (call_id, output) in results {
-                    messages.push(Message::Tool {
-                        call_id,
-                        output: output.unwrap_or_default(),
-                    });
-                }
+                let said = ModelContent {
+                    at,
+                    code_execution,
+                    items: &mut items,
+                    pending: &mut pending,
+                    text: Vec::new(),
+                    code: None,
+                };
+                said.read(&content.parts, uncarried);
             }
             Some("user") | Some("function") | None => {
-                let mut text = Vec::new();
-                for (index, part) in content.parts.iter().enumerate() {
-                    if let Some(piece) = &part.text {
-                        text.push(piece.clone());
-                    } else if let Some(response) = &part.function_response {
-                        let by_id = response
-                            .id
-                            .as_ref()
-                            .and_then(|id| pending.iter().position(|(p, _)| p == id));
-                        let by_name = || pending.iter().position(|(_, n)| *n == response.name);
-                        let call_id = match by_id.or_else(by_name) {
-                            Some(position) => pending.remove(position).0,
-                            None => response.id.clone().ok_or_else(|| {
-                                ApiError::invalid(
-                                    format!("{param}.parts[{index}].functionResponse"),
-                                    format!(
-                                        "the functionResponse '{}' answers no functionCall of \
-                                         the model content before it",
-                                        response.name
-                                    ),
-                                )
-                            })?,
-                        };
-                        messages.push(Message::Tool {
-                            call_id,
-                            output: response
-                                .response
-                                .as_ref()
-                                .map_or_else(|| "{}".to_owned(), Value::to_string),
-                        });
-                    } else if let Some(attached) = inline_text(part) {
-                        text.push(attached);
-                    } else {
-                        uncarried.push(format!("{param}.parts[{index}] ({})", part.kind()));
-                    }
-                }
-                if !text.is_empty() {
-                    messages.push(Message::User(text.join("\n")));
-                }
+                user_content(at, &content.parts, &mut pending, &mut items, uncarried)?
             }
             Some(other) => {
                 return Err(ApiError::invalid(
@@ -308,32 +258,229 @@ fn conversation(
             }
         }
     }
-    Ok(messages)
+    Ok(items)
 }
 
-/// The outcome's name as the model reads it in a replayed result.
-pub(super) fn outcome_name(outcome: shellgate_wire::gemini::Outcome) -> &'static str {
-    use shellgate_wire::gemini::Outcome;
-    match outcome {
-        Outcome::OutcomeOk => "OUTCOME_OK",
-        Outcome::OutcomeFailed => "OUTCOME_FAILED",
-        Outcome::OutcomeDeadlineExceeded => "OUTCOME_DEADLINE_EXCEEDED",
-        Outcome::OutcomeUnspecified => "OUTCOME_UNSPECIFIED",
+/// A model content being read into items.
+struct ModelContent<'a> {
+    at: usize,
+    code_execution: bool,
+    items: &'a mut Vec<Item>,
+    pending: &'a mut Pending,
+    /// Text read since the last item.
+    text: Vec<String>,
+    /// Where the last code call is in `items`.
+    code: Option<usize>,
+}
+
+impl ModelContent<'_> {
+    fn read(mut self, parts: &[Part], uncarried: &mut Vec<String>) {
+        for (index, part) in parts.iter().enumerate() {
+            if part.thought == Some(true) {
+                // The model's own reasoning: no protocol but Google's can
+                // take it back.
+                continue;
+            }
+            if let Some(piece) = &part.text {
+                self.text.push(piece.clone());
+            } else if let Some(call) = &part.function_call {
+                let id = call
+                    .id
+                    .clone()
+                    .filter(|id| !id.is_empty())
+                    .unwrap_or_else(|| synthesized_id(self.at, index));
+                self.pending.push((id.clone(), call.name.clone()));
+                let arguments = call
+                    .args
+                    .as_ref()
+                    .map_or_else(|| "{}".to_owned(), Value::to_string);
+                self.push(Item::FunctionCall(items::FunctionCall {
+                    id: None,
+                    call_id: Some(id),
+                    name: call.name.clone(),
+                    namespace: None,
+                    arguments,
+                    status: Some(ItemStatus::Completed),
+                    extra: Default::default(),
+                }));
+            } else if let Some(code) = &part.executable_code {
+                self.code(code, index);
+            } else if let Some(result) = &part.code_execution_result {
+                self.result(result);
+            } else if let Some(blob) = &part.inline_data {
+                // A figure its code showed: the call's image.
+                if let Some(Item::CodeInterpreterCall(call)) = self.code.map(|i| &mut self.items[i])
+                {
+                    call.outputs
+                        .get_or_insert_with(Vec::new)
+                        .push(CodeInterpreterOutput::Image {
+                            url: format!("data:{};base64,{}", blob.mime_type, blob.data),
+                            extra: Default::default(),
+                        });
+                }
+            } else {
+                uncarried.push(format!(
+                    "contents[{}].parts[{index}] ({})",
+                    self.at,
+                    part.kind()
+                ));
+            }
+        }
+        self.flush();
+    }
+
+    /// The text read so far, as an assistant message before what follows.
+    fn flush(&mut self) {
+        if !self.text.is_empty() {
+            let text = std::mem::take(&mut self.text).join("\n");
+            self.items.push(message(Role::Assistant, text));
+        }
+    }
+
+    fn push(&mut self, item: Item) {
+        self.flush();
+        self.items.push(item);
+    }
+
+    /// `executableCode`: a call of the code tool when it is offered, else
+    /// text the model wrote.
+    fn code(&mut self, code: &shellgate_wire::gemini::ExecutableCode, index: usize) {
+        if !self.code_execution {
+            self.text.push(format!("```python\n{}\n```", code.code));
+            return;
+        }
+        let id = code
+            .id
+            .clone()
+            .filter(|id| !id.is_empty())
+            .unwrap_or_else(|| synthesized_id(self.at, index));
+        self.push(Item::CodeInterpreterCall(CodeInterpreterCall {
+            id: Some(id),
+            code: Some(code.code.clone()),
+            container_id: None,
+            outputs: None,
+            status: None,
+            extra: Default::default(),
+        }));
+        self.code = Some(self.items.len() - 1);
+    }
+
+    /// `codeExecutionResult`: the result of the code call it follows (by
+    /// id, else the last without a result), else text.
+    fn result(&mut self, result: &shellgate_wire::gemini::CodeExecutionResult) {
+        let output = result.output.clone().unwrap_or_default();
+        let call = self.items.iter_mut().rev().find_map(|item| match item {
+            Item::CodeInterpreterCall(call)
+                if call.status.is_none()
+                    && result
+                        .id
+                        .as_ref()
+                        .is_none_or(|id| call.id.as_ref() == Some(id)) =>
+            {
+                Some(call)
+            }
+            _ => None,
+        });
+        match call {
+            Some(call) => {
+                call.status = Some(status_of(result.outcome));
+                call.outputs.get_or_insert_with(Vec::new).insert(
+                    0,
+                    CodeInterpreterOutput::Logs {
+                        logs: output,
+                        extra: Default::default(),
+                    },
+                );
+            }
+            None => self.text.push(format!(
+                "Output:\n{}\n{output}",
+                google_outcome::outcome_name(result.outcome)
+            )),
+        }
     }
 }
 
-/// The request's tools: its function declarations, and [`CODE_TOOL`] when
-/// it asks `codeExecution`; Google's other hosted tools are named in
-/// `uncarried`.
-fn tools(request: &GenerateContentRequest, uncarried: &mut Vec<String>) -> (Vec<ToolSpec>, bool) {
-    let mut specs = Vec::new();
-    let mut code_execution = false;
+/// The status of a replayed call whose result had `outcome`.
+fn status_of(outcome: shellgate_wire::gemini::Outcome) -> CodeInterpreterStatus {
+    use shellgate_wire::gemini::Outcome;
+    match outcome {
+        Outcome::OutcomeOk => CodeInterpreterStatus::Completed,
+        Outcome::OutcomeFailed => CodeInterpreterStatus::Failed,
+        Outcome::OutcomeDeadlineExceeded => CodeInterpreterStatus::Incomplete,
+        Outcome::OutcomeUnspecified => CodeInterpreterStatus::Completed,
+    }
+}
+
+/// A user content: its function responses, then its text as one message.
+fn user_content(
+    at: usize,
+    parts: &[Part],
+    pending: &mut Pending,
+    items: &mut Vec<Item>,
+    uncarried: &mut Vec<String>,
+) -> ApiResult<()> {
+    let param = format!("contents[{at}]");
+    let mut text = Vec::new();
+    for (index, part) in parts.iter().enumerate() {
+        if let Some(piece) = &part.text {
+            text.push(piece.clone());
+        } else if let Some(response) = &part.function_response {
+            let by_id = response
+                .id
+                .as_ref()
+                .and_then(|id| pending.iter().position(|(p, _)| p == id));
+            let by_name = || pending.iter().position(|(_, n)| *n == response.name);
+            let call_id = match by_id.or_else(by_name) {
+                Some(position) => pending.remove(position).0,
+                None => response.id.clone().ok_or_else(|| {
+                    ApiError::invalid(
+                        format!("{param}.parts[{index}].functionResponse"),
+                        format!(
+                            "the functionResponse '{}' answers no functionCall of the model \
+                             content before it",
+                            response.name
+                        ),
+                    )
+                })?,
+            };
+            let output = response
+                .response
+                .as_ref()
+                .map_or_else(|| "{}".to_owned(), Value::to_string);
+            items.push(Item::FunctionCallOutput(items::FunctionCallOutput {
+                id: None,
+                call_id: Some(call_id),
+                output: ToolOutput::Text(output),
+                status: Some(ItemStatus::Completed),
+                extra: Default::default(),
+            }));
+        } else if let Some(attached) = inline_text(part) {
+            text.push(attached);
+        } else {
+            uncarried.push(format!("{param}.parts[{index}] ({})", part.kind()));
+        }
+    }
+    if !text.is_empty() {
+        items.push(message(Role::User, text.join("\n")));
+    }
+    Ok(())
+}
+
+/// The request's tools: its function declarations, and Google's code
+/// execution when it asks `codeExecution`; Google's other hosted tools
+/// are named in `uncarried`. A function named like the code tool beside
+/// it, or two functions of one name, are a 400.
+fn tools(request: &GenerateContentRequest, uncarried: &mut Vec<String>) -> ApiResult<Tools> {
+    let mut tools = Tools::default();
     for (index, tool) in request.tools.iter().flatten().enumerate() {
         for declaration in tool.function_declarations.iter().flatten() {
-            specs.push(function(declaration));
+            tools.functions.push(function(declaration));
         }
         if tool.code_execution.is_some() {
-            code_execution = true;
+            tools.google_code_execution = Some(GoogleCodeExecution {
+                environment: Environment::ContainerAuto(Default::default()),
+                timeout: GOOGLE_CODE_TIMEOUT,
+            });
         }
         uncarried.extend(
             tool.extra
@@ -341,34 +488,26 @@ fn tools(request: &GenerateContentRequest, uncarried: &mut Vec<String>) -> (Vec<
                 .map(|key| format!("tools[{index}] ({key})")),
         );
     }
-    if code_execution && !specs.iter().any(|spec| spec.name == CODE_TOOL) {
-        specs.push(ToolSpec {
-            name: CODE_TOOL.to_owned(),
-            description: CODE_TOOL_DESCRIPTION.to_owned(),
-            parameters: serde_json::json!({
-                "type": "object",
-                "properties": {"code": {"type": "string", "description": "The Python code to run"}},
-                "required": ["code"],
-            }),
-            ..Default::default()
-        });
-    }
-    (specs, code_execution)
+    tools
+        .check_names()
+        .map_err(|e| ApiError::invalid(e.param, e.message))?;
+    Ok(tools)
 }
 
 /// A function declaration as a tool: its `parametersJsonSchema`, else its
 /// `parameters` (Google's OpenAPI subset) as JSON Schema.
-fn function(declaration: &FunctionDeclaration) -> ToolSpec {
+fn function(declaration: &FunctionDeclaration) -> Function {
     let parameters = declaration
         .parameters_json_schema
         .clone()
         .or_else(|| declaration.parameters.clone().map(json_schema))
         .unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}}));
-    ToolSpec {
+    Function {
         name: declaration.name.clone(),
         description: declaration.description.clone().unwrap_or_default(),
         parameters,
-        ..Default::default()
+        custom: None,
+        namespace: None,
     }
 }
 
@@ -415,7 +554,7 @@ fn json_schema(schema: Value) -> Value {
 /// `VALIDATED`), `ANY` (one allowed name: that function), `NONE`.
 fn tool_choice(
     request: &GenerateContentRequest,
-    tools: &[ToolSpec],
+    tools: &Tools,
     uncarried: &mut Vec<String>,
 ) -> ApiResult<ToolChoice> {
     let Some(config) = &request.tool_config else {
@@ -438,7 +577,7 @@ fn tool_choice(
         None | Some("AUTO" | "VALIDATED" | "MODE_UNSPECIFIED") => Ok(ToolChoice::Auto),
         Some("NONE") => Ok(ToolChoice::None),
         Some("ANY") => match allowed {
-            [one] if tools.iter().any(|tool| tool.name == *one) => {
+            [one] if tools.function(one).is_some() || tools.hosted(one) => {
                 Ok(ToolChoice::Named(one.clone()))
             }
             [] => Ok(ToolChoice::Required),
@@ -458,6 +597,8 @@ fn tool_choice(
 mod tests {
     use super::*;
     use serde_json::json;
+    use shellgate_model::tools::GOOGLE_CODE_EXECUTION;
+    use shellgate_model::upstream::{Message, ToolCall};
 
     fn request(body: Value) -> GenerateContentRequest {
         shellgate_wire::param::parse(&body).expect("a request")
@@ -465,28 +606,25 @@ mod tests {
 
     #[test]
     fn contents_become_messages_with_calls_paired_to_their_answers() {
-        let translated = turn_of(
-            &request(json!({
-                "systemInstruction": {"parts": [{"text": "be brief"}]},
-                "contents": [
-                    {"role": "user", "parts": [{"text": "weather?"},
-                        {"inlineData": {"mimeType": "text/csv", "data": "YSxi"}},
-                        {"inlineData": {"mimeType": "image/png", "data": "iVBO"}}]},
-                    {"role": "model", "parts": [{"text": "calling", "thoughtSignature": "c2ln"},
-                        {"functionCall": {"name": "weather", "args": {"city": "Oslo"}}}]},
-                    {"role": "user", "parts": [
-                        {"functionResponse": {"name": "weather", "response": {"t": 3}}}]}],
-                "tools": [{"functionDeclarations": [{"name": "weather", "description": "w",
-                    "parameters": {"type": "OBJECT", "properties": {
-                        "city": {"type": "STRING", "nullable": true}}, "required": ["city"]}}]},
-                    {"googleSearch": {}}],
-                "generationConfig": {"temperature": 0.2, "stopSequences": ["x"], "seed": 1},
-                "safetySettings": []
-            })),
-            "m",
-        )
+        let translated = turn_of(&request(json!({
+            "systemInstruction": {"parts": [{"text": "be brief"}]},
+            "contents": [
+                {"role": "user", "parts": [{"text": "weather?"},
+                    {"inlineData": {"mimeType": "text/csv", "data": "YSxi"}},
+                    {"inlineData": {"mimeType": "image/png", "data": "iVBO"}}]},
+                {"role": "model", "parts": [{"text": "calling", "thoughtSignature": "c2ln"},
+                    {"functionCall": {"name": "weather", "args": {"city": "Oslo"}}}]},
+                {"role": "user", "parts": [
+                    {"functionResponse": {"name": "weather", "response": {"t": 3}}}]}],
+            "tools": [{"functionDeclarations": [{"name": "weather", "description": "w",
+                "parameters": {"type": "OBJECT", "properties": {
+                    "city": {"type": "STRING", "nullable": true}}, "required": ["city"]}}]},
+                {"googleSearch": {}}],
+            "generationConfig": {"temperature": 0.2, "stopSequences": ["x"], "seed": 1},
+            "safetySettings": []
+        })))
         .expect("translated");
-        let turn = translated.turn;
+        let turn = translated.turn("m");
         assert_eq!(
             turn.messages,
             vec![
@@ -522,7 +660,7 @@ mod tests {
                 "generationConfig.seed"
             ]
         );
-        assert!(!translated.code_execution);
+        assert!(translated.tools.google_code_execution.is_none());
     }
 
     #[test]
@@ -533,46 +671,77 @@ mod tests {
                 {"role": "model", "parts": [
                     {"executableCode": {"language": "PYTHON", "code": "print(4)", "id": "e1"}},
                     {"codeExecutionResult": {"outcome": "OUTCOME_OK", "output": "4\n", "id": "e1"}},
+                    {"inlineData": {"mimeType": "image/png", "data": "iVBO"}},
                     {"text": "4"}]},
                 {"role": "user", "parts": [{"text": "and 3+3?"}]}],
             "tools": [{"codeExecution": {}}]
         });
-        let translated = turn_of(&request(body), "m").expect("translated");
-        assert!(translated.code_execution);
+        let translated = turn_of(&request(body)).expect("translated");
+        let code = translated
+            .tools
+            .google_code_execution
+            .as_ref()
+            .expect("offered");
+        assert_eq!(code.timeout, GOOGLE_CODE_TIMEOUT);
+        let turn = translated.turn("m");
         assert_eq!(
-            translated.turn.tools.last().map(|t| t.name.as_str()),
-            Some(CODE_TOOL)
+            turn.tools.last().map(|t| t.name.as_str()),
+            Some(GOOGLE_CODE_EXECUTION)
         );
         assert_eq!(
-            translated.turn.messages[1..3],
+            turn.messages[1..4],
             [
                 Message::Assistant {
-                    text: "4".into(),
+                    text: String::new(),
                     tool_calls: vec![ToolCall {
                         id: "e1".into(),
-                        name: CODE_TOOL.into(),
+                        name: GOOGLE_CODE_EXECUTION.into(),
                         arguments: r#"{"code":"print(4)"}"#.into()
                     }]
                 },
                 Message::Tool {
                     call_id: "e1".into(),
-                    output: "OUTCOME_OK\n4\n".into()
+                    output: "OUTCOME_OK\n4\n\n[1 figure(s) shown to the user]".into()
+                },
+                Message::Assistant {
+                    text: "4".into(),
+                    tool_calls: Vec::new()
                 },
             ]
         );
     }
 
     #[test]
-    fn an_answer_to_no_call_and_an_unknown_role_are_400s() {
+    fn code_without_the_tool_is_text_the_model_wrote() {
+        let body = json!({"contents": [
+            {"role": "model", "parts": [
+                {"executableCode": {"language": "PYTHON", "code": "print(4)"}},
+                {"codeExecutionResult": {"outcome": "OUTCOME_FAILED", "output": "boom"}}]}]});
+        let turn = turn_of(&request(body)).expect("translated").turn("m");
+        assert_eq!(
+            turn.messages,
+            [Message::Assistant {
+                text: "```python\nprint(4)\n```\nOutput:\nOUTCOME_FAILED\nboom".into(),
+                tool_calls: Vec::new()
+            }]
+        );
+    }
+
+    #[test]
+    fn an_answer_to_no_call_an_unknown_role_and_a_twin_of_the_code_tool_are_400s() {
         let orphan = json!({"contents": [{"role": "user", "parts": [
             {"functionResponse": {"name": "f", "response": {}}}]}]});
-        let error = turn_of(&request(orphan), "m").err().expect("refused");
+        let error = turn_of(&request(orphan)).expect_err("refused");
         assert_eq!(
             error.param.as_deref(),
             Some("contents[0].parts[0].functionResponse")
         );
         let role = json!({"contents": [{"role": "system", "parts": [{"text": "x"}]}]});
-        let error = turn_of(&request(role), "m").err().expect("refused");
+        let error = turn_of(&request(role)).expect_err("refused");
         assert_eq!(error.param.as_deref(), Some("contents[0].role"));
+        let twin = json!({"contents": [{"parts": [{"text": "x"}]}], "tools": [
+            {"codeExecution": {}}, {"functionDeclarations": [{"name": "code_execution"}]}]});
+        let error = turn_of(&request(twin)).expect_err("refused");
+        assert_eq!(error.param.as_deref(), Some("tools"));
     }
 }

@@ -206,28 +206,6 @@ pub async fn prepare(
 }
 
 impl HostedShell {
-    /// Runs `code` on `container`'s kernel, interrupted after `timeout`
-    /// (`interpreting::interpret_within`), its time added to this request's.
-    pub async fn interpret_within(
-        &self,
-        container: &str,
-        code: &str,
-        timeout: std::time::Duration,
-    ) -> Result<(Interpretation, crate::sandboxes::interpreting::Ended), HostError> {
-        let started = std::time::Instant::now();
-        let (interpretation, ended, woke) = crate::sandboxes::interpreting::interpret_within(
-            &self.state,
-            &self.project,
-            &self.request,
-            container,
-            code,
-            timeout,
-        )
-        .await?;
-        self.add(started.elapsed().as_secs_f64(), woke);
-        Ok((interpretation, ended))
-    }
-
     /// Sandbox seconds to bill for this request.
     pub fn billed_seconds(&self) -> f64 {
         let (seconds, sessions) = *self.time.lock().unwrap_or_else(|p| p.into_inner());
@@ -445,6 +423,28 @@ impl Sandbox for HostedShell {
         let result = exec.run(request, deltas).await;
         self.add(started.elapsed().as_secs_f64(), woke);
         result.map_err(host_error)
+    }
+
+    /// Runs `code` on `container`'s kernel, interrupted after `timeout`
+    /// (`interpreting::interpret_within`), its time added to this request's.
+    async fn interpret_within(
+        &self,
+        container: &str,
+        code: &str,
+        timeout: std::time::Duration,
+    ) -> Result<(Interpretation, shellgate_model::run::Ended), HostError> {
+        let started = std::time::Instant::now();
+        let (interpretation, ended, woke) = crate::sandboxes::interpreting::interpret_within(
+            &self.state,
+            &self.project,
+            &self.request,
+            container,
+            code,
+            timeout,
+        )
+        .await?;
+        self.add(started.elapsed().as_secs_f64(), woke);
+        Ok((interpretation, ended))
     }
 
     async fn interpret(&self, container: &str, code: &str) -> Result<Interpretation, HostError> {

@@ -59,15 +59,7 @@ pub async fn interpret(
         .map(|(interpretation, _, woke)| (interpretation, woke))
 }
 
-/// How a call's code ended, for the dialects that tell it apart from its
-/// logs (Gemini's `outcome`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Ended {
-    /// It raised (its traceback is in the logs).
-    pub raised: bool,
-    /// It ran past its time and was interrupted.
-    pub timed_out: bool,
-}
+pub use shellgate_model::run::Ended;
 
 /// [`interpret`], the code interrupted after `timeout` (a dialect with a
 /// documented limit of its own), and how it ended.
