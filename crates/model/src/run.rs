@@ -1347,6 +1347,26 @@ async fn run_openrouter_shell(
     Ok(())
 }
 
+/// A cell's logs as the model and client may see them: checked by the
+/// output guardrail as a command's output is.
+fn guarded_logs(guardrail: Option<&OutputGuard<'_>>, logs: String) -> String {
+    match guardrail {
+        Some(guardrail) => guard_results(guardrail, vec![exited(&logs, String::new(), 0)])
+            .into_iter()
+            .map(|result| result.stdout)
+            .collect(),
+        None => logs,
+    }
+}
+
+/// A cell's figures (base64 PNGs) as `code_interpreter_call` outputs.
+fn image_outputs(images: &[String]) -> impl Iterator<Item = wire::CodeInterpreterOutput> + '_ {
+    images.iter().map(|png| wire::CodeInterpreterOutput::Image {
+        url: format!("data:image/png;base64,{png}"),
+        extra: wire::Extra::new(),
+    })
+}
+
 /// Runs one call of `code_interpreter`: one `code_interpreter_call` item
 /// (the code, the container, its logs and images) is added to `output`,
 /// told in progress, its code, interpreting, completed. Code the model did
@@ -1395,17 +1415,7 @@ async fn run_interpreter(
             .await
             .map_err(host_failed)?
     };
-    let logs = match guardrail {
-        // The logs are checked as a command's output is.
-        Some(guardrail) => guard_results(
-            guardrail,
-            vec![exited(&interpretation.logs, String::new(), 0)],
-        )
-        .into_iter()
-        .map(|result| result.stdout)
-        .collect(),
-        None => interpretation.logs,
-    };
+    let logs = guarded_logs(guardrail, interpretation.logs);
     let mut outputs = Vec::new();
     if !logs.is_empty() {
         outputs.push(wire::CodeInterpreterOutput::Logs {
@@ -1413,15 +1423,7 @@ async fn run_interpreter(
             extra: wire::Extra::new(),
         });
     }
-    outputs.extend(
-        interpretation
-            .images
-            .iter()
-            .map(|png| wire::CodeInterpreterOutput::Image {
-                url: format!("data:image/png;base64,{png}"),
-                extra: wire::Extra::new(),
-            }),
-    );
+    outputs.extend(image_outputs(&interpretation.images));
     step(InterpreterStep::Completed);
     item.code = Some(code);
     item.outputs = Some(outputs);

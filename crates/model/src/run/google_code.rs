@@ -11,7 +11,7 @@
 use shellgate_wire::responses::{self as wire, CodeInterpreterStatus, Item};
 
 use super::{
-    announce, complete, emit, exited, guard_results, host_failed, Ended, Event, EventSink,
+    announce, complete, emit, guarded_logs, host_failed, image_outputs, Ended, Event, EventSink,
     Interpretation, InterpreterStep, OutputGuard, Sandbox, Status,
 };
 use crate::arguments::InterpreterArguments;
@@ -83,30 +83,12 @@ pub(super) async fn run(
             .await
             .map_err(host_failed)?
     };
-    let logs = match guardrail {
-        // The logs are checked as a command's output is.
-        Some(guardrail) => guard_results(
-            guardrail,
-            vec![exited(&interpretation.logs, String::new(), 0)],
-        )
-        .into_iter()
-        .map(|result| result.stdout)
-        .collect(),
-        None => interpretation.logs,
-    };
+    let logs = guarded_logs(guardrail, interpretation.logs);
     let mut outputs = vec![wire::CodeInterpreterOutput::Logs {
         logs,
         extra: wire::Extra::new(),
     }];
-    outputs.extend(
-        interpretation
-            .images
-            .iter()
-            .map(|png| wire::CodeInterpreterOutput::Image {
-                url: format!("data:image/png;base64,{png}"),
-                extra: wire::Extra::new(),
-            }),
-    );
+    outputs.extend(image_outputs(&interpretation.images));
     step(InterpreterStep::Completed);
     item.code = Some(code);
     item.outputs = Some(outputs);
