@@ -727,14 +727,22 @@ fn with_uncarried(mut response: Response, names: &[String]) -> Response {
 /// (`wire::CARRIED`) or refused (`unknown_parameter`); a field of the wrong
 /// type is a 400 naming it.
 pub(crate) fn read_request(body: Value) -> ApiResult<wire::CreateResponse> {
+    read_checked(body, wire::CreateResponse::refused)
+}
+
+/// A request body read as `T`: a JSON object, each field of the right type
+/// (else a 400 naming it), and no field `refused` names.
+fn read_checked<T: serde::de::DeserializeOwned>(
+    body: Value,
+    refused: impl Fn(&T) -> Option<&str>,
+) -> ApiResult<T> {
     if !body.is_object() {
         return Err(ApiError::bad_request(
             "The request body must be a JSON object.",
         ));
     }
-    let request: wire::CreateResponse =
-        wire::from_value(body).map_err(|e| invalid(&e.param, e.message))?;
-    if let Some(key) = request.refused() {
+    let request: T = wire::from_value(body).map_err(|e| invalid(&e.param, e.message))?;
+    if let Some(key) = refused(&request) {
         return Err(invalid(key, format!("Unknown parameter: '{key}'."))
             .with_code(ErrorCode::UnknownParameter));
     }
@@ -818,17 +826,7 @@ pub async fn input_tokens(
     project: Project,
     ApiJson(body): ApiJson<Value>,
 ) -> ApiResult<Json<wire::InputTokenCount>> {
-    if !body.is_object() {
-        return Err(ApiError::bad_request(
-            "The request body must be a JSON object.",
-        ));
-    }
-    let request: wire::InputTokensRequest =
-        wire::from_value(body).map_err(|e| invalid(&e.param, e.message))?;
-    if let Some(key) = request.refused() {
-        return Err(invalid(key, format!("Unknown parameter: '{key}'."))
-            .with_code(ErrorCode::UnknownParameter));
-    }
+    let request = read_checked(body, wire::InputTokensRequest::refused)?;
     let body = request.into_create();
     let (model, upstream) = upstream_for(&state, body.model.as_deref())?;
     let mut tools = Tools::parse(body.tools.as_deref().unwrap_or_default())
