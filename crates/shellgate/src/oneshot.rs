@@ -25,6 +25,9 @@ pub(crate) fn sandbox_dir(data_dir: Option<PathBuf>) -> PathBuf {
 /// engine's recovery).
 pub(crate) struct Lane {
     _lock: std::fs::File,
+    /// The machine-wide claim on this lane's host id range, when it is
+    /// held apart from the lane's folder (see [`id_lanes_dir`]).
+    _ids: Option<std::fs::File>,
     index: u32,
     dir: PathBuf,
 }
@@ -96,7 +99,6 @@ fn owned_private_dir(dir: &std::path::Path) -> bool {
 }
 
 fn claim_lane(sandbox_dir: &std::path::Path, settings: &shellgate_server::Config) -> Result<Lane> {
-    use std::os::fd::AsRawFd;
     use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir_all(sandbox_dir)
         .with_context(|| format!("cannot create {}", sandbox_dir.display()))?;
@@ -107,23 +109,64 @@ fn claim_lane(sandbox_dir: &std::path::Path, settings: &shellgate_server::Config
     for dir in root.ancestors().take_while(|dir| *dir != base) {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))?;
     }
+    let ids_dir = id_lanes_dir(&root);
     for index in 0..LANES {
-        let lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(root.join(format!("{index}.lock")))?;
-        // SAFETY: flock on a descriptor this function owns.
-        let taken = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
-        if taken {
-            return Ok(Lane {
-                _lock: lock,
-                index,
-                dir: root.join(index.to_string()),
-            });
-        }
+        let Some(lock) = try_lock(&root.join(format!("{index}.lock")))? else {
+            continue;
+        };
+        let ids = match &ids_dir {
+            Some(dir) => match try_lock(&dir.join(format!("{index}.lock")))? {
+                Some(ids) => Some(ids),
+                // Another folder's lane holds these host ids.
+                None => continue,
+            },
+            None => None,
+        };
+        return Ok(Lane {
+            _lock: lock,
+            _ids: ids,
+            index,
+            dir: root.join(index.to_string()),
+        });
     }
     anyhow::bail!("{LANES} one-shot sandboxes are already running")
+}
+
+/// Takes an exclusive `flock` on `path` (made if missing) without waiting:
+/// the open file while it is held, `None` if another process holds it.
+fn try_lock(path: &std::path::Path) -> Result<Option<std::fs::File>> {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    // SAFETY: flock on a descriptor this function owns.
+    let taken = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
+    Ok(taken.then_some(file))
+}
+
+/// Where root claims lanes' host id ranges when the lanes live elsewhere
+/// (an `oneshot_dir`, or a data directory): one folder for the whole
+/// machine, so that lane `n` of one folder and lane `n` of another never
+/// run at once with the same host ids. `None` when the lanes' own folder
+/// is that place, or for an ordinary user, whose sandboxes all run as
+/// that user anyway.
+fn id_lanes_dir(root: &std::path::Path) -> Option<PathBuf> {
+    if shellgate_sandbox::sys::geteuid() != 0 {
+        return None;
+    }
+    let machine = PathBuf::from("/run/shellgate-0");
+    let dir = machine.join("oneshot");
+    if root == dir {
+        return None;
+    }
+    // /run is root's on every Linux host; made 0711 as in lanes_root.
+    owned_private_dir(&machine).then(|| {
+        let _ = std::fs::create_dir(&dir);
+        dir
+    })
 }
 
 /// The settings the command line's engines take from the environment

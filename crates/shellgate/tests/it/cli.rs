@@ -434,7 +434,10 @@ fn exec_and_image_run_beside_a_server_on_the_same_data_directory() {
         br#"{"name": "beside"}"#,
     )
     .json();
-    let id = created["id"].as_str().unwrap().to_owned();
+    let id = created["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("create answered {created}"))
+        .to_owned();
     let served = request(
         server.port,
         "POST",
@@ -444,8 +447,17 @@ fn exec_and_image_run_beside_a_server_on_the_same_data_directory() {
         br#"{"commands": ["cat /proc/self/uid_map"]}"#,
     )
     .json();
-    let host_id = |map: &str| -> u64 { map.split_whitespace().nth(1).unwrap().parse().unwrap() };
-    let server_base = host_id(served["output"][0]["stdout"].as_str().unwrap());
+    let host_id = |map: &str| -> u64 {
+        map.split_whitespace()
+            .nth(1)
+            .and_then(|id| id.parse().ok())
+            .unwrap_or_else(|| panic!("not a uid_map: {map:?}"))
+    };
+    let server_base = host_id(
+        served["output"][0]["stdout"]
+            .as_str()
+            .unwrap_or_else(|| panic!("exec answered {served}")),
+    );
     // Several one-shots at once, while the server holds its engine.
     let runs: Vec<_> = (0..3)
         .map(|_| {
@@ -463,7 +475,8 @@ fn exec_and_image_run_beside_a_server_on_the_same_data_directory() {
         assert_eq!(
             output.status.code(),
             Some(0),
-            "{}",
+            "stdout {:?}, stderr {:?}",
+            String::from_utf8_lossy(&output.stdout),
             String::from_utf8_lossy(&output.stderr)
         );
         bases.push(host_id(&String::from_utf8_lossy(&output.stdout)));
@@ -473,12 +486,17 @@ fn exec_and_image_run_beside_a_server_on_the_same_data_directory() {
     bases.sort();
     bases.dedup();
     assert_eq!(bases.len(), 3, "{bases:?}");
-    assert!(bases
-        .iter()
-        .all(|b| *b != server_base && *b < 3_000_000_000));
+    assert!(
+        bases
+            .iter()
+            .all(|b| *b != server_base && *b < 3_000_000_000),
+        "one-shots {bases:?}, the server's container {server_base}"
+    );
     let list = shellgate(data).args(["image", "list"]).output().unwrap();
-    assert!(list.status.success());
-    assert!(String::from_utf8_lossy(&list.stdout).starts_with("host\t"));
+    assert!(
+        list.status.success() && String::from_utf8_lossy(&list.stdout).starts_with("host\t"),
+        "image list: {list:?}"
+    );
     // The server's container is untouched and still answers.
     let again = request(
         server.port,
@@ -489,7 +507,52 @@ fn exec_and_image_run_beside_a_server_on_the_same_data_directory() {
         br#"{"commands": ["echo still here"]}"#,
     )
     .json();
-    assert_eq!(again["output"][0]["stdout"], "still here\n");
+    assert_eq!(again["output"][0]["stdout"], "still here\n", "{again}");
+}
+
+#[test]
+fn one_shots_whose_lanes_live_in_different_folders_never_share_host_ids() {
+    // Each data directory below keeps its lanes in a folder of its own
+    // (`oneshot_dir`), so each folder's first lane is lane 0: the host id
+    // ranges must still differ while they run at once.
+    let dirs: Vec<_> = (0..3).map(|_| TempDir::new("cli-lane-ids")).collect();
+    let runs: Vec<_> = dirs
+        .iter()
+        .map(|dir| {
+            shellgate(dir.path())
+                // Each holds its lane until all have read their maps.
+                .args(["exec", "--", "sh", "-c", "cat /proc/self/uid_map; sleep 2"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut bases = Vec::new();
+    for run in runs {
+        let output = run.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "stdout {stdout:?}, stderr {:?}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let base: u64 = stdout
+            .split_whitespace()
+            .nth(1)
+            .and_then(|id| id.parse().ok())
+            .unwrap_or_else(|| panic!("not a uid_map: {stdout:?}"));
+        bases.push(base);
+    }
+    let mut distinct = bases.clone();
+    distinct.sort();
+    distinct.dedup();
+    // SAFETY: geteuid cannot fail. (An ordinary user's sandboxes all run as
+    // that user: there are no ranges to tell apart.)
+    if unsafe { libc::geteuid() } == 0 {
+        assert_eq!(distinct.len(), 3, "host id bases {bases:?}");
+    }
 }
 
 #[test]
