@@ -9,7 +9,7 @@ import threading
 
 import pytest
 import requests
-from e2b import CommandExitException, NotFoundException, PtySize, Sandbox
+from e2b import CommandExitException, NotFoundException, PtySize, Sandbox, TimeoutException
 from e2b.sandbox_sync.commands.command import Commands
 
 from conftest import E2B_KEY_B, e2b_environment, wait_until
@@ -299,3 +299,50 @@ def test_ten_thousand_lists_from_one_tenant_while_another_runs_commands(sbx, ser
         assert outputs and outputs == [f"beta-{n}\n" for n in range(len(outputs))]
     finally:
         theirs.kill()
+
+
+def start_frames(sandbox: Sandbox, cmd: str, deadline_ms: int) -> list:
+    """A raw `Start` of `bash -c cmd` with a `connect-timeout-ms`, read to
+    its end: the stream's frames."""
+    start = json.dumps({"process": {"cmd": "/bin/bash", "args": ["-c", cmd]}}).encode()
+    reply = requests.post(
+        f"{sandbox.envd_api_url}/process.Process/Start",
+        headers={
+            **envd_headers(sandbox),
+            "content-type": "application/connect+json",
+            "connect-protocol-version": "1",
+            "connect-timeout-ms": str(deadline_ms),
+        },
+        data=envelope(start),
+        timeout=120,
+    )
+    assert reply.status_code == 200, reply.text
+    return frames(reply.content)
+
+
+def test_a_command_past_its_deadline_ends_with_deadline_exceeded(sbx):
+    """envd runs a command under its call's deadline: past it the stream
+    ends with `deadline_exceeded`, never an End event (which the SDK would
+    take for an exit)."""
+    got = start_frames(sbx, "echo started; sleep 60", 1500)
+    events = [body.get("event", {}) for flags, body in got if flags == 0]
+    assert any("start" in e for e in events), got
+    assert not any("end" in e for e in events), got
+    assert got[-1][0] == 2 and got[-1][1]["error"]["code"] == "deadline_exceeded", got
+    # The SDK raises its timeout for it.
+    with pytest.raises(TimeoutException):
+        sbx.commands.run("sleep 60", timeout=2)
+    # A command within its deadline ends as it did.
+    ended = start_frames(sbx, "exit 3", 60_000)
+    assert ended[-2][1]["event"]["end"]["exitCode"] == 3, ended
+
+
+def test_a_sandbox_killed_mid_command_breaks_the_stream(e2b):
+    """The command's stream is cut (`unavailable`), not ended as an exit:
+    the SDK probes the sandbox, finds it gone and raises."""
+    sandbox = Sandbox.create()
+    handle = sandbox.commands.run("sleep 60", background=True)
+    sandbox.kill()
+    with pytest.raises(TimeoutException) as broken:
+        handle.wait()
+    assert "sandbox was killed or reached its end of life" in str(broken.value)

@@ -310,3 +310,52 @@ def test_older_paths_answer_like_the_newer(server):
     finally:
         killed = requests.delete(f"{root(server)}/sandboxes/{sandbox_id}", headers=headers, timeout=60)
         assert killed.status_code == 204
+
+
+def test_timeouts_act_at_their_deadline_without_the_sweeper(fresh_server, monkeypatch):
+    """A sandbox's timeout is a timer of its own (armed at create, moved by
+    set_timeout): with the lifecycle sweeper a day away, sandboxes are still
+    killed or paused at their deadline; `set_timeout(0)` ends one at once;
+    and a restart arms again the timers it had."""
+    server = fresh_server(sweep_interval_secs=86_400)
+    for name, value in e2b_environment(server).items():
+        monkeypatch.setenv(name, value)
+
+    def gone(sandbox_id):
+        try:
+            Sandbox.get_info(sandbox_id)
+            return False
+        except NotFoundException:
+            return True
+
+    killed = Sandbox.create(timeout=2)
+    paused = Sandbox.create(timeout=2, lifecycle={"on_timeout": "pause"})
+    moved = Sandbox.create(timeout=600)
+    moved.set_timeout(2)
+    now = Sandbox.create(timeout=600)
+    now.set_timeout(0)
+    assert wait_until(lambda: gone(killed.sandbox_id), 60), server.log.read_text()[-3000:]
+    assert wait_until(lambda: gone(moved.sandbox_id), 60), server.log.read_text()[-3000:]
+    assert wait_until(lambda: gone(now.sandbox_id), 60), server.log.read_text()[-3000:]
+    assert wait_until(lambda: Sandbox.get_info(paused.sandbox_id).state == SandboxState.PAUSED, 60)
+
+    # Restarted, the server ends what was due while it was down.
+    survivor = Sandbox.create(timeout=600)
+    late = Sandbox.create(timeout=4)
+    server.stop()
+    server.start()
+    assert wait_until(lambda: gone(late.sandbox_id), 60), server.log.read_text()[-3000:]
+    assert Sandbox.get_info(survivor.sandbox_id).state == SandboxState.RUNNING
+    Sandbox.kill(survivor.sandbox_id)
+    Sandbox.kill(paused.sandbox_id)
+
+
+def test_template_aliases_name_the_server_s_templates(server, e2b):
+    headers = {"X-API-KEY": E2B_KEY_A}
+    base = requests.get(f"{root(server)}/templates/aliases/base", headers=headers, timeout=30)
+    assert base.status_code == 200, base.text
+    assert base.json() == {"templateID": "base", "public": True}
+    missing = requests.get(f"{root(server)}/templates/aliases/no-such-template", headers=headers, timeout=30)
+    assert missing.status_code == 404, missing.text
+    assert missing.json()["code"] == 404 and "no-such-template" in missing.json()["message"], missing.text
+    assert requests.get(f"{root(server)}/templates/aliases/base", timeout=30).status_code == 401

@@ -332,3 +332,46 @@ def test_health(server, sbx):
     assert requests.get(f"{root}/health", headers=envd_headers(sbx), timeout=30).status_code == 204
     gone = {"E2b-Sandbox-Id": "sbx_doesnotexist", "X-Access-Token": "x"}
     assert requests.get(f"{root}/health", headers=gone, timeout=30).status_code == 502
+
+
+def test_removing_a_missing_path_is_a_no_op(sbx):
+    """envd's Remove is `os.RemoveAll`: a path that is not there is removed
+    already."""
+    sbx.files.remove("/mnt/data/never-was")
+    sbx.files.remove("/mnt/data/no/such/tree")
+    sbx.files.write("/mnt/data/there.txt", "x")
+    sbx.files.remove("/mnt/data/there.txt")
+    assert not sbx.files.exists("/mnt/data/there.txt")
+
+
+def test_get_info_follows_a_symlink_to_an_absolute_target(server, sbx):
+    """As envd's Stat: a link is told with what it leads to (its type, its
+    size) and the absolute path it resolves to, marked `isSymlink` (the SDK
+    shows such an entry as SYMLINK; older SDKs show the target's type); a
+    dangling one as itself."""
+    sbx.files.write("/home/user/links/dir/target.txt", "hello")
+    run(server, sbx, "cd /home/user/links && ln -s dir/target.txt rel && ln -s /home/user/links/dir abs_dir "
+        "&& ln -s rel chain && ln -s nowhere dangling")
+
+    def stat(path):
+        reply = requests.post(
+            f"{sbx.envd_api_url}/filesystem.Filesystem/Stat",
+            headers={**envd_headers(sbx), "content-type": "application/json"},
+            json={"path": path},
+            timeout=30,
+        )
+        assert reply.status_code == 200, reply.text
+        return reply.json()["entry"]
+
+    rel = stat("/home/user/links/rel")
+    assert (rel["name"], rel["path"], rel["type"], rel["isSymlink"]) == (
+        "rel", "/home/user/links/rel", "FILE_TYPE_FILE", True), rel
+    assert rel["symlinkTarget"] == "/home/user/links/dir/target.txt", rel
+    chain = stat("links/chain")
+    assert (chain["type"], chain["symlinkTarget"]) == ("FILE_TYPE_FILE", "/home/user/links/dir/target.txt"), chain
+    abs_dir = stat("/home/user/links/abs_dir")
+    assert (abs_dir["type"], abs_dir["symlinkTarget"]) == ("FILE_TYPE_DIRECTORY", "/home/user/links/dir"), abs_dir
+    dangling = stat("/home/user/links/dangling")
+    assert (dangling["type"], dangling["symlinkTarget"]) == ("FILE_TYPE_SYMLINK", "nowhere"), dangling
+    info = sbx.files.get_info("/home/user/links/rel")
+    assert (info.type, info.size, info.symlink_target) == (FileType.SYMLINK, 5, "/home/user/links/dir/target.txt"), info

@@ -173,6 +173,7 @@ pub(crate) fn state_with(
         clock,
         e2b_watchers: Default::default(),
         e2b_processes: Default::default(),
+        e2b_deadlines: Default::default(),
     })
 }
 

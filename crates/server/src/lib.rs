@@ -238,6 +238,7 @@ where
         clock: clock::Clock::system(),
         e2b_watchers: Default::default(),
         e2b_processes: Default::default(),
+        e2b_deadlines: Default::default(),
     });
     if let Some(log) = egress_log {
         egress::spawn_log_writer(
@@ -253,6 +254,9 @@ where
         .await
         .map_err(|e| ServeError::Setup(format!("console live updates: {}", e.message)))?;
     lifecycle::recover(&state)
+        .await
+        .map_err(|e| ServeError::Setup(format!("recovery: {}", e.message)))?;
+    e2b::deadlines::arm_stored(&state)
         .await
         .map_err(|e| ServeError::Setup(format!("recovery: {}", e.message)))?;
     // What this node held open before (its console streams' leases) and

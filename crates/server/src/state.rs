@@ -88,6 +88,8 @@ pub struct AppState {
     pub(crate) e2b_watchers: crate::e2b::filesystem::watchers::Watchers,
     /// The processes started through E2B's envd API, by pid and tag.
     pub(crate) e2b_processes: crate::e2b::process::registry::Registry,
+    /// E2B sandboxes' timeout timers.
+    pub(crate) e2b_deadlines: crate::e2b::deadlines::Deadlines,
     /// The code interpreter's kernels and contexts, per container (E2B's
     /// `/execute`, the Responses `code_interpreter` tool).
     pub interpreters: Arc<shellgate_interpreter::Interpreters>,

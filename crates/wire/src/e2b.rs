@@ -190,6 +190,16 @@ pub struct PauseRequest {
     pub require_healthy_guest: Option<bool>,
 }
 
+/// `GET /templates/aliases/{alias}`: the template an alias names.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TemplateAlias {
+    #[serde(rename = "templateID")]
+    pub template_id: String,
+    /// Whether every project can use it (the server's images are).
+    pub public: bool,
+}
+
 /// E2B's error body: `{"code": <HTTP status>, "message": …}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct E2bErrorBody {

@@ -7,8 +7,9 @@
 //! own record (`e2b_sandboxes`: token, metadata, envs, `end_at`, pause
 //! state) sits beside it and goes with it.
 //!
-//! - **Timeout**: `timeout` seconds from now is the sandbox's `end_at`; the
-//!   lifecycle sweeper kills it then, or pauses it when `autoPause`. Until
+//! - **Timeout**: `timeout` seconds from now is the sandbox's `end_at`; its
+//!   timer (`deadlines`) kills it then, or pauses it when `autoPause`, and
+//!   the lifecycle sweeper's pass checks it too. Until
 //!   then it is exempt from shellgate's idle suspension and idle expiry
 //!   (`lifecycle::sweep` leaves E2B's sandboxes to `sweep_sandboxes`).
 //! - **Pause** = suspension: its processes end, its files stay (memory is not
@@ -45,7 +46,7 @@ use sha2::{Digest, Sha256};
 use shellgate_store::{ContainerRow, E2bListFilter, E2bSandboxRow};
 use shellgate_wire::e2b::{
     ConnectRequest, Lifecycle, ListedSandbox, NetworkConfig, NetworkInfo, NewSandbox, OnTimeout,
-    PauseRequest, Sandbox, SandboxDetail, SandboxState, TimeoutRequest,
+    PauseRequest, Sandbox, SandboxDetail, SandboxState, TemplateAlias, TimeoutRequest,
 };
 use shellgate_wire::time::{parse_rfc3339, rfc3339};
 use shellgate_wire::{CreateContainer, NetworkPolicy};
@@ -131,6 +132,7 @@ pub(crate) fn routes(table: crate::route_table::RouteTable) -> crate::route_tabl
         .route("/v2/sandboxes/{sandbox_id}/connect", post(connect))
         .route("/sandboxes/{sandbox_id}/connect", post(connect))
         .route("/sandboxes/{sandbox_id}/resume", post(resume))
+        .route("/templates/aliases/{alias}", get(template_alias))
         .route("/sandboxes/{sandbox_id}/metrics", get(not_supported))
         .route("/sandboxes/metrics", get(not_supported))
         .route("/sandboxes/{sandbox_id}/logs", get(not_supported))
@@ -168,6 +170,20 @@ async fn template_image(state: &Arc<AppState>, template: &str) -> E2bResult<Opti
         StatusCode::NOT_FOUND,
         format!("template '{template}' not found"),
     ))
+}
+
+/// `GET /templates/aliases/{alias}`: the template an alias names, as
+/// `template_image` finds it (the server's templates are every project's).
+async fn template_alias(
+    State(state): State<Arc<AppState>>,
+    _project: E2bProject,
+    Path(alias): Path<String>,
+) -> E2bResult<Json<TemplateAlias>> {
+    template_image(&state, &alias).await?;
+    Ok(Json(TemplateAlias {
+        template_id: alias,
+        public: true,
+    }))
 }
 
 /// A timeout in seconds, checked against the server's longest container
@@ -479,6 +495,9 @@ async fn create(
     state
         .e2b_access
         .remember(&row.container_id, AccessEntry::of_row(&row));
+    state
+        .e2b_deadlines
+        .arm(&state, &row.container_id, row.end_at);
     Ok(with_status(StatusCode::CREATED, sandbox_body(&state, &row)))
 }
 
@@ -717,6 +736,7 @@ async fn kill(
 ) -> E2bResult<StatusCode> {
     owned(&state, &project, &id).await?;
     state.e2b_access.forget(&id);
+    state.e2b_deadlines.disarm(&id);
     crate::http::to_completion(async move {
         crate::sandboxes::containers::remove_container(&state, &id).await
     })
@@ -725,7 +745,9 @@ async fn kill(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// `POST /sandboxes/{id}/timeout`: `end_at` is `timeout` seconds from now.
+/// `POST /sandboxes/{id}/timeout`: `end_at` is `timeout` seconds from now,
+/// its timer re-armed. `0` is E2B's "now": the sandbox is killed (or paused,
+/// with `autoPause`) at once.
 async fn set_timeout(
     State(state): State<Arc<AppState>>,
     E2bProject(project): E2bProject,
@@ -733,13 +755,19 @@ async fn set_timeout(
     body: Bytes,
 ) -> E2bResult<StatusCode> {
     let request: TimeoutRequest = read_body(&body)?;
-    let timeout = timeout_secs(&state, Some(request.timeout))?;
+    let timeout = if request.timeout == 0 {
+        0
+    } else {
+        timeout_secs(&state, Some(request.timeout))?
+    };
     owned(&state, &project, &id).await?;
     let end_at = crate::time::now() + timeout;
+    let key = id.clone();
     state
-        .db(move |s| s.set_e2b_end_at(&id, end_at))
+        .db(move |s| s.set_e2b_end_at(&key, end_at))
         .await
         .map_err(e2b_error)?;
+    state.e2b_deadlines.arm(&state, &id, end_at);
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -815,6 +843,7 @@ async fn resume_sandbox(
         .await
         .map_err(e2b_error)?;
     state.e2b_access.set_paused(&container.id, false);
+    state.e2b_deadlines.arm(state, &container.id, end_at);
     Ok(true)
 }
 
@@ -886,10 +915,12 @@ async fn connect(
     let (sandbox, end_at, resumed) = resume_if_paused(&state, &project, &id, &body).await?;
     if !resumed {
         if end_at > sandbox.end_at {
+            let key = id.clone();
             state
-                .db(move |s| s.set_e2b_end_at(&id, end_at))
+                .db(move |s| s.set_e2b_end_at(&key, end_at))
                 .await
                 .map_err(e2b_error)?;
+            state.e2b_deadlines.arm(&state, &id, end_at);
         }
         return Ok(with_status(StatusCode::OK, sandbox_body(&state, &sandbox)));
     }
@@ -953,17 +984,28 @@ pub(crate) async fn sweep_sandboxes(
             swept.running.insert(row.container_id.clone());
             continue;
         }
-        if row.auto_pause {
-            tracing::info!(sandbox = %row.container_id, "E2B sandbox timed out: paused");
-            if let Err(e) = pause_sandbox(state, &row.container_id).await {
-                tracing::warn!(sandbox = %row.container_id, "could not pause: {}", e.message);
-            }
-        } else {
-            tracing::info!(sandbox = %row.container_id, "E2B sandbox timed out: killed");
-            crate::sandboxes::containers::remove_container(state, &row.container_id).await?;
-        }
+        end_sandbox(state, &row).await?;
     }
     Ok(swept)
+}
+
+/// A sandbox past its `end_at`: killed, or paused when its create said
+/// `autoPause` (a pause that fails is logged, and tried again later).
+pub(crate) async fn end_sandbox(
+    state: &Arc<AppState>,
+    row: &E2bSandboxRow,
+) -> Result<(), ApiError> {
+    if row.auto_pause {
+        tracing::info!(sandbox = %row.container_id, "E2B sandbox timed out: paused");
+        if let Err(e) = pause_sandbox(state, &row.container_id).await {
+            tracing::warn!(sandbox = %row.container_id, "could not pause: {}", e.message);
+        }
+    } else {
+        tracing::info!(sandbox = %row.container_id, "E2B sandbox timed out: killed");
+        state.e2b_access.forget(&row.container_id);
+        crate::sandboxes::containers::remove_container(state, &row.container_id).await?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -94,8 +94,9 @@ fn permissions(kind: FsKind, mode: u32) -> String {
     out
 }
 
-/// An entry as envd describes it. A symbolic link is reported as itself
-/// (`lstat`): `type` SYMLINK and `isSymlink`. Owner and group are not known
+/// An entry as envd describes it. In a listing a symbolic link is reported
+/// as itself (`lstat`): `type` SYMLINK and `isSymlink`; Stat reports what
+/// it leads to (`followed`). Owner and group are not known
 /// to the backend's entries; they are the sandbox user's name when it is
 /// the only user that can have made the file under its home or
 /// `/mnt/data`, and empty elsewhere (never guessed).
@@ -126,7 +127,7 @@ fn entry_info(
             seconds: entry.modified_unix,
             nanos: 0,
         }),
-        is_symlink: entry.kind == FsKind::Symlink,
+        is_symlink: entry.kind == FsKind::Symlink || entry.link_target.is_some(),
         symlink_target: entry.link_target.map(|target| match masker {
             Some(masker) => masked_text(masker, &target),
             None => target,
@@ -184,10 +185,70 @@ async fn stat(
         .fs_stat(&caller.container_id, &path)
         .await
         .map_err(|e| connect_error(&caller, e))?;
+    let entry = followed(&state, &caller.container_id, entry).await;
     let masker = state.engine.masker(&caller.container_id);
     Ok(UnaryReply(StatResponse {
         entry: Some(entry_info(entry, masker.as_deref())),
     }))
+}
+
+/// Links followed before a chain is taken for a loop (Linux's own bound).
+const MAX_LINK_HOPS: usize = 40;
+
+/// `path`'s `..` and `.` resolved by name (an absolute path in, one out).
+fn lexically_normal(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            part => parts.push(part),
+        }
+    }
+    format!("/{}", parts.join("/"))
+}
+
+/// A link's target as an absolute path (a relative one is relative to the
+/// link's directory).
+fn link_destination(link_path: &str, target: &str) -> String {
+    if target.starts_with('/') {
+        return lexically_normal(target);
+    }
+    let directory = link_path.rsplit_once('/').map_or("", |(dir, _)| dir);
+    lexically_normal(&format!("{directory}/{target}"))
+}
+
+/// What envd's Stat says of a symbolic link: the entry it leads to (its
+/// type, size, mode and time: `stat`, not `lstat`) under the link's own
+/// name and path, with the absolute path it resolves to as its target. A
+/// link that leads nowhere (missing, a loop, refused) is told as itself.
+async fn followed(
+    state: &AppState,
+    container: &str,
+    link: shellgate_sandbox_api::fs::FsEntry,
+) -> shellgate_sandbox_api::fs::FsEntry {
+    let mut current = link.clone();
+    for _ in 0..MAX_LINK_HOPS {
+        let Some(target) = current.link_target.as_deref() else {
+            break;
+        };
+        let destination = link_destination(&current.path, target);
+        match state.engine.fs_stat(container, &destination).await {
+            Ok(next) if next.kind == FsKind::Symlink => current = next,
+            Ok(next) => {
+                return shellgate_sandbox_api::fs::FsEntry {
+                    path: link.path,
+                    name: link.name,
+                    link_target: Some(destination),
+                    ..next
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    link
 }
 
 async fn list_dir(
@@ -305,12 +366,18 @@ async fn remove(
     let path = e2b_path(&request.path, "path").map_err(path_error)?;
     prepare(&state, &project(&caller), &caller.container_id, true).await?;
     to_completion(async move {
-        // envd removes a directory with its tree (`os.RemoveAll`).
-        Ok(state
-            .engine
-            .fs_remove(&caller.container_id, &path, true)
-            .await
-            .map_err(|e| connect_error(&caller, e)))
+        // envd removes a directory with its tree (`os.RemoveAll`), and a
+        // path that is not there is already removed.
+        Ok(
+            match state
+                .engine
+                .fs_remove(&caller.container_id, &path, true)
+                .await
+            {
+                Ok(_) | Err(SandboxError::FileNotFound(_)) => Ok(()),
+                Err(e) => Err(connect_error(&caller, e)),
+            },
+        )
     })
     .await??;
     Ok(UnaryReply(RemoveResponse {}))

@@ -31,6 +31,7 @@ pub(crate) mod access;
 pub(crate) mod access_cache;
 pub(crate) mod connect;
 pub(crate) mod control;
+pub(crate) mod deadlines;
 pub(crate) mod files;
 pub(crate) mod filesystem;
 pub(crate) mod interpreter;
@@ -63,9 +64,14 @@ impl E2bError {
     }
 
     /// What every unknown, foreign or ended sandbox id gets: the same
-    /// bytes whatever the reason, so nothing is revealed.
+    /// bytes whatever the reason, so nothing is revealed. Its words are
+    /// those of E2B's edge ("was not found"), by which the SDK tells a
+    /// sandbox that ended from one it cannot reach.
     pub fn sandbox_not_found(id: &str) -> Self {
-        Self::new(StatusCode::NOT_FOUND, format!("sandbox \"{id}\" not found"))
+        Self::new(
+            StatusCode::NOT_FOUND,
+            format!("sandbox \"{id}\" was not found"),
+        )
     }
 }
 

@@ -282,6 +282,9 @@ impl Follower {
                 Ok(page) => page,
                 Err(error) => {
                     self.done = true;
+                    if sandbox_ended(&self.state, &self.container).await {
+                        return Some(Err(stream_broken(&self.container)));
+                    }
                     return Some(Err(engine_connect_error(&self.container, error)));
                 }
             };
@@ -294,10 +297,7 @@ impl Follower {
                     .map(|chunk| Ok(data_event(chunk.stream, chunk.data))),
             );
             if self.done {
-                self.pending
-                    .push_back(Ok(event(process_event::Event::End(end_event(
-                        &page.process,
-                    )))));
+                self.pending.push_back(self.ending(&page.process).await);
             } else if keepalive {
                 self.pending
                     .push_back(Ok(event(process_event::Event::Keepalive(
@@ -307,6 +307,47 @@ impl Follower {
             self.after = page.next_offset;
         }
     }
+}
+
+impl Follower {
+    /// How the stream of a process that ended ends: its End event; for a
+    /// process that reached its deadline (`connect-timeout-ms`), the
+    /// `deadline_exceeded` error envd's context gives; for one that ended
+    /// with its sandbox (killed, timed out or paused), the `unavailable`
+    /// error of a stream cut short, which the SDK tells apart by probing
+    /// the sandbox (and raises as the sandbox's end).
+    async fn ending(&self, process: &EngineProcess) -> Result<ProcessEvent, ConnectError> {
+        match process.status {
+            ProcessStatus::Exited => Ok(event(process_event::Event::End(end_event(process)))),
+            ProcessStatus::Timeout => Err(ConnectError::new(
+                ConnectCode::DeadlineExceeded,
+                "the process reached its deadline (connect-timeout-ms)",
+            )),
+            _ if sandbox_ended(&self.state, &self.container).await => {
+                Err(stream_broken(&self.container))
+            }
+            _ => Ok(event(process_event::Event::End(end_event(process)))),
+        }
+    }
+}
+
+/// Whether sandbox `container` is no longer running: killed, timed out
+/// (its record gone) or paused.
+async fn sandbox_ended(state: &AppState, container: &str) -> bool {
+    let key = container.to_owned();
+    match state.db(move |s| s.e2b_sandbox_by_id(&key)).await {
+        Ok(Some(row)) => row.paused,
+        Ok(None) => true,
+        Err(_) => false,
+    }
+}
+
+/// The error of a stream cut short by its sandbox's end.
+fn stream_broken(container: &str) -> ConnectError {
+    ConnectError::new(
+        ConnectCode::Unavailable,
+        format!("the connection to sandbox {container} ended before the stream completed"),
+    )
 }
 
 /// A stream of a process's events, opened by `start{pid}`, then what

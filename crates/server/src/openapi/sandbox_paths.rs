@@ -530,6 +530,7 @@ pub(super) fn e2b(d: &mut Builder, s: &Schemas) {
         e2b_timeout,
         e2b_connect,
         e2b_pause,
+        e2b_alias,
         ..
     } = s;
     let e2b_op = |method, path, summary, body, answer| Operation {
@@ -607,6 +608,13 @@ pub(super) fn e2b(d: &mut Builder, s: &Schemas) {
             "Resume a paused sandbox (older SDKs; 409 when running)",
             Body::Json(e2b_connect.clone()),
             Answer::JsonWith(&["201"], e2b_sandbox.clone()),
+        ),
+        e2b_op(
+            Get,
+            "/templates/aliases/{alias}",
+            "The template an alias names (the default templates, the server's images; 404 otherwise)",
+            Body::None,
+            Answer::Json(e2b_alias.clone()),
         ),
         unsupported(Get, "/sandboxes/{sandbox_id}/metrics", "Not supported: 501"),
         unsupported(Get, "/sandboxes/metrics", "Not supported: 501"),

@@ -70,6 +70,7 @@ pub(super) struct Schemas {
     pub(super) e2b_timeout: RefOr<Schema>,
     pub(super) e2b_connect: RefOr<Schema>,
     pub(super) e2b_pause: RefOr<Schema>,
+    pub(super) e2b_alias: RefOr<Schema>,
     pub(super) e2b_error: RefOr<Schema>,
 }
 
@@ -179,6 +180,7 @@ impl Schemas {
             e2b_timeout: d.scoped::<e2b::TimeoutRequest>("e2b", "TimeoutRequest"),
             e2b_connect: d.scoped::<e2b::ConnectRequest>("e2b", "ConnectRequest"),
             e2b_pause: d.scoped::<e2b::PauseRequest>("e2b", "PauseRequest"),
+            e2b_alias: d.scoped::<e2b::TemplateAlias>("e2b", "TemplateAlias"),
             e2b_error: d.scoped::<e2b::E2bErrorBody>("e2b", "Error"),
         }
     }
