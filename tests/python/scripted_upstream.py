@@ -27,8 +27,9 @@ Its script, from the conversation it is sent:
   "Done: " and the last result;
 - "Search QUERY" with the hosted `web_search` offered (Responses only): a
   `web_search_call` item comes first, as a Responses upstream that ran it;
-- asked for `reasoning` (Responses only), it reasons first (a `reasoning`
-  item, sealed when `include` asks for it);
+- asked for `reasoning` (Responses), it reasons first (a `reasoning`
+  item, sealed when `include` asks for it); asked for `thinking` (Anthropic,
+  `enabled`), it thinks first (a `thinking` block with its `signature`);
 - the last message is a tool result: it answers "Done: " and the result;
 - otherwise it answers "Hello from the scripted model."
 `GET .../models` lists `scripted` and `scripted-500`.
@@ -203,7 +204,7 @@ class Handler(BaseHTTPRequestHandler):
         if self.path.endswith("/responses"):
             return self.openai_responses(decision, body)
         if self.path.endswith("/messages"):
-            return self.anthropic(decision, body.get("stream"))
+            return self.anthropic(decision, body)
         if body.get("stream"):
             return self.stream(decision)
         message = {"role": "assistant", "content": decision.get("text")}
@@ -329,27 +330,42 @@ class Handler(BaseHTTPRequestHandler):
         payload = b"".join(b"event: " + e["type"].encode() + b"\ndata: " + json.dumps(e).encode() + b"\n\n" for e in events)
         self.raw(200, "text/event-stream", payload)
 
-    def anthropic(self, decision, stream):
+    def anthropic(self, decision, body):
+        """A Messages answer. Asked for `thinking` (enabled), it thinks
+        first: a `thinking` block with its `signature`."""
+        number = len(self.server.requests)
+        content = []
+        if (body.get("thinking") or {}).get("type") == "enabled":
+            content.append({"type": "thinking", "thinking": f"Thinking {number}.",
+                            "signature": f"sig-{number}"})
         if "tool" in decision:
             name, arguments = decision["tool"]
-            content = [{"type": "tool_use", "id": f"toolu_{len(self.server.requests)}", "name": name, "input": arguments}]
+            content.append({"type": "tool_use", "id": f"toolu_{number}", "name": name, "input": arguments})
             stop = "tool_use"
         else:
-            content = [{"type": "text", "text": decision["text"]}]
+            content.append({"type": "text", "text": decision["text"]})
             stop = "end_turn"
         message = {"id": "msg_up", "type": "message", "role": "assistant", "content": content,
                    "stop_reason": stop, "usage": {"input_tokens": 12, "output_tokens": 6}}
-        if not stream:
+        if not body.get("stream"):
             return self.reply(200, message)
-        block = content[0]
-        start = dict(block, input={}) if block["type"] == "tool_use" else {"type": "text", "text": ""}
-        delta = ({"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
-                 if block["type"] == "tool_use" else {"type": "text_delta", "text": block["text"]})
-        events = [
-            {"type": "message_start", "message": dict(message, content=[], usage={"input_tokens": 12, "output_tokens": 0})},
-            {"type": "content_block_start", "index": 0, "content_block": start},
-            {"type": "content_block_delta", "index": 0, "delta": delta},
-            {"type": "content_block_stop", "index": 0},
+        events = [{"type": "message_start",
+                   "message": dict(message, content=[], usage={"input_tokens": 12, "output_tokens": 0})}]
+        for index, block in enumerate(content):
+            if block["type"] == "tool_use":
+                start = dict(block, input={})
+                deltas = [{"type": "input_json_delta", "partial_json": json.dumps(block["input"])}]
+            elif block["type"] == "thinking":
+                start = {"type": "thinking", "thinking": "", "signature": ""}
+                deltas = [{"type": "thinking_delta", "thinking": block["thinking"]},
+                          {"type": "signature_delta", "signature": block["signature"]}]
+            else:
+                start = {"type": "text", "text": ""}
+                deltas = [{"type": "text_delta", "text": block["text"]}]
+            events.append({"type": "content_block_start", "index": index, "content_block": start})
+            events.extend({"type": "content_block_delta", "index": index, "delta": delta} for delta in deltas)
+            events.append({"type": "content_block_stop", "index": index})
+        events += [
             {"type": "message_delta", "delta": {"stop_reason": stop}, "usage": {"output_tokens": 6}},
             {"type": "message_stop"},
         ]

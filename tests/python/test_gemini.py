@@ -3,7 +3,8 @@ base URL shellgate's, over the scripted upstream (scripted_upstream.py): text
 answers, function calls answered by the client (by hand and by the SDK's
 automatic function calling), streaming, `codeExecution` run in a shellgate
 container (its output, a figure, a failure, code past its time, the
-container reused by shellgate's `x-shellgate-container` header), countTokens, the models list,
+container reused by shellgate's `x-shellgate-container` header), thought signatures
+carrying each upstream protocol's sealed reasoning, countTokens, the models list,
 and errors in Google's envelope."""
 
 import pytest
@@ -209,3 +210,86 @@ def test_every_upstream_protocol(fresh_server, protocol):
     streamed = "".join(chunk.text or "" for chunk in client.models.generate_content_stream(
         model="scripted", contents="hi"))
     assert streamed == "Hello from the scripted model."
+
+
+WEATHER = types.Tool(function_declarations=[types.FunctionDeclaration(
+    name="get_weather", description="The weather in a city",
+    parameters=types.Schema(type="OBJECT", properties={"city": types.Schema(type="STRING")}))])
+THINKING = types.GenerateContentConfig(
+    tools=[WEATHER], thinking_config=types.ThinkingConfig(thinking_budget=2048))
+ASKED = types.Content(role="user", parts=[types.Part(text='Call get_weather: {"city": "Oslo"}')])
+
+
+def reasoning_sent(protocol, body):
+    """The sealed reasoning an upstream's request gives back: the Responses
+    items' `encrypted_content`, the Anthropic thinking blocks' signatures."""
+    if protocol == "responses":
+        return [item.get("encrypted_content") for item in body.get("input", [])
+                if item.get("type") == "reasoning"]
+    if protocol == "anthropic":
+        return [block.get("signature") for message in body.get("messages", [])
+                if isinstance(message.get("content"), list)
+                for block in message["content"] if block.get("type") == "thinking"]
+    return []
+
+
+def sealed_by(protocol, number):
+    """What the scripted upstream seals its `number`th answer's reasoning as."""
+    return {"responses": f"sealed-{number}", "anthropic": f"sig-{number}"}.get(protocol)
+
+
+def signature_round_trip(server, upstream, protocol, stream):
+    """A call with the model's reasoning signed on it, echoed back: the
+    upstream gets its reasoning back as it sealed it."""
+    client = gemini(server)
+    before = len(upstream.requests)
+    if stream:
+        chunks = list(client.models.generate_content_stream(
+            model="scripted", contents=[ASKED], config=THINKING))
+        said = types.Content(role="model", parts=[
+            part for chunk in chunks for part in (chunk.candidates[0].content.parts or [])])
+    else:
+        said = client.models.generate_content(
+            model="scripted", contents=[ASKED], config=THINKING).candidates[0].content
+    (call,) = [part for part in said.parts if part.function_call]
+    number = len(upstream.requests)
+    assert number == before + 1, upstream.requests[before:]
+    if protocol == "chat":
+        # Chat Completions gives no reasoning to carry.
+        assert all(part.thought_signature is None for part in said.parts), said
+    else:
+        assert call.thought_signature, said
+    answer = types.Content(role="user", parts=[types.Part(function_response=types.FunctionResponse(
+        id=call.function_call.id, name="get_weather", response={"temperature": 3}))])
+    second = client.models.generate_content(
+        model="scripted", contents=[ASKED, said, answer], config=THINKING)
+    assert second.text == 'Done: {"temperature":3}', second
+    assert second.sdk_http_response.headers.get("x-shellgate-uncarried") is None, \
+        second.sdk_http_response.headers
+    expected = [sealed_by(protocol, number)] if protocol != "chat" else []
+    assert reasoning_sent(protocol, upstream.requests[-1]) == expected, upstream.requests[-1]
+
+
+@pytest.mark.parametrize("protocol", ["responses", "anthropic"])
+def test_a_thought_signature_gives_the_upstream_its_reasoning_back(fresh_server, upstream, protocol):
+    server = fresh_server(upstream_protocol=protocol)
+    for stream in (False, True):
+        signature_round_trip(server, upstream, protocol, stream)
+
+
+def test_a_chat_upstream_gives_no_reasoning_to_sign(server, upstream):
+    for stream in (False, True):
+        signature_round_trip(server, upstream, "chat", stream)
+
+
+def test_a_signature_shellgate_did_not_write_is_named(server):
+    said = types.Content(role="model", parts=[types.Part(
+        function_call=types.FunctionCall(id="c1", name="get_weather", args={"city": "Oslo"}),
+        thought_signature=b"from another service")])
+    answer = types.Content(role="user", parts=[types.Part(function_response=types.FunctionResponse(
+        id="c1", name="get_weather", response={"temperature": 3}))])
+    response = gemini(server).models.generate_content(
+        model="scripted", contents=[ASKED, said, answer], config=types.GenerateContentConfig(tools=[WEATHER]))
+    assert response.text == 'Done: {"temperature":3}', response
+    assert response.sdk_http_response.headers["x-shellgate-uncarried"] == \
+        "contents[1].parts[0].thoughtSignature", response.sdk_http_response.headers

@@ -32,6 +32,7 @@
 //! The key is the project's shellgate key, as Google's SDKs send theirs:
 //! `x-goog-api-key`, or `?key=` (a Bearer key works too).
 
+mod signature;
 mod translate;
 
 use std::convert::Infallible;
@@ -48,7 +49,7 @@ use serde_json::Value;
 use shellgate_model::google_outcome;
 use shellgate_model::run::{self, Outcome, Sandbox, Status};
 use shellgate_model::tools::Environment;
-use shellgate_model::upstream::{Upstream, Usage};
+use shellgate_model::upstream::{Carry, Protocol, Upstream, Usage};
 use shellgate_wire::gemini::{
     Blob, Candidate, CodeExecutionResult, Content, CountTokensRequest, CountTokensResponse,
     ExecutableCode, FinishReason, FunctionCall, GenerateContentRequest, GenerateContentResponse,
@@ -63,6 +64,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::http::{ApiJson, Project};
 use crate::sandboxes::hosted::HostedShell;
 use crate::state::AppState;
+use signature::Signer;
 use translate::Translated;
 
 /// What Gemini's clients may call on a model.
@@ -297,6 +299,7 @@ async fn prepare(
         code.timeout =
             std::time::Duration::from_secs(state.config.model.gemini_code_execution_timeout_secs);
     }
+    let carry = sealed_reasoning(carry, upstream.as_ref());
     for name in upstream.uncarried(&tools.carry(carry.clone())) {
         if !uncarried.contains(&name) {
             uncarried.push(name);
@@ -342,6 +345,22 @@ async fn prepare(
         request,
     };
     Ok((run, uncarried))
+}
+
+/// The turn's carry asking a Responses upstream, when the model is to
+/// reason, for its reasoning sealed (`include:
+/// ["reasoning.encrypted_content"]`): nothing is stored upstream, so only
+/// the sealed reasoning a part's `thoughtSignature` carries can give the
+/// model its reasoning back on the client's next request.
+fn sealed_reasoning(mut carry: Carry, upstream: &dyn Upstream) -> Carry {
+    if carry.reasoning.is_some() && upstream.protocol() == Some(Protocol::Responses) {
+        carry.responses.entry("include").or_insert_with(|| {
+            Value::Array(vec![Value::String(
+                "reasoning.encrypted_content".to_owned(),
+            )])
+        });
+    }
+    carry
 }
 
 /// The container the request's code runs in: the one
@@ -425,11 +444,12 @@ impl Run {
             Some(sandbox) => sandbox.container_id().await,
             None => None,
         };
-        let parts = outcome
-            .output
-            .iter()
-            .flat_map(|item| self.parts(item))
-            .collect();
+        let mut signer = Signer::default();
+        let mut parts = Vec::new();
+        for item in &outcome.output {
+            parts.extend(self.signed_parts(item, &mut signer));
+        }
+        parts.extend(signer.rest());
         let answer = self.answer(parts, Some(finish_reason(&outcome)), Some(outcome.usage));
         Ok((answer, container))
     }
@@ -448,18 +468,20 @@ impl Run {
             let forward = async {
                 // The messages whose text went out as it streamed.
                 let mut streamed = std::collections::HashSet::new();
+                let mut signer = Signer::default();
                 while let Some(event) = incoming.recv().await {
-                    for part in self.streamed_parts(event, &mut streamed) {
+                    for part in self.streamed_parts(event, &mut streamed, &mut signer) {
                         let _ = tx.send(chunk(&self.answer(vec![part], None, None)));
                     }
                 }
+                signer.rest()
             };
             let work = async {
                 let outcome = self.run(Some(&events)).await;
                 drop(events);
                 outcome
             };
-            let (outcome, ()) = tokio::join!(work, forward);
+            let (outcome, unsigned) = tokio::join!(work, forward);
             let last = match &outcome.status {
                 Status::Failed { code, message } => {
                     let error = failure(code, message);
@@ -470,7 +492,7 @@ impl Run {
                     SseEvent::default().data(serde_json::to_string(&body).unwrap_or_default())
                 }
                 _ => chunk(&self.answer(
-                    Vec::new(),
+                    unsigned.into_iter().collect(),
                     Some(finish_reason(&outcome)),
                     Some(outcome.usage),
                 )),
@@ -487,23 +509,39 @@ impl Run {
 
     /// The parts an event of the loop gives a stream: a message's text as
     /// it comes (the message's index kept in `streamed`), every other item
-    /// whole when it is done.
+    /// whole when it is done; the first part after a reasoning signed with
+    /// it.
     fn streamed_parts(
         &self,
         event: run::Event,
         streamed: &mut std::collections::HashSet<usize>,
+        signer: &mut Signer,
     ) -> Vec<Part> {
         match event {
             run::Event::TextDelta { index, delta, .. } => {
                 streamed.insert(index);
-                vec![Part::text(delta)]
+                let mut parts = vec![Part::text(delta)];
+                signer.sign(&mut parts);
+                parts
             }
             run::Event::ItemDone { index, item } => match item {
                 Item::Message(_) if streamed.contains(&index) => Vec::new(),
-                item => self.parts(&item),
+                item => self.signed_parts(&item, signer),
             },
             _ => Vec::new(),
         }
+    }
+
+    /// The parts of an output item, the first not a thought signed with
+    /// the reasoning before it; a reasoning is kept to sign what follows
+    /// (and is a thought part when the client asked them).
+    fn signed_parts(&self, item: &Item, signer: &mut Signer) -> Vec<Part> {
+        let mut parts = self.parts(item);
+        match item {
+            Item::Reasoning(reasoning) => signer.keep(reasoning),
+            _ => signer.sign(&mut parts),
+        }
+        parts
     }
 
     /// The parts an output item of the loop is: a message its text, a

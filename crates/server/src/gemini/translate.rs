@@ -121,15 +121,22 @@ fn generation(config: &GenerationConfig, translated: &mut Translated) {
     }
     if let Some(thinking) = &config.thinking_config {
         translated.include_thoughts = thinking.include_thoughts.unwrap_or(false);
-        let effort = thinking
-            .thinking_level
-            .as_deref()
-            .map(str::to_ascii_lowercase)
-            .or_else(|| (thinking.thinking_budget == Some(0)).then(|| "minimal".to_owned()));
         let budget_tokens = thinking
             .thinking_budget
             .and_then(|budget| u64::try_from(budget).ok())
             .filter(|budget| *budget > 0);
+        // A budget is an effort too, for the protocols that take only
+        // that (as the Messages API's budget is).
+        let effort = thinking
+            .thinking_level
+            .as_deref()
+            .map(str::to_ascii_lowercase)
+            .or_else(|| (thinking.thinking_budget == Some(0)).then(|| "minimal".to_owned()))
+            .or_else(|| {
+                budget_tokens.map(|budget| {
+                    shellgate_model::upstream::anthropic::effort_for_budget(budget).to_owned()
+                })
+            });
         if effort.is_some() || budget_tokens.is_some() {
             carry.reasoning = Some(ReasoningRequest {
                 effort,
@@ -276,6 +283,21 @@ struct ModelContent<'a> {
 impl ModelContent<'_> {
     fn read(mut self, parts: &[Part], uncarried: &mut Vec<String>) {
         for (index, part) in parts.iter().enumerate() {
+            if let Some(signature) = &part.thought_signature {
+                // The reasoning that came before the part, given back in
+                // its place.
+                match super::signature::read(signature) {
+                    Some(reasoning) => {
+                        for item in reasoning {
+                            self.push(Item::Reasoning(item));
+                        }
+                    }
+                    None => uncarried.push(format!(
+                        "contents[{}].parts[{index}].thoughtSignature",
+                        self.at
+                    )),
+                }
+            }
             if part.thought == Some(true) {
                 // The model's own reasoning: no protocol but Google's can
                 // take it back.
@@ -657,6 +679,7 @@ mod tests {
                 "safetySettings",
                 "tools[1] (googleSearch)",
                 "contents[0].parts[2] (inlineData)",
+                "contents[1].parts[0].thoughtSignature",
                 "generationConfig.seed"
             ]
         );
@@ -708,6 +731,61 @@ mod tests {
                     tool_calls: Vec::new()
                 },
             ]
+        );
+    }
+
+    #[test]
+    fn a_signature_shellgate_wrote_gives_the_reasoning_back_before_its_part() {
+        let thinking = shellgate_wire::responses::Reasoning {
+            content: Some(vec![items::ReasoningText::new(
+                items::ReasoningText::CONTENT,
+                "look first",
+            )]),
+            encrypted_content: Some("anthropic-signature:sig-1".into()),
+            ..Default::default()
+        };
+        let signature = super::super::signature::write(&[thinking]);
+        let body = json!({"contents": [
+            {"role": "user", "parts": [{"text": "go"}]},
+            {"role": "model", "parts": [
+                {"text": "calling"},
+                {"functionCall": {"id": "c1", "name": "f", "args": {}},
+                 "thoughtSignature": signature}]}],
+            "tools": [{"functionDeclarations": [{"name": "f"}]}]});
+        let translated = turn_of(&request(body)).expect("translated");
+        assert!(
+            translated.uncarried.is_empty(),
+            "{:?}",
+            translated.uncarried
+        );
+        let turn = translated.turn("m");
+        let reasoning = shellgate_model::turn::Reasoning {
+            id: None,
+            summary: Vec::new(),
+            text: "look first".into(),
+            sealed: Some(shellgate_model::turn::Sealed::AnthropicSignature(
+                "sig-1".into(),
+            )),
+        };
+        assert_eq!(
+            turn.messages[1..],
+            [
+                Message::Assistant {
+                    text: "calling".into(),
+                    tool_calls: Vec::new()
+                },
+                Message::Reasoning(reasoning),
+                Message::Assistant {
+                    text: String::new(),
+                    tool_calls: vec![ToolCall {
+                        id: "c1".into(),
+                        name: "f".into(),
+                        arguments: "{}".into()
+                    }]
+                },
+            ],
+            "{:?}",
+            turn.messages
         );
     }
 

@@ -318,16 +318,30 @@ pub struct GenerationConfig {
     pub extra: Extra,
 }
 
-/// `generationConfig.thinkingConfig`.
+/// `generationConfig.thinkingConfig`. Its fields are read by their
+/// proto names too (`thinking_budget`), as Google's API reads every field
+/// (proto3 JSON), and as the `google-genai` Python SDK sends them.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ThinkingConfig {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        alias = "include_thoughts",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub include_thoughts: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        alias = "thinking_budget",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub thinking_budget: Option<i64>,
     /// `LOW`, `MEDIUM`, `HIGH`...
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        alias = "thinking_level",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub thinking_level: Option<String>,
     #[serde(flatten)]
     #[schema(value_type = Object)]
@@ -521,6 +535,15 @@ mod tests {
         assert!(tools[2].extra.contains_key("googleSearch"));
         let config = request.generation_config.as_ref().expect("a config");
         assert!(config.extra.contains_key("seed"));
+        let thinking: ThinkingConfig = crate::param::parse(
+            &json!({"thinking_budget": 2048, "include_thoughts": true, "thinking_level": "LOW"}),
+        )
+        .expect("proto names");
+        assert_eq!(
+            (thinking.thinking_budget, thinking.include_thoughts),
+            (Some(2048), Some(true))
+        );
+        assert!(thinking.extra.is_empty(), "{:?}", thinking.extra);
         // Read and written again, nothing is lost.
         assert_eq!(serde_json::to_value(&request).expect("json"), body);
     }
