@@ -93,6 +93,38 @@ pub trait Sandbox: Send + Sync {
             message: "code execution is not supported by this server's sandbox".into(),
         })
     }
+
+    /// The container's files now, so that [`Sandbox::output_files`] can
+    /// tell which a call then wrote (Anthropic's code execution returns
+    /// them). A sandbox that keeps no files marks none.
+    async fn mark_files(&self, container: &str) -> Result<FileMark, HostError> {
+        let _ = container;
+        Ok(FileMark::default())
+    }
+
+    /// The files created or changed in the container since `mark`, each
+    /// stored as a Files API file for the client to download.
+    async fn output_files(
+        &self,
+        container: &str,
+        mark: &FileMark,
+    ) -> Result<OutputFiles, HostError> {
+        let _ = (container, mark);
+        Ok(OutputFiles::default())
+    }
+}
+
+/// A container's files at one moment: path → (size, modification second).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FileMark(pub std::collections::HashMap<String, (u64, i64)>);
+
+/// The files a call wrote, as Files API files.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OutputFiles {
+    /// Their Files API ids, in the order of their paths.
+    pub file_ids: Vec<String>,
+    /// Some were larger than a Files API file may be, and are left out.
+    pub too_large: bool,
 }
 
 /// How a call's code ended, for the tools that tell it apart from its logs

@@ -30,7 +30,9 @@ use crate::sandboxes::containers::{
     create_container, image_list, owned, remove_container, shown_container,
 };
 use crate::sandboxes::exec::{run_request, Exec};
-use crate::sandboxes::files::{file_object, masked_file_stream, safe_file_name, sync_files};
+use crate::sandboxes::files::{
+    file_object, masked_file_stream, safe_file_name, store_container_file, sync_files,
+};
 use crate::spool::spool;
 use crate::state::AppState;
 use crate::time::now;
@@ -456,33 +458,8 @@ pub async fn promote_file(
         Err(e) => return Err(engine_error(&id, e)),
     };
     to_completion(async move {
-        let promoted = new_id("file-");
-        let key = crate::blobs::file_key(&promoted)?;
-        let limit = state.config.server.max_upload_bytes as u64;
-        // Masked as downloads are: promote is no way around the masker.
-        let chunks = masked_file_stream(tokio::fs::File::from_std(file), state.engine.masker(&id));
-        let failure = crate::blobs::BodyFailure::default();
-        let bytes = state
-            .objects
-            .put(&key, crate::blobs::capped_body(chunks, limit, &failure))
-            .await
-            .map_err(|e| failure.explain(e))?;
-        let blob = crate::blobs::Unrecorded::new(&state.objects, key);
-        let filename = safe_file_name(row.path.rsplit('/').next().unwrap_or("file"));
-        let file_row = shellgate_store::FileRow {
-            id: promoted,
-            project: project.0.clone(),
-            filename,
-            purpose: "user_data".to_owned(),
-            bytes,
-            created_at: now(),
-            expires_at: None,
-        };
-        let inserted = file_row.clone();
-        // A failed insert drops `blob`, which removes it.
-        state.db(move |s| s.insert_file(&inserted)).await?;
-        blob.recorded();
-        Ok(Json(file_object(&file_row)))
+        let stored = store_container_file(&state, &project.0, &id, &row.path, file).await?;
+        Ok(Json(file_object(&stored)))
     })
     .await
 }

@@ -217,7 +217,7 @@ fn counted_turn(
         set_apart(body.tools.as_deref().unwrap_or_default(), protocol);
     let tools = read_tools(&kept, &positions, &body)?;
     let (tool_choice, parallel) = tool_choice(&tools, body.tool_choice.as_ref())?;
-    let items = conversation(&body.messages)?;
+    let items = conversation(&body.messages, None)?;
     let (carry, _) = carry(&body, headers, &native_tools, protocol)?;
     Ok(shellgate_model::upstream::Turn {
         model: body.model.clone(),
@@ -483,7 +483,7 @@ fn carry(
 pub(crate) fn continued(body: &CreateMessage) -> Option<crate::sandboxes::reuse::Reuse> {
     let (kept, positions, _) = set_apart(body.tools.as_deref().unwrap_or_default(), None);
     let tools = read_tools(&kept, &positions, body).ok()?;
-    let items = conversation(&body.messages).ok()?;
+    let items = conversation(&body.messages, None).ok()?;
     Some(crate::sandboxes::reuse::Reuse::pick(
         &tools,
         body.session_id.as_deref(),
@@ -519,13 +519,42 @@ async fn prepare(
         }
     }
     let (tool_choice, parallel) = tool_choice(&tools, body.tool_choice.as_ref())?;
-    let items = conversation(&body.messages)?;
+    let uploaded = container_uploads(&body.messages);
+    let mut uploads = None;
+    let mut upload_rows = Vec::new();
+    if runs_code_execution(&body) {
+        for (param, id) in &uploaded {
+            let (owner, key) = (project.0.clone(), id.clone());
+            let row = state.db(move |s| s.file(&owner, &key)).await?;
+            upload_rows.push(row.ok_or_else(|| {
+                let mut error = ApiError::not_found("file", id);
+                error.param = Some(format!("{param}.file_id"));
+                error
+            })?);
+        }
+        uploads = Some(
+            upload_rows
+                .iter()
+                .map(|row| (row.id.clone(), upload_path(&row.filename)))
+                .collect::<HashMap<_, _>>(),
+        );
+    } else {
+        uncarried.extend(
+            uploaded
+                .iter()
+                .map(|(param, _)| format!("{param} (container_upload)")),
+        );
+    }
+    let items = conversation(&body.messages, uploads.as_ref())?;
     let (items, instructions, tools) =
         crate::guardrails::guard_request(&state.guardrails, &project.0, items, instructions, tools)
             .await?;
     let id = new_id("msg_");
     let reuse = crate::sandboxes::reuse::Reuse::pick(&tools, body.session_id.as_deref(), &items);
     let hosted = crate::sandboxes::hosted::prepare(state, &project.0, &tools, reuse, &id).await?;
+    if let Some(sandbox) = &hosted.sandbox {
+        sandbox.upload(upload_rows);
+    }
     Ok(Prepared {
         id,
         model: model.clone(),
@@ -554,6 +583,39 @@ async fn prepare(
         deadline: std::time::Duration::from_secs(state.config.model.response_timeout_secs),
         uncarried,
     })
+}
+
+/// The `container_upload` blocks of users' messages: each one's param
+/// (`messages[i].content[j]`) and file id.
+fn container_uploads(messages: &[MessageParam]) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    for (index, message) in messages.iter().enumerate() {
+        if message.role != Role::User {
+            continue;
+        }
+        if let TextOrBlocks::Blocks(blocks) = &message.content {
+            for (position, block) in blocks.iter().enumerate() {
+                if let ContentBlock::ContainerUpload(upload) = block {
+                    found.push((
+                        format!("messages[{index}].content[{position}]"),
+                        upload.file_id.clone(),
+                    ));
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Where a `container_upload`'s file is put: the container's input
+/// directory, `/mnt/data` (the working directory of its commands and
+/// cells), under the file's name.
+fn upload_path(filename: &str) -> String {
+    format!(
+        "{}/{}",
+        crate::sandboxes::interpreting::WORKDIR,
+        crate::sandboxes::files::safe_file_name(filename)
+    )
 }
 
 /// The text of `system`: a string or text blocks.
@@ -654,8 +716,14 @@ fn text_part(role: Role, text: String) -> ContentPart {
 /// The conversation of `messages`, as the loop's items: text (and what
 /// stands for an image or a document) becomes messages, `tool_use` and
 /// `tool_result` function calls and their outputs, a server tool's call
-/// and result block the one item they were.
-fn conversation(messages: &[MessageParam]) -> Result<Vec<Item>, ApiError> {
+/// and result block the one item they were. A `container_upload` tells
+/// the model where its file is in the container (`uploads`: file id →
+/// path, when code execution runs here; otherwise it is left out, and
+/// named as not carried by [`container_uploads`]' caller).
+fn conversation(
+    messages: &[MessageParam],
+    uploads: Option<&HashMap<String, String>>,
+) -> Result<Vec<Item>, ApiError> {
     if messages.is_empty() {
         return Err(invalid(
             "messages",
@@ -707,6 +775,21 @@ fn conversation(messages: &[MessageParam]) -> Result<Vec<Item>, ApiError> {
                     role,
                     "[document attached; it cannot be shown]".to_owned(),
                 )),
+                ContentBlock::ContainerUpload(upload) if role == Role::User => {
+                    if let Some(uploads) = uploads {
+                        let path = uploads.get(&upload.file_id).map_or_else(
+                            || format!("{}/", crate::sandboxes::interpreting::WORKDIR),
+                            String::clone,
+                        );
+                        parts.push(text_part(
+                            role,
+                            format!(
+                                "[file {} uploaded to the code execution container: {path}]",
+                                upload.file_id
+                            ),
+                        ));
+                    }
+                }
                 // Kept in place, for the upstream that made it (an
                 // Anthropic one checks its signature).
                 ContentBlock::Thinking(thinking) if role == Role::Assistant => {
@@ -756,7 +839,9 @@ fn conversation(messages: &[MessageParam]) -> Result<Vec<Item>, ApiError> {
                 }
                 // Anthropic's server tools' blocks (`web_search`...): kept
                 // whole, in place, for an Anthropic upstream.
-                block @ (ContentBlock::ServerToolUse(_) | ContentBlock::Unknown(_))
+                block @ (ContentBlock::ServerToolUse(_)
+                | ContentBlock::ContainerUpload(_)
+                | ContentBlock::Unknown(_))
                     if role == Role::Assistant && wire::is_server_tool_block(block.kind()) =>
                 {
                     flush(&mut parts, &mut items);
@@ -1470,7 +1555,7 @@ mod tests {
     fn typed_conversation(messages: Value) -> Result<Vec<Item>, ApiError> {
         let messages: Vec<MessageParam> = shellgate_wire::param::parse(&messages)
             .map_err(|e| invalid(&format!("messages{}", e.param), e.message))?;
-        conversation(&messages)
+        conversation(&messages, None)
     }
 
     /// The items as JSON, to look at.

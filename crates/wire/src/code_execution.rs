@@ -31,7 +31,7 @@ pub struct BashResult {
     pub stderr: String,
     /// `null` when it is not known (a replayed result without one).
     pub return_code: Option<i64>,
-    /// Files the command made (none here).
+    /// Files the command created or changed, as Files API files.
     #[serde(default)]
     pub content: Vec<BashOutputFile>,
     #[serde(flatten)]
@@ -143,7 +143,7 @@ pub struct PythonResult {
     pub stdout: String,
     pub stderr: String,
     pub return_code: i64,
-    /// Files the cell made.
+    /// Files the cell created or changed, as Files API files.
     #[serde(default)]
     pub content: Vec<PythonOutputFile>,
     #[serde(flatten)]

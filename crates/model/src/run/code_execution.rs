@@ -12,11 +12,19 @@
 //! the model reads and can correct: `invalid_tool_input` (no command, an
 //! `old_str` not found exactly once), `file_not_found`,
 //! `execution_time_exceeded` (the command ran past its time).
+//!
+//! The files a command or a cell creates or changes come back in its
+//! result's `content` as Files API files (`file_id`s), as Anthropic's do:
+//! the sandbox marks the container's files before the call and stores
+//! what differs after it ([`Sandbox::mark_files`],
+//! [`Sandbox::output_files`]); a command's file too large to store is
+//! `output_file_too_large`.
 
 use serde::Deserialize;
 use shellgate_wire::code_execution::{
-    BashResult, BashToolError, BashToolResultContent, CodeExecutionResult, CreateResult,
-    PythonResult, PythonToolError, PythonToolResultContent, StrReplaceResult, TextEditorToolError,
+    BashOutputFile, BashOutputKind, BashResult, BashToolError, BashToolResultContent,
+    CodeExecutionResult, CreateResult, PythonOutputFile, PythonOutputKind, PythonResult,
+    PythonToolError, PythonToolResultContent, StrReplaceResult, TextEditorToolError,
     TextEditorToolResultContent, ViewResult,
 };
 use shellgate_wire::responses::{self as wire, CodeExecutionCall, Item, ItemStatus};
@@ -157,17 +165,32 @@ async fn bash(
     let Some(line) = input.command.filter(|c| !c.trim().is_empty()) else {
         return Ok(bash_error("invalid_tool_input"));
     };
+    let mark = sandbox.mark_files(container).await.map_err(host_failed)?;
     let result = command(sandbox, container, line, None, guardrail).await?;
-    Ok(match result.outcome {
-        Outcome::Timeout => bash_error("execution_time_exceeded"),
-        Outcome::Exit { exit_code } => BashToolResultContent::BashCodeExecutionResult(BashResult {
-            stdout: result.stdout,
-            stderr: result.stderr,
-            return_code: Some(i64::from(exit_code)),
-            content: Vec::new(),
-            extra: wire::Extra::new(),
-        }),
-    })
+    let Outcome::Exit { exit_code } = result.outcome else {
+        return Ok(bash_error("execution_time_exceeded"));
+    };
+    let written = sandbox
+        .output_files(container, &mark)
+        .await
+        .map_err(host_failed)?;
+    if written.too_large {
+        return Ok(bash_error("output_file_too_large"));
+    }
+    Ok(BashToolResultContent::BashCodeExecutionResult(BashResult {
+        stdout: result.stdout,
+        stderr: result.stderr,
+        return_code: Some(i64::from(exit_code)),
+        content: written
+            .file_ids
+            .into_iter()
+            .map(|file_id| BashOutputFile {
+                file_id,
+                kind: BashOutputKind::BashCodeExecutionOutput,
+            })
+            .collect(),
+        extra: wire::Extra::new(),
+    }))
 }
 
 /// One Python cell's result: what it printed (its traceback too, with
@@ -187,6 +210,7 @@ async fn python(
     let Some(code) = input.code.filter(|c| !c.trim().is_empty()) else {
         return Ok(error("invalid_tool_input"));
     };
+    let mark = sandbox.mark_files(container).await.map_err(host_failed)?;
     let ran = sandbox
         .interpret(container, &code)
         .await
@@ -194,6 +218,12 @@ async fn python(
     if ran.timed_out {
         return Ok(error("execution_time_exceeded"));
     }
+    // A file too large to store is left out (the cell's error codes have
+    // no `output_file_too_large`).
+    let written = sandbox
+        .output_files(container, &mark)
+        .await
+        .map_err(host_failed)?;
     let logs = match guardrail {
         // The logs are checked as a command's output is.
         Some(guardrail) => guard_results(guardrail, vec![exited(&ran.logs, String::new(), 0)])
@@ -206,7 +236,14 @@ async fn python(
         stdout: logs,
         stderr: String::new(),
         return_code: i64::from(ran.raised),
-        content: Vec::new(),
+        content: written
+            .file_ids
+            .into_iter()
+            .map(|file_id| PythonOutputFile {
+                file_id,
+                kind: PythonOutputKind::CodeExecutionOutput,
+            })
+            .collect(),
         extra: wire::Extra::new(),
     }))
 }

@@ -281,7 +281,7 @@ fn new_row(
 
 /// Copies the project's `files` into a new container's `/mnt/data`, each a
 /// row of the container's files (source `user`).
-async fn put_files(
+pub(crate) async fn put_files(
     state: &AppState,
     id: &str,
     files: &[shellgate_store::FileRow],

@@ -160,6 +160,48 @@ pub(crate) async fn sync_files(state: &AppState, id: &str) -> ApiResult<Option<L
     Ok(incomplete(skipped, secret_names))
 }
 
+/// Stores `file`, `container`'s file at `path` (opened by the engine), as
+/// a Files API file of `project` (named after it, `purpose: user_data`),
+/// its content masked as a download's is: promote's path, and the files
+/// Anthropic's code execution returns. Either the whole file is stored
+/// and recorded, or nothing is.
+pub(crate) async fn store_container_file(
+    state: &AppState,
+    project: &str,
+    container: &str,
+    path: &str,
+    file: std::fs::File,
+) -> ApiResult<FileRow> {
+    let id = new_id("file-");
+    let key = crate::blobs::file_key(&id)?;
+    let limit = state.config.server.max_upload_bytes as u64;
+    let chunks = masked_file_stream(
+        tokio::fs::File::from_std(file),
+        state.engine.masker(container),
+    );
+    let failure = crate::blobs::BodyFailure::default();
+    let bytes = state
+        .objects
+        .put(&key, crate::blobs::capped_body(chunks, limit, &failure))
+        .await
+        .map_err(|e| failure.explain(e))?;
+    let blob = crate::blobs::Unrecorded::new(&state.objects, key);
+    let row = FileRow {
+        id,
+        project: project.to_owned(),
+        filename: safe_file_name(path.rsplit('/').next().unwrap_or("file")),
+        purpose: "user_data".to_owned(),
+        bytes,
+        created_at: crate::time::now(),
+        expires_at: None,
+    };
+    let inserted = row.clone();
+    // A failed insert drops `blob`, which removes it.
+    state.db(move |s| s.insert_file(&inserted)).await?;
+    blob.recorded();
+    Ok(row)
+}
+
 /// A file name safe to place in `/mnt/data`: its last path component.
 pub fn safe_file_name(name: &str) -> String {
     let base = name.rsplit(['/', '\\']).next().unwrap_or("").trim();

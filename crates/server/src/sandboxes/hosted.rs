@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use serde::Deserialize as _;
 use serde_json::Value;
-use shellgate_model::run::{HostError, Interpretation, Sandbox};
+use shellgate_model::run::{FileMark, HostError, Interpretation, OutputFiles, Sandbox};
 use shellgate_model::tools::{Environment, Tools};
 use shellgate_sandbox_api::backend::{CommandResult, RunRequest};
 use shellgate_wire::responses::ContainerAuto;
@@ -39,6 +39,7 @@ use crate::sandboxes::containers::create_container;
 use crate::sandboxes::exec::Exec;
 use crate::sandboxes::reuse::Reuse;
 use crate::state::AppState;
+use crate::time::now;
 
 /// Whether a container was made with what a `container_auto` asks (the
 /// network policy and skills are compared by [`HostedShell::reusable`]):
@@ -105,6 +106,9 @@ pub struct HostedShell {
     /// Seconds its commands took, and sessions it began (a new or woken
     /// container costs at least 30 s).
     time: Mutex<(f64, u32)>,
+    /// Files API files to put into the container when it is first used
+    /// (Anthropic's `container_upload` blocks).
+    uploads: Mutex<Vec<shellgate_store::FileRow>>,
 }
 
 /// The hosted side of a request, checked: the sandbox (if a tool runs
@@ -191,6 +195,7 @@ pub async fn prepare(
             container: tokio::sync::Mutex::new(None),
             request: request.to_owned(),
             time: Mutex::new((0.0, 0)),
+            uploads: Mutex::new(Vec::new()),
         })
     });
     // A reused container's policy is the request's (one that differs gets
@@ -210,6 +215,15 @@ impl HostedShell {
     pub fn billed_seconds(&self) -> f64 {
         let (seconds, sessions) = *self.time.lock().unwrap_or_else(|p| p.into_inner());
         seconds.max(shellgate_store::SESSION_MINIMUM_SECONDS * f64::from(sessions))
+    }
+
+    /// Puts `files` into the container (its `/mnt/data`, each under its
+    /// name) when the request first uses it.
+    pub fn upload(&self, files: Vec<shellgate_store::FileRow>) {
+        self.uploads
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(files);
     }
 
     /// The container, if one was found or made.
@@ -387,6 +401,12 @@ impl Sandbox for HostedShell {
             return Ok(id.clone());
         }
         let id = self.find_or_make().await?;
+        let uploads = std::mem::take(&mut *self.uploads.lock().unwrap_or_else(|p| p.into_inner()));
+        if !uploads.is_empty() {
+            crate::sandboxes::containers::put_files(&self.state, &id, &uploads, now())
+                .await
+                .map_err(host_error)?;
+        }
         if let Some(seconds) = self.sleep_after {
             let key = id.clone();
             self.state
@@ -445,6 +465,59 @@ impl Sandbox for HostedShell {
         .await?;
         self.add(started.elapsed().as_secs_f64(), woke);
         Ok((interpretation, ended))
+    }
+
+    async fn mark_files(&self, container: &str) -> Result<FileMark, HostError> {
+        crate::sandboxes::interpreting::listing(&self.state, container)
+            .await
+            .map(FileMark)
+    }
+
+    /// Each file created or changed since `mark` (at most
+    /// `MAX_CITED_FILES`, by path), stored as a Files API file; one whose
+    /// name holds a secret's value is left out, as listings leave it out.
+    async fn output_files(
+        &self,
+        container: &str,
+        mark: &FileMark,
+    ) -> Result<OutputFiles, HostError> {
+        use crate::sandboxes::interpreting::{changed, listing, MAX_CITED_FILES};
+        let state = &self.state;
+        let after = listing(state, container).await?;
+        let mut paths = changed(&mark.0, &after);
+        paths.truncate(MAX_CITED_FILES);
+        let masker = state.engine.masker(container);
+        let limit = state.config.server.max_upload_bytes as u64;
+        let mut written = OutputFiles::default();
+        for path in paths {
+            if masker
+                .as_ref()
+                .is_some_and(|m| m.mask(path.as_bytes()) != path.as_bytes())
+            {
+                continue;
+            }
+            if after.get(&path).is_some_and(|(bytes, _)| *bytes > limit) {
+                written.too_large = true;
+                continue;
+            }
+            let file = match state.engine.open_file(container, &path).await {
+                Ok(file) => file,
+                // Removed since the listing: nothing to store.
+                Err(shellgate_sandbox_api::SandboxError::FileNotFound(_)) => continue,
+                Err(e) => return Err(host_error(crate::engine::engine_error(container, e))),
+            };
+            let row = crate::sandboxes::files::store_container_file(
+                state,
+                &self.project,
+                container,
+                &path,
+                file,
+            )
+            .await
+            .map_err(host_error)?;
+            written.file_ids.push(row.id);
+        }
+        Ok(written)
     }
 
     async fn interpret(&self, container: &str, code: &str) -> Result<Interpretation, HostError> {

@@ -292,7 +292,7 @@ fn bounded(text: String, max: usize) -> String {
 }
 
 /// The files under `/mnt/data`: path → (size, modification time).
-async fn listing(
+pub(crate) async fn listing(
     state: &AppState,
     container: &str,
 ) -> Result<HashMap<String, (u64, i64)>, HostError> {
@@ -309,7 +309,7 @@ async fn listing(
 
 /// The paths created or changed between two listings (a size or a
 /// modification second that differs), in path order.
-fn changed(
+pub(crate) fn changed(
     before: &HashMap<String, (u64, i64)>,
     after: &HashMap<String, (u64, i64)>,
 ) -> Vec<String> {

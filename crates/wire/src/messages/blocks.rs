@@ -85,6 +85,8 @@ pub enum ContentBlock {
     TextEditorCodeExecutionToolResult(TextEditorToolResultBlock),
     /// The result of a `code_execution` (Python) call.
     CodeExecutionToolResult(PythonToolResultBlock),
+    /// A Files API file to put into code execution's container.
+    ContainerUpload(ContainerUploadBlock),
     /// A block of another `type`, whole (its `type` included).
     #[serde(untagged)]
     Unknown(Raw),
@@ -108,6 +110,7 @@ impl ContentBlock {
                 "text_editor_code_execution_tool_result"
             }
             ContentBlock::CodeExecutionToolResult(_) => "code_execution_tool_result",
+            ContentBlock::ContainerUpload(_) => "container_upload",
             ContentBlock::Unknown(raw) => raw.kind(),
         }
     }
@@ -126,6 +129,7 @@ impl ContentBlock {
             ContentBlock::BashCodeExecutionToolResult(block) => &block.extra,
             ContentBlock::TextEditorCodeExecutionToolResult(block) => &block.extra,
             ContentBlock::CodeExecutionToolResult(block) => &block.extra,
+            ContentBlock::ContainerUpload(block) => &block.extra,
             ContentBlock::Unknown(raw) => &raw.0,
         };
         extra.get(CACHE_CONTROL)
@@ -165,6 +169,7 @@ impl<'de> Deserialize<'de> for ContentBlock {
             Some("code_execution_tool_result") => {
                 ContentBlock::CodeExecutionToolResult(block.variant()?)
             }
+            Some("container_upload") => ContentBlock::ContainerUpload(block.variant()?),
             Some(_) => ContentBlock::Unknown(Raw(block.object)),
             None => return Err(unknown_type(None, "a content block type")),
         })
@@ -349,6 +354,16 @@ pub struct TextEditorToolResultBlock {
 pub struct PythonToolResultBlock {
     pub tool_use_id: String,
     pub content: PythonToolResultContent,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
+
+/// A user's `container_upload`: the Files API file `file_id`, to be put
+/// into the container's input directory for code execution.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ContainerUploadBlock {
+    pub file_id: String,
     #[serde(flatten)]
     #[schema(value_type = Object)]
     pub extra: Extra,

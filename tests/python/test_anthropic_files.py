@@ -1,0 +1,125 @@
+"""Anthropic's code execution with files on `POST /v1/messages`, for any
+upstream model: a `container_upload` block puts a Files API file into the
+code execution container (`/mnt/data`, under its name; the model is told
+where), and each file a command or a Python cell creates or changes comes
+back in its result's `content` as a Files API file (`file_id`), which the
+Files API downloads. Clients: the official `anthropic` SDK (the `openai`
+SDK for the Files API in its OpenAI shape); the model is the scripted
+upstream (a fixture), once per upstream protocol (Chat Completions,
+Responses, Anthropic).
+"""
+
+import json
+
+import anthropic
+import pytest
+
+from conftest import KEY_A, own_server
+
+PROTOCOLS = ["chat", "responses", "anthropic"]
+
+# Servers of the module's own (one per upstream protocol): in cluster mode,
+# clusters of their own, run apart from the session's.
+pytestmark = pytest.mark.fresh_server
+
+BASH = {"type": "code_execution_20250825", "name": "code_execution"}
+PYTHON = {"type": "code_execution_20260120", "name": "code_execution"}
+
+
+@pytest.fixture(scope="module", params=PROTOCOLS)
+def served(request, upstream):
+    """A server whose upstream speaks `request.param`, and that protocol."""
+    with own_server(upstream, upstream_url=upstream.url, upstream_protocol=request.param,
+                    upstream_timeout_secs=10) as server:
+        yield server, request.param
+
+
+def anthropic_client(server):
+    # Anthropic's SDK adds /v1 itself: its base URL is the server's root.
+    return anthropic.Anthropic(base_url=server.base_url.removesuffix("/v1"), api_key=KEY_A, max_retries=0)
+
+
+def uploaded(server, name, content):
+    """A Files API file (uploaded in OpenAI's shape)."""
+    return server.client(KEY_A).files.create(file=(name, content), purpose="user_data").id
+
+
+def downloaded(server, file_id):
+    return server.client(KEY_A).files.content(file_id).read()
+
+
+def with_upload(file_id, name, arguments, tool=BASH, **extra):
+    """A request whose first message uploads `file_id` and whose last asks
+    the model to call code execution's sub-tool `name`."""
+    return dict(model="scripted", max_tokens=256, tools=[tool], messages=[
+        {"role": "user", "content": [{"type": "container_upload", "file_id": file_id},
+                                     {"type": "text", "text": "Here is the data."}]},
+        {"role": "assistant", "content": "Noted."},
+        {"role": "user", "content": f"Call {name}: {json.dumps(arguments)}"},
+    ], **extra)
+
+
+def sent_text(request):
+    """Everything an upstream request says, as one string."""
+    return json.dumps(request)
+
+
+def test_an_uploaded_file_is_in_the_container_and_written_files_come_back(served, upstream):
+    server, _ = served
+    client = anthropic_client(server)
+    file_id = uploaded(server, "data.csv", b"a,b\n1,2\n")
+    before = len(upstream.requests)
+    message = client.messages.create(**with_upload(
+        file_id, "bash_code_execution", {"command": "cat data.csv; wc -l < data.csv > lines.txt"}))
+    call, result, _ = message.content
+    assert call.name == "bash_code_execution", message.content
+    done = result.content
+    assert (done.type, done.stdout, done.return_code) == ("bash_code_execution_result", "a,b\n1,2\n", 0), done
+    # The model was told where the file is.
+    assert "/mnt/data/data.csv" in sent_text(upstream.requests[before]), upstream.requests[before]
+    # The file the command wrote, and only it (the upload was there before).
+    [output] = done.content
+    assert output.type == "bash_code_execution_output", done
+    assert downloaded(server, output.file_id) == b"2\n"
+    assert server.client(KEY_A).files.retrieve(output.file_id).filename == "lines.txt"
+    # A command that writes nothing returns no files.
+    again = client.messages.create(**with_upload(
+        file_id, "bash_code_execution", {"command": "cat lines.txt"},
+        container=message.container.id))
+    assert again.container.id == message.container.id
+    assert again.content[1].content.model_dump() == {
+        "type": "bash_code_execution_result", "stdout": "2\n", "stderr": "", "return_code": 0,
+        "content": []}
+
+
+def test_a_python_cell_returns_the_files_it_writes(served):
+    server, _ = served
+    client = anthropic_client(server)
+    file_id = uploaded(server, "numbers.txt", b"1 2 3 4\n")
+    code = ("total = sum(int(n) for n in open('numbers.txt').read().split())\n"
+            "open('total.txt', 'w').write(str(total))\nprint(total)")
+    message = client.messages.create(**with_upload(file_id, "code_execution", {"code": code}, tool=PYTHON))
+    result = message.content[1].content
+    assert (result.type, result.stdout, result.return_code) == ("code_execution_result", "10\n", 0), result
+    [output] = result.content
+    assert output.type == "code_execution_output", result
+    assert downloaded(server, output.file_id) == b"10"
+
+
+def test_an_unknown_upload_is_a_404_naming_the_block(served):
+    server, _ = served
+    with pytest.raises(anthropic.NotFoundError) as raised:
+        anthropic_client(server).messages.create(**with_upload(
+            "file-none", "bash_code_execution", {"command": "true"}))
+    assert "file-none" in str(raised.value), raised.value
+
+
+def test_an_upload_without_code_execution_is_named_as_not_carried(served):
+    server, _ = served
+    file_id = uploaded(server, "unused.txt", b"x")
+    request = with_upload(file_id, "bash_code_execution", {"command": "true"})
+    request.pop("tools")
+    request["messages"][-1]["content"] = "Hello"
+    raw = anthropic_client(server).messages.with_raw_response.create(**request)
+    assert raw.headers.get("x-shellgate-uncarried") == "messages[0].content[0] (container_upload)", raw.headers
+    assert raw.parse().content[0].type == "text"
