@@ -3,8 +3,11 @@ upstream model: a `container_upload` block puts a Files API file into the
 code execution container (`/mnt/data`, under its name; the model is told
 where), and each file a command or a Python cell creates or changes comes
 back in its result's `content` as a Files API file (`file_id`), which the
-Files API downloads. Clients: the official `anthropic` SDK (the `openai`
-SDK for the Files API in its OpenAI shape); the model is the scripted
+Files API downloads; and the Files API in Anthropic's shape (`FileMetadata`,
+pages newest first, `file_deleted`, Anthropic's errors) to a client that
+sends `anthropic-version`, over the same files OpenAI's shape shows.
+Clients: the official `anthropic` SDK (the `openai` SDK for the Files API
+in its OpenAI shape); the model is the scripted
 upstream (a fixture), once per upstream protocol (Chat Completions,
 Responses, Anthropic).
 """
@@ -13,6 +16,7 @@ import json
 
 import anthropic
 import pytest
+from anthropic.types.beta import BetaDeletedFile, BetaFileMetadata
 
 from conftest import KEY_A, own_server
 
@@ -123,3 +127,73 @@ def test_an_upload_without_code_execution_is_named_as_not_carried(served):
     raw = anthropic_client(server).messages.with_raw_response.create(**request)
     assert raw.headers.get("x-shellgate-uncarried") == "messages[0].content[0] (container_upload)", raw.headers
     assert raw.parse().content[0].type == "text"
+
+
+# --- The Files API in Anthropic's shape ---------------------------------
+
+
+def test_the_files_api_answers_anthropics_sdk_in_its_shape(served):
+    server, _ = served
+    client = anthropic_client(server)
+    meta = client.beta.files.upload(file=("notes.txt", b"hello\n", "text/plain"))
+    assert isinstance(meta, BetaFileMetadata), meta
+    assert (meta.type, meta.filename, meta.mime_type, meta.size_bytes, meta.downloadable) == (
+        "file", "notes.txt", "text/plain", 6, True), meta
+    assert meta.created_at.tzinfo is not None, meta
+    assert client.beta.files.retrieve_metadata(meta.id) == meta
+    assert client.beta.files.download(meta.id).read() == b"hello\n"
+    # The same file, in OpenAI's shape to OpenAI's SDK.
+    assert server.client(KEY_A).files.retrieve(meta.id).filename == "notes.txt"
+    deleted = client.beta.files.delete(meta.id)
+    assert isinstance(deleted, BetaDeletedFile) and (deleted.id, deleted.type) == (meta.id, "file_deleted")
+    with pytest.raises(anthropic.NotFoundError) as raised:
+        client.beta.files.retrieve_metadata(meta.id)
+    assert raised.value.body["type"] == "error", raised.value.body
+    assert raised.value.body["error"]["type"] == "not_found_error", raised.value.body
+
+
+def test_an_expiry_is_anthropics_and_a_bad_one_is_its_400(served):
+    server, _ = served
+    client = anthropic_client(server)
+    meta = client.beta.files.upload(file=("later.txt", b"x"), expires_in_seconds=3600)
+    assert (meta.expires_at - meta.created_at).total_seconds() == 3600, meta
+    with pytest.raises(anthropic.BadRequestError) as raised:
+        client.beta.files.upload(file=("soon.txt", b"x"), expires_in_seconds=5)
+    assert raised.value.body["error"]["type"] == "invalid_request_error", raised.value.body
+    assert "expires_in_seconds" in raised.value.body["error"]["message"], raised.value.body
+
+
+def test_anthropic_file_lists_page_newest_first(served):
+    server, _ = served
+    client = anthropic_client(server)
+    oldest, middle, newest = (client.beta.files.upload(file=(f"page-{n}.txt", b"x")).id for n in range(3))
+    page = client.beta.files.list(limit=2)
+    assert [f.id for f in page.data] == [newest, middle], page
+    assert all(isinstance(f, BetaFileMetadata) for f in page.data)
+    # The SDK's cursor goes on from `next_page`.
+    assert page.next_page and page.next_page.startswith("page_"), page
+    assert page.get_next_page().data[0].id == oldest
+    raw = client.beta.files.with_raw_response.list(limit=2).http_response.json()
+    assert (raw["has_more"], raw["first_id"], raw["last_id"]) == (True, newest, middle), raw
+    after = client.beta.files.with_raw_response.list(
+        limit=2, extra_query={"after_id": newest}).http_response.json()
+    assert [f["id"] for f in after["data"]] == [middle, oldest], after
+    before = client.beta.files.with_raw_response.list(
+        limit=2, extra_query={"before_id": oldest}).http_response.json()
+    assert ([f["id"] for f in before["data"]], before["has_more"]) == ([newest, middle], False), before
+    with pytest.raises(anthropic.BadRequestError):
+        client.beta.files.list(limit=0)
+
+
+def test_a_file_uploaded_with_anthropics_sdk_is_used_and_an_output_downloaded(served):
+    server, _ = served
+    client = anthropic_client(server)
+    meta = client.beta.files.upload(file=("words.txt", b"one two three\n", "text/plain"))
+    message = client.messages.create(**with_upload(
+        meta.id, "bash_code_execution", {"command": "tr ' ' '\\n' < words.txt | sort > sorted.txt"}))
+    result = message.content[1].content
+    assert (result.type, result.return_code) == ("bash_code_execution_result", 0), result
+    [output] = result.content
+    written = client.beta.files.retrieve_metadata(output.file_id)
+    assert (written.filename, written.mime_type, written.downloadable) == ("sorted.txt", "text/plain", True)
+    assert client.beta.files.download(output.file_id).read() == b"one\nthree\ntwo\n"

@@ -250,11 +250,29 @@ pub enum Dialect {
     Google,
 }
 
+/// Whether a request is an Anthropic client's: it sends
+/// `anthropic-version` (every Anthropic SDK does) or asks for one of
+/// Anthropic's Files or Skills betas. The Files and Skills APIs answer such
+/// a client in Anthropic's shapes.
+pub fn anthropic_client(headers: &HeaderMap) -> bool {
+    headers.contains_key("anthropic-version")
+        || headers
+            .get_all("anthropic-beta")
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .flat_map(|value| value.split(','))
+            .map(str::trim)
+            .any(|beta| beta.starts_with("files-api-") || beta.starts_with("skills-"))
+}
+
 impl Dialect {
     /// The dialect of a request to `path` with `headers`.
     pub fn of(path: &str, headers: &HeaderMap) -> Self {
         if headers.contains_key(shellgate_wire::e2b::SANDBOX_ID_HEADER) {
             return Dialect::E2b;
+        }
+        if anthropic_client(headers) && anthropic_resource(path) {
+            return Dialect::Anthropic;
         }
         let mut segments = path.split('/').filter(|s| !s.is_empty());
         let first = (
@@ -282,6 +300,17 @@ impl Dialect {
             _ => Dialect::OpenAi,
         }
     }
+}
+
+/// Whether `path` is under `/v1/files` or `/v1/skills` (or OpenRouter's
+/// `/api/v1/...`): the resources with an Anthropic shape beside OpenAI's.
+fn anthropic_resource(path: &str) -> bool {
+    let rest = path
+        .strip_prefix("/api/v1/")
+        .or_else(|| path.strip_prefix("/v1/"))
+        .unwrap_or_default();
+    let resource = rest.split('/').next().unwrap_or_default();
+    matches!(resource, "files" | "skills")
 }
 
 /// Marks a response as an [`ApiError`]'s, so that [`in_dialect`] can

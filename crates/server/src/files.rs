@@ -1,22 +1,33 @@
 //! `/v1/files`: upload, list, retrieve, content, delete. Blobs live in the
 //! object store under their id (`files/<id>`, never a user-chosen name),
 //! streamed in and out: an upload is never held in memory.
+//!
+//! Two shapes over the same files: OpenAI's, and Anthropic's for a client
+//! that sends `anthropic-version` or a `files-api-*` beta
+//! ([`crate::error::anthropic_client`]): an upload without `purpose` (and
+//! with `expires_in_seconds`), `FileMetadata` objects, lists paged newest
+//! first by `after_id` / `before_id` / `limit` (or the `page` cursor of
+//! `next_page`), `file_deleted`, and errors in Anthropic's envelope
+//! (`error::Dialect::of`).
 
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Multipart, Path, State};
-use axum::http::header;
+use axum::extract::{Multipart, Path, Query, State};
+use axum::http::{header, HeaderMap, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use shellgate_store::FileRow;
 use shellgate_wire::new_id;
-use shellgate_wire::{Deleted, FileObject, List, FILE_PURPOSES};
+use shellgate_wire::{
+    mime_type_of, AnthropicFile, AnthropicFileDeleted, AnthropicFileList, AnthropicFilesQuery,
+    Deleted, FileObject, List, FILE_PURPOSES, PAGE_CURSOR_PREFIX,
+};
 
 use crate::blobs::{field_body, file_key, BodyFailure, Unrecorded};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{anthropic_client, ApiError, ApiResult};
 use crate::http::multipart_error;
-use crate::http::{ApiQuery, ListParams, Project};
+use crate::http::{ListParams, Project};
 use crate::sandboxes::files::{file_object, safe_file_name};
 use crate::state::AppState;
 use crate::time::now;
@@ -32,6 +43,57 @@ async fn owned(state: &AppState, project: &Project, id: &str) -> ApiResult<FileR
 /// Shortest and longest `expires_after.seconds` (OpenAI's bounds: an hour
 /// to 30 days).
 const EXPIRY_SECONDS: std::ops::RangeInclusive<i64> = 3_600..=2_592_000;
+
+/// Shortest and longest `expires_in_seconds` (Anthropic's bounds: an
+/// hour to 90 days).
+const ANTHROPIC_EXPIRY_SECONDS: std::ops::RangeInclusive<i64> = 3_600..=7_776_000;
+
+/// Most files in one of Anthropic's pages, and how many when the client
+/// does not say.
+const MAX_ANTHROPIC_PAGE: u32 = 1000;
+const DEFAULT_ANTHROPIC_PAGE: u32 = 20;
+
+/// A file's row in Anthropic's shape (`FileMetadata`). Every file here can
+/// be downloaded.
+fn anthropic_file(row: &FileRow) -> AnthropicFile {
+    AnthropicFile {
+        id: row.id.clone(),
+        kind: "file".to_owned(),
+        filename: row.filename.clone(),
+        mime_type: mime_type_of(&row.filename).to_owned(),
+        size_bytes: row.bytes,
+        created_at: shellgate_wire::time::rfc3339(row.created_at),
+        downloadable: true,
+        expires_at: row.expires_at.map(shellgate_wire::time::rfc3339),
+    }
+}
+
+/// A file's row in the client's shape.
+fn shown(row: &FileRow, anthropic: bool) -> Response {
+    if anthropic {
+        Json(anthropic_file(row)).into_response()
+    } else {
+        Json(file_object(row)).into_response()
+    }
+}
+
+/// Anthropic's `expires_in_seconds` multipart field.
+fn anthropic_expiry(seconds: Option<String>) -> ApiResult<Option<i64>> {
+    let Some(seconds) = seconds else {
+        return Ok(None);
+    };
+    match seconds.trim().parse::<i64>() {
+        Ok(seconds) if ANTHROPIC_EXPIRY_SECONDS.contains(&seconds) => Ok(Some(seconds)),
+        _ => Err(ApiError::invalid(
+            "expires_in_seconds",
+            format!(
+                "expires_in_seconds must be a whole number from {} to {}",
+                ANTHROPIC_EXPIRY_SECONDS.start(),
+                ANTHROPIC_EXPIRY_SECONDS.end()
+            ),
+        )),
+    }
+}
 
 /// `expires_after[anchor]` and `expires_after[seconds]` as multipart fields.
 fn expiry(anchor: Option<String>, seconds: Option<String>) -> ApiResult<Option<i64>> {
@@ -79,8 +141,10 @@ pub(crate) async fn remove(state: &AppState, project: &str, id: &str) -> ApiResu
 pub async fn upload(
     State(state): State<Arc<AppState>>,
     project: Project,
+    headers: HeaderMap,
     multipart: Result<Multipart, axum::extract::multipart::MultipartRejection>,
-) -> ApiResult<Json<FileObject>> {
+) -> ApiResult<Response> {
+    let anthropic = anthropic_client(&headers);
     let mut multipart = multipart.map_err(|e| {
         ApiError::unsupported_media_type(format!(
             "Send the file as multipart/form-data: {}",
@@ -89,7 +153,7 @@ pub async fn upload(
     })?;
     let id = new_id("file-");
     let mut purpose = None;
-    let (mut anchor, mut seconds) = (None, None);
+    let (mut anchor, mut seconds, mut expires_in) = (None, None, None);
     // The blob is streamed into the object store as it arrives, and
     // removed again unless its row is written.
     let mut stored: Option<(String, u64, Unrecorded)> = None;
@@ -101,6 +165,9 @@ pub async fn upload(
             }
             Some("expires_after[seconds]") => {
                 seconds = Some(field.text().await.map_err(multipart_error)?)
+            }
+            Some("expires_in_seconds") if anthropic => {
+                expires_in = Some(field.text().await.map_err(multipart_error)?)
             }
             Some("file") if stored.is_none() => {
                 let name = safe_file_name(field.file_name().unwrap_or("upload"));
@@ -123,15 +190,23 @@ pub async fn upload(
             _ => {}
         }
     }
-    let purpose =
-        purpose.ok_or_else(|| ApiError::invalid("purpose", "a 'purpose' field is required"))?;
+    // Anthropic's Files API has no purpose: its files are the user's data.
+    let purpose = match purpose {
+        None if anthropic => "user_data".to_owned(),
+        purpose => {
+            purpose.ok_or_else(|| ApiError::invalid("purpose", "a 'purpose' field is required"))?
+        }
+    };
     if !FILE_PURPOSES.contains(&purpose.as_str()) {
         return Err(ApiError::invalid(
             "purpose",
             format!("purpose must be one of {}", FILE_PURPOSES.join(", ")),
         ));
     }
-    let expires_in = expiry(anchor, seconds)?;
+    let expires_in = match expires_in {
+        Some(_) => anthropic_expiry(expires_in)?,
+        None => expiry(anchor, seconds)?,
+    };
     let (filename, bytes, blob) =
         stored.ok_or_else(|| ApiError::invalid("file", "a 'file' field is required"))?;
     let row = FileRow {
@@ -151,14 +226,22 @@ pub async fn upload(
     // A failed insert drops `blob`, which removes it.
     state.db(move |s| s.insert_file(&inserted)).await?;
     blob.recorded();
-    Ok(Json(file_object(&row)))
+    Ok(shown(&row, anthropic))
 }
 
 pub async fn list(
     State(state): State<Arc<AppState>>,
     project: Project,
-    ApiQuery(params): ApiQuery<ListParams>,
-) -> ApiResult<Json<List<FileObject>>> {
+    headers: HeaderMap,
+    uri: Uri,
+) -> ApiResult<Response> {
+    if anthropic_client(&headers) {
+        let Query(query) = Query::<AnthropicFilesQuery>::try_from_uri(&uri)
+            .map_err(|e| ApiError::bad_request(format!("Invalid query: {}", e.body_text())))?;
+        return Ok(Json(anthropic_list(&state, project, query).await?).into_response());
+    }
+    let Query(params) = Query::<ListParams>::try_from_uri(&uri)
+        .map_err(|e| ApiError::bad_request(format!("Invalid query: {}", e.body_text())))?;
     if params.name.is_some() {
         return Err(ApiError::invalid("name", "files have no name filter"));
     }
@@ -174,15 +257,87 @@ pub async fn list(
         rows.iter().map(file_object).collect(),
         has_more,
         |f: &FileObject| f.id.clone(),
-    )))
+    ))
+    .into_response())
+}
+
+/// One of Anthropic's pages of the project's files, newest first: `limit`
+/// after `after_id` (or the `page` cursor's id), or the `limit` just
+/// before `before_id`.
+async fn anthropic_list(
+    state: &AppState,
+    project: Project,
+    query: AnthropicFilesQuery,
+) -> ApiResult<AnthropicFileList> {
+    let limit = match &query.limit {
+        None => DEFAULT_ANTHROPIC_PAGE,
+        Some(text) => text
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=MAX_ANTHROPIC_PAGE).contains(n))
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    "limit",
+                    format!("limit must be a whole number from 1 to {MAX_ANTHROPIC_PAGE}"),
+                )
+            })?,
+    };
+    let cursor = match &query.page {
+        Some(page) => Some(
+            page.strip_prefix(PAGE_CURSOR_PREFIX)
+                .filter(|id| !id.is_empty())
+                .ok_or_else(|| ApiError::invalid("page", "page is not a next_page cursor"))?
+                .to_owned(),
+        ),
+        None => None,
+    };
+    let after = match (query.after_id, query.before_id.as_ref(), cursor) {
+        (Some(_), Some(_), _) => {
+            return Err(ApiError::invalid(
+                "before_id",
+                "after_id and before_id cannot both be given",
+            ))
+        }
+        (after, _, cursor) => after.or(cursor),
+    };
+    // Before `before_id` is after it in the other order, read back again.
+    let backwards = query.before_id.is_some();
+    let page = shellgate_store::Page {
+        limit,
+        ascending: backwards,
+        after: query.before_id.or(after),
+    };
+    let (mut rows, has_more) = state
+        .db(move |s| s.list_files(&project.0, None, &page))
+        .await?;
+    if backwards {
+        rows.reverse();
+    }
+    let data: Vec<AnthropicFile> = rows.iter().map(anthropic_file).collect();
+    let first_id = data.first().map(|f| f.id.clone());
+    let last_id = data.last().map(|f| f.id.clone());
+    // The cursor goes on to older files, which only a forward page has.
+    let next_page = last_id
+        .as_ref()
+        .filter(|_| has_more && !backwards)
+        .map(|id| format!("{PAGE_CURSOR_PREFIX}{id}"));
+    Ok(AnthropicFileList {
+        data,
+        has_more,
+        first_id,
+        last_id,
+        next_page,
+    })
 }
 
 pub async fn retrieve(
     State(state): State<Arc<AppState>>,
     project: Project,
+    headers: HeaderMap,
     Path(id): Path<String>,
-) -> ApiResult<Json<FileObject>> {
-    Ok(Json(file_object(&owned(&state, &project, &id).await?)))
+) -> ApiResult<Response> {
+    let row = owned(&state, &project, &id).await?;
+    Ok(shown(&row, anthropic_client(&headers)))
 }
 
 pub async fn content(
@@ -212,9 +367,17 @@ pub async fn content(
 pub async fn delete(
     State(state): State<Arc<AppState>>,
     project: Project,
+    headers: HeaderMap,
     Path(id): Path<String>,
-) -> ApiResult<Json<Deleted>> {
+) -> ApiResult<Response> {
     owned(&state, &project, &id).await?;
     remove(&state, &project.0, &id).await?;
-    Ok(Json(Deleted::new(id, "file")))
+    if anthropic_client(&headers) {
+        return Ok(Json(AnthropicFileDeleted {
+            id,
+            kind: "file_deleted".to_owned(),
+        })
+        .into_response());
+    }
+    Ok(Json(Deleted::new(id, "file")).into_response())
 }

@@ -43,7 +43,10 @@ pub use containers::{
 pub use error::{ErrorBody, ErrorEnvelope};
 pub use exec::{ExecRequest, ShellCallOutput, ShellOutputEntry};
 pub use extensions::{ContainerCommand, Image, ImageList};
-pub use files::{ContainerFile, CreateContainerFileFromId, FileObject, FILE_PURPOSES};
+pub use files::{
+    mime_type_of, AnthropicFile, AnthropicFileDeleted, AnthropicFileList, AnthropicFilesQuery,
+    ContainerFile, CreateContainerFileFromId, FileObject, FILE_PURPOSES, PAGE_CURSOR_PREFIX,
+};
 pub use ids::new_id;
 pub use list::{Deleted, List, ListIncomplete};
 pub use outcome::Outcome;
