@@ -153,6 +153,10 @@ pub struct Interpretation {
     /// It ran past its time and was interrupted (the kernel keeps its
     /// state).
     pub timed_out: bool,
+    /// It ran on a new kernel where the container had one before, whose
+    /// state (variables, imports) is gone: the container was suspended
+    /// (its processes ended) or the kernel died.
+    pub kernel_lost: bool,
 }
 
 /// A file the code interpreter's code wrote: a container file.
@@ -647,7 +651,13 @@ impl Run<'_> {
                     google_code::run(sandbox, call, timeout, output, events, guardrail).await?
                 }
                 (BASH_CODE_EXECUTION | TEXT_EDITOR_CODE_EXECUTION | CODE_EXECUTION, _) => {
-                    code_execution::run(sandbox, call, output, events, guardrail).await?
+                    let cell_timeout = request
+                        .tools
+                        .code_execution
+                        .as_ref()
+                        .and_then(|tool| tool.cell_timeout);
+                    code_execution::run(sandbox, call, cell_timeout, output, events, guardrail)
+                        .await?
                 }
                 (_, ShellShape::OpenRouter) => {
                     run_openrouter_shell(sandbox, call, output, events, guardrail).await?

@@ -111,7 +111,17 @@ pub struct CodeExecution {
     pub version: CodeExecutionVersion,
     /// Its container: the request's `container`, else a new one.
     pub environment: Environment,
+    /// How long one Python cell may run when the version bounds it
+    /// (`_20260521`: past it the cell ends as a result with a non-zero
+    /// `return_code` and a `detection_timeout` status); `None`: a cell
+    /// runs as long as the code interpreter's, past it
+    /// `execution_time_exceeded`.
+    pub cell_timeout: Option<std::time::Duration>,
 }
+
+/// Anthropic's documented limit on one Python cell of
+/// `code_execution_20260521`.
+pub const CODE_EXECUTION_CELL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(90);
 
 /// A version of Anthropic's code execution tool, by the sub-tools the
 /// model sees.
@@ -580,6 +590,8 @@ impl Tools {
                     parsed.code_execution = Some(CodeExecution {
                         version,
                         environment: Environment::ContainerAuto(wire::ContainerAuto::default()),
+                        cell_timeout: (tool.kind == "code_execution_20260521")
+                            .then_some(CODE_EXECUTION_CELL_TIMEOUT),
                     });
                 }
                 messages::Tool::Unknown(_) => {

@@ -657,6 +657,10 @@ impl Config {
                 model.gemini_code_execution_timeout_secs,
             ),
             (
+                "code_execution_cell_timeout_secs",
+                model.code_execution_cell_timeout_secs,
+            ),
+            (
                 "upstream_max_tool_call_bytes",
                 model.upstream_max_tool_call_bytes,
             ),

@@ -155,6 +155,7 @@ pub(crate) fn state_with(
         interpreters: Arc::new(shellgate_interpreter::Interpreters::new(Arc::clone(
             &engine,
         ))),
+        kernels_slept: Default::default(),
         config,
         engine,
         store,

@@ -217,6 +217,7 @@ where
         interpreters: Arc::new(shellgate_interpreter::Interpreters::new(Arc::clone(
             &engine,
         ))),
+        kernels_slept: Default::default(),
         node_name: config.cluster.node_name(),
         config,
         engine,

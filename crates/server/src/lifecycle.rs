@@ -142,7 +142,7 @@ pub async fn reclaim_lost(state: &Arc<AppState>) -> Result<(), ApiError> {
             if let Err(e) = state.engine.stop(&container.id).await {
                 tracing::warn!(container = %container.id, "could not suspend: {e}");
             }
-            state.interpreters.forget_container(&container.id);
+            crate::sandboxes::interpreting::kernels_ended(state, &container.id).await;
         }
     }
     let node = state.node_name.clone();
@@ -234,8 +234,8 @@ pub async fn sweep(state: &Arc<AppState>) -> Result<(), ApiError> {
                 }
             }
             tracing::info!(container = %row.id, idle, "suspended an idle container");
-            // Its kernels ended with it.
-            state.interpreters.forget_container(&id);
+            // Its kernels ended with it (its next cell says so).
+            crate::sandboxes::interpreting::kernels_ended(state, &id).await;
             state
                 .db(move |s| s.close_session(&id, shellgate_store::ContainerStatus::Suspended))
                 .await?;

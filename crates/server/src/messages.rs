@@ -511,7 +511,15 @@ async fn prepare(
         body.tools.as_deref().unwrap_or_default(),
         upstream.protocol(),
     );
-    let tools = read_tools(&kept, &positions, &body)?;
+    let mut tools = read_tools(&kept, &positions, &body)?;
+    if let Some(CodeExecution {
+        cell_timeout: Some(timeout),
+        ..
+    }) = tools.code_execution.as_mut()
+    {
+        *timeout =
+            std::time::Duration::from_secs(state.config.model.code_execution_cell_timeout_secs);
+    }
     let (carry, mut uncarried) = carry(&body, headers, &native_tools, upstream.protocol())?;
     for name in upstream.uncarried(&carry) {
         if !uncarried.contains(&name) {

@@ -93,6 +93,9 @@ pub struct AppState {
     /// The code interpreter's kernels and contexts, per container (E2B's
     /// `/execute`, the Responses `code_interpreter` tool).
     pub interpreters: Arc<shellgate_interpreter::Interpreters>,
+    /// The containers whose code interpreter kernel ended when they were
+    /// suspended, until their next cell tells it.
+    pub(crate) kernels_slept: crate::sandboxes::interpreting::KernelsSlept,
 }
 
 impl AppState {

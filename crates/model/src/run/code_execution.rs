@@ -19,6 +19,16 @@
 //! what differs after it ([`Sandbox::mark_files`],
 //! [`Sandbox::output_files`]); a command's file too large to store is
 //! `output_file_too_large`.
+//!
+//! A Python cell of `_20260521` has Anthropic's per-cell limit
+//! (`cell_timeout`): past it the cell is interrupted (the kernel keeps its
+//! state) and ends as a normal result, `return_code` 1 and a
+//! `detection_timeout` status in `stderr`, as Anthropic's tool reports it.
+//! A cell run on a new kernel where the container had one (it was
+//! suspended when idle, which ends its processes) says in `stderr` that
+//! the earlier variables are gone.
+
+use std::time::Duration;
 
 use serde::Deserialize;
 use shellgate_wire::code_execution::{
@@ -79,6 +89,7 @@ struct EditorInput {
 pub(super) async fn run(
     sandbox: &dyn Sandbox,
     call: &ToolCall,
+    cell_timeout: Option<Duration>,
     output: &mut Vec<Item>,
     events: Option<&EventSink>,
     guardrail: Option<&OutputGuard<'_>>,
@@ -103,7 +114,9 @@ pub(super) async fn run(
         CodeExecutionResult::Bash(bash(sandbox, &container, input, guardrail).await?)
     } else if call.name == CODE_EXECUTION {
         let input = PythonInput::deserialize(&input).unwrap_or_default();
-        CodeExecutionResult::Python(python(sandbox, &container, input, guardrail).await?)
+        CodeExecutionResult::Python(
+            python(sandbox, &container, input, cell_timeout, guardrail).await?,
+        )
     } else {
         let input = EditorInput::deserialize(&input).unwrap_or_default();
         CodeExecutionResult::TextEditor(edit(sandbox, &container, input, guardrail).await?)
@@ -193,12 +206,21 @@ async fn bash(
     }))
 }
 
+/// What a cell's `stderr` says when it ran on a new kernel.
+pub const KERNEL_LOST: &str = "shellgate: this container was suspended while idle, which ended \
+     its processes and its Python kernel with them (the files are kept); this cell ran on a new \
+     kernel: variables, imports and functions defined by earlier cells are gone\n";
+
 /// One Python cell's result: what it printed (its traceback too, with
-/// `return_code` 1 when it raised), or `execution_time_exceeded`.
+/// `return_code` 1 when it raised), or past its time
+/// `execution_time_exceeded` (a cell without a limit of its version's) or
+/// a result with `return_code` 1 and a `detection_timeout` status (a
+/// cell of `_20260521`, past `cell_timeout`).
 async fn python(
     sandbox: &dyn Sandbox,
     container: &str,
     input: PythonInput,
+    cell_timeout: Option<Duration>,
     guardrail: Option<&OutputGuard<'_>>,
 ) -> Result<PythonToolResultContent, Status> {
     let error = |code: &str| {
@@ -211,12 +233,36 @@ async fn python(
         return Ok(error("invalid_tool_input"));
     };
     let mark = sandbox.mark_files(container).await.map_err(host_failed)?;
-    let ran = sandbox
-        .interpret(container, &code)
-        .await
-        .map_err(host_failed)?;
-    if ran.timed_out {
-        return Ok(error("execution_time_exceeded"));
+    let ran = match cell_timeout {
+        Some(timeout) => {
+            let (mut ran, ended) = sandbox
+                .interpret_within(container, &code, timeout)
+                .await
+                .map_err(host_failed)?;
+            ran.timed_out |= ended.timed_out;
+            ran.raised |= ended.raised;
+            ran
+        }
+        None => sandbox
+            .interpret(container, &code)
+            .await
+            .map_err(host_failed)?,
+    };
+    let mut stderr = String::new();
+    if ran.kernel_lost {
+        stderr.push_str(KERNEL_LOST);
+    }
+    let timed_out = match (ran.timed_out, cell_timeout) {
+        (false, _) => None,
+        (true, None) => return Ok(error("execution_time_exceeded")),
+        (true, Some(timeout)) => Some(timeout),
+    };
+    if let Some(timeout) = timed_out {
+        stderr.push_str(&format!(
+            "detection_timeout: the cell ran longer than its {} s limit and was stopped \
+             (the kernel keeps its state)\n",
+            timeout.as_secs_f64()
+        ));
     }
     // A file too large to store is left out (the cell's error codes have
     // no `output_file_too_large`).
@@ -234,8 +280,8 @@ async fn python(
     };
     Ok(PythonToolResultContent::CodeExecutionResult(PythonResult {
         stdout: logs,
-        stderr: String::new(),
-        return_code: i64::from(ran.raised),
+        stderr,
+        return_code: i64::from(ran.raised || timed_out.is_some()),
         content: written
             .file_ids
             .into_iter()

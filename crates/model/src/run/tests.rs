@@ -613,6 +613,69 @@ mod through_the_traits {
         );
     }
 
+    #[tokio::test]
+    async fn a_limited_python_cell_past_its_time_is_a_result_and_a_lost_kernel_is_told() {
+        let upstream = ScriptedUpstream::new([
+            Step::calls(vec![call(
+                "call_a",
+                crate::tools::CODE_EXECUTION,
+                json!({"code": "while True: pass"}),
+            )]),
+            Step::calls(vec![call(
+                "call_b",
+                crate::tools::CODE_EXECUTION,
+                json!({"code": "print(total)"}),
+            )]),
+            Step::text("done"),
+        ]);
+        let sandbox = RecordingSandbox::default()
+            .interpreting([
+                Ok(Interpretation::default()),
+                Ok(Interpretation {
+                    logs: "NameError: name 'total' is not defined".into(),
+                    kernel_lost: true,
+                    ..Interpretation::default()
+                }),
+            ])
+            .ending([
+                Ended {
+                    raised: false,
+                    timed_out: true,
+                },
+                Ended {
+                    raised: true,
+                    timed_out: false,
+                },
+            ]);
+        let timeout = std::time::Duration::from_secs(90);
+        let mut request = request_with(json!([]));
+        request.tools.code_execution = Some(crate::tools::CodeExecution {
+            version: crate::tools::CodeExecutionVersion::CommandsAndPython,
+            environment: crate::tools::Environment::ContainerAuto(Default::default()),
+            cell_timeout: Some(timeout),
+        });
+        let (outcome, _) = run_recording(&upstream, Some(&sandbox), &request).await;
+        assert_eq!(outcome.status, Status::Completed);
+        assert_eq!(sandbox.timeouts(), [timeout, timeout]);
+        let items = output(&outcome);
+        let timed_out = &items[0]["result"];
+        assert_eq!(timed_out["type"], "code_execution_result", "{items:?}");
+        assert_eq!(timed_out["return_code"], 1, "{items:?}");
+        assert!(
+            timed_out["stderr"].as_str().is_some_and(
+                |e| e.starts_with("detection_timeout: the cell ran longer than its 90 s")
+            ),
+            "{items:?}"
+        );
+        let lost = &items[1]["result"];
+        assert_eq!(lost["return_code"], 1, "{items:?}");
+        assert_eq!(
+            lost["stderr"],
+            super::super::code_execution::KERNEL_LOST,
+            "{items:?}"
+        );
+    }
+
     #[test]
     fn citations_count_characters_and_cite_each_file_once() {
         let file = |id: &str, path: &str| {

@@ -35,6 +35,11 @@ pub struct ModelSettings {
     /// may run its code: past it the code is interrupted and its result is
     /// `OUTCOME_DEADLINE_EXCEEDED` (Google documents 30 seconds).
     pub gemini_code_execution_timeout_secs: u64,
+    /// Longest time one Python cell of Anthropic's
+    /// `code_execution_20260521` may run: past it the cell is interrupted
+    /// and ends as a result with a non-zero `return_code` and a
+    /// `detection_timeout` status (Anthropic documents 90 seconds).
+    pub code_execution_cell_timeout_secs: u64,
     /// Most bytes of one upstream answer, and of the model's answers over
     /// every turn of one response together (over it the response fails).
     pub upstream_max_answer_bytes: u64,
@@ -75,6 +80,7 @@ impl Default for ModelSettings {
             upstream_turn_timeout_secs: 600,
             response_timeout_secs: 3600,
             gemini_code_execution_timeout_secs: 30,
+            code_execution_cell_timeout_secs: 90,
             upstream_max_answer_bytes: 32 * 1024 * 1024,
             upstream_max_tool_call_bytes: 4 * 1024 * 1024,
             max_input_files: 50,

@@ -98,24 +98,62 @@ pub async fn interpret_within(
     Ok((interpretation, ended, woke))
 }
 
-/// The container's code interpreter context: the Python one working in
-/// [`WORKDIR`], made if there is none (the first call, or after the
-/// container slept and its kernels ended).
-async fn context(state: &AppState, container: &str) -> Result<String, HostError> {
-    let interpreters = &state.interpreters;
-    if let Some(found) = interpreters
+/// The containers whose code interpreter kernel ended with their
+/// suspension. The engine suspends a container by stopping it: every
+/// process ends, the kernel too, and with it the Python objects in its
+/// memory (only the files stay; nothing here freezes or checkpoints a
+/// process). The next cell runs on a new kernel, and is told so (see
+/// [`Interpretation::kernel_lost`]) rather than finding its variables
+/// silently gone. Kept in memory: a restarted server has no kernels, and
+/// its first cells start fresh ones as the first cell of a container does.
+#[derive(Debug, Default)]
+pub struct KernelsSlept(std::sync::Mutex<std::collections::HashSet<String>>);
+
+impl KernelsSlept {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// `container` was suspended or stopped: its kernels ended. Forgets its
+/// contexts, remembering that it had a code interpreter's (whose state
+/// the next cell is told is gone).
+pub async fn kernels_ended(state: &AppState, container: &str) {
+    if context_of(state, container).await.is_some() {
+        state.kernels_slept.lock().insert(container.to_owned());
+    }
+    state.interpreters.forget_container(container);
+}
+
+/// The container's code interpreter context, if it has one: the Python
+/// one working in [`WORKDIR`].
+async fn context_of(state: &AppState, container: &str) -> Option<String> {
+    state
+        .interpreters
         .contexts(container)
         .await
         .into_iter()
         .find(|c| c.language == Language::Python && c.cwd == WORKDIR)
-    {
-        return Ok(found.id);
+        .map(|c| c.id)
+}
+
+/// The container's code interpreter context, made if there is none (the
+/// first call, or after the container slept and its kernels ended), and
+/// whether it replaces one whose kernel ended with a suspension.
+async fn context(state: &AppState, container: &str) -> Result<(String, bool), HostError> {
+    if let Some(found) = context_of(state, container).await {
+        return Ok((found, false));
     }
-    interpreters
+    let made = state
+        .interpreters
         .create_context(container, Language::Python, Some(WORKDIR), &[])
         .await
         .map(|info| info.id)
-        .map_err(interpreter_error)
+        .map_err(interpreter_error)?;
+    let lost = state.kernels_slept.lock().remove(container);
+    Ok((made, lost))
 }
 
 fn interpreter_error(error: impl std::fmt::Display) -> HostError {
@@ -136,8 +174,10 @@ async fn execute(
     timeout: Duration,
 ) -> Result<(Interpretation, Ended), HostError> {
     let mut retried = false;
+    let mut kernel_lost = false;
     loop {
-        let context = context(state, container).await?;
+        let (context, lost) = context(state, container).await?;
+        kernel_lost |= lost;
         let (sender, mut events) = tokio::sync::mpsc::channel(64);
         let execute = shellgate_interpreter::Execute {
             code: code.to_owned(),
@@ -175,7 +215,9 @@ async fn execute(
                     raised: gathered.raised,
                     timed_out,
                 };
-                return Ok((gathered.into_interpretation(), ended));
+                let mut interpretation = gathered.into_interpretation();
+                interpretation.kernel_lost = kernel_lost || summary.restarted;
+                return Ok((interpretation, ended));
             }
             Err(InterpreterError::ContextNotFound(_)) if !retried => retried = true,
             Err(InterpreterError::InvalidRequest { message, .. }) => {
