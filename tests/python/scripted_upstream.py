@@ -31,6 +31,9 @@ Its script, from the conversation it is sent:
   item, sealed when `include` asks for it); asked for `thinking` (Anthropic,
   `enabled`), it thinks first (a `thinking` block with its `signature`);
 - the last message is a tool result: it answers "Done: " and the result;
+- the last user message is shellgate's compaction turn ("The conversation to
+  summarize:" and a transcript): it answers "Summary: the user said " and
+  each `[user]` paragraph's text, joined by "; ";
 - otherwise it answers "Hello from the scripted model."
 `GET .../models` lists `scripted` and `scripted-500`.
 Models named for a failure behave so: `scripted-500` answers HTTP 500,
@@ -91,6 +94,10 @@ def decide(body):
     text = last.get("content") or ""
     if isinstance(text, list):
         text = " ".join(p.get("text", "") for p in text)
+    if text.startswith("The conversation to summarize:"):
+        # shellgate's compaction turn: a summary naming what the user said.
+        said = [p.split("\n", 1)[1] for p in text.split("\n\n") if p.startswith("[user]\n")]
+        return {"text": "Summary: the user said " + "; ".join(said)}
     if text.startswith("Run `") and ("shell" in tools or "bash" in tools):
         return shell_call(tools, text.split("`")[1::2])
     if text.startswith("Read /mnt/data/") and ("shell" in tools or "bash" in tools):

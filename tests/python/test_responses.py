@@ -2,6 +2,7 @@
 against a scripted upstream model (see scripted_upstream.py)."""
 
 import io
+import json
 import time
 
 import openai
@@ -712,6 +713,47 @@ def test_input_tokens_are_counted_by_the_upstream_or_estimated(fresh_server, pro
     with pytest.raises(openai.BadRequestError) as refused:
         client.responses.input_tokens.count(model="scripted", input="x", extra_body={"frobnicate": 1})
     assert refused.value.body["param"] == "frobnicate"
+
+
+@pytest.mark.parametrize("protocol", ["chat", "responses", "anthropic"])
+def test_compact_summarizes_through_the_upstream_and_the_next_turn_reads_the_summary(
+        fresh_server, upstream, protocol):
+    """`responses.compact`: the conversation's user messages, then a
+    `compaction` item whose opaque content holds the summary the upstream
+    model wrote (the scripted one names what the user said); carried as
+    input, the next turn's upstream reads that summary, over each protocol."""
+    client = fresh_server(upstream_protocol=protocol).client()
+    first = client.responses.create(model="scripted", input="Remember the code word: kumquat.")
+    answer = client.responses.with_raw_response.compact(
+        model="scripted", previous_response_id=first.id,
+        input=[{"role": "user", "content": "And the colour: teal."}])
+    raw, compacted = answer.http_response.json(), answer.parse()
+    assert raw["object"] == "response.compaction" and raw["id"].startswith("resp_"), raw
+    assert [item["type"] for item in raw["output"]] == ["message", "message", "compaction"], raw
+    assert [item["role"] for item in raw["output"][:2]] == ["user", "user"], raw
+    compaction = compacted.output[-1]
+    assert compaction.type == "compaction" and compaction.id.startswith("cmp_"), raw
+    assert "kumquat" not in compaction.encrypted_content, raw
+    assert compacted.usage.input_tokens > 0 and compacted.usage.output_tokens > 0, raw
+    before = len(upstream.requests)
+    later = client.responses.create(model="scripted", input=[
+        *raw["output"], {"role": "user", "content": "What was the code word?"}])
+    assert later.status == "completed", later
+    sent = [json.dumps(request) for request in upstream.requests[before:]]
+    summary = "Summary: the user said Remember the code word: kumquat.; And the colour: teal."
+    assert any("The earlier conversation was compacted" in body and summary in body for body in sent), sent
+    assert not any(compaction.encrypted_content in body for body in sent), sent
+
+
+def test_compact_refuses_what_it_does_not_take(client):
+    """A field `responses.compact` does not have is a 400 naming it; a
+    previous response this project does not have is a 404."""
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.compact(model="scripted", input="hi", extra_body={"tools": []})
+    assert refused.value.body["param"] == "tools", refused.value.body
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.responses.compact(model="scripted", input="hi", previous_response_id="resp_none")
+    assert missing.value.body["param"] == "previous_response_id", missing.value.body
 
 
 def test_input_items_take_include(client):

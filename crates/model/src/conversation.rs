@@ -15,14 +15,17 @@
 //! `reasoning` item is the model's reasoning ([`crate::reasoning`]; its
 //! sealed part read back for the protocol that made it; one with nothing
 //! in it is left out), and an item of a type
-//! shellgate does not know (`web_search_call`, `item_reference`,
-//! `compaction`...) the Responses API's own: each adapter replays what its
-//! protocol reads and leaves out the rest.
+//! shellgate does not know (`web_search_call`, `item_reference`, another
+//! server's `compaction`...) the Responses API's own: each adapter replays
+//! what its protocol reads and leaves out the rest. A `compaction`
+//! shellgate made (`/v1/responses/compact`) is its summary, a user
+//! message after [`COMPACTED_PREFACE`], for any protocol; [`transcript`]
+//! is a conversation as the text such a summary is written from.
 
 use shellgate_wire::code_execution::CodeExecutionResult;
 use shellgate_wire::responses::{
-    CodeInterpreterOutput, ContentPart, Item, MessageContent, Role, ShellResult, TextOrJson,
-    ToolOutput,
+    CodeInterpreterOutput, Compaction, ContentPart, Item, MessageContent, Role, ShellResult,
+    TextOrJson, ToolOutput,
 };
 
 use crate::arguments::{BashArguments, InterpreterArguments, LocalShellArguments, ShellArguments};
@@ -443,6 +446,12 @@ pub fn messages_offering<'a>(
                     messages.push(Message::Reasoning(reasoning));
                 }
             }
+            // A compaction shellgate made: its summary stands for the turns
+            // it replaced, for a model of any protocol.
+            Item::Other(item) if compaction_summary(item).is_some() => {
+                let summary = compaction_summary(item).unwrap_or_default();
+                messages.push(Message::User(format!("{COMPACTED_PREFACE}\n\n{summary}")));
+            }
             // An Anthropic server tool's block a Messages client replayed
             // (`web_search_tool_result`...): for an Anthropic upstream.
             Item::Other(block) if shellgate_wire::messages::holds_server_tool_block(block) => {
@@ -459,6 +468,47 @@ pub fn messages_offering<'a>(
         }
     }
     messages
+}
+
+/// What introduces a compaction's summary to the model.
+pub const COMPACTED_PREFACE: &str =
+    "[The earlier conversation was compacted. Its summary, written for you to continue from:]";
+
+/// The summary a compaction item (`item`, of a `type` [`Item`] does not
+/// name) holds, if shellgate made it.
+fn compaction_summary(item: &shellgate_wire::responses::Extra) -> Option<String> {
+    Compaction::read(item)?.summary()
+}
+
+/// `messages` as one text, a paragraph each, saying who spoke: what a
+/// model reads to summarize a conversation (`/v1/responses/compact`) in
+/// one turn of any protocol, with no tool declared (Anthropic's API
+/// refuses a conversation that calls tools it does not declare). Items
+/// only their own protocol reads are left out.
+pub fn transcript(messages: &[Message]) -> String {
+    let mut paragraphs = Vec::new();
+    for message in messages {
+        match message {
+            Message::System(text) => paragraphs.push(format!("[instructions]\n{text}")),
+            Message::User(text) => paragraphs.push(format!("[user]\n{text}")),
+            Message::Assistant { text, tool_calls } => {
+                if !text.is_empty() {
+                    paragraphs.push(format!("[assistant]\n{text}"));
+                }
+                for call in tool_calls {
+                    paragraphs.push(format!(
+                        "[assistant calls {} ({})]\n{}",
+                        call.name, call.id, call.arguments
+                    ));
+                }
+            }
+            Message::Tool { call_id, output } => {
+                paragraphs.push(format!("[result of {call_id}]\n{output}"))
+            }
+            Message::Reasoning(_) | Message::Native(_) => {}
+        }
+    }
+    paragraphs.join("\n\n")
 }
 
 #[cfg(test)]
@@ -574,6 +624,46 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_compaction_of_shellgates_is_its_summary_and_anothers_is_kept_whole() {
+        let ours = Compaction::seal("cmp_1".into(), "The user asked for primes.").into_item();
+        let theirs: Item = serde_json::from_value(
+            json!({"type": "compaction", "id": "cmp_2", "encrypted_content": "gAAAAB"}),
+        )
+        .unwrap();
+        let messages = messages(None, [&ours, &theirs]);
+        assert_eq!(
+            messages,
+            vec![
+                Message::User(format!("{COMPACTED_PREFACE}\n\nThe user asked for primes.")),
+                Message::Native(NativeItem {
+                    protocol: Protocol::Responses,
+                    item: json!({"type": "compaction", "id": "cmp_2", "encrypted_content": "gAAAAB"}),
+                }),
+            ],
+            "{messages:?}"
+        );
+    }
+
+    #[test]
+    fn a_transcript_says_who_spoke_and_leaves_out_what_only_a_protocol_reads() {
+        let items: Vec<Item> = serde_json::from_value(json!([
+            {"type": "message", "role": "user", "content": "list /tmp"},
+            {"type": "function_call", "call_id": "c1", "name": "ls", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "a.txt"},
+            {"type": "item_reference", "id": "msg_1"},
+            {"type": "message", "role": "assistant", "content": "There is a.txt."},
+        ]))
+        .unwrap();
+        let text = transcript(&messages(Some("Be brief."), &items));
+        assert_eq!(
+            text,
+            "[instructions]\nBe brief.\n\n[user]\nlist /tmp\n\n[assistant calls ls (c1)]\n{}\n\n\
+             [result of c1]\na.txt\n\n[assistant]\nThere is a.txt.",
+            "{text}"
+        );
     }
 
     #[test]

@@ -860,6 +860,115 @@ pub async fn input_tokens(
     Ok(Json(wire::InputTokenCount::new(input_tokens)))
 }
 
+/// What the model that compacts a conversation is asked, before the
+/// conversation's transcript.
+const COMPACTION_INSTRUCTIONS: &str = "You compact a conversation between a user and an AI \
+assistant so the assistant can continue it from your summary alone: the earlier turns will be \
+replaced by it. Write the summary as plain text: the user's goals and requests, what was done \
+and decided, facts learned and results of tool calls that still matter (names, paths, values, \
+errors), and what is left to do. Be complete about what matters and brief about the rest; \
+do not address the user.";
+
+/// What the conversation's transcript follows, in the one user message
+/// of the compaction turn.
+const COMPACTION_REQUEST: &str = "The conversation to summarize:";
+
+/// `POST /v1/responses/compact`: the conversation (`input`, after that of
+/// `previous_response_id`) compacted, as OpenAI's API does it: its user
+/// messages, then one `compaction` item standing for the rest. The
+/// request's model writes a summary of the whole conversation (one turn,
+/// of any upstream protocol, over its transcript:
+/// [`shellgate_model::conversation::transcript`]); the item holds it,
+/// opaque to the client ([`wire::Compaction::seal`]), and a later request
+/// that carries it as input gives the summary to its model. Nothing is
+/// stored; the tokens are billed as a turn's.
+pub async fn compact(
+    State(state): State<Arc<AppState>>,
+    project: Project,
+    ApiJson(body): ApiJson<Value>,
+) -> ApiResult<Response> {
+    let request = read_checked(body, wire::CompactRequest::refused)?;
+    let (model, upstream) = upstream_for(&state, request.model.as_deref())?;
+    let mut items =
+        previous_conversation(&state, &project, request.previous_response_id.as_deref()).await?;
+    let (input, instructions, _) = crate::guardrails::guard_request(
+        &state.guardrails,
+        &project.0,
+        normalize_input(request.input.clone()),
+        request.instructions.clone(),
+        Tools::default(),
+    )
+    .await?;
+    items.extend(input);
+    let create = wire::CreateResponse {
+        model: Some(model.clone()),
+        carried: request.carried.clone(),
+        ..wire::CreateResponse::default()
+    };
+    let (carry, mut uncarried) = carry_of(&create);
+    uncarried.extend(upstream.uncarried(&carry));
+    let transcript = shellgate_model::conversation::transcript(
+        &shellgate_model::conversation::messages(instructions.as_deref(), items.iter()),
+    );
+    let turn = shellgate_model::upstream::Turn {
+        model: model.clone(),
+        messages: vec![
+            shellgate_model::upstream::Message::System(COMPACTION_INSTRUCTIONS.to_owned()),
+            shellgate_model::upstream::Message::User(format!(
+                "{COMPACTION_REQUEST}\n\n{transcript}"
+            )),
+        ],
+        carry,
+        ..Default::default()
+    };
+    let deadline = std::time::Duration::from_secs(state.config.model.response_timeout_secs);
+    let reply = tokio::time::timeout(deadline, upstream.complete(&turn, None))
+        .await
+        .map_err(|_| {
+            ApiError::of(
+                ErrorCode::UpstreamTimeout,
+                format!(
+                    "the compaction took longer than its limit of {} seconds \
+                     (response_timeout_secs)",
+                    deadline.as_secs()
+                ),
+            )
+        })?
+        .map_err(crate::turns::upstream_error)?;
+    let usage = reply.usage;
+    if usage != Usage::default() {
+        let (owner, billed) = (project.0.clone(), model.clone());
+        if let Err(e) = state
+            .db(move |s| s.record_tokens(&owner, &billed, usage.input_tokens, usage.output_tokens))
+            .await
+        {
+            tracing::error!("could not record token usage: {}", e.message);
+        }
+    }
+    let summary = reply.text.trim();
+    if summary.is_empty() {
+        return Err(ApiError::of(
+            ErrorCode::UpstreamFailed,
+            format!("the model {model} wrote no summary of the conversation"),
+        ));
+    }
+    let mut output: Vec<wire::Item> = items
+        .into_iter()
+        .filter(|item| matches!(item, wire::Item::Message(m) if m.role == wire::Role::User))
+        .collect();
+    output.push(wire::Compaction::seal(new_id("cmp_"), summary).into_item());
+    let compacted = wire::CompactedResponse {
+        id: new_id("resp_"),
+        object: wire::COMPACTED_OBJECT.to_owned(),
+        created_at: now(),
+        output,
+        usage: usage_object(usage),
+        safety_identifier: create.carried_string("safety_identifier"),
+        service_tier: create.carried_string("service_tier"),
+    };
+    Ok(with_uncarried(Json(compacted).into_response(), &uncarried))
+}
+
 async fn prepare(
     state: &Arc<AppState>,
     project: &Project,

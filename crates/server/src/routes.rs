@@ -242,6 +242,7 @@ pub(crate) fn route_table(config: &config::Config, audience: Audience) -> RouteT
         // Beside `/responses/{response_id}` (which has no POST): a
         // literal segment wins over a parameter.
         .route("/responses/input_tokens", post(responses::input_tokens))
+        .route("/responses/compact", post(responses::compact))
         .route("/responses/{response_id}/cancel", post(responses::cancel))
         .route(
             "/responses/{response_id}/input_items",

@@ -17,6 +17,8 @@ pub(super) fn responses(d: &mut Builder, s: &Schemas) {
         input_items,
         input_tokens_request,
         input_token_count,
+        compact_request,
+        compacted_response,
         ..
     } = s;
     for operation in [
@@ -80,6 +82,16 @@ pub(super) fn responses(d: &mut Builder, s: &Schemas) {
              one, else an estimate)",
             Body::Json(input_tokens_request.clone()),
             Answer::Json(input_token_count.clone()),
+        ),
+        operation(
+            Post,
+            "/v1/responses/compact",
+            "Responses",
+            "Compact a conversation: its user messages, then a `compaction` item holding a summary \
+             the request's model wrote (opaque; carried as input, it gives the next turn's model \
+             the summary, over any upstream)",
+            Body::Json(compact_request.clone()),
+            Answer::Json(compacted_response.clone()),
         ),
     ] {
         d.add(operation);

@@ -53,6 +53,8 @@ pub(super) struct Schemas {
     pub(super) input_items: RefOr<Schema>,
     pub(super) input_tokens_request: RefOr<Schema>,
     pub(super) input_token_count: RefOr<Schema>,
+    pub(super) compact_request: RefOr<Schema>,
+    pub(super) compacted_response: RefOr<Schema>,
     pub(super) create_message: RefOr<Schema>,
     pub(super) message: RefOr<Schema>,
     pub(super) anthropic_error: RefOr<Schema>,
@@ -152,6 +154,9 @@ impl Schemas {
                 .scoped::<responses::InputTokensRequest>("responses", "InputTokensRequest"),
             input_token_count: d
                 .scoped::<responses::InputTokenCount>("responses", "InputTokenCount"),
+            compact_request: d.scoped::<responses::CompactRequest>("responses", "CompactRequest"),
+            compacted_response: d
+                .scoped::<responses::CompactedResponse>("responses", "CompactedResponse"),
             create_message: d.scoped::<messages::CreateMessage>("messages", "CreateMessage"),
             message: d.scoped::<messages::Message>("messages", "Message"),
             anthropic_error: d.scoped::<messages::ErrorResponse>("messages", "ErrorResponse"),

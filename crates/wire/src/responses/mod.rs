@@ -1,7 +1,7 @@
 //! The Responses API on the wire: the create request ([`CreateResponse`]),
 //! conversation items ([`Item`]) and their content parts, tools and
 //! `tool_choice`, the response object ([`Response`]) and its stream events
-//! ([`StreamEvent`]).
+//! ([`StreamEvent`]); compaction's request, answer and item ([`compaction`]).
 //!
 //! Shapes follow the official `openai` SDK's models
 //! (`openai.types.responses.*`); `crates/wire/fixtures/responses/` holds a
@@ -12,12 +12,17 @@
 //! and with which message; a wrong type of a named field is an error that
 //! names it ([`from_value`] gives its `param` path).
 
+pub mod compaction;
 pub mod events;
 pub mod items;
 pub mod request;
 pub mod response;
 pub mod tools;
 
+pub use compaction::{
+    CompactRequest, CompactedResponse, Compaction, CompactionType, COMPACTED_OBJECT,
+    COMPACT_CARRIED,
+};
 pub use events::{
     ClientEventType, ErrorEvent, Event, ShellOutputDelta, StreamEvent, RESPONSE_CREATE,
 };
