@@ -593,6 +593,22 @@ def post_responses(server, body):
                          headers={"Authorization": f"Bearer {server.client().api_key}"})
 
 
+def test_every_output_text_part_has_its_logprobs(server):
+    """The API reference and the Open Responses specification require
+    `logprobs` on an `output_text` part: the final object's, and a
+    stream's `content_part` events', say it (empty: none are asked)."""
+    reply = post_responses(server, {"model": "scripted", "input": "hi"})
+    assert reply.status_code == 200, reply.text
+    [message] = [item for item in reply.json()["output"] if item["type"] == "message"]
+    assert [part.get("logprobs") for part in message["content"]] == [[]], message
+    streamed = post_responses(server, {"model": "scripted", "input": "hi", "stream": True})
+    assert streamed.status_code == 200, streamed.text
+    events = [json.loads(line[len("data:"):]) for line in streamed.text.splitlines()
+              if line.startswith("data:") and line[len("data:"):].strip() != "[DONE]"]
+    parts = [event["part"] for event in events if event["type"].startswith("response.content_part.")]
+    assert parts and all(part.get("logprobs") == [] for part in parts), parts
+
+
 def test_request_fields_are_typed_carried_or_refused(server):
     """Each top-level field is consumed (a wrong type is a 400
     naming it: a non-boolean `stream` no longer means false), carried (the

@@ -329,11 +329,10 @@ fn cited_message_item(
     let content = if text.is_empty() && status == ItemStatus::InProgress {
         Vec::new()
     } else {
-        vec![wire::ContentPart::OutputText(OutputText {
-            text: text.to_owned(),
-            annotations: Some(annotations),
-            extra: wire::Extra::new(),
-        })]
+        vec![wire::ContentPart::OutputText(OutputText::answer(
+            text.to_owned(),
+            annotations,
+        ))]
     };
     Item::Message(wire::Message {
         id: Some(id.to_owned()),

@@ -1526,11 +1526,10 @@ impl SseWriter {
                         item_id,
                         output_index: index,
                         content_index: 0,
-                        part: wire::ContentPart::OutputText(wire::OutputText {
-                            text: String::new(),
-                            annotations: Some(Vec::new()),
-                            extra: serde_json::Map::new(),
-                        }),
+                        part: wire::ContentPart::OutputText(wire::OutputText::answer(
+                            String::new(),
+                            Vec::new(),
+                        )),
                     });
                 }
             }

@@ -796,7 +796,7 @@ mod through_the_traits {
         assert!(items[1]["id"].as_str().unwrap().starts_with("sho_"));
         assert_eq!(
             items[4]["content"],
-            json!([{"type": "output_text", "text": "both ran", "annotations": []}])
+            json!([{"type": "output_text", "text": "both ran", "annotations": [], "logprobs": []}])
         );
         assert_eq!(items[4]["role"], "assistant");
         assert_eq!(items[4]["status"], "completed");

@@ -507,6 +507,22 @@ pub struct OutputText {
     pub extra: Extra,
 }
 
+impl OutputText {
+    /// A model's text as the API answers it: with its annotations and
+    /// `logprobs`, which the API reference (and the Open Responses
+    /// specification) require on every `output_text` part, empty as no
+    /// log probabilities are asked of the upstream.
+    pub fn answer(text: String, annotations: Vec<Annotation>) -> Self {
+        let mut extra = Extra::new();
+        extra.insert("logprobs".to_owned(), Value::Array(Vec::new()));
+        OutputText {
+            text,
+            annotations: Some(annotations),
+            extra,
+        }
+    }
+}
+
 /// `refusal`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct Refusal {
