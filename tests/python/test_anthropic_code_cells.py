@@ -1,0 +1,79 @@
+"""Anthropic's code execution's Python cells on servers of their own
+settings: `code_execution_20260521`'s per-cell limit
+(`code_execution_cell_timeout_secs`, a second here) and a container
+suspended while idle (its kernel ends with its processes: the next cell is
+told its variables are gone). Apart from test_anthropic_code_execution.py,
+whose servers (a cluster each in cluster mode) are up for its whole module
+and one cluster runs at a time. Client: the official `anthropic` SDK; the
+model is the scripted upstream.
+"""
+
+import json
+
+import anthropic
+import pytest
+
+from conftest import KEY_A, wait_until
+
+pytestmark = pytest.mark.fresh_server
+
+
+def anthropic_client(server):
+    # Anthropic's SDK adds /v1 itself: its base URL is the server's root.
+    return anthropic.Anthropic(base_url=server.base_url.removesuffix("/v1"), api_key=KEY_A, max_retries=0)
+
+
+def execute(client, arguments, tool, container=None):
+    """A message whose model runs one Python cell of `code_execution`."""
+    request = dict(model="scripted", max_tokens=256, tools=[tool],
+                   messages=[{"role": "user", "content": f"Call code_execution: {json.dumps(arguments)}"}])
+    if container is not None:
+        request["container"] = container
+    return client.messages.create(**request)
+
+
+def test_a_20260521_cell_past_its_limit_ends_as_a_detection_timeout_result(fresh_server):
+    # The limit is a setting (Anthropic's 90 s by default): a second here.
+    server = fresh_server(code_execution_cell_timeout_secs=1)
+    client = anthropic_client(server)
+    limited = {"type": "code_execution_20260521", "name": "code_execution"}
+    code = "import time\nstarted = time.time()\nprint('begun', flush=True)\ntime.sleep(120)"
+    message = execute(client, {"code": code}, tool=limited)
+    content = message.content[1].content
+    # A normal result, not an error object: a non-zero return code and the
+    # status in stderr.
+    assert content.type == "code_execution_result", message.model_dump()
+    assert content.return_code == 1, content.model_dump()
+    assert content.stderr.startswith("detection_timeout"), content.model_dump()
+    assert content.stdout.startswith("begun"), content.model_dump()
+    # The kernel kept its state.
+    later = execute(client, {"code": "print(started > 0)"}, tool=limited,
+                    container=message.container.id)
+    assert later.content[1].content.stdout == "True\n", later.model_dump()
+    # The other versions have no such limit: a cell longer than it ends.
+    unlimited = {"type": "code_execution_20260120", "name": "code_execution"}
+    slow = execute(client, {"code": "import time\ntime.sleep(3)\nprint('slept')"},
+                   tool=unlimited)
+    assert slow.content[1].content.model_dump() == {
+        "type": "code_execution_result", "stdout": "slept\n", "stderr": "", "return_code": 0,
+        "content": []}, slow.model_dump()
+
+
+def test_a_cell_after_the_container_slept_says_its_variables_are_gone(fresh_server):
+    # Suspension stops the container's processes, its kernel too: the
+    # variables cannot outlive it, and the next cell is told so.
+    server = fresh_server(idle_suspend_after_secs=1, sweep_interval_secs=1)
+    client = anthropic_client(server)
+    tool = {"type": "code_execution_20260120", "name": "code_execution"}
+    first = execute(client, {"code": "total = 42\nprint(total)"}, tool=tool)
+    assert first.content[1].content.stdout == "42\n", first.model_dump()
+    container = first.container.id
+    containers = server.client()
+    assert wait_until(lambda: containers.containers.retrieve(container).status == "suspended", 60), (
+        containers.containers.retrieve(container))
+    later = execute(client, {"code": "print(total)"}, tool=tool, container=container)
+    assert later.container.id == container
+    content = later.content[1].content
+    assert content.type == "code_execution_result", later.model_dump()
+    assert content.return_code == 1 and "NameError" in content.stdout, content.model_dump()
+    assert "suspended" in content.stderr and "variables" in content.stderr, content.model_dump()
