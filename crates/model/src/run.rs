@@ -34,7 +34,7 @@ use shellgate_wire::responses::{
     ShellCallOutput, ShellResult,
 };
 
-use crate::arguments::{BashArguments, InterpreterArguments, LocalShellArguments, ShellArguments};
+use crate::arguments::{BashArguments, LocalShellArguments, ShellArguments};
 use crate::conversation;
 use crate::tools::{
     Environment, ShellShape, Tools, BASH, BASH_CODE_EXECUTION, CODE_EXECUTION, CODE_INTERPRETER,
@@ -1409,10 +1409,8 @@ fn image_outputs(images: &[String]) -> impl Iterator<Item = wire::CodeInterprete
 }
 
 /// Runs one call of `code_interpreter`: one `code_interpreter_call` item
-/// (the code, the container, its logs and images) is added to `output`,
-/// told in progress, its code, interpreting, completed. Code the model did
-/// not give is answered as logs saying so, so it can correct itself.
-/// Returns the container and the files the code wrote there.
+/// (the code, the container, its logs and images; [`cell::run`]). Returns
+/// the container and the files the code wrote there.
 async fn run_interpreter(
     sandbox: &dyn Sandbox,
     call: &ToolCall,
@@ -1420,57 +1418,13 @@ async fn run_interpreter(
     events: Option<&EventSink>,
     guardrail: Option<&OutputGuard<'_>>,
 ) -> Result<(String, Vec<WrittenFile>), Status> {
-    let code = InterpreterArguments::read(&call.arguments).code;
-    let container = sandbox.container().await.map_err(host_failed)?;
-    let id = item_id("ci_");
-    let mut item = wire::CodeInterpreterCall {
-        id: Some(id.clone()),
-        code: Some(String::new()),
-        container_id: Some(container.clone()),
-        outputs: None,
-        status: Some(wire::CodeInterpreterStatus::InProgress),
-        extra: wire::Extra::new(),
+    let tool = cell::CellTool {
+        id: item_id("ci_"),
+        name: "the code_interpreter",
+        timeout: None,
+        outcome: false,
     };
-    let index = announce(output, events, Item::CodeInterpreterCall(item.clone()));
-    let step = |step| {
-        emit(
-            events,
-            Event::Interpreter {
-                index,
-                item_id: id.clone(),
-                step,
-            },
-        )
-    };
-    step(InterpreterStep::InProgress);
-    step(InterpreterStep::Code(code.clone()));
-    step(InterpreterStep::Interpreting);
-    let interpretation = if code.trim().is_empty() {
-        Interpretation {
-            logs: "shellgate: the code was not run: the code_interpreter needs code\n".into(),
-            ..Interpretation::default()
-        }
-    } else {
-        sandbox
-            .interpret(&container, &code)
-            .await
-            .map_err(host_failed)?
-    };
-    let logs = guarded_logs(guardrail, interpretation.logs);
-    let mut outputs = Vec::new();
-    if !logs.is_empty() {
-        outputs.push(wire::CodeInterpreterOutput::Logs {
-            logs,
-            extra: wire::Extra::new(),
-        });
-    }
-    outputs.extend(image_outputs(&interpretation.images));
-    step(InterpreterStep::Completed);
-    item.code = Some(code);
-    item.outputs = Some(outputs);
-    item.status = Some(wire::CodeInterpreterStatus::Completed);
-    complete(output, events, index, Item::CodeInterpreterCall(item));
-    Ok((container, interpretation.files))
+    cell::run(sandbox, call, tool, output, events, guardrail).await
 }
 
 /// The annotations citing `files` (each with its container) on the final
@@ -1571,6 +1525,7 @@ async fn run_hosted_bash(
     Ok(())
 }
 
+mod cell;
 mod code_execution;
 pub mod google_code;
 
