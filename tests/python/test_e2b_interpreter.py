@@ -90,6 +90,23 @@ def test_a_dataframe_is_html_a_chart_is_png_an_exception_is_an_error(sandbox):
     assert errors and errors[0].name == "ValueError"
 
 
+def test_an_indented_cell_runs_and_a_string_result_is_its_text(sandbox):
+    # E2B's own tests indent every multi-line cell: IPython dedents it.
+    execution = sandbox.run_code(
+        """
+        def twice(x):
+            return x * 2
+
+        twice(21)
+        """
+    )
+    assert execution.error is None and execution.text == "42", execution
+    # A str result's text is the string, as E2B's server writes it.
+    execution = sandbox.run_code("'bar'")
+    assert execution.text == "bar", execution
+    assert sandbox.run_code("[1, 'a']").text == "[1, 'a']"
+
+
 def test_a_timeout_interrupts_and_the_context_keeps_its_variables(sandbox):
     sandbox.run_code("kept = 'still here'")
     with pytest.raises(TimeoutException):
@@ -98,7 +115,7 @@ def test_a_timeout_interrupts_and_the_context_keeps_its_variables(sandbox):
     # silent: the next one runs in the same kernel, its variables intact,
     # long before the sleep would have ended.
     execution = sandbox.run_code("kept", timeout=60)
-    assert execution.text == "'still here'", execution
+    assert execution.text == "still here", execution
 
 
 def test_a_bash_context_keeps_its_shell_state_and_survives_a_timeout(sandbox):
@@ -158,3 +175,4 @@ def test_execute_needs_the_sandbox_s_token_and_another_project_sees_nothing(sand
     lines = requests.post(f"{root}/execute", json={"code": "6*7"}, headers={**headers, **token}, timeout=60)
     assert lines.status_code == 200 and lines.headers["content-type"] == "application/x-ndjson"
     assert '{"type":"result","text":"42","is_main_result":true}' in lines.text.splitlines(), lines.text
+

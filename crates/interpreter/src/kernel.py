@@ -298,9 +298,26 @@ def _user_traceback(error):
     return "".join(lines)
 
 
+def _leading_indent_removed(code):
+    """IPython's cleanup of a cell: its leading blank lines dropped, and the
+    first line's indentation taken off every line that has it (a cell
+    pasted from indented source, as E2B's own tests send every one)."""
+    lines = code.splitlines(True)
+    while lines and not lines[0].strip():
+        lines.pop(0)
+    if not lines:
+        return ""
+    first = lines[0]
+    indent = first[: len(first) - len(first.lstrip(" \t"))]
+    if not indent:
+        return "".join(lines)
+    return "".join(line[len(indent) :] if line.startswith(indent) else line for line in lines)
+
+
 def run_cell(code):
     global _count, _executing
     _count += 1
+    code = _leading_indent_removed(code)
     filename = "<cell-%d>" % _count
     # Source lines in tracebacks come from linecache.
     import linecache

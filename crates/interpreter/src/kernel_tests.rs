@@ -136,6 +136,27 @@ fn the_last_expression_is_the_main_result_and_state_persists() {
 }
 
 #[test]
+fn an_indented_cell_is_dedented_as_ipython_does() {
+    let mut kernel = HostKernel::start();
+    let events = kernel.run("\n    def f(x):\n        return x * 2\n\n    f(21)\n", &[]);
+    assert_eq!(main_text(&events).as_deref(), Some("42"), "{events:?}");
+    // A line indented less than the first is left as it is (IPython's
+    // rule), so a cell that is not uniformly indented still fails.
+    let events = kernel.run("    x = 1\ny = 2", &[]);
+    assert_eq!(
+        error_of(&events).map(|(name, _)| name).as_deref(),
+        None,
+        "{events:?}"
+    );
+    let events = kernel.run("  x = 1\n    y = 2", &[]);
+    assert_eq!(
+        error_of(&events).map(|(name, _)| name).as_deref(),
+        Some("IndentationError"),
+        "{events:?}"
+    );
+}
+
+#[test]
 fn prints_shell_children_and_c_level_writes_are_stdout_and_stderr_in_order() {
     let mut kernel = HostKernel::start();
     let events = kernel.run(

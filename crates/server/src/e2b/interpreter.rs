@@ -108,7 +108,9 @@ fn ndjson(event: &ExecutionEvent) -> Bytes {
             text,
             timestamp: timestamp_us.saturating_mul(1000),
         },
-        ExecutionEvent::Result(data) => Line::Result(data),
+        ExecutionEvent::Result(data) => {
+            return result_line(data);
+        }
         ExecutionEvent::Error {
             name,
             value,
@@ -126,6 +128,33 @@ fn ndjson(event: &ExecutionEvent) -> Bytes {
     let mut bytes = serde_json::to_vec(&line).unwrap_or_default();
     bytes.push(b'\n');
     Bytes::from(bytes)
+}
+
+/// A result's line as E2B's server writes it: its plain text without the
+/// quotes around it (E2B's `Result` takes them off any text that starts
+/// and ends with the same quote, so a `str` shows as itself: `bar`, not
+/// `'bar'`).
+fn result_line(data: &DisplayData) -> Bytes {
+    let unquoted = data.text.as_deref().and_then(unquoted);
+    let line = match unquoted {
+        Some(text) => {
+            let mut data = data.clone();
+            data.text = Some(text.to_owned());
+            serde_json::to_vec(&Line::Result(&data))
+        }
+        None => serde_json::to_vec(&Line::Result(data)),
+    };
+    let mut bytes = line.unwrap_or_default();
+    bytes.push(b'\n');
+    Bytes::from(bytes)
+}
+
+/// `text` without the quote that starts and ends it, if it has one.
+fn unquoted(text: &str) -> Option<&str> {
+    ['\'', '"'].into_iter().find_map(|quote| {
+        text.strip_prefix(quote)
+            .and_then(|rest| rest.strip_suffix(quote))
+    })
 }
 
 fn interpreter_error(error: InterpreterError) -> E2bError {
@@ -360,6 +389,24 @@ mod tests {
             &ndjson(&error)[..],
             b"{\"type\":\"error\",\"name\":\"E\",\"value\":\"v\",\"traceback\":\"t\"}\n"
         );
+    }
+
+    #[test]
+    fn a_quoted_result_text_loses_its_quotes_as_e2b_s_does() {
+        let line = |text: &str| {
+            let result = ExecutionEvent::Result(DisplayData {
+                text: Some(text.into()),
+                is_main_result: true,
+                ..Default::default()
+            });
+            let line = ndjson(&result);
+            let value: serde_json::Value = serde_json::from_slice(&line).unwrap();
+            value["text"].as_str().unwrap_or_default().to_owned()
+        };
+        assert_eq!(line("'bar'"), "bar");
+        assert_eq!(line("\"it's\""), "it's");
+        assert_eq!(line("('a', 'b')"), "('a', 'b')");
+        assert_eq!(line("42"), "42");
     }
 
     #[test]
