@@ -176,3 +176,101 @@ def test_execute_needs_the_sandbox_s_token_and_another_project_sees_nothing(sand
     assert lines.status_code == 200 and lines.headers["content-type"] == "application/x-ndjson"
     assert '{"type":"result","text":"42","is_main_result":true}' in lines.text.splitlines(), lines.text
 
+
+def test_jupyter_habits_shell_escapes_magics_and_top_level_await(sandbox):
+    # smolagents' CodeAgent(executor_type="e2b") first cell: pip runs and
+    # answers for itself (installed already, or its own error offline).
+    execution = sandbox.run_code("!pip install pillow numpy")
+    assert execution.error is None, execution
+    assert "".join(execution.logs.stdout + execution.logs.stderr).strip(), execution.logs
+    execution = sandbox.run_code("name = 'shellgate'\n!echo hello {name} $name\nfiles = !ls /\n'etc' in files")
+    assert execution.error is None, execution
+    assert "".join(execution.logs.stdout) == "hello shellgate shellgate\n", execution.logs
+    assert execution.text == "True", execution
+    execution = sandbox.run_code("%pip --version")
+    assert execution.error is None and "pip" in "".join(execution.logs.stdout), execution
+    execution = sandbox.run_code("%%bash\nx=4\necho $((x * 10))\n")
+    assert "".join(execution.logs.stdout) == "40\n", execution
+    execution = sandbox.run_code("%%writefile /tmp/habit.txt\nwritten by a cell\n")
+    assert execution.error is None and "Writing /tmp/habit.txt" in "".join(execution.logs.stdout), execution
+    assert sandbox.files.read("/tmp/habit.txt") == "written by a cell\n"
+    execution = sandbox.run_code("%cd /tmp\n%pwd")
+    assert execution.text == "/tmp", execution
+    execution = sandbox.run_code("%matplotlib inline\n%time total = sum(range(10))\ntotal")
+    assert execution.text == "45" and "Wall time" in "".join(execution.logs.stdout), execution
+    # A magic IPython does not have either is IPython's UsageError.
+    execution = sandbox.run_code("%nosuchmagic")
+    assert execution.error is not None and execution.error.name == "UsageError", execution
+    # `%` inside brackets is still Python's modulo; `;` hides the result.
+    assert sandbox.run_code("(7\n %\n 4)").text == "3"
+    assert sandbox.run_code("1 + 1;").text is None
+    # Top-level await, on an event loop kept across cells.
+    execution = sandbox.run_code(
+        """
+        import asyncio
+        async def later(value):
+            await asyncio.sleep(0.01)
+            return value
+        await later(7)
+        """
+    )
+    assert execution.error is None and execution.text == "7", execution
+
+
+def test_display_formats_and_matplotlib_charts(sandbox):
+    execution = sandbox.run_code(
+        "from IPython.display import display, HTML, Markdown, SVG, JSON, Latex\n"
+        "display(HTML('<b>bold</b>'))\n"
+        "display(Markdown('# title'))\n"
+        "display(SVG('<svg xmlns=\"http://www.w3.org/2000/svg\"></svg>'))\n"
+        "display(Latex(r'$x^2$'))\n"
+        "JSON({'a': 1})"
+    )
+    assert execution.error is None, execution
+    results = execution.results
+    assert results[0].html == "<b>bold</b>" and results[1].markdown == "# title", results
+    assert results[2].svg.startswith("<svg") and results[3].latex == "$x^2$", results
+    assert results[4].is_main_result and results[4].json == {"a": 1}, results
+    execution = sandbox.run_code("import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': ['x', 'y']})")
+    assert execution.results[0].data == {"a": [1, 2], "b": ["x", "y"]}, execution.results
+
+    execution = sandbox.run_code(
+        """
+        import matplotlib.pyplot as plt
+        plt.plot([1, 2, 3], [1, 4, 9], label='squares')
+        plt.title('growth')
+        plt.xlabel('Time (s)')
+        plt.show()
+        """
+    )
+    chart = execution.results[0].chart
+    assert chart is not None and chart.type == "line", execution.results
+    assert chart.title == "growth" and chart.x_unit == "s", chart.to_dict()
+    assert chart.elements[0].label == "squares", chart.to_dict()
+    assert chart.elements[0].points == [(1, 1), (2, 4), (3, 9)], chart.to_dict()
+    cells = {
+        "bar": "plt.bar(['a', 'b'], [3, 5], label='sales')",
+        "scatter": "plt.scatter([1, 2], [3, 4])",
+        "pie": "plt.pie([1, 3], labels=['small', 'big'])",
+        "box_and_whisker": "plt.boxplot([[1, 2, 3, 4, 5, 20], [2, 3, 4, 5, 6]], labels=['A', 'B'])",
+    }
+    for kind, code in cells.items():
+        execution = sandbox.run_code(code + "\nplt.show()")
+        chart = execution.results[0].chart if execution.results else None
+        assert chart is not None and chart.type == kind, (kind, execution)
+        if kind == "bar":
+            assert [(e.label, e.group, e.value) for e in chart.elements] == [("a", "sales", 3), ("b", "sales", 5)]
+        if kind == "pie":
+            assert [(e.label, round(e.angle)) for e in chart.elements] == [("small", 90), ("big", 270)]
+        if kind == "box_and_whisker":
+            first = chart.elements[0]
+            assert (first.label, first.min, first.median, first.max, first.outliers) == ("A", 1, 3.5, 5, [20]), \
+                chart.to_dict()
+    execution = sandbox.run_code(
+        "fig, axes = plt.subplots(1, 2)\naxes[0].plot([1, 2], [3, 4])\naxes[1].bar(['a'], [1])\n"
+        "fig.suptitle('both')\nplt.show()"
+    )
+    chart = execution.results[0].chart
+    assert chart.type == "superchart" and chart.title == "both", execution.results
+    assert [c.type for c in chart.elements] == ["line", "bar"], chart.to_dict()
+

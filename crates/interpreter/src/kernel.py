@@ -1,5 +1,6 @@
 # shellgate's code interpreter kernel: one per context, run by the
-# image's python3 as a service process. Protocol, one JSON object per line:
+# image's python3 as a service process (a Python context runs its cells
+# itself; a bash context hosts one long-lived bash and feeds it the cells). Protocol, one JSON object per line:
 # requests on stdin ({"op": "execute", "code", "env"}), events on a private
 # copy of the original stdout (fd 1 and 2 are pipes this kernel reads, so
 # print(), os.system() and C-level writes all become stdout/stderr events).
@@ -190,6 +191,30 @@ def formats_of(value):
         data["text"] = "<repr failed: %r>" % (error,)
     if isinstance(value, type):
         return data
+    shown = getattr(value, "_shellgate_formats", None)
+    if isinstance(value, _Rich) and callable(shown):
+        data.update(shown())
+        return data
+    if isinstance(value, (dict, list)):
+        # E2B's kernel gives lists and dicts as JSON too.
+        try:
+            data["json"] = json.loads(json.dumps(value, default=_json_default))
+        except (TypeError, ValueError):
+            pass
+    pandas = sys.modules.get("pandas")
+    if pandas is not None and isinstance(value, pandas.DataFrame):
+        # E2B's `data`: the frame's columns as lists.
+        try:
+            columns = value.to_dict(orient="list")
+            data["data"] = json.loads(json.dumps(
+                {str(k): [v.isoformat() if isinstance(v, pandas.Timestamp) else v for v in column]
+                 for k, column in columns.items()}, default=_json_default))
+        except (TypeError, ValueError):
+            pass
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is not None and isinstance(value, pyplot.Figure):
+        data.update(_figure_formats(value))
+        return data
     for name, attribute in FORMATS:
         method = getattr(value, attribute, None)
         if not callable(method):
@@ -209,6 +234,15 @@ def formats_of(value):
             rendered = str(rendered)
         data[name] = rendered
     return data
+
+
+def _json_default(value):
+    """NumPy's numbers and arrays as JSON's (orjson's OPT_SERIALIZE_NUMPY)."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    raise TypeError(type(value).__name__)
 
 
 def send_result(data, is_main):
@@ -241,20 +275,33 @@ def display(*values, **_options):
             send_result(formats_of(value), False)
 
 
+def _figure_formats(figure):
+    """A figure's PNG, and its data as E2B's `chart` when it has data."""
+    import io
+
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", bbox_inches="tight")
+    data = {"png": base64.b64encode(buffer.getvalue()).decode()}
+    try:
+        chart = chart_of(figure)
+    except Exception:  # a figure the reader does not know is still shown
+        chart = None
+    if chart:
+        data["chart"] = chart
+    return data
+
+
 def _matplotlib_figures():
     """Open matplotlib figures as PNG results, then closed (if it is loaded)."""
     pyplot = sys.modules.get("matplotlib.pyplot")
     if pyplot is None:
         return
     try:
-        import io
-
         for number in pyplot.get_fignums():
             figure = pyplot.figure(number)
-            buffer = io.BytesIO()
-            figure.savefig(buffer, format="png", bbox_inches="tight")
-            text = repr(figure)
-            send_result({"text": text, "png": base64.b64encode(buffer.getvalue()).decode()}, False)
+            data = {"text": repr(figure)}
+            data.update(_figure_formats(figure))
+            send_result(data, False)
         pyplot.close("all")
     except Exception as error:
         forward("stderr", ("[shellgate: a figure could not be rendered: %r]\n" % (error,)).encode())
@@ -271,6 +318,7 @@ _main = types.ModuleType("__main__")
 _main.__dict__["display"] = display
 sys.modules["__main__"] = _main
 _user = _main.__dict__
+_BUILTIN_NAMES = frozenset(("display", "get_ipython", "__builtins__", "__name__", "__doc__"))
 _count = 0
 _executing = False
 
@@ -314,30 +362,72 @@ def _leading_indent_removed(code):
     return "".join(line[len(indent) :] if line.startswith(indent) else line for line in lines)
 
 
-def run_cell(code):
-    global _count, _executing
-    _count += 1
-    code = _leading_indent_removed(code)
-    filename = "<cell-%d>" % _count
-    # Source lines in tracebacks come from linecache.
+_loop = None
+
+
+def _run_code(code):
+    """Runs compiled code in the user's namespace; code with a top-level
+    `await` (a coroutine) on the kernel's one event loop, kept across cells."""
+    global _loop
+    if code.co_flags & CO_COROUTINE:
+        import asyncio
+
+        if _loop is None or _loop.is_closed():
+            _loop = asyncio.new_event_loop()
+        return _loop.run_until_complete(eval(code, _user))
+    return eval(code, _user)
+
+
+def _ends_with_semicolon(code):
+    """The cell's last statement ends with `;` (IPython shows no result)."""
+    last = None
+    try:
+        for token in tokenize.generate_tokens(_io.StringIO(code).readline):
+            if token.type not in (tokenize.NEWLINE, tokenize.NL, tokenize.COMMENT, tokenize.INDENT,
+                                  tokenize.DEDENT, tokenize.ENDMARKER):
+                last = token
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return False
+    return last is not None and last.type == tokenize.OP and last.string == ";"
+
+
+def evaluate_cell(code, filename):
+    """Runs a cell's code (Jupyter syntax rewritten); returns whether it
+    ended with an expression shown as its result, and that value."""
     import linecache
 
+    code = transform_cell(code)
+    # Source lines in tracebacks come from linecache.
     linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+    tree = compile(code, filename, "exec", ast.PyCF_ONLY_AST | flags)
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr) and not _ends_with_semicolon(code):
+        last = ast.Expression(tree.body.pop().value)
+    _run_code(compile(tree, filename, "exec", flags))
+    if last is None:
+        return False, None
+    return True, _run_code(compile(last, filename, "eval", flags))
+
+
+def run_cell(code, nested=False):
+    """Runs one execution's cell; `nested` (a cell magic's body) runs in the
+    same execution and returns its value, its errors raised to the magic."""
+    global _count, _executing
+    if nested:
+        _count_nested[0] += 1
+        return evaluate_cell(code, "<cell-%d.%d>" % (_count, _count_nested[0]))[1]
+    _count += 1
+    _count_nested[0] = 0
+    filename = "<cell-%d>" % _count
     try:
         _executing = True
-        tree = ast.parse(code, filename, "exec")
-        last = None
-        if tree.body and isinstance(tree.body[-1], ast.Expr):
-            last = ast.Expression(tree.body.pop().value)
-        exec(compile(tree, filename, "exec"), _user)
-        value = None
-        if last is not None:
-            value = eval(compile(last, filename, "eval"), _user)
+        shown, value = evaluate_cell(code, filename)
         _executing = False
         # What the cell printed comes before what it displays.
         sync_streams()
         _matplotlib_figures()
-        if value is not None:
+        if shown and value is not None:
             _user["_"] = value
             send_result(formats_of(value), True)
     except BaseException as error:  # noqa: B036 (SystemExit and ^C are the cell's)
@@ -355,6 +445,853 @@ def run_cell(code):
         })
     finally:
         _executing = False
+
+
+_count_nested = [0]
+CO_COROUTINE = 0x0080  # inspect.CO_COROUTINE
+
+
+# --- Jupyter's habits -----------------------------------------------------
+
+# The image has no IPython: what users of a Jupyter kernel type is rewritten
+# here as IPython rewrites it (`!cmd` → get_ipython().system('cmd'),
+# `%magic args` → get_ipython().run_line_magic('magic', 'args'), `%%magic`
+# → get_ipython().run_cell_magic(...)), and the magics E2B's documentation
+# and agents use are served by a small shell object. A magic it does not
+# know is IPython's UsageError.
+import re
+import shlex
+import subprocess
+import tokenize
+import io as _io
+
+
+class UsageError(Exception):
+    pass
+
+
+def _continuation_lines(code):
+    """The 1-based numbers of the lines that do not begin a statement: inside
+    a string or brackets, or after a backslash (there `%` is an operator)."""
+    inside = set()
+    try:
+        depth = 0
+        tokens = tokenize.generate_tokens(_io.StringIO(code).readline)
+        for token in tokens:
+            kind, text, (start, _), (end, _), line = token
+            if kind == tokenize.OP and text in "([{":
+                depth += 1
+            elif kind == tokenize.OP and text in ")]}":
+                depth = max(0, depth - 1)
+            if end > start:
+                inside.update(range(start + 1, end + 1))
+            if depth > 0 and kind in (tokenize.NL, tokenize.NEWLINE):
+                inside.add(start + 1)
+            if kind not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT) and line.rstrip("\r\n").endswith("\\"):
+                inside.add(end + 1)
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        pass
+    return inside
+
+
+_ASSIGNED = re.compile(r"^([ \t]*)([A-Za-z_][\w.]*(?:[ \t]*,[ \t]*[A-Za-z_][\w.]*)*)[ \t]*=[ \t]*([!%])(.*)$")
+
+
+def _escape_line(indent, escape, rest, target=None):
+    rest = rest.rstrip("\r\n")
+    if escape == "!":
+        if rest.startswith("!"):
+            call = "get_ipython().getoutput(%r)" % rest[1:].strip()
+        else:
+            call = ("get_ipython().getoutput(%r)" if target else "get_ipython().system(%r)") % rest.strip()
+    else:
+        name, _, arguments = rest.strip().partition(" ")
+        call = "get_ipython().run_line_magic(%r, %r)" % (name, arguments.strip())
+    if target:
+        return "%s%s = %s\n" % (indent, target, call)
+    return "%s%s\n" % (indent, call)
+
+
+def transform_cell(code):
+    """A cell's Jupyter syntax as the Python IPython would run."""
+    code = _leading_indent_removed(code)
+    first, _, body = code.partition("\n")
+    if first.startswith("%%"):
+        name, _, arguments = first[2:].strip().partition(" ")
+        return "get_ipython().run_cell_magic(%r, %r, %r)\n" % (name, arguments.strip(), body)
+    if "!" not in code and "%" not in code:
+        return code
+    continuations = _continuation_lines(code)
+    lines = code.splitlines(True)
+    for number, line in enumerate(lines, 1):
+        if number in continuations:
+            continue
+        stripped = line.lstrip(" \t")
+        indent = line[: len(line) - len(stripped)]
+        if stripped.startswith("!") or (stripped.startswith("%") and not stripped.startswith("%=")):
+            lines[number - 1] = _escape_line(indent, stripped[0], stripped[1:])
+            continue
+        assigned = _ASSIGNED.match(line)
+        if assigned:
+            indent, target, escape, rest = assigned.groups()
+            lines[number - 1] = _escape_line(indent, escape, rest, target)
+    return "".join(lines)
+
+
+def _expanded(command, depth=2):
+    """`{expression}` and `$name` in a shell line, from the caller's and the
+    user's names (IPython's expansion: what cannot be evaluated stays as
+    written, for the shell to see)."""
+    frame = sys._getframe(depth)
+    names = dict(_user)
+    names.update(frame.f_locals)
+
+    def brace(match):
+        try:
+            return str(eval(match.group(1), _user, names))
+        except Exception:
+            return match.group(0)
+
+    def dollar(match):
+        if match.group(0) == "$$":
+            return "$"
+        name = match.group(1)
+        return str(names[name]) if name in names else match.group(0)
+
+    command = re.sub(r"(?<!\{)\{([^{}]+)\}(?!\})", brace, command)
+    return re.sub(r"\$\$|\$([A-Za-z_]\w*)", dollar, command)
+
+
+class SList(list):
+    """IPython's getoutput() answer: the lines, with `.s`, `.n`, `.l`."""
+
+    @property
+    def s(self):
+        return " ".join(self)
+
+    @property
+    def n(self):
+        return "\n".join(self)
+
+    @property
+    def l(self):  # noqa: E743 (IPython's name)
+        return list(self)
+
+    nlstr = n
+    spstr = s
+
+
+class Shell:
+    """What `get_ipython()` gives: the system calls and the magics."""
+
+    def __init__(self):
+        self.user_ns = _user
+        self.user_module = _main
+        self.events = _Events()
+        self.config = {}
+        self._previous_dir = None
+        self.line_magics = {
+            "pip": self._pip,
+            "conda": self._conda,
+            "cd": self._cd,
+            "pwd": lambda _: os.getcwd(),
+            "ls": lambda arguments: self.system("ls -F --color=never " + arguments),
+            "env": self._env,
+            "set_env": self._set_env,
+            "time": self._time,
+            "timeit": self._timeit,
+            "matplotlib": self._matplotlib,
+            "config": lambda _: None,
+            "load_ext": self._load_ext,
+            "reload_ext": self._load_ext,
+            "autoreload": lambda _: None,
+            "sx": self.getoutput,
+            "system": self.getoutput,
+            "who": self._who,
+            "whos": self._who,
+            "reset": self._reset,
+            "run": self._run,
+            "cat": lambda arguments: self.system("cat " + arguments),
+            "mkdir": lambda arguments: self.system("mkdir " + arguments),
+            "rm": lambda arguments: self.system("rm " + arguments),
+            "cp": lambda arguments: self.system("cp " + arguments),
+            "mv": lambda arguments: self.system("mv " + arguments),
+        }
+        self.cell_magics = {
+            "bash": lambda arguments, cell: self._script("bash", arguments, cell),
+            "sh": lambda arguments, cell: self._script("sh", arguments, cell),
+            "script": self._script_named,
+            "writefile": self._writefile,
+            "time": self._time_cell,
+            "timeit": self._timeit_cell,
+            "capture": self._capture,
+            "html": lambda _, cell: display(_Rich(html=cell)),
+            "HTML": lambda _, cell: display(_Rich(html=cell)),
+            "markdown": lambda _, cell: display(_Rich(markdown=cell)),
+            "latex": lambda _, cell: display(_Rich(latex=cell)),
+            "svg": lambda _, cell: display(_Rich(svg=cell)),
+            "javascript": lambda _, cell: display(_Rich(javascript=cell)),
+            "js": lambda _, cell: display(_Rich(javascript=cell)),
+            "python": lambda arguments, cell: self._script(sys.executable, arguments, cell),
+            "python3": lambda arguments, cell: self._script(sys.executable, arguments, cell),
+        }
+
+    # -- the shell
+    def system(self, command):
+        command = _expanded(command)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        status = subprocess.call(["/bin/bash", "-c", command])
+        self.user_ns["_exit_code"] = status
+
+    def getoutput(self, command):
+        command = _expanded(command)
+        ran = subprocess.run(["/bin/bash", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.user_ns["_exit_code"] = ran.returncode
+        return SList(ran.stdout.decode("utf-8", "replace").splitlines())
+
+    def run_line_magic(self, name, arguments):
+        magic = self.line_magics.get(name)
+        if magic is None:
+            raise UsageError("Line magic function `%%%s` not found." % name)
+        return magic(_expanded(arguments))
+
+    def run_cell_magic(self, name, arguments, cell):
+        magic = self.cell_magics.get(name)
+        if magic is None:
+            raise UsageError("Cell magic `%%%%%s` not found." % name)
+        return magic(arguments, cell)
+
+    def run_cell(self, code):
+        run_cell(code, nested=True)
+
+    def enable_gui(self, gui=None):
+        pass
+
+    def ev(self, expression):
+        return eval(expression, self.user_ns)
+
+    def ex(self, statement):
+        exec(statement, self.user_ns)
+
+    # -- line magics
+    def _pip(self, arguments):
+        self.system("%s -m pip %s" % (shlex.quote(sys.executable), arguments))
+        if arguments.split()[:1] in (["install"], ["uninstall"]):
+            print("Note: you may need to restart the kernel to use updated packages.")
+
+    def _conda(self, arguments):
+        raise UsageError("conda is not installed in this sandbox: use %pip")
+
+    def _cd(self, arguments):
+        target = arguments.strip().strip("'\"")
+        if target in ("", "~"):
+            target = os.path.expanduser("~")
+        elif target == "-":
+            if self._previous_dir is None:
+                raise UsageError("cd -: no previous directory")
+            target = self._previous_dir
+        here = os.getcwd()
+        try:
+            os.chdir(os.path.expanduser(target))
+        except OSError as error:
+            print("[Errno %s] %s: %r" % (error.errno, error.strerror, target))
+            return None
+        self._previous_dir = here
+        print(os.getcwd())
+        return None
+
+    def _env(self, arguments):
+        arguments = arguments.strip()
+        if not arguments:
+            return dict(os.environ)
+        if "=" in arguments or " " in arguments:
+            return self._set_env(arguments)
+        return os.environ.get(arguments)
+
+    def _set_env(self, arguments):
+        name, separator, value = arguments.strip().partition("=")
+        if not separator:
+            name, _, value = arguments.strip().partition(" ")
+        os.environ[name.strip()] = value.strip()
+        print("env: %s=%s" % (name.strip(), value.strip()))
+
+    def _time(self, statement):
+        try:
+            code = compile(statement, "<timed exec>", "eval")
+            mode = "eval"
+        except SyntaxError:
+            code = compile(statement, "<timed exec>", "exec")
+            mode = "exec"
+        started, cpu = time.perf_counter(), time.process_time()
+        try:
+            if mode == "eval":
+                return eval(code, self.user_ns)
+            exec(code, self.user_ns)
+            return None
+        finally:
+            wall = time.perf_counter() - started
+            used = time.process_time() - cpu
+            print("CPU times: user %s, sys: 0 ns, total: %s\nWall time: %s"
+                  % (_duration(used), _duration(used), _duration(wall)))
+
+    def _time_cell(self, arguments, cell):
+        started, cpu = time.perf_counter(), time.process_time()
+        try:
+            return run_cell(cell, nested=True)
+        finally:
+            wall = time.perf_counter() - started
+            used = time.process_time() - cpu
+            print("CPU times: user %s, sys: 0 ns, total: %s\nWall time: %s"
+                  % (_duration(used), _duration(used), _duration(wall)))
+
+    def _timeit(self, statement, setup="pass"):
+        import timeit
+
+        words = statement.split()
+        number = None
+        while words and words[0].startswith("-"):
+            flag = words.pop(0)
+            if flag.startswith("-n") and (flag[2:] or words):
+                number = int(flag[2:] or words.pop(0))
+            elif flag.startswith("-r") and not flag[2:] and words:
+                words.pop(0)
+        statement = " ".join(words)
+        timer = timeit.Timer(statement, setup, globals=self.user_ns)
+        if number is None:
+            number, _ = timer.autorange()
+        runs = [timer.timeit(number) / number for _ in range(7)]
+        mean = sum(runs) / len(runs)
+        deviation = (sum((r - mean) ** 2 for r in runs) / len(runs)) ** 0.5
+        print("%s ± %s per loop (mean ± std. dev. of 7 runs, %d loops each)"
+              % (_duration(mean), _duration(deviation), number))
+
+    def _timeit_cell(self, arguments, cell):
+        import timeit
+
+        timer = timeit.Timer(cell, arguments or "pass", globals=self.user_ns)
+        number, _ = timer.autorange()
+        runs = [timer.timeit(number) / number for _ in range(7)]
+        mean = sum(runs) / len(runs)
+        print("%s per loop (mean of 7 runs, %d loops each)" % (_duration(mean), number))
+
+    def _matplotlib(self, arguments):
+        # Figures are always rendered inline (as PNG results, with their
+        # chart) after the cell: `inline` and the others change nothing.
+        return None
+
+    def _load_ext(self, arguments):
+        name = arguments.strip()
+        if name in ("autoreload", "dotenv"):
+            if name == "dotenv":
+                raise UsageError("The dotenv module is not an IPython extension here.")
+            return None
+        module = __import__(name)
+        load = getattr(module, "load_ipython_extension", None)
+        if load is None:
+            raise UsageError("The %s module is not an IPython extension." % name)
+        load(self)
+
+    def _who(self, arguments):
+        names = sorted(n for n, v in self.user_ns.items()
+                       if not n.startswith("_") and not isinstance(v, types.ModuleType) and n not in _BUILTIN_NAMES)
+        print("\t".join(names) if names else "Interactive namespace is empty.")
+
+    def _reset(self, arguments):
+        for name in [n for n in self.user_ns if not n.startswith("__") and n not in _BUILTIN_NAMES]:
+            del self.user_ns[name]
+
+    def _run(self, arguments):
+        words = shlex.split(arguments)
+        if not words:
+            raise UsageError("%run: a file to run is needed")
+        path = words[0]
+        saved = sys.argv
+        sys.argv = words
+        try:
+            with open(path, encoding="utf-8") as source:
+                code = source.read()
+            namespace = {"__name__": "__main__", "__file__": path, "__builtins__": __builtins__}
+            exec(compile(code, path, "exec"), namespace)
+            self.user_ns.update({k: v for k, v in namespace.items() if not k.startswith("__")})
+        finally:
+            sys.argv = saved
+
+    # -- cell magics
+    def _script(self, program, arguments, cell):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        ran = subprocess.run([program] + shlex.split(arguments), input=cell.encode())
+        if ran.returncode:
+            raise subprocess.CalledProcessError(ran.returncode, program)
+
+    def _script_named(self, arguments, cell):
+        words = shlex.split(arguments)
+        if not words:
+            raise UsageError("%%script: a program to run the cell is needed")
+        return self._script(words[0], " ".join(shlex.quote(w) for w in words[1:]), cell)
+
+    def _writefile(self, arguments, cell):
+        words = shlex.split(_expanded(arguments))
+        append = "-a" in words or "--append" in words
+        paths = [w for w in words if w not in ("-a", "--append")]
+        if len(paths) != 1:
+            raise UsageError("%%writefile: one file name is needed")
+        path = os.path.expanduser(paths[0])
+        existed = os.path.exists(path)
+        with open(path, "a" if append else "w", encoding="utf-8") as target:
+            target.write(cell)
+        if append:
+            print("Appending to %s" % paths[0])
+        elif existed:
+            print("Overwriting %s" % paths[0])
+        else:
+            print("Writing %s" % paths[0])
+
+    def _capture(self, arguments, cell):
+        raise UsageError("%%capture is not supported by this kernel")
+
+
+def _duration(seconds):
+    for unit, scale in (("s", 1), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
+        if seconds >= scale or unit == "ns":
+            return "%.3g %s" % (seconds / scale, unit)
+
+
+class _Rich:
+    """A value shown in given formats (IPython.display's HTML, Markdown...)."""
+
+    def __init__(self, text=None, **formats):
+        self._formats = {k: v for k, v in formats.items() if v is not None}
+        self._text = text
+
+    def __repr__(self):
+        if self._text is not None:
+            return self._text
+        return "<IPython.core.display.%s object>" % type(self).__name__
+
+    def _shellgate_formats(self):
+        return dict(self._formats)
+
+
+class _Display(_Rich):
+    kind = "text"
+
+    def __init__(self, data=None, url=None, filename=None, metadata=None, **_):
+        if data is None and filename is not None:
+            with open(filename, "rb" if self.binary else "r") as source:
+                data = source.read()
+        elif data is None and url is not None:
+            data = url
+        self.data = data
+        formats = {self.kind: self._encoded(data)} if data is not None else {}
+        super().__init__(**formats)
+
+    binary = False
+
+    def _encoded(self, data):
+        return data
+
+
+class HTML(_Display):
+    kind = "html"
+
+
+class Markdown(_Display):
+    kind = "markdown"
+
+
+class Latex(_Display):
+    kind = "latex"
+
+
+class Math(_Display):
+    kind = "latex"
+
+    def _encoded(self, data):
+        return "$\\displaystyle %s$" % data.strip("$")
+
+
+class SVG(_Display):
+    kind = "svg"
+
+
+class Javascript(_Display):
+    kind = "javascript"
+
+
+class JSON(_Display):
+    kind = "json"
+
+    def _encoded(self, data):
+        return json.loads(data) if isinstance(data, str) else data
+
+
+class Pretty(_Display):
+    def __repr__(self):
+        return str(self.data)
+
+
+class Image(_Display):
+    binary = True
+
+    def __init__(self, data=None, url=None, filename=None, format=None, **options):
+        if isinstance(data, str) and data.startswith(("http://", "https://")):
+            url, data = data, None
+        elif isinstance(data, str) and os.path.exists(data):
+            filename, data = data, None
+        name = (filename or url or "").lower()
+        self.kind = "jpeg" if (format or "").lower() in ("jpeg", "jpg") or name.endswith((".jpg", ".jpeg")) else "png"
+        if data is None and url is not None and filename is None:
+            _Rich.__init__(self, html='<img src="%s"/>' % url)
+            self.data = None
+            return
+        super().__init__(data=data, filename=filename, **options)
+
+    def _encoded(self, data):
+        return base64.b64encode(data).decode() if isinstance(data, (bytes, bytearray)) else data
+
+
+def clear_output(wait=False):
+    """Nothing is shown live: there is nothing to clear."""
+
+
+class _Events:
+    """`get_ipython().events`: callbacks are accepted (matplotlib and
+    others register some); figures are shown after each cell anyway."""
+
+    def register(self, *_):
+        pass
+
+    def unregister(self, *_):
+        pass
+
+
+def _shim_module(name):
+    """The module `name` of the IPython stand-in."""
+    module = types.ModuleType(name)
+    if name in ("IPython", "IPython.core"):
+        module.__path__ = []
+    if name == "IPython":
+        module.get_ipython = get_ipython
+        module.version_info = (0, 0, 0, "shellgate")
+        module.__version__ = "0.0.0+shellgate"
+    elif name in ("IPython.display", "IPython.core.display", "IPython.core.display_functions"):
+        for attribute, value in (("display", display), ("HTML", HTML), ("Markdown", Markdown),
+                                 ("Latex", Latex), ("Math", Math), ("SVG", SVG), ("Javascript", Javascript),
+                                 ("JSON", JSON), ("Image", Image), ("Pretty", Pretty),
+                                 ("clear_output", clear_output)):
+            setattr(module, attribute, value)
+    elif name == "IPython.core.pylabtools":
+        module.backend2gui = {}
+    elif name == "IPython.core.getipython":
+        module.get_ipython = get_ipython
+    return module
+
+
+_SHIM_NAMES = ("IPython", "IPython.display", "IPython.core", "IPython.core.display",
+               "IPython.core.display_functions", "IPython.core.pylabtools", "IPython.core.getipython")
+
+
+class _ShimFinder:
+    """Finds the IPython stand-in when no IPython is installed (last on
+    sys.meta_path: an IPython pip-installed later is found first)."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name not in _SHIM_NAMES:
+            return None
+        import importlib.machinery
+
+        return importlib.machinery.ModuleSpec(name, _ShimFinder, is_package=name in ("IPython", "IPython.core"))
+
+    @staticmethod
+    def create_module(spec):
+        return _shim_module(spec.name)
+
+    @staticmethod
+    def exec_module(module):
+        pass
+
+
+def _install_ipython_module():
+    """`get_ipython()` in the user's names, and `from IPython.display import
+    display, HTML...` working though the image has no IPython; an IPython
+    that is installed gets this kernel's display() (its own prints outside
+    its shell)."""
+    import importlib.util
+
+    _main.__dict__["get_ipython"] = get_ipython
+    if importlib.util.find_spec("IPython") is None:
+        sys.meta_path.append(_ShimFinder)
+        return
+    try:
+        import IPython.display
+
+        IPython.display.display = display
+        IPython.display.clear_output = clear_output
+    except Exception:
+        pass
+
+
+_shell = None
+
+
+def get_ipython():
+    global _shell
+    if _shell is None:
+        _shell = Shell()
+    return _shell
+
+
+# --- charts ---------------------------------------------------------------
+
+# A matplotlib figure's data as E2B's `chart` (what e2b-code-interpreter's
+# Chart models read): one axes is a line, scatter, bar, pie or
+# box-and-whisker chart by what it holds; several make a superchart.
+
+
+def _number(value):
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    if number != number or number in (float("inf"), float("-inf")):
+        return None
+    # matplotlib keeps some coordinates as float32: 60.0000017 is 60.
+    number = round(number, 6)
+    return int(number) if number.is_integer() and abs(number) < 2 ** 53 else number
+
+
+def _point(value, converter):
+    """A data coordinate: a date as ISO text on a date axis, else a number."""
+    if converter is not None:
+        try:
+            from matplotlib import dates
+
+            if isinstance(converter, dates.DateConverter) or type(converter).__name__.endswith("DateConverter"):
+                return dates.num2date(float(value)).isoformat()
+        except Exception:
+            pass
+    return _number(value)
+
+
+def _axis_scale(ax, which):
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    scale = axis.get_scale()
+    if scale == "linear":
+        try:
+            from matplotlib import dates, category
+
+            converter = axis.get_converter() if hasattr(axis, "get_converter") else axis.converter
+            if isinstance(converter, category.StrCategoryConverter):
+                return "categorical"
+            if converter is not None and "Date" in type(converter).__name__:
+                return "datetime"
+        except Exception:
+            pass
+    return scale
+
+
+def _unit(label):
+    if not label:
+        return None
+    found = re.search(r"\s\(([^)]*)\)|\[([^\]]*)\]", label)
+    return (found.group(1) or found.group(2)) if found else None
+
+
+def _base_2d(ax, kind):
+    x_label = ax.get_xlabel() or None
+    y_label = ax.get_ylabel() or None
+    return {
+        "type": kind,
+        "title": ax.get_title() or None,
+        "x_label": x_label,
+        "y_label": y_label,
+        "x_unit": _unit(x_label),
+        "y_unit": _unit(y_label),
+        "elements": [],
+    }
+
+
+def _ticks(ax, chart):
+    for which, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
+        scale = _axis_scale(ax, which)
+        converter = axis.get_converter() if hasattr(axis, "get_converter") else axis.converter
+        ticks = axis.get_ticklocs()
+        labels = [t.get_text() for t in axis.get_ticklabels()]
+        chart[which + "_scale"] = scale
+        if scale == "categorical":
+            chart[which + "_ticks"] = labels
+        else:
+            chart[which + "_ticks"] = [_point(t, converter) for t in ticks]
+        chart[which + "_tick_labels"] = labels
+
+
+def _is_grid_line(line):
+    x, y = line.get_xdata(), line.get_ydata()
+    return len(x) == 2 and len(y) == 2 and (x[0] == x[1] or y[0] == y[1]) and not line.get_label().strip("_")
+
+
+def _label(artist, fallback):
+    label = artist.get_label() or ""
+    return fallback if not label or label.startswith("_") else label
+
+
+def _line_chart(ax):
+    chart = _base_2d(ax, "line")
+    _ticks(ax, chart)
+    x_converter = ax.xaxis.get_converter() if hasattr(ax.xaxis, "get_converter") else ax.xaxis.converter
+    for index, line in enumerate([l for l in ax.get_lines() if not _is_grid_line(l)], 1):
+        xs, ys = line.get_xdata(), line.get_ydata()
+        chart["elements"].append({
+            "label": _label(line, "Line %d" % index),
+            "points": [[_point(x, x_converter), _number(y)] for x, y in zip(xs, ys)],
+        })
+    return chart
+
+
+def _scatter_chart(ax):
+    chart = _base_2d(ax, "scatter")
+    _ticks(ax, chart)
+    x_converter = ax.xaxis.get_converter() if hasattr(ax.xaxis, "get_converter") else ax.xaxis.converter
+    for index, collection in enumerate(ax.collections, 1):
+        chart["elements"].append({
+            "label": _label(collection, "Scatter %d" % index),
+            "points": [[_point(x, x_converter), _number(y)] for x, y in collection.get_offsets()],
+        })
+    return chart
+
+
+def _bar_chart(ax):
+    from matplotlib.container import BarContainer
+
+    chart = _base_2d(ax, "bar")
+    containers = [c for c in ax.containers if isinstance(c, BarContainer)]
+    horizontal = bool(containers) and all(getattr(c, "orientation", "vertical") == "horizontal" for c in containers)
+    if horizontal:
+        chart["x_label"], chart["y_label"] = chart["y_label"], chart["x_label"]
+        chart["x_unit"], chart["y_unit"] = chart["y_unit"], chart["x_unit"]
+    category_axis = ax.yaxis if horizontal else ax.xaxis
+    ticks = {}
+    for location, label in zip(category_axis.get_ticklocs(), category_axis.get_ticklabels()):
+        ticks[round(float(location), 6)] = label.get_text()
+    for index, container in enumerate(containers, 1):
+        group = _label(container, "Group %d" % index)
+        for rect in container:
+            if horizontal:
+                at, value = rect.get_y() + rect.get_height() / 2, rect.get_width()
+            else:
+                at, value = rect.get_x() + rect.get_width() / 2, rect.get_height()
+            label = ticks.get(round(at, 6))
+            if label is None:
+                label = str(_number(at))
+            chart["elements"].append({"label": label, "group": group, "value": _number(value)})
+    return chart
+
+
+def _pie_chart(ax):
+    from matplotlib.patches import Wedge
+
+    chart = {"type": "pie", "title": ax.get_title() or None, "elements": []}
+    for index, wedge in enumerate([p for p in ax.patches if isinstance(p, Wedge)], 1):
+        chart["elements"].append({
+            "label": _label(wedge, "Wedge %d" % index),
+            "angle": _number(abs(wedge.theta2 - wedge.theta1)),
+            "radius": _number(wedge.r),
+        })
+    return chart
+
+
+def _box_chart(ax):
+    """boxplot()'s artists read back: each box (a patch, or a closed line)
+    spans the quartiles; inside it a flat line is the median; a vertical
+    line from its edge is a whisker, whose far end is the min or max; lone
+    markers over it are outliers. Vertical boxes (matplotlib's default)."""
+    chart = _base_2d(ax, "box_and_whisker")
+    boxes = []
+    shapes = list(ax.patches) + [l for l in ax.get_lines() if len(l.get_xdata()) >= 5]
+    for shape in shapes:
+        try:
+            if hasattr(shape, "get_path") and not hasattr(shape, "get_xdata"):
+                vertices = shape.get_path().vertices
+                xs, ys = list(vertices[:, 0]), list(vertices[:, 1])
+            else:
+                xs, ys = list(shape.get_xdata()), list(shape.get_ydata())
+        except Exception:
+            continue
+        boxes.append({"left": min(xs), "right": max(xs), "q1": min(ys), "q3": max(ys),
+                      "median": None, "min": min(ys), "max": max(ys), "outliers": []})
+    boxes.sort(key=lambda b: b["left"])
+    for line in ax.get_lines():
+        xs, ys = [float(v) for v in line.get_xdata()], [float(v) for v in line.get_ydata()]
+        if len(xs) >= 5 or not xs:
+            continue
+        for box in boxes:
+            if not all(box["left"] - 1e-9 <= x <= box["right"] + 1e-9 for x in xs):
+                continue
+            if line.get_linestyle() in ("None", "none", "", " "):
+                box["outliers"].extend(_number(y) for y in ys)
+            elif len(ys) == 2 and ys[0] == ys[1] and box["q1"] < ys[0] < box["q3"] and xs[0] != xs[1]:
+                box["median"] = ys[0]
+            elif len(xs) == 2 and xs[0] == xs[1]:
+                box["min"] = min(box["min"], *ys)
+                box["max"] = max(box["max"], *ys)
+            break
+    labels = {round(float(at), 6): label.get_text() for at, label in zip(ax.xaxis.get_ticklocs(), ax.xaxis.get_ticklabels())}
+    for index, box in enumerate(boxes, 1):
+        middle = round((box["left"] + box["right"]) / 2, 6)
+        median = box["median"] if box["median"] is not None else (box["q1"] + box["q3"]) / 2
+        chart["elements"].append({
+            "label": labels.get(middle) or str(index),
+            "min": _number(box["min"]),
+            "first_quartile": _number(box["q1"]),
+            "median": _number(median),
+            "third_quartile": _number(box["q3"]),
+            "max": _number(box["max"]),
+            "outliers": box["outliers"],
+        })
+    return chart
+
+
+def _axes_chart(ax):
+    from matplotlib.collections import PathCollection
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import PathPatch, Rectangle, Wedge
+    from matplotlib.text import Text
+
+    drawn = [a for a in ax.lines] + list(ax.collections) + list(ax.patches)
+    drawn = [a for a in drawn if not isinstance(a, Text)]
+    lines = [a for a in drawn if isinstance(a, Line2D)]
+    if drawn and all(isinstance(a, Line2D) for a in drawn):
+        # boxplot()'s default artists: per box a closed 5-point outline and
+        # six more lines (two whiskers, two caps, the median, the fliers).
+        outlines = [l for l in lines if len(l.get_xdata()) == 5
+                    and l.get_xdata()[0] == l.get_xdata()[-1] and l.get_ydata()[0] == l.get_ydata()[-1]]
+        if outlines and len(lines) == 7 * len(outlines):
+            return _box_chart(ax)
+        return _line_chart(ax)
+    if drawn and all(isinstance(a, (PathPatch, Line2D)) for a in drawn) and any(isinstance(a, PathPatch) for a in drawn):
+        return _box_chart(ax)
+    drawn = [a for a in drawn if not (isinstance(a, Line2D) and _is_grid_line(a))]
+    if drawn and all(isinstance(a, PathCollection) for a in drawn):
+        return _scatter_chart(ax)
+    if drawn and all(isinstance(a, Wedge) for a in drawn):
+        return _pie_chart(ax)
+    if drawn and all(isinstance(a, Rectangle) for a in drawn):
+        return _bar_chart(ax)
+    return {"type": "unknown", "title": ax.get_title() or None, "elements": []}
+
+
+def chart_of(figure):
+    """The figure's chart, or None for a figure with no data."""
+    axes = figure.get_axes()
+    if not axes or not any(ax.has_data() for ax in axes):
+        return None
+    if len(axes) > 1:
+        title = figure._suptitle.get_text() if getattr(figure, "_suptitle", None) is not None else None
+        return {"type": "superchart", "title": title or None, "elements": [_axes_chart(ax) for ax in axes]}
+    return _axes_chart(axes[0])
 
 
 # --- bash contexts ------------------------------------------------------
@@ -595,6 +1532,8 @@ def main():
 
     warnings.filterwarnings("ignore", message=".*non-interactive.*")
     signal.signal(signal.SIGINT, _on_sigint)
+    if _LANGUAGE == "python":
+        _install_ipython_module()
     RequestReader().start()
     emit({"ev": "ready", "pid": os.getpid()})
     while True:

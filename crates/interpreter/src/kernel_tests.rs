@@ -157,6 +157,38 @@ fn an_indented_cell_is_dedented_as_ipython_does() {
 }
 
 #[test]
+fn jupyter_s_shell_escapes_magics_and_top_level_await_run() {
+    let mut kernel = HostKernel::start();
+    let events = kernel.run("who = 'cell'\n!echo from {who} $who", &[]);
+    assert_eq!(stdout(&events), "from cell cell\n", "{events:?}");
+    let events = kernel.run("listed = !printf 'a\\nb\\n'\nlisted", &[]);
+    assert_eq!(
+        main_text(&events).as_deref(),
+        Some("['a', 'b']"),
+        "{events:?}"
+    );
+    let events = kernel.run("%%bash\nx=6\necho $((x * 7))\n", &[]);
+    assert_eq!(stdout(&events), "42\n", "{events:?}");
+    let events = kernel.run("%cd /tmp\n%pwd", &[]);
+    assert_eq!(main_text(&events).as_deref(), Some("'/tmp'"), "{events:?}");
+    let events = kernel.run("%nosuchmagic", &[]);
+    assert_eq!(
+        error_of(&events).map(|(name, _)| name).as_deref(),
+        Some("UsageError"),
+        "{events:?}"
+    );
+    // Inside brackets `%` is Python's; a trailing `;` hides the result.
+    let events = kernel.run("(7\n %\n 4)", &[]);
+    assert_eq!(main_text(&events).as_deref(), Some("3"), "{events:?}");
+    assert_eq!(main_text(&kernel.run("1 + 1;", &[])), None);
+    let events = kernel.run(
+        "import asyncio\nasync def later(v):\n    await asyncio.sleep(0)\n    return v\nawait later(5)",
+        &[],
+    );
+    assert_eq!(main_text(&events).as_deref(), Some("5"), "{events:?}");
+}
+
+#[test]
 fn prints_shell_children_and_c_level_writes_are_stdout_and_stderr_in_order() {
     let mut kernel = HostKernel::start();
     let events = kernel.run(

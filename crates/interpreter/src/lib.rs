@@ -8,9 +8,13 @@
 //! stdin; events come back as JSON lines on its stdout, read by offset from
 //! the engine's bounded output buffer ([`protocol`]). The code's own
 //! stdout/stderr never mix with that channel: the kernel reads them from
-//! pipes and sends them as events. A bash context is the same kernel
-//! hosting one long-lived `bash` that sources each cell (variables,
-//! functions and `cd` carry over; a failed cell's exit status is its error).
+//! pipes and sends them as events. Python cells are read as IPython reads
+//! them (an indented cell dedented; `!cmd`, `%magic`, `%%magic` rewritten
+//! to the kernel's stand-in for IPython's shell; top-level `await`), and a
+//! matplotlib figure comes back as a PNG with its data as E2B's `chart`. A
+//! bash context is the same kernel hosting one long-lived `bash` that
+//! sources each cell (variables, functions and `cd` carry over; a failed
+//! cell's exit status is its error).
 //!
 //! Bounds: [`MAX_CONTEXTS`] contexts per container, [`MAX_CODE_BYTES`] of
 //! code, one execution at a time per context (a second *waits* for the
@@ -135,7 +139,8 @@ pub enum ExecutionEvent {
         text: String,
         timestamp_us: i64,
     },
-    Result(DisplayData),
+    /// Boxed: it is much the largest event.
+    Result(Box<DisplayData>),
     Error {
         name: String,
         value: String,
@@ -774,7 +779,7 @@ impl Interpreters {
                             Framed::Event(Event::Stderr { text }) => {
                                 ExecutionEvent::Stderr { text, timestamp_us: now_us() }
                             }
-                            Framed::Event(Event::Result(data)) => ExecutionEvent::Result(*data),
+                            Framed::Event(Event::Result(data)) => ExecutionEvent::Result(data),
                             Framed::Event(Event::Error { name, value, traceback }) => {
                                 summary.failed = true;
                                 ExecutionEvent::Error { name, value, traceback }

@@ -164,6 +164,14 @@ pub struct DisplayData {
     pub javascript: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub json: Option<serde_json::Value>,
+    /// A pandas DataFrame's columns as lists (E2B's `data`), passed on as
+    /// the kernel wrote it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<serde_json::Value>,
+    /// A matplotlib figure's data (E2B's `chart`: its type, title, axes and
+    /// elements), passed on as the kernel wrote it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chart: Option<serde_json::Value>,
     #[serde(default)]
     pub is_main_result: bool,
 }

@@ -367,11 +367,11 @@ mod tests {
             &line[..],
             b"{\"type\":\"stdout\",\"text\":\"hi\\n\",\"timestamp\":2000}\n"
         );
-        let result = ExecutionEvent::Result(DisplayData {
+        let result = ExecutionEvent::Result(Box::new(DisplayData {
             text: Some("2".into()),
             is_main_result: true,
             ..Default::default()
-        });
+        }));
         assert_eq!(
             &ndjson(&result)[..],
             b"{\"type\":\"result\",\"text\":\"2\",\"is_main_result\":true}\n"
@@ -394,11 +394,11 @@ mod tests {
     #[test]
     fn a_quoted_result_text_loses_its_quotes_as_e2b_s_does() {
         let line = |text: &str| {
-            let result = ExecutionEvent::Result(DisplayData {
+            let result = ExecutionEvent::Result(Box::new(DisplayData {
                 text: Some(text.into()),
                 is_main_result: true,
                 ..Default::default()
-            });
+            }));
             let line = ndjson(&result);
             let value: serde_json::Value = serde_json::from_slice(&line).unwrap();
             value["text"].as_str().unwrap_or_default().to_owned()

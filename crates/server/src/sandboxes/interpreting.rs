@@ -448,16 +448,20 @@ mod tests {
             text: "a".into(),
             timestamp_us: 0,
         });
-        gathered.add(ExecutionEvent::Result(shellgate_interpreter::DisplayData {
-            text: Some("2".into()),
-            is_main_result: true,
-            ..Default::default()
-        }));
-        gathered.add(ExecutionEvent::Result(shellgate_interpreter::DisplayData {
-            text: Some("<Figure>".into()),
-            png: Some("iVBO".into()),
-            ..Default::default()
-        }));
+        gathered.add(ExecutionEvent::Result(Box::new(
+            shellgate_interpreter::DisplayData {
+                text: Some("2".into()),
+                is_main_result: true,
+                ..Default::default()
+            },
+        )));
+        gathered.add(ExecutionEvent::Result(Box::new(
+            shellgate_interpreter::DisplayData {
+                text: Some("<Figure>".into()),
+                png: Some("iVBO".into()),
+                ..Default::default()
+            },
+        )));
         gathered.add(ExecutionEvent::Error {
             name: "ValueError".into(),
             value: "no".into(),
@@ -468,15 +472,19 @@ mod tests {
         assert_eq!(interpretation.images, ["iVBO"]);
         let mut many = Gathered::default();
         for _ in 0..=MAX_IMAGES {
-            many.add(ExecutionEvent::Result(shellgate_interpreter::DisplayData {
-                png: Some("iVBO".into()),
-                ..Default::default()
-            }));
+            many.add(ExecutionEvent::Result(Box::new(
+                shellgate_interpreter::DisplayData {
+                    png: Some("iVBO".into()),
+                    ..Default::default()
+                },
+            )));
         }
-        many.add(ExecutionEvent::Result(shellgate_interpreter::DisplayData {
-            png: Some("x".repeat(MAX_IMAGE_BYTES)),
-            ..Default::default()
-        }));
+        many.add(ExecutionEvent::Result(Box::new(
+            shellgate_interpreter::DisplayData {
+                png: Some("x".repeat(MAX_IMAGE_BYTES)),
+                ..Default::default()
+            },
+        )));
         let interpretation = many.into_interpretation();
         assert_eq!(interpretation.images.len(), MAX_IMAGES);
         assert!(
