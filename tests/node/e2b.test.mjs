@@ -205,6 +205,32 @@ test('code interpreter: runCode keeps state, returns results and errors', async 
   assert.equal((await sandbox.runCode('math.floor(x / 2)')).results[0].text, '20');
 });
 
+test('code interpreter: an indented cell, a string result, a JavaScript context keeping its state', async () => {
+  const sandbox = await create(CodeInterpreter);
+  // E2B's own tests indent every cell; a str's text is the string itself.
+  let execution = await sandbox.runCode(`
+    def twice(x):
+        return x * 2
+    twice(21)
+  `);
+  assert.equal(execution.error, undefined, JSON.stringify(execution.error));
+  assert.equal(execution.text, '42');
+  assert.equal((await sandbox.runCode("'bar'")).text, 'bar');
+  execution = await sandbox.runCode('!echo from a shell escape');
+  assert.deepEqual(execution.logs.stdout, ['from a shell escape\n'], JSON.stringify(execution));
+  const context = await sandbox.createCodeContext({ language: 'js' });
+  assert.equal(context.language, 'javascript');
+  execution = await sandbox.runCode("const base = 40\nconsole.log('adding')\nbase + 2", { context });
+  assert.equal(execution.error, undefined, JSON.stringify(execution.error));
+  assert.equal(execution.text, '42');
+  assert.deepEqual(execution.logs.stdout, ['adding\n']);
+  execution = await sandbox.runCode('await Promise.resolve(base + 1)', { context });
+  assert.equal(execution.text, '41', JSON.stringify(execution));
+  execution = await sandbox.runCode("throw new TypeError('no')", { context });
+  assert.equal(execution.error.name, 'TypeError', JSON.stringify(execution));
+  assert.equal((await sandbox.runCode('base', { context })).text, '40');
+});
+
 test('code interpreter: contexts open with the traffic token the SDK sends, never the id alone', async () => {
   const sandbox = await create(CodeInterpreter);
   // Its contexts calls carry E2B-Traffic-Access-Token and no access token.

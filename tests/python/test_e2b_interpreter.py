@@ -14,7 +14,7 @@ import requests
 
 from conftest import BINARY, e2b_environment, own_server
 from e2b_code_interpreter import Sandbox
-from e2b.exceptions import NotFoundException, TimeoutException
+from e2b.exceptions import NotFoundException, SandboxException, TimeoutException
 
 # The cached debian-12 build (pandas, matplotlib), shared with the curated
 # skills' test: built once per machine, a no-op when up to date.
@@ -274,3 +274,55 @@ def test_display_formats_and_matplotlib_charts(sandbox):
     assert chart.type == "superchart" and chart.title == "both", execution.results
     assert [c.type for c in chart.elements] == ["line", "bar"], chart.to_dict()
 
+
+def test_javascript_typescript_and_java_contexts_keep_their_state(sandbox):
+    context = sandbox.create_code_context(language="js")
+    assert context.language == "javascript", context
+    execution = sandbox.run_code("const base = 40\nlet step = 2\nconsole.log('adding')\nbase + step", context=context)
+    assert execution.error is None and execution.text == "42", execution
+    assert execution.logs.stdout == ["adding\n"], execution.logs
+    execution = sandbox.run_code("const later = await Promise.resolve(base + 1)\nlater", context=context)
+    assert execution.text == "41", execution
+    execution = sandbox.run_code("({ sum: base + step, items: [1, 2] })", context=context)
+    assert execution.results[0].json == {"sum": 42, "items": [1, 2]}, execution.results
+    execution = sandbox.run_code("throw new TypeError('not a number')", context=context)
+    assert execution.error.name == "TypeError" and execution.error.value == "not a number", execution
+    assert sandbox.run_code("base * 2", context=context).text == "80"
+    # language= alone runs in the sandbox's default context of that language.
+    sandbox.run_code("var shared = 'js default'", language="javascript")
+    assert sandbox.run_code("shared", language="js").text == "js default"
+
+    context = sandbox.create_code_context(language="ts")
+    assert context.language == "typescript", context
+    execution = sandbox.run_code(
+        "interface Point { x: number; y: number }\nconst p: Point = { x: 3, y: 4 }\nMath.hypot(p.x, p.y)",
+        context=context,
+    )
+    assert execution.error is None and execution.text == "5", execution
+    assert sandbox.run_code("enum Color { Red, Green }\nColor.Green + p.x", context=context).text == "4"
+
+    context = sandbox.create_code_context(language="java")
+    assert context.language == "java", context
+    execution = sandbox.run_code("int x = 40;\nSystem.out.println(\"java\");\nx + 2", context=context, timeout=120)
+    assert execution.error is None and execution.text == "42", execution
+    assert execution.logs.stdout == ["java\n"], execution.logs
+    execution = sandbox.run_code("String greeting = \"hi\";\ngreeting + \" \" + x", context=context, timeout=120)
+    assert execution.text == "hi 40", execution
+    # An execution's variables are system properties, as E2B's Java kernel gives them.
+    execution = sandbox.run_code('System.getProperty("SG_PROP")', context=context, envs={"SG_PROP": "set"},
+                                 timeout=120)
+    assert execution.text == "set", execution
+    execution = sandbox.run_code('System.getProperty("SG_PROP", "gone")', context=context, timeout=120)
+    assert execution.text == "gone", execution
+    execution = sandbox.run_code("int y = \"no\";", context=context, timeout=120)
+    assert execution.error is not None and execution.error.name == "CompilationError", execution
+
+
+def test_a_language_without_a_kernel_is_refused_in_e2b_s_words(sandbox):
+    for language in ("r", "deno", "cobol"):
+        with pytest.raises(SandboxException) as refused:
+            sandbox.create_code_context(language=language)
+        assert f"The '{language}' kernel is not available" in str(refused.value), refused.value
+    with pytest.raises(SandboxException) as refused:
+        sandbox.run_code("1", language="r")
+    assert "The 'r' kernel is not available" in str(refused.value), refused.value

@@ -1,6 +1,7 @@
 # shellgate's code interpreter kernel: one per context, run by the
 # image's python3 as a service process (a Python context runs its cells
-# itself; a bash context hosts one long-lived bash and feeds it the cells). Protocol, one JSON object per line:
+# itself; a bash, JavaScript, TypeScript or Java context hosts that
+# language's long-lived runtime and feeds it the cells). Protocol, one JSON object per line:
 # requests on stdin ({"op": "execute", "code", "env"}), events on a private
 # copy of the original stdout (fd 1 and 2 are pipes this kernel reads, so
 # print(), os.system() and C-level writes all become stdout/stderr events).
@@ -326,6 +327,12 @@ _executing = False
 def _on_sigint(_signum, _frame):
     # SIGINT is the interrupt: it stops the user's code, never the kernel.
     if not _executing:
+        return
+    if _LANGUAGE in _HOSTED:
+        # Forwarded to the runtime, which stops the cell and keeps its state
+        # (JShell only once it is ready: before, SIGINT would end the JVM).
+        if _runtime is not None and _runtime.ready:
+            _runtime.interrupt()
         return
     if _LANGUAGE == "bash":
         # Forwarded to the cell's bash, never raised here: this thread only
@@ -1300,6 +1307,8 @@ def chart_of(figure):
 # keeps one bash alive: each cell is sourced by it, so variables, functions
 # and `cd` carry to the next, as in E2B's bash contexts.
 _LANGUAGE = os.environ.pop("SHELLGATE_KERNEL_LANGUAGE", "python")
+# The languages whose cells a runtime hosted by this kernel runs.
+_HOSTED = ("javascript", "typescript", "java")
 
 
 class Bash:
@@ -1431,6 +1440,127 @@ def run_bash_cell(code, env):
         emit({"ev": "error", "name": "", "value": str(status), "traceback": ""})
 
 
+# --- JavaScript, TypeScript and Java contexts -----------------------------
+
+# Their kernel hosts one long-lived runtime fed cells on a pipe of its own,
+# answering each with a JSON line ({"result": {...} | null} or {"error":
+# {name, value, traceback}}) on another; its stdout and stderr are the
+# kernel's (forwarded as events). A JavaScript or TypeScript context runs a
+# Node REPL (declarations, require() and top-level await carry from cell to
+# cell, as in `node`'s REPL; TypeScript has its types stripped by Node's
+# own stripTypeScriptTypes first); a Java context runs JShell (snippets
+# carry over, as in `jshell`; an execution's variables are system
+# properties, as E2B's Java kernel gives them). An interrupt is SIGINT to
+# the runtime, which stops the cell and keeps its state.
+_JS_RUNNER = '// shellgate\'s JavaScript/TypeScript context: one Node REPL evaluating each\n// cell (declarations, top-level await and require() as in `node`\'s REPL);\n// cells come as JSON lines on one pipe, each answer is a JSON line on\n// another (their descriptors in SHELLGATE_JS_CELLS and SHELLGATE_JS_ANSWERS).\n(function shellgateRunner() {\n\'use strict\';\nconst fs = require(\'fs\');\nconst repl = require(\'repl\');\nconst util = require(\'util\');\nconst { PassThrough } = require(\'stream\');\nconst Module = require(\'module\');\nconst path = require(\'path\');\n\nconst typescript = process.env.SHELLGATE_JS_TYPESCRIPT === \'1\';\ndelete process.env.SHELLGATE_JS_TYPESCRIPT;\nconst cellsFd = Number(process.env.SHELLGATE_JS_CELLS);\nconst answers = fs.createWriteStream(null, { fd: Number(process.env.SHELLGATE_JS_ANSWERS) });\ndelete process.env.SHELLGATE_JS_CELLS;\ndelete process.env.SHELLGATE_JS_ANSWERS;\nconst server = repl.start({\n  input: new PassThrough(),\n  output: new PassThrough(),\n  terminal: false,\n  useGlobal: true,\n  prompt: \'\',\n  breakEvalOnSigint: true,\n});\n// Modules resolve from the working directory, as a script there would.\nglobalThis.require = Module.createRequire(path.join(process.cwd(), \'[cell]\'));\nlet pending = null;\n// The REPL\'s domain takes what a cell throws (and what its callbacks throw\n// later): it is the running cell\'s error.\nserver._domain.removeAllListeners(\'error\');\nserver._domain.on(\'error\', (error) => settle(error, undefined));\nprocess.on(\'SIGINT\', () => {\n  const interrupted = new Error(\'interrupted\');\n  interrupted.name = \'KeyboardInterrupt\';\n  settle(interrupted, undefined);\n});\n\nfunction settle(error, value) {\n  const done = pending;\n  pending = null;\n  if (done) done(error, value);\n}\n\nfunction answer(object) {\n  answers.write(JSON.stringify(object) + \'\\n\');\n}\n\nfunction described(error) {\n  // An incomplete cell (`1 +`) is the REPL\'s Recoverable, around the\n  // parser\'s SyntaxError.\n  if (error && error.constructor && error.constructor.name === \'Recoverable\') {\n    error = error.err instanceof Error ? error.err : new SyntaxError(\'Unexpected end of input\');\n  }\n  if (error instanceof Error || (error && typeof error.stack === \'string\')) {\n    const stack = String(error.stack || \'\')\n      .split(\'\\n\')\n      .filter((line) => !/^\\s+at /.test(line) || /\\[cell\\]/.test(line))\n      .join(\'\\n\');\n    return { name: error.name || \'Error\', value: String(error.message), traceback: stack };\n  }\n  return { name: \'Error\', value: util.inspect(error), traceback: \'\' };\n}\n\n// A static `import` is not allowed in the REPL: each one on a line of its\n// own becomes the require() Node would resolve it to (`var`, so running\n// the cell again declares it again).\nconst IMPORT = /^(\\s*)import\\s+(?:([\\w$]+)\\s*,?\\s*)?(?:\\*\\s+as\\s+([\\w$]+)|\\{([^}]*)\\})?\\s*(?:from\\s*)?([\'"][^\'"]+[\'"])\\s*;?\\s*$/;\n\nfunction required(code) {\n  return code\n    .split(\'\\n\')\n    .map((line) => {\n      const found = IMPORT.exec(line);\n      if (!found) return line;\n      const [, indent, fallback, namespace, names, source] = found;\n      const module = `require(${source})`;\n      const parts = [];\n      if (fallback) parts.push(`var ${fallback} = ((m) => (m && m.__esModule && \'default\' in m ? m.default : m))(${module});`);\n      if (namespace) parts.push(`var ${namespace} = ${module};`);\n      if (names !== undefined) {\n        const bound = names\n          .split(\',\')\n          .map((name) => name.trim())\n          .filter(Boolean)\n          .map((name) => name.replace(/\\s+as\\s+/, \': \'));\n        parts.push(`var { ${bound.join(\', \')} } = ${module};`);\n      }\n      if (parts.length === 0) parts.push(`${module};`);\n      return indent + parts.join(\' \');\n    })\n    .join(\'\\n\');\n}\n\nfunction stripped(code) {\n  code = required(code);\n  if (!typescript) return code;\n  if (typeof Module.stripTypeScriptTypes !== \'function\') {\n    throw new Error(\'this Node has no TypeScript support (module.stripTypeScriptTypes)\');\n  }\n  try {\n    return Module.stripTypeScriptTypes(code, { mode: \'transform\' });\n  } catch (error) {\n    if (error && error.code === \'ERR_INVALID_TYPESCRIPT_SYNTAX\') throw error;\n    return Module.stripTypeScriptTypes(code);\n  }\n}\n\nfunction result(value) {\n  if (value === undefined) return null;\n  const shown = { text: util.inspect(value, { depth: 4, maxArrayLength: 200 }) };\n  if (value !== null && typeof value === \'object\') {\n    try {\n      const json = JSON.parse(JSON.stringify(value));\n      if (json !== null && typeof json === \'object\') shown.json = json;\n    } catch (_) {\n      // Not JSON (a cycle, a BigInt): its text is enough.\n    }\n  }\n  return shown;\n}\n\nfunction run(cell) {\n  return new Promise((resolve) => {\n    pending = (error, value) => resolve([error, value]);\n    let code;\n    try {\n      code = stripped(cell.code);\n    } catch (error) {\n      settle(error, undefined);\n      return;\n    }\n    for (const [name, value] of Object.entries(cell.env || {})) process.env[name] = String(value);\n    server.eval(code, server.context, \'[cell]\', (error, value) => settle(error, value));\n  });\n}\n\nconst lines = require(\'readline\').createInterface({ input: fs.createReadStream(null, { fd: cellsFd }) });\nconst queue = [];\nlet busy = false;\nlines.on(\'line\', (line) => {\n  queue.push(JSON.parse(line));\n  next();\n});\nlines.on(\'close\', () => process.exit(0));\n\nasync function next() {\n  if (busy || queue.length === 0) return;\n  busy = true;\n  const cell = queue.shift();\n  const saved = {};\n  for (const name of Object.keys(cell.env || {})) saved[name] = process.env[name];\n  const [error, value] = await run(cell);\n  for (const [name, value] of Object.entries(saved)) {\n    if (value === undefined) delete process.env[name];\n    else process.env[name] = value;\n  }\n  if (error) answer({ error: described(error) });\n  else answer({ result: result(value) });\n  busy = false;\n  next();\n}\n})();\n'
+
+_JAVA_RUNNER = '// shellgate\'s Java context: one JShell evaluating each cell\'s snippets\n// (declarations carry from cell to cell, as in `jshell`). Cells come as\n// base64 lines on one pipe, answers go as JSON lines on another (their\n// descriptors in SHELLGATE_JAVA_CELLS and SHELLGATE_JAVA_ANSWERS).\nimport java.io.BufferedReader;\nimport java.io.FileInputStream;\nimport java.io.FileOutputStream;\nimport java.io.InputStreamReader;\nimport java.io.PrintStream;\nimport java.nio.charset.StandardCharsets;\nimport java.util.Base64;\nimport java.util.List;\nimport java.util.stream.Collectors;\n\nimport jdk.jshell.Diag;\nimport jdk.jshell.EvalException;\nimport jdk.jshell.JShell;\nimport jdk.jshell.JShellException;\nimport jdk.jshell.Snippet;\nimport jdk.jshell.SnippetEvent;\nimport jdk.jshell.SourceCodeAnalysis;\n\npublic class ShellgateJava {\n    public static void main(String[] arguments) throws Exception {\n        BufferedReader cells = new BufferedReader(new InputStreamReader(\n                new FileInputStream("/proc/self/fd/" + System.getenv("SHELLGATE_JAVA_CELLS")),\n                StandardCharsets.UTF_8));\n        PrintStream answers = new PrintStream(\n                new FileOutputStream("/proc/self/fd/" + System.getenv("SHELLGATE_JAVA_ANSWERS")),\n                true, StandardCharsets.UTF_8);\n        JShell shell = JShell.builder().out(System.out).err(System.err).build();\n        // The interrupt stops the running snippet; JShell and its state stay.\n        sun.misc.Signal.handle(new sun.misc.Signal("INT"), signal -> shell.stop());\n        answers.println("{\\"ready\\":true}");\n        // E2B\'s Java kernel gives an execution\'s variables as system\n        // properties: set in the JShell\'s JVM for the cell, restored after.\n        shell.eval("class ShellgateProperties {"\n                + " static java.util.Map<String, String> saved = new java.util.HashMap<>();"\n                + " static void set(String name, String value) {"\n                + " saved.putIfAbsent(name, System.getProperty(name)); System.setProperty(name, value); }"\n                + " static void restore() { saved.forEach((name, value) -> {"\n                + " if (value == null) System.clearProperty(name); else System.setProperty(name, value); });"\n                + " saved.clear(); } }");\n        String line;\n        while ((line = cells.readLine()) != null) {\n            // The cell, then its variables as name:value pairs, all base64.\n            String[] fields = line.trim().split(" ");\n            String code = decoded(fields[0]);\n            for (int i = 1; i < fields.length; i++) {\n                String[] pair = fields[i].split(":", 2);\n                if (pair.length == 2) {\n                    shell.eval("ShellgateProperties.set(" + quoted(decoded(pair[0])) + ", "\n                            + quoted(decoded(pair[1])) + ");");\n                }\n            }\n            String answer = run(shell, code);\n            if (fields.length > 1) {\n                shell.eval("ShellgateProperties.restore();");\n            }\n            answers.println(answer);\n        }\n        shell.close();\n    }\n\n    static String run(JShell shell, String code) {\n        SourceCodeAnalysis analysis = shell.sourceCodeAnalysis();\n        String remaining = code;\n        String value = null;\n        while (!remaining.isBlank()) {\n            SourceCodeAnalysis.CompletionInfo info = analysis.analyzeCompletion(remaining);\n            String source = info.source();\n            if (info.completeness() == SourceCodeAnalysis.Completeness.EMPTY) {\n                break;\n            }\n            if (source == null || !info.completeness().isComplete()) {\n                return error("CompilationError", "incomplete code: " + remaining.strip(), "");\n            }\n            remaining = info.remaining();\n            value = null;\n            for (SnippetEvent event : shell.eval(source)) {\n                if (event.causeSnippet() != null) {\n                    continue;\n                }\n                JShellException thrown = event.exception();\n                if (thrown != null) {\n                    String name = thrown instanceof EvalException\n                            ? ((EvalException) thrown).getExceptionClassName()\n                            : thrown.getClass().getName();\n                    java.io.StringWriter trace = new java.io.StringWriter();\n                    thrown.printStackTrace(new java.io.PrintWriter(trace));\n                    return error(name, String.valueOf(thrown.getMessage()), trace.toString());\n                }\n                if (event.status() == Snippet.Status.REJECTED) {\n                    List<Diag> diagnostics = shell.diagnostics(event.snippet()).collect(Collectors.toList());\n                    String message = diagnostics.stream()\n                            .map(d -> d.getMessage(null))\n                            .collect(Collectors.joining("\\n"));\n                    return error("CompilationError", message, source);\n                }\n                if (event.snippet().kind() == Snippet.Kind.EXPRESSION\n                        || (event.snippet().kind() == Snippet.Kind.VAR\n                            && event.snippet().subKind() == Snippet.SubKind.TEMP_VAR_EXPRESSION_SUBKIND)) {\n                    value = event.value();\n                }\n            }\n        }\n        if (value == null) {\n            return "{\\"result\\":null}";\n        }\n        return "{\\"result\\":{\\"text\\":" + quoted(value) + "}}";\n    }\n\n    static String decoded(String field) {\n        return new String(Base64.getDecoder().decode(field), StandardCharsets.UTF_8);\n    }\n\n    static String error(String name, String value, String traceback) {\n        return "{\\"error\\":{\\"name\\":" + quoted(name) + ",\\"value\\":" + quoted(value)\n                + ",\\"traceback\\":" + quoted(traceback) + "}}";\n    }\n\n    static String quoted(String text) {\n        StringBuilder out = new StringBuilder("\\"");\n        for (char c : text.toCharArray()) {\n            switch (c) {\n                case \'"\': out.append("\\\\\\""); break;\n                case \'\\\\\': out.append("\\\\\\\\"); break;\n                case \'\\n\': out.append("\\\\n"); break;\n                case \'\\r\': out.append("\\\\r"); break;\n                case \'\\t\': out.append("\\\\t"); break;\n                default:\n                    if (c < 0x20) {\n                        out.append(String.format("\\\\u%04x", (int) c));\n                    } else {\n                        out.append(c);\n                    }\n            }\n        }\n        return out.append(\'"\').toString();\n    }\n}\n'
+
+
+class Runtime:
+    def __init__(self, language):
+        cells_read, cells_write = os.pipe()
+        answers_read, answers_write = os.pipe()
+        env = dict(os.environ)
+        self.language = language
+        if language == "java":
+            import tempfile
+
+            source = os.path.join(tempfile.mkdtemp(prefix="shellgate-java-"), "ShellgateJava.java")
+            with open(source, "w", encoding="utf-8") as out:
+                out.write(_JAVA_RUNNER)
+            # Quick to start: the cells are small, the JIT's top tier is not
+            # worth its start-up.
+            argv = ["java", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", source]
+            env["SHELLGATE_JAVA_CELLS"] = str(cells_read)
+            env["SHELLGATE_JAVA_ANSWERS"] = str(answers_write)
+        else:
+            argv = ["node", "--disable-warning=ExperimentalWarning", "-e", _JS_RUNNER]
+            env["SHELLGATE_JS_CELLS"] = str(cells_read)
+            env["SHELLGATE_JS_ANSWERS"] = str(answers_write)
+            if language == "typescript":
+                env["SHELLGATE_JS_TYPESCRIPT"] = "1"
+        self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, pass_fds=(cells_read, answers_write), env=env)
+        os.close(cells_read)
+        os.close(answers_write)
+        self.cells = os.fdopen(cells_write, "wb", buffering=0)
+        self.answers = os.fdopen(answers_read, "rb", buffering=0)
+        self.ready = language != "java"
+
+    def interrupt(self):
+        try:
+            os.kill(self.process.pid, signal.SIGINT)
+        except OSError:
+            pass
+
+    def _answer(self):
+        line = b""
+        while not line.endswith(b"\n"):
+            try:
+                chunk = self.answers.readline()
+            except InterruptedError:
+                continue
+            if not chunk:
+                return None
+            line += chunk
+        return json.loads(line)
+
+    def run(self, code, env):
+        """The cell's answer, None if the runtime ended."""
+        if not self.ready:
+            # JShell says it is ready once it started (an interrupt before
+            # that would end the JVM: none is sent until then).
+            if self._answer() is None:
+                return None
+            self.ready = True
+        if self.language == "java":
+            # The cell, then its variables (JShell sets them as system
+            # properties for the cell, as E2B's Java kernel does).
+            fields = [base64.b64encode(code.encode())]
+            for name, value in env.items():
+                fields.append(base64.b64encode(str(name).encode()) + b":" + base64.b64encode(str(value).encode()))
+            request = b" ".join(fields) + b"\n"
+        else:
+            request = (json.dumps({"code": code, "env": {str(k): str(v) for k, v in env.items()}}) + "\n").encode()
+        try:
+            self.cells.write(request)
+        except OSError:
+            return None
+        return self._answer()
+
+
+_runtime = None
+
+
+def run_hosted_cell(code, env):
+    global _runtime, _count, _executing
+    _count += 1
+    if _runtime is None or _runtime.process.poll() is not None:
+        try:
+            _runtime = Runtime(_LANGUAGE)
+        except OSError as error:
+            _runtime = None
+            emit({"ev": "error", "name": "RuntimeNotFound",
+                  "value": "this sandbox's image cannot run %s: %s" % (_LANGUAGE, error), "traceback": ""})
+            return
+    _executing = True
+    try:
+        answer = _runtime.run(code, env)
+    finally:
+        _executing = False
+    sync_streams()
+    if answer is None:
+        _runtime = None
+        emit({"ev": "error", "name": "Error", "value": "%s exited (the next cell starts it again)" % _LANGUAGE,
+              "traceback": ""})
+    elif answer.get("error"):
+        error = answer["error"]
+        emit({"ev": "error", "name": str(error.get("name", "Error")), "value": str(error.get("value", "")),
+              "traceback": str(error.get("traceback", ""))})
+    elif answer.get("result"):
+        send_result(answer["result"], True)
+
+
 def execute(request):
     global _current
     with _current_lock:
@@ -1457,6 +1587,12 @@ def _run(request):
     if _LANGUAGE == "bash":
         try:
             run_bash_cell(request.get("code", ""), env)
+        finally:
+            sync_streams()
+        return
+    if _LANGUAGE in _HOSTED:
+        try:
+            run_hosted_cell(request.get("code", ""), env)
         finally:
             sync_streams()
         return

@@ -189,6 +189,25 @@ fn jupyter_s_shell_escapes_magics_and_top_level_await_run() {
 }
 
 #[test]
+fn a_javascript_context_keeps_declarations_and_awaits() {
+    let mut kernel = HostKernel::start_as(crate::Language::JavaScript);
+    let events = kernel.run("const base = 40\nconsole.log('adding')\nbase + 2", &[]);
+    assert_eq!(stdout(&events), "adding\n", "{events:?}");
+    assert_eq!(main_text(&events).as_deref(), Some("42"), "{events:?}");
+    let events = kernel.run("await Promise.resolve(base + 1)", &[]);
+    assert_eq!(main_text(&events).as_deref(), Some("41"), "{events:?}");
+    let events = kernel.run("throw new TypeError('no')", &[]);
+    assert_eq!(
+        error_of(&events),
+        Some(("TypeError".to_owned(), "no".to_owned())),
+        "{events:?}"
+    );
+    let events = kernel.run("process.env.SG_JS", &[("SG_JS", "set")]);
+    assert_eq!(main_text(&events).as_deref(), Some("'set'"), "{events:?}");
+    assert_eq!(main_text(&kernel.run("base", &[])).as_deref(), Some("40"));
+}
+
+#[test]
 fn prints_shell_children_and_c_level_writes_are_stdout_and_stderr_in_order() {
     let mut kernel = HostKernel::start();
     let events = kernel.run(

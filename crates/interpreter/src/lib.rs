@@ -14,7 +14,9 @@
 //! matplotlib figure comes back as a PNG with its data as E2B's `chart`. A
 //! bash context is the same kernel hosting one long-lived `bash` that
 //! sources each cell (variables, functions and `cd` carry over; a failed
-//! cell's exit status is its error).
+//! cell's exit status is its error); a JavaScript or TypeScript context
+//! hosts one Node REPL, a Java context one JShell, each fed cells on a pipe
+//! of its own and answering on another.
 //!
 //! Bounds: [`MAX_CONTEXTS`] contexts per container, [`MAX_CODE_BYTES`] of
 //! code, one execution at a time per context (a second *waits* for the
@@ -70,27 +72,35 @@ const READ_WAIT: Duration = Duration::from_secs(30);
 /// The most of a failed kernel's own stderr quoted in its error.
 const STDERR_KEPT: usize = 2048;
 
-/// The variable telling kernel.py its context's language (`python` or
-/// `bash`); the kernel removes it before any user code runs.
+/// The variable telling kernel.py its context's language
+/// ([`Language::name`]); the kernel removes it before any user code runs.
 const KERNEL_LANGUAGE_ENV: &str = "SHELLGATE_KERNEL_LANGUAGE";
 
-/// A context's language: Python, or bash (one long-lived bash sourcing each
-/// cell). JavaScript is named so it is refused by name.
+/// A context's language: Python; bash (one long-lived bash sourcing each
+/// cell); JavaScript or TypeScript (one long-lived Node REPL, TypeScript's
+/// types stripped by Node); Java (one long-lived JShell). Each is served
+/// where the image has its runtime (the first cell says when it has not).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Language {
     Python,
     #[serde(alias = "js")]
     JavaScript,
+    #[serde(alias = "ts")]
+    TypeScript,
+    Java,
     Bash,
 }
 
 impl Language {
-    /// By E2B's name (`python`, `javascript` or `js`, `bash`), any case.
+    /// By E2B's name (`python`, `javascript` or `js`, `typescript` or
+    /// `ts`, `java`, `bash`), any case, around spaces.
     pub fn parse(name: &str) -> Option<Self> {
-        match name.to_ascii_lowercase().as_str() {
+        match name.trim().to_ascii_lowercase().as_str() {
             "python" | "python3" => Some(Self::Python),
             "javascript" | "js" => Some(Self::JavaScript),
+            "typescript" | "ts" => Some(Self::TypeScript),
+            "java" => Some(Self::Java),
             "bash" => Some(Self::Bash),
             _ => None,
         }
@@ -100,6 +110,8 @@ impl Language {
         match self {
             Self::Python => "python",
             Self::JavaScript => "javascript",
+            Self::TypeScript => "typescript",
+            Self::Java => "java",
             Self::Bash => "bash",
         }
     }
@@ -184,8 +196,6 @@ pub enum InterpreterError {
     },
     #[error("the sandbox already has {limit} code contexts (its limit); remove one first")]
     TooManyContexts { limit: usize },
-    #[error("{0} contexts are not supported (python and bash are)")]
-    UnsupportedLanguage(&'static str),
     #[error("the code interpreter's kernel failed: {0}")]
     KernelFailed(String),
     #[error(transparent)]
@@ -370,9 +380,6 @@ impl Interpreters {
         cwd: Option<&str>,
         env: &[(String, String)],
     ) -> Result<Arc<Context>> {
-        if language == Language::JavaScript {
-            return Err(InterpreterError::UnsupportedLanguage(language.name()));
-        }
         if let Some(cwd) = cwd {
             if !cwd.starts_with('/') || cwd.contains('\0') || cwd.len() > 4096 {
                 return Err(InterpreterError::InvalidRequest {

@@ -162,7 +162,7 @@ fn interpreter_error(error: InterpreterError) -> E2bError {
         InterpreterError::ContextNotFound(id) => {
             E2bError::new(StatusCode::NOT_FOUND, format!("context {id:?} not found"))
         }
-        InterpreterError::InvalidRequest { .. } | InterpreterError::UnsupportedLanguage(_) => {
+        InterpreterError::InvalidRequest { .. } => {
             E2bError::new(StatusCode::BAD_REQUEST, error.to_string())
         }
         InterpreterError::TooManyContexts { .. } => {
@@ -175,16 +175,28 @@ fn interpreter_error(error: InterpreterError) -> E2bError {
     }
 }
 
+/// A language by E2B's name. One shellgate has no kernel for (`r`,
+/// `deno`...) is refused in E2B's words (its server quotes Jupyter's answer
+/// for a kernel it does not have), as a 400: nothing was run.
 fn language(name: Option<&str>) -> Result<Option<Language>, E2bError> {
     match name {
         None => Ok(None),
-        Some(name) => Language::parse(name).map(Some).ok_or_else(|| {
-            E2bError::new(
-                StatusCode::BAD_REQUEST,
-                format!("language {name:?} is not supported (python and bash are)"),
-            )
-        }),
+        Some(name) => Language::parse(name)
+            .map(Some)
+            .ok_or_else(|| unknown_language(name)),
     }
+}
+
+fn unknown_language(name: &str) -> E2bError {
+    let kernel = name.trim().to_ascii_lowercase();
+    E2bError::new(
+        StatusCode::BAD_REQUEST,
+        format!(
+            "Failed to create context: {{\"message\": \"The '{kernel}' kernel is not available. \
+             Please pick another suitable kernel instead, or install that kernel.\", \
+             \"short_message\": \"{kernel} not found\"}}"
+        ),
+    )
 }
 
 /// The sandbox's variables, then the call's (which win).
@@ -407,6 +419,24 @@ mod tests {
         assert_eq!(line("\"it's\""), "it's");
         assert_eq!(line("('a', 'b')"), "('a', 'b')");
         assert_eq!(line("42"), "42");
+    }
+
+    #[test]
+    fn a_language_without_a_kernel_is_refused_in_e2b_s_words() {
+        for name in ["js", "TypeScript", " java ", "bash", "python"] {
+            assert!(
+                matches!(language(Some(name)), Ok(Some(_))),
+                "{name:?} has a kernel"
+            );
+        }
+        let refused = language(Some("R")).err().map(|e| (e.status, e.message));
+        let (status, message) = refused.unwrap_or_default();
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{message}");
+        assert!(
+            message.starts_with("Failed to create context: ")
+                && message.contains("The 'r' kernel is not available"),
+            "{message}"
+        );
     }
 
     #[test]
