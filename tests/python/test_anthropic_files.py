@@ -5,7 +5,9 @@ where), and each file a command or a Python cell creates or changes comes
 back in its result's `content` as a Files API file (`file_id`), which the
 Files API downloads; and the Files API in Anthropic's shape (`FileMetadata`,
 pages newest first, `file_deleted`, Anthropic's errors) to a client that
-sends `anthropic-version`, over the same files OpenAI's shape shows.
+sends `anthropic-version`, over the same files OpenAI's shape shows; the
+Skills API in Anthropic's shape over shellgate's skills (the curated ones
+as `anthropic`), and `container.skills` mounting them.
 Clients: the official `anthropic` SDK (the `openai` SDK for the Files API
 in its OpenAI shape); the model is the scripted
 upstream (a fixture), once per upstream protocol (Chat Completions,
@@ -16,7 +18,7 @@ import json
 
 import anthropic
 import pytest
-from anthropic.types.beta import BetaDeletedFile, BetaFileMetadata
+from anthropic.types.beta import BetaDeletedFile, BetaFileMetadata, BetaSkill
 
 from conftest import KEY_A, own_server
 
@@ -197,3 +199,93 @@ def test_a_file_uploaded_with_anthropics_sdk_is_used_and_an_output_downloaded(se
     written = client.beta.files.retrieve_metadata(output.file_id)
     assert (written.filename, written.mime_type, written.downloadable) == ("sorted.txt", "text/plain", True)
     assert client.beta.files.download(output.file_id).read() == b"one\nthree\ntwo\n"
+
+
+# --- The Skills API in Anthropic's shape, and container.skills --------
+
+
+def skill_files(name, description="Counts words in a text file."):
+    """A skill's folder, as the SDK uploads it."""
+    skill_md = f"---\nname: {name}\ndescription: {description}\n---\n\nRun scripts/count.sh FILE.\n"
+    return [(f"{name}/SKILL.md", skill_md.encode(), "text/markdown"),
+            (f"{name}/scripts/count.sh", b"#!/bin/sh\nwc -w < \"$1\"\n", "text/x-sh")]
+
+
+def test_the_skills_api_answers_anthropics_sdk_in_its_shape(served):
+    server, _ = served
+    client = anthropic_client(server)
+    raw = client.beta.skills.with_raw_response.create(files=skill_files("word-counter"),
+                                                      display_name="word-counter")
+    assert raw.headers.get("x-shellgate-uncarried") is None, raw.headers
+    skill = raw.parse()
+    assert isinstance(skill, BetaSkill), skill
+    assert (skill.type, skill.display_name, skill.source.type) == ("skill", "word-counter", "custom"), skill
+    assert skill.latest_version_id.startswith("skillver_") and skill.created_at.tzinfo is not None, skill
+    assert client.beta.skills.retrieve(skill.id) == skill
+    listed = client.beta.skills.list(limit=1000)
+    assert skill.id in [s.id for s in listed.data], listed
+    assert all(isinstance(s, BetaSkill) for s in listed.data)
+    # The same skill in OpenAI's shape, to OpenAI's SDK.
+    assert server.client(KEY_A).skills.retrieve(skill.id).name == "word-counter"
+    # Another display name is not kept, and the answer says so.
+    renamed = client.beta.skills.with_raw_response.create(files=skill_files("word-counter-2"),
+                                                          display_name="Counter")
+    assert renamed.headers.get("x-shellgate-uncarried") == "display_name", renamed.headers
+    assert renamed.parse().display_name == "word-counter-2"
+    deleted = client.beta.skills.delete(skill.id)
+    assert (deleted.id, deleted.type) == (skill.id, "skill_deleted"), deleted
+    with pytest.raises(anthropic.NotFoundError) as raised:
+        client.beta.skills.retrieve(skill.id)
+    assert raised.value.body["error"]["type"] == "not_found_error", raised.value.body
+
+
+def test_skills_shellgate_ships_are_anthropics_source(served):
+    server, _ = served
+    client = anthropic_client(server)
+    shipped = client.beta.skills.list(source="anthropic")
+    ids = [s.id for s in shipped.data]
+    assert "shellgate-spreadsheet-analyst" in ids, shipped
+    assert {s.source.type for s in shipped.data} == {"anthropic"}, shipped
+    assert client.beta.skills.retrieve("shellgate-report-writer").display_name == "report-writer"
+
+
+def test_anthropic_skill_lists_page(served):
+    server, _ = served
+    client = anthropic_client(server)
+    made = [client.beta.skills.create(files=skill_files(f"pager-{n}")).id for n in range(3)]
+    page = client.beta.skills.list(limit=2)
+    assert [s.id for s in page.data] == made[:0:-1], page
+    assert page.next_page and page.get_next_page().data[0].id == made[0]
+
+
+def test_container_skills_mount_the_projects_and_the_shipped_skills(served):
+    server, _ = served
+    client = anthropic_client(server)
+    skill = client.beta.skills.create(files=skill_files("tally"))
+    container = {"skills": [{"type": "custom", "skill_id": skill.id, "version": "latest"},
+                            {"type": "anthropic", "skill_id": "shellgate-report-writer"}]}
+    message = client.messages.create(
+        model="scripted", max_tokens=256, tools=[BASH], container=container,
+        messages=[{"role": "user", "content": 'Call bash_code_execution: {"command": "ls /mnt/skills"}'}])
+    result = message.content[1].content
+    assert (result.stdout, result.return_code) == ("report-writer\ntally\n", 0), result
+    # The next request names the container (its skills are the ones it was made with).
+    again = client.messages.create(
+        model="scripted", max_tokens=256, tools=[BASH],
+        container={"id": message.container.id, "skills": container["skills"]},
+        messages=[{"role": "user", "content": 'Call bash_code_execution: {"command": "sh /mnt/skills/tally/scripts/count.sh /mnt/skills/tally/SKILL.md"}'}])
+    assert again.container.id == message.container.id
+    assert again.content[1].content.return_code == 0, again.content[1].content
+
+
+def test_an_unknown_container_skill_is_anthropics_400_naming_it(served):
+    server, _ = served
+    client = anthropic_client(server)
+    for skill, param in [({"type": "custom", "skill_id": "skill_none"}, "skill_none"),
+                         ({"type": "anthropic", "skill_id": "xlsx-none"}, "xlsx-none")]:
+        with pytest.raises(anthropic.BadRequestError) as raised:
+            client.messages.create(
+                model="scripted", max_tokens=64, tools=[BASH], container={"skills": [skill]},
+                messages=[{"role": "user", "content": 'Call bash_code_execution: {"command": "true"}'}])
+        error = raised.value.body["error"]
+        assert error["type"] == "invalid_request_error" and param in error["message"], raised.value.body

@@ -21,9 +21,10 @@ use shellgate_store::FileRow;
 use shellgate_wire::new_id;
 use shellgate_wire::{
     mime_type_of, AnthropicFile, AnthropicFileDeleted, AnthropicFileList, AnthropicFilesQuery,
-    Deleted, FileObject, List, FILE_PURPOSES, PAGE_CURSOR_PREFIX,
+    Deleted, FileObject, List, FILE_PURPOSES,
 };
 
+use crate::anthropic_pages::AnthropicPage;
 use crate::blobs::{field_body, file_key, BodyFailure, Unrecorded};
 use crate::error::{anthropic_client, ApiError, ApiResult};
 use crate::http::multipart_error;
@@ -47,11 +48,6 @@ const EXPIRY_SECONDS: std::ops::RangeInclusive<i64> = 3_600..=2_592_000;
 /// Shortest and longest `expires_in_seconds` (Anthropic's bounds: an
 /// hour to 90 days).
 const ANTHROPIC_EXPIRY_SECONDS: std::ops::RangeInclusive<i64> = 3_600..=7_776_000;
-
-/// Most files in one of Anthropic's pages, and how many when the client
-/// does not say.
-const MAX_ANTHROPIC_PAGE: u32 = 1000;
-const DEFAULT_ANTHROPIC_PAGE: u32 = 20;
 
 /// A file's row in Anthropic's shape (`FileMetadata`). Every file here can
 /// be downloaded.
@@ -261,66 +257,26 @@ pub async fn list(
     .into_response())
 }
 
-/// One of Anthropic's pages of the project's files, newest first: `limit`
-/// after `after_id` (or the `page` cursor's id), or the `limit` just
-/// before `before_id`.
+/// One of Anthropic's pages of the project's files, newest first
+/// ([`AnthropicPage`]).
 async fn anthropic_list(
     state: &AppState,
     project: Project,
     query: AnthropicFilesQuery,
 ) -> ApiResult<AnthropicFileList> {
-    let limit = match &query.limit {
-        None => DEFAULT_ANTHROPIC_PAGE,
-        Some(text) => text
-            .parse::<u32>()
-            .ok()
-            .filter(|n| (1..=MAX_ANTHROPIC_PAGE).contains(n))
-            .ok_or_else(|| {
-                ApiError::invalid(
-                    "limit",
-                    format!("limit must be a whole number from 1 to {MAX_ANTHROPIC_PAGE}"),
-                )
-            })?,
-    };
-    let cursor = match &query.page {
-        Some(page) => Some(
-            page.strip_prefix(PAGE_CURSOR_PREFIX)
-                .filter(|id| !id.is_empty())
-                .ok_or_else(|| ApiError::invalid("page", "page is not a next_page cursor"))?
-                .to_owned(),
-        ),
-        None => None,
-    };
-    let after = match (query.after_id, query.before_id.as_ref(), cursor) {
-        (Some(_), Some(_), _) => {
-            return Err(ApiError::invalid(
-                "before_id",
-                "after_id and before_id cannot both be given",
-            ))
-        }
-        (after, _, cursor) => after.or(cursor),
-    };
-    // Before `before_id` is after it in the other order, read back again.
-    let backwards = query.before_id.is_some();
-    let page = shellgate_store::Page {
-        limit,
-        ascending: backwards,
-        after: query.before_id.or(after),
-    };
+    let paging = AnthropicPage::read(
+        query.limit.as_deref(),
+        query.page.as_deref(),
+        query.after_id,
+        query.before_id,
+    )?;
+    let page = paging.page.clone();
     let (mut rows, has_more) = state
         .db(move |s| s.list_files(&project.0, None, &page))
         .await?;
-    if backwards {
-        rows.reverse();
-    }
+    paging.order(&mut rows);
     let data: Vec<AnthropicFile> = rows.iter().map(anthropic_file).collect();
-    let first_id = data.first().map(|f| f.id.clone());
-    let last_id = data.last().map(|f| f.id.clone());
-    // The cursor goes on to older files, which only a forward page has.
-    let next_page = last_id
-        .as_ref()
-        .filter(|_| has_more && !backwards)
-        .map(|id| format!("{PAGE_CURSOR_PREFIX}{id}"));
+    let (first_id, last_id, next_page) = paging.ends(&data, |f| f.id.clone(), has_more);
     Ok(AnthropicFileList {
         data,
         has_more,

@@ -7,6 +7,7 @@
 
 mod admission;
 mod allocator;
+mod anthropic_pages;
 mod auth;
 mod billing;
 pub mod blobs;

@@ -67,12 +67,14 @@ use shellgate_wire::messages::{
 };
 use shellgate_wire::new_id;
 use shellgate_wire::responses as wire_items;
+use shellgate_wire::responses::ContainerAuto;
 use shellgate_wire::responses::{
     ContentPart, FunctionCall, FunctionCallOutput, InputText, Item, ItemStatus,
     Message as ItemMessage, OpenRouterBash, OpenRouterBashAction, OpenRouterShell,
     OpenRouterShellAction, OutputText, Role as ItemRole, ShellOutcome, ShellResult, TextOrJson,
     ToolOutput,
 };
+use shellgate_wire::{SkillEntry, SkillReference, VersionRef};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::StreamExt;
 
@@ -302,9 +304,60 @@ fn read_tools(
         let container = body.container().map_err(|e| invalid(&e.param, e.message))?;
         if let Some(id) = container.as_ref().and_then(|c| c.id()) {
             *environment = Environment::ContainerReference(id.to_owned());
+        } else if let Some(wire::ContainerParam::Params(wire::ContainerParams {
+            skills: Some(skills),
+            ..
+        })) = &container
+        {
+            *environment = Environment::ContainerAuto(ContainerAuto {
+                skills: Some(container_skills(skills)?),
+                ..ContainerAuto::default()
+            });
         }
     }
     Ok(tools)
+}
+
+/// `container.skills` as the skills a new container gets: a `custom`
+/// skill is the project's skill of that id (`version` a number or
+/// `latest`, else its default), an `anthropic` one a skill shellgate ships
+/// (its curated skills stand for Anthropic's). A skill that is not there
+/// is the request's 400, naming it, when the container is made ready.
+fn container_skills(skills: &[wire::SkillParam]) -> Result<Vec<Value>, ApiError> {
+    skills
+        .iter()
+        .enumerate()
+        .map(|(index, skill)| {
+            let at = format!("container.skills[{index}]");
+            match skill.kind.as_str() {
+                "custom" => {}
+                "anthropic" if shellgate_skills::Curated::find(&skill.skill_id).is_some() => {}
+                "anthropic" => {
+                    let shipped: Vec<&str> =
+                        shellgate_skills::CURATED.iter().map(|c| c.id).collect();
+                    return Err(invalid(
+                        &format!("{at}.skill_id"),
+                        format!(
+                            "no skill {:?}: the skills of type 'anthropic' here are {}",
+                            skill.skill_id,
+                            shipped.join(", ")
+                        ),
+                    ));
+                }
+                other => {
+                    return Err(invalid(
+                        &format!("{at}.type"),
+                        format!("type must be 'custom' or 'anthropic', not {other:?}"),
+                    ))
+                }
+            }
+            let entry = SkillEntry::SkillReference(SkillReference {
+                skill_id: skill.skill_id.clone(),
+                version: skill.version.clone().map(VersionRef::Text),
+            });
+            serde_json::to_value(entry).map_err(|e| ApiError::internal(e.to_string()))
+        })
+        .collect()
 }
 
 /// Whether the request's tools include the code execution shellgate runs
@@ -559,7 +612,17 @@ async fn prepare(
             .await?;
     let id = new_id("msg_");
     let reuse = crate::sandboxes::reuse::Reuse::pick(&tools, body.session_id.as_deref(), &items);
-    let hosted = crate::sandboxes::hosted::prepare(state, &project.0, &tools, reuse, &id).await?;
+    let hosted = crate::sandboxes::hosted::prepare(state, &project.0, &tools, reuse, &id)
+        .await
+        .map_err(|mut e| {
+            // Code execution's skills are the request's `container.skills`.
+            if let Some(param) = &e.param {
+                if let Some(rest) = param.strip_prefix("tools.environment.skills") {
+                    e.param = Some(format!("container.skills{rest}"));
+                }
+            }
+            e
+        })?;
     if let Some(sandbox) = &hosted.sandbox {
         sandbox.upload(upload_rows);
     }

@@ -1,5 +1,9 @@
 //! `/v1/skills`: skills and their versions, as OpenAI's Skills API (the
-//! skills a container gets are the sandbox service's: `sandboxes::skills`).
+//! skills a container gets are the sandbox service's: `sandboxes::skills`);
+//! to an Anthropic client ([`crate::error::anthropic_client`]) the skills
+//! themselves in Anthropic's shapes (`display_name`, `latest_version_id`,
+//! `source`, RFC 3339 times, pages with `next_page`, `skill_deleted`),
+//! the project's as `custom` and the curated ones as `anthropic`.
 //!
 //! A version's bundle is checked whole (see `shellgate_skills::bundle`)
 //! before anything is stored; it is kept as a normalized zip in the object
@@ -9,8 +13,8 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Multipart, Path, State};
-use axum::http::header;
+use axum::extract::{Multipart, Path, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::Value;
@@ -18,11 +22,14 @@ use shellgate_skills::{Bundle, Limits};
 use shellgate_store::{SkillRow, SkillVersionDelete, SkillVersionRow};
 use shellgate_wire::new_id;
 use shellgate_wire::{
-    Deleted, List, Skill, SkillVersion, SkillVersionDeleted, UpdateSkill, VersionRef,
+    AnthropicSkill, AnthropicSkillDeleted, AnthropicSkillList, AnthropicSkillSource,
+    AnthropicSkillsQuery, Deleted, List, Skill, SkillVersion, SkillVersionDeleted, UpdateSkill,
+    VersionRef,
 };
 
+use crate::anthropic_pages::AnthropicPage;
 use crate::blobs::skill_key;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{anthropic_client, ApiError, ApiResult};
 use crate::http::multipart_error;
 use crate::http::{ApiJson, ApiQuery, ListParams, Project};
 use crate::sandboxes::skills::{
@@ -55,6 +62,47 @@ fn version_object(row: &SkillVersionRow) -> SkillVersion {
         created_at: row.created_at,
         name: row.name.clone(),
         description: row.description.clone(),
+    }
+}
+
+/// A project's skill in Anthropic's shape: its latest version's id and
+/// time come from that version's row.
+async fn anthropic_skill(
+    state: &AppState,
+    project: &Project,
+    row: &SkillRow,
+) -> ApiResult<AnthropicSkill> {
+    let latest = owned_version(state, project, row, row.latest_version).await?;
+    Ok(AnthropicSkill {
+        id: row.id.clone(),
+        kind: "skill".to_owned(),
+        display_name: row.name.clone(),
+        latest_version_id: latest.id,
+        latest_version: row.latest_version.to_string(),
+        source: AnthropicSkillSource {
+            kind: "custom".to_owned(),
+        },
+        created_at: shellgate_wire::time::rfc3339(row.created_at),
+        updated_at: shellgate_wire::time::rfc3339(latest.created_at.max(row.created_at)),
+    })
+}
+
+/// A curated skill in Anthropic's shape (source `anthropic`): one
+/// version, `1`, its id the skill's own; it has no time of its own (the
+/// epoch).
+fn anthropic_curated(curated: &shellgate_skills::Curated) -> AnthropicSkill {
+    let epoch = shellgate_wire::time::rfc3339(0);
+    AnthropicSkill {
+        id: curated.id.to_owned(),
+        kind: "skill".to_owned(),
+        display_name: curated.folder.to_owned(),
+        latest_version_id: curated.id.to_owned(),
+        latest_version: "1".to_owned(),
+        source: AnthropicSkillSource {
+            kind: "anthropic".to_owned(),
+        },
+        created_at: epoch.clone(),
+        updated_at: epoch,
     }
 }
 
@@ -177,9 +225,16 @@ fn version_row(
 pub async fn create(
     State(state): State<Arc<AppState>>,
     project: Project,
+    headers: HeaderMap,
     multipart: Result<Multipart, axum::extract::multipart::MultipartRejection>,
-) -> ApiResult<Json<Skill>> {
+) -> ApiResult<Response> {
+    let anthropic = anthropic_client(&headers);
     let upload = read_upload(multipart).await?;
+    let display_name = upload
+        .fields
+        .iter()
+        .find(|(name, _)| name == "display_name")
+        .map(|(_, value)| value.clone());
     let bundle = bundle_of(upload.parts).await?;
     guard_bundle(&state, &project.0, &bundle)?;
     // From here on the skill is stored whole or not at all, even if the
@@ -203,7 +258,19 @@ pub async fn create(
             remove_blobs(&state, vec![version_id]).await;
             return Err(e);
         }
-        Ok(Json(skill_object(&skill)))
+        if !anthropic {
+            return Ok(Json(skill_object(&skill)).into_response());
+        }
+        let mut response = Json(anthropic_skill(&state, &project, &skill).await?).into_response();
+        // A skill's display name is its `SKILL.md`'s name: another one
+        // asked is not kept, and said so.
+        if display_name.is_some_and(|asked| asked != skill.name) {
+            response.headers_mut().insert(
+                crate::uncarried::HEADER,
+                HeaderValue::from_static("display_name"),
+            );
+        }
+        Ok(response)
     })
     .await
 }
@@ -211,25 +278,94 @@ pub async fn create(
 pub async fn list(
     State(state): State<Arc<AppState>>,
     project: Project,
-    ApiQuery(params): ApiQuery<ListParams>,
-) -> ApiResult<Json<List<Skill>>> {
+    headers: HeaderMap,
+    uri: Uri,
+) -> ApiResult<Response> {
+    let invalid_query = |e: axum::extract::rejection::QueryRejection| {
+        ApiError::bad_request(format!("Invalid query: {}", e.body_text()))
+    };
+    if anthropic_client(&headers) {
+        let Query(query) =
+            Query::<AnthropicSkillsQuery>::try_from_uri(&uri).map_err(invalid_query)?;
+        return Ok(Json(anthropic_list(&state, &project, query).await?).into_response());
+    }
+    let Query(params) = Query::<ListParams>::try_from_uri(&uri).map_err(invalid_query)?;
     let page = params.page()?;
     let owner = project.0.clone();
     let (rows, has_more) = state.db(move |s| s.list_skills(&owner, &page)).await?;
     let data = rows.iter().map(skill_object).collect();
-    Ok(Json(List::page(data, has_more, |skill: &Skill| {
-        skill.id.clone()
-    })))
+    Ok(Json(List::page(data, has_more, |skill: &Skill| skill.id.clone())).into_response())
+}
+
+/// One of Anthropic's pages of skills: the project's (`source` `custom`,
+/// the default), paged as files are; or the curated ones (`anthropic`),
+/// one page.
+async fn anthropic_list(
+    state: &AppState,
+    project: &Project,
+    query: AnthropicSkillsQuery,
+) -> ApiResult<AnthropicSkillList> {
+    let paging = AnthropicPage::read(
+        query.limit.as_deref(),
+        query.page.as_deref(),
+        query.after_id,
+        query.before_id,
+    )?;
+    match query.source.as_deref() {
+        None | Some("custom") => {}
+        Some("anthropic") => {
+            let data: Vec<AnthropicSkill> = shellgate_skills::CURATED
+                .iter()
+                .map(anthropic_curated)
+                .collect();
+            let (first_id, last_id, next_page) = paging.ends(&data, |s| s.id.clone(), false);
+            return Ok(AnthropicSkillList {
+                data,
+                has_more: false,
+                first_id,
+                last_id,
+                next_page,
+            });
+        }
+        Some(other) => {
+            return Err(ApiError::invalid(
+                "source",
+                format!("source must be 'custom' or 'anthropic', not {other:?}"),
+            ))
+        }
+    }
+    let owner = project.0.clone();
+    let page = paging.page.clone();
+    let (mut rows, has_more) = state.db(move |s| s.list_skills(&owner, &page)).await?;
+    paging.order(&mut rows);
+    let mut data = Vec::with_capacity(rows.len());
+    for row in &rows {
+        data.push(anthropic_skill(state, project, row).await?);
+    }
+    let (first_id, last_id, next_page) = paging.ends(&data, |s| s.id.clone(), has_more);
+    Ok(AnthropicSkillList {
+        data,
+        has_more,
+        first_id,
+        last_id,
+        next_page,
+    })
 }
 
 pub async fn retrieve(
     State(state): State<Arc<AppState>>,
     project: Project,
+    headers: HeaderMap,
     Path(id): Path<String>,
-) -> ApiResult<Json<Skill>> {
-    Ok(Json(skill_object(
-        &owned_skill(&state, &project, &id).await?,
-    )))
+) -> ApiResult<Response> {
+    if anthropic_client(&headers) {
+        if let Some(curated) = shellgate_skills::Curated::find(&id) {
+            return Ok(Json(anthropic_curated(curated)).into_response());
+        }
+        let row = owned_skill(&state, &project, &id).await?;
+        return Ok(Json(anthropic_skill(&state, &project, &row).await?).into_response());
+    }
+    Ok(Json(skill_object(&owned_skill(&state, &project, &id).await?)).into_response())
 }
 
 /// `POST /v1/skills/{id}`: `{"default_version": "2"}`.
@@ -271,8 +407,10 @@ pub async fn update(
 pub async fn delete(
     State(state): State<Arc<AppState>>,
     project: Project,
+    headers: HeaderMap,
     Path(id): Path<String>,
-) -> ApiResult<Json<Deleted>> {
+) -> ApiResult<Response> {
+    let anthropic = anthropic_client(&headers);
     crate::http::to_completion(async move {
         let (owner, key) = (project.0.clone(), id.clone());
         let versions = state
@@ -280,7 +418,14 @@ pub async fn delete(
             .await?
             .ok_or_else(|| ApiError::not_found("skill", &id))?;
         remove_blobs(&state, versions).await;
-        Ok(Json(Deleted::new(id, "skill.deleted")))
+        if anthropic {
+            return Ok(Json(AnthropicSkillDeleted {
+                id,
+                kind: "skill_deleted".to_owned(),
+            })
+            .into_response());
+        }
+        Ok(Json(Deleted::new(id, "skill.deleted")).into_response())
     })
     .await
 }

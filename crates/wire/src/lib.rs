@@ -57,8 +57,9 @@ pub use processes::{
     ProcessStreamName, SignalName,
 };
 pub use skills::{
-    InlineSkill, InlineSkillSource, MountedSkill, Skill, SkillEntry, SkillReference, SkillVersion,
-    SkillVersionDeleted, StoredSkill, UpdateSkill, VersionRef,
+    AnthropicSkill, AnthropicSkillDeleted, AnthropicSkillList, AnthropicSkillSource,
+    AnthropicSkillsQuery, InlineSkill, InlineSkillSource, MountedSkill, Skill, SkillEntry,
+    SkillReference, SkillVersion, SkillVersionDeleted, StoredSkill, UpdateSkill, VersionRef,
 };
 pub use usage::{ContainerUsage, Usage};
 

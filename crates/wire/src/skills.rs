@@ -446,3 +446,63 @@ mod tests {
         assert_eq!(bare.default_version, None);
     }
 }
+
+/// A skill in Anthropic's shape (the `anthropic` SDK's
+/// `types/beta/beta_skill.py`): what `/v1/skills` answers a client that
+/// sends `anthropic-version`. `display_name` is the skill's name (its
+/// `SKILL.md`'s); `latest_version` is its latest version's number beside
+/// that version's id.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct AnthropicSkill {
+    pub id: String,
+    /// Always `skill`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub display_name: String,
+    pub latest_version_id: String,
+    pub latest_version: String,
+    pub source: AnthropicSkillSource,
+    /// RFC 3339.
+    pub created_at: String,
+    /// RFC 3339: when its latest version was made.
+    pub updated_at: String,
+}
+
+/// Where a skill comes from: `custom` (the project's) or `anthropic` (one
+/// shellgate ships, as Anthropic's curated skills are Anthropic's).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct AnthropicSkillSource {
+    #[serde(rename = "type")]
+    pub kind: String,
+}
+
+/// A page of Anthropic's skill list, as [`crate::AnthropicFileList`].
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct AnthropicSkillList {
+    pub data: Vec<AnthropicSkill>,
+    pub has_more: bool,
+    pub first_id: Option<String>,
+    pub last_id: Option<String>,
+    pub next_page: Option<String>,
+}
+
+/// `DELETE /v1/skills/{id}` in Anthropic's shape.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct AnthropicSkillDeleted {
+    pub id: String,
+    /// Always `skill_deleted`.
+    #[serde(rename = "type")]
+    pub kind: String,
+}
+
+/// The query of Anthropic's skill list: `limit` (1 to 1,000, default 20),
+/// `page` (a `next_page` cursor) or `after_id` / `before_id`, and
+/// `source` (`custom`, the default, or `anthropic`).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct AnthropicSkillsQuery {
+    pub limit: Option<String>,
+    pub page: Option<String>,
+    pub after_id: Option<String>,
+    pub before_id: Option<String>,
+    pub source: Option<String>,
+}
