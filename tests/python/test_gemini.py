@@ -4,8 +4,13 @@ answers, function calls answered by the client (by hand and by the SDK's
 automatic function calling), streaming, `codeExecution` run in a shellgate
 container (its output, a figure, a failure, code past its time, the
 container reused by shellgate's `x-shellgate-container` header), thought signatures
-carrying each upstream protocol's sealed reasoning, countTokens, the models list,
-and errors in Google's envelope."""
+carrying each upstream protocol's sealed reasoning, `files.upload` (Google's
+resumable protocol) and the files it makes (got, listed by pages, deleted, and
+named in `fileData` parts: in the code's container, or given as text),
+countTokens, the models list, and errors in Google's envelope."""
+
+import io
+import json
 
 import pytest
 import requests
@@ -293,3 +298,68 @@ def test_a_signature_shellgate_did_not_write_is_named(server):
     assert response.text == 'Done: {"temperature":3}', response
     assert response.sdk_http_response.headers["x-shellgate-uncarried"] == \
         "contents[1].parts[0].thoughtSignature", response.sdk_http_response.headers
+
+
+def test_an_uploaded_file_is_listed_read_and_deleted(server, tmp_path):
+    client = gemini(server)
+    path = tmp_path / "numbers.csv"
+    path.write_text("n\n1\n2\n3\n")
+    uploaded = client.files.upload(file=path, config={"display_name": "numbers.csv"})
+    assert uploaded.name.startswith("files/") and uploaded.state == types.FileState.ACTIVE, uploaded
+    assert (uploaded.mime_type, uploaded.size_bytes, uploaded.display_name) == \
+        ("text/csv", 8, "numbers.csv"), uploaded
+    assert uploaded.uri.endswith("/v1beta/" + uploaded.name), uploaded
+    assert uploaded.expiration_time > uploaded.create_time, uploaded
+    assert client.files.get(name=uploaded.name).size_bytes == 8
+    other = client.files.upload(file=io.BytesIO(b"x"), config={"mime_type": "text/plain"})
+    assert other.display_name == "upload.txt" and other.mime_type == "text/plain", other
+    # Paged one a page, the listing reaches both.
+    listed = [file.name for file in client.files.list(config={"page_size": 1})]
+    assert {uploaded.name, other.name} <= set(listed), listed
+    client.files.delete(name=other.name)
+    with pytest.raises(errors.ClientError) as gone:
+        client.files.get(name=other.name)
+    assert gone.value.code == 404 and gone.value.status == "NOT_FOUND", gone.value
+    # The same files are the project's files of the OpenAI API.
+    openai_file = requests.get(f"{server.base_url}/files/{uploaded.name[len('files/'):]}",
+                               headers={"Authorization": f"Bearer {KEY_A}"})
+    assert openai_file.json()["filename"] == "numbers.csv", openai_file.text
+
+
+def test_an_uploaded_file_reaches_the_code_or_the_model(server, upstream, tmp_path):
+    client = gemini(server)
+    path = tmp_path / "numbers.csv"
+    path.write_text("n\n1\n2\n3\n")
+    uploaded = client.files.upload(file=path, config={"display_name": "numbers.csv"})
+    attached = types.Content(role="user", parts=[
+        types.Part.from_uri(file_uri=uploaded.uri, mime_type=uploaded.mime_type)])
+    # With code execution the file is in the code's container, where the
+    # model is told it is.
+    code = "print(sum(int(n) for n in open('/mnt/data/numbers.csv').read().split()[1:]))"
+    response = client.models.generate_content(
+        model="scripted", contents=[attached, types.Content(role="user", parts=[
+            types.Part(text="Interpret: " + code)])],
+        config=types.GenerateContentConfig(tools=CODE))
+    assert response.code_execution_result == "6\n", response
+    told = json.dumps(upstream.requests[-2])
+    assert "[attached file /mnt/data/numbers.csv (text/csv)" in told, told
+    # Without it, a text file's content goes to the model.
+    response = client.models.generate_content(
+        model="scripted", contents=[attached, types.Content(role="user", parts=[types.Part(text="hi")])])
+    assert response.text == "Hello from the scripted model.", response
+    told = json.dumps(upstream.requests[-1])
+    assert json.dumps("[attached file numbers.csv, text/csv]\nn\n1\n2\n3\n")[1:-1] in told, told
+    # A file the upstream's protocol cannot take (an image, here) is named.
+    image = client.files.upload(file=io.BytesIO(PNG), config={"mime_type": "image/png"})
+    raw = requests.post(
+        f"{root(server)}/v1beta/models/scripted:generateContent", params={"key": KEY_A},
+        json={"contents": [{"role": "user", "parts": [
+            {"fileData": {"fileUri": image.uri, "mimeType": "image/png"}}, {"text": "hi"}]}]})
+    assert raw.status_code == 200, raw.text
+    assert raw.headers["x-shellgate-uncarried"] == "contents[0].parts[0] (fileData)", raw.headers
+    # One that is not the project's is a 404 naming the part.
+    missing = requests.post(
+        f"{root(server)}/v1beta/models/scripted:generateContent", params={"key": KEY_A},
+        json={"contents": [{"role": "user", "parts": [{"fileData": {"fileUri": "files/file-nope"}}]}]})
+    assert missing.status_code == 404, missing.text
+    assert missing.json()["error"]["status"] == "NOT_FOUND", missing.text

@@ -290,7 +290,7 @@ impl Dialect {
             | (Some("v1"), Some("v1"), Some("messages"), _)
             | (Some("api"), Some("v1"), Some("messages"), _)
             | (Some("api"), Some("v1"), Some("v1"), Some("messages")) => Dialect::Anthropic,
-            (Some("v1beta"), ..) => Dialect::Google,
+            (Some("v1beta"), ..) | (Some("upload"), Some("v1beta"), ..) => Dialect::Google,
             (Some("v1"), Some("models"), Some(name), _)
             | (Some("api"), Some("v1"), Some("models"), Some(name))
                 if name.contains(':') =>
@@ -498,6 +498,8 @@ mod tests {
             ("/v1/sandboxes", Dialect::OpenAi),
             ("/v1beta/models", Dialect::Google),
             ("/v1beta/models/m:generateContent", Dialect::Google),
+            ("/upload/v1beta/files", Dialect::Google),
+            ("/v1beta/files/file-1", Dialect::Google),
             ("/v1/models/m:streamGenerateContent", Dialect::Google),
             ("/api/v1/models/m:countTokens", Dialect::Google),
             ("/v1/models/gpt-4o", Dialect::OpenAi),

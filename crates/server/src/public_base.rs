@@ -57,6 +57,11 @@ impl PublicBase {
         }
     }
 
+    /// The URL of `path` (absolute, beginning with `/`) on this server.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}://{}{}{path}", self.scheme, self.authority, self.prefix)
+    }
+
     /// An exposed port of container `id`, with where it is reached.
     pub fn exposed(&self, base_domain: &str, id: &str, port: u16) -> ExposedPort {
         let Self {

@@ -261,6 +261,16 @@ pub(crate) fn route_table(config: &config::Config, audience: Audience) -> RouteT
         .route(
             "/v1beta/models/{model}",
             get(gemini::get_model).post(gemini::call),
+        )
+        // Google's Files API: the resumable upload, and its files.
+        .route(
+            "/upload/v1beta/files",
+            post(gemini::files::upload).layer(uploads),
+        )
+        .route("/v1beta/files", get(gemini::files::list))
+        .route(
+            "/v1beta/files/{file}",
+            get(gemini::files::retrieve).delete(gemini::files::delete),
         );
     let table = match audience {
         Audience::Everyone => table.route("/metrics", get(ops::metrics)),

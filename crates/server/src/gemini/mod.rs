@@ -32,6 +32,7 @@
 //! The key is the project's shellgate key, as Google's SDKs send theirs:
 //! `x-goog-api-key`, or `?key=` (a Bearer key works too).
 
+pub(crate) mod files;
 mod signature;
 mod translate;
 
@@ -282,6 +283,16 @@ async fn prepare(
     request: &GenerateContentRequest,
 ) -> ApiResult<(Run, Vec<String>)> {
     let (model, upstream) = crate::turns::upstream_for(state, Some(model))?;
+    let environment = code_environment(headers)?;
+    // A file goes into the code's container when the request makes one.
+    let in_container = request
+        .tools
+        .iter()
+        .flatten()
+        .any(|tool| tool.code_execution.is_some())
+        && matches!(environment, Environment::ContainerAuto(_));
+    let (attachments, file_ids) =
+        files::attachments(state, &project, &request.contents, in_container).await?;
     let Translated {
         instructions,
         items,
@@ -293,9 +304,14 @@ async fn prepare(
         carry,
         mut uncarried,
         include_thoughts,
-    } = translate::turn_of(request)?;
+    } = translate::turn_of(request, &attachments)?;
     if let Some(code) = &mut tools.google_code_execution {
-        code.environment = code_environment(headers)?;
+        code.environment = environment;
+        if let Environment::ContainerAuto(auto) = &mut code.environment {
+            if !file_ids.is_empty() {
+                auto.file_ids = Some(file_ids);
+            }
+        }
         code.timeout =
             std::time::Duration::from_secs(state.config.model.gemini_code_execution_timeout_secs);
     }
@@ -398,7 +414,7 @@ async fn count_tokens(state: Arc<AppState>, model: &str, body: &Value) -> ApiRes
             ..Default::default()
         },
     };
-    let turn = translate::turn_of(&request)?.turn(&model);
+    let turn = translate::turn_of(&request, &translate::Attachments::new())?.turn(&model);
     let total_tokens = crate::turns::input_tokens(upstream.as_ref(), &turn, &model).await;
     Ok(Json(CountTokensResponse { total_tokens }).into_response())
 }

@@ -64,7 +64,10 @@ impl Translated {
 }
 
 /// The loop's request of `request`.
-pub(super) fn turn_of(request: &GenerateContentRequest) -> ApiResult<Translated> {
+pub(super) fn turn_of(
+    request: &GenerateContentRequest,
+    attachments: &Attachments,
+) -> ApiResult<Translated> {
     let mut uncarried: Vec<String> = request.extra.keys().cloned().collect();
     let tools = tools(request, &mut uncarried)?;
     let instructions = request
@@ -73,7 +76,12 @@ pub(super) fn turn_of(request: &GenerateContentRequest) -> ApiResult<Translated>
         .map(|system| texts(&system.parts, "systemInstruction", &mut uncarried))
         .filter(|text| !text.is_empty());
     let code_execution = tools.google_code_execution.is_some();
-    let items = conversation(&request.contents, code_execution, &mut uncarried)?;
+    let items = conversation(
+        &request.contents,
+        code_execution,
+        attachments,
+        &mut uncarried,
+    )?;
     let tool_choice = tool_choice(request, &tools, &mut uncarried)?;
     let mut translated = Translated {
         instructions,
@@ -172,17 +180,33 @@ fn texts(parts: &[Part], at: &str, uncarried: &mut Vec<String>) -> String {
     text.join("\n")
 }
 
+/// Whether a file of type `mime` is text the model can read as it is.
+pub(super) fn textual(mime: &str) -> bool {
+    mime.starts_with("text/")
+        || matches!(
+            mime,
+            "application/json" | "application/csv" | "application/xml" | "application/x-yaml"
+        )
+}
+
+/// What a `fileData` part's file is for the model: a file put in the code
+/// execution's container (where, and its type), or its text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Attached {
+    InContainer { path: String, mime: String },
+    Text(String),
+}
+
+/// The files the request's `fileData` parts name, by `fileUri` (one not
+/// here cannot reach the upstream).
+pub(super) type Attachments = std::collections::HashMap<String, Attached>;
+
 /// The text an inline file becomes when it is text (`text/*`, JSON, CSV):
 /// its content, named by its type; `None` for any other (an image...).
 fn inline_text(part: &Part) -> Option<String> {
     let blob = part.inline_data.as_ref()?;
     let mime = blob.mime_type.as_str();
-    let textual = mime.starts_with("text/")
-        || matches!(
-            mime,
-            "application/json" | "application/csv" | "application/xml" | "application/x-yaml"
-        );
-    if !textual {
+    if !textual(mime) {
         return None;
     }
     let bytes = base64::engine::general_purpose::STANDARD
@@ -234,6 +258,7 @@ type Pending = Vec<(String, String)>;
 fn conversation(
     contents: &[Content],
     code_execution: bool,
+    attachments: &Attachments,
     uncarried: &mut Vec<String>,
 ) -> ApiResult<Vec<Item>> {
     let mut items = Vec::new();
@@ -254,9 +279,14 @@ fn conversation(
                 };
                 said.read(&content.parts, uncarried);
             }
-            Some("user") | Some("function") | None => {
-                user_content(at, &content.parts, &mut pending, &mut items, uncarried)?
-            }
+            Some("user") | Some("function") | None => user_content(
+                at,
+                &content.parts,
+                attachments,
+                &mut pending,
+                &mut items,
+                uncarried,
+            )?,
             Some(other) => {
                 return Err(ApiError::invalid(
                     format!("{param}.role"),
@@ -437,6 +467,7 @@ fn status_of(outcome: shellgate_wire::gemini::Outcome) -> CodeInterpreterStatus 
 fn user_content(
     at: usize,
     parts: &[Part],
+    attachments: &Attachments,
     pending: &mut Pending,
     items: &mut Vec<Item>,
     uncarried: &mut Vec<String>,
@@ -478,6 +509,17 @@ fn user_content(
             }));
         } else if let Some(attached) = inline_text(part) {
             text.push(attached);
+        } else if let Some(attached) = part
+            .file_data
+            .as_ref()
+            .and_then(|file| attachments.get(&file.file_uri))
+        {
+            text.push(match attached {
+                Attached::InContainer { path, mime } => format!(
+                    "[attached file {path} ({mime}), in the code execution tool's environment]"
+                ),
+                Attached::Text(content) => content.clone(),
+            });
         } else {
             uncarried.push(format!("{param}.parts[{index}] ({})", part.kind()));
         }
@@ -622,13 +664,17 @@ mod tests {
     use shellgate_model::tools::GOOGLE_CODE_EXECUTION;
     use shellgate_model::upstream::{Message, ToolCall};
 
+    fn turn_of_plain(request: &GenerateContentRequest) -> ApiResult<Translated> {
+        turn_of(request, &Attachments::new())
+    }
+
     fn request(body: Value) -> GenerateContentRequest {
         shellgate_wire::param::parse(&body).expect("a request")
     }
 
     #[test]
     fn contents_become_messages_with_calls_paired_to_their_answers() {
-        let translated = turn_of(&request(json!({
+        let translated = turn_of_plain(&request(json!({
             "systemInstruction": {"parts": [{"text": "be brief"}]},
             "contents": [
                 {"role": "user", "parts": [{"text": "weather?"},
@@ -699,7 +745,7 @@ mod tests {
                 {"role": "user", "parts": [{"text": "and 3+3?"}]}],
             "tools": [{"codeExecution": {}}]
         });
-        let translated = turn_of(&request(body)).expect("translated");
+        let translated = turn_of_plain(&request(body)).expect("translated");
         let code = translated
             .tools
             .google_code_execution
@@ -752,7 +798,7 @@ mod tests {
                 {"functionCall": {"id": "c1", "name": "f", "args": {}},
                  "thoughtSignature": signature}]}],
             "tools": [{"functionDeclarations": [{"name": "f"}]}]});
-        let translated = turn_of(&request(body)).expect("translated");
+        let translated = turn_of_plain(&request(body)).expect("translated");
         assert!(
             translated.uncarried.is_empty(),
             "{:?}",
@@ -795,7 +841,7 @@ mod tests {
             {"role": "model", "parts": [
                 {"executableCode": {"language": "PYTHON", "code": "print(4)"}},
                 {"codeExecutionResult": {"outcome": "OUTCOME_FAILED", "output": "boom"}}]}]});
-        let turn = turn_of(&request(body)).expect("translated").turn("m");
+        let turn = turn_of_plain(&request(body)).expect("translated").turn("m");
         assert_eq!(
             turn.messages,
             [Message::Assistant {
@@ -809,17 +855,17 @@ mod tests {
     fn an_answer_to_no_call_an_unknown_role_and_a_twin_of_the_code_tool_are_400s() {
         let orphan = json!({"contents": [{"role": "user", "parts": [
             {"functionResponse": {"name": "f", "response": {}}}]}]});
-        let error = turn_of(&request(orphan)).expect_err("refused");
+        let error = turn_of_plain(&request(orphan)).expect_err("refused");
         assert_eq!(
             error.param.as_deref(),
             Some("contents[0].parts[0].functionResponse")
         );
         let role = json!({"contents": [{"role": "system", "parts": [{"text": "x"}]}]});
-        let error = turn_of(&request(role)).expect_err("refused");
+        let error = turn_of_plain(&request(role)).expect_err("refused");
         assert_eq!(error.param.as_deref(), Some("contents[0].role"));
         let twin = json!({"contents": [{"parts": [{"text": "x"}]}], "tools": [
             {"codeExecution": {}}, {"functionDeclarations": [{"name": "code_execution"}]}]});
-        let error = turn_of(&request(twin)).expect_err("refused");
+        let error = turn_of_plain(&request(twin)).expect_err("refused");
         assert_eq!(error.param.as_deref(), Some("tools"));
     }
 }

@@ -146,6 +146,11 @@ pub(super) fn gemini(d: &mut Builder, s: &Schemas) {
         generated,
         gemini_model,
         gemini_models,
+        gemini_create_file,
+        gemini_uploaded,
+        gemini_file,
+        gemini_files,
+        gemini_deleted_file,
         ..
     } = s;
     let gemini_call = |path| Operation {
@@ -182,6 +187,58 @@ pub(super) fn gemini(d: &mut Builder, s: &Schemas) {
                 "Gemini",
                 "Retrieve a model (Gemini's shape)",
                 gemini_model,
+            )
+        },
+        Operation {
+            errors: Errors::Google,
+            query: Query::Named(&[(
+                "upload_id",
+                "The upload the bytes are for (the X-Goog-Upload-URL a start answered); \
+                 without it, the request is a start",
+                false,
+            )]),
+            ..operation(
+                Post,
+                "/upload/v1beta/files",
+                "Gemini",
+                "Upload a file by Google's resumable protocol: a start (headers \
+                 `X-Goog-Upload-Protocol: resumable`, `X-Goog-Upload-Command: start`; this \
+                 body) answers `X-Goog-Upload-URL`; the file's bytes go there whole with \
+                 `X-Goog-Upload-Command: upload, finalize`, answered an UploadedFile. The \
+                 project's files (/v1/files), kept 48 hours",
+                Body::Json(gemini_create_file.clone()),
+                Answer::Json(gemini_uploaded.clone()),
+            )
+        },
+        Operation {
+            errors: Errors::Google,
+            query: Query::Named(&[
+                ("pageSize", "Files a page (1 to 100, 10 by default)", false),
+                ("pageToken", "The nextPageToken of the page before", false),
+            ]),
+            ..get(
+                "/v1beta/files",
+                "Gemini",
+                "List the project's files (Gemini's shape), newest first",
+                gemini_files,
+            )
+        },
+        Operation {
+            errors: Errors::Google,
+            ..get(
+                "/v1beta/files/{file}",
+                "Gemini",
+                "Retrieve a file (Gemini's shape)",
+                gemini_file,
+            )
+        },
+        Operation {
+            errors: Errors::Google,
+            ..delete(
+                "/v1beta/files/{file}",
+                "Gemini",
+                "Delete a file",
+                gemini_deleted_file,
             )
         },
     ] {

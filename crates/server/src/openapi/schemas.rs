@@ -64,6 +64,11 @@ pub(super) struct Schemas {
     pub(super) generated: RefOr<Schema>,
     pub(super) gemini_model: RefOr<Schema>,
     pub(super) gemini_models: RefOr<Schema>,
+    pub(super) gemini_create_file: RefOr<Schema>,
+    pub(super) gemini_uploaded: RefOr<Schema>,
+    pub(super) gemini_file: RefOr<Schema>,
+    pub(super) gemini_files: RefOr<Schema>,
+    pub(super) gemini_deleted_file: RefOr<Schema>,
     pub(super) google_error: RefOr<Schema>,
     pub(super) e2b_create: RefOr<Schema>,
     pub(super) e2b_sandbox: RefOr<Schema>,
@@ -173,6 +178,14 @@ impl Schemas {
             },
             gemini_model: d.scoped::<gemini::Model>("gemini", "Model"),
             gemini_models: d.scoped::<gemini::ListModelsResponse>("gemini", "ListModelsResponse"),
+            gemini_create_file: {
+                d.scoped::<gemini::FileMetadata>("gemini", "FileMetadata");
+                d.scoped::<gemini::CreateFileRequest>("gemini", "CreateFileRequest")
+            },
+            gemini_uploaded: d.scoped::<gemini::UploadedFile>("gemini", "UploadedFile"),
+            gemini_file: d.scoped::<gemini::File>("gemini", "File"),
+            gemini_files: d.scoped::<gemini::ListFilesResponse>("gemini", "ListFilesResponse"),
+            gemini_deleted_file: d.scoped::<gemini::DeletedFile>("gemini", "DeletedFile"),
             google_error: d.scoped::<gemini::ErrorResponse>("gemini", "ErrorResponse"),
             e2b_create: d.scoped::<e2b::NewSandbox>("e2b", "NewSandbox"),
             e2b_sandbox: d.scoped::<e2b::Sandbox>("e2b", "Sandbox"),

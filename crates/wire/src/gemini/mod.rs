@@ -123,10 +123,12 @@ impl Part {
     }
 }
 
-/// Bytes given inline: a MIME type and base64 data.
+/// Bytes given inline: a MIME type and base64 data. Its fields are read by
+/// their proto names too, as the Python SDK sends them.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Blob {
+    #[serde(alias = "mime_type")]
     pub mime_type: String,
     pub data: String,
     #[serde(flatten)]
@@ -134,12 +136,14 @@ pub struct Blob {
     pub extra: Extra,
 }
 
-/// A file by URI (an uploaded file's `uri`).
+/// A file by URI (an uploaded file's `uri`). Its fields are read by their
+/// proto names too, as the Python SDK sends them.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FileData {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, alias = "mime_type", skip_serializing_if = "Option::is_none")]
     pub mime_type: Option<String>,
+    #[serde(alias = "file_uri")]
     pub file_uri: String,
     #[serde(flatten)]
     #[schema(value_type = Object)]
@@ -452,6 +456,97 @@ pub struct ListModelsResponse {
     pub next_page_token: Option<String>,
 }
 
+/// The headers of Google's resumable upload protocol (`files.upload`):
+/// the protocol, the command (`start`; `upload, finalize`), the offset of
+/// the bytes sent, the URL the bytes go to, and the session's status.
+pub const UPLOAD_PROTOCOL_HEADER: &str = "x-goog-upload-protocol";
+pub const UPLOAD_COMMAND_HEADER: &str = "x-goog-upload-command";
+pub const UPLOAD_OFFSET_HEADER: &str = "x-goog-upload-offset";
+pub const UPLOAD_URL_HEADER: &str = "x-goog-upload-url";
+pub const UPLOAD_STATUS_HEADER: &str = "x-goog-upload-status";
+/// The size and type of the file to come, as a start may give them.
+pub const UPLOAD_CONTENT_LENGTH_HEADER: &str = "x-goog-upload-header-content-length";
+pub const UPLOAD_CONTENT_TYPE_HEADER: &str = "x-goog-upload-header-content-type";
+
+/// The body of a resumable upload's `start`: what the file will be. Its
+/// fields are read by their proto names too, as the Python SDK sends them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateFileRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<FileMetadata>,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
+
+/// What a client says of a file it starts uploading.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FileMetadata {
+    /// `files/{id}` the client asks for (shellgate names its files itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(
+        default,
+        alias = "display_name",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub display_name: Option<String>,
+    #[serde(default, alias = "mime_type", skip_serializing_if = "Option::is_none")]
+    pub mime_type: Option<String>,
+    /// An int64: a JSON string, or a number.
+    #[serde(default, alias = "size_bytes", skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub size_bytes: Option<Value>,
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extra: Extra,
+}
+
+/// A file of the Files API, as Google's API shows it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct File {
+    /// `files/{id}`.
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub display_name: Option<String>,
+    pub mime_type: String,
+    /// An int64, written as a JSON string (proto3 JSON).
+    pub size_bytes: String,
+    /// RFC 3339.
+    pub create_time: String,
+    pub update_time: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expiration_time: Option<String>,
+    /// Where it is read (what a `fileData.fileUri` names).
+    pub uri: String,
+    /// `ACTIVE`: a file here is ready once uploaded.
+    pub state: String,
+    /// `UPLOADED`.
+    pub source: String,
+}
+
+/// The answer of an upload's `finalize`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct UploadedFile {
+    pub file: File,
+}
+
+/// The answer of `DELETE /v1beta/files/{id}`: an empty object.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct DeletedFile {}
+
+/// The answer of `GET /v1beta/files`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ListFilesResponse {
+    pub files: Vec<File>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_page_token: Option<String>,
+}
+
 /// Google's error envelope: `{"error": {"code", "message", "status"}}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ErrorResponse {
@@ -544,6 +639,13 @@ mod tests {
             (Some(2048), Some(true))
         );
         assert!(thinking.extra.is_empty(), "{:?}", thinking.extra);
+        let file: FileData =
+            crate::param::parse(&json!({"file_uri": "files/f", "mime_type": "text/csv"}))
+                .expect("proto names");
+        assert_eq!(
+            (file.file_uri.as_str(), file.mime_type.as_deref()),
+            ("files/f", Some("text/csv"))
+        );
         // Read and written again, nothing is lost.
         assert_eq!(serde_json::to_value(&request).expect("json"), body);
     }
