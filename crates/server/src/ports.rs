@@ -18,6 +18,12 @@
 //! one: 404. Nothing listening, or the container suspended: 502 (a request
 //! to a port does not wake it).
 //!
+//! An E2B sandbox's ports follow E2B's rule on the host form (what the
+//! SDK's `get_host()` names): every port, to anyone, unless its create said
+//! `network.allowPublicTraffic: false`; then only with its traffic access
+//! token (header `e2b-traffic-access-token`, never forwarded) or the
+//! credentials above.
+//!
 //! The path form serves the container's pages from the server's own origin:
 //! they are sandboxed there (`Content-Security-Policy: sandbox`, an opaque
 //! origin), get none of the origin's cookies, and nothing of their answer
@@ -410,6 +416,7 @@ fn forwarded_headers(headers: &HeaderMap, path_form: bool) -> HeaderMap {
             || lower == "authorization"
             || lower == "x-api-key"
             || lower == TOKEN_HEADER
+            || lower == E2B_TRAFFIC_TOKEN_HEADER
             // Answered by this server already (hyper sends the `100
             // Continue` when the body is first read).
             || lower == "expect"
@@ -463,10 +470,73 @@ fn without_token(path_and_query: &str) -> String {
     }
 }
 
+/// The header E2B's clients send a private sandbox's traffic access token in.
+pub const E2B_TRAFFIC_TOKEN_HEADER: &str = "e2b-traffic-access-token";
+
+/// Whether an E2B sandbox's ports let a request in, by E2B's rule: every
+/// port, to anyone, unless its create said `allowPublicTraffic: false`;
+/// then to a request with its traffic access token (or shellgate's own
+/// credentials of the container). `None`: not an E2B sandbox.
+async fn e2b_ports(
+    state: &Arc<AppState>,
+    container_id: &str,
+    headers: &HeaderMap,
+) -> ApiResult<Option<E2bPorts>> {
+    let id = container_id.to_owned();
+    let Some(sandbox) = state.db(move |s| s.e2b_sandbox_by_id(&id)).await? else {
+        return Ok(None);
+    };
+    let token = headers
+        .get(E2B_TRAFFIC_TOKEN_HEADER)
+        .and_then(|h| h.to_str().ok())
+        .map(str::trim);
+    let expected = crate::e2b::access_cache::traffic_token(&sandbox.access_token);
+    if !sandbox.public_traffic && !token.is_some_and(|token| same_secret(token, &expected)) {
+        return Ok(Some(E2bPorts::Private));
+    }
+    let id = container_id.to_owned();
+    let row = state.db(move |s| s.container_by_id(&id)).await?;
+    match row {
+        Some(row) if row.status != shellgate_store::ContainerStatus::Creating => {
+            Ok(Some(E2bPorts::Open(Box::new(row))))
+        }
+        _ => Err(ApiError::not_found("container", container_id)),
+    }
+}
+
+/// What [`e2b_ports`] found of an E2B sandbox.
+enum E2bPorts {
+    /// Open: every port of this container.
+    Open(Box<ContainerRow>),
+    /// Its traffic is private and the request has not its token.
+    Private,
+}
+
 async fn proxy(state: Arc<AppState>, target: Target, mut request: Request) -> ApiResult<Response> {
     let credentials = Credentials::of(request.headers(), request.uri().query());
     let client = request.extensions().get::<ClientAddr>().map(|a| a.0.ip());
-    let row = authorize(&state, &target.container_id, &credentials, client).await?;
+    // E2B's sandboxes are reached by host name, as `get_host()` gives it.
+    let e2b = match target.prefix {
+        None => e2b_ports(&state, &target.container_id, request.headers()).await?,
+        Some(_) => None,
+    };
+    let (row, every_port) = match e2b {
+        Some(E2bPorts::Open(row)) => (*row, true),
+        Some(E2bPorts::Private) if !credentials.any() => {
+            return Err(ApiError::unauthorized(format!(
+                "This sandbox's traffic is private: its ports need its traffic access token \
+                 (header '{E2B_TRAFFIC_TOKEN_HEADER}', the create's trafficAccessToken)."
+            )))
+        }
+        Some(E2bPorts::Private) => (
+            authorize(&state, &target.container_id, &credentials, client).await?,
+            true,
+        ),
+        None => (
+            authorize(&state, &target.container_id, &credentials, client).await?,
+            false,
+        ),
+    };
     let not_exposed = || {
         let mut error = ApiError::not_found("exposed port", &target.port);
         error.message = format!(
@@ -476,7 +546,7 @@ async fn proxy(state: Arc<AppState>, target: Target, mut request: Request) -> Ap
         error
     };
     let port: u16 = target.port.parse().map_err(|_| not_exposed())?;
-    if !row.exposed_ports.contains(&port) {
+    if !every_port && !row.exposed_ports.contains(&port) {
         return Err(not_exposed());
     }
     let connection = state

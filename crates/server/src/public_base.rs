@@ -62,6 +62,16 @@ impl PublicBase {
         format!("{}://{}{}{path}", self.scheme, self.authority, self.prefix)
     }
 
+    /// The domain below which `{port}-{id}.` names a container's port,
+    /// with the server's port when clients reach it on one
+    /// (`localhost:8080`), as E2B's `domain` is.
+    pub fn sandbox_domain(&self, base_domain: &str) -> String {
+        let server_port = authority_port(&self.authority)
+            .map(|p| format!(":{p}"))
+            .unwrap_or_default();
+        format!("{base_domain}{server_port}")
+    }
+
     /// An exposed port of container `id`, with where it is reached.
     pub fn exposed(&self, base_domain: &str, id: &str, port: u16) -> ExposedPort {
         let Self {

@@ -40,6 +40,9 @@ pub struct E2bSandboxRow {
     /// The SHA-256 (hex) of the create's body, to tell a replay from a
     /// different request reusing the key.
     pub request_hash: Option<String>,
+    /// Its ports answer anyone (E2B's `allowPublicTraffic`); else only a
+    /// request with its traffic access token.
+    pub public_traffic: bool,
 }
 
 /// A JSON object of strings, as stored.
@@ -60,7 +63,7 @@ fn map_text(map: &BTreeMap<String, String>, column: &'static str) -> Result<Stri
 }
 
 const COLUMNS: &str = "container_id, project, template_id, metadata, env_vars, access_token, \
-     auto_pause, created_at, started_at, end_at, paused, idempotency_key, request_hash, auto_resume";
+     auto_pause, created_at, started_at, end_at, paused, idempotency_key, request_hash, auto_resume, public_traffic";
 
 fn sandbox_row(row: &Row) -> Result<E2bSandboxRow> {
     Ok(E2bSandboxRow {
@@ -78,6 +81,7 @@ fn sandbox_row(row: &Row) -> Result<E2bSandboxRow> {
         idempotency_key: row.get(11)?,
         request_hash: row.get(12)?,
         auto_resume: row.get(13)?,
+        public_traffic: row.get(14)?,
     })
 }
 
@@ -114,7 +118,7 @@ impl Store {
             }
             sql.execute(
                 &format!(
-                    "INSERT INTO e2b_sandboxes ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
+                    "INSERT INTO e2b_sandboxes ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"
                 ),
                 &[
                     &row.container_id,
@@ -131,6 +135,7 @@ impl Store {
                     &row.idempotency_key,
                     &row.request_hash,
                     &row.auto_resume,
+                    &row.public_traffic,
                 ],
             )?;
             Ok(())
@@ -323,6 +328,7 @@ mod tests {
             auto_resume: false,
             created_at: 10,
             started_at: 10,
+            public_traffic: true,
             end_at: 310,
             paused: false,
             idempotency_key: None,

@@ -401,6 +401,11 @@ pub(crate) const SQLITE_MIGRATIONS: &[&str] = &[
         wanted_at INTEGER NOT NULL
     );
 "#,
+    // Whether an E2B sandbox's ports are open to anyone (E2B's
+    // `network.allowPublicTraffic`, true unless the create said false).
+    r#"
+    ALTER TABLE e2b_sandboxes ADD COLUMN public_traffic INTEGER NOT NULL DEFAULT 1;
+"#,
 ];
 
 /// Postgres's migrations, applied in order; the index + 1 is the schema
@@ -715,5 +720,9 @@ pub(crate) const POSTGRES_MIGRATIONS: &[&str] = &[
         project TEXT PRIMARY KEY,
         wanted_at BIGINT NOT NULL
     );
+"#,
+    // An E2B sandbox's `allowPublicTraffic` (see SQLite's migration).
+    r#"
+    ALTER TABLE e2b_sandboxes ADD COLUMN public_traffic BIGINT NOT NULL DEFAULT 1;
 "#,
 ];

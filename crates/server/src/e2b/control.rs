@@ -55,6 +55,7 @@ use super::access_cache::{traffic_token, AccessEntry};
 use super::E2bError;
 use crate::error::ApiError;
 use crate::http::Project;
+use crate::public_base::PublicBase;
 use crate::state::AppState;
 
 /// The envd version shellgate reports: every feature gate of the SDK
@@ -339,12 +340,15 @@ fn idempotency_key(headers: &HeaderMap) -> E2bResult<Option<String>> {
     Ok(Some(key.to_owned()))
 }
 
-fn domain(state: &AppState) -> Option<String> {
+/// The `domain` E2B's SDKs build a port's host from
+/// (`{port}-{id}.{domain}`): the ports' base domain with the port clients
+/// reach this server on, so that the host `get_host()` gives reaches it.
+fn domain(state: &AppState, headers: &HeaderMap) -> Option<String> {
     let domain = state.config.server.ports_base_domain.trim();
-    (!domain.is_empty()).then(|| domain.to_owned())
+    (!domain.is_empty()).then(|| PublicBase::of(state, headers).sandbox_domain(domain))
 }
 
-fn sandbox_body(state: &AppState, row: &E2bSandboxRow) -> Sandbox {
+fn sandbox_body(state: &AppState, headers: &HeaderMap, row: &E2bSandboxRow) -> Sandbox {
     Sandbox {
         template_id: row.template_id.clone(),
         sandbox_id: row.container_id.clone(),
@@ -352,7 +356,7 @@ fn sandbox_body(state: &AppState, row: &E2bSandboxRow) -> Sandbox {
         envd_version: ENVD_VERSION.to_owned(),
         envd_access_token: row.access_token.clone(),
         traffic_access_token: traffic_token(&row.access_token),
-        domain: domain(state),
+        domain: domain(state, headers),
     }
 }
 
@@ -435,7 +439,7 @@ async fn create(
         if let Some(earlier) = earlier_create(&state, &project, key, &request_hash).await? {
             return Ok(with_status(
                 StatusCode::CREATED,
-                sandbox_body(&state, &earlier),
+                sandbox_body(&state, &headers, &earlier),
             ));
         }
     }
@@ -485,6 +489,11 @@ async fn create(
         paused: false,
         idempotency_key: key,
         request_hash: Some(request_hash),
+        public_traffic: request
+            .network
+            .as_ref()
+            .and_then(|n| n.allow_public_traffic)
+            .unwrap_or(true),
     };
     let inserted = row.clone();
     if let Err(error) = state.db(move |s| s.insert_e2b_sandbox(&inserted)).await {
@@ -498,7 +507,10 @@ async fn create(
     state
         .e2b_deadlines
         .arm(&state, &row.container_id, row.end_at);
-    Ok(with_status(StatusCode::CREATED, sandbox_body(&state, &row)))
+    Ok(with_status(
+        StatusCode::CREATED,
+        sandbox_body(&state, &headers, &row),
+    ))
 }
 
 /// The lock of one create's idempotency key or of one sandbox's resume.
@@ -590,6 +602,7 @@ async fn info(
     State(state): State<Arc<AppState>>,
     E2bProject(project): E2bProject,
     Path(id): Path<String>,
+    headers: HeaderMap,
 ) -> E2bResult<Json<SandboxDetail>> {
     let (sandbox, container) = owned(&state, &project, &id).await?;
     let policy = crate::sandboxes::containers::network_policy(&container);
@@ -603,7 +616,7 @@ async fn info(
         listed: listed(&sandbox, resources(&state, &container).await),
         envd_access_token: sandbox.access_token.clone(),
         allow_internet_access,
-        domain: domain(&state),
+        domain: domain(&state, &headers),
         network: NetworkInfo {
             allow_out,
             deny_out: Vec::new(),
@@ -910,6 +923,7 @@ async fn connect(
     State(state): State<Arc<AppState>>,
     E2bProject(project): E2bProject,
     Path(id): Path<String>,
+    headers: HeaderMap,
     body: Bytes,
 ) -> E2bResult<Response> {
     let (sandbox, end_at, resumed) = resume_if_paused(&state, &project, &id, &body).await?;
@@ -922,11 +936,14 @@ async fn connect(
                 .map_err(e2b_error)?;
             state.e2b_deadlines.arm(&state, &id, end_at);
         }
-        return Ok(with_status(StatusCode::OK, sandbox_body(&state, &sandbox)));
+        return Ok(with_status(
+            StatusCode::OK,
+            sandbox_body(&state, &headers, &sandbox),
+        ));
     }
     Ok(with_status(
         StatusCode::CREATED,
-        sandbox_body(&state, &sandbox),
+        sandbox_body(&state, &headers, &sandbox),
     ))
 }
 
@@ -935,6 +952,7 @@ async fn resume(
     State(state): State<Arc<AppState>>,
     E2bProject(project): E2bProject,
     Path(id): Path<String>,
+    headers: HeaderMap,
     body: Bytes,
 ) -> E2bResult<Response> {
     let (sandbox, _, resumed) = resume_if_paused(&state, &project, &id, &body).await?;
@@ -946,7 +964,7 @@ async fn resume(
     }
     Ok(with_status(
         StatusCode::CREATED,
-        sandbox_body(&state, &sandbox),
+        sandbox_body(&state, &headers, &sandbox),
     ))
 }
 
