@@ -359,3 +359,23 @@ def test_template_aliases_name_the_server_s_templates(server, e2b):
     assert missing.status_code == 404, missing.text
     assert missing.json()["code"] == 404 and "no-such-template" in missing.json()["message"], missing.text
     assert requests.get(f"{root(server)}/templates/aliases/base", timeout=30).status_code == 401
+
+
+def test_deny_lists_are_honoured_exactly_or_refused_by_name(server, e2b):
+    """E2B's `deny_out` with `allow_out` winning: denying all traffic leaves
+    what allow_out allows (here: nothing, no network); denying one
+    destination of an open network ("everything except it") is no
+    allowlist, so it is refused with a 400 naming why, never turned into no
+    network at all."""
+    with pytest.raises(SandboxException) as open_network:
+        Sandbox.create(network={"deny_out": ["evil.example"]})
+    said = str(open_network.value)
+    assert "denyOut[0]" in said and "everything except it" in said, said
+    closed = Sandbox.create(network={"deny_out": ["0.0.0.0/0"]}, timeout=60)
+    try:
+        detail = requests.get(f"{root(server)}/sandboxes/{closed.sandbox_id}",
+                              headers={"X-API-KEY": E2B_KEY_A}, timeout=30)
+        assert detail.status_code == 200, detail.text
+        assert detail.json()["allowInternetAccess"] is False, detail.text
+    finally:
+        closed.kill()

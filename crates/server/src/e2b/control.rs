@@ -267,15 +267,31 @@ fn network_policy(
             }
             allowed.push(entry.to_owned());
         }
-        // Everything not allowed is denied already: `denyOut` adds nothing
-        // to an allowlist, except a domain it also allows.
-        for (index, entry) in network.deny_out.iter().flatten().enumerate() {
-            if allowed.iter().any(|a| a.eq_ignore_ascii_case(entry.trim())) {
-                return refuse(
-                    &format!("denyOut[{index}]"),
-                    &format!("{entry:?} is also in allowOut"),
-                );
-            }
+        // `denyOut` under E2B's precedence (`allowOut` wins): denying all
+        // traffic leaves what `allowOut` allows, an allowlist; denying some
+        // destinations of a network that is otherwise closed
+        // (`allow_internet_access: false`) changes nothing. Denying some
+        // destinations of an open network ("everything except those") is
+        // not an allowlist: refused, never made stricter or looser.
+        let denies_all = network
+            .deny_out
+            .iter()
+            .flatten()
+            .any(|entry| ALL_TRAFFIC.contains(&entry.trim()));
+        let open = !denies_all && allow_internet_access != Some(false);
+        if let (true, Some(entry)) = (open, network.deny_out.iter().flatten().next()) {
+            return refuse(
+                "denyOut[0]",
+                &format!(
+                    "{:?} would deny one destination of an open network (everything \
+                     except it), which an allowlist cannot say; deny all traffic \
+                     (\"0.0.0.0/0\") and list what may be reached in allowOut",
+                    entry.trim()
+                ),
+            );
+        }
+        if denies_all && allowed.is_empty() {
+            return Ok(Some(NetworkPolicy::Disabled));
         }
     }
     if allowed.is_empty() {
@@ -287,6 +303,9 @@ fn network_policy(
     }
     Ok(Some(allowlist(allowed)))
 }
+
+/// The `denyOut` entries that mean all traffic.
+const ALL_TRAFFIC: [&str; 2] = ["0.0.0.0/0", "::/0"];
 
 /// Whether a policy allows every domain (`*`).
 fn allows_any_domain(policy: &NetworkPolicy) -> bool {
@@ -1069,6 +1088,48 @@ mod tests {
             ..NetworkConfig::default()
         };
         assert!(network_policy(None, Some(&ip)).is_err());
+        // denyOut: all traffic closes what allowOut does not open; one
+        // destination of an open network is refused by name; of a closed
+        // one, it changes nothing; allowOut wins over it.
+        let deny_all = NetworkConfig {
+            deny_out: Some(vec!["0.0.0.0/0".into()]),
+            ..NetworkConfig::default()
+        };
+        assert_eq!(
+            network_policy(None, Some(&deny_all)).ok(),
+            Some(Some(NetworkPolicy::Disabled))
+        );
+        assert_eq!(
+            network_policy(Some(true), Some(&deny_all)).ok(),
+            Some(Some(NetworkPolicy::Disabled))
+        );
+        let deny_some = NetworkConfig {
+            deny_out: Some(vec!["evil.example".into()]),
+            ..NetworkConfig::default()
+        };
+        for open in [None, Some(true)] {
+            let error = network_policy(open, Some(&deny_some)).expect_err("refused");
+            assert_eq!(error.status, StatusCode::BAD_REQUEST);
+            assert!(
+                error.message.contains("network.denyOut[0]")
+                    && error.message.contains("everything except it"),
+                "{}",
+                error.message
+            );
+        }
+        assert_eq!(
+            network_policy(Some(false), Some(&deny_some)).ok(),
+            Some(Some(NetworkPolicy::Disabled))
+        );
+        let both = NetworkConfig {
+            allow_out: Some(vec!["example.com".into()]),
+            deny_out: Some(vec!["example.com".into(), "0.0.0.0/0".into()]),
+            ..NetworkConfig::default()
+        };
+        assert_eq!(
+            network_policy(None, Some(&both)).ok(),
+            Some(Some(allowlist(vec!["example.com".into()])))
+        );
     }
 
     #[test]
