@@ -9,6 +9,7 @@ mod admission;
 mod allocator;
 mod anthropic_pages;
 mod auth;
+mod batches;
 mod billing;
 pub mod blobs;
 mod canonical;
@@ -394,6 +395,10 @@ pub async fn serve(
         let operator = cluster::node::operator_routes(Arc::clone(&state), tenants.clone());
         cluster::node::front(Arc::clone(&state), tenants, operator)
     } else {
+        // A batch a stopped server left unended goes on. (A cluster's
+        // nodes share a store: which node resumes which batch is not
+        // decided there yet, so none does.)
+        batches::resume(&state).await;
         router(Arc::clone(&state))
     };
     listener::serve(

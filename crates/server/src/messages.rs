@@ -153,6 +153,21 @@ pub async fn create(
     response
 }
 
+/// One Messages request run to its end outside an HTTP exchange (a
+/// Message Batch's request): the message, or the error `POST /v1/messages`
+/// would answer. It never streams.
+pub(crate) async fn run_once(
+    state: &Arc<AppState>,
+    project: &Project,
+    params: &Value,
+) -> Result<wire::Message, ApiError> {
+    let mut request = CreateMessage::read(params).map_err(|e| invalid(&e.param, e.message))?;
+    request.stream = None;
+    let prepared = prepare(state, project, &HeaderMap::new(), request).await?;
+    let outcome = run_loop(&prepared, None).await;
+    finish(state, &prepared, &outcome).await
+}
+
 /// `POST /v1/messages/count_tokens`: the input tokens of a request. An
 /// Anthropic upstream counts them itself (the request as the loop would
 /// send it, with the client's carried fields and beta header); for any

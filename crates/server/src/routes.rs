@@ -12,8 +12,8 @@ use axum::Router;
 use crate::route_table::RouteTable;
 use crate::state::AppState;
 use crate::{
-    chat, config, console, container_egress, containers, e2b, files, fs, gemini, messages, models,
-    openapi, ops, ports, processes, responses, route_grammar, skills,
+    batches, chat, config, console, container_egress, containers, e2b, files, fs, gemini, messages,
+    models, openapi, ops, ports, processes, responses, route_grammar, skills,
 };
 
 /// The HTTP routes, behind the layer that sends a request for a
@@ -235,6 +235,19 @@ pub(crate) fn route_table(config: &config::Config, audience: Audience) -> RouteT
         .route("/v1/messages", post(messages::create))
         .route("/messages/count_tokens", post(messages::count_tokens))
         .route("/v1/messages/count_tokens", post(messages::count_tokens))
+        .route(
+            "/messages/batches",
+            post(batches::create).get(batches::list),
+        )
+        .route(
+            "/messages/batches/{batch_id}",
+            get(batches::retrieve).delete(batches::delete),
+        )
+        .route("/messages/batches/{batch_id}/cancel", post(batches::cancel))
+        .route(
+            "/messages/batches/{batch_id}/results",
+            get(batches::results),
+        )
         .route(
             "/responses/{response_id}",
             get(responses::retrieve).delete(responses::delete),

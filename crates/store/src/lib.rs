@@ -12,6 +12,7 @@
 //! its `-wal` and `-shm` files are created private (0600) from their first
 //! byte: they hold key hashes and every tenant's ids.
 
+mod batches;
 mod commands;
 mod connection;
 mod console_changes;
@@ -37,6 +38,7 @@ mod testing;
 mod usage;
 mod values;
 
+pub use batches::{BatchCounts, BatchRequestRow, BatchRow};
 pub use commands::CommandRow;
 pub use connection::Store;
 pub use console_changes::Change;
@@ -56,8 +58,8 @@ pub use skills::{SkillRow, SkillVersionDelete, SkillVersionRow};
 pub use sql::{Dialect, PostgresOptions};
 pub use usage::{session_cost, ModelTokens, ProjectSummary, UsageLedger, SESSION_MINIMUM_SECONDS};
 pub use values::{
-    ChangeTopic, CommandOutcome, ContainerStatus, EgressVerdict, FileSource, NodeStatus,
-    ResponseStatus,
+    BatchOutcome, BatchStatus, ChangeTopic, CommandOutcome, ContainerStatus, EgressVerdict,
+    FileSource, NodeStatus, ResponseStatus,
 };
 
 #[cfg(test)]

@@ -406,6 +406,31 @@ pub(crate) const SQLITE_MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE e2b_sandboxes ADD COLUMN public_traffic INTEGER NOT NULL DEFAULT 1;
 "#,
+    // Anthropic's Message Batches (batches.rs): a batch, and its requests
+    // with each one's outcome and result once it has one.
+    r#"
+    CREATE TABLE message_batches (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        project TEXT NOT NULL,
+        status TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        expires_at INTEGER NOT NULL,
+        cancel_initiated_at INTEGER,
+        ended_at INTEGER
+    );
+    CREATE INDEX message_batches_by_project ON message_batches (project, seq);
+    CREATE INDEX message_batches_by_status ON message_batches (status);
+    CREATE TABLE message_batch_requests (
+        batch_id TEXT NOT NULL,
+        position INTEGER NOT NULL,
+        custom_id TEXT NOT NULL,
+        params TEXT NOT NULL,
+        outcome TEXT,
+        result TEXT,
+        PRIMARY KEY (batch_id, position)
+    );
+"#,
 ];
 
 /// Postgres's migrations, applied in order; the index + 1 is the schema
@@ -724,5 +749,29 @@ pub(crate) const POSTGRES_MIGRATIONS: &[&str] = &[
     // An E2B sandbox's `allowPublicTraffic` (see SQLite's migration).
     r#"
     ALTER TABLE e2b_sandboxes ADD COLUMN public_traffic BIGINT NOT NULL DEFAULT 1;
+"#,
+    // Anthropic's Message Batches: as SQLite's migration that makes message_batches.
+    r#"
+    CREATE TABLE message_batches (
+        seq BIGSERIAL PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        project TEXT NOT NULL,
+        status TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        expires_at BIGINT NOT NULL,
+        cancel_initiated_at BIGINT,
+        ended_at BIGINT
+    );
+    CREATE INDEX message_batches_by_project ON message_batches (project, seq);
+    CREATE INDEX message_batches_by_status ON message_batches (status);
+    CREATE TABLE message_batch_requests (
+        batch_id TEXT NOT NULL,
+        position BIGINT NOT NULL,
+        custom_id TEXT NOT NULL,
+        params TEXT NOT NULL,
+        outcome TEXT,
+        result TEXT,
+        PRIMARY KEY (batch_id, position)
+    );
 "#,
 ];

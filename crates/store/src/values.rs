@@ -195,3 +195,23 @@ mod tests {
         assert_eq!(FileSource::parse(""), None);
     }
 }
+
+stored_enum! {
+    /// Where a Message Batch is: running its requests, canceling (its
+    /// unstarted requests are canceled, the running ones finish), or ended.
+    BatchStatus {
+        InProgress => "in_progress",
+        Canceling => "canceling",
+        Ended => "ended",
+    }
+}
+
+stored_enum! {
+    /// How one request of a Message Batch ended.
+    BatchOutcome {
+        Succeeded => "succeeded",
+        Errored => "errored",
+        Canceled => "canceled",
+        Expired => "expired",
+    }
+}

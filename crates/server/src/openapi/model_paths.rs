@@ -299,4 +299,67 @@ pub(super) fn messages(d: &mut Builder, s: &Schemas) {
     ] {
         d.add(operation);
     }
+    message_batches(d, s);
+}
+
+/// Anthropic's Message Batches.
+fn message_batches(d: &mut Builder, s: &Schemas) {
+    use HttpMethod::{Delete, Get, Post};
+    let Schemas {
+        create_batch,
+        message_batch,
+        batch_page,
+        batch_deleted,
+        ..
+    } = s;
+    let batch = |method, path, summary, body, answer| Operation {
+        errors: Errors::Anthropic,
+        ..operation(method, path, "Messages", summary, body, answer)
+    };
+    for operation in [
+        batch(
+            Post,
+            "/v1/messages/batches",
+            "Create a message batch (its requests run in the background)",
+            Body::Json(create_batch.clone()),
+            Answer::Json(message_batch.clone()),
+        ),
+        batch(
+            Get,
+            "/v1/messages/batches",
+            "List message batches, newest first (after_id, before_id, limit)",
+            Body::None,
+            Answer::Json(batch_page.clone()),
+        ),
+        batch(
+            Get,
+            "/v1/messages/batches/{batch_id}",
+            "Retrieve a message batch",
+            Body::None,
+            Answer::Json(message_batch.clone()),
+        ),
+        batch(
+            Delete,
+            "/v1/messages/batches/{batch_id}",
+            "Delete an ended message batch",
+            Body::None,
+            Answer::Json(batch_deleted.clone()),
+        ),
+        batch(
+            Post,
+            "/v1/messages/batches/{batch_id}/cancel",
+            "Cancel a message batch (its requests not started are canceled)",
+            Body::None,
+            Answer::Json(message_batch.clone()),
+        ),
+        batch(
+            Get,
+            "/v1/messages/batches/{batch_id}/results",
+            "A message batch's results, one JSON line per request, once it has ended",
+            Body::None,
+            Answer::Bytes("application/x-jsonl"),
+        ),
+    ] {
+        d.add(operation);
+    }
 }

@@ -60,6 +60,10 @@ pub(super) struct Schemas {
     pub(super) anthropic_error: RefOr<Schema>,
     pub(super) count_tokens: RefOr<Schema>,
     pub(super) token_count: RefOr<Schema>,
+    pub(super) create_batch: RefOr<Schema>,
+    pub(super) message_batch: RefOr<Schema>,
+    pub(super) batch_page: RefOr<Schema>,
+    pub(super) batch_deleted: RefOr<Schema>,
     pub(super) generate_content: RefOr<Schema>,
     pub(super) generated: RefOr<Schema>,
     pub(super) gemini_model: RefOr<Schema>,
@@ -167,6 +171,11 @@ impl Schemas {
             anthropic_error: d.scoped::<messages::ErrorResponse>("messages", "ErrorResponse"),
             count_tokens: d.scoped::<messages::CountTokens>("messages", "CountTokens"),
             token_count: d.scoped::<messages::TokenCount>("messages", "TokenCount"),
+            create_batch: d.scoped::<messages::CreateBatch>("messages", "CreateBatch"),
+            message_batch: d.scoped::<messages::MessageBatch>("messages", "MessageBatch"),
+            batch_page: d.scoped::<messages::BatchPage>("messages", "BatchPage"),
+            batch_deleted: d
+                .scoped::<messages::DeletedMessageBatch>("messages", "DeletedMessageBatch"),
             generate_content: d
                 .scoped::<gemini::GenerateContentRequest>("gemini", "GenerateContentRequest"),
             generated: {

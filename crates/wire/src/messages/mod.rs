@@ -9,11 +9,13 @@
 //! the same. Fixtures the SDK produced (`fixtures/messages/`, made by its
 //! `generate.py`) round-trip through every type (this module's tests).
 
+mod batches;
 mod blocks;
 mod request;
 mod response;
 mod stream;
 
+pub use batches::*;
 pub use blocks::*;
 pub use request::*;
 pub use response::*;
