@@ -123,7 +123,7 @@ pub async fn create(
                 .map_err(|e| ApiError::internal(e.to_string()))?;
             requests.push((id.clone(), params));
         }
-        let now = crate::now();
+        let now = crate::time::now();
         let row = BatchRow {
             id: shellgate_wire::new_id("msgbatch_"),
             project,
@@ -296,7 +296,7 @@ pub async fn cancel(
         let Project(project) = project?;
         let (owner, key) = (project.clone(), id.clone());
         let found = state
-            .db(move |s| s.cancel_batch(&owner, &key, crate::now()))
+            .db(move |s| s.cancel_batch(&owner, &key, crate::time::now()))
             .await?
             .ok_or_else(|| ApiError::not_found("message batch", &id))?;
         if found.0.status == BatchStatus::Canceling {
@@ -367,7 +367,7 @@ async fn end_if_done(state: &AppState, id: &str) {
         .db(move |s| {
             let open = s.batch_requests(&key)?.iter().any(|r| r.outcome.is_none());
             if !open {
-                s.end_batch(&key, crate::now())?;
+                s.end_batch(&key, crate::time::now())?;
             }
             Ok(())
         })
@@ -415,7 +415,7 @@ pub(crate) fn spawn_run(state: Arc<AppState>, batch: BatchRow) {
                 if !still_open {
                     return;
                 }
-                let (outcome, result) = if crate::now() >= batch.expires_at {
+                let (outcome, result) = if crate::time::now() >= batch.expires_at {
                     (BatchOutcome::Expired, BatchResult::Expired)
                 } else {
                     match run_params(&state, &batch.project, &request.params).await {

@@ -259,7 +259,7 @@ where
     lifecycle::recover(&state)
         .await
         .map_err(|e| ServeError::Setup(format!("recovery: {}", e.message)))?;
-    e2b::deadlines::arm_stored(&state)
+    e2b::timeouts::arm_stored(&state)
         .await
         .map_err(|e| ServeError::Setup(format!("recovery: {}", e.message)))?;
     // What this node held open before (its console streams' leases) and

@@ -8,7 +8,7 @@
 //!   processes end and its files stay; the next command wakes it (new
 //!   processes, same files).
 //! - **Retention**: a suspended container's files are kept `retention_days`.
-//! - **E2B's sandboxes** (`e2b::control::sweep_sandboxes`): at their
+//! - **E2B's sandboxes** (`e2b::timeouts::sweep_sandboxes`): at their
 //!   `end_at` killed, or paused (`autoPause`); never idle-suspended or
 //!   idle-expired before it; a paused one is retained like a suspended
 //!   container.
@@ -194,7 +194,7 @@ pub async fn sweep(state: &Arc<AppState>) -> Result<(), ApiError> {
         .filter(|row| row.status != shellgate_store::ContainerStatus::Lost)
         .collect();
     let local: std::collections::HashSet<String> = rows.iter().map(|r| r.id.clone()).collect();
-    let e2b_sandboxes = crate::e2b::control::sweep_sandboxes(state, now, &local).await?;
+    let e2b_sandboxes = crate::e2b::timeouts::sweep_sandboxes(state, now, &local).await?;
     for row in rows {
         if row.status == shellgate_store::ContainerStatus::Creating {
             continue;

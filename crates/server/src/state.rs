@@ -95,7 +95,7 @@ pub struct AppState {
     pub interpreters: Arc<shellgate_interpreter::Interpreters>,
     /// The containers whose code interpreter kernel ended when they were
     /// suspended, until their next cell tells it.
-    pub(crate) kernels_slept: crate::sandboxes::interpreting::KernelsSlept,
+    pub(crate) kernels_slept: crate::sandboxes::kernels_slept::KernelsSlept,
 }
 
 impl AppState {

@@ -28,7 +28,7 @@ pub(super) struct CellTool {
     /// limit ([`Sandbox::interpret`]).
     pub timeout: Option<Duration>,
     /// Google's shape: the item's status tells how the code ended
-    /// ([`super::google_code::status`]) and its logs are an output even
+    /// ([`status`]) and its logs are an output even
     /// when empty (the outcome always has an output); otherwise the status
     /// is `completed` and empty logs are left out.
     pub outcome: bool,
@@ -114,10 +114,22 @@ pub(super) async fn run(
     item.code = Some(code);
     item.outputs = Some(outputs);
     item.status = Some(if tool.outcome {
-        super::google_code::status(ended)
+        status(ended)
     } else {
         CodeInterpreterStatus::Completed
     });
     complete(output, events, index, Item::CodeInterpreterCall(item));
     Ok((container, interpretation.files))
+}
+
+/// The status of a call's item for how its code ended (Google's outcome
+/// reads it back).
+pub fn status(ended: Ended) -> CodeInterpreterStatus {
+    if ended.timed_out {
+        CodeInterpreterStatus::Incomplete
+    } else if ended.raised {
+        CodeInterpreterStatus::Failed
+    } else {
+        CodeInterpreterStatus::Completed
+    }
 }

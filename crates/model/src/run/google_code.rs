@@ -8,22 +8,11 @@
 //! the logs (`google_outcome::told`), as Google's model reads its tool's
 //! result.
 
-use shellgate_wire::responses::{CodeInterpreterStatus, Item};
+use shellgate_wire::responses::Item;
 
 use super::cell::CellTool;
-use super::{Ended, EventSink, OutputGuard, Sandbox, Status};
+use super::{EventSink, OutputGuard, Sandbox, Status};
 use crate::upstream::ToolCall;
-
-/// The status of a call's item for how its code ended.
-pub fn status(ended: Ended) -> CodeInterpreterStatus {
-    if ended.timed_out {
-        CodeInterpreterStatus::Incomplete
-    } else if ended.raised {
-        CodeInterpreterStatus::Failed
-    } else {
-        CodeInterpreterStatus::Completed
-    }
-}
 
 /// Runs one call of Google's code execution: its `code_interpreter_call`
 /// item ([`super::cell::run`]) is added to `output`, its status the

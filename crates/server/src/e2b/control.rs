@@ -11,7 +11,7 @@
 //!   timer (`deadlines`) kills it then, or pauses it when `autoPause`, and
 //!   the lifecycle sweeper's pass checks it too. Until
 //!   then it is exempt from shellgate's idle suspension and idle expiry
-//!   (`lifecycle::sweep` leaves E2B's sandboxes to `sweep_sandboxes`).
+//!   (`lifecycle::sweep` leaves E2B's sandboxes to `timeouts::sweep_sandboxes`).
 //! - **Pause** = suspension: its processes end, its files stay (memory is not
 //!   kept); `connect` (or the older `resume`) wakes it and moves `end_at`,
 //!   and so does the next in-sandbox call when its create said `autoResume`.
@@ -523,9 +523,7 @@ async fn create(
     state
         .e2b_access
         .remember(&row.container_id, AccessEntry::of_row(&row));
-    state
-        .e2b_deadlines
-        .arm(&state, &row.container_id, row.end_at);
+    super::timeouts::arm(&state, &row.container_id, row.end_at);
     Ok(with_status(
         StatusCode::CREATED,
         sandbox_body(&state, &headers, &row),
@@ -799,28 +797,8 @@ async fn set_timeout(
         .db(move |s| s.set_e2b_end_at(&key, end_at))
         .await
         .map_err(e2b_error)?;
-    state.e2b_deadlines.arm(&state, &id, end_at);
+    super::timeouts::arm(&state, &id, end_at);
     Ok(StatusCode::NO_CONTENT)
-}
-
-/// Pauses a sandbox: its processes end, its files stay, its session (and
-/// billing) closes. Shared by `pause` and the sweeper's auto-pause.
-pub(crate) async fn pause_sandbox(state: &Arc<AppState>, id: &str) -> Result<(), ApiError> {
-    // Refused from now on, before the processes go.
-    state.e2b_access.set_paused(id, true);
-    let key = id.to_owned();
-    state.db(move |s| s.pause_e2b_sandbox(&key)).await?;
-    match state.engine.stop(id).await {
-        Ok(()) | Err(shellgate_sandbox_api::SandboxError::NotFound(_)) => {}
-        Err(error) => return Err(error.into()),
-    }
-    // Its code interpreter's kernels ended with its processes.
-    state.interpreters.forget_container(id);
-    state.billing.flush().await;
-    let key = id.to_owned();
-    state
-        .db(move |s| s.close_session(&key, shellgate_store::ContainerStatus::Suspended))
-        .await
 }
 
 /// `POST /sandboxes/{id}/pause`: 204, or 409 when it is paused already.
@@ -838,7 +816,7 @@ async fn pause(
             format!("sandbox \"{id}\" is already paused"),
         ));
     }
-    crate::http::to_completion(async move { pause_sandbox(&state, &id).await })
+    crate::http::to_completion(async move { super::timeouts::pause_sandbox(&state, &id).await })
         .await
         .map_err(e2b_error)?;
     Ok(StatusCode::NO_CONTENT)
@@ -875,7 +853,7 @@ async fn resume_sandbox(
         .await
         .map_err(e2b_error)?;
     state.e2b_access.set_paused(&container.id, false);
-    state.e2b_deadlines.arm(state, &container.id, end_at);
+    super::timeouts::arm(state, &container.id, end_at);
     Ok(true)
 }
 
@@ -953,7 +931,7 @@ async fn connect(
                 .db(move |s| s.set_e2b_end_at(&key, end_at))
                 .await
                 .map_err(e2b_error)?;
-            state.e2b_deadlines.arm(&state, &id, end_at);
+            super::timeouts::arm(&state, &id, end_at);
         }
         return Ok(with_status(
             StatusCode::OK,
@@ -985,64 +963,6 @@ async fn resume(
         StatusCode::CREATED,
         sandbox_body(&state, &headers, &sandbox),
     ))
-}
-
-/// Which containers are E2B's sandboxes, for the rest of the sweep.
-#[derive(Debug, Default)]
-pub(crate) struct SweptSandboxes {
-    /// Every E2B sandbox: never idle-expired (it ends at `end_at`; a paused
-    /// one is retained as a suspended container is, `retention_days`).
-    pub all: std::collections::HashSet<String>,
-    /// The running ones: never idle-suspended before `end_at`. (A paused
-    /// one that the `/v1` API woke is suspended again when idle.)
-    pub running: std::collections::HashSet<String>,
-}
-
-/// The lifecycle sweeper's part for E2B's sandboxes: at `end_at` a
-/// running sandbox is killed, or paused when its create said `autoPause`.
-/// Only this server's own (`local`: a cluster node's containers; the
-/// others are their nodes' to sweep).
-pub(crate) async fn sweep_sandboxes(
-    state: &Arc<AppState>,
-    now: i64,
-    local: &std::collections::HashSet<String>,
-) -> Result<SweptSandboxes, ApiError> {
-    let rows = state.db(|s| s.all_e2b_sandboxes()).await?;
-    let mut swept = SweptSandboxes::default();
-    for row in rows
-        .into_iter()
-        .filter(|row| local.contains(&row.container_id))
-    {
-        swept.all.insert(row.container_id.clone());
-        if row.paused {
-            continue;
-        }
-        if now < row.end_at {
-            swept.running.insert(row.container_id.clone());
-            continue;
-        }
-        end_sandbox(state, &row).await?;
-    }
-    Ok(swept)
-}
-
-/// A sandbox past its `end_at`: killed, or paused when its create said
-/// `autoPause` (a pause that fails is logged, and tried again later).
-pub(crate) async fn end_sandbox(
-    state: &Arc<AppState>,
-    row: &E2bSandboxRow,
-) -> Result<(), ApiError> {
-    if row.auto_pause {
-        tracing::info!(sandbox = %row.container_id, "E2B sandbox timed out: paused");
-        if let Err(e) = pause_sandbox(state, &row.container_id).await {
-            tracing::warn!(sandbox = %row.container_id, "could not pause: {}", e.message);
-        }
-    } else {
-        tracing::info!(sandbox = %row.container_id, "E2B sandbox timed out: killed");
-        state.e2b_access.forget(&row.container_id);
-        crate::sandboxes::containers::remove_container(state, &row.container_id).await?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

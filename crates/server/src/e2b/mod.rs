@@ -36,6 +36,7 @@ pub(crate) mod files;
 pub(crate) mod filesystem;
 pub(crate) mod interpreter;
 pub(crate) mod process;
+pub(crate) mod timeouts;
 pub(crate) mod user;
 
 pub use shellgate_wire::e2b::SANDBOX_ID_HEADER;

@@ -98,31 +98,12 @@ pub async fn interpret_within(
     Ok((interpretation, ended, woke))
 }
 
-/// The containers whose code interpreter kernel ended with their
-/// suspension. The engine suspends a container by stopping it: every
-/// process ends, the kernel too, and with it the Python objects in its
-/// memory (only the files stay; nothing here freezes or checkpoints a
-/// process). The next cell runs on a new kernel, and is told so (see
-/// [`Interpretation::kernel_lost`]) rather than finding its variables
-/// silently gone. Kept in memory: a restarted server has no kernels, and
-/// its first cells start fresh ones as the first cell of a container does.
-#[derive(Debug, Default)]
-pub struct KernelsSlept(std::sync::Mutex<std::collections::HashSet<String>>);
-
-impl KernelsSlept {
-    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
-
 /// `container` was suspended or stopped: its kernels ended. Forgets its
 /// contexts, remembering that it had a code interpreter's (whose state
 /// the next cell is told is gone).
 pub async fn kernels_ended(state: &AppState, container: &str) {
     if context_of(state, container).await.is_some() {
-        state.kernels_slept.lock().insert(container.to_owned());
+        state.kernels_slept.remember(container);
     }
     state.interpreters.forget_container(container);
 }
@@ -152,7 +133,7 @@ async fn context(state: &AppState, container: &str) -> Result<(String, bool), Ho
         .await
         .map(|info| info.id)
         .map_err(interpreter_error)?;
-    let lost = state.kernels_slept.lock().remove(container);
+    let lost = state.kernels_slept.take(container);
     Ok((made, lost))
 }
 

@@ -12,6 +12,7 @@ pub(crate) mod files;
 pub(crate) mod fs;
 pub(crate) mod hosted;
 pub(crate) mod interpreting;
+pub(crate) mod kernels_slept;
 pub(crate) mod processes;
 pub mod reuse;
 pub(crate) mod skills;
