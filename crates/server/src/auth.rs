@@ -341,6 +341,26 @@ impl RateLimiter {
     }
 }
 
+/// The traffic access token of the sandbox whose access token is
+/// `access_token` (E2B's `trafficAccessToken`, given with the access token
+/// by create and connect). E2B's SDKs send it as `E2B-Traffic-Access-Token`
+/// where they send no access token: the code interpreter's contexts and a
+/// private sandbox's ports. It is derived one way (SHA-256 under a label of
+/// its own), so nothing needs storing, it opens only the routes that take
+/// it, and it never gives the access token away.
+pub(crate) fn e2b_traffic_token(access_token: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    hasher.update(b"shellgate e2b traffic access token\0");
+    hasher.update(access_token.as_bytes());
+    let hex: String = hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("e2btt_{hex}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -490,7 +490,7 @@ async fn e2b_ports(
         .get(E2B_TRAFFIC_TOKEN_HEADER)
         .and_then(|h| h.to_str().ok())
         .map(str::trim);
-    let expected = crate::e2b::access_cache::traffic_token(&sandbox.access_token);
+    let expected = crate::auth::e2b_traffic_token(&sandbox.access_token);
     if !sandbox.public_traffic && !token.is_some_and(|token| same_secret(token, &expected)) {
         return Ok(Some(E2bPorts::Private));
     }

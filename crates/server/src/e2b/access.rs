@@ -5,7 +5,7 @@
 //! - the project's API key (`X-API-Key`, or `Authorization: Bearer`);
 //! - on the code interpreter's contexts only, `E2B-Traffic-Access-Token`:
 //!   the traffic token create and connect give beside the access token
-//!   (`access_cache::traffic_token`), which is all E2B's SDKs send there.
+//!   (`auth::e2b_traffic_token`), which is all E2B's SDKs send there.
 //!
 //! A sandbox id is no secret (it is in host names, URLs and logs): no route
 //! opens on it alone.

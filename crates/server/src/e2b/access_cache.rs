@@ -30,7 +30,7 @@ impl AccessEntry {
         Self {
             project: row.project.clone(),
             token_digest: digest(&row.access_token),
-            traffic_digest: digest(&traffic_token(&row.access_token)),
+            traffic_digest: digest(&crate::auth::e2b_traffic_token(&row.access_token)),
             env_vars: Arc::new(
                 row.env_vars
                     .iter()
@@ -84,25 +84,6 @@ impl AccessCache {
     }
 }
 
-/// The traffic access token of the sandbox whose access token is
-/// `access_token` (E2B's `trafficAccessToken`, given with the access token
-/// by create and connect). E2B's SDKs send it as `E2B-Traffic-Access-Token`
-/// where they send no access token: the code interpreter's contexts. It is
-/// derived one way (SHA-256 under a label of its own), so nothing needs
-/// storing, it opens only the routes that take it, and it never gives the
-/// access token away.
-pub(crate) fn traffic_token(access_token: &str) -> String {
-    let mut hasher = Sha256::new();
-    hasher.update(b"shellgate e2b traffic access token\0");
-    hasher.update(access_token.as_bytes());
-    let hex: String = hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    format!("e2btt_{hex}")
-}
-
 pub(crate) fn digest(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
@@ -126,9 +107,9 @@ mod tests {
 
     #[test]
     fn a_traffic_token_is_the_access_token_s_own_and_not_the_access_token() {
-        let traffic = traffic_token("e2bat_one");
-        assert_eq!(traffic, traffic_token("e2bat_one"));
-        assert_ne!(traffic, traffic_token("e2bat_two"));
+        let traffic = crate::auth::e2b_traffic_token("e2bat_one");
+        assert_eq!(traffic, crate::auth::e2b_traffic_token("e2bat_one"));
+        assert_ne!(traffic, crate::auth::e2b_traffic_token("e2bat_two"));
         assert!(!traffic.contains("one"));
         assert!(traffic.starts_with("e2btt_") && traffic.len() == 6 + 64);
     }

@@ -51,8 +51,9 @@ use shellgate_wire::e2b::{
 use shellgate_wire::time::{parse_rfc3339, rfc3339};
 use shellgate_wire::{CreateContainer, NetworkPolicy};
 
-use super::access_cache::{traffic_token, AccessEntry};
+use super::access_cache::AccessEntry;
 use super::E2bError;
+use crate::auth::e2b_traffic_token;
 use crate::error::ApiError;
 use crate::http::Project;
 use crate::public_base::PublicBase;
@@ -374,7 +375,7 @@ fn sandbox_body(state: &AppState, headers: &HeaderMap, row: &E2bSandboxRow) -> S
         client_id: CLIENT_ID.to_owned(),
         envd_version: ENVD_VERSION.to_owned(),
         envd_access_token: row.access_token.clone(),
-        traffic_access_token: traffic_token(&row.access_token),
+        traffic_access_token: e2b_traffic_token(&row.access_token),
         domain: domain(state, headers),
     }
 }
