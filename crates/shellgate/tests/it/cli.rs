@@ -20,6 +20,29 @@ fn shellgate(data_dir: &std::path::Path) -> Command {
     command
 }
 
+/// The first host id a `/proc/self/uid_map` maps (its first line's second
+/// field).
+fn uid_map_base(map: &str) -> u64 {
+    map.split_whitespace()
+        .nth(1)
+        .and_then(|id| id.parse().ok())
+        .unwrap_or_else(|| panic!("not a uid_map: {map:?}"))
+}
+
+/// Waits for a one-shot that printed its `uid_map` and succeeded: the
+/// first host id its sandbox maps.
+fn one_shot_uid_base(run: std::process::Child) -> u64 {
+    let output = run.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "stdout {stdout:?}, stderr {:?}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    uid_map_base(&stdout)
+}
+
 #[test]
 fn exec_json_prints_the_shell_call_output_object_the_api_returns() {
     let dir = TempDir::new("cli-exec");
@@ -447,13 +470,7 @@ fn exec_and_image_run_beside_a_server_on_the_same_data_directory() {
         br#"{"commands": ["cat /proc/self/uid_map"]}"#,
     )
     .json();
-    let host_id = |map: &str| -> u64 {
-        map.split_whitespace()
-            .nth(1)
-            .and_then(|id| id.parse().ok())
-            .unwrap_or_else(|| panic!("not a uid_map: {map:?}"))
-    };
-    let server_base = host_id(
+    let server_base = uid_map_base(
         served["output"][0]["stdout"]
             .as_str()
             .unwrap_or_else(|| panic!("exec answered {served}")),
@@ -469,18 +486,7 @@ fn exec_and_image_run_beside_a_server_on_the_same_data_directory() {
                 .unwrap()
         })
         .collect();
-    let mut bases = Vec::new();
-    for run in runs {
-        let output = run.wait_with_output().unwrap();
-        assert_eq!(
-            output.status.code(),
-            Some(0),
-            "stdout {:?}, stderr {:?}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        bases.push(host_id(&String::from_utf8_lossy(&output.stdout)));
-    }
+    let mut bases: Vec<u64> = runs.into_iter().map(one_shot_uid_base).collect();
     // No two sandboxes share host ids: not the one-shots with each other,
     // nor with the server's containers.
     bases.sort();
@@ -528,23 +534,7 @@ fn one_shots_whose_lanes_live_in_different_folders_never_share_host_ids() {
                 .unwrap()
         })
         .collect();
-    let mut bases = Vec::new();
-    for run in runs {
-        let output = run.wait_with_output().unwrap();
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        assert_eq!(
-            output.status.code(),
-            Some(0),
-            "stdout {stdout:?}, stderr {:?}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let base: u64 = stdout
-            .split_whitespace()
-            .nth(1)
-            .and_then(|id| id.parse().ok())
-            .unwrap_or_else(|| panic!("not a uid_map: {stdout:?}"));
-        bases.push(base);
-    }
+    let bases: Vec<u64> = runs.into_iter().map(one_shot_uid_base).collect();
     let mut distinct = bases.clone();
     distinct.sort();
     distinct.dedup();
