@@ -28,7 +28,9 @@ pub(crate) struct Lane {
     /// The machine-wide claim on this lane's host id range, when it is
     /// held apart from the lane's folder (see [`id_lanes_dir`]).
     _ids: Option<std::fs::File>,
-    index: u32,
+    /// Which of the machine's lane id ranges it maps (its own index when
+    /// its folder is the machine's).
+    id_range: u32,
     dir: PathBuf,
 }
 
@@ -41,7 +43,7 @@ impl Lane {
 
 /// How many one-shot engines one user may run at once (see [`lanes_root`]).
 const LANES: u32 = 256;
-/// Host ids of the lanes: `ONESHOT_UID_BASE + lane × LANE_SLOTS × 65536`,
+/// Host ids of the lanes: `ONESHOT_UID_BASE + range × LANE_SLOTS × 65536`,
 /// all below the server's 3,000,000,000.
 const ONESHOT_UID_BASE: u32 = 2_000_000_000;
 const LANE_SLOTS: u32 = 4;
@@ -114,22 +116,32 @@ fn claim_lane(sandbox_dir: &std::path::Path, settings: &shellgate_server::Config
         let Some(lock) = try_lock(&root.join(format!("{index}.lock")))? else {
             continue;
         };
-        let ids = match &ids_dir {
-            Some(dir) => match try_lock(&dir.join(format!("{index}.lock")))? {
-                Some(ids) => Some(ids),
-                // Another folder's lane holds these host ids.
-                None => continue,
-            },
-            None => None,
+        // The lane is the folder's lowest free one (so the next command
+        // cleans up what a crashed one left); its host ids, the lowest
+        // range no lane of any folder holds.
+        let (ids, id_range) = match &ids_dir {
+            Some(dir) => claim_id_range(dir)?,
+            None => (None, index),
         };
         return Ok(Lane {
             _lock: lock,
             _ids: ids,
-            index,
+            id_range,
             dir: root.join(index.to_string()),
         });
     }
     anyhow::bail!("{LANES} one-shot sandboxes are already running")
+}
+
+/// The lowest of the machine's lane id ranges that no lane holds, held
+/// while the returned file is open.
+fn claim_id_range(dir: &std::path::Path) -> Result<(Option<std::fs::File>, u32)> {
+    for range in 0..LANES {
+        if let Some(held) = try_lock(&dir.join(format!("{range}.lock")))? {
+            return Ok((Some(held), range));
+        }
+    }
+    anyhow::bail!("{LANES} one-shot sandboxes are already running on this machine")
 }
 
 /// Takes an exclusive `flock` on `path` (made if missing) without waiting:
@@ -149,8 +161,8 @@ fn try_lock(path: &std::path::Path) -> Result<Option<std::fs::File>> {
 
 /// Where root claims lanes' host id ranges when the lanes live elsewhere
 /// (an `oneshot_dir`, or a data directory): one folder for the whole
-/// machine, so that lane `n` of one folder and lane `n` of another never
-/// run at once with the same host ids. `None` when the lanes' own folder
+/// machine, so that lanes of two folders never run at once with the same
+/// host ids. `None` when the lanes' own folder
 /// is that place, or for an ordinary user, whose sandboxes all run as
 /// that user anyway.
 fn id_lanes_dir(root: &std::path::Path) -> Option<PathBuf> {
@@ -211,7 +223,7 @@ pub(crate) async fn open_engine(
     config.images_dir = Some(images_dir(&sandbox_dir, &settings));
     config.prune_images = false;
     config.map_invoking_user = map_invoking_user;
-    config.uid_base = ONESHOT_UID_BASE + lane.index * LANE_SLOTS * 65_536;
+    config.uid_base = ONESHOT_UID_BASE + lane.id_range * LANE_SLOTS * 65_536;
     // Its output is read as fast as it comes: the reading is its own
     // user's CPU, on a machine no other tenant shares.
     config.unread_output_rate = None;

@@ -475,11 +475,13 @@ fn exec_and_image_run_beside_a_server_on_the_same_data_directory() {
             .as_str()
             .unwrap_or_else(|| panic!("exec answered {served}")),
     );
-    // Several one-shots at once, while the server holds its engine.
+    // Several one-shots at once, while the server holds its engine; each
+    // holds its lane a while, so none ends (freeing its ids for the next)
+    // before the others started.
     let runs: Vec<_> = (0..3)
         .map(|_| {
             shellgate(data)
-                .args(["exec", "--", "cat", "/proc/self/uid_map"])
+                .args(["exec", "--", "sh", "-c", "cat /proc/self/uid_map; sleep 3"])
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()
@@ -527,7 +529,7 @@ fn one_shots_whose_lanes_live_in_different_folders_never_share_host_ids() {
         .map(|dir| {
             shellgate(dir.path())
                 // Each holds its lane until all have read their maps.
-                .args(["exec", "--", "sh", "-c", "cat /proc/self/uid_map; sleep 2"])
+                .args(["exec", "--", "sh", "-c", "cat /proc/self/uid_map; sleep 3"])
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()
