@@ -54,10 +54,7 @@ pub struct CompactRequest {
 impl CompactRequest {
     /// The first key that is neither consumed nor carried.
     pub fn refused(&self) -> Option<&str> {
-        self.carried
-            .keys()
-            .map(String::as_str)
-            .find(|key| !COMPACT_CARRIED.contains(key))
+        super::request::first_refused(&self.carried, COMPACT_CARRIED)
     }
 }
 

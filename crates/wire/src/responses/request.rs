@@ -95,13 +95,19 @@ pub struct CreateResponse {
     pub carried: Map<String, Value>,
 }
 
+/// The first of a request's other keys (`carried`) that is not among the
+/// `kept` ones: a request body's one rule for the keys it does not read.
+pub(crate) fn first_refused<'a>(carried: &'a Map<String, Value>, kept: &[&str]) -> Option<&'a str> {
+    carried
+        .keys()
+        .map(String::as_str)
+        .find(|key| !kept.contains(key))
+}
+
 impl CreateResponse {
     /// The first key that is neither consumed nor carried.
     pub fn refused(&self) -> Option<&str> {
-        self.carried
-            .keys()
-            .map(String::as_str)
-            .find(|key| !CARRIED.contains(key))
+        first_refused(&self.carried, CARRIED)
     }
 }
 
@@ -143,10 +149,7 @@ pub struct InputTokensRequest {
 impl InputTokensRequest {
     /// The first key that is neither consumed nor carried.
     pub fn refused(&self) -> Option<&str> {
-        self.carried
-            .keys()
-            .map(String::as_str)
-            .find(|key| !INPUT_TOKENS_CARRIED.contains(key))
+        first_refused(&self.carried, INPUT_TOKENS_CARRIED)
     }
 
     /// The create request whose input this counts.
