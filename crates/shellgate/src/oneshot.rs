@@ -111,37 +111,37 @@ fn claim_lane(sandbox_dir: &std::path::Path, settings: &shellgate_server::Config
     for dir in root.ancestors().take_while(|dir| *dir != base) {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))?;
     }
-    let ids_dir = id_lanes_dir(&root);
-    for index in 0..LANES {
-        let Some(lock) = try_lock(&root.join(format!("{index}.lock")))? else {
-            continue;
-        };
-        // The lane is the folder's lowest free one (so the next command
-        // cleans up what a crashed one left); its host ids, the lowest
-        // range no lane of any folder holds.
-        let (ids, id_range) = match &ids_dir {
-            Some(dir) => claim_id_range(dir)?,
-            None => (None, index),
-        };
-        return Ok(Lane {
-            _lock: lock,
-            _ids: ids,
-            id_range,
-            dir: root.join(index.to_string()),
-        });
-    }
-    anyhow::bail!("{LANES} one-shot sandboxes are already running")
+    // The lane is the folder's lowest free one (so the next command cleans
+    // up what a crashed one left); its host ids, the lowest range no lane
+    // of any folder holds.
+    let (lock, index) = lowest_free(&root)?
+        .ok_or_else(|| anyhow::anyhow!("{LANES} one-shot sandboxes are already running"))?;
+    let (ids, id_range) = match id_lanes_dir(&root) {
+        Some(dir) => {
+            let (held, range) = lowest_free(&dir)?.ok_or_else(|| {
+                anyhow::anyhow!("{LANES} one-shot sandboxes are already running on this machine")
+            })?;
+            (Some(held), range)
+        }
+        None => (None, index),
+    };
+    Ok(Lane {
+        _lock: lock,
+        _ids: ids,
+        id_range,
+        dir: root.join(index.to_string()),
+    })
 }
 
-/// The lowest of the machine's lane id ranges that no lane holds, held
-/// while the returned file is open.
-fn claim_id_range(dir: &std::path::Path) -> Result<(Option<std::fs::File>, u32)> {
-    for range in 0..LANES {
-        if let Some(held) = try_lock(&dir.join(format!("{range}.lock")))? {
-            return Ok((Some(held), range));
+/// The lowest `n` below [`LANES`] whose `dir/<n>.lock` no process holds,
+/// held (by `flock`) while the returned file is open.
+fn lowest_free(dir: &std::path::Path) -> Result<Option<(std::fs::File, u32)>> {
+    for n in 0..LANES {
+        if let Some(held) = try_lock(&dir.join(format!("{n}.lock")))? {
+            return Ok(Some((held, n)));
         }
     }
-    anyhow::bail!("{LANES} one-shot sandboxes are already running on this machine")
+    Ok(None)
 }
 
 /// Takes an exclusive `flock` on `path` (made if missing) without waiting:
