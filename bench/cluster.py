@@ -75,7 +75,7 @@ def exec_latency(rounds: int, per_round: int) -> dict:
             replica_root = the_cluster.replicas[0].root
             container = create(replica_session, replica_root)
             node = the_cluster.node_holding(container)
-            node_root = f"http://{cluster.NODE_ADDRESS[node]}:{cluster.NODE_PORT}"
+            node_root = the_cluster.nodes[node].root
             node_session = session(KEY, {cluster.SECRET_HEADER: the_cluster.secret})
             paths = [
                 ("single box", single_session, single_root, single_container),

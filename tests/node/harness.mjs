@@ -83,8 +83,8 @@ export async function startServer({ key, name, env = {}, worldReadable = false }
   };
 }
 
-// One cluster at a time per process (cluster.py's names are fixed, and a
-// second would wait for the first's lock forever).
+// One cluster at a time per process: a machine has few cluster slots
+// (cluster.py's), which the run's other files and lanes take too.
 let clusterUp = false;
 
 // The cluster of SHELLGATE_TEST_CLUSTER=1: `python tests/python/cluster.py

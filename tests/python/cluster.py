@@ -1,7 +1,7 @@
 """A shellgate cluster on this one machine, for test_cluster.py.
 
 Three nodes, each in a network namespace of its own (`sg-n1`..`sg-n3`,
-10.77.0.11-13, joined by veth pairs to the bridge `sgbr0`, 10.77.0.1/24 in
+10.77.0.11-13, joined by veth pairs to the bridge `sgbr0`, 10.77.0.1/16 in
 the root namespace), two stateless API replicas in the root namespace on
 free loopback ports, one Postgres (Debian's postgresql-15, a throwaway
 cluster in a temp directory, listening on 127.0.0.1 and 10.77.0.1) and one
@@ -18,13 +18,15 @@ a file uploaded through one replica is there for every node.
 or, in a test module, the fixtures at the end: `cluster` (the shared one)
 and `clusters` (one with other settings; `taint()` after breaking it).
 
-Everything the cluster makes is removed by `stop`, and a run that crashed
-before its `stop` is cleaned up by the next one's `start` (the fixed
-namespace and bridge names, and the temp directories' prefix, say what is
-ours). Since those names are fixed, one cluster is up at a time on a
-machine: a `start` waits for the lock another run's cluster holds (a test
-run beside a benchmark's, say). Processes run in sessions of their own, so
-a "kill -9" takes the whole process group.
+A machine has SLOTS places for clusters at once (`Slot`): a cluster takes
+the first free one, by its lock, and waits while all are taken. A slot's
+names are fixed (slot 1's nodes are `sg1-n1`.. at 10.77.1.11-13, on the
+same bridge), so everything the cluster makes is removed by `stop`, and a
+run that crashed before its `stop` is cleaned up by the next `start` in
+its slot (the slot's namespace names and temp directories' prefix say what
+is its). The bridge is every slot's: made by the first, removed by the
+last. Processes run in sessions of their own, so a "kill -9" takes the
+whole process group.
 
 The servers are started with `nsenter --net=/run/netns/NAME`, not `ip netns
 exec NAME`: the latter also unshares the mount namespace and mounts a fresh
@@ -52,19 +54,14 @@ import requests
 from conftest import BINARY, free_port, wait_until
 
 NODE_NAMES = ["n1", "n2", "n3"]
-NETNS = {name: f"sg-{name}" for name in NODE_NAMES}
 BRIDGE = "sgbr0"
+# Every slot's nodes are on the one bridge, each slot in a /24 of its own
+# (slot n: 10.77.n.0/24), so the nodes reach the root namespace at one
+# address whichever slot their cluster took: the scripted upstreams, the
+# Postgres and the S3 server of every run listen there.
 GATEWAY = "10.77.0.1"
-SUBNET = "10.77.0.0/24"
-NODE_ADDRESS = {"n1": "10.77.0.11", "n2": "10.77.0.12", "n3": "10.77.0.13"}
+SUBNET = "10.77.0.0/16"
 NODE_PORT = 8080
-# Each node's sandboxes' host ids, a range of its own: none starts at the
-# engine's default (3,000,000,000), which every single box on the machine
-# uses (the test run's own server is up beside the cluster).
-UID_BASE = {"n1": 3_200_000_000, "n2": 3_400_000_000, "n3": 3_600_000_000}
-# The host end of each node's veth pair (the namespace end is its eth0).
-HOST_VETH = {name: f"sgv{name}" for name in NODE_NAMES}
-TMP_PREFIX = "shellgate-cluster-"
 POSTGRES_BIN = Path("/usr/lib/postgresql/15/bin")
 MOTO_SERVER = Path(sys.executable).parent / "moto_server"
 BUCKET = "shellgate-cluster"
@@ -89,12 +86,39 @@ FORWARD_HEADER = "X-Shellgate-Cluster-Forward"
 HEARTBEAT_SECS = 1
 LOST_AFTER_SECS = 5
 
-# One cluster at a time on a machine (the names above are fixed, and a
-# start removes what another run left): a start waits for this lock, held
-# while its cluster is up and let go with its process however it ends.
-LOCK_FILE = (Path("/run/lock") if Path("/run/lock").is_dir() else Path(tempfile.gettempdir())) \
-    / "shellgate-cluster.lock"
+# How many clusters may be up at once on a machine: a test run's lanes
+# (scripts/test) start clusters side by side, two pytest workers and
+# test_cluster.py's beside them.
+SLOTS = 3
+LOCK_DIR = Path("/run/lock") if Path("/run/lock").is_dir() else Path(tempfile.gettempdir())
 LOCK_WAIT_SECS = 1800
+
+
+class Slot:
+    """One of the machine's places for a cluster: the names, addresses and
+    host ids its cluster uses, apart from every other slot's, and the lock
+    that says it is taken (held while its cluster is up and let go with
+    its process however it ends). Slot 0's names are the ones a cluster
+    always had."""
+
+    def __init__(self, number: int):
+        self.number = number
+        tag = "" if number == 0 else str(number)
+        self.netns = {name: f"sg{tag}-{name}" for name in NODE_NAMES}
+        # The host end of each node's veth pair (the namespace end is its eth0).
+        self.host_veth = {name: f"sgv{tag}{name}" for name in NODE_NAMES}
+        self.address = {name: f"10.77.{number}.{11 + index}" for index, name in enumerate(NODE_NAMES)}
+        # Each node's sandboxes' host ids, a range of its own: none starts
+        # at the engine's default (3,000,000,000), which every single box
+        # on the machine uses (the test run's own server is up beside the
+        # cluster), and a slot's are 50,000,000 ids (762 sandboxes a node)
+        # from the next slot's.
+        self.uid_base = {name: 3_200_000_000 + 200_000_000 * index + 50_000_000 * number
+                         for index, name in enumerate(NODE_NAMES)}
+        # Never a prefix of another slot's (the leftovers of a slot are
+        # found by it).
+        self.tmp_prefix = f"shellgate-cluster{tag}-"
+        self.lock_file = LOCK_DIR / ("shellgate-cluster.lock" if number == 0 else f"shellgate-cluster-{number}.lock")
 
 
 def sh(*args, check=True, netns=None):
@@ -124,30 +148,42 @@ def can_run() -> str:
 _held = []
 
 
-def take_lock():
-    """The machine's cluster lock (an open file holding it), waited for
-    up to LOCK_WAIT_SECS while another run's cluster is up. A second
-    cluster of this process fails at once: it would wait for itself."""
+def _try_lock(path: Path):
+    """The lock at `path` (an open file holding it), or None if another
+    process holds it."""
     import fcntl
 
+    held = open(path, "a")
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return held
+    except BlockingIOError:
+        held.close()
+        return None
+
+
+def take_slot() -> tuple:
+    """The machine's first free cluster slot and its lock (an open file
+    holding it): (Slot, file), waited for up to LOCK_WAIT_SECS while every
+    slot is taken. One cluster per process: a second fails at once (the
+    harness keeps a process's cluster state in one place)."""
     if any(not f.closed for f in _held):
-        raise RuntimeError("this process's cluster is already up (one at a time: the names are fixed)")
-    held = open(LOCK_FILE, "a")
-    _held[:] = [held]
+        raise RuntimeError("this process's cluster is already up (one cluster per process)")
     deadline = time.monotonic() + LOCK_WAIT_SECS
     said = False
     while True:
-        try:
-            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return held
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                held.close()
-                raise RuntimeError(f"another run's cluster held {LOCK_FILE} for {LOCK_WAIT_SECS}s")
-            if not said:
-                print(f"cluster.py: another run's cluster is up; waiting for {LOCK_FILE}", file=sys.stderr)
-                said = True
-            time.sleep(1)
+        for number in range(SLOTS):
+            slot = Slot(number)
+            held = _try_lock(slot.lock_file)
+            if held is not None:
+                _held[:] = [held]
+                return slot, held
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"every cluster slot ({SLOTS}) was taken for {LOCK_WAIT_SECS}s")
+        if not said:
+            print(f"cluster.py: other runs' clusters take every slot ({SLOTS}); waiting", file=sys.stderr)
+            said = True
+        time.sleep(1)
 
 
 # --- leftovers --------------------------------------------------------------
@@ -199,24 +235,34 @@ def _kill_pids(pids) -> None:
             pass
 
 
-def remove_network() -> None:
-    """Deletes the namespaces, the bridge and the veths, killing whatever
-    still runs in a namespace (a previous run's servers included)."""
-    remove_namespaces()
-    sh("ip", "link", "del", BRIDGE, check=False)
+def remove_network(slot: Slot) -> None:
+    """Deletes the slot's namespaces and veths, killing whatever still runs
+    in a namespace (a previous run's servers included), and the bridge if
+    no other slot is taken (their locks, held for the moment, keep a
+    cluster from starting on it meanwhile)."""
+    remove_namespaces(slot)
+    others = [Slot(number) for number in range(SLOTS) if number != slot.number]
+    held = [_try_lock(other.lock_file) for other in others]
+    try:
+        if all(h is not None for h in held):
+            sh("ip", "link", "del", BRIDGE, check=False)
+    finally:
+        for h in held:
+            if h is not None:
+                h.close()
 
 
-def remove_namespaces() -> None:
-    """Deletes the nodes' namespaces and veths (the bridge stays), killing
-    whatever still runs in them."""
+def remove_namespaces(slot: Slot) -> None:
+    """Deletes the slot's nodes' namespaces and veths (the bridge stays),
+    killing whatever still runs in them."""
     for name in NODE_NAMES:
-        netns = NETNS[name]
+        netns = slot.netns[name]
         if Path(f"/run/netns/{netns}").exists():
             pids = sh("ip", "netns", "pids", netns, check=False).split()
             _kill_pids(int(p) for p in pids)
             sh("ip", "netns", "del", netns, check=False)
         # Gone with its peer when the namespace goes; a half-made pair not.
-        sh("ip", "link", "del", HOST_VETH[name], check=False)
+        sh("ip", "link", "del", slot.host_veth[name], check=False)
 
 
 def _unmount_under(directory: Path) -> None:
@@ -290,13 +336,13 @@ def kill_cgroups(group: str) -> None:
                 pass
 
 
-def remove_leftovers() -> None:
-    """What a crashed run left: its processes (the process groups it
-    recorded, and any whose command line names one of its directories),
-    its namespaces and bridge, its sandboxes' cgroups, its Postgres, and
-    its directories."""
+def remove_leftovers(slot: Slot) -> None:
+    """What a crashed run left in the slot: its processes (the process
+    groups it recorded, and any whose command line names one of its
+    directories), its namespaces (and the bridge, if no other slot is
+    taken), its sandboxes' cgroups, its Postgres, and its directories."""
     tmp = Path(tempfile.gettempdir())
-    stale = [d for d in tmp.glob(f"{TMP_PREFIX}*") if d.is_dir()]
+    stale = [d for d in tmp.glob(f"{slot.tmp_prefix}*") if d.is_dir()]
     for directory in stale:
         _kill_recorded(directory / "pids")
         data = directory / "postgres" / "data"
@@ -304,7 +350,7 @@ def remove_leftovers() -> None:
             sh("runuser", "-u", "postgres", "--", POSTGRES_BIN / "pg_ctl", "-D", data,
                "-m", "immediate", "-w", "stop", check=False)
         _kill_pids(_pids_whose_cmdline_has(str(directory)))
-    remove_network()
+    remove_network(slot)
     for directory in stale:
         for data_dir in directory.glob("node-*"):
             kill_cgroups(_cgroup_group_name(data_dir))
@@ -315,14 +361,17 @@ def remove_leftovers() -> None:
 # --- the parts --------------------------------------------------------------
 
 
-def make_network() -> None:
+def make_network(slot: Slot) -> None:
     make_bridge()
-    make_namespaces()
+    make_namespaces(slot)
 
 
 def make_bridge() -> None:
-    sh("ip", "link", "add", BRIDGE, "type", "bridge")
-    sh("ip", "addr", "add", f"{GATEWAY}/24", "dev", BRIDGE)
+    """The bridge every slot's nodes join, unless another slot's cluster
+    made it already (two starting at once: one makes it, neither fails)."""
+    if not Path(f"/sys/class/net/{BRIDGE}").exists():
+        sh("ip", "link", "add", BRIDGE, "type", "bridge", check=False)
+    sh("ip", "addr", "replace", f"{GATEWAY}/16", "dev", BRIDGE)
     sh("ip", "link", "set", BRIDGE, "up")
 
 
@@ -337,11 +386,12 @@ def ip_batch(commands: list, netns: str = None) -> None:
         raise RuntimeError(f"ip -batch ({'; '.join(commands)}): exit {done.returncode}: {done.stderr.strip()}")
 
 
-def make_namespaces() -> None:
-    """Each node's namespace, joined to the bridge (made before)."""
+def make_namespaces(slot: Slot) -> None:
+    """Each of the slot's nodes' namespace, joined to the bridge (made
+    before)."""
     host = []
     for name in NODE_NAMES:
-        netns, veth = NETNS[name], HOST_VETH[name]
+        netns, veth = slot.netns[name], slot.host_veth[name]
         host += [f"netns add {netns}",
                  f"link add {veth} type veth peer name eth0 netns {netns}",
                  f"link set {veth} master {BRIDGE}",
@@ -349,9 +399,9 @@ def make_namespaces() -> None:
     ip_batch(host)
     for name in NODE_NAMES:
         ip_batch(["link set lo up",
-                  f"addr add {NODE_ADDRESS[name]}/24 dev eth0",
+                  f"addr add {slot.address[name]}/16 dev eth0",
                   "link set eth0 up",
-                  f"route add default via {GATEWAY}"], netns=NETNS[name])
+                  f"route add default via {GATEWAY}"], netns=slot.netns[name])
 
 
 class Postgres:
@@ -616,10 +666,12 @@ class Services:
     lock, the bridge, one Postgres and one S3 server. A cluster on them
     (`Cluster(services=...)`) has a database and a bucket of its own and
     its own namespaces, so a suite that starts a cluster per test pays for
-    a Postgres and a moto start once, not per test. One cluster at a time
-    still: the namespaces' names are fixed."""
+    a Postgres and a moto start once, not per test. The services take a
+    slot of the machine (`Slot`), which their clusters use, one after
+    another."""
 
     def __init__(self):
+        self.slot = None
         self.lock = None
         self.directory = None
         self.postgres = None
@@ -635,9 +687,9 @@ class Services:
         self.drops = []
 
     def start(self) -> "Services":
-        self.lock = take_lock()
-        remove_leftovers()
-        self.directory = Path(tempfile.mkdtemp(prefix=TMP_PREFIX))
+        self.slot, self.lock = take_slot()
+        remove_leftovers(self.slot)
+        self.directory = Path(tempfile.mkdtemp(prefix=self.slot.tmp_prefix))
         os.chmod(self.directory, 0o755)
         try:
             make_bridge()
@@ -691,7 +743,8 @@ class Services:
             self.objects.stop()
         if self.postgres:
             self.postgres.stop()
-        remove_network()
+        if self.slot is not None:
+            remove_network(self.slot)
         if self.directory:
             subprocess.run(["rm", "-rf", "--one-file-system", str(self.directory)], capture_output=True)
         if self.lock is not None:
@@ -737,23 +790,26 @@ class Cluster:
         self.nodes = {}
         self.replicas = []
         self.extra = []
+        self.slot = None
         self.lock = None
 
     # Starting and stopping.
 
     def start(self) -> "Cluster":
         if self.services is None:
-            self.lock = take_lock()
-            remove_leftovers()
-        self.directory = Path(tempfile.mkdtemp(prefix=TMP_PREFIX))
+            self.slot, self.lock = take_slot()
+            remove_leftovers(self.slot)
+        else:
+            self.slot = self.services.slot
+        self.directory = Path(tempfile.mkdtemp(prefix=self.slot.tmp_prefix))
         os.chmod(self.directory, 0o755)
         try:
             if self.services is not None:
-                make_namespaces()
+                make_namespaces(self.slot)
                 self.database, self.bucket = self.services.new_store()
                 self.postgres, self.objects = self.services.postgres, self.services.objects
             else:
-                make_network()
+                make_network(self.slot)
                 self.postgres = Postgres(self.directory / "postgres").start()
                 if MOTO_SERVER.exists():
                     self.objects = ObjectStore(self.directory / "s3").start()
@@ -780,12 +836,12 @@ class Cluster:
     def _node(self, name: str) -> Server:
         settings = self.common_settings()
         if self.roles:
-            settings.update(node_id=name, node_address=f"http://{NODE_ADDRESS[name]}:{NODE_PORT}")
+            settings.update(node_id=name, node_address=f"http://{self.slot.address[name]}:{NODE_PORT}")
         else:
             settings["api_keys"] = API_KEYS
-        settings["sandbox_uid_base"] = str(UID_BASE[name])
+        settings["sandbox_uid_base"] = str(self.slot.uid_base[name])
         return Server(f"node {name}", "node" if self.roles else None, self.directory / f"node-{name}",
-                      NODE_ADDRESS[name], NODE_PORT, settings, netns=NETNS[name],
+                      self.slot.address[name], NODE_PORT, settings, netns=self.slot.netns[name],
                       secret=self.secret if self.roles else "")
 
     def _replica(self, name: str, **overrides) -> Server:
@@ -851,7 +907,8 @@ class Cluster:
         for node in self.nodes.values():
             kill_cgroups(_cgroup_group_name(node.data_dir))
         if self.services is not None:
-            remove_namespaces()
+            if self.slot is not None:
+                remove_namespaces(self.slot)
             if self.postgres:
                 self.services.drop_database(self.database)
             self.postgres = self.objects = None
@@ -860,7 +917,8 @@ class Cluster:
                 self.objects.stop()
             if self.postgres:
                 self.postgres.stop()
-            remove_network()
+            if self.slot is not None:
+                remove_network(self.slot)
         if self.directory:
             _unmount_under(self.directory)
             if self.services is not None:
@@ -975,9 +1033,8 @@ def binary_has_roles() -> bool:
 
 
 class Clusters:
-    """The one cluster there can be at a time (the namespace names are
-    fixed), started on demand with the settings a test asks for and kept
-    for the next test that asks for the same; a test that breaks it (kills
+    """A test module's one cluster at a time, started on demand with the
+    settings a test asks for and kept for the next test that asks for the same; a test that breaks it (kills
     a node or a replica) taints it, and the next test gets a new one."""
 
     def __init__(self):

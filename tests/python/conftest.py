@@ -7,10 +7,12 @@ behind a facade (`ClusterServer`) whose clients and URLs alternate between
 the two replicas, so the suites run through both. Tests that need one box
 (its data directory, its process) are marked `single_box("why")` and
 skipped in that mode. A `fresh_server` is a cluster of its own with the
-test's settings (on the run's one Postgres and S3 server, which every
-cluster of the run shares: a database and a bucket each); since one cluster is up at a time on a machine, the tests
-using it run in a pytest run of their own (`-m fresh_server`; marked so at
-collection), and the session's cluster in another (`-m "not fresh_server"`).
+test's settings (on the process's one Postgres and S3 server, which every
+cluster it starts shares: a database and a bucket each); since a process
+has one cluster up at a time (in a slot of the machine, cluster.py), the
+tests using it run in a pytest run of their own (`-m fresh_server`; marked
+so at collection), and the session's cluster in another (`-m "not
+fresh_server"`).
 """
 
 import contextlib

@@ -4,7 +4,7 @@ settings: `code_execution_20260521`'s per-cell limit
 suspended while idle (its kernel ends with its processes: the next cell is
 told its variables are gone). Apart from test_anthropic_code_execution.py,
 whose servers (a cluster each in cluster mode) are up for its whole module
-and one cluster runs at a time. Client: the official `anthropic` SDK; the
+and a process runs one cluster at a time. Client: the official `anthropic` SDK; the
 model is the scripted upstream.
 """
 

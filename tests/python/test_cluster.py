@@ -33,7 +33,7 @@ import openai
 import pytest
 import requests
 
-from cluster import (FORWARD_HEADER, GATEWAY, LOST_AFTER_SECS, MEMBER_KEYS, NETNS, NODE_ADDRESS, NODE_NAMES,
+from cluster import (FORWARD_HEADER, GATEWAY, LOST_AFTER_SECS, MEMBER_KEYS, NODE_NAMES,
                      NODE_PORT, ROOMY, SECRET_HEADER, Server, can_run, cluster, clusters)  # noqa: F401 (fixtures)
 from conftest import (BINARY, CLUSTER_MODE, exec_commands, free_port, processes_matching, raw_request,
                       wait_until)
@@ -87,7 +87,7 @@ def test_the_nodes_are_listed_ready_to_admins_and_answer_only_the_cluster(cluste
     assert sorted(nodes) == NODE_NAMES, nodes
     for name, node in nodes.items():
         assert node["object"] == "cluster.node"
-        assert node["address"] == f"http://{NODE_ADDRESS[name]}:{NODE_PORT}"
+        assert node["address"] == cluster.nodes[name].root
         assert node["status"] == "ready"
         assert abs(node["heartbeat_at"] - time.time()) < 10, node
         assert isinstance(node["containers"], int)
@@ -156,7 +156,7 @@ def undrain_every_node(cluster) -> None:
     """Every node taken back by its operator (a test that drained one
     leaves the cluster as it found it)."""
     for name in cluster.node_names:
-        requests.delete(f"http://{NODE_ADDRESS[name]}:{NODE_PORT}/internal/v1/drain",
+        requests.delete(f"{cluster.nodes[name].root}/internal/v1/drain",
                         headers={SECRET_HEADER: cluster.secret}, timeout=10)
 
 
@@ -167,7 +167,7 @@ def test_no_spelling_of_a_nodes_own_routes_passes_a_replica(cluster):
     nothing of a node's state or metrics comes back."""
     container = cluster.client().containers.create(name="walls", memory_limit="1g")
     replica = cluster.replicas[0]
-    node_host = f"{NODE_ADDRESS['n1']}:{NODE_PORT}"
+    node_host = f"{cluster.nodes['n1'].host}:{NODE_PORT}"
     try:
         for method, tail in NODE_ONLY:
             for key in [None, ALPHA, cluster.admin_key]:
@@ -215,7 +215,7 @@ def test_a_node_serves_a_forwarded_request_the_api_alone(cluster):
                         {**forwarded, "Authorization": f"Bearer {cluster.admin_key}"}]:
             for method, tail in NODE_ONLY:
                 for target in [f"/{tail}", f"/{tail.upper()}", f"/{tail}/"]:
-                    status, text = raw_request(NODE_ADDRESS["n1"], NODE_PORT, method, target, headers)
+                    status, text = raw_request(node.host, NODE_PORT, method, target, headers)
                     assert status in (401, 404), (headers.keys(), method, target, status, text)
                     assert not leaked(text), (method, target, text)
         assert cluster.node_status()["n1"] == "ready", cluster.node_list()
@@ -226,9 +226,9 @@ def test_a_node_serves_a_forwarded_request_the_api_alone(cluster):
         assert metrics.status_code == 200 and "shellgate_" in metrics.text, metrics.text
         # `shellgate drain`, as the node's preStop hook runs it, on its machine.
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "SHELLGATE_CLUSTER_SECRET": cluster.secret,
-               "SHELLGATE_LISTEN": f"{NODE_ADDRESS['n1']}:{NODE_PORT}"}
+               "SHELLGATE_LISTEN": f"{cluster.nodes['n1'].host}:{NODE_PORT}"}
         for args, status in [(["--timeout", "0"], "draining"), (["--cancel"], "ready")]:
-            done = subprocess.run(["nsenter", f"--net=/run/netns/{NETNS['n1']}", str(BINARY), "--data-dir",
+            done = subprocess.run(["nsenter", f"--net=/run/netns/{node.netns}", str(BINARY), "--data-dir",
                                    str(node.data_dir), "drain", *args], env=env, capture_output=True, text=True)
             assert done.returncode == 0, done.stderr
             assert cluster.node_status()["n1"] == status, (args, cluster.node_list())

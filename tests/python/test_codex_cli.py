@@ -49,7 +49,7 @@ CODEX = Path(__file__).resolve().parents[1] / "node" / "node_modules" / ".bin" /
 
 
 # Each test's server is its own (a cluster of its own in cluster mode,
-# run apart from the session's: one cluster at a time).
+# run apart from the session's: one cluster at a time in a process).
 pytestmark = pytest.mark.fresh_server
 
 
