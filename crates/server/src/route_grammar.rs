@@ -9,6 +9,8 @@
 //!
 //! [`RouteTable`]: crate::route_table::RouteTable
 
+use std::collections::HashMap;
+
 /// The path parameters that name a container: the API's and E2B's.
 pub(crate) const CONTAINER_PARAMS: &[&str] = &["container_id", "sandbox_id"];
 
@@ -36,6 +38,10 @@ enum Segment {
 pub(crate) struct Pattern {
     path: String,
     segments: Vec<Segment>,
+    /// How specific it is, segment by segment (a literal before a
+    /// parameter before the rest), as the router prefers among routes a
+    /// path matches; read once, as every request compares it.
+    rank: Vec<u8>,
 }
 
 /// The parameters a path gave a pattern, percent-decoded as the router
@@ -64,7 +70,7 @@ impl Captures {
 
 impl Pattern {
     pub(crate) fn parse(path: &str) -> Self {
-        let segments = path
+        let segments: Vec<Segment> = path
             .split('/')
             .skip(1)
             .map(|segment| match segment.strip_prefix('{') {
@@ -73,9 +79,27 @@ impl Pattern {
                 None => Segment::Literal(segment.to_owned()),
             })
             .collect();
+        let rank = segments
+            .iter()
+            .map(|segment| match segment {
+                Segment::Literal(_) => 2,
+                Segment::Param(_) => 1,
+                Segment::Rest => 0,
+            })
+            .collect();
         Self {
             path: path.to_owned(),
             segments,
+            rank,
+        }
+    }
+
+    /// Its first segment when that is a literal: the one a path's first
+    /// segment must equal.
+    fn first_literal(&self) -> Option<&str> {
+        match self.segments.first() {
+            Some(Segment::Literal(literal)) => Some(literal),
+            _ => None,
         }
     }
 
@@ -84,43 +108,46 @@ impl Pattern {
         &self.path
     }
 
-    /// The parameters of `path` if it is this route's.
-    fn captures(&self, path: &str) -> Option<Captures> {
-        let mut given = path.split('/');
-        if given.next() != Some("") {
-            return None;
-        }
-        let mut captures = Vec::new();
+    /// Whether `given` (a path's segments after its leading `/`) is this
+    /// route's: literals equal byte for byte, a parameter any non-empty
+    /// segment, the rest anything (nothing too).
+    fn matches(&self, given: &[&str]) -> bool {
+        let mut given = given.iter();
         for segment in &self.segments {
             match segment {
-                Segment::Rest => return Some(Captures(captures)),
+                Segment::Rest => return true,
                 Segment::Literal(literal) => {
-                    if given.next()? != literal {
-                        return None;
+                    if given.next() != Some(&literal.as_str()) {
+                        return false;
                     }
                 }
-                Segment::Param(name) => {
-                    let raw = given.next().filter(|raw| !raw.is_empty())?;
-                    let value = crate::canonical::decoded(raw.as_bytes());
-                    captures.push((name.clone(), String::from_utf8_lossy(&value).into_owned()));
+                Segment::Param(_) => {
+                    if given.next().is_none_or(|raw| raw.is_empty()) {
+                        return false;
+                    }
                 }
             }
         }
-        given.next().is_none().then_some(Captures(captures))
+        given.next().is_none()
     }
 
-    /// How specific it is, segment by segment (a literal before a
-    /// parameter before the rest), as the router prefers among routes a
-    /// path matches.
-    fn rank(&self) -> Vec<u8> {
-        self.segments
-            .iter()
-            .map(|segment| match segment {
-                Segment::Literal(_) => 2,
-                Segment::Param(_) => 1,
-                Segment::Rest => 0,
-            })
-            .collect()
+    /// The parameters `given` (segments this route [`matches`]) gives it.
+    ///
+    /// [`matches`]: Pattern::matches
+    fn captures(&self, given: &[&str]) -> Captures {
+        Captures(
+            self.segments
+                .iter()
+                .zip(given)
+                .filter_map(|(segment, raw)| match segment {
+                    Segment::Param(name) => {
+                        let value = crate::canonical::decoded(raw.as_bytes());
+                        Some((name.clone(), String::from_utf8_lossy(&value).into_owned()))
+                    }
+                    Segment::Literal(_) | Segment::Rest => None,
+                })
+                .collect(),
+        )
     }
 
     /// Whether its last segment is a container parameter: the route of a
@@ -134,26 +161,60 @@ impl Pattern {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Grammar {
     patterns: Vec<Pattern>,
+    /// By a path's first segment, the patterns it can match, in table
+    /// order: those starting with that literal and those starting with a
+    /// parameter or the rest. A replica reads every request's path, so it
+    /// tries those only (a few of the hundreds), not the whole table.
+    by_first: HashMap<String, Vec<usize>>,
+    /// The patterns not starting with a literal: all a path whose first
+    /// segment no route's literal is can match.
+    open_first: Vec<usize>,
 }
 
 impl Grammar {
     pub(crate) fn new<I: IntoIterator<Item = S>, S: AsRef<str>>(paths: I) -> Self {
+        let patterns: Vec<Pattern> = paths
+            .into_iter()
+            .map(|path| Pattern::parse(path.as_ref()))
+            .collect();
+        let open_first: Vec<usize> = (0..patterns.len())
+            .filter(|&index| patterns[index].first_literal().is_none())
+            .collect();
+        let mut by_first: HashMap<String, Vec<usize>> = HashMap::new();
+        for pattern in &patterns {
+            if let Some(first) = pattern.first_literal() {
+                by_first.entry(first.to_owned()).or_default();
+            }
+        }
+        for (first, candidates) in &mut by_first {
+            *candidates = (0..patterns.len())
+                .filter(|&index| {
+                    patterns[index]
+                        .first_literal()
+                        .is_none_or(|literal| literal == first)
+                })
+                .collect();
+        }
         Self {
-            patterns: paths
-                .into_iter()
-                .map(|path| Pattern::parse(path.as_ref()))
-                .collect(),
+            patterns,
+            by_first,
+            open_first,
         }
     }
 
     /// The route `path` is served by, and what it gave the route's
     /// parameters; among routes it matches, the most specific (the
-    /// router's choice).
+    /// router's choice; of equals, the last in the table).
     pub(crate) fn route(&self, path: &str) -> Option<(&Pattern, Captures)> {
-        self.patterns
+        let given: Vec<&str> = path.strip_prefix('/')?.split('/').collect();
+        let first = given.first().copied().unwrap_or_default();
+        let candidates = self.by_first.get(first).unwrap_or(&self.open_first);
+        let chosen = candidates
             .iter()
-            .filter_map(|pattern| pattern.captures(path).map(|c| (pattern, c)))
-            .max_by(|(a, _), (b, _)| a.rank().cmp(&b.rank()))
+            .map(|&index| &self.patterns[index])
+            .filter(|pattern| pattern.matches(&given))
+            .max_by(|a, b| a.rank.cmp(&b.rank))?;
+        Some((chosen, chosen.captures(&given)))
     }
 
     /// Whether `pattern` is a collection of containers (a `POST` to it
@@ -258,6 +319,45 @@ mod tests {
         assert!(grammar.holds_containers(collection));
         let (object, _) = grammar.route("/v1/containers/cntr_a").unwrap();
         assert!(object.ends_with_container() && !grammar.holds_containers(object));
+    }
+
+    #[test]
+    fn the_index_by_first_segment_chooses_what_the_whole_table_would() {
+        let config = crate::config::Config::default();
+        let api = crate::routes::route_table(&config, crate::routes::Audience::Tenants).paths;
+        let console = crate::console::table().paths;
+        let grammar = Grammar::new(api.iter().chain(&console));
+        let whole_table = |path: &str| {
+            let given: Vec<&str> = path.strip_prefix('/')?.split('/').collect();
+            grammar
+                .patterns
+                .iter()
+                .filter(|pattern| pattern.matches(&given))
+                .max_by(|a, b| a.rank.cmp(&b.rank))
+                .map(|pattern| (pattern.path().to_owned(), pattern.captures(&given)))
+        };
+        let mut paths: Vec<String> = ["/", "", "nothing", "/nothing/here", "//v1", "/v1/"]
+            .map(str::to_owned)
+            .to_vec();
+        for path in api.iter().chain(&console) {
+            let concrete = path
+                .split('/')
+                .map(|segment| match segment.strip_prefix('{') {
+                    Some(rest) if rest.starts_with('*') => "a/b",
+                    Some(_) => "cntr%5Fx",
+                    None => segment,
+                })
+                .collect::<Vec<_>>()
+                .join("/");
+            paths.push(format!("{concrete}/extra"));
+            paths.push(concrete);
+        }
+        for path in &paths {
+            let indexed = grammar
+                .route(path)
+                .map(|(pattern, captures)| (pattern.path().to_owned(), captures));
+            assert_eq!(indexed, whole_table(path), "{path}");
+        }
     }
 
     #[test]
