@@ -143,8 +143,11 @@ def test_contexts_are_created_listed_restarted_and_removed(sandbox):
     assert sandbox.run_code("y * 2", context=context).text == "10"
     # Other contexts (the default one) do not share its variables.
     assert sandbox.run_code("'y' in globals()").text == "False"
-    ids = [c.id for c in sandbox.list_code_contexts()]
-    assert context.id in ids and len(ids) == 2, ids
+    # The listing has the sandbox's default contexts (Python's and
+    # JavaScript's, as E2B's sandboxes start with) first, then this one.
+    listed = sandbox.list_code_contexts()
+    assert [c.language for c in listed] == ["python", "javascript", "python"], listed
+    assert listed[-1].id == context.id, listed
     sandbox.restart_code_context(context)
     assert sandbox.run_code("'y' in globals()", context=context).text == "False"
     sandbox.remove_code_context(context.id)
@@ -248,6 +251,9 @@ def test_display_formats_and_matplotlib_charts(sandbox):
     assert chart.title == "growth" and chart.x_unit == "s", chart.to_dict()
     assert chart.elements[0].label == "squares", chart.to_dict()
     assert chart.elements[0].points == [(1, 1), (2, 4), (3, 9)], chart.to_dict()
+    # A number axis's ticks are floats, as E2B's are.
+    assert chart.x_ticks and all(isinstance(tick, float) for tick in chart.x_ticks + chart.y_ticks), \
+        chart.to_dict()
     cells = {
         "bar": "plt.bar(['a', 'b'], [3, 5], label='sales')",
         "scatter": "plt.scatter([1, 2], [3, 4])",
@@ -262,6 +268,9 @@ def test_display_formats_and_matplotlib_charts(sandbox):
             assert [(e.label, e.group, e.value) for e in chart.elements] == [("a", "sales", 3), ("b", "sales", 5)]
         if kind == "pie":
             assert [(e.label, round(e.angle)) for e in chart.elements] == [("small", 90), ("big", 270)]
+            # Rounded as E2B rounds them (matplotlib's float32 wedges are 323.999991...).
+            shares = sandbox.run_code("plt.pie([9, 1], labels=['most', 'rest'])\nplt.show()").results[0].chart
+            assert [e.angle for e in shares.elements] == [324, 36], shares.to_dict()
         if kind == "box_and_whisker":
             first = chart.elements[0]
             assert (first.label, first.min, first.median, first.max, first.outliers) == ("A", 1, 3.5, 5, [20]), \
@@ -273,6 +282,23 @@ def test_display_formats_and_matplotlib_charts(sandbox):
     chart = execution.results[0].chart
     assert chart.type == "superchart" and chart.title == "both", execution.results
     assert [c.type for c in chart.elements] == ["line", "bar"], chart.to_dict()
+
+
+def test_capture_and_pil_images_shown_or_saved(sandbox):
+    execution = sandbox.run_code("%%capture kept\nprint('quiet')\n!echo from-shell\n'not shown'")
+    assert execution.error is None and not execution.results, execution
+    assert execution.logs.stdout == [] and execution.logs.stderr == [], execution.logs
+    kept = sandbox.run_code("kept.stdout")
+    assert kept.text == repr("quiet\nfrom-shell\n")[1:-1], kept
+    assert "".join(sandbox.run_code("kept.show()").logs.stdout) == "quiet\nfrom-shell\n"
+    # PIL's show() and save(path) display the image, as E2B's template has them.
+    for last in ("image.show()", "image.save('/tmp/pil.png')"):
+        execution = sandbox.run_code(
+            "from PIL import Image\nimage = Image.new('RGB', (4, 4), 'red')\n" + last + "\nprint('done')"
+        )
+        assert execution.error is None and execution.results and execution.results[0].png, (last, execution)
+        assert execution.logs.stdout == ["done\n"], (last, execution.logs)
+    assert sandbox.files.read("/tmp/pil.png", format="bytes")[:4] == b"\x89PNG"
 
 
 def test_javascript_typescript_and_java_contexts_keep_their_state(sandbox):

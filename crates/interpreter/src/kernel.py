@@ -247,6 +247,9 @@ def _json_default(value):
 
 
 def send_result(data, is_main):
+    if _captured_outputs and not is_main:
+        _captured_outputs[-1].append(RichOutput(dict(data)))
+        return
     with _turn_lock:
         if _turn.results >= MAX_RESULTS:
             return
@@ -648,7 +651,16 @@ class Shell:
         command = _expanded(command)
         sys.stdout.flush()
         sys.stderr.flush()
-        status = subprocess.call(["/bin/bash", "-c", command])
+        if sys.stdout is sys.__stdout__ and sys.stderr is sys.__stderr__:
+            status = subprocess.call(["/bin/bash", "-c", command])
+        else:
+            # Python's streams are redirected (`%%capture`, contextlib's
+            # redirect_stdout): the command's output goes where they do, as
+            # ipykernel's pipes send it.
+            ran = subprocess.run(["/bin/bash", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            sys.stdout.write(ran.stdout.decode("utf-8", "replace"))
+            sys.stderr.write(ran.stderr.decode("utf-8", "replace"))
+            status = ran.returncode
         self.user_ns["_exit_code"] = status
 
     def getoutput(self, command):
@@ -856,7 +868,85 @@ class Shell:
             print("Writing %s" % paths[0])
 
     def _capture(self, arguments, cell):
-        raise UsageError("%%capture is not supported by this kernel")
+        """IPython's `%%capture [--no-stdout] [--no-stderr] [--no-display] [name]`:
+        the body's prints and displays are kept (in `name`, a CapturedIO) instead
+        of shown; the body's last value is not shown either."""
+        words = shlex.split(arguments)
+        flags = {w for w in words if w.startswith("--")}
+        unknown = flags - {"--no-stdout", "--no-stderr", "--no-display"}
+        names = [w for w in words if not w.startswith("--")]
+        if unknown or len(names) > 1 or (names and not names[0].isidentifier()):
+            raise UsageError("%%capture [--no-stdout] [--no-stderr] [--no-display] [output]")
+        captured = CapturedIO(
+            None if "--no-stdout" in flags else _io.StringIO(),
+            None if "--no-stderr" in flags else _io.StringIO(),
+            None if "--no-display" in flags else [],
+        )
+        streams = sys.stdout, sys.stderr
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if captured._stdout is not None:
+            sys.stdout = captured._stdout
+        if captured._stderr is not None:
+            sys.stderr = captured._stderr
+        if captured.outputs is not None:
+            _captured_outputs.append(captured.outputs)
+        try:
+            run_cell(cell, nested=True)
+        finally:
+            sys.stdout, sys.stderr = streams
+            if captured.outputs is not None:
+                _captured_outputs.pop()
+            if names:
+                self.user_ns[names[0]] = captured
+
+
+# The displays of the `%%capture` cells running (innermost last).
+_captured_outputs = []
+
+
+class RichOutput:
+    """One display kept by `%%capture` (IPython.utils.capture.RichOutput)."""
+
+    def __init__(self, data):
+        self.data = data
+
+    def display(self):
+        send_result(self.data, False)
+
+    def __repr__(self):
+        return "<RichOutput %s>" % ", ".join(sorted(self.data))
+
+
+class CapturedIO:
+    """What a `%%capture` cell printed and displayed (IPython.utils.capture.CapturedIO):
+    `stdout`, `stderr`, `outputs`, and `show()` (also calling it) to show them."""
+
+    def __init__(self, stdout, stderr, outputs):
+        self._stdout = stdout
+        self._stderr = stderr
+        self.outputs = outputs
+
+    @property
+    def stdout(self):
+        return self._stdout.getvalue() if self._stdout is not None else ""
+
+    @property
+    def stderr(self):
+        return self._stderr.getvalue() if self._stderr is not None else ""
+
+    def show(self):
+        sys.stdout.write(self.stdout)
+        sys.stderr.write(self.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for output in self.outputs or ():
+            output.display()
+
+    __call__ = show
+
+    def __str__(self):
+        return self.stdout
 
 
 def _duration(seconds):
@@ -1041,6 +1131,66 @@ def _install_ipython_module():
         pass
 
 
+def _pil_image_shown_on_show_and_save(module):
+    """What E2B's template does to PIL (its startup script 0003_images.py):
+    `image.show()` and `image.save(path)` display the image, so a cell that
+    shows or saves one gets it as a PNG result."""
+    image_class = module.Image
+    original_save = image_class.save
+
+    def save(image, fp, format=None, **options):
+        if isinstance(fp, (str, os.PathLike)):
+            display(image)
+        return original_save(image, fp, format, **options)
+
+    def show(image, title=None):
+        display(image)
+
+    image_class.save = save
+    image_class.show = show
+
+
+class _AfterImport:
+    """Patches a module right after its first import (first on sys.meta_path;
+    the module itself is found and loaded by the finders after it)."""
+
+    patches = {"PIL.Image": _pil_image_shown_on_show_and_save}
+
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        patch = cls.patches.pop(name, None)
+        if patch is None:
+            return None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if finder is cls or find is None:
+                continue
+            spec = find(name, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _PatchingLoader(spec.loader, patch)
+                return spec
+        return None
+
+
+class _PatchingLoader:
+    def __init__(self, loader, patch):
+        self.loader = loader
+        self.patch = patch
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        self.loader.exec_module(module)
+        try:
+            self.patch(module)
+        except Exception:  # a patch that does not fit this version leaves the module as it is
+            pass
+
+    def __getattr__(self, name):
+        return getattr(self.loader, name)
+
+
 _shell = None
 
 
@@ -1070,6 +1220,32 @@ def _number(value):
     return int(number) if number.is_integer() and abs(number) < 2 ** 53 else number
 
 
+def _tick(value):
+    number = _number(value)
+    return float(number) if isinstance(number, int) else number
+
+
+def _significant(number):
+    """E2B's `dynamic_round`: 8 digits less the number's magnitude (324 keeps 6
+    significant digits, so 323.999991 is 324.0)."""
+    from decimal import Decimal, localcontext
+
+    exact = Decimal(str(number))
+    with localcontext() as context:
+        context.prec = max(1, 8 - exact.adjusted())
+        return float(+exact)
+
+
+def _datum(value):
+    """A plotted value as the data holds it (E2B's points are the data's own
+    values): an integer stays one, a float stays a float (0.0, not 0)."""
+    import numbers
+
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    return _tick(value)
+
+
 def _point(value, converter):
     """A data coordinate: a date as ISO text on a date axis, else a number."""
     if converter is not None:
@@ -1080,7 +1256,7 @@ def _point(value, converter):
                 return dates.num2date(float(value)).isoformat()
         except Exception:
             pass
-    return _number(value)
+    return _datum(value)
 
 
 def _axis_scale(ax, which):
@@ -1130,8 +1306,11 @@ def _ticks(ax, chart):
         chart[which + "_scale"] = scale
         if scale == "categorical":
             chart[which + "_ticks"] = labels
-        else:
+        elif scale == "datetime":
             chart[which + "_ticks"] = [_point(t, converter) for t in ticks]
+        else:
+            # Numbers, each a float (E2B's `[float(tick) ...]`: 0.0, not 0).
+            chart[which + "_ticks"] = [_tick(t) for t in ticks]
         chart[which + "_tick_labels"] = labels
 
 
@@ -1153,7 +1332,7 @@ def _line_chart(ax):
         xs, ys = line.get_xdata(), line.get_ydata()
         chart["elements"].append({
             "label": _label(line, "Line %d" % index),
-            "points": [[_point(x, x_converter), _number(y)] for x, y in zip(xs, ys)],
+            "points": [[_point(x, x_converter), _datum(y)] for x, y in zip(xs, ys)],
         })
     return chart
 
@@ -1165,7 +1344,7 @@ def _scatter_chart(ax):
     for index, collection in enumerate(ax.collections, 1):
         chart["elements"].append({
             "label": _label(collection, "Scatter %d" % index),
-            "points": [[_point(x, x_converter), _number(y)] for x, y in collection.get_offsets()],
+            "points": [[_point(x, x_converter), _datum(y)] for x, y in collection.get_offsets()],
         })
     return chart
 
@@ -1204,7 +1383,7 @@ def _pie_chart(ax):
     for index, wedge in enumerate([p for p in ax.patches if isinstance(p, Wedge)], 1):
         chart["elements"].append({
             "label": _label(wedge, "Wedge %d" % index),
-            "angle": _number(abs(wedge.theta2 - wedge.theta1)),
+            "angle": abs(_significant(float(wedge.theta2) - float(wedge.theta1))),
             "radius": _number(wedge.r),
         })
     return chart
@@ -1670,6 +1849,7 @@ def main():
     signal.signal(signal.SIGINT, _on_sigint)
     if _LANGUAGE == "python":
         _install_ipython_module()
+        sys.meta_path.insert(0, _AfterImport)
     RequestReader().start()
     emit({"ev": "ready", "pid": os.getpid()})
     while True:

@@ -189,6 +189,41 @@ fn jupyter_s_shell_escapes_magics_and_top_level_await_run() {
 }
 
 #[test]
+fn capture_keeps_a_cell_s_prints_shell_output_and_displays_until_shown() {
+    let mut kernel = HostKernel::start();
+    let events = kernel.run(
+        "%%capture kept\nimport sys\nprint('printed')\nprint('warned', file=sys.stderr)\n!echo from-shell\nfrom IPython.display import HTML\ndisplay(HTML('<i>shown later</i>'))\n'not the result'",
+        &[],
+    );
+    assert!(
+        events.iter().all(|e| !matches!(
+            e,
+            Event::Stdout { .. } | Event::Stderr { .. } | Event::Result(_) | Event::Error { .. }
+        )),
+        "{events:?}"
+    );
+    let events = kernel.run("kept.stdout, kept.stderr, len(kept.outputs)", &[]);
+    assert_eq!(
+        main_text(&events).as_deref(),
+        Some("('printed\\nfrom-shell\\n', 'warned\\n', 1)"),
+        "{events:?}"
+    );
+    let events = kernel.run("kept.show()", &[]);
+    assert_eq!(stdout(&events), "printed\nfrom-shell\n", "{events:?}");
+    assert!(
+        events.iter().any(|e| matches!(
+            e,
+            Event::Result(data) if data.html.as_deref() == Some("<i>shown later</i>")
+        )),
+        "{events:?}"
+    );
+    // What is not captured is shown as usual; the streams are back after it.
+    let events = kernel.run("%%capture --no-stdout\nprint('through')\n", &[]);
+    assert_eq!(stdout(&events), "through\n", "{events:?}");
+    assert_eq!(stdout(&kernel.run("print('after')", &[])), "after\n");
+}
+
+#[test]
 fn a_javascript_context_keeps_declarations_and_awaits() {
     let mut kernel = HostKernel::start_as(crate::Language::JavaScript);
     let events = kernel.run("const base = 40\nconsole.log('adding')\nbase + 2", &[]);

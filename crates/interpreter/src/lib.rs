@@ -504,6 +504,47 @@ impl Interpreters {
         }
     }
 
+    /// The container's contexts with the default context of each of
+    /// `languages` (made now if it has none) listed first, in that order:
+    /// E2B's sandboxes start with Python's and JavaScript's, made before any
+    /// by hand. A default whose kernel does not start is left out.
+    pub async fn contexts_with_defaults(
+        &self,
+        container: &str,
+        languages: &[Language],
+    ) -> Vec<ContextInfo> {
+        let contexts = self.contexts_of(container);
+        let mut contexts = contexts.lock().await;
+        let mut defaults = Vec::new();
+        for &language in languages {
+            let existing = contexts.defaults.get(&language).cloned();
+            let id = match existing {
+                Some(id) if contexts.list.iter().any(|c| c.info.id == id) => id,
+                _ => match self
+                    .create_locked(container, &mut contexts, language, None, &[])
+                    .await
+                {
+                    Ok(context) => {
+                        let id = context.info.id.clone();
+                        contexts.defaults.insert(language, id.clone());
+                        id
+                    }
+                    Err(_) => continue,
+                },
+            };
+            defaults.push(id);
+        }
+        let rank = |context: &Arc<Context>| {
+            defaults
+                .iter()
+                .position(|id| *id == context.info.id)
+                .unwrap_or(defaults.len())
+        };
+        // Stable: the contexts made by hand keep their order.
+        contexts.list.sort_by_key(rank);
+        contexts.list.iter().map(|c| c.info.clone()).collect()
+    }
+
     async fn find(&self, container: &str, id: &str) -> Result<Arc<Context>> {
         let contexts = self
             .existing(container)

@@ -329,12 +329,21 @@ async fn create_context(
     Ok(Json(info))
 }
 
-/// `GET /contexts` → the sandbox's contexts.
+/// The languages whose default contexts an E2B sandbox has from its start
+/// (its code-interpreter server makes them before it answers).
+const DEFAULT_CONTEXTS: [Language; 2] = [Language::Python, Language::JavaScript];
+
+/// `GET /contexts` → the sandbox's contexts, its default ones first.
 async fn list_contexts(
     State(state): State<Arc<AppState>>,
     ContextsCaller(caller): ContextsCaller,
 ) -> Json<Vec<ContextInfo>> {
-    Json(state.interpreters.contexts(&caller.container_id).await)
+    Json(
+        state
+            .interpreters
+            .contexts_with_defaults(&caller.container_id, &DEFAULT_CONTEXTS)
+            .await,
+    )
 }
 
 /// `DELETE /contexts/{id}` → 204.
