@@ -162,6 +162,7 @@ pub(crate) fn state_with(
         metrics: Default::default(),
         sync_locks: Default::default(),
         e2b_access: Default::default(),
+        e2b_signing: Default::default(),
         e2b_locks: Default::default(),
         egress: None,
         egress_counts: Default::default(),

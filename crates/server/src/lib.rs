@@ -229,6 +229,7 @@ where
         metrics: Metrics::default(),
         sync_locks: Mutex::new(HashMap::new()),
         e2b_access: Default::default(),
+        e2b_signing: Default::default(),
         e2b_locks: Default::default(),
         egress,
         egress_counts: Default::default(),

@@ -47,6 +47,9 @@ pub struct Replica {
     /// Wrong keys of the checks a replica makes itself (the nodes list, a
     /// lost container), throttled as a node throttles its own.
     key_throttle: crate::auth::KeyThrottle,
+    /// E2B sandboxes' tokens, to find the sandbox of a signed file URL
+    /// that names none (`e2b::signed`).
+    signing: crate::e2b::signed::SigningKeys,
 }
 
 /// What a request's body says that routing reads: the image a create
@@ -112,6 +115,7 @@ impl Replica {
             liveness,
             routes,
             key_throttle: crate::auth::KeyThrottle::default(),
+            signing: Default::default(),
         }))
     }
 
@@ -375,6 +379,31 @@ fn names_container(
         && routes.container_object(request.uri().path()).as_deref() == Some(id)
 }
 
+/// A signed file URL built from `E2B_SANDBOX_URL` names no sandbox; its
+/// signature does (`e2b::signed`): the sandbox it finds is named in
+/// `E2b-Sandbox-Id`, so the request goes to that sandbox's node, which
+/// checks the signature again. One that matches no sandbox goes on as it
+/// came (any node refuses it).
+async fn name_signed_sandbox(replica: &Replica, request: &mut Request) {
+    if request
+        .headers()
+        .contains_key(crate::e2b::SANDBOX_ID_HEADER)
+    {
+        return;
+    }
+    let Some(Ok(signed)) = crate::e2b::signed::SignedRequest::of(request.method(), request.uri())
+    else {
+        return;
+    };
+    if let Ok(Some(id)) = replica.signing.find(&replica.store, &signed).await {
+        if let Ok(id) = HeaderValue::from_str(&id) {
+            request
+                .headers_mut()
+                .insert(crate::e2b::SANDBOX_ID_HEADER, id);
+        }
+    }
+}
+
 /// Sends a request on to the node that serves it.
 async fn forward(State(replica): State<Arc<Replica>>, request: Request) -> Response {
     match route(&replica, request).await {
@@ -392,6 +421,7 @@ async fn route(replica: &Arc<Replica>, mut request: Request) -> ApiResult<Respon
     if replica.routes.node_only(request.uri().path()) {
         return Err(crate::ops::not_found().await);
     }
+    name_signed_sandbox(replica, &mut request).await;
     let goes = replica.routes.target(
         request.method(),
         request.uri().path(),

@@ -211,8 +211,26 @@ async fn check(
             entry
         }
     };
+    // A signed URL's signature is its credential (`signed`), checked
+    // against this sandbox's token like any other one given.
+    let signed = match super::signed::SignedRequest::of(&parts.method, &parts.uri) {
+        None => None,
+        Some(Ok(signed)) => Some(signed),
+        Some(Err(error)) => return Err(AccessRejection::new(parts, error.status, error.message)),
+    };
+    if let Some(signed) = &signed {
+        let token = state
+            .e2b_signing
+            .token_of(&state.store, &id)
+            .await
+            .map_err(|e| AccessRejection::new(parts, e.status, e.message))?
+            .ok_or_else(|| not_found(parts))?;
+        signed
+            .check(&token, crate::time::now())
+            .map_err(|e| AccessRejection::new(parts, e.status, e.message))?;
+    }
     let presented = Presented::of(parts, traffic);
-    if presented.none() {
+    if presented.none() && signed.is_none() {
         return Err(unauthorized(
             parts,
             match traffic {

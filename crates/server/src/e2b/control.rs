@@ -524,6 +524,9 @@ async fn create(
     state
         .e2b_access
         .remember(&row.container_id, AccessEntry::of_row(&row));
+    state
+        .e2b_signing
+        .remember(&row.container_id, &row.access_token);
     super::timeouts::arm(&state, &row.container_id, row.end_at);
     Ok(with_status(
         StatusCode::CREATED,

@@ -34,8 +34,8 @@ use crate::http::Project;
 use crate::sandboxes::fs::{file_download, fs_error, prepare, stream_chunks_into};
 use crate::state::AppState;
 
-/// `?path=&username=` (and whatever else a client adds, such as a signed
-/// URL's `signature`: ignored).
+/// `?path=&username=` (and whatever else a client adds; a signed URL's
+/// `signature` is its credential, checked by `SandboxCaller`).
 #[derive(Debug, Deserialize)]
 pub struct FilesQuery {
     pub path: Option<String>,

@@ -18,7 +18,7 @@
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
@@ -36,6 +36,7 @@ pub(crate) mod files;
 pub(crate) mod filesystem;
 pub(crate) mod interpreter;
 pub(crate) mod process;
+pub(crate) mod signed;
 pub(crate) mod timeouts;
 pub(crate) mod user;
 
@@ -136,6 +137,7 @@ fn interpreter_routes() -> Router<Arc<AppState>> {
 pub(crate) struct SandboxRouters {
     envd: Router,
     interpreter: Router,
+    state: Arc<AppState>,
 }
 
 impl SandboxRouters {
@@ -156,6 +158,7 @@ impl SandboxRouters {
         Self {
             envd: finish(envd_routes()),
             interpreter: finish(interpreter_routes()),
+            state: Arc::clone(state),
         }
     }
 }
@@ -172,13 +175,41 @@ async fn not_served(request: Request) -> E2bError {
 }
 
 /// The layer in front of the router: a request naming a sandbox in
-/// `E2b-Sandbox-Id` goes to that port's sandbox routes; every other request
-/// goes on to the API.
+/// `E2b-Sandbox-Id` goes to that port's sandbox routes, and so does a
+/// signed `/files` URL naming none (`signed`: the sandbox whose token made
+/// the signature); every other request goes on to the API.
 pub async fn by_header(
     State(routers): State<Arc<SandboxRouters>>,
-    request: Request,
+    mut request: Request,
     next: Next,
 ) -> Response {
+    if !request.headers().contains_key(SANDBOX_ID_HEADER) {
+        if let Some(signed) = signed::SignedRequest::of(request.method(), request.uri()) {
+            let found = match signed {
+                Ok(signed) => {
+                    routers
+                        .state
+                        .e2b_signing
+                        .find(&routers.state.store, &signed)
+                        .await
+                }
+                Err(error) => Err(error),
+            };
+            let id = match found {
+                Ok(Some(id)) => id,
+                Ok(None) => {
+                    return E2bError::new(StatusCode::UNAUTHORIZED, "invalid signature")
+                        .into_response()
+                }
+                Err(error) => return error.into_response(),
+            };
+            let Ok(id) = HeaderValue::from_str(&id) else {
+                return E2bError::sandbox_not_found(&id).into_response();
+            };
+            request.headers_mut().insert(SANDBOX_ID_HEADER, id);
+            request.headers_mut().remove(SANDBOX_PORT_HEADER);
+        }
+    }
     let port = match sandbox_port(request.headers()) {
         None => return next.run(request).await,
         Some(Err(error)) => return error.into_response(),

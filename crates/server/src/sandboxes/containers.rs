@@ -412,6 +412,7 @@ pub(crate) async fn remove_container(state: &Arc<AppState>, id: &str) -> ApiResu
     state.forget_owner(id);
     // An E2B sandbox's record goes with the row: its access check too.
     state.e2b_access.forget(id);
+    state.e2b_signing.forget(id);
     destroy_quietly(state.engine.as_ref(), id).await;
     state.interpreters.forget_container(id);
     state.billing.flush().await;
