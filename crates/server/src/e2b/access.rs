@@ -300,6 +300,26 @@ async fn check(
     })
 }
 
+/// Whether sandbox `container`, let in by the check above, has ended since:
+/// killed, timed out or paused. Its end takes it out of the cache (or marks
+/// it paused there) before its processes go, so a stream that sees its
+/// process or kernel die asks here and finds the end already said; the
+/// store is asked only while the cache still holds it running.
+pub(crate) async fn sandbox_ended(state: &AppState, container: &str) -> bool {
+    match state.e2b_access.get(container) {
+        None => true,
+        Some(entry) if entry.paused => true,
+        Some(_) => {
+            let key = container.to_owned();
+            match state.db(move |s| s.e2b_sandbox_by_id(&key)).await {
+                Ok(Some(row)) => row.paused,
+                Ok(None) => true,
+                Err(_) => false,
+            }
+        }
+    }
+}
+
 /// Every in-sandbox route through the real router (the dispatch by
 /// `E2b-Sandbox-Id`), on the recording backend.
 #[cfg(test)]

@@ -15,7 +15,6 @@
 //! timeout (it gives up on the request itself, and a client that leaves
 //! interrupts the execution); [`EXECUTION_BOUND`] is the server's.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,7 +30,6 @@ use shellgate_interpreter::{
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tokio_stream::StreamExt;
 
 use super::access::{ContextsCaller, SandboxCaller};
 use super::E2bError;
@@ -244,7 +242,7 @@ async fn execute(
     }
     let exec = Exec::admit(&state, &caller.project, &container).await?;
     let (sender, receiver) = mpsc::channel::<ExecutionEvent>(EVENTS_BUFFERED);
-    let (lines, body) = mpsc::channel::<Bytes>(EVENTS_BUFFERED);
+    let (lines, body) = mpsc::channel::<BodyPiece>(EVENTS_BUFFERED);
     let code = asked.code.clone();
     tokio::spawn(async move {
         let mut running = exec.begin(vec![code]);
@@ -263,14 +261,26 @@ async fn execute(
             },
             Err(_) => shellgate_wire::Outcome::Exit { exit_code: 1 },
         };
-        if let Err(error) = &summary {
+        let cut_short = !matches!(&summary, Ok(s) if !s.failed && s.interrupted.is_none())
+            && super::access::sandbox_ended(&state, &container).await;
+        if cut_short {
+            // The sandbox ended under the execution (killed, timed out,
+            // paused): the stream breaks, as a connection to a sandbox
+            // that is gone does, so the SDK raises instead of returning a
+            // normal result.
+            let _ = lines
+                .send(Err(std::io::Error::other(format!(
+                    "sandbox {container} ended before the execution completed"
+                ))))
+                .await;
+        } else if let Err(error) = &summary {
             // Past the status line: the failure is the stream's last line.
             let failed = ExecutionEvent::Error {
                 name: "ExecutionFailed".into(),
                 value: error.to_string(),
                 traceback: String::new(),
             };
-            let _ = lines.send(ndjson(&failed)).await;
+            let _ = lines.send(Ok(ndjson(&failed))).await;
         }
         running.succeeded(summary.is_ok());
         let result = shellgate_sandbox_api::CommandResult {
@@ -282,7 +292,7 @@ async fn execute(
         };
         running.end(Some(&[result])).await;
     });
-    let stream = ReceiverStream::new(body).map(Ok::<Bytes, Infallible>);
+    let stream = ReceiverStream::new(body);
     Ok((
         StatusCode::OK,
         [(header::CONTENT_TYPE, "application/x-ndjson")],
@@ -291,8 +301,12 @@ async fn execute(
         .into_response())
 }
 
+/// One piece of `/execute`'s body: a line, or the error that breaks the
+/// stream.
+type BodyPiece = Result<Bytes, std::io::Error>;
+
 /// Sends each event as a line until the events end or the client leaves.
-async fn forward_lines(mut events: mpsc::Receiver<ExecutionEvent>, lines: mpsc::Sender<Bytes>) {
+async fn forward_lines(mut events: mpsc::Receiver<ExecutionEvent>, lines: mpsc::Sender<BodyPiece>) {
     loop {
         // The client may leave while the code is silent (a sleep): the
         // closed stream is watched, not only found at the next event.
@@ -301,7 +315,7 @@ async fn forward_lines(mut events: mpsc::Receiver<ExecutionEvent>, lines: mpsc::
             () = lines.closed() => return,
         };
         let Some(event) = event else { return };
-        if lines.send(ndjson(&event)).await.is_err() {
+        if lines.send(Ok(ndjson(&event))).await.is_err() {
             // The client left: dropping `events` tells the execution.
             return;
         }

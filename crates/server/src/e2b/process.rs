@@ -282,7 +282,7 @@ impl Follower {
                 Ok(page) => page,
                 Err(error) => {
                     self.done = true;
-                    if sandbox_ended(&self.state, &self.container).await {
+                    if super::access::sandbox_ended(&self.state, &self.container).await {
                         return Some(Err(stream_broken(&self.container)));
                     }
                     return Some(Err(engine_connect_error(&self.container, error)));
@@ -323,22 +323,11 @@ impl Follower {
                 ConnectCode::DeadlineExceeded,
                 "the process reached its deadline (connect-timeout-ms)",
             )),
-            _ if sandbox_ended(&self.state, &self.container).await => {
+            _ if super::access::sandbox_ended(&self.state, &self.container).await => {
                 Err(stream_broken(&self.container))
             }
             _ => Ok(event(process_event::Event::End(end_event(process)))),
         }
-    }
-}
-
-/// Whether sandbox `container` is no longer running: killed, timed out
-/// (its record gone) or paused.
-async fn sandbox_ended(state: &AppState, container: &str) -> bool {
-    let key = container.to_owned();
-    match state.db(move |s| s.e2b_sandbox_by_id(&key)).await {
-        Ok(Some(row)) => row.paused,
-        Ok(None) => true,
-        Err(_) => false,
     }
 }
 
