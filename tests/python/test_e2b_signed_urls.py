@@ -142,3 +142,32 @@ def test_a_killed_sandbox_s_urls_open_nothing(e2b):
     sandbox.kill()
     assert_refused(requests.get(download, timeout=60), "invalid signature")
 
+
+def test_the_host_form_reaches_envd_and_the_code_interpreter(server, sbx):
+    """`{port}-{id}.{domain}` for envd's and the code interpreter's ports
+    (what SDKs ignoring E2B_SANDBOX_URL call: e2b-code-interpreter before
+    2.9) is the in-sandbox API, not the container's own port; sent here to
+    the server's address with that Host, as a resolver of the domain would."""
+    root = f"http://{server.host}:{server.port}"
+    path = "/home/user/by-host.txt"
+    sbx.files.write(path, "by host")
+    envd = sbx.get_host(49983)
+    assert envd.startswith(f"49983-{sbx.sandbox_id}."), envd
+    signed = urlsplit(sbx.download_url(path))
+    got = requests.get(f"{root}/files?{signed.query}", headers={"Host": envd}, timeout=60)
+    assert got.status_code == 200 and got.content == b"by host", (got.status_code, got.text)
+    # No credentials: refused as E2B refuses, not forwarded.
+    bare = requests.get(f"{root}/files?path={path}", headers={"Host": envd}, timeout=60)
+    assert bare.status_code == 401, (bare.status_code, bare.text)
+
+    interpreter = sbx.get_host(49999)
+    ran = requests.post(
+        f"{root}/execute",
+        json={"code": "6 * 7", "context_id": None, "language": None, "env_vars": None},
+        headers={"Host": interpreter, "X-Access-Token": sbx._envd_access_token},
+        timeout=120,
+    )
+    assert ran.status_code == 200, (ran.status_code, ran.text)
+    assert '"text":"42"' in ran.text.replace(" ", ""), ran.text
+    refused = requests.post(f"{root}/execute", json={"code": "1"}, headers={"Host": interpreter}, timeout=60)
+    assert refused.status_code == 401, (refused.status_code, refused.text)

@@ -30,6 +30,12 @@
 //! may act on that origin (`answer`). Browsers use the host form, each port
 //! an origin of its own, whose cookies are kept to its own host.
 //!
+//! On an E2B sandbox's host form, envd's and the code interpreter's ports
+//! (49983, 49999) are the in-sandbox API, as on E2B: the request goes to
+//! `e2b::by_header` with the sandbox and port named (its credentials are
+//! checked there), not to the container. SDKs that ignore
+//! `E2B_SANDBOX_URL` call them so (`e2b-code-interpreter` before 2.9).
+//!
 //! A request with more than one `Host` is refused (400) before anything
 //! reads it: which one a proxy in front honoured cannot be known.
 
@@ -188,6 +194,16 @@ pub async fn by_host(State(state): State<Arc<AppState>>, request: Request, next:
     else {
         return next.run(request).await;
     };
+    if let Some(named) = crate::e2b::in_sandbox_port(&state, &container_id, &port).await {
+        let mut request = request;
+        request
+            .headers_mut()
+            .insert(crate::e2b::SANDBOX_ID_HEADER, named.id);
+        request
+            .headers_mut()
+            .insert(crate::e2b::SANDBOX_PORT_HEADER, named.port);
+        return next.run(request).await;
+    }
     let path_and_query = request
         .uri()
         .path_and_query()
