@@ -5,8 +5,9 @@ automatic function calling), streaming, `codeExecution` run in a shellgate
 container (its output, a figure, a failure, code past its time, the
 container reused by shellgate's `x-shellgate-container` header), thought signatures
 carrying each upstream protocol's sealed reasoning, `files.upload` (Google's
-resumable protocol) and the files it makes (got, listed by pages, deleted, and
-named in `fileData` parts: in the code's container, or given as text),
+resumable protocol, in chunks) and the files it makes (got, listed by pages,
+deleted, their MIME types kept, and named in `fileData` parts: in the code's
+container, a new one or the one the extension header names, or given as text),
 countTokens, the models list, and errors in Google's envelope."""
 
 import io
@@ -326,6 +327,56 @@ def test_an_uploaded_file_is_listed_read_and_deleted(server, tmp_path):
     assert openai_file.json()["filename"] == "numbers.csv", openai_file.text
 
 
+def test_a_file_past_the_sdks_chunk_comes_in_chunks_whole_and_keeps_its_type(server, tmp_path):
+    # The SDK sends 8 MiB a request: this file takes two `upload`s and an
+    # `upload, finalize`, at the offsets of the bytes taken.
+    client = gemini(server)
+    chunk = 8 * 1024 * 1024
+    body = bytes(range(256)) * ((2 * chunk + 1000) // 256) + b"tail"
+    path = tmp_path / "blob"
+    path.write_bytes(body)
+    uploaded = client.files.upload(file=path, config={"display_name": "data", "mime_type": "text/csv"})
+    assert (uploaded.size_bytes, uploaded.display_name, uploaded.mime_type) == \
+        (len(body), "data", "text/csv"), uploaded
+    assert client.files.get(name=uploaded.name).mime_type == "text/csv"
+    content = requests.get(f"{server.base_url}/files/{uploaded.name[len('files/'):]}/content",
+                           headers={"Authorization": f"Bearer {KEY_A}"})
+    assert content.status_code == 200, content.text[:500]
+    assert len(content.content) == len(body) and content.content == body, \
+        (len(content.content), content.content[:64], content.content[-64:])
+
+
+def test_an_upload_answers_its_progress_and_refuses_a_chunk_out_of_place(server):
+    started = requests.post(
+        f"{root(server)}/upload/v1beta/files", params={"key": KEY_A},
+        headers={"X-Goog-Upload-Protocol": "resumable", "X-Goog-Upload-Command": "start"},
+        json={"file": {"displayName": "parts.txt"}})
+    assert started.status_code == 200, started.text
+    url = started.headers["x-goog-upload-url"]
+
+    def send(command, offset, data=b""):
+        return requests.post(url, data=data, headers={
+            "X-Goog-Upload-Command": command, "X-Goog-Upload-Offset": str(offset)})
+
+    first = send("upload", 0, b"abc")
+    assert (first.status_code, first.headers.get("x-goog-upload-status")) == (200, "active"), \
+        (first.status_code, first.headers, first.text)
+    asked = send("query", 0)
+    assert asked.headers.get("x-goog-upload-size-received") == "3", (asked.headers, asked.text)
+    misplaced = send("upload, finalize", 1, b"def")
+    assert misplaced.status_code == 400, misplaced.text
+    assert "X-Goog-Upload-Offset: 3" in misplaced.json()["error"]["message"], misplaced.text
+    # The session outlives the refused chunk: the right offset finishes it.
+    final = send("upload, finalize", 3, b"def")
+    assert (final.status_code, final.headers.get("x-goog-upload-status")) == (200, "final"), \
+        (final.status_code, final.headers, final.text)
+    made = final.json()["file"]
+    assert (made["sizeBytes"], made["mimeType"]) == ("6", "text/plain"), made
+    content = requests.get(f"{server.base_url}/files/{made['name'][len('files/'):]}/content",
+                           headers={"Authorization": f"Bearer {KEY_A}"})
+    assert content.content == b"abcdef", content.content
+
+
 def test_an_uploaded_file_reaches_the_code_or_the_model(server, upstream, tmp_path):
     client = gemini(server)
     path = tmp_path / "numbers.csv"
@@ -343,6 +394,19 @@ def test_an_uploaded_file_reaches_the_code_or_the_model(server, upstream, tmp_pa
     assert response.code_execution_result == "6\n", response
     told = json.dumps(upstream.requests[-2])
     assert "[attached file /mnt/data/numbers.csv (text/csv)" in told, told
+    # In a container the extension header names, the file is put there too.
+    container = response.sdk_http_response.headers["x-shellgate-container"]
+    fresh = gemini(server).models.generate_content(
+        model="scripted", contents="Interpret: print('fresh')",
+        config=types.GenerateContentConfig(tools=CODE))
+    reused = fresh.sdk_http_response.headers["x-shellgate-container"]
+    assert reused != container, fresh.sdk_http_response.headers
+    response = gemini(server, headers={"x-shellgate-container": reused}).models.generate_content(
+        model="scripted", contents=[attached, types.Content(role="user", parts=[
+            types.Part(text="Interpret: " + code)])],
+        config=types.GenerateContentConfig(tools=CODE))
+    assert response.code_execution_result == "6\n", response
+    assert response.sdk_http_response.headers["x-shellgate-container"] == reused
     # Without it, a text file's content goes to the model.
     response = client.models.generate_content(
         model="scripted", contents=[attached, types.Content(role="user", parts=[types.Part(text="hi")])])

@@ -56,7 +56,10 @@ fn anthropic_file(row: &FileRow) -> AnthropicFile {
         id: row.id.clone(),
         kind: "file".to_owned(),
         filename: row.filename.clone(),
-        mime_type: mime_type_of(&row.filename).to_owned(),
+        mime_type: row
+            .mime_type
+            .clone()
+            .unwrap_or_else(|| mime_type_of(&row.filename).to_owned()),
         size_bytes: row.bytes,
         created_at: shellgate_wire::time::rfc3339(row.created_at),
         downloadable: true,
@@ -213,6 +216,7 @@ pub async fn upload(
         bytes,
         created_at: now(),
         expires_at: None,
+        mime_type: None,
     };
     let row = FileRow {
         expires_at: expires_in.map(|seconds| row.created_at + seconds),

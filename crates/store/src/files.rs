@@ -16,9 +16,12 @@ pub struct FileRow {
     pub created_at: i64,
     /// When the file is deleted (`expires_after`), if ever.
     pub expires_at: Option<i64>,
+    /// The MIME type its uploader gave, if one did.
+    pub mime_type: Option<String>,
 }
 
-const FILE_COLUMNS: &str = "id, project, filename, purpose, bytes, created_at, expires_at";
+const FILE_COLUMNS: &str =
+    "id, project, filename, purpose, bytes, created_at, expires_at, mime_type";
 
 fn file_row(row: &Row) -> Result<FileRow> {
     Ok(FileRow {
@@ -29,6 +32,7 @@ fn file_row(row: &Row) -> Result<FileRow> {
         bytes: row.number(4, "files", "bytes")?,
         created_at: row.get(5)?,
         expires_at: row.get(6)?,
+        mime_type: row.get(7)?,
     })
 }
 
@@ -36,7 +40,9 @@ impl Store {
     pub fn insert_file(&self, row: &FileRow) -> Result<()> {
         self.write(|sql| {
             sql.execute(
-                &format!("INSERT INTO files ({FILE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"),
+                &format!(
+                    "INSERT INTO files ({FILE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
+                ),
                 &[
                     &row.id,
                     &row.project,
@@ -45,6 +51,7 @@ impl Store {
                     &row.bytes,
                     &row.created_at,
                     &row.expires_at,
+                    &row.mime_type,
                 ],
             )
         })?;
@@ -103,5 +110,39 @@ impl Store {
             )
         })?;
         Ok(deleted > 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FileRow;
+
+    #[test]
+    fn a_files_mime_type_is_kept_and_a_file_without_one_reads_none() {
+        for store in crate::testing::stores() {
+            let typed = FileRow {
+                id: "file-typed".into(),
+                project: "alpha".into(),
+                filename: "notes".into(),
+                purpose: "user_data".into(),
+                bytes: 3,
+                created_at: 10,
+                expires_at: Some(20),
+                mime_type: Some("text/csv".into()),
+            };
+            let untyped = FileRow {
+                id: "file-untyped".into(),
+                mime_type: None,
+                ..typed.clone()
+            };
+            store.insert_file(&typed).expect("insert the typed file");
+            store
+                .insert_file(&untyped)
+                .expect("insert the untyped file");
+            let read = store.file("alpha", "file-typed").expect("read");
+            assert_eq!(read.as_ref(), Some(&typed), "read back {read:?}");
+            let read = store.file("alpha", "file-untyped").expect("read");
+            assert_eq!(read.as_ref(), Some(&untyped), "read back {read:?}");
+        }
     }
 }

@@ -431,6 +431,11 @@ pub(crate) const SQLITE_MIGRATIONS: &[&str] = &[
         PRIMARY KEY (batch_id, position)
     );
 "#,
+    // A file's MIME type as its uploader gave it (Google's Files API keeps
+    // one per file); a file without one is typed by its name's extension.
+    r#"
+    ALTER TABLE files ADD COLUMN mime_type TEXT;
+"#,
 ];
 
 /// Postgres's migrations, applied in order; the index + 1 is the schema
@@ -773,5 +778,9 @@ pub(crate) const POSTGRES_MIGRATIONS: &[&str] = &[
         result TEXT,
         PRIMARY KEY (batch_id, position)
     );
+"#,
+    // A file's MIME type: as SQLite's migration that adds files.mime_type.
+    r#"
+    ALTER TABLE files ADD COLUMN mime_type TEXT;
 "#,
 ];

@@ -1,17 +1,19 @@
 //! Google's Files API over the project's files (`/v1/files`' store, its
 //! quotas and expiry): `files.upload` by Google's resumable protocol
 //! (`POST /upload/v1beta/files` with `X-Goog-Upload-Command: start`
-//! answers an `X-Goog-Upload-URL`; the bytes go there with `upload,
-//! finalize`), `GET /v1beta/files` (paged by `pageSize` and
-//! `pageToken`), `GET` and `DELETE /v1beta/files/{id}`.
+//! answers an `X-Goog-Upload-URL`; the bytes go there in chunks, each
+//! `upload` at the offset of the bytes taken so far, the last one `upload,
+//! finalize`), `GET /v1beta/files` (paged by `pageSize` and `pageToken`),
+//! `GET` and `DELETE /v1beta/files/{id}`.
 //!
-//! An upload's session is an object of the store (`gemini-uploads/...`,
-//! named by 128 random bits: the URL is its credential, as Google's is,
-//! since the SDKs send no key with the bytes), so any node of a cluster
-//! takes the bytes the start was answered for. A file keeps its display
-//! name as its file name; its MIME type is told by that name's extension
-//! (a name given none gets the one of the type asked). Google's files live
-//! 48 hours, and so do these.
+//! An upload's session and its chunks are objects of the store
+//! (`gemini-uploads/...`, named by 128 random bits: the URL is its
+//! credential, as Google's is, since the SDKs send no key with the bytes),
+//! so any node of a cluster takes the chunk that follows another node's.
+//! A file keeps its display name as its file name and the MIME type its
+//! upload gave (else the one its name's extension tells; a name given none
+//! gets the extension of its type). Google's files live 48 hours, and so
+//! do these.
 
 use std::sync::Arc;
 
@@ -27,7 +29,7 @@ use shellgate_store::FileRow;
 use shellgate_wire::gemini::{
     CreateFileRequest, DeletedFile, File, ListFilesResponse, UploadedFile, UPLOAD_COMMAND_HEADER,
     UPLOAD_CONTENT_LENGTH_HEADER, UPLOAD_CONTENT_TYPE_HEADER, UPLOAD_OFFSET_HEADER,
-    UPLOAD_PROTOCOL_HEADER, UPLOAD_STATUS_HEADER, UPLOAD_URL_HEADER,
+    UPLOAD_PROTOCOL_HEADER, UPLOAD_SIZE_RECEIVED_HEADER, UPLOAD_STATUS_HEADER, UPLOAD_URL_HEADER,
 };
 use shellgate_wire::new_id;
 
@@ -78,16 +80,31 @@ pub(super) fn mime_of(name: &str) -> &'static str {
         .map_or("application/octet-stream", |(_, mime)| mime)
 }
 
-/// A session begun by `start`: whose, and what the file will be.
+/// A session begun by `start`: whose, what the file will be, and the
+/// chunks taken so far (each an object of its own, in order).
 #[derive(Debug, Serialize, Deserialize)]
 struct Session {
     project: String,
     filename: String,
     size: Option<u64>,
+    #[serde(default)]
+    mime_type: Option<String>,
+    /// The bytes taken so far: the offset the next chunk must start at.
+    #[serde(default)]
+    received: u64,
+    /// How many chunks are stored.
+    #[serde(default)]
+    chunks: u32,
 }
 
 fn session_key(token: &str) -> ApiResult<Key> {
     Key::new(format!("gemini-uploads/{token}")).map_err(crate::blobs::internal)
+}
+
+/// The object holding a session's chunk `index` (beside the session's, not
+/// under it: a local store's session object is a file, not a folder).
+fn chunk_key(token: &str, index: u32) -> ApiResult<Key> {
+    Key::new(format!("gemini-uploads/{token}.{index}")).map_err(crate::blobs::internal)
 }
 
 /// The query of the upload URL.
@@ -99,7 +116,8 @@ pub(crate) struct UploadQuery {
 /// `POST /upload/v1beta/files`: a resumable upload's `start` (with the
 /// project's key), or its bytes (`?upload_id=`, the URL `start` gave).
 /// Every answer says the session's status, so the SDK neither retries an
-/// error nor waits for more.
+/// error nor waits for more: `active` while chunks may follow, `final`
+/// once the file is made or the session refused.
 pub(crate) async fn upload(
     State(state): State<Arc<AppState>>,
     Query(query): Query<UploadQuery>,
@@ -107,7 +125,11 @@ pub(crate) async fn upload(
 ) -> Response {
     let (status, answer) = match query.upload_id {
         None => ("active", start(&state, request).await),
-        Some(token) => ("final", transfer(&state, &token, request).await),
+        Some(token) => match transfer(&state, &token, request).await {
+            Ok(Transferred::Taken(answer)) => ("active", Ok(answer)),
+            Ok(Transferred::Finished(answer)) => ("final", Ok(answer)),
+            Err(error) => ("final", Err(error)),
+        },
     };
     let mut response = answer.unwrap_or_else(IntoResponse::into_response);
     response
@@ -168,12 +190,12 @@ async fn start(state: &Arc<AppState>, request: Request) -> ApiResult<Response> {
         project,
         filename: file_name(file.display_name.as_deref(), mime.as_deref()),
         size,
+        mime_type: mime.filter(|mime| !mime.is_empty()),
+        received: 0,
+        chunks: 0,
     };
     let token = new_id("up");
-    let stored = serde_json::to_vec(&session).map_err(|e| ApiError::internal(e.to_string()))?;
-    shellgate_objects::put_bytes(state.objects.as_ref(), &session_key(&token)?, stored)
-        .await
-        .map_err(crate::blobs::internal)?;
+    save(state, &token, &session).await?;
     let url = base.url(&format!(
         "/upload/v1beta/files?upload_id={token}&upload_protocol=resumable"
     ));
@@ -199,9 +221,29 @@ fn file_name(display: Option<&str>, mime: Option<&str>) -> String {
     }
 }
 
-/// The bytes of a session, sent whole with `upload, finalize` from offset
-/// 0: stored as the project's file.
-async fn transfer(state: &Arc<AppState>, token: &str, request: Request) -> ApiResult<Response> {
+async fn save(state: &AppState, token: &str, session: &Session) -> ApiResult<()> {
+    let stored = serde_json::to_vec(session).map_err(|e| ApiError::internal(e.to_string()))?;
+    shellgate_objects::put_bytes(state.objects.as_ref(), &session_key(token)?, stored)
+        .await
+        .map(drop)
+        .map_err(crate::blobs::internal)
+}
+
+/// What a request to the upload URL did.
+enum Transferred {
+    /// A chunk was taken (or the session's progress told): more may come.
+    Taken(Response),
+    /// The file was made.
+    Finished(Response),
+}
+
+/// A request to a session's URL, as Google's resumable protocol has them:
+/// `upload` takes a chunk at `X-Goog-Upload-Offset` (the bytes taken so
+/// far), `upload, finalize` takes the last one and makes the file, and
+/// `query` tells how many bytes were taken (`X-Goog-Upload-Size-Received`).
+/// The session and its chunks are objects of the store, so any node of a
+/// cluster takes the next chunk.
+async fn transfer(state: &Arc<AppState>, token: &str, request: Request) -> ApiResult<Transferred> {
     let valid = !token.is_empty() && token.chars().all(|c| c.is_ascii_alphanumeric());
     let key = valid.then(|| session_key(token)).transpose()?;
     let gone = || ApiError::not_found("upload", token);
@@ -212,30 +254,73 @@ async fn transfer(state: &Arc<AppState>, token: &str, request: Request) -> ApiRe
         Err(shellgate_objects::ObjectError::NotFound(_)) => return Err(gone()),
         Err(e) => return Err(crate::blobs::internal(e)),
     };
-    let session: Session =
+    let mut session: Session =
         serde_json::from_slice(&stored).map_err(|e| ApiError::internal(e.to_string()))?;
     let (parts, body) = request.into_parts();
     let command = header(&parts.headers, UPLOAD_COMMAND_HEADER)
         .unwrap_or_default()
         .to_ascii_lowercase();
     let commands: Vec<&str> = command.split(',').map(str::trim).collect();
-    let offset = header(&parts.headers, UPLOAD_OFFSET_HEADER).unwrap_or("0");
-    if !(commands.contains(&"upload") && commands.contains(&"finalize")) || offset != "0" {
+    if commands == ["query"] {
+        return Ok(Transferred::Taken(received(session.received)));
+    }
+    if !commands.contains(&"upload") {
         return Err(ApiError::invalid(
             UPLOAD_COMMAND_HEADER,
-            "send the whole file in one request: X-Goog-Upload-Command: upload, finalize at \
-             X-Goog-Upload-Offset: 0",
+            "send the file's bytes with X-Goog-Upload-Command: upload (and finalize with the \
+             last chunk)",
         ));
+    }
+    let offset = header(&parts.headers, UPLOAD_OFFSET_HEADER).unwrap_or("0");
+    if offset.parse::<u64>().ok() != Some(session.received) {
+        return Err(ApiError::invalid(
+            UPLOAD_OFFSET_HEADER,
+            format!(
+                "the next chunk starts at X-Goog-Upload-Offset: {}, not {offset}",
+                session.received
+            ),
+        ));
+    }
+    let finalize = commands.contains(&"finalize");
+    let cap = state.config.server.max_upload_bytes as u64;
+    let room = cap.saturating_sub(session.received);
+    let failure = BodyFailure::default();
+    if !finalize {
+        let chunk = chunk_key(token, session.chunks)?;
+        let bytes = state
+            .objects
+            .put(&chunk, capped(body, room, &failure))
+            .await
+            .map_err(|e| failure.explain(e))?;
+        session.received += bytes;
+        session.chunks += 1;
+        save(state, token, &session).await?;
+        return Ok(Transferred::Taken(received(session.received)));
     }
     let id = new_id("file-");
     let file = file_key(&id)?;
-    let failure = BodyFailure::default();
-    let cap = state.config.server.max_upload_bytes as u64;
-    let bytes = state
-        .objects
-        .put(&file, capped(body, cap, &failure))
-        .await
-        .map_err(|e| failure.explain(e))?;
+    let bytes = if session.chunks == 0 {
+        state
+            .objects
+            .put(&file, capped(body, room, &failure))
+            .await
+            .map_err(|e| failure.explain(e))?
+    } else {
+        let last = chunk_key(token, session.chunks)?;
+        state
+            .objects
+            .put(&last, capped(body, room, &failure))
+            .await
+            .map_err(|e| failure.explain(e))?;
+        let keys = (0..=session.chunks)
+            .map(|index| chunk_key(token, index))
+            .collect::<ApiResult<Vec<Key>>>()?;
+        let put = state.objects.put(&file, joined(&state.objects, keys)).await;
+        for index in 0..=session.chunks {
+            forget(state, token, &chunk_key(token, index)?).await;
+        }
+        put.map_err(crate::blobs::internal)?
+    };
     let blob = Unrecorded::new(&state.objects, file);
     if session.size.is_some_and(|size| size != bytes) {
         return Err(ApiError::invalid(
@@ -255,18 +340,58 @@ async fn transfer(state: &Arc<AppState>, token: &str, request: Request) -> ApiRe
         bytes,
         created_at,
         expires_at: Some(created_at + LIFETIME_SECONDS),
+        mime_type: session.mime_type,
     };
     let inserted = row.clone();
     state.db(move |s| s.insert_file(&inserted)).await?;
     blob.recorded();
-    if let Err(e) = state.objects.delete(&key).await {
-        tracing::warn!(upload = %token, "could not remove the finished upload's session: {e}");
-    }
+    forget(state, token, &key).await;
     let base = PublicBase::of(state, &parts.headers);
-    Ok(Json(UploadedFile {
-        file: google_file(&row, &base),
-    })
-    .into_response())
+    Ok(Transferred::Finished(
+        Json(UploadedFile {
+            file: google_file(&row, &base),
+        })
+        .into_response(),
+    ))
+}
+
+/// An answer telling how many bytes a session has taken.
+fn received(bytes: u64) -> Response {
+    let mut response = Json(serde_json::Map::new()).into_response();
+    response
+        .headers_mut()
+        .insert(UPLOAD_SIZE_RECEIVED_HEADER, HeaderValue::from(bytes));
+    response
+}
+
+/// Removes a finished session's object (a failure leaves an orphan, logged).
+async fn forget(state: &AppState, token: &str, key: &Key) {
+    if let Err(e) = state.objects.delete(key).await {
+        tracing::warn!(upload = %token, "could not remove the finished upload's {key}: {e}");
+    }
+}
+
+/// The chunks' objects, in order, as one body.
+fn joined(
+    objects: &Arc<dyn shellgate_objects::ObjectStore>,
+    keys: Vec<Key>,
+) -> shellgate_objects::ByteStream<'static> {
+    let objects = Arc::clone(objects);
+    Box::pin(
+        futures_util::stream::iter(keys)
+            .then(move |key| {
+                let objects = Arc::clone(&objects);
+                async move {
+                    match objects.get(&key).await {
+                        Ok(object) => object.body,
+                        Err(e) => Box::pin(futures_util::stream::once(async move {
+                            Err(std::io::Error::other(e))
+                        })),
+                    }
+                }
+            })
+            .flatten(),
+    )
 }
 
 /// A request body as a stream for the store, at most `cap` bytes.
@@ -285,7 +410,10 @@ pub(super) fn google_file(row: &FileRow, base: &PublicBase) -> File {
     File {
         name: format!("files/{}", row.id),
         display_name: Some(row.filename.clone()),
-        mime_type: mime_of(&row.filename).to_owned(),
+        mime_type: row
+            .mime_type
+            .clone()
+            .unwrap_or_else(|| mime_of(&row.filename).to_owned()),
         size_bytes: row.bytes.to_string(),
         create_time: created.clone(),
         update_time: created,
@@ -376,7 +504,7 @@ const INLINE_LIMIT: u64 = 1 << 20;
 
 /// The files the user contents' `fileData` parts name (the project's, else
 /// a 404 naming the part): put in the code's container when
-/// `in_container` (their ids returned for it), else their text when they
+/// `in_container` (their rows returned for it), else their text when they
 /// are text (at most a MiB); another is left out of `Attachments`, for the
 /// handler to report.
 pub(super) async fn attachments(
@@ -384,10 +512,10 @@ pub(super) async fn attachments(
     project: &str,
     contents: &[shellgate_wire::gemini::Content],
     in_container: bool,
-) -> ApiResult<(super::translate::Attachments, Vec<String>)> {
+) -> ApiResult<(super::translate::Attachments, Vec<FileRow>)> {
     use super::translate::Attached;
     let mut attachments = super::translate::Attachments::new();
-    let mut ids = Vec::new();
+    let mut rows = Vec::new();
     for (at, content) in contents.iter().enumerate() {
         if content.role.as_deref() == Some("model") {
             continue;
@@ -408,16 +536,15 @@ pub(super) async fn attachments(
             let mime = data
                 .mime_type
                 .clone()
+                .or_else(|| row.mime_type.clone())
                 .unwrap_or_else(|| mime_of(&row.filename).to_owned());
             let attached = if in_container {
-                ids.push(row.id.clone());
-                Some(Attached::InContainer {
-                    path: format!(
-                        "/mnt/data/{}",
-                        crate::sandboxes::files::safe_file_name(&row.filename)
-                    ),
-                    mime,
-                })
+                let path = format!(
+                    "/mnt/data/{}",
+                    crate::sandboxes::files::safe_file_name(&row.filename)
+                );
+                rows.push(row);
+                Some(Attached::InContainer { path, mime })
             } else if super::translate::textual(&mime) && row.bytes <= INLINE_LIMIT {
                 let bytes = shellgate_objects::read_to_vec(
                     state.objects.as_ref(),
@@ -437,7 +564,7 @@ pub(super) async fn attachments(
             }
         }
     }
-    Ok((attachments, ids))
+    Ok((attachments, rows))
 }
 
 #[cfg(test)]

@@ -284,14 +284,14 @@ async fn prepare(
 ) -> ApiResult<(Run, Vec<String>)> {
     let (model, upstream) = crate::turns::upstream_for(state, Some(model))?;
     let environment = code_environment(headers)?;
-    // A file goes into the code's container when the request makes one.
+    // A file goes into the code's container when code runs: a new one is
+    // made with it, one the extension header names gets it at first use.
     let in_container = request
         .tools
         .iter()
         .flatten()
-        .any(|tool| tool.code_execution.is_some())
-        && matches!(environment, Environment::ContainerAuto(_));
-    let (attachments, file_ids) =
+        .any(|tool| tool.code_execution.is_some());
+    let (attachments, mut file_rows) =
         files::attachments(state, &project, &request.contents, in_container).await?;
     let Translated {
         instructions,
@@ -308,8 +308,9 @@ async fn prepare(
     if let Some(code) = &mut tools.google_code_execution {
         code.environment = environment;
         if let Environment::ContainerAuto(auto) = &mut code.environment {
-            if !file_ids.is_empty() {
-                auto.file_ids = Some(file_ids);
+            if !file_rows.is_empty() {
+                let rows = std::mem::take(&mut file_rows);
+                auto.file_ids = Some(rows.into_iter().map(|row| row.id).collect());
             }
         }
         code.timeout =
@@ -330,6 +331,9 @@ async fn prepare(
     // only when the extension header names it.
     let reuse = crate::sandboxes::reuse::Reuse::pick(&tools, None, &[]);
     let hosted = crate::sandboxes::hosted::prepare(state, &project, &tools, reuse, &id).await?;
+    if let Some(sandbox) = &hosted.sandbox {
+        sandbox.upload(file_rows);
+    }
     let request = run::Request {
         model: model.clone(),
         instructions,

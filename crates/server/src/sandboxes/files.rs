@@ -194,6 +194,7 @@ pub(crate) async fn store_container_file(
         bytes,
         created_at: crate::time::now(),
         expires_at: None,
+        mime_type: None,
     };
     let inserted = row.clone();
     // A failed insert drops `blob`, which removes it.

@@ -464,6 +464,8 @@ pub const UPLOAD_COMMAND_HEADER: &str = "x-goog-upload-command";
 pub const UPLOAD_OFFSET_HEADER: &str = "x-goog-upload-offset";
 pub const UPLOAD_URL_HEADER: &str = "x-goog-upload-url";
 pub const UPLOAD_STATUS_HEADER: &str = "x-goog-upload-status";
+/// How many bytes a resumable upload has taken (the answer to `query`).
+pub const UPLOAD_SIZE_RECEIVED_HEADER: &str = "x-goog-upload-size-received";
 /// The size and type of the file to come, as a start may give them.
 pub const UPLOAD_CONTENT_LENGTH_HEADER: &str = "x-goog-upload-header-content-length";
 pub const UPLOAD_CONTENT_TYPE_HEADER: &str = "x-goog-upload-header-content-type";
