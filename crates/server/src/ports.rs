@@ -198,7 +198,7 @@ pub async fn by_host(State(state): State<Arc<AppState>>, request: Request, next:
         let mut request = request;
         request
             .headers_mut()
-            .insert(crate::e2b::SANDBOX_ID_HEADER, named.id);
+            .insert(shellgate_wire::e2b::SANDBOX_ID_HEADER, named.id);
         request
             .headers_mut()
             .insert(crate::e2b::SANDBOX_PORT_HEADER, named.port);

@@ -63,7 +63,7 @@ pub struct AppState {
     /// What the in-sandbox API's access check knows of E2B's sandboxes.
     pub(crate) e2b_access: crate::e2b::access_cache::AccessCache,
     /// E2B sandboxes' access tokens, which sign their file URLs.
-    pub(crate) e2b_signing: crate::e2b::signed::SigningKeys,
+    pub(crate) e2b_signing: crate::e2b::signing_keys::SigningKeys,
     /// One E2B create at a time per idempotency key, one resume at a time per
     /// sandbox (see `e2b::control`).
     pub(crate) e2b_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,

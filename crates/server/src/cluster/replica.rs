@@ -49,7 +49,7 @@ pub struct Replica {
     key_throttle: crate::auth::KeyThrottle,
     /// E2B sandboxes' tokens, to find the sandbox of a signed file URL
     /// that names none (`e2b::signed`).
-    signing: crate::e2b::signed::SigningKeys,
+    signing: crate::e2b::signing_keys::SigningKeys,
 }
 
 /// What a request's body says that routing reads: the image a create
@@ -387,7 +387,7 @@ fn names_container(
 async fn name_signed_sandbox(replica: &Replica, request: &mut Request) {
     if request
         .headers()
-        .contains_key(crate::e2b::SANDBOX_ID_HEADER)
+        .contains_key(shellgate_wire::e2b::SANDBOX_ID_HEADER)
     {
         return;
     }
@@ -395,11 +395,15 @@ async fn name_signed_sandbox(replica: &Replica, request: &mut Request) {
     else {
         return;
     };
-    if let Ok(Some(id)) = replica.signing.find(&replica.store, &signed).await {
+    let found = replica
+        .signing
+        .find(&replica.store, |token| signed.made_with(token))
+        .await;
+    if let Ok(Some(id)) = found {
         if let Ok(id) = HeaderValue::from_str(&id) {
             request
                 .headers_mut()
-                .insert(crate::e2b::SANDBOX_ID_HEADER, id);
+                .insert(shellgate_wire::e2b::SANDBOX_ID_HEADER, id);
         }
     }
 }

@@ -223,7 +223,7 @@ async fn check(
             .e2b_signing
             .token_of(&state.store, &id)
             .await
-            .map_err(|e| AccessRejection::new(parts, e.status, e.message))?
+            .map_err(|e| AccessRejection::new(parts, e.status(), e.message))?
             .ok_or_else(|| not_found(parts))?;
         signed
             .check(&token, crate::time::now())

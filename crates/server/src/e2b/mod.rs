@@ -37,6 +37,7 @@ pub(crate) mod filesystem;
 pub(crate) mod interpreter;
 pub(crate) mod process;
 pub(crate) mod signed;
+pub(crate) mod signing_keys;
 pub(crate) mod timeouts;
 pub(crate) mod user;
 
@@ -220,13 +221,12 @@ pub async fn by_header(
     if !request.headers().contains_key(SANDBOX_ID_HEADER) {
         if let Some(signed) = signed::SignedRequest::of(request.method(), request.uri()) {
             let found = match signed {
-                Ok(signed) => {
-                    routers
-                        .state
-                        .e2b_signing
-                        .find(&routers.state.store, &signed)
-                        .await
-                }
+                Ok(signed) => routers
+                    .state
+                    .e2b_signing
+                    .find(&routers.state.store, |token| signed.made_with(token))
+                    .await
+                    .map_err(E2bError::from),
                 Err(error) => Err(error),
             };
             let id = match found {

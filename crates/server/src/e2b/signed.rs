@@ -11,16 +11,7 @@
 //!
 //! With `E2B_SANDBOX_URL` set the SDK builds the URL from that one base, so
 //! nothing in it names the sandbox: the signature is all there is, and
-//! only the sandbox whose token made it matches. [`SigningKeys`] keeps the
-//! E2B sandboxes' tokens in memory (put there by the create, dropped with
-//! the sandbox, the whole map read again from the store when a signature
-//! matches none of them, at most once a second) and
-//! [`SigningKeys::find`] tries each: one SHA-256 of a short string per
-//! sandbox, no store call for a URL that matches.
-
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+//! only the sandbox whose token made it matches: `signing_keys` finds it.
 
 use axum::http::{Method, StatusCode, Uri};
 use base64::Engine as _;
@@ -28,7 +19,6 @@ use sha2::{Digest, Sha256};
 
 use super::access_cache::same_digest;
 use super::E2bError;
-use crate::db::Db;
 
 /// The path signed URLs are for (envd's files route).
 pub const FILES_PATH: &str = "/files";
@@ -188,106 +178,6 @@ impl SignedRequest {
     }
 }
 
-/// The shortest time between two readings of the store's tokens after a
-/// signature matched none in memory (a stream of forged signatures costs
-/// the store at most one query a second).
-const RELOAD_SPACING: Duration = Duration::from_secs(1);
-
-/// The E2B sandboxes' access tokens, by container id, for
-/// [`SignedRequest`]s that name no sandbox.
-#[derive(Debug, Default)]
-pub struct SigningKeys {
-    tokens: Mutex<HashMap<String, Arc<str>>>,
-    /// When the store was last read (one reading at a time).
-    reloaded: tokio::sync::Mutex<Option<Instant>>,
-}
-
-impl SigningKeys {
-    fn tokens(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<str>>> {
-        self.tokens.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// A sandbox made (or found in the store) with `token`.
-    pub(crate) fn remember(&self, id: &str, token: &str) {
-        self.tokens().insert(id.to_owned(), Arc::from(token));
-    }
-
-    /// A sandbox removed.
-    pub(crate) fn forget(&self, id: &str) {
-        self.tokens().remove(id);
-    }
-
-    fn token(&self, id: &str) -> Option<Arc<str>> {
-        self.tokens().get(id).cloned()
-    }
-
-    fn matching(&self, request: &SignedRequest) -> Option<String> {
-        // The tokens are copied out first, so no other request waits on
-        // the hashing.
-        let tokens: Vec<(String, Arc<str>)> = self
-            .tokens()
-            .iter()
-            .map(|(id, token)| (id.clone(), Arc::clone(token)))
-            .collect();
-        tokens
-            .into_iter()
-            .find(|(_, token)| request.made_with(token))
-            .map(|(id, _)| id)
-    }
-
-    /// The sandbox whose token made `request`'s signature: from memory, or
-    /// else from the store read again (a sandbox another node made, or one
-    /// made before this server started).
-    pub(crate) async fn find(
-        &self,
-        store: &Db,
-        request: &SignedRequest,
-    ) -> Result<Option<String>, E2bError> {
-        if let Some(id) = self.matching(request) {
-            return Ok(Some(id));
-        }
-        let mut reloaded = self.reloaded.lock().await;
-        if let Some(id) = self.matching(request) {
-            return Ok(Some(id));
-        }
-        if let Some(last) = *reloaded {
-            let next = last + RELOAD_SPACING;
-            tokio::time::sleep_until(next.into()).await;
-        }
-        let rows = store
-            .run(|s| s.all_e2b_sandboxes())
-            .await
-            .map_err(E2bError::from)?;
-        *reloaded = Some(Instant::now());
-        let fresh: HashMap<String, Arc<str>> = rows
-            .into_iter()
-            .map(|row| (row.container_id, Arc::from(row.access_token.as_str())))
-            .collect();
-        *self.tokens() = fresh;
-        Ok(self.matching(request))
-    }
-
-    /// Sandbox `id`'s token: from memory, or else from its record.
-    pub(crate) async fn token_of(
-        &self,
-        store: &Db,
-        id: &str,
-    ) -> Result<Option<Arc<str>>, E2bError> {
-        if let Some(token) = self.token(id) {
-            return Ok(Some(token));
-        }
-        let key = id.to_owned();
-        let row = store
-            .run(move |s| s.e2b_sandbox_by_id(&key))
-            .await
-            .map_err(E2bError::from)?;
-        Ok(row.map(|row| {
-            self.remember(id, &row.access_token);
-            Arc::from(row.access_token.as_str())
-        }))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -374,20 +264,5 @@ mod tests {
             .expect("signed")
             .expect_err("malformed");
         assert_eq!(error.status, StatusCode::BAD_REQUEST, "{}", error.message);
-    }
-
-    #[test]
-    fn the_keys_find_the_sandbox_whose_token_signed() {
-        let keys = SigningKeys::default();
-        keys.remember("cntr_a", "e2bat_a");
-        keys.remember("cntr_b", "e2bat_b");
-        let good = signature("/x", Operation::Read, "", "e2bat_b", None);
-        let signed = request(
-            Method::GET,
-            &format!("/files?path=/x&signature={}", quoted(&good)),
-        );
-        assert_eq!(keys.matching(&signed).as_deref(), Some("cntr_b"));
-        keys.forget("cntr_b");
-        assert_eq!(keys.matching(&signed), None);
     }
 }
