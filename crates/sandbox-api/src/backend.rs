@@ -101,6 +101,91 @@ pub struct ContainerSpec {
     /// directory below a bound host directory.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hidden: Vec<String>,
+    /// Volumes: host directories that outlive the container, bound
+    /// read-write at their paths (each checked by [`check_volume_path`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<VolumeBind>,
+}
+
+/// A volume shown in a container (see [`ContainerSpec::volumes`]).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct VolumeBind {
+    /// The volume's directory on the host.
+    pub source: std::path::PathBuf,
+    /// Where it is mounted inside.
+    pub target: String,
+}
+
+/// Top-level directories a volume may not be mounted in or over: the
+/// system's own trees, the kernel's file systems, and the directories whose
+/// content the sandbox writes (a link it planted there would redirect the
+/// mount at the next start).
+const VOLUME_REFUSED_TOPS: &[&str] = &[
+    "bin",
+    "boot",
+    "dev",
+    "etc",
+    "home",
+    "lib",
+    "lib32",
+    "lib64",
+    "libx32",
+    "nix",
+    "opt",
+    "proc",
+    "root",
+    "run",
+    "sbin",
+    "snap",
+    "srv",
+    "sys",
+    "tmp",
+    "usr",
+    "var",
+    "workspace",
+];
+
+/// Directories below `/mnt` that are the container's own.
+const VOLUME_REFUSED_MNT: &[&str] = &["data", "skills"];
+
+/// Longest volume path, in bytes.
+pub const MAX_VOLUME_PATH: usize = 255;
+
+/// Checks where a volume is mounted: an absolute path of plain components
+/// (no `.`, `..`, empty component or trailing slash; ASCII letters,
+/// digits, `-`, `_`, `.`): below `/mnt` but not in or over `/mnt/data` or
+/// `/mnt/skills`, or at or below a top-level directory that is not a
+/// system one (`/data`), never in the home directory.
+pub fn check_volume_path(path: &str) -> Result<(), String> {
+    let refuse = |why: &str| Err(format!("volume path {path:?} {why}"));
+    if path.len() > MAX_VOLUME_PATH {
+        return refuse(&format!("is longer than {MAX_VOLUME_PATH} bytes"));
+    }
+    let Some(relative) = path.strip_prefix('/') else {
+        return refuse("must be absolute");
+    };
+    let components: Vec<&str> = relative.split('/').collect();
+    for component in &components {
+        if component.is_empty() || *component == "." || *component == ".." {
+            return refuse("must be plain names separated by single slashes");
+        }
+        if !component
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        {
+            return refuse("may hold only letters, digits, '-', '_' and '.'");
+        }
+    }
+    match components.as_slice() {
+        ["mnt"] => refuse("must name a directory below /mnt, not /mnt itself"),
+        ["mnt", own, ..] if VOLUME_REFUSED_MNT.contains(own) => {
+            refuse("is inside the container's own /mnt/data or /mnt/skills")
+        }
+        [top, ..] if VOLUME_REFUSED_TOPS.contains(top) => {
+            refuse(&format!("is inside the system directory /{top}"))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// A host directory shown in a container (see [`ContainerSpec::host_binds`]).
@@ -168,6 +253,7 @@ impl Default for ContainerSpec {
             image_revision: None,
             host_binds: Vec::new(),
             hidden: Vec::new(),
+            volumes: Vec::new(),
         }
     }
 }
@@ -803,6 +889,38 @@ pub fn validate_container_id(id: &str) -> Result<(), SandboxError> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_volume_path_is_plain_and_outside_the_system_and_the_containers_own_trees() {
+        for fine in ["/mnt/vol", "/mnt/a/b-c_d.e", "/data", "/shared/cache"] {
+            assert_eq!(super::check_volume_path(fine), Ok(()), "{fine}");
+        }
+        for refused in [
+            "mnt/vol",
+            "/",
+            "/mnt",
+            "/mnt/",
+            "/mnt//vol",
+            "/mnt/vol/",
+            "/mnt/./vol",
+            "/mnt/../etc",
+            "/mnt/data",
+            "/mnt/data/vol",
+            "/mnt/skills/x",
+            "/home/user/vol",
+            "/proc/self",
+            "/etc",
+            "/tmp/vol",
+            "/usr/local/vol",
+            "/mnt/v ol",
+            "/mnt/v\\ol",
+            "/mnt/völ",
+        ] {
+            let refusal = super::check_volume_path(refused);
+            assert!(refusal.is_err(), "{refused:?} was accepted: {refusal:?}");
+        }
+        assert!(super::check_volume_path(&format!("/mnt/{}", "a".repeat(300))).is_err());
+    }
+
     use super::*;
 
     #[test]

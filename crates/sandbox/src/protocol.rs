@@ -135,6 +135,11 @@ pub struct HelperSpec {
     /// Host directories shown read-only: (host directory, path inside).
     #[serde(default)]
     pub read_only_binds: Vec<(PathBuf, String)>,
+    /// Volumes, bound read-write after the persistent directories: (host
+    /// directory, path inside). No component of the path inside may be a
+    /// symbolic link.
+    #[serde(default)]
+    pub volume_binds: Vec<(PathBuf, String)>,
     /// A throwaway container's disk: a tmpfs of this many bytes mounted at
     /// `disk_root` (in the helper's private mount namespace) instead of a
     /// disk image. Its pages are charged to the container's memory.

@@ -67,6 +67,7 @@ mod testing;
 mod time;
 mod turns;
 mod uncarried;
+mod volumes;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -13,7 +13,7 @@ use crate::route_table::RouteTable;
 use crate::state::AppState;
 use crate::{
     batches, chat, config, console, container_egress, containers, e2b, files, fs, gemini, messages,
-    models, openapi, ops, ports, processes, responses, route_grammar, skills,
+    models, openapi, ops, ports, processes, responses, route_grammar, skills, volumes,
 };
 
 /// The HTTP routes, behind the layer that sends a request for a
@@ -150,6 +150,11 @@ pub(crate) fn route_table(config: &config::Config, audience: Audience) -> RouteT
             any(ports::by_path),
         )
         .route("/images", get(containers::images))
+        .route("/volumes", post(volumes::create).get(volumes::list))
+        .route(
+            "/volumes/{volume_id}",
+            get(volumes::retrieve).delete(volumes::delete),
+        )
         .route(
             "/skills",
             post(skills::create).get(skills::list).layer(uploads),
@@ -290,5 +295,5 @@ pub(crate) fn route_table(config: &config::Config, audience: Audience) -> RouteT
         Audience::Tenants => table,
     };
     // E2B's control plane answers at the root, as E2B's API does.
-    e2b::control::routes(table)
+    e2b::volumes::routes(e2b::control::routes(table))
 }

@@ -481,7 +481,12 @@ fn insert_row(sql: &mut dyn crate::sql::Sql, row: &ContainerRow) -> Result<()> {
 /// closing its session into the project's usage first.
 pub(crate) fn delete_rows(sql: &mut dyn crate::sql::Sql, id: &str, day: &str) -> Result<()> {
     close_session(sql, id, ContainerStatus::Deleted, day)?;
-    for table in ["container_files", "sessions", "e2b_sandboxes"] {
+    for table in [
+        "container_files",
+        "sessions",
+        "e2b_sandboxes",
+        "container_volumes",
+    ] {
         sql.execute(
             &format!("DELETE FROM {table} WHERE container_id = ?1"),
             &[&id],

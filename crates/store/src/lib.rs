@@ -37,6 +37,7 @@ mod sql;
 mod testing;
 mod usage;
 mod values;
+mod volumes;
 
 pub use batches::{BatchCounts, BatchRequestRow, BatchRow};
 pub use commands::CommandRow;
@@ -61,6 +62,7 @@ pub use values::{
     BatchOutcome, BatchStatus, ChangeTopic, CommandOutcome, ContainerStatus, EgressVerdict,
     FileSource, NodeStatus, ResponseStatus,
 };
+pub use volumes::{VolumeDelete, VolumeRefusal, VolumeRow};
 
 #[cfg(test)]
 mod tests;

@@ -436,6 +436,26 @@ pub(crate) const SQLITE_MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE files ADD COLUMN mime_type TEXT;
 "#,
+    // Volumes (volumes.rs): a project's persistent directories, and which
+    // containers mount which (a row per mount, deleted with its container).
+    r#"
+    CREATE TABLE volumes (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        project TEXT NOT NULL,
+        name TEXT NOT NULL,
+        token TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        UNIQUE (project, name)
+    );
+    CREATE TABLE container_volumes (
+        container_id TEXT NOT NULL,
+        volume_id TEXT NOT NULL,
+        path TEXT NOT NULL,
+        PRIMARY KEY (container_id, path)
+    );
+    CREATE INDEX container_volumes_by_volume ON container_volumes (volume_id);
+"#,
 ];
 
 /// Postgres's migrations, applied in order; the index + 1 is the schema
@@ -782,5 +802,24 @@ pub(crate) const POSTGRES_MIGRATIONS: &[&str] = &[
     // A file's MIME type: as SQLite's migration that adds files.mime_type.
     r#"
     ALTER TABLE files ADD COLUMN mime_type TEXT;
+"#,
+    // Volumes: as SQLite's migration that makes volumes.
+    r#"
+    CREATE TABLE volumes (
+        seq BIGSERIAL PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        project TEXT NOT NULL,
+        name TEXT NOT NULL,
+        token TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        UNIQUE (project, name)
+    );
+    CREATE TABLE container_volumes (
+        container_id TEXT NOT NULL,
+        volume_id TEXT NOT NULL,
+        path TEXT NOT NULL,
+        PRIMARY KEY (container_id, path)
+    );
+    CREATE INDEX container_volumes_by_volume ON container_volumes (volume_id);
 "#,
 ];

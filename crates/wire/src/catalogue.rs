@@ -141,6 +141,10 @@ catalogue! {
     ProcessExited => (Some("process_exited"), 409, InvalidRequest);
     /// An archive export of a container whose files are masked.
     ArchiveUnmaskable => (Some("archive_unmaskable"), 409, InvalidRequest);
+    /// A volume of that name exists in the project.
+    VolumeNameTaken => (Some("volume_name_taken"), 409, InvalidRequest);
+    /// Deleting a volume that containers mount (they are named).
+    VolumeInUse => (Some("volume_in_use"), 409, InvalidRequest);
     // 413
     /// A request or upload larger than the server takes.
     PayloadTooLarge => (None, 413, InvalidRequest);
@@ -173,6 +177,10 @@ catalogue! {
     TooManyConsoleStreams => (Some("too_many_console_streams"), 429, RateLimit);
     /// A container port's proxied connections.
     TooManyPortConnections => (Some("too_many_port_connections"), 429, RateLimit);
+    /// The project's volumes.
+    TooManyVolumes => (Some("too_many_volumes"), 429, RateLimit);
+    /// The bytes the project's volumes hold.
+    VolumeBytesExceeded => (Some("volume_bytes_exceeded"), 429, RateLimit);
     // 500
     /// The server failed (its log says why).
     Internal => (None, 500, Server);

@@ -156,6 +156,10 @@ pub struct CreateContainer {
     /// (`/v1/containers/{id}/ports/{port}/`) and by host name.
     #[serde(default)]
     pub exposed_ports: Vec<u32>,
+    /// shellgate's extension: the project's volumes mounted read-write
+    /// (at most 8), each by `volume_id` or `name` at an absolute `path`.
+    #[serde(default)]
+    pub volumes: Vec<crate::volumes::VolumeMount>,
 }
 
 /// The container object.

@@ -40,8 +40,38 @@ pub struct NewSandbox {
     pub mcp: Option<IgnoredAny>,
     #[schema(value_type = Option<Object>)]
     pub iam: Option<IgnoredAny>,
-    #[schema(value_type = Option<Vec<Object>>)]
-    pub volume_mounts: Option<Vec<IgnoredAny>>,
+    pub volume_mounts: Option<Vec<SandboxVolumeMount>>,
+}
+
+/// A volume mounted at create (`volumeMounts`): by name, at a path.
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+pub struct SandboxVolumeMount {
+    pub name: String,
+    pub path: String,
+}
+
+/// `POST /volumes`.
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+pub struct NewVolume {
+    pub name: String,
+}
+
+/// A volume in `GET /volumes`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct E2bVolume {
+    #[serde(rename = "volumeID")]
+    pub volume_id: String,
+    pub name: String,
+}
+
+/// `POST /volumes` (201) and `GET /volumes/{volumeID}`: the volume and the
+/// bearer token of its content API.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct VolumeAndToken {
+    #[serde(rename = "volumeID")]
+    pub volume_id: String,
+    pub name: String,
+    pub token: String,
 }
 
 /// `autoResume`: resuming a paused sandbox when traffic reaches it.

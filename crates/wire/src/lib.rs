@@ -34,6 +34,7 @@ pub mod ports;
 mod processes;
 mod skills;
 mod usage;
+mod volumes;
 
 pub use catalogue::{ErrorCode, ErrorType};
 pub use containers::{
@@ -62,6 +63,7 @@ pub use skills::{
     SkillReference, SkillVersion, SkillVersionDeleted, StoredSkill, UpdateSkill, VersionRef,
 };
 pub use usage::{ContainerUsage, Usage};
+pub use volumes::{CreateVolume, Volume, VolumeMount};
 
 #[cfg(test)]
 mod tests {

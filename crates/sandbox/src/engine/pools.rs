@@ -215,8 +215,10 @@ impl Pools {
         let inner = &engine.inner;
         let effective_tmp = |s: &ContainerSpec| s.tmp_bytes.min(s.memory_bytes / 2);
         let WarmContainer(warm) = self.warm.take(|WarmContainer(w)| {
+            // A warm container was started without mounts of its own.
             spec.network.is_disabled()
                 && spec.skills.is_none()
+                && spec.volumes.is_empty()
                 && w.spec.image == spec.image
                 && w.spec.disk_bytes == spec.disk_bytes
                 && effective_tmp(&w.spec) == effective_tmp(spec)

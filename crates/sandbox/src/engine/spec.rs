@@ -86,6 +86,12 @@ pub(super) fn helper_spec(
             .iter()
             .map(|dir| (dir.clone(), SKILLS_PATH.to_owned()))
             .collect(),
+        volume_binds: container
+            .spec
+            .volumes
+            .iter()
+            .map(|volume| (volume.source.clone(), volume.target.clone()))
+            .collect(),
     })
 }
 

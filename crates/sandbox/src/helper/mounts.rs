@@ -645,6 +645,12 @@ pub fn build_root(spec: &HelperSpec) -> StepResult<()> {
         mkdir_all(&target)?;
         bind(source, &target, true)?;
     }
+    for (source, target) in &spec.volume_binds {
+        let target = inside(root, target);
+        refuse_links_on_the_way(root, &target)?;
+        mkdir_all(&target)?;
+        bind(source, &target, false)?;
+    }
     for path in &spec.hide {
         hide(root, scratch, path)?;
     }
@@ -663,6 +669,41 @@ pub fn build_root(spec: &HelperSpec) -> StepResult<()> {
         )?;
     }
     pivot(root)
+}
+
+/// Fails if any existing component of `target` below `root` is a symbolic
+/// link: the mount is made before the pivot, so a link (planted in an
+/// image or a writable layer) would be resolved against the host's tree and
+/// the volume land somewhere other than where the container will look.
+fn refuse_links_on_the_way(root: &Path, target: &Path) -> StepResult<()> {
+    let Ok(below) = target.strip_prefix(root) else {
+        return Err(SetupError::os(
+            SetupStep::BindMount,
+            format!("volume at {}: outside the root", target.display()),
+            io::Error::from_raw_os_error(libc::EINVAL),
+        ));
+    };
+    let mut path = root.to_path_buf();
+    for component in below.components() {
+        path.push(component);
+        match path.symlink_metadata() {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                return Err(SetupError::os(
+                    SetupStep::BindMount,
+                    format!(
+                        "volume at {}: {} is a symbolic link",
+                        target.display(),
+                        path.display()
+                    ),
+                    io::Error::from_raw_os_error(libc::ELOOP),
+                ));
+            }
+            Ok(_) => {}
+            // Nothing further exists: mkdir makes real directories.
+            Err(_) => break,
+        }
+    }
+    Ok(())
 }
 
 /// Makes `root` the root and detaches the host's tree entirely.
@@ -705,6 +746,30 @@ mod tests {
         ] {
             assert!(layer_name(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_volume_is_never_mounted_through_a_link() {
+        let dir = std::env::temp_dir().join(format!(
+            "shellgate-volume-links-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = fs::remove_dir_all(&dir);
+        let root = dir.as_path();
+        fs::create_dir_all(root.join("mnt/real")).expect("mkdir");
+        symlink("/etc", root.join("mnt/link")).expect("symlink");
+        assert!(refuse_links_on_the_way(root, &root.join("mnt/real/vol")).is_ok());
+        assert!(refuse_links_on_the_way(root, &root.join("new/vol")).is_ok());
+        let refused = refuse_links_on_the_way(root, &root.join("mnt/link/vol"));
+        assert!(
+            refused
+                .as_ref()
+                .is_err_and(|e| e.to_string().contains("symbolic link")),
+            "a path through a link was not refused: {refused:?}"
+        );
+        assert!(refuse_links_on_the_way(root, &root.join("mnt/link")).is_err());
+        let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]

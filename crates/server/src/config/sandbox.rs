@@ -74,6 +74,13 @@ pub struct SandboxSettings {
     /// Streams of process output a project may have open at once, on all
     /// its processes (429 beyond).
     pub max_streams_per_project: u32,
+    /// Volumes a project may hold (429 beyond).
+    pub max_volumes_per_project: u32,
+    /// Bytes all of a project's volumes together may hold on disk, measured
+    /// when a container that mounts a volume is made (429 beyond: no
+    /// volume is mounted until files or volumes are deleted); a running
+    /// container's writes into a volume are not cut short.
+    pub max_volume_bytes_per_project: ByteSize,
     /// Price of a second of sandbox time (`server_tool_cost`).
     pub sandbox_price_per_second: f64,
 }
@@ -105,6 +112,11 @@ impl Default for SandboxSettings {
             max_execs_per_project: 64,
             max_streams_per_process: 32,
             max_streams_per_project: 256,
+            max_volumes_per_project: 100,
+            max_volume_bytes_per_project: ByteSize {
+                text: "10g".to_owned(),
+                bytes: 10 << 30,
+            },
             sandbox_price_per_second: 0.0001,
         }
     }

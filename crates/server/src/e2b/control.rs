@@ -49,7 +49,7 @@ use shellgate_wire::e2b::{
     PauseRequest, Sandbox, SandboxDetail, SandboxState, TemplateAlias, TimeoutRequest,
 };
 use shellgate_wire::time::{parse_rfc3339, rfc3339};
-use shellgate_wire::{CreateContainer, NetworkPolicy};
+use shellgate_wire::{CreateContainer, NetworkPolicy, VolumeMount};
 
 use super::access_cache::AccessEntry;
 use super::E2bError;
@@ -81,7 +81,7 @@ type E2bResult<T> = Result<T, E2bError>;
 
 /// An `ApiError` as E2B's body, naming its parameter when the message does
 /// not already.
-fn e2b_error(error: ApiError) -> E2bError {
+pub(crate) fn e2b_error(error: ApiError) -> E2bError {
     match &error.param {
         Some(param) if !error.message.contains(param.as_str()) => {
             E2bError::new(error.status(), format!("{param}: {}", error.message))
@@ -114,7 +114,7 @@ impl FromRequestParts<Arc<AppState>> for E2bProject {
 
 /// A JSON body (an empty one reads as `{}`: the SDK's connect and pause
 /// bodies may be all optional fields).
-fn read_body<T: DeserializeOwned>(body: &[u8]) -> E2bResult<T> {
+pub(crate) fn read_body<T: DeserializeOwned>(body: &[u8]) -> E2bResult<T> {
     let body: &[u8] = if body.iter().all(u8::is_ascii_whitespace) {
         b"{}"
     } else {
@@ -334,9 +334,6 @@ fn check_unsupported(body: &NewSandbox) -> E2bResult<()> {
     if body.iam.is_some() {
         return refuse("iam");
     }
-    if body.volume_mounts.as_ref().is_some_and(|v| !v.is_empty()) {
-        return refuse("volumeMounts");
-    }
     Ok(())
 }
 
@@ -479,17 +476,28 @@ async fn create(
         network_policy: network,
         image,
         exposed_ports: Vec::new(),
+        volumes: request
+            .volume_mounts
+            .iter()
+            .flatten()
+            .map(|mount| VolumeMount {
+                volume_id: None,
+                name: Some(mount.name.clone()),
+                path: mount.path.clone(),
+            })
+            .collect(),
     };
     let made = crate::sandboxes::containers::create_container(&state, &project, container)
         .await
         .map_err(|e| {
-            // The policy was E2B's network fields.
+            // The policy was E2B's network fields, the volumes its mounts.
             let mut e = e;
-            if e.param
-                .as_deref()
-                .is_some_and(|p| p.starts_with("network_policy"))
-            {
-                e.param = Some("network".to_owned());
+            if let Some(param) = e.param.as_deref() {
+                if param.starts_with("network_policy") {
+                    e.param = Some("network".to_owned());
+                } else if let Some(rest) = param.strip_prefix("volumes") {
+                    e.param = Some(format!("volumeMounts{rest}"));
+                }
             }
             e2b_error(e)
         })?;

@@ -40,6 +40,7 @@ pub(crate) mod signed;
 pub(crate) mod signing_keys;
 pub(crate) mod timeouts;
 pub(crate) mod user;
+pub(crate) mod volumes;
 
 pub use shellgate_wire::e2b::SANDBOX_ID_HEADER;
 /// The header naming the port an in-sandbox request is for.

@@ -433,6 +433,50 @@ pub(super) fn files(d: &mut Builder, s: &Schemas) {
     }
 }
 
+/// Volumes.
+pub(super) fn volumes(d: &mut Builder, s: &Schemas) {
+    use HttpMethod::Post;
+    let Schemas {
+        deleted,
+        volume,
+        volumes,
+        create_volume,
+        ..
+    } = s;
+    for operation in [
+        operation(
+            Post,
+            "/v1/volumes",
+            "Volumes",
+            "Create a volume: a persistent directory of the project, mounted read-write by \
+             `volumes` at a container's create",
+            Body::Json(create_volume.clone()),
+            Answer::Json(volume.clone()),
+        ),
+        list(
+            "/v1/volumes",
+            "Volumes",
+            "List volumes",
+            volumes,
+            Query::List,
+        ),
+        get(
+            "/v1/volumes/{volume_id}",
+            "Volumes",
+            "Retrieve a volume",
+            volume,
+        ),
+        delete(
+            "/v1/volumes/{volume_id}",
+            "Volumes",
+            "Delete a volume and its files (409 `volume_in_use` while a container mounts it)",
+            deleted,
+        ),
+    ] {
+        d.add(operation);
+    }
+}
+
 /// Skills and their versions.
 pub(super) fn skills(d: &mut Builder, s: &Schemas) {
     use HttpMethod::{Get, Post};
@@ -531,6 +575,9 @@ pub(super) fn e2b(d: &mut Builder, s: &Schemas) {
         e2b_connect,
         e2b_pause,
         e2b_alias,
+        e2b_new_volume,
+        e2b_volume,
+        e2b_volumes,
         ..
     } = s;
     let e2b_op = |method, path, summary, body, answer| Operation {
@@ -615,6 +662,22 @@ pub(super) fn e2b(d: &mut Builder, s: &Schemas) {
             "The template an alias names (the default templates, the server's images; 404 otherwise)",
             Body::None,
             Answer::Json(e2b_alias.clone()),
+        ),
+        e2b_op(
+            Post,
+            "/volumes",
+            "Create a volume (a project's persistent directory, mounted by `volumeMounts` at a sandbox's create)",
+            Body::Json(e2b_new_volume.clone()),
+            Answer::JsonWith(&["201"], e2b_volume.clone()),
+        ),
+        e2b_op(Get, "/volumes", "List the project's volumes", Body::None, Answer::Json(e2b_volumes.clone())),
+        e2b_op(Get, "/volumes/{volume_id}", "A volume and its token", Body::None, Answer::Json(e2b_volume.clone())),
+        e2b_op(
+            Delete,
+            "/volumes/{volume_id}",
+            "Destroy a volume and its files (409 while a sandbox mounts it)",
+            Body::None,
+            Answer::NoContent,
         ),
         unsupported(Get, "/sandboxes/{sandbox_id}/metrics", "Not supported: 501"),
         unsupported(Get, "/sandboxes/metrics", "Not supported: 501"),

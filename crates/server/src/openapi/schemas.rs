@@ -37,6 +37,9 @@ pub(super) struct Schemas {
     pub(super) files: RefOr<Schema>,
     pub(super) usage: RefOr<Schema>,
     pub(super) skill: RefOr<Schema>,
+    pub(super) volume: RefOr<Schema>,
+    pub(super) volumes: RefOr<Schema>,
+    pub(super) create_volume: RefOr<Schema>,
     pub(super) skills: RefOr<Schema>,
     pub(super) update_skill: RefOr<Schema>,
     pub(super) version: RefOr<Schema>,
@@ -82,6 +85,9 @@ pub(super) struct Schemas {
     pub(super) e2b_connect: RefOr<Schema>,
     pub(super) e2b_pause: RefOr<Schema>,
     pub(super) e2b_alias: RefOr<Schema>,
+    pub(super) e2b_new_volume: RefOr<Schema>,
+    pub(super) e2b_volume: RefOr<Schema>,
+    pub(super) e2b_volumes: RefOr<Schema>,
     pub(super) e2b_error: RefOr<Schema>,
 }
 
@@ -131,6 +137,13 @@ impl Schemas {
             files: d.list::<wire::FileObject>("FileList"),
             usage: d.schema::<wire::Usage>(),
             skill: d.schema::<wire::Skill>(),
+            volume: d.schema::<wire::Volume>(),
+            volumes: d.list::<wire::Volume>("VolumeList"),
+            create_volume: {
+                let schema = d.schema::<wire::CreateVolume>();
+                d.schema::<wire::VolumeMount>();
+                schema
+            },
             skills: d.list::<wire::Skill>("SkillList"),
             update_skill: d.schema::<wire::UpdateSkill>(),
             version: d.schema::<wire::SkillVersion>(),
@@ -208,6 +221,13 @@ impl Schemas {
             e2b_connect: d.scoped::<e2b::ConnectRequest>("e2b", "ConnectRequest"),
             e2b_pause: d.scoped::<e2b::PauseRequest>("e2b", "PauseRequest"),
             e2b_alias: d.scoped::<e2b::TemplateAlias>("e2b", "TemplateAlias"),
+            e2b_new_volume: d.scoped::<e2b::NewVolume>("e2b", "NewVolume"),
+            e2b_volume: d.scoped::<e2b::VolumeAndToken>("e2b", "VolumeAndToken"),
+            e2b_volumes: {
+                let schema = d.scoped::<Vec<e2b::E2bVolume>>("e2b", "VolumeList");
+                d.scoped::<e2b::E2bVolume>("e2b", "Volume");
+                schema
+            },
             e2b_error: d.scoped::<e2b::E2bErrorBody>("e2b", "Error"),
         }
     }

@@ -330,6 +330,8 @@ pub(crate) async fn create_container(
         crate::sandboxes::skills::resolve(state, &project.0, &body.skills, "skills").await?;
     let exposed_ports = shellgate_wire::ports::check_exposed_ports(&body.exposed_ports)
         .map_err(|message| ApiError::invalid("exposed_ports", message))?;
+    let (volume_binds, volume_rows) =
+        crate::volumes::resolve_mounts(state, &project.0, &body.volumes, "volumes").await?;
     let row = new_row(
         state,
         &project.0,
@@ -346,12 +348,28 @@ pub(crate) async fn create_container(
     // finishes (the container is listed) or cleans up after itself.
     let worker = Arc::clone(state);
     let id = row.id.clone();
+    let volume_owner = project.0.clone();
     to_completion(async move {
         let state = worker;
         // The row first (status `creating`), written only if the project's
         // quotas admit it: a crash from here on is cleaned up at the next
         // start, never leaving a container the store does not know.
         state.admission.insert_container(row.clone()).await?;
+        if !volume_rows.is_empty() {
+            let (owner, id, mounts) = (volume_owner.clone(), row.id.clone(), volume_rows.clone());
+            let attached = state
+                .db(move |s| s.attach_volumes(&owner, &id, &mounts))
+                .await
+                .and_then(|attached| {
+                    // Deleted since it was resolved: nothing is made.
+                    attached.map_err(|gone| ApiError::not_found("volume", &gone))
+                });
+            if let Err(error) = attached {
+                let id = row.id.clone();
+                let _ = state.db(move |s| s.delete_container(&id)).await;
+                return Err(error);
+            }
+        }
         // Unpacked beside the engine's directory; the engine adopts it.
         let skills_dir = state
             .config
@@ -371,6 +389,7 @@ pub(crate) async fn create_container(
                     crate::sandboxes::skills::unpack(&skills, skills_dir.clone()).await?;
                     Some(skills_dir.clone())
                 },
+                volumes: volume_binds,
                 ..ContainerSpec::default()
             };
             state.engine.create(&row.id, spec).await?;

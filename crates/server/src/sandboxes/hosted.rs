@@ -84,6 +84,7 @@ fn auto_container(params: &ContainerAuto) -> CreateContainer {
         network_policy: params.network_policy.clone(),
         image: params.image.clone(),
         exposed_ports: params.exposed_ports.clone().unwrap_or_default(),
+        volumes: Vec::new(),
     }
 }
 
