@@ -993,3 +993,53 @@ async fn a_containers_port_connections_are_capped() {
     drop(open);
     t.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_volume_is_shared_live_by_containers_each_writing_as_its_own_user() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let t = TestEngine::new("volume").await;
+    let volume = t.dir.path().join("volume");
+    std::fs::create_dir(&volume).unwrap();
+    std::fs::set_permissions(&volume, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let spec = || ContainerSpec {
+        volumes: vec![shellgate_sandbox::backend::VolumeBind {
+            source: volume.clone(),
+            target: "/mnt/shared".into(),
+        }],
+        ..ContainerSpec::default()
+    };
+    t.create_with("c1", spec()).await;
+    t.create_with("c2", spec()).await;
+    let wrote = t
+        .ok(
+            "c1",
+            "echo one > /mnt/shared/f && stat -c '%U %a' /mnt/shared/f",
+        )
+        .await;
+    assert_eq!(wrote, "user 644\n");
+    // The other container sees it at once, owned by an id it does not map.
+    let read = t
+        .ok("c2", "cat /mnt/shared/f; stat -c %u /mnt/shared/f")
+        .await;
+    assert_eq!(read, "one\n65534\n");
+    let overwrite = t.run("c2", "echo two > /mnt/shared/f").await;
+    assert_eq!(exit_code(&overwrite), 1, "{overwrite:?}");
+    // On the host the file is c1's sandbox user's, never root's.
+    let owner = std::fs::metadata(volume.join("f")).unwrap().uid();
+    assert_ne!(owner, 0, "a sandbox's file is root's on the host");
+    // A link inside resolves in the container: the host's volume folder is
+    // not there.
+    let host_path = volume.display().to_string();
+    let looked = t
+        .run(
+            "c1",
+            &format!("ln -s {host_path} /mnt/shared/out && ls /mnt/shared/out/"),
+        )
+        .await;
+    assert_ne!(exit_code(&looked), 0, "{looked:?}");
+    // Destroyed containers leave the volume's files.
+    t.engine.destroy("c1").await.unwrap();
+    t.engine.destroy("c2").await.unwrap();
+    assert_eq!(std::fs::read_to_string(volume.join("f")).unwrap(), "one\n");
+    t.finish().await;
+}
