@@ -283,7 +283,7 @@ impl Dialect {
         );
         match first {
             (Some("sandboxes" | "templates"), ..)
-            | (Some("v2"), Some("sandboxes" | "templates"), ..) => Dialect::E2b,
+            | (Some("v2" | "v3"), Some("sandboxes" | "templates"), ..) => Dialect::E2b,
             // `/v1` and OpenRouter's `/api/v1`, each also with Anthropic's
             // own `/v1` after it (an SDK given a base URL ending in /v1).
             (Some("v1"), Some("messages"), ..)
@@ -495,6 +495,7 @@ mod tests {
             ("/v2/sandboxes", Dialect::E2b),
             ("/templates/aliases/base", Dialect::E2b),
             ("/v2/templates", Dialect::E2b),
+            ("/v3/templates", Dialect::E2b),
             ("/v1/sandboxes", Dialect::OpenAi),
             ("/v1beta/models", Dialect::Google),
             ("/v1beta/models/m:generateContent", Dialect::Google),

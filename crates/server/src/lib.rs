@@ -264,6 +264,7 @@ where
     e2b::timeouts::arm_stored(&state)
         .await
         .map_err(|e| ServeError::Setup(format!("recovery: {}", e.message)))?;
+    e2b::templates::fail_unfinished(&state).await;
     // What this node held open before (its console streams' leases) and
     // the execs it ran (their credits) ended with its last run.
     let node = state.node_name.clone();

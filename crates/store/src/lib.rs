@@ -20,6 +20,7 @@ mod console_sessions;
 mod container_files;
 mod containers;
 mod e2b;
+mod e2b_templates;
 mod egress;
 mod error;
 mod exec_credits;
@@ -47,6 +48,9 @@ pub use console_sessions::{ConsoleSessionRow, SESSIONS_PER_KEY};
 pub use container_files::{ContainerFileRow, PresentFile};
 pub use containers::{ContainerPage, ContainerRow, ContainerSearch, Quotas, Refusal};
 pub use e2b::{E2bListFilter, E2bSandboxRow};
+pub use e2b_templates::{
+    E2bTemplateRow, TEMPLATE_BUILDING, TEMPLATE_ERROR, TEMPLATE_READY, TEMPLATE_WAITING,
+};
 pub use egress::EgressRow;
 pub use error::{CorruptValue, Result, StoreError};
 pub use exec_credits::{CreditAsk, CreditTake};

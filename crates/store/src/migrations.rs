@@ -456,6 +456,33 @@ pub(crate) const SQLITE_MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX container_volumes_by_volume ON container_volumes (volume_id);
 "#,
+    // E2B's templates (e2b_templates.rs): a project's template, its
+    // latest build (status, the build's steps as JSON, the failure) and the
+    // size of the layer the build saved; a build's log entries (JSON), in
+    // order.
+    r#"
+    CREATE TABLE e2b_templates (
+        template_id TEXT PRIMARY KEY,
+        project TEXT NOT NULL,
+        name TEXT NOT NULL,
+        build_id TEXT NOT NULL,
+        status TEXT NOT NULL,
+        spec TEXT NOT NULL,
+        reason TEXT,
+        failed_step TEXT,
+        layer_bytes INTEGER NOT NULL DEFAULT 0,
+        upload_token TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        UNIQUE (project, name)
+    );
+    CREATE TABLE e2b_template_logs (
+        build_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        entry TEXT NOT NULL,
+        PRIMARY KEY (build_id, seq)
+    );
+"#,
 ];
 
 /// Postgres's migrations, applied in order; the index + 1 is the schema
@@ -821,5 +848,29 @@ pub(crate) const POSTGRES_MIGRATIONS: &[&str] = &[
         PRIMARY KEY (container_id, path)
     );
     CREATE INDEX container_volumes_by_volume ON container_volumes (volume_id);
+"#,
+    // E2B's templates (see SQLite's migration that makes e2b_templates).
+    r#"
+    CREATE TABLE e2b_templates (
+        template_id TEXT PRIMARY KEY,
+        project TEXT NOT NULL,
+        name TEXT NOT NULL,
+        build_id TEXT NOT NULL,
+        status TEXT NOT NULL,
+        spec TEXT NOT NULL,
+        reason TEXT,
+        failed_step TEXT,
+        layer_bytes BIGINT NOT NULL DEFAULT 0,
+        upload_token TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        updated_at BIGINT NOT NULL,
+        UNIQUE (project, name)
+    );
+    CREATE TABLE e2b_template_logs (
+        build_id TEXT NOT NULL,
+        seq BIGINT NOT NULL,
+        entry TEXT NOT NULL,
+        PRIMARY KEY (build_id, seq)
+    );
 "#,
 ];

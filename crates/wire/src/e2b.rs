@@ -230,6 +230,131 @@ pub struct TemplateAlias {
     pub public: bool,
 }
 
+/// `POST /v3/templates`: a build of a template by name (E2B's
+/// `TemplateBuildRequestV3`; resources are the server's own, so the sizes
+/// asked for are read and not used).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TemplateBuildRequest {
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The older SDKs' name for `name`.
+    #[serde(default)]
+    pub alias: Option<String>,
+    #[serde(default)]
+    pub tags: Option<Vec<String>>,
+    #[serde(default, rename = "cpuCount")]
+    pub cpu_count: Option<u32>,
+    #[serde(default, rename = "memoryMB")]
+    pub memory_mb: Option<u64>,
+    #[serde(default)]
+    pub min_free_disk_mb: Option<u64>,
+    #[serde(default, rename = "teamID")]
+    pub team_id: Option<String>,
+}
+
+/// The answer to `POST /v3/templates`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct TemplateBuildRequested {
+    #[serde(rename = "templateID")]
+    pub template_id: String,
+    #[serde(rename = "buildID")]
+    pub build_id: String,
+    pub public: bool,
+    pub names: Vec<String>,
+    pub tags: Vec<String>,
+    pub aliases: Vec<String>,
+}
+
+/// `GET /templates/{id}/files/{hash}`: whether a COPY step's files are
+/// there already, else where to `PUT` them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct TemplateFileUpload {
+    pub present: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+}
+
+/// One step of a template build (E2B's `TemplateStep`): `RUN` (command,
+/// user), `COPY` (source, destination, owner, mode), `ENV` (name, value
+/// pairs), `WORKDIR` (path), `USER` (name).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TemplateStep {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files_hash: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub force: Option<bool>,
+}
+
+/// `POST /v2/templates/{id}/builds/{buildID}`: what the build does (E2B's
+/// `TemplateBuildStartV2`).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TemplateBuildStart {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_image: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_template: Option<String>,
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub from_image_registry: Option<IgnoredAny>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub force: Option<bool>,
+    #[serde(default)]
+    pub steps: Vec<TemplateStep>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_cmd: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_cmd: Option<String>,
+}
+
+/// A build's log line (E2B's `BuildLogEntry`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct BuildLogEntry {
+    /// RFC 3339.
+    pub timestamp: String,
+    pub message: String,
+    /// `debug`, `info`, `warn` or `error`.
+    pub level: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+}
+
+/// Why a build failed (E2B's `BuildStatusReason`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BuildStatusReason {
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+    #[serde(default)]
+    pub log_entries: Vec<BuildLogEntry>,
+}
+
+/// `GET /templates/{id}/builds/{buildID}/status` (E2B's
+/// `TemplateBuildInfo`): the status and the log entries after
+/// `logsOffset`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TemplateBuildStatus {
+    /// Always empty (E2B's deprecated raw lines).
+    pub logs: Vec<String>,
+    pub log_entries: Vec<BuildLogEntry>,
+    #[serde(rename = "templateID")]
+    pub template_id: String,
+    #[serde(rename = "buildID")]
+    pub build_id: String,
+    /// `waiting`, `building`, `ready` or `error`.
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<BuildStatusReason>,
+}
+
 /// E2B's error body: `{"code": <HTTP status>, "message": …}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct E2bErrorBody {

@@ -67,7 +67,7 @@ const CLIENT_ID: &str = "shellgate";
 /// E2B's default timeout, in seconds.
 const DEFAULT_TIMEOUT_SECS: i64 = 300;
 /// Templates that stand for the server's default image.
-const DEFAULT_TEMPLATES: [&str; 3] = ["base", "code-interpreter-v1", "code-interpreter"];
+pub(crate) const DEFAULT_TEMPLATES: [&str; 3] = ["base", "code-interpreter-v1", "code-interpreter"];
 /// How long an idempotency key replays its create.
 const IDEMPOTENCY_WINDOW_SECS: i64 = 24 * 3600;
 /// Metadata bounds: entries, key bytes, value bytes.
@@ -125,7 +125,7 @@ pub(crate) fn read_body<T: DeserializeOwned>(body: &[u8]) -> E2bResult<T> {
 
 /// The routes of E2B's control plane, at the root as E2B's API serves them.
 pub(crate) fn routes(table: crate::route_table::RouteTable) -> crate::route_table::RouteTable {
-    table
+    let table = table
         .route("/v2/sandboxes", post(create).get(list))
         .route("/sandboxes", post(create).get(list))
         .route("/sandboxes/{sandbox_id}", get(info).delete(kill))
@@ -142,7 +142,8 @@ pub(crate) fn routes(table: crate::route_table::RouteTable) -> crate::route_tabl
         .route("/sandboxes/{sandbox_id}/fork", post(not_supported))
         .route("/sandboxes/{sandbox_id}/snapshots", post(not_supported))
         .route("/sandboxes/{sandbox_id}/refreshes", post(not_supported))
-        .route("/sandboxes/{sandbox_id}/network", put(not_supported))
+        .route("/sandboxes/{sandbox_id}/network", put(not_supported));
+    super::templates::routes(table)
 }
 
 /// E2B's calls shellgate does not carry: a clear error the SDK raises, not
@@ -153,6 +154,27 @@ async fn not_supported(_project: E2bProject) -> E2bError {
         "not supported by shellgate's E2B API (metrics, logs, fork, snapshots, refreshes and \
          network updates are not carried)",
     )
+}
+
+/// What a sandbox create's template names: the image (`None`: the
+/// server's default) and, for a template of the project, that template.
+type ChosenTemplate = (
+    Option<String>,
+    Option<(
+        shellgate_store::E2bTemplateRow,
+        super::templates::TemplateSpec,
+    )>,
+);
+
+async fn choose_template(
+    state: &Arc<AppState>,
+    project: &str,
+    template: &str,
+) -> E2bResult<ChosenTemplate> {
+    if let Some(found) = super::templates::ready_template(state, project, template).await? {
+        return Ok((None, Some(found)));
+    }
+    Ok((template_image(state, template).await?, None))
 }
 
 /// The image a template names: E2B's default templates are the server's
@@ -178,9 +200,20 @@ async fn template_image(state: &Arc<AppState>, template: &str) -> E2bResult<Opti
 /// `template_image` finds it (the server's templates are every project's).
 async fn template_alias(
     State(state): State<Arc<AppState>>,
-    _project: E2bProject,
+    E2bProject(project): E2bProject,
     Path(alias): Path<String>,
 ) -> E2bResult<Json<TemplateAlias>> {
+    let (owner, name) = (project, alias.clone());
+    let own = state
+        .db(move |s| s.e2b_template(&owner, &name))
+        .await
+        .map_err(e2b_error)?;
+    if let Some(own) = own {
+        return Ok(Json(TemplateAlias {
+            template_id: own.template_id,
+            public: false,
+        }));
+    }
     template_image(&state, &alias).await?;
     Ok(Json(TemplateAlias {
         template_id: alias,
@@ -466,7 +499,16 @@ async fn create(
     check_env_vars(&env_vars)?;
     let timeout = timeout_secs(&state, request.timeout)?;
     let network = sandbox_network(&state, &request)?;
-    let image = template_image(&state, &request.template_id).await?;
+    let (image, template) = choose_template(&state, &project, &request.template_id).await?;
+    // A template's `ENV`s are the sandbox's, under the create's own.
+    let env_vars = match &template {
+        Some((_, spec)) => {
+            let mut merged = spec.envs.clone();
+            merged.extend(env_vars);
+            merged
+        }
+        None => env_vars,
+    };
     let container = CreateContainer {
         name: format!("e2b:{}", request.template_id),
         file_ids: Vec::new(),
@@ -501,6 +543,14 @@ async fn create(
             }
             e2b_error(e)
         })?;
+    if let Some((row, spec)) = &template {
+        if let Err(error) =
+            super::templates::prepare_sandbox(&state, row, spec, &made.id, &env_vars).await
+        {
+            let _ = crate::sandboxes::containers::remove_container(&state, &made.id).await;
+            return Err(error);
+        }
+    }
     let now = crate::time::now();
     let row = E2bSandboxRow {
         container_id: made.id.clone(),
@@ -543,7 +593,7 @@ async fn create(
 }
 
 /// The lock of one create's idempotency key or of one sandbox's resume.
-fn e2b_lock(state: &AppState, name: &str) -> Arc<tokio::sync::Mutex<()>> {
+pub(crate) fn e2b_lock(state: &AppState, name: &str) -> Arc<tokio::sync::Mutex<()>> {
     let mut locks = state.e2b_locks.lock().unwrap_or_else(|p| p.into_inner());
     // Locks nobody holds are dropped as the map grows.
     if locks.len() > 1024 {

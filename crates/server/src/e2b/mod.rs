@@ -38,6 +38,7 @@ pub(crate) mod interpreter;
 pub(crate) mod process;
 pub(crate) mod signed;
 pub(crate) mod signing_keys;
+pub(crate) mod templates;
 pub(crate) mod timeouts;
 pub(crate) mod user;
 pub(crate) mod volumes;

@@ -578,6 +578,11 @@ pub(super) fn e2b(d: &mut Builder, s: &Schemas) {
         e2b_new_volume,
         e2b_volume,
         e2b_volumes,
+        e2b_template_request,
+        e2b_template_requested,
+        e2b_template_file,
+        e2b_template_start,
+        e2b_template_status,
         ..
     } = s;
     let e2b_op = |method, path, summary, body, answer| Operation {
@@ -659,7 +664,8 @@ pub(super) fn e2b(d: &mut Builder, s: &Schemas) {
         e2b_op(
             Get,
             "/templates/aliases/{alias}",
-            "The template an alias names (the default templates, the server's images; 404 otherwise)",
+            "The template an alias names (the default templates, the server's images, the \
+             project's templates; 404 otherwise)",
             Body::None,
             Answer::Json(e2b_alias.clone()),
         ),
@@ -676,6 +682,49 @@ pub(super) fn e2b(d: &mut Builder, s: &Schemas) {
             Delete,
             "/volumes/{volume_id}",
             "Destroy a volume and its files (409 while a sandbox mounts it)",
+            Body::None,
+            Answer::NoContent,
+        ),
+        e2b_op(
+            Post,
+            "/v3/templates",
+            "A new build of the project's template `name` (202): its template and build ids",
+            Body::Json(e2b_template_request.clone()),
+            Answer::JsonWith(&["202"], e2b_template_requested.clone()),
+        ),
+        e2b_op(
+            Get,
+            "/templates/{template_id}/files/{hash}",
+            "Whether a COPY step's files are uploaded (201), else the URL to PUT them to",
+            Body::None,
+            Answer::JsonWith(&["201"], e2b_template_file.clone()),
+        ),
+        e2b_op(
+            Put,
+            "/templates/{template_id}/files/{hash}",
+            "A COPY step's files (the SDK's gzipped tar), authorised by the upload URL's \
+             `token` (no key)",
+            Body::Bytes("application/gzip"),
+            Answer::NoContent,
+        ),
+        e2b_op(
+            Post,
+            "/v2/templates/{template_id}/builds/{build_id}",
+            "The build's steps, start and ready commands: the build starts (202)",
+            Body::Json(e2b_template_start.clone()),
+            Answer::NoContent,
+        ),
+        e2b_op(
+            Get,
+            "/templates/{template_id}/builds/{build_id}/status",
+            "A build's status, its log entries from `logsOffset` (100 at most) and why it failed",
+            Body::None,
+            Answer::Json(e2b_template_status.clone()),
+        ),
+        e2b_op(
+            Delete,
+            "/templates/{template_id}",
+            "Deletes the project's template and its layer (204)",
             Body::None,
             Answer::NoContent,
         ),

@@ -88,6 +88,11 @@ pub(super) struct Schemas {
     pub(super) e2b_new_volume: RefOr<Schema>,
     pub(super) e2b_volume: RefOr<Schema>,
     pub(super) e2b_volumes: RefOr<Schema>,
+    pub(super) e2b_template_request: RefOr<Schema>,
+    pub(super) e2b_template_requested: RefOr<Schema>,
+    pub(super) e2b_template_file: RefOr<Schema>,
+    pub(super) e2b_template_start: RefOr<Schema>,
+    pub(super) e2b_template_status: RefOr<Schema>,
     pub(super) e2b_error: RefOr<Schema>,
 }
 
@@ -226,6 +231,22 @@ impl Schemas {
             e2b_volumes: {
                 let schema = d.scoped::<Vec<e2b::E2bVolume>>("e2b", "VolumeList");
                 d.scoped::<e2b::E2bVolume>("e2b", "Volume");
+                schema
+            },
+            e2b_template_request: d
+                .scoped::<e2b::TemplateBuildRequest>("e2b", "TemplateBuildRequest"),
+            e2b_template_requested: d
+                .scoped::<e2b::TemplateBuildRequested>("e2b", "TemplateBuildRequested"),
+            e2b_template_file: d.scoped::<e2b::TemplateFileUpload>("e2b", "TemplateFileUpload"),
+            e2b_template_start: {
+                let schema = d.scoped::<e2b::TemplateBuildStart>("e2b", "TemplateBuildStart");
+                d.scoped::<e2b::TemplateStep>("e2b", "TemplateStep");
+                schema
+            },
+            e2b_template_status: {
+                let schema = d.scoped::<e2b::TemplateBuildStatus>("e2b", "TemplateBuildStatus");
+                d.scoped::<e2b::BuildLogEntry>("e2b", "BuildLogEntry");
+                d.scoped::<e2b::BuildStatusReason>("e2b", "BuildStatusReason");
                 schema
             },
             e2b_error: d.scoped::<e2b::E2bErrorBody>("e2b", "Error"),

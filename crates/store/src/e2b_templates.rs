@@ -1,0 +1,376 @@
+//! E2B's templates (the `e2b_templates` table): a project's template by
+//! name, its latest build (id, status, the build's steps as the server
+//! serialized them, why it failed) and the size of the layer it saved.
+//! A name is one template of its project: building the name again keeps
+//! its `template_id` and gives it a new build.
+
+use crate::connection::Store;
+use crate::error::Result;
+use crate::sql::Row;
+
+/// A template build's status, as E2B names them.
+pub const TEMPLATE_WAITING: &str = "waiting";
+pub const TEMPLATE_BUILDING: &str = "building";
+pub const TEMPLATE_READY: &str = "ready";
+pub const TEMPLATE_ERROR: &str = "error";
+
+/// A project's template and its latest build.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct E2bTemplateRow {
+    pub template_id: String,
+    pub project: String,
+    /// The name it was built under (E2B's alias): unique in its project.
+    pub name: String,
+    pub build_id: String,
+    /// `waiting`, `building`, `ready` or `error`.
+    pub status: String,
+    /// The build's steps, start and ready commands (JSON the server writes
+    /// and reads; `{}` before the build is started).
+    pub spec: String,
+    /// Why the build failed.
+    pub reason: Option<String>,
+    /// The step that failed (E2B's `step`, its 1-based index).
+    pub failed_step: Option<String>,
+    /// Bytes of the layer the last good build saved.
+    pub layer_bytes: i64,
+    /// The secret the upload URLs of its COPY files carry.
+    pub upload_token: String,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+const COLUMNS: &str = "template_id, project, name, build_id, status, spec, reason, failed_step, \
+     layer_bytes, upload_token, created_at, updated_at";
+
+fn template_row(row: &Row) -> Result<E2bTemplateRow> {
+    Ok(E2bTemplateRow {
+        template_id: row.get(0)?,
+        project: row.get(1)?,
+        name: row.get(2)?,
+        build_id: row.get(3)?,
+        status: row.get(4)?,
+        spec: row.get(5)?,
+        reason: row.get(6)?,
+        failed_step: row.get(7)?,
+        layer_bytes: row.get(8)?,
+        upload_token: row.get(9)?,
+        created_at: row.get(10)?,
+        updated_at: row.get(11)?,
+    })
+}
+
+impl Store {
+    /// Records a new build of `row.name`: a new template, or a new build of
+    /// the project's template of that name (its id kept, its status back to
+    /// `waiting`). Answers the row as stored.
+    pub fn begin_e2b_template_build(&self, row: &E2bTemplateRow) -> Result<E2bTemplateRow> {
+        self.transaction(|sql| {
+            let existing = sql.query_opt(
+                &format!("SELECT {COLUMNS} FROM e2b_templates WHERE project = ?1 AND name = ?2"),
+                &[&row.project, &row.name],
+                template_row,
+            )?;
+            if let Some(existing) = existing {
+                sql.execute(
+                    "DELETE FROM e2b_template_logs WHERE build_id = ?1",
+                    &[&existing.build_id],
+                )?;
+                sql.execute(
+                    "UPDATE e2b_templates SET build_id = ?2, status = ?3, spec = '{}', reason = NULL, \
+                     failed_step = NULL, upload_token = ?4, updated_at = ?5 WHERE template_id = ?1",
+                    &[
+                        &existing.template_id,
+                        &row.build_id,
+                        &row.status,
+                        &row.upload_token,
+                        &row.updated_at,
+                    ],
+                )?;
+                return Ok(E2bTemplateRow {
+                    build_id: row.build_id.clone(),
+                    status: row.status.clone(),
+                    spec: "{}".into(),
+                    reason: None,
+                    failed_step: None,
+                    upload_token: row.upload_token.clone(),
+                    updated_at: row.updated_at,
+                    ..existing
+                });
+            }
+            sql.execute(
+                &format!(
+                    "INSERT INTO e2b_templates ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
+                ),
+                &[
+                    &row.template_id,
+                    &row.project,
+                    &row.name,
+                    &row.build_id,
+                    &row.status,
+                    &row.spec,
+                    &row.reason,
+                    &row.failed_step,
+                    &row.layer_bytes,
+                    &row.upload_token,
+                    &row.created_at,
+                    &row.updated_at,
+                ],
+            )?;
+            Ok(row.clone())
+        })
+    }
+
+    /// The project's template whose id or name is `key`.
+    pub fn e2b_template(&self, project: &str, key: &str) -> Result<Option<E2bTemplateRow>> {
+        self.read(|sql| {
+            sql.query_opt(
+                &format!(
+                    "SELECT {COLUMNS} FROM e2b_templates WHERE project = ?1 AND (template_id = ?2 OR name = ?2)"
+                ),
+                &[&project, &key],
+                template_row,
+            )
+        })
+    }
+
+    /// A template whatever its project (an upload, authorised by the
+    /// template's upload token rather than a key).
+    pub fn e2b_template_by_id(&self, template_id: &str) -> Result<Option<E2bTemplateRow>> {
+        self.read(|sql| {
+            sql.query_opt(
+                &format!("SELECT {COLUMNS} FROM e2b_templates WHERE template_id = ?1"),
+                &[&template_id],
+                template_row,
+            )
+        })
+    }
+
+    /// The project's templates, oldest first.
+    pub fn e2b_templates(&self, project: &str) -> Result<Vec<E2bTemplateRow>> {
+        self.read(|sql| {
+            sql.query(
+                &format!(
+                    "SELECT {COLUMNS} FROM e2b_templates WHERE project = ?1 ORDER BY created_at, template_id"
+                ),
+                &[&project],
+                template_row,
+            )
+        })
+    }
+
+    /// Moves build `build_id` of a template to `status` with its spec (a
+    /// build that is no longer the template's latest is left alone):
+    /// whether it was.
+    pub fn set_e2b_template_status(
+        &self,
+        template_id: &str,
+        build_id: &str,
+        status: &str,
+        spec: Option<&str>,
+        now: i64,
+    ) -> Result<bool> {
+        self.write(|sql| {
+            let changed = match spec {
+                Some(spec) => sql.execute(
+                    "UPDATE e2b_templates SET status = ?3, spec = ?4, updated_at = ?5 \
+                     WHERE template_id = ?1 AND build_id = ?2",
+                    &[&template_id, &build_id, &status, &spec, &now],
+                )?,
+                None => sql.execute(
+                    "UPDATE e2b_templates SET status = ?3, updated_at = ?4 \
+                     WHERE template_id = ?1 AND build_id = ?2",
+                    &[&template_id, &build_id, &status, &now],
+                )?,
+            };
+            Ok(changed > 0)
+        })
+    }
+
+    /// Ends build `build_id` of a template: `ready` with its layer's size,
+    /// or `error` with the reason and the failed step.
+    pub fn finish_e2b_template_build(
+        &self,
+        template_id: &str,
+        build_id: &str,
+        outcome: std::result::Result<i64, (String, Option<String>)>,
+        now: i64,
+    ) -> Result<bool> {
+        self.write(|sql| {
+            let changed = match &outcome {
+                Ok(bytes) => sql.execute(
+                    "UPDATE e2b_templates SET status = 'ready', layer_bytes = ?3, reason = NULL, \
+                     failed_step = NULL, updated_at = ?4 WHERE template_id = ?1 AND build_id = ?2",
+                    &[&template_id, &build_id, bytes, &now],
+                )?,
+                Err((reason, step)) => sql.execute(
+                    "UPDATE e2b_templates SET status = 'error', reason = ?3, failed_step = ?4, \
+                     updated_at = ?5 WHERE template_id = ?1 AND build_id = ?2",
+                    &[&template_id, &build_id, reason, step, &now],
+                )?,
+            };
+            Ok(changed > 0)
+        })
+    }
+
+    /// Marks every build that was waiting or running as failed with
+    /// `reason` (a server stopped mid-build): their ids, `(template_id,
+    /// build_id)`.
+    pub fn fail_unfinished_e2b_template_builds(
+        &self,
+        reason: &str,
+        now: i64,
+    ) -> Result<Vec<(String, String)>> {
+        self.transaction(|sql| {
+            let unfinished = sql.query(
+                "SELECT template_id, build_id FROM e2b_templates WHERE status IN ('waiting', 'building')",
+                &[],
+                |row| Ok((row.get::<String>(0)?, row.get::<String>(1)?)),
+            )?;
+            sql.execute(
+                "UPDATE e2b_templates SET status = 'error', reason = ?1, updated_at = ?2 \
+                 WHERE status IN ('waiting', 'building')",
+                &[&reason, &now],
+            )?;
+            Ok(unfinished)
+        })
+    }
+
+    /// Appends entries to a build's log.
+    pub fn append_e2b_template_logs(&self, build_id: &str, entries: &[String]) -> Result<()> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        self.transaction(|sql| {
+            let next: i64 = sql
+                .query_opt(
+                    "SELECT COALESCE(MAX(seq) + 1, 0) FROM e2b_template_logs WHERE build_id = ?1",
+                    &[&build_id],
+                    |row| row.get(0),
+                )?
+                .unwrap_or(0);
+            for (index, entry) in entries.iter().enumerate() {
+                let seq = next + index as i64;
+                sql.execute(
+                    "INSERT INTO e2b_template_logs (build_id, seq, entry) VALUES (?1, ?2, ?3)",
+                    &[&build_id, &seq, entry],
+                )?;
+            }
+            Ok(())
+        })
+    }
+
+    /// At most `limit` entries of a build's log from the `offset`th on.
+    pub fn e2b_template_logs(
+        &self,
+        build_id: &str,
+        offset: i64,
+        limit: i64,
+    ) -> Result<Vec<String>> {
+        self.read(|sql| {
+            sql.query(
+                "SELECT entry FROM e2b_template_logs WHERE build_id = ?1 AND seq >= ?2 ORDER BY seq LIMIT ?3",
+                &[&build_id, &offset, &limit],
+                |row| row.get(0),
+            )
+        })
+    }
+
+    /// Removes a template and its build's log: whether it was there.
+    pub fn delete_e2b_template(&self, project: &str, template_id: &str) -> Result<bool> {
+        self.transaction(|sql| {
+            sql.execute(
+                "DELETE FROM e2b_template_logs WHERE build_id IN \
+                 (SELECT build_id FROM e2b_templates WHERE project = ?1 AND template_id = ?2)",
+                &[&project, &template_id],
+            )?;
+            let removed = sql.execute(
+                "DELETE FROM e2b_templates WHERE project = ?1 AND template_id = ?2",
+                &[&project, &template_id],
+            )?;
+            Ok(removed > 0)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(id: &str, name: &str, build: &str) -> E2bTemplateRow {
+        E2bTemplateRow {
+            template_id: id.into(),
+            project: "p".into(),
+            name: name.into(),
+            build_id: build.into(),
+            status: TEMPLATE_WAITING.into(),
+            spec: "{}".into(),
+            reason: None,
+            failed_step: None,
+            layer_bytes: 0,
+            upload_token: format!("tok-{build}"),
+            created_at: 1,
+            updated_at: 1,
+        }
+    }
+
+    #[test]
+    fn a_name_keeps_its_id_across_builds_and_unfinished_builds_fail() {
+        for store in crate::testing::stores() {
+            one_store(&store);
+        }
+    }
+
+    fn one_store(store: &Store) {
+        let first = store
+            .begin_e2b_template_build(&row("t1", "app", "b1"))
+            .expect("first build");
+        assert_eq!(first.template_id, "t1");
+        assert!(store
+            .finish_e2b_template_build("t1", "b1", Ok(42), 2)
+            .expect("finish"));
+        let again = store
+            .begin_e2b_template_build(&row("t2", "app", "b2"))
+            .expect("second build");
+        assert_eq!(
+            (again.template_id.as_str(), again.build_id.as_str()),
+            ("t1", "b2"),
+            "{again:?}"
+        );
+        // The first build's late outcome no longer touches the template.
+        assert!(!store
+            .finish_e2b_template_build("t1", "b1", Err(("late".into(), None)), 3)
+            .expect("late finish"));
+        store
+            .append_e2b_template_logs("b2", &["one".into(), "two".into()])
+            .expect("append");
+        store
+            .append_e2b_template_logs("b2", &["three".into()])
+            .expect("append more");
+        assert_eq!(
+            store.e2b_template_logs("b2", 1, 5).expect("read the log"),
+            vec!["two".to_owned(), "three".to_owned()]
+        );
+        let by_name = store
+            .e2b_template("p", "app")
+            .expect("read")
+            .expect("found");
+        assert_eq!(by_name.layer_bytes, 42, "{by_name:?}");
+        assert!(store.e2b_template("other", "app").expect("read").is_none());
+        let failed = store
+            .fail_unfinished_e2b_template_builds("stopped", 4)
+            .expect("fail unfinished");
+        assert_eq!(failed, vec![("t1".to_owned(), "b2".to_owned())]);
+        let after = store.e2b_template("p", "t1").expect("read").expect("found");
+        assert_eq!(
+            (after.status.as_str(), after.reason.as_deref()),
+            (TEMPLATE_ERROR, Some("stopped")),
+            "{after:?}"
+        );
+        assert!(store.delete_e2b_template("p", "t1").expect("delete"));
+        assert!(store.e2b_templates("p").expect("list").is_empty());
+        assert!(store
+            .e2b_template_logs("b2", 0, 5)
+            .expect("read")
+            .is_empty());
+    }
+}
