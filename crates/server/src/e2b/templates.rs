@@ -1120,7 +1120,10 @@ async fn remove(
     Path(template_id): Path<String>,
 ) -> Result<StatusCode, E2bError> {
     let row = project_template(&state, &project, &template_id).await?;
-    if row.status == TEMPLATE_BUILDING {
+    // A build older than the deadline is over whatever its row says (its
+    // node stopped before recording the end): the template can go.
+    let build_may_run = crate::time::now() - row.updated_at < BUILD_DEADLINE.as_secs() as i64;
+    if row.status == TEMPLATE_BUILDING && build_may_run {
         return Err(E2bError::new(
             StatusCode::CONFLICT,
             format!("template '{template_id}' is being built; delete it when the build ends"),
