@@ -171,6 +171,11 @@ async fn choose_template(
     project: &str,
     template: &str,
 ) -> E2bResult<ChosenTemplate> {
+    // The default templates are no project's (their names are refused to
+    // builds): no store read for them.
+    if DEFAULT_TEMPLATES.contains(&template) {
+        return Ok((None, None));
+    }
     if let Some(found) = super::templates::ready_template(state, project, template).await? {
         return Ok((None, Some(found)));
     }
