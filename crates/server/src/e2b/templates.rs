@@ -658,6 +658,7 @@ async fn build(
         network_policy: network,
         image: None,
         exposed_ports: Vec::new(),
+        volumes: Vec::new(),
     };
     let made = crate::sandboxes::containers::create_container(state, &row.project, container)
         .await
