@@ -19,6 +19,8 @@ import json
 import anthropic
 import pytest
 from anthropic.types.beta import BetaDeletedFile, BetaFileMetadata, BetaSkill
+from anthropic.types.beta.skills import BetaDeletedSkillVersion, BetaSkillVersion
+from anthropic.types.skills import SkillVersion
 
 from conftest import KEY_A, own_server
 
@@ -256,6 +258,68 @@ def test_anthropic_skill_lists_page(served):
     page = client.beta.skills.list(limit=2)
     assert [s.id for s in page.data] == made[:0:-1], page
     assert page.next_page and page.get_next_page().data[0].id == made[0]
+
+
+def test_skill_versions_answer_anthropics_sdk_in_its_shape(served):
+    server, _ = served
+    client = anthropic_client(server)
+    skill = client.beta.skills.create(files=skill_files("versioned", "One."))
+    first_id = skill.latest_version_id
+    second = client.beta.skills.versions.create(skill.id, files=skill_files("versioned", "Two."))
+    assert isinstance(second, BetaSkillVersion), second
+    assert (second.type, second.skill_id, second.name, second.description) == \
+        ("skill_version", skill.id, "versioned", "Two."), second
+    assert second.created_at.tzinfo is not None and second.id != first_id, second
+    # The new version is the skill's latest, the one a container gets.
+    assert client.beta.skills.retrieve(skill.id).latest_version_id == second.id
+    listed = client.beta.skills.versions.list(skill.id)
+    assert [v.id for v in listed.data] == [second.id, first_id], listed
+    assert all(isinstance(v, BetaSkillVersion) for v in listed.data), listed
+    page = client.beta.skills.versions.list(skill.id, limit=1)
+    assert [v.id for v in page.data] == [second.id] and page.next_page, page
+    assert [v.id for v in page.get_next_page().data] == [first_id], page
+    # A version is named by its id, or `latest`; the non-beta types parse it too.
+    assert client.beta.skills.versions.retrieve(second.id, skill_id=skill.id) == second
+    assert client.beta.skills.versions.retrieve("latest", skill_id=skill.id) == second
+    plain = client.skills.versions.retrieve(first_id, skill_id=skill.id)
+    assert isinstance(plain, SkillVersion) and plain.description == "One.", plain
+    deleted = client.beta.skills.versions.delete(first_id, skill_id=skill.id)
+    assert isinstance(deleted, BetaDeletedSkillVersion), deleted
+    assert (deleted.id, deleted.type) == (first_id, "skill_version_deleted"), deleted
+    with pytest.raises(anthropic.NotFoundError) as raised:
+        client.beta.skills.versions.retrieve(first_id, skill_id=skill.id)
+    assert raised.value.body["error"]["type"] == "not_found_error", raised.value.body
+    # The skill's last version goes with the skill.
+    with pytest.raises(anthropic.BadRequestError) as raised:
+        client.beta.skills.versions.delete(second.id, skill_id=skill.id)
+    assert raised.value.body["error"]["type"] == "invalid_request_error", raised.value.body
+    client.beta.skills.delete(skill.id)
+    # A skill shellgate ships has one version, named by the skill's id.
+    [shipped] = client.beta.skills.versions.list("shellgate-report-writer").data
+    assert (shipped.id, shipped.name) == ("shellgate-report-writer", "report-writer"), shipped
+    assert client.beta.skills.versions.retrieve("latest", skill_id=shipped.skill_id) == shipped
+
+
+def test_container_skills_take_anthropics_own_skill_names(served):
+    server, _ = served
+    client = anthropic_client(server)
+    message = client.messages.create(
+        model="scripted", max_tokens=256, tools=[BASH],
+        container={"skills": [{"type": "anthropic", "skill_id": "xlsx", "version": "latest"},
+                              {"type": "anthropic", "skill_id": "pdf"}]},
+        messages=[{"role": "user", "content": 'Call bash_code_execution: {"command": "ls /mnt/skills"}'}])
+    result = message.content[1].content
+    assert (result.stdout, result.return_code) == ("report-writer\nspreadsheet-analyst\n", 0), result
+    # One shellgate does not ship is a 400 naming the ones it does.
+    with pytest.raises(anthropic.BadRequestError) as raised:
+        client.messages.create(
+            model="scripted", max_tokens=64, tools=[BASH],
+            container={"skills": [{"type": "anthropic", "skill_id": "pptx"}]},
+            messages=[{"role": "user", "content": 'Call bash_code_execution: {"command": "true"}'}])
+    error = raised.value.body["error"]
+    assert error["type"] == "invalid_request_error", raised.value.body
+    assert '"pptx"' in error["message"] and "shellgate-spreadsheet-analyst (xlsx)" in error["message"] \
+        and "shellgate-report-writer (docx, pdf)" in error["message"], raised.value.body
 
 
 def test_container_skills_mount_the_projects_and_the_shipped_skills(served):

@@ -336,38 +336,46 @@ fn read_tools(
 /// `container.skills` as the skills a new container gets: a `custom`
 /// skill is the project's skill of that id (`version` a number or
 /// `latest`, else its default), an `anthropic` one a skill shellgate ships
-/// (its curated skills stand for Anthropic's). A skill that is not there
-/// is the request's 400, naming it, when the container is made ready.
+/// (by its id, or by the id of Anthropic's skill it stands for: `xlsx`,
+/// `docx`, `pdf`). A skill that is not there is the request's 400, naming
+/// it, when the container is made ready.
 fn container_skills(skills: &[wire::SkillParam]) -> Result<Vec<Value>, ApiError> {
     skills
         .iter()
         .enumerate()
         .map(|(index, skill)| {
             let at = format!("container.skills[{index}]");
-            match skill.kind.as_str() {
-                "custom" => {}
-                "anthropic" if shellgate_skills::Curated::find(&skill.skill_id).is_some() => {}
-                "anthropic" => {
-                    let shipped: Vec<&str> =
-                        shellgate_skills::CURATED.iter().map(|c| c.id).collect();
-                    return Err(invalid(
-                        &format!("{at}.skill_id"),
-                        format!(
-                            "no skill {:?}: the skills of type 'anthropic' here are {}",
-                            skill.skill_id,
-                            shipped.join(", ")
-                        ),
-                    ));
-                }
+            let skill_id = match skill.kind.as_str() {
+                "custom" => skill.skill_id.clone(),
+                "anthropic" => match shellgate_skills::Curated::find_anthropic(&skill.skill_id) {
+                    Some(curated) => curated.id.to_owned(),
+                    None => {
+                        let shipped: Vec<String> = shellgate_skills::CURATED
+                            .iter()
+                            .map(|c| match c.anthropic {
+                                [] => c.id.to_owned(),
+                                names => format!("{} ({})", c.id, names.join(", ")),
+                            })
+                            .collect();
+                        return Err(invalid(
+                            &format!("{at}.skill_id"),
+                            format!(
+                                "no skill {:?}: the skills of type 'anthropic' here are {}",
+                                skill.skill_id,
+                                shipped.join(", ")
+                            ),
+                        ));
+                    }
+                },
                 other => {
                     return Err(invalid(
                         &format!("{at}.type"),
                         format!("type must be 'custom' or 'anthropic', not {other:?}"),
                     ))
                 }
-            }
+            };
             let entry = SkillEntry::SkillReference(SkillReference {
-                skill_id: skill.skill_id.clone(),
+                skill_id,
                 version: skill.version.clone().map(VersionRef::Text),
             });
             serde_json::to_value(entry).map_err(|e| ApiError::internal(e.to_string()))

@@ -23,15 +23,16 @@ use shellgate_store::{SkillRow, SkillVersionDelete, SkillVersionRow};
 use shellgate_wire::new_id;
 use shellgate_wire::{
     AnthropicSkill, AnthropicSkillDeleted, AnthropicSkillList, AnthropicSkillSource,
-    AnthropicSkillsQuery, Deleted, List, Skill, SkillVersion, SkillVersionDeleted, UpdateSkill,
-    VersionRef,
+    AnthropicSkillVersion, AnthropicSkillVersionDeleted, AnthropicSkillVersionList,
+    AnthropicSkillVersionsQuery, AnthropicSkillsQuery, Deleted, List, Skill, SkillVersion,
+    SkillVersionDeleted, UpdateSkill, VersionRef,
 };
 
 use crate::anthropic_pages::AnthropicPage;
 use crate::blobs::skill_key;
 use crate::error::{anthropic_client, ApiError, ApiResult};
 use crate::http::multipart_error;
-use crate::http::{ApiJson, ApiQuery, ListParams, Project};
+use crate::http::{ApiJson, ListParams, Project};
 use crate::sandboxes::skills::{
     bundle_error, guard_bundle, owned_skill, owned_version, version_number,
 };
@@ -104,6 +105,70 @@ fn anthropic_curated(curated: &shellgate_skills::Curated) -> AnthropicSkill {
         created_at: epoch.clone(),
         updated_at: epoch,
     }
+}
+
+/// A project's skill version in Anthropic's shape.
+fn anthropic_version(row: &SkillVersionRow) -> AnthropicSkillVersion {
+    AnthropicSkillVersion {
+        id: row.id.clone(),
+        kind: "skill_version".to_owned(),
+        skill_id: row.skill_id.clone(),
+        version: row.version.to_string(),
+        name: row.name.clone(),
+        description: row.description.clone(),
+        created_at: shellgate_wire::time::rfc3339(row.created_at),
+    }
+}
+
+/// A curated skill's one version in Anthropic's shape (as
+/// [`anthropic_curated`] names it: the skill's id, `1`, the epoch).
+fn anthropic_curated_version(
+    curated: &shellgate_skills::Curated,
+) -> ApiResult<AnthropicSkillVersion> {
+    let bundle = curated
+        .bundle()
+        .map_err(|e| ApiError::internal(format!("a shipped skill is unreadable: {e}")))?;
+    Ok(AnthropicSkillVersion {
+        id: curated.id.to_owned(),
+        kind: "skill_version".to_owned(),
+        skill_id: curated.id.to_owned(),
+        version: "1".to_owned(),
+        name: bundle.manifest.name,
+        description: bundle.manifest.description,
+        created_at: shellgate_wire::time::rfc3339(0),
+    })
+}
+
+/// The version a path names to an Anthropic client: its id (as
+/// Anthropic's paths name versions), or a number or `latest` as to
+/// OpenAI's; else a 404.
+async fn anthropic_version_row(
+    state: &AppState,
+    project: &Project,
+    skill: &SkillRow,
+    value: &str,
+) -> ApiResult<SkillVersionRow> {
+    if value == "latest" || value.parse::<u32>().is_ok() {
+        let number = version_number(value, skill, "version")?;
+        return owned_version(state, project, skill, number).await;
+    }
+    let (owner, key, id) = (project.0.clone(), skill.id.clone(), value.to_owned());
+    state
+        .db(move |s| s.skill_version_by_id(&owner, &key, &id))
+        .await?
+        .ok_or_else(|| ApiError::not_found("skill version", value))
+}
+
+/// A curated skill's one version, if `id` names a curated skill and
+/// `version` that version (its id, `1` or `latest`); a curated skill's
+/// other version is a 404.
+fn curated_version(id: &str, version: &str) -> Option<ApiResult<AnthropicSkillVersion>> {
+    let curated = shellgate_skills::Curated::find(id)?;
+    Some(if [curated.id, "1", "latest"].contains(&version) {
+        anthropic_curated_version(curated)
+    } else {
+        Err(ApiError::not_found("skill version", version))
+    })
 }
 
 /// A multipart upload: one zip (`files`) or a directory (`files[]` parts
@@ -462,16 +527,20 @@ pub async fn content(
 }
 
 /// `POST /v1/skills/{id}/versions`: `files` and an optional `default`.
+/// An Anthropic client's new version is the default unless it says
+/// otherwise (Anthropic's skills have no default: the latest is the one).
 pub async fn create_version(
     State(state): State<Arc<AppState>>,
     project: Project,
+    headers: HeaderMap,
     Path(id): Path<String>,
     multipart: Result<Multipart, axum::extract::multipart::MultipartRejection>,
-) -> ApiResult<Json<SkillVersion>> {
+) -> ApiResult<Response> {
+    let anthropic = anthropic_client(&headers);
     owned_skill(&state, &project, &id).await?;
     let upload = read_upload(multipart).await?;
     let default = match upload.fields.iter().find(|(n, _)| n == "default") {
-        None => false,
+        None => anthropic,
         Some((_, value)) => match value.trim() {
             "true" | "1" => true,
             "false" | "0" => false,
@@ -497,7 +566,8 @@ pub async fn create_version(
             })
             .await;
         match added {
-            Ok(Some(row)) => Ok(Json(version_object(&row))),
+            Ok(Some(row)) if anthropic => Ok(Json(anthropic_version(&row)).into_response()),
+            Ok(Some(row)) => Ok(Json(version_object(&row)).into_response()),
             Ok(None) => {
                 remove_blobs(&state, vec![version_id]).await;
                 Err(ApiError::not_found("skill", &id))
@@ -514,50 +584,127 @@ pub async fn create_version(
 pub async fn list_versions(
     State(state): State<Arc<AppState>>,
     project: Project,
+    headers: HeaderMap,
     Path(id): Path<String>,
-    ApiQuery(params): ApiQuery<ListParams>,
-) -> ApiResult<Json<List<SkillVersion>>> {
+    uri: Uri,
+) -> ApiResult<Response> {
+    let invalid_query = |e: axum::extract::rejection::QueryRejection| {
+        ApiError::bad_request(format!("Invalid query: {}", e.body_text()))
+    };
+    if anthropic_client(&headers) {
+        let Query(query) =
+            Query::<AnthropicSkillVersionsQuery>::try_from_uri(&uri).map_err(invalid_query)?;
+        return Ok(Json(anthropic_versions(&state, &project, &id, query).await?).into_response());
+    }
+    let Query(params) = Query::<ListParams>::try_from_uri(&uri).map_err(invalid_query)?;
     owned_skill(&state, &project, &id).await?;
     let page = params.page()?;
     let (rows, has_more) = state.db(move |s| s.list_skill_versions(&id, &page)).await?;
     let data = rows.iter().map(version_object).collect();
-    Ok(Json(List::page(
+    Ok(Json(List::page(data, has_more, |version: &SkillVersion| {
+        version.id.clone()
+    }))
+    .into_response())
+}
+
+/// One of Anthropic's pages of a skill's versions, newest first (a
+/// curated skill's one version, one page).
+async fn anthropic_versions(
+    state: &AppState,
+    project: &Project,
+    id: &str,
+    query: AnthropicSkillVersionsQuery,
+) -> ApiResult<AnthropicSkillVersionList> {
+    let paging = AnthropicPage::read(
+        query.limit.as_deref(),
+        query.page.as_deref(),
+        query.after_id,
+        query.before_id,
+    )?;
+    if let Some(curated) = shellgate_skills::Curated::find(id) {
+        let data = vec![anthropic_curated_version(curated)?];
+        let (first_id, last_id, next_page) = paging.ends(&data, |v| v.id.clone(), false);
+        return Ok(AnthropicSkillVersionList {
+            data,
+            has_more: false,
+            first_id,
+            last_id,
+            next_page,
+        });
+    }
+    owned_skill(state, project, id).await?;
+    let (key, page) = (id.to_owned(), paging.page.clone());
+    let (mut rows, has_more) = state
+        .db(move |s| s.list_skill_versions(&key, &page))
+        .await?;
+    paging.order(&mut rows);
+    let data: Vec<AnthropicSkillVersion> = rows.iter().map(anthropic_version).collect();
+    let (first_id, last_id, next_page) = paging.ends(&data, |v| v.id.clone(), has_more);
+    Ok(AnthropicSkillVersionList {
         data,
         has_more,
-        |version: &SkillVersion| version.id.clone(),
-    )))
+        first_id,
+        last_id,
+        next_page,
+    })
 }
 
 pub async fn retrieve_version(
     State(state): State<Arc<AppState>>,
     project: Project,
+    headers: HeaderMap,
     Path((id, version)): Path<(String, String)>,
-) -> ApiResult<Json<SkillVersion>> {
+) -> ApiResult<Response> {
+    if anthropic_client(&headers) {
+        if let Some(curated) = curated_version(&id, &version) {
+            return Ok(Json(curated?).into_response());
+        }
+        let skill = owned_skill(&state, &project, &id).await?;
+        let row = anthropic_version_row(&state, &project, &skill, &version).await?;
+        return Ok(Json(anthropic_version(&row)).into_response());
+    }
     let skill = owned_skill(&state, &project, &id).await?;
     let number = version_number(&version, &skill, "version")?;
     Ok(Json(version_object(
         &owned_version(&state, &project, &skill, number).await?,
-    )))
+    ))
+    .into_response())
 }
 
 pub async fn version_content(
     State(state): State<Arc<AppState>>,
     project: Project,
+    headers: HeaderMap,
     Path((id, version)): Path<(String, String)>,
 ) -> ApiResult<Response> {
     let skill = owned_skill(&state, &project, &id).await?;
-    let number = version_number(&version, &skill, "version")?;
-    let row = owned_version(&state, &project, &skill, number).await?;
+    let row = if anthropic_client(&headers) {
+        anthropic_version_row(&state, &project, &skill, &version).await?
+    } else {
+        let number = version_number(&version, &skill, "version")?;
+        owned_version(&state, &project, &skill, number).await?
+    };
     zip_response(&state, &row).await
 }
 
+/// `DELETE /v1/skills/{id}/versions/{version}`: not the default version
+/// (to an Anthropic client, the latest unless another was made the
+/// default), which goes with the skill.
 pub async fn delete_version(
     State(state): State<Arc<AppState>>,
     project: Project,
+    headers: HeaderMap,
     Path((id, version)): Path<(String, String)>,
-) -> ApiResult<Json<SkillVersionDeleted>> {
+) -> ApiResult<Response> {
+    let anthropic = anthropic_client(&headers);
     let skill = owned_skill(&state, &project, &id).await?;
-    let number = version_number(&version, &skill, "version")?;
+    let number = if anthropic {
+        anthropic_version_row(&state, &project, &skill, &version)
+            .await?
+            .version
+    } else {
+        version_number(&version, &skill, "version")?
+    };
     let owner = project.0.clone();
     let deleted = state
         .db(move |s| s.delete_skill_version(&owner, &id, number))
@@ -567,12 +714,20 @@ pub async fn delete_version(
             // The row is gone: a hang-up now must not keep the blob.
             let (state, blob) = (Arc::clone(&state), row.id.clone());
             tokio::spawn(async move { remove_blobs(&state, vec![blob]).await });
+            if anthropic {
+                return Ok(Json(AnthropicSkillVersionDeleted {
+                    id: row.id,
+                    kind: "skill_version_deleted".to_owned(),
+                })
+                .into_response());
+            }
             Ok(Json(SkillVersionDeleted {
                 object: "skill.version.deleted".to_owned(),
                 deleted: true,
                 id: row.id,
                 version: row.version.to_string(),
-            }))
+            })
+            .into_response())
         }
         Err(SkillVersionDelete::NotFound) => {
             Err(ApiError::not_found("skill version", &number.to_string()))

@@ -10,6 +10,9 @@ pub struct Curated {
     pub id: &'static str,
     /// Other ids it answers to (OpenAI's name for the same job).
     pub aliases: &'static [&'static str],
+    /// The ids of Anthropic's skills (`type: "anthropic"`) it stands for:
+    /// the ones whose job it does.
+    pub anthropic: &'static [&'static str],
     pub folder: &'static str,
     files: &'static [(&'static str, &'static [u8])],
 }
@@ -25,12 +28,16 @@ pub const CURATED: &[Curated] = &[
     Curated {
         id: "shellgate-spreadsheet-analyst",
         aliases: &["openai-spreadsheets"],
+        anthropic: &["xlsx"],
         folder: "spreadsheet-analyst",
         files: files!("spreadsheet-analyst": "SKILL.md", "scripts/analyze.py"),
     },
     Curated {
         id: "shellgate-report-writer",
         aliases: &[],
+        // It writes PDF and DOCX files; Anthropic's `pdf` and `docx` skills
+        // also read and edit them, which plain Python in the container does.
+        anthropic: &["docx", "pdf"],
         folder: "report-writer",
         files: files!("report-writer": "SKILL.md", "scripts/render.py"),
     },
@@ -42,6 +49,15 @@ impl Curated {
         CURATED
             .iter()
             .find(|c| c.id == id || c.aliases.contains(&id))
+    }
+
+    /// The curated skill an Anthropic skill id (`type: "anthropic"`)
+    /// names: one of Anthropic's it stands for, or its own id or alias.
+    pub fn find_anthropic(id: &str) -> Option<&'static Curated> {
+        CURATED
+            .iter()
+            .find(|c| c.anthropic.contains(&id))
+            .or_else(|| Self::find(id))
     }
 
     /// Its bundle, checked like an upload.
@@ -75,5 +91,22 @@ mod tests {
             Some("shellgate-spreadsheet-analyst")
         );
         assert!(Curated::find("skill_123").is_none());
+    }
+
+    #[test]
+    fn anthropics_skill_names_find_the_skill_that_does_their_job() {
+        for (name, id) in [
+            ("xlsx", Some("shellgate-spreadsheet-analyst")),
+            ("docx", Some("shellgate-report-writer")),
+            ("pdf", Some("shellgate-report-writer")),
+            ("pptx", None),
+            ("shellgate-report-writer", Some("shellgate-report-writer")),
+        ] {
+            assert_eq!(Curated::find_anthropic(name).map(|c| c.id), id, "{name}");
+        }
+        assert!(
+            Curated::find("xlsx").is_none(),
+            "Anthropic's names are Anthropic's only"
+        );
     }
 }

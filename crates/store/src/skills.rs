@@ -202,6 +202,25 @@ impl Store {
         })
     }
 
+    /// The version of a skill of `project` that has id `version_id`.
+    pub fn skill_version_by_id(
+        &self,
+        project: &str,
+        skill_id: &str,
+        version_id: &str,
+    ) -> Result<Option<SkillVersionRow>> {
+        self.read(|sql| {
+            sql.query_opt(
+                &format!(
+                    "SELECT {SKILL_VERSION_COLUMNS} FROM skill_versions
+                     WHERE skill_id = ?1 AND project = ?2 AND id = ?3"
+                ),
+                &[&skill_id, &project, &version_id],
+                skill_version_row,
+            )
+        })
+    }
+
     /// A page of a skill's versions (by version number: their order of
     /// creation).
     pub fn list_skill_versions(

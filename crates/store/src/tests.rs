@@ -388,6 +388,17 @@ mod tables {
                 .add_skill_version("alpha", &mut fourth, false)
                 .unwrap();
             assert_eq!(fourth.version, 4, "3 is never given again");
+            // Found by its id too, only under its skill and project.
+            let found = store.skill_version_by_id("alpha", "skill_1", "v4").unwrap();
+            assert_eq!(found.as_ref().map(|v| v.version), Some(4), "{found:?}");
+            for (project, skill, id) in [
+                ("beta", "skill_1", "v4"),
+                ("alpha", "skill_2", "v4"),
+                ("alpha", "skill_1", "v3"),
+            ] {
+                let found = store.skill_version_by_id(project, skill, id).unwrap();
+                assert_eq!(found, None, "{project} {skill} {id}");
+            }
             let page = Page {
                 limit: 10,
                 ascending: true,

@@ -59,8 +59,10 @@ pub use processes::{
 };
 pub use skills::{
     AnthropicSkill, AnthropicSkillDeleted, AnthropicSkillList, AnthropicSkillSource,
-    AnthropicSkillsQuery, InlineSkill, InlineSkillSource, MountedSkill, Skill, SkillEntry,
-    SkillReference, SkillVersion, SkillVersionDeleted, StoredSkill, UpdateSkill, VersionRef,
+    AnthropicSkillVersion, AnthropicSkillVersionDeleted, AnthropicSkillVersionList,
+    AnthropicSkillVersionsQuery, AnthropicSkillsQuery, InlineSkill, InlineSkillSource,
+    MountedSkill, Skill, SkillEntry, SkillReference, SkillVersion, SkillVersionDeleted,
+    StoredSkill, UpdateSkill, VersionRef,
 };
 pub use usage::{ContainerUsage, Usage};
 pub use volumes::{CreateVolume, Volume, VolumeMount};

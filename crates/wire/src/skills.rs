@@ -506,3 +506,52 @@ pub struct AnthropicSkillsQuery {
     pub before_id: Option<String>,
     pub source: Option<String>,
 }
+
+/// A skill's version in Anthropic's shape (the `anthropic` SDK's
+/// `types/skills/skill_version.py`): its id (which names it in paths),
+/// the skill's, the `SKILL.md`'s name and description, and `version`, its
+/// number beside the id.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct AnthropicSkillVersion {
+    pub id: String,
+    /// Always `skill_version`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub skill_id: String,
+    pub version: String,
+    pub name: String,
+    pub description: String,
+    /// RFC 3339.
+    pub created_at: String,
+}
+
+/// A page of a skill's versions in Anthropic's shape, as
+/// [`AnthropicSkillList`].
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct AnthropicSkillVersionList {
+    pub data: Vec<AnthropicSkillVersion>,
+    pub has_more: bool,
+    pub first_id: Option<String>,
+    pub last_id: Option<String>,
+    pub next_page: Option<String>,
+}
+
+/// `DELETE /v1/skills/{id}/versions/{version}` in Anthropic's shape.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct AnthropicSkillVersionDeleted {
+    pub id: String,
+    /// Always `skill_version_deleted`.
+    #[serde(rename = "type")]
+    pub kind: String,
+}
+
+/// The query of Anthropic's list of a skill's versions: `limit` (1 to
+/// 1,000, default 20) and `page` (a `next_page` cursor) or `after_id` /
+/// `before_id`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct AnthropicSkillVersionsQuery {
+    pub limit: Option<String>,
+    pub page: Option<String>,
+    pub after_id: Option<String>,
+    pub before_id: Option<String>,
+}
