@@ -53,6 +53,18 @@ def test_a_batch_runs_each_request_and_its_results_parse_with_the_sdk(server):
     assert results["bad"].error.error.type == "invalid_request_error", results
 
 
+def test_a_base_url_ending_in_v1_reaches_the_batches_too(server):
+    # The SDK puts its /v1/... paths after the base URL, as it does for messages.
+    sdk = anthropic.Anthropic(base_url=server.base_url, api_key=KEY_A, max_retries=0)
+    batch = sdk.messages.batches.create(requests=[
+        {"custom_id": "only", "params": {"model": "scripted", "max_tokens": 32, "messages": HI}}])
+    assert batch.id in [listed.id for listed in sdk.messages.batches.list(limit=100)], batch
+    done = ended(sdk, batch.id)
+    assert done.request_counts.succeeded == 1, done
+    [line] = list(sdk.messages.batches.results(batch.id))
+    assert (line.custom_id, line.result.type) == ("only", "succeeded"), line
+
+
 @pytest.mark.parametrize("requests_body,said", [
     ([], "requests"),
     ([{"custom_id": "same", "params": {"model": "scripted", "max_tokens": 8, "messages": HI}}] * 2,

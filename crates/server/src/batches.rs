@@ -8,9 +8,11 @@
 //! request without one `canceled` at once (a request already running
 //! finishes, billed, but its answer is dropped: the first outcome stays),
 //! so a canceled batch ends without waiting on its upstream calls. A batch a
-//! stopped server left in progress is resumed when a server starts: its
-//! requests without an outcome run again, as if never started (a request
-//! is stored only once it ends, so none is run twice to a stored result).
+//! stopped server left in progress is resumed when that server starts
+//! again (a cluster's node resumes the batches it took, by its node name):
+//! its requests without an outcome run again, as if never started (a
+//! request is stored only once it ends, so none is run twice to a stored
+//! result).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -132,6 +134,7 @@ pub async fn create(
             expires_at: now + EXPIRES_AFTER_SECONDS,
             cancel_initiated_at: None,
             ended_at: None,
+            node_id: state.node_name.clone(),
         };
         let counts = BatchCounts {
             processing: requests.len() as u64,
@@ -462,11 +465,12 @@ async fn run_params(
     crate::messages::run_once(state, &Project(project.to_owned()), &params).await
 }
 
-/// At start-up: every batch a stopped server left unended runs its
-/// remaining requests (a canceling one just ends, its unstarted requests
-/// canceled).
+/// At start-up: every batch this server (a single box, or a cluster's
+/// node: the batches it took) left unended runs its remaining requests (a
+/// canceling one just ends, its unstarted requests canceled).
 pub(crate) async fn resume(state: &Arc<AppState>) {
-    let unended = match state.db(|s| s.unended_batches()).await {
+    let node = state.node_name.clone();
+    let unended = match state.db(move |s| s.unended_batches(&node)).await {
         Ok(unended) => unended,
         Err(e) => {
             tracing::error!("could not read the unended message batches: {}", e.message);

@@ -390,6 +390,9 @@ pub async fn serve(
         cluster::node::register(&state)
             .await
             .map_err(|e| ServeError::Setup(format!("node registration: {}", e.message)))?;
+        // The batches this node took and left unended go on (each node
+        // resumes its own: none runs twice).
+        batches::resume(&state).await;
         heartbeat = Some(tokio::spawn(cluster::node::heartbeat_forever(Arc::clone(
             &state,
         ))));
@@ -398,9 +401,7 @@ pub async fn serve(
         let operator = cluster::node::operator_routes(Arc::clone(&state), tenants.clone());
         cluster::node::front(Arc::clone(&state), tenants, operator)
     } else {
-        // A batch a stopped server left unended goes on. (A cluster's
-        // nodes share a store: which node resumes which batch is not
-        // decided there yet, so none does.)
+        // A batch a stopped server left unended goes on.
         batches::resume(&state).await;
         router(Arc::clone(&state))
     };

@@ -44,6 +44,7 @@ pub async fn serve() -> impl IntoResponse {
 /// What an operation takes.
 // Built a few dozen times, once per process: size does not matter here.
 #[allow(clippy::large_enum_variant)]
+#[derive(Clone)]
 enum Body {
     None,
     Json(RefOr<Schema>),
@@ -56,6 +57,7 @@ enum Body {
 }
 
 /// What an operation answers with 200.
+#[derive(Clone)]
 enum Answer {
     Json(RefOr<Schema>),
     /// JSON, or server-sent events when the request asks to stream.

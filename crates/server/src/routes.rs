@@ -253,6 +253,24 @@ pub(crate) fn route_table(config: &config::Config, audience: Audience) -> RouteT
             "/messages/batches/{batch_id}/results",
             get(batches::results),
         )
+        // Batches under a doubled /v1 too, as messages: the Anthropic SDK
+        // given a base URL that ends in /v1 asks for them there.
+        .route(
+            "/v1/messages/batches",
+            post(batches::create).get(batches::list),
+        )
+        .route(
+            "/v1/messages/batches/{batch_id}",
+            get(batches::retrieve).delete(batches::delete),
+        )
+        .route(
+            "/v1/messages/batches/{batch_id}/cancel",
+            post(batches::cancel),
+        )
+        .route(
+            "/v1/messages/batches/{batch_id}/results",
+            get(batches::results),
+        )
         .route(
             "/responses/{response_id}",
             get(responses::retrieve).delete(responses::delete),

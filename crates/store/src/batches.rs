@@ -21,6 +21,9 @@ pub struct BatchRow {
     pub expires_at: i64,
     pub cancel_initiated_at: Option<i64>,
     pub ended_at: Option<i64>,
+    /// The node that runs its requests (a cluster's node name; empty on a
+    /// single box): the one that resumes it after a restart.
+    pub node_id: String,
 }
 
 /// How many of a batch's requests are in each state.
@@ -46,7 +49,7 @@ pub struct BatchRequestRow {
 }
 
 const BATCH_COLUMNS: &str =
-    "id, project, status, created_at, expires_at, cancel_initiated_at, ended_at";
+    "id, project, status, created_at, expires_at, cancel_initiated_at, ended_at, node_id";
 
 fn batch_row(row: &Row) -> Result<BatchRow> {
     Ok(BatchRow {
@@ -57,6 +60,7 @@ fn batch_row(row: &Row) -> Result<BatchRow> {
         expires_at: row.get(4)?,
         cancel_initiated_at: row.get(5)?,
         ended_at: row.get(6)?,
+        node_id: row.get(7)?,
     })
 }
 
@@ -110,7 +114,7 @@ impl Store {
         self.transaction(|sql| {
             sql.execute(
                 &format!(
-                    "INSERT INTO message_batches ({BATCH_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
+                    "INSERT INTO message_batches ({BATCH_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
                 ),
                 &[
                     &row.id,
@@ -120,6 +124,7 @@ impl Store {
                     &row.expires_at,
                     &row.cancel_initiated_at,
                     &row.ended_at,
+                    &row.node_id,
                 ],
             )?;
             for (position, (custom_id, params)) in requests.iter().enumerate() {
@@ -179,15 +184,16 @@ impl Store {
         })
     }
 
-    /// Every batch not yet ended, of every project: what a server starting
-    /// resumes.
-    pub fn unended_batches(&self) -> Result<Vec<BatchRow>> {
+    /// Every batch node `node_id` runs (empty: a single box's) not yet
+    /// ended, of every project: what that server resumes when it starts.
+    pub fn unended_batches(&self, node_id: &str) -> Result<Vec<BatchRow>> {
         self.read(|sql| {
             sql.query(
                 &format!(
-                    "SELECT {BATCH_COLUMNS} FROM message_batches WHERE status <> ?1 ORDER BY seq"
+                    "SELECT {BATCH_COLUMNS} FROM message_batches WHERE status <> ?1 AND node_id = ?2
+                     ORDER BY seq"
                 ),
-                &[&BatchStatus::Ended],
+                &[&BatchStatus::Ended, &node_id],
                 batch_row,
             )
         })
@@ -317,6 +323,7 @@ mod tests {
             expires_at: 10 + 86_400,
             cancel_initiated_at: None,
             ended_at: None,
+            node_id: String::new(),
         }
     }
 
@@ -393,12 +400,27 @@ mod tests {
             );
             store.end_batch("b2", 30).unwrap();
             let unended: Vec<_> = store
-                .unended_batches()
+                .unended_batches("")
                 .unwrap()
                 .into_iter()
                 .map(|b| b.id)
                 .collect();
             assert_eq!(unended, ["b1"]);
+            // A cluster node's batches are its own to resume.
+            let on_node = BatchRow {
+                node_id: "node-a".into(),
+                ..batch("b3", "gamma")
+            };
+            store.insert_batch(&on_node, &requests(1)).unwrap();
+            for (node, expected) in [("node-a", vec!["b3"]), ("node-b", vec![]), ("", vec!["b1"])] {
+                let unended: Vec<_> = store
+                    .unended_batches(node)
+                    .unwrap()
+                    .into_iter()
+                    .map(|b| b.id)
+                    .collect();
+                assert_eq!(unended, expected, "node {node:?}");
+            }
             assert_eq!(store.delete_batch("beta", "b2").unwrap(), None);
             assert_eq!(store.delete_batch("alpha", "b2").unwrap(), Some(true));
             assert_eq!(store.batch("alpha", "b2").unwrap(), None);

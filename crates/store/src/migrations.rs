@@ -483,6 +483,11 @@ pub(crate) const SQLITE_MIGRATIONS: &[&str] = &[
         PRIMARY KEY (build_id, seq)
     );
 "#,
+    // The node that runs a batch's requests, which resumes it after a
+    // restart (empty on a single box).
+    r#"
+    ALTER TABLE message_batches ADD COLUMN node_id TEXT NOT NULL DEFAULT '';
+"#,
 ];
 
 /// Postgres's migrations, applied in order; the index + 1 is the schema
@@ -872,5 +877,9 @@ pub(crate) const POSTGRES_MIGRATIONS: &[&str] = &[
         entry TEXT NOT NULL,
         PRIMARY KEY (build_id, seq)
     );
+"#,
+    // A batch's node: as SQLite's migration that adds message_batches.node_id.
+    r#"
+    ALTER TABLE message_batches ADD COLUMN node_id TEXT NOT NULL DEFAULT '';
 "#,
 ];

@@ -302,7 +302,8 @@ pub(super) fn messages(d: &mut Builder, s: &Schemas) {
     message_batches(d, s);
 }
 
-/// Anthropic's Message Batches.
+/// Anthropic's Message Batches, at `/v1/messages/batches` and again under
+/// a doubled `/v1` (for SDKs given a base URL that ends in /v1).
 fn message_batches(d: &mut Builder, s: &Schemas) {
     use HttpMethod::{Delete, Get, Post};
     let Schemas {
@@ -316,50 +317,64 @@ fn message_batches(d: &mut Builder, s: &Schemas) {
         errors: Errors::Anthropic,
         ..operation(method, path, "Messages", summary, body, answer)
     };
-    for operation in [
-        batch(
+    let doubled = "The same, for Anthropic SDKs given a base URL that ends in /v1";
+    for (method, path, twin, summary, body, answer) in [
+        (
             Post,
             "/v1/messages/batches",
+            "/v1/v1/messages/batches",
             "Create a message batch (its requests run in the background)",
             Body::Json(create_batch.clone()),
             Answer::Json(message_batch.clone()),
         ),
-        batch(
+        (
             Get,
             "/v1/messages/batches",
+            "/v1/v1/messages/batches",
             "List message batches, newest first (after_id, before_id, limit)",
             Body::None,
             Answer::Json(batch_page.clone()),
         ),
-        batch(
+        (
             Get,
             "/v1/messages/batches/{batch_id}",
+            "/v1/v1/messages/batches/{batch_id}",
             "Retrieve a message batch",
             Body::None,
             Answer::Json(message_batch.clone()),
         ),
-        batch(
+        (
             Delete,
             "/v1/messages/batches/{batch_id}",
+            "/v1/v1/messages/batches/{batch_id}",
             "Delete an ended message batch",
             Body::None,
             Answer::Json(batch_deleted.clone()),
         ),
-        batch(
+        (
             Post,
             "/v1/messages/batches/{batch_id}/cancel",
+            "/v1/v1/messages/batches/{batch_id}/cancel",
             "Cancel a message batch (its requests not started are canceled)",
             Body::None,
             Answer::Json(message_batch.clone()),
         ),
-        batch(
+        (
             Get,
             "/v1/messages/batches/{batch_id}/results",
+            "/v1/v1/messages/batches/{batch_id}/results",
             "A message batch's results, one JSON line per request, once it has ended",
             Body::None,
             Answer::Bytes("application/x-jsonl"),
         ),
     ] {
-        d.add(operation);
+        d.add(batch(
+            method.clone(),
+            path,
+            summary,
+            body.clone(),
+            answer.clone(),
+        ));
+        d.add(batch(method, twin, doubled, body, answer));
     }
 }
