@@ -29,6 +29,7 @@ import subprocess
 import threading
 import time
 
+import anthropic
 import openai
 import pytest
 import requests
@@ -830,6 +831,38 @@ def test_a_node_restarted_after_it_was_declared_lost_gets_its_containers_back(cl
     with pytest.raises(openai.NotFoundError):
         other.containers.retrieve(doomed)
     delete_all([client, other], [first, kept] + elsewhere)
+
+
+def test_a_batch_its_node_left_unended_is_resumed_when_the_node_starts_again(clusters, scripted):
+    """A Message Batch whose requests are still running when every node is
+    killed with -9 goes on when they start again: the node that took it
+    runs its requests without a result, and the batch ends."""
+    cluster = clusters.get(**ROOMY, upstream_url=scripted.url)
+    clusters.taint()
+    sdk = anthropic.Anthropic(base_url=cluster.replicas[0].root, api_key=MEMBER_KEYS["alpha"],
+                              max_retries=0, timeout=120)
+    # The scripted upstream answers this model after 30 s: the batch is
+    # unended when the nodes die.
+    slow = [{"custom_id": f"r{i}", "params": {"model": "scripted-slow", "max_tokens": 8,
+                                               "messages": [{"role": "user", "content": "hi"}]}}
+            for i in range(4)]
+    batch = sdk.messages.batches.create(requests=slow)
+    assert batch.processing_status == "in_progress", batch
+    for node in cluster.nodes.values():
+        node.kill9()
+    for name in list(cluster.nodes):
+        cluster.restart_node(name)
+    seen = {}
+
+    def ended():
+        seen["batch"] = sdk.messages.batches.retrieve(batch.id)
+        return seen["batch"].processing_status == "ended"
+
+    assert wait_until(ended, 240, 0.5), seen
+    counts = seen["batch"].request_counts
+    assert counts.processing == 0 and counts.succeeded + counts.errored == 4, seen
+    ids = [line.custom_id for line in sdk.messages.batches.results(batch.id)]
+    assert ids == [f"r{i}" for i in range(4)], ids
 
 
 # --- quotas ------------------------------------------------------------------
