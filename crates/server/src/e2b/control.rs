@@ -34,13 +34,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{FromRequestParts, Path, Query, State};
-use axum::http::request::Parts;
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::Json;
-use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use shellgate_store::{ContainerRow, E2bListFilter, E2bSandboxRow};
@@ -52,10 +50,10 @@ use shellgate_wire::time::{parse_rfc3339, rfc3339};
 use shellgate_wire::{CreateContainer, NetworkPolicy, VolumeMount};
 
 use super::access_cache::AccessEntry;
+use super::request::{bad_request, e2b_error, e2b_lock, read_body, E2bProject};
+use super::templates::DEFAULT_TEMPLATES;
 use super::E2bError;
 use crate::auth::e2b_traffic_token;
-use crate::error::ApiError;
-use crate::http::Project;
 use crate::public_base::PublicBase;
 use crate::state::AppState;
 
@@ -66,8 +64,6 @@ pub const ENVD_VERSION: &str = "0.6.4";
 const CLIENT_ID: &str = "shellgate";
 /// E2B's default timeout, in seconds.
 const DEFAULT_TIMEOUT_SECS: i64 = 300;
-/// Templates that stand for the server's default image.
-pub(crate) const DEFAULT_TEMPLATES: [&str; 3] = ["base", "code-interpreter-v1", "code-interpreter"];
 /// How long an idempotency key replays its create.
 const IDEMPOTENCY_WINDOW_SECS: i64 = 24 * 3600;
 /// Metadata bounds: entries, key bytes, value bytes.
@@ -78,50 +74,6 @@ const MAX_ENV_VARS: (usize, usize, usize) = (256, 256, 32 * 1024);
 const MAX_LIST_LIMIT: u32 = 100;
 
 type E2bResult<T> = Result<T, E2bError>;
-
-/// An `ApiError` as E2B's body, naming its parameter when the message does
-/// not already.
-pub(crate) fn e2b_error(error: ApiError) -> E2bError {
-    match &error.param {
-        Some(param) if !error.message.contains(param.as_str()) => {
-            E2bError::new(error.status(), format!("{param}: {}", error.message))
-        }
-        _ => E2bError::new(error.status(), error.message),
-    }
-}
-
-fn bad_request(message: impl Into<String>) -> E2bError {
-    E2bError::new(StatusCode::BAD_REQUEST, message)
-}
-
-/// The caller's project, as the `Project` extractor finds it (`X-API-KEY`
-/// is one of its headers), refused in E2B's body.
-pub(crate) struct E2bProject(pub String);
-
-impl FromRequestParts<Arc<AppState>> for E2bProject {
-    type Rejection = E2bError;
-
-    async fn from_request_parts(
-        parts: &mut Parts,
-        state: &Arc<AppState>,
-    ) -> Result<Self, E2bError> {
-        Project::from_request_parts(parts, state)
-            .await
-            .map(|p| E2bProject(p.0))
-            .map_err(e2b_error)
-    }
-}
-
-/// A JSON body (an empty one reads as `{}`: the SDK's connect and pause
-/// bodies may be all optional fields).
-pub(crate) fn read_body<T: DeserializeOwned>(body: &[u8]) -> E2bResult<T> {
-    let body: &[u8] = if body.iter().all(u8::is_ascii_whitespace) {
-        b"{}"
-    } else {
-        body
-    };
-    serde_json::from_slice(body).map_err(|e| bad_request(format!("invalid request body: {e}")))
-}
 
 /// The routes of E2B's control plane, at the root as E2B's API serves them.
 pub(crate) fn routes(table: crate::route_table::RouteTable) -> crate::route_table::RouteTable {
@@ -595,16 +547,6 @@ async fn create(
         StatusCode::CREATED,
         sandbox_body(&state, &headers, &row),
     ))
-}
-
-/// The lock of one create's idempotency key or of one sandbox's resume.
-pub(crate) fn e2b_lock(state: &AppState, name: &str) -> Arc<tokio::sync::Mutex<()>> {
-    let mut locks = state.e2b_locks.lock().unwrap_or_else(|p| p.into_inner());
-    // Locks nobody holds are dropped as the map grows.
-    if locks.len() > 1024 {
-        locks.retain(|_, lock| Arc::strong_count(lock) > 1);
-    }
-    Arc::clone(locks.entry(name.to_owned()).or_default())
 }
 
 fn hex(bytes: &[u8]) -> String {

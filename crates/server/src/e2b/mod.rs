@@ -36,6 +36,7 @@ pub(crate) mod files;
 pub(crate) mod filesystem;
 pub(crate) mod interpreter;
 pub(crate) mod process;
+pub(crate) mod request;
 pub(crate) mod signed;
 pub(crate) mod signing_keys;
 pub(crate) mod templates;

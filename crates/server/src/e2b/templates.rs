@@ -64,10 +64,13 @@ use shellgate_wire::e2b::{
 use shellgate_wire::time::rfc3339;
 use shellgate_wire::{CreateContainer, ExpiresAfter, ExpiresAnchor, NetworkPolicy, Outcome};
 
-use super::control::E2bProject;
+use super::request::{bad_request, E2bProject};
 use super::E2bError;
 use crate::public_base::PublicBase;
 use crate::state::AppState;
+
+/// Templates that stand for the server's default image.
+pub(crate) const DEFAULT_TEMPLATES: [&str; 3] = ["base", "code-interpreter-v1", "code-interpreter"];
 
 /// Templates a project may have.
 pub const MAX_TEMPLATES: usize = 20;
@@ -177,10 +180,6 @@ pub(crate) fn routes(table: crate::route_table::RouteTable) -> crate::route_tabl
         )
 }
 
-fn bad_request(message: impl Into<String>) -> E2bError {
-    E2bError::new(StatusCode::BAD_REQUEST, message)
-}
-
 fn internal(error: impl std::fmt::Display) -> E2bError {
     E2bError::new(StatusCode::INTERNAL_SERVER_ERROR, error.to_string())
 }
@@ -206,7 +205,7 @@ fn check_name(name: &str) -> Result<(), E2bError> {
             "template name {name:?}: 1 to 128 lowercase letters, digits, '-', '_', '.' or '/'"
         )));
     }
-    if super::control::DEFAULT_TEMPLATES.contains(&name) {
+    if DEFAULT_TEMPLATES.contains(&name) {
         return Err(bad_request(format!(
             "template name {name:?} is one of the server's own templates"
         )));
@@ -421,10 +420,7 @@ fn base_of(start: &TemplateBuildStart) -> Result<Option<String>, E2bError> {
         ));
     }
     if let Some(template) = &start.from_template {
-        return Ok(
-            (!super::control::DEFAULT_TEMPLATES.contains(&template.as_str()))
-                .then(|| template.clone()),
-        );
+        return Ok((!DEFAULT_TEMPLATES.contains(&template.as_str())).then(|| template.clone()));
     }
     let image = start.from_image.as_deref().unwrap_or("e2bdev/base");
     let repository = image.split(':').next().unwrap_or(image);
@@ -581,7 +577,7 @@ impl StepFailure {
 
 /// Runs a build to its end (one at a time per project) and records it.
 async fn run_build(state: Arc<AppState>, row: E2bTemplateRow, spec: TemplateSpec) {
-    let lock = super::control::e2b_lock(&state, &format!("template-build\n{}", row.project));
+    let lock = super::request::e2b_lock(&state, &format!("template-build\n{}", row.project));
     let _one_at_a_time = lock.lock().await;
     let outcome = match tokio::time::timeout(BUILD_DEADLINE, build(&state, &row, &spec)).await {
         Ok(outcome) => outcome,

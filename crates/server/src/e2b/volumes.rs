@@ -15,7 +15,7 @@ use axum::Json;
 use shellgate_store::VolumeRow;
 use shellgate_wire::e2b::{E2bVolume, NewVolume, VolumeAndToken};
 
-use super::control::{e2b_error, read_body, E2bProject};
+use super::request::{e2b_error, read_body, E2bProject};
 use super::E2bError;
 use crate::state::AppState;
 
