@@ -125,18 +125,6 @@ fn expiry(anchor: Option<String>, seconds: Option<String>) -> ApiResult<Option<i
     }
 }
 
-/// Deletes a file's row, then its blob (an expired file, or a delete).
-pub(crate) async fn remove(state: &AppState, project: &str, id: &str) -> ApiResult<bool> {
-    let (owner, key) = (project.to_owned(), id.to_owned());
-    let deleted = state.db(move |s| s.delete_file(&owner, &key)).await?;
-    // The row is gone: a blob that cannot be removed is an orphan, never
-    // a file the API shows.
-    if let Err(e) = state.objects.delete(&file_key(id)?).await {
-        tracing::warn!(file = %id, "could not remove the file's blob: {e}");
-    }
-    Ok(deleted)
-}
-
 pub async fn upload(
     State(state): State<Arc<AppState>>,
     project: Project,
@@ -331,7 +319,7 @@ pub async fn delete(
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
     owned(&state, &project, &id).await?;
-    remove(&state, &project.0, &id).await?;
+    crate::sandboxes::files::remove_file(&state, &project.0, &id).await?;
     if anthropic_client(&headers) {
         return Ok(Json(AnthropicFileDeleted {
             id,

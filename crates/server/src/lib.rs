@@ -9,7 +9,6 @@ mod admission;
 mod allocator;
 mod anthropic_pages;
 mod auth;
-mod batches;
 mod billing;
 pub mod blobs;
 mod canonical;
@@ -38,6 +37,7 @@ mod guardrails;
 mod handler_tests;
 mod host;
 mod http;
+mod in_sandbox;
 mod lease;
 mod lifecycle;
 mod listener;
@@ -392,7 +392,7 @@ pub async fn serve(
             .map_err(|e| ServeError::Setup(format!("node registration: {}", e.message)))?;
         // The batches this node took and left unended go on (each node
         // resumes its own: none runs twice).
-        batches::resume(&state).await;
+        messages::batches::resume(&state).await;
         heartbeat = Some(tokio::spawn(cluster::node::heartbeat_forever(Arc::clone(
             &state,
         ))));
@@ -402,7 +402,7 @@ pub async fn serve(
         cluster::node::front(Arc::clone(&state), tenants, operator)
     } else {
         // A batch a stopped server left unended goes on.
-        batches::resume(&state).await;
+        messages::batches::resume(&state).await;
         router(Arc::clone(&state))
     };
     listener::serve(

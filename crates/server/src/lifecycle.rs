@@ -243,7 +243,7 @@ pub async fn sweep(state: &Arc<AppState>) -> Result<(), ApiError> {
     }
     for file in state.db(move |s| s.expired_files(now)).await? {
         tracing::info!(file = %file.id, "file expired");
-        crate::files::remove(state, &file.project, &file.id).await?;
+        crate::sandboxes::files::remove_file(state, &file.project, &file.id).await?;
     }
     let old_egress = crate::egress::sweep_old_rows(
         &state.store,

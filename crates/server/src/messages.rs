@@ -84,6 +84,8 @@ use crate::sandboxes::hosted::HostedShell;
 use crate::state::AppState;
 use shellgate_wire::ErrorCode;
 
+pub(crate) mod batches;
+
 /// An error in Anthropic's envelope, with the status the SDK maps to its
 /// exception classes.
 fn anthropic_error(error: ApiError) -> Response {

@@ -194,14 +194,14 @@ pub async fn by_host(State(state): State<Arc<AppState>>, request: Request, next:
     else {
         return next.run(request).await;
     };
-    if let Some(named) = crate::e2b::in_sandbox_port(&state, &container_id, &port).await {
+    if let Some(named) = crate::in_sandbox::in_sandbox_port(&state, &container_id, &port).await {
         let mut request = request;
         request
             .headers_mut()
             .insert(shellgate_wire::e2b::SANDBOX_ID_HEADER, named.id);
         request
             .headers_mut()
-            .insert(crate::e2b::SANDBOX_PORT_HEADER, named.port);
+            .insert(crate::in_sandbox::SANDBOX_PORT_HEADER, named.port);
         return next.run(request).await;
     }
     let path_and_query = request

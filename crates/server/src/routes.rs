@@ -9,11 +9,12 @@ use axum::extract::DefaultBodyLimit;
 use axum::routing::{any, delete, get, post};
 use axum::Router;
 
+use crate::messages::batches;
 use crate::route_table::RouteTable;
 use crate::state::AppState;
 use crate::{
-    batches, chat, config, console, container_egress, containers, e2b, files, fs, gemini, messages,
-    models, openapi, ops, ports, processes, responses, route_grammar, skills, volumes,
+    chat, config, console, container_egress, containers, e2b, files, fs, gemini, messages, models,
+    openapi, ops, ports, processes, responses, route_grammar, skills, volumes,
 };
 
 /// The HTTP routes, behind the layer that sends a request for a

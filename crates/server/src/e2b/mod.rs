@@ -44,13 +44,8 @@ pub(crate) mod timeouts;
 pub(crate) mod user;
 pub(crate) mod volumes;
 
+pub use crate::in_sandbox::{ENVD_PORT, INTERPRETER_PORT, SANDBOX_PORT_HEADER};
 pub use shellgate_wire::e2b::SANDBOX_ID_HEADER;
-/// The header naming the port an in-sandbox request is for.
-pub const SANDBOX_PORT_HEADER: &str = "e2b-sandbox-port";
-/// envd's port.
-pub const ENVD_PORT: u16 = 49983;
-/// The code interpreter's port.
-pub const INTERPRETER_PORT: u16 = 49999;
 
 /// E2B's error body, `{"code": <HTTP status>, "message": …}`, with that
 /// status: the REST control plane's errors, and the in-sandbox API's plain
@@ -121,40 +116,6 @@ fn sandbox_port(headers: &HeaderMap) -> Option<Result<u16, E2bError>> {
                 )
             }),
     )
-}
-
-/// The headers naming an E2B sandbox's in-sandbox port.
-pub(crate) struct InSandboxPort {
-    pub(crate) id: HeaderValue,
-    pub(crate) port: HeaderValue,
-}
-
-/// Whether `port` of container `id`, reached by host name
-/// (`{port}-{id}.{domain}`), is E2B's in-sandbox API (envd's or the code
-/// interpreter's port of an E2B sandbox), and the headers that name it so.
-pub(crate) async fn in_sandbox_port(
-    state: &AppState,
-    id: &str,
-    port: &str,
-) -> Option<InSandboxPort> {
-    let number = port.parse::<u16>().ok()?;
-    if number != ENVD_PORT && number != INTERPRETER_PORT {
-        return None;
-    }
-    let e2b = state.e2b_access.get(id).is_some() || {
-        let key = id.to_owned();
-        matches!(
-            state.db(move |s| s.e2b_sandbox_by_id(&key)).await,
-            Ok(Some(_))
-        )
-    };
-    if !e2b {
-        return None;
-    }
-    Some(InSandboxPort {
-        id: HeaderValue::from_str(id).ok()?,
-        port: HeaderValue::from(number),
-    })
 }
 
 /// The routes of envd's port.

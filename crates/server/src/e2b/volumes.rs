@@ -49,7 +49,7 @@ pub(crate) async fn create(
     body: Bytes,
 ) -> Result<Response, E2bError> {
     let request: NewVolume = read_body(&body)?;
-    let row = crate::volumes::make_volume(&state, &project, &request.name)
+    let row = crate::sandboxes::volumes::make_volume(&state, &project, &request.name)
         .await
         .map_err(e2b_error)?;
     Ok((StatusCode::CREATED, Json(volume_and_token(&row))).into_response())
@@ -96,7 +96,7 @@ pub(crate) async fn destroy(
     Path(id): Path<String>,
 ) -> Result<StatusCode, E2bError> {
     crate::http::to_completion(async move {
-        crate::volumes::remove_volume(&state, &project, &id).await
+        crate::sandboxes::volumes::remove_volume(&state, &project, &id).await
     })
     .await
     .map_err(e2b_error)?;

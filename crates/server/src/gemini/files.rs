@@ -459,7 +459,7 @@ pub(crate) async fn delete(
     Path(name): Path<String>,
 ) -> ApiResult<Json<DeletedFile>> {
     let row = owned(&state, &project, &name).await?;
-    crate::files::remove(&state, &project, &row.id).await?;
+    crate::sandboxes::files::remove_file(&state, &project, &row.id).await?;
     Ok(Json(DeletedFile {}))
 }
 

@@ -331,7 +331,8 @@ pub(crate) async fn create_container(
     let exposed_ports = shellgate_wire::ports::check_exposed_ports(&body.exposed_ports)
         .map_err(|message| ApiError::invalid("exposed_ports", message))?;
     let (volume_binds, volume_rows) =
-        crate::volumes::resolve_mounts(state, &project.0, &body.volumes, "volumes").await?;
+        crate::sandboxes::volumes::resolve_mounts(state, &project.0, &body.volumes, "volumes")
+            .await?;
     let row = new_row(
         state,
         &project.0,

@@ -1,7 +1,8 @@
 //! Files in and out of containers: the names a file may take in
 //! `/mnt/data`, the store's rows of a container's files kept in step with
 //! its disk, and file contents streamed out with a container's secrets
-//! masked.
+//! masked; and a Files API file's removal (its row, then its blob), which
+//! OpenAI's, Anthropic's and Google's file routes and the expiry share.
 //!
 //! The store keeps one row per file (its id, path, size, source). A listing
 //! walks /mnt/data once (off the async workers, bounded) and syncs the rows
@@ -210,6 +211,18 @@ pub fn safe_file_name(name: &str) -> String {
         "" | "." | ".." => "upload".to_owned(),
         other => other.chars().filter(|c| *c != '\0').take(255).collect(),
     }
+}
+
+/// Deletes a file's row, then its blob (an expired file, or a delete).
+pub(crate) async fn remove_file(state: &AppState, project: &str, id: &str) -> ApiResult<bool> {
+    let (owner, key) = (project.to_owned(), id.to_owned());
+    let deleted = state.db(move |s| s.delete_file(&owner, &key)).await?;
+    // The row is gone: a blob that cannot be removed is an orphan, never
+    // a file the API shows.
+    if let Err(e) = state.objects.delete(&crate::blobs::file_key(id)?).await {
+        tracing::warn!(file = %id, "could not remove the file's blob: {e}");
+    }
+    Ok(deleted)
 }
 
 #[cfg(test)]

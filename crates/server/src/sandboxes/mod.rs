@@ -16,3 +16,4 @@ pub(crate) mod kernels_slept;
 pub(crate) mod processes;
 pub mod reuse;
 pub(crate) mod skills;
+pub(crate) mod volumes;

@@ -462,7 +462,7 @@ async fn run_params(
 ) -> Result<shellgate_wire::messages::Message, ApiError> {
     let params: Value = serde_json::from_str(params)
         .map_err(|e| ApiError::internal(format!("a stored batch request is unreadable: {e}")))?;
-    crate::messages::run_once(state, &Project(project.to_owned()), &params).await
+    super::run_once(state, &Project(project.to_owned()), &params).await
 }
 
 /// At start-up: every batch this server (a single box, or a cluster's
