@@ -7,11 +7,14 @@
 # print(), os.system() and C-level writes all become stdout/stderr events).
 # Events: {"ev": "ready"}, {"ev": "stdout"|"stderr", "text"},
 # {"ev": "result", ...formats, "is_main_result"}, {"ev": "error", "name",
-# "value", "traceback"}, {"ev": "count", "n"}, {"ev": "done"}.
+# "value", "traceback"}, {"ev": "count", "n"}, {"ev": "done"}; and for the
+# client's tools an execution names ("tools"), {"ev": "tool_calls"} and
+# {"ev": "tool_answered"}, answered by {"op": "tool_result"} (see below).
 # The kernel is the user's own code's host: nothing here is a security
 # boundary (the container is); it only has to keep the protocol framed.
 import ast
 import base64
+import builtins
 import json
 import os
 import queue
@@ -1777,9 +1780,11 @@ def _run(request):
         return
     saved = {name: os.environ.get(name) for name in env}
     os.environ.update({str(k): str(v) for k, v in env.items()})
+    installed = _install_tools(request.get("tools") or [])
     try:
         run_cell(request.get("code", ""))
     finally:
+        _remove_tools(installed)
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)
@@ -1791,6 +1796,168 @@ def _run(request):
                 break
             except KeyboardInterrupt:
                 continue
+
+
+# --- the client's tools, called from code ----------------------------------
+
+# An execution may name tools of the client's (Anthropic's programmatic tool
+# calling): each becomes a function of the cell's namespace for that
+# execution. A call sends {"ev": "tool_calls", "calls": [{"id", "name",
+# "input"}]} and waits for {"op": "tool_result", "id", "content", "error"}
+# (read by the request reader), whose `content` is the call's return value
+# (a string, as the client's tool_result gave it); `error` "tool" raises
+# ToolError with it, "timeout" TimeoutError. Called outside an event loop
+# the function blocks until its result comes; called on one (a cell with a
+# top-level `await`, or code under asyncio.run) it returns a future to
+# await, and the calls made before the loop next runs are sent together,
+# so `asyncio.gather` waits on them all at once. The kernel says
+# {"ev": "tool_answered", "id"} as each result arrives (the caller's clock
+# does not run while the code waits on the client).
+
+
+class ToolError(RuntimeError):
+    """The client's tool answered with an error (`is_error`)."""
+
+
+builtins.ToolError = ToolError
+_tool_lock = threading.Lock()
+_tool_waits = {}  # call id -> _ToolWait
+_tool_batch = []  # calls made on an event loop, not yet sent
+
+
+class _ToolWait:
+    def __init__(self, loop=None, future=None):
+        self.event = threading.Event()
+        self.outcome = None
+        self.loop = loop
+        self.future = future
+
+
+def _tool_outcome(request):
+    content = request.get("content")
+    if not isinstance(content, str):
+        content = json.dumps(content)
+    error = request.get("error")
+    if error == "timeout":
+        return TimeoutError(content)
+    if error:
+        return ToolError(content)
+    return content
+
+
+def _settle(future, outcome):
+    if future.done():
+        return
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
+
+
+def _answer_tool(request):
+    """A client's result for a call (on the request reader's thread)."""
+    with _tool_lock:
+        wait = _tool_waits.pop(request.get("id"), None)
+    if wait is None:
+        return
+    emit({"ev": "tool_answered", "id": request.get("id")})
+    outcome = _tool_outcome(request)
+    if wait.future is not None:
+        wait.loop.call_soon_threadsafe(_settle, wait.future, outcome)
+    else:
+        wait.outcome = outcome
+        wait.event.set()
+
+
+def _send_tool_batch():
+    with _tool_lock:
+        calls = list(_tool_batch)
+        del _tool_batch[:]
+    if calls:
+        emit({"ev": "tool_calls", "calls": calls})
+
+
+def _tool_function(spec):
+    name = spec["name"]
+    params = [p for p in spec.get("params") or [] if isinstance(p, str)]
+    refused = spec.get("refused")
+
+    def call(*args, **kwargs):
+        if refused:
+            raise PermissionError(refused)
+        if len(args) > len(params):
+            raise TypeError("%s() takes at most %d positional arguments (%s)"
+                            % (name, len(params), ", ".join(params) or "none"))
+        tool_input = dict(zip(params, args))
+        for key, value in kwargs.items():
+            if key in tool_input:
+                raise TypeError("%s() got multiple values for argument %r" % (name, key))
+            tool_input[key] = value
+        call_id = "toolu_" + secrets.token_hex(12)
+        entry = {"id": call_id, "name": name, "input": tool_input}
+        try:
+            import asyncio
+
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is not None:
+            future = loop.create_future()
+            with _tool_lock:
+                _tool_waits[call_id] = _ToolWait(loop, future)
+                _tool_batch.append(entry)
+                first = len(_tool_batch) == 1
+            if first:
+                loop.call_soon(_send_tool_batch)
+            return future
+        wait = _ToolWait()
+        with _tool_lock:
+            _tool_waits[call_id] = wait
+        try:
+            sync_streams()
+            emit({"ev": "tool_calls", "calls": [entry]})
+            wait.event.wait()
+        finally:
+            with _tool_lock:
+                _tool_waits.pop(call_id, None)
+        if isinstance(wait.outcome, BaseException):
+            raise wait.outcome
+        return wait.outcome
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = spec.get("description") or None
+    return call
+
+
+def _install_tools(specs):
+    """Defines the execution's tools in the cell's namespace; returns what
+    they shadowed, to put back after."""
+    import keyword
+
+    installed = {}
+    for spec in specs:
+        name = spec.get("name") if isinstance(spec, dict) else None
+        if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
+            continue
+        function = _tool_function(spec)
+        installed[name] = (function, _user.get(name, _MISSING))
+        _user[name] = function
+    return installed
+
+
+def _remove_tools(installed):
+    for name, (function, before) in installed.items():
+        if _user.get(name) is function:
+            if before is _MISSING:
+                _user.pop(name, None)
+            else:
+                _user[name] = before
+    with _tool_lock:
+        _tool_waits.clear()
+        del _tool_batch[:]
+
+
+_MISSING = object()
 
 
 # --- requests -------------------------------------------------------------
@@ -1830,6 +1997,8 @@ class RequestReader(threading.Thread):
                 request = _NOT_JSON
             if isinstance(request, dict) and request.get("op") == "interrupt":
                 _interrupt(request.get("id"))
+            elif isinstance(request, dict) and request.get("op") == "tool_result":
+                _answer_tool(request)
             else:
                 _pending.put(request)
         _pending.put(_ENDED)

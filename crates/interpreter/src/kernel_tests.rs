@@ -63,11 +63,22 @@ impl HostKernel {
 
     /// Starts code; its execution's id.
     fn start_execution(&mut self, code: &str, env: &[(&str, &str)]) -> u64 {
+        self.start_with_tools(code, env, &[])
+    }
+
+    /// Starts code that may call `tools`; its execution's id.
+    fn start_with_tools(
+        &mut self,
+        code: &str,
+        env: &[(&str, &str)],
+        tools: &[protocol::CodeTool],
+    ) -> u64 {
         self.executions += 1;
         let request = Request::Execute {
             id: self.executions,
             code,
             env: env.iter().copied().collect(),
+            tools,
         };
         self.stdin.write_all(&request.line()).unwrap();
         self.executions
@@ -447,4 +458,115 @@ fn output_past_the_bound_is_dropped_and_said() {
     assert!(events
         .iter()
         .any(|e| matches!(e, Event::Stderr { text } if text.contains("were dropped"))));
+}
+
+/// The next event that is not output, and the output before it.
+fn next_call(kernel: &mut HostKernel) -> Vec<protocol::CodeToolCall> {
+    loop {
+        match kernel.next() {
+            Event::ToolCalls { calls } => return calls,
+            Event::Stdout { .. } | Event::Stderr { .. } => {}
+            other => panic!("expected tool calls, got {other:?}"),
+        }
+    }
+}
+
+fn tool_result(
+    kernel: &mut HostKernel,
+    id: &str,
+    content: &str,
+    error: Option<protocol::ToolFailure>,
+) {
+    let request = Request::ToolResult { id, content, error };
+    kernel.stdin.write_all(&request.line()).unwrap();
+}
+
+#[test]
+fn client_tools_are_functions_waiting_for_their_results() {
+    let mut kernel = HostKernel::start();
+    let tools = [
+        protocol::CodeTool {
+            name: "weather".into(),
+            params: vec!["city".into(), "unit".into()],
+            description: Some("The weather.".into()),
+            refused: None,
+        },
+        protocol::CodeTool {
+            name: "secret".into(),
+            params: Vec::new(),
+            description: None,
+            refused: Some("not from code".into()),
+        },
+    ];
+    // Called plainly, a call blocks until its result, which it returns.
+    let code = "print(weather('Paris', unit='C'))\ntry:\n    secret()\nexcept PermissionError as e:\n    print('refused:', e)";
+    kernel.start_with_tools(code, &[], &tools);
+    let [call] = next_call(&mut kernel).try_into().unwrap();
+    assert_eq!(call.name, "weather");
+    assert_eq!(
+        serde_json::Value::Object(call.input),
+        serde_json::json!({"city": "Paris", "unit": "C"})
+    );
+    tool_result(&mut kernel, &call.id, "sunny", None);
+    assert_eq!(kernel.next(), Event::ToolAnswered { id: call.id });
+    let events = kernel.until_done();
+    assert_eq!(
+        stdout(&events),
+        "sunny\nrefused: not from code\n",
+        "{events:?}"
+    );
+    // Awaited, the calls made together come together; an error result
+    // raises ToolError, a timeout TimeoutError.
+    let code = "import asyncio\nr = await asyncio.gather(weather('A'), weather('B'))\nprint(r)\ntry:\n    await weather('C')\nexcept TimeoutError as e:\n    print('late:', e)\ntry:\n    await weather('D')\nexcept ToolError as e:\n    print('failed:', e)";
+    kernel.start_with_tools(code, &[], &tools);
+    let calls = next_call(&mut kernel);
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    for call in &calls {
+        let city = call.input["city"].as_str().unwrap().to_owned();
+        tool_result(&mut kernel, &call.id, &city.to_lowercase(), None);
+    }
+    let mut printed = String::new();
+    let [late] = next_call_after_answers(&mut kernel, &mut printed)
+        .try_into()
+        .unwrap();
+    tool_result(
+        &mut kernel,
+        &late.id,
+        "too slow",
+        Some(protocol::ToolFailure::Timeout),
+    );
+    let [failing] = next_call_after_answers(&mut kernel, &mut printed)
+        .try_into()
+        .unwrap();
+    tool_result(
+        &mut kernel,
+        &failing.id,
+        "no such city",
+        Some(protocol::ToolFailure::Tool),
+    );
+    let events = kernel.until_done();
+    printed.push_str(&stdout(&events));
+    assert_eq!(
+        printed, "['a', 'b']\nlate: too slow\nfailed: no such city\n",
+        "{events:?}"
+    );
+    // The tools are the execution's only: gone after it.
+    let events = kernel.run("print('weather' in globals())", &[]);
+    assert_eq!(stdout(&events), "False\n", "{events:?}");
+}
+
+/// The next calls, past the answers' acknowledgements; what the code
+/// printed meanwhile goes to `printed`.
+fn next_call_after_answers(
+    kernel: &mut HostKernel,
+    printed: &mut String,
+) -> Vec<protocol::CodeToolCall> {
+    loop {
+        match kernel.next() {
+            Event::ToolCalls { calls } => return calls,
+            Event::Stdout { text } => printed.push_str(&text),
+            Event::ToolAnswered { .. } | Event::Stderr { .. } => {}
+            other => panic!("expected tool calls, got {other:?}"),
+        }
+    }
 }

@@ -31,6 +31,13 @@
 //! next; if the execution has not ended [`INTERRUPT_GRACE`] later, the
 //! kernel is killed and started again (its state is lost, and the caller is
 //! told so).
+//!
+//! An execution may name tools of the client's ([`Execute::tools`],
+//! Anthropic's programmatic tool calling): each is a function of the cell,
+//! whose call the kernel sends as a `tool_calls` event
+//! ([`ExecutionEvent::ToolCalls`]) and waits on until
+//! [`Interpreters::answer_tool_call`] writes its result to the kernel's
+//! stdin; the execution's time does not run while it waits.
 
 #[cfg(test)]
 mod kernel_tests;
@@ -46,7 +53,7 @@ use shellgate_sandbox_api::{SandboxBackend, SandboxError};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-pub use protocol::DisplayData;
+pub use protocol::{CodeTool, CodeToolCall, DisplayData, ToolFailure};
 use protocol::{Event, Framed, Lines, Request};
 
 /// Contexts one container may have at once (each is a python process).
@@ -136,8 +143,13 @@ pub struct Execute {
     pub language: Option<Language>,
     /// Set for this execution only (restored after).
     pub env_vars: Vec<(String, String)>,
-    /// Interrupted when it passes.
+    /// Interrupted when it passes; the time the code waits on the client
+    /// for its tools' results does not count.
     pub timeout: Duration,
+    /// The client's tools the code may call (a Python context's): each
+    /// call pauses the code until [`Interpreters::answer_tool_call`]
+    /// gives its result.
+    pub tools: Vec<CodeTool>,
 }
 
 /// What an execution produces, in order.
@@ -159,6 +171,8 @@ pub enum ExecutionEvent {
         traceback: String,
     },
     ExecutionCount(u32),
+    /// The code called the client's tools and waits for their results.
+    ToolCalls(Vec<CodeToolCall>),
 }
 
 /// Why an execution was cut short.
@@ -677,6 +691,7 @@ impl Interpreters {
             id: execution,
             code: &asked.code,
             env,
+            tools: &asked.tools,
         }
         .line();
         // A kernel that died (its container was suspended) is started again.
@@ -751,6 +766,37 @@ impl Interpreters {
         Ok(summary)
     }
 
+    /// Gives the code running in context `context_id` the client's result
+    /// for its tool call `call_id`: `content` is the call's return value,
+    /// or with `failure` the message of the error it raises. A call the
+    /// kernel no longer waits on ignores it.
+    pub async fn answer_tool_call(
+        &self,
+        container: &str,
+        context_id: &str,
+        call_id: &str,
+        content: &str,
+        failure: Option<ToolFailure>,
+    ) -> Result<()> {
+        let context = self.find(container, context_id).await?;
+        let process_id = lock(&context.process_id)
+            .clone()
+            .ok_or_else(|| InterpreterError::KernelFailed("no kernel".into()))?;
+        let request = Request::ToolResult {
+            id: call_id,
+            content,
+            error: failure,
+        }
+        .line();
+        for piece in request.chunks(shellgate_sandbox_api::process::process_limits::MAX_STDIN_WRITE)
+        {
+            self.backend
+                .write_process_stdin(container, &process_id, piece.to_vec(), false)
+                .await?;
+        }
+        Ok(())
+    }
+
     fn summary(
         &self,
         context: &Context,
@@ -792,15 +838,24 @@ impl Interpreters {
         kernel: &mut Kernel,
         execution: u64,
         events: &mpsc::Sender<ExecutionEvent>,
-        deadline: Instant,
+        mut deadline: Instant,
         summary: &mut ExecutionSummary,
     ) -> Result<bool> {
         let mut give_up: Option<Instant> = None;
+        // The tool calls the code waits on, and since when: the deadline
+        // stands still meanwhile (the client's time is not the code's).
+        let mut waiting: std::collections::HashSet<String> = std::collections::HashSet::new();
+        let mut paused_at: Option<Instant> = None;
         loop {
+            let paused = paused_at.is_some() && give_up.is_none();
             let limit = give_up.unwrap_or(deadline);
-            let wait = limit
-                .saturating_duration_since(Instant::now())
-                .min(READ_WAIT);
+            let wait = if paused {
+                READ_WAIT
+            } else {
+                limit
+                    .saturating_duration_since(Instant::now())
+                    .min(READ_WAIT)
+            };
             let read = tokio::select! {
                 read = kernel.read(self.backend.as_ref(), container, wait) => Some(read),
                 () = events.closed(), if give_up.is_none() => None,
@@ -836,6 +891,20 @@ impl Interpreters {
                                 summary.execution_count = Some(n);
                                 ExecutionEvent::ExecutionCount(n)
                             }
+                            Framed::Event(Event::ToolCalls { calls }) => {
+                                waiting.extend(calls.iter().map(|call| call.id.clone()));
+                                paused_at.get_or_insert_with(Instant::now);
+                                ExecutionEvent::ToolCalls(calls)
+                            }
+                            Framed::Event(Event::ToolAnswered { id }) => {
+                                waiting.remove(&id);
+                                if waiting.is_empty() {
+                                    if let Some(since) = paused_at.take() {
+                                        deadline += since.elapsed();
+                                    }
+                                }
+                                continue;
+                            }
                             Framed::Lost(bytes) => ExecutionEvent::Stderr {
                                 text: format!("[shellgate: {bytes} bytes of the kernel's output were lost (it wrote faster than it was read)]\n"),
                                 timestamp_us: now_us(),
@@ -848,7 +917,8 @@ impl Interpreters {
                 Read::Ended => return Ok(false),
                 Read::Nothing => {}
             }
-            if Instant::now() >= limit {
+            let paused = paused_at.is_some() && give_up.is_none();
+            if !paused && Instant::now() >= limit {
                 if give_up.is_some() {
                     return Ok(false);
                 }

@@ -40,10 +40,57 @@ pub enum Request<'a> {
         id: u64,
         code: &'a str,
         env: BTreeMap<&'a str, &'a str>,
+        /// The client's tools the code may call (Python only).
+        #[serde(skip_serializing_if = "<[_]>::is_empty")]
+        tools: &'a [CodeTool],
     },
     /// Interrupts execution `id` if it is the one running (SIGINT, the
     /// code's `KeyboardInterrupt`); a late one is dropped by the kernel.
     Interrupt { id: u64 },
+    /// The client's result for the code's call `id` of one of its tools:
+    /// the call's return value, or the error it raises.
+    ToolResult {
+        id: &'a str,
+        content: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<ToolFailure>,
+    },
+}
+
+/// A tool of the client's that an execution's code may call: a function
+/// of the cell's namespace named `name` (a Python identifier; another name
+/// is not defined), its positional arguments `params` in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CodeTool {
+    pub name: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub params: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// `Some`: the tool may not be called from code; a call raises
+    /// `PermissionError` with this message.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
+}
+
+/// How a call of a client's tool failed, as the code sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolFailure {
+    /// The client's result was an error: the call raises `ToolError`.
+    Tool,
+    /// No result came in time: the call raises `TimeoutError`.
+    Timeout,
+}
+
+/// A call the code made of a client's tool, waiting for its result.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct CodeToolCall {
+    /// The call's id (`toolu_...`), which its result names.
+    pub id: String,
+    pub name: String,
+    #[serde(default)]
+    pub input: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Request<'_> {
@@ -77,6 +124,14 @@ pub enum Event {
     /// The context's execution count after this execution.
     Count {
         n: u32,
+    },
+    /// The code called client tools and waits for their results.
+    ToolCalls {
+        calls: Vec<CodeToolCall>,
+    },
+    /// The result of call `id` reached the code.
+    ToolAnswered {
+        id: String,
     },
     /// The execution ended (its events are all written).
     Done {},

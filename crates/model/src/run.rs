@@ -94,6 +94,41 @@ pub trait Sandbox: Send + Sync {
         })
     }
 
+    /// Runs a Python cell whose code may call the client's `tools`
+    /// (Anthropic's programmatic tool calling) as [`Sandbox::interpret`]
+    /// does (within `timeout`, if given; the time it waits on the client
+    /// does not count): it ends, or pauses at its calls, waiting for the
+    /// client's results under the name `cell` (its `server_tool_use` id)
+    /// until [`Sandbox::resume_cell`] gives them, in this request or a
+    /// later one. A sandbox without one says so: the response fails.
+    async fn interpret_calling(
+        &self,
+        container: &str,
+        cell: &str,
+        code: &str,
+        tools: &[crate::tools::CodeTool],
+        timeout: Option<std::time::Duration>,
+    ) -> Result<Cell, HostError> {
+        let _ = (container, cell, code, tools, timeout);
+        Err(HostError {
+            code: "server_error",
+            message: "code calling the client's tools is not supported by this server's sandbox"
+                .into(),
+        })
+    }
+
+    /// Gives the paused cell `cell` the client's results of its calls: it
+    /// goes on until it ends or pauses again.
+    async fn resume_cell(
+        &self,
+        container: &str,
+        cell: &str,
+        answers: &[crate::tools::ToolAnswer],
+    ) -> Result<Cell, HostError> {
+        let _ = (container, cell, answers);
+        Ok(Cell::Gone)
+    }
+
     /// The container's files now, so that [`Sandbox::output_files`] can
     /// tell which a call then wrote (Anthropic's code execution returns
     /// them). A sandbox that keeps no files marks none.
@@ -112,6 +147,27 @@ pub trait Sandbox: Send + Sync {
         let _ = (container, mark);
         Ok(OutputFiles::default())
     }
+}
+
+/// A call a cell made of one of the client's tools.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CodeCall {
+    /// Its id, which the client's `tool_result` names (`toolu_...`).
+    pub id: String,
+    pub name: String,
+    pub input: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Where a cell calling the client's tools is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cell {
+    /// It ended: what it gave (its `raised` and `timed_out` say how).
+    Done(Interpretation),
+    /// It waits for the client's results of these calls.
+    Paused(Vec<CodeCall>),
+    /// No cell of that name waits here (its container was suspended or
+    /// removed, or the server restarted).
+    Gone,
 }
 
 /// A container's files at one moment: path → (size, modification second).
@@ -426,6 +482,35 @@ impl Run<'_> {
                 rules,
                 earlier: std::sync::Mutex::new(String::new()),
             });
+        // A cell paused on the client's tools goes on first with their
+        // results; paused again, the response ends with its new calls.
+        if let Some(execution) = &request.tools.code_execution {
+            if let Some(paused) = &execution.resume {
+                let Some(sandbox) = sandbox else {
+                    return Status::Failed {
+                        code: "server_error",
+                        message: "code execution has no sandbox".into(),
+                    };
+                };
+                match code_execution::resume(
+                    sandbox,
+                    paused,
+                    execution,
+                    &mut self.output,
+                    self.events,
+                    output_guard.as_ref(),
+                )
+                .await
+                {
+                    Err(status) => return status,
+                    Ok(Some(calls)) => {
+                        self.hand_back_code_calls(&calls, execution, &paused.cell);
+                        return Status::Completed;
+                    }
+                    Ok(None) => {}
+                }
+            }
+        }
         loop {
             let turn = Turn {
                 model: request.model.clone(),
@@ -650,13 +735,18 @@ impl Run<'_> {
                     google_code::run(sandbox, call, timeout, output, events, guardrail).await?
                 }
                 (BASH_CODE_EXECUTION | TEXT_EDITOR_CODE_EXECUTION | CODE_EXECUTION, _) => {
-                    let cell_timeout = request
-                        .tools
-                        .code_execution
-                        .as_ref()
-                        .and_then(|tool| tool.cell_timeout);
-                    code_execution::run(sandbox, call, cell_timeout, output, events, guardrail)
-                        .await?
+                    let Some(execution) = request.tools.code_execution.as_ref() else {
+                        continue;
+                    };
+                    let paused =
+                        code_execution::run(sandbox, call, execution, output, events, guardrail)
+                            .await?;
+                    // The cell waits on the client's tools: the response
+                    // ends with its calls, for the client to answer.
+                    if let Some(calls) = paused {
+                        self.hand_back_code_calls(&calls, execution, &call.id);
+                        return Ok(true);
+                    }
                 }
                 (_, ShellShape::OpenRouter) => {
                     run_openrouter_shell(sandbox, call, output, events, guardrail).await?
@@ -667,6 +757,50 @@ impl Run<'_> {
             }
         }
         Ok(handed_back)
+    }
+
+    /// The calls a paused cell (the `server_tool_use` `cell`) made of the
+    /// client's tools, handed back: each a `function_call` whose `caller`
+    /// names the code execution and the cell.
+    fn hand_back_code_calls(
+        &mut self,
+        calls: &[CodeCall],
+        execution: &crate::tools::CodeExecution,
+        cell: &str,
+    ) {
+        let caller = shellgate_wire::messages::ToolCaller {
+            kind: execution
+                .caller()
+                .unwrap_or(crate::tools::CALLER_20260120)
+                .to_owned(),
+            tool_id: Some(cell.to_owned()),
+        };
+        for call in calls {
+            let mut extra = wire::Extra::new();
+            if let Ok(caller) = serde_json::to_value(&caller) {
+                extra.insert("caller".to_owned(), caller);
+            }
+            let arguments = serde_json::Value::Object(call.input.clone()).to_string();
+            let item = Item::FunctionCall(FunctionCall {
+                id: Some(item_id("fc_")),
+                call_id: Some(call.id.clone()),
+                name: call.name.clone(),
+                namespace: None,
+                arguments: arguments.clone(),
+                status: Some(ItemStatus::Completed),
+                extra,
+            });
+            let index = announce(&self.output, self.events, in_progress(&item));
+            emit(
+                self.events,
+                Event::Arguments {
+                    index,
+                    item_id: item_id_of(&item),
+                    arguments,
+                },
+            );
+            complete(&mut self.output, self.events, index, item);
+        }
     }
 
     /// A call the client answers: told whole, and part of the output.
@@ -1094,6 +1228,14 @@ fn guard_call(
         }
     }
     results
+}
+
+/// A function call's item id.
+fn item_id_of(item: &Item) -> String {
+    match item {
+        Item::FunctionCall(call) => call.id.clone().unwrap_or_default(),
+        _ => String::new(),
+    }
 }
 
 /// A call handed back to the client, as announced before it is done.

@@ -117,6 +117,76 @@ pub struct CodeExecution {
     /// runs as long as the code interpreter's, past it
     /// `execution_time_exceeded`.
     pub cell_timeout: Option<std::time::Duration>,
+    /// The client's tools, as its Python cells see them (Anthropic's
+    /// programmatic tool calling): each a function of the cell, callable
+    /// when its `allowed_callers` lists this version's caller, else
+    /// refusing with a message saying so. Empty for a version whose code
+    /// calls no tools (`_20250522`).
+    pub client_tools: Vec<CodeTool>,
+    /// A cell paused on its calls of the client's tools that this request
+    /// resumes with the client's results.
+    pub resume: Option<PausedCell>,
+}
+
+impl CodeExecution {
+    /// The `caller` of the `tool_use` blocks its code's calls become:
+    /// `code_execution_20250825`, or `code_execution_20260120` (for
+    /// `_20260120` and `_20260521`, as Anthropic tags both); `None` for a
+    /// version whose code calls no tools.
+    pub fn caller(&self) -> Option<&'static str> {
+        self.version.caller()
+    }
+
+    /// Whether some client tool may be called from its code.
+    pub fn calls_tools(&self) -> bool {
+        self.client_tools.iter().any(|tool| tool.refused.is_none())
+    }
+
+    /// Whether the model sees `code_execution` (Python): its version's
+    /// cells, or `_20250825`'s when its code may call the client's tools
+    /// (programmatic tool calling runs Python).
+    pub fn python(&self) -> bool {
+        self.version.python() || self.calls_tools()
+    }
+}
+
+/// A client's tool as a Python cell sees it: a function `name` whose
+/// positional arguments are `params` (its input schema's properties, in
+/// order), which sends the call to the client and returns its result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CodeTool {
+    pub name: String,
+    pub params: Vec<String>,
+    pub description: String,
+    /// `Some`: its `allowed_callers` do not let code call it; a call
+    /// raises this message.
+    pub refused: Option<String>,
+}
+
+/// The properties of a tool's input schema (its parameters, by name).
+#[derive(Debug, Default, serde::Deserialize)]
+struct Schema {
+    #[serde(default)]
+    properties: serde_json::Map<String, Value>,
+}
+
+/// A cell paused on the client's tools, and the client's results.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PausedCell {
+    /// The `server_tool_use` id of the call that runs the cell.
+    pub cell: String,
+    /// Its input (its code), as the client replayed it.
+    pub input: serde_json::Map<String, Value>,
+    /// The client's result for each call, in the order given.
+    pub answers: Vec<ToolAnswer>,
+}
+
+/// The client's `tool_result` for a call its code made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolAnswer {
+    pub call_id: String,
+    pub content: String,
+    pub is_error: bool,
 }
 
 /// Anthropic's documented limit on one Python cell of
@@ -158,6 +228,51 @@ impl CodeExecutionVersion {
     pub fn python(self) -> bool {
         self != Self::Commands
     }
+
+    /// The caller its code's tool calls carry (`None`: its code calls no
+    /// client tools).
+    pub fn caller(self) -> Option<&'static str> {
+        match self {
+            Self::Python => None,
+            Self::Commands => Some(CALLER_20250825),
+            Self::CommandsAndPython => Some(CALLER_20260120),
+        }
+    }
+}
+
+/// The caller of `code_execution_20250825`'s code.
+pub const CALLER_20250825: &str = "code_execution_20250825";
+/// The caller of `code_execution_20260120`'s and `_20260521`'s code.
+pub const CALLER_20260120: &str = "code_execution_20260120";
+
+/// Whether an `allowed_callers` entry lets code of `caller` call the tool
+/// (`_20260120` and `_20260521` are one caller, as Anthropic takes them).
+fn admits(entry: &str, caller: &str) -> bool {
+    match caller {
+        CALLER_20260120 => matches!(entry, CALLER_20260120 | "code_execution_20260521"),
+        _ => entry == caller,
+    }
+}
+
+/// What the model is told of the client's tools its code may call.
+fn code_tools_description(tools: &[CodeTool]) -> String {
+    let callable: Vec<&CodeTool> = tools.iter().filter(|t| t.refused.is_none()).collect();
+    if callable.is_empty() {
+        return String::new();
+    }
+    let mut text = String::from(
+        "\n\nThe code may call these functions, which run the user's tools and return each \
+         result as a string (a result the tool reports as an error raises ToolError; call them \
+         plainly, or `await` them, e.g. with asyncio.gather to run several at once); print \
+         what you need from their results:",
+    );
+    for tool in callable {
+        text.push_str(&format!("\n- {}({})", tool.name, tool.params.join(", ")));
+        if !tool.description.is_empty() {
+            text.push_str(&format!(": {}", tool.description));
+        }
+    }
+    text
 }
 
 /// Where the `shell` tool's commands run.
@@ -545,6 +660,8 @@ impl Tools {
     /// run by the client), `openrouter:shell` and `openrouter:bash`.
     pub fn parse_messages(tools: &[messages::Tool]) -> Result<Self, RequestError> {
         let mut parsed = Tools::default();
+        // User tools with their `allowed_callers`.
+        let mut callers: Vec<(Function, Option<Vec<String>>)> = Vec::new();
         for (index, tool) in tools.iter().enumerate() {
             let param = format!("tools[{index}]");
             match tool {
@@ -568,7 +685,9 @@ impl Tools {
                     parsed.bash = Some(Bash { hosted: None });
                 }
                 messages::Tool::Custom(tool) => {
-                    parsed.functions.push(Function::from_custom(tool, &param)?)
+                    let function = Function::from_custom(tool, &param)?;
+                    callers.push((function.clone(), tool.allowed_callers.clone()));
+                    parsed.functions.push(function)
                 }
                 messages::Tool::TextEditor(tool) => parsed
                     .functions
@@ -592,6 +711,8 @@ impl Tools {
                         environment: Environment::ContainerAuto(wire::ContainerAuto::default()),
                         cell_timeout: (tool.kind == "code_execution_20260521")
                             .then_some(CODE_EXECUTION_CELL_TIMEOUT),
+                        client_tools: Vec::new(),
+                        resume: None,
                     });
                 }
                 messages::Tool::Unknown(_) => {
@@ -607,6 +728,7 @@ impl Tools {
                 }
             }
         }
+        parsed.client_tools_for_code(callers);
         if let (Some(shell), Some(Bash { hosted: Some(bash) })) = (&parsed.shell, &parsed.bash) {
             if shell != bash {
                 return Err(invalid(
@@ -618,6 +740,44 @@ impl Tools {
         }
         parsed.check_names()?;
         Ok(parsed)
+    }
+
+    /// Gives code execution's cells the user tools (programmatic tool
+    /// calling), each callable when its `allowed_callers` list the
+    /// version's caller; a tool whose `allowed_callers` leave out `direct`
+    /// is not offered to the model itself. Without a code execution that
+    /// calls tools, every tool is the model's.
+    fn client_tools_for_code(&mut self, callers: Vec<(Function, Option<Vec<String>>)>) {
+        let Some(execution) = self.code_execution.as_mut() else {
+            return;
+        };
+        let Some(caller) = execution.caller() else {
+            return;
+        };
+        let mut indirect = Vec::new();
+        for (function, allowed) in callers {
+            let allowed = allowed.unwrap_or_else(|| vec!["direct".to_owned()]);
+            let from_code = allowed.iter().any(|entry| admits(entry, caller));
+            if from_code && !allowed.iter().any(|entry| entry == "direct") {
+                indirect.push(function.name.clone());
+            }
+            let params = serde_json::from_value::<Schema>(function.parameters.clone())
+                .map(|schema| schema.properties.keys().cloned().collect())
+                .unwrap_or_default();
+            execution.client_tools.push(CodeTool {
+                refused: (!from_code).then(|| {
+                    format!(
+                        "the tool '{}' may not be called from code: its allowed_callers ({}) do                          not include '{caller}'; the model may call it directly",
+                        function.name,
+                        allowed.join(", ")
+                    )
+                }),
+                name: function.name,
+                params,
+                description: function.description,
+            });
+        }
+        self.functions.retain(|f| !indirect.contains(&f.name));
     }
 
     /// Adds an `openrouter:shell` tool.
@@ -680,7 +840,7 @@ impl Tools {
             CODE_EXECUTION => {
                 self.code_execution
                     .as_ref()
-                    .is_some_and(|c| c.version.python())
+                    .is_some_and(CodeExecution::python)
                     || self.google_code_execution.is_some()
             }
             _ => false,
@@ -860,15 +1020,17 @@ impl Tools {
                 ..Default::default()
             });
         }
-        if let Some(execution) = self.code_execution.as_ref().filter(|c| c.version.python()) {
+        if let Some(execution) = self.code_execution.as_ref().filter(|c| c.python()) {
             specs.push(ToolSpec {
                 name: CODE_EXECUTION.to_owned(),
                 description: format!(
                     "Runs Python code in a stateful kernel in the code execution container: \
                      variables, imports and functions stay defined for the next call, in this \
                      request and in later requests on the same container. Returns what it \
-                     printed; a raised exception's traceback comes back with return code 1. {}",
-                    describe(&execution.environment)
+                     printed; a raised exception's traceback comes back with return code 1. \
+                     {}{}",
+                    describe(&execution.environment),
+                    code_tools_description(&execution.client_tools)
                 ),
                 parameters: json!({
                     "type": "object",
@@ -1541,5 +1703,87 @@ mod tests {
                 .as_array()
                 .is_some_and(|commands| commands.contains(&json!("undo_edit")))
         );
+    }
+}
+
+#[cfg(test)]
+mod code_tools {
+    use super::*;
+
+    fn parsed(tools: Value) -> Tools {
+        let typed: Vec<messages::Tool> = serde_json::from_value(tools).expect("tools");
+        Tools::parse_messages(&typed).expect("parsed")
+    }
+
+    fn tool(name: &str, callers: Option<&[&str]>) -> Value {
+        let mut tool = json!({"name": name, "input_schema": {"type": "object",
+            "properties": {"b": {}, "a": {}}}});
+        if let Some(callers) = callers {
+            tool["allowed_callers"] = json!(callers);
+        }
+        tool
+    }
+
+    #[test]
+    fn allowed_callers_decide_what_code_and_the_model_may_call() {
+        let tools = parsed(json!([
+            {"type": "code_execution_20260521", "name": "code_execution"},
+            tool("code_only", Some(&["code_execution_20260120"])),
+            tool("both", Some(&["direct", "code_execution_20260521"])),
+            tool("model_only", None),
+            tool("older", Some(&["code_execution_20250825"])),
+        ]));
+        let execution = tools.code_execution.as_ref().expect("code execution");
+        assert_eq!(execution.caller(), Some(CALLER_20260120));
+        let callable: Vec<(&str, bool)> = execution
+            .client_tools
+            .iter()
+            .map(|t| (t.name.as_str(), t.refused.is_none()))
+            .collect();
+        assert_eq!(
+            callable,
+            [
+                ("code_only", true),
+                ("both", true),
+                ("model_only", false),
+                ("older", false)
+            ]
+        );
+        assert_eq!(execution.client_tools[0].params, ["a", "b"]);
+        let refused = execution.client_tools[3]
+            .refused
+            .as_deref()
+            .unwrap_or_default();
+        assert!(refused.contains("code_execution_20250825"), "{refused}");
+        // A tool for code alone is not the model's own.
+        let offered: Vec<&str> = tools.functions.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(offered, ["both", "model_only", "older"]);
+        let specs = tools.specs(&|_| String::new());
+        let cell = specs
+            .iter()
+            .find(|s| s.name == CODE_EXECUTION)
+            .expect("code_execution");
+        assert!(
+            cell.description.contains("- code_only(a, b)"),
+            "{}",
+            cell.description
+        );
+        assert!(
+            !cell.description.contains("model_only("),
+            "{}",
+            cell.description
+        );
+        // `_20250825` calling tools gets Python for it; without code
+        // execution, `allowed_callers` change nothing.
+        let older = parsed(json!([
+            {"type": "code_execution_20250825", "name": "code_execution"},
+            tool("older", Some(&["code_execution_20250825"])),
+        ]));
+        assert!(older.hosted(CODE_EXECUTION));
+        let plain = parsed(json!([tool(
+            "code_only",
+            Some(&["code_execution_20260120"])
+        )]));
+        assert_eq!(plain.functions.len(), 1);
     }
 }

@@ -661,6 +661,10 @@ impl Config {
                 model.code_execution_cell_timeout_secs,
             ),
             (
+                "code_execution_tool_result_timeout_secs",
+                model.code_execution_tool_result_timeout_secs,
+            ),
+            (
                 "upstream_max_tool_call_bytes",
                 model.upstream_max_tool_call_bytes,
             ),

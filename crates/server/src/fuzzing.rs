@@ -156,6 +156,7 @@ pub(crate) fn state_with(
             &engine,
         ))),
         kernels_slept: Default::default(),
+        paused_cells: Default::default(),
         config,
         engine,
         store,

@@ -221,6 +221,7 @@ where
             &engine,
         ))),
         kernels_slept: Default::default(),
+        paused_cells: Default::default(),
         node_name: config.cluster.node_name(),
         config,
         engine,

@@ -98,6 +98,9 @@ pub struct AppState {
     /// The containers whose code interpreter kernel ended when they were
     /// suspended, until their next cell tells it.
     pub(crate) kernels_slept: crate::sandboxes::kernels_slept::KernelsSlept,
+    /// The Python cells waiting for the client's results of their calls
+    /// of its tools.
+    pub(crate) paused_cells: crate::sandboxes::paused_cells::PausedCells,
 }
 
 impl AppState {

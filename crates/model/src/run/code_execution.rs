@@ -41,11 +41,11 @@ use shellgate_wire::responses::{self as wire, CodeExecutionCall, Item, ItemStatu
 use shellgate_wire::Outcome;
 
 use super::{
-    announce, complete, execute, exited, guard_results, host_failed, item_id, EventSink,
-    OutputGuard, Sandbox, Status,
+    announce, complete, execute, exited, guard_results, host_failed, item_id, Cell, CodeCall,
+    EventSink, Interpretation, OutputGuard, Sandbox, Status,
 };
 use crate::arguments::ShellArguments;
-use crate::tools::{BASH_CODE_EXECUTION, CODE_EXECUTION};
+use crate::tools::{CodeExecution, PausedCell, BASH_CODE_EXECUTION, CODE_EXECUTION};
 use crate::upstream::ToolCall;
 
 /// The exit code the editor's commands give for a path that is not a file.
@@ -86,14 +86,18 @@ struct EditorInput {
 
 /// Runs one call of a code execution sub-tool: one `code_execution_call`
 /// item is added to `output`, in progress (its result `null`), then done.
+/// A Python cell that calls the client's tools may pause at its calls:
+/// its item is then done without a result, and the calls are returned for
+/// the client to answer.
 pub(super) async fn run(
     sandbox: &dyn Sandbox,
     call: &ToolCall,
-    cell_timeout: Option<Duration>,
+    execution: &CodeExecution,
     output: &mut Vec<Item>,
     events: Option<&EventSink>,
     guardrail: Option<&OutputGuard<'_>>,
-) -> Result<(), Status> {
+) -> Result<Option<Vec<CodeCall>>, Status> {
+    let cell_timeout = execution.cell_timeout;
     // Arguments that are not a JSON object (a model's slip) are no input.
     let input: wire::Extra = serde_json::from_str(&call.arguments).unwrap_or_default();
     let container = sandbox.container().await.map_err(host_failed)?;
@@ -114,9 +118,27 @@ pub(super) async fn run(
         CodeExecutionResult::Bash(bash(sandbox, &container, input, guardrail).await?)
     } else if call.name == CODE_EXECUTION {
         let input = PythonInput::deserialize(&input).unwrap_or_default();
-        CodeExecutionResult::Python(
-            python(sandbox, &container, input, cell_timeout, guardrail).await?,
-        )
+        let ran = if execution.client_tools.is_empty() {
+            Ran::Done(python(sandbox, &container, input, cell_timeout, guardrail).await?)
+        } else {
+            calling(
+                sandbox,
+                &container,
+                &call.id,
+                input,
+                execution,
+                cell_timeout,
+                guardrail,
+            )
+            .await?
+        };
+        match ran {
+            Ran::Done(content) => CodeExecutionResult::Python(content),
+            Ran::Paused(calls) => {
+                complete(output, events, index, Item::CodeExecutionCall(item));
+                return Ok(Some(calls));
+            }
+        }
     } else {
         let input = EditorInput::deserialize(&input).unwrap_or_default();
         CodeExecutionResult::TextEditor(edit(sandbox, &container, input, guardrail).await?)
@@ -124,7 +146,112 @@ pub(super) async fn run(
     item.result = Some(result);
     item.status = Some(ItemStatus::Completed);
     complete(output, events, index, Item::CodeExecutionCall(item));
-    Ok(())
+    Ok(None)
+}
+
+/// How a cell calling the client's tools went.
+enum Ran {
+    Done(PythonToolResultContent),
+    Paused(Vec<CodeCall>),
+}
+
+/// A Python cell whose code may call the client's tools: its result, or
+/// the calls it paused at.
+async fn calling(
+    sandbox: &dyn Sandbox,
+    container: &str,
+    cell: &str,
+    input: PythonInput,
+    execution: &CodeExecution,
+    cell_timeout: Option<Duration>,
+    guardrail: Option<&OutputGuard<'_>>,
+) -> Result<Ran, Status> {
+    let Some(code) = input.code.filter(|c| !c.trim().is_empty()) else {
+        return Ok(Ran::Done(python_error("invalid_tool_input")));
+    };
+    let mark = sandbox.mark_files(container).await.map_err(host_failed)?;
+    let ran = sandbox
+        .interpret_calling(
+            container,
+            cell,
+            &code,
+            &execution.client_tools,
+            cell_timeout,
+        )
+        .await
+        .map_err(host_failed)?;
+    cell_result(sandbox, container, ran, &mark, cell_timeout, guardrail).await
+}
+
+/// Resumes the paused cell of `paused` with the client's results: its
+/// `code_execution_call` item (the call as the client replayed it) is
+/// added to `output` with the cell's result, or without one when the cell
+/// pauses again at new calls, which are returned.
+pub(super) async fn resume(
+    sandbox: &dyn Sandbox,
+    paused: &PausedCell,
+    execution: &CodeExecution,
+    output: &mut Vec<Item>,
+    events: Option<&EventSink>,
+    guardrail: Option<&OutputGuard<'_>>,
+) -> Result<Option<Vec<CodeCall>>, Status> {
+    let container = sandbox.container().await.map_err(host_failed)?;
+    let mut item = CodeExecutionCall {
+        id: Some(item_id("cex_")),
+        call_id: Some(paused.cell.clone()),
+        container_id: Some(container.clone()),
+        name: CODE_EXECUTION.to_owned(),
+        input: paused.input.clone(),
+        result: None,
+        status: Some(ItemStatus::InProgress),
+        extra: wire::Extra::new(),
+    };
+    let index = announce(output, events, Item::CodeExecutionCall(item.clone()));
+    let mark = sandbox.mark_files(&container).await.map_err(host_failed)?;
+    let ran = sandbox
+        .resume_cell(&container, &paused.cell, &paused.answers)
+        .await
+        .map_err(host_failed)?;
+    match cell_result(
+        sandbox,
+        &container,
+        ran,
+        &mark,
+        execution.cell_timeout,
+        guardrail,
+    )
+    .await?
+    {
+        Ran::Done(content) => {
+            item.result = Some(CodeExecutionResult::Python(content));
+            item.status = Some(ItemStatus::Completed);
+            complete(output, events, index, Item::CodeExecutionCall(item));
+            Ok(None)
+        }
+        Ran::Paused(calls) => {
+            complete(output, events, index, Item::CodeExecutionCall(item));
+            Ok(Some(calls))
+        }
+    }
+}
+
+/// A cell's progress as its result: its calls when paused, `unavailable`
+/// when it is gone, else what it printed and the files it wrote.
+async fn cell_result(
+    sandbox: &dyn Sandbox,
+    container: &str,
+    ran: Cell,
+    mark: &super::FileMark,
+    cell_timeout: Option<Duration>,
+    guardrail: Option<&OutputGuard<'_>>,
+) -> Result<Ran, Status> {
+    match ran {
+        Cell::Paused(calls) => Ok(Ran::Paused(calls)),
+        Cell::Gone => Ok(Ran::Done(python_error("unavailable"))),
+        Cell::Done(ran) => Ok(Ran::Done(
+            python_content(sandbox, container, ran, mark, cell_timeout, guardrail).await?,
+        )),
+    }
 }
 
 fn bash_error(code: &str) -> BashToolResultContent {
@@ -223,14 +350,8 @@ async fn python(
     cell_timeout: Option<Duration>,
     guardrail: Option<&OutputGuard<'_>>,
 ) -> Result<PythonToolResultContent, Status> {
-    let error = |code: &str| {
-        PythonToolResultContent::CodeExecutionToolResultError(PythonToolError {
-            error_code: code.to_owned(),
-            extra: wire::Extra::new(),
-        })
-    };
     let Some(code) = input.code.filter(|c| !c.trim().is_empty()) else {
-        return Ok(error("invalid_tool_input"));
+        return Ok(python_error("invalid_tool_input"));
     };
     let mark = sandbox.mark_files(container).await.map_err(host_failed)?;
     let ran = match cell_timeout {
@@ -248,6 +369,29 @@ async fn python(
             .await
             .map_err(host_failed)?,
     };
+    python_content(sandbox, container, ran, &mark, cell_timeout, guardrail).await
+}
+
+/// A Python error object of `code`.
+fn python_error(code: &str) -> PythonToolResultContent {
+    PythonToolResultContent::CodeExecutionToolResultError(PythonToolError {
+        error_code: code.to_owned(),
+        extra: wire::Extra::new(),
+    })
+}
+
+/// What a cell that ran gave, as its result: its logs (guarded), the
+/// suspended kernel's and the time limit's notes in `stderr`, the files
+/// it wrote since `mark`.
+async fn python_content(
+    sandbox: &dyn Sandbox,
+    container: &str,
+    ran: Interpretation,
+    mark: &super::FileMark,
+    cell_timeout: Option<Duration>,
+    guardrail: Option<&OutputGuard<'_>>,
+) -> Result<PythonToolResultContent, Status> {
+    let error = python_error;
     let mut stderr = String::new();
     if ran.kernel_lost {
         stderr.push_str(KERNEL_LOST);
@@ -267,7 +411,7 @@ async fn python(
     // A file too large to store is left out (the cell's error codes have
     // no `output_file_too_large`).
     let written = sandbox
-        .output_files(container, &mark)
+        .output_files(container, mark)
         .await
         .map_err(host_failed)?;
     let logs = match guardrail {

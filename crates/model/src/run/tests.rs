@@ -653,6 +653,8 @@ mod through_the_traits {
             version: crate::tools::CodeExecutionVersion::CommandsAndPython,
             environment: crate::tools::Environment::ContainerAuto(Default::default()),
             cell_timeout: Some(timeout),
+            client_tools: Vec::new(),
+            resume: None,
         });
         let (outcome, _) = run_recording(&upstream, Some(&sandbox), &request).await;
         assert_eq!(outcome.status, Status::Completed);

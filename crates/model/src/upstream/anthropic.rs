@@ -251,6 +251,7 @@ pub fn request_body(turn: &Turn, stream: bool) -> Result<CreateMessage, Upstream
                         id: call.id.clone(),
                         name: call.name.clone(),
                         input,
+                        caller: None,
                         extra: Map::new(),
                     }));
                 }
@@ -309,6 +310,9 @@ pub fn request_body(turn: &Turn, stream: bool) -> Result<CreateMessage, Upstream
                         Value::Object(schema) => schema.clone(),
                         _ => Map::new(),
                     },
+                    // Code calling the client's tools runs here, not
+                    // upstream: the model calls each tool directly.
+                    allowed_callers: None,
                     extra: tool_extras(&turn.carry, &tool.name),
                 })
             })

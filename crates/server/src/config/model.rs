@@ -40,6 +40,11 @@ pub struct ModelSettings {
     /// and ends as a result with a non-zero `return_code` and a
     /// `detection_timeout` status (Anthropic documents 90 seconds).
     pub code_execution_cell_timeout_secs: u64,
+    /// Longest time a Python cell of Anthropic's code execution waits for
+    /// the client's result of a call of one of its tools (programmatic
+    /// tool calling): past it the call raises `TimeoutError` in the code,
+    /// which goes on (Anthropic documents about 4.5 minutes).
+    pub code_execution_tool_result_timeout_secs: u64,
     /// Most bytes of one upstream answer, and of the model's answers over
     /// every turn of one response together (over it the response fails).
     pub upstream_max_answer_bytes: u64,
@@ -81,6 +86,7 @@ impl Default for ModelSettings {
             response_timeout_secs: 3600,
             gemini_code_execution_timeout_secs: 30,
             code_execution_cell_timeout_secs: 90,
+            code_execution_tool_result_timeout_secs: 270,
             upstream_max_answer_bytes: 32 * 1024 * 1024,
             upstream_max_tool_call_bytes: 4 * 1024 * 1024,
             max_input_files: 50,

@@ -121,6 +121,8 @@ fn ndjson(event: &ExecutionEvent) -> Bytes {
         ExecutionEvent::ExecutionCount(n) => Line::NumberOfExecutions {
             execution_count: *n,
         },
+        // E2B's executions offer the code no client tools.
+        ExecutionEvent::ToolCalls(_) => return Bytes::new(),
     };
     // Strings, numbers and DisplayData always serialise.
     let mut bytes = serde_json::to_vec(&line).unwrap_or_default();
@@ -220,6 +222,7 @@ async fn execute(
         env_vars: merged_env(&caller.env_vars, body.env_vars),
         timeout: EXECUTION_BOUND,
         context_id: body.context_id,
+        tools: Vec::new(),
     };
     if asked.code.len() > shellgate_interpreter::MAX_CODE_BYTES {
         return Err(interpreter_error(InterpreterError::InvalidRequest {

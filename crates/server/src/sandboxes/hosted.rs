@@ -28,7 +28,9 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use serde::Deserialize as _;
 use serde_json::Value;
-use shellgate_model::run::{FileMark, HostError, Interpretation, OutputFiles, Sandbox};
+use shellgate_model::run::{
+    Cell, CodeCall, FileMark, HostError, Interpretation, OutputFiles, Sandbox,
+};
 use shellgate_model::tools::{Environment, Tools};
 use shellgate_sandbox_api::backend::{CommandResult, RunRequest};
 use shellgate_wire::responses::ContainerAuto;
@@ -37,6 +39,7 @@ use shellgate_wire::{CreateContainer, MountedSkill};
 use crate::error::{host_error, ApiError, ApiResult};
 use crate::sandboxes::containers::create_container;
 use crate::sandboxes::exec::Exec;
+use crate::sandboxes::paused_cells::{CellOwner, Progress};
 use crate::sandboxes::reuse::Reuse;
 use crate::state::AppState;
 use crate::time::now;
@@ -230,6 +233,15 @@ impl HostedShell {
     /// The container, if one was found or made.
     pub async fn container_id(&self) -> Option<String> {
         self.container.lock().await.clone()
+    }
+
+    /// The cell `cell` this request runs in `container`.
+    fn owner(&self, container: &str, cell: &str) -> CellOwner {
+        CellOwner {
+            cell: cell.to_owned(),
+            container: container.to_owned(),
+            project: self.project.clone(),
+        }
     }
 
     fn add(&self, seconds: f64, session: bool) {
@@ -468,6 +480,59 @@ impl Sandbox for HostedShell {
         Ok((interpretation, ended))
     }
 
+    /// Runs a cell calling the client's tools
+    /// (`interpreting::interpret_calling`), its time until it ends or
+    /// pauses added to this request's.
+    async fn interpret_calling(
+        &self,
+        container: &str,
+        cell: &str,
+        code: &str,
+        tools: &[shellgate_model::tools::CodeTool],
+        timeout: Option<std::time::Duration>,
+    ) -> Result<Cell, HostError> {
+        let started = std::time::Instant::now();
+        let tools = tools
+            .iter()
+            .map(|tool| shellgate_interpreter::CodeTool {
+                name: tool.name.clone(),
+                params: tool.params.clone(),
+                description: (!tool.description.is_empty()).then(|| tool.description.clone()),
+                refused: tool.refused.clone(),
+            })
+            .collect();
+        let (progress, woke) = crate::sandboxes::interpreting::interpret_calling(
+            &self.state,
+            self.owner(container, cell),
+            &self.request,
+            code,
+            tools,
+            timeout.unwrap_or(crate::sandboxes::interpreting::TIMEOUT),
+        )
+        .await?;
+        self.add(started.elapsed().as_secs_f64(), woke);
+        Ok(cell_of(progress))
+    }
+
+    /// Resumes a paused cell (`interpreting::resume`), its time until it
+    /// ends or pauses again added to this request's.
+    async fn resume_cell(
+        &self,
+        container: &str,
+        cell: &str,
+        answers: &[shellgate_model::tools::ToolAnswer],
+    ) -> Result<Cell, HostError> {
+        let started = std::time::Instant::now();
+        let progress = crate::sandboxes::interpreting::resume(
+            &self.state,
+            self.owner(container, cell),
+            answers,
+        )
+        .await?;
+        self.add(started.elapsed().as_secs_f64(), false);
+        Ok(cell_of(progress))
+    }
+
     async fn mark_files(&self, container: &str) -> Result<FileMark, HostError> {
         crate::sandboxes::interpreting::listing(&self.state, container)
             .await
@@ -533,6 +598,24 @@ impl Sandbox for HostedShell {
         .await?;
         self.add(started.elapsed().as_secs_f64(), woke);
         Ok(interpretation)
+    }
+}
+
+/// A cell's progress as the loop sees it.
+fn cell_of(progress: Progress) -> Cell {
+    match progress {
+        Progress::Done(interpretation) => Cell::Done(interpretation),
+        Progress::Paused(calls) => Cell::Paused(
+            calls
+                .into_iter()
+                .map(|call| CodeCall {
+                    id: call.id,
+                    name: call.name,
+                    input: call.input,
+                })
+                .collect(),
+        ),
+        Progress::Gone => Cell::Gone,
     }
 }
 

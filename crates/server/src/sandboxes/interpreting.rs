@@ -14,12 +14,17 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use shellgate_interpreter::{ExecutionEvent, InterpreterError, Interruption, Language};
+use shellgate_interpreter::{
+    CodeTool, ExecutionEvent, InterpreterError, Interruption, Language, ToolFailure,
+};
 use shellgate_model::run::{HostError, Interpretation, WrittenFile};
+use shellgate_model::tools::ToolAnswer;
 use shellgate_sandbox_api::backend::{limits, CommandResult, FileListing};
+use tokio::sync::mpsc;
 
 use crate::error::host_error;
 use crate::sandboxes::exec::Exec;
+use crate::sandboxes::paused_cells::{CellOwner, Found, Paused, Progress, Step};
 use crate::state::AppState;
 
 /// The working directory of the code interpreter's context (OpenAI's).
@@ -80,7 +85,7 @@ pub async fn interpret_within(
     // interrupted and its time until then billed.
     let mut running = exec.begin(vec![code.to_owned()]);
     let before = listing(state, container).await?;
-    let ran = execute(state, container, code, timeout).await;
+    let ran = execute(state, container, code, timeout, &[], None).await;
     running.succeeded(ran.is_ok());
     let (mut interpretation, ended) = ran?;
     interpretation.raised = ended.raised;
@@ -96,6 +101,192 @@ pub async fn interpret_within(
     };
     running.end(Some(&[result])).await;
     Ok((interpretation, ended, woke))
+}
+
+/// Runs `code`, whose code may call the client's `tools`, in `container`'s
+/// code interpreter for `request` of `project`, as the cell `owner.cell`
+/// (Anthropic's programmatic tool calling): it runs in a task of its own,
+/// and this follows it until it ends, or pauses at calls of the client's
+/// tools (then it waits in [`crate::sandboxes::paused_cells`] for
+/// [`resume`]). Returns where it is, and whether the container was woken
+/// for it. Its exec slot is held, and its time billed, until it ends.
+pub(crate) async fn interpret_calling(
+    state: &Arc<AppState>,
+    owner: CellOwner,
+    request: &str,
+    code: &str,
+    tools: Vec<CodeTool>,
+    timeout: Duration,
+) -> Result<(Progress, bool), HostError> {
+    let exec = Exec::admit(state, &owner.project, &owner.container)
+        .await
+        .map_err(host_error)?
+        .in_response(request);
+    let woke = exec.woke();
+    let (steps, followed) = mpsc::unbounded_channel();
+    let running_state = Arc::clone(state);
+    let (container, code) = (owner.container.clone(), code.to_owned());
+    // Not the request's: the cell outlives it while it waits on the
+    // client.
+    tokio::spawn(async move {
+        let state = running_state;
+        let mut running = exec.begin(vec![code.clone()]);
+        let ran = execute(&state, &container, &code, timeout, &tools, Some(&steps)).await;
+        running.succeeded(ran.is_ok());
+        let ended = match ran {
+            Ok((mut interpretation, ended)) => {
+                interpretation.raised = ended.raised;
+                interpretation.timed_out = ended.timed_out;
+                let result = CommandResult {
+                    stdout: interpretation.logs.clone(),
+                    stderr: String::new(),
+                    outcome: shellgate_wire::Outcome::Exit { exit_code: 0 },
+                    duration_ms: 0,
+                    bytes_out: interpretation.logs.len() as u64,
+                };
+                running.end(Some(&[result])).await;
+                Ok((interpretation, ended))
+            }
+            Err(e) => {
+                running.end(None).await;
+                Err(e)
+            }
+        };
+        let _ = steps.send(Step::Ended(ended));
+    });
+    Ok((follow(state, owner, followed).await?, woke))
+}
+
+/// Gives the paused cell of `owner` the client's results (a call it gave
+/// none for raises `ToolError` saying so) and follows it on. A cell that
+/// ended meanwhile (its client came too late) answers what it gave; one
+/// unknown here is [`Progress::Gone`].
+pub(crate) async fn resume(
+    state: &Arc<AppState>,
+    owner: CellOwner,
+    answers: &[ToolAnswer],
+) -> Result<Progress, HostError> {
+    let paused = match state.paused_cells.take(&owner) {
+        Found::Paused(paused) => paused,
+        Found::Ended(ended) => return ended.map(|(ran, _)| Progress::Done(ran)),
+        Found::Nothing => return Ok(Progress::Gone),
+    };
+    for call in &paused.calls {
+        let (content, failure) = match answers.iter().find(|a| a.call_id == *call) {
+            Some(answer) => (
+                answer.content.as_str(),
+                answer.is_error.then_some(ToolFailure::Tool),
+            ),
+            None => (
+                "the client gave no result for this call",
+                Some(ToolFailure::Tool),
+            ),
+        };
+        answer_call(state, &paused, call, content, failure).await;
+    }
+    follow(state, paused.owner, paused.steps).await
+}
+
+/// Follows a cell's `steps` until it ends or pauses; a paused cell is kept
+/// under its name until its client answers or its deadline
+/// (`code_execution_tool_result_timeout_secs`) passes.
+async fn follow(
+    state: &Arc<AppState>,
+    owner: CellOwner,
+    mut steps: mpsc::UnboundedReceiver<Step>,
+) -> Result<Progress, HostError> {
+    match steps.recv().await {
+        Some(Step::Ended(ended)) => ended.map(|(ran, _)| Progress::Done(ran)),
+        Some(Step::Paused { context, calls }) => {
+            let cell = owner.cell.clone();
+            let pause = state.paused_cells.keep(Paused {
+                owner,
+                context,
+                calls: calls.iter().map(|call| call.id.clone()).collect(),
+                steps,
+                pause: 0,
+            });
+            let timeout =
+                Duration::from_secs(state.config.model.code_execution_tool_result_timeout_secs);
+            let expiring = Arc::clone(state);
+            tokio::spawn(async move {
+                tokio::time::sleep(timeout).await;
+                expire(&expiring, &cell, pause, timeout).await;
+            });
+            Ok(Progress::Paused(calls))
+        }
+        None => Err(HostError {
+            code: "server_error",
+            message: "the code's run ended without a result".into(),
+        }),
+    }
+}
+
+/// Gives the paused cell's call `call` its result (a kernel gone takes
+/// none: its cell ends, and says so, without it).
+async fn answer_call(
+    state: &AppState,
+    paused: &Paused,
+    call: &str,
+    content: &str,
+    failure: Option<ToolFailure>,
+) {
+    if let Err(e) = state
+        .interpreters
+        .answer_tool_call(
+            &paused.owner.container,
+            &paused.context,
+            call,
+            content,
+            failure,
+        )
+        .await
+    {
+        tracing::info!(container = %paused.owner.container, call, "a tool result reached no kernel: {e}");
+    }
+}
+
+/// The deadline of pause `pause` of cell `cell`: if it still waits on
+/// that pause, each call it waits on (and any it makes after) raises
+/// `TimeoutError`, and what the cell then gives is kept for its client.
+async fn expire(state: &Arc<AppState>, cell: &str, pause: u64, timeout: Duration) {
+    let Some(mut paused) = state.paused_cells.take_pause(cell, pause) else {
+        return;
+    };
+    let message = format!(
+        "no result for this call came from the client within {} s",
+        timeout.as_secs()
+    );
+    for call in std::mem::take(&mut paused.calls) {
+        answer_call(state, &paused, &call, &message, Some(ToolFailure::Timeout)).await;
+    }
+    let ended = loop {
+        match paused.steps.recv().await {
+            Some(Step::Paused { calls, .. }) => {
+                for call in &calls {
+                    answer_call(
+                        state,
+                        &paused,
+                        &call.id,
+                        &message,
+                        Some(ToolFailure::Timeout),
+                    )
+                    .await;
+                }
+            }
+            Some(Step::Ended(ended)) => break ended,
+            None => {
+                break Err(HostError {
+                    code: "server_error",
+                    message: "the code's run ended without a result".into(),
+                })
+            }
+        }
+    };
+    tracing::info!(container = %paused.owner.container, cell, "a cell's calls of the client's tools timed out");
+    state
+        .paused_cells
+        .keep_ended(cell.to_owned(), paused.owner.project.clone(), ended);
 }
 
 /// `container` was suspended or stopped: its kernels ended. Forgets its
@@ -153,6 +344,8 @@ async fn execute(
     container: &str,
     code: &str,
     timeout: Duration,
+    tools: &[CodeTool],
+    steps: Option<&mpsc::UnboundedSender<Step>>,
 ) -> Result<(Interpretation, Ended), HostError> {
     let mut retried = false;
     let mut kernel_lost = false;
@@ -162,15 +355,20 @@ async fn execute(
         let (sender, mut events) = tokio::sync::mpsc::channel(64);
         let execute = shellgate_interpreter::Execute {
             code: code.to_owned(),
-            context_id: Some(context),
+            context_id: Some(context.clone()),
             language: None,
             env_vars: Vec::new(),
             timeout,
+            tools: tools.to_vec(),
         };
         let ran = state.interpreters.execute(container, execute, sender);
         let gather = async {
             let mut gathered = Gathered::default();
             while let Some(event) = events.recv().await {
+                if let ExecutionEvent::ToolCalls(calls) = event {
+                    paused_at(state, container, &context, calls, steps).await;
+                    continue;
+                }
                 gathered.add(event);
             }
             gathered
@@ -211,6 +409,42 @@ async fn execute(
             }
             Err(e) => return Err(interpreter_error(e)),
         }
+    }
+}
+
+/// The code waits on the client's results of `calls`: told to whoever
+/// follows the cell; with no one to tell (its request ended), each call
+/// raises `TimeoutError` at once.
+async fn paused_at(
+    state: &AppState,
+    container: &str,
+    context: &str,
+    calls: Vec<shellgate_interpreter::CodeToolCall>,
+    steps: Option<&mpsc::UnboundedSender<Step>>,
+) {
+    let ids: Vec<String> = calls.iter().map(|call| call.id.clone()).collect();
+    let told = steps.is_some_and(|steps| {
+        steps
+            .send(Step::Paused {
+                context: context.to_owned(),
+                calls,
+            })
+            .is_ok()
+    });
+    if told {
+        return;
+    }
+    for id in ids {
+        let _ = state
+            .interpreters
+            .answer_tool_call(
+                container,
+                context,
+                &id,
+                "no one waits for this call's result: the request running the code ended",
+                Some(ToolFailure::Timeout),
+            )
+            .await;
     }
 }
 
@@ -261,7 +495,7 @@ impl Gathered {
                     self.line(&traceback);
                 }
             }
-            ExecutionEvent::ExecutionCount(_) => {}
+            ExecutionEvent::ExecutionCount(_) | ExecutionEvent::ToolCalls(_) => {}
         }
     }
 

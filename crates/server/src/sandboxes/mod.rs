@@ -13,6 +13,7 @@ pub(crate) mod fs;
 pub(crate) mod hosted;
 pub(crate) mod interpreting;
 pub(crate) mod kernels_slept;
+pub(crate) mod paused_cells;
 pub(crate) mod processes;
 pub mod reuse;
 pub(crate) mod skills;

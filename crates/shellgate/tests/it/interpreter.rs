@@ -27,6 +27,7 @@ fn code(code: &str) -> Execute {
         language: None,
         env_vars: Vec::new(),
         timeout: Duration::from_secs(60),
+        tools: Vec::new(),
     }
 }
 

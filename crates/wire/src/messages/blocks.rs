@@ -257,9 +257,36 @@ pub struct ToolUseBlock {
     #[serde(default)]
     #[schema(value_type = Object)]
     pub input: Map<String, Value>,
+    /// Who made the call: the model (`direct`), or code running in code
+    /// execution (programmatic tool calling: the code execution's version
+    /// and its `server_tool_use`'s id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller: Option<ToolCaller>,
     #[serde(flatten)]
     #[schema(value_type = Object)]
     pub extra: Extra,
+}
+
+/// A `tool_use`'s `caller`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ToolCaller {
+    /// `direct`, `code_execution_20250825` or `code_execution_20260120`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The `server_tool_use` whose code made the call (a code execution
+    /// caller's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_id: Option<String>,
+}
+
+impl ToolCaller {
+    /// The caller that is the model itself.
+    pub const DIRECT: &'static str = "direct";
+
+    /// Whether the call came from code (a code execution's caller).
+    pub fn from_code(&self) -> bool {
+        self.kind != Self::DIRECT
+    }
 }
 
 /// The `input` of OpenRouter's `shell` server tool.

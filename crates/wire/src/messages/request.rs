@@ -456,6 +456,11 @@ pub struct CustomTool {
     /// The input's JSON schema.
     #[schema(value_type = Object)]
     pub input_schema: Map<String, Value>,
+    /// Who may call it: `direct` (the model; the default) and code
+    /// execution's code (`code_execution_20250825`, `_20260120`,
+    /// `_20260521`: programmatic tool calling).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_callers: Option<Vec<String>>,
     #[serde(flatten)]
     #[schema(value_type = Object)]
     pub extra: Extra,
