@@ -498,6 +498,26 @@ def _fresh_clusters(upstream):
             server.cluster.stop()
 
 
+# The cached debian-12 build (pandas, matplotlib, numpy, Node, Java; shared
+# with the Rust image test): built once per machine, a no-op when up to
+# date, rebuilt when its recipe changed.
+IMAGE_CACHE = Path(os.environ.get("SHELLGATE_TEST_IMAGE_CACHE", "/var/cache/shellgate-test/images-data"))
+
+
+@contextlib.contextmanager
+def debian_server(upstream, **settings):
+    """A server of a module's own (`own_server`) whose default image is
+    debian-12, as a deployment running its users' code would have: the
+    cached build, built first if it is not."""
+    built = subprocess.run([str(BINARY), "--data-dir", str(IMAGE_CACHE), "image", "build", "debian-12"],
+                           capture_output=True, text=True, timeout=3600)
+    assert built.returncode == 0, built.stderr[-3000:]
+    with own_server(upstream, upstream_url=upstream.url, default_image="debian-12",
+                    images_dir=str(IMAGE_CACHE / "sandbox" / "images"), warm_containers="0",
+                    **settings) as server:
+        yield server
+
+
 @contextlib.contextmanager
 def own_server(upstream, **settings):
     """A server of a module's own, with its settings: one box, or in

@@ -6,21 +6,15 @@ against the data, the files they write are opened."""
 import csv
 import io
 import json
-import os
 import random
 import struct
-import subprocess
 import zipfile
 from collections import defaultdict
-from pathlib import Path
 
 import pytest
 
-from conftest import BINARY, exec_commands, own_server
+from conftest import debian_server, exec_commands
 
-# The cached debian-12 build (shared with the Rust image test): built once
-# per machine, a no-op when up to date.
-IMAGE_CACHE = Path(os.environ.get("SHELLGATE_TEST_IMAGE_CACHE", "/var/cache/shellgate-test/images-data"))
 ANALYST = "/mnt/skills/spreadsheet-analyst/scripts/analyze.py"
 WRITER = "/mnt/skills/report-writer/scripts/render.py"
 
@@ -32,11 +26,7 @@ pytestmark = pytest.mark.fresh_server
 
 @pytest.fixture(scope="module")
 def debian(upstream):
-    built = subprocess.run([str(BINARY), "--data-dir", str(IMAGE_CACHE), "image", "build", "debian-12"],
-                           capture_output=True, text=True, timeout=3600)
-    assert built.returncode == 0, built.stderr[-3000:]
-    with own_server(upstream, upstream_url=upstream.url, default_image="debian-12",
-                    images_dir=str(IMAGE_CACHE / "sandbox" / "images"), warm_containers="0") as server:
+    with debian_server(upstream) as server:
         yield server
 
 

@@ -6,24 +6,18 @@ agent's extra imports and whose final answer comes back through the kernel's
 error; and agno's `E2BTools`, whose `get_public_url` names a server in the
 sandbox that a plain `requests.get` of that URL reaches, with no shellgate key."""
 import json
-import os
 import socket
-import subprocess
-from pathlib import Path
 
 import pytest
 import requests
 
-from conftest import BINARY, E2B_KEY_A, e2b_environment, own_server, wait_until
+from conftest import E2B_KEY_A, debian_server, e2b_environment, wait_until
 
 smolagents = pytest.importorskip("smolagents")
 from smolagents.models import ChatMessage, MessageRole  # noqa: E402
 from smolagents.monitoring import TokenUsage  # noqa: E402
 agno_e2b = pytest.importorskip("agno.tools.e2b")
 
-# The cached debian-12 build (numpy and pandas for the agent's imports), as
-# tests/python/test_e2b_interpreter.py's: built once per machine.
-IMAGE_CACHE = Path(os.environ.get("SHELLGATE_TEST_IMAGE_CACHE", "/var/cache/shellgate-test/images-data"))
 
 # The module's server is its own, as test_e2b_interpreter.py's.
 pytestmark = pytest.mark.fresh_server
@@ -31,11 +25,7 @@ pytestmark = pytest.mark.fresh_server
 
 @pytest.fixture(scope="module")
 def server(upstream):
-    built = subprocess.run([str(BINARY), "--data-dir", str(IMAGE_CACHE), "image", "build", "debian-12"],
-                           capture_output=True, text=True, timeout=3600)
-    assert built.returncode == 0, built.stderr[-3000:]
-    with own_server(upstream, upstream_url=upstream.url, default_image="debian-12",
-                    images_dir=str(IMAGE_CACHE / "sandbox" / "images"), warm_containers="0") as server:
+    with debian_server(upstream) as server:
         yield server
 
 

@@ -5,20 +5,13 @@ DataFrame (html), a matplotlib chart (png), an exception, a timeout that
 keeps the context, a bash context, contexts created/listed/removed/restarted, and the
 stdout/stderr callbacks."""
 import base64
-import os
-import subprocess
-from pathlib import Path
 
 import pytest
 import requests
 
-from conftest import BINARY, e2b_environment, own_server
+from conftest import debian_server, e2b_environment
 from e2b_code_interpreter import Sandbox
 from e2b.exceptions import NotFoundException, SandboxException, TimeoutException
-
-# The cached debian-12 build (pandas, matplotlib), shared with the curated
-# skills' test: built once per machine, a no-op when up to date.
-IMAGE_CACHE = Path(os.environ.get("SHELLGATE_TEST_IMAGE_CACHE", "/var/cache/shellgate-test/images-data"))
 
 
 # The module's server is its own (a cluster of its own in cluster mode, run
@@ -30,11 +23,7 @@ pytestmark = pytest.mark.fresh_server
 def server(upstream):
     """A server whose default image (E2B's code-interpreter template) is
     debian-12, as a deployment serving E2B's code interpreter would have."""
-    built = subprocess.run([str(BINARY), "--data-dir", str(IMAGE_CACHE), "image", "build", "debian-12"],
-                           capture_output=True, text=True, timeout=3600)
-    assert built.returncode == 0, built.stderr[-3000:]
-    with own_server(upstream, upstream_url=upstream.url, default_image="debian-12",
-                    images_dir=str(IMAGE_CACHE / "sandbox" / "images"), warm_containers="0") as server:
+    with debian_server(upstream) as server:
         yield server
 
 

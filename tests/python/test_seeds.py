@@ -15,16 +15,11 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from conftest import BINARY, KEY_A, KEY_B, own_server
+from conftest import KEY_A, KEY_B, debian_server
 
-# The cached debian-12 build (shared with the Rust image test and the
-# curated skills' suite): built once per machine, a no-op when up to date,
-# rebuilt when the recipe changed.
-IMAGE_CACHE = Path(os.environ.get("SHELLGATE_TEST_IMAGE_CACHE", "/var/cache/shellgate-test/images-data"))
 
 # seeds/000 (and 001): "container_auto", Python.
 FIRST_PYTHON = '''from openai import OpenAI
@@ -137,11 +132,7 @@ pytestmark = pytest.mark.fresh_server
 
 @pytest.fixture(scope="module")
 def debian(upstream):
-    built = subprocess.run([str(BINARY), "--data-dir", str(IMAGE_CACHE), "image", "build", "debian-12"],
-                           capture_output=True, text=True, timeout=3600)
-    assert built.returncode == 0, built.stderr[-3000:]
-    with own_server(upstream, upstream_url=upstream.url, default_image="debian-12",
-                    images_dir=str(IMAGE_CACHE / "sandbox" / "images"), warm_containers="0") as server:
+    with debian_server(upstream) as server:
         yield server
 
 
