@@ -87,7 +87,7 @@ HEARTBEAT_SECS = 1
 LOST_AFTER_SECS = 5
 
 # How many clusters may be up at once on a machine: a test run's lanes
-# (scripts/test) start clusters side by side, two pytest workers and
+# (scripts/test) start clusters side by side: two Node files, and
 # test_cluster.py's beside them.
 SLOTS = 3
 LOCK_DIR = Path("/run/lock") if Path("/run/lock").is_dir() else Path(tempfile.gettempdir())
