@@ -92,15 +92,21 @@ pub async fn interpret_within(
     interpretation.timed_out = ended.timed_out;
     let after = listing(state, container).await?;
     interpretation.files = written(state, container, &before, &after).await?;
-    let result = CommandResult {
+    running.end(Some(&[cell_record(&interpretation)])).await;
+    Ok((interpretation, ended, woke))
+}
+
+/// What the exec's audit records of a cell that ran: its logs as stdout,
+/// and an exit of 0 (an exception is the cell's result, not a failed
+/// command).
+fn cell_record(interpretation: &Interpretation) -> CommandResult {
+    CommandResult {
         stdout: interpretation.logs.clone(),
         stderr: String::new(),
         outcome: shellgate_wire::Outcome::Exit { exit_code: 0 },
         duration_ms: 0,
         bytes_out: interpretation.logs.len() as u64,
-    };
-    running.end(Some(&[result])).await;
-    Ok((interpretation, ended, woke))
+    }
 }
 
 /// Runs `code`, whose code may call the client's `tools`, in `container`'s
@@ -137,14 +143,7 @@ pub(crate) async fn interpret_calling(
             Ok((mut interpretation, ended)) => {
                 interpretation.raised = ended.raised;
                 interpretation.timed_out = ended.timed_out;
-                let result = CommandResult {
-                    stdout: interpretation.logs.clone(),
-                    stderr: String::new(),
-                    outcome: shellgate_wire::Outcome::Exit { exit_code: 0 },
-                    duration_ms: 0,
-                    bytes_out: interpretation.logs.len() as u64,
-                };
-                running.end(Some(&[result])).await;
+                running.end(Some(&[cell_record(&interpretation)])).await;
                 Ok((interpretation, ended))
             }
             Err(e) => {
