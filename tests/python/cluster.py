@@ -474,6 +474,14 @@ class Process:
     def pid(self) -> int:
         return self.popen.pid
 
+    @property
+    def binary(self) -> Path:
+        return Path(self.command[0])
+
+    def replace_binary(self, binary: Path) -> None:
+        """Another build for the next `start` (an upgrade's)."""
+        self.command[0] = binary
+
     def start(self) -> "Process":
         enter = ["nsenter", f"--net=/run/netns/{self.netns}"] if self.netns else []
         self.stopping = False
@@ -564,7 +572,7 @@ class Server(Process):
     """A `shellgate serve`: a node (in its namespace) or an API replica."""
 
     def __init__(self, name: str, role, data_dir: Path, host: str, port: int, settings: dict,
-                 netns: str = None, secret: str = ""):
+                 netns: str = None, secret: str = "", binary: Path = BINARY):
         data_dir.mkdir(parents=True, exist_ok=True)
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -578,7 +586,7 @@ class Server(Process):
         env.update({f"SHELLGATE_{k.upper()}": str(v) for k, v in settings.items()})
         # The data directory on the command line as well: it names the
         # process as one of this run's (see remove_leftovers).
-        super().__init__(name, [BINARY, "--data-dir", data_dir, "serve"], env, data_dir / "server.log", netns)
+        super().__init__(name, [binary, "--data-dir", data_dir, "serve"], env, data_dir / "server.log", netns)
         self.settings = settings
         self.role = role
         self.data_dir = data_dir
@@ -761,7 +769,7 @@ class Cluster:
     starting its own."""
 
     def __init__(self, settings: dict = None, roles: bool = True, replicas: int = 2, nodes: int = 3,
-                 api_keys: str = API_KEYS, services: Services = None):
+                 api_keys: str = API_KEYS, services: Services = None, binary: Path = BINARY):
         # The replicas' keys; the nodes are listed with the first admin key
         # among them, and only without one is this module's own added (its
         # project `ops` then exists too, which a suite counting the
@@ -777,6 +785,8 @@ class Cluster:
             **(settings or {}),
         }
         self.roles = roles
+        # The build its servers start with (an older release's, to upgrade).
+        self.binary = binary
         # Fewer nodes than three: the benchmarks' one-node cluster.
         self.node_names = NODE_NAMES[:nodes]
         self.replica_count = replicas if roles else 0
@@ -842,11 +852,12 @@ class Cluster:
         settings["sandbox_uid_base"] = str(self.slot.uid_base[name])
         return Server(f"node {name}", "node" if self.roles else None, self.directory / f"node-{name}",
                       self.slot.address[name], NODE_PORT, settings, netns=self.slot.netns[name],
-                      secret=self.secret if self.roles else "")
+                      secret=self.secret if self.roles else "", binary=self.binary)
 
     def _replica(self, name: str, **overrides) -> Server:
         settings = {**self.common_settings(), "api_keys": self.api_keys, **overrides}
-        return Server(name, "api", self.directory / name, "127.0.0.1", free_port(), settings)
+        return Server(name, "api", self.directory / name, "127.0.0.1", free_port(), settings,
+                      binary=self.binary)
 
     def add_replica(self, **overrides) -> Server:
         """One more replica (e.g. with other quotas), stopped with the rest."""
@@ -859,7 +870,8 @@ class Cluster:
         same settings: it keeps nothing of its own)."""
         old = self.replicas[index]
         old.stop()
-        replica = Server(old.name, old.role, old.data_dir, old.host, free_port(), old.settings)
+        replica = Server(old.name, old.role, old.data_dir, old.host, free_port(), old.settings,
+                         binary=old.binary)
         self.replicas[index] = replica.start().wait_healthy()
         return replica
 

@@ -62,11 +62,12 @@ def pytest_configure(config):
     )
 
 
-# The files whose tests take longest (a whole image build; clusters started,
-# killed and stalled; a minute's expiry), collected first: on parallel
-# workers (`--dist loadfile` hands out files in the order collected) they
-# start at once instead of being the run's tail.
-LONGEST_FIRST = ["test_images.py", "test_cluster.py", "test_lifecycle.py"]
+# The files whose tests take longest (a whole image build; the previous
+# release's build, which the cluster lane's upgrade test then finds cached;
+# clusters started, killed and stalled; a minute's expiry), collected first:
+# on parallel workers (`--dist loadfile` hands out files in the order
+# collected) they start at once instead of being the run's tail.
+LONGEST_FIRST = ["test_images.py", "test_upgrade.py", "test_cluster.py", "test_lifecycle.py"]
 
 
 def pytest_collection_modifyitems(config, items):
@@ -153,10 +154,12 @@ class Server:
     """A shellgate server process on its own data directory and port."""
 
     def __init__(self, data_dir: Path, netns: str = None, host: str = "127.0.0.1",
-                 preexec_fn=None, **settings: str):
+                 preexec_fn=None, binary: Path = None, **settings: str):
         """With `netns`, the server runs in that (test-made) network
         namespace and listens on `host`, an address of it; `preexec_fn`
-        runs in its process before the exec (what it inherits)."""
+        runs in its process before the exec (what it inherits); `binary`
+        is another build than the one under test (an older release's)."""
+        self.binary = binary or BINARY
         self.data_dir = data_dir
         self.preexec_fn = preexec_fn
         self.port = free_port()
@@ -183,7 +186,7 @@ class Server:
         log = open(self.log, "ab")
         enter = ["nsenter", f"--net=/run/netns/{self.netns}"] if self.netns else []
         self.process = subprocess.Popen(
-            enter + [str(BINARY), "--data-dir", str(self.data_dir), "serve", "--listen", f"{self.host}:{self.port}"],
+            enter + [str(self.binary), "--data-dir", str(self.data_dir), "serve", "--listen", f"{self.host}:{self.port}"],
             env=env,
             stdout=log,
             stderr=log,
@@ -218,8 +221,10 @@ class Server:
 
     def run_cli(self, *args: str) -> subprocess.CompletedProcess:
         """`shellgate ARGS` on this server's data directory (its store)."""
-        return subprocess.run([str(BINARY), "--data-dir", str(self.data_dir), *args],
-                              capture_output=True, text=True, check=True)
+        # With the server's settings: its store may be elsewhere (`database_url`).
+        env = {**os.environ, **{f"SHELLGATE_{k.upper()}": str(v) for k, v in self.settings.items()}}
+        return subprocess.run([str(self.binary), "--data-dir", str(self.data_dir), *args],
+                              capture_output=True, text=True, check=True, env=env)
 
     def kill9(self) -> None:
         self.process.send_signal(signal.SIGKILL)
@@ -355,11 +360,13 @@ class ClusterServer:
         raise AttributeError(name)
 
 
-def start_cluster(upstream, **settings):
+def start_cluster(upstream, binary: Path = None, **settings):
     """The cluster of SHELLGATE_TEST_CLUSTER=1: the replicas take the
     suites' keys or the test's `api_keys` (cluster.py lists the nodes with
     their first admin key, adding its own when they have none); the other
-    `settings` go to every server, the nodes running the model loops."""
+    `settings` go to every server, the nodes running the model loops. Its
+    servers run `binary` (an older release's) instead of the build under
+    test if given."""
     import cluster as harness
 
     why_not = harness.can_run()
@@ -377,7 +384,7 @@ def start_cluster(upstream, **settings):
         # stalls: the suites check the API, not the failure detector.
         "node_lost_after_secs": "30",
         **settings,
-    }, api_keys=api_keys, services=_cluster_services).start()
+    }, api_keys=api_keys, services=_cluster_services, binary=binary or BINARY).start()
 
 
 # The run's Postgres, S3 server and bridge, which every cluster it starts

@@ -44,6 +44,16 @@ pub enum StoreError {
     /// A key id (`key_` and 16 hex digits) that names no key.
     #[error("no API key with id {0:?}")]
     UnknownKey(String),
+    /// The database's schema is newer than this binary's migrations: a
+    /// newer shellgate migrated it. Migrations only go forward, so this
+    /// binary cannot use it (run the newer version, or restore the backup
+    /// taken before the upgrade).
+    #[error(
+        "the database's schema is version {found}, newer than this shellgate's \
+         ({known}): a newer shellgate migrated it; run that version, or restore \
+         the backup taken before the upgrade (migrations only go forward)"
+    )]
+    NewerSchema { found: i64, known: usize },
     #[error("cannot prepare the database file: {0}")]
     Io(#[from] std::io::Error),
     /// The store was closed ([`crate::Store::close`]): its server is

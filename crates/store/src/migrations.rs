@@ -9,6 +9,21 @@
 //! 1, so that one query text serves both), reals `DOUBLE PRECISION`, JSON
 //! kept as text, and the tables SQLite pages by its implicit `rowid` have a
 //! `rowid` column of their own.
+//!
+//! Migrations only go forward: none is ever undone, and a binary refuses a
+//! database whose schema version is past its last migration (a newer
+//! shellgate migrated it) instead of running on tables it does not know.
+
+use crate::error::StoreError;
+
+/// Refuses a schema `found` at a version past the `known` migrations'
+/// (a newer binary's database), before anything is migrated or read.
+pub(crate) fn check_schema_version(found: i64, known: usize) -> Result<(), StoreError> {
+    if usize::try_from(found).is_ok_and(|found| found > known) {
+        return Err(StoreError::NewerSchema { found, known });
+    }
+    Ok(())
+}
 
 /// SQLite's migrations, applied in order; the index + 1 is the schema
 /// version.
@@ -883,3 +898,78 @@ pub(crate) const POSTGRES_MIGRATIONS: &[&str] = &[
     ALTER TABLE message_batches ADD COLUMN node_id TEXT NOT NULL DEFAULT '';
 "#,
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::connection::Store;
+    use crate::sql::{PostgresDatabase, PostgresOptions};
+
+    #[test]
+    fn sqlite_refuses_a_schema_newer_than_its_migrations() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        let newer = SQLITE_MIGRATIONS.len() as i64 + 1;
+        conn.pragma_update(None, "user_version", newer).unwrap();
+        let refusal = match Store::from_sqlite_connection(conn) {
+            Ok(_) => panic!("a store opened on a schema at version {newer}"),
+            Err(error) => error,
+        };
+        assert!(
+            matches!(refusal, StoreError::NewerSchema { found, known }
+                if found == newer && known == SQLITE_MIGRATIONS.len()),
+            "expected a newer-schema refusal, got: {refusal}"
+        );
+        let message = refusal.to_string();
+        assert!(
+            message.contains(&format!("version {newer}")) && message.contains("backup"),
+            "the refusal says the version found and how to go back: {message}"
+        );
+    }
+
+    #[test]
+    fn sqlite_opens_its_own_schema_again() {
+        let directory =
+            std::env::temp_dir().join(format!("shellgate-store-schema-{}", std::process::id()));
+        std::fs::create_dir_all(&directory).unwrap();
+        let path = directory.join("shellgate.db");
+        drop(Store::open(&path).unwrap());
+        let reopened = Store::open(&path);
+        let _ = std::fs::remove_dir_all(&directory);
+        if let Err(error) = reopened {
+            panic!("a database at this binary's own schema version did not open again: {error}");
+        }
+    }
+
+    #[test]
+    fn postgres_refuses_a_schema_newer_than_its_migrations() {
+        let Some(url) = crate::testing::postgres_url() else {
+            return;
+        };
+        let options = PostgresOptions {
+            url,
+            schema: Some(format!("test_newer_schema_{}", std::process::id())),
+            pool_size: 1,
+            ca_file: std::env::var("SHELLGATE_TEST_POSTGRES_CA")
+                .ok()
+                .map(Into::into),
+        };
+        let owner = PostgresDatabase::open(&options).unwrap();
+        let newer = POSTGRES_MIGRATIONS.len() as i64 + 1;
+        let store = Store::open_postgres(&options).unwrap();
+        store
+            .write(|sql| sql.execute("UPDATE shellgate_schema SET version = ?1", &[&newer]))
+            .unwrap();
+        store.close();
+        let reopened = Store::open_postgres(&options);
+        let _ = owner.drop_schema();
+        let refusal = match reopened {
+            Ok(_) => panic!("a store opened on a schema at version {newer}"),
+            Err(error) => error,
+        };
+        assert!(
+            matches!(refusal, StoreError::NewerSchema { found, known }
+                if found == newer && known == POSTGRES_MIGRATIONS.len()),
+            "expected a newer-schema refusal, got: {refusal}"
+        );
+    }
+}

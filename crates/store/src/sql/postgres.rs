@@ -22,7 +22,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 use super::row::{Cell, Row};
 use super::{numbered_placeholders, Database, Dialect, Param, Sql, ToParam, Work};
 use crate::error::{Result, StoreError};
-use crate::migrations::POSTGRES_MIGRATIONS;
+use crate::migrations::{check_schema_version, POSTGRES_MIGRATIONS};
 
 /// How to reach the database.
 #[derive(Debug, Clone)]
@@ -286,6 +286,7 @@ impl PostgresDatabase {
             let version: i64 = client
                 .query_one("SELECT version FROM shellgate_schema", &[])?
                 .get(0);
+            check_schema_version(version, POSTGRES_MIGRATIONS.len())?;
             for (index, migration) in POSTGRES_MIGRATIONS
                 .iter()
                 .enumerate()

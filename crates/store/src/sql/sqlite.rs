@@ -14,7 +14,7 @@ use rusqlite::Connection;
 use super::row::{Cell, Row};
 use super::{Database, Dialect, Param, Sql, ToParam, Work};
 use crate::error::Result;
-use crate::migrations::SQLITE_MIGRATIONS;
+use crate::migrations::{check_schema_version, SQLITE_MIGRATIONS};
 
 /// Read connections kept open beside the writer.
 const READERS: usize = 4;
@@ -92,6 +92,7 @@ impl SqliteDatabase {
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         let version: i64 = conn.pragma_query_value(None, "user_version", |row| row.get(0))?;
+        check_schema_version(version, SQLITE_MIGRATIONS.len())?;
         for (index, migration) in SQLITE_MIGRATIONS
             .iter()
             .enumerate()
