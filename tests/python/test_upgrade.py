@@ -11,6 +11,7 @@ no request (the cluster lane runs it, SHELLGATE_TEST_CLUSTER=1).
 The reads go through the API, never the tables, so the test knows nothing
 of the schema: a release that adds tables or columns runs it unchanged."""
 
+import contextlib
 import io
 import json
 import os
@@ -179,6 +180,28 @@ def test_an_upgrade_keeps_a_single_box_on_postgres(upstream, data_dir):
                      database_schema=f"upgrade_{os.getpid()}_{data_dir.name.rsplit('-', 1)[-1]}".lower(), **ca)
     assert not list(data_dir.glob("shellgate.db*")), "a server with `database_url` kept a SQLite store"
 
+
+
+@SINGLE_BOX
+def test_a_store_a_newer_version_migrated_is_refused_saying_so(data_dir):
+    """Migrations only go forward: a server whose store is at a schema
+    version past its own migrations (a newer shellgate's) refuses to
+    start, naming the versions and the way back, and leaves it as it was."""
+    import sqlite3
+
+    store = data_dir / "shellgate.db"
+    with contextlib.closing(sqlite3.connect(store)) as database:
+        database.execute("PRAGMA user_version = 100000")
+        database.commit()
+    started = subprocess.run([str(BINARY), "--data-dir", str(data_dir), "serve", "--listen", "127.0.0.1:0"],
+                             capture_output=True, text=True, timeout=120,
+                             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                                  "SHELLGATE_BUILD_DEFAULT_IMAGE": "false"})
+    assert started.returncode != 0, f"a server started on a newer schema:\n{started.stderr[-3000:]}"
+    assert "schema is version 100000, newer than this shellgate's" in started.stderr \
+        and "restore the backup" in started.stderr, started.stderr[-3000:]
+    with contextlib.closing(sqlite3.connect(store)) as database:
+        assert database.execute("PRAGMA user_version").fetchone() == (100000,)
 
 
 # How long the client retries one request before it counts it lost: far
