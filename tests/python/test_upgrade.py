@@ -204,7 +204,7 @@ def test_an_upgrade_keeps_a_single_box_on_postgres(upstream, data_dir):
 
 
 
-@SINGLE_BOX
+@pytest.mark.single_box("a single box's own SQLite store, set to a newer schema")
 def test_a_store_a_newer_version_migrated_is_refused_saying_so(data_dir):
     """Migrations only go forward: a server whose store is at a schema
     version past its own migrations (a newer shellgate's) refuses to
