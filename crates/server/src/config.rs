@@ -112,18 +112,19 @@ pub const MIN_CLUSTER_SECRET: usize = 32;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LogFormat {
-    /// Text when stderr is a terminal (someone reads it), JSON otherwise
-    /// (a log collector parses it).
+    /// Text when people read stderr (a terminal, or systemd's journal),
+    /// JSON otherwise (a log collector parses it).
     Auto,
     Json,
     Text,
 }
 
 impl LogFormat {
-    /// Whether the log is JSON, for a stderr that is (or is not) a terminal.
-    pub fn is_json(self, stderr_is_terminal: bool) -> bool {
+    /// Whether the log is JSON, for a stderr that people read (a
+    /// terminal, the journal) or not.
+    pub fn is_json(self, read_by_people: bool) -> bool {
         match self {
-            LogFormat::Auto => !stderr_is_terminal,
+            LogFormat::Auto => !read_by_people,
             LogFormat::Json => true,
             LogFormat::Text => false,
         }

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use shellgate_sandbox::backend::{
     limits, parse_size, CommandResult, ContainerSpec, RunRequest, SandboxBackend,
 };
@@ -33,6 +33,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the OpenAI-compatible HTTP API.
+    #[command(after_help = SERVE_SETTINGS_HELP)]
     Serve(ServeArgs),
     /// Manage API keys.
     #[command(subcommand)]
@@ -61,7 +62,48 @@ enum Command {
     /// The server's settings.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Back up a single box while it serves: an online copy of its SQLite
+    /// store and the data directory's files, containers and images, into
+    /// DEST (a new directory). Restore: copy DEST (`cp -a --sparse=always`)
+    /// to where the data directory should be and start `serve` on it. A
+    /// cluster backs up its Postgres database and object store instead
+    /// (docs/operator/backups.md).
+    Backup(BackupArgs),
+    /// Print a shell's completion script for this command line (bash,
+    /// elvish, fish, powershell, zsh).
+    Completions {
+        /// The shell to complete for.
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff) of `shellgate`, or write one page per
+    /// command into a directory.
+    Man {
+        /// Write shellgate.1 and a page for each subcommand
+        /// (shellgate-serve.1, ...) into this directory instead.
+        #[arg(long, value_name = "DIR")]
+        out_dir: Option<PathBuf>,
+    },
 }
+
+#[derive(clap::Args)]
+struct BackupArgs {
+    /// The directory to create with the backup (it must not exist).
+    dest: PathBuf,
+    /// A TOML config file, as `serve` reads it (its data directory and
+    /// store are the ones backed up).
+    #[arg(long, env = "SHELLGATE_CONFIG")]
+    config: Option<PathBuf>,
+}
+
+/// Where `serve --help` sends an operator for the settings.
+const SERVE_SETTINGS_HELP: &str = "\
+Settings: defaults, then the config file (--config), then the environment,
+then these flags. Every setting NAME of the file is also the environment
+variable SHELLGATE_<NAME> (the name in capitals: max_containers is
+SHELLGATE_MAX_CONTAINERS); lists and tables are the file's only.
+Every setting, commented, at its default: `shellgate config example`
+(deploy/shellgate.toml.example); their reference: `shellgate config
+reference` (docs/operator/configuration.md).";
 
 #[derive(Subcommand)]
 enum ConfigCommand {
@@ -74,6 +116,10 @@ enum ConfigCommand {
         #[arg(long, value_name = "PAGE")]
         update: Option<PathBuf>,
     },
+    /// Print a config file with every setting, commented out at its
+    /// default, each with its meaning and environment variable (as
+    /// deploy/shellgate.toml.example has it): a start for your own.
+    Example,
 }
 
 #[derive(clap::Args)]
@@ -117,8 +163,8 @@ struct ServeArgs {
     #[arg(long, env = "SHELLGATE_CONFIG")]
     config: Option<PathBuf>,
     /// How the log is written: `text` (for people), `json` (one object a
-    /// line, for collectors) or `auto` (text on a terminal, JSON elsewhere;
-    /// the default). Overrides `log_format` / `SHELLGATE_LOG_FORMAT`.
+    /// line, for collectors) or `auto` (text on a terminal or into
+    /// systemd's journal, JSON elsewhere; the default). Overrides `log_format` / `SHELLGATE_LOG_FORMAT`.
     #[arg(long, value_enum)]
     log_format: Option<LogFormatArg>,
 }
@@ -285,6 +331,28 @@ enum ImageCommand {
 
 pub fn main() -> i32 {
     let cli = Cli::parse();
+    // What the command line says about itself needs nothing else.
+    match &cli.command {
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                *shell,
+                &mut Cli::command(),
+                "shellgate",
+                &mut std::io::stdout(),
+            );
+            return 0;
+        }
+        Command::Man { out_dir } => {
+            return match manual(out_dir.as_deref()) {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("shellgate: {e:#}");
+                    1
+                }
+            };
+        }
+        _ => {}
+    }
     // `serve` logs as its flag or config says (a config that cannot be
     // read is reported by `serve` itself, and logs as `auto` meanwhile).
     let logging = match &cli.command {
@@ -359,6 +427,15 @@ pub fn main() -> i32 {
             Command::Config(ConfigCommand::Reference { update }) => {
                 config_reference(update.as_deref())
             }
+            Command::Config(ConfigCommand::Example) => {
+                print!("{}", shellgate_server::config::reference::example());
+                Ok(())
+            }
+            Command::Backup(args) => {
+                let config = server_config(data_dir, args.config.as_deref())?;
+                blocking(move || crate::backup::back_up(&config, &args.dest)).await
+            }
+            Command::Completions { .. } | Command::Man { .. } => Ok(()),
             Command::Drain(args) => drain(data_dir, args).await,
             Command::Image(command) => image(sandbox_dir(data_dir), command).await,
             Command::Audit(AuditCommand::Export {
@@ -382,6 +459,22 @@ pub fn main() -> i32 {
             eprintln!("shellgate: {e:#}");
             1
         }
+    }
+}
+
+/// `man`: the manual page of `shellgate` on stdout, or every command's
+/// page written into `out_dir`.
+fn manual(out_dir: Option<&std::path::Path>) -> Result<()> {
+    let command = Cli::command();
+    match out_dir {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            clap_mangen::generate_to(command, dir)
+                .with_context(|| format!("writing the pages into {}", dir.display()))
+        }
+        None => clap_mangen::Man::new(command)
+            .render(&mut std::io::stdout())
+            .context("writing the page"),
     }
 }
 

@@ -2,6 +2,7 @@
 //! manages images, and (re-executed with a hidden argument) acts as the
 //! sandbox helper that builds each container.
 
+mod backup;
 mod cli;
 mod local;
 mod oneshot;

@@ -21,6 +21,28 @@ fn colours(is_terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
     is_terminal && no_color.is_none_or(|value| value.is_empty())
 }
 
+/// Whether stderr is the journal's stream that systemd handed this
+/// process: `JOURNAL_STREAM` (`DEVICE:INODE`, set by systemd for a unit
+/// whose output goes to the journal) names stderr's own file. Compared, not
+/// merely present: a child of such a unit inherits the variable with
+/// stderr sent elsewhere.
+fn stderr_is_journal(journal_stream: Option<&str>) -> bool {
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::MetadataExt;
+    let Some((device, inode)) = journal_stream.and_then(|value| value.split_once(':')) else {
+        return false;
+    };
+    let (Ok(device), Ok(inode)) = (device.parse::<u64>(), inode.parse::<u64>()) else {
+        return false;
+    };
+    let Ok(stderr) = std::io::stderr().as_fd().try_clone_to_owned() else {
+        return false;
+    };
+    std::fs::File::from(stderr)
+        .metadata()
+        .is_ok_and(|meta| meta.dev() == device && meta.ino() == inode)
+}
+
 /// How one run of the CLI logs.
 pub(crate) struct Logging {
     /// JSON lines (for collectors) rather than text (for people).
@@ -32,10 +54,14 @@ pub(crate) struct Logging {
 impl Logging {
     /// `serve`: its progress (the start-up summary, image builds) is worth
     /// reading, so `info` by default; the format is the configuration's,
-    /// `auto` meaning text on a terminal and JSON elsewhere.
+    /// `auto` meaning text on a terminal or into systemd's journal (which
+    /// stamps each line itself and shows it to people: `journalctl`), JSON
+    /// elsewhere.
     pub(crate) fn server(format: LogFormat) -> Self {
+        let read_by_people = std::io::stderr().is_terminal()
+            || stderr_is_journal(std::env::var("JOURNAL_STREAM").ok().as_deref());
         Self {
-            json: format.is_json(std::io::stderr().is_terminal()),
+            json: format.is_json(read_by_people),
             default_filter: "info",
         }
     }
@@ -76,6 +102,25 @@ mod tests {
         assert!(!colours(false, Some("1".into())));
         // An empty NO_COLOR is unset, as no-color.org says.
         assert!(colours(true, Some("".into())));
+    }
+
+    #[test]
+    fn the_journal_is_stderr_only_when_journal_stream_names_its_file() {
+        use std::os::fd::AsFd;
+        use std::os::unix::fs::MetadataExt;
+        let stderr = std::io::stderr()
+            .as_fd()
+            .try_clone_to_owned()
+            .expect("a copy of stderr");
+        let meta = std::fs::File::from(stderr)
+            .metadata()
+            .expect("stderr's metadata");
+        let own = format!("{}:{}", meta.dev(), meta.ino());
+        assert!(stderr_is_journal(Some(&own)), "{own} is stderr's own");
+        let other = format!("{}:{}", meta.dev(), meta.ino().wrapping_add(1));
+        assert!(!stderr_is_journal(Some(&other)), "{other} is another file");
+        assert!(!stderr_is_journal(None));
+        assert!(!stderr_is_journal(Some("not a stream")));
     }
 
     #[test]

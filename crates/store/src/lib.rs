@@ -12,6 +12,7 @@
 //! its `-wal` and `-shm` files are created private (0600) from their first
 //! byte: they hold key hashes and every tenant's ids.
 
+mod backup;
 mod batches;
 mod commands;
 mod connection;
@@ -40,6 +41,7 @@ mod usage;
 mod values;
 mod volumes;
 
+pub use backup::backup_sqlite;
 pub use batches::{BatchCounts, BatchRequestRow, BatchRow};
 pub use commands::CommandRow;
 pub use connection::Store;

@@ -40,6 +40,11 @@ const HOST_DEFAULTS: &[(&str, &str)] = &[(
     "`/var/lib/shellgate` (root) or `~/.local/share/shellgate`",
 )];
 
+/// The value the example file shows for a setting whose default depends on
+/// the host: the system-wide one, so the file is the same wherever it is
+/// made.
+const HOST_EXAMPLE_VALUES: &[(&str, &str)] = &[("data_dir", "/var/lib/shellgate")];
+
 /// One setting: its name (the config file's key; `SHELLGATE_` and the name
 /// in capitals is its environment variable), its doc comment and default.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -188,6 +193,111 @@ pub fn table() -> String {
     page
 }
 
+/// Where [`example`]'s text is kept in the repository (a test keeps it
+/// what the code makes).
+pub const EXAMPLE_PATH: &str = "deploy/shellgate.toml.example";
+
+/// A config file with every setting commented out at its default (`#name =
+/// value`, the `#` right before the name), each under its meaning and its
+/// environment variable, group by group: what `shellgate config example`
+/// prints and [`EXAMPLE_PATH`] holds.
+pub fn example() -> String {
+    let defaults = toml::Table::try_from(Config::default()).unwrap_or_default();
+    let mut file = String::from(
+        "# shellgate's settings (`shellgate serve --config FILE`): every one, commented out\n\
+         # at its default. Uncomment a setting (remove the `#` before its name) to change it.\n\
+         # Each setting NAME is also the environment variable SHELLGATE_<NAME> (the name in\n\
+         # capitals), which overrides this file; `serve`'s flags override both. Lists and\n\
+         # tables are this file's only. Made by `shellgate config example` from the server's\n\
+         # declaration of its settings; docs/operator/configuration.md is their reference.\n",
+    );
+    for group in groups() {
+        file.push_str(&format!("\n# ==== {} ====\n", group.title));
+        push_wrapped(&mut file, &group.doc);
+        for setting in group.settings {
+            file.push('\n');
+            push_wrapped(&mut file, &unmarked(&setting.doc));
+            match setting.variable() {
+                Some(variable) => file.push_str(&format!("# Environment: {variable}.\n")),
+                None => file.push_str("# This file only.\n"),
+            }
+            if let Some((_, said)) = HOST_DEFAULTS.iter().find(|(host, _)| *host == setting.name) {
+                push_wrapped(&mut file, &format!("Default: {}.", unmarked(said)));
+            }
+            let value = match HOST_EXAMPLE_VALUES
+                .iter()
+                .find(|(host, _)| *host == setting.name)
+            {
+                Some((_, shown)) => inline(&toml::Value::String((*shown).to_owned())),
+                None => defaults.get(&setting.name).map_or_else(String::new, inline),
+            };
+            file.push_str(&format!("#{} = {value}\n", setting.name));
+        }
+    }
+    file
+}
+
+/// A doc as plain text in a comment: the table's escapes undone.
+fn unmarked(doc: &str) -> String {
+    doc.replace("\\|", "|")
+}
+
+/// `text` as `# ` comment lines of at most 80 columns.
+fn push_wrapped(file: &mut String, text: &str) {
+    let mut line = String::from("#");
+    for word in text.split_whitespace() {
+        if line.len() > 1 && line.len() + 1 + word.len() > 80 {
+            file.push_str(&line);
+            file.push('\n');
+            line = String::from("#");
+        }
+        line.push(' ');
+        line.push_str(word);
+    }
+    if line.len() > 1 {
+        file.push_str(&line);
+        file.push('\n');
+    }
+}
+
+/// A value in TOML's inline syntax (what follows `name = `).
+fn inline(value: &toml::Value) -> String {
+    match value {
+        // JSON's string escapes are a subset of TOML's basic string's.
+        toml::Value::String(text) => serde_json::to_string(text).unwrap_or_default(),
+        toml::Value::Integer(number) => number.to_string(),
+        toml::Value::Float(number) => format!("{number:?}"),
+        toml::Value::Boolean(flag) => flag.to_string(),
+        toml::Value::Datetime(at) => at.to_string(),
+        toml::Value::Array(items) => format!(
+            "[{}]",
+            items.iter().map(inline).collect::<Vec<_>>().join(", ")
+        ),
+        toml::Value::Table(table) if table.is_empty() => "{}".to_owned(),
+        toml::Value::Table(table) => format!(
+            "{{ {} }}",
+            table
+                .iter()
+                .map(|(key, value)| format!("{} = {}", inline_key(key), inline(value)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// A key as TOML writes it: bare when it can be, else quoted.
+fn inline_key(key: &str) -> String {
+    if !key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
+        key.to_owned()
+    } else {
+        serde_json::to_string(key).unwrap_or_default()
+    }
+}
+
 /// A page that cannot hold the table.
 #[derive(Debug, thiserror::Error)]
 #[error("the page has no `{0}` line to put the settings after")]
@@ -235,6 +345,48 @@ mod tests {
             .map(|s| s.name.as_str())
             .collect();
         assert_eq!(file_only, ["guardrails", "upstreams", "egress_hosts"]);
+    }
+
+    #[test]
+    fn the_example_config_is_the_generated_one_and_reads_as_the_defaults() {
+        let kept = include_str!("../../../../deploy/shellgate.toml.example");
+        assert_eq!(
+            example(),
+            kept,
+            "{EXAMPLE_PATH} differs from Config: run `shellgate config example > {EXAMPLE_PATH}`"
+        );
+        // Every setting is there, commented out at its default: with each
+        // `#name = value` line uncommented the file reads as the defaults.
+        let uncommented: String = kept
+            .lines()
+            .map(|line| match line.strip_prefix('#') {
+                Some(setting) if setting.starts_with(|c: char| c.is_ascii_lowercase()) => setting,
+                _ => line,
+            })
+            .map(|line| format!("{line}\n"))
+            .collect();
+        let table: toml::Table = uncommented.parse().unwrap_or_else(|e| {
+            panic!("the uncommented example does not parse: {e}\n{uncommented}")
+        });
+        let mut named: Vec<&str> = table.keys().map(String::as_str).collect();
+        let mut every: Vec<String> = settings().into_iter().map(|s| s.name).collect();
+        named.sort_unstable();
+        every.sort_unstable();
+        assert_eq!(named, every, "the example names every setting, once");
+        let dir = std::env::temp_dir().join(format!(
+            "shellgate-example-config-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::create_dir_all(&dir).expect("a directory for the file");
+        let file = dir.join("shellgate.toml");
+        std::fs::write(&file, &uncommented).expect("write the uncommented example");
+        let read = Config::load(Some(&file), std::iter::empty());
+        std::fs::remove_dir_all(&dir).expect("remove the directory");
+        let mut read = read.expect("the uncommented example loads");
+        let defaults = Config::default();
+        read.server.data_dir = defaults.server.data_dir.clone();
+        assert_eq!(read, defaults, "the example's values are the defaults");
     }
 
     #[test]

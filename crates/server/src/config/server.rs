@@ -23,8 +23,8 @@ pub struct ServerSettings {
     /// project in the console); each at least [`MIN_KEY_CHARS`] characters
     /// long (a shorter one is refused at start).
     pub api_keys: String,
-    /// Log format: `auto` (text on a terminal, JSON elsewhere), `json` or
-    /// `text`; `serve --log-format` overrides it.
+    /// Log format: `auto` (text on a terminal or into systemd's journal,
+    /// JSON elsewhere), `json` or `text`; `serve --log-format` overrides it.
     pub log_format: LogFormat,
     /// Open connections at most; past it, the oldest connection that has
     /// not yet sent a request is closed to make room.
