@@ -62,21 +62,26 @@ enum Command {
     /// The server's settings.
     #[command(subcommand)]
     Config(ConfigCommand),
-    /// Back up a single box while it serves: an online copy of its SQLite
-    /// store and the data directory's files, containers and images, into
-    /// DEST (a new directory). Restore: copy DEST (`cp -a --sparse=always`)
-    /// to where the data directory should be and start `serve` on it. A
-    /// cluster backs up its Postgres database and object store instead
-    /// (docs/operator/backups.md).
+    /// Back up a single box while it serves.
+    ///
+    /// An online copy of its SQLite store and the data directory's files,
+    /// containers and images, into DEST (a new directory). Restore: copy
+    /// DEST (`cp -a --sparse=always`) to where the data directory should be
+    /// and start `serve` on it. A cluster backs up its Postgres database
+    /// and object store instead (docs/operator/backups.md).
     Backup(BackupArgs),
-    /// Print a shell's completion script for this command line (bash,
-    /// elvish, fish, powershell, zsh).
+    /// Print a shell's completion script for this command line.
+    ///
+    /// For bash, elvish, fish, powershell or zsh: e.g. `shellgate
+    /// completions bash > /etc/bash_completion.d/shellgate`.
     Completions {
         /// The shell to complete for.
         shell: clap_complete::Shell,
     },
-    /// Print the manual page (roff) of `shellgate`, or write one page per
-    /// command into a directory.
+    /// Print the manual page (roff) of `shellgate`.
+    ///
+    /// With `--out-dir`, write one page per command into a directory
+    /// instead.
     Man {
         /// Write shellgate.1 and a page for each subcommand
         /// (shellgate-serve.1, ...) into this directory instead.
@@ -116,9 +121,10 @@ enum ConfigCommand {
         #[arg(long, value_name = "PAGE")]
         update: Option<PathBuf>,
     },
-    /// Print a config file with every setting, commented out at its
-    /// default, each with its meaning and environment variable (as
-    /// deploy/shellgate.toml.example has it): a start for your own.
+    /// Print a config file with every setting commented out at its default.
+    ///
+    /// Each setting with its meaning and environment variable, as
+    /// deploy/shellgate.toml.example has it: a start for your own.
     Example,
 }
 
