@@ -5,6 +5,7 @@ directory that, copied to a new data directory, serves everything again."""
 
 import io
 import json
+import os
 import re
 import subprocess
 import tempfile
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BINARY, ROOT, Server, exec_commands
+from conftest import BINARY, ROOT, Server, exec_commands, wait_until
 
 DASHBOARD = ROOT / "deploy" / "monitoring" / "grafana-dashboard.json"
 SCRAPE_CONFIG = ROOT / "deploy" / "monitoring" / "prometheus.yml"
@@ -139,3 +140,37 @@ def test_completions_the_manual_and_serve_help_come_from_the_command_line():
     assert helped.returncode == 0, helped.stderr
     for said in ["SHELLGATE_<NAME>", "shellgate config example", "deploy/shellgate.toml.example"]:
         assert said in helped.stdout, f"serve --help does not say {said!r}:\n{helped.stdout}"
+
+
+def test_the_log_is_text_into_the_journal():
+    """`serve` with stderr into a file and JOURNAL_STREAM naming that file,
+    as systemd names the journal's stream, logs text (elsewhere off a
+    terminal it is JSON, as every other suite's server logs)."""
+    work = Path(tempfile.mkdtemp(prefix="shellgate-py-journal-"))
+    work.chmod(0o755)
+    log_path = work / "serve.log"
+    log = open(log_path, "wb")
+    stat = log_path.stat()
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "JOURNAL_STREAM": f"{stat.st_dev}:{stat.st_ino}",
+        "SHELLGATE_API_KEYS": "sk-journal-test-key-0123456789:alpha",
+        "SHELLGATE_BUILD_DEFAULT_IMAGE": "false",
+        "SHELLGATE_WARM_CONTAINERS": "0",
+    }
+    process = subprocess.Popen([str(BINARY), "--data-dir", str(work / "data"), "serve", "--listen", "127.0.0.1:0"],
+                               env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+    try:
+        def serving():
+            assert process.poll() is None, f"serve exited: {log_path.read_text()}"
+            return "shellgate is serving" in log_path.read_text()
+
+        assert wait_until(serving, 60), f"serve did not say it is serving: {log_path.read_text()}"
+        text = log_path.read_text()
+        assert "shellgate is serving on http://" in text, text
+        assert not any(line.startswith("{") for line in text.splitlines()), text
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+        log.close()
+        subprocess.run(["rm", "-rf", str(work)], check=False)
