@@ -104,8 +104,8 @@ struct BackupArgs {
 const SERVE_SETTINGS_HELP: &str = "\
 Settings: defaults, then the config file (--config), then the environment,
 then these flags. Every setting NAME of the file is also the environment
-variable SHELLGATE_<NAME> (the name in capitals: max_containers is
-SHELLGATE_MAX_CONTAINERS); lists and tables are the file's only.
+variable SHELLGATE_<NAME> (the name in capitals: default_image is
+SHELLGATE_DEFAULT_IMAGE); lists and tables are the file's only.
 Every setting, commented, at its default: `shellgate config example`
 (deploy/shellgate.toml.example); their reference: `shellgate config
 reference` (docs/operator/configuration.md).";
