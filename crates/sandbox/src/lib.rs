@@ -12,6 +12,7 @@
 pub mod archive;
 pub mod backend;
 pub mod cgroup;
+pub mod checkpoint;
 pub mod disk;
 pub mod engine;
 pub mod error;
