@@ -31,7 +31,8 @@
 //! 4.2 did restore a container-shaped tree alive.
 //!
 //! [`probe`] runs `criu --version` and `criu check` (a few tenths of a
-//! second): call it from a blocking context, once, and keep the answer.
+//! second): call it from a blocking context. [`support`] is its answer for
+//! the CRIU [`CriuCommand::locate`] finds, probed once per process.
 
 use std::ffi::OsString;
 use std::fmt;
@@ -239,6 +240,13 @@ pub fn probe(criu: &CriuCommand) -> CheckpointSupport {
         Err(reason) => CheckpointSupport::Unavailable(reason),
         Ok(version) => judge_container_shape(version, CONTAINERS_CHECKPOINTABLE),
     }
+}
+
+/// [`probe`] of [`CriuCommand::locate`], run once per process and kept (the
+/// kernel, CRIU and the engine do not change under a running server).
+pub fn support() -> &'static CheckpointSupport {
+    static SUPPORT: std::sync::OnceLock<CheckpointSupport> = std::sync::OnceLock::new();
+    SUPPORT.get_or_init(|| probe(&CriuCommand::locate()))
 }
 
 /// The running kernel's release, `None` if it cannot be read or parsed (the

@@ -224,6 +224,18 @@ fn checkpointable_containers_with_a_working_criu_are_available() {
     );
 }
 
+#[test]
+fn this_hosts_answer_is_a_reason_and_is_probed_once() {
+    let first = support();
+    let again = support();
+    assert!(std::ptr::eq(first, again), "support() probed twice");
+    let reason = first.unavailable_reason();
+    assert!(
+        reason.as_deref().is_some_and(|r| !r.is_empty()),
+        "this engine's containers cannot be checkpointed, yet: {first:?}"
+    );
+}
+
 /// The real CRIU of a rootfs the operator cached (`SHELLGATE_TEST_CRIU_ROOTFS`,
 /// see docs/operator/memory-snapshots.md): whatever it is, the answer is a
 /// precise reason, never "available" for this engine's containers.
