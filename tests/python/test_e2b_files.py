@@ -186,6 +186,25 @@ def test_watch_dir_polling_sees_a_command_write(server, sbx):
     assert wait_until(lambda: not live_watchers(server, sbx), 30)
 
 
+def test_one_poll_after_a_write_sees_its_events(sbx):
+    # E2B's own suites poll once, right after the write's answer: the poll
+    # syncs with the watcher in the sandbox, so the events are there.
+    sbx.files.make_dir("/mnt/data/synced/sub")
+    handle = sbx.files.watch_dir("/mnt/data/synced", recursive=True, include_entry=True)
+    sbx.files.write("/mnt/data/synced/sub/new.txt", "first")
+    events = handle.get_new_events()
+    seen = [(e.type.value, e.name) for e in events]
+    assert seen == [("create", "sub/new.txt"), ("chmod", "sub/new.txt"), ("write", "sub/new.txt")], seen
+    entry = events[-1].entry
+    assert entry is not None and (entry.path, entry.type) == ("/mnt/data/synced/sub/new.txt", FileType.FILE), events
+    sbx.files.write("/mnt/data/synced/sub/new.txt", "second")
+    events = handle.get_new_events()
+    assert ("write", "sub/new.txt") in [(e.type.value, e.name) for e in events], events
+    # Nothing new: an empty poll, answered (the sync needs no event).
+    assert handle.get_new_events() == []
+    handle.stop()
+
+
 def test_watch_dir_stream_recursive(server, sbx, e2b):
     async def scenario():
         sandbox = await AsyncSandbox.connect(sbx.sandbox_id)

@@ -13,7 +13,9 @@
 //! `GetWatcherEvents`, `RemoveWatcher`) is inotify *inside* the container:
 //! a small Python script ([`WATCH_SCRIPT`]) run through the backend's
 //! process API, one process per watcher, printing one JSON line per event;
-//! the host never polls anything. A sandbox has at most [`watchers::MAX_WATCHERS`]
+//! the host never polls anything. A poll first syncs with the script
+//! (a marker on its stdin, echoed after the events already queued), so it
+//! sees every event of a write answered before it. A sandbox has at most [`watchers::MAX_WATCHERS`]
 //! watchers; each buffers at most [`MAX_BUFFERED_EVENTS`] events (past
 //! that the oldest are dropped). A watcher ends with its client (the
 //! stream closed, `RemoveWatcher`, or a polling watcher not polled for
@@ -392,10 +394,15 @@ async fn remove(
 /// are set, `{"e":kind,"n":name}` per event (`name` relative to the
 /// watched directory), `{"error":code,"message":…}` when it cannot watch.
 /// An upload's temporary file (`.shellgate-upload-…`, renamed over its
-/// path when whole) is not shown: its rename reads as the file's create
-/// and write, what a client watching for the file expects.
+/// path when whole) is not shown: its rename reads as the events of E2B's
+/// own upload (create, chmod as its owner is set, write), what a client
+/// watching for the file expects.
+///
+/// A line `N` on its stdin is a sync marker: the script first reports every
+/// event inotify already queued, then answers `{"synced":N}`. A poll sends
+/// one, so that it sees what happened before it (a write just answered).
 pub const WATCH_SCRIPT: &str = r#"
-import ctypes, json, os, struct, sys
+import ctypes, json, os, select, struct, sys
 root, recursive = sys.argv[1], sys.argv[2] == "1"
 def say(**m):
     sys.stdout.write(json.dumps(m) + "\n"); sys.stdout.flush()
@@ -404,7 +411,7 @@ if not os.path.lexists(root):
 if not os.path.isdir(root):
     say(error="invalid_argument", message=root + " is not a directory"); sys.exit(1)
 libc = ctypes.CDLL(None, use_errno=True)
-fd = libc.inotify_init1(0o2000000)
+fd = libc.inotify_init1(0o2000000 | 0o4000)
 if fd < 0:
     say(error="unavailable", message="inotify: " + os.strerror(ctypes.get_errno())); sys.exit(1)
 MASK = 0x2 | 0x4 | 0x40 | 0x80 | 0x100 | 0x200 | 0x01000000
@@ -427,8 +434,7 @@ if recursive:
 say(ready=True)
 TEMP, uploads = ".shellgate-upload-", set()
 KINDS = ((0x100 | 0x80, "create"), (0x2, "write"), (0x200, "remove"), (0x40, "rename"), (0x4, "chmod"))
-while True:
-    data = os.read(fd, 65536)
+def handle(data):
     i = 0
     while i + 16 <= len(data):
         wd, mask, cookie, n = struct.unpack_from("iIII", data, i)
@@ -450,10 +456,29 @@ while True:
         full = os.path.join(base, leaf)
         rel = os.path.relpath(full, root).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
         if mask & 0x80 and cookie in uploads:
-            uploads.discard(cookie); say(e="create", n=rel); say(e="write", n=rel); continue
+            uploads.discard(cookie)
+            for kind in ("create", "chmod", "write"): say(e=kind, n=rel)
+            continue
         for bit, kind in KINDS:
             if mask & bit: say(e=kind, n=rel)
         if recursive and mask & 0x40000000 and mask & (0x100 | 0x80): add_tree(full)
+def drain():
+    while True:
+        try: data = os.read(fd, 65536)
+        except BlockingIOError: return
+        handle(data)
+sources, pending = [fd, 0], b""
+while True:
+    ready = select.select(sources, [], [])[0]
+    if fd in ready: drain()
+    if 0 in ready:
+        chunk = os.read(0, 4096)
+        if not chunk: sources.remove(0); continue
+        pending += chunk
+        while b"\n" in pending:
+            marker, pending = pending.split(b"\n", 1)
+            drain()
+            say(synced=int(marker or 0))
 "#;
 
 /// One line of the watcher script.
@@ -461,6 +486,7 @@ while True:
 struct WatchLine {
     #[serde(default)]
     ready: bool,
+    synced: Option<u64>,
     e: Option<String>,
     n: Option<String>,
     error: Option<String>,
@@ -494,31 +520,60 @@ impl Drop for WatchProcess {
 /// a process's timeout); a watcher whose process reached it starts another.
 const WATCH_PROCESS_TIMEOUT_MS: u64 = shellgate_sandbox_api::backend::limits::MAX_TIMEOUT_MS;
 
+/// What a watcher hands its client: an event, or the script's answer to
+/// a sync marker (every event before it was handed on already).
+enum WatchMessage {
+    Event(FilesystemEvent),
+    Synced(u64),
+}
+
+/// A started watcher: its messages, and the id of its current process in
+/// the container (sync markers go to its stdin; a new process replaces one
+/// that reached its timeout).
+struct Watching {
+    messages: mpsc::Receiver<WatchMessage>,
+    process: Arc<Mutex<String>>,
+}
+
+/// What a watcher reports and how.
+#[derive(Clone)]
+struct WatchSpec {
+    /// The watched directory (absolute).
+    path: String,
+    recursive: bool,
+    /// Each event carries the entry it names (stat'ed when the event is
+    /// handed on; none when the entry is gone).
+    include_entry: bool,
+}
+
 /// Starts the watcher process and waits for it to say it watches; then a
 /// task pumps its events into the returned channel until the channel's
 /// receiver goes (the client left) or the process ends.
 async fn start_watching(
     state: &Arc<AppState>,
     caller: &SandboxCaller,
-    path: String,
-    recursive: bool,
-) -> Result<mpsc::Receiver<FilesystemEvent>, ConnectError> {
+    spec: WatchSpec,
+) -> Result<Watching, ConnectError> {
     prepare(state, &project(caller), &caller.container_id, true).await?;
-    let mut process = launch(state, caller, &path, recursive).await?;
+    let mut process = launch(state, caller, &spec.path, spec.recursive).await?;
+    let current = Arc::new(Mutex::new(process.process_id.clone()));
     let (tx, rx) = mpsc::channel(MAX_BUFFERED_EVENTS);
     let state = Arc::clone(state);
     let caller = caller.clone();
+    let process_id = Arc::clone(&current);
     tokio::spawn(async move {
         loop {
-            let ended = pump(&state, &process, &tx).await;
+            let ended = pump(&state, &process, &spec, &tx).await;
             if tx.is_closed() {
                 return;
             }
             // Reached its timeout while still wanted: watch on in a new one.
             if ended == Some(ProcessStatus::Timeout) {
                 drop(process);
-                if let Ok(next) = launch(&state, &caller, &path, recursive).await {
+                if let Ok(next) = launch(&state, &caller, &spec.path, spec.recursive).await {
                     process = next;
+                    *process_id.lock().unwrap_or_else(|p| p.into_inner()) =
+                        process.process_id.clone();
                     continue;
                 }
             }
@@ -526,7 +581,10 @@ async fn start_watching(
             return;
         }
     });
-    Ok(rx)
+    Ok(Watching {
+        messages: rx,
+        process: current,
+    })
 }
 
 /// A running watcher process, and the output offset after its ready line.
@@ -556,7 +614,8 @@ async fn launch(
     };
     let spec = ProcessSpec {
         command: "exec python3 -c \"$SHELLGATE_WATCH_SCRIPT\" \"$SHELLGATE_WATCH_PATH\" \"$SHELLGATE_WATCH_RECURSIVE\"".to_owned(),
-        stdin: false,
+        // Sync markers come on its stdin.
+        stdin: true,
         pty: None,
         timeout_ms: WATCH_PROCESS_TIMEOUT_MS,
         env: vec![
@@ -675,7 +734,8 @@ fn event_type(kind: &str) -> Option<EventType> {
 async fn pump(
     state: &Arc<AppState>,
     process: &Launched,
-    tx: &mpsc::Sender<FilesystemEvent>,
+    spec: &WatchSpec,
+    tx: &mpsc::Sender<WatchMessage>,
 ) -> Option<ProcessStatus> {
     let mut lines = LineReader {
         offset: process.1,
@@ -699,19 +759,28 @@ async fn pump(
             return Some(ProcessStatus::Exited);
         };
         for line in lines.push(&output) {
-            let (Some(kind), Some(name)) = (line.e.as_deref(), line.n) else {
-                continue;
-            };
-            let Some(kind) = event_type(kind) else {
-                continue;
-            };
-            let event = FilesystemEvent {
-                name,
-                r#type: kind as i32,
-                entry: None,
+            let message = if let Some(marker) = line.synced {
+                WatchMessage::Synced(marker)
+            } else {
+                let (Some(kind), Some(name)) = (line.e.as_deref(), line.n) else {
+                    continue;
+                };
+                let Some(kind) = event_type(kind) else {
+                    continue;
+                };
+                let entry = if spec.include_entry && kind != EventType::Remove {
+                    watched_entry(state, &process.container_id, &spec.path, &name).await
+                } else {
+                    None
+                };
+                WatchMessage::Event(FilesystemEvent {
+                    name,
+                    r#type: kind as i32,
+                    entry,
+                })
             };
             // A full buffer (a slow client) loses this event, not the stream.
-            if tx.try_send(event).is_err() && tx.is_closed() {
+            if tx.try_send(message).is_err() && tx.is_closed() {
                 return None;
             }
         }
@@ -721,6 +790,29 @@ async fn pump(
             return Some(output.process.status);
         }
     }
+}
+
+/// The entry an event names (`name` relative to the watched `root`), as
+/// `Stat` answers it; none when it is gone already or holds a secret.
+async fn watched_entry(
+    state: &AppState,
+    container_id: &str,
+    root: &str,
+    name: &str,
+) -> Option<EntryInfo> {
+    let entry = state
+        .engine
+        .fs_stat(container_id, &format!("{root}/{name}"))
+        .await
+        .ok()?;
+    let masker = state.engine.masker(container_id);
+    if masker
+        .as_deref()
+        .is_some_and(|masker| holds_secret(&entry.path, masker))
+    {
+        return None;
+    }
+    Some(entry_info(entry, masker.as_deref()))
 }
 
 fn keepalive(headers: &HeaderMap) -> Duration {
@@ -748,8 +840,13 @@ async fn watch_dir(
             ))))
         }
     };
-    let mut events = match start_watching(&state, &caller, path, request.recursive).await {
-        Ok(events) => events,
+    let spec = WatchSpec {
+        path,
+        recursive: request.recursive,
+        include_entry: request.include_entry,
+    };
+    let mut events = match start_watching(&state, &caller, spec).await {
+        Ok(watching) => watching.messages,
         Err(e) => return server_stream(tokio_stream::once(Err::<WatchDirResponse, _>(e))),
     };
     let interval = keepalive(&headers);
@@ -776,7 +873,9 @@ async fn watch_dir(
                 () = tx.closed() => return,
             };
             let message = match next {
-                Some(event) => Ok(WatchDirResponse {
+                // A stream has nobody to sync with.
+                Some(WatchMessage::Synced(_)) => continue,
+                Some(WatchMessage::Event(event)) => Ok(WatchDirResponse {
                     event: Some(watch_dir_response::Event::Filesystem(event)),
                 }),
                 None => Err(ConnectError::not_found(
@@ -799,10 +898,21 @@ async fn create_watcher(
     Unary(request): Unary<CreateWatcherRequest>,
 ) -> Result<UnaryReply<CreateWatcherResponse>, ConnectError> {
     let path = e2b_path(&request.path, "path").map_err(path_error)?;
-    let mut events = start_watching(&state, &caller, path, request.recursive).await?;
+    let spec = WatchSpec {
+        path,
+        recursive: request.recursive,
+        include_entry: request.include_entry,
+    };
+    let Watching {
+        messages: mut events,
+        process,
+    } = start_watching(&state, &caller, spec).await?;
     let watcher_id = shellgate_wire::new_id("watch_");
     let watcher = Arc::new(PollingWatcher {
         container_id: caller.container_id.clone(),
+        process,
+        syncs_sent: std::sync::atomic::AtomicU64::new(0),
+        synced: tokio::sync::watch::Sender::new(0),
         events: Mutex::new(VecDeque::new()),
         ended: std::sync::atomic::AtomicBool::new(false),
         last_poll: Mutex::new(Instant::now()),
@@ -830,7 +940,16 @@ async fn create_watcher(
                 () = tokio::time::sleep(idle_left) => continue,
             };
             match next {
-                Some(event) => {
+                Some(WatchMessage::Synced(marker)) => {
+                    watcher.synced.send_if_modified(|seen| {
+                        let newer = marker > *seen;
+                        if newer {
+                            *seen = marker;
+                        }
+                        newer
+                    });
+                }
+                Some(WatchMessage::Event(event)) => {
                     let mut buffer = watcher.events.lock().unwrap_or_else(|p| p.into_inner());
                     if buffer.len() >= MAX_BUFFERED_EVENTS {
                         buffer.pop_front();
@@ -886,6 +1005,9 @@ async fn get_watcher_events(
 ) -> Result<UnaryReply<GetWatcherEventsResponse>, ConnectError> {
     let watcher = polling_watcher(&state, &caller, &request.watcher_id)?;
     *watcher.last_poll.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+    if !watcher.ended.load(std::sync::atomic::Ordering::SeqCst) {
+        sync_with_watcher(&state, &watcher).await;
+    }
     let events: Vec<FilesystemEvent> = watcher
         .events
         .lock()
@@ -899,6 +1021,39 @@ async fn get_watcher_events(
         ));
     }
     Ok(UnaryReply(GetWatcherEventsResponse { events }))
+}
+
+/// The longest a poll waits for its watcher's answer to a sync marker
+/// (a watcher whose process is slow or frozen gives what it has so far).
+const SYNC_BOUND: Duration = Duration::from_secs(5);
+
+/// Waits (bounded) until the watcher handed on every event inotify had
+/// queued in the container when this was called: the events of a write
+/// the client saw answered are then in its buffer.
+async fn sync_with_watcher(state: &AppState, watcher: &PollingWatcher) {
+    let marker = watcher
+        .syncs_sent
+        .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+        + 1;
+    let process = watcher
+        .process
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    let mut synced = watcher.synced.subscribe();
+    let sent = state
+        .engine
+        .write_process_stdin(
+            &watcher.container_id,
+            &process,
+            format!("{marker}\n").into_bytes(),
+            false,
+        )
+        .await;
+    if sent.is_ok() {
+        let answered = synced.wait_for(|seen| *seen >= marker);
+        let _ = tokio::time::timeout(SYNC_BOUND, answered).await;
+    }
 }
 
 async fn remove_watcher(
@@ -941,6 +1096,8 @@ mod tests {
         assert_eq!(event_type("other"), None);
         let ready: WatchLine = serde_json::from_str(r#"{"ready":true}"#).unwrap();
         assert!(ready.ready);
+        let synced: WatchLine = serde_json::from_str(r#"{"synced":7}"#).unwrap();
+        assert_eq!(synced.synced, Some(7));
     }
 
     #[test]

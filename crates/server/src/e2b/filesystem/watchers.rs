@@ -23,6 +23,11 @@ pub struct Watchers {
 /// A `CreateWatcher` watcher: events buffered until polled.
 pub(super) struct PollingWatcher {
     pub(super) container_id: String,
+    /// The id of its current process in the container.
+    pub(super) process: Arc<Mutex<String>>,
+    /// The last sync marker a poll sent, and the last the script answered.
+    pub(super) syncs_sent: std::sync::atomic::AtomicU64,
+    pub(super) synced: tokio::sync::watch::Sender<u64>,
     pub(super) events: Mutex<VecDeque<FilesystemEvent>>,
     pub(super) ended: std::sync::atomic::AtomicBool,
     pub(super) last_poll: Mutex<Instant>,
