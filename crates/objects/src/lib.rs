@@ -23,6 +23,7 @@ pub use error::ObjectError;
 pub use key::Key;
 pub use local::LocalStore;
 pub use object::{
-    blocking_body, file_stream, put_bytes, read_to_vec, BodyWriter, ByteStream, Object, ObjectStore,
+    blocking_body, file_stream, put_bytes, read_to_vec, BodyWriter, ByteStream, Listed, Object,
+    ObjectStore,
 };
 pub use s3::{S3Location, S3Settings, S3Store, PART_BYTES};

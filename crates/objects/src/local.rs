@@ -15,7 +15,7 @@ use futures_util::StreamExt;
 
 use crate::error::ObjectError;
 use crate::key::Key;
-use crate::object::{file_stream, ByteStream, Object, ObjectStore};
+use crate::object::{file_stream, ByteStream, Listed, Object, ObjectStore};
 
 /// Where puts write before they are renamed into place (a name no key can
 /// take: keys never start with a dot).
@@ -120,6 +120,43 @@ fn remove_leftovers(partial: &Path) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The regular files directly in `directory`, the objects of `folder`.
+fn list_directory(folder: &Key, directory: &Path) -> Result<Vec<Listed>, ObjectError> {
+    let io = io_error(folder);
+    let entries = match std::fs::read_dir(directory) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io(e)),
+    };
+    let mut listed = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(&io)?;
+        // The entry's own metadata: a link is not followed.
+        let meta = match entry.metadata() {
+            Ok(meta) => meta,
+            // Removed since the directory was read.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io(e)),
+        };
+        let name = entry.file_name();
+        let (true, Some(name)) = (meta.is_file(), name.to_str()) else {
+            continue;
+        };
+        let Ok(key) = Key::new(format!("{folder}/{name}")) else {
+            continue;
+        };
+        let modified_unix = meta
+            .modified()
+            .ok()
+            .and_then(|time| time.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |since| {
+                i64::try_from(since.as_secs()).unwrap_or(i64::MAX)
+            });
+        listed.push(Listed { key, modified_unix });
+    }
+    Ok(listed)
 }
 
 fn io_error(key: &Key) -> impl Fn(std::io::Error) -> ObjectError + '_ {
@@ -248,6 +285,16 @@ impl ObjectStore for LocalStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(io_error(key)(e)),
         }
+    }
+
+    async fn list_folder(&self, folder: &Key) -> Result<Vec<Listed>, ObjectError> {
+        let directory = self.path(folder);
+        let folder = folder.clone();
+        let listing = tokio::task::spawn_blocking(move || list_directory(&folder, &directory));
+        listing.await.map_err(|e| ObjectError::Io {
+            key: String::new(),
+            source: std::io::Error::other(e),
+        })?
     }
 
     /// The object's own file: nothing is copied.

@@ -25,6 +25,14 @@ impl fmt::Debug for Object {
     }
 }
 
+/// An object a folder listing found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    pub key: Key,
+    /// When it was last written, in seconds since the Unix epoch.
+    pub modified_unix: i64,
+}
+
 /// Where blobs that outlive a node live.
 #[async_trait::async_trait]
 pub trait ObjectStore: Send + Sync + fmt::Debug {
@@ -53,6 +61,11 @@ pub trait ObjectStore: Send + Sync + fmt::Debug {
 
     /// An object's size, `None` if there is none.
     async fn size(&self, key: &Key) -> Result<Option<u64>, ObjectError>;
+
+    /// The objects directly in `folder` (keys `folder/<name>`, none deeper),
+    /// each with when it was last written: what a sweep of a folder's stale
+    /// objects reads. A folder with nothing in it lists empty.
+    async fn list_folder(&self, folder: &Key) -> Result<Vec<Listed>, ObjectError>;
 
     /// An object as an open file, for code that needs a descriptor (the
     /// engine copies a file into a container from one). The default

@@ -19,7 +19,7 @@ use object_store::{MultipartUpload, ObjectStoreExt, PutPayload};
 
 use crate::error::ObjectError;
 use crate::key::Key;
-use crate::object::{ByteStream, Object, ObjectStore};
+use crate::object::{ByteStream, Listed, Object, ObjectStore};
 
 /// The size of a multipart upload's parts (S3 asks at least 5 MiB of every
 /// part but the last); a body shorter than one is a single `PUT`.
@@ -391,5 +391,31 @@ impl ObjectStore for S3Store {
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(remote(key, e)),
         }
+    }
+
+    /// One listing with a delimiter (the client follows its pages): the
+    /// folder's own objects, not those of folders below it.
+    async fn list_folder(&self, folder: &Key) -> Result<Vec<Listed>, ObjectError> {
+        use object_store::ObjectStore as _;
+        let path = self.path(folder)?;
+        let listing = self
+            .client
+            .list_with_delimiter(Some(&path))
+            .await
+            .map_err(|e| remote(folder, e))?;
+        let mut listed = Vec::new();
+        for meta in listing.objects {
+            let Some(name) = meta.location.filename() else {
+                continue;
+            };
+            let Ok(key) = Key::new(format!("{folder}/{name}")) else {
+                continue;
+            };
+            listed.push(Listed {
+                key,
+                modified_unix: meta.last_modified.timestamp(),
+            });
+        }
+        Ok(listed)
     }
 }

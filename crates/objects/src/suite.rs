@@ -221,6 +221,50 @@ async fn put_get_size_delete() {
     .await;
 }
 
+fn unix_now() -> i64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    since.as_secs() as i64
+}
+
+#[tokio::test]
+async fn a_folder_lists_its_own_objects_with_their_times() {
+    each_backend("listing", |backend| async move {
+        let store = backend.store();
+        assert_eq!(store.list_folder(&key("uploads")).await.unwrap(), vec![]);
+        let before = unix_now() - 60;
+        put_bytes(store, &key("uploads/a"), &b"a"[..])
+            .await
+            .unwrap();
+        put_bytes(store, &key("uploads/a.0"), &b"b"[..])
+            .await
+            .unwrap();
+        // Neither a deeper object nor a neighbour's is the folder's.
+        put_bytes(store, &key("uploads/deeper/c"), &b"c"[..])
+            .await
+            .unwrap();
+        put_bytes(store, &key("uploadsx/d"), &b"d"[..])
+            .await
+            .unwrap();
+        let mut listed = store.list_folder(&key("uploads")).await.unwrap();
+        listed.sort_by(|x, y| x.key.as_str().cmp(y.key.as_str()));
+        let keys: Vec<&str> = listed.iter().map(|l| l.key.as_str()).collect();
+        assert_eq!(keys, ["uploads/a", "uploads/a.0"], "{listed:?}");
+        let after = unix_now() + 60;
+        assert!(
+            listed
+                .iter()
+                .all(|l| (before..=after).contains(&l.modified_unix)),
+            "written between {before} and {after}: {listed:?}"
+        );
+        for k in ["uploads/a", "uploads/a.0", "uploads/deeper/c", "uploadsx/d"] {
+            store.delete(&key(k)).await.unwrap();
+        }
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_large_body_streams_in_and_out() {
     // Over two parts and a short last one (multipart on S3).

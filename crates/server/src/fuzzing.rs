@@ -174,6 +174,7 @@ pub(crate) fn state_with(
         changes: Default::default(),
         live_output: Default::default(),
         clock,
+        gemini_uploads_swept_at: Default::default(),
         e2b_watchers: Default::default(),
         e2b_processes: Default::default(),
         e2b_deadlines: Default::default(),

@@ -242,6 +242,7 @@ where
         changes: Default::default(),
         live_output: Default::default(),
         clock: clock::Clock::system(),
+        gemini_uploads_swept_at: Default::default(),
         e2b_watchers: Default::default(),
         e2b_processes: Default::default(),
         e2b_deadlines: Default::default(),

@@ -14,6 +14,9 @@
 //!   container.
 //! - **Files API expiry**: a file uploaded with `expires_after` is deleted
 //!   when its `expires_at` passes.
+//! - **Abandoned uploads**: a Gemini resumable upload nothing was written
+//!   to for a day has its session and chunks deleted
+//!   (`gemini::files::sweep_abandoned_uploads`, at most hourly).
 //! - **Egress log retention**: rows older than `egress_log_retention_secs`
 //!   are deleted, in bounded batches, whether or not their container still
 //!   exists (like the command audit, the log outlives a deleted container,
@@ -244,6 +247,9 @@ pub async fn sweep(state: &Arc<AppState>) -> Result<(), ApiError> {
     for file in state.db(move |s| s.expired_files(now)).await? {
         tracing::info!(file = %file.id, "file expired");
         crate::sandboxes::files::remove_file(state, &file.project, &file.id).await?;
+    }
+    if let Err(e) = crate::gemini::files::sweep_abandoned_uploads(state, now).await {
+        tracing::warn!("sweeping abandoned Gemini uploads failed: {}", e.message);
     }
     let old_egress = crate::egress::sweep_old_rows(
         &state.store,

@@ -86,6 +86,8 @@ pub struct AppState {
     /// The time the lifecycle sweep judges idleness and expiry by (the
     /// system's; a manual one in tests).
     pub clock: crate::clock::Clock,
+    /// When the lifecycle last swept abandoned Gemini uploads (0: never).
+    pub(crate) gemini_uploads_swept_at: std::sync::atomic::AtomicI64,
     /// E2B's directory watchers (`e2b::filesystem`).
     pub(crate) e2b_watchers: crate::e2b::filesystem::watchers::Watchers,
     /// The processes started through E2B's envd API, by pid and tag.

@@ -13,7 +13,9 @@
 //! A file keeps its display name as its file name and the MIME type its
 //! upload gave (else the one its name's extension tells; a name given none
 //! gets the extension of its type). Google's files live 48 hours, and so
-//! do these.
+//! do these. An upload nothing was written to for
+//! [`ABANDONED_AFTER_SECONDS`] is abandoned: the lifecycle's sweep deletes
+//! its session and chunks, and their bytes with them.
 
 use std::sync::Arc;
 
@@ -42,6 +44,18 @@ use crate::time::now;
 
 /// How long a file lives (Google's 48 hours).
 const LIFETIME_SECONDS: i64 = 48 * 3600;
+
+/// How long an upload may go without a chunk before it is abandoned
+/// (Google's sessions last a week; a day bounds what an abandoned one
+/// keeps, and no SDK waits that long between two chunks).
+pub(crate) const ABANDONED_AFTER_SECONDS: i64 = 24 * 3600;
+
+/// How often the sweep looks for abandoned uploads (a listing of the
+/// store's upload folder, not worth every lifecycle pass).
+const ABANDONED_SWEEP_EVERY_SECONDS: i64 = 3600;
+
+/// The folder of the sessions and their chunks.
+const UPLOADS_FOLDER: &str = "gemini-uploads";
 
 /// The purpose a file uploaded here has among the project's files.
 const PURPOSE: &str = "user_data";
@@ -98,13 +112,59 @@ struct Session {
 }
 
 fn session_key(token: &str) -> ApiResult<Key> {
-    Key::new(format!("gemini-uploads/{token}")).map_err(crate::blobs::internal)
+    Key::new(format!("{UPLOADS_FOLDER}/{token}")).map_err(crate::blobs::internal)
 }
 
 /// The object holding a session's chunk `index` (beside the session's, not
 /// under it: a local store's session object is a file, not a folder).
 fn chunk_key(token: &str, index: u32) -> ApiResult<Key> {
-    Key::new(format!("gemini-uploads/{token}.{index}")).map_err(crate::blobs::internal)
+    Key::new(format!("{UPLOADS_FOLDER}/{token}.{index}")).map_err(crate::blobs::internal)
+}
+
+/// Deletes the uploads abandoned at `now` (no object of theirs, session
+/// or chunk, written for [`ABANDONED_AFTER_SECONDS`]), at most once every
+/// [`ABANDONED_SWEEP_EVERY_SECONDS`]; answers how many objects went. Every
+/// node of a cluster may sweep the shared store: a delete is idempotent.
+pub(crate) async fn sweep_abandoned_uploads(state: &AppState, now: i64) -> ApiResult<usize> {
+    use std::sync::atomic::Ordering;
+    let last = state.gemini_uploads_swept_at.load(Ordering::SeqCst);
+    if last != 0 && now - last < ABANDONED_SWEEP_EVERY_SECONDS {
+        return Ok(0);
+    }
+    state.gemini_uploads_swept_at.store(now, Ordering::SeqCst);
+    let folder = Key::new(UPLOADS_FOLDER).map_err(crate::blobs::internal)?;
+    let listed = state
+        .objects
+        .list_folder(&folder)
+        .await
+        .map_err(crate::blobs::internal)?;
+    // An upload's last write: the newest of its session's and chunks'.
+    let mut last_written: std::collections::HashMap<String, i64> = Default::default();
+    for object in &listed {
+        let name = object.key.as_str().rsplit('/').next().unwrap_or_default();
+        let token = name.split('.').next().unwrap_or_default().to_owned();
+        let newest = last_written.entry(token).or_insert(i64::MIN);
+        *newest = (*newest).max(object.modified_unix);
+    }
+    let mut deleted = 0;
+    for object in listed {
+        let name = object.key.as_str().rsplit('/').next().unwrap_or_default();
+        let token = name.split('.').next().unwrap_or_default();
+        let newest = last_written.get(token).copied().unwrap_or(i64::MIN);
+        if now - newest < ABANDONED_AFTER_SECONDS {
+            continue;
+        }
+        match state.objects.delete(&object.key).await {
+            Ok(()) => deleted += 1,
+            Err(e) => {
+                tracing::warn!(upload = %token, "could not delete abandoned {}: {e}", object.key)
+            }
+        }
+    }
+    if deleted > 0 {
+        tracing::info!(objects = deleted, "abandoned Gemini uploads deleted");
+    }
+    Ok(deleted)
 }
 
 /// The query of the upload URL.
@@ -570,6 +630,68 @@ pub(super) async fn attachments(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    async fn uploads_in_store(harness: &crate::testing::Harness) -> Vec<String> {
+        let folder = Key::new(UPLOADS_FOLDER).unwrap();
+        let listed = harness.state.objects.list_folder(&folder).await.unwrap();
+        let mut keys: Vec<String> = listed.into_iter().map(|l| l.key.to_string()).collect();
+        keys.sort();
+        keys
+    }
+
+    async fn upload_request(
+        harness: &crate::testing::Harness,
+        uri: &str,
+        command: &str,
+        body: &'static [u8],
+    ) -> crate::testing::Answer {
+        let request = axum::http::Request::builder()
+            .method("POST")
+            .uri(uri)
+            .header("authorization", format!("Bearer {}", crate::testing::ALPHA))
+            .header(UPLOAD_PROTOCOL_HEADER, "resumable")
+            .header(UPLOAD_COMMAND_HEADER, command)
+            .header(UPLOAD_OFFSET_HEADER, "0")
+            .body(Body::from(body))
+            .unwrap();
+        harness.send(request).await
+    }
+
+    #[tokio::test]
+    async fn an_abandoned_upload_is_swept_with_its_chunks() {
+        let harness = crate::testing::Harness::new();
+        let started = upload_request(&harness, "/upload/v1beta/files", "start", b"{}").await;
+        assert_eq!(started.status, 200, "{}", started.json);
+        let keys = uploads_in_store(&harness).await;
+        let [session] = keys.as_slice() else {
+            panic!("one session object: {keys:?}");
+        };
+        let token = session.rsplit('/').next().unwrap().to_owned();
+        let url = format!("/upload/v1beta/files?upload_id={token}");
+        let taken = upload_request(&harness, &url, "upload", b"first chunk").await;
+        assert_eq!(taken.status, 200, "{}", taken.json);
+        assert_eq!(
+            uploads_in_store(&harness).await.len(),
+            2,
+            "the session and its chunk"
+        );
+        // Fresh: the sweep keeps it.
+        crate::lifecycle::sweep(&harness.state).await.unwrap();
+        assert_eq!(
+            uploads_in_store(&harness).await.len(),
+            2,
+            "kept while fresh"
+        );
+        // A day and an hour later, nothing written since: abandoned.
+        harness
+            .clock
+            .advance(ABANDONED_AFTER_SECONDS + ABANDONED_SWEEP_EVERY_SECONDS);
+        crate::lifecycle::sweep(&harness.state).await.unwrap();
+        let left = uploads_in_store(&harness).await;
+        assert!(left.is_empty(), "swept: {left:?}");
+        let gone = upload_request(&harness, &url, "upload", b"late chunk").await;
+        assert_eq!(gone.status, 404, "{}", gone.json);
+    }
 
     #[test]
     fn a_files_name_or_uri_names_its_id_and_nothing_else() {
