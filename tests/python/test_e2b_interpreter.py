@@ -320,7 +320,9 @@ def test_javascript_typescript_and_java_contexts_keep_their_state(sandbox):
     assert context.language == "java", context
     execution = sandbox.run_code("int x = 40;\nSystem.out.println(\"java\");\nx + 2", context=context, timeout=120)
     assert execution.error is None and execution.text == "42", execution
-    assert execution.logs.stdout == ["java\n"], execution.logs
+    # Each flush is a chunk of its own, and println flushes its text and then
+    # the line end, as E2B's Java kernel (IJava on Java 11) sends them.
+    assert execution.logs.stdout == ["java", "\n"], execution.logs
     execution = sandbox.run_code("String greeting = \"hi\";\ngreeting + \" \" + x", context=context, timeout=120)
     assert execution.text == "hi 40", execution
     # An execution's variables are system properties, as E2B's Java kernel gives them.
