@@ -523,7 +523,7 @@ const WATCH_PROCESS_TIMEOUT_MS: u64 = shellgate_sandbox_api::backend::limits::MA
 /// What a watcher hands its client: an event, or the script's answer to
 /// a sync marker (every event before it was handed on already).
 enum WatchMessage {
-    Event(FilesystemEvent),
+    Event(Box<FilesystemEvent>),
     Synced(u64),
 }
 
@@ -773,11 +773,11 @@ async fn pump(
                 } else {
                     None
                 };
-                WatchMessage::Event(FilesystemEvent {
+                WatchMessage::Event(Box::new(FilesystemEvent {
                     name,
                     r#type: kind as i32,
                     entry,
-                })
+                }))
             };
             // A full buffer (a slow client) loses this event, not the stream.
             if tx.try_send(message).is_err() && tx.is_closed() {
@@ -876,7 +876,7 @@ async fn watch_dir(
                 // A stream has nobody to sync with.
                 Some(WatchMessage::Synced(_)) => continue,
                 Some(WatchMessage::Event(event)) => Ok(WatchDirResponse {
-                    event: Some(watch_dir_response::Event::Filesystem(event)),
+                    event: Some(watch_dir_response::Event::Filesystem(*event)),
                 }),
                 None => Err(ConnectError::not_found(
                     "the watched directory is gone (or the sandbox stopped)",
@@ -954,7 +954,7 @@ async fn create_watcher(
                     if buffer.len() >= MAX_BUFFERED_EVENTS {
                         buffer.pop_front();
                     }
-                    buffer.push_back(event);
+                    buffer.push_back(*event);
                 }
                 None => {
                     watcher
