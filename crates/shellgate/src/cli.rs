@@ -16,10 +16,21 @@ use crate::oneshot::{
 use crate::quote::shell_quote;
 use crate::terminal::Logging;
 
+/// What `shellgate --version` prints after the name: the package version,
+/// then the commit and the date it was built from (build.rs).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("SHELLGATE_BUILD_COMMIT"),
+    ", built ",
+    env!("SHELLGATE_BUILD_DATE"),
+    ")"
+);
+
 #[derive(Parser)]
 #[command(
     name = "shellgate",
-    version,
+    version = VERSION,
     about = "A hosted, isolated Linux shell for any AI model"
 )]
 struct Cli {
