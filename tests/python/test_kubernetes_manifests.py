@@ -30,7 +30,8 @@ from packaging.version import Version
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy" / "kubernetes"
 NAMESPACE = "shellgate"
-IMAGE = "ghcr.io/shellgate/shellgate"
+# The image scripts/image builds, as the base's `images:` names it.
+IMAGE = "localhost/shellgate"
 # The oldest Kubernetes the manifests are for: `appArmorProfile` in a
 # securityContext (the node DaemonSet) is 1.30's, and every bundled schema
 # from there to the newest is checked.
@@ -210,8 +211,11 @@ def test_renders_are_what_the_readme_says(rendered):
     added = dev - base
     assert {("StatefulSet", "shellgate-postgres"), ("Service", "shellgate-postgres"),
             ("NetworkPolicy", "shellgate-postgres")} <= added
-    # Only the Secret's name changed (its hash: the database URL differs).
-    assert {k for k, _ in base - dev} == {"Secret"}
+    assert {("StatefulSet", "shellgate-s3"), ("Service", "shellgate-s3"),
+            ("NetworkPolicy", "shellgate-s3")} <= added
+    # Only the Secret's and the ConfigMap's names changed (their hashes:
+    # the database, the object store and the cluster secret differ).
+    assert {k for k, _ in base - dev} == {"Secret", "ConfigMap"}
 
 
 def test_every_manifest_file_is_in_its_kustomization():
@@ -462,6 +466,9 @@ def test_one_pinned_image(docs):
     (image,) = images
     name, _, tag = image.rpartition(":")
     assert name == IMAGE and tag and tag != "latest", image
+    # The tag is the version scripts/image builds (the workspace's).
+    version = re.search(r'^version = "(.+)"$', (ROOT / "Cargo.toml").read_text(), re.M).group(1)
+    assert tag == version, f"{image}: the workspace is {version}"
 
 
 def test_node_daemonset(docs):
@@ -586,3 +593,39 @@ def test_dev_overlay_points_shellgate_at_its_postgres(rendered):
     for role in ("api", "node"):
         _, template = component(docs, role)
         assert any(selects(peer, template["metadata"]["labels"]) for peer in peers), role
+
+
+def test_dev_overlay_starts_as_its_instructions_say(rendered):
+    """The dev overlay's own steps (secret.env copied from the example,
+    nothing edited) give values the server accepts: a cluster secret of
+    at least 32 characters, and an object store that is in the overlay,
+    with the bucket its config names made by the overlay itself."""
+    docs = rendered["dev"]
+    _, api = component(docs, "api")
+    container = api["spec"]["containers"][0]
+    ref = env_of(container)["SHELLGATE_CLUSTER_SECRET"]["valueFrom"]["secretKeyRef"]
+    cluster_secret = secret_data(one(docs, "Secret", ref["name"]))[ref["key"]]
+    assert len(cluster_secret) >= 32, f"cluster_secret {cluster_secret!r}: the server refuses under 32 characters"
+    (config,) = of_kind(docs, "ConfigMap")
+    settings = config["data"]
+    endpoint = urlsplit(settings["SHELLGATE_S3_ENDPOINT"])
+    assert not endpoint.hostname.endswith(".invalid"), settings
+    service = one(docs, "Service", endpoint.hostname)
+    assert endpoint.port == service["spec"]["ports"][0]["port"], (endpoint, service["spec"]["ports"])
+    if endpoint.scheme == "http":
+        assert settings.get("SHELLGATE_S3_ALLOW_HTTP") == "true", settings
+    statefulset = one(docs, "StatefulSet", endpoint.hostname)
+    assert selects({"matchLabels": service["spec"]["selector"]}, statefulset["spec"]["template"]["metadata"]["labels"])
+    bucket = urlsplit(settings["SHELLGATE_OBJECT_STORE"]).hostname
+    makes = [c for c in containers(statefulset["spec"]["template"]) if c["name"] == "bucket"]
+    assert makes and f"http://127.0.0.1:9000/{bucket}" in makes[0]["command"][-1], makes
+    # shellgate's keys are the store's own.
+    store = {}
+    for source in containers(statefulset["spec"]["template"])[0]["envFrom"]:
+        store.update(secret_data(one(docs, "Secret", source["secretRef"]["name"])))
+    keys = {}
+    for name in ("SHELLGATE_S3_ACCESS_KEY_ID", "SHELLGATE_S3_SECRET_ACCESS_KEY"):
+        ref = env_of(container)[name]["valueFrom"]["secretKeyRef"]
+        keys[name] = secret_data(one(docs, "Secret", ref["name"]))[ref["key"]]
+    assert (keys["SHELLGATE_S3_ACCESS_KEY_ID"], keys["SHELLGATE_S3_SECRET_ACCESS_KEY"]) == (
+        store["MINIO_ROOT_USER"], store["MINIO_ROOT_PASSWORD"]), (keys, store)
