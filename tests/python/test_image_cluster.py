@@ -31,7 +31,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import openai
@@ -89,6 +88,8 @@ def image(tmp_path_factory):
 
 
 def test_the_image_is_reproducible(image, tmp_path):
+    if image["out"] is None:
+        pytest.skip("SHELLGATE_TEST_IMAGE: the image was not built here")
     again = build_image(tmp_path / "again")
     try:
         assert again["digest"] == image["digest"], f"two builds of one input: {image} and {again}"
@@ -96,12 +97,17 @@ def test_the_image_is_reproducible(image, tmp_path):
         run("podman", "rmi", "-f", again["tag"], check=False)
 
 
-def test_the_image_names_its_version_and_serves_as_the_api_user(image, tmp_path):
+def test_the_image_names_its_version_and_serves_as_the_api_user(image):
     shown = run("podman", "run", "--rm", *ULIMITS, image["tag"], "--version").stdout
-    assert re.fullmatch(r"shellgate \d+\.\d+\.\d+ \(commit [0-9a-f]{12}, built \d{4}-\d\d-\d\d\)\n", shown), shown
+    # `unknown` where the source had no git and no SHELLGATE_BUILD_COMMIT or
+    # SOURCE_DATE_EPOCH (a tarball): build.rs says so rather than failing.
+    assert re.fullmatch(r"shellgate \d+\.\d+\.\d+ \(commit ([0-9a-f]{12}|unknown), built (\d{4}-\d\d-\d\d|unknown)\)\n",
+                        shown), shown
     who = run("podman", "run", "--rm", *ULIMITS, "--entrypoint", "id", image["tag"]).stdout
     assert who.startswith("uid=65532(shellgate) gid=65532(shellgate)"), who
     # The SBOM: the crates built in, and the Debian packages.
+    if image["out"] is None:
+        return
     crates = (image["out"] / "crates.tsv").read_text()
     assert "\ntokio\t" in crates and "\nshellgate\t" in crates, crates[:2000]
     debian = (image["out"] / "debian-packages.tsv").read_text()
