@@ -466,6 +466,12 @@ def test_one_pinned_image(docs):
     (image,) = images
     name, _, tag = image.rpartition(":")
     assert name == IMAGE and tag and tag != "latest", image
+    # Every container of shellgate's image (the dev overlay's bucket maker
+    # too) gets it from an `images:` setting, the same one.
+    everywhere = {c["image"] for d in docs if d["kind"] in WORKLOAD_KINDS
+                  for c in containers(d["spec"]["template"]) if c["image"].rpartition(":")[0] in ("", IMAGE)
+                  or c["image"] == "shellgate"}
+    assert everywhere == images, everywhere
     # The tag is the version scripts/image builds (the workspace's).
     version = re.search(r'^version = "(.+)"$', (ROOT / "Cargo.toml").read_text(), re.M).group(1)
     assert tag == version, f"{image}: the workspace is {version}"
