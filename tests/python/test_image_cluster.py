@@ -47,6 +47,9 @@ POSTGRES_BIN = Path("/usr/lib/postgresql/15/bin")
 # podman's runc refuses rlimits at this host's hard limits; a Kubernetes
 # node's runtime sets its own defaults the same way.
 ULIMITS = ["--ulimit", "nofile=16384:16384", "--ulimit", "nproc=16384:16384"]
+# runc with the cgroupfs manager, whatever podman would pick: crun refuses
+# a hybrid cgroup host, and there is no systemd to manage cgroups.
+PODMAN = ["podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs"]
 # Two nodes on one host share its uids: each needs a range of its own (on
 # Kubernetes each node pod is on a machine of its own). Apart from the
 # engine's default (3,000,000,000), which the run's single boxes use, and
@@ -98,12 +101,12 @@ def test_the_image_is_reproducible(image, tmp_path):
 
 
 def test_the_image_names_its_version_and_serves_as_the_api_user(image):
-    shown = run("podman", "run", "--rm", *ULIMITS, image["tag"], "--version").stdout
+    shown = run(*PODMAN, "run", "--rm", *ULIMITS, image["tag"], "--version").stdout
     # `unknown` where the source had no git and no SHELLGATE_BUILD_COMMIT or
     # SOURCE_DATE_EPOCH (a tarball): build.rs says so rather than failing.
     assert re.fullmatch(r"shellgate \d+\.\d+\.\d+ \(commit ([0-9a-f]{12}|unknown), built (\d{4}-\d\d-\d\d|unknown)\)\n",
                         shown), shown
-    who = run("podman", "run", "--rm", *ULIMITS, "--entrypoint", "id", image["tag"]).stdout
+    who = run(*PODMAN, "run", "--rm", *ULIMITS, "--entrypoint", "id", image["tag"]).stdout
     assert who.startswith("uid=65532(shellgate) gid=65532(shellgate)"), who
     # The SBOM: the crates built in, and the Debian packages.
     if image["out"] is None:
@@ -314,7 +317,7 @@ class PodmanCluster:
 
     def _podman_run(self, role: str, args: list, command: list) -> None:
         name = self.name(role)
-        run("podman", "run", "-d", "--name", name, *ULIMITS, *args, self.image, *command)
+        run(*PODMAN, "run", "-d", "--name", name, *ULIMITS, *args, self.image, *command)
         self.containers.append(name)
 
     def _start_postgres(self) -> None:
@@ -380,7 +383,7 @@ class PodmanCluster:
         spec = self.api_spec if role == "api" else self.node_spec
 
         def ready():
-            return run("podman", "healthcheck", "run", self.name(role), check=False).returncode == 0
+            return run(*PODMAN, "healthcheck", "run", self.name(role), check=False).returncode == 0
 
         assert wait_until(ready, startup_bound(spec), 1), \
             f"{role} not ready: {self.logs(role)}\npostgres: {self.postgres_log()}"
@@ -464,7 +467,7 @@ def test_a_container_through_the_replica_survives_its_nodes_restart(cluster):
     node = cluster.node_of_the_only_container()
     run("podman", "kill", cluster.name(node))
     run("podman", "wait", cluster.name(node), check=False)
-    run("podman", "start", cluster.name(node))
+    run(*PODMAN, "start", cluster.name(node))
     cluster.wait_ready(node)
     cluster.wait_nodes_ready({node})
 
