@@ -563,6 +563,39 @@ pub trait SandboxBackend: Send + Sync {
     /// backend's background work.
     async fn shutdown(&self);
 
+    // Snapshots: a container's disk (its overlay's upper layer, `/mnt/data`,
+    // the home and the workspace) saved under an id the caller chooses,
+    // and new containers made from one. Files only: no process survives.
+
+    /// Saves container `id`'s disk as snapshot `snapshot_id`. A running
+    /// container's processes are frozen while its disk is copied.
+    async fn snapshot(&self, _id: &str, _snapshot_id: &str) -> Result<SnapshotTaken, SandboxError> {
+        Err(SandboxError::NotSupported("snapshots"))
+    }
+    /// Removes a snapshot (a missing one is not an error).
+    async fn delete_snapshot(&self, _snapshot_id: &str) -> Result<(), SandboxError> {
+        Err(SandboxError::NotSupported("snapshots"))
+    }
+    /// The ids of the snapshots this backend holds.
+    async fn snapshot_ids(&self) -> Result<Vec<String>, SandboxError> {
+        Ok(Vec::new())
+    }
+    /// Makes container `id` from `spec` with snapshot `snapshot_id`'s disk
+    /// and image revision (the spec's `image` must be the snapshot's).
+    async fn create_from_snapshot(
+        &self,
+        _id: &str,
+        _spec: ContainerSpec,
+        _snapshot_id: &str,
+    ) -> Result<ContainerInfo, SandboxError> {
+        Err(SandboxError::NotSupported("snapshots"))
+    }
+    /// How a snapshot's blocks are shared with the copies made from it on
+    /// this host (`reflink`, `copy`), or `None` without snapshots.
+    fn snapshot_sharing(&self) -> Option<&'static str> {
+        None
+    }
+
     // Processes: see `crate::process`. A process counts as in
     // flight in its container (busy: never suspended) until it ends, and
     // is killed at its timeout, with every descendant, whatever clients do.
@@ -747,6 +780,22 @@ pub trait SandboxBackend: Send + Sync {
     ) -> Result<Box<dyn Upload<ArchiveImported>>, SandboxError> {
         Err(SandboxError::NotSupported("importing archives"))
     }
+}
+
+/// What a snapshot holds, as the engine took it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SnapshotTaken {
+    /// Bytes its files occupy (allocated blocks, not apparent sizes).
+    pub size_bytes: u64,
+    /// The image the container was made from and the revision it ran on:
+    /// the snapshot's upper layer only makes sense over that tree.
+    pub image: String,
+    pub image_revision: Option<String>,
+    /// The container's disk size: a copy gets the same.
+    pub disk_bytes: u64,
+    /// How long the container's processes were frozen, in milliseconds
+    /// (0 for a stopped container).
+    pub frozen_ms: u64,
 }
 
 /// Refuses a container memory limit above what all containers together may

@@ -161,6 +161,11 @@ pub struct FileViewSpec {
     /// mount namespace only).
     pub mount_point: PathBuf,
     pub reuse_loop: Option<u32>,
+    /// A disk never started has no directories yet: made first, owned by
+    /// (the sandbox user's, container root's) host ids, as a container's
+    /// start would make them.
+    #[serde(default)]
+    pub prepare_layout: Option<((u32, u32), (u32, u32))>,
 }
 
 /// The helper's second message: what to build.

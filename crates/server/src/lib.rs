@@ -58,6 +58,7 @@ mod routes;
 mod running;
 mod sandboxes;
 mod skills;
+mod snapshots;
 mod spool;
 pub mod startup;
 mod state;

@@ -94,7 +94,7 @@ pub async fn recover(state: &Arc<AppState>) -> Result<(), ApiError> {
             destroy_quietly(state.engine.as_ref(), &id).await;
         }
     }
-    Ok(())
+    crate::sandboxes::snapshots::remove_unknown(state).await
 }
 
 /// Gives this node, registered and live again after its replicas declared

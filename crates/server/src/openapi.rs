@@ -676,6 +676,7 @@ fn build() -> (serde_json::Value, Vec<String>) {
     sandbox_paths::files(&mut d, &s);
     sandbox_paths::skills(&mut d, &s);
     sandbox_paths::volumes(&mut d, &s);
+    sandbox_paths::snapshots(&mut d, &s);
     model_paths::responses(&mut d, &s);
     model_paths::chat_and_models(&mut d, &s);
     model_paths::gemini(&mut d, &s);

@@ -27,6 +27,11 @@ pub async fn healthz(State(state): State<Arc<AppState>>) -> ApiResult<impl IntoR
     if let Some(build) = build {
         body["default_image"] = serde_json::to_value(build).unwrap_or_default();
     }
+    // How a snapshot's blocks are shared with the containers made from it
+    // on this host: `reflink` (XFS, btrfs) or `copy` (holes kept).
+    if let Some(sharing) = state.engine.snapshot_sharing() {
+        body["snapshot_sharing"] = sharing.into();
+    }
     Ok(Json(body))
 }
 

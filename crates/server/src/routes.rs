@@ -14,7 +14,7 @@ use crate::route_table::RouteTable;
 use crate::state::AppState;
 use crate::{
     chat, config, console, container_egress, containers, e2b, files, fs, gemini, messages, models,
-    openapi, ops, ports, processes, responses, route_grammar, skills, volumes,
+    openapi, ops, ports, processes, responses, route_grammar, skills, snapshots, volumes,
 };
 
 /// The HTTP routes, behind the layer that sends a request for a
@@ -149,6 +149,16 @@ pub(crate) fn route_table(config: &config::Config, audience: Audience) -> RouteT
         .route(
             "/containers/{container_id}/ports/{port}/{*rest}",
             any(ports::by_path),
+        )
+        .route(
+            "/containers/{container_id}/snapshots",
+            post(snapshots::create),
+        )
+        .route("/containers/{container_id}/fork", post(snapshots::fork))
+        .route("/snapshots", get(snapshots::list))
+        .route(
+            "/snapshots/{snapshot_id}",
+            get(snapshots::retrieve).delete(snapshots::delete),
         )
         .route("/images", get(containers::images))
         .route("/volumes", post(volumes::create).get(volumes::list))

@@ -34,6 +34,7 @@ mod paging;
 mod responses;
 mod sessions;
 mod skills;
+mod snapshots;
 mod sql;
 #[cfg(test)]
 mod testing;
@@ -62,6 +63,7 @@ pub use nodes::{HeldContainer, LostDeletion, NodeLoad, NodeRow, Restored};
 pub use paging::Page;
 pub use responses::{ResponseRow, ResponseSummary};
 pub use skills::{SkillRow, SkillVersionDelete, SkillVersionRow};
+pub use snapshots::{SnapshotRefusal, SnapshotRow};
 pub use sql::{Dialect, PostgresOptions};
 pub use usage::{session_cost, ModelTokens, ProjectSummary, UsageLedger, SESSION_MINIMUM_SECONDS};
 pub use values::{

@@ -503,6 +503,28 @@ pub(crate) const SQLITE_MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE message_batches ADD COLUMN node_id TEXT NOT NULL DEFAULT '';
 "#,
+    // Snapshots (snapshots.rs): a container's files saved on a node (the
+    // node that holds them), the image revision they need, and what copies
+    // made from them inherit of the container (`source`, JSON).
+    r#"
+    CREATE TABLE snapshots (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        project TEXT NOT NULL,
+        name TEXT NOT NULL,
+        metadata TEXT NOT NULL,
+        size_bytes INTEGER NOT NULL,
+        created_at INTEGER NOT NULL,
+        container_id TEXT NOT NULL,
+        image TEXT NOT NULL,
+        image_revision TEXT,
+        memory_unavailable_reason TEXT,
+        frozen_ms INTEGER NOT NULL,
+        source TEXT NOT NULL,
+        node_id TEXT NOT NULL
+    );
+    CREATE INDEX snapshots_by_project ON snapshots (project, seq);
+"#,
 ];
 
 /// Postgres's migrations, applied in order; the index + 1 is the schema
@@ -896,6 +918,26 @@ pub(crate) const POSTGRES_MIGRATIONS: &[&str] = &[
     // A batch's node: as SQLite's migration that adds message_batches.node_id.
     r#"
     ALTER TABLE message_batches ADD COLUMN node_id TEXT NOT NULL DEFAULT '';
+"#,
+    // Snapshots: as SQLite's migration that makes snapshots.
+    r#"
+    CREATE TABLE snapshots (
+        seq BIGSERIAL PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        project TEXT NOT NULL,
+        name TEXT NOT NULL,
+        metadata TEXT NOT NULL,
+        size_bytes BIGINT NOT NULL,
+        created_at BIGINT NOT NULL,
+        container_id TEXT NOT NULL,
+        image TEXT NOT NULL,
+        image_revision TEXT,
+        memory_unavailable_reason TEXT,
+        frozen_ms BIGINT NOT NULL,
+        source TEXT NOT NULL,
+        node_id TEXT NOT NULL
+    );
+    CREATE INDEX snapshots_by_project ON snapshots (project, seq);
 "#,
 ];
 

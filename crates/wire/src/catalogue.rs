@@ -181,6 +181,10 @@ catalogue! {
     TooManyVolumes => (Some("too_many_volumes"), 429, RateLimit);
     /// The bytes the project's volumes hold.
     VolumeBytesExceeded => (Some("volume_bytes_exceeded"), 429, RateLimit);
+    /// The project's snapshots.
+    TooManySnapshots => (Some("too_many_snapshots"), 429, RateLimit);
+    /// The bytes the project's snapshots hold.
+    SnapshotBytesExceeded => (Some("snapshot_bytes_exceeded"), 429, RateLimit);
     // 500
     /// The server failed (its log says why).
     Internal => (None, 500, Server);

@@ -160,6 +160,12 @@ pub struct CreateContainer {
     /// (at most 8), each by `volume_id` or `name` at an absolute `path`.
     #[serde(default)]
     pub volumes: Vec<crate::volumes::VolumeMount>,
+    /// shellgate's extension: a snapshot of the project's
+    /// (`POST /v1/containers/{id}/snapshots`) whose files it starts with,
+    /// on the snapshot's image; `memory_limit`, `network_policy` and
+    /// `expires_after` are the snapshot's container's unless given.
+    #[serde(default)]
+    pub snapshot_id: Option<String>,
 }
 
 /// The container object.

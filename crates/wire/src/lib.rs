@@ -33,6 +33,7 @@ mod outcome;
 pub mod ports;
 mod processes;
 mod skills;
+mod snapshots;
 mod usage;
 mod volumes;
 
@@ -64,6 +65,7 @@ pub use skills::{
     MountedSkill, Skill, SkillEntry, SkillReference, SkillVersion, SkillVersionDeleted,
     StoredSkill, UpdateSkill, VersionRef,
 };
+pub use snapshots::{CreateSnapshot, ForkContainer, Snapshot};
 pub use usage::{ContainerUsage, Usage};
 pub use volumes::{CreateVolume, Volume, VolumeMount};
 

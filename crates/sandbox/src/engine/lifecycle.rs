@@ -190,7 +190,10 @@ impl LocalEngine {
 
     /// A stopped container's `data` directory; the caller holds its state
     /// lock, so it cannot start meanwhile.
-    async fn file_view(&self, container: &Arc<Container>) -> Result<Arc<OwnedFd>, SandboxError> {
+    pub(super) async fn file_view(
+        &self,
+        container: &Arc<Container>,
+    ) -> Result<Arc<OwnedFd>, SandboxError> {
         if let Some(view) = lock(&container.view).as_ref() {
             return Ok(Arc::clone(view));
         }
@@ -206,6 +209,7 @@ impl LocalEngine {
                     disk_image: container.dir.join("disk.img"),
                     mount_point: self.inner.config.data_dir.join("run/disk"),
                     reuse_loop: container.last_loop(),
+                    prepare_layout: None,
                 };
                 let (dir, loop_device) =
                     Helper::open_view(&self.inner.config.helper_binary, &spec).await?;

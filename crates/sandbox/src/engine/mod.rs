@@ -30,7 +30,8 @@
 //! outside, through its init), [`pump`] (the one output pump of commands
 //! and processes), [`slots`] (host id ranges), [`spec`] (what the helper
 //! is told), [`recovery`] (start-up after a crash), [`unread`] (how fast
-//! output nobody waits for is read).
+//! output nobody waits for is read), [`snapshots`] (a container's disk
+//! saved, and disks filled from it).
 
 mod command;
 mod container;
@@ -46,6 +47,7 @@ mod processes;
 mod pump;
 mod recovery;
 mod slots;
+mod snapshots;
 mod spec;
 mod unread;
 
@@ -60,7 +62,7 @@ use async_trait::async_trait;
 
 use crate::backend::{
     validate_container_id, CommandResult, ContainerInfo, ContainerSpec, ContainerState, DeltaSink,
-    FileListing, RunRequest, SandboxBackend,
+    FileListing, RunRequest, SandboxBackend, SnapshotTaken,
 };
 use crate::cgroup::Cgroups;
 use crate::disk::{self, DiskKind};
@@ -201,6 +203,8 @@ pub(crate) struct Inner {
     counter: AtomicU64,
     /// Teardowns of destroyed containers still finishing in the background.
     teardowns: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// How snapshots share blocks on this host, probed once.
+    snapshot_sharing: std::sync::OnceLock<&'static str>,
     /// Held for the engine's lifetime: one engine per data directory.
     _lock: fs::File,
 }
@@ -364,10 +368,12 @@ impl LocalEngine {
                 closing: AtomicBool::new(false),
                 counter: AtomicU64::new(0),
                 teardowns: Mutex::new(Vec::new()),
+                snapshot_sharing: std::sync::OnceLock::new(),
                 _lock: lock,
             }),
         };
         recovery::recover(&engine.inner).await?;
+        snapshots::recover(&engine.inner.config.data_dir);
         let pruning = engine.clone();
         let _ = tokio::task::spawn_blocking(move || pruning.prune_retired_images()).await;
         engine.inner.pools.refill_all(&engine);
@@ -388,6 +394,7 @@ impl LocalEngine {
                 let revision = c.spec.image_revision.clone()?;
                 Some((c.spec.image.clone(), revision))
             })
+            .chain(self.snapshot_revisions())
             .collect();
         self.inner.images.prune_retired(&|image, revision| {
             in_use.contains(&(image.to_owned(), revision.to_owned()))
@@ -487,13 +494,15 @@ impl LocalEngine {
     }
 }
 
-#[async_trait]
-impl SandboxBackend for LocalEngine {
-    fn images(&self) -> Vec<crate::image::ImageInfo> {
-        self.inner.images.list()
-    }
-
-    async fn create(&self, id: &str, spec: ContainerSpec) -> Result<ContainerInfo, SandboxError> {
+impl LocalEngine {
+    /// Makes a container, its disk filled from `restore` if given (then
+    /// on the snapshot's image revision, never from a warm container).
+    async fn create_container(
+        &self,
+        id: &str,
+        spec: ContainerSpec,
+        restore: Option<snapshots::Restore>,
+    ) -> Result<ContainerInfo, SandboxError> {
         validate_container_id(id)?;
         self.admit(&spec)?;
         self.inner.images.resolve(&spec.image)?;
@@ -503,7 +512,16 @@ impl SandboxBackend for LocalEngine {
         // The skills directory given is adopted: it moves into the
         // container's directory, and the spec names it there.
         let mut spec = spec;
-        spec.image_revision = self.inner.images.current_revision(&spec.image);
+        spec.image_revision = match &restore {
+            Some(restore) => {
+                let revision = restore.recorded.taken.image_revision.clone();
+                self.inner
+                    .images
+                    .resolve_revision(&spec.image, revision.as_deref())?;
+                revision
+            }
+            None => self.inner.images.current_revision(&spec.image),
+        };
         // What persists of each value: its verifier (salted digests), so
         // a restarted server still masks what it no longer holds.
         for secret in &spec.network.secrets {
@@ -523,10 +541,16 @@ impl SandboxBackend for LocalEngine {
             serde_json::to_vec_pretty(&spec).map_err(|e| SandboxError::Setup(e.to_string()))?;
         let mut state = container.state.lock().await;
         let made = async {
-            if let Some((warm_dir, running, slot)) = self.inner.pools.take_warm(self, &spec).await {
+            let warm = match &restore {
+                Some(_) => None,
+                None => self.inner.pools.take_warm(self, &spec).await,
+            };
+            if let Some((warm_dir, running, slot, loop_device)) = warm {
                 // A started container of the same shape: give it this id
-                // (it keeps its id slot, already written in its directory).
+                // (it keeps its id slot, already written in its directory,
+                // and its disk's loop device).
                 container.set_id_slot(slot);
+                container.set_last_loop(loop_device);
                 let committed = fs::write(warm_dir.join("spec.json"), &spec_json)
                     .and_then(|()| fs::rename(&warm_dir, &dir));
                 match committed {
@@ -553,6 +577,9 @@ impl SandboxBackend for LocalEngine {
                     .pools
                     .provision_disk(self, &staging, spec.disk_bytes)
                     .await?;
+            }
+            if let Some(restore) = &restore {
+                self.fill_disk(&staging, slot, restore).await?;
             }
             fs::write(staging.join("spec.json"), &spec_json)
                 .context(|| "write spec.json".into())?;
@@ -583,6 +610,54 @@ impl SandboxBackend for LocalEngine {
             state: ContainerState::Running,
             spec,
         })
+    }
+}
+
+#[async_trait]
+impl SandboxBackend for LocalEngine {
+    fn images(&self) -> Vec<crate::image::ImageInfo> {
+        self.inner.images.list()
+    }
+
+    async fn create(&self, id: &str, spec: ContainerSpec) -> Result<ContainerInfo, SandboxError> {
+        self.create_container(id, spec, None).await
+    }
+
+    async fn snapshot(&self, id: &str, snapshot_id: &str) -> Result<SnapshotTaken, SandboxError> {
+        self.take_snapshot(id, snapshot_id).await
+    }
+
+    async fn delete_snapshot(&self, snapshot_id: &str) -> Result<(), SandboxError> {
+        self.remove_snapshot(snapshot_id).await
+    }
+
+    async fn snapshot_ids(&self) -> Result<Vec<String>, SandboxError> {
+        Ok(self.list_snapshot_ids())
+    }
+
+    async fn create_from_snapshot(
+        &self,
+        id: &str,
+        mut spec: ContainerSpec,
+        snapshot_id: &str,
+    ) -> Result<ContainerInfo, SandboxError> {
+        let restore = self.snapshot_record(snapshot_id)?;
+        let taken = &restore.recorded.taken;
+        if spec.image != taken.image {
+            return Err(SandboxError::InvalidRequest {
+                param: "image",
+                message: format!(
+                    "the snapshot was taken over image {:?}; a container made from it runs on that image",
+                    taken.image
+                ),
+            });
+        }
+        spec.disk_bytes = taken.disk_bytes;
+        self.create_container(id, spec, Some(restore)).await
+    }
+
+    fn snapshot_sharing(&self) -> Option<&'static str> {
+        Some(self.sharing())
     }
 
     async fn run(&self, id: &str, request: RunRequest) -> Result<Vec<CommandResult>, SandboxError> {

@@ -206,12 +206,12 @@ impl Pools {
 
     /// A warm container whose fixed properties (image, `/tmp` size, disk)
     /// match `spec`, with `spec`'s limits applied: its directory, its
-    /// processes and its id slot.
+    /// processes, its id slot and the loop device its disk is on.
     pub async fn take_warm(
         &self,
         engine: &LocalEngine,
         spec: &ContainerSpec,
-    ) -> Option<(PathBuf, Arc<Running>, u32)> {
+    ) -> Option<(PathBuf, Arc<Running>, u32, Option<u32>)> {
         let inner = &engine.inner;
         let effective_tmp = |s: &ContainerSpec| s.tmp_bytes.min(s.memory_bytes / 2);
         let WarmContainer(warm) = self.warm.take(|WarmContainer(w)| {
@@ -227,7 +227,7 @@ impl Pools {
         let running = warm.state.lock().await.take()?;
         if running.alive() && inner.cgroups.apply(&running.slot, spec).is_ok() {
             let slot = warm.id_slot();
-            return Some((warm.dir.clone(), running, slot));
+            return Some((warm.dir.clone(), running, slot, warm.last_loop()));
         }
         engine.tear_down(&warm.id, &running).await;
         let _ = fs::remove_dir_all(&warm.dir);

@@ -156,6 +156,9 @@ fn open_file_view(spec: &FileViewSpec, control: RawFd) -> SetupResult<()> {
     private_mount_namespace()?;
     let loop_device =
         crate::disk::mount_image(&spec.disk_image, &spec.mount_point, spec.reuse_loop)?;
+    if let Some((sandbox, container_root)) = spec.prepare_layout {
+        crate::disk::prepare_layout(&spec.mount_point, sandbox, container_root)?;
+    }
     let data = spec.mount_point.join(crate::disk::DATA_DIR);
     let dir =
         fs::File::open(&data).step(SetupStep::OpenData, || format!("open {}", data.display()))?;

@@ -81,6 +81,12 @@ pub struct SandboxSettings {
     /// volume is mounted until files or volumes are deleted); a running
     /// container's writes into a volume are not cut short.
     pub max_volume_bytes_per_project: ByteSize,
+    /// Snapshots a project may hold (429 beyond).
+    pub max_snapshots_per_project: u32,
+    /// Bytes all of a project's snapshots together may hold on disk
+    /// (allocated blocks, measured when each is taken; 429 beyond, and
+    /// the snapshot just taken is removed).
+    pub max_snapshot_bytes_per_project: ByteSize,
     /// Price of a second of sandbox time (`server_tool_cost`).
     pub sandbox_price_per_second: f64,
 }
@@ -116,6 +122,11 @@ impl Default for SandboxSettings {
             max_volume_bytes_per_project: ByteSize {
                 text: "10g".to_owned(),
                 bytes: 10 << 30,
+            },
+            max_snapshots_per_project: 100,
+            max_snapshot_bytes_per_project: ByteSize {
+                text: "20g".to_owned(),
+                bytes: 20 << 30,
             },
             sandbox_price_per_second: 0.0001,
         }

@@ -485,6 +485,7 @@ async fn create(
                 path: mount.path.clone(),
             })
             .collect(),
+        snapshot_id: None,
     };
     let made = crate::sandboxes::containers::create_container(&state, &project, container)
         .await

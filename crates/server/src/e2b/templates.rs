@@ -655,6 +655,7 @@ async fn build(
         image: None,
         exposed_ports: Vec::new(),
         volumes: Vec::new(),
+        snapshot_id: None,
     };
     let made = crate::sandboxes::containers::create_container(state, &row.project, container)
         .await

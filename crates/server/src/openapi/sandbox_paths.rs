@@ -477,6 +477,59 @@ pub(super) fn volumes(d: &mut Builder, s: &Schemas) {
     }
 }
 
+/// Snapshots and forks.
+pub(super) fn snapshots(d: &mut Builder, s: &Schemas) {
+    use HttpMethod::Post;
+    let Schemas {
+        deleted,
+        snapshot,
+        snapshots,
+        create_snapshot,
+        fork_container,
+        container_list,
+        ..
+    } = s;
+    for operation in [
+        operation(
+            Post,
+            "/v1/containers/{container_id}/snapshots",
+            "Snapshots",
+            "Snapshot a container's files (its processes frozen while they are copied)",
+            Body::Json(create_snapshot.clone()),
+            Answer::Json(snapshot.clone()),
+        ),
+        operation(
+            Post,
+            "/v1/containers/{container_id}/fork",
+            "Snapshots",
+            "Copies of a container (1 to 16), each with its own disk, from one snapshot taken now",
+            Body::Json(fork_container.clone()),
+            Answer::Json(container_list.clone()),
+        ),
+        list(
+            "/v1/snapshots",
+            "Snapshots",
+            "List snapshots",
+            snapshots,
+            Query::List,
+        ),
+        get(
+            "/v1/snapshots/{snapshot_id}",
+            "Snapshots",
+            "Retrieve a snapshot",
+            snapshot,
+        ),
+        delete(
+            "/v1/snapshots/{snapshot_id}",
+            "Snapshots",
+            "Delete a snapshot and its files",
+            deleted,
+        ),
+    ] {
+        d.add(operation);
+    }
+}
+
 /// Skills and their versions.
 pub(super) fn skills(d: &mut Builder, s: &Schemas) {
     use HttpMethod::{Get, Post};

@@ -40,6 +40,10 @@ pub(super) struct Schemas {
     pub(super) volume: RefOr<Schema>,
     pub(super) volumes: RefOr<Schema>,
     pub(super) create_volume: RefOr<Schema>,
+    pub(super) snapshot: RefOr<Schema>,
+    pub(super) snapshots: RefOr<Schema>,
+    pub(super) create_snapshot: RefOr<Schema>,
+    pub(super) fork_container: RefOr<Schema>,
     pub(super) skills: RefOr<Schema>,
     pub(super) update_skill: RefOr<Schema>,
     pub(super) version: RefOr<Schema>,
@@ -149,6 +153,10 @@ impl Schemas {
                 d.schema::<wire::VolumeMount>();
                 schema
             },
+            snapshot: d.schema::<wire::Snapshot>(),
+            snapshots: d.list::<wire::Snapshot>("SnapshotList"),
+            create_snapshot: d.schema::<wire::CreateSnapshot>(),
+            fork_container: d.schema::<wire::ForkContainer>(),
             skills: d.list::<wire::Skill>("SkillList"),
             update_skill: d.schema::<wire::UpdateSkill>(),
             version: d.schema::<wire::SkillVersion>(),

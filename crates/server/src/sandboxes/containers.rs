@@ -313,8 +313,30 @@ pub(crate) async fn put_files(
 pub(crate) async fn create_container(
     state: &Arc<AppState>,
     project: &str,
-    body: CreateContainer,
+    mut body: CreateContainer,
 ) -> ApiResult<ContainerRow> {
+    let snapshot = match body.snapshot_id.clone() {
+        Some(id) => {
+            let snapshot = crate::sandboxes::snapshots::owned_snapshot(state, project, &id)
+                .await
+                .map_err(|e| e.with_param("snapshot_id"))?;
+            crate::sandboxes::snapshots::inherit(&mut body, &snapshot)?;
+            Some(snapshot)
+        }
+        None => None,
+    };
+    create_container_from(state, project, body, snapshot.as_ref()).await
+}
+
+/// `create_container`, its disk filled from `snapshot` if given (whose
+/// defaults `body` holds already).
+pub(crate) async fn create_container_from(
+    state: &Arc<AppState>,
+    project: &str,
+    body: CreateContainer,
+    snapshot: Option<&shellgate_store::SnapshotRow>,
+) -> ApiResult<ContainerRow> {
+    let snapshot_id = snapshot.map(|s| s.id.clone());
     let project = Project(project.to_owned());
     validate_create(&state.config, &body)?;
     let network = crate::egress::network_spec(
@@ -393,7 +415,15 @@ pub(crate) async fn create_container(
                 volumes: volume_binds,
                 ..ContainerSpec::default()
             };
-            state.engine.create(&row.id, spec).await?;
+            match &snapshot_id {
+                Some(snapshot_id) => {
+                    state
+                        .engine
+                        .create_from_snapshot(&row.id, spec, snapshot_id)
+                        .await?
+                }
+                None => state.engine.create(&row.id, spec).await?,
+            };
             put_files(&state, &row.id, &files, now).await?;
             let id = row.id.clone();
             if !state.db(move |s| s.finish_creating(&id)).await? {

@@ -88,6 +88,7 @@ fn auto_container(params: &ContainerAuto) -> CreateContainer {
         image: params.image.clone(),
         exposed_ports: params.exposed_ports.clone().unwrap_or_default(),
         volumes: Vec::new(),
+        snapshot_id: None,
     }
 }
 

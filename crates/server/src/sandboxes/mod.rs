@@ -17,4 +17,5 @@ pub(crate) mod paused_cells;
 pub(crate) mod processes;
 pub mod reuse;
 pub(crate) mod skills;
+pub(crate) mod snapshots;
 pub(crate) mod volumes;

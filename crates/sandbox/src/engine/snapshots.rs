@@ -1,0 +1,534 @@
+//! Snapshots: a container's disk saved as a directory tree, and new
+//! disks filled from one.
+//!
+//! ```text
+//! <data>/snapshots/<id>/snapshot.json   what it holds (`Recorded`)
+//! <data>/snapshots/<id>/disk/           upper, data, home, workspace
+//! <data>/snapshots/.creating-<id>/      one being taken (removed at start-up)
+//! <data>/snapshots/.trash-<id>/         one being deleted (removed at start-up)
+//! ```
+//!
+//! The disk is reached whole through a file view of it (the container's
+//! own superblock, on the loop device it runs on) whose `data` directory's
+//! parent is the disk's root. A running container's processes are frozen
+//! (cgroup v2 `cgroup.freeze`) while the tree is copied, so the copy is one
+//! instant of its files; the copy is `cp -a --reflink=auto --sparse=always`:
+//! blocks shared where the host file system can (XFS, btrfs), holes kept
+//! elsewhere. Files keep their host owners in the snapshot (its directory
+//! is the server's alone, mode 0700); a disk filled from it has every owner
+//! moved from the source's host id range to its own container's.
+
+use std::fs;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::slots::ID_RANGE;
+use super::LocalEngine;
+use crate::backend::{validate_container_id, SnapshotTaken};
+use crate::disk::{self, DiskKind};
+use crate::error::{IoContext, SandboxError};
+use crate::launcher::Helper;
+use crate::protocol::FileViewSpec;
+
+/// The disk's directories a snapshot keeps (the overlay's work directory
+/// is scratch, remade empty).
+const KEPT: [&str; 4] = [
+    disk::UPPER_DIR,
+    disk::DATA_DIR,
+    disk::HOME_DIR,
+    disk::WORKSPACE_DIR,
+];
+
+/// How long a container's processes may take to freeze.
+const FREEZE_PATIENCE: Duration = Duration::from_secs(10);
+
+/// `snapshot.json`: what a snapshot holds and whose ids its files carry.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Recorded {
+    #[serde(flatten)]
+    pub taken: SnapshotTaken,
+    /// First host id of the source container's range (0 when ids are not
+    /// mapped to ranges: rootless).
+    pub owner_base: u32,
+}
+
+/// A snapshot a container is being made from.
+pub(super) struct Restore {
+    pub dir: PathBuf,
+    pub recorded: Recorded,
+}
+
+impl LocalEngine {
+    fn snapshots_dir(&self) -> PathBuf {
+        self.inner.config.data_dir.join("snapshots")
+    }
+
+    /// `cp`'s block sharing on this host's data directory.
+    pub(super) fn sharing(&self) -> &'static str {
+        self.inner
+            .snapshot_sharing
+            .get_or_init(|| reflink_supported(&self.snapshots_dir()).map_or("copy", |()| "reflink"))
+    }
+
+    /// The snapshot `id`'s record, if it exists.
+    pub(super) fn snapshot_record(&self, id: &str) -> Result<Restore, SandboxError> {
+        validate_container_id(id)?;
+        let dir = self.snapshots_dir().join(id);
+        let text = fs::read(dir.join("snapshot.json")).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => SandboxError::InvalidRequest {
+                param: "snapshot_id",
+                message: format!("no snapshot with id {id:?} on this host"),
+            },
+            _ => SandboxError::io(format!("read snapshot {id}"), e),
+        })?;
+        let recorded = serde_json::from_slice(&text)
+            .map_err(|e| SandboxError::Setup(format!("snapshot {id} is corrupt: {e}")))?;
+        Ok(Restore { dir, recorded })
+    }
+
+    /// The (image, revision) pairs snapshots keep alive.
+    pub(super) fn snapshot_revisions(&self) -> Vec<(String, String)> {
+        fs::read_dir(self.snapshots_dir())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|entry| {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let record = self.snapshot_record(&name).ok()?;
+                let taken = record.recorded.taken;
+                Some((taken.image, taken.image_revision?))
+            })
+            .collect()
+    }
+
+    pub(super) async fn take_snapshot(
+        &self,
+        id: &str,
+        snapshot_id: &str,
+    ) -> Result<SnapshotTaken, SandboxError> {
+        validate_container_id(snapshot_id)?;
+        let snapshots = self.snapshots_dir();
+        let target = snapshots.join(snapshot_id);
+        if target.exists() {
+            return Err(SandboxError::AlreadyExists(snapshot_id.to_owned()));
+        }
+        let container = self.inner.containers.get(id)?;
+        let state = container.state.lock().await;
+        if container.destroyed() {
+            return Err(SandboxError::NotFound(id.to_owned()));
+        }
+        let running = state.as_ref().filter(|r| r.alive()).cloned();
+        // The disk's root: the data directory's parent, in a view of the
+        // disk (for a running container, on the loop device it runs on:
+        // the same superblock, never a second one).
+        let view: Option<OwnedFd> = match self.inner.disk_kind {
+            DiskKind::Directory => None,
+            DiskKind::Image if running.is_some() => {
+                let Some(loop_device) = container.last_loop() else {
+                    return Err(SandboxError::Setup(
+                        "the running container's disk device is unknown".into(),
+                    ));
+                };
+                let spec = FileViewSpec {
+                    disk_image: container.dir.join("disk.img"),
+                    mount_point: self.inner.config.data_dir.join("run/disk"),
+                    reuse_loop: Some(loop_device),
+                    prepare_layout: None,
+                };
+                let (dir, device) =
+                    Helper::open_view(&self.inner.config.helper_binary, &spec).await?;
+                if device != Some(loop_device) {
+                    return Err(SandboxError::Setup(
+                        "the running container's disk could not be shared".into(),
+                    ));
+                }
+                Some(dir)
+            }
+            DiskKind::Image => {
+                let data = self.file_view(&container).await?;
+                Some(data.try_clone().context(|| "duplicate the view".into())?)
+            }
+        };
+        let root = match &view {
+            Some(data) => disk_root_of(data),
+            None => container.dir.join("disk"),
+        };
+        let staging = snapshots.join(format!(".creating-{snapshot_id}"));
+        fs::create_dir_all(&snapshots).context(|| "create the snapshots directory".into())?;
+        restrict(&snapshots)?;
+        fs::create_dir(&staging).context(|| format!("create {}", staging.display()))?;
+        let copy_to = staging.join("disk");
+        let freezer = running
+            .as_ref()
+            .and_then(|r| self.inner.cgroups.unified_dir(&r.slot));
+        let copied = async {
+            fs::create_dir(&copy_to).context(|| "create the snapshot's disk".into())?;
+            let started = Instant::now();
+            let frozen = match &freezer {
+                Some(cgroup) => Some(freeze(cgroup, true).await?),
+                None => None,
+            };
+            let root = root.clone();
+            let to = copy_to.clone();
+            let result = super::blocking(move || copy_tree(&root, &to)).await;
+            if let Some(cgroup) = &frozen {
+                freeze(cgroup, false).await?;
+            }
+            result?;
+            Ok::<_, SandboxError>(started.elapsed())
+        }
+        .await;
+        drop(view);
+        let elapsed = match copied {
+            Ok(elapsed) => elapsed,
+            Err(e) => {
+                let _ = fs::remove_dir_all(&staging);
+                return Err(e);
+            }
+        };
+        let slot = container.id_slot();
+        let owner_base = if self.inner.rootless || self.inner.config.map_invoking_user {
+            0
+        } else {
+            self.inner.slots.id_base(slot)
+        };
+        let to = copy_to.clone();
+        let size_bytes = super::blocking(move || Ok(allocated_bytes(&to))).await?;
+        let recorded = Recorded {
+            taken: SnapshotTaken {
+                size_bytes,
+                image: container.spec.image.clone(),
+                image_revision: container.spec.image_revision.clone(),
+                disk_bytes: container.spec.disk_bytes,
+                frozen_ms: if freezer.is_some() {
+                    u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
+                } else {
+                    0
+                },
+            },
+            owner_base,
+        };
+        drop(state);
+        let json =
+            serde_json::to_vec_pretty(&recorded).map_err(|e| SandboxError::Setup(e.to_string()))?;
+        let committed = fs::write(staging.join("snapshot.json"), json)
+            .and_then(|()| fs::rename(&staging, &target));
+        if let Err(e) = committed {
+            let _ = fs::remove_dir_all(&staging);
+            return Err(SandboxError::io("commit the snapshot", e));
+        }
+        Ok(recorded.taken)
+    }
+
+    pub(super) async fn remove_snapshot(&self, snapshot_id: &str) -> Result<(), SandboxError> {
+        validate_container_id(snapshot_id)?;
+        let snapshots = self.snapshots_dir();
+        let trash = snapshots.join(format!(".trash-{}", self.next_name(snapshot_id)));
+        match fs::rename(snapshots.join(snapshot_id), &trash) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(SandboxError::io("remove the snapshot", e)),
+        }
+        let engine = self.clone();
+        super::blocking(move || {
+            let _ = fs::remove_dir_all(&trash);
+            engine.prune_retired_images();
+            Ok(())
+        })
+        .await
+    }
+
+    pub(super) fn list_snapshot_ids(&self) -> Vec<String> {
+        fs::read_dir(self.snapshots_dir())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|name| !name.starts_with('.'))
+            .collect()
+    }
+
+    /// Fills a new container's disk (in its staging directory `staging`,
+    /// its ids in `slot`) from `restore`.
+    pub(super) async fn fill_disk(
+        &self,
+        staging: &Path,
+        slot: u32,
+        restore: &Restore,
+    ) -> Result<(), SandboxError> {
+        let view = match self.inner.disk_kind {
+            DiskKind::Directory => None,
+            DiskKind::Image => {
+                let spec = FileViewSpec {
+                    disk_image: staging.join("disk.img"),
+                    mount_point: self.inner.config.data_dir.join("run/disk"),
+                    reuse_loop: None,
+                    prepare_layout: Some(self.inner.slots.host_ids(slot, super::SANDBOX_UID)),
+                };
+                let (dir, _) = Helper::open_view(&self.inner.config.helper_binary, &spec).await?;
+                Some(dir)
+            }
+        };
+        let root = match &view {
+            Some(data) => disk_root_of(data),
+            None => staging.join("disk"),
+        };
+        let from = restore.dir.join("disk");
+        let old_base = restore.recorded.owner_base;
+        let new_base = if old_base == 0 {
+            0
+        } else {
+            self.inner.slots.id_base(slot)
+        };
+        let result = super::blocking(move || {
+            copy_tree(&from, &root)?;
+            if old_base != new_base {
+                for name in KEPT {
+                    shift_owners(&root.join(name), old_base, new_base)?;
+                }
+            }
+            Ok(())
+        })
+        .await;
+        drop(view);
+        result
+    }
+}
+
+/// The disk root a view's `data` directory is in, as a path `cp` (a child
+/// process, which does not inherit the descriptor) can follow.
+fn disk_root_of(data: &OwnedFd) -> PathBuf {
+    PathBuf::from(format!(
+        "/proc/{}/fd/{}/..",
+        std::process::id(),
+        data.as_raw_fd()
+    ))
+}
+
+/// Freezes (or thaws) a cgroup v2 and waits until the kernel says so.
+async fn freeze(cgroup: &Path, frozen: bool) -> Result<PathBuf, SandboxError> {
+    let value = if frozen { "1" } else { "0" };
+    fs::write(cgroup.join("cgroup.freeze"), value)
+        .context(|| format!("write {}/cgroup.freeze", cgroup.display()))?;
+    let wanted = format!("frozen {value}");
+    let deadline = Instant::now() + FREEZE_PATIENCE;
+    loop {
+        let events = fs::read_to_string(cgroup.join("cgroup.events"))
+            .context(|| format!("read {}/cgroup.events", cgroup.display()))?;
+        if events.lines().any(|l| l == wanted) {
+            return Ok(cgroup.to_owned());
+        }
+        if Instant::now() > deadline {
+            if frozen {
+                let _ = fs::write(cgroup.join("cgroup.freeze"), "0");
+            }
+            return Err(SandboxError::Setup(format!(
+                "the container's processes did not {} within {FREEZE_PATIENCE:?} (cgroup.events: {events:?})",
+                if frozen { "freeze" } else { "thaw" }
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Copies the kept directories of disk root `from` into `to` (merged into
+/// what is there), with owners, modes, extended attributes (the overlay's
+/// whiteouts and opaque markers), holes and, where the file system allows,
+/// shared blocks.
+fn copy_tree(from: &Path, to: &Path) -> Result<(), SandboxError> {
+    for name in KEPT {
+        let source = from.join(name);
+        if !source.exists() {
+            continue;
+        }
+        let output = std::process::Command::new("cp")
+            .args(["-a", "--reflink=auto", "--sparse=always", "-T"])
+            .arg(&source)
+            .arg(to.join(name))
+            .output()
+            .context(|| "run cp".into())?;
+        if !output.status.success() {
+            return Err(SandboxError::Setup(format!(
+                "copying the container's {name} failed: {}",
+                String::from_utf8_lossy(&output.stderr).trim()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Moves every owner in `old_base..old_base+ID_RANGE` under `root` to the
+/// same place in `new_base`'s range (links themselves, not their targets).
+fn shift_owners(root: &Path, old_base: u32, new_base: u32) -> Result<(), SandboxError> {
+    let shift = |id: u32| {
+        if (old_base..old_base.saturating_add(ID_RANGE)).contains(&id) {
+            Some(new_base + (id - old_base))
+        } else {
+            None
+        }
+    };
+    let mut stack = vec![root.to_owned()];
+    while let Some(path) = stack.pop() {
+        let meta = match fs::symlink_metadata(&path) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(SandboxError::io(format!("stat {}", path.display()), e)),
+        };
+        let (uid, gid) = (shift(meta.uid()), shift(meta.gid()));
+        if uid.is_some() || gid.is_some() {
+            // lchown clears set-id bits: put the mode back.
+            std::os::unix::fs::lchown(&path, uid, gid)
+                .context(|| format!("chown {}", path.display()))?;
+            if !meta.file_type().is_symlink() && meta.mode() & 0o6000 != 0 {
+                use std::os::unix::fs::PermissionsExt;
+                fs::set_permissions(&path, fs::Permissions::from_mode(meta.mode() & 0o7777))
+                    .context(|| format!("chmod {}", path.display()))?;
+            }
+        }
+        if meta.is_dir() {
+            for entry in fs::read_dir(&path)
+                .context(|| format!("list {}", path.display()))?
+                .flatten()
+            {
+                stack.push(entry.path());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Bytes allocated to the files under `root` (each hard-linked inode once).
+fn allocated_bytes(root: &Path) -> u64 {
+    let mut seen = std::collections::HashSet::new();
+    let mut total = 0u64;
+    let mut stack = vec![root.to_owned()];
+    while let Some(path) = stack.pop() {
+        let Ok(meta) = fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if seen.insert((meta.dev(), meta.ino())) {
+            total = total.saturating_add(meta.blocks().saturating_mul(512));
+        }
+        if meta.is_dir() {
+            stack.extend(
+                fs::read_dir(&path)
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .map(|e| e.path()),
+            );
+        }
+    }
+    total
+}
+
+/// The snapshots directory is the server's alone: its files keep the host
+/// ids of containers whose ranges may later be handed to others.
+fn restrict(dir: &Path) -> Result<(), SandboxError> {
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+        .context(|| format!("chmod {}", dir.display()))
+}
+
+/// Whether a file in `dir` can be cloned (`FICLONE`): blocks shared.
+fn reflink_supported(dir: &Path) -> Result<(), std::io::Error> {
+    fs::create_dir_all(dir)?;
+    let source_path = dir.join(format!(".reflink-probe-{}", std::process::id()));
+    let clone_path = dir.join(format!(".reflink-probe-{}-clone", std::process::id()));
+    let result = (|| {
+        let source = fs::File::create(&source_path)?;
+        std::io::Write::write_all(&mut &source, &[0u8; 4096])?;
+        let clone = fs::File::create(&clone_path)?;
+        // SAFETY: FICLONE with two descriptors this function owns.
+        let status = unsafe { libc::ioctl(clone.as_raw_fd(), libc::FICLONE, source.as_raw_fd()) };
+        if status == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    })();
+    let _ = fs::remove_file(&source_path);
+    let _ = fs::remove_file(&clone_path);
+    result
+}
+
+/// Removes snapshots half taken or half deleted by a previous run.
+pub(super) fn recover(data_dir: &Path) {
+    let dir = data_dir.join("snapshots");
+    for entry in fs::read_dir(&dir).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with(".creating-")
+            || name.starts_with(".trash-")
+            || name.starts_with(".reflink-probe-")
+        {
+            tracing::info!("removing {name}, left by a previous run");
+            let path = entry.path();
+            let _ = fs::remove_dir_all(&path).or_else(|_| fs::remove_file(&path));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owners_in_the_old_range_move_to_the_new_one_and_others_stay() {
+        if crate::sys::geteuid() != 0 {
+            return;
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().join("tree");
+        fs::create_dir(&root).expect("mkdir");
+        let inside = root.join("inside");
+        let outside = root.join("outside");
+        fs::write(&inside, b"x").expect("write");
+        fs::write(&outside, b"y").expect("write");
+        let old = 3_000_065_536;
+        let new = 3_000_131_072;
+        std::os::unix::fs::lchown(&inside, Some(old + 1000), Some(old + 1000)).expect("chown");
+        std::os::unix::fs::lchown(&outside, Some(12345), Some(12345)).expect("chown");
+        shift_owners(&root, old, new).expect("shift");
+        let inside_meta = fs::metadata(&inside).expect("stat");
+        let outside_meta = fs::metadata(&outside).expect("stat");
+        assert_eq!(
+            (inside_meta.uid(), inside_meta.gid()),
+            (new + 1000, new + 1000),
+            "an owner in the old range moves"
+        );
+        assert_eq!(
+            (outside_meta.uid(), outside_meta.gid()),
+            (12345, 12345),
+            "an owner outside it stays"
+        );
+    }
+
+    #[test]
+    fn half_made_snapshots_are_removed_and_committed_ones_kept() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let snapshots = dir.path().join("snapshots");
+        for name in [".creating-snap_a", ".trash-snap_b-1-2", "snap_c"] {
+            fs::create_dir_all(snapshots.join(name).join("disk")).expect("mkdir");
+        }
+        recover(dir.path());
+        let left: Vec<String> = fs::read_dir(&snapshots)
+            .expect("list")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(left, vec!["snap_c".to_owned()], "left: {left:?}");
+    }
+
+    #[test]
+    fn allocated_bytes_counts_blocks_not_holes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let sparse = fs::File::create(dir.path().join("sparse")).expect("create");
+        sparse.set_len(64 << 20).expect("truncate");
+        let bytes = allocated_bytes(dir.path());
+        assert!(bytes < 1 << 20, "a 64 MiB hole counted {bytes} bytes");
+    }
+}

@@ -1,0 +1,386 @@
+//! Snapshots: a container's files saved by the engine under an id
+//! (`/v1/containers/{id}/snapshots`, `/v1/snapshots`), containers made
+//! from one (`snapshot_id` at create) and forks (a snapshot taken and
+//! copied `count` times at once).
+//!
+//! The engine commits a snapshot's files first, then its row is written,
+//! under the project's lock and only if the project's quotas
+//! (`max_snapshots_per_project`, `max_snapshot_bytes_per_project`) admit
+//! it; a refused or crashed take leaves files no row names, which are
+//! removed (at once, or at the next start by [`remove_unknown`]). A delete
+//! removes the row first, then the files. A fork's snapshot never has a
+//! row: it is removed once the copies are made.
+//!
+//! A snapshot lives on the disk of the node that took it: a cluster serves
+//! none (501), as for volumes.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use shellgate_store::{ContainerRow, SnapshotRefusal, SnapshotRow};
+use shellgate_wire::{
+    new_id, CreateContainer, CreateSnapshot, ErrorCode, ExpiresAfter, ExpiresAnchor, ForkContainer,
+    MemoryLimit, NetworkPolicy, Snapshot,
+};
+
+use crate::error::{ApiError, ApiResult};
+use crate::http::{to_completion, Project};
+use crate::state::AppState;
+
+/// Why a snapshot holds no memory: processes are not checkpointed here.
+pub(crate) const FILES_ONLY: &str = "files only: this server does not checkpoint processes' memory";
+
+/// The most copies one fork makes.
+pub(crate) const MAX_FORKS: u32 = 16;
+
+const MAX_NAME: usize = 256;
+const MAX_METADATA_PAIRS: usize = 16;
+const MAX_METADATA_KEY: usize = 64;
+const MAX_METADATA_VALUE: usize = 512;
+
+/// What a container made from a snapshot inherits of the snapshot's
+/// container unless its request says otherwise (the `source` column).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct SnapshotSource {
+    pub name: String,
+    pub memory_limit: MemoryLimit,
+    /// Without secret values: a copy's `domain_secrets` are given again.
+    pub network_policy: NetworkPolicy,
+    pub expires_minutes: u32,
+}
+
+impl SnapshotSource {
+    fn of(row: &ContainerRow) -> ApiResult<Self> {
+        Ok(Self {
+            name: row.name.clone(),
+            memory_limit: row.memory_limit,
+            network_policy: crate::sandboxes::containers::network_policy(row),
+            expires_minutes: row.expires_minutes,
+        })
+    }
+}
+
+/// The snapshot object.
+pub(crate) fn snapshot_object(row: &SnapshotRow) -> Snapshot {
+    Snapshot {
+        id: row.id.clone(),
+        object: "container.snapshot".to_owned(),
+        name: row.name.clone(),
+        metadata: serde_json::from_str(&row.metadata).unwrap_or_default(),
+        size_bytes: u64::try_from(row.size_bytes).unwrap_or(0),
+        created_at: row.created_at,
+        container_id: row.container_id.clone(),
+        image: row.image.clone(),
+        image_revision: row.image_revision.clone(),
+        memory: false,
+        memory_unavailable_reason: row.memory_unavailable_reason.clone(),
+        frozen_ms: u64::try_from(row.frozen_ms).unwrap_or(0),
+    }
+}
+
+/// A cluster's nodes do not share a disk: refused there.
+fn served(state: &AppState) -> ApiResult<()> {
+    if state.config.cluster.role != crate::config::Role::All {
+        return Err(ApiError::of(
+            ErrorCode::NotSupported,
+            "Snapshots are not served by a cluster: a snapshot is kept on the disk of the node \
+             that took it, and a cluster's containers may run on any node.",
+        ));
+    }
+    Ok(())
+}
+
+fn check(body: &CreateSnapshot) -> ApiResult<()> {
+    if let Some(name) = &body.name {
+        if name.trim().is_empty() || name.chars().count() > MAX_NAME {
+            return Err(ApiError::invalid(
+                "name",
+                format!("name must be 1 to {MAX_NAME} characters"),
+            ));
+        }
+    }
+    if body.metadata.len() > MAX_METADATA_PAIRS {
+        return Err(ApiError::invalid(
+            "metadata",
+            format!("metadata holds at most {MAX_METADATA_PAIRS} pairs"),
+        ));
+    }
+    for (key, value) in &body.metadata {
+        if key.is_empty()
+            || key.chars().count() > MAX_METADATA_KEY
+            || value.chars().count() > MAX_METADATA_VALUE
+        {
+            return Err(ApiError::invalid(
+                "metadata",
+                format!(
+                    "metadata keys are 1 to {MAX_METADATA_KEY} characters and values at most \
+                     {MAX_METADATA_VALUE}"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn refused(refusal: SnapshotRefusal) -> ApiError {
+    match refusal {
+        SnapshotRefusal::TooMany { max } => ApiError::quota(
+            ErrorCode::TooManySnapshots,
+            format!("The project holds its most snapshots ({max}, max_snapshots_per_project)."),
+        ),
+        SnapshotRefusal::TooManyBytes { max } => ApiError::quota(
+            ErrorCode::SnapshotBytesExceeded,
+            format!(
+                "The project's snapshots would hold more than {max} bytes \
+                 (max_snapshot_bytes_per_project); delete snapshots first."
+            ),
+        ),
+    }
+}
+
+/// The project's snapshot `id`, or 404.
+pub(crate) async fn owned_snapshot(
+    state: &AppState,
+    project: &str,
+    id: &str,
+) -> ApiResult<SnapshotRow> {
+    let (owner, key) = (project.to_owned(), id.to_owned());
+    state
+        .db(move |s| s.snapshot(&owner, &key))
+        .await?
+        .ok_or_else(|| ApiError::not_found("snapshot", id))
+}
+
+/// The engine's snapshot of `container`, under a new id; its files are
+/// committed, its row not written.
+async fn take_files(
+    state: &Arc<AppState>,
+    container: &ContainerRow,
+    name: String,
+    metadata: &BTreeMap<String, String>,
+) -> ApiResult<SnapshotRow> {
+    let id = new_id("snap_");
+    let worker = Arc::clone(state);
+    let (container_id, snapshot_id) = (container.id.clone(), id.clone());
+    let taken = to_completion(async move {
+        worker
+            .engine
+            .snapshot(&container_id, &snapshot_id)
+            .await
+            .map_err(|e| crate::engine::engine_error(&container_id, e))
+    })
+    .await?;
+    Ok(SnapshotRow {
+        id,
+        project: container.project.clone(),
+        name,
+        metadata: serde_json::to_string(metadata).map_err(|e| ApiError::internal(e.to_string()))?,
+        size_bytes: i64::try_from(taken.size_bytes).unwrap_or(i64::MAX),
+        created_at: crate::time::now(),
+        container_id: container.id.clone(),
+        image: taken.image,
+        image_revision: taken.image_revision,
+        memory_unavailable_reason: Some(FILES_ONLY.to_owned()),
+        frozen_ms: i64::try_from(taken.frozen_ms).unwrap_or(i64::MAX),
+        source: serde_json::to_string(&SnapshotSource::of(container)?)
+            .map_err(|e| ApiError::internal(e.to_string()))?,
+        node_id: state.node_name.clone(),
+    })
+}
+
+/// `POST /v1/containers/{id}/snapshots`.
+pub(crate) async fn take(
+    state: &Arc<AppState>,
+    project: &Project,
+    container_id: &str,
+    body: CreateSnapshot,
+) -> ApiResult<SnapshotRow> {
+    served(state)?;
+    check(&body)?;
+    let container = crate::sandboxes::containers::owned(state, project, container_id).await?;
+    let (max_count, max_bytes) = quotas(state);
+    let owner = project.0.clone();
+    if let Some(refusal) = state
+        .db(move |s| s.snapshot_refusal(&owner, max_count, max_bytes))
+        .await?
+    {
+        return Err(refused(refusal));
+    }
+    let name = body
+        .name
+        .clone()
+        .unwrap_or_else(|| format!("{}-snapshot", container.name));
+    let row = take_files(state, &container, name, &body.metadata).await?;
+    let inserted = row.clone();
+    let written = state
+        .db(move |s| s.insert_snapshot(&inserted, max_count, max_bytes))
+        .await;
+    match written {
+        Ok(Ok(())) => Ok(row),
+        Ok(Err(refusal)) => {
+            remove_files(state, &row.id).await;
+            Err(refused(refusal))
+        }
+        Err(error) => {
+            remove_files(state, &row.id).await;
+            Err(error)
+        }
+    }
+}
+
+fn quotas(state: &AppState) -> (u32, i64) {
+    let sandbox = &state.config.sandbox;
+    (
+        sandbox.max_snapshots_per_project,
+        i64::try_from(sandbox.max_snapshot_bytes_per_project.bytes()).unwrap_or(i64::MAX),
+    )
+}
+
+async fn remove_files(state: &AppState, id: &str) {
+    if let Err(e) = state.engine.delete_snapshot(id).await {
+        tracing::warn!(snapshot = %id, "could not remove its files: {e}");
+    }
+}
+
+/// `DELETE /v1/snapshots/{id}`: the row, then the files.
+pub(crate) async fn remove(state: &Arc<AppState>, project: &str, id: &str) -> ApiResult<()> {
+    served(state)?;
+    let (owner, key) = (project.to_owned(), id.to_owned());
+    if !state.db(move |s| s.delete_snapshot(&owner, &key)).await? {
+        return Err(ApiError::not_found("snapshot", id));
+    }
+    remove_files(state, id).await;
+    Ok(())
+}
+
+/// Removes the engine's snapshots no row names (a take cut short by a
+/// crash, or a fork's).
+pub(crate) async fn remove_unknown(state: &Arc<AppState>) -> Result<(), ApiError> {
+    let held = state.engine.snapshot_ids().await?;
+    if held.is_empty() {
+        return Ok(());
+    }
+    let node = state.node_name.clone();
+    let known: std::collections::HashSet<String> = state
+        .db(move |s| s.node_snapshot_ids(&node))
+        .await?
+        .into_iter()
+        .collect();
+    for id in held.iter().filter(|id| !known.contains(*id)) {
+        tracing::info!(snapshot = %id, "removing a snapshot the store does not know");
+        remove_files(state, id).await;
+    }
+    Ok(())
+}
+
+/// Fills what a create from `snapshot` leaves out with the snapshot's
+/// container's; refuses another image.
+pub(crate) fn inherit(body: &mut CreateContainer, snapshot: &SnapshotRow) -> ApiResult<()> {
+    let source: SnapshotSource = serde_json::from_str(&snapshot.source)
+        .map_err(|e| ApiError::internal(format!("snapshot {} is corrupt: {e}", snapshot.id)))?;
+    match &body.image {
+        Some(image) if *image != snapshot.image => {
+            return Err(ApiError::invalid(
+                "image",
+                format!(
+                    "snapshot {} holds the files of a container of image '{}'; a container made \
+                     from it runs that image",
+                    snapshot.id, snapshot.image
+                ),
+            ));
+        }
+        _ => body.image = Some(snapshot.image.clone()),
+    }
+    if body.memory_limit.is_none() {
+        body.memory_limit = Some(source.memory_limit);
+    }
+    if body.network_policy.is_none() {
+        body.network_policy = Some(source.network_policy);
+    }
+    if body.expires_after.is_none() {
+        body.expires_after = Some(ExpiresAfter {
+            anchor: ExpiresAnchor::LastActiveAt,
+            minutes: source.expires_minutes,
+        });
+    }
+    Ok(())
+}
+
+/// `POST /v1/containers/{id}/fork`: `count` copies of the container, made
+/// from one snapshot taken now (removed once they are made).
+pub(crate) async fn fork(
+    state: &Arc<AppState>,
+    project: &Project,
+    container_id: &str,
+    body: ForkContainer,
+) -> ApiResult<Vec<ContainerRow>> {
+    served(state)?;
+    if !(1..=MAX_FORKS).contains(&body.count) {
+        return Err(ApiError::invalid(
+            "count",
+            format!("count must be between 1 and {MAX_FORKS}"),
+        ));
+    }
+    let container = crate::sandboxes::containers::owned(state, project, container_id).await?;
+    let worker = Arc::clone(state);
+    let project = project.0.clone();
+    to_completion(async move {
+        let state = worker;
+        let snapshot = take_files(
+            &state,
+            &container,
+            format!("{}-fork", container.name),
+            &BTreeMap::new(),
+        )
+        .await?;
+        let mut copies = Vec::new();
+        let mut failed = None;
+        for n in 1..=body.count {
+            let mut create = CreateContainer {
+                name: body
+                    .name
+                    .clone()
+                    .unwrap_or_else(|| format!("{}-fork-{n}", container.name)),
+                file_ids: Vec::new(),
+                expires_after: body.expires_after,
+                skills: Vec::new(),
+                memory_limit: body.memory_limit,
+                network_policy: body.network_policy.clone(),
+                image: None,
+                exposed_ports: Vec::new(),
+                volumes: Vec::new(),
+                snapshot_id: None,
+            };
+            let made = match inherit(&mut create, &snapshot) {
+                Ok(()) => {
+                    crate::sandboxes::containers::create_container_from(
+                        &state,
+                        &project,
+                        create,
+                        Some(&snapshot),
+                    )
+                    .await
+                }
+                Err(error) => Err(error),
+            };
+            match made {
+                Ok(row) => copies.push(row),
+                Err(error) => {
+                    failed = Some(error);
+                    break;
+                }
+            }
+        }
+        remove_files(&state, &snapshot.id).await;
+        if let Some(error) = failed {
+            // All or nothing: the copies made so far go.
+            for copy in &copies {
+                let _ = crate::sandboxes::containers::remove_container(&state, &copy.id).await;
+            }
+            return Err(error);
+        }
+        Ok(copies)
+    })
+    .await
+}

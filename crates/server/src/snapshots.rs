@@ -1,0 +1,86 @@
+//! `/v1/containers/{id}/snapshots`, `/v1/snapshots` and
+//! `/v1/containers/{id}/fork`: snapshots of containers and copies of them,
+//! over `sandboxes::snapshots`.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::Json;
+use shellgate_wire::{Container, CreateSnapshot, Deleted, ForkContainer, List, Snapshot};
+
+use crate::error::{ApiError, ApiResult};
+use crate::http::{ApiJson, ApiQuery, ListParams, Project};
+use crate::public_base::PublicBase;
+use crate::sandboxes::containers::shown_container;
+use crate::sandboxes::snapshots::{self, snapshot_object};
+use crate::state::AppState;
+
+pub async fn create(
+    State(state): State<Arc<AppState>>,
+    project: Project,
+    Path(container_id): Path<String>,
+    ApiJson(body): ApiJson<CreateSnapshot>,
+) -> ApiResult<Json<Snapshot>> {
+    let row = snapshots::take(&state, &project, &container_id, body).await?;
+    Ok(Json(snapshot_object(&row)))
+}
+
+pub async fn list(
+    State(state): State<Arc<AppState>>,
+    project: Project,
+    ApiQuery(params): ApiQuery<ListParams>,
+) -> ApiResult<Json<List<Snapshot>>> {
+    if params.purpose.is_some() || params.name.is_some() {
+        return Err(ApiError::invalid(
+            if params.name.is_some() {
+                "name"
+            } else {
+                "purpose"
+            },
+            "snapshots are listed without filters",
+        ));
+    }
+    let page = params.page()?;
+    let owner = project.0.clone();
+    let (rows, has_more) = state.db(move |s| s.list_snapshots(&owner, &page)).await?;
+    let data = rows.iter().map(snapshot_object).collect();
+    Ok(Json(List::page(data, has_more, |s: &Snapshot| {
+        s.id.clone()
+    })))
+}
+
+pub async fn retrieve(
+    State(state): State<Arc<AppState>>,
+    project: Project,
+    Path(snapshot_id): Path<String>,
+) -> ApiResult<Json<Snapshot>> {
+    let row = snapshots::owned_snapshot(&state, &project.0, &snapshot_id).await?;
+    Ok(Json(snapshot_object(&row)))
+}
+
+pub async fn delete(
+    State(state): State<Arc<AppState>>,
+    project: Project,
+    Path(snapshot_id): Path<String>,
+) -> ApiResult<Json<Deleted>> {
+    snapshots::remove(&state, &project.0, &snapshot_id).await?;
+    Ok(Json(Deleted::new(
+        snapshot_id,
+        "container.snapshot.deleted",
+    )))
+}
+
+pub async fn fork(
+    State(state): State<Arc<AppState>>,
+    project: Project,
+    base: PublicBase,
+    Path(container_id): Path<String>,
+    ApiJson(body): ApiJson<ForkContainer>,
+) -> ApiResult<Json<List<Container>>> {
+    let rows = snapshots::fork(&state, &project, &container_id, body).await?;
+    let data = rows
+        .iter()
+        .map(|row| shown_container(&state, row, &base))
+        .collect::<ApiResult<Vec<_>>>()?;
+    Ok(Json(List::page(data, false, |c: &Container| c.id.clone())))
+}
