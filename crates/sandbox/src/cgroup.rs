@@ -32,7 +32,7 @@ pub enum Cgroups {
 
 /// This process's cgroup path for `controller` ("" for the v2 hierarchy),
 /// read from the text of `/proc/self/cgroup`.
-fn own_cgroup(self_cgroup: &str, controller: &str) -> Option<String> {
+pub(crate) fn own_cgroup(self_cgroup: &str, controller: &str) -> Option<String> {
     self_cgroup.lines().find_map(|line| {
         let mut parts = line.splitn(3, ':');
         let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
@@ -170,6 +170,15 @@ impl Cgroups {
             }
         }
         Ok(())
+    }
+
+    /// The `cgroup.procs` file listing a container's processes (its first
+    /// hierarchy's), if it has cgroups.
+    pub fn procs_file(&self, id: &str) -> Option<PathBuf> {
+        self.dirs(id)
+            .into_iter()
+            .next()
+            .map(|(_, dir)| dir.join("cgroup.procs"))
     }
 
     /// Names of every cgroup this engine has (used to clean up after a crash).

@@ -31,10 +31,12 @@
 //! and processes), [`slots`] (host id ranges), [`spec`] (what the helper
 //! is told), [`recovery`] (start-up after a crash), [`unread`] (how fast
 //! output nobody waits for is read), [`snapshots`] (a container's disk
-//! saved, and disks filled from it).
+//! saved, and disks filled from it), [`freezer`] (its processes frozen
+//! meanwhile).
 
 mod command;
 mod container;
+mod freezer;
 // Files by path (`engine/fs.rs`; `fs` here is `std::fs`).
 #[path = "fs.rs"]
 mod fs_paths;
@@ -372,6 +374,9 @@ impl LocalEngine {
                 _lock: lock,
             }),
         };
+        // Thawed first: a frozen process does not die of the SIGKILL that
+        // removes a leftover cgroup.
+        freezer::recover(&group_name(&engine.inner.config.data_dir)).await;
         recovery::recover(&engine.inner).await?;
         snapshots::recover(&engine.inner.config.data_dir);
         let pruning = engine.clone();

@@ -11,8 +11,8 @@
 //! The disk is reached whole through a file view of it (the container's
 //! own superblock, on the loop device it runs on) whose `data` directory's
 //! parent is the disk's root. A running container's processes are frozen
-//! (cgroup v2 `cgroup.freeze`) while the tree is copied, so the copy is one
-//! instant of its files; the copy is `cp -a --reflink=auto --sparse=always`:
+//! (see `freezer`) while the tree is copied, so the copy is one instant of
+//! its files; the copy is `cp -a --reflink=auto --sparse=always`:
 //! blocks shared where the host file system can (XFS, btrfs), holes kept
 //! elsewhere. Files keep their host owners in the snapshot (its directory
 //! is the server's alone, mode 0700); a disk filled from it has every owner
@@ -22,12 +22,12 @@ use std::fs;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
 use super::slots::ID_RANGE;
-use super::LocalEngine;
+use super::{freezer, LocalEngine};
 use crate::backend::{validate_container_id, SnapshotTaken};
 use crate::disk::{self, DiskKind};
 use crate::error::{IoContext, SandboxError};
@@ -42,9 +42,6 @@ const KEPT: [&str; 4] = [
     disk::HOME_DIR,
     disk::WORKSPACE_DIR,
 ];
-
-/// How long a container's processes may take to freeze.
-const FREEZE_PATIENCE: Duration = Duration::from_secs(10);
 
 /// `snapshot.json`: what a snapshot holds and whose ids its files carry.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -162,29 +159,29 @@ impl LocalEngine {
         restrict(&snapshots)?;
         fs::create_dir(&staging).context(|| format!("create {}", staging.display()))?;
         let copy_to = staging.join("disk");
-        let freezer = running
-            .as_ref()
-            .and_then(|r| self.inner.cgroups.unified_dir(&r.slot));
+        let group = super::group_name(&self.inner.config.data_dir);
         let copied = async {
             fs::create_dir(&copy_to).context(|| "create the snapshot's disk".into())?;
             let started = Instant::now();
-            let frozen = match &freezer {
-                Some(cgroup) => Some(freeze(cgroup, true).await?),
+            let frozen = match &running {
+                Some(running) => {
+                    freezer::freeze(&self.inner.cgroups, &group, &running.slot).await?
+                }
                 None => None,
             };
             let root = root.clone();
             let to = copy_to.clone();
             let result = super::blocking(move || copy_tree(&root, &to)).await;
-            if let Some(cgroup) = &frozen {
-                freeze(cgroup, false).await?;
+            if let Some(frozen) = &frozen {
+                frozen.thaw().await?;
             }
             result?;
-            Ok::<_, SandboxError>(started.elapsed())
+            Ok::<_, SandboxError>((frozen.is_some(), started.elapsed()))
         }
         .await;
         drop(view);
-        let elapsed = match copied {
-            Ok(elapsed) => elapsed,
+        let (was_frozen, elapsed) = match copied {
+            Ok(copied) => copied,
             Err(e) => {
                 let _ = fs::remove_dir_all(&staging);
                 return Err(e);
@@ -204,7 +201,7 @@ impl LocalEngine {
                 image: container.spec.image.clone(),
                 image_revision: container.spec.image_revision.clone(),
                 disk_bytes: container.spec.disk_bytes,
-                frozen_ms: if freezer.is_some() {
+                frozen_ms: if was_frozen {
                     u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
                 } else {
                     0
@@ -307,32 +304,6 @@ fn disk_root_of(data: &OwnedFd) -> PathBuf {
         std::process::id(),
         data.as_raw_fd()
     ))
-}
-
-/// Freezes (or thaws) a cgroup v2 and waits until the kernel says so.
-async fn freeze(cgroup: &Path, frozen: bool) -> Result<PathBuf, SandboxError> {
-    let value = if frozen { "1" } else { "0" };
-    fs::write(cgroup.join("cgroup.freeze"), value)
-        .context(|| format!("write {}/cgroup.freeze", cgroup.display()))?;
-    let wanted = format!("frozen {value}");
-    let deadline = Instant::now() + FREEZE_PATIENCE;
-    loop {
-        let events = fs::read_to_string(cgroup.join("cgroup.events"))
-            .context(|| format!("read {}/cgroup.events", cgroup.display()))?;
-        if events.lines().any(|l| l == wanted) {
-            return Ok(cgroup.to_owned());
-        }
-        if Instant::now() > deadline {
-            if frozen {
-                let _ = fs::write(cgroup.join("cgroup.freeze"), "0");
-            }
-            return Err(SandboxError::Setup(format!(
-                "the container's processes did not {} within {FREEZE_PATIENCE:?} (cgroup.events: {events:?})",
-                if frozen { "freeze" } else { "thaw" }
-            )));
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
 }
 
 /// Copies the kept directories of disk root `from` into `to` (merged into
