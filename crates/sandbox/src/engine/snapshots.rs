@@ -447,12 +447,37 @@ pub(super) fn recover(data_dir: &Path) {
 mod tests {
     use super::*;
 
+    /// A directory of one test's own, removed when dropped.
+    struct Scratch(PathBuf);
+
+    impl Scratch {
+        fn new(name: &str) -> Self {
+            let dir = std::env::temp_dir().join(format!(
+                "shellgate-snapshot-test-{name}-{}",
+                std::process::id()
+            ));
+            let _ = fs::remove_dir_all(&dir);
+            fs::create_dir_all(&dir).expect("create the test's directory");
+            Self(dir)
+        }
+
+        fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
     #[test]
     fn owners_in_the_old_range_move_to_the_new_one_and_others_stay() {
         if crate::sys::geteuid() != 0 {
             return;
         }
-        let dir = tempfile::tempdir().expect("tempdir");
+        let dir = Scratch::new("owners");
         let root = dir.path().join("tree");
         fs::create_dir(&root).expect("mkdir");
         let inside = root.join("inside");
@@ -480,7 +505,7 @@ mod tests {
 
     #[test]
     fn half_made_snapshots_are_removed_and_committed_ones_kept() {
-        let dir = tempfile::tempdir().expect("tempdir");
+        let dir = Scratch::new("recover");
         let snapshots = dir.path().join("snapshots");
         for name in [".creating-snap_a", ".trash-snap_b-1-2", "snap_c"] {
             fs::create_dir_all(snapshots.join(name).join("disk")).expect("mkdir");
@@ -496,7 +521,7 @@ mod tests {
 
     #[test]
     fn allocated_bytes_counts_blocks_not_holes() {
-        let dir = tempfile::tempdir().expect("tempdir");
+        let dir = Scratch::new("sparse");
         let sparse = fs::File::create(dir.path().join("sparse")).expect("create");
         sparse.set_len(64 << 20).expect("truncate");
         let bytes = allocated_bytes(dir.path());
