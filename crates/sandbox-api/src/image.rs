@@ -57,6 +57,48 @@ pub struct ImageDetails {
     /// use it, so a container keeps its image for life.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<String>,
+    /// Where it was imported from, for an OCI image (`oci-layout`,
+    /// `oci-archive` or `docker-archive`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_format: Option<String>,
+    /// An OCI image's run configuration (its config blob's `config`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<ImageConfig>,
+    /// What an OCI import left out or changed, counted: device nodes and
+    /// FIFOs not made, setuid/setgid bits dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub neutralised: Option<Neutralised>,
+}
+
+/// An OCI image's run configuration, as its config blob gives it.
+///
+/// Containers made from the image get `env` (over shellgate's own
+/// variables, under a network policy's) and start commands in
+/// `working_dir` when the request names no directory. `user`,
+/// `entrypoint` and `cmd` are kept and shown: commands run as the sandbox
+/// user, and an API command is the command run.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ImageConfig {
+    /// `NAME=value` entries, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub working_dir: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub entrypoint: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cmd: Vec<String>,
+}
+
+/// Counts of what an OCI import neutralised.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Neutralised {
+    /// Device nodes and FIFOs skipped.
+    pub special_files: u64,
+    /// Files whose setuid or setgid bit was dropped.
+    pub setid_bits: u64,
 }
 
 /// A wheel as built into an image, recorded in `info.json`.

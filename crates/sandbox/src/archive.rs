@@ -560,6 +560,9 @@ enum MemberKind {
     Directory,
     Symlink,
     HardLink,
+    /// A device or FIFO, given only to an image layer's reader (which skips
+    /// it); a directory import refuses it in [`TarReader::next`].
+    Special,
 }
 
 /// One member's header, its extensions applied.
@@ -571,6 +574,9 @@ struct Member {
     size: u64,
     mode: u32,
     mtime: u64,
+    /// Numeric owner (an image layer keeps it; a directory import does not).
+    uid: u32,
+    gid: u32,
 }
 
 /// Values of a PAX extended header that the import honours.
@@ -589,6 +595,9 @@ struct TarReader<'r> {
     offset: u64,
     /// GNU long-name and PAX headers read.
     metadata_headers: u64,
+    /// Whether devices and FIFOs come back as [`MemberKind::Special`]
+    /// (an image layer's, to be skipped) rather than refused.
+    specials: bool,
 }
 
 impl<'r> TarReader<'r> {
@@ -777,6 +786,7 @@ impl<'r> TarReader<'r> {
                         b'1' => MemberKind::HardLink,
                         b'2' => MemberKind::Symlink,
                         b'5' => MemberKind::Directory,
+                        b'3' | b'4' | b'6' if self.specials => MemberKind::Special,
                         b'3' => return Err(refuse("a character device")),
                         b'4' => return Err(refuse("a block device")),
                         b'6' => return Err(refuse("a FIFO (named pipe)")),
@@ -816,6 +826,16 @@ impl<'r> TarReader<'r> {
                         size: pax.size.unwrap_or(size),
                         mode,
                         mtime,
+                        uid: header
+                            .uid()
+                            .ok()
+                            .and_then(|id| u32::try_from(id).ok())
+                            .unwrap_or(0),
+                        gid: header
+                            .gid()
+                            .ok()
+                            .and_then(|id| u32::try_from(id).ok())
+                            .unwrap_or(0),
                     }));
                 }
             }
@@ -1090,6 +1110,7 @@ fn import_via(
         input,
         offset: 0,
         metadata_headers: 0,
+        specials: false,
     };
     let mut extractor = Extractor {
         staging,
@@ -1291,6 +1312,8 @@ impl Extractor<'_> {
             }
         };
         match member.kind {
+            // `TarReader::next` refuses them for a directory import.
+            MemberKind::Special => return Err(refuse("a device or FIFO".into())),
             MemberKind::File => {
                 let fd = create_in(&parent, name, member.kind, &shown, |p, n| {
                     rfs::openat(
@@ -1452,7 +1475,7 @@ fn create_in<T>(
     let same = match kind {
         MemberKind::File | MemberKind::HardLink => existing == FileType::RegularFile,
         MemberKind::Symlink => existing == FileType::Symlink,
-        MemberKind::Directory => false,
+        MemberKind::Directory | MemberKind::Special => false,
     };
     if !same {
         return Err(MakeError::Refused(ArchiveError::Refused {
@@ -1623,7 +1646,7 @@ fn list_names(dir: &OwnedFd) -> Result<Vec<Vec<u8>>, ArchiveError> {
 }
 
 /// Removes `name` (in `base`) and all below it, never following a link.
-fn remove_tree(base: BorrowedFd<'_>, name: &[u8]) -> Result<(), ArchiveError> {
+pub(crate) fn remove_tree(base: BorrowedFd<'_>, name: &[u8]) -> Result<(), ArchiveError> {
     match rfs::unlinkat(base, name, AtFlags::empty()) {
         Ok(()) | Err(Errno::NOENT) => return Ok(()),
         Err(Errno::ISDIR) => {}
@@ -1636,7 +1659,7 @@ fn remove_tree(base: BorrowedFd<'_>, name: &[u8]) -> Result<(), ArchiveError> {
 
 /// Empties the directory at `path` (below `base`); no descriptor is held
 /// across the recursion, so a deep tree cannot run out of them.
-fn clear_tree(base: BorrowedFd<'_>, path: &mut Vec<u8>) -> Result<(), ArchiveError> {
+pub(crate) fn clear_tree(base: BorrowedFd<'_>, path: &mut Vec<u8>) -> Result<(), ArchiveError> {
     let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW;
     let open = |path: &[u8]| {
         open_beneath(base, path, flags, BENEATH).map_err(io_error("open a staged directory"))
@@ -1667,6 +1690,109 @@ fn clear_tree(base: BorrowedFd<'_>, path: &mut Vec<u8>) -> Result<(), ArchiveErr
         }
     }
     Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Image layers: the same bounded reader, for `image::oci`
+
+/// What a layer member is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LayerKind {
+    File,
+    Directory,
+    Symlink,
+    HardLink,
+    /// A device or FIFO: never made in an image.
+    Special,
+}
+
+/// One member of an image layer: its path normalised (refused if absolute
+/// or with a `..`), the rest as the header says.
+pub(crate) struct LayerMember {
+    pub path: Vec<u8>,
+    pub link: Option<Vec<u8>>,
+    pub kind: LayerKind,
+    pub size: u64,
+    pub mode: u32,
+    pub mtime: u64,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// An image layer's tar stream, read member by member with the bounds of a
+/// directory import (metadata headers, names), devices and FIFOs given
+/// back for the caller to skip.
+pub(crate) struct LayerReader<'r> {
+    reader: TarReader<'r>,
+}
+
+impl<'r> LayerReader<'r> {
+    pub(crate) fn new(input: &'r mut dyn Read) -> Self {
+        Self {
+            reader: TarReader {
+                input,
+                offset: 0,
+                metadata_headers: 0,
+                specials: true,
+            },
+        }
+    }
+
+    /// The next member (its data still to be read with [`Self::data`]), or
+    /// `None` at the end-of-archive marker.
+    pub(crate) fn next(
+        &mut self,
+        limits: &ImportLimits,
+    ) -> Result<Option<LayerMember>, ArchiveError> {
+        let Some(member) = self.reader.next(limits)? else {
+            return Ok(None);
+        };
+        let path = normalise(&member.raw_path).map_err(|reason| ArchiveError::Refused {
+            member: printable(&member.raw_path),
+            reason: reason.to_owned(),
+        })?;
+        let kind = match member.kind {
+            MemberKind::File => LayerKind::File,
+            MemberKind::Directory => LayerKind::Directory,
+            MemberKind::Symlink => LayerKind::Symlink,
+            MemberKind::HardLink => LayerKind::HardLink,
+            MemberKind::Special => LayerKind::Special,
+        };
+        Ok(Some(LayerMember {
+            path,
+            link: member.link,
+            kind,
+            size: member.size,
+            mode: member.mode,
+            mtime: member.mtime,
+            uid: member.uid,
+            gid: member.gid,
+        }))
+    }
+
+    /// Passes a member's `size` bytes of data to `sink` (and skips its
+    /// padding); every member's data must be read or skipped this way.
+    pub(crate) fn data(
+        &mut self,
+        size: u64,
+        member: &[u8],
+        sink: &mut dyn FnMut(&[u8]) -> Result<(), ArchiveError>,
+    ) -> Result<(), ArchiveError> {
+        self.reader.data(size, member, sink)
+    }
+}
+
+/// A layer member's path normalised as a directory import's are.
+pub(crate) fn normalise_member(raw: &[u8]) -> Result<Vec<u8>, ArchiveError> {
+    normalise(raw).map_err(|reason| ArchiveError::Refused {
+        member: printable(raw),
+        reason: reason.to_owned(),
+    })
+}
+
+/// [`printable`], for the image layer code's messages.
+pub(crate) fn shown(path: &[u8]) -> String {
+    printable(path)
 }
 
 #[cfg(test)]

@@ -44,6 +44,7 @@ use std::path::{Path, PathBuf};
 
 pub mod default_build;
 mod half_made;
+pub mod oci;
 mod recipe;
 pub mod runtimes;
 
@@ -205,6 +206,10 @@ pub struct ResolvedImage {
     pub program_binds: Vec<(PathBuf, String)>,
     /// Whether containers of the image get `SANDBOX_WORKSPACE`.
     pub workspace: bool,
+    /// `NAME=value` defaults of every command (an OCI image's `Env`).
+    pub env: Vec<String>,
+    /// Where commands start by default (an OCI image's `WorkingDir`).
+    pub workdir: Option<String>,
 }
 
 pub use shellgate_sandbox_api::image::{ImageDetails, ImageInfo};
@@ -507,6 +512,8 @@ impl ImageStore {
                 program_binds: Vec::new(),
                 // Its root is a tmpfs the helper makes the mount point in.
                 workspace: true,
+                env: Vec::new(),
+                workdir: None,
             });
         }
         let rootfs = self.revision_rootfs(name, revision)?;
@@ -545,7 +552,10 @@ impl ImageStore {
             }
         };
         let workspace = verify_mount_points_in(&image, &[WORKSPACE_MOUNT_POINT]).is_ok();
+        let config = run_config(&rootfs);
         Ok(ResolvedImage {
+            env: config.env,
+            workdir: config.working_dir,
             root: RootSpec::Overlay {
                 lower: rootfs,
                 upper: PathBuf::new(),
@@ -682,11 +692,23 @@ impl BuildLock {
 pub type Progress<'a> = &'a mut (dyn FnMut(f64, &str) + Send);
 
 impl ImageStore {
-    /// Imports a root file system tarball (any compression tar detects).
+    /// Imports an image: an OCI image layout (a directory or its tar), a
+    /// `docker save`/`podman save` archive (see [`oci`]), or else a root
+    /// file system tarball (any compression tar detects).
     ///
-    /// GNU tar refuses absolute and `..` member names; the tarball is still
-    /// trusted as much as the operator who imports it.
+    /// GNU tar refuses absolute and `..` member names; a rootfs tarball is
+    /// still trusted as much as the operator who imports it. An OCI
+    /// image's layers are checked member by member (see [`oci`]).
     pub async fn import(&self, name: &str, tarball: &Path) -> Result<ImageInfo, SandboxError> {
+        let source = tarball.to_owned();
+        let format = tokio::task::spawn_blocking(move || oci::detect(&source))
+            .await
+            .map_err(|e| SandboxError::Setup(format!("inspect the source: {e}")))?;
+        if format.is_some() {
+            return self
+                .import_oci(name, tarball, oci::OciLimits::default())
+                .await;
+        }
         let (staging, target, _lock) = self.staging(name)?;
         let output = tokio::process::Command::new("tar")
             .arg("--extract")
@@ -728,6 +750,65 @@ impl ImageStore {
             });
         }
         self.install(name, &staging, &target, ImageDetails::default())
+    }
+
+    /// Imports an OCI image layout or archive, or a docker archive (see
+    /// [`oci`]) within `limits`.
+    pub async fn import_oci(
+        &self,
+        name: &str,
+        source: &Path,
+        limits: oci::OciLimits,
+    ) -> Result<ImageInfo, SandboxError> {
+        let (staging, target, _lock) = self.staging(name)?;
+        let (source_path, staging_path) = (source.to_owned(), staging.clone());
+        let imported =
+            tokio::task::spawn_blocking(move || oci::import(&source_path, &staging_path, &limits))
+                .await
+                .map_err(|e| SandboxError::Setup(format!("import the image: {e}")));
+        let (imported, format) = match imported.and_then(|r| r) {
+            Ok(done) => done,
+            Err(e) => {
+                let _ = half_made::remove_half_made(&staging);
+                return Err(e);
+            }
+        };
+        let checked = open_image_root(&staging)
+            .map_err(|e| SandboxError::io(format!("open {}", staging.display()), e))
+            .and_then(|image| {
+                let has_shell = ["bin/sh", "usr/bin/sh", "bin/bash"]
+                    .iter()
+                    .any(|p| exists_in_root(&image, p, false));
+                if !has_shell {
+                    return Err(SandboxError::InvalidRequest {
+                        param: "source",
+                        message: format!(
+                            "{} holds no /bin/sh: containers run commands with a shell",
+                            source.display()
+                        ),
+                    });
+                }
+                // Commands start there: it exists in the image, as a
+                // container runtime would make it.
+                if let Some(dir) = &imported.config.working_dir {
+                    let dir = dir.trim_matches('/');
+                    if !dir.is_empty() {
+                        make_dir_in(&image, dir)?;
+                    }
+                }
+                Ok(())
+            });
+        if let Err(e) = checked {
+            let _ = half_made::remove_half_made(&staging);
+            return Err(e);
+        }
+        let details = ImageDetails {
+            source_format: Some(format.name().to_owned()),
+            config: Some(imported.config),
+            neutralised: Some(imported.neutralised),
+            ..ImageDetails::default()
+        };
+        self.install(name, &staging, &target, details)
     }
 
     /// A fresh staging directory next to where image `name` will live.
@@ -802,6 +883,22 @@ impl ImageStore {
             fs::create_dir_all(&retired).context(|| format!("create {}", retired.display()))?;
             fs::rename(target, retired.join("rootfs"))
                 .context(|| format!("retire {}", target.display()))?;
+            // Its run configuration goes with it (see `run_config`).
+            let _ = fs::rename(config_path(target), config_path(&retired.join("rootfs")));
+        }
+        let config = config_path(target);
+        match &details.config {
+            Some(run) => {
+                let staged = config.with_extension("new");
+                let bytes = serde_json::to_vec(run)
+                    .map_err(|e| SandboxError::Setup(format!("encode the image's config: {e}")))?;
+                fs::write(&staged, bytes)
+                    .and_then(|()| fs::rename(&staged, &config))
+                    .context(|| format!("write {}", config.display()))?;
+            }
+            None => {
+                let _ = fs::remove_file(&config);
+            }
         }
         replace_dir(staging, target)?;
         self.write_details(name, &details)?;
@@ -811,6 +908,22 @@ impl ImageStore {
             details,
         })
     }
+}
+
+/// Where the run configuration of the tree at `rootfs` is kept: beside it
+/// (`<name>/config.json`, `<name>/retired/<revision>/config.json`), a small
+/// file a container start reads rather than the whole `info.json`.
+fn config_path(rootfs: &Path) -> PathBuf {
+    rootfs.with_file_name("config.json")
+}
+
+/// The run configuration of the tree at `rootfs` (none: an image that is
+/// not an OCI import).
+fn run_config(rootfs: &Path) -> shellgate_sandbox_api::image::ImageConfig {
+    fs::read(config_path(rootfs))
+        .ok()
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .unwrap_or_default()
 }
 
 /// A fresh revision id: the time in nanoseconds and the process, in hex.

@@ -132,6 +132,10 @@ pub struct HelperSpec {
     /// secret placeholders), after the fixed ones.
     #[serde(default)]
     pub env: Vec<(String, String)>,
+    /// Where commands start when they name no directory (an OCI image's
+    /// `WorkingDir`); `None`: the data directory.
+    #[serde(default)]
+    pub workdir: Option<String>,
     /// Host directories shown read-only: (host directory, path inside).
     #[serde(default)]
     pub read_only_binds: Vec<(PathBuf, String)>,

@@ -337,11 +337,14 @@ enum ImageCommand {
         /// Image to check.
         name: String,
     },
-    /// Import a root file system tarball as an image.
+    /// Import an image: an OCI image (layout or archive), a `docker save`
+    /// archive, or a root file system tarball.
     Import {
         /// Name of the new image.
         name: String,
-        /// A tar archive (optionally compressed) of a root file system.
+        /// An OCI image layout (a directory, or its tar as `buildah push
+        /// oci-archive:` writes it), a `docker save`/`podman save` archive,
+        /// or a tar archive (optionally compressed) of a root file system.
         tarball: PathBuf,
     },
 }

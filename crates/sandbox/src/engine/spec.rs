@@ -27,6 +27,15 @@ pub(super) fn helper_spec(
     let ids_rootless = inner.rootless || inner.config.map_invoking_user;
     let network = inner.networks.setup(container, &inner.images)?;
     let mut file_binds = image.file_binds;
+    // An OCI image's variables, then the network's (its proxies win).
+    let mut env: Vec<(String, String)> = image
+        .env
+        .iter()
+        .filter_map(|entry| entry.split_once('='))
+        .filter(|(name, _)| !network.env.iter().any(|(set, _)| set == name))
+        .map(|(name, value)| (name.to_owned(), value.to_owned()))
+        .collect();
+    env.extend(network.env);
     file_binds.extend(network.file_binds);
     let slot = container.id_slot();
     let (sandbox_ids, root_ids) = inner.slots.host_ids(slot, SANDBOX_UID);
@@ -77,7 +86,8 @@ pub(super) fn helper_spec(
         reuse_loop: container.last_loop(),
         nofile: crate::protocol::DEFAULT_NOFILE,
         egress: network.egress,
-        env: network.env,
+        env,
+        workdir: image.workdir,
         disk_tmpfs_bytes: disk.tmpfs_bytes,
         hide: container.spec.hidden.clone(),
         read_only_binds: container

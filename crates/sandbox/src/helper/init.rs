@@ -363,7 +363,8 @@ fn setup(spec: &HelperSpec) -> SetupResult<(Launcher, OwnedFd, Option<ProxySocke
 
     let dev_null = std::fs::File::open("/dev/null")
         .step(SetupStep::CommandSetup, || "open /dev/null".into())?;
-    let env = command_env(&spec.home, &spec.env);
+    let workdir = spec.workdir.as_deref().unwrap_or(WORKDIR);
+    let env = command_env(&spec.home, workdir, &spec.env);
     let env_pointers = env
         .iter()
         .map(|v| v.as_ptr())
@@ -378,7 +379,7 @@ fn setup(spec: &HelperSpec) -> SetupResult<(Launcher, OwnedFd, Option<ProxySocke
             .filter_map(|(path, name)| Some((CString::new(*path).ok()?, CString::new(*name).ok()?)))
             .collect(),
         dash_c: c"-c".to_owned(),
-        workdir: CString::new(WORKDIR)
+        workdir: CString::new(workdir)
             .map_err(|e| SetupError::other(SetupStep::CommandSetup, "working directory", e))?,
         oom_score_adj: c"/proc/self/oom_score_adj".to_owned(),
         // Only a score the helper really lowered needs undoing: without
@@ -434,7 +435,14 @@ fn set_nofile(nofile: u64) -> SetupResult<()> {
         as libc::c_long)
 }
 
-fn command_env(home: &str, extra: &[(String, String)]) -> Vec<CString> {
+/// Every command's environment: the fixed variables, each unless `extra`
+/// sets it (an image's `PATH`, say), then `extra` in order.
+fn command_env(home: &str, workdir: &str, extra: &[(String, String)]) -> Vec<CString> {
+    let overridden = |entry: &String| {
+        entry
+            .split_once('=')
+            .is_some_and(|(name, _)| extra.iter().any(|(set, _)| set == name))
+    };
     [
         // `pip install` and `npm install -g` as the sandbox user land in
         // ~/.local (the system's prefixes are read-only), first on PATH.
@@ -453,9 +461,10 @@ fn command_env(home: &str, extra: &[(String, String)]) -> Vec<CString> {
         "LC_ALL=C.UTF-8".to_owned(),
         "TERM=dumb".to_owned(),
         "TMPDIR=/tmp".to_owned(),
-        format!("PWD={WORKDIR}"),
+        format!("PWD={workdir}"),
     ]
     .into_iter()
+    .filter(|entry| !overridden(entry))
     .chain(extra.iter().map(|(name, value)| format!("{name}={value}")))
     .filter_map(|v| CString::new(v).ok())
     .collect()

@@ -764,3 +764,209 @@ fn a_server_stopped_or_killed_mid_build_leaves_no_mount_and_no_builder() {
         let _ = again.wait();
     }
 }
+
+/// Runs buildah with storage of the test's own (no shared store, no
+/// registry), failing with its stderr.
+fn buildah(dir: &std::path::Path, args: &[&str]) -> String {
+    let output = Command::new("buildah")
+        .arg("--root")
+        .arg(dir.join("buildah-root"))
+        .arg("--runroot")
+        .arg(dir.join("buildah-run"))
+        .args(["--storage-driver", "vfs"])
+        .args(args)
+        .output()
+        .expect("buildah is installed (apt-get install buildah)");
+    assert!(
+        output.status.success(),
+        "buildah {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).trim().to_owned()
+}
+
+#[test]
+fn an_oci_image_made_by_buildah_runs_with_its_config_and_nothing_privileged() {
+    let dir = TempDir::new("images-oci");
+    let rootfs = dir.path().join("rootfs");
+    busybox_rootfs(&rootfs);
+    // A second layer: a file, a setuid copy of busybox and a device node.
+    let extra = dir.path().join("extra");
+    std::fs::create_dir_all(extra.join("opt")).unwrap();
+    std::fs::write(extra.join("opt/extra"), "from the second layer\n").unwrap();
+    std::fs::copy("/bin/busybox", extra.join("opt/suid")).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        extra.join("opt/suid"),
+        std::fs::Permissions::from_mode(0o4755),
+    )
+    .unwrap();
+    let mknod = Command::new("mknod")
+        .arg(extra.join("opt/null"))
+        .args(["c", "1", "3"])
+        .output()
+        .unwrap();
+    assert!(mknod.status.success(), "{mknod:?}");
+
+    let base = buildah(dir.path(), &["from", "scratch"]);
+    buildah(dir.path(), &["copy", &base, rootfs.to_str().unwrap(), "/"]);
+    buildah(dir.path(), &["commit", "-q", &base, "tiny-base"]);
+    let top = buildah(dir.path(), &["from", "tiny-base"]);
+    buildah(dir.path(), &["copy", &top, extra.to_str().unwrap(), "/"]);
+    buildah(
+        dir.path(),
+        &[
+            "config",
+            "--env",
+            "GREETING=hello from the config",
+            "--env",
+            "PATH=/opt/tools:/usr/bin:/bin",
+            "--workingdir",
+            "/srv/app",
+            "--cmd",
+            "sh",
+            &top,
+        ],
+    );
+    let oci = dir.path().join("image-oci.tar");
+    let docker = dir.path().join("image-docker.tar");
+    buildah(
+        dir.path(),
+        &[
+            "commit",
+            "-q",
+            &top,
+            &format!("oci-archive:{}", oci.display()),
+        ],
+    );
+    buildah(
+        dir.path(),
+        &[
+            "commit",
+            "-q",
+            &top,
+            &format!("docker-archive:{}:tiny:latest", docker.display()),
+        ],
+    );
+
+    let data = dir.path().join("data");
+    for (name, archive) in [("from-oci", &oci), ("from-docker", &docker)] {
+        let imported = shellgate(&data, &["image", "import", name, archive.to_str().unwrap()]);
+        assert!(
+            imported.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&imported.stderr)
+        );
+        let info: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(data.join(format!("sandbox/images/{name}/info.json"))).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(info["config"]["working_dir"], "/srv/app", "{info}");
+        assert_eq!(info["neutralised"]["special_files"], 1, "{info}");
+        assert_eq!(info["neutralised"]["setid_bits"], 1, "{info}");
+        let output = shellgate(
+            &data,
+            &[
+                "exec",
+                "--image",
+                name,
+                "--json",
+                "-c",
+                "pwd; echo \"$GREETING\"; echo \"$PATH\"; cat /opt/extra; \
+                 set -- $(ls -l /opt/suid); echo \"$1\"; ls /opt; id -u",
+            ],
+        );
+        assert!(
+            output.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        let stdout = json["output"][0]["stdout"].as_str().unwrap_or_default();
+        assert_eq!(
+            stdout,
+            "/srv/app\nhello from the config\n/opt/tools:/usr/bin:/bin\n\
+             from the second layer\n-rwxr-xr-x\nextra\nsuid\n1000\n",
+            "{name}: {json}"
+        );
+    }
+}
+
+#[test]
+fn a_hostile_oci_layer_is_refused_and_leaves_no_image() {
+    let dir = TempDir::new("images-oci-hostile");
+    // An OCI layout whose one layer holds an absolute path.
+    let layout = dir.path().join("layout");
+    let blobs = layout.join("blobs/sha256");
+    std::fs::create_dir_all(&blobs).unwrap();
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "host file").unwrap();
+    let layer = dir.path().join("layer.tar");
+    let tar = Command::new("tar")
+        .arg("--absolute-names")
+        .arg("-cf")
+        .arg(&layer)
+        .arg(&victim)
+        .output()
+        .unwrap();
+    assert!(tar.status.success(), "{tar:?}");
+    let sha256 = |path: &std::path::Path| {
+        let output = Command::new("sha256sum").arg(path).output().unwrap();
+        String::from_utf8_lossy(&output.stdout)
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_owned()
+    };
+    let put = |path: &std::path::Path| {
+        let digest = sha256(path);
+        std::fs::copy(path, blobs.join(&digest)).unwrap();
+        digest
+    };
+    let layer_digest = put(&layer);
+    let config = dir.path().join("config.json");
+    std::fs::write(&config, r#"{"config":{}}"#).unwrap();
+    let config_digest = put(&config);
+    let manifest = dir.path().join("manifest.json");
+    std::fs::write(
+        &manifest,
+        serde_json::json!({
+            "schemaVersion": 2,
+            "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": format!("sha256:{config_digest}"), "size": 13},
+            "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": format!("sha256:{layer_digest}"), "size": 1}],
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let manifest_digest = put(&manifest);
+    std::fs::write(
+        layout.join("oci-layout"),
+        r#"{"imageLayoutVersion":"1.0.0"}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        layout.join("index.json"),
+        serde_json::json!({"schemaVersion": 2, "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": format!("sha256:{manifest_digest}"), "size": 1}]})
+            .to_string(),
+    )
+    .unwrap();
+
+    let data = dir.path().join("data");
+    let output = shellgate(
+        &data,
+        &["image", "import", "hostile", layout.to_str().unwrap()],
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "imported: {stderr}");
+    assert!(
+        stderr.contains("layer 1") && stderr.contains("an absolute path"),
+        "{stderr}"
+    );
+    let list = shellgate(&data, &["image", "list"]);
+    let list = String::from_utf8_lossy(&list.stdout);
+    assert_eq!(list.lines().count(), 1, "{list}");
+    assert!(
+        !data.join("sandbox/images/hostile/rootfs.new").exists(),
+        "a refused import leaves its staging tree"
+    );
+}
