@@ -874,6 +874,8 @@ fn an_oci_image_made_by_buildah_runs_with_its_config_and_nothing_privileged() {
                 "-c",
                 "pwd; echo \"$GREETING\"; echo \"$PATH\"; cat /opt/extra; \
                  set -- $(ls -l /opt/suid); echo \"$1\"; ls /opt; id -u",
+                "-c",
+                "cat /proc/self/status",
             ],
         );
         assert!(
@@ -888,6 +890,12 @@ fn an_oci_image_made_by_buildah_runs_with_its_config_and_nothing_privileged() {
             "/srv/app\nhello from the config\n/opt/tools:/usr/bin:/bin\n\
              from the second layer\n-rwxr-xr-x\nextra\nsuid\n1000\n",
             "{name}: {json}"
+        );
+        // The isolation of any container: seccomp on, no capability.
+        let status = json["output"][1]["stdout"].as_str().unwrap_or_default();
+        assert!(
+            status.contains("Seccomp:\t2") && status.contains("CapEff:\t0000000000000000"),
+            "{name}: {status}"
         );
     }
 }
