@@ -210,3 +210,54 @@ def test_a_container_keeps_its_image_when_the_image_is_replaced(upstream):
     finally:
         server.stop()
         subprocess.run(["rm", "-rf", str(data_dir)], check=False)
+
+
+def test_an_imported_oci_image_shows_its_config_and_containers_of_it_follow_it(upstream):
+    """A buildah-made OCI archive (no registry), imported before the server
+    starts: `GET /v1/images` shows its run configuration, and a container
+    made from it through the API starts commands in its WorkingDir with its
+    Env."""
+    data_dir = Path(tempfile.mkdtemp(prefix="shellgate-oci-images-"))
+    os.chmod(data_dir, 0o755)
+    with tempfile.TemporaryDirectory() as tmp:
+        rootfs = Path(tmp) / "rootfs"
+        (rootfs / "bin").mkdir(parents=True)
+        (rootfs / "etc").mkdir()
+        (rootfs / "bin" / "busybox").write_bytes(Path("/bin/busybox").read_bytes())
+        os.chmod(rootfs / "bin" / "busybox", 0o755)
+        for applet in ["sh", "cat", "echo", "pwd"]:
+            os.symlink("busybox", rootfs / "bin" / applet)
+        buildah = ["buildah", "--root", f"{tmp}/storage", "--runroot", f"{tmp}/run", "--storage-driver", "vfs"]
+
+        def run(*args: str) -> str:
+            done = subprocess.run([*buildah, *args], capture_output=True, text=True)
+            assert done.returncode == 0, f"buildah {args}: {done.stderr}"
+            return done.stdout.strip()
+
+        container = run("from", "scratch")
+        run("copy", container, str(rootfs), "/")
+        run("config", "--env", "GREETING=from the image", "--workingdir", "/srv/app", "--user", "1000",
+            "--entrypoint", '["/bin/sh"]', container)
+        archive = f"{tmp}/app.tar"
+        run("commit", "-q", container, f"oci-archive:{archive}")
+        imported = subprocess.run([str(BINARY), "--data-dir", str(data_dir), "image", "import", "app", archive],
+                                  capture_output=True, text=True)
+        assert imported.returncode == 0, imported.stderr
+    server = Server(data_dir, upstream_url=upstream.url, default_image="app", warm_containers="0").start()
+    try:
+        client = server.client()
+        listing = client.get("/images", cast_to=object)
+        app = next(image for image in listing["data"] if image["name"] == "app")
+        assert app["source_format"] == "oci-archive", app
+        assert app["config"]["working_dir"] == "/srv/app", app
+        assert "GREETING=from the image" in app["config"]["env"], app
+        assert app["config"]["entrypoint"] == ["/bin/sh"], app
+        host = next(image for image in listing["data"] if image["name"] == "host")
+        assert "config" not in host and "source_format" not in host, host
+        made = client.containers.create(name="oci-app")
+        assert made.image == "app"
+        out = exec_commands(client, made.id, ['pwd; echo "$GREETING"'])
+        assert out["output"][0]["stdout"] == "/srv/app\nfrom the image\n", out
+    finally:
+        server.stop()
+        subprocess.run(["rm", "-rf", str(data_dir)], check=False)

@@ -189,6 +189,17 @@ pub async fn images(
             size_bytes: image.details.size_bytes,
             created_at: image.details.created_at,
             runtimes: image.details.runtimes,
+            source_format: image.details.source_format,
+            config: image
+                .details
+                .config
+                .map(|config| shellgate_wire::ImageRunConfig {
+                    env: config.env,
+                    working_dir: config.working_dir,
+                    user: config.user,
+                    entrypoint: config.entrypoint,
+                    cmd: config.cmd,
+                }),
         })
         .collect();
     Ok(Json(shellgate_wire::ImageList {

@@ -26,6 +26,33 @@ pub struct Image {
     /// Runtime versions (`python`, `node`, ...) as `shellgate image verify`
     /// found them.
     pub runtimes: BTreeMap<String, String>,
+    /// What an imported OCI image came as: `oci-layout`, `oci-archive` or
+    /// `docker-archive` (absent for other images).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_format: Option<String>,
+    /// An imported OCI image's run configuration (absent for other images).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<ImageRunConfig>,
+}
+
+/// An OCI image's run configuration, as its config blob gives it.
+/// Containers made from the image get `env` as defaults of every command
+/// and start commands in `working_dir`; `user`, `entrypoint` and `cmd` are
+/// shown, not applied (commands run as the sandbox user, and a command
+/// asked for is the command run).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct ImageRunConfig {
+    /// `NAME=value` entries, in order.
+    #[serde(default)]
+    pub env: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub working_dir: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    #[serde(default)]
+    pub entrypoint: Vec<String>,
+    #[serde(default)]
+    pub cmd: Vec<String>,
 }
 
 /// `GET /v1/images`: every image (never paged), and the default's name.
