@@ -796,6 +796,10 @@ pub struct SnapshotTaken {
     /// How long the container's processes were frozen, in milliseconds
     /// (0 for a stopped container).
     pub frozen_ms: u64,
+    /// Why the snapshot holds files only, not the processes' memory (the
+    /// engine's checkpoint probe); `None` from an engine that says nothing.
+    #[serde(default)]
+    pub memory_unavailable_reason: Option<String>,
 }
 
 /// Refuses a container memory limit above what all containers together may

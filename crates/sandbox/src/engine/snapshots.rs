@@ -195,6 +195,10 @@ impl LocalEngine {
         };
         let to = copy_to.clone();
         let size_bytes = super::blocking(move || Ok(allocated_bytes(&to))).await?;
+        // The probe runs CRIU once per process (a fraction of a second), so
+        // off the async workers; its answer is why this snapshot is files only.
+        let memory_unavailable_reason =
+            super::blocking(|| Ok(crate::checkpoint::support().unavailable_reason())).await?;
         let recorded = Recorded {
             taken: SnapshotTaken {
                 size_bytes,
@@ -206,6 +210,7 @@ impl LocalEngine {
                 } else {
                     0
                 },
+                memory_unavailable_reason,
             },
             owner_base,
         };

@@ -181,7 +181,11 @@ async fn take_files(
         container_id: container.id.clone(),
         image: taken.image,
         image_revision: taken.image_revision,
-        memory_unavailable_reason: Some(FILES_ONLY.to_owned()),
+        memory_unavailable_reason: Some(
+            taken
+                .memory_unavailable_reason
+                .unwrap_or_else(|| FILES_ONLY.to_owned()),
+        ),
         frozen_ms: i64::try_from(taken.frozen_ms).unwrap_or(i64::MAX),
         source: serde_json::to_string(&SnapshotSource::of(container)?)
             .map_err(|e| ApiError::internal(e.to_string()))?,
