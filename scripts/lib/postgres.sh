@@ -18,7 +18,13 @@ install_postgres() {
 
 start_postgres() {
   install_postgres
-  POSTGRES_DIR=$(mktemp -d /tmp/shellgate-postgres.XXXXXX)
+  # Its files in memory (tmpfs) where the machine has it: a throwaway
+  # database needs no disk, which a loaded machine makes everyone wait on.
+  local parent=/tmp
+  if [ -w /dev/shm ]; then
+    parent=/dev/shm
+  fi
+  POSTGRES_DIR=$(mktemp -d "$parent/shellgate-postgres.XXXXXX")
   chown postgres:postgres "$POSTGRES_DIR"
   local port
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')

@@ -35,6 +35,7 @@ containers would run without memory, pids or cpu limits).
 """
 
 import concurrent.futures
+import contextlib
 import itertools
 import json
 import os
@@ -91,6 +92,11 @@ LOST_AFTER_SECS = 5
 # test_cluster.py's beside them.
 SLOTS = 3
 LOCK_DIR = Path("/run/lock") if Path("/run/lock").is_dir() else Path(tempfile.gettempdir())
+# A cluster's Postgres keeps its files in memory (tmpfs) where the machine
+# has one: a throwaway database needs no disk, and the disk is what a
+# loaded machine (builds, image copies, other runs) makes everyone wait on;
+# initdb and each cluster's CREATE DATABASE then cost a fraction.
+POSTGRES_PARENT = Path("/dev/shm") if os.access("/dev/shm", os.W_OK) else Path(tempfile.gettempdir())
 LOCK_WAIT_SECS = 1800
 
 
@@ -343,13 +349,19 @@ def remove_leftovers(slot: Slot) -> None:
     taken), its sandboxes' cgroups, its Postgres, and its directories."""
     tmp = Path(tempfile.gettempdir())
     stale = [d for d in tmp.glob(f"{slot.tmp_prefix}*") if d.is_dir()]
+    stale_postgres = [directory for parent in {tmp, POSTGRES_PARENT}
+                      for directory in parent.glob(f"{slot.tmp_prefix}postgres-*") if directory.is_dir()]
     for directory in stale:
         _kill_recorded(directory / "pids")
-        data = directory / "postgres" / "data"
-        if (data / "postmaster.pid").exists():
-            sh("runuser", "-u", "postgres", "--", POSTGRES_BIN / "pg_ctl", "-D", data,
-               "-m", "immediate", "-w", "stop", check=False)
+    for directory in stale + stale_postgres:
+        for data in [directory / "data", directory / "postgres" / "data"]:
+            if (data / "postmaster.pid").exists():
+                sh("runuser", "-u", "postgres", "--", POSTGRES_BIN / "pg_ctl", "-D", data,
+                   "-m", "immediate", "-w", "stop", check=False)
         _kill_pids(_pids_whose_cmdline_has(str(directory)))
+    for directory in stale_postgres:
+        subprocess.run(["rm", "-rf", "--one-file-system", str(directory)], capture_output=True)
+    stale = [d for d in stale if d.exists()]
     remove_network(slot)
     for directory in stale:
         for data_dir in directory.glob("node-*"):
@@ -406,14 +418,16 @@ def make_namespaces(slot: Slot) -> None:
 
 class Postgres:
     """A throwaway postgresql-15 cluster, as scripts/lib/postgres.sh makes
-    one, reachable from the root namespace and from the nodes'."""
+    one, reachable from the root namespace and from the nodes'. Its
+    directory is a new one in POSTGRES_PARENT named by the slot's prefix
+    (so a crashed run's is found by remove_leftovers); `remove`, after
+    `stop`, deletes it."""
 
-    def __init__(self, directory: Path):
-        self.directory = directory
+    def __init__(self, slot: Slot):
+        self.directory = Path(tempfile.mkdtemp(prefix=f"{slot.tmp_prefix}postgres-", dir=POSTGRES_PARENT))
         self.port = free_port()
 
     def start(self) -> "Postgres":
-        self.directory.mkdir()
         shutil.chown(self.directory, "postgres", "postgres")
         data = self.directory / "data"
         as_postgres = ["runuser", "-u", "postgres", "--"]
@@ -452,6 +466,11 @@ class Postgres:
         if data.exists():
             sh("runuser", "-u", "postgres", "--", POSTGRES_BIN / "pg_ctl", "-D", data,
                "-m", "immediate", "-w", "stop", check=False)
+
+    def remove(self) -> None:
+        """Stopped, and its directory deleted."""
+        self.stop()
+        subprocess.run(["rm", "-rf", "--one-file-system", str(self.directory)], capture_output=True)
 
 
 class Process:
@@ -701,9 +720,7 @@ class Services:
         os.chmod(self.directory, 0o755)
         try:
             make_bridge()
-            self.postgres = Postgres(self.directory / "postgres").start()
-            if MOTO_SERVER.exists():
-                self.objects = ObjectStore(self.directory / "s3").start()
+            self.postgres, self.objects = start_stores(self.slot, self.directory)
         except BaseException:
             self.stop()
             raise
@@ -750,7 +767,7 @@ class Services:
         if self.objects:
             self.objects.stop()
         if self.postgres:
-            self.postgres.stop()
+            self.postgres.remove()
         if self.slot is not None:
             remove_network(self.slot)
         if self.directory:
@@ -758,6 +775,28 @@ class Services:
         if self.lock is not None:
             self.lock.close()
             self.lock = None
+
+
+def start_stores(slot: Slot, directory: Path) -> tuple:
+    """A new Postgres and (if moto is installed) S3 server: (Postgres,
+    ObjectStore or None), started side by side (neither needs the other).
+    If either fails, both are stopped and the failure raised."""
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="cluster-s3") as beside:
+        objects = beside.submit(lambda: ObjectStore(directory / "s3").start()) if MOTO_SERVER.exists() else None
+        postgres = Postgres(slot)
+        try:
+            postgres.start()
+        except BaseException:
+            postgres.remove()
+            if objects is not None:
+                with contextlib.suppress(BaseException):
+                    objects.result().stop()
+            raise
+        try:
+            return postgres, objects.result() if objects is not None else None
+        except BaseException:
+            postgres.remove()
+            raise
 
 
 class Cluster:
@@ -820,9 +859,7 @@ class Cluster:
                 self.postgres, self.objects = self.services.postgres, self.services.objects
             else:
                 make_network(self.slot)
-                self.postgres = Postgres(self.directory / "postgres").start()
-                if MOTO_SERVER.exists():
-                    self.objects = ObjectStore(self.directory / "s3").start()
+                self.postgres, self.objects = start_stores(self.slot, self.directory)
             if self.objects is None and self.roles:
                 raise RuntimeError(f"no {MOTO_SERVER}: a cluster's nodes share their blobs through S3 "
                                    "(`pip install 'moto[server]'` into the venv)")
@@ -928,7 +965,7 @@ class Cluster:
             if self.objects:
                 self.objects.stop()
             if self.postgres:
-                self.postgres.stop()
+                self.postgres.remove()
             if self.slot is not None:
                 remove_network(self.slot)
         if self.directory:
