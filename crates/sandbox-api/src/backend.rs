@@ -495,6 +495,14 @@ pub trait SandboxBackend: Send + Sync {
     /// Destroys the container unless a command or file operation is in
     /// flight; returns whether it was destroyed.
     async fn destroy_if_idle(&self, id: &str) -> Result<bool, SandboxError>;
+    /// Counts the container in use while the returned hold lives, so that
+    /// [`suspend_if_idle`](Self::suspend_if_idle) and
+    /// [`destroy_if_idle`](Self::destroy_if_idle) leave it be: for work made
+    /// of several calls (a code interpreter's kernel starting, then its
+    /// cell), between which nothing else is in flight.
+    async fn hold(&self, _id: &str) -> Result<ActivityHold, SandboxError> {
+        Ok(ActivityHold::default())
+    }
     /// What the backend knows about a container.
     async fn inspect(&self, id: &str) -> Result<ContainerInfo, SandboxError>;
     /// Every container the backend holds, running or stopped.
@@ -779,6 +787,25 @@ pub trait SandboxBackend: Send + Sync {
         _path: &str,
     ) -> Result<Box<dyn Upload<ArchiveImported>>, SandboxError> {
         Err(SandboxError::NotSupported("importing archives"))
+    }
+}
+
+/// A container counted in use until this is dropped ([`SandboxBackend::hold`]).
+#[derive(Default)]
+pub struct ActivityHold(Option<Box<dyn std::any::Any + Send + Sync>>);
+
+impl ActivityHold {
+    /// A hold that lasts as long as `guard` (which releases it when dropped).
+    pub fn new(guard: impl std::any::Any + Send + Sync) -> Self {
+        Self(Some(Box::new(guard)))
+    }
+}
+
+impl std::fmt::Debug for ActivityHold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("ActivityHold")
+            .field(&self.0.is_some())
+            .finish()
     }
 }
 

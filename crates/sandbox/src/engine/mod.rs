@@ -63,8 +63,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::backend::{
-    validate_container_id, CommandResult, ContainerInfo, ContainerSpec, ContainerState, DeltaSink,
-    FileListing, RunRequest, SandboxBackend, SnapshotTaken,
+    validate_container_id, ActivityHold, CommandResult, ContainerInfo, ContainerSpec,
+    ContainerState, DeltaSink, FileListing, RunRequest, SandboxBackend, SnapshotTaken,
 };
 use crate::cgroup::Cgroups;
 use crate::disk::{self, DiskKind};
@@ -768,6 +768,17 @@ impl SandboxBackend for LocalEngine {
         self.destroy_locked(Arc::clone(&container), state)
             .await
             .map(|()| true)
+    }
+
+    async fn hold(&self, id: &str) -> Result<ActivityHold, SandboxError> {
+        let container = self.inner.containers.get(id)?;
+        // Under the state lock, as every in-flight count is taken: an idle
+        // check holding it sees this hold or runs before it.
+        let _state = container.state.lock().await;
+        if container.destroyed() {
+            return Err(SandboxError::NotFound(id.to_owned()));
+        }
+        Ok(ActivityHold::new(container.begin()))
     }
 
     async fn inspect(&self, id: &str) -> Result<ContainerInfo, SandboxError> {

@@ -346,6 +346,14 @@ async fn execute(
     tools: &[CodeTool],
     steps: Option<&mpsc::UnboundedSender<Step>>,
 ) -> Result<(Interpretation, Ended), HostError> {
+    // A cell is many engine calls (the kernel's start, its stdin, reads of
+    // its output) with moments between them when none is in flight: held,
+    // the container is not suspended as idle under a starting kernel.
+    let _in_use = state
+        .engine
+        .hold(container)
+        .await
+        .map_err(|e| host_error(crate::engine::engine_error(container, e)))?;
     let mut retried = false;
     let mut kernel_lost = false;
     loop {

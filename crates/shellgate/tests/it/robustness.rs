@@ -591,3 +591,21 @@ async fn a_run_dropped_at_any_moment_leaves_no_command_running() {
     );
     t.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hold_keeps_the_sweepers_idle_checks_off_until_it_is_dropped() {
+    let t = TestEngine::new("held").await;
+    t.create("c1").await;
+    // Work made of several calls (a kernel starting, then its cell) holds
+    // the container between them: neither idle check takes it meanwhile.
+    let held = t.engine.hold("c1").await.expect("hold c1");
+    assert!(!t.engine.suspend_if_idle("c1").await.unwrap());
+    assert!(!t.engine.destroy_if_idle("c1").await.unwrap());
+    drop(held);
+    assert!(t.engine.suspend_if_idle("c1").await.unwrap());
+    assert!(matches!(
+        t.engine.hold("c9").await,
+        Err(SandboxError::NotFound(_))
+    ));
+    t.finish().await;
+}
