@@ -317,10 +317,10 @@ pub(crate) async fn create_container(
 ) -> ApiResult<ContainerRow> {
     let snapshot = match body.snapshot_id.clone() {
         Some(id) => {
-            let snapshot = crate::sandboxes::snapshots::owned_snapshot(state, project, &id)
+            let snapshot = crate::sandboxes::snapshot_source::owned_snapshot(state, project, &id)
                 .await
                 .map_err(|e| e.with_param("snapshot_id"))?;
-            crate::sandboxes::snapshots::inherit(&mut body, &snapshot)?;
+            crate::sandboxes::snapshot_source::inherit(&mut body, &snapshot)?;
             Some(snapshot)
         }
         None => None,

@@ -17,5 +17,6 @@ pub(crate) mod paused_cells;
 pub(crate) mod processes;
 pub mod reuse;
 pub(crate) mod skills;
+pub(crate) mod snapshot_source;
 pub(crate) mod snapshots;
 pub(crate) mod volumes;

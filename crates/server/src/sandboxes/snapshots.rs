@@ -17,15 +17,13 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
 use shellgate_store::{ContainerRow, SnapshotRefusal, SnapshotRow};
-use shellgate_wire::{
-    new_id, CreateContainer, CreateSnapshot, ErrorCode, ExpiresAfter, ExpiresAnchor, ForkContainer,
-    MemoryLimit, NetworkPolicy, Snapshot,
-};
+use shellgate_wire::{new_id, CreateContainer, CreateSnapshot, ErrorCode, ForkContainer, Snapshot};
 
 use crate::error::{ApiError, ApiResult};
 use crate::http::{to_completion, Project};
+pub(crate) use crate::sandboxes::snapshot_source::owned_snapshot;
+use crate::sandboxes::snapshot_source::{inherit, SnapshotSource};
 use crate::state::AppState;
 
 /// Why a snapshot holds no memory: processes are not checkpointed here.
@@ -39,26 +37,14 @@ const MAX_METADATA_PAIRS: usize = 16;
 const MAX_METADATA_KEY: usize = 64;
 const MAX_METADATA_VALUE: usize = 512;
 
-/// What a container made from a snapshot inherits of the snapshot's
-/// container unless its request says otherwise (the `source` column).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct SnapshotSource {
-    pub name: String,
-    pub memory_limit: MemoryLimit,
-    /// Without secret values: a copy's `domain_secrets` are given again.
-    pub network_policy: NetworkPolicy,
-    pub expires_minutes: u32,
-}
-
-impl SnapshotSource {
-    fn of(row: &ContainerRow) -> ApiResult<Self> {
-        Ok(Self {
-            name: row.name.clone(),
-            memory_limit: row.memory_limit,
-            network_policy: crate::sandboxes::containers::network_policy(row),
-            expires_minutes: row.expires_minutes,
-        })
-    }
+/// What a copy of `row` inherits, kept with its snapshot.
+fn source_of(row: &ContainerRow) -> ApiResult<SnapshotSource> {
+    Ok(SnapshotSource {
+        name: row.name.clone(),
+        memory_limit: row.memory_limit,
+        network_policy: crate::sandboxes::containers::network_policy(row),
+        expires_minutes: row.expires_minutes,
+    })
 }
 
 /// The snapshot object.
@@ -139,19 +125,6 @@ fn refused(refusal: SnapshotRefusal) -> ApiError {
     }
 }
 
-/// The project's snapshot `id`, or 404.
-pub(crate) async fn owned_snapshot(
-    state: &AppState,
-    project: &str,
-    id: &str,
-) -> ApiResult<SnapshotRow> {
-    let (owner, key) = (project.to_owned(), id.to_owned());
-    state
-        .db(move |s| s.snapshot(&owner, &key))
-        .await?
-        .ok_or_else(|| ApiError::not_found("snapshot", id))
-}
-
 /// The engine's snapshot of `container`, under a new id; its files are
 /// committed, its row not written.
 async fn take_files(
@@ -187,7 +160,7 @@ async fn take_files(
                 .unwrap_or_else(|| FILES_ONLY.to_owned()),
         ),
         frozen_ms: i64::try_from(taken.frozen_ms).unwrap_or(i64::MAX),
-        source: serde_json::to_string(&SnapshotSource::of(container)?)
+        source: serde_json::to_string(&source_of(container)?)
             .map_err(|e| ApiError::internal(e.to_string()))?,
         node_id: state.node_name.clone(),
     })
@@ -274,39 +247,6 @@ pub(crate) async fn remove_unknown(state: &Arc<AppState>) -> Result<(), ApiError
     for id in held.iter().filter(|id| !known.contains(*id)) {
         tracing::info!(snapshot = %id, "removing a snapshot the store does not know");
         remove_files(state, id).await;
-    }
-    Ok(())
-}
-
-/// Fills what a create from `snapshot` leaves out with the snapshot's
-/// container's; refuses another image.
-pub(crate) fn inherit(body: &mut CreateContainer, snapshot: &SnapshotRow) -> ApiResult<()> {
-    let source: SnapshotSource = serde_json::from_str(&snapshot.source)
-        .map_err(|e| ApiError::internal(format!("snapshot {} is corrupt: {e}", snapshot.id)))?;
-    match &body.image {
-        Some(image) if *image != snapshot.image => {
-            return Err(ApiError::invalid(
-                "image",
-                format!(
-                    "snapshot {} holds the files of a container of image '{}'; a container made \
-                     from it runs that image",
-                    snapshot.id, snapshot.image
-                ),
-            ));
-        }
-        _ => body.image = Some(snapshot.image.clone()),
-    }
-    if body.memory_limit.is_none() {
-        body.memory_limit = Some(source.memory_limit);
-    }
-    if body.network_policy.is_none() {
-        body.network_policy = Some(source.network_policy);
-    }
-    if body.expires_after.is_none() {
-        body.expires_after = Some(ExpiresAfter {
-            anchor: ExpiresAnchor::LastActiveAt,
-            minutes: source.expires_minutes,
-        });
     }
     Ok(())
 }
