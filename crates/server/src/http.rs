@@ -224,6 +224,20 @@ pub struct ListParams {
 }
 
 impl ListParams {
+    /// The page of a list that takes no filter (`name`, `purpose`: a 400
+    /// naming the one given): `what` is listed without filters.
+    pub fn unfiltered_page(&self, what: &str) -> Result<shellgate_store::Page, ApiError> {
+        let filter = match (&self.name, &self.purpose) {
+            (Some(_), _) => "name",
+            (None, Some(_)) => "purpose",
+            (None, None) => return self.page(),
+        };
+        Err(ApiError::invalid(
+            filter,
+            format!("{what} are listed without filters"),
+        ))
+    }
+
     /// The page these parameters ask for (limit 1..=100, default 20; order
     /// `asc` or `desc`, default `desc`).
     pub fn page(&self) -> Result<shellgate_store::Page, ApiError> {

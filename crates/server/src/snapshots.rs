@@ -8,7 +8,7 @@ use axum::extract::{Path, State};
 use axum::Json;
 use shellgate_wire::{Container, CreateSnapshot, Deleted, ForkContainer, List, Snapshot};
 
-use crate::error::{ApiError, ApiResult};
+use crate::error::ApiResult;
 use crate::http::{ApiJson, ApiQuery, ListParams, Project};
 use crate::public_base::PublicBase;
 use crate::sandboxes::containers::shown_container;
@@ -30,17 +30,7 @@ pub async fn list(
     project: Project,
     ApiQuery(params): ApiQuery<ListParams>,
 ) -> ApiResult<Json<List<Snapshot>>> {
-    if params.purpose.is_some() || params.name.is_some() {
-        return Err(ApiError::invalid(
-            if params.name.is_some() {
-                "name"
-            } else {
-                "purpose"
-            },
-            "snapshots are listed without filters",
-        ));
-    }
-    let page = params.page()?;
+    let page = params.unfiltered_page("snapshots")?;
     let owner = project.0.clone();
     let (rows, has_more) = state.db(move |s| s.list_snapshots(&owner, &page)).await?;
     let data = rows.iter().map(snapshot_object).collect();

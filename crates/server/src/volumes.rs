@@ -8,7 +8,7 @@ use axum::Json;
 use shellgate_store::VolumeRow;
 use shellgate_wire::{CreateVolume, Deleted, List, Volume};
 
-use crate::error::{ApiError, ApiResult};
+use crate::error::ApiResult;
 use crate::http::{ApiJson, ApiQuery, ListParams, Project};
 use crate::sandboxes::volumes::{make_volume, owned_volume, remove_volume};
 use crate::state::AppState;
@@ -37,17 +37,7 @@ pub async fn list(
     project: Project,
     ApiQuery(params): ApiQuery<ListParams>,
 ) -> ApiResult<Json<List<Volume>>> {
-    if params.purpose.is_some() || params.name.is_some() {
-        return Err(ApiError::invalid(
-            if params.name.is_some() {
-                "name"
-            } else {
-                "purpose"
-            },
-            "volumes are listed without filters",
-        ));
-    }
-    let page = params.page()?;
+    let page = params.unfiltered_page("volumes")?;
     let owner = project.0.clone();
     let (rows, has_more) = state.db(move |s| s.list_volumes(&owner, &page)).await?;
     let data = rows.iter().map(volume_object).collect();
