@@ -409,6 +409,10 @@ pub const NOT_SETTINGS: &[&str] = &[
     "SHELLGATE_FUZZ_SEED",
     "SHELLGATE_SCREENSHOTS",
     "SHELLGATE_CLUSTER_LOG",
+    // The build's stamp (crates/shellgate/build.rs), which `cargo run` and
+    // `cargo test` also put in the environment of what they start.
+    "SHELLGATE_BUILD_COMMIT",
+    "SHELLGATE_BUILD_DATE",
 ];
 
 /// The prefix of the test suites' own variables (`SHELLGATE_TEST_CLUSTER`,

@@ -73,7 +73,7 @@ fn refusal(
     max_bytes: i64,
 ) -> Result<Option<SnapshotRefusal>> {
     let (held, held_bytes): (i64, i64) = sql.query_one(
-        "SELECT COUNT(*), COALESCE(SUM(size_bytes), 0) FROM snapshots WHERE project = ?1",
+        "SELECT COUNT(*), CAST(COALESCE(SUM(size_bytes), 0) AS BIGINT) FROM snapshots WHERE project = ?1",
         &[&project],
         |r| Ok((r.get(0)?, r.get(1)?)),
     )?;
