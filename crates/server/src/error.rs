@@ -282,7 +282,7 @@ impl Dialect {
             segments.next(),
         );
         match first {
-            (Some("sandboxes" | "templates"), ..)
+            (Some("sandboxes" | "templates" | "snapshots"), ..)
             | (Some("v2" | "v3"), Some("sandboxes" | "templates"), ..) => Dialect::E2b,
             // `/v1` and OpenRouter's `/api/v1`, each also with Anthropic's
             // own `/v1` after it (an SDK given a base URL ending in /v1).

@@ -220,6 +220,40 @@ pub struct PauseRequest {
     pub require_healthy_guest: Option<bool>,
 }
 
+/// `POST /sandboxes/{id}/snapshots` (`memory` changes nothing here: a
+/// snapshot keeps files, never memory).
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
+pub struct SnapshotRequest {
+    pub name: Option<String>,
+    pub memory: Option<bool>,
+}
+
+/// A snapshot as E2B shows it: what a take answers and the listing holds.
+/// Its id is what `POST /sandboxes` takes as `templateID` to start from it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct SnapshotInfo {
+    #[serde(rename = "snapshotID")]
+    pub snapshot_id: String,
+    pub names: Vec<String>,
+}
+
+/// `POST /sandboxes/{id}/fork`: `count` copies, each with `timeout`
+/// seconds to live.
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
+pub struct ForkRequest {
+    pub timeout: Option<i64>,
+    pub count: Option<u32>,
+}
+
+/// One copy of a fork: its sandbox, or why it was not made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ForkResult {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<Sandbox>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<E2bErrorBody>,
+}
+
 /// `GET /templates/aliases/{alias}`: the template an alias names.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]

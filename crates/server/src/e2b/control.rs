@@ -91,8 +91,12 @@ pub(crate) fn routes(table: crate::route_table::RouteTable) -> crate::route_tabl
         .route("/sandboxes/metrics", get(not_supported))
         .route("/sandboxes/{sandbox_id}/logs", get(not_supported))
         .route("/v2/sandboxes/{sandbox_id}/logs", get(not_supported))
-        .route("/sandboxes/{sandbox_id}/fork", post(not_supported))
-        .route("/sandboxes/{sandbox_id}/snapshots", post(not_supported))
+        .route("/sandboxes/{sandbox_id}/fork", post(super::snapshots::fork))
+        .route(
+            "/sandboxes/{sandbox_id}/snapshots",
+            post(super::snapshots::take),
+        )
+        .route("/snapshots", get(super::snapshots::list))
         .route("/sandboxes/{sandbox_id}/refreshes", post(not_supported))
         .route("/sandboxes/{sandbox_id}/network", put(not_supported));
     super::templates::routes(table)
@@ -103,8 +107,8 @@ pub(crate) fn routes(table: crate::route_table::RouteTable) -> crate::route_tabl
 async fn not_supported(_project: E2bProject) -> E2bError {
     E2bError::new(
         StatusCode::NOT_IMPLEMENTED,
-        "not supported by shellgate's E2B API (metrics, logs, fork, snapshots, refreshes and \
-         network updates are not carried)",
+        "not supported by shellgate's E2B API (metrics, logs, refreshes and network updates are \
+         not carried)",
     )
 }
 
@@ -180,7 +184,7 @@ async fn template_alias(
 
 /// A timeout in seconds, checked against the server's longest container
 /// life.
-fn timeout_secs(state: &AppState, timeout: Option<i64>) -> E2bResult<i64> {
+pub(super) fn timeout_secs(state: &AppState, timeout: Option<i64>) -> E2bResult<i64> {
     let max = i64::from(state.config.sandbox.max_expires_minutes) * 60;
     let timeout = timeout.unwrap_or(DEFAULT_TIMEOUT_SECS.min(max));
     if timeout < 1 || timeout > max {
@@ -355,7 +359,7 @@ fn domain(state: &AppState, headers: &HeaderMap) -> Option<String> {
     (!domain.is_empty()).then(|| PublicBase::of(state, headers).sandbox_domain(domain))
 }
 
-fn sandbox_body(state: &AppState, headers: &HeaderMap, row: &E2bSandboxRow) -> Sandbox {
+pub(super) fn sandbox_body(state: &AppState, headers: &HeaderMap, row: &E2bSandboxRow) -> Sandbox {
     Sandbox {
         template_id: row.template_id.clone(),
         sandbox_id: row.container_id.clone(),
@@ -456,7 +460,12 @@ async fn create(
     check_env_vars(&env_vars)?;
     let timeout = timeout_secs(&state, request.timeout)?;
     let network = sandbox_network(&state, &request)?;
-    let (image, template) = choose_template(&state, &project, &request.template_id).await?;
+    let snapshot_id =
+        super::snapshots::project_snapshot(&state, &project, &request.template_id).await?;
+    let (image, template) = match snapshot_id {
+        Some(_) => (None, None),
+        None => choose_template(&state, &project, &request.template_id).await?,
+    };
     // A template's `ENV`s are the sandbox's, under the create's own.
     let env_vars = match &template {
         Some((_, spec)) => {
@@ -485,7 +494,7 @@ async fn create(
                 path: mount.path.clone(),
             })
             .collect(),
-        snapshot_id: None,
+        snapshot_id,
     };
     let made = crate::sandboxes::containers::create_container(&state, &project, container)
         .await
@@ -531,23 +540,30 @@ async fn create(
             .and_then(|n| n.allow_public_traffic)
             .unwrap_or(true),
     };
-    let inserted = row.clone();
-    if let Err(error) = state.db(move |s| s.insert_e2b_sandbox(&inserted)).await {
-        // Not an E2B sandbox without its record: the container goes too.
-        let _ = crate::sandboxes::containers::remove_container(&state, &made.id).await;
-        return Err(e2b_error(error));
-    }
-    state
-        .e2b_access
-        .remember(&row.container_id, AccessEntry::of_row(&row));
-    state
-        .e2b_signing
-        .remember(&row.container_id, &row.access_token);
-    super::timeouts::arm(&state, &row.container_id, row.end_at);
+    register(&state, &row).await?;
     Ok(with_status(
         StatusCode::CREATED,
         sandbox_body(&state, &headers, &row),
     ))
+}
+
+/// Records `row` beside its container (made already), which makes the
+/// container an E2B sandbox, and arms its timeout; without its record the
+/// container is removed.
+pub(super) async fn register(state: &Arc<AppState>, row: &E2bSandboxRow) -> E2bResult<()> {
+    let inserted = row.clone();
+    if let Err(error) = state.db(move |s| s.insert_e2b_sandbox(&inserted)).await {
+        let _ = crate::sandboxes::containers::remove_container(state, &row.container_id).await;
+        return Err(e2b_error(error));
+    }
+    state
+        .e2b_access
+        .remember(&row.container_id, AccessEntry::of_row(row));
+    state
+        .e2b_signing
+        .remember(&row.container_id, &row.access_token);
+    super::timeouts::arm(state, &row.container_id, row.end_at);
+    Ok(())
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -556,7 +572,7 @@ fn hex(bytes: &[u8]) -> String {
 
 /// The project's sandbox `id` and its container, or E2B's 404 (the same
 /// for an id that is not there, another project's, or a plain container).
-async fn owned(
+pub(super) async fn owned(
     state: &AppState,
     project: &str,
     id: &str,

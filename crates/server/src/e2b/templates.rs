@@ -1111,12 +1111,18 @@ async fn status(
 }
 
 /// `DELETE /templates/{id}`: the template and its layer (sandboxes made
-/// from it keep their files).
+/// from it keep their files); of a snapshot's id (E2B's SDK deletes
+/// snapshots so), that snapshot.
 async fn remove(
     State(state): State<Arc<AppState>>,
     E2bProject(project): E2bProject,
     Path(template_id): Path<String>,
 ) -> Result<StatusCode, E2bError> {
+    if let Some(removed) =
+        super::snapshots::remove_if_snapshot(&state, &project, &template_id).await
+    {
+        return removed;
+    }
     let row = project_template(&state, &project, &template_id).await?;
     // A build older than the deadline is over whatever its row says (its
     // node stopped before recording the end): the template can go.

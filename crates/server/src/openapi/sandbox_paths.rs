@@ -631,6 +631,11 @@ pub(super) fn e2b(d: &mut Builder, s: &Schemas) {
         e2b_new_volume,
         e2b_volume,
         e2b_volumes,
+        e2b_snapshot_request,
+        e2b_snapshot,
+        e2b_snapshots,
+        e2b_fork_request,
+        e2b_fork_results,
         e2b_template_request,
         e2b_template_requested,
         e2b_template_file,
@@ -777,7 +782,8 @@ pub(super) fn e2b(d: &mut Builder, s: &Schemas) {
         e2b_op(
             Delete,
             "/templates/{template_id}",
-            "Deletes the project's template and its layer (204)",
+            "Deletes the project's template and its layer, or the project's snapshot of that id \
+             (204)",
             Body::None,
             Answer::NoContent,
         ),
@@ -785,8 +791,33 @@ pub(super) fn e2b(d: &mut Builder, s: &Schemas) {
         unsupported(Get, "/sandboxes/metrics", "Not supported: 501"),
         unsupported(Get, "/sandboxes/{sandbox_id}/logs", "Not supported: 501"),
         unsupported(Get, "/v2/sandboxes/{sandbox_id}/logs", "Not supported: 501"),
-        unsupported(Post, "/sandboxes/{sandbox_id}/fork", "Not supported: 501"),
-        unsupported(Post, "/sandboxes/{sandbox_id}/snapshots", "Not supported: 501"),
+        e2b_op(
+            Post,
+            "/sandboxes/{sandbox_id}/snapshots",
+            "Snapshot a sandbox's files (one of the project's snapshots; `memory` is not kept): \
+             its id is a `templateID` to create sandboxes from. 501 in a cluster",
+            Body::Json(e2b_snapshot_request.clone()),
+            Answer::JsonWith(&["201"], e2b_snapshot.clone()),
+        ),
+        Operation {
+            query: Query::Named(E2B_SNAPSHOT_LIST_QUERY),
+            ..e2b_op(
+                Get,
+                "/snapshots",
+                "List the project's snapshots, newest first (the next page's token in \
+                 `x-next-token`). 501 in a cluster",
+                Body::None,
+                Answer::Json(e2b_snapshots.clone()),
+            )
+        },
+        e2b_op(
+            Post,
+            "/sandboxes/{sandbox_id}/fork",
+            "`count` copies of a sandbox (its files, template, metadata and environment) from one \
+             snapshot taken now, all made or none. 501 in a cluster",
+            Body::Json(e2b_fork_request.clone()),
+            Answer::JsonWith(&["201"], e2b_fork_results.clone()),
+        ),
         unsupported(Post, "/sandboxes/{sandbox_id}/refreshes", "Not supported: 501"),
         unsupported(Put, "/sandboxes/{sandbox_id}/network", "Not supported: 501"),
     ] {
@@ -883,6 +914,22 @@ const FS_IMPORT: &[(&str, &str, bool)] = &[(
     "The directory to unpack into (`/mnt/data` when omitted)",
     false,
 )];
+
+/// A listing of E2B snapshots: its query parameters.
+const E2B_SNAPSHOT_LIST_QUERY: &[(&str, &str, bool)] = &[
+    ("sandboxID", "Only the snapshots of this sandbox", false),
+    ("name", "Only the snapshots of this name or id", false),
+    (
+        "limit",
+        "At most this many (1 to 100, 100 when omitted)",
+        false,
+    ),
+    (
+        "nextToken",
+        "The previous page's `x-next-token` response header",
+        false,
+    ),
+];
 
 /// A listing of E2B sandboxes: its query parameters.
 const E2B_LIST_QUERY: &[(&str, &str, bool)] = &[

@@ -92,6 +92,11 @@ pub(super) struct Schemas {
     pub(super) e2b_new_volume: RefOr<Schema>,
     pub(super) e2b_volume: RefOr<Schema>,
     pub(super) e2b_volumes: RefOr<Schema>,
+    pub(super) e2b_snapshot_request: RefOr<Schema>,
+    pub(super) e2b_snapshot: RefOr<Schema>,
+    pub(super) e2b_snapshots: RefOr<Schema>,
+    pub(super) e2b_fork_request: RefOr<Schema>,
+    pub(super) e2b_fork_results: RefOr<Schema>,
     pub(super) e2b_template_request: RefOr<Schema>,
     pub(super) e2b_template_requested: RefOr<Schema>,
     pub(super) e2b_template_file: RefOr<Schema>,
@@ -239,6 +244,15 @@ impl Schemas {
             e2b_volumes: {
                 let schema = d.scoped::<Vec<e2b::E2bVolume>>("e2b", "VolumeList");
                 d.scoped::<e2b::E2bVolume>("e2b", "Volume");
+                schema
+            },
+            e2b_snapshot_request: d.scoped::<e2b::SnapshotRequest>("e2b", "SnapshotRequest"),
+            e2b_snapshot: d.scoped::<e2b::SnapshotInfo>("e2b", "SnapshotInfo"),
+            e2b_snapshots: d.scoped::<Vec<e2b::SnapshotInfo>>("e2b", "SnapshotInfoList"),
+            e2b_fork_request: d.scoped::<e2b::ForkRequest>("e2b", "ForkRequest"),
+            e2b_fork_results: {
+                let schema = d.scoped::<Vec<e2b::ForkResult>>("e2b", "ForkResultList");
+                d.scoped::<e2b::ForkResult>("e2b", "ForkResult");
                 schema
             },
             e2b_template_request: d

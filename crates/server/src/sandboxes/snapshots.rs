@@ -66,7 +66,7 @@ pub(crate) fn snapshot_object(row: &SnapshotRow) -> Snapshot {
 }
 
 /// A cluster's nodes do not share a disk: refused there.
-fn served(state: &AppState) -> ApiResult<()> {
+pub(crate) fn served(state: &AppState) -> ApiResult<()> {
     if state.config.cluster.role != crate::config::Role::All {
         return Err(ApiError::of(
             ErrorCode::NotSupported,
