@@ -8,7 +8,9 @@ sees another's files or processes, and each is as confined as any container
 container, are their project's alone, are bounded by the project's quotas,
 and a server killed mid-snapshot leaves nothing half-made."""
 
+import os
 import re
+import subprocess
 import threading
 import uuid
 from pathlib import Path
@@ -191,6 +193,41 @@ def test_fork_counts_and_snapshot_fields_are_checked(server):
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "metadata", refused.text
     refused = snapshot(server, source, memory=True)
     assert refused.status_code == 400, refused.text
+    assert v1(server, "DELETE", f"/containers/{source}").status_code == 200
+
+
+def snapshot_cli(server, *args: str, key: str = KEY_A) -> subprocess.CompletedProcess:
+    """`shellgate snapshot ARGS` against the server's API (its `/v1` base:
+    the command accepts the suffix), with only these variables."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+           "SHELLGATE_BASE_URL": server.base_url, "SHELLGATE_API_KEY": key}
+    return subprocess.run([str(server.binary), "snapshot", *args],
+                          capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_the_snapshot_command_lists_takes_and_deletes_through_the_api(server):
+    source = make_container(server)["id"]
+    ok(server, source, "echo kept > /mnt/data/note")
+    name = unique("cli")
+    taken = snapshot_cli(server, "create", source, "--name", name)
+    assert taken.returncode == 0, (taken.stdout, taken.stderr)
+    fields = taken.stdout.strip().split("\t")
+    assert len(fields) == 5 and fields[1] == name and fields[2] == source, taken.stdout
+    snap_id = fields[0]
+    shown = v1(server, "GET", f"/snapshots/{snap_id}")
+    assert shown.status_code == 200 and shown.json()["name"] == name, shown.text
+    listed = snapshot_cli(server, "list")
+    assert listed.returncode == 0 and taken.stdout.strip() in listed.stdout.splitlines(), (listed.stdout, listed.stderr)
+    # Another project's key lists only its own, and cannot delete this one.
+    theirs = snapshot_cli(server, "list", key=KEY_B)
+    assert theirs.returncode == 0 and snap_id not in theirs.stdout, (theirs.stdout, theirs.stderr)
+    refused = snapshot_cli(server, "delete", snap_id, key=KEY_B)
+    assert refused.returncode == 1 and "404" in refused.stderr, (refused.stdout, refused.stderr)
+    deleted = snapshot_cli(server, "delete", snap_id)
+    assert deleted.returncode == 0, (deleted.stdout, deleted.stderr)
+    assert v1(server, "GET", f"/snapshots/{snap_id}").status_code == 404
+    again = snapshot_cli(server, "list")
+    assert again.returncode == 0 and snap_id not in again.stdout, (again.stdout, again.stderr)
     assert v1(server, "DELETE", f"/containers/{source}").status_code == 200
 
 

@@ -54,6 +54,9 @@ enum Command {
     /// Build, import and list images.
     #[command(subcommand)]
     Image(ImageCommand),
+    /// List, take and delete a running server's snapshots (through its
+    /// HTTP API, with a project's key).
+    Snapshot(crate::snapshot::SnapshotArgs),
     /// Read the command audit.
     #[command(subcommand)]
     Audit(AuditCommand),
@@ -458,6 +461,7 @@ pub fn main() -> i32 {
             Command::Completions { .. } | Command::Man { .. } => Ok(()),
             Command::Drain(args) => drain(data_dir, args).await,
             Command::Image(command) => image(sandbox_dir(data_dir), command).await,
+            Command::Snapshot(args) => crate::snapshot::run(args).await,
             Command::Audit(AuditCommand::Export {
                 project,
                 to_object: None,

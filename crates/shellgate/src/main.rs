@@ -8,6 +8,7 @@ mod local;
 mod oneshot;
 mod quote;
 mod serving;
+mod snapshot;
 mod terminal;
 
 fn main() {

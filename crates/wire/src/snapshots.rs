@@ -10,14 +10,14 @@ use serde::{Deserialize, Serialize};
 use crate::containers::{ExpiresAfter, MemoryLimit, NetworkPolicy};
 
 /// `POST /v1/containers/{container_id}/snapshots`.
-#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateSnapshot {
     /// 1 to 256 characters; the container's name with a suffix when omitted.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// Up to 16 pairs: keys up to 64 characters, values up to 512.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata: BTreeMap<String, String>,
 }
 
