@@ -11,6 +11,7 @@ const routes = [
   [/^containers\/([^/]+)(?:\/([a-z]+))?$/, () => import('./pages/container.js'), 'Container'],
   [/^responses$/, () => import('./pages/responses.js'), 'Responses'],
   [/^responses\/([^/]+)$/, () => import('./pages/response.js'), 'Response'],
+  [/^snapshots$/, () => import('./pages/snapshots.js'), 'Snapshots'],
   [/^usage$/, () => import('./pages/usage.js'), 'Usage'],
   [/^operator$/, () => import('./pages/operator.js'), 'Operator'],
 ];
@@ -18,6 +19,7 @@ const routes = [
 const NAV = [
   ['containers', 'Containers'],
   ['responses', 'Responses'],
+  ['snapshots', 'Snapshots'],
   ['usage', 'Usage'],
   ['operator', 'Operator', true],
 ];
