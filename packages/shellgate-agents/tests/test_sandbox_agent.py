@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import io
+import json
 import os
 import re
 from pathlib import Path
@@ -218,6 +219,57 @@ def test_a_persisted_workspace_hydrates_a_new_container_after_the_old_is_deleted
                 assert mode.stdout.decode().strip() == "750"
         finally:
             await client.delete(second)
+
+    asyncio.run(run())
+
+
+def test_a_workspace_persisted_as_a_native_snapshot_makes_the_new_container(
+    shellgate, tmp_path
+):
+    shellgate.require(PROCESSES, FILES, ("GET", "/v1/snapshots"))
+    blob = os.urandom(100_000)
+
+    async def run():
+        client = ShellgateSandboxClient()
+        first = await client.create(
+            options=options_for(shellgate, workspace_persistence="snapshot"),
+            snapshot=LocalSnapshotSpec(base_path=tmp_path),
+        )
+        async with first:  # leaving it takes a shellgate snapshot of the container
+            await first.write(Path("deep/blob.bin"), io.BytesIO(blob))
+            await first.exec("echo made-by-a-command > made.txt && chmod 0750 deep")
+        stored = [p.read_bytes() for p in tmp_path.glob("*.tar")]
+        # Only the snapshot's id is stored: its files stay on the server.
+        assert len(stored) == 1, stored
+        assert stored[0].startswith(b"SHELLGATE_CONTAINER_SNAPSHOT_V1\n"), stored[0][:200]
+        snapshot_id = json.loads(stored[0].split(b"\n", 1)[1])["snapshot_id"]
+        with shellgate.http() as http:
+            listed = http.get(f"/v1/snapshots/{snapshot_id}")
+        assert listed.status_code == 200, listed.text
+        payload = client.serialize_session_state(first.state)
+        old_container = first.state.container_id
+        await client.delete(first)
+        assert container_status(shellgate, old_container) is None
+
+        state = client.deserialize_session_state(payload)
+        assert isinstance(state, ShellgateSandboxSessionState)
+        assert state.workspace_persistence == "snapshot", state
+        second = await client.resume(state)
+        replacement = second.state.container_id  # made empty by resume, the old one gone
+        try:
+            async with second:
+                copy = second.state.container_id
+                assert copy not in (old_container, replacement), (copy, replacement)
+                # The empty replacement gave way to the snapshot's copy.
+                assert container_status(shellgate, replacement) is None
+                assert (await second.read(Path("deep/blob.bin"))).read() == blob
+                assert (await second.read(Path("made.txt"))).read() == b"made-by-a-command\n"
+                mode = await second.exec("stat -c %a deep")
+                assert mode.stdout.decode().strip() == "750", mode
+        finally:
+            await client.delete(second)
+            with shellgate.http() as http:
+                http.delete(f"/v1/snapshots/{snapshot_id}")
 
     asyncio.run(run())
 

@@ -21,6 +21,7 @@ from agents.sandbox.errors import (
     ExposedPortUnavailableError,
     PtySessionNotFoundError,
     SandboxRuntimeError,
+    WorkspaceArchiveReadError,
     WorkspaceReadNotFoundError,
 )
 from agents.sandbox.session.sandbox_client import BaseSandboxClientOptions
@@ -31,7 +32,7 @@ from shellgate_agents import (
     ShellgateSandboxSession,
     ShellgateSandboxSessionState,
 )
-from shellgate_agents.sandbox import _Interactive
+from shellgate_agents.sandbox import _Interactive, _snapshot_id_in
 
 SECRET = "sk-very-secret"
 
@@ -135,6 +136,9 @@ class FakeShellgate:
                 del self.containers[cid]
                 return httpx.Response(200, json={"id": cid, "deleted": True})
             return httpx.Response(200, json=self.containers[cid])
+        if parts[3] == "snapshots":
+            # As a cluster answers: it keeps no snapshots.
+            return self.error(501, "not_supported", "Snapshots are not served by a cluster")
         if parts[3] == "fs":
             return self.error(404, "file_not_found")
         if parts[3] != "processes" or not self.handle_processes:
@@ -532,3 +536,25 @@ def test_resume_when_the_server_cannot_answer_fails_instead_of_replacing_the_con
         asyncio.run(client.resume(state))
     assert raised.value.retryable is True
     assert list(fake.containers) == ["cntr_1"]
+
+
+def test_a_server_that_keeps_no_snapshots_gets_the_workspace_as_tar_instead():
+    fake = FakeShellgate()
+    session = make_session(fake, workspace_persistence="snapshot")
+    # The fake holds no files: the tar export it falls back to fails, after asking.
+    with pytest.raises(WorkspaceArchiveReadError):
+        asyncio.run(session.persist_workspace())
+    asked = [(r.method, r.url.path) for r in fake.requests]
+    assert asked == [
+        ("POST", "/v1/containers/cntr_1/snapshots"),
+        ("GET", "/v1/containers/cntr_1/fs/archive"),
+    ], asked
+
+
+def test_only_a_snapshot_reference_names_a_snapshot():
+    reference = b'SHELLGATE_CONTAINER_SNAPSHOT_V1\n{"snapshot_id":"snap_1"}'
+    assert _snapshot_id_in(reference) == "snap_1"
+    assert _snapshot_id_in(b"./\x00\x00 a tar archive") is None
+    assert _snapshot_id_in(b"SHELLGATE_CONTAINER_SNAPSHOT_V1\nnot json") is None
+    assert _snapshot_id_in(b'SHELLGATE_CONTAINER_SNAPSHOT_V1\n{"snapshot_id":""}') is None
+

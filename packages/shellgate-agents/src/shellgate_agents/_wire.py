@@ -140,3 +140,19 @@ class ContainerCreate(BaseModel):
     network_policy: AllowlistPolicy | None = None
     expires_after: ExpiresAfter | None = None
     exposed_ports: list[int] | None = None
+    snapshot_id: str | None = None
+
+
+class SnapshotCreate(BaseModel):
+    """`POST /v1/containers/{id}/snapshots`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = None
+
+
+class Snapshot(_Shape):
+    """The snapshot object (`container.snapshot`): the fields this provider reads."""
+
+    id: str
+    container_id: str

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import json
 import logging
 import os
 import shlex
@@ -81,6 +82,8 @@ from ._wire import (
     ProcessCreate,
     ProcessOutput,
     PtySize,
+    Snapshot,
+    SnapshotCreate,
 )
 
 logger = logging.getLogger(__name__)
@@ -91,6 +94,11 @@ WORKSPACE_ROOT = "/mnt/data"
 
 _SDK_DEFAULT_ROOT = Manifest.model_fields["root"].default
 MemoryLimit = Literal["1g", "4g", "16g", "64g"]
+WorkspacePersistence = Literal["tar", "snapshot"]
+
+# What a workspace persisted as a native snapshot is: these bytes, then the
+# snapshot's id as JSON (a tar archive never starts with them).
+_SNAPSHOT_REF_MAGIC = b"SHELLGATE_CONTAINER_SNAPSHOT_V1\n"
 
 # The server's bounds for a process's timeout (api.md §1).
 _PROCESS_TIMEOUT_MS_MAX = 300_000
@@ -126,7 +134,14 @@ class ShellgateSandboxClientOptions(BaseSandboxClientOptions):
     key is never serialized with the options nor kept in the session state.
     `network_policy` is an allowlist of domain names (`None`: no network, shellgate's
     default); `exposed_ports` the container's TCP ports the server may proxy to
-    (1024-65535).
+    (1024-65535). `workspace_persistence`: how the SDK's snapshot of the workspace is
+    taken: `tar` (the default) streams the workspace as a tar archive into the
+    snapshot; `snapshot` takes a shellgate snapshot of the container (all its files,
+    on the server: `/v1/snapshots`) and stores only its id, and a restore makes the
+    session's container anew from it. The server keeps those snapshots until they
+    are deleted (`DELETE /v1/snapshots/{id}`, `shellgate snapshot delete`), within the
+    project's snapshot quota. A cluster, which keeps no snapshots, and a manifest
+    with mounts or excluded paths get `tar`.
     """
 
     type: Literal["shellgate"] = "shellgate"
@@ -140,6 +155,7 @@ class ShellgateSandboxClientOptions(BaseSandboxClientOptions):
     exposed_ports: tuple[int, ...] = ()
     expires_after_minutes: int | None = Field(default=None, ge=1)
     name: str | None = None
+    workspace_persistence: WorkspacePersistence = "tar"
 
     @field_validator("exposed_ports")
     @classmethod
@@ -163,6 +179,7 @@ class ShellgateSandboxSessionState(SandboxSessionState):
     memory_limit: MemoryLimit | None = None
     network_policy: tuple[str, ...] | None = None
     expires_after_minutes: int | None = None
+    workspace_persistence: WorkspacePersistence = "tar"
 
     def _sanitize_persisted_provider_identity(
         self,
@@ -259,6 +276,19 @@ def _first_chunk(data: io.IOBase, path: Path) -> bytes:
     if not isinstance(chunk, bytes | bytearray | memoryview):
         raise WorkspaceWriteTypeError(path=path, actual_type=type(chunk).__name__)
     return bytes(chunk)
+
+
+def _snapshot_id_in(first: bytes) -> str | None:
+    """The snapshot id a workspace persisted as a native snapshot names, or `None`
+    for a tar archive."""
+    if not first.startswith(_SNAPSHOT_REF_MAGIC):
+        return None
+    try:
+        reference = json.loads(first[len(_SNAPSHOT_REF_MAGIC) :])
+    except ValueError:
+        return None
+    snapshot_id = reference.get("snapshot_id") if isinstance(reference, dict) else None
+    return snapshot_id if isinstance(snapshot_id, str) and snapshot_id else None
 
 
 class ShellgateSandboxSession(BaseSandboxSession):
@@ -891,9 +921,49 @@ class ShellgateSandboxSession(BaseSandboxSession):
         except httpx.HTTPError as error:
             raise self._transport_error(("rm", path_arg), error) from error
 
-    # -- the workspace as a tar stream --------------------------------------------
+    # -- the workspace as a tar stream, or as a snapshot --------------------------
 
     async def persist_workspace(self) -> io.IOBase:
+        if self.state.workspace_persistence == "snapshot" and self._native_snapshot_fits():
+            native = await self._persist_workspace_as_snapshot()
+            if native is not None:
+                return native
+        return await self._persist_workspace_as_tar()
+
+    def _native_snapshot_fits(self) -> bool:
+        """A snapshot holds every file of the container: it stands for the workspace
+        only when nothing in it is to be left out (no mounts, no excluded paths)."""
+        return (
+            not self.state.manifest.mount_targets()
+            and not self._persist_workspace_skip_relpaths()
+        )
+
+    async def _persist_workspace_as_snapshot(self) -> io.IOBase | None:
+        """A shellgate snapshot of the container, as the reference bytes the SDK's
+        snapshot stores; `None` where the server keeps no snapshots (a cluster, 501)."""
+        root = self._workspace_root_path()
+        body = SnapshotCreate(name=f"agents-{self.state.session_id.hex[:12]}")
+        try:
+            response = await self._api.request(
+                "POST",
+                self._container_path("/snapshots"),
+                operation="snapshot container",
+                json_body=body.model_dump(exclude_none=True),
+                timeout=_TRANSFER_TIMEOUT,
+            )
+        except ShellgateApiError as error:
+            if error.status == 501:
+                return None
+            raise WorkspaceArchiveReadError(
+                path=root, context=error.context(), retryable=error.retryable
+            ) from error
+        except httpx.HTTPError as error:
+            raise WorkspaceArchiveReadError(path=root, cause=error) from error
+        snapshot = Snapshot.model_validate_json(response.content)
+        reference = json.dumps({"snapshot_id": snapshot.id}, separators=(",", ":"))
+        return io.BytesIO(_SNAPSHOT_REF_MAGIC + reference.encode("utf-8"))
+
+    async def _persist_workspace_as_tar(self) -> io.IOBase:
         root = self._workspace_root_path()
         excludes = sorted(
             rel.as_posix().removeprefix("./") for rel in self._persist_workspace_skip_relpaths()
@@ -916,6 +986,10 @@ class ShellgateSandboxSession(BaseSandboxSession):
     async def hydrate_workspace(self, data: io.IOBase) -> None:
         root = self._workspace_root_path()
         first = _first_chunk(data, root)
+        snapshot_id = _snapshot_id_in(first)
+        if snapshot_id is not None:
+            await self._replace_container_from_snapshot(snapshot_id)
+            return
         try:
             if root.as_posix() != WORKSPACE_ROOT:
                 await self._api.request(
@@ -943,6 +1017,55 @@ class ShellgateSandboxSession(BaseSandboxSession):
             ) from error
         except httpx.HTTPError as error:
             raise WorkspaceArchiveWriteError(path=root, cause=error) from error
+
+    async def _replace_container_from_snapshot(self, snapshot_id: str) -> None:
+        """Makes the session's container anew from a shellgate snapshot (its files
+        whole: the workspace and everything else) and deletes the one it replaces.
+        The snapshot is kept: the same state may be restored again."""
+        root = self._workspace_root_path()
+        body = ContainerCreate(
+            name=f"agents-{self.state.session_id.hex[:12]}",
+            snapshot_id=snapshot_id,
+            memory_limit=self.state.memory_limit,
+            network_policy=(
+                AllowlistPolicy(allowed_domains=list(self.state.network_policy))
+                if self.state.network_policy is not None
+                else None
+            ),
+            expires_after=(
+                ExpiresAfter(minutes=self.state.expires_after_minutes)
+                if self.state.expires_after_minutes is not None
+                else None
+            ),
+            exposed_ports=list(self.state.exposed_ports) or None,
+        )
+        try:
+            response = await self._api.request(
+                "POST",
+                "/v1/containers",
+                operation="create container from snapshot",
+                json_body=body.model_dump(exclude_none=True),
+                timeout=_TRANSFER_TIMEOUT,
+            )
+        except ShellgateApiError as error:
+            raise WorkspaceArchiveWriteError(
+                path=root,
+                context={**error.context(), "snapshot_id": snapshot_id},
+                retryable=error.retryable,
+                message=f"failed to make a container from snapshot {snapshot_id}: "
+                f"{error.body.message}",
+            ) from error
+        except httpx.HTTPError as error:
+            raise WorkspaceArchiveWriteError(path=root, cause=error) from error
+        replaced = self.state.container_id
+        self.state.container_id = Container.model_validate_json(response.content).id
+        try:
+            await self._api.request(
+                "DELETE", f"/v1/containers/{replaced}", operation="delete container"
+            )
+        except (ShellgateApiError, httpx.HTTPError) as error:
+            # The copy is the session's now; the old one expires as any container does.
+            logger.warning("could not delete the replaced container %s: %s", replaced, error)
 
     # -- ports --------------------------------------------------------------------
 
@@ -1137,6 +1260,7 @@ class ShellgateSandboxClient(BaseSandboxClient[ShellgateSandboxClientOptions]):
             memory_limit=options.memory_limit,
             network_policy=options.network_policy,
             expires_after_minutes=options.expires_after_minutes,
+            workspace_persistence=options.workspace_persistence,
         )
         inner = ShellgateSandboxSession(state=state, api_key=api_key, transport=self._transport)
         return self._wrap_session(inner, instrumentation=self._instrumentation)
