@@ -603,6 +603,19 @@ pub trait SandboxBackend: Send + Sync {
     fn snapshot_sharing(&self) -> Option<&'static str> {
         None
     }
+    /// Makes image `name` of `project` (a new one, or a new revision of
+    /// the project's own `name`) from container `id`'s image tree with its
+    /// upper layer applied and its home as the home of the containers made
+    /// from it. A running container's processes are frozen while its disk
+    /// is copied.
+    async fn commit_image(
+        &self,
+        _id: &str,
+        _name: &str,
+        _project: &str,
+    ) -> Result<ImageInfo, SandboxError> {
+        Err(SandboxError::NotSupported("committing images"))
+    }
 
     // Processes: see `crate::process`. A process counts as in
     // flight in its container (busy: never suspended) until it ends, and

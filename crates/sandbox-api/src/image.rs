@@ -68,6 +68,11 @@ pub struct ImageDetails {
     /// FIFOs not made, setuid/setgid bits dropped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub neutralised: Option<Neutralised>,
+    /// The project an image committed from a container belongs to: only
+    /// that project's containers are made from it, and only it lists it.
+    /// `None`: the operator's image, every project's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
 }
 
 /// An OCI image's run configuration, as its config blob gives it.

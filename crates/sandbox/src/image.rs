@@ -42,6 +42,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+mod commit;
 pub mod default_build;
 mod half_made;
 pub mod oci;
@@ -213,6 +214,9 @@ pub struct ResolvedImage {
 }
 
 pub use shellgate_sandbox_api::image::{ImageDetails, ImageInfo};
+
+/// `source_format` of an image committed from a container.
+pub const COMMITTED_FORMAT: &str = "container";
 
 /// The revision given to trees installed before revisions were recorded.
 const FIRST_REVISION: &str = "r0";
@@ -422,7 +426,11 @@ impl ImageStore {
     }
 
     /// Where a revision's tree is: the current one, or a retired one.
-    fn revision_rootfs(&self, name: &str, revision: Option<&str>) -> Result<PathBuf, SandboxError> {
+    pub(crate) fn revision_rootfs(
+        &self,
+        name: &str,
+        revision: Option<&str>,
+    ) -> Result<PathBuf, SandboxError> {
         let current = self.rootfs(name)?;
         let Some(revision) = revision else {
             return Ok(current);
@@ -809,6 +817,78 @@ impl ImageStore {
             ..ImageDetails::default()
         };
         self.install(name, &staging, &target, details)
+    }
+
+    /// Refuses a name no commit may take: an invalid one, or one of
+    /// shellgate's own images (`host`, and those its recipes build).
+    pub fn check_commit_name(name: &str) -> Result<(), SandboxError> {
+        validate_image_name(name).map_err(|_| SandboxError::InvalidRequest {
+            param: "name",
+            message: format!(
+                "invalid image name {name:?}: 1 to 64 letters, digits, '.', '_' or '-', \
+                 not starting with '.'"
+            ),
+        })?;
+        if name == HOST_IMAGE || recipe::RECIPES.iter().any(|r| r.name == name) {
+            return Err(SandboxError::InvalidRequest {
+                param: "name",
+                message: format!("{name:?} is one of shellgate's own images: choose another name"),
+            });
+        }
+        Ok(())
+    }
+
+    /// Installs image `name` of `project` (a new one, or a new revision of
+    /// the project's own) made of the image tree `base`, the overlay upper
+    /// layer `upper` applied over it (see [`commit`]), and `home` as its
+    /// sandbox user's home: what every container made from it starts its
+    /// home with. The owners in `upper` and `home` are the container's own
+    /// ids. Blocking (it copies trees).
+    pub fn commit(
+        &self,
+        name: &str,
+        project: &str,
+        base: &Path,
+        upper: &Path,
+        home: &Path,
+    ) -> Result<ImageInfo, SandboxError> {
+        Self::check_commit_name(name)?;
+        let (staging, target, _lock) = self.staging(name)?;
+        // Under the image's lock: no other commit of the name between the
+        // check and the install.
+        if self.exists(name) && self.details(name).project.as_deref() != Some(project) {
+            let _ = half_made::remove_half_made(&staging);
+            return Err(SandboxError::Conflict(format!(
+                "an image named {name:?} exists and is not this project's: choose another name"
+            )));
+        }
+        let made = commit::link_tree(base, &staging)
+            .and_then(|()| commit::apply_upper(upper, &staging))
+            .and_then(|()| commit::install_home(home, &staging, SANDBOX_HOME));
+        if let Err(e) = made {
+            let _ = half_made::remove_half_made(&staging);
+            return Err(e);
+        }
+        let config = run_config(base);
+        let details = ImageDetails {
+            source_format: Some(COMMITTED_FORMAT.to_owned()),
+            config: (config != Default::default()).then_some(config),
+            project: Some(project.to_owned()),
+            ..ImageDetails::default()
+        };
+        self.install(name, &staging, &target, details)
+    }
+
+    /// The home containers of image `name` at `revision` start with: the
+    /// sandbox user's home in the tree of an image committed from a
+    /// container (`None` for any other image: its home starts empty).
+    pub fn home_seed(&self, name: &str, revision: Option<&str>) -> Option<PathBuf> {
+        if self.details(name).source_format.as_deref() != Some(COMMITTED_FORMAT) {
+            return None;
+        }
+        let rootfs = self.revision_rootfs(name, revision).ok()?;
+        let home = rootfs.join(SANDBOX_HOME.trim_start_matches('/'));
+        fs::read_dir(&home).ok()?.next().is_some().then_some(home)
     }
 
     /// A fresh staging directory next to where image `name` will live.

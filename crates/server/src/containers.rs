@@ -27,7 +27,7 @@ use crate::http::to_completion;
 use crate::http::{multipart_error, ApiJson, ApiQuery, ListParams, Project};
 use crate::public_base::PublicBase;
 use crate::sandboxes::containers::{
-    create_container, image_list, owned, remove_container, shown_container,
+    create_container, image_list, owned, remove_container, shown_container, usable_by,
 };
 use crate::sandboxes::exec::{run_request, Exec};
 use crate::sandboxes::files::{
@@ -171,36 +171,45 @@ pub async fn exec(
         .into_response())
 }
 
+/// The image object.
+pub(crate) fn image_object(
+    image: shellgate_sandbox_api::image::ImageInfo,
+    default: &str,
+) -> shellgate_wire::Image {
+    shellgate_wire::Image {
+        id: image.name.clone(),
+        object: "image".to_owned(),
+        default: image.name == default,
+        name: image.name,
+        size_bytes: image.details.size_bytes,
+        created_at: image.details.created_at,
+        runtimes: image.details.runtimes,
+        source_format: image.details.source_format,
+        config: image
+            .details
+            .config
+            .map(|config| shellgate_wire::ImageRunConfig {
+                env: config.env,
+                working_dir: config.working_dir,
+                user: config.user,
+                entrypoint: config.entrypoint,
+                cmd: config.cmd,
+            }),
+    }
+}
+
 /// `GET /v1/images` (our extension): the images containers can be made
 /// from, with their sizes and runtimes, and which one is the default.
 pub async fn images(
     State(state): State<Arc<AppState>>,
-    _project: Project,
+    project: Project,
 ) -> ApiResult<Json<shellgate_wire::ImageList>> {
     let images = image_list(&state).await?;
     let default = &state.config.sandbox.default_image;
     let data: Vec<shellgate_wire::Image> = images
         .into_iter()
-        .map(|image| shellgate_wire::Image {
-            id: image.name.clone(),
-            object: "image".to_owned(),
-            default: &image.name == default,
-            name: image.name,
-            size_bytes: image.details.size_bytes,
-            created_at: image.details.created_at,
-            runtimes: image.details.runtimes,
-            source_format: image.details.source_format,
-            config: image
-                .details
-                .config
-                .map(|config| shellgate_wire::ImageRunConfig {
-                    env: config.env,
-                    working_dir: config.working_dir,
-                    user: config.user,
-                    entrypoint: config.entrypoint,
-                    cmd: config.cmd,
-                }),
-        })
+        .filter(|image| usable_by(image, &project.0))
+        .map(|image| image_object(image, default))
         .collect();
     Ok(Json(shellgate_wire::ImageList {
         object: "list".to_owned(),

@@ -155,6 +155,7 @@ pub(crate) fn route_table(config: &config::Config, audience: Audience) -> RouteT
             post(snapshots::create),
         )
         .route("/containers/{container_id}/fork", post(snapshots::fork))
+        .route("/containers/{container_id}/image", post(snapshots::commit))
         .route("/snapshots", get(snapshots::list))
         .route(
             "/snapshots/{snapshot_id}",

@@ -1,12 +1,15 @@
-//! `/v1/containers/{id}/snapshots`, `/v1/snapshots` and
-//! `/v1/containers/{id}/fork`: snapshots of containers and copies of them,
-//! over `sandboxes::snapshots`.
+//! `/v1/containers/{id}/snapshots`, `/v1/snapshots`,
+//! `/v1/containers/{id}/fork` and `/v1/containers/{id}/image`: snapshots of
+//! containers, copies of them and images committed from them, over
+//! `sandboxes::snapshots`.
 
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
 use axum::Json;
-use shellgate_wire::{Container, CreateSnapshot, Deleted, ForkContainer, List, Snapshot};
+use shellgate_wire::{
+    CommitImage, Container, CreateSnapshot, Deleted, ForkContainer, Image, List, Snapshot,
+};
 
 use crate::error::ApiResult;
 use crate::http::{ApiJson, ApiQuery, ListParams, Project};
@@ -73,4 +76,17 @@ pub async fn fork(
         .map(|row| shown_container(&state, row, &base))
         .collect::<ApiResult<Vec<_>>>()?;
     Ok(Json(List::page(data, false, |c: &Container| c.id.clone())))
+}
+
+pub async fn commit(
+    State(state): State<Arc<AppState>>,
+    project: Project,
+    Path(container_id): Path<String>,
+    ApiJson(body): ApiJson<CommitImage>,
+) -> ApiResult<Json<Image>> {
+    let image = snapshots::commit(&state, &project, &container_id, body).await?;
+    Ok(Json(crate::containers::image_object(
+        image,
+        &state.config.sandbox.default_image,
+    )))
 }

@@ -65,7 +65,7 @@ pub use skills::{
     MountedSkill, Skill, SkillEntry, SkillReference, SkillVersion, SkillVersionDeleted,
     StoredSkill, UpdateSkill, VersionRef,
 };
-pub use snapshots::{CreateSnapshot, ForkContainer, Snapshot};
+pub use snapshots::{CommitImage, CreateSnapshot, ForkContainer, Snapshot};
 pub use usage::{ContainerUsage, Usage};
 pub use volumes::{CreateVolume, Volume, VolumeMount};
 

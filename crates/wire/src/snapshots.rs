@@ -21,6 +21,17 @@ pub struct CreateSnapshot {
     pub metadata: BTreeMap<String, String>,
 }
 
+/// `POST /v1/containers/{container_id}/image`: the container committed to
+/// an image of the project's.
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CommitImage {
+    /// The image's name: 1 to 64 letters, digits, `.`, `_` or `-`. A name
+    /// the project committed before gets a new revision; any other image's
+    /// name is refused.
+    pub name: String,
+}
+
 /// The snapshot object.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 pub struct Snapshot {

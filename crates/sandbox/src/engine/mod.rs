@@ -527,6 +527,15 @@ impl LocalEngine {
             }
             None => self.inner.images.current_revision(&spec.image),
         };
+        // A committed image's home is every new container's first home; a
+        // copy from a snapshot has its own.
+        let home_seed = match &restore {
+            Some(_) => None,
+            None => self
+                .inner
+                .images
+                .home_seed(&spec.image, spec.image_revision.as_deref()),
+        };
         // What persists of each value: its verifier (salted digests), so
         // a restarted server still masks what it no longer holds.
         for secret in &spec.network.secrets {
@@ -546,9 +555,9 @@ impl LocalEngine {
             serde_json::to_vec_pretty(&spec).map_err(|e| SandboxError::Setup(e.to_string()))?;
         let mut state = container.state.lock().await;
         let made = async {
-            let warm = match &restore {
-                Some(_) => None,
-                None => self.inner.pools.take_warm(self, &spec).await,
+            let warm = match (&restore, &home_seed) {
+                (None, None) => self.inner.pools.take_warm(self, &spec).await,
+                _ => None,
             };
             if let Some((warm_dir, running, slot, loop_device)) = warm {
                 // A started container of the same shape: give it this id
@@ -585,6 +594,13 @@ impl LocalEngine {
             }
             if let Some(restore) = &restore {
                 self.fill_disk(&staging, slot, restore).await?;
+            }
+            // A throwaway container's tmpfs disk is made by its helper, after
+            // this: its home starts empty.
+            if let Some(seed) = &home_seed {
+                if !(spec.ephemeral && self.inner.disk_kind == DiskKind::Image) {
+                    self.seed_home(&staging, slot, seed).await?;
+                }
             }
             fs::write(staging.join("spec.json"), &spec_json)
                 .context(|| "write spec.json".into())?;
@@ -663,6 +679,15 @@ impl SandboxBackend for LocalEngine {
 
     fn snapshot_sharing(&self) -> Option<&'static str> {
         Some(self.sharing())
+    }
+
+    async fn commit_image(
+        &self,
+        id: &str,
+        name: &str,
+        project: &str,
+    ) -> Result<crate::image::ImageInfo, SandboxError> {
+        self.commit_container(id, name, project).await
     }
 
     async fn run(&self, id: &str, request: RunRequest) -> Result<Vec<CommandResult>, SandboxError> {

@@ -31,6 +31,7 @@ use super::{freezer, LocalEngine};
 use crate::backend::{validate_container_id, SnapshotTaken};
 use crate::disk::{self, DiskKind};
 use crate::error::{IoContext, SandboxError};
+use crate::image::{ImageInfo, ImageStore, HOST_IMAGE};
 use crate::launcher::Helper;
 use crate::protocol::FileViewSpec;
 
@@ -254,14 +255,104 @@ impl LocalEngine {
             .collect()
     }
 
-    /// Fills a new container's disk (in its staging directory `staging`,
-    /// its ids in `slot`) from `restore`.
-    pub(super) async fn fill_disk(
+    /// Commits container `id` to image `name` of `project` (see
+    /// [`ImageStore::commit`](crate::image::ImageStore::commit)): its disk is
+    /// taken as a snapshot under a private id (frozen while copied), the
+    /// snapshot's upper layer and home, their owners moved to the
+    /// container's own ids, make the image over the container's image
+    /// revision, and the snapshot goes. A crash between leaves a snapshot
+    /// no store row names, which the server removes at its next start.
+    pub(super) async fn commit_container(
+        &self,
+        id: &str,
+        name: &str,
+        project: &str,
+    ) -> Result<ImageInfo, SandboxError> {
+        // Refused before the disk is copied (and checked again under the
+        // image's lock).
+        ImageStore::check_commit_name(name)?;
+        let container = self.inner.containers.get(id)?;
+        let (image, revision) = (
+            container.spec.image.clone(),
+            container.spec.image_revision.clone(),
+        );
+        drop(container);
+        if image == HOST_IMAGE {
+            return Err(SandboxError::InvalidRequest {
+                param: "container_id",
+                message: "a container of the `host` image has no image tree of its own to commit \
+                          (its root is the host's directories)"
+                    .into(),
+            });
+        }
+        let images = self.inner.images.clone();
+        if images.exists(name) && images.details(name).project.as_deref() != Some(project) {
+            return Err(SandboxError::Conflict(format!(
+                "an image named {name:?} exists and is not this project's: choose another name"
+            )));
+        }
+        let base = images.revision_rootfs(&image, revision.as_deref())?;
+        let snapshot_id = self.next_name("commit-");
+        self.take_snapshot(id, &snapshot_id).await?;
+        let made = async {
+            let restore = self.snapshot_record(&snapshot_id)?;
+            let owner_base = restore.recorded.owner_base;
+            let disk = restore.dir.join("disk");
+            let (name, project) = (name.to_owned(), project.to_owned());
+            super::blocking(move || {
+                let (upper, home) = (disk.join(disk::UPPER_DIR), disk.join(disk::HOME_DIR));
+                if owner_base != 0 {
+                    shift_owners(&upper, owner_base, 0)?;
+                    shift_owners(&home, owner_base, 0)?;
+                }
+                images.commit(&name, &project, &base, &upper, &home)
+            })
+            .await
+        }
+        .await;
+        if let Err(e) = self.remove_snapshot(&snapshot_id).await {
+            tracing::warn!(snapshot = %snapshot_id, "could not remove a commit's copy: {e}");
+        }
+        made
+    }
+
+    /// Fills a new container's home (in its staging directory `staging`,
+    /// its ids in `slot`) with `seed`, an image's home (owners in container
+    /// ids).
+    pub(super) async fn seed_home(
         &self,
         staging: &Path,
         slot: u32,
-        restore: &Restore,
+        seed: &Path,
     ) -> Result<(), SandboxError> {
+        let (view, root) = self.new_disk_root(staging, slot).await?;
+        let base = if self.inner.rootless || self.inner.config.map_invoking_user {
+            0
+        } else {
+            self.inner.slots.id_base(slot)
+        };
+        let seed = seed.to_owned();
+        let result = super::blocking(move || {
+            let home = root.join(disk::HOME_DIR);
+            copy_dir(&seed, &home, "home")?;
+            if base != 0 {
+                shift_owners(&home, 0, base)?;
+            }
+            Ok(())
+        })
+        .await;
+        drop(view);
+        result
+    }
+
+    /// The root of a new container's disk (in its staging directory
+    /// `staging`, its ids in `slot`), laid out, and the view that keeps it
+    /// reachable (none for a directory disk).
+    async fn new_disk_root(
+        &self,
+        staging: &Path,
+        slot: u32,
+    ) -> Result<(Option<OwnedFd>, PathBuf), SandboxError> {
         let view = match self.inner.disk_kind {
             DiskKind::Directory => None,
             DiskKind::Image => {
@@ -279,6 +370,18 @@ impl LocalEngine {
             Some(data) => disk_root_of(data),
             None => staging.join("disk"),
         };
+        Ok((view, root))
+    }
+
+    /// Fills a new container's disk (in its staging directory `staging`,
+    /// its ids in `slot`) from `restore`.
+    pub(super) async fn fill_disk(
+        &self,
+        staging: &Path,
+        slot: u32,
+        restore: &Restore,
+    ) -> Result<(), SandboxError> {
+        let (view, root) = self.new_disk_root(staging, slot).await?;
         let from = restore.dir.join("disk");
         let old_base = restore.recorded.owner_base;
         let new_base = if old_base == 0 {
@@ -318,23 +421,31 @@ fn disk_root_of(data: &OwnedFd) -> PathBuf {
 fn copy_tree(from: &Path, to: &Path) -> Result<(), SandboxError> {
     for name in KEPT {
         let source = from.join(name);
-        if !source.exists() {
-            continue;
-        }
-        let output = std::process::Command::new("cp")
-            .args(["-a", "--reflink=auto", "--sparse=always", "-T"])
-            .arg(&source)
-            .arg(to.join(name))
-            .output()
-            .context(|| "run cp".into())?;
-        if !output.status.success() {
-            return Err(SandboxError::Setup(format!(
-                "copying the container's {name} failed: {}",
-                String::from_utf8_lossy(&output.stderr).trim()
-            )));
+        if source.exists() {
+            copy_dir(&source, &to.join(name), name)?;
         }
     }
     Ok(())
+}
+
+/// Copies directory `from` onto `to` (merged into what is there), as
+/// [`copy_tree`] copies each of its directories; `shown` names it in an
+/// error.
+fn copy_dir(from: &Path, to: &Path, shown: &str) -> Result<(), SandboxError> {
+    let output = std::process::Command::new("cp")
+        .args(["-a", "--reflink=auto", "--sparse=always", "-T"])
+        .arg(from)
+        .arg(to)
+        .output()
+        .context(|| "run cp".into())?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(SandboxError::Setup(format!(
+            "copying the container's {shown} failed: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        )))
+    }
 }
 
 /// Moves every owner in `old_base..old_base+ID_RANGE` under `root` to the

@@ -487,6 +487,8 @@ pub(super) fn snapshots(d: &mut Builder, s: &Schemas) {
         create_snapshot,
         fork_container,
         container_list,
+        image,
+        commit_image,
         ..
     } = s;
     for operation in [
@@ -505,6 +507,15 @@ pub(super) fn snapshots(d: &mut Builder, s: &Schemas) {
             "Copies of a container (1 to 16), each with its own disk, from one snapshot taken now",
             Body::Json(fork_container.clone()),
             Answer::Json(container_list.clone()),
+        ),
+        operation(
+            Post,
+            "/v1/containers/{container_id}/image",
+            "Snapshots",
+            "Commit a container to an image of the project's: its image with its changes, its \
+             home as new containers' home (shellgate extension)",
+            Body::Json(commit_image.clone()),
+            Answer::Json(image.clone()),
         ),
         list(
             "/v1/snapshots",

@@ -106,13 +106,30 @@ pub(crate) async fn image_list(
         .map_err(|e| ApiError::internal(format!("image listing failed: {e}")))
 }
 
-/// The image a new container is made from: the one asked for (a 400
-/// naming the available ones if it is not there), else the server's
-/// default, else (the default not built yet) `host`.
-pub(crate) async fn choose_image(state: &Arc<AppState>, asked: Option<&str>) -> ApiResult<String> {
+/// Whether `project` may make containers from `image` (and see it): every
+/// project may use the operator's images, only its own of those committed
+/// from containers.
+pub(crate) fn usable_by(image: &shellgate_sandbox_api::image::ImageInfo, project: &str) -> bool {
+    image
+        .details
+        .project
+        .as_deref()
+        .is_none_or(|owner| owner == project)
+}
+
+/// The image a new container of `project` is made from: the one asked for
+/// (a 400 naming the available ones if it is not there or not the
+/// project's), else the server's default, else (the default not built yet)
+/// `host`.
+pub(crate) async fn choose_image(
+    state: &Arc<AppState>,
+    project: &str,
+    asked: Option<&str>,
+) -> ApiResult<String> {
     let available: Vec<String> = image_list(state)
         .await?
         .into_iter()
+        .filter(|image| usable_by(image, project))
         .map(|image| image.name)
         .collect();
     let host = shellgate_sandbox_api::image::HOST_IMAGE;
@@ -347,7 +364,7 @@ pub(crate) async fn create_container_from(
     // Every file must exist (in this project) before anything is made.
     let files = project_files(state, &project.0, &body.file_ids, "file_ids").await?;
     let memory = body.memory_limit.unwrap_or_default();
-    let image = choose_image(state, body.image.as_deref()).await?;
+    let image = choose_image(state, &project.0, body.image.as_deref()).await?;
     let skills =
         crate::sandboxes::skills::resolve(state, &project.0, &body.skills, "skills").await?;
     let exposed_ports = shellgate_wire::ports::check_exposed_ports(&body.exposed_ports)

@@ -171,7 +171,8 @@ pub async fn prepare(
             )
             .await?;
             if body.image.is_some() {
-                crate::sandboxes::containers::choose_image(state, body.image.as_deref()).await?;
+                crate::sandboxes::containers::choose_image(state, project, body.image.as_deref())
+                    .await?;
             }
             // Skills are checked now (a malformed entry or a hostile
             // bundle is this request's 400) and listed for the model.

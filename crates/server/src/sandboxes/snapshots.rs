@@ -11,14 +11,20 @@
 //! removes the row first, then the files. A fork's snapshot never has a
 //! row: it is removed once the copies are made.
 //!
-//! A snapshot lives on the disk of the node that took it: a cluster serves
-//! none (501), as for volumes.
+//! A commit (`/v1/containers/{id}/image`) is the engine's: its image is the
+//! project's (the engine records the owner with it), seen and used by that
+//! project alone.
+//!
+//! A snapshot, like an image, lives on the disk of the node that took it: a
+//! cluster serves neither (501), as for volumes.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use shellgate_store::{ContainerRow, SnapshotRefusal, SnapshotRow};
-use shellgate_wire::{new_id, CreateContainer, CreateSnapshot, ErrorCode, ForkContainer, Snapshot};
+use shellgate_wire::{
+    new_id, CommitImage, CreateContainer, CreateSnapshot, ErrorCode, ForkContainer, Snapshot,
+};
 
 use crate::error::{ApiError, ApiResult};
 use crate::http::{to_completion, Project};
@@ -325,6 +331,28 @@ pub(crate) async fn fork(
             return Err(error);
         }
         Ok(copies)
+    })
+    .await
+}
+
+/// `POST /v1/containers/{id}/image`: the container committed to image
+/// `body.name` of the project's.
+pub(crate) async fn commit(
+    state: &Arc<AppState>,
+    project: &Project,
+    container_id: &str,
+    body: CommitImage,
+) -> ApiResult<shellgate_sandbox_api::image::ImageInfo> {
+    served(state)?;
+    let container = crate::sandboxes::containers::owned(state, project, container_id).await?;
+    let worker = Arc::clone(state);
+    let owner = project.0.clone();
+    to_completion(async move {
+        worker
+            .engine
+            .commit_image(&container.id, &body.name, &owner)
+            .await
+            .map_err(|e| crate::engine::engine_error(&container.id, e))
     })
     .await
 }
