@@ -65,6 +65,18 @@ fn pids(procs: &Path) -> io::Result<HashSet<u32>> {
         .collect())
 }
 
+/// Whether process `pid` has exited (a zombie, or gone): its state in
+/// `/proc/<pid>/stat`, the field after the command's closing parenthesis.
+fn exited(pid: u32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            .is_some_and(|state| matches!(state, 'Z' | 'X')),
+        Err(_) => true,
+    }
+}
+
 /// Moves `pids` into the cgroup whose `cgroup.procs` is `procs`; one that
 /// has exited meanwhile is no error.
 fn move_into(procs: &Path, pids: impl IntoIterator<Item = u32>) -> io::Result<()> {
@@ -142,7 +154,14 @@ impl Frozen {
             let outside: Vec<u32> = pids(members)
                 .and_then(|all| {
                     let inside = pids(&procs)?;
-                    Ok(all.difference(&inside).copied().collect())
+                    // A zombie stays listed where it died and cannot be
+                    // moved (its parent, frozen, will not reap it yet); it
+                    // has no memory or files to change.
+                    Ok(all
+                        .difference(&inside)
+                        .copied()
+                        .filter(|&pid| !exited(pid))
+                        .collect())
                 })
                 .context(|| "list the container's processes".into())?;
             if outside.is_empty() {
@@ -203,5 +222,31 @@ pub(super) async fn recover(group: &str) {
         if let Err(e) = thaw_v1(&dir, &home).await {
             tracing::warn!("could not thaw {}: {e}", dir.display());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::exited;
+
+    #[test]
+    fn a_running_process_has_not_exited_and_a_zombie_or_a_reaped_one_has() {
+        assert!(!exited(std::process::id()), "this test's own process");
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("spawn true");
+        let pid = child.id();
+        // Not reaped yet: a zombie once it ends.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !exited(pid) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{pid} never read as exited: {:?}",
+                std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            );
+            std::thread::yield_now();
+        }
+        child.wait().expect("reap");
+        assert!(exited(pid), "a reaped process reads as exited");
     }
 }
