@@ -91,12 +91,6 @@ pub(crate) fn routes(table: crate::route_table::RouteTable) -> crate::route_tabl
         .route("/sandboxes/metrics", get(not_supported))
         .route("/sandboxes/{sandbox_id}/logs", get(not_supported))
         .route("/v2/sandboxes/{sandbox_id}/logs", get(not_supported))
-        .route("/sandboxes/{sandbox_id}/fork", post(super::snapshots::fork))
-        .route(
-            "/sandboxes/{sandbox_id}/snapshots",
-            post(super::snapshots::take),
-        )
-        .route("/snapshots", get(super::snapshots::list))
         .route("/sandboxes/{sandbox_id}/refreshes", post(not_supported))
         .route("/sandboxes/{sandbox_id}/network", put(not_supported));
     super::templates::routes(table)
@@ -461,7 +455,7 @@ async fn create(
     let timeout = timeout_secs(&state, request.timeout)?;
     let network = sandbox_network(&state, &request)?;
     let snapshot_id =
-        super::snapshots::project_snapshot(&state, &project, &request.template_id).await?;
+        super::snapshot_ids::project_snapshot(&state, &project, &request.template_id).await?;
     let (image, template) = match snapshot_id {
         Some(_) => (None, None),
         None => choose_template(&state, &project, &request.template_id).await?,

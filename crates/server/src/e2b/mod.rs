@@ -39,6 +39,7 @@ pub(crate) mod process;
 pub(crate) mod request;
 pub(crate) mod signed;
 pub(crate) mod signing_keys;
+pub(crate) mod snapshot_ids;
 pub(crate) mod snapshots;
 pub(crate) mod templates;
 pub(crate) mod timeouts;

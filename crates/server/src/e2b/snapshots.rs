@@ -22,6 +22,7 @@ use std::sync::Arc;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
 use axum::Json;
 use serde::Deserialize;
 use shellgate_store::{E2bSandboxRow, Page, SnapshotRow};
@@ -35,9 +36,6 @@ use crate::http::Project;
 use crate::sandboxes::snapshots as native;
 use crate::state::AppState;
 
-/// The prefix of shellgate's snapshot ids, which no template id has: a
-/// `templateID` or a template delete naming one is a snapshot's.
-const SNAPSHOT_PREFIX: &str = "snap_";
 /// Longest listing page (E2B's own bound).
 const MAX_LIST_LIMIT: u32 = 100;
 /// E2B's default fork count.
@@ -47,51 +45,19 @@ const NEXT_TOKEN_HEADER: &str = "x-next-token";
 
 type E2bResult<T> = Result<T, E2bError>;
 
+/// E2B's snapshot and fork routes, at the root as E2B's API serves them.
+pub(crate) fn routes(table: crate::route_table::RouteTable) -> crate::route_table::RouteTable {
+    table
+        .route("/sandboxes/{sandbox_id}/fork", post(fork))
+        .route("/sandboxes/{sandbox_id}/snapshots", post(take))
+        .route("/snapshots", get(list))
+}
+
 fn snapshot_info(row: &SnapshotRow) -> SnapshotInfo {
     SnapshotInfo {
         snapshot_id: row.id.clone(),
         names: vec![row.name.clone()],
     }
-}
-
-/// `id` as a snapshot of `project` to start a sandbox from, or `None`
-/// when it is not a snapshot's id (then it names a template). Another
-/// project's snapshot is E2B's 404, as an unknown template.
-pub(super) async fn project_snapshot(
-    state: &AppState,
-    project: &str,
-    id: &str,
-) -> E2bResult<Option<String>> {
-    if !id.starts_with(SNAPSHOT_PREFIX) {
-        return Ok(None);
-    }
-    native::served(state).map_err(e2b_error)?;
-    match native::owned_snapshot(state, project, id).await {
-        Ok(row) => Ok(Some(row.id)),
-        Err(error) if error.status() == StatusCode::NOT_FOUND => Err(E2bError::new(
-            StatusCode::NOT_FOUND,
-            format!("template '{id}' not found"),
-        )),
-        Err(error) => Err(e2b_error(error)),
-    }
-}
-
-/// `DELETE /templates/{id}` of a snapshot's id: `Some` when `id` is one
-/// (then removed, or 404), `None` when it names a template.
-pub(super) async fn remove_if_snapshot(
-    state: &Arc<AppState>,
-    project: &str,
-    id: &str,
-) -> Option<E2bResult<StatusCode>> {
-    if !id.starts_with(SNAPSHOT_PREFIX) {
-        return None;
-    }
-    Some(
-        native::remove(state, project, id)
-            .await
-            .map(|()| StatusCode::NO_CONTENT)
-            .map_err(e2b_error),
-    )
 }
 
 /// `POST /sandboxes/{id}/snapshots`: 201 and the snapshot's id and name.

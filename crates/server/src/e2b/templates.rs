@@ -1119,7 +1119,7 @@ async fn remove(
     Path(template_id): Path<String>,
 ) -> Result<StatusCode, E2bError> {
     if let Some(removed) =
-        super::snapshots::remove_if_snapshot(&state, &project, &template_id).await
+        super::snapshot_ids::remove_if_snapshot(&state, &project, &template_id).await
     {
         return removed;
     }
