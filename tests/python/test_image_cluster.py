@@ -452,7 +452,17 @@ def test_the_api_role_runs_as_the_restricted_profile_asks(cluster):
 
 def test_a_container_through_the_replica_survives_its_nodes_restart(cluster):
     client = cluster.client()
-    container = client.containers.create(name="from-the-image")
+    # The tests before this one rebuild the image beside the nodes: both
+    # must be placeable again (ready, heart-beating) before a create.
+    cluster.wait_nodes_ready(set(UID_BASES))
+    try:
+        container = client.containers.create(name="from-the-image")
+    except openai.APIStatusError as error:
+        nodes = requests.get(f"http://127.0.0.1:{cluster.api_port}/v1/cluster/nodes",
+                             headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=10).text
+        raise AssertionError(
+            f"create failed: {error}\nnodes: {nodes}\n"
+            + "\n".join(f"{n}: {cluster.logs(n)[-3000:]}" for n in UID_BASES)) from error
     result = exec_commands(client, container.id, ["echo hi", "uname -s", "printf made > made.txt"])
     assert [o["outcome"] for o in result["output"]] == [{"type": "exit", "exit_code": 0}] * 3, result
     assert result["output"][0]["stdout"] == "hi\n", result
