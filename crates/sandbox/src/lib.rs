@@ -25,6 +25,8 @@ mod launcher;
 pub mod output;
 pub mod protocol;
 pub mod sandbox_user;
+#[cfg(test)]
+mod scratch;
 pub mod sys;
 
 pub use backend::{

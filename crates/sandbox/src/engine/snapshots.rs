@@ -562,31 +562,7 @@ pub(super) fn recover(data_dir: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A directory of one test's own, removed when dropped.
-    struct Scratch(PathBuf);
-
-    impl Scratch {
-        fn new(name: &str) -> Self {
-            let dir = std::env::temp_dir().join(format!(
-                "shellgate-snapshot-test-{name}-{}",
-                std::process::id()
-            ));
-            let _ = fs::remove_dir_all(&dir);
-            fs::create_dir_all(&dir).expect("create the test's directory");
-            Self(dir)
-        }
-
-        fn path(&self) -> &Path {
-            &self.0
-        }
-    }
-
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = fs::remove_dir_all(&self.0);
-        }
-    }
+    use crate::scratch::Scratch;
 
     #[test]
     fn owners_in_the_old_range_move_to_the_new_one_and_others_stay() {
