@@ -682,17 +682,41 @@ impl BuildLock {
     /// The lock of the image whose directory is `dir`, if no other process
     /// holds it (`Ok(None)`: one does).
     fn try_take(dir: &Path) -> Result<Option<Self>, SandboxError> {
-        let file = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(dir.join(".lock"))
-            .context(|| format!("open {}/.lock", dir.display()))?;
+        let file = Self::open(dir)?;
         // SAFETY: flock on a descriptor owned here.
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             return Ok(None);
         }
         Ok(Some(Self { _file: file }))
+    }
+
+    /// The lock of the image whose directory is `dir`, once the process
+    /// holding it (another build of the same image) lets it go. Blocks:
+    /// call it off the async workers.
+    fn take_waiting(dir: &Path) -> Result<Self, SandboxError> {
+        let file = Self::open(dir)?;
+        loop {
+            // SAFETY: flock on a descriptor owned here.
+            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
+                return Ok(Self { _file: file });
+            }
+            let error = std::io::Error::last_os_error();
+            if error.kind() != std::io::ErrorKind::Interrupted {
+                return Err(SandboxError::Setup(format!(
+                    "lock {}/.lock: {error}",
+                    dir.display()
+                )));
+            }
+        }
+    }
+
+    fn open(dir: &Path) -> Result<fs::File, SandboxError> {
+        fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(".lock"))
+            .context(|| format!("open {}/.lock", dir.display()))
     }
 }
 
@@ -891,8 +915,48 @@ impl ImageStore {
         fs::read_dir(&home).ok()?.next().is_some().then_some(home)
     }
 
-    /// A fresh staging directory next to where image `name` will live.
+    /// A fresh staging directory next to where image `name` will live,
+    /// refused while another process builds or imports the image.
     fn staging(&self, name: &str) -> Result<(PathBuf, PathBuf, BuildLock), SandboxError> {
+        let parent = self.image_dir(name)?;
+        // One build or import of an image at a time, across processes (a
+        // CLI beside a server): they share the staging directory.
+        let lock = match BuildLock::try_take(&parent)? {
+            Some(lock) => lock,
+            None => {
+                return Err(SandboxError::InvalidRequest {
+                    param: "name",
+                    message: format!("image {name} is being built or imported by another process"),
+                })
+            }
+        };
+        let (staging, target) = self.staging_locked(name)?;
+        Ok((staging, target, lock))
+    }
+
+    /// Image `name`'s build lock, once any other process building or
+    /// importing it is done: a second `image build` of an image waits for
+    /// the first, then finds it built, rather than failing.
+    pub(crate) async fn wait_for_build_lock(
+        &self,
+        name: &str,
+        progress: Progress<'_>,
+    ) -> Result<BuildLock, SandboxError> {
+        let parent = self.image_dir(name)?;
+        if let Some(lock) = BuildLock::try_take(&parent)? {
+            return Ok(lock);
+        }
+        progress(
+            0.0,
+            &format!("shellgate: waiting for another process's build or import of image {name}"),
+        );
+        tokio::task::spawn_blocking(move || BuildLock::take_waiting(&parent))
+            .await
+            .map_err(|e| SandboxError::Setup(format!("wait for the image's build lock: {e}")))?
+    }
+
+    /// The directory image `name` lives in, made if missing.
+    fn image_dir(&self, name: &str) -> Result<PathBuf, SandboxError> {
         if name == HOST_IMAGE {
             return Err(SandboxError::InvalidRequest {
                 param: "name",
@@ -905,21 +969,18 @@ impl ImageStore {
             .map(Path::to_owned)
             .unwrap_or_else(|| self.root.clone());
         fs::create_dir_all(&parent).context(|| format!("create {}", parent.display()))?;
-        // One build or import of an image at a time, across processes (a
-        // CLI beside a server): they share the staging directory.
-        let lock = match BuildLock::try_take(&parent)? {
-            Some(lock) => lock,
-            None => {
-                return Err(SandboxError::InvalidRequest {
-                    param: "name",
-                    message: format!("image {name} is being built or imported by another process"),
-                })
-            }
-        };
+        Ok(parent)
+    }
+
+    /// A fresh staging directory for image `name`, whose build lock the
+    /// caller holds: `(staging, target)`.
+    fn staging_locked(&self, name: &str) -> Result<(PathBuf, PathBuf), SandboxError> {
+        let target = self.rootfs(name)?;
+        let parent = self.image_dir(name)?;
         let staging = parent.join("rootfs.new");
         half_made::remove_half_made(&staging)?;
         fs::create_dir(&staging).context(|| format!("create {}", staging.display()))?;
-        Ok((staging, target, lock))
+        Ok((staging, target))
     }
 
     /// Swaps a finished staging directory in as the image's root, with
@@ -1392,6 +1453,27 @@ fn copy_public(source: &Path, dest: &Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_build_lock_held_elsewhere_is_refused_to_a_try_and_awaited_by_a_wait() {
+        let scratch = crate::scratch::Scratch::new("build-lock");
+        let first = BuildLock::try_take(scratch.path()).unwrap().expect("free");
+        assert!(BuildLock::try_take(scratch.path()).unwrap().is_none());
+        let dir = scratch.path().to_owned();
+        let (took, waited) = std::sync::mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            let lock = BuildLock::take_waiting(&dir);
+            let _ = took.send(());
+            lock.map(drop)
+        });
+        // The waiter takes the lock only once the first holder lets it go:
+        // it has not sent while `first` lives, whenever it runs.
+        assert!(waited.try_recv().is_err());
+        drop(first);
+        waiter.join().unwrap().unwrap();
+        assert!(waited.try_recv().is_ok());
+        assert!(BuildLock::try_take(scratch.path()).unwrap().is_some());
+    }
 
     #[test]
     fn only_debian_12s_profile_is_changed_and_only_its_uid_test() {

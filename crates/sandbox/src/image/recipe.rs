@@ -474,6 +474,10 @@ impl ImageStore {
             ),
         })?;
         let hash = recipe.hash();
+        // Held from the up-to-date check to the install: a build of the
+        // same image by another process (a second `image build`, a test
+        // lane beside another) is waited for, then found up to date.
+        let lock = self.wait_for_build_lock(name, progress).await?;
         let installed = self.details(name);
         if !force
             && installed.recipe_hash.as_deref() == Some(hash.as_str())
@@ -509,7 +513,8 @@ impl ImageStore {
         prune_wheels(&wheel_cache);
 
         let mirror = choose_mirror(recipe, progress).await;
-        let (staging, target, _lock) = self.staging(name)?;
+        let (staging, target) = self.staging_locked(name)?;
+        let _lock = lock;
         let lock_file = target.with_file_name("packages.new");
         let _ = fs::remove_file(&lock_file);
 
