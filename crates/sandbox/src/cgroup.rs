@@ -256,11 +256,9 @@ impl Cgroups {
         }
     }
 
-    /// The counters of a container's cgroup, opened once (see
+    /// Where the counters of a container's cgroup are (see
     /// [`LimitCounters`]).
     pub fn counters(&self, slot: &str) -> LimitCounters {
-        let open = |path: Option<PathBuf>| path.and_then(|p| fs::File::open(p).ok());
-        let pids = self.controller_dir(slot, "pids");
         let oom = match self {
             Cgroups::V2 { base } => Some(base.join(slot).join("memory.events")),
             _ => self
@@ -268,9 +266,10 @@ impl Cgroups {
                 .map(|dir| dir.join("memory.oom_control")),
         };
         LimitCounters {
-            pids_current: open(pids.as_ref().map(|d| d.join("pids.current"))),
-            pids_events: open(pids.map(|d| d.join("pids.events"))),
-            oom: open(oom),
+            pids_events: self
+                .controller_dir(slot, "pids")
+                .map(|dir| dir.join("pids.events")),
+            oom,
         }
     }
 
@@ -287,22 +286,23 @@ impl Cgroups {
     }
 }
 
-/// A container's cgroup counters, kept open: the command path reads them
-/// around every command, and a `pread` of an open cgroup file costs a
-/// fraction of a path lookup, open and close. A counter this host does not
-/// have reads as zero (or `None`).
+/// A container's cgroup counters, opened when read. Kept open they would
+/// cost every live container two of the server's descriptors, and the
+/// descriptor table, not memory, is what bounds how many containers one
+/// server holds; an open, read and close of a small cgroup file costs
+/// microseconds against a command's milliseconds. A counter this host does
+/// not have reads as zero.
 #[derive(Debug)]
 pub struct LimitCounters {
-    pids_current: Option<fs::File>,
-    pids_events: Option<fs::File>,
-    oom: Option<fs::File>,
+    pids_events: Option<PathBuf>,
+    oom: Option<PathBuf>,
 }
 
-/// Reads a whole (small) cgroup file from its start.
-fn read_counter_file(file: &fs::File) -> Option<String> {
-    use std::os::unix::fs::FileExt;
+/// Reads a whole (small) cgroup file.
+fn read_counter_file(path: &Path) -> Option<String> {
+    use std::io::Read;
     let mut buf = [0u8; 512];
-    let n = file.read_at(&mut buf, 0).ok()?;
+    let n = fs::File::open(path).ok()?.read(&mut buf).ok()?;
     String::from_utf8(buf[..n].to_vec()).ok()
 }
 
@@ -315,19 +315,11 @@ fn keyed(text: &str, key: &str) -> Option<u64> {
 }
 
 impl LimitCounters {
-    /// Tasks (processes and threads) in the cgroup now, if known.
-    pub fn pids_current(&self) -> Option<u64> {
-        read_counter_file(self.pids_current.as_ref()?)?
-            .trim()
-            .parse()
-            .ok()
-    }
-
     /// How often the container has hit its process limit and how many
     /// processes the OOM killer ended in it, since its cgroup was made.
     pub fn events(&self) -> LimitEvents {
-        let count = |file: &Option<fs::File>, key: &str| {
-            file.as_ref()
+        let count = |path: &Option<PathBuf>, key: &str| {
+            path.as_deref()
                 .and_then(read_counter_file)
                 .and_then(|text| keyed(&text, key))
                 .unwrap_or(0)
@@ -587,6 +579,35 @@ mod tests {
         assert_eq!(read(&root, "cpu/g/s1/cpu.cfs_quota_us"), "150000");
         assert_eq!(read(&root, "cpu/g/s1/cpu.cfs_period_us"), "100000");
         fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn limit_counters_are_read_from_the_cgroup_each_time() {
+        let root = fake(&[
+            "memory/cgroup.procs",
+            "pids/cgroup.procs",
+            "memory/g/s1/memory.oom_control",
+            "pids/g/s1/pids.events",
+        ]);
+        let (cgroups, _) = Cgroups::setup_in(&root, "4:memory:/\n8:pids:/\n0::/\n", 42, "g");
+        let counters = cgroups.counters("s1");
+        assert_eq!(counters.events(), LimitEvents::default());
+        fs::write(root.join("pids/g/s1/pids.events"), "max 3\n").unwrap();
+        fs::write(
+            root.join("memory/g/s1/memory.oom_control"),
+            "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n",
+        )
+        .unwrap();
+        assert_eq!(
+            counters.events(),
+            LimitEvents {
+                pids_max: 3,
+                oom_kills: 2
+            }
+        );
+        // A container whose cgroup is gone reads as having hit nothing.
+        fs::remove_dir_all(&root).unwrap();
+        assert_eq!(counters.events(), LimitEvents::default());
     }
 
     #[test]
