@@ -89,6 +89,15 @@ if [[ " $* " == *" --quick "* ]]; then
 else
   SHELLGATE_BIN="$PWD/target/release/shellgate" python3 bench/streams.py
 fi
+# Live containers at scale: 1,000, 5,000 and 10,000 live containers made
+# through the API, a mixed load from 32 clients against the empty server's,
+# memory, descriptors and threads, a restart, the deletes and what they left
+# (stdlib only; it stops creating below 6 GiB of MemAvailable and says so).
+if [[ " $* " == *" --quick "* ]]; then
+  python3 bench/scale.py --counts 200 --seconds 5
+else
+  python3 bench/scale.py
+fi
 # The baselines as whole commands, for a second opinion from hyperfine.
 table=$(mktemp)
 hyperfine -N --warmup 20 --runs 300 --style none --export-markdown "$table" \

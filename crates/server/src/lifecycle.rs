@@ -281,9 +281,12 @@ pub async fn suspend_all(state: &Arc<AppState>) {
     let Ok(rows) = state.db(move |s| s.containers_on_node(&node)).await else {
         return;
     };
-    for row in rows.into_iter().filter(|r| r.session_open) {
-        let _ = state
-            .db(move |s| s.close_session(&row.id, shellgate_store::ContainerStatus::Suspended))
-            .await;
-    }
+    let open: Vec<String> = rows
+        .into_iter()
+        .filter(|r| r.session_open)
+        .map(|r| r.id)
+        .collect();
+    let _ = state
+        .db(move |s| s.close_sessions(&open, shellgate_store::ContainerStatus::Suspended))
+        .await;
 }

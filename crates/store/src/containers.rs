@@ -406,6 +406,17 @@ impl Store {
         self.transaction(|sql| close_session(sql, id, status, &day))
     }
 
+    /// `close_session` for many containers in one transaction: a server
+    /// stopping with thousands of containers suspends them all at once
+    /// rather than one transaction (and one wait for the writer) each.
+    pub fn close_sessions(&self, ids: &[String], status: ContainerStatus) -> Result<()> {
+        let day = utc_day();
+        self.transaction(|sql| {
+            ids.iter()
+                .try_for_each(|id| close_session(sql, id, status, &day))
+        })
+    }
+
     /// Deletes a container's row and its files' rows (closing its session
     /// into the project's usage first).
     pub fn delete_container(&self, id: &str) -> Result<()> {

@@ -526,6 +526,40 @@ mod tables {
     }
 
     #[test]
+    fn closing_many_sessions_bills_each_as_closing_one_does() {
+        for store in crate::testing::stores() {
+            for id in ["c1", "c2", "c3"] {
+                store.insert_container(&container(id, "p", id)).unwrap();
+                store.open_session(id).unwrap();
+            }
+            store.record_activity("c1", 5, 42.5).unwrap();
+            let ids = ["c1".to_owned(), "c2".to_owned(), "gone".to_owned()];
+            store
+                .close_sessions(&ids, ContainerStatus::Suspended)
+                .unwrap();
+            for (id, open) in [("c1", false), ("c2", false), ("c3", true)] {
+                let row = store.container("p", id).unwrap().unwrap();
+                assert_eq!(row.session_open, open, "{id}");
+                let status = if open {
+                    ContainerStatus::Running
+                } else {
+                    ContainerStatus::Suspended
+                };
+                assert_eq!(row.status, status, "{id}");
+            }
+            let ledger = store.usage_ledger("p", None, true).unwrap();
+            assert_eq!(
+                ledger.containers,
+                vec![
+                    ("c1".to_owned(), 42.5),
+                    ("c2".to_owned(), 30.0),
+                    ("c3".to_owned(), 30.0)
+                ]
+            );
+        }
+    }
+
+    #[test]
     fn every_view_of_usage_is_a_sum_of_the_same_rows() {
         for store in crate::testing::stores() {
             for id in ["c1", "c2", "c3"] {

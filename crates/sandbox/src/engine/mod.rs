@@ -211,6 +211,9 @@ pub(crate) struct Inner {
     _lock: fs::File,
 }
 
+/// Containers a shutting-down engine stops at once.
+const STOPS_AT_ONCE: usize = 64;
+
 /// The local namespace backend.
 #[derive(Clone)]
 pub struct LocalEngine {
@@ -1075,12 +1078,24 @@ impl SandboxBackend for LocalEngine {
         pools.drain::<FormattedDisk>(self).await;
         self.settle().await;
         pools.drain::<WarmContainer>(self).await;
+        // Containers stop side by side: each stop mostly waits (for its init
+        // to exit, for the kernel to let go of its cgroup), and one after
+        // another a server with thousands of containers took minutes to end.
+        let stopping = Arc::new(tokio::sync::Semaphore::new(STOPS_AT_ONCE));
+        let mut stops = tokio::task::JoinSet::new();
         for container in self.inner.containers.all() {
-            let mut state = container.state.lock().await;
-            if state.is_some() {
-                self.stop_locked(&container, &mut state).await;
-            }
+            let (engine, stopping) = (self.clone(), Arc::clone(&stopping));
+            stops.spawn(async move {
+                let Ok(_permit) = stopping.acquire_owned().await else {
+                    return;
+                };
+                let mut state = container.state.lock().await;
+                if state.is_some() {
+                    engine.stop_locked(&container, &mut state).await;
+                }
+            });
         }
+        while stops.join_next().await.is_some() {}
         self.inner.cgroups.remove_base();
     }
 }
