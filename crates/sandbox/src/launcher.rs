@@ -17,6 +17,7 @@ use tokio::io::unix::AsyncFd;
 use crate::backend::ContainerSpec;
 use crate::cgroup::Cgroups;
 use crate::error::{IoContext, SandboxError};
+use crate::forked_helper::ForkedHelper;
 use crate::helper::HELPER_ARG;
 use crate::protocol::{Enrollment, FileViewSpec, HelperTask, Report, MAX_REPORT};
 use crate::sys;
@@ -63,8 +64,6 @@ impl Helper {
         // and this way that wait overlaps the helper's own start (loading a
         // large binary) instead of following it. Either way the helper
         // waits for the (empty) enrollment before it makes anything.
-        let enrollment = serde_json::to_vec(&Enrollment {})
-            .map_err(|e| SandboxError::Setup(format!("encode enrollment: {e}")))?;
         let into = cgroups
             .unified_dir(&slot)
             .and_then(|dir| std::fs::File::open(dir).ok())
@@ -77,8 +76,70 @@ impl Helper {
                 return Err(e);
             }
         };
+        helper
+            .enrol(cgroups, pid, (!born_in_cgroup).then_some(cgroup_procs))
+            .await
+    }
+
+    /// Takes over a helper forked ahead (see [`ForkedHelper`]) and enrols
+    /// it in a new cgroup `slot` with `limits`, as [`Helper::spawn`] does
+    /// with one it starts.
+    pub async fn adopt(
+        forked: ForkedHelper,
+        cgroups: &Cgroups,
+        slot: String,
+        limits: &ContainerSpec,
+    ) -> Result<Helper, SandboxError> {
+        let ForkedHelper {
+            control,
+            pidfd,
+            pid,
+        } = forked;
+        let cgroup_procs = match cgroups.create(&slot, limits) {
+            Ok(procs) => procs,
+            Err(e) => {
+                let _ = sys::pidfd_kill(&pidfd, libc::SIGKILL);
+                reap(pidfd).await;
+                return Err(SandboxError::io(format!("create cgroup {slot}"), e));
+            }
+        };
+        let helper = async {
+            set_nonblocking(&control)?;
+            let control = register(control).context(|| "register control socket".into())?;
+            Ok::<_, SandboxError>(control)
+        }
+        .await;
+        let control = match helper {
+            Ok(control) => control,
+            Err(e) => {
+                let _ = sys::pidfd_kill(&pidfd, libc::SIGKILL);
+                reap(pidfd).await;
+                let _ = cgroups.remove(&slot, Duration::from_secs(2)).await;
+                return Err(e);
+            }
+        };
+        let helper = Helper {
+            control,
+            pidfd,
+            slot,
+        };
+        helper.enrol(cgroups, pid, Some(cgroup_procs)).await
+    }
+
+    /// Moves the helper into its cgroups (`cgroup_procs`; `None`: it was
+    /// born there), then sends its enrollment and waits for its answer;
+    /// discards it on failure.
+    async fn enrol(
+        self,
+        cgroups: &Cgroups,
+        pid: libc::pid_t,
+        cgroup_procs: Option<Vec<std::path::PathBuf>>,
+    ) -> Result<Helper, SandboxError> {
+        let helper = self;
+        let enrollment = serde_json::to_vec(&Enrollment {})
+            .map_err(|e| SandboxError::Setup(format!("encode enrollment: {e}")))?;
         let enrolled = async {
-            if !born_in_cgroup {
+            if let Some(cgroup_procs) = cgroup_procs {
                 let pid = pid.to_string();
                 tokio::task::spawn_blocking(move || {
                     for procs in &cgroup_procs {

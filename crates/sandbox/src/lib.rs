@@ -17,6 +17,7 @@ pub mod disk;
 pub mod engine;
 pub mod error;
 pub mod files;
+mod forked_helper;
 pub mod fs_ops;
 pub mod fs_remove;
 pub mod helper;
@@ -35,4 +36,5 @@ pub use backend::{
 };
 pub use engine::{EngineConfig, LocalEngine};
 pub use error::SandboxError;
+pub use forked_helper::ForkedHelper;
 pub use shellgate_sandbox_api::{PortConnection, PortFailure, SetupError, SetupStep};

@@ -398,10 +398,21 @@ pub fn main() -> i32 {
         tracing::warn!(variable = %unknown.name, "{unknown}");
     }
     let json_logs = logging.json;
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    // A one-shot `exec` runs one container's commands: it forks its
+    // sandbox helper now, while it has one thread, rather than have the
+    // engine execute the binary again later (see `ForkedHelper`), and
+    // needs no worker threads, whose start and hand-offs would be most of
+    // its runtime's cost.
+    let one_shot = matches!(cli.command, Command::Exec(_));
+    let forked_helper = one_shot
+        .then(shellgate_sandbox::ForkedHelper::fork)
+        .flatten();
+    let mut builder = if one_shot {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("shellgate: cannot start the runtime: {e}");
@@ -423,7 +434,7 @@ pub fn main() -> i32 {
     }
     if let Command::Exec(args) = cli.command {
         return runtime.block_on(async move {
-            match exec(sandbox_dir(data_dir), args).await {
+            match exec(sandbox_dir(data_dir), args, forked_helper).await {
                 Ok(status) => status,
                 Err(e) => {
                     eprintln!("shellgate: {e:#}");
@@ -802,7 +813,11 @@ fn write_audit(
 
 /// Runs the commands in a throwaway container; returns the exit status
 /// (see [`exit_status`]).
-async fn exec(data_dir: PathBuf, args: ExecArgs) -> Result<i32> {
+async fn exec(
+    data_dir: PathBuf,
+    args: ExecArgs,
+    forked_helper: Option<shellgate_sandbox::ForkedHelper>,
+) -> Result<i32> {
     let memory_bytes = parse_size(&args.memory)
         .with_context(|| format!("--memory {:?} is not a size such as 1g", args.memory))?;
     let request = RunRequest {
@@ -814,6 +829,9 @@ async fn exec(data_dir: PathBuf, args: ExecArgs) -> Result<i32> {
     request.validate()?;
     let (network, egress) = egress_for(&args.allow, args.config.as_deref())?;
     let (engine, _lane) = open_engine(data_dir, egress, false).await?;
+    if let Some(helper) = forked_helper {
+        engine.adopt_forked_helper(helper);
+    }
     let id = throwaway_id("exec");
     let spec = ContainerSpec {
         image: args.image,

@@ -382,8 +382,10 @@ impl LocalEngine {
         freezer::recover(&group_name(&engine.inner.config.data_dir)).await;
         recovery::recover(&engine.inner).await?;
         snapshots::recover(&engine.inner.config.data_dir);
-        let pruning = engine.clone();
-        let _ = tokio::task::spawn_blocking(move || pruning.prune_retired_images()).await;
+        if engine.inner.config.prune_images {
+            let pruning = engine.clone();
+            let _ = tokio::task::spawn_blocking(move || pruning.prune_retired_images()).await;
+        }
         engine.inner.pools.refill_all(&engine);
         Ok((engine, warnings))
     }
@@ -407,6 +409,13 @@ impl LocalEngine {
         self.inner.images.prune_retired(&|image, revision| {
             in_use.contains(&(image.to_owned(), revision.to_owned()))
         });
+    }
+
+    /// Hands the engine a helper its owner forked ahead (a one-shot
+    /// command line, see [`crate::ForkedHelper`]): the next container no
+    /// spare helper serves is built by it instead of a helper spawned then.
+    pub fn adopt_forked_helper(&self, helper: crate::ForkedHelper) {
+        self.inner.pools.adopt_forked(helper);
     }
 
     /// The image store of this engine.

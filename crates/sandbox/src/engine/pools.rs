@@ -20,6 +20,7 @@ use super::{lock, LocalEngine};
 use crate::backend::ContainerSpec;
 use crate::disk::{self, DiskKind};
 use crate::error::{IoContext, SandboxError};
+use crate::forked_helper::ForkedHelper;
 use crate::launcher::Helper;
 
 /// Items of one kind, ready to hand out.
@@ -85,6 +86,9 @@ pub(super) struct Pools {
     disks: Pool<FormattedDisk>,
     spares: Pool<SpareHelper>,
     warm: Pool<WarmContainer>,
+    /// A helper the engine's owner forked ahead, for the next container
+    /// no spare serves (see `LocalEngine::adopt_forked_helper`).
+    forked: Mutex<Option<ForkedHelper>>,
 }
 
 impl Pools {
@@ -94,7 +98,13 @@ impl Pools {
             disks: Pool::new(disks),
             spares: Pool::new(spares),
             warm: Pool::new(warm),
+            forked: Mutex::new(None),
         }
+    }
+
+    /// Keeps a helper forked ahead for the next container no spare serves.
+    pub fn adopt_forked(&self, helper: ForkedHelper) {
+        *lock(&self.forked) = Some(helper);
     }
 
     /// The formatted disks a previous engine left (see `recovery`).
@@ -194,6 +204,10 @@ impl Pools {
                     helper.discard(&inner.cgroups).await;
                 }
             }
+        }
+        let forked = lock(&self.forked).take();
+        if let Some(forked) = forked {
+            return Helper::adopt(forked, &inner.cgroups, engine.next_name("s"), spec).await;
         }
         Helper::spawn(
             &inner.config.helper_binary,

@@ -571,6 +571,70 @@ fn one_shot_state_lives_on_a_ram_file_system_not_in_the_data_directory() {
     assert_eq!((owner.uid(), owner.mode() & 0o777), (0, 0o711));
 }
 
+/// A one-shot `exec` builds its sandbox with a helper forked from itself
+/// (where that saves time): the sandbox must still hold nothing of its
+/// caller's but stdio (a descriptor a caller leaked, its environment), as
+/// a helper executed afresh would.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_one_shot_sandbox_holds_nothing_of_its_callers_but_stdio() {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::os::unix::fs::MetadataExt;
+    let dir = TempDir::new("cli-inherit");
+    let mut ends = [0; 2];
+    // SAFETY: pipe() fills the two descriptors, owned below. Without
+    // O_CLOEXEC, as a careless caller would leave them: the CLI inherits
+    // the write end.
+    assert_eq!(unsafe { libc::pipe(ends.as_mut_ptr()) }, 0);
+    // SAFETY: both were just made, and are owned only here.
+    let (read_end, write_end) =
+        unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) };
+    let pipe_inode = std::fs::File::from(write_end.try_clone().unwrap())
+        .metadata()
+        .unwrap()
+        .ino();
+    let mut cli = shellgate(dir.path())
+        .args(["exec", "--", "sleep", "60"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    drop(write_end);
+    let mut init = None;
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            init = children_of(cli.id()).into_iter().find(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|c| c.trim() == "sandbox-init")
+            });
+            init.is_some_and(|init| !children_of(init as u32).is_empty())
+        })
+        .await,
+        "the sandbox never started"
+    );
+    let init = init.unwrap();
+    let held: Vec<String> = std::fs::read_dir(format!("/proc/{init}/fd"))
+        .unwrap()
+        .flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .map(|target| target.to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        !held.contains(&format!("pipe:[{pipe_inode}]")),
+        "the sandbox's init holds its caller's descriptor: {held:?}"
+    );
+    cli.kill().unwrap();
+    cli.wait().unwrap();
+    drop(read_end);
+    let output = shellgate(dir.path())
+        .env("SHELLGATE_TEST_CALLERS_SECRET", "do-not-pass")
+        .args(["exec", "--", "env"])
+        .output()
+        .unwrap();
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(printed.contains("PATH="), "{printed}");
+    assert!(!printed.contains("do-not-pass"), "{printed}");
+}
+
 // --- the first run ---------------------------------------------------------
 
 /// A port nobody listens on (taken, then let go).
