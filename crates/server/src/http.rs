@@ -274,15 +274,50 @@ pub(crate) fn sse_keep_alive() -> axum::response::sse::KeepAlive {
 }
 
 /// Runs a request's work to completion even if its client hangs up: the
-/// handler's future is dropped on a disconnect, a spawned task is not. So a
-/// command is still killed at its timeout and billed, and a create either
-/// finishes or cleans up after itself; nothing is left half-made.
+/// handler's future is dropped on a disconnect, and what the work has left
+/// to do then goes on as a task of its own. So a command is still killed at
+/// its timeout and billed, and a create either finishes or cleans up after
+/// itself; nothing is left half-made.
+///
+/// While the client waits, the work runs inside the handler's future, on
+/// the connection's worker: spawning it from the start cost every request a
+/// task and a hand-off to whichever worker took it and back (profiles in
+/// `bench/profiles/`).
 pub(crate) async fn to_completion<T: Send + 'static>(
     work: impl std::future::Future<Output = crate::error::ApiResult<T>> + Send + 'static,
 ) -> crate::error::ApiResult<T> {
-    tokio::spawn(work)
-        .await
-        .map_err(|e| ApiError::internal(format!("request worker failed: {e}")))?
+    let mut unfinished = Unfinished(Some(Box::pin(work)));
+    let result = std::future::poll_fn(|cx| match unfinished.0.as_mut() {
+        Some(work) => work.as_mut().poll(cx),
+        None => std::task::Poll::Ready(Err(ApiError::internal(
+            "request worker polled after its end",
+        ))),
+    })
+    .await;
+    unfinished.0 = None;
+    result
+}
+
+/// A request's work not finished yet: dropped (its client left), it is
+/// finished by a task of its own.
+struct Unfinished<F: std::future::Future + Send + 'static>(Option<std::pin::Pin<Box<F>>>)
+where
+    F::Output: Send + 'static;
+
+impl<F: std::future::Future + Send + 'static> Drop for Unfinished<F>
+where
+    F::Output: Send + 'static,
+{
+    fn drop(&mut self) {
+        let Some(rest) = self.0.take() else {
+            return;
+        };
+        // Outside a runtime (it is shutting down) nothing can run it, as a
+        // task spawned before would have been dropped too.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(rest);
+        }
+    }
 }
 
 /// A multipart body that could not be read: too large (413), too slow

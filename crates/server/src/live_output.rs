@@ -93,23 +93,29 @@ pub(crate) struct LiveOutput {
     containers: Mutex<HashMap<String, ContainerRuns>>,
 }
 
-/// A run's registration: ends it (for its watchers) when finished or
-/// dropped.
+/// A run's registration: forwards its output (see [`Tap::forward`]), and
+/// ends it (for its watchers) when dropped.
 pub(crate) struct Tap {
     live: Arc<LiveOutput>,
     container: String,
     id: String,
-    forwarder: Option<tokio::task::JoinHandle<()>>,
+    deltas: tokio::sync::mpsc::UnboundedReceiver<OutputDelta>,
+    onward: Option<DeltaSink>,
 }
 
 impl Tap {
-    /// Waits until every piece of output the engine sent (it dropped its
-    /// sink when the run returned) went on to where it was going, so that
-    /// whatever follows the run (an `exec.completed` event) comes after
-    /// its output; then ends the run.
-    pub(crate) async fn finish(mut self) {
-        if let Some(forwarder) = self.forwarder.take() {
-            let _ = forwarder.await;
+    /// Forwards every piece of output the engine sends, until it dropped
+    /// its sink (the run returned), so that whatever follows the run (an
+    /// `exec.completed` event) comes after its output. Run beside the run
+    /// in the same task (`tokio::join!`), not as a task of its own: a
+    /// command that prints nothing then costs no task, and no hand-off
+    /// between tasks at its end.
+    pub(crate) async fn forward(&mut self) {
+        while let Some(delta) = self.deltas.recv().await {
+            self.live.append(&self.container, &self.id, &delta);
+            if let Some(onward) = &self.onward {
+                let _ = onward.send(delta);
+            }
         }
     }
 }
@@ -169,21 +175,13 @@ impl LiveOutput {
                 tail_bytes: 0,
             });
         }
-        let (sink, mut deltas) = tokio::sync::mpsc::unbounded_channel::<OutputDelta>();
-        let (live, owner, run_id) = (Arc::clone(self), container.to_owned(), id.clone());
-        let forwarder = tokio::spawn(async move {
-            while let Some(delta) = deltas.recv().await {
-                live.append(&owner, &run_id, &delta);
-                if let Some(onward) = &onward {
-                    let _ = onward.send(delta);
-                }
-            }
-        });
+        let (sink, deltas) = tokio::sync::mpsc::unbounded_channel::<OutputDelta>();
         let tap = Tap {
             live: Arc::clone(self),
             container: container.to_owned(),
             id,
-            forwarder: Some(forwarder),
+            deltas,
+            onward,
         };
         (sink, tap)
     }
@@ -264,22 +262,25 @@ mod tests {
         let live = Arc::new(LiveOutput::default());
         let mut early = live.watch("c1");
         let (onward, mut received) = tokio::sync::mpsc::unbounded_channel();
-        let (sink, tap) = live.tap("c1", &["echo hi".to_owned()], None, Some(onward));
-        sink.send(delta("hi\n")).unwrap();
-        sink.send(OutputDelta {
-            command: 0,
-            stream: StreamKind::Stderr,
-            text: "oops\n".to_owned(),
-        })
-        .unwrap();
-        // A watcher arriving now gets the output so far, streams apart.
-        let late = {
-            // The forwarder runs on the runtime: wait until it passed both on.
+        let (sink, mut tap) = live.tap("c1", &["echo hi".to_owned()], None, Some(onward));
+        let run = async {
+            sink.send(delta("hi\n")).unwrap();
+            sink.send(OutputDelta {
+                command: 0,
+                stream: StreamKind::Stderr,
+                text: "oops\n".to_owned(),
+            })
+            .unwrap();
+            // A watcher arriving now gets the output so far, streams apart
+            // (once the tap, running beside, passed both on).
             let first = received.recv().await.unwrap();
             assert_eq!(first.text, "hi\n");
             assert_eq!(received.recv().await.unwrap().text, "oops\n");
-            live.watch("c1")
+            let late = live.watch("c1");
+            drop(sink);
+            late
         };
+        let (late, ()) = tokio::join!(run, tap.forward());
         assert_eq!(late.running.len(), 1);
         let pieces: Vec<_> = late.running[0]
             .1
@@ -287,8 +288,7 @@ mod tests {
             .map(|p| (p.stream, p.text.as_str()))
             .collect();
         assert_eq!(pieces, [("stdout", "hi\n"), ("stderr", "oops\n")]);
-        drop(sink);
-        tap.finish().await;
+        drop(tap);
         let mut seen = Vec::new();
         while let Ok(event) = early.events.try_recv() {
             seen.push(event);
@@ -322,7 +322,8 @@ mod tests {
         let watch = live.watch("c1");
         assert_eq!(watch.running[0].0.commands, ["curl -H 'x: [TOKEN]' x"]);
         drop(sink);
-        tap.finish().await;
+        let mut tap = tap;
+        tap.forward().await;
     }
 
     #[tokio::test]
@@ -334,19 +335,13 @@ mod tests {
             sink.send(delta(&piece)).unwrap();
         }
         drop(sink);
-        let forwarder = {
-            let mut tap = tap;
-            let handle = tap.forwarder.take();
-            if let Some(handle) = handle {
-                handle.await.unwrap();
-            }
-            tap
-        };
+        let mut tap = tap;
+        tap.forward().await;
         let watch = live.watch("c1");
         let tail: String = watch.running[0].1.iter().map(|p| p.text.as_str()).collect();
         assert!(tail.len() <= TAIL_BYTES && tail.len() > TAIL_BYTES - 4);
         assert!(tail.chars().all(|c| c == 'é'));
-        drop(forwarder);
+        drop(tap);
         assert!(live.watch("c1").running.is_empty());
     }
 }

@@ -119,9 +119,12 @@ impl Exec {
         let container = self.container.clone();
         let state = Arc::clone(&self.state);
         let mut running = self.begin(request.commands.clone());
-        let (sink, tap) = running.tap(deltas);
-        let result = state.engine.run_streaming(&container, request, sink).await;
-        tap.finish().await;
+        let (sink, mut tap) = running.tap(deltas);
+        let (result, ()) = tokio::join!(
+            state.engine.run_streaming(&container, request, sink),
+            tap.forward()
+        );
+        drop(tap);
         running.succeeded(result.is_ok());
         running.end(result.as_deref().ok()).await;
         result.map_err(|e| engine_error(&container, e))
