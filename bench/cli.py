@@ -82,24 +82,48 @@ def migration_wait_ms(samples=10):
     return statistics.median(quiet), statistics.median(at_once)
 
 
-def one_shot(data_dir: Path, runs: int):
+def cpu_ms(command: str, runs: int):
+    """CPU time (every process of the run together: perf stat's task-clock
+    follows children) and context switches per run, from perf stat: less
+    moved by other load on the machine than wall time."""
+    out = subprocess.run(["perf", "stat", "-x", ",", "-e", "task-clock,context-switches", "-r", str(runs),
+                          "--", *command.split()], capture_output=True, text=True)
+    values = {}
+    for line in out.stderr.splitlines():
+        fields = line.split(",")
+        if len(fields) > 2 and fields[0].replace(".", "").isdigit():
+            values[fields[2]] = float(fields[0])
+    return values.get("task-clock", float("nan")), values.get("context-switches", float("nan"))
+
+
+def one_shot(data_dir: Path, runs: int, versus: Path | None):
     # The first run makes what later ones reuse (the host image's /etc).
     subprocess.run([str(BINARY), "--data-dir", str(data_dir), "exec", "--", "true"], check=True)
-    commands = [f"{BINARY} --data-dir {data_dir} exec -- true", BWRAP, bwrap_in_cgroups(data_dir)]
+    builds = [BINARY] + ([versus] if versus else [])
+    commands = [f"{build} --data-dir {data_dir} exec -- true" for build in builds]
+    commands += [BWRAP, bwrap_in_cgroups(data_dir)]
     back_to_back = hyperfine_medians(commands, runs)
     # A user runs one command after a pause: 100 ms of quiet before each run
     # (not timed).
     after_quiet = hyperfine_medians(commands, max(runs // 4, 10), prepare="sleep 0.1")
     print("| one-shot, end to end (hyperfine, no server) | median ms | ratio |")
     print("|---|---|---|")
-    for label, (shellgate, bwrap, bwrap_cg) in [("back to back", back_to_back),
-                                                ("each after 100 ms of quiet", after_quiet)]:
+    for label, medians in [("back to back", back_to_back), ("each after 100 ms of quiet", after_quiet)]:
+        *shellgates, bwrap, bwrap_cg = medians
         print(f"| `bwrap --unshare-all ... true`, {label} | {bwrap:.2f} | 1.00 (baseline) |")
         print(f"| the same bwrap in a fresh memory/pids/CPU cgroup, {label} | {bwrap_cg:.2f} | "
               f"{bwrap_cg / bwrap:.2f} × bwrap |")
-        print(f"| `shellgate exec -- true`, {label} | {shellgate:.2f} | {shellgate / bwrap:.2f} × bwrap "
-              f"(target ≤ 1.5 ×) {'✔' if shellgate <= 1.5 * bwrap else '✘'}; "
-              f"{shellgate / bwrap_cg:.2f} × bwrap in a cgroup |")
+        for build, shellgate in zip(builds, shellgates):
+            name = "" if build == BINARY else f" (`{build}`)"
+            print(f"| `shellgate exec -- true`{name}, {label} | {shellgate:.2f} | "
+                  f"{shellgate / bwrap:.2f} × bwrap (target ≤ 1.5 ×) "
+                  f"{'✔' if shellgate <= 1.5 * bwrap else '✘'}; {shellgate / bwrap_cg:.2f} × bwrap in a cgroup |")
+    print()
+    print("| one-shot, CPU of every process of a run (perf stat, back to back) | CPU ms | context switches |")
+    print("|---|---|---|")
+    for name, command in zip([str(b) for b in builds] + ["bwrap", "bwrap in a cgroup"], commands):
+        cpu, switches = cpu_ms(command, max(runs // 4, 10))
+        print(f"| `{name}` | {cpu:.2f} | {switches:.1f} |")
     quiet, at_once = migration_wait_ms()
     print()
     print("| a no-op cgroup migration (write own pid to own `cgroup.procs`) | median ms |")
@@ -151,12 +175,15 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--versus", type=Path, help="another build's binary, measured beside")
+    parser.add_argument("--skip-serve", action="store_true", help="the one-shot rows only")
     args = parser.parse_args()
     data_dir = Path(tempfile.mkdtemp(prefix="shellgate-bench-cli-"))
     os.chmod(data_dir, 0o755)
     try:
-        one_shot(data_dir, args.runs)
-        serve_startup(data_dir, args.rounds)
+        one_shot(data_dir, args.runs, args.versus)
+        if not args.skip_serve:
+            serve_startup(data_dir, args.rounds)
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
 

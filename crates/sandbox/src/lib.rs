@@ -17,7 +17,7 @@ pub mod disk;
 pub mod engine;
 pub mod error;
 pub mod files;
-mod forked_helper;
+pub mod forked_helper;
 pub mod fs_ops;
 pub mod fs_remove;
 pub mod helper;

@@ -412,9 +412,9 @@ impl LocalEngine {
     }
 
     /// Hands the engine a helper its owner forked ahead (a one-shot
-    /// command line, see [`crate::ForkedHelper`]): the next container no
+    /// command line, see [`crate::forked_helper`]): the next container no
     /// spare helper serves is built by it instead of a helper spawned then.
-    pub fn adopt_forked_helper(&self, helper: crate::ForkedHelper) {
+    pub fn adopt_forked_helper(&self, helper: crate::forked_helper::ForkedHelper) {
         self.inner.pools.adopt_forked(helper);
     }
 
