@@ -312,6 +312,11 @@ where
         let Some(rest) = self.0.take() else {
             return;
         };
+        // Unwinding from a panic inside the work: what is left of it cannot
+        // be resumed.
+        if std::thread::panicking() {
+            return;
+        }
         // Outside a runtime (it is shutting down) nothing can run it, as a
         // task spawned before would have been dropped too.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
