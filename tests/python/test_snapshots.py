@@ -11,6 +11,7 @@ and a server killed mid-snapshot leaves nothing half-made."""
 import os
 import re
 import subprocess
+import tempfile
 import threading
 import uuid
 from pathlib import Path
@@ -231,10 +232,14 @@ def test_the_snapshot_command_lists_takes_and_deletes_through_the_api(server):
     assert v1(server, "DELETE", f"/containers/{source}").status_code == 200
 
 
+def engine_dir(server) -> Path:
+    """The engine's data directory inside the server's."""
+    nested = Path(server.data_dir) / "sandbox"
+    return nested if nested.exists() else Path(server.data_dir)
+
+
 def leftovers(server) -> list:
-    snapshots = Path(server.data_dir) / "sandbox" / "snapshots"
-    if not snapshots.exists():
-        snapshots = Path(server.data_dir) / "snapshots"
+    snapshots = engine_dir(server) / "snapshots"
     return sorted(p.name for p in snapshots.glob("*")) if snapshots.exists() else []
 
 
@@ -300,3 +305,120 @@ def test_a_server_killed_mid_snapshot_leaves_nothing_half_made(fresh_server):
         assert ok(restarted, made["id"], "ls /mnt/data/f400")
     finally:
         restarted.stop()
+
+
+@pytest.fixture
+def reflink_server(upstream):
+    """A server whose data directory is an XFS file system with reflinks
+    (a loop-mounted image the test makes and removes), as an operator's
+    would be to share a snapshot's blocks with its copies."""
+    if CLUSTER_MODE:
+        pytest.skip("one box's data directory")
+    tmp = Path(tempfile.mkdtemp(prefix="shellgate-py-xfs-"))
+    # Traversable by every user, as a deployment's is.
+    os.chmod(tmp, 0o755)
+    image, data_dir = tmp / "xfs.img", tmp / "data"
+    data_dir.mkdir()
+    with open(image, "wb") as sparse:
+        sparse.truncate(16 << 30)
+    subprocess.run(["mkfs.xfs", "-q", "-m", "reflink=1", str(image)], check=True)
+    subprocess.run(["mount", "-o", "loop", str(image), str(data_dir)], check=True)
+    server = None
+    try:
+        os.chmod(data_dir, 0o755)
+        # No warm container: once every container is gone, no loop device
+        # may be left on the data directory's files.
+        server = Server(data_dir, upstream_url=upstream.url, warm_containers=0).start()
+        yield server
+    finally:
+        if server is not None:
+            server.stop()
+        # A server that failed to start leaves its log open in this process
+        # (in the error's traceback): detach the mount then, gone once closed.
+        if subprocess.run(["umount", str(data_dir)], check=False).returncode != 0:
+            subprocess.run(["umount", "--lazy", str(data_dir)], check=True)
+        subprocess.run(["rm", "-rf", str(tmp)], check=False)
+
+
+def used_bytes(path: Path) -> int:
+    """Bytes in use on the file system `path` is on."""
+    stat = os.statvfs(path)
+    return (stat.f_blocks - stat.f_bfree) * stat.f_frsize
+
+
+def devices_of(data_dir: Path) -> tuple:
+    """The mounts and loop devices that name a file under `data_dir`."""
+    mounts = [line for line in Path("/proc/self/mountinfo").read_text().splitlines()
+              if f" {data_dir}/" in line]
+    loops = [line for line in subprocess.run(["losetup", "--list", "--noheadings", "-O", "NAME,BACK-FILE"],
+                                             capture_output=True, text=True, check=True).stdout.splitlines()
+             if f"{data_dir}/" in line]
+    return mounts, loops
+
+
+def test_on_a_reflink_data_directory_copies_share_the_snapshots_blocks(reflink_server):
+    server = reflink_server
+    health = requests.get(f"http://127.0.0.1:{server.port}/healthz", timeout=30).json()
+    assert health["snapshot_sharing"] == "reflink", health
+    source = make_container(server)["id"]
+    blob_sum = ok(server, source, "head -c 67108864 /dev/urandom > /mnt/data/blob && sync "
+                                  "&& sha256sum < /mnt/data/blob").split()[0]
+    start_process(server, source, timeout_ms=300000,
+                  command="i=0; while :; do echo $i >> /mnt/data/appended; i=$((i+1)); sleep 0.01; done")
+    assert wait_until(lambda: len(run(server, source, "cat /mnt/data/appended")["stdout"].split()) > 20, 60)
+
+    before = used_bytes(server.data_dir)
+    taken = snapshot(server, source)
+    assert taken.status_code == 200, taken.text
+    snap = taken.json()
+    assert snap["size_bytes"] >= 64 << 20, snap
+    kept = engine_dir(server) / "snapshots" / snap["id"]
+    assert (kept / "disk.img").is_file() and not (kept / "disk").exists(), sorted(kept.iterdir())
+    forked = v1(server, "POST", f"/containers/{source}/fork", json={"count": 3})
+    assert forked.status_code == 200, forked.text
+    copies = [c["id"] for c in forked.json()["data"]]
+    restored = make_container(server, snapshot_id=snap["id"])["id"]
+    copies.append(restored)
+    # The snapshot, the fork's own and four copies of a 64 MiB disk: the
+    # blocks are the source's, shared (less than one copy's worth added).
+    grown = used_bytes(server.data_dir) - before
+    assert grown < 64 << 20, f"the snapshot and its copies took {grown} bytes"
+
+    source_size = ok(server, source, "df -B1 --output=size /mnt/data | tail -1")
+    for n, copy in enumerate(copies):
+        assert ok(server, copy, "sha256sum < /mnt/data/blob").split()[0] == blob_sum
+        lines = ok(server, copy, "cat /mnt/data/appended").split("\n")
+        assert lines[-1] == "", f"the copy's last line is torn: {lines[-3:]}"
+        numbers = [int(n) for n in lines[:-1]]
+        assert numbers == list(range(len(numbers))), lines[-5:]
+        # Its own file system, of the source's size: its own quota.
+        assert ok(server, copy, "df -B1 --output=size /mnt/data | tail -1") == source_size
+        ok(server, copy, f"echo mine-{n} > /mnt/data/own-{n} && head -c 1048576 /dev/urandom >> /mnt/data/blob")
+    for n, copy in enumerate(copies):
+        seen = ok(server, copy, "ls /mnt/data").split()
+        assert [f for f in seen if f.startswith("own-")] == [f"own-{n}"], (copy, seen)
+        procs = ok(server, copy, "ps -eo args")
+        assert "appended" not in procs, procs
+    assert "own-" not in ok(server, source, "ls /mnt/data")
+    assert ok(server, source, "sha256sum < /mnt/data/blob").split()[0] == blob_sum
+
+    # The snapshot goes while its copies live: they are files of their own.
+    deleted = v1(server, "DELETE", f"/snapshots/{snap['id']}")
+    assert deleted.status_code == 200, deleted.text
+    assert not kept.exists()
+    for n, copy in enumerate(copies):
+        assert ok(server, copy, f"cat /mnt/data/own-{n}") == f"mine-{n}\n"
+        ok(server, copy, "head -c 1048576 /dev/urandom > /mnt/data/later && sync")
+
+    # A copy of a copy, and nothing left behind once all are gone.
+    again = snapshot(server, copies[0])
+    assert again.status_code == 200, again.text
+    grandchild = make_container(server, snapshot_id=again.json()["id"])["id"]
+    assert ok(server, grandchild, "cat /mnt/data/own-0") == "mine-0\n"
+    for gone in [source, grandchild, *copies]:
+        assert v1(server, "DELETE", f"/containers/{gone}").status_code == 200
+    assert v1(server, "DELETE", f"/snapshots/{again.json()['id']}").status_code == 200
+    containers = engine_dir(server) / "containers"
+    assert wait_until(lambda: not [p for p in containers.iterdir() if not p.name.startswith(".")], 60), \
+        sorted(containers.iterdir())
+    assert wait_until(lambda: devices_of(Path(server.data_dir)) == ([], []), 60), devices_of(Path(server.data_dir))

@@ -206,7 +206,7 @@ pub(crate) struct Inner {
     /// Teardowns of destroyed containers still finishing in the background.
     teardowns: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// How snapshots share blocks on this host, probed once.
-    snapshot_sharing: std::sync::OnceLock<&'static str>,
+    snapshot_sharing: std::sync::OnceLock<snapshots::Sharing>,
     /// Held for the engine's lifetime: one engine per data directory.
     _lock: fs::File,
 }
@@ -598,7 +598,8 @@ impl LocalEngine {
             fs::create_dir(&staging).context(|| format!("create {}", staging.display()))?;
             IdSlots::write(&staging, slot)?;
             // A throwaway container's disk is a tmpfs its helper mounts.
-            if !(spec.ephemeral && self.inner.disk_kind == DiskKind::Image) {
+            let cloned_disk = restore.as_ref().is_some_and(|r| r.clones_whole_disk());
+            if !(spec.ephemeral && self.inner.disk_kind == DiskKind::Image) && !cloned_disk {
                 self.inner
                     .pools
                     .provision_disk(self, &staging, spec.disk_bytes)
@@ -685,12 +686,19 @@ impl SandboxBackend for LocalEngine {
                 ),
             });
         }
+        if spec.ephemeral {
+            // Its disk would be a fresh tmpfs: the snapshot's files nowhere.
+            return Err(SandboxError::InvalidRequest {
+                param: "snapshot_id",
+                message: "a throwaway container cannot be made from a snapshot".into(),
+            });
+        }
         spec.disk_bytes = taken.disk_bytes;
         self.create_container(id, spec, Some(restore)).await
     }
 
     fn snapshot_sharing(&self) -> Option<&'static str> {
-        Some(self.sharing())
+        Some(self.sharing().name())
     }
 
     async fn commit_image(

@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! <data>/snapshots/<id>/snapshot.json   what it holds (`Recorded`)
-//! <data>/snapshots/<id>/disk/           upper, data, home, workspace
+//! <data>/snapshots/<id>/disk.img        the whole disk image, cloned (`Form::Image`)
+//! <data>/snapshots/<id>/disk/           or: upper, data, home, workspace (`Form::Tree`)
 //! <data>/snapshots/.creating-<id>/      one being taken (removed at start-up)
 //! <data>/snapshots/.trash-<id>/         one being deleted (removed at start-up)
 //! ```
@@ -11,12 +12,23 @@
 //! The disk is reached whole through a file view of it (the container's
 //! own superblock, on the loop device it runs on) whose `data` directory's
 //! parent is the disk's root. A running container's processes are frozen
-//! (see `freezer`) while the tree is copied, so the copy is one instant of
-//! its files; the copy is `cp -a --reflink=auto --sparse=always`:
-//! blocks shared where the host file system can (XFS, btrfs), holes kept
-//! elsewhere. Files keep their host owners in the snapshot (its directory
-//! is the server's alone, mode 0700); a disk filled from it has every owner
-//! moved from the source's host id range to its own container's.
+//! (see `freezer`) while the disk is captured, so the capture is one
+//! instant of its files. How it is captured depends on the host's data
+//! directory ([`Sharing`]):
+//!
+//! * where it can clone a file's blocks (`FICLONE`: XFS with reflink,
+//!   btrfs) and disks are ext4 images, the file system is synced and the
+//!   whole image cloned, and each copy's image is a clone of that: no
+//!   block is copied, each copy writes blocks of its own (copy on write),
+//!   keeps its own image's size as its quota, and is independent of the
+//!   snapshot (deleting the snapshot frees only the blocks no copy shares);
+//! * elsewhere the kept directories are copied with `cp -a
+//!   --reflink=auto --sparse=always` (holes kept), out of the image and
+//!   into a new one.
+//!
+//! Files keep their host owners in the snapshot (its directory is the
+//! server's alone, mode 0700); a disk filled from it has every owner moved
+//! from the source's host id range to its own container's.
 
 use std::fs;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -44,6 +56,20 @@ const KEPT: [&str; 4] = [
     disk::WORKSPACE_DIR,
 ];
 
+/// The file the whole-image form keeps (the name a container's disk has).
+const DISK_IMAGE: &str = "disk.img";
+
+/// How a snapshot holds the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Form {
+    /// The kept directories, copied file by file (`disk/`).
+    #[default]
+    Tree,
+    /// The whole ext4 image, cloned (`disk.img`).
+    Image,
+}
+
 /// `snapshot.json`: what a snapshot holds and whose ids its files carry.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Recorded {
@@ -52,6 +78,9 @@ pub(crate) struct Recorded {
     /// First host id of the source container's range (0 when ids are not
     /// mapped to ranges: rootless).
     pub owner_base: u32,
+    /// Snapshots written before the whole-image form are trees.
+    #[serde(default)]
+    pub form: Form,
 }
 
 /// A snapshot a container is being made from.
@@ -60,16 +89,67 @@ pub(super) struct Restore {
     pub recorded: Recorded,
 }
 
+impl Restore {
+    /// Whether the copy's disk is the snapshot's image cloned whole (so no
+    /// formatted disk is provisioned for it).
+    pub(super) fn clones_whole_disk(&self) -> bool {
+        self.recorded.form == Form::Image
+    }
+}
+
+/// How this host's data directory lets copies share a snapshot's blocks,
+/// as `GET /healthz` reports it (`snapshot_sharing`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Sharing {
+    /// Disk images (and snapshots of them) are cloned whole: a copy
+    /// shares every block it has not written.
+    Reflink,
+    /// Files are copied (holes kept): a copy takes the bytes it holds.
+    Copy,
+}
+
+impl Sharing {
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Sharing::Reflink => "reflink",
+            Sharing::Copy => "copy",
+        }
+    }
+}
+
 impl LocalEngine {
     fn snapshots_dir(&self) -> PathBuf {
         self.inner.config.data_dir.join("snapshots")
     }
 
-    /// `cp`'s block sharing on this host's data directory.
-    pub(super) fn sharing(&self) -> &'static str {
-        self.inner
-            .snapshot_sharing
-            .get_or_init(|| reflink_supported(&self.snapshots_dir()).map_or("copy", |()| "reflink"))
+    /// Whether a container's disk can be cloned into the snapshots
+    /// directory (and back): both on one file system that clones blocks.
+    pub(super) fn sharing(&self) -> Sharing {
+        *self.inner.snapshot_sharing.get_or_init(|| {
+            let containers = self.inner.config.data_dir.join("containers");
+            match reflink_supported(&containers, &self.snapshots_dir()) {
+                Ok(()) => Sharing::Reflink,
+                Err(e) => {
+                    tracing::info!(
+                        "snapshots and forks copy their files: the data directory cannot clone \
+                         blocks ({e}); on XFS (reflink=1) or btrfs they would share them"
+                    );
+                    Sharing::Copy
+                }
+            }
+        })
+    }
+
+    /// The form a snapshot of `container` takes on this host.
+    fn form_for(&self, container: &super::container::Container) -> Form {
+        let clonable = self.inner.disk_kind == DiskKind::Image
+            && !container.spec.ephemeral
+            && self.sharing() == Sharing::Reflink;
+        if clonable {
+            Form::Image
+        } else {
+            Form::Tree
+        }
     }
 
     /// The snapshot `id`'s record, if it exists.
@@ -108,6 +188,17 @@ impl LocalEngine {
         id: &str,
         snapshot_id: &str,
     ) -> Result<SnapshotTaken, SandboxError> {
+        self.take_snapshot_as(id, snapshot_id, None).await
+    }
+
+    /// Takes snapshot `snapshot_id` of container `id`, in `form` if given,
+    /// else in the form this host shares best.
+    async fn take_snapshot_as(
+        &self,
+        id: &str,
+        snapshot_id: &str,
+        form: Option<Form>,
+    ) -> Result<SnapshotTaken, SandboxError> {
         validate_container_id(snapshot_id)?;
         let snapshots = self.snapshots_dir();
         let target = snapshots.join(snapshot_id);
@@ -120,6 +211,7 @@ impl LocalEngine {
             return Err(SandboxError::NotFound(id.to_owned()));
         }
         let running = state.as_ref().filter(|r| r.alive()).cloned();
+        let form = form.unwrap_or_else(|| self.form_for(&container));
         // The disk's root: the data directory's parent, in a view of the
         // disk (for a running container, on the loop device it runs on:
         // the same superblock, never a second one).
@@ -159,10 +251,29 @@ impl LocalEngine {
         fs::create_dir_all(&snapshots).context(|| "create the snapshots directory".into())?;
         restrict(&snapshots)?;
         fs::create_dir(&staging).context(|| format!("create {}", staging.display()))?;
-        let copy_to = staging.join("disk");
+        let copy_to = match form {
+            Form::Tree => staging.join("disk"),
+            Form::Image => staging.join(DISK_IMAGE),
+        };
+        // The image form syncs the disk's file system through the view,
+        // then clones the image file the loop device writes to.
+        let synced_view = match (form, &view) {
+            (Form::Image, Some(data)) => {
+                Some(data.try_clone().context(|| "duplicate the view".into())?)
+            }
+            (Form::Image, None) => {
+                return Err(SandboxError::Setup(
+                    "a whole-image snapshot needs a disk image".into(),
+                ))
+            }
+            (Form::Tree, _) => None,
+        };
+        let source_image = container.dir.join(DISK_IMAGE);
         let group = super::group_name(&self.inner.config.data_dir);
         let copied = async {
-            fs::create_dir(&copy_to).context(|| "create the snapshot's disk".into())?;
+            if form == Form::Tree {
+                fs::create_dir(&copy_to).context(|| "create the snapshot's disk".into())?;
+            }
             let started = Instant::now();
             let frozen = match &running {
                 Some(running) => {
@@ -172,7 +283,14 @@ impl LocalEngine {
             };
             let root = root.clone();
             let to = copy_to.clone();
-            let result = super::blocking(move || copy_tree(&root, &to)).await;
+            let result = super::blocking(move || match synced_view {
+                Some(view) => {
+                    sync_file_system(&view)?;
+                    clone_file(&source_image, &to)
+                }
+                None => copy_tree(&root, &to),
+            })
+            .await;
             if let Some(frozen) = &frozen {
                 frozen.thaw().await?;
             }
@@ -180,7 +298,6 @@ impl LocalEngine {
             Ok::<_, SandboxError>((frozen.is_some(), started.elapsed()))
         }
         .await;
-        drop(view);
         let (was_frozen, elapsed) = match copied {
             Ok(copied) => copied,
             Err(e) => {
@@ -194,8 +311,28 @@ impl LocalEngine {
         } else {
             self.inner.slots.id_base(slot)
         };
-        let to = copy_to.clone();
-        let size_bytes = super::blocking(move || Ok(allocated_bytes(&to))).await?;
+        // What its files hold, either form: the kept directories' blocks
+        // (a whole image also holds the file system's own, which no quota
+        // should charge).
+        let measured = match form {
+            Form::Tree => copy_to.clone(),
+            Form::Image => root.clone(),
+        };
+        let size_bytes = super::blocking(move || {
+            Ok(KEPT
+                .iter()
+                .map(|name| allocated_bytes(&measured.join(name)))
+                .sum::<u64>())
+        })
+        .await;
+        drop(view);
+        let size_bytes = match size_bytes {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                let _ = fs::remove_dir_all(&staging);
+                return Err(e);
+            }
+        };
         // The probe runs CRIU once per process (a fraction of a second), so
         // off the async workers; its answer is why this snapshot is files only.
         let memory_unavailable_reason =
@@ -214,6 +351,7 @@ impl LocalEngine {
                 memory_unavailable_reason,
             },
             owner_base,
+            form,
         };
         drop(state);
         let json =
@@ -293,7 +431,9 @@ impl LocalEngine {
         }
         let base = images.revision_rootfs(&image, revision.as_deref())?;
         let snapshot_id = self.next_name("commit-");
-        self.take_snapshot(id, &snapshot_id).await?;
+        // The commit reads the snapshot's upper layer and home as trees.
+        self.take_snapshot_as(id, &snapshot_id, Some(Form::Tree))
+            .await?;
         let made = async {
             let restore = self.snapshot_record(&snapshot_id)?;
             let owner_base = restore.recorded.owner_base;
@@ -381,6 +521,14 @@ impl LocalEngine {
         slot: u32,
         restore: &Restore,
     ) -> Result<(), SandboxError> {
+        let form = restore.recorded.form;
+        if form == Form::Image {
+            // The copy's disk is the snapshot's image, cloned: its own file,
+            // of the snapshot's size (its quota), sharing every block until
+            // written. It replaces no provisioned disk (none was made).
+            let (from, to) = (restore.dir.join(DISK_IMAGE), staging.join(DISK_IMAGE));
+            super::blocking(move || clone_or_copy_file(&from, &to)).await?;
+        }
         let (view, root) = self.new_disk_root(staging, slot).await?;
         let from = restore.dir.join("disk");
         let old_base = restore.recorded.owner_base;
@@ -390,7 +538,11 @@ impl LocalEngine {
             self.inner.slots.id_base(slot)
         };
         let result = super::blocking(move || {
-            copy_tree(&from, &root)?;
+            match form {
+                Form::Tree => copy_tree(&from, &root)?,
+                // The source's overlay left its scratch there while it ran.
+                Form::Image => empty_dir(&root.join(disk::WORK_DIR))?,
+            }
             if old_base != new_base {
                 for name in KEPT {
                     shift_owners(&root.join(name), old_base, new_base)?;
@@ -521,36 +673,134 @@ fn restrict(dir: &Path) -> Result<(), SandboxError> {
         .context(|| format!("chmod {}", dir.display()))
 }
 
-/// Whether a file in `dir` can be cloned (`FICLONE`): blocks shared.
-fn reflink_supported(dir: &Path) -> Result<(), std::io::Error> {
-    fs::create_dir_all(dir)?;
-    let source_path = dir.join(format!(".reflink-probe-{}", std::process::id()));
-    let clone_path = dir.join(format!(".reflink-probe-{}-clone", std::process::id()));
+/// Removes everything in directory `dir` (which stays); a missing one is
+/// left missing.
+fn empty_dir(dir: &Path) -> Result<(), SandboxError> {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(SandboxError::io(format!("list {}", dir.display()), e)),
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let removed = match entry.file_type() {
+            Ok(kind) if kind.is_dir() => fs::remove_dir_all(&path),
+            _ => fs::remove_file(&path),
+        };
+        removed.context(|| format!("remove {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Writes every dirty block of the file system `view` is on to its device
+/// (for a loop device: into its image file), with its journal committed:
+/// the image then holds what a clean crash at this instant would leave,
+/// which mounting it recovers.
+fn sync_file_system(view: &OwnedFd) -> Result<(), SandboxError> {
+    // SAFETY: syncfs on a descriptor this function borrows for the call.
+    if unsafe { libc::syncfs(view.as_raw_fd()) } == 0 {
+        Ok(())
+    } else {
+        Err(SandboxError::io(
+            "sync the container's disk",
+            std::io::Error::last_os_error(),
+        ))
+    }
+}
+
+/// Makes `to` (a new file, mode 0600: only the server and its helper open
+/// disk images) a clone of `from`: the same blocks, shared until either
+/// writes them.
+fn clone_file(from: &Path, to: &Path) -> Result<(), SandboxError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let source = fs::File::open(from).context(|| format!("open {}", from.display()))?;
+    let clone = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(to)
+        .context(|| format!("create {}", to.display()))?;
+    ficlone(&clone, &source).map_err(|e| {
+        let _ = fs::remove_file(to);
+        SandboxError::io(format!("clone {}", from.display()), e)
+    })
+}
+
+/// [`clone_file`], or where the blocks cannot be shared (a snapshot
+/// directory moved to a file system without clones), a copy with its holes
+/// kept.
+fn clone_or_copy_file(from: &Path, to: &Path) -> Result<(), SandboxError> {
+    match clone_file(from, to) {
+        Err(SandboxError::Io { source, .. })
+            if matches!(
+                source.raw_os_error(),
+                Some(libc::EOPNOTSUPP | libc::EXDEV | libc::EINVAL)
+            ) =>
+        {
+            copy_dir(from, to, "disk image")
+        }
+        cloned => cloned,
+    }
+}
+
+/// `FICLONE`: `clone` (empty, writable) gets `source`'s blocks.
+fn ficlone(clone: &fs::File, source: &fs::File) -> Result<(), std::io::Error> {
+    // SAFETY: FICLONE takes the source's descriptor as its argument; both
+    // descriptors are borrowed for the call.
+    let status = unsafe { libc::ioctl(clone.as_raw_fd(), libc::FICLONE, source.as_raw_fd()) };
+    if status == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Whether a file in `from` can be cloned into `to` (`FICLONE`): both on
+/// one file system that shares blocks.
+fn reflink_supported(from: &Path, to: &Path) -> Result<(), std::io::Error> {
+    fs::create_dir_all(from)?;
+    fs::create_dir_all(to)?;
+    let source_path = from.join(format!("{PROBE_PREFIX}{}", std::process::id()));
+    let clone_path = to.join(format!("{PROBE_PREFIX}{}-clone", std::process::id()));
     let result = (|| {
-        let source = fs::File::create(&source_path)?;
+        // FICLONE reads its source: a descriptor open for writing only
+        // is refused (EBADF), whatever the file system.
+        let source = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&source_path)?;
         std::io::Write::write_all(&mut &source, &[0u8; 4096])?;
         let clone = fs::File::create(&clone_path)?;
-        // SAFETY: FICLONE with two descriptors this function owns.
-        let status = unsafe { libc::ioctl(clone.as_raw_fd(), libc::FICLONE, source.as_raw_fd()) };
-        if status == 0 {
-            Ok(())
-        } else {
-            Err(std::io::Error::last_os_error())
-        }
+        ficlone(&clone, &source)
     })();
     let _ = fs::remove_file(&source_path);
     let _ = fs::remove_file(&clone_path);
     result
 }
 
-/// Removes snapshots half taken or half deleted by a previous run.
+/// The name the probe's files start with (removed at start-up if a crash
+/// left them).
+const PROBE_PREFIX: &str = ".reflink-probe-";
+
+/// Removes snapshots half taken or half deleted by a previous run, and
+/// the sharing probe's files.
 pub(super) fn recover(data_dir: &Path) {
+    let probes = fs::read_dir(data_dir.join("containers"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(PROBE_PREFIX));
+    for probe in probes {
+        let _ = fs::remove_file(probe.path());
+    }
     let dir = data_dir.join("snapshots");
     for entry in fs::read_dir(&dir).into_iter().flatten().flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         if name.starts_with(".creating-")
             || name.starts_with(".trash-")
-            || name.starts_with(".reflink-probe-")
+            || name.starts_with(PROBE_PREFIX)
         {
             tracing::info!("removing {name}, left by a previous run");
             let path = entry.path();
