@@ -265,7 +265,16 @@ def test_the_projects_snapshot_count_and_bytes_are_bounded(fresh_server):
 
 
 def test_a_server_killed_mid_snapshot_leaves_nothing_half_made(fresh_server):
-    server = fresh_server()
+    killed_mid_snapshot(fresh_server())
+
+
+def test_a_server_killed_mid_clone_leaves_nothing_half_made(reflink_server):
+    killed_mid_snapshot(reflink_server)
+
+
+def killed_mid_snapshot(server) -> None:
+    """A server killed while it takes a snapshot (or just after) starts again
+    with the snapshot whole or not there at all, and its source unfrozen."""
     source = make_container(server)["id"]
     # Enough files that the copy takes a while.
     ok(server, source, "for i in $(seq 1 400); do head -c 262144 /dev/urandom > /mnt/data/f$i; done")

@@ -862,6 +862,33 @@ mod tests {
     }
 
     #[test]
+    fn the_sharing_probe_answers_for_the_file_system_and_leaves_nothing() {
+        let dir = Scratch::new("probe");
+        let (from, to) = (dir.path().join("containers"), dir.path().join("snapshots"));
+        // Either answer is the file system's (this one's may clone or not),
+        // never a refusal of how the probe opened its files.
+        if let Err(e) = reflink_supported(&from, &to) {
+            assert_ne!(e.raw_os_error(), Some(libc::EBADF), "{e}");
+        }
+        for left in [&from, &to] {
+            let names: Vec<_> = fs::read_dir(left).expect("list").flatten().collect();
+            assert!(names.is_empty(), "the probe left {names:?}");
+        }
+    }
+
+    #[test]
+    fn a_work_directory_is_emptied_and_kept() {
+        let dir = Scratch::new("work");
+        let work = dir.path().join("work");
+        fs::create_dir_all(work.join("work").join("deep")).expect("mkdir");
+        fs::write(work.join("file"), b"x").expect("write");
+        empty_dir(&work).expect("empty");
+        assert!(work.is_dir(), "the directory itself stays");
+        assert_eq!(fs::read_dir(&work).expect("list").count(), 0);
+        empty_dir(&dir.path().join("missing")).expect("a missing one is no error");
+    }
+
+    #[test]
     fn allocated_bytes_counts_blocks_not_holes() {
         let dir = Scratch::new("sparse");
         let sparse = fs::File::create(dir.path().join("sparse")).expect("create");
