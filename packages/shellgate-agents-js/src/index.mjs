@@ -693,12 +693,38 @@ export class ShellgateSandboxSession {
   }
 }
 
+/** What a workspace saved as a native snapshot is: these bytes, then the snapshot's
+ * id as JSON (a tar archive never starts with them; the Python provider's form). */
+const SNAPSHOT_REF_MAGIC = new TextEncoder().encode('SHELLGATE_CONTAINER_SNAPSHOT_V1\n');
+
+/** The snapshot id that saved workspace bytes name, or `null` for a tar archive. */
+export function snapshotIdIn(data) {
+  const bytes = toBytes(data);
+  if (bytes.length < SNAPSHOT_REF_MAGIC.length) return null;
+  for (let i = 0; i < SNAPSHOT_REF_MAGIC.length; i += 1) {
+    if (bytes[i] !== SNAPSHOT_REF_MAGIC[i]) return null;
+  }
+  try {
+    const reference = JSON.parse(new TextDecoder().decode(bytes.subarray(SNAPSHOT_REF_MAGIC.length)));
+    return typeof reference?.snapshot_id === 'string' && reference.snapshot_id ? reference.snapshot_id : null;
+  } catch {
+    return null;
+  }
+}
+
 /**
  * Makes, reattaches and deletes shellgate containers. Options (constructor defaults,
  * overridden by a run's `options`): `baseUrl` (`SHELLGATE_BASE_URL`, else
  * `http://127.0.0.1:8080`), `apiKey` (`SHELLGATE_API_KEY`; never serialized), `image`,
  * `memoryLimit`, `networkPolicy` (allowed domains), `exposedPorts`,
- * `expiresAfterMinutes`, `name`, `fetch` (a replacement `fetch`).
+ * `expiresAfterMinutes`, `name`, `fetch` (a replacement `fetch`),
+ * `workspacePersistence`: how a snapshot spec saves the workspace: `'tar'` (the
+ * default) stores a tar archive of it; `'snapshot'` takes a shellgate snapshot of
+ * the container (all its files, kept on the server: `/v1/snapshots`) and stores only
+ * its id, and a resume whose container is gone makes the new one from it. The server
+ * keeps those snapshots until they are deleted (`DELETE /v1/snapshots/{id}`), within
+ * the project's snapshot quota. A server that keeps no snapshots (a cluster: 501) and
+ * a manifest with paths left out of persistence fall back to the tar archive.
  */
 export class ShellgateSandboxClient {
   backendId = BACKEND_ID;
@@ -724,6 +750,7 @@ export class ShellgateSandboxClient {
     if (settings.networkPolicy) body.network_policy = { type: 'allowlist', allowed_domains: [...settings.networkPolicy] };
     if (settings.expiresAfterMinutes) body.expires_after = { anchor: 'last_active_at', minutes: settings.expiresAfterMinutes };
     if (settings.exposedPorts?.length) body.exposed_ports = [...settings.exposedPorts];
+    if (settings.snapshotId) body.snapshot_id = settings.snapshotId;
     const api = new ShellgateHttp({ baseUrl, apiKey, fetch: fetchImpl });
     return await api.json('POST', '/v1/containers', { operation: 'create container', json: body });
   }
@@ -739,7 +766,11 @@ export class ShellgateSandboxClient {
       expiresAfterMinutes: options.expiresAfterMinutes,
       exposedPorts: options.exposedPorts ?? [],
       name: options.name,
+      workspacePersistence: options.workspacePersistence ?? 'tar',
     };
+    if (!['tar', 'snapshot'].includes(settings.workspacePersistence)) {
+      throw new Error(`workspacePersistence must be 'tar' or 'snapshot', not ${JSON.stringify(settings.workspacePersistence)}`);
+    }
     const container = await this.createContainer(settings, options);
     const session = new ShellgateSandboxSession({
       state: {
@@ -766,11 +797,18 @@ export class ShellgateSandboxClient {
     const options = this.resolved(resumeOptions.clientOptions);
     const session = new ShellgateSandboxSession({ state, apiKey: options.apiKey, fetch: options.fetch });
     if (await session.containerExists()) return session;
-    const container = await this.createContainer(state.settings ?? {}, { ...options, baseUrl: state.baseUrl });
+    const archive = await this.loadSnapshot(state, options);
+    const snapshotId = archive ? snapshotIdIn(archive) : null;
+    const container = await this.createContainer(
+      { ...(state.settings ?? {}), snapshotId },
+      { ...options, baseUrl: state.baseUrl },
+    );
     state.containerId = container.id;
     state.workspaceReady = false;
-    const archive = await this.loadSnapshot(state, options);
-    if (archive) {
+    if (snapshotId) {
+      // The container was made from the snapshot: every file as it was.
+      state.workspaceReady = true;
+    } else if (archive) {
       // The snapshot holds the workspace as it was, manifest files included.
       await session.hydrateWorkspace(archive);
       state.workspaceReady = true;
@@ -786,7 +824,7 @@ export class ShellgateSandboxClient {
     const spec = state.snapshotSpec ?? options.snapshot;
     if (!spec || spec.type === 'noop') return null;
     const session = new ShellgateSandboxSession({ state, apiKey: options.apiKey, fetch: options.fetch });
-    const data = await session.persistWorkspace();
+    const data = (await this.nativeSnapshot(session, state)) ?? (await session.persistWorkspace());
     const id = state.snapshot?.id ?? crypto.randomUUID();
     if (spec.type === 'local') {
       const baseDir = spec.baseDir ?? defaultSnapshotDir();
@@ -801,6 +839,30 @@ export class ShellgateSandboxClient {
       return { type: 'remote', id: saved.id };
     }
     throw new Error(`shellgate sessions cannot save a ${spec.type} snapshot`);
+  }
+
+  /** With `workspacePersistence: 'snapshot'`, a shellgate snapshot of the container
+   * as the reference bytes a snapshot spec stores; `null` where a tar archive is
+   * what to store (a tar session, paths left out of persistence, or a server that
+   * keeps no snapshots). */
+  async nativeSnapshot(session, state) {
+    if ((state.settings?.workspacePersistence ?? 'tar') !== 'snapshot') return null;
+    if ([...(state.manifest.ephemeralPersistencePaths?.() ?? [])].length) return null;
+    let snapshot;
+    try {
+      snapshot = await session.api.json('POST', session.containerPath('/snapshots'), {
+        operation: 'snapshot container',
+        json: { name: `agents-${String(state.containerId).slice(-12)}` },
+      });
+    } catch (error) {
+      if (error instanceof ShellgateApiError && error.status === 501) return null;
+      throw error;
+    }
+    const reference = new TextEncoder().encode(JSON.stringify({ snapshot_id: snapshot.id }));
+    const data = new Uint8Array(SNAPSHOT_REF_MAGIC.length + reference.length);
+    data.set(SNAPSHOT_REF_MAGIC, 0);
+    data.set(reference, SNAPSHOT_REF_MAGIC.length);
+    return data;
   }
 
   async loadSnapshot(state, options) {

@@ -6,14 +6,14 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { run, setTracingDisabled } from '@openai/agents-core';
 import { Manifest, SandboxAgent } from '@openai/agents-core/sandbox';
 import { ScriptedModel, functionCall, assistantMessage, modelResponder } from '@openai/agents-core/testing';
 import { startServer } from '../../../tests/node/harness.mjs';
-import { ShellgateSandboxClient } from '../src/index.mjs';
+import { ShellgateSandboxClient, snapshotIdIn } from '../src/index.mjs';
 
 const KEY = 'sk-agents-js-project';
 let server;
@@ -118,4 +118,41 @@ test('a serialized state with a local snapshot resumes into a new container once
     await second.delete();
     rmSync(snapshot.baseDir, { recursive: true, force: true });
   }
+});
+
+test('a workspace persisted as a native snapshot makes the new container from it', async (t) => {
+  if (missing.length) return t.skip(`this shellgate does not serve ${missing.join(', ')}`);
+  if (!(await serves('/v1/snapshots'))) return t.skip('this shellgate keeps no snapshots');
+  const sandbox = new ShellgateSandboxClient({ baseUrl: server.root, apiKey: KEY, workspacePersistence: 'snapshot' });
+  const snapshot = { type: 'local', baseDir: mkdtempSync(join(tmpdir(), 'shellgate-agents-js-')) };
+  const first = await sandbox.create({ snapshot, manifest: new Manifest({ entries: { 'seed.txt': { type: 'file', content: 'seeded\n' } } }) });
+  // Outside the workspace too: a snapshot holds every file of the container.
+  await first.run(['sh', '-c', 'echo made-by-a-command > made.txt && echo home > ~/outside.txt']);
+  const payload = JSON.parse(JSON.stringify(await sandbox.serializeSessionState(first.state)));
+  // Only the snapshot's id is stored: its files stay on the server.
+  const stored = readdirSync(snapshot.baseDir).map((name) => readFileSync(join(snapshot.baseDir, name)));
+  assert.equal(stored.length, 1);
+  const snapshotId = snapshotIdIn(new Uint8Array(stored[0]));
+  assert.ok(snapshotId, `not a snapshot reference: ${stored[0].subarray(0, 40)}`);
+  const headers = { Authorization: `Bearer ${KEY}` };
+  const listed = await fetch(`${server.root}/v1/snapshots/${snapshotId}`, { headers });
+  assert.equal(listed.status, 200, await listed.text());
+  await first.delete();
+  const second = await sandbox.resume(await sandbox.deserializeSessionState(payload));
+  try {
+    assert.notEqual(second.state.containerId, first.state.containerId);
+    assert.equal(new TextDecoder().decode(await second.readFile({ path: 'made.txt' })), 'made-by-a-command\n');
+    assert.equal(new TextDecoder().decode(await second.readFile({ path: 'seed.txt' })), 'seeded\n');
+    const outside = await second.run(['sh', '-c', 'cat ~/outside.txt']);
+    assert.equal(new TextDecoder().decode(outside.stdout), 'home\n');
+  } finally {
+    await second.delete();
+    await fetch(`${server.root}/v1/snapshots/${snapshotId}`, { method: 'DELETE', headers });
+    rmSync(snapshot.baseDir, { recursive: true, force: true });
+  }
+});
+
+test('workspacePersistence is tar or snapshot', async () => {
+  const sandbox = new ShellgateSandboxClient({ baseUrl: server.root, apiKey: KEY, workspacePersistence: 'zip' });
+  await assert.rejects(sandbox.create({}), /workspacePersistence must be 'tar' or 'snapshot'/);
 });
