@@ -597,9 +597,11 @@ impl LocalEngine {
             container.set_id_slot(slot);
             fs::create_dir(&staging).context(|| format!("create {}", staging.display()))?;
             IdSlots::write(&staging, slot)?;
-            // A throwaway container's disk is a tmpfs its helper mounts.
+            // A throwaway container's disk is a tmpfs its helper mounts; a
+            // whole-image restore's is the snapshot's image, cloned.
+            let tmpfs_disk = spec.ephemeral && self.inner.disk_kind == DiskKind::Image;
             let cloned_disk = restore.as_ref().is_some_and(|r| r.clones_whole_disk());
-            if !(spec.ephemeral && self.inner.disk_kind == DiskKind::Image) && !cloned_disk {
+            if !(tmpfs_disk || cloned_disk) {
                 self.inner
                     .pools
                     .provision_disk(self, &staging, spec.disk_bytes)
