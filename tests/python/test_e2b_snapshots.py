@@ -9,15 +9,12 @@ import uuid
 
 import pytest
 
-from conftest import CLUSTER_MODE, E2B_KEY_B
+from conftest import E2B_KEY_B
 
 e2b_sdk = pytest.importorskip("e2b")
 from e2b import Sandbox  # noqa: E402
 from e2b.exceptions import SandboxException, SandboxNotFoundException  # noqa: E402
 
-pytestmark = pytest.mark.skipif(
-    CLUSTER_MODE, reason="a cluster serves no snapshots (a snapshot is kept on one node's disk)"
-)
 
 PATH = "/home/user/state.txt"
 

@@ -21,8 +21,11 @@ import requests
 
 from conftest import CLUSTER_MODE, KEY_A, KEY_B, Server, exec_commands, wait_until
 
-pytestmark = pytest.mark.skipif(
-    CLUSTER_MODE, reason="a cluster serves no snapshots (a snapshot is kept on one node's disk)"
+# Against a cluster the tests below that read their one server's data
+# directory or kill it are skipped: test_cluster_snapshots.py checks the
+# same of a cluster's nodes.
+ONE_BOX_ONLY = pytest.mark.skipif(
+    CLUSTER_MODE, reason="reads or kills its one server's data directory (see test_cluster_snapshots.py)"
 )
 
 
@@ -243,6 +246,7 @@ def leftovers(server) -> list:
     return sorted(p.name for p in snapshots.glob("*")) if snapshots.exists() else []
 
 
+@ONE_BOX_ONLY
 def test_the_projects_snapshot_count_and_bytes_are_bounded(fresh_server):
     server = fresh_server(max_snapshots_per_project=2, max_snapshot_bytes_per_project="1m")
     small = make_container(server)["id"]
@@ -264,6 +268,7 @@ def test_the_projects_snapshot_count_and_bytes_are_bounded(fresh_server):
     assert snapshot(server, theirs, key=KEY_B).status_code == 200
 
 
+@ONE_BOX_ONLY
 def test_a_server_killed_mid_snapshot_leaves_nothing_half_made(fresh_server):
     killed_mid_snapshot(fresh_server())
 

@@ -598,6 +598,28 @@ pub trait SandboxBackend: Send + Sync {
     ) -> Result<ContainerInfo, SandboxError> {
         Err(SandboxError::NotSupported("snapshots"))
     }
+    /// Snapshot `snapshot_id` as one archive (a compressed tar of its
+    /// files, holes kept, owners and extended attributes with them), read
+    /// as it is made: what a cluster's node puts in the object store so
+    /// that any node can restore it. The reader fails at its end if the
+    /// archive could not be made whole.
+    fn export_snapshot(
+        &self,
+        _snapshot_id: &str,
+    ) -> Result<Box<dyn std::io::Read + Send>, SandboxError> {
+        Err(SandboxError::NotSupported("snapshot archives"))
+    }
+    /// Makes snapshot `snapshot_id` from `archive` (one
+    /// [`export_snapshot`](Self::export_snapshot) made, verified by the
+    /// caller): committed whole or not at all. One already held is
+    /// [`SandboxError::AlreadyExists`].
+    async fn import_snapshot(
+        &self,
+        _snapshot_id: &str,
+        _archive: std::fs::File,
+    ) -> Result<(), SandboxError> {
+        Err(SandboxError::NotSupported("snapshot archives"))
+    }
     /// How a snapshot's blocks are shared with the copies made from it on
     /// this host (`reflink`, `copy`), or `None` without snapshots.
     fn snapshot_sharing(&self) -> Option<&'static str> {

@@ -175,6 +175,7 @@ pub(crate) fn state_with(
         live_output: Default::default(),
         clock,
         gemini_uploads_swept_at: Default::default(),
+        snapshot_cache: Default::default(),
         e2b_watchers: Default::default(),
         e2b_processes: Default::default(),
         e2b_deadlines: Default::default(),

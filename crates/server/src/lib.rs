@@ -58,6 +58,7 @@ mod routes;
 mod running;
 mod sandboxes;
 mod skills;
+mod snapshot_archives;
 mod snapshots;
 mod spool;
 pub mod startup;
@@ -244,6 +245,7 @@ where
         live_output: Default::default(),
         clock: clock::Clock::system(),
         gemini_uploads_swept_at: Default::default(),
+        snapshot_cache: Default::default(),
         e2b_watchers: Default::default(),
         e2b_processes: Default::default(),
         e2b_deadlines: Default::default(),

@@ -251,6 +251,11 @@ pub async fn sweep(state: &Arc<AppState>) -> Result<(), ApiError> {
     if let Err(e) = crate::gemini::files::sweep_abandoned_uploads(state, now).await {
         tracing::warn!("sweeping abandoned Gemini uploads failed: {}", e.message);
     }
+    if crate::snapshot_archives::archived(state) {
+        if let Err(e) = crate::snapshot_archives::sweep(state, now).await {
+            tracing::warn!("sweeping snapshot archives failed: {}", e.message);
+        }
+    }
     let old_egress = crate::egress::sweep_old_rows(
         &state.store,
         state.config.egress.egress_log_retention_secs,

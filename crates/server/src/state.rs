@@ -88,6 +88,9 @@ pub struct AppState {
     pub clock: crate::clock::Clock,
     /// When the lifecycle last swept abandoned Gemini uploads (0: never).
     pub(crate) gemini_uploads_swept_at: std::sync::atomic::AtomicI64,
+    /// The snapshots a cluster's node holds for restores (see
+    /// `snapshot_archives`).
+    pub(crate) snapshot_cache: crate::snapshot_archives::SnapshotCache,
     /// E2B's directory watchers (`e2b::filesystem`).
     pub(crate) e2b_watchers: crate::e2b::filesystem::watchers::Watchers,
     /// The processes started through E2B's envd API, by pid and tag.

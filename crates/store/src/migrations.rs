@@ -525,6 +525,12 @@ pub(crate) const SQLITE_MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX snapshots_by_project ON snapshots (project, seq);
 "#,
+    // A cluster's snapshot in the object store: the digest of its archive
+    // (`snapshots/<id>.tar.zst`), which a node restoring it checks; none
+    // for a snapshot only its node's engine holds.
+    r#"
+    ALTER TABLE snapshots ADD COLUMN archive_digest TEXT;
+"#,
 ];
 
 /// Postgres's migrations, applied in order; the index + 1 is the schema
@@ -938,6 +944,11 @@ pub(crate) const POSTGRES_MIGRATIONS: &[&str] = &[
         node_id TEXT NOT NULL
     );
     CREATE INDEX snapshots_by_project ON snapshots (project, seq);
+"#,
+    // A snapshot's archive: as SQLite's migration that adds
+    // snapshots.archive_digest.
+    r#"
+    ALTER TABLE snapshots ADD COLUMN archive_digest TEXT;
 "#,
 ];
 

@@ -26,8 +26,12 @@ pub struct SnapshotRow {
     pub frozen_ms: i64,
     /// What a copy inherits of the container (JSON, the server's).
     pub source: String,
-    /// The node whose engine holds its files.
+    /// The node whose engine took it (and holds its files).
     pub node_id: String,
+    /// In a cluster, the digest (`sha256:<hex>`) of its archive in the
+    /// object store, from which any node restores it; `None` when only
+    /// its node's engine holds it (a single box).
+    pub archive_digest: Option<String>,
 }
 
 /// Why a snapshot's row was not written.
@@ -40,7 +44,8 @@ pub enum SnapshotRefusal {
 }
 
 const SNAPSHOT_COLUMNS: &str = "id, project, name, metadata, size_bytes, created_at, \
-     container_id, image, image_revision, memory_unavailable_reason, frozen_ms, source, node_id";
+     container_id, image, image_revision, memory_unavailable_reason, frozen_ms, source, node_id, \
+     archive_digest";
 
 fn snapshot_row(row: &Row) -> Result<SnapshotRow> {
     Ok(SnapshotRow {
@@ -57,6 +62,7 @@ fn snapshot_row(row: &Row) -> Result<SnapshotRow> {
         frozen_ms: row.get(10)?,
         source: row.get(11)?,
         node_id: row.get(12)?,
+        archive_digest: row.get(13)?,
     })
 }
 
@@ -115,7 +121,7 @@ impl Store {
             sql.execute(
                 &format!(
                     "INSERT INTO snapshots ({SNAPSHOT_COLUMNS}) VALUES \
-                     (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
+                     (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
                 ),
                 &[
                     &row.id,
@@ -131,6 +137,7 @@ impl Store {
                     &row.frozen_ms,
                     &row.source,
                     &row.node_id,
+                    &row.archive_digest,
                 ],
             )?;
             Ok(Ok(()))
@@ -177,6 +184,22 @@ impl Store {
         })
     }
 
+    /// Those of `ids` that name a snapshot (of any project), each with
+    /// its size: what a cluster's node keeps of the archives it unpacked.
+    pub fn existing_snapshots(&self, ids: &[String]) -> Result<Vec<(String, i64)>> {
+        self.read(|sql| {
+            let mut existing = Vec::new();
+            for id in ids {
+                existing.extend(sql.query_opt(
+                    "SELECT id, size_bytes FROM snapshots WHERE id = ?1",
+                    &[id],
+                    |row| Ok((row.get(0)?, row.get(1)?)),
+                )?);
+            }
+            Ok(existing)
+        })
+    }
+
     /// The ids of the snapshots held by node `node_id`'s engine.
     pub fn node_snapshot_ids(&self, node_id: &str) -> Result<Vec<String>> {
         self.read(|sql| {
@@ -208,6 +231,7 @@ mod tests {
             frozen_ms: 3,
             source: "{}".into(),
             node_id: "node-a".into(),
+            archive_digest: Some("sha256:00".into()),
         }
     }
 
@@ -261,6 +285,12 @@ mod tests {
                 "another project's"
             );
             assert!(store.delete_snapshot("alpha", "snap_1").unwrap());
+            let asked = ["snap_1".to_owned(), "snap_2".to_owned(), "snap_9".to_owned()];
+            assert_eq!(
+                store.existing_snapshots(&asked).unwrap(),
+                vec![("snap_2".to_owned(), 100)],
+                "a deleted one and one never made are not"
+            );
             let mut held = store.node_snapshot_ids("node-a").unwrap();
             held.sort();
             assert_eq!(held, vec!["snap_2".to_owned(), "snap_3".to_owned()]);

@@ -49,6 +49,7 @@ mod processes;
 mod pump;
 mod recovery;
 mod slots;
+mod snapshot_archive;
 mod snapshots;
 mod spec;
 mod unread;
@@ -701,6 +702,21 @@ impl SandboxBackend for LocalEngine {
 
     fn snapshot_sharing(&self) -> Option<&'static str> {
         Some(self.sharing().name())
+    }
+
+    fn export_snapshot(
+        &self,
+        snapshot_id: &str,
+    ) -> Result<Box<dyn std::io::Read + Send>, SandboxError> {
+        self.snapshot_archive(snapshot_id)
+    }
+
+    async fn import_snapshot(
+        &self,
+        snapshot_id: &str,
+        archive: std::fs::File,
+    ) -> Result<(), SandboxError> {
+        self.unpack_snapshot(snapshot_id, archive).await
     }
 
     async fn commit_image(

@@ -118,7 +118,7 @@ impl Sharing {
 }
 
 impl LocalEngine {
-    fn snapshots_dir(&self) -> PathBuf {
+    pub(super) fn snapshots_dir(&self) -> PathBuf {
         self.inner.config.data_dir.join("snapshots")
     }
 
@@ -667,7 +667,7 @@ fn allocated_bytes(root: &Path) -> u64 {
 
 /// The snapshots directory is the server's alone: its files keep the host
 /// ids of containers whose ranges may later be handed to others.
-fn restrict(dir: &Path) -> Result<(), SandboxError> {
+pub(super) fn restrict(dir: &Path) -> Result<(), SandboxError> {
     use std::os::unix::fs::PermissionsExt;
     fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
         .context(|| format!("chmod {}", dir.display()))

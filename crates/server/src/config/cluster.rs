@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Role, Secret};
+use super::{ByteSize, Role, Secret};
 
 /// The server's role in a cluster and how replicas and nodes meet.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -37,6 +37,10 @@ pub struct ClusterSettings {
     pub node_answer_timeout_secs: u64,
     /// Containers a node holds at most (placement's count of room).
     pub max_containers_per_node: u64,
+    /// Bytes of snapshots restored from the object store a node keeps on
+    /// its disk for the next restore (least recently used removed first;
+    /// one in use is never removed, so a larger one can pass it).
+    pub snapshot_cache_bytes: ByteSize,
 }
 
 impl Default for ClusterSettings {
@@ -50,6 +54,10 @@ impl Default for ClusterSettings {
             node_lost_after_secs: 15,
             node_answer_timeout_secs: 5,
             max_containers_per_node: 5_000,
+            snapshot_cache_bytes: ByteSize {
+                text: "20g".to_owned(),
+                bytes: 20 << 30,
+            },
         }
     }
 }

@@ -28,7 +28,6 @@ pub(super) async fn project_snapshot(
     if !id.starts_with(SNAPSHOT_PREFIX) {
         return Ok(None);
     }
-    native::served(state).map_err(e2b_error)?;
     match native::owned_snapshot(state, project, id).await {
         Ok(row) => Ok(Some(row.id)),
         Err(error) if error.status() == StatusCode::NOT_FOUND => Err(E2bError::new(

@@ -13,9 +13,8 @@
 //!   fork's timeout. All the copies are made or none: a failure is the
 //!   whole request's error.
 //!
-//! A cluster serves no snapshots: each of these calls (a create naming a
-//! snapshot's id too) answers its refusal, 501 with the reason, in E2B's
-//! error body.
+//! A cluster serves them as a single box does: the snapshot is restored
+//! on whichever node a create is placed (`snapshot_archives`).
 
 use std::sync::Arc;
 
@@ -129,7 +128,6 @@ pub(super) async fn list(
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> E2bResult<Response> {
     let Query(query) = query.map_err(|e| bad_request(e.body_text()))?;
-    native::served(&state).map_err(e2b_error)?;
     let limit = query.limit.unwrap_or(MAX_LIST_LIMIT);
     if limit == 0 || limit > MAX_LIST_LIMIT {
         return Err(bad_request(format!(

@@ -353,7 +353,7 @@ pub(crate) async fn create_container_from(
     body: CreateContainer,
     snapshot: Option<&shellgate_store::SnapshotRow>,
 ) -> ApiResult<ContainerRow> {
-    let snapshot_id = snapshot.map(|s| s.id.clone());
+    let snapshot = snapshot.cloned();
     let project = Project(project.to_owned());
     validate_create(&state.config, &body)?;
     let network = crate::egress::network_spec(
@@ -432,11 +432,14 @@ pub(crate) async fn create_container_from(
                 volumes: volume_binds,
                 ..ContainerSpec::default()
             };
-            match &snapshot_id {
-                Some(snapshot_id) => {
+            match &snapshot {
+                Some(snapshot) => {
+                    // In a cluster, fetched from the object store unless
+                    // this node holds it, and kept while the disk is filled.
+                    let _held = crate::snapshot_archives::hold(&state, snapshot).await?;
                     state
                         .engine
-                        .create_from_snapshot(&row.id, spec, snapshot_id)
+                        .create_from_snapshot(&row.id, spec, &snapshot.id)
                         .await?
                 }
                 None => state.engine.create(&row.id, spec).await?,

@@ -15,8 +15,11 @@
 //! project's (the engine records the owner with it), seen and used by that
 //! project alone.
 //!
-//! A snapshot, like an image, lives on the disk of the node that took it: a
-//! cluster serves neither (501), as for volumes.
+//! In a cluster, a node's snapshot is put in the object store before its
+//! row is written, and any node restores it from there
+//! (`snapshot_archives`); a fork's copies are made on the source's node,
+//! from a snapshot that never leaves it. An image lives on the disk of the
+//! node that made it: a cluster commits none (501).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -71,13 +74,13 @@ pub(crate) fn snapshot_object(row: &SnapshotRow) -> Snapshot {
     }
 }
 
-/// A cluster's nodes do not share a disk: refused there.
-pub(crate) fn served(state: &AppState) -> ApiResult<()> {
+/// A cluster's nodes do not share their images: a commit is refused there.
+fn commit_served(state: &AppState) -> ApiResult<()> {
     if state.config.cluster.role != crate::config::Role::All {
         return Err(ApiError::of(
             ErrorCode::NotSupported,
-            "Snapshots are not served by a cluster: a snapshot is kept on the disk of the node \
-             that took it, and a cluster's containers may run on any node.",
+            "Committing a container to an image is not served by a cluster: an image is kept on \
+             the disk of the node that made it, and a cluster's containers may run on any node.",
         ));
     }
     Ok(())
@@ -169,6 +172,7 @@ async fn take_files(
         source: serde_json::to_string(&source_of(container)?)
             .map_err(|e| ApiError::internal(e.to_string()))?,
         node_id: state.node_name.clone(),
+        archive_digest: None,
     })
 }
 
@@ -179,7 +183,6 @@ pub(crate) async fn take(
     container_id: &str,
     body: CreateSnapshot,
 ) -> ApiResult<SnapshotRow> {
-    served(state)?;
     check(&body)?;
     let container = crate::sandboxes::containers::owned(state, project, container_id).await?;
     let (max_count, max_bytes) = quotas(state);
@@ -194,22 +197,41 @@ pub(crate) async fn take(
         .name
         .clone()
         .unwrap_or_else(|| format!("{}-snapshot", container.name));
-    let row = take_files(state, &container, name, &body.metadata).await?;
+    let mut row = take_files(state, &container, name, &body.metadata).await?;
+    let archived = crate::snapshot_archives::archived(state);
+    if archived {
+        // The object whole before the row: a crash in between leaves an
+        // object no row names (swept), never a row without its object.
+        match crate::snapshot_archives::publish(state, &row.id).await {
+            Ok(digest) => row.archive_digest = Some(digest),
+            Err(error) => {
+                remove_files(state, &row.id).await;
+                return Err(error);
+            }
+        }
+    }
     let inserted = row.clone();
     let written = state
         .db(move |s| s.insert_snapshot(&inserted, max_count, max_bytes))
         .await;
-    match written {
-        Ok(Ok(())) => Ok(row),
-        Ok(Err(refusal)) => {
-            remove_files(state, &row.id).await;
-            Err(refused(refusal))
+    let failed = match written {
+        Ok(Ok(())) => {
+            if archived {
+                // Its files here are the first copy of this node's cache.
+                state
+                    .snapshot_cache
+                    .adopt(&row.id, u64::try_from(row.size_bytes).unwrap_or(0));
+            }
+            return Ok(row);
         }
-        Err(error) => {
-            remove_files(state, &row.id).await;
-            Err(error)
-        }
+        Ok(Err(refusal)) => refused(refusal),
+        Err(error) => error,
+    };
+    if archived {
+        crate::snapshot_archives::unpublish(state, &row.id).await;
     }
+    remove_files(state, &row.id).await;
+    Err(failed)
 }
 
 fn quotas(state: &AppState) -> (u32, i64) {
@@ -226,20 +248,30 @@ async fn remove_files(state: &AppState, id: &str) {
     }
 }
 
-/// `DELETE /v1/snapshots/{id}`: the row, then the files.
+/// `DELETE /v1/snapshots/{id}`: the row, then the files (in a cluster,
+/// its archive and this node's copy; other nodes' copies go at their
+/// next sweep).
 pub(crate) async fn remove(state: &Arc<AppState>, project: &str, id: &str) -> ApiResult<()> {
-    served(state)?;
     let (owner, key) = (project.to_owned(), id.to_owned());
     if !state.db(move |s| s.delete_snapshot(&owner, &key)).await? {
         return Err(ApiError::not_found("snapshot", id));
     }
-    remove_files(state, id).await;
+    if crate::snapshot_archives::archived(state) {
+        crate::snapshot_archives::unpublish(state, id).await;
+        crate::snapshot_archives::remove_held(state, id).await;
+    } else {
+        remove_files(state, id).await;
+    }
     Ok(())
 }
 
 /// Removes the engine's snapshots no row names (a take cut short by a
-/// crash, or a fork's).
+/// crash, or a fork's); a cluster's node keeps those of any node's rows
+/// as its cache.
 pub(crate) async fn remove_unknown(state: &Arc<AppState>) -> Result<(), ApiError> {
+    if crate::snapshot_archives::archived(state) {
+        return crate::snapshot_archives::adopt(state).await;
+    }
     let held = state.engine.snapshot_ids().await?;
     if held.is_empty() {
         return Ok(());
@@ -265,7 +297,6 @@ pub(crate) async fn fork(
     container_id: &str,
     body: ForkContainer,
 ) -> ApiResult<Vec<ContainerRow>> {
-    served(state)?;
     if !(1..=MAX_FORKS).contains(&body.count) {
         return Err(ApiError::invalid(
             "count",
@@ -343,7 +374,7 @@ pub(crate) async fn commit(
     container_id: &str,
     body: CommitImage,
 ) -> ApiResult<shellgate_sandbox_api::image::ImageInfo> {
-    served(state)?;
+    commit_served(state)?;
     let container = crate::sandboxes::containers::owned(state, project, container_id).await?;
     let worker = Arc::clone(state);
     let owner = project.0.clone();
