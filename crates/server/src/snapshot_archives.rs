@@ -139,13 +139,10 @@ pub(crate) async fn hold(state: &Arc<AppState>, row: &SnapshotRow) -> ApiResult<
         if cache.pin(&row.id) {
             Ok(false)
         } else {
-            match fetch(state, &row.id, digest).await {
-                Ok(()) => {
-                    cache.insert_pinned(&row.id, u64::try_from(row.size_bytes).unwrap_or(0));
-                    Ok(true)
-                }
-                Err(error) => Err(error),
-            }
+            fetch(state, &row.id, digest).await.map(|()| {
+                cache.insert_pinned(&row.id, u64::try_from(row.size_bytes).unwrap_or(0));
+                true
+            })
         }
     };
     drop(lock);
@@ -186,7 +183,8 @@ async fn fetch(state: &Arc<AppState>, id: &str, digest: &str) -> ApiResult<()> {
 
 /// `file` rewound, if its bytes hash to `expected`.
 fn verify(mut file: std::fs::File, expected: &str, id: &str) -> ApiResult<std::fs::File> {
-    let io = |e: std::io::Error| ApiError::internal(format!("reading snapshot {id}'s archive: {e}"));
+    let io =
+        |e: std::io::Error| ApiError::internal(format!("reading snapshot {id}'s archive: {e}"));
     let mut hasher = Sha256::new();
     let mut buffer = vec![0u8; CHUNK];
     loop {
@@ -354,7 +352,10 @@ impl SnapshotCache {
     /// Drops `id`'s lock once nobody holds or waits for it.
     fn forget_lock(&self, id: &str) {
         let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
-        if locks.get(id).is_some_and(|lock| Arc::strong_count(lock) == 1) {
+        if locks
+            .get(id)
+            .is_some_and(|lock| Arc::strong_count(lock) == 1)
+        {
             locks.remove(id);
         }
     }
@@ -428,7 +429,8 @@ impl SnapshotCache {
     fn beyond(&self, bound: u64) -> Vec<String> {
         let entries = self.entries();
         let mut total: u64 = entries.values().map(|e| e.bytes).sum();
-        let mut idle: Vec<(&String, &Entry)> = entries.iter().filter(|(_, e)| e.pins == 0).collect();
+        let mut idle: Vec<(&String, &Entry)> =
+            entries.iter().filter(|(_, e)| e.pins == 0).collect();
         idle.sort_by_key(|(_, e)| e.last_used);
         let mut victims = Vec::new();
         for (id, entry) in idle {
@@ -503,7 +505,11 @@ mod tests {
         assert_eq!(again, b"archive", "rewound");
         let file = std::fs::File::open(&path).expect("open");
         let refused = verify(file, "sha256:00", "snap_1").expect_err("does not match");
-        assert!(refused.message.contains("does not match"), "{}", refused.message);
+        assert!(
+            refused.message.contains("does not match"),
+            "{}",
+            refused.message
+        );
         let _ = std::fs::remove_dir_all(&dir);
 
         let (writer, mut body) = shellgate_objects::blocking_body();

@@ -285,7 +285,11 @@ mod tests {
                 "another project's"
             );
             assert!(store.delete_snapshot("alpha", "snap_1").unwrap());
-            let asked = ["snap_1".to_owned(), "snap_2".to_owned(), "snap_9".to_owned()];
+            let asked = [
+                "snap_1".to_owned(),
+                "snap_2".to_owned(),
+                "snap_9".to_owned(),
+            ];
             assert_eq!(
                 store.existing_snapshots(&asked).unwrap(),
                 vec![("snap_2".to_owned(), 100)],

@@ -40,42 +40,10 @@ const STDERR_KEPT: usize = 4096;
 
 impl LocalEngine {
     /// Snapshot `id` as an archive, read as tar makes it.
-    pub(super) fn snapshot_archive(
-        &self,
-        id: &str,
-    ) -> Result<Box<dyn Read + Send>, SandboxError> {
+    pub(super) fn snapshot_archive(&self, id: &str) -> Result<Box<dyn Read + Send>, SandboxError> {
         // Only a committed snapshot (its record is written last).
         let restore = self.snapshot_record(id)?;
-        let mut child = Command::new("tar")
-            .args(["--create", "--file=-", "--sparse", "--format=posix", COMPRESSOR])
-            .args(CONTENT_FLAGS)
-            .arg("--directory")
-            .arg(&restore.dir)
-            .args(["snapshot.json", "disk"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .context(|| "run tar".into())?;
-        let stdout = child
-            .stdout
-            .take()
-            .ok_or_else(|| SandboxError::Setup("tar's output was not piped".into()))?;
-        let stderr = child
-            .stderr
-            .take()
-            .ok_or_else(|| SandboxError::Setup("tar's errors were not piped".into()))?;
-        // Drained beside the archive, so a talkative tar never blocks on it.
-        let errors = std::thread::spawn(move || {
-            let mut kept = Vec::new();
-            let _ = stderr.take(STDERR_KEPT as u64).read_to_end(&mut kept);
-            String::from_utf8_lossy(&kept).trim().to_owned()
-        });
-        Ok(Box::new(ArchiveReader {
-            child: Some(child),
-            stdout,
-            errors: Some(errors),
-        }))
+        archive_of(&restore.dir)
     }
 
     /// Makes snapshot `id` from `archive`, whole or not at all.
@@ -116,6 +84,46 @@ impl LocalEngine {
         })
         .await
     }
+}
+
+/// The archive of snapshot directory `dir`, read as tar makes it.
+fn archive_of(dir: &std::path::Path) -> Result<Box<dyn Read + Send>, SandboxError> {
+    let mut child = Command::new("tar")
+        .args([
+            "--create",
+            "--file=-",
+            "--sparse",
+            "--format=posix",
+            COMPRESSOR,
+        ])
+        .args(CONTENT_FLAGS)
+        .arg("--directory")
+        .arg(dir)
+        .args(["snapshot.json", "disk"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context(|| "run tar".into())?;
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| SandboxError::Setup("tar's output was not piped".into()))?;
+    let stderr = child
+        .stderr
+        .take()
+        .ok_or_else(|| SandboxError::Setup("tar's errors were not piped".into()))?;
+    // Drained beside the archive, so a talkative tar never blocks on it.
+    let errors = std::thread::spawn(move || {
+        let mut kept = Vec::new();
+        let _ = stderr.take(STDERR_KEPT as u64).read_to_end(&mut kept);
+        String::from_utf8_lossy(&kept).trim().to_owned()
+    });
+    Ok(Box::new(ArchiveReader {
+        child: Some(child),
+        stdout,
+        errors: Some(errors),
+    }))
 }
 
 /// Unpacks `archive` into the empty directory `into`.
@@ -182,5 +190,70 @@ impl Drop for ArchiveReader {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::os::unix::fs::MetadataExt;
+
+    use super::*;
+    use crate::scratch::Scratch;
+
+    #[test]
+    fn an_archive_unpacks_to_the_same_files_with_holes_kept() {
+        let dir = Scratch::new("snapshot-archive");
+        let source = dir.path().join("source");
+        fs::create_dir_all(source.join("disk/upper/empty")).expect("mkdir");
+        fs::write(source.join("snapshot.json"), b"{}").expect("write");
+        fs::write(source.join("disk/upper/text"), b"hello").expect("write");
+        std::os::unix::fs::symlink("text", source.join("disk/upper/link")).expect("symlink");
+        let sparse = fs::File::create(source.join("disk/upper/sparse")).expect("create");
+        sparse.set_len(64 << 20).expect("truncate");
+        (&sparse).write_all(b"start").expect("write");
+
+        let mut archive = archive_of(&source).expect("archive");
+        let packed = dir.path().join("packed");
+        let mut file = fs::File::create(&packed).expect("create");
+        std::io::copy(&mut archive, &mut file).expect("read whole");
+        assert!(
+            fs::metadata(&packed).expect("stat").len() < 1 << 20,
+            "the hole is not in the archive"
+        );
+
+        let into = dir.path().join("into");
+        fs::create_dir(&into).expect("mkdir");
+        unpack_into(&into, fs::File::open(&packed).expect("open")).expect("unpack");
+        let upper = into.join("disk/upper");
+        assert_eq!(fs::read(upper.join("text")).expect("read"), b"hello");
+        assert_eq!(
+            fs::read_link(upper.join("link")).expect("link"),
+            std::path::Path::new("text")
+        );
+        assert!(upper.join("empty").is_dir());
+        let restored = fs::metadata(upper.join("sparse")).expect("stat");
+        assert_eq!(restored.len(), 64 << 20);
+        assert!(
+            restored.blocks() * 512 < 1 << 20,
+            "still a hole: {} blocks",
+            restored.blocks()
+        );
+    }
+
+    #[test]
+    fn a_failed_archive_ends_its_read_in_an_error_and_a_bad_one_unpacks_nothing() {
+        let dir = Scratch::new("snapshot-archive-bad");
+        // No snapshot.json, no disk: tar fails, and says so at the end.
+        let mut archive = archive_of(dir.path()).expect("tar starts");
+        let mut sink = Vec::new();
+        assert!(std::io::copy(&mut archive, &mut sink).is_err());
+
+        let garbage = dir.path().join("garbage");
+        fs::write(&garbage, b"not an archive").expect("write");
+        let into = dir.path().join("into");
+        fs::create_dir(&into).expect("mkdir");
+        let refused = unpack_into(&into, fs::File::open(&garbage).expect("open"));
+        assert!(refused.is_err(), "{refused:?}");
     }
 }
