@@ -19,14 +19,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from conftest import CLUSTER_MODE, KEY_A, KEY_B, Server, exec_commands, wait_until
-
-# Against a cluster the tests below that read their one server's data
-# directory or kill it are skipped: test_cluster_snapshots.py checks the
-# same of a cluster's nodes.
-ONE_BOX_ONLY = pytest.mark.skipif(
-    CLUSTER_MODE, reason="reads or kills its one server's data directory (see test_cluster_snapshots.py)"
-)
+from conftest import KEY_A, KEY_B, Server, exec_commands, wait_until
 
 
 def v1(server, method: str, path: str, key: str = KEY_A, **kwargs) -> requests.Response:
@@ -246,7 +239,7 @@ def leftovers(server) -> list:
     return sorted(p.name for p in snapshots.glob("*")) if snapshots.exists() else []
 
 
-@ONE_BOX_ONLY
+@pytest.mark.single_box("reads its server's data directory (test_cluster_snapshots.py checks a cluster's quota)")
 def test_the_projects_snapshot_count_and_bytes_are_bounded(fresh_server):
     server = fresh_server(max_snapshots_per_project=2, max_snapshot_bytes_per_project="1m")
     small = make_container(server)["id"]
@@ -268,7 +261,7 @@ def test_the_projects_snapshot_count_and_bytes_are_bounded(fresh_server):
     assert snapshot(server, theirs, key=KEY_B).status_code == 200
 
 
-@ONE_BOX_ONLY
+@pytest.mark.single_box("kills its one server (test_cluster_snapshots.py kills a node mid-upload)")
 def test_a_server_killed_mid_snapshot_leaves_nothing_half_made(fresh_server):
     killed_mid_snapshot(fresh_server())
 
