@@ -3,7 +3,7 @@
 //! archive in the object store) and reaches the node that restores it.
 //!
 //! The archive is a POSIX tar of the snapshot's directory (`snapshot.json`
-//! and `disk/`), compressed with zstd at its fastest level: holes are
+//! and its files, in whichever form the snapshot keeps them), compressed with zstd at its fastest level: holes are
 //! kept as holes (`--sparse`), owners as numbers (the source container's
 //! host ids, moved at restore as for a local snapshot), and extended
 //! attributes whole (the overlay's opaque markers; its whiteouts are
@@ -99,7 +99,9 @@ fn archive_of(dir: &std::path::Path) -> Result<Box<dyn Read + Send>, SandboxErro
         .args(CONTENT_FLAGS)
         .arg("--directory")
         .arg(dir)
-        .args(["snapshot.json", "disk"])
+        // The whole directory, whatever form the snapshot's files take
+        // (a tree under `disk/`, or a sparse `disk.img`).
+        .arg(".")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -244,8 +246,8 @@ mod tests {
     #[test]
     fn a_failed_archive_ends_its_read_in_an_error_and_a_bad_one_unpacks_nothing() {
         let dir = Scratch::new("snapshot-archive-bad");
-        // No snapshot.json, no disk: tar fails, and says so at the end.
-        let mut archive = archive_of(dir.path()).expect("tar starts");
+        // No such directory: tar fails, and says so at the end.
+        let mut archive = archive_of(&dir.path().join("missing")).expect("tar starts");
         let mut sink = Vec::new();
         assert!(std::io::copy(&mut archive, &mut sink).is_err());
 
