@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from conftest import KEY_A, KEY_B, Server, exec_commands, wait_until
+from conftest import BINARY, KEY_A, KEY_B, Server, exec_commands, wait_until
 
 
 def v1(server, method: str, path: str, key: str = KEY_A, **kwargs) -> requests.Response:
@@ -198,7 +198,7 @@ def snapshot_cli(server, *args: str, key: str = KEY_A) -> subprocess.CompletedPr
     the command accepts the suffix), with only these variables."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
            "SHELLGATE_BASE_URL": server.base_url, "SHELLGATE_API_KEY": key}
-    return subprocess.run([str(server.binary), "snapshot", *args],
+    return subprocess.run([str(BINARY), "snapshot", *args],
                           capture_output=True, text=True, env=env, timeout=300)
 
 
