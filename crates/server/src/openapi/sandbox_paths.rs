@@ -806,7 +806,7 @@ pub(super) fn e2b(d: &mut Builder, s: &Schemas) {
             Post,
             "/sandboxes/{sandbox_id}/snapshots",
             "Snapshot a sandbox's files (one of the project's snapshots; `memory` is not kept): \
-             its id is a `templateID` to create sandboxes from. 501 in a cluster",
+             its id is a `templateID` to create sandboxes from (on any node of a cluster)",
             Body::Json(e2b_snapshot_request.clone()),
             Answer::JsonWith(&["201"], e2b_snapshot.clone()),
         ),
@@ -816,7 +816,7 @@ pub(super) fn e2b(d: &mut Builder, s: &Schemas) {
                 Get,
                 "/snapshots",
                 "List the project's snapshots, newest first (the next page's token in \
-                 `x-next-token`). 501 in a cluster",
+                 `x-next-token`)",
                 Body::None,
                 Answer::Json(e2b_snapshots.clone()),
             )
@@ -825,7 +825,7 @@ pub(super) fn e2b(d: &mut Builder, s: &Schemas) {
             Post,
             "/sandboxes/{sandbox_id}/fork",
             "`count` copies of a sandbox (its files, template, metadata and environment) from one \
-             snapshot taken now, all made or none. 501 in a cluster",
+             snapshot taken now, all made or none",
             Body::Json(e2b_fork_request.clone()),
             Answer::JsonWith(&["201"], e2b_fork_results.clone()),
         ),

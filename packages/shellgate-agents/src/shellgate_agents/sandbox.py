@@ -940,7 +940,7 @@ class ShellgateSandboxSession(BaseSandboxSession):
 
     async def _persist_workspace_as_snapshot(self) -> io.IOBase | None:
         """A shellgate snapshot of the container, as the reference bytes the SDK's
-        snapshot stores; `None` where the server keeps no snapshots (a cluster, 501)."""
+        snapshot stores; `None` where the server keeps no snapshots (501)."""
         root = self._workspace_root_path()
         body = SnapshotCreate(name=f"agents-{self.state.session_id.hex[:12]}")
         try:
