@@ -147,11 +147,13 @@ pub(crate) async fn hold(state: &Arc<AppState>, row: &SnapshotRow) -> ApiResult<
     };
     drop(lock);
     cache.forget_lock(&row.id);
+    // Only a pin taken is given back (a failed fetch took none).
+    let fetched = fetched?;
     let held = Held {
         state: Arc::clone(state),
         id: row.id.clone(),
     };
-    if fetched? {
+    if fetched {
         evict(state).await;
     }
     Ok(Some(held))
