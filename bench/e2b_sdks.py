@@ -19,6 +19,8 @@ each measured in the same run as its baseline, against one `shellgate serve`
   * run_code: `run_code("1+1")` in a warm context (the `e2b_code_interpreter`
     SDK), against `python3 -c 'print(1+1)'` through exec in the same
     container: the interpreter's round trip against starting Python.
+  * JS cell: `run_code("1+1")` in a warm JavaScript context, against
+    `node -e 'console.log(1+1)'` through exec in the same container.
 
 Usage: .venv/bin/python bench/e2b_sdks.py [--rounds N]. Needs root (the server
 makes sandboxes) and scripts/test's venv (`e2b`, `e2b-code-interpreter`,
@@ -166,12 +168,36 @@ def main():
             ).raise_for_status().json()
             python_c.append(time.perf_counter() - started)
             assert "2" in json.dumps(result), result
-        sandbox.kill()
         code_stats, python_stats = summary(run_code), summary(python_c)
         results["run_code_1_plus_1"] = {
             "run_code_warm_context": code_stats,
             "python3_c_through_exec": python_stats,
             "ratio": code_stats["median_ms"] / python_stats["median_ms"],
+        }
+
+        # A JavaScript cell in a warm JS context, against starting Node for
+        # the same line through exec in the same container.
+        context = sandbox.create_code_context(language="js")
+        sandbox.run_code("let warm = 1", context=context)
+        js_cell, node_e = [], []
+        for _ in range(args.rounds):
+            started = time.perf_counter()
+            execution = sandbox.run_code("1+1", context=context)
+            js_cell.append(time.perf_counter() - started)
+            assert execution.text == "2", execution
+            started = time.perf_counter()
+            result = http.post(
+                f"/containers/{sandbox.sandbox_id}/exec",
+                json={"commands": ["node -e 'console.log(1+1)'"]},
+            ).raise_for_status().json()
+            node_e.append(time.perf_counter() - started)
+            assert "2" in json.dumps(result), result
+        sandbox.kill()
+        js_stats, node_stats = summary(js_cell), summary(node_e)
+        results["js_cell_1_plus_1"] = {
+            "run_code_warm_js_context": js_stats,
+            "node_e_through_exec": node_stats,
+            "ratio": js_stats["median_ms"] / node_stats["median_ms"],
         }
     finally:
         server.stop()

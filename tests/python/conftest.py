@@ -554,10 +554,11 @@ def client(server):
 
 
 def e2b_environment(server: "Server", key: str = E2B_KEY_A) -> dict:
-    """What E2B's SDKs need to use `server`: its root as the API and as
-    the one in-sandbox URL (sandboxes are named by header), and a key."""
+    """What E2B's SDKs need to use `server`: its root as the API, as the
+    one in-sandbox URL (sandboxes are named by header) and as the volume
+    content API, and a key."""
     root = f"http://{server.host}:{server.port}"
-    return {"E2B_API_URL": root, "E2B_SANDBOX_URL": root, "E2B_API_KEY": key}
+    return {"E2B_API_URL": root, "E2B_SANDBOX_URL": root, "E2B_VOLUME_API_URL": root, "E2B_API_KEY": key}
 
 
 @pytest.fixture

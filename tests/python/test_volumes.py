@@ -1,19 +1,17 @@
 """Volumes: a project's persistent directories, through shellgate's own API
 (`/v1/volumes`, `volumes` at container create) and E2B's SDK (`Volume`,
-`volume_mounts`): written by one sandbox and read by another, mounted by
-two at once, outliving them, refused while mounted, bounded by the
-project's quotas (count and bytes), and mounted only where a path may go."""
+`volume_mounts`, the volume content API): written by one sandbox and read
+by another, mounted by two at once, outliving them, refused while mounted,
+bounded by the project's quotas (count and bytes), and mounted only where
+a path may go. Against a cluster, through either replica: a volume lives on
+one node, and containers that mount it are placed there."""
 
 import uuid
 
 import pytest
 import requests
 
-from conftest import CLUSTER_MODE, KEY_A, KEY_B, exec_commands
-
-pytestmark = pytest.mark.skipif(
-    CLUSTER_MODE, reason="a cluster serves no volumes (test_volumes_are_refused_by_a_cluster)"
-)
+from conftest import KEY_A, KEY_B, exec_commands
 
 
 def v1(server, method: str, path: str, key: str = KEY_A, **kwargs) -> requests.Response:
@@ -188,6 +186,7 @@ def test_mounts_name_one_volume_each_at_paths_apart(server):
             assert v1(server, "DELETE", f"/volumes/{volume['id']}").status_code == 200
 
 
+@pytest.mark.single_box("it plants a file in the server's data directory")
 def test_links_inside_a_volume_resolve_in_the_container_not_on_the_host(server):
     volume = make_volume(server)
     # A file on the host beside the volumes, named by its absolute path.
@@ -220,6 +219,7 @@ def test_links_inside_a_volume_resolve_in_the_container_not_on_the_host(server):
         assert v1(server, "DELETE", f"/volumes/{volume['id']}").status_code == 200
 
 
+@pytest.mark.single_box("the bytes are bounded per node, and a project's volumes may span nodes there")
 def test_the_projects_volume_count_and_bytes_are_bounded(fresh_server):
     server = fresh_server(max_volumes_per_project=2, max_volume_bytes_per_project="1m")
     first, second = make_volume(server), make_volume(server)
@@ -252,7 +252,13 @@ def test_the_projects_volume_count_and_bytes_are_bounded(fresh_server):
 
 e2b_sdk = pytest.importorskip("e2b")
 from e2b import Sandbox, Volume  # noqa: E402
-from e2b.exceptions import SandboxException, VolumeException, VolumeNotFoundException  # noqa: E402
+from e2b.exceptions import (  # noqa: E402
+    AuthenticationException,
+    NotFoundException,
+    SandboxException,
+    VolumeException,
+    VolumeNotFoundException,
+)
 
 
 def test_e2b_volume_written_by_one_sandbox_is_read_by_another(server, e2b):
@@ -299,5 +305,81 @@ def test_e2b_missing_volume_answers_e2bs_404(server, e2b):
         with pytest.raises(Exception) as refused:
             Sandbox.create(volume_mounts={"/etc": volume}, timeout=60)
         assert "volumeMounts[0].path" in str(refused.value), refused.value
+    finally:
+        assert Volume.destroy(volume.volume_id) is True
+
+
+def test_e2b_volume_content_api_reads_and_writes_what_sandboxes_see(server, e2b):
+    """The SDK's `Volume` file calls (E2B's `/volumecontent`), with no
+    sandbox running: written there, read in a sandbox; written in a
+    sandbox, read there; a second sandbox (placed on the volume's node in a
+    cluster) sees both."""
+    volume = Volume.create(unique("content"))
+    try:
+        made = volume.make_dir("/data/deep", force=True)
+        assert (made.type.value, made.path, made.name) == ("directory", "/data/deep", "deep"), made
+        wrote = volume.write_file("/data/deep/hello.txt", "hello from the API\n")
+        assert (wrote.type.value, wrote.size, wrote.path) == ("file", 19, "/data/deep/hello.txt"), wrote
+        volume.write_file("/data/blob.bin", bytes(range(256)) * 1024)
+        # An existing file is replaced only with `force`, as on E2B.
+        with pytest.raises(VolumeException):
+            volume.write_file("/data/blob.bin", b"again")
+        with pytest.raises(NotFoundException):
+            volume.write_file("/no/such/dir/file", b"x")
+        listed = [entry.path for entry in volume.list("/data", depth=2)]
+        assert listed == ["/data/blob.bin", "/data/deep", "/data/deep/hello.txt"], listed
+        assert volume.exists("/data/deep/hello.txt") and not volume.exists("/data/missing")
+
+        writer = Sandbox.create(volume_mounts={"/mnt/vol": volume}, timeout=120)
+        try:
+            seen = writer.commands.run("cat /mnt/vol/data/deep/hello.txt")
+            assert seen.stdout.splitlines()[0] == "hello from the API", seen
+            # A directory the API made is writable by sandboxes.
+            writer.commands.run("echo from-sandbox > /mnt/vol/data/deep/reply.txt && ln -s / /mnt/vol/root")
+        finally:
+            writer.kill()
+        assert volume.read_file("/data/deep/reply.txt") == "from-sandbox\n"
+        assert volume.read_file("/data/blob.bin", format="bytes") == bytes(range(256)) * 1024
+        streamed = b"".join(volume.read_file("/data/blob.bin", format="stream"))
+        assert len(streamed) == 256 * 1024
+        reply = volume.get_info("/data/deep/reply.txt")
+        assert (reply.uid, reply.size) == (1000, 13), reply
+        # A link a sandbox left is shown, never followed.
+        link = volume.get_info("/root")
+        assert (link.type.value, link.target) == ("symlink", "/"), link
+        with pytest.raises(VolumeException, match="symbolic link"):
+            volume.read_file("/root/etc/passwd")
+
+        reader = Sandbox.create(volume_mounts={"/mnt/elsewhere": volume.name}, timeout=120)
+        try:
+            both = reader.commands.run("cat /mnt/elsewhere/data/deep/hello.txt /mnt/elsewhere/data/deep/reply.txt")
+            assert both.stdout == "hello from the API\nfrom-sandbox\n", both
+        finally:
+            reader.kill()
+
+        changed = volume.update_metadata("/data/deep/hello.txt", mode=0o600)
+        assert changed.mode == 0o600, changed
+        volume.remove("/data")
+        assert not volume.exists("/data")
+        with pytest.raises(NotFoundException):
+            volume.remove("/data")
+        # The token is the volume's credential: another is refused.
+        stranger = Volume(volume.volume_id, volume.name, token="sgvt_wrong")
+        with pytest.raises((AuthenticationException, VolumeException)):
+            stranger.list("/")
+        refused = requests.get(
+            f"{e2b['E2B_VOLUME_API_URL']}/volumecontent/{volume.volume_id}/dir",
+            params={"path": "/"},
+            headers={"Authorization": f"Bearer {e2b['E2B_API_KEY']}"},
+            timeout=60,
+        )
+        assert refused.status_code == 401, refused.text
+        escape = requests.get(
+            f"{e2b['E2B_VOLUME_API_URL']}/volumecontent/{volume.volume_id}/file",
+            params={"path": "/../../etc/passwd"},
+            headers={"Authorization": f"Bearer {volume.token}"},
+            timeout=60,
+        )
+        assert escape.status_code == 400, escape.text
     finally:
         assert Volume.destroy(volume.volume_id) is True

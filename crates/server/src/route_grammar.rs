@@ -17,10 +17,15 @@ pub(crate) const CONTAINER_PARAMS: &[&str] = &["container_id", "sandbox_id"];
 /// The path parameter that names a stored response.
 pub(crate) const RESPONSE_PARAM: &str = "response_id";
 
+/// The path parameter that names a volume (the API's and E2B's).
+pub(crate) const VOLUME_PARAM: &str = "volume_id";
+
 /// The model APIs' routes (under the API's mounts).
 pub(crate) const RESPONSES: &str = "/responses";
 pub(crate) const MESSAGES: &str = "/messages";
 pub(crate) const CHAT_COMPLETIONS: &str = "/chat/completions";
+/// Where volumes are made (the API's `/v1/volumes`, E2B's `/volumes`).
+pub(crate) const VOLUMES: &str = "/volumes";
 
 /// One segment of a route's path.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,6 +70,11 @@ impl Captures {
     /// The stored response the path names.
     pub(crate) fn response(&self) -> Option<&str> {
         self.get(RESPONSE_PARAM)
+    }
+
+    /// The volume the path names.
+    pub(crate) fn volume(&self) -> Option<&str> {
+        self.get(VOLUME_PARAM)
     }
 }
 

@@ -531,6 +531,11 @@ pub(crate) const SQLITE_MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE snapshots ADD COLUMN archive_digest TEXT;
 "#,
+    // The node whose disk holds a volume (empty on a single box, and for
+    // every volume made before clusters served them).
+    r#"
+    ALTER TABLE volumes ADD COLUMN node_id TEXT NOT NULL DEFAULT '';
+"#,
 ];
 
 /// Postgres's migrations, applied in order; the index + 1 is the schema
@@ -949,6 +954,10 @@ pub(crate) const POSTGRES_MIGRATIONS: &[&str] = &[
     // snapshots.archive_digest.
     r#"
     ALTER TABLE snapshots ADD COLUMN archive_digest TEXT;
+"#,
+    // A volume's node: as SQLite's migration that adds volumes.node_id.
+    r#"
+    ALTER TABLE volumes ADD COLUMN node_id TEXT NOT NULL DEFAULT '';
 "#,
 ];
 

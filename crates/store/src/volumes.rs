@@ -22,6 +22,9 @@ pub struct VolumeRow {
     /// The bearer token E2B's volume content API is called with.
     pub token: String,
     pub created_at: i64,
+    /// The node whose disk holds the volume's directory (empty on a single
+    /// box): containers that mount it are placed there.
+    pub node_id: String,
 }
 
 /// Why a volume was not made.
@@ -42,7 +45,7 @@ pub enum VolumeDelete {
     Mounted(Vec<String>),
 }
 
-const VOLUME_COLUMNS: &str = "id, project, name, token, created_at";
+const VOLUME_COLUMNS: &str = "id, project, name, token, created_at, node_id";
 
 fn volume_row(row: &Row) -> Result<VolumeRow> {
     Ok(VolumeRow {
@@ -51,6 +54,7 @@ fn volume_row(row: &Row) -> Result<VolumeRow> {
         name: row.get(2)?,
         token: row.get(3)?,
         created_at: row.get(4)?,
+        node_id: row.get(5)?,
     })
 }
 
@@ -106,13 +110,14 @@ impl Store {
                 return Ok(Err(VolumeRefusal::TooMany { max }));
             }
             sql.execute(
-                &format!("INSERT INTO volumes ({VOLUME_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5)"),
+                &format!("INSERT INTO volumes ({VOLUME_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"),
                 &[
                     &row.id,
                     &row.project,
                     &row.name,
                     &row.token,
                     &row.created_at,
+                    &row.node_id,
                 ],
             )?;
             Ok(Ok(()))
@@ -122,6 +127,19 @@ impl Store {
     /// A volume of `project`, by id.
     pub fn volume(&self, project: &str, id: &str) -> Result<Option<VolumeRow>> {
         self.read(|sql| project_volume(sql, project, id))
+    }
+
+    /// A volume by id alone, whoever's it is: for what is not a project's
+    /// key (the content API's bearer token, a replica routing a request to
+    /// the volume's node), which checks what it holds against the row.
+    pub fn volume_by_id(&self, id: &str) -> Result<Option<VolumeRow>> {
+        self.read(|sql| {
+            sql.query_opt(
+                &format!("SELECT {VOLUME_COLUMNS} FROM volumes WHERE id = ?1"),
+                &[&id],
+                volume_row,
+            )
+        })
     }
 
     /// A volume of `project`, by name.
@@ -230,6 +248,7 @@ mod tests {
             name: name.into(),
             token: format!("token-{id}"),
             created_at: 1,
+            node_id: "node-1".into(),
         }
     }
 
@@ -265,6 +284,8 @@ mod tests {
             );
             assert_eq!(store.volume("alpha", "vol_1").unwrap(), Some(first.clone()));
             assert_eq!(store.volume("beta", "vol_1").unwrap(), None);
+            assert_eq!(store.volume_by_id("vol_1").unwrap(), Some(first.clone()));
+            assert_eq!(store.volume_by_id("vol_9").unwrap(), None);
             assert_eq!(store.volume_named("alpha", "data").unwrap(), Some(first));
             let ids: Vec<String> = store
                 .project_volumes("alpha")

@@ -145,6 +145,9 @@ catalogue! {
     VolumeNameTaken => (Some("volume_name_taken"), 409, InvalidRequest);
     /// Deleting a volume that containers mount (they are named).
     VolumeInUse => (Some("volume_in_use"), 409, InvalidRequest);
+    /// In a cluster: a container mounting volumes of two nodes, or a
+    /// volume asked of a node that does not hold it.
+    VolumeOnAnotherNode => (Some("volume_on_another_node"), 409, InvalidRequest);
     // 413
     /// A request or upload larger than the server takes.
     PayloadTooLarge => (None, 413, InvalidRequest);

@@ -74,6 +74,60 @@ pub struct VolumeAndToken {
     pub token: String,
 }
 
+/// The query of E2B's volume content calls (`/volumecontent/{volumeID}/
+/// path|dir|file`): the entry's path in the volume, and what a make or a
+/// write may set.
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
+pub struct VolumeContentQuery {
+    pub path: String,
+    /// How many levels a listing descends (1: the directory's own entries).
+    pub depth: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub mode: Option<u32>,
+    /// Make missing parent directories (a make or a write).
+    pub force: Option<bool>,
+}
+
+/// `PATCH /volumecontent/{volumeID}/path`: the metadata to set.
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct VolumeEntryPatch {
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub mode: Option<u32>,
+}
+
+/// What a volume's entry is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum VolumeEntryType {
+    File,
+    Directory,
+    Symlink,
+    Unknown,
+}
+
+/// An entry of a volume as E2B's content API describes it
+/// (`VolumeEntryStat`): its path from the volume's root, times in RFC 3339.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct VolumeEntryStat {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: VolumeEntryType,
+    pub path: String,
+    pub size: u64,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub atime: String,
+    pub mtime: String,
+    pub ctime: String,
+    /// A link's target, as written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+}
+
 /// `autoResume`: resuming a paused sandbox when traffic reaches it.
 #[derive(Debug, Clone, Copy, Deserialize, utoipa::ToSchema)]
 pub struct AutoResume {

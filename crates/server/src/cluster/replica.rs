@@ -61,6 +61,18 @@ struct Routed {
     image: Option<String>,
     session_id: Option<String>,
     previous_response_id: Option<String>,
+    /// The volumes a create mounts (`POST /v1/containers`' `volumes`).
+    volumes: Option<Vec<RoutedMount>>,
+    /// The volumes an E2B create mounts.
+    #[serde(rename = "volumeMounts")]
+    volume_mounts: Option<Vec<RoutedMount>>,
+}
+
+/// A mount of a create, as far as routing reads it: the volume it names.
+#[derive(Default, serde::Deserialize)]
+struct RoutedMount {
+    volume_id: Option<String>,
+    name: Option<String>,
 }
 
 impl Routed {
@@ -498,6 +510,35 @@ async fn route(replica: &Arc<Replica>, mut request: Request) -> ApiResult<Respon
                 None => send_anywhere(replica, request).await,
             }
         }
+        Target::Volume(id) => {
+            let key = id.clone();
+            let home = replica
+                .store
+                .run(move |s| s.volume_by_id(&key))
+                .await?
+                .map(|row| row.node_id);
+            let Some(node_id) = home else {
+                // Unknown here: any node answers it (a 404 in its API's words).
+                return send_anywhere(replica, request).await;
+            };
+            let key = node_id.clone();
+            let node = replica
+                .store
+                .run(move |s| s.node(&key))
+                .await?
+                .filter(|node| alive(node, now(), replica.lost_after()));
+            match node {
+                Some(node) => send(replica, &node, request).await.map_err(|(e, _)| e),
+                None => Err(volume_node_unreachable(&id, &node_id)),
+            }
+        }
+        Target::NewVolume => {
+            let home = project_volumes_node(replica, request.headers()).await?;
+            match home {
+                Some(node) => send(replica, &node, request).await.map_err(|(e, _)| e),
+                None => send_anywhere(replica, request).await,
+            }
+        }
         Target::Create => place(replica, request, None).await,
         Target::ModelRequest(api) => {
             // The body is read (bounded like every request) to find the
@@ -660,6 +701,80 @@ fn request_again(request: &Request) -> Request {
     again
 }
 
+/// The 502 for a volume whose node is lost, silent or gone: its directory
+/// is on that node's disk alone.
+fn volume_node_unreachable(volume: &str, node: &str) -> ApiError {
+    ApiError::of(
+        ErrorCode::NodeUnreachable,
+        format!(
+            "Volume '{volume}' lives on node \"{node}\", which is not answering: its files \
+             are on that node's disk alone, and come back with it."
+        ),
+    )
+    .with_retry_after(5)
+}
+
+/// The live node holding the volumes of the request's project (its oldest
+/// volume's), if it has any: a new volume goes beside them, so one
+/// container can mount any of a project's volumes together.
+async fn project_volumes_node(
+    replica: &Replica,
+    headers: &HeaderMap,
+) -> ApiResult<Option<NodeRow>> {
+    let Some(grant) = grant(replica, headers).await? else {
+        return Ok(None);
+    };
+    let node = replica
+        .store
+        .run(move |s| {
+            let volumes = s.project_volumes(&grant.project)?;
+            match volumes.into_iter().next() {
+                Some(oldest) => s.node(&oldest.node_id),
+                None => Ok(None),
+            }
+        })
+        .await?;
+    Ok(node.filter(|node| alive(node, now(), replica.lost_after())))
+}
+
+/// The node whose disk holds the volumes a create mounts (the first
+/// mount's: a node refuses mounts of another node's volume), if it mounts
+/// any that exist; a volume named by name is looked up in the key's
+/// project.
+async fn volumes_node(
+    replica: &Replica,
+    headers: &HeaderMap,
+    routed: &Routed,
+) -> ApiResult<Option<String>> {
+    let Some(mount) = routed
+        .volumes
+        .iter()
+        .flatten()
+        .chain(routed.volume_mounts.iter().flatten())
+        .next()
+    else {
+        return Ok(None);
+    };
+    let row = match (&mount.volume_id, &mount.name) {
+        (Some(id), _) => {
+            let id = id.clone();
+            replica.store.run(move |s| s.volume_by_id(&id)).await?
+        }
+        (None, Some(name)) => {
+            let Some(grant) = grant(replica, headers).await? else {
+                return Ok(None);
+            };
+            let name = name.clone();
+            replica
+                .store
+                .run(move |s| s.volume_named(&grant.project, &name))
+                .await?
+        }
+        (None, None) => None,
+    };
+    Ok(row.map(|row| row.node_id))
+}
+
 /// The 502 for a node that did not answer.
 fn node_unreachable(node: &str) -> ApiError {
     ApiError::of(
@@ -698,9 +813,14 @@ async fn place(
             (bytes, image)
         }
     };
+    // A container that mounts a volume runs where the volume is.
+    let pinned = volumes_node(replica, &parts.headers, &Routed::of(&bytes)).await?;
     let mut tried = Vec::new();
     loop {
-        let loads = replica.loads().await?;
+        let mut loads = replica.loads().await?;
+        if let Some(node) = &pinned {
+            loads.retain(|load| &load.node.id == node);
+        }
         // A node that failed to answer lately only when no other has room.
         let avoid = [tried.clone(), replica.suspects()].concat();
         let choose = |skip: &[String]| {
@@ -709,7 +829,17 @@ async fn place(
                 .choose(&loads, image.as_deref(), skip, now(), replica.lost_after())
         };
         let Some((node, placed)) = choose(&avoid).or_else(|| choose(&tried)) else {
-            return Err(no_room(image.as_deref()));
+            return Err(match &pinned {
+                Some(node) => ApiError::of(
+                    ErrorCode::NoNodeAvailable,
+                    format!(
+                        "The node holding the volumes this container mounts (\"{node}\") has \
+                         no room for it now (full, draining, lost, or without the image)."
+                    ),
+                )
+                .with_retry_after(5),
+                None => no_room(image.as_deref()),
+            });
         };
         let request = Request::from_parts(parts.clone(), Body::from(bytes.clone()));
         let sent = send(replica, &node, request).await;

@@ -2,8 +2,9 @@
 //! names (by path, read with the node's own URL grammar, by E2B's
 //! `E2b-Sandbox-Id` header, a Gemini request's `x-shellgate-container`, or
 //! by a port's host name) or a model request
-//! continues, to a node placement picks (a create), or to any live node
-//! (everything else: the store is shared).
+//! continues, to the node of the volume it names, to a node placement
+//! picks (a create), or to any live node (everything else: the store is
+//! shared).
 
 use axum::http::{HeaderMap, Method};
 
@@ -17,6 +18,11 @@ pub(crate) enum Target {
     /// It concerns this stored response (its live events and its cancel
     /// are held by the node that runs it).
     Response(String),
+    /// It concerns this volume (its directory is on one node's disk).
+    Volume(String),
+    /// It makes a volume: on the node holding the project's others, so a
+    /// container can mount any of them together.
+    NewVolume,
     /// It makes a new container (or E2B sandbox).
     Create,
     /// A model request of this API: the container it continues
@@ -111,8 +117,14 @@ impl Routes {
         if let Some(id) = captures.response() {
             return Target::Response(id.to_owned());
         }
+        if let Some(id) = captures.volume() {
+            return Target::Volume(id.to_owned());
+        }
         if method != Method::POST {
             return Target::Any;
+        }
+        if route.path().ends_with(route_grammar::VOLUMES) {
+            return Target::NewVolume;
         }
         if self.grammar.holds_containers(route) {
             return Target::Create;
@@ -224,6 +236,24 @@ mod tests {
             // A count, not a response: any node answers it.
             (Method::POST, "/v1/responses/input_tokens", Target::Any),
             (Method::GET, "/healthz", Target::Any),
+            (
+                Method::DELETE,
+                "/v1/volumes/vol_a",
+                Target::Volume("vol_a".into()),
+            ),
+            (
+                Method::DELETE,
+                "/volumes/vol_b",
+                Target::Volume("vol_b".into()),
+            ),
+            (
+                Method::PUT,
+                "/volumecontent/vol_c/file",
+                Target::Volume("vol_c".into()),
+            ),
+            (Method::POST, "/v1/volumes", Target::NewVolume),
+            (Method::POST, "/volumes", Target::NewVolume),
+            (Method::GET, "/volumes", Target::Any),
             (
                 Method::POST,
                 "/v1/containers/cntr%5Fh/exec",

@@ -44,6 +44,7 @@ pub(crate) mod snapshots;
 pub(crate) mod templates;
 pub(crate) mod timeouts;
 pub(crate) mod user;
+pub(crate) mod volume_content;
 pub(crate) mod volumes;
 
 pub use crate::in_sandbox::{ENVD_PORT, INTERPRETER_PORT, SANDBOX_PORT_HEADER};

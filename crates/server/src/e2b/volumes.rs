@@ -35,7 +35,7 @@ fn volume_and_token(row: &VolumeRow) -> VolumeAndToken {
 }
 
 /// E2B's 404 for a volume (a missing or another project's one alike).
-fn volume_not_found(id: &str) -> E2bError {
+pub(crate) fn volume_not_found(id: &str) -> E2bError {
     E2bError::new(
         StatusCode::NOT_FOUND,
         format!("volume \"{id}\" was not found"),

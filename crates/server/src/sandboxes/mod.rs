@@ -19,4 +19,5 @@ pub mod reuse;
 pub(crate) mod skills;
 pub(crate) mod snapshot_source;
 pub(crate) mod snapshots;
+pub(crate) mod volume_files;
 pub(crate) mod volumes;

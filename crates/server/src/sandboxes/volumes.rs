@@ -19,7 +19,11 @@
 //! that mounts a volume is made: a project over it mounts no volume until
 //! it deletes files or volumes.
 //!
-//! A volume lives on one machine's disk, so a cluster serves none (501).
+//! In a cluster a volume lives on the node that made it (`VolumeRow::node_id`,
+//! empty on a single box): a replica sends its content calls and its
+//! delete there and places containers that mount it there, and a node
+//! refuses a volume it does not hold (409 `volume_on_another_node`), so a
+//! mount never binds an empty directory (see `docs/developer/cluster.md`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -42,17 +46,22 @@ fn volumes_dir(state: &AppState) -> PathBuf {
 }
 
 /// The directory of volume `id`.
-fn volume_dir(state: &AppState, id: &str) -> PathBuf {
+pub(crate) fn volume_dir(state: &AppState, id: &str) -> PathBuf {
     volumes_dir(state).join(id)
 }
 
-/// A cluster's machines do not share a disk: refused there.
-fn check_single_box(state: &AppState) -> ApiResult<()> {
-    if state.config.cluster.role != crate::config::Role::All {
+/// 409 `volume_on_another_node` unless `row`'s directory is on this
+/// server's disk (a replica sends what names a volume to its node; this
+/// catches a request that reached another, and mounts of two nodes).
+pub(crate) fn check_here(state: &AppState, row: &VolumeRow) -> ApiResult<()> {
+    if row.node_id != state.node_name {
         return Err(ApiError::of(
-            ErrorCode::NotSupported,
-            "Volumes are not served by a cluster: a volume is a directory on one machine's \
-             disk, and a cluster's containers may run on any node.",
+            ErrorCode::VolumeOnAnotherNode,
+            format!(
+                "Volume '{}' lives on node '{}', not on this one ('{}'): a container mounts \
+                 only volumes of the node it runs on, all of one node.",
+                row.id, row.node_id, state.node_name
+            ),
         ));
     }
     Ok(())
@@ -96,7 +105,6 @@ pub(crate) async fn make_volume(
     project: &str,
     name: &str,
 ) -> ApiResult<VolumeRow> {
-    check_single_box(state)?;
     check_name(name)?;
     let row = VolumeRow {
         id: new_id("vol_"),
@@ -104,6 +112,7 @@ pub(crate) async fn make_volume(
         name: name.to_owned(),
         token: new_id("sgvt_"),
         created_at: crate::time::now(),
+        node_id: state.node_name.clone(),
     };
     let (parent, dir) = (volumes_dir(state), volume_dir(state, &row.id));
     let made = dir.clone();
@@ -148,6 +157,8 @@ pub(crate) async fn owned_volume(
 /// Deletes a volume of `project` that no container mounts (409
 /// `volume_in_use` naming them), then its directory.
 pub(crate) async fn remove_volume(state: &Arc<AppState>, project: &str, id: &str) -> ApiResult<()> {
+    // Its directory is removed by the node that holds it.
+    check_here(state, &owned_volume(state, project, id).await?)?;
     let (owner, key) = (project.to_owned(), id.to_owned());
     match state.db(move |s| s.delete_volume(&owner, &key)).await? {
         VolumeDelete::Deleted => {
@@ -214,7 +225,6 @@ pub(crate) async fn resolve_mounts(
     if mounts.is_empty() {
         return Ok((Vec::new(), Vec::new()));
     }
-    check_single_box(state)?;
     if mounts.len() > MAX_MOUNTS {
         return Err(ApiError::invalid(
             param,
@@ -268,6 +278,7 @@ pub(crate) async fn resolve_mounts(
             }
             .with_param(at.clone())
         })?;
+        check_here(state, &row).map_err(|error| error.with_param(at.clone()))?;
         binds.push(VolumeBind {
             source: volume_dir(state, &row.id),
             target: mount.path.clone(),
@@ -278,12 +289,17 @@ pub(crate) async fn resolve_mounts(
     Ok((binds, rows))
 }
 
-/// 429 `volume_bytes_exceeded` when `project`'s volumes hold more than
+/// 429 `volume_bytes_exceeded` when `project`'s volumes (those on this
+/// node's disk: in a cluster the bound is per node) hold more than
 /// `max_volume_bytes_per_project`.
-async fn check_bytes(state: &Arc<AppState>, project: &str) -> ApiResult<()> {
+pub(crate) async fn check_bytes(state: &Arc<AppState>, project: &str) -> ApiResult<()> {
     let owner = project.to_owned();
     let volumes = state.db(move |s| s.project_volumes(&owner)).await?;
-    let dirs: Vec<PathBuf> = volumes.iter().map(|v| volume_dir(state, &v.id)).collect();
+    let dirs: Vec<PathBuf> = volumes
+        .iter()
+        .filter(|v| v.node_id == state.node_name)
+        .map(|v| volume_dir(state, &v.id))
+        .collect();
     let held: u64 =
         tokio::task::spawn_blocking(move || dirs.iter().map(|d| allocated_bytes(d)).sum())
             .await
