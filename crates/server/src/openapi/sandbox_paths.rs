@@ -629,7 +629,7 @@ pub(super) fn skills(d: &mut Builder, s: &Schemas) {
 
 /// E2B's control plane, at the root as E2B serves it.
 pub(super) fn e2b(d: &mut Builder, s: &Schemas) {
-    use HttpMethod::{Delete, Get, Post, Put};
+    use HttpMethod::{Delete, Get, Patch, Post, Put};
     let Schemas {
         e2b_create,
         e2b_sandbox,
@@ -642,6 +642,9 @@ pub(super) fn e2b(d: &mut Builder, s: &Schemas) {
         e2b_new_volume,
         e2b_volume,
         e2b_volumes,
+        e2b_volume_entry,
+        e2b_volume_entries,
+        e2b_volume_patch,
         e2b_snapshot_request,
         e2b_snapshot,
         e2b_snapshots,
@@ -676,6 +679,11 @@ pub(super) fn e2b(d: &mut Builder, s: &Schemas) {
     };
     let unsupported =
         |method, path, summary| e2b_op(method, path, summary, Body::None, Answer::NoContent);
+    // The volume content API: the volume's token as the bearer credential.
+    let volume_content = |method, path, summary, body, answer| Operation {
+        query: Query::Named(VOLUME_CONTENT_QUERY),
+        ..e2b_op(method, path, summary, body, answer)
+    };
     for operation in [
         e2b_op(
             Post,
@@ -754,6 +762,13 @@ pub(super) fn e2b(d: &mut Builder, s: &Schemas) {
             Body::None,
             Answer::NoContent,
         ),
+        volume_content(Get, "/volumecontent/{volume_id}/path", "An entry of the volume (a link shown as one, never followed)", Body::None, Answer::Json(e2b_volume_entry.clone())),
+        volume_content(Delete, "/volumecontent/{volume_id}/path", "Remove an entry (a directory with what it holds)", Body::None, Answer::NoContent),
+        volume_content(Patch, "/volumecontent/{volume_id}/path", "Set an entry's mode (`uid` and `gid` are refused)", Body::Json(e2b_volume_patch.clone()), Answer::Json(e2b_volume_entry.clone())),
+        volume_content(Get, "/volumecontent/{volume_id}/dir", "A directory's entries, `depth` levels down", Body::None, Answer::Json(e2b_volume_entries.clone())),
+        volume_content(Post, "/volumecontent/{volume_id}/dir", "Make a directory (`force`: its parents too)", Body::None, Answer::JsonWith(&["201"], e2b_volume_entry.clone())),
+        volume_content(Get, "/volumecontent/{volume_id}/file", "A file's bytes", Body::None, Answer::Bytes("application/octet-stream")),
+        volume_content(Put, "/volumecontent/{volume_id}/file", "Write a file, whole or not at all (`force` replaces one)", Body::Bytes("application/octet-stream"), Answer::JsonWith(&["201"], e2b_volume_entry.clone())),
         e2b_op(
             Post,
             "/v3/templates",
@@ -940,6 +955,32 @@ const E2B_SNAPSHOT_LIST_QUERY: &[(&str, &str, bool)] = &[
         "The previous page's `x-next-token` response header",
         false,
     ),
+];
+
+/// E2B's volume content calls: their query parameters.
+const VOLUME_CONTENT_QUERY: &[(&str, &str, bool)] = &[
+    ("path", "The entry's path from the volume's root", true),
+    (
+        "depth",
+        "A listing's levels (1 to 32, 1 when omitted)",
+        false,
+    ),
+    (
+        "mode",
+        "A made directory's or written file's mode (0777 and 0666 when omitted)",
+        false,
+    ),
+    (
+        "force",
+        "A make: its parents too; a write: replace an existing file",
+        false,
+    ),
+    (
+        "uid",
+        "Refused (400): sandboxes write as host ids of their own",
+        false,
+    ),
+    ("gid", "Refused (400), as `uid`", false),
 ];
 
 /// A listing of E2B sandboxes: its query parameters.

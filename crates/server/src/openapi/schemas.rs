@@ -94,6 +94,9 @@ pub(super) struct Schemas {
     pub(super) e2b_new_volume: RefOr<Schema>,
     pub(super) e2b_volume: RefOr<Schema>,
     pub(super) e2b_volumes: RefOr<Schema>,
+    pub(super) e2b_volume_entry: RefOr<Schema>,
+    pub(super) e2b_volume_entries: RefOr<Schema>,
+    pub(super) e2b_volume_patch: RefOr<Schema>,
     pub(super) e2b_snapshot_request: RefOr<Schema>,
     pub(super) e2b_snapshot: RefOr<Schema>,
     pub(super) e2b_snapshots: RefOr<Schema>,
@@ -250,6 +253,9 @@ impl Schemas {
                 d.scoped::<e2b::E2bVolume>("e2b", "Volume");
                 schema
             },
+            e2b_volume_entry: d.scoped::<e2b::VolumeEntryStat>("e2b", "VolumeEntryStat"),
+            e2b_volume_entries: d.scoped::<Vec<e2b::VolumeEntryStat>>("e2b", "VolumeEntryStatList"),
+            e2b_volume_patch: d.scoped::<e2b::VolumeEntryPatch>("e2b", "VolumeEntryPatch"),
             e2b_snapshot_request: d.scoped::<e2b::SnapshotRequest>("e2b", "SnapshotRequest"),
             e2b_snapshot: d.scoped::<e2b::SnapshotInfo>("e2b", "SnapshotInfo"),
             e2b_snapshots: d.scoped::<Vec<e2b::SnapshotInfo>>("e2b", "SnapshotInfoList"),
