@@ -510,6 +510,13 @@ async fn route(replica: &Arc<Replica>, mut request: Request) -> ApiResult<Respon
                 None => send_anywhere(replica, request).await,
             }
         }
+        // A volume's object is a row: any node shows it, even while the
+        // volume's own node is down.
+        Target::Volume(_)
+            if safe(request.method()) && !request.uri().path().contains("/volumecontent/") =>
+        {
+            send_anywhere(replica, request).await
+        }
         Target::Volume(id) => {
             let key = id.clone();
             let home = replica
