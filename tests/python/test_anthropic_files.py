@@ -353,3 +353,55 @@ def test_an_unknown_container_skill_is_anthropics_400_naming_it(served):
                 messages=[{"role": "user", "content": 'Call bash_code_execution: {"command": "true"}'}])
         error = raised.value.body["error"]
         assert error["type"] == "invalid_request_error" and param in error["message"], raised.value.body
+
+
+def bash_call(client, command, **extra):
+    """A Messages request whose model runs `command` with code execution,
+    and its raw answer (headers and the parsed message)."""
+    raw = client.messages.with_raw_response.create(
+        model="scripted", max_tokens=256, tools=[BASH],
+        messages=[{"role": "user", "content": f"Call bash_code_execution: {json.dumps({'command': command})}"}],
+        **extra)
+    return raw, raw.parse()
+
+
+def test_container_skills_are_added_to_an_existing_container(served):
+    server, _ = served
+    client = anthropic_client(server)
+    tally = client.beta.skills.create(files=skill_files("tally"))
+    shipped = {"type": "anthropic", "skill_id": "shellgate-report-writer"}
+    _, first = bash_call(client, "echo kept > /tmp/mark; stat -c %i /mnt/skills/report-writer",
+                         container={"skills": [shipped]})
+    inode = first.content[1].content.stdout
+    assert first.content[1].content.return_code == 0 and inode.strip(), first.content[1].content
+    # The same container with a skill more: the new one is there beside
+    # the one it held (kept as it was, at the same version), and the
+    # container's own state stayed.
+    custom = {"type": "custom", "skill_id": tally.id, "version": "latest"}
+    raw, second = bash_call(client, "ls /mnt/skills; stat -c %i /mnt/skills/report-writer; cat /tmp/mark",
+                            container={"id": first.container.id, "skills": [shipped, custom]})
+    assert raw.headers.get("x-shellgate-uncarried") is None, raw.headers
+    assert second.container.id == first.container.id
+    result = second.content[1].content
+    assert (result.stdout, result.return_code) == (f"report-writer\ntally\n{inode}kept\n", 0), result
+    assert sorted((s.skill_id, s.type, s.version) for s in second.container.skills) == sorted(
+        [("shellgate-report-writer", "anthropic", "1"), (tally.id, "custom", "1")]), second.container
+    # A newer version of a skill the container holds replaces it whole.
+    client.beta.skills.versions.create(tally.id, files=skill_files("tally", "Counts words, twice."))
+    _, third = bash_call(client, "grep description /mnt/skills/tally/SKILL.md; ls /mnt/skills",
+                         container={"id": first.container.id, "skills": [custom]})
+    assert third.content[1].content.stdout == \
+        "description: Counts words, twice.\nreport-writer\ntally\n", third.content[1].content
+    assert (tally.id, "custom", "2") in [(s.skill_id, s.type, s.version) for s in third.container.skills]
+
+
+def test_container_skills_for_a_container_made_without_skills_are_named_not_carried(served):
+    server, _ = served
+    client = anthropic_client(server)
+    _, first = bash_call(client, "true")
+    raw, again = bash_call(client, "ls /mnt/skills | wc -l", container={
+        "id": first.container.id, "skills": [{"type": "anthropic", "skill_id": "xlsx"}]})
+    assert raw.headers.get("x-shellgate-uncarried") == \
+        f"container.skills (container {first.container.id} was made without skills)", raw.headers
+    assert (again.container.id, again.container.skills) == (first.container.id, None), again.container
+    assert again.content[1].content.stdout == "0\n", again.content[1].content

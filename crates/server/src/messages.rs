@@ -506,6 +506,53 @@ fn container_skills(skills: &[wire::SkillParam]) -> Result<Vec<Value>, ApiError>
         .collect()
 }
 
+/// A request's `container: {id, skills}` naming an existing container, for
+/// code execution: the skills are added to that container (one already
+/// there at the same version kept), so the model is told of them and finds
+/// them at `/mnt/skills`. A container made without skills has nowhere they
+/// can be mounted: the answer names `container.skills` as not carried.
+/// An unknown container is left to the hosted shell's 404.
+async fn add_container_skills(
+    state: &Arc<AppState>,
+    project: &str,
+    tools: &Tools,
+    body: &CreateMessage,
+) -> Result<Option<String>, ApiError> {
+    let Some(CodeExecution {
+        environment: Environment::ContainerReference(id),
+        ..
+    }) = &tools.code_execution
+    else {
+        return Ok(None);
+    };
+    let Ok(Some(wire::ContainerParam::Params(wire::ContainerParams {
+        skills: Some(skills),
+        ..
+    }))) = body.container()
+    else {
+        return Ok(None);
+    };
+    if skills.is_empty() {
+        return Ok(None);
+    }
+    let entries = container_skills(&skills)?;
+    let (owner, key) = (project.to_owned(), id.clone());
+    let Some(row) = state.db(move |s| s.container(&owner, &key)).await? else {
+        return Ok(None);
+    };
+    let added = crate::sandboxes::skills::add_to_container(
+        state,
+        project,
+        &row,
+        &entries,
+        "container.skills",
+    )
+    .await?;
+    Ok(added
+        .is_none()
+        .then(|| format!("container.skills (container {id} was made without skills)")))
+}
+
 /// Whether the request's tools include the code execution shellgate runs
 /// (which consumes its `container`).
 fn runs_code_execution(body: &CreateMessage) -> bool {
@@ -757,6 +804,9 @@ async fn prepare(
         crate::guardrails::guard_request(&state.guardrails, &project.0, items, instructions, tools)
             .await?;
     let id = new_id("msg_");
+    if let Some(dropped) = add_container_skills(state, &project.0, &tools, &body).await? {
+        uncarried.push(dropped);
+    }
     let reuse = crate::sandboxes::reuse::Reuse::pick(&tools, body.session_id.as_deref(), &items);
     let hosted = crate::sandboxes::hosted::prepare(state, &project.0, &tools, reuse, &id)
         .await
@@ -1482,7 +1532,8 @@ fn usage(state: &AppState, prepared: &Prepared, outcome: &Outcome) -> wire::Usag
     }
 }
 
-/// The response's `container`: its id and when it expires.
+/// The response's `container`: its id, when it expires and the skills
+/// loaded in it.
 async fn container(state: &AppState, prepared: &Prepared) -> Option<wire::Container> {
     let id = prepared.sandbox.as_ref()?.container_id().await?;
     let (owner, key) = (prepared.project.clone(), id.clone());
@@ -1492,13 +1543,40 @@ async fn container(state: &AppState, prepared: &Prepared) -> Option<wire::Contai
         .ok()
         .flatten();
     let expires_at = row
+        .as_ref()
         .map(|r| r.last_active_at + i64::from(r.expires_minutes) * 60)
         .map(shellgate_wire::time::rfc3339);
+    let skills = row
+        .as_ref()
+        .and_then(|r| crate::sandboxes::containers::mounted_skills(r).ok())
+        .map(|held| loaded_skills(&held))
+        .filter(|loaded| !loaded.is_empty());
     Some(wire::Container {
         id,
         expires_at,
+        skills,
         extra: Default::default(),
     })
+}
+
+/// A container's skills as a response lists them: a skill shellgate ships
+/// is of type `anthropic`, the project's `custom`; an inline one (no id,
+/// which Anthropic's `container.skills` cannot name) is left out.
+fn loaded_skills(held: &[shellgate_wire::MountedSkill]) -> Vec<wire::ContainerSkill> {
+    held.iter()
+        .filter_map(|skill| {
+            let skill_id = skill.skill_id.clone()?;
+            let kind = match shellgate_skills::Curated::find(&skill_id) {
+                Some(_) => "anthropic",
+                None => "custom",
+            };
+            Some(wire::ContainerSkill {
+                skill_id,
+                kind: kind.to_owned(),
+                version: skill.version.clone().unwrap_or_else(|| "latest".to_owned()),
+            })
+        })
+        .collect()
 }
 
 /// Records the tokens and turns an outcome into the Message object (or the

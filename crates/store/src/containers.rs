@@ -435,6 +435,18 @@ impl Store {
         Ok(())
     }
 
+    /// Replaces the skills a container's row lists (their summaries, as
+    /// JSON), after skills were added to the container.
+    pub fn set_container_skills(&self, id: &str, skills: &str) -> Result<()> {
+        self.write(|sql| {
+            sql.execute(
+                "UPDATE containers SET skills = ?2 WHERE id = ?1",
+                &[&id, &skills],
+            )
+        })?;
+        Ok(())
+    }
+
     /// Containers counted by status (for metrics).
     pub fn containers_by_status(&self) -> Result<Vec<(String, u64)>> {
         self.read(|sql| {

@@ -187,6 +187,13 @@ mod tables {
                     .sleep_after_secs,
                 Some(60)
             );
+            store
+                .set_container_skills("c3", r#"[{"name":"n"}]"#)
+                .unwrap();
+            assert_eq!(
+                store.container("alpha", "c3").unwrap().unwrap().skills,
+                r#"[{"name":"n"}]"#
+            );
             store.delete_container("c3").unwrap();
             assert_eq!(store.session_container("alpha", "s").unwrap(), None);
         }

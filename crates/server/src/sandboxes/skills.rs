@@ -9,7 +9,7 @@ use std::sync::Arc;
 use base64::Engine as _;
 use serde_json::Value;
 use shellgate_skills::{Bundle, Limits};
-use shellgate_store::{SkillRow, SkillVersionRow};
+use shellgate_store::{ContainerRow, SkillRow, SkillVersionRow};
 use shellgate_wire::{InlineSkill, MountedSkill, SkillEntry, SkillReference, VersionRef};
 
 use crate::blobs::skill_key;
@@ -297,4 +297,130 @@ pub(crate) async fn unpack(mounted: &[Mounted], dir: PathBuf) -> ApiResult<()> {
     .await
     .map_err(|e| ApiError::internal(e.to_string()))?
     .map_err(|e| ApiError::internal(format!("cannot unpack the container's skills: {e}")))
+}
+
+/// Adds `skills` (a request's entries, read as [`resolve`] reads them, 400s
+/// naming `param`) to the existing container `row`, and answers the skills
+/// it holds after. Each is unpacked into the host directory the container
+/// sees at [`SKILLS_PATH`] (a bind, so a running container sees it at
+/// once, and its processes and Python state stay); one already there from
+/// the same skill at the same version is kept as it is, one of the same
+/// name otherwise replaced whole, and the container's other skills stay.
+///
+/// `Ok(None)`: the container was made without skills, so nothing is bound
+/// at [`SKILLS_PATH`] to unpack into; nothing is changed.
+pub(crate) async fn add_to_container(
+    state: &Arc<AppState>,
+    project: &str,
+    row: &ContainerRow,
+    skills: &[Value],
+    param: &str,
+) -> ApiResult<Option<Vec<MountedSkill>>> {
+    let asked = resolve(state, project, skills, param).await?;
+    let held = crate::sandboxes::containers::mounted_skills(row)?;
+    let added: Vec<Mounted> = asked
+        .into_iter()
+        .filter(|skill| !held.iter().any(|h| same_version(h, &skill.summary())))
+        .collect();
+    if added.is_empty() {
+        return Ok(Some(held));
+    }
+    let Some(dir) = state.engine.inspect(&row.id).await?.spec.skills else {
+        return Ok(None);
+    };
+    let replaced = |name: &str| added.iter().any(|m| m.bundle.manifest.name == name);
+    let mut after: Vec<MountedSkill> = held.into_iter().filter(|h| !replaced(&h.name)).collect();
+    let kept: Vec<String> = after.iter().map(|h| h.name.clone()).collect();
+    after.extend(added.iter().map(Mounted::summary));
+    if after.len() > MAX_SKILLS_PER_CONTAINER {
+        return Err(ApiError::invalid(
+            param,
+            format!("a container holds at most {MAX_SKILLS_PER_CONTAINER} skills"),
+        ));
+    }
+    let bundles: Vec<Bundle> = added.iter().map(|m| m.bundle.clone()).collect();
+    let at = param.to_owned();
+    tokio::task::spawn_blocking(move || unpack_into(&dir, &kept, &bundles, &at))
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))??;
+    let listed = serde_json::to_string(&after).map_err(|e| ApiError::internal(e.to_string()))?;
+    let id = row.id.clone();
+    state
+        .db(move |s| s.set_container_skills(&id, &listed))
+        .await?;
+    Ok(Some(after))
+}
+
+/// Whether two skills are one skill's same version (an inline skill has
+/// no version to compare: it is always unpacked again).
+fn same_version(held: &MountedSkill, asked: &MountedSkill) -> bool {
+    held.name == asked.name
+        && held.skill_id.is_some()
+        && held.skill_id == asked.skill_id
+        && held.version == asked.version
+}
+
+/// Unpacks `bundles` into a container's bound skills directory `dir`, each
+/// whole beside it first and renamed into place (a process in the
+/// container never sees half a skill), one of the same name moved out and
+/// removed. The skills `kept` and the new ones together stay within the
+/// bytes a container's skills may hold.
+fn unpack_into(
+    dir: &std::path::Path,
+    kept: &[String],
+    bundles: &[Bundle],
+    param: &str,
+) -> ApiResult<()> {
+    let failed = |e: std::io::Error| ApiError::internal(format!("cannot add the skills: {e}"));
+    let kept_bytes: u64 = kept.iter().map(|name| tree_bytes(&dir.join(name))).sum();
+    let added_bytes: u64 = bundles.iter().map(Bundle::bytes).sum();
+    if kept_bytes + added_bytes > MAX_SKILL_BYTES_PER_CONTAINER {
+        return Err(ApiError::invalid(
+            param,
+            format!(
+                "the container's skills would hold more than {} MiB together; a container \
+                 takes at most that",
+                MAX_SKILL_BYTES_PER_CONTAINER >> 20
+            ),
+        ));
+    }
+    // Staged in the directory that holds `dir` (the container's own, on
+    // the same file system, so a rename moves it), out of the container's
+    // sight.
+    let beside = dir.parent().unwrap_or(dir);
+    for bundle in bundles {
+        let name = &bundle.manifest.name;
+        let staging = beside.join(shellgate_wire::new_id(".skill-adding-"));
+        let outgoing = beside.join(shellgate_wire::new_id(".skill-replaced-"));
+        let target = dir.join(name);
+        let placed = bundle.unpack(&staging).and_then(|()| {
+            match std::fs::rename(&target, &outgoing) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+            std::fs::rename(&staging, &target)
+        });
+        let _ = std::fs::remove_dir_all(&outgoing);
+        if let Err(error) = placed {
+            let _ = std::fs::remove_dir_all(&staging);
+            return Err(failed(error));
+        }
+    }
+    Ok(())
+}
+
+/// Bytes of the files under `path` (0 if it is not there).
+fn tree_bytes(path: &std::path::Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(path) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|entry| match entry.file_type() {
+            Ok(kind) if kind.is_dir() => tree_bytes(&entry.path()),
+            Ok(kind) if kind.is_file() => entry.metadata().map(|m| m.len()).unwrap_or(0),
+            _ => 0,
+        })
+        .sum()
 }

@@ -100,9 +100,23 @@ pub struct Container {
     pub id: String,
     /// When it expires (RFC 3339).
     pub expires_at: Option<String>,
+    /// The skills loaded in it (left out when it holds none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skills: Option<Vec<ContainerSkill>>,
     #[serde(flatten)]
     #[schema(value_type = Object)]
     pub extra: Extra,
+}
+
+/// A skill loaded in a response's container (`container.skills[i]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ContainerSkill {
+    pub skill_id: String,
+    /// `anthropic` (a skill the server ships) or `custom`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The version loaded.
+    pub version: String,
 }
 
 /// Anthropic's error body: `{"type": "error", "error": {"type", "message"}}`.
