@@ -38,7 +38,8 @@ Its script, from the conversation it is sent:
 `GET .../models` lists `scripted` and `scripted-500`.
 Models named for a failure behave so: `scripted-500` answers HTTP 500,
 `scripted-429` is always rate limited, `scripted-garbage` answers what is not JSON, `scripted-slow` never answers,
-`scripted-loop` calls the shell for ever, `scripted-endless` streams text until
+`scripted-loop` calls the shell for ever, `scripted-caller` calls the first
+function offered (its required string parameters given the user's words), `scripted-endless` streams text until
 the client hangs up, `scripted-trickle` streams a byte every 50 ms for ever,
 `scripted-huge-call` calls the shell with 5 MiB of arguments (Chat
 Completions).
@@ -110,6 +111,16 @@ def decide(body):
             return {"tool": ("local_shell", {"command": ["bash", "-lc", command]})}
     if body.get("tool_choice") == "required" and "shell" in tools:
         return {"tool": ("shell", {"commands": ["echo required"]})}
+    if model == "scripted-caller" and body.get("tools") and last.get("role") == "user":
+        # A model that chooses a tool by itself (what the Open Responses
+        # compliance suite asks of a model): it calls the first function
+        # offered, each required string parameter given the user's words.
+        function = body["tools"][0]["function"]
+        schema = function.get("parameters") or {}
+        properties = schema.get("properties") or {}
+        arguments = {name: text for name in schema.get("required", [])
+                     if properties.get(name, {}).get("type") == "string"}
+        return {"tool": (function["name"], arguments)}
     if text.startswith("Call "):
         name, arguments = text[len("Call "):].split(":", 1)
         return {"tool": (name.strip(), json.loads(arguments))}

@@ -746,7 +746,8 @@ def test_compact_summarizes_through_the_upstream_and_the_next_turn_reads_the_sum
     raw, compacted = answer.http_response.json(), answer.parse()
     assert raw["object"] == "response.compaction" and raw["id"].startswith("resp_"), raw
     assert [item["type"] for item in raw["output"]] == ["message", "message", "compaction"], raw
-    assert [item["role"] for item in raw["output"][:2]] == ["user", "user"], raw
+    assert [(item["role"], item["status"]) for item in raw["output"][:2]] == \
+        [("user", "completed"), ("user", "completed")], raw
     compaction = compacted.output[-1]
     assert compaction.type == "compaction" and compaction.id.startswith("cmp_"), raw
     assert "kumquat" not in compaction.encrypted_content, raw
@@ -850,7 +851,8 @@ def test_the_websocket_mode_streams_each_response_create(client):
         assert result.output[0].stdout == "over-a-socket\n"
         connection.send({"type": "response.create", "model": "scripted", "input": "hi", "frobnicate": 1})
         error = connection.recv()
-        assert (error.type, error.param, error.code) == ("error", "frobnicate", "unknown_parameter"), error
+        assert (error.type, error.status, error.error.param, error.error.code) == \
+            ("error", 400, "frobnicate", "unknown_parameter"), error
         # The next response continues the first, on the same socket.
         connection.send({"type": "response.create", "model": "scripted", "previous_response_id": final.id,
                          "input": "hi"})
@@ -859,3 +861,37 @@ def test_the_websocket_mode_streams_each_response_create(client):
                 assert event.response.previous_response_id == final.id
                 break
     assert client.responses.retrieve(final.id).status == "completed"
+
+
+def socket_turn(connection, **request):
+    """Sends one `response.create` and reads to its end: its terminal
+    response, or the `error` event that refused it."""
+    connection.send({"type": "response.create", "model": "scripted", **request})
+    for event in connection:
+        if event.type in ("response.completed", "response.failed", "response.incomplete"):
+            return event.response
+        if event.type == "error":
+            return event
+
+
+def test_a_socket_continues_its_last_response_even_unstored(client):
+    """The WebSocket mode keeps the last response of its connection in
+    memory (as OpenAI's does): `previous_response_id` continues it with
+    `store: false`; another connection, or a continuation that failed,
+    no longer has it: `previous_response_not_found`."""
+    with client.responses.connect() as connection:
+        first = socket_turn(connection, store=False, input="Remember: ember.")
+        assert first.status == "completed", first
+        later = socket_turn(connection, store=False, previous_response_id=first.id, input="And now?")
+        assert (later.status, later.previous_response_id) == ("completed", first.id), later
+        # A continuation that fails (an answer to no call) drops what the
+        # connection kept.
+        refused = socket_turn(connection, store=False, previous_response_id=later.id, input=[
+            {"type": "function_call_output", "call_id": "call_none", "output": "?"}])
+        assert (refused.type, refused.error.param) == ("error", "input[0].call_id"), refused
+        gone = socket_turn(connection, store=False, previous_response_id=later.id, input="Still there?")
+        assert (gone.type, gone.status, gone.error.code, gone.error.param) == \
+            ("error", 400, "previous_response_not_found", "previous_response_id"), gone
+    with client.responses.connect() as connection:
+        elsewhere = socket_turn(connection, previous_response_id=first.id, input="hi")
+        assert elsewhere.error.code == "previous_response_not_found", elsewhere

@@ -815,6 +815,43 @@ async fn previous_conversation(
     stored_items(&row.conversation)
 }
 
+/// Checks that each `function_call_output` of `input` answers a
+/// `function_call` of the conversation (`previous`, then `input` before
+/// it), as OpenAI's API does (its 400, `input`): an answer to no call
+/// would reach the model as a tool result out of nowhere, which a Chat
+/// upstream refuses. A conversation holding items shellgate does not read
+/// (a compaction, an item reference) may hold the call: not checked.
+fn answered_calls(previous: &[wire::Item], input: &[wire::Item]) -> ApiResult<()> {
+    let unread = |item: &wire::Item| matches!(item, wire::Item::Other(_));
+    if previous.iter().chain(input).any(unread) {
+        return Ok(());
+    }
+    let mut calls: Vec<&str> = previous
+        .iter()
+        .filter_map(|item| match item {
+            wire::Item::FunctionCall(call) => call.call_id.as_deref(),
+            _ => None,
+        })
+        .collect();
+    for (index, item) in input.iter().enumerate() {
+        match item {
+            wire::Item::FunctionCall(call) => calls.extend(call.call_id.as_deref()),
+            wire::Item::FunctionCallOutput(output) => {
+                if let Some(call_id) = output.call_id.as_deref() {
+                    if !calls.contains(&call_id) {
+                        return Err(invalid(
+                            &format!("input[{index}].call_id"),
+                            format!("No tool call found for function call output with call_id {call_id}."),
+                        ));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// `POST /v1/responses/input_tokens`: the input tokens a create request of
 /// these fields would send its model, first turn. A Responses upstream
 /// counts them itself (its `responses/input_tokens`), as an Anthropic one
@@ -952,9 +989,17 @@ pub async fn compact(
             format!("the model {model} wrote no summary of the conversation"),
         ));
     }
+    // The user's messages kept are output items: each has its status, as
+    // the API reference's message does.
     let mut output: Vec<wire::Item> = items
         .into_iter()
-        .filter(|item| matches!(item, wire::Item::Message(m) if m.role == wire::Role::User))
+        .filter_map(|item| match item {
+            wire::Item::Message(mut message) if message.role == wire::Role::User => {
+                message.status.get_or_insert(wire::ItemStatus::Completed);
+                Some(wire::Item::Message(message))
+            }
+            _ => None,
+        })
         .collect();
     output.push(wire::Compaction::seal(new_id("cmp_"), summary).into_item());
     let compacted = wire::CompactedResponse {
@@ -973,6 +1018,7 @@ async fn prepare(
     state: &Arc<AppState>,
     project: &Project,
     body: wire::CreateResponse,
+    kept: Option<&KeptResponse>,
 ) -> ApiResult<Prepared> {
     let (model, upstream) = upstream_for(state, body.model.as_deref())?;
     let background = body.background.unwrap_or(false);
@@ -1001,7 +1047,11 @@ async fn prepare(
     let input = normalize_input(body.input.clone());
     count_input_files(state, &input)?;
     let previous = body.previous_response_id.clone();
-    let mut items = previous_conversation(state, project, previous.as_deref()).await?;
+    let mut items = match (kept, previous.as_deref()) {
+        (Some(kept), Some(previous)) if kept.id == previous => kept.conversation.clone(),
+        _ => previous_conversation(state, project, previous.as_deref()).await?,
+    };
+    answered_calls(&items, &input)?;
     let reuse = continued(&body, &tools, &items);
     let mut not_offered = Vec::new();
     if upstream.protocol() != Some(shellgate_model::upstream::Protocol::Responses) {
@@ -1225,7 +1275,7 @@ pub async fn create(
 ) -> ApiResult<Response> {
     let body = read_request(body)?;
     let stream = body.stream.unwrap_or(false);
-    let prepared = Arc::new(prepare(&state, &project, body).await?);
+    let prepared = Arc::new(prepare(&state, &project, body, None).await?);
     let uncarried = prepared.uncarried.clone();
     let response = start(state, prepared, stream).await;
     Ok(with_uncarried(response, &uncarried))
@@ -1318,7 +1368,20 @@ pub async fn socket(
         .into_response()
 }
 
+/// The response a WebSocket connection keeps in memory, as OpenAI's
+/// WebSocket mode does: the last one that ended on it, so the next
+/// `response.create` may continue it by `previous_response_id` whether or
+/// not it was stored. A failed response is not kept, and a continuation
+/// that fails drops the one kept.
+#[derive(Debug, Clone)]
+struct KeptResponse {
+    id: String,
+    /// Its whole conversation: what it was sent, then its output.
+    conversation: Vec<wire::Item>,
+}
+
 async fn serve_socket(state: Arc<AppState>, project: Project, mut socket: WebSocket) {
+    let mut kept: Option<KeptResponse> = None;
     while let Some(Ok(message)) = socket.recv().await {
         let text = match message {
             WsMessage::Text(text) => text.to_string(),
@@ -1326,27 +1389,38 @@ async fn serve_socket(state: Arc<AppState>, project: Project, mut socket: WebSoc
             WsMessage::Close(_) => return,
             WsMessage::Ping(_) | WsMessage::Pong(_) => continue,
         };
-        let (log, task) = match socket_response(&state, &project, &text).await {
-            Ok(started) => started,
-            Err(error) => {
-                let event = wire::ErrorEvent {
-                    kind: "error".to_owned(),
-                    code: error.code.code().map(str::to_owned),
-                    message: error.message,
-                    param: error.param,
-                    sequence_number: 0,
-                };
-                let text = serde_json::to_string(&event).unwrap_or_default();
-                if socket.send(WsMessage::Text(text.into())).await.is_err() {
-                    return;
+        let (prepared, log, task) =
+            match socket_response(&state, &project, &text, kept.as_ref()).await {
+                Ok(started) => started,
+                Err(error) => {
+                    kept = None;
+                    let text = serde_json::to_string(&socket_error(error)).unwrap_or_default();
+                    if socket.send(WsMessage::Text(text.into())).await.is_err() {
+                        return;
+                    }
+                    continue;
                 }
-                continue;
-            }
-        };
+            };
         let _guard = AbortOnDrop(task);
         let mut cursor = 0;
         while let Some(event) = log.next(cursor).await {
             cursor += 1;
+            match &event.event {
+                wire::Event::Completed { response } | wire::Event::Incomplete { response } => {
+                    kept = Some(KeptResponse {
+                        id: prepared.id.clone(),
+                        conversation: prepared
+                            .request
+                            .items
+                            .iter()
+                            .chain(&response.output)
+                            .cloned()
+                            .collect(),
+                    });
+                }
+                wire::Event::Failed { .. } => kept = None,
+                _ => {}
+            }
             let text = serde_json::to_string(&event).unwrap_or_default();
             if socket.send(WsMessage::Text(text.into())).await.is_err() {
                 return;
@@ -1355,13 +1429,38 @@ async fn serve_socket(state: Arc<AppState>, project: Project, mut socket: WebSoc
     }
 }
 
+/// A request the WebSocket mode cannot start, as its `error` event: the
+/// HTTP API's status and error object. A `previous_response_id` neither
+/// kept by the connection nor stored is `previous_response_not_found`, as
+/// OpenAI's WebSocket mode says it.
+fn socket_error(error: ApiError) -> wire::SocketErrorEvent {
+    let status = error.status().as_u16();
+    let missing_previous =
+        error.code == ErrorCode::NotFound && error.param.as_deref() == Some("previous_response_id");
+    let mut body = error.envelope().error;
+    if missing_previous {
+        body.code = Some("previous_response_not_found".to_owned());
+        body.kind = "invalid_request_error".to_owned();
+    }
+    wire::SocketErrorEvent {
+        kind: "error".to_owned(),
+        status: if missing_previous { 400 } else { status },
+        error: body,
+    }
+}
+
 /// Starts the response a client event of the WebSocket mode asks for: its
-/// events' log, and its task when it runs in the foreground.
+/// request, its events' log, and its task when it runs in the foreground.
 async fn socket_response(
     state: &Arc<AppState>,
     project: &Project,
     text: &str,
-) -> ApiResult<(Arc<EventLog>, Option<tokio::task::JoinHandle<()>>)> {
+    kept: Option<&KeptResponse>,
+) -> ApiResult<(
+    Arc<Prepared>,
+    Arc<EventLog>,
+    Option<tokio::task::JoinHandle<()>>,
+)> {
     let mut body: Value = serde_json::from_str(text)
         .map_err(|e| ApiError::bad_request(format!("The event is not JSON: {e}.")))?;
     let kind: wire::ClientEventType = serde_json::from_value(body.clone())
@@ -1380,13 +1479,13 @@ async fn socket_response(
         fields.remove("type");
     }
     let request = read_request(body)?;
-    let prepared = Arc::new(prepare(state, project, request).await?);
+    let prepared = Arc::new(prepare(state, project, request, kept).await?);
     if prepared.echo.background {
         let (_, log) = launch_background(state, &prepared).await;
-        return Ok((log, None));
+        return Ok((prepared, log, None));
     }
     let (log, task) = launch_streamed(state, &prepared);
-    Ok((log, Some(task)))
+    Ok((prepared, log, Some(task)))
 }
 
 /// Writes a run's stream events into a log: `response.created`,

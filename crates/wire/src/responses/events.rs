@@ -21,18 +21,16 @@ impl StreamEvent {
     }
 }
 
-/// The `error` event of the WebSocket mode: a client event that could not
-/// start a response (the HTTP API's 4xx, as an event; the socket stays
-/// open for the next one).
+/// What the WebSocket mode answers a `response.create` it cannot start
+/// (the socket stays open for the next one): OpenAI's `ResponseWsError`,
+/// the HTTP API's status and error object.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
-pub struct ErrorEvent {
+pub struct SocketErrorEvent {
     /// Always `error`.
     #[serde(rename = "type")]
     pub kind: String,
-    pub code: Option<String>,
-    pub message: String,
-    pub param: Option<String>,
-    pub sequence_number: u64,
+    pub status: u16,
+    pub error: crate::ErrorBody,
 }
 
 /// The `type` of a client event of the WebSocket mode: `response.create`

@@ -24,7 +24,7 @@ pub use compaction::{
     COMPACT_CARRIED,
 };
 pub use events::{
-    ClientEventType, ErrorEvent, Event, ShellOutputDelta, StreamEvent, RESPONSE_CREATE,
+    ClientEventType, Event, ShellOutputDelta, SocketErrorEvent, StreamEvent, RESPONSE_CREATE,
 };
 pub use items::*;
 pub use request::{
