@@ -1,6 +1,8 @@
 // Google's Gemini API through the official `@google/genai` SDK, its base URL
 // shellgate's, over a scripted Chat Completions upstream (a test fixture):
-// `codeExecution` runs the model's Python in a shellgate container.
+// `codeExecution` runs the model's Python in a shellgate container; a
+// function call goes to the client and its response back to the model;
+// a stream comes as the SDK's chunks.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { GoogleGenAI } from '@google/genai';
@@ -13,7 +15,8 @@ let server;
 let upstream;
 
 // The script: "Interpret: CODE" with the code tool offered → a call of it;
-// a tool result → "Done: <result>"; anything else → a greeting.
+// "Call NAME: JSON" → a call of the function NAME; a tool result →
+// "Done: <result>"; anything else → a greeting.
 function decide(body) {
   const messages = body.messages ?? [];
   const last = messages[messages.length - 1] ?? {};
@@ -22,6 +25,10 @@ function decide(body) {
   const text = typeof last.content === 'string' ? last.content : '';
   if (text.startsWith('Interpret: ') && tools.includes('code_execution')) {
     return { tool: ['code_execution', { code: text.slice('Interpret: '.length) }] };
+  }
+  if (text.startsWith('Call ')) {
+    const [name, args] = text.slice('Call '.length).split(/:(.*)/s);
+    return { tool: [name.trim(), JSON.parse(args)] };
   }
   return { text: 'Hello from the scripted model.' };
 }
@@ -56,4 +63,48 @@ test('gemini: generateContent runs codeExecution in a shellgate container', asyn
   assert.equal(result.codeExecutionResult.id, code.executableCode.id);
   assert.equal(answer.text, 'Done: OUTCOME_OK\n42\n');
   assert.ok(response.usageMetadata.totalTokenCount > 0);
+});
+
+test('gemini: a function call goes to the client and its response back to the model', async () => {
+  const ai = new GoogleGenAI({
+    apiKey: KEY,
+    httpOptions: { baseUrl: server.baseURL.replace(/\/v1$/, ''), apiVersion: 'v1beta' },
+  });
+  const config = {
+    tools: [{
+      functionDeclarations: [{
+        name: 'get_weather',
+        description: 'The weather in a city',
+        parameters: { type: 'OBJECT', properties: { city: { type: 'STRING' } } },
+      }],
+    }],
+  };
+  const asked = { role: 'user', parts: [{ text: 'Call get_weather: {"city": "Oslo"}' }] };
+  const first = await ai.models.generateContent({ model: 'scripted', contents: [asked], config });
+  const [call] = first.functionCalls;
+  assert.deepEqual([call.name, call.args], ['get_weather', { city: 'Oslo' }]);
+  assert.ok(call.id);
+  const answer = {
+    role: 'user',
+    parts: [{ functionResponse: { id: call.id, name: 'get_weather', response: { temperature: 3 } } }],
+  };
+  const second = await ai.models.generateContent({
+    model: 'scripted', contents: [asked, first.candidates[0].content, answer], config,
+  });
+  assert.equal(second.text, 'Done: {"temperature":3}');
+});
+
+test('gemini: a stream comes as the SDK\'s chunks, the last with the finish and the usage', async () => {
+  const ai = new GoogleGenAI({
+    apiKey: KEY,
+    httpOptions: { baseUrl: server.baseURL.replace(/\/v1$/, ''), apiVersion: 'v1beta' },
+  });
+  const chunks = [];
+  for await (const chunk of await ai.models.generateContentStream({ model: 'scripted', contents: 'hi' })) {
+    chunks.push(chunk);
+  }
+  assert.equal(chunks.map((chunk) => chunk.text ?? '').join(''), 'Hello from the scripted model.');
+  const last = chunks[chunks.length - 1];
+  assert.equal(last.candidates[0].finishReason, 'STOP');
+  assert.ok(last.usageMetadata.totalTokenCount > 0);
 });
