@@ -540,10 +540,12 @@ async fn add_container_skills(
     let Some(row) = state.db(move |s| s.container(&owner, &key)).await? else {
         return Ok(None);
     };
+    let held = crate::sandboxes::containers::mounted_skills(&row)?;
     let added = crate::sandboxes::skills::add_to_container(
         state,
         project,
-        &row,
+        &row.id,
+        held,
         &entries,
         "container.skills",
     )

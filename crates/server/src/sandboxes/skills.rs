@@ -9,7 +9,7 @@ use std::sync::Arc;
 use base64::Engine as _;
 use serde_json::Value;
 use shellgate_skills::{Bundle, Limits};
-use shellgate_store::{ContainerRow, SkillRow, SkillVersionRow};
+use shellgate_store::{SkillRow, SkillVersionRow};
 use shellgate_wire::{InlineSkill, MountedSkill, SkillEntry, SkillReference, VersionRef};
 
 use crate::blobs::skill_key;
@@ -300,8 +300,8 @@ pub(crate) async fn unpack(mounted: &[Mounted], dir: PathBuf) -> ApiResult<()> {
 }
 
 /// Adds `skills` (a request's entries, read as [`resolve`] reads them, 400s
-/// naming `param`) to the existing container `row`, and answers the skills
-/// it holds after. Each is unpacked into the host directory the container
+/// naming `param`) to the existing container `id`, which holds `held`, and
+/// answers the skills it holds after. Each is unpacked into the host directory the container
 /// sees at [`SKILLS_PATH`] (a bind, so a running container sees it at
 /// once, and its processes and Python state stay); one already there from
 /// the same skill at the same version is kept as it is, one of the same
@@ -312,12 +312,12 @@ pub(crate) async fn unpack(mounted: &[Mounted], dir: PathBuf) -> ApiResult<()> {
 pub(crate) async fn add_to_container(
     state: &Arc<AppState>,
     project: &str,
-    row: &ContainerRow,
+    id: &str,
+    held: Vec<MountedSkill>,
     skills: &[Value],
     param: &str,
 ) -> ApiResult<Option<Vec<MountedSkill>>> {
     let asked = resolve(state, project, skills, param).await?;
-    let held = crate::sandboxes::containers::mounted_skills(row)?;
     let added: Vec<Mounted> = asked
         .into_iter()
         .filter(|skill| !held.iter().any(|h| same_version(h, &skill.summary())))
@@ -325,7 +325,7 @@ pub(crate) async fn add_to_container(
     if added.is_empty() {
         return Ok(Some(held));
     }
-    let Some(dir) = state.engine.inspect(&row.id).await?.spec.skills else {
+    let Some(dir) = state.engine.inspect(id).await?.spec.skills else {
         return Ok(None);
     };
     let replaced = |name: &str| added.iter().any(|m| m.bundle.manifest.name == name);
@@ -344,7 +344,7 @@ pub(crate) async fn add_to_container(
         .await
         .map_err(|e| ApiError::internal(e.to_string()))??;
     let listed = serde_json::to_string(&after).map_err(|e| ApiError::internal(e.to_string()))?;
-    let id = row.id.clone();
+    let id = id.to_owned();
     state
         .db(move |s| s.set_container_skills(&id, &listed))
         .await?;

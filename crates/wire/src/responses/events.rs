@@ -30,7 +30,7 @@ pub struct SocketErrorEvent {
     #[serde(rename = "type")]
     pub kind: String,
     pub status: u16,
-    pub error: crate::ErrorBody,
+    pub error: crate::error::ErrorBody,
 }
 
 /// The `type` of a client event of the WebSocket mode: `response.create`
