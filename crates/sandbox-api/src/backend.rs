@@ -105,6 +105,14 @@ pub struct ContainerSpec {
     /// read-write at their paths (each checked by [`check_volume_path`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<VolumeBind>,
+    /// A build sandbox (the image builder's; never set from the HTTP API):
+    /// every command and file operation runs as the root of the
+    /// container's user namespace (an unprivileged host id) with the
+    /// build capabilities alone, writing anywhere in the root's writable
+    /// layer, so a build step can install packages. A host that maps only
+    /// one id (rootless) cannot make one.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub build_root: bool,
 }
 
 /// A volume shown in a container (see [`ContainerSpec::volumes`]).
@@ -254,6 +262,7 @@ impl Default for ContainerSpec {
             host_binds: Vec::new(),
             hidden: Vec::new(),
             volumes: Vec::new(),
+            build_root: false,
         }
     }
 }
@@ -628,13 +637,15 @@ pub trait SandboxBackend: Send + Sync {
     /// Makes image `name` of `project` (a new one, or a new revision of
     /// the project's own `name`) from container `id`'s image tree with its
     /// upper layer applied and its home as the home of the containers made
-    /// from it. A running container's processes are frozen while its disk
-    /// is copied.
+    /// from it, and `config` (or else the base image's) as its run
+    /// configuration. A running container's processes are frozen while
+    /// its disk is copied.
     async fn commit_image(
         &self,
         _id: &str,
         _name: &str,
         _project: &str,
+        _config: Option<crate::image::ImageConfig>,
     ) -> Result<ImageInfo, SandboxError> {
         Err(SandboxError::NotSupported("committing images"))
     }

@@ -42,8 +42,10 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+pub mod build;
 mod commit;
 pub mod default_build;
+pub mod dockerfile;
 mod half_made;
 pub mod oci;
 mod recipe;
@@ -863,11 +865,12 @@ impl ImageStore {
     }
 
     /// Installs image `name` of `project` (a new one, or a new revision of
-    /// the project's own) made of the image tree `base`, the overlay upper
+    /// the project's own; `""`: the operator's) made of the image tree `base`, the overlay upper
     /// layer `upper` applied over it (see [`commit`]), and `home` as its
     /// sandbox user's home: what every container made from it starts its
     /// home with. The owners in `upper` and `home` are the container's own
-    /// ids. Blocking (it copies trees).
+    /// ids. Its run configuration is `config` (a build's `ENV`, `WORKDIR`,
+    /// `USER`), or else the base's. Blocking (it copies trees).
     pub fn commit(
         &self,
         name: &str,
@@ -875,12 +878,16 @@ impl ImageStore {
         base: &Path,
         upper: &Path,
         home: &Path,
+        config: Option<shellgate_sandbox_api::image::ImageConfig>,
     ) -> Result<ImageInfo, SandboxError> {
         Self::check_commit_name(name)?;
         let (staging, target, _lock) = self.staging(name)?;
         // Under the image's lock: no other commit of the name between the
         // check and the install.
-        if self.exists(name) && self.details(name).project.as_deref() != Some(project) {
+        // An empty project is the operator's (`image build --dockerfile`):
+        // an image every project may use, as an imported one.
+        let owner = (!project.is_empty()).then(|| project.to_owned());
+        if self.exists(name) && self.details(name).project != owner {
             let _ = half_made::remove_half_made(&staging);
             return Err(SandboxError::Conflict(format!(
                 "an image named {name:?} exists and is not this project's: choose another name"
@@ -893,11 +900,11 @@ impl ImageStore {
             let _ = half_made::remove_half_made(&staging);
             return Err(e);
         }
-        let config = run_config(base);
+        let config = config.unwrap_or_else(|| run_config(base));
         let details = ImageDetails {
             source_format: Some(COMMITTED_FORMAT.to_owned()),
             config: (config != Default::default()).then_some(config),
-            project: Some(project.to_owned()),
+            project: owner,
             ..ImageDetails::default()
         };
         self.install(name, &staging, &target, details)

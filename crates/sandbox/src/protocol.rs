@@ -91,6 +91,11 @@ pub struct HelperSpec {
     pub rootless: bool,
     /// The unprivileged user (inside ids) commands run as.
     pub sandbox_uid: u32,
+    /// Commands and file workers run as the namespace's root with the
+    /// build capabilities (`ContainerSpec::build_root`) rather than as the
+    /// sandbox user with none.
+    #[serde(default)]
+    pub build_root: bool,
     pub sandbox_gid: u32,
     /// An empty host directory used as the mount point of the new root
     /// (only inside the container's own mount namespace).

@@ -324,12 +324,32 @@ enum ImageCommand {
     /// `debian-12` (Python 3.11, Node.js 22, Java 17, PHP 8.2, Ruby 3.1,
     /// Go 1.23, Python's data stack and common tools) or `debian-12-slim`.
     /// Does nothing if the image is built from the recipe as it is now.
+    ///
+    /// With `--dockerfile`, builds image NAME from a Dockerfile (`FROM`,
+    /// `RUN`, `COPY`, `ENV`, `WORKDIR`, `USER`) in a build sandbox whose
+    /// steps run as the sandbox's own root.
     Build {
         /// Image to build.
         name: String,
         /// Build it again even if it is up to date.
         #[arg(long)]
         force: bool,
+        /// Build NAME from this Dockerfile rather than from a recipe.
+        #[arg(long, value_name = "FILE")]
+        dockerfile: Option<PathBuf>,
+        /// The build context `COPY` reads: a directory or a tar archive
+        /// (default: the Dockerfile's directory).
+        #[arg(long, value_name = "PATH", requires = "dockerfile")]
+        context: Option<PathBuf>,
+        /// Let the build's steps reach this host name (or `*.domain`
+        /// pattern) through the egress proxy; repeat for more. Without it
+        /// the build has no network.
+        #[arg(long = "allow", value_name = "DOMAIN", requires = "dockerfile")]
+        allow: Vec<String>,
+        /// Configuration file (for the egress rules `--allow` is checked
+        /// against).
+        #[arg(long, value_name = "FILE", requires = "dockerfile")]
+        config: Option<PathBuf>,
     },
     /// Print each runtime's version in an image (Python, Node.js, npm,
     /// Java, PHP, Ruby, Go, Python's data stack), the tools it has and
@@ -904,10 +924,27 @@ async fn image(data_dir: PathBuf, command: ImageCommand) -> Result<()> {
         }
         return Ok(());
     }
+    if let ImageCommand::Build {
+        name,
+        dockerfile: Some(dockerfile),
+        context,
+        allow,
+        config,
+        ..
+    } = command
+    {
+        let (network, egress) = egress_for(&allow, config.as_deref())?;
+        let (engine, _lane) = open_engine(data_dir, egress, false).await?;
+        let built = crate::image_build::build(&engine, &name, &dockerfile, context, network).await;
+        engine.shutdown().await;
+        let image = built?;
+        println!("{}\t{}", image.name, image.path.display());
+        return Ok(());
+    }
     let (engine, _lane) = open_engine(data_dir, None, false).await?;
     match command {
         ImageCommand::List => Ok(()),
-        ImageCommand::Build { name, force } => {
+        ImageCommand::Build { name, force, .. } => {
             let started = std::time::Instant::now();
             let mut bar = ProgressBar::new(format!("building {name}"));
             let built = engine

@@ -4,6 +4,7 @@
 
 mod backup;
 mod cli;
+mod image_build;
 mod local;
 mod oneshot;
 mod quote;

@@ -724,8 +724,9 @@ impl SandboxBackend for LocalEngine {
         id: &str,
         name: &str,
         project: &str,
+        config: Option<shellgate_sandbox_api::image::ImageConfig>,
     ) -> Result<crate::image::ImageInfo, SandboxError> {
-        self.commit_container(id, name, project).await
+        self.commit_container(id, name, project, config).await
     }
 
     async fn run(&self, id: &str, request: RunRequest) -> Result<Vec<CommandResult>, SandboxError> {

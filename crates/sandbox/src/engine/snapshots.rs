@@ -405,6 +405,7 @@ impl LocalEngine {
         id: &str,
         name: &str,
         project: &str,
+        config: Option<shellgate_sandbox_api::image::ImageConfig>,
     ) -> Result<ImageInfo, SandboxError> {
         // Refused before the disk is copied (and checked again under the
         // image's lock).
@@ -424,7 +425,8 @@ impl LocalEngine {
             });
         }
         let images = self.inner.images.clone();
-        if images.exists(name) && images.details(name).project.as_deref() != Some(project) {
+        let owner = (!project.is_empty()).then_some(project);
+        if images.exists(name) && images.details(name).project.as_deref() != owner {
             return Err(SandboxError::Conflict(format!(
                 "an image named {name:?} exists and is not this project's: choose another name"
             )));
@@ -445,7 +447,7 @@ impl LocalEngine {
                     shift_owners(&upper, owner_base, 0)?;
                     shift_owners(&home, owner_base, 0)?;
                 }
-                images.commit(&name, &project, &base, &upper, &home)
+                images.commit(&name, &project, &base, &upper, &home, config)
             })
             .await
         }

@@ -39,6 +39,12 @@ pub(super) fn helper_spec(
     file_binds.extend(network.file_binds);
     let slot = container.id_slot();
     let (sandbox_ids, root_ids) = inner.slots.host_ids(slot, SANDBOX_UID);
+    if ids_rootless && container.spec.build_root {
+        // One mapped id: there is no root inside to run a build step as.
+        return Err(SandboxError::NotSupported(
+            "build sandboxes on a host that maps a single id (rootless)",
+        ));
+    }
     let (uid_map, gid_map) = if ids_rootless {
         (
             vec![IdRange {
@@ -66,6 +72,7 @@ pub(super) fn helper_spec(
         gid_map,
         rootless: ids_rootless,
         sandbox_uid: SANDBOX_UID,
+        build_root: container.spec.build_root,
         sandbox_gid: SANDBOX_UID,
         root_mount: inner.config.data_dir.join("run/root"),
         root,

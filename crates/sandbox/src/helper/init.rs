@@ -61,7 +61,34 @@ pub(super) struct Launcher {
     pub(super) sandbox_uid: u32,
     pub(super) sandbox_gid: u32,
     pub(super) change_ids: bool,
+    /// A build sandbox: commands become the namespace's root (not the
+    /// sandbox user) and keep [`BUILD_CAPABILITIES`].
+    pub(super) build_root: bool,
 }
+
+/// What a build sandbox's commands may do as the root of its user
+/// namespace, and nothing more: own and change the files of the
+/// namespace's ids (`dpkg` unpacking, `chown`, `chmod`), and switch among
+/// those ids (`apt`'s download user, `setpriv` for a `USER` step). Each is
+/// checked against the namespace: none reaches a host file, process or
+/// id outside the container's mapped range. No `CAP_SYS_ADMIN` (mounts, new
+/// namespaces), no `CAP_NET_*`, no `CAP_MKNOD`; seccomp refuses the rest as
+/// for any container.
+const BUILD_CAPABILITIES: u64 = (1 << CAP_CHOWN)
+    | (1 << CAP_DAC_OVERRIDE)
+    | (1 << CAP_FOWNER)
+    | (1 << CAP_FSETID)
+    | (1 << CAP_KILL)
+    | (1 << CAP_SETGID)
+    | (1 << CAP_SETUID);
+// linux/capability.h's numbers (libc has none of them).
+const CAP_CHOWN: u32 = 0;
+const CAP_DAC_OVERRIDE: u32 = 1;
+const CAP_FOWNER: u32 = 3;
+const CAP_FSETID: u32 = 4;
+const CAP_KILL: u32 = 5;
+const CAP_SETGID: u32 = 6;
+const CAP_SETUID: u32 = 7;
 
 /// This process's OOM score adjustment, if it can be read.
 fn own_oom_score_adj() -> Option<i32> {
@@ -390,12 +417,17 @@ fn setup(spec: &HelperSpec) -> SetupResult<(Launcher, OwnedFd, Option<ProxySocke
         sandbox_uid: spec.sandbox_uid,
         sandbox_gid: spec.sandbox_gid,
         change_ids: !spec.rootless,
+        build_root: spec.build_root && !spec.rootless,
     };
 
     // A recognisable name in `ps` inside the container (cosmetic: a
     // failure changes nothing).
     let _ = rustix::thread::set_name(c"sandbox-init");
-    drop_capability_bounding_set()?;
+    drop_capability_bounding_set(if launcher.build_root {
+        BUILD_CAPABILITIES
+    } else {
+        0
+    })?;
     rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
         .map_err(std::io::Error::from)
         .step(SetupStep::NotDumpable, || "PR_SET_DUMPABLE".into())?;
@@ -500,7 +532,9 @@ fn loopback_up() -> SetupResult<()> {
     Ok(())
 }
 
-fn drop_capability_bounding_set() -> SetupResult<()> {
+/// Drops from the bounding set every capability not in `keep` (a bit per
+/// capability number): what no command can ever regain through `execve`.
+fn drop_capability_bounding_set(keep: u64) -> SetupResult<()> {
     let last_cap: u64 = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
         .ok()
         .and_then(|s| s.trim().parse().ok())
@@ -514,6 +548,9 @@ fn drop_capability_bounding_set() -> SetupResult<()> {
         else {
             break;
         };
+        if keep & bit != 0 {
+            continue;
+        }
         let one = rustix::thread::CapabilitySet::from_bits_retain(bit);
         match rustix::thread::remove_capability_from_bounding_set(one) {
             Ok(()) => {}
@@ -974,7 +1011,11 @@ fn become_sandbox_user(launcher: &Launcher, marker: Option<u32>) -> Result<(), i
         }
         // Raw syscalls: glibc's wrappers would try to change the ids of
         // every thread sharing our memory, and a command's child shares init's.
-        let (uid, gid) = (launcher.sandbox_uid, launcher.sandbox_gid);
+        let (uid, gid) = if launcher.build_root {
+            (0, 0)
+        } else {
+            (launcher.sandbox_uid, launcher.sandbox_gid)
+        };
         // The marker is the only supplementary group (see `Markers`).
         let groups: [libc::gid_t; 1] = [marker.unwrap_or(0)];
         let group_count = usize::from(marker.is_some());
@@ -985,18 +1026,25 @@ fn become_sandbox_user(launcher: &Launcher, marker: Option<u32>) -> Result<(), i
         {
             return Err(errno());
         }
-        if drop_all_capabilities() < 0 {
+        let kept = if launcher.build_root {
+            BUILD_CAPABILITIES
+        } else {
+            0
+        };
+        if set_capabilities(kept) < 0 {
             return Err(errno());
         }
     }
     Ok(())
 }
 
-/// Clears the effective, permitted and inheritable capability sets.
+/// Sets the effective and permitted capability sets to `kept` (a bit per
+/// capability number, all below 32) and clears the inheritable one: a
+/// command keeps nothing else, and `execve` gives it nothing more.
 ///
 /// # Safety
 /// Only calls capset with valid pointers.
-unsafe fn drop_all_capabilities() -> libc::c_int {
+unsafe fn set_capabilities(kept: u64) -> libc::c_int {
     #[repr(C)]
     struct Header {
         version: u32,
@@ -1012,10 +1060,11 @@ unsafe fn drop_all_capabilities() -> libc::c_int {
         version: 0x2008_0522,
         pid: 0,
     }; // _LINUX_CAPABILITY_VERSION_3
+    let low = (kept & 0xffff_ffff) as u32;
     let data = [
         Data {
-            effective: 0,
-            permitted: 0,
+            effective: low,
+            permitted: low,
             inheritable: 0,
         },
         Data {

@@ -31,8 +31,8 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
 
 use crate::protocol::{
-    Enrollment, FileViewSpec, HelperSpec, HelperTask, IdRange, Report, CONTROL_FD, MAX_MESSAGE,
-    MAX_REPORT,
+    Enrollment, FileViewSpec, HelperSpec, HelperTask, IdRange, Report, RootSpec, CONTROL_FD,
+    MAX_MESSAGE, MAX_REPORT,
 };
 use crate::sys;
 use shellgate_sandbox_api::setup_error::{SetupError, SetupResult, SetupStep, StepContext};
@@ -183,6 +183,21 @@ fn private_mount_namespace() -> SetupResult<()> {
 
 fn start_container(spec: &HelperSpec, control: RawFd) -> SetupResult<()> {
     let loop_device = prepare_disk(spec)?;
+    if let (true, false, RootSpec::Overlay { lower, .. }) =
+        (spec.build_root, spec.rootless, &spec.root)
+    {
+        // A build sandbox's root owns the image's files (see
+        // `mounts::idmap_in_place`); init's mount namespace is a copy of
+        // this one, made below.
+        if spec.disk_image.is_none() && spec.disk_tmpfs_bytes.is_none() {
+            private_mount_namespace()?;
+        }
+        mounts::idmap_in_place(
+            lower,
+            &format_map(&spec.uid_map),
+            &format_map(&spec.gid_map),
+        )?;
+    }
 
     let (sync_read, sync_write) = sys::pipe().step(SetupStep::SyncPipe, || "pipe".into())?;
     let flags = CONTAINER_NAMESPACES | libc::CLONE_PARENT;

@@ -46,6 +46,7 @@
 
 use std::fs;
 use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::os::unix::fs::{symlink, DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -174,6 +175,122 @@ fn set_attributes_recursively(target: &Path, attributes: u64) -> io::Result<()> 
         )
     })?;
     Ok(())
+}
+
+/// `mount_setattr`'s idmapped-mount attribute, and `open_tree`'s and
+/// `move_mount`'s flags (linux/mount.h).
+const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+
+/// Covers `dir` (in this process's own mount namespace) with an idmapped
+/// mount of itself: a file owned by id `k` on disk shows as owned by what
+/// `k` maps to through `uid_map`/`gid_map` (inside to outside), here the
+/// container's own range, so the root of a build sandbox owns the image's
+/// files as the root of an image owns them, and may change them (its
+/// overlay copies them up; the image itself is only read). Needs host
+/// root (the helper before it starts init); the namespace the mapping is
+/// read from is made for this and gone when it returns.
+pub fn idmap_in_place(dir: &Path, uid_map: &str, gid_map: &str) -> StepResult<()> {
+    let what = || format!("idmapped mount of {}", dir.display());
+    let userns = mapping_namespace(uid_map, gid_map)
+        .map_err(|e| SetupError::os(SetupStep::BindMount, what(), e))?;
+    let path = sys::cstr(dir).map_err(|e| SetupError::os(SetupStep::BindMount, what(), e))?;
+    // SAFETY: `path` is a C string alive across the call; the result is a
+    // new descriptor owned at once.
+    let tree = step(
+        SetupStep::BindMount,
+        what,
+        sys::cvt(unsafe {
+            libc::syscall(
+                libc::SYS_open_tree,
+                libc::AT_FDCWD,
+                path.as_ptr(),
+                OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint,
+            )
+        }),
+    )?;
+    // SAFETY: open_tree returned a new descriptor nobody else owns.
+    let tree = unsafe { std::os::fd::OwnedFd::from_raw_fd(tree as RawFd) };
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_IDMAP,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: userns.as_raw_fd() as u64,
+    };
+    // SAFETY: an empty C string and a mount_attr of the size passed, both
+    // alive across the call; the kernel only reads them.
+    step(
+        SetupStep::BindMount,
+        what,
+        sys::cvt(unsafe {
+            libc::syscall(
+                libc::SYS_mount_setattr,
+                tree.as_raw_fd(),
+                c"".as_ptr(),
+                libc::AT_EMPTY_PATH,
+                &attr as *const MountAttr,
+                std::mem::size_of::<MountAttr>(),
+            )
+        }),
+    )?;
+    // SAFETY: the detached tree's descriptor, an empty C string and the
+    // target's C string, all alive across the call.
+    step(
+        SetupStep::BindMount,
+        what,
+        sys::cvt(unsafe {
+            libc::syscall(
+                libc::SYS_move_mount,
+                tree.as_raw_fd(),
+                c"".as_ptr(),
+                libc::AT_FDCWD,
+                path.as_ptr(),
+                MOVE_MOUNT_F_EMPTY_PATH,
+            )
+        }),
+    )?;
+    Ok(())
+}
+
+/// A user namespace with the given maps, held by a descriptor: a child
+/// made in a new one waits while its maps are written and the namespace
+/// opened, then is ended.
+fn mapping_namespace(uid_map: &str, gid_map: &str) -> io::Result<std::os::fd::OwnedFd> {
+    let (wait_read, wait_write) = sys::pipe()?;
+    // SAFETY: the helper is single-threaded; the child (a fork-like clone
+    // into a new user namespace) only reads a pipe and exits.
+    let child = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            (libc::CLONE_NEWUSER | libc::SIGCHLD) as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    };
+    if child < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if child == 0 {
+        drop(wait_write);
+        let mut byte = [0u8; 1];
+        let _ = sys::read(wait_read.as_raw_fd(), &mut byte);
+        // SAFETY: ends this child at once, running nothing of the parent's.
+        unsafe { libc::_exit(0) };
+    }
+    drop(wait_read);
+    let pid = child as libc::pid_t;
+    let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+    let opened = fs::write(proc_dir.join("uid_map"), uid_map)
+        .and_then(|()| fs::write(proc_dir.join("gid_map"), gid_map))
+        .and_then(|()| fs::File::open(proc_dir.join("ns/user")));
+    drop(wait_write);
+    let mut status = 0;
+    // SAFETY: reaps our own child, which exits once the pipe closed.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    Ok(opened?.into())
 }
 
 /// Binds `source` (with everything mounted below it) at `target` and makes

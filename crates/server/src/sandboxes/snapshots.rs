@@ -381,7 +381,7 @@ pub(crate) async fn commit(
     to_completion(async move {
         worker
             .engine
-            .commit_image(&container.id, &body.name, &owner)
+            .commit_image(&container.id, &body.name, &owner, None)
             .await
             .map_err(|e| crate::engine::engine_error(&container.id, e))
     })

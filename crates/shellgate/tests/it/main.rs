@@ -24,6 +24,7 @@ mod fuzz;
 mod hardening;
 mod http_api;
 mod http_robustness;
+mod image_builds;
 mod images;
 mod interpreter;
 mod processes;
