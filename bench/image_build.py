@@ -71,6 +71,8 @@ def direct_build(base, scratch, context, name):
         subprocess.run(["chroot", str(merged), "/bin/sh", "-c", " && ".join(STEPS)],
                        check=True, capture_output=True)
         (merged / "opt/app").mkdir(parents=True, exist_ok=True)
+        # The builder's home is the sandbox user's own directory.
+        os.chown(merged / "home/user", 1000, 1000)
         shutil.copy(context / "app.py", merged / "opt/app/app.py")
         subprocess.run(["chroot", "--userspec=1000:1000", str(merged), "/bin/sh", "-c",
                         "echo made-by-user > /home/user/note"], check=True, capture_output=True)

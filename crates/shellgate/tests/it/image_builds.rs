@@ -193,3 +193,61 @@ fn a_failed_or_refused_build_installs_nothing() {
         "{list}"
     );
 }
+
+/// Host processes whose command line is exactly `sleep SECONDS`.
+fn sleepers(seconds: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|cmdline| cmdline == format!("sleep\0{seconds}\0").as_bytes())
+        })
+        .filter(|pid| crate::common::process_alive(*pid))
+        .collect()
+}
+
+#[test]
+fn an_interrupted_build_removes_its_sandbox_and_installs_nothing() {
+    use std::io::BufRead;
+    let dir = TempDir::new("image-build-cancel");
+    let data = dir.path().join("data");
+    import_busybox(dir.path(), &data);
+    let dockerfile = dir.path().join("Dockerfile");
+    // A length no other process on the machine sleeps for.
+    std::fs::write(&dockerfile, "FROM tiny\nRUN touch /etc/started && sleep 6143\n").unwrap();
+    let mut child = Command::new(BINARY)
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["image", "build", "cancelled", "--dockerfile"])
+        .arg(&dockerfile)
+        .env("SHELLGATE_LOG", "error")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut log = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    while !seen.contains("#1 RUN") {
+        let mut line = String::new();
+        assert!(log.read_line(&mut line).unwrap() > 0, "{seen}");
+        seen.push_str(&line);
+    }
+    assert!(
+        crate::common::wait_until(
+            || !sleepers("6143").is_empty(),
+            std::time::Duration::from_secs(60)
+        ),
+        "the step never started"
+    );
+    let pid = child.id().to_string();
+    assert!(Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
+    let status = child.wait().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut log, &mut rest).unwrap();
+    assert!(!status.success(), "{seen}{rest}");
+    assert!(rest.contains("the build was cancelled"), "{seen}{rest}");
+    // The step's processes went with the build sandbox, before the exit.
+    assert!(sleepers("6143").is_empty(), "a step outlived its build");
+    assert!(!data.join("sandbox/images/cancelled/rootfs").exists());
+}
