@@ -198,18 +198,15 @@ pub fn idmap_in_place(dir: &Path, uid_map: &str, gid_map: &str) -> StepResult<()
     let path = sys::cstr(dir).map_err(|e| SetupError::os(SetupStep::BindMount, what(), e))?;
     // SAFETY: `path` is a C string alive across the call; the result is a
     // new descriptor owned at once.
-    let tree = step(
-        SetupStep::BindMount,
-        what,
-        sys::cvt(unsafe {
-            libc::syscall(
-                libc::SYS_open_tree,
-                libc::AT_FDCWD,
-                path.as_ptr(),
-                OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint,
-            )
-        }),
-    )?;
+    let opened = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint,
+        )
+    };
+    let tree = step(SetupStep::BindMount, what, sys::cvt(opened))?;
     // SAFETY: open_tree returned a new descriptor nobody else owns.
     let tree = unsafe { std::os::fd::OwnedFd::from_raw_fd(tree as RawFd) };
     let attr = MountAttr {
@@ -220,36 +217,30 @@ pub fn idmap_in_place(dir: &Path, uid_map: &str, gid_map: &str) -> StepResult<()
     };
     // SAFETY: an empty C string and a mount_attr of the size passed, both
     // alive across the call; the kernel only reads them.
-    step(
-        SetupStep::BindMount,
-        what,
-        sys::cvt(unsafe {
-            libc::syscall(
-                libc::SYS_mount_setattr,
-                tree.as_raw_fd(),
-                c"".as_ptr(),
-                libc::AT_EMPTY_PATH,
-                &attr as *const MountAttr,
-                std::mem::size_of::<MountAttr>(),
-            )
-        }),
-    )?;
+    let idmapped = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    step(SetupStep::BindMount, what, sys::cvt(idmapped))?;
     // SAFETY: the detached tree's descriptor, an empty C string and the
     // target's C string, all alive across the call.
-    step(
-        SetupStep::BindMount,
-        what,
-        sys::cvt(unsafe {
-            libc::syscall(
-                libc::SYS_move_mount,
-                tree.as_raw_fd(),
-                c"".as_ptr(),
-                libc::AT_FDCWD,
-                path.as_ptr(),
-                MOVE_MOUNT_F_EMPTY_PATH,
-            )
-        }),
-    )?;
+    let moved = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    };
+    step(SetupStep::BindMount, what, sys::cvt(moved))?;
     Ok(())
 }
 

@@ -216,7 +216,11 @@ fn an_interrupted_build_removes_its_sandbox_and_installs_nothing() {
     import_busybox(dir.path(), &data);
     let dockerfile = dir.path().join("Dockerfile");
     // A length no other process on the machine sleeps for.
-    std::fs::write(&dockerfile, "FROM tiny\nRUN touch /etc/started && sleep 6143\n").unwrap();
+    std::fs::write(
+        &dockerfile,
+        "FROM tiny\nRUN touch /etc/started && sleep 6143\n",
+    )
+    .unwrap();
     let mut child = Command::new(BINARY)
         .arg("--data-dir")
         .arg(&data)
@@ -241,7 +245,11 @@ fn an_interrupted_build_removes_its_sandbox_and_installs_nothing() {
         "the step never started"
     );
     let pid = child.id().to_string();
-    assert!(Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
+    assert!(Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap()
+        .success());
     let status = child.wait().unwrap();
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut log, &mut rest).unwrap();
