@@ -266,6 +266,7 @@ def test_a_server_killed_mid_snapshot_leaves_nothing_half_made(fresh_server):
     killed_mid_snapshot(fresh_server())
 
 
+@pytest.mark.single_box("kills its one server, on a data directory of its own")
 def test_a_server_killed_mid_clone_leaves_nothing_half_made(reflink_server):
     killed_mid_snapshot(reflink_server)
 
@@ -318,9 +319,8 @@ def killed_mid_snapshot(server) -> None:
 def reflink_server(upstream):
     """A server whose data directory is an XFS file system with reflinks
     (a loop-mounted image the test makes and removes), as an operator's
-    would be to share a snapshot's blocks with its copies."""
-    if CLUSTER_MODE:
-        pytest.skip("one box's data directory")
+    would be to share a snapshot's blocks with its copies; the tests using
+    it are single_box."""
     tmp = Path(tempfile.mkdtemp(prefix="shellgate-py-xfs-"))
     # Traversable by every user, as a deployment's is.
     os.chmod(tmp, 0o755)
@@ -363,6 +363,7 @@ def devices_of(data_dir: Path) -> tuple:
     return mounts, loops
 
 
+@pytest.mark.single_box("reads its one server's data directory, a file system of its own")
 def test_on_a_reflink_data_directory_copies_share_the_snapshots_blocks(reflink_server):
     server = reflink_server
     health = requests.get(f"http://127.0.0.1:{server.port}/healthz", timeout=30).json()

@@ -59,6 +59,7 @@ mod running;
 mod sandboxes;
 mod skills;
 mod snapshot_archives;
+mod snapshot_cache;
 mod snapshots;
 mod spool;
 pub mod startup;

@@ -14,15 +14,15 @@
 //! it ([`hold`]): a snapshot this node holds already is used as it is;
 //! another is fetched (to an anonymous file in the spool directory),
 //! checked against the row's digest, and unpacked by the engine (whole or
-//! not at all). What a node holds is a cache ([`SnapshotCache`]): bounded
+//! not at all). What a node holds is a cache (`snapshot_cache`): bounded
 //! by `snapshot_cache_bytes`, least recently used removed first, never one
 //! a create is restoring from, and one whose row is gone removed by the
 //! sweep. One fetch at a time per snapshot on a node.
 
 use std::collections::HashMap;
 use std::io::{Read, Seek, Write};
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 use shellgate_objects::{BodyWriter, Key, ObjectError};
@@ -321,160 +321,9 @@ pub(crate) async fn sweep(state: &Arc<AppState>, now: i64) -> ApiResult<()> {
     Ok(())
 }
 
-/// The snapshots a node's engine holds for restores, their sizes and
-/// when each was last used, and who restores from each now.
-#[derive(Default)]
-pub(crate) struct SnapshotCache {
-    held: Mutex<HashMap<String, Entry>>,
-    /// One fetch or removal at a time per snapshot.
-    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    /// The last use's number (a counter: the order of uses is all that
-    /// matters).
-    uses: AtomicU64,
-    /// When the sweep last ran (0: never).
-    swept_at: AtomicI64,
-}
-
-struct Entry {
-    bytes: u64,
-    last_used: u64,
-    pins: u32,
-}
-
-impl SnapshotCache {
-    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
-        self.held.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn lock_of(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
-        Arc::clone(locks.entry(id.to_owned()).or_default())
-    }
-
-    /// Drops `id`'s lock once nobody holds or waits for it.
-    fn forget_lock(&self, id: &str) {
-        let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
-        if locks
-            .get(id)
-            .is_some_and(|lock| Arc::strong_count(lock) == 1)
-        {
-            locks.remove(id);
-        }
-    }
-
-    fn next_use(&self) -> u64 {
-        self.uses.fetch_add(1, Ordering::SeqCst) + 1
-    }
-
-    /// Pins `id` if it is held.
-    fn pin(&self, id: &str) -> bool {
-        let used = self.next_use();
-        match self.entries().get_mut(id) {
-            Some(entry) => {
-                entry.pins += 1;
-                entry.last_used = used;
-                true
-            }
-            None => false,
-        }
-    }
-
-    fn insert_pinned(&self, id: &str, bytes: u64) {
-        let used = self.next_use();
-        self.entries().insert(
-            id.to_owned(),
-            Entry {
-                bytes,
-                last_used: used,
-                pins: 1,
-            },
-        );
-    }
-
-    fn unpin(&self, id: &str) {
-        if let Some(entry) = self.entries().get_mut(id) {
-            entry.pins = entry.pins.saturating_sub(1);
-        }
-    }
-
-    /// A snapshot held and not in use (at a node's start; one it took).
-    pub(crate) fn adopt(&self, id: &str, bytes: u64) {
-        let used = self.next_use();
-        self.entries().insert(
-            id.to_owned(),
-            Entry {
-                bytes,
-                last_used: used,
-                pins: 0,
-            },
-        );
-    }
-
-    /// Removes `id` unless it is in use; whether it was held and removed.
-    fn forget_unpinned(&self, id: &str) -> bool {
-        let mut entries = self.entries();
-        match entries.get(id) {
-            Some(entry) if entry.pins == 0 => {
-                entries.remove(id);
-                true
-            }
-            _ => false,
-        }
-    }
-
-    fn ids(&self) -> Vec<String> {
-        self.entries().keys().cloned().collect()
-    }
-
-    /// The unpinned snapshots to remove, least recently used first, for
-    /// what is held to fit in `bound` bytes.
-    fn beyond(&self, bound: u64) -> Vec<String> {
-        let entries = self.entries();
-        let mut total: u64 = entries.values().map(|e| e.bytes).sum();
-        let mut idle: Vec<(&String, &Entry)> =
-            entries.iter().filter(|(_, e)| e.pins == 0).collect();
-        idle.sort_by_key(|(_, e)| e.last_used);
-        let mut victims = Vec::new();
-        for (id, entry) in idle {
-            if total <= bound {
-                break;
-            }
-            total = total.saturating_sub(entry.bytes);
-            victims.push(id.clone());
-        }
-        victims
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_least_recently_used_idle_snapshots_go_first_and_pinned_ones_stay() {
-        let cache = SnapshotCache::default();
-        cache.adopt("snap_old", 40);
-        cache.insert_pinned("snap_pinned", 40);
-        cache.adopt("snap_new", 40);
-        assert_eq!(cache.beyond(200), Vec::<String>::new(), "all fit");
-        assert_eq!(cache.beyond(80), vec!["snap_old".to_owned()]);
-        assert_eq!(
-            cache.beyond(0),
-            vec!["snap_old".to_owned(), "snap_new".to_owned()],
-            "a pinned one is never a victim"
-        );
-        assert!(cache.pin("snap_old"), "held");
-        cache.unpin("snap_old");
-        assert_eq!(
-            cache.beyond(80),
-            vec!["snap_new".to_owned()],
-            "a use makes it the newest"
-        );
-        assert!(!cache.forget_unpinned("snap_pinned"), "in use");
-        cache.unpin("snap_pinned");
-        assert!(cache.forget_unpinned("snap_pinned"));
-        assert!(!cache.pin("snap_pinned"), "gone");
-    }
 
     #[test]
     fn an_archive_is_stored_only_when_read_whole_and_its_digest_is_checked() {

@@ -90,7 +90,7 @@ pub struct AppState {
     pub(crate) gemini_uploads_swept_at: std::sync::atomic::AtomicI64,
     /// The snapshots a cluster's node holds for restores (see
     /// `snapshot_archives`).
-    pub(crate) snapshot_cache: crate::snapshot_archives::SnapshotCache,
+    pub(crate) snapshot_cache: crate::snapshot_cache::SnapshotCache,
     /// E2B's directory watchers (`e2b::filesystem`).
     pub(crate) e2b_watchers: crate::e2b::filesystem::watchers::Watchers,
     /// The processes started through E2B's envd API, by pid and tag.
