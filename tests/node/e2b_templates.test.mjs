@@ -1,24 +1,73 @@
 // E2B's template builder from the JavaScript SDK (npm `e2b`, pinned in
 // package.json), unmodified, against a real `shellgate serve`: a template
-// built with `Template.build` (a RUN step, a COPY of a local file, an ENV)
-// and a sandbox made from it sees all three.
+// built with `Template.build` (a RUN step, a root RUN step writing to /etc,
+// a COPY of a local file, an ENV) and a sandbox made from it sees all of
+// them. Templates are images built by the server's image builder, so the
+// server's default image is a real one made here: busybox, util-linux's
+// setpriv (steps of another user) and a `/bin/bash` that is busybox's shell
+// (what the SDK runs commands with). A cluster builds no templates (an
+// image is kept on one node's disk): the suite is skipped there.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { chmodSync, copyFileSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { Sandbox, Template } from 'e2b';
 
-import { startServer } from './harness.mjs';
+import { binary, clusterMode, startServer } from './harness.mjs';
 
 const KEY = `e2b_${'e5'.repeat(20)}`;
+const APPLETS = ['sh', 'cat', 'echo', 'id', 'mkdir', 'cp', 'chown', 'chmod', 'dirname', 'ls', 'rm',
+  'touch', 'sleep', 'test', '[', 'mv', 'ln', 'env'];
+
+// Imports the templates' base image into `dataDir`'s image store.
+function importBase(dataDir) {
+  const work = mkdtempSync(join(tmpdir(), 'shellgate-node-template-base-'));
+  try {
+    const rootfs = join(work, 'rootfs');
+    mkdirSync(join(rootfs, 'bin'), { recursive: true });
+    mkdirSync(join(rootfs, 'etc'));
+    copyFileSync('/bin/busybox', join(rootfs, 'bin', 'busybox'));
+    chmodSync(join(rootfs, 'bin', 'busybox'), 0o755);
+    for (const applet of APPLETS) symlinkSync('busybox', join(rootfs, 'bin', applet));
+    writeFileSync(join(rootfs, 'bin', 'bash'), '#!/bin/sh\nexec /bin/sh "$@"\n', { mode: 0o755 });
+    const linked = spawnSync('ldd', ['/usr/bin/setpriv'], { encoding: 'utf8' });
+    assert.equal(linked.status, 0, linked.stderr);
+    const paths = ['/usr/bin/setpriv', ...linked.stdout.split(/\s+/).filter((w) => w.startsWith('/'))];
+    for (const path of paths) {
+      const target = join(rootfs, path);
+      mkdirSync(dirname(target), { recursive: true });
+      copyFileSync(path, target);
+      chmodSync(target, 0o755);
+    }
+    const tarball = join(work, 'image.tar');
+    const tar = spawnSync('tar', ['-cf', tarball, '-C', rootfs, '.'], { encoding: 'utf8' });
+    assert.equal(tar.status, 0, tar.stderr);
+    const imported = spawnSync(binary, ['--data-dir', dataDir, 'image', 'import', 'base-tiny', tarball], {
+      encoding: 'utf8',
+    });
+    assert.equal(imported.status, 0, imported.stderr);
+  } finally {
+    rmSync(work, { recursive: true, force: true });
+  }
+}
 
 let server;
 let context;
 
+let images;
+
 before(async () => {
-  server = await startServer({ key: `${KEY}:alpha`, name: 'e2b-templates' });
+  if (clusterMode) return;
+  images = mkdtempSync(join(tmpdir(), 'shellgate-node-template-images-'));
+  chmodSync(images, 0o755);
+  importBase(images);
+  server = await startServer({
+    key: `${KEY}:alpha`, name: 'e2b-templates', worldReadable: true,
+    env: { SHELLGATE_DEFAULT_IMAGE: 'base-tiny', SHELLGATE_IMAGES_DIR: join(images, 'sandbox', 'images') },
+  });
   const root = server.baseURLs[0].replace(/\/v1$/, '');
   process.env.E2B_API_KEY = KEY;
   process.env.E2B_API_URL = root;
@@ -29,15 +78,18 @@ before(async () => {
 });
 
 after(async () => {
+  if (clusterMode) return;
   await server.stop();
   rmSync(context, { recursive: true, force: true });
+  rmSync(images, { recursive: true, force: true });
 });
 
-test('templates: Template.build, then a sandbox made from it', async () => {
+test('templates: Template.build, then a sandbox made from it', { skip: clusterMode }, async () => {
   const name = `node-template-${randomBytes(6).toString('hex')}`;
   const template = Template({ fileContextPath: context })
     .fromBaseImage()
     .runCmd('echo from-run > /home/user/run.txt')
+    .runCmd('echo from-root > /etc/marker', { user: 'root' })
     .copy('note.txt', '/home/user/note.txt')
     .setEnvs({ NODE_TEMPLATE: 'yes' });
   const logs = [];
@@ -47,8 +99,8 @@ test('templates: Template.build, then a sandbox made from it', async () => {
   assert.equal(await Template.exists(name), true);
   const sandbox = await Sandbox.create(name, { timeoutMs: 120_000 });
   try {
-    const out = await sandbox.commands.run('cat /home/user/run.txt /home/user/note.txt; echo "$NODE_TEMPLATE"');
-    assert.equal(out.stdout, 'from-run\ncopied from node\nyes\n', JSON.stringify(out));
+    const out = await sandbox.commands.run('cat /home/user/run.txt /home/user/note.txt /etc/marker; echo "$NODE_TEMPLATE"');
+    assert.equal(out.stdout, 'from-run\ncopied from node\nfrom-root\nyes\n', JSON.stringify(out));
   } finally {
     await sandbox.kill();
   }

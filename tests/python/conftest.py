@@ -88,6 +88,26 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason=f"single box only: {reason}"))
 
 
+def tiny_rootfs(rootfs: Path, applets) -> None:
+    """A root file system of static busybox with `applets`, and
+    util-linux's setpriv with the libraries it links (the image builder runs
+    a step of another `USER` with it; busybox's setpriv cannot change ids)."""
+    (rootfs / "bin").mkdir(parents=True)
+    (rootfs / "etc").mkdir(exist_ok=True)
+    (rootfs / "bin" / "busybox").write_bytes(Path("/bin/busybox").read_bytes())
+    os.chmod(rootfs / "bin" / "busybox", 0o755)
+    for applet in applets:
+        os.symlink("busybox", rootfs / "bin" / applet)
+    linked = subprocess.run(["ldd", "/usr/bin/setpriv"], capture_output=True, text=True, check=True)
+    paths = ["/usr/bin/setpriv"] + [word for line in linked.stdout.splitlines()
+                                    for word in line.split() if word.startswith("/")]
+    for path in paths:
+        target = rootfs / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(Path(path).read_bytes())
+        os.chmod(target, 0o755)
+
+
 def wait_until(condition, timeout: float, interval: float = 0.05) -> bool:
     """Waits until `condition()` is true, looking every `interval` seconds,
     for at most `timeout` seconds; returns whether it became true. What a

@@ -3,18 +3,65 @@ by the SDK's builder (`run_cmd`, `copy`, `set_envs`, a start command and
 its ready check) against a real `shellgate serve`, a sandbox made from it,
 a failing step reported as E2B reports it, `Template.exists` of the
 server's and of a missing template (E2B's `{code, message}` 404), an
-OCI image shellgate cannot build on, and a template deleted."""
+OCI image shellgate cannot build on, and a template deleted; a root step
+(`run_cmd(…, user='root')`) writing to /etc, kept in the template's image.
 
+Templates are images built by the server's image builder, so the module's
+server has a real default image: busybox, util-linux's setpriv (steps of
+another user) and a `/bin/bash` that is busybox's shell (what E2B's SDK
+runs commands with). A cluster builds no templates (an image is kept on one
+node's disk): the module is skipped there."""
+
+import os
+import subprocess
+import tempfile
 import uuid
+from pathlib import Path
 
 import pytest
 import requests
 
-from conftest import E2B_KEY_A, E2B_KEY_B
+from conftest import BINARY, CLUSTER_MODE, E2B_KEY_A, E2B_KEY_B, Server, tiny_rootfs
+
+pytestmark = pytest.mark.skipif(
+    CLUSTER_MODE, reason="a cluster builds no templates (an image is kept on one node's disk)"
+)
 
 e2b_sdk = pytest.importorskip("e2b")
 from e2b import Sandbox, Template, wait_for_file  # noqa: E402
 from e2b.exceptions import BuildException  # noqa: E402
+
+
+APPLETS = ["sh", "cat", "echo", "id", "mkdir", "cp", "chown", "chmod", "dirname", "ls", "rm",
+           "touch", "sleep", "test", "[", "mv", "ln", "env"]
+
+
+def import_base(data_dir: Path) -> None:
+    """The image the templates build on, imported before the server starts."""
+    with tempfile.TemporaryDirectory() as tmp:
+        rootfs = Path(tmp) / "rootfs"
+        tiny_rootfs(rootfs, APPLETS)
+        (rootfs / "bin" / "bash").write_text('#!/bin/sh\nexec /bin/sh "$@"\n')
+        os.chmod(rootfs / "bin" / "bash", 0o755)
+        tarball = Path(tmp) / "image.tar"
+        subprocess.run(["tar", "-cf", str(tarball), "-C", str(rootfs), "."], check=True)
+        imported = subprocess.run(
+            [str(BINARY), "--data-dir", str(data_dir), "image", "import", "base-tiny", str(tarball)],
+            capture_output=True, text=True,
+        )
+        assert imported.returncode == 0, imported.stderr
+
+
+@pytest.fixture(scope="module")
+def server(upstream):
+    data_dir = Path(tempfile.mkdtemp(prefix="shellgate-e2b-templates-"))
+    os.chmod(data_dir, 0o755)
+    import_base(data_dir)
+    server = Server(data_dir, upstream_url=upstream.url, default_image="base-tiny",
+                    warm_containers="0").start()
+    yield server
+    server.stop()
+    subprocess.run(["rm", "-rf", str(data_dir)], check=False)
 
 
 def root(server) -> str:
@@ -51,13 +98,13 @@ def test_a_built_template_gives_its_sandboxes_the_files_env_and_start_command(se
     try:
         checked = sandbox.commands.run(
             "cat /home/user/built.txt /home/user/greeting.txt /home/user/started.txt; "
-            "python3 /home/user/app/main.py; echo \"$TEMPLATE_GREETING\""
+            "cat /home/user/app/main.py; echo \"$TEMPLATE_GREETING\""
         )
         assert checked.stdout.split("\n") == [
             "built",
             "hello from the build context",
             "started",
-            "app",
+            "print('app')",
             "hi from the template",
             "",
         ], (checked.stdout, checked.stderr)
@@ -132,3 +179,26 @@ def test_templates_are_the_projects_own_and_can_be_deleted(server, e2b):
     )
     assert deleted.status_code == 204, deleted.text
     assert Template.exists(name) is False
+
+
+def test_a_root_step_writes_outside_the_home_and_the_template_keeps_it(server, e2b, tmp_path):
+    (tmp_path / "tool.sh").write_text("echo tool ran\n")
+    template = (
+        Template(file_context_path=str(tmp_path))
+        .from_base_image()
+        .run_cmd("echo x > /etc/marker && mkdir -p /opt/tools", user="root")
+        .copy("tool.sh", "/opt/tools/tool.sh", user="root", mode=0o755)
+        .set_workdir("/opt/tools")
+        .run_cmd("id -u > /home/user/step-user; pwd >> /home/user/step-user")
+    )
+    name = unique("root-step")
+    Template.build(template, name)
+    sandbox = Sandbox.create(template=name, timeout=120)
+    try:
+        out = sandbox.commands.run(
+            "cat /etc/marker /home/user/step-user; /opt/tools/tool.sh; "
+            "touch /etc/mine 2>/dev/null || echo etc-read-only"
+        )
+        assert out.stdout == "x\n1000\n/opt/tools\ntool ran\netc-read-only\n", (out.stdout, out.stderr)
+    finally:
+        sandbox.kill()

@@ -650,6 +650,20 @@ pub trait SandboxBackend: Send + Sync {
         Err(SandboxError::NotSupported("committing images"))
     }
 
+    /// Installs image `name` of `project` (a new one, or a new revision of
+    /// the project's own) imported from `source`: an OCI image layout (a
+    /// directory or its tar) or a `docker save`/`podman save` archive,
+    /// each member checked as the engine checks an import. Blocking work
+    /// runs off the async workers.
+    async fn import_image(
+        &self,
+        _name: &str,
+        _project: &str,
+        _source: &std::path::Path,
+    ) -> Result<ImageInfo, SandboxError> {
+        Err(SandboxError::NotSupported("importing images"))
+    }
+
     // Processes: see `crate::process`. A process counts as in
     // flight in its container (busy: never suspended) until it ends, and
     // is killed at its timeout, with every descendant, whatever clients do.

@@ -6,9 +6,11 @@
 //! engine: nothing above the trait knows how a container is made.
 
 pub mod backend;
+pub mod dockerfile;
 pub mod error;
 pub mod fs;
 pub mod image;
+pub mod image_build;
 pub mod network;
 pub mod ports;
 pub mod process;

@@ -42,16 +42,17 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-pub mod build;
 mod commit;
 pub mod default_build;
-pub mod dockerfile;
 mod half_made;
 pub mod oci;
 mod recipe;
 pub mod runtimes;
 
 pub use recipe::{recipe, version_matches, Built, Expectations, Recipe, Wheel, WheelLock, RECIPES};
+/// The Dockerfile subset and the builder run only the sandbox's public
+/// face (`SandboxBackend`), so any backend, and the server, use them.
+pub use shellgate_sandbox_api::{dockerfile, image_build as build};
 
 use crate::error::{IoContext, SandboxError};
 use crate::protocol::{Layer, RootSpec};
@@ -794,7 +795,32 @@ impl ImageStore {
         source: &Path,
         limits: oci::OciLimits,
     ) -> Result<ImageInfo, SandboxError> {
+        self.import_oci_of(name, "", source, limits).await
+    }
+
+    /// [`Self::import_oci`] as image `name` of `project` (`""`: the
+    /// operator's, every project's): only its containers are made from
+    /// it, and a name another project or the operator holds is refused.
+    pub async fn import_oci_of(
+        &self,
+        name: &str,
+        project: &str,
+        source: &Path,
+        limits: oci::OciLimits,
+    ) -> Result<ImageInfo, SandboxError> {
+        let owner = (!project.is_empty()).then(|| project.to_owned());
+        if owner.is_some() {
+            Self::check_commit_name(name)?;
+        }
         let (staging, target, _lock) = self.staging(name)?;
+        // Under the image's lock: no other install of the name between the
+        // check and the install.
+        if owner.is_some() && self.exists(name) && self.details(name).project != owner {
+            let _ = half_made::remove_half_made(&staging);
+            return Err(SandboxError::Conflict(format!(
+                "an image named {name:?} exists and is not this project's: choose another name"
+            )));
+        }
         let (source_path, staging_path) = (source.to_owned(), staging.clone());
         let imported =
             tokio::task::spawn_blocking(move || oci::import(&source_path, &staging_path, &limits))
@@ -840,6 +866,7 @@ impl ImageStore {
             source_format: Some(format.name().to_owned()),
             config: Some(imported.config),
             neutralised: Some(imported.neutralised),
+            project: owner,
             ..ImageDetails::default()
         };
         self.install(name, &staging, &target, details)

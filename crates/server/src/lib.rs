@@ -37,6 +37,8 @@ mod guardrails;
 mod handler_tests;
 mod host;
 mod http;
+mod image_builds;
+mod images;
 mod in_sandbox;
 mod lease;
 mod lifecycle;
@@ -271,6 +273,7 @@ where
         .await
         .map_err(|e| ServeError::Setup(format!("recovery: {}", e.message)))?;
     e2b::templates::fail_unfinished(&state).await;
+    image_builds::fail_unfinished(&state).await;
     // What this node held open before (its console streams' leases) and
     // the execs it ran (their credits) ended with its last run.
     let node = state.node_name.clone();

@@ -655,6 +655,36 @@ fn skill_upload() -> RefOr<Schema> {
     )
 }
 
+/// `POST /v1/images`: a build (`dockerfile`, `context`) or an import
+/// (`file`).
+fn image_upload() -> RefOr<Schema> {
+    let text = |description: &'static str| {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .description(Some(description))
+    };
+    RefOr::T(
+        ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .description(Some(
+                "`name` and either `dockerfile` (a build: FROM, RUN, COPY, ENV, WORKDIR, USER; \
+                 `context`, a tar or gzipped tar, for COPY; `network_policy`, JSON, what the \
+                 steps may reach, default none) or `file` (an import: an OCI image layout as a \
+                 tar, or a `docker save`/`podman save` archive).",
+            ))
+            .property("name", text("The image's name (the project's own)"))
+            .required("name")
+            .property("dockerfile", text("The Dockerfile's text"))
+            .property("context", binary())
+            .property(
+                "network_policy",
+                text("A container's network_policy, as JSON (default: disabled)"),
+            )
+            .property("file", binary())
+            .into(),
+    )
+}
+
 /// The whole document.
 pub fn document() -> serde_json::Value {
     build().0

@@ -13,8 +13,8 @@ use crate::messages::batches;
 use crate::route_table::RouteTable;
 use crate::state::AppState;
 use crate::{
-    chat, config, console, container_egress, containers, e2b, files, fs, gemini, messages, models,
-    openapi, ops, ports, processes, responses, route_grammar, skills, snapshots, volumes,
+    chat, config, console, container_egress, containers, e2b, files, fs, gemini, images, messages,
+    models, openapi, ops, ports, processes, responses, route_grammar, skills, snapshots, volumes,
 };
 
 /// The HTTP routes, behind the layer that sends a request for a
@@ -161,7 +161,12 @@ pub(crate) fn route_table(config: &config::Config, audience: Audience) -> RouteT
             "/snapshots/{snapshot_id}",
             get(snapshots::retrieve).delete(snapshots::delete),
         )
-        .route("/images", get(containers::images))
+        .route(
+            "/images",
+            get(containers::images).post(images::create).layer(uploads),
+        )
+        .route("/images/{name}", get(images::retrieve))
+        .route("/images/builds/{build_id}", get(images::build_status))
         .route("/volumes", post(volumes::create).get(volumes::list))
         .route(
             "/volumes/{volume_id}",

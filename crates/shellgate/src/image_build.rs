@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use shellgate_sandbox::backend::NetworkSpec;
-use shellgate_sandbox::image::build::{self, BuildLogLine, BuildRequest, LogLevel};
+use shellgate_sandbox::image::build::{self, BuildLogLine, BuildRequest, ContextPart, LogLevel};
 use shellgate_sandbox::image::{dockerfile, ImageInfo};
 use shellgate_sandbox::LocalEngine;
 
@@ -64,7 +64,13 @@ pub(crate) async fn build(
         name: name.to_owned(),
         project: String::new(),
         dockerfile: parsed,
-        context: context_tar,
+        context: context_tar
+            .map(|tar| ContextPart {
+                tar,
+                dir: String::new(),
+            })
+            .into_iter()
+            .collect(),
         network,
         memory_bytes: BUILD_MEMORY,
         disk_bytes: BUILD_DISK,

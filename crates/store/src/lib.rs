@@ -26,6 +26,7 @@ mod egress;
 mod error;
 mod exec_credits;
 mod files;
+mod image_builds;
 mod keys;
 mod leases;
 mod migrations;
@@ -58,6 +59,9 @@ pub use egress::EgressRow;
 pub use error::{CorruptValue, Result, StoreError};
 pub use exec_credits::{CreditAsk, CreditTake};
 pub use files::FileRow;
+pub use image_builds::{
+    ImageBuildRow, IMAGE_BUILD_BUILDING, IMAGE_BUILD_ERROR, IMAGE_BUILD_QUEUED, IMAGE_BUILD_READY,
+};
 pub use keys::{hash_key, key_id, KeyGrant, KeyRecord, KeyRole};
 pub use nodes::{HeldContainer, LostDeletion, NodeLoad, NodeRow, Restored};
 pub use paging::Page;

@@ -536,6 +536,31 @@ pub(crate) const SQLITE_MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE volumes ADD COLUMN node_id TEXT NOT NULL DEFAULT '';
 "#,
+    // Image builds and imports (image_builds.rs): a job of a project, the
+    // image it makes, its status, why it failed and the node that runs
+    // it; its log entries (JSON), in order.
+    r#"
+    CREATE TABLE image_builds (
+        id TEXT PRIMARY KEY,
+        project TEXT NOT NULL,
+        image TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        status TEXT NOT NULL,
+        reason TEXT,
+        failed_step INTEGER,
+        revision TEXT,
+        node_id TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+    );
+    CREATE INDEX image_builds_by_status ON image_builds (status);
+    CREATE TABLE image_build_logs (
+        build_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        entry TEXT NOT NULL,
+        PRIMARY KEY (build_id, seq)
+    );
+"#,
 ];
 
 /// Postgres's migrations, applied in order; the index + 1 is the schema
@@ -958,6 +983,29 @@ pub(crate) const POSTGRES_MIGRATIONS: &[&str] = &[
     // A volume's node: as SQLite's migration that adds volumes.node_id.
     r#"
     ALTER TABLE volumes ADD COLUMN node_id TEXT NOT NULL DEFAULT '';
+"#,
+    // Image builds: as SQLite's migration that makes image_builds.
+    r#"
+    CREATE TABLE image_builds (
+        id TEXT PRIMARY KEY,
+        project TEXT NOT NULL,
+        image TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        status TEXT NOT NULL,
+        reason TEXT,
+        failed_step BIGINT,
+        revision TEXT,
+        node_id TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        updated_at BIGINT NOT NULL
+    );
+    CREATE INDEX image_builds_by_status ON image_builds (status);
+    CREATE TABLE image_build_logs (
+        build_id TEXT NOT NULL,
+        seq BIGINT NOT NULL,
+        entry TEXT NOT NULL,
+        PRIMARY KEY (build_id, seq)
+    );
 "#,
 ];
 

@@ -68,6 +68,60 @@ pub struct ImageList {
     pub default_image: String,
 }
 
+/// An image build or import (`image.build`): what `POST /v1/images`
+/// answers and `GET /v1/images/builds/{id}` shows, with a page of its log.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct ImageBuild {
+    /// The job's id (`imgb_...`).
+    pub id: String,
+    /// `image.build`.
+    pub object: String,
+    /// The image it makes (the project's own).
+    pub image: String,
+    /// `build` (a Dockerfile and its context) or `import` (an OCI image
+    /// layout or a `docker save`/`podman save` archive).
+    pub kind: String,
+    /// `queued` (waiting for the project's build before it), `building`,
+    /// `ready` or `error`.
+    pub status: String,
+    /// Why it failed (`status: error`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ImageBuildError>,
+    /// The image revision it installed (`status: ready`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+    /// Log entries from the `log_offset` asked for (at most a page).
+    pub logs: Vec<ImageBuildLogEntry>,
+    /// The offset the next page of the log starts at.
+    pub next_log_offset: u64,
+}
+
+/// Why an image build failed.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct ImageBuildError {
+    pub message: String,
+    /// The Dockerfile step that failed (from 1; absent when the build as
+    /// a whole failed: its deadline, the commit, a server stop).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<i64>,
+}
+
+/// One line of an image build's log.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct ImageBuildLogEntry {
+    /// RFC 3339.
+    pub timestamp: String,
+    /// `info`, `warn` (a step's standard error) or `error`.
+    pub level: String,
+    /// The step (from 1; 0 for the set-up and the commit).
+    pub step: u64,
+    /// The step's Dockerfile line (0 where none).
+    pub line: u64,
+    pub message: String,
+}
+
 /// One command of a container's command audit (`container.command`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct ContainerCommand {

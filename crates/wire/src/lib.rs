@@ -44,7 +44,10 @@ pub use containers::{
 };
 pub use error::{ErrorBody, ErrorEnvelope};
 pub use exec::{ExecRequest, ShellCallOutput, ShellOutputEntry};
-pub use extensions::{ContainerCommand, Image, ImageList, ImageRunConfig};
+pub use extensions::{
+    ContainerCommand, Image, ImageBuild, ImageBuildError, ImageBuildLogEntry, ImageList,
+    ImageRunConfig,
+};
 pub use files::{
     mime_type_of, AnthropicFile, AnthropicFileDeleted, AnthropicFileList, AnthropicFilesQuery,
     ContainerFile, CreateContainerFileFromId, FileObject, FILE_PURPOSES, PAGE_CURSOR_PREFIX,

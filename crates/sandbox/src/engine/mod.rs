@@ -729,6 +729,35 @@ impl SandboxBackend for LocalEngine {
         self.commit_container(id, name, project, config).await
     }
 
+    async fn import_image(
+        &self,
+        name: &str,
+        project: &str,
+        source: &std::path::Path,
+    ) -> Result<crate::image::ImageInfo, SandboxError> {
+        let images = self.inner.images.clone();
+        let detected = source.to_owned();
+        let format = tokio::task::spawn_blocking(move || crate::image::oci::detect(&detected))
+            .await
+            .map_err(|e| SandboxError::Setup(format!("inspect the source: {e}")))?;
+        if format.is_none() {
+            return Err(SandboxError::InvalidRequest {
+                param: "file",
+                message: "not an OCI image layout or a docker/podman save archive \
+                          (no oci-layout or manifest.json at its top)"
+                    .into(),
+            });
+        }
+        images
+            .import_oci_of(
+                name,
+                project,
+                source,
+                crate::image::oci::OciLimits::default(),
+            )
+            .await
+    }
+
     async fn run(&self, id: &str, request: RunRequest) -> Result<Vec<CommandResult>, SandboxError> {
         self.inner.commands.run(self, id, request, None).await
     }

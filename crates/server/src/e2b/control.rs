@@ -127,7 +127,19 @@ async fn choose_template(
         return Ok((None, None));
     }
     if let Some(found) = super::templates::ready_template(state, project, template).await? {
-        return Ok((None, Some(found)));
+        let image = super::templates::image_name(&found.0.template_id);
+        // A template is its image; one built before templates were images
+        // has none.
+        if template_image(state, &image).await.is_err() {
+            return Err(E2bError::new(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "template '{template}' has no image (it was built by an earlier shellgate, \
+                     as a layer): build it again"
+                ),
+            ));
+        }
+        return Ok((Some(image), Some(found)));
     }
     Ok((template_image(state, template).await?, None))
 }
@@ -504,9 +516,9 @@ async fn create(
             }
             e2b_error(e)
         })?;
-    if let Some((row, spec)) = &template {
+    if let Some((_, spec)) = &template {
         if let Err(error) =
-            super::templates::prepare_sandbox(&state, row, spec, &made.id, &env_vars).await
+            super::templates::prepare_sandbox(&state, spec, &made.id, &env_vars).await
         {
             let _ = crate::sandboxes::containers::remove_container(&state, &made.id).await;
             return Err(error);

@@ -2,46 +2,42 @@
 //! builder (`Template().from_base_image().run_cmd(…).copy(…)` and
 //! `Template.build`), and sandboxes started from them.
 //!
-//! A template is the server's image plus a *layer*: the sandbox user's home
-//! (`/home/user`) as the build left it, a tar blob in the object store
-//! (`templates/layers/<template>.tar`). The build runs every step in a
-//! build sandbox, an ordinary container of the project made from the base
-//! image (the same isolation, quotas and network policy as any container),
-//! then exports the home as the layer and removes the sandbox. A sandbox
-//! created from the template is made from the base image with the layer
-//! unpacked into its home, the template's `ENV`s as its environment, and
-//! its start command started (and its ready command awaited) before the
-//! create answers.
-//!
-//! Build sandboxes have no root, as every container: a `RUN` step as `root`
-//! (E2B's `pip_install`, `apt_install` helpers) runs as the sandbox user,
-//! so `pip install` is a user install that lands in the layer, and what
-//! needs root (`apt-get install`) fails the build with apt's own words.
-//! Only what is under the home is kept: a `COPY` or `WORKDIR` elsewhere is
-//! refused at the step.
+//! A template is an image of its project (`e2b-<template id>`), made by
+//! the server's one image builder (`image_builds`, the service behind
+//! `POST /v1/images`): the SDK's steps are translated into the builder's
+//! Dockerfile steps ([`dockerfile_of`]) and run in a build sandbox as E2B
+//! runs them: as `user` in `/home/user` unless a step names another user
+//! (`apt_install`, a global `pip_install`, `run_cmd(…, user='root')` run
+//! as the root of the build sandbox's own user namespace), `COPY` and
+//! `WORKDIR` anywhere. The image keeps the whole tree, its home as the
+//! home its sandboxes start with, and the `ENV`s. A sandbox created from
+//! the template is made from that image, the template's `ENV`s as its
+//! environment, and its start command started (and its ready command
+//! awaited) before the create answers.
 //!
 //! - Calls: `POST /v3/templates` (name → template and build ids), `GET
 //!   /templates/{id}/files/{hash}` (whether a `COPY` step's files are there,
 //!   else an upload URL carrying the template's upload token), `PUT` of
 //!   that URL, `POST /v2/templates/{id}/builds/{build}` (the steps; the
-//!   build starts), `GET /templates/{id}/builds/{build}/status?logsOffset=`
-//!   (status, log entries after the offset, the failure with its step),
-//!   `GET /templates/aliases/{name}` (in `control`), `DELETE
-//!   /templates/{id}`.
+//!   build starts: an image build job whose id is the build's), `GET
+//!   /templates/{id}/builds/{build}/status?logsOffset=` (status, the job's
+//!   log entries after the offset, the failure with its step), `GET
+//!   /templates/aliases/{name}` (in `control`), `DELETE /templates/{id}`.
 //! - Bases: E2B's base, Debian, Python and Node images and the default
 //!   templates all name the server's default image; `fromTemplate` names
-//!   another ready template of the project (its layer first). Any other OCI
+//!   another ready template of the project (its image). Any other OCI
 //!   image is refused, naming those.
-//! - Bounds: [`MAX_TEMPLATES`] per project, a layer of at most
-//!   [`MAX_LAYER_BYTES`], uploads of at most [`MAX_UPLOAD_BYTES`], one build
-//!   at a time per project, [`BUILD_DEADLINE`] per build. A build the server
-//!   stopped during is marked failed at the next start ([`fail_unfinished`]);
-//!   its build sandbox expires as any container does, and no layer is
-//!   written until the build has succeeded.
+//! - Bounds: [`MAX_TEMPLATES`] per project, uploads of at most
+//!   [`MAX_UPLOAD_BYTES`], and the image builder's: one build at a time
+//!   per project, its deadline, its log. A build the server stopped during
+//!   is marked failed at the next start ([`fail_unfinished`]), and no
+//!   image is installed until the build has succeeded.
+//! - A cluster does not build templates (`POST /v3/templates` is refused,
+//!   501): an image is kept on the disk of the node that built it, and a
+//!   cluster's sandboxes may start on any node.
 
-use std::collections::{BTreeMap, HashMap};
-use std::io::Read;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
@@ -53,6 +49,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use shellgate_objects::Key;
 use shellgate_sandbox_api::backend::RunRequest;
+use shellgate_sandbox_api::dockerfile::{self, Dockerfile, Instruction, Step};
 use shellgate_sandbox_api::process::ProcessSpec;
 use shellgate_store::{
     E2bTemplateRow, TEMPLATE_BUILDING, TEMPLATE_ERROR, TEMPLATE_READY, TEMPLATE_WAITING,
@@ -61,11 +58,11 @@ use shellgate_wire::e2b::{
     BuildLogEntry, BuildStatusReason, TemplateBuildRequest, TemplateBuildRequested,
     TemplateBuildStart, TemplateBuildStatus, TemplateFileUpload, TemplateStep,
 };
-use shellgate_wire::time::rfc3339;
-use shellgate_wire::{CreateContainer, ExpiresAfter, ExpiresAnchor, NetworkPolicy, Outcome};
+use shellgate_wire::{ImageBuildLogEntry, NetworkPolicy, Outcome};
 
 use super::request::{bad_request, E2bProject};
 use super::E2bError;
+use crate::image_builds::{self, ContextFile, Job, Source};
 use crate::public_base::PublicBase;
 use crate::state::AppState;
 
@@ -74,22 +71,19 @@ pub(crate) const DEFAULT_TEMPLATES: [&str; 3] = ["base", "code-interpreter-v1", 
 
 /// Templates a project may have.
 pub const MAX_TEMPLATES: usize = 20;
-/// The largest layer (the home a build leaves).
-pub const MAX_LAYER_BYTES: u64 = 512 << 20;
 /// The largest `COPY` upload (gzipped tar, and its tar unpacked).
 pub const MAX_UPLOAD_BYTES: u64 = 256 << 20;
-/// How long a build may take, all steps together.
-pub const BUILD_DEADLINE: Duration = Duration::from_secs(30 * 60);
-/// How long one `RUN` step may take (the longest command a container runs).
-const STEP_TIMEOUT_MS: u64 = shellgate_sandbox_api::backend::limits::MAX_TIMEOUT_MS;
+/// How long a build may take (the image builder's deadline).
+pub const BUILD_DEADLINE: Duration = image_builds::BUILD_DEADLINE;
 /// How long a sandbox's ready command is retried before its create fails.
 const READY_DEADLINE: Duration = Duration::from_secs(120);
-/// The home: what a build keeps, and where a sandbox gets it.
+/// The home: where steps and the start command run unless told otherwise.
 const HOME: &str = "/home/user";
+/// The sandbox user as the builder's `USER` names it (the images' `user`,
+/// uid and gid 1000), so a step runs as it whatever the image's passwd.
+const SANDBOX_USER: &str = "1000:1000";
 /// Log entries one status answer carries (E2B's page).
-const LOG_PAGE: i64 = 100;
-/// Log entries kept per build.
-const MAX_LOG_ENTRIES: usize = 10_000;
+const LOG_PAGE: usize = 100;
 /// The base images E2B's builder names that the server's default image
 /// stands for (a tag after `:` is allowed).
 const DEFAULT_IMAGE_NAMES: &[&str] = &[
@@ -100,41 +94,26 @@ const DEFAULT_IMAGE_NAMES: &[&str] = &[
     "node",
 ];
 
-/// Log entries of the builds this process runs not yet written to the
-/// store ([`write_log`] writes them at each step's end): the store's log
-/// is what every node's status answers from.
-fn unwritten_log() -> &'static Mutex<HashMap<String, Vec<BuildLogEntry>>> {
-    static UNWRITTEN: OnceLock<Mutex<HashMap<String, Vec<BuildLogEntry>>>> = OnceLock::new();
-    UNWRITTEN.get_or_init(Mutex::default)
+/// The image template `template_id` is.
+pub(crate) fn image_name(template_id: &str) -> String {
+    format!("e2b-{template_id}")
 }
 
-fn log(build_id: &str, level: &str, step: Option<usize>, message: impl Into<String>) {
-    let mut logs = unwritten_log().lock().unwrap_or_else(|p| p.into_inner());
-    let entries = logs.entry(build_id.to_owned()).or_default();
-    if entries.len() < MAX_LOG_ENTRIES {
-        entries.push(BuildLogEntry {
-            timestamp: rfc3339(crate::time::now()),
-            message: message.into(),
-            level: level.to_owned(),
-            step: step.map(|s| s.to_string()),
-        });
-    }
-}
-
-/// Writes a build's unwritten log entries to the store.
-async fn write_log(state: &AppState, build_id: &str) {
-    let entries = unwritten_log()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(build_id)
-        .unwrap_or_default();
-    let lines: Vec<String> = entries
-        .iter()
-        .filter_map(|entry| serde_json::to_string(entry).ok())
-        .collect();
+/// Adds a line to build `build_id`'s log (the image build's).
+async fn log(state: &AppState, build_id: &str, level: &str, message: impl Into<String>) {
+    let entry = ImageBuildLogEntry {
+        timestamp: shellgate_wire::time::rfc3339(crate::time::now()),
+        level: level.to_owned(),
+        step: 0,
+        line: 0,
+        message: message.into(),
+    };
+    let Ok(line) = serde_json::to_string(&entry) else {
+        return;
+    };
     let build = build_id.to_owned();
     if let Err(e) = state
-        .db(move |s| s.append_e2b_template_logs(&build, &lines))
+        .db(move |s| s.append_image_build_logs(&build, &[line]))
         .await
     {
         tracing::warn!(build = %build_id, "cannot write the build's log: {}", e.message);
@@ -145,7 +124,7 @@ async fn write_log(state: &AppState, build_id: &str) {
 /// in its row's `spec`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(crate) struct TemplateSpec {
-    /// The project template whose layer comes first.
+    /// The project template whose image it is built on.
     #[serde(default)]
     pub parent: Option<String>,
     #[serde(default)]
@@ -186,10 +165,6 @@ fn internal(error: impl std::fmt::Display) -> E2bError {
 
 fn not_found(id: &str) -> E2bError {
     E2bError::new(StatusCode::NOT_FOUND, format!("template '{id}' not found"))
-}
-
-fn layer_key(template_id: &str) -> Result<Key, E2bError> {
-    Key::new(format!("templates/layers/{template_id}.tar")).map_err(internal)
 }
 
 fn files_key(template_id: &str, hash: &str) -> Result<Key, E2bError> {
@@ -262,6 +237,13 @@ async fn request_build(
     E2bProject(project): E2bProject,
     body: Bytes,
 ) -> Result<Response, E2bError> {
+    image_builds::served(&state).map_err(|e| {
+        E2bError::new(
+            e.status(),
+            "template builds are not served by a cluster: a template is an image, kept on the \
+             disk of the node that built it, and a cluster's sandboxes may start on any node",
+        )
+    })?;
     let request: TemplateBuildRequest = serde_json::from_slice(&body)
         .map_err(|e| bad_request(format!("invalid request body: {e}")))?;
     let name = request
@@ -411,8 +393,8 @@ fn subtle_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// Where a build starts: the server's default image (`None`) and, for
-/// `fromTemplate` of a project template, that template.
+/// Where a build starts: the server's default image (`None`) or, for
+/// `fromTemplate` of a project template, that template (its image).
 fn base_of(start: &TemplateBuildStart) -> Result<Option<String>, E2bError> {
     if start.from_image_registry.is_some() {
         return Err(bad_request(
@@ -480,6 +462,174 @@ fn absolute(path: &str, cwd: Option<&str>) -> String {
     }
 }
 
+/// A user as the SDK names it, as the builder's `USER` takes it.
+fn builder_user(user: &str) -> String {
+    match user {
+        "user" => SANDBOX_USER.to_owned(),
+        other => other.to_owned(),
+    }
+}
+
+/// The SDK's steps (checked by [`fold_steps`]) as the image builder's
+/// Dockerfile over `from`: each step's `line` is its E2B step number (from
+/// 1; 0 for the start every E2B build has: `USER user`, `WORKDIR
+/// /home/user`), so a failed step is reported as E2B numbers it. A step's
+/// own user (`run_cmd(…, user=)`, a `COPY`'s owner) holds for that step
+/// only; a `COPY` reads its files from the context directory named by
+/// their hash.
+fn dockerfile_of(from: &str, steps: &[TemplateStep]) -> Result<Dockerfile, E2bError> {
+    let mut out = vec![
+        Step {
+            line: 0,
+            instruction: Instruction::User(SANDBOX_USER.to_owned()),
+        },
+        Step {
+            line: 0,
+            instruction: Instruction::Workdir(HOME.to_owned()),
+        },
+    ];
+    let mut user = SANDBOX_USER.to_owned();
+    let mut workdir = HOME.to_owned();
+    for (index, step) in steps.iter().enumerate() {
+        let line = index + 1;
+        let at = |why: String| bad_request(format!("step {line} ({}): {why}", step.kind));
+        let step_user = |arg: Option<&String>| {
+            arg.filter(|u| !u.is_empty())
+                .map_or_else(|| user.clone(), |u| builder_user(u))
+        };
+        match step.kind.as_str() {
+            "RUN" => {
+                let as_user = step_user(step.args.get(1));
+                run_as(&mut out, line, &user, &as_user, step.args[0].clone());
+            }
+            "USER" => {
+                user = builder_user(&step.args[0]);
+                out.push(Step {
+                    line,
+                    instruction: Instruction::User(user.clone()),
+                });
+            }
+            "ENV" => out.push(Step {
+                line,
+                instruction: Instruction::Env(
+                    step.args
+                        .chunks(2)
+                        .map(|pair| (pair[0].clone(), pair[1].clone()))
+                        .collect(),
+                ),
+            }),
+            "WORKDIR" => {
+                workdir = absolute(&step.args[0], Some(&workdir));
+                out.push(Step {
+                    line,
+                    instruction: Instruction::Workdir(workdir.clone()),
+                });
+            }
+            "COPY" => {
+                let hash = step.files_hash.as_deref().unwrap_or_default();
+                let source = step.args[0].trim_start_matches("./").trim_end_matches('/');
+                if source.starts_with('/') || source.split('/').any(|part| part == "..") {
+                    return Err(at(format!(
+                        "COPY {source}: a source is a path inside the context"
+                    )));
+                }
+                let source = match source {
+                    "" | "." => hash.to_owned(),
+                    source => format!("{hash}/{source}"),
+                };
+                let dest = absolute(&step.args[1], Some(&workdir));
+                let dest = if step.args[1].ends_with('/') {
+                    format!("{}/", dest.trim_end_matches('/'))
+                } else {
+                    dest
+                };
+                let owner = step_user(step.args.get(2));
+                out.push(Step {
+                    line,
+                    instruction: Instruction::Copy {
+                        sources: vec![source],
+                        dest: dest.clone(),
+                        chown: Some(owner),
+                    },
+                });
+                if let Some(mode) = step.args.get(3).filter(|m| !m.is_empty()) {
+                    if !mode.bytes().all(|b| (b'0'..=b'7').contains(&b)) || mode.len() > 4 {
+                        return Err(at(format!("COPY mode {mode:?} is not octal")));
+                    }
+                    let command = format!("chmod -R {mode} {}", shell_quote(&dest));
+                    run_as(&mut out, line, &user, "root", command);
+                }
+            }
+            other => return Err(at(format!("{other} steps are not supported"))),
+        }
+    }
+    if out.len() > dockerfile::MAX_STEPS {
+        return Err(bad_request(format!(
+            "the template has too many steps: a build runs at most {} (each run as another \
+             user counts three)",
+            dockerfile::MAX_STEPS
+        )));
+    }
+    Ok(Dockerfile {
+        from: from.to_owned(),
+        steps: out,
+    })
+}
+
+/// The `COPY` uploads of `steps` as the build's context: each under its
+/// hash, plain tars with their names checked.
+async fn copy_context(
+    state: &AppState,
+    row: &E2bTemplateRow,
+    steps: &[TemplateStep],
+) -> Result<Vec<ContextFile>, E2bError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut hashes: Vec<&str> = steps
+        .iter()
+        .filter(|step| step.kind == "COPY")
+        .filter_map(|step| step.files_hash.as_deref())
+        .collect();
+    hashes.sort_unstable();
+    hashes.dedup();
+    let mut context = Vec::new();
+    for hash in hashes {
+        check_hash(hash)?;
+        let key = files_key(&row.template_id, hash)?;
+        let gzipped =
+            shellgate_objects::read_to_vec(state.objects.as_ref(), &key, MAX_UPLOAD_BYTES)
+                .await
+                .map_err(|e| {
+                    bad_request(format!(
+                        "the files of a COPY step ({hash}) were not uploaded: {e}"
+                    ))
+                })?;
+        let dir = state.spool_dir.clone();
+        let file = tokio::task::spawn_blocking(move || {
+            let mut file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .custom_flags(libc::O_TMPFILE)
+                .mode(0o600)
+                .open(&dir)
+                .map_err(|e| format!("cannot spool the files: {e}"))?;
+            file.write_all(&gzipped)
+                .map_err(|e| format!("cannot spool the files: {e}"))?;
+            std::io::Seek::seek(&mut file, std::io::SeekFrom::Start(0))
+                .map_err(|e| e.to_string())?;
+            image_builds::plain_context(file, &dir, MAX_UPLOAD_BYTES)
+        })
+        .await
+        .map_err(internal)?
+        .map_err(|why| bad_request(format!("the files of a COPY step ({hash}): {why}")))?;
+        context.push(ContextFile {
+            file,
+            dir: hash.to_owned(),
+        });
+    }
+    Ok(context)
+}
+
 /// `POST /v2/templates/{id}/builds/{build}`: the build's steps; it starts.
 async fn start_build(
     State(state): State<Arc<AppState>>,
@@ -503,17 +653,23 @@ async fn start_build(
         ));
     }
     let parent = base_of(&start)?;
-    if let Some(parent) = &parent {
-        if parent == &row.name || parent == &row.template_id {
-            return Err(bad_request(
-                "fromTemplate: a template cannot start from itself",
-            ));
+    let from = match &parent {
+        Some(parent) => {
+            if parent == &row.name || parent == &row.template_id {
+                return Err(bad_request(
+                    "fromTemplate: a template cannot start from itself",
+                ));
+            }
+            let (parent_row, _) = ready_template(&state, &project, parent)
+                .await?
+                .ok_or_else(|| not_found(parent))?;
+            image_name(&parent_row.template_id)
         }
-        ready_template(&state, &project, parent)
-            .await?
-            .ok_or_else(|| not_found(parent))?;
-    }
+        None => state.config.sandbox.default_image.clone(),
+    };
     let (envs, workdir) = fold_steps(&start.steps)?;
+    let dockerfile = dockerfile_of(&from, &start.steps)?;
+    let context = copy_context(&state, &row, &start.steps).await?;
     let spec = TemplateSpec {
         parent,
         steps: start.steps,
@@ -522,6 +678,7 @@ async fn start_build(
         envs,
         workdir,
     };
+    let network = build_network(&state);
     let text = serde_json::to_string(&spec).map_err(internal)?;
     let (id, build) = (row.template_id.clone(), row.build_id.clone());
     let started = state
@@ -543,70 +700,104 @@ async fn start_build(
         ));
     }
     log(
+        &state,
         &row.build_id,
         "info",
-        None,
         format!("Building template {} ({})", row.name, row.template_id),
-    );
-    write_log(&state, &row.build_id).await;
-    tokio::spawn(run_build(state, row, spec));
+    )
+    .await;
+    if matches!(network.1, NetworkPolicy::Disabled) {
+        log(
+            &state,
+            &row.build_id,
+            "warn",
+            "No network: this server lets no container reach any domain, so package installs \
+             cannot download",
+        )
+        .await;
+    }
+    let job = Job {
+        id: Some(row.build_id.clone()),
+        project: project.clone(),
+        image: image_name(&row.template_id),
+        source: Source::Dockerfile {
+            dockerfile,
+            context,
+            network: network.0,
+        },
+    };
+    // The job and the wait for its end run whatever the client does.
+    let worker = Arc::clone(&state);
+    let submitted = crate::http::to_completion(async move {
+        let (job_row, finished) = image_builds::submit(&worker, job).await?;
+        tokio::spawn(record_end(worker, row, finished));
+        Ok(job_row)
+    })
+    .await;
+    if let Err(error) = submitted {
+        let (id, build) = (template_id.clone(), build_id.clone());
+        let reason = error.message.clone();
+        let _ = state
+            .db(move |s| {
+                s.finish_e2b_template_build(&id, &build, Err((reason, None)), crate::time::now())
+            })
+            .await;
+        return Err(super::request::e2b_error(error));
+    }
     Ok(StatusCode::ACCEPTED)
 }
 
-/// A failed step: what E2B's status says (`reason.message`, `reason.step`).
-struct StepFailure {
-    message: String,
-    step: Option<usize>,
-}
-
-impl StepFailure {
-    fn at(step: usize, message: impl Into<String>) -> Self {
-        Self {
-            message: message.into(),
-            step: Some(step),
-        }
-    }
-
-    fn whole(message: impl Into<String>) -> Self {
-        Self {
-            message: message.into(),
-            step: None,
-        }
-    }
-}
-
-/// Runs a build to its end (one at a time per project) and records it.
-async fn run_build(state: Arc<AppState>, row: E2bTemplateRow, spec: TemplateSpec) {
-    let lock = super::request::e2b_lock(&state, &format!("template-build\n{}", row.project));
-    let _one_at_a_time = lock.lock().await;
-    let outcome = match tokio::time::timeout(BUILD_DEADLINE, build(&state, &row, &spec)).await {
-        Ok(outcome) => outcome,
-        Err(_) => Err(StepFailure::whole(format!(
-            "the build took longer than {} minutes",
-            BUILD_DEADLINE.as_secs() / 60
-        ))),
+/// What the steps may reach: everything the operator lets containers
+/// reach (package installs need it), else nothing.
+fn build_network(state: &AppState) -> (shellgate_sandbox_api::backend::NetworkSpec, NetworkPolicy) {
+    let wildcard = NetworkPolicy::Allowlist {
+        allowed_domains: vec!["*".to_owned()],
+        domain_secrets: Vec::new(),
+        tls_passthrough_domains: Vec::new(),
     };
+    match crate::egress::network_spec(&state.config, Some(&wildcard), "network") {
+        Ok(spec) => (spec, wildcard),
+        Err(_) => (
+            shellgate_sandbox_api::backend::NetworkSpec::default(),
+            NetworkPolicy::Disabled,
+        ),
+    }
+}
+
+/// Records the end of a template's build when its image build ends.
+async fn record_end(
+    state: Arc<AppState>,
+    row: E2bTemplateRow,
+    finished: tokio::sync::oneshot::Receiver<image_builds::Finished>,
+) {
+    let outcome = finished.await.unwrap_or_else(|_| {
+        Err(image_builds::Failure {
+            message: "the build ended without an outcome".into(),
+            step: None,
+        })
+    });
     let recorded = match outcome {
-        Ok(bytes) => {
+        Ok(image) => {
+            let bytes = image.details.size_bytes.unwrap_or(0);
             log(
+                &state,
                 &row.build_id,
                 "info",
-                None,
-                format!("Template ready ({bytes} bytes of layer)"),
-            );
-            Ok(bytes as i64)
+                format!("Template ready (image {}, {bytes} bytes)", image.name),
+            )
+            .await;
+            Ok(i64::try_from(bytes).unwrap_or(i64::MAX))
         }
-        Err(failure) => {
-            log(
-                &row.build_id,
-                "error",
-                failure.step,
-                failure.message.clone(),
-            );
-            Err((failure.message, failure.step.map(|s| s.to_string())))
-        }
+        // The E2B step is the builder's step's line.
+        Err(failure) => Err((
+            failure.message,
+            failure
+                .step
+                .map(|(_, line)| line)
+                .filter(|line| *line > 0)
+                .map(|line| line.to_string()),
+        )),
     };
-    write_log(&state, &row.build_id).await;
     let (id, build) = (row.template_id.clone(), row.build_id.clone());
     if let Err(e) = state
         .db(move |s| s.finish_e2b_template_build(&id, &build, recorded, crate::time::now()))
@@ -616,388 +807,31 @@ async fn run_build(state: Arc<AppState>, row: E2bTemplateRow, spec: TemplateSpec
     }
 }
 
-/// The build: a build sandbox from the base, the parent's layer, each step,
-/// the home saved as the layer. Answers the layer's size.
-async fn build(
-    state: &Arc<AppState>,
-    row: &E2bTemplateRow,
-    spec: &TemplateSpec,
-) -> Result<u64, StepFailure> {
-    let wildcard = NetworkPolicy::Allowlist {
-        allowed_domains: vec!["*".to_owned()],
-        domain_secrets: Vec::new(),
-        tls_passthrough_domains: Vec::new(),
-    };
-    // Package installs need the network where the operator allows it;
-    // elsewhere the build gets shellgate's default (none), and says so.
-    let network = match crate::egress::network_spec(&state.config, Some(&wildcard), "network") {
-        Ok(_) => Some(wildcard),
-        Err(_) => {
-            log(
-                &row.build_id,
-                "warn",
-                None,
-                "No network: this server lets no container reach any domain",
-            );
-            None
-        }
-    };
-    let container = CreateContainer {
-        name: format!("e2b-template-build:{}", row.name),
-        file_ids: Vec::new(),
-        expires_after: Some(ExpiresAfter {
-            anchor: ExpiresAnchor::LastActiveAt,
-            minutes: 20,
-        }),
-        skills: Vec::new(),
-        memory_limit: None,
-        network_policy: network,
-        image: None,
-        exposed_ports: Vec::new(),
-        volumes: Vec::new(),
-        snapshot_id: None,
-    };
-    let made = crate::sandboxes::containers::create_container(state, &row.project, container)
-        .await
-        .map_err(|e| {
-            StepFailure::whole(format!("cannot start the build sandbox: {}", e.message))
-        })?;
-    log(
-        &row.build_id,
-        "info",
-        None,
-        format!("Build sandbox {} started", made.id),
-    );
-    let outcome = build_in(state, row, spec, &made.id).await;
-    let _ = crate::sandboxes::containers::remove_container(state, &made.id).await;
-    outcome
+/// `command` run as `as_user` for step `line` only (the steps' user is
+/// `user`).
+fn run_as(out: &mut Vec<Step>, line: usize, user: &str, as_user: &str, command: String) {
+    let step = |instruction| Step { line, instruction };
+    if as_user == user {
+        out.push(step(Instruction::Run(command)));
+    } else {
+        out.push(step(Instruction::User(as_user.to_owned())));
+        out.push(step(Instruction::Run(command)));
+        out.push(step(Instruction::User(user.to_owned())));
+    }
 }
 
-async fn build_in(
-    state: &Arc<AppState>,
-    row: &E2bTemplateRow,
-    spec: &TemplateSpec,
-    container: &str,
-) -> Result<u64, StepFailure> {
-    if let Some(parent) = &spec.parent {
-        let (parent_row, _) = ready_template(state, &row.project, parent)
-            .await
-            .ok()
-            .flatten()
-            .ok_or_else(|| {
-                StepFailure::at(0, format!("template '{parent}' is not ready any more"))
-            })?;
-        unpack_layer(state, &parent_row.template_id, container)
-            .await
-            .map_err(|e| {
-                StepFailure::at(
-                    0,
-                    format!("cannot unpack template '{parent}': {}", e.message),
-                )
-            })?;
-    }
-    let mut envs: BTreeMap<String, String> = BTreeMap::new();
-    let mut workdir = HOME.to_owned();
-    for (index, step) in spec.steps.iter().enumerate() {
-        let number = index + 1;
-        log(
-            &row.build_id,
-            "info",
-            Some(number),
-            format!("[{number}] {} {}", step.kind, step.args.join(" ")),
-        );
-        match step.kind.as_str() {
-            "RUN" => {
-                if step.args.get(1).is_some_and(|u| u == "root") {
-                    log(
-                        &row.build_id,
-                        "warn",
-                        Some(number),
-                        "runs as the sandbox user: build sandboxes have no root",
-                    );
-                }
-                run_step(
-                    state,
-                    row,
-                    container,
-                    number,
-                    &envs,
-                    &workdir,
-                    &step.args[0],
-                )
-                .await?;
-            }
-            "COPY" => copy_step(state, row, container, number, &envs, &workdir, step).await?,
-            "ENV" => {
-                for pair in step.args.chunks(2) {
-                    envs.insert(pair[0].clone(), pair[1].clone());
-                }
-            }
-            "WORKDIR" => {
-                workdir = absolute(&step.args[0], Some(&workdir));
-                run_step(
-                    state,
-                    row,
-                    container,
-                    number,
-                    &envs,
-                    "/",
-                    &format!("mkdir -p {}", quote(&workdir)),
-                )
-                .await?;
-            }
-            "USER" => {
-                if step.args[0] != "user" {
-                    log(
-                        &row.build_id,
-                        "warn",
-                        Some(number),
-                        "steps run as the sandbox user ('user') whatever USER says",
-                    );
-                }
-            }
-            _ => {
-                return Err(StepFailure::at(
-                    number,
-                    format!("{} steps are not supported", step.kind),
-                ))
-            }
-        }
-        // The step's output, for every node's status to answer.
-        write_log(state, &row.build_id).await;
-    }
-    save_layer(state, row, container).await
-}
-
-/// `'…'` for a shell.
-fn quote(text: &str) -> String {
+fn shell_quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', r"'\''"))
 }
 
-async fn run_step(
-    state: &Arc<AppState>,
-    row: &E2bTemplateRow,
-    container: &str,
-    step: usize,
-    envs: &BTreeMap<String, String>,
-    workdir: &str,
-    command: &str,
-) -> Result<(), StepFailure> {
-    let mut script = String::new();
-    for (name, value) in envs {
-        script.push_str(&format!("export {name}={}\n", quote(value)));
-    }
-    script.push_str(&format!("cd {} || exit 1\n{command}", quote(workdir)));
-    let request = RunRequest {
-        commands: vec![script],
-        timeout_ms: STEP_TIMEOUT_MS,
-        max_output_length: 64 * 1024,
-        deadline_ms: None,
-    };
-    let results = state
-        .engine
-        .run(container, request)
-        .await
-        .map_err(|e| StepFailure::at(step, format!("cannot run the step: {e}")))?;
-    let result = results
-        .into_iter()
-        .next()
-        .ok_or_else(|| StepFailure::at(step, "the step ran nothing"))?;
-    for line in result.stdout.lines() {
-        log(&row.build_id, "info", Some(step), line);
-    }
-    for line in result.stderr.lines() {
-        log(&row.build_id, "warn", Some(step), line);
-    }
-    match result.outcome {
-        Outcome::Exit { exit_code: 0 } => Ok(()),
-        Outcome::Exit { exit_code } => {
-            let last = result
-                .stderr
-                .lines()
-                .last()
-                .map(|l| format!(": {l}"))
-                .unwrap_or_default();
-            Err(StepFailure::at(
-                step,
-                format!("command '{command}' failed with exit code {exit_code}{last}"),
-            ))
-        }
-        other => Err(StepFailure::at(
-            step,
-            format!("command '{command}' did not finish: {other:?}"),
-        )),
-    }
-}
-
-/// A `COPY`: the uploaded files unpacked into a scratch directory, then
-/// copied to the destination (under the home) as Docker's `COPY` does.
-async fn copy_step(
-    state: &Arc<AppState>,
-    row: &E2bTemplateRow,
-    container: &str,
-    step: usize,
-    envs: &BTreeMap<String, String>,
-    workdir: &str,
-    copy: &TemplateStep,
-) -> Result<(), StepFailure> {
-    let source = copy.args[0].trim_start_matches("./").trim_end_matches('/');
-    let destination = absolute(&copy.args[1], Some(workdir));
-    if !(destination == HOME || destination.starts_with(&format!("{HOME}/"))) {
-        return Err(StepFailure::at(
-            step,
-            format!("COPY to {destination}: a template keeps what is under {HOME} only"),
-        ));
-    }
-    let hash = copy.files_hash.as_deref().unwrap_or_default();
-    let key = files_key(&row.template_id, hash).map_err(|e| StepFailure::at(step, e.message))?;
-    let gzipped = shellgate_objects::read_to_vec(state.objects.as_ref(), &key, MAX_UPLOAD_BYTES)
-        .await
-        .map_err(|e| {
-            StepFailure::at(
-                step,
-                format!("the files of COPY {source} were not uploaded: {e}"),
-            )
-        })?;
-    let tar = tokio::task::spawn_blocking(move || gunzip(&gzipped))
-        .await
-        .map_err(|e| StepFailure::at(step, e.to_string()))?
-        .map_err(|e| {
-            StepFailure::at(
-                step,
-                format!("the files of COPY {source} are not a gzipped tar: {e}"),
-            )
-        })?;
-    let scratch = format!("/tmp/.shellgate-copy-{step}");
-    run_step(
-        state,
-        row,
-        container,
-        step,
-        envs,
-        "/",
-        &format!("rm -rf {0} && mkdir -p {0}", quote(&scratch)),
-    )
-    .await?;
-    import_tar(state, container, &scratch, tar)
-        .await
-        .map_err(|e| {
-            StepFailure::at(
-                step,
-                format!("cannot unpack the files of COPY {source}: {}", e.message),
-            )
-        })?;
-    let from = format!("{scratch}/{source}");
-    let mut command = format!(
-        "if [ -d {from} ]; then mkdir -p {to} && cp -a {from}/. {to}/; \
-         else case {to} in */) mkdir -p {to};; *) mkdir -p \"$(dirname {to})\";; esac; cp -a {from} {to}; fi",
-        from = quote(&from),
-        to = quote(&destination),
-    );
-    if let Some(mode) = copy.args.get(3).filter(|m| !m.is_empty()) {
-        command.push_str(&format!(
-            " && chmod -R {} {}",
-            quote(mode),
-            quote(&destination)
-        ));
-    }
-    command.push_str(&format!(
-        "; status=$?; rm -rf {}; exit $status",
-        quote(&scratch)
-    ));
-    run_step(state, row, container, step, envs, "/", &command).await
-}
-
-fn gunzip(bytes: &[u8]) -> std::io::Result<Vec<u8>> {
-    let mut out = Vec::new();
-    flate2::read::GzDecoder::new(bytes)
-        .take(MAX_UPLOAD_BYTES + 1)
-        .read_to_end(&mut out)?;
-    if out.len() as u64 > MAX_UPLOAD_BYTES {
-        return Err(std::io::Error::other(format!(
-            "more than {MAX_UPLOAD_BYTES} bytes unpacked"
-        )));
-    }
-    Ok(out)
-}
-
-async fn import_tar(
-    state: &AppState,
-    container: &str,
-    path: &str,
-    tar: Vec<u8>,
-) -> Result<(), E2bError> {
-    let mut upload = state
-        .engine
-        .fs_import(container, path)
-        .await
-        .map_err(internal)?;
-    for chunk in tar.chunks(256 * 1024) {
-        if upload.write(chunk).await.is_err() {
-            break;
-        }
-    }
-    upload.finish().await.map_err(internal)?;
-    Ok(())
-}
-
-/// The home as the build left it, stored as the template's layer.
-async fn save_layer(
-    state: &Arc<AppState>,
-    row: &E2bTemplateRow,
-    container: &str,
-) -> Result<u64, StepFailure> {
-    let finalize = |message: String| StepFailure {
-        message,
-        step: None,
-    };
-    let mut download = state
-        .engine
-        .fs_export(container, HOME, Vec::new())
-        .await
-        .map_err(|e| finalize(format!("cannot read the build's home: {e}")))?;
-    let mut layer = Vec::new();
-    while let Some(chunk) = download.body.recv().await {
-        let chunk = chunk.map_err(|e| finalize(format!("cannot read the build's home: {e}")))?;
-        if (layer.len() + chunk.len()) as u64 > MAX_LAYER_BYTES {
-            return Err(finalize(format!(
-                "the template's home is larger than {} MiB, the most a template may keep",
-                MAX_LAYER_BYTES >> 20
-            )));
-        }
-        layer.extend_from_slice(&chunk);
-    }
-    let size = layer.len() as u64;
-    let key = layer_key(&row.template_id).map_err(|e| finalize(e.message))?;
-    shellgate_objects::put_bytes(state.objects.as_ref(), &key, layer)
-        .await
-        .map_err(|e| finalize(format!("cannot store the template's layer: {e}")))?;
-    Ok(size)
-}
-
-/// Unpacks template `template_id`'s layer into a container's home.
-pub(crate) async fn unpack_layer(
-    state: &AppState,
-    template_id: &str,
-    container: &str,
-) -> Result<(), E2bError> {
-    let key = layer_key(template_id)?;
-    let layer = shellgate_objects::read_to_vec(state.objects.as_ref(), &key, MAX_LAYER_BYTES)
-        .await
-        .map_err(internal)?;
-    import_tar(state, container, HOME, layer).await
-}
-
-/// A sandbox made from a template: its layer, then its start command
-/// (a service process) and its ready command, retried until it succeeds.
+/// A sandbox made from a template's image: its start command (a service
+/// process), then its ready command, retried until it succeeds.
 pub(crate) async fn prepare_sandbox(
     state: &AppState,
-    row: &E2bTemplateRow,
     spec: &TemplateSpec,
     container: &str,
     env: &BTreeMap<String, String>,
 ) -> Result<(), E2bError> {
-    unpack_layer(state, &row.template_id, container).await?;
     let Some(start) = &spec.start_cmd else {
         return Ok(());
     };
@@ -1022,11 +856,11 @@ pub(crate) async fn prepare_sandbox(
     };
     let mut script = String::new();
     for (name, value) in &env {
-        script.push_str(&format!("export {name}={}\n", quote(value)));
+        script.push_str(&format!("export {name}={}\n", shell_quote(value)));
     }
     script.push_str(&format!(
         "cd {} 2>/dev/null; {ready}",
-        quote(cwd.as_deref().unwrap_or(HOME))
+        shell_quote(cwd.as_deref().unwrap_or(HOME))
     ));
     let until = tokio::time::Instant::now() + READY_DEADLINE;
     loop {
@@ -1081,17 +915,19 @@ async fn status(
             format!("build '{build_id}' of template '{template_id}' not found"),
         ));
     }
-    let offset = i64::try_from(query.logs_offset.unwrap_or(0)).unwrap_or(i64::MAX);
-    let build = build_id.clone();
-    let lines = state
-        .db(move |s| s.e2b_template_logs(&build, offset, LOG_PAGE))
+    let offset = query.logs_offset.unwrap_or(0) as u64;
+    let log_entries = image_builds::logs(&state, &build_id, offset, LOG_PAGE)
         .await
-        .map_err(E2bError::from)?;
-    let log_entries = lines
-        .iter()
-        .map(|line| serde_json::from_str::<BuildLogEntry>(line))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(internal)?;
+        .map_err(E2bError::from)?
+        .into_iter()
+        .map(|entry| BuildLogEntry {
+            timestamp: entry.timestamp,
+            message: entry.message,
+            level: entry.level,
+            // The builder's step's line is the E2B step.
+            step: (entry.line > 0).then(|| entry.line.to_string()),
+        })
+        .collect();
     let reason = (row.status == TEMPLATE_ERROR).then(|| BuildStatusReason {
         message: row
             .reason
@@ -1110,8 +946,8 @@ async fn status(
     }))
 }
 
-/// `DELETE /templates/{id}`: the template and its layer (sandboxes made
-/// from it keep their files); of a snapshot's id (E2B's SDK deletes
+/// `DELETE /templates/{id}`: the template (its image stays, as a
+/// committed image does: sandboxes made from it keep it); of a snapshot's id (E2B's SDK deletes
 /// snapshots so), that snapshot.
 async fn remove(
     State(state): State<Arc<AppState>>,
@@ -1138,7 +974,6 @@ async fn remove(
         .db(move |s| s.delete_e2b_template(&owner, &id))
         .await
         .map_err(E2bError::from)?;
-    let _ = state.objects.delete(&layer_key(&row.template_id)?).await;
     // The last build's COPY uploads go with it; an earlier build's upload
     // of files the last build no longer copies is left in the store.
     let spec: TemplateSpec = serde_json::from_str(&row.spec).unwrap_or_default();
@@ -1208,6 +1043,65 @@ mod tests {
             "{}",
             refused.message
         );
+    }
+
+    #[test]
+    fn sdk_steps_become_builder_steps_numbered_as_e2b_numbers_them() {
+        let step = |kind: &str, args: &[&str], hash: Option<&str>| TemplateStep {
+            kind: kind.to_owned(),
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            files_hash: hash.map(str::to_owned),
+            force: None,
+        };
+        let hash = "a".repeat(64);
+        let built = dockerfile_of(
+            "debian-12",
+            &[
+                step("RUN", &["echo x > /etc/marker", "root"], None),
+                step("RUN", &["echo y > here"], None),
+                step("WORKDIR", &["app"], None),
+                step("COPY", &["./src/", "lib/", "", "0755"], Some(&hash)),
+            ],
+        )
+        .expect("translated");
+        assert_eq!(built.from, "debian-12");
+        let steps: Vec<(usize, Instruction)> = built
+            .steps
+            .into_iter()
+            .map(|s| (s.line, s.instruction))
+            .collect();
+        let user = |u: &str| Instruction::User(u.to_owned());
+        assert_eq!(
+            steps,
+            vec![
+                (0, user(SANDBOX_USER)),
+                (0, Instruction::Workdir(HOME.into())),
+                (1, user("root")),
+                (1, Instruction::Run("echo x > /etc/marker".into())),
+                (1, user(SANDBOX_USER)),
+                (2, Instruction::Run("echo y > here".into())),
+                (3, Instruction::Workdir("/home/user/app".into())),
+                (
+                    4,
+                    Instruction::Copy {
+                        sources: vec![format!("{hash}/src")],
+                        dest: "/home/user/app/lib/".into(),
+                        chown: Some(SANDBOX_USER.into()),
+                    }
+                ),
+                (4, user("root")),
+                (
+                    4,
+                    Instruction::Run("chmod -R 0755 '/home/user/app/lib/'".into())
+                ),
+                (4, user(SANDBOX_USER)),
+            ]
+        );
+        for bad in ["../up", "/etc/passwd"] {
+            let refused = dockerfile_of("d", &[step("COPY", &[bad, "x"], Some(&hash))])
+                .expect_err("leaves the context");
+            assert!(refused.message.contains("step 1"), "{}", refused.message);
+        }
     }
 
     #[test]

@@ -173,6 +173,8 @@ pub(super) fn container_records(d: &mut Builder, s: &Schemas) {
         egress,
         supply,
         images,
+        image,
+        image_build,
         ..
     } = s;
     for operation in [
@@ -208,6 +210,41 @@ pub(super) fn container_records(d: &mut Builder, s: &Schemas) {
             "The images containers can be made from (shellgate extension)",
             images,
         ),
+        operation(
+            Post,
+            "/v1/images",
+            "Containers",
+            "Make an image of the project's: a Dockerfile built in a build sandbox, or an OCI \
+             image imported; answers the job, which runs on (shellgate extension)",
+            Body::Multipart(super::image_upload()),
+            Answer::Json(image_build.clone()),
+        ),
+        get(
+            "/v1/images/{name}",
+            "Containers",
+            "Retrieve an image (shellgate extension)",
+            image,
+        ),
+        Operation {
+            query: Query::Named(&[
+                (
+                    "log_offset",
+                    "The first log entry to answer (default 0)",
+                    false,
+                ),
+                (
+                    "log_limit",
+                    "Log entries to answer at most (default 100, at most 1000)",
+                    false,
+                ),
+            ]),
+            ..get(
+                "/v1/images/builds/{build_id}",
+                "Containers",
+                "An image build's status and a page of its log (shellgate extension)",
+                image_build,
+            )
+        },
     ] {
         d.add(operation);
     }

@@ -21,13 +21,10 @@
 
 use std::time::{Duration, Instant};
 
-use shellgate_sandbox_api::backend::{
-    ContainerSpec, NetworkSpec, Outcome, RunRequest, SandboxBackend,
-};
-use shellgate_sandbox_api::image::{ImageConfig, ImageInfo};
-
-use super::dockerfile::{Dockerfile, Instruction};
+use crate::backend::{ContainerSpec, NetworkSpec, Outcome, RunRequest, SandboxBackend};
+use crate::dockerfile::{Dockerfile, Instruction};
 use crate::error::SandboxError;
+use crate::image::{ImageConfig, ImageInfo};
 
 /// Where the build context is unpacked in the build sandbox (its data
 /// directory: never part of the image).
@@ -41,8 +38,9 @@ pub struct BuildRequest {
     pub name: String,
     pub project: String,
     pub dockerfile: Dockerfile,
-    /// The build context: a tar file on the host (`COPY` needs one).
-    pub context: Option<std::path::PathBuf>,
+    /// The build context: tar files on the host, each unpacked under its
+    /// directory of the context (`COPY` needs one).
+    pub context: Vec<ContextPart>,
     /// What the steps may reach (the build's egress policy).
     pub network: NetworkSpec,
     /// Memory, processes, CPU and disk of the build sandbox.
@@ -53,6 +51,14 @@ pub struct BuildRequest {
     /// The `FROM` image's run configuration (its `ENV`, `WORKDIR`), which
     /// the steps start from and the image keeps under theirs.
     pub base_config: ImageConfig,
+}
+
+/// A tar file of the build context and where in the context it goes.
+#[derive(Debug, Clone)]
+pub struct ContextPart {
+    pub tar: std::path::PathBuf,
+    /// A relative directory of the context (`""`: its top).
+    pub dir: String,
 }
 
 /// One line of a build's log.
@@ -172,9 +178,15 @@ impl StepState {
                     Some((uid, gid)) => (uid.to_owned(), quote(gid)),
                     None => (user.clone(), format!("\"$(id -g {})\"", quote(user))),
                 };
+                // By its path: a busybox shell prefers its own applet of
+                // the name, which cannot change ids.
                 script.push_str(&format!(
-                    "command -v setpriv >/dev/null || {{ echo 'USER {user}: the image has no setpriv (util-linux) to run a step as another user' >&2; exit 127; }}\n\
-                     exec setpriv --reuid={} --regid={gid} --clear-groups -- /bin/sh -c {}\n",
+                    "setpriv=\n\
+                     for candidate in /usr/bin/setpriv /bin/setpriv /usr/sbin/setpriv /sbin/setpriv; do\n  \
+                     if [ -x \"$candidate\" ]; then setpriv=$candidate; break; fi\n\
+                     done\n\
+                     [ -n \"$setpriv\" ] || {{ echo 'USER {user}: the image has no setpriv (util-linux) to run a step as another user' >&2; exit 127; }}\n\
+                     exec \"$setpriv\" --reuid={} --regid={gid} --clear-groups -- /bin/sh -c {}\n",
                     quote(&uid),
                     quote(command)
                 ));
@@ -248,7 +260,12 @@ pub async fn build(
     // is killed with it).
     match backend.destroy(sandbox_id).await {
         Ok(()) | Err(SandboxError::NotFound(_)) => {}
-        Err(e) => tracing::warn!(sandbox = %sandbox_id, "could not remove a build sandbox: {e}"),
+        Err(e) => log(BuildLogLine {
+            step: 0,
+            line: 0,
+            level: LogLevel::Warn,
+            message: format!("could not remove the build sandbox {sandbox_id}: {e}"),
+        }),
     }
     outcome
 }
@@ -292,7 +309,7 @@ async fn run_build(
         .iter()
         .any(|step| matches!(step.instruction, Instruction::Copy { .. }));
     if needs_context {
-        let Some(context) = &request.context else {
+        if request.context.is_empty() {
             let first = steps
                 .iter()
                 .find(|step| matches!(step.instruction, Instruction::Copy { .. }));
@@ -302,16 +319,18 @@ async fn run_build(
                 keyword: "COPY",
                 message: "COPY needs a build context, and the build has none".into(),
             });
-        };
-        let imported = unpack_context(backend, sandbox_id, context).await?;
-        log(info(
-            0,
-            0,
-            format!(
-                "build context: {} entries, {} bytes",
-                imported.entries, imported.bytes
-            ),
-        ));
+        }
+        for part in &request.context {
+            let imported = unpack_context(backend, sandbox_id, part).await?;
+            log(info(
+                0,
+                0,
+                format!(
+                    "build context: {} entries, {} bytes",
+                    imported.entries, imported.bytes
+                ),
+            ));
+        }
     }
     for (index, step) in steps.iter().enumerate() {
         let number = index + 1;
@@ -373,7 +392,7 @@ async fn run_build(
         let remaining = request.deadline.saturating_duration_since(Instant::now());
         let timeout_ms = u64::try_from(remaining.as_millis())
             .unwrap_or(u64::MAX)
-            .clamp(1, shellgate_sandbox_api::backend::limits::MAX_TIMEOUT_MS);
+            .clamp(1, crate::backend::limits::MAX_TIMEOUT_MS);
         let run = RunRequest {
             commands: vec![script],
             timeout_ms,
@@ -440,18 +459,27 @@ async fn run_build(
     Ok(image)
 }
 
-/// Streams the context tar at `context` into the build sandbox's
+/// Streams one context tar into its directory of the build sandbox's
 /// [`CONTEXT_DIR`].
 async fn unpack_context(
     backend: &dyn SandboxBackend,
     sandbox_id: &str,
-    context: &std::path::Path,
-) -> Result<shellgate_sandbox_api::fs::ArchiveImported, SandboxError> {
+    part: &ContextPart,
+) -> Result<crate::fs::ArchiveImported, SandboxError> {
     use tokio::io::AsyncReadExt;
-    backend
-        .fs_mkdir(sandbox_id, CONTEXT_DIR, true, 0o755)
-        .await?;
-    let mut upload = backend.fs_import(sandbox_id, CONTEXT_DIR).await?;
+    if part.dir.starts_with('/') || part.dir.split('/').any(|c| c == "..") {
+        return Err(SandboxError::InvalidRequest {
+            param: "context",
+            message: format!("context directory {:?} leaves the context", part.dir),
+        });
+    }
+    let dir = match part.dir.trim_matches('/') {
+        "" => CONTEXT_DIR.to_owned(),
+        dir => format!("{CONTEXT_DIR}/{dir}"),
+    };
+    backend.fs_mkdir(sandbox_id, &dir, true, 0o755).await?;
+    let mut upload = backend.fs_import(sandbox_id, &dir).await?;
+    let context = part.tar.as_path();
     let mut file = tokio::fs::File::open(context)
         .await
         .map_err(|e| SandboxError::io(format!("open {}", context.display()), e))?;
@@ -495,7 +523,7 @@ mod tests {
         assert_eq!(user.matches("export A=").count(), 1, "{user}");
         assert!(user.contains("cd '/srv/app'"), "{user}");
         assert!(
-            user.contains("setpriv --reuid='user' --regid=\"$(id -g 'user')\" --clear-groups -- /bin/sh -c 'echo $A'"),
+            user.contains("exec \"$setpriv\" --reuid='user' --regid=\"$(id -g 'user')\" --clear-groups -- /bin/sh -c 'echo $A'"),
             "{user}"
         );
         let config = state.config();
