@@ -285,3 +285,34 @@ def test_names_and_fields_are_checked(server):
     assert missing.status_code == 404, missing.text
     bad_page = v1(server, "GET", "/images/builds/imgb_missing?log_limit=0")
     assert bad_page.status_code == 400, bad_page.text
+
+
+def test_a_job_the_server_stopped_during_is_failed_at_its_next_start(upstream):
+    data_dir = Path(tempfile.mkdtemp(prefix="shellgate-image-builds-stop-"))
+    os.chmod(data_dir, 0o755)
+    import_tiny(data_dir)
+    server = Server(data_dir, upstream_url=upstream.url, default_image="tiny", warm_containers="0").start()
+    try:
+        name = unique("stopped")
+        made = build(server, name, "FROM tiny\nRUN sleep 600\n")
+        assert made.status_code == 202, made.text
+        build_id = made.json()["id"]
+        # The step is logged as it starts (its output when it ends).
+        assert wait_until(
+            lambda: "RUN sleep 600" in [e["message"] for e in whole_log(server, build_id, page=100)],
+            timeout=120, interval=0.2,
+        )
+        server.kill9()
+        server.start()
+        status = v1(server, "GET", f"/images/builds/{build_id}")
+        assert status.status_code == 200, status.text
+        job = status.json()
+        assert job["status"] == "error" and "server stopped" in job["error"]["message"], job
+        assert v1(server, "GET", f"/images/{name}").status_code == 404
+        # The project's next job runs (nothing of the stopped one holds it).
+        again = build(server, name, "FROM tiny\nRUN true\n")
+        assert again.status_code == 202, again.text
+        assert finished(server, again.json()["id"])["status"] == "ready"
+    finally:
+        server.stop()
+        subprocess.run(["rm", "-rf", str(data_dir)], check=False)

@@ -130,7 +130,7 @@ async fn choose_template(
         let image = super::templates::image_name(&found.0.template_id);
         // A template is its image; one built before templates were images
         // has none.
-        if template_image(state, &image).await.is_err() {
+        if template_image(state, project, &image).await.is_err() {
             return Err(E2bError::new(
                 StatusCode::BAD_REQUEST,
                 format!(
@@ -141,12 +141,16 @@ async fn choose_template(
         }
         return Ok((Some(image), Some(found)));
     }
-    Ok((template_image(state, template).await?, None))
+    Ok((template_image(state, project, template).await?, None))
 }
 
 /// The image a template names: E2B's default templates are the server's
 /// default image; a shellgate image is itself; anything else is 404.
-async fn template_image(state: &Arc<AppState>, template: &str) -> E2bResult<Option<String>> {
+async fn template_image(
+    state: &Arc<AppState>,
+    project: &str,
+    template: &str,
+) -> E2bResult<Option<String>> {
     if DEFAULT_TEMPLATES.contains(&template) {
         return Ok(None);
     }
@@ -154,7 +158,12 @@ async fn template_image(state: &Arc<AppState>, template: &str) -> E2bResult<Opti
     let images = tokio::task::spawn_blocking(move || engine.images())
         .await
         .map_err(|e| E2bError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-    if images.iter().any(|image| image.name == template) {
+    // Another project's image (a template's, a committed one) is as
+    // missing as one that does not exist.
+    let usable = |image: &&shellgate_sandbox_api::image::ImageInfo| {
+        crate::sandboxes::containers::usable_by(image, project)
+    };
+    if images.iter().filter(usable).any(|image| image.name == template) {
         return Ok(Some(template.to_owned()));
     }
     Err(E2bError::new(
@@ -170,7 +179,7 @@ async fn template_alias(
     E2bProject(project): E2bProject,
     Path(alias): Path<String>,
 ) -> E2bResult<Json<TemplateAlias>> {
-    let (owner, name) = (project, alias.clone());
+    let (owner, name) = (project.clone(), alias.clone());
     let own = state
         .db(move |s| s.e2b_template(&owner, &name))
         .await
@@ -181,7 +190,7 @@ async fn template_alias(
             public: false,
         }));
     }
-    template_image(&state, &alias).await?;
+    template_image(&state, &project, &alias).await?;
     Ok(Json(TemplateAlias {
         template_id: alias,
         public: true,
