@@ -1,6 +1,7 @@
 //! E2B's templates (the `e2b_templates` table): a project's template by
 //! name, its latest build (id, status, the build's steps as the server
-//! serialized them, why it failed) and the size of the layer it saved.
+//! serialized them, why it failed) and the size of the image it made
+//! (`layer_bytes`). A build's log is its image build's (`image_builds`).
 //! A name is one template of its project: building the name again keeps
 //! its `template_id` and gives it a new build.
 
@@ -31,7 +32,7 @@ pub struct E2bTemplateRow {
     pub reason: Option<String>,
     /// The step that failed (E2B's `step`, its 1-based index).
     pub failed_step: Option<String>,
-    /// Bytes of the layer the last good build saved.
+    /// Bytes of the image the last good build made.
     pub layer_bytes: i64,
     /// The secret the upload URLs of its COPY files carry.
     pub upload_token: String,
@@ -186,7 +187,7 @@ impl Store {
         })
     }
 
-    /// Ends build `build_id` of a template: `ready` with its layer's size,
+    /// Ends build `build_id` of a template: `ready` with its image's size,
     /// or `error` with the reason and the failed step.
     pub fn finish_e2b_template_build(
         &self,
@@ -232,46 +233,6 @@ impl Store {
                 &[&reason, &now],
             )?;
             Ok(unfinished)
-        })
-    }
-
-    /// Appends entries to a build's log.
-    pub fn append_e2b_template_logs(&self, build_id: &str, entries: &[String]) -> Result<()> {
-        if entries.is_empty() {
-            return Ok(());
-        }
-        self.transaction(|sql| {
-            let next: i64 = sql
-                .query_opt(
-                    "SELECT COALESCE(MAX(seq) + 1, 0) FROM e2b_template_logs WHERE build_id = ?1",
-                    &[&build_id],
-                    |row| row.get(0),
-                )?
-                .unwrap_or(0);
-            for (index, entry) in entries.iter().enumerate() {
-                let seq = next + index as i64;
-                sql.execute(
-                    "INSERT INTO e2b_template_logs (build_id, seq, entry) VALUES (?1, ?2, ?3)",
-                    &[&build_id, &seq, entry],
-                )?;
-            }
-            Ok(())
-        })
-    }
-
-    /// At most `limit` entries of a build's log from the `offset`th on.
-    pub fn e2b_template_logs(
-        &self,
-        build_id: &str,
-        offset: i64,
-        limit: i64,
-    ) -> Result<Vec<String>> {
-        self.read(|sql| {
-            sql.query(
-                "SELECT entry FROM e2b_template_logs WHERE build_id = ?1 AND seq >= ?2 ORDER BY seq LIMIT ?3",
-                &[&build_id, &offset, &limit],
-                |row| row.get(0),
-            )
         })
     }
 
@@ -340,16 +301,6 @@ mod tests {
         assert!(!store
             .finish_e2b_template_build("t1", "b1", Err(("late".into(), None)), 3)
             .expect("late finish"));
-        store
-            .append_e2b_template_logs("b2", &["one".into(), "two".into()])
-            .expect("append");
-        store
-            .append_e2b_template_logs("b2", &["three".into()])
-            .expect("append more");
-        assert_eq!(
-            store.e2b_template_logs("b2", 1, 5).expect("read the log"),
-            vec!["two".to_owned(), "three".to_owned()]
-        );
         let by_name = store
             .e2b_template("p", "app")
             .expect("read")
@@ -368,9 +319,5 @@ mod tests {
         );
         assert!(store.delete_e2b_template("p", "t1").expect("delete"));
         assert!(store.e2b_templates("p").expect("list").is_empty());
-        assert!(store
-            .e2b_template_logs("b2", 0, 5)
-            .expect("read")
-            .is_empty());
     }
 }
