@@ -427,6 +427,28 @@ pub struct ContainerInfo {
     pub spec: ContainerSpec,
 }
 
+/// What a running container uses now: its cgroup's counters and its
+/// disk's file system.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct ContainerUsage {
+    /// CPU time its processes used since this start, in microseconds.
+    pub cpu_usec: u64,
+    /// How long this start has run, in microseconds.
+    pub running_usec: u64,
+    /// Memory charged to it, page cache excluded.
+    pub memory_bytes: u64,
+    /// Its page cache.
+    pub memory_cache_bytes: u64,
+    /// Its memory limit.
+    pub memory_limit_bytes: u64,
+    /// The cores it may use (`None`: the host's).
+    pub cpu_cores: Option<f64>,
+    /// Bytes its disk holds, and the disk's size. Without disk images
+    /// (no quota: plain directories) `disk_used_bytes` is not measured (0).
+    pub disk_used_bytes: u64,
+    pub disk_total_bytes: u64,
+}
+
 /// A file under the container's `/mnt/data`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct FileEntry {
@@ -514,6 +536,12 @@ pub trait SandboxBackend: Send + Sync {
     }
     /// What the backend knows about a container.
     async fn inspect(&self, id: &str) -> Result<ContainerInfo, SandboxError>;
+    /// What a container uses now; `None` while it is stopped. Reads
+    /// in-memory counters (cgroupfs, the disk's `statfs`): cheap enough for
+    /// a sampler's pass over every container.
+    async fn usage(&self, _id: &str) -> Result<Option<ContainerUsage>, SandboxError> {
+        Err(SandboxError::NotSupported("resource usage"))
+    }
     /// Every container the backend holds, running or stopped.
     async fn list(&self) -> Result<Vec<ContainerInfo>, SandboxError>;
     /// Memory all containers together may use: no container may have a

@@ -273,6 +273,37 @@ impl Cgroups {
         }
     }
 
+    /// What `slot`'s processes use now: CPU time (microseconds), memory
+    /// without page cache, and page cache (bytes). A counter this host
+    /// does not have reads as zero.
+    pub fn usage(&self, slot: &str) -> CgroupUsage {
+        let read = |controller: &str, file: &str| {
+            self.controller_dir(slot, controller)
+                .and_then(|dir| read_stat_file(&dir.join(file)))
+        };
+        let number = |text: Option<String>| text.and_then(|t| t.trim().parse::<u64>().ok());
+        let (cpu_usec, charged, cache) = match self {
+            Cgroups::V2 { .. } => (
+                read("", "cpu.stat").and_then(|t| keyed(&t, "usage_usec")),
+                number(read("", "memory.current")),
+                read("", "memory.stat").and_then(|t| keyed(&t, "file")),
+            ),
+            // v1: `cpuacct` shares the `cpu` hierarchy where the host
+            // mounts them together (`cpu,cpuacct`); its usage is in ns.
+            _ => (
+                number(read("cpu", "cpuacct.usage")).map(|ns| ns / 1000),
+                number(read("memory", "memory.usage_in_bytes")),
+                read("memory", "memory.stat").and_then(|t| keyed(&t, "cache")),
+            ),
+        };
+        let (charged, cache) = (charged.unwrap_or(0), cache.unwrap_or(0));
+        CgroupUsage {
+            cpu_usec: cpu_usec.unwrap_or(0),
+            memory_bytes: charged.saturating_sub(cache),
+            memory_cache_bytes: cache,
+        }
+    }
+
     /// The folder of `slot` holding `controller`'s files.
     fn controller_dir(&self, slot: &str, controller: &str) -> Option<PathBuf> {
         match self {
@@ -296,6 +327,26 @@ impl Cgroups {
 pub struct LimitCounters {
     pids_events: Option<PathBuf>,
     oom: Option<PathBuf>,
+}
+
+/// A container's cgroup usage (see [`Cgroups::usage`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CgroupUsage {
+    pub cpu_usec: u64,
+    pub memory_bytes: u64,
+    pub memory_cache_bytes: u64,
+}
+
+/// Reads a cgroup statistics file (`memory.stat` is a few KiB), bounded.
+fn read_stat_file(path: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    fs::File::open(path)
+        .ok()?
+        .take(64 << 10)
+        .read_to_string(&mut text)
+        .ok()?;
+    Some(text)
 }
 
 /// Reads a whole (small) cgroup file.
@@ -608,6 +659,35 @@ mod tests {
         // A container whose cgroup is gone reads as having hit nothing.
         fs::remove_dir_all(&root).unwrap();
         assert_eq!(counters.events(), LimitEvents::default());
+    }
+
+    #[test]
+    fn usage_is_read_from_the_cgroup_without_page_cache() {
+        let root = fake(&[]);
+        let base = root.join("base");
+        fs::create_dir_all(base.join("s1")).unwrap();
+        fs::write(
+            base.join("s1/cpu.stat"),
+            "usage_usec 2500000\nuser_usec 2000000\n",
+        )
+        .unwrap();
+        fs::write(base.join("s1/memory.current"), "104857600\n").unwrap();
+        fs::write(
+            base.join("s1/memory.stat"),
+            "anon 73400320\nfile 31457280\n",
+        )
+        .unwrap();
+        let cgroups = Cgroups::V2 { base };
+        assert_eq!(
+            cgroups.usage("s1"),
+            CgroupUsage {
+                cpu_usec: 2_500_000,
+                memory_bytes: 73_400_320,
+                memory_cache_bytes: 31_457_280,
+            }
+        );
+        assert_eq!(cgroups.usage("gone"), CgroupUsage::default());
+        assert_eq!(Cgroups::Disabled.usage("s1"), CgroupUsage::default());
     }
 
     #[test]

@@ -179,6 +179,7 @@ pub(crate) fn state_with(
         e2b_watchers: Default::default(),
         e2b_processes: Default::default(),
         e2b_deadlines: Default::default(),
+        e2b_metrics: Default::default(),
     })
 }
 

@@ -252,6 +252,7 @@ where
         e2b_watchers: Default::default(),
         e2b_processes: Default::default(),
         e2b_deadlines: Default::default(),
+        e2b_metrics: Default::default(),
     });
     if let Some(log) = egress_log {
         egress::spawn_log_writer(
@@ -389,6 +390,7 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
 ) -> Result<(), ServeError> {
     let sweeper = tokio::spawn(lifecycle::sweep_forever(Arc::clone(&state)));
+    let sampler = tokio::spawn(e2b::metrics::sample_forever(Arc::clone(&state)));
     let mut heartbeat = None;
     let mut credit_keeper = None;
     let app = if state.config.cluster.role == config::Role::Node {
@@ -422,6 +424,7 @@ pub async fn serve(
     )
     .await?;
     sweeper.abort();
+    sampler.abort();
     if let Some(heartbeat) = heartbeat {
         heartbeat.abort();
     }

@@ -211,6 +211,27 @@ impl SandboxBackend for RecordingBackend {
             .map(|held| held.info.clone())
             .ok_or_else(|| missing(id))
     }
+    async fn usage(
+        &self,
+        id: &str,
+    ) -> Result<Option<shellgate_sandbox_api::backend::ContainerUsage>, SandboxError> {
+        let containers = lock(&self.containers);
+        let held = containers.get(id).ok_or_else(|| missing(id))?;
+        if held.info.state != ContainerState::Running {
+            return Ok(None);
+        }
+        // A quarter of a core's second used in the second it ran.
+        Ok(Some(shellgate_sandbox_api::backend::ContainerUsage {
+            cpu_usec: 250_000,
+            running_usec: 1_000_000,
+            memory_bytes: 32 << 20,
+            memory_cache_bytes: 4 << 20,
+            memory_limit_bytes: held.info.spec.memory_bytes,
+            cpu_cores: held.info.spec.cpu_cores,
+            disk_used_bytes: 1 << 20,
+            disk_total_bytes: held.info.spec.disk_bytes,
+        }))
+    }
     async fn list(&self) -> Result<Vec<ContainerInfo>, SandboxError> {
         Ok(lock(&self.containers)
             .values()

@@ -253,6 +253,99 @@ pub struct TimeoutRequest {
     pub timeout: i64,
 }
 
+/// `POST /sandboxes/{id}/refreshes` (`SandboxRefreshRequest`).
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
+pub struct RefreshRequest {
+    /// Seconds from now the sandbox is kept alive for (0 to 3600; 15 at
+    /// least, and when omitted).
+    pub duration: Option<i64>,
+}
+
+/// `PUT /sandboxes/{id}/network` (`SandboxNetworkUpdateConfig`): the
+/// sandbox's egress rules replaced, a field omitted cleared.
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkUpdate {
+    /// Spelled in snake_case by E2B's API.
+    #[serde(rename = "allow_internet_access")]
+    pub allow_internet_access: Option<bool>,
+    pub allow_out: Option<Vec<String>>,
+    pub deny_out: Option<Vec<String>>,
+    #[schema(value_type = Option<Object>)]
+    pub egress_proxy: Option<IgnoredAny>,
+    #[schema(value_type = Option<Object>)]
+    pub rules: Option<IgnoredAny>,
+}
+
+/// One sample of a sandbox's resources (`SandboxMetric`): CPU in percent
+/// of the cores it may use, memory and disk in bytes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxMetric {
+    /// RFC 3339 (E2B keeps it beside `timestampUnix`).
+    pub timestamp: String,
+    pub timestamp_unix: i64,
+    pub cpu_count: u32,
+    pub cpu_used_pct: f64,
+    pub mem_used: u64,
+    pub mem_total: u64,
+    /// Page cache, not counted in `memUsed`.
+    pub mem_cache: u64,
+    pub disk_used: u64,
+    pub disk_total: u64,
+}
+
+/// `GET /sandboxes/metrics`: each sandbox's latest sample, by id.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct SandboxesWithMetrics {
+    pub sandboxes: BTreeMap<String, SandboxMetric>,
+}
+
+/// A log entry's level (`LogLevel`).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    Debug,
+    Info,
+    Warn,
+    Error,
+}
+
+/// A structured log entry (`SandboxLogEntry`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct SandboxLogEntry {
+    /// RFC 3339.
+    pub timestamp: String,
+    pub level: LogLevel,
+    pub message: String,
+    pub fields: BTreeMap<String, String>,
+}
+
+/// A log line (`SandboxLog`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct SandboxLog {
+    /// RFC 3339.
+    pub timestamp: String,
+    pub line: String,
+}
+
+/// `GET /sandboxes/{id}/logs` (`SandboxLogs`): the same entries as lines
+/// and as structured entries.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxLogs {
+    pub logs: Vec<SandboxLog>,
+    pub log_entries: Vec<SandboxLogEntry>,
+}
+
+/// `GET /v2/sandboxes/{id}/logs` (`SandboxLogsV2Response`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct SandboxLogsV2 {
+    pub logs: Vec<SandboxLogEntry>,
+}
+
 /// `POST /v2/sandboxes/{id}/connect`, `POST /sandboxes/{id}/connect` and
 /// the older `POST /sandboxes/{id}/resume` (which also names `autoPause`).
 #[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]

@@ -48,6 +48,8 @@ pub(super) struct Running {
     pub egress: Option<shellgate_egress::proxy::Serving>,
     /// The last number given to a command (init knows commands by it).
     pub commands: std::sync::atomic::AtomicU32,
+    /// When this start began: its cgroup's CPU time is since then.
+    pub started: std::time::Instant,
 }
 
 impl Running {

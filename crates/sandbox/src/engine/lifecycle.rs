@@ -128,6 +128,7 @@ impl LocalEngine {
             forks_failed_at_last_start,
             egress,
             commands: std::sync::atomic::AtomicU32::new(0),
+            started: std::time::Instant::now(),
         }))
     }
 

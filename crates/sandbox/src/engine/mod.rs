@@ -889,6 +889,42 @@ impl SandboxBackend for LocalEngine {
         })
     }
 
+    async fn usage(
+        &self,
+        id: &str,
+    ) -> Result<Option<crate::backend::ContainerUsage>, SandboxError> {
+        let container = self.inner.containers.get(id)?;
+        let running = container.state.lock().await.clone();
+        let Some(running) = running.filter(|r| r.alive()) else {
+            return Ok(None);
+        };
+        let cgroup = self.inner.cgroups.usage(&running.slot);
+        // The disk image's file system, through `/mnt/data` as init opened
+        // it; plain directories share the host's and have no size of
+        // their own to measure against.
+        let disk = match self.inner.disk_kind {
+            DiskKind::Image => rustix::fs::fstatvfs(&running.data).ok().map(|fs| {
+                let block = fs.f_frsize.max(1);
+                (
+                    fs.f_blocks.saturating_sub(fs.f_bfree).saturating_mul(block),
+                    fs.f_blocks.saturating_mul(block),
+                )
+            }),
+            DiskKind::Directory => None,
+        };
+        let (disk_used_bytes, disk_total_bytes) = disk.unwrap_or((0, container.spec.disk_bytes));
+        Ok(Some(crate::backend::ContainerUsage {
+            cpu_usec: cgroup.cpu_usec,
+            running_usec: u64::try_from(running.started.elapsed().as_micros()).unwrap_or(u64::MAX),
+            memory_bytes: cgroup.memory_bytes,
+            memory_cache_bytes: cgroup.memory_cache_bytes,
+            memory_limit_bytes: container.spec.memory_bytes,
+            cpu_cores: container.spec.cpu_cores,
+            disk_used_bytes,
+            disk_total_bytes,
+        }))
+    }
+
     async fn list(&self) -> Result<Vec<ContainerInfo>, SandboxError> {
         let ids = self.inner.containers.ids();
         let mut infos = Vec::with_capacity(ids.len());

@@ -44,7 +44,8 @@ use sha2::{Digest, Sha256};
 use shellgate_store::{ContainerRow, E2bListFilter, E2bSandboxRow};
 use shellgate_wire::e2b::{
     ConnectRequest, Lifecycle, ListedSandbox, NetworkConfig, NetworkInfo, NewSandbox, OnTimeout,
-    PauseRequest, Sandbox, SandboxDetail, SandboxState, TemplateAlias, TimeoutRequest,
+    PauseRequest, RefreshRequest, Sandbox, SandboxDetail, SandboxState, TemplateAlias,
+    TimeoutRequest,
 };
 use shellgate_wire::time::{parse_rfc3339, rfc3339};
 use shellgate_wire::{CreateContainer, NetworkPolicy, VolumeMount};
@@ -87,11 +88,14 @@ pub(crate) fn routes(table: crate::route_table::RouteTable) -> crate::route_tabl
         .route("/sandboxes/{sandbox_id}/connect", post(connect))
         .route("/sandboxes/{sandbox_id}/resume", post(resume))
         .route("/templates/aliases/{alias}", get(template_alias))
-        .route("/sandboxes/{sandbox_id}/metrics", get(not_supported))
-        .route("/sandboxes/metrics", get(not_supported))
-        .route("/sandboxes/{sandbox_id}/logs", get(not_supported))
-        .route("/v2/sandboxes/{sandbox_id}/logs", get(not_supported))
-        .route("/sandboxes/{sandbox_id}/refreshes", post(not_supported))
+        .route(
+            "/sandboxes/{sandbox_id}/metrics",
+            get(super::metrics::sandbox_metrics),
+        )
+        .route("/sandboxes/metrics", get(super::metrics::sandboxes_metrics))
+        .route("/sandboxes/{sandbox_id}/logs", get(super::logs::logs))
+        .route("/v2/sandboxes/{sandbox_id}/logs", get(super::logs::logs_v2))
+        .route("/sandboxes/{sandbox_id}/refreshes", post(refresh))
         .route("/sandboxes/{sandbox_id}/network", put(not_supported));
     super::templates::routes(table)
 }
@@ -101,8 +105,7 @@ pub(crate) fn routes(table: crate::route_table::RouteTable) -> crate::route_tabl
 async fn not_supported(_project: E2bProject) -> E2bError {
     E2bError::new(
         StatusCode::NOT_IMPLEMENTED,
-        "not supported by shellgate's E2B API (metrics, logs, refreshes and network updates are \
-         not carried)",
+        "not supported by shellgate's E2B API (network updates are not carried)",
     )
 }
 
@@ -808,6 +811,7 @@ async fn kill(
     owned(&state, &project, &id).await?;
     state.e2b_access.forget(&id);
     state.e2b_deadlines.disarm(&id);
+    state.e2b_metrics.forget(&id);
     crate::http::to_completion(async move {
         crate::sandboxes::containers::remove_container(&state, &id).await
     })
@@ -839,6 +843,51 @@ async fn set_timeout(
         .await
         .map_err(e2b_error)?;
     super::timeouts::arm(&state, &id, end_at);
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// A refresh's longest and shortest `duration` (E2B's bounds: its API
+/// refuses more than an hour, and keeps a sandbox alive 15 s at least).
+const REFRESH_MAX_SECS: i64 = 3600;
+const REFRESH_MIN_SECS: i64 = 15;
+
+/// `POST /sandboxes/{id}/refreshes`: keeps a running sandbox alive for
+/// `duration` seconds from now (15 when omitted or shorter, within the
+/// server's longest life), never shortening the timeout it has, as E2B's
+/// keep-alive does. 204; 400 out of bounds; 409 when it is paused.
+async fn refresh(
+    State(state): State<Arc<AppState>>,
+    E2bProject(project): E2bProject,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> E2bResult<StatusCode> {
+    let request: RefreshRequest = read_body(&body)?;
+    let duration = request.duration.unwrap_or(REFRESH_MIN_SECS);
+    if !(0..=REFRESH_MAX_SECS).contains(&duration) {
+        return Err(bad_request(format!(
+            "duration must be between 0 and {REFRESH_MAX_SECS} seconds"
+        )));
+    }
+    let max = i64::from(state.config.sandbox.max_expires_minutes) * 60;
+    let duration = duration.max(REFRESH_MIN_SECS).min(max);
+    let lock = e2b_lock(&state, &format!("resume\n{id}"));
+    let _guard = lock.lock().await;
+    let (sandbox, _) = owned(&state, &project, &id).await?;
+    if sandbox.paused {
+        return Err(E2bError::new(
+            StatusCode::CONFLICT,
+            format!("sandbox \"{id}\" is paused: connect resumes it"),
+        ));
+    }
+    let end_at = crate::time::now() + duration;
+    if end_at > sandbox.end_at {
+        let key = id.clone();
+        state
+            .db(move |s| s.set_e2b_end_at(&key, end_at))
+            .await
+            .map_err(e2b_error)?;
+        super::timeouts::arm(&state, &id, end_at);
+    }
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -1392,10 +1441,93 @@ mod handler_tests {
             .await;
         assert_eq!(info.ok()["allowInternetAccess"], false);
         let metrics = harness.get("/sandboxes/x/metrics").await;
-        assert_eq!(metrics.status, 501);
-        assert_eq!(metrics.json["code"], 501);
+        assert_eq!(metrics.status, 404);
+        assert_eq!(metrics.json["code"], 404);
         let unauthorized = harness.call(None, Method::GET, "/v2/sandboxes", None).await;
         assert_eq!(unauthorized.status, 401);
         assert_eq!(unauthorized.json["code"], 401);
+    }
+
+    #[tokio::test]
+    async fn refreshes_only_extend_and_metrics_and_logs_read_the_sandbox() {
+        let harness = Harness::new();
+        let sandbox = create(&harness, json!({"templateID": "base", "timeout": 60})).await;
+        let id = sandbox["sandboxID"].as_str().expect("id").to_owned();
+        let end_at = |info: &serde_json::Value| {
+            shellgate_wire::time::parse_rfc3339(info["endAt"].as_str().expect("endAt"))
+                .expect("time")
+        };
+        let before = end_at(harness.get(&format!("/sandboxes/{id}")).await.ok());
+        let refreshes = format!("/sandboxes/{id}/refreshes");
+        // Shorter than the timeout it has: unchanged.
+        assert_eq!(
+            harness
+                .post(&refreshes, json!({"duration": 20}))
+                .await
+                .status,
+            204
+        );
+        assert_eq!(
+            end_at(harness.get(&format!("/sandboxes/{id}")).await.ok()),
+            before
+        );
+        assert_eq!(
+            harness
+                .post(&refreshes, json!({"duration": 600}))
+                .await
+                .status,
+            204
+        );
+        let after = end_at(harness.get(&format!("/sandboxes/{id}")).await.ok());
+        assert!(after >= before + 500, "{before} {after}");
+        let too_long = harness.post(&refreshes, json!({"duration": 3601})).await;
+        assert_eq!(too_long.status, 400);
+        assert_eq!(too_long.json["code"], 400);
+        assert_eq!(
+            harness
+                .post("/sandboxes/nope/refreshes", json!({}))
+                .await
+                .status,
+            404
+        );
+        // Metrics: a sample taken for the request, in E2B's shape.
+        let metrics = harness.get(&format!("/sandboxes/{id}/metrics")).await;
+        let samples = metrics.ok().as_array().expect("list").clone();
+        assert_eq!(samples.len(), 1, "{samples:?}");
+        assert!(samples[0]["memTotal"].as_u64().is_some_and(|m| m > 0));
+        assert!(samples[0]["cpuCount"].as_u64().is_some_and(|c| c >= 1));
+        assert!(samples[0]["timestampUnix"].is_i64());
+        let listed = harness
+            .get(&format!("/sandboxes/metrics?sandbox_ids={id},nope"))
+            .await;
+        let listed = listed.ok();
+        assert_eq!(listed["sandboxes"].as_object().map(|m| m.len()), Some(1));
+        assert!(listed["sandboxes"][id.as_str()]["memUsed"].is_u64());
+        let backwards = harness
+            .get(&format!("/sandboxes/{id}/metrics?start=20&end=10"))
+            .await;
+        assert_eq!(backwards.status, 400);
+        assert_eq!(harness.get("/sandboxes/metrics").await.status, 400);
+        let foreign = harness
+            .call(
+                Some(BETA),
+                Method::GET,
+                &format!("/sandboxes/{id}/logs"),
+                None,
+            )
+            .await;
+        assert_eq!(foreign.status, 404);
+        let logs = harness.get(&format!("/v2/sandboxes/{id}/logs")).await;
+        let logs = logs.ok();
+        assert_eq!(logs["logs"][0]["fields"]["event"], "sandbox.created");
+        assert_eq!(logs["logs"][0]["level"], "info");
+        let v1 = harness.get(&format!("/sandboxes/{id}/logs?limit=1")).await;
+        let v1 = v1.ok();
+        assert_eq!(v1["logs"][0]["line"], "sandbox created from template base");
+        assert_eq!(v1["logEntries"].as_array().map(Vec::len), Some(1));
+        let bad = harness
+            .get(&format!("/v2/sandboxes/{id}/logs?direction=sideways"))
+            .await;
+        assert_eq!(bad.status, 400);
     }
 }

@@ -58,6 +58,16 @@ impl Deadlines {
         }
     }
 
+    /// The sandboxes with a timer armed: every running sandbox of this
+    /// node (what the metrics sampler samples).
+    pub(crate) fn ids(&self) -> Vec<String> {
+        lock(&self.timers)
+            .iter()
+            .filter(|(_, timer)| !timer.task.is_finished())
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
     /// Drops sandbox `id`'s timer (it was killed).
     pub(crate) fn disarm(&self, id: &str) {
         if let Some(timer) = lock(&self.timers).remove(id) {

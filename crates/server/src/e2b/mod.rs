@@ -35,6 +35,8 @@ pub(crate) mod deadlines;
 pub(crate) mod files;
 pub(crate) mod filesystem;
 pub(crate) mod interpreter;
+pub(crate) mod logs;
+pub(crate) mod metrics;
 pub(crate) mod process;
 pub(crate) mod request;
 pub(crate) mod signed;

@@ -692,6 +692,12 @@ pub(super) fn e2b(d: &mut Builder, s: &Schemas) {
         e2b_template_file,
         e2b_template_start,
         e2b_template_status,
+        e2b_refresh,
+        e2b_metrics,
+        e2b_metrics_by_id,
+        e2b_logs,
+        e2b_logs_v2,
+        e2b_network_update,
         ..
     } = s;
     let e2b_op = |method, path, summary, body, answer| Operation {
@@ -714,8 +720,6 @@ pub(super) fn e2b(d: &mut Builder, s: &Schemas) {
             Answer::Json(e2b_listed.clone()),
         )
     };
-    let unsupported =
-        |method, path, summary| e2b_op(method, path, summary, Body::None, Answer::NoContent);
     // The volume content API: the volume's token as the bearer credential.
     let volume_content = |method, path, summary, body, answer| Operation {
         query: Query::Named(VOLUME_CONTENT_QUERY),
@@ -850,10 +854,49 @@ pub(super) fn e2b(d: &mut Builder, s: &Schemas) {
             Body::None,
             Answer::NoContent,
         ),
-        unsupported(Get, "/sandboxes/{sandbox_id}/metrics", "Not supported: 501"),
-        unsupported(Get, "/sandboxes/metrics", "Not supported: 501"),
-        unsupported(Get, "/sandboxes/{sandbox_id}/logs", "Not supported: 501"),
-        unsupported(Get, "/v2/sandboxes/{sandbox_id}/logs", "Not supported: 501"),
+        Operation {
+            query: Query::Named(E2B_METRICS_QUERY),
+            ..e2b_op(
+                Get,
+                "/sandboxes/{sandbox_id}/metrics",
+                "The sandbox's resource samples from `start` to `end` (its cgroup's CPU and \
+                 memory, its disk), taken every 5 s and kept for an hour, oldest first",
+                Body::None,
+                Answer::Json(e2b_metrics.clone()),
+            )
+        },
+        Operation {
+            query: Query::Named(E2B_LISTED_METRICS_QUERY),
+            ..e2b_op(
+                Get,
+                "/sandboxes/metrics",
+                "The latest sample of each running sandbox `sandbox_ids` names, by id",
+                Body::None,
+                Answer::Json(e2b_metrics_by_id.clone()),
+            )
+        },
+        Operation {
+            query: Query::Named(E2B_LOGS_QUERY),
+            ..e2b_op(
+                Get,
+                "/sandboxes/{sandbox_id}/logs",
+                "The sandbox's log from `start`: its create, resume and the start and end of \
+                 each process it ran (from the command audit), as lines and entries",
+                Body::None,
+                Answer::Json(e2b_logs.clone()),
+            )
+        },
+        Operation {
+            query: Query::Named(E2B_LOGS_V2_QUERY),
+            ..e2b_op(
+                Get,
+                "/v2/sandboxes/{sandbox_id}/logs",
+                "The sandbox's log entries from `cursor`, `forward` or `backward`, at `level` or \
+                 above, holding `search`",
+                Body::None,
+                Answer::Json(e2b_logs_v2.clone()),
+            )
+        },
         e2b_op(
             Post,
             "/sandboxes/{sandbox_id}/snapshots",
@@ -881,8 +924,21 @@ pub(super) fn e2b(d: &mut Builder, s: &Schemas) {
             Body::Json(e2b_fork_request.clone()),
             Answer::JsonWith(&["201"], e2b_fork_results.clone()),
         ),
-        unsupported(Post, "/sandboxes/{sandbox_id}/refreshes", "Not supported: 501"),
-        unsupported(Put, "/sandboxes/{sandbox_id}/network", "Not supported: 501"),
+        e2b_op(
+            Post,
+            "/sandboxes/{sandbox_id}/refreshes",
+            "Keep a running sandbox alive `duration` seconds from now (0 to 3600, 15 at least); \
+             never shortens its timeout (409 when paused)",
+            Body::Json(e2b_refresh.clone()),
+            Answer::NoContent,
+        ),
+        e2b_op(
+            Put,
+            "/sandboxes/{sandbox_id}/network",
+            "Not supported: 501",
+            Body::Json(e2b_network_update.clone()),
+            Answer::NoContent,
+        ),
     ] {
         d.add(operation);
     }
@@ -1021,6 +1077,63 @@ const VOLUME_CONTENT_QUERY: &[(&str, &str, bool)] = &[
 ];
 
 /// A listing of E2B sandboxes: its query parameters.
+const E2B_METRICS_QUERY: &[(&str, &str, bool)] = &[
+    (
+        "start",
+        "Unix seconds: the window's start (the sandbox's create when omitted)",
+        false,
+    ),
+    (
+        "end",
+        "Unix seconds: the window's end (now when omitted)",
+        false,
+    ),
+];
+
+const E2B_LISTED_METRICS_QUERY: &[(&str, &str, bool)] = &[(
+    "sandbox_ids",
+    "Comma-separated sandbox ids (1 to 100)",
+    true,
+)];
+
+const E2B_LOGS_QUERY: &[(&str, &str, bool)] = &[
+    (
+        "start",
+        "Unix milliseconds: the first entry's earliest time",
+        false,
+    ),
+    (
+        "limit",
+        "Entries at most (0 to 1000, 1000 when omitted)",
+        false,
+    ),
+];
+
+const E2B_LOGS_V2_QUERY: &[(&str, &str, bool)] = &[
+    (
+        "cursor",
+        "Unix milliseconds: where the page starts (the sandbox's create going forward, now \
+         going backward)",
+        false,
+    ),
+    ("direction", "`forward` (oldest first) or `backward`", false),
+    (
+        "level",
+        "`debug`, `info`, `warn` or `error`: the lowest shown",
+        false,
+    ),
+    (
+        "search",
+        "Only entries whose message holds it (case-sensitive)",
+        false,
+    ),
+    (
+        "limit",
+        "Entries at most (0 to 1000, 1000 when omitted)",
+        false,
+    ),
+];
+
 const E2B_LIST_QUERY: &[(&str, &str, bool)] = &[
     (
         "metadata",

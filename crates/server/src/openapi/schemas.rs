@@ -108,6 +108,12 @@ pub(super) struct Schemas {
     pub(super) e2b_template_file: RefOr<Schema>,
     pub(super) e2b_template_start: RefOr<Schema>,
     pub(super) e2b_template_status: RefOr<Schema>,
+    pub(super) e2b_refresh: RefOr<Schema>,
+    pub(super) e2b_network_update: RefOr<Schema>,
+    pub(super) e2b_metrics: RefOr<Schema>,
+    pub(super) e2b_metrics_by_id: RefOr<Schema>,
+    pub(super) e2b_logs: RefOr<Schema>,
+    pub(super) e2b_logs_v2: RefOr<Schema>,
     pub(super) e2b_error: RefOr<Schema>,
 }
 
@@ -283,6 +289,22 @@ impl Schemas {
                 d.scoped::<e2b::BuildStatusReason>("e2b", "BuildStatusReason");
                 schema
             },
+            e2b_refresh: d.scoped::<e2b::RefreshRequest>("e2b", "RefreshRequest"),
+            e2b_network_update: d.scoped::<e2b::NetworkUpdate>("e2b", "NetworkUpdate"),
+            e2b_metrics: {
+                let schema = d.scoped::<Vec<e2b::SandboxMetric>>("e2b", "SandboxMetricList");
+                d.scoped::<e2b::SandboxMetric>("e2b", "SandboxMetric");
+                schema
+            },
+            e2b_metrics_by_id: d.scoped::<e2b::SandboxesWithMetrics>("e2b", "SandboxesWithMetrics"),
+            e2b_logs: {
+                let schema = d.scoped::<e2b::SandboxLogs>("e2b", "SandboxLogs");
+                d.scoped::<e2b::SandboxLog>("e2b", "SandboxLog");
+                d.scoped::<e2b::SandboxLogEntry>("e2b", "SandboxLogEntry");
+                d.scoped::<e2b::LogLevel>("e2b", "LogLevel");
+                schema
+            },
+            e2b_logs_v2: d.scoped::<e2b::SandboxLogsV2>("e2b", "SandboxLogsV2"),
             e2b_error: d.scoped::<e2b::E2bErrorBody>("e2b", "Error"),
         }
     }
