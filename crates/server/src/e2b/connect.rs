@@ -109,6 +109,11 @@ impl ConnectCode {
 pub struct ConnectError {
     pub code: ConnectCode,
     pub message: String,
+    /// In a server stream: the connection is cut here (the body ends in an
+    /// error, never an end envelope), as envd's stream breaks when its
+    /// sandbox goes. SDKs probe the sandbox on a cut connection only.
+    #[serde(skip)]
+    pub cut: bool,
 }
 
 impl ConnectError {
@@ -116,6 +121,16 @@ impl ConnectError {
         Self {
             code,
             message: message.into(),
+            cut: false,
+        }
+    }
+
+    /// A stream's connection cut short (see [`ConnectError::cut`]); its
+    /// code and message are what a unary call would answer.
+    pub fn cut(code: ConnectCode, message: impl Into<String>) -> Self {
+        Self {
+            cut: true,
+            ..Self::new(code, message)
         }
     }
 
@@ -436,10 +451,9 @@ where
 }
 
 /// The envelopes of a server stream: each item's, ending at the first
-/// error (its end envelope) or, when the items run out, with `{}`.
-fn async_frames<T, S>(
-    items: S,
-) -> impl Stream<Item = Result<Bytes, std::convert::Infallible>> + Send
+/// error (its end envelope; a body error for a cut one) or, when the items
+/// run out, with `{}`.
+fn async_frames<T, S>(items: S) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send
 where
     T: Serialize + Send + 'static,
     S: Stream<Item = Result<T, ConnectError>> + Send + 'static,
@@ -461,6 +475,15 @@ where
                     "could not encode a message: {e}"
                 )))),
             },
+            Some(Err(error)) if error.cut => {
+                return Some((
+                    Err(std::io::Error::new(
+                        std::io::ErrorKind::ConnectionAborted,
+                        error.message,
+                    )),
+                    Phase::Done,
+                ))
+            }
             Some(Err(error)) => end_envelope(Some(&error)),
             None => end_envelope(None),
         };

@@ -313,9 +313,9 @@ impl Follower {
     /// How the stream of a process that ended ends: its End event; for a
     /// process that reached its deadline (`connect-timeout-ms`), the
     /// `deadline_exceeded` error envd's context gives; for one that ended
-    /// with its sandbox (killed, timed out or paused), the `unavailable`
-    /// error of a stream cut short, which the SDK tells apart by probing
-    /// the sandbox (and raises as the sandbox's end).
+    /// with its sandbox (killed, timed out or paused), the stream is cut
+    /// (its connection breaks), which the SDKs tell apart by probing the
+    /// sandbox (and raise as the sandbox's end).
     async fn ending(&self, process: &EngineProcess) -> Result<ProcessEvent, ConnectError> {
         match process.status {
             ProcessStatus::Exited => Ok(event(process_event::Event::End(end_event(process)))),
@@ -331,9 +331,11 @@ impl Follower {
     }
 }
 
-/// The error of a stream cut short by its sandbox's end.
+/// The error of a stream cut short by its sandbox's end: its connection
+/// is cut, as envd's breaks when its VM goes, so the SDKs probe the sandbox
+/// (its `/health` answers 502 once it is gone) and raise its end.
 fn stream_broken(container: &str) -> ConnectError {
-    ConnectError::new(
+    ConnectError::cut(
         ConnectCode::Unavailable,
         format!("the connection to sandbox {container} ended before the stream completed"),
     )
