@@ -91,8 +91,12 @@ fn events(sandbox: &E2bSandboxRow, commands: &[CommandRow]) -> Vec<Event> {
             &[("event", "sandbox.resumed")],
         ));
     }
+    // The audit keeps whole seconds of a process's end: a start worked
+    // out from it may fall before the sandbox's own create, where no
+    // process of it ran.
+    let created_ms = sandbox.created_at.saturating_mul(1000);
     for command in commands {
-        let ended_ms = command.created_at.saturating_mul(1000);
+        let ended_ms = command.created_at.saturating_mul(1000).max(created_ms);
         let duration = i64::try_from(command.duration_ms).unwrap_or(i64::MAX);
         let shown = cut(&command.command);
         let mut start = Event::new(
@@ -101,7 +105,7 @@ fn events(sandbox: &E2bSandboxRow, commands: &[CommandRow]) -> Vec<Event> {
             format!("process started: {shown}"),
             &[("event", "process.start"), ("commandID", &command.id)],
         );
-        start.at_ms = ended_ms.saturating_sub(duration);
+        start.at_ms = ended_ms.saturating_sub(duration).max(created_ms);
         let duration_text = command.duration_ms.to_string();
         let mut end = match (command.outcome, command.exit_code) {
             (CommandOutcome::Timeout, _) => Event::new(
@@ -320,6 +324,7 @@ mod tests {
         let events = events(
             &sandbox,
             &[
+                command("cmd_0", 100, 1500, CommandOutcome::Exit, Some(0)),
                 command("cmd_1", 120, 2000, CommandOutcome::Exit, Some(0)),
                 command("cmd_2", 160, 500, CommandOutcome::Exit, Some(3)),
                 command("cmd_3", 170, 1000, CommandOutcome::Timeout, None),
@@ -333,6 +338,8 @@ mod tests {
             shown,
             vec![
                 (100_000, LogLevel::Info, "sandbox.created"),
+                (100_000, LogLevel::Info, "process.start"),
+                (100_000, LogLevel::Info, "process.end"),
                 (118_000, LogLevel::Info, "process.start"),
                 (120_000, LogLevel::Info, "process.end"),
                 (150_000, LogLevel::Info, "sandbox.resumed"),
@@ -343,10 +350,10 @@ mod tests {
             ]
         );
         assert_eq!(
-            events[5].message,
+            events[7].message,
             "process exited with code 3 after 500 ms: echo hi"
         );
-        assert_eq!(events[5].fields["exitCode"], "3");
+        assert_eq!(events[7].fields["exitCode"], "3");
         assert_eq!(events[0].entry().timestamp, "1970-01-01T00:01:40Z");
     }
 
