@@ -51,7 +51,18 @@ pub struct FsEntry {
     pub modified_unix: i64,
     /// A symbolic link's target (lossy where it is not UTF-8).
     pub link_target: Option<String>,
+    /// User metadata of a file or directory: its `user.e2b.*` extended
+    /// attributes, by name without that prefix (UTF-8 values only).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub metadata: std::collections::BTreeMap<String, String>,
 }
+
+/// The extended attribute namespace of a file's user metadata.
+pub const METADATA_XATTR_PREFIX: &str = "user.e2b.";
+/// A file's metadata at most: entries, and bytes of names and values
+/// together (within what one ext4 attribute block holds).
+pub const MAX_METADATA_ENTRIES: usize = 32;
+pub const MAX_METADATA_BYTES: usize = 2048;
 
 /// A directory's entries, depth first, each directory's sorted by name.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -65,12 +76,16 @@ pub struct FsListing {
 }
 
 /// How a file is written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WriteOptions {
     /// Permission bits of the new file (`0o644` by default).
     pub mode: u32,
     /// Create missing parent directories (`0o755`).
     pub parents: bool,
+    /// User metadata the new file carries (its `user.e2b.*` extended
+    /// attributes; checked by the caller against the bounds above). A file
+    /// replaced keeps none of the old one's.
+    pub metadata: std::collections::BTreeMap<String, String>,
 }
 
 impl Default for WriteOptions {
@@ -78,6 +93,7 @@ impl Default for WriteOptions {
         Self {
             mode: 0o644,
             parents: true,
+            metadata: std::collections::BTreeMap::new(),
         }
     }
 }

@@ -21,13 +21,16 @@
 //! body arrived (one byte on the commit pipe, [`COMMIT`]); without it the
 //! temporary file is removed and the old file stays.
 
+use std::collections::BTreeMap;
 use std::ffi::{CStr, CString};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 
 use rustix::fs::{AtFlags, FileType, Mode, RenameFlags};
 use serde::{Deserialize, Serialize};
-use shellgate_sandbox_api::fs::{under_workdir, ArchiveImported, FsEntry, FsKind, FsListing};
+use shellgate_sandbox_api::fs::{
+    under_workdir, ArchiveImported, FsEntry, FsKind, FsListing, METADATA_XATTR_PREFIX,
+};
 
 use crate::error::SandboxError;
 use crate::fs_remove::{self, RemoveError};
@@ -66,6 +69,9 @@ pub enum Task {
         path: String,
         mode: u32,
         parents: bool,
+        /// Set as `user.e2b.*` attributes of the new file.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        metadata: BTreeMap<String, String>,
     },
     Stat {
         path: String,
@@ -376,6 +382,23 @@ fn entry_of(
         .then(|| rustix::fs::readlinkat(dir, c_name, Vec::new()).ok())
         .flatten()
         .map(|target| String::from_utf8_lossy(target.as_bytes()).into_owned());
+    // Only a file's or a directory's: opening anything else (a device, a
+    // FIFO) to read its attributes could have effects of its own.
+    let metadata = match kind {
+        FsKind::File | FsKind::Directory => rustix::fs::openat(
+            dir,
+            c_name,
+            rustix::fs::OFlags::RDONLY
+                | rustix::fs::OFlags::NONBLOCK
+                | rustix::fs::OFlags::NOFOLLOW
+                | rustix::fs::OFlags::NOCTTY
+                | rustix::fs::OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map(|fd| read_metadata(fd.as_fd()))
+        .unwrap_or_default(),
+        FsKind::Symlink | FsKind::Other => BTreeMap::new(),
+    };
     FsEntry {
         path: path.to_owned(),
         name: name.to_owned(),
@@ -384,7 +407,70 @@ fn entry_of(
         mode: stat.st_mode & 0o7777,
         modified_unix: stat.st_mtime,
         link_target,
+        metadata,
     }
+}
+
+/// The `user.e2b.*` attributes of an open file, by name without the
+/// prefix; an attribute that is not UTF-8, or cannot be read, is left out.
+fn read_metadata(fd: BorrowedFd<'_>) -> BTreeMap<String, String> {
+    let mut metadata = BTreeMap::new();
+    let mut names = vec![0u8; 4096];
+    let Ok(length) = rustix::fs::flistxattr(fd, &mut names) else {
+        return metadata;
+    };
+    let mut value = vec![0u8; shellgate_sandbox_api::fs::MAX_METADATA_BYTES];
+    for name in names[..length.min(names.len())]
+        .split(|b| *b == 0)
+        .filter(|n| !n.is_empty())
+    {
+        let Some(key) = std::str::from_utf8(name)
+            .ok()
+            .and_then(|n| n.strip_prefix(METADATA_XATTR_PREFIX))
+        else {
+            continue;
+        };
+        let Ok(c) = CString::new(name) else { continue };
+        if let Ok(read) = rustix::fs::fgetxattr(fd, c.as_c_str(), &mut value) {
+            if let Ok(text) = std::str::from_utf8(&value[..read.min(value.len())]) {
+                metadata.insert(key.to_owned(), text.to_owned());
+            }
+        }
+        if metadata.len() >= shellgate_sandbox_api::fs::MAX_METADATA_ENTRIES {
+            break;
+        }
+    }
+    metadata
+}
+
+/// Sets `metadata` as `user.e2b.*` attributes of an open (new) file.
+fn write_metadata(
+    fd: BorrowedFd<'_>,
+    path: &str,
+    metadata: &BTreeMap<String, String>,
+) -> TaskResult<()> {
+    for (key, value) in metadata {
+        let name = c_name(&format!("{METADATA_XATTR_PREFIX}{key}"), path)?;
+        rustix::fs::fsetxattr(
+            fd,
+            name.as_c_str(),
+            value.as_bytes(),
+            rustix::fs::XattrFlags::empty(),
+        )
+        .map_err(|e| match e {
+            rustix::io::Errno::NOTSUP | rustix::io::Errno::NOSPC | rustix::io::Errno::TOOBIG => {
+                TaskError::Invalid {
+                    param: "metadata".into(),
+                    message: format!(
+                        "{path}: its file system cannot keep this metadata ({})",
+                        io::Error::from(e)
+                    ),
+                }
+            }
+            e => TaskError::os("set metadata of", path, e),
+        })?;
+    }
+    Ok(())
 }
 
 /// What a non-regular file is, said plainly.
@@ -626,6 +712,7 @@ fn write(
     path: &str,
     mode: u32,
     parents: bool,
+    metadata: &BTreeMap<String, String>,
     reader: &mut CommittedReader,
 ) -> TaskResult<FsEntry> {
     let root = Root::Container;
@@ -667,6 +754,9 @@ fn write(
         // The exact mode asked, whatever the umask.
         rustix::fs::fchmod(&file, Mode::from_raw_mode(mode & 0o7777))
             .map_err(|e| TaskError::os("chmod", path, e))?;
+        // On the new file, before it takes the name: a replaced file's
+        // metadata goes with it.
+        write_metadata(file.as_fd(), path, metadata)?;
         rustix::fs::renameat(&dir, temp.as_c_str(), &dir, c.as_c_str())
             .map_err(|e| TaskError::os("rename", path, e))
     });
@@ -1042,11 +1132,12 @@ pub fn run_in_worker(task: Task, pipes: WorkerPipes) {
             path,
             mode,
             parents,
+            metadata,
         } => {
             let mut reader =
                 CommittedReader::new(data.ok_or_else(missing)?, commit.ok_or_else(missing)?);
             Ok(Output::Entry {
-                entry: write(&path, mode, parents, &mut reader)?,
+                entry: write(&path, mode, parents, &metadata, &mut reader)?,
             })
         }
         Task::Stat { path } => Ok(Output::Entry {
@@ -1108,6 +1199,7 @@ mod tests {
             path: "/tmp/x".into(),
             mode: 0o600,
             parents: true,
+            metadata: BTreeMap::new(),
         };
         let json = serde_json::to_string(&task).unwrap();
         assert_eq!(

@@ -145,6 +145,7 @@ pub async fn write(
     let options = WriteOptions {
         mode: mode(query.mode.as_deref(), 0o644)?,
         parents: query.parents.unwrap_or(true),
+        metadata: Default::default(),
     };
     prepare(&state, &project, &id, true).await?;
     let upload = state

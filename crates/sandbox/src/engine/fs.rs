@@ -457,6 +457,7 @@ impl FileWorkers {
             path: path.to_owned(),
             mode: options.mode,
             parents: options.parents,
+            metadata: options.metadata,
         };
         self.upload(engine, id, task, expect_entry).await
     }

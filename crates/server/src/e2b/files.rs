@@ -9,10 +9,13 @@
 //! (`Content-Encoding: gzip`, decoded as it streams and bounded to
 //! `max_upload_bytes` after decoding). Files are written as the sandbox
 //! user, E2B's `user` (another `username` is refused with 403, see
-//! `filesystem`), with mode 0644, their parents made. `X-Metadata-*` headers (extended attributes) are not
-//! kept: the backend's file layer has no extended attributes.
+//! `filesystem`), with mode 0644, their parents made. `X-Metadata-<key>`
+//! headers are the files' metadata, as envd keeps it: `user.e2b.<key>`
+//! extended attributes (keys lowercased) of each file written, set on it
+//! before it takes its name, so a file replaced without them has none.
 
 use shellgate_wire::ErrorCode;
+use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::sync::Arc;
 
@@ -49,6 +52,60 @@ pub struct WriteInfo {
     #[serde(rename = "type")]
     pub kind: &'static str,
     pub path: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<BTreeMap<String, String>>,
+}
+
+/// The header prefix of an upload's metadata (`X-Metadata-<key>: value`).
+const METADATA_HEADER_PREFIX: &str = "x-metadata-";
+
+/// An upload's metadata from its `X-Metadata-*` headers: keys lowercased
+/// (header names are), values printable ASCII, within the bounds the file
+/// system can keep; anything else is E2B's 400.
+fn upload_metadata(headers: &HeaderMap) -> Result<BTreeMap<String, String>, E2bError> {
+    use shellgate_sandbox_api::fs::{MAX_METADATA_BYTES, MAX_METADATA_ENTRIES};
+    let mut metadata = BTreeMap::new();
+    let mut bytes = 0;
+    for (name, value) in headers {
+        let Some(key) = name.as_str().strip_prefix(METADATA_HEADER_PREFIX) else {
+            continue;
+        };
+        let value = value
+            .to_str()
+            .ok()
+            .filter(|v| v.bytes().all(|b| (0x20..0x7f).contains(&b)))
+            .ok_or_else(|| {
+                E2bError::new(
+                    StatusCode::BAD_REQUEST,
+                    format!("metadata {key:?}: values must be printable US-ASCII"),
+                )
+            })?;
+        if key.is_empty() {
+            return Err(E2bError::new(
+                StatusCode::BAD_REQUEST,
+                "metadata keys cannot be empty",
+            ));
+        }
+        bytes += key.len() + value.len();
+        metadata.insert(key.to_owned(), value.to_owned());
+    }
+    if metadata.len() > MAX_METADATA_ENTRIES || bytes > MAX_METADATA_BYTES {
+        return Err(E2bError::new(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "metadata: at most {MAX_METADATA_ENTRIES} entries and {MAX_METADATA_BYTES} bytes \
+                 of keys and values together"
+            ),
+        ));
+    }
+    Ok(metadata)
+}
+
+fn write_options(metadata: &BTreeMap<String, String>) -> WriteOptions {
+    WriteOptions {
+        metadata: metadata.clone(),
+        ..WriteOptions::default()
+    }
 }
 
 /// Most bytes of compressed input decoded at once (so one hostile chunk
@@ -115,9 +172,10 @@ async fn upload(
         .unwrap_or("")
         .to_ascii_lowercase();
     let id = caller.container_id.clone();
+    let metadata = upload_metadata(request.headers())?;
     prepare(&state, &Project(caller.project.clone()), &id, true).await?;
     if content_type.starts_with("multipart/form-data") {
-        return upload_multipart(&state, &id, query, request)
+        return upload_multipart(&state, &id, query, &metadata, request)
             .await
             .map(Json);
     }
@@ -131,7 +189,7 @@ async fn upload(
         .to_ascii_lowercase();
     let upload = state
         .engine
-        .fs_write(&id, &path, WriteOptions::default())
+        .fs_write(&id, &path, write_options(&metadata))
         .await
         .map_err(|e| upload_error(fs_error(&id, e)))?;
     let body = request.into_body();
@@ -169,6 +227,7 @@ fn written(entry: shellgate_sandbox_api::fs::FsEntry) -> WriteInfo {
         name: entry.name,
         kind: "file",
         path: entry.path,
+        metadata: (!entry.metadata.is_empty()).then_some(entry.metadata),
     }
 }
 
@@ -176,6 +235,7 @@ async fn upload_multipart(
     state: &Arc<AppState>,
     id: &str,
     query: FilesQuery,
+    metadata: &BTreeMap<String, String>,
     request: Request,
 ) -> Result<Vec<WriteInfo>, E2bError> {
     let mut multipart = Multipart::from_request(request, state)
@@ -211,7 +271,7 @@ async fn upload_multipart(
         let path = e2b_path(&named, "path").map_err(bad_path)?;
         let upload = state
             .engine
-            .fs_write(id, &path, WriteOptions::default())
+            .fs_write(id, &path, write_options(metadata))
             .await
             .map_err(|e| upload_error(fs_error(id, e)))?;
         let field = std::pin::pin!(field);
@@ -332,6 +392,36 @@ mod tests {
         let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
         encoder.write_all(data).unwrap();
         encoder.finish().unwrap()
+    }
+
+    #[test]
+    fn metadata_headers_are_bounded_printable_and_lowercased() {
+        let mut headers = HeaderMap::new();
+        headers.insert("X-Metadata-Author", "mish".parse().unwrap());
+        headers.insert("x-other", "ignored".parse().unwrap());
+        assert_eq!(
+            upload_metadata(&headers).unwrap(),
+            BTreeMap::from([("author".to_owned(), "mish".to_owned())])
+        );
+        headers.insert("x-metadata-big", "v".repeat(3000).parse().unwrap());
+        assert_eq!(
+            upload_metadata(&headers).unwrap_err().status,
+            StatusCode::BAD_REQUEST
+        );
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "x-metadata-bin",
+            header::HeaderValue::from_bytes(b"caf\xc3\xa9").unwrap(),
+        );
+        assert!(upload_metadata(&headers).is_err());
+        let mut many = HeaderMap::new();
+        for i in 0..40 {
+            many.insert(
+                header::HeaderName::from_bytes(format!("x-metadata-k{i}").as_bytes()).unwrap(),
+                "v".parse().unwrap(),
+            );
+        }
+        assert!(upload_metadata(&many).is_err());
     }
 
     #[tokio::test]

@@ -134,7 +134,7 @@ fn entry_info(
             Some(masker) => masked_text(masker, &target),
             None => target,
         }),
-        metadata: HashMap::new(),
+        metadata: entry.metadata.into_iter().collect::<HashMap<_, _>>(),
     }
 }
 
