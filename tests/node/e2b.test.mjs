@@ -4,7 +4,7 @@
 // and a shellgate key of E2B's shape.
 import { test, before, beforeEach, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { CommandExitError, FilesystemEventType, Sandbox } from 'e2b';
+import { CommandExitError, FilesystemEventType, Sandbox, SandboxError } from 'e2b';
 import { Sandbox as CodeInterpreter } from '@e2b/code-interpreter';
 
 import { startServer } from './harness.mjs';
@@ -113,6 +113,36 @@ test('commands: background, stdin, list, kill', async () => {
   const done = await cat.wait();
   assert.equal(done.exitCode, 0);
   assert.equal(done.stdout, 'typed\n');
+});
+
+test('commands: a sandbox killed while a command runs is reported killed, as E2B reports it', async () => {
+  const sandbox = await create();
+  const sleeper = await sandbox.commands.run('sleep 60', { background: true });
+  await sandbox.kill();
+  const error = await sleeper.wait().then(
+    () => assert.fail('the command ended as if its sandbox had not gone'),
+    (e) => e,
+  );
+  assert.ok(error instanceof SandboxError, String(error));
+  assert.match(error.message, /sandbox was killed or reached its end of life/);
+});
+
+test('metrics: samples of the sandbox\'s own memory and disk, in a window', async () => {
+  const sandbox = await create();
+  await sandbox.files.write('/home/user/blob.bin', new Uint8Array(4 << 20));
+  let latest;
+  await until(async () => {
+    const metrics = await sandbox.getMetrics();
+    latest = metrics[metrics.length - 1];
+    return latest && latest.diskUsed >= 4 << 20;
+  }, 'a sample counting the file');
+  assert.ok(latest.cpuCount >= 1);
+  assert.ok(latest.cpuUsedPct >= 0 && latest.cpuUsedPct <= 100);
+  assert.ok(latest.memUsed > 0 && latest.memUsed <= latest.memTotal);
+  assert.ok(latest.diskUsed < latest.diskTotal);
+  assert.ok(latest.timestamp instanceof Date);
+  const dayAgo = new Date(Date.now() - 86_400_000);
+  assert.deepEqual(await Sandbox.getMetrics(sandbox.sandboxId, { start: dayAgo, end: new Date(dayAgo.getTime() + 1000) }), []);
 });
 
 test('pty: create, input, resize', async () => {
