@@ -6,7 +6,11 @@ execution (`code_execution_20250522`, `_20250825`, `_20260120`,
 `text_editor_code_execution`, the Python `code_execution`) shellgate runs in
 a container, answering with Anthropic's blocks, streamed as Anthropic
 streams them, the request's `container` continuing a container (its Python
-variables too). Clients: the
+variables too). Each case runs with every version that has its sub-tool:
+commands and the editor with `_20250825`, `_20260120` and `_20260521`,
+Python cells with `_20250522`, `_20260120` and `_20260521` (a cell past
+its time is `execution_time_exceeded`, or with `_20260521` past its own
+per-cell limit a result with a `detection_timeout` status). Clients: the
 official `anthropic` SDK; the model is the scripted upstream (a fixture),
 once per upstream protocol (Chat Completions, Responses, Anthropic).
 """
@@ -25,21 +29,33 @@ PROTOCOLS = ["chat", "responses", "anthropic"]
 pytestmark = pytest.mark.fresh_server
 
 
-# How long a command may run: short, so a command past it is quick to see.
+# How long a command or a Python cell may run: short, so one past it is
+# quick to see.
 DEADLINE_SECS = 2
+# `_20260521`'s per-cell limit (Anthropic's 90 s by default): shorter than
+# the deadline, so that a cell reaches it first.
+CELL_LIMIT_SECS = 1
+
+# The versions whose model has the commands and the editor, and those
+# whose model has Python cells.
+BASH_VERSIONS = ["code_execution_20250825", "code_execution_20260120", "code_execution_20260521"]
+PYTHON_VERSIONS = ["code_execution_20250522", "code_execution_20260120", "code_execution_20260521"]
 
 
 @pytest.fixture(scope="module", params=PROTOCOLS)
 def served(request, upstream):
     """A server whose upstream speaks `request.param`, and that protocol."""
     with own_server(upstream, upstream_url=upstream.url, upstream_protocol=request.param,
-                    upstream_timeout_secs=10, request_deadline_secs=DEADLINE_SECS) as server:
+                    upstream_timeout_secs=10, request_deadline_secs=DEADLINE_SECS,
+                    code_execution_cell_timeout_secs=CELL_LIMIT_SECS) as server:
         yield server, request.param
 
 
 def anthropic_client(server):
     # Anthropic's SDK adds /v1 itself: its base URL is the server's root.
-    return anthropic.Anthropic(base_url=server.base_url.removesuffix("/v1"), api_key=KEY_A, max_retries=0)
+    # Strict: each answer must validate against the SDK's own types.
+    return anthropic.Anthropic(base_url=server.base_url.removesuffix("/v1"), api_key=KEY_A, max_retries=0,
+                               _strict_response_validation=True)
 
 
 def offered_names(body, protocol):
@@ -120,13 +136,18 @@ def execute(client, name, arguments, container=None, stream=False, tool=CODE_EXE
     return client.messages.create(**request)
 
 
-def test_a_bash_command_runs_in_the_container(served, upstream):
+def version(kind):
+    return {"type": kind, "name": "code_execution"}
+
+
+@pytest.mark.parametrize("kind", BASH_VERSIONS)
+def test_a_bash_command_runs_in_the_container(served, upstream, kind):
     server, protocol = served
     client = anthropic_client(server)
     before = len(upstream.requests)
-    message = execute(client, "bash_code_execution", {"command": "echo out; echo err >&2; exit 3"})
-    assert offered_names(upstream.requests[before], protocol) == [
-        "bash_code_execution", "text_editor_code_execution"]
+    message = execute(client, "bash_code_execution", {"command": "echo out; echo err >&2; exit 3"},
+                      tool=version(kind))
+    assert offered_names(upstream.requests[before], protocol) == dict(VERSIONS)[kind]
     call, result, text = message.content
     assert (call.type, call.name, call.input) == (
         "server_tool_use", "bash_code_execution", {"command": "echo out; echo err >&2; exit 3"})
@@ -138,11 +159,13 @@ def test_a_bash_command_runs_in_the_container(served, upstream):
     assert message.container.id.startswith("cntr_") and message.container.expires_at is not None
 
 
-def test_the_editor_creates_replaces_and_views_in_one_container(served):
+@pytest.mark.parametrize("kind", BASH_VERSIONS)
+def test_the_editor_creates_replaces_and_views_in_one_container(served, kind):
     server, _ = served
     client = anthropic_client(server)
+    tool = version(kind)
     created = execute(client, "text_editor_code_execution",
-                      {"command": "create", "path": "notes.txt", "file_text": "alpha\nbeta\n"})
+                      {"command": "create", "path": "notes.txt", "file_text": "alpha\nbeta\n"}, tool=tool)
     container = created.container.id
     call, result, _ = created.content
     assert (call.type, call.name) == ("server_tool_use", "text_editor_code_execution")
@@ -151,7 +174,7 @@ def test_the_editor_creates_replaces_and_views_in_one_container(served):
                                            "is_file_update": False}
     replaced = execute(client, "text_editor_code_execution",
                        {"command": "str_replace", "path": "notes.txt", "old_str": "beta", "new_str": "gamma"},
-                       container=container)
+                       container=container, tool=tool)
     assert replaced.container.id == container
     diff = replaced.content[1].content
     assert diff.type == "text_editor_code_execution_str_replace_result"
@@ -159,37 +182,43 @@ def test_the_editor_creates_replaces_and_views_in_one_container(served):
         2, 1, 2, 1, ["-beta", "+gamma"])
     # The object form of `container` names it too.
     viewed = execute(client, "text_editor_code_execution", {"command": "view", "path": "notes.txt"},
-                     container={"id": container})
+                     container={"id": container}, tool=tool)
     view = viewed.content[1].content
     assert view.model_dump(exclude_none=True) == {
         "type": "text_editor_code_execution_view_result", "file_type": "text",
         "content": "alpha\ngamma\n", "num_lines": 2, "start_line": 1, "total_lines": 2}
     again = execute(client, "text_editor_code_execution",
-                    {"command": "create", "path": "notes.txt", "file_text": "new"}, container=container)
+                    {"command": "create", "path": "notes.txt", "file_text": "new"}, container=container,
+                    tool=tool)
     assert again.content[1].content.is_file_update is True
 
 
-def test_editor_errors_are_anthropic_error_objects(served):
+@pytest.mark.parametrize("kind", BASH_VERSIONS)
+def test_editor_errors_are_anthropic_error_objects(served, kind):
     server, _ = served
     client = anthropic_client(server)
-    missing = execute(client, "text_editor_code_execution", {"command": "view", "path": "/no/such/file"})
+    tool = version(kind)
+    missing = execute(client, "text_editor_code_execution", {"command": "view", "path": "/no/such/file"},
+                      tool=tool)
     error = missing.content[1].content
     assert (error.type, error.error_code) == ("text_editor_code_execution_tool_result_error", "file_not_found")
     assert "/no/such/file" in error.error_message
     # The model reads the error.
     assert missing.content[2].text.startswith("Done: Error: file_not_found")
     twice = execute(client, "text_editor_code_execution",
-                    {"command": "create", "path": "twice.txt", "file_text": "a a"})
+                    {"command": "create", "path": "twice.txt", "file_text": "a a"}, tool=tool)
     ambiguous = execute(client, "text_editor_code_execution",
                         {"command": "str_replace", "path": "twice.txt", "old_str": "a", "new_str": "b"},
-                        container=twice.container.id)
+                        container=twice.container.id, tool=tool)
     assert ambiguous.content[1].content.error_code == "invalid_tool_input"
 
 
-def test_code_execution_streams_as_anthropic_streams_it(served):
+@pytest.mark.parametrize("kind", BASH_VERSIONS)
+def test_code_execution_streams_as_anthropic_streams_it(served, kind):
     server, _ = served
     client = anthropic_client(server)
-    message, kinds = execute(client, "bash_code_execution", {"command": "echo streamed"}, stream=True)
+    message, kinds = execute(client, "bash_code_execution", {"command": "echo streamed"}, stream=True,
+                             tool=version(kind))
     starts = [block for kind, block in kinds if kind == "content_block_start"]
     assert starts == ["server_tool_use", "bash_code_execution_tool_result", "text"]
     # The call's input comes as a JSON delta (the SDK builds `input` from it).
@@ -207,12 +236,45 @@ def test_an_unknown_container_is_a_404(served):
                 container="cntr_none")
 
 
-def test_a_command_past_its_time_is_execution_time_exceeded(served):
+@pytest.mark.parametrize("kind", BASH_VERSIONS)
+def test_a_command_past_its_time_is_execution_time_exceeded(served, kind):
     server, _ = served
     message = execute(anthropic_client(server), "bash_code_execution",
-                      {"command": f"sleep {DEADLINE_SECS * 15}"})
+                      {"command": f"sleep {DEADLINE_SECS * 15}"}, tool=version(kind))
     error = message.content[1].content
     assert (error.type, error.error_code) == ("bash_code_execution_tool_result_error", "execution_time_exceeded")
+    # The model reads the error.
+    assert message.content[2].text.startswith("Done: Error: execution_time_exceeded"), message.model_dump()
+
+
+@pytest.mark.parametrize("kind", ["code_execution_20250522", "code_execution_20260120"])
+def test_a_python_cell_past_its_time_is_execution_time_exceeded(served, kind):
+    server, _ = served
+    client = anthropic_client(server)
+    code = f"import time\nstarted = True\ntime.sleep({DEADLINE_SECS * 15})"
+    message = execute(client, "code_execution", {"code": code}, tool=version(kind))
+    call, result, text = message.content
+    assert result.type == "code_execution_tool_result" and result.tool_use_id == call.id, message.model_dump()
+    assert result.content.model_dump() == {"type": "code_execution_tool_result_error",
+                                           "error_code": "execution_time_exceeded"}, message.model_dump()
+    assert text.text.startswith("Done: Error: execution_time_exceeded"), message.model_dump()
+    # The kernel was interrupted, not lost: the next cell on the
+    # container runs, and sees what the interrupted one set.
+    later = execute(client, "code_execution", {"code": "print(started)"}, tool=version(kind),
+                    container=message.container.id)
+    assert later.content[1].content.stdout == "True\n", later.model_dump()
+
+
+def test_a_20260521_cell_past_its_own_limit_is_a_detection_timeout_result(served):
+    server, _ = served
+    client = anthropic_client(server)
+    code = f"import time\nprint('begun', flush=True)\ntime.sleep({DEADLINE_SECS * 15})"
+    message = execute(client, "code_execution", {"code": code}, tool=version("code_execution_20260521"))
+    content = message.content[1].content
+    # A normal result: a non-zero return code and the status in stderr.
+    assert (content.type, content.return_code) == ("code_execution_result", 1), message.model_dump()
+    assert content.stderr.startswith("detection_timeout"), message.model_dump()
+    assert content.stdout.startswith("begun"), message.model_dump()
 
 
 VERSIONS = [
@@ -234,7 +296,7 @@ def test_each_version_offers_its_sub_tools(served, upstream, kind, names):
     assert offered_names(upstream.requests[before], protocol) == names
 
 
-@pytest.mark.parametrize("kind", ["code_execution_20260120", "code_execution_20260521"])
+@pytest.mark.parametrize("kind", PYTHON_VERSIONS)
 def test_a_python_variable_survives_into_the_next_request_on_the_container(served, kind):
     server, _ = served
     client = anthropic_client(server)
@@ -253,19 +315,26 @@ def test_a_python_variable_survives_into_the_next_request_on_the_container(serve
     assert later.content[1].content.stdout == "43\n"
 
 
-def test_a_python_cell_that_raises_has_return_code_1(served):
+@pytest.mark.parametrize("kind", PYTHON_VERSIONS)
+def test_a_python_cell_that_raises_has_return_code_1(served, kind):
     server, _ = served
-    message = execute(anthropic_client(server), "code_execution", {"code": "1 / 0"},
-                      tool={"type": "code_execution_20250522", "name": "code_execution"})
+    message = execute(anthropic_client(server), "code_execution", {"code": "1 / 0"}, tool=version(kind))
     content = message.content[1].content
     assert (content.type, content.return_code) == ("code_execution_result", 1)
     assert "ZeroDivisionError" in content.stdout
+    # A file that is not there is the cell's own error, as Python raises it.
+    missing = execute(anthropic_client(server), "code_execution", {"code": "open('/no/such/file')"},
+                      tool=version(kind))
+    content = missing.content[1].content
+    assert (content.type, content.return_code) == ("code_execution_result", 1), missing.model_dump()
+    assert "FileNotFoundError" in content.stdout and "/no/such/file" in content.stdout, missing.model_dump()
 
 
-def test_a_python_cell_streams_as_anthropic_streams_it(served):
+@pytest.mark.parametrize("kind", PYTHON_VERSIONS)
+def test_a_python_cell_streams_as_anthropic_streams_it(served, kind):
     server, _ = served
     message, kinds = execute(anthropic_client(server), "code_execution", {"code": "print('streamed')"},
-                             tool={"type": "code_execution_20260120", "name": "code_execution"}, stream=True)
+                             tool=version(kind), stream=True)
     starts = [block for kind, block in kinds if kind == "content_block_start"]
     assert starts == ["server_tool_use", "code_execution_tool_result", "text"]
     call, result, _ = message.content

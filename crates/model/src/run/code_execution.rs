@@ -415,11 +415,17 @@ async fn python_content(
         .await
         .map_err(host_failed)?;
     let logs = match guardrail {
-        // The logs are checked as a command's output is.
-        Some(guardrail) => guard_results(guardrail, vec![exited(&ran.logs, String::new(), 0)])
-            .into_iter()
-            .map(|result| result.stdout)
-            .collect(),
+        // The logs are checked as a command's output is; what says they
+        // were withheld goes to `stderr`, where the model reads why.
+        Some(guardrail) => {
+            let guarded = guard_results(guardrail, vec![exited(&ran.logs, String::new(), 0)]);
+            let mut logs = String::new();
+            for result in guarded {
+                logs.push_str(&result.stdout);
+                stderr.push_str(&result.stderr);
+            }
+            logs
+        }
         None => ran.logs,
     };
     Ok(PythonToolResultContent::CodeExecutionResult(PythonResult {
@@ -471,6 +477,13 @@ async fn edit(
             );
             let result = command(sandbox, container, script, None, guardrail).await?;
             Ok(match result.outcome {
+                // The output guardrail withheld the file: the model reads
+                // why, as an error, rather than an empty file.
+                Outcome::Exit { exit_code: 0 }
+                    if result.stdout.is_empty() && !result.stderr.is_empty() =>
+                {
+                    editor_error("unavailable", result.stderr.trim())
+                }
                 Outcome::Exit { exit_code: 0 } => {
                     let lines = line_count(&result.stdout);
                     TextEditorToolResultContent::TextEditorCodeExecutionViewResult(ViewResult {

@@ -56,7 +56,9 @@ pub struct SandboxSettings {
     /// container whose `memory_limit` is larger is refused (400).
     pub sandbox_memory_ceiling: MemoryCeiling,
     /// Most time one exec request may take, whatever its commands'
-    /// timeouts; commands still pending then get a `timeout` outcome.
+    /// timeouts; commands still pending then get a `timeout` outcome. A
+    /// model's Python cell (the code interpreter's, Anthropic's code
+    /// execution's) is interrupted past it too.
     pub request_deadline_secs: u64,
     /// Containers holding processes (running or being created) a project
     /// may have at once; suspended ones do not count (429 beyond).

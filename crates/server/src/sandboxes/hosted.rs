@@ -588,14 +588,20 @@ impl Sandbox for HostedShell {
         Ok(written)
     }
 
+    /// Runs `code` on `container`'s kernel within the request's deadline
+    /// (`request_deadline_secs`), as a command is: a cell past it is
+    /// interrupted and its interpretation says it timed out.
     async fn interpret(&self, container: &str, code: &str) -> Result<Interpretation, HostError> {
+        let deadline =
+            std::time::Duration::from_secs(self.state.config.sandbox.request_deadline_secs);
         let started = std::time::Instant::now();
-        let (interpretation, woke) = crate::sandboxes::interpreting::interpret(
+        let (interpretation, _, woke) = crate::sandboxes::interpreting::interpret_within(
             &self.state,
             &self.project,
             &self.request,
             container,
             code,
+            deadline.min(crate::sandboxes::interpreting::TIMEOUT),
         )
         .await?;
         self.add(started.elapsed().as_secs_f64(), woke);

@@ -49,25 +49,12 @@ pub const MAX_IMAGE_BYTES: usize = 16 << 20;
 /// are the container's files; only the citations are bounded).
 pub const MAX_CITED_FILES: usize = 64;
 
-/// Runs `code` in `container`'s code interpreter for `request` of
-/// `project`. Returns what it gave, and whether the container was woken
-/// for it (a session begun).
-pub async fn interpret(
-    state: &Arc<AppState>,
-    project: &str,
-    request: &str,
-    container: &str,
-    code: &str,
-) -> Result<(Interpretation, bool), HostError> {
-    interpret_within(state, project, request, container, code, TIMEOUT)
-        .await
-        .map(|(interpretation, _, woke)| (interpretation, woke))
-}
-
 pub use shellgate_model::run::Ended;
 
-/// [`interpret`], the code interrupted after `timeout` (a dialect with a
-/// documented limit of its own), and how it ended.
+/// Runs `code` in `container`'s code interpreter for `request` of
+/// `project`, interrupted after `timeout` (the kernel keeps its state).
+/// Returns what it gave, how it ended, and whether the container was
+/// woken for it (a session begun).
 pub async fn interpret_within(
     state: &Arc<AppState>,
     project: &str,
