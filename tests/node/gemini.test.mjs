@@ -1,8 +1,9 @@
 // Google's Gemini API through the official `@google/genai` SDK, its base URL
 // shellgate's, over a scripted Chat Completions upstream (a test fixture):
-// `codeExecution` runs the model's Python in a shellgate container; a
-// function call goes to the client and its response back to the model;
-// a stream comes as the SDK's chunks.
+// `codeExecution` runs the model's Python in a shellgate container (its
+// output, and a figure as an inline PNG); a function call goes to the
+// client and its response back to the model; a stream comes as the SDK's
+// chunks.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { GoogleGenAI } from '@google/genai';
@@ -63,6 +64,29 @@ test('gemini: generateContent runs codeExecution in a shellgate container', asyn
   assert.equal(result.codeExecutionResult.id, code.executableCode.id);
   assert.equal(answer.text, 'Done: OUTCOME_OK\n42\n');
   assert.ok(response.usageMetadata.totalTokenCount > 0);
+});
+
+test('gemini: a figure the code draws comes back as inlineData image/png', async () => {
+  const ai = new GoogleGenAI({
+    apiKey: KEY,
+    httpOptions: { baseUrl: server.baseURL.replace(/\/v1$/, ''), apiVersion: 'v1beta' },
+  });
+  const code = 'import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.show()';
+  const response = await ai.models.generateContent({
+    model: 'scripted',
+    contents: `Interpret: ${code}`,
+    config: { tools: [{ codeExecution: {} }] },
+  });
+  const parts = response.candidates[0].content.parts;
+  const seen = JSON.stringify(parts.map((part) => Object.keys(part)));
+  const images = parts.filter((part) => part.inlineData).map((part) => part.inlineData);
+  assert.equal(images.length, 1, seen);
+  assert.equal(images[0].mimeType, 'image/png', seen);
+  // The SDK keeps the bytes base64, as Google sends them.
+  const png = Buffer.from(images[0].data, 'base64');
+  assert.deepEqual([...png.subarray(0, 8)], [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a], seen);
+  const [result] = parts.filter((part) => part.codeExecutionResult);
+  assert.equal(result.codeExecutionResult.outcome, 'OUTCOME_OK', seen);
 });
 
 test('gemini: a function call goes to the client and its response back to the model', async () => {

@@ -2,7 +2,9 @@
 settings: `code_execution_20260521`'s per-cell limit
 (`code_execution_cell_timeout_secs`, a second here) and a container
 suspended while idle (its kernel ends with its processes: the next cell is
-told its variables are gone). Apart from test_anthropic_code_execution.py,
+told its variables are gone), and a written file larger than the Files
+API takes (`max_upload_bytes`: `output_file_too_large` for a command, left
+out of a cell's files). Apart from test_anthropic_code_execution.py,
 whose servers (a cluster each in cluster mode) are up for its whole module
 and a process runs one cluster at a time. Client: the official `anthropic` SDK; the
 model is the scripted upstream.
@@ -20,7 +22,9 @@ pytestmark = pytest.mark.fresh_server
 
 def anthropic_client(server):
     # Anthropic's SDK adds /v1 itself: its base URL is the server's root.
-    return anthropic.Anthropic(base_url=server.base_url.removesuffix("/v1"), api_key=KEY_A, max_retries=0)
+    # Strict: each answer must validate against the SDK's own types.
+    return anthropic.Anthropic(base_url=server.base_url.removesuffix("/v1"), api_key=KEY_A, max_retries=0,
+                               _strict_response_validation=True)
 
 
 def execute(client, arguments, tool, container=None):
@@ -77,3 +81,29 @@ def test_a_cell_after_the_container_slept_says_its_variables_are_gone(fresh_serv
     assert content.type == "code_execution_result", later.model_dump()
     assert content.return_code == 1 and "NameError" in content.stdout, content.model_dump()
     assert "suspended" in content.stderr and "variables" in content.stderr, content.model_dump()
+
+
+def test_a_written_file_larger_than_an_upload_is_output_file_too_large(fresh_server):
+    # The Files API's largest file (`max_upload_bytes`, 64 KiB here) bounds
+    # what a call's written files may be.
+    server = fresh_server(max_upload_bytes=64 * 1024)
+    client = anthropic_client(server)
+    bash = {"type": "code_execution_20250825", "name": "code_execution"}
+    message = client.messages.create(
+        model="scripted", max_tokens=256, tools=[bash],
+        messages=[{"role": "user", "content": 'Call bash_code_execution: '
+                   + json.dumps({"command": "head -c 100000 /dev/zero > big.bin; echo small > small.txt"})}])
+    error = message.content[1].content
+    assert (error.type, error.error_code) == (
+        "bash_code_execution_tool_result_error", "output_file_too_large"), message.model_dump()
+    # The model reads the error.
+    assert message.content[2].text.startswith("Done: Error: output_file_too_large"), message.model_dump()
+    # A Python cell's errors have no such code: the file is left out of
+    # its result, the smaller one is there.
+    python = {"type": "code_execution_20260120", "name": "code_execution"}
+    code = "open('big2.bin', 'wb').write(bytes(100000))\nopen('small2.txt', 'w').write('small')"
+    cell = execute(client, {"code": code}, tool=python, container=message.container.id)
+    result = cell.content[1].content
+    assert (result.type, result.return_code) == ("code_execution_result", 0), cell.model_dump()
+    [kept] = result.content
+    assert client.beta.files.retrieve_metadata(kept.file_id).filename == "small2.txt", cell.model_dump()

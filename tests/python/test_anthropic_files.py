@@ -32,6 +32,13 @@ pytestmark = pytest.mark.fresh_server
 
 BASH = {"type": "code_execution_20250825", "name": "code_execution"}
 PYTHON = {"type": "code_execution_20260120", "name": "code_execution"}
+# The versions whose model has the commands, and those with Python cells.
+BASH_VERSIONS = ["code_execution_20250825", "code_execution_20260120", "code_execution_20260521"]
+PYTHON_VERSIONS = ["code_execution_20250522", "code_execution_20260120", "code_execution_20260521"]
+
+
+def version(kind):
+    return {"type": kind, "name": "code_execution"}
 
 
 @pytest.fixture(scope="module", params=PROTOCOLS)
@@ -44,7 +51,9 @@ def served(request, upstream):
 
 def anthropic_client(server):
     # Anthropic's SDK adds /v1 itself: its base URL is the server's root.
-    return anthropic.Anthropic(base_url=server.base_url.removesuffix("/v1"), api_key=KEY_A, max_retries=0)
+    # Strict: each answer must validate against the SDK's own types.
+    return anthropic.Anthropic(base_url=server.base_url.removesuffix("/v1"), api_key=KEY_A, max_retries=0,
+                               _strict_response_validation=True)
 
 
 def uploaded(server, name, content):
@@ -72,13 +81,15 @@ def sent_text(request):
     return json.dumps(request)
 
 
-def test_an_uploaded_file_is_in_the_container_and_written_files_come_back(served, upstream):
+@pytest.mark.parametrize("kind", BASH_VERSIONS)
+def test_an_uploaded_file_is_in_the_container_and_written_files_come_back(served, upstream, kind):
     server, _ = served
     client = anthropic_client(server)
     file_id = uploaded(server, "data.csv", b"a,b\n1,2\n")
     before = len(upstream.requests)
     message = client.messages.create(**with_upload(
-        file_id, "bash_code_execution", {"command": "cat data.csv; wc -l < data.csv > lines.txt"}))
+        file_id, "bash_code_execution", {"command": "cat data.csv; wc -l < data.csv > lines.txt"},
+        tool=version(kind)))
     call, result, _ = message.content
     assert call.name == "bash_code_execution", message.content
     done = result.content
@@ -92,7 +103,7 @@ def test_an_uploaded_file_is_in_the_container_and_written_files_come_back(served
     assert server.client(KEY_A).files.retrieve(output.file_id).filename == "lines.txt"
     # A command that writes nothing returns no files.
     again = client.messages.create(**with_upload(
-        file_id, "bash_code_execution", {"command": "cat lines.txt"},
+        file_id, "bash_code_execution", {"command": "cat lines.txt"}, tool=version(kind),
         container=message.container.id))
     assert again.container.id == message.container.id
     assert again.content[1].content.model_dump() == {
@@ -100,13 +111,15 @@ def test_an_uploaded_file_is_in_the_container_and_written_files_come_back(served
         "content": []}
 
 
-def test_a_python_cell_returns_the_files_it_writes(served):
+@pytest.mark.parametrize("kind", PYTHON_VERSIONS)
+def test_a_python_cell_returns_the_files_it_writes(served, kind):
     server, _ = served
     client = anthropic_client(server)
     file_id = uploaded(server, "numbers.txt", b"1 2 3 4\n")
     code = ("total = sum(int(n) for n in open('numbers.txt').read().split())\n"
             "open('total.txt', 'w').write(str(total))\nprint(total)")
-    message = client.messages.create(**with_upload(file_id, "code_execution", {"code": code}, tool=PYTHON))
+    message = client.messages.create(**with_upload(file_id, "code_execution", {"code": code},
+                                                   tool=version(kind)))
     result = message.content[1].content
     assert (result.type, result.stdout, result.return_code) == ("code_execution_result", "10\n", 0), result
     [output] = result.content
@@ -189,14 +202,22 @@ def test_anthropic_file_lists_page_newest_first(served):
         client.beta.files.list(limit=0)
 
 
-def test_a_file_uploaded_with_anthropics_sdk_is_used_and_an_output_downloaded(served):
+@pytest.mark.parametrize("kind", [*BASH_VERSIONS, "code_execution_20250522"])
+def test_a_file_uploaded_with_anthropics_sdk_is_used_and_an_output_downloaded(served, kind):
     server, _ = served
     client = anthropic_client(server)
     meta = client.beta.files.upload(file=("words.txt", b"one two three\n", "text/plain"))
-    message = client.messages.create(**with_upload(
-        meta.id, "bash_code_execution", {"command": "tr ' ' '\\n' < words.txt | sort > sorted.txt"}))
+    if kind in BASH_VERSIONS:
+        call = ("bash_code_execution", {"command": "tr ' ' '\\n' < words.txt | sort > sorted.txt"})
+        done = "bash_code_execution_result"
+    else:
+        # The version without commands: a Python cell.
+        call = ("code_execution", {"code": "words = sorted(open('words.txt').read().split())\n"
+                                            "open('sorted.txt', 'w').write('\\n'.join(words) + '\\n')"})
+        done = "code_execution_result"
+    message = client.messages.create(**with_upload(meta.id, *call, tool=version(kind)))
     result = message.content[1].content
-    assert (result.type, result.return_code) == ("bash_code_execution_result", 0), result
+    assert (result.type, result.return_code) == (done, 0), result
     [output] = result.content
     written = client.beta.files.retrieve_metadata(output.file_id)
     assert (written.filename, written.mime_type, written.downloadable) == ("sorted.txt", "text/plain", True)

@@ -7,7 +7,9 @@ names the cell's `server_tool_use` (`stop_reason: "tool_use"`, the
 `tool_result`) resumes the cell, which gets the result as the call's
 value and runs to its end. A call never answered raises `TimeoutError` in
 the code (past `code_execution_tool_result_timeout_secs`, a few seconds
-here) and the container stays usable. Client: the official `anthropic` SDK; the
+here) and the container stays usable. The round trip runs with each version
+whose code calls tools (`_20250825`, whose model gets Python cells for it,
+`_20260120` and `_20260521`). Client: the official `anthropic` SDK; the
 model is the scripted upstream, once per upstream protocol.
 """
 
@@ -61,7 +63,9 @@ def served(request, upstream):
 
 def anthropic_client(server):
     # Anthropic's SDK adds /v1 itself: its base URL is the server's root.
-    return anthropic.Anthropic(base_url=server.base_url.removesuffix("/v1"), api_key=KEY_A, max_retries=0)
+    # Strict: each answer must validate against the SDK's own types.
+    return anthropic.Anthropic(base_url=server.base_url.removesuffix("/v1"), api_key=KEY_A, max_retries=0,
+                               _strict_response_validation=True)
 
 
 def ask(code):
@@ -69,7 +73,7 @@ def ask(code):
     return {"role": "user", "content": f"Call code_execution: {json.dumps({'code': code})}"}
 
 
-def answer(client, messages, message, results, is_error=False):
+def answer(client, messages, message, results, is_error=False, tools=TOOLS):
     """The client's next request: the conversation so far, the paused
     message, and a tool_result for each of its calls (by tool name)."""
     calls = [block for block in message.content if block.type == "tool_use"]
@@ -80,7 +84,7 @@ def answer(client, messages, message, results, is_error=False):
              "is_error": is_error}
             for call in calls]},
     ]
-    reply = client.messages.create(model="scripted", max_tokens=256, tools=TOOLS,
+    reply = client.messages.create(model="scripted", max_tokens=256, tools=tools,
                                    container=message.container.id, messages=messages)
     return messages, reply
 
@@ -95,13 +99,25 @@ def paused_calls(message):
     return calls
 
 
-def test_a_cell_calls_a_client_tool_and_resumes_with_its_result(served, upstream):
+# Each version whose code calls tools: the `allowed_callers` entry a tool
+# opts in with, and the `caller` its calls come back with (`_20260521`'s
+# are tagged `_20260120`, as Anthropic tags them).
+VERSIONS = [
+    ("code_execution_20250825", "code_execution_20250825", "code_execution_20250825"),
+    ("code_execution_20260120", "code_execution_20260120", "code_execution_20260120"),
+    ("code_execution_20260521", "code_execution_20260521", "code_execution_20260120"),
+]
+
+
+@pytest.mark.parametrize("kind,allowed,caller", VERSIONS)
+def test_a_cell_calls_a_client_tool_and_resumes_with_its_result(served, upstream, kind, allowed, caller):
     server, protocol = served
     client = anthropic_client(server)
+    tools = [{"type": kind, "name": "code_execution"}, {**WEATHER, "allowed_callers": [allowed]}, SECRET]
     code = "weather = get_weather('Paris')\nprint('Paris is', weather)"
     messages = [ask(code)]
     before = len(upstream.requests)
-    with client.messages.stream(model="scripted", max_tokens=256, tools=TOOLS, messages=messages) as events:
+    with client.messages.stream(model="scripted", max_tokens=256, tools=tools, messages=messages) as events:
         first = events.get_final_message()
     sent = upstream.requests[before]
     # The model is offered the code execution tool (telling it of the
@@ -117,9 +133,9 @@ def test_a_cell_calls_a_client_tool_and_resumes_with_its_result(served, upstream
     [paused] = paused_calls(first)
     assert paused is call
     assert (call.name, call.input) == ("get_weather", {"city": "Paris"}), first.model_dump()
-    assert call.caller.model_dump() == {"type": CALLER, "tool_id": cell.id}, first.model_dump()
+    assert call.caller.model_dump() == {"type": caller, "tool_id": cell.id}, first.model_dump()
     assert call.id.startswith("toolu_"), call.id
-    _, done = answer(client, messages, first, {"Paris": "sunny"})
+    _, done = answer(client, messages, first, {"Paris": "sunny"}, tools=tools)
     # The cell's result alone (its call was in the earlier response), then
     # the model's answer, which read the cell's output.
     result, text = done.content

@@ -18,7 +18,9 @@ HI = [{"role": "user", "content": "hi"}]
 
 
 def client(server):
-    return anthropic.Anthropic(base_url=server.base_url.removesuffix("/v1"), api_key=KEY_A, max_retries=0)
+    # Strict: each answer must validate against the SDK's own types.
+    return anthropic.Anthropic(base_url=server.base_url.removesuffix("/v1"), api_key=KEY_A, max_retries=0,
+                               _strict_response_validation=True)
 
 
 def ended(sdk, batch_id):
