@@ -178,6 +178,18 @@ def test_code_execution_streams_its_parts_whole(server):
     assert "".join(part.text or "" for part in got) == "Done: OUTCOME_OK\n42\n"
 
 
+def test_a_stream_quiet_while_code_runs_parses_to_its_end(server):
+    # Past the server's keep-alive interval (a second): what keeps the
+    # stream alive is nothing the SDK tries to read as a chunk.
+    chunks = list(gemini(server).models.generate_content_stream(
+        model="scripted", contents="Interpret: import time\ntime.sleep(3)\nprint('late')",
+        config=types.GenerateContentConfig(tools=CODE)))
+    got = [part for chunk in chunks for part in (chunk.candidates[0].content.parts or [])]
+    (result,) = [part.code_execution_result for part in got if part.code_execution_result]
+    assert (result.outcome, result.output) == (types.Outcome.OUTCOME_OK, "late\n")
+    assert chunks[-1].candidates[0].finish_reason == types.FinishReason.STOP
+
+
 def test_count_tokens_and_the_models_list(server):
     client = gemini(server)
     assert client.models.count_tokens(model="scripted", contents="hello there").total_tokens > 0

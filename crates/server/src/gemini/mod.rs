@@ -58,8 +58,6 @@ use shellgate_wire::gemini::{
 };
 use shellgate_wire::responses::{CodeInterpreterCall, CodeInterpreterOutput, Item};
 use shellgate_wire::{new_id, ErrorCode};
-use tokio_stream::wrappers::UnboundedReceiverStream;
-use tokio_stream::StreamExt;
 
 use crate::error::{ApiError, ApiResult};
 use crate::http::{ApiJson, Project};
@@ -67,6 +65,9 @@ use crate::sandboxes::hosted::HostedShell;
 use crate::state::AppState;
 use signature::Signer;
 use translate::Translated;
+
+/// How long a stream may be quiet before it gets a blank line.
+const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What Gemini's clients may call on a model.
 const METHODS: &[&str] = &["generateContent", "streamGenerateContent", "countTokens"];
@@ -520,11 +521,20 @@ impl Run {
             let _ = tx.send(last);
         });
         let guard = crate::turns::AbortOnDrop(Some(task));
-        let body = UnboundedReceiverStream::new(rx).map(move |event| {
-            let _keep = &guard;
-            Ok::<_, Infallible>(event)
+        // A quiet stream (a model slow to begin, code running) gets a blank
+        // line each second, not the comment line other streams get: the
+        // `google-genai` SDK reads every line that is not `data:` as JSON,
+        // and a comment would end its stream with a parse error. A blank
+        // line ends no event; the write still tells a client that left.
+        let body = futures_util::stream::unfold((rx, guard), |(mut rx, guard)| async move {
+            let event = match tokio::time::timeout(KEEP_ALIVE, rx.recv()).await {
+                Ok(Some(event)) => event,
+                Ok(None) => return None,
+                Err(_) => SseEvent::default(),
+            };
+            Some((Ok::<_, Infallible>(event), (rx, guard)))
         });
-        Sse::new(body).keep_alive(crate::http::sse_keep_alive())
+        Sse::new(body)
     }
 
     /// The parts an event of the loop gives a stream: a message's text as
