@@ -4,7 +4,8 @@ settings: `code_execution_20260521`'s per-cell limit
 suspended while idle (its kernel ends with its processes: the next cell is
 told its variables are gone), and a written file larger than the Files
 API takes (`max_upload_bytes`: `output_file_too_large` for a command, left
-out of a cell's files). Apart from test_anthropic_code_execution.py,
+out of a cell's files), and a paused cell a restart ended (`unavailable`).
+Apart from test_anthropic_code_execution.py,
 whose servers (a cluster each in cluster mode) are up for its whole module
 and a process runs one cluster at a time. Client: the official `anthropic` SDK; the
 model is the scripted upstream.
@@ -107,3 +108,33 @@ def test_a_written_file_larger_than_an_upload_is_output_file_too_large(fresh_ser
     assert (result.type, result.return_code) == ("code_execution_result", 0), cell.model_dump()
     [kept] = result.content
     assert client.beta.files.retrieve_metadata(kept.file_id).filename == "small2.txt", cell.model_dump()
+
+
+@pytest.mark.single_box("restarts its one server (a paused cell lives in the server's memory)")
+def test_a_paused_cell_the_server_lost_is_unavailable(fresh_server):
+    # A cell paused at a call of the client's tool waits in the server; a
+    # restart ends it, and the client's result then finds none: the cell's
+    # result is Anthropic's `unavailable` error, the container goes on.
+    server = fresh_server()
+    client = anthropic_client(server)
+    tools = [{"type": "code_execution_20260120", "name": "code_execution"},
+             {"name": "get_weather", "description": "The weather in a city.",
+              "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
+              "allowed_callers": ["code_execution_20260120"]}]
+    asked = {"role": "user", "content": 'Call code_execution: {"code": "print(get_weather(\'Paris\'))"}'}
+    first = client.messages.create(model="scripted", max_tokens=256, tools=tools, messages=[asked])
+    [call] = [block for block in first.content if block.type == "tool_use"]
+    assert first.stop_reason == "tool_use", first.model_dump()
+    server.stop()
+    server.start()
+    late = client.messages.create(
+        model="scripted", max_tokens=256, tools=tools, container=first.container.id,
+        messages=[asked, {"role": "assistant", "content": first.content},
+                  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id,
+                                                "content": "sunny"}]}])
+    result = late.content[0]
+    assert result.type == "code_execution_tool_result", late.model_dump()
+    assert result.content.model_dump() == {"type": "code_execution_tool_result_error",
+                                           "error_code": "unavailable"}, late.model_dump()
+    again = execute(client, {"code": "print(6 * 7)"}, tool=tools[0], container=first.container.id)
+    assert again.content[1].content.stdout == "42\n", again.model_dump()
