@@ -330,7 +330,6 @@ pub(crate) fn route_table(config: &config::Config, audience: Audience) -> RouteT
         Audience::Tenants => table,
     };
     // E2B's control plane answers at the root, as E2B's API does.
-    e2b::snapshots::routes(e2b::volume_content::routes(e2b::volumes::routes(
-        e2b::control::routes(table),
-    )))
+    let table = e2b::logs::routes(e2b::metrics::routes(e2b::control::routes(table)));
+    e2b::snapshots::routes(e2b::volume_content::routes(e2b::volumes::routes(table)))
 }

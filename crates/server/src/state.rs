@@ -98,7 +98,7 @@ pub struct AppState {
     /// E2B sandboxes' timeout timers.
     pub(crate) e2b_deadlines: crate::e2b::deadlines::Deadlines,
     /// E2B sandboxes' sampled resource use (`e2b::metrics`).
-    pub(crate) e2b_metrics: crate::e2b::metrics::MetricsHistory,
+    pub(crate) e2b_metrics: crate::e2b::metrics_history::MetricsHistory,
     /// The code interpreter's kernels and contexts, per container (E2B's
     /// `/execute`, the Responses `code_interpreter` tool).
     pub interpreters: Arc<shellgate_interpreter::Interpreters>,

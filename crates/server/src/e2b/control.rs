@@ -88,13 +88,6 @@ pub(crate) fn routes(table: crate::route_table::RouteTable) -> crate::route_tabl
         .route("/sandboxes/{sandbox_id}/connect", post(connect))
         .route("/sandboxes/{sandbox_id}/resume", post(resume))
         .route("/templates/aliases/{alias}", get(template_alias))
-        .route(
-            "/sandboxes/{sandbox_id}/metrics",
-            get(super::metrics::sandbox_metrics),
-        )
-        .route("/sandboxes/metrics", get(super::metrics::sandboxes_metrics))
-        .route("/sandboxes/{sandbox_id}/logs", get(super::logs::logs))
-        .route("/v2/sandboxes/{sandbox_id}/logs", get(super::logs::logs_v2))
         .route("/sandboxes/{sandbox_id}/refreshes", post(refresh))
         .route("/sandboxes/{sandbox_id}/network", put(not_supported));
     super::templates::routes(table)
@@ -166,7 +159,11 @@ async fn template_image(
     let usable = |image: &&shellgate_sandbox_api::image::ImageInfo| {
         crate::sandboxes::containers::usable_by(image, project)
     };
-    if images.iter().filter(usable).any(|image| image.name == template) {
+    if images
+        .iter()
+        .filter(usable)
+        .any(|image| image.name == template)
+    {
         return Ok(Some(template.to_owned()));
     }
     Err(E2bError::new(

@@ -25,6 +25,17 @@ use super::request::{bad_request, e2b_error, E2bProject};
 use super::E2bError;
 use crate::state::AppState;
 
+/// The log routes, beside the control plane's (`control`, whose
+/// ownership check they use).
+pub(crate) fn routes(table: crate::route_table::RouteTable) -> crate::route_table::RouteTable {
+    table
+        .route("/sandboxes/{sandbox_id}/logs", axum::routing::get(logs))
+        .route(
+            "/v2/sandboxes/{sandbox_id}/logs",
+            axum::routing::get(logs_v2),
+        )
+}
+
 /// Commands of the audit a log shows: the sandbox's latest.
 const MAX_COMMANDS: u32 = 500;
 /// Entries one answer holds at most (E2B's default and bound).

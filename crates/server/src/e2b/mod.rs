@@ -37,6 +37,7 @@ pub(crate) mod filesystem;
 pub(crate) mod interpreter;
 pub(crate) mod logs;
 pub(crate) mod metrics;
+pub(crate) mod metrics_history;
 pub(crate) mod process;
 pub(crate) mod request;
 pub(crate) mod signed;
