@@ -833,14 +833,20 @@ async fn set_timeout(
         timeout_secs(&state, Some(request.timeout))?
     };
     owned(&state, &project, &id).await?;
-    let end_at = crate::time::now() + timeout;
-    let key = id.clone();
+    set_end_at(&state, &id, crate::time::now() + timeout).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Sandbox `id` ends at `end_at` (unix seconds): stored, then its timer
+/// armed for it.
+async fn set_end_at(state: &Arc<AppState>, id: &str, end_at: i64) -> E2bResult<()> {
+    let key = id.to_owned();
     state
         .db(move |s| s.set_e2b_end_at(&key, end_at))
         .await
         .map_err(e2b_error)?;
-    super::timeouts::arm(&state, &id, end_at);
-    Ok(StatusCode::NO_CONTENT)
+    super::timeouts::arm(state, id, end_at);
+    Ok(())
 }
 
 /// A refresh's longest and shortest `duration` (E2B's bounds: its API
@@ -878,12 +884,7 @@ async fn refresh(
     }
     let end_at = crate::time::now() + duration;
     if end_at > sandbox.end_at {
-        let key = id.clone();
-        state
-            .db(move |s| s.set_e2b_end_at(&key, end_at))
-            .await
-            .map_err(e2b_error)?;
-        super::timeouts::arm(&state, &id, end_at);
+        set_end_at(&state, &id, end_at).await?;
     }
     Ok(StatusCode::NO_CONTENT)
 }
@@ -1013,12 +1014,7 @@ async fn connect(
     let (sandbox, end_at, resumed) = resume_if_paused(&state, &project, &id, &body).await?;
     if !resumed {
         if end_at > sandbox.end_at {
-            let key = id.clone();
-            state
-                .db(move |s| s.set_e2b_end_at(&key, end_at))
-                .await
-                .map_err(e2b_error)?;
-            super::timeouts::arm(&state, &id, end_at);
+            set_end_at(&state, &id, end_at).await?;
         }
         return Ok(with_status(
             StatusCode::OK,
