@@ -409,6 +409,94 @@ def settled_rss(pid: int, limit: float = 30.0) -> float:
     return round(samples[-1] / 1024, 1)
 
 
+def slab_bytes() -> dict:
+    """Every slab cache's size in bytes (objects times object size)."""
+    sizes = {}
+    with open("/proc/slabinfo") as f:
+        for line in f.readlines()[2:]:
+            fields = line.split()
+            sizes[fields[0]] = int(fields[2]) * int(fields[3])
+    return sizes
+
+
+def smaps_parts(pids) -> dict:
+    """The inits' summed smaps_rollup fields that say where their pages are."""
+    parts = dict.fromkeys(("Rss", "Pss", "Pss_Anon", "Pss_File", "Pss_Shmem",
+                           "Shared_Clean", "Private_Clean", "Private_Dirty"), 0)
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                for line in f:
+                    key, _, rest = line.partition(":")
+                    if key in parts:
+                        parts[key] += int(rest.split()[0])
+        except OSError:
+            pass
+    return parts
+
+
+def kernel_threads() -> int:
+    """Tasks whose parent is kthreadd (jbd2, workqueue rescuers, ...)."""
+    count = 0
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    if f.read().rsplit(")", 1)[1].split()[1] == "2":
+                        count += 1
+            except (OSError, IndexError):
+                pass
+    return count
+
+
+def cgroup_stat(group) -> dict:
+    """The group's memory.stat totals (v1: total_*) and kernel memory, KiB."""
+    stats = {}
+    try:
+        for line in (group / "memory.stat").read_text().splitlines():
+            key, value = line.split()
+            stats[key] = int(value) // 1024
+        stats["kmem"] = int((group / "memory.kmem.usage_in_bytes").read_text()) // 1024
+    except (OSError, TypeError, ValueError):
+        pass
+    return stats
+
+
+def breakdown(before: dict, after: dict, made: int) -> dict:
+    """Per container, KiB: where the memory went between two samples."""
+    slabs = {k: (after["slab"].get(k, 0) - before["slab"].get(k, 0)) / 1024 / made
+             for k in set(before["slab"]) | set(after["slab"])}
+    wanted = ("total_rss", "total_cache", "total_shmem", "total_mapped_file", "kmem",
+              "rss", "cache", "shmem", "anon", "file", "kernel", "kernel_stack",
+              "pagetables", "percpu", "sock", "slab_unreclaimable", "slab_reclaimable")
+    return {
+        "meminfo": {k: round((after["meminfo"][k] - before["meminfo"][k]) / made, 1)
+                    for k in after["meminfo"]},
+        "slab_caches": {k: round(v, 1) for k, v in
+                        sorted(slabs.items(), key=lambda kv: -abs(kv[1]))[:20]},
+        "cgroup": {k: round((after["cgroup"].get(k, 0) - before["cgroup"].get(k, 0)) / made, 1)
+                   for k in wanted if k in after["cgroup"]},
+        "inits": {k: round((after["inits"][k] - before["inits"][k]) / made, 1)
+                  for k in after["inits"]},
+        "kernel_threads": round((after["kthreads"] - before["kthreads"]) / made, 2),
+        "init_threads": after["init_threads"],
+    }
+
+
+def sample(pid: int, group) -> dict:
+    inits = children(pid)
+    return {
+        "meminfo": {f: meminfo(f) for f in ("MemAvailable", "MemFree", "Slab", "SUnreclaim",
+                                            "SReclaimable", "KernelStack", "PageTables",
+                                            "Percpu", "VmallocUsed", "Shmem")},
+        "slab": slab_bytes(),
+        "cgroup": cgroup_stat(group),
+        "inits": smaps_parts(inits),
+        "kthreads": kernel_threads(),
+        "init_threads": sorted({status_field(c, "Threads") for c in inits}),
+    }
+
+
 def cgroup_charge_kib(group) -> int:
     try:
         return int((group / "memory.usage_in_bytes").read_text()) // 1024
@@ -455,6 +543,7 @@ def measure(count: int, args) -> dict:
         available_before, charge_before = meminfo(), cgroup_charge_kib(group)
         kernel_before = {f: meminfo(f) for f in KERNEL_FIELDS}
         pss_before = sum(pss_kib(c) for c in children(pid))
+        sample_before = sample(pid, group)
 
         print(f"N={count}: creating", flush=True)
         ids, seconds, stop = create_many(server, count, args.concurrency, floor_kib,
@@ -475,6 +564,7 @@ def measure(count: int, args) -> dict:
         # journal), stacks, page tables.
         result["kernel_per_container_kib"] = {
             f: round((meminfo(f) - kernel_before[f]) / made) for f in KERNEL_FIELDS}
+        result["breakdown_per_container_kib"] = breakdown(sample_before, sample(pid, group), made)
         result["memavailable_gib_at_peak"] = round(meminfo() / 1048576, 2)
         result["live"] = server_figures(pid)
         result["live_host"] = host_counts(data, group)

@@ -21,6 +21,7 @@ use crate::forked_helper::ForkedHelper;
 use crate::helper::HELPER_ARG;
 use crate::protocol::{Enrollment, FileViewSpec, HelperTask, Report, MAX_REPORT};
 use crate::sys;
+use crate::zygote::Zygote;
 
 /// How long a helper may take to enrol or to build its container.
 const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -47,9 +48,12 @@ pub(crate) struct Started {
 }
 
 impl Helper {
-    /// Spawns a helper and enrols it in a new cgroup `slot` with `limits`.
+    /// Starts a helper (forked by `zygote` when given, see
+    /// [`crate::zygote`]) and enrols it in a new cgroup `slot` with
+    /// `limits`.
     pub async fn spawn(
         binary: &Path,
+        zygote: Option<&Zygote>,
         cgroups: &Cgroups,
         slot: String,
         limits: &ContainerSpec,
@@ -68,8 +72,8 @@ impl Helper {
             .unified_dir(&slot)
             .and_then(|dir| std::fs::File::open(dir).ok())
             .map(OwnedFd::from);
-        let (helper, pid, born_in_cgroup) = match Self::launch(binary, slot.clone(), into.as_ref())
-        {
+        let launched = Self::launch(binary, zygote, slot.clone(), into.as_ref()).await;
+        let (helper, pid, born_in_cgroup) = match launched {
             Ok(launched) => launched,
             Err(e) => {
                 let _ = cgroups.remove(&slot, Duration::from_secs(2)).await;
@@ -179,17 +183,37 @@ impl Helper {
 
     /// Starts the helper process with its end of a new control socket,
     /// born in the cgroup v2 directory `into` if given and the kernel can;
-    /// returns it, its pid and whether it was born there.
-    fn launch(
+    /// returns it, its pid and whether it was born there. Forked by the
+    /// zygote when there is one, else (or if it fails) executed.
+    async fn launch(
         binary: &Path,
+        zygote: Option<&Zygote>,
         slot: String,
         into: Option<&OwnedFd>,
     ) -> Result<(Helper, libc::pid_t, bool), SandboxError> {
         let (ours, theirs) = sys::seqpacket_pair().context(|| "socketpair".into())?;
-        let (pid, born_in_cgroup) = spawn_helper(binary, &theirs, into)
-            .context(|| format!("start helper {}", binary.display()))?;
+        let forked = match zygote {
+            Some(zygote) => match zygote.fork(&theirs, into).await {
+                Ok(forked) => Some((forked.pid, forked.pidfd, forked.born_in_cgroup)),
+                Err(e) => {
+                    tracing::warn!(
+                        "the sandbox zygote could not fork a helper ({e}); executing one"
+                    );
+                    None
+                }
+            },
+            None => None,
+        };
+        let (pid, pidfd, born_in_cgroup) = match forked {
+            Some(forked) => forked,
+            None => {
+                let (pid, born_in_cgroup) = spawn_process(binary, HELPER_ARG, &theirs, into)
+                    .context(|| format!("start helper {}", binary.display()))?;
+                let pidfd = sys::pidfd_open(pid).context(|| "pidfd of helper".into())?;
+                (pid, pidfd, born_in_cgroup)
+            }
+        };
         drop(theirs);
-        let pidfd = sys::pidfd_open(pid).context(|| "pidfd of helper".into())?;
         set_nonblocking(&ours)?;
         let control = register(ours).context(|| "register control socket".into())?;
         Ok((
@@ -205,7 +229,7 @@ impl Helper {
 
     /// A helper enrolled in no cgroup, for work that starts no container.
     async fn spawn_unenrolled(binary: &Path) -> Result<Helper, SandboxError> {
-        let (helper, _, _) = Self::launch(binary, String::new(), None)?;
+        let (helper, _, _) = Self::launch(binary, None, String::new(), None).await?;
         let enrollment = serde_json::to_vec(&Enrollment {})
             .map_err(|e| SandboxError::Setup(format!("encode enrollment: {e}")))?;
         send_raw(&helper.control, &enrollment).await?;
@@ -431,7 +455,7 @@ pub(crate) async fn wait_exit(pidfd: &AsyncFd<OwnedFd>) {
     }
 }
 
-async fn reap(pidfd: OwnedFd) {
+pub(crate) async fn reap(pidfd: OwnedFd) {
     match register(pidfd) {
         Ok(fd) => wait_exit(&fd).await,
         Err(e) => tracing::warn!("cannot watch helper: {e}"),
@@ -449,18 +473,19 @@ async fn reap(pidfd: OwnedFd) {
 /// ptrace access to init, which is not dumpable.)
 const HELPER_ARGV0: &CStr = c"shellgate";
 
-/// Starts the helper, the control socket on fd 3: born in the cgroup v2
+/// Starts the helper (`arg`: [`HELPER_ARG`], or the zygote's), the control socket on fd 3: born in the cgroup v2
 /// directory `into` (`clone3` with `CLONE_INTO_CGROUP`, see
 /// [`sys::spawn_in_cgroup`]) when given and the kernel can, else with
 /// `posix_spawn` (a vfork-style clone: safe and cheap from a multithreaded
 /// server, unlike fork). Returns its pid and whether it was born in `into`.
-fn spawn_helper(
+pub(crate) fn spawn_process(
     binary: &Path,
+    arg: &str,
     control: &OwnedFd,
     into: Option<&OwnedFd>,
 ) -> std::io::Result<(libc::pid_t, bool)> {
     let path = sys::cstr(binary)?;
-    let arg = CString::new(HELPER_ARG).map_err(std::io::Error::other)?;
+    let arg = CString::new(arg).map_err(std::io::Error::other)?;
     let argv = [HELPER_ARGV0.as_ptr(), arg.as_ptr(), std::ptr::null()];
     if let Some(cgroup) = into {
         match sys::spawn_in_cgroup(&path, &argv, control.as_raw_fd(), cgroup.as_raw_fd()) {

@@ -29,6 +29,7 @@ pub mod sandbox_user;
 #[cfg(test)]
 mod scratch;
 pub mod sys;
+pub mod zygote;
 
 pub use backend::{
     CommandResult, ContainerInfo, ContainerSpec, ContainerState, Outcome, RunRequest,

@@ -194,6 +194,40 @@ pub fn spawn_in_cgroup(
     Ok(pid as libc::pid_t)
 }
 
+/// A copy of this process (fork semantics: no shared memory, the child
+/// runs on a copy-on-write copy of this stack) that is this process's
+/// *sibling*: `CLONE_PARENT` makes it the child of this process's parent,
+/// which reaps it. Born in the cgroup v2 directory open at `cgroup` when
+/// given. Returns 0 in the child and the child's pid here.
+///
+/// # Safety
+///
+/// The calling process must have one thread, so that the child's copy of
+/// every lock and of the allocator is consistent.
+pub unsafe fn fork_sibling(cgroup: Option<RawFd>) -> io::Result<libc::pid_t> {
+    let mut args = CloneArgs {
+        // With CLONE_PARENT the exit signal is this process's own (the
+        // kernel refuses another one).
+        flags: libc::CLONE_PARENT as u64 | cgroup.map_or(0, |_| CLONE_INTO_CGROUP),
+        cgroup: cgroup.map_or(0, |fd| fd as u64),
+        ..CloneArgs::default()
+    };
+    // SAFETY: `args` is a valid clone_args of the size passed; no CLONE_VM
+    // and a null stack: the child gets a copy of this process's memory, and
+    // the caller guarantees that copy is consistent.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &mut args as *mut CloneArgs,
+            size_of::<CloneArgs>(),
+        )
+    };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(pid as libc::pid_t)
+}
+
 /// The capability that lowers a process's OOM score below its minimum.
 pub const CAP_SYS_RESOURCE: u32 = 24;
 

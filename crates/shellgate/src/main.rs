@@ -14,13 +14,19 @@ mod terminal;
 
 fn main() {
     abort_on_panic();
-    // The helper must run before anything else starts: no threads, no
-    // runtime, nothing but the spec it is sent.
+    // The helper and the zygote must run before anything else starts: no
+    // threads, no runtime, nothing but what they are sent.
     if std::env::args_os()
         .nth(1)
         .is_some_and(|arg| arg == shellgate_sandbox::helper::HELPER_ARG)
     {
         shellgate_sandbox::helper::helper_main();
+    }
+    if std::env::args_os()
+        .nth(1)
+        .is_some_and(|arg| arg == shellgate_sandbox::zygote::ZYGOTE_ARG)
+    {
+        shellgate_sandbox::zygote::zygote_main();
     }
     std::process::exit(cli::main());
 }

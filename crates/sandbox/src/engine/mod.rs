@@ -200,6 +200,8 @@ pub(crate) struct Inner {
     file_workers: FileWorkers,
     slots: IdSlots,
     pools: Pools,
+    /// Forks the helpers (`crate::zygote`): their inits share its pages.
+    zygote: crate::zygote::Zygote,
     /// Set by `shutdown`: background refills stop and nothing is kept.
     closing: AtomicBool,
     /// Makes names unique (cgroup slots, warm and trash directories).
@@ -363,6 +365,7 @@ impl LocalEngine {
                 commands: Commands::new(config.drain_grace, config.unread_output_rate),
                 processes: Processes::new(config.drain_grace, config.unread_output_rate),
                 file_workers: FileWorkers::new(config.transfer_stall),
+                zygote: crate::zygote::Zygote::new(&config.helper_binary),
                 config,
                 cgroups,
                 disk_kind,
@@ -1197,6 +1200,7 @@ impl SandboxBackend for LocalEngine {
             });
         }
         while stops.join_next().await.is_some() {}
+        self.inner.zygote.end().await;
         self.inner.cgroups.remove_base();
     }
 }

@@ -211,6 +211,7 @@ impl Pools {
         }
         Helper::spawn(
             &inner.config.helper_binary,
+            Some(&inner.zygote),
             &inner.cgroups,
             engine.next_name("s"),
             spec,
@@ -300,6 +301,7 @@ impl Pooled for SpareHelper {
         let inner = &engine.inner;
         Helper::spawn(
             &inner.config.helper_binary,
+            Some(&inner.zygote),
             &inner.cgroups,
             engine.next_name("s"),
             &ContainerSpec::default(),

@@ -427,6 +427,72 @@ async fn files_survive_stop_and_start_but_processes_do_not() {
     t.finish().await;
 }
 
+/// The dirty pages of the binary's writable mappings in `pid` (its
+/// relocated data, the GOT), in KiB: (shared with other processes, its own).
+fn binary_dirty_kib(pid: i32) -> (u64, u64) {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap();
+    let (mut shared, mut private, mut in_binary) = (0, 0, false);
+    for line in smaps.lines() {
+        let mut fields = line.split_whitespace();
+        let first = fields.next().unwrap_or("");
+        if first.contains('-') && first.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+            // A mapping's header: the binary's own, written (relocated) pages.
+            let perms = fields.next().unwrap_or("");
+            let path = line.split_whitespace().nth(5).unwrap_or("");
+            in_binary = perms.starts_with("rw") && path.ends_with("/shellgate");
+        } else if in_binary {
+            let kib = fields
+                .next()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+            match first {
+                "Shared_Dirty:" => shared += kib,
+                "Private_Dirty:" => private += kib,
+                _ => {}
+            }
+        }
+    }
+    (shared, private)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn inits_share_the_binarys_relocated_pages_and_stay_the_engines_children() {
+    let t = TestEngine::new("zygote").await;
+    t.create("c1").await;
+    t.create("c2").await;
+    let mut inits = Vec::new();
+    for id in ["c1", "c2"] {
+        let init = t.engine.init_pid(id).await.unwrap().expect("running");
+        // The engine (this process) is init's parent, as with a spawned
+        // helper: it reaps init, and init ends with it.
+        let status = std::fs::read_to_string(format!("/proc/{init}/status")).unwrap();
+        let ppid = status
+            .lines()
+            .find_map(|l| l.strip_prefix("PPid:"))
+            .unwrap()
+            .trim()
+            .to_owned();
+        assert_eq!(ppid, std::process::id().to_string(), "{status}");
+        inits.push(init);
+    }
+    for init in &inits {
+        // Forked from the zygote, the relocated pages are the zygote's,
+        // shared by every init; executed afresh, each init would hold its
+        // own copy (all of it private).
+        let (shared, private) = binary_dirty_kib(*init);
+        assert!(
+            shared > private,
+            "init {init}: {shared} KiB shared, {private} KiB private"
+        );
+    }
+    // Stopped, started again, a container still works (a new helper from
+    // the same zygote).
+    t.engine.stop("c1").await.unwrap();
+    assert!(!process_alive(inits[0]));
+    assert_eq!(t.ok("c1", "echo back").await, "back\n");
+    t.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn destroy_leaves_nothing_and_frees_the_id() {
     let t = TestEngine::new("destroy").await;
