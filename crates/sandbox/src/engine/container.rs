@@ -29,11 +29,17 @@ pub(super) const VIEW_LIFETIME: Duration = Duration::from_secs(30);
 
 /// A started container: its init and the channel to it.
 pub(super) struct Running {
-    pub control: AsyncFd<OwnedFd>,
+    /// Shared with the watcher of init (see `lifecycle`), which learns of
+    /// init's exit from it: init's end closes only when init exits.
+    pub control: Arc<AsyncFd<OwnedFd>>,
+    /// Init, the engine's child: until the watcher reaps it (and says so
+    /// under `reaped`'s lock) this pid names init and no other process, so
+    /// the engine holds no pidfd per container (each live container costs
+    /// descriptors of the server's limited number).
     pub init_pid: i32,
+    pub reaped: Arc<Mutex<bool>>,
     /// The container's cgroup (see `launcher`).
     pub slot: String,
-    pub pidfd: Arc<AsyncFd<OwnedFd>>,
     pub exited: watch::Receiver<bool>,
     /// `/mnt/data` as init opened it (see `files`).
     pub data: OwnedFd,
@@ -134,9 +140,30 @@ impl Running {
             .await
             .is_err()
         {
-            let _ = sys::pidfd_kill(self.pidfd.get_ref(), libc::SIGKILL);
+            self.kill_init();
             let _ = exited.wait_for(|e| *e).await;
         }
+    }
+
+    /// SIGKILLs init unless it was reaped already (its pid could be
+    /// another process's by then).
+    pub fn kill_init(&self) {
+        let reaped = lock(&self.reaped);
+        if !*reaped {
+            // SAFETY: kill with our unreaped child's pid; the lock keeps the
+            // watcher from reaping it meanwhile.
+            unsafe { libc::kill(self.init_pid, libc::SIGKILL) };
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        // The watcher holds the control socket too: shut it down, so init
+        // sees its end of the channel close when the engine lets go of the
+        // container, as it did when this handle alone owned the socket.
+        // SAFETY: shutdown on a socket we own.
+        unsafe { libc::shutdown(self.control.as_raw_fd(), libc::SHUT_RDWR) };
     }
 }
 

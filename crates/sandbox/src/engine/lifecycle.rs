@@ -3,10 +3,12 @@
 //! reached while it runs or through a view of its disk while it is stopped.
 //! Each step decides under the container's state lock (see `container`).
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
 use tokio::sync::watch;
 
 use super::container::{Container, InFlight, Running, Wake, VIEW_LIFETIME};
@@ -14,7 +16,7 @@ use super::{lock, spec, LocalEngine, SANDBOX_UID};
 use crate::disk::{self, DiskKind};
 use crate::error::{IoContext, SandboxError};
 use crate::files::DataDir;
-use crate::launcher::{register, wait_exit, Helper};
+use crate::launcher::{register, Helper};
 use crate::protocol::FileViewSpec;
 use crate::sys;
 
@@ -90,20 +92,27 @@ impl LocalEngine {
             }
         };
         container.set_last_loop(started.loop_device);
-        let pidfd = sys::pidfd_open(started.init_pid).context(|| "pidfd of init".into())?;
-        let pidfd = Arc::new(register(pidfd).context(|| "register pidfd".into())?);
+        let control = Arc::new(started.control);
+        let reaped = Arc::new(Mutex::new(false));
         let (exited_tx, exited) = watch::channel(false);
-        let watched = Arc::clone(&pidfd);
-        let id = container.id.clone();
-        tokio::spawn(async move {
-            wait_exit(&watched).await;
-            tracing::debug!(container = %id, "init exited");
-            let _ = exited_tx.send(true);
-        });
+        {
+            let (control, reaped) = (Arc::clone(&control), Arc::clone(&reaped));
+            let (id, pid) = (container.id.clone(), started.init_pid);
+            tokio::spawn(async move {
+                watch_init(&control, pid, &reaped).await;
+                tracing::debug!(container = %id, "init exited");
+                let _ = exited_tx.send(true);
+            });
+        }
         let egress = match self.inner.networks.serve(container, started.proxy) {
             Ok(egress) => egress,
             Err(e) => {
-                let _ = sys::pidfd_kill(pidfd.get_ref(), libc::SIGKILL);
+                if !*lock(&reaped) {
+                    // SAFETY: our unreaped child (see `Running::kill_init`).
+                    unsafe { libc::kill(started.init_pid, libc::SIGKILL) };
+                }
+                // SAFETY: shutdown on a socket we own; init exits.
+                unsafe { libc::shutdown(control.as_raw_fd(), libc::SHUT_RDWR) };
                 let _ = self
                     .inner
                     .cgroups
@@ -117,10 +126,10 @@ impl LocalEngine {
         let forks_failed_at_last_start =
             std::sync::atomic::AtomicU64::new(counters.events().pids_max);
         Ok(Arc::new(Running {
-            control: started.control,
+            control,
             init_pid: started.init_pid,
+            reaped,
             slot: started.slot,
-            pidfd,
             exited,
             data: started.data,
             counters,
@@ -235,5 +244,57 @@ impl LocalEngine {
             }
         });
         Ok(view)
+    }
+}
+
+/// Waits until init exits, and reaps it (marking it reaped under `reaped`'s
+/// lock, which `Running::kill_init` takes). Init's end of the control
+/// socket closes only when init exits (it sends nothing after `Ready`), so
+/// the watcher waits on the socket the engine holds anyway; only then does
+/// it open a pidfd, for the moments until the exit is complete.
+async fn watch_init(control: &AsyncFd<OwnedFd>, pid: i32, reaped: &Mutex<bool>) {
+    loop {
+        let Ok(mut guard) = control.ready(Interest::READABLE).await else {
+            break;
+        };
+        if guard.ready().is_read_closed() {
+            break;
+        }
+        let mut buf = [0u8; 64];
+        match guard.try_io(|fd| sys::recv_with_fds(fd.as_raw_fd(), &mut buf, libc::MSG_DONTWAIT)) {
+            // A hang-up, or an error that ends the channel.
+            Ok(Ok((0, _)) | Err(_)) => break,
+            // Nothing is sent after `Ready`; whatever came is dropped.
+            Ok(Ok(_)) | Err(_) => {}
+        }
+    }
+    // The pid still names init: only this task reaps it.
+    let pidfd = match sys::pidfd_open(pid).and_then(register) {
+        Ok(pidfd) => pidfd,
+        Err(e) => {
+            tracing::warn!(pid, "cannot watch init: {e}");
+            *lock(reaped) = true;
+            return;
+        }
+    };
+    loop {
+        {
+            let mut reaped = lock(reaped);
+            match sys::reap_pidfd(pidfd.get_ref()) {
+                Ok(None) => {}
+                // Reaped now; ECHILD: nothing left to wait for.
+                Ok(Some(_)) | Err(_) => {
+                    *reaped = true;
+                    return;
+                }
+            }
+        }
+        match pidfd.readable().await {
+            Ok(mut guard) => guard.clear_ready(),
+            Err(_) => {
+                *lock(reaped) = true;
+                return;
+            }
+        }
     }
 }

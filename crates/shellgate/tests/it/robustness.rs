@@ -539,6 +539,66 @@ async fn a_busy_container_near_its_process_limit_keeps_its_processes() {
     t.finish().await;
 }
 
+/// The pids that pidfds open in this process name.
+fn pidfd_targets() -> Vec<i32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        let link = std::fs::read_link(entry.path()).unwrap_or_default();
+        if link.to_string_lossy() != "anon_inode:[pidfd]" {
+            continue;
+        }
+        let info = std::fs::read_to_string(format!(
+            "/proc/self/fdinfo/{}",
+            entry.file_name().to_string_lossy()
+        ))
+        .unwrap_or_default();
+        pids.extend(
+            info.lines()
+                .filter_map(|l| l.strip_prefix("Pid:"))
+                .filter_map(|p| p.trim().parse::<i32>().ok()),
+        );
+    }
+    pids
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_live_container_costs_the_engine_no_pidfd_and_a_killed_init_is_still_seen() {
+    // Live containers are bounded by the server's open-file limit: the
+    // engine watches init through the control socket it holds anyway.
+    let t = TestEngine::new("no-pidfd").await;
+    t.create("c1").await;
+    let init = t.engine.init_pid("c1").await.unwrap().expect("running");
+    assert!(
+        !pidfd_targets().contains(&init),
+        "a pidfd names init {init}"
+    );
+    // SAFETY: SIGKILL to the test's own container init.
+    unsafe { libc::kill(init, libc::SIGKILL) };
+    assert!(
+        common::eventually_async(Duration::from_secs(10), || async {
+            matches!(t.engine.init_pid("c1").await, Ok(None))
+        })
+        .await,
+        "the engine never saw its init die"
+    );
+    // Reaped: no zombie of ours is left of it.
+    let our_zombie = || {
+        std::fs::read_to_string(format!("/proc/{init}/stat")).is_ok_and(|stat| {
+            let rest: Vec<&str> = stat
+                .rsplit(')')
+                .next()
+                .unwrap_or("")
+                .split_whitespace()
+                .collect();
+            rest.first() == Some(&"Z")
+                && rest.get(1) == Some(&std::process::id().to_string().as_str())
+        })
+    };
+    assert!(common::eventually(Duration::from_secs(10), || !our_zombie()).await);
+    assert_eq!(t.ok("c1", "echo again").await, "again\n");
+    t.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn file_access_never_goes_through_the_pid_of_init() {
     // The engine reaches a container's files through a descriptor, not
@@ -554,8 +614,9 @@ async fn file_access_never_goes_through_the_pid_of_init() {
     // SAFETY: SIGKILL to the test's own container init.
     unsafe { libc::kill(init, libc::SIGKILL) };
     assert!(common::eventually(Duration::from_secs(5), || !common::process_alive(init)).await);
-    // The engine learns of the death from init's pidfd, a moment after the
-    // process is gone from /proc: the test waits for the engine's view.
+    // The engine learns of the death from init's end of the control socket
+    // (then reaps it), a moment after the process is gone from /proc: the
+    // test waits for the engine's view.
     assert!(
         common::eventually_async(Duration::from_secs(5), || async {
             matches!(t.engine.init_pid("c1").await, Ok(None))
