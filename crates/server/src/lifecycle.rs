@@ -61,6 +61,7 @@ pub async fn recover(state: &Arc<AppState>) -> Result<(), ApiError> {
         .await?
         .into_iter()
         .collect();
+    let mut died = Vec::new();
     for row in &rows {
         let id = row.id.clone();
         if row.status == shellgate_store::ContainerStatus::Lost {
@@ -82,10 +83,15 @@ pub async fn recover(state: &Arc<AppState>) -> Result<(), ApiError> {
             state.db(move |s| s.delete_container(&id)).await?;
         } else if row.session_open {
             // Its processes died with the previous server.
-            state
-                .db(move |s| s.close_session(&id, shellgate_store::ContainerStatus::Suspended))
-                .await?;
+            died.push(id);
         }
+    }
+    // In one transaction: after a crash with thousands of containers live,
+    // one each made the start-up wait thousands of commits.
+    if !died.is_empty() {
+        state
+            .db(move |s| s.close_sessions(&died, shellgate_store::ContainerStatus::Suspended))
+            .await?;
     }
     let known: std::collections::HashSet<&str> = rows.iter().map(|r| r.id.as_str()).collect();
     for id in engine_ids {
