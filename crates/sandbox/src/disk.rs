@@ -421,11 +421,17 @@ mod tests {
         status.success().then_some((dir, image))
     }
 
+    /// Sets `s_state` as the kernel would leave it (`debugfs` keeps the
+    /// superblock's checksum valid, as a crash does).
     fn set_state(image: &Path, state: u16) {
-        use std::os::unix::fs::FileExt;
-        let file = OpenOptions::new().write(true).open(image).unwrap();
-        file.write_all_at(&state.to_le_bytes(), SUPERBLOCK_OFFSET + SB_STATE as u64)
+        let status = std::process::Command::new("debugfs")
+            .args(["-w", "-R", &format!("ssv state {state}")])
+            .arg(image)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
             .unwrap();
+        assert!(status.success());
     }
 
     fn open(image: &Path) -> fs::File {
