@@ -261,11 +261,12 @@ async fn watch_init(control: &AsyncFd<OwnedFd>, pid: i32, reaped: &Mutex<bool>) 
             break;
         }
         let mut buf = [0u8; 64];
-        match guard.try_io(|fd| sys::recv_with_fds(fd.as_raw_fd(), &mut buf, libc::MSG_DONTWAIT)) {
-            // A hang-up, or an error that ends the channel.
-            Ok(Ok((0, _)) | Err(_)) => break,
-            // Nothing is sent after `Ready`; whatever came is dropped.
-            Ok(Ok(_)) | Err(_) => {}
+        // A hang-up, or an error that ends the channel; anything else that
+        // came (nothing is sent after `Ready`) is dropped.
+        let received =
+            guard.try_io(|fd| sys::recv_with_fds(fd.as_raw_fd(), &mut buf, libc::MSG_DONTWAIT));
+        if let Ok(Ok((0, _)) | Err(_)) = received {
+            break;
         }
     }
     // The pid still names init: only this task reaps it.
