@@ -58,26 +58,29 @@ def shellgate_build(data, context, name):
         raise SystemExit(f"image build {name} failed:\n{done.stderr}")
 
 
-def direct_build(base, scratch, context, name):
-    """The same steps on the host: overlay, chroot as root, then the tree."""
-    work = scratch / name
-    upper, workdir, merged, tree = (work / d for d in ("upper", "work", "merged", "tree"))
-    for d in (upper, workdir, merged):
-        d.mkdir(parents=True)
-    subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
-                    f"lowerdir={base},upperdir={upper},workdir={workdir}", str(merged)], check=True)
-    try:
-        shutil.copy(context / PACKAGE, merged / "tmp" / PACKAGE)
-        subprocess.run(["chroot", str(merged), "/bin/sh", "-c", " && ".join(STEPS)],
-                       check=True, capture_output=True)
-        (merged / "opt/app").mkdir(parents=True, exist_ok=True)
-        # The builder's home is the sandbox user's own directory.
-        os.chown(merged / "home/user", 1000, 1000)
-        shutil.copy(context / "app.py", merged / "opt/app/app.py")
-        subprocess.run(["chroot", "--userspec=1000:1000", str(merged), "/bin/sh", "-c",
-                        "echo made-by-user > /home/user/note"], check=True, capture_output=True)
-    finally:
-        subprocess.run(["umount", str(merged)], check=True)
+class Overlay:
+    """An overlay of `base` under `work` (upper, work, merged), mounted
+    while the `with` lasts: the writable view a build's steps run in."""
+
+    def __init__(self, base, work):
+        self.base, self.upper, self.workdir, self.merged = (
+            base, work / "upper", work / "work", work / "merged")
+
+    def __enter__(self):
+        for d in (self.upper, self.workdir, self.merged):
+            d.mkdir(parents=True)
+        subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
+                        f"lowerdir={self.base},upperdir={self.upper},workdir={self.workdir}",
+                        str(self.merged)], check=True)
+        return self.merged
+
+    def __exit__(self, *_):
+        subprocess.run(["umount", str(self.merged)], check=True)
+
+
+def tree_of(base, upper, tree):
+    """The image tree as the builder makes it: a hard-linked copy of the
+    base, the upper layer's whiteouts applied and the rest copied over."""
     subprocess.run(["cp", "-a", "--link", "-T", str(base), str(tree)], check=True)
     # Whiteouts (0/0 character devices) remove; the rest is copied over.
     for path in sorted(upper.rglob("*"), reverse=True):
@@ -91,6 +94,37 @@ def direct_build(base, scratch, context, name):
     subprocess.run(["cp", "-a", "--remove-destination", "-T", str(upper), str(tree)], check=True)
 
 
+def direct_build(base, scratch, context, name):
+    """The same steps on the host: overlay, chroot as root, then the tree."""
+    work = scratch / name
+    overlay = Overlay(base, work)
+    with overlay as merged:
+        shutil.copy(context / PACKAGE, merged / "tmp" / PACKAGE)
+        subprocess.run(["chroot", str(merged), "/bin/sh", "-c", " && ".join(STEPS)],
+                       check=True, capture_output=True)
+        (merged / "opt/app").mkdir(parents=True, exist_ok=True)
+        # The builder's home is the sandbox user's own directory.
+        os.chown(merged / "home/user", 1000, 1000)
+        shutil.copy(context / "app.py", merged / "opt/app/app.py")
+        subprocess.run(["chroot", "--userspec=1000:1000", str(merged), "/bin/sh", "-c",
+                        "echo made-by-user > /home/user/note"], check=True, capture_output=True)
+    tree_of(base, overlay.upper, work / "tree")
+
+
+def data_dir_with_base(tmp, cached):
+    """A data directory under `tmp` whose image store holds the cached
+    `debian-12`, hard-linked (nothing is written to the cache); its path
+    and the base's root."""
+    # The containers' helpers reach the data directory as other ids.
+    tmp.chmod(0o755)
+    data = tmp / "data"
+    images = data / "sandbox" / "images"
+    images.mkdir(parents=True)
+    subprocess.run(["cp", "-a", "--link", str(cached / "debian-12"), str(images)], check=True)
+    (images / "debian-12" / ".lock").unlink(missing_ok=True)
+    return data, images / "debian-12" / "rootfs"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images-dir", default="/var/cache/shellgate-test/images-data/sandbox/images")
@@ -99,14 +133,8 @@ def main():
     cached = Path(args.images_dir)
     with tempfile.TemporaryDirectory(prefix="shellgate-bench-build-") as tmp:
         tmp = Path(tmp)
-        # The containers' helpers reach the data directory as other ids.
-        tmp.chmod(0o755)
-        data = tmp / "data"
+        data, base = data_dir_with_base(tmp, cached)
         images = data / "sandbox" / "images"
-        images.mkdir(parents=True)
-        subprocess.run(["cp", "-a", "--link", str(cached / "debian-12"), str(images)], check=True)
-        (images / "debian-12" / ".lock").unlink(missing_ok=True)
-        base = images / "debian-12" / "rootfs"
         context = tmp / "context"
         context.mkdir()
         shutil.copy(cached / ".cache" / "apt" / "debian-12" / PACKAGE, context / PACKAGE)
