@@ -268,7 +268,9 @@ def test_ten_thousand_lists_from_one_tenant_while_another_runs_commands(sbx, ser
     # can take longer than the SDK's default 300 s over 10,000 Lists, and a
     # sandbox that ended would answer an empty list (not what is tested).
     sbx.set_timeout(3600)
-    running = sbx.commands.run("sleep 3600", background=True)
+    # `timeout=0`: the SDK's default 60 s deadline ends the command (and
+    # the flood outlasts it on a loaded machine).
+    running = sbx.commands.run("sleep 3600", background=True, timeout=0)
     theirs = Sandbox.create(api_key=E2B_KEY_B, timeout=3600)
     try:
         url = urlsplit(sbx.envd_api_url)

@@ -13,6 +13,7 @@ pub mod archive;
 pub mod backend;
 pub mod cgroup;
 pub mod checkpoint;
+mod children;
 pub mod disk;
 pub mod engine;
 pub mod error;

@@ -171,7 +171,7 @@ impl Zygote {
         tokio::spawn(async move {
             let forked = Self::exchange(&process, &binary, control, into).await;
             if let Err(Ok(forked)) = tx.send(forked) {
-                crate::launcher::reap(forked.pidfd).await;
+                crate::children::reap(forked.pidfd).await;
             }
         });
         rx.await
@@ -184,7 +184,7 @@ impl Zygote {
         let running = self.process.lock().await.take();
         if let Some(Running { socket, pidfd }) = running {
             drop(socket);
-            crate::launcher::reap(pidfd).await;
+            crate::children::reap(pidfd).await;
         }
     }
 
@@ -221,7 +221,7 @@ impl Zygote {
                 // Gone or confused: reaped, and a new one next time.
                 drop(running.socket);
                 let pidfd = running.pidfd;
-                tokio::spawn(crate::launcher::reap(pidfd));
+                tokio::spawn(crate::children::reap(pidfd));
                 Err(error)
             }
         }
@@ -236,12 +236,12 @@ enum Answer {
 impl Running {
     fn start(binary: &Path) -> io::Result<Running> {
         let (ours, theirs) = sys::seqpacket_pair()?;
-        let (pid, _) = crate::launcher::spawn_process(binary, ZYGOTE_ARG, &theirs, None)?;
+        let (pid, _) = crate::children::spawn_process(binary, ZYGOTE_ARG, &theirs, None)?;
         drop(theirs);
         let pidfd = sys::pidfd_open(pid)?;
         let flags = rustix::fs::fcntl_getfl(&ours)?;
         rustix::fs::fcntl_setfl(&ours, flags | rustix::fs::OFlags::NONBLOCK)?;
-        let socket = crate::launcher::register(ours)?;
+        let socket = crate::children::register(ours)?;
         Ok(Running { socket, pidfd })
     }
 

@@ -13,10 +13,11 @@ use tokio::sync::watch;
 
 use super::container::{Container, InFlight, Running, Wake, VIEW_LIFETIME};
 use super::{lock, spec, LocalEngine, SANDBOX_UID};
+use crate::children::register;
 use crate::disk::{self, DiskKind};
 use crate::error::{IoContext, SandboxError};
 use crate::files::DataDir;
-use crate::launcher::{register, Helper};
+use crate::launcher::Helper;
 use crate::protocol::FileViewSpec;
 use crate::sys;
 

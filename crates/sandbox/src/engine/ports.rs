@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::container::{Containers, InFlight};
+use crate::children::register;
 use crate::error::{IoContext, SandboxError};
-use crate::launcher::register;
 use crate::protocol::{ConnectReply, Request};
 use crate::sys;
 use shellgate_sandbox_api::ports::{PortConnection, PortFailure, MIN_EXPOSED_PORT};

@@ -811,7 +811,7 @@ async fn send_start(
         let master = receive_master(ours).await?;
         set_nonblocking(&master).context(|| "terminal master".into())?;
         let master =
-            Arc::new(crate::launcher::register(master).context(|| "terminal master".into())?);
+            Arc::new(crate::children::register(master).context(|| "terminal master".into())?);
         (
             Output::Terminal(Arc::clone(&master)),
             Input::Terminal(master),
@@ -886,7 +886,7 @@ async fn spawned(status: &mut pipe::Receiver) -> Result<i32, i32> {
 /// The terminal master init sends on the reply socket (or its errno).
 async fn receive_master(socket: OwnedFd) -> Result<OwnedFd, SandboxError> {
     set_nonblocking(&socket).context(|| "reply socket".into())?;
-    let socket = crate::launcher::register(socket).context(|| "reply socket".into())?;
+    let socket = crate::children::register(socket).context(|| "reply socket".into())?;
     let receive = async {
         loop {
             let mut guard = socket.readable().await.context(|| "reply socket".into())?;
