@@ -312,16 +312,36 @@ impl Config {
     /// directory.
     pub fn open_store(&self) -> Result<shellgate_store::Store, shellgate_store::StoreError> {
         let store = &self.store;
-        match store.database_url.get() {
-            Some(url) => shellgate_store::Store::open_postgres(&shellgate_store::PostgresOptions {
-                url: url.to_owned(),
-                schema: (!store.database_schema.is_empty()).then(|| store.database_schema.clone()),
-                pool_size: store.database_pool_size.max(1),
-                ca_file: (!store.database_ca_file.is_empty())
-                    .then(|| PathBuf::from(&store.database_ca_file)),
-            }),
+        match self.postgres_options(store.database_pool_size.max(1)) {
+            Some(options) => shellgate_store::Store::open_postgres(&options),
             None => shellgate_store::Store::open(&self.sqlite_path()),
         }
+    }
+
+    /// A second connection to a cluster's Postgres store, of its own (a
+    /// pool of one), for a node's heartbeats: they never wait behind the
+    /// requests that hold the store's pool, so a node flooded with work is
+    /// not declared lost by the replicas (`None` on SQLite: no cluster).
+    pub fn open_liveness_store(
+        &self,
+    ) -> Result<Option<shellgate_store::Store>, shellgate_store::StoreError> {
+        self.postgres_options(1)
+            .map(|options| shellgate_store::Store::open_postgres(&options))
+            .transpose()
+    }
+
+    /// The Postgres store's options with a pool of `pool_size`, if the
+    /// settings name one.
+    fn postgres_options(&self, pool_size: usize) -> Option<shellgate_store::PostgresOptions> {
+        let store = &self.store;
+        let url = store.database_url.get()?;
+        Some(shellgate_store::PostgresOptions {
+            url: url.to_owned(),
+            schema: (!store.database_schema.is_empty()).then(|| store.database_schema.clone()),
+            pool_size,
+            ca_file: (!store.database_ca_file.is_empty())
+                .then(|| PathBuf::from(&store.database_ca_file)),
+        })
     }
 
     /// A cluster role's settings: a shared store and a long enough secret.

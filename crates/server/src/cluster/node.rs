@@ -233,12 +233,34 @@ pub async fn register(state: &Arc<AppState>) -> ApiResult<()> {
 /// registers again, and with that gets back its lost containers whose
 /// disks it has (running ones running still), and removes those their
 /// tenants deleted meanwhile.
+///
+/// The beats go through a connection of their own
+/// ([`Config::open_liveness_store`](crate::config::Config::open_liveness_store)):
+/// through the store's pool, a node whose requests held every connection
+/// (a tenant's flood) beat late, and the replicas, seeing it silent, answered
+/// every tenant on it that their containers were lost.
 pub async fn heartbeat_forever(state: Arc<AppState>) {
     let interval = Duration::from_secs(state.config.cluster.node_heartbeat_secs.max(1));
+    let opening = Arc::clone(&state);
+    let opened = tokio::task::spawn_blocking(move || {
+        opening
+            .config
+            .open_liveness_store()
+            .map_err(|e| e.to_string())
+    })
+    .await
+    .unwrap_or_else(|e| Err(e.to_string()));
+    let liveness = match opened {
+        Ok(store) => store.map(crate::db::Db::new),
+        Err(error) => {
+            tracing::warn!("no connection of its own for the heartbeat ({error}); using the pool");
+            None
+        }
+    };
+    let beats = liveness.as_ref().unwrap_or(&state.store);
     loop {
         tokio::time::sleep(interval).await;
         let id = state.node_name.clone();
-        let now = now();
         // Its images too: a default image built since it registered can
         // be placed on from now on.
         let images = match images(&state).await {
@@ -248,8 +270,8 @@ pub async fn heartbeat_forever(state: Arc<AppState>) {
                 None
             }
         };
-        match state
-            .db(move |s| s.heartbeat(&id, now, images.as_deref()))
+        match beats
+            .run(move |s| s.heartbeat(&id, now(), images.as_deref()))
             .await
         {
             Ok(true) => {}
