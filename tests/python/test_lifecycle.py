@@ -104,17 +104,17 @@ def test_kill_9_mid_command_loses_nothing(fresh_server):
         assert client.containers.retrieve(container.id).status == "suspended"
         out = exec_commands(client, container.id, ["cat /mnt/data/d.txt"])
         assert out["output"][0]["stdout"] == f"data-{i}\n"
-    # No init is orphaned: each one's parent is a live shellgate server.
+    # No init is orphaned: an orphan is adopted by the host's pid 1. (Other
+    # inits on the host may belong to other servers, or to test binaries
+    # that run an engine in process: their parent is whatever started them.)
+    orphans = []
     for pid in sandbox_inits():
         try:
-            ppid = parent_of(pid)
-            with open(f"/proc/{ppid}/comm") as f:
-                parent = f.read().strip()
+            if parent_of(pid) == 1:
+                orphans.append(pid)
         except OSError:
             continue  # it ended while we looked
-        if parent == "sandbox-init":
-            continue  # a command between init's clone and its exec: it has init's name still
-        assert parent == "shellgate", f"init {pid} is orphaned (parent {ppid}: {parent})"
+    assert not orphans, f"inits adopted by pid 1: {orphans}"
     leftovers = subprocess.run(["findmnt", "-rn", "-o", "TARGET"], capture_output=True, text=True).stdout
     assert str(server.data_dir) not in leftovers
 
