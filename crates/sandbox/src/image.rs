@@ -498,21 +498,33 @@ impl ImageStore {
             // /etc is a directory of the data directory: an overlay of it
             // (unlike a bind) does not print that path in the mount table.
             // So is /usr/local, which covers the host's (hidden) or lies
-            // over it (exposed): `sudo` is in every container's.
-            let mut usr_local = vec![self.host_usr_local()];
+            // over it (exposed): `sudo` is in every container's. Both are
+            // directories of the host image's, so one overlay of that shows
+            // both (every superblock costs kernel memory in every memory
+            // cgroup); the host's /usr/local beneath takes one of its own.
+            let show = |dir: &Path, target: &str| {
+                let name = dir.file_name().unwrap_or_default().to_string_lossy();
+                (name.into_owned(), target.to_owned())
+            };
+            let mut shows = vec![show(&self.host_etc(), "/etc")];
+            let mut layers = Vec::new();
             if self.host.expose_usr_local && Path::new(USR_LOCAL).is_dir() {
-                usr_local.push(PathBuf::from(USR_LOCAL));
+                layers.push(Layer {
+                    sources: vec![self.host_usr_local(), PathBuf::from(USR_LOCAL)],
+                    name: "usr-local".to_owned(),
+                    shows: vec![(String::new(), USR_LOCAL.to_owned())],
+                });
+            } else {
+                shows.push(show(&self.host_usr_local(), USR_LOCAL));
             }
-            let layers = vec![
+            layers.insert(
+                0,
                 Layer {
-                    sources: vec![self.host_etc()],
-                    target: "/etc".to_owned(),
+                    sources: vec![self.root.join(HOST_IMAGE)],
+                    name: HOST_IMAGE.to_owned(),
+                    shows,
                 },
-                Layer {
-                    sources: usr_local,
-                    target: USR_LOCAL.to_owned(),
-                },
-            ];
+            );
             return Ok(ResolvedImage {
                 root: RootSpec::HostBinds {
                     binds,

@@ -64,13 +64,17 @@ pub enum RootSpec {
     },
 }
 
-/// A read-only overlay of host directories at one path inside.
+/// A read-only overlay of host directories, shown at one or more paths
+/// inside: one overlay (one superblock) for all of them.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Layer {
     /// Host directories, the uppermost first (overlay's lower layers).
     pub sources: Vec<PathBuf>,
-    /// Where it shows inside the container.
-    pub target: String,
+    /// Its name in the container's mount table (the overlay's `lowerdir=`).
+    pub name: String,
+    /// Where it shows inside the container: `(directory of the merged tree,
+    /// relative, or "" for all of it; path inside)`.
+    pub shows: Vec<(String, String)>,
 }
 
 /// The first message to a helper: it is in its cgroups (the engine moved

@@ -2,15 +2,15 @@
 //! pivots into it.
 //!
 //! Layers, outermost first:
-//! - the root: a small tmpfs of read-only host binds (image `host`) or an
-//!   overlay of a read-only image and the container's persistent upper layer;
+//! - the root: read-only host binds (image `host`) or an overlay of a
+//!   read-only image and the container's persistent upper layer;
 //! - a fresh `/proc` of the container's pid namespace, with the files that
 //!   describe the host (or let a process poke at it) masked and the kernel
 //!   tunables read-only;
-//! - a minimal `/dev` (null, zero, full, random, urandom), the container's
-//!   own devpts instance (`/dev/pts`, `/dev/ptmx`: its terminals, never the
-//!   host's) and a size-capped `/dev/shm`;
-//! - a size-capped private `/tmp`;
+//! - a minimal read-only `/dev` (null, zero, full, random, urandom), the
+//!   container's own devpts instance (`/dev/pts`, `/dev/ptmx`: its
+//!   terminals, never the host's) and a writable `/dev/shm`;
+//! - a private writable `/tmp`;
 //! - read-write binds of the container's persistent directories
 //!   (`/mnt/data`, the home directory).
 //!
@@ -18,6 +18,19 @@
 //! and read-only binds are read-only with everything mounted below them
 //! (`mount_setattr(2)` with `AT_RECURSIVE`). No `/sys`: nothing in a shell
 //! session needs the host's device tree.
+//!
+//! Superblocks are few: every one registers a shrinker, and the kernel keeps
+//! in *every* memory cgroup a map as long as the highest shrinker id, so
+//! each superblock a container makes costs kernel memory in all the others.
+//! A container makes five at most (four from an image): the scratch tmpfs
+//! below, its `/proc`, its devpts, its disk, and the overlay of its root
+//! (an image) or its `/etc` and `/usr/local` (the host's). The host
+//! image's root, `/dev`, `/dev/shm` and `/tmp` are directories of the
+//! scratch tmpfs, bound in place; the kernel refuses `link` and `rename`
+//! across mounts, and `..` stops at a bind's root, so no bind reaches
+//! another's files. `/tmp` and `/dev/shm` therefore share one size bound,
+//! the sum of their two caps (`scratch_bytes`); every page of it is charged
+//! to the container's memory cgroup, as each tmpfs's were.
 //!
 //! Nothing in the container's mount table names a host path under the data
 //! directory. `/proc/self/mountinfo` prints, for every mount, the path of
@@ -28,11 +41,17 @@
 //! namespace, and detached with the host's tree at the pivot):
 //!
 //! ```text
-//! <root_mount>  scratch tmpfs, read-only once filled
-//!   root/       the container's root (tmpfs or overlay), pivoted into
-//!   lower upper work etc ...   symbolic links to the host directories of
-//!               the layers: overlays are mounted with these short names,
+//! <root_mount>  scratch tmpfs, its mount read-only once filled
+//!   root/       the host image's root (bound in place), or the mount
+//!               point of an image's overlay; pivoted into
+//!   dev/        /dev: device mount points, links, pts/ and shm/
+//!   tmp/        /tmp
+//!   lower upper work host ...   symbolic links to the host directories
+//!               of the layers: overlays are mounted with these short names,
 //!               relative to the scratch directory, and print only them
+//!   host.tree/  the mount point of a layer shown in parts (the host
+//!               image's `etc` and `usr-local`, bound at `/etc` and
+//!               `/usr/local`)
 //!   empty       an empty directory: masks, hidden paths, the second lower
 //!               layer of read-only overlays
 //!   null        an empty file: masks for /proc files
@@ -40,17 +59,18 @@
 //!   filex0 ...  copies of the generated programs bound over it (`sudo`)
 //! ```
 //!
-//! Binds of scratch entries inherit its read-only, `nosuid`, `nodev` and
-//! `noexec` flags, so each mask is a single `mount` call; a program's bind
-//! is remounted without `noexec` (one more call).
+//! Binds of scratch entries inherit its mount's read-only, `nosuid`,
+//! `nodev` and `noexec` flags, so each mask is a single `mount` call; a
+//! program's bind, the root, `/tmp` and `/dev/shm` are remounted without
+//! what they must not have (one more call each).
 
 use std::fs;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::os::unix::fs::{symlink, DirBuilderExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
-use crate::protocol::{HelperSpec, RootSpec};
+use crate::protocol::{HelperSpec, Layer, RootSpec};
 use crate::sys;
 use shellgate_sandbox_api::setup_error::{SetupError, SetupResult, SetupStep};
 
@@ -87,6 +107,14 @@ const SCRATCH_ROOT: &str = "root";
 const SCRATCH_EMPTY_DIR: &str = "empty";
 /// An empty file in the scratch tmpfs.
 const SCRATCH_EMPTY_FILE: &str = "null";
+/// The container's `/dev` in the scratch tmpfs.
+const SCRATCH_DEV: &str = "dev";
+/// The container's `/tmp` in the scratch tmpfs.
+const SCRATCH_TMP: &str = "tmp";
+/// Room in the scratch tmpfs for all but `/tmp` and `/dev/shm`: the
+/// identity files and a CA bundle (a few hundred KiB), the host image's
+/// mount points and links, `/dev`'s nodes and links.
+const SCRATCH_ROOM: u64 = 2 << 20;
 
 // mount_setattr(2) (linux/mount.h, linux/fcntl.h).
 const MOUNT_ATTR_RDONLY: u64 = 0x1;
@@ -109,6 +137,16 @@ struct MountAttr {
 /// and `/dev/shm` would leave no memory to run the `rm` that frees them.
 pub fn shm_bytes(tmp_bytes: u64) -> u64 {
     (tmp_bytes / 4).max(1 << 20)
+}
+
+/// The size of the scratch tmpfs, which holds `/tmp` and `/dev/shm` (see
+/// the module documentation): their two caps together, plus its own room.
+/// What `/tmp` and `/dev/shm` can hold together is no more than when each
+/// was a tmpfs of its own; either alone may now use the other's share.
+pub fn scratch_bytes(tmp_bytes: u64) -> u64 {
+    tmp_bytes
+        .saturating_add(shm_bytes(tmp_bytes))
+        .saturating_add(SCRATCH_ROOM)
 }
 
 /// A setup step's result.
@@ -342,6 +380,31 @@ fn cover(source: &Path, target: &Path) -> StepResult<()> {
     )
 }
 
+/// Binds a scratch directory (`source`) at `target` and remounts the bind
+/// writable and executable (still `nosuid`, `nodev`): the root of the host
+/// image while it is filled, `/tmp`, `/dev/shm`. Clearing the read-only
+/// flag the bind inherited is allowed: the mount is this namespace's own,
+/// and the tmpfs itself was never made read-only.
+fn writable_bind(source: &Path, target: &Path) -> StepResult<()> {
+    mkdir_all(target)?;
+    step(
+        SetupStep::BindMount,
+        || format!("bind {} at {}", source.display(), target.display()),
+        sys::mount(Some(source), target, None, libc::MS_BIND, None),
+    )?;
+    step(
+        SetupStep::Remount,
+        || format!("remount {} writable", target.display()),
+        sys::mount(
+            None,
+            target,
+            None,
+            libc::MS_BIND | libc::MS_REMOUNT | libc::MS_NOSUID | libc::MS_NODEV,
+            None,
+        ),
+    )
+}
+
 fn tmpfs(target: &Path, options: &str, extra_flags: libc::c_ulong) -> StepResult<()> {
     mkdir_all(target)?;
     step(
@@ -379,51 +442,37 @@ const MAX_TERMINALS: u32 = 128;
 
 /// The container's own terminals (its processes' PTYs): a *new* devpts
 /// instance at `/dev/pts`, never the host's (whose terminals a container
-/// must not see or open), `/dev/ptmx` pointing at its `ptmx`. Mounted
+/// must not see or open), `/dev/ptmx` a link to its `ptmx`. Mounted
 /// `nosuid,noexec`; its nodes are the instance's own pairs. A kernel that
 /// refuses it (no devpts in the user namespace) leaves the container
 /// without terminals rather than without a start: a process asking for a
-/// PTY is then refused with the errno.
+/// PTY is then refused with the errno (`/dev/ptmx` leads nowhere).
 fn terminals(dev: &Path) -> StepResult<()> {
-    let pts = dev.join("pts");
-    mkdir_all(&pts)?;
-    let mounted = sys::mount(
+    let _ = sys::mount(
         Some(Path::new("devpts")),
-        &pts,
+        &dev.join("pts"),
         Some("devpts"),
         libc::MS_NOSUID | libc::MS_NOEXEC,
         Some(&format!(
             "newinstance,ptmxmode=0666,mode=0620,max={MAX_TERMINALS}"
         )),
     );
-    if mounted.is_ok() {
-        step(
-            SetupStep::CreateFile,
-            || "link /dev/ptmx".into(),
-            symlink("pts/ptmx", dev.join("ptmx")),
-        )?;
-    }
     Ok(())
 }
 
-fn build_dev(root: &Path, shm_bytes: u64) -> StepResult<()> {
-    let dev = inside(root, "/dev");
-    tmpfs(&dev, "size=64k,mode=755", libc::MS_NOEXEC)?;
+/// Fills the scratch tmpfs's `dev` directory: mount points for the devices
+/// and the terminals, the links, and `shm`.
+fn fill_dev(dev: &Path) -> StepResult<()> {
+    mkdir_all(&dev.join("pts"))?;
     for name in DEVICES {
-        let target = dev.join(name);
-        touch(&target)?;
-        let source = Path::new("/dev").join(name);
-        step(
-            SetupStep::BindMount,
-            || format!("bind {}", source.display()),
-            sys::mount(Some(&source), &target, None, libc::MS_BIND, None),
-        )?;
+        touch(&dev.join(name))?;
     }
     for (link, target) in [
         ("fd", "/proc/self/fd"),
         ("stdin", "/proc/self/fd/0"),
         ("stdout", "/proc/self/fd/1"),
         ("stderr", "/proc/self/fd/2"),
+        ("ptmx", "pts/ptmx"),
     ] {
         step(
             SetupStep::CreateFile,
@@ -431,19 +480,38 @@ fn build_dev(root: &Path, shm_bytes: u64) -> StepResult<()> {
             symlink(target, dev.join(link)),
         )?;
     }
-    tmpfs(&dev.join("shm"), &format!("size={shm_bytes},mode=1777"), 0)?;
-    terminals(&dev)?;
+    world_writable_dir(&dev.join("shm"))
+}
+
+/// Makes `path` a sticky world-writable directory, as `/tmp` is.
+fn world_writable_dir(path: &Path) -> StepResult<()> {
+    mkdir_all(path)?;
     step(
-        SetupStep::Remount,
-        || "remount /dev read-only".into(),
-        sys::mount(
-            None,
-            &dev,
-            None,
-            libc::MS_REMOUNT | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NOEXEC,
-            None,
-        ),
+        SetupStep::Mkdir,
+        || format!("chmod {}", path.display()),
+        fs::set_permissions(path, fs::Permissions::from_mode(0o1777)),
     )
+}
+
+/// `/dev`: the scratch's `dev` directory, read-only, `nosuid`, `nodev` and
+/// `noexec` (its mount's flags), with the host's harmless devices bound
+/// over their mount points, `/dev/shm` writable and the terminals.
+fn build_dev(root: &Path, scratch: &Path) -> StepResult<()> {
+    let dev = inside(root, "/dev");
+    mkdir_all(&dev)?;
+    let scratch_dev = scratch.join(SCRATCH_DEV);
+    cover(&scratch_dev, &dev)?;
+    for name in DEVICES {
+        let target = dev.join(name);
+        let source = Path::new("/dev").join(name);
+        step(
+            SetupStep::BindMount,
+            || format!("bind {}", source.display()),
+            sys::mount(Some(&source), &target, None, libc::MS_BIND, None),
+        )?;
+    }
+    writable_bind(&scratch_dev.join("shm"), &dev.join("shm"))?;
+    terminals(&dev)
 }
 
 /// The scratch names of a layer's sources: its name, then `<name>.1`,
@@ -465,9 +533,16 @@ fn layer_names(target: &str, sources: &[PathBuf]) -> StepResult<Vec<String>> {
 /// usable in overlay options (which `,`, `:` and `\` would split or escape).
 fn layer_name(target: &str) -> StepResult<String> {
     let name = target.trim_matches('/').replace('/', "-");
-    let reserved = [SCRATCH_ROOT, SCRATCH_EMPTY_DIR, SCRATCH_EMPTY_FILE];
+    let reserved = [
+        SCRATCH_ROOT,
+        SCRATCH_EMPTY_DIR,
+        SCRATCH_EMPTY_FILE,
+        SCRATCH_DEV,
+        SCRATCH_TMP,
+    ];
+    // No `.`: `<name>.1` and `<name>.tree` are the scratch's own names.
     if name.is_empty()
-        || name.contains([',', ':', '\\'])
+        || name.contains([',', ':', '\\', '.'])
         || reserved.contains(&name.as_str())
         || name.starts_with("file")
     {
@@ -484,10 +559,21 @@ fn layer_name(target: &str) -> StepResult<String> {
 /// Returns the copies of `spec.file_binds`' files, then of
 /// `spec.program_binds`', in order.
 fn fill_scratch(scratch: &Path, spec: &HelperSpec) -> StepResult<Vec<PathBuf>> {
-    // Room for the identity files and a CA bundle (a few hundred KiB).
-    tmpfs(scratch, "size=1m,nr_inodes=256,mode=700", libc::MS_NOEXEC)?;
-    mkdir_all(&scratch.join(SCRATCH_ROOT))?;
+    tmpfs(
+        scratch,
+        &format!("size={},mode=700", scratch_bytes(spec.tmp_bytes)),
+        libc::MS_NOEXEC,
+    )?;
+    let root = scratch.join(SCRATCH_ROOT);
+    mkdir_all(&root)?;
+    step(
+        SetupStep::Mkdir,
+        || "chmod the root".into(),
+        fs::set_permissions(&root, fs::Permissions::from_mode(0o755)),
+    )?;
     mkdir_all(&scratch.join(SCRATCH_EMPTY_DIR))?;
+    fill_dev(&scratch.join(SCRATCH_DEV))?;
+    world_writable_dir(&scratch.join(SCRATCH_TMP))?;
     let empty_file = scratch.join(SCRATCH_EMPTY_FILE);
     step(
         SetupStep::CreateFile,
@@ -509,11 +595,14 @@ fn fill_scratch(scratch: &Path, spec: &HelperSpec) -> StepResult<Vec<PathBuf>> {
     match &spec.root {
         RootSpec::HostBinds { layers, .. } => {
             for layer in layers {
-                for (name, source) in layer_names(&layer.target, &layer.sources)?
+                for (name, source) in layer_names(&layer.name, &layer.sources)?
                     .iter()
                     .zip(&layer.sources)
                 {
                     link(name, source)?;
+                }
+                if layer.shows.iter().any(|(dir, _)| !dir.is_empty()) {
+                    mkdir_all(&scratch.join(layer_tree(&layer.name)))?;
                 }
             }
         }
@@ -546,6 +635,8 @@ fn fill_scratch(scratch: &Path, spec: &HelperSpec) -> StepResult<Vec<PathBuf>> {
         )?;
         copies.push(copy);
     }
+    // The mount, not the tmpfs: `/tmp` and `/dev/shm` are binds of it
+    // made writable again.
     step(
         SetupStep::Remount,
         || "remount the scratch tmpfs read-only".into(),
@@ -553,7 +644,12 @@ fn fill_scratch(scratch: &Path, spec: &HelperSpec) -> StepResult<Vec<PathBuf>> {
             None,
             scratch,
             None,
-            libc::MS_REMOUNT | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            libc::MS_BIND
+                | libc::MS_REMOUNT
+                | libc::MS_RDONLY
+                | libc::MS_NOSUID
+                | libc::MS_NODEV
+                | libc::MS_NOEXEC,
             None,
         ),
     )?;
@@ -618,6 +714,48 @@ fn lock_down_proc(proc_dir: &Path, scratch: &Path) -> StepResult<()> {
     Ok(())
 }
 
+/// Mounts `layer`'s read-only overlay: at its one path inside when that
+/// shows all of it, else in the scratch tmpfs (`<name>.tree`), with each
+/// directory shown bound from there (the binds inherit its read-only,
+/// `nosuid` and `nodev`).
+fn show_layer(root: &Path, scratch: &Path, layer: &Layer) -> StepResult<()> {
+    let mut lowers = layer_names(&layer.name, &layer.sources)?;
+    // A read-only overlay needs two lower layers; a second one is empty.
+    if lowers.len() < 2 {
+        lowers.push(SCRATCH_EMPTY_DIR.to_owned());
+    }
+    let options = format!("lowerdir={},userxattr", lowers.join(":"));
+    if let [(whole, target)] = layer.shows.as_slice() {
+        if whole.is_empty() {
+            let target = inside(root, target);
+            mkdir_all(&target)?;
+            return overlay(&target, &options, libc::MS_RDONLY);
+        }
+    }
+    let tree = scratch.join(layer_tree(&layer.name));
+    overlay(&tree, &options, libc::MS_RDONLY)?;
+    for (dir, target) in &layer.shows {
+        let source = tree.join(dir);
+        let below = Path::new(dir).components();
+        if dir.is_empty() || !below.into_iter().all(|c| matches!(c, Component::Normal(_))) {
+            return Err(SetupError::other(
+                SetupStep::LayerName,
+                format!("cannot show {dir:?} of layer {:?}", layer.name),
+                "",
+            ));
+        }
+        let target = inside(root, target);
+        mkdir_all(&target)?;
+        cover(&source, &target)?;
+    }
+    Ok(())
+}
+
+/// The mount point in the scratch tmpfs of a layer shown in parts.
+fn layer_tree(name: &str) -> String {
+    format!("{name}.tree")
+}
+
 /// Builds the whole tree inside a scratch tmpfs at `spec.root_mount` and
 /// pivots into it.
 /// Covers `path` (inside the root) with the scratch tmpfs's empty
@@ -654,23 +792,16 @@ pub fn build_root(spec: &HelperSpec) -> StepResult<()> {
             symlinks,
             layers,
         } => {
-            tmpfs(root, "size=1m,mode=755", 0)?;
+            // A mount point of its own (`pivot_root` wants one), on the
+            // scratch tmpfs rather than a tmpfs of its own.
+            writable_bind(root, root)?;
             for (source, target) in binds {
                 let target = inside(root, target);
                 mkdir_all(&target)?;
                 bind(source, &target, true)?;
             }
             for layer in layers {
-                let mut lowers = layer_names(&layer.target, &layer.sources)?;
-                // A read-only overlay needs two lower layers; a second one
-                // is empty.
-                if lowers.len() < 2 {
-                    lowers.push(SCRATCH_EMPTY_DIR.to_owned());
-                }
-                let options = format!("lowerdir={},userxattr", lowers.join(":"));
-                let target = inside(root, &layer.target);
-                mkdir_all(&target)?;
-                overlay(&target, &options, libc::MS_RDONLY)?;
+                show_layer(root, scratch, layer)?;
             }
             for (link, target) in symlinks {
                 let link = inside(root, link);
@@ -737,12 +868,8 @@ pub fn build_root(spec: &HelperSpec) -> StepResult<()> {
     )?;
     size_shared_memory(&proc_dir, spec.tmp_bytes);
     lock_down_proc(&proc_dir, scratch)?;
-    build_dev(root, shm_bytes(spec.tmp_bytes))?;
-    tmpfs(
-        &inside(root, "/tmp"),
-        &format!("size={},mode=1777", spec.tmp_bytes),
-        0,
-    )?;
+    build_dev(root, scratch)?;
+    writable_bind(&scratch.join(SCRATCH_TMP), &inside(root, "/tmp"))?;
     for (source, target) in &spec.data_binds {
         let target = inside(root, target);
         mkdir_all(&target)?;
@@ -763,7 +890,8 @@ pub fn build_root(spec: &HelperSpec) -> StepResult<()> {
         hide(root, scratch, path)?;
     }
     if matches!(spec.root, RootSpec::HostBinds { .. }) {
-        // The tmpfs root holds only mount points and links: freeze it.
+        // The root holds only mount points and links: freeze it (its
+        // mount: the tmpfs holds `/tmp` too).
         step(
             SetupStep::Remount,
             || "remount / read-only".into(),
@@ -771,7 +899,11 @@ pub fn build_root(spec: &HelperSpec) -> StepResult<()> {
                 None,
                 root,
                 None,
-                libc::MS_REMOUNT | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV,
+                libc::MS_BIND
+                    | libc::MS_REMOUNT
+                    | libc::MS_RDONLY
+                    | libc::MS_NOSUID
+                    | libc::MS_NODEV,
                 None,
             ),
         )?;
@@ -850,7 +982,8 @@ mod tests {
         assert_eq!(layer_name("/etc").as_deref(), Ok("etc"));
         assert_eq!(layer_name("/usr/share/x").as_deref(), Ok("usr-share-x"));
         for bad in [
-            "/", "/a,b", "/a:b", "/a\\b", "/root", "/empty", "/null", "/file0",
+            "/", "/a,b", "/a:b", "/a\\b", "/root", "/empty", "/null", "/file0", "/dev", "/tmp",
+            "/a.b",
         ] {
             assert!(layer_name(bad).is_err(), "{bad}");
         }
@@ -884,5 +1017,14 @@ mod tests {
     fn shared_memory_is_a_quarter_of_tmp_and_at_least_a_mebibyte() {
         assert_eq!(shm_bytes(64 << 20), 16 << 20);
         assert_eq!(shm_bytes(0), 1 << 20);
+    }
+
+    #[test]
+    fn the_scratch_holds_tmp_and_shared_memory_and_its_own_room() {
+        assert_eq!(
+            scratch_bytes(64 << 20),
+            (64 << 20) + (16 << 20) + SCRATCH_ROOM
+        );
+        assert_eq!(scratch_bytes(u64::MAX), u64::MAX);
     }
 }

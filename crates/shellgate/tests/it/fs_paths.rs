@@ -467,9 +467,12 @@ fn a_cut_upload_leaves_the_old_file_and_a_full_disk_is_a_413() {
     ));
     assert_eq!(read(port, &id, "/mnt/data/keep.txt").body, b"old\n");
 
-    // /dev/shm holds a quarter of /tmp's share of the memory limit:
-    // 100 MB do not fit. The answer is the quota's, nothing is left.
+    // /dev/shm and /tmp share one cap (/tmp's share of the memory limit,
+    // 256 MiB here, and a quarter more): with 300 MiB in /tmp, 100 MB do
+    // not fit in /dev/shm. The answer is the quota's, nothing is left.
     ok_json(put(port, &id, "path=/dev/shm/f", b"small"));
+    let filled = exec(port, &id, &["head -c 300M /dev/zero > /tmp/fill; echo $?"]).json();
+    assert_eq!(filled["output"][0]["stdout"], "0\n", "{filled}");
     let full = put(port, &id, "path=/dev/shm/f", &vec![7u8; 100_000_000]);
     assert_eq!(full.error(413)["code"], "quota_exceeded");
     assert_eq!(read(port, &id, "/dev/shm/f").body, b"small");

@@ -329,16 +329,19 @@ async fn nothing_inside_a_host_image_container_names_a_host_path() {
     let t = TestEngine::new("hostpaths").await;
     t.create("c1").await;
     let mountinfo = assert_no_host_paths(&t, "c1").await;
-    // /etc is an overlay of the host image's copy, under a short name.
-    let etc = mountinfo
-        .lines()
-        .find(|l| l.split_whitespace().nth(4) == Some("/etc"))
-        .unwrap_or_else(|| panic!("no /etc mount: {mountinfo}"));
-    assert!(
-        etc.contains(" - overlay overlay ro,lowerdir=etc:empty"),
-        "{etc}"
-    );
-    assert_eq!(etc.split_whitespace().nth(3), Some("/"), "{etc}");
+    // /etc and /usr/local are directories of one overlay of the host
+    // image's, which shows under a short name.
+    for (target, root) in [("/etc", "/etc"), ("/usr/local", "/usr-local")] {
+        let line = mountinfo
+            .lines()
+            .find(|l| l.split_whitespace().nth(4) == Some(target))
+            .unwrap_or_else(|| panic!("no {target} mount: {mountinfo}"));
+        assert!(
+            line.contains(" - overlay overlay ro,lowerdir=host:empty"),
+            "{line}"
+        );
+        assert_eq!(line.split_whitespace().nth(3), Some(root), "{line}");
+    }
     // The sandbox user still exists there.
     assert!(t.ok("c1", "id -un").await.starts_with("user"));
     // The kernel command line (the host's boot image and parameters) reads empty.
@@ -382,6 +385,98 @@ async fn nothing_inside_an_image_container_names_a_host_path() {
         .ok("c1", "cat /etc/passwd")
         .await
         .contains("user:x:1000:1000:user:/home/user:"));
+    t.finish().await;
+}
+
+/// The superblocks a container's mounts are on that the host has none of
+/// its own mounts on (what the container made), each as its file system
+/// type and the container's mount points on it.
+async fn own_superblocks(t: &TestEngine, id: &str) -> Vec<(String, Vec<String>)> {
+    // Fields: id, parent, major:minor, root, mount point, ..., `-`, type.
+    let mounts = |mountinfo: &str| -> Vec<(String, String, String)> {
+        mountinfo
+            .lines()
+            .filter_map(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                let dash = fields.iter().position(|f| *f == "-")?;
+                Some((
+                    fields.get(2)?.to_string(),
+                    fields.get(4)?.to_string(),
+                    fields.get(dash + 1)?.to_string(),
+                ))
+            })
+            .collect()
+    };
+    let host = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let host: std::collections::BTreeSet<String> =
+        mounts(&host).into_iter().map(|(dev, _, _)| dev).collect();
+    let inside = t.ok(id, "cat /proc/self/mountinfo").await;
+    let mut own: std::collections::BTreeMap<String, (String, Vec<String>)> = Default::default();
+    for (dev, point, kind) in mounts(&inside) {
+        if !host.contains(&dev) {
+            own.entry(dev).or_insert((kind, Vec::new())).1.push(point);
+        }
+    }
+    own.into_values().collect()
+}
+
+/// Every superblock registers a shrinker, and each memory cgroup keeps a
+/// map as long as the highest shrinker id: the kernel memory of N live
+/// containers grows as N times their superblocks. The scratch tmpfs holds
+/// the host image's root, `/dev`, `/dev/shm` and `/tmp`; what is left is
+/// `/proc`, the terminals, the disk and the overlays.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_container_makes_few_superblocks_and_its_binds_stay_apart() {
+    let t = TestEngine::new("superblocks").await;
+    t.create("c1").await;
+    let host = own_superblocks(&t, "c1").await;
+    // scratch, proc, devpts, disk, the overlay of /etc and /usr/local.
+    assert!(host.len() <= 5, "{host:?}");
+    let rootfs = t.dir.path().join("rootfs");
+    busybox_rootfs(&rootfs);
+    let tarball = t.dir.path().join("rootfs.tar.gz");
+    tarball_of(&rootfs, &tarball);
+    t.engine
+        .images()
+        .import("tiny", &tarball)
+        .await
+        .expect("import");
+    let spec = ContainerSpec {
+        image: "tiny".into(),
+        ..ContainerSpec::default()
+    };
+    t.create_with("c2", spec).await;
+    // scratch, proc, devpts, disk, the root's overlay.
+    let image = own_superblocks(&t, "c2").await;
+    assert!(image.len() <= 5, "{image:?}");
+
+    // /tmp, /dev/shm and /dev share a tmpfs, but no bind reaches past its
+    // own root: no link or rename across them, `..` stays inside.
+    let probe = t
+        .run(
+            "c1",
+            "echo x > /tmp/a; ln /tmp/a /dev/shm/b; echo ln=$?; \
+             python3 -c 'import os; os.rename(\"/tmp/a\", \"/dev/shm/a\")' 2>&1 | tail -1; \
+             touch /dev/x; echo dev=$?; touch /x; echo root=$?; \
+             ls -A /tmp/.. | grep -c -x -e null -e empty -e file0; \
+             printf '#!/bin/sh\\necho ran\\n' > /tmp/s; chmod +x /tmp/s; /tmp/s; \
+             cp /tmp/s /dev/shm/s; /dev/shm/s",
+        )
+        .await;
+    assert!(
+        probe.stderr.contains("Invalid cross-device link"),
+        "{probe:?}"
+    );
+    for expected in [
+        "ln=1",
+        "OSError: [Errno 18] Invalid cross-device link",
+        "dev=1",
+        "root=1",
+        "\n0\n",
+        "ran\nran\n",
+    ] {
+        assert!(probe.stdout.contains(expected), "{expected}: {probe:?}");
+    }
     t.finish().await;
 }
 
@@ -507,13 +602,21 @@ fn the_host_image_can_expose_usr_local_on_request() {
     let dir = TempDir::new("usrlocal-option");
     // /usr/local is a layer: the generated one (`bin/sudo`) alone, or over
     // the host's.
+    // (The generated one alone is a directory of the host image's layer.)
     let usr_local = |store: &ImageStore| match store.resolve("host").unwrap().root {
         RootSpec::HostBinds { layers, .. } => {
-            layers
+            let layer = layers
                 .into_iter()
-                .find(|layer| layer.target == "/usr/local")
-                .expect("a /usr/local layer")
-                .sources
+                .find(|layer| layer.shows.iter().any(|(_, to)| to == "/usr/local"))
+                .expect("a /usr/local layer");
+            let (dir, _) = layer
+                .shows
+                .iter()
+                .find(|(_, to)| to == "/usr/local")
+                .unwrap();
+            let mut sources = layer.sources.clone();
+            sources[0] = sources[0].join(dir);
+            sources
         }
         other => panic!("host image resolved to {other:?}"),
     };
