@@ -141,6 +141,57 @@ def sandbox_group(server_pid: int):
     return None
 
 
+def superblocks(mountinfo: str) -> set:
+    """The superblocks (their device numbers) a mount table's mounts are on."""
+    return {line.split()[2] for line in mountinfo.splitlines() if len(line.split()) > 2}
+
+
+def own_superblocks(inits) -> dict:
+    """How many superblocks each container's mount table holds that the
+    host's does not (what the container made): the commonest and the most."""
+    with open("/proc/self/mountinfo") as f:
+        host = superblocks(f.read())
+    counts = []
+    for pid in inits:
+        try:
+            with open(f"/proc/{pid}/mountinfo") as f:
+                counts.append(len(superblocks(f.read()) - host))
+        except OSError:
+            pass
+    # The zygote and spare helpers are the server's children too, and hold
+    # none of their own.
+    counts = [c for c in counts if c > 0]
+    return {"containers": len(counts), "most": statistics.mode(counts) if counts else 0,
+            "max": max(counts, default=0)}
+
+
+def shrinker_map_objects(group, probes: int = 16) -> float:
+    """`kmalloc-1k` objects a new memory cgroup takes: its shrinker map, one
+    object per 64 shrinker ids up to the highest id the kernel ever used
+    (a high-water mark kept until reboot). Measured with empty cgroups made
+    and removed beside the containers' (other allocations add noise)."""
+    def objects():
+        with open("/proc/slabinfo") as f:
+            for line in f:
+                if line.startswith("kmalloc-1k "):
+                    return int(line.split()[1])
+        return 0
+    if group is None:
+        return 0.0
+    made = [group / f"shrinker-probe-{os.getpid()}-{i}" for i in range(probes)]
+    before = objects()
+    try:
+        for path in made:
+            path.mkdir()
+        return round((objects() - before) / probes, 1)
+    finally:
+        for path in made:
+            try:
+                path.rmdir()
+            except OSError:
+                pass
+
+
 def host_counts(data_dir: Path, group) -> dict:
     """What containers of this data directory hold on the host."""
     data = str(data_dir)
@@ -565,6 +616,10 @@ def measure(count: int, args) -> dict:
         result["kernel_per_container_kib"] = {
             f: round((meminfo(f) - kernel_before[f]) / made) for f in KERNEL_FIELDS}
         result["breakdown_per_container_kib"] = breakdown(sample_before, sample(pid, group), made)
+        # Every superblock registers a shrinker; every memory cgroup keeps a
+        # map of them (kmalloc-1k grows as cgroups x superblocks).
+        result["superblocks_per_container"] = own_superblocks(children(pid))
+        result["shrinker_map_objects_per_memcg"] = shrinker_map_objects(group)
         result["memavailable_gib_at_peak"] = round(meminfo() / 1048576, 2)
         result["live"] = server_figures(pid)
         result["live_host"] = host_counts(data, group)
