@@ -464,6 +464,12 @@ fn terminals(dev: &Path) -> StepResult<()> {
 /// and the terminals, the links, and `shm`.
 fn fill_dev(dev: &Path) -> StepResult<()> {
     mkdir_all(&dev.join("pts"))?;
+    // Whatever the umask: every process walks /dev.
+    step(
+        SetupStep::Mkdir,
+        || "chmod /dev".into(),
+        fs::set_permissions(dev, fs::Permissions::from_mode(0o755)),
+    )?;
     for name in DEVICES {
         touch(&dev.join(name))?;
     }
