@@ -22,15 +22,16 @@
 //! Superblocks are few: every one registers a shrinker, and the kernel keeps
 //! in *every* memory cgroup a map as long as the highest shrinker id, so
 //! each superblock a container makes costs kernel memory in all the others.
-//! A container makes five at most (four from an image): the scratch tmpfs
-//! below, its `/proc`, its devpts, its disk, and the overlay of its root
-//! (an image) or its `/etc` and `/usr/local` (the host's). The host
+//! A container makes five: the scratch tmpfs below, its `/proc`, its
+//! devpts, its disk, and the overlay of its root (an image) or of its
+//! `/etc` and `/usr/local` (the host image; six when the host's own
+//! `/usr/local` is exposed, which takes an overlay of its own). The host
 //! image's root, `/dev`, `/dev/shm` and `/tmp` are directories of the
 //! scratch tmpfs, bound in place; the kernel refuses `link` and `rename`
 //! across mounts, and `..` stops at a bind's root, so no bind reaches
 //! another's files. `/tmp` and `/dev/shm` therefore share one size bound,
 //! the sum of their two caps (`scratch_bytes`); every page of it is charged
-//! to the container's memory cgroup, as each tmpfs's were.
+//! to the container's memory cgroup, as any tmpfs's pages are.
 //!
 //! Nothing in the container's mount table names a host path under the data
 //! directory. `/proc/self/mountinfo` prints, for every mount, the path of
