@@ -179,6 +179,8 @@ def test_templates_are_the_projects_own_and_can_be_deleted(server, e2b):
     )
     assert deleted.status_code == 204, deleted.text
     assert Template.exists(name) is False
+    # Its image went with it: no sandbox uses it, so its tree is removed.
+    assert not (server.data_dir / "sandbox" / "images" / f"e2b-{info.template_id}").exists()
 
 
 def test_a_root_step_writes_outside_the_home_and_the_template_keeps_it(server, e2b, tmp_path):

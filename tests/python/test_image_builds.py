@@ -254,6 +254,44 @@ def test_an_oci_layout_is_imported_as_the_projects_image(server):
     assert v1(server, "GET", f"/images/{name}", key=KEY_B).status_code == 404
 
 
+def test_a_deleted_image_is_gone_and_its_containers_keep_it_until_they_go(server):
+    name = unique("deleted")
+    made = build(server, name, "FROM tiny\nRUN echo kept > /etc/mark\n")
+    assert made.status_code == 202, made.text
+    assert finished(server, made.json()["id"])["status"] == "ready"
+    container = v1(server, "POST", "/containers", json={"name": unique("c"), "image": name})
+    assert container.status_code == 200, container.text
+    container_id = container.json()["id"]
+
+    assert v1(server, "DELETE", f"/images/{name}", key=KEY_B).status_code == 404, "another project's"
+    for built_in in ("tiny", "host"):
+        refused = v1(server, "DELETE", f"/images/{built_in}")
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"]["param"] == "name", refused.json()
+    deleted = v1(server, "DELETE", f"/images/{name}")
+    assert deleted.status_code == 200, deleted.text
+    assert deleted.json() == {"id": name, "object": "image.deleted", "deleted": True}
+    assert v1(server, "GET", f"/images/{name}").status_code == 404
+    assert name not in [i["name"] for i in v1(server, "GET", "/images").json()["data"]]
+    again = v1(server, "DELETE", f"/images/{name}")
+    assert again.status_code == 404 and again.json()["error"]["code"] == "not_found", again.text
+    refused = v1(server, "POST", "/containers", json={"name": unique("c"), "image": name})
+    assert refused.status_code == 400, refused.text
+
+    # The container made before keeps its tree, and so does the disk.
+    out = exec_commands(server.client(KEY_A), container_id, ["cat /etc/mark"])["output"][0]
+    assert out["stdout"] == "kept\n", out
+    image_dir = server.data_dir / "sandbox" / "images" / name
+    assert image_dir.is_dir() and not (image_dir / "rootfs").exists()
+    assert v1(server, "DELETE", f"/containers/{container_id}").status_code == 200
+    assert wait_until(lambda: not image_dir.exists(), timeout=60), list(image_dir.rglob("*"))[:5]
+
+    # The name is free again.
+    remade = build(server, name, "FROM tiny\nRUN echo again > /etc/mark\n")
+    assert remade.status_code == 202, remade.text
+    assert finished(server, remade.json()["id"])["status"] == "ready"
+
+
 @pytest.mark.parametrize("dockerfile,context,param,words", [
     ("FROM tiny\nADD http://example.com/x /x\n", None, "dockerfile", "ADD"),
     ("FROM tiny\nCOPY ../secret /x\n", tar_of({"a": b"a"}), "dockerfile", "leave the context"),

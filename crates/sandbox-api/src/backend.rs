@@ -692,6 +692,15 @@ pub trait SandboxBackend: Send + Sync {
         Err(SandboxError::NotSupported("importing images"))
     }
 
+    /// Deletes image `name` of `project` (one of its own: a missing one,
+    /// another project's, is [`SandboxError::ImageNotFound`]; shellgate's
+    /// and the operator's images are refused). No container is made from
+    /// it afterwards; its tree stays on disk while containers made from
+    /// it or snapshots of them still use it, and goes with the last.
+    async fn delete_image(&self, _name: &str, _project: &str) -> Result<(), SandboxError> {
+        Err(SandboxError::NotSupported("deleting images"))
+    }
+
     // Processes: see `crate::process`. A process counts as in
     // flight in its container (busy: never suspended) until it ends, and
     // is killed at its timeout, with every descendant, whatever clients do.

@@ -461,14 +461,38 @@ impl ImageStore {
         }
     }
 
-    /// Removes retired revisions no container uses any more.
+    /// Removes retired revisions no container uses any more, and the
+    /// directory of a deleted image (no current tree) once none is left.
     pub fn prune_retired(&self, in_use: &dyn Fn(&str, &str) -> bool) {
-        for image in self.list().iter().filter(|i| i.name != HOST_IMAGE) {
-            let retired = self.root.join(&image.name).join("retired");
-            for entry in fs::read_dir(&retired).into_iter().flatten().flatten() {
-                let revision = entry.file_name().to_string_lossy().into_owned();
-                if !in_use(&image.name, &revision) {
-                    let _ = fs::remove_dir_all(entry.path());
+        let Ok(entries) = fs::read_dir(&self.root) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+                continue;
+            };
+            if name == HOST_IMAGE || name.starts_with('.') || validate_image_name(&name).is_err() {
+                continue;
+            }
+            let dir = entry.path();
+            let retired = dir.join("retired");
+            for revision in fs::read_dir(&retired).into_iter().flatten().flatten() {
+                let id = revision.file_name().to_string_lossy().into_owned();
+                if !in_use(&name, &id) {
+                    let _ = fs::remove_dir_all(revision.path());
+                }
+            }
+            // A deleted image (retired trees, no current one) whose last
+            // retired tree went: its directory goes, unless a build or
+            // import of the name holds it now (it makes a new image).
+            if dir.join("rootfs").exists() || !retired.is_dir() {
+                continue;
+            }
+            if fs::remove_dir(&retired).is_ok() {
+                if let Ok(Some(_lock)) = BuildLock::try_take(&dir) {
+                    if !dir.join("rootfs").exists() && !dir.join("rootfs.new").exists() {
+                        let _ = fs::remove_dir_all(&dir);
+                    }
                 }
             }
         }
@@ -1058,21 +1082,7 @@ impl ImageStore {
             revision: Some(new_revision()),
             ..details
         };
-        // The tree being replaced may be some containers' lower layer:
-        // retire it (containers made from it keep it; `prune_retired`
-        // removes it when none is left) rather than delete it under them.
-        if target.is_dir() {
-            let old = self
-                .current_revision(name)
-                .unwrap_or_else(|| FIRST_REVISION.to_owned());
-            let retired = self.root.join(name).join("retired").join(&old);
-            let _ = fs::remove_dir_all(&retired);
-            fs::create_dir_all(&retired).context(|| format!("create {}", retired.display()))?;
-            fs::rename(target, retired.join("rootfs"))
-                .context(|| format!("retire {}", target.display()))?;
-            // Its run configuration goes with it (see `run_config`).
-            let _ = fs::rename(config_path(target), config_path(&retired.join("rootfs")));
-        }
+        self.retire_current(name, target)?;
         let config = config_path(target);
         match &details.config {
             Some(run) => {
@@ -1094,6 +1104,73 @@ impl ImageStore {
             path: target.to_owned(),
             details,
         })
+    }
+}
+
+impl ImageStore {
+    /// Retires image `name`'s current tree (at `target`), if it has one.
+    /// The tree may be some containers' lower layer: it moves to
+    /// `retired/<revision>` (containers made from it keep it;
+    /// `prune_retired` removes it when none is left) rather than going
+    /// from under them. The caller holds the image's build lock.
+    fn retire_current(&self, name: &str, target: &Path) -> Result<(), SandboxError> {
+        if !target.is_dir() {
+            return Ok(());
+        }
+        let old = self
+            .current_revision(name)
+            .unwrap_or_else(|| FIRST_REVISION.to_owned());
+        let retired = self.root.join(name).join("retired").join(&old);
+        let _ = fs::remove_dir_all(&retired);
+        fs::create_dir_all(&retired).context(|| format!("create {}", retired.display()))?;
+        fs::rename(target, retired.join("rootfs"))
+            .context(|| format!("retire {}", target.display()))?;
+        // Its run configuration goes with it (see `run_config`).
+        let _ = fs::rename(config_path(target), config_path(&retired.join("rootfs")));
+        Ok(())
+    }
+
+    /// Deletes image `name` of `project`: from now on no container is
+    /// made from it and no list shows it. Its tree is retired, not
+    /// removed: containers made from it (running or stopped) and snapshots
+    /// taken of them keep it until the last of them goes
+    /// (`prune_retired`). Refused for shellgate's own images and the
+    /// operator's (`project` must own it: another's is not found), and
+    /// while a build or import of the name runs.
+    pub fn remove(&self, name: &str, project: &str) -> Result<(), SandboxError> {
+        Self::check_commit_name(name)?;
+        if !self.exists(name) || project.is_empty() {
+            return Err(SandboxError::ImageNotFound(name.to_owned()));
+        }
+        let dir = self.image_dir(name)?;
+        let Some(_lock) = BuildLock::try_take(&dir)? else {
+            return Err(SandboxError::Conflict(format!(
+                "image {name} is being built or imported: delete it when that ends"
+            )));
+        };
+        // Under the lock: the owner checked is the owner of the tree retired.
+        match self.details(name).project {
+            Some(owner) if owner == project => {}
+            Some(_) => return Err(SandboxError::ImageNotFound(name.to_owned())),
+            None => {
+                return Err(SandboxError::InvalidRequest {
+                    param: "name",
+                    message: format!(
+                        "image {name} is the operator's (every project's): it is not deleted \
+                         through the API"
+                    ),
+                })
+            }
+        }
+        if !self.exists(name) {
+            return Err(SandboxError::ImageNotFound(name.to_owned()));
+        }
+        let target = self.rootfs(name)?;
+        self.retire_current(name, &target)?;
+        // Gone from the list now (it lists directories with a rootfs);
+        // its details go after, so a crash between leaves nothing listed.
+        let _ = fs::remove_file(dir.join("info.json"));
+        Ok(())
     }
 }
 
@@ -1609,6 +1686,75 @@ mod tests {
         assert!(rootfs.join("home/user").is_dir());
         assert!(store.resolve("old").is_ok());
         assert!(!by_hand.join("home/user").exists());
+    }
+
+    /// Installs a one-file image `name` of `project` (`""`: the operator's).
+    fn install_tiny(store: &ImageStore, name: &str, project: &str) -> ImageInfo {
+        let (staging, target, _lock) = store.staging(name).unwrap();
+        fs::create_dir_all(staging.join("bin")).unwrap();
+        fs::write(staging.join("bin/sh"), "").unwrap();
+        let details = ImageDetails {
+            project: (!project.is_empty()).then(|| project.to_owned()),
+            ..ImageDetails::default()
+        };
+        store.install(name, &staging, &target, details).unwrap()
+    }
+
+    #[test]
+    fn a_deleted_image_is_unlisted_at_once_and_its_tree_goes_with_its_last_user() {
+        let store_dir = Scratch::new("delete-store");
+        let store = ImageStore::open(&store_dir.0, "sandbox").unwrap();
+        let made = install_tiny(&store, "mine", "proj_a");
+        install_tiny(&store, "shared", "");
+        let revision = made.details.revision.clone().unwrap();
+
+        for (name, project) in [("mine", "proj_b"), ("mine", ""), ("missing", "proj_a")] {
+            assert!(
+                matches!(
+                    store.remove(name, project),
+                    Err(SandboxError::ImageNotFound(_))
+                ),
+                "{name} of {project:?}"
+            );
+        }
+        for built_in in ["shared", "host"] {
+            let refused = store.remove(built_in, "proj_a");
+            assert!(
+                matches!(
+                    refused,
+                    Err(SandboxError::InvalidRequest { .. } | SandboxError::ImageNotFound(_))
+                ),
+                "{built_in}: {refused:?}"
+            );
+            assert!(store.exists(built_in));
+        }
+        {
+            let _building = BuildLock::try_take(&store_dir.0.join("mine")).unwrap();
+            assert!(matches!(
+                store.remove("mine", "proj_a"),
+                Err(SandboxError::Conflict(_))
+            ));
+        }
+
+        store.remove("mine", "proj_a").unwrap();
+        assert!(!store.exists("mine"));
+        assert!(store.list().iter().all(|i| i.name != "mine"));
+        // A container made from it still resolves its revision.
+        let resolved = store.resolve_revision("mine", Some(&revision)).unwrap();
+        assert!(matches!(
+            resolved.root,
+            RootSpec::Overlay { ref lower, .. } if lower.ends_with(format!("retired/{revision}/rootfs"))
+        ));
+        store.prune_retired(&|image, r| image == "mine" && r == revision);
+        assert!(
+            store_dir.0.join("mine/retired").join(&revision).is_dir(),
+            "in use"
+        );
+        store.prune_retired(&|_, _| false);
+        assert!(!store_dir.0.join("mine").exists(), "the last user went");
+        assert!(store.exists("shared"), "another image is left alone");
+        install_tiny(&store, "mine", "proj_b");
+        assert!(store.exists("mine"), "the name is free again");
     }
 
     /// A scratch image root with a shell, removed on drop.

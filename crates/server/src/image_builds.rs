@@ -212,6 +212,34 @@ pub(crate) async fn submit(
     Ok((row, finished))
 }
 
+/// Deletes image `name` of `project` (`DELETE /v1/images/{name}`, and a
+/// template's delete): one of the project's own; another project's or a
+/// missing one is a 404, the operator's and shellgate's own a 400. The
+/// engine keeps its tree while containers made from it still run.
+pub(crate) async fn delete_image(state: &AppState, project: &str, name: &str) -> ApiResult<()> {
+    let images = crate::sandboxes::containers::image_list(state).await?;
+    let image = images
+        .iter()
+        .find(|i| i.name == name && crate::sandboxes::containers::usable_by(i, project))
+        .ok_or_else(|| ApiError::not_found("image", name))?;
+    if image.details.project.is_none() {
+        return Err(ApiError::invalid(
+            "name",
+            format!(
+                "image {name} is built in (the server's, every project's): only a project's own \
+                 images are deleted"
+            ),
+        ));
+    }
+    match state.engine.delete_image(name, project).await {
+        Ok(()) => Ok(()),
+        Err(shellgate_sandbox_api::SandboxError::ImageNotFound(_)) => {
+            Err(ApiError::not_found("image", name))
+        }
+        Err(other) => Err(other.into()),
+    }
+}
+
 /// Sends a job's log entries to the store in order, as they come.
 fn log_writer(
     state: &Arc<AppState>,

@@ -1,8 +1,9 @@
 //! `/v1/images` beyond the list (shellgate's extension): `POST` makes a
 //! project's image, a Dockerfile built or an OCI archive imported, as a
 //! job of the image-build service (`image_builds`); `GET
-//! /v1/images/{name}` shows one image; `GET /v1/images/builds/{id}` a
-//! job's status and a page of its log.
+//! /v1/images/{name}` shows one image, `DELETE` deletes one of the
+//! project's own; `GET /v1/images/builds/{id}` a job's status and a page
+//! of its log.
 
 use std::sync::Arc;
 
@@ -200,6 +201,17 @@ pub async fn retrieve(
         image,
         &state.config.sandbox.default_image,
     )))
+}
+
+/// `DELETE /v1/images/{name}`: one of the project's own images (built,
+/// imported or committed). Containers made from it keep running on it.
+pub async fn delete(
+    State(state): State<Arc<AppState>>,
+    project: Project,
+    Path(name): Path<String>,
+) -> ApiResult<Json<shellgate_wire::Deleted>> {
+    image_builds::delete_image(&state, &project.0, &name).await?;
+    Ok(Json(shellgate_wire::Deleted::new(name, "image.deleted")))
 }
 
 #[derive(Debug, Deserialize)]

@@ -165,7 +165,10 @@ pub(crate) fn route_table(config: &config::Config, audience: Audience) -> RouteT
             "/images",
             get(containers::images).post(images::create).layer(uploads),
         )
-        .route("/images/{name}", get(images::retrieve))
+        .route(
+            "/images/{name}",
+            get(images::retrieve).delete(images::delete),
+        )
         .route("/images/builds/{build_id}", get(images::build_status))
         .route("/volumes", post(volumes::create).get(volumes::list))
         .route(

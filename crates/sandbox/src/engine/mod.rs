@@ -408,7 +408,13 @@ impl LocalEngine {
                 let revision = c.spec.image_revision.clone()?;
                 Some((c.spec.image.clone(), revision))
             })
-            .chain(self.snapshot_revisions())
+            // A deleted image's snapshots are not restored (no create
+            // names a deleted image): they keep no tree.
+            .chain(
+                self.snapshot_revisions()
+                    .into_iter()
+                    .filter(|(image, _)| self.inner.images.exists(image)),
+            )
             .collect();
         self.inner.images.prune_retired(&|image, revision| {
             in_use.contains(&(image.to_owned(), revision.to_owned()))
@@ -730,6 +736,19 @@ impl SandboxBackend for LocalEngine {
         config: Option<shellgate_sandbox_api::image::ImageConfig>,
     ) -> Result<crate::image::ImageInfo, SandboxError> {
         self.commit_container(id, name, project, config).await
+    }
+
+    async fn delete_image(&self, name: &str, project: &str) -> Result<(), SandboxError> {
+        let engine = self.clone();
+        let (name, project) = (name.to_owned(), project.to_owned());
+        blocking(move || {
+            engine.inner.images.remove(&name, &project)?;
+            // Its tree goes now if nothing uses it (else with the last user:
+            // a container's destruction, a snapshot's removal, prunes).
+            engine.prune_retired_images();
+            Ok(())
+        })
+        .await
     }
 
     async fn import_image(

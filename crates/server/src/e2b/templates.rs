@@ -946,9 +946,9 @@ async fn status(
     }))
 }
 
-/// `DELETE /templates/{id}`: the template (its image stays, as a
-/// committed image does: sandboxes made from it keep it); of a snapshot's id (E2B's SDK deletes
-/// snapshots so), that snapshot.
+/// `DELETE /templates/{id}`: the template and its image (sandboxes made
+/// from it keep its tree until they go); of a snapshot's id (E2B's SDK
+/// deletes snapshots so), that snapshot.
 async fn remove(
     State(state): State<Arc<AppState>>,
     E2bProject(project): E2bProject,
@@ -974,6 +974,14 @@ async fn remove(
         .db(move |s| s.delete_e2b_template(&owner, &id))
         .await
         .map_err(E2bError::from)?;
+    // A failed first build made no image.
+    match image_builds::delete_image(&state, &project, &image_name(&row.template_id)).await {
+        Ok(()) => {}
+        Err(e) if e.status() == StatusCode::NOT_FOUND => {}
+        Err(e) => {
+            tracing::warn!(template = %row.template_id, "could not delete its image: {}", e.message)
+        }
+    }
     // The last build's COPY uploads go with it; an earlier build's upload
     // of files the last build no longer copies is left in the store.
     let spec: TemplateSpec = serde_json::from_str(&row.spec).unwrap_or_default();

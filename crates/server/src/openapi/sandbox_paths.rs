@@ -175,6 +175,7 @@ pub(super) fn container_records(d: &mut Builder, s: &Schemas) {
         images,
         image,
         image_build,
+        deleted,
         ..
     } = s;
     for operation in [
@@ -224,6 +225,13 @@ pub(super) fn container_records(d: &mut Builder, s: &Schemas) {
             "Containers",
             "Retrieve an image (shellgate extension)",
             image,
+        ),
+        delete(
+            "/v1/images/{name}",
+            "Containers",
+            "Delete one of the project's own images; containers made from it keep it until they \
+             go (shellgate extension)",
+            deleted,
         ),
         Operation {
             query: Query::Named(&[
