@@ -692,6 +692,32 @@ pub trait SandboxBackend: Send + Sync {
         Err(SandboxError::NotSupported("importing images"))
     }
 
+    /// Project image `name`'s current tree as one archive (the snapshot
+    /// archive's form), read as it is made, and its details (revision,
+    /// project, run configuration): what a cluster's node puts in the
+    /// object store so that any node can install it. The image cannot
+    /// change until the reader is dropped; the reader fails at its end if
+    /// the archive could not be made whole.
+    fn export_image(
+        &self,
+        _name: &str,
+    ) -> Result<(crate::image::ImageDetails, Box<dyn std::io::Read + Send>), SandboxError> {
+        Err(SandboxError::NotSupported("image archives"))
+    }
+
+    /// Installs project image `name` from `archive` (one
+    /// [`export_image`](Self::export_image) made, verified by the caller)
+    /// with `details`, its revision kept: whole or not at all, nothing
+    /// done if the image is at that revision already.
+    async fn import_image_archive(
+        &self,
+        _name: &str,
+        _details: crate::image::ImageDetails,
+        _archive: std::fs::File,
+    ) -> Result<crate::image::ImageInfo, SandboxError> {
+        Err(SandboxError::NotSupported("image archives"))
+    }
+
     /// Deletes image `name` of `project` (one of its own: a missing one,
     /// another project's, is [`SandboxError::ImageNotFound`]; shellgate's
     /// and the operator's images are refused). No container is made from

@@ -658,7 +658,11 @@ impl ImageStore {
         self.write_details(name, &details)
     }
 
-    fn write_details(&self, name: &str, details: &ImageDetails) -> Result<(), SandboxError> {
+    pub(crate) fn write_details(
+        &self,
+        name: &str,
+        details: &ImageDetails,
+    ) -> Result<(), SandboxError> {
         let dir = self.root.join(name);
         fs::create_dir_all(&dir).context(|| format!("create {}", dir.display()))?;
         let staging = dir.join("info.json.new");
@@ -1074,12 +1078,16 @@ impl ImageStore {
         }
         let details = ImageDetails {
             size_bytes: Some(tree_size(staging)),
-            created_at: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .ok()
-                .map(|d| d.as_secs() as i64),
+            // An image installed from another node's archive keeps its
+            // time and revision; a new one gets them now.
+            created_at: details.created_at.or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .ok()
+                    .map(|d| d.as_secs() as i64)
+            }),
             runtimes: Default::default(),
-            revision: Some(new_revision()),
+            revision: details.revision.clone().or_else(|| Some(new_revision())),
             ..details
         };
         self.retire_current(name, target)?;
@@ -1128,6 +1136,75 @@ impl ImageStore {
         // Its run configuration goes with it (see `run_config`).
         let _ = fs::rename(config_path(target), config_path(&retired.join("rootfs")));
         Ok(())
+    }
+
+    /// Project image `name`'s details and current tree, with its build
+    /// lock: held, no build, import or delete changes the tree (the
+    /// caller reads it whole, then drops the lock).
+    pub(crate) fn export_tree(
+        &self,
+        name: &str,
+    ) -> Result<(ImageDetails, PathBuf, BuildLock), SandboxError> {
+        Self::check_commit_name(name)?;
+        if !self.exists(name) {
+            return Err(SandboxError::ImageNotFound(name.to_owned()));
+        }
+        let dir = self.image_dir(name)?;
+        let Some(lock) = BuildLock::try_take(&dir)? else {
+            return Err(SandboxError::Conflict(format!(
+                "image {name} is being built, imported or deleted"
+            )));
+        };
+        let details = self.details(name);
+        if details.project.is_none() || !self.exists(name) {
+            return Err(SandboxError::ImageNotFound(name.to_owned()));
+        }
+        Ok((details, self.rootfs(name)?, lock))
+    }
+
+    /// Installs project image `name` as another node made it: `details`
+    /// (its project and revision kept), its tree filled by `unpack` into
+    /// the staging directory. Nothing is done if the image is at that
+    /// revision already; another project's image of the name is a
+    /// conflict. Blocking: it unpacks a tree.
+    pub fn install_unpacked(
+        &self,
+        name: &str,
+        details: ImageDetails,
+        unpack: impl FnOnce(&Path) -> Result<(), SandboxError>,
+    ) -> Result<ImageInfo, SandboxError> {
+        Self::check_commit_name(name)?;
+        if details.project.is_none() || details.revision.is_none() {
+            return Err(SandboxError::InvalidRequest {
+                param: "image",
+                message: format!("image {name}'s details name no project or revision"),
+            });
+        }
+        let dir = self.image_dir(name)?;
+        let lock = BuildLock::take_waiting(&dir)?;
+        if self.exists(name) {
+            let held = self.details(name);
+            if held.project != details.project {
+                return Err(SandboxError::Conflict(format!(
+                    "an image named {name:?} exists here and is another project's"
+                )));
+            }
+            if held.revision == details.revision {
+                return Ok(ImageInfo {
+                    name: name.to_owned(),
+                    path: self.rootfs(name)?,
+                    details: held,
+                });
+            }
+        }
+        let (staging, target) = self.staging_locked(name)?;
+        if let Err(e) = unpack(&staging) {
+            let _ = half_made::remove_half_made(&staging);
+            return Err(e);
+        }
+        let installed = self.install(name, &staging, &target, details);
+        drop(lock);
+        installed
     }
 
     /// Deletes image `name` of `project`: from now on no container is

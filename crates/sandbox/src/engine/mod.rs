@@ -37,6 +37,7 @@
 mod command;
 mod container;
 mod freezer;
+mod image_archive;
 // Files by path (`engine/fs.rs`; `fs` here is `std::fs`).
 #[path = "fs.rs"]
 mod fs_paths;
@@ -736,6 +737,22 @@ impl SandboxBackend for LocalEngine {
         config: Option<shellgate_sandbox_api::image::ImageConfig>,
     ) -> Result<crate::image::ImageInfo, SandboxError> {
         self.commit_container(id, name, project, config).await
+    }
+
+    fn export_image(
+        &self,
+        name: &str,
+    ) -> Result<(crate::image::ImageDetails, Box<dyn std::io::Read + Send>), SandboxError> {
+        self.image_archive(name)
+    }
+
+    async fn import_image_archive(
+        &self,
+        name: &str,
+        details: crate::image::ImageDetails,
+        archive: std::fs::File,
+    ) -> Result<crate::image::ImageInfo, SandboxError> {
+        self.unpack_image(name, details, archive).await
     }
 
     async fn delete_image(&self, name: &str, project: &str) -> Result<(), SandboxError> {

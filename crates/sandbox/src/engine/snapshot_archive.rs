@@ -86,8 +86,9 @@ impl LocalEngine {
     }
 }
 
-/// The archive of snapshot directory `dir`, read as tar makes it.
-fn archive_of(dir: &std::path::Path) -> Result<Box<dyn Read + Send>, SandboxError> {
+/// The archive of directory `dir` (a snapshot's; an image's tree, see
+/// `image_archive`), read as tar makes it.
+pub(super) fn archive_of(dir: &std::path::Path) -> Result<Box<dyn Read + Send>, SandboxError> {
     let mut child = Command::new("tar")
         .args([
             "--create",
@@ -129,7 +130,7 @@ fn archive_of(dir: &std::path::Path) -> Result<Box<dyn Read + Send>, SandboxErro
 }
 
 /// Unpacks `archive` into the empty directory `into`.
-fn unpack_into(into: &std::path::Path, archive: fs::File) -> Result<(), SandboxError> {
+pub(super) fn unpack_into(into: &std::path::Path, archive: fs::File) -> Result<(), SandboxError> {
     let output = Command::new("tar")
         .args(["--extract", "--file=-", COMPRESSOR])
         .args(CONTENT_FLAGS)
@@ -146,7 +147,7 @@ fn unpack_into(into: &std::path::Path, archive: fs::File) -> Result<(), SandboxE
         let stderr = String::from_utf8_lossy(&output.stderr);
         let shown: String = stderr.trim().chars().take(STDERR_KEPT).collect();
         Err(SandboxError::Setup(format!(
-            "unpacking the snapshot's archive failed: {shown}"
+            "unpacking the archive failed: {shown}"
         )))
     }
 }
@@ -178,7 +179,7 @@ impl Read for ArchiveReader {
             Ok(0)
         } else {
             Err(std::io::Error::other(format!(
-                "archiving the snapshot failed ({status}): {errors}"
+                "archiving failed ({status}): {errors}"
             )))
         }
     }
