@@ -5,8 +5,9 @@
 // them. Templates are images built by the server's image builder, so the
 // server's default image is a real one made here: busybox, util-linux's
 // setpriv (steps of another user) and a `/bin/bash` that is busybox's shell
-// (what the SDK runs commands with). A cluster builds no templates (an
-// image is kept on one node's disk): the suite is skipped there.
+// (what the SDK runs commands with). That image is made in the server's data
+// directory before it starts, which a cluster's nodes are not: the suite is
+// skipped there (tests/python/test_cluster_images.py builds in a cluster).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';

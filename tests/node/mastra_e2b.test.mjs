@@ -12,7 +12,8 @@
 // installs, so the test sees the step ran as root and its files are in the
 // sandbox. Against a server whose egress lets builds reach deb.debian.org
 // and whose default image is debian-12, the same path installs the real
-// packages. A cluster builds no templates: the suite is skipped there.
+// packages. Its default image is made in the server's data directory before
+// it starts, which a cluster's nodes are not: the suite is skipped there.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';

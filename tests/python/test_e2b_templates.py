@@ -24,7 +24,8 @@ import requests
 from conftest import BINARY, CLUSTER_MODE, E2B_KEY_A, E2B_KEY_B, Server, tiny_rootfs
 
 pytestmark = pytest.mark.skipif(
-    CLUSTER_MODE, reason="a cluster builds no templates (an image is kept on one node's disk)"
+    CLUSTER_MODE, reason="its server starts with a base image imported into its data directory "
+                         "(test_cluster_images.py builds images in a cluster)"
 )
 
 e2b_sdk = pytest.importorskip("e2b")

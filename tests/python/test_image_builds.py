@@ -22,7 +22,8 @@ import requests
 from conftest import BINARY, CLUSTER_MODE, KEY_A, KEY_B, Server, exec_commands, tiny_rootfs, wait_until
 
 pytestmark = pytest.mark.skipif(
-    CLUSTER_MODE, reason="a cluster serves no image builds (an image is kept on one node's disk)"
+    CLUSTER_MODE, reason="its server starts with a base image imported into its data directory "
+                         "(test_cluster_images.py builds images in a cluster)"
 )
 
 # The busybox applets the builder's steps and these tests use.

@@ -19,7 +19,8 @@ import requests
 from conftest import BINARY, CLUSTER_MODE, KEY_A, KEY_B, Server, exec_commands
 
 pytestmark = pytest.mark.skipif(
-    CLUSTER_MODE, reason="a cluster serves no commits (an image is kept on one node's disk)"
+    CLUSTER_MODE, reason="its server starts with a base image imported into its data directory "
+                         "(test_cluster_images.py builds images in a cluster)"
 )
 
 APPLETS = ["sh", "cat", "echo", "printf", "mkdir", "rm", "chmod", "touch", "ls"]

@@ -22,8 +22,10 @@
 //! - A job the server stopped during is failed at its next start
 //!   ([`fail_unfinished`]); its build sandbox, a container the store does
 //!   not know, is removed by the start-up recovery.
-//! - A cluster does not serve it: an image lives on the disk of the node
-//!   that made it, and a cluster's containers may run on any node.
+//! - In a cluster a job runs on the node that takes it (its row and log
+//!   are the store's: any replica reads them); the image it made is put in
+//!   the object store before the job is `ready` (`image_archives`), and
+//!   any node installs it on first use.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -39,7 +41,6 @@ use shellgate_sandbox_api::image_build::{
     self, BuildError, BuildLogLine, BuildRequest, ContextPart, LogLevel,
 };
 use shellgate_store::{ImageBuildRow, IMAGE_BUILD_QUEUED};
-use shellgate_wire::catalogue::ErrorCode;
 use shellgate_wire::{ImageBuild, ImageBuildError, ImageBuildLogEntry};
 use tokio::sync::{mpsc, oneshot};
 
@@ -111,19 +112,6 @@ fn project_lock(project: &str) -> Arc<tokio::sync::Mutex<()>> {
     Arc::clone(locks.entry(project.to_owned()).or_default())
 }
 
-/// Refuses a job a cluster cannot serve.
-pub(crate) fn served(state: &AppState) -> ApiResult<()> {
-    if state.config.cluster.role != crate::config::Role::All {
-        return Err(ApiError::of(
-            ErrorCode::NotSupported,
-            "Image builds and imports are not served by a cluster: an image is kept on the disk \
-             of the node that made it, and a cluster's containers may run on any node. Build or \
-             import it on each node with `shellgate image build`/`shellgate image import`.",
-        ));
-    }
-    Ok(())
-}
-
 /// Refuses an image name no job may take: 1 to 64 letters, digits, `.`,
 /// `_` or `-`, not starting with `.`; not `host`.
 pub(crate) fn check_name(name: &str) -> ApiResult<()> {
@@ -158,7 +146,6 @@ pub(crate) async fn submit(
     state: &Arc<AppState>,
     job: Job,
 ) -> ApiResult<(ImageBuildRow, oneshot::Receiver<Finished>)> {
-    served(state)?;
     check_name(&job.image)?;
     let images = crate::sandboxes::containers::image_list(state).await?;
     if let Some(existing) = images.iter().find(|i| i.name == job.image) {
@@ -183,6 +170,8 @@ pub(crate) async fn submit(
                 ),
             ));
         }
+        // A cluster's base this node does not hold yet is fetched.
+        crate::image_archives::hold(state, &dockerfile.from).await?;
     }
     let now = crate::time::now();
     let row = ImageBuildRow {
@@ -216,7 +205,18 @@ pub(crate) async fn submit(
 /// template's delete): one of the project's own; another project's or a
 /// missing one is a 404, the operator's and shellgate's own a 400. The
 /// engine keeps its tree while containers made from it still run.
-pub(crate) async fn delete_image(state: &AppState, project: &str, name: &str) -> ApiResult<()> {
+pub(crate) async fn delete_image(
+    state: &Arc<AppState>,
+    project: &str,
+    name: &str,
+) -> ApiResult<()> {
+    if crate::image_archives::archived(state)
+        && crate::image_archives::delete(state, project, name)
+            .await?
+            .is_some()
+    {
+        return Ok(());
+    }
     let images = crate::sandboxes::containers::image_list(state).await?;
     let image = images
         .iter()
@@ -304,6 +304,8 @@ async fn run(
 ) {
     let lock = project_lock(&row.project);
     let _one_at_a_time = lock.lock().await;
+    // Until its row is written, a cluster's sweep leaves the image alone.
+    let _making = crate::image_archives::Making::new(&row.image);
     let (sender, writer) = log_writer(&state, &row.id);
     let mut written = 0usize;
     let mut log = move |line: BuildLogLine| {
@@ -335,6 +337,22 @@ async fn run(
             message: format!("cannot start the build: {}", e.message),
             step: None,
         }),
+    };
+    // A cluster's image is in the object store before its job is ready.
+    let outcome = match outcome {
+        Ok(image) if crate::image_archives::archived(&state) => {
+            match crate::image_archives::publish(&state, &image.name).await {
+                Ok(()) => Ok(image),
+                Err(e) => Err(Failure {
+                    message: format!(
+                        "the image could not be put in the object store: {}",
+                        e.message
+                    ),
+                    step: None,
+                }),
+            }
+        }
+        other => other,
     };
     match &outcome {
         Ok(image) => log(BuildLogLine {

@@ -94,7 +94,6 @@ pub async fn create(
     project: Project,
     multipart: Result<Multipart, axum::extract::multipart::MultipartRejection>,
 ) -> ApiResult<Response> {
-    image_builds::served(&state)?;
     let multipart = multipart.map_err(|e| {
         ApiError::unsupported_media_type(format!(
             "Send multipart/form-data with name and dockerfile (and context), or name and file: {}",

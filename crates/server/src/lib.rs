@@ -37,6 +37,7 @@ mod guardrails;
 mod handler_tests;
 mod host;
 mod http;
+mod image_archives;
 mod image_builds;
 mod images;
 mod in_sandbox;

@@ -261,6 +261,9 @@ pub async fn sweep(state: &Arc<AppState>) -> Result<(), ApiError> {
         if let Err(e) = crate::snapshot_archives::sweep(state, now).await {
             tracing::warn!("sweeping snapshot archives failed: {}", e.message);
         }
+        if let Err(e) = crate::image_archives::sweep(state, now).await {
+            tracing::warn!("sweeping image archives failed: {}", e.message);
+        }
     }
     let old_egress = crate::egress::sweep_old_rows(
         &state.store,

@@ -79,7 +79,10 @@ pub(crate) async fn publish(state: &Arc<AppState>, id: &str) -> ApiResult<String
 
 /// Copies `archive` into `writer`, hashing it; the body ends only when the
 /// whole archive was read (a failed read fails it: nothing is stored).
-fn pump(mut archive: Box<dyn Read + Send>, mut writer: BodyWriter) -> std::io::Result<String> {
+pub(crate) fn pump(
+    mut archive: Box<dyn Read + Send>,
+    mut writer: BodyWriter,
+) -> std::io::Result<String> {
     let mut hasher = Sha256::new();
     let mut buffer = vec![0u8; CHUNK];
     loop {
@@ -171,9 +174,10 @@ async fn fetch(state: &Arc<AppState>, id: &str, digest: &str) -> ApiResult<()> {
     };
     let expected = digest.to_owned();
     let shown = id.to_owned();
-    let file = tokio::task::spawn_blocking(move || verify(file, &expected, &shown))
-        .await
-        .map_err(|e| ApiError::internal(format!("the archive's check failed: {e}")))??;
+    let file =
+        tokio::task::spawn_blocking(move || verify(file, &expected, &format!("snapshot {shown}")))
+            .await
+            .map_err(|e| ApiError::internal(format!("the archive's check failed: {e}")))??;
     match state.engine.import_snapshot(id, file).await {
         Ok(()) | Err(SandboxError::AlreadyExists(_)) => {
             tracing::info!(snapshot = %id, "restored a snapshot from the object store");
@@ -183,10 +187,14 @@ async fn fetch(state: &Arc<AppState>, id: &str, digest: &str) -> ApiResult<()> {
     }
 }
 
-/// `file` rewound, if its bytes hash to `expected`.
-fn verify(mut file: std::fs::File, expected: &str, id: &str) -> ApiResult<std::fs::File> {
-    let io =
-        |e: std::io::Error| ApiError::internal(format!("reading snapshot {id}'s archive: {e}"));
+/// `file` rewound, if its bytes hash to `expected`; `what` names what it
+/// is the archive of (`snapshot snap_…`, `image app`).
+pub(crate) fn verify(
+    mut file: std::fs::File,
+    expected: &str,
+    what: &str,
+) -> ApiResult<std::fs::File> {
+    let io = |e: std::io::Error| ApiError::internal(format!("reading {what}'s archive: {e}"));
     let mut hasher = Sha256::new();
     let mut buffer = vec![0u8; CHUNK];
     loop {
@@ -199,8 +207,8 @@ fn verify(mut file: std::fs::File, expected: &str, id: &str) -> ApiResult<std::f
     let found = format!("sha256:{:x}", hasher.finalize());
     if found != expected {
         return Err(ApiError::internal(format!(
-            "snapshot {id}'s archive in the object store does not match its digest \
-             (found {found}, its row says {expected}); it is not restored"
+            "{what}'s archive in the object store does not match its digest \
+             (found {found}, its row says {expected}); it is not used"
         )));
     }
     file.rewind().map_err(io)?;
@@ -350,12 +358,12 @@ mod tests {
         let path = dir.join("archive");
         std::fs::write(&path, b"archive").expect("write");
         let file = std::fs::File::open(&path).expect("open");
-        let mut checked = verify(file, &digest, "snap_1").expect("matches");
+        let mut checked = verify(file, &digest, "snapshot snap_1").expect("matches");
         let mut again = Vec::new();
         checked.read_to_end(&mut again).expect("read");
         assert_eq!(again, b"archive", "rewound");
         let file = std::fs::File::open(&path).expect("open");
-        let refused = verify(file, "sha256:00", "snap_1").expect_err("does not match");
+        let refused = verify(file, "sha256:00", "snapshot snap_1").expect_err("does not match");
         assert!(
             refused.message.contains("does not match"),
             "{}",

@@ -27,6 +27,7 @@ mod error;
 mod exec_credits;
 mod files;
 mod image_builds;
+mod images;
 mod keys;
 mod leases;
 mod migrations;
@@ -62,6 +63,7 @@ pub use files::FileRow;
 pub use image_builds::{
     ImageBuildRow, IMAGE_BUILD_BUILDING, IMAGE_BUILD_ERROR, IMAGE_BUILD_QUEUED, IMAGE_BUILD_READY,
 };
+pub use images::ImageRow;
 pub use keys::{hash_key, key_id, KeyGrant, KeyRecord, KeyRole};
 pub use nodes::{HeldContainer, LostDeletion, NodeLoad, NodeRow, Restored};
 pub use paging::Page;

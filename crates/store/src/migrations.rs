@@ -561,6 +561,19 @@ pub(crate) const SQLITE_MIGRATIONS: &[&str] = &[
         PRIMARY KEY (build_id, seq)
     );
 "#,
+    // A cluster's project images in the object store (images.rs): the
+    // owner, the revision, its archive's digest and the engine's details.
+    r#"
+    CREATE TABLE images (
+        name TEXT PRIMARY KEY,
+        project TEXT NOT NULL,
+        revision TEXT NOT NULL,
+        archive_digest TEXT NOT NULL,
+        details TEXT NOT NULL,
+        node_id TEXT NOT NULL,
+        created_at INTEGER NOT NULL
+    );
+"#,
 ];
 
 /// Postgres's migrations, applied in order; the index + 1 is the schema
@@ -1005,6 +1018,18 @@ pub(crate) const POSTGRES_MIGRATIONS: &[&str] = &[
         seq BIGINT NOT NULL,
         entry TEXT NOT NULL,
         PRIMARY KEY (build_id, seq)
+    );
+"#,
+    // A cluster's project images: as SQLite's migration that makes images.
+    r#"
+    CREATE TABLE images (
+        name TEXT PRIMARY KEY,
+        project TEXT NOT NULL,
+        revision TEXT NOT NULL,
+        archive_digest TEXT NOT NULL,
+        details TEXT NOT NULL,
+        node_id TEXT NOT NULL,
+        created_at BIGINT NOT NULL
     );
 "#,
 ];

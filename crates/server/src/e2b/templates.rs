@@ -32,9 +32,9 @@
 //!   per project, its deadline, its log. A build the server stopped during
 //!   is marked failed at the next start ([`fail_unfinished`]), and no
 //!   image is installed until the build has succeeded.
-//! - A cluster does not build templates (`POST /v3/templates` is refused,
-//!   501): an image is kept on the disk of the node that built it, and a
-//!   cluster's sandboxes may start on any node.
+//! - In a cluster a template's build runs on the node that takes it; its
+//!   image is put in the object store before the build is ready
+//!   (`image_archives`), and any node installs it on a sandbox's create.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -237,13 +237,6 @@ async fn request_build(
     E2bProject(project): E2bProject,
     body: Bytes,
 ) -> Result<Response, E2bError> {
-    image_builds::served(&state).map_err(|e| {
-        E2bError::new(
-            e.status(),
-            "template builds are not served by a cluster: a template is an image, kept on the \
-             disk of the node that built it, and a cluster's sandboxes may start on any node",
-        )
-    })?;
     let request: TemplateBuildRequest = serde_json::from_slice(&body)
         .map_err(|e| bad_request(format!("invalid request body: {e}")))?;
     let name = request

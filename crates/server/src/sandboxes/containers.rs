@@ -101,9 +101,14 @@ pub(crate) async fn image_list(
     state: &AppState,
 ) -> ApiResult<Vec<shellgate_sandbox_api::image::ImageInfo>> {
     let engine = Arc::clone(&state.engine);
-    tokio::task::spawn_blocking(move || engine.images())
+    let local = tokio::task::spawn_blocking(move || engine.images())
         .await
-        .map_err(|e| ApiError::internal(format!("image listing failed: {e}")))
+        .map_err(|e| ApiError::internal(format!("image listing failed: {e}")))?;
+    if crate::image_archives::archived(state) {
+        // A cluster's node: the object store's project images too.
+        return crate::image_archives::merged(state, local).await;
+    }
+    Ok(local)
 }
 
 /// Whether `project` may make containers from `image` (and see it): every
@@ -134,7 +139,11 @@ pub(crate) async fn choose_image(
         .collect();
     let host = shellgate_sandbox_api::image::HOST_IMAGE;
     match asked {
-        Some(name) if available.iter().any(|a| a == name) => Ok(name.to_owned()),
+        Some(name) if available.iter().any(|a| a == name) => {
+            // A cluster's image this node does not hold yet is fetched.
+            crate::image_archives::hold(state, name).await?;
+            Ok(name.to_owned())
+        }
         Some(name) => Err(ApiError::invalid(
             "image",
             format!(

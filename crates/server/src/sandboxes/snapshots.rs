@@ -18,8 +18,8 @@
 //! In a cluster, a node's snapshot is put in the object store before its
 //! row is written, and any node restores it from there
 //! (`snapshot_archives`); a fork's copies are made on the source's node,
-//! from a snapshot that never leaves it. An image lives on the disk of the
-//! node that made it: a cluster commits none (501).
+//! from a snapshot that never leaves it. A commit's image is put in the
+//! object store before the commit answers (`image_archives`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -72,18 +72,6 @@ pub(crate) fn snapshot_object(row: &SnapshotRow) -> Snapshot {
         memory_unavailable_reason: row.memory_unavailable_reason.clone(),
         frozen_ms: u64::try_from(row.frozen_ms).unwrap_or(0),
     }
-}
-
-/// A cluster's nodes do not share their images: a commit is refused there.
-fn commit_served(state: &AppState) -> ApiResult<()> {
-    if state.config.cluster.role != crate::config::Role::All {
-        return Err(ApiError::of(
-            ErrorCode::NotSupported,
-            "Committing a container to an image is not served by a cluster: an image is kept on \
-             the disk of the node that made it, and a cluster's containers may run on any node.",
-        ));
-    }
-    Ok(())
 }
 
 fn check(body: &CreateSnapshot) -> ApiResult<()> {
@@ -374,16 +362,20 @@ pub(crate) async fn commit(
     container_id: &str,
     body: CommitImage,
 ) -> ApiResult<shellgate_sandbox_api::image::ImageInfo> {
-    commit_served(state)?;
     let container = crate::sandboxes::containers::owned(state, project, container_id).await?;
     let worker = Arc::clone(state);
     let owner = project.0.clone();
     to_completion(async move {
-        worker
+        let _making = crate::image_archives::Making::new(&body.name);
+        let image = worker
             .engine
             .commit_image(&container.id, &body.name, &owner, None)
             .await
-            .map_err(|e| crate::engine::engine_error(&container.id, e))
+            .map_err(|e| crate::engine::engine_error(&container.id, e))?;
+        if crate::image_archives::archived(&worker) {
+            crate::image_archives::publish(&worker, &image.name).await?;
+        }
+        Ok(image)
     })
     .await
 }

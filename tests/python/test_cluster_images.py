@@ -1,0 +1,149 @@
+"""Project images in a cluster (cluster.py: three nodes, two replicas,
+Postgres, moto's S3), through the replicas with plain HTTP.
+
+What is checked: an OCI image imported through one replica and a
+Dockerfile built `FROM` it through the other (each job on the node that
+took it, its status read through the other replica) are put in the object
+store (`images/<revision>-<name>.tar.zst`) before their jobs are ready;
+containers of the built image are made on every node (the others drained,
+so placement must choose each), which fetch it and see what its steps
+wrote; another project neither sees nor deletes it; a delete through a
+replica removes its row and archive at once, makes creates refuse it, and
+each node's copy is removed by that node's sweep. Every wait is for a
+condition, with a deadline.
+"""
+
+import boto3
+import pytest
+import requests
+
+from cluster import MEMBER_KEYS, SECRET_HEADER, can_run, cluster, clusters  # noqa: F401 (fixtures)
+from conftest import CLUSTER_MODE, exec_commands, wait_until
+from test_image_builds import oci_layout
+
+_why_not = can_run() or (CLUSTER_MODE and "the session's cluster is up (SHELLGATE_TEST_CLUSTER=1); "
+                                         "these tests start clusters of their own")
+pytestmark = pytest.mark.skipif(bool(_why_not), reason=_why_not or "")
+
+ALPHA, BETA = MEMBER_KEYS["alpha"], MEMBER_KEYS["beta"]
+# Where the archives are in the bucket (the object store's prefix, then
+# the server's folder).
+ARCHIVES = "objects/images/"
+
+
+def api(cluster, method, path, key=ALPHA, replica=0, **kwargs) -> requests.Response:
+    """One request through a replica; a read answered 503 (no node
+    reachable for that moment) is asked again for a bounded time."""
+    def send():
+        return requests.request(method, f"{cluster.replicas[replica].base_url}{path}",
+                                headers={"Authorization": f"Bearer {key}"}, timeout=300, **kwargs)
+
+    answer = {"last": send()}
+
+    def answered():
+        if answer["last"].status_code != 503 or method != "GET":
+            return True
+        answer["last"] = send()
+        return answer["last"].status_code != 503
+
+    wait_until(answered, 60, 1)
+    return answer["last"]
+
+
+def finished(cluster, build_id: str, replica: int) -> dict:
+    """The job once it has ended, polled through `replica`."""
+    seen = {}
+
+    def ended():
+        status = api(cluster, "GET", f"/images/builds/{build_id}", replica=replica)
+        assert status.status_code == 200, status.text
+        seen["job"] = status.json()
+        return seen["job"]["status"] in ("ready", "error")
+
+    assert wait_until(ended, 600, 0.5), seen
+    return seen["job"]
+
+
+def archives(cluster) -> set:
+    s3 = boto3.client("s3", endpoint_url=cluster.objects.endpoint, region_name="us-east-1",
+                      aws_access_key_id="test", aws_secret_access_key="test")
+    listed = s3.list_objects_v2(Bucket=cluster.bucket, Prefix=ARCHIVES)
+    return {item["Key"] for item in listed.get("Contents", [])}
+
+
+def set_draining(cluster, name: str, draining: bool) -> None:
+    method = requests.post if draining else requests.delete
+    answer = method(f"{cluster.nodes[name].root}/internal/v1/drain",
+                    headers={SECRET_HEADER: cluster.secret}, timeout=10)
+    assert answer.status_code < 300, answer.text
+    want = "draining" if draining else "ready"
+    cluster.wait_nodes(lambda nodes: {n["id"]: n["status"] for n in nodes}.get(name) == want,
+                       30, f"{name} {want}")
+
+
+def image_tree(node, name: str):
+    return node.data_dir / "sandbox" / "images" / name / "rootfs"
+
+
+def test_an_image_built_through_a_replica_makes_containers_on_every_node_and_is_deleted(cluster):
+    imported = api(cluster, "POST", "/images", replica=0, files={
+        "name": (None, "cluster-base"),
+        "file": ("image.tar", oci_layout({"etc/imported.txt": b"from the layer\n"}), "application/x-tar")})
+    assert imported.status_code == 202, imported.text
+    assert finished(cluster, imported.json()["id"], replica=1)["status"] == "ready"
+    built = api(cluster, "POST", "/images", replica=1, files={
+        "name": (None, "cluster-app"),
+        "dockerfile": (None, "FROM cluster-base\nRUN echo built > /etc/built.txt\nENV APP=yes\n")})
+    assert built.status_code == 202, built.text
+    job = finished(cluster, built.json()["id"], replica=0)
+    assert job["status"] == "ready", job
+    revision = job["revision"]
+    assert f"{ARCHIVES}{revision}-cluster-app.tar.zst" in archives(cluster), archives(cluster)
+    for replica in (0, 1):
+        listed = api(cluster, "GET", "/images", replica=replica).json()["data"]
+        assert {"cluster-base", "cluster-app"} <= {i["name"] for i in listed}, listed
+        assert api(cluster, "GET", "/images/cluster-app", key=BETA, replica=replica).status_code == 404
+
+    # Every node offers it from its next heartbeat on (placement reads that).
+    cluster.wait_nodes(lambda nodes: len(nodes) == len(cluster.nodes) and all(
+        "cluster-app" in node["images"] for node in nodes), 120, "every node lists cluster-app")
+    made = {}
+    for name in cluster.nodes:
+        others = [other for other in cluster.nodes if other != name]
+        for other in others:
+            set_draining(cluster, other, True)
+        try:
+            answer = api(cluster, "POST", "/containers", replica=len(made) % 2,
+                         json={"name": f"on-{name}", "image": "cluster-app"})
+            assert answer.status_code == 200, answer.text
+            made[name] = answer.json()["id"]
+        finally:
+            for other in others:
+                set_draining(cluster, other, False)
+        assert cluster.node_holding(made[name]) == name
+        output = exec_commands(cluster.client(len(made) % 2), made[name],
+                               ["cat /etc/built.txt /etc/imported.txt; echo $APP"])["output"][0]
+        assert output["stdout"] == "built\nfrom the layer\nyes\n", output
+        assert image_tree(cluster.nodes[name], "cluster-app").is_dir()
+
+    refused = api(cluster, "DELETE", "/images/cluster-app", key=BETA)
+    assert refused.status_code == 404, refused.text
+    deleted = api(cluster, "DELETE", "/images/cluster-app", replica=1)
+    assert deleted.status_code == 200, deleted.text
+    assert deleted.json() == {"id": "cluster-app", "object": "image.deleted", "deleted": True}
+    assert not any(key.endswith("-cluster-app.tar.zst") for key in archives(cluster))
+    for replica in (0, 1):
+        assert api(cluster, "GET", "/images/cluster-app", replica=replica).status_code == 404
+        gone = api(cluster, "POST", "/containers", replica=replica,
+                   json={"name": "late", "image": "cluster-app"})
+        assert gone.status_code == 400, gone.text
+    # Containers made before keep running on it.
+    for container_id in made.values():
+        out = exec_commands(cluster.client(0), container_id, ["cat /etc/built.txt"])["output"][0]
+        assert out["stdout"] == "built\n", out
+    # Each node's copy goes with its sweep.
+    assert wait_until(lambda: not any(image_tree(node, "cluster-app").exists()
+                                      for node in cluster.nodes.values()), 180, 1)
+    for container_id in made.values():
+        cluster.client(0).containers.delete(container_id)
+    assert api(cluster, "DELETE", "/images/cluster-base").status_code == 200
