@@ -7,7 +7,8 @@ took it, its status read through the other replica) are put in the object
 store (`images/<revision>-<name>.tar.zst`) before their jobs are ready;
 containers of the built image are made on every node (the others drained,
 so placement must choose each), which fetch it and see what its steps
-wrote; another project neither sees nor deletes it; a delete through a
+wrote; a container committed on one node makes a container on another;
+another project neither sees nor deletes it; a delete through a
 replica removes its row and archive at once, makes creates refuse it, and
 each node's copy is removed by that node's sweep. Every wait is for a
 condition, with a deadline.
@@ -125,6 +126,29 @@ def test_an_image_built_through_a_replica_makes_containers_on_every_node_and_is_
                                ["cat /etc/built.txt /etc/imported.txt; echo $APP"])["output"][0]
         assert output["stdout"] == "built\nfrom the layer\nyes\n", output
         assert image_tree(cluster.nodes[name], "cluster-app").is_dir()
+
+    # A commit on one node makes containers on another.
+    source_node = next(iter(made))
+    committed_from = made[source_node]
+    exec_commands(cluster.client(0), committed_from, ["echo committed > /home/user/kept.txt"])
+    committed = api(cluster, "POST", f"/containers/{committed_from}/image", replica=1,
+                    json={"name": "cluster-commit"})
+    assert committed.status_code == 200, committed.text
+    assert any(key.endswith("-cluster-commit.tar.zst") for key in archives(cluster)), archives(cluster)
+    cluster.wait_nodes(lambda nodes: all("cluster-commit" in node["images"] for node in nodes),
+                       120, "every node lists cluster-commit")
+    set_draining(cluster, source_node, True)
+    try:
+        copy = api(cluster, "POST", "/containers", json={"name": "from-commit", "image": "cluster-commit"})
+        assert copy.status_code == 200, copy.text
+    finally:
+        set_draining(cluster, source_node, False)
+    assert cluster.node_holding(copy.json()["id"]) not in (None, source_node)
+    out = exec_commands(cluster.client(1), copy.json()["id"],
+                        ["cat /home/user/kept.txt /etc/built.txt"])["output"][0]
+    assert out["stdout"] == "committed\nbuilt\n", out
+    cluster.client(0).containers.delete(copy.json()["id"])
+    assert api(cluster, "DELETE", "/images/cluster-commit").status_code == 200
 
     refused = api(cluster, "DELETE", "/images/cluster-app", key=BETA)
     assert refused.status_code == 404, refused.text
