@@ -150,10 +150,11 @@ async fn template_image(
     if DEFAULT_TEMPLATES.contains(&template) {
         return Ok(None);
     }
-    let engine = Arc::clone(&state.engine);
-    let images = tokio::task::spawn_blocking(move || engine.images())
+    // A cluster's node lists the object store's images too (a template
+    // built on another node is fetched at the create).
+    let images = crate::sandboxes::containers::image_list(state)
         .await
-        .map_err(|e| E2bError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+        .map_err(E2bError::from)?;
     // Another project's image (a template's, a committed one) is as
     // missing as one that does not exist.
     let usable = |image: &&shellgate_sandbox_api::image::ImageInfo| {
