@@ -225,7 +225,9 @@ impl Settings {
 /// What one container's proxy knows.
 pub struct ContainerEgress {
     pub container: String,
-    allowlist: Allowlist,
+    /// The names it may reach: replaced whole by [`Serving::set_allowlist`]
+    /// (a network update), read once per connection, request and lookup.
+    allowlist: std::sync::RwLock<Arc<Allowlist>>,
     settings: Arc<Settings>,
     /// Terminates TLS (every allowed name but the passthrough ones).
     intercept: Option<Arc<Interceptor>>,
@@ -271,6 +273,7 @@ pub struct Sockets {
 pub struct Serving {
     tasks: Vec<tokio::task::JoinHandle<()>>,
     denials: Arc<Denials>,
+    egress: Arc<ContainerEgress>,
 }
 
 impl Serving {
@@ -278,6 +281,17 @@ impl Serving {
     /// command of (see [`crate::denials`]).
     pub fn denials(&self) -> &Denials {
         &self.denials
+    }
+
+    /// Replaces the container's allowlist: every connection, request and
+    /// lookup begun from now on is checked against `allowlist`; one open
+    /// already keeps the verdict it had (nothing is cut).
+    pub fn set_allowlist(&self, allowlist: Allowlist) {
+        *self
+            .egress
+            .allowlist
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = Arc::new(allowlist);
     }
 }
 
@@ -376,7 +390,7 @@ impl ContainerEgress {
         let now = Instant::now();
         let egress = Arc::new(Self {
             container,
-            allowlist,
+            allowlist: std::sync::RwLock::new(Arc::new(allowlist)),
             settings,
             intercept,
             passthrough: passthrough
@@ -455,6 +469,7 @@ impl ContainerEgress {
         Ok(Serving {
             tasks,
             denials: Arc::clone(&self.denials),
+            egress: Arc::clone(self),
         })
     }
 
@@ -715,7 +730,8 @@ impl ContainerEgress {
                 "{name} is an IP address; only host names in the allowlist may be reached"
             ));
         }
-        if !self.allowlist.allows(&name) {
+        let allowlist = Arc::clone(&self.allowlist.read().unwrap_or_else(|p| p.into_inner()));
+        if !allowlist.allows(&name) {
             return Err(format!("{name} is not in this container's allowlist"));
         }
         Ok(name)
@@ -1687,5 +1703,40 @@ mod tests {
         assert!(egress
             .check_answered("y.a.test", IpAddr::V4(Ipv4Addr::new(127, 88, 0, 2)))
             .is_err());
+    }
+
+    #[tokio::test]
+    async fn a_new_allowlist_decides_every_lookup_after_it() {
+        let (_egress, serving, _, dns_address, mut attempts) =
+            proxy(Ipv4Addr::new(127, 88, 0, 3)).await;
+        let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        socket.connect(dns_address).await.unwrap();
+        let mut buffer = [0u8; 512];
+        let other = Allowlist::parse(&["other.test".to_owned()], &Allowlist::any()).unwrap();
+        let original = Allowlist::parse(&["*.a.test".to_owned()], &Allowlist::any()).unwrap();
+        // Listed, then nothing listed (every name refused), then listed
+        // again, then another list: each lookup sees the list of its time.
+        for (id, allowlist, answered) in [
+            (1, None, true),
+            (2, Some(Allowlist::default()), false),
+            (3, Some(original), true),
+            (4, Some(other), false),
+        ] {
+            if let Some(allowlist) = allowlist {
+                serving.set_allowlist(allowlist);
+            }
+            socket
+                .send(&dns::query(id, "x.a.test", dns::A).unwrap())
+                .await
+                .unwrap();
+            let n = socket.recv(&mut buffer).await.unwrap();
+            let answer = dns::parse_response(&buffer[..n], id).unwrap();
+            assert_eq!(!answer.is_empty(), answered, "lookup {id}");
+            let attempt = attempts.recv().await.unwrap();
+            assert_eq!(attempt.verdict == Verdict::Allowed, answered, "lookup {id}");
+            if !answered {
+                assert!(attempt.reason.contains("not in this container's allowlist"));
+            }
+        }
     }
 }

@@ -224,6 +224,11 @@ pub struct NetworkSpec {
     /// proxy does not terminate: it checks their SNI only.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tls_passthrough: Vec<String>,
+    /// A networked container whose `allowed_domains` a network update
+    /// emptied: it keeps its way out (the proxy, refusing every name), so
+    /// a later update can open it again without restarting its processes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub egress_kept: bool,
 }
 
 /// One of a container's secrets as the API may show it: never its value.
@@ -240,8 +245,10 @@ pub struct SecretStatus {
 }
 
 impl NetworkSpec {
+    /// No way out at all: created without network (an emptied list of a
+    /// networked container keeps its proxy, see `egress_kept`).
     pub fn is_disabled(&self) -> bool {
-        self.allowed_domains.is_empty()
+        self.allowed_domains.is_empty() && !self.egress_kept
     }
 }
 
@@ -603,6 +610,18 @@ pub trait SandboxBackend: Send + Sync {
     /// The container's secrets, without their values.
     fn secret_status(&self, _id: &str) -> Vec<SecretStatus> {
         Vec::new()
+    }
+    /// Replaces the host names a networked container may reach (already
+    /// checked against the operator's list; empty: none), kept with the
+    /// container and in force for its every connection begun after this
+    /// returns. A container created without network has no way out to
+    /// change (`Conflict`): giving it one would restart its processes.
+    async fn update_network(
+        &self,
+        _id: &str,
+        _allowed_domains: Vec<String>,
+    ) -> Result<(), SandboxError> {
+        Err(SandboxError::NotSupported("a network update"))
     }
     /// Stops every running container (their files stay) and ends the
     /// backend's background work.

@@ -138,6 +138,7 @@ pub fn network_spec(
         tls_passthrough,
         // Made by the engine when it creates the container.
         verifiers: Vec::new(),
+        egress_kept: false,
     })
 }
 

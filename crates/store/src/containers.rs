@@ -447,6 +447,18 @@ impl Store {
         Ok(())
     }
 
+    /// Replaces a container's network policy (its JSON), after a network
+    /// update of the running container.
+    pub fn set_network_policy(&self, id: &str, policy: &str) -> Result<()> {
+        self.write(|sql| {
+            sql.execute(
+                "UPDATE containers SET network_policy = ?2 WHERE id = ?1",
+                &[&id, &policy],
+            )
+        })?;
+        Ok(())
+    }
+
     /// Containers counted by status (for metrics).
     pub fn containers_by_status(&self) -> Result<Vec<(String, u64)>> {
         self.read(|sql| {

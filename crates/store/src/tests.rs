@@ -194,6 +194,17 @@ mod tables {
                 store.container("alpha", "c3").unwrap().unwrap().skills,
                 r#"[{"name":"n"}]"#
             );
+            store
+                .set_network_policy("c3", r#"{"type":"disabled"}"#)
+                .unwrap();
+            assert_eq!(
+                store
+                    .container("alpha", "c3")
+                    .unwrap()
+                    .unwrap()
+                    .network_policy,
+                r#"{"type":"disabled"}"#
+            );
             store.delete_container("c3").unwrap();
             assert_eq!(store.session_container("alpha", "s").unwrap(), None);
         }

@@ -271,6 +271,7 @@ pub struct NetworkUpdate {
     pub allow_internet_access: Option<bool>,
     pub allow_out: Option<Vec<String>>,
     pub deny_out: Option<Vec<String>>,
+    pub dns_servers: Option<Vec<String>>,
     #[schema(value_type = Option<Object>)]
     pub egress_proxy: Option<IgnoredAny>,
     #[schema(value_type = Option<Object>)]

@@ -198,6 +198,9 @@ pub(super) struct Container {
     /// Masks its secrets' values (held, or known by their verifiers) in
     /// whatever of it reaches a client: command output, downloads.
     masker: Mutex<Option<Arc<Masker>>>,
+    /// The names its proxy lets it reach now: the spec's, or the last
+    /// network update's (which `spec.json` holds too).
+    allowed_domains: Mutex<Vec<String>>,
 }
 
 /// The engine's containers, by id.
@@ -256,6 +259,7 @@ impl Container {
         Self {
             secrets: Mutex::new(spec.network.secrets.clone()),
             masker: Mutex::new(masker),
+            allowed_domains: Mutex::new(spec.network.allowed_domains.clone()),
             id,
             spec,
             dir,
@@ -273,6 +277,29 @@ impl Container {
     /// Its secrets now (values this process holds, `None` for the others).
     pub fn secrets(&self) -> Vec<DomainSecret> {
         lock(&self.secrets).clone()
+    }
+
+    /// The names its proxy lets it reach now (empty: none, or no network).
+    pub fn allowed_domains(&self) -> Vec<String> {
+        lock(&self.allowed_domains).clone()
+    }
+
+    /// Its spec as it is now: with the allowlist of its last network
+    /// update (what `spec.json` holds).
+    pub fn current_spec(&self) -> ContainerSpec {
+        let mut spec = self.spec.clone();
+        let allowed_domains = self.allowed_domains();
+        if allowed_domains != spec.network.allowed_domains {
+            spec.network.allowed_domains = allowed_domains;
+            spec.network.egress_kept = true;
+        }
+        spec
+    }
+
+    /// Takes a network update's allowlist; the caller holds the state lock
+    /// and has written it to `spec.json`.
+    pub fn set_allowed_domains(&self, allowed_domains: Vec<String>) {
+        *lock(&self.allowed_domains) = allowed_domains;
     }
 
     /// Names of its secrets whose values this process does not hold.

@@ -857,6 +857,43 @@ impl SandboxBackend for LocalEngine {
         Ok(())
     }
 
+    async fn update_network(
+        &self,
+        id: &str,
+        allowed_domains: Vec<String>,
+    ) -> Result<(), SandboxError> {
+        let container = self.inner.containers.get(id)?;
+        if container.spec.network.is_disabled() {
+            // Its namespace has no proxy sockets, resolver or trust store:
+            // only a new init could have them, and that ends its processes.
+            return Err(SandboxError::Conflict(
+                "the sandbox was created without network, so it has no way out to open (giving \
+                 it one would restart its processes); create it with a network policy, even one \
+                 that allows nothing yet"
+                    .into(),
+            ));
+        }
+        let allowlist = self.inner.networks.check_update(&allowed_domains)?;
+        // Under the state lock: a start serves either the old list (and
+        // is updated below) or the new one, never loses it.
+        let state = container.state.lock().await;
+        if container.destroyed() {
+            return Err(SandboxError::NotFound(id.to_owned()));
+        }
+        let mut spec = container.spec.clone();
+        spec.network.allowed_domains = allowed_domains.clone();
+        spec.network.egress_kept = true;
+        let dir = container.dir.clone();
+        tokio::task::spawn_blocking(move || write_spec(&dir, &spec))
+            .await
+            .map_err(|e| SandboxError::Setup(format!("the spec writer failed: {e}")))??;
+        container.set_allowed_domains(allowed_domains);
+        if let Some(serving) = state.as_ref().and_then(|running| running.egress.as_ref()) {
+            serving.set_allowlist(allowlist);
+        }
+        Ok(())
+    }
+
     async fn stop(&self, id: &str) -> Result<(), SandboxError> {
         let container = self.inner.containers.get(id)?;
         let mut state = container.state.lock().await;
@@ -924,7 +961,7 @@ impl SandboxBackend for LocalEngine {
             } else {
                 ContainerState::Stopped
             },
-            spec: container.spec.clone(),
+            spec: container.current_spec(),
         })
     }
 
@@ -1243,6 +1280,15 @@ impl SandboxBackend for LocalEngine {
 
 /// Refuses a file whose size the container's disk could never hold: only a
 /// sparse file claims more, and streaming its holes would never end.
+/// Replaces a container's `spec.json` whole (a copy renamed over it), so
+/// a crash leaves the old spec or the new one.
+fn write_spec(dir: &Path, spec: &ContainerSpec) -> Result<(), SandboxError> {
+    let json = serde_json::to_vec_pretty(spec).map_err(|e| SandboxError::Setup(e.to_string()))?;
+    let staging = dir.join("spec.json.new");
+    fs::write(&staging, json).context(|| format!("write {}", staging.display()))?;
+    fs::rename(&staging, dir.join("spec.json")).context(|| "replace spec.json".into())
+}
+
 fn check_size(file: &std::fs::File, path: &str, limit: u64) -> Result<(), SandboxError> {
     let bytes = file
         .metadata()

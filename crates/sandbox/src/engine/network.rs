@@ -97,6 +97,28 @@ impl Networks {
             })
     }
 
+    /// A network update's list as the proxy reads it (already within the
+    /// operator's list; empty: every name refused).
+    pub fn check_update(&self, allowed_domains: &[String]) -> Result<Allowlist, SandboxError> {
+        if self.egress.is_none() {
+            return Err(SandboxError::InvalidRequest {
+                param: "network_policy",
+                message: "this server's egress proxy is off, so containers cannot have network \
+                          access here (the operator can turn it on)"
+                    .into(),
+            });
+        }
+        if allowed_domains.is_empty() {
+            return Ok(Allowlist::default());
+        }
+        Allowlist::parse(allowed_domains, &Allowlist::any()).map_err(|e| {
+            SandboxError::InvalidRequest {
+                param: "network_policy.allowed_domains",
+                message: e.to_string(),
+            }
+        })
+    }
+
     /// What init is told of the container's network (`images`: whether
     /// its image lets the trust store be bound over its own).
     pub fn setup(
@@ -224,8 +246,15 @@ impl Networks {
         let [http, https, dns]: [OwnedFd; 3] = sockets
             .try_into()
             .map_err(|_| SandboxError::Setup("init sent no egress proxy sockets".into()))?;
-        let allowlist = Allowlist::parse(&network.allowed_domains, &Allowlist::any())
-            .map_err(|e| SandboxError::Setup(format!("the network policy: {e}")))?;
+        // The list of its last network update, which may have emptied it
+        // (every name refused, the proxy kept for the next update).
+        let allowed_domains = container.allowed_domains();
+        let allowlist = if allowed_domains.is_empty() {
+            Allowlist::default()
+        } else {
+            Allowlist::parse(&allowed_domains, &Allowlist::any())
+                .map_err(|e| SandboxError::Setup(format!("the network policy: {e}")))?
+        };
         let interceptor = lock(&container.interceptor).clone();
         let egress = ContainerEgress::new(
             container.id.clone(),

@@ -43,9 +43,9 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use shellgate_store::{ContainerRow, E2bListFilter, E2bSandboxRow};
 use shellgate_wire::e2b::{
-    ConnectRequest, Lifecycle, ListedSandbox, NetworkConfig, NetworkInfo, NewSandbox, OnTimeout,
-    PauseRequest, RefreshRequest, Sandbox, SandboxDetail, SandboxState, TemplateAlias,
-    TimeoutRequest,
+    ConnectRequest, Lifecycle, ListedSandbox, NetworkConfig, NetworkInfo, NetworkUpdate,
+    NewSandbox, OnTimeout, PauseRequest, RefreshRequest, Sandbox, SandboxDetail, SandboxState,
+    TemplateAlias, TimeoutRequest,
 };
 use shellgate_wire::time::{parse_rfc3339, rfc3339};
 use shellgate_wire::{CreateContainer, NetworkPolicy, VolumeMount};
@@ -89,17 +89,56 @@ pub(crate) fn routes(table: crate::route_table::RouteTable) -> crate::route_tabl
         .route("/sandboxes/{sandbox_id}/resume", post(resume))
         .route("/templates/aliases/{alias}", get(template_alias))
         .route("/sandboxes/{sandbox_id}/refreshes", post(refresh))
-        .route("/sandboxes/{sandbox_id}/network", put(not_supported));
+        .route("/sandboxes/{sandbox_id}/network", put(update_network));
     super::templates::routes(table)
 }
 
-/// E2B's calls shellgate does not carry: a clear error the SDK raises, not
-/// a crash of its parser.
-async fn not_supported(_project: E2bProject) -> E2bError {
-    E2bError::new(
-        StatusCode::NOT_IMPLEMENTED,
-        "not supported by shellgate's E2B API (network updates are not carried)",
-    )
+/// `PUT /sandboxes/{id}/network`: the sandbox's egress rules replaced
+/// whole (a field omitted is cleared: with neither list nor
+/// `allow_internet_access`, every domain, as E2B's default), mapped as a
+/// create's `network` is. Running or paused; a sandbox created without
+/// network is a 409 (see `sandboxes::containers::update_network`).
+async fn update_network(
+    State(state): State<Arc<AppState>>,
+    E2bProject(project): E2bProject,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> E2bResult<StatusCode> {
+    let update: NetworkUpdate = read_body(&body)?;
+    let network = NetworkConfig {
+        allow_out: update.allow_out,
+        deny_out: update.deny_out,
+        dns_servers: update.dns_servers,
+        egress_proxy: update.egress_proxy,
+        rules: update.rules,
+        ..NetworkConfig::default()
+    };
+    let allowed_domains = match network_policy(
+        Some(update.allow_internet_access.unwrap_or(true)),
+        Some(&network),
+    )? {
+        Some(NetworkPolicy::Allowlist {
+            allowed_domains, ..
+        }) => allowed_domains,
+        Some(NetworkPolicy::Disabled) | None => Vec::new(),
+    };
+    // One update of a sandbox at a time: the proxy's list and the row's
+    // are written in the same order.
+    let lock = e2b_lock(&state, &format!("network\n{id}"));
+    let _held = lock.lock().await;
+    let (_, container) = owned(&state, &project, &id).await?;
+    crate::sandboxes::containers::update_network(&state, &container, allowed_domains)
+        .await
+        .map_err(|mut e| {
+            if e.param
+                .as_deref()
+                .is_some_and(|p| p.starts_with("network_policy"))
+            {
+                e.param = Some("network".to_owned());
+            }
+            e2b_error(e)
+        })?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// What a sandbox create's template names: the image (`None`: the

@@ -943,7 +943,9 @@ pub(super) fn e2b(d: &mut Builder, s: &Schemas) {
         e2b_op(
             Put,
             "/sandboxes/{sandbox_id}/network",
-            "Not supported: 501",
+            "Replace a running or paused sandbox's egress rules (a field omitted is cleared), \
+             mapped as a create's `network`; in force for every connection begun after it, kept \
+             across pauses and restarts. 409 for a sandbox created without network",
             Body::Json(e2b_network_update.clone()),
             Answer::NoContent,
         ),

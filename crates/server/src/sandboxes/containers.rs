@@ -487,6 +487,61 @@ pub(crate) async fn create_container_from(
 
 /// Removes a container: its processes, its files, its row (its time billed
 /// first).
+/// Replaces what a container may reach (empty: nothing), whether it runs
+/// or is suspended: the list is checked as a create's, its proxy takes it
+/// for every connection begun from now on (one open keeps going) and keeps
+/// it with the container, then its row shows it. A container made without
+/// network is a 409: it has no proxy to give a list to.
+pub(crate) async fn update_network(
+    state: &AppState,
+    row: &ContainerRow,
+    allowed_domains: Vec<String>,
+) -> ApiResult<()> {
+    let allowed_domains = if allowed_domains.is_empty() {
+        Vec::new()
+    } else {
+        let asked = NetworkPolicy::Allowlist {
+            allowed_domains,
+            domain_secrets: Vec::new(),
+            tls_passthrough_domains: Vec::new(),
+        };
+        crate::egress::network_spec(&state.config, Some(&asked), "network_policy")?.allowed_domains
+    };
+    state
+        .engine
+        .update_network(&row.id, allowed_domains.clone())
+        .await?;
+    let shown = updated_policy(&network_policy(row), allowed_domains);
+    let json = serde_json::to_string(&shown).map_err(|e| ApiError::internal(e.to_string()))?;
+    let id = row.id.clone();
+    state.db(move |s| s.set_network_policy(&id, &json)).await
+}
+
+/// A row's policy after an update to `allowed_domains`: nothing reachable
+/// is shown as no network (and is what a snapshot or fork of it gets);
+/// the names whose TLS passes untouched stay those still listed.
+fn updated_policy(before: &NetworkPolicy, allowed_domains: Vec<String>) -> NetworkPolicy {
+    if allowed_domains.is_empty() {
+        return NetworkPolicy::Disabled;
+    }
+    let tls_passthrough_domains = match before {
+        NetworkPolicy::Allowlist {
+            tls_passthrough_domains,
+            ..
+        } => tls_passthrough_domains
+            .iter()
+            .filter(|name| allowed_domains.contains(name))
+            .cloned()
+            .collect(),
+        NetworkPolicy::Disabled => Vec::new(),
+    };
+    NetworkPolicy::Allowlist {
+        allowed_domains,
+        domain_secrets: Vec::new(),
+        tls_passthrough_domains,
+    }
+}
+
 pub(crate) async fn remove_container(state: &Arc<AppState>, id: &str) -> ApiResult<()> {
     state.forget_owner(id);
     // An E2B sandbox's record goes with the row: its access check too.
@@ -502,6 +557,32 @@ pub(crate) async fn remove_container(state: &Arc<AppState>, id: &str) -> ApiResu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_updated_policy_keeps_only_what_is_still_listed() {
+        let before = NetworkPolicy::Allowlist {
+            allowed_domains: vec!["a.test".into(), "b.test".into()],
+            domain_secrets: Vec::new(),
+            tls_passthrough_domains: vec!["b.test".into()],
+        };
+        assert_eq!(
+            updated_policy(&before, vec!["a.test".into()]),
+            NetworkPolicy::Allowlist {
+                allowed_domains: vec!["a.test".into()],
+                domain_secrets: Vec::new(),
+                tls_passthrough_domains: Vec::new(),
+            }
+        );
+        assert_eq!(
+            updated_policy(&before, vec!["b.test".into()]),
+            NetworkPolicy::Allowlist {
+                allowed_domains: vec!["b.test".into()],
+                domain_secrets: Vec::new(),
+                tls_passthrough_domains: vec!["b.test".into()],
+            }
+        );
+        assert_eq!(updated_policy(&before, Vec::new()), NetworkPolicy::Disabled);
+    }
     use shellgate_store::ContainerStatus;
 
     fn row_with_skills(skills: &str) -> ContainerRow {
