@@ -456,6 +456,40 @@ def test_no_policy_means_nothing_leaves(client):
     assert client.containers.retrieve(container.id).network_policy.type == "disabled"
 
 
+def test_a_policy_update_decides_the_next_request_without_a_restart(client, world):
+    """`PUT /v1/containers/{id}/network_policy`: denied, then allowed again,
+    each for the very next request; nothing restarts (its /tmp, a tmpfs
+    of this start, keeps what was written before)."""
+    container = client.containers.create(name="egress-update", network_policy=allowlist("a.allowed.test"))
+    fetch = "curl -s -o /dev/null -w '%{http_code}' http://a.allowed.test/policy-update"
+    path = f"/containers/{container.id}/network_policy"
+    assert run(client, container.id, fetch)[0] == "200"
+    run(client, container.id, "echo kept > /tmp/before-update")
+    seen = len([r for r in world.requests() if r.get("path") == "/policy-update"])
+
+    shown = client.put(path, cast_to=object, body={"type": "disabled"})
+    assert shown["network_policy"] == {"type": "disabled"}
+    assert run(client, container.id, fetch)[0] == "403"
+    assert len([r for r in world.requests() if r.get("path") == "/policy-update"]) == seen
+
+    shown = client.put(path, cast_to=object, body=allowlist("a.allowed.test"))
+    assert shown["network_policy"]["allowed_domains"] == ["a.allowed.test"]
+    assert run(client, container.id, fetch)[0] == "200"
+    assert run(client, container.id, "cat /tmp/before-update")[0].strip() == "kept"
+
+    # Within the operator's list only; the create's secrets are not changed here.
+    with pytest.raises(openai.BadRequestError):
+        client.put(path, cast_to=object, body=allowlist("elsewhere.test"))
+    with pytest.raises(openai.BadRequestError):
+        client.put(path, cast_to=object, body=allowlist(
+            "api.secret.test", secrets=[{"domain": "api.secret.test", "name": "T", "value": "v" * 20}]))
+    # A container made without network has no way out to open.
+    bare = client.containers.create(name="egress-update-none")
+    with pytest.raises(openai.ConflictError) as refused:
+        client.put(f"/containers/{bare.id}/network_policy", cast_to=object, body=allowlist("a.allowed.test"))
+    assert "created without network" in str(refused.value)
+
+
 def test_a_container_cannot_reach_the_control_plane_or_another_containers_traffic(client, server, world):
     other = client.containers.create(name="egress-b", network_policy=allowlist("other.test"))
     mine = client.containers.create(name="egress-a", network_policy=allowlist("a.allowed.test"))

@@ -1,6 +1,7 @@
 //! A container's network as an API resource (our extensions):
 //! `GET /v1/containers/{id}/egress`, its egress log, and
-//! `POST /v1/containers/{id}/secrets`, its secrets' values given again.
+//! `POST /v1/containers/{id}/secrets`, its secrets' values given again, and
+//! `PUT /v1/containers/{id}/network_policy`, what it may reach replaced.
 
 use std::sync::Arc;
 
@@ -59,6 +60,64 @@ pub async fn supply(
                 .db(move |s| s.close_session(&key, shellgate_store::ContainerStatus::Suspended))
                 .await?;
         }
+        let (owner, key) = (project.0.clone(), id.clone());
+        let row = state
+            .db(move |s| s.container(&owner, &key))
+            .await?
+            .ok_or_else(|| ApiError::not_found("container", &id))?;
+        Ok(Json(crate::sandboxes::containers::shown_container(
+            &state, &row, &base,
+        )?))
+    })
+    .await
+}
+
+/// `PUT /v1/containers/{id}/network_policy` (our extension): replaces
+/// the domains a container made with network may reach (`disabled`:
+/// none), whether it runs or is suspended, for every connection it opens
+/// from now on (one open keeps going; nothing restarts), kept with it. Its
+/// secrets and TLS passthrough names are the create's: an update names
+/// domains only. A container made without network is a 409 (it has no way
+/// out to open). Answers the container object.
+pub async fn update_policy(
+    State(state): State<Arc<AppState>>,
+    project: Project,
+    base: crate::public_base::PublicBase,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<shellgate_wire::NetworkPolicy>,
+) -> ApiResult<Json<shellgate_wire::Container>> {
+    let row = crate::sandboxes::containers::owned(&state, &project, &id).await?;
+    let allowed_domains = match body {
+        shellgate_wire::NetworkPolicy::Disabled => Vec::new(),
+        shellgate_wire::NetworkPolicy::Allowlist {
+            allowed_domains,
+            domain_secrets,
+            tls_passthrough_domains,
+        } => {
+            let fixed = |param: &str| {
+                ApiError::invalid(
+                    param,
+                    "is the create's (secrets are given again with POST \
+                     /v1/containers/{id}/secrets); an update names allowed_domains only",
+                )
+            };
+            if !domain_secrets.is_empty() {
+                return Err(fixed("domain_secrets"));
+            }
+            if !tls_passthrough_domains.is_empty() {
+                return Err(fixed("tls_passthrough_domains"));
+            }
+            if allowed_domains.is_empty() {
+                return Err(ApiError::invalid(
+                    "allowed_domains",
+                    "an allowlist needs at least one domain ({\"type\": \"disabled\"} allows none)",
+                ));
+            }
+            allowed_domains
+        }
+    };
+    to_completion(async move {
+        crate::sandboxes::containers::update_network(&state, &row, allowed_domains).await?;
         let (owner, key) = (project.0.clone(), id.clone());
         let row = state
             .db(move |s| s.container(&owner, &key))

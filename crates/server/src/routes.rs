@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{any, delete, get, post};
+use axum::routing::{any, delete, get, post, put};
 use axum::Router;
 
 use crate::messages::batches;
@@ -135,6 +135,10 @@ pub(crate) fn route_table(config: &config::Config, audience: Audience) -> RouteT
         .route(
             "/containers/{container_id}/secrets",
             post(container_egress::supply),
+        )
+        .route(
+            "/containers/{container_id}/network_policy",
+            put(container_egress::update_policy),
         )
         // A container's exposed ports, proxied (any method; the prefix is
         // stripped). The bare path and `.../{port}/` are the port's `/`.

@@ -166,12 +166,13 @@ pub(super) fn processes(d: &mut Builder, s: &Schemas) {
 /// What a container keeps about itself (its command audit, egress log,
 /// secrets), and the images containers are made from.
 pub(super) fn container_records(d: &mut Builder, s: &Schemas) {
-    use HttpMethod::Post;
+    use HttpMethod::{Post, Put};
     let Schemas {
         container,
         commands,
         egress,
         supply,
+        network_policy,
         images,
         image,
         image_build,
@@ -203,6 +204,16 @@ pub(super) fn container_records(d: &mut Builder, s: &Schemas) {
             "Supply a container's secrets again after a restart of the server (shellgate \
              extension)",
             Body::Json(supply.clone()),
+            Answer::Json(container.clone()),
+        ),
+        operation(
+            Put,
+            "/v1/containers/{container_id}/network_policy",
+            "Containers",
+            "Replace the domains a container made with network may reach (`disabled`: none), \
+             running or suspended, for every connection it opens from now on; its secrets stay \
+             the create's. 409 for a container made without network (shellgate extension)",
+            Body::Json(network_policy.clone()),
             Answer::Json(container.clone()),
         ),
         get(
