@@ -1278,8 +1278,6 @@ impl SandboxBackend for LocalEngine {
     }
 }
 
-/// Refuses a file whose size the container's disk could never hold: only a
-/// sparse file claims more, and streaming its holes would never end.
 /// Replaces a container's `spec.json` whole (a copy renamed over it), so
 /// a crash leaves the old spec or the new one.
 fn write_spec(dir: &Path, spec: &ContainerSpec) -> Result<(), SandboxError> {
@@ -1289,6 +1287,8 @@ fn write_spec(dir: &Path, spec: &ContainerSpec) -> Result<(), SandboxError> {
     fs::rename(&staging, dir.join("spec.json")).context(|| "replace spec.json".into())
 }
 
+/// Refuses a file whose size the container's disk could never hold: only a
+/// sparse file claims more, and streaming its holes would never end.
 fn check_size(file: &std::fs::File, path: &str, limit: u64) -> Result<(), SandboxError> {
     let bytes = file
         .metadata()
