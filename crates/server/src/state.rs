@@ -65,7 +65,8 @@ pub struct AppState {
     /// E2B sandboxes' access tokens, which sign their file URLs.
     pub(crate) e2b_signing: crate::e2b::signing_keys::SigningKeys,
     /// One E2B create at a time per idempotency key, one resume at a time per
-    /// sandbox (see `e2b::control`).
+    /// sandbox (see `e2b::control`), one network update at a time per
+    /// container, whichever dialect asks (`sandboxes::containers`).
     pub(crate) e2b_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// The egress proxy's settings (`None`: egress is off).
     pub(crate) egress: Option<Arc<shellgate_egress::proxy::Settings>>,
@@ -111,6 +112,16 @@ pub struct AppState {
 }
 
 impl AppState {
+    /// The lock of one name in `e2b_locks`.
+    pub(crate) fn named_lock(&self, name: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.e2b_locks.lock().unwrap_or_else(|p| p.into_inner());
+        // Locks nobody holds are dropped as the map grows.
+        if locks.len() > 1024 {
+            locks.retain(|_, lock| Arc::strong_count(lock) > 1);
+        }
+        Arc::clone(locks.entry(name.to_owned()).or_default())
+    }
+
     /// Runs store work on a blocking thread: SQLite never runs on (and so
     /// never stalls) the async workers that serve every other request.
     pub(crate) async fn db<T: Send + 'static>(

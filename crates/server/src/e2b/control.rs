@@ -122,10 +122,6 @@ async fn update_network(
         }) => allowed_domains,
         Some(NetworkPolicy::Disabled) | None => Vec::new(),
     };
-    // One update of a sandbox at a time: the proxy's list and the row's
-    // are written in the same order.
-    let lock = e2b_lock(&state, &format!("network\n{id}"));
-    let _held = lock.lock().await;
     let (_, container) = owned(&state, &project, &id).await?;
     crate::sandboxes::containers::update_network(&state, &container, allowed_domains)
         .await

@@ -62,10 +62,5 @@ pub(crate) fn read_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, E2bError>
 /// The lock of one name: a create's idempotency key, a sandbox's resume,
 /// a project's template builds.
 pub(crate) fn e2b_lock(state: &AppState, name: &str) -> Arc<tokio::sync::Mutex<()>> {
-    let mut locks = state.e2b_locks.lock().unwrap_or_else(|p| p.into_inner());
-    // Locks nobody holds are dropped as the map grows.
-    if locks.len() > 1024 {
-        locks.retain(|_, lock| Arc::strong_count(lock) > 1);
-    }
-    Arc::clone(locks.entry(name.to_owned()).or_default())
+    state.named_lock(name)
 }

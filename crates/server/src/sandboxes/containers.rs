@@ -507,6 +507,10 @@ pub(crate) async fn update_network(
         };
         crate::egress::network_spec(&state.config, Some(&asked), "network_policy")?.allowed_domains
     };
+    // One update of a container at a time: the proxy's list and the
+    // row's are written in the same order.
+    let lock = state.named_lock(&format!("network\n{}", row.id));
+    let _held = lock.lock().await;
     state
         .engine
         .update_network(&row.id, allowed_domains.clone())
