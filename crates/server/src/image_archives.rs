@@ -100,15 +100,9 @@ impl Drop for Making {
 
 /// One fetch, publish or removal at a time per image on this node.
 fn image_lock(name: &str) -> Arc<tokio::sync::Mutex<()>> {
-    static LOCKS: OnceLock<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>> = OnceLock::new();
-    let mut locks = LOCKS
-        .get_or_init(Mutex::default)
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
-    if locks.len() > 1024 {
-        locks.retain(|_, lock| Arc::strong_count(lock) > 1);
-    }
-    Arc::clone(locks.entry(name.to_owned()).or_default())
+    static LOCKS: std::sync::LazyLock<crate::named_locks::NamedLocks> =
+        std::sync::LazyLock::new(Default::default);
+    LOCKS.of(name)
 }
 
 /// Puts image `name` (this node's engine's, just made) in the object

@@ -27,11 +27,10 @@
 //!   the object store before the job is `ready` (`image_archives`), and
 //!   any node installs it on first use.
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use shellgate_sandbox_api::backend::{check_memory, NetworkSpec};
@@ -101,15 +100,9 @@ pub(crate) type Finished = Result<ImageInfo, Failure>;
 
 /// The image builds of this process's projects: one at a time each.
 fn project_lock(project: &str) -> Arc<tokio::sync::Mutex<()>> {
-    static LOCKS: OnceLock<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>> = OnceLock::new();
-    let mut locks = LOCKS
-        .get_or_init(Mutex::default)
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
-    if locks.len() > 1024 {
-        locks.retain(|_, lock| Arc::strong_count(lock) > 1);
-    }
-    Arc::clone(locks.entry(project.to_owned()).or_default())
+    static LOCKS: std::sync::LazyLock<crate::named_locks::NamedLocks> =
+        std::sync::LazyLock::new(Default::default);
+    LOCKS.of(project)
 }
 
 /// Refuses an image name no job may take: 1 to 64 letters, digits, `.`,

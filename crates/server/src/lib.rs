@@ -48,6 +48,7 @@ mod live_output;
 mod messages;
 mod metrics;
 mod models;
+mod named_locks;
 mod openapi;
 pub(crate) mod ops;
 mod output_streams;
@@ -235,7 +236,7 @@ where
         objects,
         spool_dir,
         metrics: Metrics::default(),
-        sync_locks: Mutex::new(HashMap::new()),
+        sync_locks: Default::default(),
         e2b_access: Default::default(),
         e2b_signing: Default::default(),
         e2b_locks: Default::default(),

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 pub(crate) struct SnapshotCache {
     held: Mutex<HashMap<String, Entry>>,
     /// One fetch or removal at a time per snapshot.
-    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    locks: crate::named_locks::NamedLocks,
     /// The last use's number (a counter: the order of uses is all that
     /// matters).
     uses: AtomicU64,
@@ -34,19 +34,12 @@ impl SnapshotCache {
     }
 
     pub(crate) fn lock_of(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
-        Arc::clone(locks.entry(id.to_owned()).or_default())
+        self.locks.of(id)
     }
 
     /// Drops `id`'s lock once nobody holds or waits for it.
     pub(crate) fn forget_lock(&self, id: &str) {
-        let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
-        if locks
-            .get(id)
-            .is_some_and(|lock| Arc::strong_count(lock) == 1)
-        {
-            locks.remove(id);
-        }
+        self.locks.forget(id);
     }
 
     fn next_use(&self) -> u64 {

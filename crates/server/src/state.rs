@@ -59,7 +59,7 @@ pub struct AppState {
     /// Background responses still running, to cancel them.
     pub(crate) running: crate::running::Running,
     /// One file sync at a time per container (see `sandboxes::files::sync_files`).
-    pub(crate) sync_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    pub(crate) sync_locks: crate::named_locks::NamedLocks,
     /// What the in-sandbox API's access check knows of E2B's sandboxes.
     pub(crate) e2b_access: crate::e2b::access_cache::AccessCache,
     /// E2B sandboxes' access tokens, which sign their file URLs.
@@ -67,7 +67,7 @@ pub struct AppState {
     /// One E2B create at a time per idempotency key, one resume at a time per
     /// sandbox (see `e2b::control`), one network update at a time per
     /// container, whichever dialect asks (`sandboxes::containers`).
-    pub(crate) e2b_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    pub(crate) e2b_locks: crate::named_locks::NamedLocks,
     /// The egress proxy's settings (`None`: egress is off).
     pub(crate) egress: Option<Arc<shellgate_egress::proxy::Settings>>,
     pub(crate) egress_counts: Arc<EgressCounts>,
@@ -114,12 +114,7 @@ pub struct AppState {
 impl AppState {
     /// The lock of one name in `e2b_locks`.
     pub(crate) fn named_lock(&self, name: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut locks = self.e2b_locks.lock().unwrap_or_else(|p| p.into_inner());
-        // Locks nobody holds are dropped as the map grows.
-        if locks.len() > 1024 {
-            locks.retain(|_, lock| Arc::strong_count(lock) > 1);
-        }
-        Arc::clone(locks.entry(name.to_owned()).or_default())
+        self.e2b_locks.of(name)
     }
 
     /// Runs store work on a blocking thread: SQLite never runs on (and so
@@ -154,11 +149,6 @@ impl AppState {
 
     /// The lock that serialises file syncs of one container.
     pub(crate) fn sync_lock(&self, container: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut locks = self.sync_locks.lock().unwrap_or_else(|p| p.into_inner());
-        // Locks of containers nobody syncs are dropped as the map grows.
-        if locks.len() > 1024 {
-            locks.retain(|_, lock| Arc::strong_count(lock) > 1);
-        }
-        Arc::clone(locks.entry(container.to_owned()).or_default())
+        self.sync_locks.of(container)
     }
 }
