@@ -33,22 +33,8 @@ ARCHIVES = "objects/images/"
 
 
 def api(cluster, method, path, key=ALPHA, replica=0, **kwargs) -> requests.Response:
-    """One request through a replica; a read answered 503 (no node
-    reachable for that moment) is asked again for a bounded time."""
-    def send():
-        return requests.request(method, f"{cluster.replicas[replica].base_url}{path}",
-                                headers={"Authorization": f"Bearer {key}"}, timeout=300, **kwargs)
-
-    answer = {"last": send()}
-
-    def answered():
-        if answer["last"].status_code != 503 or method != "GET":
-            return True
-        answer["last"] = send()
-        return answer["last"].status_code != 503
-
-    wait_until(answered, 60, 1)
-    return answer["last"]
+    """One request through a replica (reads answered 503 asked again)."""
+    return cluster.request(method, path, key, replica, **kwargs)
 
 
 def finished(cluster, build_id: str, replica: int) -> dict:
