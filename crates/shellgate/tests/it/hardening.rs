@@ -277,6 +277,23 @@ fn busybox_rootfs(dir: &Path) {
     }
 }
 
+/// Imports [`busybox_rootfs`] as image `tiny`; a spec of a container of it.
+async fn import_busybox_image(t: &TestEngine) -> ContainerSpec {
+    let rootfs = t.dir.path().join("rootfs");
+    busybox_rootfs(&rootfs);
+    let tarball = t.dir.path().join("rootfs.tar.gz");
+    tarball_of(&rootfs, &tarball);
+    t.engine
+        .images()
+        .import("tiny", &tarball)
+        .await
+        .expect("import");
+    ContainerSpec {
+        image: "tiny".into(),
+        ..ContainerSpec::default()
+    }
+}
+
 fn tarball_of(dir: &Path, tarball: &Path) {
     let status = Command::new("tar")
         .arg("-czf")
@@ -352,19 +369,7 @@ async fn nothing_inside_a_host_image_container_names_a_host_path() {
 #[tokio::test(flavor = "multi_thread")]
 async fn nothing_inside_an_image_container_names_a_host_path() {
     let t = TestEngine::new("imagepaths").await;
-    let rootfs = t.dir.path().join("rootfs");
-    busybox_rootfs(&rootfs);
-    let tarball = t.dir.path().join("rootfs.tar.gz");
-    tarball_of(&rootfs, &tarball);
-    t.engine
-        .images()
-        .import("tiny", &tarball)
-        .await
-        .expect("import");
-    let spec = ContainerSpec {
-        image: "tiny".into(),
-        ..ContainerSpec::default()
-    };
+    let spec = import_busybox_image(&t).await;
     t.create_with("c1", spec).await;
     let mountinfo = assert_no_host_paths(&t, "c1").await;
     let root = mountinfo
@@ -432,19 +437,7 @@ async fn a_container_makes_few_superblocks_and_its_binds_stay_apart() {
     let host = own_superblocks(&t, "c1").await;
     // scratch, proc, devpts, disk, the overlay of /etc and /usr/local.
     assert!(host.len() <= 5, "{host:?}");
-    let rootfs = t.dir.path().join("rootfs");
-    busybox_rootfs(&rootfs);
-    let tarball = t.dir.path().join("rootfs.tar.gz");
-    tarball_of(&rootfs, &tarball);
-    t.engine
-        .images()
-        .import("tiny", &tarball)
-        .await
-        .expect("import");
-    let spec = ContainerSpec {
-        image: "tiny".into(),
-        ..ContainerSpec::default()
-    };
+    let spec = import_busybox_image(&t).await;
     t.create_with("c2", spec).await;
     // scratch, proc, devpts, disk, the root's overlay.
     let image = own_superblocks(&t, "c2").await;
