@@ -10,79 +10,33 @@
 // skipped there (tests/python/test_cluster_images.py builds in a cluster).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
-import { chmodSync, copyFileSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { Sandbox, Template } from 'e2b';
 
-import { binary, clusterMode, startServer } from './harness.mjs';
+import { clusterMode, startTemplateServer } from './harness.mjs';
 
 const KEY = `e2b_${'e5'.repeat(20)}`;
 const APPLETS = ['sh', 'cat', 'echo', 'id', 'mkdir', 'cp', 'chown', 'chmod', 'dirname', 'ls', 'rm',
   'touch', 'sleep', 'test', '[', 'mv', 'ln', 'env'];
 
-// Imports the templates' base image into `dataDir`'s image store.
-function importBase(dataDir) {
-  const work = mkdtempSync(join(tmpdir(), 'shellgate-node-template-base-'));
-  try {
-    const rootfs = join(work, 'rootfs');
-    mkdirSync(join(rootfs, 'bin'), { recursive: true });
-    mkdirSync(join(rootfs, 'etc'));
-    copyFileSync('/bin/busybox', join(rootfs, 'bin', 'busybox'));
-    chmodSync(join(rootfs, 'bin', 'busybox'), 0o755);
-    for (const applet of APPLETS) symlinkSync('busybox', join(rootfs, 'bin', applet));
-    writeFileSync(join(rootfs, 'bin', 'bash'), '#!/bin/sh\nexec /bin/sh "$@"\n', { mode: 0o755 });
-    const linked = spawnSync('ldd', ['/usr/bin/setpriv'], { encoding: 'utf8' });
-    assert.equal(linked.status, 0, linked.stderr);
-    const paths = ['/usr/bin/setpriv', ...linked.stdout.split(/\s+/).filter((w) => w.startsWith('/'))];
-    for (const path of paths) {
-      const target = join(rootfs, path);
-      mkdirSync(dirname(target), { recursive: true });
-      copyFileSync(path, target);
-      chmodSync(target, 0o755);
-    }
-    const tarball = join(work, 'image.tar');
-    const tar = spawnSync('tar', ['-cf', tarball, '-C', rootfs, '.'], { encoding: 'utf8' });
-    assert.equal(tar.status, 0, tar.stderr);
-    const imported = spawnSync(binary, ['--data-dir', dataDir, 'image', 'import', 'base-tiny', tarball], {
-      encoding: 'utf8',
-    });
-    assert.equal(imported.status, 0, imported.stderr);
-  } finally {
-    rmSync(work, { recursive: true, force: true });
-  }
-}
-
-let server;
+let served;
 let context;
-
-let images;
 
 before(async () => {
   if (clusterMode) return;
-  images = mkdtempSync(join(tmpdir(), 'shellgate-node-template-images-'));
-  chmodSync(images, 0o755);
-  importBase(images);
-  server = await startServer({
-    key: `${KEY}:alpha`, name: 'e2b-templates', worldReadable: true,
-    env: { SHELLGATE_DEFAULT_IMAGE: 'base-tiny', SHELLGATE_IMAGES_DIR: join(images, 'sandbox', 'images') },
-  });
-  const root = server.baseURLs[0].replace(/\/v1$/, '');
   process.env.E2B_API_KEY = KEY;
-  process.env.E2B_API_URL = root;
-  process.env.E2B_SANDBOX_URL = root;
-  delete process.env.E2B_DEBUG;
+  served = await startTemplateServer({ key: `${KEY}:alpha`, name: 'e2b-templates', image: 'base-tiny', applets: APPLETS });
   context = mkdtempSync(join(tmpdir(), 'shellgate-node-template-'));
   writeFileSync(join(context, 'note.txt'), 'copied from node\n');
 });
 
 after(async () => {
   if (clusterMode) return;
-  await server.stop();
+  await served.stop();
   rmSync(context, { recursive: true, force: true });
-  rmSync(images, { recursive: true, force: true });
 });
 
 test('templates: Template.build, then a sandbox made from it', { skip: clusterMode }, async () => {

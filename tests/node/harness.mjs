@@ -9,11 +9,14 @@
 // the suites run through both replicas (see `startServer`). One cluster is
 // up at a time on a machine, so run the files one after another:
 // `SHELLGATE_TEST_CLUSTER=1 node --test --test-concurrency=1 tests/node/`.
-import { spawn } from 'node:child_process';
-import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
+import { spawn, spawnSync } from 'node:child_process';
+import {
+  chmodSync, copyFileSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync,
+} from 'node:fs';
 import { createServer as createHttpServer } from 'node:http';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
+import assert from 'node:assert/strict';
 import { join, resolve, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -195,5 +198,63 @@ export async function startScriptedUpstream(decide) {
   return {
     url: `http://${clusterMode ? CLUSTER_GATEWAY : '127.0.0.1'}:${upstream.address().port}/v1`,
     close: () => upstream.close(),
+  };
+}
+
+// A server for E2B's template API, its default image `name` made here
+// before it starts: static busybox with `applets`, util-linux's setpriv (the
+// builder runs a step of another user with it), a `/bin/bash` that is
+// busybox's shell (what the SDK runs commands with) and `files` (path in
+// the image → [text, mode]). The E2B SDK's environment points at it.
+// Returns { server, stop } (stop removes the image store too).
+export async function startTemplateServer({ key, name, image, applets, files = {} }) {
+  const images = mkdtempSync(join(tmpdir(), `shellgate-node-${name}-images-`));
+  chmodSync(images, 0o755);
+  const work = mkdtempSync(join(tmpdir(), `shellgate-node-${name}-base-`));
+  try {
+    const rootfs = join(work, 'rootfs');
+    mkdirSync(join(rootfs, 'bin'), { recursive: true });
+    mkdirSync(join(rootfs, 'etc'));
+    copyFileSync('/bin/busybox', join(rootfs, 'bin', 'busybox'));
+    chmodSync(join(rootfs, 'bin', 'busybox'), 0o755);
+    for (const applet of applets) symlinkSync('busybox', join(rootfs, 'bin', applet));
+    const wanted = { '/bin/bash': ['#!/bin/sh\nexec /bin/sh "$@"\n', 0o755], ...files };
+    for (const [path, [text, mode]] of Object.entries(wanted)) {
+      mkdirSync(dirname(join(rootfs, path)), { recursive: true });
+      writeFileSync(join(rootfs, path), text, { mode });
+    }
+    const linked = spawnSync('ldd', ['/usr/bin/setpriv'], { encoding: 'utf8' });
+    assert.equal(linked.status, 0, linked.stderr);
+    const paths = ['/usr/bin/setpriv', ...linked.stdout.split(/\s+/).filter((w) => w.startsWith('/'))];
+    for (const path of paths) {
+      const target = join(rootfs, path);
+      mkdirSync(dirname(target), { recursive: true });
+      copyFileSync(path, target);
+      chmodSync(target, 0o755);
+    }
+    const tarball = join(work, 'image.tar');
+    const tar = spawnSync('tar', ['-cf', tarball, '-C', rootfs, '.'], { encoding: 'utf8' });
+    assert.equal(tar.status, 0, tar.stderr);
+    const imported = spawnSync(binary, ['--data-dir', images, 'image', 'import', image, tarball], {
+      encoding: 'utf8',
+    });
+    assert.equal(imported.status, 0, imported.stderr);
+  } finally {
+    rmSync(work, { recursive: true, force: true });
+  }
+  const server = await startServer({
+    key, name, worldReadable: true,
+    env: { SHELLGATE_DEFAULT_IMAGE: image, SHELLGATE_IMAGES_DIR: join(images, 'sandbox', 'images') },
+  });
+  const base = server.baseURLs[0].replace(/\/v1$/, '');
+  process.env.E2B_API_URL = base;
+  process.env.E2B_SANDBOX_URL = base;
+  delete process.env.E2B_DEBUG;
+  return {
+    server,
+    async stop() {
+      await server.stop();
+      rmSync(images, { recursive: true, force: true });
+    },
   };
 }

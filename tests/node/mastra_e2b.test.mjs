@@ -16,13 +16,9 @@
 // it starts, which a cluster's nodes are not: the suite is skipped there.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
-import { chmodSync, copyFileSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
 import { E2BSandbox } from '@mastra/e2b';
 
-import { binary, clusterMode, startServer } from './harness.mjs';
+import { clusterMode, startTemplateServer } from './harness.mjs';
 
 const KEY = `e2b_${'e6'.repeat(20)}`;
 const APPLETS = ['sh', 'cat', 'echo', 'id', 'mkdir', 'cp', 'chown', 'chmod', 'dirname', 'ls', 'rm',
@@ -43,62 +39,20 @@ case "$1" in
 esac
 `;
 
-function importBase(dataDir) {
-  const work = mkdtempSync(join(tmpdir(), 'shellgate-node-mastra-base-'));
-  try {
-    const rootfs = join(work, 'rootfs');
-    mkdirSync(join(rootfs, 'bin'), { recursive: true });
-    mkdirSync(join(rootfs, 'etc'));
-    mkdirSync(join(rootfs, 'usr', 'bin'), { recursive: true });
-    copyFileSync('/bin/busybox', join(rootfs, 'bin', 'busybox'));
-    chmodSync(join(rootfs, 'bin', 'busybox'), 0o755);
-    for (const applet of APPLETS) symlinkSync('busybox', join(rootfs, 'bin', applet));
-    writeFileSync(join(rootfs, 'bin', 'bash'), '#!/bin/sh\nexec /bin/sh "$@"\n', { mode: 0o755 });
-    writeFileSync(join(rootfs, 'usr', 'bin', 'apt-get'), STAND_IN_APT, { mode: 0o755 });
-    const linked = spawnSync('ldd', ['/usr/bin/setpriv'], { encoding: 'utf8' });
-    assert.equal(linked.status, 0, linked.stderr);
-    const paths = ['/usr/bin/setpriv', ...linked.stdout.split(/\s+/).filter((w) => w.startsWith('/'))];
-    for (const path of paths) {
-      const target = join(rootfs, path);
-      mkdirSync(dirname(target), { recursive: true });
-      copyFileSync(path, target);
-      chmodSync(target, 0o755);
-    }
-    const tarball = join(work, 'image.tar');
-    const tar = spawnSync('tar', ['-cf', tarball, '-C', rootfs, '.'], { encoding: 'utf8' });
-    assert.equal(tar.status, 0, tar.stderr);
-    const imported = spawnSync(binary, ['--data-dir', dataDir, 'image', 'import', 'base-apt', tarball], {
-      encoding: 'utf8',
-    });
-    assert.equal(imported.status, 0, imported.stderr);
-  } finally {
-    rmSync(work, { recursive: true, force: true });
-  }
-}
-
-let server;
-let images;
+let served;
 
 before(async () => {
   if (clusterMode) return;
-  images = mkdtempSync(join(tmpdir(), 'shellgate-node-mastra-images-'));
-  chmodSync(images, 0o755);
-  importBase(images);
-  server = await startServer({
-    key: `${KEY}:alpha`, name: 'mastra-e2b', worldReadable: true,
-    env: { SHELLGATE_DEFAULT_IMAGE: 'base-apt', SHELLGATE_IMAGES_DIR: join(images, 'sandbox', 'images') },
-  });
-  const root = server.baseURLs[0].replace(/\/v1$/, '');
   process.env.E2B_API_KEY = KEY;
-  process.env.E2B_API_URL = root;
-  process.env.E2B_SANDBOX_URL = root;
-  delete process.env.E2B_DEBUG;
+  served = await startTemplateServer({
+    key: `${KEY}:alpha`, name: 'mastra-e2b', image: 'base-apt', applets: APPLETS,
+    files: { '/usr/bin/apt-get': [STAND_IN_APT, 0o755] },
+  });
 });
 
 after(async () => {
   if (clusterMode) return;
-  await server.stop();
-  rmSync(images, { recursive: true, force: true });
+  await served.stop();
 });
 
 test('mastra: E2BSandbox with its default template path builds the template and runs a command',
