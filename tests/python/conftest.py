@@ -108,6 +108,41 @@ def tiny_rootfs(rootfs: Path, applets) -> None:
         os.chmod(target, 0o755)
 
 
+def import_busybox_image(data_dir: Path, name: str, applets, files=None) -> None:
+    """`tiny_rootfs` with `applets` (and `files`: path in the image → text,
+    made executable) imported as image `name` into `data_dir`, before its
+    server starts."""
+    with tempfile.TemporaryDirectory() as tmp:
+        rootfs = Path(tmp) / "rootfs"
+        tiny_rootfs(rootfs, applets)
+        for path, text in (files or {}).items():
+            target = rootfs / path.lstrip("/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+            os.chmod(target, 0o755)
+        tarball = Path(tmp) / "image.tar"
+        subprocess.run(["tar", "-cf", str(tarball), "-C", str(rootfs), "."], check=True)
+        imported = subprocess.run(
+            [str(BINARY), "--data-dir", str(data_dir), "image", "import", name, str(tarball)],
+            capture_output=True, text=True,
+        )
+        assert imported.returncode == 0, imported.stderr
+
+
+def busybox_image_server(upstream, prefix: str, image: str, applets, files=None):
+    """A server of its own (data directory `prefix…`) whose default image is
+    `import_busybox_image`'s `image`: yields it, then stops it and removes
+    its data. For a module fixture: `yield from busybox_image_server(…)`."""
+    data_dir = Path(tempfile.mkdtemp(prefix=prefix))
+    os.chmod(data_dir, 0o755)
+    import_busybox_image(data_dir, image, applets, files)
+    server = Server(data_dir, upstream_url=upstream.url, default_image=image,
+                    warm_containers="0").start()
+    yield server
+    server.stop()
+    subprocess.run(["rm", "-rf", str(data_dir)], check=False)
+
+
 def wait_until(condition, timeout: float, interval: float = 0.05) -> bool:
     """Waits until `condition()` is true, looking every `interval` seconds,
     for at most `timeout` seconds; returns whether it became true. What a

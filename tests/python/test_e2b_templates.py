@@ -12,16 +12,12 @@ another user) and a `/bin/bash` that is busybox's shell (what E2B's SDK
 runs commands with). A cluster builds no templates (an image is kept on one
 node's disk): the module is skipped there."""
 
-import os
-import subprocess
-import tempfile
 import uuid
-from pathlib import Path
 
 import pytest
 import requests
 
-from conftest import BINARY, CLUSTER_MODE, E2B_KEY_A, E2B_KEY_B, Server, tiny_rootfs
+from conftest import CLUSTER_MODE, E2B_KEY_A, E2B_KEY_B, busybox_image_server
 
 pytestmark = pytest.mark.skipif(
     CLUSTER_MODE, reason="its server starts with a base image imported into its data directory "
@@ -37,32 +33,11 @@ APPLETS = ["sh", "cat", "echo", "id", "mkdir", "cp", "chown", "chmod", "dirname"
            "touch", "sleep", "test", "[", "mv", "ln", "env"]
 
 
-def import_base(data_dir: Path) -> None:
-    """The image the templates build on, imported before the server starts."""
-    with tempfile.TemporaryDirectory() as tmp:
-        rootfs = Path(tmp) / "rootfs"
-        tiny_rootfs(rootfs, APPLETS)
-        (rootfs / "bin" / "bash").write_text('#!/bin/sh\nexec /bin/sh "$@"\n')
-        os.chmod(rootfs / "bin" / "bash", 0o755)
-        tarball = Path(tmp) / "image.tar"
-        subprocess.run(["tar", "-cf", str(tarball), "-C", str(rootfs), "."], check=True)
-        imported = subprocess.run(
-            [str(BINARY), "--data-dir", str(data_dir), "image", "import", "base-tiny", str(tarball)],
-            capture_output=True, text=True,
-        )
-        assert imported.returncode == 0, imported.stderr
-
-
 @pytest.fixture(scope="module")
 def server(upstream):
-    data_dir = Path(tempfile.mkdtemp(prefix="shellgate-e2b-templates-"))
-    os.chmod(data_dir, 0o755)
-    import_base(data_dir)
-    server = Server(data_dir, upstream_url=upstream.url, default_image="base-tiny",
-                    warm_containers="0").start()
-    yield server
-    server.stop()
-    subprocess.run(["rm", "-rf", str(data_dir)], check=False)
+    # A `/bin/bash` that is busybox's shell: what the SDK runs commands with.
+    yield from busybox_image_server(upstream, "shellgate-e2b-templates-", "base-tiny", APPLETS,
+                                    {"/bin/bash": '#!/bin/sh\nexec /bin/sh "$@"\n'})
 
 
 def root(server) -> str:

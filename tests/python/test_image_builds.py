@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from conftest import BINARY, CLUSTER_MODE, KEY_A, KEY_B, Server, exec_commands, tiny_rootfs, wait_until
+from conftest import (CLUSTER_MODE, KEY_A, KEY_B, Server, busybox_image_server, exec_commands,
+                      import_busybox_image, tiny_rootfs, wait_until)
 
 pytestmark = pytest.mark.skipif(
     CLUSTER_MODE, reason="its server starts with a base image imported into its data directory "
@@ -35,30 +36,9 @@ def busybox_rootfs(rootfs: Path) -> None:
     tiny_rootfs(rootfs, APPLETS)
 
 
-def import_tiny(data_dir: Path) -> None:
-    """A busybox root file system as image `tiny`, before the server starts."""
-    with tempfile.TemporaryDirectory() as tmp:
-        rootfs = Path(tmp) / "rootfs"
-        busybox_rootfs(rootfs)
-        tarball = Path(tmp) / "image.tar"
-        subprocess.run(["tar", "-cf", str(tarball), "-C", str(rootfs), "."], check=True)
-        imported = subprocess.run(
-            [str(BINARY), "--data-dir", str(data_dir), "image", "import", "tiny", str(tarball)],
-            capture_output=True, text=True,
-        )
-        assert imported.returncode == 0, imported.stderr
-
-
 @pytest.fixture(scope="module")
 def server(upstream):
-    data_dir = Path(tempfile.mkdtemp(prefix="shellgate-image-builds-"))
-    os.chmod(data_dir, 0o755)
-    import_tiny(data_dir)
-    server = Server(data_dir, upstream_url=upstream.url, default_image="tiny",
-                    warm_containers="0").start()
-    yield server
-    server.stop()
-    subprocess.run(["rm", "-rf", str(data_dir)], check=False)
+    yield from busybox_image_server(upstream, "shellgate-image-builds-", "tiny", APPLETS)
 
 
 def v1(server, method: str, path: str, key: str = KEY_A, **kwargs) -> requests.Response:
@@ -329,7 +309,7 @@ def test_names_and_fields_are_checked(server):
 def test_a_job_the_server_stopped_during_is_failed_at_its_next_start(upstream):
     data_dir = Path(tempfile.mkdtemp(prefix="shellgate-image-builds-stop-"))
     os.chmod(data_dir, 0o755)
-    import_tiny(data_dir)
+    import_busybox_image(data_dir, "tiny", APPLETS)
     server = Server(data_dir, upstream_url=upstream.url, default_image="tiny", warm_containers="0").start()
     try:
         name = unique("stopped")

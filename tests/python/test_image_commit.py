@@ -7,16 +7,12 @@ upper layer, whiteouts included, is `image::commit`'s unit tests'); what the
 source writes afterwards is not in it; the image is its project's alone;
 names of other images are refused."""
 
-import os
-import subprocess
-import tempfile
 import uuid
-from pathlib import Path
 
 import pytest
 import requests
 
-from conftest import BINARY, CLUSTER_MODE, KEY_A, KEY_B, Server, exec_commands
+from conftest import CLUSTER_MODE, KEY_A, KEY_B, busybox_image_server, exec_commands
 
 pytestmark = pytest.mark.skipif(
     CLUSTER_MODE, reason="its server starts with a base image imported into its data directory "
@@ -26,34 +22,9 @@ pytestmark = pytest.mark.skipif(
 APPLETS = ["sh", "cat", "echo", "printf", "mkdir", "rm", "chmod", "touch", "ls"]
 
 
-def import_image(data_dir: Path, name: str) -> None:
-    """A busybox root file system, imported before the server starts."""
-    with tempfile.TemporaryDirectory() as tmp:
-        rootfs = Path(tmp) / "rootfs"
-        (rootfs / "bin").mkdir(parents=True)
-        (rootfs / "bin" / "busybox").write_bytes(Path("/bin/busybox").read_bytes())
-        os.chmod(rootfs / "bin" / "busybox", 0o755)
-        for applet in APPLETS:
-            os.symlink("busybox", rootfs / "bin" / applet)
-        tarball = Path(tmp) / "image.tar"
-        subprocess.run(["tar", "-cf", str(tarball), "-C", str(rootfs), "."], check=True)
-        imported = subprocess.run(
-            [str(BINARY), "--data-dir", str(data_dir), "image", "import", name, str(tarball)],
-            capture_output=True, text=True,
-        )
-        assert imported.returncode == 0, imported.stderr
-
-
 @pytest.fixture(scope="module")
 def commit_server(upstream):
-    data_dir = Path(tempfile.mkdtemp(prefix="shellgate-commit-"))
-    os.chmod(data_dir, 0o755)
-    import_image(data_dir, "tiny")
-    server = Server(data_dir, upstream_url=upstream.url, default_image="tiny",
-                    warm_containers="0").start()
-    yield server
-    server.stop()
-    subprocess.run(["rm", "-rf", str(data_dir)], check=False)
+    yield from busybox_image_server(upstream, "shellgate-commit-", "tiny", APPLETS)
 
 
 def v1(server, method: str, path: str, key: str = KEY_A, **kwargs) -> requests.Response:
