@@ -147,19 +147,9 @@ pub fn spawn_in_cgroup(
         cgroup: cgroup as u64,
         ..CloneArgs::default()
     };
-    // SAFETY: `args` is a valid clone_args of the size passed. Without
-    // CLONE_VM the child has its own (copied) memory, and CLONE_VFORK
-    // suspends this thread until the child execs or exits.
-    let pid = unsafe {
-        libc::syscall(
-            libc::SYS_clone3,
-            &mut args as *mut CloneArgs,
-            size_of::<CloneArgs>(),
-        )
-    };
-    if pid < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    // SAFETY: without CLONE_VM the child has its own (copied) memory, and
+    // CLONE_VFORK suspends this thread until the child execs or exits.
+    let pid = unsafe { clone3(&mut args)? };
     if pid == 0 {
         // SAFETY: in the child, only async-signal-safe calls on values made
         // before the clone; every path ends in execve or _exit.
@@ -191,6 +181,29 @@ pub fn spawn_in_cgroup(
             libc::_exit(127);
         }
     }
+    Ok(pid)
+}
+
+/// `clone3(2)` with `args`: the child's pid here, 0 in the child.
+///
+/// # Safety
+///
+/// As for `clone3` itself: `args` must describe a clone the caller can
+/// survive (its flags, stack and what the child may touch are the caller's
+/// to get right).
+unsafe fn clone3(args: &mut CloneArgs) -> io::Result<libc::pid_t> {
+    // SAFETY: `args` is a valid clone_args of the size passed; the rest is
+    // the caller's (see above).
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            args as *mut CloneArgs,
+            size_of::<CloneArgs>(),
+        )
+    };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
     Ok(pid as libc::pid_t)
 }
 
@@ -212,20 +225,10 @@ pub unsafe fn fork_sibling(cgroup: Option<RawFd>) -> io::Result<libc::pid_t> {
         cgroup: cgroup.map_or(0, |fd| fd as u64),
         ..CloneArgs::default()
     };
-    // SAFETY: `args` is a valid clone_args of the size passed; no CLONE_VM
-    // and a null stack: the child gets a copy of this process's memory, and
-    // the caller guarantees that copy is consistent.
-    let pid = unsafe {
-        libc::syscall(
-            libc::SYS_clone3,
-            &mut args as *mut CloneArgs,
-            size_of::<CloneArgs>(),
-        )
-    };
-    if pid < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(pid as libc::pid_t)
+    // SAFETY: no CLONE_VM and a null stack: the child gets a copy of this
+    // process's memory, and the caller guarantees that copy is consistent.
+    let pid = unsafe { clone3(&mut args)? };
+    Ok(pid)
 }
 
 /// The capability that lowers a process's OOM score below its minimum.

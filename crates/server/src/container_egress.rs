@@ -60,14 +60,7 @@ pub async fn supply(
                 .db(move |s| s.close_session(&key, shellgate_store::ContainerStatus::Suspended))
                 .await?;
         }
-        let (owner, key) = (project.0.clone(), id.clone());
-        let row = state
-            .db(move |s| s.container(&owner, &key))
-            .await?
-            .ok_or_else(|| ApiError::not_found("container", &id))?;
-        Ok(Json(crate::sandboxes::containers::shown_container(
-            &state, &row, &base,
-        )?))
+        shown(&state, &project, &id, &base).await
     })
     .await
 }
@@ -118,14 +111,7 @@ pub async fn update_policy(
     };
     to_completion(async move {
         crate::sandboxes::containers::update_network(&state, &row, allowed_domains).await?;
-        let (owner, key) = (project.0.clone(), id.clone());
-        let row = state
-            .db(move |s| s.container(&owner, &key))
-            .await?
-            .ok_or_else(|| ApiError::not_found("container", &id))?;
-        Ok(Json(crate::sandboxes::containers::shown_container(
-            &state, &row, &base,
-        )?))
+        shown(&state, &project, &id, &base).await
     })
     .await
 }
@@ -211,4 +197,21 @@ pub async fn list(
         list: List::page(data, has_more, |entry: &EgressEntry| entry.id.clone()),
         dropped,
     }))
+}
+
+/// Container `id` of `project` as it is now, for an answer.
+async fn shown(
+    state: &AppState,
+    project: &Project,
+    id: &str,
+    base: &crate::public_base::PublicBase,
+) -> ApiResult<Json<shellgate_wire::Container>> {
+    let (owner, key) = (project.0.clone(), id.to_owned());
+    let row = state
+        .db(move |s| s.container(&owner, &key))
+        .await?
+        .ok_or_else(|| ApiError::not_found("container", id))?;
+    Ok(Json(crate::sandboxes::containers::shown_container(
+        state, &row, base,
+    )?))
 }

@@ -82,12 +82,7 @@ impl Networks {
             return Ok(());
         }
         if self.egress.is_none() {
-            return Err(SandboxError::InvalidRequest {
-                param: "network_policy",
-                message: "this server's egress proxy is off, so containers cannot have network \
-                          access here (the operator can turn it on)"
-                    .into(),
-            });
+            return Err(egress_off());
         }
         Allowlist::parse(&spec.network.allowed_domains, &Allowlist::any())
             .map(drop)
@@ -101,12 +96,7 @@ impl Networks {
     /// operator's list; empty: every name refused).
     pub fn check_update(&self, allowed_domains: &[String]) -> Result<Allowlist, SandboxError> {
         if self.egress.is_none() {
-            return Err(SandboxError::InvalidRequest {
-                param: "network_policy",
-                message: "this server's egress proxy is off, so containers cannot have network \
-                          access here (the operator can turn it on)"
-                    .into(),
-            });
+            return Err(egress_off());
         }
         if allowed_domains.is_empty() {
             return Ok(Allowlist::default());
@@ -395,3 +385,13 @@ const JAVA_FILE: &str = "egress-java-cacerts";
 
 /// The proxy's settings, shared by every container of an engine.
 pub type EgressSettings = Arc<shellgate_egress::proxy::Settings>;
+
+/// The refusal of network access by a server whose egress proxy is off.
+fn egress_off() -> SandboxError {
+    SandboxError::InvalidRequest {
+        param: "network_policy",
+        message: "this server's egress proxy is off, so containers cannot have network access \
+                  here (the operator can turn it on)"
+            .into(),
+    }
+}
