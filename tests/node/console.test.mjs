@@ -10,7 +10,7 @@ import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
 
-import { clusterMode, here, root, startScriptedUpstream, startServer } from './harness.mjs';
+import { here, root, startScriptedUpstream, startServer } from './harness.mjs';
 
 const ADMIN = 'sk-console-admin';
 const MEMBER = 'sk-console-member';
@@ -696,27 +696,19 @@ test('console: the containers list pages on the server', async () => {
 
 test('console: the snapshots page lists the project\'s snapshots, a hostile name as text, and the images', async () => {
   const container = await api(MEMBER, 'POST', '/containers', { name: 'console-snapshots' });
-  // A cluster keeps no snapshots (each would live on one node's disk): the
-  // page shows an empty list (or the server's answer), and the images or
-  // why not.
-  const snap = clusterMode ? null
-    : await api(MEMBER, 'POST', `/containers/${container.id}/snapshots`, { name: XSS });
+  // A cluster keeps its snapshots in the object store: the same page.
+  const snap = await api(MEMBER, 'POST', `/containers/${container.id}/snapshots`, { name: XSS });
   const page = await open();
   await signIn(page, MEMBER);
   await page.locator('nav a[href="#/snapshots"]').click();
-  if (snap) {
-    const row = page.locator(`[data-testid=snapshots] tr[data-id="${snap.id}"]`);
-    await row.waitFor();
-    const cells = await row.locator('td').allTextContents();
-    assert.equal(cells[1], XSS, `the row shows ${JSON.stringify(cells)}`);
-    assert.equal(cells[2], container.id, `the row shows ${JSON.stringify(cells)}`);
-    assert.equal(await row.locator(`a[href="#/containers/${container.id}"]`).count(), 1);
-    // The image the container runs is among those listed.
-    await page.locator(`[data-testid=images] tr[data-id="${container.image}"]`).waitFor();
-  } else {
-    await page.locator('[data-testid=snapshots] tr.empty').waitFor();
-    await page.locator('[data-testid=images] table, [data-testid=images] .notice').first().waitFor();
-  }
+  const row = page.locator(`[data-testid=snapshots] tr[data-id="${snap.id}"]`);
+  await row.waitFor();
+  const cells = await row.locator('td').allTextContents();
+  assert.equal(cells[1], XSS, `the row shows ${JSON.stringify(cells)}`);
+  assert.equal(cells[2], container.id, `the row shows ${JSON.stringify(cells)}`);
+  assert.equal(await row.locator(`a[href="#/containers/${container.id}"]`).count(), 1);
+  // The image the container runs is among those listed.
+  await page.locator(`[data-testid=images] tr[data-id="${container.image}"]`).waitFor();
   await api(MEMBER, 'DELETE', `/containers/${container.id}`);
   await done(page);
 });

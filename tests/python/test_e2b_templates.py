@@ -9,8 +9,9 @@ OCI image shellgate cannot build on, and a template deleted; a root step
 Templates are images built by the server's image builder, so the module's
 server has a real default image: busybox, util-linux's setpriv (steps of
 another user) and a `/bin/bash` that is busybox's shell (what E2B's SDK
-runs commands with). A cluster builds no templates (an image is kept on one
-node's disk): the module is skipped there."""
+runs commands with). That image is imported into the server's data directory
+before it starts, which a cluster's nodes are not: the module is skipped
+there (tests/python/test_cluster_images.py builds in a cluster)."""
 
 import uuid
 
