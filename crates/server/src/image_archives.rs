@@ -224,10 +224,7 @@ pub(crate) async fn hold(state: &Arc<AppState>, name: &str) -> ApiResult<()> {
 
 /// The revision of image `name` this node's engine holds.
 async fn held_revision(state: &AppState, name: &str) -> ApiResult<Option<String>> {
-    let engine = Arc::clone(&state.engine);
-    let images = tokio::task::spawn_blocking(move || engine.images())
-        .await
-        .map_err(|e| ApiError::internal(format!("image listing failed: {e}")))?;
+    let images = crate::sandboxes::containers::engine_images(state).await?;
     Ok(images
         .into_iter()
         .find(|image| image.name == name)
@@ -305,10 +302,7 @@ pub(crate) async fn sweep(state: &Arc<AppState>, now: i64) -> ApiResult<()> {
         .map(|row| (row.name.clone(), row.revision.clone()))
         .collect();
     let names: HashSet<&str> = rows.iter().map(|row| row.name.as_str()).collect();
-    let engine = Arc::clone(&state.engine);
-    let local = tokio::task::spawn_blocking(move || engine.images())
-        .await
-        .map_err(|e| ApiError::internal(format!("image listing failed: {e}")))?;
+    let local = crate::sandboxes::containers::engine_images(state).await?;
     for image in local {
         let Some(project) = &image.details.project else {
             continue;

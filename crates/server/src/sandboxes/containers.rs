@@ -95,20 +95,28 @@ pub fn shown_container(
     Ok(container)
 }
 
-/// The engine's images, read on a blocking thread (the listing walks the
-/// image store).
+/// The images a container may be made from here: the engine's, and on a
+/// cluster's node the object store's project images too.
 pub(crate) async fn image_list(
     state: &AppState,
 ) -> ApiResult<Vec<shellgate_sandbox_api::image::ImageInfo>> {
-    let engine = Arc::clone(&state.engine);
-    let local = tokio::task::spawn_blocking(move || engine.images())
-        .await
-        .map_err(|e| ApiError::internal(format!("image listing failed: {e}")))?;
+    let local = engine_images(state).await?;
     if crate::image_archives::archived(state) {
         // A cluster's node: the object store's project images too.
         return crate::image_archives::merged(state, local).await;
     }
     Ok(local)
+}
+
+/// The images this server's engine holds, read on a blocking thread (the
+/// listing walks the image store).
+pub(crate) async fn engine_images(
+    state: &AppState,
+) -> ApiResult<Vec<shellgate_sandbox_api::image::ImageInfo>> {
+    let engine = Arc::clone(&state.engine);
+    tokio::task::spawn_blocking(move || engine.images())
+        .await
+        .map_err(|e| ApiError::internal(format!("image listing failed: {e}")))
 }
 
 /// Whether `project` may make containers from `image` (and see it): every
@@ -131,17 +139,23 @@ pub(crate) async fn choose_image(
     project: &str,
     asked: Option<&str>,
 ) -> ApiResult<String> {
-    let available: Vec<String> = image_list(state)
+    let usable: Vec<_> = image_list(state)
         .await?
         .into_iter()
         .filter(|image| usable_by(image, project))
-        .map(|image| image.name)
         .collect();
+    let available: Vec<String> = usable.iter().map(|image| image.name.clone()).collect();
     let host = shellgate_sandbox_api::image::HOST_IMAGE;
     match asked {
         Some(name) if available.iter().any(|a| a == name) => {
-            // A cluster's image this node does not hold yet is fetched.
-            crate::image_archives::hold(state, name).await?;
+            // A cluster's project image this node does not hold yet is
+            // fetched (the operator's are on every node's disk).
+            if usable
+                .iter()
+                .any(|image| image.name == name && image.details.project.is_some())
+            {
+                crate::image_archives::hold(state, name).await?;
+            }
             Ok(name.to_owned())
         }
         Some(name) => Err(ApiError::invalid(
@@ -485,8 +499,6 @@ pub(crate) async fn create_container_from(
     owned(state, &project, &id).await
 }
 
-/// Removes a container: its processes, its files, its row (its time billed
-/// first).
 /// Replaces what a container may reach (empty: nothing), whether it runs
 /// or is suspended: the list is checked as a create's, its proxy takes it
 /// for every connection begun from now on (one open keeps going) and keeps
@@ -546,6 +558,8 @@ fn updated_policy(before: &NetworkPolicy, allowed_domains: Vec<String>) -> Netwo
     }
 }
 
+/// Removes a container: its processes, its files, its row (its time billed
+/// first).
 pub(crate) async fn remove_container(state: &Arc<AppState>, id: &str) -> ApiResult<()> {
     state.forget_owner(id);
     // An E2B sandbox's record goes with the row: its access check too.
@@ -561,6 +575,7 @@ pub(crate) async fn remove_container(state: &Arc<AppState>, id: &str) -> ApiResu
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shellgate_store::ContainerStatus;
 
     #[test]
     fn an_updated_policy_keeps_only_what_is_still_listed() {
@@ -587,7 +602,6 @@ mod tests {
         );
         assert_eq!(updated_policy(&before, Vec::new()), NetworkPolicy::Disabled);
     }
-    use shellgate_store::ContainerStatus;
 
     fn row_with_skills(skills: &str) -> ContainerRow {
         ContainerRow {
