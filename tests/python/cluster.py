@@ -52,7 +52,7 @@ import openai
 import pytest
 import requests
 
-from conftest import BINARY, free_port, wait_until
+from conftest import BINARY, CLUSTER_MODE, free_port, wait_until
 
 NODE_NAMES = ["n1", "n2", "n3"]
 BRIDGE = "sgbr0"
@@ -149,6 +149,14 @@ def can_run() -> str:
     if not BINARY.exists():
         return f"no shellgate binary at {BINARY}"
     return ""
+
+
+def own_clusters_only() -> "pytest.MarkDecorator":
+    """The mark of a module whose tests start clusters of their own: skipped
+    where no cluster can be made, or beside the session's cluster."""
+    why_not = can_run() or (CLUSTER_MODE and "the session's cluster is up (SHELLGATE_TEST_CLUSTER=1); "
+                                            "these tests start clusters of their own")
+    return pytest.mark.skipif(bool(why_not), reason=why_not or "")
 
 
 _held = []

@@ -35,13 +35,11 @@ import pytest
 import requests
 
 from cluster import (FORWARD_HEADER, GATEWAY, LOST_AFTER_SECS, MEMBER_KEYS, NODE_NAMES,
-                     NODE_PORT, ROOMY, SECRET_HEADER, Server, can_run, cluster, clusters)  # noqa: F401 (fixtures)
-from conftest import (BINARY, CLUSTER_MODE, exec_commands, free_port, processes_matching, raw_request,
+                     NODE_PORT, ROOMY, SECRET_HEADER, Server, own_clusters_only, cluster, clusters)  # noqa: F401 (fixtures)
+from conftest import (BINARY, exec_commands, free_port, processes_matching, raw_request,
                       wait_until)
 
-_why_not = can_run() or (CLUSTER_MODE and "the session's cluster is up (SHELLGATE_TEST_CLUSTER=1); "
-                                         "these tests start clusters of their own")
-pytestmark = pytest.mark.skipif(bool(_why_not), reason=_why_not or "")
+pytestmark = own_clusters_only()
 
 ALPHA, BETA = MEMBER_KEYS["alpha"], MEMBER_KEYS["beta"]
 # How long after its last heartbeat a killed node must read lost, beyond

@@ -19,12 +19,10 @@ import boto3
 import pytest
 import requests
 
-from cluster import (MEMBER_KEYS, ROOMY, SECRET_HEADER, can_run, cluster, clusters)  # noqa: F401 (fixtures)
-from conftest import CLUSTER_MODE, exec_commands, wait_until
+from cluster import (MEMBER_KEYS, ROOMY, SECRET_HEADER, own_clusters_only, cluster, clusters)  # noqa: F401 (fixtures)
+from conftest import exec_commands, wait_until
 
-_why_not = can_run() or (CLUSTER_MODE and "the session's cluster is up (SHELLGATE_TEST_CLUSTER=1); "
-                                         "these tests start clusters of their own")
-pytestmark = pytest.mark.skipif(bool(_why_not), reason=_why_not or "")
+pytestmark = own_clusters_only()
 
 ALPHA, BETA = MEMBER_KEYS["alpha"], MEMBER_KEYS["beta"]
 # Where the archives are in the bucket (the object store's prefix, then
