@@ -224,7 +224,7 @@ pub(crate) async fn hold(state: &Arc<AppState>, name: &str) -> ApiResult<()> {
 
 /// The revision of image `name` this node's engine holds.
 async fn held_revision(state: &AppState, name: &str) -> ApiResult<Option<String>> {
-    let images = crate::sandboxes::containers::engine_images(state).await?;
+    let images = crate::engine::images(&state.engine).await?;
     Ok(images
         .into_iter()
         .find(|image| image.name == name)
@@ -302,7 +302,7 @@ pub(crate) async fn sweep(state: &Arc<AppState>, now: i64) -> ApiResult<()> {
         .map(|row| (row.name.clone(), row.revision.clone()))
         .collect();
     let names: HashSet<&str> = rows.iter().map(|row| row.name.as_str()).collect();
-    let local = crate::sandboxes::containers::engine_images(state).await?;
+    let local = crate::engine::images(&state.engine).await?;
     for image in local {
         let Some(project) = &image.details.project else {
             continue;

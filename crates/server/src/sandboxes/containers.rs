@@ -100,23 +100,12 @@ pub fn shown_container(
 pub(crate) async fn image_list(
     state: &AppState,
 ) -> ApiResult<Vec<shellgate_sandbox_api::image::ImageInfo>> {
-    let local = engine_images(state).await?;
+    let local = crate::engine::images(&state.engine).await?;
     if crate::image_archives::archived(state) {
         // A cluster's node: the object store's project images too.
         return crate::image_archives::merged(state, local).await;
     }
     Ok(local)
-}
-
-/// The images this server's engine holds, read on a blocking thread (the
-/// listing walks the image store).
-pub(crate) async fn engine_images(
-    state: &AppState,
-) -> ApiResult<Vec<shellgate_sandbox_api::image::ImageInfo>> {
-    let engine = Arc::clone(&state.engine);
-    tokio::task::spawn_blocking(move || engine.images())
-        .await
-        .map_err(|e| ApiError::internal(format!("image listing failed: {e}")))
 }
 
 /// Whether `project` may make containers from `image` (and see it): every
