@@ -109,7 +109,11 @@ async function signIn(page, key, at = origin) {
   await page.goto(`${at}/console`);
   await page.locator('[data-testid=signin-key]').fill(key);
   await page.locator('[data-testid=signin-submit]').click();
-  await page.locator('[data-testid=signout]').waitFor();
+  // Signed in, or refused: a refusal fails with the page's own words
+  // rather than a timeout that says nothing of why.
+  const refused = page.locator('[data-testid=signin-error] *');
+  await page.locator('[data-testid=signout]').or(refused).first().waitFor();
+  if (await refused.count()) assert.fail(`sign-in refused: ${await refused.first().textContent()}`);
 }
 
 // The README's screenshots: taken (and docs/console rewritten) only when
