@@ -220,14 +220,14 @@ impl Admission {
             None => u64::from(self.with_gate(project, |gate| gate.execs.load(Ordering::SeqCst))),
         };
         let owner = project.to_owned();
-        let limits = self.db.run(move |s| s.active_memory_limits(&owner)).await?;
+        let load = self.db.run(move |s| s.active_load(&owner)).await?;
         Ok(Quota {
             running_containers: Meter {
-                used: limits.len() as u64,
+                used: load.containers,
                 limit: u64::from(self.max_running),
             },
             memory_bytes: Meter {
-                used: limits.iter().map(|limit| limit.bytes()).sum(),
+                used: load.memory_bytes,
                 limit: self.max_memory,
             },
             concurrent_execs: Meter {

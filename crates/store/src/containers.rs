@@ -79,6 +79,14 @@ pub struct Quotas {
     pub max_memory_bytes: u64,
 }
 
+/// What a project's containers that hold processes (running, or being
+/// created) claim: admission's count and sum.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ActiveLoad {
+    pub containers: u64,
+    pub memory_bytes: u64,
+}
+
 /// Why a container was not let start.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
@@ -470,14 +478,10 @@ impl Store {
         })
     }
 
-    /// Memory limits of a project's containers that hold processes (running
-    /// or being created), for admission control.
-    pub fn active_memory_limits(&self, project: &str) -> Result<Vec<MemoryLimit>> {
-        self.read(|sql| {
-            sql.query(ACTIVE_MEMORY_LIMITS, &[&project], |row| {
-                row.text(0, "containers", "memory_limit")
-            })
-        })
+    /// What a project's containers that hold processes (running or being
+    /// created) claim, for admission control and the console's quota page.
+    pub fn active_load(&self, project: &str) -> Result<ActiveLoad> {
+        self.read(|sql| active_load(sql, project))
     }
 }
 
@@ -541,24 +545,41 @@ pub(crate) fn admit(
     quotas: Quotas,
 ) -> Result<std::result::Result<(), Refusal>> {
     sql.lock(&format!("admission:{project}"))?;
-    let limits: Vec<MemoryLimit> = sql.query(ACTIVE_MEMORY_LIMITS, &[&project], |row| {
-        row.text(0, "containers", "memory_limit")
-    })?;
-    let running = u32::try_from(limits.len()).unwrap_or(u32::MAX);
+    let load = active_load(sql, project)?;
+    let running = u32::try_from(load.containers).unwrap_or(u32::MAX);
     if running >= quotas.max_running {
         return Ok(Err(Refusal::Running { running }));
     }
-    let claimed: u64 = limits.iter().map(|limit| limit.bytes()).sum();
-    if claimed.saturating_add(memory.bytes()) > quotas.max_memory_bytes {
-        return Ok(Err(Refusal::Memory { claimed }));
+    if load.memory_bytes.saturating_add(memory.bytes()) > quotas.max_memory_bytes {
+        return Ok(Err(Refusal::Memory {
+            claimed: load.memory_bytes,
+        }));
     }
     Ok(Ok(()))
 }
 
-/// The memory limits of a project's containers that hold processes
-/// (running, or being created).
-const ACTIVE_MEMORY_LIMITS: &str = "SELECT memory_limit FROM containers
-     WHERE project = ?1 AND (session_open = 1 OR status = 'creating')";
+/// What `project`'s containers that hold processes claim. One row per
+/// memory limit, counted in SQL over `containers_active_by_project` (a
+/// partial index of those containers only): the cost is the project's
+/// live containers, never its suspended ones, and no row is carried out.
+fn active_load(sql: &mut dyn crate::sql::Sql, project: &str) -> Result<ActiveLoad> {
+    let counts: Vec<(MemoryLimit, u64)> = sql.query(ACTIVE_LOAD, &[&project], |row| {
+        Ok((row.text(0, "containers", "memory_limit")?, row.get(1)?))
+    })?;
+    Ok(counts
+        .into_iter()
+        .fold(ActiveLoad::default(), |load, (limit, count)| ActiveLoad {
+            containers: load.containers + count,
+            memory_bytes: load
+                .memory_bytes
+                .saturating_add(limit.bytes().saturating_mul(count)),
+        }))
+}
+
+/// A project's containers holding processes, by memory limit.
+pub(crate) const ACTIVE_LOAD: &str = "SELECT memory_limit, COUNT(*) FROM containers
+     WHERE project = ?1 AND (session_open = 1 OR status = 'creating')
+     GROUP BY memory_limit";
 
 /// A command's activity: the latest use, and its time in the session.
 const RECORD_ACTIVITY: &str = "UPDATE containers SET

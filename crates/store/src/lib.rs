@@ -51,7 +51,7 @@ pub use connection::Store;
 pub use console_changes::Change;
 pub use console_sessions::{ConsoleSessionRow, SESSIONS_PER_KEY};
 pub use container_files::{ContainerFileRow, PresentFile};
-pub use containers::{ContainerPage, ContainerRow, ContainerSearch, Quotas, Refusal};
+pub use containers::{ActiveLoad, ContainerPage, ContainerRow, ContainerSearch, Quotas, Refusal};
 pub use e2b::{E2bListFilter, E2bSandboxRow};
 pub use e2b_templates::{
     E2bTemplateRow, TEMPLATE_BUILDING, TEMPLATE_ERROR, TEMPLATE_READY, TEMPLATE_WAITING,

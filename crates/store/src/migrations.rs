@@ -574,6 +574,16 @@ pub(crate) const SQLITE_MIGRATIONS: &[&str] = &[
         created_at INTEGER NOT NULL
     );
 "#,
+    // The containers that hold processes (a session open, or being made),
+    // indexed apart: admission (each create and wake) and a cluster's
+    // placement count them and their memory limits, and read only them, not
+    // every suspended container of a project or node.
+    r#"
+    CREATE INDEX containers_active_by_project ON containers (project, memory_limit)
+        WHERE session_open = 1 OR status = 'creating';
+    CREATE INDEX containers_active_by_node ON containers (node_id, memory_limit)
+        WHERE session_open = 1 OR status = 'creating';
+"#,
 ];
 
 /// Postgres's migrations, applied in order; the index + 1 is the schema
@@ -1031,6 +1041,14 @@ pub(crate) const POSTGRES_MIGRATIONS: &[&str] = &[
         node_id TEXT NOT NULL,
         created_at BIGINT NOT NULL
     );
+"#,
+    // The containers that hold processes: as SQLite's migration that makes
+    // containers_active_by_project.
+    r#"
+    CREATE INDEX containers_active_by_project ON containers (project, memory_limit)
+        WHERE session_open = 1 OR status = 'creating';
+    CREATE INDEX containers_active_by_node ON containers (node_id, memory_limit)
+        WHERE session_open = 1 OR status = 'creating';
 "#,
 ];
 

@@ -238,16 +238,27 @@ impl Store {
                 &[],
                 |row| Ok((row.get(0)?, row.get(1)?)),
             )?;
-            let claims: Vec<(String, shellgate_wire::MemoryLimit)> = sql.query(
-                "SELECT node_id, memory_limit FROM containers
-                 WHERE node_id IS NOT NULL AND (session_open = 1 OR status = 'creating')",
+            // Over `containers_active_by_node`: the containers holding
+            // processes only, one row per node and memory limit.
+            let claims: Vec<(String, shellgate_wire::MemoryLimit, u64)> = sql.query(
+                "SELECT node_id, memory_limit, COUNT(*) FROM containers
+                 WHERE session_open = 1 OR status = 'creating'
+                 GROUP BY node_id, memory_limit",
                 &[],
-                |row| Ok((row.get(0)?, row.text(1, "containers", "memory_limit")?)),
+                |row| {
+                    Ok((
+                        row.get(0)?,
+                        row.text(1, "containers", "memory_limit")?,
+                        row.get(2)?,
+                    ))
+                },
             )?;
             let counts: std::collections::HashMap<String, u64> = counts.into_iter().collect();
             let mut claimed = std::collections::HashMap::<String, u64>::new();
-            for (node, limit) in claims {
-                *claimed.entry(node).or_default() += limit.bytes();
+            for (node, limit, count) in claims {
+                let bytes = limit.bytes().saturating_mul(count);
+                let total = claimed.entry(node).or_default();
+                *total = total.saturating_add(bytes);
             }
             let loads = nodes
                 .into_iter()
@@ -749,7 +760,7 @@ mod tests {
                 statuses,
                 vec![ContainerStatus::Running, ContainerStatus::Suspended]
             );
-            assert_eq!(store.active_memory_limits("alpha").unwrap().len(), 2);
+            assert_eq!(store.active_load("alpha").unwrap().containers, 2);
         }
     }
 }

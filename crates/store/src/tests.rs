@@ -90,7 +90,7 @@ mod tables {
                 ));
                 if column == "memory_limit" {
                     assert!(matches!(
-                        store.active_memory_limits("alpha"),
+                        store.active_load("alpha"),
                         Err(StoreError::Corrupt { .. })
                     ));
                 }
@@ -796,7 +796,7 @@ mod admission_tests {
                 .collect()
         });
         assert_eq!(admitted.len(), 5, "{admitted:?}");
-        assert_eq!(store.active_memory_limits("alpha").unwrap().len(), 5);
+        assert_eq!(store.active_load("alpha").unwrap().containers, 5);
         // Another project has its own quota; memory counts too.
         let tight = Quotas {
             max_running: 10,
@@ -823,6 +823,73 @@ mod admission_tests {
             store.insert_container_within(&row, quotas).unwrap(),
             Err(Refusal::Running { running: 5 })
         );
+    }
+
+    /// Admission's count and sum: the containers holding processes of
+    /// every memory limit, none of the project's suspended ones, none of
+    /// another project's; on SQLite, found through the partial index.
+    #[test]
+    fn the_active_load_counts_only_containers_holding_processes() {
+        use shellgate_wire::MemoryLimit;
+        let limits = [
+            MemoryLimit::OneGb,
+            MemoryLimit::FourGb,
+            MemoryLimit::SixteenGb,
+            MemoryLimit::SixtyFourGb,
+        ];
+        for store in crate::testing::stores() {
+            let mut expected = crate::ActiveLoad::default();
+            for (n, limit) in limits.into_iter().cycle().take(12).enumerate() {
+                let row = crate::ContainerRow {
+                    memory_limit: limit,
+                    ..creating(&format!("a{n}"), "alpha")
+                };
+                store.insert_container(&row).unwrap();
+                match n % 3 {
+                    // Still being made: it counts.
+                    0 => {}
+                    // Running, its session open: it counts.
+                    1 => {
+                        store.open_session(&row.id).unwrap();
+                    }
+                    // Suspended: it holds no processes.
+                    _ => {
+                        store.open_session(&row.id).unwrap();
+                        store
+                            .close_session(&row.id, crate::ContainerStatus::Suspended)
+                            .unwrap();
+                        continue;
+                    }
+                }
+                expected.containers += 1;
+                expected.memory_bytes += limit.bytes();
+            }
+            store.insert_container(&creating("b0", "beta")).unwrap();
+            assert_eq!(store.active_load("alpha").unwrap(), expected);
+            assert_eq!(
+                store.active_load("nobody").unwrap(),
+                crate::ActiveLoad::default()
+            );
+            let plan: Vec<String> = store
+                .read(|sql| {
+                    if !matches!(sql.dialect(), crate::sql::Dialect::Sqlite) {
+                        return Ok(Vec::new());
+                    }
+                    sql.query(
+                        &format!("EXPLAIN QUERY PLAN {}", crate::containers::ACTIVE_LOAD),
+                        &[&"alpha"],
+                        |row| row.get(3),
+                    )
+                })
+                .unwrap();
+            assert!(
+                plan.is_empty()
+                    || plan
+                        .iter()
+                        .any(|step| step.contains("INDEX containers_active_by_project")),
+                "{plan:?}"
+            );
+        }
     }
 
     #[test]
