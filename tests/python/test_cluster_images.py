@@ -10,7 +10,10 @@ so placement must choose each), which fetch it and see what its steps
 wrote; a container committed on one node makes a container on another;
 another project neither sees nor deletes it; a delete through a
 replica removes its row and archive at once, makes creates refuse it, and
-each node's copy is removed by that node's sweep. Every wait is for a
+each node's copy is removed by that node's sweep. A node whose fetched
+images pass `image_cache_bytes` removes the least recently used idle one
+(never one a container is made from, nor the copies the nodes made) and
+fetches it again on its next use. Every wait is for a
 condition, with a deadline.
 """
 
@@ -18,7 +21,7 @@ import boto3
 import pytest
 import requests
 
-from cluster import MEMBER_KEYS, SECRET_HEADER, own_clusters_only, cluster, clusters  # noqa: F401 (fixtures)
+from cluster import MEMBER_KEYS, ROOMY, SECRET_HEADER, own_clusters_only, cluster, clusters  # noqa: F401 (fixtures)
 from conftest import exec_commands, wait_until
 from test_image_builds import oci_layout
 
@@ -155,3 +158,65 @@ def test_an_image_built_through_a_replica_makes_containers_on_every_node_and_is_
     for container_id in made.values():
         cluster.client(0).containers.delete(container_id)
     assert api(cluster, "DELETE", "/images/cluster-base").status_code == 200
+
+
+def node_with(cluster, image: str):
+    """The nodes whose engine holds a tree of `image`."""
+    return {name for name, node in cluster.nodes.items() if image_tree(node, image).is_dir()}
+
+
+def test_fetched_images_beyond_the_cache_bound_are_removed_and_fetched_again(clusters):
+    # Each node keeps at most one byte of fetched images: every idle one
+    # beyond is removed, the ones in use and the originals stay.
+    cluster = clusters.get(image_cache_bytes="1", **ROOMY)
+    origins = {}
+    for name in ("cache-a", "cache-b"):
+        imported = api(cluster, "POST", "/images", files={
+            "name": (None, name),
+            "file": ("image.tar", oci_layout({f"etc/{name}.txt": f"{name}\n".encode()}), "application/x-tar")})
+        assert imported.status_code == 202, imported.text
+        assert finished(cluster, imported.json()["id"], replica=1)["status"] == "ready"
+        origins[name] = node_with(cluster, name)
+        assert len(origins[name]) == 1, origins
+    # A node that made neither: what it holds of them it fetched.
+    fetcher = next(name for name in cluster.nodes if name not in origins["cache-a"] | origins["cache-b"])
+    node = cluster.nodes[fetcher]
+    others = [other for other in cluster.nodes if other != fetcher]
+    cluster.wait_nodes(lambda nodes: all({"cache-a", "cache-b"} <= set(n["images"]) for n in nodes),
+                       120, "every node lists both images")
+
+    def create(name: str, image: str) -> str:
+        answer = api(cluster, "POST", "/containers", json={"name": name, "image": image})
+        assert answer.status_code == 200, answer.text
+        assert cluster.node_holding(answer.json()["id"]) == fetcher
+        out = exec_commands(cluster.client(0), answer.json()["id"], [f"cat /etc/{image}.txt"])["output"][0]
+        assert out["stdout"] == f"{image}\n", out
+        return answer.json()["id"]
+
+    for other in others:
+        set_draining(cluster, other, True)
+    try:
+        on_a = create("uses-a", "cache-a")
+        assert image_tree(node, "cache-a").is_dir()
+        # Over the bound with both, but a container is made from each.
+        on_b = create("uses-b", "cache-b")
+        assert image_tree(node, "cache-a").is_dir() and image_tree(node, "cache-b").is_dir()
+        cluster.client(0).containers.delete(on_a)
+        # Idle now: the sweep removes it, the one in use stays.
+        assert wait_until(lambda: not image_tree(node, "cache-a").exists(), 180, 0.5), node.log_tail()
+        assert image_tree(node, "cache-b").is_dir()
+        assert "removed a fetched image beyond image_cache_bytes" in node.log_tail(100_000)
+        # The originals stay on the nodes that made them, over the bound.
+        for name, made_on in origins.items():
+            assert node_with(cluster, name) >= made_on, (name, made_on)
+        # Used again: fetched again.
+        again = create("uses-a-again", "cache-a")
+        assert image_tree(node, "cache-a").is_dir()
+    finally:
+        for other in others:
+            set_draining(cluster, other, False)
+    for container_id in (on_b, again):
+        cluster.client(0).containers.delete(container_id)
+    for name in origins:
+        assert api(cluster, "DELETE", f"/images/{name}").status_code == 200
+

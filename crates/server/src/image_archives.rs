@@ -22,6 +22,14 @@
 //! archives no row names (a previous revision's, or one whose node died
 //! before its row) once they are an hour old. The engine keeps a deleted
 //! image's tree while containers made from it run.
+//!
+//! The copies a node fetched are a cache (`image_cache`): bounded by
+//! `image_cache_bytes`, least recently used removed first (after a fetch,
+//! and by the sweep), fetched again when next used. Never removed: one a
+//! container on this node (live, suspended, being made) is made from, one
+//! a create or a build holds ([`hold`]'s answer, taken under the image's
+//! lock, which a removal takes too), the copy this node made (the row names
+//! the node that published the archive) and the operator's images.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -32,6 +40,7 @@ use shellgate_sandbox_api::SandboxError;
 use shellgate_store::ImageRow;
 
 use crate::error::{ApiError, ApiResult};
+use crate::image_cache::{NodeCopy, Origin};
 use crate::state::AppState;
 
 /// The object store's folder of image archives.
@@ -103,6 +112,23 @@ fn image_lock(name: &str) -> Arc<tokio::sync::Mutex<()>> {
     static LOCKS: std::sync::LazyLock<crate::named_locks::NamedLocks> =
         std::sync::LazyLock::new(Default::default);
     LOCKS.of(name)
+}
+
+/// The fetched copies' uses on this node.
+fn cache() -> &'static crate::image_cache::ImageCache {
+    static CACHE: std::sync::LazyLock<crate::image_cache::ImageCache> =
+        std::sync::LazyLock::new(Default::default);
+    &CACHE
+}
+
+/// An image a create or a build is about to use: this node keeps its copy
+/// until this is dropped.
+pub(crate) struct Held(String);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        cache().unpin(&self.0);
+    }
 }
 
 /// Puts image `name` (this node's engine's, just made) in the object
@@ -204,22 +230,41 @@ pub(crate) async fn merged(
 }
 
 /// Makes sure this node's engine holds image `name` at the revision its
-/// row names (fetched from the object store if it does not); nothing for
-/// an image no row names (the operator's, on every node's disk).
-pub(crate) async fn hold(state: &Arc<AppState>, name: &str) -> ApiResult<()> {
+/// row names (fetched from the object store if it does not), and keeps it
+/// until the answer is dropped (the caller's container is made, or its
+/// build is over); `None` for an image no row names (the operator's, on
+/// every node's disk).
+pub(crate) async fn hold(state: &Arc<AppState>, name: &str) -> ApiResult<Option<Held>> {
     if !archived(state) {
-        return Ok(());
+        return Ok(None);
     }
     let wanted = name.to_owned();
     let Some(row) = state.db(move |s| s.image_row(&wanted)).await? else {
-        return Ok(());
+        return Ok(None);
     };
     let lock = image_lock(name);
-    let _one_fetch = lock.lock().await;
-    if held_revision(state, name).await?.as_deref() == Some(row.revision.as_str()) {
-        return Ok(());
+    let fetched = {
+        let _one_fetch = lock.lock().await;
+        // Pinned under the lock: a removal (which takes it too) sees it.
+        cache().pin(name);
+        let held = Held(name.to_owned());
+        if held_revision(state, name).await?.as_deref() == Some(row.revision.as_str()) {
+            (held, false)
+        } else {
+            fetch(state, &row).await?;
+            (held, true)
+        }
+    };
+    let (held, fetched) = fetched;
+    if fetched {
+        if let Err(e) = evict(state, None).await {
+            tracing::warn!(
+                "keeping fetched images within image_cache_bytes failed: {}",
+                e.message
+            );
+        }
     }
-    fetch(state, &row).await
+    Ok(Some(held))
 }
 
 /// The revision of image `name` this node's engine holds.
@@ -302,18 +347,29 @@ pub(crate) async fn sweep(state: &Arc<AppState>, now: i64) -> ApiResult<()> {
         .map(|row| (row.name.clone(), row.revision.clone()))
         .collect();
     let names: HashSet<&str> = rows.iter().map(|row| row.name.as_str()).collect();
-    let local = crate::engine::images(&state.engine).await?;
-    for image in local {
+    let mut local = crate::engine::images(&state.engine).await?;
+    let mut removed = HashSet::new();
+    for image in &local {
         let Some(project) = &image.details.project else {
             continue;
         };
         let made_here = making().contains_key(&image.name);
         if !made_here && !names.contains(image.name.as_str()) {
             tracing::info!(image = %image.name, "removing a copy of an image deleted in the cluster");
-            if let Err(e) = remove_copy(state, &image.name, project).await {
-                tracing::warn!(image = %image.name, "could not remove it: {}", e.message);
+            match remove_copy(state, &image.name, project).await {
+                Ok(()) => {
+                    removed.insert(image.name.clone());
+                }
+                Err(e) => tracing::warn!(image = %image.name, "could not remove it: {}", e.message),
             }
         }
+    }
+    local.retain(|image| !removed.contains(&image.name));
+    if let Err(e) = evict(state, Some((local, rows.clone()))).await {
+        tracing::warn!(
+            "keeping fetched images within image_cache_bytes failed: {}",
+            e.message
+        );
     }
     let last = LISTED_AT.load(std::sync::atomic::Ordering::SeqCst);
     if last != 0 && now - last < LIST_EVERY_SECONDS {
@@ -340,6 +396,103 @@ pub(crate) async fn sweep(state: &Arc<AppState>, now: i64) -> ApiResult<()> {
             }
         }
     }
+    Ok(())
+}
+
+/// This node's copies of the rows' images as the cache's choice sees
+/// them (`in_use` as far as creates and builds hold them; the containers
+/// are asked only when the fetched ones are over the bound). A copy no
+/// row names is the sweep's, not the cache's.
+fn copies(state: &AppState, local: &[ImageInfo], rows: &[ImageRow]) -> Vec<NodeCopy> {
+    let by_name: HashMap<&str, &ImageRow> = rows.iter().map(|r| (r.name.as_str(), r)).collect();
+    let being_made = making();
+    local
+        .iter()
+        .filter(|image| image.details.project.is_some())
+        .filter_map(|image| {
+            let row = by_name.get(image.name.as_str())?;
+            let original = row.node_id == state.node_name
+                && image.details.revision.as_deref() == Some(row.revision.as_str());
+            let origin = if original || being_made.contains_key(&image.name) {
+                Origin::MadeHere
+            } else {
+                Origin::Fetched
+            };
+            Some(NodeCopy {
+                name: image.name.clone(),
+                bytes: image.details.size_bytes.unwrap_or(0),
+                origin,
+                in_use: cache().pinned(&image.name),
+                last_used: cache().last_used(&image.name),
+                installed_at: image.details.created_at.unwrap_or(0),
+            })
+        })
+        .collect()
+}
+
+/// The images the containers on this node (live, suspended, being made)
+/// are made from.
+async fn images_in_use(state: &AppState) -> ApiResult<HashSet<String>> {
+    let node = state.node_name.clone();
+    let rows = state.db(move |s| s.containers_on_node(&node)).await?;
+    Ok(rows.into_iter().map(|row| row.image).collect())
+}
+
+/// Removes the least recently used fetched copies beyond
+/// `image_cache_bytes` (none in use); `listed`: this node's images and the
+/// rows, when the caller read them already.
+async fn evict(
+    state: &Arc<AppState>,
+    listed: Option<(Vec<ImageInfo>, Vec<ImageRow>)>,
+) -> ApiResult<()> {
+    let bound = state.config.cluster.image_cache_bytes.bytes();
+    let (local, rows) = match listed {
+        Some(listed) => listed,
+        None => (
+            crate::engine::images(&state.engine).await?,
+            state.db(|s| s.image_rows()).await?,
+        ),
+    };
+    let mut copies = copies(state, &local, &rows);
+    if crate::image_cache::fetched_bytes(&copies) <= bound {
+        return Ok(());
+    }
+    let used = images_in_use(state).await?;
+    for copy in &mut copies {
+        copy.in_use |= used.contains(&copy.name);
+    }
+    for name in crate::image_cache::victims(&copies, bound) {
+        let Some(project) = local
+            .iter()
+            .find(|image| image.name == name)
+            .and_then(|image| image.details.project.clone())
+        else {
+            continue;
+        };
+        remove_idle_copy(state, &name, &project).await?;
+    }
+    Ok(())
+}
+
+/// Removes this node's fetched copy of image `name`, unless a create or a
+/// build took it, a container was made from it or this node is making it
+/// since the choice (each looked at again under the image's lock, which a
+/// create's [`hold`] pins it under).
+async fn remove_idle_copy(state: &AppState, name: &str, project: &str) -> ApiResult<()> {
+    let lock = image_lock(name);
+    let _one_at_a_time = lock.lock().await;
+    if cache().pinned(name) || making().contains_key(name) {
+        return Ok(());
+    }
+    if images_in_use(state).await?.contains(name) {
+        return Ok(());
+    }
+    match state.engine.delete_image(name, project).await {
+        Ok(()) | Err(SandboxError::ImageNotFound(_)) => {}
+        Err(error) => return Err(error.into()),
+    }
+    cache().forget(name);
+    tracing::info!(image = %name, "removed a fetched image beyond image_cache_bytes");
     Ok(())
 }
 

@@ -149,6 +149,7 @@ pub(crate) async fn submit(
             )));
         }
     }
+    let mut base_held = None;
     if let Source::Dockerfile { dockerfile, .. } = &job.source {
         let usable = images.iter().any(|image| {
             image.name == dockerfile.from
@@ -163,8 +164,9 @@ pub(crate) async fn submit(
                 ),
             ));
         }
-        // A cluster's base this node does not hold yet is fetched.
-        crate::image_archives::hold(state, &dockerfile.from).await?;
+        // A cluster's base this node does not hold yet is fetched, and
+        // kept on this node until the job ends.
+        base_held = crate::image_archives::hold(state, &dockerfile.from).await?;
     }
     let now = crate::time::now();
     let row = ImageBuildRow {
@@ -190,7 +192,13 @@ pub(crate) async fn submit(
     let stored = row.clone();
     state.db(move |s| s.insert_image_build(&stored)).await?;
     let (done, finished) = oneshot::channel();
-    tokio::spawn(run(Arc::clone(state), row.clone(), job.source, done));
+    tokio::spawn(run(
+        Arc::clone(state),
+        row.clone(),
+        job.source,
+        done,
+        base_held,
+    ));
     Ok((row, finished))
 }
 
@@ -288,12 +296,14 @@ fn fd_path(file: &File) -> PathBuf {
     PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()))
 }
 
-/// Runs a job to its end, in its project's turn, and records it.
+/// Runs a job to its end, in its project's turn, and records it;
+/// `_base` keeps a cluster's base image on this node until then.
 async fn run(
     state: Arc<AppState>,
     row: ImageBuildRow,
     source: Source,
     done: oneshot::Sender<Finished>,
+    _base: Option<crate::image_archives::Held>,
 ) {
     let lock = project_lock(&row.project);
     let _one_at_a_time = lock.lock().await;

@@ -39,6 +39,7 @@ mod host;
 mod http;
 mod image_archives;
 mod image_builds;
+mod image_cache;
 mod images;
 mod in_sandbox;
 mod lease;

@@ -41,6 +41,11 @@ pub struct ClusterSettings {
     /// its disk for the next restore (least recently used removed first;
     /// one in use is never removed, so a larger one can pass it).
     pub snapshot_cache_bytes: ByteSize,
+    /// Bytes of project images fetched from the object store a node keeps
+    /// on its disk for the next create (least recently used removed first,
+    /// fetched again when next used; never one a container on the node
+    /// uses, nor one the node built itself or the operator's).
+    pub image_cache_bytes: ByteSize,
 }
 
 impl Default for ClusterSettings {
@@ -57,6 +62,10 @@ impl Default for ClusterSettings {
             snapshot_cache_bytes: ByteSize {
                 text: "20g".to_owned(),
                 bytes: 20 << 30,
+            },
+            image_cache_bytes: ByteSize {
+                text: "50g".to_owned(),
+                bytes: 50 << 30,
             },
         }
     }

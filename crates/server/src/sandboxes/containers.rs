@@ -122,12 +122,13 @@ pub(crate) fn usable_by(image: &shellgate_sandbox_api::image::ImageInfo, project
 /// The image a new container of `project` is made from: the one asked for
 /// (a 400 naming the available ones if it is not there or not the
 /// project's), else the server's default, else (the default not built yet)
-/// `host`.
+/// `host`; and, for a cluster's project image, its copy on this node, kept
+/// until the answer's hold is dropped (once the container is made).
 pub(crate) async fn choose_image(
     state: &Arc<AppState>,
     project: &str,
     asked: Option<&str>,
-) -> ApiResult<String> {
+) -> ApiResult<(String, Option<crate::image_archives::Held>)> {
     let usable: Vec<_> = image_list(state)
         .await?
         .into_iter()
@@ -139,13 +140,15 @@ pub(crate) async fn choose_image(
         Some(name) if available.iter().any(|a| a == name) => {
             // A cluster's project image this node does not hold yet is
             // fetched (the operator's are on every node's disk).
-            if usable
+            let held = if usable
                 .iter()
                 .any(|image| image.name == name && image.details.project.is_some())
             {
-                crate::image_archives::hold(state, name).await?;
-            }
-            Ok(name.to_owned())
+                crate::image_archives::hold(state, name).await?
+            } else {
+                None
+            };
+            Ok((name.to_owned(), held))
         }
         Some(name) => Err(ApiError::invalid(
             "image",
@@ -156,8 +159,13 @@ pub(crate) async fn choose_image(
         )),
         None => {
             let default = &state.config.sandbox.default_image;
-            if available.iter().any(|a| a == default) {
-                return Ok(default.clone());
+            if let Some(image) = usable.iter().find(|image| &image.name == default) {
+                // A project's image may be the default too.
+                let held = match image.details.project {
+                    Some(_) => crate::image_archives::hold(state, default).await?,
+                    None => None,
+                };
+                return Ok((default.clone(), held));
             }
             if default != host
                 && !state
@@ -169,7 +177,7 @@ pub(crate) async fn choose_image(
                      it is (`shellgate image build {default}`)"
                 );
             }
-            Ok(host.to_owned())
+            Ok((host.to_owned(), None))
         }
     }
 }
@@ -376,7 +384,8 @@ pub(crate) async fn create_container_from(
     // Every file must exist (in this project) before anything is made.
     let files = project_files(state, &project.0, &body.file_ids, "file_ids").await?;
     let memory = body.memory_limit.unwrap_or_default();
-    let image = choose_image(state, &project.0, body.image.as_deref()).await?;
+    // The image's copy on this node stays until the container is made.
+    let (image, image_held) = choose_image(state, &project.0, body.image.as_deref()).await?;
     let skills =
         crate::sandboxes::skills::resolve(state, &project.0, &body.skills, "skills").await?;
     let exposed_ports = shellgate_wire::ports::check_exposed_ports(&body.exposed_ports)
@@ -403,6 +412,7 @@ pub(crate) async fn create_container_from(
     let volume_owner = project.0.clone();
     to_completion(async move {
         let state = worker;
+        let _image_held = image_held;
         // The row first (status `creating`), written only if the project's
         // quotas admit it: a crash from here on is cleaned up at the next
         // start, never leaving a container the store does not know.

@@ -171,6 +171,7 @@ pub async fn prepare(
             )
             .await?;
             if body.image.is_some() {
+                // Checked (and fetched) now; the container's create holds it.
                 crate::sandboxes::containers::choose_image(state, project, body.image.as_deref())
                     .await?;
             }
