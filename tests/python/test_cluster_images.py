@@ -13,7 +13,8 @@ replica removes its row and archive at once, makes creates refuse it, and
 each node's copy is removed by that node's sweep. A node whose fetched
 images pass `image_cache_bytes` removes the least recently used idle one
 (never one a container is made from, nor the copies the nodes made) and
-fetches it again on its next use. Every wait is for a
+fetches it again on its next use. An E2B template's build whose node is
+killed ends `error` once the node is back. Every wait is for a
 condition, with a deadline.
 """
 
@@ -220,3 +221,56 @@ def test_fetched_images_beyond_the_cache_bound_are_removed_and_fetched_again(clu
     for name in origins:
         assert api(cluster, "DELETE", f"/images/{name}").status_code == 200
 
+
+def e2b(cluster, method: str, path: str, replica: int = 0, **kwargs) -> requests.Response:
+    """One E2B call through a replica, with E2B's key header."""
+    return requests.request(method, f"{cluster.replicas[replica].root}{path}",
+                            headers={"X-API-KEY": ALPHA}, timeout=300, **kwargs)
+
+
+def template_status(cluster, template_id: str, build_id: str, replica: int = 0) -> dict:
+    answer = e2b(cluster, "GET", f"/templates/{template_id}/builds/{build_id}/status", replica)
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def building_on(cluster):
+    """The nodes whose engine has a build sandbox."""
+    return {name for name, node in cluster.nodes.items()
+            if any((node.data_dir / "sandbox" / "containers").glob("imgbuild*"))}
+
+
+def test_a_template_build_whose_node_restarts_ends_in_error(clusters):
+    # The template's base is a project image: the default image, which
+    # E2B's base images stand for. The node is restarted, never declared
+    # lost meanwhile (a loss fails its builds too, saying so).
+    cluster = clusters.get(default_image="tpl-base", node_lost_after_secs=600, **ROOMY)
+    imported = api(cluster, "POST", "/images", files={
+        "name": (None, "tpl-base"),
+        "file": ("image.tar", oci_layout({}), "application/x-tar")})
+    assert imported.status_code == 202, imported.text
+    assert finished(cluster, imported.json()["id"], replica=1)["status"] == "ready"
+    requested = e2b(cluster, "POST", "/v3/templates", json={"name": "interrupted"})
+    assert requested.status_code == 202, requested.text
+    template_id, build_id = requested.json()["templateID"], requested.json()["buildID"]
+    started = e2b(cluster, "POST", f"/v2/templates/{template_id}/builds/{build_id}", replica=1,
+                  json={"fromImage": "e2bdev/base", "steps": [{"type": "RUN", "args": ["sleep 600"]}]})
+    assert started.status_code == 202, started.text
+    # The step runs (its build sandbox is up, its line logged).
+    assert wait_until(lambda: any("sleep 600" in entry["message"] for entry in
+                                  template_status(cluster, template_id, build_id)["logEntries"]),
+                      300, 0.5), template_status(cluster, template_id, build_id)
+    assert template_status(cluster, template_id, build_id)["status"] == "building"
+    assert wait_until(lambda: len(building_on(cluster)) == 1, 60, 0.2)
+    victim = next(iter(building_on(cluster)))
+    clusters.taint()
+    cluster.nodes[victim].kill9()
+    cluster.restart_node(victim)
+    for replica in (0, 1):
+        status = template_status(cluster, template_id, build_id, replica)
+        assert status["status"] == "error", status
+        assert "stopped during it" in status["reason"]["message"], status
+    job = api(cluster, "GET", f"/images/builds/{build_id}").json()
+    assert job["status"] == "error" and "stopped" in job["error"]["message"], job
+    # Over: the template can go, and be built again.
+    assert e2b(cluster, "DELETE", f"/templates/{template_id}").status_code == 204

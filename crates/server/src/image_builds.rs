@@ -20,8 +20,9 @@
 //!   within [`BUILD_DEADLINE`]; the image is installed only when it is
 //!   whole (the builder and the import stage it and rename it in).
 //! - A job the server stopped during is failed at its next start
-//!   ([`fail_unfinished`]); its build sandbox, a container the store does
-//!   not know, is removed by the start-up recovery.
+//!   ([`fail_unfinished`]; in a cluster, its node's, or when its node is
+//!   declared lost); its build sandbox, a container the store does not
+//!   know, is removed by the start-up recovery.
 //! - In a cluster a job runs on the node that takes it (its row and log
 //!   are the store's: any replica reads them); the image it made is put in
 //!   the object store before the job is `ready` (`image_archives`), and

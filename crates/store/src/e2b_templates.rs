@@ -78,7 +78,8 @@ impl Store {
                 )?;
                 sql.execute(
                     "UPDATE e2b_templates SET build_id = ?2, status = ?3, spec = '{}', reason = NULL, \
-                     failed_step = NULL, upload_token = ?4, updated_at = ?5 WHERE template_id = ?1",
+                     failed_step = NULL, upload_token = ?4, updated_at = ?5, node_id = '' \
+                     WHERE template_id = ?1",
                     &[
                         &existing.template_id,
                         &row.build_id,
@@ -159,30 +160,24 @@ impl Store {
         })
     }
 
-    /// Moves build `build_id` of a template to `status` with its spec (a
-    /// build that is no longer the template's latest is left alone):
-    /// whether it was.
-    pub fn set_e2b_template_status(
+    /// Starts build `build_id` of a template on node `node_id` (empty on
+    /// a single box): `building`, with its spec. A build that is no longer
+    /// the template's latest, or was started already, is left alone:
+    /// whether it was started.
+    pub fn start_e2b_template_build(
         &self,
         template_id: &str,
         build_id: &str,
-        status: &str,
-        spec: Option<&str>,
+        spec: &str,
+        node_id: &str,
         now: i64,
     ) -> Result<bool> {
         self.write(|sql| {
-            let changed = match spec {
-                Some(spec) => sql.execute(
-                    "UPDATE e2b_templates SET status = ?3, spec = ?4, updated_at = ?5 \
-                     WHERE template_id = ?1 AND build_id = ?2",
-                    &[&template_id, &build_id, &status, &spec, &now],
-                )?,
-                None => sql.execute(
-                    "UPDATE e2b_templates SET status = ?3, updated_at = ?4 \
-                     WHERE template_id = ?1 AND build_id = ?2",
-                    &[&template_id, &build_id, &status, &now],
-                )?,
-            };
+            let changed = sql.execute(
+                "UPDATE e2b_templates SET status = 'building', spec = ?3, node_id = ?4, \
+                 updated_at = ?5 WHERE template_id = ?1 AND build_id = ?2 AND status = 'waiting'",
+                &[&template_id, &build_id, &spec, &node_id, &now],
+            )?;
             Ok(changed > 0)
         })
     }
@@ -213,24 +208,36 @@ impl Store {
         })
     }
 
-    /// Marks every build that was waiting or running as failed with
-    /// `reason` (a server stopped mid-build): their ids, `(template_id,
-    /// build_id)`.
+    /// Marks the builds node `node_id` was running as failed with `reason`
+    /// (it stopped mid-build), and on a single box (`node_id` empty) the
+    /// ones waiting for their start too (a cluster's waiting build is no
+    /// node's: any may start it): their ids, `(template_id, build_id)`.
     pub fn fail_unfinished_e2b_template_builds(
         &self,
+        node_id: &str,
         reason: &str,
         now: i64,
     ) -> Result<Vec<(String, String)>> {
+        let statuses = if node_id.is_empty() {
+            "'waiting', 'building'"
+        } else {
+            "'building'"
+        };
         self.transaction(|sql| {
             let unfinished = sql.query(
-                "SELECT template_id, build_id FROM e2b_templates WHERE status IN ('waiting', 'building')",
-                &[],
+                &format!(
+                    "SELECT template_id, build_id FROM e2b_templates \
+                     WHERE node_id = ?1 AND status IN ({statuses})"
+                ),
+                &[&node_id],
                 |row| Ok((row.get::<String>(0)?, row.get::<String>(1)?)),
             )?;
             sql.execute(
-                "UPDATE e2b_templates SET status = 'error', reason = ?1, updated_at = ?2 \
-                 WHERE status IN ('waiting', 'building')",
-                &[&reason, &now],
+                &format!(
+                    "UPDATE e2b_templates SET status = 'error', reason = ?2, failed_step = NULL, \
+                     updated_at = ?3 WHERE node_id = ?1 AND status IN ({statuses})"
+                ),
+                &[&node_id, &reason, &now],
             )?;
             Ok(unfinished)
         })
@@ -308,7 +315,7 @@ mod tests {
         assert_eq!(by_name.layer_bytes, 42, "{by_name:?}");
         assert!(store.e2b_template("other", "app").expect("read").is_none());
         let failed = store
-            .fail_unfinished_e2b_template_builds("stopped", 4)
+            .fail_unfinished_e2b_template_builds("", "stopped", 4)
             .expect("fail unfinished");
         assert_eq!(failed, vec![("t1".to_owned(), "b2".to_owned())]);
         let after = store.e2b_template("p", "t1").expect("read").expect("found");
@@ -319,5 +326,62 @@ mod tests {
         );
         assert!(store.delete_e2b_template("p", "t1").expect("delete"));
         assert!(store.e2b_templates("p").expect("list").is_empty());
+    }
+
+    #[test]
+    fn a_clusters_node_fails_only_the_builds_it_ran() {
+        for store in crate::testing::stores() {
+            store
+                .begin_e2b_template_build(&row("t1", "on-n1", "b1"))
+                .expect("begin");
+            store
+                .begin_e2b_template_build(&row("t2", "on-n2", "b2"))
+                .expect("begin");
+            store
+                .begin_e2b_template_build(&row("t3", "waiting", "b3"))
+                .expect("begin");
+            assert!(store
+                .start_e2b_template_build("t1", "b1", "{}", "n1", 2)
+                .expect("start"));
+            assert!(
+                !store
+                    .start_e2b_template_build("t1", "b1", "{}", "n2", 2)
+                    .expect("start again"),
+                "a build starts once"
+            );
+            assert!(store
+                .start_e2b_template_build("t2", "b2", "{}", "n2", 2)
+                .expect("start"));
+            let failed = store
+                .fail_unfinished_e2b_template_builds("n1", "n1 stopped", 3)
+                .expect("fail n1's");
+            assert_eq!(failed, vec![("t1".to_owned(), "b1".to_owned())]);
+            let status = |id: &str| {
+                let row = store.e2b_template("p", id).expect("read").expect("found");
+                (row.status, row.reason)
+            };
+            assert_eq!(
+                status("t1"),
+                (TEMPLATE_ERROR.into(), Some("n1 stopped".into()))
+            );
+            assert_eq!(
+                status("t2"),
+                (TEMPLATE_BUILDING.into(), None),
+                "another node's"
+            );
+            assert_eq!(
+                status("t3"),
+                (TEMPLATE_WAITING.into(), None),
+                "any node may start it"
+            );
+            // Built again: waiting, no node's until started.
+            store
+                .begin_e2b_template_build(&row("t9", "on-n1", "b4"))
+                .expect("again");
+            assert!(store
+                .fail_unfinished_e2b_template_builds("n1", "n1 stopped", 5)
+                .expect("fail n1's")
+                .is_empty());
+        }
     }
 }

@@ -65,7 +65,7 @@ pub use image_builds::{
 };
 pub use images::ImageRow;
 pub use keys::{hash_key, key_id, KeyGrant, KeyRecord, KeyRole};
-pub use nodes::{HeldContainer, LostDeletion, NodeLoad, NodeRow, Restored};
+pub use nodes::{HeldContainer, LostDeletion, NodeLoad, NodeRow, Restored, BUILD_NODE_LOST};
 pub use paging::Page;
 pub use responses::{ResponseRow, ResponseSummary};
 pub use skills::{SkillRow, SkillVersionDelete, SkillVersionRow};

@@ -584,6 +584,12 @@ pub(crate) const SQLITE_MIGRATIONS: &[&str] = &[
     CREATE INDEX containers_active_by_node ON containers (node_id, memory_limit)
         WHERE session_open = 1 OR status = 'creating';
 "#,
+    // The node running an E2B template's build (empty on a single box, and
+    // while it waits for its start): a node's restart, or its loss, fails
+    // the builds it ran.
+    r#"
+    ALTER TABLE e2b_templates ADD COLUMN node_id TEXT NOT NULL DEFAULT '';
+"#,
 ];
 
 /// Postgres's migrations, applied in order; the index + 1 is the schema
@@ -1049,6 +1055,10 @@ pub(crate) const POSTGRES_MIGRATIONS: &[&str] = &[
         WHERE session_open = 1 OR status = 'creating';
     CREATE INDEX containers_active_by_node ON containers (node_id, memory_limit)
         WHERE session_open = 1 OR status = 'creating';
+"#,
+    // The node running an E2B template's build: as SQLite's.
+    r#"
+    ALTER TABLE e2b_templates ADD COLUMN node_id TEXT NOT NULL DEFAULT '';
 "#,
 ];
 

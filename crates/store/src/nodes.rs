@@ -16,6 +16,11 @@ use crate::sql::StoredText;
 use crate::usage::utc_day;
 use crate::values::{ContainerStatus, NodeStatus};
 
+/// Why an image build or an E2B template build failed with its node's
+/// loss (what the build's status says).
+pub const BUILD_NODE_LOST: &str =
+    "the node running the build stopped answering and was declared lost; start the build again";
+
 /// A node as it registered and last heart-beat.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeRow {
@@ -277,7 +282,9 @@ impl Store {
     /// status it had, for its node to restore it from if it comes back;
     /// open sessions closed and billed up to what was recorded): each node
     /// and container once, whichever replica gets there first. Returns the
-    /// nodes it marked.
+    /// nodes it marked. The image builds and E2B template builds a lost
+    /// node ran are failed with [`BUILD_NODE_LOST`] (a node that comes
+    /// back and ends one after all records its end as it was).
     pub fn mark_lost_nodes(&self, cutoff: i64, now: i64) -> Result<Vec<String>> {
         let day = utc_day();
         self.transaction(|sql| {
@@ -305,6 +312,18 @@ impl Store {
                 // (exec_credits.rs) ended with it.
                 sql.execute("DELETE FROM leases WHERE node_id = ?1", &[node])?;
                 sql.execute("DELETE FROM exec_credits WHERE node_id = ?1", &[node])?;
+                // The builds it ran never end otherwise (its restart fails
+                // them, but it may never come back).
+                sql.execute(
+                    "UPDATE image_builds SET status = 'error', reason = ?2, updated_at = ?3 \
+                     WHERE node_id = ?1 AND status IN ('queued', 'building')",
+                    &[node, &BUILD_NODE_LOST, &now],
+                )?;
+                sql.execute(
+                    "UPDATE e2b_templates SET status = 'error', reason = ?2, failed_step = NULL, \
+                     updated_at = ?3 WHERE node_id = ?1 AND status = 'building'",
+                    &[node, &BUILD_NODE_LOST, &now],
+                )?;
             }
             Ok(lost)
         })
@@ -535,9 +554,55 @@ mod tests {
                 contended: false,
             };
             assert_eq!(store.take_exec_credits(ask("n1", 0)).unwrap(), all);
+            let build = |id: &str, node: &str| crate::ImageBuildRow {
+                id: id.into(),
+                project: "alpha".into(),
+                image: format!("image-{id}"),
+                kind: "build".into(),
+                status: crate::IMAGE_BUILD_QUEUED.into(),
+                reason: None,
+                failed_step: None,
+                revision: None,
+                node_id: node.into(),
+                created_at: 100,
+                updated_at: 100,
+            };
+            store.insert_image_build(&build("imgb_1", "n1")).unwrap();
+            store.insert_image_build(&build("imgb_2", "n2")).unwrap();
+            let template = crate::E2bTemplateRow {
+                template_id: "tpl1".into(),
+                project: "alpha".into(),
+                name: "app".into(),
+                build_id: "imgb_1".into(),
+                status: crate::TEMPLATE_WAITING.into(),
+                spec: "{}".into(),
+                reason: None,
+                failed_step: None,
+                layer_bytes: 0,
+                upload_token: "tok".into(),
+                created_at: 100,
+                updated_at: 100,
+            };
+            store.begin_e2b_template_build(&template).unwrap();
+            assert!(store
+                .start_e2b_template_build("tpl1", "imgb_1", "{}", "n1", 100)
+                .unwrap());
             assert_eq!(
                 store.mark_lost_nodes(150, 150).unwrap(),
                 vec!["n1".to_owned()]
+            );
+            // The builds it ran failed, saying why; another node's not.
+            let failed = store.image_build("alpha", "imgb_1").unwrap().unwrap();
+            assert_eq!(
+                (failed.status.as_str(), failed.reason.as_deref()),
+                (crate::IMAGE_BUILD_ERROR, Some(BUILD_NODE_LOST))
+            );
+            let other = store.image_build("alpha", "imgb_2").unwrap().unwrap();
+            assert_eq!(other.status, crate::IMAGE_BUILD_QUEUED);
+            let template = store.e2b_template("alpha", "tpl1").unwrap().unwrap();
+            assert_eq!(
+                (template.status.as_str(), template.reason.as_deref()),
+                (crate::TEMPLATE_ERROR, Some(BUILD_NODE_LOST))
             );
             // What the lost node held open, and the execs it ran, ended
             // with it.

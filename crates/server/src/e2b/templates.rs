@@ -30,8 +30,9 @@
 //! - Bounds: [`MAX_TEMPLATES`] per project, uploads of at most
 //!   [`MAX_UPLOAD_BYTES`], and the image builder's: one build at a time
 //!   per project, its deadline, its log. A build the server stopped during
-//!   is marked failed at the next start ([`fail_unfinished`]), and no
-//!   image is installed until the build has succeeded.
+//!   is marked failed at the next start ([`fail_unfinished`]; in a cluster,
+//!   the start of the node that ran it, or that node's loss), and no image
+//!   is installed until the build has succeeded.
 //! - In a cluster a template's build runs on the node that takes it; its
 //!   image is put in the object store before the build is ready
 //!   (`image_archives`), and any node installs it on a sandbox's create.
@@ -673,23 +674,22 @@ async fn start_build(
     };
     let network = build_network(&state);
     let text = serde_json::to_string(&spec).map_err(internal)?;
-    let (id, build) = (row.template_id.clone(), row.build_id.clone());
+    let (id, build, node) = (
+        row.template_id.clone(),
+        row.build_id.clone(),
+        state.node_name.clone(),
+    );
+    // This node's from now on: its restart, or its loss, fails the build.
     let started = state
-        .db(move |s| {
-            s.set_e2b_template_status(
-                &id,
-                &build,
-                TEMPLATE_BUILDING,
-                Some(&text),
-                crate::time::now(),
-            )
-        })
+        .db(move |s| s.start_e2b_template_build(&id, &build, &text, &node, crate::time::now()))
         .await
         .map_err(E2bError::from)?;
     if !started {
         return Err(E2bError::new(
             StatusCode::CONFLICT,
-            format!("build '{build_id}' is no longer the template's latest"),
+            format!(
+                "build '{build_id}' is no longer the template's latest, or was started already"
+            ),
         ));
     }
     log(
@@ -987,20 +987,19 @@ async fn remove(
 }
 
 /// At start-up: builds a stopped server left waiting or running are
-/// failed (their build sandboxes expire as any container). Builds run on
-/// the node that started them, so a cluster's node leaves the others'
-/// alone.
+/// failed (their build sandboxes are removed as any container the store
+/// does not know). A cluster's node fails the builds it was running only:
+/// the others' run on, and a waiting build is any node's to start (a node
+/// that never comes back has its builds failed when it is declared lost).
 pub(crate) async fn fail_unfinished(state: &AppState) {
-    if !state.node_name.is_empty() {
-        return;
-    }
+    let node = state.node_name.clone();
+    let reason = if node.is_empty() {
+        "the server stopped during the build; build the template again"
+    } else {
+        "the node running the build stopped during it; build the template again"
+    };
     let outcome = state
-        .db(|s| {
-            s.fail_unfinished_e2b_template_builds(
-                "the server stopped during the build; build the template again",
-                crate::time::now(),
-            )
-        })
+        .db(move |s| s.fail_unfinished_e2b_template_builds(&node, reason, crate::time::now()))
         .await;
     match outcome {
         Ok(failed) if !failed.is_empty() => {
