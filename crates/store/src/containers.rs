@@ -123,7 +123,7 @@ fn port_list(ports: &[u16]) -> String {
         .join(",")
 }
 
-const CONTAINER_COLUMNS: &str = "id, project, name, created_at, last_active_at, status, memory_limit, \
+pub(crate) const CONTAINER_COLUMNS: &str = "id, project, name, created_at, last_active_at, status, memory_limit, \
      expires_minutes, network_policy, skills, file_ids, billed_seconds, session_seconds, session_open, image, \
      sleep_after_secs, exposed_ports, port_token, node_id";
 
@@ -486,7 +486,7 @@ impl Store {
 }
 
 /// Writes a container's row.
-fn insert_row(sql: &mut dyn crate::sql::Sql, row: &ContainerRow) -> Result<()> {
+pub(crate) fn insert_row(sql: &mut dyn crate::sql::Sql, row: &ContainerRow) -> Result<()> {
     sql.execute(
         &format!(
             "INSERT INTO containers ({CONTAINER_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)"

@@ -62,10 +62,10 @@ fn map_text(map: &BTreeMap<String, String>, column: &'static str) -> Result<Stri
     })
 }
 
-const COLUMNS: &str = "container_id, project, template_id, metadata, env_vars, access_token, \
+pub(crate) const COLUMNS: &str = "container_id, project, template_id, metadata, env_vars, access_token, \
      auto_pause, created_at, started_at, end_at, paused, idempotency_key, request_hash, auto_resume, public_traffic";
 
-fn sandbox_row(row: &Row) -> Result<E2bSandboxRow> {
+pub(crate) fn sandbox_row(row: &Row) -> Result<E2bSandboxRow> {
     Ok(E2bSandboxRow {
         container_id: row.get(0)?,
         project: row.get(1)?,
@@ -103,9 +103,10 @@ pub struct E2bListFilter {
 }
 
 impl Store {
-    /// Records a new sandbox. Its idempotency key, if any, is taken from an
-    /// older sandbox of the project that still holds it (the caller looked
-    /// for a recent one first: an older one no longer replays).
+    /// Records a new sandbox, of a container whose row is written. Its
+    /// idempotency key, if any, is taken from an older sandbox of the
+    /// project that still holds it (the caller looked for a recent one
+    /// first: an older one no longer replays).
     pub fn insert_e2b_sandbox(&self, row: &E2bSandboxRow) -> Result<()> {
         let metadata = map_text(&row.metadata, "metadata")?;
         let env_vars = map_text(&row.env_vars, "env_vars")?;
@@ -137,6 +138,12 @@ impl Store {
                     &row.auto_resume,
                     &row.public_traffic,
                 ],
+            )?;
+            // Its container is never idle-expired: marked for the
+            // sweeper's expiry index (`sweep.rs`), which leaves it out.
+            sql.execute(
+                "UPDATE containers SET e2b_sandbox = 1 WHERE id = ?1",
+                &[&row.container_id],
             )?;
             Ok(())
         })

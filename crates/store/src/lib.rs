@@ -38,6 +38,7 @@ mod sessions;
 mod skills;
 mod snapshots;
 mod sql;
+mod sweep;
 #[cfg(test)]
 mod testing;
 mod usage;

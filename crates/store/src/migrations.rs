@@ -590,6 +590,27 @@ pub(crate) const SQLITE_MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE e2b_templates ADD COLUMN node_id TEXT NOT NULL DEFAULT '';
 "#,
+    // What the lifecycle sweeper acts on, found by index ranges rather than
+    // by reading every container of its node (`sweep.rs`): each container's
+    // expiry time; its idle time, for open sessions with and without a
+    // `sleep_after_secs` of their own; a suspended one's last activity per
+    // status (retention; lost ones); running E2B sandboxes by `end_at`. An
+    // E2B sandbox's container is marked (`e2b_sandbox`, with its
+    // `e2b_sandboxes` row), as idle expiry never applies to it: its paused
+    // ones, kept for days, stay out of the expiry range.
+    r#"
+    ALTER TABLE containers ADD COLUMN e2b_sandbox INTEGER NOT NULL DEFAULT 0;
+    UPDATE containers SET e2b_sandbox = 1 WHERE id IN (SELECT container_id FROM e2b_sandboxes);
+    DROP INDEX containers_by_node;
+    CREATE INDEX containers_by_node ON containers (node_id, status, last_active_at);
+    CREATE INDEX containers_expiring
+        ON containers (node_id, e2b_sandbox, (last_active_at + expires_minutes * 60));
+    CREATE INDEX containers_idle ON containers (node_id, last_active_at)
+        WHERE session_open = 1 AND sleep_after_secs IS NULL;
+    CREATE INDEX containers_idle_own ON containers (node_id, (last_active_at + sleep_after_secs))
+        WHERE session_open = 1 AND sleep_after_secs IS NOT NULL;
+    CREATE INDEX e2b_sandboxes_running_by_end ON e2b_sandboxes (end_at) WHERE paused = 0;
+"#,
 ];
 
 /// Postgres's migrations, applied in order; the index + 1 is the schema
@@ -1059,6 +1080,21 @@ pub(crate) const POSTGRES_MIGRATIONS: &[&str] = &[
     // The node running an E2B template's build: as SQLite's.
     r#"
     ALTER TABLE e2b_templates ADD COLUMN node_id TEXT NOT NULL DEFAULT '';
+"#,
+    // The lifecycle sweeper's indexes: as SQLite's migration that adds
+    // containers.e2b_sandbox.
+    r#"
+    ALTER TABLE containers ADD COLUMN e2b_sandbox BIGINT NOT NULL DEFAULT 0;
+    UPDATE containers SET e2b_sandbox = 1 WHERE id IN (SELECT container_id FROM e2b_sandboxes);
+    DROP INDEX containers_by_node;
+    CREATE INDEX containers_by_node ON containers (node_id, status, last_active_at);
+    CREATE INDEX containers_expiring
+        ON containers (node_id, e2b_sandbox, (last_active_at + expires_minutes * 60));
+    CREATE INDEX containers_idle ON containers (node_id, last_active_at)
+        WHERE session_open = 1 AND sleep_after_secs IS NULL;
+    CREATE INDEX containers_idle_own ON containers (node_id, (last_active_at + sleep_after_secs))
+        WHERE session_open = 1 AND sleep_after_secs IS NOT NULL;
+    CREATE INDEX e2b_sandboxes_running_by_end ON e2b_sandboxes (end_at) WHERE paused = 0;
 "#,
 ];
 
