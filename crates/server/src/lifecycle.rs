@@ -24,14 +24,20 @@
 //! - **Recovery**: after a crash (even `kill -9` mid-command) the store and
 //!   the engine are reconciled before serving.
 //!
-//! - **A cluster's node** looks after its own containers only
-//!   (`containers_on_node`). Those its replicas declared lost (it was
-//!   silent too long: a stall, a partition, a restart) are left alone
-//!   while it is lost, and given back when it is live again
+//! - **A cluster's node** looks after its own containers only. Those its
+//!   replicas declared lost (it was silent too long: a stall, a
+//!   partition, a restart) are left alone while it is lost, and given
+//!   back when it is live again
 //!   ([`reclaim_lost`]): each one whose disk it still has, running or
 //!   suspended as its engine holds it; one its tenant deleted meanwhile
 //!   has its processes and disk removed. Nothing else is removed: a lost
 //!   container without its disk here stays lost until deleted.
+//!
+//! A pass reads only the rows it acts on (the store's index ranges:
+//! `containers_to_expire`, `containers_to_suspend`, the E2B sandboxes past
+//! `end_at`, the node's lost containers), so with thousands of containers
+//! on a node, mostly suspended and kept for days, it costs what is due,
+//! not what exists.
 //!
 //! Whether a container is busy is the engine's to say: suspension and
 //! expiry use `suspend_if_idle` / `destroy_if_idle`, which decide atomically
@@ -176,79 +182,83 @@ pub async fn sweep(state: &Arc<AppState>) -> Result<(), ApiError> {
     // Sessions may end below: their command time is written first.
     state.billing.flush().await;
     let now = state.clock.now();
-    let idle_limit = state.config.sandbox.idle_suspend_after_secs as i64;
-    let retention = state.config.sandbox.retention_days as i64 * 86_400;
-    // E2B's sandboxes end at their own timeout (killed or paused), never
-    // idle: the rest of this pass only keeps a paused one `retention_days`.
-    let node = state.node_name.clone();
-    let rows = state.db(move |s| s.containers_on_node(&node)).await?;
+    let idle_limit =
+        i64::try_from(state.config.sandbox.idle_suspend_after_secs).unwrap_or(i64::MAX);
+    let retention = i64::try_from(state.config.sandbox.retention_days)
+        .unwrap_or(i64::MAX)
+        .saturating_mul(86_400);
     // A lost container is not this pass's (nor is its E2B sandbox's
     // timeout): it is given back, or removed once deleted, by
     // `reclaim_lost`, tried again here while one whose disk is here is
     // still lost (a restore that failed, or this node still lost).
+    let node = state.node_name.clone();
+    let lost = state.db(move |s| s.lost_containers_on_node(&node)).await?;
     let mut lost_here = false;
-    for row in rows
-        .iter()
-        .filter(|row| row.status == shellgate_store::ContainerStatus::Lost)
-    {
-        lost_here |= state.engine.inspect(&row.id).await.is_ok();
+    for id in &lost {
+        lost_here |= state.engine.inspect(id).await.is_ok();
     }
     if lost_here {
         if let Err(e) = reclaim_lost(state).await {
             tracing::error!("taking back lost containers failed: {}", e.message);
         }
     }
-    let rows: Vec<_> = rows
-        .into_iter()
-        .filter(|row| row.status != shellgate_store::ContainerStatus::Lost)
-        .collect();
-    let local: std::collections::HashSet<String> = rows.iter().map(|r| r.id.clone()).collect();
-    let e2b_sandboxes = crate::e2b::timeouts::sweep_sandboxes(state, now, &local).await?;
-    for row in rows {
-        if row.status == shellgate_store::ContainerStatus::Creating {
-            continue;
-        }
-        let e2b = e2b_sandboxes.all.contains(&row.id);
-        let e2b_running = e2b_sandboxes.running.contains(&row.id);
+    // E2B's sandboxes end at their own timeout (killed or paused), never
+    // idle: the rest of this pass only keeps a paused one `retention_days`
+    // (the store's queries leave them out of idle expiry, and the running
+    // ones out of idle suspension).
+    crate::e2b::timeouts::sweep_sandboxes(state, now).await?;
+    // Only the rows due now, read after the sandboxes' timeouts acted.
+    let node = state.node_name.clone();
+    let (to_expire, to_suspend) = state
+        .db(move |s| {
+            Ok((
+                s.containers_to_expire(&node, now, retention)?,
+                s.containers_to_suspend(&node, now, idle_limit)?,
+            ))
+        })
+        .await?;
+    let expiring: std::collections::HashSet<String> =
+        to_expire.iter().map(|row| row.id.clone()).collect();
+    for row in to_expire {
         let idle = now - row.last_active_at;
-        let expired = !e2b && idle >= row.expires_minutes as i64 * 60;
-        let retained_too_long =
-            row.status == shellgate_store::ContainerStatus::Suspended && idle >= retention;
         let id = row.id.clone();
-        if expired || retained_too_long {
-            match state.engine.destroy_if_idle(&row.id).await {
-                Ok(true) | Err(shellgate_sandbox_api::SandboxError::NotFound(_)) => {}
-                // A command or file operation started meanwhile: not idle.
-                Ok(false) => continue,
-                Err(e) => {
-                    tracing::warn!(container = %row.id, "could not remove an expired container: {e}");
-                    continue;
-                }
+        match state.engine.destroy_if_idle(&row.id).await {
+            Ok(true) | Err(shellgate_sandbox_api::SandboxError::NotFound(_)) => {}
+            // A command or file operation started meanwhile: not idle.
+            Ok(false) => continue,
+            Err(e) => {
+                tracing::warn!(container = %row.id, "could not remove an expired container: {e}");
+                continue;
             }
-            tracing::info!(container = %row.id, idle, "container expired");
-            state.forget_owner(&id);
-            state.e2b_access.forget(&id);
-            state.interpreters.forget_container(&id);
-            state.db(move |s| s.delete_container(&id)).await?;
-        } else if !e2b_running
-            && row.session_open
-            && idle >= row.sleep_after_secs.map_or(idle_limit, |s| s as i64)
-        {
-            match state.engine.suspend_if_idle(&row.id).await {
-                Ok(true) => {}
-                Ok(false) => continue,
-                Err(e) => {
-                    tracing::warn!(container = %row.id, "could not suspend: {e}");
-                    continue;
-                }
-            }
-            tracing::info!(container = %row.id, idle, "suspended an idle container");
-            // Its kernels ended with it (its next cell says so).
-            crate::sandboxes::interpreting::kernels_ended(state, &id).await;
-            state
-                .db(move |s| s.close_session(&id, shellgate_store::ContainerStatus::Suspended))
-                .await?;
         }
+        tracing::info!(container = %row.id, idle, "container expired");
+        state.forget_owner(&id);
+        state.e2b_access.forget(&id);
+        state.interpreters.forget_container(&id);
+        state.db(move |s| s.delete_container(&id)).await?;
+    }
+    // One due to expire is not suspended, even when it was busy (it is
+    // tried again next pass).
+    for row in to_suspend
+        .into_iter()
+        .filter(|row| !expiring.contains(&row.id))
+    {
+        let idle = now - row.last_active_at;
+        let id = row.id.clone();
+        match state.engine.suspend_if_idle(&row.id).await {
+            Ok(true) => {}
+            Ok(false) => continue,
+            Err(e) => {
+                tracing::warn!(container = %row.id, "could not suspend: {e}");
+                continue;
+            }
+        }
+        tracing::info!(container = %row.id, idle, "suspended an idle container");
+        // Its kernels ended with it (its next cell says so).
+        crate::sandboxes::interpreting::kernels_ended(state, &id).await;
+        state
+            .db(move |s| s.close_session(&id, shellgate_store::ContainerStatus::Suspended))
+            .await?;
     }
     for file in state.db(move |s| s.expired_files(now)).await? {
         tracing::info!(file = %file.id, "file expired");
@@ -292,14 +302,9 @@ pub async fn sweep_forever(state: Arc<AppState>) {
 pub async fn suspend_all(state: &Arc<AppState>) {
     state.billing.flush().await;
     let node = state.node_name.clone();
-    let Ok(rows) = state.db(move |s| s.containers_on_node(&node)).await else {
+    let Ok(open) = state.db(move |s| s.open_sessions_on_node(&node)).await else {
         return;
     };
-    let open: Vec<String> = rows
-        .into_iter()
-        .filter(|r| r.session_open)
-        .map(|r| r.id)
-        .collect();
     let _ = state
         .db(move |s| s.close_sessions(&open, shellgate_store::ContainerStatus::Suspended))
         .await;

@@ -6,8 +6,9 @@
 //! timer that fires reads it again and acts only when it has passed, and at
 //! start-up every running sandbox of this node gets its timer back
 //! ([`arm_stored`]), so a restart leaves none running past its end. The
-//! sweeper still checks every sandbox on its pass, the backstop for a
-//! timer that could not act.
+//! sweeper's pass still ends every one of its node's sandboxes past its
+//! `end_at` (read by `end_at`), the backstop for a timer that could not
+//! act.
 //!
 //! A timer holds the server's state weakly: a server that is dropped is
 //! not kept alive by its sandboxes' timers. What ends a sandbox lives here
@@ -84,18 +85,10 @@ async fn end_if_due(state: &Arc<AppState>, id: &str) -> Result<Option<i64>, ApiE
 /// at once).
 pub(crate) async fn arm_stored(state: &Arc<AppState>) -> Result<(), ApiError> {
     let node = state.node_name.clone();
-    let local: std::collections::HashSet<String> = state
-        .db(move |s| s.containers_on_node(&node))
-        .await?
-        .into_iter()
-        .filter(|row| row.status != shellgate_store::ContainerStatus::Lost)
-        .map(|row| row.id)
-        .collect();
-    let rows = state.db(|s| s.all_e2b_sandboxes()).await?;
-    for row in rows
-        .iter()
-        .filter(|row| !row.paused && local.contains(&row.container_id))
-    {
+    let running = state
+        .db(move |s| s.running_e2b_sandboxes_ending(&node, i64::MAX))
+        .await?;
+    for row in &running {
         arm(state, &row.container_id, row.end_at);
     }
     Ok(())
@@ -121,43 +114,19 @@ pub(crate) async fn pause_sandbox(state: &Arc<AppState>, id: &str) -> Result<(),
         .await
 }
 
-/// Which containers are E2B's sandboxes, for the rest of the sweep.
-#[derive(Debug, Default)]
-pub(crate) struct SweptSandboxes {
-    /// Every E2B sandbox: never idle-expired (it ends at `end_at`; a paused
-    /// one is retained as a suspended container is, `retention_days`).
-    pub all: std::collections::HashSet<String>,
-    /// The running ones: never idle-suspended before `end_at`. (A paused
-    /// one that the `/v1` API woke is suspended again when idle.)
-    pub running: std::collections::HashSet<String>,
-}
-
 /// The lifecycle sweeper's part for E2B's sandboxes: at `end_at` a
 /// running sandbox is killed, or paused when its create said `autoPause`.
-/// Only this server's own (`local`: a cluster node's containers; the
-/// others are their nodes' to sweep).
-pub(crate) async fn sweep_sandboxes(
-    state: &Arc<AppState>,
-    now: i64,
-    local: &std::collections::HashSet<String>,
-) -> Result<SweptSandboxes, ApiError> {
-    let rows = state.db(|s| s.all_e2b_sandboxes()).await?;
-    let mut swept = SweptSandboxes::default();
-    for row in rows
-        .into_iter()
-        .filter(|row| local.contains(&row.container_id))
-    {
-        swept.all.insert(row.container_id.clone());
-        if row.paused {
-            continue;
-        }
-        if now < row.end_at {
-            swept.running.insert(row.container_id.clone());
-            continue;
-        }
-        end_sandbox(state, &row).await?;
+/// Only this server's own (a cluster node's; the others are their nodes'
+/// to sweep), and only those due: the store reads them by `end_at`.
+pub(crate) async fn sweep_sandboxes(state: &Arc<AppState>, now: i64) -> Result<(), ApiError> {
+    let node = state.node_name.clone();
+    let due = state
+        .db(move |s| s.running_e2b_sandboxes_ending(&node, now))
+        .await?;
+    for row in &due {
+        end_sandbox(state, row).await?;
     }
-    Ok(swept)
+    Ok(())
 }
 
 /// A sandbox past its `end_at`: killed, or paused when its create said
