@@ -352,7 +352,7 @@ mod tests {
     /// node, every E2B sandbox of the store) against these queries, with
     /// their plans. A measurement, not a test (BENCHMARKS.md's "The
     /// lifecycle sweeper at 10,000 containers"):
-    /// `cargo test -p shellgate-store --lib sweep_pass_reads -- --ignored --nocapture`
+    /// `cargo test --release -p shellgate-store --lib sweep_pass_reads -- --ignored --nocapture`
     /// (with `SHELLGATE_TEST_POSTGRES_URL`, Postgres too).
     #[test]
     #[ignore]
