@@ -347,6 +347,43 @@ mod tests {
         Ok(())
     }
 
+    #[test]
+    fn the_migration_marks_the_sandboxes_already_there() -> Result<()> {
+        let marking = crate::migrations::SQLITE_MIGRATIONS
+            .iter()
+            .position(|migration| migration.contains("ADD COLUMN e2b_sandbox"))
+            .expect("the migration that marks E2B sandboxes");
+        let conn = rusqlite::Connection::open_in_memory()?;
+        for migration in &crate::migrations::SQLITE_MIGRATIONS[..marking] {
+            conn.execute_batch(migration)?;
+        }
+        conn.execute_batch(
+            "INSERT INTO containers (id, project, name, created_at, last_active_at, status,
+                 memory_limit, expires_minutes, network_policy, skills, file_ids)
+             VALUES ('sandbox', 'alpha', 'e2b:base', 1, 1, 'suspended', '1g', 20, '{}', '[]', '[]'),
+                    ('plain', 'alpha', 'plain', 1, 1, 'suspended', '1g', 20, '{}', '[]', '[]');
+             INSERT INTO e2b_sandboxes (container_id, project, template_id, metadata, env_vars,
+                 access_token, auto_pause, created_at, started_at, end_at, paused)
+             VALUES ('sandbox', 'alpha', 'base', '{}', '{}', 'tok', 1, 1, 1, 300, 1);",
+        )?;
+        conn.pragma_update(None, "user_version", marking as i64)?;
+        let store = Store::from_sqlite_connection(conn)?;
+        let marks: Vec<(String, i64)> = store.read(|sql| {
+            sql.query(
+                "SELECT id, e2b_sandbox FROM containers ORDER BY id",
+                &[],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+        })?;
+        assert_eq!(marks, [("plain".into(), 0), ("sandbox".into(), 1)]);
+        // Idle past its expiry, the sandbox is no expiry's; the container is.
+        assert_eq!(
+            ids(&store.containers_to_expire("", 10_000, 86_400)?),
+            ["plain"]
+        );
+        Ok(())
+    }
+
     /// A sweep pass's reads at 10,000 containers on one node (and 2,000 on
     /// another), nearly none due: the old pass's (every container of the
     /// node, every E2B sandbox of the store) against these queries, with
