@@ -934,6 +934,32 @@ async fn an_idle_container_is_suspended_then_woken_by_a_command() {
     assert_eq!(container.ok()["status"], "running");
 }
 
+/// More idle containers than one pass suspends at once: every one is
+/// suspended, its session closed, by the same pass.
+#[tokio::test]
+async fn one_pass_suspends_every_idle_container() {
+    let harness = Harness::new();
+    let mut ids = Vec::new();
+    for n in 0..40 {
+        ids.push(harness.container(&format!("idle-{n}")).await);
+    }
+    let mut latest = 0;
+    for id in &ids {
+        latest = latest.max(last_active_at(&harness, id).await);
+    }
+    harness.clock.set(latest + 5 * 60);
+    crate::lifecycle::sweep(&harness.state).await.unwrap();
+    let calls = harness.backend.calls();
+    for id in &ids {
+        assert!(
+            calls.contains(&Call::Suspend(id.clone())),
+            "{id} not suspended"
+        );
+        let container = harness.get(&format!("/v1/containers/{id}")).await;
+        assert_eq!(container.ok()["status"], "suspended", "{id}");
+    }
+}
+
 #[tokio::test]
 async fn a_file_expires_when_the_clock_reaches_its_expires_at() {
     let harness = Harness::new();

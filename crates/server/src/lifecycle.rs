@@ -46,6 +46,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::StreamExt;
+
 use crate::engine::destroy_quietly;
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -238,28 +240,19 @@ pub async fn sweep(state: &Arc<AppState>) -> Result<(), ApiError> {
         state.db(move |s| s.delete_container(&id)).await?;
     }
     // One due to expire is not suspended, even when it was busy (it is
-    // tried again next pass).
-    for row in to_suspend
-        .into_iter()
-        .filter(|row| !expiring.contains(&row.id))
-    {
-        let idle = now - row.last_active_at;
-        let id = row.id.clone();
-        match state.engine.suspend_if_idle(&row.id).await {
-            Ok(true) => {}
-            Ok(false) => continue,
-            Err(e) => {
-                tracing::warn!(container = %row.id, "could not suspend: {e}");
-                continue;
-            }
-        }
-        tracing::info!(container = %row.id, idle, "suspended an idle container");
-        // Its kernels ended with it (its next cell says so).
-        crate::sandboxes::interpreting::kernels_ended(state, &id).await;
-        state
-            .db(move |s| s.close_session(&id, shellgate_store::ContainerStatus::Suspended))
-            .await?;
-    }
+    // tried again next pass). Several at once: each waits on its init to
+    // end and on a commit, and one after another fell behind a server
+    // creating containers at a few dozen a second.
+    let suspended = futures_util::stream::iter(
+        to_suspend
+            .into_iter()
+            .filter(|row| !expiring.contains(&row.id)),
+    )
+    .map(|row| suspend_idle(state, row, now))
+    .buffer_unordered(SUSPENDS_AT_ONCE)
+    .collect::<Vec<_>>()
+    .await;
+    suspended.into_iter().collect::<Result<(), ApiError>>()?;
     for file in state.db(move |s| s.expired_files(now)).await? {
         tracing::info!(file = %file.id, "file expired");
         crate::sandboxes::files::remove_file(state, &file.project, &file.id).await?;
@@ -285,6 +278,36 @@ pub async fn sweep(state: &Arc<AppState>) -> Result<(), ApiError> {
         tracing::info!(rows = old_egress, "old egress log rows deleted");
     }
     Ok(())
+}
+
+/// How many idle containers one sweep suspends at once.
+const SUSPENDS_AT_ONCE: usize = 16;
+
+/// Suspends one container found idle, unless a command or file operation
+/// started meanwhile; its session closes right after its processes end
+/// (a wake in between finds the session still open and the engine's
+/// container stopped, as with one suspend at a time).
+async fn suspend_idle(
+    state: &Arc<AppState>,
+    row: shellgate_store::ContainerRow,
+    now: i64,
+) -> Result<(), ApiError> {
+    let idle = now - row.last_active_at;
+    match state.engine.suspend_if_idle(&row.id).await {
+        Ok(true) => {}
+        Ok(false) => return Ok(()),
+        Err(e) => {
+            tracing::warn!(container = %row.id, "could not suspend: {e}");
+            return Ok(());
+        }
+    }
+    tracing::info!(container = %row.id, idle, "suspended an idle container");
+    // Its kernels ended with it (its next cell says so).
+    crate::sandboxes::interpreting::kernels_ended(state, &row.id).await;
+    let id = row.id;
+    state
+        .db(move |s| s.close_session(&id, shellgate_store::ContainerStatus::Suspended))
+        .await
 }
 
 /// Sweeps every `sweep_interval_secs` until the task is aborted.
