@@ -119,6 +119,38 @@ def test_kill_9_mid_command_loses_nothing(fresh_server):
     assert str(server.data_dir) not in leftovers
 
 
+@pytest.mark.single_box("edits its one server's data directory between runs")
+def test_a_restart_serves_first_and_reconciles_the_directories_after(fresh_server):
+    """What the store and the disk disagree on is settled while serving: a
+    container whose directory is gone is not found (a 404) and leaves the
+    listing, a directory no row names goes, a create made meanwhile is
+    kept, and a container with its directory wakes with its files."""
+    server = fresh_server()
+    client = server.client()
+    kept = client.containers.create(name="kept")
+    exec_commands(client, kept.id, ["echo kept > /mnt/data/k.txt"])
+    gone = client.containers.create(name="gone")
+    server.stop()
+    containers = server.data_dir / "sandbox" / "containers"
+    subprocess.run(["rm", "-rf", str(containers / gone.id)], check=True)
+    # A directory no row names (its row deleted, its disk left).
+    stray = containers / "cntr_0123456789abcdef0123456789abcdef"
+    subprocess.run(["cp", "-a", str(containers / kept.id), str(stray)], check=True)
+    (stray / "uid-slot").write_text("19000")  # its own id range, as any container has
+    server.start()
+    made = client.containers.create(name="made-while-reconciling")
+    with pytest.raises(openai.NotFoundError):
+        exec_commands(client, gone.id, ["true"])
+    assert wait_until(lambda: gone.id not in {c.id for c in client.containers.list(name=None)}, 30), \
+        "a container whose directory is gone stayed listed"
+    assert wait_until(lambda: not stray.exists(), 30), "a directory no row names stayed"
+    assert wait_until(lambda: "reconciled (in the background)" in server.log.read_text(), 30)
+    out = exec_commands(client, kept.id, ["cat /mnt/data/k.txt"])
+    assert out["output"][0]["stdout"] == "kept\n"
+    assert exec_commands(client, made.id, ["echo ok"])["output"][0]["stdout"] == "ok\n"
+    assert (containers / made.id).is_dir()
+
+
 def test_suspended_containers_files_are_listed_and_downloaded_without_waking(fresh_server):
     server = fresh_server(idle_suspend_after_secs=1, sweep_interval_secs=1)
     client = server.client()

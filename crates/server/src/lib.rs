@@ -193,11 +193,14 @@ where
     let _ = std::fs::remove_dir_all(&mounts);
     std::fs::create_dir_all(&mounts)?;
     std::fs::set_permissions(&mounts, std::fs::Permissions::from_mode(0o711))?;
+    let started = std::time::Instant::now();
     let (store, generated_key) = open_seeded_store(&config).await?;
+    startup::phase_done("store", started);
     let (egress, egress_log) = match egress::settings(&config)? {
         Some((settings, log)) => (Some(settings), Some(log)),
         None => (None, None),
     };
+    let started = std::time::Instant::now();
     let Backend {
         engine,
         default_image_build,
@@ -208,6 +211,7 @@ where
         egress: egress.clone(),
     })
     .await?;
+    startup::phase_done("engine", started);
     let store = Db::new(store);
     let state = Arc::new(AppState {
         limiter: RateLimiter::new(config.server.rate_limit_per_minute),
@@ -270,9 +274,12 @@ where
         .start(state.store.clone())
         .await
         .map_err(|e| ServeError::Setup(format!("console live updates: {}", e.message)))?;
-    lifecycle::recover(&state)
+    let started = std::time::Instant::now();
+    let on_disk = lifecycle::recover(&state)
         .await
         .map_err(|e| ServeError::Setup(format!("recovery: {}", e.message)))?;
+    startup::phase_done("recover", started);
+    let started = std::time::Instant::now();
     e2b::timeouts::arm_stored(&state)
         .await
         .map_err(|e| ServeError::Setup(format!("recovery: {}", e.message)))?;
@@ -291,6 +298,9 @@ where
     responses::settle_interrupted(&state)
         .await
         .map_err(|e| ServeError::Setup(format!("recovery: {}", e.message)))?;
+    startup::phase_done("timers, builds, leases, responses", started);
+    // What needs every row and every directory is done while serving.
+    tokio::spawn(lifecycle::reconcile(Arc::clone(&state), on_disk));
     Ok(Opened {
         state,
         generated_key,

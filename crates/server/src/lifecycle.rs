@@ -52,47 +52,57 @@ use crate::engine::destroy_quietly;
 use crate::error::ApiError;
 use crate::state::AppState;
 
-/// Reconciles the store with the engine after a (possibly unclean) stop.
-pub async fn recover(state: &Arc<AppState>) -> Result<(), ApiError> {
+/// What a restart must settle before it serves, after a (possibly
+/// unclean) stop: half-made containers (`creating`, or lost while being
+/// made) are removed, and the sessions of those whose processes died with
+/// the previous server are closed, suspended. Only those rows are read,
+/// one query whatever the node holds. Returns what the start found on
+/// disk, for [`reconcile`] to compare with the store once serving.
+pub async fn recover(state: &Arc<AppState>) -> Result<OnDisk, ApiError> {
+    // Taken before anything is served: nothing is being made yet, so
+    // whatever is here was left by the previous run.
+    let mut on_disk = OnDisk {
+        containers: state
+            .engine
+            .list()
+            .await?
+            .into_iter()
+            .map(|c| c.id)
+            .collect(),
+        snapshots: Vec::new(),
+    };
+    if crate::snapshot_archives::archived(state) {
+        // The snapshots held are the node's cache of the archives, which
+        // serving needs (a few: the cache is bounded).
+        crate::snapshot_archives::adopt(state).await?;
+    } else {
+        on_disk.snapshots = state.engine.snapshot_ids().await?;
+    }
     let node = state.node_name.clone();
-    let rows = state.db(move |s| s.containers_on_node(&node)).await?;
-    let engine_ids: std::collections::HashSet<String> = state
-        .engine
-        .list()
-        .await?
-        .into_iter()
-        .map(|c| c.id)
-        .collect();
-    let node = state.node_name.clone();
-    let cut_short: std::collections::HashSet<String> = state
-        .db(move |s| s.lost_while_creating(&node))
-        .await?
-        .into_iter()
-        .collect();
+    let rows = state.db(move |s| s.containers_to_settle(&node)).await?;
     let mut died = Vec::new();
     for row in &rows {
         let id = row.id.clone();
-        if row.status == shellgate_store::ContainerStatus::Lost {
-            if cut_short.contains(&row.id) {
-                // Declared lost while being made, and its create ended
-                // with the previous process: half-made, nothing to keep.
-                tracing::info!(container = %row.id, "removing a container lost while being made");
-                destroy_quietly(state.engine.as_ref(), &row.id).await;
-                state.db(move |s| s.delete_container(&id)).await?;
+        match row.status {
+            shellgate_store::ContainerStatus::Creating => {
+                tracing::info!(container = %row.id, "removing a container a crash left unfinished");
             }
-            // The others are given back once this node is registered
-            // again (`reclaim_lost`), if their disks are here.
-        } else if row.status == shellgate_store::ContainerStatus::Creating
-            || !engine_ids.contains(&row.id)
-        {
-            // Half-made, or its directory is gone: nothing to keep.
-            tracing::info!(container = %row.id, "removing a container a crash left unfinished");
-            destroy_quietly(state.engine.as_ref(), &row.id).await;
-            state.db(move |s| s.delete_container(&id)).await?;
-        } else if row.session_open {
-            // Its processes died with the previous server.
-            died.push(id);
+            // The only lost ones settled here: declared lost while being
+            // made, and their create ended with the previous process. (The
+            // others are given back once this node is registered again,
+            // `reclaim_lost`, if their disks are here.)
+            shellgate_store::ContainerStatus::Lost => {
+                tracing::info!(container = %row.id, "removing a container lost while being made");
+            }
+            // Its processes died with the previous server (one whose
+            // directory is gone too is removed by `reconcile`).
+            _ => {
+                died.push(id);
+                continue;
+            }
         }
+        destroy_quietly(state.engine.as_ref(), &row.id).await;
+        state.db(move |s| s.delete_container(&id)).await?;
     }
     // In one transaction: after a crash with thousands of containers live,
     // one each made the start-up wait thousands of commits.
@@ -101,14 +111,73 @@ pub async fn recover(state: &Arc<AppState>) -> Result<(), ApiError> {
             .db(move |s| s.close_sessions(&died, shellgate_store::ContainerStatus::Suspended))
             .await?;
     }
+    Ok(on_disk)
+}
+
+/// The containers and snapshots the engine held when the server started.
+#[derive(Debug, Default)]
+pub struct OnDisk {
+    containers: Vec<String>,
+    snapshots: Vec<String>,
+}
+
+/// Compares the store with what the engine held at the start ([`OnDisk`])
+/// while the server serves: removes the containers whose rows are gone
+/// (deleted while their disks were left, or never finished), the rows
+/// whose directories are gone, and the snapshots no row names. Runs once,
+/// in the background, after [`recover`]: it reads every row of the node,
+/// which a start with 100,000 suspended containers must not wait for.
+///
+/// Until it is done a request may reach a container whose directory is
+/// gone: the engine answers that it is not found (a 404 in the request's
+/// dialect), as after the row's removal. Creates meanwhile are never
+/// taken for leftovers: a directory made after the start is not in
+/// `on_disk`, and a row without a directory in `on_disk` is removed only
+/// once the engine, asked again, does not know it (its create finished
+/// after the start otherwise).
+pub async fn reconcile(state: Arc<AppState>, on_disk: OnDisk) {
+    let started = std::time::Instant::now();
+    if let Err(e) = reconcile_once(&state, on_disk).await {
+        tracing::warn!("reconciling the store with the engine: {}", e.message);
+    }
+    crate::startup::phase_done("reconciled (in the background)", started);
+}
+
+async fn reconcile_once(state: &Arc<AppState>, on_disk: OnDisk) -> Result<(), ApiError> {
+    let node = state.node_name.clone();
+    let rows = state.db(move |s| s.containers_on_node(&node)).await?;
+    let held: std::collections::HashSet<&str> =
+        on_disk.containers.iter().map(String::as_str).collect();
+    for row in &rows {
+        if held.contains(row.id.as_str())
+            || matches!(
+                row.status,
+                shellgate_store::ContainerStatus::Creating | shellgate_store::ContainerStatus::Lost
+            )
+        {
+            continue;
+        }
+        if !matches!(
+            state.engine.inspect(&row.id).await,
+            Err(shellgate_sandbox_api::SandboxError::NotFound(_))
+        ) {
+            continue;
+        }
+        tracing::info!(container = %row.id, "removing a container whose directory is gone");
+        state.forget_owner(&row.id);
+        state.e2b_access.forget(&row.id);
+        state.interpreters.forget_container(&row.id);
+        let id = row.id.clone();
+        state.db(move |s| s.delete_container(&id)).await?;
+    }
     let known: std::collections::HashSet<&str> = rows.iter().map(|r| r.id.as_str()).collect();
-    for id in engine_ids {
+    for id in &on_disk.containers {
         if !known.contains(id.as_str()) {
             tracing::info!(container = %id, "removing a container the store does not know");
-            destroy_quietly(state.engine.as_ref(), &id).await;
+            destroy_quietly(state.engine.as_ref(), id).await;
         }
     }
-    crate::sandboxes::snapshots::remove_unknown(state).await
+    crate::sandboxes::snapshots::remove_unknown(state, on_disk.snapshots).await
 }
 
 /// Gives this node, registered and live again after its replicas declared

@@ -18,6 +18,13 @@ use shellgate_sandbox_api::image::HOST_IMAGE;
 use crate::config::Config;
 use crate::state::AppState;
 
+/// Logs that a phase of the start-up took since `started`, as a
+/// `start-up phase` event (what an operator reads when a start is slow).
+pub fn phase_done(phase: &'static str, started: std::time::Instant) {
+    let millis = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    tracing::info!(phase, millis, "start-up phase");
+}
+
 /// The name of the file a first start writes its generated key to.
 pub const INITIAL_KEY_FILE: &str = "initial-api-key";
 

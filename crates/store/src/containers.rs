@@ -269,6 +269,27 @@ impl Store {
         })
     }
 
+    /// The containers of node `node` a restart settles before it serves:
+    /// those being made (`creating`, or declared lost while being made)
+    /// and those whose session is open, not lost (their processes ended
+    /// with the previous server). A few rows whatever the node holds: the others
+    /// need nothing before the node serves again.
+    pub fn containers_to_settle(&self, node: &str) -> Result<Vec<ContainerRow>> {
+        self.read(|sql| {
+            sql.query(
+                &format!(
+                    "SELECT {CONTAINER_COLUMNS} FROM containers
+                     WHERE node_id = ?1 AND (status = 'creating'
+                        OR (session_open = 1 AND status != 'lost')
+                        OR (status = 'lost' AND lost_from = 'creating'))
+                     ORDER BY seq"
+                ),
+                &[&node],
+                container_row,
+            )
+        })
+    }
+
     /// A page of a project's containers, optionally only those named `name`.
     pub fn list_containers(
         &self,

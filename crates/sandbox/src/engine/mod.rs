@@ -292,6 +292,14 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// Logs that a phase of the engine's start took since `started` (the
+/// server's `start-up phase` events: what an operator reads when a start
+/// is slow).
+fn phase_done(phase: &'static str, started: std::time::Instant) {
+    let millis = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    tracing::info!(phase, millis, "start-up phase");
+}
+
 impl LocalEngine {
     /// The host's cgroup layout as the engine uses it (`v2`, `v1`,
     /// `disabled`).
@@ -384,13 +392,17 @@ impl LocalEngine {
         };
         // Thawed first: a frozen process does not die of the SIGKILL that
         // removes a leftover cgroup.
+        let started = std::time::Instant::now();
         freezer::recover(&group_name(&engine.inner.config.data_dir)).await;
         recovery::recover(&engine.inner).await?;
+        phase_done("engine: containers loaded", started);
+        let started = std::time::Instant::now();
         snapshots::recover(&engine.inner.config.data_dir);
         if engine.inner.config.prune_images {
             let pruning = engine.clone();
             let _ = tokio::task::spawn_blocking(move || pruning.prune_retired_images()).await;
         }
+        phase_done("engine: snapshots and images", started);
         engine.inner.pools.refill_all(&engine);
         Ok((engine, warnings))
     }

@@ -16,13 +16,21 @@ use crate::error::{IoContext, SandboxError};
 
 /// Kills and removes leftover cgroups, drops half-made containers and
 /// pool images, and loads every container as stopped.
-pub(super) async fn recover(inner: &Inner) -> Result<(), SandboxError> {
+pub(super) async fn recover(inner: &Arc<Inner>) -> Result<(), SandboxError> {
     for id in inner.cgroups.existing() {
         tracing::info!(container = %id, "removing cgroup left by a previous run");
         if let Err(e) = inner.cgroups.remove(&id, Duration::from_secs(5)).await {
             tracing::warn!(container = %id, "could not remove leftover cgroup: {e}");
         }
     }
+    // A file walk of every container's directory: off the async workers.
+    let loading = Arc::clone(inner);
+    super::blocking(move || load(&loading)).await
+}
+
+/// Adopts the pool's formatted disks and loads every container's
+/// directory (its spec and id slot) as stopped.
+fn load(inner: &Inner) -> Result<(), SandboxError> {
     let pool_dir = inner.config.data_dir.join("pool");
     let mut pool = Vec::new();
     for entry in fs::read_dir(&pool_dir)

@@ -253,14 +253,15 @@ pub(crate) async fn remove(state: &Arc<AppState>, project: &str, id: &str) -> Ap
     Ok(())
 }
 
-/// Removes the engine's snapshots no row names (a take cut short by a
+/// Removes the snapshots of `held` (what the engine held at the start:
+/// none is being taken then) that no row names (a take cut short by a
 /// crash, or a fork's); a cluster's node keeps those of any node's rows
-/// as its cache.
-pub(crate) async fn remove_unknown(state: &Arc<AppState>) -> Result<(), ApiError> {
-    if crate::snapshot_archives::archived(state) {
-        return crate::snapshot_archives::adopt(state).await;
-    }
-    let held = state.engine.snapshot_ids().await?;
+/// as its cache. (With archived snapshots, `snapshot_archives::adopt`
+/// does this.)
+pub(crate) async fn remove_unknown(
+    state: &Arc<AppState>,
+    held: Vec<String>,
+) -> Result<(), ApiError> {
     if held.is_empty() {
         return Ok(());
     }
