@@ -283,8 +283,12 @@ where
     e2b::timeouts::arm_stored(&state)
         .await
         .map_err(|e| ServeError::Setup(format!("recovery: {}", e.message)))?;
+    startup::phase_done("e2b timers", started);
+    let started = std::time::Instant::now();
     e2b::templates::fail_unfinished(&state).await;
     image_builds::fail_unfinished(&state).await;
+    startup::phase_done("unfinished builds", started);
+    let started = std::time::Instant::now();
     // What this node held open before (its console streams' leases) and
     // the execs it ran (their credits) ended with its last run.
     let node = state.node_name.clone();
@@ -295,10 +299,12 @@ where
         })
         .await
         .map_err(|e| ServeError::Setup(format!("recovery: {}", e.message)))?;
+    startup::phase_done("leases and credits", started);
+    let started = std::time::Instant::now();
     responses::settle_interrupted(&state)
         .await
         .map_err(|e| ServeError::Setup(format!("recovery: {}", e.message)))?;
-    startup::phase_done("timers, builds, leases, responses", started);
+    startup::phase_done("interrupted responses", started);
     // What needs every row and every directory is done while serving.
     tokio::spawn(lifecycle::reconcile(Arc::clone(&state), on_disk));
     Ok(Opened {

@@ -217,6 +217,22 @@ impl Store {
         })
     }
 
+    /// The sandboxes of node `node` not paused (and not lost): those whose
+    /// end a starting node arms. Not every row of the node: a node with
+    /// thousands of paused sandboxes reads only its running ones.
+    pub fn unpaused_e2b_sandboxes_on_node(&self, node: &str) -> Result<Vec<E2bSandboxRow>> {
+        self.read(|sql| {
+            sql.query(
+                &format!(
+                    "SELECT {COLUMNS} FROM e2b_sandboxes WHERE paused = 0 AND container_id IN
+                        (SELECT id FROM containers WHERE node_id = ?1 AND status != 'lost')"
+                ),
+                &[&node],
+                sandbox_row,
+            )
+        })
+    }
+
     /// A page of the project's sandboxes that pass `filter`, in creation
     /// order, and whether more follow.
     pub fn list_e2b_sandboxes(
@@ -341,6 +357,30 @@ mod tests {
             idempotency_key: None,
             request_hash: None,
         }
+    }
+
+    #[test]
+    fn a_starting_node_reads_only_its_unpaused_sandboxes() -> Result<()> {
+        for store in crate::testing::stores() {
+            for (id, node) in [("cntr_a", "n1"), ("cntr_p", "n1"), ("cntr_o", "n2")] {
+                let mut container = crate::tests::container_row(id, "alpha");
+                container.node_id = node.into();
+                store.insert_container(&container)?;
+                store.insert_e2b_sandbox(&sandbox(id, "alpha", &[]))?;
+            }
+            store.pause_e2b_sandbox("cntr_p")?;
+            let ids = |node: &str| -> Result<Vec<String>> {
+                Ok(store
+                    .unpaused_e2b_sandboxes_on_node(node)?
+                    .into_iter()
+                    .map(|row| row.container_id)
+                    .collect())
+            };
+            assert_eq!(ids("n1")?, vec!["cntr_a".to_owned()]);
+            assert_eq!(ids("n2")?, vec!["cntr_o".to_owned()]);
+            assert!(ids("n3")?.is_empty());
+        }
+        Ok(())
     }
 
     #[test]

@@ -796,6 +796,42 @@ mod tests {
     }
 
     #[test]
+    fn a_restart_settles_only_the_rows_being_made_or_with_open_sessions() {
+        for store in crate::testing::stores() {
+            store.register_node(&node("n1", 100)).unwrap();
+            store.register_node(&node("n2", 100)).unwrap();
+            for (id, on, status, open) in [
+                ("making", "n1", ContainerStatus::Creating, false),
+                ("open", "n1", ContainerStatus::Suspended, true),
+                ("asleep", "n1", ContainerStatus::Suspended, false),
+                ("lost-making", "n2", ContainerStatus::Creating, false),
+                ("lost-open", "n2", ContainerStatus::Suspended, true),
+            ] {
+                let mut row = crate::tests::container_row(id, "alpha");
+                row.node_id = on.into();
+                row.status = status;
+                store.insert_container(&row).unwrap();
+                if open {
+                    store.open_session(id).unwrap();
+                }
+            }
+            assert!(store.heartbeat("n1", 200, None).unwrap());
+            assert_eq!(
+                store.mark_lost_nodes(150, 160).unwrap(),
+                vec!["n2".to_owned()]
+            );
+            let settled = |node: &str| -> Vec<String> {
+                let rows = store.containers_to_settle(node).unwrap();
+                rows.into_iter().map(|row| row.id).collect()
+            };
+            assert_eq!(settled("n1"), vec!["making".to_owned(), "open".to_owned()]);
+            // Of a lost node's, only the one lost while being made.
+            assert_eq!(settled("n2"), vec!["lost-making".to_owned()]);
+            assert!(settled("n3").is_empty());
+        }
+    }
+
+    #[test]
     fn a_restored_container_past_its_projects_quota_comes_back_suspended() {
         for store in crate::testing::stores() {
             store.register_node(&node("n1", 100)).unwrap();
