@@ -551,6 +551,12 @@ pub trait SandboxBackend: Send + Sync {
     }
     /// Every container the backend holds, running or stopped.
     async fn list(&self) -> Result<Vec<ContainerInfo>, SandboxError>;
+    /// The ids of every container the backend holds (what [`Self::list`]
+    /// names, without inspecting each: a start with thousands on disk
+    /// needs only the names).
+    async fn container_ids(&self) -> Result<Vec<String>, SandboxError> {
+        Ok(self.list().await?.into_iter().map(|c| c.id).collect())
+    }
     /// Memory all containers together may use: no container may have a
     /// larger limit (`create` refuses it).
     fn memory_ceiling(&self) -> u64;

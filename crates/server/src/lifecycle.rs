@@ -62,13 +62,7 @@ pub async fn recover(state: &Arc<AppState>) -> Result<OnDisk, ApiError> {
     // Taken before anything is served: nothing is being made yet, so
     // whatever is here was left by the previous run.
     let mut on_disk = OnDisk {
-        containers: state
-            .engine
-            .list()
-            .await?
-            .into_iter()
-            .map(|c| c.id)
-            .collect(),
+        containers: state.engine.container_ids().await?,
         snapshots: Vec::new(),
     };
     if crate::snapshot_archives::archived(state) {

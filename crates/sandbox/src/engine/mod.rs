@@ -1025,6 +1025,10 @@ impl SandboxBackend for LocalEngine {
         Ok(infos)
     }
 
+    async fn container_ids(&self) -> Result<Vec<String>, SandboxError> {
+        Ok(self.inner.containers.ids())
+    }
+
     fn memory_ceiling(&self) -> u64 {
         self.inner.memory_ceiling
     }
