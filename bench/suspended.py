@@ -16,7 +16,8 @@ creates and suspensions leave. Then, with N suspended:
   2. listing: `GET /v1/containers?limit=100` p50 over --repeats, the first
      page, a page half-way through (by `after=`), and with a `name=`
      filter;
-  3. restart: the server stopped and started on the same data directory:
+  3. restart: the server stopped and started on the same data directory
+     (with --cold, the page cache dropped between):
      time from `shellgate serve` to `/healthz`, to the first listing, to
      the first exec (which wakes a suspended container), the start-up's
      phases as the server logs them (`start-up phase` events), the RSS and
@@ -46,7 +47,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from scale import (  # noqa: E402  (a sibling script, not a package)
-    Server, create_many, meminfo, server_figures)
+    Server, create_many, drop_caches, meminfo, server_figures)
 
 SETTINGS = {
     "idle_suspend_after_secs": 1,
@@ -183,8 +184,10 @@ def measure_at_rest(server, result: dict, args):
     result["listing"] = listings(client, args.repeats)
 
 
-def restart(data: Path, server, result: dict):
+def restart(data: Path, server, result: dict, cold: bool):
     server.stop()
+    if cold:
+        drop_caches()  # as after a reboot: every directory read from disk
     log = data.parent / f"{data.name}.log"
     offset = log.stat().st_size
     server = Server(data, SETTINGS)
@@ -227,6 +230,7 @@ def main():
     parser.add_argument("--keep", default=None, help="make the data directory here and keep it")
     parser.add_argument("--reuse", default=None, help="measure on this kept data directory")
     parser.add_argument("--add", type=int, default=0, help="with --reuse: create this many more first")
+    parser.add_argument("--cold", action="store_true", help="drop the page cache before the restart")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
 
@@ -271,7 +275,7 @@ def main():
             result["descriptor_growth"] = (
                 result["suspended_server"]["descriptors"] - result["empty_server"]["descriptors"])
         print(f"restart with {n} suspended", flush=True)
-        server = restart(data, server, result)
+        server = restart(data, server, result, args.cold)
         result["memavailable_gib"] = round(meminfo() / 1048576, 2)
     finally:
         server.stop()

@@ -219,13 +219,15 @@ impl Store {
 
     /// The sandboxes of node `node` not paused (and not lost): those whose
     /// end a starting node arms. Not every row of the node: a node with
-    /// thousands of paused sandboxes reads only its running ones.
+    /// thousands of containers reads only its running sandboxes (each
+    /// looked up by its container's key, the containers never scanned).
     pub fn unpaused_e2b_sandboxes_on_node(&self, node: &str) -> Result<Vec<E2bSandboxRow>> {
         self.read(|sql| {
             sql.query(
                 &format!(
-                    "SELECT {COLUMNS} FROM e2b_sandboxes WHERE paused = 0 AND container_id IN
-                        (SELECT id FROM containers WHERE node_id = ?1 AND status != 'lost')"
+                    "SELECT {COLUMNS} FROM e2b_sandboxes WHERE paused = 0 AND EXISTS
+                        (SELECT 1 FROM containers WHERE containers.id = e2b_sandboxes.container_id
+                            AND node_id = ?1 AND status != 'lost')"
                 ),
                 &[&node],
                 sandbox_row,
