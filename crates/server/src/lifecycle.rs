@@ -21,8 +21,11 @@
 //!   are deleted, in bounded batches, whether or not their container still
 //!   exists (like the command audit, the log outlives a deleted container,
 //!   for as long as it is kept).
-//! - **Recovery**: after a crash (even `kill -9` mid-command) the store and
-//!   the engine are reconciled before serving.
+//! - **Recovery**: after a crash (even `kill -9` mid-command), before
+//!   serving, half-made containers are removed and open sessions closed
+//!   ([`recover`], over those rows alone); once serving, every row is
+//!   compared with every directory in the background ([`reconcile`]), so
+//!   a start with thousands of suspended containers does not wait for it.
 //!
 //! - **A cluster's node** looks after its own containers only. Those its
 //!   replicas declared lost (it was silent too long: a stall, a

@@ -7,6 +7,9 @@
 //! It never holds a configured secret: upstream keys are not read, a URL's
 //! user name, password and query are cut off, and an API key is shown only
 //! when it was just generated (the README promises a first start prints it).
+//!
+//! Each phase of a start logs its duration as a `start-up phase` event
+//! ([`phase_done`]), what an operator reads when a start is slow.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
