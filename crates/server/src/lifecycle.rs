@@ -210,16 +210,20 @@ pub async fn reclaim_lost(state: &Arc<AppState>) -> Result<(), ApiError> {
     let restored = state
         .db(move |s| s.restore_lost_containers(&node, now, &disks, quotas))
         .await?;
+    let running: std::collections::HashSet<&str> = held
+        .iter()
+        .filter(|disk| disk.running)
+        .map(|disk| disk.id.as_str())
+        .collect();
     for container in restored.iter().flatten() {
         tracing::info!(
             container = %container.id,
             status = container.status.as_str(),
             "a lost container is back (its node is live again, its disk intact)"
         );
-        let running = held
-            .iter()
-            .any(|disk| disk.id == container.id && disk.running);
-        if running && container.status != shellgate_store::ContainerStatus::Running {
+        if running.contains(container.id.as_str())
+            && container.status != shellgate_store::ContainerStatus::Running
+        {
             // Its project's quotas are full now: back suspended, its
             // processes stopped (its files stay).
             if let Err(e) = state.engine.stop(&container.id).await {

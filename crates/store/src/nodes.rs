@@ -386,9 +386,13 @@ impl Store {
                 .collect();
             // Projects' admission locks always taken in one order.
             lost.sort_by(|a, b| (&a.project, &a.id).cmp(&(&b.project, &b.id)));
+            // By id: a node back with thousands of disks and thousands
+            // lost looked each one up in the whole list.
+            let disks: std::collections::HashMap<&str, &HeldContainer> =
+                held.iter().map(|disk| (disk.id.as_str(), disk)).collect();
             let mut restored = Vec::new();
             for row in lost {
-                let Some(disk) = held.iter().find(|held| held.id == row.id) else {
+                let Some(disk) = disks.get(row.id.as_str()) else {
                     continue;
                 };
                 let idle_when_lost = row
