@@ -98,6 +98,14 @@ if [[ " $* " == *" --quick "* ]]; then
 else
   python3 bench/scale.py
 fi
+# Suspended containers at scale: N containers made and suspended through the
+# API, their disk and memory, listings, a warm and a cold restart (stdlib
+# only; --keep/--reuse compare binaries on the same containers).
+if [[ " $* " == *" --quick "* ]]; then
+  python3 bench/suspended.py --count 500
+else
+  python3 bench/suspended.py --count 10000 --cold
+fi
 # The baselines as whole commands, for a second opinion from hyperfine.
 table=$(mktemp)
 hyperfine -N --warmup 20 --runs 300 --style none --export-markdown "$table" \

@@ -7,7 +7,10 @@ A fresh `shellgate serve` (its own data directory; idle suspension after
 quotas raised past N) gets N containers through `POST /v1/containers`,
 --concurrency at a time, each suspended by the server's own sweep soon
 after it is made: the data directory then holds exactly what N real
-creates and suspensions leave. Then, with N suspended:
+creates and suspensions leave. Creates go in rounds of --round, the next
+once at most --live are live (creates outrun the sweep's suspensions, and
+thousands live at once cost the host gigabytes of kernel memory). Then,
+with N suspended:
 
   1. cost: disk per container (the data directory's allocated blocks, the
      store included, against the empty server's), the server's RSS,
@@ -27,11 +30,11 @@ creates and suspensions leave. Then, with N suspended:
 `--keep DIR` makes the data directory DIR and keeps it; `--reuse DIR`
 skips the creates and measures (steps 1 to 3) on DIR as a previous run
 left it (`--add K` first creates K more), so two binaries can be
-compared on the same containers (`SHELLGATE_BIN`). Creates stop at --floor-gib of MemAvailable or
---disk-floor-gib of free disk.
+compared on the same containers (`SHELLGATE_BIN`). Creates stop at
+--floor-gib of MemAvailable or --disk-floor-gib of free disk.
 
-Usage: bench/suspended.py [--count 10000] [--keep DIR | --reuse DIR]
-[--json FILE]. Needs root; stdlib only.
+Usage: bench/suspended.py [--count 10000] [--keep DIR | --reuse DIR
+[--add K]] [--cold] [--json FILE]. Needs root; stdlib only.
 """
 
 import argparse
