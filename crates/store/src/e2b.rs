@@ -217,24 +217,6 @@ impl Store {
         })
     }
 
-    /// The sandboxes of node `node` not paused (and not lost): those whose
-    /// end a starting node arms. Not every row of the node: a node with
-    /// thousands of containers reads only its running sandboxes (each
-    /// looked up by its container's key, the containers never scanned).
-    pub fn unpaused_e2b_sandboxes_on_node(&self, node: &str) -> Result<Vec<E2bSandboxRow>> {
-        self.read(|sql| {
-            sql.query(
-                &format!(
-                    "SELECT {COLUMNS} FROM e2b_sandboxes WHERE paused = 0 AND EXISTS
-                        (SELECT 1 FROM containers WHERE containers.id = e2b_sandboxes.container_id
-                            AND node_id = ?1 AND status != 'lost')"
-                ),
-                &[&node],
-                sandbox_row,
-            )
-        })
-    }
-
     /// A page of the project's sandboxes that pass `filter`, in creation
     /// order, and whether more follow.
     pub fn list_e2b_sandboxes(
@@ -373,7 +355,7 @@ mod tests {
             store.pause_e2b_sandbox("cntr_p")?;
             let ids = |node: &str| -> Result<Vec<String>> {
                 Ok(store
-                    .unpaused_e2b_sandboxes_on_node(node)?
+                    .running_e2b_sandboxes_ending(node, i64::MAX)?
                     .into_iter()
                     .map(|row| row.container_id)
                     .collect())
