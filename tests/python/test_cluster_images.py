@@ -19,7 +19,6 @@ condition, with a deadline.
 """
 
 import boto3
-import pytest
 import requests
 
 from cluster import MEMBER_KEYS, ROOMY, SECRET_HEADER, own_clusters_only, cluster, clusters  # noqa: F401 (fixtures)
