@@ -61,9 +61,18 @@ def archives(cluster) -> set:
 
 def set_draining(cluster, name: str, draining: bool) -> None:
     method = requests.post if draining else requests.delete
-    answer = method(f"{cluster.nodes[name].root}/internal/v1/drain",
-                    headers={SECRET_HEADER: cluster.secret}, timeout=10)
-    assert answer.status_code < 300, answer.text
+    answer = {}
+
+    def set_once() -> bool:
+        answer["last"] = method(f"{cluster.nodes[name].root}/internal/v1/drain",
+                                headers={SECRET_HEADER: cluster.secret}, timeout=10)
+        # A node declared lost meanwhile (its heartbeats late on a busy
+        # machine) refuses with 409 until its next heartbeat registers it
+        # again: asked again until then.
+        return answer["last"].status_code != 409
+
+    wait_until(set_once, 60, 0.5)
+    assert answer["last"].status_code < 300, answer["last"].text
     want = "draining" if draining else "ready"
     cluster.wait_nodes(lambda nodes: {n["id"]: n["status"] for n in nodes}.get(name) == want,
                        30, f"{name} {want}")
