@@ -161,9 +161,7 @@ async fn reconcile_once(state: &Arc<AppState>, on_disk: OnDisk) -> Result<(), Ap
             continue;
         }
         tracing::info!(container = %row.id, "removing a container whose directory is gone");
-        state.forget_owner(&row.id);
-        state.e2b_access.forget(&row.id);
-        state.interpreters.forget_container(&row.id);
+        state.forget_container(&row.id);
         let id = row.id.clone();
         state.db(move |s| s.delete_container(&id)).await?;
     }
@@ -241,9 +239,7 @@ pub async fn reclaim_lost(state: &Arc<AppState>) -> Result<(), ApiError> {
         .collect();
     for disk in held.iter().filter(|disk| !rows.contains(&disk.id)) {
         tracing::info!(container = %disk.id, "removing a container deleted while its node was lost");
-        state.forget_owner(&disk.id);
-        state.e2b_access.forget(&disk.id);
-        state.interpreters.forget_container(&disk.id);
+        state.forget_container(&disk.id);
         destroy_quietly(state.engine.as_ref(), &disk.id).await;
     }
     Ok(())
@@ -304,9 +300,7 @@ pub async fn sweep(state: &Arc<AppState>) -> Result<(), ApiError> {
             }
         }
         tracing::info!(container = %row.id, idle, "container expired");
-        state.forget_owner(&id);
-        state.e2b_access.forget(&id);
-        state.interpreters.forget_container(&id);
+        state.forget_container(&id);
         state.db(move |s| s.delete_container(&id)).await?;
     }
     // One due to expire is not suspended, even when it was busy (it is

@@ -147,6 +147,16 @@ impl AppState {
         self.owners().remove(container);
     }
 
+    /// Drops what the server keeps in memory of a container that is gone
+    /// (deleted, expired, or its directory lost): its owner, its E2B
+    /// access check and signing key, its interpreters' kernels.
+    pub(crate) fn forget_container(&self, container: &str) {
+        self.forget_owner(container);
+        self.e2b_access.forget(container);
+        self.e2b_signing.forget(container);
+        self.interpreters.forget_container(container);
+    }
+
     /// The lock that serialises file syncs of one container.
     pub(crate) fn sync_lock(&self, container: &str) -> Arc<tokio::sync::Mutex<()>> {
         self.sync_locks.of(container)
