@@ -218,29 +218,7 @@ impl Store {
         reason: &str,
         now: i64,
     ) -> Result<Vec<(String, String)>> {
-        let statuses = if node_id.is_empty() {
-            "'waiting', 'building'"
-        } else {
-            "'building'"
-        };
-        self.transaction(|sql| {
-            let unfinished = sql.query(
-                &format!(
-                    "SELECT template_id, build_id FROM e2b_templates \
-                     WHERE node_id = ?1 AND status IN ({statuses})"
-                ),
-                &[&node_id],
-                |row| Ok((row.get::<String>(0)?, row.get::<String>(1)?)),
-            )?;
-            sql.execute(
-                &format!(
-                    "UPDATE e2b_templates SET status = 'error', reason = ?2, failed_step = NULL, \
-                     updated_at = ?3 WHERE node_id = ?1 AND status IN ({statuses})"
-                ),
-                &[&node_id, &reason, &now],
-            )?;
-            Ok(unfinished)
-        })
+        self.transaction(|sql| fail_builds_on_node(sql, node_id, reason, now))
     }
 
     /// Removes a template and its build's log: whether it was there.
@@ -258,6 +236,38 @@ impl Store {
             Ok(removed > 0)
         })
     }
+}
+
+/// Fails the builds node `node_id` was running with `reason`, in the
+/// caller's transaction (its restart's, or its loss's), and on a single
+/// box (`node_id` empty) those waiting too: their ids.
+pub(crate) fn fail_builds_on_node(
+    sql: &mut dyn crate::sql::Sql,
+    node_id: &str,
+    reason: &str,
+    now: i64,
+) -> Result<Vec<(String, String)>> {
+    let statuses = if node_id.is_empty() {
+        "'waiting', 'building'"
+    } else {
+        "'building'"
+    };
+    let unfinished = sql.query(
+        &format!(
+            "SELECT template_id, build_id FROM e2b_templates \
+             WHERE node_id = ?1 AND status IN ({statuses})"
+        ),
+        &[&node_id],
+        |row| Ok((row.get::<String>(0)?, row.get::<String>(1)?)),
+    )?;
+    sql.execute(
+        &format!(
+            "UPDATE e2b_templates SET status = 'error', reason = ?2, failed_step = NULL, \
+             updated_at = ?3 WHERE node_id = ?1 AND status IN ({statuses})"
+        ),
+        &[&node_id, &reason, &now],
+    )?;
+    Ok(unfinished)
 }
 
 #[cfg(test)]

@@ -143,19 +143,7 @@ impl Store {
         reason: &str,
         now: i64,
     ) -> Result<Vec<String>> {
-        self.transaction(|sql| {
-            let unfinished = sql.query(
-                "SELECT id FROM image_builds WHERE node_id = ?1 AND status IN ('queued', 'building')",
-                &[&node_id],
-                |row| row.get::<String>(0),
-            )?;
-            sql.execute(
-                "UPDATE image_builds SET status = 'error', reason = ?2, updated_at = ?3 \
-                 WHERE node_id = ?1 AND status IN ('queued', 'building')",
-                &[&node_id, &reason, &now],
-            )?;
-            Ok(unfinished)
-        })
+        self.transaction(|sql| fail_builds_on_node(sql, node_id, reason, now))
     }
 
     /// Appends entries to a job's log.
@@ -193,6 +181,27 @@ impl Store {
             )
         })
     }
+}
+
+/// Fails the jobs node `node_id` left queued or building with `reason`,
+/// in the caller's transaction (its restart's, or its loss's): their ids.
+pub(crate) fn fail_builds_on_node(
+    sql: &mut dyn crate::sql::Sql,
+    node_id: &str,
+    reason: &str,
+    now: i64,
+) -> Result<Vec<String>> {
+    let unfinished = sql.query(
+        "SELECT id FROM image_builds WHERE node_id = ?1 AND status IN ('queued', 'building')",
+        &[&node_id],
+        |row| row.get::<String>(0),
+    )?;
+    sql.execute(
+        "UPDATE image_builds SET status = 'error', reason = ?2, updated_at = ?3 \
+         WHERE node_id = ?1 AND status IN ('queued', 'building')",
+        &[&node_id, &reason, &now],
+    )?;
+    Ok(unfinished)
 }
 
 #[cfg(test)]

@@ -314,16 +314,8 @@ impl Store {
                 sql.execute("DELETE FROM exec_credits WHERE node_id = ?1", &[node])?;
                 // The builds it ran never end otherwise (its restart fails
                 // them, but it may never come back).
-                sql.execute(
-                    "UPDATE image_builds SET status = 'error', reason = ?2, updated_at = ?3 \
-                     WHERE node_id = ?1 AND status IN ('queued', 'building')",
-                    &[node, &BUILD_NODE_LOST, &now],
-                )?;
-                sql.execute(
-                    "UPDATE e2b_templates SET status = 'error', reason = ?2, failed_step = NULL, \
-                     updated_at = ?3 WHERE node_id = ?1 AND status = 'building'",
-                    &[node, &BUILD_NODE_LOST, &now],
-                )?;
+                crate::image_builds::fail_builds_on_node(sql, node, BUILD_NODE_LOST, now)?;
+                crate::e2b_templates::fail_builds_on_node(sql, node, BUILD_NODE_LOST, now)?;
             }
             Ok(lost)
         })
@@ -443,19 +435,6 @@ impl Store {
             }
             delete_rows(sql, id, &day)?;
             Ok(LostDeletion::Deleted)
-        })
-    }
-
-    /// The lost containers of `node` whose loss cut their creation short:
-    /// what a node starting again removes (no process of it finishes them).
-    pub fn lost_while_creating(&self, node: &str) -> Result<Vec<String>> {
-        self.read(|sql| {
-            sql.query(
-                "SELECT id FROM containers
-                 WHERE node_id = ?1 AND status = 'lost' AND lost_from = 'creating'",
-                &[&node],
-                |row| row.get(0),
-            )
         })
     }
 
@@ -784,10 +763,14 @@ mod tests {
             // No disk here: lost it stays; its creation's end is not ours.
             assert_eq!(status(&store, "diskless"), Some(ContainerStatus::Lost));
             assert_eq!(status(&store, "creating"), Some(ContainerStatus::Lost));
-            assert_eq!(
-                store.lost_while_creating("n1").unwrap(),
-                vec!["creating".to_owned()]
-            );
+            let lost_while_creating: Vec<String> = store
+                .containers_to_settle("n1")
+                .unwrap()
+                .into_iter()
+                .filter(|row| row.status == ContainerStatus::Lost)
+                .map(|row| row.id)
+                .collect();
+            assert_eq!(lost_while_creating, vec!["creating".to_owned()]);
             // Given back once.
             assert_eq!(
                 store
