@@ -434,8 +434,8 @@ fn copies(state: &AppState, local: &[ImageInfo], rows: &[ImageRow]) -> Vec<NodeC
 /// are made from.
 async fn images_in_use(state: &AppState) -> ApiResult<HashSet<String>> {
     let node = state.node_name.clone();
-    let rows = state.db(move |s| s.containers_on_node(&node)).await?;
-    Ok(rows.into_iter().map(|row| row.image).collect())
+    let images = state.db(move |s| s.images_on_node(&node)).await?;
+    Ok(images.into_iter().collect())
 }
 
 /// Removes the least recently used fetched copies beyond

@@ -290,6 +290,18 @@ impl Store {
         })
     }
 
+    /// The images node `node`'s containers (live, suspended, being made or
+    /// lost) are made from, each once: what its image cache keeps.
+    pub fn images_on_node(&self, node: &str) -> Result<Vec<String>> {
+        self.read(|sql| {
+            sql.query(
+                "SELECT DISTINCT image FROM containers WHERE node_id = ?1",
+                &[&node],
+                |row| row.get(0),
+            )
+        })
+    }
+
     /// A page of a project's containers, optionally only those named `name`.
     pub fn list_containers(
         &self,

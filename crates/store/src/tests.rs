@@ -754,6 +754,29 @@ mod file_tests {
     }
 }
 
+/// A node's image cache keeps the images its containers are made from:
+/// each once, another node's not.
+#[test]
+fn images_on_node_names_each_image_of_the_nodes_containers_once() {
+    for store in crate::testing::stores() {
+        for (id, node, image) in [
+            ("a", "n1", "app"),
+            ("b", "n1", "app"),
+            ("c", "n1", "host"),
+            ("d", "n2", "other"),
+        ] {
+            let mut row = container_row(id, "alpha");
+            row.node_id = node.into();
+            row.image = image.into();
+            store.insert_container(&row).unwrap();
+        }
+        let mut images = store.images_on_node("n1").unwrap();
+        images.sort();
+        assert_eq!(images, ["app", "host"]);
+        assert!(store.images_on_node("n3").unwrap().is_empty());
+    }
+}
+
 mod admission_tests {
     use std::sync::Arc;
 
