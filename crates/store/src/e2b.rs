@@ -317,10 +317,10 @@ impl Store {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn sandbox(id: &str, project: &str, metadata: &[(&str, &str)]) -> E2bSandboxRow {
+    pub(crate) fn sandbox(id: &str, project: &str, metadata: &[(&str, &str)]) -> E2bSandboxRow {
         E2bSandboxRow {
             container_id: id.into(),
             project: project.into(),

@@ -162,21 +162,9 @@ mod tests {
 
     fn e2b(id: &str, end_at: i64, paused: bool) -> E2bSandboxRow {
         E2bSandboxRow {
-            container_id: id.into(),
-            project: "alpha".into(),
-            template_id: "base".into(),
-            metadata: Default::default(),
-            env_vars: Default::default(),
-            access_token: format!("tok-{id}"),
-            auto_pause: false,
-            auto_resume: false,
-            created_at: 1,
-            started_at: 1,
             end_at,
             paused,
-            idempotency_key: None,
-            request_hash: None,
-            public_traffic: true,
+            ..crate::e2b::tests::sandbox(id, "alpha", &[])
         }
     }
 
