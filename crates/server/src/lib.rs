@@ -193,25 +193,24 @@ where
     let _ = std::fs::remove_dir_all(&mounts);
     std::fs::create_dir_all(&mounts)?;
     std::fs::set_permissions(&mounts, std::fs::Permissions::from_mode(0o711))?;
-    let started = std::time::Instant::now();
-    let (store, generated_key) = open_seeded_store(&config).await?;
-    startup::phase_done("store", started);
+    let (store, generated_key) = startup::timed("store", open_seeded_store(&config)).await?;
     let (egress, egress_log) = match egress::settings(&config)? {
         Some((settings, log)) => (Some(settings), Some(log)),
         None => (None, None),
     };
-    let started = std::time::Instant::now();
     let Backend {
         engine,
         default_image_build,
         build_default_image,
         host,
-    } = open_backend(EngineSetup {
-        dir: config.server.data_dir.join("sandbox"),
-        egress: egress.clone(),
-    })
+    } = startup::timed(
+        "engine",
+        open_backend(EngineSetup {
+            dir: config.server.data_dir.join("sandbox"),
+            egress: egress.clone(),
+        }),
+    )
     .await?;
-    startup::phase_done("engine", started);
     let store = Db::new(store);
     let state = Arc::new(AppState {
         limiter: RateLimiter::new(config.server.rate_limit_per_minute),
@@ -274,37 +273,33 @@ where
         .start(state.store.clone())
         .await
         .map_err(|e| ServeError::Setup(format!("console live updates: {}", e.message)))?;
-    let started = std::time::Instant::now();
-    let on_disk = lifecycle::recover(&state)
+    let on_disk = startup::timed("recover", lifecycle::recover(&state))
         .await
         .map_err(|e| ServeError::Setup(format!("recovery: {}", e.message)))?;
-    startup::phase_done("recover", started);
-    let started = std::time::Instant::now();
-    e2b::timeouts::arm_stored(&state)
+    startup::timed("e2b timers", e2b::timeouts::arm_stored(&state))
         .await
         .map_err(|e| ServeError::Setup(format!("recovery: {}", e.message)))?;
-    startup::phase_done("e2b timers", started);
-    let started = std::time::Instant::now();
-    e2b::templates::fail_unfinished(&state).await;
-    image_builds::fail_unfinished(&state).await;
-    startup::phase_done("unfinished builds", started);
-    let started = std::time::Instant::now();
+    startup::timed("unfinished builds", async {
+        e2b::templates::fail_unfinished(&state).await;
+        image_builds::fail_unfinished(&state).await;
+    })
+    .await;
     // What this node held open before (its console streams' leases) and
     // the execs it ran (their credits) ended with its last run.
     let node = state.node_name.clone();
-    state
-        .db(move |store| {
-            store.release_leases_of(&node)?;
-            store.release_exec_credits_of(&node)
-        })
+    let released = state.db(move |store| {
+        store.release_leases_of(&node)?;
+        store.release_exec_credits_of(&node)
+    });
+    startup::timed("leases and credits", released)
         .await
         .map_err(|e| ServeError::Setup(format!("recovery: {}", e.message)))?;
-    startup::phase_done("leases and credits", started);
-    let started = std::time::Instant::now();
-    responses::settle_interrupted(&state)
-        .await
-        .map_err(|e| ServeError::Setup(format!("recovery: {}", e.message)))?;
-    startup::phase_done("interrupted responses", started);
+    startup::timed(
+        "interrupted responses",
+        responses::settle_interrupted(&state),
+    )
+    .await
+    .map_err(|e| ServeError::Setup(format!("recovery: {}", e.message)))?;
     // What needs every row and every directory is done while serving.
     tokio::spawn(lifecycle::reconcile(Arc::clone(&state), on_disk));
     Ok(Opened {

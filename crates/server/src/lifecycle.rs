@@ -133,11 +133,10 @@ pub struct OnDisk {
 /// once the engine, asked again, does not know it (its create finished
 /// after the start otherwise).
 pub async fn reconcile(state: Arc<AppState>, on_disk: OnDisk) {
-    let started = std::time::Instant::now();
-    if let Err(e) = reconcile_once(&state, on_disk).await {
+    let reconciled = reconcile_once(&state, on_disk);
+    if let Err(e) = crate::startup::timed("reconciled (in the background)", reconciled).await {
         tracing::warn!("reconciling the store with the engine: {}", e.message);
     }
-    crate::startup::phase_done("reconciled (in the background)", started);
 }
 
 async fn reconcile_once(state: &Arc<AppState>, on_disk: OnDisk) -> Result<(), ApiError> {

@@ -9,7 +9,7 @@
 //! when it was just generated (the README promises a first start prints it).
 //!
 //! Each phase of a start logs its duration as a `start-up phase` event
-//! ([`phase_done`]), what an operator reads when a start is slow.
+//! ([`timed`]), what an operator reads when a start is slow.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -21,11 +21,14 @@ use shellgate_sandbox_api::image::HOST_IMAGE;
 use crate::config::Config;
 use crate::state::AppState;
 
-/// Logs that a phase of the start-up took since `started`, as a
+/// Runs one phase of the start-up, then logs how long it took as a
 /// `start-up phase` event (what an operator reads when a start is slow).
-pub fn phase_done(phase: &'static str, started: std::time::Instant) {
+pub async fn timed<T>(phase: &'static str, work: impl std::future::Future<Output = T>) -> T {
+    let started = std::time::Instant::now();
+    let outcome = work.await;
     let millis = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     tracing::info!(phase, millis, "start-up phase");
+    outcome
 }
 
 /// The name of the file a first start writes its generated key to.
