@@ -39,7 +39,8 @@ pub(crate) struct Started {
     pub control: AsyncFd<OwnedFd>,
     pub init_pid: i32,
     pub slot: String,
-    /// The container's `/mnt/data`, opened by init.
+    /// The container's `/mnt/data`, opened by init, or its disk's own
+    /// `data` for a disk shown through an idmapped mount.
     pub data: OwnedFd,
     /// The loop device its disk is on.
     pub loop_device: Option<u32>,
@@ -295,6 +296,9 @@ impl Helper {
         let mut init_pid = None;
         let mut loop_device = None;
         let mut data = None;
+        // An idmapped disk's `data` as the host stores it (see
+        // `HelperSpec::idmap_disk`): the engine's way in, when sent.
+        let mut disk_data = None;
         let mut proxy = Vec::new();
         let handshake = async {
             send_raw(&control, task).await?;
@@ -305,10 +309,11 @@ impl Helper {
                             pid,
                             loop_device: device,
                         },
-                        _,
+                        fds,
                     )) => {
                         init_pid = Some(pid);
                         loop_device = device;
+                        disk_data = fds.into_iter().next();
                     }
                     Some((Report::Ready, fds)) => {
                         let mut fds = fds.into_iter();
@@ -340,7 +345,7 @@ impl Helper {
             (Ok(()), None) => Err(SandboxError::Setup(
                 "init reported ready without its /mnt/data descriptor".into(),
             )),
-            (result, data) => result.map(|()| data),
+            (result, data) => result.map(|()| disk_data.or(data)),
         };
         match (result, init_pid) {
             (Ok(Some(data)), Some(init_pid)) => Ok(Started {

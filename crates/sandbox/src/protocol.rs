@@ -120,10 +120,20 @@ pub struct HelperSpec {
     /// host directory.
     pub disk_image: Option<PathBuf>,
     pub disk_root: PathBuf,
-    /// Host (uid, gid) of the sandbox user and of the container's root, for
-    /// the disk's directories.
-    pub host_sandbox_ids: (u32, u32),
-    pub host_root_ids: (u32, u32),
+    /// (uid, gid) of the sandbox user and of the container's root as the
+    /// disk stores them, for its directories: host ids, or the container's
+    /// own with `idmap_disk`.
+    pub disk_sandbox_ids: (u32, u32),
+    pub disk_root_ids: (u32, u32),
+    /// The disk image holds the container's own ids: once its directories
+    /// are made, the helper covers `disk_root` with an idmapped mount of
+    /// itself through `uid_map`/`gid_map`, so the container sees its ids
+    /// and the host stores them unshifted. The engine is sent a descriptor
+    /// of `data` on the mount beneath (with `InitPid`): host root, whose
+    /// ids map to none in the container's range, could create nothing on
+    /// the idmapped one.
+    #[serde(default)]
+    pub idmap_disk: bool,
     /// The loop device this container's disk was last attached to, if it
     /// may still be: the helper mounts that device again when it still
     /// holds this image, so one disk never has two live file systems.
@@ -198,7 +208,10 @@ pub enum Report {
     /// The helper joined its cgroups and waits for a spec.
     Enrolled,
     /// The helper created init; this is init's pid on the host, and the
-    /// loop device the container's disk is on (if it has one).
+    /// loop device the container's disk is on (if it has one). With
+    /// `idmap_disk`, the message carries the descriptor of the disk's
+    /// `data` directory the engine reaches its files through (instead of
+    /// init's).
     InitPid {
         pid: i32,
         #[serde(default)]

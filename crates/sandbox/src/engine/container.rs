@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,6 +16,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::watch;
 
 use super::lock;
+use super::slots::{DiskIds, SlotLease};
 use shellgate_egress::secrets::{DomainSecret, Masker};
 
 use crate::backend::ContainerSpec;
@@ -41,8 +42,16 @@ pub(super) struct Running {
     /// The container's cgroup (see `launcher`).
     pub slot: String,
     pub exited: watch::Receiver<bool>,
-    /// `/mnt/data` as init opened it (see `files`).
+    /// `/mnt/data` as the engine reaches it (see `files`): as init opened
+    /// it, or, for a disk shown through an idmapped mount, the disk's own
+    /// `data` beneath that mount (see `helper`).
     pub data: OwnedFd,
+    /// Who owns what the engine makes through `data`, in the ids `data`
+    /// shows (the sandbox user's).
+    pub data_owner: (u32, u32),
+    /// The host id range leased for this run (see `slots`); `None` when
+    /// the range is the container's for good.
+    pub id_lease: Option<SlotLease>,
     /// Its cgroup's counters, and the values already reported (see
     /// `command`).
     pub counters: LimitCounters,
@@ -164,6 +173,11 @@ impl Drop for Running {
         // container, as it did when this handle alone owned the socket.
         // SAFETY: shutdown on a socket we own.
         unsafe { libc::shutdown(self.control.as_raw_fd(), libc::SHUT_RDWR) };
+        // A leased range goes back with this handle: nothing of this run
+        // may keep running under ids the next container is given.
+        if self.id_lease.is_some() {
+            self.kill_init();
+        }
     }
 }
 
@@ -178,9 +192,9 @@ pub(super) struct Container {
     in_flight: Arc<AtomicUsize>,
     /// Proxied connections to its ports open now (see `ports`).
     port_connections: Arc<AtomicUsize>,
-    /// Which host id range the container maps to (see `slots`); persisted
-    /// in its `uid-slot` file.
-    id_slot: AtomicU32,
+    /// Which ids its disk holds (see `slots`); persisted in its `uid-slot`
+    /// file.
+    disk_ids: Mutex<DiskIds>,
     /// Set by `destroy`: nothing new may start, running commands end with
     /// `SandboxError::Deleted`.
     destroyed: AtomicBool,
@@ -253,7 +267,7 @@ impl Drop for InFlight {
 }
 
 impl Container {
-    pub fn new(id: String, spec: ContainerSpec, dir: PathBuf, id_slot: u32) -> Self {
+    pub fn new(id: String, spec: ContainerSpec, dir: PathBuf, disk_ids: DiskIds) -> Self {
         let masker =
             Masker::with_verifiers(&spec.network.secrets, &spec.network.verifiers).map(Arc::new);
         Self {
@@ -266,7 +280,7 @@ impl Container {
             state: tokio::sync::Mutex::new(None),
             in_flight: Arc::new(AtomicUsize::new(0)),
             port_connections: Arc::new(AtomicUsize::new(0)),
-            id_slot: AtomicU32::new(id_slot),
+            disk_ids: Mutex::new(disk_ids),
             destroyed: AtomicBool::new(false),
             last_loop: Mutex::new(None),
             view: Mutex::new(None),
@@ -412,12 +426,12 @@ impl Container {
         lock(&self.interceptor).take();
     }
 
-    pub fn id_slot(&self) -> u32 {
-        self.id_slot.load(Ordering::SeqCst)
+    pub fn disk_ids(&self) -> DiskIds {
+        *lock(&self.disk_ids)
     }
 
-    pub fn set_id_slot(&self, slot: u32) {
-        self.id_slot.store(slot, Ordering::SeqCst);
+    pub fn set_disk_ids(&self, ids: DiskIds) {
+        *lock(&self.disk_ids) = ids;
     }
 
     pub fn destroyed(&self) -> bool {

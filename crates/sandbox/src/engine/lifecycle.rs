@@ -12,6 +12,7 @@ use tokio::io::Interest;
 use tokio::sync::watch;
 
 use super::container::{Container, InFlight, Running, Wake, VIEW_LIFETIME};
+use super::slots::DiskIds;
 use super::{lock, spec, LocalEngine, SANDBOX_UID};
 use crate::children::register;
 use crate::disk::{self, DiskKind};
@@ -76,7 +77,17 @@ impl LocalEngine {
             .networks
             .prepare(container, &self.inner.images)
             .await?;
-        let spec = spec::helper_spec(&self.inner, container)?;
+        // A disk holding the container's own ids is shown through a range
+        // leased for this run; a host-id disk's range is the container's.
+        let (id_slot, id_lease) = match container.disk_ids() {
+            DiskIds::Shifted(slot) => (slot, None),
+            DiskIds::Own => {
+                let lease = self.inner.slots.lease()?;
+                (lease.slot(), Some(lease))
+            }
+        };
+        let spec = spec::helper_spec(&self.inner, container, id_slot)?;
+        let data_owner = spec.disk_sandbox_ids;
         let spec = serde_json::to_vec(&crate::protocol::HelperTask::Container(Box::new(spec)))
             .map_err(|e| SandboxError::Setup(format!("encode spec: {e}")))?;
         let helper = self.inner.pools.helper_for(self, &container.spec).await?;
@@ -133,6 +144,8 @@ impl LocalEngine {
             slot: started.slot,
             exited,
             data: started.data,
+            data_owner,
+            id_lease,
             counters,
             limits_seen,
             forks_failed_at_last_start,
@@ -179,11 +192,6 @@ impl LocalEngine {
             return Err(SandboxError::NotFound(id.to_owned()));
         }
         let guard = container.begin();
-        let owner = self
-            .inner
-            .slots
-            .host_ids(container.id_slot(), SANDBOX_UID)
-            .0;
         let running = match state.as_ref() {
             Some(running) if running.alive() => Some(Arc::clone(running)),
             _ if wake == Wake::Yes => {
@@ -191,11 +199,17 @@ impl LocalEngine {
             }
             _ => None,
         };
-        let dir = match running {
-            Some(running) => running.data.try_clone(),
-            None => self.file_view(&container).await?.try_clone(),
-        }
-        .context(|| "duplicate the /mnt/data descriptor".into())?;
+        let (dir, owner) = match running {
+            Some(running) => (running.data.try_clone(), running.data_owner),
+            None => (
+                self.file_view(&container).await?.try_clone(),
+                self.inner
+                    .slots
+                    .disk_owners(container.disk_ids(), SANDBOX_UID)
+                    .0,
+            ),
+        };
+        let dir = dir.context(|| "duplicate the /mnt/data descriptor".into())?;
         Ok((DataDir::from_dir(dir, owner), guard))
     }
 

@@ -83,7 +83,7 @@ use shellgate_sandbox_api::fs::{
     ArchiveImported, FsDownload, FsEntry, FsListing, Upload, WriteOptions,
 };
 use shellgate_sandbox_api::process::{OutputRead, ProcessInfo, ProcessOutput, ProcessSpec};
-use slots::IdSlots;
+use slots::{DiskIds, IdSlots};
 
 pub use crate::sandbox_user::{SANDBOX_HOME, SANDBOX_UID, SANDBOX_USER, SANDBOX_WORKSPACE};
 
@@ -199,7 +199,7 @@ pub(crate) struct Inner {
     commands: Commands,
     processes: Processes,
     file_workers: FileWorkers,
-    slots: IdSlots,
+    slots: Arc<IdSlots>,
     pools: Pools,
     /// Forks the helpers (`crate::zygote`): their inits share its pages.
     zygote: crate::zygote::Zygote,
@@ -213,6 +213,25 @@ pub(crate) struct Inner {
     snapshot_sharing: std::sync::OnceLock<snapshots::Sharing>,
     /// Held for the engine's lifetime: one engine per data directory.
     _lock: fs::File,
+}
+
+impl Inner {
+    /// Whether a new container's disk holds its own ids, shown to it
+    /// through an idmapped mount (see `slots`): disk images, mounted by
+    /// the helper as host root, on a host with ranges to map.
+    fn disks_hold_own_ids(&self) -> bool {
+        self.disk_kind == DiskKind::Image && !self.slots.maps_one_id()
+    }
+
+    /// Who owns a freshly formatted disk's root directory: the container's
+    /// root as a disk holding its own ids stores it, else slot 0's, which
+    /// no container is given.
+    fn new_disk_root_owner(&self) -> (u32, u32) {
+        match self.disks_hold_own_ids() {
+            true => (0, 0),
+            false => self.slots.host_ids(0, SANDBOX_UID).1,
+        }
+    }
 }
 
 /// Containers a shutting-down engine stops at once.
@@ -365,7 +384,10 @@ impl LocalEngine {
         let config = EngineConfig { data_dir, ..config };
         let engine = LocalEngine {
             inner: Arc::new(Inner {
-                slots: IdSlots::new(config.uid_base, rootless || config.map_invoking_user),
+                slots: Arc::new(IdSlots::new(
+                    config.uid_base,
+                    rootless || config.map_invoking_user,
+                )),
                 pools: Pools::new(
                     config.pool_size,
                     config.spare_helpers,
@@ -502,7 +524,7 @@ impl LocalEngine {
         self.inner.processes.forget(&container.id);
         let running = state.take();
         drop(state);
-        let slot = container.id_slot();
+        let disk_ids = container.disk_ids();
         // Made from a revision its image has since replaced: that tree may
         // now be unused.
         let retired_image = container.spec.image_revision.is_some()
@@ -521,8 +543,11 @@ impl LocalEngine {
                     tracing::warn!(container = %id, "could not remove its directory: {e}");
                 }
             }
-            // Only now may another container map to these host ids.
-            engine.inner.slots.release(slot);
+            // Only now, with its files gone, may another container map to
+            // the host ids they hold.
+            if let DiskIds::Shifted(slot) = disk_ids {
+                engine.inner.slots.release(slot);
+            }
             if retired_image {
                 let _ = tokio::task::spawn_blocking(move || engine.prune_retired_images()).await;
             }
@@ -584,21 +609,30 @@ impl LocalEngine {
         if adopt.is_some() {
             spec.skills = Some(dir.join("skills"));
         }
-        let container = Arc::new(Container::new(id.to_owned(), spec.clone(), dir.clone(), 0));
+        let own_ids = self.inner.disks_hold_own_ids();
+        let container = Arc::new(Container::new(
+            id.to_owned(),
+            spec.clone(),
+            dir.clone(),
+            DiskIds::Own,
+        ));
         self.inner.containers.add(&container)?;
         let spec_json =
             serde_json::to_vec_pretty(&spec).map_err(|e| SandboxError::Setup(e.to_string()))?;
         let mut state = container.state.lock().await;
+        // A slot kept for the container's life (host-id disks), released
+        // if the create fails.
+        let mut kept_slot = None;
         let made = async {
             let warm = match (&restore, &home_seed) {
                 (None, None) => self.inner.pools.take_warm(self, &spec).await,
                 _ => None,
             };
-            if let Some((warm_dir, running, slot, loop_device)) = warm {
+            if let Some((warm_dir, running, disk_ids, loop_device)) = warm {
                 // A started container of the same shape: give it this id
-                // (it keeps its id slot, already written in its directory,
-                // and its disk's loop device).
-                container.set_id_slot(slot);
+                // (its disk, already named in its directory, and the
+                // disk's loop device).
+                container.set_disk_ids(disk_ids);
                 container.set_last_loop(loop_device);
                 let committed = fs::write(warm_dir.join("spec.json"), &spec_json)
                     .and_then(|()| fs::rename(&warm_dir, &dir));
@@ -609,17 +643,25 @@ impl LocalEngine {
                     }
                     Err(e) => {
                         self.tear_down(id, &running).await;
+                        drop(running);
                         let _ = fs::remove_dir_all(&warm_dir);
-                        self.inner.slots.release(slot);
-                        container.set_id_slot(0);
+                        if let DiskIds::Shifted(slot) = disk_ids {
+                            self.inner.slots.release(slot);
+                        }
                         tracing::warn!("could not use a warm container ({e}); starting one");
                     }
                 }
             }
-            let slot = self.inner.slots.allocate()?;
-            container.set_id_slot(slot);
+            let disk_ids = if own_ids {
+                DiskIds::Own
+            } else {
+                let slot = self.inner.slots.allocate()?;
+                kept_slot = Some(slot);
+                DiskIds::Shifted(slot)
+            };
+            container.set_disk_ids(disk_ids);
             fs::create_dir(&staging).context(|| format!("create {}", staging.display()))?;
-            IdSlots::write(&staging, slot)?;
+            IdSlots::write(&staging, disk_ids)?;
             // A throwaway container's disk is a tmpfs its helper mounts; a
             // whole-image restore's is the snapshot's image, cloned.
             let tmpfs_disk = spec.ephemeral && self.inner.disk_kind == DiskKind::Image;
@@ -631,13 +673,13 @@ impl LocalEngine {
                     .await?;
             }
             if let Some(restore) = &restore {
-                self.fill_disk(&staging, slot, restore).await?;
+                self.fill_disk(&staging, disk_ids, restore).await?;
             }
             // A throwaway container's tmpfs disk is made by its helper, after
             // this: its home starts empty.
             if let Some(seed) = &home_seed {
                 if !(spec.ephemeral && self.inner.disk_kind == DiskKind::Image) {
-                    self.seed_home(&staging, slot, seed).await?;
+                    self.seed_home(&staging, disk_ids, seed).await?;
                 }
             }
             fs::write(staging.join("spec.json"), &spec_json)
@@ -658,8 +700,7 @@ impl LocalEngine {
             self.inner.containers.remove(id);
             let _ = fs::remove_dir_all(&staging);
             let _ = fs::remove_dir_all(&dir);
-            let slot = container.id_slot();
-            if slot != 0 {
+            if let Some(slot) = kept_slot {
                 self.inner.slots.release(slot);
             }
             return Err(e);

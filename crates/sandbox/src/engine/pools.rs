@@ -15,7 +15,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::container::{Container, Running};
-use super::slots::IdSlots;
+use super::slots::{DiskIds, IdSlots};
 use super::{lock, LocalEngine};
 use crate::backend::ContainerSpec;
 use crate::disk::{self, DiskKind};
@@ -179,8 +179,7 @@ impl Pools {
                         }
                     }
                 }
-                let (_, root_ids) = inner.slots.host_ids(0, super::SANDBOX_UID);
-                disk::format_image(&target, bytes, root_ids)
+                disk::format_image(&target, bytes, inner.new_disk_root_owner())
                     .await
                     .context(|| "format the container's disk".into())
             }
@@ -221,12 +220,12 @@ impl Pools {
 
     /// A warm container whose fixed properties (image, `/tmp` size, disk)
     /// match `spec`, with `spec`'s limits applied: its directory, its
-    /// processes, its id slot and the loop device its disk is on.
+    /// processes, the ids its disk holds and the loop device it is on.
     pub async fn take_warm(
         &self,
         engine: &LocalEngine,
         spec: &ContainerSpec,
-    ) -> Option<(PathBuf, Arc<Running>, u32, Option<u32>)> {
+    ) -> Option<(PathBuf, Arc<Running>, DiskIds, Option<u32>)> {
         let inner = &engine.inner;
         let effective_tmp = |s: &ContainerSpec| s.tmp_bytes.min(s.memory_bytes / 2);
         let WarmContainer(warm) = self.warm.take(|WarmContainer(w)| {
@@ -241,12 +240,12 @@ impl Pools {
         self.refill::<WarmContainer>(engine);
         let running = warm.state.lock().await.take()?;
         if running.alive() && inner.cgroups.apply(&running.slot, spec).is_ok() {
-            let slot = warm.id_slot();
-            return Some((warm.dir.clone(), running, slot, warm.last_loop()));
+            return Some((warm.dir.clone(), running, warm.disk_ids(), warm.last_loop()));
         }
         engine.tear_down(&warm.id, &running).await;
+        drop(running);
         let _ = fs::remove_dir_all(&warm.dir);
-        inner.slots.release(warm.id_slot());
+        release_kept(engine, warm.disk_ids());
         None
     }
 }
@@ -272,8 +271,8 @@ impl Pooled for FormattedDisk {
         let pool_dir = inner.config.data_dir.join("pool");
         let staging = pool_dir.join(format!("{}-{n}.tmp", std::process::id()));
         let ready = staging.with_extension("img");
-        let (_, root_ids) = inner.slots.host_ids(0, super::SANDBOX_UID);
-        if let Err(e) = disk::format_image(&staging, inner.config.pool_disk_bytes, root_ids).await {
+        let owner = inner.new_disk_root_owner();
+        if let Err(e) = disk::format_image(&staging, inner.config.pool_disk_bytes, owner).await {
             let _ = fs::remove_file(&staging);
             return Err(SandboxError::io("format a disk", e));
         }
@@ -331,11 +330,14 @@ impl Pooled for WarmContainer {
         let inner = &engine.inner;
         let name = engine.next_name("warm-");
         let dir = inner.config.data_dir.join("warm").join(&name);
-        let slot = inner.slots.allocate()?;
-        let warm = Container::new(name, ContainerSpec::default(), dir.clone(), slot);
+        let disk_ids = match inner.disks_hold_own_ids() {
+            true => DiskIds::Own,
+            false => DiskIds::Shifted(inner.slots.allocate()?),
+        };
+        let warm = Container::new(name, ContainerSpec::default(), dir.clone(), disk_ids);
         let made = async {
             fs::create_dir(&dir).context(|| format!("create {}", dir.display()))?;
-            IdSlots::write(&dir, slot)?;
+            IdSlots::write(&dir, disk_ids)?;
             inner
                 .pools
                 .provision_disk(engine, &dir, warm.spec.disk_bytes)
@@ -350,7 +352,7 @@ impl Pooled for WarmContainer {
             }
             Err(e) => {
                 let _ = fs::remove_dir_all(&dir);
-                inner.slots.release(slot);
+                release_kept(engine, disk_ids);
                 Err(e)
             }
         }
@@ -362,6 +364,14 @@ impl Pooled for WarmContainer {
             engine.tear_down(&warm.id, &running).await;
         }
         let _ = fs::remove_dir_all(&warm.dir);
-        engine.inner.slots.release(warm.id_slot());
+        release_kept(engine, warm.disk_ids());
+    }
+}
+
+/// Returns the slot a warm container kept for its disk's host ids, once
+/// its files are gone (a leased one went with its run).
+fn release_kept(engine: &LocalEngine, disk_ids: DiskIds) {
+    if let DiskIds::Shifted(slot) = disk_ids {
+        engine.inner.slots.release(slot);
     }
 }

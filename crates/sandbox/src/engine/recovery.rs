@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use super::container::Container;
 use super::pools::FormattedDisk;
+use super::slots::DiskIds;
 use super::Inner;
 use crate::backend::{validate_container_id, ContainerSpec};
 use crate::error::{IoContext, SandboxError};
@@ -62,7 +63,7 @@ fn load(inner: &Inner) -> Result<(), SandboxError> {
         name,
         dir,
         spec,
-        slot,
+        disk_ids,
     } in read_all(inner, dirs)?
     {
         let spec = match (validate_container_id(&name), spec) {
@@ -73,17 +74,20 @@ fn load(inner: &Inner) -> Result<(), SandboxError> {
                 continue;
             }
         };
-        // Claimed one after another, in the directory's order: of two
-        // claiming one slot, the second is refused.
-        let slot = slot.and_then(|slot| match inner.slots.claim(slot) {
-            true => Ok(slot),
-            false => Err(format!("its id slot {slot} belongs to another container")),
+        // Kept slots are claimed one after another, in the directory's
+        // order: of two claiming one slot, the second is refused. A disk
+        // holding the container's own ids claims none until it starts.
+        let disk_ids = disk_ids.and_then(|ids| match ids {
+            DiskIds::Shifted(slot) if !inner.slots.claim(slot) => {
+                Err(format!("its id slot {slot} belongs to another container"))
+            }
+            ids => Ok(ids),
         });
-        match slot {
-            Ok(slot) => {
+        match disk_ids {
+            Ok(disk_ids) => {
                 loaded.insert(
                     name.clone(),
-                    Arc::new(Container::new(name, spec, dir, slot)),
+                    Arc::new(Container::new(name, spec, dir, disk_ids)),
                 );
             }
             Err(why) => {
@@ -103,12 +107,12 @@ fn load(inner: &Inner) -> Result<(), SandboxError> {
     Ok(())
 }
 
-/// A container directory's spec and id slot, as read.
+/// A container directory's spec and the ids its disk holds, as read.
 struct Found {
     name: String,
     dir: PathBuf,
     spec: Option<ContainerSpec>,
-    slot: Result<u32, String>,
+    disk_ids: Result<DiskIds, String>,
 }
 
 /// How many threads read containers' directories at start-up: with
@@ -123,12 +127,12 @@ fn read_all(inner: &Inner, dirs: Vec<(String, PathBuf)>) -> Result<Vec<Found>, S
         let spec = fs::read(dir.join("spec.json"))
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok());
-        let slot = inner.slots.read(&dir);
+        let disk_ids = inner.slots.read(&dir);
         Found {
             name,
             dir,
             spec,
-            slot,
+            disk_ids,
         }
     };
     if dirs.len() < 2 * READERS {

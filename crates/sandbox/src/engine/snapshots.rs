@@ -38,7 +38,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use super::slots::ID_RANGE;
+use super::slots::{DiskIds, ID_RANGE};
 use super::{freezer, LocalEngine};
 use crate::backend::{validate_container_id, SnapshotTaken};
 use crate::disk::{self, DiskKind};
@@ -305,12 +305,7 @@ impl LocalEngine {
                 return Err(e);
             }
         };
-        let slot = container.id_slot();
-        let owner_base = if self.inner.rootless || self.inner.config.map_invoking_user {
-            0
-        } else {
-            self.inner.slots.id_base(slot)
-        };
+        let owner_base = self.inner.slots.disk_id_base(container.disk_ids());
         // What its files hold, either form: the kept directories' blocks
         // (a whole image also holds the file system's own, which no quota
         // should charge).
@@ -459,20 +454,16 @@ impl LocalEngine {
     }
 
     /// Fills a new container's home (in its staging directory `staging`,
-    /// its ids in `slot`) with `seed`, an image's home (owners in container
-    /// ids).
+    /// its disk holding `disk_ids`) with `seed`, an image's home (owners in
+    /// container ids).
     pub(super) async fn seed_home(
         &self,
         staging: &Path,
-        slot: u32,
+        disk_ids: DiskIds,
         seed: &Path,
     ) -> Result<(), SandboxError> {
-        let (view, root) = self.new_disk_root(staging, slot).await?;
-        let base = if self.inner.rootless || self.inner.config.map_invoking_user {
-            0
-        } else {
-            self.inner.slots.id_base(slot)
-        };
+        let (view, root) = self.new_disk_root(staging, disk_ids).await?;
+        let base = self.inner.slots.disk_id_base(disk_ids);
         let seed = seed.to_owned();
         let result = super::blocking(move || {
             let home = root.join(disk::HOME_DIR);
@@ -488,12 +479,12 @@ impl LocalEngine {
     }
 
     /// The root of a new container's disk (in its staging directory
-    /// `staging`, its ids in `slot`), laid out, and the view that keeps it
+    /// `staging`, holding `disk_ids`), laid out, and the view that keeps it
     /// reachable (none for a directory disk).
     async fn new_disk_root(
         &self,
         staging: &Path,
-        slot: u32,
+        disk_ids: DiskIds,
     ) -> Result<(Option<OwnedFd>, PathBuf), SandboxError> {
         let view = match self.inner.disk_kind {
             DiskKind::Directory => None,
@@ -502,7 +493,9 @@ impl LocalEngine {
                     disk_image: staging.join("disk.img"),
                     mount_point: self.inner.config.data_dir.join("run/disk"),
                     reuse_loop: None,
-                    prepare_layout: Some(self.inner.slots.host_ids(slot, super::SANDBOX_UID)),
+                    prepare_layout: Some(
+                        self.inner.slots.disk_owners(disk_ids, super::SANDBOX_UID),
+                    ),
                 };
                 let (dir, _) = Helper::open_view(&self.inner.config.helper_binary, &spec).await?;
                 Some(dir)
@@ -516,11 +509,11 @@ impl LocalEngine {
     }
 
     /// Fills a new container's disk (in its staging directory `staging`,
-    /// its ids in `slot`) from `restore`.
+    /// holding `disk_ids`) from `restore`.
     pub(super) async fn fill_disk(
         &self,
         staging: &Path,
-        slot: u32,
+        disk_ids: DiskIds,
         restore: &Restore,
     ) -> Result<(), SandboxError> {
         let form = restore.recorded.form;
@@ -531,24 +524,27 @@ impl LocalEngine {
             let (from, to) = (restore.dir.join(DISK_IMAGE), staging.join(DISK_IMAGE));
             super::blocking(move || clone_or_copy_file(&from, &to)).await?;
         }
-        let (view, root) = self.new_disk_root(staging, slot).await?;
+        let (view, root) = self.new_disk_root(staging, disk_ids).await?;
         let from = restore.dir.join("disk");
+        // A snapshot of a disk holding its container's own ids has base 0,
+        // as has any of a host mapping one id (nothing to shift there).
         let old_base = restore.recorded.owner_base;
-        let new_base = if old_base == 0 {
-            0
-        } else {
-            self.inner.slots.id_base(slot)
-        };
+        let new_base = self.inner.slots.disk_id_base(disk_ids);
+        let shift = old_base != new_base && !self.inner.slots.maps_one_id();
+        let root_owner = self.inner.slots.disk_owners(disk_ids, super::SANDBOX_UID).1;
         let result = super::blocking(move || {
             match form {
                 Form::Tree => copy_tree(&from, &root)?,
                 // The source's overlay left its scratch there while it ran.
                 Form::Image => empty_dir(&root.join(disk::WORK_DIR))?,
             }
-            if old_base != new_base {
+            if shift {
                 for name in KEPT {
                     shift_owners(&root.join(name), old_base, new_base)?;
                 }
+                // A cloned image's own root too (only the helper sees it).
+                std::os::unix::fs::lchown(&root, Some(root_owner.0), Some(root_owner.1))
+                    .context(|| "chown the disk's root".into())?;
             }
             Ok(())
         })

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use super::container::Container;
-use super::slots::ID_RANGE;
+use super::slots::{DiskIds, ID_RANGE};
 use super::{Inner, SANDBOX_HOME, SANDBOX_UID, SANDBOX_WORKSPACE};
 use crate::disk::{self, DiskKind};
 use crate::error::SandboxError;
@@ -13,10 +13,12 @@ use crate::protocol::{HelperSpec, IdRange, RootSpec};
 /// Where a container's skills are shown (read-only).
 pub const SKILLS_PATH: &str = "/mnt/skills";
 
-/// What the helper is told to build `container` from.
+/// What the helper is told to build `container` from, mapped to the host
+/// ids of `slot`.
 pub(super) fn helper_spec(
     inner: &Inner,
     container: &Container,
+    slot: u32,
 ) -> Result<HelperSpec, SandboxError> {
     let image = inner.images.resolve_revision(
         &container.spec.image,
@@ -37,8 +39,16 @@ pub(super) fn helper_spec(
         .collect();
     env.extend(network.env);
     file_binds.extend(network.file_binds);
-    let slot = container.id_slot();
-    let (sandbox_ids, root_ids) = inner.slots.host_ids(slot, SANDBOX_UID);
+    let (sandbox_ids, _) = inner.slots.host_ids(slot, SANDBOX_UID);
+    // A disk image holding the container's own ids is shown to it through
+    // an idmapped mount of this range; a throwaway tmpfs disk is made anew
+    // in the range's host ids.
+    let idmap_disk = disk.image.is_some() && container.disk_ids() == DiskIds::Own;
+    let (disk_sandbox_ids, disk_root_ids) = if idmap_disk {
+        inner.slots.disk_owners(DiskIds::Own, SANDBOX_UID)
+    } else {
+        inner.slots.host_ids(slot, SANDBOX_UID)
+    };
     if ids_rootless && container.spec.build_root {
         // One mapped id: there is no root inside to run a build step as.
         return Err(SandboxError::NotSupported(
@@ -88,8 +98,9 @@ pub(super) fn helper_spec(
         home: SANDBOX_HOME.to_owned(),
         disk_image: disk.image,
         disk_root: disk.root,
-        host_sandbox_ids: sandbox_ids,
-        host_root_ids: root_ids,
+        disk_sandbox_ids,
+        disk_root_ids,
+        idmap_disk,
         reuse_loop: container.last_loop(),
         nofile: crate::protocol::DEFAULT_NOFILE,
         egress: network.egress,

@@ -182,7 +182,7 @@ fn private_mount_namespace() -> SetupResult<()> {
 }
 
 fn start_container(spec: &HelperSpec, control: RawFd) -> SetupResult<()> {
-    let loop_device = prepare_disk(spec)?;
+    let (loop_device, disk_data) = prepare_disk(spec)?;
     if let (true, false, RootSpec::Overlay { lower, .. }) =
         (spec.build_root, spec.rootless, &spec.root)
     {
@@ -247,7 +247,8 @@ fn start_container(spec: &HelperSpec, control: RawFd) -> SetupResult<()> {
             }
             // Report the pid before releasing init: both write to the same
             // socket, and the engine must learn the pid before init's Ready.
-            report(control, &Report::InitPid { pid, loop_device });
+            let fds: Vec<RawFd> = disk_data.iter().map(|dir| dir.as_raw_fd()).collect();
+            report_with_fds(control, &Report::InitPid { pid, loop_device }, &fds);
             sys::write_all(sync_write.as_raw_fd(), b"1")
                 .step(SetupStep::ReleaseInit, || "release init".into())?;
             Ok(())
@@ -257,8 +258,10 @@ fn start_container(spec: &HelperSpec, control: RawFd) -> SetupResult<()> {
 
 /// Mounts the container's disk image (in a mount namespace of the helper's
 /// own, which init's namespace then copies: the host never sees the mount)
-/// and makes its standard directories. Returns the loop device used.
-fn prepare_disk(spec: &HelperSpec) -> SetupResult<Option<u32>> {
+/// and makes its standard directories. Returns the loop device used and,
+/// for a disk shown through an idmapped mount, its `data` directory as the
+/// disk stores it (see `HelperSpec::idmap_disk`).
+fn prepare_disk(spec: &HelperSpec) -> SetupResult<(Option<u32>, Option<fs::File>)> {
     let mut loop_device = None;
     if let Some(bytes) = spec.disk_tmpfs_bytes {
         private_mount_namespace()?;
@@ -288,8 +291,21 @@ fn prepare_disk(spec: &HelperSpec) -> SetupResult<Option<u32>> {
             spec.reuse_loop,
         )?);
     }
-    crate::disk::prepare_layout(&spec.disk_root, spec.host_sandbox_ids, spec.host_root_ids)?;
-    Ok(loop_device)
+    crate::disk::prepare_layout(&spec.disk_root, spec.disk_sandbox_ids, spec.disk_root_ids)?;
+    if !(spec.idmap_disk && loop_device.is_some()) {
+        return Ok((loop_device, None));
+    }
+    // Opened before the idmapped mount covers the disk: this descriptor
+    // stays on the mount beneath, where host root may create files.
+    let data = spec.disk_root.join(crate::disk::DATA_DIR);
+    let dir =
+        fs::File::open(&data).step(SetupStep::OpenData, || format!("open {}", data.display()))?;
+    mounts::idmap_in_place(
+        &spec.disk_root,
+        &format_map(&spec.uid_map),
+        &format_map(&spec.gid_map),
+    )?;
+    Ok((loop_device, Some(dir)))
 }
 
 fn write_id_maps(pid: libc::pid_t, spec: &HelperSpec) -> SetupResult<()> {

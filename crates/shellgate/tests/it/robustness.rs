@@ -395,9 +395,11 @@ async fn a_corrupt_id_slot_is_quarantined_never_shared() {
     t.create("twin").await;
     t.engine.shutdown().await;
     let data = t.data_dir();
-    let good_slot = std::fs::read_to_string(data.join("containers/good/uid-slot")).unwrap();
+    // Slots kept for good (disks holding host ids): one claimed twice, one
+    // out of range.
+    std::fs::write(data.join("containers/good/uid-slot"), "5").unwrap();
     std::fs::write(data.join("containers/bad/uid-slot"), "0").unwrap();
-    std::fs::write(data.join("containers/twin/uid-slot"), &good_slot).unwrap();
+    std::fs::write(data.join("containers/twin/uid-slot"), "5").unwrap();
     drop(t.engine);
     let mut config = shellgate_sandbox::EngineConfig::new(&data);
     config.helper_binary = common::BINARY.into();

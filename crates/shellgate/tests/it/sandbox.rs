@@ -970,17 +970,50 @@ async fn each_container_maps_to_host_ids_of_its_own() {
             .uid();
         assert_eq!(owner, base + 1000);
     }
-    // A restarted container keeps its range, so its files stay its own.
+    // A stopped container holds no range: the next start is given it. Its
+    // disk holds its own ids, so its files are still its own in whichever
+    // range it runs next, and the host stores them unshifted.
     t.engine.stop("a").await.unwrap();
+    t.create("c").await;
+    let init_c = t.engine.init_pid("c").await.unwrap().unwrap();
+    assert_eq!(
+        outside(init_c),
+        base_a,
+        "a stopped container's range was kept"
+    );
     t.engine.start("a").await.unwrap();
     let init_a = t.engine.init_pid("a").await.unwrap().unwrap();
-    assert_eq!(outside(init_a), base_a);
+    let moved = outside(init_a);
+    assert!(![base_a, base_b].contains(&moved), "{moved}");
     assert_eq!(
-        t.ok("a", "echo more >> /mnt/data/mine && cat /mnt/data/mine")
-            .await,
-        "more\n"
+        t.ok(
+            "a",
+            "echo more >> /mnt/data/mine && cat /mnt/data/mine && stat -c %u:%g /mnt/data/mine ~"
+        )
+        .await,
+        "more\n1000:1000\n1000:1000\n"
     );
-    // So does a container of a restarted engine.
+    let owner = std::fs::metadata(format!("/proc/{init_a}/root/mnt/data/mine"))
+        .unwrap()
+        .uid();
+    assert_eq!(owner, moved + 1000);
+    // A file the engine writes is the sandbox user's too, and a stopped
+    // container's files are read from its disk as they are.
+    t.engine
+        .write_file("a", "/mnt/data/put", b"x")
+        .await
+        .unwrap();
+    assert_eq!(
+        t.ok("a", "stat -c %u:%g /mnt/data/put").await,
+        "1000:1000\n"
+    );
+    t.engine.stop("a").await.unwrap();
+    assert_eq!(
+        t.engine.read_file("a", "/mnt/data/mine").await.unwrap(),
+        b"more\n"
+    );
+    // A container of a restarted engine runs in a range of its own too,
+    // with its files.
     let TestEngine { engine, dir } = t;
     engine.shutdown().await;
     drop(engine);
@@ -997,9 +1030,80 @@ async fn each_container_maps_to_host_ids_of_its_own() {
             .await,
         "again\n"
     );
-    let init_b = again.engine.init_pid("b").await.unwrap().unwrap();
-    assert_eq!(outside(init_b), base_b);
     again.finish().await;
+}
+
+/// Adds `base` to every owner under `dir` (links themselves), as disks made
+/// before idmapped mounts stored them.
+fn shift_owners_by(dir: &std::path::Path, base: u32) {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(dir).unwrap();
+    std::os::unix::fs::lchown(dir, Some(base + meta.uid()), Some(base + meta.gid())).unwrap();
+    if meta.is_dir() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            shift_owners_by(&entry.unwrap().path(), base);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_disk_holding_host_ids_keeps_its_range_for_good() {
+    let t = TestEngine::new("legacy-ids").await;
+    t.create("old").await;
+    t.ok("old", "echo kept > /mnt/data/f && mkdir ~/d").await;
+    let TestEngine { engine, dir } = t;
+    engine.shutdown().await;
+    drop(engine);
+    // Its disk as an engine that stored host ids left it: every owner in
+    // slot 7's range, the slot in its directory.
+    let data = dir.path().join("data");
+    let base = 3_000_000_000 + 7 * 65_536;
+    let mount_point = dir.path().join("legacy-mount");
+    std::fs::create_dir(&mount_point).unwrap();
+    let mount = std::process::Command::new("mount")
+        .arg("-o")
+        .arg("loop")
+        .arg(data.join("containers/old/disk.img"))
+        .arg(&mount_point)
+        .status()
+        .unwrap();
+    assert!(mount.success());
+    shift_owners_by(&mount_point, base);
+    let umount = std::process::Command::new("umount")
+        .arg(&mount_point)
+        .status()
+        .unwrap();
+    assert!(umount.success());
+    std::fs::write(data.join("containers/old/uid-slot"), "7").unwrap();
+    let mut config = shellgate_sandbox::EngineConfig::new(&data);
+    config.helper_binary = common::BINARY.into();
+    config.pool_size = 0;
+    config.spare_helpers = 0;
+    config.warm_containers = 0;
+    let (engine, _) = shellgate_sandbox::LocalEngine::open(config).await.unwrap();
+    let t = TestEngine { engine, dir };
+    assert_eq!(
+        t.ok(
+            "old",
+            "cat /mnt/data/f && echo new > /mnt/data/g && stat -c %u:%g /mnt/data/f ~/d /mnt/data/g"
+        )
+        .await,
+        "kept\n1000:1000\n1000:1000\n1000:1000\n"
+    );
+    let outside = |pid: i32| -> u32 {
+        let map = std::fs::read_to_string(format!("/proc/{pid}/uid_map")).unwrap();
+        map.split_whitespace().nth(1).unwrap().parse().unwrap()
+    };
+    let init = t.engine.init_pid("old").await.unwrap().unwrap();
+    assert_eq!(outside(init), base);
+    // Its slot is never leased to another container's run.
+    t.engine.stop("old").await.unwrap();
+    for id in ["n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8"] {
+        t.create(id).await;
+        let init = t.engine.init_pid(id).await.unwrap().unwrap();
+        assert_ne!(outside(init), base, "{id} was given a kept range");
+    }
+    t.finish().await;
 }
 
 /// Ports: a connection made by init inside the container's
