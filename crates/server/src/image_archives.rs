@@ -246,7 +246,7 @@ pub(crate) async fn hold(state: &Arc<AppState>, name: &str) -> ApiResult<Option<
     let fetched = {
         let _one_fetch = lock.lock().await;
         // Pinned under the lock: a removal (which takes it too) sees it.
-        cache().pin(name);
+        cache().pin_with(name, ());
         let held = Held(name.to_owned());
         if held_revision(state, name).await?.as_deref() == Some(row.revision.as_str()) {
             (held, false)
@@ -491,7 +491,7 @@ async fn remove_idle_copy(state: &AppState, name: &str, project: &str) -> ApiRes
         Ok(()) | Err(SandboxError::ImageNotFound(_)) => {}
         Err(error) => return Err(error.into()),
     }
-    cache().forget(name);
+    cache().forget_unpinned(name);
     tracing::info!(image = %name, "removed a fetched image beyond image_cache_bytes");
     Ok(())
 }

@@ -9,66 +9,11 @@
 //! this node and the copy's revision), and the operator's images are on
 //! every node's disk; neither is fetched again, so neither is removed.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use crate::pinned_lru::{Candidate, PinnedLru};
 
-/// Who uses which fetched image now, and when each was last used.
-#[derive(Default)]
-pub(crate) struct ImageCache {
-    uses: Mutex<HashMap<String, Use>>,
-    /// The last use's number (a counter: the order of uses is all that
-    /// matters).
-    counter: AtomicU64,
-}
-
-struct Use {
-    last_used: u64,
-    pins: u32,
-}
-
-impl ImageCache {
-    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, Use>> {
-        self.uses.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Image `name` is used from now until [`unpin`](Self::unpin): it is
-    /// never a victim meanwhile, and it is the most recently used.
-    pub(crate) fn pin(&self, name: &str) {
-        let used = self.counter.fetch_add(1, Ordering::SeqCst) + 1;
-        let mut entries = self.entries();
-        let entry = entries.entry(name.to_owned()).or_insert(Use {
-            last_used: used,
-            pins: 0,
-        });
-        entry.last_used = used;
-        entry.pins += 1;
-    }
-
-    pub(crate) fn unpin(&self, name: &str) {
-        if let Some(entry) = self.entries().get_mut(name) {
-            entry.pins = entry.pins.saturating_sub(1);
-        }
-    }
-
-    pub(crate) fn pinned(&self, name: &str) -> bool {
-        self.entries().get(name).is_some_and(|entry| entry.pins > 0)
-    }
-
-    /// When `name` was last used (0: not since this process started).
-    pub(crate) fn last_used(&self, name: &str) -> u64 {
-        self.entries().get(name).map_or(0, |entry| entry.last_used)
-    }
-
-    /// Drops what is known of `name` (its copy was removed), unless it is
-    /// in use.
-    pub(crate) fn forget(&self, name: &str) {
-        let mut entries = self.entries();
-        if entries.get(name).is_some_and(|entry| entry.pins == 0) {
-            entries.remove(name);
-        }
-    }
-}
+/// Who uses which fetched image now, and when each was last used (their
+/// sizes are the engine's listing's).
+pub(crate) type ImageCache = PinnedLru;
 
 /// Where a node's copy of a project image came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,7 +33,7 @@ pub(crate) struct NodeCopy {
     /// A container on this node is made from it, or a create or a build
     /// is about to use it.
     pub in_use: bool,
-    /// [`ImageCache::last_used`].
+    /// [`PinnedLru::last_used`].
     pub last_used: u64,
     /// When it was installed (the order of copies not used since this
     /// process started).
@@ -108,23 +53,14 @@ pub(crate) fn fetched_bytes(copies: &[NodeCopy]) -> u64 {
 /// fetched ones to fit in `bound` bytes; none in use (so those in use may
 /// keep the total above it).
 pub(crate) fn victims(copies: &[NodeCopy], bound: u64) -> Vec<String> {
-    let mut total = fetched_bytes(copies);
-    let mut idle: Vec<&NodeCopy> = copies
-        .iter()
-        .filter(|copy| copy.origin == Origin::Fetched && !copy.in_use)
-        .collect();
-    idle.sort_by(|a, b| {
-        (a.last_used, a.installed_at, &a.name).cmp(&(b.last_used, b.installed_at, &b.name))
+    let fetched = copies.iter().filter(|copy| copy.origin == Origin::Fetched);
+    let held = fetched.map(|copy| Candidate {
+        name: &copy.name,
+        bytes: copy.bytes,
+        pinned: copy.in_use,
+        age: (copy.last_used, copy.installed_at),
     });
-    let mut chosen = Vec::new();
-    for copy in idle {
-        if total <= bound {
-            break;
-        }
-        total = total.saturating_sub(copy.bytes);
-        chosen.push(copy.name.clone());
-    }
-    chosen
+    crate::pinned_lru::victims(held, bound)
 }
 
 #[cfg(test)]
@@ -191,28 +127,5 @@ mod tests {
             victims(&copies, 10),
             vec!["installed-early".to_owned(), "installed-late".to_owned()]
         );
-    }
-
-    #[test]
-    fn a_pin_makes_an_image_the_newest_and_keeps_it_until_unpinned() {
-        let cache = ImageCache::default();
-        assert_eq!(cache.last_used("a"), 0, "never used");
-        cache.pin("a");
-        cache.pin("b");
-        cache.unpin("b");
-        assert!(cache.pinned("a") && !cache.pinned("b"));
-        assert!(cache.last_used("b") > cache.last_used("a"));
-        cache.pin("a");
-        cache.unpin("a");
-        assert!(cache.pinned("a"), "pinned twice, given back once");
-        assert!(
-            cache.last_used("a") > cache.last_used("b"),
-            "a use makes it the newest"
-        );
-        cache.forget("a");
-        assert!(cache.pinned("a"), "one in use is not forgotten");
-        cache.unpin("a");
-        cache.forget("a");
-        assert_eq!(cache.last_used("a"), 0, "forgotten");
     }
 }

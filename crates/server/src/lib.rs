@@ -53,6 +53,7 @@ mod named_locks;
 mod openapi;
 pub(crate) mod ops;
 mod output_streams;
+mod pinned_lru;
 mod ports;
 mod processes;
 mod public_base;

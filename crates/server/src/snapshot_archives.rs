@@ -123,7 +123,7 @@ pub(crate) struct Held {
 
 impl Drop for Held {
     fn drop(&mut self) {
-        self.state.snapshot_cache.unpin(&self.id);
+        self.state.snapshot_cache.held.unpin(&self.id);
     }
 }
 
@@ -136,20 +136,22 @@ pub(crate) async fn hold(state: &Arc<AppState>, row: &SnapshotRow) -> ApiResult<
         return Ok(None);
     };
     let cache = &state.snapshot_cache;
-    let lock = cache.lock_of(&row.id);
+    let lock = cache.locks.of(&row.id);
     let fetched = {
         let _one_fetch = lock.lock().await;
-        if cache.pin(&row.id) {
+        if cache.held.pin(&row.id) {
             Ok(false)
         } else {
             fetch(state, &row.id, digest).await.map(|()| {
-                cache.insert_pinned(&row.id, u64::try_from(row.size_bytes).unwrap_or(0));
+                cache
+                    .held
+                    .pin_with(&row.id, u64::try_from(row.size_bytes).unwrap_or(0));
                 true
             })
         }
     };
     drop(lock);
-    cache.forget_lock(&row.id);
+    cache.locks.forget(&row.id);
     // Only a pin taken is given back (a failed fetch took none).
     let fetched = fetched?;
     let held = Held {
@@ -219,7 +221,7 @@ pub(crate) fn verify(
 /// `snapshot_cache_bytes` (never one a create restores from).
 async fn evict(state: &Arc<AppState>) {
     let bound = state.config.cluster.snapshot_cache_bytes.bytes();
-    for id in state.snapshot_cache.beyond(bound) {
+    for id in state.snapshot_cache.held.beyond(bound) {
         remove_held(state, &id).await;
     }
 }
@@ -228,17 +230,17 @@ async fn evict(state: &Arc<AppState>) {
 /// restoring from it.
 pub(crate) async fn remove_held(state: &AppState, id: &str) {
     let cache = &state.snapshot_cache;
-    let lock = cache.lock_of(id);
+    let lock = cache.locks.of(id);
     {
         let _one_at_a_time = lock.lock().await;
-        if cache.forget_unpinned(id) {
+        if cache.held.forget_unpinned(id) {
             if let Err(e) = state.engine.delete_snapshot(id).await {
                 tracing::warn!(snapshot = %id, "could not remove this node's copy: {e}");
             }
         }
     }
     drop(lock);
-    cache.forget_lock(id);
+    cache.locks.forget(id);
 }
 
 /// At a node's start: the snapshots its engine holds whose rows exist
@@ -259,6 +261,7 @@ pub(crate) async fn adopt(state: &Arc<AppState>) -> ApiResult<()> {
         match existing.get(id) {
             Some(bytes) => state
                 .snapshot_cache
+                .held
                 .adopt(id, u64::try_from(*bytes).unwrap_or(0)),
             None => {
                 tracing::info!(snapshot = %id, "removing a snapshot the store does not know");
@@ -283,7 +286,7 @@ pub(crate) async fn sweep(state: &Arc<AppState>, now: i64) -> ApiResult<()> {
         return Ok(());
     }
     cache.swept_at.store(now, Ordering::SeqCst);
-    let copies = cache.ids();
+    let copies = cache.held.names();
     if !copies.is_empty() {
         let asked = copies.clone();
         let existing: std::collections::HashSet<String> = state

@@ -208,6 +208,7 @@ pub(crate) async fn take(
                 // Its files here are the first copy of this node's cache.
                 state
                     .snapshot_cache
+                    .held
                     .adopt(&row.id, u64::try_from(row.size_bytes).unwrap_or(0));
             }
             return Ok(row);
