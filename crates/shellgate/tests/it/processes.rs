@@ -42,6 +42,38 @@ fn pty(command: &str) -> ProcessSpec {
 /// Reads the process's output until `needle` shows (or it ends); returns
 /// everything read and the next offset.
 async fn read_until(t: &TestEngine, c: &str, p: &str, after: u64, needle: &str) -> (String, u64) {
+    read_to(t, c, p, after, needle, |text| text.contains(needle)).await
+}
+
+/// The prompt of a Python REPL.
+const PROMPT: &str = ">>> ";
+
+/// Reads until `needle` shows and then the REPL's prompt after it: the
+/// REPL is back in readline, waiting for a line.
+async fn read_to_prompt(
+    t: &TestEngine,
+    c: &str,
+    p: &str,
+    after: u64,
+    needle: &str,
+) -> (String, u64) {
+    read_to(t, c, p, after, needle, |text| {
+        text.find(needle)
+            .is_some_and(|at| text[at + needle.len()..].contains(PROMPT))
+    })
+    .await
+}
+
+/// Reads the process's output until `done` holds of all read (or it ends,
+/// a failure naming `what`); returns everything read and the next offset.
+async fn read_to(
+    t: &TestEngine,
+    c: &str,
+    p: &str,
+    after: u64,
+    what: &str,
+    done: impl Fn(&str) -> bool,
+) -> (String, u64) {
     let mut text = String::new();
     let mut offset = after;
     loop {
@@ -55,12 +87,12 @@ async fn read_until(t: &TestEngine, c: &str, p: &str, after: u64, needle: &str) 
             text.push_str(&String::from_utf8_lossy(&chunk.data));
         }
         offset = output.next_offset;
-        if text.contains(needle) {
+        if done(&text) {
             return (text, offset);
         }
         assert!(
             output.process.status == ProcessStatus::Running,
-            "ended before {needle:?}: {text:?} {:?}",
+            "ended before {what:?}: {text:?} {:?}",
             output.process
         );
     }
@@ -110,7 +142,12 @@ async fn a_repl_takes_stdin_through_a_pipe_and_a_terminal() {
     )
     .await
     .unwrap();
-    let (text, offset) = read_until(&t, "c1", "p2", 0, "columns=100, lines=30").await;
+    // Resized once the REPL is back at its prompt, as a user resizes: as
+    // readline prepares the terminal for each prompt it reads the window
+    // size and writes it back (TIOCGWINSZ, then TIOCSWINSZ), so a resize
+    // that lands between the two is undone by the REPL itself, in any
+    // terminal. The engine's resize is in effect when it returns.
+    let (text, offset) = read_to_prompt(&t, "c1", "p2", 0, "columns=100, lines=30").await;
     assert!(text.contains("tty True xterm-256color hello"), "{text}");
     e.resize_process("c1", "p2", 132, 43).await.unwrap();
     e.write_process_stdin(
