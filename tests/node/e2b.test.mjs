@@ -154,6 +154,11 @@ test('pty: create, input, resize', async () => {
     rows: 24,
     onData: (data) => (screen += decoder.decode(data, { stream: true })),
   });
+  // Resized once the shell shows its prompt, as a person would: bash's
+  // readline reads the window size and writes it back as it prepares each
+  // prompt, so a resize landing between the two would be undone by the
+  // shell itself.
+  await until(() => screen.includes('$ '), "the shell's prompt");
   await sandbox.pty.resize(terminal.pid, { cols: 100, rows: 30 });
   await sandbox.pty.sendInput(terminal.pid, new TextEncoder().encode('tty; stty size; exit\n'));
   const done = await terminal.wait();

@@ -324,9 +324,10 @@ def test_a_terminal_over_the_websocket_through_each_replica(cluster, replica):
     pid = started.json()["id"]
     url = f"{http.base.replace('http://', 'ws://')}/containers/{cid}/processes/{pid}/ws?access_token={ALPHA}"
 
-    def read_until(socket, needle):
+    def read_until(socket, needle, then=""):
+        """Reads until `needle` shows, and `then` after it."""
         text = b""
-        while needle.encode() not in text:
+        while needle.encode() not in text or then.encode() not in text.split(needle.encode(), 1)[1]:
             frame = socket.recv(timeout=30)
             assert isinstance(frame, bytes), frame
             text += frame
@@ -334,7 +335,10 @@ def test_a_terminal_over_the_websocket_through_each_replica(cluster, replica):
 
     with connect(url) as socket:
         socket.send(b"test -t 0 && echo tty-$((1+1)); stty size; echo through-$((6*7))\n")
-        text = read_until(socket, "through-42")
+        # Resized once bash is back at its prompt: readline reads the window
+        # size and writes it back as it prepares each prompt, so a resize
+        # landing between the two would be undone by the shell itself.
+        text = read_until(socket, "through-42", then="$ ")
         assert "tty-2" in text and "30 100" in text, text
         socket.send(json.dumps({"type": "resize", "cols": 120, "rows": 40}))
         socket.send(b"stty size\n")

@@ -133,8 +133,9 @@ def test_a_repl_through_a_pipe_and_a_terminal_over_json_and_the_websocket(server
     with connect(socket_url(server, cid, tty["id"], access_token=KEY_A)) as socket:
         socket.send(b"import os, sys; print('tty', sys.stdin.isatty(), os.environ['TERM'], os.get_terminal_size())\n")
         # Each step waits for the prompt, as a user does: input typed ahead
-        # of readline (which switches the terminal's modes) is the
-        # terminal's own race, not the server's.
+        # of readline (which switches the terminal's modes, and reads the
+        # window size and writes it back, undoing a resize in between) is
+        # the terminal's own race, not the server's.
         text = socket_read_until(socket, "lines=30)\r\n>>> ")
         assert "tty True xterm-256color" in text and "columns=100" in text, text
         socket.send(json.dumps({"type": "resize", "cols": 132, "rows": 43}))
