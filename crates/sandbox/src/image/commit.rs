@@ -122,10 +122,51 @@ fn remove_overlay_marks(upper: &Path, tree: &Path) -> Result<(), SandboxError> {
                 .metadata()
                 .context(|| format!("stat {}", entry.path().display()))?;
             let target = to.join(entry.file_name());
+            if is_whiteout(&meta) {
+                remove_any(&target)?;
+                continue;
+            }
+            drop_set_id_bits(&target, &meta)?;
             if meta.is_dir() {
                 pending.push((entry.path(), target));
-            } else if is_whiteout(&meta) {
-                remove_any(&target)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Clears the set-user-id and set-group-id bits (and a file's sticky bit)
+/// of `path`, a copy of what `meta` describes. They mean nothing in a
+/// container (`nosuid` mounts, `no_new_privs`), and the image's tree is on
+/// the host, traversable by the sandboxes' ids and owned by the container's
+/// own ids: a file a container made set-uid there would be a set-uid-root
+/// program on the host. Imported images lose them the same way.
+fn drop_set_id_bits(path: &Path, meta: &fs::Metadata) -> Result<(), SandboxError> {
+    use std::os::unix::fs::PermissionsExt;
+    let kept = match () {
+        _ if meta.file_type().is_symlink() => return Ok(()),
+        _ if meta.is_dir() => 0o1777,
+        _ => 0o777,
+    };
+    let mode = meta.mode() & 0o7777;
+    if mode & !kept == 0 {
+        return Ok(());
+    }
+    fs::set_permissions(path, fs::Permissions::from_mode(mode & kept))
+        .context(|| format!("chmod {}", path.display()))
+}
+
+/// [`drop_set_id_bits`] for everything under `dir` (links not followed).
+fn drop_set_id_bits_below(dir: &Path) -> Result<(), SandboxError> {
+    let mut pending = vec![dir.to_owned()];
+    while let Some(dir) = pending.pop() {
+        for entry in fs::read_dir(&dir).context(|| format!("list {}", dir.display()))? {
+            let entry = entry.context(|| format!("list {}", dir.display()))?;
+            let path = entry.path();
+            let meta = fs::symlink_metadata(&path).context(|| format!("stat {}", path.display()))?;
+            drop_set_id_bits(&path, &meta)?;
+            if meta.is_dir() {
+                pending.push(path);
             }
         }
     }
@@ -209,7 +250,8 @@ pub(super) fn install_home(home: &Path, tree: &Path, home_path: &str) -> Result<
         return Ok(());
     }
     fs::remove_dir_all(&at).context(|| format!("empty {}", at.display()))?;
-    copy_onto(home, &at)
+    copy_onto(home, &at)?;
+    drop_set_id_bits_below(&at)
 }
 
 #[cfg(test)]
@@ -305,5 +347,33 @@ mod tests {
         std::os::unix::fs::symlink(&tree, other.join("home/user")).expect("symlink");
         let refused = install_home(&home, &other, "/home/user");
         assert!(refused.is_err(), "a link on the way: {refused:?}");
+    }
+
+    #[test]
+    fn set_id_bits_a_container_gave_do_not_reach_the_image() {
+        use std::os::unix::fs::PermissionsExt;
+        let scratch = Scratch::new("setid");
+        let (upper, home, tree) = (
+            scratch.0.join("upper"),
+            scratch.0.join("home"),
+            scratch.0.join("tree"),
+        );
+        for dir in ["upper/bin", "upper/shared", "home/d", "tree"] {
+            fs::create_dir_all(scratch.0.join(dir)).expect("mkdir");
+        }
+        let chmod = |path: &Path, mode: u32| {
+            fs::set_permissions(path, fs::Permissions::from_mode(mode)).expect("chmod")
+        };
+        fs::write(upper.join("bin/shell"), "x").expect("write");
+        chmod(&upper.join("bin/shell"), 0o6755);
+        chmod(&upper.join("shared"), 0o3777);
+        fs::write(home.join("d/tool"), "x").expect("write");
+        chmod(&home.join("d/tool"), 0o4711);
+        apply_upper(&upper, &tree).expect("apply");
+        install_home(&home, &tree, "/home/user").expect("install");
+        let mode = |p: &str| fs::symlink_metadata(tree.join(p)).expect("stat").mode() & 0o7777;
+        assert_eq!(mode("bin/shell"), 0o755);
+        assert_eq!(mode("shared"), 0o1777, "a directory keeps its sticky bit");
+        assert_eq!(mode("home/user/d/tool"), 0o711);
     }
 }
