@@ -143,7 +143,7 @@ impl Commands {
         deltas: Option<DeltaSink>,
     ) -> Result<Vec<CommandResult>, SandboxError> {
         request.validate()?;
-        let container = engine.inner.containers.get(id)?;
+        let container = engine.container(id).await?;
         let timeout = Duration::from_millis(request.timeout_ms);
         let deadline = request
             .deadline_ms

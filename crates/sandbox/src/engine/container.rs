@@ -217,16 +217,52 @@ pub(super) struct Container {
     allowed_domains: Mutex<Vec<String>>,
 }
 
-/// The engine's containers, by id.
+/// The engine's containers, by id: each loaded (its record in memory) or
+/// only stored (known by its directory, read at its first use), so that
+/// thousands of stopped containers cost the server next to nothing until
+/// one is used.
 #[derive(Default)]
-pub(super) struct Containers(Mutex<HashMap<String, Arc<Container>>>);
+pub(super) struct Containers(Mutex<HashMap<String, Entry>>);
+
+/// What the engine holds of one container.
+pub(super) enum Entry {
+    Loaded(Arc<Container>),
+    /// Its directory, not read yet beyond the ids its disk holds (a kept
+    /// slot is claimed from the start: no lease may take it).
+    Stored(DiskIds),
+}
 
 impl Containers {
-    pub fn get(&self, id: &str) -> Result<Arc<Container>, SandboxError> {
-        lock(&self.0)
-            .get(id)
-            .cloned()
-            .ok_or_else(|| SandboxError::NotFound(id.to_owned()))
+    /// The container's record, or the ids of one not read yet.
+    pub fn find(&self, id: &str) -> Result<Entry, SandboxError> {
+        match lock(&self.0).get(id) {
+            Some(Entry::Loaded(container)) => Ok(Entry::Loaded(Arc::clone(container))),
+            Some(Entry::Stored(ids)) => Ok(Entry::Stored(*ids)),
+            None => Err(SandboxError::NotFound(id.to_owned())),
+        }
+    }
+
+    /// Whether the container exists, loaded or not.
+    pub fn contains(&self, id: &str) -> Result<(), SandboxError> {
+        match lock(&self.0).contains_key(id) {
+            true => Ok(()),
+            false => Err(SandboxError::NotFound(id.to_owned())),
+        }
+    }
+
+    /// Keeps the record read for a stored container; one another caller
+    /// loaded meanwhile wins, and one removed meanwhile is not found.
+    pub fn loaded(&self, container: Container) -> Result<Arc<Container>, SandboxError> {
+        let mut containers = lock(&self.0);
+        match containers.get_mut(&container.id) {
+            Some(Entry::Loaded(kept)) => Ok(Arc::clone(kept)),
+            Some(entry) => {
+                let container = Arc::new(container);
+                *entry = Entry::Loaded(Arc::clone(&container));
+                Ok(container)
+            }
+            None => Err(SandboxError::NotFound(container.id.clone())),
+        }
     }
 
     /// Adds a container whose id is not taken.
@@ -235,7 +271,7 @@ impl Containers {
         if containers.contains_key(&container.id) {
             return Err(SandboxError::AlreadyExists(container.id.clone()));
         }
-        containers.insert(container.id.clone(), Arc::clone(container));
+        containers.insert(container.id.clone(), Entry::Loaded(Arc::clone(container)));
         Ok(())
     }
 
@@ -243,17 +279,48 @@ impl Containers {
         lock(&self.0).remove(id);
     }
 
-    pub fn all(&self) -> Vec<Arc<Container>> {
-        lock(&self.0).values().cloned().collect()
+    /// Removes a container still only stored (`false` if it was loaded or
+    /// removed meanwhile: then it is someone else's to remove).
+    pub fn forget_stored(&self, id: &str) -> bool {
+        let mut containers = lock(&self.0);
+        match containers.get(id) {
+            Some(Entry::Stored(_)) => containers.remove(id).is_some(),
+            _ => false,
+        }
+    }
+
+    /// The loaded containers (only a loaded one can be running).
+    pub fn loaded_all(&self) -> Vec<Arc<Container>> {
+        lock(&self.0)
+            .values()
+            .filter_map(|entry| match entry {
+                Entry::Loaded(container) => Some(Arc::clone(container)),
+                Entry::Stored(_) => None,
+            })
+            .collect()
+    }
+
+    /// The ids of those only stored, and the ids their disks hold.
+    pub fn stored(&self) -> Vec<(String, DiskIds)> {
+        lock(&self.0)
+            .iter()
+            .filter_map(|(id, entry)| match entry {
+                Entry::Stored(ids) => Some((id.clone(), *ids)),
+                Entry::Loaded(_) => None,
+            })
+            .collect()
     }
 
     pub fn ids(&self) -> Vec<String> {
         lock(&self.0).keys().cloned().collect()
     }
 
-    /// Those a previous engine left (see `recovery`).
-    pub fn replace_all(&self, containers: HashMap<String, Arc<Container>>) {
-        *lock(&self.0) = containers;
+    /// Those a previous engine left, stored (see `recovery`).
+    pub fn replace_all(&self, stored: HashMap<String, DiskIds>) {
+        *lock(&self.0) = stored
+            .into_iter()
+            .map(|(id, ids)| (id, Entry::Stored(ids)))
+            .collect();
     }
 }
 

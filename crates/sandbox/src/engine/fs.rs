@@ -277,7 +277,7 @@ impl FileWorkers {
         id: &str,
         task: Task,
     ) -> Result<Output, SandboxError> {
-        let container = engine.inner.containers.get(id)?;
+        let container = engine.container(id).await?;
         let (mut worker, _) = self.start_worker(engine, &container, &task).await?;
         match tokio::time::timeout(TASK_TIMEOUT, worker.outcome()).await {
             Ok(outcome) => outcome,
@@ -317,7 +317,7 @@ impl FileWorkers {
         id: &str,
         path: &str,
     ) -> Result<FsEntry, SandboxError> {
-        let container = engine.inner.containers.get(id)?;
+        let container = engine.container(id).await?;
         if let Some((data, in_flight)) = self.stopped_data(engine, &container, path).await? {
             let owned = path.to_owned();
             let served = super::blocking(move || {
@@ -353,7 +353,7 @@ impl FileWorkers {
         depth: u32,
         limit: u32,
     ) -> Result<FsListing, SandboxError> {
-        let container = engine.inner.containers.get(id)?;
+        let container = engine.container(id).await?;
         if let Some((data, in_flight)) = self.stopped_data(engine, &container, path).await? {
             let owned = path.to_owned();
             let served = super::blocking(move || {
@@ -469,7 +469,7 @@ impl FileWorkers {
         id: &str,
         path: &str,
     ) -> Result<Box<dyn Upload<ArchiveImported>>, SandboxError> {
-        let disk = engine.inner.containers.get(id)?.spec.disk_bytes;
+        let disk = engine.container(id).await?.spec.disk_bytes;
         let task = Task::ArchiveImport {
             path: path.to_owned(),
             max_bytes: IMPORT_MAX_BYTES.min(disk),
@@ -485,7 +485,7 @@ impl FileWorkers {
         id: &str,
         path: &str,
     ) -> Result<FsDownload, SandboxError> {
-        let container = engine.inner.containers.get(id)?;
+        let container = engine.container(id).await?;
         // Only a sparse file claims more than the container could hold.
         let max_bytes = container
             .spec
@@ -552,7 +552,7 @@ impl FileWorkers {
             param: "exclude",
             message: e.to_string(),
         })?;
-        let container = engine.inner.containers.get(id)?;
+        let container = engine.container(id).await?;
         if let Some((data, in_flight)) = self.stopped_data(engine, &container, path).await? {
             // Opened and checked first, so a path that leaves /mnt/data is
             // asked of the container instead, and anything but a readable
@@ -628,7 +628,7 @@ impl FileWorkers {
         task: Task,
         expect: fn(Output) -> Result<T, SandboxError>,
     ) -> Result<Box<dyn Upload<T>>, SandboxError> {
-        let container = engine.inner.containers.get(id)?;
+        let container = engine.container(id).await?;
         let (worker, ends) = self.start_worker(engine, &container, &task).await?;
         Ok(Box::new(WorkerUpload {
             worker: Some(worker),

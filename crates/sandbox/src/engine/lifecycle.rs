@@ -186,7 +186,7 @@ impl LocalEngine {
         id: &str,
         wake: Wake,
     ) -> Result<(DataDir, InFlight), SandboxError> {
-        let container = self.inner.containers.get(id)?;
+        let container = self.container(id).await?;
         let mut state = container.state.lock().await;
         if container.destroyed() {
             return Err(SandboxError::NotFound(id.to_owned()));

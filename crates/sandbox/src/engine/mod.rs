@@ -73,7 +73,7 @@ use crate::disk::{self, DiskKind};
 use crate::error::{IoContext, SandboxError};
 use crate::image::ImageStore;
 use command::Commands;
-use container::{Container, Containers, Wake};
+use container::{Container, Containers, Entry, Wake};
 use fs_paths::FileWorkers;
 pub use network::EgressSettings;
 use network::Networks;
@@ -420,11 +420,21 @@ impl LocalEngine {
         phase_done("engine: containers loaded", started);
         let started = std::time::Instant::now();
         snapshots::recover(&engine.inner.config.data_dir);
-        if engine.inner.config.prune_images {
-            let pruning = engine.clone();
-            let _ = tokio::task::spawn_blocking(move || pruning.prune_retired_images()).await;
-        }
-        phase_done("engine: snapshots and images", started);
+        phase_done("engine: snapshots", started);
+        // The containers no request has read yet are checked once the
+        // engine serves (see `recovery::tidy`), and the image trees none
+        // uses pruned then.
+        let tidying = engine.clone();
+        tokio::task::spawn_blocking(move || {
+            let started = std::time::Instant::now();
+            match tidying.inner.config.prune_images {
+                true => tidying.prune_retired_images(),
+                false => {
+                    let _ = recovery::tidy(&tidying.inner, || tidying.closing());
+                }
+            }
+            phase_done("engine: stored containers checked (background)", started);
+        });
         engine.inner.pools.refill_all(&engine);
         Ok((engine, warnings))
     }
@@ -434,15 +444,27 @@ impl LocalEngine {
         if !self.inner.config.prune_images {
             return;
         }
+        // What the containers not loaded yet were made from is read from
+        // their specs; one that cannot be read keeps every tree.
+        match recovery::tidy(&self.inner, || self.closing()) {
+            Some(stored) => self.prune_retired_images_beside(stored),
+            None => tracing::info!("image pruning skipped: not every container's spec was read"),
+        }
+    }
+
+    /// Removes the retired image trees that neither a loaded container,
+    /// nor `stored` (image, revision) pairs, nor a snapshot uses.
+    fn prune_retired_images_beside(&self, stored: Vec<(String, String)>) {
         let in_use: std::collections::HashSet<(String, String)> = self
             .inner
             .containers
-            .all()
+            .loaded_all()
             .iter()
             .filter_map(|c| {
                 let revision = c.spec.image_revision.clone()?;
                 Some((c.spec.image.clone(), revision))
             })
+            .chain(stored)
             // A deleted image's snapshots are not restored (no create
             // names a deleted image): they keep no tree.
             .chain(
@@ -468,9 +490,30 @@ impl LocalEngine {
         &self.inner.images
     }
 
+    /// A container's record, read from its directory at its first use.
+    async fn container(&self, id: &str) -> Result<Arc<Container>, SandboxError> {
+        match self.inner.containers.find(id)? {
+            Entry::Loaded(container) => Ok(container),
+            Entry::Stored(disk_ids) => {
+                let (inner, id) = (Arc::clone(&self.inner), id.to_owned());
+                blocking(move || recovery::load_stored(&inner, &id, disk_ids)).await
+            }
+        }
+    }
+
+    /// [`Self::container`] for the backend's synchronous calls (masking,
+    /// secrets), which come after a request has loaded the container: a
+    /// record read there is one small file, once.
+    fn container_now(&self, id: &str) -> Result<Arc<Container>, SandboxError> {
+        match self.inner.containers.find(id)? {
+            Entry::Loaded(container) => Ok(container),
+            Entry::Stored(disk_ids) => recovery::load_stored(&self.inner, id, disk_ids),
+        }
+    }
+
     /// Host pid of a running container's init (for tests and reports).
     pub async fn init_pid(&self, id: &str) -> Result<Option<i32>, SandboxError> {
-        let container = self.inner.containers.get(id)?;
+        let container = self.container(id).await?;
         let state = container.state.lock().await;
         Ok(state.as_ref().filter(|r| r.alive()).map(|r| r.init_pid))
     }
@@ -859,7 +902,7 @@ impl SandboxBackend for LocalEngine {
         id: &str,
         port: u16,
     ) -> Result<shellgate_sandbox_api::PortConnection, SandboxError> {
-        ports::connect(&self.inner.containers, id, port).await
+        ports::connect(self.container(id).await?, id, port).await
     }
 
     async fn run_streaming(
@@ -873,16 +916,16 @@ impl SandboxBackend for LocalEngine {
     }
 
     fn masker(&self, id: &str) -> Option<Arc<shellgate_egress::secrets::Masker>> {
-        self.inner.containers.get(id).ok()?.masker()
+        self.container_now(id).ok()?.masker()
     }
 
     fn secrets_match(&self, id: &str, asked: &[shellgate_egress::secrets::DomainSecret]) -> bool {
-        let container = self.inner.containers.get(id);
+        let container = self.container_now(id);
         container.is_ok_and(|container| container.secrets_match(asked))
     }
 
     fn secret_status(&self, id: &str) -> Vec<crate::backend::SecretStatus> {
-        let container = self.inner.containers.get(id);
+        let container = self.container_now(id);
         container.map_or_else(|_| Vec::new(), |container| container.secret_status())
     }
 
@@ -891,7 +934,7 @@ impl SandboxBackend for LocalEngine {
         id: &str,
         supplied: Vec<shellgate_egress::secrets::DomainSecret>,
     ) -> Result<(), SandboxError> {
-        let container = self.inner.containers.get(id)?;
+        let container = self.container(id).await?;
         let mut state = container.state.lock().await;
         if container.destroyed() {
             return Err(SandboxError::NotFound(id.to_owned()));
@@ -915,7 +958,7 @@ impl SandboxBackend for LocalEngine {
         id: &str,
         allowed_domains: Vec<String>,
     ) -> Result<(), SandboxError> {
-        let container = self.inner.containers.get(id)?;
+        let container = self.container(id).await?;
         if container.spec.network.is_disabled() {
             // Its namespace has no proxy sockets, resolver or trust store:
             // only a new init could have them, and that ends its processes.
@@ -948,14 +991,14 @@ impl SandboxBackend for LocalEngine {
     }
 
     async fn stop(&self, id: &str) -> Result<(), SandboxError> {
-        let container = self.inner.containers.get(id)?;
+        let container = self.container(id).await?;
         let mut state = container.state.lock().await;
         self.stop_locked(&container, &mut state).await;
         Ok(())
     }
 
     async fn suspend_if_idle(&self, id: &str) -> Result<bool, SandboxError> {
-        let container = self.inner.containers.get(id)?;
+        let container = self.container(id).await?;
         let mut state = container.state.lock().await;
         if container.busy() {
             return Ok(false);
@@ -965,12 +1008,12 @@ impl SandboxBackend for LocalEngine {
     }
 
     async fn start(&self, id: &str) -> Result<(), SandboxError> {
-        let container = self.inner.containers.get(id)?;
+        let container = self.container(id).await?;
         self.ensure_running(&container).await.map(drop)
     }
 
     async fn destroy(&self, id: &str) -> Result<(), SandboxError> {
-        let container = self.inner.containers.get(id)?;
+        let container = self.container(id).await?;
         let state = container.state.lock().await;
         if container.destroyed() {
             return Err(SandboxError::NotFound(id.to_owned()));
@@ -979,7 +1022,7 @@ impl SandboxBackend for LocalEngine {
     }
 
     async fn destroy_if_idle(&self, id: &str) -> Result<bool, SandboxError> {
-        let container = self.inner.containers.get(id)?;
+        let container = self.container(id).await?;
         let state = container.state.lock().await;
         if container.destroyed() {
             return Err(SandboxError::NotFound(id.to_owned()));
@@ -993,7 +1036,7 @@ impl SandboxBackend for LocalEngine {
     }
 
     async fn hold(&self, id: &str) -> Result<ActivityHold, SandboxError> {
-        let container = self.inner.containers.get(id)?;
+        let container = self.container(id).await?;
         // Under the state lock, as every in-flight count is taken: an idle
         // check holding it sees this hold or runs before it.
         let _state = container.state.lock().await;
@@ -1004,7 +1047,7 @@ impl SandboxBackend for LocalEngine {
     }
 
     async fn inspect(&self, id: &str) -> Result<ContainerInfo, SandboxError> {
-        let container = self.inner.containers.get(id)?;
+        let container = self.container(id).await?;
         let state = container.state.lock().await;
         let running = state.as_ref().is_some_and(|r| r.alive());
         Ok(ContainerInfo {
@@ -1022,7 +1065,7 @@ impl SandboxBackend for LocalEngine {
         &self,
         id: &str,
     ) -> Result<Option<crate::backend::ContainerUsage>, SandboxError> {
-        let container = self.inner.containers.get(id)?;
+        let container = self.container(id).await?;
         let running = container.state.lock().await.clone();
         let Some(running) = running.filter(|r| r.alive()) else {
             return Ok(None);
@@ -1075,7 +1118,7 @@ impl SandboxBackend for LocalEngine {
     }
 
     async fn read_file(&self, id: &str, path: &str) -> Result<Vec<u8>, SandboxError> {
-        let limit = self.inner.containers.get(id)?.spec.disk_bytes;
+        let limit = self.container(id).await?.spec.disk_bytes;
         let (data, in_flight) = self.files(id, Wake::No).await?;
         let path = path.to_owned();
         blocking(move || {
@@ -1086,7 +1129,7 @@ impl SandboxBackend for LocalEngine {
     }
 
     async fn open_file(&self, id: &str, path: &str) -> Result<std::fs::File, SandboxError> {
-        let limit = self.inner.containers.get(id)?.spec.disk_bytes;
+        let limit = self.container(id).await?.spec.disk_bytes;
         let (data, in_flight) = self.files(id, Wake::No).await?;
         let path = path.to_owned();
         blocking(move || {
@@ -1317,7 +1360,7 @@ impl SandboxBackend for LocalEngine {
         // another a server with thousands of containers took minutes to end.
         let stopping = Arc::new(tokio::sync::Semaphore::new(STOPS_AT_ONCE));
         let mut stops = tokio::task::JoinSet::new();
-        for container in self.inner.containers.all() {
+        for container in self.inner.containers.loaded_all() {
             let (engine, stopping) = (self.clone(), Arc::clone(&stopping));
             stops.spawn(async move {
                 let Ok(_permit) = stopping.acquire_owned().await else {

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::container::{Containers, InFlight};
+use super::container::{Container, InFlight};
 use crate::children::register;
 use crate::error::{IoContext, SandboxError};
 use crate::protocol::{ConnectReply, Request};
@@ -65,7 +65,7 @@ struct Held {
 /// A connection to `port` in running container `id`, counted in flight
 /// and against its cap until dropped.
 pub(super) async fn connect(
-    containers: &Containers,
+    container: Arc<Container>,
     id: &str,
     port: u16,
 ) -> Result<PortConnection, SandboxError> {
@@ -77,7 +77,6 @@ pub(super) async fn connect(
             ),
         });
     }
-    let container = containers.get(id)?;
     let (running, in_flight) = {
         let state = container.state.lock().await;
         if container.destroyed() {

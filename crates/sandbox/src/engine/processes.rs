@@ -457,7 +457,7 @@ impl Processes {
         spec: ProcessSpec,
     ) -> Result<ProcessInfo, SandboxError> {
         spec.validate()?;
-        let container = engine.inner.containers.get(id)?;
+        let container = engine.container(id).await?;
         let table = self.table(id);
         let reserved = table.reserve(process_id)?;
         let (running, in_flight) = engine.enter(&container).await?;
@@ -543,7 +543,7 @@ impl Processes {
         id: &str,
         process_id: &str,
     ) -> Result<Arc<Process>, SandboxError> {
-        containers.get(id)?;
+        containers.contains(id)?;
         self.table(id).find(process_id)
     }
 
@@ -552,7 +552,7 @@ impl Processes {
         containers: &Containers,
         id: &str,
     ) -> Result<Vec<ProcessInfo>, SandboxError> {
-        containers.get(id)?;
+        containers.contains(id)?;
         let table = self.table(id);
         let mut table = lock(&table.processes);
         table.prune();

@@ -2,10 +2,17 @@
 //! taken over (containers, pooled disks) or removed (cgroups, half-made and
 //! throwaway containers). A container whose id slot cannot be trusted is
 //! quarantined, never mapped to a range another container may use.
+//!
+//! Before the engine serves, each container's directory is read only for
+//! the ids its disk holds (its `uid-slot` file: a kept slot must be claimed
+//! before any is leased); its spec is read at its first use
+//! ([`load_stored`]). What no request touches is checked in the background
+//! ([`tidy`]): the directories of throwaway containers or of ones without a
+//! spec are removed, and image trees no container uses are pruned.
 
 use std::collections::HashMap;
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,8 +37,8 @@ pub(super) async fn recover(inner: &Arc<Inner>) -> Result<(), SandboxError> {
     super::blocking(move || load(&loading)).await
 }
 
-/// Adopts the pool's formatted disks and loads every container's
-/// directory (its spec and id slot) as stopped.
+/// Adopts the pool's formatted disks and takes every container's
+/// directory as stored (stopped), its kept slot claimed.
 fn load(inner: &Inner) -> Result<(), SandboxError> {
     let pool_dir = inner.config.data_dir.join("pool");
     let mut pool = Vec::new();
@@ -58,22 +65,18 @@ fn load(inner: &Inner) -> Result<(), SandboxError> {
             dirs.push((name, entry.path()));
         }
     }
-    let mut loaded = HashMap::new();
+    let mut stored = HashMap::new();
     for Found {
         name,
         dir,
-        spec,
         disk_ids,
     } in read_all(inner, dirs)?
     {
-        let spec = match (validate_container_id(&name), spec) {
-            (Ok(()), Some(spec)) if !spec.ephemeral => spec,
-            _ => {
-                tracing::info!(dir = %dir.display(), "removing a half-created, destroyed or throwaway container");
-                let _ = fs::remove_dir_all(&dir);
-                continue;
-            }
-        };
+        if validate_container_id(&name).is_err() {
+            tracing::info!(dir = %dir.display(), "removing a half-created or destroyed container");
+            let _ = fs::remove_dir_all(&dir);
+            continue;
+        }
         // Kept slots are claimed one after another, in the directory's
         // order: of two claiming one slot, the second is refused. A disk
         // holding the container's own ids claims none until it starts.
@@ -85,10 +88,7 @@ fn load(inner: &Inner) -> Result<(), SandboxError> {
         });
         match disk_ids {
             Ok(disk_ids) => {
-                loaded.insert(
-                    name.clone(),
-                    Arc::new(Container::new(name, spec, dir, disk_ids)),
-                );
+                stored.insert(name, disk_ids);
             }
             Err(why) => {
                 // Its files are owned by an id range we cannot name:
@@ -103,15 +103,98 @@ fn load(inner: &Inner) -> Result<(), SandboxError> {
             }
         }
     }
-    inner.containers.replace_all(loaded);
+    inner.containers.replace_all(stored);
     Ok(())
 }
 
-/// A container directory's spec and the ids its disk holds, as read.
+/// Reads the spec in container directory `dir`: `None` for a leftover
+/// whose directory is to go (no spec, a corrupt one, or a throwaway
+/// container's, which a crash left). An error other than a missing or
+/// corrupt file (a full descriptor table, say) is returned: it is no
+/// reason to remove anything.
+fn read_spec(dir: &Path) -> Result<Option<ContainerSpec>, SandboxError> {
+    let path = dir.join("spec.json");
+    let bytes = match fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(SandboxError::io(format!("read {}", path.display()), e)),
+    };
+    Ok(serde_json::from_slice::<ContainerSpec>(&bytes)
+        .ok()
+        .filter(|spec| !spec.ephemeral))
+}
+
+/// Removes a stored container's directory (it is no longer in the map),
+/// then returns the slot its disk kept.
+fn remove_leftover(inner: &Inner, id: &str, disk_ids: DiskIds) {
+    let dir = inner.config.data_dir.join("containers").join(id);
+    tracing::info!(dir = %dir.display(), "removing a throwaway container or one without a spec");
+    if let Err(e) = fs::remove_dir_all(&dir) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            tracing::warn!(container = %id, "could not remove its directory: {e}");
+        }
+    }
+    if let DiskIds::Shifted(slot) = disk_ids {
+        inner.slots.release(slot);
+    }
+}
+
+/// Reads a stored container's record at its first use. Blocking.
+pub(super) fn load_stored(
+    inner: &Inner,
+    id: &str,
+    disk_ids: DiskIds,
+) -> Result<Arc<Container>, SandboxError> {
+    let dir = inner.config.data_dir.join("containers").join(id);
+    match read_spec(&dir)? {
+        Some(spec) => inner
+            .containers
+            .loaded(Container::new(id.to_owned(), spec, dir, disk_ids)),
+        None => {
+            if inner.containers.forget_stored(id) {
+                remove_leftover(inner, id, disk_ids);
+            }
+            Err(SandboxError::NotFound(id.to_owned()))
+        }
+    }
+}
+
+/// Checks every container no request has loaded yet, in the background
+/// once the engine serves: leftovers go, and what the others were made
+/// from is returned (image, revision) for pruning. Blocking; stops early
+/// (returning `None`) when `closing` says so.
+pub(super) fn tidy(inner: &Inner, closing: impl Fn() -> bool) -> Option<Vec<(String, String)>> {
+    let mut revisions = Vec::new();
+    for (id, disk_ids) in inner.containers.stored() {
+        if closing() {
+            return None;
+        }
+        let dir = inner.config.data_dir.join("containers").join(&id);
+        match read_spec(&dir) {
+            Ok(Some(spec)) => {
+                if let Some(revision) = spec.image_revision {
+                    revisions.push((spec.image, revision));
+                }
+            }
+            Ok(None) => {
+                if inner.containers.forget_stored(&id) {
+                    remove_leftover(inner, &id, disk_ids);
+                }
+            }
+            // Unknown, so kept, and its image with it.
+            Err(e) => {
+                tracing::warn!(container = %id, "could not read its spec: {e}");
+                return None;
+            }
+        }
+    }
+    Some(revisions)
+}
+
+/// A container directory's name and the ids its disk holds, as read.
 struct Found {
     name: String,
     dir: PathBuf,
-    spec: Option<ContainerSpec>,
     disk_ids: Result<DiskIds, String>,
 }
 
@@ -120,18 +203,14 @@ struct Found {
 /// they took seconds.
 const READERS: usize = 8;
 
-/// Reads every directory's spec and slot, on [`READERS`] threads; the
-/// results in `dirs`' order.
+/// Reads every directory's slot file, on [`READERS`] threads; the results
+/// in `dirs`' order.
 fn read_all(inner: &Inner, dirs: Vec<(String, PathBuf)>) -> Result<Vec<Found>, SandboxError> {
     let read = |(name, dir): (String, PathBuf)| {
-        let spec = fs::read(dir.join("spec.json"))
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok());
         let disk_ids = inner.slots.read(&dir);
         Found {
             name,
             dir,
-            spec,
             disk_ids,
         }
     };

@@ -205,7 +205,7 @@ impl LocalEngine {
         if target.exists() {
             return Err(SandboxError::AlreadyExists(snapshot_id.to_owned()));
         }
-        let container = self.inner.containers.get(id)?;
+        let container = self.container(id).await?;
         let state = container.state.lock().await;
         if container.destroyed() {
             return Err(SandboxError::NotFound(id.to_owned()));
@@ -405,7 +405,7 @@ impl LocalEngine {
         // Refused before the disk is copied (and checked again under the
         // image's lock).
         ImageStore::check_commit_name(name)?;
-        let container = self.inner.containers.get(id)?;
+        let container = self.container(id).await?;
         let (image, revision) = (
             container.spec.image.clone(),
             container.spec.image_revision.clone(),

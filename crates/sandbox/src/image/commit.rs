@@ -163,7 +163,8 @@ fn drop_set_id_bits_below(dir: &Path) -> Result<(), SandboxError> {
         for entry in fs::read_dir(&dir).context(|| format!("list {}", dir.display()))? {
             let entry = entry.context(|| format!("list {}", dir.display()))?;
             let path = entry.path();
-            let meta = fs::symlink_metadata(&path).context(|| format!("stat {}", path.display()))?;
+            let meta =
+                fs::symlink_metadata(&path).context(|| format!("stat {}", path.display()))?;
             drop_set_id_bits(&path, &meta)?;
             if meta.is_dir() {
                 pending.push(path);

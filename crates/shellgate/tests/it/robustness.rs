@@ -422,6 +422,47 @@ async fn a_corrupt_id_slot_is_quarantined_never_shared() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_restarted_engine_reads_a_container_at_its_first_use_and_clears_leftovers_behind() {
+    let t = TestEngine::new("stored").await;
+    for id in ["kept", "no-spec", "throwaway"] {
+        t.create(id).await;
+    }
+    t.ok("kept", "echo x > f").await;
+    t.engine.shutdown().await;
+    let data = t.data_dir();
+    // What a crash can leave: a directory whose spec was never written,
+    // and a throwaway container's.
+    std::fs::remove_file(data.join("containers/no-spec/spec.json")).unwrap();
+    let spec_path = data.join("containers/throwaway/spec.json");
+    let mut spec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&spec_path).unwrap()).unwrap();
+    spec["ephemeral"] = serde_json::Value::Bool(true);
+    std::fs::write(&spec_path, serde_json::to_vec(&spec).unwrap()).unwrap();
+    let TestEngine { engine, dir } = t;
+    drop(engine);
+    let mut config = shellgate_sandbox::EngineConfig::new(&data);
+    config.helper_binary = common::BINARY.into();
+    config.pool_size = 0;
+    config.spare_helpers = 0;
+    config.warm_containers = 0;
+    let (engine, _) = shellgate_sandbox::LocalEngine::open(config).await.unwrap();
+    let t = TestEngine { engine, dir };
+    // Leftovers go once the engine serves, no request needed.
+    assert!(
+        common::wait_until(
+            || !data.join("containers/no-spec").exists()
+                && !data.join("containers/throwaway").exists(),
+            Duration::from_secs(30)
+        ),
+        "leftovers stayed"
+    );
+    let ids = t.engine.container_ids().await.unwrap();
+    assert_eq!(ids, vec!["kept".to_owned()]);
+    assert_eq!(t.ok("kept", "cat f").await, "x\n");
+    t.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn no_container_may_ask_for_more_memory_than_all_sandboxes_get() {
     let t = TestEngine::with("ceiling", |config| {
         config.pool_size = 0;
