@@ -43,6 +43,14 @@ impl Drop for TempDir {
     }
 }
 
+/// No warm containers, spare helpers or disk pool (so parallel tests do
+/// not compete with background work).
+fn quiet(config: &mut EngineConfig) {
+    config.pool_size = 0;
+    config.spare_helpers = 0;
+    config.warm_containers = 0;
+}
+
 /// An engine on its own data directory.
 pub struct TestEngine {
     pub engine: LocalEngine,
@@ -53,12 +61,23 @@ impl TestEngine {
     /// An engine without warm containers, spare helpers or disk pool (so
     /// parallel tests do not compete with background work).
     pub async fn new(name: &str) -> Self {
-        Self::with(name, |config| {
-            config.pool_size = 0;
-            config.spare_helpers = 0;
-            config.warm_containers = 0;
-        })
-        .await
+        Self::with(name, quiet).await
+    }
+
+    /// Ends this engine as a server's stop does, keeping its directory.
+    pub async fn stop(self) -> TempDir {
+        self.engine.shutdown().await;
+        self.dir
+    }
+
+    /// A new engine (as [`Self::new`] makes) on `dir`'s data directory:
+    /// what a restarted server finds.
+    pub async fn reopen(dir: TempDir) -> Self {
+        let mut config = EngineConfig::new(dir.path().join("data"));
+        config.helper_binary = PathBuf::from(BINARY);
+        quiet(&mut config);
+        let (engine, _warnings) = LocalEngine::open(config).await.expect("open engine");
+        TestEngine { engine, dir }
     }
 
     pub async fn with(name: &str, adjust: impl FnOnce(&mut EngineConfig)) -> Self {

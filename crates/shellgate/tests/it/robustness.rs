@@ -393,21 +393,16 @@ async fn a_corrupt_id_slot_is_quarantined_never_shared() {
     t.create("good").await;
     t.create("bad").await;
     t.create("twin").await;
-    t.engine.shutdown().await;
     let data = t.data_dir();
+    let dir = t.stop().await;
     // Slots kept for good (disks holding host ids): one claimed twice, one
     // out of range.
     std::fs::write(data.join("containers/good/uid-slot"), "5").unwrap();
     std::fs::write(data.join("containers/bad/uid-slot"), "0").unwrap();
     std::fs::write(data.join("containers/twin/uid-slot"), "5").unwrap();
-    drop(t.engine);
-    let mut config = shellgate_sandbox::EngineConfig::new(&data);
-    config.helper_binary = common::BINARY.into();
-    config.pool_size = 0;
-    config.spare_helpers = 0;
-    config.warm_containers = 0;
-    let (engine, _) = shellgate_sandbox::LocalEngine::open(config).await.unwrap();
-    let ids: Vec<String> = engine
+    let t = TestEngine::reopen(dir).await;
+    let ids: Vec<String> = t
+        .engine
         .list()
         .await
         .unwrap()
@@ -418,7 +413,7 @@ async fn a_corrupt_id_slot_is_quarantined_never_shared() {
     assert_eq!(ids.len(), 1, "only one container may own a slot: {ids:?}");
     assert!(!ids.contains(&"bad".to_owned()));
     assert!(data.join("containers/.quarantine-bad").is_dir());
-    engine.shutdown().await;
+    t.engine.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -428,8 +423,8 @@ async fn a_restarted_engine_reads_a_container_at_its_first_use_and_clears_leftov
         t.create(id).await;
     }
     t.ok("kept", "echo x > f").await;
-    t.engine.shutdown().await;
     let data = t.data_dir();
+    let dir = t.stop().await;
     // What a crash can leave: a directory whose spec was never written,
     // and a throwaway container's.
     std::fs::remove_file(data.join("containers/no-spec/spec.json")).unwrap();
@@ -438,15 +433,7 @@ async fn a_restarted_engine_reads_a_container_at_its_first_use_and_clears_leftov
         serde_json::from_slice(&std::fs::read(&spec_path).unwrap()).unwrap();
     spec["ephemeral"] = serde_json::Value::Bool(true);
     std::fs::write(&spec_path, serde_json::to_vec(&spec).unwrap()).unwrap();
-    let TestEngine { engine, dir } = t;
-    drop(engine);
-    let mut config = shellgate_sandbox::EngineConfig::new(&data);
-    config.helper_binary = common::BINARY.into();
-    config.pool_size = 0;
-    config.spare_helpers = 0;
-    config.warm_containers = 0;
-    let (engine, _) = shellgate_sandbox::LocalEngine::open(config).await.unwrap();
-    let t = TestEngine { engine, dir };
+    let t = TestEngine::reopen(dir).await;
     // Leftovers go once the engine serves, no request needed.
     assert!(
         common::wait_until(

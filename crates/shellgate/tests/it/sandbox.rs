@@ -1014,16 +1014,7 @@ async fn each_container_maps_to_host_ids_of_its_own() {
     );
     // A container of a restarted engine runs in a range of its own too,
     // with its files.
-    let TestEngine { engine, dir } = t;
-    engine.shutdown().await;
-    drop(engine);
-    let mut config = shellgate_sandbox::EngineConfig::new(dir.path().join("data"));
-    config.helper_binary = common::BINARY.into();
-    config.pool_size = 0;
-    config.spare_helpers = 0;
-    config.warm_containers = 0;
-    let (engine, _) = shellgate_sandbox::LocalEngine::open(config).await.unwrap();
-    let again = TestEngine { engine, dir };
+    let again = TestEngine::reopen(t.stop().await).await;
     assert_eq!(
         again
             .ok("b", "echo again >> /mnt/data/mine && cat /mnt/data/mine")
@@ -1051,12 +1042,10 @@ async fn a_disk_holding_host_ids_keeps_its_range_for_good() {
     let t = TestEngine::new("legacy-ids").await;
     t.create("old").await;
     t.ok("old", "echo kept > /mnt/data/f && mkdir ~/d").await;
-    let TestEngine { engine, dir } = t;
-    engine.shutdown().await;
-    drop(engine);
+    let data = t.data_dir();
+    let dir = t.stop().await;
     // Its disk as an engine that stored host ids left it: every owner in
     // slot 7's range, the slot in its directory.
-    let data = dir.path().join("data");
     let base = 3_000_000_000 + 7 * 65_536;
     let mount_point = dir.path().join("legacy-mount");
     std::fs::create_dir(&mount_point).unwrap();
@@ -1075,13 +1064,7 @@ async fn a_disk_holding_host_ids_keeps_its_range_for_good() {
         .unwrap();
     assert!(umount.success());
     std::fs::write(data.join("containers/old/uid-slot"), "7").unwrap();
-    let mut config = shellgate_sandbox::EngineConfig::new(&data);
-    config.helper_binary = common::BINARY.into();
-    config.pool_size = 0;
-    config.spare_helpers = 0;
-    config.warm_containers = 0;
-    let (engine, _) = shellgate_sandbox::LocalEngine::open(config).await.unwrap();
-    let t = TestEngine { engine, dir };
+    let t = TestEngine::reopen(dir).await;
     assert_eq!(
         t.ok(
             "old",
