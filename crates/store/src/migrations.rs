@@ -611,6 +611,12 @@ pub(crate) const SQLITE_MIGRATIONS: &[&str] = &[
         WHERE session_open = 1 AND sleep_after_secs IS NOT NULL;
     CREATE INDEX e2b_sandboxes_running_by_end ON e2b_sandboxes (end_at) WHERE paused = 0;
 "#,
+    // A project's containers of one name, newest first (`GET
+    // /v1/containers?name=`): by index, not by reading every container of
+    // the project.
+    r#"
+    CREATE INDEX containers_by_project_name ON containers (project, name, seq);
+"#,
 ];
 
 /// Postgres's migrations, applied in order; the index + 1 is the schema
@@ -1095,6 +1101,10 @@ pub(crate) const POSTGRES_MIGRATIONS: &[&str] = &[
     CREATE INDEX containers_idle_own ON containers (node_id, (last_active_at + sleep_after_secs))
         WHERE session_open = 1 AND sleep_after_secs IS NOT NULL;
     CREATE INDEX e2b_sandboxes_running_by_end ON e2b_sandboxes (end_at) WHERE paused = 0;
+"#,
+    // A project's containers of one name: as SQLite's.
+    r#"
+    CREATE INDEX containers_by_project_name ON containers (project, name, seq);
 "#,
 ];
 

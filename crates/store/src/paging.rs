@@ -29,23 +29,46 @@ pub(crate) fn page_of<T>(
     map: fn(&Row) -> Result<T>,
 ) -> Result<(Vec<T>, bool)> {
     let cursor = cursor_seq(sql, table, scope_column, Some(scope), page.after.as_deref())?;
-    let (comparison, order) = if page.ascending {
-        (">", "ASC")
-    } else {
-        ("<", "DESC")
-    };
+    let query = page_query(
+        table,
+        columns,
+        scope_column,
+        filter.map(|_| filter_column),
+        page.ascending,
+    );
     let mut rows = sql.query(
-        &format!(
-            "SELECT {columns} FROM {table} WHERE {scope_column} = ?1
-             AND (CAST(?2 AS TEXT) IS NULL OR {filter_column} = ?2)
-             AND (CAST(?3 AS BIGINT) IS NULL OR seq {comparison} ?3) ORDER BY seq {order} LIMIT ?4"
-        ),
+        &query,
         &[&scope, &filter, &cursor, &(i64::from(page.limit) + 1)],
         map,
     )?;
     let has_more = rows.len() > page.limit as usize;
     rows.truncate(page.limit as usize);
     Ok((rows, has_more))
+}
+
+/// [`page_of`]'s query. A filter is its own clause (`column = ?2`), never
+/// `(?2 IS NULL OR column = ?2)`: that form keeps an index on the column
+/// from being used, and a filtered listing read every row of the scope.
+pub(crate) fn page_query(
+    table: &str,
+    columns: &str,
+    scope_column: &str,
+    filter_column: Option<&str>,
+    ascending: bool,
+) -> String {
+    let (comparison, order) = if ascending {
+        (">", "ASC")
+    } else {
+        ("<", "DESC")
+    };
+    let filter = match filter_column {
+        Some(column) => format!("{column} = ?2"),
+        None => "CAST(?2 AS TEXT) IS NULL".to_owned(),
+    };
+    format!(
+        "SELECT {columns} FROM {table} WHERE {scope_column} = ?1 AND {filter}
+         AND (CAST(?3 AS BIGINT) IS NULL OR seq {comparison} ?3) ORDER BY seq {order} LIMIT ?4"
+    )
 }
 
 /// The `seq` of the row `after` names in `table`, within `scope_column` =
