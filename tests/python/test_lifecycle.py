@@ -136,7 +136,6 @@ def test_a_restart_serves_first_and_reconciles_the_directories_after(fresh_serve
     # A directory no row names (its row deleted, its disk left).
     stray = containers / "cntr_0123456789abcdef0123456789abcdef"
     subprocess.run(["cp", "-a", str(containers / kept.id), str(stray)], check=True)
-    (stray / "uid-slot").write_text("19000")  # its own id range, as any container has
     server.start()
     made = client.containers.create(name="made-while-reconciling")
     with pytest.raises(openai.NotFoundError):

@@ -228,8 +228,10 @@ pub(super) struct Containers(Mutex<HashMap<String, Entry>>);
 pub(super) enum Entry {
     Loaded(Arc<Container>),
     /// Its directory, not read yet beyond the ids its disk holds (a kept
-    /// slot is claimed from the start: no lease may take it).
-    Stored(DiskIds),
+    /// slot is claimed from the start: no lease may take it); `None` when
+    /// its `uid-slot` file was not read either (see `recovery`: no
+    /// container of the directory keeps a slot).
+    Stored(Option<DiskIds>),
 }
 
 impl Containers {
@@ -301,7 +303,7 @@ impl Containers {
     }
 
     /// The ids of those only stored, and the ids their disks hold.
-    pub fn stored(&self) -> Vec<(String, DiskIds)> {
+    pub fn stored(&self) -> Vec<(String, Option<DiskIds>)> {
         lock(&self.0)
             .iter()
             .filter_map(|(id, entry)| match entry {
@@ -316,7 +318,7 @@ impl Containers {
     }
 
     /// Those a previous engine left, stored (see `recovery`).
-    pub fn replace_all(&self, stored: HashMap<String, DiskIds>) {
+    pub fn replace_all(&self, stored: HashMap<String, Option<DiskIds>>) {
         *lock(&self.0) = stored
             .into_iter()
             .map(|(id, ids)| (id, Entry::Stored(ids)))

@@ -5,8 +5,10 @@
 //!
 //! Before the engine serves, each container's directory is read only for
 //! the ids its disk holds (its `uid-slot` file: a kept slot must be claimed
-//! before any is leased); its spec is read at its first use
-//! ([`load_stored`]). What no request touches is checked in the background
+//! before any is leased), and not even that when the previous start found
+//! no container keeping a slot and none has been made since (the
+//! [`NO_KEPT_SLOTS`] file): the directory's names alone then. A
+//! container's spec is read at its first use ([`load_stored`]). What no request touches is checked in the background
 //! ([`tidy`]): the directories of throwaway containers or of ones without a
 //! spec are removed, and image trees no container uses are pruned.
 
@@ -37,6 +39,23 @@ pub(super) async fn recover(inner: &Arc<Inner>) -> Result<(), SandboxError> {
     super::blocking(move || load(&loading)).await
 }
 
+/// Present in the engine's directory while no container directory names a
+/// kept slot (every disk holds its container's own ids): a start then
+/// reads none of their `uid-slot` files. Removed before a container that
+/// keeps a slot is made.
+pub(super) const NO_KEPT_SLOTS: &str = "no-kept-slots";
+
+/// Removes the [`NO_KEPT_SLOTS`] mark: the next start reads every
+/// container's slot file.
+pub(super) fn some_slots_kept(inner: &Inner) -> Result<(), SandboxError> {
+    match fs::remove_file(inner.config.data_dir.join(NO_KEPT_SLOTS)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(SandboxError::io(format!("remove {NO_KEPT_SLOTS}"), e))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Adopts the pool's formatted disks and takes every container's
 /// directory as stored (stopped), its kept slot claimed.
 fn load(inner: &Inner) -> Result<(), SandboxError> {
@@ -65,12 +84,29 @@ fn load(inner: &Inner) -> Result<(), SandboxError> {
             dirs.push((name, entry.path()));
         }
     }
+    let marked = inner.config.data_dir.join(NO_KEPT_SLOTS);
+    let unread = inner.disks_hold_own_ids() && marked.exists();
+    if !inner.disks_hold_own_ids() {
+        some_slots_kept(inner)?;
+    }
+    let found = match unread {
+        true => dirs
+            .into_iter()
+            .map(|(name, dir)| Found {
+                name,
+                dir,
+                disk_ids: Ok(None),
+            })
+            .collect(),
+        false => read_all(inner, dirs)?,
+    };
+    let mut any_kept = false;
     let mut stored = HashMap::new();
     for Found {
         name,
         dir,
         disk_ids,
-    } in read_all(inner, dirs)?
+    } in found
     {
         if validate_container_id(&name).is_err() {
             tracing::info!(dir = %dir.display(), "removing a half-created or destroyed container");
@@ -81,11 +117,12 @@ fn load(inner: &Inner) -> Result<(), SandboxError> {
         // order: of two claiming one slot, the second is refused. A disk
         // holding the container's own ids claims none until it starts.
         let disk_ids = disk_ids.and_then(|ids| match ids {
-            DiskIds::Shifted(slot) if !inner.slots.claim(slot) => {
+            Some(DiskIds::Shifted(slot)) if !inner.slots.claim(slot) => {
                 Err(format!("its id slot {slot} belongs to another container"))
             }
             ids => Ok(ids),
         });
+        any_kept |= !matches!(disk_ids, Ok(None | Some(DiskIds::Own)));
         match disk_ids {
             Ok(disk_ids) => {
                 stored.insert(name, disk_ids);
@@ -104,6 +141,9 @@ fn load(inner: &Inner) -> Result<(), SandboxError> {
         }
     }
     inner.containers.replace_all(stored);
+    if !unread && !any_kept && inner.disks_hold_own_ids() {
+        fs::write(&marked, b"").context(|| format!("write {NO_KEPT_SLOTS}"))?;
+    }
     Ok(())
 }
 
@@ -126,7 +166,7 @@ fn read_spec(dir: &Path) -> Result<Option<ContainerSpec>, SandboxError> {
 
 /// Removes a stored container's directory (it is no longer in the map),
 /// then returns the slot its disk kept.
-fn remove_leftover(inner: &Inner, id: &str, disk_ids: DiskIds) {
+fn remove_leftover(inner: &Inner, id: &str, disk_ids: Option<DiskIds>) {
     let dir = inner.config.data_dir.join("containers").join(id);
     tracing::info!(dir = %dir.display(), "removing a throwaway container or one without a spec");
     if let Err(e) = fs::remove_dir_all(&dir) {
@@ -134,25 +174,41 @@ fn remove_leftover(inner: &Inner, id: &str, disk_ids: DiskIds) {
             tracing::warn!(container = %id, "could not remove its directory: {e}");
         }
     }
-    if let DiskIds::Shifted(slot) = disk_ids {
+    if let Some(DiskIds::Shifted(slot)) = disk_ids {
         inner.slots.release(slot);
     }
 }
 
-/// Reads a stored container's record at its first use. Blocking.
+/// Reads a stored container's record at its first use (its slot file
+/// too, if the start did not). Blocking.
 pub(super) fn load_stored(
     inner: &Inner,
     id: &str,
-    disk_ids: DiskIds,
+    disk_ids: Option<DiskIds>,
 ) -> Result<Arc<Container>, SandboxError> {
     let dir = inner.config.data_dir.join("containers").join(id);
+    let disk_ids = match disk_ids {
+        Some(ids) => ids,
+        // Only an older engine could have made it (tampering aside): the
+        // slot it names can be claimed only by a start that reads them all.
+        None => match inner.slots.read(&dir) {
+            Ok(DiskIds::Own) => DiskIds::Own,
+            Ok(DiskIds::Shifted(_)) | Err(_) => {
+                some_slots_kept(inner)?;
+                return Err(SandboxError::Setup(format!(
+                    "container {id}'s uid-slot file does not say its disk holds its own ids: \
+                     restart the server to have its slot checked"
+                )));
+            }
+        },
+    };
     match read_spec(&dir)? {
         Some(spec) => inner
             .containers
             .loaded(Container::new(id.to_owned(), spec, dir, disk_ids)),
         None => {
             if inner.containers.forget_stored(id) {
-                remove_leftover(inner, id, disk_ids);
+                remove_leftover(inner, id, Some(disk_ids));
             }
             Err(SandboxError::NotFound(id.to_owned()))
         }
@@ -195,7 +251,7 @@ pub(super) fn tidy(inner: &Inner, closing: impl Fn() -> bool) -> Option<Vec<(Str
 struct Found {
     name: String,
     dir: PathBuf,
-    disk_ids: Result<DiskIds, String>,
+    disk_ids: Result<Option<DiskIds>, String>,
 }
 
 /// How many threads read containers' directories at start-up: with
@@ -207,7 +263,7 @@ const READERS: usize = 8;
 /// in `dirs`' order.
 fn read_all(inner: &Inner, dirs: Vec<(String, PathBuf)>) -> Result<Vec<Found>, SandboxError> {
     let read = |(name, dir): (String, PathBuf)| {
-        let disk_ids = inner.slots.read(&dir);
+        let disk_ids = inner.slots.read(&dir).map(Some);
         Found {
             name,
             dir,

@@ -395,8 +395,10 @@ async fn a_corrupt_id_slot_is_quarantined_never_shared() {
     t.create("twin").await;
     let data = t.data_dir();
     let dir = t.stop().await;
-    // Slots kept for good (disks holding host ids): one claimed twice, one
-    // out of range.
+    // Slots kept for good (disks holding host ids, which only an older
+    // engine makes: it knows no mark that none is kept): one claimed twice,
+    // one out of range.
+    let _ = std::fs::remove_file(data.join("no-kept-slots"));
     std::fs::write(data.join("containers/good/uid-slot"), "5").unwrap();
     std::fs::write(data.join("containers/bad/uid-slot"), "0").unwrap();
     std::fs::write(data.join("containers/twin/uid-slot"), "5").unwrap();
@@ -414,6 +416,33 @@ async fn a_corrupt_id_slot_is_quarantined_never_shared() {
     assert!(!ids.contains(&"bad".to_owned()));
     assert!(data.join("containers/.quarantine-bad").is_dir());
     t.engine.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_start_reads_no_slot_file_while_none_is_kept_and_a_stray_one_is_refused() {
+    let t = TestEngine::new("no-kept-slots").await;
+    t.create("a").await;
+    t.create("b").await;
+    let data = t.data_dir();
+    // Every disk holds its container's own ids: the next start may skip
+    // every slot file. One changed behind the engine's back is found at
+    // that container's first use, refused, and the mark dropped.
+    let t = TestEngine::reopen(t.stop().await).await;
+    assert!(data.join("no-kept-slots").exists());
+    std::fs::write(data.join("containers/b/uid-slot"), "9").unwrap();
+    let t = TestEngine::reopen(t.stop().await).await;
+    assert_eq!(t.ok("a", "echo fine").await, "fine\n");
+    let refused = t.engine.inspect("b").await;
+    assert!(
+        matches!(&refused, Err(SandboxError::Setup(message)) if message.contains("restart")),
+        "{refused:?}"
+    );
+    assert!(!data.join("no-kept-slots").exists());
+    // The next start reads them all again and claims the slot.
+    let t = TestEngine::reopen(t.stop().await).await;
+    assert_eq!(t.ok("b", "echo claimed").await, "claimed\n");
+    assert!(!data.join("no-kept-slots").exists(), "a slot is kept now");
+    t.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1064,6 +1064,7 @@ async fn a_disk_holding_host_ids_keeps_its_range_for_good() {
         .unwrap();
     assert!(umount.success());
     std::fs::write(data.join("containers/old/uid-slot"), "7").unwrap();
+    let _ = std::fs::remove_file(data.join("no-kept-slots"));
     let t = TestEngine::reopen(dir).await;
     assert_eq!(
         t.ok(
