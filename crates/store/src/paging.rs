@@ -34,6 +34,7 @@ pub(crate) fn page_of<T>(
         columns,
         scope_column,
         filter.map(|_| filter_column),
+        cursor.is_some(),
         page.ascending,
     );
     let mut rows = sql.query(
@@ -46,14 +47,16 @@ pub(crate) fn page_of<T>(
     Ok((rows, has_more))
 }
 
-/// [`page_of`]'s query. A filter is its own clause (`column = ?2`), never
-/// `(?2 IS NULL OR column = ?2)`: that form keeps an index on the column
-/// from being used, and a filtered listing read every row of the scope.
+/// [`page_of`]'s query. A filter and a cursor are each a clause of their
+/// own (`column = ?2`, `seq < ?3`), never `(?2 IS NULL OR column = ?2)`:
+/// that form keeps the index from being used, and a filtered listing read
+/// every row of the scope, a page deep in the listing every row before it.
 pub(crate) fn page_query(
     table: &str,
     columns: &str,
     scope_column: &str,
     filter_column: Option<&str>,
+    after_cursor: bool,
     ascending: bool,
 ) -> String {
     let (comparison, order) = if ascending {
@@ -65,9 +68,13 @@ pub(crate) fn page_query(
         Some(column) => format!("{column} = ?2"),
         None => "CAST(?2 AS TEXT) IS NULL".to_owned(),
     };
+    let after = match after_cursor {
+        true => format!("seq {comparison} ?3"),
+        false => "CAST(?3 AS BIGINT) IS NULL".to_owned(),
+    };
     format!(
         "SELECT {columns} FROM {table} WHERE {scope_column} = ?1 AND {filter}
-         AND (CAST(?3 AS BIGINT) IS NULL OR seq {comparison} ?3) ORDER BY seq {order} LIMIT ?4"
+         AND {after} ORDER BY seq {order} LIMIT ?4"
     )
 }
 

@@ -513,34 +513,43 @@ mod tables {
                 store.container("q", "c1").unwrap().is_none(),
                 "another project's container is invisible"
             );
-            // A listing by name reads that name's rows by index.
-            let query = crate::paging::page_query(
-                "containers",
-                crate::containers::CONTAINER_COLUMNS,
-                "project",
-                Some("name"),
-                false,
-            );
-            let plan: Vec<String> = store
-                .read(|sql| {
-                    if !matches!(sql.dialect(), crate::sql::Dialect::Sqlite) {
-                        return Ok(Vec::new());
-                    }
-                    let none: Option<i64> = None;
-                    sql.query(
-                        &format!("EXPLAIN QUERY PLAN {query}"),
-                        &[&"p", &"even", &none, &100i64],
-                        |row| row.get(3),
-                    )
-                })
-                .unwrap();
-            assert!(
-                plan.is_empty()
-                    || plan
-                        .iter()
-                        .any(|step| step.contains("INDEX containers_by_project_name")),
-                "{plan:?}"
-            );
+            // A listing by name reads that name's rows by index, and a page
+            // after a cursor starts at the cursor.
+            for (filter, index) in [
+                (
+                    Some("name"),
+                    "INDEX containers_by_project_name (project=? AND name=? AND seq<?)",
+                ),
+                (
+                    None,
+                    "INDEX containers_by_project_seq (project=? AND seq<?)",
+                ),
+            ] {
+                let query = crate::paging::page_query(
+                    "containers",
+                    crate::containers::CONTAINER_COLUMNS,
+                    "project",
+                    filter,
+                    true,
+                    false,
+                );
+                let plan: Vec<String> = store
+                    .read(|sql| {
+                        if !matches!(sql.dialect(), crate::sql::Dialect::Sqlite) {
+                            return Ok(Vec::new());
+                        }
+                        sql.query(
+                            &format!("EXPLAIN QUERY PLAN {query}"),
+                            &[&"p", &"even", &7i64, &100i64],
+                            |row| row.get(3),
+                        )
+                    })
+                    .unwrap();
+                assert!(
+                    plan.is_empty() || plan.iter().any(|step| step.contains(index)),
+                    "{plan:?}"
+                );
+            }
         }
     }
 
