@@ -67,6 +67,10 @@ def test_a_volume_outlives_its_writer_is_shared_live_and_kept_while_mounted(serv
     reader = reader.json()["id"]
     read = run(server, reader, "cat /data/note")
     assert read["stdout"] == "first\n", read
+    # Every container of the project is the sandbox user there: the note is
+    # the reader's to change as it was its writer's.
+    changed = run(server, reader, "echo more >> /data/note && stat -c '%U' /data/note")
+    assert changed["stdout"] == "user\n", changed
 
     # Two containers at once see each other's writes.
     beside = make_container(server, [{"volume_id": volume["id"], "path": "/mnt/shared"}])

@@ -183,20 +183,29 @@ fn private_mount_namespace() -> SetupResult<()> {
 
 fn start_container(spec: &HelperSpec, control: RawFd) -> SetupResult<()> {
     let (loop_device, disk_data) = prepare_disk(spec)?;
+    // What is idmapped below is idmapped in this process's own mount
+    // namespace, which init's is then a copy of (`prepare_disk` made one
+    // for a disk).
+    let mut private = spec.disk_image.is_some() || spec.disk_tmpfs_bytes.is_some();
+    let mut idmap = |dir: &Path| -> SetupResult<()> {
+        if !private {
+            private_mount_namespace()?;
+            private = true;
+        }
+        mounts::idmap_in_place(dir, &format_map(&spec.uid_map), &format_map(&spec.gid_map))?;
+        Ok(())
+    };
     if let (true, false, RootSpec::Overlay { lower, .. }) =
         (spec.build_root, spec.rootless, &spec.root)
     {
         // A build sandbox's root owns the image's files (see
-        // `mounts::idmap_in_place`); init's mount namespace is a copy of
-        // this one, made below.
-        if spec.disk_image.is_none() && spec.disk_tmpfs_bytes.is_none() {
-            private_mount_namespace()?;
+        // `mounts::idmap_in_place`).
+        idmap(lower)?;
+    }
+    if spec.idmap_volumes && !spec.rootless {
+        for (source, _) in &spec.volume_binds {
+            idmap(source)?;
         }
-        mounts::idmap_in_place(
-            lower,
-            &format_map(&spec.uid_map),
-            &format_map(&spec.gid_map),
-        )?;
     }
 
     let (sync_read, sync_write) = sys::pipe().step(SetupStep::SyncPipe, || "pipe".into())?;

@@ -10,14 +10,15 @@
 //! shown as a link, never read through, written through or removed
 //! beyond.
 //!
-//! Owners: sandboxes write as host ids of their own (each maps its user,
-//! uid 1000 inside, to one), so an entry is shown as the sandbox user's
-//! (1000) unless the host's root owns it (what this API writes: 0). What
+//! Owners: sandboxes write as their own ids through an idmapped mount (the
+//! sandbox user is uid 1000), or, keeping a range for good, as host ids of
+//! it; an entry is shown as the sandbox user's (1000) unless the host's
+//! root owns it (what this API writes: 0). What
 //! this API makes is open to every sandbox of the project (`0777`
 //! directories, `0666` files) unless a mode is given, as the volume's root
 //! is (`1777`): a sandbox must be able to write into a directory made here.
-//! Ids cannot be set: a sandbox's ids on the host are its own, and no
-//! other container's.
+//! Ids cannot be set: which ids a sandbox's files have is the engine's
+//! mapping to decide, not a caller's.
 
 use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};

@@ -5,10 +5,12 @@
 //!
 //! A volume is a directory of the data directory, `volumes/<id>` (the
 //! parent `0711`: sandboxes run as unprivileged host users and must reach
-//! it, nobody lists it). Its root is `1777`: every container of the project
-//! maps the sandbox user to a host id of its own, so each writes its files
-//! as itself, may read the others' (by their modes) and, the root being
-//! sticky, removes only its own there. The bind is made inside the
+//! it, nobody lists it). Its root is `1777`. A container whose disk holds
+//! its own ids sees the volume through an idmapped mount of its range (see
+//! the engine's `slots`): its files are stored as its own ids, so the
+//! sandbox user of every container of the project owns them, in whichever
+//! range each runs. (A container keeping a range for good writes as the
+//! host ids of that range.) The bind is made inside the
 //! container's mount namespace (`ContainerSpec::volumes`), at a path
 //! `check_volume_path` accepts, through no symbolic link; a link inside the
 //! volume resolves in the container's root, never the host's.
