@@ -136,9 +136,9 @@ pub struct HelperSpec {
     pub idmap_disk: bool,
     /// The volumes are shown through idmapped mounts of the same maps (made
     /// by the helper as host root, each over its source in its own mount
-    /// namespace, before init binds them): what the container writes there
-    /// is stored as its own ids, so it stays its own in whichever range the
-    /// container runs next, and is every container of the project's user.
+    /// namespace): what the container writes there is stored as its own
+    /// ids, so it stays its own in whichever range the container runs
+    /// next, and is every container of the project's user.
     #[serde(default)]
     pub idmap_volumes: bool,
     /// The loop device this container's disk was last attached to, if it

@@ -101,7 +101,7 @@ pub(super) fn helper_spec(
         disk_sandbox_ids,
         disk_root_ids,
         idmap_disk,
-        idmap_volumes: container.disk_ids() == DiskIds::Own && !container.spec.volumes.is_empty(),
+        idmap_volumes: container.disk_ids() == DiskIds::Own,
         reuse_loop: container.last_loop(),
         nofile: crate::protocol::DEFAULT_NOFILE,
         egress: network.egress,

@@ -187,12 +187,12 @@ fn start_container(spec: &HelperSpec, control: RawFd) -> SetupResult<()> {
     // namespace, which init's is then a copy of (`prepare_disk` made one
     // for a disk).
     let mut private = spec.disk_image.is_some() || spec.disk_tmpfs_bytes.is_some();
-    let mut idmap = |dir: &Path| -> SetupResult<()> {
+    let mut idmap = |dir: &Path, uid_map: &str, gid_map: &str| -> SetupResult<()> {
         if !private {
             private_mount_namespace()?;
             private = true;
         }
-        mounts::idmap_in_place(dir, &format_map(&spec.uid_map), &format_map(&spec.gid_map))?;
+        mounts::idmap_in_place(dir, uid_map, gid_map)?;
         Ok(())
     };
     if let (true, false, RootSpec::Overlay { lower, .. }) =
@@ -200,11 +200,19 @@ fn start_container(spec: &HelperSpec, control: RawFd) -> SetupResult<()> {
     {
         // A build sandbox's root owns the image's files (see
         // `mounts::idmap_in_place`).
-        idmap(lower)?;
+        idmap(
+            lower,
+            &format_map(&spec.uid_map),
+            &format_map(&spec.gid_map),
+        )?;
     }
     if spec.idmap_volumes && !spec.rootless {
         for (source, _) in &spec.volume_binds {
-            idmap(source)?;
+            idmap(
+                source,
+                &format_map(&spec.uid_map),
+                &format_map(&spec.gid_map),
+            )?;
         }
     }
 
