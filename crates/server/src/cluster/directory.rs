@@ -102,6 +102,13 @@ impl Directory {
             .unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
     }
 
+    /// Node `id` as the store has it now (the copy re-read): a node the
+    /// copy shows silent may have answered again since it was read.
+    pub(crate) async fn node_now(&self, store: &Db, id: &str) -> ApiResult<Option<NodeRow>> {
+        self.forget_nodes();
+        Ok(self.nodes(store).await?.get(id).cloned())
+    }
+
     /// Where container `id` is.
     pub(crate) async fn locate(&self, store: &Db, id: &str) -> ApiResult<Whereabouts> {
         let nodes = self.nodes(store).await?;

@@ -451,9 +451,15 @@ async fn route(replica: &Arc<Replica>, mut request: Request) -> ApiResult<Respon
             let live = match replica.directory.locate(&replica.store, &id).await? {
                 // Unknown here: any node answers it (a 404 in the API's words).
                 Whereabouts::Unknown => return send_anywhere(replica, request).await,
-                Whereabouts::On(node) => {
-                    Some(node).filter(|node| alive(node, now(), replica.lost_after()))
-                }
+                Whereabouts::On(node) if alive(&node, now(), replica.lost_after()) => Some(node),
+                // Silent in a copy up to a second old: its heartbeat since
+                // is read before its container is called lost (a node
+                // back from a stall answers again at once).
+                Whereabouts::On(node) => replica
+                    .directory
+                    .node_now(&replica.store, &node.id)
+                    .await?
+                    .filter(|node| alive(node, now(), replica.lost_after())),
                 Whereabouts::Lost => None,
             };
             let asks = Asks::of(&replica.routes, &request, &id);
