@@ -209,6 +209,10 @@ pub(crate) struct Inner {
     counter: AtomicU64,
     /// Teardowns of destroyed containers still finishing in the background.
     teardowns: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// The check of the stored containers after start-up (see
+    /// `recovery::tidy`), awaited by `shutdown`: it holds the engine (and
+    /// its data directory's lock) while it runs.
+    tidying: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// How snapshots share blocks on this host, probed once.
     snapshot_sharing: std::sync::OnceLock<snapshots::Sharing>,
     /// Held for the engine's lifetime: one engine per data directory.
@@ -408,6 +412,7 @@ impl LocalEngine {
                 closing: AtomicBool::new(false),
                 counter: AtomicU64::new(0),
                 teardowns: Mutex::new(Vec::new()),
+                tidying: Mutex::new(None),
                 snapshot_sharing: std::sync::OnceLock::new(),
                 _lock: lock,
             }),
@@ -425,7 +430,7 @@ impl LocalEngine {
         // engine serves (see `recovery::tidy`), and the image trees none
         // uses pruned then.
         let tidying = engine.clone();
-        tokio::task::spawn_blocking(move || {
+        let tidy = tokio::task::spawn_blocking(move || {
             let started = std::time::Instant::now();
             match tidying.inner.config.prune_images {
                 true => tidying.prune_retired_images(),
@@ -435,6 +440,7 @@ impl LocalEngine {
             }
             phase_done("engine: stored containers checked (background)", started);
         });
+        *self::lock(&engine.inner.tidying) = Some(tidy);
         engine.inner.pools.refill_all(&engine);
         Ok((engine, warnings))
     }
@@ -1350,6 +1356,11 @@ impl SandboxBackend for LocalEngine {
 
     async fn shutdown(&self) {
         self.inner.closing.store(true, Ordering::SeqCst);
+        // Stops at its next container, seeing `closing`.
+        let tidying = lock(&self.inner.tidying).take();
+        if let Some(tidying) = tidying {
+            let _ = tidying.await;
+        }
         let pools = &self.inner.pools;
         pools.drain::<SpareHelper>(self).await;
         pools.drain::<FormattedDisk>(self).await;
