@@ -8,9 +8,10 @@
 //! before any is leased), and not even that when the previous start found
 //! no container keeping a slot and none has been made since (the
 //! [`NO_KEPT_SLOTS`] file): the directory's names alone then. A
-//! container's spec is read at its first use ([`load_stored`]). What no request touches is checked in the background
-//! ([`tidy`]): the directories of throwaway containers or of ones without a
-//! spec are removed, and image trees no container uses are pruned.
+//! container's spec is read at its first use ([`load_stored`]). What no
+//! request touches is checked in the background ([`tidy`]): the directories
+//! of throwaway containers or of ones without a spec are removed, and image
+//! trees no container uses are pruned.
 
 use std::collections::HashMap;
 use std::fs;
