@@ -238,7 +238,10 @@ pub async fn register(state: &Arc<AppState>) -> ApiResult<()> {
 /// ([`Config::open_liveness_store`](crate::config::Config::open_liveness_store)):
 /// through the store's pool, a node whose requests held every connection
 /// (a tenant's flood) beat late, and the replicas, seeing it silent, answered
-/// every tenant on it that their containers were lost.
+/// every tenant on it that their containers were lost. For the same reason
+/// a beat never waits on the node's image listing (its disk, and in a
+/// cluster the object store, both slow under load): a task of its own lists
+/// them, and a beat carries the latest list when it changed.
 pub async fn heartbeat_forever(state: Arc<AppState>) {
     let interval = Duration::from_secs(state.config.cluster.node_heartbeat_secs.max(1));
     let opening = Arc::clone(&state);
@@ -258,18 +261,26 @@ pub async fn heartbeat_forever(state: Arc<AppState>) {
         }
     };
     let beats = liveness.as_ref().unwrap_or(&state.store);
+    let (publish, mut listed) = tokio::sync::watch::channel(None);
+    let _lister = crate::turns::AbortOnDrop(Some(tokio::spawn(list_images_forever(
+        Arc::clone(&state),
+        interval,
+        publish,
+    ))));
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+    // A beat late (a stalled runtime) is sent at once, the next one an
+    // interval after it: never two at once to catch up.
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tokio::time::sleep(interval).await;
+        ticks.tick().await;
         let id = state.node_name.clone();
-        // Its images too: a default image built since it registered can
-        // be placed on from now on.
-        let images = match images(&state).await {
-            Ok(images) => Some(images),
-            Err(error) => {
-                tracing::warn!("image listing failed: {}", error.message);
-                None
-            }
-        };
+        // Its images too, when they changed: a default image built since it
+        // registered can be placed on from now on.
+        let images = listed
+            .has_changed()
+            .unwrap_or(false)
+            .then(|| listed.borrow_and_update().clone())
+            .flatten();
         match beats
             .run(move |s| s.heartbeat(&id, now(), images.as_deref()))
             .await
@@ -288,6 +299,32 @@ pub async fn heartbeat_forever(state: Arc<AppState>) {
                 state.admission.rewrite_credits();
             }
             Err(error) => tracing::error!("heartbeat failed: {}", error.message),
+        }
+    }
+}
+
+/// Lists the node's images every `interval`, publishing each list that
+/// differs from the one before (for the heartbeat to carry).
+async fn list_images_forever(
+    state: Arc<AppState>,
+    interval: Duration,
+    publish: tokio::sync::watch::Sender<Option<Vec<String>>>,
+) {
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        match images(&state).await {
+            Ok(images) => {
+                publish.send_if_modified(|latest| {
+                    let changed = latest.as_ref() != Some(&images);
+                    if changed {
+                        *latest = Some(images);
+                    }
+                    changed
+                });
+            }
+            Err(error) => tracing::warn!("image listing failed: {}", error.message),
         }
     }
 }

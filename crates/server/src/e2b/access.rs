@@ -195,6 +195,10 @@ async fn check(
     {
         return Err(not_found(parts));
     }
+    // Being removed: gone already, whatever its row still says.
+    if state.e2b_access.is_ending(&id) {
+        return Err(not_found(parts));
+    }
     let entry = match state.e2b_access.get(&id) {
         Some(entry) => entry,
         None => {

@@ -6,7 +6,7 @@
 //! by `access::SandboxCaller` on every in-sandbox call. (Its own file: the
 //! state holds it, and it needs nothing of the server.)
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use sha2::{Digest, Sha256};
@@ -47,6 +47,24 @@ impl AccessEntry {
 #[derive(Debug, Default)]
 pub struct AccessCache {
     entries: Mutex<HashMap<String, AccessEntry>>,
+    /// Sandboxes being removed: their processes die before their row goes,
+    /// and a check in between (an SDK's health probe on seeing its stream
+    /// end) must neither let them in nor cache them again from the row.
+    ending: Mutex<HashSet<String>>,
+}
+
+/// A sandbox's removal under way ([`AccessCache::end`]): until it is
+/// dropped, after the row is gone, the sandbox is let in nowhere.
+#[must_use = "the sandbox is let in again once this is dropped"]
+pub(crate) struct Ending<'a> {
+    cache: &'a AccessCache,
+    id: String,
+}
+
+impl Drop for Ending<'_> {
+    fn drop(&mut self) {
+        self.cache.ending().remove(&self.id);
+    }
 }
 
 /// Beyond this many entries the cache starts again (each entry is small;
@@ -58,12 +76,28 @@ impl AccessCache {
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn ending(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.ending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     pub(crate) fn get(&self, id: &str) -> Option<AccessEntry> {
         self.entries().get(id).cloned()
     }
 
-    /// Keeps (or replaces) what is known of a sandbox.
+    /// Whether the sandbox's removal is under way ([`Self::end`]).
+    pub(crate) fn is_ending(&self, id: &str) -> bool {
+        self.ending().contains(id)
+    }
+
+    /// Keeps (or replaces) what is known of a sandbox; nothing of one being
+    /// removed (a check that read its row just before).
     pub(crate) fn remember(&self, id: &str, entry: AccessEntry) {
+        // The ending set's lock is held across the insert so that an `end`
+        // cannot fall between the look and the insert.
+        let ending = self.ending();
+        if ending.contains(id) {
+            return;
+        }
         let mut entries = self.entries();
         if entries.len() >= CACHE_LIMIT {
             entries.clear();
@@ -82,6 +116,19 @@ impl AccessCache {
     pub(crate) fn forget(&self, id: &str) {
         self.entries().remove(id);
     }
+
+    /// A sandbox's removal begins: it is let in nowhere, and kept out of
+    /// the cache, until the returned guard is dropped (its row gone by then).
+    pub(crate) fn end(&self, id: &str) -> Ending<'_> {
+        let mut ending = self.ending();
+        ending.insert(id.to_owned());
+        self.entries().remove(id);
+        drop(ending);
+        Ending {
+            cache: self,
+            id: id.to_owned(),
+        }
+    }
 }
 
 pub(crate) fn digest(token: &str) -> [u8; 32] {
@@ -97,6 +144,33 @@ pub(crate) fn same_digest(a: &[u8; 32], b: &[u8; 32]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn entry() -> AccessEntry {
+        AccessEntry {
+            project: "p".to_owned(),
+            token_digest: digest("t"),
+            traffic_digest: digest("tt"),
+            env_vars: Arc::default(),
+            paused: false,
+            auto_resume: false,
+        }
+    }
+
+    #[test]
+    fn a_sandbox_being_removed_is_not_cached_again_until_its_removal_ends() {
+        let cache = AccessCache::default();
+        cache.remember("cntr_a", entry());
+        let ending = cache.end("cntr_a");
+        assert!(cache.get("cntr_a").is_none());
+        assert!(cache.is_ending("cntr_a"));
+        // A check that read the row before it went.
+        cache.remember("cntr_a", entry());
+        assert!(cache.get("cntr_a").is_none());
+        drop(ending);
+        assert!(!cache.is_ending("cntr_a"));
+        cache.remember("cntr_a", entry());
+        assert!(cache.get("cntr_a").is_some());
+    }
 
     #[test]
     fn digests_compare_whole() {

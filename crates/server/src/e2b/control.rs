@@ -842,7 +842,6 @@ async fn kill(
     Path(id): Path<String>,
 ) -> E2bResult<StatusCode> {
     owned(&state, &project, &id).await?;
-    state.e2b_access.forget(&id);
     state.e2b_deadlines.disarm(&id);
     state.e2b_metrics.forget(&id);
     crate::http::to_completion(async move {

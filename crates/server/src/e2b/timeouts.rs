@@ -142,7 +142,6 @@ pub(crate) async fn end_sandbox(
         }
     } else {
         tracing::info!(sandbox = %row.container_id, "E2B sandbox timed out: killed");
-        state.e2b_access.forget(&row.container_id);
         crate::sandboxes::containers::remove_container(state, &row.container_id).await?;
     }
     Ok(())

@@ -561,8 +561,9 @@ fn updated_policy(before: &NetworkPolicy, allowed_domains: Vec<String>) -> Netwo
 /// first).
 pub(crate) async fn remove_container(state: &Arc<AppState>, id: &str) -> ApiResult<()> {
     state.forget_owner(id);
-    // An E2B sandbox's record goes with the row: its access check too.
-    state.e2b_access.forget(id);
+    // An E2B sandbox's record goes with the row: its access check too, and
+    // none lets it in while its processes are gone but its row is not.
+    let _ending = state.e2b_access.end(id);
     state.e2b_signing.forget(id);
     destroy_quietly(state.engine.as_ref(), id).await;
     state.interpreters.forget_container(id);
