@@ -193,6 +193,7 @@ def test_a_container_keeps_its_image_when_the_image_is_replaced(upstream):
     try:
         client = server.client()
         old = client.containers.create(name="old")
+        untouched = client.containers.create(name="untouched")
         assert exec_commands(client, old.id, ["cat /etc/marker"])["output"][0]["stdout"] == "first"
         server.stop()
         import_tiny_image(data_dir, marker="second")
@@ -205,6 +206,11 @@ def test_a_container_keeps_its_image_when_the_image_is_replaced(upstream):
         # The old container wakes (a restart stopped it) on its own tree.
         assert exec_commands(client, old.id, ["cat /etc/marker"])["output"][0]["stdout"] == "first"
         client.containers.delete(old.id)
+        # One made from it, not read since the restart, keeps it still.
+        containers = data_dir / "sandbox" / "containers"
+        assert wait_until(lambda: not any(p.name.startswith(".trash-") for p in containers.iterdir()), 20)
+        assert len(list(retired.iterdir())) == 1
+        client.containers.delete(untouched.id)
         assert wait_until(lambda: not any(retired.iterdir()), 20), list(retired.iterdir())
         assert exec_commands(client, new.id, ["cat /etc/marker"])["output"][0]["stdout"] == "second"
     finally:

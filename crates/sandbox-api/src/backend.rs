@@ -557,6 +557,16 @@ pub trait SandboxBackend: Send + Sync {
     async fn container_ids(&self) -> Result<Vec<String>, SandboxError> {
         Ok(self.list().await?.into_iter().map(|c| c.id).collect())
     }
+    /// Every container the backend holds and whether it runs (what
+    /// [`Self::list`] says of each, without reading each one's spec).
+    async fn states(&self) -> Result<Vec<(String, ContainerState)>, SandboxError> {
+        Ok(self
+            .list()
+            .await?
+            .into_iter()
+            .map(|c| (c.id, c.state))
+            .collect())
+    }
     /// Memory all containers together may use: no container may have a
     /// larger limit (`create` refuses it).
     fn memory_ceiling(&self) -> u64;

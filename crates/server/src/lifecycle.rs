@@ -190,12 +190,12 @@ async fn reconcile_once(state: &Arc<AppState>, on_disk: OnDisk) -> Result<(), Ap
 pub async fn reclaim_lost(state: &Arc<AppState>) -> Result<(), ApiError> {
     let held: Vec<shellgate_store::HeldContainer> = state
         .engine
-        .list()
+        .states()
         .await?
         .into_iter()
-        .map(|info| shellgate_store::HeldContainer {
-            running: info.state == shellgate_sandbox_api::ContainerState::Running,
-            id: info.id,
+        .map(|(id, running)| shellgate_store::HeldContainer {
+            running: running == shellgate_sandbox_api::ContainerState::Running,
+            id,
         })
         .collect();
     let (node, now, quotas) = (

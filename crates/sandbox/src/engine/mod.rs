@@ -213,6 +213,9 @@ pub(crate) struct Inner {
     /// `recovery::tidy`), awaited by `shutdown`: it holds the engine (and
     /// its data directory's lock) while it runs.
     tidying: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// What each stored container was made from, as `recovery::tidy` read
+    /// it: each spec is read once, not at every prune.
+    stored_made_from: recovery::MadeFrom,
     /// How snapshots share blocks on this host, probed once.
     snapshot_sharing: std::sync::OnceLock<snapshots::Sharing>,
     /// Held for the engine's lifetime: one engine per data directory.
@@ -413,6 +416,7 @@ impl LocalEngine {
                 counter: AtomicU64::new(0),
                 teardowns: Mutex::new(Vec::new()),
                 tidying: Mutex::new(None),
+                stored_made_from: recovery::MadeFrom::default(),
                 snapshot_sharing: std::sync::OnceLock::new(),
                 _lock: lock,
             }),
@@ -1117,6 +1121,36 @@ impl SandboxBackend for LocalEngine {
 
     async fn container_ids(&self) -> Result<Vec<String>, SandboxError> {
         Ok(self.inner.containers.ids())
+    }
+
+    async fn states(&self) -> Result<Vec<(String, ContainerState)>, SandboxError> {
+        // Only a loaded container can run: those stored are stopped as
+        // they are, unread.
+        let mut running = std::collections::HashSet::new();
+        for container in self.inner.containers.loaded_all() {
+            if container
+                .state
+                .lock()
+                .await
+                .as_ref()
+                .is_some_and(|r| r.alive())
+            {
+                running.insert(container.id.clone());
+            }
+        }
+        Ok(self
+            .inner
+            .containers
+            .ids()
+            .into_iter()
+            .map(|id| {
+                let state = match running.contains(&id) {
+                    true => ContainerState::Running,
+                    false => ContainerState::Stopped,
+                };
+                (id, state)
+            })
+            .collect())
     }
 
     fn memory_ceiling(&self) -> u64 {

@@ -222,20 +222,27 @@ pub(super) fn load_stored(
 /// (returning `None`) when `closing` says so.
 pub(super) fn tidy(inner: &Inner, closing: impl Fn() -> bool) -> Option<Vec<(String, String)>> {
     let mut revisions = Vec::new();
-    for (id, disk_ids) in inner.containers.stored() {
+    let stored = inner.containers.stored();
+    for (id, disk_ids) in &stored {
         if closing() {
             return None;
         }
-        let dir = inner.config.data_dir.join("containers").join(&id);
+        // A stored container's spec is as it was when it was read: what it
+        // was made from is known after the first pass.
+        if let Some(known) = inner.stored_made_from.get(id) {
+            revisions.extend(known);
+            continue;
+        }
+        let dir = inner.config.data_dir.join("containers").join(id);
         match read_spec(&dir) {
             Ok(Some(spec)) => {
-                if let Some(revision) = spec.image_revision {
-                    revisions.push((spec.image, revision));
-                }
+                let made_from = spec.image_revision.map(|revision| (spec.image, revision));
+                inner.stored_made_from.set(id, made_from.clone());
+                revisions.extend(made_from);
             }
             Ok(None) => {
-                if inner.containers.forget_stored(&id) {
-                    remove_leftover(inner, &id, disk_ids);
+                if inner.containers.forget_stored(id) {
+                    remove_leftover(inner, id, *disk_ids);
                 }
             }
             // Unknown, so kept, and its image with it.
@@ -245,7 +252,36 @@ pub(super) fn tidy(inner: &Inner, closing: impl Fn() -> bool) -> Option<Vec<(Str
             }
         }
     }
+    // Those loaded or removed since are not stored any more.
+    inner
+        .stored_made_from
+        .keep_only(stored.iter().map(|(id, _)| id.as_str()));
     Some(revisions)
+}
+
+/// What each stored container was made from (its image and revision, or
+/// `None` for an image without revisions), by id, as [`tidy`] read it.
+#[derive(Debug, Default)]
+pub(super) struct MadeFrom(std::sync::Mutex<HashMap<String, Option<(String, String)>>>);
+
+impl MadeFrom {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Option<(String, String)>>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn get(&self, id: &str) -> Option<Option<(String, String)>> {
+        self.lock().get(id).cloned()
+    }
+
+    fn set(&self, id: &str, made_from: Option<(String, String)>) {
+        self.lock().insert(id.to_owned(), made_from);
+    }
+
+    /// Forgets every container but those named.
+    fn keep_only<'a>(&self, ids: impl Iterator<Item = &'a str>) {
+        let keep: std::collections::HashSet<&str> = ids.collect();
+        self.lock().retain(|id, _| keep.contains(id.as_str()));
+    }
 }
 
 /// A container directory's name and the ids its disk holds, as read.
