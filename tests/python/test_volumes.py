@@ -6,6 +6,7 @@ bounded by the project's quotas (count and bytes), and mounted only where
 a path may go. Against a cluster, through either replica: a volume lives on
 one node, and containers that mount it are placed there."""
 
+import subprocess
 import uuid
 
 import pytest
@@ -220,6 +221,31 @@ def test_links_inside_a_volume_resolve_in_the_container_not_on_the_host(server):
         remove_container(server, again.json()["id"])
     finally:
         secret.unlink()
+        assert v1(server, "DELETE", f"/volumes/{volume['id']}").status_code == 200
+
+
+@pytest.mark.single_box("the volume's directory is on its node's disk, not the fixture's")
+def test_a_volumes_files_are_out_of_other_host_users_reach(server):
+    """The volumes' directory is the server's alone on the host (the
+    sandbox helper mounts a volume for the container), and a container
+    still writes and reads it as its own user."""
+    volume = make_volume(server)
+    made = make_container(server, [{"volume_id": volume["id"], "path": "/mnt/v"}])
+    assert made.status_code == 200, made.text
+    container = made.json()["id"]
+    try:
+        wrote = run(server, container, "echo mine > /mnt/v/note && cat /mnt/v/note && stat -c '%U' /mnt/v/note")
+        assert wrote["stdout"].split() == ["mine", "user"], wrote
+        parent = server.data_dir / "volumes"
+        assert (parent.stat().st_uid, parent.stat().st_mode & 0o7777) == (0, 0o700)
+        # uid 1000 on the host holds the sandbox user's files, and still
+        # cannot reach them.
+        note = parent / volume["id"] / "note"
+        tried = subprocess.run(["setpriv", "--reuid=1000", "--regid=1000", "--clear-groups", "cat", str(note)],
+                               capture_output=True, text=True, check=False)
+        assert tried.returncode != 0 and "Permission denied" in tried.stderr, tried
+    finally:
+        remove_container(server, container)
         assert v1(server, "DELETE", f"/volumes/{volume['id']}").status_code == 200
 
 

@@ -170,6 +170,11 @@ pub struct HelperSpec {
     /// symbolic link.
     #[serde(default)]
     pub volume_binds: Vec<(PathBuf, String)>,
+    /// An empty directory init can traverse, where the helper mounts the
+    /// volumes for init to bind (their own directories are host root's
+    /// alone): a tmpfs of the helper's mount namespace covers it there.
+    #[serde(default)]
+    pub volume_stage: PathBuf,
     /// A throwaway container's disk: a tmpfs of this many bytes mounted at
     /// `disk_root` (in the helper's private mount namespace) instead of a
     /// disk image. Its pages are charged to the container's memory.

@@ -194,6 +194,13 @@ where
     let _ = std::fs::remove_dir_all(&mounts);
     std::fs::create_dir_all(&mounts)?;
     std::fs::set_permissions(&mounts, std::fs::Permissions::from_mode(0o711))?;
+    // Volumes are the server's alone (the sandbox helper mounts them for
+    // init, see `sandboxes::volumes`); a data directory of an older server
+    // let other host users traverse it.
+    let volumes = config.server.data_dir.join("volumes");
+    if volumes.is_dir() {
+        std::fs::set_permissions(&volumes, std::fs::Permissions::from_mode(0o700))?;
+    }
     let (store, generated_key) = startup::timed("store", open_seeded_store(&config)).await?;
     let (egress, egress_log) = match egress::settings(&config)? {
         Some((settings, log)) => (Some(settings), Some(log)),

@@ -356,6 +356,9 @@ impl LocalEngine {
             ("warm", 0o711),
             ("run/root", 0o755),
             ("run/disk", 0o755),
+            // Empty on the host: each helper's own tmpfs covers it (the
+            // volumes' stage, see `HelperSpec::volume_stage`).
+            ("run/volumes", 0o755),
         ] {
             let dir = data_dir.join(sub);
             fs::create_dir_all(&dir).context(|| format!("create {sub}"))?;

@@ -121,6 +121,7 @@ pub(super) fn helper_spec(
             .iter()
             .map(|volume| (volume.source.clone(), volume.target.clone()))
             .collect(),
+        volume_stage: inner.config.data_dir.join("run/volumes"),
     })
 }
 

@@ -206,15 +206,18 @@ fn start_container(spec: &HelperSpec, control: RawFd) -> SetupResult<()> {
             &format_map(&spec.gid_map),
         )?;
     }
-    if spec.idmap_volumes && !spec.rootless {
-        for (source, _) in &spec.volume_binds {
-            idmap(
-                source,
-                &format_map(&spec.uid_map),
-                &format_map(&spec.gid_map),
-            )?;
+    // Volumes are reached through the stage: their own directories are
+    // host root's alone, which init (another host user) could not traverse.
+    let staged = match spec.volume_binds.is_empty() || spec.rootless {
+        true => None,
+        false => {
+            if !private {
+                private_mount_namespace()?;
+            }
+            Some(stage_volumes(spec)?)
         }
-    }
+    };
+    let spec = staged.as_ref().unwrap_or(spec);
 
     let (sync_read, sync_write) = sys::pipe().step(SetupStep::SyncPipe, || "pipe".into())?;
     let flags = CONTAINER_NAMESPACES | libc::CLONE_PARENT;
@@ -271,6 +274,51 @@ fn start_container(spec: &HelperSpec, control: RawFd) -> SetupResult<()> {
             Ok(())
         }
     }
+}
+
+/// Mounts every volume of the container on a point of its own under
+/// `HelperSpec::volume_stage` (a small tmpfs of this mount namespace, which
+/// init's copies: the host never sees it), idmapped when the spec says so,
+/// and returns the spec with those points as the volumes' sources. The
+/// volumes' directories stay private to host root (`0700` above them); init
+/// binds each from the stage into the container's root, and the stage goes
+/// with the host's tree when init pivots away from it.
+fn stage_volumes(spec: &HelperSpec) -> SetupResult<HelperSpec> {
+    let stage = &spec.volume_stage;
+    let target = CString::new(stage.as_os_str().as_encoded_bytes())
+        .map_err(|e| SetupError::other(SetupStep::BindMount, "the volumes' stage", e))?;
+    // SAFETY: every pointer is a valid NUL-terminated string that outlives
+    // the call.
+    sys::cvt(unsafe {
+        libc::mount(
+            c"tmpfs".as_ptr(),
+            target.as_ptr(),
+            c"tmpfs".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            c"size=64k,nr_inodes=64,mode=0711".as_ptr().cast(),
+        )
+    })
+    .step(SetupStep::BindMount, || {
+        format!("mount the volumes' stage at {}", stage.display())
+    })?;
+    let mut staged = spec.clone();
+    for (index, (source, _)) in staged.volume_binds.iter_mut().enumerate() {
+        let point = stage.join(index.to_string());
+        fs::create_dir(&point)
+            .step(SetupStep::BindMount, || format!("make {}", point.display()))?;
+        if spec.idmap_volumes {
+            mounts::idmap_onto(
+                source,
+                &point,
+                &format_map(&spec.uid_map),
+                &format_map(&spec.gid_map),
+            )?;
+        } else {
+            mounts::bind(source, &point, false)?;
+        }
+        *source = point;
+    }
+    Ok(staged)
 }
 
 /// Mounts the container's disk image (in a mount namespace of the helper's

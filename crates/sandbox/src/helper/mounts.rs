@@ -231,10 +231,16 @@ const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
 /// root (the helper before it starts init); the namespace the mapping is
 /// read from is made for this and gone when it returns.
 pub fn idmap_in_place(dir: &Path, uid_map: &str, gid_map: &str) -> StepResult<()> {
-    let what = || format!("idmapped mount of {}", dir.display());
+    idmap_onto(dir, dir, uid_map, gid_map)
+}
+
+/// An idmapped mount of `source` (see [`idmap_in_place`]) at `target`.
+pub fn idmap_onto(source: &Path, target: &Path, uid_map: &str, gid_map: &str) -> StepResult<()> {
+    let what = || format!("idmapped mount of {}", source.display());
     let userns = mapping_namespace(uid_map, gid_map)
         .map_err(|e| SetupError::os(SetupStep::BindMount, what(), e))?;
-    let path = sys::cstr(dir).map_err(|e| SetupError::os(SetupStep::BindMount, what(), e))?;
+    let path = sys::cstr(source).map_err(|e| SetupError::os(SetupStep::BindMount, what(), e))?;
+    let target = sys::cstr(target).map_err(|e| SetupError::os(SetupStep::BindMount, what(), e))?;
     // SAFETY: `path` is a C string alive across the call; the result is a
     // new descriptor owned at once.
     let opened = unsafe {
@@ -275,7 +281,7 @@ pub fn idmap_in_place(dir: &Path, uid_map: &str, gid_map: &str) -> StepResult<()
             tree.as_raw_fd(),
             c"".as_ptr(),
             libc::AT_FDCWD,
-            path.as_ptr(),
+            target.as_ptr(),
             MOVE_MOUNT_F_EMPTY_PATH,
         )
     };
@@ -330,7 +336,7 @@ fn mapping_namespace(uid_map: &str, gid_map: &str) -> io::Result<std::os::fd::Ow
 /// `/usr` would stay writable (and setuid-capable) inside. `mount_setattr`
 /// with `AT_RECURSIVE` changes the whole subtree at once; kernels before 5.12
 /// lack it, and get the old per-mount remount.
-fn bind(source: &Path, target: &Path, read_only: bool) -> StepResult<()> {
+pub(super) fn bind(source: &Path, target: &Path, read_only: bool) -> StepResult<()> {
     let what = || format!("bind {} at {}", source.display(), target.display());
     step(
         SetupStep::BindMount,

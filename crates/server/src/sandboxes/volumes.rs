@@ -4,14 +4,15 @@
 //! containers at create.
 //!
 //! A volume is a directory of the data directory, `volumes/<id>` (the
-//! parent `0711`: sandboxes run as unprivileged host users and must reach
-//! it, nobody lists it). Its root is `1777`. A container whose disk holds
-//! its own ids sees the volume through an idmapped mount of its range (see
-//! the engine's `slots`): its files are stored as its own ids, so the
-//! sandbox user of every container of the project owns them, in whichever
-//! range each runs. (A container keeping a range for good writes as the
-//! host ids of that range.) The bind is made inside the
-//! container's mount namespace (`ContainerSpec::volumes`), at a path
+//! parent `0700`: no host user but the server's reaches it; the sandbox
+//! helper, as host root, mounts each volume a container names on a stage of
+//! its own mount namespace, from which init binds it). Its root is `1777`.
+//! A container whose disk holds its own ids sees the volume through an
+//! idmapped mount of its range (see the engine's `slots`): its files are
+//! stored as its own ids, so the sandbox user of every container of the
+//! project owns them, in whichever range each runs. (A container keeping a
+//! range for good writes as the host ids of that range.) The bind is made
+//! inside the container's mount namespace (`ContainerSpec::volumes`), at a path
 //! `check_volume_path` accepts, through no symbolic link; a link inside the
 //! volume resolves in the container's root, never the host's.
 //!
@@ -86,14 +87,17 @@ fn check_name(name: &str) -> ApiResult<()> {
     Ok(())
 }
 
-/// Makes the volume's directory (its parent first), root-owned and `1777`.
+/// Makes the volume's directory (its parent first), root-owned and `1777`,
+/// under a parent only its owner may enter: a sandbox reaches its volumes
+/// through mounts the sandbox helper makes (`HelperSpec::volume_stage`),
+/// never by this path, and no other host user reaches them at all.
 fn make_dir(parent: &Path, dir: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     std::fs::DirBuilder::new()
         .recursive(true)
-        .mode(0o711)
+        .mode(0o700)
         .create(parent)?;
-    std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o711))?;
+    std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o700))?;
     std::fs::DirBuilder::new().mode(0o700).create(dir)?;
     // Set after the create: the umask must not narrow it.
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o1777))
