@@ -21,7 +21,9 @@ in one run, in this order:
   4. load: 32 client threads for --seconds, each picking a random container
      per request: 90 % `POST .../exec` of `true`, 5 % a 4 KiB upload
      (`POST .../files`), 5 % a listing (`GET /v1/containers?limit=100` or
-     the container's files); exec p50/p99 against step 1's. The server's
+     the container's files); exec p50/p99 against step 1's (and the host's
+     `sysinfo()` time, empty and with N live: every `bash` start makes the
+     call, and the kernel walks every block device for it). The server's
      RSS, high-water mark and what it keeps once settled after the load.
   5. restart: the server stopped (its containers end with it) and started on
      the same data directory: time to `/healthz`, to a listing that shows
@@ -449,6 +451,21 @@ def mixed_load(server, ids, seconds: float) -> dict:
     }
 
 
+def sysinfo_us(calls: int = 100, batches: int = 5) -> float:
+    """The host's `sysinfo()` (through `sysconf(_SC_PHYS_PAGES)`), median µs
+    of --batches: the kernel sums the page cache of every block device on
+    each call, and every `bash` start makes one (glibc's qsort asks for the
+    machine's memory), so each live container's loop device adds to every
+    command's cost."""
+    times = []
+    for _ in range(batches):
+        started = time.perf_counter()
+        for _ in range(calls):
+            os.sysconf("SC_PHYS_PAGES")
+        times.append((time.perf_counter() - started) / calls * 1e6)
+    return round(statistics.median(times), 1)
+
+
 def settled_rss(pid: int, limit: float = 30.0) -> float:
     samples, deadline = [], time.monotonic() + limit
     while time.monotonic() < deadline:
@@ -589,6 +606,7 @@ def measure(count: int, args) -> dict:
         mixed_load(server, base_ids, min(3.0, args.seconds))  # warm-up, unmeasured
         result["empty_load"] = mixed_load(server, base_ids, args.seconds)
         result["empty_server"] = server_figures(pid)
+        result["sysinfo_us"] = {"empty": sysinfo_us()}
         drop_caches()
         available_before, charge_before = meminfo(), cgroup_charge_kib(group)
         kernel_before = {f: meminfo(f) for f in KERNEL_FIELDS}
@@ -620,6 +638,7 @@ def measure(count: int, args) -> dict:
         result["superblocks_per_container"] = own_superblocks(children(pid))
         result["shrinker_map_objects_per_memcg"] = shrinker_map_objects(group)
         result["memavailable_gib_at_peak"] = round(meminfo() / 1048576, 2)
+        result["sysinfo_us"]["live"] = sysinfo_us()
         result["live"] = server_figures(pid)
         result["live_host"] = host_counts(data, group)
         result["descriptors_per_container"] = round(

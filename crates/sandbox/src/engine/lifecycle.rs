@@ -110,10 +110,13 @@ impl LocalEngine {
         {
             let (control, reaped) = (Arc::clone(&control), Arc::clone(&reaped));
             let (id, pid) = (container.id.clone(), started.init_pid);
+            let (loop_devices, loop_device) =
+                (Arc::clone(&self.inner.loop_devices), started.loop_device);
             tokio::spawn(async move {
                 watch_init(&control, pid, &reaped).await;
                 tracing::debug!(container = %id, "init exited");
                 let _ = exited_tx.send(true);
+                loop_devices.run_ended(loop_device);
             });
         }
         let egress = match self.inner.networks.serve(container, started.proxy) {

@@ -42,6 +42,7 @@ mod image_archive;
 #[path = "fs.rs"]
 mod fs_paths;
 mod lifecycle;
+mod loops;
 mod network;
 mod output_buffer;
 mod pools;
@@ -216,6 +217,10 @@ pub(crate) struct Inner {
     /// What each stored container was made from, as `recovery::tidy` read
     /// it: each spec is read once, not at every prune.
     stored_made_from: recovery::MadeFrom,
+    /// The loop devices its containers' runs ended on, removed once
+    /// detached (see `loops`), and the task that removes them.
+    loop_devices: Arc<loops::LoopDevices>,
+    loop_remover: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// How snapshots share blocks on this host, probed once.
     snapshot_sharing: std::sync::OnceLock<snapshots::Sharing>,
     /// Held for the engine's lifetime: one engine per data directory.
@@ -420,6 +425,8 @@ impl LocalEngine {
                 teardowns: Mutex::new(Vec::new()),
                 tidying: Mutex::new(None),
                 stored_made_from: recovery::MadeFrom::default(),
+                loop_devices: Arc::default(),
+                loop_remover: Mutex::new(None),
                 snapshot_sharing: std::sync::OnceLock::new(),
                 _lock: lock,
             }),
@@ -448,6 +455,9 @@ impl LocalEngine {
             phase_done("engine: stored containers checked (background)", started);
         });
         *self::lock(&engine.inner.tidying) = Some(tidy);
+        *self::lock(&engine.inner.loop_remover) = Some(loops::LoopDevices::spawn_remover(
+            Arc::clone(&engine.inner.loop_devices),
+        ));
         engine.inner.pools.refill_all(&engine);
         Ok((engine, warnings))
     }
@@ -1423,6 +1433,13 @@ impl SandboxBackend for LocalEngine {
         while stops.join_next().await.is_some() {}
         self.inner.zygote.end().await;
         self.inner.cgroups.remove_base();
+        if let Some(remover) = lock(&self.inner.loop_remover).take() {
+            remover.abort();
+        }
+        // Those detached by now; the rest stay registered, as they would
+        // have without this engine.
+        let devices = Arc::clone(&self.inner.loop_devices);
+        let _ = tokio::task::spawn_blocking(move || devices.remove_detached()).await;
     }
 }
 
