@@ -184,6 +184,9 @@ impl Cgroups {
     /// Names of every cgroup this engine has (used to clean up after a crash).
     pub fn existing(&self) -> Vec<String> {
         let mut ids: Vec<String> = Vec::new();
+        // The same names in every hierarchy: each kept once, in the order
+        // first seen (thousands after a crash with thousands live).
+        let mut seen = std::collections::HashSet::new();
         let bases: Vec<&PathBuf> = match self {
             Cgroups::V2 { base } => vec![base],
             Cgroups::V1 { bases } => bases.iter().map(|(_, b)| b).collect(),
@@ -196,7 +199,7 @@ impl Cgroups {
             for entry in entries.flatten() {
                 if entry.path().is_dir() {
                     if let Some(name) = entry.file_name().to_str() {
-                        if !ids.iter().any(|i| i == name) && name != "server" {
+                        if name != "server" && seen.insert(name.to_owned()) {
                             ids.push(name.to_owned());
                         }
                     }
