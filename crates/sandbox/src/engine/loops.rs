@@ -76,9 +76,11 @@ impl LoopDevices {
                     number as libc::c_ulong,
                 )
             };
-            let error = std::io::Error::last_os_error();
-            if removed >= 0 || error.raw_os_error() != Some(libc::EBUSY) {
-                // Removed, or gone already (`ENODEV`): not ours to try again.
+            // Removed, or gone already (`ENODEV`): not ours to try again.
+            // Busy: the next pass tries it.
+            let busy =
+                removed < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EBUSY);
+            if !busy {
                 self.ended().remove(&number);
             }
         }

@@ -187,12 +187,11 @@ fn start_container(spec: &HelperSpec, control: RawFd) -> SetupResult<()> {
     // namespace, which init's is then a copy of (`prepare_disk` made one
     // for a disk).
     let mut private = spec.disk_image.is_some() || spec.disk_tmpfs_bytes.is_some();
-    let mut idmap = |dir: &Path, uid_map: &str, gid_map: &str| -> SetupResult<()> {
+    let mut make_private = || -> SetupResult<()> {
         if !private {
             private_mount_namespace()?;
             private = true;
         }
-        mounts::idmap_in_place(dir, uid_map, gid_map)?;
         Ok(())
     };
     if let (true, false, RootSpec::Overlay { lower, .. }) =
@@ -200,7 +199,8 @@ fn start_container(spec: &HelperSpec, control: RawFd) -> SetupResult<()> {
     {
         // A build sandbox's root owns the image's files (see
         // `mounts::idmap_in_place`).
-        idmap(
+        make_private()?;
+        mounts::idmap_in_place(
             lower,
             &format_map(&spec.uid_map),
             &format_map(&spec.gid_map),
@@ -211,9 +211,7 @@ fn start_container(spec: &HelperSpec, control: RawFd) -> SetupResult<()> {
     let staged = match spec.volume_binds.is_empty() || spec.rootless {
         true => None,
         false => {
-            if !private {
-                private_mount_namespace()?;
-            }
+            make_private()?;
             Some(stage_volumes(spec)?)
         }
     };
@@ -285,34 +283,24 @@ fn start_container(spec: &HelperSpec, control: RawFd) -> SetupResult<()> {
 /// with the host's tree when init pivots away from it.
 fn stage_volumes(spec: &HelperSpec) -> SetupResult<HelperSpec> {
     let stage = &spec.volume_stage;
-    let target = CString::new(stage.as_os_str().as_encoded_bytes())
-        .map_err(|e| SetupError::other(SetupStep::BindMount, "the volumes' stage", e))?;
-    // SAFETY: every pointer is a valid NUL-terminated string that outlives
-    // the call.
-    sys::cvt(unsafe {
-        libc::mount(
-            c"tmpfs".as_ptr(),
-            target.as_ptr(),
-            c"tmpfs".as_ptr(),
-            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-            c"size=64k,nr_inodes=64,mode=0711".as_ptr().cast(),
-        )
-    })
+    sys::mount(
+        Some(Path::new("tmpfs")),
+        stage,
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        Some("size=64k,nr_inodes=64,mode=0711"),
+    )
     .step(SetupStep::BindMount, || {
         format!("mount the volumes' stage at {}", stage.display())
     })?;
+    let (uid_map, gid_map) = (format_map(&spec.uid_map), format_map(&spec.gid_map));
     let mut staged = spec.clone();
     for (index, (source, _)) in staged.volume_binds.iter_mut().enumerate() {
         let point = stage.join(index.to_string());
         fs::create_dir(&point)
             .step(SetupStep::BindMount, || format!("make {}", point.display()))?;
         if spec.idmap_volumes {
-            mounts::idmap_onto(
-                source,
-                &point,
-                &format_map(&spec.uid_map),
-                &format_map(&spec.gid_map),
-            )?;
+            mounts::idmap_onto(source, &point, &uid_map, &gid_map)?;
         } else {
             mounts::bind(source, &point, false)?;
         }
