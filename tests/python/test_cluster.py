@@ -997,18 +997,11 @@ def test_the_exec_quota_is_the_projects_across_every_node(clusters):
         # Marked lost by a replica's sweep, its credits dropped with it.
         assert wait_until(lambda: credits_of(victim) == 0, LOST_AFTER_SECS + LOST_SLACK_SECS, 0.2), \
             cluster.logs()
-        def exec_back():
-            return requests.post(f"{sessions[1].base}/containers/{survivors[0]}/exec", headers=sessions[1].headers,
-                                 json={"commands": ["echo back"]}, timeout=60)
-
-        back = exec_back()
-        # On a loaded machine a survivor's heartbeat can come later than this
-        # test's short node_lost_after_secs, and the same sweep marks it lost
-        # too; its next beat registers it again with its containers.
-        deadline = time.monotonic() + LOST_AFTER_SECS + LOST_SLACK_SECS
-        while back.status_code == 409 and "container_lost" in back.text and time.monotonic() < deadline:
-            time.sleep(0.5)
-            back = exec_back()
+        # A survivor is not declared lost with it, even when its heartbeats
+        # come later than this test's short node_lost_after_secs on a loaded
+        # machine: it answers the replicas' probes.
+        back = requests.post(f"{sessions[1].base}/containers/{survivors[0]}/exec", headers=sessions[1].headers,
+                             json={"commands": ["echo back"]}, timeout=60)
         assert back.status_code == 200, back.text
         assert back.json()["output"][0]["stdout"] == "back\n"
         for cid in survivors:

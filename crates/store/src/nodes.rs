@@ -286,14 +286,53 @@ impl Store {
     /// node ran are failed with [`BUILD_NODE_LOST`] (a node that comes
     /// back and ends one after all records its end as it was).
     pub fn mark_lost_nodes(&self, cutoff: i64, now: i64) -> Result<Vec<String>> {
+        self.mark_silent_nodes_lost(cutoff, now, &[])
+    }
+
+    /// The live nodes whose last heartbeat is older than `cutoff`: those a
+    /// replica asks whether they answer before it declares them lost.
+    pub fn silent_nodes(&self, cutoff: i64) -> Result<Vec<NodeRow>> {
+        self.read(|sql| {
+            sql.query(
+                &format!(
+                    "SELECT {NODE_COLUMNS} FROM nodes
+                     WHERE status != 'lost' AND heartbeat_at < ?1 ORDER BY id"
+                ),
+                &[&cutoff],
+                node_row,
+            )
+        })
+    }
+
+    /// [`mark_lost_nodes`](Self::mark_lost_nodes), but for the nodes in
+    /// `answering` (silent in the store, yet answering the replica: a
+    /// heartbeat late under load is not a node gone).
+    pub fn mark_silent_nodes_lost(
+        &self,
+        cutoff: i64,
+        now: i64,
+        answering: &[String],
+    ) -> Result<Vec<String>> {
         let day = utc_day();
         self.transaction(|sql| {
-            let lost: Vec<String> = sql.query(
-                "UPDATE nodes SET status = 'lost' WHERE status != 'lost' AND heartbeat_at < ?1
-                 RETURNING id",
+            let silent: Vec<String> = sql.query(
+                "SELECT id FROM nodes WHERE status != 'lost' AND heartbeat_at < ?1 ORDER BY id",
                 &[&cutoff],
                 |row| row.get(0),
             )?;
+            let mut lost = Vec::new();
+            for node in silent.iter().filter(|node| !answering.contains(node)) {
+                // Its row decides, under its lock: another replica may have
+                // marked it meanwhile, or its heartbeat come.
+                let marked = sql.execute(
+                    "UPDATE nodes SET status = 'lost'
+                     WHERE id = ?1 AND status != 'lost' AND heartbeat_at < ?2",
+                    &[node, &cutoff],
+                )?;
+                if marked > 0 {
+                    lost.push(node.clone());
+                }
+            }
             for node in &lost {
                 sql.execute(
                     "UPDATE containers SET lost_from = status, lost_at = ?2, status = 'lost'
@@ -628,6 +667,46 @@ mod tests {
             store.set_response_node("resp_1", "n2").unwrap();
             assert_eq!(store.response_node("resp_1").unwrap().unwrap().id, "n2");
             assert_eq!(store.response_node("resp_2").unwrap(), None);
+        }
+    }
+
+    /// A silent node that answers the replica is spared (and stays
+    /// silent, for the next sweep to ask again); one that does not is
+    /// marked, with its containers.
+    #[test]
+    fn a_silent_node_that_answers_is_not_declared_lost() {
+        for store in crate::testing::stores() {
+            for (id, beat) in [("n1", 100), ("n2", 100), ("n3", 200)] {
+                store.register_node(&node(id, beat)).unwrap();
+                let mut row = crate::tests::container_row(&format!("c-{id}"), "alpha");
+                row.node_id = id.into();
+                store.insert_container(&row).unwrap();
+            }
+            let silent: Vec<String> = store
+                .silent_nodes(150)
+                .unwrap()
+                .into_iter()
+                .map(|node| node.id)
+                .collect();
+            assert_eq!(silent, ["n1", "n2"]);
+            let lost = store
+                .mark_silent_nodes_lost(150, 160, &["n2".to_owned()])
+                .unwrap();
+            assert_eq!(lost, ["n1"]);
+            assert_eq!(
+                store.container_node("c-n2").unwrap(),
+                Some(("n2".into(), ContainerStatus::Running))
+            );
+            assert_eq!(
+                store.container_node("c-n1").unwrap(),
+                Some(("n1".into(), ContainerStatus::Lost))
+            );
+            // Still silent: asked again by the next sweep; a beat since
+            // takes it off the list.
+            assert_eq!(store.silent_nodes(150).unwrap().len(), 1);
+            assert!(store.heartbeat("n2", 170, None).unwrap());
+            assert!(store.silent_nodes(150).unwrap().is_empty());
+            assert!(store.mark_lost_nodes(150, 170).unwrap().is_empty());
         }
     }
 

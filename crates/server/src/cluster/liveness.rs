@@ -8,8 +8,12 @@
 //! probe per node at a time, its outcome shared by every request waiting
 //! on that node). A node alive is waited for again; one that is not (a
 //! stalled process, whose kernel still accepts connections; a partition)
-//! is given up on. A node declared lost, or silent past
-//! `node_lost_after_secs`, ends every wait on it at once.
+//! is given up on. A node declared lost ends every wait on it at once.
+//!
+//! The same question decides whether a node silent in the store (its
+//! heartbeats later than `node_lost_after_secs`) is lost: the sweep
+//! declares it lost only if it does not answer either, and requests for
+//! its containers go to it while it does.
 //!
 //! A node that failed its probe and has answered nothing since is a
 //! suspect: requests any node can answer, and creates, go to others first.
@@ -18,12 +22,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use shellgate_store::NodeRow;
+use shellgate_store::{NodeRow, NodeStatus};
 
 use super::directory::Directory;
-use super::placement::alive;
 use crate::db::Db;
-use crate::time::now;
 
 /// How often a wait looks at the node's row (the directory re-reads the
 /// nodes once a second) and at how late the answer is.
@@ -106,7 +108,7 @@ impl Liveness {
     /// Whether `node` is alive: it answered something lately, or its
     /// `/livez` answers now, within the patience. One probe per node at a
     /// time; a request that waited for another's probe takes its outcome.
-    async fn answers(&self, client: &reqwest::Client, node: &NodeRow) -> bool {
+    pub(crate) async fn answers(&self, client: &reqwest::Client, node: &NodeRow) -> bool {
         let probing = {
             let mut heard = self.heard();
             let heard = heard.entry(node.id.clone()).or_default();
@@ -147,21 +149,19 @@ impl Liveness {
 
     /// Waits as long as `node` is alive, which a forwarded request's
     /// answer is raced against: returns only when the node was declared
-    /// lost (or went silent past `lost_after` seconds), or its answer is
-    /// late and it answers no probe. Its row is looked at while a probe
-    /// runs too.
+    /// lost, or its answer is late and it answers no probe. Its row is
+    /// looked at while a probe runs too.
     pub(crate) async fn watch(
         &self,
         client: &reqwest::Client,
         directory: &Directory,
         store: &Db,
         node: &NodeRow,
-        lost_after: i64,
     ) -> Silence {
         let mut asked_at = Instant::now();
         loop {
             tokio::time::sleep(TICK).await;
-            if declared_lost(directory, store, node, lost_after).await {
+            if declared_lost(directory, store, node).await {
                 return Silence::Lost;
             }
             if asked_at.elapsed() < self.patience {
@@ -173,7 +173,7 @@ impl Liveness {
                 tokio::select! {
                     answered = &mut probe => break answered,
                     () = tokio::time::sleep(TICK) => {
-                        if declared_lost(directory, store, node, lost_after).await {
+                        if declared_lost(directory, store, node).await {
                             return Silence::Lost;
                         }
                     }
@@ -187,14 +187,15 @@ impl Liveness {
     }
 }
 
-/// Whether `node` is declared lost, or silent past `lost_after` seconds,
-/// as the directory's copy of the nodes says (a store that does not
-/// answer says nothing about the node).
-async fn declared_lost(directory: &Directory, store: &Db, node: &NodeRow, lost_after: i64) -> bool {
+/// Whether `node` is declared lost (or gone from the store), as the
+/// directory's copy of the nodes says (a store that does not answer says
+/// nothing about the node). Silence alone is not: a node whose heartbeats
+/// are late may be answering this very request.
+async fn declared_lost(directory: &Directory, store: &Db, node: &NodeRow) -> bool {
     directory
         .node(store, &node.id)
         .await
-        .is_ok_and(|row| row.is_none_or(|row| !alive(&row, now(), lost_after)))
+        .is_ok_and(|row| row.is_none_or(|row| row.status == NodeStatus::Lost))
 }
 
 #[cfg(test)]
@@ -249,9 +250,7 @@ mod tests {
         }
 
         let liveness = Liveness::new(patience);
-        let gave_up = liveness
-            .watch(&client, &directory, &store, &stalled, 3600)
-            .await;
+        let gave_up = liveness.watch(&client, &directory, &store, &stalled).await;
         assert_eq!(gave_up, Silence::Unresponsive);
         assert_eq!(liveness.suspects(Duration::from_secs(60)), vec!["stalled"]);
         liveness.answered("stalled");
@@ -260,7 +259,7 @@ mod tests {
         // Alive: still waited on after several probes' worth of time.
         let waited = tokio::time::timeout(
             patience * 4,
-            liveness.watch(&client, &directory, &store, &alive, 3600),
+            liveness.watch(&client, &directory, &store, &alive),
         )
         .await;
         assert!(waited.is_err(), "gave up on a live node: {waited:?}");
@@ -271,9 +270,7 @@ mod tests {
             .run(|s| s.mark_lost_nodes(i64::MAX, crate::time::now()))
             .await
             .unwrap();
-        let gave_up = liveness
-            .watch(&client, &directory, &store, &alive, 3600)
-            .await;
+        let gave_up = liveness.watch(&client, &directory, &store, &alive).await;
         assert_eq!(gave_up, Silence::Lost);
         server.abort();
         drop(silent);

@@ -18,7 +18,7 @@ use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use shellgate_store::{ContainerStatus, KeyRole, LostDeletion, NodeLoad, NodeRow};
+use shellgate_store::{ContainerStatus, KeyRole, LostDeletion, NodeLoad, NodeRow, NodeStatus};
 use shellgate_wire::cluster::ClusterNode;
 use shellgate_wire::List;
 
@@ -146,6 +146,25 @@ impl Replica {
     async fn loads(&self) -> ApiResult<Vec<NodeLoad>> {
         self.store.run(|s| s.nodes()).await
     }
+
+    /// `node`, if what it holds is to be asked of it: it beats, or, silent
+    /// in the store past `node_lost_after_secs` and not declared lost yet,
+    /// it answers this replica (its heartbeats late under load, or its
+    /// connection to the store slow: its containers are there all the
+    /// same, and the sweep spares it for the same reason). Never one
+    /// declared lost.
+    async fn reachable(&self, node: NodeRow) -> Option<NodeRow> {
+        if node.status == NodeStatus::Lost {
+            return None;
+        }
+        if alive(&node, now(), self.lost_after()) {
+            return Some(node);
+        }
+        self.liveness
+            .answers(&self.client, &node)
+            .await
+            .then_some(node)
+    }
 }
 
 /// The replica's routes: its health, the nodes list, and everything else
@@ -172,14 +191,41 @@ pub async fn sweep_lost_nodes(replica: Arc<Replica>) {
     }
 }
 
-/// Marks the nodes silent past `node_lost_after_secs` lost, with their
-/// containers, and fails the responses they were running.
+/// Marks the nodes silent past `node_lost_after_secs` that do not answer
+/// this replica either (`Liveness::answers`: nothing answered lately, no
+/// answer to a probe of `/livez`) lost, with their containers, and fails
+/// the responses they were running. A silent node that answers is a
+/// node whose heartbeats are late (a loaded machine, a slow store), not a
+/// node gone: declaring it lost would cut its tenants off from containers
+/// that run on.
 async fn mark_lost_nodes(replica: &Replica) -> ApiResult<()> {
     let now = now();
     let cutoff = now - replica.lost_after();
+    let silent = replica.store.run(move |s| s.silent_nodes(cutoff)).await?;
+    if silent.is_empty() {
+        return Ok(());
+    }
+    let asked = futures_util::future::join_all(
+        silent
+            .iter()
+            .map(|node| replica.liveness.answers(&replica.client, node)),
+    )
+    .await;
+    let answering: Vec<String> = silent
+        .into_iter()
+        .zip(asked)
+        .filter(|(_, answers)| *answers)
+        .map(|(node, _)| node.id)
+        .collect();
+    for node in &answering {
+        tracing::warn!(
+            node = %node,
+            "node silent past node_lost_after_secs yet answering: not declared lost"
+        );
+    }
     let lost = replica
         .store
-        .run(move |s| s.mark_lost_nodes(cutoff, now))
+        .run(move |s| s.mark_silent_nodes_lost(cutoff, now, &answering))
         .await?;
     for node in lost {
         tracing::warn!(
@@ -263,16 +309,21 @@ async fn nodes(
         }
         None => return Err(ApiError::unauthorized("Missing or unknown API key.")),
     }
-    let (now, lost_after) = (now(), replica.lost_after());
-    let data = replica
-        .loads()
-        .await?
+    let loads = replica.loads().await?;
+    // A node past its heartbeat that no sweep marked yet reads lost unless
+    // it answers (as the sweep decides).
+    let reachable = futures_util::future::join_all(
+        loads
+            .iter()
+            .map(|load| replica.reachable(load.node.clone())),
+    )
+    .await;
+    let data = loads
         .into_iter()
-        .map(|load| {
+        .zip(reachable)
+        .map(|(load, reachable)| {
             let node = load.node;
-            // A node past its heartbeat that no sweep marked yet is lost
-            // all the same.
-            let status = if alive(&node, now, lost_after) {
+            let status = if reachable.is_some() {
                 node.status.as_str()
             } else {
                 "lost"
@@ -446,20 +497,21 @@ async fn route(replica: &Arc<Replica>, mut request: Request) -> ApiResult<Respon
     );
     match goes {
         Target::Container(id) => {
-            // Lost: marked so, or its node is gone or silent past the limit
-            // (the sweep marks it at its next pass).
+            // Lost: marked so, or its node is gone, or silent past the
+            // limit and not answering (the sweep marks it at its next pass).
             let live = match replica.directory.locate(&replica.store, &id).await? {
                 // Unknown here: any node answers it (a 404 in the API's words).
                 Whereabouts::Unknown => return send_anywhere(replica, request).await,
                 Whereabouts::On(node) if alive(&node, now(), replica.lost_after()) => Some(node),
                 // Silent in a copy up to a second old: its heartbeat since
-                // is read before its container is called lost (a node
-                // back from a stall answers again at once).
-                Whereabouts::On(node) => replica
-                    .directory
-                    .node_now(&replica.store, &node.id)
-                    .await?
-                    .filter(|node| alive(node, now(), replica.lost_after())),
+                // is read (a node back from a stall answers again at once),
+                // and a node still silent is asked whether it answers.
+                Whereabouts::On(node) => {
+                    match replica.directory.node_now(&replica.store, &node.id).await? {
+                        Some(node) => replica.reachable(node).await,
+                        None => None,
+                    }
+                }
                 Whereabouts::Lost => None,
             };
             let asks = Asks::of(&replica.routes, &request, &id);
@@ -535,11 +587,10 @@ async fn route(replica: &Arc<Replica>, mut request: Request) -> ApiResult<Respon
                 return send_anywhere(replica, request).await;
             };
             let key = node_id.clone();
-            let node = replica
-                .store
-                .run(move |s| s.node(&key))
-                .await?
-                .filter(|node| alive(node, now(), replica.lost_after()));
+            let node = match replica.store.run(move |s| s.node(&key)).await? {
+                Some(node) => replica.reachable(node).await,
+                None => None,
+            };
             match node {
                 Some(node) => send(replica, &node, request).await.map_err(|(e, _)| e),
                 None => Err(volume_node_unreachable(&id, &node_id)),
@@ -559,9 +610,10 @@ async fn route(replica: &Arc<Replica>, mut request: Request) -> ApiResult<Respon
             let (parts, body) = request.into_parts();
             let bytes = read_body(replica, body).await?;
             let image = Routed::of(&bytes).image;
-            let home = continued_node(replica, api, &parts.headers, &bytes)
-                .await?
-                .filter(|node| alive(node, now(), replica.lost_after()));
+            let home = match continued_node(replica, api, &parts.headers, &bytes).await? {
+                Some(node) => replica.reachable(node).await,
+                None => None,
+            };
             let request = Request::from_parts(parts, Body::from(bytes.clone()));
             match home {
                 Some(node) => send(replica, &node, request).await.map_err(|(e, _)| e),
@@ -998,13 +1050,9 @@ async fn send(
         .headers(headers)
         .body(reqwest::Body::wrap_stream(body.into_data_stream()))
         .send();
-    let silence = replica.liveness.watch(
-        &replica.client,
-        &replica.directory,
-        &replica.store,
-        node,
-        replica.lost_after(),
-    );
+    let silence = replica
+        .liveness
+        .watch(&replica.client, &replica.directory, &replica.store, node);
     let sent = tokio::select! {
         sent = sending => sent,
         silence = silence => {
@@ -1147,6 +1195,55 @@ mod tests {
             let url = forwarded_url(address, &uri).unwrap();
             assert_eq!(&url.as_str()[address.len()..], target);
         }
+    }
+
+    fn silent_node(id: &str, address: String) -> NodeRow {
+        NodeRow {
+            id: id.into(),
+            address,
+            status: NodeStatus::Ready,
+            memory_bytes: 1 << 30,
+            max_containers: 10,
+            images: Vec::new(),
+            cgroup_layout: "v2".into(),
+            version: "test".into(),
+            started_at: 0,
+            heartbeat_at: 0,
+        }
+    }
+
+    /// The sweep declares lost a silent node that does not answer (no
+    /// listener: refused), never one whose heartbeats are late but whose
+    /// `/livez` answers; requests for its containers go to it meanwhile.
+    #[tokio::test]
+    async fn a_silent_node_is_declared_lost_only_when_it_does_not_answer() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let answering = silent_node(
+            "answering",
+            format!("http://{}", listener.local_addr().unwrap()),
+        );
+        let app = axum::Router::new().route("/livez", axum::routing::get(|| async { "ok" }));
+        let server = tokio::spawn(async move { axum::serve(listener, app).await });
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let gone = silent_node("gone", format!("http://{}", closed.local_addr().unwrap()));
+        drop(closed);
+        let store = Db::new(Store::in_memory().unwrap());
+        for row in [&answering, &gone] {
+            let row = row.clone();
+            store.run(move |s| s.register_node(&row)).await.unwrap();
+        }
+        let replica = Replica::new(Config::default(), store.clone()).unwrap();
+
+        super::mark_lost_nodes(&replica).await.unwrap();
+        let statuses = store.run(|s| s.node_rows()).await.unwrap();
+        let statuses: Vec<_> = statuses.iter().map(|n| (n.id.as_str(), n.status)).collect();
+        assert_eq!(
+            statuses,
+            [("answering", NodeStatus::Ready), ("gone", NodeStatus::Lost)]
+        );
+        assert!(replica.reachable(answering.clone()).await.is_some());
+        assert!(replica.reachable(gone.clone()).await.is_none());
+        server.abort();
     }
 
     /// What a node received: the request line and the head, as bytes on

@@ -25,7 +25,8 @@ pub struct ClusterSettings {
     pub cluster_secret: Secret,
     /// How often a node heart-beats.
     pub node_heartbeat_secs: u64,
-    /// A node silent this long is lost, with its containers.
+    /// A node silent this long (no heartbeat) that does not answer a
+    /// replica either (its `/livez`) is lost, with its containers.
     pub node_lost_after_secs: u64,
     /// An API replica waits this long for a node to begin its answer to a
     /// forwarded request before it asks the node whether it is alive at
