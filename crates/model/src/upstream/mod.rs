@@ -188,7 +188,8 @@ pub struct UpstreamConfig {
     pub protocol: Protocol,
     /// Longest wait for an answer to begin and between its pieces.
     pub timeout: Duration,
-    /// Attempts at a rate-limited (429) request before giving up.
+    /// Attempts at a rate-limited (429) or unanswered request before
+    /// giving up.
     pub attempts: u32,
     /// Bounds on each turn.
     pub limits: TurnLimits,

@@ -380,8 +380,10 @@ impl Budget {
 
 /// Sends a request (made afresh for each attempt by `request`), retrying a
 /// 429 with backoff (its `Retry-After` when given, at most 10 s, never past
-/// the turn's deadline); any other status but 2xx is an error with the
-/// upstream's message.
+/// the turn's deadline), and a request that got no answer at all (a
+/// connection refused, or a kept-alive one the upstream closed just as the
+/// request went out on it), as the providers' own SDKs do; any other status
+/// but 2xx is an error with the upstream's message.
 async fn send(
     config: &UpstreamConfig,
     budget: &Budget,
@@ -392,6 +394,13 @@ async fn send(
         attempt += 1;
         let response = match budget.wait(request().send()).await? {
             Err(e) if e.is_timeout() => return Err(budget.timed_out()),
+            Err(e) if (e.is_connect() || e.is_request()) && attempt < config.attempts.max(1) => {
+                tracing::debug!("upstream request got no answer ({e}); sending it again");
+                budget
+                    .sleep(Duration::from_millis(250 * u64::from(attempt)))
+                    .await?;
+                continue;
+            }
             // reqwest's errors name the URL, never the key.
             Err(e) => return Err(UpstreamError::Unreachable(e.to_string())),
             Ok(response) => response,

@@ -389,3 +389,44 @@ async fn an_event_over_several_data_lines_is_read_whole_by_every_adapter() {
         assert_eq!(text, "joined", "{protocol:?}");
     }
 }
+
+/// A model server that closes its first `drops` connections after reading
+/// the request, without a byte of answer (a kept-alive connection closed
+/// just as a request went out on it), then answers.
+async fn dropping_server(drops: usize) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut seen = 0;
+        while let Ok((mut socket, _)) = listener.accept().await {
+            seen += 1;
+            if seen <= drops {
+                let _ = read_request(&mut socket).await;
+                drop(socket);
+                continue;
+            }
+            let body = json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": "answered"}}]});
+            tokio::spawn(answer(socket, Answer::Json(body.to_string())));
+        }
+    });
+    format!("http://{address}/v1")
+}
+
+#[tokio::test]
+async fn a_request_that_got_no_answer_is_sent_again_within_the_attempts() {
+    let config = |url: String, attempts: u32| UpstreamConfig {
+        url,
+        api_key: None,
+        protocol: Protocol::Chat,
+        timeout: Duration::from_secs(30),
+        attempts,
+        limits: TurnLimits::default(),
+    };
+    let upstream = connect(config(dropping_server(2).await, 3)).unwrap();
+    let reply = upstream.complete(&turn(), None).await.unwrap();
+    assert_eq!(reply.text, "answered");
+    // Out of attempts: the error says the upstream could not be reached.
+    let upstream = connect(config(dropping_server(1).await, 1)).unwrap();
+    let error = upstream.complete(&turn(), None).await.unwrap_err();
+    assert!(matches!(error, UpstreamError::Unreachable(_)), "{error}");
+}

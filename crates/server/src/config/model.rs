@@ -22,7 +22,9 @@ pub struct ModelSettings {
     pub upstream_protocol: Protocol,
     /// Longest wait for an upstream's answer to begin, and between its pieces.
     pub upstream_timeout_secs: u64,
-    /// Attempts at a rate-limited (429) upstream request before it fails.
+    /// Attempts at an upstream request that is rate limited (429) or gets
+    /// no answer (a connection refused or dropped before any reply) before
+    /// it fails.
     pub upstream_attempts: u32,
     /// Longest time for one whole upstream turn (request, retries and every
     /// piece of the answer): a model trickling its answer is cut off here.
