@@ -31,6 +31,7 @@ use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 mod process;
+pub(super) mod sysinfo;
 
 use super::network::{self, ProxySockets};
 use super::{mounts, report, report_with_fds, seccomp};
@@ -303,16 +304,19 @@ pub(super) fn kill_command(pid: libc::pid_t, running: &mut HashMap<libc::pid_t, 
     }
 }
 
-pub fn run(spec: &HelperSpec, control: RawFd) -> ! {
-    let ready = setup(spec).and_then(|(launcher, signals, proxy)| {
+/// Runs init: builds the container, reports ready, and serves the
+/// engine's requests until it closes the channel. `counters`, opened on
+/// the host by the helper, let init answer `sysinfo` (see `sysinfo`).
+pub fn run(spec: &HelperSpec, control: RawFd, counters: Option<sysinfo::CgroupCounters>) -> ! {
+    let ready = setup(spec, counters).and_then(|(launcher, signals, proxy, answers)| {
         // The engine reaches /mnt/data through this descriptor, opened
         // before any command ran, never through a /proc/<pid> path.
         let data =
             std::fs::File::open(WORKDIR).step(SetupStep::OpenData, || format!("open {WORKDIR}"))?;
-        Ok((launcher, signals, data, proxy))
+        Ok((launcher, signals, data, proxy, answers))
     });
     match ready {
-        Ok((launcher, signals, data, proxy)) => {
+        Ok((launcher, signals, data, proxy, answers)) => {
             let mut fds = vec![data.as_raw_fd()];
             if let Some(proxy) = &proxy {
                 fds.extend([
@@ -324,7 +328,7 @@ pub fn run(spec: &HelperSpec, control: RawFd) -> ! {
             report_with_fds(control, &Report::Ready, &fds);
             // Init keeps no copy: the engine's are the only ones.
             drop((data, proxy));
-            serve(&launcher, &signals, control)
+            serve(&launcher, &signals, control, answers.as_ref())
         }
         Err(error) => {
             report(control, &Report::Error { error });
@@ -342,7 +346,16 @@ fn check(step: SetupStep, what: &str, ret: libc::c_long) -> SetupResult<()> {
     }
 }
 
-fn setup(spec: &HelperSpec) -> SetupResult<(Launcher, OwnedFd, Option<ProxySockets>)> {
+/// What setup leaves init to serve with: how it starts commands, its
+/// signals, the egress proxy's sockets, and the `sysinfo` listener.
+type Ready = (
+    Launcher,
+    OwnedFd,
+    Option<ProxySockets>,
+    Option<sysinfo::SysinfoAnswers>,
+);
+
+fn setup(spec: &HelperSpec, counters: Option<sysinfo::CgroupCounters>) -> SetupResult<Ready> {
     if !spec.rootless {
         // Our host uid (0) has no mapping here; become the namespace's root.
         // SAFETY: plain id-changing syscalls with integer arguments.
@@ -434,9 +447,17 @@ fn setup(spec: &HelperSpec) -> SetupResult<(Launcher, OwnedFd, Option<ProxySocke
     rustix::thread::set_no_new_privs(true)
         .map_err(std::io::Error::from)
         .step(SetupStep::NoNewPrivileges, || "PR_SET_NO_NEW_PRIVS".into())?;
-    seccomp::install().step(SetupStep::SeccompLoad, || "seccomp".into())?;
+    // With the container's counters, `sysinfo` is init's to answer; a
+    // kernel that cannot hand it over gets the filter without that rule.
+    let answers = match counters.map(|c| (seccomp::install_answering_sysinfo(), c)) {
+        Some((Ok(listener), counters)) => Some(sysinfo::SysinfoAnswers::new(listener, counters)),
+        _ => {
+            seccomp::install().step(SetupStep::SeccompLoad, || "seccomp".into())?;
+            None
+        }
+    };
     let signals = child_signal_fd()?;
-    Ok((launcher, signals, proxy))
+    Ok((launcher, signals, proxy, answers))
 }
 
 /// Sets `RLIMIT_NOFILE`, soft and hard, for init and every command.
@@ -596,26 +617,36 @@ pub(super) fn send_status(fd: &OwnedFd, status: Status) {
     let _ = sys::write_all(fd.as_raw_fd(), &status.encode());
 }
 
-fn serve(launcher: &Launcher, signals: &OwnedFd, control: RawFd) -> ! {
+fn serve(
+    launcher: &Launcher,
+    signals: &OwnedFd,
+    control: RawFd,
+    sysinfo: Option<&sysinfo::SysinfoAnswers>,
+) -> ! {
     let mut running: HashMap<libc::pid_t, RunningCommand> = HashMap::new();
     let mut markers = Markers::new();
     let mut buf = vec![0u8; MAX_MESSAGE];
     let mut fds: Vec<libc::pollfd> = Vec::new();
     let mut watched: Vec<libc::pid_t> = Vec::new();
     loop {
-        // The control socket, the signals, and the status pipe of every
-        // running command: the engine closing its end (a caller that gave
-        // up, whatever the reason) shows as POLLERR, and the command is
-        // killed, without the engine having to be woken while it runs.
+        // The control socket, the signals, the `sysinfo` calls waiting,
+        // and the status pipe of every running command: the engine closing
+        // its end (a caller that gave up, whatever the reason) shows as
+        // POLLERR, and the command is killed, without the engine having to
+        // be woken while it runs.
         fds.clear();
         watched.clear();
-        for fd in [control, signals.as_raw_fd()] {
+        for fd in [control, signals.as_raw_fd()]
+            .into_iter()
+            .chain(sysinfo.map(sysinfo::SysinfoAnswers::fd))
+        {
             fds.push(libc::pollfd {
                 fd,
                 events: libc::POLLIN,
                 revents: 0,
             });
         }
+        let fixed = fds.len();
         for (pid, command) in running.iter().filter(|(_, c)| !c.abandoned) {
             fds.push(libc::pollfd {
                 fd: command.status.as_raw_fd(),
@@ -628,7 +659,10 @@ fn serve(launcher: &Launcher, signals: &OwnedFd, control: RawFd) -> ! {
         if unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) } < 0 {
             continue; // EINTR
         }
-        for (pid, fd) in watched.iter().zip(&fds[2..]) {
+        if let Some(answers) = sysinfo.filter(|_| fds[2].revents != 0) {
+            answers.answer_one();
+        }
+        for (pid, fd) in watched.iter().zip(&fds[fixed..]) {
             if fd.revents & (libc::POLLERR | libc::POLLHUP) != 0 {
                 kill_command(*pid, &mut running);
                 if let Some(command) = running.get_mut(pid) {

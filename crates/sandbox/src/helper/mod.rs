@@ -216,6 +216,9 @@ fn start_container(spec: &HelperSpec, control: RawFd) -> SetupResult<()> {
         }
     };
     let spec = staged.as_ref().unwrap_or(spec);
+    // Opened here, on the host's cgroup file system (init's root will not
+    // show it), for init to answer `sysinfo` from (`init::sysinfo`).
+    let counters = init::sysinfo::CgroupCounters::open_own();
 
     let (sync_read, sync_write) = sys::pipe().step(SetupStep::SyncPipe, || "pipe".into())?;
     let flags = CONTAINER_NAMESPACES | libc::CLONE_PARENT;
@@ -243,7 +246,7 @@ fn start_container(spec: &HelperSpec, control: RawFd) -> SetupResult<()> {
             let mut byte = [0u8; 1];
             // Wait until the helper has written our id maps; EOF means it failed.
             match sys::read(sync_read.as_raw_fd(), &mut byte) {
-                Ok(1) => init::run(spec, control),
+                Ok(1) => init::run(spec, control, counters),
                 _ => std::process::exit(1),
             }
         }

@@ -13,6 +13,9 @@
 //! filter cannot read, and `ENOSYS` makes libc fall back to `clone`, whose
 //! flags the filter checks.
 //!
+//! `sysinfo` goes to init, when init listens (`SECCOMP_RET_USER_NOTIF`, see
+//! `init::sysinfo`): it answers with the container's own figures.
+//!
 //! `modify_ldt` (x86 segment descriptors: old, rarely used, and the source of
 //! several kernel bugs) is refused, and `personality(2)` may only query or
 //! keep the default persona: other personas change how the kernel treats
@@ -20,6 +23,7 @@
 //! `MMAP_PAGE_ZERO`), which no shell command needs.
 
 use std::io;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
 // Classic BPF opcodes (linux/filter.h).
 const BPF_LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
@@ -31,6 +35,7 @@ const BPF_RET_K: u16 = 0x06; // BPF_RET | BPF_K
 const SECCOMP_RET_KILL_PROCESS: u32 = 0x8000_0000;
 const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
 const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
+const SECCOMP_RET_USER_NOTIF: u32 = libc::SECCOMP_RET_USER_NOTIF;
 
 // Offsets into `struct seccomp_data`.
 const OFFSET_NR: u32 = 0;
@@ -164,8 +169,9 @@ fn on_syscall(program: &mut Vec<SockFilter>, nr: libc::c_long, body: &[SockFilte
     program.extend_from_slice(body);
 }
 
-/// Builds the filter program.
-fn build() -> Vec<SockFilter> {
+/// Builds the filter program; `sysinfo` is init's to answer when
+/// `answer_sysinfo`.
+fn build(answer_sysinfo: bool) -> Vec<SockFilter> {
     let mut program = vec![
         stmt(BPF_LD_W_ABS, OFFSET_ARCH),
         jump(BPF_JEQ_K, AUDIT_ARCH, 1, 0),
@@ -176,6 +182,13 @@ fn build() -> Vec<SockFilter> {
         program.push(stmt(BPF_LD_W_ABS, OFFSET_NR));
         program.push(jump(BPF_JGE_K, X32_SYSCALL_BIT, 0, 1));
         program.push(stmt(BPF_RET_K, errno(libc::ENOSYS)));
+    }
+    if answer_sysinfo {
+        on_syscall(
+            &mut program,
+            libc::SYS_sysinfo,
+            &[stmt(BPF_RET_K, SECCOMP_RET_USER_NOTIF)],
+        );
     }
     on_syscall(
         &mut program,
@@ -232,7 +245,22 @@ fn build() -> Vec<SockFilter> {
 /// Installs the filter on the calling thread (and everything it later
 /// starts). `no_new_privs` must already be set.
 pub fn install() -> io::Result<()> {
-    let program = build();
+    load(&build(false), 0).map(drop)
+}
+
+/// [`install`], with `sysinfo` handed to the returned listener (which the
+/// caller must then answer, and never call `sysinfo` itself). A kernel
+/// without user notifications (before 5.0) refuses the flag: then this
+/// fails, and the caller installs the plain filter.
+pub fn install_answering_sysinfo() -> io::Result<OwnedFd> {
+    let listener = load(&build(true), libc::SECCOMP_FILTER_FLAG_NEW_LISTENER)?;
+    // SAFETY: with NEW_LISTENER the call returns a new descriptor, ours.
+    Ok(unsafe { OwnedFd::from_raw_fd(listener) })
+}
+
+/// Loads `program` with `flags`; the call's result (a listener's
+/// descriptor with `NEW_LISTENER`).
+fn load(program: &[SockFilter], flags: libc::c_ulong) -> io::Result<RawFd> {
     let fprog = SockFprog {
         len: program.len() as u16,
         filter: program.as_ptr(),
@@ -240,16 +268,14 @@ pub fn install() -> io::Result<()> {
     // SAFETY: `fprog` points at `program`, which lives across the call; the
     // kernel copies the filter.
     let ret = unsafe {
-        libc::prctl(
-            libc::PR_SET_SECCOMP,
-            libc::SECCOMP_MODE_FILTER,
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            flags,
             &fprog as *const SockFprog,
-            0,
-            0,
         )
     };
-    crate::sys::cvt(ret)?;
-    Ok(())
+    RawFd::try_from(crate::sys::cvt(ret)?).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))
 }
 
 #[cfg(test)]
@@ -258,7 +284,7 @@ mod tests {
 
     #[test]
     fn program_fits_and_every_jump_lands_inside() {
-        let program = build();
+        let program = build(true);
         assert!(
             program.len() < 4096,
             "BPF programs are limited to 4096 instructions"
@@ -340,7 +366,7 @@ mod tests {
     }
 
     fn verdict(nr: libc::c_long, args: &[u64]) -> u32 {
-        run(&build(), &SeccompData::new(nr, args))
+        run(&build(false), &SeccompData::new(nr, args))
     }
 
     const EPERM: u32 = SECCOMP_RET_ERRNO | libc::EPERM as u32;
@@ -355,6 +381,16 @@ mod tests {
         }
         #[cfg(target_arch = "x86_64")]
         assert_eq!(verdict(libc::SYS_modify_ldt, &[0, 0, 0]), EPERM);
+    }
+
+    #[test]
+    fn sysinfo_goes_to_init_only_when_it_listens() {
+        let data = SeccompData::new(libc::SYS_sysinfo, &[0x7fff_0000]);
+        assert_eq!(run(&build(true), &data), SECCOMP_RET_USER_NOTIF);
+        assert_eq!(run(&build(false), &data), SECCOMP_RET_ALLOW);
+        // Everything else is decided as without it.
+        let unshare = SeccompData::new(libc::SYS_unshare, &[0]);
+        assert_eq!(run(&build(true), &unshare), errno(libc::EPERM));
     }
 
     #[test]
@@ -383,7 +419,7 @@ mod tests {
         for nr in [libc::SYS_read, libc::SYS_unshare, libc::SYS_clone] {
             let mut data = SeccompData::new(nr, &[]);
             data.arch = AUDIT_ARCH_I386;
-            assert_eq!(run(&build(), &data), SECCOMP_RET_KILL_PROCESS);
+            assert_eq!(run(&build(false), &data), SECCOMP_RET_KILL_PROCESS);
         }
     }
 

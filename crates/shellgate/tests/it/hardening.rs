@@ -192,6 +192,85 @@ async fn the_seccomp_filter_refuses_each_denied_syscall_for_real() {
     t.finish().await;
 }
 
+/// `sysinfo(2)` answers with the container's own figures (init answers it
+/// for the kernel): its memory limit, what it has free of it, its own
+/// processes, its own uptime, no load; never the host's. A bad pointer still
+/// gets the kernel's `EFAULT`, a thread's call is answered too, and glibc's
+/// physical memory size is the limit.
+#[tokio::test(flavor = "multi_thread")]
+async fn sysinfo_tells_a_container_its_own_figures_never_the_hosts() {
+    let t = TestEngine::new("sysinfo").await;
+    let limit: u64 = 384 << 20;
+    t.create_with(
+        "c1",
+        ContainerSpec {
+            memory_bytes: limit,
+            ..ContainerSpec::default()
+        },
+    )
+    .await;
+    let script = "import ctypes, os, threading\n\
+        L = ctypes.c_ulong\n\
+        class S(ctypes.Structure):\n\
+        \x20   _fields_ = [('uptime', ctypes.c_long), ('loads', L * 3), ('totalram', L), ('freeram', L),\n\
+        \x20               ('sharedram', L), ('bufferram', L), ('totalswap', L), ('freeswap', L),\n\
+        \x20               ('procs', ctypes.c_ushort), ('pad', ctypes.c_ushort), ('totalhigh', L),\n\
+        \x20               ('freehigh', L), ('mem_unit', ctypes.c_uint), ('rest', ctypes.c_char * 4)]\n\
+        libc = ctypes.CDLL(None, use_errno=True)\n\
+        def show(tag):\n\
+        \x20   s = S()\n\
+        \x20   r = libc.sysinfo(ctypes.byref(s))\n\
+        \x20   print(tag, r, s.uptime, list(s.loads), s.totalram * s.mem_unit, s.freeram * s.mem_unit,\n\
+        \x20         s.totalswap, s.bufferram, s.procs)\n\
+        show('main')\n\
+        t = threading.Thread(target=show, args=('thread',)); t.start(); t.join()\n\
+        ctypes.set_errno(0)\n\
+        print('null', libc.sysinfo(None), ctypes.get_errno())\n\
+        print('phys', os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE'))\n";
+    let out = t
+        .ok("c1", &format!("sleep 1 & python3 - <<'EOF'\n{script}EOF"))
+        .await;
+    let lines: std::collections::HashMap<&str, Vec<&str>> = out
+        .lines()
+        .filter_map(|line| {
+            let mut words = line.split(' ');
+            Some((words.next()?, words.collect()))
+        })
+        .collect();
+    for tag in ["main", "thread"] {
+        let line = lines.get(tag).unwrap_or_else(|| panic!("{tag}: {out}"));
+        let text = line.join(" ");
+        let numbers: Vec<u64> = text
+            .replace(['[', ']', ','], " ")
+            .split_whitespace()
+            .map(|n| n.parse().unwrap())
+            .collect();
+        // r, uptime, 3 loads, total, free, swap, buffers, procs.
+        let [ok, uptime, l1, l2, l3, total, free, swap, buffers, procs] = numbers[..] else {
+            panic!("{tag}: {out}");
+        };
+        assert_eq!(ok, 0, "{out}");
+        assert!(uptime < 300, "the container's own uptime: {out}");
+        assert_eq!((l1, l2, l3, swap, buffers), (0, 0, 0, 0, 0), "{out}");
+        assert_eq!(total, limit, "{out}");
+        assert!(free > 0 && free < limit, "{out}");
+        // bash, sleep, python (and its thread): the container's, not the
+        // host's hundreds.
+        assert!((2..40).contains(&procs), "{out}");
+    }
+    assert_eq!(
+        lines.get("null").map(|l| l.join(" ")),
+        Some(format!("-1 {}", libc::EFAULT)),
+        "{out}"
+    );
+    assert_eq!(
+        lines.get("phys").map(|l| l.join(" ")),
+        Some(limit.to_string()),
+        "{out}"
+    );
+    t.finish().await;
+}
+
 /// A tmpfs mounted on the host under `/usr` for one test, removed on drop.
 struct HostSubmount(PathBuf);
 
