@@ -33,6 +33,10 @@ pub enum SandboxError {
     /// This backend does not offer the operation.
     #[error("{0} is not supported by this sandbox backend")]
     NotSupported(&'static str),
+    /// The server cannot take another live container now (its open-file
+    /// descriptors); the message says what is in use.
+    #[error("{0}")]
+    NoRoom(String),
     /// The container's disk quota is used up.
     #[error("the container's disk quota is full")]
     QuotaExceeded,

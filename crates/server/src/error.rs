@@ -398,6 +398,11 @@ impl From<SandboxError> for ApiError {
             error @ SandboxError::NotSupported(_) => {
                 ApiError::of(ErrorCode::NotSupported, error.to_string())
             }
+            SandboxError::NoRoom(message) => ApiError::of(
+                ErrorCode::NoRoom,
+                format!("No room for another running container: {message}."),
+            )
+            .with_retry_after(5),
             SandboxError::QuotaExceeded => ApiError::of(
                 ErrorCode::QuotaExceeded,
                 "The container's disk quota is full.",

@@ -209,6 +209,8 @@ catalogue! {
     NodeStoppedAnswering => (Some("node_unreachable"), 503, Server);
     /// No node of the cluster has room, or answers.
     NoNodeAvailable => (Some("no_node_available"), 503, Server);
+    /// This server cannot run another container now (its descriptors).
+    NoRoom => (Some("no_room"), 503, Server);
     /// No upstream model is configured: no model API can answer.
     UpstreamNotConfigured => (Some("upstream_not_configured"), 503, Server);
     /// The server is shutting down; send the request again.

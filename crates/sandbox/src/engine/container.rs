@@ -65,6 +65,8 @@ pub(super) struct Running {
     pub commands: std::sync::atomic::AtomicU32,
     /// When this start began: its cgroup's CPU time is since then.
     pub started: std::time::Instant,
+    /// The process's descriptors this run holds (see `descriptors`).
+    pub _descriptors: super::descriptors::DescriptorHold,
 }
 
 impl Running {

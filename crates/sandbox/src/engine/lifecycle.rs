@@ -87,6 +87,12 @@ impl LocalEngine {
             }
         };
         let spec = spec::helper_spec(&self.inner, container, id_slot)?;
+        // Its control socket and `/mnt/data`, and the egress proxy's three
+        // sockets when it has a way out.
+        let descriptors = self
+            .inner
+            .descriptors
+            .admit(if spec.egress { 5 } else { 2 })?;
         let data_owner = spec.disk_sandbox_ids;
         let spec = serde_json::to_vec(&crate::protocol::HelperTask::Container(Box::new(spec)))
             .map_err(|e| SandboxError::Setup(format!("encode spec: {e}")))?;
@@ -155,6 +161,7 @@ impl LocalEngine {
             egress,
             commands: std::sync::atomic::AtomicU32::new(0),
             started: std::time::Instant::now(),
+            _descriptors: descriptors,
         }))
     }
 

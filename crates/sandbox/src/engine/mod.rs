@@ -36,6 +36,7 @@
 
 mod command;
 mod container;
+mod descriptors;
 mod freezer;
 mod image_archive;
 // Files by path (`engine/fs.rs`; `fs` here is `std::fs`).
@@ -221,6 +222,9 @@ pub(crate) struct Inner {
     /// detached (see `loops`), and the task that removes them.
     loop_devices: Arc<loops::LoopDevices>,
     loop_remover: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The descriptors live containers hold: a start that would leave too
+    /// few for the rest is refused (see `descriptors`).
+    descriptors: Arc<descriptors::DescriptorBudget>,
     /// How snapshots share blocks on this host, probed once.
     snapshot_sharing: std::sync::OnceLock<snapshots::Sharing>,
     /// Held for the engine's lifetime: one engine per data directory.
@@ -427,6 +431,7 @@ impl LocalEngine {
                 stored_made_from: recovery::MadeFrom::default(),
                 loop_devices: Arc::default(),
                 loop_remover: Mutex::new(None),
+                descriptors: Arc::default(),
                 snapshot_sharing: std::sync::OnceLock::new(),
                 _lock: lock,
             }),

@@ -110,7 +110,9 @@ async fn a_repl_takes_stdin_through_a_pipe_and_a_terminal() {
     e.write_process_stdin(
         "c1",
         "p1",
-        b"import sys; print(6*7, sys.stdin.isatty())\n".to_vec(),
+        // One write for the line: stdout and the prompts (stderr) are two
+        // pipes, read in no fixed order between them.
+        b"import sys; print(f'{6*7} {sys.stdin.isatty()}')\n".to_vec(),
         false,
     )
     .await
