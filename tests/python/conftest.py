@@ -294,6 +294,20 @@ class Server:
                 self.kill9()
 
 
+@contextlib.contextmanager
+def server_inheriting(preexec_fn, prefix: str):
+    """A server of a test's own on a fresh data directory (traversable by
+    every user, as a deployment's is), `preexec_fn` run in its process
+    before the exec: what it inherits."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        os.chmod(tmp, 0o755)
+        server = Server(Path(tmp), preexec_fn=preexec_fn).start()
+        try:
+            yield server
+        finally:
+            server.stop()
+
+
 class ClusterLogs:
     """Every server's log of a cluster, read as one (what a test's failure
     message quotes as `server.log.read_text()`)."""

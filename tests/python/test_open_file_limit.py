@@ -5,13 +5,11 @@ the server's descriptors, so past a point a start is refused, 503
 server keeps serving meanwhile, and a container deleted makes room."""
 
 import resource
-import tempfile
-from pathlib import Path
 
 import pytest
 import requests
 
-from conftest import KEY_A, Server
+from conftest import KEY_A, server_inheriting
 
 pytestmark = pytest.mark.single_box("starts a server of its own with a low open-file limit")
 
@@ -27,13 +25,8 @@ def low_open_file_limit():
 
 @pytest.fixture
 def limited_server():
-    with tempfile.TemporaryDirectory(prefix="shellgate-py-nofile-") as tmp:
-        Path(tmp).chmod(0o755)
-        server = Server(Path(tmp), preexec_fn=low_open_file_limit).start()
-        try:
-            yield server
-        finally:
-            server.stop()
+    with server_inheriting(low_open_file_limit, "shellgate-py-nofile-") as server:
+        yield server
 
 
 def test_a_start_past_the_descriptors_it_can_spare_is_a_503_and_the_server_serves_on(limited_server):

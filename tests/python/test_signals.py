@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from conftest import BINARY, KEY_A, Server, wait_until
+from conftest import BINARY, KEY_A, server_inheriting, wait_until
 
 pytestmark = pytest.mark.single_box("starts a server of its own with signals ignored")
 
@@ -48,12 +48,8 @@ ALL_THREE = sum(1 << (number - 1) for number in INHERITED)
 
 @pytest.fixture
 def ignoring_server():
-    with tempfile.TemporaryDirectory(prefix="shellgate-py-signals-") as tmp:
-        server = Server(Path(tmp), preexec_fn=ignore_and_block).start()
-        try:
-            yield server
-        finally:
-            server.stop()
+    with server_inheriting(ignore_and_block, "shellgate-py-signals-") as server:
+        yield server
 
 
 def test_a_server_started_with_signals_ignored_runs_programs_with_the_defaults(ignoring_server):

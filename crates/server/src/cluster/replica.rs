@@ -1197,7 +1197,8 @@ mod tests {
         }
     }
 
-    fn silent_node(id: &str, address: String) -> NodeRow {
+    /// A registered node at `address`, its last heartbeat long ago.
+    fn node_at(id: &str, address: String) -> NodeRow {
         NodeRow {
             id: id.into(),
             address,
@@ -1218,14 +1219,14 @@ mod tests {
     #[tokio::test]
     async fn a_silent_node_is_declared_lost_only_when_it_does_not_answer() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let answering = silent_node(
+        let answering = node_at(
             "answering",
             format!("http://{}", listener.local_addr().unwrap()),
         );
         let app = axum::Router::new().route("/livez", axum::routing::get(|| async { "ok" }));
         let server = tokio::spawn(async move { axum::serve(listener, app).await });
         let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let gone = silent_node("gone", format!("http://{}", closed.local_addr().unwrap()));
+        let gone = node_at("gone", format!("http://{}", closed.local_addr().unwrap()));
         drop(closed);
         let store = Db::new(Store::in_memory().unwrap());
         for row in [&answering, &gone] {
@@ -1250,19 +1251,7 @@ mod tests {
     /// the wire.
     async fn received_by_a_node(target: &str) -> String {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = format!("http://{}", listener.local_addr().unwrap());
-        let node = NodeRow {
-            id: "n1".into(),
-            address,
-            status: NodeStatus::Ready,
-            memory_bytes: 1 << 30,
-            max_containers: 10,
-            images: Vec::new(),
-            cgroup_layout: "v2".into(),
-            version: "test".into(),
-            started_at: 0,
-            heartbeat_at: 0,
-        };
+        let node = node_at("n1", format!("http://{}", listener.local_addr().unwrap()));
         let config = Config {
             cluster: ClusterSettings {
                 cluster_secret: Secret("s".repeat(32)),
