@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <unistd.h>
 #include <sys/stat.h>
@@ -47,6 +48,11 @@ int main(int argc, char **argv) {
     }
     int status = 0;
     waitpid(child, &status, 0);
-    for (int i = 0; i < n; i++) rmdir(dirs[i]);
+    /* A cgroup its last task just left can still be busy for a moment (its
+     * css_set is released after an RCU grace period): tried again, at most
+     * a second, so no run leaves a cgroup behind. */
+    for (int i = 0; i < n; i++)
+        for (int tries = 0; rmdir(dirs[i]) < 0 && errno == EBUSY && tries < 1000; tries++)
+            usleep(1000);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
 }
