@@ -7,6 +7,9 @@ stack it left from), per exec, and the system calls each exec makes
 (perf trace's summary). Needs root, perf and target/release/shellgate.
 
     python3 bench/profile_exec.py --execs 2000 --out bench/profiles
+
+`--only live --live 3000`: the whole machine's CPU while 32 clients exec,
+on an empty server and then beside 3,000 idle live containers.
 """
 
 import argparse
@@ -14,6 +17,7 @@ import collections
 import http.client
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -35,10 +39,11 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start_server(data_dir: Path, wrap):
+def start_server(data_dir: Path, wrap, **settings):
     port = free_port()
     env = {"PATH": os.environ["PATH"], "SHELLGATE_LOG": "warn", "SHELLGATE_API_KEYS": KEY,
            "SHELLGATE_BUILD_DEFAULT_IMAGE": "false", "SHELLGATE_DEFAULT_IMAGE": "host"}
+    env.update({f"SHELLGATE_{k.upper()}": str(v) for k, v in settings.items()})
     server = subprocess.Popen([*wrap, str(BINARY), "--data-dir", str(data_dir), "serve", "--listen",
                                f"127.0.0.1:{port}"], env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, start_new_session=True)
@@ -186,6 +191,71 @@ def profile_http(args, work: Path):
         f"(perf trace -s -p SERVER; the first second's execs are missed)\n\n{text}")
 
 
+def make_idle(port, count, threads=8):
+    """`count` live idle containers (started by a first command); their ids."""
+    made = []
+
+    def some(n):
+        client = Client(port)
+        for _ in range(n):
+            container = client.call("POST", "/v1/containers", {"name": "idle"})["id"]
+            client.call("POST", f"/v1/containers/{container}/exec", {"commands": ["true"]})
+            made.append(container)
+    workers = [threading.Thread(target=some, args=(count // threads,)) for _ in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return made
+
+
+def profile_live(args, work: Path):
+    """The whole machine's CPU (perf record -a) while 32 clients exec
+    `true`, first on an empty server, then with --live idle containers
+    beside them: what grows with the containers live."""
+    for live in (0, args.live):
+        data_dir = work / f"live-{live}"
+        server, port = start_server(data_dir, [], idle_suspend_after_secs=10**9,
+                                    max_running_containers_per_project=10**6,
+                                    max_memory_per_project="1000t", max_execs_per_project=1024)
+        try:
+            idle = make_idle(port, live)
+            done = threading.Event()
+            counted = [0]
+
+            def client_loop():
+                client = Client(port)
+                own = client.call("POST", "/v1/containers", {"name": "busy"})["id"]
+                while not done.is_set():
+                    # Spread: each exec in a container picked at random
+                    # among all live (as bench/scale.py's load does).
+                    container = random.choice(idle) if args.spread and idle else own
+                    client.call("POST", f"/v1/containers/{container}/exec", {"commands": ["true"]})
+                    counted[0] += 1
+            loops = [threading.Thread(target=client_loop) for _ in range(32)]
+            for t in loops:
+                t.start()
+            time.sleep(2)
+            perf_data = work / f"live-{live}.data"
+            before = counted[0]
+            subprocess.run(["perf", "record", "-a", "-g", "-e", "cpu-clock", "-F", "999", "-o", str(perf_data),
+                            "--", "sleep", str(args.seconds)], check=True, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+            execs = counted[0] - before
+            done.set()
+            for t in loops:
+                t.join()
+        finally:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(timeout=120)
+            subprocess.run(["rm", "-rf", str(data_dir)], check=False)
+        spread = "each exec in a random one of them" if args.spread else "each client in a container of its own"
+        title = (f"the whole machine while 32 clients exec `true` over HTTP, {live} other containers live, "
+                 f"{spread}: {execs / args.seconds:.0f} exec/s")
+        name = f"live-{live}{'-spread' if args.spread else ''}-on-cpu.txt"
+        summarize(perf_data, args.out / name, title, execs, "comm,dso,sym")
+
+
 def profile_cli(args, work: Path):
     data_dir = work / "cli-data"
     subprocess.run([str(BINARY), "--data-dir", str(data_dir), "exec", "--", "true"], check=True)
@@ -208,7 +278,12 @@ def main():
     parser.add_argument("--clients", type=int, default=1)
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "profiles")
-    parser.add_argument("--only", choices=["http", "cli"])
+    parser.add_argument("--only", choices=["http", "cli", "live"])
+    parser.add_argument("--live", type=int, default=3000,
+                        help="idle containers beside the clients' in the `live` profile")
+    parser.add_argument("--seconds", type=float, default=10.0, help="the `live` profile's length")
+    parser.add_argument("--spread", action="store_true",
+                        help="in the `live` profile, each exec in a random live container")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="shellgate-profile-"))
@@ -218,6 +293,8 @@ def main():
             profile_http(args, work)
         if args.only in (None, "cli"):
             profile_cli(args, work)
+        if args.only in (None, "live"):
+            profile_live(args, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

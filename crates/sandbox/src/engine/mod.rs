@@ -1408,6 +1408,10 @@ impl SandboxBackend for LocalEngine {
 
     async fn shutdown(&self) {
         self.inner.closing.store(true, Ordering::SeqCst);
+        // Devices it had not removed stay registered (see `loops`).
+        if let Some(remover) = lock(&self.inner.loop_remover).take() {
+            remover.abort();
+        }
         // Stops at its next container, seeing `closing`.
         let tidying = lock(&self.inner.tidying).take();
         if let Some(tidying) = tidying {
@@ -1438,13 +1442,6 @@ impl SandboxBackend for LocalEngine {
         while stops.join_next().await.is_some() {}
         self.inner.zygote.end().await;
         self.inner.cgroups.remove_base();
-        if let Some(remover) = lock(&self.inner.loop_remover).take() {
-            remover.abort();
-        }
-        // Those detached by now; the rest stay registered, as they would
-        // have without this engine.
-        let devices = Arc::clone(&self.inner.loop_devices);
-        let _ = tokio::task::spawn_blocking(move || devices.remove_detached()).await;
     }
 }
 
