@@ -127,8 +127,14 @@ async fn sandbox_metrics(
     let Query(query) = query.map_err(|e| bad_request(e.body_text()))?;
     let (sandbox, _) = super::control::owned(&state, &project, &id).await?;
     let now = state.clock.now();
-    let start = query.start.map(seconds).unwrap_or(sandbox.created_at);
     let end = query.end.map(seconds).unwrap_or(now);
+    // Unasked, the window opens at the sandbox's creation, never after its
+    // end: a creation time that read a second past the clock (seen once, a
+    // sandbox made just before the request) was answered 400.
+    let start = query
+        .start
+        .map(seconds)
+        .unwrap_or_else(|| sandbox.created_at.min(end));
     if start < 0 || end < 0 {
         return Err(bad_request("start and end must be Unix times"));
     }
