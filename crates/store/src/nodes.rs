@@ -286,7 +286,12 @@ impl Store {
     /// node ran are failed with [`BUILD_NODE_LOST`] (a node that comes
     /// back and ends one after all records its end as it was).
     pub fn mark_lost_nodes(&self, cutoff: i64, now: i64) -> Result<Vec<String>> {
-        self.mark_silent_nodes_lost(cutoff, now, &[])
+        let silent: Vec<String> = self
+            .silent_nodes(cutoff)?
+            .into_iter()
+            .map(|node| node.id)
+            .collect();
+        self.mark_nodes_lost(&silent, cutoff, now)
     }
 
     /// The live nodes whose last heartbeat is older than `cutoff`: those a
@@ -304,24 +309,15 @@ impl Store {
         })
     }
 
-    /// [`mark_lost_nodes`](Self::mark_lost_nodes), but for the nodes in
-    /// `answering` (silent in the store, yet answering the replica: a
-    /// heartbeat late under load is not a node gone).
-    pub fn mark_silent_nodes_lost(
-        &self,
-        cutoff: i64,
-        now: i64,
-        answering: &[String],
-    ) -> Result<Vec<String>> {
+    /// [`mark_lost_nodes`](Self::mark_lost_nodes) for the nodes `ids`
+    /// alone (those a replica found silent and not answering it either: a
+    /// heartbeat late under load is not a node gone), each only if it is
+    /// still silent since before `cutoff`.
+    pub fn mark_nodes_lost(&self, ids: &[String], cutoff: i64, now: i64) -> Result<Vec<String>> {
         let day = utc_day();
         self.transaction(|sql| {
-            let silent: Vec<String> = sql.query(
-                "SELECT id FROM nodes WHERE status != 'lost' AND heartbeat_at < ?1 ORDER BY id",
-                &[&cutoff],
-                |row| row.get(0),
-            )?;
             let mut lost = Vec::new();
-            for node in silent.iter().filter(|node| !answering.contains(node)) {
+            for node in ids {
                 // Its row decides, under its lock: another replica may have
                 // marked it meanwhile, or its heartbeat come.
                 let marked = sql.execute(
@@ -689,8 +685,9 @@ mod tests {
                 .map(|node| node.id)
                 .collect();
             assert_eq!(silent, ["n1", "n2"]);
+            // n2 answered its replica: not named. n3 is, but beats.
             let lost = store
-                .mark_silent_nodes_lost(150, 160, &["n2".to_owned()])
+                .mark_nodes_lost(&["n1".to_owned(), "n3".to_owned()], 150, 160)
                 .unwrap();
             assert_eq!(lost, ["n1"]);
             assert_eq!(

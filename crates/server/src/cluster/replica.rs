@@ -211,21 +211,23 @@ async fn mark_lost_nodes(replica: &Replica) -> ApiResult<()> {
             .map(|node| replica.liveness.answers(&replica.client, node)),
     )
     .await;
-    let answering: Vec<String> = silent
-        .into_iter()
-        .zip(asked)
-        .filter(|(_, answers)| *answers)
-        .map(|(node, _)| node.id)
-        .collect();
-    for node in &answering {
-        tracing::warn!(
-            node = %node,
-            "node silent past node_lost_after_secs yet answering: not declared lost"
-        );
+    let mut unanswering = Vec::new();
+    for (node, answers) in silent.into_iter().zip(asked) {
+        if answers {
+            tracing::warn!(
+                node = %node.id,
+                "node silent past node_lost_after_secs yet answering: not declared lost"
+            );
+        } else {
+            unanswering.push(node.id);
+        }
+    }
+    if unanswering.is_empty() {
+        return Ok(());
     }
     let lost = replica
         .store
-        .run(move |s| s.mark_silent_nodes_lost(cutoff, now, &answering))
+        .run(move |s| s.mark_nodes_lost(&unanswering, cutoff, now))
         .await?;
     for node in lost {
         tracing::warn!(
