@@ -41,24 +41,29 @@ impl Drop for DescriptorHold {
 impl DescriptorBudget {
     /// Holds `needed` descriptors for a container about to start, or
     /// refuses when the process's limit cannot spare them.
-    pub(super) fn admit(self: &Arc<Self>, needed: usize) -> Result<DescriptorHold, SandboxError> {
-        admit_within(self, needed, soft_limit(), count_open)
+    pub(super) async fn admit(
+        self: &Arc<Self>,
+        needed: usize,
+    ) -> Result<DescriptorHold, SandboxError> {
+        // The listing is a walk of thousands of entries: off the runtime.
+        let count = || async { tokio::task::spawn_blocking(count_open).await.ok().flatten() };
+        admit_within(self, needed, soft_limit(), count).await
     }
 }
 
 /// [`DescriptorBudget::admit`] against `limit`, counting the open
 /// descriptors with `open` when it must.
-fn admit_within(
+async fn admit_within<F: std::future::Future<Output = Option<usize>>>(
     budget: &Arc<DescriptorBudget>,
     needed: usize,
     limit: usize,
-    open: impl FnOnce() -> Option<usize>,
+    open: impl FnOnce() -> F,
 ) -> Result<DescriptorHold, SandboxError> {
     let held = budget.held.load(Ordering::Relaxed);
     let reserve = RESERVE.min(limit / 4);
     if (held + needed) * 2 > limit {
         // Unknown (no /proc): what the containers hold stands for all.
-        let open = open().unwrap_or(held);
+        let open = open().await.unwrap_or(held);
         if open + needed + reserve > limit {
             return Err(SandboxError::NoRoom(format!(
                 "this server has {open} of its {limit} open-file descriptors in use ({held} of them \
@@ -98,15 +103,20 @@ fn count_open() -> Option<usize> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_start_is_refused_only_when_it_would_eat_into_the_reserve() {
+    #[tokio::test]
+    async fn a_start_is_refused_only_when_it_would_eat_into_the_reserve() {
         let budget = Arc::new(DescriptorBudget::default());
         // Below half the limit: nothing is counted.
-        let first = admit_within(&budget, 2, 4096, || panic!("counted")).unwrap();
+        let first = admit_within(&budget, 2, 4096, || async { panic!("counted") })
+            .await
+            .unwrap();
         assert_eq!(budget.held.load(Ordering::Relaxed), 2);
         // Past half: counted, and admitted while the reserve stays free.
-        let many = admit_within(&budget, 2100, 4096, || Some(100)).unwrap();
-        let Err(refused) = admit_within(&budget, 5, 4096, || Some(4096 - 1024 - 4)) else {
+        let many = admit_within(&budget, 2100, 4096, || async { Some(100) })
+            .await
+            .unwrap();
+        let Err(refused) = admit_within(&budget, 5, 4096, || async { Some(4096 - 1024 - 4) }).await
+        else {
             panic!("admitted into the reserve");
         };
         assert!(matches!(refused, SandboxError::NoRoom(_)), "{refused}");
@@ -116,7 +126,11 @@ mod tests {
         drop(first);
         assert_eq!(budget.held.load(Ordering::Relaxed), 0);
         // A small limit keeps a quarter free, not more than it has.
-        assert!(admit_within(&budget, 2, 256, || Some(150)).is_ok());
-        assert!(admit_within(&budget, 200, 256, || Some(10)).is_err());
+        assert!(admit_within(&budget, 2, 256, || async { Some(150) })
+            .await
+            .is_ok());
+        assert!(admit_within(&budget, 200, 256, || async { Some(10) })
+            .await
+            .is_err());
     }
 }

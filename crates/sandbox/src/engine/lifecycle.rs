@@ -92,7 +92,8 @@ impl LocalEngine {
         let descriptors = self
             .inner
             .descriptors
-            .admit(if spec.egress { 5 } else { 2 })?;
+            .admit(if spec.egress { 5 } else { 2 })
+            .await?;
         let data_owner = spec.disk_sandbox_ids;
         let spec = serde_json::to_vec(&crate::protocol::HelperTask::Container(Box::new(spec)))
             .map_err(|e| SandboxError::Setup(format!("encode spec: {e}")))?;
