@@ -255,7 +255,8 @@ def profile_live(args, work: Path):
                 os.killpg(server.pid, signal.SIGKILL)
                 server.wait(timeout=60)
             subprocess.run(["rm", "-rf", str(data_dir)], check=False)
-        spread = "each exec in a random one of them" if args.spread else "each client in a container of its own"
+        spread = ("each exec in a random one of them" if args.spread and live
+                  else "each client in a container of its own")
         title = (f"the whole machine while 32 clients exec `true` over HTTP, {live} other containers live, "
                  f"{spread}: {execs / args.seconds:.0f} exec/s")
         name = f"live-{live}{'-spread' if args.spread else ''}-on-cpu.txt"
