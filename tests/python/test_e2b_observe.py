@@ -48,9 +48,11 @@ def test_metrics_are_the_sandboxs_own_cgroup_and_disk(sbx):
     assert wait_until(lambda: sbx.files.exists("/tmp/ready"), 60)
     sbx.files.write("/home/user/blob.bin", b"\0" * (8 * MIB))
 
+    # A sample is up to the sampler's interval (5 s) old, as E2B's are: one
+    # taken before the write shows the memory but not yet the file.
     def holding():
         latest = sbx.get_metrics()[-1]
-        return latest if latest.mem_used >= 96 * MIB else None
+        return latest if latest.mem_used >= 96 * MIB and latest.disk_used >= 8 * MIB else None
 
     assert wait_until(holding, 60)
     latest = holding() or sbx.get_metrics()[-1]
