@@ -187,11 +187,18 @@ def test_a_client_gone_mid_upload_leaves_nothing(server, container):
             f"Content-Type: application/x-tar\r\nContent-Length: {len(whole)}\r\n\r\n"
         )
         connection.sendall(head.encode() + whole[: len(whole) // 2])
+
+        def staged():
+            (count,) = run(server, container, f"ls -A {path} | grep -c shellgate-import || true")
+            return count.strip() != "0"
+
+        # The import is under way (its staging directory made) when the
+        # client goes: awaited, or a check could run before it began.
+        assert wait_until(staged, 60)
     # The import notices the end of the body and removes its staging
     # directory: await that, then the directory is as it was.
     assert wait_until(lambda: listing(server, container, path) == before, 60)
-    (staging,) = run(server, container, f"ls -A {path} | grep -c shellgate-import || true")
-    assert staging.strip() == "0"
+    assert not staged()
 
 
 def test_a_pre_existing_symlink_is_replaced_never_followed(server, container):
