@@ -1514,6 +1514,13 @@ class Bash:
     never after the status line: bash gets SIGINT only inside the cell."""
 
     STARTED = b"started\n"
+    # A SIGINT that lands in a command's child between its fork and its
+    # exec is taken by the handler bash's child still has and lost with
+    # the exec; bash, seeing the command not die of it, assumes it was
+    # handled and runs no trap. So an interrupt the cell outlives is sent
+    # again, a few times, within the engine's grace (three seconds).
+    RESEND_AFTER = 0.5
+    RESENDS = 4
 
     def __init__(self):
         import subprocess
@@ -1539,6 +1546,7 @@ class Bash:
         self.inside = False
         self.interrupt_wanted = False
         self.interrupt_sent = False
+        self.sent_at = 0.0
 
     def send(self, text):
         self.commands.write(text.encode())
@@ -1553,6 +1561,10 @@ class Bash:
         if self.interrupt_sent:
             return
         self.interrupt_sent = True
+        self.sent_at = time.monotonic()
+        self._send_interrupt()
+
+    def _send_interrupt(self):
         try:
             os.killpg(self.process.pid, signal.SIGINT)
         except OSError:
@@ -1568,6 +1580,24 @@ class Bash:
                 self._forward()
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+    def _status_line(self):
+        """The cell's status line (empty if bash ended), sending an
+        interrupt again while the cell outlives it."""
+        import select
+
+        resends = 0
+        while True:
+            # Never an unbounded wait: a signal handler's interrupt does not
+            # end one (the wait resumes), and this loop must look again.
+            ready, _, _ = select.select([self.status], [], [], self.RESEND_AFTER)
+            if ready:
+                return self.status.readline()
+            late = self.interrupt_sent and time.monotonic() - self.sent_at >= self.RESEND_AFTER
+            if late and resends < self.RESENDS:
+                resends += 1
+                self.sent_at = time.monotonic()
+                self._send_interrupt()
 
     def run(self, code, env):
         import shlex
@@ -1592,7 +1622,7 @@ class Bash:
             line = self.status.readline()
             if line == self.STARTED:
                 self._entered()
-                line = self.status.readline()
+                line = self._status_line()
         finally:
             self.inside = False
             try:
