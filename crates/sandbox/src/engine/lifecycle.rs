@@ -111,6 +111,7 @@ impl LocalEngine {
             }
         };
         container.set_last_loop(started.loop_device);
+        self.inner.loop_devices.run_started(started.loop_device);
         let control = Arc::new(started.control);
         let reaped = Arc::new(Mutex::new(false));
         let (exited_tx, exited) = watch::channel(false);
@@ -122,8 +123,10 @@ impl LocalEngine {
             tokio::spawn(async move {
                 watch_init(&control, pid, &reaped).await;
                 tracing::debug!(container = %id, "init exited");
-                let _ = exited_tx.send(true);
+                // Before the exit is told: a shutdown that waited for it
+                // writes the device down.
                 loop_devices.run_ended(loop_device);
+                let _ = exited_tx.send(true);
             });
         }
         let egress = match self.inner.networks.serve(container, started.proxy) {

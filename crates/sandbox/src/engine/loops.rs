@@ -17,14 +17,16 @@
 //!
 //! A removal takes the kernel about 50 ms (its disk's teardown waits for
 //! grace periods), so a background task removes them, sixteen at a time
-//! (the waits overlap), and a stop never waits for it: at shutdown the task is dropped and what it
-//! had not removed stays registered, for the next containers to take
-//! (`LOOP_CTL_GET_FREE` hands out a free device before it makes one). With
-//! 1,000 devices to remove, a final pass made a stop take 27 s, not 3.
+//! (the waits overlap), and a stop never waits for it: with 1,000 devices
+//! to remove, a final pass made a stop take 27 s, not 3. What is left at
+//! shutdown is written down (`run/loops-ended`) for the next start's
+//! remover; until then the devices stay registered, for any container to
+//! take (`LOOP_CTL_GET_FREE` hands out a free device before it makes one).
 
 use std::collections::BTreeSet;
 use std::fs::OpenOptions;
 use std::os::fd::AsRawFd;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -49,6 +51,14 @@ pub(super) struct LoopDevices {
 impl LoopDevices {
     fn ended(&self) -> std::sync::MutexGuard<'_, BTreeSet<u32>> {
         self.ended.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A run started on loop device `number`: taken again, it is not for
+    /// removal (it would only be found busy for as long as the run lasts).
+    pub(super) fn run_started(&self, number: Option<u32>) {
+        if let Some(number) = number {
+            self.ended().remove(&number);
+        }
     }
 
     /// A run on loop device `number` ended (its init exited).
@@ -125,6 +135,46 @@ impl LoopDevices {
         })
     }
 
+    /// Writes down the devices not removed yet, at `path`, for the next
+    /// start's remover ([`Self::load`]). Nothing to write removes the file.
+    pub(super) fn save(&self, path: &Path) {
+        let numbers: String = self.ended().iter().map(|n| format!("{n}\n")).collect();
+        let saved = if numbers.is_empty() {
+            match std::fs::remove_file(path) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                other => other,
+            }
+        } else {
+            std::fs::write(path, numbers)
+        };
+        if let Err(e) = saved {
+            tracing::warn!(
+                "ended loop devices not written down ({}): {e}",
+                path.display()
+            );
+        }
+    }
+
+    /// The devices a previous run wrote down at `path` (then removed), for
+    /// removal: those still detached. One bound since is someone else's
+    /// now (a reboot between, another program's), never ours to remove.
+    pub(super) fn load(&self, path: &Path) {
+        let Ok(text) = std::fs::read_to_string(path) else {
+            return;
+        };
+        let _ = std::fs::remove_file(path);
+        let mut ended = self.ended();
+        for number in text
+            .lines()
+            .filter_map(|line| line.trim().parse::<u32>().ok())
+        {
+            let device = Path::new("/sys/block").join(format!("loop{number}"));
+            if number >= KEPT && device.exists() && !device.join("loop/backing_file").exists() {
+                ended.insert(number);
+            }
+        }
+    }
+
     /// How many ended devices are waiting to be removed.
     #[cfg(test)]
     pub(super) fn waiting(&self) -> usize {
@@ -145,6 +195,38 @@ mod tests {
         devices.run_ended(Some(KEPT));
         devices.run_ended(Some(KEPT));
         assert_eq!(devices.waiting(), 1);
+    }
+
+    #[test]
+    fn a_device_taken_again_is_not_for_removal() {
+        let devices = LoopDevices::default();
+        devices.run_ended(Some(KEPT + 1));
+        devices.run_started(Some(KEPT + 1));
+        assert_eq!(devices.waiting(), 0);
+    }
+
+    #[test]
+    fn what_is_left_at_shutdown_is_written_down_and_read_once() {
+        let dir = std::env::temp_dir().join(format!("shellgate-loops-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("loops-ended");
+        // No device of this number exists: read, then dropped as nothing
+        // to remove.
+        let devices = LoopDevices::default();
+        devices.run_ended(Some(u32::MAX - 1));
+        devices.save(&path);
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            format!("{}\n", u32::MAX - 1)
+        );
+        let next = LoopDevices::default();
+        next.load(&path);
+        assert_eq!(next.waiting(), 0);
+        assert!(!path.exists());
+        // Nothing left: no file.
+        next.save(&path);
+        assert!(!path.exists());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -460,6 +460,10 @@ impl LocalEngine {
             phase_done("engine: stored containers checked (background)", started);
         });
         *self::lock(&engine.inner.tidying) = Some(tidy);
+        engine
+            .inner
+            .loop_devices
+            .load(&engine.inner.config.data_dir.join(LOOPS_ENDED));
         *self::lock(&engine.inner.loop_remover) = Some(loops::LoopDevices::spawn_remover(
             Arc::clone(&engine.inner.loop_devices),
         ));
@@ -1440,10 +1444,17 @@ impl SandboxBackend for LocalEngine {
             });
         }
         while stops.join_next().await.is_some() {}
+        self.inner
+            .loop_devices
+            .save(&self.inner.config.data_dir.join(LOOPS_ENDED));
         self.inner.zygote.end().await;
         self.inner.cgroups.remove_base();
     }
 }
+
+/// Where a stop writes down the loop devices it left for removal (see
+/// `loops`).
+const LOOPS_ENDED: &str = "run/loops-ended";
 
 /// Replaces a container's `spec.json` whole (a copy renamed over it), so
 /// a crash leaves the old spec or the new one.
