@@ -147,13 +147,14 @@ impl Replica {
         self.store.run(|s| s.nodes()).await
     }
 
-    /// `node`, if what it holds is to be asked of it: it beats, or, silent
-    /// in the store past `node_lost_after_secs` and not declared lost yet,
-    /// it answers this replica (its heartbeats late under load, or its
-    /// connection to the store slow: its containers are there all the
-    /// same, and the sweep spares it for the same reason). Never one
-    /// declared lost.
-    async fn reachable(&self, node: NodeRow) -> Option<NodeRow> {
+    /// `node` (if the store knows it), if what it holds is to be asked of
+    /// it: it beats, or, silent in the store past `node_lost_after_secs`
+    /// and not declared lost yet, it answers this replica (its heartbeats
+    /// late under load, or its connection to the store slow: its
+    /// containers are there all the same, and the sweep spares it for the
+    /// same reason). Never one declared lost.
+    async fn reachable(&self, node: Option<NodeRow>) -> Option<NodeRow> {
+        let node = node?;
         if node.status == NodeStatus::Lost {
             return None;
         }
@@ -317,7 +318,7 @@ async fn nodes(
     let reachable = futures_util::future::join_all(
         loads
             .iter()
-            .map(|load| replica.reachable(load.node.clone())),
+            .map(|load| replica.reachable(Some(load.node.clone()))),
     )
     .await;
     let data = loads
@@ -509,10 +510,8 @@ async fn route(replica: &Arc<Replica>, mut request: Request) -> ApiResult<Respon
                 // is read (a node back from a stall answers again at once),
                 // and a node still silent is asked whether it answers.
                 Whereabouts::On(node) => {
-                    match replica.directory.node_now(&replica.store, &node.id).await? {
-                        Some(node) => replica.reachable(node).await,
-                        None => None,
-                    }
+                    let now = replica.directory.node_now(&replica.store, &node.id).await?;
+                    replica.reachable(now).await
                 }
                 Whereabouts::Lost => None,
             };
@@ -589,10 +588,8 @@ async fn route(replica: &Arc<Replica>, mut request: Request) -> ApiResult<Respon
                 return send_anywhere(replica, request).await;
             };
             let key = node_id.clone();
-            let node = match replica.store.run(move |s| s.node(&key)).await? {
-                Some(node) => replica.reachable(node).await,
-                None => None,
-            };
+            let known = replica.store.run(move |s| s.node(&key)).await?;
+            let node = replica.reachable(known).await;
             match node {
                 Some(node) => send(replica, &node, request).await.map_err(|(e, _)| e),
                 None => Err(volume_node_unreachable(&id, &node_id)),
@@ -612,10 +609,8 @@ async fn route(replica: &Arc<Replica>, mut request: Request) -> ApiResult<Respon
             let (parts, body) = request.into_parts();
             let bytes = read_body(replica, body).await?;
             let image = Routed::of(&bytes).image;
-            let home = match continued_node(replica, api, &parts.headers, &bytes).await? {
-                Some(node) => replica.reachable(node).await,
-                None => None,
-            };
+            let continued = continued_node(replica, api, &parts.headers, &bytes).await?;
+            let home = replica.reachable(continued).await;
             let request = Request::from_parts(parts, Body::from(bytes.clone()));
             match home {
                 Some(node) => send(replica, &node, request).await.map_err(|(e, _)| e),
@@ -1244,8 +1239,8 @@ mod tests {
             statuses,
             [("answering", NodeStatus::Ready), ("gone", NodeStatus::Lost)]
         );
-        assert!(replica.reachable(answering.clone()).await.is_some());
-        assert!(replica.reachable(gone.clone()).await.is_none());
+        assert!(replica.reachable(Some(answering.clone())).await.is_some());
+        assert!(replica.reachable(Some(gone.clone())).await.is_none());
         server.abort();
     }
 

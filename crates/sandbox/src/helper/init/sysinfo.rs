@@ -20,6 +20,7 @@
 //!
 //! Init itself never calls `sysinfo` (it would wait on itself).
 
+use std::cell::RefCell;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -68,29 +69,16 @@ impl CgroupCounters {
         };
         // Unlimited (the engine sets a limit on every container it makes,
         // but a host may not let it): the kernel's figures stand.
-        counters.read(&counters.limit)?;
+        read_counter(&counters.limit)?;
         Some(counters)
-    }
-
-    /// A counter file's number (`max` and unparsable read as none).
-    fn read(&self, file: &File) -> Option<u64> {
-        let mut buf = [0u8; 32];
-        let len = file.read_at(&mut buf, 0).ok()?;
-        let value: u64 = std::str::from_utf8(&buf[..len]).ok()?.trim().parse().ok()?;
-        // v1's "unlimited" is a page-rounded i64::MAX.
-        (value < 1 << 62).then_some(value)
     }
 
     /// The container's own `struct sysinfo`, `uptime` seconds since it
     /// started.
     fn sysinfo(&self, uptime: u64) -> Option<libc::sysinfo> {
-        let total = self.read(&self.limit)?;
-        let used = self.read(&self.usage).unwrap_or(0);
-        let procs = self
-            .pids
-            .as_ref()
-            .and_then(|pids| self.read(pids))
-            .unwrap_or(1);
+        let total = read_counter(&self.limit)?;
+        let used = read_counter(&self.usage).unwrap_or(0);
+        let procs = self.pids.as_ref().and_then(read_counter).unwrap_or(1);
         // SAFETY: `sysinfo` is plain integers; all zero is a valid value.
         let mut info: libc::sysinfo = unsafe { std::mem::zeroed() };
         info.uptime = i64::try_from(uptime).unwrap_or(i64::MAX);
@@ -100,6 +88,15 @@ impl CgroupCounters {
         info.mem_unit = 1;
         Some(info)
     }
+}
+
+/// A counter file's number (`max` and unparsable read as none).
+fn read_counter(file: &File) -> Option<u64> {
+    let mut buf = [0u8; 32];
+    let len = file.read_at(&mut buf, 0).ok()?;
+    let value: u64 = std::str::from_utf8(&buf[..len]).ok()?.trim().parse().ok()?;
+    // v1's "unlimited" is a page-rounded i64::MAX.
+    (value < 1 << 62).then_some(value)
 }
 
 /// The path of this process's cgroup in `controller`'s hierarchy ("" for
@@ -113,8 +110,9 @@ pub(super) struct SysinfoAnswers {
     listener: OwnedFd,
     counters: CgroupCounters,
     started: Instant,
-    /// The kernel's size of `struct seccomp_notif` (it may have grown).
-    notif_size: usize,
+    /// Room for the kernel's `struct seccomp_notif` (it may have grown
+    /// past ours): u64s, aligned as the struct wants, kept across calls.
+    notif: RefCell<Vec<u64>>,
 }
 
 impl SysinfoAnswers {
@@ -134,7 +132,7 @@ impl SysinfoAnswers {
             listener,
             counters,
             started: Instant::now(),
-            notif_size: notif_size(),
+            notif: RefCell::new(vec![0; notif_size().div_ceil(8)]),
         }
     }
 
@@ -145,9 +143,9 @@ impl SysinfoAnswers {
 
     /// Answers one waiting call, if any (the listener was readable).
     pub(super) fn answer_one(&self) {
-        // u64s: aligned as `struct seccomp_notif` wants, zeroed as the
-        // kernel requires.
-        let mut buf = vec![0u64; self.notif_size.div_ceil(8)];
+        let mut buf = self.notif.borrow_mut();
+        // Zeroed, as the kernel requires.
+        buf.fill(0);
         let notif = buf.as_mut_ptr().cast::<libc::seccomp_notif>();
         // SAFETY: `buf` is zeroed and at least the kernel's size of
         // `struct seccomp_notif`, which it fills.
