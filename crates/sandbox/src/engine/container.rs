@@ -45,7 +45,7 @@ pub(super) struct Running {
     /// `/mnt/data` as the engine reaches it (see `files`): as init opened
     /// it, or, for a disk shown through an idmapped mount, the disk's own
     /// `data` beneath that mount (see `helper`).
-    pub data: OwnedFd,
+    pub data: super::mount_hold::MountHold,
     /// Who owns what the engine makes through `data`, in the ids `data`
     /// shows (the sandbox user's).
     pub data_owner: (u32, u32),
@@ -204,7 +204,7 @@ pub(super) struct Container {
     last_loop: Mutex<Option<u32>>,
     /// While stopped: a descriptor of its `data` directory, from a file-view
     /// helper, kept briefly for further requests.
-    pub view: Mutex<Option<Arc<OwnedFd>>>,
+    pub view: Mutex<Option<Arc<super::mount_hold::MountHold>>>,
     /// The CA and secrets of its egress proxy, made at its first start in
     /// this process (the CA stays the same across stops and starts).
     pub interceptor: Mutex<Option<Arc<shellgate_egress::intercept::Interceptor>>>,

@@ -12,6 +12,7 @@ use tokio::io::Interest;
 use tokio::sync::watch;
 
 use super::container::{Container, InFlight, Running, Wake, VIEW_LIFETIME};
+use super::mount_hold::MountHold;
 use super::slots::DiskIds;
 use super::{lock, spec, LocalEngine, SANDBOX_UID};
 use crate::children::register;
@@ -156,7 +157,7 @@ impl LocalEngine {
             reaped,
             slot: started.slot,
             exited,
-            data: started.data,
+            data: MountHold::new(started.data),
             data_owner,
             id_lease,
             counters,
@@ -182,13 +183,18 @@ impl LocalEngine {
     /// Ends a container's processes and removes its cgroup.
     pub(super) async fn tear_down(&self, id: &str, running: &Running) {
         running.shut_down(Duration::from_secs(2)).await;
+        self.remove_cgroup(id, &running.slot).await;
+    }
+
+    /// Removes the cgroup `slot` of container `id`, whose processes ended.
+    pub(super) async fn remove_cgroup(&self, id: &str, slot: &str) {
         if let Err(e) = self
             .inner
             .cgroups
-            .remove(&running.slot, Duration::from_secs(5))
+            .remove(slot, Duration::from_secs(5))
             .await
         {
-            tracing::warn!(container = %id, "could not remove cgroup {}: {e}", running.slot);
+            tracing::warn!(container = %id, "could not remove cgroup {}: {e}", slot);
         }
     }
 
@@ -232,7 +238,7 @@ impl LocalEngine {
     pub(super) async fn file_view(
         &self,
         container: &Arc<Container>,
-    ) -> Result<Arc<OwnedFd>, SandboxError> {
+    ) -> Result<Arc<MountHold>, SandboxError> {
         if let Some(view) = lock(&container.view).as_ref() {
             return Ok(Arc::clone(view));
         }
@@ -256,7 +262,7 @@ impl LocalEngine {
                 dir
             }
         };
-        let view = Arc::new(view);
+        let view = Arc::new(MountHold::new(view));
         *lock(&container.view) = Some(Arc::clone(&view));
         // Dropped after a while, so thousands of polled suspended containers
         // do not each keep a mounted file system.

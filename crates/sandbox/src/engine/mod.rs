@@ -44,6 +44,7 @@ mod image_archive;
 mod fs_paths;
 mod lifecycle;
 mod loops;
+mod mount_hold;
 mod network;
 mod output_buffer;
 mod pools;
@@ -1429,21 +1430,47 @@ impl SandboxBackend for LocalEngine {
         // Containers stop side by side: each stop mostly waits (for its init
         // to exit, for the kernel to let go of its cgroup), and one after
         // another a server with thousands of containers took minutes to end.
+        // In two passes: every container's processes end first, and their
+        // mounts with them (the kernel drops each superblock's reclaim
+        // lists), then the cgroups go. Removing a memory cgroup walks every
+        // such list on the machine (`memcg_reparent_list_lrus`, under one
+        // global mutex): beside thousands of live containers' superblocks
+        // each removal took milliseconds, one after another (a stop with
+        // 3,000 live took 17 s).
         let stopping = Arc::new(tokio::sync::Semaphore::new(STOPS_AT_ONCE));
-        let mut stops = tokio::task::JoinSet::new();
+        let mut ending = tokio::task::JoinSet::new();
         for container in self.inner.containers.loaded_all() {
+            let stopping = Arc::clone(&stopping);
+            ending.spawn(async move {
+                let _permit = stopping.acquire_owned().await.ok()?;
+                let running = container.state.lock().await.take()?;
+                running.shut_down(Duration::from_secs(2)).await;
+                // Its descriptors closed, and with the server's `/mnt/data`
+                // the last hold on its disk's mount: unmounted now (on the
+                // blocking pool), not after its cgroup.
+                let slot = running.slot.clone();
+                let _ = tokio::task::spawn_blocking(move || {
+                    mount_hold::closing_here(|| drop(running));
+                })
+                .await;
+                Some((container.id.clone(), slot))
+            });
+        }
+        let mut ended = Vec::new();
+        while let Some(one) = ending.join_next().await {
+            ended.extend(one.ok().flatten());
+        }
+        let mut removing = tokio::task::JoinSet::new();
+        for (id, slot) in ended {
             let (engine, stopping) = (self.clone(), Arc::clone(&stopping));
-            stops.spawn(async move {
+            removing.spawn(async move {
                 let Ok(_permit) = stopping.acquire_owned().await else {
                     return;
                 };
-                let mut state = container.state.lock().await;
-                if state.is_some() {
-                    engine.stop_locked(&container, &mut state).await;
-                }
+                engine.remove_cgroup(&id, &slot).await;
             });
         }
-        while stops.join_next().await.is_some() {}
+        while removing.join_next().await.is_some() {}
         self.inner
             .loop_devices
             .save(&self.inner.config.data_dir.join(LOOPS_ENDED));
