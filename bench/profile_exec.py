@@ -242,6 +242,15 @@ def profile_live(args, work: Path):
                             "--", "sleep", str(args.seconds)], check=True, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
             execs = counted[0] - before
+            if args.off_cpu:
+                # Where every thread of the machine waited, over a shorter
+                # window (each switch is a sample).
+                switches_data = work / f"live-{live}-off.data"
+                before_off = counted[0]
+                subprocess.run(["perf", "record", "-a", "-g", "-e", "sched:sched_switch", "-o",
+                                str(switches_data), "--", "sleep", str(min(args.seconds, 5.0))],
+                               check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                off_execs = counted[0] - before_off
             done.set()
             for t in loops:
                 t.join()
@@ -261,6 +270,10 @@ def profile_live(args, work: Path):
                  f"{spread}: {execs / args.seconds:.0f} exec/s")
         name = f"live-{live}{'-spread' if args.spread else ''}-on-cpu.txt"
         summarize(perf_data, args.out / name, title, execs, "comm,dso,sym")
+        if args.off_cpu:
+            fold_switches(switches_data, args.out / name.replace("on-cpu", "off-cpu"),
+                          title.rsplit(":", 1)[0] + f": off-cpu, the whole machine, {off_execs} execs",
+                          max(off_execs, 1))
 
 
 def profile_cli(args, work: Path):
@@ -289,6 +302,8 @@ def main():
     parser.add_argument("--live", type=int, default=3000,
                         help="idle containers beside the clients' in the `live` profile")
     parser.add_argument("--seconds", type=float, default=10.0, help="the `live` profile's length")
+    parser.add_argument("--off-cpu", action="store_true",
+                        help="the `live` profile also records where every thread waited")
     parser.add_argument("--spread", action="store_true",
                         help="in the `live` profile, each exec in a random live container")
     args = parser.parse_args()
