@@ -119,15 +119,25 @@ impl Cgroups {
 
     /// Creates a container's cgroups with its limits; returns the
     /// `cgroup.procs` files the helper must join.
+    /// A failure leaves none of the (still empty) folders this call made.
     pub fn create(&self, id: &str, spec: &ContainerSpec) -> io::Result<Vec<PathBuf>> {
         let mut procs = Vec::new();
+        let mut made = Vec::new();
         for (controller, dir) in self.dirs(id) {
-            if let Err(e) = fs::create_dir(&dir) {
-                if e.kind() != io::ErrorKind::AlreadyExists {
-                    return Err(e);
+            let created = match fs::create_dir(&dir) {
+                Ok(()) => {
+                    made.push(dir.clone());
+                    Ok(())
                 }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = created.and_then(|()| write_limits(controller, &dir, spec)) {
+                for dir in made.iter().rev() {
+                    let _ = fs::remove_dir(dir);
+                }
+                return Err(e);
             }
-            write_limits(controller, &dir, spec)?;
             procs.push(dir.join("cgroup.procs"));
         }
         Ok(procs)
@@ -596,6 +606,28 @@ mod tests {
         let (cgroups, warnings) = Cgroups::setup_in(&root, "0::/\n", 42, "g");
         assert!(!cgroups.enabled());
         assert!(warnings[0].contains("limits are off"), "{warnings:?}");
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_create_that_fails_leaves_none_of_the_folders_it_made() {
+        // The memory folder is there already (kept); the pids one is made,
+        // then its limit cannot be written (the fake has no `pids.max`).
+        let root = fake(&[
+            "memory/cgroup.procs",
+            "pids/cgroup.procs",
+            "cpu/cgroup.procs",
+            "memory/g/s1/memory.limit_in_bytes",
+            "memory/g/s1/memory.memsw.limit_in_bytes",
+            "memory/g/s1/cgroup.procs",
+        ]);
+        let self_cgroup = "4:memory:/\n8:pids:/\n1:cpu,cpuacct:/\n0::/\n";
+        let (cgroups, _) = Cgroups::setup_in(&root, self_cgroup, 42, "g");
+        assert!(cgroups.create("s1", &spec()).is_err());
+        assert!(root.join("memory/g/s1").exists());
+        assert!(root.join("pids/g").exists());
+        assert!(!root.join("pids/g/s1").exists());
+        assert!(!root.join("cpu/g/s1").exists());
         fs::remove_dir_all(&root).unwrap();
     }
 
