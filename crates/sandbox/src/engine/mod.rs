@@ -1443,7 +1443,9 @@ impl SandboxBackend for LocalEngine {
             let stopping = Arc::clone(&stopping);
             ending.spawn(async move {
                 let _permit = stopping.acquire_owned().await.ok()?;
-                let running = container.state.lock().await.take()?;
+                // Held until its processes are gone, as a stop holds it.
+                let mut state = container.state.lock().await;
+                let running = state.take()?;
                 running.shut_down(Duration::from_secs(2)).await;
                 // Its descriptors closed, and with the server's `/mnt/data`
                 // the last hold on its disk's mount: unmounted now (on the
@@ -1453,6 +1455,7 @@ impl SandboxBackend for LocalEngine {
                     mount_hold::closing_here(|| drop(running));
                 })
                 .await;
+                drop(state);
                 Some((container.id.clone(), slot))
             });
         }
