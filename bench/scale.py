@@ -572,19 +572,24 @@ def cgroup_charge_kib(group) -> int:
         return 0
 
 
+# A server that keeps every container live and lets one project hold them
+# all (shared with `stop_at_scale.py`).
+LIVE_SETTINGS = {
+    "idle_suspend_after_secs": 10**9,
+    "default_expires_minutes": 10080,
+    "max_running_containers_per_project": 1_000_000,
+    "max_memory_per_project": "1000t",
+    "max_execs_per_project": 1024,
+    "rate_limit_per_minute": 0,
+}
+
+
 def measure(count: int, args) -> dict:
     work = Path(tempfile.mkdtemp(prefix="sg-scale-", dir=args.dir))
     work.chmod(0o711)
     data = work / "data"
     data.mkdir()
-    settings = {
-        "idle_suspend_after_secs": 10**9,
-        "default_expires_minutes": 10080,
-        "max_running_containers_per_project": 1_000_000,
-        "max_memory_per_project": "1000t",
-        "max_execs_per_project": 1024,
-        "rate_limit_per_minute": 0,
-    }
+    settings = LIVE_SETTINGS
     floor_kib = int(args.floor_gib * 1048576)
     result = {"goal": count}
     server = Server(data, settings)

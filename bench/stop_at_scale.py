@@ -21,15 +21,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import scale  # noqa: E402
 
-SETTINGS = {
-    "idle_suspend_after_secs": 10**9,
-    "default_expires_minutes": 10080,
-    "max_running_containers_per_project": 1_000_000,
-    "max_memory_per_project": "1000t",
-    "max_execs_per_project": 1024,
-    "rate_limit_per_minute": 0,
-}
-
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -43,7 +34,7 @@ def main():
     work.chmod(0o711)
     data = work / "data"
     data.mkdir()
-    server = scale.Server(data, SETTINGS)
+    server = scale.Server(data, scale.LIVE_SETTINGS)
     ids, seconds, stop = scale.create_many(server, args.count, 8, int(args.floor_gib * 1048576), 8 << 30, "c")
     print(f"{len(ids)} live containers made in {seconds:.1f} s{f' (stopped: {stop})' if stop else ''}", flush=True)
     time.sleep(5)

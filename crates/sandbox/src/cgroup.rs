@@ -531,6 +531,16 @@ mod tests {
 
     /// A fake cgroup tree: directories and the knob files the kernel would
     /// have made.
+    /// A fake v1 layout: the three hierarchies' roots, and `files`.
+    fn fake_v1(files: &[&str]) -> PathBuf {
+        let roots = [
+            "memory/cgroup.procs",
+            "pids/cgroup.procs",
+            "cpu/cgroup.procs",
+        ];
+        fake(&[&roots[..], files].concat())
+    }
+
     fn fake(files: &[&str]) -> PathBuf {
         let root = std::env::temp_dir().join(format!(
             "shellgate-cgroup-test-{}-{}",
@@ -613,10 +623,7 @@ mod tests {
     fn a_create_that_fails_leaves_none_of_the_folders_it_made() {
         // The memory folder is there already (kept); the pids one is made,
         // then its limit cannot be written (the fake has no `pids.max`).
-        let root = fake(&[
-            "memory/cgroup.procs",
-            "pids/cgroup.procs",
-            "cpu/cgroup.procs",
+        let root = fake_v1(&[
             "memory/g/s1/memory.limit_in_bytes",
             "memory/g/s1/memory.memsw.limit_in_bytes",
             "memory/g/s1/cgroup.procs",
@@ -633,10 +640,7 @@ mod tests {
 
     #[test]
     fn v1_nests_under_each_controllers_own_cgroup() {
-        let root = fake(&[
-            "memory/cgroup.procs",
-            "pids/cgroup.procs",
-            "cpu/cgroup.procs",
+        let root = fake_v1(&[
             "memory/user.slice/g/s1/memory.limit_in_bytes",
             "memory/user.slice/g/s1/memory.memsw.limit_in_bytes",
             "memory/user.slice/g/s1/cgroup.procs",
