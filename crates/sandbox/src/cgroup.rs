@@ -118,8 +118,8 @@ impl Cgroups {
     }
 
     /// Creates a container's cgroups with its limits; returns the
-    /// `cgroup.procs` files the helper must join.
-    /// A failure leaves none of the (still empty) folders this call made.
+    /// `cgroup.procs` files the helper must join. A failure leaves none of
+    /// the (still empty) folders this call made.
     pub fn create(&self, id: &str, spec: &ContainerSpec) -> io::Result<Vec<PathBuf>> {
         let mut procs = Vec::new();
         let mut made = Vec::new();
@@ -529,8 +529,6 @@ fn kill_members(dir: &Path) {
 mod tests {
     use super::*;
 
-    /// A fake cgroup tree: directories and the knob files the kernel would
-    /// have made.
     /// A fake v1 layout: the three hierarchies' roots, and `files`.
     fn fake_v1(files: &[&str]) -> PathBuf {
         let roots = [
@@ -541,6 +539,8 @@ mod tests {
         fake(&[&roots[..], files].concat())
     }
 
+    /// A fake cgroup tree: directories and the knob files the kernel would
+    /// have made.
     fn fake(files: &[&str]) -> PathBuf {
         let root = std::env::temp_dir().join(format!(
             "shellgate-cgroup-test-{}-{}",

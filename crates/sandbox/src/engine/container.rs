@@ -25,6 +25,10 @@ use crate::error::{IoContext, SandboxError};
 use crate::protocol::Request;
 use crate::sys;
 
+/// How long a container's init has, once told to stop, to end its
+/// processes and exit before it is killed (see [`Running::shut_down`]).
+pub(super) const STOP_PATIENCE: Duration = Duration::from_secs(2);
+
 /// How long a stopped container's file view is kept for further requests.
 pub(super) const VIEW_LIFETIME: Duration = Duration::from_secs(30);
 

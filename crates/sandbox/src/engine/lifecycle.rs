@@ -11,7 +11,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::sync::watch;
 
-use super::container::{Container, InFlight, Running, Wake, VIEW_LIFETIME};
+use super::container::{Container, InFlight, Running, Wake, STOP_PATIENCE, VIEW_LIFETIME};
 use super::mount_hold::MountHold;
 use super::slots::DiskIds;
 use super::{lock, spec, LocalEngine, SANDBOX_UID};
@@ -182,7 +182,7 @@ impl LocalEngine {
 
     /// Ends a container's processes and removes its cgroup.
     pub(super) async fn tear_down(&self, id: &str, running: &Running) {
-        running.shut_down(Duration::from_secs(2)).await;
+        running.shut_down(STOP_PATIENCE).await;
         self.remove_cgroup(id, &running.slot).await;
     }
 

@@ -1446,7 +1446,7 @@ impl SandboxBackend for LocalEngine {
                 // Held until its processes are gone, as a stop holds it.
                 let mut state = container.state.lock().await;
                 let running = state.take()?;
-                running.shut_down(Duration::from_secs(2)).await;
+                running.shut_down(container::STOP_PATIENCE).await;
                 // Its descriptors closed, and with the server's `/mnt/data`
                 // the last hold on its disk's mount: unmounted now (on the
                 // blocking pool), not after its cgroup.
